@@ -1,0 +1,147 @@
+"""The one place that decides between NumPy (CPU) and CuPy (GPU).
+
+``device`` arguments everywhere in xcorr take ``"auto"``, ``"gpu"`` or ``"cpu"``:
+
+* ``"gpu"`` needs CuPy and a usable CUDA device, else it raises :class:`~xcorr_app.errors.XcorrError`.
+* ``"cpu"`` always uses NumPy/SciPy.
+* ``"auto"`` uses the GPU when one is usable and falls back to the CPU otherwise, saying so
+  once (through :mod:`warnings`, category :class:`BackendFallbackWarning`).
+
+Array type rule of the Python API: NumPy in gives NumPy out, CuPy in gives CuPy out.  Functions
+call :func:`array_module_of` on their inputs to know which module to return, and
+:func:`compute_device` to know where to compute.
+
+Examples
+--------
+>>> from xcorr_app import backend
+>>> backend.resolve_device("cpu")
+'cpu'
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+
+from .errors import XcorrError
+
+DEVICES = ("auto", "gpu", "cpu")
+
+
+class BackendFallbackWarning(UserWarning):
+    """``device="auto"`` found no usable GPU and runs on the CPU."""
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_gpu() -> tuple[bool, str]:
+    """Return ``(usable, reason)``; imports CuPy and touches the device once."""
+    try:
+        import cupy  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        return False, f"CuPy is not importable ({type(exc).__name__}: {exc})"
+    try:
+        import cupy
+
+        n = cupy.cuda.runtime.getDeviceCount()
+        if n < 1:
+            return False, "CuPy found no CUDA device"
+        cupy.zeros(1, dtype=cupy.float32).sum().item()  # a real allocation and launch
+    except Exception as exc:
+        return False, f"CuPy cannot use a CUDA device ({type(exc).__name__}: {exc})"
+    return True, "CUDA device usable"
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and a CUDA device can run a kernel."""
+    return _probe_gpu()[0]
+
+
+def gpu_unavailable_reason() -> str:
+    """Why :func:`gpu_available` is False (empty when a GPU is usable)."""
+    ok, reason = _probe_gpu()
+    return "" if ok else reason
+
+
+_warned_fallback = False
+
+
+def resolve_device(device: str = "auto") -> str:
+    """Map ``"auto" | "gpu" | "cpu"`` to ``"gpu"`` or ``"cpu"``.
+
+    Raises
+    ------
+    XcorrError
+        For an unknown name, or ``"gpu"`` without a usable GPU.
+    """
+    global _warned_fallback
+    if device not in DEVICES:
+        raise XcorrError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    ok, reason = _probe_gpu()
+    if ok:
+        return "gpu"
+    if device == "gpu":
+        raise XcorrError(
+            f"--device gpu was asked for but {reason}; install the CuPy wheel for your CUDA "
+            "version (pip install cupy-cuda12x or cupy-cuda13x) or use --device cpu"
+        )
+    if not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn(f"no usable GPU ({reason}); running on the CPU", BackendFallbackWarning,
+                      stacklevel=2)
+    return "cpu"
+
+
+def is_cupy_array(a) -> bool:
+    """True for a ``cupy.ndarray`` (without importing CuPy when it is not loaded)."""
+    return type(a).__module__.startswith("cupy")
+
+
+def array_module_of(*arrays):
+    """``cupy`` if any argument is a CuPy array, else ``numpy``."""
+    for a in arrays:
+        if is_cupy_array(a):
+            import cupy
+
+            return cupy
+    return np
+
+
+def xp_for(device: str):
+    """The array module for a resolved device (``"gpu"`` or ``"cpu"``)."""
+    if device == "gpu":
+        import cupy
+
+        return cupy
+    return np
+
+
+def compute_device(*arrays, device: str = "auto") -> str:
+    """Where to compute for these inputs: CuPy inputs force ``"gpu"``, otherwise ``device``."""
+    if any(is_cupy_array(a) for a in arrays):
+        if device == "cpu":
+            raise XcorrError("device='cpu' was given CuPy arrays; pass NumPy arrays (cupy.asnumpy)")
+        return "gpu"
+    return resolve_device(device)
+
+
+def to_numpy(a) -> np.ndarray:
+    """A NumPy array with the data of ``a`` (copies from the GPU when needed)."""
+    if is_cupy_array(a):
+        return a.get()
+    return np.asarray(a)
+
+
+def to_xp(a, xp):
+    """``a`` as an array of module ``xp`` (NumPy or CuPy)."""
+    if xp is np:
+        return to_numpy(a)
+    return xp.asarray(a)
+
+
+def like_input(result, *inputs):
+    """Return ``result`` as the array type of ``inputs`` (NumPy in, NumPy out; CuPy in, CuPy out)."""
+    return to_xp(result, array_module_of(*inputs))
