@@ -85,7 +85,7 @@ def test_gaussian_recovers_exact_gaussian(xp):
 
 def test_gaussian_falls_back_to_parabolic_on_non_positive_values(xp):
     corr, _, _ = _parabolas(3)
-    c = xp.asarray(corr - 99.0)  # peak ~1, neighbours <= 0 in places
+    c = xp.asarray(corr - 100.0)  # all values <= 0: no logarithm possible
     iy, ix = peak_index(c)
     for g, p in zip(subpixel_gaussian(c, iy, ix), subpixel_parabolic(c, iy, ix)):
         np.testing.assert_allclose(to_numpy(g), to_numpy(p), atol=1e-12)
@@ -122,17 +122,22 @@ def test_constant_surface(xp):
 def test_confidence_with_known_second_peak(xp):
     corr = np.zeros((2, 3, H, W))
     corr[..., 6, 8] = 5.0
-    corr[..., 7, 9] = 4.5                          # inside the exclusion window: ignored
-    corr[..., 12, 2] = np.array([1.0, 2.0, 2.5])   # second peak
-    corr[1, :, 12, 2] *= -1                        # a negative second peak counts by magnitude
+    corr[..., 7, 9] = 4.5                        # inside the exclusion window: ignored
+    corr[..., 12, 2] = np.array([1.0, 2.0, 2.5])  # second peak
+    corr[1] -= 1.0                               # background -1: seconds 0, 1, 1.5
     c = xp.asarray(corr)
     iy, ix = peak_index(c)
     ratio = to_numpy(confidence(c, iy, ix, exclusion=2))
     assert ratio.shape == (2, 3) and ratio.dtype == np.float64
     np.testing.assert_allclose(ratio[0], [5.0, 2.5, 2.0])
-    np.testing.assert_allclose(ratio[1], 5.0 / 4.5)  # now 4.5 is the highest value outside
-    # exclusion=0 keeps the neighbour in play; a window covering everything gives inf
-    np.testing.assert_allclose(to_numpy(confidence(c, iy, ix, exclusion=0))[0], 5.0 / 4.5)
+    np.testing.assert_allclose(ratio[1], [np.inf, 4.0, 4.0 / 1.5])  # a zero second gives inf
+    # the neighbour at 4.5 is a shoulder of the main peak, not a local maximum: exclusion=0
+    # still finds the isolated second peak; a window covering everything gives inf
+    np.testing.assert_allclose(to_numpy(confidence(c, iy, ix, exclusion=0))[0], [5.0, 2.5, 2.0])
+    corr2 = corr.copy()
+    corr2[..., 6, 11] = 4.8  # a separate local maximum just outside the window: it counts
+    ratio2 = to_numpy(confidence(xp.asarray(corr2), iy, ix, exclusion=2))
+    np.testing.assert_allclose(ratio2[0], 5.0 / 4.8)
     assert np.all(np.isinf(to_numpy(confidence(c, iy, ix, exclusion=max(H, W)))))
 
 

@@ -90,8 +90,62 @@ def _signed(index, size):
     return xp.where(index > size // 2, index - size, index)
 
 
+def _refine(product, shifts, upsample_factor):
+    """Refine integer ``shifts`` (N, 2) by the upsampled DFT of the cross-power ``product``
+    in a 1.5-pixel region around them; returns (refined shifts, peak magnitude scaled by H*W)."""
+    xp = array_module_of(product)
+    h, w = product.shape[-2:]
+    u = float(upsample_factor)
+    region = math.ceil(1.5 * u)
+    dftshift = region // 2
+    shifts = xp.round(shifts * u) / u
+    local = xp.abs(upsampled_dft(product.conj(), region, u, dftshift - shifts * u))
+    uy, ux = peak_index(local)
+    shifts = shifts + (xp.stack([uy, ux], axis=-1) - dftshift) / u
+    peak = local.reshape(len(local), -1).max(axis=1).astype(xp.float64) / (h * w)
+    return shifts, peak
+
+
+def refine_upsampled(reference, frames, shifts, upsample_factor, normalization="phase", window=True):
+    """Refine shifts measured by any correlation with the upsampled DFT (Guizar-Sicairos).
+
+    Parameters
+    ----------
+    reference : (H, W) or (N, H, W) ndarray
+        Reference image(s), mean-subtracted as for the measurement.
+    frames : (N, H, W) ndarray
+    shifts : (N, 2) ndarray
+        Integer (or coarse) shifts in xcorr's convention.
+    upsample_factor : int
+        Resolution ``1 / upsample_factor`` px.
+    normalization : {"phase", None}
+        Normalize the cross-power spectrum to unit magnitude first (a sharper peak, less biased
+        by the frame edges).
+    window : bool
+        Multiply both (mean-subtracted) images by a Hann window first, so the edges of
+        non-periodic frames do not bias the circular correlation.
+
+    Returns
+    -------
+    (N, 2) float64 ndarray of the module of ``frames``.
+    """
+    xp = array_module_of(reference, frames)
+    if upsample_factor <= 1:
+        return to_xp(shifts, xp)
+    reference, frames = to_xp(reference, xp), to_xp(frames, xp)
+    if window:
+        h, w = frames.shape[-2:]
+        win = xp.asarray(np.outer(np.hanning(h), np.hanning(w)), dtype=frames.dtype)
+        reference = (reference - reference.mean(axis=(-2, -1), keepdims=True)) * win
+        frames = (frames - frames.mean(axis=(-2, -1), keepdims=True)) * win
+    product = xp.fft.fft2(reference) * xp.fft.fft2(frames).conj()
+    if normalization == "phase":
+        product /= xp.maximum(xp.abs(product), 100 * np.finfo(product.real.dtype).eps)
+    return _refine(product, to_xp(shifts, xp).astype(xp.float64), upsample_factor)[0]
+
+
 def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
-               reference_is_fft=False):
+               reference_is_fft=False, return_integer=False):
     """Shift of every frame against a reference by circular FFT cross-correlation.
 
     Parameters
@@ -107,6 +161,8 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
         correlation); None keeps the plain cross-correlation.
     reference_is_fft : bool, optional
         ``reference`` is already ``fft2(reference)``.
+    return_integer : bool, optional
+        Also return the integer peak (before refinement) of every frame.
 
     Returns
     -------
@@ -116,6 +172,8 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     peak : (N,) float64 ndarray
         Magnitude of the circular cross-correlation at the (refined) peak, scaled like
         ``ifft2`` (for phase correlation 1.0 means a perfect integer circular shift).
+    integer : (N, 2) float64 ndarray
+        Only with ``return_integer``: the integer peak as a shift.
 
     Notes
     -----
@@ -142,7 +200,8 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     reference, frames = to_xp(reference, xp), to_xp(frames, xp)
     if frames.ndim == 2:
         frames = frames[None]
-    if frames.ndim != 3 or reference.shape != frames.shape[1:]:
+    if frames.ndim != 3 or reference.shape[-2:] != frames.shape[1:] or reference.ndim not in (2, 3) \
+            or (reference.ndim == 3 and reference.shape[0] != frames.shape[0]):
         raise InputError(f"frames must be (N, H, W) with (H, W) the reference shape "
                          f"{reference.shape}, got {frames.shape}")
     single = all(a.dtype in (np.float32, np.complex64) for a in (reference, frames))
@@ -162,15 +221,9 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     shifts = _signed(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
     peak = corr.reshape(n, -1).max(axis=1).astype(xp.float64)
 
+    integer = shifts.copy()
     if upsample_factor > 1:
-        u = float(upsample_factor)
-        region = math.ceil(1.5 * u)
-        dftshift = region // 2
-        shifts = xp.round(shifts * u) / u
-        local = xp.abs(upsampled_dft(product.conj(), region, u, dftshift - shifts * u))
-        uy, ux = peak_index(local)
-        shifts += (xp.stack([uy, ux], axis=-1) - dftshift) / u
-        peak = local.reshape(n, -1).max(axis=1).astype(xp.float64) / (h * w)
+        shifts, peak = _refine(product, shifts, upsample_factor)
 
     shifts[:, size == 1] = 0.0  # a length-1 axis carries no shift
-    return shifts, peak
+    return (shifts, peak, integer) if return_integer else (shifts, peak)

@@ -1,0 +1,298 @@
+"""The ``xcorr`` command-line app.
+
+Every user error ends with one line ``error: ...`` on stderr and exit status 2; an interrupted
+run leaves no partial output (exit 130).  Set ``XCORR_DEBUG=1`` to see tracebacks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import click
+
+from . import __version__, backend
+from .errors import XcorrError
+
+DEVICE = click.option("--device", type=click.Choice(backend.DEVICES), default="auto",
+                      show_default=True, help="Where to compute: GPU when usable (auto), gpu or cpu.")
+CHANNEL = click.option("--channel", type=int, default=None,
+                       help="Channel to use from multi-channel files (0-based).")
+FORCE = click.option("--force", is_flag=True, help="Overwrite existing outputs.")
+QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=64, show_default=True,
+                     help="Frames processed at once (bounds memory use).")
+
+
+def user_errors(fn):
+    """Turn user errors, interrupts and unexpected failures into one line and an exit code."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        debug = bool(os.environ.get("XCORR_DEBUG"))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", category=backend.BackendFallbackWarning)
+                warnings.filterwarnings("ignore", module="tifffile")
+                return fn(*args, **kwargs)
+        except XcorrError as exc:
+            if debug:
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted: no partial output was left behind", err=True)
+            sys.exit(130)
+        except (MemoryError, OSError) as exc:
+            if debug:
+                raise
+            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+        except Exception as exc:  # a bug: still one line, with a pointer to the traceback
+            if debug:
+                raise
+            click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with XCORR_DEBUG=1 "
+                       "for a traceback and report it)", err=True)
+            sys.exit(1)
+    return wrapper
+
+
+def note_device(device: str, quiet: bool) -> str:
+    """Resolve the device; say once when ``auto`` falls back to the CPU."""
+    dev = backend.resolve_device(device)
+    if device == "auto" and dev == "cpu" and not quiet:
+        click.echo(f"note: no usable GPU ({backend.gpu_unavailable_reason()}); running on the CPU",
+                   err=True)
+    return dev
+
+
+def progress_bar(total, desc, quiet):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="frame", disable=quiet or None, leave=False,
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def parse_max_shift(value):
+    if value is None:
+        return None
+    try:
+        parts = [int(v) for v in value.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 0:
+        raise XcorrError(f"--max-shift takes N or SY,SX (non-negative integers), got {value!r}")
+    return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+def default_out(path: Path, suffix: str) -> Path:
+    path = Path(path)
+    return path.parent / f"{path.stem if path.is_file() else path.name}{suffix}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="xcorr")
+def cli():
+    """Register (align) and filter image stacks by cross-correlation, on NVIDIA GPUs or the CPU.
+
+    \b
+    Quick start:
+      xcorr align sample_data/cell_drift.tif --out aligned_cell
+      xcorr filter stack.tif --kernel gaussian:2 --out smooth.tif
+      xcorr info
+    """
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--reference", default="first", show_default=True,
+              help="first | mean | previous | a frame INDEX | an image FILE.")
+@click.option("--max-shift", default=None, metavar="N|SY,SX",
+              help="Search shifts only up to N pixels (definition-based kernels); "
+                   "default: every shift (FFT).")
+@click.option("--subpixel", type=click.Choice(["gaussian", "parabolic", "gaussian3", "parabolic3",
+                                              "upsample", "none"]),
+              default="gaussian", show_default=True,
+              help="Subpixel refinement: 2-D fit on the 3x3 peak neighbourhood (gaussian, "
+                   "parabolic), 3-point fits per axis (...3), or upsampled DFT (upsample).")
+@click.option("--normalization", type=click.Choice(["zncc", "none"]), default="zncc",
+              show_default=True,
+              help="zncc: zero-normalized per shift over the overlap; none: raw sums.")
+@click.option("--prefilter", default="gaussian:1", show_default=True,
+              metavar="gaussian:S|dog:S1,S2|none", help="Filter frames before correlating.")
+@click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Upsampling factor for --subpixel upsample.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Output folder [default: PATH_xcorr beside the input].")
+@click.option("--fill", type=float, default=0.0, show_default=True,
+              help="Value for pixels shifted in from outside the frame.")
+@click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster).")
+@click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@CHANNEL
+@DEVICE
+@CHUNK
+@FORCE
+@QUIET
+@user_errors
+def align(path, reference, max_shift, subpixel, normalization, prefilter, upsample, out_dir, fill, no_verify, no_aligned,
+          as_json, channel, device, chunk_frames, force, quiet):
+    """Estimate the drift of every frame of PATH and write the aligned stack.
+
+    PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs.
+    Writes shifts.csv, shifts.json, aligned.tif and drift.png into the output folder. Shifts are
+    (dy, dx) to apply to each frame to align it with the reference, as in scikit-image.
+    """
+    from .align_stack import align as run_align, apply_shifts
+    from .outputs import TiffStackWriter, prepare_outputs, write_text
+    from .plot import plot_drift
+    from .stack_reader import open_stack
+
+    quiet = quiet or as_json
+    out_dir = out_dir or default_out(path, "_xcorr")
+    outputs = {k: out_dir / k for k in ("shifts.csv", "shifts.json", "drift.png")}
+    if not no_aligned:
+        outputs["aligned.tif"] = out_dir / "aligned.tif"
+    ms = parse_max_shift(max_shift)
+    dev = note_device(device, quiet)
+    with open_stack(path, channel=channel) as src:  # fail early on a bad input
+        n, shape = src.n_frames, src.frame_shape
+        for note in src.notes:
+            if not quiet:
+                click.echo(f"note: {note}", err=True)
+    prepare_outputs(list(outputs.values()), force)
+    t0 = time.perf_counter()
+    with progress_bar(n, "measuring", quiet) as bar:
+        res = run_align(path, reference, max_shift=ms, normalization=normalization,
+                        subpixel=subpixel, upsample=upsample, prefilter=prefilter,
+                        verify=not no_verify, channel=channel, chunk_frames=chunk_frames,
+                        device=dev, progress=bar.update)
+    t_measure = time.perf_counter() - t0
+    if not no_aligned:
+        with progress_bar(n, "writing aligned.tif", quiet) as bar, \
+                TiffStackWriter(outputs["aligned.tif"], shape, "float32", n_frames=n) as writer:
+            for _, chunk in apply_shifts(path, res.shifts, channel=channel, fill=fill,
+                                         chunk_frames=chunk_frames, device=dev):
+                writer.write(chunk)
+                bar.update(len(chunk))
+    summary = res.summary()
+    doc = {"input": str(path), "frame_shape": list(shape), "settings": res.settings,
+           "summary": summary, "version": __version__, "seconds_measuring": round(t_measure, 4),
+           "frames": [{"frame": i, "source": res.sources[i], "dy": _num(res.shifts[i, 0]),
+                       "dx": _num(res.shifts[i, 1]), "peak": _num(res.peak[i]),
+                       "confidence": _num(res.confidence[i]), "fft_dy": _num(res.fft_shifts[i, 0]),
+                       "fft_dx": _num(res.fft_shifts[i, 1]), "agree": bool(res.agree[i])}
+                      for i in range(n)]}
+    write_text(outputs["shifts.csv"], res.csv_text())
+    write_text(outputs["shifts.json"], json.dumps(doc, indent=1) + "\n")
+    plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {reference}")
+    if as_json:
+        click.echo(json.dumps(doc))
+    elif not quiet:
+        _print_summary(path, shape, dev, res, summary, t_measure, outputs.values())
+
+
+def _num(v):
+    v = float(v)
+    return v if v == v and abs(v) != float("inf") else None
+
+
+def _print_summary(path, shape, dev, res, s, seconds, written):
+    click.echo(f"xcorr align: {s['frames']} frames of {shape[0]}x{shape[1]} from {path} on {dev} "
+               f"({s['frames'] / max(seconds, 1e-9):.1f} frames/s)")
+    click.echo(f"  max |shift| {s['max_abs_shift']:.2f} px; reference {res.settings['reference']}, "
+               f"subpixel {res.settings['subpixel']}")
+    if res.settings["verify"]:
+        n_ok = int(res.agree.sum())
+        click.echo(f"  FFT reference: integer peaks agree on {n_ok}/{s['frames']} frames "
+                   f"({100 * s['agreement']:.1f}%), RMS difference {s['rms_vs_fft']:.3f} px")
+    if s["constant_frames"]:
+        click.echo(f"  {s['constant_frames']} constant frame(s): shift undefined (NaN in "
+                   "shifts.csv), left unshifted")
+    click.echo("  wrote " + ", ".join(str(p) for p in written))
+
+
+@cli.command(name="filter")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--kernel", "spec", required=True,
+              metavar="gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy",
+              help="The filter to apply to every frame.")
+@click.option("--mode", type=click.Choice(["reflect", "constant", "nearest", "mirror", "wrap"]),
+              default="reflect", show_default=True, help="Boundary mode (scipy.ndimage's names).")
+@click.option("--cval", type=float, default=0.0, show_default=True,
+              help="Value outside the image for --mode constant.")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
+              help="Output TIFF (float32, ImageJ-compatible).")
+@CHANNEL
+@DEVICE
+@CHUNK
+@FORCE
+@QUIET
+@user_errors
+def filter_cmd(path, spec, mode, cval, out_path, channel, device, chunk_frames, force, quiet):
+    """Filter every frame of PATH and write a float32 stack."""
+    from .filters import parse_kernel_spec
+    from .outputs import TiffStackWriter, prepare_outputs
+    from .stack_reader import open_stack
+
+    fn = parse_kernel_spec(spec)
+    dev = note_device(device, quiet)
+    xp = backend.xp_for(dev)
+    with open_stack(path, channel=channel) as src:
+        for note in src.notes:
+            if not quiet:
+                click.echo(f"note: {note}", err=True)
+        prepare_outputs([out_path], force)
+        t0 = time.perf_counter()
+        with progress_bar(src.n_frames, "filtering", quiet) as bar, \
+                TiffStackWriter(out_path, src.frame_shape, "float32", n_frames=src.n_frames) as w:
+            for _, chunk in src.chunks(chunk_frames):
+                res = fn(xp.asarray(chunk).astype(xp.float32), mode, cval)
+                w.write(backend.to_numpy(res).astype("float32", copy=False))
+                bar.update(len(chunk))
+        if not quiet:
+            click.echo(f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
+                       f"{src.frame_shape[1]} with {spec} ({mode}) on {dev} in "
+                       f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+
+
+@cli.command()
+@user_errors
+def info():
+    """Show the backend, the GPU, CuPy and the CUDA kernel sources found."""
+    from .kernel_loader import kernel_dir, kernel_sources
+
+    click.echo(f"xcorr {__version__} (Python {sys.version.split()[0]})")
+    if backend.gpu_available():
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        free, total = cupy.cuda.runtime.memGetInfo()
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        click.echo("backend: gpu (CuPy)")
+        click.echo(f"GPU: {name}, compute capability {props['major']}.{props['minor']}, "
+                   f"{props['multiProcessorCount']} SMs, {total / 2**30:.1f} GiB "
+                   f"({free / 2**30:.1f} GiB free)")
+        click.echo(f"CuPy: {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}")
+    else:
+        click.echo("backend: cpu (NumPy/SciPy)")
+        click.echo(f"GPU: none usable ({backend.gpu_unavailable_reason()})")
+        click.echo("  GPU users: pip install cupy-cuda12x or cupy-cuda13x (your CUDA major version)")
+    sources = kernel_sources()
+    click.echo(f"kernel sources ({len(sources)}) in {kernel_dir()}:")
+    for p in sources:
+        click.echo(f"  {p.name}")
+    if not sources:
+        raise XcorrError(f"no CUDA kernel sources found in {kernel_dir()}; reinstall xcorr-app")
+
+
+def main():
+    cli(prog_name="xcorr")
+
+
+if __name__ == "__main__":
+    main()
