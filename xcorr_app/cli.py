@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import sys
 import time
@@ -34,6 +35,8 @@ def user_errors(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         debug = bool(os.environ.get("XCORR_DEBUG"))
+        if not debug:  # tifffile logs damaged files itself; our error line says it once
+            logging.getLogger("tifffile").setLevel(logging.CRITICAL)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", category=backend.BackendFallbackWarning)

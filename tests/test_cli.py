@@ -1,0 +1,223 @@
+"""The command-line app through a real subprocess: outputs, summaries and bad inputs."""
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+
+from sample_paths import ROOT, SAMPLES, folder_path, stack_path, truth
+
+
+def xcorr(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("XCORR_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "xcorr_app.cli", *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+
+
+def digest(path: Path) -> str:
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def assert_clean_error(res, *words):
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_align_sample_writes_outputs_and_recovers_truth(tmp_path, name):
+    src = stack_path(name)
+    before = digest(src)
+    res = xcorr("align", src, "--out", tmp_path / "out", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert "frames of 120x160" in res.stdout and "FFT reference" in res.stdout
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["aligned.tif", "drift.png", "shifts.csv",
+                                                      "shifts.json"]
+    rows = list(csv.DictReader(open(out / "shifts.csv")))
+    assert list(rows[0]) == ["frame", "source", "dy", "dx", "peak", "confidence", "fft_dy",
+                             "fft_dx", "agree"]
+    got = np.array([[float(r["dy"]), float(r["dx"])] for r in rows])
+    assert np.abs(got - truth(name)).max() <= 0.1
+    with tifffile.TiffFile(out / "aligned.tif") as tif:
+        assert tif.is_imagej and tif.series[0].shape == (12, 120, 160)
+    assert (out / "drift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "shifts.json").read_text())
+    assert doc["settings"]["normalization"] == "zncc" and len(doc["frames"]) == 12
+    assert digest(src) == before
+
+
+def test_align_folder_json_and_previous(tmp_path):
+    src = folder_path("hubble")
+    res = xcorr("align", src, "--out", tmp_path, "--reference", "previous", "--max-shift", "8",
+                "--json", "--device", "cpu", "--no-aligned")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    got = np.array([[f["dy"], f["dx"]] for f in doc["frames"]])
+    assert np.abs(got - truth("hubble")).max() <= 0.15
+    assert doc["frames"][3]["source"] == "frame_4.tif"  # natural order
+    assert not (tmp_path / "aligned.tif").exists()
+
+
+def test_existing_outputs_need_force(tmp_path):
+    args = ("align", stack_path("moon"), "--out", tmp_path, "--device", "cpu", "-q")
+    assert xcorr(*args).returncode == 0
+    stamp = (tmp_path / "shifts.csv").stat().st_mtime_ns
+    assert_clean_error(xcorr(*args), "exists", "--force")
+    assert (tmp_path / "shifts.csv").stat().st_mtime_ns == stamp
+    assert xcorr(*args, "--force").returncode == 0
+
+
+def write_frames(folder, frames, names=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, f in enumerate(frames):
+        tifffile.imwrite(folder / (names[i] if names else f"f{i}.tif"), f)
+    return folder
+
+
+def smooth(rng, shape=(40, 50)):
+    from scipy import ndimage as ndi
+
+    return (ndi.gaussian_filter(rng.random(shape), 2) * 1000).astype(np.float32)
+
+
+def test_empty_folder(tmp_path):
+    (tmp_path / "in").mkdir()
+    assert_clean_error(xcorr("align", tmp_path / "in", "--out", tmp_path / "o"), "empty")
+
+
+def test_folder_without_tiffs(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.txt").write_text("hello")
+    assert_clean_error(xcorr("align", tmp_path / "in", "--out", tmp_path / "o"), "TIFF")
+
+
+def test_mixed_shapes_names_the_file(tmp_path, rng):
+    src = write_frames(tmp_path / "in", [smooth(rng), smooth(rng), smooth(rng, (41, 50))])
+    before = digest(src)
+    assert_clean_error(xcorr("align", src, "--out", tmp_path / "o"), "f2.tif")
+    assert digest(src) == before and not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_corrupt_tiff(tmp_path):
+    bad = tmp_path / "bad.tif"
+    bad.write_bytes(b"II*\x00" + os.urandom(200))
+    assert_clean_error(xcorr("align", bad, "--out", tmp_path / "o"), "bad.tif")
+
+
+def test_missing_path(tmp_path):
+    assert_clean_error(xcorr("align", tmp_path / "nope.tif"), "nope.tif")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_nan_or_inf_pixels(tmp_path, rng, value):
+    frames = np.stack([smooth(rng) for _ in range(3)])
+    frames[1, 5, 7] = value
+    tifffile.imwrite(tmp_path / "s.tif", frames, photometric="minisblack")
+    res = xcorr("align", tmp_path / "s.tif", "--out", tmp_path / "o", "--device", "cpu")
+    assert_clean_error(res, "frame 1", "NaN or Inf")
+    assert not list((tmp_path / "o").glob("*")) if (tmp_path / "o").exists() else True
+
+
+def test_constant_frame_is_documented_nan(tmp_path, rng):
+    frames = np.stack([smooth(rng), np.full((40, 50), 3, np.float32), smooth(rng)])
+    tifffile.imwrite(tmp_path / "s.tif", frames, photometric="minisblack")
+    res = xcorr("align", tmp_path / "s.tif", "--out", tmp_path / "o", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert "1 constant frame(s)" in res.stdout
+    row = list(csv.DictReader(open(tmp_path / "o" / "shifts.csv")))[1]
+    assert row["dy"] == "nan" and row["agree"] == "false"
+
+
+def test_one_pixel_frames(tmp_path):
+    src = write_frames(tmp_path / "in", [np.ones((1, 1), np.uint16) * i for i in range(3)])
+    assert_clean_error(xcorr("align", src, "--out", tmp_path / "o"), "cannot be registered")
+
+
+def test_zero_size_frames(tmp_path):
+    tifffile.imwrite(tmp_path / "s.tif", np.ones((0, 4), np.uint16))
+    assert_clean_error(xcorr("align", tmp_path / "s.tif", "--out", tmp_path / "o"))
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")  # a file where a folder must be: fails for root too
+    assert_clean_error(xcorr("align", stack_path("moon"), "--out", blocker / "sub"))
+
+
+@pytest.mark.parametrize("args,words", [
+    (("--max-shift", "a,b"), ("--max-shift",)),
+    (("--reference", "999"), ("out of range",)),
+    (("--reference", "bogus"), ("unknown reference",)),
+    (("--prefilter", "median:3"), ("prefilter",)),
+    (("--device", "gpu"), ("--device gpu",)),
+])
+def test_bad_align_arguments(tmp_path, args, words):
+    if args[0] == "--device":
+        from xcorr_app import backend
+
+        if backend.gpu_available():
+            pytest.skip("a GPU is usable here")
+    assert_clean_error(xcorr("align", stack_path("moon"), "--out", tmp_path, *args), *words)
+
+
+def test_filter_writes_stack_and_matches_scipy(tmp_path):
+    from scipy import ndimage as ndi
+
+    out = tmp_path / "f.tif"
+    res = xcorr("filter", stack_path("moon"), "--kernel", "gaussian:1.5", "--mode", "nearest",
+                "--out", out, "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    got = tifffile.imread(out)
+    src = tifffile.imread(stack_path("moon")).astype(np.float32)
+    want = np.stack([ndi.gaussian_filter(f, 1.5, mode="nearest") for f in src])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+    assert_clean_error(xcorr("filter", stack_path("moon"), "--kernel", "gaussian:1.5", "--out", out),
+                       "--force")
+
+
+@pytest.mark.parametrize("spec", ["median:3", "gaussian:x", "nope.npy"])
+def test_filter_bad_kernel(tmp_path, spec):
+    assert_clean_error(xcorr("filter", stack_path("moon"), "--kernel", spec, "--out",
+                             tmp_path / "f.tif"))
+
+
+def test_filter_npy_kernel(tmp_path):
+    from scipy import ndimage as ndi
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(tmp_path / "w.npy", w)
+    res = xcorr("filter", stack_path("hubble"), "--kernel", tmp_path / "w.npy", "--out",
+                tmp_path / "f.tif", "--device", "cpu", "-q")
+    assert res.returncode == 0, res.stderr
+    src = tifffile.imread(stack_path("hubble")).astype(np.float32)
+    want = np.stack([ndi.correlate(f, w) for f in src])
+    np.testing.assert_allclose(tifffile.imread(tmp_path / "f.tif"), want, rtol=1e-5, atol=1e-2)
+
+
+def test_info_lists_kernel_sources():
+    res = xcorr("info")
+    assert res.returncode == 0, res.stderr
+    assert "overlap_xcorr.cu" in res.stdout and "backend:" in res.stdout
+
+
+def test_help_texts():
+    for cmd in ([], ["align"], ["filter"], ["info"]):
+        res = xcorr(*cmd, "--help")
+        assert res.returncode == 0 and "Usage" in res.stdout
