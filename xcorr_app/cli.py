@@ -19,6 +19,7 @@ import click
 
 from . import __version__, backend
 from .errors import XcorrError
+from .filters import MODES
 
 DEVICE = click.option("--device", type=click.Choice(backend.DEVICES), default="auto",
                       show_default=True, help="Where to compute: GPU when usable (auto), gpu or cpu.")
@@ -28,6 +29,20 @@ FORCE = click.option("--force", is_flag=True, help="Overwrite existing outputs."
 QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=64, show_default=True,
                      help="Frames processed at once (bounds memory use).")
+
+
+def stack_command(fn):
+    """The options every stack command shares, and the user-error handling."""
+    for option in (user_errors, QUIET, FORCE, CHUNK, DEVICE, CHANNEL):
+        fn = option(fn)
+    return fn
+
+
+def print_notes(src, quiet):
+    """Tell the user what the reader noticed (skipped files, extra series)."""
+    for note in src.notes:
+        if not quiet:
+            click.echo(f"note: {note}", err=True)
 
 
 def user_errors(fn):
@@ -136,14 +151,9 @@ def cli():
 @click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster).")
 @click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@CHANNEL
-@DEVICE
-@CHUNK
-@FORCE
-@QUIET
-@user_errors
-def align(path, reference, max_shift, subpixel, normalization, prefilter, upsample, out_dir, fill, no_verify, no_aligned,
-          as_json, channel, device, chunk_frames, force, quiet):
+@stack_command
+def align(path, reference, max_shift, subpixel, normalization, prefilter, upsample, out_dir, fill,
+          no_verify, no_aligned, as_json, channel, device, chunk_frames, force, quiet):
     """Estimate the drift of every frame of PATH and write the aligned stack.
 
     PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs.
@@ -164,9 +174,7 @@ def align(path, reference, max_shift, subpixel, normalization, prefilter, upsamp
     dev = note_device(device, quiet)
     with open_stack(path, channel=channel) as src:  # fail early on a bad input
         n, shape = src.n_frames, src.frame_shape
-        for note in src.notes:
-            if not quiet:
-                click.echo(f"note: {note}", err=True)
+        print_notes(src, quiet)
     prepare_outputs(list(outputs.values()), force)
     t0 = time.perf_counter()
     with progress_bar(n, "measuring", quiet) as bar:
@@ -224,18 +232,13 @@ def _print_summary(path, shape, dev, res, s, seconds, written):
 @click.option("--kernel", "spec", required=True,
               metavar="gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy",
               help="The filter to apply to every frame.")
-@click.option("--mode", type=click.Choice(["reflect", "constant", "nearest", "mirror", "wrap"]),
+@click.option("--mode", type=click.Choice(MODES),
               default="reflect", show_default=True, help="Boundary mode (scipy.ndimage's names).")
 @click.option("--cval", type=float, default=0.0, show_default=True,
               help="Value outside the image for --mode constant.")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
               help="Output TIFF (float32, ImageJ-compatible).")
-@CHANNEL
-@DEVICE
-@CHUNK
-@FORCE
-@QUIET
-@user_errors
+@stack_command
 def filter_cmd(path, spec, mode, cval, out_path, channel, device, chunk_frames, force, quiet):
     """Filter every frame of PATH and write a float32 stack."""
     from .filters import parse_kernel_spec
@@ -246,9 +249,7 @@ def filter_cmd(path, spec, mode, cval, out_path, channel, device, chunk_frames, 
     dev = note_device(device, quiet)
     xp = backend.xp_for(dev)
     with open_stack(path, channel=channel) as src:
-        for note in src.notes:
-            if not quiet:
-                click.echo(f"note: {note}", err=True)
+        print_notes(src, quiet)
         prepare_outputs([out_path], force)
         t0 = time.perf_counter()
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
