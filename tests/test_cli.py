@@ -221,3 +221,22 @@ def test_help_texts():
     for cmd in ([], ["align"], ["filter"], ["info"]):
         res = xcorr(*cmd, "--help")
         assert res.returncode == 0 and "Usage" in res.stdout
+
+
+def test_reference_file_and_mean(tmp_path):
+    frames = tifffile.imread(stack_path("hubble"))
+    tifffile.imwrite(tmp_path / "ref.tif", frames[0])
+    res = xcorr("align", stack_path("hubble"), "--reference", tmp_path / "ref.tif", "--out",
+                tmp_path / "a", "--device", "cpu", "--json", "--no-aligned")
+    assert res.returncode == 0, res.stderr
+    got = np.array([[f["dy"], f["dx"]] for f in json.loads(res.stdout)["frames"]])
+    assert np.abs(got - truth("hubble")).max() <= 0.1
+    res = xcorr("align", stack_path("hubble"), "--reference", "mean", "--out", tmp_path / "b",
+                "--device", "cpu", "--json", "--no-aligned")
+    assert res.returncode == 0, res.stderr
+    got = np.array([[f["dy"], f["dx"]] for f in json.loads(res.stdout)["frames"]])
+    rel = got - got[0]  # against the mean: the same drift up to a constant offset
+    assert np.abs(rel - truth("hubble")).max() <= 0.1
+    tifffile.imwrite(tmp_path / "small.tif", frames[0][:50])
+    assert_clean_error(xcorr("align", stack_path("hubble"), "--reference", tmp_path / "small.tif",
+                             "--out", tmp_path / "c"), "reference image")
