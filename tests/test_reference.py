@@ -79,9 +79,8 @@ def test_fft_and_direct_agree_on_larger_inputs(rng):
 def test_peak_maps_to_shift_convention(rng):
     """A moving image that is the reference displaced by s peaks at shift -s."""
     ref = rng.random((40, 50))
-    s = (3, -5)
     moving = np.zeros_like(ref)
-    moving[3:, :-5] = ref[:-3, 5:]  # moving[n] = ref[n - s]
+    moving[3:, :-5] = ref[:-3, 5:]  # moving[n] = ref[n - s] with s = (3, -5)
     for ms in (None, 8):
         c = reference.xcorr_direct(ref - ref.mean(), moving - moving.mean(), max_shift=ms)
         idx = np.unravel_index(np.argmax(c), c.shape)

@@ -21,7 +21,6 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np

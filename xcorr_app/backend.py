@@ -38,12 +38,10 @@ class BackendFallbackWarning(UserWarning):
 def _probe_gpu() -> tuple[bool, str]:
     """Return ``(usable, reason)``; imports CuPy and touches the device once."""
     try:
-        import cupy  # noqa: F401
+        import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
         return False, f"CuPy is not importable ({type(exc).__name__}: {exc})"
     try:
-        import cupy
-
         n = cupy.cuda.runtime.getDeviceCount()
         if n < 1:
             return False, "CuPy found no CUDA device"

@@ -83,7 +83,6 @@ def correlate2d(stack, weights, mode="reflect", cval=0.0, origin=0):
 
 def convolve2d(stack, weights, mode="reflect", cval=0.0, origin=0):
     """2-D convolution of every frame (``scipy.ndimage.convolve`` per frame)."""
-    xp = array_module_of(stack)
     w = _check_weights(weights, stack)
     org = _check_origin(origin, w.shape)
     # convolve == correlate with the flipped filter and the origin mirrored (scipy's rule).

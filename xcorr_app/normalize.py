@@ -22,8 +22,6 @@ Examples
 
 from __future__ import annotations
 
-import numpy as np
-
 from .backend import array_module_of
 from .shifts import first_shift, output_shape
 
