@@ -172,6 +172,7 @@ def align(path, reference, max_shift, subpixel, normalization, prefilter, upsamp
         outputs["aligned.tif"] = out_dir / "aligned.tif"
     ms = parse_max_shift(max_shift)
     dev = note_device(device, quiet)
+    _planner_notes(quiet)
     with open_stack(path, channel=channel) as src:  # fail early on a bad input
         n, shape = src.n_frames, src.frame_shape
         print_notes(src, quiet)
@@ -292,6 +293,51 @@ def info():
         click.echo(f"  {p.name}")
     if not sources:
         raise XcorrError(f"no CUDA kernel sources found in {kernel_dir()}; reinstall xcorr-app")
+
+
+@cli.group()
+def bench():
+    """Time xcorr's kernels against the peers on this GPU (CUDA events, medians)."""
+
+
+def _planner_notes(quiet=False):
+    from . import planner
+
+    planner.on_measure = None if quiet else (lambda line: click.echo(line, err=True))
+
+
+@bench.command(name="xcorr")
+@click.option("--explain", is_flag=True,
+              help="Re-plan every problem and show what the planner measured and why it chose.")
+@click.option("--quick", is_flag=True, help="A handful of small problems (a smoke run).")
+@click.option("--only", metavar="TEXT", help="Only problems whose name contains TEXT.")
+@click.option("--no-check", is_flag=True, help="Do not compare the outputs with the FFT peer.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the rows (timings, candidates) to this JSON file.")
+@FORCE
+@user_errors
+def bench_xcorr_cmd(explain, quick, only, no_check, json_path, force):
+    """Cross-correlation: the planner's kernel vs the overlap baseline, CuPy FFT and PyTorch.
+
+    Prints ms per problem, the ratio of the fastest peer to ours, and the share of the FP32
+    FMA peak. Exits 1 if any output disagrees with the FFT peer.
+    """
+    from . import bench_xcorr
+    from .outputs import prepare_outputs, write_text
+
+    if not backend.gpu_available():
+        raise XcorrError(f"xcorr bench needs a GPU: {backend.gpu_unavailable_reason()}")
+    problems = bench_xcorr.select(quick, only)
+    if not problems:
+        raise XcorrError(f"no benchmark problem matches --only {only!r}")
+    if json_path is not None:
+        prepare_outputs([json_path], force)
+    _planner_notes()
+    rows = bench_xcorr.run(problems, explain=explain, echo=click.echo, check=not no_check)
+    if json_path is not None:
+        write_text(json_path, json.dumps(rows, indent=1))
+    if any(r["status"] not in ("ok", "unchecked") for r in rows):
+        raise click.exceptions.Exit(1)
 
 
 def main():

@@ -18,22 +18,28 @@ import numpy as np
 from .backend import compute_device, like_input, to_xp, xp_for
 from .errors import XcorrError
 from .forms import form_layout
+from .plans import METHODS, Plan, run_plan
+from .reference import DIRECT_LIMIT
+from .shifts import output_shape
 
-#: methods that name a concrete path (``"auto"`` picks one of them)
-METHODS = ("direct", "fft", "overlap")
+__all__ = ["cross_correlate", "choose_method", "METHODS"]
 
 
-def choose_method(layout, max_shift, device: str) -> str:
-    """The path ``method="auto"`` takes (the planner of the warp-shuffle issue replaces this).
+def choose_method(layout, max_shift, device: str, left=None, right=None):
+    """The plan ``method="auto"`` runs.
 
-    Bounded searches run the definition-based kernels (on the CPU: the direct reference while
-    its work is small); unbounded ones run the FFT.
+    On the GPU the planner (:mod:`xcorr_app.planner`) measures once per problem and device; on
+    the CPU, bounded searches use the direct sum while its work is small and the FFT otherwise.
     """
-    if max_shift is None:
-        return "fft"
     if device == "gpu":
-        return "overlap"
-    return "direct"
+        from . import planner
+
+        return planner.decide(left, right, layout.form, max_shift).plan
+    if max_shift is None:
+        return Plan("fft")
+    ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
+    work = layout.n_results * ho * wo * layout.right_shape[0] * layout.right_shape[1]
+    return Plan("direct" if work <= DIRECT_LIMIT else "fft")
 
 
 def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto",
@@ -47,9 +53,11 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     form : {"one_to_one", "one_to_many", "n_to_mn", "n_to_m"}
     max_shift : int or (int, int), optional
         Bound the shift range; default every overlapping shift (layout in :mod:`xcorr_app.shifts`).
-    method : {"auto", "direct", "fft", "overlap"}
-        ``direct`` is the definition on the CPU/GPU array module, ``fft`` zero-padded FFTs,
-        ``overlap`` the overlap-wise GPU kernel.
+    method : str or Plan
+        ``"auto"`` (the planner's choice), or a plan (:mod:`xcorr_app.plans`): ``"direct"`` (the
+        definition), ``"fft"`` (zero-padded FFTs), ``"overlap"`` (overlap-wise GPU kernel),
+        ``"warp_per_shift"``, ``"warp_shuffle"``, with parameters as in
+        ``"warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8"``.
     device : {"auto", "gpu", "cpu"}
         Where NumPy inputs are computed; CuPy inputs are always computed on the GPU.
     out : ndarray, optional
@@ -63,22 +71,13 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     """
     lay = form_layout(form, np.shape(left), np.shape(right))
     dev = compute_device(left, right, device=device)
-    if method == "auto":
-        method = choose_method(lay, max_shift, dev)
-    if method not in METHODS:
-        raise XcorrError(f"unknown method {method!r}; use 'auto' or one of {', '.join(METHODS)}")
-    if method == "overlap" and dev != "gpu":
-        raise XcorrError("method 'overlap' is a GPU kernel; use device='gpu' or method 'direct'")
+    plan = None if method == "auto" else Plan.parse(method)
+    if plan is not None and plan.on_gpu_only and dev != "gpu":
+        raise XcorrError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
+                         "'direct' or 'fft'")
     xp = xp_for(dev)
     L, R = to_xp(left, xp), to_xp(right, xp)
-    if method == "overlap":
-        from .gpu_overlap import overlap_xcorr
-
-        res = overlap_xcorr(L, R, form, max_shift, out=out)
-    else:
-        from . import reference
-
-        fn = reference.xcorr_fft if method == "fft" else reference.xcorr_direct
-        res = fn(L.astype(xp.float32, copy=False), R.astype(xp.float32, copy=False), form,
-                 max_shift, dtype=np.float32)
+    if plan is None:
+        plan = choose_method(lay, max_shift, dev, L, R)
+    res = run_plan(plan, L, R, form, max_shift, out=out)
     return like_input(res, left, right)

@@ -1,0 +1,215 @@
+// Split-row warp-shuffle cross-correlation (thesis, "Warp shuffle algorithm"), with work
+// distribution, multi-right-matrix reuse, several left matrices (n-to-m) and multi-row
+// (grouped-overlap) reuse, all in one template.
+//
+// out[z][ky - shift_y0][kx - shift_x0] = sum_n left[left_of(z)][n + k] * right[right_of(z)][n]
+//
+// Threads: lane = one x-shift (a warp covers 32 consecutive x-shifts, blockIdx.x picks which);
+// the y index of the grid is the worker id (work_distribution.cuh); blockIdx.z strides over
+// groups of LEFTS x RIGHTS (left, right) pairs.  A worker computes SHIFTS consecutive y-shifts
+// for each of its pairs, summing the left rows [row_begin, row_end) of its task.
+//
+// Per 32-column chunk of the right matrix, each lane loads two left values (the "top" and
+// "bottom" part of the left buffer, a = columns [c, c+32), b = [c+32, c+64)) of each of its
+// LEFT_ROWS left rows, and one right value of each right row it needs; out-of-range loads read 0,
+// so no lane diverges.  Then 32 steps: the right value of the step is broadcast from lane `step`
+// by shuffle, multiplied with the lane's left value, and the left buffer moves one lane down
+// (lane 31 takes b of lane 0).  Shuffles per FMA: (2 L R_l + R (S + R_l - 1)) : L R S R_l with
+// L = LEFTS, R = RIGHTS, S = SHIFTS, R_l = LEFT_ROWS, versus 3 : 1 for the simple algorithm.
+//
+// Every register array is indexed by compile-time constants only (fully unrolled loops), so
+// they stay in registers: the CI compile check fails on any stack frame or spill.
+#include "xcorr_forms.cuh"
+#include "work_distribution.cuh"
+
+namespace xcorr {
+constexpr unsigned FULL_MASK = 0xffffffffu;
+constexpr int WARP = 32;
+}  // namespace xcorr
+
+template <int FORM, int LEFTS, int RIGHTS, int SHIFTS, int LEFT_ROWS>
+__global__ void __launch_bounds__(128, 4)
+warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ right,
+                   float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
+                   int out_h, int out_w, int shift_y0, int shift_x0, int n_left, int m,
+                   int dist, int rows_per_worker, int n_groups, int n_workers, int max_tasks,
+                   const int* __restrict__ pieces, int n_pieces) {
+    using namespace xcorr;
+    constexpr int RROWS = SHIFTS + LEFT_ROWS - 1;  // right rows met by LEFT_ROWS left rows
+    const int lane = threadIdx.x;
+    // Whole warps take the same branches below: the worker id is shared by a warp's lanes.
+    for (int worker = blockIdx.y * blockDim.y + threadIdx.y; worker < n_workers;
+         worker += gridDim.y * blockDim.y) {
+    int group, task;
+    if (!assign_work(dist, worker, n_groups, rows_per_worker, max_tasks, pieces, n_pieces, group,
+                     task))
+        continue;
+    const int ky0 = shift_y0 + group * SHIFTS;
+    const int ky_last = min(ky0 + SHIFTS - 1, shift_y0 + out_h - 1);
+    const int dom_begin = max(0, ky0), dom_end = min(left_h, ky_last + right_h);
+    int row_begin = dom_begin, row_end = dom_end;
+    if (dist != DIST_NONE) {
+        row_begin = dom_begin + task * rows_per_worker;
+        row_end = min(row_begin + rows_per_worker, dom_end);
+        if (row_begin >= row_end) continue;  // rectangle: an idle worker of a short group
+    }
+    const int kx_warp = shift_x0 + blockIdx.x * WARP;  // x-shift of lane 0
+    const int ix = blockIdx.x * WARP + lane;           // output column of this lane
+    // Right columns that overlap the left at any of the warp's 32 x-shifts.
+    const int x_begin = max(0, -(kx_warp + WARP - 1)), x_end = min(right_w, left_w - kx_warp);
+    const int right_groups = (m + RIGHTS - 1) / RIGHTS;
+    const int left_groups = (FORM == N_TO_M) ? (n_left + LEFTS - 1) / LEFTS : n_left;
+    const int n_pair_groups = left_groups * right_groups;
+    const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
+    const size_t out_size = (size_t)out_h * out_w;
+    const int src = (lane + 1) & (WARP - 1);
+
+    for (int zg = blockIdx.z; zg < n_pair_groups; zg += gridDim.z) {
+        int rg;
+        const int l0 = div_floor(zg, right_groups, rg) * LEFTS, r0 = rg * RIGHTS;
+        const float* lp[LEFTS];
+        const float* rp[RIGHTS];
+        bool lok[LEFTS], rok[RIGHTS];
+#pragma unroll
+        for (int li = 0; li < LEFTS; ++li) {
+            lok[li] = l0 + li < n_left;
+            lp[li] = left + (size_t)(lok[li] ? l0 + li : 0) * left_size;
+        }
+#pragma unroll
+        for (int ri = 0; ri < RIGHTS; ++ri) {
+            rok[ri] = r0 + ri < m;
+            const int rj = rok[ri] ? r0 + ri : 0;
+            rp[ri] = right + (size_t)(FORM == N_TO_MN ? l0 * m + rj : rj) * right_size;
+        }
+        float sum[LEFTS][RIGHTS][SHIFTS];
+#pragma unroll
+        for (int li = 0; li < LEFTS; ++li)
+#pragma unroll
+            for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                for (int j = 0; j < SHIFTS; ++j) sum[li][ri][j] = 0.0f;
+
+        for (int y = row_begin; y < row_end; y += LEFT_ROWS) {
+            for (int xc = x_begin; xc < x_end; xc += WARP) {
+                float a[LEFTS][LEFT_ROWS], b[LEFTS][LEFT_ROWS];
+                const int ca = xc + kx_warp + lane, cb = ca + WARP;
+#pragma unroll
+                for (int i = 0; i < LEFT_ROWS; ++i) {
+                    const bool row_ok = y + i < row_end;
+#pragma unroll
+                    for (int li = 0; li < LEFTS; ++li) {
+                        const float* row = lp[li] + (size_t)(y + i) * left_w;
+                        const bool ok = row_ok && lok[li];
+                        a[li][i] = (ok && ca >= 0 && ca < left_w) ? row[ca] : 0.0f;
+                        b[li][i] = (ok && cb >= 0 && cb < left_w) ? row[cb] : 0.0f;
+                    }
+                }
+                // Right row of left row y + i at shift ky0 + j: y + i - ky0 - j = ry0 + d,
+                // d = i - j + SHIFTS - 1.
+                const int ry0 = y - ky0 - (SHIFTS - 1);
+                const int cr = xc + lane;
+                float r[RIGHTS][RROWS];
+#pragma unroll
+                for (int d = 0; d < RROWS; ++d) {
+                    const int ry = ry0 + d;
+                    const bool ok = ry >= 0 && ry < right_h && cr < right_w;
+#pragma unroll
+                    for (int ri = 0; ri < RIGHTS; ++ri)
+                        r[ri][d] = (ok && rok[ri]) ? rp[ri][(size_t)ry * right_w + cr] : 0.0f;
+                }
+                const int steps = min(WARP, x_end - xc);
+#pragma unroll
+                for (int s = 0; s < WARP; ++s) {
+                    if (s >= steps) break;  // uniform across the warp
+#pragma unroll
+                    for (int ri = 0; ri < RIGHTS; ++ri) {
+#pragma unroll
+                        for (int d = 0; d < RROWS; ++d) {
+                            const float rv = __shfl_sync(FULL_MASK, r[ri][d], s);
+#pragma unroll
+                            for (int i = 0; i < LEFT_ROWS; ++i) {
+                                const int j = i + SHIFTS - 1 - d;
+                                if (j < 0 || j >= SHIFTS) continue;
+#pragma unroll
+                                for (int li = 0; li < LEFTS; ++li)
+                                    sum[li][ri][j] = fmaf(a[li][i], rv, sum[li][ri][j]);
+                            }
+                        }
+                    }
+#pragma unroll
+                    for (int li = 0; li < LEFTS; ++li) {
+#pragma unroll
+                        for (int i = 0; i < LEFT_ROWS; ++i) {
+                            const float an = __shfl_sync(FULL_MASK, a[li][i], src);
+                            const float bn = __shfl_sync(FULL_MASK, b[li][i], src);
+                            a[li][i] = lane == WARP - 1 ? bn : an;
+                            b[li][i] = bn;
+                        }
+                    }
+                }
+            }
+        }
+        if (ix >= out_w) continue;
+#pragma unroll
+        for (int li = 0; li < LEFTS; ++li) {
+#pragma unroll
+            for (int ri = 0; ri < RIGHTS; ++ri) {
+                if (!lok[li] || !rok[ri]) continue;
+                const size_t z = (size_t)(l0 + li) * m + (r0 + ri);
+#pragma unroll
+                for (int j = 0; j < SHIFTS; ++j) {
+                    if (ky0 + j > ky_last) continue;
+                    float* o = out + z * out_size + (size_t)(ky0 + j - shift_y0) * out_w + ix;
+                    if (dist == DIST_NONE)
+                        *o = sum[li][ri][j];
+                    else
+                        atomicAdd(o, sum[li][ri][j]);
+                }
+            }
+        }
+    }
+    }  // worker loop
+}
+
+// Warp per shift (thesis, "Occupancy improvement"): for the smallest matrices one warp sums one
+// output element, its lanes striding over the overlap and reducing by xor-shuffle.  With SHARED,
+// the block's warps compute consecutive shifts of one result and first stage that result's right
+// matrix in shared memory (dynamic size right_h * right_w floats).
+template <int FORM, bool SHARED>
+__global__ void __launch_bounds__(256)
+warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ right,
+                     float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
+                     int out_h, int out_w, int shift_y0, int shift_x0, int m, int n_results) {
+    using namespace xcorr;
+    extern __shared__ float staged[];
+    const int lane = threadIdx.x;
+    const int shift = blockIdx.x * blockDim.y + threadIdx.y;
+    const bool active = shift < out_h * out_w;
+    const int iy = active ? shift / out_w : 0, ixo = active ? shift % out_w : 0;
+    const int ky = iy + shift_y0, kx = ixo + shift_x0;
+    const int y_begin = max(0, -ky), y_end = min(right_h, left_h - ky);
+    const int x_begin = max(0, -kx), x_end = min(right_w, left_w - kx);
+    const int ny = max(0, y_end - y_begin), nx = max(0, x_end - x_begin);
+    const int count = active ? ny * nx : 0;
+    const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
+    const size_t out_size = (size_t)out_h * out_w;
+    const int tid = threadIdx.y * WARP + lane, n_threads = blockDim.y * WARP;
+    for (int z = blockIdx.y; z < n_results; z += gridDim.y) {
+        const float* l = left + left_of<FORM>(z, m) * left_size;
+        const float* r = right + right_of<FORM>(z, m) * right_size;
+        if (SHARED) {
+            __syncthreads();  // the previous result's reads are done
+            for (int i = tid; i < (int)right_size; i += n_threads) staged[i] = r[i];
+            __syncthreads();
+            r = staged;
+        }
+        float sum = 0.0f;
+        for (int e = lane; e < count; e += WARP) {
+            const int y = y_begin + e / nx, x = x_begin + e % nx;
+            sum = fmaf(l[(size_t)(y + ky) * left_w + x + kx], r[(size_t)y * right_w + x], sum);
+        }
+#pragma unroll
+        for (int off = WARP / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, off);
+        if (active && lane == 0) out[z * out_size + shift] = sum;
+    }
+}

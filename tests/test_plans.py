@@ -1,0 +1,126 @@
+"""Plans and the planner's candidate lists (CPU), the planner itself on the GPU."""
+
+import json
+
+import numpy as np
+import pytest
+
+from xcorr_app import cross_correlate, reference
+from xcorr_app.errors import XcorrError
+from xcorr_app.forms import FORM_IDS, FORMS, form_layout
+from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
+from xcorr_app.plans import Plan
+from xcorr_app import planner
+
+from conftest import rel_error
+
+
+@pytest.mark.parametrize("spec", ["fft", "direct", "overlap", "warp_per_shift:shared=1",
+                                  "warp_shuffle:rights=4,shifts=2",
+                                  "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3"])
+def test_plan_string_round_trip(spec):
+    assert str(Plan.parse(spec)) == spec
+    assert Plan.parse(Plan.parse(spec)) == Plan.parse(spec)
+
+
+@pytest.mark.parametrize("spec,msg", [("fastest", "unknown method"),
+                                      ("warp_shuffle:rights", "bad parameter"),
+                                      ("warp_shuffle:colour=2", "bad parameter"),
+                                      ("fft:rights=2", "fft takes no parameters"),
+                                      ("warp_shuffle:rights=four", "must be an integer"),
+                                      ("warp_shuffle:distribution=square", "unknown distribution")])
+def test_bad_plan_specs(spec, msg):
+    with pytest.raises(XcorrError, match=msg):
+        Plan.parse(spec)
+
+
+def test_distribution_gets_a_task_size():
+    assert Plan.parse("warp_shuffle:distribution=rectangle").rows_per_worker > 0
+
+
+def test_gpu_methods_refused_on_cpu():
+    a = np.ones((4, 4))
+    with pytest.raises(XcorrError, match="GPU kernel"):
+        cross_correlate(a, a, method="warp_shuffle", device="cpu")
+
+
+@pytest.mark.parametrize("method", ["direct", "fft", "auto"])
+def test_cpu_methods_equal_reference(rng, method):
+    a, b = rng.random((3, 12, 9)), rng.random((4, 12, 9))
+    for bound in (None, 3):
+        got = cross_correlate(a, b, "n_to_m", bound, method=method, device="cpu")
+        assert rel_error(got, reference.xcorr(a, b, "n_to_m", bound)) <= 1e-5
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("shapes,bound", [(((16, 16), (16, 16)), None),
+                                          (((128, 128), (128, 128)), None),
+                                          (((1024, 1024), (1024, 1024)), 8),
+                                          (((5, 3), (9, 40)), 2)])
+@pytest.mark.parametrize("count", [1, 5, 64])
+def test_candidates_are_compiled_variants(form, shapes, bound, count):
+    """Every plan the planner can measure is a registered (compile-checked) instantiation."""
+    ls, rs = shapes
+    lshape = ls if form in ("one_to_one", "one_to_many") else (count,) + ls
+    rshape = {"one_to_one": rs, "one_to_many": (count,) + rs, "n_to_mn": (count, count) + rs,
+              "n_to_m": (count,) + rs}[form]
+    lay = form_layout(form, lshape, rshape)
+    plans = planner.candidates(lay, bound)
+    assert Plan("fft") in plans and Plan("overlap") in plans
+    shuffles = [p for p in plans if p.method == "warp_shuffle"]
+    assert shuffles, "at least one warp-shuffle variant fits every problem"
+    for p in shuffles:
+        key = (FORM_IDS[form], p.lefts, p.rights, p.shifts, p.left_rows)
+        assert key in WARP_SHUFFLE.instantiations
+        assert p.rights <= max(1, lay.m) and p.lefts <= lay.n_left
+        for q in planner.distribution_candidates(p, lay, bound, sm_count=132):
+            assert q.distribution in ("rectangle", "triangle") and q.rows_per_worker >= 1
+            assert (q.lefts, q.rights, q.shifts, q.left_rows) == (p.lefts, p.rights, p.shifts,
+                                                                   p.left_rows)
+    assert all(v in VARIANTS[form] for v in
+               [(p.lefts, p.rights, p.shifts, p.left_rows) for p in shuffles])
+
+
+def test_rules_mode(monkeypatch):
+    monkeypatch.setenv(planner.MODE_ENV, "rules")
+    d = planner.decide(np.zeros((32, 32)), np.zeros((8, 32, 32)), "one_to_many", 4)
+    assert d.source == "rules" and d.plan.method == "warp_shuffle"
+
+
+# --------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
+    import cupy as cp
+
+    monkeypatch.setenv(planner.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(planner, "_MEMORY", {})
+    rng = np.random.default_rng()
+    left = cp.asarray(rng.standard_normal((32, 32)), cp.float32)
+    right = cp.asarray(rng.standard_normal((40, 32, 32)), cp.float32)
+    d = planner.decide(left, right, "one_to_many", None)
+    assert d.source == "measured" and d.timings[0][0] == d.plan
+    assert d.timings[0][1] == min(t for _, t in d.timings)
+    assert {p.method for p, _ in d.timings} >= {"fft", "overlap", "warp_shuffle"}
+    assert any(p.distribution == "triangle" for p, _ in d.timings)
+    assert "fastest" in d.reason
+    stored = json.loads((tmp_path / "plans.json").read_text())
+    assert list(stored["entries"].values())[0]["plan"] == str(d.plan)
+    monkeypatch.setattr(planner, "_MEMORY", {})
+    again = planner.decide(left, right, "one_to_many", None)
+    assert again.source == "cache" and again.plan == d.plan
+    got = cross_correlate(left, right, "one_to_many", method="auto")
+    want = reference.xcorr(left.get(), right.get(), "one_to_many")
+    assert rel_error(got.get(), want) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["warp_shuffle:rights=2,shifts=2",
+                                  "warp_shuffle:shifts=4,left_rows=2,distribution=triangle,"
+                                  "rows_per_worker=5",
+                                  "warp_per_shift:shared=1", "overlap", "fft"])
+def test_cross_correlate_runs_named_plans(rng, spec):
+    a, b = rng.random((21, 19)), rng.random((5, 21, 19))
+    want = reference.xcorr(a, b, "one_to_many", 6)
+    got = cross_correlate(a, b, "one_to_many", 6, method=spec, device="gpu")
+    assert isinstance(got, np.ndarray) and rel_error(got, want) <= 1e-5

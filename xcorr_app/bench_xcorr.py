@@ -1,0 +1,598 @@
+"""The ``xcorr bench`` benchmark: our planned kernels against the overlap baseline and the peers.
+
+For each problem of :data:`PROBLEMS` (the list of the warp-shuffle issue) the benchmark asks the
+planner for a plan, then times with :func:`xcorr_app.timing.time_gpu`
+
+* **ours**: the planner's plan (``planner.run_plan``),
+* **overlap**: the overlap-wise baseline kernel (ours too, not a peer),
+* **cupy_fft**: batched real FFTs in CuPy (:func:`cupy_fft_peer`),
+* **torch**: PyTorch ``conv2d`` in fp32 through cuDNN (:func:`torch_peer`),
+
+checks that every path gives the CuPy FFT peer's output, and reports the speed-up over the
+fastest peer and the share of the FP32 FMA peak reached (``2 * macs / time / peak``).
+
+Every path computes the layout of :mod:`xcorr_app.shifts` for the forms of
+:mod:`xcorr_app.forms`: ``out[k] = sum_n left[n + k] * right[n]``.
+
+Run it as ``python -m xcorr_app.bench_xcorr [--quick] [--explain] [--json PATH]``.
+
+Examples
+--------
+>>> from xcorr_app.forms import form_layout
+>>> macs(form_layout("one_to_one", (2, 2), (2, 2)), None)  # 4 shifts of 1, 4 of 2, 1 of 4
+16
+>>> [p.name for p in QUICK][:2]
+['one_to_one 32x32, full', 'one_to_many 1x256 at 32x32, full']
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from .forms import form_layout
+from .shifts import first_shift, output_shape
+
+#: relative error (max |diff| / max |peer|) above which a path is a MISMATCH
+TOLERANCE = 1e-3
+#: the timed paths, in table order; the peers are the other libraries
+PATHS = ("ours", "overlap", "cupy_fft", "torch")
+PEERS = ("cupy_fft", "torch")
+#: arguments of :func:`xcorr_app.timing.time_gpu`
+TIMING = {"warmup": 3, "repeat": 15, "min_total_ms": 20.0}
+#: candidates printed by ``explain`` (the others are counted)
+EXPLAIN_TOP = 8
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One benchmark problem.
+
+    Attributes
+    ----------
+    name : str
+        Label of the table row.
+    form : str
+        One of :data:`xcorr_app.forms.FORMS`.
+    n_left : int
+        Number of left (reference) matrices: 1 for ``one_to_one`` and ``one_to_many``.
+    m : int
+        Right matrices per left (``one_to_many``, ``n_to_mn``) or in all (``n_to_m``).
+    size : (int, int)
+        ``(h, w)`` of every matrix, left and right.
+    max_shift : int or None
+        Bounded shift range ``-max_shift..max_shift``, or ``None`` for the full range.
+    """
+
+    name: str
+    form: str
+    n_left: int
+    m: int
+    size: tuple
+    max_shift: int | None = None
+
+    def shapes(self):
+        """``(left_shape, right_shape)`` of the input arrays."""
+        n, m, size = self.n_left, self.m, tuple(self.size)
+        return {
+            "one_to_one": (size, size),
+            "one_to_many": (size, (m,) + size),
+            "n_to_mn": ((n,) + size, (n, m) + size),
+            "n_to_m": ((n,) + size, (m,) + size),
+        }[self.form]
+
+    def layout(self):
+        """The :class:`~xcorr_app.forms.FormLayout` of the problem."""
+        return form_layout(self.form, *self.shapes())
+
+
+def problem(form, n_left, m, side, max_shift=None) -> Problem:
+    """A square-image :class:`Problem` named like the README rows."""
+    size = f"{side}x{side}"
+    count = "" if form == "one_to_one" else f"{n_left}x{m} at "
+    bound = "full" if max_shift is None else f"max_shift {max_shift}"
+    return Problem(f"{form} {count}{size}, {bound}", form, n_left, m, (side, side), max_shift)
+
+
+#: the problems of the warp-shuffle issue
+PROBLEMS = (
+    [problem("one_to_one", 1, 1, s) for s in (16, 32, 48, 64, 96, 128)]
+    + [problem("one_to_many", 1, m, s) for m in (8, 256, 4000) for s in (16, 32, 64)]
+    + [problem("n_to_m", n, m, 32) for n, m in ((8, 8), (16, 64))]
+    + [problem("n_to_mn", 4, 64, 32)]
+    + [problem("one_to_many", 1, 64, 1024, s) for s in (4, 8, 16)]
+)
+
+#: a handful of small problems for smoke runs (``--quick``): one per form, and one bounded
+#: range on small frames (the bounded problems of :data:`PROBLEMS` are 1024x1024)
+QUICK = [p for p in PROBLEMS if p.name in ("one_to_one 32x32, full",
+                                           "one_to_many 1x256 at 32x32, full",
+                                           "n_to_m 8x8 at 32x32, full",
+                                           "n_to_mn 4x64 at 32x32, full")]
+QUICK.append(problem("one_to_many", 1, 8, 256, 8))
+
+
+def make_inputs(problem: Problem, seed: int = 0):
+    """Random standard-normal float32 CuPy inputs ``(left, right)`` of ``problem``.
+
+    Zero-mean data make the correlation surface noise-like, so a wrong shift or pairing shows
+    as a large error in the check (a positive mean would hide it under the overlap area).
+    """
+    import cupy as cp
+
+    rs = cp.random.RandomState(seed)
+    left_shape, right_shape = problem.shapes()
+    return (rs.standard_normal(left_shape, dtype=cp.float32),
+            rs.standard_normal(right_shape, dtype=cp.float32))
+
+
+def axis_overlaps(n_left: int, n_right: int, k_first: int, count: int) -> np.ndarray:
+    """Overlap lengths along one axis of the shifts ``k_first .. k_first + count - 1``.
+
+    The overlap of shift ``k`` between a left of length ``n_left`` and a right of length
+    ``n_right`` is ``max(0, min(n_right, n_left - k) - max(0, -k))`` (0 without overlap).
+    """
+    k = np.arange(k_first, k_first + count, dtype=np.int64)
+    return np.maximum(0, np.minimum(n_right, n_left - k) - np.maximum(0, -k))
+
+
+def macs(layout, max_shift) -> int:
+    """Exact number of multiply-adds of a problem (the definition, no FFT tricks).
+
+    The work is separable: ``n_results * sum_ky rows(ky) * sum_kx cols(kx)``.
+
+    Parameters
+    ----------
+    layout : FormLayout
+        From :func:`xcorr_app.forms.form_layout`.
+    max_shift : None, int or (int, int)
+        The shift range, as everywhere (:mod:`xcorr_app.shifts`).
+    """
+    (lh, lw), (rh, rw) = layout.left_shape, layout.right_shape
+    ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
+    ky0, kx0 = first_shift(layout.left_shape, layout.right_shape, max_shift)
+    rows = int(axis_overlaps(lh, rh, ky0, ho).sum())
+    cols = int(axis_overlaps(lw, rw, kx0, wo).sum())
+    return layout.n_results * rows * cols
+
+
+# ------------------------------------------------------------------------------------ peers
+
+#: how each form pairs the batch axes of the left and right FFTs (indices that broadcast)
+_FFT_PAIRING = {
+    "one_to_one": ((), ()),
+    "one_to_many": ((), ()),
+    "n_to_mn": ((slice(None), None), ()),
+    "n_to_m": ((slice(None), None), (None,)),
+}
+
+
+def fft_length(n_left: int, n_right: int, k_first: int, count: int) -> int:
+    """Circular FFT length along one axis that gives the wanted shifts without wrap-around.
+
+    The valid shifts are ``-(n_right - 1) .. n_left - 1``; a wanted valid shift ``k`` must not
+    alias another valid one, which needs ``f >= n_left - k`` and ``f >= k + n_right`` for every
+    wanted valid ``k``.  The full range needs ``n_left + n_right - 1``; a bounded range
+    ``-s..s`` only ``max(n_left, n_right) + s`` (for ``s`` below both lengths), which makes the
+    peer as fast as a fair FFT user would.  Rounded up to a fast (5-smooth) FFT size.
+    """
+    from scipy.fft import next_fast_len
+
+    lo = max(k_first, -(n_right - 1))
+    hi = min(k_first + count - 1, n_left - 1)
+    need = max(n_left, n_right, n_left - lo, hi + n_right)
+    return int(next_fast_len(need, real=True))
+
+
+def _crop_indices(n_left, n_right, k_first, count, length):
+    """Indices into a circular correlation of ``length`` and the validity of each wanted shift."""
+    k = np.arange(k_first, k_first + count)
+    return np.mod(k, length), axis_overlaps(n_left, n_right, k_first, count) > 0
+
+
+def cupy_fft_peer(left, right, form="one_to_one", max_shift=None):
+    """The CuPy FFT peer: a callable computing the correlation by batched real FFTs.
+
+    Left and right are zero-padded to an alias-free fast size (:func:`fft_length`), both
+    transformed with ``rfft2`` (the left FFT is part of the problem, so it is inside the
+    callable), conj-multiplied with the pairing of ``form`` by broadcasting, transformed back
+    with ``irfft2`` and cropped to the layout (shifts without overlap set to 0).  CuPy caches
+    the cuFFT plans, so the first call (a warm-up) pays for them.
+
+    Works on NumPy arrays as well (the same code with ``numpy.fft``), which the CPU tests use.
+
+    Returns
+    -------
+    callable
+        ``fn()`` -> float32 array of shape ``batch_shape + output_shape``.
+    """
+    from .backend import array_module_of
+
+    xp = array_module_of(left, right)
+    lay = form_layout(form, left.shape, right.shape)
+    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)
+    fy, fx = fft_length(lh, rh, ky0, ho), fft_length(lw, rw, kx0, wo)
+    ry, valid_y = _crop_indices(lh, rh, ky0, ho, fy)
+    rx, valid_x = _crop_indices(lw, rw, kx0, wo, fx)
+    iy, ix = xp.asarray(ry)[:, None], xp.asarray(rx)[None, :]
+    mask = None
+    if not (valid_y.all() and valid_x.all()):
+        mask = xp.asarray(valid_y[:, None] & valid_x[None, :], dtype=xp.float32)
+    lsel, rsel = (s + (Ellipsis,) for s in _FFT_PAIRING[form])
+    left = left.astype(xp.float32, copy=False)
+    right = right.astype(xp.float32, copy=False)
+    shape = lay.batch_shape + (ho, wo)
+
+    def fn():
+        fl = xp.fft.rfft2(left, s=(fy, fx))
+        fr = xp.fft.rfft2(right, s=(fy, fx))
+        circ = xp.fft.irfft2(fl[lsel] * xp.conj(fr[rsel]), s=(fy, fx))
+        out = circ[..., iy, ix]
+        if mask is not None:
+            out *= mask
+        return out.astype(xp.float32, copy=False).reshape(shape)
+
+    return fn
+
+
+def conv_pads(layout, max_shift):
+    """Zero padding ``(top, bottom, left, right)`` of each left matrix for a ``conv2d`` peer.
+
+    ``conv2d`` without padding computes ``out[i] = sum_u x[i + u] * w[u]``; with ``x`` the left
+    padded by ``top`` rows, ``out[i]`` is the shift ``k = i - top``, so ``top = -first_ky``, and
+    ``bottom`` makes the output exactly ``ho`` rows long.  A negative ``bottom`` (``right``)
+    means cropping that many rows (columns) of the left: they are never read.
+    """
+    (lh, lw), (rh, rw) = layout.left_shape, layout.right_shape
+    ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
+    ky0, kx0 = first_shift(layout.left_shape, layout.right_shape, max_shift)
+    top, left = -ky0, -kx0
+    return top, ho - 1 + rh - lh - top, left, wo - 1 + rw - lw - left
+
+
+def torch_unavailable_reason() -> str:
+    """Empty when PyTorch with CUDA can run the torch peer, else why not."""
+    try:
+        import torch
+    except Exception as exc:
+        return f"torch not importable ({type(exc).__name__})"
+    if not torch.cuda.is_available():
+        return "torch has no CUDA"
+    return ""
+
+
+def torch_peer(left, right, form="one_to_one", max_shift=None):
+    """The PyTorch peer: ``torch.nn.functional.conv2d`` in fp32 (cuDNN, autotuned, no TF32).
+
+    ``conv2d`` is a cross-correlation, so the right matrices are the filters and the padded
+    left matrices the images (:func:`conv_pads`); the CuPy arrays are shared through DLPack.
+    ``one_to_one``/``one_to_many``: image ``(1, 1)``, filters ``(M, 1)``; ``n_to_m``: images
+    ``(N, 1)``, filters ``(M, 1)``; ``n_to_mn``: image ``(1, N)`` with ``groups=N`` and filters
+    ``(N*M, 1)``.
+
+    Returns
+    -------
+    callable or None
+        ``fn()`` -> CuPy float32 array of shape ``batch_shape + output_shape``; ``None`` when
+        PyTorch or its CUDA is missing.  Errors of cuDNN (e.g. out of memory) surface when
+        ``fn`` runs.
+    """
+    if torch_unavailable_reason():
+        return None
+    import cupy as cp
+    import torch
+    import torch.nn.functional as F
+
+    from .gpu_overlap import as_float32
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    lay = form_layout(form, left.shape, right.shape)
+    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
+    shape = lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift)
+    groups = lay.n_left if form == "n_to_mn" else 1
+    images = (1, lay.n_left) if form == "n_to_mn" else (lay.n_left, 1)
+    x = torch.from_dlpack(as_float32(left, cp)).reshape(images + (lh, lw))
+    w = torch.from_dlpack(as_float32(right, cp)).reshape((lay.n_right, 1, rh, rw))
+    top, bottom, pad_l, pad_r = conv_pads(lay, max_shift)
+    x = x[..., :lh + min(bottom, 0), :lw + min(pad_r, 0)]  # crop what is never read
+    bottom, pad_r = max(bottom, 0), max(pad_r, 0)
+    symmetric = top == bottom and pad_l == pad_r
+
+    def fn():
+        if symmetric:
+            out = F.conv2d(x, w, padding=(top, pad_l), groups=groups)
+        else:
+            out = F.conv2d(F.pad(x, (pad_l, pad_r, top, bottom)), w, groups=groups)
+        return cp.from_dlpack(out.reshape(shape))
+
+    return fn
+
+
+def overlap_peer(left, right, form="one_to_one", max_shift=None):
+    """The overlap-wise baseline kernel as a callable (writes one preallocated output)."""
+    import cupy as cp
+
+    from .gpu_overlap import overlap_xcorr
+
+    lay = form_layout(form, left.shape, right.shape)
+    out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
+                   dtype=cp.float32)
+    return lambda: overlap_xcorr(left, right, form, max_shift, out=out)
+
+
+def planned(decision, left, right, form="one_to_one", max_shift=None):
+    """Our path: the decision's plan through ``planner.run_plan`` (preallocated output)."""
+    import cupy as cp
+
+    from . import planner
+
+    lay = form_layout(form, left.shape, right.shape)
+    out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
+                   dtype=cp.float32)
+    return lambda: planner.run_plan(decision.plan, left, right, form, max_shift, out=out)
+
+
+# ------------------------------------------------------------------------------- measuring
+
+def relative_error(got, want) -> float:
+    """``max |got - want| / max |want|`` on the device (inf for a shape mismatch, NaN stays)."""
+    import cupy as cp
+
+    if tuple(got.shape) != tuple(want.shape):
+        return float("inf")
+    scale = max(float(cp.abs(want).max()), 1e-30)
+    return float(cp.abs(got.astype(cp.float64) - want).max()) / scale
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a path failed."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def measure(make, want=None, missing="not available"):
+    """Build a path with ``make()``, check it against ``want`` once, then time it.
+
+    Returns
+    -------
+    (ms, rel_error, na)
+        ``ms`` is None when the path is missing (``make()`` gave None: ``na`` is ``missing``) or
+        failed (``na`` says why); ``rel_error`` is None without ``want``.  Exceptions do not propagate: a failing peer is a table entry.
+    """
+    from .timing import time_gpu
+
+    try:
+        fn = make()
+        if fn is None:
+            return None, None, missing
+        err = None if want is None else relative_error(fn(), want)
+        return time_gpu(fn, **TIMING), err, ""
+    except Exception as exc:  # noqa: BLE001 - e.g. cuDNN out of memory: reported, not fatal
+        return None, None, _reason(exc)
+
+
+def _free_gpu_memory():
+    import cupy as cp
+
+    cp.get_default_memory_pool().free_all_blocks()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _status(row, check) -> str:
+    if row["ms"]["ours"] is None:
+        return "ERROR"
+    errors = [e for e in row["rel_error"].values() if e is not None]
+    if any(not e <= TOLERANCE for e in errors):  # NaN is a mismatch too
+        return "MISMATCH"
+    if not check or row["ms"]["cupy_fft"] is None:
+        return "unchecked"
+    return "ok"
+
+
+def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0) -> dict:
+    """Decide, check and time one problem; returns its row (see :func:`run`)."""
+    from . import planner
+
+    left, right = make_inputs(problem, seed)
+    form, bound = problem.form, problem.max_shift
+    decision = planner.decide(left, right, form, bound, refresh=explain)
+    fft = cupy_fft_peer(left, right, form, bound)
+    want = None
+    if check:
+        try:
+            want = fft()
+        except Exception:  # noqa: BLE001 - the FFT peer's own measurement reports it
+            want = None
+    makers = {
+        "ours": lambda: planned(decision, left, right, form, bound),
+        "overlap": lambda: overlap_peer(left, right, form, bound),
+        "cupy_fft": lambda: fft,
+        "torch": lambda: torch_peer(left, right, form, bound),
+    }
+    row = {"problem": problem.name, "form": form, "left_shape": list(left.shape),
+           "right_shape": list(right.shape), "max_shift": bound,
+           "macs": macs(problem.layout(), bound), "plan": str(decision.plan),
+           "plan_source": decision.source, "reason": decision.reason,
+           "candidates": [[str(plan), float(t)] for plan, t in decision.timings],
+           "ms": {}, "rel_error": {}, "na": {}}
+    for path in PATHS:
+        ref = None if path == "cupy_fft" else want
+        missing = (torch_unavailable_reason() if path == "torch" else "") or "not available"
+        row["ms"][path], row["rel_error"][path], row["na"][path] = measure(makers[path], ref,
+                                                                          missing)
+    return summarise(row, check, peak)
+
+
+def summarise(row, check, peak) -> dict:
+    """Add ``peer_ms``, ``ratio``, ``peak_share`` and ``status`` to a measured row."""
+    peers = [row["ms"][p] for p in PEERS if row["ms"][p] is not None]
+    ours = row["ms"]["ours"]
+    row["peer_ms"] = min(peers) if peers else None
+    row["ratio"] = row["peer_ms"] / ours if peers and ours else None
+    row["peak_share"] = 2.0 * row["macs"] / (ours * 1e-3) / peak if ours and peak else None
+    row["status"] = _status(row, check)
+    return row
+
+
+# ------------------------------------------------------------------------------- reporting
+
+COLUMNS = ("problem", "plan", "ours ms", "overlap ms", "CuPy FFT ms", "torch ms",
+           "best peer / ours", "FP32 peak", "check", "notes")
+
+
+def _fmt_ms(ms) -> str:
+    if ms is None:
+        return "n/a"
+    return f"{ms:.0f}" if ms >= 1000 else f"{ms:.3g}"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|")
+
+
+def format_row(row) -> str:
+    """One Markdown table line of a row of :func:`run`."""
+    notes = [f"{p}: {row['na'][p]}" for p in PATHS if row["na"].get(p)]
+    notes += [f"{p} error {e:.1e}" for p, e in row["rel_error"].items()
+              if e is not None and not e <= TOLERANCE]
+    ratio = "n/a" if row.get("ratio") is None else f"{row['ratio']:.2f}"
+    share = "n/a" if row.get("peak_share") is None else f"{100 * row['peak_share']:.1f}%"
+    cells = [row["problem"], f"`{row['plan']}`"] + [_fmt_ms(row["ms"].get(p)) for p in PATHS]
+    cells += [ratio, share, row["status"], "; ".join(notes)]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def table_header() -> str:
+    """The two Markdown header lines of :func:`format_table`."""
+    return "| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS)
+
+
+def format_table(rows) -> str:
+    """Markdown table of the rows of :func:`run` (header, separator, one line per row).
+
+    ``best peer / ours`` > 1 means our plan is faster than the fastest of CuPy FFT and torch;
+    ``FP32 peak`` is ``2 * macs / time / peak`` of our plan.
+    """
+    return "\n".join([table_header()] + [format_row(r) for r in rows])
+
+
+def explain_lines(row) -> list:
+    """The decision's reason and the measured candidates (best first, ratio to the best)."""
+    lines = [f"    {row['plan_source']}: {row['reason']}"]
+    cands = row["candidates"]
+    best = cands[0][1] if cands else None
+    for spec, ms in cands[:EXPLAIN_TOP]:
+        ratio = f"{ms / best:.2f}x" if best else "n/a"
+        lines.append(f"      {spec:<48s} {_fmt_ms(ms):>8s} ms  {ratio}")
+    if len(cands) > EXPLAIN_TOP:
+        lines.append(f"      ... and {len(cands) - EXPLAIN_TOP} other candidates")
+    return lines
+
+
+def header_lines(device, peak) -> list:
+    """Device, date and peak lines printed above the table."""
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    tflops = "unknown" if peak is None else f"{peak / 1e12:.1f} TFLOPS"
+    return [f"xcorr bench on {device}, {date}, FP32 FMA peak {tflops}",
+            f"versions: {_versions()}"]
+
+
+def _versions() -> str:
+    from . import __version__
+
+    parts = [f"xcorr {__version__}"]
+    for name in ("cupy", "torch"):
+        mod = sys.modules.get(name)
+        if mod is None:
+            try:
+                mod = __import__(name)
+            except Exception:  # noqa: BLE001
+                parts.append(f"{name} missing")
+                continue
+        parts.append(f"{name} {mod.__version__}")
+    return ", ".join(parts)
+
+
+def run(problems, explain=False, echo=print, check=True) -> list:
+    """Benchmark ``problems`` and print a Markdown table as rows complete.
+
+    Parameters
+    ----------
+    problems : list of Problem
+    explain : bool
+        Re-measure every plan (``planner.decide(..., refresh=True)``) and print the reason and
+        the candidates under each row.
+    echo : callable
+        Receives each printed line (``print`` by default).
+    check : bool
+        Compare every path once with the CuPy FFT peer (rows above :data:`TOLERANCE` read
+        ``MISMATCH``).
+
+    Returns
+    -------
+    list of dict
+        One JSON-serialisable row per problem: ``problem``, ``form``, ``left_shape``,
+        ``right_shape``, ``max_shift``, ``macs``, ``plan``, ``plan_source``, ``reason``,
+        ``candidates`` (``[spec, ms]``, best first), ``ms``/``rel_error``/``na`` (dicts over
+        :data:`PATHS`), ``peer_ms``, ``ratio`` (fastest peer / ours), ``peak_share``, ``status``.
+    """
+    from .timing import device_name, fp32_fma_peak_flops
+
+    try:
+        peak = fp32_fma_peak_flops()
+    except Exception:  # noqa: BLE001 - a missing device property: no peak column
+        peak = None
+    for line in header_lines(device_name(), peak) + [table_header()]:
+        echo(line)
+    rows = []
+    for prob in problems:
+        row = bench_problem(prob, explain=explain, check=check, peak=peak)
+        rows.append(row)
+        echo(format_row(row))
+        if explain:
+            for line in explain_lines(row):
+                echo(line)
+        _free_gpu_memory()
+    return rows
+
+
+def select(quick=False, only=None) -> list:
+    """:data:`QUICK` or :data:`PROBLEMS`, optionally only names containing ``only``."""
+    chosen = QUICK if quick else PROBLEMS
+    return [p for p in chosen if only is None or only in p.name]
+
+
+def main(argv=None) -> int:
+    """Command line: ``python -m xcorr_app.bench_xcorr``; exit 1 on any MISMATCH or ERROR."""
+    parser = argparse.ArgumentParser(prog="xcorr-bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a handful of small problems")
+    parser.add_argument("--explain", action="store_true", help="re-plan and list candidates")
+    parser.add_argument("--no-check", action="store_true", help="skip the output check")
+    parser.add_argument("--only", help="only problems whose name contains this text")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+    from .backend import gpu_available, gpu_unavailable_reason
+
+    if not gpu_available():
+        print(f"error: the benchmark needs a GPU: {gpu_unavailable_reason()}", file=sys.stderr)
+        return 2
+    rows = run(select(args.quick, args.only), explain=args.explain, check=not args.no_check)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0 if all(r["status"] in ("ok", "unchecked") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

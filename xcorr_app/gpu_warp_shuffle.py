@@ -1,0 +1,154 @@
+"""GPU launchers of the warp-shuffle kernels (``kernels/warp_shuffle_xcorr.cu``).
+
+* :func:`warp_shuffle_xcorr`: split-row warp shuffle with work distribution (``none``,
+  ``rectangle``, ``triangle``), ``lefts`` left and ``rights`` right matrices per thread,
+  ``shifts`` consecutive y-shifts per thread and ``left_rows`` left rows per iteration.
+* :func:`warp_per_shift_xcorr`: one warp per output element, optionally staging the right
+  matrix in shared memory, for the smallest matrices.
+
+Only the parameter combinations in :data:`VARIANTS` are compiled (and compile-checked by CI).
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> a = cp.random.rand(32, 32, dtype=cp.float32)  # doctest: +SKIP
+>>> c = warp_shuffle_xcorr(a, a[None], "one_to_many", rights=1, shifts=4)  # doctest: +SKIP
+>>> c.shape  # doctest: +SKIP
+(1, 63, 63)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .forms import FORMS, FORM_IDS, form_layout
+from .gpu_overlap import MAX_GRID_Z, as_float32, check_out
+from .kernel_loader import KernelFamily
+from .shifts import first_shift, output_shape
+from .work_distribution import schedule
+
+#: (shifts, left_rows) of the multi-row variants
+_MULTI_ROW = [(2, 1), (4, 1), (8, 1), (4, 2), (8, 2)]
+#: several right matrices per thread, alone and with a few y-shifts
+_MULTI_RIGHT = [(r, 1, 1) for r in (2, 4, 8)] + [(2, 2, 1), (2, 4, 1), (4, 2, 1), (4, 4, 1),
+                                                  (8, 2, 1)]
+
+#: (lefts, rights, shifts, left_rows) compiled for each form
+VARIANTS = {
+    "one_to_one": [(1, 1, 1, 1)] + [(1, 1, s, lr) for s, lr in _MULTI_ROW],
+    "one_to_many": [(1, 1, 1, 1)] + [(1, 1, s, lr) for s, lr in _MULTI_ROW]
+    + [(1, r, s, lr) for r, s, lr in _MULTI_RIGHT],
+}
+VARIANTS["n_to_mn"] = list(VARIANTS["one_to_many"])
+VARIANTS["n_to_m"] = VARIANTS["one_to_many"] + [(2, r, 1, 1) for r in (1, 2, 4, 8)] + [(2, 4, 2, 1)]
+
+WARP_SHUFFLE = KernelFamily("warp_shuffle_xcorr.cu", "warp_shuffle_xcorr",
+                            [(FORM_IDS[f],) + v for f in FORMS for v in VARIANTS[f]])
+WARP_PER_SHIFT = KernelFamily("warp_shuffle_xcorr.cu", "warp_per_shift_xcorr",
+                              [(FORM_IDS[f], s) for f in FORMS for s in (False, True)])
+
+WARPS_PER_BLOCK = 4  # __launch_bounds__(128) of warp_shuffle_xcorr
+SHIFT_WARPS = 8  # __launch_bounds__(256) of warp_per_shift_xcorr
+MAX_GRID_Y = 65535
+#: dynamic shared memory the shared warp-per-shift variant may use (no opt-in needed)
+MAX_STAGED_BYTES = 48 * 1024
+
+_PIECES: dict = {}
+
+
+def _prepare(left, right, form, max_shift, out):
+    import cupy as cp
+
+    lay = form_layout(form, left.shape, right.shape)
+    left, right = as_float32(left, cp), as_float32(right, cp)
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)
+    out = check_out(out, lay.batch_shape + (ho, wo), cp)
+    return lay, left, right, (ho, wo), (ky0, kx0), out
+
+
+def _pieces_on_device(sched):
+    import cupy as cp
+
+    key = (cp.cuda.Device().id, sched.pieces.tobytes())
+    arr = _PIECES.get(key)
+    if arr is None:
+        if len(_PIECES) > 256:
+            _PIECES.clear()
+        arr = _PIECES[key] = cp.asarray(sched.pieces if sched.pieces.size else
+                                        np.zeros((1, 5), np.int32))
+    return arr
+
+
+def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *, lefts=1,
+                       rights=1, shifts=1, left_rows=1, distribution="none", rows_per_worker=0):
+    """Cross-correlate CuPy arrays with the split-row warp-shuffle kernel.
+
+    Parameters
+    ----------
+    left, right, form, max_shift, out
+        As :func:`xcorr_app.cross_correlate` (float32 CuPy result).
+    lefts, rights : int
+        Left (``n_to_m`` only) and right matrices one thread correlates at once.
+    shifts : int
+        Consecutive y-shifts per thread (multi-row / grouped overlap).
+    left_rows : int
+        Left rows loaded per iteration and reused for every shift they meet.
+    distribution : {"none", "rectangle", "triangle"}
+    rows_per_worker : int
+        Rows of one task (rectangle and triangle).
+
+    Returns
+    -------
+    cupy.ndarray
+        ``batch_shape + (Ho, Wo)`` float32.
+    """
+    import cupy as cp
+
+    lay, left, right, (ho, wo), (ky0, kx0), out = _prepare(left, right, form, max_shift, out)
+    fn = WARP_SHUFFLE.get(lay.form_id, lefts, rights, shifts, left_rows)
+    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
+    sched = schedule(distribution, lh, rh, ky0, ho, shifts, rows_per_worker)
+    if sched.n_workers == 0:
+        out.fill(0)
+        return out
+    if distribution != "none":
+        out.fill(0)  # workers add their partial sums
+    left_groups = -(-lay.n_left // lefts)
+    pair_groups = left_groups * -(-lay.m // rights)
+    grid = (-(-wo // 32), min(-(-sched.n_workers // WARPS_PER_BLOCK), MAX_GRID_Y),
+            min(pair_groups, MAX_GRID_Z))
+    i32 = np.int32
+    fn(grid, (32, WARPS_PER_BLOCK, 1),
+       (left, right, out, i32(lh), i32(lw), i32(rh), i32(rw), i32(ho), i32(wo), i32(ky0),
+        i32(kx0), i32(lay.n_left), i32(lay.m), i32(sched.dist_id), i32(sched.rows_per_worker),
+        i32(sched.n_groups), i32(sched.n_workers), i32(sched.max_tasks),
+        _pieces_on_device(sched), i32(len(sched.pieces))))
+    return out
+
+
+def staged_bytes(right_shape) -> int:
+    """Shared memory the shared warp-per-shift variant stages (one right matrix)."""
+    return 4 * int(right_shape[-2]) * int(right_shape[-1])
+
+
+def warp_per_shift_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *,
+                         shared=False):
+    """Cross-correlate CuPy arrays with one warp per output element.
+
+    ``shared=True`` stages each right matrix in shared memory first (at most
+    :data:`MAX_STAGED_BYTES`).  Other parameters as :func:`warp_shuffle_xcorr`.
+    """
+    lay, left, right, (ho, wo), (ky0, kx0), out = _prepare(left, right, form, max_shift, out)
+    smem = staged_bytes(lay.right_shape) if shared else 0
+    if smem > MAX_STAGED_BYTES:
+        raise ValueError(f"right matrices of {lay.right_shape} do not fit the "
+                         f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged variant")
+    fn = WARP_PER_SHIFT.get(lay.form_id, bool(shared))
+    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
+    grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
+    i32 = np.int32
+    fn(grid, (32, SHIFT_WARPS, 1),
+       (left, right, out, i32(lh), i32(lw), i32(rh), i32(rw), i32(ho), i32(wo), i32(ky0),
+        i32(kx0), i32(lay.m), i32(lay.n_results)), shared_mem=smem)
+    return out

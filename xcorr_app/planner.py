@@ -1,0 +1,293 @@
+"""The planner: which kernel (or FFT) computes a cross-correlation problem fastest on this GPU.
+
+Like cuDNN's benchmark mode, the first time a problem (form, sizes, counts, ``max_shift``) is
+seen on a device, the planner measures the candidate plans on the caller's own arrays with CUDA
+events and keeps the fastest; the decision is cached in memory and on disk
+(``$XCORR_CACHE_DIR/plans.json``, default ``~/.cache/xcorr``), keyed by device, problem and a
+hash of the kernel sources, so later runs and processes reuse it.
+
+Candidates are measured in two stages: first the FFT, the overlap-wise baseline, the
+warp-per-shift kernels (small matrices) and every compiled warp-shuffle variant that fits the
+problem without work distribution; then, for the three fastest warp-shuffle variants, the
+rectangle and triangle distributions with two task sizes chosen to fill the GPU.  The plan
+chosen is the fastest measured, so it is never slower than any measured path beyond timing noise.
+
+``XCORR_PLANNER=rules`` skips measuring and uses a fixed rule (for debugging; not cached).
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> ref, frames = cp.random.rand(64, 64), cp.random.rand(100, 64, 64)  # doctest: +SKIP
+>>> d = decide(ref, frames, "one_to_many", max_shift=8)  # doctest: +SKIP
+>>> print(d.plan, d.reason)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .forms import form_layout
+from .kernel_loader import kernel_sources
+from .plans import Plan, run_plan
+from .shifts import first_shift, normalize_max_shift, output_shape
+
+__all__ = ["Decision", "decide", "candidates", "distribution_candidates", "rule_plan",
+           "run_plan", "cache_path"]
+
+CACHE_ENV = "XCORR_CACHE_DIR"
+MODE_ENV = "XCORR_PLANNER"
+CACHE_FORMAT = 1
+#: warp-shuffle variants refined with work distribution in the second stage
+REFINE_TOP = 3
+#: a candidate whose first run is this much slower than the best so far is not repeated
+EARLY_REJECT = 3.0
+#: warps per SM the distribution sizes aim for (4 blocks of 4 warps each, x 4 for latency)
+TARGET_WARPS_PER_SM = 64
+
+#: called with one line of text before a (slow, first-time) measurement; the CLI prints it
+on_measure = None
+
+_MEMORY: dict = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class Decision:
+    """What the planner chose for a problem and why."""
+
+    plan: Plan
+    timings: list = field(default_factory=list)  # [(Plan, ms)], fastest first
+    source: str = "measured"  # "measured", "cache" or "rules"
+    reason: str = ""
+    key: str = ""
+
+
+# ------------------------------------------------------------------------ candidates
+
+def _fits(variant, lay, ho) -> bool:
+    lefts, rights, shifts, left_rows = variant
+    if lefts > lay.n_left or rights > max(1, lay.m) or shifts > max(1, ho):
+        return False
+    if left_rows > 1 and min(lay.left_shape[0], lay.right_shape[0]) < 64:
+        return False  # grouped overlap pays off on larger matrices only
+    return True
+
+
+def candidates(lay, max_shift) -> list:
+    """First-stage plans for a problem (GPU)."""
+    from .gpu_warp_shuffle import MAX_STAGED_BYTES, VARIANTS, staged_bytes
+
+    ho, _ = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    plans = [Plan("fft"), Plan("overlap")]
+    if lay.right_shape[0] * lay.right_shape[1] <= 64 * 64:
+        plans.append(Plan("warp_per_shift"))
+        if staged_bytes(lay.right_shape) <= MAX_STAGED_BYTES:
+            plans.append(Plan("warp_per_shift", shared=1))
+    for v in VARIANTS[lay.form]:
+        if _fits(v, lay, ho):
+            lefts, rights, shifts, left_rows = v
+            plans.append(Plan("warp_shuffle", lefts=lefts, rights=rights, shifts=shifts,
+                              left_rows=left_rows))
+    return plans
+
+
+def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:
+    """Rectangle and triangle versions of a warp-shuffle plan, with task sizes that give the
+    GPU about :data:`TARGET_WARPS_PER_SM` warps per SM (and a quarter of that size)."""
+    from .work_distribution import schedule
+
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    ky0, _ = first_shift(lay.left_shape, lay.right_shape, max_shift)
+    none = schedule("none", lay.left_shape[0], lay.right_shape[0], ky0, ho, plan.shifts)
+    lengths = none.domain_length[none.domain_length > 0]
+    if not len(lengths):
+        return []
+    pair_groups = -(-lay.n_left // plan.lefts) * -(-lay.m // plan.rights)
+    warps = none.n_groups * -(-wo // 32) * pair_groups
+    target = TARGET_WARPS_PER_SM * sm_count
+    rows = float(lengths.mean()) * warps / target
+    big = 1 << max(0, int(np.ceil(np.log2(max(rows, 1.0)))))
+    sizes = sorted({max(1, min(big, int(lengths.max()))), max(1, big // 4)})
+    return [replace(plan, distribution=d, rows_per_worker=s)
+            for d in ("rectangle", "triangle") for s in sizes
+            if s < lengths.max()]  # one task per group is "none" with atomics
+
+
+def rule_plan(lay, max_shift) -> Plan:
+    """A fixed choice without measuring (``XCORR_PLANNER=rules``)."""
+    if max_shift is None and lay.right_shape[0] * lay.right_shape[1] > 96 * 96:
+        return Plan("fft")
+    rights = 4 if lay.m >= 4 else 1
+    return Plan("warp_shuffle", rights=rights)
+
+
+# ------------------------------------------------------------------------ measuring
+
+def _time_plan(plan, left, right, form, max_shift, out, best_ms):
+    from .timing import time_gpu
+
+    run = lambda: run_plan(plan, left, right, form, max_shift, out=out)  # noqa: E731
+    first = time_gpu(run, warmup=1, repeat=1)  # compiles on the warm-up run
+    if best_ms is not None and first > EARLY_REJECT * best_ms:
+        return first
+    return time_gpu(run, warmup=1, repeat=5)
+
+
+def _measure(plans, left, right, form, max_shift, out, timings, errors):
+    best = min((t for _, t in timings), default=None)
+    for plan in plans:
+        try:
+            ms = _time_plan(plan, left, right, form, max_shift, out, best)
+        except Exception as exc:  # noqa: BLE001 - a candidate that cannot run is skipped
+            errors.append(f"{plan}: {type(exc).__name__}: {exc}")
+            continue
+        timings.append((plan, ms))
+        best = ms if best is None else min(best, ms)
+
+
+def _sm_count() -> int:
+    import cupy as cp
+
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def measure_all(left, right, form, max_shift):
+    """Measure every candidate of both stages; returns ``(timings fastest first, errors)``."""
+    import cupy as cp
+
+    lay = form_layout(form, left.shape, right.shape)
+    out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
+                   dtype=cp.float32)
+    timings, errors = [], []
+    _measure(candidates(lay, max_shift), left, right, form, max_shift, out, timings, errors)
+    shuffles = sorted((t, i, p) for i, (p, t) in enumerate(timings)
+                      if p.method == "warp_shuffle")[:REFINE_TOP]
+    more = []
+    for _, _, p in shuffles:
+        more += distribution_candidates(p, lay, max_shift, _sm_count())
+    _measure(more, left, right, form, max_shift, out, timings, errors)
+    timings.sort(key=lambda pt: pt[1])
+    return timings, errors
+
+
+# ------------------------------------------------------------------------ cache
+
+def cache_path() -> Path:
+    base = os.environ.get(CACHE_ENV)
+    if not base:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xcorr"
+    return Path(base) / "plans.json"
+
+
+def _code_hash() -> str:
+    h = hashlib.sha256(__version__.encode())
+    for p in kernel_sources():
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def problem_key(lay, max_shift) -> str:
+    from .timing import device_name
+
+    import cupy as cp
+
+    cc = cp.cuda.Device().compute_capability
+    bound = None if max_shift is None else list(normalize_max_shift(max_shift))
+    return json.dumps([device_name(), cc, _code_hash(), lay.form, list(lay.left_shape),
+                       list(lay.right_shape), lay.n_left, lay.m, bound])
+
+
+def _load_cache() -> dict:
+    try:
+        data = json.loads(cache_path().read_text())
+        if data.get("format") == CACHE_FORMAT:
+            return data.get("entries", {})
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {}
+
+
+def _store(key, entry):
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = _load_cache()
+        entries[key] = entry
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=0))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs a re-measurement next time
+
+
+def _reason(timings, errors, n_extra="") -> str:
+    from .timing import device_name
+
+    best_plan, best = timings[0]
+    text = (f"measured {len(timings)} candidates on {device_name()}: fastest {best_plan} "
+            f"{best:.4g} ms")
+    others = {}
+    for p, t in timings[1:]:
+        kind = p.method if p.method != "warp_shuffle" else "other warp_shuffle"
+        others.setdefault(kind, (p, t))
+    for kind, (p, t) in others.items():
+        text += f"; {kind} {t:.4g} ms ({t / best:.2f}x)"
+    if errors:
+        text += f"; {len(errors)} could not run ({errors[0]})"
+    return text + n_extra
+
+
+def decide(left, right, form="one_to_one", max_shift=None, refresh=False) -> Decision:
+    """The plan for correlating these CuPy arrays (measured once per device and problem).
+
+    Parameters
+    ----------
+    left, right : cupy.ndarray
+        The problem's inputs; used as they are for the measurement.
+    form, max_shift
+        As :func:`xcorr_app.cross_correlate`.
+    refresh : bool
+        Measure again even when a decision is cached.
+    """
+    lay = form_layout(form, left.shape, right.shape)
+    if os.environ.get(MODE_ENV, "measure") == "rules":
+        return Decision(rule_plan(lay, max_shift), source="rules",
+                        reason=f"{MODE_ENV}=rules: fixed rule, nothing measured")
+    key = problem_key(lay, max_shift)
+    with _LOCK:
+        if not refresh:
+            hit = _MEMORY.get(key)
+            if hit is None:
+                entry = _load_cache().get(key)
+                if entry is not None:
+                    hit = _MEMORY[key] = Decision(
+                        Plan.parse(entry["plan"]),
+                        [(Plan.parse(p), t) for p, t in entry.get("timings", [])], "cache",
+                        f"cached decision of {entry.get('date', '?')}: {entry.get('reason', '')}",
+                        key)
+            if hit is not None:
+                return hit
+        if on_measure is not None:
+            on_measure(f"planning: measuring kernel variants for {form} {lay.left_shape} x "
+                       f"{lay.right_shape} (once per device and problem; cached in "
+                       f"{cache_path().parent})")
+        timings, errors = measure_all(left, right, form, max_shift)
+        if not timings:
+            raise RuntimeError("no candidate plan could run: " + "; ".join(errors[:3]))
+        reason = _reason(timings, errors)
+        d = _MEMORY[key] = Decision(timings[0][0], timings, "measured", reason, key)
+        _store(key, {"plan": str(d.plan), "timings": [[str(p), t] for p, t in timings],
+                     "reason": reason,
+                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                         timespec="seconds")})
+        return d

@@ -1,0 +1,130 @@
+"""Plans: one concrete way to compute a cross-correlation, and how to run it.
+
+A :class:`Plan` names a method and, for the warp-shuffle kernels, its parameters.  Its string
+form is what ``cross_correlate(..., method=...)`` accepts and what ``xcorr bench --explain`` and
+the planner's cache show::
+
+    fft
+    overlap
+    warp_per_shift:shared=1
+    warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8
+
+Examples
+--------
+>>> p = Plan.parse("warp_shuffle:rights=4,distribution=rectangle,rows_per_worker=8")
+>>> p.rights, p.distribution, str(p)
+(4, 'rectangle', 'warp_shuffle:rights=4,distribution=rectangle,rows_per_worker=8')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from .errors import XcorrError
+from .work_distribution import DISTRIBUTIONS
+
+#: methods a plan may name; ``direct`` and ``fft`` run on either array module
+METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift")
+GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift")
+_PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
+                            "rows_per_worker"),
+           "warp_per_shift": ("shared",)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A method and its parameters (defaults: the simplest variant)."""
+
+    method: str
+    lefts: int = 1
+    rights: int = 1
+    shifts: int = 1
+    left_rows: int = 1
+    distribution: str = "none"
+    rows_per_worker: int = 0
+    shared: int = 0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise XcorrError(f"unknown method {self.method!r}; use 'auto' or one of "
+                             f"{', '.join(METHODS)} (parameters as in "
+                             "'warp_shuffle:rights=4,shifts=2')")
+        if self.distribution not in DISTRIBUTIONS:
+            raise XcorrError(f"unknown distribution {self.distribution!r}; use one of "
+                             f"{', '.join(DISTRIBUTIONS)}")
+        if self.distribution != "none" and self.rows_per_worker < 1:
+            object.__setattr__(self, "rows_per_worker", 8)
+
+    def __str__(self) -> str:
+        defaults = Plan("fft")
+        parts = [f"{name}={getattr(self, name)}" for name in _PARAMS.get(self.method, ())
+                 if getattr(self, name) != getattr(defaults, name)]
+        return self.method + (":" + ",".join(parts) if parts else "")
+
+    @classmethod
+    def parse(cls, spec) -> "Plan":
+        """A plan from its string form (or a Plan, returned as is)."""
+        if isinstance(spec, Plan):
+            return spec
+        method, _, params = str(spec).strip().partition(":")
+        plan = cls(method.strip())
+        if not params.strip():
+            return plan
+        allowed = _PARAMS.get(plan.method, ())
+        types = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for item in params.split(","):
+            key, eq, value = (s.strip() for s in item.partition("="))
+            if not eq or key not in allowed:
+                raise XcorrError(f"bad parameter {item.strip()!r} in method {spec!r}; "
+                                 f"{plan.method} takes {', '.join(allowed) or 'no parameters'}")
+            try:
+                values[key] = value if types[key] in (str, "str") else int(value)
+            except ValueError:
+                raise XcorrError(f"parameter {key} of method {spec!r} must be an integer, "
+                                 f"got {value!r}") from None
+        return replace(plan, **values)
+
+    @property
+    def on_gpu_only(self) -> bool:
+        return self.method in GPU_METHODS
+
+
+def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
+    """Execute ``plan`` on arrays of one array module (CuPy for the GPU kernels).
+
+    ``direct`` and ``fft`` return float32 arrays of the input's module; ``out`` (GPU kernels
+    only) receives the result.
+    """
+    plan = Plan.parse(plan)
+    if plan.method == "overlap":
+        from .gpu_overlap import overlap_xcorr
+
+        return overlap_xcorr(left, right, form, max_shift, out=out)
+    if plan.method == "warp_shuffle":
+        from .gpu_warp_shuffle import warp_shuffle_xcorr
+
+        try:
+            return warp_shuffle_xcorr(left, right, form, max_shift, out=out, lefts=plan.lefts,
+                                      rights=plan.rights, shifts=plan.shifts,
+                                      left_rows=plan.left_rows,
+                                      distribution=plan.distribution,
+                                      rows_per_worker=plan.rows_per_worker)
+        except ValueError as exc:
+            raise XcorrError(f"method {plan}: {exc}") from None
+    if plan.method == "warp_per_shift":
+        from .gpu_warp_shuffle import warp_per_shift_xcorr
+
+        try:
+            return warp_per_shift_xcorr(left, right, form, max_shift, out=out,
+                                        shared=bool(plan.shared))
+        except ValueError as exc:
+            raise XcorrError(f"method {plan}: {exc}") from None
+    from . import reference
+
+    fn = reference.xcorr_fft if plan.method == "fft" else reference.xcorr_direct
+    res = fn(left, right, form, max_shift, dtype="float32")
+    if out is not None:
+        out[...] = res
+        return out
+    return res
