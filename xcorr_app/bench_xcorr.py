@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .forms import form_layout
+from . import shifts
 from .shifts import first_shift, output_shape
 
 #: relative error (max |diff| / max |peer|) above which a path is a MISMATCH
@@ -131,16 +132,6 @@ def make_inputs(problem: Problem, seed: int = 0):
             rs.standard_normal(right_shape, dtype=cp.float32))
 
 
-def axis_overlaps(n_left: int, n_right: int, k_first: int, count: int) -> np.ndarray:
-    """Overlap lengths along one axis of the shifts ``k_first .. k_first + count - 1``.
-
-    The overlap of shift ``k`` between a left of length ``n_left`` and a right of length
-    ``n_right`` is ``max(0, min(n_right, n_left - k) - max(0, -k))`` (0 without overlap).
-    """
-    k = np.arange(k_first, k_first + count, dtype=np.int64)
-    return np.maximum(0, np.minimum(n_right, n_left - k) - np.maximum(0, -k))
-
-
 def macs(layout, max_shift) -> int:
     """Exact number of multiply-adds of a problem (the definition, no FFT tricks).
 
@@ -156,90 +147,23 @@ def macs(layout, max_shift) -> int:
     (lh, lw), (rh, rw) = layout.left_shape, layout.right_shape
     ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
     ky0, kx0 = first_shift(layout.left_shape, layout.right_shape, max_shift)
-    rows = int(axis_overlaps(lh, rh, ky0, ho).sum())
-    cols = int(axis_overlaps(lw, rw, kx0, wo).sum())
+    rows = int(shifts.axis_overlaps(lh, rh, ky0, ho).sum())
+    cols = int(shifts.axis_overlaps(lw, rw, kx0, wo).sum())
     return layout.n_results * rows * cols
 
 
 # ------------------------------------------------------------------------------------ peers
 
-#: how each form pairs the batch axes of the left and right FFTs (indices that broadcast)
-_FFT_PAIRING = {
-    "one_to_one": ((), ()),
-    "one_to_many": ((), ()),
-    "n_to_mn": ((slice(None), None), ()),
-    "n_to_m": ((slice(None), None), (None,)),
-}
-
-
-def fft_length(n_left: int, n_right: int, k_first: int, count: int) -> int:
-    """Circular FFT length along one axis that gives the wanted shifts without wrap-around.
-
-    The valid shifts are ``-(n_right - 1) .. n_left - 1``; a wanted valid shift ``k`` must not
-    alias another valid one, which needs ``f >= n_left - k`` and ``f >= k + n_right`` for every
-    wanted valid ``k``.  The full range needs ``n_left + n_right - 1``; a bounded range
-    ``-s..s`` only ``max(n_left, n_right) + s`` (for ``s`` below both lengths), which makes the
-    peer as fast as a fair FFT user would.  Rounded up to a fast (5-smooth) FFT size.
-    """
-    from scipy.fft import next_fast_len
-
-    lo = max(k_first, -(n_right - 1))
-    hi = min(k_first + count - 1, n_left - 1)
-    need = max(n_left, n_right, n_left - lo, hi + n_right)
-    return int(next_fast_len(need, real=True))
-
-
-def _crop_indices(n_left, n_right, k_first, count, length):
-    """Indices into a circular correlation of ``length`` and the validity of each wanted shift."""
-    k = np.arange(k_first, k_first + count)
-    return np.mod(k, length), axis_overlaps(n_left, n_right, k_first, count) > 0
-
-
 def cupy_fft_peer(left, right, form="one_to_one", max_shift=None):
-    """The CuPy FFT peer: a callable computing the correlation by batched real FFTs.
+    """The CuPy FFT peer as a callable: :func:`xcorr_app.reference.xcorr_fft` in float32.
 
-    Left and right are zero-padded to an alias-free fast size (:func:`fft_length`), both
-    transformed with ``rfft2`` (the left FFT is part of the problem, so it is inside the
-    callable), conj-multiplied with the pairing of ``form`` by broadcasting, transformed back
-    with ``irfft2`` and cropped to the layout (shifts without overlap set to 0).  CuPy caches
-    the cuFFT plans, so the first call (a warm-up) pays for them.
-
-    Works on NumPy arrays as well (the same code with ``numpy.fft``), which the CPU tests use.
-
-    Returns
-    -------
-    callable
-        ``fn()`` -> float32 array of shape ``batch_shape + output_shape``.
+    Batched real FFTs on alias-free fast sizes with the form's pairing by broadcasting (see
+    there); CuPy caches the cuFFT plans, so the warm-up call pays for them.  Works on NumPy
+    arrays too (the CPU tests use that).
     """
-    from .backend import array_module_of
+    from .reference import xcorr_fft
 
-    xp = array_module_of(left, right)
-    lay = form_layout(form, left.shape, right.shape)
-    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
-    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)
-    fy, fx = fft_length(lh, rh, ky0, ho), fft_length(lw, rw, kx0, wo)
-    ry, valid_y = _crop_indices(lh, rh, ky0, ho, fy)
-    rx, valid_x = _crop_indices(lw, rw, kx0, wo, fx)
-    iy, ix = xp.asarray(ry)[:, None], xp.asarray(rx)[None, :]
-    mask = None
-    if not (valid_y.all() and valid_x.all()):
-        mask = xp.asarray(valid_y[:, None] & valid_x[None, :], dtype=xp.float32)
-    lsel, rsel = (s + (Ellipsis,) for s in _FFT_PAIRING[form])
-    left = left.astype(xp.float32, copy=False)
-    right = right.astype(xp.float32, copy=False)
-    shape = lay.batch_shape + (ho, wo)
-
-    def fn():
-        fl = xp.fft.rfft2(left, s=(fy, fx))
-        fr = xp.fft.rfft2(right, s=(fy, fx))
-        circ = xp.fft.irfft2(fl[lsel] * xp.conj(fr[rsel]), s=(fy, fx))
-        out = circ[..., iy, ix]
-        if mask is not None:
-            out *= mask
-        return out.astype(xp.float32, copy=False).reshape(shape)
-
-    return fn
+    return lambda: xcorr_fft(left, right, form, max_shift, dtype=np.float32)
 
 
 def conv_pads(layout, max_shift):

@@ -53,31 +53,74 @@ MAX_GRID_Y = 65535
 #: dynamic shared memory the shared warp-per-shift variant may use (no opt-in needed)
 MAX_STAGED_BYTES = 48 * 1024
 
-_PIECES: dict = {}
+_LAUNCHES: dict = {}
 
 
-def _prepare(left, right, form, max_shift, out):
+def _bound_key(max_shift):
+    return None if max_shift is None else tuple(int(v) for v in np.broadcast_to(max_shift, 2))
+
+
+def _launch(kind, left, right, form, max_shift, out, params):
+    """Compile (once), configure (once per problem) and launch one kernel.
+
+    Everything but the arrays is computed once per (kernel, shapes, bound, parameters, device)
+    and kept, so a repeated call costs little more than the launch itself.
+    """
     import cupy as cp
 
-    lay = form_layout(form, left.shape, right.shape)
+    key = (kind, form, left.shape, right.shape, max_shift, params, cp.cuda.Device().id)
+    cfg = _LAUNCHES.get(key)
+    if cfg is None:
+        if len(_LAUNCHES) > 512:
+            _LAUNCHES.clear()
+        cfg = _LAUNCHES[key] = _configure(kind, form, left.shape, right.shape, max_shift,
+                                          dict(params))
+    fn, grid, block, scalars, smem, zero, out_shape = cfg
     left, right = as_float32(left, cp), as_float32(right, cp)
+    out = check_out(out, out_shape, cp)
+    if zero:
+        out.fill(0)
+    if fn is not None:
+        fn(grid, block, (left, right, out) + scalars, shared_mem=smem)
+    return out
+
+
+def _configure(kind, form, left_shape, right_shape, max_shift, params):
+    import cupy as cp
+
+    lay = form_layout(form, left_shape, right_shape)
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
     ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)
-    out = check_out(out, lay.batch_shape + (ho, wo), cp)
-    return lay, left, right, (ho, wo), (ky0, kx0), out
-
-
-def _pieces_on_device(sched):
-    import cupy as cp
-
-    key = (cp.cuda.Device().id, sched.pieces.tobytes())
-    arr = _PIECES.get(key)
-    if arr is None:
-        if len(_PIECES) > 256:
-            _PIECES.clear()
-        arr = _PIECES[key] = cp.asarray(sched.pieces if sched.pieces.size else
-                                        np.zeros((1, 5), np.int32))
-    return arr
+    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
+    out_shape = lay.batch_shape + (ho, wo)
+    i32 = np.int32
+    geometry = (i32(lh), i32(lw), i32(rh), i32(rw), i32(ho), i32(wo), i32(ky0), i32(kx0))
+    if kind == "warp_per_shift":
+        smem = staged_bytes(lay.right_shape) if params["shared"] else 0
+        if smem > MAX_STAGED_BYTES:
+            raise ValueError(f"right matrices of {lay.right_shape} do not fit the "
+                             f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged "
+                             "variant")
+        fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))
+        grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
+        scalars = geometry + (i32(lay.m), i32(lay.n_results))
+        return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
+    lefts, rights, shifts = params["lefts"], params["rights"], params["shifts"]
+    fn = WARP_SHUFFLE.get(lay.form_id, lefts, rights, shifts, params["left_rows"])
+    sched = schedule(params["distribution"], lh, rh, ky0, ho, shifts,
+                     params["rows_per_worker"])
+    if sched.n_workers == 0:  # no shift overlaps: all zeros
+        return None, None, None, (), 0, True, out_shape
+    pieces = cp.asarray(sched.pieces if sched.pieces.size else np.zeros((1, 5), np.int32))
+    pair_groups = -(-lay.n_left // lefts) * -(-lay.m // rights)
+    grid = (-(-wo // 32), min(-(-sched.n_workers // WARPS_PER_BLOCK), MAX_GRID_Y),
+            min(pair_groups, MAX_GRID_Z))
+    scalars = geometry + (i32(lay.n_left), i32(lay.m), i32(sched.dist_id),
+                          i32(sched.rows_per_worker), i32(sched.n_groups),
+                          i32(sched.n_workers), i32(sched.max_tasks), pieces,
+                          i32(len(sched.pieces)))
+    zero = sched.distribution != "none"  # workers add their partial sums
+    return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, 0, zero, out_shape
 
 
 def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *, lefts=1,
@@ -103,28 +146,10 @@ def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None,
     cupy.ndarray
         ``batch_shape + (Ho, Wo)`` float32.
     """
-    import cupy as cp
-
-    lay, left, right, (ho, wo), (ky0, kx0), out = _prepare(left, right, form, max_shift, out)
-    fn = WARP_SHUFFLE.get(lay.form_id, lefts, rights, shifts, left_rows)
-    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
-    sched = schedule(distribution, lh, rh, ky0, ho, shifts, rows_per_worker)
-    if sched.n_workers == 0:
-        out.fill(0)
-        return out
-    if distribution != "none":
-        out.fill(0)  # workers add their partial sums
-    left_groups = -(-lay.n_left // lefts)
-    pair_groups = left_groups * -(-lay.m // rights)
-    grid = (-(-wo // 32), min(-(-sched.n_workers // WARPS_PER_BLOCK), MAX_GRID_Y),
-            min(pair_groups, MAX_GRID_Z))
-    i32 = np.int32
-    fn(grid, (32, WARPS_PER_BLOCK, 1),
-       (left, right, out, i32(lh), i32(lw), i32(rh), i32(rw), i32(ho), i32(wo), i32(ky0),
-        i32(kx0), i32(lay.n_left), i32(lay.m), i32(sched.dist_id), i32(sched.rows_per_worker),
-        i32(sched.n_groups), i32(sched.n_workers), i32(sched.max_tasks),
-        _pieces_on_device(sched), i32(len(sched.pieces))))
-    return out
+    params = (("lefts", lefts), ("rights", rights), ("shifts", shifts),
+              ("left_rows", left_rows), ("distribution", distribution),
+              ("rows_per_worker", rows_per_worker if distribution != "none" else 0))
+    return _launch("warp_shuffle", left, right, form, _bound_key(max_shift), out, params)
 
 
 def staged_bytes(right_shape) -> int:
@@ -139,16 +164,5 @@ def warp_per_shift_xcorr(left, right, form="one_to_one", max_shift=None, out=Non
     ``shared=True`` stages each right matrix in shared memory first (at most
     :data:`MAX_STAGED_BYTES`).  Other parameters as :func:`warp_shuffle_xcorr`.
     """
-    lay, left, right, (ho, wo), (ky0, kx0), out = _prepare(left, right, form, max_shift, out)
-    smem = staged_bytes(lay.right_shape) if shared else 0
-    if smem > MAX_STAGED_BYTES:
-        raise ValueError(f"right matrices of {lay.right_shape} do not fit the "
-                         f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged variant")
-    fn = WARP_PER_SHIFT.get(lay.form_id, bool(shared))
-    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
-    grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
-    i32 = np.int32
-    fn(grid, (32, SHIFT_WARPS, 1),
-       (left, right, out, i32(lh), i32(lw), i32(rh), i32(rw), i32(ho), i32(wo), i32(ky0),
-        i32(kx0), i32(lay.m), i32(lay.n_results)), shared_mem=smem)
-    return out
+    return _launch("warp_per_shift", left, right, form, _bound_key(max_shift), out,
+                   (("shared", bool(shared)),))

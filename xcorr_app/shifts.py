@@ -27,6 +27,8 @@ Examples
 
 from __future__ import annotations
 
+import numpy as np
+
 import numbers
 
 from .errors import XcorrError
@@ -83,3 +85,13 @@ def shift_to_index(shift, reference_shape, moving_shape, max_shift=None):
     """Inverse of :func:`index_to_shift`."""
     oy, ox = shift_origin(reference_shape, moving_shape, max_shift)
     return (shift[0] + oy, shift[1] + ox)
+
+
+def axis_overlaps(n_left: int, n_right: int, k_first: int, count: int) -> np.ndarray:
+    """Overlap lengths along one axis of the shifts ``k_first .. k_first + count - 1``.
+
+    The overlap of shift ``k`` between a left of length ``n_left`` and a right of length
+    ``n_right`` is ``max(0, min(n_right, n_left - k) - max(0, -k))`` (0 without overlap).
+    """
+    k = np.arange(k_first, k_first + count, dtype=np.int64)
+    return np.maximum(0, np.minimum(n_right, n_left - k) - np.maximum(0, -k))

@@ -12,6 +12,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 
@@ -47,7 +48,17 @@ def device_name() -> str:
     try:
         import cupy as cp
 
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        return _device_name(cp.cuda.Device().id)
+    except Exception:
+        return "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device_id: int) -> str:
+    try:
+        import cupy as cp
+
+        props = cp.cuda.runtime.getDeviceProperties(device_id)
         name = props["name"]
         return name.decode() if isinstance(name, bytes) else str(name)
     except Exception:
