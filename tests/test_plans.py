@@ -8,6 +8,7 @@ import pytest
 from xcorr_app import cross_correlate, reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.forms import FORM_IDS, FORMS, form_layout
+from xcorr_app.gpu_tiled import TILED
 from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.plans import Plan
 from xcorr_app import planner
@@ -16,6 +17,7 @@ from conftest import rel_error
 
 
 @pytest.mark.parametrize("spec", ["fft", "direct", "overlap", "warp_per_shift:shared=1",
+                                  "tiled:tile_y=8,rights=2,rows_per_chunk=64",
                                   "warp_shuffle:rights=4,shifts=2",
                                   "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3"])
 def test_plan_string_round_trip(spec):
@@ -65,7 +67,7 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     rshape = {"one_to_one": rs, "one_to_many": (count,) + rs, "n_to_mn": (count, count) + rs,
               "n_to_m": (count,) + rs}[form]
     lay = form_layout(form, lshape, rshape)
-    plans = planner.candidates(lay, bound)
+    plans = planner.candidates(lay, bound, sm_count=132)
     assert Plan("fft") in plans and Plan("overlap") in plans
     shuffles = [p for p in plans if p.method == "warp_shuffle"]
     assert shuffles, "at least one warp-shuffle variant fits every problem"
@@ -77,6 +79,11 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
             assert q.distribution in ("rectangle", "triangle") and q.rows_per_worker >= 1
             assert (q.lefts, q.rights, q.shifts, q.left_rows) == (p.lefts, p.rights, p.shifts,
                                                                    p.left_rows)
+    for p in plans:
+        if p.method == "tiled":
+            assert (FORM_IDS[form], p.tile_y, p.tile_x, p.rights) in TILED.instantiations
+            assert p.rights <= max(1, lay.m) and 0 <= p.rows_per_chunk < lay.right_shape[0]
+    assert any(p.method == "tiled" for p in plans)
     assert all(v in VARIANTS[form] for v in
                [(p.lefts, p.rights, p.shifts, p.left_rows) for p in shuffles])
 
@@ -118,7 +125,8 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
 @pytest.mark.parametrize("spec", ["warp_shuffle:rights=2,shifts=2",
                                   "warp_shuffle:shifts=4,left_rows=2,distribution=triangle,"
                                   "rows_per_worker=5",
-                                  "warp_per_shift:shared=1", "overlap", "fft"])
+                                  "warp_per_shift:shared=1", "overlap", "fft",
+                                  "tiled:tile_y=3,tile_x=3,rights=2,rows_per_chunk=5"])
 def test_cross_correlate_runs_named_plans(rng, spec):
     a, b = rng.random((21, 19)), rng.random((5, 21, 19))
     want = reference.xcorr(a, b, "one_to_many", 6)

@@ -60,21 +60,22 @@ def _bound_key(max_shift):
     return None if max_shift is None else tuple(int(v) for v in np.broadcast_to(max_shift, 2))
 
 
-def _launch(kind, left, right, form, max_shift, out, params):
+def launch(configure, left, right, form, max_shift, out, params):
     """Compile (once), configure (once per problem) and launch one kernel.
 
-    Everything but the arrays is computed once per (kernel, shapes, bound, parameters, device)
-    and kept, so a repeated call costs little more than the launch itself.
+    ``configure(form, left_shape, right_shape, max_shift, params)`` returns ``(fn, grid, block,
+    scalars, shared_mem, zero_first, out_shape)``; it runs once per (kernel, shapes, bound,
+    parameters, device) and is kept, so a repeated call costs little more than the launch.
     """
     import cupy as cp
 
-    key = (kind, form, left.shape, right.shape, max_shift, params, cp.cuda.Device().id)
+    max_shift = _bound_key(max_shift)
+    key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.Device().id)
     cfg = _LAUNCHES.get(key)
     if cfg is None:
         if len(_LAUNCHES) > 512:
             _LAUNCHES.clear()
-        cfg = _LAUNCHES[key] = _configure(kind, form, left.shape, right.shape, max_shift,
-                                          dict(params))
+        cfg = _LAUNCHES[key] = configure(form, left.shape, right.shape, max_shift, dict(params))
     fn, grid, block, scalars, smem, zero, out_shape = cfg
     left, right = as_float32(left, cp), as_float32(right, cp)
     out = check_out(out, out_shape, cp)
@@ -85,26 +86,40 @@ def _launch(kind, left, right, form, max_shift, out, params):
     return out
 
 
-def _configure(kind, form, left_shape, right_shape, max_shift, params):
-    import cupy as cp
-
+def geometry(form, left_shape, right_shape, max_shift):
+    """``(layout, out_shape, int32 kernel arguments left_h ... shift_x0)`` of a problem."""
     lay = form_layout(form, left_shape, right_shape)
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
     ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)
     (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
-    out_shape = lay.batch_shape + (ho, wo)
     i32 = np.int32
-    geometry = (i32(lh), i32(lw), i32(rh), i32(rw), i32(ho), i32(wo), i32(ky0), i32(kx0))
-    if kind == "warp_per_shift":
-        smem = staged_bytes(lay.right_shape) if params["shared"] else 0
-        if smem > MAX_STAGED_BYTES:
-            raise ValueError(f"right matrices of {lay.right_shape} do not fit the "
-                             f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged "
-                             "variant")
-        fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))
-        grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
-        scalars = geometry + (i32(lay.m), i32(lay.n_results))
-        return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
+    return lay, lay.batch_shape + (ho, wo), (i32(lh), i32(lw), i32(rh), i32(rw), i32(ho),
+                                             i32(wo), i32(ky0), i32(kx0))
+
+
+def _configure_per_shift(form, left_shape, right_shape, max_shift, params):
+    lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
+    ho, wo = out_shape[-2:]
+    i32 = np.int32
+    smem = staged_bytes(lay.right_shape) if params["shared"] else 0
+    if smem > MAX_STAGED_BYTES:
+        raise ValueError(f"right matrices of {lay.right_shape} do not fit the "
+                         f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged "
+                         "variant")
+    fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))
+    grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
+    scalars = geom + (i32(lay.m), i32(lay.n_results))
+    return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
+
+
+def _configure_shuffle(form, left_shape, right_shape, max_shift, params):
+    import cupy as cp
+
+    lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
+    ho, wo = out_shape[-2:]
+    (lh, _), (rh, _) = lay.left_shape, lay.right_shape
+    ky0 = int(geom[6])
+    i32 = np.int32
     lefts, rights, shifts = params["lefts"], params["rights"], params["shifts"]
     fn = WARP_SHUFFLE.get(lay.form_id, lefts, rights, shifts, params["left_rows"])
     sched = schedule(params["distribution"], lh, rh, ky0, ho, shifts,
@@ -115,10 +130,9 @@ def _configure(kind, form, left_shape, right_shape, max_shift, params):
     pair_groups = -(-lay.n_left // lefts) * -(-lay.m // rights)
     grid = (-(-wo // 32), min(-(-sched.n_workers // WARPS_PER_BLOCK), MAX_GRID_Y),
             min(pair_groups, MAX_GRID_Z))
-    scalars = geometry + (i32(lay.n_left), i32(lay.m), i32(sched.dist_id),
-                          i32(sched.rows_per_worker), i32(sched.n_groups),
-                          i32(sched.n_workers), i32(sched.max_tasks), pieces,
-                          i32(len(sched.pieces)))
+    scalars = geom + (i32(lay.n_left), i32(lay.m), i32(sched.dist_id),
+                      i32(sched.rows_per_worker), i32(sched.n_groups), i32(sched.n_workers),
+                      i32(sched.max_tasks), pieces, i32(len(sched.pieces)))
     zero = sched.distribution != "none"  # workers add their partial sums
     return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, 0, zero, out_shape
 
@@ -149,7 +163,7 @@ def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None,
     params = (("lefts", lefts), ("rights", rights), ("shifts", shifts),
               ("left_rows", left_rows), ("distribution", distribution),
               ("rows_per_worker", rows_per_worker if distribution != "none" else 0))
-    return _launch("warp_shuffle", left, right, form, _bound_key(max_shift), out, params)
+    return launch(_configure_shuffle, left, right, form, max_shift, out, params)
 
 
 def staged_bytes(right_shape) -> int:
@@ -164,5 +178,5 @@ def warp_per_shift_xcorr(left, right, form="one_to_one", max_shift=None, out=Non
     ``shared=True`` stages each right matrix in shared memory first (at most
     :data:`MAX_STAGED_BYTES`).  Other parameters as :func:`warp_shuffle_xcorr`.
     """
-    return _launch("warp_per_shift", left, right, form, _bound_key(max_shift), out,
-                   (("shared", bool(shared)),))
+    return launch(_configure_per_shift, left, right, form, max_shift, out,
+                  (("shared", bool(shared)),))

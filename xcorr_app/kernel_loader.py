@@ -26,7 +26,7 @@ from pathlib import Path
 
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 #: modules that define kernel families (imported by :func:`all_families`)
-FAMILY_MODULES = ("xcorr_app.gpu_overlap", "xcorr_app.gpu_warp_shuffle")
+FAMILY_MODULES = ("xcorr_app.gpu_overlap", "xcorr_app.gpu_warp_shuffle", "xcorr_app.gpu_tiled")
 COMPILE_OPTIONS = ("-std=c++17",)
 
 _FAMILIES: list["KernelFamily"] = []

@@ -7,7 +7,8 @@ events and keeps the fastest; the decision is cached in memory and on disk
 hash of the kernel sources, so later runs and processes reuse it.
 
 Candidates are measured in two stages: first the FFT, the overlap-wise baseline, the
-warp-per-shift kernels (small matrices) and every compiled warp-shuffle variant that fits the
+warp-per-shift kernels (small matrices), the register-tiled kernel with every compiled tile
+that fits, and every compiled warp-shuffle variant that fits the
 problem without work distribution; then, for the three fastest warp-shuffle variants, the
 rectangle and triangle distributions with two task sizes chosen to fill the GPU.  The plan
 chosen is the fastest measured, so it is never slower than any measured path beyond timing noise.
@@ -41,7 +42,8 @@ from .kernel_loader import kernel_sources
 from .plans import Plan, run_plan
 from .shifts import first_shift, normalize_max_shift, output_shape
 
-__all__ = ["Decision", "decide", "candidates", "distribution_candidates", "rule_plan",
+__all__ = ["Decision", "decide", "candidates", "distribution_candidates", "tiled_candidates",
+           "rule_plan",
            "run_plan", "cache_path"]
 
 CACHE_ENV = "XCORR_CACHE_DIR"
@@ -83,8 +85,8 @@ def _fits(variant, lay, ho) -> bool:
     return True
 
 
-def candidates(lay, max_shift) -> list:
-    """First-stage plans for a problem (GPU)."""
+def candidates(lay, max_shift, sm_count=None) -> list:
+    """First-stage plans for a problem (GPU; ``sm_count`` defaults to the current device's)."""
     from .gpu_warp_shuffle import MAX_STAGED_BYTES, VARIANTS, staged_bytes
 
     ho, _ = output_shape(lay.left_shape, lay.right_shape, max_shift)
@@ -93,11 +95,31 @@ def candidates(lay, max_shift) -> list:
         plans.append(Plan("warp_per_shift"))
         if staged_bytes(lay.right_shape) <= MAX_STAGED_BYTES:
             plans.append(Plan("warp_per_shift", shared=1))
+    plans += tiled_candidates(lay, max_shift, sm_count or _sm_count())
     for v in VARIANTS[lay.form]:
         if _fits(v, lay, ho):
             lefts, rights, shifts, left_rows = v
             plans.append(Plan("warp_shuffle", lefts=lefts, rights=rights, shifts=shifts,
                               left_rows=left_rows))
+    return plans
+
+
+def tiled_candidates(lay, max_shift, sm_count: int) -> list:
+    """Register-tiled plans, each with a row chunk that gives the GPU about
+    :data:`TARGET_WARPS_PER_SM` warps per SM."""
+    from .gpu_tiled import TILES
+
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    rh, rw = lay.right_shape
+    plans = []
+    for ty, tx, rights in TILES[lay.form]:
+        if rights > max(1, lay.m) or ty > 2 * ho or tx > 2 * wo:
+            continue
+        warps = -(-ho // ty) * -(-wo // tx) * -(-rw // 32) * lay.n_left * -(-lay.m // rights)
+        chunks = max(1, -(-TARGET_WARPS_PER_SM * sm_count // warps))
+        rows = max(8, -(-rh // chunks))
+        plans.append(Plan("tiled", tile_y=ty, tile_x=tx, rights=rights,
+                          rows_per_chunk=0 if rows >= rh else rows))
     return plans
 
 

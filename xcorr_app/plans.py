@@ -8,6 +8,7 @@ the planner's cache show::
     overlap
     warp_per_shift:shared=1
     warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8
+    tiled:tile_y=8,rights=2,rows_per_chunk=64
 
 Examples
 --------
@@ -24,11 +25,12 @@ from .errors import XcorrError
 from .work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
-METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift")
-GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift")
+METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled")
+GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift", "tiled")
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
-           "warp_per_shift": ("shared",)}
+           "warp_per_shift": ("shared",),
+           "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk")}
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class Plan:
     distribution: str = "none"
     rows_per_worker: int = 0
     shared: int = 0
+    tile_y: int = 4
+    tile_x: int = 4
+    rows_per_chunk: int = 0
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -118,6 +123,15 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
         try:
             return warp_per_shift_xcorr(left, right, form, max_shift, out=out,
                                         shared=bool(plan.shared))
+        except ValueError as exc:
+            raise XcorrError(f"method {plan}: {exc}") from None
+    if plan.method == "tiled":
+        from .gpu_tiled import tiled_xcorr
+
+        try:
+            return tiled_xcorr(left, right, form, max_shift, out=out, tile_y=plan.tile_y,
+                               tile_x=plan.tile_x, rights=plan.rights,
+                               rows_per_chunk=plan.rows_per_chunk)
         except ValueError as exc:
             raise XcorrError(f"method {plan}: {exc}") from None
     from . import reference

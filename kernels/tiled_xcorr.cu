@@ -1,0 +1,120 @@
+// Register-tiled "column strip" cross-correlation: our addition beyond the thesis, for problems
+// where the warp-shuffle kernels waste lanes (few x-shifts, e.g. bounded searches on large
+// frames) or are limited by shuffles (one shuffle per FMA at best).
+//
+// out[z][ky - shift_y0][kx - shift_x0] = sum_n left[left_of(z)][n + k] * right[right_of(z)][n]
+//
+// A warp owns one tile of TY x TX shifts, 32 consecutive right columns (lane = column x) and a
+// chunk of right rows; it sums over its rows for RIGHTS right matrices at once.  Each lane keeps
+// a TY x TX window of left values, left[y + ky][x + kx] for the tile, in registers: stepping to
+// the next right row needs only one new left row of TX values (coalesced across the lanes) and
+// one right value per right matrix, for TY * TX * RIGHTS FMAs, and no shuffle at all.  The
+// window is a circular buffer whose rotation is resolved at compile time (the row loop is
+// unrolled by TY), so no value is ever moved between registers.  At the end the lanes' partial
+// sums are reduced by xor-shuffles and added to the (zeroed) output with atomicAdd, because
+// several column groups and row chunks contribute to the same shift.
+#include "xcorr_forms.cuh"
+#include "work_distribution.cuh"
+
+template <int FORM, int TY, int TX, int RIGHTS>
+__global__ void __launch_bounds__(128, 4)
+tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
+            float* __restrict__ out, int left_h, int left_w, int right_h, int right_w, int out_h,
+            int out_w, int shift_y0, int shift_x0, int n_left, int m, int rows_per_chunk,
+            int n_chunks, int tiles_x, int n_items) {
+    using namespace xcorr;
+    constexpr unsigned FULL = 0xffffffffu;
+    const int lane = threadIdx.x;
+    const int x = blockIdx.x * 32 + lane;  // right column of this lane
+    const int right_groups = (m + RIGHTS - 1) / RIGHTS;
+    const int n_pair_groups = n_left * right_groups;
+    const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
+    const size_t out_size = (size_t)out_h * out_w;
+
+    for (int item = blockIdx.y * blockDim.y + threadIdx.y; item < n_items;
+         item += gridDim.y * blockDim.y) {
+        int chunk;
+        const int tile = div_floor(item, n_chunks, chunk);
+        int tx_index;
+        const int ty_index = div_floor(tile, tiles_x, tx_index);
+        const int ky0 = shift_y0 + ty_index * TY, kx0 = shift_x0 + tx_index * TX;
+        // Right rows of this chunk that meet the left at one of the tile's y-shifts at least.
+        const int y_begin = max(chunk * rows_per_chunk, max(0, -(ky0 + TY - 1)));
+        const int y_end = min(min((chunk + 1) * rows_per_chunk, right_h), left_h - ky0);
+        // Columns of this warp that meet the left at one of the tile's x-shifts (uniform test).
+        const int c_begin = max(blockIdx.x * 32, max(0, -(kx0 + TX - 1)));
+        const int c_end = min(min(blockIdx.x * 32 + 32, right_w), left_w - kx0);
+        if (y_begin >= y_end || c_begin >= c_end) continue;
+        const bool lane_ok = x < right_w;
+        bool col_ok[TX];
+#pragma unroll
+        for (int j = 0; j < TX; ++j) col_ok[j] = x + kx0 + j >= 0 && x + kx0 + j < left_w;
+
+        for (int zg = blockIdx.z; zg < n_pair_groups; zg += gridDim.z) {
+            int rg;
+            const int li = div_floor(zg, right_groups, rg);
+            const int r0 = rg * RIGHTS;
+            const float* lp = left + (size_t)li * left_size;  // li = 0 with one left
+            const float* rp[RIGHTS];
+            bool rok[RIGHTS];
+#pragma unroll
+            for (int ri = 0; ri < RIGHTS; ++ri) {
+                rok[ri] = r0 + ri < m;
+                const int rj = rok[ri] ? r0 + ri : 0;
+                rp[ri] = right + (size_t)(FORM == N_TO_MN ? li * m + rj : rj) * right_size;
+            }
+            float acc[RIGHTS][TY][TX];
+            float win[TY][TX];  // circular over rows: slot (i + s) % TY holds shift row i
+#pragma unroll
+            for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                for (int i = 0; i < TY; ++i)
+#pragma unroll
+                    for (int j = 0; j < TX; ++j) acc[ri][i][j] = 0.0f;
+            auto load_row = [&](float* dst, int row) {
+                const bool row_ok = row >= 0 && row < left_h;
+                const float* p = lp + (size_t)row * left_w + x + kx0;
+#pragma unroll
+                for (int j = 0; j < TX; ++j) dst[j] = (row_ok && col_ok[j]) ? p[j] : 0.0f;
+            };
+#pragma unroll
+            for (int i = 0; i < TY - 1; ++i) load_row(win[i], y_begin + ky0 + i);
+
+            for (int y = y_begin; y < y_end; y += TY) {
+#pragma unroll
+                for (int s = 0; s < TY; ++s) {
+                    if (y + s >= y_end) break;  // uniform across the warp
+                    load_row(win[(s + TY - 1) % TY], y + s + ky0 + TY - 1);
+                    float r[RIGHTS];
+#pragma unroll
+                    for (int ri = 0; ri < RIGHTS; ++ri)
+                        r[ri] = (lane_ok && rok[ri]) ? rp[ri][(size_t)(y + s) * right_w + x]
+                                                     : 0.0f;
+#pragma unroll
+                    for (int i = 0; i < TY; ++i)
+#pragma unroll
+                        for (int j = 0; j < TX; ++j)
+#pragma unroll
+                            for (int ri = 0; ri < RIGHTS; ++ri)
+                                acc[ri][i][j] = fmaf(win[(i + s) % TY][j], r[ri], acc[ri][i][j]);
+                }
+            }
+            // Reduce over the 32 columns; lane (a mod 32) adds accumulator a.
+#pragma unroll
+            for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                for (int i = 0; i < TY; ++i)
+#pragma unroll
+                    for (int j = 0; j < TX; ++j) {
+                        float v = acc[ri][i][j];
+#pragma unroll
+                        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+                        const int a = (ri * TY + i) * TX + j;
+                        const int iy = ky0 + i - shift_y0, ix = kx0 + j - shift_x0;
+                        if (lane == (a & 31) && rok[ri] && iy < out_h && ix < out_w)
+                            atomicAdd(out + ((size_t)li * m + r0 + ri) * out_size +
+                                          (size_t)iy * out_w + ix, v);
+                    }
+        }
+    }
+}

@@ -1,0 +1,52 @@
+"""The register-tiled kernel: every tile x form x row chunking against the float64 reference."""
+
+import pytest
+
+from xcorr_app.forms import FORMS
+from xcorr_app.gpu_tiled import TILES
+
+from conftest import poisoned, rel_error
+from test_gpu_warp_shuffle import BOUNDS, SEED, SIZES, TOL, counts_for, problem
+
+pytestmark = pytest.mark.gpu
+
+CASES = [(f, t, rpc) for f in FORMS for t in TILES[f] for rpc in (0, 7)]
+
+
+def check(form, lshape, count, max_shift, rshape=None, **params):
+    import cupy as cp
+
+    from xcorr_app.gpu_tiled import tiled_xcorr
+
+    left, right, want = problem(form, lshape, count, max_shift, rshape)
+    out = poisoned(cp, want.shape)
+    got = tiled_xcorr(left, right, form, max_shift, out=out, **params)
+    assert got is out
+    err = rel_error(got.get(), want)
+    assert err <= TOL, (f"seed {SEED}: {form} {lshape} x{count} max_shift={max_shift} "
+                        f"{params}: relative error {err:.3g}")
+
+
+@pytest.mark.parametrize("form,tile,rpc", CASES,
+                         ids=[f"{f}-{'.'.join(map(str, t))}-rows{r}" for f, t, r in CASES])
+def test_tile(form, tile, rpc):
+    ty, tx, rights = tile
+    params = dict(tile_y=ty, tile_x=tx, rights=rights, rows_per_chunk=rpc)
+    for lshape in SIZES:
+        for count in counts_for(form):
+            check(form, lshape, count, None, **params)
+    for max_shift in BOUNDS:
+        for lshape in [(5, 3), (31, 33), (257, 129)]:
+            check(form, lshape, 3, max_shift, **params)
+    for lshape, rshape in [((31, 33), (7, 13)), ((7, 13), (40, 70)), ((1, 1), (5, 3))]:
+        check(form, lshape, 3, None, rshape, **params)
+        check(form, lshape, 3, 4, rshape, **params)
+
+
+def test_large_frames_bounded():
+    """Frames larger than a block of rows and columns, with several row chunks."""
+    for rpc in (0, 100):
+        check("one_to_many", (300, 290), 5, (6, 9), tile_y=8, tile_x=4, rights=1,
+              rows_per_chunk=rpc)
+        check("one_to_many", (300, 290), 5, 16, tile_y=4, tile_x=4, rights=2,
+              rows_per_chunk=rpc)
