@@ -21,20 +21,22 @@ __global__ void __launch_bounds__(128, 4)
 tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
             float* __restrict__ out, int left_h, int left_w, int right_h, int right_w, int out_h,
             int out_w, int shift_y0, int shift_x0, int n_left, int m, int rows_per_chunk,
-            int n_chunks, int tiles_x, int n_items) {
+            int n_tiles, int tiles_x, int n_items) {
     using namespace xcorr;
     constexpr unsigned FULL = 0xffffffffu;
     const int lane = threadIdx.x;
-    const int x = blockIdx.x * 32 + lane;  // right column of this lane
+    const int x = blockIdx.y * 32 + lane;  // right column of this lane
     const int right_groups = (m + RIGHTS - 1) / RIGHTS;
     const int n_pair_groups = n_left * right_groups;
     const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
     const size_t out_size = (size_t)out_h * out_w;
 
-    for (int item = blockIdx.y * blockDim.y + threadIdx.y; item < n_items;
-         item += gridDim.y * blockDim.y) {
-        int chunk;
-        const int tile = div_floor(item, n_chunks, chunk);
+    // Items are (row chunk, shift tile) with the tile fastest: the warps of a block, and the
+    // blocks running together, read the same right rows and overlapping left rows.
+    for (int item = blockIdx.x * blockDim.y + threadIdx.y; item < n_items;
+         item += gridDim.x * blockDim.y) {
+        int tile;
+        const int chunk = div_floor(item, n_tiles, tile);
         int tx_index;
         const int ty_index = div_floor(tile, tiles_x, tx_index);
         const int ky0 = shift_y0 + ty_index * TY, kx0 = shift_x0 + tx_index * TX;
@@ -42,8 +44,8 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
         const int y_begin = max(chunk * rows_per_chunk, max(0, -(ky0 + TY - 1)));
         const int y_end = min(min((chunk + 1) * rows_per_chunk, right_h), left_h - ky0);
         // Columns of this warp that meet the left at one of the tile's x-shifts (uniform test).
-        const int c_begin = max(blockIdx.x * 32, max(0, -(kx0 + TX - 1)));
-        const int c_end = min(min(blockIdx.x * 32 + 32, right_w), left_w - kx0);
+        const int c_begin = max(blockIdx.y * 32, max(0, -(kx0 + TX - 1)));
+        const int c_end = min(min(blockIdx.y * 32 + 32, right_w), left_w - kx0);
         if (y_begin >= y_end || c_begin >= c_end) continue;
         const bool lane_ok = x < right_w;
         bool col_ok[TX];
@@ -71,33 +73,39 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                 for (int i = 0; i < TY; ++i)
 #pragma unroll
                     for (int j = 0; j < TX; ++j) acc[ri][i][j] = 0.0f;
+            // Left row `row` into a window slot; the row test is uniform across the warp.
             auto load_row = [&](float* dst, int row) {
                 const bool row_ok = row >= 0 && row < left_h;
                 const float* p = lp + (size_t)row * left_w + x + kx0;
 #pragma unroll
                 for (int j = 0; j < TX; ++j) dst[j] = (row_ok && col_ok[j]) ? p[j] : 0.0f;
             };
+            // Step s of a group of TY right rows starting at y (s is a constant after unrolling).
+            auto step = [&](int y, int s) {
+                load_row(win[(s + TY - 1) % TY], y + s + ky0 + TY - 1);
+                float r[RIGHTS];
+#pragma unroll
+                for (int ri = 0; ri < RIGHTS; ++ri)
+                    r[ri] = (lane_ok && rok[ri]) ? rp[ri][(size_t)(y + s) * right_w + x] : 0.0f;
+#pragma unroll
+                for (int i = 0; i < TY; ++i)
+#pragma unroll
+                    for (int j = 0; j < TX; ++j)
+#pragma unroll
+                        for (int ri = 0; ri < RIGHTS; ++ri)
+                            acc[ri][i][j] = fmaf(win[(i + s) % TY][j], r[ri], acc[ri][i][j]);
+            };
 #pragma unroll
             for (int i = 0; i < TY - 1; ++i) load_row(win[i], y_begin + ky0 + i);
-
-            for (int y = y_begin; y < y_end; y += TY) {
+            int y = y_begin;
+            for (; y + TY <= y_end; y += TY) {  // whole groups: no test between the steps
 #pragma unroll
-                for (int s = 0; s < TY; ++s) {
-                    if (y + s >= y_end) break;  // uniform across the warp
-                    load_row(win[(s + TY - 1) % TY], y + s + ky0 + TY - 1);
-                    float r[RIGHTS];
+                for (int s = 0; s < TY; ++s) step(y, s);
+            }
 #pragma unroll
-                    for (int ri = 0; ri < RIGHTS; ++ri)
-                        r[ri] = (lane_ok && rok[ri]) ? rp[ri][(size_t)(y + s) * right_w + x]
-                                                     : 0.0f;
-#pragma unroll
-                    for (int i = 0; i < TY; ++i)
-#pragma unroll
-                        for (int j = 0; j < TX; ++j)
-#pragma unroll
-                            for (int ri = 0; ri < RIGHTS; ++ri)
-                                acc[ri][i][j] = fmaf(win[(i + s) % TY][j], r[ri], acc[ri][i][j]);
-                }
+            for (int s = 0; s < TY - 1; ++s) {  // the last, partial group
+                if (y + s >= y_end) break;  // uniform across the warp
+                step(y, s);
             }
             // Reduce over the 32 columns; lane (a mod 32) adds accumulator a.
 #pragma unroll

@@ -21,17 +21,18 @@ import numpy as np
 
 from .forms import FORMS, FORM_IDS
 from .gpu_overlap import MAX_GRID_Z
-from .gpu_warp_shuffle import MAX_GRID_Y, geometry, launch
+from .gpu_warp_shuffle import geometry, launch
 from .kernel_loader import KernelFamily
 
 #: (tile_y, tile_x, rights) compiled for every form; more right matrices where there are several
-_ONE_RIGHT = [(2, 2, 1), (3, 3, 1), (4, 4, 1), (6, 4, 1), (8, 4, 1)]
+_ONE_RIGHT = [(2, 2, 1), (3, 3, 1), (4, 4, 1), (6, 4, 1), (8, 2, 1)]
 _MANY_RIGHTS = [(3, 3, 2), (4, 2, 2), (4, 4, 2), (8, 2, 2), (2, 4, 4), (4, 2, 4)]
 TILES = {f: _ONE_RIGHT + ([] if f == "one_to_one" else _MANY_RIGHTS) for f in FORMS}
 
 TILED = KernelFamily("tiled_xcorr.cu", "tiled_xcorr",
                      [(FORM_IDS[f],) + t for f in FORMS for t in TILES[f]])
 WARPS_PER_BLOCK = 4  # __launch_bounds__(128, 4)
+MAX_GRID_X = 2**31 - 1
 
 
 def _configure(form, left_shape, right_shape, max_shift, params):
@@ -43,12 +44,13 @@ def _configure(form, left_shape, right_shape, max_shift, params):
     rpc = params["rows_per_chunk"] or rh
     n_chunks = -(-rh // rpc)
     tiles_x = -(-wo // tx)
-    n_items = -(-ho // ty) * tiles_x * n_chunks
+    n_tiles = -(-ho // ty) * tiles_x
+    n_items = n_tiles * n_chunks
     pair_groups = lay.n_left * -(-lay.m // rights)
-    grid = (-(-rw // 32), min(-(-n_items // WARPS_PER_BLOCK), MAX_GRID_Y),
+    grid = (min(-(-n_items // WARPS_PER_BLOCK), MAX_GRID_X), -(-rw // 32),
             min(pair_groups, MAX_GRID_Z))
     i32 = np.int32
-    scalars = geom + (i32(lay.n_left), i32(lay.m), i32(rpc), i32(n_chunks), i32(tiles_x),
+    scalars = geom + (i32(lay.n_left), i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x),
                       i32(n_items))
     return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, 0, True, out_shape
 
