@@ -59,12 +59,7 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
             const float* lp = left + (size_t)li * left_size;  // li = 0 with one left
             const float* rp[RIGHTS];
             bool rok[RIGHTS];
-#pragma unroll
-            for (int ri = 0; ri < RIGHTS; ++ri) {
-                rok[ri] = r0 + ri < m;
-                const int rj = rok[ri] ? r0 + ri : 0;
-                rp[ri] = right + (size_t)(FORM == N_TO_MN ? li * m + rj : rj) * right_size;
-            }
+            right_group<FORM, RIGHTS>(right, li, r0, m, right_size, rp, rok);
             float acc[RIGHTS][TY][TX];
             float win[TY][TX];  // circular over rows: slot (i + s) % TY holds shift row i
 #pragma unroll

@@ -75,12 +75,7 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
             lok[li] = l0 + li < n_left;
             lp[li] = left + (size_t)(lok[li] ? l0 + li : 0) * left_size;
         }
-#pragma unroll
-        for (int ri = 0; ri < RIGHTS; ++ri) {
-            rok[ri] = r0 + ri < m;
-            const int rj = rok[ri] ? r0 + ri : 0;
-            rp[ri] = right + (size_t)(FORM == N_TO_MN ? l0 * m + rj : rj) * right_size;
-        }
+        right_group<FORM, RIGHTS>(right, l0, r0, m, right_size, rp, rok);
         float sum[LEFTS][RIGHTS][SHIFTS];
 #pragma unroll
         for (int li = 0; li < LEFTS; ++li)

@@ -52,14 +52,15 @@ def problem(form, lshape, count, max_shift, rshape=None):
     return cp.asarray(left, cp.float32), cp.asarray(right, cp.float32), want
 
 
-def check(form, lshape, count, max_shift, rshape=None, **params):
+def check(form, lshape, count, max_shift, rshape=None, kernel=None, **params):
+    """Run ``kernel`` (default: the warp-shuffle launcher) into a poisoned output and compare."""
     import cupy as cp
 
     from xcorr_app.gpu_warp_shuffle import warp_shuffle_xcorr
 
     left, right, want = problem(form, lshape, count, max_shift, rshape)
     out = poisoned(cp, want.shape)
-    got = warp_shuffle_xcorr(left, right, form, max_shift, out=out, **params)
+    got = (kernel or warp_shuffle_xcorr)(left, right, form, max_shift, out=out, **params)
     assert got is out
     err = rel_error(got.get(), want)
     assert err <= TOL, (f"seed {SEED}: {form} {lshape} x{count} max_shift={max_shift} "
