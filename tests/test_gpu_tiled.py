@@ -5,7 +5,7 @@ import pytest
 from xcorr_app.forms import FORMS
 from xcorr_app.gpu_tiled import TILES
 
-from test_gpu_warp_shuffle import BOUNDS, SIZES, counts_for
+from test_gpu_warp_shuffle import SIZES, bounded_and_unequal, counts_for
 from test_gpu_warp_shuffle import check as shuffle_check
 
 pytestmark = pytest.mark.gpu
@@ -27,12 +27,7 @@ def test_tile(form, tile, rpc):
     for lshape in SIZES:
         for count in counts_for(form):
             check(form, lshape, count, None, **params)
-    for max_shift in BOUNDS:
-        for lshape in [(5, 3), (31, 33), (257, 129)]:
-            check(form, lshape, 3, max_shift, **params)
-    for lshape, rshape in [((31, 33), (7, 13)), ((7, 13), (40, 70)), ((1, 1), (5, 3))]:
-        check(form, lshape, 3, None, rshape, **params)
-        check(form, lshape, 3, 4, rshape, **params)
+    bounded_and_unequal(check, form, **params)
 
 
 def test_large_frames_bounded():

@@ -89,13 +89,17 @@ def test_variant_full_range(form, variant, dist):
                          ids=[f"{f}-{'.'.join(map(str, v))}-{d[0]}{d[1]}"
                               for f, v, d in VARIANT_CASES])
 def test_variant_bounded_and_unequal_sizes(form, variant, dist):
-    params = params_of(variant, dist)
+    bounded_and_unequal(check, form, **params_of(variant, dist))
+
+
+def bounded_and_unequal(check_fn, form, **params):
+    """Bounded ranges (also wider than the images) and left/right of different sizes."""
     for max_shift in BOUNDS:
         for lshape in [(5, 3), (31, 33), (257, 129)]:
-            check(form, lshape, 3, max_shift, **params)
+            check_fn(form, lshape, 3, max_shift, **params)
     for lshape, rshape in [((31, 33), (7, 13)), ((7, 13), (40, 70)), ((1, 1), (5, 3))]:
-        check(form, lshape, 3, None, rshape, **params)
-        check(form, lshape, 3, 4, rshape, **params)
+        check_fn(form, lshape, 3, None, rshape, **params)
+        check_fn(form, lshape, 3, 4, rshape, **params)
 
 
 @pytest.mark.parametrize("form", FORMS)
