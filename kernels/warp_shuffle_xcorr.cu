@@ -112,6 +112,15 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
                     for (int ri = 0; ri < RIGHTS; ++ri)
                         r[ri][d] = (ok && rok[ri]) ? rp[ri][(size_t)ry * right_w + cr] : 0.0f;
                 }
+                // The chunk's products are summed apart and then added to the total: float32
+                // error grows with the rows x chunks of the overlap, not with its element count.
+                float part[LEFTS][RIGHTS][SHIFTS];
+#pragma unroll
+                for (int li = 0; li < LEFTS; ++li)
+#pragma unroll
+                    for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                        for (int j = 0; j < SHIFTS; ++j) part[li][ri][j] = 0.0f;
                 const int steps = min(WARP, x_end - xc);
 #pragma unroll
                 for (int s = 0; s < WARP; ++s) {
@@ -127,7 +136,7 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
                                 if (j < 0 || j >= SHIFTS) continue;
 #pragma unroll
                                 for (int li = 0; li < LEFTS; ++li)
-                                    sum[li][ri][j] = fmaf(a[li][i], rv, sum[li][ri][j]);
+                                    part[li][ri][j] = fmaf(a[li][i], rv, part[li][ri][j]);
                             }
                         }
                     }
@@ -142,6 +151,12 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
                         }
                     }
                 }
+#pragma unroll
+                for (int li = 0; li < LEFTS; ++li)
+#pragma unroll
+                    for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                        for (int j = 0; j < SHIFTS; ++j) sum[li][ri][j] += part[li][ri][j];
             }
         }
         if (ix >= out_w) continue;
