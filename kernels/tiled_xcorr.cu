@@ -60,14 +60,8 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
             const float* rp[RIGHTS];
             bool rok[RIGHTS];
             right_group<FORM, RIGHTS>(right, li, r0, m, right_size, rp, rok);
-            float acc[RIGHTS][TY][TX];
+            float acc[RIGHTS][TY][TX] = {};  // all zero
             float win[TY][TX];  // circular over rows: slot (i + s) % TY holds shift row i
-#pragma unroll
-            for (int ri = 0; ri < RIGHTS; ++ri)
-#pragma unroll
-                for (int i = 0; i < TY; ++i)
-#pragma unroll
-                    for (int j = 0; j < TX; ++j) acc[ri][i][j] = 0.0f;
             // Left row `row` into a window slot; the row test is uniform across the warp.
             auto load_row = [&](float* dst, int row) {
                 const bool row_ok = row >= 0 && row < left_h;

@@ -76,13 +76,7 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
             lp[li] = left + (size_t)(lok[li] ? l0 + li : 0) * left_size;
         }
         right_group<FORM, RIGHTS>(right, l0, r0, m, right_size, rp, rok);
-        float sum[LEFTS][RIGHTS][SHIFTS];
-#pragma unroll
-        for (int li = 0; li < LEFTS; ++li)
-#pragma unroll
-            for (int ri = 0; ri < RIGHTS; ++ri)
-#pragma unroll
-                for (int j = 0; j < SHIFTS; ++j) sum[li][ri][j] = 0.0f;
+        float sum[LEFTS][RIGHTS][SHIFTS] = {};  // all zero
 
         for (int y = row_begin; y < row_end; y += LEFT_ROWS) {
             for (int xc = x_begin; xc < x_end; xc += WARP) {
@@ -114,13 +108,7 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
                 }
                 // The chunk's products are summed apart and then added to the total: float32
                 // error grows with the rows x chunks of the overlap, not with its element count.
-                float part[LEFTS][RIGHTS][SHIFTS];
-#pragma unroll
-                for (int li = 0; li < LEFTS; ++li)
-#pragma unroll
-                    for (int ri = 0; ri < RIGHTS; ++ri)
-#pragma unroll
-                        for (int j = 0; j < SHIFTS; ++j) part[li][ri][j] = 0.0f;
+                float part[LEFTS][RIGHTS][SHIFTS] = {};  // all zero
                 const int steps = min(WARP, x_end - xc);
 #pragma unroll
                 for (int s = 0; s < WARP; ++s) {

@@ -19,8 +19,7 @@ from .backend import compute_device, like_input, to_xp, xp_for
 from .errors import XcorrError
 from .forms import form_layout
 from .plans import METHODS, Plan, run_plan
-from .reference import DIRECT_LIMIT
-from .shifts import output_shape
+from .reference import direct_is_small
 
 __all__ = ["cross_correlate", "choose_method", "METHODS"]
 
@@ -37,9 +36,7 @@ def choose_method(layout, max_shift, device: str, left=None, right=None):
         return planner.decide(left, right, layout.form, max_shift).plan
     if max_shift is None:
         return Plan("fft")
-    ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
-    work = layout.n_results * ho * wo * layout.right_shape[0] * layout.right_shape[1]
-    return Plan("direct" if work <= DIRECT_LIMIT else "fft")
+    return Plan("direct" if direct_is_small(layout, max_shift) else "fft")
 
 
 def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto",

@@ -24,7 +24,7 @@ import numpy as np
 from .forms import FORMS, FORM_IDS, form_layout
 from .gpu_overlap import MAX_GRID_Z, as_float32, check_out
 from .kernel_loader import KernelFamily
-from .shifts import first_shift, output_shape
+from .shifts import first_shift, normalize_max_shift, output_shape
 from .work_distribution import schedule
 
 #: (shifts, left_rows) of the multi-row variants
@@ -56,10 +56,6 @@ MAX_STAGED_BYTES = 48 * 1024
 _LAUNCHES: dict = {}
 
 
-def _bound_key(max_shift):
-    return None if max_shift is None else tuple(int(v) for v in np.broadcast_to(max_shift, 2))
-
-
 def launch(configure, left, right, form, max_shift, out, params):
     """Compile (once), configure (once per problem) and launch one kernel.
 
@@ -69,7 +65,7 @@ def launch(configure, left, right, form, max_shift, out, params):
     """
     import cupy as cp
 
-    max_shift = _bound_key(max_shift)
+    max_shift = normalize_max_shift(max_shift)
     key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.Device().id)
     cfg = _LAUNCHES.get(key)
     if cfg is None:

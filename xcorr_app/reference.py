@@ -158,12 +158,17 @@ def xcorr_fft(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
     return out.astype(dtype, copy=False).reshape(lay.batch_shape + (ho, wo))
 
 
-def xcorr(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
-    """Reference correlation: :func:`xcorr_direct` for small problems, :func:`xcorr_fft` else."""
-    lay = form_layout(form, left.shape, right.shape)
+def direct_is_small(lay, max_shift) -> bool:
+    """Whether the direct sum's work (multiply-adds, bounded) stays under :data:`DIRECT_LIMIT`."""
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
     work = lay.n_results * ho * wo * min(lay.right_shape[0] * lay.right_shape[1],
                                          lay.left_shape[0] * lay.left_shape[1])
-    if work <= DIRECT_LIMIT:
+    return work <= DIRECT_LIMIT
+
+
+def xcorr(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
+    """Reference correlation: :func:`xcorr_direct` for small problems, :func:`xcorr_fft` else."""
+    lay = form_layout(form, left.shape, right.shape)
+    if direct_is_small(lay, max_shift):
         return xcorr_direct(left, right, form, max_shift, dtype)
     return xcorr_fft(left, right, form, max_shift, dtype)
