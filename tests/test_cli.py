@@ -51,7 +51,7 @@ def test_align_sample_writes_outputs_and_recovers_truth(tmp_path, name):
     assert sorted(p.name for p in out.iterdir()) == ["aligned.tif", "drift.png", "shifts.csv",
                                                       "shifts.json"]
     rows = list(csv.DictReader(open(out / "shifts.csv")))
-    assert list(rows[0]) == ["frame", "source", "dy", "dx", "peak", "confidence", "fft_dy",
+    assert list(rows[0]) == ["frame", "source", "dy", "dx", "peak", "confidence", "low_confidence", "fft_dy",
                              "fft_dx", "agree"]
     got = np.array([[float(r["dy"]), float(r["dx"])] for r in rows])
     assert np.abs(got - truth(name)).max() <= 0.1

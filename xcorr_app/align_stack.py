@@ -1,10 +1,18 @@
 """Align a stack of frames to a reference: the main job of xcorr.
 
-The pipeline for each chunk of frames: convert to float32 on the compute device, subtract each
-frame's mean, correlate every frame with the reference in one call (form ``one_to_many``, or
-``n_to_mn`` for ``reference="previous"``), take the peak and refine it to subpixel precision,
-and measure the same frames with the FFT reference (:func:`xcorr_app.fft_register.fft_shifts`,
-phase correlation) to report agreement.
+The stack is streamed: a reader thread decodes chunks ahead into a ring of (pinned) host
+buffers (:mod:`xcorr_app.prefetch`); on the GPU each chunk is copied to the device and processed
+on one of two CUDA streams, so the copy of one chunk, the kernels of another and the reading of
+a third overlap; the per-frame results come back to the host in one small copy per chunk, one
+chunk behind.  Memory held at once is bounded (:mod:`xcorr_app.memory_budget`), so stacks larger
+than the GPU's and the host's memory work, and the chunking never changes a result.
+
+Per chunk: convert to float32, check, subtract each frame's mean, prefilter, window
+(:mod:`xcorr_app.preprocess`); correlate every frame with the reference in one call (form
+``one_to_many``, or ``n_to_mn`` for ``reference="previous"``) with the plan chosen once per run;
+normalize (ZNCC from summed-area tables, or phase correlation by FFT); find the peak and refine
+it to subpixel precision for the whole batch; and measure the same frames with the FFT reference
+(:func:`xcorr_app.fft_register.fft_shifts`) to report agreement.
 
 Examples
 --------
@@ -20,233 +28,44 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
+import collections
+import contextlib
 from pathlib import Path
 
 import numpy as np
 
 from . import backend
-from .correlate import cross_correlate
+from .align_result import AlignResult, interpolate_flagged
+from .correlate import choose_method, cross_correlate
 from .errors import InputError, XcorrError
-from .fft_register import fft_shifts, refine_upsampled
+from .fft_register import fft_shifts, phase_surface, refine_upsampled
+from .forms import form_layout
+from .memory_budget import READ_AHEAD, chunk_frames_for, parse_memory
 from .normalize import zncc
 from .peaks import find_shifts
-from .shifts import normalize_max_shift, shift_origin
+from .plans import Plan
+from .prefetch import ChunkPrefetcher
+from .preprocess import parse_prefilter, prepare
+from .preprocess import window as make_window
+from .references import is_previous, reference_frame
+from .shifts import normalize_max_shift, output_shape, shift_origin
+from .stack_reader import ArraySource, open_source
 
 SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
-NORMALIZATIONS = ("zncc", "none")
+NORMALIZATIONS = ("zncc", "none", "phase")
 #: upsampling of the FFT reference measurement (resolution 1/20 px)
 FFT_REFERENCE_UPSAMPLE = 20
+#: columns of the per-frame result block copied back from the device once per chunk
+_COLUMNS = ("dy", "dx", "peak", "confidence", "constant", "finite", "fft_dy", "fft_dx",
+            "fft_iy", "fft_ix")
 
 
-@dataclasses.dataclass
-class AlignResult:
-    """What :func:`align` measured.
-
-    Attributes
-    ----------
-    shifts : (N, 2) float64
-        ``(dy, dx)`` to apply to each frame to align it with the reference (NaN where a frame is
-        constant and no shift can be measured).
-    peak, confidence : (N,) float64
-        Correlation peak value and peak over second peak.
-    fft_shifts : (N, 2) float64
-        The FFT reference measurement of the same frames (NaN with ``verify=False``).
-    agree : (N,) bool
-        Integer peaks of both measurements match (or the FFT peak lies outside ``max_shift``).
-    sources : list of str
-        File each frame came from.
-    settings : dict
-        The parameters of the run.
-    """
-
-    shifts: np.ndarray
-    peak: np.ndarray
-    confidence: np.ndarray
-    fft_shifts: np.ndarray
-    agree: np.ndarray
-    sources: list
-    settings: dict
-
-    @property
-    def n_frames(self) -> int:
-        return len(self.shifts)
-
-    @property
-    def constant_frames(self) -> np.ndarray:
-        return np.flatnonzero(np.isnan(self.shifts).any(axis=1))
-
-    def summary(self) -> dict:
-        """Agreement rate and RMS difference to the FFT reference, drift extent."""
-        ok = ~np.isnan(self.shifts).any(axis=1)
-        diff = self.shifts[ok] - self.fft_shifts[ok]
-        verified = ok & ~np.isnan(self.fft_shifts).any(axis=1)
-        return {
-            "frames": self.n_frames,
-            "constant_frames": int((~ok).sum()),
-            "agreement": float(self.agree[verified].mean()) if verified.any() else float("nan"),
-            "rms_vs_fft": float(np.sqrt(np.mean(diff[~np.isnan(diff).any(axis=1)] ** 2)))
-            if verified.any() else float("nan"),
-            "max_abs_shift": float(np.nanmax(np.abs(self.shifts))) if ok.any() else float("nan"),
-        }
-
-    def csv_text(self) -> str:
-        rows = ["frame,source,dy,dx,peak,confidence,fft_dy,fft_dx,agree"]
-        for i in range(self.n_frames):
-            dy, dx = self.shifts[i]
-            fy, fx = self.fft_shifts[i]
-            src = self.sources[i].replace('"', '""')
-            src = f'"{src}"' if ("," in src or '"' in src) else src
-            rows.append(f"{i},{src},{dy:.4f},{dx:.4f},{self.peak[i]:.6g},"
-                        f"{self.confidence[i]:.4g},{fy:.4f},{fx:.4f},{str(bool(self.agree[i])).lower()}")
-        return "\n".join(rows) + "\n"
-
-
-class ArraySource:
-    """An in-memory ``(N, H, W)`` stack behaving like :class:`xcorr_app.stack_reader.FrameSource`."""
-
-    def __init__(self, stack, name="array"):
-        if stack.ndim == 2:
-            stack = stack[None]
-        if stack.ndim != 3:
-            raise InputError(f"a stack must be (N, H, W) or one (H, W) frame, got shape {stack.shape}")
-        if 0 in stack.shape:
-            raise InputError(f"cannot align an empty stack of shape {stack.shape}")
-        self.stack, self.name = stack, name
-        self.n_frames, self.frame_shape, self.dtype = stack.shape[0], stack.shape[1:], stack.dtype
-        self.notes, self.paths = [], []
-
-    def source_name(self, i):
-        return self.name
-
-    def read(self, start, stop):
-        return self.stack[start:stop]
-
-    def chunks(self, chunk_frames):
-        for start in range(0, self.n_frames, chunk_frames):
-            yield start, self.read(start, min(start + chunk_frames, self.n_frames))
-
-    def close(self):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def open_source(stack_or_path, channel=None):
-    """A frame source for a path (TIFF file or folder) or an array."""
-    if isinstance(stack_or_path, (str, Path)):
-        from .stack_reader import open_stack
-
-        return open_stack(stack_or_path, channel=channel)
-    return ArraySource(stack_or_path)
-
-
-def parse_prefilter(spec):
-    """``None | "none" | "gaussian:S" | "dog:S1,S2"`` -> a function of a float32 stack, or None."""
-    if spec in (None, "none"):
-        return None
-    name = str(spec).partition(":")[0]
-    if name not in ("gaussian", "dog"):
-        raise XcorrError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
-    from .filters import parse_kernel_spec
-
-    fn = parse_kernel_spec(str(spec))
-    return lambda frames: fn(frames, "reflect", 0.0)
-
-
-def prepare(frames, xp, first_index, src, prefilter=None):
-    """float32 on the device, prefiltered, mean subtracted; NaN/Inf are an error.
-
-    Returns ``(frames, raw, constant)``: the prepared frames, the same frames mean-subtracted
-    but not prefiltered (what the FFT reference measures), and flags of constant frames.
-    """
-    f = xp.asarray(frames).astype(xp.float32)
-    finite = xp.isfinite(f).reshape(len(f), -1).all(axis=1)
-    if not bool(finite.all()):
-        bad = int(np.flatnonzero(backend.to_numpy(~finite))[0]) + first_index
-        raise InputError(f"frame {bad} ({src.source_name(bad)}) has NaN or Inf pixels; replace "
-                         "them (for example with the frame median) before aligning")
-    constant = (f == f[:, :1, :1]).reshape(len(f), -1).all(axis=1)
-    f -= f.mean(axis=(1, 2), keepdims=True)
-    if prefilter is None:
-        return f, f, constant
-    g = prefilter(f).astype(xp.float32, copy=False)
-    return g - g.mean(axis=(1, 2), keepdims=True), f, constant
-
-
-def mean_frame(src, xp, chunk_frames):
-    """The mean of all frames, in one streaming pass."""
-    acc = xp.zeros(src.frame_shape, dtype=xp.float64)
-    for _, chunk in src.chunks(chunk_frames):
-        acc += xp.asarray(chunk).astype(xp.float64).sum(axis=0)
-    return acc / src.n_frames
-
-
-def reference_frame(reference, src, xp, chunk_frames, channel=None):
-    """The reference image for ``first | mean | INDEX | path`` (``previous`` is handled apart)."""
-    if isinstance(reference, (int, np.integer)) or (isinstance(reference, str) and reference.lstrip("-").isdigit()):
-        idx = int(reference)
-        if not -src.n_frames <= idx < src.n_frames:
-            raise XcorrError(f"reference index {idx} is out of range for {src.n_frames} frames")
-        return xp.asarray(src.read(idx % src.n_frames, idx % src.n_frames + 1)[0])
-    if reference == "first":
-        return xp.asarray(src.read(0, 1)[0])
-    if reference == "mean":
-        return mean_frame(src, xp, chunk_frames)
-    if isinstance(reference, (str, Path)) and Path(reference).exists():
-        from .stack_reader import read_image
-
-        img = read_image(reference, channel=channel)
-        if tuple(img.shape) != tuple(src.frame_shape):
-            raise InputError(f"reference image {reference} is {img.shape[0]}x{img.shape[1]} but the "
-                             f"frames are {src.frame_shape[0]}x{src.frame_shape[1]}")
-        return xp.asarray(img)
-    if not isinstance(reference, (str, Path)):  # an array
-        ref = xp.asarray(reference)
-        if tuple(ref.shape) != tuple(src.frame_shape):
-            raise InputError(f"reference of shape {ref.shape} does not match frames {src.frame_shape}")
-        return ref
-    raise XcorrError(f"unknown reference {reference!r}: use first, mean, previous, a frame index "
-                     "or an image file")
-
-
-def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
-                    subpixel="gaussian", upsample=20, prefilter=None, device="auto"):
-    """Shifts of a batch of frames already in memory against one reference (or one each).
-
-    Parameters
-    ----------
-    reference : (H, W) or (N, H, W) ndarray
-        One reference for all frames, or one per frame.
-    frames : (N, H, W) ndarray
-    max_shift : int or (int, int), optional
-        Search only ``-max_shift..max_shift``; default: every shift (FFT correlation).
-    normalization : {"zncc", "none"}
-        ``zncc``: zero-normalized per shift over the overlap; ``none``: mean-subtracted sums.
-    subpixel : {"none", "parabolic", "gaussian", "upsample"}
-    upsample : int
-        Factor of the upsampled-DFT refinement (``subpixel="upsample"``).
-    prefilter : {None, "gaussian:S", "dog:S1,S2"}
-        Filter both images first (noise or background suppression).
-
-    Returns
-    -------
-    shifts (N, 2), peak (N,), confidence (N,) : arrays of the input's module
-    """
-    xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
-    pre = parse_prefilter(prefilter)
-    src = ArraySource(xp.asarray(frames))
-    mov = prepare(src.stack, xp, 0, src, pre)[0]
-    ref = xp.asarray(reference)
-    ref = prepare(ref if ref.ndim == 3 else ref[None], xp, 0, ArraySource(ref), pre)[0]
-    ref = ref if xp.asarray(reference).ndim == 3 else ref[0]
-    shifts, peak, conf = _correlate_and_peak(ref, mov, max_shift, normalization, subpixel,
-                                             upsample, xp)
-    return tuple(backend.like_input(a, reference, frames) for a in (shifts, peak, conf))
+def search_range(frame_shape, max_shift):
+    """The bound actually searched: ``max_shift``, or half the frame (what the FFT can tell
+    apart) when there is none."""
+    if max_shift is not None:
+        return max_shift
+    return (frame_shape[0] // 2, frame_shape[1] // 2)
 
 
 def _check_choices(normalization, subpixel):
@@ -257,20 +76,109 @@ def _check_choices(normalization, subpixel):
                          f"{', '.join(NORMALIZATIONS)}")
 
 
-def _correlate_and_peak(ref, mov, max_shift, normalization, subpixel, upsample, xp):
-    _check_choices(normalization, subpixel)
-    dev = "gpu" if xp is not np else "cpu"
-    if ref.ndim == 3:  # one reference per frame
-        corr = cross_correlate(ref, mov[:, None], "n_to_mn", max_shift, device=dev)[:, 0]
-    else:
-        corr = cross_correlate(ref, mov, "one_to_many", max_shift, device=dev)
-    if normalization == "zncc":
-        corr = zncc(corr, ref, mov, max_shift)
-    origin = shift_origin(ref.shape, mov.shape, max_shift)
-    shifts, peak, conf = find_shifts(corr, origin, "none" if subpixel == "upsample" else subpixel)
-    if subpixel == "upsample":
-        shifts = refine_upsampled(ref, mov, shifts, upsample)
-    return shifts, peak, conf
+class _Measurer:
+    """Correlation, normalization, peak and subpixel refinement of whole batches, with the plan
+    chosen once (on the first batch) so that every chunk of a run is computed the same way."""
+
+    def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None):
+        _check_choices(normalization, subpixel)
+        self.xp, self.dev = xp, "cpu" if xp is np else "gpu"
+        self.bound = search_range(frame_shape, max_shift)
+        self.unbounded = max_shift is None
+        self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
+        self.plan = "phase" if normalization == "phase" else plan
+
+    def _plan(self, ref, mov, form):
+        if self.plan is None:
+            if self.unbounded:
+                self.plan = Plan("fft")  # without a bound: FFT
+            elif self.dev == "gpu":
+                self.plan = choose_method(form_layout(form, ref.shape, mov.shape), self.bound,
+                                          "gpu", ref, mov)
+            else:  # a per-frame rule: the same for any chunk size
+                one = mov[:1] if form == "one_to_many" else mov[:1, :1]
+                self.plan = choose_method(form_layout(form, ref[:1].shape if ref.ndim == 3
+                                                      else ref.shape, one.shape),
+                                          self.bound, "cpu")
+        return self.plan
+
+    def __call__(self, ref, mov, ref_fft=None):
+        """Shifts, peaks, confidences of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
+        frame); ``ref_fft`` (``fft2(ref)``) is needed for phase normalization."""
+        xp = self.xp
+        if self.normalization == "phase":
+            if ref_fft is None:
+                ref_fft = xp.fft.fft2(ref.astype(xp.float32))
+            corr, origin = phase_surface(ref_fft, mov, self.bound)
+        else:
+            form = "n_to_mn" if ref.ndim == 3 else "one_to_many"
+            right = mov[:, None] if form == "n_to_mn" else mov
+            corr = cross_correlate(ref, right, form, self.bound, method=self._plan(ref, right, form),
+                                   device=self.dev)
+            corr = corr[:, 0] if form == "n_to_mn" else corr
+            if self.normalization == "zncc":
+                corr = zncc(corr, ref, mov, self.bound)
+            origin = shift_origin(ref.shape, mov.shape, self.bound)
+        upsampled = self.subpixel == "upsample"
+        shifts, peak, conf = find_shifts(corr, origin, "none" if upsampled else self.subpixel)
+        if upsampled:
+            shifts = refine_upsampled(ref, mov, shifts, self.upsample)
+        return shifts, peak, conf
+
+
+def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
+                    subpixel="gaussian", upsample=20, prefilter=None, window="none",
+                    device="auto"):
+    """Shifts of a batch of frames already in memory against one reference (or one each).
+
+    Parameters
+    ----------
+    reference : (H, W) or (N, H, W) ndarray
+        One reference for all frames, or one per frame.
+    frames : (N, H, W) ndarray
+    max_shift : int or (int, int), optional
+        Search only ``-max_shift..max_shift``; default: up to half the frame (FFT correlation).
+    normalization : {"zncc", "none", "phase"}
+        ``zncc``: zero-normalized per shift over the overlap; ``none``: mean-subtracted sums;
+        ``phase``: phase correlation (circular, by FFT).
+    subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
+    upsample : int
+        Factor of the upsampled-DFT refinement (``subpixel="upsample"``).
+    prefilter : {None, "gaussian:S", "dog:S1,S2"}
+        Filter both images first (noise or background suppression).
+    window : {"none", "hann", "tukey", "tukey:ALPHA"}
+        Apodize both images first.
+
+    Returns
+    -------
+    shifts (N, 2), peak (N,), confidence (N,) : arrays of the input's module
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import ndimage as ndi
+    >>> ref = ndi.gaussian_filter(np.random.default_rng(2).random((40, 48)), 2)
+    >>> moved = np.roll(ref, (1, 2), axis=(0, 1))[None]
+    >>> shifts, peak, conf = estimate_shifts(ref, moved, max_shift=4, device="cpu")
+    >>> np.round(shifts).tolist()
+    [[-1.0, -2.0]]
+    """
+    xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
+    max_shift = normalize_max_shift(max_shift)
+    pre = parse_prefilter(prefilter)
+    mov = xp.asarray(frames)
+    mov = mov[None] if mov.ndim == 2 else mov
+    ref = xp.asarray(reference)
+    if mov.ndim != 3 or ref.ndim not in (2, 3) or ref.shape[-2:] != mov.shape[1:] \
+            or (ref.ndim == 3 and len(ref) != len(mov)):
+        raise InputError(f"frames must be (N, H, W) and the reference (H, W) or (N, H, W) of the "
+                         f"same frame size; got {mov.shape} and {ref.shape}")
+    win = make_window(window, mov.shape[1:], xp)
+    p = prepare(mov, xp, pre, win)
+    r = prepare(ref if ref.ndim == 3 else ref[None], xp, pre, win).frames
+    measure = _Measurer(xp, mov.shape[1:], max_shift, normalization, subpixel, upsample)
+    shifts, peak, conf = measure(r if ref.ndim == 3 else r[0], p.frames)
+    return tuple(backend.like_input(a, reference, frames) for a in (shifts, peak, conf))
 
 
 def _agree(shifts, fft_shifts_, fft_int, max_shift):
@@ -288,22 +196,68 @@ def _agree(shifts, fft_shifts_, fft_int, max_shift):
     return same
 
 
+def _device_chunks(src, chunk_frames, xp):
+    """Yield ``(start, frames on xp's device)``, read ahead by a thread.
+
+    On the GPU the chunks alternate between two CUDA streams: each is copied from a pinned
+    buffer and yielded inside its stream's context, so the consumer's kernels for it queue on
+    that stream while the next chunk is read and copied.
+    """
+    stack = getattr(src, "stack", None)
+    if stack is not None and xp is not np and backend.is_cupy_array(stack):
+        for start in range(0, src.n_frames, chunk_frames):
+            yield start, stack[start:start + chunk_frames]
+        return
+    if stack is not None and xp is np:
+        for start in range(0, src.n_frames, chunk_frames):
+            yield start, np.asarray(stack[start:start + chunk_frames])
+        return
+    gpu = xp is not np
+    with ChunkPrefetcher(src, chunk_frames, READ_AHEAD, pinned=gpu) as chunks:
+        if not gpu:
+            for start, host, slot in chunks:
+                yield start, host  # the consumer converts it before asking for the next
+                chunks.release(slot)
+            return
+        streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        for k, (start, host, slot) in enumerate(chunks):
+            stream = streams[k % 2]
+            with stream:
+                frames = xp.empty(host.shape, host.dtype)
+                frames.set(host, stream=stream)
+                chunks.release(slot, stream.record())
+                yield start, frames
+
+
+def _device_free_bytes(xp):
+    if xp is np:
+        return None
+    free, _ = xp.cuda.runtime.memGetInfo()
+    pool = xp.get_default_memory_pool()
+    return free + pool.free_bytes()
+
+
 def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
-          subpixel="gaussian", upsample=20, prefilter="gaussian:1", verify=True, channel=None,
-          chunk_frames=64, device="auto", progress=None):
+          subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
+          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
+          max_memory=None, device="auto", progress=None):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
     ----------
     stack_or_path : ndarray (N, H, W), str or Path
-        A stack in memory (NumPy or CuPy) or a TIFF file / folder of TIFFs.
-    reference : {"first", "mean", "previous"}, int, path or ndarray
-        ``previous`` correlates each frame with the one before and accumulates the shifts.
+        A stack in memory (NumPy or CuPy) or a TIFF file / folder of TIFFs (streamed).
+    reference : {"first", "mean", "mean:N", "previous"}, int, path or ndarray
+        ``mean`` averages all frames (``mean:N`` the first N) in one streaming pass first;
+        ``previous`` correlates each frame with the one before and accumulates the shifts; an
+        int is a frame index; a path is an image file.
     max_shift : int or (int, int), optional
-        Bound of the search; default every shift (FFT correlation).
-    normalization : {"zncc", "none"}
+        Bound of the search (the planner picks the warp-shuffle kernels or the FFT); default:
+        up to half the frame, by FFT.
+    normalization : {"zncc", "none", "phase"}
         ``zncc`` (default): zero-normalized cross-correlation per shift over the overlap, from
-        summed-area tables; ``none``: mean-subtracted correlation sums.
+        summed-area tables; ``none``: mean-subtracted correlation sums; ``phase``: phase
+        correlation (circular, by FFT).
     subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
         ``gaussian`` (default) and ``parabolic`` fit the 3x3 neighbourhood of the peak in 2-D,
         the ``...3`` variants fit 3 points along each axis, ``upsample`` refines by the
@@ -311,14 +265,24 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     upsample : int
         Upsampling factor for ``subpixel="upsample"``.
     prefilter : {"gaussian:1", "gaussian:S", "dog:S1,S2", "none"}
-        Filter applied to every frame and the reference before correlation (the FFT reference
-        measurement sees the same filtered frames).
+        Filter applied to every frame and the reference before correlation (on the GPU: the
+        reuse convolution kernels).
+    window : {"none", "hann", "tukey", "tukey:ALPHA"}
+        Apodization of every frame and the reference before correlation.
     verify : bool
         Also measure every frame with the FFT reference and report agreement.
+    min_confidence : float, optional
+        Frames whose confidence (peak over second peak) is below it are flagged.
+    interpolate_low : bool
+        Replace the shifts of flagged frames by interpolation between their neighbours.
     channel : int, optional
         Channel of multi-channel files.
     chunk_frames : int
-        Frames processed per step.
+        Most frames processed per step.
+    max_memory : int or str, optional
+        Cap on the memory held at once (host read-ahead buffers plus device working set), e.g.
+        ``"2G"``; without it the chunk is capped at half the free GPU memory.  The result does
+        not depend on it.
     device : {"auto", "gpu", "cpu"}
     progress : callable(int), optional
         Called with the number of frames finished after each chunk.
@@ -330,87 +294,173 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     max_shift = normalize_max_shift(max_shift)
     _check_choices(normalization, subpixel)
     pre = parse_prefilter(prefilter)
+    budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")
+    if min_confidence is not None and not min_confidence >= 0:
+        raise XcorrError(f"min_confidence must be >= 0, got {min_confidence}")
     dev = backend.compute_device(*([stack_or_path] if not isinstance(stack_or_path, (str, Path))
                                    else []), device=device)
     xp = backend.xp_for(dev)
+    previous = is_previous(reference)
     with open_source(stack_or_path, channel) as src:
         h, w = src.frame_shape
         if h * w < 2:
             raise InputError(f"frames of {h}x{w} pixel cannot be registered: at least 2 pixels "
                              "are needed")
-        previous = isinstance(reference, str) and reference == "previous"
-        ref = None
+        win = make_window(window, (h, w), xp)
+        measure = _Measurer(xp, (h, w), max_shift, normalization, subpixel, upsample)
+        surface = output_shape((h, w), (h, w), measure.bound)
+        chunk = chunk_frames_for((h, w), src.dtype.itemsize, surface, budget=budget,
+                                 limit=chunk_frames, device_free=_device_free_bytes(xp))
+        ref = ref_fft = ref_raw_fft = None
         if not previous:
-            ref, ref_raw, ref_const = prepare(
-                reference_frame(reference, src, xp, chunk_frames, channel)[None], xp, 0, src, pre)
-            if bool(ref_const[0]):
+            p = prepare(reference_frame(reference, src, xp, chunk, channel)[None], xp, pre, win)
+            if not bool(p.finite[0]):
+                raise InputError("the reference image has NaN or Inf pixels; replace them first")
+            if bool(p.constant[0]):
                 raise InputError("the reference image is constant; choose another --reference")
-            ref = ref[0]
-            ref_fft = xp.fft.fft2(ref_raw[0])
+            ref = p.frames[0]
+            ref_fft = xp.fft.fft2(ref) if normalization == "phase" else None
+            ref_raw_fft = xp.fft.fft2(p.raw[0]) if verify else None
+            if xp is not np:
+                xp.cuda.Device().synchronize()  # the streams below read these
         n = src.n_frames
-        shifts = np.zeros((n, 2))
-        peak, conf = np.zeros(n), np.zeros(n)
-        fft_sh = np.full((n, 2), np.nan)
-        agree = np.zeros(n, bool)
-        const = np.zeros(n, bool)
-        last = None  # previous mode: the last frame (prepared, raw) of the chunk before
-        for start, chunk in src.chunks(chunk_frames):
-            frames, raw, c = prepare(chunk, xp, start, src, pre)
-            stop = start + len(frames)
-            const[start:stop] = backend.to_numpy(c)
-            if previous:
-                first = (frames[:1], raw[:1]) if last is None else (last[0][None], last[1][None])
-                refs = xp.concatenate([first[0], frames[:-1]])
-                refs_raw = xp.concatenate([first[1], raw[:-1]])
-                last = (frames[-1], raw[-1])
-                s, p, k = _correlate_and_peak(refs, frames, max_shift, normalization, subpixel,
-                                              upsample, xp)
-            else:
-                s, p, k = _correlate_and_peak(ref, frames, max_shift, normalization, subpixel,
-                                              upsample, xp)
-            shifts[start:stop] = backend.to_numpy(s)
-            peak[start:stop], conf[start:stop] = backend.to_numpy(p), backend.to_numpy(k)
-            if verify:
-                fr = xp.fft.fft2(refs_raw) if previous else ref_fft
-                fs, _, fi = fft_shifts(fr, raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
-                                       reference_is_fft=True, return_integer=True)
-                fft_sh[start:stop] = backend.to_numpy(fs)
-                agree[start:stop] = _agree(shifts[start:stop], fft_sh[start:stop],
-                                           backend.to_numpy(fi), max_shift)
+        table = np.full((n, len(_COLUMNS)), np.nan)
+        inflight = collections.deque()  # (start, device block, done event, arrays to keep)
+        last = None  # previous mode: (frame, raw frame, done event) of the chunk before
+
+        def check_finite(start, finite):
+            bad = np.flatnonzero(finite == 0)
+            if len(bad):
+                i = start + int(bad[0])
+                raise InputError(f"frame {i} ({src.source_name(i)}) has NaN or Inf pixels; "
+                                 "replace them (for example with the frame median) before "
+                                 "aligning")
+
+        def finish(start, block, event, keep):
+            if event is not None:
+                event.synchronize()
+            block = backend.to_numpy(block)
+            check_finite(start, block[:, 5])
+            table[start:start + len(block)] = block
             if progress is not None:
-                progress(len(frames))
+                progress(len(block))
+
+        for start, frames in _device_chunks(src, chunk, xp):
+            p = prepare(frames, xp, pre, win)
+            if xp is np:  # on the GPU the flags come back with the results
+                check_finite(start, p.finite)
+            keep = ()
+            if previous:
+                if last is None:
+                    refs, refs_raw = p.frames[:1], p.raw[:1]
+                else:
+                    if last[2] is not None:
+                        xp.cuda.get_current_stream().wait_event(last[2])
+                    refs, refs_raw = last[0][None], last[1][None]
+                    keep = last
+                refs = xp.concatenate([refs, p.frames[:-1]])
+                refs_raw = xp.concatenate([refs_raw, p.raw[:-1]])
+                s, pk, cf = measure(refs, p.frames)
+            else:
+                s, pk, cf = measure(ref, p.frames, ref_fft)
+            if verify:
+                fr = xp.fft.fft2(refs_raw) if previous else ref_raw_fft
+                fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
+                                       reference_is_fft=True, return_integer=True)
+            else:
+                fs = fi = xp.full((len(p.raw), 2), xp.nan)
+            block = xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
+                                    p.finite[:, None], fs, fi], axis=1).astype(xp.float64)
+            event = None if xp is np else xp.cuda.get_current_stream().record()
+            if previous:
+                last = (p.frames[-1], p.raw[-1], event)
+            inflight.append((start, block, event, keep))
+            while len(inflight) > 1:  # results come back one chunk behind
+                finish(*inflight.popleft())
+        while inflight:
+            finish(*inflight.popleft())
         sources = [src.source_name(i) for i in range(n)]
         notes = list(src.notes)
+    shifts, peak, conf = table[:, 0:2], table[:, 2], table[:, 3]
+    const = table[:, 4] == 1
+    fft_sh, fft_int = table[:, 6:8], table[:, 8:10]
+    agree = _agree(shifts, fft_sh, fft_int, max_shift) if verify else np.zeros(n, bool)
     if previous:
-        const_step = const | np.roll(const, 1)
-        const_step[0] = const[0]
-        steps = np.where(const_step[:, None], 0.0, shifts)
-        steps[0] = 0.0
-        shifts = np.cumsum(steps, axis=0)
-        if verify:
-            fft_steps = np.where(const_step[:, None], 0.0, fft_sh)
-            fft_steps[0] = 0.0
-            fft_sh = np.cumsum(fft_steps, axis=0)
+        shifts, fft_sh = _accumulate(shifts, const), _accumulate(fft_sh, const)
     shifts[const] = np.nan
     conf[const] = 0.0
     agree[const] = False
+    low = np.zeros(n, bool) if min_confidence is None else (conf < min_confidence) & ~const
+    if interpolate_low:
+        shifts = interpolate_flagged(shifts, low)
     settings = {"reference": str(reference) if not hasattr(reference, "shape") else "array",
                 "max_shift": list(max_shift) if max_shift else None,
-                "normalization": normalization, "prefilter": prefilter or "none", "subpixel": subpixel,
-                "upsample": upsample, "verify": verify, "channel": channel, "device": dev,
-                "notes": notes}
-    return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings)
+                "search_range": list(measure.bound),
+                "normalization": normalization, "prefilter": prefilter or "none",
+                "window": window or "none", "subpixel": subpixel, "upsample": upsample,
+                "verify": verify, "min_confidence": min_confidence,
+                "interpolate_low": interpolate_low, "channel": channel, "device": dev,
+                "chunk_frames": chunk, "max_memory": budget, "notes": notes}
+    plan = str(measure.plan) if measure.plan is not None else ""
+    return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low, plan,
+                       stack_or_path)
 
 
-def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, chunk_frames=64, device="auto"):
-    """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack."""
+def _accumulate(steps, const):
+    """Frame-to-frame steps -> shifts against the first frame; a constant frame (or one after
+    a constant frame) contributes no step."""
+    const_step = const | np.roll(const, 1)
+    const_step[0] = const[0]
+    steps = np.where(const_step[:, None] | np.isnan(steps), 0.0, steps)
+    steps[0] = 0.0
+    return np.cumsum(steps, axis=0)
+
+
+def common_area(shifts, frame_shape):
+    """``(y0, y1, x0, x1)``: the region every shifted frame covers (NaN shifts ignored)."""
+    h, w = frame_shape
+    s = np.asarray(shifts, dtype=np.float64)
+    s = s[~np.isnan(s).any(axis=1)]
+    if not len(s):
+        return 0, h, 0, w
+    y0 = max(0, int(np.ceil(s[:, 0].max() - 1e-9)))
+    y1 = min(h, int(np.floor(h - 1 + s[:, 0].min() + 1e-9)) + 1)
+    x0 = max(0, int(np.ceil(s[:, 1].max() - 1e-9)))
+    x1 = min(w, int(np.floor(w - 1 + s[:, 1].min() + 1e-9)) + 1)
+    if y1 <= y0 or x1 <= x0:
+        raise XcorrError("the shifted frames have no area in common; pad with --fill instead "
+                         "of --crop")
+    return y0, y1, x0, x1
+
+
+def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
+                 crop=False, chunk_frames=64, device="auto"):
+    """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack.
+
+    Parameters
+    ----------
+    stack_or_path : ndarray, str or Path
+    shifts : (N, 2) array
+        ``(dy, dx)`` per frame (NaN: left unshifted).
+    fill : float
+        Value of pixels shifted in from outside the frame.
+    resample : {"bilinear", "fourier"}
+        Bilinear interpolation, or a Fourier phase ramp (exact for band-limited frames).
+    crop : bool
+        Keep only the area every shifted frame covers (:func:`common_area`).
+    """
     from .warp import shift_frames
 
     xp = backend.xp_for(backend.resolve_device(device))
     with open_source(stack_or_path, channel) as src:
-        for start, chunk in src.chunks(chunk_frames):
+        shifts = np.asarray(shifts, dtype=np.float64)
+        if shifts.shape != (src.n_frames, 2):
+            raise XcorrError(f"shifts of shape {shifts.shape} do not match {src.n_frames} frames")
+        y0, y1, x0, x1 = common_area(shifts, src.frame_shape) if crop else (0, None, 0, None)
+        for start, chunk in _device_chunks(src, chunk_frames, xp):
             frames = xp.asarray(chunk).astype(xp.float32)
-            out = shift_frames(frames, xp.asarray(shifts[start:start + len(frames)]), fill=fill)
-            yield start, backend.to_numpy(out)
+            out = shift_frames(frames, xp.asarray(shifts[start:start + len(frames)]), fill=fill,
+                               method=resample)
+            yield start, backend.to_numpy(out[:, y0:y1, x0:x1])

@@ -143,3 +143,33 @@ def to_xp(a, xp):
 def like_input(result, *inputs):
     """Return ``result`` as the array type of ``inputs`` (NumPy in, NumPy out; CuPy in, CuPy out)."""
     return to_xp(result, array_module_of(*inputs))
+
+
+def environment(device: str) -> dict:
+    """What a result was computed with: the device (GPU name) and the library versions.
+
+    Examples
+    --------
+    >>> sorted(environment("cpu"))
+    ['device', 'versions']
+    """
+    import sys
+
+    from . import __version__
+
+    versions = {"xcorr": __version__, "python": sys.version.split()[0]}
+    for name in ("numpy", "scipy", "tifffile", "cupy"):
+        if name == "cupy" and device != "gpu":
+            continue
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001 - a missing optional library
+            pass
+    where = "cpu"
+    if device == "gpu":
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        where = f"gpu: {name}"
+    return {"device": where, "versions": versions}

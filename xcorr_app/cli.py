@@ -128,39 +128,57 @@ def cli():
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--reference", default="first", show_default=True,
-              help="first | mean | previous | a frame INDEX | an image FILE.")
+              help="first | mean | mean:N (of the first N frames) | previous (frame to frame, "
+                   "accumulated) | a frame INDEX | an image FILE.")
 @click.option("--max-shift", default=None, metavar="N|SY,SX",
-              help="Search shifts only up to N pixels (definition-based kernels); "
-                   "default: every shift (FFT).")
+              help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
+                   "kernels or FFT); default: up to half the frame, by FFT.")
+@click.option("--normalization", type=click.Choice(["zncc", "none", "phase"]), default="zncc",
+              show_default=True,
+              help="zncc: zero-normalized per shift over the overlap; none: mean-subtracted "
+                   "sums; phase: phase correlation (FFT).")
 @click.option("--subpixel", type=click.Choice(["gaussian", "parabolic", "gaussian3", "parabolic3",
                                               "upsample", "none"]),
               default="gaussian", show_default=True,
               help="Subpixel refinement: 2-D fit on the 3x3 peak neighbourhood (gaussian, "
                    "parabolic), 3-point fits per axis (...3), or upsampled DFT (upsample).")
-@click.option("--normalization", type=click.Choice(["zncc", "none"]), default="zncc",
-              show_default=True,
-              help="zncc: zero-normalized per shift over the overlap; none: raw sums.")
+@click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Upsampling factor for --subpixel upsample (resolution 1/K px).")
 @click.option("--prefilter", default="gaussian:1", show_default=True,
               metavar="gaussian:S|dog:S1,S2|none", help="Filter frames before correlating.")
-@click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Upsampling factor for --subpixel upsample.")
+@click.option("--window", default="none", show_default=True, metavar="none|hann|tukey[:A]",
+              help="Apodize frames before correlating (suppresses edge effects).")
+@click.option("--min-confidence", type=click.FloatRange(min=0), default=None,
+              help="Flag frames whose peak / second peak is below this.")
+@click.option("--interpolate-low", is_flag=True,
+              help="Give flagged frames shifts interpolated from their neighbours.")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Cap on memory held at once, e.g. 2G (host buffers + GPU working set); "
+                   "default: half the free GPU memory. Results do not depend on it.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Output folder [default: PATH_xcorr beside the input].")
+@click.option("--resample", type=click.Choice(["bilinear", "fourier"]), default="bilinear",
+              show_default=True, help="How aligned.tif is resampled at subpixel shifts.")
+@click.option("--crop", is_flag=True,
+              help="Crop aligned.tif to the area every shifted frame covers.")
 @click.option("--fill", type=float, default=0.0, show_default=True,
-              help="Value for pixels shifted in from outside the frame.")
+              help="Value for pixels shifted in from outside the frame (without --crop).")
 @click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster).")
 @click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @stack_command
-def align(path, reference, max_shift, subpixel, normalization, prefilter, upsample, out_dir, fill,
-          no_verify, no_aligned, as_json, channel, device, chunk_frames, force, quiet):
+def align(path, reference, max_shift, normalization, subpixel, upsample, prefilter, window,
+          min_confidence, interpolate_low, max_memory, out_dir, resample, crop, fill, no_verify,
+          no_aligned, as_json, channel, device, chunk_frames, force, quiet):
     """Estimate the drift of every frame of PATH and write the aligned stack.
 
-    PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs.
-    Writes shifts.csv, shifts.json, aligned.tif and drift.png into the output folder. Shifts are
-    (dy, dx) to apply to each frame to align it with the reference, as in scikit-image.
+    PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs;
+    it is streamed, so it may be larger than the GPU's or the host's memory. Writes shifts.csv,
+    shifts.json, aligned.tif and drift.png into the output folder. Shifts are (dy, dx) to apply
+    to each frame to align it with the reference, as in scikit-image.
     """
-    from .align_stack import align as run_align, apply_shifts
+    from .align_stack import align as run_align, apply_shifts, common_area
+    from .memory_budget import parse_memory
     from .outputs import TiffStackWriter, prepare_outputs, write_text
     from .plot import plot_drift
     from .stack_reader import open_stack
@@ -171,53 +189,72 @@ def align(path, reference, max_shift, subpixel, normalization, prefilter, upsamp
     if not no_aligned:
         outputs["aligned.tif"] = out_dir / "aligned.tif"
     ms = parse_max_shift(max_shift)
+    if max_memory is not None:
+        parse_memory(max_memory)  # a bad size fails before anything is read
+    if interpolate_low and min_confidence is None:
+        raise XcorrError("--interpolate-low needs --min-confidence to know which frames to "
+                         "replace")
     dev = note_device(device, quiet)
     _planner_notes(quiet)
     with open_stack(path, channel=channel) as src:  # fail early on a bad input
-        n, shape = src.n_frames, src.frame_shape
+        n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, quiet)
     prepare_outputs(list(outputs.values()), force)
+    frame_gb = shape[0] * shape[1] * itemsize / 1e9
     t0 = time.perf_counter()
     with progress_bar(n, "measuring", quiet) as bar:
         res = run_align(path, reference, max_shift=ms, normalization=normalization,
-                        subpixel=subpixel, upsample=upsample, prefilter=prefilter,
-                        verify=not no_verify, channel=channel, chunk_frames=chunk_frames,
-                        device=dev, progress=bar.update)
+                        subpixel=subpixel, upsample=upsample, prefilter=prefilter, window=window,
+                        verify=not no_verify, min_confidence=min_confidence,
+                        interpolate_low=interpolate_low, channel=channel,
+                        chunk_frames=chunk_frames, max_memory=max_memory, device=dev,
+                        progress=_rate_updater(bar, frame_gb))
     t_measure = time.perf_counter() - t0
     if not no_aligned:
+        box = common_area(res.shifts, shape) if crop else (0, shape[0], 0, shape[1])
+        out_shape = (box[1] - box[0], box[3] - box[2])
         with progress_bar(n, "writing aligned.tif", quiet) as bar, \
-                TiffStackWriter(outputs["aligned.tif"], shape, "float32", n_frames=n) as writer:
+                TiffStackWriter(outputs["aligned.tif"], out_shape, "float32", n_frames=n) as writer:
             for _, chunk in apply_shifts(path, res.shifts, channel=channel, fill=fill,
-                                         chunk_frames=chunk_frames, device=dev):
+                                         resample=resample, crop=crop,
+                                         chunk_frames=res.settings["chunk_frames"], device=dev):
                 writer.write(chunk)
                 bar.update(len(chunk))
     summary = res.summary()
-    doc = {"input": str(path), "frame_shape": list(shape), "settings": res.settings,
-           "summary": summary, "version": __version__, "seconds_measuring": round(t_measure, 4),
-           "frames": [{"frame": i, "source": res.sources[i], "dy": _num(res.shifts[i, 0]),
-                       "dx": _num(res.shifts[i, 1]), "peak": _num(res.peak[i]),
-                       "confidence": _num(res.confidence[i]), "fft_dy": _num(res.fft_shifts[i, 0]),
-                       "fft_dx": _num(res.fft_shifts[i, 1]), "agree": bool(res.agree[i])}
-                      for i in range(n)]}
+    settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
+    doc = {"input": str(path), "frame_shape": list(shape), "settings": settings,
+           "summary": summary, **backend.environment(dev),
+           "seconds_measuring": round(t_measure, 4),
+           "frames_per_second": round(n / max(t_measure, 1e-9), 2),
+           "frames": res.frame_records()}
     write_text(outputs["shifts.csv"], res.csv_text())
     write_text(outputs["shifts.json"], json.dumps(doc, indent=1) + "\n")
     plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {reference}")
     if as_json:
         click.echo(json.dumps(doc))
     elif not quiet:
-        _print_summary(path, shape, dev, res, summary, t_measure, outputs.values())
+        _print_summary(path, shape, dev, res, summary, t_measure, frame_gb, outputs.values())
 
 
-def _num(v):
-    v = float(v)
-    return v if v == v and abs(v) != float("inf") else None
+def _rate_updater(bar, frame_gb):
+    """A progress callback that also shows GB/s of input read."""
+    t0 = time.perf_counter()
+    done = [0]
+
+    def update(k):
+        done[0] += k
+        bar.update(k)
+        bar.set_postfix_str(f"{done[0] * frame_gb / max(time.perf_counter() - t0, 1e-9):.2f} GB/s",
+                            refresh=False)
+    return update
 
 
-def _print_summary(path, shape, dev, res, s, seconds, written):
+def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
+    rate = s["frames"] / max(seconds, 1e-9)
     click.echo(f"xcorr align: {s['frames']} frames of {shape[0]}x{shape[1]} from {path} on {dev} "
-               f"({s['frames'] / max(seconds, 1e-9):.1f} frames/s)")
+               f"({rate:.1f} frames/s, {rate * frame_gb:.3g} GB/s)")
     click.echo(f"  max |shift| {s['max_abs_shift']:.2f} px; reference {res.settings['reference']}, "
-               f"subpixel {res.settings['subpixel']}")
+               f"subpixel {res.settings['subpixel']}, correlation {res.plan}")
     if res.settings["verify"]:
         n_ok = int(res.agree.sum())
         click.echo(f"  FFT reference: integer peaks agree on {n_ok}/{s['frames']} frames "
@@ -225,6 +262,11 @@ def _print_summary(path, shape, dev, res, s, seconds, written):
     if s["constant_frames"]:
         click.echo(f"  {s['constant_frames']} constant frame(s): shift undefined (NaN in "
                    "shifts.csv), left unshifted")
+    if s["low_confidence_frames"]:
+        what = ("shifts interpolated from neighbours" if res.settings["interpolate_low"]
+                else "flagged in shifts.csv")
+        click.echo(f"  {s['low_confidence_frames']} frame(s) below --min-confidence "
+                   f"{res.settings['min_confidence']}: {what}")
     click.echo("  wrote " + ", ".join(str(p) for p in written))
 
 

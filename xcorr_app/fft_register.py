@@ -225,5 +225,58 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     if upsample_factor > 1:
         shifts, peak = _refine(product, shifts, upsample_factor)
 
-    shifts[:, size == 1] = 0.0  # a length-1 axis carries no shift
+    for axis, length in enumerate((h, w)):
+        if length == 1:  # a length-1 axis carries no shift
+            shifts[:, axis] = 0.0
     return (shifts, peak, integer) if return_integer else (shifts, peak)
+
+
+def phase_surface(reference_fft, frames, max_shift=None):
+    """Phase-correlation surfaces in xcorr's layout, for peak finding like any other surface.
+
+    Parameters
+    ----------
+    reference_fft : (H, W) or (N, H, W) complex ndarray
+        ``fft2`` of the (mean-subtracted) reference(s).
+    frames : (N, H, W) real ndarray
+    max_shift : (int, int), optional
+        Keep shifts ``-sy..sy`` by ``-sx..sx`` (at most half the frame: the circular surface
+        cannot tell larger shifts apart); default every circular shift.
+
+    Returns
+    -------
+    surface : (N, Ho, Wo) float32
+        ``surface[iy, ix]`` is the normalized circular cross-power at shift ``(iy, ix) - origin``.
+    origin : (int, int)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import ndimage as ndi
+    >>> ref = ndi.gaussian_filter(np.random.default_rng(3).random((32, 40)), 2)
+    >>> surf, origin = phase_surface(np.fft.fft2(ref), np.roll(ref, (2, -3), (0, 1))[None], (4, 4))
+    >>> idx = np.unravel_index(int(surf[0].argmax()), surf.shape[1:])
+    >>> (int(idx[0]) - origin[0], int(idx[1]) - origin[1])
+    (-2, 3)
+    """
+    xp = array_module_of(reference_fft, frames)
+    n, h, w = frames.shape
+    product = reference_fft * xp.fft.fft2(frames.astype(xp.float32)).conj()
+    product /= xp.maximum(xp.abs(product), 100 * np.finfo(np.float32).eps)
+    circ = xp.fft.ifft2(product).real.astype(xp.float32)
+    if max_shift is None:
+        sy, sx = h // 2, w // 2
+        ys, xs = np.arange(-(h - 1 - sy), sy + 1), np.arange(-(w - 1 - sx), sx + 1)
+        origin = (h - 1 - sy, w - 1 - sx)
+    else:
+        sy, sx = min(int(max_shift[0]), h // 2), min(int(max_shift[1]), w // 2)
+        ys, xs = np.arange(-sy, sy + 1), np.arange(-sx, sx + 1)
+        origin = (int(max_shift[0]), int(max_shift[1]))
+    rows = xp.asarray(ys % h)
+    cols = xp.asarray(xs % w)
+    surf = circ[:, rows[:, None], cols[None, :]]
+    if max_shift is not None and (sy, sx) != origin:  # a bound beyond half the frame: pad
+        full = xp.full((n, 2 * origin[0] + 1, 2 * origin[1] + 1), -1.0, dtype=xp.float32)
+        full[:, origin[0] - sy:origin[0] + sy + 1, origin[1] - sx:origin[1] + sx + 1] = surf
+        surf = full
+    return surf, origin

@@ -166,7 +166,16 @@ class _TiffFrames:
         self._tif.close()
         self._tif = None
 
-    def read(self, start: int, stop: int) -> np.ndarray:
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        if self._tif is None and self._pages is None:  # closed: reopen
+            with _tiff_errors(self.path):
+                self._tif = tifffile.TiffFile(self.path)
+                self._map()
+        if (out is not None and self._pages is not None and self._lead_c is None
+                and self._sample_axis is None):
+            with _tiff_errors(self.path):
+                np.copyto(out, self._pages[start:stop])  # one copy: memory map -> buffer
+            return out
         frames = np.arange(start, stop)
         pages = frames
         if self._lead_c is not None:
@@ -174,9 +183,6 @@ class _TiffFrames:
             index.insert(self._lead_c, np.full_like(frames, self._channel))
             pages = np.ravel_multi_index(index, self._lead_shape)
         with _tiff_errors(self.path):
-            if self._tif is None and self._pages is None:  # closed: reopen
-                self._tif = tifffile.TiffFile(self.path)
-                self._map()
             if self._pages is not None:
                 data = self._pages[pages]
             else:
@@ -184,6 +190,9 @@ class _TiffFrames:
                 data = data.reshape((len(pages), *self._page_shape))
         if self._sample_axis is not None:
             data = np.take(data, self._channel, axis=self._sample_axis + 1)
+        if out is not None:
+            np.copyto(out, data)  # converts to native byte order
+            return out
         return data.astype(self.dtype, copy=False)  # native byte order
 
     def close(self):
@@ -247,23 +256,29 @@ class FrameSource:
         """Name of the file that frame ``i`` comes from."""
         return self._parts[self._part_of(i)].path.name
 
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Frames ``start`` to ``stop - 1``: a new ``(stop - start, H, W)`` array of :attr:`dtype`."""
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Frames ``start`` to ``stop - 1``: a new ``(stop - start, H, W)`` array of :attr:`dtype`,
+        or written into ``out`` (e.g. a pinned host buffer) and returned."""
         if not 0 <= start <= stop <= self.n_frames:
             raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
                              f"{self.n_frames} frames")
+        if out is not None and out.shape != (stop - start, *self.frame_shape):
+            raise ValueError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
         if start == stop:
-            return np.empty((0, *self.frame_shape), self.dtype)
+            return np.empty((0, *self.frame_shape), self.dtype) if out is None else out
         pieces = []
-        j = self._part_of(start)
-        while start < stop:
+        j, at = self._part_of(start), start
+        while at < stop:
             part, first = self._parts[j], self._starts[j]
             end = min(stop, first + part.n_frames)
             if self._open_part not in (None, part):
                 self._open_part.close()  # keep one file of a folder open at a time
             self._open_part = part
-            pieces.append(part.read(start - first, end - first))
-            start, j = end, j + 1
+            target = None if out is None else out[at - start:end - start]
+            pieces.append(part.read(at - first, end - first, out=target))
+            at, j = end, j + 1
+        if out is not None:
+            return out
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def chunks(self, chunk_frames: int):
@@ -384,3 +399,55 @@ def read_image(path, channel: int | None = None) -> np.ndarray:
             raise InputError(f"{path} holds {src.n_frames} frames; a reference image must be "
                              "a single 2-D image")
         return src.read(0, 1)[0]
+
+
+class ArraySource:
+    """An in-memory ``(N, H, W)`` stack (NumPy or CuPy) with the interface of :class:`FrameSource`.
+
+    Examples
+    --------
+    >>> src = ArraySource(np.zeros((3, 4, 5), np.uint16))
+    >>> src.n_frames, src.frame_shape, src.read(1, 3).shape
+    (3, (4, 5), (2, 4, 5))
+    """
+
+    def __init__(self, stack, name="array"):
+        if stack.ndim == 2:
+            stack = stack[None]
+        if stack.ndim != 3:
+            raise InputError(f"a stack must be (N, H, W) or one (H, W) frame, got shape {stack.shape}")
+        if 0 in stack.shape:
+            raise InputError(f"cannot align an empty stack of shape {stack.shape}")
+        self.stack, self.name = stack, name
+        self.n_frames, self.frame_shape = stack.shape[0], tuple(stack.shape[1:])
+        self.dtype = np.dtype(stack.dtype)
+        self.notes, self.paths = [], []
+
+    def source_name(self, i):
+        return self.name
+
+    def read(self, start, stop, out=None):
+        if out is None:
+            return self.stack[start:stop]
+        out[...] = self.stack[start:stop]
+        return out
+
+    def chunks(self, chunk_frames):
+        for start in range(0, self.n_frames, chunk_frames):
+            yield start, self.read(start, min(start + chunk_frames, self.n_frames))
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_source(stack_or_path, channel=None):
+    """A frame source for a path (TIFF file or folder) or an in-memory array."""
+    if isinstance(stack_or_path, (str, Path)):
+        return open_stack(stack_or_path, channel=channel)
+    return ArraySource(stack_or_path)

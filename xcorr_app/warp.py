@@ -14,10 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import array_module_of, to_xp
+from .errors import XcorrError
 
 
-def shift_frames(frames, shifts, fill=0.0):
-    """Shift every frame by its ``(dy, dx)`` with bilinear interpolation.
+RESAMPLE = ("bilinear", "fourier")
+
+
+def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
+    """Shift every frame by its ``(dy, dx)`` (bilinear interpolation or a Fourier phase ramp).
 
     ``out[n, y, x] = frames[n, y - dy, x - dx]``: applying the shifts that
     :func:`xcorr_app.align` returns aligns the frames with the reference.  Pixels whose source
@@ -28,14 +32,21 @@ def shift_frames(frames, shifts, fill=0.0):
     frames : (N, H, W) ndarray
     shifts : (N, 2) ndarray
     fill : float
+    method : {"bilinear", "fourier"}
+        ``fourier`` multiplies each frame's spectrum by the phase ramp of its shift: exact for
+        band-limited frames, no smoothing; the area shifted in from outside gets ``fill``.
 
     Returns
     -------
     (N, H, W) float32 ndarray of the module of ``frames``.
     """
+    if method not in RESAMPLE:
+        raise XcorrError(f"unknown resampling {method!r}; use bilinear or fourier")
     xp = array_module_of(frames)
     frames = frames.astype(xp.float32, copy=False)
     shifts = xp.nan_to_num(to_xp(shifts, xp).astype(xp.float64), nan=0.0)
+    if method == "fourier":
+        return _shift_fourier(frames, shifts, fill, xp)
     n, h, w = frames.shape
     ys = xp.arange(h, dtype=xp.float64)[None, :, None] - shifts[:, 0, None, None]
     xs = xp.arange(w, dtype=xp.float64)[None, None, :] - shifts[:, 1, None, None]
@@ -58,3 +69,15 @@ def shift_frames(frames, shifts, fill=0.0):
             weight += wgt
     # Where part of the stencil falls outside, blend towards the fill value.
     return out + (1 - weight) * np.float32(fill)
+
+
+def _shift_fourier(frames, shifts, fill, xp):
+    n, h, w = frames.shape
+    ky = xp.fft.fftfreq(h)[None, :, None]
+    kx = xp.fft.fftfreq(w)[None, None, :]
+    ramp = xp.exp(-2j * np.pi * (ky * shifts[:, 0, None, None] + kx * shifts[:, 1, None, None]))
+    out = xp.fft.ifft2(xp.fft.fft2(frames) * ramp.astype(xp.complex64)).real.astype(xp.float32)
+    ys = xp.arange(h)[None, :, None] - shifts[:, 0, None, None]
+    xs = xp.arange(w)[None, None, :] - shifts[:, 1, None, None]
+    inside = (ys > -1) & (ys < h) & (xs > -1) & (xs < w)  # the source lies in the frame
+    return xp.where(inside, out, np.float32(fill)).astype(xp.float32)
