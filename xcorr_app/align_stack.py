@@ -76,6 +76,13 @@ def _check_choices(normalization, subpixel):
                          f"{', '.join(NORMALIZATIONS)}")
 
 
+def _prefilter_for(prefilter, normalization):
+    """The prefilter function; none for phase correlation, which whitens the spectrum (a
+    linear filter cancels out, and smoothing only makes the whitening amplify the edges)."""
+    fn = parse_prefilter(prefilter)
+    return None if normalization == "phase" else fn
+
+
 class _Measurer:
     """Correlation, normalization, peak and subpixel refinement of whole batches, with the plan
     chosen once (on the first batch) so that every chunk of a run is computed the same way."""
@@ -165,7 +172,8 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     """
     xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
     max_shift = normalize_max_shift(max_shift)
-    pre = parse_prefilter(prefilter)
+    _check_choices(normalization, subpixel)
+    pre = _prefilter_for(prefilter, normalization)
     mov = xp.asarray(frames)
     mov = mov[None] if mov.ndim == 2 else mov
     ref = xp.asarray(reference)
@@ -266,7 +274,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         Upsampling factor for ``subpixel="upsample"``.
     prefilter : {"gaussian:1", "gaussian:S", "dog:S1,S2", "none"}
         Filter applied to every frame and the reference before correlation (on the GPU: the
-        reuse convolution kernels).
+        reuse convolution kernels); not used by phase correlation.
     window : {"none", "hann", "tukey", "tukey:ALPHA"}
         Apodization of every frame and the reference before correlation.
     verify : bool
@@ -293,7 +301,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     """
     max_shift = normalize_max_shift(max_shift)
     _check_choices(normalization, subpixel)
-    pre = parse_prefilter(prefilter)
+    pre = _prefilter_for(prefilter, normalization)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")
