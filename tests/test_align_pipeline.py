@@ -196,3 +196,14 @@ def test_folder_with_a_wrong_shape_in_the_middle_names_the_file(tmp_path, rng):
         tifffile.imwrite(folder / f"f{i}.tif", rng.integers(0, 100, shape, dtype=np.uint16))
     with pytest.raises(XcorrError, match=r"f2\.tif has frames of 30x41"):
         align(folder, device="cpu")
+
+
+def test_rect_sums_match_direct_sums(rng):
+    from xcorr_app.normalize import _rect_sums
+
+    x = rng.random((2, 13, 17))
+    y0, y1 = np.array([0, 3, 5, 7]), np.array([13, 10, 6, 13])
+    x0, x1 = np.array([0, 2, 16, 4]), np.array([17, 9, 17, 4])
+    want = np.array([[[x[b, a:c, d:e].sum() for d, e in zip(x0, x1)] for a, c in zip(y0, y1)]
+                     for b in range(2)])
+    np.testing.assert_allclose(_rect_sums(x, y0, y1, x0, x1, np), want, rtol=1e-12, atol=1e-12)

@@ -241,3 +241,67 @@ def test_reference_file_and_mean(tmp_path):
     tifffile.imwrite(tmp_path / "small.tif", frames[0][:50])
     assert_clean_error(xcorr("align", stack_path("hubble"), "--reference", tmp_path / "small.tif",
                              "--out", tmp_path / "c"), "reference image")
+
+
+def _interrupt_when(proc, ready, timeout=120.0):
+    import signal
+    import time
+
+    t0 = time.monotonic()
+    while not ready() and proc.poll() is None and time.monotonic() - t0 < timeout:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+@pytest.mark.parametrize("phase", ["measuring", "writing"])
+def test_sigint_leaves_no_partial_output_and_inputs_unchanged(tmp_path, rng, phase):
+    stack = rng.integers(0, 4000, size=(400, 192, 192), dtype=np.uint16)
+    src = tmp_path / "s.tif"
+    tifffile.imwrite(src, stack, imagej=True, metadata={"axes": "TYX"})
+    before = digest(src)
+    out = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "xcorr_app.cli", "align", str(src), "--out",
+                             str(out), "--device", "cpu", "--max-shift", "2", "--no-verify",
+                             "--prefilter", "none", "--chunk-frames", "8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if phase == "measuring":
+        ready = lambda: out.exists()  # noqa: E731 - outputs checked, measuring started
+    else:
+        ready = lambda: out.exists() and any(p.name.startswith(".aligned.tif")  # noqa: E731
+                                             for p in out.iterdir())
+    rc, err = _interrupt_when(proc, ready)
+    assert rc == 130 and "interrupted" in err and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+    assert digest(src) == before
+
+
+def test_align_new_options_end_to_end(tmp_path):
+    src = stack_path("moon")
+    before = digest(src)
+    res = xcorr("align", src, "--out", tmp_path / "o", "--device", "cpu", "--max-shift", "12",
+                "--reference", "mean:4", "--window", "tukey", "--min-confidence", "1.5",
+                "--interpolate-low", "--crop", "--resample", "fourier", "--max-memory", "64M",
+                "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["settings"]["reference"] == "mean:4" and doc["settings"]["crop"] is True
+    assert doc["device"] == "cpu" and "numpy" in doc["versions"]
+    assert "low_confidence" in doc["frames"][0]
+    aligned = tifffile.imread(tmp_path / "o" / "aligned.tif")
+    assert aligned.shape[0] == 12 and aligned.shape[1] < 120 and aligned.shape[2] < 160
+    assert digest(src) == before
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--interpolate-low"], "--min-confidence"),
+    (["--max-memory", "lots"], "memory size"),
+    (["--max-memory", "1K"], "too small"),
+    (["--window", "kaiser"], "unknown window"),
+])
+def test_bad_new_align_options(tmp_path, args, words):
+    assert_clean_error(xcorr("align", stack_path("moon"), "--out", tmp_path / "o", "--device",
+                             "cpu", *args), words)

@@ -56,3 +56,70 @@ def test_gpu_correlate2d_matches_cpu(rng):
         want = filters.correlate2d(stack, w, mode=mode, cval=0.5)
         got = filters.correlate2d(cp.asarray(stack), w, mode=mode, cval=0.5)
         np.testing.assert_allclose(got.get(), want, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- the streamed pipeline
+
+from synthetic import drift_stack, write_stack  # noqa: E402
+
+
+@pytest.mark.parametrize("max_shift", [8, None])
+@pytest.mark.parametrize("peak_counts", [100, 1000])
+def test_gpu_known_subpixel_drift_within_0_05_px(rng, max_shift, peak_counts):
+    stack, truth_ = drift_stack(rng, n=12, shape=(160, 192), max_shift=6,
+                                peak_counts=peak_counts)
+    res = align(stack, max_shift=max_shift, device="gpu")
+    err = res.shifts - truth_
+    assert np.sqrt(np.mean(err ** 2)) <= 0.05 and np.abs(err).max() < 0.25
+    cpu = align(stack, max_shift=max_shift, device="cpu")
+    np.testing.assert_allclose(res.shifts, cpu.shifts, atol=2e-3)
+
+
+@pytest.mark.parametrize("reference", ["first", "previous", "mean"])
+def test_gpu_streaming_equals_in_memory(tmp_path, rng, reference):
+    """Chunks of 1, 7 and all frames (two CUDA streams, pinned read-ahead buffers) and
+    --max-memory caps: the same integer peaks, shifts equal up to atomicAdd rounding."""
+    import cupy as cp
+
+    stack, _ = drift_stack(rng, n=23, shape=(96, 130), max_shift=4, peak_counts=500)
+    path = write_stack(tmp_path / "s.tif", stack)
+    base = align(cp.asarray(stack), reference=reference, max_shift=6, device="gpu",
+                 chunk_frames=len(stack))
+    runs = [align(path, reference=reference, max_shift=6, device="gpu", chunk_frames=c)
+            for c in (1, 7, len(stack))]
+    runs += [align(path, reference=reference, max_shift=6, device="gpu", max_memory="40M")]
+    assert runs[-1].settings["chunk_frames"] < len(stack)
+    for r in runs:
+        np.testing.assert_allclose(r.shifts, base.shifts, atol=1e-4)
+        np.testing.assert_array_equal(np.round(r.fft_shifts * 20), np.round(base.fft_shifts * 20))
+        np.testing.assert_array_equal(r.agree, base.agree)
+
+
+@pytest.mark.parametrize("normalization,window", [("phase", "tukey"), ("zncc", "none")])
+def test_gpu_normalizations_match_cpu(rng, normalization, window):
+    stack, truth_ = drift_stack(rng, n=6, shape=(128, 160), max_shift=5, peak_counts=1000)
+    gpu = align(stack, max_shift=10, normalization=normalization, window=window, device="gpu")
+    cpu = align(stack, max_shift=10, normalization=normalization, window=window, device="cpu")
+    np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=2e-3)
+    assert gpu.plan == cpu.plan or normalization != "phase"
+
+
+def test_gpu_nan_frame_is_named(tmp_path, rng):
+    from xcorr_app.errors import InputError
+
+    stack = rng.random((9, 40, 50)).astype(np.float32)
+    stack[5, 3, 4] = np.nan
+    with pytest.raises(InputError, match="frame 5"):
+        align(stack, max_shift=4, device="gpu", chunk_frames=2)
+
+
+def test_gpu_fourier_resampling_matches_cpu(rng):
+    import cupy as cp
+    from xcorr_app.warp import shift_frames
+
+    frames = rng.random((3, 33, 47)).astype(np.float32)
+    shifts = rng.uniform(-3, 3, (3, 2))
+    for method in ("bilinear", "fourier"):
+        got = shift_frames(cp.asarray(frames), cp.asarray(shifts), method=method, fill=2.0).get()
+        want = shift_frames(frames, shifts, method=method, fill=2.0)
+        np.testing.assert_allclose(got, want, atol=1e-4)

@@ -10,10 +10,13 @@ Examples
 
 __version__ = "0.1.0"
 
-from .align_stack import AlignResult, align, apply_shifts, estimate_shifts  # noqa: E402
+from .align_result import AlignResult  # noqa: E402
+from .align_stack import align, apply_shifts, estimate_shifts  # noqa: E402
 from .correlate import cross_correlate  # noqa: E402
 from .errors import InputError, OutputError, XcorrError  # noqa: E402
+from .registration import phase_cross_correlation  # noqa: E402
 from . import filters  # noqa: E402
 
 __all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "cross_correlate",
+           "phase_cross_correlation",
            "filters", "XcorrError", "InputError", "OutputError", "__version__"]

@@ -22,26 +22,56 @@ Examples
 
 from __future__ import annotations
 
+import numpy as np
+
 from .backend import array_module_of
 from .shifts import first_shift, output_shape
 
 
-def _sat(x, xp):
-    """Summed-area table with a leading row and column of zeros: (..., H + 1, W + 1), float64."""
-    s = xp.zeros(x.shape[:-2] + (x.shape[-2] + 1, x.shape[-1] + 1), dtype=xp.float64)
-    s[..., 1:, 1:] = x.astype(xp.float64).cumsum(axis=-2).cumsum(axis=-1)
-    return s
+def _prefix_rows(x, rows, xp):
+    """``T[..., k, :] = sum_{r < rows[k]} x[..., r, :]`` (float64) for host row indices ``rows``
+    (sorted, in 0..H), reading only the rows it needs: prefix sums from the top for indices in
+    the upper half, column totals minus suffix sums from the bottom for the lower half."""
+    h = x.shape[-2]
+    top, bot = rows[rows <= h // 2], rows[rows > h // 2]
+    parts = []
+    if len(top):
+        head = xp.zeros(x.shape[:-2] + (int(top.max()) + 1, x.shape[-1]), dtype=xp.float64)
+        xp.cumsum(x[..., :int(top.max()), :], axis=-2, dtype=xp.float64, out=head[..., 1:, :])
+        parts.append(head[..., top, :])
+    if len(bot):
+        y0 = int(bot.min())
+        tail = xp.zeros(x.shape[:-2] + (h - y0 + 1, x.shape[-1]), dtype=xp.float64)
+        xp.cumsum(x[..., y0:, :][..., ::-1, :], axis=-2, dtype=xp.float64,
+                  out=tail[..., 1:, :])  # tail[j] = sum of the last j rows
+        total = x.sum(axis=-2, dtype=xp.float64)[..., None, :]
+        parts.append(total - tail[..., h - bot, :])
+    return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=-2)
 
 
-def _rect_sums(sat, y0, y1, x0, x1):
-    """Sums over rectangles [y0, y1) x [x0, x1) for index vectors y* (Ho,) and x* (Wo,)."""
-    Y0, Y1 = y0[:, None], y1[:, None]
-    X0, X1 = x0[None, :], x1[None, :]
-    return sat[..., Y1, X1] - sat[..., Y0, X1] - sat[..., Y1, X0] + sat[..., Y0, X0]
+def _corner_sums(x, ys, xs, xp):
+    """Summed-area-table values ``sum x[..., :y, :x]`` on the grid ``ys`` x ``xs`` (host int
+    arrays), without building the whole table: O((rows needed) x W) work."""
+    uy, iy = np.unique(ys, return_inverse=True)
+    ux, ix = np.unique(xs, return_inverse=True)
+    rows = _prefix_rows(x, uy, xp)  # (..., len(uy), W)
+    cols = xp.zeros(rows.shape[:-1] + (rows.shape[-1] + 1,), dtype=xp.float64)
+    xp.cumsum(rows, axis=-1, out=cols[..., 1:])
+    grid = cols[..., xp.asarray(ux)]
+    return grid[..., xp.asarray(iy)[:, None], xp.asarray(ix)[None, :]]
 
 
-def overlap_bounds(left_shape, right_shape, max_shift, xp):
-    """Per shift: overlap rectangle in right coordinates ``[ya, yb) x [xa, xb)`` and the offset k."""
+def _rect_sums(x, y0, y1, x0, x1, xp):
+    """Sums of ``x`` over the rectangles ``[y0, y1) x [x0, x1)`` for host index vectors y* (Ho,)
+    and x* (Wo,): (..., Ho, Wo) float64."""
+    ho, wo = len(y0), len(x0)
+    g = _corner_sums(x, np.concatenate([y0, y1]), np.concatenate([x0, x1]), xp)
+    return g[..., ho:, wo:] - g[..., :ho, wo:] - g[..., ho:, :wo] + g[..., :ho, :wo]
+
+
+def overlap_bounds(left_shape, right_shape, max_shift, xp=np):
+    """Per shift: overlap rectangle in right coordinates ``[ya, yb) x [xa, xb)`` and the offset k
+    (host arrays unless ``xp`` says otherwise)."""
     (lh, lw), (rh, rw) = left_shape[-2:], right_shape[-2:]
     ho, wo = output_shape(left_shape, right_shape, max_shift)
     ky0, kx0 = first_shift(left_shape, right_shape, max_shift)
@@ -73,14 +103,12 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25):
     float32 ndarray shaped like ``corr``.
     """
     xp = array_module_of(corr, left, right)
-    ky, kx, ya, yb, xa, xb = overlap_bounds(left.shape, right.shape, max_shift, xp)
-    n = ((yb - ya)[:, None] * (xb - xa)[None, :]).astype(xp.float64)
-    sl, sl2 = _sat(left, xp), _sat(left.astype(xp.float64) ** 2, xp)
-    sr, sr2 = _sat(right, xp), _sat(right.astype(xp.float64) ** 2, xp)
-    sa = _rect_sums(sl, ya + ky, yb + ky, xa + kx, xb + kx)
-    saa = _rect_sums(sl2, ya + ky, yb + ky, xa + kx, xb + kx)
-    sb = _rect_sums(sr, ya, yb, xa, xb)
-    sbb = _rect_sums(sr2, ya, yb, xa, xb)
+    ky, kx, ya, yb, xa, xb = overlap_bounds(left.shape, right.shape, max_shift)
+    n = xp.asarray(((yb - ya)[:, None] * (xb - xa)[None, :]).astype(np.float64))
+    sa = _rect_sums(left, ya + ky, yb + ky, xa + kx, xb + kx, xp)
+    saa = _rect_sums(left * left, ya + ky, yb + ky, xa + kx, xb + kx, xp)
+    sb = _rect_sums(right, ya, yb, xa, xb, xp)
+    sbb = _rect_sums(right * right, ya, yb, xa, xb, xp)
     nn = xp.maximum(n, 1.0)
     num = corr.astype(xp.float64) - sa * sb / nn
     var = xp.maximum(saa - sa * sa / nn, 0.0) * xp.maximum(sbb - sb * sb / nn, 0.0)

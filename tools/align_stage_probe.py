@@ -1,0 +1,46 @@
+"""Development probe: GPU time of each stage of the align pipeline on one chunk (CUDA events).
+
+Usage on the device: python3 tools/align_stage_probe.py [FRAMES] [SIZE]
+"""
+import sys
+
+import cupy as cp
+import numpy as np
+
+from xcorr_app.align_stack import _Measurer
+from xcorr_app.fft_register import fft_shifts
+from xcorr_app.normalize import zncc
+from xcorr_app.peaks import find_shifts
+from xcorr_app.preprocess import parse_prefilter, prepare
+from xcorr_app.correlate import cross_correlate
+from xcorr_app.timing import time_gpu
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+size = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
+raw = cp.asarray(np.random.default_rng(0).integers(0, 60000, (n, size, size), dtype=np.uint16))
+pre = parse_prefilter("gaussian:1")
+p = prepare(raw, cp, pre)
+ref = p.frames[0]
+ref_fft = cp.fft.fft2(p.raw[0])
+for ms in ((16, 16), None):
+    m = _Measurer(cp, (size, size), ms, "zncc", "gaussian", 20)
+    m(ref, p.frames)
+    bound = m.bound
+    corr = cross_correlate(ref, p.frames, "one_to_many", bound, method=m.plan)
+    z = zncc(corr, ref, p.frames, bound)
+    origin = (bound[0], bound[1]) if ms else (size // 2 - 0, size // 2)
+    stages = {
+        "prepare (f32, checks, demean, gaussian:1)": lambda: prepare(raw, cp, pre),
+        f"correlate ({m.plan})": lambda: cross_correlate(ref, p.frames, "one_to_many", bound,
+                                                         method=m.plan),
+        "zncc": lambda: zncc(corr, ref, p.frames, bound),
+        "find_shifts": lambda: find_shifts(z, bound, "gaussian"),
+        "fft reference (upsample 20)": lambda: fft_shifts(ref_fft, p.raw, upsample_factor=20,
+                                                          reference_is_fft=True,
+                                                          return_integer=True),
+        "whole measurer": lambda: m(ref, p.frames),
+    }
+    print(f"--- {n} frames of {size}x{size}, max_shift {ms} (search {bound})")
+    for name, fn in stages.items():
+        ms_ = time_gpu(fn, warmup=2, repeat=5)
+        print(f"{name:45s} {ms_:8.2f} ms  {ms_ / n:7.3f} ms/frame")
