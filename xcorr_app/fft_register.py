@@ -219,7 +219,8 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     corr = xp.abs(xp.fft.ifft2(product))
     iy, ix = peak_index(corr)
     shifts = _signed(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
-    peak = corr.reshape(n, -1).max(axis=1).astype(xp.float64)
+    peak = xp.take_along_axis(corr.reshape(n, -1), (iy * w + ix)[:, None], axis=1)[:, 0]
+    peak = peak.astype(xp.float64)
 
     integer = shifts.copy()
     if upsample_factor > 1:

@@ -67,9 +67,13 @@ def peak_index(corr):
     """
     _check_surface(corr)
     xp = array_module_of(corr)
-    wo = corr.shape[-1]
-    flat_idx = xp.asarray(corr.reshape(corr.shape[:-2] + (-1,)).argmax(axis=-1), dtype=xp.int64)
-    return flat_idx // wo, flat_idx % wo
+    # Row by row, then over the rows' maxima: the same first maximum in row-major order as a
+    # flat argmax, but a GPU reduction with Ho outputs per surface instead of one.
+    col = xp.asarray(corr.argmax(axis=-1), dtype=xp.int64)                      # (..., Ho)
+    row_max = xp.take_along_axis(corr, col[..., None], axis=-1)[..., 0]
+    iy = xp.asarray(row_max.argmax(axis=-1), dtype=xp.int64)
+    ix = xp.take_along_axis(col, iy[..., None], axis=-1)[..., 0]
+    return iy, ix
 
 
 def _neighbours(corr, iy, ix, axis):

@@ -98,8 +98,15 @@ def window(spec, shape, xp):
     return xp.asarray(win, dtype=xp.float32)
 
 
+def _frame_means(f, xp):
+    """Mean of every frame, (N, 1, 1) float32; summed row by row first, so that the reduction
+    has N x H outputs to spread over the GPU rather than one long reduction per frame."""
+    sums = f.sum(axis=-1, dtype=xp.float64).sum(axis=-1)
+    return (sums / (f.shape[-2] * f.shape[-1])).astype(xp.float32)[:, None, None]
+
+
 def _demean(f, xp):
-    return f - f.mean(axis=(-2, -1), keepdims=True, dtype=xp.float64).astype(xp.float32)
+    return f - _frame_means(f, xp)
 
 
 def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
@@ -115,9 +122,8 @@ def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
         From :func:`window`.
     """
     f = xp.asarray(frames).astype(xp.float32)
-    flat = f.reshape(len(f), -1)
-    finite = xp.isfinite(flat).all(axis=1)
-    constant = (flat == flat[:, :1]).all(axis=1)
+    finite = xp.isfinite(f).all(axis=-1).all(axis=-1)  # two stages, as in _frame_means
+    constant = (f == f[:, :1, :1]).all(axis=-1).all(axis=-1)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf frames: flagged, not warned
         raw = _demean(f, xp)
         g = raw
