@@ -4,13 +4,9 @@
 ``skimage.registration.phase_cross_correlation`` and returns what it returns (same values, same
 types) for 2-D images, so code written for scikit-image can import it from xcorr instead.  CuPy
 inputs are registered on the GPU; the results always come back on the host, as scikit-image's do.
-The subpixel refinement is the matrix-multiply DFT of Guizar-Sicairos et al. [1]_ shared with
-:mod:`xcorr_app.fft_register`.  Masked registration (Padfield) is not implemented.
-
-References
-----------
-.. [1] Manuel Guizar-Sicairos, Samuel T. Thurman and James R. Fienup, "Efficient subpixel image
-       registration algorithms", Optics Letters 33, 156-158 (2008). DOI:10.1364/OL.33.000156
+The subpixel refinement is the matrix-multiply DFT of Guizar-Sicairos et al. shared with
+:mod:`xcorr_app.fft_register` (reference there).  Masked registration (Padfield) is not
+implemented.
 
 Examples
 --------
