@@ -77,6 +77,10 @@ def test_input_dtypes_give_skimage_types(xp, rng, dtype):
         if single:  # float32 rounding can move the refined peak by one upsampled pixel
             np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1.01 / upsample)
             _assert_same((want[0],) + got[1:], want, tol=1e-4, phase_tol=1e-3)
+        elif xp is not np and np.issubdtype(dtype, np.integer):
+            # integer images can have spectral bins that are exactly 0 in scipy.fft but ~1e-13
+            # in cuFFT; phase normalization makes those unit phasors, so 1 of H*W terms differs
+            _assert_same(got, want, tol=1e-9, phase_tol=10 / ref.size)
         else:
             _assert_same(got, want)
 

@@ -138,7 +138,9 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     shift; the shift along an axis of length 1 is 0; the refinement searches a region of
     ``ceil(1.5 * upsample_factor)`` upsampled pixels around the integer peak.  Where
     scikit-image raises ValueError this raises :class:`XcorrError`, and only 2-D images are
-    accepted.
+    accepted.  On the GPU, cuFFT rounds differently from scipy.fft: a spectral bin that is
+    exactly 0 on the CPU (integer images) may be ~1e-13 there, which phase normalization turns
+    into a unit term, moving ``phasediff`` by about ``1 / (H * W)``.
     """
     if reference_mask is not None or moving_mask is not None:
         raise XcorrError("masked registration (reference_mask/moving_mask) is not supported; use "
