@@ -29,7 +29,6 @@ Examples
 from __future__ import annotations
 
 import collections
-import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +48,7 @@ from .preprocess import parse_prefilter, prepare
 from .preprocess import window as make_window
 from .references import is_previous, reference_frame
 from .shifts import normalize_max_shift, output_shape, shift_origin
-from .stack_reader import ArraySource, open_source
+from .stack_reader import open_source
 
 SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
 NORMALIZATIONS = ("zncc", "none", "phase")
@@ -58,6 +57,7 @@ FFT_REFERENCE_UPSAMPLE = 20
 #: columns of the per-frame result block copied back from the device once per chunk
 _COLUMNS = ("dy", "dx", "peak", "confidence", "constant", "finite", "fft_dy", "fft_dx",
             "fft_iy", "fft_ix")
+_COL = {name: i for i, name in enumerate(_COLUMNS)}
 
 
 def search_range(frame_shape, max_shift):
@@ -103,9 +103,8 @@ class _Measurer:
                 self.plan = choose_method(form_layout(form, ref.shape, mov.shape), self.bound,
                                           "gpu", ref, mov)
             else:  # a per-frame rule: the same for any chunk size
-                one = mov[:1] if form == "one_to_many" else mov[:1, :1]
-                self.plan = choose_method(form_layout(form, ref[:1].shape if ref.ndim == 3
-                                                      else ref.shape, one.shape),
+                left = ref[:1] if form == "n_to_mn" else ref
+                self.plan = choose_method(form_layout(form, left.shape, mov[:1].shape),
                                           self.bound, "cpu")
         return self.plan
 
@@ -350,7 +349,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
             if event is not None:
                 event.synchronize()
             block = backend.to_numpy(block)
-            check_finite(start, block[:, 5])
+            check_finite(start, block[:, _COL["finite"]])
             table[start:start + len(block)] = block
             if progress is not None:
                 progress(len(block))
@@ -391,9 +390,11 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
             finish(*inflight.popleft())
         sources = [src.source_name(i) for i in range(n)]
         notes = list(src.notes)
-    shifts, peak, conf = table[:, 0:2], table[:, 2], table[:, 3]
-    const = table[:, 4] == 1
-    fft_sh, fft_int = table[:, 6:8], table[:, 8:10]
+    c = _COL
+    shifts = table[:, c["dy"]:c["dx"] + 1]
+    peak, conf = table[:, c["peak"]], table[:, c["confidence"]]
+    const = table[:, c["constant"]] == 1
+    fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
     agree = _agree(shifts, fft_sh, fft_int, max_shift) if verify else np.zeros(n, bool)
     if previous:
         shifts, fft_sh = _accumulate(shifts, const), _accumulate(fft_sh, const)

@@ -84,6 +84,16 @@ def upsampled_dft(data, region_size, upsample_factor, offsets):
     return ky.astype(data.dtype) @ data @ kx.astype(data.dtype)
 
 
+def whiten(product, real_dtype=None):
+    """Phase normalization, in place: every bin of a cross-power spectrum divided by its
+    magnitude, floored at 100 eps of ``real_dtype`` (default: the spectrum's precision) so that
+    empty bins stay near zero.  Returns ``product``."""
+    eps = np.finfo(product.real.dtype if real_dtype is None else real_dtype).eps
+    xp = array_module_of(product)
+    product /= xp.maximum(xp.abs(product), 100 * eps)
+    return product
+
+
 def _signed(index, size):
     """Wrap circular peak indices into signed shifts (above half the size means negative)."""
     xp = array_module_of(index)
@@ -140,7 +150,7 @@ def refine_upsampled(reference, frames, shifts, upsample_factor, normalization="
         frames = (frames - frames.mean(axis=(-2, -1), keepdims=True)) * win
     product = xp.fft.fft2(reference) * xp.fft.fft2(frames).conj()
     if normalization == "phase":
-        product /= xp.maximum(xp.abs(product), 100 * np.finfo(product.real.dtype).eps)
+        whiten(product)
     return _refine(product, to_xp(shifts, xp).astype(xp.float64), upsample_factor)[0]
 
 
@@ -212,7 +222,7 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
         frames = frames.astype(real)
     product = ref_fft.astype(cplx) * xp.fft.fft2(frames).astype(cplx).conj()  # (N, H, W)
     if normalization == "phase":
-        product /= xp.maximum(xp.abs(product), 100 * np.finfo(real).eps)
+        whiten(product, real)
 
     n, h, w = frames.shape
     size = xp.asarray([h, w])
@@ -263,7 +273,7 @@ def phase_surface(reference_fft, frames, max_shift=None):
     xp = array_module_of(reference_fft, frames)
     n, h, w = frames.shape
     product = reference_fft * xp.fft.fft2(frames.astype(xp.float32)).conj()
-    product /= xp.maximum(xp.abs(product), 100 * np.finfo(np.float32).eps)
+    whiten(product, np.float32)
     circ = xp.fft.ifft2(product).real.astype(xp.float32)
     if max_shift is None:
         sy, sx = h // 2, w // 2

@@ -48,8 +48,8 @@ def parse_memory(spec) -> int:
 
 def human(n: int) -> str:
     """``1536 -> "1.5 KiB"``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
             return f"{n:.3g} {unit}"
         n /= 1024
     return f"{n:.3g} GiB"

@@ -61,19 +61,6 @@ def parse_prefilter(spec):
     return lambda frames: fn(frames, "reflect", 0.0)
 
 
-def _tukey(n: int, alpha: float) -> np.ndarray:
-    """scipy.signal.windows.tukey (symmetric)."""
-    if n == 1 or alpha <= 0:
-        return np.ones(n)
-    x = np.linspace(0.0, 1.0, n)
-    w = np.ones(n)
-    edge = alpha / 2
-    lo, hi = x < edge, x > 1 - edge
-    w[lo] = 0.5 * (1 + np.cos(np.pi * (x[lo] / edge - 1)))
-    w[hi] = 0.5 * (1 + np.cos(np.pi * ((x[hi] - 1) / edge + 1)))
-    return w
-
-
 def window(spec, shape, xp):
     """The 2-D apodization window ``none | hann | tukey[:ALPHA]`` of ``shape`` (None for none).
 
@@ -93,8 +80,10 @@ def window(spec, shape, xp):
             alpha = -1.0
         if not 0.0 <= alpha <= 1.0:
             raise XcorrError(f"the Tukey window's ALPHA must be in [0, 1], got {arg!r}")
+    from scipy.signal.windows import tukey
+
     h, w = shape
-    win = np.outer(_tukey(h, alpha), _tukey(w, alpha))
+    win = np.outer(tukey(h, alpha), tukey(w, alpha))
     return xp.asarray(win, dtype=xp.float32)
 
 

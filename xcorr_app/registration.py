@@ -31,7 +31,7 @@ import numpy as np
 
 from .backend import array_module_of, to_numpy, to_xp
 from .errors import InputError, XcorrError
-from .fft_register import NORMALIZATIONS, _refine, _signed, upsampled_dft
+from .fft_register import NORMALIZATIONS, _refine, _signed, upsampled_dft, whiten
 from .peaks import peak_index
 
 _SINGLE = (np.float16, np.float32, np.complex64)  # scipy.fft transforms these in single precision
@@ -166,7 +166,7 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     product = src_freq * target_freq.conj()
     float_dtype = product.real.dtype
     if normalization == "phase":
-        product /= xp.maximum(xp.abs(product), 100 * np.finfo(float_dtype).eps)
+        whiten(product)
     cross_correlation = _fft_module(xp).ifft2(product)
     iy, ix = peak_index(xp.abs(cross_correlation))
     shift = _signed(xp.stack([iy, ix]), xp.asarray(product.shape)).astype(float_dtype)
