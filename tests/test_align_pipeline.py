@@ -207,3 +207,33 @@ def test_rect_sums_match_direct_sums(rng):
     want = np.array([[[x[b, a:c, d:e].sum() for d, e in zip(x0, x1)] for a, c in zip(y0, y1)]
                      for b in range(2)])
     np.testing.assert_allclose(_rect_sums(x, y0, y1, x0, x1, np), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape,max_shift", [((5, 3), (7, 4)), ((9, 12), (4, 5)), ((1, 1), 0),
+                                             ((6, 7), None)])
+def test_zncc_matches_its_definition(rng, shape, max_shift):
+    """Per shift: Pearson correlation of the two overlapping parts; -1 for too little overlap
+    (none at all when the bound reaches beyond the frame) or a constant part."""
+    from xcorr_app.normalize import zncc
+    from xcorr_app.reference import xcorr_direct
+    from xcorr_app.shifts import first_shift
+
+    a = rng.random(shape).astype(np.float32)
+    b = rng.random((2,) + shape).astype(np.float32)
+    b[1, : shape[0] // 2] = 0.5  # constant on some overlaps
+    corr = xcorr_direct(a, b, "one_to_many", max_shift).astype(np.float32)
+    got = zncc(corr, a, b, max_shift)
+    ky0, kx0 = first_shift(shape, shape, max_shift)
+    h, w = shape
+    for f in range(2):
+        for iy in range(got.shape[1]):
+            for ix in range(got.shape[2]):
+                ky, kx = ky0 + iy, kx0 + ix
+                ya, yb, xa, xb = max(0, -ky), min(h, h - ky), max(0, -kx), min(w, w - kx)
+                want = -1.0
+                if yb > ya and xb > xa and (yb - ya) * (xb - xa) >= max(0.25 * h * w, 1):
+                    pa = a[ya + ky:yb + ky, xa + kx:xb + kx].astype(np.float64).ravel()
+                    pb = b[f, ya:yb, xa:xb].astype(np.float64).ravel()
+                    if pa.std() > 1e-6 and pb.std() > 1e-6:
+                        want = np.corrcoef(pa, pb)[0, 1]
+                assert abs(got[f, iy, ix] - want) <= 1e-5, (f, ky, kx)

@@ -13,6 +13,7 @@ from xcorr_app.normalize import zncc
 from xcorr_app.peaks import find_shifts
 from xcorr_app.preprocess import parse_prefilter, prepare
 from xcorr_app.correlate import cross_correlate
+from xcorr_app.gpu_surface import summed_area_tables
 from xcorr_app.timing import time_gpu
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
@@ -33,8 +34,12 @@ for ms in ((16, 16), None):
         "prepare (f32, checks, demean, gaussian:1)": lambda: prepare(raw, cp, pre),
         f"correlate ({m.plan})": lambda: cross_correlate(ref, p.frames, "one_to_many", bound,
                                                          method=m.plan),
-        "zncc": lambda: zncc(corr, ref, p.frames, bound),
-        "find_shifts": lambda: find_shifts(z, bound, "gaussian"),
+        "zncc (array operations)": lambda: zncc(corr, ref, p.frames, bound),
+        "find_shifts (array operations)": lambda: find_shifts(z, bound, "gaussian"),
+        "summed-area tables of the frames": lambda: summed_area_tables(p.frames),
+        "GpuSurfaces (correlate, zncc, peaks)": lambda: m._surfaces(
+            ref, p.frames, m.plan,
+            lambda: cross_correlate(ref, p.frames, "one_to_many", bound, method=m.plan)),
         "fft reference (upsample 20)": lambda: fft_shifts(ref_fft, p.raw, upsample_factor=20,
                                                           reference_is_fft=True,
                                                           return_integer=True),

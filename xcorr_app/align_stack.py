@@ -39,9 +39,11 @@ from .correlate import choose_method, cross_correlate
 from .errors import InputError, XcorrError
 from .fft_register import fft_shifts, phase_surface, refine_upsampled
 from .forms import form_layout
+from .gpu_measure import GpuSurfaces
+from .gpu_surface import surface_peaks
 from .memory_budget import READ_AHEAD, chunk_frames_for, parse_memory
 from .normalize import zncc
-from .peaks import find_shifts
+from .peaks import find_shifts, refined_shifts
 from .plans import Plan
 from .prefetch import ChunkPrefetcher
 from .preprocess import parse_prefilter, prepare
@@ -94,6 +96,7 @@ class _Measurer:
         self.unbounded = max_shift is None
         self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
         self.plan = "phase" if normalization == "phase" else plan
+        self._surfaces = None  # GPU: the run's GpuSurfaces
 
     def _plan(self, ref, mov, form):
         if self.plan is None:
@@ -112,21 +115,37 @@ class _Measurer:
         """Shifts, peaks, confidences of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
         frame); ``ref_fft`` (``fft2(ref)``) is needed for phase normalization."""
         xp = self.xp
+        gpu = self.dev == "gpu"
         if self.normalization == "phase":
             if ref_fft is None:
                 ref_fft = xp.fft.fft2(ref.astype(xp.float32))
             corr, origin = phase_surface(ref_fft, mov, self.bound)
+            if gpu:
+                corr, iy, ix, peak, conf = surface_peaks(corr, normalize=False)
         else:
             form = "n_to_mn" if ref.ndim == 3 else "one_to_many"
             right = mov[:, None] if form == "n_to_mn" else mov
-            corr = cross_correlate(ref, right, form, self.bound, method=self._plan(ref, right, form),
-                                   device=self.dev)
-            corr = corr[:, 0] if form == "n_to_mn" else corr
-            if self.normalization == "zncc":
-                corr = zncc(corr, ref, mov, self.bound)
+            plan = self._plan(ref, right, form)
+
+            def correlate():
+                c = cross_correlate(ref, right, form, self.bound, method=plan, device=self.dev)
+                return c[:, 0] if form == "n_to_mn" else c
+
             origin = shift_origin(ref.shape, mov.shape, self.bound)
+            if gpu:
+                if self._surfaces is None:
+                    self._surfaces = GpuSurfaces(mov.shape[1:], self.bound, self.normalization)
+                corr, iy, ix, peak, conf = self._surfaces(ref, mov, plan, correlate)
+            else:
+                corr = correlate()
+                if self.normalization == "zncc":
+                    corr = zncc(corr, ref, mov, self.bound)
         upsampled = self.subpixel == "upsample"
-        shifts, peak, conf = find_shifts(corr, origin, "none" if upsampled else self.subpixel)
+        method = "none" if upsampled else self.subpixel
+        if gpu:
+            shifts = refined_shifts(corr, iy, ix, origin, method)
+        else:
+            shifts, peak, conf = find_shifts(corr, origin, method)
         if upsampled:
             shifts = refine_upsampled(ref, mov, shifts, self.upsample)
         return shifts, peak, conf

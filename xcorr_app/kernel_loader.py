@@ -27,6 +27,7 @@ from pathlib import Path
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 #: modules that define kernel families (imported by :func:`all_families`)
 FAMILY_MODULES = ("xcorr_app.gpu_overlap", "xcorr_app.gpu_warp_shuffle", "xcorr_app.gpu_tiled",
+                  "xcorr_app.gpu_surface",
                   "xcorr_app.gpu_reuse_conv")
 COMPILE_OPTIONS = ("-std=c++17",)
 
@@ -97,7 +98,7 @@ class KernelFamily:
             raise ValueError(f"{self.expression(*args)} is not a registered instantiation")
         import cupy
 
-        key = (self.source, tuple(args), cupy.cuda.Device().id)
+        key = (self.source, self.name, tuple(args), cupy.cuda.Device().id)
         fn = _COMPILED.get(key)
         if fn is None:
             expr = self.expression(*args)

@@ -7,8 +7,9 @@ rectangles, so four look-ups in a summed-area table each.  This keeps the expens
 definition-based kernels and adds O(outputs) work.
 
 ``zncc[k] = (c - Sa Sb / n) / sqrt((Saa - Sa**2 / n) (Sbb - Sb**2 / n))`` with ``n`` the number
-of overlapping pixels; shifts with an overlap smaller than ``min_overlap`` of the smaller image,
-or a zero variance, read -1 (ZNCC lies in [-1, 1]).
+of overlapping pixels, sums in float64; shifts with an overlap smaller than ``min_overlap`` of
+the smaller image, or constant on either side (variance at most :data:`FLAT` of the sum of
+squares), read -1 (ZNCC lies in [-1, 1]).
 
 Examples
 --------
@@ -69,6 +70,11 @@ def _rect_sums(x, y0, y1, x0, x1, xp):
     return g[..., ho:, wo:] - g[..., :ho, wo:] - g[..., ho:, :wo] + g[..., :ho, :wo]
 
 
+#: an overlap whose variance is at most this fraction of its sum of squares counts as constant
+#: (float64 rounding of ``sum x**2 - (sum x)**2 / n`` leaves about 1e-16 of it)
+FLAT = 1e-12
+
+
 def overlap_bounds(left_shape, right_shape, max_shift, xp=np):
     """Per shift: overlap rectangle in right coordinates ``[ya, yb) x [xa, xb)`` and the offset k
     (host arrays unless ``xp`` says otherwise)."""
@@ -105,14 +111,20 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25):
     xp = array_module_of(corr, left, right)
     ky, kx, ya, yb, xa, xb = overlap_bounds(left.shape, right.shape, max_shift)
     n = xp.asarray(((yb - ya)[:, None] * (xb - xa)[None, :]).astype(np.float64))
-    sa = _rect_sums(left, ya + ky, yb + ky, xa + kx, xb + kx, xp)
-    saa = _rect_sums(left * left, ya + ky, yb + ky, xa + kx, xb + kx, xp)
-    sb = _rect_sums(right, ya, yb, xa, xb, xp)
-    sbb = _rect_sums(right * right, ya, yb, xa, xb, xp)
+    # the overlap in left and right coordinates (an empty one stays empty, inside the images)
+    (lh, lw), (rh, rw) = left.shape[-2:], right.shape[-2:]
+    lr = [np.clip(v, 0, n) for v, n in ((ya + ky, lh), (yb + ky, lh), (xa + kx, lw), (xb + kx, lw))]
+    rr = [np.clip(v, 0, n) for v, n in ((ya, rh), (yb, rh), (xa, rw), (xb, rw))]
+    sa = _rect_sums(left, *lr, xp)
+    saa = _rect_sums(xp.square(left, dtype=xp.float64), *lr, xp)
+    sb = _rect_sums(right, *rr, xp)
+    sbb = _rect_sums(xp.square(right, dtype=xp.float64), *rr, xp)
     nn = xp.maximum(n, 1.0)
     num = corr.astype(xp.float64) - sa * sb / nn
-    var = xp.maximum(saa - sa * sa / nn, 0.0) * xp.maximum(sbb - sb * sb / nn, 0.0)
+    va, vb = saa - sa * sa / nn, sbb - sb * sb / nn
+    var = xp.maximum(va, 0.0) * xp.maximum(vb, 0.0)
     smaller = min(left.shape[-2] * left.shape[-1], right.shape[-2] * right.shape[-1])
-    ok = (n >= max(min_overlap * smaller, 1.0)) & (var > 0)
+    flat = (va <= FLAT * saa) | (vb <= FLAT * sbb)  # constant up to rounding
+    ok = (n >= max(min_overlap * smaller, 1.0)) & (var > 0) & ~flat
     out = xp.where(ok, num / xp.sqrt(xp.where(ok, var, 1.0)), -1.0)
     return out.astype(xp.float32)

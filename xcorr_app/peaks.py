@@ -289,8 +289,14 @@ def confidence(corr, iy, ix, exclusion=2):
     peak = _gather(corr, iy, ix)
     flat = corr.reshape(corr.shape[:-2] + (-1,))
     constant = flat.max(axis=-1) == flat.min(axis=-1)
+    return confidence_ratio(peak, second, constant, second == -xp.inf)
+
+
+def confidence_ratio(peak, second, constant, nothing_outside):
+    """The ratio of :func:`confidence` from its parts: peak and second-peak values, whether the
+    surface is constant and whether there is no second peak (arrays of one module)."""
+    xp = array_module_of(peak, second)
     tiny = np.finfo(np.float64).tiny
-    nothing_outside = second == -xp.inf
     with np.errstate(over="ignore", divide="ignore"):  # peak / tiny -> inf
         ratio = peak / xp.maximum(xp.abs(xp.where(nothing_outside, 1.0, second)), tiny)
     ratio = xp.where(second == peak, 1.0, ratio)
@@ -331,11 +337,18 @@ def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
     >>> shifts[0].tolist(), peak.tolist()
     ([2.0, -2.0], [1.0, 1.0, 1.0])
     """
+    iy, ix = peak_index(corr)
+    shifts = refined_shifts(corr, iy, ix, origin, subpixel)
+    return shifts, _gather(corr, iy, ix), confidence(corr, iy, ix, exclusion)
+
+
+def refined_shifts(corr, iy, ix, origin, subpixel="gaussian"):
+    """Shifts ``(dy, dx)`` (float64, ``iy.shape + (2,)``) of the integer peaks ``iy, ix`` of
+    ``corr`` refined by ``subpixel`` (as in :func:`find_shifts`)."""
     if subpixel not in SUBPIXEL_METHODS:
         raise XcorrError(f"unknown subpixel method {subpixel!r}; use one of "
                          f"{', '.join(SUBPIXEL_METHODS)}")
     xp = array_module_of(corr)
-    iy, ix = peak_index(corr)
     if subpixel in ("gaussian", "parabolic"):
         fy, fx = subpixel_fit2d(corr, iy, ix, log=subpixel == "gaussian")
     elif subpixel == "parabolic3":
@@ -345,5 +358,4 @@ def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
     else:
         fy = fx = xp.zeros(iy.shape, dtype=xp.float64)
     oy, ox = float(origin[0]), float(origin[1])
-    shifts = xp.stack([iy - oy + fy, ix - ox + fx], axis=-1).astype(xp.float64)
-    return shifts, _gather(corr, iy, ix), confidence(corr, iy, ix, exclusion)
+    return xp.stack([iy - oy + fy, ix - ox + fx], axis=-1).astype(xp.float64)

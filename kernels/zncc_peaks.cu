@@ -1,0 +1,288 @@
+// Normalized correlation surfaces and their peaks for whole batches, in three passes over
+// memory instead of the dozens a chain of array operations needs (the align pipeline's step
+// after the correlation kernels or the FFT).
+//
+//  * sat_columns + sat_rows: summed-area tables T[f][y][x] = sum_{r < y, c < x} x[f][r][c] of
+//    the frames and of their squares, in float64, (H + 1) x (W + 1) with a zero first row
+//    and column.  Columns first (a block scans 32 columns, its warps own row segments and
+//    combine their sums in shared memory), then rows in place (a warp per row, a shuffle scan).
+//  * zncc_peaks: per shift k, ZNCC from the raw correlation sum c[k] and eight table look-ups
+//    (the overlap of two equal-sized frames is a rectangle in each), written to the surface,
+//    with the surface's maximum (value and first row-major index packed in one 64-bit key)
+//    and minimum reduced per block and combined with one atomic per block.  CIRCULAR reads c
+//    from an un-cropped circular FFT correlation at (k mod FFT size), so the crop costs nothing.
+//  * second_peaks: the highest strict local maximum (>= its 8 neighbours, > one of them;
+//    outside the surface counts as -inf) outside the (2 e + 1)^2 window around the peak.
+//
+// Float keys: ordered(v) maps IEEE floats to unsigned ints of the same order, so atomicMax /
+// atomicMin on the keys are max / min on the values; 0 is below every key of a number.
+
+// normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
+#define FLAT 1e-12
+
+__device__ __forceinline__ unsigned int ordered_key(float v) {
+    const unsigned int b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Column prefix sums of x and x*x.  grid (ceil(w / 32), frames), block (32, SEGMENTS).
+template <int SEGMENTS>
+__global__ void sat_columns(const float* __restrict__ x, double* __restrict__ s1,
+                            double* __restrict__ s2, int h, int w) {
+    __shared__ double part1[SEGMENTS][33], part2[SEGMENTS][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int col = blockIdx.x * 32 + tx;
+    const int w1 = w + 1;
+    const float* xf = x + (size_t)blockIdx.y * h * w;
+    double* t1 = s1 + (size_t)blockIdx.y * (h + 1) * w1;
+    double* t2 = s2 + (size_t)blockIdx.y * (h + 1) * w1;
+    const int seg = (h + SEGMENTS - 1) / SEGMENTS;
+    const int y0 = min(h, ty * seg), y1 = min(h, y0 + seg);
+    double a = 0.0, aa = 0.0;
+    if (col < w) {
+#pragma unroll 4
+        for (int y = y0; y < y1; ++y) {
+            const double v = xf[(size_t)y * w + col];
+            a += v;
+            aa += v * v;
+        }
+    }
+    part1[ty][tx] = a;
+    part2[ty][tx] = aa;
+    __syncthreads();
+    double run1 = 0.0, run2 = 0.0;  // sums of the segments above this one
+    for (int s = 0; s < ty; ++s) {
+        run1 += part1[s][tx];
+        run2 += part2[s][tx];
+    }
+    if (col < w) {
+        if (ty == 0) {
+            t1[col + 1] = 0.0;
+            t2[col + 1] = 0.0;
+        }
+#pragma unroll 4
+        for (int y = y0; y < y1; ++y) {
+            const double v = xf[(size_t)y * w + col];
+            run1 += v;
+            run2 += v * v;
+            t1[(size_t)(y + 1) * w1 + col + 1] = run1;
+            t2[(size_t)(y + 1) * w1 + col + 1] = run2;
+        }
+    }
+    if (blockIdx.x == 0 && tx == 0) {  // the zero first column
+        for (int y = (ty == 0 ? 0 : y0 + 1); y <= y1; ++y) {
+            t1[(size_t)y * w1] = 0.0;
+            t2[(size_t)y * w1] = 0.0;
+        }
+    }
+}
+
+// Row prefix sums in place, one warp per row of the (frames * (h + 1)) x w1 tables.
+template <int WARPS>
+__global__ void sat_rows(double* __restrict__ s1, double* __restrict__ s2, int rows, int w1) {
+    const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // whole warps leave together
+    double* r1 = s1 + (size_t)row * w1;
+    double* r2 = s2 + (size_t)row * w1;
+    double carry1 = 0.0, carry2 = 0.0;
+    for (int j0 = 0; j0 < w1; j0 += 32) {
+        const int j = j0 + lane;
+        double v1 = j < w1 ? r1[j] : 0.0;
+        double v2 = j < w1 ? r2[j] : 0.0;
+#pragma unroll
+        for (int off = 1; off < 32; off *= 2) {
+            const double u1 = __shfl_up_sync(0xffffffffu, v1, off);
+            const double u2 = __shfl_up_sync(0xffffffffu, v2, off);
+            if (lane >= off) {
+                v1 += u1;
+                v2 += u2;
+            }
+        }
+        v1 += carry1;
+        v2 += carry2;
+        if (j < w1) {
+            r1[j] = v1;
+            r2[j] = v2;
+        }
+        carry1 = __shfl_sync(0xffffffffu, v1, 31);
+        carry2 = __shfl_sync(0xffffffffu, v2, 31);
+    }
+}
+
+__device__ __forceinline__ double rect_sum(const double* t, int w1, int y0, int y1, int x0,
+                                           int x1) {
+    return t[(size_t)y1 * w1 + x1] - t[(size_t)y0 * w1 + x1] - t[(size_t)y1 * w1 + x0]
+           + t[(size_t)y0 * w1 + x0];
+}
+
+template <int THREADS>
+__device__ __forceinline__ void reduce_to_frame(unsigned long long best, unsigned int low,
+                                                unsigned long long* peak_key,
+                                                unsigned int* min_key) {
+    __shared__ unsigned long long best_w[THREADS / 32];
+    __shared__ unsigned int low_w[THREADS / 32];
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const unsigned long long b = __shfl_down_sync(0xffffffffu, best, off);
+        const unsigned int l = __shfl_down_sync(0xffffffffu, low, off);
+        best = b > best ? b : best;
+        low = l < low ? l : low;
+    }
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) {
+        best_w[warp] = best;
+        low_w[warp] = low;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < THREADS / 32; ++i) {
+            best = best_w[i] > best ? best_w[i] : best;
+            low = low_w[i] < low ? low_w[i] : low;
+        }
+        atomicMax(peak_key, best);
+        atomicMin(min_key, low);
+    }
+}
+
+// One block per (surface row iy, frame f), THREADS threads striding over the row.
+// corr: CIRCULAR ? (frames, corr_h, corr_w) circular correlation with c[k] at
+//       (ky mod corr_h, kx mod corr_w) : (frames, ho, wo) dense.
+// a1, a2: tables of the left (reference) frames, a_stride elements apart (0: one for all);
+// b1, b2: tables of the right frames.  Both frames are h x w.
+template <bool CIRCULAR, bool NORMALIZE, int THREADS>
+__global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_w,
+                           const double* __restrict__ a1, const double* __restrict__ a2,
+                           long long a_stride, const double* __restrict__ b1,
+                           const double* __restrict__ b2, float* __restrict__ z,
+                           unsigned long long* __restrict__ peak_key,
+                           unsigned int* __restrict__ min_key, int h, int w, int ho, int wo,
+                           int ky0, int kx0, double min_n) {
+    const int iy = blockIdx.x, f = blockIdx.y;
+    const int ky = iy + ky0;
+    const int w1 = w + 1;
+    const int ya = max(0, -ky), yb = max(ya, min(h, h - ky));  // overlap rows, right coords
+    const size_t table = (size_t)(h + 1) * w1;
+    const double* A1 = a1 + f * a_stride;
+    const double* A2 = a2 + f * a_stride;
+    const double* B1 = b1 + f * table;
+    const double* B2 = b2 + f * table;
+    const float* c_row;
+    if (CIRCULAR) {
+        int my = ky % corr_h;
+        my += my < 0 ? corr_h : 0;
+        c_row = corr + ((size_t)f * corr_h + my) * corr_w;
+    } else {
+        c_row = corr + ((size_t)f * ho + iy) * wo;
+    }
+    float* z_row = z + ((size_t)f * ho + iy) * wo;
+    int mx = 0;  // (kx0 + ix) mod corr_w, advanced with ix
+    if (CIRCULAR) {
+        mx = (kx0 + (int)threadIdx.x) % corr_w;
+        mx += mx < 0 ? corr_w : 0;
+    }
+    unsigned long long best = 0ull;
+    unsigned int low = 0xffffffffu;
+    for (int ix = threadIdx.x; ix < wo; ix += THREADS) {
+        const int kx = ix + kx0;
+        const int xa = max(0, -kx), xb = max(xa, min(w, w - kx));
+        const double c = CIRCULAR ? (double)c_row[mx] : (double)c_row[ix];
+        const double n = (double)(yb - ya) * (double)(xb - xa);
+        float v;
+        if (NORMALIZE && !(n >= min_n)) {
+            v = -1.0f;  // too little overlap (none: the look-ups would leave the tables)
+        } else if (NORMALIZE) {
+            const double sa = rect_sum(A1, w1, ya + ky, yb + ky, xa + kx, xb + kx);
+            const double saa = rect_sum(A2, w1, ya + ky, yb + ky, xa + kx, xb + kx);
+            const double sb = rect_sum(B1, w1, ya, yb, xa, xb);
+            const double sbb = rect_sum(B2, w1, ya, yb, xa, xb);
+            const double nn = fmax(n, 1.0);
+            const double num = c - sa * sb / nn;
+            const double va = saa - sa * sa / nn, vb = sbb - sb * sb / nn;
+            const double var = fmax(va, 0.0) * fmax(vb, 0.0);
+            const bool flat = va <= FLAT * saa || vb <= FLAT * sbb;  // constant up to rounding
+            v = (var > 0.0 && !flat) ? (float)(num / sqrt(var)) : -1.0f;
+        } else {
+            v = n > 0.0 ? (float)c : 0.0f;  // no overlap: 0, as the zero-padded FFT gives
+        }
+        z_row[ix] = v;
+        const unsigned int k = ordered_key(v);
+        const unsigned long long key =
+            ((unsigned long long)k << 32) | (0xffffffffu - (unsigned int)(iy * wo + ix));
+        best = key > best ? key : best;
+        low = k < low ? k : low;
+        if (CIRCULAR) {
+            mx += THREADS;
+            while (mx >= corr_w) mx -= corr_w;
+        }
+    }
+    reduce_to_frame<THREADS>(best, low, peak_key + f, min_key + f);
+}
+
+// The same maximum and minimum keys over an existing surface (phase correlation).
+template <int THREADS>
+__global__ void surface_extrema(const float* __restrict__ z, unsigned long long* peak_key,
+                                unsigned int* min_key, int ho, int wo) {
+    const int iy = blockIdx.x, f = blockIdx.y;
+    const float* z_row = z + ((size_t)f * ho + iy) * wo;
+    unsigned long long best = 0ull;
+    unsigned int low = 0xffffffffu;
+    for (int ix = threadIdx.x; ix < wo; ix += THREADS) {
+        const unsigned int k = ordered_key(z_row[ix]);
+        const unsigned long long key =
+            ((unsigned long long)k << 32) | (0xffffffffu - (unsigned int)(iy * wo + ix));
+        best = key > best ? key : best;
+        low = k < low ? k : low;
+    }
+    reduce_to_frame<THREADS>(best, low, peak_key + f, min_key + f);
+}
+
+// Highest strict local maximum outside the window around each surface's peak.
+template <int THREADS>
+__global__ void second_peaks(const float* __restrict__ z,
+                             const unsigned long long* __restrict__ peak_key,
+                             unsigned int* __restrict__ second_key, int ho, int wo,
+                             int exclusion) {
+    const int iy = blockIdx.x, f = blockIdx.y;
+    const unsigned int flat = 0xffffffffu - (unsigned int)(peak_key[f] & 0xffffffffull);
+    const int py = (int)(flat / (unsigned int)wo), px = (int)(flat - (unsigned int)py * wo);
+    const float* zf = z + (size_t)f * ho * wo;
+    const bool row_in_window = abs(iy - py) <= exclusion;
+    unsigned int best = 0u;
+    for (int ix = threadIdx.x; ix < wo; ix += THREADS) {
+        if (row_in_window && abs(ix - px) <= exclusion) continue;
+        const float c = zf[(size_t)iy * wo + ix];
+        bool geq = true, gt = false;
+#pragma unroll
+        for (int dy = -1; dy <= 1; ++dy) {
+#pragma unroll
+            for (int dx = -1; dx <= 1; ++dx) {
+                if (dy == 0 && dx == 0) continue;
+                const int y = iy + dy, x = ix + dx;
+                if (y < 0 || y >= ho || x < 0 || x >= wo) {
+                    gt = true;  // outside is -inf
+                } else {
+                    const float nb = zf[(size_t)y * wo + x];
+                    geq = geq && c >= nb;
+                    gt = gt || c > nb;
+                }
+            }
+        }
+        if (geq && gt) {
+            const unsigned int k = ordered_key(c);
+            best = k > best ? k : best;
+        }
+    }
+    __shared__ unsigned int best_w[THREADS / 32];
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const unsigned int b = __shfl_down_sync(0xffffffffu, best, off);
+        best = b > best ? b : best;
+    }
+    if ((threadIdx.x & 31) == 0) best_w[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < THREADS / 32; ++i) best = best_w[i] > best ? best_w[i] : best;
+        if (best) atomicMax(second_key + f, best);
+    }
+}

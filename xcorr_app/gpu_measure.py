@@ -1,0 +1,92 @@
+"""The GPU measurement of the align pipeline: correlation surfaces to peaks with few passes.
+
+For ZNCC (or mean-subtracted sums) against one reference, what depends only on the reference
+is made once per run: its summed-area tables and, for the FFT plan, its zero-padded spectrum.
+Per batch of frames: their summed-area tables, the correlation (the planner's kernel, or one
+batched ``rfft2``, an in-place conjugate product and one ``irfft2``, left un-cropped), and
+:func:`xcorr_app.gpu_surface.surface_peaks`, which normalizes, crops, writes the surface and
+finds the peaks and confidences in two passes.
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> from xcorr_app.plans import Plan  # doctest: +SKIP
+>>> frames = cp.random.default_rng(0).random((3, 64, 80), dtype=cp.float32)  # doctest: +SKIP
+>>> g = GpuSurfaces((64, 80), (32, 40), "zncc")  # doctest: +SKIP
+>>> z, iy, ix, peak, conf = g(frames[0], frames, Plan("fft"), None)  # doctest: +SKIP
+>>> (iy - 32).tolist(), (ix - 40).tolist()  # doctest: +SKIP
+([0, 0, 0], [0, 0, 0])
+"""
+
+from __future__ import annotations
+
+from .gpu_surface import summed_area_tables, surface_peaks
+from .reference import fft_length
+from .shifts import first_shift, output_shape
+
+_MUL_CONJ = None
+
+
+def _mul_conj(left, right):
+    """``right = left * conj(right)`` in place (complex64, ``left`` broadcast)."""
+    global _MUL_CONJ
+    if _MUL_CONJ is None:
+        import cupy as cp
+
+        _MUL_CONJ = cp.ElementwiseKernel("T l", "T r", "r = l * conj(r)", "xcorr_mul_conj")
+    _MUL_CONJ(left, right)  # right is the output parameter
+    return right
+
+
+class GpuSurfaces:
+    """ZNCC (``normalization="zncc"``) or raw (``"none"``) surfaces and their peaks for a run.
+
+    Parameters
+    ----------
+    frame_shape : (H, W)
+        Shape of the reference and of every frame.
+    bound : (int, int)
+        Search range ``-bound..bound`` (the surface is ``(2 by + 1, 2 bx + 1)``, clipped to
+        the overlapping shifts).
+    normalization : {"zncc", "none"}
+    """
+
+    def __init__(self, frame_shape, bound, normalization):
+        h, w = frame_shape
+        self.shape = (h, w)
+        self.normalize = normalization == "zncc"
+        self.surface = output_shape(self.shape, self.shape, bound)
+        self.k0 = first_shift(self.shape, self.shape, bound)
+        self.fft_size = (fft_length(h, h, self.k0[0], self.surface[0]),
+                         fft_length(w, w, self.k0[1], self.surface[1]))
+        self._left = None  # (reference array, its tables, its padded spectrum)
+
+    def _left_data(self, ref, fft):
+        import cupy as cp
+
+        if self._left is not None and self._left[0] is ref:
+            return self._left[1:]
+        left = ref if ref.ndim == 3 else ref[None]
+        tables = summed_area_tables(left) if self.normalize else None
+        spectrum = cp.fft.rfft2(left, s=self.fft_size) if fft else None
+        if ref.ndim == 2:
+            # one reference for the whole run, read by both streams of the pipeline
+            cp.cuda.get_current_stream().synchronize()
+            self._left = (ref, tables, spectrum)
+        return tables, spectrum
+
+    def __call__(self, ref, mov, plan, correlate):
+        """``(z, iy, ix, peak, conf)`` of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
+        frame); ``correlate()`` gives the dense raw surfaces for plans other than FFT."""
+        import cupy as cp
+
+        fft = plan.method == "fft"
+        left_tables, spectrum = self._left_data(ref, fft)
+        right_tables = summed_area_tables(mov) if self.normalize else None
+        if fft:
+            product = _mul_conj(spectrum, cp.fft.rfft2(mov, s=self.fft_size))
+            corr = cp.fft.irfft2(product, s=self.fft_size)  # c[k] at k mod fft_size
+        else:
+            corr = correlate()
+        return surface_peaks(corr, self.shape, self.k0, self.surface, left_tables=left_tables,
+                             right_tables=right_tables, circular=fft, normalize=self.normalize)
