@@ -109,3 +109,33 @@ def test_bad_arguments():
         fft_shifts(ref, frames, upsample_factor=0.5)
     with pytest.raises(XcorrError):
         fft_shifts(ref[:-1], frames)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (7, 9), (6, 5), (1, 4), (5, 1), (3, 2)])
+def test_upsampled_dft_of_a_half_spectrum_equals_the_full_one(rng, shape):
+    from xcorr_app.fft_register import upsampled_dft
+
+    x = rng.random((2,) + shape)
+    off = rng.random((2, 2)) * 3
+    full = upsampled_dft(np.fft.fft2(x).conj(), (4, 5), 3, off)
+    half = upsampled_dft(np.fft.rfft2(x).conj(), (4, 5), 3, off, full_width=shape[1])
+    np.testing.assert_allclose(half, full, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(40, 50), (33, 47)])
+def test_real_frames_use_half_spectra_with_the_same_result(rng, shape):
+    """Real input takes the rfft2 path; complex input (the same values) the full one."""
+    from scipy import ndimage as ndi
+
+    ref = ndi.gaussian_filter(rng.random(shape), 2)
+    frames = np.stack([ndi.shift(ref, (1.3, -2.6), mode="wrap"), ref])
+    for up in (1, 20):
+        real = fft_shifts(ref, frames, upsample_factor=up, return_integer=True)
+        cplx = fft_shifts(ref.astype(complex), frames.astype(complex), upsample_factor=up,
+                          return_integer=True)
+        for a, b in zip(real, cplx):
+            np.testing.assert_allclose(a, b, atol=1e-9)
+        viafft = fft_shifts(np.fft.fft2(ref), frames, upsample_factor=up, reference_is_fft=True,
+                            return_integer=True)
+        for a, b in zip(viafft, real):
+            np.testing.assert_allclose(a, b, atol=1e-12)

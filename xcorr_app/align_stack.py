@@ -392,9 +392,9 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
             else:
                 s, pk, cf = measure(ref, p.frames, ref_fft)
             if verify:
-                fr = xp.fft.fft2(refs_raw) if previous else ref_raw_fft
+                fr = refs_raw if previous else ref_raw_fft
                 fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
-                                       reference_is_fft=True, return_integer=True)
+                                       reference_is_fft=not previous, return_integer=True)
             else:
                 fs = fi = xp.full((len(p.raw), 2), xp.nan)
             block = xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],

@@ -36,7 +36,7 @@ from .peaks import peak_index
 NORMALIZATIONS = ("phase", None)
 
 
-def upsampled_dft(data, region_size, upsample_factor, offsets):
+def upsampled_dft(data, region_size, upsample_factor, offsets, full_width=None):
     """Upsampled DFT of a small region, by matrix multiplication (Guizar-Sicairos et al.).
 
     Gives the same values as zero-padding ``data`` to ``upsample_factor`` times its size,
@@ -57,6 +57,9 @@ def upsampled_dft(data, region_size, upsample_factor, offsets):
     offsets : (..., 2) array_like
         ``(oy, ox)`` per batch element (upsampled pixels); broadcast against
         ``data.shape[:-2]``.
+    full_width : int, optional
+        ``data`` is the half spectrum of real images (``rfft2`` layout, ``W // 2 + 1`` columns)
+        of this full width: the missing columns are ``conj(data[-h, W - w])``.
 
     Returns
     -------
@@ -74,6 +77,9 @@ def upsampled_dft(data, region_size, upsample_factor, offsets):
     """
     xp = array_module_of(data)
     h, w = data.shape[-2:]
+    half = w
+    if full_width is not None:
+        w = int(full_width)
     rh, rw = (region_size, region_size) if np.ndim(region_size) == 0 else region_size
     offsets = xp.asarray(to_xp(offsets, xp), dtype=xp.float64)
     two_pi_i = -2j * np.pi
@@ -81,7 +87,18 @@ def upsampled_dft(data, region_size, upsample_factor, offsets):
     cols = xp.arange(int(rw))[None, :] - offsets[..., 1, None, None]           # (..., 1, rw)
     ky = xp.exp(two_pi_i * rows * xp.fft.fftfreq(h, upsample_factor)[None, :])  # (..., rh, H)
     kx = xp.exp(two_pi_i * xp.fft.fftfreq(w, upsample_factor)[:, None] * cols)  # (..., W, rw)
-    return ky.astype(data.dtype) @ data @ kx.astype(data.dtype)
+    ky, kx = ky.astype(data.dtype), kx.astype(data.dtype)
+    if full_width is None:
+        return ky @ data @ kx
+    # the mirrored columns w' = 1..W - half: sum_h ky[r, h] conj(data[-h, w'])
+    #   = conj((conj(ky[:, -h]) @ data)[r, w'])
+    out = (ky @ data) @ kx[..., :half, :]
+    mirrored = w - half
+    if mirrored:
+        ky_neg = xp.conj(ky[..., (-np.arange(h)) % h])
+        part = xp.conj((ky_neg @ data)[..., 1:mirrored + 1])
+        out += part @ kx[..., w - np.arange(1, mirrored + 1), :]
+    return out
 
 
 def whiten(product, real_dtype=None):
@@ -94,22 +111,50 @@ def whiten(product, real_dtype=None):
     return product
 
 
+_CROSS_POWER = {}
+
+
+def cross_power(reference_spectrum, spectrum, phase=False):
+    """``spectrum = reference_spectrum * conj(spectrum)`` in place (``reference_spectrum``
+    broadcast), divided by its magnitude as :func:`whiten` does when ``phase``; on the GPU one
+    fused kernel.  Returns ``spectrum``."""
+    xp = array_module_of(spectrum)
+    if xp is np:
+        np.conjugate(spectrum, out=spectrum)
+        spectrum *= reference_spectrum
+        return whiten(spectrum) if phase else spectrum
+    real = np.dtype(spectrum.real.dtype)
+    key = (bool(phase), real.name)
+    kernel = _CROSS_POWER.get(key)
+    if kernel is None:
+        body = "f = r * conj(f);"
+        if phase:
+            body += " f = f / max(abs(f), floor);"
+        kernel = _CROSS_POWER[key] = xp.ElementwiseKernel(
+            f"T r, {real.name} floor", "T f", body, f"xcorr_cross_power_{int(phase)}")
+    kernel(reference_spectrum.astype(spectrum.dtype, copy=False),
+           real.type(100 * np.finfo(real).eps), spectrum)
+    return spectrum
+
+
 def _signed(index, size):
     """Wrap circular peak indices into signed shifts (above half the size means negative)."""
     xp = array_module_of(index)
     return xp.where(index > size // 2, index - size, index)
 
 
-def _refine(product, shifts, upsample_factor):
+def _refine(product, shifts, upsample_factor, full_width=None):
     """Refine integer ``shifts`` (N, 2) by the upsampled DFT of the cross-power ``product``
-    in a 1.5-pixel region around them; returns (refined shifts, peak magnitude scaled by H*W)."""
+    (a half spectrum of real images when ``full_width`` is given) in a 1.5-pixel region around
+    them; returns (refined shifts, peak magnitude scaled by H*W)."""
     xp = array_module_of(product)
     h, w = product.shape[-2:]
+    w = w if full_width is None else full_width
     u = float(upsample_factor)
     region = math.ceil(1.5 * u)
     dftshift = region // 2
     shifts = xp.round(shifts * u) / u
-    local = xp.abs(upsampled_dft(product.conj(), region, u, dftshift - shifts * u))
+    local = xp.abs(upsampled_dft(product.conj(), region, u, dftshift - shifts * u, full_width))
     uy, ux = peak_index(local)
     shifts = shifts + (xp.stack([uy, ux], axis=-1) - dftshift) / u
     peak = local.reshape(len(local), -1).max(axis=1).astype(xp.float64) / (h * w)
@@ -160,8 +205,9 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
 
     Parameters
     ----------
-    reference : (H, W) ndarray
-        Reference image, or its ``fft2`` when ``reference_is_fft`` is True (to reuse it).
+    reference : (H, W) or (N, H, W) ndarray
+        Reference image (or one per frame), or its ``fft2`` when ``reference_is_fft`` is True
+        (to reuse it; with real frames, the ``fft2`` of a real reference).
     frames : (N, H, W) ndarray
         Moving images; a single ``(H, W)`` frame is taken as ``N = 1``.
     upsample_factor : float, optional
@@ -217,16 +263,23 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     single = all(a.dtype in (np.float32, np.complex64) for a in (reference, frames))
     real, cplx = (xp.float32, xp.complex64) if single else (xp.float64, xp.complex128)
 
-    ref_fft = reference if reference_is_fft else xp.fft.fft2(reference.astype(real))
-    if not xp.iscomplexobj(frames):
-        frames = frames.astype(real)
-    product = ref_fft.astype(cplx) * xp.fft.fft2(frames).astype(cplx).conj()  # (N, H, W)
-    if normalization == "phase":
-        whiten(product, real)
-
     n, h, w = frames.shape
+    # real images: half spectra (rfft2), the same numbers at half the work
+    halves = not xp.iscomplexobj(frames) and (reference_is_fft or not xp.iscomplexobj(reference))
+    if halves:
+        ref_fft = reference[..., :w // 2 + 1] if reference_is_fft \
+            else xp.fft.rfft2(reference.astype(real))
+        product = xp.fft.rfft2(frames.astype(real)).astype(cplx, copy=False)
+    else:
+        ref_fft = reference if reference_is_fft else xp.fft.fft2(reference.astype(real))
+        product = xp.fft.fft2(frames).astype(cplx, copy=False)
+    cross_power(ref_fft.astype(cplx, copy=False), product, normalization == "phase")
+
     size = xp.asarray([h, w])
-    corr = xp.abs(xp.fft.ifft2(product))
+    if halves:
+        corr = xp.abs(xp.fft.irfft2(product, s=(h, w)))
+    else:
+        corr = xp.abs(xp.fft.ifft2(product))
     iy, ix = peak_index(corr)
     shifts = _signed(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
     peak = xp.take_along_axis(corr.reshape(n, -1), (iy * w + ix)[:, None], axis=1)[:, 0]
@@ -234,7 +287,7 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
 
     integer = shifts.copy()
     if upsample_factor > 1:
-        shifts, peak = _refine(product, shifts, upsample_factor)
+        shifts, peak = _refine(product, shifts, upsample_factor, w if halves else None)
 
     for axis, length in enumerate((h, w)):
         if length == 1:  # a length-1 axis carries no shift

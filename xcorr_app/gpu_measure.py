@@ -20,23 +20,10 @@ Examples
 
 from __future__ import annotations
 
+from .fft_register import cross_power
 from .gpu_surface import summed_area_tables, surface_peaks
 from .reference import fft_length
 from .shifts import first_shift, output_shape
-
-_MUL_CONJ = None
-
-
-def _mul_conj(left, right):
-    """``right = left * conj(right)`` in place (complex64, ``left`` broadcast)."""
-    global _MUL_CONJ
-    if _MUL_CONJ is None:
-        import cupy as cp
-
-        _MUL_CONJ = cp.ElementwiseKernel("T l", "T r", "r = l * conj(r)", "xcorr_mul_conj")
-    _MUL_CONJ(left, right)  # right is the output parameter
-    return right
-
 
 class GpuSurfaces:
     """ZNCC (``normalization="zncc"``) or raw (``"none"``) surfaces and their peaks for a run.
@@ -84,7 +71,7 @@ class GpuSurfaces:
         left_tables, spectrum = self._left_data(ref, fft)
         right_tables = summed_area_tables(mov) if self.normalize else None
         if fft:
-            product = _mul_conj(spectrum, cp.fft.rfft2(mov, s=self.fft_size))
+            product = cross_power(spectrum, cp.fft.rfft2(mov, s=self.fft_size))
             corr = cp.fft.irfft2(product, s=self.fft_size)  # c[k] at k mod fft_size
         else:
             corr = correlate()
