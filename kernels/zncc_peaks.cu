@@ -3,9 +3,11 @@
 // after the correlation kernels or the FFT).
 //
 //  * sat_columns + sat_rows: summed-area tables T[f][y][x] = sum_{r < y, c < x} x[f][r][c] of
-//    the frames and of their squares, in float64, (H + 1) x (W + 1) with a zero first row
-//    and column.  Columns first (a block scans 32 columns, its warps own row segments and
-//    combine their sums in shared memory), then rows in place (a warp per row, a shuffle scan).
+//    the frames and of their squares, in float64, with a zero first row and column.  Columns
+//    first (a block scans 32 columns, its warps own row segments and combine their sums in
+//    shared memory), then rows in place (a warp per row, a shuffle scan).  A bounded search
+//    only looks up rows y <= top and y >= top + 1 + gap: the table keeps just those
+//    (table row j holds y = j for j <= top, y = j + gap after; gap = 0 keeps all H + 1).
 //  * zncc_peaks: per shift k, ZNCC from the raw correlation sum c[k] and eight table look-ups
 //    (the overlap of two equal-sized frames is a rectangle in each), written to the surface,
 //    with the surface's maximum (value and first row-major index packed in one 64-bit key)
@@ -25,17 +27,22 @@ __device__ __forceinline__ unsigned int ordered_key(float v) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+__device__ __forceinline__ int table_row(int y, int top, int gap) {
+    return y <= top ? y : y - gap;
+}
+
 // Column prefix sums of x and x*x.  grid (ceil(w / 32), frames), block (32, SEGMENTS).
 template <int SEGMENTS>
 __global__ void sat_columns(const float* __restrict__ x, double* __restrict__ s1,
-                            double* __restrict__ s2, int h, int w) {
+                            double* __restrict__ s2, int h, int w, int top, int gap) {
     __shared__ double part1[SEGMENTS][33], part2[SEGMENTS][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col = blockIdx.x * 32 + tx;
     const int w1 = w + 1;
+    const int rows = h + 1 - gap;
     const float* xf = x + (size_t)blockIdx.y * h * w;
-    double* t1 = s1 + (size_t)blockIdx.y * (h + 1) * w1;
-    double* t2 = s2 + (size_t)blockIdx.y * (h + 1) * w1;
+    double* t1 = s1 + (size_t)blockIdx.y * rows * w1;
+    double* t2 = s2 + (size_t)blockIdx.y * rows * w1;
     const int seg = (h + SEGMENTS - 1) / SEGMENTS;
     const int y0 = min(h, ty * seg), y1 = min(h, y0 + seg);
     double a = 0.0, aa = 0.0;
@@ -55,24 +62,32 @@ __global__ void sat_columns(const float* __restrict__ x, double* __restrict__ s1
         run1 += part1[s][tx];
         run2 += part2[s][tx];
     }
+    // table rows y0 + 1 .. y1 of this segment that are kept: (y0, top] and [top + 1 + gap, y1]
+    const int keep_lo = max(y0 + 1, top + 1 + gap);
+    const int last = y1 <= top ? y1 : (keep_lo <= y1 ? y1 : min(y1, top));
     if (col < w) {
         if (ty == 0) {
             t1[col + 1] = 0.0;
             t2[col + 1] = 0.0;
         }
 #pragma unroll 4
-        for (int y = y0; y < y1; ++y) {
+        for (int y = y0; y < last; ++y) {  // rows past the last kept one are not needed
             const double v = xf[(size_t)y * w + col];
             run1 += v;
             run2 += v * v;
-            t1[(size_t)(y + 1) * w1 + col + 1] = run1;
-            t2[(size_t)(y + 1) * w1 + col + 1] = run2;
+            if (y + 1 <= top || y + 1 >= keep_lo) {
+                const size_t j = (size_t)table_row(y + 1, top, gap) * w1 + col + 1;
+                t1[j] = run1;
+                t2[j] = run2;
+            }
         }
     }
     if (blockIdx.x == 0 && tx == 0) {  // the zero first column
         for (int y = (ty == 0 ? 0 : y0 + 1); y <= y1; ++y) {
-            t1[(size_t)y * w1] = 0.0;
-            t2[(size_t)y * w1] = 0.0;
+            if (y <= top || y >= top + 1 + gap) {
+                t1[(size_t)table_row(y, top, gap) * w1] = 0.0;
+                t2[(size_t)table_row(y, top, gap) * w1] = 0.0;
+            }
         }
     }
 }
@@ -110,10 +125,11 @@ __global__ void sat_rows(double* __restrict__ s1, double* __restrict__ s2, int r
     }
 }
 
-__device__ __forceinline__ double rect_sum(const double* t, int w1, int y0, int y1, int x0,
+// Sum over [y0, y1) x [x0, x1) from a table whose rows j0, j1 hold image rows y0, y1.
+__device__ __forceinline__ double rect_sum(const double* t, int w1, int j0, int j1, int x0,
                                            int x1) {
-    return t[(size_t)y1 * w1 + x1] - t[(size_t)y0 * w1 + x1] - t[(size_t)y1 * w1 + x0]
-           + t[(size_t)y0 * w1 + x0];
+    return t[(size_t)j1 * w1 + x1] - t[(size_t)j0 * w1 + x1] - t[(size_t)j1 * w1 + x0]
+           + t[(size_t)j0 * w1 + x0];
 }
 
 template <int THREADS>
@@ -157,12 +173,12 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
                            const double* __restrict__ b2, float* __restrict__ z,
                            unsigned long long* __restrict__ peak_key,
                            unsigned int* __restrict__ min_key, int h, int w, int ho, int wo,
-                           int ky0, int kx0, double min_n) {
+                           int ky0, int kx0, double min_n, int top, int gap) {
     const int iy = blockIdx.x, f = blockIdx.y;
     const int ky = iy + ky0;
     const int w1 = w + 1;
     const int ya = max(0, -ky), yb = max(ya, min(h, h - ky));  // overlap rows, right coords
-    const size_t table = (size_t)(h + 1) * w1;
+    const size_t table = (size_t)(h + 1 - gap) * w1;
     const double* A1 = a1 + f * a_stride;
     const double* A2 = a2 + f * a_stride;
     const double* B1 = b1 + f * table;
@@ -192,10 +208,12 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
         if (NORMALIZE && !(n >= min_n)) {
             v = -1.0f;  // too little overlap (none: the look-ups would leave the tables)
         } else if (NORMALIZE) {
-            const double sa = rect_sum(A1, w1, ya + ky, yb + ky, xa + kx, xb + kx);
-            const double saa = rect_sum(A2, w1, ya + ky, yb + ky, xa + kx, xb + kx);
-            const double sb = rect_sum(B1, w1, ya, yb, xa, xb);
-            const double sbb = rect_sum(B2, w1, ya, yb, xa, xb);
+            const int la = table_row(ya + ky, top, gap), lb = table_row(yb + ky, top, gap);
+            const int ra = table_row(ya, top, gap), rb = table_row(yb, top, gap);
+            const double sa = rect_sum(A1, w1, la, lb, xa + kx, xb + kx);
+            const double saa = rect_sum(A2, w1, la, lb, xa + kx, xb + kx);
+            const double sb = rect_sum(B1, w1, ra, rb, xa, xb);
+            const double sbb = rect_sum(B2, w1, ra, rb, xa, xb);
             const double nn = fmax(n, 1.0);
             const double num = c - sa * sb / nn;
             const double va = saa - sa * sa / nn, vb = sbb - sb * sb / nn;

@@ -15,20 +15,29 @@ pytestmark = pytest.mark.gpu
 SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (100, 37), (257, 129)]
 
 
-@pytest.mark.parametrize("shape", SIZES + [(3, 2100), (70, 1030)])
+@pytest.mark.parametrize("shape", SIZES + [(3, 2100), (70, 1030), (1100, 45)])
 @pytest.mark.parametrize("n", [1, 3])
-def test_summed_area_tables(rng, shape, n):
+@pytest.mark.parametrize("bound_rows", [None, 0, 2, 16])
+def test_summed_area_tables(rng, shape, n, bound_rows):
     import cupy as cp
-    from xcorr_app.gpu_surface import summed_area_tables
+    from xcorr_app.gpu_surface import summed_area_tables, table_layout
 
+    h, w = shape
+    top, gap = table_layout(h, bound_rows)
+    kept = [y for y in range(h + 1) if y <= top or y >= top + 1 + gap]
+    if bound_rows is None:
+        assert kept == list(range(h + 1))
+    else:
+        assert set(range(bound_rows + 1)) | set(range(max(0, h - bound_rows), h + 1)) \
+            == set(kept)
     x = (rng.standard_normal((n,) + shape) * 3 + 1).astype(np.float32)
-    out = tuple(poisoned(cp, (n, shape[0] + 1, shape[1] + 1), np.float64) for _ in range(2))
-    s1, s2 = summed_area_tables(cp.asarray(x), out=out)
+    out = tuple(poisoned(cp, (n, len(kept), w + 1), np.float64) for _ in range(2))
+    s1, s2 = summed_area_tables(cp.asarray(x), out=out, bound_rows=bound_rows)
     assert s1 is out[0] and s2 is out[1]
     for got, v in ((s1, x.astype(np.float64)), (s2, x.astype(np.float64) ** 2)):
-        want = np.zeros((n, shape[0] + 1, shape[1] + 1))
+        want = np.zeros((n, h + 1, w + 1))
         want[:, 1:, 1:] = v.cumsum(axis=1).cumsum(axis=2)
-        assert rel_error(got.get(), want) <= 1e-12
+        assert rel_error(got.get(), want[:, kept]) <= 1e-12
 
 
 def _drifting(rng, n, shape):
@@ -47,10 +56,10 @@ def _drifting(rng, n, shape):
     return ref.astype(np.float32), np.stack(frames).astype(np.float32)
 
 
-def _tables(cp, a):
+def _tables(cp, a, bound_rows=None):
     from xcorr_app.gpu_surface import summed_area_tables
 
-    return summed_area_tables(cp.asarray(a))
+    return summed_area_tables(cp.asarray(a), bound_rows=bound_rows)
 
 
 def _cpu_peaks(z):
@@ -90,8 +99,8 @@ def test_zncc_dense_matches_normalize_zncc(rng, shape, n, per_frame_left, bound)
     want = zncc(corr, left, mov, ms)
     out = poisoned(cp, want.shape)
     got = surface_peaks(cp.asarray(corr), shape, first_shift(shape, shape, ms),
-                        left_tables=_tables(cp, left if per_frame_left else left[None]),
-                        right_tables=_tables(cp, mov), out=out)
+                        left_tables=_tables(cp, left if per_frame_left else left[None], ms[0]),
+                        right_tables=_tables(cp, mov, ms[0]), out=out)
     assert got[0] is out
     _check(got, want)
 
@@ -115,7 +124,7 @@ def test_circular_reads_the_fft_correlation_modulo_its_size(rng, shape, normaliz
                          s=size).astype(np.float32)
     dense = circ[..., iy, ix] * (1 if mask is None else mask)
     want = zncc(dense, ref, mov, ms) if normalize else dense
-    kw = dict(left_tables=_tables(cp, ref[None]), right_tables=_tables(cp, mov)) \
+    kw = dict(left_tables=_tables(cp, ref[None], ms[0]), right_tables=_tables(cp, mov, ms[0])) \
         if normalize else {}
     got = surface_peaks(cp.asarray(circ), shape, first_shift(shape, shape, ms), (ho, wo),
                         circular=True, normalize=normalize, out=poisoned(cp, (n, ho, wo)), **kw)

@@ -44,6 +44,7 @@ class GpuSurfaces:
         self.normalize = normalization == "zncc"
         self.surface = output_shape(self.shape, self.shape, bound)
         self.k0 = first_shift(self.shape, self.shape, bound)
+        self.bound_rows = int(bound[0])  # the tables keep the rows this search looks up
         self.fft_size = (fft_length(h, h, self.k0[0], self.surface[0]),
                          fft_length(w, w, self.k0[1], self.surface[1]))
         self._left = None  # (reference array, its tables, its padded spectrum)
@@ -54,7 +55,7 @@ class GpuSurfaces:
         if self._left is not None and self._left[0] is ref:
             return self._left[1:]
         left = ref if ref.ndim == 3 else ref[None]
-        tables = summed_area_tables(left) if self.normalize else None
+        tables = summed_area_tables(left, bound_rows=self.bound_rows) if self.normalize else None
         spectrum = cp.fft.rfft2(left, s=self.fft_size) if fft else None
         if ref.ndim == 2:
             # one reference for the whole run, read by both streams of the pipeline
@@ -69,7 +70,8 @@ class GpuSurfaces:
 
         fft = plan.method == "fft"
         left_tables, spectrum = self._left_data(ref, fft)
-        right_tables = summed_area_tables(mov) if self.normalize else None
+        right_tables = summed_area_tables(mov, bound_rows=self.bound_rows) \
+            if self.normalize else None
         if fft:
             product = cross_power(spectrum, cp.fft.rfft2(mov, s=self.fft_size))
             corr = cp.fft.irfft2(product, s=self.fft_size)  # c[k] at k mod fft_size

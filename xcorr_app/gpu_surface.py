@@ -47,31 +47,46 @@ def _tables_out(out, shape, cp):
     return out
 
 
-def summed_area_tables(frames, out=None):
+def table_layout(h, bound_rows=None):
+    """``(top, gap)`` of tables that keep the rows a search of ``-bound_rows..bound_rows``
+    looks up (``y <= top`` and ``y >= top + 1 + gap``); all ``H + 1`` rows without a bound or
+    when the two bands meet."""
+    if bound_rows is None or 2 * (bound_rows + 1) >= h + 1:
+        return h, 0
+    return int(bound_rows), h - 2 * int(bound_rows) - 1
+
+
+def summed_area_tables(frames, out=None, bound_rows=None):
     """Summed-area tables of ``frames`` and of ``frames**2``.
 
     Parameters
     ----------
     frames : (N, H, W) CuPy array
         Converted to float32 if needed.
-    out : pair of (N, H + 1, W + 1) float64 CuPy arrays, optional
+    out : pair of (N, R, W + 1) float64 CuPy arrays, optional
+    bound_rows : int, optional
+        Keep only the rows a search of ``-bound_rows..bound_rows`` needs
+        (:func:`table_layout`): the ``bound_rows + 1`` first and last.
 
     Returns
     -------
-    s1, s2 : (N, H + 1, W + 1) float64 CuPy arrays
-        ``s1[f, y, x] = frames[f, :y, :x].sum()`` and the same for the squares (first row and
-        column zero).
+    s1, s2 : (N, R, W + 1) float64 CuPy arrays
+        ``s1[f, j, x] = frames[f, :y, :x].sum()`` for the table row ``j`` of image row ``y``
+        (``R = H + 1`` and ``j = y`` without ``bound_rows``), and the same for the squares
+        (first row and column zero).
     """
     import cupy as cp
 
     x = cp.ascontiguousarray(frames, dtype=cp.float32)
     n, h, w = x.shape
-    s1, s2 = _tables_out(out, (n, h + 1, w + 1), cp)
+    top, gap = table_layout(h, bound_rows)
+    s1, s2 = _tables_out(out, (n, h + 1 - gap, w + 1), cp)
     if n == 0:
         return s1, s2
     SAT_COLUMNS.get(SEGMENTS)((-(-w // 32), n), (32, SEGMENTS), (x, s1, s2, np.int32(h),
-                                                                 np.int32(w)))
-    rows = n * (h + 1)
+                                                                 np.int32(w), np.int32(top),
+                                                                 np.int32(gap)))
+    rows = n * (h + 1 - gap)
     SAT_ROWS.get(WARPS)((-(-rows // WARPS),), (32 * WARPS,), (s1, s2, np.int32(rows),
                                                              np.int32(w + 1)))
     return s1, s2
@@ -104,8 +119,9 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     surface_shape : (Ho, Wo)
         Needed with ``circular``.
     left_tables, right_tables : pairs of float64 CuPy arrays
-        :func:`summed_area_tables` of the left frame(s) ((1 or N, H + 1, W + 1)) and of the
-        right frames ((N, H + 1, W + 1)); needed with ``normalize``.
+        :func:`summed_area_tables` of the left frame(s) ((1 or N, R, W + 1)) and of the
+        right frames ((N, R, W + 1)), made with the same ``bound_rows``; needed with
+        ``normalize``.
     normalize : bool
         ZNCC as :func:`xcorr_app.normalize.zncc` (else the raw sums, 0 without overlap).
         With neither ``normalize`` nor ``circular``, ``corr`` itself is the surface.
@@ -130,9 +146,12 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
         h, w = frame_shape
         ky0, kx0 = first_shift
         z = out if out is not None else cp.empty((n, ho, wo), cp.float32)
+        top, gap = h, 0
         if normalize:
             (a1, a2), (b1, b2) = left_tables, right_tables
             a_stride = 0 if a1.shape[0] == 1 else a1[0].size
+            gap = h + 1 - b1.shape[1]
+            top = (b1.shape[1] // 2 - 1) if gap else h
         else:  # unused placeholders
             a1 = a2 = b1 = b2 = cp.zeros(1, cp.float64)
             a_stride = 0
@@ -143,7 +162,7 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
             grid, (THREADS,),
             (corr, np.int32(fh), np.int32(fw), a1, a2, np.int64(a_stride), b1, b2, z,
              peak_key, min_key, np.int32(h), np.int32(w), np.int32(ho), np.int32(wo),
-             np.int32(ky0), np.int32(kx0), np.float64(min_n)))
+             np.int32(ky0), np.int32(kx0), np.float64(min_n), np.int32(top), np.int32(gap)))
     else:
         z = corr
         SURFACE_EXTREMA.get(THREADS)(grid, (THREADS,), (z, peak_key, min_key, np.int32(ho),
