@@ -64,8 +64,11 @@ class ChunkPrefetcher:
         self.chunk_frames = int(chunk_frames)
         n_chunks = -(-src.n_frames // self.chunk_frames)
         n_buffers = max(1, min(depth + 1, n_chunks))
-        shape = (min(self.chunk_frames, src.n_frames), *src.frame_shape)
-        self._buffers = [host_buffer(shape, src.dtype, pinned) for _ in range(n_buffers)]
+        self._shape = (min(self.chunk_frames, src.n_frames), *src.frame_shape)
+        self._pinned = pinned
+        # allocated by the reader when first needed: page-locking takes the driver about
+        # 0.5 s per GiB, which then overlaps the computation of the first chunks
+        self._buffers = [None] * n_buffers
         self._free: queue.Queue = queue.Queue()
         for slot in range(n_buffers):
             self._free.put((slot, None))
@@ -76,8 +79,8 @@ class ChunkPrefetcher:
 
     @property
     def held_bytes(self) -> int:
-        """Host memory held by the ring of buffers."""
-        return sum(b.nbytes for b in self._buffers)
+        """Host memory the ring of buffers holds once all are allocated."""
+        return len(self._buffers) * int(np.prod(self._shape)) * np.dtype(self.src.dtype).itemsize
 
     def _run(self):
         try:
@@ -87,6 +90,8 @@ class ChunkPrefetcher:
                     return
                 if event is not None:
                     event.synchronize()  # its copy to the device has finished
+                if self._buffers[slot] is None:
+                    self._buffers[slot] = host_buffer(self._shape, self.src.dtype, self._pinned)
                 stop = min(start + self.chunk_frames, self.src.n_frames)
                 frames = self.src.read(start, stop, out=self._buffers[slot][:stop - start])
                 self._ready.put((start, frames, slot))
