@@ -137,8 +137,11 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     """
     import cupy as cp
 
+    corr = cp.ascontiguousarray(corr, dtype=cp.float32)
     n = corr.shape[0]
     ho, wo = surface_shape if circular else corr.shape[-2:]
+    if n == 0 or ho * wo == 0:
+        raise ValueError(f"no surface to search: {n} surfaces of {ho}x{wo}")
     peak_key = cp.zeros(n, cp.uint64)
     min_key = cp.full(n, 0xFFFFFFFF, cp.uint32)
     grid = (ho, n)
