@@ -273,7 +273,7 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     else:
         ref_fft = reference if reference_is_fft else xp.fft.fft2(reference.astype(real))
         product = xp.fft.fft2(frames).astype(cplx, copy=False)
-    cross_power(ref_fft.astype(cplx, copy=False), product, normalization == "phase")
+    cross_power(ref_fft, product, normalization == "phase")
 
     size = xp.asarray([h, w])
     if halves:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from .fft_register import cross_power
 from .gpu_surface import summed_area_tables, surface_peaks
-from .reference import fft_length
-from .shifts import first_shift, output_shape
+from .reference import _fft_setup
+from .shifts import first_shift
+
 
 class GpuSurfaces:
     """ZNCC (``normalization="zncc"``) or raw (``"none"``) surfaces and their peaks for a run.
@@ -39,14 +40,14 @@ class GpuSurfaces:
     """
 
     def __init__(self, frame_shape, bound, normalization):
-        h, w = frame_shape
-        self.shape = (h, w)
+        import cupy as cp
+
+        self.shape = tuple(frame_shape)
         self.normalize = normalization == "zncc"
-        self.surface = output_shape(self.shape, self.shape, bound)
         self.k0 = first_shift(self.shape, self.shape, bound)
         self.bound_rows = int(bound[0])  # the tables keep the rows this search looks up
-        self.fft_size = (fft_length(h, h, self.k0[0], self.surface[0]),
-                         fft_length(w, w, self.k0[1], self.surface[1]))
+        # the FFT path's alias-free size and surface shape (un-cropped: the kernel crops)
+        self.fft_size, _, _, _, self.surface = _fft_setup(cp, self.shape, self.shape, bound)
         self._left = None  # (reference array, its tables, its padded spectrum)
 
     def _left_data(self, ref, fft):

@@ -153,8 +153,8 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
         if normalize:
             (a1, a2), (b1, b2) = left_tables, right_tables
             a_stride = 0 if a1.shape[0] == 1 else a1[0].size
-            gap = h + 1 - b1.shape[1]
-            top = (b1.shape[1] // 2 - 1) if gap else h
+            rows = b1.shape[1]  # H + 1, or 2 (bound_rows + 1): see table_layout
+            top, gap = table_layout(h, None if rows == h + 1 else rows // 2 - 1)
         else:  # unused placeholders
             a1 = a2 = b1 = b2 = cp.zeros(1, cp.float64)
             a_stride = 0

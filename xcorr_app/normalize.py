@@ -113,8 +113,8 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25):
     n = xp.asarray(((yb - ya)[:, None] * (xb - xa)[None, :]).astype(np.float64))
     # the overlap in left and right coordinates (an empty one stays empty, inside the images)
     (lh, lw), (rh, rw) = left.shape[-2:], right.shape[-2:]
-    lr = [np.clip(v, 0, n) for v, n in ((ya + ky, lh), (yb + ky, lh), (xa + kx, lw), (xb + kx, lw))]
-    rr = [np.clip(v, 0, n) for v, n in ((ya, rh), (yb, rh), (xa, rw), (xb, rw))]
+    lr = [np.clip(v, 0, m) for v, m in ((ya + ky, lh), (yb + ky, lh), (xa + kx, lw), (xb + kx, lw))]
+    rr = [np.clip(v, 0, m) for v, m in ((ya, rh), (yb, rh), (xa, rw), (xb, rw))]
     sa = _rect_sums(left, *lr, xp)
     saa = _rect_sums(xp.square(left, dtype=xp.float64), *lr, xp)
     sb = _rect_sums(right, *rr, xp)
