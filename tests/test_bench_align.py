@@ -29,7 +29,7 @@ def fake_gpu(monkeypatch):
     """A "GPU" whose :func:`bench.run` times the reads for real and makes up the GPU rows."""
     calls = []
 
-    def fake_run(stack, path, *, max_memory=None, echo=print, repeat=1):
+    def fake_run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None):
         calls.append((stack, path, max_memory, os.path.exists(path), repeat))
         fb = stack.shape[0] * stack.shape[1] * 2
         n = stack.n_frames
@@ -405,3 +405,34 @@ def test_warm_align_for_real_on_the_cpu(tmp_path):
     st.write(path)
     note = bench.warm_align(path, 5, {"device": "cpu", "max_shift": 16})
     assert note.startswith("align on the first 5 frames in memory")
+
+
+def test_parallel_read_copies_every_frame(tmp_path, monkeypatch):
+    st = bench.SyntheticStack(7, (64, 64))
+    path = tmp_path / "s.tif"
+    st.write(path)
+    copied = []
+    real = np.copyto
+    monkeypatch.setattr(np, "copyto", lambda dst, src: (copied.append(src.copy()),
+                                                        real(dst, src)))
+    assert bench.read_memmap_parallel(path, 3, chunk_frames=2) == 7
+    got = sorted(copied, key=lambda a: int(a.sum()))
+    want = sorted([st.frames(a, min(a + 2, b)) for a, b in ((0, 2), (2, 4), (4, 7))
+                   for a in range(a, b, 2)], key=lambda a: int(a.sum()))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_multi_gpu_target_lines():
+    read, multi = bench.gpu_rows_names((0, 1))
+    rows = [bench.make_row(bench.ALIGN_FULL, "xcorr", 10, 100, 1.0),
+            bench.make_row(read, "read_multi", 10, 100, 0.5),
+            bench.make_row(multi, "xcorr", 10, 100, 0.8)]
+    line, = bench.multi_gpu_lines(rows, (0, 1))
+    assert "1.25x one GPU (target >= 1.7x: no)" in line
+    assert "62% of the 2-reader plain read (target >= 90%: no)" in line
+    assert bench.multi_gpu_lines(rows[:2], (0, 1)) == []
+    summarised = bench.summarise(rows + [bench.make_row(bench.READ_MEMMAP, "read", 10, 100, 1.0)])
+    assert summarised[1]["vs_read"] == pytest.approx(2.0)  # not the baseline of the 1-GPU rows
+    assert summarised[0]["vs_read"] == pytest.approx(1.0)

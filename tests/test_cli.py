@@ -305,3 +305,16 @@ def test_align_new_options_end_to_end(tmp_path):
 def test_bad_new_align_options(tmp_path, args, words):
     assert_clean_error(xcorr("align", stack_path("moon"), "--out", tmp_path / "o", "--device",
                              "cpu", *args), words)
+
+
+def test_gpus_option_errors(tmp_path):
+    """--gpus without a usable GPU, or with a bad list: one clear line."""
+    path = stack_path("cell")
+    res = xcorr("align", path, "--gpus", "0,x", "--out", tmp_path / "a")
+    if res.returncode != 0 and "needs CUDA GPUs" in res.stderr:
+        assert_clean_error(res, "--gpus needs CUDA GPUs")
+    else:
+        assert_clean_error(res, "GPU numbers separated by commas")
+    assert_clean_error(xcorr("filter", path, "--kernel", "box:3", "--gpus", "0", "--device",
+                             "cpu", "--out", tmp_path / "f.tif"), "--device cpu")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "f.tif").exists()

@@ -29,6 +29,7 @@ Examples
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,7 @@ from .preprocess import parse_prefilter, prepare
 from .preprocess import window as make_window
 from .references import is_previous, reference_frame
 from .shifts import normalize_max_shift, output_shape, shift_origin
-from .stack_reader import open_source
+from .stack_reader import FrameRange, open_source
 
 SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
 NORMALIZATIONS = ("zncc", "none", "phase")
@@ -263,10 +264,202 @@ def _device_free_bytes(xp):
     return free + pool.free_bytes()
 
 
+@dataclasses.dataclass(frozen=True)
+class AlignOptions:
+    """The settings of one alignment run, checked; what every worker of a run shares (plain
+    values, so they travel to other processes)."""
+
+    reference: object = "first"
+    max_shift: tuple | None = None
+    normalization: str = "zncc"
+    subpixel: str = "gaussian"
+    upsample: int = 20
+    prefilter: str | None = "gaussian:1"
+    window: str | None = "none"
+    verify: bool = True
+    min_confidence: float | None = None
+    interpolate_low: bool = False
+    channel: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "max_shift", normalize_max_shift(self.max_shift))
+        _check_choices(self.normalization, self.subpixel)
+        parse_prefilter(self.prefilter)  # a bad spec fails before anything is read
+        if self.min_confidence is not None and not self.min_confidence >= 0:
+            raise XcorrError(f"min_confidence must be >= 0, got {self.min_confidence}")
+
+    @property
+    def previous(self) -> bool:
+        return is_previous(self.reference)
+
+    def measurer(self, xp, frame_shape, plan=None):
+        return _Measurer(xp, frame_shape, self.max_shift, self.normalization, self.subpixel,
+                         self.upsample, plan)
+
+    def surface_shape(self, frame_shape):
+        return output_shape(frame_shape, frame_shape, search_range(frame_shape, self.max_shift))
+
+    def preparer(self, xp, frame_shape):
+        """``prepare`` with this run's prefilter and window, for frames on ``xp``'s device."""
+        pre = _prefilter_for(self.prefilter, self.normalization)
+        win = make_window(self.window, frame_shape, xp)
+        return lambda frames: prepare(frames, xp, pre, win)
+
+
+def check_frame_shape(frame_shape):
+    h, w = frame_shape
+    if h * w < 2:
+        raise InputError(f"frames of {h}x{w} pixel cannot be registered: at least 2 pixels are "
+                         "needed")
+
+
+def prepared_reference(opts, src, xp, chunk_frames, image=None):
+    """The run's reference as prepared for correlation: ``(frame, raw)`` float32 arrays on
+    ``xp``'s device (``None`` for ``reference="previous"``).  ``image``: the reference image
+    when already computed (the mean of a distributed run)."""
+    if opts.previous:
+        return None
+    if image is None:
+        image = reference_frame(opts.reference, src, xp, chunk_frames, opts.channel)
+    p = opts.preparer(xp, src.frame_shape)(xp.asarray(image)[None])
+    if not bool(p.finite[0]):
+        raise InputError("the reference image has NaN or Inf pixels; replace them first")
+    if bool(p.constant[0]):
+        raise InputError("the reference image is constant; choose another --reference")
+    return p.frames[0], p.raw[0]
+
+
+def run_plan(opts, xp, frame_shape, chunk_frames, reference):
+    """The correlation plan of a run whose chunks are shared out (GPUs, Dask workers), chosen
+    once so that every worker computes the same way; ``None`` where :class:`_Measurer` decides
+    by a fixed rule anyway (CPU, FFT, phase)."""
+    measure = opts.measurer(xp, frame_shape)
+    if xp is np or measure.unbounded or opts.normalization == "phase":
+        return None
+    n = max(1, int(chunk_frames))
+    if opts.previous:  # n_to_mn: one reference per frame
+        ref = xp.zeros((n, *frame_shape), xp.float32)
+        return measure._plan(ref, xp.zeros((n, 1, *frame_shape), xp.float32), "n_to_mn")
+    return measure._plan(reference[0], xp.zeros((n, *frame_shape), xp.float32), "one_to_many")
+
+
+def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0, stop=None,
+                   progress=None):
+    """The per-frame result table (rows ``start:stop``, columns :data:`_COLUMNS`) and the plan.
+
+    The chunk loop of :func:`align`: frames are streamed from ``src`` in chunks of
+    ``chunk_frames``, prepared, measured against ``reference`` (from
+    :func:`prepared_reference`; with ``reference="previous"`` frame ``start - 1`` is read as the
+    first frame's reference), and checked against the FFT reference.  Each frame's row depends
+    only on the frame, its reference and ``plan``, so ranges measured apart (other GPUs, Dask
+    workers) give the rows one run gives.
+    """
+    stop = src.n_frames if stop is None else stop
+    part = FrameRange(src, start, stop)
+    prep = opts.preparer(xp, src.frame_shape)
+    measure = opts.measurer(xp, src.frame_shape, plan)
+    ref = ref_fft = ref_raw_fft = None
+    last = None  # previous mode: (frame, raw frame, done event) before the chunk
+    if reference is not None:
+        ref, ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
+        ref_fft = xp.fft.fft2(ref) if opts.normalization == "phase" else None
+        ref_raw_fft = xp.fft.fft2(ref_raw) if opts.verify else None
+    elif start > 0:
+        p = prep(xp.asarray(src.read(start - 1, start)))
+        last = (p.frames[0], p.raw[0], None)
+    if xp is not np:
+        xp.cuda.Device().synchronize()  # the streams below read these
+    table = np.full((part.n_frames, len(_COLUMNS)), np.nan)
+    inflight = collections.deque()  # (start, device block, done event, arrays to keep)
+
+    def check_finite(first, finite):
+        bad = np.flatnonzero(finite == 0)
+        if len(bad):
+            i = first + int(bad[0])
+            raise InputError(f"frame {start + i} ({part.source_name(i)}) has NaN or Inf pixels; "
+                             "replace them (for example with the frame median) before aligning")
+
+    def finish(first, block, event, keep):
+        if event is not None:
+            event.synchronize()
+        block = backend.to_numpy(block)
+        check_finite(first, block[:, _COL["finite"]])
+        table[first:first + len(block)] = block
+        if progress is not None:
+            progress(len(block))
+
+    for first, frames in _device_chunks(part, chunk_frames, xp):
+        p = prep(frames)
+        if xp is np:  # on the GPU the flags come back with the results
+            check_finite(first, p.finite)
+        keep = ()
+        if opts.previous:
+            if last is None:
+                refs, refs_raw = p.frames[:1], p.raw[:1]
+            else:
+                if last[2] is not None:
+                    xp.cuda.get_current_stream().wait_event(last[2])
+                refs, refs_raw = last[0][None], last[1][None]
+                keep = last
+            refs = xp.concatenate([refs, p.frames[:-1]])
+            refs_raw = xp.concatenate([refs_raw, p.raw[:-1]])
+            s, pk, cf = measure(refs, p.frames)
+        else:
+            s, pk, cf = measure(ref, p.frames, ref_fft)
+        if opts.verify:
+            fr = refs_raw if opts.previous else ref_raw_fft
+            fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
+                                   reference_is_fft=not opts.previous, return_integer=True)
+        else:
+            fs = fi = xp.full((len(p.raw), 2), xp.nan)
+        block = xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
+                                p.finite[:, None], fs, fi], axis=1).astype(xp.float64)
+        event = None if xp is np else xp.cuda.get_current_stream().record()
+        if opts.previous:
+            last = (p.frames[-1], p.raw[-1], event)
+        inflight.append((first, block, event, keep))
+        while len(inflight) > 1:  # results come back one chunk behind
+            finish(*inflight.popleft())
+    while inflight:
+        finish(*inflight.popleft())
+    return table, measure.plan
+
+
+def result_from_table(opts, table, sources, settings, plan, source=None):
+    """The :class:`AlignResult` of a run's full table: agreement, accumulation of ``previous``
+    steps, constant frames, low-confidence flags and interpolation."""
+    c = _COL
+    n = len(table)
+    shifts = table[:, c["dy"]:c["dx"] + 1]
+    peak, conf = table[:, c["peak"]], table[:, c["confidence"]]
+    const = table[:, c["constant"]] == 1
+    fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
+    agree = _agree(shifts, fft_sh, fft_int, opts.max_shift) if opts.verify else np.zeros(n, bool)
+    if opts.previous:
+        shifts, fft_sh = _accumulate(shifts, const), _accumulate(fft_sh, const)
+    shifts[const] = np.nan
+    conf[const] = 0.0
+    agree[const] = False
+    low = np.zeros(n, bool) if opts.min_confidence is None else \
+        (conf < opts.min_confidence) & ~const
+    if opts.interpolate_low:
+        shifts = interpolate_flagged(shifts, low)
+    ref = opts.reference
+    settings = {"reference": str(ref) if not hasattr(ref, "shape") else "array",
+                "max_shift": list(opts.max_shift) if opts.max_shift else None,
+                "normalization": opts.normalization, "prefilter": opts.prefilter or "none",
+                "window": opts.window or "none", "subpixel": opts.subpixel,
+                "upsample": opts.upsample, "verify": opts.verify,
+                "min_confidence": opts.min_confidence, "interpolate_low": opts.interpolate_low,
+                "channel": opts.channel, **settings}
+    return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low,
+                       str(plan) if plan is not None else "", source)
+
+
 def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
           subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
-          max_memory=None, device="auto", progress=None):
+          max_memory=None, device="auto", gpus=None, progress=None):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -310,6 +503,10 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         ``"2G"``; without it the chunk is capped at half the free GPU memory.  The result does
         not depend on it.
     device : {"auto", "gpu", "cpu"}
+    gpus : sequence of int or str, optional
+        Share the frames out over these GPUs of this host (``"0,1"``, ``"all"``): one reader
+        and one contiguous range of frames per GPU (:mod:`xcorr_app.multi_gpu`); the shifts
+        are those of a run on one GPU.
     progress : callable(int), optional
         Called with the number of frames finished after each chunk.
 
@@ -317,123 +514,31 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     -------
     AlignResult
     """
-    max_shift = normalize_max_shift(max_shift)
-    _check_choices(normalization, subpixel)
-    pre = _prefilter_for(prefilter, normalization)
+    opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
+                        window, verify, min_confidence, interpolate_low, channel)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")
-    if min_confidence is not None and not min_confidence >= 0:
-        raise XcorrError(f"min_confidence must be >= 0, got {min_confidence}")
+    if gpus is not None:
+        from .multi_gpu import align_on_gpus
+
+        return align_on_gpus(opts, stack_or_path, gpus, chunk_frames=chunk_frames,
+                             budget=budget, progress=progress)
     dev = backend.compute_device(*([stack_or_path] if not isinstance(stack_or_path, (str, Path))
                                    else []), device=device)
     xp = backend.xp_for(dev)
-    previous = is_previous(reference)
     with open_source(stack_or_path, channel) as src:
-        h, w = src.frame_shape
-        if h * w < 2:
-            raise InputError(f"frames of {h}x{w} pixel cannot be registered: at least 2 pixels "
-                             "are needed")
-        win = make_window(window, (h, w), xp)
-        measure = _Measurer(xp, (h, w), max_shift, normalization, subpixel, upsample)
-        surface = output_shape((h, w), (h, w), measure.bound)
-        chunk = chunk_frames_for((h, w), src.dtype.itemsize, surface, budget=budget,
+        check_frame_shape(src.frame_shape)
+        chunk = chunk_frames_for(src.frame_shape, src.dtype.itemsize,
+                                 opts.surface_shape(src.frame_shape), budget=budget,
                                  limit=chunk_frames, device_free=_device_free_bytes(xp))
-        ref = ref_fft = ref_raw_fft = None
-        if not previous:
-            p = prepare(reference_frame(reference, src, xp, chunk, channel)[None], xp, pre, win)
-            if not bool(p.finite[0]):
-                raise InputError("the reference image has NaN or Inf pixels; replace them first")
-            if bool(p.constant[0]):
-                raise InputError("the reference image is constant; choose another --reference")
-            ref = p.frames[0]
-            ref_fft = xp.fft.fft2(ref) if normalization == "phase" else None
-            ref_raw_fft = xp.fft.fft2(p.raw[0]) if verify else None
-            if xp is not np:
-                xp.cuda.Device().synchronize()  # the streams below read these
-        n = src.n_frames
-        table = np.full((n, len(_COLUMNS)), np.nan)
-        inflight = collections.deque()  # (start, device block, done event, arrays to keep)
-        last = None  # previous mode: (frame, raw frame, done event) of the chunk before
-
-        def check_finite(start, finite):
-            bad = np.flatnonzero(finite == 0)
-            if len(bad):
-                i = start + int(bad[0])
-                raise InputError(f"frame {i} ({src.source_name(i)}) has NaN or Inf pixels; "
-                                 "replace them (for example with the frame median) before "
-                                 "aligning")
-
-        def finish(start, block, event, keep):
-            if event is not None:
-                event.synchronize()
-            block = backend.to_numpy(block)
-            check_finite(start, block[:, _COL["finite"]])
-            table[start:start + len(block)] = block
-            if progress is not None:
-                progress(len(block))
-
-        for start, frames in _device_chunks(src, chunk, xp):
-            p = prepare(frames, xp, pre, win)
-            if xp is np:  # on the GPU the flags come back with the results
-                check_finite(start, p.finite)
-            keep = ()
-            if previous:
-                if last is None:
-                    refs, refs_raw = p.frames[:1], p.raw[:1]
-                else:
-                    if last[2] is not None:
-                        xp.cuda.get_current_stream().wait_event(last[2])
-                    refs, refs_raw = last[0][None], last[1][None]
-                    keep = last
-                refs = xp.concatenate([refs, p.frames[:-1]])
-                refs_raw = xp.concatenate([refs_raw, p.raw[:-1]])
-                s, pk, cf = measure(refs, p.frames)
-            else:
-                s, pk, cf = measure(ref, p.frames, ref_fft)
-            if verify:
-                fr = refs_raw if previous else ref_raw_fft
-                fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
-                                       reference_is_fft=not previous, return_integer=True)
-            else:
-                fs = fi = xp.full((len(p.raw), 2), xp.nan)
-            block = xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
-                                    p.finite[:, None], fs, fi], axis=1).astype(xp.float64)
-            event = None if xp is np else xp.cuda.get_current_stream().record()
-            if previous:
-                last = (p.frames[-1], p.raw[-1], event)
-            inflight.append((start, block, event, keep))
-            while len(inflight) > 1:  # results come back one chunk behind
-                finish(*inflight.popleft())
-        while inflight:
-            finish(*inflight.popleft())
-        sources = [src.source_name(i) for i in range(n)]
+        ref = prepared_reference(opts, src, xp, chunk)
+        table, plan = measure_frames(opts, src, xp, chunk, ref, progress=progress)
+        sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
-    c = _COL
-    shifts = table[:, c["dy"]:c["dx"] + 1]
-    peak, conf = table[:, c["peak"]], table[:, c["confidence"]]
-    const = table[:, c["constant"]] == 1
-    fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
-    agree = _agree(shifts, fft_sh, fft_int, max_shift) if verify else np.zeros(n, bool)
-    if previous:
-        shifts, fft_sh = _accumulate(shifts, const), _accumulate(fft_sh, const)
-    shifts[const] = np.nan
-    conf[const] = 0.0
-    agree[const] = False
-    low = np.zeros(n, bool) if min_confidence is None else (conf < min_confidence) & ~const
-    if interpolate_low:
-        shifts = interpolate_flagged(shifts, low)
-    settings = {"reference": str(reference) if not hasattr(reference, "shape") else "array",
-                "max_shift": list(max_shift) if max_shift else None,
-                "search_range": list(measure.bound),
-                "normalization": normalization, "prefilter": prefilter or "none",
-                "window": window or "none", "subpixel": subpixel, "upsample": upsample,
-                "verify": verify, "min_confidence": min_confidence,
-                "interpolate_low": interpolate_low, "channel": channel, "device": dev,
-                "chunk_frames": chunk, "max_memory": budget, "notes": notes}
-    plan = str(measure.plan) if measure.plan is not None else ""
-    return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low, plan,
-                       stack_or_path)
+    settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
+                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes}
+    return result_from_table(opts, table, sources, settings, plan, stack_or_path)
 
 
 def _accumulate(steps, const):
@@ -464,7 +569,7 @@ def common_area(shifts, frame_shape):
 
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
-                 crop=False, chunk_frames=64, device="auto"):
+                 crop=False, chunk_frames=64, device="auto", gpus=None):
     """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack.
 
     Parameters
@@ -478,17 +583,30 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         Bilinear interpolation, or a Fourier phase ramp (exact for band-limited frames).
     crop : bool
         Keep only the area every shifted frame covers (:func:`common_area`).
+    gpus : sequence of int or str, optional
+        Share the chunks out over these GPUs (:func:`xcorr_app.multi_gpu.map_chunks`).
     """
     from .warp import shift_frames
 
-    xp = backend.xp_for(backend.resolve_device(device))
     with open_source(stack_or_path, channel) as src:
         shifts = np.asarray(shifts, dtype=np.float64)
         if shifts.shape != (src.n_frames, 2):
             raise XcorrError(f"shifts of shape {shifts.shape} do not match {src.n_frames} frames")
         y0, y1, x0, x1 = common_area(shifts, src.frame_shape) if crop else (0, None, 0, None)
-        for start, chunk in _device_chunks(src, chunk_frames, xp):
-            frames = xp.asarray(chunk).astype(xp.float32)
+
+        def shifted(start, chunk):
+            xp = backend.array_module_of(chunk)
+            frames = chunk.astype(xp.float32)
             out = shift_frames(frames, xp.asarray(shifts[start:start + len(frames)]), fill=fill,
                                method=resample)
-            yield start, backend.to_numpy(out[:, y0:y1, x0:x1])
+            return backend.to_numpy(out[:, y0:y1, x0:x1])
+
+        if gpus is not None:
+            from .multi_gpu import map_chunks
+
+            yield from map_chunks(lambda: open_source(stack_or_path, channel), gpus,
+                                  chunk_frames, shifted)
+            return
+        xp = backend.xp_for(backend.resolve_device(device))
+        for start, chunk in _device_chunks(src, chunk_frames, xp):
+            yield start, shifted(start, xp.asarray(chunk))

@@ -104,6 +104,9 @@ LOOP = "per-pair CuPy FFT loop"
 SKIMAGE = "skimage phase_cross_correlation (CPU)"
 #: the rows the issue's targets apply to
 TARGET_ROWS = (ALIGN_BOUNDED, ALIGN_FULL)
+#: ``--gpus``: the unbounded run over several GPUs against one GPU and against parallel reads
+TARGET_MULTI_SPEEDUP = 1.7
+TARGET_MULTI_VS_READ = 0.90
 #: ``align()`` keyword arguments of the three xcorr rows
 ALIGN_ROWS = {ALIGN_BOUNDED: {"max_shift": MAX_SHIFT},
               ALIGN_FULL: {"max_shift": None},
@@ -377,6 +380,36 @@ def skimage_loop(path, stop) -> np.ndarray:
     return out
 
 
+def read_memmap_parallel(path, readers, chunk_frames=READ_CHUNK) -> int:
+    """:func:`read_memmap_chunks` by ``readers`` threads at once, each copying one contiguous
+    range of frames (as ``--gpus`` reads: one reader per GPU); returns the frames read."""
+    import tifffile
+
+    from .multi_gpu import frame_ranges
+
+    mm = tifffile.memmap(path, mode="r")
+    mm = mm.reshape((-1, *mm.shape[-2:]))
+
+    def copy(a, b):
+        buf = np.empty((min(chunk_frames, b - a), *mm.shape[1:]), mm.dtype)
+        for start in range(a, b, chunk_frames):
+            k = min(chunk_frames, b - start)
+            np.copyto(buf[:k], mm[start:start + k])
+
+    ranges = frame_ranges(len(mm), readers)
+    with concurrent.futures.ThreadPoolExecutor(len(ranges)) as pool:
+        for f in [pool.submit(copy, a, b) for a, b in ranges]:
+            f.result()
+    return ranges[-1][1]
+
+
+def gpu_rows_names(gpus):
+    """Names of the ``--gpus`` rows: the parallel read and the unbounded run."""
+    label = ",".join(map(str, gpus))
+    return (f"tifffile.memmap, {len(gpus)} readers in threads",
+            f"{ALIGN_FULL} --gpus {label}")
+
+
 def make_row(name, kind, frames, frame_bytes, seconds, shifts=None, truth=None, note="",
              warmup="", error="") -> dict:
     """A row of the table: ``name``, ``kind`` (``read``, ``xcorr`` or ``peer``), ``frames``,
@@ -463,6 +496,31 @@ def format_table(rows, header=()) -> str:
     return "\n".join(list(header) + [table_header()] + [format_row(r) for r in rows])
 
 
+def multi_gpu_lines(rows, gpus) -> list:
+    """The ``--gpus`` target: the unbounded run on ``gpus`` at least
+    :data:`TARGET_MULTI_SPEEDUP` times one GPU's, or, where reading is the limit, within 10% of
+    the plain read by as many reader threads.
+
+    >>> rows = [make_row(ALIGN_FULL, "xcorr", 10, 100, 2.0),
+    ...         make_row("tifffile.memmap, 2 readers in threads", "read_multi", 10, 100, 0.9),
+    ...         make_row(f"{ALIGN_FULL} --gpus 0,1", "xcorr", 10, 100, 1.0)]
+    >>> print(multi_gpu_lines(rows, (0, 1))[0])
+    xcorr align (unbounded) --gpus 0,1: 2.00x one GPU (target >= 1.7x: yes); 90% of the 2-reader plain read (target >= 90%: yes)
+    """
+    read_name, multi_name = gpu_rows_names(gpus)
+    by_name = {r["name"]: r for r in rows}
+    one, multi, read = (by_name.get(k, {}).get("fps") for k in (ALIGN_FULL, multi_name,
+                                                                 read_name))
+    if not multi:
+        return []
+    speedup = f"{multi / one:.2f}x one GPU (target >= {TARGET_MULTI_SPEEDUP:g}x: " \
+              f"{'yes' if multi / one >= TARGET_MULTI_SPEEDUP else 'no'})" if one else "n/a"
+    share = f"{100 * multi / read:.0f}% of the {len(gpus)}-reader plain read (target >= " \
+            f"{100 * TARGET_MULTI_VS_READ:.0f}%: " \
+            f"{'yes' if multi / read >= TARGET_MULTI_VS_READ else 'no'})" if read else "n/a"
+    return [f"{multi_name}: {speedup}; {share}"]
+
+
 def target_lines(rows) -> list:
     """The issue's two targets for each row of :data:`TARGET_ROWS`: ``yes``/``no`` and the value.
 
@@ -534,6 +592,12 @@ def _align_chunk_limit():
 
     p = inspect.signature(align).parameters.get("chunk_frames")
     return p.default if p is not None and isinstance(p.default, int) else None
+
+
+def _gpu(device_id):
+    import cupy
+
+    return cupy.cuda.Device(device_id)
 
 
 def _free_if_gpu():
@@ -644,9 +708,10 @@ def skimage_row(path, n, frame_bytes, truth, echo=print, repeat=1) -> dict:
                             truth, repeat), echo)
 
 
-def run(stack, path, *, max_memory=None, echo=print, repeat=1) -> list:
+def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> list:
     """Time every row on the written file ``path`` of ``stack`` (``repeat`` times each, the
-    median reported); print progress lines.
+    median reported); print progress lines.  With ``gpus``, also the parallel read and the
+    unbounded run over those GPUs (:func:`multi_gpu_lines`).
 
     Returns
     -------
@@ -666,6 +731,28 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1) -> list:
                                      lambda: np.asarray(align(path, **kw).shifts), truth,
                                      repeat), echo))
         _free_gpu_memory()
+    if gpus:
+        read_name, multi_name = gpu_rows_names(gpus)
+        few = min(WARMUP_FRAMES * len(gpus), n)
+        rows.append(_report(_measure(read_name, "read_multi", n, frame_bytes,
+                                     lambda: read_memmap_parallel(path, len(gpus)) and None,
+                                     lambda: read_memmap_parallel(path, len(gpus)),
+                                     repeat=repeat), echo))
+        kw = _align_kwargs({"max_shift": None, "gpus": list(gpus)}, max_memory)
+
+        def warm_multi():
+            for g in gpus:  # free every GPU's pool, then one untimed pass
+                with _gpu(g):
+                    _free_gpu_memory()
+            align(path, **kw)
+            return "one untimed pass over the whole file"
+
+        rows.append(_report(_measure(multi_name, "xcorr", n, frame_bytes, warm_multi,
+                                     lambda: np.asarray(align(path, **kw).shifts), truth,
+                                     repeat), echo))
+        for g in gpus:
+            with _gpu(g):
+                _free_gpu_memory()
     few = min(WARMUP_FRAMES, n)
 
     def warm_loop():
@@ -680,7 +767,7 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1) -> list:
 
 
 def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_path=None,
-         force=False, echo=print, max_memory=None, repeat=1, seed=0) -> int:
+         force=False, echo=print, max_memory=None, repeat=1, seed=0, gpus=None) -> int:
     """What ``xcorr bench align`` does: check the options, write the stack, run, report.
 
     Parameters
@@ -707,6 +794,9 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         Timed runs of every row (after one warm-up); the table gives the median.
     seed : int
         Seeds the scene, the drift and the noise.
+    gpus : str or sequence of int, optional
+        Also time the unbounded run shared out over these GPUs (``"0,1"``, ``"all"``) and a
+        read by as many threads.
 
     Returns
     -------
@@ -736,6 +826,10 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
                          f"{MAX_DRIFT:g} px), got {h}x{w}")
     if not backend.gpu_available():
         raise XcorrError(f"xcorr bench align needs a GPU: {backend.gpu_unavailable_reason()}")
+    if gpus is not None:
+        from .multi_gpu import parse_gpus
+
+        gpus = parse_gpus(gpus)
     if json_path is not None:
         prepare_outputs([json_path], force)
     base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
@@ -758,13 +852,14 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         for line in header:
             echo(line)
         echo("measuring:")
-        rows = run(stack, path, max_memory=max_memory, echo=echo, repeat=int(repeat))
+        rows = run(stack, path, max_memory=max_memory, echo=echo, repeat=int(repeat),
+                   gpus=gpus)
         device = device_name()
         for r in rows:
             r["device"] = device
         echo("")
         echo(format_table(rows))
-        targets = target_lines(rows)
+        targets = target_lines(rows) + (multi_gpu_lines(rows, gpus) if gpus else [])
         for line in targets:
             echo(line)
         if keep:

@@ -6,6 +6,7 @@ run leaves no partial output (exit 130).  Set ``XCORR_DEBUG=1`` to see traceback
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -29,6 +30,62 @@ FORCE = click.option("--force", is_flag=True, help="Overwrite existing outputs."
 QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
 CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=64, show_default=True,
                      help="Frames processed at once (bounds memory use).")
+
+
+GPUS = click.option("--gpus", default=None, metavar="LIST|all",
+                    help="Share the frames out over these GPUs of this host, e.g. 0,1 (one "
+                         "reader per GPU; no cluster needed).")
+WORKERS = click.option("--workers", type=int, default=None, metavar="N",
+                       help="Run on a local Dask cluster of N workers (one per GPU with "
+                            "dask-cuda); needs xcorr-app[dask].")
+SCHEDULER = click.option("--scheduler", default=None, metavar="ADDRESS",
+                         help="Run on an existing Dask cluster, e.g. tcp://host:8786; every "
+                              "worker must be able to read PATH.")
+
+
+def scale_out_command(fn):
+    """The options that spread a command over several GPUs or a Dask cluster."""
+    for option in (SCHEDULER, WORKERS, GPUS):
+        fn = option(fn)
+    return fn
+
+
+@contextlib.contextmanager
+def scale_out(gpus, workers, scheduler, device):
+    """``(client, gpus)`` for the run: a Dask client (``--workers``/``--scheduler``), GPU ids
+    (``--gpus``), or neither."""
+    if gpus is not None and (workers is not None or scheduler):
+        raise XcorrError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
+    if workers is not None and scheduler:
+        raise XcorrError("give either --workers (a new local cluster) or --scheduler (an "
+                         "existing one), not both")
+    if gpus is not None:
+        if device == "cpu":
+            raise XcorrError("--gpus runs on GPUs; drop --device cpu")
+        from .multi_gpu import parse_gpus
+
+        yield None, parse_gpus(gpus)
+        return
+    if workers is None and not scheduler:
+        yield None, None
+        return
+    from .dask import local_client
+
+    # the cluster's processes log at INFO by default: keep the terminal to our progress bar
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with local_client(workers, scheduler) as client:
+        yield client, None
+
+
+def where(dev, client, gpu_ids) -> str:
+    """Where a run computed, for its summary line."""
+    if client is not None:
+        n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        return f"a Dask cluster of {n} worker{'s' if n != 1 else ''}"
+    if gpu_ids is not None:
+        return "GPUs " + ",".join(map(str, gpu_ids))
+    return dev
 
 
 def stack_command(fn):
@@ -166,10 +223,12 @@ def cli():
 @click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster).")
 @click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@scale_out_command
 @stack_command
 def align(path, reference, max_shift, normalization, subpixel, upsample, prefilter, window,
           min_confidence, interpolate_low, max_memory, out_dir, resample, crop, fill, no_verify,
-          no_aligned, as_json, channel, device, chunk_frames, force, quiet):
+          no_aligned, as_json, gpus, workers, scheduler, channel, device, chunk_frames, force,
+          quiet):
     """Estimate the drift of every frame of PATH and write the aligned stack.
 
     PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs;
@@ -199,27 +258,43 @@ def align(path, reference, max_shift, normalization, subpixel, upsample, prefilt
     with open_stack(path, channel=channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, quiet)
-    prepare_outputs(list(outputs.values()), force)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
-    t0 = time.perf_counter()
-    with progress_bar(n, "measuring", quiet) as bar:
-        res = run_align(path, reference, max_shift=ms, normalization=normalization,
-                        subpixel=subpixel, upsample=upsample, prefilter=prefilter, window=window,
-                        verify=not no_verify, min_confidence=min_confidence,
-                        interpolate_low=interpolate_low, channel=channel,
-                        chunk_frames=chunk_frames, max_memory=max_memory, device=dev,
-                        progress=_rate_updater(bar, frame_gb))
-    t_measure = time.perf_counter() - t0
-    if not no_aligned:
-        box = common_area(res.shifts, shape) if crop else (0, shape[0], 0, shape[1])
-        out_shape = (box[1] - box[0], box[3] - box[2])
-        with progress_bar(n, "writing aligned.tif", quiet) as bar, \
-                TiffStackWriter(outputs["aligned.tif"], out_shape, "float32", n_frames=n) as writer:
-            for _, chunk in apply_shifts(path, res.shifts, channel=channel, fill=fill,
-                                         resample=resample, crop=crop,
-                                         chunk_frames=res.settings["chunk_frames"], device=dev):
-                writer.write(chunk)
-                bar.update(len(chunk))
+    options = dict(max_shift=ms, normalization=normalization, subpixel=subpixel,
+                   upsample=upsample, prefilter=prefilter, window=window, verify=not no_verify,
+                   min_confidence=min_confidence, interpolate_low=interpolate_low,
+                   channel=channel, chunk_frames=chunk_frames, max_memory=max_memory)
+    with scale_out(gpus, workers, scheduler, device) as (client, gpu_ids):
+        prepare_outputs(list(outputs.values()), force)
+        t0 = time.perf_counter()
+        with progress_bar(n, "measuring", quiet) as bar:
+            if client is not None:
+                from .dask import align as dask_align
+
+                res = dask_align(path, reference, device=device, client=client,
+                                 progress=_rate_updater(bar, frame_gb), **options)
+            else:
+                res = run_align(path, reference, device=dev, gpus=gpu_ids,
+                                progress=_rate_updater(bar, frame_gb), **options)
+        t_measure = time.perf_counter() - t0
+        if not no_aligned:
+            box = common_area(res.shifts, shape) if crop else (0, shape[0], 0, shape[1])
+            out_shape = (box[1] - box[0], box[3] - box[2])
+            shift_args = dict(channel=channel, fill=fill, resample=resample, crop=crop)
+            if client is not None:
+                from .dask import apply_shifts as dask_shifts, iter_blocks
+
+                chunks = iter_blocks(dask_shifts(path, res.shifts, device=device, **shift_args),
+                                     client)
+            else:
+                chunks = apply_shifts(path, res.shifts, chunk_frames=res.settings["chunk_frames"],
+                                      device=dev, gpus=gpu_ids, **shift_args)
+            with progress_bar(n, "writing aligned.tif", quiet) as bar, \
+                    TiffStackWriter(outputs["aligned.tif"], out_shape, "float32",
+                                    n_frames=n) as writer:
+                for _, chunk in chunks:
+                    writer.write(chunk)
+                    bar.update(len(chunk))
+        ran_on = where(dev, client, gpu_ids)
     summary = res.summary()
     settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
     doc = {"input": str(path), "frame_shape": list(shape), "settings": settings,
@@ -233,7 +308,7 @@ def align(path, reference, max_shift, normalization, subpixel, upsample, prefilt
     if as_json:
         click.echo(json.dumps(doc))
     elif not quiet:
-        _print_summary(path, shape, dev, res, summary, t_measure, frame_gb, outputs.values())
+        _print_summary(path, shape, ran_on, res, summary, t_measure, frame_gb, outputs.values())
 
 
 def _rate_updater(bar, frame_gb):
@@ -281,8 +356,10 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
               help="Value outside the image for --mode constant.")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
               help="Output TIFF (float32, ImageJ-compatible).")
+@scale_out_command
 @stack_command
-def filter_cmd(path, spec, mode, cval, out_path, channel, device, chunk_frames, force, quiet):
+def filter_cmd(path, spec, mode, cval, out_path, gpus, workers, scheduler, channel, device,
+               chunk_frames, force, quiet):
     """Filter every frame of PATH and write a float32 stack.
 
     On a GPU the column/row-reuse kernels filter each chunk of frames in one launch (separable
@@ -296,20 +373,37 @@ def filter_cmd(path, spec, mode, cval, out_path, channel, device, chunk_frames, 
     fn = parse_kernel_spec(spec)
     dev = note_device(device, quiet)
     xp = backend.xp_for(dev)
-    with open_stack(path, channel=channel) as src:
+
+    def filtered(_, chunk):
+        # raw dtype to the GPU: the kernels read uint8/uint16/float16 as they are
+        return backend.to_numpy(fn(chunk, mode, cval)).astype("float32", copy=False)
+
+    with open_stack(path, channel=channel) as src, \
+            scale_out(gpus, workers, scheduler, device) as (client, gpu_ids):
         print_notes(src, quiet)
         prepare_outputs([out_path], force)
         t0 = time.perf_counter()
+        if client is not None:
+            from .dask import filter as dask_filter, iter_blocks
+
+            chunks = iter_blocks(dask_filter(path, spec, mode=mode, cval=cval, channel=channel,
+                                             device=device), client)
+        elif gpu_ids is not None:
+            from .multi_gpu import map_chunks
+
+            chunks = map_chunks(lambda: open_stack(path, channel=channel), gpu_ids,
+                                chunk_frames, filtered)
+        else:
+            chunks = ((a, filtered(a, xp.asarray(c))) for a, c in src.chunks(chunk_frames))
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32", n_frames=src.n_frames) as w:
-            for _, chunk in src.chunks(chunk_frames):
-                # raw dtype to the GPU: the kernels read uint8/uint16/float16 as they are
-                res = fn(xp.asarray(chunk), mode, cval)
-                w.write(backend.to_numpy(res).astype("float32", copy=False))
+            for _, chunk in chunks:
+                w.write(chunk)
                 bar.update(len(chunk))
+        ran_on = where(dev, client, gpu_ids)
         if not quiet:
             click.echo(f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
-                       f"{src.frame_shape[1]} with {spec} ({mode}) on {dev} in "
+                       f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in "
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
 
 
@@ -434,9 +528,13 @@ def bench_filter_cmd(quick, frames, size, only, no_check, json_path, force):
               help="Time every row this many times and report the median.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Also write the rows to this JSON file.")
+@click.option("--gpus", default=None, metavar="LIST|all",
+              help="Also time the unbounded run shared out over these GPUs, and a read by as "
+                   "many threads.")
 @FORCE
 @user_errors
-def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, force):
+def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
+                    force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -450,7 +548,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
 
     status = bench_align.main(quick=quick, frames=frames, size=size, workdir=workdir, keep=keep,
                               json_path=json_path, force=force, echo=click.echo,
-                              max_memory=max_memory, repeat=repeat)
+                              max_memory=max_memory, repeat=repeat, gpus=gpus)
     if status:
         raise click.exceptions.Exit(status)
 

@@ -35,6 +35,19 @@ def mean_frame(src, xp, chunk_frames, n_frames=None):
     return acc / n
 
 
+def mean_count(reference, n_frames):
+    """How many leading frames ``reference`` averages (``mean``: all, ``mean:N``: N), or
+    ``None`` when it is not a mean."""
+    if not (isinstance(reference, str) and reference.partition(":")[0] == "mean"):
+        return None
+    arg = reference.partition(":")[2]
+    if reference == "mean":
+        return n_frames
+    if not arg.isdigit() or int(arg) < 1:
+        raise XcorrError(f"reference {reference!r}: mean:N takes a number of frames >= 1")
+    return min(int(arg), n_frames)
+
+
 def _index(reference):
     if isinstance(reference, (int, np.integer)):
         return int(reference)
@@ -53,12 +66,9 @@ def reference_frame(reference, src, xp, chunk_frames, channel=None):
         return xp.asarray(src.read(idx, idx + 1)[0])
     if isinstance(reference, str) and reference == "first":
         return xp.asarray(src.read(0, 1)[0])
-    if isinstance(reference, str) and reference.partition(":")[0] == "mean":
-        arg = reference.partition(":")[2]
-        if arg and (not arg.isdigit() or int(arg) < 1):
-            raise XcorrError(f"reference {reference!r}: mean:N takes a number of frames >= 1")
-        if reference == "mean" or arg:
-            return mean_frame(src, xp, chunk_frames, int(arg) if arg else None)
+    count = mean_count(reference, src.n_frames)
+    if count is not None:
+        return mean_frame(src, xp, chunk_frames, count)
     if isinstance(reference, (str, Path)):
         if not Path(reference).exists():
             raise XcorrError(f"unknown reference {reference!r} (no such file): use {CHOICES}")

@@ -446,6 +446,33 @@ class ArraySource:
         self.close()
 
 
+class FrameRange:
+    """Frames ``start:stop`` of a source, with the source's interface (frame ``i`` of the range is
+    frame ``start + i`` of the source; :meth:`source_name` and errors use the source's numbers).
+
+    Examples
+    --------
+    >>> src = FrameRange(ArraySource(np.arange(6)[:, None, None] * np.ones((6, 2, 2))), 2, 5)
+    >>> src.n_frames, float(src.read(0, 1)[0, 0, 0]), src.start
+    (3, 2.0, 2)
+    """
+
+    def __init__(self, src, start: int, stop: int):
+        if not 0 <= start <= stop <= src.n_frames:
+            raise ValueError(f"frames {start}:{stop} out of range for {src.n_frames} frames")
+        self.src, self.start, self.stop = src, int(start), int(stop)
+        self.n_frames = self.stop - self.start
+        self.frame_shape, self.dtype = src.frame_shape, src.dtype
+        self.notes, self.paths = src.notes, src.paths
+        self.stack = None if getattr(src, "stack", None) is None else src.stack[start:stop]
+
+    def source_name(self, i):
+        return self.src.source_name(self.start + i)
+
+    def read(self, start, stop, out=None):
+        return self.src.read(self.start + start, self.start + stop, out=out)
+
+
 def open_source(stack_or_path, channel=None):
     """A frame source for a path (TIFF file or folder) or an in-memory array."""
     if isinstance(stack_or_path, (str, Path)):

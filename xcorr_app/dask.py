@@ -1,0 +1,454 @@
+"""Alignment and filtering on a Dask cluster (``pip install 'xcorr-app[dask]'``).
+
+The single-GPU chunk functions of :mod:`xcorr_app.align_stack` and :mod:`xcorr_app.filters`
+are mapped over ranges of frames, one Dask task each.  A TIFF path is never read by the
+client beyond its header: every task opens the file and reads its own frames, so a stack
+larger than one machine's memory is shared out.  A dask array is used block by block (whole
+frames per block).  The reference is prepared and the correlation plan chosen once, in one
+task, and that task's result is shared by every measuring task; ``reference="mean"`` is summed
+by the tasks and added up in frame order.  Every frame is measured as a single-process run
+measures it, so the shifts are those of :func:`xcorr_app.align` (on the CPU bit for bit).
+
+On a worker with GPUs a task runs on the GPU numbered by the worker's name modulo the GPU
+count (one worker per GPU in :func:`local_client`); dask-cuda's workers each see one GPU.
+
+Examples
+--------
+>>> import numpy as np
+>>> import dask.array as da
+>>> from scipy import ndimage as ndi
+>>> base = ndi.gaussian_filter(np.random.default_rng(0).random((48, 64)), 2)
+>>> frames = np.stack([base, np.roll(base, (1, -2), axis=(0, 1))])
+>>> res = align(da.from_array(frames, chunks=(1, 48, 64)), max_shift=4, device="cpu",
+...             scheduler="sync")
+>>> np.round(res.shifts).tolist()
+[[0.0, 0.0], [-1.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+from pathlib import Path
+
+import numpy as np
+
+from . import backend
+from .errors import XcorrError
+
+INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
+#: frames per task when the input is a path
+TASK_FRAMES = 128
+
+
+def _require_dask():
+    try:
+        importlib.import_module("dask.array")
+    except ImportError:
+        raise XcorrError(f"Dask is not installed; {INSTALL_HINT}") from None
+
+
+def is_dask_array(a) -> bool:
+    return type(a).__module__.startswith("dask.array")
+
+
+# ----------------------------------------------------------------------------- on a worker
+
+@contextlib.contextmanager
+def _on_device(device):
+    """``xp`` of the task's device; on a GPU worker, the current device is the worker's GPU."""
+    dev = backend.resolve_device(device)
+    xp = backend.xp_for(dev)
+    if xp is np:
+        yield xp
+        return
+    with xp.cuda.Device(_worker_gpu(xp)):
+        yield xp
+
+
+def _worker_gpu(cp) -> int:
+    count = cp.cuda.runtime.getDeviceCount()
+    try:
+        from distributed import get_worker
+
+        name = get_worker().name
+    except (ImportError, ValueError):  # not in a worker
+        return cp.cuda.Device().id
+    return int(name) % count if str(name).lstrip("-").isdigit() else cp.cuda.Device().id
+
+
+class _Block:
+    """Frames ``offset:offset + len(frames)`` of an ``n_frames`` stack held in memory (one
+    block of a dask array, with the frame before it for ``reference="previous"``)."""
+
+    def __init__(self, frames, offset, n_frames):
+        self.frames, self.offset, self.n_frames = np.asarray(frames), int(offset), int(n_frames)
+        self.frame_shape, self.dtype = self.frames.shape[1:], self.frames.dtype
+        self.notes, self.paths = [], []
+
+    def source_name(self, i):
+        return "array"
+
+    def read(self, start, stop, out=None):
+        frames = self.frames[start - self.offset:stop - self.offset]
+        if out is None:
+            return frames
+        out[...] = frames
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def _open(source, start):
+    """The frame source of a task: a path (opened by the task) or ``(block, frame before)``."""
+    from .stack_reader import open_source
+
+    if isinstance(source[0], str):  # ("path", path, channel)
+        return open_source(source[1], source[2])
+    block, before, n = source
+    if before is not None:
+        return _Block(np.concatenate([np.asarray(before)[None], np.asarray(block)]), start - 1, n)
+    return _Block(block, start, n)
+
+
+def _chunk(opts, src, xp, chunk_frames, budget):
+    from .align_stack import _device_free_bytes
+    from .memory_budget import chunk_frames_for
+
+    return chunk_frames_for(src.frame_shape, src.dtype.itemsize,
+                            opts.surface_shape(src.frame_shape), budget=budget,
+                            limit=chunk_frames, device_free=_device_free_bytes(xp))
+
+
+def _frame_sum(source, start, stop):
+    """float64 sum of frames ``start:stop`` (a part of ``reference="mean"``)."""
+    with _open(source, start) as src:
+        return np.asarray(src.read(start, stop), dtype=np.float64).sum(axis=0)
+
+
+def _mean(sums, n):
+    acc = np.zeros_like(sums[0])
+    for s in sums:  # in frame order, as the single-process pass adds them
+        acc += s
+    return acc / n
+
+
+def _reference_task(opts, source, image, device, chunk_frames, budget):
+    """The prepared reference (host copies) and the run's plan, computed once."""
+    from .align_stack import prepared_reference, run_plan
+
+    with _on_device(device) as xp, _open(source, 0) as src:
+        chunk = _chunk(opts, src, xp, chunk_frames, budget)
+        ref = prepared_reference(opts, src, xp, chunk, image=image)
+        plan = run_plan(opts, xp, src.frame_shape, chunk, ref)
+        return (None if ref is None else tuple(backend.to_numpy(a) for a in ref)), plan
+
+
+def _measure_task(opts, source, start, stop, reference, device, chunk_frames, budget):
+    """Rows ``start:stop`` of the run's table."""
+    from .align_stack import measure_frames
+
+    ref, plan = reference
+    with _on_device(device) as xp, _open(source, start) as src:
+        table, plan = measure_frames(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget),
+                                     ref, plan=plan, start=start, stop=stop)
+        return table, str(plan) if plan is not None else ""
+
+
+def _filter_task(source, start, stop, kernel, mode, cval, device):
+    from .filters import parse_kernel_spec
+
+    fn = parse_kernel_spec(kernel)
+    with _on_device(device) as xp, _open(source, start) as src:
+        return backend.to_numpy(fn(xp.asarray(src.read(start, stop)), mode, cval)).astype(
+            np.float32, copy=False)
+
+
+def _shift_task(source, start, stop, shifts, fill, resample, box, device):
+    from .warp import shift_frames
+
+    y0, y1, x0, x1 = box
+    with _on_device(device) as xp, _open(source, start) as src:
+        frames = xp.asarray(src.read(start, stop)).astype(xp.float32)
+        out = shift_frames(frames, xp.asarray(shifts), fill=fill, method=resample)
+        return backend.to_numpy(out[:, y0:y1, x0:x1])
+
+
+# ----------------------------------------------------------------------------- on the client
+
+class _Input:
+    """What the client knows of the input: size, frame names, and one source per task."""
+
+    def __init__(self, stack_or_path, channel, task_frames):
+        from .stack_reader import open_source
+
+        _require_dask()
+        if isinstance(stack_or_path, (str, Path)):
+            with open_source(stack_or_path, channel) as src:  # the header only
+                self.n, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
+                self.sources = [src.source_name(i) for i in range(self.n)]
+                self.notes = list(src.notes)
+            step = max(1, int(task_frames or TASK_FRAMES))
+            self.ranges = [(a, min(a + step, self.n)) for a in range(0, self.n, step)]
+            self._path = ("path", stack_or_path, channel)
+            self.array = None
+            return
+        if not is_dask_array(stack_or_path):
+            import dask.array as da
+
+            stack_or_path = da.from_array(np.asarray(stack_or_path),
+                                          chunks=(task_frames or TASK_FRAMES, -1, -1)
+                                          if np.ndim(stack_or_path) == 3 else -1)
+        arr = stack_or_path[None] if stack_or_path.ndim == 2 else stack_or_path
+        if arr.ndim != 3 or 0 in arr.shape:
+            raise XcorrError(f"a stack must be (N, H, W) or one (H, W) frame, got shape "
+                             f"{stack_or_path.shape}")
+        if task_frames:
+            arr = arr.rechunk((int(task_frames), -1, -1))
+        self.array = arr = arr.rechunk({1: -1, 2: -1})  # whole frames per block
+        self.n, self.frame_shape, self.dtype = arr.shape[0], tuple(arr.shape[1:]), arr.dtype
+        self.sources, self.notes = ["array"] * self.n, []
+        bounds = np.cumsum((0,) + arr.chunks[0])
+        self.ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        self._blocks = arr.to_delayed().ravel()
+
+    def source(self, k, with_before=False):
+        """Task ``k``'s source (a delayed block of a dask array, or the path)."""
+        if self.array is None:
+            return self._path
+        start = self.ranges[k][0]
+        before = self.array[start - 1] if with_before and start > 0 else None
+        return (self._blocks[k], before, self.n)
+
+    def frame(self, i):
+        """Frame ``i`` as a delayed value (for a reference)."""
+        from dask import delayed
+
+        if self.array is not None:
+            return self.array[i]
+        return delayed(_read_frame)(self._path, i)
+
+
+def _read_frame(source, i):
+    with _open(source, i) as src:
+        return np.asarray(src.read(i, i + 1)[0])
+
+
+def _reference_image(opts, inp):
+    """The reference image as a delayed value, or ``None`` where the reference task reads it
+    itself (a path input and a frame index, or an image file)."""
+    from dask import delayed
+
+    from .references import _index, mean_count
+
+    if opts.previous:
+        return None
+    ref = opts.reference
+    count = mean_count(ref, inp.n)
+    if count is not None:
+        parts = [delayed(_frame_sum)(inp.source(k), a, min(b, count))
+                 for k, (a, b) in enumerate(inp.ranges) if a < count]
+        return delayed(_mean)(parts, count)
+    if inp.array is None:
+        return None
+    idx = 0 if isinstance(ref, str) and ref == "first" else _index(ref)
+    if idx is not None:
+        if not -inp.n <= idx < inp.n:
+            raise XcorrError(f"reference index {idx} is out of range for {inp.n} frames")
+        return inp.frame(idx % inp.n)
+    return None  # a file or an array: read as the single-process run reads it
+
+
+def _compute(tasks, client, scheduler, sizes=None, progress=None):
+    """The tasks' results; with a client, ``progress(size)`` as each task finishes."""
+    import dask
+
+    if client is None:
+        return dask.compute(*tasks, scheduler=scheduler)
+    futures = client.compute(list(tasks))
+    if progress is not None:
+        from distributed import as_completed
+
+        size = dict(zip(futures, sizes))
+        for fut in as_completed(futures):
+            progress(size[fut])
+    return client.gather(futures)
+
+
+def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
+          subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
+          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
+          max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
+          progress=None):
+    """:func:`xcorr_app.align` on a Dask cluster.
+
+    Parameters
+    ----------
+    stack_or_path : dask array, ndarray, str or Path
+        A (N, H, W) dask array (its blocks along the first axis become tasks; NumPy blocks), an
+        in-memory stack, or a TIFF file / folder read by the workers themselves.
+    reference, max_shift, normalization, subpixel, upsample, prefilter, window, verify, \
+min_confidence, interpolate_low, channel
+        As :func:`xcorr_app.align`.
+    chunk_frames, max_memory
+        Per task, as :func:`xcorr_app.align` (``max_memory`` applies to each worker).
+    device : {"auto", "gpu", "cpu"}
+        Resolved on each worker: ``auto`` uses the worker's GPU where it has one.
+    task_frames : int, optional
+        Frames per task (default: 128 for a path, the array's own blocks otherwise).
+    client : distributed.Client, optional
+        Run on this client's cluster; default: Dask's current scheduler (an active client, or
+        ``scheduler``).
+    scheduler : str, optional
+        A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
+        client.
+    progress : callable(int), optional
+        With a client: called with the number of frames of each task as it finishes.
+
+    Returns
+    -------
+    AlignResult
+        With ``settings["dask"]`` set; ``apply`` of it reads the input again.
+    """
+    from dask import delayed
+
+    from .align_stack import (AlignOptions, check_frame_shape, result_from_table,
+                              search_range)
+    from .memory_budget import parse_memory
+
+    opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
+                        window, verify, min_confidence, interpolate_low, channel)
+    budget = None if max_memory is None else parse_memory(max_memory)
+    if chunk_frames < 1:
+        raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")
+    inp = _Input(stack_or_path, channel, task_frames)
+    check_frame_shape(inp.frame_shape)
+    image = _reference_image(opts, inp)
+    ref = delayed(_reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
+    tasks = [delayed(_measure_task)(opts, inp.source(k, with_before=opts.previous), a, b, ref,
+                                    device, chunk_frames, budget)
+             for k, (a, b) in enumerate(inp.ranges)]
+    parts = _compute(tasks, client, scheduler, [b - a for a, b in inp.ranges], progress)
+    table = np.concatenate([t for t, _ in parts])
+    settings = {"search_range": list(search_range(inp.frame_shape, opts.max_shift)),
+                "device": device, "chunk_frames": chunk_frames, "max_memory": budget,
+                "notes": inp.notes, "dask": {"tasks": len(tasks),
+                                             "task_frames": [b - a for a, b in inp.ranges]}}
+    return result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
+                             stack_or_path)
+
+
+def _as_array(inp, task, dtype, frame_shape, *args):
+    import dask.array as da
+    from dask import delayed
+
+    blocks = [da.from_delayed(delayed(task)(inp.source(k), a, b, *args),
+                              shape=(b - a, *frame_shape), dtype=dtype)
+              for k, (a, b) in enumerate(inp.ranges)]
+    return da.concatenate(blocks, axis=0)
+
+
+def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, device="auto",
+           task_frames=None):
+    """The filtered stack as a lazy float32 dask array (one task per block of frames).
+
+    ``kernel`` is a spec of :func:`xcorr_app.filters.parse_kernel_spec` (``gaussian:2``,
+    ``dog:1,4``, ``FILE.npy``...); each task runs the reuse kernels on its worker's GPU, or
+    scipy.ndimage on the CPU, on its own frames.
+    """
+    from .filters import MODES, parse_kernel_spec
+
+    parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
+    if mode not in MODES:
+        raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    inp = _Input(stack_or_path, channel, task_frames)
+    return _as_array(inp, _filter_task, np.float32, inp.frame_shape, kernel, mode, cval, device)
+
+
+def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
+                 crop=False, device="auto", task_frames=None):
+    """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
+    block of frames."""
+    from .align_stack import common_area
+
+    inp = _Input(stack_or_path, channel, task_frames)
+    shifts = np.asarray(shifts, dtype=np.float64)
+    if shifts.shape != (inp.n, 2):
+        raise XcorrError(f"shifts of shape {shifts.shape} do not match {inp.n} frames")
+    h, w = inp.frame_shape
+    box = common_area(shifts, inp.frame_shape) if crop else (0, h, 0, w)
+    import dask.array as da
+    from dask import delayed
+
+    blocks = [da.from_delayed(delayed(_shift_task)(inp.source(k), a, b, shifts[a:b], fill,
+                                                   resample, box, device),
+                              shape=(b - a, box[1] - box[0], box[3] - box[2]), dtype=np.float32)
+              for k, (a, b) in enumerate(inp.ranges)]
+    return da.concatenate(blocks, axis=0)
+
+
+def iter_blocks(array, client=None, window=4):
+    """Yield ``(start, block as NumPy)`` of a dask array's blocks along the first axis, in
+    order, with at most ``window`` blocks computed ahead (written as they come, e.g. to a
+    TIFF)."""
+    blocks = array.to_delayed().ravel()
+    starts = np.cumsum((0,) + array.chunks[0])[:-1].tolist()
+    if client is None:
+        for a, b in zip(starts, blocks):
+            yield a, np.asarray(b.compute())
+        return
+    pending = collections.deque()
+    k = 0
+    while k < len(blocks) or pending:
+        while k < len(blocks) and len(pending) < window:
+            pending.append((starts[k], client.compute(blocks[k])))
+            k += 1
+        a, fut = pending.popleft()
+        yield a, np.asarray(fut.result())
+        fut.release()
+
+
+@contextlib.contextmanager
+def local_client(workers=None, scheduler=None):
+    """A ``distributed.Client`` (context manager; a cluster it started is closed at the end):
+    to the scheduler at ``scheduler``, or on a new local cluster of ``workers`` processes
+    (dask-cuda's LocalCUDACluster, one worker per GPU, where it is installed and there are
+    GPUs; otherwise a LocalCluster of single-threaded processes, named 0, 1, ... so that each
+    uses its own GPU)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise XcorrError(f"--workers and --scheduler need Dask's distributed scheduler; "
+                         f"{INSTALL_HINT}") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise XcorrError(f"cannot reach the Dask scheduler at {scheduler} ({exc})") from None
+        with client:
+            yield client
+        return
+    n = None if workers is None else int(workers)
+    if n is not None and n < 1:
+        raise XcorrError(f"--workers must be >= 1, got {workers}")
+    cluster = None
+    if backend.gpu_available():
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            pass
+        else:
+            import cupy
+
+            devices = list(range(cupy.cuda.runtime.getDeviceCount()))[:n]
+            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, dashboard_address=":0")
+    if cluster is None:
+        cluster = LocalCluster(n_workers=n or 2, threads_per_worker=1, processes=True,
+                               dashboard_address=":0")
+    with cluster, Client(cluster) as client:
+        yield client
