@@ -171,6 +171,47 @@ def test_prefetcher_reads_every_frame_once_in_order(tmp_path, rng):
     np.testing.assert_array_equal(np.concatenate([f for _, f in got]), stack)
 
 
+@pytest.mark.parametrize("copy_threads", [2, 3])
+@pytest.mark.parametrize("folder", [False, True])
+def test_prefetcher_copies_a_chunk_with_several_threads(tmp_path, rng, copy_threads, folder,
+                                                        monkeypatch):
+    """A memory-mapped file is copied by several threads at once (each into its own part of
+    the buffer); a folder of files, whose reader keeps one file open, by one."""
+    stack = rng.integers(0, 60000, size=(13, 9, 13), dtype=np.uint16)
+    if folder:
+        (tmp_path / "f").mkdir()
+        for i, frame in enumerate(stack):
+            tifffile.imwrite(tmp_path / "f" / f"{i:02d}.tif", frame)
+        path = tmp_path / "f"
+    else:
+        path = write_stack(tmp_path / "p.tif", stack)
+    import threading
+
+    reads = []
+    with open_stack(path) as src:
+        real = type(src).read
+
+        def spy(self, start, stop, out=None):
+            reads.append((start, stop, threading.current_thread().name))
+            return real(self, start, stop, out)
+
+        monkeypatch.setattr(type(src), "read", spy)
+        with ChunkPrefetcher(src, 5, depth=1, copy_threads=copy_threads) as chunks:
+            got = []
+            for start, frames, slot in chunks:
+                got.append(frames.copy())
+                chunks.release(slot)
+    np.testing.assert_array_equal(np.concatenate(got), stack)
+    pieces = sorted((a, b) for a, b, _ in reads)
+    if folder:
+        assert pieces == [(0, 5), (5, 10), (10, 13)]
+    else:  # each chunk in copy_threads pieces, the first by the reader, the others by helpers
+        assert len(pieces) == 3 * copy_threads
+        assert [a for a, _ in pieces[1:]] == [b for _, b in pieces[:-1]]
+        assert {t.startswith("xcorr-copy") for a, _, t in reads if a % 5} == {True}
+        assert {t == "xcorr-reader" for a, _, t in reads if a % 5 == 0} == {True}
+
+
 def test_prefetcher_hands_reader_errors_to_the_consumer():
     class Broken(ArraySource):
         def read(self, start, stop, out=None):

@@ -29,6 +29,7 @@ Examples
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 from pathlib import Path
 
@@ -223,25 +224,39 @@ def _agree(shifts, fft_shifts_, fft_int, max_shift):
     return same
 
 
-def _device_chunks(src, chunk_frames, xp):
-    """Yield ``(start, frames on xp's device)``, read ahead by a thread.
+#: threads copying one chunk out of a memory-mapped file into its pinned buffer
+COPY_THREADS = 2
+
+
+class _DeviceChunks:
+    """Iterate over ``(start, frames on xp's device)``; a reader thread starts reading at once
+    (while the caller prepares), and :meth:`close` stops it.
 
     On the GPU the chunks alternate between two CUDA streams: each is copied from a pinned
     buffer and yielded inside its stream's context, so the consumer's kernels for it queue on
     that stream while the next chunk is read and copied.
     """
-    stack = getattr(src, "stack", None)
-    if stack is not None and xp is not np and backend.is_cupy_array(stack):
-        for start in range(0, src.n_frames, chunk_frames):
-            yield start, stack[start:start + chunk_frames]
-        return
-    if stack is not None and xp is np:
-        for start in range(0, src.n_frames, chunk_frames):
-            yield start, np.asarray(stack[start:start + chunk_frames])
-        return
-    gpu = xp is not np
-    with ChunkPrefetcher(src, chunk_frames, READ_AHEAD, pinned=gpu) as chunks:
-        if not gpu:
+
+    def __init__(self, src, chunk_frames, xp):
+        self.src, self.chunk_frames, self.xp = src, chunk_frames, xp
+        stack = getattr(src, "stack", None)
+        self._direct = stack is not None and (xp is np or backend.is_cupy_array(stack))
+        self._prefetch = None
+        if not self._direct:
+            gpu = xp is not np
+            self._prefetch = ChunkPrefetcher(src, chunk_frames, READ_AHEAD, pinned=gpu,
+                                             copy_threads=COPY_THREADS if gpu else 1).start()
+        self._gen = self._chunks()
+
+    def _chunks(self):
+        xp, n, step = self.xp, self.src.n_frames, self.chunk_frames
+        if self._direct:
+            for start in range(0, n, step):
+                chunk = self.src.stack[start:start + step]
+                yield start, (np.asarray(chunk) if xp is np else chunk)
+            return
+        chunks = self._prefetch
+        if xp is np:
             for start, host, slot in chunks:
                 yield start, host  # the consumer converts it before asking for the next
                 chunks.release(slot)
@@ -254,6 +269,21 @@ def _device_chunks(src, chunk_frames, xp):
                 frames.set(host, stream=stream)
                 chunks.release(slot, stream.record())
                 yield start, frames
+
+    def __iter__(self):
+        return self._gen
+
+    def close(self):
+        self._gen.close()
+        if self._prefetch is not None:
+            self._prefetch.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 
 def _device_free_bytes(xp):
@@ -329,7 +359,7 @@ def prepared_reference(opts, src, xp, chunk_frames, image=None):
     return p.frames[0], p.raw[0]
 
 
-def run_plan(opts, xp, frame_shape, chunk_frames, reference):
+def shared_plan(opts, xp, frame_shape, chunk_frames, reference):
     """The correlation plan of a run whose chunks are shared out (GPUs, Dask workers), chosen
     once so that every worker computes the same way; ``None`` where :class:`_Measurer` decides
     by a fixed rule anyway (CPU, FFT, phase)."""
@@ -349,13 +379,21 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
 
     The chunk loop of :func:`align`: frames are streamed from ``src`` in chunks of
     ``chunk_frames``, prepared, measured against ``reference`` (from
-    :func:`prepared_reference`; with ``reference="previous"`` frame ``start - 1`` is read as the
-    first frame's reference), and checked against the FFT reference.  Each frame's row depends
+    :func:`prepared_reference`, or a future of ``(reference, plan)`` awaited once reading has
+    started; with ``reference="previous"`` frame ``start - 1`` is read as the first frame's
+    reference), and checked against the FFT reference.  Each frame's row depends
     only on the frame, its reference and ``plan``, so ranges measured apart (other GPUs, Dask
     workers) give the rows one run gives.
     """
     stop = src.n_frames if stop is None else stop
     part = FrameRange(src, start, stop)
+    with _DeviceChunks(part, chunk_frames, xp) as chunks:  # reading starts now
+        if isinstance(reference, concurrent.futures.Future):  # being prepared elsewhere
+            reference, plan = reference.result()
+        return _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress)
+
+
+def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress):
     prep = opts.preparer(xp, src.frame_shape)
     measure = opts.measurer(xp, src.frame_shape, plan)
     ref = ref_fft = ref_raw_fft = None
@@ -388,7 +426,7 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
         if progress is not None:
             progress(len(block))
 
-    for first, frames in _device_chunks(part, chunk_frames, xp):
+    for first, frames in chunks:
         p = prep(frames)
         if xp is np:  # on the GPU the flags come back with the results
             check_finite(first, p.finite)
@@ -608,5 +646,6 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
                                   chunk_frames, shifted)
             return
         xp = backend.xp_for(backend.resolve_device(device))
-        for start, chunk in _device_chunks(src, chunk_frames, xp):
-            yield start, shifted(start, xp.asarray(chunk))
+        with _DeviceChunks(src, chunk_frames, xp) as chunks:
+            for start, chunk in chunks:
+                yield start, shifted(start, xp.asarray(chunk))

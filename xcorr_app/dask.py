@@ -140,12 +140,12 @@ def _mean(sums, n):
 
 def _reference_task(opts, source, image, device, chunk_frames, budget):
     """The prepared reference (host copies) and the run's plan, computed once."""
-    from .align_stack import prepared_reference, run_plan
+    from .align_stack import prepared_reference, shared_plan
 
     with _on_device(device) as xp, _open(source, 0) as src:
         chunk = _chunk(opts, src, xp, chunk_frames, budget)
         ref = prepared_reference(opts, src, xp, chunk, image=image)
-        plan = run_plan(opts, xp, src.frame_shape, chunk, ref)
+        plan = shared_plan(opts, xp, src.frame_shape, min(chunk, src.n_frames), ref)
         return (None if ref is None else tuple(backend.to_numpy(a) for a in ref)), plan
 
 

@@ -18,9 +18,10 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -70,9 +71,10 @@ class _Cancelled(Exception):
     """Another GPU's work failed: stop this one."""
 
 
-def _run_all(ids, work):
-    """Run ``work(k, stop_event)`` for every GPU ``ids[k]`` in its own thread; re-raise the
-    first failure in GPU order (not a cancellation caused by it)."""
+def _run_all(ids, work, meanwhile=None):
+    """Run ``work(k, stop_event)`` for every GPU ``ids[k]`` in its own thread (and
+    ``meanwhile()`` in this one); re-raise the first failure in GPU order (not a cancellation
+    caused by it)."""
     stop = threading.Event()
 
     def guarded(k):
@@ -87,6 +89,8 @@ def _run_all(ids, work):
 
     with ThreadPoolExecutor(len(ids), thread_name_prefix="xcorr-gpu") as pool:
         futures = [pool.submit(guarded, k) for k in range(len(ids))]
+        if meanwhile is not None:
+            meanwhile()
     errors = [f.exception() for f in futures]
     real = [e for e in errors if e is not None and not isinstance(e, _Cancelled)]
     if real:
@@ -96,11 +100,12 @@ def _run_all(ids, work):
 
 def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, progress=None):
     """:func:`xcorr_app.align` with the frames shared out over ``gpus``; ``budget`` (bytes) is
-    split evenly between them."""
+    split evenly between them.  The GPUs start reading their frames while the first one
+    prepares the reference."""
     import cupy
 
     from .align_stack import (_device_free_bytes, check_frame_shape, measure_frames,
-                              prepared_reference, result_from_table, run_plan, search_range)
+                              prepared_reference, result_from_table, shared_plan, search_range)
     from .memory_budget import chunk_frames_for
     from .stack_reader import open_source
 
@@ -118,30 +123,44 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
 
     with open_source(stack_or_path, opts.channel) as src:
         check_frame_shape(src.frame_shape)
+        n = src.n_frames
+        ranges = frame_ranges(n, len(ids))
+        ids = ids[:len(ranges)]
         with cupy.cuda.Device(ids[0]):
             chunk = chunk_for(src)
-            ref = prepared_reference(opts, src, cupy, chunk)
-            plan = run_plan(opts, cupy, src.frame_shape, chunk, ref)
-            ref = None if ref is None else tuple(cupy.asnumpy(a) for a in ref)
-        n, shape = src.n_frames, src.frame_shape
+        setup = Future()  # (reference on the host, plan), made by this thread on GPU ids[0]
+
+        def prepare():
+            try:
+                with cupy.cuda.Device(ids[0]):
+                    ref = prepared_reference(opts, src, cupy, chunk)
+                    plan = shared_plan(opts, cupy, src.frame_shape, min(chunk, n), ref)
+                    ref = None if ref is None else tuple(cupy.asnumpy(a) for a in ref)
+                setup.set_result((ref, plan))
+            except BaseException as exc:
+                setup.set_exception(exc)
+                raise
+
+        def work(k, stop):
+            def tick(done):
+                if stop.is_set():
+                    raise _Cancelled
+                if progress is not None:
+                    with lock:
+                        progress(done)
+
+            # a memory-mapped file is shared (reads are copies out of one map); others are
+            # opened again, one reader per GPU
+            own = contextlib.nullcontext(src) if getattr(src, "concurrent_reads", False) \
+                else open_source(stack_or_path, opts.channel)
+            with own as frames:
+                return measure_frames(opts, frames, cupy, chunk_for(frames), setup,
+                                      start=ranges[k][0], stop=ranges[k][1], progress=tick)
+
+        parts = _run_all(ids, work, prepare)
+        shape = src.frame_shape
         sources = [src.source_name(i) for i in range(n)]
         notes = list(src.notes)
-    ranges = frame_ranges(n, len(ids))
-    ids = ids[:len(ranges)]
-
-    def work(k, stop):
-        def tick(done):
-            if stop.is_set():
-                raise _Cancelled
-            if progress is not None:
-                with lock:
-                    progress(done)
-
-        with open_source(stack_or_path, opts.channel) as own:  # one reader per GPU
-            return measure_frames(opts, own, cupy, chunk_for(own), ref, plan=plan,
-                                  start=ranges[k][0], stop=ranges[k][1], progress=tick)
-
-    parts = _run_all(ids, work)
     table = np.concatenate([t for t, _ in parts])
     settings = {"search_range": list(search_range(shape, opts.max_shift)), "device": "gpu",
                 "gpus": list(ids), "chunk_frames": chunk, "max_memory": budget, "notes": notes}

@@ -247,6 +247,11 @@ class FrameSource:
         """True when every file is read through a memory map (uncompressed, contiguous data)."""
         return all(p.memory_mapped for p in self._parts)
 
+    @property
+    def concurrent_reads(self) -> bool:
+        """True when several threads may :meth:`read` at once (one memory-mapped file)."""
+        return len(self._parts) == 1 and self.memory_mapped
+
     def _part_of(self, i: int) -> int:
         if not 0 <= i < self.n_frames:
             raise IndexError(f"frame {i} is out of range for a stack of {self.n_frames} frames")
@@ -419,6 +424,7 @@ class ArraySource:
         if 0 in stack.shape:
             raise InputError(f"cannot align an empty stack of shape {stack.shape}")
         self.stack, self.name = stack, name
+        self.concurrent_reads = isinstance(stack, np.ndarray)
         self.n_frames, self.frame_shape = stack.shape[0], tuple(stack.shape[1:])
         self.dtype = np.dtype(stack.dtype)
         self.notes, self.paths = [], []
@@ -465,6 +471,7 @@ class FrameRange:
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
         self.notes, self.paths = src.notes, src.paths
         self.stack = None if getattr(src, "stack", None) is None else src.stack[start:stop]
+        self.concurrent_reads = getattr(src, "concurrent_reads", False)
 
     def source_name(self, i):
         return self.src.source_name(self.start + i)
