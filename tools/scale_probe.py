@@ -92,7 +92,25 @@ timed("file, --gpus all", path, gpus="all")
 mem = tifffile.imread(path)
 timed("memory, 1 GPU", mem)
 timed("memory, --gpus all", mem, gpus="all")
-timed("memory, --gpus 0", mem, gpus="0")
+
 sys.setswitchinterval(0.0002)
 timed("file, --gpus all, switch interval 0.2 ms", path, gpus="all")
 timed("memory, --gpus all, switch interval 0.2 ms", mem, gpus="all")
+
+# consecutive --gpus runs: total, per-GPU spans, garbage collections and pinned pool blocks
+import gc  # noqa: E402
+
+import cupy  # noqa: E402
+
+collections_seen = []
+gc.callbacks.append(lambda phase, info: phase == "stop" and collections_seen.append(
+    (info["generation"], round(time.perf_counter() - t0[0], 3))))
+for i in range(6):
+    spans.clear()
+    collections_seen.clear()
+    t0[0] = time.perf_counter()
+    align(path, device="gpu", gpus="all")
+    total = time.perf_counter() - t0[0]
+    pool = cupy.get_default_pinned_memory_pool()
+    print(f"run {i}: {total:.3f} s; spans {spans}; gc {collections_seen}; pinned free blocks "
+          f"{pool.n_free_blocks()}", flush=True)

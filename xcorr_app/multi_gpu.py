@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import queue
 import threading
@@ -71,8 +72,23 @@ class _Cancelled(Exception):
     """Another GPU's work failed: stop this one."""
 
 
+_EXECUTORS: dict = {}
+_EXECUTORS_LOCK = threading.Lock()
+
+
+def _executor(device_id):
+    """The one long-lived worker thread of GPU ``device_id``: CuPy keeps cuFFT plans per thread
+    and device, so a thread that stays keeps them from one run to the next."""
+    with _EXECUTORS_LOCK:
+        ex = _EXECUTORS.get(device_id)
+        if ex is None:
+            ex = _EXECUTORS[device_id] = ThreadPoolExecutor(
+                1, thread_name_prefix=f"xcorr-gpu{device_id}")
+        return ex
+
+
 def _run_all(ids, work, meanwhile=None):
-    """Run ``work(k, stop_event)`` for every GPU ``ids[k]`` in its own thread (and
+    """Run ``work(k, stop_event)`` for every GPU ``ids[k]`` on its worker thread (and
     ``meanwhile()`` in this one); re-raise the first failure in GPU order (not a cancellation
     caused by it)."""
     stop = threading.Event()
@@ -87,10 +103,15 @@ def _run_all(ids, work, meanwhile=None):
             stop.set()
             raise
 
-    with ThreadPoolExecutor(len(ids), thread_name_prefix="xcorr-gpu") as pool:
-        futures = [pool.submit(guarded, k) for k in range(len(ids))]
+    futures = [_executor(ids[k]).submit(guarded, k) for k in range(len(ids))]
+    try:
         if meanwhile is not None:
             meanwhile()
+        concurrent.futures.wait(futures)
+    except BaseException:  # e.g. Ctrl-C: the GPUs stop after their chunk in progress
+        stop.set()
+        concurrent.futures.wait(futures)
+        raise
     errors = [f.exception() for f in futures]
     real = [e for e in errors if e is not None and not isinstance(e, _Cancelled)]
     if real:
