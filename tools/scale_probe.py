@@ -1,7 +1,7 @@
 """Where does the --gpus run lose time?  Reads of the bench stack by 1 and 2 threads (memory map
 copy vs pread into the buffer, NumPy vs pinned buffers), then align on one GPU and on all GPUs,
 from the file and from a stack in memory, with the default and a short GIL switch interval.
-Usage: python3 tools/scale_probe.py STACK.tif"""
+Usage: python3 tools/scale_probe.py STACK.tif [reads]"""
 import os
 import sys
 import time
@@ -42,7 +42,7 @@ def reader(method, pinned):
     return run
 
 
-for method in ("mmap", "pread"):
+for method in (("mmap", "pread") if "reads" in sys.argv[2:] else ()):
     for pinned in (False, True):
         for threads in (1, 2, 4):
             fn = reader(method, pinned)
