@@ -3,6 +3,10 @@
 # wheels carried in .whl (the device image has no Dask), runs the GPU tests (the --gpus and Dask
 # ones among them), `xcorr bench align --gpus all`, and one-shot `xcorr align` processes on one
 # GPU, with --gpus all and with --workers 2 (start-up included); logs in $OUT.
+# The wheels, made here once (see ../.library/device/README.md):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     -d .whl dask==2026.8.0 distributed==2026.8.0 partd locket tblib tornado zict
 set -u -o pipefail
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
