@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from sample_paths import stack_path
+from sample_paths import folder_path, stack_path
 from synthetic import drift_stack, write_stack
 from xcorr_app import align
 from xcorr_app.align_stack import AlignOptions, measure_frames, prepared_reference
@@ -36,11 +36,14 @@ def test_frame_range_reads_and_names_frames_of_its_source():
 
 @pytest.mark.parametrize("reference", ["first", "previous", "mean"])
 @pytest.mark.parametrize("cuts", [(5,), (1, 2, 11), (4, 8)])
-def test_ranges_measured_apart_equal_one_run(reference, cuts):
+@pytest.mark.parametrize("path", [stack_path("cell"), folder_path("cell")],
+                         ids=["file", "folder"])
+def test_ranges_measured_apart_equal_one_run(reference, cuts, path):
     """Rows of ranges measured separately (the frame before a range read for "previous")
-    are bit for bit the rows of one pass, whatever the chunking inside each range."""
+    are bit for bit the rows of one pass, whatever the chunking inside each range; a folder,
+    whose reader keeps one file open at a time, too."""
     opts = AlignOptions(reference, max_shift=10, min_confidence=2.0)
-    with open_source(stack_path("cell")) as src:
+    with open_source(path) as src:
         ref = prepared_reference(opts, src, np, 4)
         whole, plan = measure_frames(opts, src, np, 4, ref)
         bounds = [0, *cuts, src.n_frames]

@@ -387,13 +387,17 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     """
     stop = src.n_frames if stop is None else stop
     part = FrameRange(src, start, stop)
+    # "previous": the frame before the range, read before the reader thread shares the source
+    before = np.array(backend.to_numpy(src.read(start - 1, start))) \
+        if opts.previous and start > 0 else None
     with _DeviceChunks(part, chunk_frames, xp) as chunks:  # reading starts now
         if isinstance(reference, concurrent.futures.Future):  # being prepared elsewhere
             reference, plan = reference.result()
-        return _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress)
+        return _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress,
+                               before)
 
 
-def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress):
+def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress, before):
     prep = opts.preparer(xp, src.frame_shape)
     measure = opts.measurer(xp, src.frame_shape, plan)
     ref = ref_fft = ref_raw_fft = None
@@ -402,8 +406,8 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
         ref, ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
         ref_fft = xp.fft.fft2(ref) if opts.normalization == "phase" else None
         ref_raw_fft = xp.fft.fft2(ref_raw) if opts.verify else None
-    elif start > 0:
-        p = prep(xp.asarray(src.read(start - 1, start)))
+    elif before is not None:
+        p = prep(xp.asarray(before))
         last = (p.frames[0], p.raw[0], None)
     if xp is not np:
         xp.cuda.Device().synchronize()  # the streams below read these
