@@ -192,3 +192,15 @@ def test_cli_scale_out_errors(tmp_path):
     assert_clean_error(xcorr("align", path, "--scheduler", "tcp://127.0.0.1:9",
                              "--out", tmp_path / "b"), "cannot reach the Dask scheduler")
     assert not (tmp_path / "a").exists() and not (tmp_path / "f.tif").exists()
+
+
+def test_without_dask_the_commands_say_what_to_install(monkeypatch):
+    import sys
+
+    for name in ("distributed", "dask", "dask.array"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    with pytest.raises(XcorrError, match=r"pip install 'xcorr-app\[dask\]'"):
+        with xdask.local_client(workers=2):
+            pass
+    with pytest.raises(XcorrError, match=r"Dask is not installed; pip install"):
+        xdask.align(stack_path("cell"), device="cpu")

@@ -151,3 +151,25 @@ def test_dask_workers_on_gpus_equal_one_process(tmp_path, rng):
 
     want = cupy.asnumpy(gaussian(cupy.asarray(stack), 2))
     np.testing.assert_array_equal(filt, want)
+
+
+@pytest.mark.gpu
+def test_dask_array_of_cupy_blocks_stays_on_the_gpu(rng):
+    """CuPy-backed blocks are measured and filtered where they are; CuPy blocks come back."""
+    import cupy
+    import dask.array as da
+
+    from xcorr_app import dask as xdask
+    from xcorr_app.filters import gaussian
+
+    stack, _ = drift_stack(rng, n=11, shape=(64, 96), max_shift=4, peak_counts=500)
+    on_gpu = cupy.asarray(stack)
+    arr = da.from_array(on_gpu, chunks=(4, -1, -1), asarray=False)
+    base = align(on_gpu, reference="previous", max_shift=6, device="gpu")
+    got = xdask.align(arr, reference="previous", max_shift=6, device="gpu", scheduler="sync")
+    np.testing.assert_allclose(got.shifts, base.shifts, atol=5e-4)
+    lazy = xdask.filter(arr, "gaussian:1.5", device="gpu")
+    blocks = [b for _, b in xdask.iter_blocks(lazy)]
+    assert all(isinstance(b, cupy.ndarray) for b in blocks)
+    np.testing.assert_allclose(cupy.asnumpy(cupy.concatenate(blocks)),
+                               cupy.asnumpy(gaussian(on_gpu, 1.5)), rtol=1e-6, atol=1e-6)

@@ -83,9 +83,11 @@ class _Block:
     block of a dask array, with the frame before it for ``reference="previous"``)."""
 
     def __init__(self, frames, offset, n_frames):
-        self.frames, self.offset, self.n_frames = np.asarray(frames), int(offset), int(n_frames)
-        self.frame_shape, self.dtype = self.frames.shape[1:], self.frames.dtype
+        self.frames, self.offset, self.n_frames = frames, int(offset), int(n_frames)
+        self.frame_shape, self.dtype = tuple(frames.shape[1:]), np.dtype(frames.dtype)
         self.notes, self.paths = [], []
+        # a CuPy block is used where it is (no copy through the host)
+        self.stack = _Offset(frames, self.offset) if backend.is_cupy_array(frames) else None
 
     def source_name(self, i):
         return "array"
@@ -104,16 +106,36 @@ class _Block:
         pass
 
 
-def _open(source, start):
-    """The frame source of a task: a path (opened by the task) or ``(block, frame before)``."""
+class _Offset:
+    """``frames`` indexed by the stack's frame numbers (slices only)."""
+
+    def __init__(self, frames, offset):
+        self.frames, self.offset = frames, offset
+
+    def __getitem__(self, key):
+        return self.frames[key.start - self.offset:key.stop - self.offset]
+
+
+def _open(source, start, xp=np):
+    """The frame source of a task: a path (opened by the task) or ``(block, frame before,
+    frames in all)``; a CuPy block stays on the GPU when the task runs there (``xp``)."""
     from .stack_reader import open_source
 
     if isinstance(source[0], str):  # ("path", path, channel)
         return open_source(source[1], source[2])
     block, before, n = source
+    bxp = np if xp is np else backend.array_module_of(block)
+    block = backend.to_xp(block, bxp)
     if before is not None:
-        return _Block(np.concatenate([np.asarray(before)[None], np.asarray(block)]), start - 1, n)
+        return _Block(bxp.concatenate([backend.to_xp(before, bxp)[None], block]), start - 1, n)
     return _Block(block, start, n)
+
+
+def _like_block(result, source):
+    """A task's result: CuPy where its input block was CuPy, NumPy otherwise."""
+    if not isinstance(source[0], str) and backend.is_cupy_array(source[0]):
+        return result
+    return backend.to_numpy(result)
 
 
 def _chunk(opts, src, xp, chunk_frames, budget):
@@ -142,7 +164,7 @@ def _reference_task(opts, source, image, device, chunk_frames, budget):
     """The prepared reference (host copies) and the run's plan, computed once."""
     from .align_stack import prepared_reference, shared_plan
 
-    with _on_device(device) as xp, _open(source, 0) as src:
+    with _on_device(device) as xp, _open(source, 0, xp) as src:
         chunk = _chunk(opts, src, xp, chunk_frames, budget)
         ref = prepared_reference(opts, src, xp, chunk, image=image)
         plan = shared_plan(opts, xp, src.frame_shape, min(chunk, src.n_frames), ref)
@@ -154,7 +176,7 @@ def _measure_task(opts, source, start, stop, reference, device, chunk_frames, bu
     from .align_stack import measure_frames
 
     ref, plan = reference
-    with _on_device(device) as xp, _open(source, start) as src:
+    with _on_device(device) as xp, _open(source, start, xp) as src:
         table, plan = measure_frames(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget),
                                      ref, plan=plan, start=start, stop=stop)
         return table, str(plan) if plan is not None else ""
@@ -164,19 +186,19 @@ def _filter_task(source, start, stop, kernel, mode, cval, device):
     from .filters import parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)
-    with _on_device(device) as xp, _open(source, start) as src:
-        return backend.to_numpy(fn(xp.asarray(src.read(start, stop)), mode, cval)).astype(
-            np.float32, copy=False)
+    with _on_device(device) as xp, _open(source, start, xp) as src:
+        out = fn(xp.asarray(src.read(start, stop)), mode, cval)
+        return _like_block(out, source).astype(np.float32, copy=False)
 
 
 def _shift_task(source, start, stop, shifts, fill, resample, box, device):
     from .warp import shift_frames
 
     y0, y1, x0, x1 = box
-    with _on_device(device) as xp, _open(source, start) as src:
+    with _on_device(device) as xp, _open(source, start, xp) as src:
         frames = xp.asarray(src.read(start, stop)).astype(xp.float32)
-        out = shift_frames(frames, xp.asarray(shifts), fill=fill, method=resample)
-        return backend.to_numpy(out[:, y0:y1, x0:x1])
+        out = shift_frames(frames, xp.asarray(shifts[start:stop]), fill=fill, method=resample)
+        return _like_block(out[:, y0:y1, x0:x1], source)
 
 
 # ----------------------------------------------------------------------------- on the client
@@ -315,6 +337,7 @@ min_confidence, interpolate_low, channel
     AlignResult
         With ``settings["dask"]`` set; ``apply`` of it reads the input again.
     """
+    _require_dask()
     from dask import delayed
 
     from .align_stack import (AlignOptions, check_frame_shape, result_from_table,
@@ -343,12 +366,17 @@ min_confidence, interpolate_low, channel
                              stack_or_path)
 
 
-def _as_array(inp, task, dtype, frame_shape, *args):
+def _as_array(inp, task, frame_shape, *args):
+    """A lazy float32 dask array of ``task(source, start, stop, *args)`` per range of frames
+    (CuPy blocks where the input's blocks are CuPy)."""
     import dask.array as da
     from dask import delayed
 
+    meta = None
+    if inp.array is not None and backend.is_cupy_array(inp.array._meta):
+        meta = backend.array_module_of(inp.array._meta).empty((0, 0, 0), np.float32)
     blocks = [da.from_delayed(delayed(task)(inp.source(k), a, b, *args),
-                              shape=(b - a, *frame_shape), dtype=dtype)
+                              shape=(b - a, *frame_shape), dtype=np.float32, meta=meta)
               for k, (a, b) in enumerate(inp.ranges)]
     return da.concatenate(blocks, axis=0)
 
@@ -367,7 +395,7 @@ def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, dev
     if mode not in MODES:
         raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     inp = _Input(stack_or_path, channel, task_frames)
-    return _as_array(inp, _filter_task, np.float32, inp.frame_shape, kernel, mode, cval, device)
+    return _as_array(inp, _filter_task, inp.frame_shape, kernel, mode, cval, device)
 
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
@@ -382,14 +410,11 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         raise XcorrError(f"shifts of shape {shifts.shape} do not match {inp.n} frames")
     h, w = inp.frame_shape
     box = common_area(shifts, inp.frame_shape) if crop else (0, h, 0, w)
-    import dask.array as da
     from dask import delayed
 
-    blocks = [da.from_delayed(delayed(_shift_task)(inp.source(k), a, b, shifts[a:b], fill,
-                                                   resample, box, device),
-                              shape=(b - a, box[1] - box[0], box[3] - box[2]), dtype=np.float32)
-              for k, (a, b) in enumerate(inp.ranges)]
-    return da.concatenate(blocks, axis=0)
+    shared = delayed(shifts, pure=True)  # one node of the graph, sent once to each worker
+    return _as_array(inp, _shift_task, (box[1] - box[0], box[3] - box[2]), shared, fill,
+                     resample, box, device)
 
 
 def iter_blocks(array, client=None, window=4):
@@ -400,7 +425,7 @@ def iter_blocks(array, client=None, window=4):
     starts = np.cumsum((0,) + array.chunks[0])[:-1].tolist()
     if client is None:
         for a, b in zip(starts, blocks):
-            yield a, np.asarray(b.compute())
+            yield a, b.compute()
         return
     pending = collections.deque()
     k = 0
@@ -409,7 +434,7 @@ def iter_blocks(array, client=None, window=4):
             pending.append((starts[k], client.compute(blocks[k])))
             k += 1
         a, fut = pending.popleft()
-        yield a, np.asarray(fut.result())
+        yield a, fut.result()
         fut.release()
 
 
