@@ -16,7 +16,8 @@ from .correlate import cross_correlate  # noqa: E402
 from .errors import InputError, OutputError, XcorrError  # noqa: E402
 from .registration import phase_cross_correlation  # noqa: E402
 from . import filters  # noqa: E402
+from .conv import conv2d, pointwise  # noqa: E402
 
 __all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "cross_correlate",
-           "phase_cross_correlation",
+           "phase_cross_correlation", "conv2d", "pointwise",
            "filters", "XcorrError", "InputError", "OutputError", "__version__"]

@@ -514,6 +514,30 @@ def bench_filter_cmd(quick, frames, size, only, no_check, json_path, force):
         raise click.exceptions.Exit(status)
 
 
+@bench.command(name="conv")
+@click.option("--quick", is_flag=True, help="Batches of 4 and 2 (a smoke run).")
+@click.option("--only", default=None, metavar="im2win|pointwise|LAYER",
+              help="Only these rows (e.g. conv5 or pw3).")
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed runs per method (the median is reported).")
+@click.option("--no-check", is_flag=True, help="Skip comparing our output with cuDNN's.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the rows to this JSON file.")
+@FORCE
+@user_errors
+def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
+    """Multi-channel convolution: the im2win kernel on the 12 layers of the im2win paper (batch
+    128 and 16) and the pointwise kernel on MobileNetV2's 1x1 layers (batch 32), against
+    PyTorch/cuDNN (fp32, autotuned, TF32 off) and im2col + CuPy matmul (cuBLAS, TF32 off);
+    prints TFLOPS, ratios and peak GPU memory."""
+    from . import bench_conv
+
+    status = bench_conv.main(quick=quick, only=only, check=not no_check, json_path=json_path,
+                             force=force, echo=click.echo, repeat=repeat)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
 @bench.command(name="align")
 @click.option("--quick", is_flag=True, help="32 frames of 512x512 (a smoke run).")
 @click.option("--frames", type=click.IntRange(min=2), default=None,

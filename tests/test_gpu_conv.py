@@ -1,0 +1,105 @@
+"""The im2win and pointwise kernels against the float64 reference on fresh random data, outputs
+poisoned: the 12 layers of the im2win paper at batch 1 and 3, odd cases, every compiled
+pointwise configuration and MobileNetV2's pointwise layers."""
+
+import numpy as np
+import pytest
+
+from conftest import poisoned, rel_error
+from xcorr_app.reference import conv2d_reference
+
+pytestmark = pytest.mark.gpu
+
+#: (C_in, H, W, C_out, filter, stride) of the im2win paper's benchmark
+IM2WIN_LAYERS = [(3, 227, 227, 96, 11, 4), (3, 231, 231, 96, 11, 4), (3, 227, 227, 64, 7, 2),
+                 (32, 224, 224, 64, 7, 2), (96, 24, 24, 256, 5, 1), (256, 12, 12, 512, 3, 1),
+                 (3, 224, 224, 64, 3, 1), (64, 112, 112, 128, 3, 1), (64, 56, 56, 64, 3, 1),
+                 (128, 28, 28, 128, 3, 1), (256, 14, 14, 256, 3, 1), (512, 7, 7, 512, 3, 1)]
+
+
+def _run_im2win(rng, n, c, h, w, f, kh, kw, stride, pad, tiles=None):
+    import cupy as cp
+
+    from xcorr_app.gpu_conv import im2win_conv2d
+
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((f, c, kh, kw)).astype(np.float32)
+    ho, wo = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    out = poisoned(cp, (n, f, ho, wo))
+    got = im2win_conv2d(cp.asarray(x), cp.asarray(wt), stride, pad, out=out, tiles=tiles)
+    assert got is out
+    return rel_error(cp.asnumpy(got), conv2d_reference(x, wt, stride, pad))
+
+
+@pytest.mark.parametrize("layer", IM2WIN_LAYERS, ids=lambda l: "x".join(map(str, l)))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_im2win_paper_layers(rng, layer, batch):
+    c, h, w, f, k, s = layer
+    assert _run_im2win(rng, batch, c, h, w, f, k, k, s, 0) <= 1e-5
+
+
+@pytest.mark.parametrize("case", [
+    (1, 1, 1, 1, 1, 1, 1, 1, 0),      # 1x1 image, 1x1 filter
+    (2, 1, 9, 7, 1, 3, 3, 1, 1),      # C_in = 1, C_out = 1, padding
+    (3, 5, 17, 13, 7, 2, 2, 3, 0),    # stride larger than the filter
+    (2, 7, 31, 33, 130, 5, 3, 2, 2),  # non-square filter, C_out over a tile
+    (1, 3, 5, 5, 3, 5, 5, 1, 2),      # filter as large as the image, padded
+    (3, 33, 11, 40, 65, 4, 4, 1, 1),  # even filter, K not a multiple of 4
+])
+@pytest.mark.parametrize("tiles", [(128, 128, 8, 8, 8), (64, 64, 16, 4, 4)])
+def test_im2win_odd_cases_every_tile(rng, case, tiles):
+    assert _run_im2win(rng, *case, tiles=tiles) <= 1e-5
+
+
+def _run_pointwise(rng, n, c, h, w, f, config=None):
+    import cupy as cp
+
+    from xcorr_app.gpu_conv import pointwise_conv2d
+
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((f, c)).astype(np.float32)
+    out = poisoned(cp, (n, f, h, w))
+    got = pointwise_conv2d(cp.asarray(x), cp.asarray(wt), out=out, config=config)
+    return rel_error(cp.asnumpy(got), conv2d_reference(x, wt[:, :, None, None]))
+
+
+def test_every_pointwise_configuration(rng):
+    from xcorr_app.pointwise_plan import configurations
+
+    for cfg in configurations():
+        for shape in [(3, 37, 5, 7, 19), (1, 1, 1, 1, 1), (2, 70, 4, 4, 130)]:
+            err = _run_pointwise(rng, *shape, config=cfg)
+            assert err <= 1e-5, (cfg, shape, err)
+
+
+@pytest.mark.parametrize("layer", [(32, 16, 112), (16, 96, 112), (96, 24, 56), (144, 32, 28),
+                                   (192, 64, 14), (576, 160, 7), (960, 320, 7), (320, 1280, 7)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_pointwise_mobilenet_layers_planned(rng, layer, batch):
+    c, f, hw = layer
+    assert _run_pointwise(rng, batch, c, hw, hw, f) <= 1e-5
+
+
+def test_api_on_cupy(rng):
+    import cupy as cp
+
+    from xcorr_app import conv2d, pointwise
+
+    x = rng.standard_normal((2, 3, 20, 21)).astype(np.float32)
+    w = rng.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    got = conv2d(cp.asarray(x), cp.asarray(w), stride=2, padding=1)
+    assert isinstance(got, cp.ndarray) and got.dtype == cp.float32
+    assert rel_error(cp.asnumpy(got), conv2d_reference(x, w, 2, 1)) <= 1e-5
+    mix = pointwise(cp.asarray(x), cp.asarray(w[:, :, 1, 1]))
+    assert rel_error(cp.asnumpy(mix), conv2d_reference(x, w[:, :, 1:2, 1:2])) <= 1e-5
+
+
+def test_repeated_runs_are_identical(rng):
+    import cupy as cp
+
+    from xcorr_app import conv2d
+
+    x = cp.asarray(rng.standard_normal((2, 16, 30, 30)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((24, 16, 3, 3)).astype(np.float32))
+    a, b = conv2d(x, w, padding=1), conv2d(x, w, padding=1)
+    assert bool((a == b).all())

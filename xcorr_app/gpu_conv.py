@@ -1,0 +1,88 @@
+"""GPU launchers of the multi-channel convolution kernels: im2win (``kernels/im2win_conv.cu``)
+and pointwise with dynamic blocking (``kernels/pointwise_conv.cu``).
+
+:func:`im2win_conv2d` builds the window-order tensor of the input once per call (shape
+``(N, C, HO, (W + 2 pad) * KH)``, ``KH / stride`` times the input instead of im2col's
+``KH * KW``) and runs the tiled convolution over it; :func:`pointwise_conv2d` runs the 1x1
+kernel with the tiles :mod:`xcorr_app.pointwise_plan` chooses for the problem and the GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernel_loader import KernelFamily
+from .pointwise_plan import THREADS as POINTWISE_THREADS
+from .pointwise_plan import configurations, plan
+
+#: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N) of the im2win convolution
+IM2WIN_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4))
+IM2WIN = KernelFamily("im2win_conv.cu", "im2win_conv", IM2WIN_TILES)
+IM2WIN_TRANSFORM = KernelFamily("im2win_conv.cu", "im2win_transform", [()])
+POINTWISE = KernelFamily("pointwise_conv.cu", "pointwise_conv",
+                         [c.template for c in configurations()])
+
+
+def im2win_tiles(m: int, q: int, sms: int = 132) -> tuple:
+    """The big tile when it still gives every SM a block, else the small one."""
+    big = IM2WIN_TILES[0]
+    if -(-m // big[0]) * -(-q // big[1]) >= sms:
+        return big
+    return IM2WIN_TILES[1]
+
+
+def output_size(size, k, stride, pad):
+    return (size + 2 * pad - k) // stride + 1
+
+
+def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None):
+    """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW)."""
+    import cupy as cp
+
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    ho, wo = output_size(h, kh, stride, padding), output_size(wd, kw, stride, padding)
+    wp = wd + 2 * padding
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    win = cp.empty((n, c, ho, wp * kh), cp.float32)
+    total = n * c * ho * wp
+    IM2WIN_TRANSFORM.get()((min(65535 * 4, -(-total // 256)),), (256,),
+                           (x, win, np.int32(n), np.int32(c), np.int32(h), np.int32(wd),
+                            np.int32(kh), np.int32(stride), np.int32(padding), np.int32(ho),
+                            np.int32(wp)))
+    k = c * kh * kw
+    k4 = -(-k // 4) * 4
+    filt = cp.zeros((f, k4), cp.float32)  # f'[co][c * KK + kw * KH + kh], rows padded
+    filt[:, :k] = cp.asarray(w, dtype=cp.float32).transpose(0, 1, 3, 2).reshape(f, k)
+    if out is None:
+        out = cp.empty((n, f, ho, wo), cp.float32)
+    q = n * ho * wo
+    bm, bn, bk, tm, tn = tiles or im2win_tiles(f, q, cp.cuda.Device().attributes[
+        "MultiProcessorCount"])
+    grid = (-(-q // bn), -(-f // bm))
+    IM2WIN.get(bm, bn, bk, tm, tn)(grid, ((bm // tm) * (bn // tn),),
+                                   (filt, win, out, np.int32(f), np.int32(k), np.int32(k4),
+                                    np.int32(kh * kw), np.int32(kh), np.int32(stride),
+                                    np.int32(ho), np.int32(wo), np.int32(wp * kh),
+                                    np.int64(q)))
+    return out
+
+
+def pointwise_conv2d(x, w, out=None, config=None):
+    """NCHW float32 1x1 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C) or
+    (F, C, 1, 1)."""
+    import cupy as cp
+
+    n, c, h, wd = x.shape
+    w = cp.ascontiguousarray(cp.asarray(w, dtype=cp.float32).reshape(w.shape[0], c))
+    f = w.shape[0]
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    hw, q = h * wd, n * h * wd
+    cfg = config or plan(f, c, q)
+    if out is None:
+        out = cp.empty((n, f, h, wd), cp.float32)
+    grid = (-(-q // cfg.block_p), -(-f // cfg.block_f))
+    POINTWISE.get(*cfg.template)(grid, (POINTWISE_THREADS,),
+                                 (w, x, out, np.int32(f), np.int32(c), np.int32(hw),
+                                  np.int64(q)))
+    return out
