@@ -154,18 +154,34 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
         __syncthreads();
     }
 
+    // stores: 4 consecutive columns at once where they lie in one image, aligned (16 bytes)
     const long long hw = (long long)HO * WO;
 #pragma unroll
-    for (int j = 0; j < THREAD_N; ++j) {
+    for (int j = 0; j < THREAD_N; j += 4) {
         long long q = q0 + tx * THREAD_N + j;
         if (q >= Q) continue;
         long long n = q / hw;
         long long pix = q - n * hw;
         float* o = out + n * (long long)M * hw + pix;
+        bool quad = (hw & 3) == 0 && q + 3 < Q;  // q is a multiple of 4: the 4 share n
 #pragma unroll
         for (int i = 0; i < THREAD_M; ++i) {
             int m = m0 + ty * THREAD_M + i;
-            if (m < M) o[(long long)m * hw] = acc[i][j];
+            if (m >= M) continue;
+            float* dst = o + (long long)m * hw;
+            if (quad) {
+                *reinterpret_cast<float4*>(dst) =
+                    make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+            } else {
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    long long qu = q + u;
+                    if (qu >= Q) break;
+                    long long nu = qu / hw;
+                    out[nu * (long long)M * hw + (long long)m * hw + (qu - nu * hw)] =
+                        acc[i][j + u];
+                }
+            }
         }
     }
 }

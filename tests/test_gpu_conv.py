@@ -46,7 +46,7 @@ def test_im2win_paper_layers(rng, layer, batch):
     (1, 3, 5, 5, 3, 5, 5, 1, 2),      # filter as large as the image, padded
     (3, 33, 11, 40, 65, 4, 4, 1, 1),  # even filter, K not a multiple of 4
 ])
-@pytest.mark.parametrize("tiles", [(128, 128, 8, 8, 8), (64, 64, 16, 4, 4)])
+@pytest.mark.parametrize("tiles", [(128, 128, 8, 8, 8), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4)])
 def test_im2win_odd_cases_every_tile(rng, case, tiles):
     assert _run_im2win(rng, *case, tiles=tiles) <= 1e-5
 

@@ -13,10 +13,10 @@ import numpy as np
 
 from .kernel_loader import KernelFamily
 from .pointwise_plan import THREADS as POINTWISE_THREADS
-from .pointwise_plan import configurations, plan
+from .pointwise_plan import configurations, device_limits, plan
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N) of the im2win convolution
-IM2WIN_TILES = ((128, 128, 8, 8, 8), (64, 64, 16, 4, 4))
+IM2WIN_TILES = ((128, 128, 8, 8, 8), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4))
 IM2WIN = KernelFamily("im2win_conv.cu", "im2win_conv", IM2WIN_TILES)
 IM2WIN_TRANSFORM = KernelFamily("im2win_conv.cu", "im2win_transform", [()])
 POINTWISE = KernelFamily("pointwise_conv.cu", "pointwise_conv",
@@ -24,11 +24,19 @@ POINTWISE = KernelFamily("pointwise_conv.cu", "pointwise_conv",
 
 
 def im2win_tiles(m: int, q: int, sms: int = 132) -> tuple:
-    """The big tile when it still gives every SM a block, else the small one."""
-    big = IM2WIN_TILES[0]
-    if -(-m // big[0]) * -(-q // big[1]) >= sms:
-        return big
-    return IM2WIN_TILES[1]
+    """The tile for ``m`` filters and ``q`` output columns: among those that give every SM a
+    block (all of them when none does), the one wasting the least work on filter rows past
+    ``m``, then the largest.
+
+    >>> im2win_tiles(64, 100000), im2win_tiles(512, 100000), im2win_tiles(512, 784)
+    ((64, 128, 16, 4, 8), (128, 128, 8, 8, 8), (64, 64, 16, 4, 4))
+    """
+    def blocks(t):
+        return -(-m // t[0]) * -(-q // t[1])
+
+    full = [t for t in IM2WIN_TILES if blocks(t) >= sms] or \
+        [max(IM2WIN_TILES, key=blocks)]
+    return min(full, key=lambda t: (-(-m // t[0]) * t[0] / m, -t[0] * t[1]))
 
 
 def output_size(size, k, stride, pad):
@@ -57,8 +65,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None):
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
     q = n * ho * wo
-    bm, bn, bk, tm, tn = tiles or im2win_tiles(f, q, cp.cuda.Device().attributes[
-        "MultiProcessorCount"])
+    bm, bn, bk, tm, tn = tiles or im2win_tiles(f, q, device_limits().sms)
     grid = (-(-q // bn), -(-f // bm))
     IM2WIN.get(bm, bn, bk, tm, tn)(grid, ((bm // tm) * (bn // tn),),
                                    (filt, win, out, np.int32(f), np.int32(k), np.int32(k4),

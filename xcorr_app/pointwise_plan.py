@@ -22,6 +22,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from .errors import XcorrError
@@ -56,7 +57,18 @@ def device_limits() -> Limits:
     try:
         import cupy
 
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+        return _limits_of(cupy.cuda.Device().id)
+    except Exception:  # noqa: BLE001 - no CuPy or no GPU: plan for an H100
+        return H100_LIMITS
+
+
+@functools.lru_cache(maxsize=None)
+def _limits_of(device_id: int) -> Limits:
+    """Read once per device: the properties call takes about a millisecond."""
+    try:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(device_id)
         return Limits(props["multiProcessorCount"], props["regsPerMultiprocessor"],
                       props["sharedMemPerMultiprocessor"],
                       props.get("sharedMemPerBlockOptin", props["sharedMemPerBlock"]))
@@ -116,7 +128,8 @@ def _thread_tile(block_f, block_p, c_num):
     return best
 
 
-def configurations() -> list[PointwiseConfig]:
+@functools.lru_cache(maxsize=1)
+def configurations() -> tuple:
     """Every configuration the kernel is compiled for (the compile check covers them all)."""
     out = []
     for layout in (1, 2):
@@ -131,7 +144,7 @@ def configurations() -> list[PointwiseConfig]:
                             (cfg.block_k * cfg.block_p) % (4 * THREADS):
                         continue
                     out.append(cfg)
-    return out
+    return tuple(out)
 
 
 def fits(cfg: PointwiseConfig, block_num: int, limits: Limits) -> bool:
@@ -143,10 +156,15 @@ def fits(cfg: PointwiseConfig, block_num: int, limits: Limits) -> bool:
 
 
 def plan(F: int, C: int, Q: int, limits: Limits | None = None) -> PointwiseConfig:
-    """The configuration for ``F`` filters, ``C`` channels and ``Q`` output columns."""
+    """The configuration for ``F`` filters, ``C`` channels and ``Q`` output columns (searched
+    once per problem and device)."""
     if min(F, C, Q) < 1:
         raise XcorrError(f"pointwise convolution needs F, C, Q >= 1, got {F}, {C}, {Q}")
-    limits = limits or device_limits()
+    return _search(int(F), int(C), int(Q), limits or device_limits())
+
+
+@functools.lru_cache(maxsize=4096)
+def _search(F, C, Q, limits):
     layout = 1 if F >= L1_MIN_FILTERS else 2
     cands = []
     for block_num in BLOCK_NUMS:
