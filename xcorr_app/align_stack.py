@@ -80,9 +80,15 @@ def _check_choices(normalization, subpixel):
                          f"{', '.join(NORMALIZATIONS)}")
 
 
-def _prefilter_for(prefilter, normalization):
+def _prefilter_for(prefilter, normalization, features=None):
     """The prefilter function; none for phase correlation, which whitens the spectrum (a
-    linear filter cancels out, and smoothing only makes the whitening amplify the edges)."""
+    linear filter cancels out, and smoothing only makes the whitening amplify the edges).
+    ``features`` (a filter bank, :func:`xcorr_app.banks.feature_prefilter`) replaces it: the
+    frames are registered on the bank's local energy."""
+    if features:
+        from .banks import feature_prefilter
+
+        return feature_prefilter(features)
     fn = parse_prefilter(prefilter)
     return None if normalization == "phase" else fn
 
@@ -310,11 +316,16 @@ class AlignOptions:
     min_confidence: float | None = None
     interpolate_low: bool = False
     channel: int | None = None
+    features: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "max_shift", normalize_max_shift(self.max_shift))
         _check_choices(self.normalization, self.subpixel)
         parse_prefilter(self.prefilter)  # a bad spec fails before anything is read
+        if self.features:
+            from .banks import bank_weights
+
+            bank_weights(self.features, 1)
         if self.min_confidence is not None and not self.min_confidence >= 0:
             raise XcorrError(f"min_confidence must be >= 0, got {self.min_confidence}")
 
@@ -331,7 +342,7 @@ class AlignOptions:
 
     def preparer(self, xp, frame_shape):
         """``prepare`` with this run's prefilter and window, for frames on ``xp``'s device."""
-        pre = _prefilter_for(self.prefilter, self.normalization)
+        pre = _prefilter_for(self.prefilter, self.normalization, self.features)
         win = make_window(self.window, frame_shape, xp)
         return lambda frames: prepare(frames, xp, pre, win)
 
@@ -493,7 +504,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
                 "window": opts.window or "none", "subpixel": opts.subpixel,
                 "upsample": opts.upsample, "verify": opts.verify,
                 "min_confidence": opts.min_confidence, "interpolate_low": opts.interpolate_low,
-                "channel": opts.channel, **settings}
+                "channel": opts.channel, "features": opts.features, **settings}
     return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low,
                        str(plan) if plan is not None else "", source)
 
@@ -501,7 +512,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
 def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
           subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
-          max_memory=None, device="auto", gpus=None, progress=None):
+          max_memory=None, device="auto", gpus=None, features=None, progress=None):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -545,6 +556,9 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         ``"2G"``; without it the chunk is capped at half the free GPU memory.  The result does
         not depend on it.
     device : {"auto", "gpu", "cpu"}
+    features : str, optional
+        Register on the local energy of a filter bank (``"dog:1,2,4"``, ``"gabor:2,6"``,
+        :mod:`xcorr_app.banks`) instead of the prefiltered frames.
     gpus : sequence of int or str, optional
         Share the frames out over these GPUs of this host (``"0,1"``, ``"all"``): one reader
         and one contiguous range of frames per GPU (:mod:`xcorr_app.multi_gpu`); the shifts
@@ -557,7 +571,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     AlignResult
     """
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
-                        window, verify, min_confidence, interpolate_low, channel)
+                        window, verify, min_confidence, interpolate_low, channel, features)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")

@@ -205,6 +205,9 @@ def cli():
               metavar="gaussian:S|dog:S1,S2|none", help="Filter frames before correlating.")
 @click.option("--window", default="none", show_default=True, metavar="none|hann|tukey[:A]",
               help="Apodize frames before correlating (suppresses edge effects).")
+@click.option("--features", default=None, metavar="dog:S1,S2,...|gabor:SIGMA,N|FILE.npy",
+              help="Register on the local energy of this filter bank (im2win kernel) instead "
+                   "of the prefiltered frames.")
 @click.option("--min-confidence", type=click.FloatRange(min=0), default=None,
               help="Flag frames whose peak / second peak is below this.")
 @click.option("--interpolate-low", is_flag=True,
@@ -226,7 +229,7 @@ def cli():
 @scale_out_command
 @stack_command
 def align(path, reference, max_shift, normalization, subpixel, upsample, prefilter, window,
-          min_confidence, interpolate_low, max_memory, out_dir, resample, crop, fill, no_verify,
+          features, min_confidence, interpolate_low, max_memory, out_dir, resample, crop, fill, no_verify,
           no_aligned, as_json, gpus, workers, scheduler, channel, device, chunk_frames, force,
           quiet):
     """Estimate the drift of every frame of PATH and write the aligned stack.
@@ -262,7 +265,8 @@ def align(path, reference, max_shift, normalization, subpixel, upsample, prefilt
     options = dict(max_shift=ms, normalization=normalization, subpixel=subpixel,
                    upsample=upsample, prefilter=prefilter, window=window, verify=not no_verify,
                    min_confidence=min_confidence, interpolate_low=interpolate_low,
-                   channel=channel, chunk_frames=chunk_frames, max_memory=max_memory)
+                   channel=channel, chunk_frames=chunk_frames, max_memory=max_memory,
+                   features=features)
     with scale_out(gpus, workers, scheduler, device) as (client, gpu_ids):
         prepare_outputs(list(outputs.values()), force)
         t0 = time.perf_counter()
@@ -347,9 +351,14 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
 
 @cli.command(name="filter")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--kernel", "spec", required=True,
+@click.option("--kernel", "spec", default=None,
               metavar="gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy",
-              help="The filter to apply to every frame.")
+              help="The filter to apply to every frame (one of --kernel, --bank, --mix).")
+@click.option("--bank", default=None, metavar="dog:S1,S2,...|gabor:SIGMA,N[,L]|FILE.npy",
+              help="A bank of filters over all channels of each frame (im2win kernel): writes "
+                   "one channel per filter.")
+@click.option("--mix", default=None, metavar="luma|FILE.npy",
+              help="Mix the channels of each frame (pointwise kernel): luma, or (F, C) weights.")
 @click.option("--mode", type=click.Choice(MODES),
               default="reflect", show_default=True, help="Boundary mode (scipy.ndimage's names).")
 @click.option("--cval", type=float, default=0.0, show_default=True,
@@ -358,18 +367,30 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
               help="Output TIFF (float32, ImageJ-compatible).")
 @scale_out_command
 @stack_command
-def filter_cmd(path, spec, mode, cval, out_path, gpus, workers, scheduler, channel, device,
-               chunk_frames, force, quiet):
+def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, scheduler, channel,
+               device, chunk_frames, force, quiet):
     """Filter every frame of PATH and write a float32 stack.
 
     On a GPU the column/row-reuse kernels filter each chunk of frames in one launch (separable
     filters in two 1-D passes); on the CPU, scipy.ndimage.  The stack is streamed chunk by
-    chunk, so it may be larger than the GPU's or the host's memory.
+    chunk, so it may be larger than the GPU's or the host's memory.  --bank and --mix read
+    every channel of each frame and write an ImageJ hyperstack of the result's channels.
     """
     from .filters import parse_kernel_spec
     from .outputs import TiffStackWriter, prepare_outputs
     from .stack_reader import open_stack
 
+    given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
+    if len(given) != 1:
+        raise XcorrError("give exactly one of --kernel, --bank and --mix"
+                         + (f" (got {' and '.join(given)})" if given else ""))
+    if bank or mix:
+        if gpus is not None or workers is not None or scheduler:
+            raise XcorrError("--bank and --mix run on one GPU (or the CPU) for now; drop "
+                             "--gpus/--workers/--scheduler")
+        if channel is not None:
+            raise XcorrError("--bank and --mix use every channel; drop --channel")
+        return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet)
     fn = parse_kernel_spec(spec)
     dev = note_device(device, quiet)
     xp = backend.xp_for(dev)
@@ -404,6 +425,40 @@ def filter_cmd(path, spec, mode, cval, out_path, gpus, workers, scheduler, chann
         if not quiet:
             click.echo(f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
                        f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in "
+                       f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+
+
+def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet):
+    """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise."""
+    from .banks import apply_bank, bank_weights, mix_weights
+    from .conv import pointwise
+    from .outputs import TiffStackWriter, prepare_outputs
+    from .stack_reader import open_stack
+
+    dev = note_device(device, quiet)
+    xp = backend.xp_for(dev)
+    with open_stack(path, channel=0) as first:
+        n_channels = first.n_channels
+    weights = bank_weights(bank, n_channels) if bank else mix_weights(mix, n_channels)
+    n_out = weights.shape[0]
+    with contextlib.ExitStack() as stack:
+        srcs = [stack.enter_context(open_stack(path, channel=c)) for c in range(n_channels)]
+        src = srcs[0]
+        print_notes(src, quiet)
+        prepare_outputs([out_path], force)
+        t0 = time.perf_counter()
+        with progress_bar(src.n_frames, "filtering", quiet) as bar, \
+                TiffStackWriter(out_path, src.frame_shape, "float32",
+                                n_frames=src.n_frames * n_out, channels=n_out) as w:
+            for a in range(0, src.n_frames, chunk_frames):
+                b = min(a + chunk_frames, src.n_frames)
+                x = xp.stack([xp.asarray(s.read(a, b)) for s in srcs], axis=1).astype(xp.float32)
+                out = apply_bank(x, weights) if bank else pointwise(x, xp.asarray(weights))
+                w.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))
+                bar.update(b - a)
+        if not quiet:
+            click.echo(f"xcorr filter: {src.n_frames} frames of {n_channels} channel(s) -> "
+                       f"{n_out} channel(s) with {bank or mix} on {dev} in "
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
 
 

@@ -306,7 +306,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
           subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
-          progress=None):
+          progress=None, features=None):
     """:func:`xcorr_app.align` on a Dask cluster.
 
     Parameters
@@ -315,7 +315,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         A (N, H, W) dask array (its blocks along the first axis become tasks; NumPy blocks), an
         in-memory stack, or a TIFF file / folder read by the workers themselves.
     reference, max_shift, normalization, subpixel, upsample, prefilter, window, verify, \
-min_confidence, interpolate_low, channel
+min_confidence, interpolate_low, channel, features
         As :func:`xcorr_app.align`.
     chunk_frames, max_memory
         Per task, as :func:`xcorr_app.align` (``max_memory`` applies to each worker).
@@ -345,7 +345,7 @@ min_confidence, interpolate_low, channel
     from .memory_budget import parse_memory
 
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
-                        window, verify, min_confidence, interpolate_low, channel)
+                        window, verify, min_confidence, interpolate_low, channel, features)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")

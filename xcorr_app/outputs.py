@@ -160,6 +160,9 @@ class TiffStackWriter:
         Write an ImageJ-compatible ``TYX`` stack (default), else a plain tifffile stack.
     metadata : dict, optional
         Extra tifffile metadata.
+    channels : int
+        With ImageJ, pages are written time frame by time frame, ``channels`` pages each: an
+        ImageJ hyperstack (T, C, Y, X).
 
     Used as a context manager, it closes on success and aborts (deletes the temporary file)
     on an exception.
@@ -173,8 +176,9 @@ class TiffStackWriter:
     """
 
     def __init__(self, path, frame_shape, dtype, n_frames: int | None = None,
-                 imagej: bool = True, metadata: dict | None = None):
+                 imagej: bool = True, metadata: dict | None = None, channels: int = 1):
         self.path = Path(path)
+        self.channels = int(channels)
         self.frame_shape = tuple(int(n) for n in frame_shape)
         dtype = np.dtype(dtype)
         self.dtype = np.dtype(np.float32) if imagej and dtype not in IMAGEJ_DTYPES else dtype
@@ -211,7 +215,8 @@ class TiffStackWriter:
         """Finish the file and rename it onto :attr:`path`."""
         if self._tw is None:
             return
-        if self.n_written == 0 or self.n_frames not in (None, self.n_written):
+        if self.n_written == 0 or self.n_frames not in (None, self.n_written) \
+                or self.n_written % self.channels:
             self.abort()
             raise ValueError(f"{self.n_written} frames written to {self.path}, expected "
                              f"{self.n_frames or 'at least 1'}")
@@ -221,10 +226,12 @@ class TiffStackWriter:
                 self._tw = None
                 if self._imagej and self.n_written > 1:
                     # tifffile labels appended pages as channels; ImageJ must see time frames
-                    n = self.n_written
+                    n, c = self.n_written, self.channels
+                    axes = f"\nframes={n}\n" if c == 1 else \
+                        f"\nchannels={c}\nframes={n // c}\nhyperstack=true\n"
                     description = tifffile.tiffcomment(self._tmp)
                     tifffile.tiffcomment(self._tmp, description.replace(
-                        f"\nchannels={n}\n", f"\nframes={n}\n"))
+                        f"\nchannels={n}\n", axes))
                 os.replace(self._tmp, self.path)
         except BaseException:
             self.abort()

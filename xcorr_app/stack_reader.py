@@ -134,6 +134,7 @@ class _TiffFrames:
             raise InputError(f"--channel {channel} is out of range: {self.path} has "
                              f"{_plural(n_channels, 'channel')}; use {valid}")
         self._channel = channel or 0
+        self.n_channels = n_channels
         # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
         self._lead_shape = (1, *shape[:n_lead])
         self._lead_c = self._sample_axis = None
@@ -236,6 +237,7 @@ class FrameSource:
         self._parts = parts
         self._open_part = None
         self.frame_shape = parts[0].frame_shape
+        self.n_channels = parts[0].n_channels
         self.dtype = parts[0].dtype
         self.paths = [p.path for p in parts]
         self.notes = list(notes) + [n for p in parts for n in p.notes]
