@@ -126,16 +126,34 @@ pointwise_conv(const float* __restrict__ w,  // (F, C)
             for (int j = 0; j < THREAD_P; ++j)
                 acc[i][j] += __shfl_xor_sync(0xffffffffu, acc[i][j], off);
     if (slot != 0) return;
+    // stores: each row of the thread tile as 16-byte pieces where 4 columns share an image
+    // (whole 32-byte sectors per lane; scattered 4-byte stores cost 8 times the traffic)
+    constexpr int VEC = THREAD_P % 4 == 0 ? 4 : 1;
 #pragma unroll
-    for (int j = 0; j < THREAD_P; ++j) {
+    for (int j = 0; j < THREAD_P; j += VEC) {
         long long q = q0 + p_tile + j;
         if (q >= Q) continue;
         long long n = q / HW, p = q - n * HW;
         float* o = out + n * (long long)F * HW + p;
+        const bool quad = VEC == 4 && vec && q + 3 < Q;
 #pragma unroll
         for (int i = 0; i < THREAD_F; ++i) {
             int f = f0 + f_tile + i;
-            if (f < F) o[(long long)f * HW] = acc[i][j];
+            if (f >= F) continue;
+            if (quad) {
+                *reinterpret_cast<float4*>(o + (long long)f * HW) = make_float4(
+                    acc[i][j], acc[i][j + (VEC > 1)], acc[i][j + 2 * (VEC > 1)],
+                    acc[i][j + 3 * (VEC > 1)]);
+            } else {
+#pragma unroll
+                for (int u = 0; u < VEC; ++u) {
+                    long long qu = q + u;
+                    if (qu >= Q) break;
+                    long long nu = qu / HW;
+                    out[nu * (long long)F * HW + (long long)f * HW + (qu - nu * HW)] =
+                        acc[i][j + u];
+                }
+            }
         }
     }
 }

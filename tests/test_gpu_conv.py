@@ -103,3 +103,25 @@ def test_repeated_runs_are_identical(rng):
     w = cp.asarray(rng.standard_normal((24, 16, 3, 3)).astype(np.float32))
     a, b = conv2d(x, w, padding=1), conv2d(x, w, padding=1)
     assert bool((a == b).all())
+
+
+def test_banks_and_features_on_the_gpu(tmp_path):
+    """xcorr filter --bank on the GPU gives the CPU's channels; align --features on the GPU
+    recovers the sample's drift."""
+    import tifffile
+
+    from sample_paths import stack_path, truth
+    from test_cli import xcorr
+    from xcorr_app import align
+
+    path = stack_path("hubble")
+    outs = {}
+    for dev in ("cpu", "gpu"):
+        outs[dev] = tmp_path / f"{dev}.tif"
+        res = xcorr("filter", path, "--bank", "gabor:2,4", "--device", dev, "--out", outs[dev])
+        assert res.returncode == 0, res.stderr
+    cpu, gpu = tifffile.imread(outs["cpu"]), tifffile.imread(outs["gpu"])
+    assert gpu.shape == cpu.shape == (12, 4, *tifffile.imread(path).shape[1:])
+    assert rel_error(gpu, cpu) <= 1e-5
+    res = align(path, max_shift=12, device="gpu", features="dog:1,2,4")
+    assert np.sqrt(((res.shifts - truth("hubble")) ** 2).mean()) <= 0.1
