@@ -44,7 +44,7 @@ extern "C" __global__ void im2win_transform(const float* __restrict__ x, float* 
 // ---------------------------------------------------------------------------- convolution
 
 template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N>
-__global__ void __launch_bounds__((BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N))
+__global__ void __launch_bounds__((BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N), 2)
 im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded to K4
             const float* __restrict__ win,   // (N, C, HO, WP * HF)
             float* __restrict__ out,         // (N, M, HO, WO)
@@ -119,6 +119,10 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
         for (int i = 0; i < B_LOADS; ++i) Bs[buf][bk0 + i * B_ROW_STEP][bq] = b_reg[i];
     };
 
+    // the thread's rows and columns: quads of 4, the quads THREAD_* / 4 apart in the tile
+    // (conflict-free 16-byte shared-memory reads: a quarter warp reads 128 consecutive bytes)
+    auto row_of = [&](int i) { return (i / 4) * (BLOCK_M * 4 / THREAD_M) + ty * 4 + i % 4; };
+    auto col_of = [&](int j) { return (j / 4) * (BLOCK_N * 4 / THREAD_N) + tx * 4 + j % 4; };
     float acc[THREAD_M][THREAD_N];
 #pragma unroll
     for (int i = 0; i < THREAD_M; ++i)
@@ -137,12 +141,12 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
             float a[THREAD_M], b[THREAD_N];
 #pragma unroll
             for (int i = 0; i < THREAD_M; i += 4) {
-                float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][ty * THREAD_M + i]);
+                float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][row_of(i)]);
                 a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
             }
 #pragma unroll
             for (int j = 0; j < THREAD_N; j += 4) {
-                float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][tx * THREAD_N + j]);
+                float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][col_of(j)]);
                 b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
             }
 #pragma unroll
@@ -158,7 +162,7 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
     const long long hw = (long long)HO * WO;
 #pragma unroll
     for (int j = 0; j < THREAD_N; j += 4) {
-        long long q = q0 + tx * THREAD_N + j;
+        long long q = q0 + col_of(j);
         if (q >= Q) continue;
         long long n = q / hw;
         long long pix = q - n * hw;
@@ -166,7 +170,7 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
         bool quad = (hw & 3) == 0 && q + 3 < Q;  // q is a multiple of 4: the 4 share n
 #pragma unroll
         for (int i = 0; i < THREAD_M; ++i) {
-            int m = m0 + ty * THREAD_M + i;
+            int m = m0 + row_of(i);
             if (m >= M) continue;
             float* dst = o + (long long)m * hw;
             if (quad) {

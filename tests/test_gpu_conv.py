@@ -17,7 +17,7 @@ IM2WIN_LAYERS = [(3, 227, 227, 96, 11, 4), (3, 231, 231, 96, 11, 4), (3, 227, 22
                  (128, 28, 28, 128, 3, 1), (256, 14, 14, 256, 3, 1), (512, 7, 7, 512, 3, 1)]
 
 
-def _run_im2win(rng, n, c, h, w, f, kh, kw, stride, pad, tiles=None):
+def _run_im2win(rng, n, c, h, w, f, kh, kw, stride, pad, tiles=None, win_bytes=None):
     import cupy as cp
 
     from xcorr_app.gpu_conv import im2win_conv2d
@@ -26,7 +26,8 @@ def _run_im2win(rng, n, c, h, w, f, kh, kw, stride, pad, tiles=None):
     wt = rng.standard_normal((f, c, kh, kw)).astype(np.float32)
     ho, wo = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
     out = poisoned(cp, (n, f, ho, wo))
-    got = im2win_conv2d(cp.asarray(x), cp.asarray(wt), stride, pad, out=out, tiles=tiles)
+    kw_ = {} if win_bytes is None else {"win_bytes": win_bytes}
+    got = im2win_conv2d(cp.asarray(x), cp.asarray(wt), stride, pad, out=out, tiles=tiles, **kw_)
     assert got is out
     return rel_error(cp.asnumpy(got), conv2d_reference(x, wt, stride, pad))
 
@@ -49,6 +50,16 @@ def test_im2win_paper_layers(rng, layer, batch):
 @pytest.mark.parametrize("tiles", [(128, 128, 8, 8, 8), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4)])
 def test_im2win_odd_cases_every_tile(rng, case, tiles):
     assert _run_im2win(rng, *case, tiles=tiles) <= 1e-5
+
+
+@pytest.mark.parametrize("images_per_group", [1, 2, 4])
+def test_im2win_batch_in_groups(rng, images_per_group):
+    """The batch transformed and convolved a few images at a time (the last group shorter)."""
+    c, h, w, kh, stride, pad = 6, 19, 23, 3, 2, 1
+    ho = (h + 2 * pad - kh) // stride + 1
+    per_image = c * ho * (w + 2 * pad) * kh * 4
+    assert _run_im2win(rng, 5, c, h, w, 9, kh, kh, stride, pad,
+                       win_bytes=images_per_group * per_image) <= 1e-5
 
 
 def _run_pointwise(rng, n, c, h, w, f, config=None):

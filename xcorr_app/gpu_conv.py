@@ -1,9 +1,10 @@
 """GPU launchers of the multi-channel convolution kernels: im2win (``kernels/im2win_conv.cu``)
 and pointwise with dynamic blocking (``kernels/pointwise_conv.cu``).
 
-:func:`im2win_conv2d` builds the window-order tensor of the input once per call (shape
+:func:`im2win_conv2d` builds the window-order tensor of the input (shape
 ``(N, C, HO, (W + 2 pad) * KH)``, ``KH / stride`` times the input instead of im2col's
-``KH * KW``) and runs the tiled convolution over it; :func:`pointwise_conv2d` runs the 1x1
+``KH * KW``), for as many images at a time as fit in :data:`WIN_BYTES`, and runs the tiled
+convolution over it; :func:`pointwise_conv2d` runs the 1x1
 kernel with the tiles :mod:`xcorr_app.pointwise_plan` chooses for the problem and the GPU.
 """
 
@@ -43,7 +44,12 @@ def output_size(size, k, stride, pad):
     return (size + 2 * pad - k) // stride + 1
 
 
-def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None):
+#: most bytes of the im2win tensor held at once: the batch is transformed and convolved in
+#: groups of images that fit (at least one), so the extra memory stays small
+WIN_BYTES = 64 << 20
+
+
+def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN_BYTES):
     """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW)."""
     import cupy as cp
 
@@ -52,26 +58,29 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None):
     ho, wo = output_size(h, kh, stride, padding), output_size(wd, kw, stride, padding)
     wp = wd + 2 * padding
     x = cp.ascontiguousarray(x, dtype=cp.float32)
-    win = cp.empty((n, c, ho, wp * kh), cp.float32)
-    total = n * c * ho * wp
-    IM2WIN_TRANSFORM.get()((min(65535 * 4, -(-total // 256)),), (256,),
-                           (x, win, np.int32(n), np.int32(c), np.int32(h), np.int32(wd),
-                            np.int32(kh), np.int32(stride), np.int32(padding), np.int32(ho),
-                            np.int32(wp)))
     k = c * kh * kw
     k4 = -(-k // 4) * 4
     filt = cp.zeros((f, k4), cp.float32)  # f'[co][c * KK + kw * KH + kh], rows padded
     filt[:, :k] = cp.asarray(w, dtype=cp.float32).transpose(0, 1, 3, 2).reshape(f, k)
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
-    q = n * ho * wo
+    group = max(1, min(n, win_bytes // (c * ho * wp * kh * 4)))
+    win = cp.empty((group, c, ho, wp * kh), cp.float32)
+    q = group * ho * wo
     bm, bn, bk, tm, tn = tiles or im2win_tiles(f, q, device_limits().sms)
-    grid = (-(-q // bn), -(-f // bm))
-    IM2WIN.get(bm, bn, bk, tm, tn)(grid, ((bm // tm) * (bn // tn),),
-                                   (filt, win, out, np.int32(f), np.int32(k), np.int32(k4),
-                                    np.int32(kh * kw), np.int32(kh), np.int32(stride),
-                                    np.int32(ho), np.int32(wo), np.int32(wp * kh),
-                                    np.int64(q)))
+    for n0 in range(0, n, group):
+        g = min(group, n - n0)
+        total = g * c * ho * wp
+        IM2WIN_TRANSFORM.get()((min(65535 * 4, -(-total // 256)),), (256,),
+                               (x[n0:n0 + g], win, np.int32(g), np.int32(c), np.int32(h),
+                                np.int32(wd), np.int32(kh), np.int32(stride),
+                                np.int32(padding), np.int32(ho), np.int32(wp)))
+        qg = g * ho * wo
+        IM2WIN.get(bm, bn, bk, tm, tn)((-(-qg // bn), -(-f // bm)), ((bm // tm) * (bn // tn),),
+                                       (filt, win, out[n0:n0 + g], np.int32(f), np.int32(k),
+                                        np.int32(k4), np.int32(kh * kw), np.int32(kh),
+                                        np.int32(stride), np.int32(ho), np.int32(wo),
+                                        np.int32(wp * kh), np.int64(qg)))
     return out
 
 
