@@ -10,6 +10,8 @@ kernel with the tiles :mod:`xcorr_app.pointwise_plan` chooses for the problem an
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .kernel_loader import KernelFamily
@@ -45,8 +47,10 @@ def output_size(size, k, stride, pad):
 
 
 #: most bytes of the im2win tensor held at once: the batch is transformed and convolved in
-#: groups of images that fit (at least one), so the extra memory stays small
+#: groups of images that fit (at least one), so the extra memory stays small ...
 WIN_BYTES = 64 << 20
+#: ... unless a group would give fewer than this many waves of blocks (2 per SM)
+WAVES = 4
 
 
 def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN_BYTES):
@@ -64,10 +68,14 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN
     filt[:, :k] = cp.asarray(w, dtype=cp.float32).transpose(0, 1, 3, 2).reshape(f, k)
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
-    group = max(1, min(n, win_bytes // (c * ho * wp * kh * 4)))
+    sms = device_limits().sms
+    bm, bn, bk, tm, tn = tiles or im2win_tiles(f, n * ho * wo, sms)
+    # images per group: within win_bytes, but enough for WAVES full waves of blocks (a group
+    # that leaves SMs idle costs more than the memory it saves)
+    per_image = -(-f // bm) * (ho * wo / bn)
+    group = max(win_bytes // (c * ho * wp * kh * 4), math.ceil(WAVES * 2 * sms / per_image))
+    group = max(1, min(n, group))
     win = cp.empty((group, c, ho, wp * kh), cp.float32)
-    q = group * ho * wo
-    bm, bn, bk, tm, tn = tiles or im2win_tiles(f, q, device_limits().sms)
     for n0 in range(0, n, group):
         g = min(group, n - n0)
         total = g * c * ho * wp
