@@ -53,7 +53,8 @@ WIN_BYTES = 64 << 20
 WAVES = 4
 
 
-def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN_BYTES):
+def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN_BYTES,
+                  waves=WAVES):
     """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW)."""
     import cupy as cp
 
@@ -73,7 +74,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN
     # images per group: within win_bytes, but enough for WAVES full waves of blocks (a group
     # that leaves SMs idle costs more than the memory it saves)
     per_image = -(-f // bm) * (ho * wo / bn)
-    group = max(win_bytes // (c * ho * wp * kh * 4), math.ceil(WAVES * 2 * sms / per_image))
+    group = max(win_bytes // (c * ho * wp * kh * 4), math.ceil(waves * 2 * sms / per_image))
     group = max(1, min(n, group))
     win = cp.empty((group, c, ho, wp * kh), cp.float32)
     for n0 in range(0, n, group):
