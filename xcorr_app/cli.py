@@ -88,6 +88,13 @@ def where(dev, client, gpu_ids) -> str:
     return dev
 
 
+def json_rows_option(what=""):
+    """The ``--json FILE`` option of the benchmarks."""
+    return click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+                        help=f"Also write the rows {what + ' ' if what else ''}to this JSON "
+                             "file.")
+
+
 def stack_command(fn):
     """The options every stack command shares, and the user-error handling."""
     for option in (user_errors, QUIET, FORCE, CHUNK, DEVICE, CHANNEL):
@@ -509,8 +516,7 @@ def _planner_notes(quiet=False):
 @click.option("--quick", is_flag=True, help="A handful of small problems (a smoke run).")
 @click.option("--only", metavar="TEXT", help="Only problems whose name contains TEXT.")
 @click.option("--no-check", is_flag=True, help="Do not compare the outputs with the FFT peer.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the rows (timings, candidates) to this JSON file.")
+@json_rows_option("(timings, candidates)")
 @FORCE
 @user_errors
 def bench_xcorr_cmd(explain, quick, only, no_check, json_path, force):
@@ -546,8 +552,7 @@ def bench_xcorr_cmd(explain, quick, only, no_check, json_path, force):
 @click.option("--only", metavar="NAME[,NAME]",
               help="Only these rows: 3x3, 5x5, 7x7, 11x11, gaussian31.")
 @click.option("--no-check", is_flag=True, help="Do not compare our outputs with cupyx.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the rows (timings, ratios, roofline) to this JSON file.")
+@json_rows_option("(timings, ratios, roofline)")
 @FORCE
 @user_errors
 def bench_filter_cmd(quick, frames, size, only, no_check, json_path, force):
@@ -576,8 +581,7 @@ def bench_filter_cmd(quick, frames, size, only, no_check, json_path, force):
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
               help="Timed runs per method (the median is reported).")
 @click.option("--no-check", is_flag=True, help="Skip comparing our output with cuDNN's.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the rows to this JSON file.")
+@json_rows_option()
 @FORCE
 @user_errors
 def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
@@ -605,8 +609,7 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
 @click.option("--max-memory", default=None, metavar="SIZE", help="Passed to xcorr align.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Time every row this many times and report the median.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the rows to this JSON file.")
+@json_rows_option()
 @click.option("--gpus", default=None, metavar="LIST|all",
               help="Also time the unbounded run shared out over these GPUs, and a read by as "
                    "many threads.")
