@@ -56,10 +56,8 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
     static_assert(A_LOADS >= 1 && A_LOADS * 4 * THREADS == BLOCK_M * BLOCK_K, "A tile split");
     static_assert(B_LOADS >= 1 && B_LOADS * THREADS == BLOCK_K * BLOCK_N, "B tile split");
     static_assert(BLOCK_K % 4 == 0 && THREAD_M % 4 == 0 && THREAD_N % 4 == 0, "float4 tiles");
-    // rows padded by 4 floats: the transposed tile stores of consecutive k then fall in
-    // other banks, and 16-byte reads stay aligned
-    __shared__ __align__(16) float As[2][BLOCK_K][BLOCK_M + 4];
-    __shared__ __align__(16) float Bs[2][BLOCK_K][BLOCK_N + 4];
+    __shared__ __align__(16) float As[2][BLOCK_K][BLOCK_M];
+    __shared__ __align__(16) float Bs[2][BLOCK_K][BLOCK_N];
 
     const int tid = threadIdx.x;
     const int tx = tid % (BLOCK_N / THREAD_N), ty = tid / (BLOCK_N / THREAD_N);
@@ -67,26 +65,19 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
     const long long q0 = (long long)blockIdx.x * BLOCK_N;
     const long long planeHW = (long long)HO * WPHF;  // one (n, c) plane of the im2win tensor
     const long long C_planes = K / KK;               // channels
-    // (the launcher keeps a group's im2win tensor under 2^31 elements: 32-bit offsets)
 
-    // B loads: this thread loads row bk of the tile (fixed) for columns bq0 + i * B_COL_STEP,
-    // so the 8 threads of one column read 8 consecutive k of one window run (contiguous)
-    constexpr int B_COL_STEP = THREADS / BLOCK_K;
-    static_assert(B_COL_STEP * B_LOADS == BLOCK_N, "B tile columns");
-    const int bk = tid % BLOCK_K, bq0 = tid / BLOCK_K;
-    int col_base[B_LOADS];  // im2win offset of each column at k = 0, or -1 past the end
+    // B loads: this thread always loads column bq (fixed) and rows bk0 + i * B_ROW_STEP
+    constexpr int B_ROW_STEP = THREADS / BLOCK_N > 0 ? THREADS / BLOCK_N : 1;
+    const int bq = tid % BLOCK_N, bk0 = tid / BLOCK_N;
+    long long col_base = -1;  // win offset of column q0 + bq at k = 0, or -1 past the end
     {
-        const long long hw = (long long)HO * WO;
-#pragma unroll
-        for (int i = 0; i < B_LOADS; ++i) {
-            long long q = q0 + bq0 + i * B_COL_STEP;
-            col_base[i] = -1;
-            if (q < Q) {
-                int n = (int)(q / hw);
-                int rem = (int)(q - n * hw);
-                int ho = rem / WO, wo = rem - ho * WO;
-                col_base[i] = (int)((n * C_planes * HO + ho) * (long long)WPHF) + wo * S * HF;
-            }
+        long long q = q0 + bq;
+        if (q < Q) {
+            long long hw = (long long)HO * WO;
+            long long n = q / hw;
+            int rem = (int)(q - n * hw);
+            int ho = rem / WO, wo = rem - ho * WO;
+            col_base = (n * C_planes * HO + ho) * (long long)WPHF + (long long)wo * S * HF;
         }
     }
     // A loads: float4 number a = tid + i * THREADS of the tile: row a / (BLOCK_K/4), k quad a % ..
@@ -103,12 +94,16 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
                            ? *reinterpret_cast<const float4*>(filt + (long long)m * K4 + k)
                            : make_float4(0.f, 0.f, 0.f, 0.f);
         }
-        const int k = k0 + bk;
-        const int c = k / KK;
-        const int k_off = (int)(c * planeHW) + (k - c * KK);
 #pragma unroll
-        for (int i = 0; i < B_LOADS; ++i)
-            b_reg[i] = (col_base[i] >= 0 && k < K) ? __ldg(win + col_base[i] + k_off) : 0.f;
+        for (int i = 0; i < B_LOADS; ++i) {
+            int k = k0 + bk0 + i * B_ROW_STEP;
+            float v = 0.f;
+            if (col_base >= 0 && k < K) {
+                int c = k / KK, j = k - c * KK;
+                v = __ldg(win + col_base + c * planeHW + j);
+            }
+            b_reg[i] = v;
+        }
     };
     auto store_tiles = [&](int buf) {
 #pragma unroll
@@ -121,7 +116,7 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
             As[buf][kq + 3][row] = a_reg[i].w;
         }
 #pragma unroll
-        for (int i = 0; i < B_LOADS; ++i) Bs[buf][bk][bq0 + i * B_COL_STEP] = b_reg[i];
+        for (int i = 0; i < B_LOADS; ++i) Bs[buf][bk0 + i * B_ROW_STEP][bq] = b_reg[i];
     };
 
     // the thread's rows and columns: quads of 4, the quads THREAD_* / 4 apart in the tile

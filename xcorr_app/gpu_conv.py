@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 
-from .errors import XcorrError
 from .kernel_loader import KernelFamily
 from .pointwise_plan import THREADS as POINTWISE_THREADS
 from .pointwise_plan import configurations, device_limits, plan
@@ -76,11 +75,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN
     # that leaves SMs idle costs more than the memory it saves)
     per_image = -(-f // bm) * (ho * wo / bn)
     group = max(win_bytes // (c * ho * wp * kh * 4), math.ceil(waves * 2 * sms / per_image))
-    per_image = c * ho * wp * kh  # elements; the kernel indexes a group with 32 bits
-    if per_image >= 2**31:
-        raise XcorrError(f"an image of {c}x{h}x{wd} with a {kh}x{kw} filter needs an im2win "
-                         "tensor of 2^31 elements or more; split the image")
-    group = max(1, min(n, group, (2**31 - 1) // per_image))
+    group = max(1, min(n, group))
     win = cp.empty((group, c, ho, wp * kh), cp.float32)
     for n0 in range(0, n, group):
         g = min(group, n - n0)
