@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import poisoned, rel_error
+from xcorr_app.gpu_conv import IM2WIN_TILES
 from xcorr_app.reference import conv2d_reference
 
 pytestmark = pytest.mark.gpu
@@ -47,9 +48,23 @@ def test_im2win_paper_layers(rng, layer, batch):
     (1, 3, 5, 5, 3, 5, 5, 1, 2),      # filter as large as the image, padded
     (3, 33, 11, 40, 65, 4, 4, 1, 1),  # even filter, K not a multiple of 4
 ])
-@pytest.mark.parametrize("tiles", [(128, 128, 8, 8, 8), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4)])
+@pytest.mark.parametrize("tiles", IM2WIN_TILES)
 def test_im2win_odd_cases_every_tile(rng, case, tiles):
     assert _run_im2win(rng, *case, tiles=tiles) <= 1e-5
+
+
+def test_tuned_tiles_are_remembered(rng):
+    import cupy as cp
+
+    from xcorr_app import gpu_conv
+
+    x = cp.asarray(rng.standard_normal((2, 5, 30, 26)).astype(np.float32))
+    w = cp.asarray(rng.standard_normal((7, 5, 3, 3)).astype(np.float32))
+    a = gpu_conv.im2win_conv2d(x, w, 1, 1)
+    key = (cp.cuda.Device().id, x.shape, w.shape, 1, 1)
+    assert gpu_conv._TUNED[key] in IM2WIN_TILES
+    b = gpu_conv.im2win_conv2d(x, w, 1, 1, tune=False)
+    assert rel_error(cp.asnumpy(a), cp.asnumpy(b)) <= 1e-6
 
 
 @pytest.mark.parametrize("images_per_group", [1, 2, 4])

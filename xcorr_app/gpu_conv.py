@@ -19,7 +19,7 @@ from .pointwise_plan import THREADS as POINTWISE_THREADS
 from .pointwise_plan import configurations, device_limits, plan
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N) of the im2win convolution
-IM2WIN_TILES = ((128, 128, 8, 8, 8), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4))
+IM2WIN_TILES = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4))
 IM2WIN = KernelFamily("im2win_conv.cu", "im2win_conv", IM2WIN_TILES)
 IM2WIN_TRANSFORM = KernelFamily("im2win_conv.cu", "im2win_transform", [()])
 POINTWISE = KernelFamily("pointwise_conv.cu", "pointwise_conv",
@@ -53,9 +53,32 @@ WIN_BYTES = 64 << 20
 WAVES = 4
 
 
+_TUNED: dict = {}
+
+
+def _tuned_tiles(x, w, stride, padding, out, win_bytes, waves):
+    """The fastest of :data:`IM2WIN_TILES` for this problem on this GPU, measured once (as
+    cuDNN's benchmark mode does) and remembered for the process."""
+    import cupy as cp
+
+    from .timing import time_gpu
+
+    key = (cp.cuda.Device().id, x.shape, w.shape, stride, padding)
+    best = _TUNED.get(key)
+    if best is None:
+        times = {t: time_gpu(lambda t=t: im2win_conv2d(x, w, stride, padding, out, tiles=t,
+                                                       win_bytes=win_bytes, waves=waves),
+                             warmup=1, repeat=3) for t in IM2WIN_TILES}
+        best = _TUNED[key] = min(times, key=times.get)
+    return best
+
+
 def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN_BYTES,
-                  waves=WAVES):
-    """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW)."""
+                  waves=WAVES, tune=True):
+    """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW).
+
+    ``tiles``: one of :data:`IM2WIN_TILES`; by default the fastest, measured on the first call
+    of each problem (``tune=False``: chosen by :func:`im2win_tiles` without measuring)."""
     import cupy as cp
 
     n, c, h, wd = x.shape
@@ -70,7 +93,10 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
     sms = device_limits().sms
-    bm, bn, bk, tm, tn = tiles or im2win_tiles(f, n * ho * wo, sms)
+    if tiles is None:
+        tiles = _tuned_tiles(x, w, stride, padding, out, win_bytes, waves) if tune else \
+            im2win_tiles(f, n * ho * wo, sms)
+    bm, bn, bk, tm, tn = tiles
     # images per group: within win_bytes, but enough for WAVES full waves of blocks (a group
     # that leaves SMs idle costs more than the memory it saves)
     per_image = -(-f // bm) * (ho * wo / bn)
