@@ -215,3 +215,10 @@ def test_run_small_problems():
     assert all(r["ms"]["ours"] > 0 and r["ms"]["cupy_fft"] > 0 for r in rows)
     assert "FP32 FMA peak" in lines[0]
     assert sum(line.startswith("| one_to_many 1x3") for line in lines) == 1
+
+
+def test_next_smooth_is_scipys_next_fast_len_for_real_transforms():
+    from scipy.fft import next_fast_len
+
+    for n in list(range(1, 3000)) + [4095, 4097, 6143, 8191, 10007, 65537]:
+        assert reference.next_smooth(n) == next_fast_len(n, real=True), n

@@ -35,10 +35,13 @@ _END = object()
 
 def host_buffer(shape, dtype, pinned: bool) -> np.ndarray:
     """A host array, page-locked (for asynchronous copies to the GPU) when ``pinned``."""
-    if pinned:
-        import cupyx
+    if pinned:  # what cupyx.empty_pinned does, without importing cupyx (about 0.6 s)
+        import cupy
 
-        return cupyx.empty_pinned(shape, dtype)
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape))
+        mem = cupy.cuda.alloc_pinned_memory(max(1, count) * dtype.itemsize)
+        return np.frombuffer(mem, dtype, count).reshape(shape)
     return np.empty(shape, dtype)
 
 

@@ -14,7 +14,7 @@ Examples
 --------
 >>> import numpy as np
 >>> a = np.arange(6.0).reshape(2, 3)
->>> xcorr_direct(a, a)[1, 2] == (a * a).sum()
+>>> bool(xcorr_direct(a, a)[1, 2] == (a * a).sum())
 True
 >>> np.allclose(xcorr_fft(a, a, max_shift=1), xcorr_direct(a, a, max_shift=1))
 True
@@ -97,12 +97,30 @@ def fft_length(n_left: int, n_right: int, k_first: int, count: int) -> int:
     ``-s..s`` only ``max(n_left, n_right) + s`` (for ``s`` below both lengths).  Rounded up to
     a fast (5-smooth) FFT size.
     """
-    from scipy.fft import next_fast_len
-
     lo = max(k_first, -(n_right - 1))
     hi = min(k_first + count - 1, n_left - 1)
     need = max(n_left, n_right, n_left - lo, hi + n_right)
-    return int(next_fast_len(need, real=True))
+    return next_smooth(need)
+
+
+def next_smooth(n: int) -> int:
+    """The smallest 5-smooth number (2^a 3^b 5^c) >= ``n``: ``scipy.fft.next_fast_len(n,
+    real=True)`` without importing scipy.fft (about 0.6 s of a one-shot GPU run).
+
+    >>> [next_smooth(n) for n in (1, 7, 97, 1025, 3000)]
+    [1, 8, 100, 1080, 3000]
+    """
+    n = max(1, int(n))
+    best = 1 << max(0, (n - 1).bit_length())  # a power of two >= n
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            m = p35 * (1 << max(0, (-(-n // p35) - 1).bit_length()))  # times a power of two
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
 
 
 #: how each form pairs the batch axes of the left and right FFTs (indices that broadcast)
@@ -178,7 +196,7 @@ def correlate_reference(stack, weights, mode="reflect", cval=0.0, origin=(0, 0))
     """float64 ``scipy.ndimage.correlate`` of every frame of an ``(H, W)`` or ``(N, H, W)``
     NumPy stack: the reference of the filter kernels.
 
-    >>> correlate_reference(np.ones((2, 4, 5)), np.ones((3, 3)))[1, 0, 0]
+    >>> float(correlate_reference(np.ones((2, 4, 5)), np.ones((3, 3)))[1, 0, 0])
     9.0
     """
     import scipy.ndimage as ndi
