@@ -157,8 +157,8 @@ def test_dask_workers_on_gpus_equal_one_process(tmp_path, rng):
 def test_dask_array_of_cupy_blocks_stays_on_the_gpu(rng):
     """CuPy-backed blocks are measured and filtered where they are; CuPy blocks come back."""
     import cupy
-    import dask.array as da
 
+    da = pytest.importorskip("dask.array")
     from xcorr_app import dask as xdask
     from xcorr_app.filters import gaussian
 
