@@ -74,7 +74,8 @@ def test_cli_bank_and_mix_errors(tmp_path):
     path = stack_path("cell")
     for args, words in [(("--kernel", "box:3", "--bank", "dog:1,2"), "exactly one of"),
                         ((), "exactly one of"),
-                        (("--bank", "dog:1,2", "--gpus", "0"), "one GPU"),
+                        (("--bank", "dog:1,2", "--gpus", "0", "--workers", "2"),
+                         "either --gpus or --workers"),
                         (("--mix", "luma"), "needs 3 channels"),
                         (("--bank", "dog:1,2", "--channel", "0"), "drop --channel"),
                         (("--bank", "gabor:x"), "cannot parse bank")]:
@@ -97,3 +98,32 @@ def test_feature_prefilter_is_the_bank_energy(rng):
     w = bank_weights("gabor:1.5,3", 1)
     resp = conv2d_reference(frames[:, None], w, padding=w.shape[-1] // 2)
     np.testing.assert_allclose(got, np.sqrt((resp ** 2).sum(axis=1)), rtol=1e-4, atol=1e-5)
+
+
+def test_cli_bank_on_two_dask_workers_equals_one_process(tmp_path, rng):
+    pytest.importorskip("distributed")
+    rgb = rng.integers(0, 255, (7, 3, 20, 30), dtype=np.uint8)
+    path = tmp_path / "rgb.tif"
+    tifffile.imwrite(path, rgb, imagej=True, metadata={"axes": "TCYX"})
+    outs = []
+    for extra in ((), ("--workers", "2")):
+        for spec in (("--bank", "gabor:1.5,3"), ("--mix", "luma")):
+            out = tmp_path / f"{spec[0][2:]}{len(extra)}.tif"
+            res = xcorr("filter", path, *spec, "--device", "cpu", "--out", out, *extra)
+            assert res.returncode == 0, res.stderr
+            outs.append(tifffile.imread(out))
+    np.testing.assert_array_equal(outs[0], outs[2])
+    np.testing.assert_array_equal(outs[1], outs[3])
+    assert outs[0].shape == (7, 3, 20, 30) and outs[1].shape == (7, 20, 30)
+
+
+def test_dask_filter_channels_of_a_dask_array(rng):
+    da = pytest.importorskip("dask.array")
+    from xcorr_app.dask import filter_channels
+
+    x = rng.standard_normal((5, 2, 11, 13)).astype(np.float32)
+    got = filter_channels(da.from_array(x, chunks=(2, 1, 11, 13)), bank="dog:1,2",
+                          device="cpu").compute(scheduler="sync")
+    w = bank_weights("dog:1,2", 2)
+    np.testing.assert_allclose(got, conv2d_reference(x, w, padding=w.shape[-1] // 2),
+                               rtol=1e-5, atol=1e-5)

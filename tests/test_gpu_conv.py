@@ -149,5 +149,10 @@ def test_banks_and_features_on_the_gpu(tmp_path):
     cpu, gpu = tifffile.imread(outs["cpu"]), tifffile.imread(outs["gpu"])
     assert gpu.shape == cpu.shape == (12, 4, *tifffile.imread(path).shape[1:])
     assert rel_error(gpu, cpu) <= 1e-5
+    multi = tmp_path / "gpus.tif"
+    res = xcorr("filter", path, "--bank", "gabor:2,4", "--gpus", "all", "--chunk-frames", "5",
+                "--out", multi)
+    assert res.returncode == 0, res.stderr
+    np.testing.assert_array_equal(tifffile.imread(multi), gpu)
     res = align(path, max_shift=12, device="gpu", features="dog:1,2,4")
     assert np.sqrt(((res.shifts - truth("hubble")) ** 2).mean()) <= 0.1

@@ -154,3 +154,18 @@ def feature_prefilter(spec):
         return xp.sqrt((resp * resp).sum(axis=1)).astype(xp.float32)
 
     return features
+
+
+def channel_filter(bank=None, mix=None, channels=1):
+    """``(F, fn)`` for ``xcorr filter --bank/--mix``: ``fn`` maps float32 (n, C, H, W) frames
+    (NumPy or CuPy) to (n, F, H, W)."""
+    from .backend import array_module_of
+    from .conv import pointwise
+
+    if (bank is None) == (mix is None):
+        raise XcorrError("give exactly one of a bank and a mix")
+    if bank is not None:
+        weights = bank_weights(bank, channels)
+        return weights.shape[0], lambda x: apply_bank(x, weights)
+    weights = mix_weights(mix, channels)
+    return weights.shape[0], lambda x: pointwise(x, array_module_of(x).asarray(weights))

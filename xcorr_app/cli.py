@@ -392,12 +392,10 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
         raise XcorrError("give exactly one of --kernel, --bank and --mix"
                          + (f" (got {' and '.join(given)})" if given else ""))
     if bank or mix:
-        if gpus is not None or workers is not None or scheduler:
-            raise XcorrError("--bank and --mix run on one GPU (or the CPU) for now; drop "
-                             "--gpus/--workers/--scheduler")
         if channel is not None:
             raise XcorrError("--bank and --mix use every channel; drop --channel")
-        return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet)
+        return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet,
+                                (gpus, workers, scheduler))
     fn = parse_kernel_spec(spec)
     dev = note_device(device, quiet)
     xp = backend.xp_for(dev)
@@ -435,37 +433,48 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
 
 
-def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet):
-    """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise."""
-    from .banks import apply_bank, bank_weights, mix_weights
-    from .conv import pointwise
+def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet, scale):
+    """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise, on this
+    GPU, several (``--gpus``) or a Dask cluster."""
+    import numpy as np
+
+    from .banks import channel_filter
     from .outputs import TiffStackWriter, prepare_outputs
-    from .stack_reader import open_stack
+    from .stack_reader import ChannelStack
 
     dev = note_device(device, quiet)
     xp = backend.xp_for(dev)
-    with open_stack(path, channel=0) as first:
-        n_channels = first.n_channels
-    weights = bank_weights(bank, n_channels) if bank else mix_weights(mix, n_channels)
-    n_out = weights.shape[0]
-    with contextlib.ExitStack() as stack:
-        srcs = [stack.enter_context(open_stack(path, channel=c)) for c in range(n_channels)]
-        src = srcs[0]
+    with ChannelStack(path) as src, scale_out(*scale, device) as (client, gpu_ids):
+        n_out, fn = channel_filter(bank, mix, src.n_channels)
         print_notes(src, quiet)
         prepare_outputs([out_path], force)
         t0 = time.perf_counter()
+
+        if client is not None:
+            from .dask import filter_channels, iter_blocks
+
+            chunks = iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
+                                 client)
+        elif gpu_ids is not None:
+            from .multi_gpu import map_chunks
+
+            chunks = map_chunks(lambda: ChannelStack(path), gpu_ids, chunk_frames,
+                                lambda _, f: backend.to_numpy(fn(f.astype("float32"))))
+        else:
+            chunks = ((a, backend.to_numpy(fn(xp.asarray(src.read(a, min(a + chunk_frames,
+                                                                        src.n_frames)))
+                                              .astype(xp.float32))))
+                      for a in range(0, src.n_frames, chunk_frames))
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32",
                                 n_frames=src.n_frames * n_out, channels=n_out) as w:
-            for a in range(0, src.n_frames, chunk_frames):
-                b = min(a + chunk_frames, src.n_frames)
-                x = xp.stack([xp.asarray(s.read(a, b)) for s in srcs], axis=1).astype(xp.float32)
-                out = apply_bank(x, weights) if bank else pointwise(x, xp.asarray(weights))
-                w.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))
-                bar.update(b - a)
+            for _, out in chunks:
+                w.write(np.asarray(out).reshape(-1, *src.frame_shape))
+                bar.update(len(out))
+        ran_on = where(dev, client, gpu_ids)
         if not quiet:
-            click.echo(f"xcorr filter: {src.n_frames} frames of {n_channels} channel(s) -> "
-                       f"{n_out} channel(s) with {bank or mix} on {dev} in "
+            click.echo(f"xcorr filter: {src.n_frames} frames of {src.n_channels} channel(s) -> "
+                       f"{n_out} channel(s) with {bank or mix} on {ran_on} in "
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
 
 

@@ -482,6 +482,54 @@ class FrameRange:
         return self.src.read(self.start + start, self.start + stop, out=out)
 
 
+class ChannelStack:
+    """Every channel of a multi-channel TIFF (or folder): :meth:`read` gives
+    ``(stop - start, C, H, W)`` frames (one :func:`open_stack` per channel underneath).
+
+    Examples
+    --------
+    >>> import tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/rgb.tif"
+    >>> tifffile.imwrite(path, np.zeros((4, 3, 5, 6), np.uint8), imagej=True,
+    ...                  metadata={"axes": "TCYX"})
+    >>> with ChannelStack(path) as cs:
+    ...     cs.n_frames, cs.n_channels, cs.read(1, 3).shape
+    (4, 3, (2, 3, 5, 6))
+    """
+
+    def __init__(self, path):
+        first = open_stack(path, channel=0)
+        self.n_channels = first.n_channels
+        self._srcs = [first]
+        try:
+            self._srcs += [open_stack(path, channel=c) for c in range(1, self.n_channels)]
+        except BaseException:
+            self.close()
+            raise
+        self.n_frames, self.frame_shape = first.n_frames, first.frame_shape
+        self.dtype, self.notes, self.paths = first.dtype, first.notes, first.paths
+
+    def source_name(self, i):
+        return self._srcs[0].source_name(i)
+
+    def read(self, start, stop, out=None):
+        frames = np.stack([s.read(start, stop) for s in self._srcs], axis=1)
+        if out is None:
+            return frames
+        out[...] = frames
+        return out
+
+    def close(self):
+        for s in self._srcs:
+            s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def open_source(stack_or_path, channel=None):
     """A frame source for a path (TIFF file or folder) or an in-memory array."""
     if isinstance(stack_or_path, (str, Path)):
