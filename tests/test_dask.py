@@ -204,3 +204,15 @@ def test_without_dask_the_commands_say_what_to_install(monkeypatch):
             pass
     with pytest.raises(XcorrError, match=r"Dask is not installed; pip install"):
         xdask.align(stack_path("cell"), device="cpu")
+
+
+def test_first_failed_task_stops_the_run(client, tmp_path):
+    """With a progress callback (the CLI's), the first failing task cancels the rest."""
+    stack = np.tile(tifffile.imread(stack_path("cell")).astype(np.float32), (4, 1, 1))
+    stack[5, 0, 0] = np.nan
+    path = tmp_path / "nan48.tif"
+    tifffile.imwrite(path, stack)
+    done = []
+    with pytest.raises(XcorrError, match="frame 5 "):
+        xdask.align(path, device="cpu", task_frames=4, client=client, progress=done.append)
+    assert sum(done) < len(stack)

@@ -156,3 +156,17 @@ def test_banks_and_features_on_the_gpu(tmp_path):
     np.testing.assert_array_equal(tifffile.imread(multi), gpu)
     res = align(path, max_shift=12, device="gpu", features="dog:1,2,4")
     assert np.sqrt(((res.shifts - truth("hubble")) ** 2).mean()) <= 0.1
+
+
+def test_pointwise_on_a_view_at_an_odd_offset(rng):
+    """A C-contiguous view 4 bytes into its buffer (the kernel reads 16 bytes at a time)."""
+    import cupy as cp
+
+    from xcorr_app import pointwise
+
+    base = cp.asarray(rng.standard_normal(1 + 2 * 3 * 4 * 8).astype(np.float32))
+    x = base[1:].reshape(2, 3, 4, 8)
+    assert x.flags.c_contiguous and x.data.ptr % 16
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    got = pointwise(x, cp.asarray(w))
+    assert rel_error(cp.asnumpy(got), conv2d_reference(cp.asnumpy(x), w[:, :, None, None])) <= 1e-5

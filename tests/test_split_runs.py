@@ -173,3 +173,21 @@ def test_dask_array_of_cupy_blocks_stays_on_the_gpu(rng):
     assert all(isinstance(b, cupy.ndarray) for b in blocks)
     np.testing.assert_allclose(cupy.asnumpy(cupy.concatenate(blocks)),
                                cupy.asnumpy(gaussian(on_gpu, 1.5)), rtol=1e-6, atol=1e-6)
+
+
+def test_lazily_sliced_stacks_are_read_chunk_by_chunk():
+    """An array-like that reads on slicing (h5py, zarr) is sliced one chunk at a time."""
+    data = np.random.default_rng(1).random((10, 16, 18)).astype(np.float32)
+
+    class Lazy:
+        shape, dtype, ndim = data.shape, data.dtype, 3
+        reads = []
+
+        def __getitem__(self, key):
+            self.reads.append((key.start, key.stop))
+            return data[key]
+
+    lazy = Lazy()
+    res = align(lazy, max_shift=3, device="cpu", chunk_frames=3)
+    np.testing.assert_array_equal(res.shifts, align(data, max_shift=3, device="cpu").shifts)
+    assert max(b - a for a, b in lazy.reads if a is not None) <= 3, lazy.reads

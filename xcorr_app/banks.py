@@ -30,6 +30,8 @@ import numpy as np
 from .errors import XcorrError
 
 MAX_SIZE = 31
+#: filters of a feature bank applied at once (the responses held are this many frames)
+FEATURE_GROUP = 2
 LUMA = (0.299, 0.587, 0.114)
 
 
@@ -150,8 +152,12 @@ def feature_prefilter(spec):
         from .backend import array_module_of
 
         xp = array_module_of(frames)
-        resp = apply_bank(frames[:, None].astype(xp.float32), weights)
-        return xp.sqrt((resp * resp).sum(axis=1)).astype(xp.float32)
+        x = frames[:, None].astype(xp.float32)
+        energy = xp.zeros(frames.shape, xp.float32)
+        for f in range(0, len(weights), FEATURE_GROUP):  # a few filters at a time: the
+            resp = apply_bank(x, weights[f:f + FEATURE_GROUP])  # memory stays ~ 5 frames
+            energy += (resp * resp).sum(axis=1)
+        return xp.sqrt(energy)
 
     return features
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -55,26 +56,38 @@ def is_dask_array(a) -> bool:
 
 # ----------------------------------------------------------------------------- on a worker
 
+#: set in the worker processes that :func:`local_client` starts on a plain LocalCluster: worker
+#: ``k`` then uses GPU ``k mod count`` (dask-cuda's workers see their own GPU as device 0)
+WORKER_GPU_ENV = "XCORR_WORKER_GPU_BY_NAME"
+
+
 @contextlib.contextmanager
-def _on_device(device):
-    """``xp`` of the task's device; on a GPU worker, the current device is the worker's GPU."""
+def _on_device(device, source=None):
+    """``xp`` of the task's device; on a GPU worker, the current device is the worker's GPU, or
+    the GPU that holds the task's CuPy block."""
     dev = backend.resolve_device(device)
     xp = backend.xp_for(dev)
     if xp is np:
         yield xp
         return
-    with xp.cuda.Device(_worker_gpu(xp)):
+    block = None if source is None or isinstance(source[0], str) else source[0]
+    gpu = block.device.id if backend.is_cupy_array(block) else _worker_gpu(xp)
+    with xp.cuda.Device(gpu):
         yield xp
 
 
 def _worker_gpu(cp) -> int:
-    count = cp.cuda.runtime.getDeviceCount()
+    """GPU ``name mod count`` on a worker of :func:`local_client`'s LocalCluster; the current
+    device anywhere else (dask-cuda workers, other clusters, no worker)."""
+    if not os.environ.get(WORKER_GPU_ENV):
+        return cp.cuda.Device().id
     try:
         from distributed import get_worker
 
         name = get_worker().name
     except (ImportError, ValueError):  # not in a worker
         return cp.cuda.Device().id
+    count = cp.cuda.runtime.getDeviceCount()
     return int(name) % count if str(name).lstrip("-").isdigit() else cp.cuda.Device().id
 
 
@@ -129,7 +142,7 @@ def _channels_task(path, start, stop, bank, mix, device):
 def _channels_block(block, bank, mix, device):
     from .banks import channel_filter
 
-    with _on_device(device) as xp:
+    with _on_device(device, (block,)) as xp:
         _, fn = channel_filter(bank, mix, block.shape[1])
         out = fn(xp.asarray(block).astype(xp.float32))
         return out if backend.is_cupy_array(block) else backend.to_numpy(out)
@@ -196,10 +209,14 @@ def _chunk(opts, src, xp, chunk_frames, budget):
                             limit=chunk_frames, device_free=_device_free_bytes(xp))
 
 
-def _frame_sum(source, start, stop):
-    """float64 sum of frames ``start:stop`` (a part of ``reference="mean"``)."""
+def _frame_sum(source, start, stop, chunk_frames=16):
+    """float64 sum of frames ``start:stop`` (a part of ``reference="mean"``), read a few frames
+    at a time."""
     with _open(source, start) as src:
-        return np.asarray(src.read(start, stop), dtype=np.float64).sum(axis=0)
+        acc = np.zeros(src.frame_shape, np.float64)
+        for a in range(start, stop, chunk_frames):
+            acc += np.asarray(src.read(a, min(a + chunk_frames, stop)), np.float64).sum(axis=0)
+        return acc
 
 
 def _mean(sums, n):
@@ -213,7 +230,7 @@ def _reference_task(opts, source, image, device, chunk_frames, budget):
     """The prepared reference (host copies) and the run's plan, computed once."""
     from .align_stack import prepared_reference, shared_plan
 
-    with _on_device(device) as xp, _open(source, 0, xp) as src:
+    with _on_device(device, source) as xp, _open(source, 0, xp) as src:
         chunk = _chunk(opts, src, xp, chunk_frames, budget)
         ref = prepared_reference(opts, src, xp, chunk, image=image)
         plan = shared_plan(opts, xp, src.frame_shape, min(chunk, src.n_frames), ref)
@@ -225,7 +242,7 @@ def _measure_task(opts, source, start, stop, reference, device, chunk_frames, bu
     from .align_stack import measure_frames
 
     ref, plan = reference
-    with _on_device(device) as xp, _open(source, start, xp) as src:
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
         table, plan = measure_frames(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget),
                                      ref, plan=plan, start=start, stop=stop)
         return table, str(plan) if plan is not None else ""
@@ -235,7 +252,7 @@ def _filter_task(source, start, stop, kernel, mode, cval, device):
     from .filters import parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)
-    with _on_device(device) as xp, _open(source, start, xp) as src:
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
         out = fn(xp.asarray(src.read(start, stop)), mode, cval)
         return _like_block(out, source).astype(np.float32, copy=False)
 
@@ -244,7 +261,7 @@ def _shift_task(source, start, stop, shifts, fill, resample, box, device):
     from .warp import shift_frames
 
     y0, y1, x0, x1 = box
-    with _on_device(device) as xp, _open(source, start, xp) as src:
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
         frames = xp.asarray(src.read(start, stop)).astype(xp.float32)
         out = shift_frames(frames, xp.asarray(shifts[start:stop]), fill=fill, method=resample)
         return _like_block(out[:, y0:y1, x0:x1], source)
@@ -347,6 +364,10 @@ def _compute(tasks, client, scheduler, sizes=None, progress=None):
 
         size = dict(zip(futures, sizes))
         for fut in as_completed(futures):
+            if fut.status == "error":  # the first failure: stop the rest, raise it here
+                exc = fut.exception()
+                client.cancel([f for f in futures if f is not fut])
+                raise exc
             progress(size[fut])
     return client.gather(futures)
 
@@ -523,6 +544,15 @@ def local_client(workers=None, scheduler=None):
             cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, dashboard_address=":0")
     if cluster is None:
         cluster = LocalCluster(n_workers=n or 2, threads_per_worker=1, processes=True,
-                               dashboard_address=":0")
+                               dashboard_address=":0", env={WORKER_GPU_ENV: "1"})
     with cluster, Client(cluster) as client:
+        # a task's user error (say, a NaN frame) reaches the client as one error; the
+        # workers of our own cluster need not log it with its traceback too
+        client.run(_quiet_worker_logs)
         yield client
+
+
+def _quiet_worker_logs():
+    import logging
+
+    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)

@@ -92,6 +92,8 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN
     filt[:, :k] = cp.asarray(w, dtype=cp.float32).transpose(0, 1, 3, 2).reshape(f, k)
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
+    if out.data.ptr % 16 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
     sms = device_limits().sms
     if tiles is None:
         tiles = _tuned_tiles(x, w, stride, padding, out, win_bytes, waves) if tune else \
@@ -128,10 +130,14 @@ def pointwise_conv2d(x, w, out=None, config=None):
     w = cp.ascontiguousarray(cp.asarray(w, dtype=cp.float32).reshape(w.shape[0], c))
     f = w.shape[0]
     x = cp.ascontiguousarray(x, dtype=cp.float32)
+    if x.data.ptr % 16:  # a view at an odd offset: the kernel reads 16 bytes at a time
+        x = x.copy()
     hw, q = h * wd, n * h * wd
     cfg = config or plan(f, c, q)
     if out is None:
         out = cp.empty((n, f, h, wd), cp.float32)
+    if out.data.ptr % 16 or not out.flags.c_contiguous:
+        raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
     grid = (-(-q // cfg.block_p), -(-f // cfg.block_f))
     POINTWISE.get(*cfg.template)(grid, (POINTWISE_THREADS,),
                                  (w, x, out, np.int32(f), np.int32(c), np.int32(hw),

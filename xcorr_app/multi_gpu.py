@@ -87,10 +87,10 @@ def _executor(device_id):
         return ex
 
 
-def _run_all(ids, work, meanwhile=None):
+def _run_all(ids, work, meanwhile=None, on_abort=None):
     """Run ``work(k, stop_event)`` for every GPU ``ids[k]`` on its worker thread (and
-    ``meanwhile()`` in this one); re-raise the first failure in GPU order (not a cancellation
-    caused by it)."""
+    ``meanwhile()`` in this one, ``on_abort()`` if that fails or is interrupted); re-raise the
+    first failure in GPU order (not a cancellation caused by it)."""
     stop = threading.Event()
 
     def guarded(k):
@@ -103,14 +103,22 @@ def _run_all(ids, work, meanwhile=None):
             stop.set()
             raise
 
-    futures = [_executor(ids[k]).submit(guarded, k) for k in range(len(ids))]
+    futures = []
     try:
+        futures += [_executor(ids[k]).submit(guarded, k) for k in range(len(ids))]
         if meanwhile is not None:
             meanwhile()
         concurrent.futures.wait(futures)
     except BaseException:  # e.g. Ctrl-C: the GPUs stop after their chunk in progress
         stop.set()
-        concurrent.futures.wait(futures)
+        if on_abort is not None:
+            on_abort()
+        while True:  # a second Ctrl-C must not leave while the GPUs still read the input
+            try:
+                concurrent.futures.wait(futures)
+                break
+            except KeyboardInterrupt:
+                continue
         raise
     errors = [f.exception() for f in futures]
     real = [e for e in errors if e is not None and not isinstance(e, _Cancelled)]
@@ -178,7 +186,11 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
                 return measure_frames(opts, frames, cupy, chunk_for(frames), setup,
                                       start=ranges[k][0], stop=ranges[k][1], progress=tick)
 
-        parts = _run_all(ids, work, prepare)
+        def unblock():  # workers waiting for the reference must not wait for ever
+            if not setup.done():
+                setup.set_exception(_Cancelled())
+
+        parts = _run_all(ids, work, prepare, unblock)
         shape = src.frame_shape
         sources = [src.source_name(i) for i in range(n)]
         notes = list(src.notes)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import tifffile
 
+from .backend import is_cupy_array
 from .errors import InputError, XcorrError
 
 SUPPORTED_DTYPES = tuple(
@@ -454,6 +455,16 @@ class ArraySource:
         self.close()
 
 
+class _RangeView:
+    """``stack[start + a:start + b]`` for ``view[a:b]``, sliced only when asked."""
+
+    def __init__(self, stack, start):
+        self.stack, self.start = stack, start
+
+    def __getitem__(self, key):
+        return self.stack[self.start + key.start:self.start + key.stop]
+
+
 class FrameRange:
     """Frames ``start:stop`` of a source, with the source's interface (frame ``i`` of the range is
     frame ``start + i`` of the source; :meth:`source_name` and errors use the source's numbers).
@@ -472,7 +483,11 @@ class FrameRange:
         self.n_frames = self.stop - self.start
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
         self.notes, self.paths = src.notes, src.paths
-        self.stack = None if getattr(src, "stack", None) is None else src.stack[start:stop]
+        stack = getattr(src, "stack", None)
+        # NumPy/CuPy: a view; anything sliced lazily (h5py, zarr): sliced chunk by chunk later
+        self.stack = None if stack is None else (
+            stack[start:stop] if isinstance(stack, np.ndarray) or is_cupy_array(stack)
+            else _RangeView(stack, start))
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
 
     def source_name(self, i):
