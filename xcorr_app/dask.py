@@ -126,7 +126,10 @@ class _Offset:
         self.frames, self.offset = frames, offset
 
     def __getitem__(self, key):
-        return self.frames[key.start - self.offset:key.stop - self.offset]
+        return self.range(key.start, key.stop)
+
+    def range(self, start, stop):
+        return self.frames[start - self.offset:stop - self.offset]
 
 
 def _channels_task(path, start, stop, bank, mix, device):

@@ -485,9 +485,14 @@ class FrameRange:
         self.notes, self.paths = src.notes, src.paths
         stack = getattr(src, "stack", None)
         # NumPy/CuPy: a view; anything sliced lazily (h5py, zarr): sliced chunk by chunk later
-        self.stack = None if stack is None else (
-            stack[start:stop] if isinstance(stack, np.ndarray) or is_cupy_array(stack)
-            else _RangeView(stack, start))
+        if stack is None:
+            self.stack = None
+        elif isinstance(stack, np.ndarray) or is_cupy_array(stack):
+            self.stack = stack[start:stop]
+        elif hasattr(stack, "range"):  # a block that knows its frames (xcorr_app.dask)
+            self.stack = stack.range(start, stop)
+        else:
+            self.stack = _RangeView(stack, start)
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
 
     def source_name(self, i):
