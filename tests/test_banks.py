@@ -81,8 +81,10 @@ def test_cli_bank_and_mix_errors(tmp_path):
                         (("--bank", "gabor:x"), "cannot parse bank")]:
         assert_clean_error(xcorr("filter", path, *args, "--out", tmp_path / "o.tif"), words)
     assert not (tmp_path / "o.tif").exists()
-    assert_clean_error(xcorr("align", path, "--features", "dog:1", "--out", tmp_path / "a"),
-                       "at least two sigmas")
+    for args, words in [(("--features", "dog:1"), "at least two sigmas"),
+                        (("--reference", "mean:x"), "mean:N takes a number")]:
+        assert_clean_error(xcorr("align", path, *args, "--out", tmp_path / "a"), words)
+        assert not (tmp_path / "a").exists()  # nothing made before the check
 
 
 def test_align_on_features_recovers_the_drift():

@@ -258,7 +258,7 @@ def _interrupt_when(proc, ready, timeout=120.0):
 
 @pytest.mark.parametrize("phase", ["measuring", "writing"])
 def test_sigint_leaves_no_partial_output_and_inputs_unchanged(tmp_path, rng, phase):
-    stack = rng.integers(0, 4000, size=(400, 192, 192), dtype=np.uint16)
+    stack = rng.integers(0, 4000, size=(800, 192, 192), dtype=np.uint16)  # a window to hit
     src = tmp_path / "s.tif"
     tifffile.imwrite(src, stack, imagej=True, metadata={"axes": "TYX"})
     before = digest(src)

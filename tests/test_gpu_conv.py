@@ -61,7 +61,7 @@ def test_tuned_tiles_are_remembered(rng):
     x = cp.asarray(rng.standard_normal((2, 5, 30, 26)).astype(np.float32))
     w = cp.asarray(rng.standard_normal((7, 5, 3, 3)).astype(np.float32))
     a = gpu_conv.im2win_conv2d(x, w, 1, 1)
-    key = (cp.cuda.Device().id, x.shape, w.shape, 1, 1)
+    key = (cp.cuda.Device().id, 2, x.shape[1:], w.shape, 1, 1)
     assert gpu_conv._TUNED[key] in IM2WIN_TILES
     b = gpu_conv.im2win_conv2d(x, w, 1, 1, tune=False)
     assert rel_error(cp.asnumpy(a), cp.asnumpy(b)) <= 1e-6

@@ -263,6 +263,13 @@ def align(path, reference, max_shift, normalization, subpixel, upsample, prefilt
     if interpolate_low and min_confidence is None:
         raise XcorrError("--interpolate-low needs --min-confidence to know which frames to "
                          "replace")
+    # every option checked before a cluster starts or an output folder is made
+    from .align_stack import AlignOptions
+    from .references import mean_count
+
+    AlignOptions(reference, ms, normalization, subpixel, upsample, prefilter, window,
+                 not no_verify, min_confidence, interpolate_low, channel, features)
+    mean_count(reference, 1)
     dev = note_device(device, quiet)
     _planner_notes(quiet)
     with open_stack(path, channel=channel) as src:  # fail early on a bad input
