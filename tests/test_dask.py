@@ -216,3 +216,26 @@ def test_first_failed_task_stops_the_run(client, tmp_path):
     with pytest.raises(XcorrError, match="frame 5 "):
         xdask.align(path, device="cpu", task_frames=4, client=client, progress=done.append)
     assert sum(done) < len(stack)
+
+
+def test_large_tasks_work_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """Tasks of 40 frames filter and shift 16 frames at a time; the output is the same."""
+    from xcorr_app.align_stack import apply_shifts
+    from xcorr_app.filters import parse_kernel_spec
+
+    stack = np.tile(tifffile.imread(stack_path("moon")), (4, 1, 1))
+    path = tmp_path / "moon48.tif"
+    tifffile.imwrite(path, stack)
+    calls = []
+    real = xdask._in_chunks
+    monkeypatch.setattr(xdask, "_in_chunks", lambda a, b, c, fn: calls.append((a, b, c))
+                        or real(a, b, c, fn))
+    got = xdask.filter(path, "dog:1,3", device="cpu", task_frames=40).compute(scheduler="sync")
+    want = parse_kernel_spec("dog:1,3")(stack, "reflect", 0.0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    shifts = np.linspace(-2.5, 2.5, 96).reshape(48, 2)
+    got = xdask.apply_shifts(path, shifts, device="cpu", task_frames=40).compute(
+        scheduler="sync")
+    want = np.concatenate([c for _, c in apply_shifts(path, shifts, device="cpu")])
+    np.testing.assert_array_equal(got, want)
+    assert (0, 40, xdask.CHUNK_FRAMES) in calls

@@ -41,6 +41,8 @@ from .errors import XcorrError
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path
 TASK_FRAMES = 128
+#: frames a filter, shift or channel task sends to its device at once
+CHUNK_FRAMES = 16
 
 
 def _require_dask():
@@ -132,14 +134,15 @@ class _Offset:
         return self.frames[start - self.offset:stop - self.offset]
 
 
-def _channels_task(path, start, stop, bank, mix, device):
+def _channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAMES):
     """Frames ``start:stop`` of every channel through a bank or a mix: (n, F, H, W)."""
     from .banks import channel_filter
     from .stack_reader import ChannelStack
 
     with _on_device(device) as xp, ChannelStack(path) as src:
         _, fn = channel_filter(bank, mix, src.n_channels)
-        return backend.to_numpy(fn(xp.asarray(src.read(start, stop)).astype(xp.float32)))
+        return _in_chunks(start, stop, chunk_frames, lambda a, b: backend.to_numpy(
+            fn(xp.asarray(src.read(a, b)).astype(xp.float32))))
 
 
 def _channels_block(block, bank, mix, device):
@@ -251,23 +254,36 @@ def _measure_task(opts, source, start, stop, reference, device, chunk_frames, bu
         return table, str(plan) if plan is not None else ""
 
 
-def _filter_task(source, start, stop, kernel, mode, cval, device):
+def _in_chunks(start, stop, chunk_frames, fn):
+    """``fn(a, b)`` over ``start:stop`` a chunk at a time, joined along the frames: a task of
+    many frames holds one chunk of work on the device at once."""
+    parts = [fn(a, min(a + chunk_frames, stop)) for a in range(start, stop, chunk_frames)]
+    if len(parts) == 1:
+        return parts[0]
+    return backend.array_module_of(*parts).concatenate(parts)
+
+
+def _filter_task(source, start, stop, kernel, mode, cval, device, chunk_frames=CHUNK_FRAMES):
     from .filters import parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)
     with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        out = fn(xp.asarray(src.read(start, stop)), mode, cval)
-        return _like_block(out, source).astype(np.float32, copy=False)
+        return _in_chunks(start, stop, chunk_frames, lambda a, b: _like_block(
+            fn(xp.asarray(src.read(a, b)), mode, cval), source).astype(np.float32, copy=False))
 
 
-def _shift_task(source, start, stop, shifts, fill, resample, box, device):
+def _shift_task(source, start, stop, shifts, fill, resample, box, device,
+                chunk_frames=CHUNK_FRAMES):
     from .warp import shift_frames
 
     y0, y1, x0, x1 = box
     with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        frames = xp.asarray(src.read(start, stop)).astype(xp.float32)
-        out = shift_frames(frames, xp.asarray(shifts[start:stop]), fill=fill, method=resample)
-        return _like_block(out[:, y0:y1, x0:x1], source)
+        def part(a, b):
+            frames = xp.asarray(src.read(a, b)).astype(xp.float32)
+            out = shift_frames(frames, xp.asarray(shifts[a:b]), fill=fill, method=resample)
+            return _like_block(out[:, y0:y1, x0:x1], source)
+
+        return _in_chunks(start, stop, chunk_frames, part)
 
 
 # ----------------------------------------------------------------------------- on the client
