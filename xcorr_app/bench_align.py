@@ -306,12 +306,17 @@ def read_memmap_chunks(path, chunk_frames=READ_CHUNK, stop=None) -> int:
     mm = tifffile.memmap(path, mode="r")
     mm = mm.reshape((-1, *mm.shape[-2:]))
     n = len(mm) if stop is None else min(stop, len(mm))
-    buf = np.empty((min(chunk_frames, n), *mm.shape[1:]), mm.dtype)
-    for start in range(0, n, chunk_frames):
-        k = min(chunk_frames, n - start)
-        np.copyto(buf[:k], mm[start:start + k])
+    _copy_frames(mm, 0, n, chunk_frames)
     del mm
     return n
+
+
+def _copy_frames(mm, start, stop, chunk_frames):
+    """Copy frames ``start:stop`` of a memory map into one reused buffer, a chunk at a time."""
+    buf = np.empty((min(chunk_frames, stop - start), *mm.shape[1:]), mm.dtype)
+    for a in range(start, stop, chunk_frames):
+        k = min(chunk_frames, stop - a)
+        np.copyto(buf[:k], mm[a:a + k])
 
 
 def cupy_pair_shift(reference, frame) -> np.ndarray:
@@ -389,16 +394,9 @@ def read_memmap_parallel(path, readers, chunk_frames=READ_CHUNK) -> int:
 
     mm = tifffile.memmap(path, mode="r")
     mm = mm.reshape((-1, *mm.shape[-2:]))
-
-    def copy(a, b):
-        buf = np.empty((min(chunk_frames, b - a), *mm.shape[1:]), mm.dtype)
-        for start in range(a, b, chunk_frames):
-            k = min(chunk_frames, b - start)
-            np.copyto(buf[:k], mm[start:start + k])
-
     ranges = frame_ranges(len(mm), readers)
     with concurrent.futures.ThreadPoolExecutor(len(ranges)) as pool:
-        for f in [pool.submit(copy, a, b) for a, b in ranges]:
+        for f in [pool.submit(_copy_frames, mm, a, b, chunk_frames) for a, b in ranges]:
             f.result()
     return ranges[-1][1]
 

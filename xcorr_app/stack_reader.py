@@ -455,14 +455,32 @@ class ArraySource:
         self.close()
 
 
-class _RangeView:
-    """``stack[start + a:start + b]`` for ``view[a:b]``, sliced only when asked."""
+class OffsetFrames:
+    """Frames indexed by the frame numbers of a larger stack: frame ``i`` is
+    ``frames[i - first]``; ``view[a:b]`` slices ``frames`` only when asked (h5py, zarr and the
+    like read on slicing).
 
-    def __init__(self, stack, start):
-        self.stack, self.start = stack, start
+    Examples
+    --------
+    >>> view = OffsetFrames(np.arange(10), first=4)
+    >>> view[5:7].tolist()
+    [1, 2]
+    """
+
+    def __init__(self, frames, first):
+        self.frames, self.first = frames, int(first)
 
     def __getitem__(self, key):
-        return self.stack[self.start + key.start:self.start + key.stop]
+        return self.frames[key.start - self.first:key.stop - self.first]
+
+
+def _window(stack, start, stop):
+    """Frames ``start:stop`` of ``stack`` as frames ``0:stop - start``: a view of a NumPy or
+    CuPy array, else an :class:`OffsetFrames` that slices later."""
+    base, first = (stack.frames, stack.first) if isinstance(stack, OffsetFrames) else (stack, 0)
+    if isinstance(base, np.ndarray) or is_cupy_array(base):
+        return base[start - first:stop - first]
+    return OffsetFrames(base, first - start)
 
 
 class FrameRange:
@@ -484,15 +502,7 @@ class FrameRange:
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
         self.notes, self.paths = src.notes, src.paths
         stack = getattr(src, "stack", None)
-        # NumPy/CuPy: a view; anything sliced lazily (h5py, zarr): sliced chunk by chunk later
-        if stack is None:
-            self.stack = None
-        elif isinstance(stack, np.ndarray) or is_cupy_array(stack):
-            self.stack = stack[start:stop]
-        elif hasattr(stack, "range"):  # a block that knows its frames (xcorr_app.dask)
-            self.stack = stack.range(start, stop)
-        else:
-            self.stack = _RangeView(stack, start)
+        self.stack = None if stack is None else _window(stack, start, stop)
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
 
     def source_name(self, i):
