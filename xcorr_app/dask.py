@@ -122,6 +122,56 @@ class _Block:
         pass
 
 
+def _channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAMES):
+    """Frames ``start:stop`` of every channel through a bank or a mix: (n, F, H, W)."""
+    from .banks import channel_filter
+    from .stack_reader import ChannelStack
+
+    with _on_device(device) as xp, ChannelStack(path) as src:
+        _, fn = channel_filter(bank, mix, src.n_channels)
+        return _in_chunks(start, stop, chunk_frames, lambda a, b: backend.to_numpy(
+            fn(xp.asarray(src.read(a, b)).astype(xp.float32))))
+
+
+def _channels_block(block, bank, mix, device):
+    from .banks import channel_filter
+
+    with _on_device(device, (block,)) as xp:
+        _, fn = channel_filter(bank, mix, block.shape[1])
+        out = fn(xp.asarray(block).astype(xp.float32))
+        return out if backend.is_cupy_array(block) else backend.to_numpy(out)
+
+
+def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_frames=None):
+    """A bank (``xcorr filter --bank``) or a mix (``--mix``) over every channel, as a lazy
+    float32 (N, F, H, W) dask array: each task reads its frames of every channel of the TIFF
+    (or takes a block of an (N, C, H, W) dask array)."""
+    _require_dask()
+    import dask.array as da
+    from dask import delayed
+
+    from .banks import channel_filter
+    from .stack_reader import ChannelStack
+
+    if isinstance(stack_or_path, (str, Path)):
+        with ChannelStack(stack_or_path) as src:  # the header only
+            n, shape, channels = src.n_frames, src.frame_shape, src.n_channels
+        n_out, _ = channel_filter(bank, mix, channels)
+        step = max(1, int(task_frames or TASK_FRAMES))
+        blocks = [da.from_delayed(delayed(_channels_task)(stack_or_path, a, min(a + step, n),
+                                                          bank, mix, device),
+                                  shape=(min(a + step, n) - a, n_out, *shape), dtype=np.float32)
+                  for a in range(0, n, step)]
+        return da.concatenate(blocks, axis=0)
+    arr = stack_or_path if is_dask_array(stack_or_path) else da.from_array(stack_or_path)
+    if arr.ndim != 4:
+        raise XcorrError(f"a multi-channel stack must be (N, C, H, W), got shape {arr.shape}")
+    n_out, _ = channel_filter(bank, mix, arr.shape[1])
+    arr = arr.rechunk((task_frames or arr.chunks[0], -1, -1, -1))
+    return arr.map_blocks(_channels_block, bank, mix, device, dtype=np.float32,
+                          chunks=(arr.chunks[0], (n_out,), (arr.shape[2],), (arr.shape[3],)))
+
+
 def _open(source, start, xp=np):
     """The frame source of a task: a path (opened by the task) or ``(block, frame before,
     frames in all)``; a CuPy block stays on the GPU when the task runs there (``xp``)."""
