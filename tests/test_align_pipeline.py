@@ -25,18 +25,14 @@ def rms(a, b):
 @pytest.mark.parametrize("peak_counts", [100, 1000])   # peak SNR 10 and 32
 @pytest.mark.parametrize("max_shift", [8, None])
 def test_known_subpixel_drift_within_0_05_px(rng, image, peak_counts, max_shift):
-    """The defaults (zncc, gaussian:1 prefilter, 2-D gaussian peak fit) against the truth.
-
-    The FFT reference (phase correlation of the raw frames, scikit-image's method) is itself
-    fooled on some frames of these non-periodic, textured crops; where it is, the truth sides
-    with us, so only most of the frames are required to agree with it."""
+    """The defaults (zncc, gaussian:1 prefilter, 2-D gaussian peak fit) against the truth, and
+    the FFT reference (correlation of the periodic components) finds the same integer peak on every frame."""
     stack, truth = drift_stack(rng, n=10, shape=(128, 160), max_shift=6,
                                peak_counts=peak_counts, image=image)
     res = align(stack, max_shift=max_shift, device="cpu")
     assert rms(res.shifts, truth) <= 0.05
     assert np.abs(res.shifts - truth).max() < 0.25
-    fooled = ~res.agree
-    assert (np.abs(res.fft_shifts[fooled] - truth[fooled]).max(axis=1) > 0.25).all()
+    assert res.agree.all(), np.flatnonzero(~res.agree)
 
 
 @pytest.mark.parametrize("window,tol", [("tukey", 0.5), ("hann", 1.25)])

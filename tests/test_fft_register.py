@@ -8,7 +8,7 @@ from skimage.registration import phase_cross_correlation
 
 from xcorr_app.backend import to_numpy
 from xcorr_app.errors import XcorrError
-from xcorr_app.fft_register import fft_shifts, upsampled_dft
+from xcorr_app.fft_register import fft_shifts, periodic_spectrum, upsampled_dft
 
 # content moves of the frames; the shift to recover is minus these
 MOVES = [(-4.6, 6.15)], [(0.0, 0.0), (3.3, -7.45), (-5.2, 2.65), (10.0, -12.0), (-0.35, 0.8)]
@@ -139,3 +139,59 @@ def test_real_frames_use_half_spectra_with_the_same_result(rng, shape):
                             return_integer=True)
         for a, b in zip(viafft, real):
             np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_complex_reference_keeps_its_imaginary_part(rng):
+    ref = rng.random((24, 30)) + 1j * rng.random((24, 30))
+    frame = np.roll(ref, (2, -3), axis=(0, 1))
+    shifts, _ = fft_shifts(ref, frame[None])
+    assert shifts.tolist() == [[-2.0, 3.0]]
+    # the imaginary part alone carries the shift too
+    shifts, _ = fft_shifts(1j * ref.imag, (1j * frame.imag)[None])
+    assert shifts.tolist() == [[-2.0, 3.0]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(17, 23), (32, 40), (1, 9), (5, 300)])
+def test_periodic_spectrum_matches_the_direct_decomposition(xp, rng, shape, dtype):
+    """Against Moisan's definition: the smooth part solves lap(s) = v (the edge jumps) with
+    zero mean, computed here by a full FFT of v."""
+    u = rng.random((3,) + shape) + np.linspace(0, 4, shape[-1])  # a ramp: far from periodic
+    v = np.zeros_like(u)
+    v[..., 0, :] += u[..., -1, :] - u[..., 0, :]
+    v[..., -1, :] -= u[..., -1, :] - u[..., 0, :]
+    v[..., :, 0] += u[..., :, -1] - u[..., :, 0]
+    v[..., :, -1] -= u[..., :, -1] - u[..., :, 0]
+    h, w = shape
+    q, r = np.arange(h)[:, None], np.arange(w)[None]
+    den = 2 * np.cos(2 * np.pi * q / h) + 2 * np.cos(2 * np.pi * r / w) - 4
+    den[0, 0] = 1
+    s_hat = np.fft.fft2(v) / den
+    s_hat[..., 0, 0] = 0
+    want = np.fft.fft2(u) - s_hat
+    tol = (1e-5 if dtype == np.float32 else 1e-9) * np.abs(want).max()
+    ux = xp.asarray(u.astype(dtype))
+    got = to_numpy(periodic_spectrum(ux, xp.fft.fft2(ux)))
+    np.testing.assert_allclose(got, want, atol=tol)
+    half = to_numpy(periodic_spectrum(ux, xp.fft.rfft2(ux)))
+    np.testing.assert_allclose(half, want[..., :w // 2 + 1], atol=tol)
+    p = np.fft.ifft2(got).real
+
+    def seams(a):
+        return np.abs(a[..., 0, :] - a[..., -1, :]).sum() + np.abs(a[..., 0] - a[..., -1]).sum()
+
+    assert seams(p) < 0.5 * seams(u)
+
+
+def test_periodic_components_find_shifts_of_non_periodic_crops(xp, rng):
+    """A crop moving over a ramp: the seams pull plain correlation to zero; the periodic
+    components' correlation finds the shift."""
+    from scipy import ndimage as ndi
+
+    big = ndi.gaussian_filter(rng.random((120, 140)), 3) * 0.2 + np.linspace(0, 1, 140)
+    ref = big[20:84, 20:100]
+    frames = np.stack([big[20 - dy:84 - dy, 20 - dx:100 - dx] for dy, dx in [(3, -4), (-5, 2)]])
+    got, _ = fft_shifts(xp.asarray(ref), xp.asarray(frames), normalization=None, periodic=True)
+    assert to_numpy(got).tolist() == [[-3.0, 4.0], [5.0, -2.0]]
+    plain, _ = fft_shifts(ref, frames, normalization=None)
+    assert plain.tolist() != got.tolist()  # the seams did pull plain correlation

@@ -137,6 +137,77 @@ def cross_power(reference_spectrum, spectrum, phase=False):
     return spectrum
 
 
+_PERIODIC = {}
+
+
+def periodic_spectrum(images, spectrum):
+    """Subtract the smooth component of Moisan's periodic-plus-smooth decomposition [2]_ from
+    ``spectrum`` (the ``fft2``, or ``rfft2`` half, of ``images``), in place.
+
+    What is left is the spectrum of the periodic component: the image without the seam its
+    opposite edges make when an FFT wraps it around, which otherwise correlates with itself at
+    zero shift and pulls plain cross-correlation towards it.  The smooth component's spectrum is
+    built from 1-D FFTs of the edge differences, at no extra 2-D FFT.
+
+    Parameters
+    ----------
+    images : (..., H, W) real ndarray
+    spectrum : (..., H, W) or (..., H, W // 2 + 1) complex ndarray
+
+    Returns
+    -------
+    ndarray
+        ``spectrum``.
+
+    References
+    ----------
+    .. [2] Lionel Moisan, "Periodic plus smooth image decomposition", Journal of Mathematical
+           Imaging and Vision 39, 161-179 (2011). DOI:10.1007/s10851-010-0227-1
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ramp = np.add.outer(np.arange(6.0), np.arange(8.0))  # far from periodic
+    >>> p = np.fft.ifft2(periodic_spectrum(ramp, np.fft.fft2(ramp))).real
+    >>> bool(np.abs(p[0] - p[-1]).max() < np.abs(ramp[0] - ramp[-1]).max())
+    True
+    """
+    xp = array_module_of(spectrum)
+    h, w = images.shape[-2:]
+    wk = spectrum.shape[-1]
+    # edge differences: rows a = u[H-1] - u[0], columns b = u[:, W-1] - u[:, 0]
+    a = xp.fft.fft(images[..., -1, :] - images[..., 0, :], axis=-1)[..., :wk]
+    b = xp.fft.fft(images[..., :, -1] - images[..., :, 0], axis=-1)
+    a, b = a.astype(spectrum.dtype, copy=False), b.astype(spectrum.dtype, copy=False)
+    if xp is np:
+        q = np.arange(h)[:, None]
+        r = np.arange(wk)[None]
+        smooth = a[..., None, :] * (1 - np.exp(2j * np.pi * q / h)) + \
+            b[..., :, None] * (1 - np.exp(2j * np.pi * r / w))
+        den = 2 * np.cos(2 * np.pi * q / h) + 2 * np.cos(2 * np.pi * r / w) - 4
+        den[0, 0] = 1.0  # the smooth component has no mean: smooth[0, 0] is 0
+        spectrum -= smooth / den
+        return spectrum
+    real = np.dtype(spectrum.real.dtype).name
+    kernel = _PERIODIC.get(real)
+    if kernel is None:  # one pass, no full-size temporaries
+        kernel = _PERIODIC[real] = xp.ElementwiseKernel(
+            "raw T a, raw T b, int32 h, int32 w, int32 wk", "T f",
+            f"""
+            const int r = i % wk, q = (i / wk) % h, n = i / (wk * h);
+            const {real} two_pi = 6.283185307179586;
+            {real} sq, cq, sr, cr;
+            sincos(two_pi * q / h, &sq, &cq);
+            sincos(two_pi * r / w, &sr, &cr);
+            const T smooth = a[n * wk + r] * T(1 - cq, -sq) + b[n * h + q] * T(1 - cr, -sr);
+            const {real} den = 2 * cq + 2 * cr - 4;
+            if (q != 0 || r != 0) f -= smooth / den;
+            """, f"xcorr_periodic_{real}")
+    kernel(xp.ascontiguousarray(a), xp.ascontiguousarray(b), np.int32(h), np.int32(w),
+           np.int32(wk), spectrum)
+    return spectrum
+
+
 def _signed(index, size):
     """Wrap circular peak indices into signed shifts (above half the size means negative)."""
     xp = array_module_of(index)
@@ -200,7 +271,7 @@ def refine_upsampled(reference, frames, shifts, upsample_factor, normalization="
 
 
 def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
-               reference_is_fft=False, return_integer=False):
+               periodic=False, reference_is_fft=False, return_integer=False):
     """Shift of every frame against a reference by circular FFT cross-correlation.
 
     Parameters
@@ -215,6 +286,10 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     normalization : {"phase", None}, optional
         ``"phase"`` normalizes the cross-power spectrum to unit magnitude (phase
         correlation); None keeps the plain cross-correlation.
+    periodic : bool, optional
+        Correlate the periodic components of the images (:func:`periodic_spectrum`) instead of
+        the images, so the seams of the FFT's wrap-around do not pull the peak towards zero.
+        A reference given as its ``fft2`` must then be the periodic component's.
     reference_is_fft : bool, optional
         ``reference`` is already ``fft2(reference)``.
     return_integer : bool, optional
@@ -271,8 +346,13 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
             else xp.fft.rfft2(reference.astype(real))
         product = xp.fft.rfft2(frames.astype(real)).astype(cplx, copy=False)
     else:
-        ref_fft = reference if reference_is_fft else xp.fft.fft2(reference.astype(real))
+        ref_fft = reference if reference_is_fft else \
+            xp.fft.fft2(reference.astype(cplx if xp.iscomplexobj(reference) else real))
         product = xp.fft.fft2(frames).astype(cplx, copy=False)
+    if periodic:
+        product = periodic_spectrum(frames, product)
+        if not reference_is_fft:
+            ref_fft = periodic_spectrum(reference, ref_fft.astype(cplx, copy=False))
     cross_power(ref_fft, product, normalization == "phase")
 
     size = xp.asarray([h, w])
