@@ -19,6 +19,7 @@ def test_gpu_align_matches_truth_and_cpu(name, max_shift):
     assert np.abs(gpu.shifts - truth(name)).max() <= 0.1
     np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=2e-3)
     np.testing.assert_array_equal(gpu.agree, cpu.agree)
+    assert gpu.agree.all()
 
 
 def test_gpu_estimate_shifts_cupy_in_cupy_out(rng):
@@ -71,8 +72,10 @@ def test_gpu_known_subpixel_drift_within_0_05_px(rng, max_shift, peak_counts):
     res = align(stack, max_shift=max_shift, device="gpu")
     err = res.shifts - truth_
     assert np.sqrt(np.mean(err ** 2)) <= 0.05 and np.abs(err).max() < 0.25
+    assert res.agree.all(), np.flatnonzero(~res.agree)  # the FFT reference, on the GPU
     cpu = align(stack, max_shift=max_shift, device="cpu")
     np.testing.assert_allclose(res.shifts, cpu.shifts, atol=2e-3)
+    np.testing.assert_allclose(res.fft_shifts, cpu.fft_shifts, atol=0.051)  # 1/20 px grid
 
 
 @pytest.mark.parametrize("reference", ["first", "previous", "mean"])
