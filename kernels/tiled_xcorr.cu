@@ -115,3 +115,114 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
         }
     }
 }
+
+// Register-tiled "lane per pair" cross-correlation: our addition for many small matrices
+// (one-to-many, n-to-mn and n-to-m at 16-64 squared), where a warp of 32 shifts or 32 columns
+// leaves lanes idle and a shuffle or an atomic per FMA or two caps the FMA rate.
+//
+// The 32 lanes of a warp take 32 right matrices of one left (r = 32 * blockIdx.y + lane, left
+// blockIdx.z) and the same tile of TY x TX shifts, so every loop bound and every left value is
+// uniform across the warp.  A thread sums, for each right row y of its chunk and each left column
+// u, the outer product of a column of TY left values (read from shared memory, the same address
+// in all lanes: a broadcast) and a sliding window of TX right values of its own matrix, held in
+// registers: one right load and TY shared loads for TY * TX FMAs, no shuffle.  The window is a
+// circular buffer whose rotation is resolved at compile time (the column loop is unrolled by TX).
+//
+//   acc[i][j] += left[y + ky0 + i][u] * right[y][u - kx0 - j]
+//
+// The left matrix is staged in shared memory column-major, with TY - 1 zero rows above and
+// below, so rows outside the left read as 0 without a test; right columns outside the matrix
+// read as 0 by a test.  With one row chunk the sums are stored; with several (rows_per_chunk <
+// right_h, to fill the GPU when there are few pairs) they are added to the zeroed output.
+template <int FORM, int TY, int TX>
+__global__ void __launch_bounds__(128, TY * TX >= 64 ? 2 : 4)  // 8 x 8: 64 sums, 8 + 8 values
+pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
+                 float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
+                 int out_h, int out_w, int shift_y0, int shift_x0, int n_left, int m,
+                 int rows_per_chunk, int n_tiles, int tiles_x, int n_items) {
+    using namespace xcorr;
+    extern __shared__ float s_left[];  // [left_w][hp]: column u, padded row p = row + TY - 1
+    const int lane = threadIdx.x;
+    const int hp = left_h + 2 * (TY - 1);
+    const int li = blockIdx.z;
+    const float* lp = left + (size_t)li * left_h * left_w;  // li = 0 with one left
+    for (int k = threadIdx.y * 32 + lane; k < hp * left_w; k += blockDim.x * blockDim.y) {
+        int u;
+        const int row = div_floor(k, left_w, u) - (TY - 1);
+        s_left[u * hp + row + TY - 1] =
+            (row >= 0 && row < left_h) ? lp[(size_t)row * left_w + u] : 0.0f;
+    }
+    __syncthreads();
+
+    const int r = blockIdx.y * 32 + lane;
+    const bool lane_ok = r < m;
+    const size_t right_size = (size_t)right_h * right_w, out_size = (size_t)out_h * out_w;
+    const float* rp =
+        right + (size_t)(FORM == N_TO_MN ? li * m + (lane_ok ? r : 0) : (lane_ok ? r : 0)) *
+                    right_size;
+    float* op = out + ((size_t)li * m + r) * out_size;
+    const bool chunked = rows_per_chunk < right_h;
+
+    for (int item = blockIdx.x * blockDim.y + threadIdx.y; item < n_items;
+         item += gridDim.x * blockDim.y) {
+        int tile;
+        const int chunk = div_floor(item, n_tiles, tile);
+        int tx_index;
+        const int ty_index = div_floor(tile, tiles_x, tx_index);
+        const int ky0 = shift_y0 + ty_index * TY, kx0 = shift_x0 + tx_index * TX;
+        // right rows of the chunk that meet a left row at one of the tile's y-shifts
+        const int y_begin = max(chunk * rows_per_chunk, max(0, -(ky0 + TY - 1)));
+        const int y_end = min(min(chunk * rows_per_chunk + rows_per_chunk, right_h), left_h - ky0);
+        // left columns that meet a right column at one of the tile's x-shifts
+        const int u_begin = max(0, kx0), u_end = min(left_w, kx0 + TX - 1 + right_w);
+        float acc[TY][TX] = {};  // all zero
+        for (int y = y_begin; y < y_end && u_begin < u_end; ++y) {
+            const float* rrow = rp + (size_t)y * right_w;
+            const float* lcol = s_left + y + ky0 + TY - 1;  // lcol[u * hp + i]: left[y+ky0+i][u]
+            auto right_at = [&](int c) {
+                return (c >= 0 && c < right_w) ? __ldg(rrow + c) : 0.0f;
+            };
+            // window slot (s - j) mod TX holds right[y][u - kx0 - j] at step s (u = u_begin + s)
+            float win[TX];
+#pragma unroll
+            for (int j = 1; j < TX; ++j) win[TX - j] = right_at(u_begin - kx0 - j);
+            auto step = [&](int u, int s) {  // s: a constant after unrolling
+                win[s] = right_at(u - kx0);
+                float lv[TY];
+#pragma unroll
+                for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
+#pragma unroll
+                for (int i = 0; i < TY; ++i)
+#pragma unroll
+                    for (int j = 0; j < TX; ++j)
+                        acc[i][j] = fmaf(lv[i], win[(s - j + TX) % TX], acc[i][j]);
+            };
+            int u = u_begin;
+            for (; u + TX <= u_end; u += TX) {
+#pragma unroll
+                for (int s = 0; s < TX; ++s) step(u + s, s);
+            }
+#pragma unroll
+            for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
+                if (u + s >= u_end) break;
+                step(u + s, s);
+            }
+        }
+        if (!lane_ok) continue;
+#pragma unroll
+        for (int i = 0; i < TY; ++i) {
+            const int iy = ky0 + i - shift_y0;
+#pragma unroll
+            for (int j = 0; j < TX; ++j) {
+                const int ix = kx0 + j - shift_x0;
+                if (iy < out_h && ix < out_w) {
+                    float* p = op + (size_t)iy * out_w + ix;
+                    if (chunked)
+                        atomicAdd(p, acc[i][j]);
+                    else
+                        *p = acc[i][j];
+                }
+            }
+        }
+    }
+}

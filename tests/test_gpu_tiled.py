@@ -37,3 +37,73 @@ def test_large_frames_bounded():
               rows_per_chunk=rpc)
         check("one_to_many", (300, 290), 5, 16, tile_y=4, tile_x=4, rights=2,
               rows_per_chunk=rpc)
+
+
+# ------------------------------------------------------------ the lane-per-pair kernel
+
+from xcorr_app.gpu_tiled import PAIR_FORMS, PAIR_TILES  # noqa: E402
+
+PAIR_CASES = [(f, t, rpc) for f in PAIR_FORMS for t in PAIR_TILES for rpc in (0, 5)]
+PAIR_SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (64, 64), (100, 37)]  # left fits 48 KiB
+
+
+def check_pairs(form, lshape, count, max_shift, rshape=None, **params):
+    from xcorr_app.gpu_tiled import pair_tiled_xcorr
+
+    shuffle_check(form, lshape, count, max_shift, rshape, kernel=pair_tiled_xcorr, **params)
+
+
+@pytest.mark.parametrize("form,tile,rpc", PAIR_CASES,
+                         ids=[f"{f}-{'.'.join(map(str, t))}-rows{r}" for f, t, r in PAIR_CASES])
+def test_pair_tile(form, tile, rpc):
+    params = dict(tile_y=tile[0], tile_x=tile[1], rows_per_chunk=rpc)
+    for lshape in PAIR_SIZES:
+        for count in counts_for(form):
+            check_pairs(form, lshape, count, None, **params)
+    for max_shift in BOUNDS:
+        for lshape in [(5, 3), (31, 33), (100, 37)]:
+            check_pairs(form, lshape, 3, max_shift, **params)
+    for lshape, rshape in [((31, 33), (7, 13)), ((7, 13), (40, 70)), ((1, 1), (5, 3)),
+                           ((20, 9), (9, 20))]:
+        check_pairs(form, lshape, 3, None, rshape, **params)
+        check_pairs(form, lshape, 3, 4, rshape, **params)
+
+
+@pytest.mark.parametrize("form,m", [("one_to_many", 70), ("n_to_mn", 40), ("n_to_m", 65)])
+@pytest.mark.parametrize("tile", [(4, 8), (8, 8)])
+def test_pair_tiled_many_rights(rng, form, m, tile):
+    """More right matrices than one warp's 32 lanes (a partial last lane group), several lefts."""
+    import cupy as cp
+
+    from xcorr_app import reference
+    from xcorr_app.gpu_tiled import pair_tiled_xcorr
+
+    from conftest import poisoned, rel_error
+
+    lh, lw, rh, rw = 19, 23, 17, 26
+    left = rng.standard_normal((lh, lw) if form == "one_to_many" else (3, lh, lw))
+    right = rng.standard_normal({"one_to_many": (m, rh, rw), "n_to_mn": (3, m, rh, rw),
+                                 "n_to_m": (m, rh, rw)}[form])
+    for max_shift, rpc in [(None, 0), (None, 6), ((5, 30), 0)]:
+        want = reference.xcorr(left, right, form, max_shift)
+        out = poisoned(cp, want.shape)
+        got = pair_tiled_xcorr(cp.asarray(left, cp.float32), cp.asarray(right, cp.float32),
+                               form, max_shift, out=out, tile_y=tile[0], tile_x=tile[1],
+                               rows_per_chunk=rpc)
+        assert got is out
+        assert rel_error(got.get(), want) <= 1e-5, (form, m, tile, max_shift, rpc)
+
+
+def test_pair_tiled_refuses_what_it_cannot_run():
+    import cupy as cp
+
+    from xcorr_app import cross_correlate
+    from xcorr_app.errors import XcorrError
+
+    big = cp.zeros((257, 129), cp.float32)
+    with pytest.raises(XcorrError, match="shared memory"):
+        cross_correlate(big, cp.zeros((4, 257, 129), cp.float32), "one_to_many",
+                        method="pair_tiled")
+    with pytest.raises(XcorrError, match="many right matrices"):
+        cross_correlate(cp.zeros((8, 8), cp.float32), cp.zeros((8, 8), cp.float32),
+                        "one_to_one", method="pair_tiled")

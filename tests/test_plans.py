@@ -8,7 +8,7 @@ import pytest
 from xcorr_app import cross_correlate, reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.forms import FORM_IDS, FORMS, form_layout
-from xcorr_app.gpu_tiled import TILED
+from xcorr_app.gpu_tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.plans import Plan
 from xcorr_app import planner
@@ -18,6 +18,8 @@ from conftest import rel_error
 
 @pytest.mark.parametrize("spec", ["fft", "direct", "overlap", "warp_per_shift:shared=1",
                                   "tiled:tile_y=8,rights=2,rows_per_chunk=64",
+                                  "pair_tiled:tile_y=8,tile_x=8,rows_per_chunk=5",
+                                  "pair_tiled:tile_x=8",
                                   "warp_shuffle:rights=4,shifts=2",
                                   "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3"])
 def test_plan_string_round_trip(spec):
@@ -84,6 +86,14 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
             assert (FORM_IDS[form], p.tile_y, p.tile_x, p.rights) in TILED.instantiations
             assert p.rights <= max(1, lay.m) and 0 <= p.rows_per_chunk < lay.right_shape[0]
     assert any(p.method == "tiled" for p in plans)
+    pairs = [p for p in plans if p.method == "pair_tiled"]
+    for p in pairs:
+        assert (FORM_IDS[form], p.tile_y, p.tile_x) in PAIR_TILED.instantiations
+        assert pair_shared_bytes(lay.left_shape, p.tile_y) <= PAIR_MAX_SHARED
+        assert 0 <= p.rows_per_chunk < lay.right_shape[0]
+    # many right matrices per left and a left that fits shared memory: offered
+    fits = pair_shared_bytes(lay.left_shape, 4) <= PAIR_MAX_SHARED
+    assert bool(pairs) == (form != "one_to_one" and lay.m >= 8 and fits)
     assert all(v in VARIANTS[form] for v in
                [(p.lefts, p.rights, p.shifts, p.left_rows) for p in shuffles])
 
@@ -126,7 +136,8 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
                                   "warp_shuffle:shifts=4,left_rows=2,distribution=triangle,"
                                   "rows_per_worker=5",
                                   "warp_per_shift:shared=1", "overlap", "fft",
-                                  "tiled:tile_y=3,tile_x=3,rights=2,rows_per_chunk=5"])
+                                  "tiled:tile_y=3,tile_x=3,rights=2,rows_per_chunk=5",
+                                  "pair_tiled:tile_y=8,tile_x=4,rows_per_chunk=5"])
 def test_cross_correlate_runs_named_plans(rng, spec):
     a, b = rng.random((21, 19)), rng.random((5, 21, 19))
     want = reference.xcorr(a, b, "one_to_many", 6)

@@ -188,7 +188,7 @@ def periodic_spectrum(images, spectrum):
         den[0, 0] = 1.0  # the smooth component has no mean: smooth[0, 0] is 0
         spectrum -= smooth / den
         return spectrum
-    real = np.dtype(spectrum.real.dtype).name
+    real = {"float32": "float", "float64": "double"}[np.dtype(spectrum.real.dtype).name]
     kernel = _PERIODIC.get(real)
     if kernel is None:  # one pass, no full-size temporaries
         kernel = _PERIODIC[real] = xp.ElementwiseKernel(

@@ -1,10 +1,17 @@
-"""GPU launcher of the register-tiled column-strip kernel (``kernels/tiled_xcorr.cu``).
+"""GPU launchers of the register-tiled kernels (``kernels/tiled_xcorr.cu``): the column strip
+(:func:`tiled_xcorr`) and the lane-per-pair kernel (:func:`pair_tiled_xcorr`).
 
 Our addition beyond the thesis: a warp owns a tile of ``tile_y x tile_x`` shifts, 32 right
 columns and a chunk of ``rows_per_chunk`` right rows, and keeps a sliding window of left values
 in registers, so each right row costs ``tile_x`` left loads and ``rights`` right loads for
 ``tile_y * tile_x * rights`` FMAs and no shuffles.  It suits bounded searches on large frames,
 where the warp-shuffle kernels leave most lanes without a shift.
+
+The lane-per-pair kernel is for many small matrices: the 32 lanes of a warp take 32 right
+matrices of one left and the same ``tile_y x tile_x`` shifts, so the left values are the same
+in every lane (staged in shared memory, read by broadcast) and each lane slides a window of
+``tile_x`` values along its own right row: ``tile_y`` shared loads and one right load for
+``tile_y * tile_x`` FMAs.
 
 Examples
 --------
@@ -31,8 +38,22 @@ TILES = {f: _ONE_RIGHT + ([] if f == "one_to_one" else _MANY_RIGHTS) for f in FO
 
 TILED = KernelFamily("tiled_xcorr.cu", "tiled_xcorr",
                      [(FORM_IDS[f],) + t for f in FORMS for t in TILES[f]])
+#: (tile_y, tile_x) of the lane-per-pair kernel, compiled for the forms with many right matrices
+PAIR_TILES = [(4, 4), (4, 8), (8, 4), (8, 8)]
+PAIR_FORMS = ("one_to_many", "n_to_mn", "n_to_m")
+PAIR_TILED = KernelFamily("tiled_xcorr.cu", "pair_tiled_xcorr",
+                          [(FORM_IDS[f],) + t for f in PAIR_FORMS for t in PAIR_TILES])
+#: shared memory of the staged left matrix (the default dynamic limit)
+PAIR_MAX_SHARED = 48 * 1024
 WARPS_PER_BLOCK = 4  # __launch_bounds__(128, 4)
 MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535
+
+
+def pair_shared_bytes(left_shape, tile_y) -> int:
+    """Shared memory of the lane-per-pair kernel: the left matrix with ``tile_y - 1`` zero rows
+    above and below."""
+    return 4 * (left_shape[-2] + 2 * (tile_y - 1)) * left_shape[-1]
 
 
 def _configure(form, left_shape, right_shape, max_shift, params):
@@ -78,3 +99,61 @@ def tiled_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *, til
     params = (("tile_y", tile_y), ("tile_x", tile_x), ("rights", rights),
               ("rows_per_chunk", rows_per_chunk))
     return launch(_configure, left, right, form, max_shift, out, params)
+
+
+def _configure_pairs(form, left_shape, right_shape, max_shift, params):
+    lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
+    ho, wo = out_shape[-2:]
+    ty, tx = params["tile_y"], params["tile_x"]
+    if lay.form not in PAIR_FORMS:
+        raise ValueError(f"the lane-per-pair kernel needs many right matrices per left "
+                         f"(forms {', '.join(PAIR_FORMS)}), not {lay.form}")
+    smem = pair_shared_bytes(lay.left_shape, ty)
+    if smem > PAIR_MAX_SHARED:
+        raise ValueError(f"a left matrix of {lay.left_shape} does not fit the "
+                         f"{PAIR_MAX_SHARED // 1024} KiB of shared memory of this kernel")
+    lane_groups = -(-lay.m // 32)
+    if lane_groups > MAX_GRID_YZ or lay.n_left > MAX_GRID_YZ:
+        raise ValueError(f"too many matrices for one launch ({lay.n_left} x {lay.m})")
+    fn = PAIR_TILED.get(lay.form_id, ty, tx)
+    rh = lay.right_shape[0]
+    rpc = min(params["rows_per_chunk"] or rh, rh)
+    tiles_x = -(-wo // tx)
+    n_tiles = -(-ho // ty) * tiles_x
+    n_items = n_tiles * -(-rh // rpc)
+    grid = (min(-(-n_items // WARPS_PER_BLOCK), MAX_GRID_X), lane_groups, lay.n_left)
+    i32 = np.int32
+    scalars = geom + (i32(lay.n_left), i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x),
+                      i32(n_items))
+    return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, smem, rpc < rh, out_shape
+
+
+def pair_tiled_xcorr(left, right, form="one_to_many", max_shift=None, out=None, *, tile_y=4,
+                     tile_x=8, rows_per_chunk=0):
+    """Cross-correlate CuPy arrays with the lane-per-pair register-tiled kernel.
+
+    Parameters
+    ----------
+    left, right, form, max_shift, out
+        As :func:`xcorr_app.cross_correlate` (float32 CuPy result); ``form`` one of
+        :data:`PAIR_FORMS`.
+    tile_y, tile_x : int
+        Shifts per thread along y and x (a compiled pair, see :data:`PAIR_TILES`).
+    rows_per_chunk : int
+        Right rows one thread sums (0: all); smaller chunks give more warps, whose sums are
+        then added to the output atomically.
+
+    Returns
+    -------
+    cupy.ndarray
+        ``batch_shape + (Ho, Wo)`` float32.
+
+    Examples
+    --------
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> ref, frames = cp.random.rand(32, 32), cp.random.rand(4000, 32, 32)  # doctest: +SKIP
+    >>> pair_tiled_xcorr(ref, frames, "one_to_many", tile_y=8, tile_x=8).shape  # doctest: +SKIP
+    (4000, 63, 63)
+    """
+    params = (("tile_y", tile_y), ("tile_x", tile_x), ("rows_per_chunk", rows_per_chunk))
+    return launch(_configure_pairs, left, right, form, max_shift, out, params)

@@ -7,7 +7,8 @@ events and keeps the fastest; the decision is cached in memory and on disk
 hash of the kernel sources, so later runs and processes reuse it.
 
 Candidates are measured in two stages: first the FFT, the overlap-wise baseline, the
-warp-per-shift kernels (small matrices), the register-tiled kernel with every compiled tile
+warp-per-shift kernels (small matrices), the register-tiled kernels (column strip; lane per
+pair, for many right matrices) with every compiled tile
 that fits, and every compiled warp-shuffle variant that fits the
 problem without work distribution; then, for the three fastest warp-shuffle variants, the
 rectangle and triangle distributions with two task sizes chosen to fill the GPU.  The plan
@@ -43,6 +44,7 @@ from .plans import Plan, run_plan
 from .shifts import first_shift, normalize_max_shift, output_shape
 
 __all__ = ["Decision", "decide", "candidates", "distribution_candidates", "tiled_candidates",
+           "pair_tiled_candidates",
            "rule_plan",
            "run_plan", "cache_path"]
 
@@ -96,6 +98,7 @@ def candidates(lay, max_shift, sm_count=None) -> list:
         if staged_bytes(lay.right_shape) <= MAX_STAGED_BYTES:
             plans.append(Plan("warp_per_shift", shared=1))
     plans += tiled_candidates(lay, max_shift, sm_count or _sm_count())
+    plans += pair_tiled_candidates(lay, max_shift, sm_count or _sm_count())
     for v in VARIANTS[lay.form]:
         if _fits(v, lay, ho):
             lefts, rights, shifts, left_rows = v
@@ -119,6 +122,29 @@ def tiled_candidates(lay, max_shift, sm_count: int) -> list:
         chunks = max(1, -(-TARGET_WARPS_PER_SM * sm_count // warps))
         rows = max(8, -(-rh // chunks))
         plans.append(Plan("tiled", tile_y=ty, tile_x=tx, rights=rights,
+                          rows_per_chunk=0 if rows >= rh else rows))
+    return plans
+
+
+def pair_tiled_candidates(lay, max_shift, sm_count: int) -> list:
+    """Lane-per-pair plans (forms with at least 8 right matrices per left, a left that fits
+    shared memory), each with a row chunk that gives the GPU about
+    :data:`TARGET_WARPS_PER_SM` warps per SM."""
+    from .gpu_tiled import PAIR_FORMS, PAIR_MAX_SHARED, PAIR_TILES, pair_shared_bytes
+
+    if lay.form not in PAIR_FORMS or lay.m < 8:
+        return []
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    rh = lay.right_shape[0]
+    plans = []
+    for ty, tx in PAIR_TILES:
+        if ty > 2 * ho or tx > 2 * wo or \
+                pair_shared_bytes(lay.left_shape, ty) > PAIR_MAX_SHARED:
+            continue
+        warps = -(-ho // ty) * -(-wo // tx) * -(-lay.m // 32) * lay.n_left
+        chunks = max(1, -(-TARGET_WARPS_PER_SM * sm_count // warps))
+        rows = max(4, -(-rh // chunks))
+        plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx,
                           rows_per_chunk=0 if rows >= rh else rows))
     return plans
 

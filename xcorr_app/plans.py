@@ -9,6 +9,7 @@ the planner's cache show::
     warp_per_shift:shared=1
     warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8
     tiled:tile_y=8,rights=2,rows_per_chunk=64
+    pair_tiled:tile_y=8,tile_x=8
 
 Examples
 --------
@@ -25,12 +26,13 @@ from .errors import XcorrError
 from .work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
-METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled")
-GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift", "tiled")
+METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled")
+GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled")
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
            "warp_per_shift": ("shared",),
-           "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk")}
+           "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk"),
+           "pair_tiled": ("tile_y", "tile_x", "rows_per_chunk")}
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,14 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
             return tiled_xcorr(left, right, form, max_shift, out=out, tile_y=plan.tile_y,
                                tile_x=plan.tile_x, rights=plan.rights,
                                rows_per_chunk=plan.rows_per_chunk)
+        except ValueError as exc:
+            raise XcorrError(f"method {plan}: {exc}") from None
+    if plan.method == "pair_tiled":
+        from .gpu_tiled import pair_tiled_xcorr
+
+        try:
+            return pair_tiled_xcorr(left, right, form, max_shift, out=out, tile_y=plan.tile_y,
+                                    tile_x=plan.tile_x, rows_per_chunk=plan.rows_per_chunk)
         except ValueError as exc:
             raise XcorrError(f"method {plan}: {exc}") from None
     from . import reference
