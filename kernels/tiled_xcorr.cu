@@ -130,16 +130,19 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 //
 //   acc[i][j] += left[y + ky0 + i][u] * right[y][u - kx0 - j]
 //
-// The left matrix is staged in shared memory column-major, with TY - 1 zero rows above and
-// below, so rows outside the left read as 0 without a test; right columns outside the matrix
-// read as 0 by a test.  With one row chunk the sums are stored; with several (rows_per_chunk <
-// right_h, to fill the GPU when there are few pairs) they are added to the zeroed output.
+// The right matrices come rearranged by the launcher with the matrix index fastest,
+// right_t[g][y][TX - 1 + x][r] (g: the left's group for n-to-mn, else 0; r padded to a multiple
+// of 32; TX - 1 zero columns on either side), so a warp's right load is one coalesced 128-byte
+// line and needs no bounds test.  The left matrix is staged in shared memory column-major, with
+// TY - 1 zero rows above and below, so rows outside the left read as 0 without a test.  With one
+// row chunk the sums are stored; with several (rows_per_chunk < right_h, to fill the GPU when
+// there are few pairs) they are added to the zeroed output.
 template <int FORM, int TY, int TX>
-__global__ void __launch_bounds__(128, TY * TX >= 64 ? 2 : 4)  // 8 x 8: 64 sums, 8 + 8 values
-pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
+__global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
+pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
                  float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
                  int out_h, int out_w, int shift_y0, int shift_x0, int n_left, int m,
-                 int rows_per_chunk, int n_tiles, int tiles_x, int n_items) {
+                 int rows_per_chunk, int n_tiles, int tiles_x, int n_items, int m_pad) {
     using namespace xcorr;
     extern __shared__ float s_left[];  // [left_w][hp]: column u, padded row p = row + TY - 1
     const int lane = threadIdx.x;
@@ -155,11 +158,11 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
     __syncthreads();
 
     const int r = blockIdx.y * 32 + lane;
-    const bool lane_ok = r < m;
-    const size_t right_size = (size_t)right_h * right_w, out_size = (size_t)out_h * out_w;
-    const float* rp =
-        right + (size_t)(FORM == N_TO_MN ? li * m + (lane_ok ? r : 0) : (lane_ok ? r : 0)) *
-                    right_size;
+    const int wp = right_w + 2 * (TX - 1);  // padded right row
+    const size_t out_size = (size_t)out_h * out_w;
+    // right_t[g][y][TX - 1 + c][r] at rp + (y * wp + c) * m_pad
+    const float* rp = right_t + ((size_t)(FORM == N_TO_MN ? li : 0) * right_h * wp + TX - 1) *
+                                    m_pad + r;
     float* op = out + ((size_t)li * m + r) * out_size;
     const bool chunked = rows_per_chunk < right_h;
 
@@ -177,17 +180,15 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
         const int u_begin = max(0, kx0), u_end = min(left_w, kx0 + TX - 1 + right_w);
         float acc[TY][TX] = {};  // all zero
         for (int y = y_begin; y < y_end && u_begin < u_end; ++y) {
-            const float* rrow = rp + (size_t)y * right_w;
+            // rrow[c * m_pad]: right[y][c - kx0], zero outside the row
+            const float* rrow = rp + ((size_t)y * wp - kx0) * m_pad;
             const float* lcol = s_left + y + ky0 + TY - 1;  // lcol[u * hp + i]: left[y+ky0+i][u]
-            auto right_at = [&](int c) {
-                return (c >= 0 && c < right_w) ? __ldg(rrow + c) : 0.0f;
-            };
             // window slot (s - j) mod TX holds right[y][u - kx0 - j] at step s (u = u_begin + s)
             float win[TX];
 #pragma unroll
-            for (int j = 1; j < TX; ++j) win[TX - j] = right_at(u_begin - kx0 - j);
+            for (int j = 1; j < TX; ++j) win[TX - j] = __ldg(rrow + (size_t)(u_begin - j) * m_pad);
             auto step = [&](int u, int s) {  // s: a constant after unrolling
-                win[s] = right_at(u - kx0);
+                win[s] = __ldg(rrow + (size_t)u * m_pad);
                 float lv[TY];
 #pragma unroll
                 for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
@@ -208,7 +209,7 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                 step(u + s, s);
             }
         }
-        if (!lane_ok) continue;
+        if (r >= m) continue;
 #pragma unroll
         for (int i = 0; i < TY; ++i) {
             const int iy = ky0 + i - shift_y0;

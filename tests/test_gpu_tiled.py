@@ -5,7 +5,7 @@ import pytest
 from xcorr_app.forms import FORMS
 from xcorr_app.gpu_tiled import TILES
 
-from test_gpu_warp_shuffle import SIZES, bounded_and_unequal, counts_for
+from test_gpu_warp_shuffle import BOUNDS, SIZES, bounded_and_unequal, counts_for
 from test_gpu_warp_shuffle import check as shuffle_check
 
 pytestmark = pytest.mark.gpu

@@ -179,12 +179,14 @@ def periodic_spectrum(images, spectrum):
     a = xp.fft.fft(images[..., -1, :] - images[..., 0, :], axis=-1)[..., :wk]
     b = xp.fft.fft(images[..., :, -1] - images[..., :, 0], axis=-1)
     a, b = a.astype(spectrum.dtype, copy=False), b.astype(spectrum.dtype, copy=False)
+    # In half angles, free of cancellation near 0: 1 - exp(i t) = 2 sin^2(t/2) - i sin t and
+    # 2 cos t1 + 2 cos t2 - 4 = -4 (sin^2(t1/2) + sin^2(t2/2)).
     if xp is np:
-        q = np.arange(h)[:, None]
-        r = np.arange(wk)[None]
-        smooth = a[..., None, :] * (1 - np.exp(2j * np.pi * q / h)) + \
-            b[..., :, None] * (1 - np.exp(2j * np.pi * r / w))
-        den = 2 * np.cos(2 * np.pi * q / h) + 2 * np.cos(2 * np.pi * r / w) - 4
+        sq, cq = np.sin(np.pi * np.arange(h) / h)[:, None], np.cos(np.pi * np.arange(h) / h)[:, None]
+        sr, cr = np.sin(np.pi * np.arange(wk) / w)[None], np.cos(np.pi * np.arange(wk) / w)[None]
+        smooth = a[..., None, :] * (2 * sq * sq - 2j * sq * cq) + \
+            b[..., :, None] * (2 * sr * sr - 2j * sr * cr)
+        den = -4 * (sq * sq + sr * sr)
         den[0, 0] = 1.0  # the smooth component has no mean: smooth[0, 0] is 0
         spectrum -= smooth / den
         return spectrum
@@ -195,12 +197,13 @@ def periodic_spectrum(images, spectrum):
             "raw T a, raw T b, int32 h, int32 w, int32 wk", "T f",
             f"""
             const int r = i % wk, q = (i / wk) % h, n = i / (wk * h);
-            const {real} two_pi = 6.283185307179586;
+            const {real} pi = 3.141592653589793;
             {real} sq, cq, sr, cr;
-            sincos(two_pi * q / h, &sq, &cq);
-            sincos(two_pi * r / w, &sr, &cr);
-            const T smooth = a[n * wk + r] * T(1 - cq, -sq) + b[n * h + q] * T(1 - cr, -sr);
-            const {real} den = 2 * cq + 2 * cr - 4;
+            sincos(pi * q / h, &sq, &cq);
+            sincos(pi * r / w, &sr, &cr);
+            const T smooth = a[n * wk + r] * T(2 * sq * sq, -2 * sq * cq) +
+                             b[n * h + q] * T(2 * sr * sr, -2 * sr * cr);
+            const {real} den = -4 * (sq * sq + sr * sr);
             if (q != 0 || r != 0) f -= smooth / den;
             """, f"xcorr_periodic_{real}")
     kernel(xp.ascontiguousarray(a), xp.ascontiguousarray(b), np.int32(h), np.int32(w),

@@ -11,7 +11,8 @@ The lane-per-pair kernel is for many small matrices: the 32 lanes of a warp take
 matrices of one left and the same ``tile_y x tile_x`` shifts, so the left values are the same
 in every lane (staged in shared memory, read by broadcast) and each lane slides a window of
 ``tile_x`` values along its own right row: ``tile_y`` shared loads and one right load for
-``tile_y * tile_x`` FMAs.
+``tile_y * tile_x`` FMAs.  The right matrices are first rearranged with the matrix index
+fastest (:func:`arranged_rights`), so that load is coalesced.
 
 Examples
 --------
@@ -124,8 +125,23 @@ def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     grid = (min(-(-n_items // WARPS_PER_BLOCK), MAX_GRID_X), lane_groups, lay.n_left)
     i32 = np.int32
     scalars = geom + (i32(lay.n_left), i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x),
-                      i32(n_items))
+                      i32(n_items), i32(lane_groups * 32))
     return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, smem, rpc < rh, out_shape
+
+
+def arranged_rights(right, lay, tile_x):
+    """The right matrices as the lane-per-pair kernel reads them: ``[g][y][tile_x - 1 +
+    x][r]``, the matrix index fastest (padded to a multiple of 32) and ``tile_x - 1`` zero
+    columns on either side; ``g`` is the left's group for ``n_to_mn`` (else one group)."""
+    import cupy as cp
+
+    rh, rw = lay.right_shape
+    groups = lay.n_left if lay.form == "n_to_mn" else 1
+    pad = tile_x - 1
+    m_pad = -(-lay.m // 32) * 32
+    out = cp.zeros((groups, rh, rw + 2 * pad, m_pad), cp.float32)
+    out[:, :, pad:pad + rw, :lay.m] = right.reshape(groups, lay.m, rh, rw).transpose(0, 2, 3, 1)
+    return out
 
 
 def pair_tiled_xcorr(left, right, form="one_to_many", max_shift=None, out=None, *, tile_y=4,
@@ -156,4 +172,5 @@ def pair_tiled_xcorr(left, right, form="one_to_many", max_shift=None, out=None, 
     (4000, 63, 63)
     """
     params = (("tile_y", tile_y), ("tile_x", tile_x), ("rows_per_chunk", rows_per_chunk))
-    return launch(_configure_pairs, left, right, form, max_shift, out, params)
+    return launch(_configure_pairs, left, right, form, max_shift, out, params,
+                  arrange=lambda r, lay: arranged_rights(r, lay, tile_x))

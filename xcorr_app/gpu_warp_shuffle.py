@@ -56,12 +56,13 @@ MAX_STAGED_BYTES = 48 * 1024
 _LAUNCHES: dict = {}
 
 
-def launch(configure, left, right, form, max_shift, out, params):
+def launch(configure, left, right, form, max_shift, out, params, arrange=None):
     """Compile (once), configure (once per problem) and launch one kernel.
 
     ``configure(form, left_shape, right_shape, max_shift, params)`` returns ``(fn, grid, block,
     scalars, shared_mem, zero_first, out_shape)``; it runs once per (kernel, shapes, bound,
     parameters, device) and is kept, so a repeated call costs little more than the launch.
+    ``arrange(right, layout)``, if given, makes the array the kernel reads in place of ``right``.
     """
     import cupy as cp
 
@@ -78,6 +79,8 @@ def launch(configure, left, right, form, max_shift, out, params):
     if zero:
         out.fill(0)
     if fn is not None:
+        if arrange is not None:
+            right = arrange(right, form_layout(form, left.shape, right.shape))
         fn(grid, block, (left, right, out) + scalars, shared_mem=smem)
     return out
 
