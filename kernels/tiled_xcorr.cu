@@ -134,9 +134,11 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 // right_t[g][y][TX - 1 + x][r] (g: the left's group for n-to-mn, else 0; r padded to a multiple
 // of 32; TX - 1 zero columns on either side), so a warp's right load is one coalesced 128-byte
 // line and needs no bounds test.  The left matrix is staged in shared memory column-major, with
-// TY - 1 zero rows above and below, so rows outside the left read as 0 without a test.  With one
-// row chunk the sums are stored; with several (rows_per_chunk < right_h, to fill the GPU when
-// there are few pairs) they are added to the zeroed output.
+// TY - 1 zero rows above and below, so rows outside the left read as 0 without a test.  The sums
+// leave through shared memory, one matrix's tile at a time, so the stores are rows of TX
+// consecutive floats rather than 32 scattered words.  With one row chunk the sums are stored;
+// with several (rows_per_chunk < right_h, to fill the GPU when there are few pairs) they are
+// added to the zeroed output.
 template <int FORM, int TY, int TX>
 __global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
 pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
@@ -144,7 +146,8 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                  int out_h, int out_w, int shift_y0, int shift_x0, int n_left, int m,
                  int rows_per_chunk, int n_tiles, int tiles_x, int n_items, int m_pad) {
     using namespace xcorr;
-    extern __shared__ float s_left[];  // [left_w][hp]: column u, padded row p = row + TY - 1
+    // [left_w][hp]: column u, padded row p = row + TY - 1; then each warp's TY * TX * 33 sums
+    extern __shared__ float s_left[];
     const int lane = threadIdx.x;
     const int hp = left_h + 2 * (TY - 1);
     const int li = blockIdx.z;
@@ -156,6 +159,7 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
             (row >= 0 && row < left_h) ? lp[(size_t)row * left_w + u] : 0.0f;
     }
     __syncthreads();
+    float* s_out = s_left + hp * left_w + threadIdx.y * (TY * TX * 33);  // this warp's sums
 
     const int r = blockIdx.y * 32 + lane;
     const int wp = right_w + 2 * (TX - 1);  // padded right row
@@ -209,19 +213,31 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                 step(u + s, s);
             }
         }
-        if (r >= m) continue;
+        // Out through shared memory: lane l's sums go to s_out[(i * TX + j) * 33 + l] (33: no
+        // bank conflicts), then the warp writes one matrix's TY x TX block at a time, lane e
+        // taking sum e: rows of TX consecutive floats instead of 32 scattered words.
+        __syncwarp();
 #pragma unroll
-        for (int i = 0; i < TY; ++i) {
-            const int iy = ky0 + i - shift_y0;
+        for (int i = 0; i < TY; ++i)
 #pragma unroll
-            for (int j = 0; j < TX; ++j) {
-                const int ix = kx0 + j - shift_x0;
-                if (iy < out_h && ix < out_w) {
-                    float* p = op + (size_t)iy * out_w + ix;
+            for (int j = 0; j < TX; ++j) s_out[(i * TX + j) * 33 + lane] = acc[i][j];
+        __syncwarp();
+        const int lanes = min(32, m - (r - lane));  // matrices of this lane group
+        for (int l = 0; l < lanes; ++l) {
+            float* ol = op + (size_t)(l - lane) * out_size;  // matrix r - lane + l
+#pragma unroll
+            for (int e0 = 0; e0 < TY * TX; e0 += 32) {
+                const int e = e0 + lane;
+                int j;
+                const int i = div_floor(e, TX, j);  // TX a power of two: a shift
+                const int iy = ky0 + i - shift_y0, ix = kx0 + j - shift_x0;
+                if (e < TY * TX && iy < out_h && ix < out_w) {
+                    const float v = s_out[e * 33 + l];
+                    float* p = ol + (size_t)iy * out_w + ix;
                     if (chunked)
-                        atomicAdd(p, acc[i][j]);
+                        atomicAdd(p, v);
                     else
-                        *p = acc[i][j];
+                        *p = v;
                 }
             }
         }

@@ -89,10 +89,10 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     pairs = [p for p in plans if p.method == "pair_tiled"]
     for p in pairs:
         assert (FORM_IDS[form], p.tile_y, p.tile_x) in PAIR_TILED.instantiations
-        assert pair_shared_bytes(lay.left_shape, p.tile_y) <= PAIR_MAX_SHARED
+        assert pair_shared_bytes(lay.left_shape, p.tile_y, p.tile_x) <= PAIR_MAX_SHARED
         assert 0 <= p.rows_per_chunk < lay.right_shape[0]
     # many right matrices per left and a left that fits shared memory: offered
-    fits = pair_shared_bytes(lay.left_shape, 4) <= PAIR_MAX_SHARED
+    fits = pair_shared_bytes(lay.left_shape, 4, 4) <= PAIR_MAX_SHARED
     assert bool(pairs) == (form != "one_to_one" and lay.m >= 8 and fits)
     assert all(v in VARIANTS[form] for v in
                [(p.lefts, p.rights, p.shifts, p.left_rows) for p in shuffles])

@@ -51,10 +51,11 @@ MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 
 
-def pair_shared_bytes(left_shape, tile_y) -> int:
+def pair_shared_bytes(left_shape, tile_y, tile_x) -> int:
     """Shared memory of the lane-per-pair kernel: the left matrix with ``tile_y - 1`` zero rows
-    above and below."""
-    return 4 * (left_shape[-2] + 2 * (tile_y - 1)) * left_shape[-1]
+    above and below, and each warp's sums on their way out (33 words per sum)."""
+    return 4 * ((left_shape[-2] + 2 * (tile_y - 1)) * left_shape[-1] +
+                WARPS_PER_BLOCK * tile_y * tile_x * 33)
 
 
 def _configure(form, left_shape, right_shape, max_shift, params):
@@ -109,7 +110,7 @@ def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     if lay.form not in PAIR_FORMS:
         raise ValueError(f"the lane-per-pair kernel needs many right matrices per left "
                          f"(forms {', '.join(PAIR_FORMS)}), not {lay.form}")
-    smem = pair_shared_bytes(lay.left_shape, ty)
+    smem = pair_shared_bytes(lay.left_shape, ty, tx)
     if smem > PAIR_MAX_SHARED:
         raise ValueError(f"a left matrix of {lay.left_shape} does not fit the "
                          f"{PAIR_MAX_SHARED // 1024} KiB of shared memory of this kernel")

@@ -139,13 +139,14 @@ def pair_tiled_candidates(lay, max_shift, sm_count: int) -> list:
     plans = []
     for ty, tx in PAIR_TILES:
         if ty > 2 * ho or tx > 2 * wo or \
-                pair_shared_bytes(lay.left_shape, ty) > PAIR_MAX_SHARED:
+                pair_shared_bytes(lay.left_shape, ty, tx) > PAIR_MAX_SHARED:
             continue
         warps = -(-ho // ty) * -(-wo // tx) * -(-lay.m // 32) * lay.n_left
         chunks = max(1, -(-TARGET_WARPS_PER_SM * sm_count // warps))
         rows = max(4, -(-rh // chunks))
-        plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx,
-                          rows_per_chunk=0 if rows >= rh else rows))
+        plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx))
+        if rows < rh:  # and split into row chunks (atomic adds) to fill the GPU
+            plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx, rows_per_chunk=rows))
     return plans
 
 
