@@ -243,3 +243,38 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
         }
     }
 }
+
+// The launcher's rearrangement of the right matrices for pair_tiled_xcorr, in one pass:
+// right[g][r][y][x] (r < m) to right_t[g][y][TX - 1 + x][r] (r < m_pad), zeros in the padding.
+// A block moves 32 matrices x 32 positions of the padded rows through a shared tile, so both the
+// reads (along positions) and the writes (along matrices) are coalesced.
+// Grid: x = position blocks of 32 (rh * (rw + 2 (TX - 1)) positions), y = m_pad / 32, z = groups.
+template <int TX>
+__global__ void __launch_bounds__(256)
+arrange_rights(const float* __restrict__ right, float* __restrict__ right_t, int m, int m_pad,
+               int right_h, int right_w) {
+    using namespace xcorr;
+    __shared__ float tile[32][33];
+    const int wp = right_w + 2 * (TX - 1);
+    const int n_pos = right_h * wp;
+    const int p0 = blockIdx.x * 32, r0 = blockIdx.y * 32, g = blockIdx.z;
+    const size_t right_size = (size_t)right_h * right_w;
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+        const int r = r0 + k, p = p0 + threadIdx.x;
+        float v = 0.0f;
+        if (r < m && p < n_pos) {
+            int xp;
+            const int y = div_floor(p, wp, xp);
+            const int x = xp - (TX - 1);
+            if (x >= 0 && x < right_w)
+                v = right[((size_t)g * m + r) * right_size + (size_t)y * right_w + x];
+        }
+        tile[k][threadIdx.x] = v;
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+        const int p = p0 + k;
+        if (p < n_pos)
+            right_t[((size_t)g * n_pos + p) * m_pad + r0 + threadIdx.x] = tile[threadIdx.x][k];
+    }
+}

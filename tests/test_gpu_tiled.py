@@ -56,8 +56,12 @@ def check_pairs(form, lshape, count, max_shift, rshape=None, **params):
 @pytest.mark.parametrize("form,tile,rpc", PAIR_CASES,
                          ids=[f"{f}-{'.'.join(map(str, t))}-rows{r}" for f, t, r in PAIR_CASES])
 def test_pair_tile(form, tile, rpc):
+    from xcorr_app.gpu_tiled import PAIR_MAX_SHARED, pair_shared_bytes
+
     params = dict(tile_y=tile[0], tile_x=tile[1], rows_per_chunk=rpc)
-    for lshape in PAIR_SIZES:
+    sizes = [s for s in PAIR_SIZES if pair_shared_bytes(s, *tile) <= PAIR_MAX_SHARED]
+    assert len(sizes) >= len(PAIR_SIZES) - 1  # 8x8 tiles: a 64x64 left does not fit
+    for lshape in sizes:
         for count in counts_for(form):
             check_pairs(form, lshape, count, None, **params)
     for max_shift in BOUNDS:
@@ -107,3 +111,30 @@ def test_pair_tiled_refuses_what_it_cannot_run():
     with pytest.raises(XcorrError, match="many right matrices"):
         cross_correlate(cp.zeros((8, 8), cp.float32), cp.zeros((8, 8), cp.float32),
                         "one_to_one", method="pair_tiled")
+
+
+@pytest.mark.parametrize("form,lshape,rshape", [
+    ("one_to_many", (5, 7), (70, 5, 7)), ("one_to_many", (1, 1), (3, 1, 1)),
+    ("n_to_mn", (3, 9, 4), (3, 33, 9, 4)), ("n_to_m", (2, 17, 40), (31, 17, 40))])
+@pytest.mark.parametrize("tile_x", [4, 8])
+def test_arranged_rights_layout(rng, form, lshape, rshape, tile_x):
+    """Every element of the rearranged copy (poisoned first) against a NumPy construction."""
+    import numpy as np
+    import cupy as cp
+
+    from xcorr_app.forms import form_layout
+    from xcorr_app.gpu_tiled import arranged_rights
+
+    from conftest import poisoned
+
+    lay = form_layout(form, lshape, rshape)
+    right = rng.standard_normal(rshape).astype(np.float32)
+    groups = lay.n_left if form == "n_to_mn" else 1
+    rh, rw = lay.right_shape
+    pad, m_pad = tile_x - 1, -(-lay.m // 32) * 32
+    want = np.zeros((groups, rh, rw + 2 * pad, m_pad), np.float32)
+    want[:, :, pad:pad + rw, :lay.m] = right.reshape(groups, lay.m, rh, rw).transpose(0, 2, 3, 1)
+    out = poisoned(cp, want.shape)
+    got = arranged_rights(cp.asarray(right), lay, tile_x, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.get(), want)

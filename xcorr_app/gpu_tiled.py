@@ -44,6 +44,8 @@ PAIR_TILES = [(4, 4), (4, 8), (8, 4), (8, 8)]
 PAIR_FORMS = ("one_to_many", "n_to_mn", "n_to_m")
 PAIR_TILED = KernelFamily("tiled_xcorr.cu", "pair_tiled_xcorr",
                           [(FORM_IDS[f],) + t for f in PAIR_FORMS for t in PAIR_TILES])
+ARRANGE_RIGHTS = KernelFamily("tiled_xcorr.cu", "arrange_rights",
+                             sorted({(tx,) for _, tx in PAIR_TILES}))
 #: shared memory of the staged left matrix (the default dynamic limit)
 PAIR_MAX_SHARED = 48 * 1024
 WARPS_PER_BLOCK = 4  # __launch_bounds__(128, 4)
@@ -130,18 +132,27 @@ def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, smem, rpc < rh, out_shape
 
 
-def arranged_rights(right, lay, tile_x):
+def arranged_rights(right, lay, tile_x, out=None):
     """The right matrices as the lane-per-pair kernel reads them: ``[g][y][tile_x - 1 +
     x][r]``, the matrix index fastest (padded to a multiple of 32) and ``tile_x - 1`` zero
-    columns on either side; ``g`` is the left's group for ``n_to_mn`` (else one group)."""
+    columns on either side; ``g`` is the left's group for ``n_to_mn`` (else one group).  One
+    pass of :func:`arrange_rights` (``kernels/tiled_xcorr.cu``); every element of ``out`` is
+    written."""
     import cupy as cp
 
     rh, rw = lay.right_shape
     groups = lay.n_left if lay.form == "n_to_mn" else 1
-    pad = tile_x - 1
+    wp = rw + 2 * (tile_x - 1)
     m_pad = -(-lay.m // 32) * 32
-    out = cp.zeros((groups, rh, rw + 2 * pad, m_pad), cp.float32)
-    out[:, :, pad:pad + rw, :lay.m] = right.reshape(groups, lay.m, rh, rw).transpose(0, 2, 3, 1)
+    shape = (groups, rh, wp, m_pad)
+    if out is None:
+        out = cp.empty(shape, cp.float32)
+    elif out.shape != shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous float32 of shape {shape}")
+    i32 = np.int32
+    ARRANGE_RIGHTS.get(tile_x)((-(-rh * wp // 32), m_pad // 32, groups), (32, 8, 1),
+                               (cp.ascontiguousarray(right), out, i32(lay.m), i32(m_pad),
+                                i32(rh), i32(rw)))
     return out
 
 
