@@ -3,7 +3,7 @@
 # `xcorr align` processes on the bench's stack (what a command-line user pays, start-up
 # included); logs in $OUT.
 set -u -o pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${XCORR_EXTRA_PATH:+:$XCORR_EXTRA_PATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export XCORR_CACHE_DIR=$OUT/cache
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } 2>&1 | tee "$OUT/device.txt"
 python3 -m pytest -m gpu -q -n 8 -p no:cacheprovider -p no:benchmark 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15
