@@ -16,6 +16,29 @@
 #include "xcorr_forms.cuh"
 #include "work_distribution.cuh"
 
+namespace xcorr {
+
+// Work item of both tiled kernels: (row chunk, tile of TY x TX shifts) with the tile fastest.
+// Its first shifts, and the right rows of the chunk that meet a left row at one of its y-shifts.
+template <int TY, int TX>
+struct TileItem {
+    int ky0, kx0, y_begin, y_end;
+    __device__ __forceinline__ TileItem(int item, int n_tiles, int tiles_x, int shift_y0,
+                                        int shift_x0, int rows_per_chunk, int right_h,
+                                        int left_h) {
+        int tile;
+        const int chunk = div_floor(item, n_tiles, tile);
+        int tx_index;
+        const int ty_index = div_floor(tile, tiles_x, tx_index);
+        ky0 = shift_y0 + ty_index * TY;
+        kx0 = shift_x0 + tx_index * TX;
+        y_begin = max(chunk * rows_per_chunk, max(0, -(ky0 + TY - 1)));
+        y_end = min(min(chunk * rows_per_chunk + rows_per_chunk, right_h), left_h - ky0);
+    }
+};
+
+}  // namespace xcorr
+
 template <int FORM, int TY, int TX, int RIGHTS>
 __global__ void __launch_bounds__(128, 4)
 tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
@@ -35,14 +58,9 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
     // blocks running together, read the same right rows and overlapping left rows.
     for (int item = blockIdx.x * blockDim.y + threadIdx.y; item < n_items;
          item += gridDim.x * blockDim.y) {
-        int tile;
-        const int chunk = div_floor(item, n_tiles, tile);
-        int tx_index;
-        const int ty_index = div_floor(tile, tiles_x, tx_index);
-        const int ky0 = shift_y0 + ty_index * TY, kx0 = shift_x0 + tx_index * TX;
-        // Right rows of this chunk that meet the left at one of the tile's y-shifts at least.
-        const int y_begin = max(chunk * rows_per_chunk, max(0, -(ky0 + TY - 1)));
-        const int y_end = min(min((chunk + 1) * rows_per_chunk, right_h), left_h - ky0);
+        const TileItem<TY, TX> it(item, n_tiles, tiles_x, shift_y0, shift_x0, rows_per_chunk,
+                                  right_h, left_h);
+        const int ky0 = it.ky0, kx0 = it.kx0, y_begin = it.y_begin, y_end = it.y_end;
         // Columns of this warp that meet the left at one of the tile's x-shifts (uniform test).
         const int c_begin = max(blockIdx.y * 32, max(0, -(kx0 + TX - 1)));
         const int c_end = min(min(blockIdx.y * 32 + 32, right_w), left_w - kx0);
@@ -172,14 +190,9 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
 
     for (int item = blockIdx.x * blockDim.y + threadIdx.y; item < n_items;
          item += gridDim.x * blockDim.y) {
-        int tile;
-        const int chunk = div_floor(item, n_tiles, tile);
-        int tx_index;
-        const int ty_index = div_floor(tile, tiles_x, tx_index);
-        const int ky0 = shift_y0 + ty_index * TY, kx0 = shift_x0 + tx_index * TX;
-        // right rows of the chunk that meet a left row at one of the tile's y-shifts
-        const int y_begin = max(chunk * rows_per_chunk, max(0, -(ky0 + TY - 1)));
-        const int y_end = min(min(chunk * rows_per_chunk + rows_per_chunk, right_h), left_h - ky0);
+        const TileItem<TY, TX> it(item, n_tiles, tiles_x, shift_y0, shift_x0, rows_per_chunk,
+                                  right_h, left_h);
+        const int ky0 = it.ky0, kx0 = it.kx0, y_begin = it.y_begin, y_end = it.y_end;
         // left columns that meet a right column at one of the tile's x-shifts
         const int u_begin = max(0, kx0), u_end = min(left_w, kx0 + TX - 1 + right_w);
         float acc[TY][TX] = {};  // all zero
