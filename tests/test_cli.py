@@ -243,6 +243,12 @@ def test_reference_file_and_mean(tmp_path):
                              "--out", tmp_path / "c"), "reference image")
 
 
+def _default_sigint():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_when(proc, ready, timeout=120.0):
     import signal
     import time
@@ -264,10 +270,13 @@ def test_sigint_leaves_no_partial_output_and_inputs_unchanged(tmp_path, rng, pha
     before = digest(src)
     out = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # SIGINT back to its default in the child: a test run started in the background (nohup,
+    # `cmd &`) passes SIGINT on as ignored, and Python then installs no KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "xcorr_app.cli", "align", str(src), "--out",
                              str(out), "--device", "cpu", "--max-shift", "2", "--no-verify",
                              "--prefilter", "none", "--chunk-frames", "8"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_default_sigint)
     if phase == "measuring":
         ready = lambda: out.exists()  # noqa: E731 - outputs checked, measuring started
     else:
