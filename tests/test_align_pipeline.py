@@ -35,7 +35,9 @@ def test_known_subpixel_drift_within_0_05_px(rng, image, peak_counts, max_shift)
     assert res.agree.all(), np.flatnonzero(~res.agree)
 
 
-@pytest.mark.parametrize("window,tol", [("tukey", 0.5), ("hann", 1.25)])
+# max error over 150 seeds (CPU, 2026-11-22): tukey median 0.11, 99th percentile 0.34, worst
+# 0.52 (one CI seed gave 0.63); hann median 0.17, worst 0.77
+@pytest.mark.parametrize("window,tol", [("tukey", 0.75), ("hann", 1.25)])
 def test_phase_correlation_recovers_the_drift(rng, window, tol):
     stack, truth = drift_stack(rng, n=6, shape=(128, 160), max_shift=5, peak_counts=1000)
     res = align(stack, max_shift=10, normalization="phase", window=window, device="cpu")
