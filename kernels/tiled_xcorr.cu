@@ -161,8 +161,8 @@ template <int FORM, int TY, int TX>
 __global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
 pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
                  float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
-                 int out_h, int out_w, int shift_y0, int shift_x0, int n_left, int m,
-                 int rows_per_chunk, int n_tiles, int tiles_x, int n_items, int m_pad) {
+                 int out_h, int out_w, int shift_y0, int shift_x0, int m, int rows_per_chunk,
+                 int n_tiles, int tiles_x, int n_items, int m_pad) {
     using namespace xcorr;
     // [left_w][hp]: column u, padded row p = row + TY - 1; then each warp's TY * TX * 33 sums
     extern __shared__ float s_left[];

@@ -127,8 +127,8 @@ def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     n_items = n_tiles * -(-rh // rpc)
     grid = (min(-(-n_items // WARPS_PER_BLOCK), MAX_GRID_X), lane_groups, lay.n_left)
     i32 = np.int32
-    scalars = geom + (i32(lay.n_left), i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x),
-                      i32(n_items), i32(lane_groups * 32))
+    scalars = geom + (i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x), i32(n_items),
+                      i32(lane_groups * 32))
     return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, smem, rpc < rh, out_shape
 
 

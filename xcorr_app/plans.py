@@ -20,6 +20,7 @@ Examples
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, fields, replace
 
 from .errors import XcorrError
@@ -27,7 +28,13 @@ from .work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
 METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled")
-GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled")
+#: the GPU method's launcher (module, function); it takes the method's parameters as keywords
+_GPU_LAUNCHERS = {"overlap": (".gpu_overlap", "overlap_xcorr"),
+                  "warp_shuffle": (".gpu_warp_shuffle", "warp_shuffle_xcorr"),
+                  "warp_per_shift": (".gpu_warp_shuffle", "warp_per_shift_xcorr"),
+                  "tiled": (".gpu_tiled", "tiled_xcorr"),
+                  "pair_tiled": (".gpu_tiled", "pair_tiled_xcorr")}
+GPU_METHODS = tuple(_GPU_LAUNCHERS)
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
            "warp_per_shift": ("shared",),
@@ -104,44 +111,12 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     only) receives the result.
     """
     plan = Plan.parse(plan)
-    if plan.method == "overlap":
-        from .gpu_overlap import overlap_xcorr
-
-        return overlap_xcorr(left, right, form, max_shift, out=out)
-    if plan.method == "warp_shuffle":
-        from .gpu_warp_shuffle import warp_shuffle_xcorr
-
+    if plan.method in _GPU_LAUNCHERS:
+        module, name = _GPU_LAUNCHERS[plan.method]
+        launcher = getattr(importlib.import_module(module, __package__), name)
+        params = {key: getattr(plan, key) for key in _PARAMS.get(plan.method, ())}
         try:
-            return warp_shuffle_xcorr(left, right, form, max_shift, out=out, lefts=plan.lefts,
-                                      rights=plan.rights, shifts=plan.shifts,
-                                      left_rows=plan.left_rows,
-                                      distribution=plan.distribution,
-                                      rows_per_worker=plan.rows_per_worker)
-        except ValueError as exc:
-            raise XcorrError(f"method {plan}: {exc}") from None
-    if plan.method == "warp_per_shift":
-        from .gpu_warp_shuffle import warp_per_shift_xcorr
-
-        try:
-            return warp_per_shift_xcorr(left, right, form, max_shift, out=out,
-                                        shared=bool(plan.shared))
-        except ValueError as exc:
-            raise XcorrError(f"method {plan}: {exc}") from None
-    if plan.method == "tiled":
-        from .gpu_tiled import tiled_xcorr
-
-        try:
-            return tiled_xcorr(left, right, form, max_shift, out=out, tile_y=plan.tile_y,
-                               tile_x=plan.tile_x, rights=plan.rights,
-                               rows_per_chunk=plan.rows_per_chunk)
-        except ValueError as exc:
-            raise XcorrError(f"method {plan}: {exc}") from None
-    if plan.method == "pair_tiled":
-        from .gpu_tiled import pair_tiled_xcorr
-
-        try:
-            return pair_tiled_xcorr(left, right, form, max_shift, out=out, tile_y=plan.tile_y,
-                                    tile_x=plan.tile_x, rows_per_chunk=plan.rows_per_chunk)
+            return launcher(left, right, form, max_shift, out=out, **params)
         except ValueError as exc:
             raise XcorrError(f"method {plan}: {exc}") from None
     from . import reference
