@@ -68,10 +68,12 @@ constexpr int EXACT_MAX = 11;
 
 // Resident blocks of 128 threads asked of ptxas: many for the memory-bound small filters, fewer
 // where the register arrays (acc[FH], v[FW], four rows in flight) need more registers.
-__host__ __device__ constexpr int reuse_min_blocks(int fh, int fw, bool taps_shared, int vec) {
+__host__ __device__ constexpr int reuse_min_blocks(int fh, int fw, bool taps_shared, int vec,
+                                                   bool async) {
 #ifdef XCORR_REUSE_MIN_BLOCKS
     return XCORR_REUSE_MIN_BLOCKS;
 #endif
+    if (async) return fh * fw == 9 && fw == 3 ? 12 : (fh * fw <= 25 && fw > 1 ? 10 : 8);
     return vec == 4 ? (fh * fw <= 9 ? 6 : (fh * fw <= 25 && fh <= 5 ? 5 : 4))
                     : ((fh * fw <= 9 && fw <= 5 && !taps_shared) ? 8 : (fh * fw <= 49 ? 5 : 4));
 }
@@ -352,6 +354,113 @@ __device__ __forceinline__ void reuse_sub_block_vec4(const float* frame, float* 
     }
 }
 
+// Ours, "async" loads (float32 frames of a width divisible by 4 on a 16-byte aligned base,
+// filters up to 7x7 at the default column origin): the loads of a sub-block no longer go
+// through registers.  Each warp copies its input rows, 32 columns plus the 16-byte chunks of halo
+// either side, into its own ring of shared memory with cp.async (16 bytes per copy, L2 only), a
+// GROUP of rows per commit group and STAGES groups in the ring, so about ahead rows of memory
+// requests are outstanding per warp at no register cost (the register ring of reuse_sub_block
+// holds 2).  A lane then reads its FW columns of each row from the ring (consecutive words, no
+// bank conflict) and row reuse proceeds as in reuse_sub_block.
+__host__ __device__ constexpr int staged_ahead(int fh) {
+#ifdef XCORR_STAGED_AHEAD  // development probes (tools/filter_probe.py) override the choice
+    return XCORR_STAGED_AHEAD;
+#endif
+    return fh <= 3 ? 8 : (fh <= 5 ? 10 : 7);  // measured best on an H100 (2026-11-22)
+}
+
+// Rows per commit group: a multiple of FH where that stays small, so the shift of acc[] after
+// each row is register renaming in the unrolled group.
+__host__ __device__ constexpr int staged_group(int fh) {
+#ifdef XCORR_STAGED_GROUP
+    return XCORR_STAGED_GROUP;
+#endif
+    return fh >= 4 ? fh : fh * (4 / fh);
+}
+
+template <int FH, int FW> struct Staging {
+    static constexpr int LEFT = (FW / 2 + 3) / 4;           // 16-byte chunks left of column 0
+    static constexpr int RIGHT = (FW - 1 - FW / 2 + 3) / 4;  // and right of column 31
+    static constexpr int NC = 8 + LEFT + RIGHT;               // chunks per row
+    static constexpr int GROUP = staged_group(FH);  // rows per commit group
+    static constexpr int STAGES = 1 + (staged_ahead(FH) + GROUP - 1) / GROUP;
+    static constexpr int OFFSET = 4 * LEFT - FW / 2;  // ring column of the lane's tap column 0
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+template <int FH, int FW, bool TAPS_SHARED, bool MAPPED>
+__device__ __forceinline__ void reuse_sub_block_staged(
+    const float* frame, float* oframe, const Taps<FH, FW>& taps, const float* s_taps, int h,
+    int w, int cy, int mode, float cval, int y0, int rows, int x0, int lane,
+    float (*ring)[Staging<FH, FW>::GROUP][4 * Staging<FH, FW>::NC]) {
+    using S = Staging<FH, FW>;
+    constexpr int RING_W = 4 * S::NC;  // ring columns: virtual input columns x0 - 4 LEFT + c
+    const int n_in = rows + FH - 1;
+    const int n_groups = (n_in + S::GROUP - 1) / S::GROUP;
+    static_assert(RING_W <= 64, "two ring columns per lane");
+    const float* src = frame + (size_t)(y0 - cy) * w + x0 - 4 * S::LEFT;  // !MAPPED
+    // MAPPED: the input columns of the lane's ring columns lane and lane + 32 (-1: cval)
+    const int rx_lo = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane, w, mode) : 0;
+    const int rx_hi = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane + 32, w, mode) : 0;
+    auto issue = [&](int g) {
+        const int slot = g % S::STAGES;
+        if constexpr (MAPPED) {  // a sub-block at an edge: element by element, mapped by the boundary mode
+#pragma unroll 1
+            for (int i = 0; i < S::GROUP && g * S::GROUP + i < n_in; ++i) {
+                const int ry = boundary_index(y0 - cy + g * S::GROUP + i, h, mode);
+                const float* row = frame + (size_t)max(ry, 0) * w;
+                ring[slot][i][lane] = (ry < 0 || rx_lo < 0) ? cval : __ldg(row + rx_lo);
+                if (lane + 32 < RING_W)
+                    ring[slot][i][lane + 32] = (ry < 0 || rx_hi < 0) ? cval : __ldg(row + rx_hi);
+            }
+            cp_async_commit();
+            return;
+        }
+#pragma unroll
+        for (int c0 = 0; c0 < S::GROUP * S::NC; c0 += 32) {
+            const int c = c0 + lane;
+            const int i = c / S::NC, k = c - (c / S::NC) * S::NC;
+            if (c < S::GROUP * S::NC && g * S::GROUP + i < n_in)
+                cp_async16(&ring[slot][i][4 * k], src + (size_t)(g * S::GROUP + i) * w + 4 * k);
+        }
+        cp_async_commit();  // also when empty, so every wait below counts the same groups
+    };
+#pragma unroll
+    for (int g = 0; g < S::STAGES - 1; ++g) issue(g);
+    float acc[FH][1] = {};
+    float* dst = oframe + (size_t)y0 * w + x0 + lane;
+    for (int g = 0; g < n_groups; ++g) {
+        issue(g + S::STAGES - 1);  // into the slot read in the previous iteration
+        cp_async_wait<S::STAGES - 1>();
+        __syncwarp();
+        const float(*rows_g)[4 * S::NC] = ring[g % S::STAGES];
+#pragma unroll
+        for (int i = 0; i < S::GROUP; ++i) {
+            const int r = g * S::GROUP + i;
+            if (r < n_in) {
+                float v[FW];
+#pragma unroll
+                for (int j = 0; j < FW; ++j) v[j] = rows_g[i][S::OFFSET + lane + j];
+                row_reuse<FH, FW, TAPS_SHARED, true, 1>(acc, v, taps, s_taps, FH);
+                if (r >= FH - 1 && (!MAPPED || x0 + lane < w))
+                    dst[(size_t)(r - FH + 1) * w] = acc[0][0];
+                shift_rows<FH, 1>(acc);
+            }
+        }
+        __syncwarp();  // every lane is done with this slot before it is refilled
+    }
+}
+
 // Direct path: one output with boundary mapping, taps from shared memory.
 template <int DTYPE>
 __device__ __forceinline__ float direct_output(const typename Pixel<DTYPE>::type* frame,
@@ -377,13 +486,14 @@ __device__ __forceinline__ float direct_output(const typename Pixel<DTYPE>::type
 // Host: xcorr_app/gpu_reuse_conv.py.  The sub-blocks cover output rows [y_first, y_first +
 // n_rows) and columns x_first + 32 * VEC * sb for sb < n_sub_blocks (VEC: columns per lane in
 // the plain sub-blocks, 1 or 4; VEC = 4 only for float32, w % 4 == 0, cx = FW / 2, up to 7x7,
-// with ours edges; its edge sub-blocks run as four mapped 32-column ones).  Ours (n_edge = 0): the whole
+// with ours edges; its edge sub-blocks run as four mapped 32-column ones; ASYNC: the plain
+// 32-column sub-blocks load through reuse_sub_block_staged).  Ours (n_edge = 0): the whole
 // frame, x_first = y_first = 0, sub-blocks that touch an edge map their columns.  The papers'
 // (n_edge > 0): only the interior, y_first = cy, x_first = cx, n_rows = interior rows; the
 // n_edge other outputs of each frame (top band, bottom band, then the left and right columns of
 // the interior rows) go to the direct path of the trailing edge blocks.
-template <int DTYPE, int FH, int FW, bool TAPS_SHARED, int VEC>
-__global__ void __launch_bounds__(128, xcorr::reuse_min_blocks(FH, FW, TAPS_SHARED, VEC))
+template <int DTYPE, int FH, int FW, bool TAPS_SHARED, int VEC, bool ASYNC>
+__global__ void __launch_bounds__(128, xcorr::reuse_min_blocks(FH, FW, TAPS_SHARED, VEC, ASYNC))
 reuse_correlate(const typename xcorr::Pixel<DTYPE>::type* __restrict__ in,
                 float* __restrict__ out, const xcorr::Taps<FH, FW> taps,
                 const float* __restrict__ taps_global, int h, int w, int fh, int fw, int cy,
@@ -428,20 +538,36 @@ reuse_correlate(const typename xcorr::Pixel<DTYPE>::type* __restrict__ in,
             return;
         }
         const int x0 = x_first + sb * 32;
-        const bool inside = rows_inside && x0 - cx >= 0 && x0 + 31 - cx + FW - 1 < w;
-        if (inside)
-            reuse_sub_block<DTYPE, FH, FW, TAPS_SHARED, false>(
-                frame, oframe, taps, s_taps, h, w, fh, fw, cy, cx, mode, cval, y0,
-                rows, x0, lane);
-        else
-            reuse_sub_block<DTYPE, FH, FW, TAPS_SHARED, true>(
-                frame, oframe, taps, s_taps, h, w, fh, fw, cy, cx, mode, cval, y0,
-                rows, x0, lane);
-        return;
+        if constexpr (ASYNC) {  // float32, w % 4 == 0, cx = FW / 2, 16-byte aligned base
+            using S = Staging<FH, FW>;
+            __shared__ __align__(16) float ring[4][S::STAGES][S::GROUP][4 * S::NC];
+            const bool inside = rows_inside && x0 - 4 * S::LEFT >= 0 && x0 + 4 * (8 + S::RIGHT) <= w;
+            if (inside)
+                reuse_sub_block_staged<FH, FW, TAPS_SHARED, false>(
+                    reinterpret_cast<const float*>(frame), oframe, taps, s_taps, h, w, cy, mode,
+                    cval, y0, rows, x0, lane, ring[threadIdx.y]);
+            else
+                reuse_sub_block_staged<FH, FW, TAPS_SHARED, true>(
+                    reinterpret_cast<const float*>(frame), oframe, taps, s_taps, h, w, cy, mode,
+                    cval, y0, rows, x0, lane, ring[threadIdx.y]);
+            return;
+        } else {
+            const bool inside = rows_inside && x0 - cx >= 0 && x0 + 31 - cx + FW - 1 < w;
+            if (inside)
+                reuse_sub_block<DTYPE, FH, FW, TAPS_SHARED, false>(
+                    frame, oframe, taps, s_taps, h, w, fh, fw, cy, cx, mode, cval, y0,
+                    rows, x0, lane);
+            else
+                reuse_sub_block<DTYPE, FH, FW, TAPS_SHARED, true>(
+                    frame, oframe, taps, s_taps, h, w, fh, fw, cy, cx, mode, cval, y0,
+                    rows, x0, lane);
+            return;
+        }
     }
 
     // The papers' edge path: thread t of the edge blocks of this frame takes outputs t,
-    // t + stride, ...
+    // t + stride, ...  (ASYNC runs with ours edges only: n_edge = 0.)
+    if constexpr (ASYNC) return;
     const int edge_bx = gridDim.x - interior_bx;
     const int threads = blockDim.x * blockDim.y;
     const int stride = edge_bx * gridDim.y * threads;

@@ -41,27 +41,28 @@ def check(rng, shape, fshape, mode, *, dtype=np.float32, origin=(0, 0), cval=0.7
     assert err <= TOL, f"{shape} {fshape} {mode} {dtype} origin={origin} {kw}: rel error {err}"
 
 
-#: (edges, columns_per_lane): ours with 4 columns per lane where it applies, ours with the
-#: papers' one column per lane, the papers' direct edge path
-PATHS = [("reuse", 0), ("reuse", 1), ("direct", 0)]
-PATH_IDS = [f"{e}-cols{c}" for e, c in PATHS]
+#: (edges, columns_per_lane, loads): ours (staged cp.async loads where they apply), ours with
+#: the papers' column-reuse loads into registers, the papers' direct edge path
+PATHS = [("reuse", 0, "auto"), ("reuse", 1, "registers"), ("direct", 0, "auto")]
+PATH_IDS = [f"{e}-cols{c}-{lo}" for e, c, lo in PATHS]
 
 
-@pytest.mark.parametrize("edges,cols", PATHS, ids=PATH_IDS)
+@pytest.mark.parametrize("edges,cols,loads", PATHS, ids=PATH_IDS)
 @pytest.mark.parametrize("fshape", FILTERS, ids=[f"{h}x{w}" for h, w in FILTERS])
 @pytest.mark.parametrize("mode", MODES)
-def test_small_images(rng, mode, fshape, edges, cols):
+def test_small_images(rng, mode, fshape, edges, cols, loads):
     for image in IMAGES:
         for n in (1, 7):
-            check(rng, (n,) + image, fshape, mode, edges=edges, columns_per_lane=cols)
+            check(rng, (n,) + image, fshape, mode, edges=edges, columns_per_lane=cols,
+                  loads=loads)
 
 
-@pytest.mark.parametrize("edges,cols", PATHS, ids=PATH_IDS)
+@pytest.mark.parametrize("edges,cols,loads", PATHS, ids=PATH_IDS)
 @pytest.mark.parametrize("fshape", FILTERS, ids=[f"{h}x{w}" for h, w in FILTERS])
 @pytest.mark.parametrize("mode", MODES)
-def test_large_image(rng, mode, fshape, edges, cols):
+def test_large_image(rng, mode, fshape, edges, cols, loads):
     """1000x1000: many sub-blocks, row blocks, a partial sub-block and edge bands."""
-    check(rng, (1, 1000, 1000), fshape, mode, edges=edges, columns_per_lane=cols)
+    check(rng, (1, 1000, 1000), fshape, mode, edges=edges, columns_per_lane=cols, loads=loads)
 
 
 @pytest.mark.parametrize("fh", range(1, 8))
@@ -88,10 +89,51 @@ def test_four_columns_per_lane_refused_where_it_does_not_apply(rng):
             reuse_correlate(stack, w, columns_per_lane=4, **kw)
 
 
-@pytest.mark.parametrize("edges,cols", PATHS, ids=PATH_IDS)
+@pytest.mark.parametrize("edges,cols,loads", PATHS, ids=PATH_IDS)
 @pytest.mark.parametrize("fshape", [(3, 3), (5, 5)])
-def test_large_stack(rng, fshape, edges, cols):
-    check(rng, (7, 1000, 1000), fshape, "reflect", edges=edges, columns_per_lane=cols)
+def test_large_stack(rng, fshape, edges, cols, loads):
+    check(rng, (7, 1000, 1000), fshape, "reflect", edges=edges, columns_per_lane=cols,
+          loads=loads)
+
+
+@pytest.mark.parametrize("fh", range(1, 8))
+def test_async_loads(rng, fh):
+    """The staged cp.async loads for every filter up to 7x7: widths below, at and around the
+    32-column sub-block (edge sub-blocks fill their ring by the boundary mode), heights below
+    and around the sub-block and the rows of one copy group, several sub-block heights."""
+    for fw in range(1, 8):
+        for k, (height, width) in enumerate([(1, 4), (3, 36), (67, 32), (40, 100), (9, 292)]):
+            mode = MODES[(fh + fw + k) % len(MODES)]
+            rows = (1, 5, 16, 33)[(fw + k) % 4]
+            check(rng, (2, height, width), (fh, fw), mode, loads="async", rows_per_block=rows)
+
+
+def test_async_loads_refused_where_they_do_not_apply(rng):
+    """Explicit loads='async' gives a clear error where the staged copies cannot run; the
+    default falls back to the register loads there and stays correct (a 4-byte offset base)."""
+    import cupy as cp
+
+    from xcorr_app.errors import XcorrError
+    from xcorr_app.gpu_reuse_conv import reuse_correlate
+
+    w = np.ones((3, 3), np.float32)
+    base = cp.asarray((rng.standard_normal(2 * 40 * 128 + 1) + 0.5).astype(np.float32))
+    offset = base[1:].reshape(2, 40, 128)  # C-contiguous, 4 bytes past a 16-byte boundary
+    for stack, kw in [(cp.ones((2, 40, 130), cp.float32), {}),  # width not divisible by 4
+                      (cp.ones((2, 40, 128), cp.uint16), {}),
+                      (cp.ones((2, 40, 128), cp.float32), {"origin": (0, 1)}),
+                      (cp.ones((2, 40, 128), cp.float32), {"edges": "direct"}),
+                      (cp.ones((2, 40, 128), cp.float32), {"columns_per_lane": 4}),
+                      (cp.ones((2, 40, 128), cp.float32), {"taps": "shared"}),
+                      (offset, {})]:
+        with pytest.raises(XcorrError, match="loads='async'"):
+            reuse_correlate(stack, w, loads="async", **kw)
+    out = poisoned(cp, offset.shape)
+    reuse_correlate(offset, w, mode="wrap", out=out)
+    ref = correlate_reference(offset.get(), w, "wrap", 0.0, (0, 0))
+    assert rel_error(out.get(), ref) <= TOL
+    with pytest.raises(XcorrError, match="loads must be"):
+        reuse_correlate(offset, w, loads="shared")
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.uint16, np.uint8])
@@ -109,8 +151,9 @@ def test_every_compiled_extent(rng):
 
     for c in CAPACITIES:
         for fshape in [(c, 3), (2, c), (max(1, c - 1), max(1, c - 2))]:
-            for edges, cols in PATHS:
-                check(rng, (2, 90, 140), fshape, "mirror", edges=edges, columns_per_lane=cols)
+            for edges, cols, loads in PATHS:
+                check(rng, (2, 90, 140), fshape, "mirror", edges=edges, columns_per_lane=cols,
+                      loads=loads)
 
 
 def test_origins(rng):
@@ -131,8 +174,8 @@ def test_taps_in_shared_memory(rng, size):
 
 def test_sub_block_heights(rng):
     for rows in (1, 5, 56, 300):
-        for edges, cols in PATHS:
-            kw = dict(rows_per_block=rows, edges=edges, columns_per_lane=cols)
+        for edges, cols, loads in PATHS:
+            kw = dict(rows_per_block=rows, edges=edges, columns_per_lane=cols, loads=loads)
             check(rng, (2, 211, 296), (5, 5), "reflect", **kw)
             check(rng, (2, 211, 96), (11, 3), "constant", **kw)
             check(rng, (2, 211, 296), (7, 4), "wrap", **kw)

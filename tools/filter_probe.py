@@ -1,11 +1,16 @@
 """Development probe: time the reuse kernel's paths on a 32 x 2048 x 2048 float32 stack for a
-few compile-time overrides (rows in flight, resident blocks).  `xcorr bench filter` is the
-benchmark; this only guides the defaults."""
+few compile-time overrides (rows in flight, rows per copy group, resident blocks).
+`xcorr bench filter` is the benchmark; this only guides the defaults.
+
+    python3 tools/filter_probe.py 5 7     # filter sizes (default 3 5 7)
+"""
+import itertools
+import sys
+
 import cupy as cp
 import numpy as np
 
 from xcorr_app import kernel_loader
-from xcorr_app.filters import gaussian_taps
 from xcorr_app.gpu_reuse_conv import reuse_correlate
 from xcorr_app.timing import time_gpu
 
@@ -16,26 +21,29 @@ for _ in range(50):  # bring the clocks up
     cp.copyto(out, stack)
 copy_ms = time_gpu(lambda: cp.copyto(out, stack), repeat=30)
 print(f"copy {copy_ms:.3f} ms  ({2 * stack.nbytes / copy_ms / 1e6:.0f} GB/s)")
-PATHS = [(f"cols{c}/{r}", dict(columns_per_lane=c, rows_per_block=r))
-         for c in (4, 1) for r in (4, 8, 16, 32)] + [("direct/8", dict(edges="direct", rows_per_block=8))]
-VARIANTS = [{}, {"XCORR_REUSE_PREFETCH": 2}]
-for k in (3, 5, 7):
+PATHS = [(f"async/{r}", dict(loads="async", rows_per_block=r)) for r in (16, 32, 64)]
+GRID = {3: dict(ahead=(8, 12, 16), blocks=(None, 8), group=(None,)),
+        5: dict(ahead=(10, 15, 20), blocks=(None, 8), group=(None,)),
+        7: dict(ahead=(7, 14), blocks=(None, 6), group=(None,))}
+sizes = [int(a) for a in sys.argv[1:]] or [3, 5, 7]
+for k in sizes:
     w = np.random.rand(k, k).astype(np.float32)
-    for d in VARIANTS:
-        kernel_loader.COMPILE_OPTIONS = BASE + tuple(f"-D{a}={b}" for a, b in d.items())
+    ref = reuse_correlate(stack[:2], w, loads="registers")
+    print(f"{k}x{k} registers: " + "  ".join(
+        f"{r}: {time_gpu(lambda: reuse_correlate(stack, w, out=out, loads='registers', rows_per_block=r), repeat=25):.3f}"
+        for r in (16, 32)), flush=True)
+    g = GRID[k]
+    for ahead, blocks, group in itertools.product(g["ahead"], g["blocks"], g["group"]):
+        d = {"XCORR_STAGED_AHEAD": ahead, "XCORR_REUSE_MIN_BLOCKS": blocks,
+             "XCORR_STAGED_GROUP": group}
+        kernel_loader.COMPILE_OPTIONS = BASE + tuple(f"-D{a}={b}" for a, b in d.items()
+                                                     if b is not None)
         kernel_loader._COMPILED.clear()
+        err = float(cp.abs(reuse_correlate(stack[:2], w, loads="async") - ref).max())
         res = [f"{n}: {time_gpu(lambda: reuse_correlate(stack, w, out=out, **kw), repeat=25):.3f}"
                for n, kw in PATHS]
-        print(f"{k}x{k} {d or 'default'}  " + "  ".join(res), flush=True)
+        print(f"{k}x{k} ahead {ahead} blocks {blocks} group {group} err {err:.1e}  "
+              + "  ".join(res), flush=True)
 kernel_loader.COMPILE_OPTIONS = BASE
 kernel_loader._COMPILED.clear()
-for k in (11, 31):
-    w = np.random.rand(k, k).astype(np.float32)
-    print(f"{k}x{k}  " + "  ".join(
-        f"rows{r}: {time_gpu(lambda: reuse_correlate(stack, w, out=out, rows_per_block=r)):.3f}"
-        for r in (56, 128)), flush=True)
-taps = gaussian_taps(3.75)
-for shape in [(31, 1), (1, 31)]:
-    w = taps.reshape(shape).astype(np.float32)
-    t = time_gpu(lambda: reuse_correlate(stack, w, out=out))
-    print(f"gaussian31 pass {shape}: {t:.3f} ms")
+print(f"roofline {copy_ms:.3f} ms")

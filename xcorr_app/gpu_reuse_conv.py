@@ -45,12 +45,15 @@ TAPS_PLACES = ("param", "shared")
 ROWS_PER_BLOCK = 56  # the papers' sub-block height
 
 
-def default_rows_per_block(fh: int, fw: int) -> int:
-    """Sub-block height measured best on an H200 (2026-11-22): short sub-blocks for the
-    memory-bound small filters (more, shorter-lived warps reading neighbouring rows together),
-    the papers' 56 or more for large ones, where the FH - 1 halo rows cost FMAs."""
+def default_rows_per_block(fh: int, fw: int, staged: bool = False) -> int:
+    """Sub-block height measured best (register loads on an H200, staged loads on an H100,
+    2026-11-22): short sub-blocks for the memory-bound small filters (more, shorter-lived warps
+    reading neighbouring rows together), the papers' 56 or more for large ones, where the FH - 1
+    halo rows cost FMAs; 64 for staged 6x6 and 7x7."""
     if fh * fw <= 25:
         return 16
+    if staged:
+        return 64
     if fh * fw <= 49:
         return 32
     return max(ROWS_PER_BLOCK, 4 * (fh - 1))
@@ -77,12 +80,13 @@ def _instantiations():
         for fw in CAPACITIES:
             narrow = fh <= NARROW_MAX and fw <= NARROW_MAX
             for dt in (sorted(DTYPE_IDS.values()) if narrow else (0,)):
-                out.append((dt, fh, fw, False, 1))
+                out.append((dt, fh, fw, False, 1, False))
             if narrow:
-                out.append((0, fh, fw, False, 4))
+                out.append((0, fh, fw, False, 4, False))
+                out.append((0, fh, fw, False, 1, True))
     # column passes of separable filters: every height, so the row loop has no skipped taps
-    out += [(0, fh, 1, False, 1) for fh in range(1, MAX_TAPS + 1) if fh not in CAPACITIES]
-    out += [(0, s, s, True, 1) for s in PAPER_SIZES]
+    out += [(0, fh, 1, False, 1, False) for fh in range(1, MAX_TAPS + 1) if fh not in CAPACITIES]
+    out += [(0, s, s, True, 1, False) for s in PAPER_SIZES]
     return out
 
 
@@ -116,6 +120,11 @@ def _taps_scalar(w: np.ndarray, fh_cap: int, fw_cap: int):
 
 
 EDGES = ("reuse", "direct")
+#: how the plain 32-column sub-blocks load their rows: "registers" (each lane loads its
+#: columns a few rows ahead into registers, the papers' column reuse) or "async" (ours: cp.async
+#: copies rows into a shared-memory ring per warp, about 12 rows ahead); "auto" picks "async"
+#: where it can run
+LOADS = ("auto", "registers", "async")
 
 
 def geometry(h: int, w: int, fh_cap: int, fw_cap: int, cy: int, cx: int, rows_per_block: int,
@@ -140,7 +149,7 @@ def geometry(h: int, w: int, fh_cap: int, fw_cap: int, cy: int, cx: int, rows_pe
 
 def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
                     rows_per_block=None, taps="param", edges="reuse",
-                    columns_per_lane=0, out=None):
+                    columns_per_lane=0, loads="auto", out=None):
     """Correlate every frame of a CuPy stack with ``weights`` (``scipy.ndimage.correlate``).
 
     Parameters
@@ -166,6 +175,10 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         columns from one 16-byte load and takes its halo from its neighbours by shuffle; only
         for float32 frames of a width divisible by 4, filters up to 7x7, the default column
         origin and ``edges="reuse"``.  0 (default): 1, which measured faster on an H200.
+    loads : {"auto", "registers", "async"}
+        How one-column-per-lane sub-blocks read their rows (:data:`LOADS`).  "async" needs
+        float32 frames of a width divisible by 4 on a 16-byte aligned base, a filter up to 7x7
+        at the default column origin and ``edges="reuse"``; "auto" uses it there.
     out : cupy.ndarray, optional
         float32 array of the stack's shape to write into.
 
@@ -182,9 +195,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODE_IDS)}")
     if edges not in EDGES:
         raise XcorrError(f"edges must be one of {', '.join(EDGES)}, got {edges!r}")
-    if rows_per_block is None:
-        rows_per_block = default_rows_per_block(fh, fw)
-    if int(rows_per_block) < 1:
+    if rows_per_block is not None and int(rows_per_block) < 1:
         raise XcorrError(f"rows_per_block must be >= 1, got {rows_per_block}")
     if taps not in TAPS_PLACES:
         raise XcorrError(f"taps must be one of {', '.join(TAPS_PLACES)}, got {taps!r}")
@@ -213,6 +224,16 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         raise XcorrError("columns_per_lane=4 needs float32 frames of a width divisible by 4, a "
                          "filter up to 7x7 at the default column origin and edges='reuse'")
     vec = 4 if columns_per_lane == 4 else 1
+    if loads not in LOADS:
+        raise XcorrError(f"loads must be one of {', '.join(LOADS)}, got {loads!r}")
+    async_ok = vec_ok and frames.data.ptr % 16 == 0 and vec == 1
+    if loads == "async" and not async_ok:
+        raise XcorrError("loads='async' needs float32 frames of a width divisible by 4 on a "
+                         "16-byte aligned base, a filter up to 7x7 at the default column origin, "
+                         "edges='reuse' and one column per lane")
+    use_async = async_ok and loads != "registers"
+    if rows_per_block is None:
+        rows_per_block = default_rows_per_block(fh, fw, use_async)
     y_first, n_rows, x_first, n_sub, row_blocks, n_edge = geometry(
         h, wd, fh_cap, fw_cap, cy, cx, int(rows_per_block), edges, vec)
     interior_bx = -(-n_sub // WARPS_PER_BLOCK)
@@ -220,7 +241,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     edge_bx = -(-n_edge // (row_blocks * threads)) if n_edge else 0
     if row_blocks > MAX_GRID_YZ:
         raise XcorrError(f"frames of {h} rows need rows_per_block >= {-(-h // MAX_GRID_YZ)}")
-    fn = REUSE_CORRELATE.get(dt, fh_cap, fw_cap, shared, vec)
+    fn = REUSE_CORRELATE.get(dt, fh_cap, fw_cap, shared, vec, use_async)
     taps_global = _taps_on_device(w)
     i32 = np.int32
     args_tail = (_taps_scalar(w, fh_cap, fw_cap), taps_global, i32(h), i32(wd), i32(fh), i32(fw),
