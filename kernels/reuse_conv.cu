@@ -73,6 +73,7 @@ __host__ __device__ constexpr int reuse_min_blocks(int fh, int fw, bool taps_sha
 #ifdef XCORR_REUSE_MIN_BLOCKS
     return XCORR_REUSE_MIN_BLOCKS;
 #endif
+    if (async && vec == 2) return fh * fw <= 25 ? 8 : 5;
     if (async) return fh * fw == 9 && fw == 3 ? 12 : (fh * fw <= 25 && fw > 1 ? 10 : 8);
     return vec == 4 ? (fh * fw <= 9 ? 6 : (fh * fw <= 25 && fh <= 5 ? 5 : 4))
                     : ((fh * fw <= 9 && fw <= 5 && !taps_shared) ? 8 : (fh * fw <= 49 ? 5 : 4));
@@ -378,10 +379,14 @@ __host__ __device__ constexpr int staged_group(int fh) {
     return fh >= 4 ? fh : fh * (4 / fh);
 }
 
-template <int FH, int FW> struct Staging {
+// Q: column groups per lane; the warp's sub-block is 32 Q columns wide, lane l computing
+// columns l, l + 32, ... (so the ring reads stay conflict-free).
+template <int FH, int FW, int Q> struct Staging {
     static constexpr int LEFT = (FW / 2 + 3) / 4;           // 16-byte chunks left of column 0
-    static constexpr int RIGHT = (FW - 1 - FW / 2 + 3) / 4;  // and right of column 31
-    static constexpr int NC = 8 + LEFT + RIGHT;               // chunks per row
+    static constexpr int RIGHT = (FW - 1 - FW / 2 + 3) / 4;  // and right of column 32 Q - 1
+    static constexpr int NC = 8 * Q + LEFT + RIGHT;           // chunks per row
+    static constexpr int RING_W = 4 * NC;  // ring columns: virtual input columns x0 - 4 LEFT + c
+    static constexpr int LANE_COLS = (RING_W + 31) / 32;  // ring columns a mapped fill gives a lane
     static constexpr int GROUP = staged_group(FH);  // rows per commit group
     static constexpr int STAGES = 1 + (staged_ahead(FH) + GROUP - 1) / GROUP;
     static constexpr int OFFSET = 4 * LEFT - FW / 2;  // ring column of the lane's tap column 0
@@ -398,20 +403,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-template <int FH, int FW, bool TAPS_SHARED, bool MAPPED>
+template <int FH, int FW, int Q, bool TAPS_SHARED, bool MAPPED>
 __device__ __forceinline__ void reuse_sub_block_staged(
     const float* frame, float* oframe, const Taps<FH, FW>& taps, const float* s_taps, int h,
     int w, int cy, int mode, float cval, int y0, int rows, int x0, int lane,
-    float (*ring)[Staging<FH, FW>::GROUP][4 * Staging<FH, FW>::NC]) {
-    using S = Staging<FH, FW>;
-    constexpr int RING_W = 4 * S::NC;  // ring columns: virtual input columns x0 - 4 LEFT + c
+    float (*ring)[Staging<FH, FW, Q>::GROUP][Staging<FH, FW, Q>::RING_W]) {
+    using S = Staging<FH, FW, Q>;
+    constexpr int RING_W = S::RING_W;
     const int n_in = rows + FH - 1;
     const int n_groups = (n_in + S::GROUP - 1) / S::GROUP;
-    static_assert(RING_W <= 64, "two ring columns per lane");
     const float* src = frame + (size_t)(y0 - cy) * w + x0 - 4 * S::LEFT;  // !MAPPED
-    // MAPPED: the input columns of the lane's ring columns lane and lane + 32 (-1: cval)
-    const int rx_lo = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane, w, mode) : 0;
-    const int rx_hi = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane + 32, w, mode) : 0;
+    // MAPPED: the input columns of the lane's ring columns lane + 32 k (-1: cval)
+    int rx[S::LANE_COLS];
+#pragma unroll
+    for (int k = 0; k < S::LANE_COLS; ++k)
+        rx[k] = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane + 32 * k, w, mode) : 0;
     auto issue = [&](int g) {
         const int slot = g % S::STAGES;
         if constexpr (MAPPED) {  // a sub-block at an edge: element by element, mapped by the boundary mode
@@ -419,9 +425,11 @@ __device__ __forceinline__ void reuse_sub_block_staged(
             for (int i = 0; i < S::GROUP && g * S::GROUP + i < n_in; ++i) {
                 const int ry = boundary_index(y0 - cy + g * S::GROUP + i, h, mode);
                 const float* row = frame + (size_t)max(ry, 0) * w;
-                ring[slot][i][lane] = (ry < 0 || rx_lo < 0) ? cval : __ldg(row + rx_lo);
-                if (lane + 32 < RING_W)
-                    ring[slot][i][lane + 32] = (ry < 0 || rx_hi < 0) ? cval : __ldg(row + rx_hi);
+#pragma unroll
+                for (int k = 0; k < S::LANE_COLS; ++k)
+                    if (lane + 32 * k < RING_W)
+                        ring[slot][i][lane + 32 * k] =
+                            (ry < 0 || rx[k] < 0) ? cval : __ldg(row + rx[k]);
             }
             cp_async_commit();
             return;
@@ -437,24 +445,27 @@ __device__ __forceinline__ void reuse_sub_block_staged(
     };
 #pragma unroll
     for (int g = 0; g < S::STAGES - 1; ++g) issue(g);
-    float acc[FH][1] = {};
+    float acc[Q][FH][1] = {};
     float* dst = oframe + (size_t)y0 * w + x0 + lane;
     for (int g = 0; g < n_groups; ++g) {
         issue(g + S::STAGES - 1);  // into the slot read in the previous iteration
         cp_async_wait<S::STAGES - 1>();
         __syncwarp();
-        const float(*rows_g)[4 * S::NC] = ring[g % S::STAGES];
+        const float(*rows_g)[RING_W] = ring[g % S::STAGES];
 #pragma unroll
         for (int i = 0; i < S::GROUP; ++i) {
             const int r = g * S::GROUP + i;
             if (r < n_in) {
-                float v[FW];
 #pragma unroll
-                for (int j = 0; j < FW; ++j) v[j] = rows_g[i][S::OFFSET + lane + j];
-                row_reuse<FH, FW, TAPS_SHARED, true, 1>(acc, v, taps, s_taps, FH);
-                if (r >= FH - 1 && (!MAPPED || x0 + lane < w))
-                    dst[(size_t)(r - FH + 1) * w] = acc[0][0];
-                shift_rows<FH, 1>(acc);
+                for (int q = 0; q < Q; ++q) {
+                    float v[FW];
+#pragma unroll
+                    for (int j = 0; j < FW; ++j) v[j] = rows_g[i][S::OFFSET + 32 * q + lane + j];
+                    row_reuse<FH, FW, TAPS_SHARED, true, 1>(acc[q], v, taps, s_taps, FH);
+                    if (r >= FH - 1 && (!MAPPED || x0 + 32 * q + lane < w))
+                        dst[(size_t)(r - FH + 1) * w + 32 * q] = acc[q][0][0];
+                    shift_rows<FH, 1>(acc[q]);
+                }
             }
         }
         __syncwarp();  // every lane is done with this slot before it is refilled
@@ -486,8 +497,8 @@ __device__ __forceinline__ float direct_output(const typename Pixel<DTYPE>::type
 // Host: xcorr_app/gpu_reuse_conv.py.  The sub-blocks cover output rows [y_first, y_first +
 // n_rows) and columns x_first + 32 * VEC * sb for sb < n_sub_blocks (VEC: columns per lane in
 // the plain sub-blocks, 1 or 4; VEC = 4 only for float32, w % 4 == 0, cx = FW / 2, up to 7x7,
-// with ours edges; its edge sub-blocks run as four mapped 32-column ones; ASYNC: the plain
-// 32-column sub-blocks load through reuse_sub_block_staged).  Ours (n_edge = 0): the whole
+// with ours edges; its edge sub-blocks run as four mapped 32-column ones; ASYNC: every
+// sub-block, 32 VEC columns wide, goes through reuse_sub_block_staged).  Ours (n_edge = 0): the whole
 // frame, x_first = y_first = 0, sub-blocks that touch an edge map their columns.  The papers'
 // (n_edge > 0): only the interior, y_first = cy, x_first = cx, n_rows = interior rows; the
 // n_edge other outputs of each frame (top band, bottom band, then the left and right columns of
@@ -523,7 +534,7 @@ reuse_correlate(const typename xcorr::Pixel<DTYPE>::type* __restrict__ in,
         const int rows = min(rows_per_block, n_rows - r0);
         const int y0 = y_first + r0;
         const bool rows_inside = y0 - cy >= 0 && y0 - cy + rows + FH - 2 < h;
-        if constexpr (VEC == 4) {  // 128-column sub-blocks (DTYPE float32, w % 4 == 0)
+        if constexpr (VEC == 4 && !ASYNC) {  // 128-column sub-blocks (float32, w % 4 == 0)
             const int x0 = x_first + sb * 128;
             if (rows_inside && x0 - FW / 2 >= 0 && x0 + 127 + (FW - 1 - FW / 2) < w) {
                 reuse_sub_block_vec4<FH, FW, TAPS_SHARED>(
@@ -537,21 +548,23 @@ reuse_correlate(const typename xcorr::Pixel<DTYPE>::type* __restrict__ in,
                     x0 + 32 * k, lane);
             return;
         }
-        const int x0 = x_first + sb * 32;
         if constexpr (ASYNC) {  // float32, w % 4 == 0, cx = FW / 2, 16-byte aligned base
-            using S = Staging<FH, FW>;
-            __shared__ __align__(16) float ring[4][S::STAGES][S::GROUP][4 * S::NC];
-            const bool inside = rows_inside && x0 - 4 * S::LEFT >= 0 && x0 + 4 * (8 + S::RIGHT) <= w;
+            using S = Staging<FH, FW, VEC>;
+            const int x0 = x_first + sb * 32 * VEC;
+            __shared__ __align__(16) float ring[4][S::STAGES][S::GROUP][S::RING_W];
+            const bool inside = rows_inside && x0 - 4 * S::LEFT >= 0 &&
+                                x0 + 4 * (8 * VEC + S::RIGHT) <= w;
             if (inside)
-                reuse_sub_block_staged<FH, FW, TAPS_SHARED, false>(
+                reuse_sub_block_staged<FH, FW, VEC, TAPS_SHARED, false>(
                     reinterpret_cast<const float*>(frame), oframe, taps, s_taps, h, w, cy, mode,
                     cval, y0, rows, x0, lane, ring[threadIdx.y]);
             else
-                reuse_sub_block_staged<FH, FW, TAPS_SHARED, true>(
+                reuse_sub_block_staged<FH, FW, VEC, TAPS_SHARED, true>(
                     reinterpret_cast<const float*>(frame), oframe, taps, s_taps, h, w, cy, mode,
                     cval, y0, rows, x0, lane, ring[threadIdx.y]);
             return;
         } else {
+            const int x0 = x_first + sb * 32;
             const bool inside = rows_inside && x0 - cx >= 0 && x0 + 31 - cx + FW - 1 < w;
             if (inside)
                 reuse_sub_block<DTYPE, FH, FW, TAPS_SHARED, false>(

@@ -96,16 +96,20 @@ def test_large_stack(rng, fshape, edges, cols, loads):
           loads=loads)
 
 
+@pytest.mark.parametrize("cols", [1, 2])
 @pytest.mark.parametrize("fh", range(1, 8))
-def test_async_loads(rng, fh):
-    """The staged cp.async loads for every filter up to 7x7: widths below, at and around the
-    32-column sub-block (edge sub-blocks fill their ring by the boundary mode), heights below
-    and around the sub-block and the rows of one copy group, several sub-block heights."""
+def test_async_loads(rng, fh, cols):
+    """The staged cp.async loads for every filter up to 7x7, with 1 and 2 column groups per
+    lane: widths below, at and around the 32- and 64-column sub-blocks (edge sub-blocks fill
+    their ring by the boundary mode), heights below and around the sub-block and the rows of
+    one copy group, several sub-block heights."""
     for fw in range(1, 8):
-        for k, (height, width) in enumerate([(1, 4), (3, 36), (67, 32), (40, 100), (9, 292)]):
+        for k, (height, width) in enumerate([(1, 4), (3, 36), (67, 32), (40, 100), (9, 292),
+                                             (20, 64), (11, 196)]):
             mode = MODES[(fh + fw + k) % len(MODES)]
             rows = (1, 5, 16, 33)[(fw + k) % 4]
-            check(rng, (2, height, width), (fh, fw), mode, loads="async", rows_per_block=rows)
+            check(rng, (2, height, width), (fh, fw), mode, loads="async", rows_per_block=rows,
+                  columns_per_lane=cols)
 
 
 def test_async_loads_refused_where_they_do_not_apply(rng):
@@ -128,6 +132,9 @@ def test_async_loads_refused_where_they_do_not_apply(rng):
                       (offset, {})]:
         with pytest.raises(XcorrError, match="loads='async'"):
             reuse_correlate(stack, w, loads="async", **kw)
+    for stack, kw in [(offset, {}), (cp.ones((2, 40, 128), cp.float32), {"loads": "registers"})]:
+        with pytest.raises(XcorrError, match="columns_per_lane=2"):
+            reuse_correlate(stack, w, columns_per_lane=2, **kw)
     out = poisoned(cp, offset.shape)
     reuse_correlate(offset, w, mode="wrap", out=out)
     ref = correlate_reference(offset.get(), w, "wrap", 0.0, (0, 0))

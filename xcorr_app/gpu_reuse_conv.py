@@ -43,6 +43,8 @@ NARROW_MAX = 7
 PAPER_SIZES = (3, 5, 7, 9, 11)
 TAPS_PLACES = ("param", "shared")
 ROWS_PER_BLOCK = 56  # the papers' sub-block height
+#: column groups per lane compiled for the staged loads (a warp's sub-block is 32 x this wide)
+ASYNC_COLUMNS = (1, 2)
 
 
 def default_rows_per_block(fh: int, fw: int, staged: bool = False) -> int:
@@ -83,7 +85,7 @@ def _instantiations():
                 out.append((dt, fh, fw, False, 1, False))
             if narrow:
                 out.append((0, fh, fw, False, 4, False))
-                out.append((0, fh, fw, False, 1, True))
+                out += [(0, fh, fw, False, q, True) for q in ASYNC_COLUMNS]
     # column passes of separable filters: every height, so the row loop has no skipped taps
     out += [(0, fh, 1, False, 1, False) for fh in range(1, MAX_TAPS + 1) if fh not in CAPACITIES]
     out += [(0, s, s, True, 1, False) for s in PAPER_SIZES]
@@ -125,6 +127,11 @@ EDGES = ("reuse", "direct")
 #: copies rows into a shared-memory ring per warp, about 12 rows ahead); "auto" picks "async"
 #: where it can run
 LOADS = ("auto", "registers", "async")
+
+
+def default_async_columns(fh: int, fw: int) -> int:
+    """Column groups per lane of the staged loads, measured best (H100 and H200, 2026-11-22)."""
+    return 1
 
 
 def geometry(h: int, w: int, fh_cap: int, fw_cap: int, cy: int, cx: int, rows_per_block: int,
@@ -170,11 +177,13 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     edges : {"reuse", "direct"}
         How outputs near the frame's edges are computed: by the reuse sub-blocks with
         boundary-mapped loads (ours, default) or by the papers' separate direct path.
-    columns_per_lane : {0, 1, 4}
-        1: the papers' column reuse, one output column per lane.  4 (ours): a lane computes 4
-        columns from one 16-byte load and takes its halo from its neighbours by shuffle; only
-        for float32 frames of a width divisible by 4, filters up to 7x7, the default column
-        origin and ``edges="reuse"``.  0 (default): 1, which measured faster on an H200.
+    columns_per_lane : {0, 1, 2, 4}
+        1: one output column per lane (with register loads, the papers' column reuse).  4
+        (ours, register loads): a lane computes 4 columns from one 16-byte load and takes its
+        halo from its neighbours by shuffle; only for float32 frames of a width divisible by 4,
+        filters up to 7x7, the default column origin and ``edges="reuse"``.  2 (staged loads
+        only): a lane computes columns l and l + 32 of a 64-column sub-block.  0 (default):
+        :func:`default_async_columns` with staged loads, else 1.
     loads : {"auto", "registers", "async"}
         How one-column-per-lane sub-blocks read their rows (:data:`LOADS`).  "async" needs
         float32 frames of a width divisible by 4 on a 16-byte aligned base, a filter up to 7x7
@@ -218,20 +227,25 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     cy, cx = fh // 2 + int(origin[0]), fw // 2 + int(origin[1])
     vec_ok = (edges == "reuse" and dt == 0 and not shared and fh_cap <= NARROW_MAX
               and fw_cap <= NARROW_MAX and wd % 4 == 0 and cx == fw // 2)
-    if columns_per_lane not in (0, 1, 4):
-        raise XcorrError(f"columns_per_lane must be 0, 1 or 4, got {columns_per_lane}")
+    if columns_per_lane not in (0, 1, 2, 4):
+        raise XcorrError(f"columns_per_lane must be 0, 1, 2 or 4, got {columns_per_lane}")
     if columns_per_lane == 4 and not vec_ok:
         raise XcorrError("columns_per_lane=4 needs float32 frames of a width divisible by 4, a "
                          "filter up to 7x7 at the default column origin and edges='reuse'")
-    vec = 4 if columns_per_lane == 4 else 1
     if loads not in LOADS:
         raise XcorrError(f"loads must be one of {', '.join(LOADS)}, got {loads!r}")
-    async_ok = vec_ok and frames.data.ptr % 16 == 0 and vec == 1
+    async_ok = vec_ok and frames.data.ptr % 16 == 0 and columns_per_lane != 4
     if loads == "async" and not async_ok:
         raise XcorrError("loads='async' needs float32 frames of a width divisible by 4 on a "
                          "16-byte aligned base, a filter up to 7x7 at the default column origin, "
-                         "edges='reuse' and one column per lane")
+                         "edges='reuse' and 1 or 2 columns per lane")
     use_async = async_ok and loads != "registers"
+    if columns_per_lane == 2 and not use_async:
+        raise XcorrError("columns_per_lane=2 runs with the staged loads only (loads='async')")
+    if use_async:
+        vec = columns_per_lane or default_async_columns(fh, fw)
+    else:
+        vec = 4 if columns_per_lane == 4 else 1
     if rows_per_block is None:
         rows_per_block = default_rows_per_block(fh, fw, use_async)
     y_first, n_rows, x_first, n_sub, row_blocks, n_edge = geometry(
