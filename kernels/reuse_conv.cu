@@ -396,6 +396,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
 }
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -420,16 +424,20 @@ __device__ __forceinline__ void reuse_sub_block_staged(
         rx[k] = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane + 32 * k, w, mode) : 0;
     auto issue = [&](int g) {
         const int slot = g % S::STAGES;
-        if constexpr (MAPPED) {  // a sub-block at an edge: element by element, mapped by the boundary mode
+        if constexpr (MAPPED) {  // a sub-block at an edge: element by element, mapped by the
+                                 // boundary mode (4-byte copies; cval stored directly)
 #pragma unroll 1
             for (int i = 0; i < S::GROUP && g * S::GROUP + i < n_in; ++i) {
                 const int ry = boundary_index(y0 - cy + g * S::GROUP + i, h, mode);
                 const float* row = frame + (size_t)max(ry, 0) * w;
 #pragma unroll
-                for (int k = 0; k < S::LANE_COLS; ++k)
-                    if (lane + 32 * k < RING_W)
-                        ring[slot][i][lane + 32 * k] =
-                            (ry < 0 || rx[k] < 0) ? cval : __ldg(row + rx[k]);
+                for (int k = 0; k < S::LANE_COLS; ++k) {
+                    if (lane + 32 * k >= RING_W) continue;
+                    if (ry < 0 || rx[k] < 0)
+                        ring[slot][i][lane + 32 * k] = cval;
+                    else  // asynchronous too, so edge sub-blocks keep their rows in flight
+                        cp_async4(&ring[slot][i][lane + 32 * k], row + rx[k]);
+                }
             }
             cp_async_commit();
             return;
