@@ -74,7 +74,7 @@ __host__ __device__ constexpr int reuse_min_blocks(int fh, int fw, bool taps_sha
     return XCORR_REUSE_MIN_BLOCKS;
 #endif
     if (async && vec == 2) return fh * fw <= 25 ? 8 : 5;
-    if (async) return fh * fw == 9 && fw == 3 ? 12 : (fh * fw <= 25 && fw > 1 ? 10 : 8);
+    if (async) return (fh == 3 || fh == 5) && fw == fh ? 12 : (fh * fw <= 25 && fw > 1 ? 10 : 8);
     return vec == 4 ? (fh * fw <= 9 ? 6 : (fh * fw <= 25 && fh <= 5 ? 5 : 4))
                     : ((fh * fw <= 9 && fw <= 5 && !taps_shared) ? 8 : (fh * fw <= 49 ? 5 : 4));
 }
@@ -367,7 +367,7 @@ __host__ __device__ constexpr int staged_ahead(int fh) {
 #ifdef XCORR_STAGED_AHEAD  // development probes (tools/filter_probe.py) override the choice
     return XCORR_STAGED_AHEAD;
 #endif
-    return fh <= 3 ? 8 : (fh <= 5 ? 10 : 7);  // measured best on an H100 (2026-11-22)
+    return fh <= 3 ? 8 : (fh <= 5 ? 15 : 7);  // measured best (H100, H200, 2026-11-22)
 }
 
 // Rows per commit group: a multiple of FH where that stays small, so the shift of acc[] after
@@ -394,7 +394,12 @@ template <int FH, int FW, int Q> struct Staging {
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+#if defined(XCORR_STAGED_L2_PREFETCH)  // development probe: L2 prefetch size hint
+    asm volatile("cp.async.cg.shared.global.L2::" XCORR_STAGED_L2_PREFETCH " [%0], [%1], 16;\n"
+                 ::"r"(dst), "l"(gmem) : "memory");
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+#endif
 }
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -22,10 +22,10 @@ for _ in range(50):  # bring the clocks up
 copy_ms = time_gpu(lambda: cp.copyto(out, stack), repeat=30)
 print(f"copy {copy_ms:.3f} ms  ({2 * stack.nbytes / copy_ms / 1e6:.0f} GB/s)")
 PATHS = [(f"async{c}/{r}", dict(loads="async", rows_per_block=r, columns_per_lane=c))
-         for c in (1,) for r in (16, 32, 64)]
-GRID = {3: dict(ahead=(8, 16), blocks=(None,), group=(None,)),
-        5: dict(ahead=(10, 15), blocks=(None, 12), group=(None,)),
-        7: dict(ahead=(7, 14), blocks=(None,), group=(None,))}
+         for c in (1,) for r in (16, 32, 64, 128)]
+GRID = {3: dict(ahead=(8, 12), blocks=(None,), group=(None,), l2=(None, '"256B"')),
+        5: dict(ahead=(15, 20), blocks=(None,), group=(None,), l2=(None, '"256B"')),
+        7: dict(ahead=(7,), blocks=(None,), group=(None,), l2=(None,))}
 sizes = [int(a) for a in sys.argv[1:]] or [3, 5, 7]
 for k in sizes:
     w = np.random.rand(k, k).astype(np.float32)
@@ -34,16 +34,17 @@ for k in sizes:
         f"{r}: {time_gpu(lambda: reuse_correlate(stack, w, out=out, loads='registers', rows_per_block=r), repeat=25):.3f}"
         for r in (16, 32)), flush=True)
     g = GRID[k]
-    for ahead, blocks, group in itertools.product(g["ahead"], g["blocks"], g["group"]):
+    for ahead, blocks, group, l2 in itertools.product(g["ahead"], g["blocks"], g["group"],
+                                                      g["l2"]):
         d = {"XCORR_STAGED_AHEAD": ahead, "XCORR_REUSE_MIN_BLOCKS": blocks,
-             "XCORR_STAGED_GROUP": group}
+             "XCORR_STAGED_GROUP": group, "XCORR_STAGED_L2_PREFETCH": l2}
         kernel_loader.COMPILE_OPTIONS = BASE + tuple(f"-D{a}={b}" for a, b in d.items()
                                                      if b is not None)
         kernel_loader._COMPILED.clear()
         err = float(cp.abs(reuse_correlate(stack[:2], w, loads="async") - ref).max())
         res = [f"{n}: {time_gpu(lambda: reuse_correlate(stack, w, out=out, **kw), repeat=25):.3f}"
                for n, kw in PATHS]
-        print(f"{k}x{k} ahead {ahead} blocks {blocks} group {group} err {err:.1e}  "
+        print(f"{k}x{k} ahead {ahead} blocks {blocks} group {group} L2 {l2} err {err:.1e}  "
               + "  ".join(res), flush=True)
 kernel_loader.COMPILE_OPTIONS = BASE
 kernel_loader._COMPILED.clear()

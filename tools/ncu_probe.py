@@ -1,5 +1,5 @@
 """Development probe for ncu: one launch of each reuse path on a 32 x 2048 x 2048 stack
-(`reuse`), or of the lane-per-pair kernel on 1 x 4000 at 32x32 (`pair`)."""
+(`reuse [SIZE]`), or of the lane-per-pair kernel on 1 x 4000 at 32x32 (`pair`)."""
 import sys
 
 import cupy as cp
@@ -11,8 +11,9 @@ if what == "reuse":
 
     stack = cp.random.rand(32, 2048, 2048, dtype=cp.float32)
     out = cp.empty_like(stack)
-    w = np.random.rand(3, 3).astype(np.float32)
-    for kw in (dict(loads="registers"), dict(loads="async")):
+    size = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    w = np.random.rand(size, size).astype(np.float32)
+    for kw in (dict(loads="registers"), dict(loads="async", rows_per_block=64)):
         reuse_correlate(stack, w, out=out, **kw)
 else:
     from xcorr_app.gpu_tiled import pair_tiled_xcorr
