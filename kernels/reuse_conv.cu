@@ -392,8 +392,8 @@ template <int FH, int FW, int Q> struct Staging {
     static constexpr int OFFSET = 4 * LEFT - FW / 2;  // ring column of the lane's tap column 0
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+// 16 bytes global -> shared (dst: a shared-memory address), cached in L2 only
+__device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* gmem) {
 #if defined(XCORR_STAGED_L2_PREFETCH)  // development probe: L2 prefetch size hint
     asm volatile("cp.async.cg.shared.global.L2::" XCORR_STAGED_L2_PREFETCH " [%0], [%1], 16;\n"
                  ::"r"(dst), "l"(gmem) : "memory");
@@ -427,6 +427,20 @@ __device__ __forceinline__ void reuse_sub_block_staged(
 #pragma unroll
     for (int k = 0; k < S::LANE_COLS; ++k)
         rx[k] = MAPPED ? boundary_index(x0 - 4 * S::LEFT + lane + 32 * k, w, mode) : 0;
+    // !MAPPED: the lane's 16-byte chunks of a group, c = lane + 32 q (row c / NC, chunk c % NC)
+    constexpr int CHUNKS = (S::GROUP * S::NC + 31) / 32;
+    constexpr unsigned SLOT_BYTES = sizeof(float) * S::GROUP * RING_W;
+    const unsigned ring_base = static_cast<unsigned>(__cvta_generic_to_shared(&ring[0][0][0]));
+    int chunk_row[CHUNKS], chunk_src[CHUNKS];
+    unsigned chunk_smem[CHUNKS];
+#pragma unroll
+    for (int q = 0; q < CHUNKS; ++q) {
+        const int c = lane + 32 * q, i = c / S::NC, k = c - (c / S::NC) * S::NC;
+        chunk_row[q] = c < S::GROUP * S::NC ? i : (1 << 30);  // past the chunks: never copied
+        chunk_src[q] = i * w + 4 * k;
+        chunk_smem[q] = sizeof(float) * (i * RING_W + 4 * k);
+    }
+    const float* next_src = src;  // the first row of the next group to issue
     auto issue = [&](int g) {
         const int slot = g % S::STAGES;
         if constexpr (MAPPED) {  // a sub-block at an edge: element by element, mapped by the
@@ -447,13 +461,15 @@ __device__ __forceinline__ void reuse_sub_block_staged(
             cp_async_commit();
             return;
         }
+        // The lane's chunks are the same in every group: only the group's first row (next_src)
+        // and the slot move, so a copy costs an add and a compare beyond the LDGSTS itself.
+        const int rows_left = n_in - g * S::GROUP;
+        const unsigned slot_base = ring_base + slot * SLOT_BYTES;
 #pragma unroll
-        for (int c0 = 0; c0 < S::GROUP * S::NC; c0 += 32) {
-            const int c = c0 + lane;
-            const int i = c / S::NC, k = c - (c / S::NC) * S::NC;
-            if (c < S::GROUP * S::NC && g * S::GROUP + i < n_in)
-                cp_async16(&ring[slot][i][4 * k], src + (size_t)(g * S::GROUP + i) * w + 4 * k);
-        }
+        for (int q = 0; q < CHUNKS; ++q)
+            if (chunk_row[q] < rows_left)
+                cp_async16_shared(slot_base + chunk_smem[q], next_src + chunk_src[q]);
+        next_src += (size_t)S::GROUP * w;
         cp_async_commit();  // also when empty, so every wait below counts the same groups
     };
 #pragma unroll
