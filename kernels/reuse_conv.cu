@@ -392,14 +392,15 @@ template <int FH, int FW, int Q> struct Staging {
     static constexpr int OFFSET = 4 * LEFT - FW / 2;  // ring column of the lane's tap column 0
 };
 
-// 16 bytes global -> shared (dst: a shared-memory address), cached in L2 only
-__device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* gmem) {
-#if defined(XCORR_STAGED_L2_PREFETCH)  // development probe: L2 prefetch size hint
-    asm volatile("cp.async.cg.shared.global.L2::" XCORR_STAGED_L2_PREFETCH " [%0], [%1], 16;\n"
-                 ::"r"(dst), "l"(gmem) : "memory");
-#else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+// 16 bytes global -> shared (dst: a shared-memory address), cached in L2 only, with a hint that
+// L2 fetch 256 bytes around it (the warp's next row segments and its neighbours' are there):
+// 3x3 and 5x5 2-4% faster on an H200 (2026-11-22)
+#ifndef XCORR_STAGED_L2_PREFETCH  // development probes override it ("" for no hint)
+#define XCORR_STAGED_L2_PREFETCH ".L2::256B"
 #endif
+__device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global" XCORR_STAGED_L2_PREFETCH " [%0], [%1], 16;\n"
+                 ::"r"(dst), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -48,14 +48,14 @@ ASYNC_COLUMNS = (1, 2)
 
 
 def default_rows_per_block(fh: int, fw: int, staged: bool = False) -> int:
-    """Sub-block height measured best (register loads on an H200, staged loads on an H100,
-    2026-11-22): short sub-blocks for the memory-bound small filters (more, shorter-lived warps
-    reading neighbouring rows together), the papers' 56 or more for large ones, where the FH - 1
-    halo rows cost FMAs; 64 for staged 6x6 and 7x7."""
+    """Sub-block height measured best (register loads on an H200, staged loads on an H100 and
+    an H200, 2026-11-22): short sub-blocks for the memory-bound small filters (more,
+    shorter-lived warps reading neighbouring rows together), the papers' 56 or more for large
+    ones, where the FH - 1 halo rows cost FMAs; staged: 16 up to 3x3, 32 up to 5x5, else 64."""
+    if staged:
+        return 16 if fh * fw <= 9 else (32 if fh * fw <= 25 else 64)
     if fh * fw <= 25:
         return 16
-    if staged:
-        return 64
     if fh * fw <= 49:
         return 32
     return max(ROWS_PER_BLOCK, 4 * (fh - 1))
