@@ -379,8 +379,9 @@ __host__ __device__ constexpr int staged_group(int fh) {
     return fh >= 4 ? fh : fh * (4 / fh);
 }
 
-// Q: column groups per lane; the warp's sub-block is 32 Q columns wide, lane l computing
-// columns l, l + 32, ... (so the ring reads stay conflict-free).
+// Q: output columns per lane (1 or 2); the warp's sub-block is 32 Q columns wide, lane l
+// computing columns Q l, ..., Q l + Q - 1 (with 2, pairs of ring words are read as one 8-byte
+// load where they are 8-byte aligned, and the outputs stored 8 bytes at a time).
 template <int FH, int FW, int Q> struct Staging {
     static constexpr int LEFT = (FW / 2 + 3) / 4;           // 16-byte chunks left of column 0
     static constexpr int RIGHT = (FW - 1 - FW / 2 + 3) / 4;  // and right of column 32 Q - 1
@@ -475,8 +476,8 @@ __device__ __forceinline__ void reuse_sub_block_staged(
     };
 #pragma unroll
     for (int g = 0; g < S::STAGES - 1; ++g) issue(g);
-    float acc[Q][FH][1] = {};
-    float* dst = oframe + (size_t)y0 * w + x0 + lane;
+    float acc[FH][Q] = {};
+    float* dst = oframe + (size_t)y0 * w + x0 + Q * lane;
     for (int g = 0; g < n_groups; ++g) {
         issue(g + S::STAGES - 1);  // into the slot read in the previous iteration
         cp_async_wait<S::STAGES - 1>();
@@ -486,16 +487,32 @@ __device__ __forceinline__ void reuse_sub_block_staged(
         for (int i = 0; i < S::GROUP; ++i) {
             const int r = g * S::GROUP + i;
             if (r < n_in) {
+                // v[m]: ring column OFFSET + Q lane + m (the input columns of the lane's taps)
+                const float* ring_row = rows_g[i] + S::OFFSET + Q * lane;
+                constexpr int NV = FW + Q - 1;
+                float v[NV];
 #pragma unroll
-                for (int q = 0; q < Q; ++q) {
-                    float v[FW];
-#pragma unroll
-                    for (int j = 0; j < FW; ++j) v[j] = rows_g[i][S::OFFSET + 32 * q + lane + j];
-                    row_reuse<FH, FW, TAPS_SHARED, true, 1>(acc[q], v, taps, s_taps, FH);
-                    if (r >= FH - 1 && (!MAPPED || x0 + 32 * q + lane < w))
-                        dst[(size_t)(r - FH + 1) * w + 32 * q] = acc[q][0][0];
-                    shift_rows<FH, 1>(acc[q]);
+                for (int m = 0; m < NV; ++m) {
+                    // with Q = 2, words m and m + 1 form an 8-byte pair where OFFSET + m is even
+                    const bool pair_start = Q == 2 && (S::OFFSET + m) % 2 == 0 && m + 1 < NV;
+                    const bool pair_end = Q == 2 && m >= 1 && (S::OFFSET + m - 1) % 2 == 0;
+                    if (pair_start) {
+                        const float2 p = *reinterpret_cast<const float2*>(ring_row + m);
+                        v[m] = p.x;
+                        v[m + 1] = p.y;
+                    } else if (!pair_end) {
+                        v[m] = ring_row[m];
+                    }
                 }
+                row_reuse<FH, FW, TAPS_SHARED, true, Q>(acc, v, taps, s_taps, FH);
+                if (r >= FH - 1 && (!MAPPED || x0 + Q * lane < w)) {  // w % 4 == 0: all or none
+                    float* o = dst + (size_t)(r - FH + 1) * w;
+                    if constexpr (Q == 2)
+                        *reinterpret_cast<float2*>(o) = make_float2(acc[0][0], acc[0][1]);
+                    else
+                        *o = acc[0][0];
+                }
+                shift_rows<FH, Q>(acc);
             }
         }
         __syncwarp();  // every lane is done with this slot before it is refilled

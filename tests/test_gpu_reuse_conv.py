@@ -99,7 +99,7 @@ def test_large_stack(rng, fshape, edges, cols, loads):
 @pytest.mark.parametrize("cols", [1, 2])
 @pytest.mark.parametrize("fh", range(1, 8))
 def test_async_loads(rng, fh, cols):
-    """The staged cp.async loads for every filter up to 7x7, with 1 and 2 column groups per
+    """The staged cp.async loads for every filter up to 7x7, with 1 and 2 output columns per
     lane: widths below, at and around the 32- and 64-column sub-blocks (edge sub-blocks fill
     their ring by the boundary mode), heights below and around the sub-block and the rows of
     one copy group, several sub-block heights."""

@@ -43,7 +43,7 @@ NARROW_MAX = 7
 PAPER_SIZES = (3, 5, 7, 9, 11)
 TAPS_PLACES = ("param", "shared")
 ROWS_PER_BLOCK = 56  # the papers' sub-block height
-#: column groups per lane compiled for the staged loads (a warp's sub-block is 32 x this wide)
+#: output columns per lane compiled for the staged loads (a warp's sub-block is 32 x this wide)
 ASYNC_COLUMNS = (1, 2)
 
 
@@ -130,7 +130,7 @@ LOADS = ("auto", "registers", "async")
 
 
 def default_async_columns(fh: int, fw: int) -> int:
-    """Column groups per lane of the staged loads, measured best (H100 and H200, 2026-11-22)."""
+    """Output columns per lane of the staged loads, measured best (H100 and H200, 2026-11-22)."""
     return 1
 
 
@@ -182,7 +182,8 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         (ours, register loads): a lane computes 4 columns from one 16-byte load and takes its
         halo from its neighbours by shuffle; only for float32 frames of a width divisible by 4,
         filters up to 7x7, the default column origin and ``edges="reuse"``.  2 (staged loads
-        only): a lane computes columns l and l + 32 of a 64-column sub-block.  0 (default):
+        only): a lane computes 2 adjacent columns of a 64-column sub-block, reading pairs of
+        ring words with 8-byte loads and storing 8 bytes at a time.  0 (default):
         :func:`default_async_columns` with staged loads, else 1.
     loads : {"auto", "registers", "async"}
         How one-column-per-lane sub-blocks read their rows (:data:`LOADS`).  "async" needs
