@@ -367,7 +367,7 @@ __host__ __device__ constexpr int staged_ahead(int fh) {
 #ifdef XCORR_STAGED_AHEAD  // development probes (tools/filter_probe.py) override the choice
     return XCORR_STAGED_AHEAD;
 #endif
-    return fh <= 3 ? 8 : (fh <= 5 ? 15 : 7);  // measured best (H100, H200, 2026-11-22)
+    return fh <= 3 ? 8 : (fh <= 5 ? 10 : 7);  // measured best (H100, H200, 2026-11-22)
 }
 
 // Rows per commit group: a multiple of FH where that stays small, so the shift of acc[] after
