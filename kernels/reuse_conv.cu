@@ -357,12 +357,14 @@ __device__ __forceinline__ void reuse_sub_block_vec4(const float* frame, float* 
 
 // Ours, "async" loads (float32 frames of a width divisible by 4 on a 16-byte aligned base,
 // filters up to 7x7 at the default column origin): the loads of a sub-block no longer go
-// through registers.  Each warp copies its input rows, 32 columns plus the 16-byte chunks of halo
-// either side, into its own ring of shared memory with cp.async (16 bytes per copy, L2 only), a
-// GROUP of rows per commit group and STAGES groups in the ring, so about ahead rows of memory
-// requests are outstanding per warp at no register cost (the register ring of reuse_sub_block
-// holds 2).  A lane then reads its FW columns of each row from the ring (consecutive words, no
-// bank conflict) and row reuse proceeds as in reuse_sub_block.
+// through registers.  Each warp copies its input rows, 32 Q columns plus the 16-byte chunks of
+// halo either side, into its own ring of shared memory with cp.async (16 bytes per copy, L2
+// only), a GROUP of rows per commit group and STAGES groups in the ring, so about staged_ahead
+// rows of memory requests are outstanding per warp at no register cost (the register ring of
+// reuse_sub_block holds 2).  A lane then reads the FW + Q - 1 input columns of its Q outputs
+// from the ring (no bank conflict) and row reuse proceeds as in reuse_sub_block.  A sub-block at
+// an edge (MAPPED) fills the same ring element by element through boundary_index, so both kinds
+// share the compute loop and the kernel stays at 40-64 registers.
 __host__ __device__ constexpr int staged_ahead(int fh) {
 #ifdef XCORR_STAGED_AHEAD  // development probes (tools/filter_probe.py) override the choice
     return XCORR_STAGED_AHEAD;

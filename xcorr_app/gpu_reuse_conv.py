@@ -5,7 +5,10 @@ reuse (pack/unpack shuffles) and row reuse (a register array of the output rows 
 default the sub-blocks tile the whole frame and those at an edge map their loads by
 scipy.ndimage's boundary mode (``edges="reuse"``); the papers' alternative tiles only the
 interior and leaves the edge outputs and leftover columns to a direct path in trailing blocks
-(``edges="direct"``).  Either way the input is never padded.
+(``edges="direct"``).  Either way the input is never padded.  Ours also stages the rows of
+float32 frames (filters up to 7x7) through a shared-memory ring per warp filled by ``cp.async``
+(``loads="async"``, 2 adjacent output columns per lane), which keeps many rows of memory
+requests in flight without registers; elsewhere each lane loads its columns into registers.
 
 Filter sizes up to 11 are compiled exactly; larger ones (up to 31) run on the next compiled
 capacity (:data:`CAPACITIES`) with the extra taps skipped.  float32, float16, uint16 and uint8
