@@ -196,15 +196,25 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
         // left columns that meet a right column at one of the tile's x-shifts
         const int u_begin = max(0, kx0), u_end = min(left_w, kx0 + TX - 1 + right_w);
         float acc[TY][TX] = {};  // all zero
+        // Where the window starts at the right matrix's first column (u_begin = kx0), the first
+        // TX steps meet zero padding for j > s: a triangle of TX (TX - 1) / 2 wasted FMAs per
+        // row.  Those steps run with the zero products left out (HEAD_FWD).  Where instead the
+        // range ends at the right matrix's last column, the same triangle sits at the end; the
+        // row is then walked backwards from u_end - 1 (HEAD_REV), so it comes first.  Otherwise
+        // (ranges cut by the left matrix, or too short) the plain forward walk.
+        enum { PLAIN = 0, HEAD_FWD = 1, HEAD_REV = 2 };
+        const int walk = u_end - u_begin < TX ? PLAIN
+                         : u_begin == kx0                        ? HEAD_FWD
+                         : u_end == kx0 + TX - 1 + right_w      ? HEAD_REV
+                                                                 : PLAIN;
         for (int y = y_begin; y < y_end && u_begin < u_end; ++y) {
             // rrow[c * m_pad]: right[y][c - kx0], zero outside the row
             const float* rrow = rp + ((size_t)y * wp - kx0) * m_pad;
             const float* lcol = s_left + y + ky0 + TY - 1;  // lcol[u * hp + i]: left[y+ky0+i][u]
-            // window slot (s - j) mod TX holds right[y][u - kx0 - j] at step s (u = u_begin + s)
             float win[TX];
-#pragma unroll
-            for (int j = 1; j < TX; ++j) win[TX - j] = __ldg(rrow + (size_t)(u_begin - j) * m_pad);
-            auto step = [&](int u, int s) {  // s: a constant after unrolling
+            // Forward step s (a constant after unrolling) at left column u: window slot
+            // (s - j) mod TX holds right[y][u - kx0 - j]; with head, only j <= s is summed.
+            auto step_fwd = [&](int u, int s, bool head) {
                 win[s] = __ldg(rrow + (size_t)u * m_pad);
                 float lv[TY];
 #pragma unroll
@@ -213,17 +223,57 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                 for (int i = 0; i < TY; ++i)
 #pragma unroll
                     for (int j = 0; j < TX; ++j)
-                        acc[i][j] = fmaf(lv[i], win[(s - j + TX) % TX], acc[i][j]);
+                        if (!head || j <= s)
+                            acc[i][j] = fmaf(lv[i], win[(s - j + TX) % TX], acc[i][j]);
             };
+            // Backward step s at left column u: slot s gets right[y][u - kx0 - (TX - 1)], and
+            // slot (s + j + 1) mod TX holds right[y][u - kx0 - j]; with head, only
+            // j >= TX - 1 - s is summed.
+            auto step_rev = [&](int u, int s, bool head) {
+                win[s] = __ldg(rrow + (size_t)(u - (TX - 1)) * m_pad);
+                float lv[TY];
+#pragma unroll
+                for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
+#pragma unroll
+                for (int i = 0; i < TY; ++i)
+#pragma unroll
+                    for (int j = 0; j < TX; ++j)
+                        if (!head || j >= TX - 1 - s)
+                            acc[i][j] = fmaf(lv[i], win[(s + j + 1) % TX], acc[i][j]);
+            };
+            if (walk == HEAD_REV) {
+#pragma unroll
+                for (int s = 0; s < TX; ++s) step_rev(u_end - 1 - s, s, true);
+                int u = u_end - 1 - TX;
+                for (; u - TX + 1 >= u_begin; u -= TX) {
+#pragma unroll
+                    for (int s = 0; s < TX; ++s) step_rev(u - s, s, false);
+                }
+#pragma unroll
+                for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
+                    if (u - s < u_begin) break;
+                    step_rev(u - s, s, false);
+                }
+                continue;
+            }
             int u = u_begin;
+            if (walk == HEAD_FWD) {  // the window starts on zero padding: nothing to load
+#pragma unroll
+                for (int s = 0; s < TX; ++s) step_fwd(u + s, s, true);
+                u += TX;
+            } else {
+#pragma unroll
+                for (int j = 1; j < TX; ++j)
+                    win[TX - j] = __ldg(rrow + (size_t)(u_begin - j) * m_pad);
+            }
             for (; u + TX <= u_end; u += TX) {
 #pragma unroll
-                for (int s = 0; s < TX; ++s) step(u + s, s);
+                for (int s = 0; s < TX; ++s) step_fwd(u + s, s, false);
             }
 #pragma unroll
             for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
                 if (u + s >= u_end) break;
-                step(u + s, s);
+                step_fwd(u + s, s, false);
             }
         }
         // Out through shared memory: lane l's sums go to s_out[(i * TX + j) * 33 + l] (33: no
