@@ -214,8 +214,9 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
             float win[TX];
             // Forward step s (a constant after unrolling) at left column u: window slot
             // (s - j) mod TX holds right[y][u - kx0 - j]; with head, only j <= s is summed.
-            auto step_fwd = [&](int u, int s, bool head) {
-                win[s] = __ldg(rrow + (size_t)u * m_pad);
+            // The FMAs of forward step s at left column u, window slot s freshly filled; with
+            // head, only j <= s is summed.
+            auto fmas_fwd = [&](int u, int s, bool head) {
                 float lv[TY];
 #pragma unroll
                 for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
@@ -226,11 +227,9 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                         if (!head || j <= s)
                             acc[i][j] = fmaf(lv[i], win[(s - j + TX) % TX], acc[i][j]);
             };
-            // Backward step s at left column u: slot s gets right[y][u - kx0 - (TX - 1)], and
-            // slot (s + j + 1) mod TX holds right[y][u - kx0 - j]; with head, only
-            // j >= TX - 1 - s is summed.
-            auto step_rev = [&](int u, int s, bool head) {
-                win[s] = __ldg(rrow + (size_t)(u - (TX - 1)) * m_pad);
+            // Backward: slot s gets right[y][u - kx0 - (TX - 1)], and slot (s + j + 1) mod TX
+            // holds right[y][u - kx0 - j]; with head, only j >= TX - 1 - s is summed.
+            auto fmas_rev = [&](int u, int s, bool head) {
                 float lv[TY];
 #pragma unroll
                 for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
@@ -241,39 +240,72 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                         if (!head || j >= TX - 1 - s)
                             acc[i][j] = fmaf(lv[i], win[(s + j + 1) % TX], acc[i][j]);
             };
+            // Whole groups of TX steps from column u in direction dir (+1 or -1) while at
+            // least one more group fits: the right values of the next group are loaded while
+            // this group's FMAs run (a register double buffer), so the warp waits for L2 once
+            // per row rather than once per group.  Returns the column after the last group.
+            auto groups = [&](int u, int dir, int n_groups) {
+                if (n_groups <= 0) return u;
+                const int back = dir > 0 ? 0 : TX - 1;  // rev loads lag the column by TX - 1
+                float next[TX];
+#pragma unroll
+                for (int s = 0; s < TX; ++s)
+                    next[s] = __ldg(rrow + (size_t)(u + dir * s - back) * m_pad);
+                for (int g = 0; g < n_groups; ++g, u += dir * TX) {
+                    float cur[TX];  // this group's values; slot s takes cur[s] at step s
+#pragma unroll
+                    for (int s = 0; s < TX; ++s) cur[s] = next[s];
+                    if (g + 1 < n_groups) {
+#pragma unroll
+                        for (int s = 0; s < TX; ++s)
+                            next[s] = __ldg(rrow + (size_t)(u + dir * (TX + s) - back) * m_pad);
+                    }
+#pragma unroll
+                    for (int s = 0; s < TX; ++s) {
+                        win[s] = cur[s];
+                        if (dir > 0)
+                            fmas_fwd(u + s, s, false);
+                        else
+                            fmas_rev(u - s, s, false);
+                    }
+                }
+                return u;
+            };
             if (walk == HEAD_REV) {
 #pragma unroll
-                for (int s = 0; s < TX; ++s) step_rev(u_end - 1 - s, s, true);
-                int u = u_end - 1 - TX;
-                for (; u - TX + 1 >= u_begin; u -= TX) {
-#pragma unroll
-                    for (int s = 0; s < TX; ++s) step_rev(u - s, s, false);
+                for (int s = 0; s < TX; ++s) {
+                    win[s] = __ldg(rrow + (size_t)(u_end - 1 - s - (TX - 1)) * m_pad);
+                    fmas_rev(u_end - 1 - s, s, true);
                 }
+                int u = u_end - 1 - TX;
+                u = groups(u, -1, (u - u_begin + 1) / TX);
 #pragma unroll
                 for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
                     if (u - s < u_begin) break;
-                    step_rev(u - s, s, false);
+                    win[s] = __ldg(rrow + (size_t)(u - s - (TX - 1)) * m_pad);
+                    fmas_rev(u - s, s, false);
                 }
                 continue;
             }
             int u = u_begin;
             if (walk == HEAD_FWD) {  // the window starts on zero padding: nothing to load
 #pragma unroll
-                for (int s = 0; s < TX; ++s) step_fwd(u + s, s, true);
+                for (int s = 0; s < TX; ++s) {
+                    win[s] = __ldg(rrow + (size_t)(u + s) * m_pad);
+                    fmas_fwd(u + s, s, true);
+                }
                 u += TX;
             } else {
 #pragma unroll
                 for (int j = 1; j < TX; ++j)
                     win[TX - j] = __ldg(rrow + (size_t)(u_begin - j) * m_pad);
             }
-            for (; u + TX <= u_end; u += TX) {
-#pragma unroll
-                for (int s = 0; s < TX; ++s) step_fwd(u + s, s, false);
-            }
+            u = groups(u, 1, (u_end - u) / TX);
 #pragma unroll
             for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
                 if (u + s >= u_end) break;
-                step_fwd(u + s, s, false);
+                win[s] = __ldg(rrow + (size_t)(u + s) * m_pad);
+                fmas_fwd(u + s, s, false);
             }
         }
         // Out through shared memory: lane l's sums go to s_out[(i * TX + j) * 33 + l] (33: no
