@@ -157,6 +157,12 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 // consecutive floats rather than 32 scattered words.  With one row chunk the sums are stored;
 // with several (rows_per_chunk < right_h, to fill the GPU when there are few pairs) they are
 // added to the zeroed output.
+#ifndef XCORR_PAIR_PREFETCH  // development probes (tools/pair_probe.py) switch these off
+#define XCORR_PAIR_PREFETCH 1
+#endif
+#ifndef XCORR_PAIR_HEADS
+#define XCORR_PAIR_HEADS 1
+#endif
 template <int FORM, int TY, int TX>
 __global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
 pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
@@ -203,7 +209,7 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
         // row is then walked backwards from u_end - 1 (HEAD_REV), so it comes first.  Otherwise
         // (ranges cut by the left matrix, or too short) the plain forward walk.
         enum { PLAIN = 0, HEAD_FWD = 1, HEAD_REV = 2 };
-        const int walk = u_end - u_begin < TX ? PLAIN
+        const int walk = (!XCORR_PAIR_HEADS || u_end - u_begin < TX) ? PLAIN
                          : u_begin == kx0                        ? HEAD_FWD
                          : u_end == kx0 + TX - 1 + right_w      ? HEAD_REV
                                                                  : PLAIN;
@@ -250,12 +256,16 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                 float next[TX];
 #pragma unroll
                 for (int s = 0; s < TX; ++s)
-                    next[s] = __ldg(rrow + (size_t)(u + dir * s - back) * m_pad);
+                    next[s] = XCORR_PAIR_PREFETCH
+                                  ? __ldg(rrow + (size_t)(u + dir * s - back) * m_pad) : 0.0f;
                 for (int g = 0; g < n_groups; ++g, u += dir * TX) {
                     float cur[TX];  // this group's values; slot s takes cur[s] at step s
 #pragma unroll
-                    for (int s = 0; s < TX; ++s) cur[s] = next[s];
-                    if (g + 1 < n_groups) {
+                    for (int s = 0; s < TX; ++s)
+                        cur[s] = XCORR_PAIR_PREFETCH
+                                     ? next[s]
+                                     : __ldg(rrow + (size_t)(u + dir * s - back) * m_pad);
+                    if (XCORR_PAIR_PREFETCH && g + 1 < n_groups) {
 #pragma unroll
                         for (int s = 0; s < TX; ++s)
                             next[s] = __ldg(rrow + (size_t)(u + dir * (TX + s) - back) * m_pad);
