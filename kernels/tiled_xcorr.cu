@@ -157,12 +157,6 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 // consecutive floats rather than 32 scattered words.  With one row chunk the sums are stored;
 // with several (rows_per_chunk < right_h, to fill the GPU when there are few pairs) they are
 // added to the zeroed output.
-#ifndef XCORR_PAIR_PREFETCH  // development probes (tools/pair_probe.py) switch these off
-#define XCORR_PAIR_PREFETCH 1
-#endif
-#ifndef XCORR_PAIR_HEADS
-#define XCORR_PAIR_HEADS 1
-#endif
 template <int FORM, int TY, int TX>
 __global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
 pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
@@ -202,27 +196,16 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
         // left columns that meet a right column at one of the tile's x-shifts
         const int u_begin = max(0, kx0), u_end = min(left_w, kx0 + TX - 1 + right_w);
         float acc[TY][TX] = {};  // all zero
-        // Where the window starts at the right matrix's first column (u_begin = kx0), the first
-        // TX steps meet zero padding for j > s: a triangle of TX (TX - 1) / 2 wasted FMAs per
-        // row.  Those steps run with the zero products left out (HEAD_FWD).  Where instead the
-        // range ends at the right matrix's last column, the same triangle sits at the end; the
-        // row is then walked backwards from u_end - 1 (HEAD_REV), so it comes first.  Otherwise
-        // (ranges cut by the left matrix, or too short) the plain forward walk.
-        enum { PLAIN = 0, HEAD_FWD = 1, HEAD_REV = 2 };
-        const int walk = (!XCORR_PAIR_HEADS || u_end - u_begin < TX) ? PLAIN
-                         : u_begin == kx0                        ? HEAD_FWD
-                         : u_end == kx0 + TX - 1 + right_w      ? HEAD_REV
-                                                                 : PLAIN;
         for (int y = y_begin; y < y_end && u_begin < u_end; ++y) {
             // rrow[c * m_pad]: right[y][c - kx0], zero outside the row
             const float* rrow = rp + ((size_t)y * wp - kx0) * m_pad;
             const float* lcol = s_left + y + ky0 + TY - 1;  // lcol[u * hp + i]: left[y+ky0+i][u]
+            // window slot (s - j) mod TX holds right[y][u - kx0 - j] at step s (u = u_begin + s)
             float win[TX];
-            // Forward step s (a constant after unrolling) at left column u: window slot
-            // (s - j) mod TX holds right[y][u - kx0 - j]; with head, only j <= s is summed.
-            // The FMAs of forward step s at left column u, window slot s freshly filled; with
-            // head, only j <= s is summed.
-            auto fmas_fwd = [&](int u, int s, bool head) {
+#pragma unroll
+            for (int j = 1; j < TX; ++j) win[TX - j] = __ldg(rrow + (size_t)(u_begin - j) * m_pad);
+            auto step = [&](int u, int s) {  // s: a constant after unrolling
+                win[s] = __ldg(rrow + (size_t)u * m_pad);
                 float lv[TY];
 #pragma unroll
                 for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
@@ -230,92 +213,17 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
                 for (int i = 0; i < TY; ++i)
 #pragma unroll
                     for (int j = 0; j < TX; ++j)
-                        if (!head || j <= s)
-                            acc[i][j] = fmaf(lv[i], win[(s - j + TX) % TX], acc[i][j]);
+                        acc[i][j] = fmaf(lv[i], win[(s - j + TX) % TX], acc[i][j]);
             };
-            // Backward: slot s gets right[y][u - kx0 - (TX - 1)], and slot (s + j + 1) mod TX
-            // holds right[y][u - kx0 - j]; with head, only j >= TX - 1 - s is summed.
-            auto fmas_rev = [&](int u, int s, bool head) {
-                float lv[TY];
-#pragma unroll
-                for (int i = 0; i < TY; ++i) lv[i] = lcol[u * hp + i];
-#pragma unroll
-                for (int i = 0; i < TY; ++i)
-#pragma unroll
-                    for (int j = 0; j < TX; ++j)
-                        if (!head || j >= TX - 1 - s)
-                            acc[i][j] = fmaf(lv[i], win[(s + j + 1) % TX], acc[i][j]);
-            };
-            // Whole groups of TX steps from column u in direction dir (+1 or -1) while at
-            // least one more group fits: the right values of the next group are loaded while
-            // this group's FMAs run (a register double buffer), so the warp waits for L2 once
-            // per row rather than once per group.  Returns the column after the last group.
-            auto groups = [&](int u, int dir, int n_groups) {
-                if (n_groups <= 0) return u;
-                const int back = dir > 0 ? 0 : TX - 1;  // rev loads lag the column by TX - 1
-                float next[TX];
-#pragma unroll
-                for (int s = 0; s < TX; ++s)
-                    next[s] = XCORR_PAIR_PREFETCH
-                                  ? __ldg(rrow + (size_t)(u + dir * s - back) * m_pad) : 0.0f;
-                for (int g = 0; g < n_groups; ++g, u += dir * TX) {
-                    float cur[TX];  // this group's values; slot s takes cur[s] at step s
-#pragma unroll
-                    for (int s = 0; s < TX; ++s)
-                        cur[s] = XCORR_PAIR_PREFETCH
-                                     ? next[s]
-                                     : __ldg(rrow + (size_t)(u + dir * s - back) * m_pad);
-                    if (XCORR_PAIR_PREFETCH && g + 1 < n_groups) {
-#pragma unroll
-                        for (int s = 0; s < TX; ++s)
-                            next[s] = __ldg(rrow + (size_t)(u + dir * (TX + s) - back) * m_pad);
-                    }
-#pragma unroll
-                    for (int s = 0; s < TX; ++s) {
-                        win[s] = cur[s];
-                        if (dir > 0)
-                            fmas_fwd(u + s, s, false);
-                        else
-                            fmas_rev(u - s, s, false);
-                    }
-                }
-                return u;
-            };
-            if (walk == HEAD_REV) {
-#pragma unroll
-                for (int s = 0; s < TX; ++s) {
-                    win[s] = __ldg(rrow + (size_t)(u_end - 1 - s - (TX - 1)) * m_pad);
-                    fmas_rev(u_end - 1 - s, s, true);
-                }
-                int u = u_end - 1 - TX;
-                u = groups(u, -1, (u - u_begin + 1) / TX);
-#pragma unroll
-                for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
-                    if (u - s < u_begin) break;
-                    win[s] = __ldg(rrow + (size_t)(u - s - (TX - 1)) * m_pad);
-                    fmas_rev(u - s, s, false);
-                }
-                continue;
-            }
             int u = u_begin;
-            if (walk == HEAD_FWD) {  // the window starts on zero padding: nothing to load
+            for (; u + TX <= u_end; u += TX) {
 #pragma unroll
-                for (int s = 0; s < TX; ++s) {
-                    win[s] = __ldg(rrow + (size_t)(u + s) * m_pad);
-                    fmas_fwd(u + s, s, true);
-                }
-                u += TX;
-            } else {
-#pragma unroll
-                for (int j = 1; j < TX; ++j)
-                    win[TX - j] = __ldg(rrow + (size_t)(u_begin - j) * m_pad);
+                for (int s = 0; s < TX; ++s) step(u + s, s);
             }
-            u = groups(u, 1, (u_end - u) / TX);
 #pragma unroll
             for (int s = 0; s < TX - 1; ++s) {  // the last, partial group (uniform test)
                 if (u + s >= u_end) break;
-                win[s] = __ldg(rrow + (size_t)(u + s) * m_pad);
-                fmas_fwd(u + s, s, false);
+                step(u + s, s);
             }
         }
         // Out through shared memory: lane l's sums go to s_out[(i * TX + j) * 33 + l] (33: no
