@@ -37,34 +37,6 @@ struct TileItem {
     }
 };
 
-// Work slots of the lane-per-pair kernel: the 4 warps of a block take a tile and its mirror
-// images in y, in x and in both (tiles_y x tiles_x tiles per row chunk), so with a symmetric shift
-// range they have the same number of rows and columns to walk and none waits long for the others
-// (each warp takes one tile, and a block's resources are held until its last warp finishes).  A
-// middle row or column of an odd count is its own mirror: that slot maps to -1.
-// xcorr_app/gpu_tiled.py: pair_slots is the same count.
-#ifndef XCORR_PAIR_MIRROR  // development probes switch it off (tools/pair_probe.py variants)
-#define XCORR_PAIR_MIRROR 1
-#endif
-__device__ __forceinline__ int mirrored_slots(int n_items, int n_tiles, int tiles_x) {
-    if (!XCORR_PAIR_MIRROR) return n_items;
-    const int tiles_y = n_tiles / tiles_x;
-    return n_items / n_tiles * 4 * ((tiles_y + 1) / 2) * ((tiles_x + 1) / 2);
-}
-__device__ __forceinline__ int mirrored_item(int slot, int n_tiles, int tiles_x) {
-    if (!XCORR_PAIR_MIRROR) return slot;
-    const int tiles_y = n_tiles / tiles_x;
-    const int qx = (tiles_x + 1) / 2, per_chunk = 4 * ((tiles_y + 1) / 2) * qx;
-    int r;
-    const int chunk = div_floor(slot, per_chunk, r);
-    int px;
-    const int py = div_floor(r >> 2, qx, px);
-    const int tx = (r & 1) ? tiles_x - 1 - px : px;
-    const int ty = (r & 2) ? tiles_y - 1 - py : py;
-    if (((r & 1) && tx == px) || ((r & 2) && ty == py)) return -1;
-    return chunk * n_tiles + ty * tiles_x + tx;
-}
-
 }  // namespace xcorr
 
 template <int FORM, int TY, int TX, int RIGHTS>
@@ -186,7 +158,7 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 // with several (rows_per_chunk < right_h, to fill the GPU when there are few pairs) they are
 // added to the zeroed output.
 template <int FORM, int TY, int TX>
-__global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 5)  // 8 x 8: 64 sums, 8 + 8 values
+__global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
 pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
                  float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
                  int out_h, int out_w, int shift_y0, int shift_x0, int m, int rows_per_chunk,
@@ -216,11 +188,8 @@ pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right
     float* op = out + ((size_t)li * m + r) * out_size;
     const bool chunked = rows_per_chunk < right_h;
 
-    const int n_slots = mirrored_slots(n_items, n_tiles, tiles_x);
-    for (int slot = blockIdx.x * blockDim.y + threadIdx.y; slot < n_slots;
-         slot += gridDim.x * blockDim.y) {
-        const int item = mirrored_item(slot, n_tiles, tiles_x);
-        if (item < 0) continue;  // the mirror of a middle tile: the same tile again
+    for (int item = blockIdx.x * blockDim.y + threadIdx.y; item < n_items;
+         item += gridDim.x * blockDim.y) {
         const TileItem<TY, TX> it(item, n_tiles, tiles_x, shift_y0, shift_x0, rows_per_chunk,
                                   right_h, left_h);
         const int ky0 = it.ky0, kx0 = it.kx0, y_begin = it.y_begin, y_end = it.y_end;

@@ -105,18 +105,6 @@ def tiled_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *, til
     return launch(_configure, left, right, form, max_shift, out, params)
 
 
-def pair_slots(n_items: int, n_tiles: int, tiles_x: int) -> int:
-    """Work slots of the lane-per-pair kernel (``mirrored_slots`` in kernels/tiled_xcorr.cu):
-    per row chunk, 4 per tile of the quarter grid, so a block's 4 warps take a tile and its
-    mirror images (equal work for a symmetric shift range); a middle tile's mirror slot idles.
-
-    >>> pair_slots(128, 128, 8), pair_slots(9, 9, 3)
-    (128, 16)
-    """
-    tiles_y = n_tiles // tiles_x
-    return n_items // n_tiles * 4 * (-(-tiles_y // 2)) * (-(-tiles_x // 2))
-
-
 def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
     ho, wo = out_shape[-2:]
@@ -137,8 +125,7 @@ def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     tiles_x = -(-wo // tx)
     n_tiles = -(-ho // ty) * tiles_x
     n_items = n_tiles * -(-rh // rpc)
-    n_slots = pair_slots(n_items, n_tiles, tiles_x)
-    grid = (min(-(-n_slots // WARPS_PER_BLOCK), MAX_GRID_X), lane_groups, lay.n_left)
+    grid = (min(-(-n_items // WARPS_PER_BLOCK), MAX_GRID_X), lane_groups, lay.n_left)
     i32 = np.int32
     scalars = geom + (i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x), i32(n_items),
                       i32(lane_groups * 32))
