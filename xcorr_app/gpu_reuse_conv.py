@@ -125,10 +125,9 @@ def _taps_scalar(w: np.ndarray, fh_cap: int, fw_cap: int):
 
 
 EDGES = ("reuse", "direct")
-#: how the plain 32-column sub-blocks load their rows: "registers" (each lane loads its
-#: columns a few rows ahead into registers, the papers' column reuse) or "async" (ours: cp.async
-#: copies rows into a shared-memory ring per warp, about 12 rows ahead); "auto" picks "async"
-#: where it can run
+#: how the sub-blocks load their rows: "registers" (each lane loads its columns a few rows
+#: ahead into registers, the papers' column reuse) or "async" (ours: cp.async copies rows into a
+#: shared-memory ring per warp, 7 to 10 rows ahead); "auto" picks "async" where it can run
 LOADS = ("auto", "registers", "async")
 
 
@@ -144,11 +143,11 @@ def geometry(h: int, w: int, fh_cap: int, fw_cap: int, cy: int, cx: int, rows_pe
     """Where the sub-blocks go: ``(y_first, n_rows, x_first, n_sub_blocks, row_blocks,
     n_edge)`` for one frame.
 
-    ``edges="reuse"`` (ours): 32-column sub-blocks tile the whole frame and those at an edge
-    map their loads by the boundary mode; ``n_edge`` is 0; with ``vec=4`` (4 columns per lane)
-    a sub-block is 128 columns wide.  ``edges="direct"`` (the papers'):
-    sub-blocks tile only the interior, where every tap of the ``fh_cap x fw_cap`` capacity is
-    inside the frame, and the ``n_edge`` other outputs go to the direct path.
+    ``edges="reuse"`` (ours): sub-blocks of ``32 * vec`` columns (``vec`` columns per lane: 1,
+    2 with the staged loads, or 4) tile the whole frame and those at an edge map their loads by
+    the boundary mode; ``n_edge`` is 0.  ``edges="direct"`` (the papers'): 32-column sub-blocks
+    tile only the interior, where every tap of the ``fh_cap x fw_cap`` capacity is inside the
+    frame, and the ``n_edge`` other outputs go to the direct path.
     """
     if edges == "reuse":
         return 0, h, 0, -(-w // (32 * vec)), max(1, -(-h // rows_per_block)), 0
@@ -191,7 +190,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         ring words with 8-byte loads and storing 8 bytes at a time.  0 (default):
         :func:`default_async_columns` with staged loads, else 1.
     loads : {"auto", "registers", "async"}
-        How one-column-per-lane sub-blocks read their rows (:data:`LOADS`).  "async" needs
+        How the sub-blocks read their rows (:data:`LOADS`).  "async" needs
         float32 frames of a width divisible by 4 on a 16-byte aligned base, a filter up to 7x7
         at the default column origin and ``edges="reuse"``; "auto" uses it there.
     out : cupy.ndarray, optional
