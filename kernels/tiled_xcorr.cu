@@ -157,8 +157,11 @@ tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 // consecutive floats rather than 32 scattered words.  With one row chunk the sums are stored;
 // with several (rows_per_chunk < right_h, to fill the GPU when there are few pairs) they are
 // added to the zeroed output.
+#ifndef XCORR_PAIR_BLOCKS  // development probes (tools/pair_probe.py variants) override it
+#define XCORR_PAIR_BLOCKS 4
+#endif
 template <int FORM, int TY, int TX>
-__global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : 4)  // 8 x 8: 64 sums, 8 + 8 values
+__global__ void __launch_bounds__(128, TY * TX >= 64 ? 3 : XCORR_PAIR_BLOCKS)  // 8 x 8: 64 sums
 pair_tiled_xcorr(const float* __restrict__ left, const float* __restrict__ right_t,
                  float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
                  int out_h, int out_w, int shift_y0, int shift_x0, int m, int rows_per_chunk,
