@@ -18,7 +18,7 @@ PROBLEMS = [("one_to_many", (32, 32), (4000, 32, 32)), ("one_to_many", (16, 16),
             ("n_to_m", (16, 32, 32), (64, 32, 32)), ("one_to_many", (32, 32), (256, 32, 32))]
 #: macro settings (-D) compared by `variants`: put a development macro of
 #: kernels/tiled_xcorr.cu here, e.g. {"XCORR_SOMETHING": 0}; the default build comes first
-VARIANTS = [{}, {"XCORR_PAIR_BLOCKS": 7}, {"XCORR_PAIR_BLOCKS": 8}]
+VARIANTS = [{}]
 
 
 def kernel_ms(left, right, form, ty, tx, rpc):
