@@ -425,7 +425,6 @@ __device__ __forceinline__ void reuse_sub_block_staged(
     constexpr int RING_W = S::RING_W;
     const int n_in = rows + FH - 1;
     const int n_groups = (n_in + S::GROUP - 1) / S::GROUP;
-    const float* src = frame + (size_t)(y0 - cy) * w + x0 - 4 * S::LEFT;  // !MAPPED
     // MAPPED: the input columns of the lane's ring columns lane + 32 k (-1: cval)
     int rx[S::LANE_COLS];
 #pragma unroll
@@ -444,7 +443,8 @@ __device__ __forceinline__ void reuse_sub_block_staged(
         chunk_src[q] = i * w + 4 * k;
         chunk_smem[q] = sizeof(float) * (i * RING_W + 4 * k);
     }
-    const float* next_src = src;  // the first row of the next group to issue
+    // !MAPPED: the lane's column 0 in the first input row of the next group to issue
+    const float* next_src = frame + (size_t)(y0 - cy) * w + x0 - 4 * S::LEFT;
     auto issue = [&](int g) {
         const int slot = g % S::STAGES;
         if constexpr (MAPPED) {  // a sub-block at an edge: element by element, mapped by the

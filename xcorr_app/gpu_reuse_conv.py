@@ -131,11 +131,10 @@ EDGES = ("reuse", "direct")
 LOADS = ("auto", "registers", "async")
 
 
-def default_async_columns(fh: int, fw: int) -> int:
-    """Output columns per lane of the staged loads: 2, measured faster than 1 for 3x3, 5x5 and
-    7x7 on an H200 (2026-11-22: 0.327 against 0.344 ms, 0.347 against 0.389, 0.451 against
-    0.530 on 32 frames of 2048x2048)."""
-    return 2
+#: output columns per lane of the staged loads by default: 2 measured faster than 1 for 3x3,
+#: 5x5 and 7x7 on an H200 (2026-11-22: 0.327 against 0.344 ms, 0.347 against 0.389, 0.451
+#: against 0.530 on 32 frames of 2048x2048)
+ASYNC_DEFAULT_COLUMNS = 2
 
 
 def geometry(h: int, w: int, fh_cap: int, fw_cap: int, cy: int, cx: int, rows_per_block: int,
@@ -188,7 +187,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         filters up to 7x7, the default column origin and ``edges="reuse"``.  2 (staged loads
         only): a lane computes 2 adjacent columns of a 64-column sub-block, reading pairs of
         ring words with 8-byte loads and storing 8 bytes at a time.  0 (default):
-        :func:`default_async_columns` with staged loads, else 1.
+        :data:`ASYNC_DEFAULT_COLUMNS` with staged loads, else 1.
     loads : {"auto", "registers", "async"}
         How the sub-blocks read their rows (:data:`LOADS`).  "async" needs
         float32 frames of a width divisible by 4 on a 16-byte aligned base, a filter up to 7x7
@@ -248,7 +247,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     if columns_per_lane == 2 and not use_async:
         raise XcorrError("columns_per_lane=2 runs with the staged loads only (loads='async')")
     if use_async:
-        vec = columns_per_lane or default_async_columns(fh, fw)
+        vec = columns_per_lane or ASYNC_DEFAULT_COLUMNS
     else:
         vec = 4 if columns_per_lane == 4 else 1
     if rows_per_block is None:
