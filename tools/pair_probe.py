@@ -26,7 +26,7 @@ def kernel_ms(left, right, form, ty, tx, rpc):
     pre = arranged_rights(right, lay, tx)
     params = (("tile_y", ty), ("tile_x", tx), ("rows_per_chunk", rpc))
     return time_gpu(lambda: launch(_configure_pairs, left, right, form, None, None, params,
-                                   arrange=lambda r, l: pre), warmup=3, repeat=25)
+                                   arranged=pre), warmup=3, repeat=25)
 
 
 def tiles():

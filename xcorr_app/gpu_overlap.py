@@ -36,6 +36,8 @@ def check_out(out, shape, xp):
 
 def as_float32(a, xp):
     """A C-contiguous float32 device array (uint8/uint16/float16/... converted)."""
+    if isinstance(a, xp.ndarray) and a.dtype.char == "f" and a.flags.c_contiguous:
+        return a  # the common case, without the two calls below (a microsecond each)
     return xp.ascontiguousarray(xp.asarray(a), dtype=xp.float32)
 
 

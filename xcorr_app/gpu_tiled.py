@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .forms import FORMS, FORM_IDS
-from .gpu_overlap import MAX_GRID_Z
+from .gpu_overlap import MAX_GRID_Z, as_float32
 from .gpu_warp_shuffle import geometry, launch
 from .kernel_loader import KernelFamily
 
@@ -129,7 +129,19 @@ def _configure_pairs(form, left_shape, right_shape, max_shift, params):
     i32 = np.int32
     scalars = geom + (i32(lay.m), i32(rpc), i32(n_tiles), i32(tiles_x), i32(n_items),
                       i32(lane_groups * 32))
-    return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, smem, rpc < rh, out_shape
+    return (fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, smem, rpc < rh, out_shape,
+            _arrange_launch(lay, tx))
+
+
+def _arrange_launch(lay, tile_x):
+    """``(fn, grid, block, shape, scalars)`` of :func:`arrange_rights` for this layout."""
+    rh, rw = lay.right_shape
+    groups = lay.n_left if lay.form == "n_to_mn" else 1
+    wp = rw + 2 * (tile_x - 1)
+    m_pad = -(-lay.m // 32) * 32
+    i32 = np.int32
+    return (ARRANGE_RIGHTS.get(tile_x), (-(-rh * wp // 32), m_pad // 32, groups), (32, 8, 1),
+            (groups, rh, wp, m_pad), (i32(lay.m), i32(m_pad), i32(rh), i32(rw)))
 
 
 def arranged_rights(right, lay, tile_x, out=None):
@@ -140,19 +152,12 @@ def arranged_rights(right, lay, tile_x, out=None):
     written."""
     import cupy as cp
 
-    rh, rw = lay.right_shape
-    groups = lay.n_left if lay.form == "n_to_mn" else 1
-    wp = rw + 2 * (tile_x - 1)
-    m_pad = -(-lay.m // 32) * 32
-    shape = (groups, rh, wp, m_pad)
+    fn, grid, block, shape, scalars = _arrange_launch(lay, tile_x)
     if out is None:
         out = cp.empty(shape, cp.float32)
     elif out.shape != shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be C-contiguous float32 of shape {shape}")
-    i32 = np.int32
-    ARRANGE_RIGHTS.get(tile_x)((-(-rh * wp // 32), m_pad // 32, groups), (32, 8, 1),
-                               (cp.ascontiguousarray(right), out, i32(lay.m), i32(m_pad),
-                                i32(rh), i32(rw)))
+    fn(grid, block, (as_float32(right, cp), out) + scalars)
     return out
 
 
@@ -184,5 +189,4 @@ def pair_tiled_xcorr(left, right, form="one_to_many", max_shift=None, out=None, 
     (4000, 63, 63)
     """
     params = (("tile_y", tile_y), ("tile_x", tile_x), ("rows_per_chunk", rows_per_chunk))
-    return launch(_configure_pairs, left, right, form, max_shift, out, params,
-                  arrange=lambda r, lay: arranged_rights(r, lay, tile_x))
+    return launch(_configure_pairs, left, right, form, max_shift, out, params)

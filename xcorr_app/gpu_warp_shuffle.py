@@ -19,10 +19,13 @@ Examples
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .forms import FORMS, FORM_IDS, form_layout
 from .gpu_overlap import MAX_GRID_Z, as_float32, check_out
+from .kernel_launch import PreparedLaunch
 from .kernel_loader import KernelFamily
 from .shifts import first_shift, normalize_max_shift, output_shape
 from .work_distribution import schedule
@@ -56,32 +59,65 @@ MAX_STAGED_BYTES = 48 * 1024
 _LAUNCHES: dict = {}
 
 
-def launch(configure, left, right, form, max_shift, out, params, arrange=None):
+class Launch(NamedTuple):
+    """One problem's launches, prepared once from what a ``configure`` function returns.
+
+    ``kernel`` is ``None`` when no shift overlaps (the output is all zeros); ``zero_first``
+    asks for the output to be zeroed before the kernel adds to it; ``arrange``, if given, is a
+    kernel that rewrites the right matrices into a float32 array of ``arranged_shape`` that the
+    main kernel reads in their place.
+    """
+
+    kernel: PreparedLaunch | None
+    zero_first: bool
+    out_shape: tuple
+    arrange: PreparedLaunch | None = None
+    arranged_shape: tuple = ()
+
+    @classmethod
+    def prepare(cls, fn, grid, block, scalars, shared_mem, zero_first, out_shape, arrange=None):
+        """From ``configure``'s ``(fn, grid, block, scalars, shared_mem, zero_first,
+        out_shape[, (fn, grid, block, shape, scalars) of the rearrangement])``."""
+        kernel = None if fn is None else PreparedLaunch(fn, grid, block, 3, scalars, shared_mem)
+        if arrange is None:
+            return cls(kernel, zero_first, out_shape)
+        afn, agrid, ablock, shape, ascalars = arrange
+        return cls(kernel, zero_first, out_shape, PreparedLaunch(afn, agrid, ablock, 2, ascalars),
+                   tuple(shape))
+
+
+def launch(configure, left, right, form, max_shift, out, params, arranged=None):
     """Compile (once), configure (once per problem) and launch one kernel.
 
-    ``configure(form, left_shape, right_shape, max_shift, params)`` returns ``(fn, grid, block,
-    scalars, shared_mem, zero_first, out_shape)``; it runs once per (kernel, shapes, bound,
-    parameters, device) and is kept, so a repeated call costs little more than the launch.
-    ``arrange(right, layout)``, if given, makes the array the kernel reads in place of ``right``.
+    ``configure(form, left_shape, right_shape, max_shift, params)`` returns what
+    :meth:`Launch.prepare` takes; it runs once per (kernel, shapes, bound, parameters, device)
+    and is kept, so a repeated call costs little more than the launch itself (on the smallest
+    problems the host's time is most of the time).  ``arranged`` (development probes) is the
+    right matrices already rewritten by the problem's ``arrange`` kernel.
     """
     import cupy as cp
 
-    max_shift = normalize_max_shift(max_shift)
-    key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.Device().id)
+    if max_shift is not None:
+        max_shift = normalize_max_shift(max_shift)
+    key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.runtime.getDevice())
     cfg = _LAUNCHES.get(key)
     if cfg is None:
         if len(_LAUNCHES) > 512:
             _LAUNCHES.clear()
-        cfg = _LAUNCHES[key] = configure(form, left.shape, right.shape, max_shift, dict(params))
-    fn, grid, block, scalars, smem, zero, out_shape = cfg
+        cfg = _LAUNCHES[key] = Launch.prepare(*configure(form, left.shape, right.shape,
+                                                         max_shift, dict(params)))
     left, right = as_float32(left, cp), as_float32(right, cp)
-    out = check_out(out, out_shape, cp)
-    if zero:
-        out.fill(0)
-    if fn is not None:
-        if arrange is not None:
-            right = arrange(right, form_layout(form, left.shape, right.shape))
-        fn(grid, block, (left, right, out) + scalars, shared_mem=smem)
+    out = check_out(out, cfg.out_shape, cp)
+    if cfg.zero_first or cfg.kernel is None:
+        cp.cuda.runtime.memsetAsync(out.data.ptr, 0, out.nbytes, cp.cuda.get_current_stream().ptr)
+    if cfg.kernel is None:
+        return out
+    if cfg.arrange is not None:
+        if arranged is None:
+            arranged = cp.empty(cfg.arranged_shape, cp.float32)
+            cfg.arrange(right, arranged)
+        right = arranged
+    cfg.kernel(left, right, out)
     return out
 
 

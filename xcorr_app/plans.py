@@ -20,6 +20,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, fields, replace
 
@@ -104,6 +105,14 @@ class Plan:
         return self.method in GPU_METHODS
 
 
+@functools.lru_cache(maxsize=256)
+def _gpu_launcher(plan):
+    """``(launcher, keyword parameters)`` of a GPU plan (looked up once per plan)."""
+    module, name = _GPU_LAUNCHERS[plan.method]
+    launcher = getattr(importlib.import_module(module, __package__), name)
+    return launcher, {key: getattr(plan, key) for key in _PARAMS.get(plan.method, ())}
+
+
 def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     """Execute ``plan`` on arrays of one array module (CuPy for the GPU kernels).
 
@@ -112,9 +121,7 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     """
     plan = Plan.parse(plan)
     if plan.method in _GPU_LAUNCHERS:
-        module, name = _GPU_LAUNCHERS[plan.method]
-        launcher = getattr(importlib.import_module(module, __package__), name)
-        params = {key: getattr(plan, key) for key in _PARAMS.get(plan.method, ())}
+        launcher, params = _gpu_launcher(plan)
         try:
             return launcher(left, right, form, max_shift, out=out, **params)
         except ValueError as exc:
