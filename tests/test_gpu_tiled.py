@@ -123,7 +123,7 @@ def test_arranged_rights_layout(rng, form, lshape, rshape, tile_x):
     import cupy as cp
 
     from xcorr_app.forms import form_layout
-    from xcorr_app.gpu_tiled import arranged_rights
+    from xcorr_app.gpu_tiled import PAIR_PAD_LEFT, arranged_rights, pair_row_chunks
 
     from conftest import poisoned
 
@@ -131,9 +131,12 @@ def test_arranged_rights_layout(rng, form, lshape, rshape, tile_x):
     right = rng.standard_normal(rshape).astype(np.float32)
     groups = lay.n_left if form == "n_to_mn" else 1
     rh, rw = lay.right_shape
-    pad, m_pad = tile_x - 1, -(-lay.m // 32) * 32
-    want = np.zeros((groups, rh, rw + 2 * pad, m_pad), np.float32)
-    want[:, :, pad:pad + rw, :lay.m] = right.reshape(groups, lay.m, rh, rw).transpose(0, 2, 3, 1)
+    chunks, m_pad = pair_row_chunks(rw, tile_x), -(-lay.m // 32) * 32
+    assert 4 * chunks >= PAIR_PAD_LEFT + rw + tile_x - 1
+    rows = np.zeros((groups, rh, 4 * chunks, m_pad), np.float32)  # [g][y][column][r]
+    rows[:, :, PAIR_PAD_LEFT:PAIR_PAD_LEFT + rw, :lay.m] = right.reshape(
+        groups, lay.m, rh, rw).transpose(0, 2, 3, 1)
+    want = rows.reshape(groups, rh, chunks, 4, m_pad).transpose(0, 1, 2, 4, 3)  # [g][y][c][r][k]
     out = poisoned(cp, want.shape)
     got = arranged_rights(cp.asarray(right), lay, tile_x, out=out)
     assert got is out

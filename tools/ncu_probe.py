@@ -1,5 +1,6 @@
 """Development probe for ncu: one launch of each reuse path on a 32 x 2048 x 2048 stack
-(`reuse [SIZE]`), or of the lane-per-pair kernel on 1 x 4000 at 32x32 (`pair`)."""
+(`reuse [SIZE]`), or of the lane-per-pair kernel on 1 x COUNT at SIDE x SIDE
+(`pair [SIDE [COUNT]]`, default 32 and 4000)."""
 import sys
 
 import cupy as cp
@@ -18,7 +19,9 @@ if what == "reuse":
 else:
     from xcorr_app.gpu_tiled import pair_tiled_xcorr
 
-    left = cp.random.rand(32, 32, dtype=cp.float32)
-    right = cp.random.rand(4000, 32, 32, dtype=cp.float32)
+    side = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+    count = int(sys.argv[3]) if len(sys.argv) > 3 else 4000
+    left = cp.random.rand(side, side, dtype=cp.float32)
+    right = cp.random.rand(count, side, side, dtype=cp.float32)
     pair_tiled_xcorr(left, right, "one_to_many", tile_y=4, tile_x=8, rows_per_chunk=0)
 cp.cuda.Device().synchronize()

@@ -46,6 +46,8 @@ PAIR_TILED = KernelFamily("tiled_xcorr.cu", "pair_tiled_xcorr",
                           [(FORM_IDS[f],) + t for f in PAIR_FORMS for t in PAIR_TILES])
 ARRANGE_RIGHTS = KernelFamily("tiled_xcorr.cu", "arrange_rights",
                              sorted({(tx,) for _, tx in PAIR_TILES}))
+#: zero columns before each rearranged right row (``PAIR_PAD_LEFT`` of the kernel source)
+PAIR_PAD_LEFT = 8
 #: shared memory of the staged left matrix (the default dynamic limit)
 PAIR_MAX_SHARED = 48 * 1024
 WARPS_PER_BLOCK = 4  # __launch_bounds__(128, 4)
@@ -55,9 +57,18 @@ MAX_GRID_YZ = 65535
 
 def pair_shared_bytes(left_shape, tile_y, tile_x) -> int:
     """Shared memory of the lane-per-pair kernel: the left matrix with ``tile_y - 1`` zero rows
-    above and below, and each warp's sums on their way out (33 words per sum)."""
-    return 4 * ((left_shape[-2] + 2 * (tile_y - 1)) * left_shape[-1] +
+    above and below and 4 to 7 zero columns on either side, in chunks of 4 columns
+    (``pair_col_chunks`` of ``kernels/tiled_xcorr.cu``, at its widest), and each warp's sums on
+    their way out (33 words per sum)."""
+    cols = 4 * ((7 + left_shape[-1] + 6) // 4)
+    return 4 * ((left_shape[-2] + 2 * (tile_y - 1)) * cols +
                 WARPS_PER_BLOCK * tile_y * tile_x * 33)
+
+
+def pair_row_chunks(right_w, tile_x) -> int:
+    """float4 chunks of one rearranged right row (``pair_row_chunks`` of the kernel source):
+    :data:`PAIR_PAD_LEFT` zeros, the row, ``tile_x - 1`` zeros, rounded up to 4 floats."""
+    return (PAIR_PAD_LEFT + right_w + tile_x - 1 + 3) // 4
 
 
 def _configure(form, left_shape, right_shape, max_shift, params):
@@ -137,18 +148,19 @@ def _arrange_launch(lay, tile_x):
     """``(fn, grid, block, shape, scalars)`` of :func:`arrange_rights` for this layout."""
     rh, rw = lay.right_shape
     groups = lay.n_left if lay.form == "n_to_mn" else 1
-    wp = rw + 2 * (tile_x - 1)
+    chunks = pair_row_chunks(rw, tile_x)
     m_pad = -(-lay.m // 32) * 32
     i32 = np.int32
-    return (ARRANGE_RIGHTS.get(tile_x), (-(-rh * wp // 32), m_pad // 32, groups), (32, 8, 1),
-            (groups, rh, wp, m_pad), (i32(lay.m), i32(m_pad), i32(rh), i32(rw)))
+    return (ARRANGE_RIGHTS.get(tile_x), (-(-rh * 4 * chunks // 32), m_pad // 32, groups),
+            (32, 8, 1), (groups, rh, chunks, m_pad, 4), (i32(lay.m), i32(m_pad), i32(rh), i32(rw)))
 
 
 def arranged_rights(right, lay, tile_x, out=None):
-    """The right matrices as the lane-per-pair kernel reads them: ``[g][y][tile_x - 1 +
-    x][r]``, the matrix index fastest (padded to a multiple of 32) and ``tile_x - 1`` zero
-    columns on either side; ``g`` is the left's group for ``n_to_mn`` (else one group).  One
-    pass of :func:`arrange_rights` (``kernels/tiled_xcorr.cu``); every element of ``out`` is
+    """The right matrices as the lane-per-pair kernel reads them: chunks of 4 columns with the
+    matrix index next, ``[g][y][c][r][k] = right[g][r][y][4c + k - PAIR_PAD_LEFT]``, zero
+    outside the row (``c < pair_row_chunks(right_w, tile_x)``) and for the padding matrices
+    (``r`` up to a multiple of 32); ``g`` is the left's group for ``n_to_mn`` (else one group).
+    One pass of :func:`arrange_rights` (``kernels/tiled_xcorr.cu``); every element of ``out`` is
     written."""
     import cupy as cp
 
