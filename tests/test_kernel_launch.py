@@ -59,3 +59,24 @@ def test_prepared_launch_equals_cupys_launch():
         prepared(a, got)
         cp.testing.assert_array_equal(got, want)
     assert np.isfinite(cp.asnumpy(want)).all()
+
+
+@pytest.mark.gpu
+def test_launch_checks_the_callers_output():
+    import cupy as cp
+
+    from xcorr_app.gpu_warp_shuffle import warp_per_shift_xcorr
+    from xcorr_app.reference import xcorr_direct
+
+    rng = np.random.default_rng(1)
+    a, b = rng.random((5, 7), np.float32), rng.random((3, 6), np.float32)
+    want = xcorr_direct(a, b)
+    out = cp.full(want.shape, cp.nan, cp.float32)
+    assert warp_per_shift_xcorr(cp.asarray(a), cp.asarray(b), out=out) is out
+    np.testing.assert_allclose(out.get(), want, rtol=1e-5, atol=1e-5)
+    bad = [np.zeros(want.shape, np.float32), cp.zeros(want.shape[::-1], cp.float32),
+           cp.zeros(want.shape, cp.float64), cp.zeros((want.shape[0], 2 * want.shape[1]),
+                                                     cp.float32)[:, ::2]]
+    for o in bad:
+        with pytest.raises(ValueError, match="out must be"):
+            warp_per_shift_xcorr(cp.asarray(a), cp.asarray(b), out=o)

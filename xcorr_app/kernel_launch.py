@@ -87,6 +87,7 @@ class PreparedLaunch:
 
         self.fn, self.grid, self.block = fn, tuple(grid), tuple(block)
         self.n_arrays, self.constants, self.shared_mem = n_arrays, tuple(constants), shared_mem
+        self._stream = cp.cuda.get_current_stream
         self._launch = getattr(cp.cuda.driver, "launchKernel", None)
         if shared_mem > _DEFAULT_SHARED_LIMIT:
             self._launch = None
@@ -104,14 +105,12 @@ class PreparedLaunch:
         self._lock = threading.Lock()  # the buffer is shared: one launch writes it at a time
 
     def __call__(self, *arrays):
-        import cupy as cp
-
         if len(arrays) != self.n_arrays:
             raise TypeError(f"this launch takes {self.n_arrays} arrays, got {len(arrays)}")
         if self._launch is None:
             self.fn(self.grid, self.block, arrays + self.constants, shared_mem=self.shared_mem)
             return
-        stream = cp.cuda.get_current_stream().ptr
+        stream = self._stream().ptr
         buf = self._buf
         with self._lock:  # the driver copies the buffer at launch, so it may change after
             for i, a in enumerate(arrays):

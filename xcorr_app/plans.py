@@ -104,13 +104,13 @@ class Plan:
     def on_gpu_only(self) -> bool:
         return self.method in GPU_METHODS
 
-
-@functools.lru_cache(maxsize=256)
-def _gpu_launcher(plan):
-    """``(launcher, keyword parameters)`` of a GPU plan (looked up once per plan)."""
-    module, name = _GPU_LAUNCHERS[plan.method]
-    launcher = getattr(importlib.import_module(module, __package__), name)
-    return launcher, {key: getattr(plan, key) for key in _PARAMS.get(plan.method, ())}
+    @functools.cached_property
+    def gpu_launcher(self):
+        """``(launcher, keyword parameters)`` of a GPU plan, looked up once per plan object
+        (a small problem's run is a few microseconds: the lookup would be a fair share)."""
+        module, name = _GPU_LAUNCHERS[self.method]
+        launcher = getattr(importlib.import_module(module, __package__), name)
+        return launcher, {key: getattr(self, key) for key in _PARAMS.get(self.method, ())}
 
 
 def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
@@ -121,7 +121,7 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     """
     plan = Plan.parse(plan)
     if plan.method in _GPU_LAUNCHERS:
-        launcher, params = _gpu_launcher(plan)
+        launcher, params = plan.gpu_launcher
         try:
             return launcher(left, right, form, max_shift, out=out, **params)
         except ValueError as exc:
