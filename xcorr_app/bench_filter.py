@@ -36,7 +36,7 @@ import json
 
 import numpy as np
 
-from .bench_xcorr import (TIMING, _cell, _fmt_ms, _free_gpu_memory, _versions, measure,
+from .bench_xcorr import (TIMING, _cell, _fmt_ms, _free_gpu_memory, _versions, measure_paths,
                           torch_unavailable_reason)
 from .errors import XcorrError
 
@@ -250,7 +250,7 @@ def _output_or_none(fn):
     """``fn()``, or None when it fails (the path's own measurement then says why)."""
     try:
         return fn()
-    except Exception:  # noqa: BLE001 - reported by measure(), not fatal
+    except Exception:  # noqa: BLE001 - reported by measure_paths(), not fatal
         return None
 
 
@@ -269,10 +269,9 @@ def bench_problem(stack, name, copy_gbps, check=True, seed=0, out=None) -> dict:
            "shape": list(stack.shape), "copy_gbps": copy_gbps,
            "roofline_ms": roofline_ms(stack.nbytes, stack.nbytes, copy_gbps),
            "ms": {}, "rel_error": {}, "na": {}}
-    for path in PATHS:
-        ref = want if path in ("ours", "paper") else None
-        row["ms"][path], row["rel_error"][path], row["na"][path] = measure(
-            makers[path], ref, missing[path])
+    wants = {path: want if path in ("ours", "paper") else None for path in PATHS}
+    row["ms"], row["rel_error"], row["na"] = measure_paths({p: makers[p] for p in PATHS}, wants,
+                                                           missing)
     return summarise(row)
 
 

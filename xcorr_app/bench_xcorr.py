@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import sys
 from dataclasses import dataclass
 
@@ -44,8 +45,10 @@ TOLERANCE = 1e-3
 #: the timed paths, in table order; the peers are the other libraries
 PATHS = ("ours", "overlap", "cupy_fft", "torch")
 PEERS = ("cupy_fft", "torch")
-#: arguments of :func:`xcorr_app.timing.time_gpu`
+#: arguments of :func:`xcorr_app.timing.time_gpu`, per round
 TIMING = {"warmup": 3, "repeat": 15, "min_total_ms": 20.0}
+#: rounds of timing: the paths take turns, and each path's time is the median of its rounds
+ROUNDS = 3
 #: candidates printed by ``explain`` (the others are counted)
 EXPLAIN_TOP = 8
 
@@ -285,25 +288,56 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def measure(make, want=None, missing="not available"):
-    """Build a path with ``make()``, check it against ``want`` once, then time it.
+def measure_paths(makers, wants, missing, rounds=None):
+    """Build each path with its maker, check it once, then time all of them in turns.
+
+    Parameters
+    ----------
+    makers : dict
+        Path name -> ``make()`` returning the path's callable (or None when it is missing).
+    wants, missing : dict
+        Path name -> the reference output to check against (or None), and the note for a
+        missing path.
+    rounds : int, optional
+        Rounds of timing (default :data:`ROUNDS`): each round times every path once with
+        :data:`TIMING`, and a path's time is the median of its rounds.  Taking turns keeps a
+        drift of the machine (other tenants, clocks) from favouring the path timed first.
 
     Returns
     -------
-    (ms, rel_error, na)
-        ``ms`` is None when the path is missing (``make()`` gave None: ``na`` is ``missing``) or
-        failed (``na`` says why); ``rel_error`` is None without ``want``.  Exceptions do not propagate: a failing peer is a table entry.
+    (ms, rel_error, na) : dict, dict, dict
+        Per path: ``ms`` is None when the path is missing (``na`` is its ``missing`` note) or
+        failed (``na`` says why); ``rel_error`` is None without a reference.  Exceptions do
+        not propagate: a failing peer is a table entry.
     """
     from .timing import time_gpu
 
-    try:
-        fn = make()
-        if fn is None:
-            return None, None, missing
-        err = None if want is None else relative_error(fn(), want)
-        return time_gpu(fn, **TIMING), err, ""
-    except Exception as exc:  # noqa: BLE001 - e.g. cuDNN out of memory: reported, not fatal
-        return None, None, _reason(exc)
+    fns, ms, errs, nas = {}, {}, {}, {}
+    for path, make in makers.items():
+        ms[path], errs[path], nas[path] = None, None, ""
+        try:
+            fn = make()
+            if fn is None:
+                nas[path] = missing.get(path, "not available")
+                continue
+            want = wants.get(path)
+            errs[path] = None if want is None else relative_error(fn(), want)
+            fns[path] = fn
+        except Exception as exc:  # noqa: BLE001 - e.g. cuDNN out of memory: reported, not fatal
+            nas[path] = _reason(exc)
+    samples = {path: [] for path in fns}
+    for _ in range(ROUNDS if rounds is None else rounds):
+        for path, fn in fns.items():
+            if path not in samples:
+                continue
+            try:
+                samples[path].append(time_gpu(fn, **TIMING))
+            except Exception as exc:  # noqa: BLE001
+                nas[path] = _reason(exc)
+                del samples[path]
+    for path, times in samples.items():
+        ms[path] = statistics.median(times)
+    return ms, errs, nas
 
 
 def _free_gpu_memory():
@@ -352,11 +386,10 @@ def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0
            "plan_source": decision.source, "reason": decision.reason,
            "candidates": [[str(plan), float(t)] for plan, t in decision.timings],
            "ms": {}, "rel_error": {}, "na": {}}
-    for path in PATHS:
-        ref = None if path == "cupy_fft" else want
-        missing = (torch_unavailable_reason() if path == "torch" else "") or "not available"
-        row["ms"][path], row["rel_error"][path], row["na"][path] = measure(makers[path], ref,
-                                                                          missing)
+    wants = {path: None if path == "cupy_fft" else want for path in PATHS}
+    missing = {"torch": torch_unavailable_reason() or "not available"}
+    row["ms"], row["rel_error"], row["na"] = measure_paths({p: makers[p] for p in PATHS}, wants,
+                                                           missing)
     return summarise(row, check, peak)
 
 

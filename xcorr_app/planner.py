@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+import statistics
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,6 +56,9 @@ CACHE_FORMAT = 1
 REFINE_TOP = 3
 #: a candidate whose first run is this much slower than the best so far is not repeated
 EARLY_REJECT = 3.0
+#: the fastest candidates timed again, in turns, before the choice (see :func:`_confirm`)
+CONFIRM_TOP = 4
+CONFIRM_ROUNDS = 3
 #: warps per SM the distribution sizes aim for (4 blocks of 4 warps each, x 4 for latency)
 TARGET_WARPS_PER_SM = 64
 
@@ -226,7 +230,28 @@ def measure_all(left, right, form, max_shift):
         more += distribution_candidates(p, lay, max_shift, _sm_count())
     _measure(more, left, right, form, max_shift, out, timings, errors)
     timings.sort(key=lambda pt: pt[1])
+    _confirm(timings, left, right, form, max_shift, out)
     return timings, errors
+
+
+def _confirm(timings, left, right, form, max_shift, out):
+    """Time the :data:`CONFIRM_TOP` fastest again in :data:`CONFIRM_ROUNDS` rounds, in turns,
+    and rank them by the median of all their measurements (sorts ``timings`` in place).
+
+    The first pass times each candidate once, minutes apart at worst; on a busy host a small
+    problem's time (mostly the host's) drifts by more than the candidates differ.
+    """
+    from .timing import time_gpu
+
+    top = timings[:CONFIRM_TOP]
+    samples = [[t] for _, t in top]
+    for _ in range(CONFIRM_ROUNDS):
+        for k, (plan, _) in enumerate(top):
+            samples[k].append(time_gpu(
+                lambda: run_plan(plan, left, right, form, max_shift, out=out),  # noqa: B023
+                warmup=1, repeat=5))
+    timings[:len(top)] = [(plan, statistics.median(ts)) for (plan, _), ts in zip(top, samples)]
+    timings.sort(key=lambda pt: pt[1])
 
 
 # ------------------------------------------------------------------------ cache
