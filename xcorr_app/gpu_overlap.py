@@ -28,6 +28,8 @@ def check_out(out, shape, xp):
     """Validate a caller-supplied output (C-contiguous float32 of ``shape``) or allocate one."""
     if out is None:
         return xp.empty(shape, dtype=xp.float32)
+    if not isinstance(out, xp.ndarray):
+        raise ValueError(f"out must be a {xp.__name__} array, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}, "
                          f"got {out.dtype} {out.shape}")

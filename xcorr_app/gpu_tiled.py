@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from .forms import FORMS, FORM_IDS
-from .gpu_overlap import MAX_GRID_Z, as_float32
+from .gpu_overlap import MAX_GRID_Z, as_float32, check_out
 from .gpu_warp_shuffle import geometry, launch
 from .kernel_loader import KernelFamily
 
@@ -165,10 +165,7 @@ def arranged_rights(right, lay, tile_x, out=None):
     import cupy as cp
 
     fn, grid, block, shape, scalars = _arrange_launch(lay, tile_x)
-    if out is None:
-        out = cp.empty(shape, cp.float32)
-    elif out.shape != shape or out.dtype != cp.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be C-contiguous float32 of shape {shape}")
+    out = check_out(out, shape, cp)
     fn(grid, block, (as_float32(right, cp), out) + scalars)
     return out
 

@@ -107,13 +107,9 @@ def launch(configure, left, right, form, max_shift, out, params, arranged=None):
         cfg = _LAUNCHES[key] = Launch.prepare(*configure(form, left.shape, right.shape,
                                                          max_shift, dict(params)))
     left, right = as_float32(left, cp), as_float32(right, cp)
-    if out is None:
-        out = cp.empty(cfg.out_shape, cp.float32)
-    elif not (isinstance(out, cp.ndarray) and out.shape == cfg.out_shape
-              and out.dtype.char == "f" and out.flags.c_contiguous):
-        if not isinstance(out, cp.ndarray):
-            raise ValueError(f"out must be a CuPy array, got {type(out).__name__}")
-        check_out(out, cfg.out_shape, cp)  # raises, saying what is wrong
+    if not (isinstance(out, cp.ndarray) and out.shape == cfg.out_shape
+            and out.dtype.char == "f" and out.flags.c_contiguous):  # the common case, quickly
+        out = check_out(out, cfg.out_shape, cp)  # allocates, or raises saying what is wrong
     if cfg.zero_first or cfg.kernel is None:
         cp.cuda.runtime.memsetAsync(out.data.ptr, 0, out.nbytes, cp.cuda.get_current_stream().ptr)
     if cfg.kernel is None:

@@ -186,10 +186,15 @@ def rule_plan(lay, max_shift) -> Plan:
 
 # ------------------------------------------------------------------------ measuring
 
+def _runner(plan, left, right, form, max_shift, out):
+    """``plan`` on these inputs as a callable for :func:`xcorr_app.timing.time_gpu`."""
+    return lambda: run_plan(plan, left, right, form, max_shift, out=out)
+
+
 def _time_plan(plan, left, right, form, max_shift, out, best_ms):
     from .timing import time_gpu
 
-    run = lambda: run_plan(plan, left, right, form, max_shift, out=out)  # noqa: E731
+    run = _runner(plan, left, right, form, max_shift, out)
     first = time_gpu(run, warmup=1, repeat=1)  # compiles on the warm-up run
     if best_ms is not None and first > EARLY_REJECT * best_ms:
         return first
@@ -247,9 +252,8 @@ def _confirm(timings, left, right, form, max_shift, out):
     samples = [[t] for _, t in top]
     for _ in range(CONFIRM_ROUNDS):
         for k, (plan, _) in enumerate(top):
-            samples[k].append(time_gpu(
-                lambda: run_plan(plan, left, right, form, max_shift, out=out),  # noqa: B023
-                warmup=1, repeat=5))
+            samples[k].append(time_gpu(_runner(plan, left, right, form, max_shift, out),
+                                       warmup=1, repeat=5))
     timings[:len(top)] = [(plan, statistics.median(ts)) for (plan, _), ts in zip(top, samples)]
     timings.sort(key=lambda pt: pt[1])
 
