@@ -1,152 +1,202 @@
 // im2win convolution (NCHW, float32): the window-order transform of the input and a tiled
 // convolution over it (../shared/papers/im2win-gpu-convolution.md).
 //
-// im2win tensor, shape (N, C, HO, WP * HF) with WP = W + 2 * PAD:
-//     win[n][c][ho][wi * HF + kh] = x[n][c][ho * S + kh - PAD][wi - PAD]   (0 outside the image)
+// im2win tensor, shape (N, C, HO, WP * HF) with WP = W + 2 * PX:
+//     win[n][c][ho][wi * HF + kh] = x[n][c][ho * SY + kh - PY][wi - PX]   (0 outside the image)
 // so the HF x WF window of output (ho, wo) is the contiguous run of HF * WF values starting at
-// win[n][c][ho][wo * S * HF], in the order j = kw * HF + kh.  The filter is reordered once to
-// the same order, f'[co][c * HF * WF + kw * HF + kh] (rows padded to a multiple of 4 with
-// zeros for 16-byte loads), and the convolution is one GEMM over k = (c, j):
-//     out[n][co][ho][wo] = sum_k f'[co][k] * win[n][c(k)][ho][wo * S * HF + j(k)]
-// with M = CO rows and N * HO * WO columns q = (n, ho, wo).
+// win[n][c][ho][wo * SX * HF].
+//
+// The convolution is one GEMM with M = CO filter rows, K = C * HF * WF and N * HO * WO columns
+// q = (n, ho, wo):   out[n][co][ho][wo] = sum_k filt[co][k] * src[col(q) + off(k)]
+// where the filter is used in place (k = (c, kh, kw), its own layout), col(q) = n * SN + ho * SH
+// + wo * SW + BASE is where column q's window starts and off(k) (a table, -1 past K) where
+// element k of a window lies from there.  Over the im2win tensor (the paper's method):
+// SN = C * HO * WP * HF, SH = WP * HF, SW = SX * HF, BASE = 0, off(c, kh, kw) = c * HO * WP * HF
+// + kw * HF + kh.  Directly over the input (im2win's window order computed on the fly, no
+// transform): SN = C * H * W, SH = SY * W, SW = SX, BASE = -PY * W - PX, off = c * H * W +
+// kh * W + kw, and with padding (PADDED) a second table pos(k) = kh << 16 | kw tells which window
+// elements fall outside the image.
 //
 // Tiling (CUTLASS-style names): a block computes a BLOCK_M x BLOCK_N tile of outputs with
 // (BLOCK_M / THREAD_M) x (BLOCK_N / THREAD_N) threads, each a THREAD_M x THREAD_N register tile
-// updated by outer products.  The K loop takes BLOCK_K values per step: the filter tile
-// (16-byte loads along k) and the im2win tile are staged through registers into shared memory
-// that is double-buffered, so the global loads of step t + 1 are in flight while step t is
-// computed, with one barrier per step.  Register arrays are indexed with constants only.
+// updated by outer products (a warp: 4 x 8 threads, so its shared-memory reads are 64 and 128
+// contiguous bytes).  The K loop takes BLOCK_K values per step through a ring of STAGES
+// shared-memory buffers filled by cp.async (4-byte copies, zero-filled outside the problem),
+// STAGES - 1 steps ahead of the FMAs, one barrier per step.  Register arrays are indexed with
+// constants only.
+
+#include "async_copy.cuh"
+#include "int_math.cuh"
 
 // ---------------------------------------------------------------------------- transform
 
-// One thread per (n, c, ho, wi): writes the HF values win[n][c][ho][wi * HF + 0 .. HF - 1].
+// One block per row (n, c, ho) of the im2win tensor, its threads along the row: coalesced
+// writes; the reads of neighbouring threads fall in HF neighbouring input rows.
 extern "C" __global__ void im2win_transform(const float* __restrict__ x, float* __restrict__ win,
-                                            int N, int C, int H, int W, int HF, int S, int PAD,
-                                            int HO, int WP) {
-    long long total = (long long)N * C * HO * WP;
-    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
-         t += (long long)gridDim.x * blockDim.x) {
-        int wi = (int)(t % WP);
-        long long r = t / WP;
-        int ho = (int)(r % HO);
-        long long nc = r / HO;
-        const float* plane = x + nc * H * W;
-        float* dst = win + (nc * HO + ho) * (long long)WP * HF + (long long)wi * HF;
-        int col = wi - PAD;
-        bool col_ok = col >= 0 && col < W;
-        for (int kh = 0; kh < HF; ++kh) {
-            int row = ho * S + kh - PAD;
-            dst[kh] = (col_ok && row >= 0 && row < H) ? plane[(long long)row * W + col] : 0.0f;
+                                            int rows, int H, int W, int HF, int SY,
+                                            int PY, int PX, int HO, int WP) {
+    const int len = WP * HF;
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int nc = r / HO, ho = r - nc * HO;
+        const float* plane = x + (long long)nc * H * W;
+        float* dst = win + (long long)r * len;
+        for (int e = threadIdx.x; e < len; e += blockDim.x) {
+            int kh;
+            const int wi = xcorr::div_floor(e, HF, kh);
+            const int row = ho * SY + kh - PY, col = wi - PX;
+            dst[e] = ((unsigned)row < (unsigned)H && (unsigned)col < (unsigned)W)
+                         ? __ldg(plane + (long long)row * W + col) : 0.0f;
         }
     }
 }
 
 // ---------------------------------------------------------------------------- convolution
 
-template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N>
-__global__ void __launch_bounds__((BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N), 2)
-im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded to K4
-            const float* __restrict__ win,   // (N, C, HO, WP * HF)
+template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N, int STAGES,
+          bool PADDED>
+struct Im2winTile {
+    static constexpr int THREADS_M = BLOCK_M / THREAD_M, THREADS_N = BLOCK_N / THREAD_N;
+    static constexpr int THREADS = THREADS_M * THREADS_N;
+    static constexpr int WARPS_N = THREADS_N / 8;               // a warp: 4 (m) x 8 (n) threads
+    static constexpr int LDA = BLOCK_M + 4;                     // As row pitch: conflict-free fills
+    static constexpr int A_COPIES = BLOCK_M * BLOCK_K / THREADS;  // rows THREADS / 8 apart
+    static constexpr int B_COPIES = BLOCK_K * BLOCK_N / THREADS;  // k rows per thread, one column
+    static_assert(THREADS_N % 8 == 0 && THREADS_M % 4 == 0, "warps of 4 x 8 threads");
+    static_assert(THREAD_M % 4 == 0 && THREAD_N % 4 == 0, "16-byte shared-memory reads");
+    static_assert(BLOCK_K == 8 && BLOCK_M % (THREADS / 8) == 0, "A tile: 8 k of each row");
+    static_assert(THREADS % BLOCK_N == 0 && B_COPIES % 4 == 0, "B tile split");
+};
+
+// Serial split-K (CUTLASS's "serial" reduction): with gridDim.z > 1, split z of a tile sums
+// steps [z * SPLIT_STEPS, (z + 1) * SPLIT_STEPS) and adds them to the output after split z - 1
+// has, in order (deterministic: one split at a time adds to a tile, so its atomic adds, which
+// need no round trip, happen in a fixed order).  locks[tile] counts the splits done; the last one sets it back
+// to 0, so the buffer is ready for the next launch.  Blocks start in order of their index, so
+// a waiting block only waits for blocks that have started.
+__device__ __forceinline__ void wait_for_turn(int* lock, int turn) {
+    if (threadIdx.x == 0) {
+        int v;
+        do {
+            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(lock) : "memory");
+        } while (v != turn);
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ void pass_turn(int* lock, int next) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(lock), "r"(next) : "memory");
+}
+
+template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N, int STAGES,
+          bool PADDED>
+__global__ void __launch_bounds__((BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N),
+                                  512 / ((BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N)))
+im2win_conv(const float* __restrict__ filt,  // (M, K): the filter in its own layout
+            const float* __restrict__ src,   // im2win tensor or input
+            const int* __restrict__ off,     // (K rounded up to 16): off(k), -1 past K
+            const int* __restrict__ pos,     // PADDED: kh << 16 | kw of k
             float* __restrict__ out,         // (N, M, HO, WO)
-            int M, int K, int K4, int KK, int HF, int S, int HO, int WO, int WPHF,
-            long long Q) {                   // Q = N * HO * WO columns
-    constexpr int THREADS = (BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N);
-    constexpr int A_LOADS = BLOCK_M * BLOCK_K / 4 / THREADS;   // float4 per thread per step
-    constexpr int B_LOADS = BLOCK_K * BLOCK_N / THREADS;       // floats per thread per step
-    static_assert(A_LOADS >= 1 && A_LOADS * 4 * THREADS == BLOCK_M * BLOCK_K, "A tile split");
-    static_assert(B_LOADS >= 1 && B_LOADS * THREADS == BLOCK_K * BLOCK_N, "B tile split");
-    static_assert(BLOCK_K % 4 == 0 && THREAD_M % 4 == 0 && THREAD_N % 4 == 0, "float4 tiles");
-    __shared__ __align__(16) float As[2][BLOCK_K][BLOCK_M];
-    __shared__ __align__(16) float Bs[2][BLOCK_K][BLOCK_N];
+            int* __restrict__ locks,         // gridDim.z > 1: one per tile, 0 between launches
+            int M, int K, int HO, int WO, int Q, long long SN, int SH, int SW, int BASE,
+            int SY, int SX, int PY, int PX, int H, int W, int SPLIT_STEPS) {
+    using T = Im2winTile<BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES, PADDED>;
+    constexpr int LDA = T::LDA, B_COPIES = T::B_COPIES;
+    __shared__ __align__(16) float As[STAGES][BLOCK_K][LDA];
+    __shared__ __align__(16) float Bs[STAGES][BLOCK_K][BLOCK_N];
 
-    const int tid = threadIdx.x;
-    const int tx = tid % (BLOCK_N / THREAD_N), ty = tid / (BLOCK_N / THREAD_N);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tx = (warp % T::WARPS_N) * 8 + (lane & 7);
+    const int ty = (warp / T::WARPS_N) * 4 + (lane >> 3);
     const int m0 = blockIdx.y * BLOCK_M;
-    const long long q0 = (long long)blockIdx.x * BLOCK_N;
-    const long long planeHW = (long long)HO * WPHF;  // one (n, c) plane of the im2win tensor
-    const long long C_planes = K / KK;               // channels
+    const int q0 = blockIdx.x * BLOCK_N;
+    const int hw = HO * WO;
 
-    // B loads: this thread always loads column bq (fixed) and rows bk0 + i * B_ROW_STEP
-    constexpr int B_ROW_STEP = THREADS / BLOCK_N > 0 ? THREADS / BLOCK_N : 1;
-    const int bq = tid % BLOCK_N, bk0 = tid / BLOCK_N;
-    long long col_base = -1;  // win offset of column q0 + bq at k = 0, or -1 past the end
+    // A copies: k = k0 + (tid & 7) of rows arow + i * THREADS / 8 (8 consecutive k per row)
+    const int akk = tid & 7, arow = tid >> 3;
+    const float* a_src = filt + ((long long)(m0 + arow) * K + akk);
+    const int a_rows_ok = M - m0 - arow;  // copy i has a row when i * THREADS / 8 < a_rows_ok
+    // B copies: column bq of the tile, k rows bk0 .. bk0 + B_COPIES - 1 of each step
+    const int bq = tid % BLOCK_N, bk0 = (tid / BLOCK_N) * B_COPIES;
+    const float* colp = src;
+    bool col_ok = false;
+    int hb = 0, wb = 0;  // PADDED: top-left of the column's window in the image
     {
-        long long q = q0 + bq;
+        int q = q0 + bq;
         if (q < Q) {
-            long long hw = (long long)HO * WO;
-            long long n = q / hw;
-            int rem = (int)(q - n * hw);
-            int ho = rem / WO, wo = rem - ho * WO;
-            col_base = (n * C_planes * HO + ho) * (long long)WPHF + (long long)wo * S * HF;
+            int rem;
+            int n = xcorr::div_floor(q, hw, rem);
+            int wo;
+            int ho = xcorr::div_floor(rem, WO, wo);
+            colp = src + (n * SN + (long long)ho * SH + (long long)wo * SW + BASE);
+            col_ok = true;
+            hb = ho * SY - PY;
+            wb = wo * SX - PX;
         }
     }
-    // A loads: float4 number a = tid + i * THREADS of the tile: row a / (BLOCK_K/4), k quad a % ..
-    float4 a_reg[A_LOADS];
-    float b_reg[B_LOADS];
-
-    auto load_tiles = [&](int k0) {
+    auto issue = [&](int step, int stage) {
+        const int k0 = step * BLOCK_K;
+        const bool k_ok = k0 + akk < K;
 #pragma unroll
-        for (int i = 0; i < A_LOADS; ++i) {
-            int a = tid + i * THREADS;
-            int row = a / (BLOCK_K / 4), kq = (a % (BLOCK_K / 4)) * 4;
-            int m = m0 + row, k = k0 + kq;
-            a_reg[i] = (m < M && k < K4)
-                           ? *reinterpret_cast<const float4*>(filt + (long long)m * K4 + k)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < T::A_COPIES; ++i) {
+            const bool ok = k_ok && i * (T::THREADS / 8) < a_rows_ok;
+            cp_async4_zfill(&As[stage][akk][arow + i * (T::THREADS / 8)],
+                            a_src + ((long long)i * (T::THREADS / 8) * K + k0), ok);
         }
 #pragma unroll
-        for (int i = 0; i < B_LOADS; ++i) {
-            int k = k0 + bk0 + i * B_ROW_STEP;
-            float v = 0.f;
-            if (col_base >= 0 && k < K) {
-                int c = k / KK, j = k - c * KK;
-                v = __ldg(win + col_base + c * planeHW + j);
+        for (int i4 = 0; i4 < B_COPIES; i4 += 4) {  // the table: the same 16 bytes for a warp
+            const int4 o4 = __ldg(reinterpret_cast<const int4*>(off + k0 + bk0 + i4));
+            int4 p4 = make_int4(0, 0, 0, 0);
+            if constexpr (PADDED) p4 = __ldg(reinterpret_cast<const int4*>(pos + k0 + bk0 + i4));
+            const int ko[4] = {o4.x, o4.y, o4.z, o4.w}, kp[4] = {p4.x, p4.y, p4.z, p4.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                bool ok = col_ok && ko[u] >= 0;
+                if constexpr (PADDED) {
+                    const int r = hb + (kp[u] >> 16), c = wb + (kp[u] & 0xffff);
+                    ok = ok && (unsigned)r < (unsigned)H && (unsigned)c < (unsigned)W;
+                }
+                cp_async4_zfill(&Bs[stage][bk0 + i4 + u][bq], colp + ko[u], ok);
             }
-            b_reg[i] = v;
         }
-    };
-    auto store_tiles = [&](int buf) {
-#pragma unroll
-        for (int i = 0; i < A_LOADS; ++i) {
-            int a = tid + i * THREADS;
-            int row = a / (BLOCK_K / 4), kq = (a % (BLOCK_K / 4)) * 4;
-            As[buf][kq + 0][row] = a_reg[i].x;
-            As[buf][kq + 1][row] = a_reg[i].y;
-            As[buf][kq + 2][row] = a_reg[i].z;
-            As[buf][kq + 3][row] = a_reg[i].w;
-        }
-#pragma unroll
-        for (int i = 0; i < B_LOADS; ++i) Bs[buf][bk0 + i * B_ROW_STEP][bq] = b_reg[i];
     };
 
     // the thread's rows and columns: quads of 4, the quads THREAD_* / 4 apart in the tile
-    // (conflict-free 16-byte shared-memory reads: a quarter warp reads 128 consecutive bytes)
-    auto row_of = [&](int i) { return (i / 4) * (BLOCK_M * 4 / THREAD_M) + ty * 4 + i % 4; };
-    auto col_of = [&](int j) { return (j / 4) * (BLOCK_N * 4 / THREAD_N) + tx * 4 + j % 4; };
+    auto row_of = [&](int i) { return (i / 4) * (T::THREADS_M * 4) + ty * 4 + i % 4; };
+    auto col_of = [&](int j) { return (j / 4) * (T::THREADS_N * 4) + tx * 4 + j % 4; };
     float acc[THREAD_M][THREAD_N];
 #pragma unroll
     for (int i = 0; i < THREAD_M; ++i)
 #pragma unroll
         for (int j = 0; j < THREAD_N; ++j) acc[i][j] = 0.f;
 
-    const int steps = (K4 + BLOCK_K - 1) / BLOCK_K;
-    load_tiles(0);
-    store_tiles(0);
-    __syncthreads();
+    const int first = blockIdx.z * SPLIT_STEPS;
+    const int steps = min((K + BLOCK_K - 1) / BLOCK_K - first, SPLIT_STEPS);  // this split's
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) issue(first + s, s);
+        cp_async_commit();
+    }
     for (int t = 0; t < steps; ++t) {
-        const int buf = t & 1;
-        if (t + 1 < steps) load_tiles((t + 1) * BLOCK_K);  // in flight during the FMAs below
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // step t has landed for all; step t - 1's buffer is free
+        const int next = t + STAGES - 1;
+        if (next < steps) issue(first + next, next % STAGES);
+        cp_async_commit();
+        const int stage = t % STAGES;
 #pragma unroll
         for (int kk = 0; kk < BLOCK_K; ++kk) {
             float a[THREAD_M], b[THREAD_N];
 #pragma unroll
             for (int i = 0; i < THREAD_M; i += 4) {
-                float4 v = *reinterpret_cast<const float4*>(&As[buf][kk][row_of(i)]);
+                float4 v = *reinterpret_cast<const float4*>(&As[stage][kk][row_of(i)]);
                 a[i] = v.x; a[i + 1] = v.y; a[i + 2] = v.z; a[i + 3] = v.w;
             }
 #pragma unroll
             for (int j = 0; j < THREAD_N; j += 4) {
-                float4 v = *reinterpret_cast<const float4*>(&Bs[buf][kk][col_of(j)]);
+                float4 v = *reinterpret_cast<const float4*>(&Bs[stage][kk][col_of(j)]);
                 b[j] = v.x; b[j + 1] = v.y; b[j + 2] = v.z; b[j + 3] = v.w;
             }
 #pragma unroll
@@ -154,38 +204,53 @@ im2win_conv(const float* __restrict__ filt,  // (M, K4): reordered, rows padded 
 #pragma unroll
                 for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
-        if (t + 1 < steps) store_tiles(buf ^ 1);  // the other buffer: read by nobody now
-        __syncthreads();
     }
 
+    int* lock = locks + (blockIdx.y * gridDim.x + blockIdx.x);
+    const bool add = blockIdx.z > 0;  // split-K: add to the splits before this one
+    if (gridDim.z > 1) wait_for_turn(lock, blockIdx.z);
     // stores: 4 consecutive columns at once where they lie in one image, aligned (16 bytes)
-    const long long hw = (long long)HO * WO;
+    const long long mhw = (long long)M * hw;
 #pragma unroll
     for (int j = 0; j < THREAD_N; j += 4) {
-        long long q = q0 + col_of(j);
+        const int q = q0 + col_of(j);
         if (q >= Q) continue;
-        long long n = q / hw;
-        long long pix = q - n * hw;
-        float* o = out + n * (long long)M * hw + pix;
-        bool quad = (hw & 3) == 0 && q + 3 < Q;  // q is a multiple of 4: the 4 share n
+        if ((hw & 3) == 0 && q + 3 < Q) {  // q is a multiple of 4: the 4 share n
+            int pix;
+            const int n = xcorr::div_floor(q, hw, pix);
+            float* o = out + n * mhw + pix;
 #pragma unroll
-        for (int i = 0; i < THREAD_M; ++i) {
-            int m = m0 + row_of(i);
-            if (m >= M) continue;
-            float* dst = o + (long long)m * hw;
-            if (quad) {
-                *reinterpret_cast<float4*>(dst) =
-                    make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
-            } else {
+            for (int i = 0; i < THREAD_M; ++i) {
+                const int m = m0 + row_of(i);
+                if (m >= M) continue;
+                float* dst = o + (long long)m * hw;
+                if (add) {
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    long long qu = q + u;
-                    if (qu >= Q) break;
-                    long long nu = qu / hw;
-                    out[nu * (long long)M * hw + (long long)m * hw + (qu - nu * hw)] =
-                        acc[i][j + u];
+                    for (int u = 0; u < 4; ++u) atomicAdd(dst + u, acc[i][j + u]);
+                } else {
+                    *reinterpret_cast<float4*>(dst) =
+                        make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                if (q + u >= Q) break;
+                int pix;
+                const int n = xcorr::div_floor(q + u, hw, pix);
+                float* o = out + n * mhw + pix;
+#pragma unroll
+                for (int i = 0; i < THREAD_M; ++i) {
+                    const int m = m0 + row_of(i);
+                    if (m >= M) continue;
+                    float* dst = o + (long long)m * hw;
+                    if (add)
+                        atomicAdd(dst, acc[i][j + u]);
+                    else
+                        *dst = acc[i][j + u];
                 }
             }
         }
     }
+    if (gridDim.z > 1) pass_turn(lock, blockIdx.z + 1 == gridDim.z ? 0 : blockIdx.z + 1);
 }

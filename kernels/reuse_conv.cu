@@ -30,6 +30,7 @@
 // Grid: x = interior column blocks (WARPS sub-blocks each) then edge blocks, y = row blocks,
 // z = frames.  Block (32, WARPS).  DTYPE: 0 float32, 1 float16, 2 uint16, 3 uint8 (converted on
 // load; accumulation and output are float32).
+#include "async_copy.cuh"
 #include "int_math.cuh"
 
 namespace xcorr {
@@ -394,27 +395,6 @@ template <int FH, int FW, int Q> struct Staging {
     static constexpr int STAGES = 1 + (staged_ahead(FH) + GROUP - 1) / GROUP;
     static constexpr int OFFSET = 4 * LEFT - FW / 2;  // ring column of the lane's tap column 0
 };
-
-// 16 bytes global -> shared (dst: a shared-memory address), cached in L2 only, with a hint that
-// L2 fetch 256 bytes around it (the warp's next row segments and its neighbours' are there):
-// 3x3 and 5x5 2-4% faster on an H200 (2026-11-22)
-#ifndef XCORR_STAGED_L2_PREFETCH  // development probes override it ("" for no hint)
-#define XCORR_STAGED_L2_PREFETCH ".L2::256B"
-#endif
-__device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global" XCORR_STAGED_L2_PREFETCH " [%0], [%1], 16;\n"
-                 ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 template <int FH, int FW, int Q, bool TAPS_SHARED, bool MAPPED>
 __device__ __forceinline__ void reuse_sub_block_staged(

@@ -150,10 +150,11 @@ def test_result_applies_its_shifts(rng):
     aligned = np.concatenate([c for _, c in res.apply(device="cpu", resample="fourier")])
     assert aligned.shape == stack.shape and aligned.dtype == np.float32
     again = align(aligned[:, 8:-8, 8:-8], max_shift=3, device="cpu")
-    # a wrong direction would leave twice the drift (it reaches 2 to 3 px); these tiny noisy
-    # frames are measured twice, and Fourier resampling rings at their non-periodic edges: the
-    # residual is usually below 0.2 px, and was 0.65 px for one seed in a few hundred
-    assert np.abs(again.shifts).max() < 0.75
+    # a wrong direction would leave twice the drift (its largest component is 1.7 to 3 px, so
+    # 3.4 px or more); these tiny noisy frames are measured twice, and Fourier resampling rings
+    # at their non-periodic edges: the residual is below 0.22 px for 99% of seeds, 0.64 px at
+    # worst in 200 seeds, and was 0.79 px once
+    assert np.abs(again.shifts).max() < 1.5
 
 
 def test_prefetcher_reads_every_frame_once_in_order(tmp_path, rng):

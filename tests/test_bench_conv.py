@@ -33,7 +33,9 @@ def test_report_and_targets():
     rows = [row("im2win", 2.0, 1.0, 4.0), row("im2win", 1.0, 2.0, 4.0, (3.0, 2.0, 1.0)),
             row("pointwise", 1.0, 1.0, 2.0)]
     lines = bench.format_rows(rows)
-    assert len(lines) == 2 + 3 and lines[2].count("|") == 12
+    assert len(lines) == 2 + 3 and lines[2].count("|") == 13
+    rows[0]["ms"]["ours_im2win"], rows[0]["mem_mb"]["ours_im2win"] = 3.0, 5.0
+    assert bench.format_rows(rows)[2].endswith("| 3.000 / 5 |")
     summary = bench.summary_lines(rows)
     assert summary[0].startswith("im2win layers: geometric mean 1.00x cuDNN (target >= 1x: yes)")
     assert "more memory than cuDNN on 1 of 2 rows" in summary[0]

@@ -86,3 +86,72 @@ def test_bad_arguments(args, words):
         conv2d(*args)
     with pytest.raises(XcorrError, match="must be"):
         pointwise(np.ones((1, 3, 4, 4)), np.ones((2, 3, 2)))
+
+
+def _gemm_over_tables(x, w, stride, pad, layout):
+    """A NumPy port of the im2win kernel's index arithmetic: column q reads src[col(q) +
+    off(k)] (zero where off < 0 or, padded and direct, where pos(k) falls outside the image)."""
+    from xcorr_app.gpu_conv import window_offsets
+
+    (n, c, h, wd), (f, _, kh, kw) = x.shape, w.shape
+    (sy, sx), (py, px) = stride, pad
+    ho, wo = (h + 2 * py - kh) // sy + 1, (wd + 2 * px - kw) // sx + 1
+    nn, hh, ww = (a.ravel() for a in np.meshgrid(np.arange(n), np.arange(ho), np.arange(wo),
+                                                  indexing="ij"))
+    if layout == "direct":
+        src = x.ravel()
+        off, pos = window_offsets(c, kh, kw, h * wd, wd, 1)
+        col = nn * c * h * wd + hh * sy * wd + ww * sx - py * wd - px
+    else:  # the im2win tensor by its definition
+        wp = wd + 2 * px
+        xp = np.pad(x, ((0, 0), (0, 0), (py, py + sy * ho + kh), (px, px)))
+        win = np.empty((n, c, ho, wp, kh))
+        for i in range(kh):
+            win[..., i] = xp[:, :, i:i + sy * ho:sy, :][:, :, :ho]
+        src = win.ravel()
+        off, pos = window_offsets(c, kh, kw, ho * wp * kh, 1, kh)
+        col = nn * c * ho * wp * kh + hh * wp * kh + ww * sx * kh
+    k = c * kh * kw
+    off, pos = off.astype(np.int64), pos.astype(np.int64)
+    idx = col[:, None] + off[None, :k]
+    ok = off[None, :k] >= 0
+    if layout == "direct":
+        r = (hh * sy - py)[:, None] + (pos[None, :k] >> 16)
+        s = (ww * sx - px)[:, None] + (pos[None, :k] & 0xFFFF)
+        ok = ok & (r >= 0) & (r < h) & (s >= 0) & (s < wd)
+    b = np.where(ok, src[np.where(ok, idx, 0)], 0.0)           # (q, k)
+    out = w.reshape(f, k) @ b.T                                   # (f, q)
+    return out.reshape(f, n, ho, wo).transpose(1, 0, 2, 3)
+
+
+@pytest.mark.parametrize("layout", ["direct", "im2win"])
+def test_kernel_index_arithmetic_is_the_convolution(rng, layout):
+    """The tables and column offsets the GPU kernel uses, ported to NumPy, give the reference
+    on random odd shapes, strides and paddings (the GPU tests check the kernel itself)."""
+    for _ in range(12):
+        n, c, f = rng.integers(1, 4), rng.integers(1, 5), rng.integers(1, 4)
+        kh, kw = rng.integers(1, 6, size=2)
+        sy, sx = rng.integers(1, 4, size=2)
+        py, px = rng.integers(0, 3, size=2)
+        h, wd = kh + rng.integers(0, 9), kw + rng.integers(0, 9)
+        x = rng.standard_normal((n, c, h, wd))
+        w = rng.standard_normal((f, c, kh, kw))
+        got = _gemm_over_tables(x, w, (sy, sx), (py, px), layout)
+        np.testing.assert_allclose(got, conv2d_reference(x, w, (sy, sx), (py, px)),
+                                   rtol=1e-10, atol=1e-10)
+
+
+def test_split_steps_fill_two_waves_with_long_enough_splits():
+    from xcorr_app.gpu_conv import MAX_SPLITS, MIN_SPLIT_STEPS, split_steps
+
+    rng = np.random.default_rng(5)
+    for _ in range(500):
+        blocks, steps, resident = (int(v) for v in rng.integers(1, 3000, size=3))
+        per = split_steps(blocks, steps, resident)
+        splits = -(-steps // per)
+        assert 1 <= per <= steps and splits <= MAX_SPLITS
+        if splits > 1:
+            assert per >= MIN_SPLIT_STEPS and blocks < 2 * resident
+            assert blocks * (splits - 1) < 2 * resident  # no more splits than two waves need
+        elif blocks < 2 * resident:
+            assert steps < 2 * MIN_SPLIT_STEPS

@@ -5,8 +5,10 @@ Layers: the 12 of the im2win paper (C_in, H, W, C_out, filter, stride; no paddin
 and 16, and MobileNetV2's 19 pointwise layers at batch 32.  Each row times, in one run with
 CUDA events (warm-up, median):
 
-* **ours**: :func:`xcorr_app.conv2d` (the im2win transform, the filter reorder and the tiled
-  convolution, all inside the timing; the pointwise kernel for the 1x1 layers);
+* **ours**: :func:`xcorr_app.conv2d` (the tiled convolution reading the input's windows in
+  im2win's order, its first call tuned as cuDNN's benchmark mode; the pointwise kernel for the
+  1x1 layers); beside it, not a peer, the same kernel over the im2win tensor the paper builds
+  (``layout="im2win"``, its transform inside the timing);
 * **cuDNN**: ``torch.nn.functional.conv2d`` in float32, ``cudnn.benchmark = True``, TF32 off;
 * **im2col + cuBLAS**: the patch matrix built by CuPy (a strided view copied out) and one
   CuPy ``matmul`` (TF32 off, CuPy's default); for 1x1 layers just the matmul.
@@ -156,6 +158,10 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
            "gflop": flops(n, c, h, w, f, k, s) / 1e9, "ms": {}, "mem_mb": {}, "error": {}}
     methods = {"ours": lambda: conv2d(x, wt, stride=s),
                "im2col_cublas": lambda: im2col_matmul(x, wt, s)}
+    if kind == "im2win":
+        from .gpu_conv import im2win_conv2d
+
+        methods["ours_im2win"] = lambda: im2win_conv2d(x, wt, s, layout="im2win")
     reason = torch_unavailable_reason()
     if not reason:
         methods["cudnn"] = torch_conv(x, wt, s)
@@ -194,8 +200,8 @@ def geomean(values):
 def format_rows(rows) -> list:
     head = ("| layer | N | C,H,W -> F, k/s | ours ms | cuDNN ms | im2col+cuBLAS ms | TFLOPS ours / "
             "cuDNN / cuBLAS | vs fastest peer | vs cuDNN | memory MB ours / cuDNN / cuBLAS |"
-            " rel err |")
-    lines = [head, "|" + " --- |" * 11]
+            " rel err | ours over the im2win tensor: ms / MB |")
+    lines = [head, "|" + " --- |" * 12]
 
     def num(v, fmt):
         return "n/a" if v is None else format(v, fmt)
@@ -208,7 +214,9 @@ def format_rows(rows) -> list:
                  " / ".join(num(tf.get(m), ".1f") for m in ("ours", "cudnn", "im2col_cublas")),
                  num(r["vs_best_peer"], ".2f") + "x", num(r["vs_cudnn"], ".2f") + "x",
                  " / ".join(num(mem.get(m), ".0f") for m in ("ours", "cudnn", "im2col_cublas")),
-                 num(r.get("rel_error"), ".1e")]
+                 num(r.get("rel_error"), ".1e"),
+                 f"{num(ms.get('ours_im2win'), '.3f')} / {num(mem.get('ours_im2win'), '.0f')}"
+                 if "ours_im2win" in ms else "-"]
         lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return lines
 

@@ -80,11 +80,9 @@ def conv2d(x, w, stride=1, padding=0):
         from .gpu_conv import pointwise_conv2d
 
         return pointwise_conv2d(x, w)
-    if sy != sx or py != px:
-        raise XcorrError("the GPU convolution takes one stride and one padding for both axes")
     from .gpu_conv import im2win_conv2d
 
-    return im2win_conv2d(x, w, sy, py)
+    return im2win_conv2d(x, w, (sy, sx), (py, px))
 
 
 def pointwise(x, w):

@@ -1,29 +1,70 @@
 """GPU launchers of the multi-channel convolution kernels: im2win (``kernels/im2win_conv.cu``)
 and pointwise with dynamic blocking (``kernels/pointwise_conv.cu``).
 
-:func:`im2win_conv2d` builds the window-order tensor of the input (shape
+:func:`im2win_conv2d` runs the tiled convolution over the windows of the input in im2win's
+window order, read either from the input itself (``layout="direct"``, the default: no extra
+memory) or from the im2win tensor the paper builds (``layout="im2win"``, shape
 ``(N, C, HO, (W + 2 pad) * KH)``, ``KH / stride`` times the input instead of im2col's
-``KH * KW``), for as many images at a time as fit in :data:`WIN_BYTES`, and runs the tiled
-convolution over it; :func:`pointwise_conv2d` runs the 1x1
-kernel with the tiles :mod:`xcorr_app.pointwise_plan` chooses for the problem and the GPU.
+``KH * KW``, built for as many images at a time as fit in :data:`WIN_BYTES`);
+:func:`pointwise_conv2d` runs the 1x1 kernel with the tiles :mod:`xcorr_app.pointwise_plan`
+chooses for the problem and the GPU.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from .errors import XcorrError
 from .kernel_loader import KernelFamily
 from .pointwise_plan import THREADS as POINTWISE_THREADS
 from .pointwise_plan import configurations, device_limits, plan
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N) of the im2win convolution
-IM2WIN_TILES = ((128, 128, 8, 8, 8), (128, 64, 8, 8, 4), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4))
-IM2WIN = KernelFamily("im2win_conv.cu", "im2win_conv", IM2WIN_TILES)
+#: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES) of the im2win convolution
+IM2WIN_TILES = ((128, 128, 8, 8, 8, 4), (128, 64, 8, 8, 8, 4), (64, 128, 8, 8, 8, 4),
+                (64, 64, 8, 8, 8, 4))
+#: where the convolution reads its windows: the input, or the im2win tensor
+LAYOUTS = ("direct", "im2win")
+#: the offset tables are padded with -1 to a multiple of this (the largest BLOCK_K, 16 bytes)
+TABLE_ROUND = 16
+IM2WIN = KernelFamily("im2win_conv.cu", "im2win_conv",
+                      [t + (padded,) for t in IM2WIN_TILES for padded in (False, True)])
 IM2WIN_TRANSFORM = KernelFamily("im2win_conv.cu", "im2win_transform", [()])
 POINTWISE = KernelFamily("pointwise_conv.cu", "pointwise_conv",
                          [c.template for c in configurations()])
+#: columns of one launch stay below this (the kernel's column index is a 32-bit int)
+MAX_COLUMNS = 2**31 - 1 - 128
+#: split-K: each split sums at least this many K steps, and there are at most MAX_SPLITS
+MIN_SPLIT_STEPS = 8
+MAX_SPLITS = 16
+
+
+def tile_threads(tiles) -> int:
+    return (tiles[0] // tiles[3]) * (tiles[1] // tiles[4])
+
+
+def resident_blocks(tiles, limits) -> int:
+    """Blocks of this tile an SM holds at once: the launch bound (512 threads' registers) or
+    its shared memory."""
+    bm, bn, bk, _, _, stages = tiles
+    smem = stages * bk * (bm + 4 + bn) * 4 + 1024  # + the driver's share per block
+    return max(1, min(512 // tile_threads(tiles), limits.shared_per_sm // smem))
+
+
+def split_steps(blocks: int, steps: int, resident: int) -> int:
+    """K steps per split for ``blocks`` output tiles of ``steps`` K steps each on a GPU that
+    holds ``resident`` blocks at once: all of them (no split) with two waves of tiles or more,
+    else enough splits for two waves, each of at least :data:`MIN_SPLIT_STEPS` steps.
+
+    >>> split_steps(1000, 300, 264), split_steps(56, 576, 1056), split_steps(56, 12, 1056)
+    (300, 36, 12)
+    """
+    if blocks >= 2 * resident or steps < 2 * MIN_SPLIT_STEPS:
+        return steps
+    splits = min(-(-2 * resident // blocks), steps // MIN_SPLIT_STEPS, MAX_SPLITS)
+    return -(-steps // splits)
 
 
 def im2win_tiles(m: int, q: int, sms: int = 132) -> tuple:
@@ -31,8 +72,8 @@ def im2win_tiles(m: int, q: int, sms: int = 132) -> tuple:
     block (all of them when none does), the one wasting the least work on filter rows past
     ``m``, then the largest.
 
-    >>> im2win_tiles(64, 100000), im2win_tiles(512, 100000), im2win_tiles(512, 784)
-    ((64, 128, 16, 4, 8), (128, 128, 8, 8, 8), (64, 64, 16, 4, 4))
+    >>> im2win_tiles(64, 100000)[:2], im2win_tiles(512, 100000)[:2], im2win_tiles(512, 784)[:2]
+    ((64, 128), (128, 128), (64, 64))
     """
     def blocks(t):
         return -(-m // t[0]) * -(-q // t[1])
@@ -46,80 +87,209 @@ def output_size(size, k, stride, pad):
     return (size + 2 * pad - k) // stride + 1
 
 
-#: most bytes of the im2win tensor held at once: the batch is transformed and convolved in
-#: groups of images that fit (at least one), so the extra memory stays small ...
+def window_offsets(c, kh, kw, plane, row_step, col_step):
+    """The kernel's tables for ``k = (c, kh, kw)`` in the filter's order: ``off(k) = c * plane
+    + kh * row_step + kw * col_step`` (-1 past ``K``) and ``pos(k) = kh << 16 | kw``, int32,
+    padded to a multiple of :data:`TABLE_ROUND`.
+
+    >>> off, pos = window_offsets(2, 2, 3, 100, 10, 1)
+    >>> off[:8].tolist(), off[12:].tolist(), pos[:4].tolist()
+    ([0, 1, 2, 10, 11, 12, 100, 101], [-1, -1, -1, -1], [0, 1, 2, 65536])
+    """
+    ci, hi, wi = (a.ravel() for a in np.meshgrid(np.arange(c, dtype=np.int64), np.arange(kh),
+                                                  np.arange(kw), indexing="ij"))
+    k = c * kh * kw
+    off = ci * plane + hi * row_step + wi * col_step
+    if off.max() + 1 >= 2**31:
+        raise XcorrError(f"one image's windows span {int(off.max()) + 1} values; the GPU "
+                         f"convolution takes at most 2**31 per image")
+    size = -(-k // TABLE_ROUND) * TABLE_ROUND
+    off_t = np.full(size, -1, np.int32)
+    off_t[:k] = off
+    pos_t = np.zeros(size, np.int32)
+    pos_t[:k] = (hi << 16) | wi
+    return off_t, pos_t
+
+
+def _device_tables(c, kh, kw, plane, row_step, col_step):
+    """:func:`window_offsets` on the current GPU (cached)."""
+    import cupy as cp
+
+    return _cached_tables(cp.cuda.Device().id, c, kh, kw, plane, row_step, col_step)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_tables(device, *shape):
+    import cupy as cp
+
+    return tuple(cp.asarray(t) for t in window_offsets(*shape))
+
+
+#: most bytes of the im2win tensor held at once (``layout="im2win"``): the batch is
+#: transformed and convolved in groups of images that fit (at least one) ...
 WIN_BYTES = 64 << 20
 #: ... unless a group would give fewer than this many waves of blocks (2 per SM)
 WAVES = 4
 
 
 _TUNED: dict = {}
+_LOCKS: dict = {}
 
 
-def _tuned_tiles(x, w, stride, padding, out, win_bytes, waves):
-    """The fastest of :data:`IM2WIN_TILES` for this problem on this GPU, measured once (as
-    cuDNN's benchmark mode does) and remembered for the process."""
+def _tuned_plan(x, w, stride, padding, out, layout, win_bytes, waves):
+    """The fastest ``(tiles, splits)`` for this problem on this GPU among those of
+    :func:`_candidates`, measured once (as cuDNN's benchmark mode does) and remembered for the
+    process."""
     import cupy as cp
 
     from .timing import time_gpu
 
     n = x.shape[0]  # batches of similar size share a tile (partial chunks, the reference)
     key = (cp.cuda.Device().id, 1 << max(0, (n - 1).bit_length()), x.shape[1:], w.shape,
-           stride, padding)
+           stride, padding, layout)
     best = _TUNED.get(key)
     if best is None:
-        times = {t: time_gpu(lambda t=t: im2win_conv2d(x, w, stride, padding, out, tiles=t,
+        cands = _candidates(x.shape, w.shape, stride, padding, layout, device_limits())
+        times = {c: time_gpu(lambda c=c: im2win_conv2d(x, w, stride, padding, out, tiles=c[0],
+                                                       splits=c[1], layout=layout,
                                                        win_bytes=win_bytes, waves=waves),
-                             warmup=1, repeat=3) for t in IM2WIN_TILES}
+                             warmup=1, repeat=3, min_total_ms=2.0) for c in cands}
         best = _TUNED[key] = min(times, key=times.get)
     return best
 
 
-def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, win_bytes=WIN_BYTES,
-                  waves=WAVES, tune=True):
-    """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW).
+def _candidates(x_shape, w_shape, stride, padding, layout, limits):
+    """``(tiles, splits)`` worth measuring: every tile unsplit, and, where its tiles give fewer
+    than two waves of blocks, split 2, 4, 8 and 16 ways (each split at least
+    :data:`MIN_SPLIT_STEPS` steps, at most 8 waves in all).
 
-    ``tiles``: one of :data:`IM2WIN_TILES`; by default the fastest, measured on the first call
-    of each problem (``tune=False``: chosen by :func:`im2win_tiles` without measuring)."""
+    >>> from xcorr_app.pointwise_plan import H100_LIMITS
+    >>> len(_candidates((16, 512, 7, 7), (512, 512, 3, 3), 1, 0, "direct", H100_LIMITS))
+    20
+    >>> {s for _, s in _candidates((128, 64, 112, 112), (128, 64, 3, 3), 1, 0, "direct",
+    ...                            H100_LIMITS)}
+    {1}
+    """
+    out = []
+    for t in IM2WIN_TILES:
+        out.append((t, 1))
+        if layout != "direct":  # a group of images over the im2win tensor fills the GPU
+            continue
+        blocks, steps = _grid(t, x_shape, w_shape, stride, padding)
+        resident = resident_blocks(t, limits) * limits.sms
+        if blocks < 2 * resident:
+            out += [(t, s) for s in (2, 4, 8, 16)
+                    if s * MIN_SPLIT_STEPS <= steps and blocks * s <= 8 * resident]
+    return out
+
+
+def _grid(tiles, x_shape, w_shape, stride, padding):
+    """Output tiles of one direct launch (the whole batch, up to :data:`MAX_COLUMNS` columns)
+    and K steps of each."""
+    (n, c, h, wd), (f, _, kh, kw) = x_shape, w_shape
+    (sy, sx), (py, px) = _pair(stride), _pair(padding)
+    q = n * output_size(h, kh, sy, py) * output_size(wd, kw, sx, px)
+    return -(-f // tiles[0]) * -(-min(q, MAX_COLUMNS) // tiles[1]), -(-c * kh * kw // tiles[2])
+
+
+def _default_splits(tiles, x_shape, w_shape, stride, padding, layout):
+    """Splits of K for this tile by :func:`split_steps` (one launch's columns: the whole batch
+    directly; over the im2win tensor, a group of images fills the GPU already)."""
+    if layout != "direct":
+        return 1
+    blocks, steps = _grid(tiles, x_shape, w_shape, stride, padding)
+    limits = device_limits()
+    per = split_steps(blocks, steps, resident_blocks(tiles, limits) * limits.sms)
+    return -(-steps // per)
+
+
+def _locks(count):
+    """Split-K turn counters of the current device and stream: zeros, at least ``count``."""
     import cupy as cp
 
+    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
+    buf = _LOCKS.get(key)
+    if buf is None or buf.size < count:
+        buf = _LOCKS[key] = cp.zeros(max(count, 4096), cp.int32)
+    return buf
+
+
+def _pair(v):
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+
+def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
+                  layout="direct", win_bytes=WIN_BYTES, waves=WAVES, tune=True):
+    """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW).
+
+    ``stride``, ``padding``: an int or a (y, x) pair.  ``layout``: one of :data:`LAYOUTS`.
+    ``tiles``: one of :data:`IM2WIN_TILES`, ``splits``: how many blocks share the sum over K
+    of one output tile (split-K, summed in order: deterministic); by default the fastest pair,
+    measured on the first call of each problem (``tune=False``: the tile of
+    :func:`im2win_tiles` and the splits of :func:`split_steps`, without measuring)."""
+    import cupy as cp
+
+    if layout not in LAYOUTS:
+        raise XcorrError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    (sy, sx), (py, px) = _pair(stride), _pair(padding)
     n, c, h, wd = x.shape
     f, _, kh, kw = w.shape
-    ho, wo = output_size(h, kh, stride, padding), output_size(wd, kw, stride, padding)
-    wp = wd + 2 * padding
+    ho, wo = output_size(h, kh, sy, py), output_size(wd, kw, sx, px)
     x = cp.ascontiguousarray(x, dtype=cp.float32)
-    k = c * kh * kw
-    k4 = -(-k // 4) * 4
-    filt = cp.zeros((f, k4), cp.float32)  # f'[co][c * KK + kw * KH + kh], rows padded
-    filt[:, :k] = cp.asarray(w, dtype=cp.float32).transpose(0, 1, 3, 2).reshape(f, k)
+    filt = cp.ascontiguousarray(w, dtype=cp.float32)  # used in place: k = (c, kh, kw)
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
     if out.data.ptr % 16 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
     sms = device_limits().sms
-    if tiles is None:
-        tiles = _tuned_tiles(x, w, stride, padding, out, win_bytes, waves) if tune else \
-            im2win_tiles(f, n * ho * wo, sms)
-    bm, bn, bk, tm, tn = tiles
-    # images per group: within win_bytes, but enough for WAVES full waves of blocks (a group
-    # that leaves SMs idle costs more than the memory it saves)
+    if tiles is None and tune:
+        tiles, tuned_splits = _tuned_plan(x, w, (sy, sx), (py, px), out, layout, win_bytes,
+                                          waves)
+        splits = tuned_splits if splits is None else splits
+    elif tiles is None:
+        tiles = im2win_tiles(f, n * ho * wo, sms)
+    if splits is None:
+        splits = _default_splits(tiles, x.shape, w.shape, (sy, sx), (py, px), layout)
+    bm, bn, bk = tiles[:3]
+    k = c * kh * kw
+    steps = -(-k // bk)
+    per_split = -(-steps // max(1, min(int(splits), steps)))
+    splits = -(-steps // per_split)
+    i32 = np.int32
+
+    def gemm(src, dst, g, padded, sn, sh, sw, base, off, pos):
+        q = g * ho * wo
+        grid = (-(-q // bn), -(-f // bm), splits)
+        locks = _locks(grid[0] * grid[1]) if splits > 1 else off
+        IM2WIN.get(*tiles, padded)(
+            grid, (tile_threads(tiles),),
+            (filt, src, off, pos, dst, locks, i32(f), i32(k), i32(ho), i32(wo), i32(q),
+             np.int64(sn), i32(sh), i32(sw), i32(base), i32(sy), i32(sx), i32(py), i32(px),
+             i32(h), i32(wd), i32(per_split)))
+
+    if layout == "direct":
+        off, pos = _device_tables(c, kh, kw, h * wd, wd, 1)
+        group = max(1, min(n, MAX_COLUMNS // (ho * wo)))
+        for n0 in range(0, n, group):
+            g = min(group, n - n0)
+            gemm(x[n0:n0 + g], out[n0:n0 + g], g, bool(py or px), c * h * wd, sy * wd, sx,
+                 -py * wd - px, off, pos)
+        return out
+    # the im2win tensor, in groups of images: within win_bytes, but enough for WAVES full
+    # waves of blocks (a group that leaves SMs idle costs more than the memory it saves)
+    wp = wd + 2 * px
     per_image = -(-f // bm) * (ho * wo / bn)
     group = max(win_bytes // (c * ho * wp * kh * 4), math.ceil(waves * 2 * sms / per_image))
-    group = max(1, min(n, group))
+    group = max(1, min(n, group, MAX_COLUMNS // (ho * wo)))
     win = cp.empty((group, c, ho, wp * kh), cp.float32)
+    off, pos = _device_tables(c, kh, kw, ho * wp * kh, 1, kh)
     for n0 in range(0, n, group):
         g = min(group, n - n0)
-        total = g * c * ho * wp
-        IM2WIN_TRANSFORM.get()((min(65535 * 4, -(-total // 256)),), (256,),
-                               (x[n0:n0 + g], win, np.int32(g), np.int32(c), np.int32(h),
-                                np.int32(wd), np.int32(kh), np.int32(stride),
-                                np.int32(padding), np.int32(ho), np.int32(wp)))
-        qg = g * ho * wo
-        IM2WIN.get(bm, bn, bk, tm, tn)((-(-qg // bn), -(-f // bm)), ((bm // tm) * (bn // tn),),
-                                       (filt, win, out[n0:n0 + g], np.int32(f), np.int32(k),
-                                        np.int32(k4), np.int32(kh * kw), np.int32(kh),
-                                        np.int32(stride), np.int32(ho), np.int32(wo),
-                                        np.int32(wp * kh), np.int64(qg)))
+        rows = g * c * ho
+        IM2WIN_TRANSFORM.get()((min(rows, 65535 * 8),), (128,),
+                               (x[n0:n0 + g], win, i32(rows), i32(h), i32(wd), i32(kh),
+                                i32(sy), i32(py), i32(px), i32(ho), i32(wp)))
+        gemm(win, out[n0:n0 + g], g, False, c * ho * wp * kh, wp * kh, sx * kh, 0, off, pos)
     return out
 
 
