@@ -217,7 +217,7 @@ def test_banks_and_features_on_the_gpu(tmp_path):
                 "--out", multi)
     assert res.returncode == 0, res.stderr
     # chunks of 5 frames may split K differently from 12 (the tuned plan is per batch size)
-    assert rel_error(tifffile.imread(multi), gpu) <= 1e-6
+    assert rel_error(tifffile.imread(multi), gpu) <= 1e-5
     res = align(path, max_shift=12, device="gpu", features="dog:1,2,4")
     assert np.sqrt(((res.shifts - truth("hubble")) ** 2).mean()) <= 0.1
 
