@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .errors import XcorrError
+from .kernel_launch import PreparedLaunch
 from .kernel_loader import KernelFamily
 from .pointwise_plan import THREADS as POINTWISE_THREADS
 from .pointwise_plan import configurations, device_limits, plan
@@ -214,6 +215,22 @@ def _locks(count):
     return buf
 
 
+@functools.lru_cache(maxsize=256)
+def _im2win_launch(device, tiles, padded, grid, scalars):
+    """The convolution's launch with its scalars packed once per problem (a few microseconds
+    of host time less per call: :class:`~xcorr_app.kernel_launch.PreparedLaunch`)."""
+    types = (np.int32,) * 5 + (np.int64,) + (np.int32,) * 10
+    return PreparedLaunch(IM2WIN.get(*tiles, padded), grid, (tile_threads(tiles),), 6,
+                          tuple(t(v) for t, v in zip(types, scalars)))
+
+
+@functools.lru_cache(maxsize=256)
+def _pointwise_launch(device, cfg, f, c, hw, q):
+    grid = (-(-q // cfg.block_p), -(-f // cfg.block_f))
+    return PreparedLaunch(POINTWISE.get(*cfg.template), grid, (POINTWISE_THREADS,), 3,
+                          (np.int32(f), np.int32(c), np.int32(hw), np.int64(q)))
+
+
 def _pair(v):
     return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
 
@@ -255,17 +272,14 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     steps = -(-k // bk)
     per_split = -(-steps // max(1, min(int(splits), steps)))
     splits = -(-steps // per_split)
-    i32 = np.int32
 
     def gemm(src, dst, g, padded, sn, sh, sw, base, off, pos):
         q = g * ho * wo
         grid = (-(-q // bn), -(-f // bm), splits)
         locks = _locks(grid[0] * grid[1]) if splits > 1 else off
-        IM2WIN.get(*tiles, padded)(
-            grid, (tile_threads(tiles),),
-            (filt, src, off, pos, dst, locks, i32(f), i32(k), i32(ho), i32(wo), i32(q),
-             np.int64(sn), i32(sh), i32(sw), i32(base), i32(sy), i32(sx), i32(py), i32(px),
-             i32(h), i32(wd), i32(per_split)))
+        _im2win_launch(cp.cuda.Device().id, tiles, padded, grid,
+                       (f, k, ho, wo, q, sn, sh, sw, base, sy, sx, py, px, h, wd, per_split))(
+            filt, src, off, pos, dst, locks)
 
     if layout == "direct":
         off, pos = _device_tables(c, kh, kw, h * wd, wd, 1)
@@ -286,6 +300,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     for n0 in range(0, n, group):
         g = min(group, n - n0)
         rows = g * c * ho
+        i32 = np.int32
         IM2WIN_TRANSFORM.get()((min(rows, 65535 * 8),), (128,),
                                (x[n0:n0 + g], win, i32(rows), i32(h), i32(wd), i32(kh),
                                 i32(sy), i32(py), i32(px), i32(ho), i32(wp)))
@@ -310,8 +325,5 @@ def pointwise_conv2d(x, w, out=None, config=None):
         out = cp.empty((n, f, h, wd), cp.float32)
     if out.data.ptr % 16 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
-    grid = (-(-q // cfg.block_p), -(-f // cfg.block_f))
-    POINTWISE.get(*cfg.template)(grid, (POINTWISE_THREADS,),
-                                 (w, x, out, np.int32(f), np.int32(c), np.int32(hw),
-                                  np.int64(q)))
+    _pointwise_launch(cp.cuda.Device().id, cfg, f, c, hw, q)(w, x, out)
     return out
