@@ -211,14 +211,17 @@ im2win_conv(const float* __restrict__ filt,  // (M, K): the filter in its own la
     if (gridDim.z > 1) wait_for_turn(lock, blockIdx.z);
     // stores: 4 consecutive columns at once where they lie in one image, aligned (16 bytes)
     const long long mhw = (long long)M * hw;
+    auto column = [&](int qq) {  // output of column qq in filter row 0
+        int pix;
+        const int n = xcorr::div_floor(qq, hw, pix);
+        return out + (n * mhw + pix);
+    };
 #pragma unroll
     for (int j = 0; j < THREAD_N; j += 4) {
         const int q = q0 + col_of(j);
         if (q >= Q) continue;
         if ((hw & 3) == 0 && q + 3 < Q) {  // q is a multiple of 4: the 4 share n
-            int pix;
-            const int n = xcorr::div_floor(q, hw, pix);
-            float* o = out + n * mhw + pix;
+            float* o = column(q);
 #pragma unroll
             for (int i = 0; i < THREAD_M; ++i) {
                 const int m = m0 + row_of(i);
@@ -232,22 +235,20 @@ im2win_conv(const float* __restrict__ filt,  // (M, K): the filter in its own la
                         make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
                 }
             }
-        } else {
+            continue;
+        }
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                if (q + u >= Q) break;
-                int pix;
-                const int n = xcorr::div_floor(q + u, hw, pix);
-                float* o = out + n * mhw + pix;
+        for (int u = 0; u < 4; ++u) {
+            if (q + u >= Q) break;
+            float* o = column(q + u);
 #pragma unroll
-                for (int i = 0; i < THREAD_M; ++i) {
-                    const int m = m0 + row_of(i);
-                    if (m >= M) continue;
-                    float* dst = o + (long long)m * hw;
+            for (int i = 0; i < THREAD_M; ++i) {
+                const int m = m0 + row_of(i);
+                if (m < M) {
                     if (add)
-                        atomicAdd(dst, acc[i][j + u]);
+                        atomicAdd(o + (long long)m * hw, acc[i][j + u]);
                     else
-                        *dst = acc[i][j + u];
+                        o[(long long)m * hw] = acc[i][j + u];
                 }
             }
         }
