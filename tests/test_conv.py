@@ -155,3 +155,12 @@ def test_split_steps_fill_two_waves_with_long_enough_splits():
             assert blocks * (splits - 1) < 2 * resident  # no more splits than two waves need
         elif blocks < 2 * resident:
             assert steps < 2 * MIN_SPLIT_STEPS
+
+
+def test_window_tables_refuse_what_the_kernel_cannot_index():
+    from xcorr_app.gpu_conv import window_offsets
+
+    with pytest.raises(XcorrError, match="too large"):
+        window_offsets(1, 1, 2**15, 1, 1, 1)
+    with pytest.raises(XcorrError, match="at most 2\\*\\*31"):
+        window_offsets(2, 1, 1, 2**31, 1, 1)

@@ -97,6 +97,9 @@ def window_offsets(c, kh, kw, plane, row_step, col_step):
     >>> off[:8].tolist(), off[12:].tolist(), pos[:4].tolist()
     ([0, 1, 2, 10, 11, 12, 100, 101], [-1, -1, -1, -1], [0, 1, 2, 65536])
     """
+    if max(kh, kw) >= 2**15:
+        raise XcorrError(f"a {kh}x{kw} filter is too large for the GPU convolution (at most "
+                         f"32767 per side)")
     ci, hi, wi = (a.ravel() for a in np.meshgrid(np.arange(c, dtype=np.int64), np.arange(kh),
                                                   np.arange(kw), indexing="ij"))
     k = c * kh * kw
