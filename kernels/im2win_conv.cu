@@ -52,8 +52,7 @@ extern "C" __global__ void im2win_transform(const float* __restrict__ x, float* 
 
 // ---------------------------------------------------------------------------- convolution
 
-template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N, int STAGES,
-          bool PADDED>
+template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N>
 struct Im2winTile {
     static constexpr int THREADS_M = BLOCK_M / THREAD_M, THREADS_N = BLOCK_N / THREAD_N;
     static constexpr int THREADS = THREADS_M * THREADS_N;
@@ -102,7 +101,7 @@ im2win_conv(const float* __restrict__ filt,  // (M, K): the filter in its own la
             int* __restrict__ locks,         // gridDim.z > 1: one per tile, 0 between launches
             int M, int K, int HO, int WO, int Q, long long SN, int SH, int SW, int BASE,
             int SY, int SX, int PY, int PX, int H, int W, int SPLIT_STEPS) {
-    using T = Im2winTile<BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES, PADDED>;
+    using T = Im2winTile<BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N>;
     constexpr int LDA = T::LDA, B_COPIES = T::B_COPIES;
     __shared__ __align__(16) float As[STAGES][BLOCK_K][LDA];
     __shared__ __align__(16) float Bs[STAGES][BLOCK_K][BLOCK_N];

@@ -168,10 +168,11 @@ def _candidates(x_shape, w_shape, stride, padding, layout, limits):
     :data:`MIN_SPLIT_STEPS` steps, at most 8 waves in all).
 
     >>> from xcorr_app.pointwise_plan import H100_LIMITS
-    >>> len(_candidates((16, 512, 7, 7), (512, 512, 3, 3), 1, 0, "direct", H100_LIMITS))
+    >>> len(_candidates((16, 512, 7, 7), (512, 512, 3, 3), (1, 1), (0, 0), "direct",
+    ...                 H100_LIMITS))
     20
-    >>> {s for _, s in _candidates((128, 64, 112, 112), (128, 64, 3, 3), 1, 0, "direct",
-    ...                            H100_LIMITS)}
+    >>> {s for _, s in _candidates((128, 64, 112, 112), (128, 64, 3, 3), (1, 1), (0, 0),
+    ...                            "direct", H100_LIMITS)}
     {1}
     """
     out = []
@@ -189,9 +190,9 @@ def _candidates(x_shape, w_shape, stride, padding, layout, limits):
 
 def _grid(tiles, x_shape, w_shape, stride, padding):
     """Output tiles of one direct launch (the whole batch, up to :data:`MAX_COLUMNS` columns)
-    and K steps of each."""
+    and K steps of each; ``stride`` and ``padding`` are (y, x) pairs."""
     (n, c, h, wd), (f, _, kh, kw) = x_shape, w_shape
-    (sy, sx), (py, px) = _pair(stride), _pair(padding)
+    (sy, sx), (py, px) = stride, padding
     q = n * output_size(h, kh, sy, py) * output_size(wd, kw, sx, px)
     return -(-f // tiles[0]) * -(-min(q, MAX_COLUMNS) // tiles[1]), -(-c * kh * kw // tiles[2])
 
@@ -234,10 +235,6 @@ def _pointwise_launch(device, cfg, f, c, hw, q):
                           (np.int32(f), np.int32(c), np.int32(hw), np.int64(q)))
 
 
-def _pair(v):
-    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
-
-
 def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
                   layout="direct", win_bytes=WIN_BYTES, waves=WAVES, tune=True):
     """NCHW float32 convolution of CuPy ``x`` (N, C, H, W) with ``w`` (F, C, KH, KW).
@@ -249,9 +246,11 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     :func:`im2win_tiles` and the splits of :func:`split_steps`, without measuring)."""
     import cupy as cp
 
+    from .conv import _pair
+
     if layout not in LAYOUTS:
         raise XcorrError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    (sy, sx), (py, px) = _pair(stride), _pair(padding)
+    (sy, sx), (py, px) = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
     n, c, h, wd = x.shape
     f, _, kh, kw = w.shape
     ho, wo = output_size(h, kh, sy, py), output_size(wd, kw, sx, px)
@@ -300,10 +299,10 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     group = max(1, min(n, group, MAX_COLUMNS // (ho * wo)))
     win = cp.empty((group, c, ho, wp * kh), cp.float32)
     off, pos = _device_tables(c, kh, kw, ho * wp * kh, 1, kh)
+    i32 = np.int32
     for n0 in range(0, n, group):
         g = min(group, n - n0)
         rows = g * c * ho
-        i32 = np.int32
         IM2WIN_TRANSFORM.get()((min(rows, 65535 * 8),), (128,),
                                (x[n0:n0 + g], win, i32(rows), i32(h), i32(wd), i32(kh),
                                 i32(sy), i32(py), i32(px), i32(ho), i32(wp)))
