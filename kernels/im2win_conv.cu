@@ -27,6 +27,7 @@
 
 #include "async_copy.cuh"
 #include "int_math.cuh"
+#include "split_k.cuh"
 
 // ---------------------------------------------------------------------------- transform
 
@@ -65,29 +66,6 @@ struct Im2winTile {
     static_assert(BLOCK_K == 8 && BLOCK_M % (THREADS / 8) == 0, "A tile: 8 k of each row");
     static_assert(THREADS % BLOCK_N == 0 && B_COPIES % 4 == 0, "B tile split");
 };
-
-// Serial split-K (CUTLASS's "serial" reduction): with gridDim.z > 1, split z of a tile sums
-// steps [z * SPLIT_STEPS, (z + 1) * SPLIT_STEPS) and adds them to the output after split z - 1
-// has, in order (deterministic: one split at a time adds to a tile, so its atomic adds, which
-// need no round trip, happen in a fixed order).  locks[tile] counts the splits done; the last one sets it back
-// to 0, so the buffer is ready for the next launch.  Blocks start in order of their index, so
-// a waiting block only waits for blocks that have started.
-__device__ __forceinline__ void wait_for_turn(int* lock, int turn) {
-    if (threadIdx.x == 0) {
-        int v;
-        do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(lock) : "memory");
-        } while (v != turn);
-    }
-    __syncthreads();
-}
-
-__device__ __forceinline__ void pass_turn(int* lock, int next) {
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0)
-        asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(lock), "r"(next) : "memory");
-}
 
 template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N, int STAGES,
           bool PADDED>

@@ -28,12 +28,13 @@ def test_report_and_targets():
                 {"ours": ours, "cudnn": cudnn, "im2col_cublas": cublas},
                 "tflops": {}, "mem_mb": dict(zip(("ours", "cudnn", "im2col_cublas"), mem)),
                 "vs_best_peer": min(cudnn, cublas) / ours, "vs_cudnn": cudnn / ours,
-                "vs_cublas": cublas / ours, "rel_error": 1e-7}
+                "vs_cublas": cublas / ours, "rel_error": 1e-7, "kernel": "winograd"}
 
     rows = [row("im2win", 2.0, 1.0, 4.0), row("im2win", 1.0, 2.0, 4.0, (3.0, 2.0, 1.0)),
             row("pointwise", 1.0, 1.0, 2.0)]
     lines = bench.format_rows(rows)
-    assert len(lines) == 2 + 3 and lines[2].count("|") == 13
+    assert len(lines) == 2 + 3 and lines[2].count("|") == 14
+    assert lines[2].startswith("| x | 1 | 1,1,1 -> 1, 1/1 | winograd | 2.000 |")
     rows[0]["ms"]["ours_im2win"], rows[0]["mem_mb"]["ours_im2win"] = 3.0, 5.0
     assert bench.format_rows(rows)[2].endswith("| 3.000 / 5 |")
     summary = bench.summary_lines(rows)

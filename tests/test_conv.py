@@ -164,3 +164,70 @@ def test_window_tables_refuse_what_the_kernel_cannot_index():
         window_offsets(1, 1, 2**15, 1, 1, 1)
     with pytest.raises(XcorrError, match="at most 2\\*\\*31"):
         window_offsets(2, 1, 1, 2**31, 1, 1)
+
+
+def _winograd_port(x, w, pad):
+    """The kernel's algorithm in NumPy (float64): tiles p = (n, ty, tx) of 2x2 outputs, each
+    from the 4x4 patch at (2 ty - PY, 2 tx - PX) (zero outside the image), transformed by the
+    module's matrices, summed over channels per element, transformed back, cut to the output."""
+    from xcorr_app.gpu_winograd import AT, BT, G, winograd_tiles
+
+    (n, c, h, wd), f = x.shape, w.shape[0]
+    py, px = pad
+    ho, wo = h + 2 * py - 2, wd + 2 * px - 2
+    ty, tx = winograd_tiles(ho, wo)
+    padded = np.zeros((n, c, 2 * ty + 2, 2 * tx + 2))
+    rows, cols = min(h, 2 * ty + 2 - py), min(wd, 2 * tx + 2 - px)
+    padded[:, :, py:py + rows, px:px + cols] = x[:, :, :rows, :cols]
+    u = np.einsum("ea,fcab,gb->fceg", G, w, G)  # (F, C, 4, 4)
+    out = np.zeros((n, f, 2 * ty, 2 * tx))
+    for i in range(ty):
+        for j in range(tx):
+            d = padded[:, :, 2 * i:2 * i + 4, 2 * j:2 * j + 4]
+            v = np.einsum("ea,ncab,gb->nceg", BT, d, BT)
+            m = np.einsum("fceg,nceg->nfeg", u, v)
+            out[:, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2] = np.einsum("ye,nfeg,xg->nfyx", AT, m, AT)
+    return out[:, :, :ho, :wo]
+
+
+@pytest.mark.parametrize("pad", [(0, 0), (1, 1), (2, 0), (0, 3)])
+def test_winograd_port_equals_the_reference(rng, pad):
+    for _ in range(3):
+        n, c, f = (int(v) for v in rng.integers(1, 5, 3))
+        h, w = (int(v) for v in rng.integers(max(1, 3 - 2 * max(pad)), 12, 2))
+        if h + 2 * pad[0] < 3 or w + 2 * pad[1] < 3:
+            continue
+        x = rng.standard_normal((n, c, h, w))
+        wt = rng.standard_normal((f, c, 3, 3))
+        got = _winograd_port(x, wt, pad)
+        assert np.abs(got - conv2d_reference(x, wt, (1, 1), pad)).max() < 1e-10
+
+
+def test_winograd_port_fails_with_a_wrong_matrix(rng):
+    from xcorr_app import gpu_winograd
+
+    x, wt = rng.standard_normal((1, 2, 7, 6)), rng.standard_normal((3, 2, 3, 3))
+    good = gpu_winograd.BT.copy()
+    try:
+        gpu_winograd.BT[2] = [0, 1, 1, 0]  # row 1 twice
+        assert np.abs(_winograd_port(x, wt, (1, 1)) -
+                      conv2d_reference(x, wt, (1, 1), (1, 1))).max() > 1e-3
+    finally:
+        gpu_winograd.BT[:] = good
+
+
+def test_winograd_applicability_and_method_errors():
+    from xcorr_app.gpu_winograd import WINOGRAD_TILES, applicable, shared_bytes, tile_threads
+
+    assert applicable((2, 3, 5, 5), (4, 3, 3, 3), (1, 1), (0, 0))
+    assert not applicable((2, 3, 5, 5), (4, 3, 5, 5), (1, 1), (0, 0))
+    assert not applicable((2, 3, 5, 5), (4, 3, 3, 3), (1, 2), (0, 0))
+    assert not applicable((2, 3, 2, 5), (4, 3, 3, 3), (1, 1), (0, 0))  # no output
+    for t in WINOGRAD_TILES:  # launchable on sm_90: threads and opt-in shared memory
+        assert tile_threads(t) <= 1024 and shared_bytes(t) <= 227 * 1024
+    x, w = np.ones((1, 2, 6, 6), np.float32), np.ones((1, 2, 5, 5), np.float32)
+    with pytest.raises(XcorrError, match="method must be one of"):
+        conv2d(x, w, method="fft")
+    with pytest.raises(XcorrError, match="3x3 filters at stride 1"):
+        conv2d(x, w, method="winograd")
+    assert conv2d(x, w[:, :, :3, :3], method="winograd").shape == (1, 1, 4, 4)

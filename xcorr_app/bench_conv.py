@@ -6,9 +6,11 @@ and 16, and MobileNetV2's 19 pointwise layers at batch 32.  Each row times, in o
 CUDA events (warm-up, median):
 
 * **ours**: :func:`xcorr_app.conv2d` (the tiled convolution reading the input's windows in
-  im2win's order, its first call tuned as cuDNN's benchmark mode; the pointwise kernel for the
-  1x1 layers); beside it, not a peer, the same kernel over the im2win tensor the paper builds
-  (``layout="im2win"``, its transform inside the timing);
+  im2win's order or, for 3x3 filters at stride 1, the fused Winograd kernel where it is faster,
+  its first call measured and tuned as cuDNN's benchmark mode does; the pointwise kernel for
+  the 1x1 layers; the "kernel" column says which); beside it, not a peer, the im2win kernel
+  over the im2win tensor the paper builds (``layout="im2win"``, its transform inside the
+  timing);
 * **cuDNN**: ``torch.nn.functional.conv2d`` in float32, ``cudnn.benchmark = True``, TF32 off;
 * **im2col + cuBLAS**: the patch matrix built by CuPy (a strided view copied out) and one
   CuPy ``matmul`` (TF32 off, CuPy's default); for 1x1 layers just the matmul.
@@ -148,7 +150,7 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
     """One row: ms, TFLOPS and peak memory of ours and the peers, and our error."""
     import cupy as cp
 
-    from .conv import conv2d
+    from .conv import chosen_method, conv2d
     from .timing import time_gpu
 
     rng = cp.random.default_rng(0)
@@ -176,6 +178,7 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
             row["ms"][m] = None
             row["error"][m] = _reason(exc)
         _free_gpu_memory()
+    row["kernel"] = chosen_method(x, wt, s)
     if check and row["ms"].get("ours") is not None and "cudnn" in methods:
         ours = conv2d(x, wt, stride=s)  # against cuDNN's float32 result
         ref = cp.from_dlpack(methods["cudnn"]())
@@ -198,10 +201,10 @@ def geomean(values):
 
 
 def format_rows(rows) -> list:
-    head = ("| layer | N | C,H,W -> F, k/s | ours ms | cuDNN ms | im2col+cuBLAS ms | TFLOPS ours / "
-            "cuDNN / cuBLAS | vs fastest peer | vs cuDNN | memory MB ours / cuDNN / cuBLAS |"
-            " rel err | ours over the im2win tensor: ms / MB |")
-    lines = [head, "|" + " --- |" * 12]
+    head = ("| layer | N | C,H,W -> F, k/s | kernel | ours ms | cuDNN ms | im2col+cuBLAS ms | "
+            "TFLOPS ours / cuDNN / cuBLAS | vs fastest peer | vs cuDNN | memory MB ours / cuDNN"
+            " / cuBLAS | rel err | im2win over the im2win tensor: ms / MB |")
+    lines = [head, "|" + " --- |" * 13]
 
     def num(v, fmt):
         return "n/a" if v is None else format(v, fmt)
@@ -209,7 +212,8 @@ def format_rows(rows) -> list:
     for r in rows:
         n, c, h, w, f, k, s = r["shape"]
         ms, tf, mem = r["ms"], r["tflops"], r["mem_mb"]
-        cells = [r["name"], n, f"{c},{h},{w} -> {f}, {k}/{s}", num(ms.get("ours"), ".3f"),
+        cells = [r["name"], n, f"{c},{h},{w} -> {f}, {k}/{s}", r.get("kernel", "n/a"),
+                 num(ms.get("ours"), ".3f"),
                  num(ms.get("cudnn"), ".3f"), num(ms.get("im2col_cublas"), ".3f"),
                  " / ".join(num(tf.get(m), ".1f") for m in ("ours", "cudnn", "im2col_cublas")),
                  num(r["vs_best_peer"], ".2f") + "x", num(r["vs_cudnn"], ".2f") + "x",

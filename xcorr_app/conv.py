@@ -2,9 +2,10 @@
 
 :func:`conv2d` applies a bank of ``F`` filters of ``C`` channels (deep-learning convention:
 cross-correlation, zero padding, a stride); :func:`pointwise` mixes channels (a 1x1
-convolution).  CuPy in: the im2win kernel (``kernels/im2win_conv.cu``) or, for 1x1 filters at
-stride 1 without padding, the pointwise kernel with dynamic blocking
-(``kernels/pointwise_conv.cu``); float32 out.  NumPy in: the float64 reference
+convolution).  CuPy in: the im2win kernel (``kernels/im2win_conv.cu``), for 3x3 filters at
+stride 1 the fused Winograd kernel where it is faster (``kernels/winograd_conv.cu``, measured
+on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
+pointwise kernel with dynamic blocking (``kernels/pointwise_conv.cu``); float32 out.  NumPy in: the float64 reference
 (:func:`xcorr_app.reference.conv2d_reference`), cast to the input's float type.
 
 Examples
@@ -23,6 +24,9 @@ import numpy as np
 
 from . import backend
 from .errors import XcorrError
+
+#: ``method`` of :func:`conv2d`: the fastest GPU kernel for the problem, or one by name
+METHODS = ("auto", "im2win", "winograd")
 
 
 def _pair(value, name, minimum):
@@ -47,7 +51,7 @@ def _out_dtype(x):
     return x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
 
 
-def conv2d(x, w, stride=1, padding=0):
+def conv2d(x, w, stride=1, padding=0, method="auto"):
     """Convolve ``x`` (N, C, H, W) with the filter bank ``w`` (F, C, KH, KW).
 
     Parameters
@@ -57,11 +61,18 @@ def conv2d(x, w, stride=1, padding=0):
         ``F`` filters over the ``C`` channels of ``x``.
     stride, padding : int or (int, int)
         As ``torch.nn.functional.conv2d`` (zero padding).
+    method : {"auto", "im2win", "winograd"}
+        The GPU kernel: ``"auto"`` measures, on the first call of each problem, the im2win
+        kernel against the Winograd kernel where that applies (3x3 filters at stride 1) and
+        keeps the faster (1x1 filters at stride 1 without padding take the pointwise kernel);
+        NumPy input always takes the float64 reference.
 
     Returns
     -------
     (N, F, HO, WO) array of the input's module: ``HO = (H + 2 pad - KH) // stride + 1``.
     """
+    if method not in METHODS:
+        raise XcorrError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     xp = backend.array_module_of(x)
     x, w = xp.asarray(x), xp.asarray(w)
     _check(x, w)
@@ -72,17 +83,78 @@ def conv2d(x, w, stride=1, padding=0):
     if ho < 1 or wo < 1:
         raise XcorrError(f"a {w.shape[2]}x{w.shape[3]} filter does not fit a {x.shape[2]}x"
                          f"{x.shape[3]} image with padding {padding}")
+    from .gpu_winograd import applicable
+
+    winograd = applicable(x.shape, w.shape, (sy, sx), (py, px))
+    if method == "winograd" and not winograd:
+        raise XcorrError(f"method='winograd' takes 3x3 filters at stride 1, got "
+                         f"{w.shape[2]}x{w.shape[3]} at stride {stride}")
     if xp is np:
         from .reference import conv2d_reference
 
         return conv2d_reference(x, w, (sy, sx), (py, px)).astype(_out_dtype(x))
-    if w.shape[2:] == (1, 1) and (sy, sx) == (1, 1) and (py, px) == (0, 0):
+    if method == "auto" and _is_pointwise(w, (sy, sx), (py, px)):
         from .gpu_conv import pointwise_conv2d
 
         return pointwise_conv2d(x, w)
+    if method == "auto":
+        method = _fastest_gpu_method(x, w, (sy, sx), (py, px)) if winograd else "im2win"
+    return _GPU_METHODS[method](x, w, (sy, sx), (py, px))
+
+
+def _im2win(x, w, stride, padding):
     from .gpu_conv import im2win_conv2d
 
-    return im2win_conv2d(x, w, (sy, sx), (py, px))
+    return im2win_conv2d(x, w, stride, padding)
+
+
+def _winograd(x, w, stride, padding):
+    from .gpu_winograd import winograd_conv2d
+
+    return winograd_conv2d(x, w, padding)
+
+
+_GPU_METHODS = {"im2win": _im2win, "winograd": _winograd}
+_CHOSEN: dict = {}
+
+
+def _fastest_gpu_method(x, w, stride, padding) -> str:
+    """The faster of the GPU kernels for this problem (each tuned first), measured on its first
+    call and remembered for the process (batches of similar size share the choice)."""
+    from .timing import fastest
+
+    key = _choice_key(x, w, stride, padding)
+    best = _CHOSEN.get(key)
+    if best is None:
+        runs = {m: (lambda f=f: f(x, w, stride, padding)) for m, f in _GPU_METHODS.items()}
+        for run in runs.values():  # the tuning of each, outside the comparison
+            run()
+        best = _CHOSEN[key] = fastest(runs)
+    return best
+
+
+def chosen_method(x, w, stride=1, padding=0) -> str:
+    """The GPU kernel ``conv2d(x, w, stride, padding)`` runs: "pointwise", "im2win" or
+    "winograd" (after that call, for the measured choice)."""
+    stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
+    if _is_pointwise(w, stride, padding):
+        return "pointwise"
+    from .gpu_winograd import applicable
+
+    if not applicable(x.shape, w.shape, stride, padding):
+        return "im2win"
+    return _CHOSEN.get(_choice_key(x, w, stride, padding), "auto: not measured yet")
+
+
+def _is_pointwise(w, stride, padding) -> bool:
+    return w.shape[2:] == (1, 1) and stride == (1, 1) and padding == (0, 0)
+
+
+def _choice_key(x, w, stride, padding):
+    import cupy as cp
+
+    return (cp.cuda.Device().id, 1 << max(0, (x.shape[0] - 1).bit_length()), x.shape[1:],
+            w.shape, stride, padding)
 
 
 def pointwise(x, w):

@@ -146,7 +146,7 @@ def _tuned_plan(x, w, stride, padding, out, layout, win_bytes, waves):
     process."""
     import cupy as cp
 
-    from .timing import time_gpu
+    from .timing import fastest
 
     n = x.shape[0]  # batches of similar size share a tile (partial chunks, the reference)
     key = (cp.cuda.Device().id, 1 << max(0, (n - 1).bit_length()), x.shape[1:], w.shape,
@@ -154,11 +154,10 @@ def _tuned_plan(x, w, stride, padding, out, layout, win_bytes, waves):
     best = _TUNED.get(key)
     if best is None:
         cands = _candidates(x.shape, w.shape, stride, padding, layout, device_limits())
-        times = {c: time_gpu(lambda c=c: im2win_conv2d(x, w, stride, padding, out, tiles=c[0],
-                                                       splits=c[1], layout=layout,
-                                                       win_bytes=win_bytes, waves=waves),
-                             warmup=1, repeat=3, min_total_ms=2.0) for c in cands}
-        best = _TUNED[key] = min(times, key=times.get)
+        best = _TUNED[key] = fastest({
+            c: lambda c=c: im2win_conv2d(x, w, stride, padding, out, tiles=c[0], splits=c[1],
+                                         layout=layout, win_bytes=win_bytes, waves=waves)
+            for c in cands})
     return best
 
 
@@ -208,7 +207,7 @@ def _default_splits(tiles, x_shape, w_shape, stride, padding, layout):
     return -(-steps // per)
 
 
-def _locks(count):
+def split_k_locks(count):
     """Split-K turn counters of the current device and stream: zeros, at least ``count``."""
     import cupy as cp
 
@@ -278,7 +277,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     def gemm(src, dst, g, padded, sn, sh, sw, base, off, pos):
         q = g * ho * wo
         grid = (-(-q // bn), -(-f // bm), splits)
-        locks = _locks(grid[0] * grid[1]) if splits > 1 else off
+        locks = split_k_locks(grid[0] * grid[1]) if splits > 1 else off
         _im2win_launch(cp.cuda.Device().id, tiles, padded, grid,
                        (f, k, ho, wo, q, sn, sh, sw, base, sy, sx, py, px, h, wd, per_split))(
             filt, src, off, pos, dst, locks)

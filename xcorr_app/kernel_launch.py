@@ -78,8 +78,8 @@ class PreparedLaunch:
         Dynamic shared memory in bytes.
 
     Calling it with ``n_arrays`` C-contiguous device arrays launches the kernel on the current
-    stream.  Where CuPy lacks ``cuda.driver.launchKernel``, or the kernel needs more than 48 KiB
-    of dynamic shared memory, it calls the kernel the usual way.
+    stream.  Where CuPy lacks ``cuda.driver.launchKernel`` it calls the kernel the usual way.
+    More than 48 KiB of dynamic shared memory is opted into here (the kernel's attribute).
     """
 
     def __init__(self, fn, grid, block, n_arrays, constants=(), shared_mem=0):
@@ -90,7 +90,7 @@ class PreparedLaunch:
         self._stream = cp.cuda.get_current_stream
         self._launch = getattr(cp.cuda.driver, "launchKernel", None)
         if shared_mem > _DEFAULT_SHARED_LIMIT:
-            self._launch = None
+            fn.max_dynamic_shared_size_bytes = shared_mem
         if self._launch is None:
             return
         kernel = getattr(fn, "kernel", fn)  # RawKernel -> cupy.cuda.function.Function

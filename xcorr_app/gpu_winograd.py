@@ -1,0 +1,172 @@
+"""GPU Winograd convolution F(2x2, 3x3) (``kernels/winograd_conv.cu``) for 3x3 filters at
+stride 1, any zero padding.
+
+The kernel is fused: each block transforms the input patches and filters it needs as it loads
+them, runs the 16 element-wise GEMMs over the channels in registers and transforms its sums
+before storing them, so it needs no memory beside the output.  It does 16 multiplications per
+channel for each 2x2 output tile where a direct convolution does 36.  Lavin and Gray's
+F(2x2, 3x3) keeps the float32 error near the direct sum's (about 6e-7 of the largest output
+on normal data); F(4x4, 3x3) would reach about 1e-5, the limit the tests hold every kernel to.
+
+Examples
+--------
+>>> winograd_tiles(26, 25)
+(13, 13)
+>>> applicable((8, 128, 28, 28), (128, 128, 3, 3), (1, 1), (1, 1))
+True
+>>> applicable((8, 128, 28, 28), (128, 128, 3, 3), (2, 2), (1, 1))
+False
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .errors import XcorrError
+from .gpu_conv import split_k_locks, split_steps
+from .kernel_launch import PreparedLaunch
+from .kernel_loader import KernelFamily
+from .pointwise_plan import device_limits
+
+#: (BLOCK_M filters, BLOCK_N tiles, BLOCK_K channels, THREAD_M, THREAD_N, GROUPS): GROUPS
+#: groups of (BLOCK_M / THREAD_M) x (BLOCK_N / THREAD_N) threads share the 16 elements
+WINOGRAD_TILES = ((64, 32, 8, 8, 4, 8), (32, 64, 8, 8, 8, 16), (32, 32, 8, 4, 4, 4),
+                  (64, 32, 8, 4, 2, 2))
+#: outputs per Winograd tile (MY, MX): F(2x2, 3x3)
+OUTPUT_TILE = (2, 2)
+#: the kernel's one-dimensional F(2, 3) (Lavin and Gray): input BT, filter G, output AT;
+#: a tile is AT [(G g G^T) * (BT d BT^T)] AT^T
+BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+WINOGRAD = KernelFamily("winograd_conv.cu", "winograd_conv",
+                        [t + OUTPUT_TILE for t in WINOGRAD_TILES])
+#: split-K candidates, as for the im2win kernel
+SPLITS = (1, 2, 4, 8, 16)
+
+
+def elements(tile=OUTPUT_TILE) -> int:
+    """Transform elements (element-wise GEMMs) of F(MY x MX, 3x3): (MY + 2) (MX + 2)."""
+    return (tile[0] + 2) * (tile[1] + 2)
+
+
+def winograd_tiles(ho: int, wo: int, tile=OUTPUT_TILE) -> tuple:
+    """Tiles of ``tile`` outputs covering an ``ho x wo`` output (the last ones partly outside)."""
+    return -(-ho // tile[0]), -(-wo // tile[1])
+
+
+def applicable(x_shape, w_shape, stride, padding) -> bool:
+    """Whether the Winograd kernel computes this convolution: 3x3 filters at stride 1, and
+    tile and offset counts within its 32-bit indices.  ``stride``, ``padding``: (y, x) pairs."""
+    (n, _, h, wd), (f, _, kh, kw) = x_shape, w_shape
+    if (kh, kw) != (3, 3) or tuple(stride) != (1, 1):
+        return False
+    ho, wo = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
+    ty, tx = winograd_tiles(ho, wo)
+    return ho >= 1 and wo >= 1 and n * ty * tx < 2**31 - 256 and f * ho * wo < 2**31 and \
+        h * wd < 2**31 and max(padding) < 2**15
+
+
+def shared_bytes(tiles, tile=OUTPUT_TILE) -> int:
+    """Dynamic shared memory of a block: two buffers of the U and V tiles, or, if more, the
+    sums of all its threads (the epilogue's exchange between groups)."""
+    bm, bn, bk, tm, tn, groups = tiles
+    pipe = 2 * bk * elements(tile) * (bm + bn)
+    swap = elements(tile) * bm * bn if groups > 1 else 0
+    return max(pipe, swap) * 4
+
+
+def _candidates(x_shape, w_shape, padding):
+    """``(tiles, splits)`` worth measuring: every tile, split where its grid is under two
+    waves (one block per SM), each split at least :data:`MIN_SPLIT_STEPS` channel steps."""
+    sms = device_limits().sms
+    out = []
+    for t in WINOGRAD_TILES:
+        blocks, steps = _grid(t, x_shape, w_shape, padding)
+        most = -(-steps // split_steps(blocks, steps, sms))
+        out += [(t, s) for s in SPLITS if s == 1 or (s <= most and blocks * s <= 8 * sms)]
+    return out
+
+
+def _grid(tiles, x_shape, w_shape, padding):
+    """Blocks of one launch (without splits) and channel steps of each."""
+    (n, c, h, wd), f = x_shape, w_shape[0]
+    ty, tx = winograd_tiles(h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2)
+    return -(-n * ty * tx // tiles[1]) * -(-f // tiles[0]), -(-c // tiles[2])
+
+
+_TUNED: dict = {}
+
+
+def _tuned_plan(x, w, padding, out):
+    """The fastest ``(tiles, splits)`` for this problem on this GPU, measured once."""
+    import cupy as cp
+
+    from .timing import fastest
+
+    n = x.shape[0]
+    key = (cp.cuda.Device().id, 1 << max(0, (n - 1).bit_length()), x.shape[1:], w.shape,
+           padding)
+    best = _TUNED.get(key)
+    if best is None:
+        best = _TUNED[key] = fastest({
+            c: lambda c=c: winograd_conv2d(x, w, padding, out, tiles=c[0], splits=c[1])
+            for c in _candidates(x.shape, w.shape, padding)})
+    return best
+
+
+def tile_threads(tiles) -> int:
+    bm, bn, _, tm, tn, groups = tiles
+    return (bm // tm) * (bn // tn) * groups
+
+
+@functools.lru_cache(maxsize=256)
+def _launch(device, tiles, grid, scalars):
+    return PreparedLaunch(WINOGRAD.get(*tiles, *OUTPUT_TILE), grid, (tile_threads(tiles),), 4,
+                          tuple(np.int32(v) for v in scalars), shared_bytes(tiles))
+
+
+def winograd_conv2d(x, w, padding=0, out=None, tiles=None, splits=None, tune=True):
+    """NCHW float32 convolution (stride 1) of CuPy ``x`` (N, C, H, W) with 3x3 filters ``w``
+    (F, C, 3, 3) by the fused Winograd kernel.
+
+    ``padding``: an int or a (y, x) pair.  ``tiles``: one of :data:`WINOGRAD_TILES`;
+    ``splits``: how many blocks share the sum over the channels of one output tile (in order:
+    deterministic); by default the fastest pair, measured on the first call of each problem
+    (``tune=False``: the first tile, split to fill two waves)."""
+    import cupy as cp
+
+    from .conv import _pair
+
+    py, px = _pair(padding, "padding", 0)
+    n, c, h, wd = x.shape
+    f = w.shape[0]
+    if not applicable(x.shape, w.shape, (1, 1), (py, px)):
+        raise XcorrError(f"the Winograd kernel takes 3x3 filters at stride 1 (got "
+                         f"{w.shape[2]}x{w.shape[3]} on a {h}x{wd} image)")
+    ho, wo = h + 2 * py - 2, wd + 2 * px - 2
+    x = cp.ascontiguousarray(x, dtype=cp.float32)
+    w = cp.ascontiguousarray(w, dtype=cp.float32)
+    if out is None:
+        out = cp.empty((n, f, ho, wo), cp.float32)
+    if not out.flags.c_contiguous or out.shape != (n, f, ho, wo):
+        raise ValueError(f"out must be a C-contiguous float32 array of shape {(n, f, ho, wo)}")
+    if tiles is None and tune:
+        tiles, tuned = _tuned_plan(x, w, (py, px), out)
+        splits = tuned if splits is None else splits
+    elif tiles is None:
+        tiles = WINOGRAD_TILES[0]
+    blocks, steps = _grid(tiles, x.shape, w.shape, (py, px))
+    if splits is None:
+        splits = -(-steps // split_steps(blocks, steps, device_limits().sms))
+    per_split = -(-steps // max(1, min(int(splits), steps)))
+    splits = -(-steps // per_split)
+    ty, tx = winograd_tiles(ho, wo)
+    p = n * ty * tx
+    grid = (-(-p // tiles[1]), -(-f // tiles[0]), splits)
+    locks = split_k_locks(grid[0] * grid[1]) if splits > 1 else out
+    _launch(cp.cuda.Device().id, tiles, grid,
+            (f, c, h, wd, ho, wo, ty, tx, p, py, px, per_split))(w, x, out, locks)
+    return out
