@@ -14,12 +14,12 @@
 // elements.  Its threads form GROUPS groups, each owning E / GROUPS elements, a thread
 // THREAD_M x THREAD_N sums of each (outer products; a warp is 4 x 8 threads): the more sums per
 // element a thread holds, the fewer shared-memory reads per FMA, and the groups keep the
-// registers per thread at 64 sums.  Per step of BLOCK_K channels, cp.async brings raw input
-// patches and raw filters into the places of their transforms (4-byte copies, zero-filled
-// outside the image and past C and K); each thread then transforms its own patch and filter in
-// place, which needs no barrier (its own copies, after its own wait).  Two buffers: step t + 1
-// loads while step t multiplies; one barrier per step.  At the end the groups' sums meet in
-// shared memory and each thread transforms and stores 1 / GROUPS of its position's.
+// registers per thread at 64 sums.  Per step of BLOCK_K channels, cp.async (4-byte copies,
+// zero-filled outside the image and past C and K) brings each thread's raw input patch and raw
+// filter into the places of their transforms, which the thread then transforms in place (its
+// own copies, after its own wait: no barrier).  Two buffers: step t + 1 loads while step t
+// multiplies; one barrier per step.  At the end the groups' sums meet in shared memory and
+// each thread transforms and stores 1 / GROUPS of its position's.
 
 #include "async_copy.cuh"
 #include "int_math.cuh"
@@ -117,7 +117,10 @@ struct WinogradTile {
     static constexpr int PATCH_ROUNDS = (PATCHES + THREADS - 1) / THREADS;
     static constexpr int FILTERS = BLOCK_K * BLOCK_M;             // 3x3 filters of a step
     static constexpr int FILTER_ROUNDS = (FILTERS + THREADS - 1) / THREADS;
-    static constexpr int U_FLOATS = BLOCK_K * E * BLOCK_M, V_FLOATS = BLOCK_K * E * BLOCK_N;
+    // U rows (one per channel of the step) 4 floats longer than E * BLOCK_M: a warp's writes of
+    // raw filters (8 channels x 4 filters) fall in different banks
+    static constexpr int U_PITCH = E * BLOCK_M + 4;
+    static constexpr int U_FLOATS = BLOCK_K * (E * BLOCK_M + 4), V_FLOATS = BLOCK_K * E * BLOCK_N;
     // the epilogue: with GROUPS > 1, every thread's sums go through shared memory (the
     // buffers are free by then) and each thread transforms 1 / GROUPS of its position's
     static constexpr int SWAP_FLOATS = GROUPS > 1 ? E * THREAD_M * THREAD_N * GROUP_THREADS : 0;
@@ -128,9 +131,9 @@ struct WinogradTile {
     static_assert(THREAD_M % 4 == 0 && (THREAD_N == 2 || THREAD_N % 4 == 0), "vector reads");
     static_assert(THREADS % BLOCK_N == 0 && (PATCHES % THREADS == 0 || THREADS % PATCHES == 0),
                   "patches");
-    static_assert(THREADS % BLOCK_M == 0 && (FILTERS % THREADS == 0 || THREADS % FILTERS == 0),
+    static_assert(THREADS % BLOCK_K == 0 && (FILTERS % THREADS == 0 || THREADS % FILTERS == 0),
                   "filters");
-    static_assert(E >= 9, "a raw 3x3 filter fits its transform's place");
+    static_assert(E >= 9, "a raw 3x3 filter fits the place of its transform");
     static_assert(E % GROUPS == 0 && THREAD_M * THREAD_N % GROUPS == 0, "element groups");
 };
 
@@ -148,7 +151,7 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
     using W2 = typename T::W2;
     constexpr int E = T::E, GE = T::GROUP_E, EX = W2::EX, EY = W2::EY;
     extern __shared__ __align__(16) float smem[];
-    float* const Us = smem;                    // [2][BLOCK_K][E][BLOCK_M]
+    float* const Us = smem;                    // [2][BLOCK_K][U_PITCH]: [e][BLOCK_M] a row
     float* const Vs = smem + 2 * T::U_FLOATS;  // [2][BLOCK_K][E][BLOCK_N]
 
     const int tid = threadIdx.x, lane = tid & 31;
@@ -180,10 +183,11 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
                         inside |= 1u << (r * EX + s);
         }
     }
-    // this thread's filters: k0 + lm, channels lkc + i * (THREADS / BLOCK_M) of each step
-    const int lm = tid % BLOCK_M, lkc = tid / BLOCK_M;
-    const bool filter_ok = k0 + lm < K;
-    const long long filter = filter_ok ? (long long)(k0 + lm) * C * 9 : 0;
+    // this thread's filters: k0 + (tid + i * THREADS) / BLOCK_K over channel (tid + ...) %
+    // BLOCK_K of each step: consecutive threads copy consecutive 9-float runs of w
+    const int lkc = tid % BLOCK_K, lm = tid / BLOCK_K;  // THREADS % BLOCK_K == 0
+    constexpr int M_APART = T::THREADS / BLOCK_K;        // rows between rounds
+    const bool loads_filters = T::FILTERS >= T::THREADS || tid < T::FILTERS;
     auto issue = [&](int step, int buf) {
         const int c0 = step * BLOCK_K;
         float* vs = Vs + buf * T::V_FLOATS;
@@ -201,27 +205,25 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
                     cp_async4_zfill(vs + (cl * E + r * EX + s) * BLOCK_N + lp, src + r * W + s,
                                     c_ok && (inside >> (r * EX + s) & 1u));
         }
-        // the filters: filter k0 + lm over channel c0 + lk, raw, in the first 9 places of its
-        // transform
-        float* us = Us + buf * T::U_FLOATS;
+        // the raw filters, each in the first 9 places of its transform
+        float* us = Us + buf * T::U_FLOATS + lkc * T::U_PITCH + lm;
 #pragma unroll
         for (int i = 0; i < T::FILTER_ROUNDS; ++i) {
-            if (!(T::FILTERS >= T::THREADS || tid < T::FILTERS)) break;
-            const int lk = lkc + i * (T::THREADS / BLOCK_M);
-            const bool ok = filter_ok && c0 + lk < C;
-            const float* src = w + (filter + (long long)(c0 + lk) * 9);
+            if (!loads_filters) break;
+            const bool ok = k0 + lm + i * M_APART < K && c0 + lkc < C;
+            const float* src = w + ((long long)(k0 + lm + i * M_APART) * C + c0 + lkc) * 9;
 #pragma unroll
             for (int e = 0; e < 9; ++e)
-                cp_async4_zfill(us + (lk * E + e) * BLOCK_M + lm, src + e, ok);
+                cp_async4_zfill(us + e * BLOCK_M + i * M_APART, src + e, ok);
         }
     };
-    // the thread's own patches and filters of buffer buf, raw to transformed, in place
+    // the thread's own filters and patches of buffer buf, raw to transformed, in place
     auto transform = [&](int buf) {
-        float* us = Us + buf * T::U_FLOATS;
+        float* us = Us + buf * T::U_FLOATS + lkc * T::U_PITCH + lm;
 #pragma unroll
         for (int i = 0; i < T::FILTER_ROUNDS; ++i) {
-            if (!(T::FILTERS >= T::THREADS || tid < T::FILTERS)) break;
-            float* v = us + (lkc + i * (T::THREADS / BLOCK_M)) * E * BLOCK_M + lm;
+            if (!loads_filters) break;
+            float* v = us + i * M_APART;
             float g[9], t[E];
 #pragma unroll
             for (int e = 0; e < 9; ++e) g[e] = v[e * BLOCK_M];
@@ -278,7 +280,7 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
 #pragma unroll
                 for (int i = 0; i < THREAD_M; i += 4) {
                     const float4 q = *reinterpret_cast<const float4*>(
-                        us + (kk * E + e) * BLOCK_M + i * T::THREADS_M);
+                        us + kk * T::U_PITCH + e * BLOCK_M + i * T::THREADS_M);
                     a[i] = q.x; a[i + 1] = q.y; a[i + 2] = q.z; a[i + 3] = q.w;
                 }
                 if constexpr (THREAD_N == 2) {

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 #: (N, C, H, W, F, padding)
 ODD_CASES = [
-    (1, 1, 3, 3, 1, 0),          # one output
+    (1, 1, 3, 3, 1, 0),          # one output (positive data: see _run)
     (2, 1, 1, 1, 1, 1),          # a 1x1 image, padded: one output from one value
     (3, 5, 17, 13, 7, 0),        # odd sizes: partial tiles on both edges
     (2, 9, 31, 33, 65, 1),       # C not a multiple of BLOCK_K, F past a 64-filter block
@@ -32,8 +32,12 @@ def _run(rng, n, c, h, w, f, pad, **kw):
     from xcorr_app.gpu_winograd import winograd_conv2d
 
     py, px = (pad, pad) if np.isscalar(pad) else pad
-    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    wt = rng.standard_normal((f, c, 3, 3)).astype(np.float32)
+    # a single output of normal data may cancel to a hundredth of its terms, and the relative
+    # error of its float32 sum with it (seed 1014689372: 7.8e-6 for exact F(2x2, 3x3) float32
+    # arithmetic); positive data keep that case a test of the kernel
+    draw = rng.random if n * c * f * h * w <= 9 else rng.standard_normal
+    x = draw((n, c, h, w)).astype(np.float32)
+    wt = draw((f, c, 3, 3)).astype(np.float32)
     out = poisoned(cp, (n, f, h + 2 * py - 2, w + 2 * px - 2))
     got = winograd_conv2d(cp.asarray(x), cp.asarray(wt), pad, out=out, **kw)
     assert got is out

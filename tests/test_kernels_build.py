@@ -50,3 +50,17 @@ def test_check_fails_on_a_stack_frame(tmp_path, capsys):
         """))
     assert compile_check.check(kdir=tmp_path, families=[]) == 1
     assert "bad" in capsys.readouterr().err
+
+
+def test_a_changed_header_changes_every_source(tmp_path, monkeypatch):
+    """CuPy caches compiled kernels by source text: a header's change must reach that text."""
+    (tmp_path / "a.cu").write_text('#include "h.cuh"\n')
+    (tmp_path / "h.cuh").write_text("#define X 1\n")
+    monkeypatch.setenv(kernel_loader.KERNEL_DIR_ENV, str(tmp_path))
+    kernel_loader._headers_digest.cache_clear()
+    before = kernel_loader.read_source("a.cu")
+    (tmp_path / "h.cuh").write_text("#define X 2\n")
+    kernel_loader._headers_digest.cache_clear()
+    after = kernel_loader.read_source("a.cu")
+    kernel_loader._headers_digest.cache_clear()
+    assert before.startswith('#include "h.cuh"\n') and before != after

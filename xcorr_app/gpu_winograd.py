@@ -32,8 +32,7 @@ from .pointwise_plan import device_limits
 
 #: (BLOCK_M filters, BLOCK_N tiles, BLOCK_K channels, THREAD_M, THREAD_N, GROUPS): GROUPS
 #: groups of (BLOCK_M / THREAD_M) x (BLOCK_N / THREAD_N) threads share the 16 elements
-WINOGRAD_TILES = ((64, 32, 8, 8, 4, 8), (32, 64, 8, 8, 8, 16), (32, 32, 8, 4, 4, 4),
-                  (64, 32, 8, 4, 2, 2))
+WINOGRAD_TILES = ((32, 64, 8, 8, 8, 16), (64, 32, 8, 8, 4, 8))
 #: outputs per Winograd tile (MY, MX): F(2x2, 3x3)
 OUTPUT_TILE = (2, 2)
 #: the kernel's one-dimensional F(2, 3) (Lavin and Gray): input BT, filter G, output AT;
@@ -70,10 +69,10 @@ def applicable(x_shape, w_shape, stride, padding) -> bool:
 
 
 def shared_bytes(tiles, tile=OUTPUT_TILE) -> int:
-    """Dynamic shared memory of a block: two buffers of the U and V tiles, or, if more, the
-    sums of all its threads (the epilogue's exchange between groups)."""
+    """Dynamic shared memory of a block: two buffers of the U and V tiles (U's rows padded by
+    4), or, if more, the sums of all its threads (the epilogue's exchange)."""
     bm, bn, bk, tm, tn, groups = tiles
-    pipe = 2 * bk * elements(tile) * (bm + bn)
+    pipe = 2 * bk * (elements(tile) * (bm + bn) + 4)
     swap = elements(tile) * bm * bn if groups > 1 else 0
     return max(pipe, swap) * 4
 

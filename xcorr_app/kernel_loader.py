@@ -20,6 +20,8 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib
 import os
 from pathlib import Path
@@ -60,7 +62,18 @@ def read_source(name: str) -> str:
 
         raise XcorrError(f"CUDA source {name} not found in {kernel_dir()}; reinstall xcorr-app "
                          f"or set {KERNEL_DIR_ENV} to the kernels/ folder")
-    return path.read_text()
+    return path.read_text() + f"\n// headers {_headers_digest(str(kernel_dir()))}\n"
+
+
+@functools.lru_cache(maxsize=8)
+def _headers_digest(folder: str) -> str:
+    """A digest of the folder's ``*.cuh`` headers, appended to every source: CuPy's compile
+    cache keys on the source text and options only, so without it a changed header would
+    reuse kernels compiled from the old one."""
+    h = hashlib.sha256()
+    for p in sorted(Path(folder).glob("*.cuh")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
 
 
 class KernelFamily:
