@@ -195,7 +195,7 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
         for (int i = 0; i < T::PATCH_ROUNDS; ++i) {
             if (!loads) break;
             const int cl = lc + i * (T::THREADS / BLOCK_N);
-            const bool c_ok = c0 + cl < C;
+            const unsigned copy = c0 + cl < C ? inside : 0u;  // one bit test per copy
             // zero-filled copies do not read their source: it may lie outside the input
             const float* src = x + (patch + (long long)(c0 + cl) * hw);
 #pragma unroll
@@ -203,7 +203,7 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
 #pragma unroll
                 for (int s = 0; s < EX; ++s)
                     cp_async4_zfill(vs + (cl * E + r * EX + s) * BLOCK_N + lp, src + r * W + s,
-                                    c_ok && (inside >> (r * EX + s) & 1u));
+                                    copy >> (r * EX + s) & 1u);
         }
         // the raw filters, each in the first 9 places of its transform
         float* us = Us + buf * T::U_FLOATS + lkc * T::U_PITCH + lm;

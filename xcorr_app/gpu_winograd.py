@@ -32,7 +32,7 @@ from .pointwise_plan import device_limits
 
 #: (BLOCK_M filters, BLOCK_N tiles, BLOCK_K channels, THREAD_M, THREAD_N, GROUPS): GROUPS
 #: groups of (BLOCK_M / THREAD_M) x (BLOCK_N / THREAD_N) threads share the 16 elements
-WINOGRAD_TILES = ((32, 64, 8, 8, 8, 16), (64, 32, 8, 8, 4, 8))
+WINOGRAD_TILES = ((32, 64, 8, 8, 8, 16), (64, 32, 8, 8, 4, 8), (32, 32, 8, 8, 4, 8))
 #: outputs per Winograd tile (MY, MX): F(2x2, 3x3)
 OUTPUT_TILE = (2, 2)
 #: the kernel's one-dimensional F(2, 3) (Lavin and Gray): input BT, filter G, output AT;
