@@ -234,3 +234,24 @@ def test_pointwise_on_a_view_at_an_odd_offset(rng):
     w = rng.standard_normal((5, 3)).astype(np.float32)
     got = pointwise(x, cp.asarray(w))
     assert rel_error(cp.asnumpy(got), conv2d_reference(cp.asnumpy(x), w[:, :, None, None])) <= 1e-5
+
+
+@pytest.mark.parametrize("x_shape, w_shape, stride, pad", [
+    ((3, 8, 20, 18), (5, 8, 3, 3), 1, 1),        # im2win or Winograd
+    ((2, 6, 15, 17), (4, 6, 5, 5), (2, 1), 2),   # im2win
+    ((2, 16, 9, 9), (24, 16, 1, 1), 1, 0),       # pointwise
+])
+def test_repeated_calls_take_the_prepared_path(rng, x_shape, w_shape, stride, pad):
+    import cupy as cp
+
+    from xcorr_app import conv
+
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    xs = [rng.standard_normal(x_shape).astype(np.float32) for _ in range(3)]
+    outs = [conv.conv2d(cp.asarray(x), cp.asarray(w), stride, pad) for x in xs]
+    key = conv._prepared_key(cp.asarray(xs[0]), cp.asarray(w), stride, pad, "auto")
+    assert key in conv._PREPARED  # the second and third calls took it
+    sy, sx = (stride, stride) if np.isscalar(stride) else stride
+    for x, out in zip(xs, outs):  # fresh data through it, each call its own output
+        assert rel_error(cp.asnumpy(out), conv2d_reference(x, w, (sy, sx), (pad, pad))) <= 1e-5
+    assert len({o.data.ptr for o in outs}) == 3

@@ -140,7 +140,7 @@ _TUNED: dict = {}
 _LOCKS: dict = {}
 
 
-def _tuned_plan(x, w, stride, padding, out, layout, win_bytes, waves):
+def _tuned_plan(x, w, stride, padding, layout, win_bytes, waves):
     """The fastest ``(tiles, splits)`` for this problem on this GPU among those of
     :func:`_candidates`, measured once (as cuDNN's benchmark mode does) and remembered for the
     process."""
@@ -153,6 +153,9 @@ def _tuned_plan(x, w, stride, padding, out, layout, win_bytes, waves):
            stride, padding, layout)
     best = _TUNED.get(key)
     if best is None:
+        out = cp.empty((n, w.shape[0], output_size(x.shape[2], w.shape[2], stride[0],
+                                                   padding[0]),
+                        output_size(x.shape[3], w.shape[3], stride[1], padding[1])), cp.float32)
         cands = _candidates(x.shape, w.shape, stride, padding, layout, device_limits())
         best = _TUNED[key] = fastest({
             c: lambda c=c: im2win_conv2d(x, w, stride, padding, out, tiles=c[0], splits=c[1],
@@ -261,35 +264,30 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
         raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
     sms = device_limits().sms
     if tiles is None and tune:
-        tiles, tuned_splits = _tuned_plan(x, w, (sy, sx), (py, px), out, layout, win_bytes,
-                                          waves)
+        tiles, tuned_splits = _tuned_plan(x, w, (sy, sx), (py, px), layout, win_bytes, waves)
         splits = tuned_splits if splits is None else splits
     elif tiles is None:
         tiles = im2win_tiles(f, n * ho * wo, sms)
     if splits is None:
         splits = _default_splits(tiles, x.shape, w.shape, (sy, sx), (py, px), layout)
+    if layout == "direct":
+        return _direct_runner(cp.cuda.Device().id, x.shape, w.shape, (sy, sx), (py, px), tiles,
+                              splits, MAX_COLUMNS)(x, filt, out)
     bm, bn, bk = tiles[:3]
     k = c * kh * kw
     steps = -(-k // bk)
     per_split = -(-steps // max(1, min(int(splits), steps)))
     splits = -(-steps // per_split)
+    off, pos = _device_tables(c, kh, kw, ho * (wd + 2 * px) * kh, 1, kh)
 
-    def gemm(src, dst, g, padded, sn, sh, sw, base, off, pos):
+    def gemm(src, dst, g, sn, sh, sw):
         q = g * ho * wo
         grid = (-(-q // bn), -(-f // bm), splits)
         locks = split_k_locks(grid[0] * grid[1]) if splits > 1 else off
-        _im2win_launch(cp.cuda.Device().id, tiles, padded, grid,
-                       (f, k, ho, wo, q, sn, sh, sw, base, sy, sx, py, px, h, wd, per_split))(
+        _im2win_launch(cp.cuda.Device().id, tiles, False, grid,
+                       (f, k, ho, wo, q, sn, sh, sw, 0, sy, sx, py, px, h, wd, per_split))(
             filt, src, off, pos, dst, locks)
 
-    if layout == "direct":
-        off, pos = _device_tables(c, kh, kw, h * wd, wd, 1)
-        group = max(1, min(n, MAX_COLUMNS // (ho * wo)))
-        for n0 in range(0, n, group):
-            g = min(group, n - n0)
-            gemm(x[n0:n0 + g], out[n0:n0 + g], g, bool(py or px), c * h * wd, sy * wd, sx,
-                 -py * wd - px, off, pos)
-        return out
     # the im2win tensor, in groups of images: within win_bytes, but enough for WAVES full
     # waves of blocks (a group that leaves SMs idle costs more than the memory it saves)
     wp = wd + 2 * px
@@ -297,7 +295,6 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     group = max(win_bytes // (c * ho * wp * kh * 4), math.ceil(waves * 2 * sms / per_image))
     group = max(1, min(n, group, MAX_COLUMNS // (ho * wo)))
     win = cp.empty((group, c, ho, wp * kh), cp.float32)
-    off, pos = _device_tables(c, kh, kw, ho * wp * kh, 1, kh)
     i32 = np.int32
     for n0 in range(0, n, group):
         g = min(group, n - n0)
@@ -305,8 +302,55 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
         IM2WIN_TRANSFORM.get()((min(rows, 65535 * 8),), (128,),
                                (x[n0:n0 + g], win, i32(rows), i32(h), i32(wd), i32(kh),
                                 i32(sy), i32(py), i32(px), i32(ho), i32(wp)))
-        gemm(win, out[n0:n0 + g], g, False, c * ho * wp * kh, wp * kh, sx * kh, 0, off, pos)
+        gemm(win, out[n0:n0 + g], g, c * ho * wp * kh, wp * kh, sx * kh)
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _direct_runner(device, x_shape, w_shape, stride, padding, tiles, splits, max_columns):
+    """``run(x, filt, out)`` of the direct layout for one problem, tile and split: its launches
+    (the batch in groups of at most :data:`MAX_COLUMNS` columns) with their scalars packed
+    once, so a repeated call costs a few microseconds of host time."""
+    (n, c, h, wd), (f, _, kh, kw) = x_shape, w_shape
+    (sy, sx), (py, px) = stride, padding
+    ho, wo = output_size(h, kh, sy, py), output_size(wd, kw, sx, px)
+    bm, bn, bk = tiles[:3]
+    k = c * kh * kw
+    steps = -(-k // bk)
+    per_split = -(-steps // max(1, min(int(splits), steps)))
+    splits = -(-steps // per_split)
+    off, pos = _device_tables(c, kh, kw, h * wd, wd, 1)
+    group = max(1, min(n, max_columns // (ho * wo)))
+    launches = []
+    for n0 in range(0, n, group):
+        g = min(group, n - n0)
+        q = g * ho * wo
+        grid = (-(-q // bn), -(-f // bm), splits)
+        launches.append((n0, g, grid[0] * grid[1], _im2win_launch(
+            device, tiles, bool(py or px), grid,
+            (f, k, ho, wo, q, c * h * wd, sy * wd, sx, -py * wd - px, sy, sx, py, px, h, wd,
+             per_split))))
+
+    def run(x, filt, out):
+        for n0, g, count, launch in launches:
+            locks = split_k_locks(count) if splits > 1 else off
+            if g == n:
+                launch(filt, x, off, pos, out, locks)
+            else:
+                launch(filt, x[n0:n0 + g], off, pos, out[n0:n0 + g], locks)
+        return out
+    return run
+
+
+def prepared_direct(x, w, stride, padding):
+    """``run(x, w, out)`` of the direct layout with the tuned tile and split of this problem
+    (measured now if it has not been): C-contiguous float32 CuPy arrays of ``x``'s and
+    ``w``'s shapes; ``stride`` and ``padding`` (y, x) pairs."""
+    import cupy as cp
+
+    tiles, splits = _tuned_plan(x, w, stride, padding, "direct", WIN_BYTES, WAVES)
+    return _direct_runner(cp.cuda.Device().id, x.shape, w.shape, stride, padding, tiles, splits,
+                          MAX_COLUMNS)
 
 
 def pointwise_conv2d(x, w, out=None, config=None):
@@ -320,11 +364,24 @@ def pointwise_conv2d(x, w, out=None, config=None):
     x = cp.ascontiguousarray(x, dtype=cp.float32)
     if x.data.ptr % 16:  # a view at an odd offset: the kernel reads 16 bytes at a time
         x = x.copy()
-    hw, q = h * wd, n * h * wd
-    cfg = config or plan(f, c, q)
     if out is None:
         out = cp.empty((n, f, h, wd), cp.float32)
     if out.data.ptr % 16 or not out.flags.c_contiguous:
         raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
-    _pointwise_launch(cp.cuda.Device().id, cfg, f, c, hw, q)(w, x, out)
-    return out
+    return prepared_pointwise(x, w, config)(x, w, out)
+
+
+def prepared_pointwise(x, w, config=None):
+    """``run(x, w, out)`` of the pointwise kernel for this problem: C-contiguous float32 CuPy
+    arrays, ``x`` and ``out`` aligned to 16 bytes, ``w`` (F, C) or (F, C, 1, 1)."""
+    import cupy as cp
+
+    n, c, h, wd = x.shape
+    f, hw = w.shape[0], h * wd
+    launch = _pointwise_launch(cp.cuda.Device().id, config or plan(f, c, n * hw), f, c, hw,
+                               n * hw)
+
+    def run(x, w, out):
+        launch(w, x, out)
+        return out
+    return run

@@ -99,7 +99,7 @@ def _grid(tiles, x_shape, w_shape, padding):
 _TUNED: dict = {}
 
 
-def _tuned_plan(x, w, padding, out):
+def _tuned_plan(x, w, padding):
     """The fastest ``(tiles, splits)`` for this problem on this GPU, measured once."""
     import cupy as cp
 
@@ -110,8 +110,10 @@ def _tuned_plan(x, w, padding, out):
            padding)
     best = _TUNED.get(key)
     if best is None:
+        out = cp.empty((x.shape[0], w.shape[0], x.shape[2] + 2 * padding[0] - 2,
+                        x.shape[3] + 2 * padding[1] - 2), cp.float32)
         best = _TUNED[key] = fastest({
-            c: lambda c=c: winograd_conv2d(x, w, padding, out, tiles=c[0], splits=c[1])
+            c: lambda c=c: prepared(x, w, padding, *c)(x, w, out)
             for c in _candidates(x.shape, w.shape, padding)})
     return best
 
@@ -122,9 +124,30 @@ def tile_threads(tiles) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _launch(device, tiles, grid, scalars):
-    return PreparedLaunch(WINOGRAD.get(*tiles, *OUTPUT_TILE), grid, (tile_threads(tiles),), 4,
-                          tuple(np.int32(v) for v in scalars), shared_bytes(tiles))
+def _runner(device, x_shape, w_shape, padding, tiles, splits):
+    """``run(x, w, out)`` for one problem, tile and split: the launch with its scalars packed
+    once (:class:`~xcorr_app.kernel_launch.PreparedLaunch`), so a repeated call costs a few
+    microseconds of host time."""
+    (n, c, h, wd), f = x_shape, w_shape[0]
+    py, px = padding
+    ho, wo = h + 2 * py - 2, wd + 2 * px - 2
+    blocks, steps = _grid(tiles, x_shape, w_shape, padding)
+    if splits is None:
+        splits = -(-steps // split_steps(blocks, steps, device_limits().sms))
+    per_split = -(-steps // max(1, min(int(splits), steps)))
+    splits = -(-steps // per_split)
+    ty, tx = winograd_tiles(ho, wo)
+    p = n * ty * tx
+    grid = (-(-p // tiles[1]), -(-f // tiles[0]), splits)
+    launch = PreparedLaunch(WINOGRAD.get(*tiles, *OUTPUT_TILE), grid, (tile_threads(tiles),), 4,
+                            tuple(np.int32(v) for v in (f, c, h, wd, ho, wo, ty, tx, p, py, px,
+                                                        per_split)), shared_bytes(tiles))
+    count = grid[0] * grid[1]
+
+    def run(x, w, out):
+        launch(w, x, out, split_k_locks(count) if splits > 1 else out)
+        return out
+    return run
 
 
 def winograd_conv2d(x, w, padding=0, out=None, tiles=None, splits=None, tune=True):
@@ -150,22 +173,20 @@ def winograd_conv2d(x, w, padding=0, out=None, tiles=None, splits=None, tune=Tru
     w = cp.ascontiguousarray(w, dtype=cp.float32)
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
-    if not out.flags.c_contiguous or out.shape != (n, f, ho, wo):
+    if out.dtype != cp.float32 or not out.flags.c_contiguous or out.shape != (n, f, ho, wo):
         raise ValueError(f"out must be a C-contiguous float32 array of shape {(n, f, ho, wo)}")
+    return prepared(x, w, (py, px), tiles, splits, tune)(x, w, out)
+
+
+def prepared(x, w, padding, tiles=None, splits=None, tune=True):
+    """``run(x, w, out)`` for this problem, tile and split (by default the tuned pair,
+    measured now if it has not been): C-contiguous float32 CuPy arrays of ``x``'s and ``w``'s
+    shapes; ``padding`` a (y, x) pair."""
+    import cupy as cp
+
     if tiles is None and tune:
-        tiles, tuned = _tuned_plan(x, w, (py, px), out)
+        tiles, tuned = _tuned_plan(x, w, padding)
         splits = tuned if splits is None else splits
     elif tiles is None:
         tiles = WINOGRAD_TILES[0]
-    blocks, steps = _grid(tiles, x.shape, w.shape, (py, px))
-    if splits is None:
-        splits = -(-steps // split_steps(blocks, steps, device_limits().sms))
-    per_split = -(-steps // max(1, min(int(splits), steps)))
-    splits = -(-steps // per_split)
-    ty, tx = winograd_tiles(ho, wo)
-    p = n * ty * tx
-    grid = (-(-p // tiles[1]), -(-f // tiles[0]), splits)
-    locks = split_k_locks(grid[0] * grid[1]) if splits > 1 else out
-    _launch(cp.cuda.Device().id, tiles, grid,
-            (f, c, h, wd, ho, wo, ty, tx, p, py, px, per_split))(w, x, out, locks)
-    return out
+    return _runner(cp.cuda.Device().id, x.shape, w.shape, padding, tiles, splits)
