@@ -50,54 +50,41 @@ template <> struct Winograd3<2> {
     }
 };
 
-// Two-dimensional transforms of row-major arrays: the x transform along each row, then the y
-// transform along each column.
+// A separable two-dimensional transform of a row-major (R_IN, C_IN) array: each row through fx
+// (C_IN -> C_OUT values), then each column of that through fy (R_IN -> R_OUT).
+template <int R_IN, int C_IN, int R_OUT, int C_OUT, class T, class FX, class FY>
+__device__ __forceinline__ void separable(const T* a, T* b, FX fx, FY fy) {
+    T r[R_IN * C_OUT];
+#pragma unroll
+    for (int i = 0; i < R_IN; ++i) fx(a + i * C_IN, r + i * C_OUT);
+#pragma unroll
+    for (int j = 0; j < C_OUT; ++j) {
+        T col[R_IN], out[R_OUT];
+#pragma unroll
+        for (int i = 0; i < R_IN; ++i) col[i] = r[i * C_OUT + j];
+        fy(col, out);
+#pragma unroll
+        for (int i = 0; i < R_OUT; ++i) b[i * C_OUT + j] = out[i];
+    }
+}
+
+// The two-dimensional transforms: F(MY, 3) along y, F(MX, 3) along x.
 template <int MY, int MX> struct Winograd2 {
     using WY = Winograd3<MY>;
     using WX = Winograd3<MX>;
     static constexpr int EY = WY::N, EX = WX::N, E = EY * EX;
 
     template <class T> __device__ static void input(const T* d, T* v) {  // (EY, EX) -> (EY, EX)
-        T r[E];
-#pragma unroll
-        for (int i = 0; i < EY; ++i) WX::input(d + i * EX, r + i * EX);
-#pragma unroll
-        for (int j = 0; j < EX; ++j) {
-            T col[EY], out[EY];
-#pragma unroll
-            for (int i = 0; i < EY; ++i) col[i] = r[i * EX + j];
-            WY::input(col, out);
-#pragma unroll
-            for (int i = 0; i < EY; ++i) v[i * EX + j] = out[i];
-        }
+        separable<EY, EX, EY, EX>(d, v, [](const T* a, T* b) { WX::input(a, b); },
+                                  [](const T* a, T* b) { WY::input(a, b); });
     }
     template <class T> __device__ static void output(const T* m, T* y) {  // (EY, EX) -> (MY, MX)
-        T r[EY * MX];
-#pragma unroll
-        for (int i = 0; i < EY; ++i) WX::output(m + i * EX, r + i * MX);
-#pragma unroll
-        for (int j = 0; j < MX; ++j) {
-            T col[EY], out[MY];
-#pragma unroll
-            for (int i = 0; i < EY; ++i) col[i] = r[i * MX + j];
-            WY::output(col, out);
-#pragma unroll
-            for (int i = 0; i < MY; ++i) y[i * MX + j] = out[i];
-        }
+        separable<EY, EX, MY, MX>(m, y, [](const T* a, T* b) { WX::output(a, b); },
+                                  [](const T* a, T* b) { WY::output(a, b); });
     }
     template <class T> __device__ static void filter(const T* g, T* u) {  // (3, 3) -> (EY, EX)
-        T r[3 * EX];
-#pragma unroll
-        for (int i = 0; i < 3; ++i) WX::filter(g + i * 3, r + i * EX);
-#pragma unroll
-        for (int j = 0; j < EX; ++j) {
-            T col[3], out[EY];
-#pragma unroll
-            for (int i = 0; i < 3; ++i) col[i] = r[i * EX + j];
-            WY::filter(col, out);
-#pragma unroll
-            for (int i = 0; i < EY; ++i) u[i * EX + j] = out[i];
-        }
+        separable<3, 3, EY, EX>(g, u, [](const T* a, T* b) { WX::filter(a, b); },
+                                [](const T* a, T* b) { WY::filter(a, b); });
     }
 };
 

@@ -79,7 +79,8 @@ def shared_bytes(tiles, tile=OUTPUT_TILE) -> int:
 
 def _candidates(x_shape, w_shape, padding):
     """``(tiles, splits)`` worth measuring: every tile, split where its grid is under two
-    waves (one block per SM), each split at least :data:`MIN_SPLIT_STEPS` channel steps."""
+    waves (one block per SM), each split at least
+    :data:`~xcorr_app.gpu_conv.MIN_SPLIT_STEPS` channel steps."""
     sms = device_limits().sms
     out = []
     for t in WINOGRAD_TILES:
