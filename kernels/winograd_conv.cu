@@ -108,20 +108,21 @@ struct WinogradTile {
     // raw filters (8 channels x 4 filters) fall in different banks
     static constexpr int U_PITCH = E * BLOCK_M + 4;
     static constexpr int U_FLOATS = BLOCK_K * (E * BLOCK_M + 4), V_FLOATS = BLOCK_K * E * BLOCK_N;
-    // the epilogue: with GROUPS > 1, every thread's sums go through shared memory (the
-    // buffers are free by then) and each thread transforms 1 / GROUPS of its position's
-    static constexpr int SWAP_FLOATS = GROUPS > 1 ? E * THREAD_M * THREAD_N * GROUP_THREADS : 0;
+    // the epilogue: every thread's sums go through shared memory (the buffers are free by
+    // then) and each thread transforms 1 / GROUPS of its position's
+    static constexpr int SWAP_FLOATS = E * THREAD_M * THREAD_N * GROUP_THREADS;
     static constexpr int PIPE_FLOATS = 2 * (U_FLOATS + V_FLOATS);  // two buffers of each
     static constexpr int SHARED_BYTES =
         (PIPE_FLOATS > SWAP_FLOATS ? PIPE_FLOATS : SWAP_FLOATS) * 4;
     static_assert(THREADS_N % 8 == 0 && THREADS_M % 4 == 0, "warps of 4 x 8 threads");
-    static_assert(THREAD_M % 4 == 0 && (THREAD_N == 2 || THREAD_N % 4 == 0), "vector reads");
+    static_assert(THREAD_M % 4 == 0 && THREAD_N % 4 == 0, "16-byte shared-memory reads");
     static_assert(THREADS % BLOCK_N == 0 && (PATCHES % THREADS == 0 || THREADS % PATCHES == 0),
                   "patches");
     static_assert(THREADS % BLOCK_K == 0 && (FILTERS % THREADS == 0 || THREADS % FILTERS == 0),
                   "filters");
     static_assert(E >= 9, "a raw 3x3 filter fits the place of its transform");
-    static_assert(E % GROUPS == 0 && THREAD_M * THREAD_N % GROUPS == 0, "element groups");
+    static_assert(GROUPS > 1 && E % GROUPS == 0 && THREAD_M * THREAD_N % GROUPS == 0,
+                  "element groups (their sums meet in shared memory)");
 };
 
 template <int BLOCK_M, int BLOCK_N, int BLOCK_K, int THREAD_M, int THREAD_N, int GROUPS,
@@ -249,13 +250,14 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
         transform(0);
     }
     __syncthreads();
-    // the thread's filters: quads ty * 4 + THREADS_M * 4 apart; tiles: tx * 2 + {0, 1} or quads
-    // tx * 4 + THREADS_N * 4 apart
+    // the thread's filters: quads ty * 4 + THREADS_M * 4 apart; its tiles: quads tx * 4 +
+    // THREADS_N * 4 apart
     const int a_at = group * GE * BLOCK_M + ty * 4;
-    const int b_at = group * GE * BLOCK_N + tx * (THREAD_N == 2 ? 2 : 4);
+    const int b_at = group * GE * BLOCK_N + tx * 4;
     for (int t = 0; t < steps; ++t) {
         const int buf = t & 1;
-        if (t + 1 < steps) issue(first + t + 1, buf ^ 1);  // read two steps ago: free
+        // buffer buf ^ 1 was last read by step t - 1, before the barrier that ended it
+        if (t + 1 < steps) issue(first + t + 1, buf ^ 1);
         cp_async_commit();
         const float* us = Us + buf * T::U_FLOATS + a_at;
         const float* vs = Vs + buf * T::V_FLOATS + b_at;
@@ -270,16 +272,11 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
                         us + kk * T::U_PITCH + e * BLOCK_M + i * T::THREADS_M);
                     a[i] = q.x; a[i + 1] = q.y; a[i + 2] = q.z; a[i + 3] = q.w;
                 }
-                if constexpr (THREAD_N == 2) {
-                    const float2 q = *reinterpret_cast<const float2*>(vs + (kk * E + e) * BLOCK_N);
-                    b[0] = q.x; b[1] = q.y;
-                } else {
 #pragma unroll
-                    for (int j = 0; j < THREAD_N; j += 4) {
-                        const float4 q = *reinterpret_cast<const float4*>(
-                            vs + (kk * E + e) * BLOCK_N + j * T::THREADS_N);
-                        b[j] = q.x; b[j + 1] = q.y; b[j + 2] = q.z; b[j + 3] = q.w;
-                    }
+                for (int j = 0; j < THREAD_N; j += 4) {
+                    const float4 q = *reinterpret_cast<const float4*>(
+                        vs + (kk * E + e) * BLOCK_N + j * T::THREADS_N);
+                    b[j] = q.x; b[j + 1] = q.y; b[j + 2] = q.z; b[j + 3] = q.w;
                 }
 #pragma unroll
                 for (int i = 0; i < THREAD_M; ++i)
@@ -301,8 +298,7 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
     const bool add = blockIdx.z > 0;  // split-K: add to the splits before this one
     const long long khw = (long long)K * HO * WO;
     auto finish = [&](int i, int j, const float* m) {
-        // THREAD_N == 2: two neighbouring tiles; else quads of 4, THREADS_N * 4 apart
-        const int pj = THREAD_N == 2 ? tx * 2 + j : (j / 4) * (T::THREADS_N * 4) + tx * 4 + j % 4;
+        const int pj = (j / 4) * (T::THREADS_N * 4) + tx * 4 + j % 4;  // quads THREADS_N * 4 apart
         const int p = p0 + pj, k = k0 + (i / 4) * (T::THREADS_M * 4) + ty * 4 + i % 4;
         if (p >= P || k >= K) return;
         int rem, tx_;
@@ -324,41 +320,27 @@ winograd_conv(const float* __restrict__ w,  // (K, C, 3, 3)
                 }
             }
     };
-    if constexpr (GROUPS == 1) {
-        if (gridDim.z > 1) wait_for_turn(lock, blockIdx.z);
+    // the groups' sums meet in shared memory (free after the last barrier); group g finishes
+    // sums [g, g + 1) * PAIRS of each thread position
+    constexpr int PAIRS = THREAD_M * THREAD_N / GROUPS;
+    float* const swap = smem + gtid;  // [E][THREAD_M][THREAD_N][GROUP_THREADS]
+#pragma unroll
+    for (int e = 0; e < GE; ++e)
 #pragma unroll
         for (int i = 0; i < THREAD_M; ++i)
 #pragma unroll
-            for (int j = 0; j < THREAD_N; ++j) {
-                float m[E];
+            for (int j = 0; j < THREAD_N; ++j)
+                swap[(((group * GE + e) * THREAD_M + i) * THREAD_N + j) * T::GROUP_THREADS] =
+                    acc[e][i][j];
+    __syncthreads();
+    if (gridDim.z > 1) wait_for_turn(lock, blockIdx.z);
 #pragma unroll
-                for (int e = 0; e < E; ++e) m[e] = acc[e][i][j];
-                finish(i, j, m);
-            }
-    } else {
-        // the groups' sums meet in shared memory (free after the last barrier); group g
-        // finishes sums [g, g + 1) * PAIRS of each thread position
-        constexpr int PAIRS = THREAD_M * THREAD_N / GROUPS;
-        float* const swap = smem + gtid;  // [E][THREAD_M][THREAD_N][GROUP_THREADS]
+    for (int q = 0; q < PAIRS; ++q) {
+        const int ij = group * PAIRS + q;
+        float m[E];
 #pragma unroll
-        for (int e = 0; e < GE; ++e)
-#pragma unroll
-            for (int i = 0; i < THREAD_M; ++i)
-#pragma unroll
-                for (int j = 0; j < THREAD_N; ++j)
-                    swap[(((group * GE + e) * THREAD_M + i) * THREAD_N + j) * T::GROUP_THREADS] =
-                        acc[e][i][j];
-        __syncthreads();
-        if (gridDim.z > 1) wait_for_turn(lock, blockIdx.z);
-#pragma unroll
-        for (int q = 0; q < PAIRS; ++q) {
-            const int ij = group * PAIRS + q;
-            float m[E];
-#pragma unroll
-            for (int e = 0; e < E; ++e)
-                m[e] = swap[(e * THREAD_M * THREAD_N + ij) * T::GROUP_THREADS];
-            finish(ij / THREAD_N, ij % THREAD_N, m);
-        }
+        for (int e = 0; e < E; ++e) m[e] = swap[(e * THREAD_M * THREAD_N + ij) * T::GROUP_THREADS];
+        finish(ij / THREAD_N, ij % THREAD_N, m);
     }
     if (gridDim.z > 1) pass_turn(lock, blockIdx.z + 1 == gridDim.z ? 0 : blockIdx.z + 1);
 }

@@ -217,12 +217,16 @@ def test_winograd_port_fails_with_a_wrong_matrix(rng):
 
 
 def test_winograd_applicability_and_method_errors():
-    from xcorr_app.gpu_winograd import WINOGRAD_TILES, applicable, shared_bytes, tile_threads
+    from xcorr_app.conv import chosen_method
+    from xcorr_app.gpu_winograd import (WINOGRAD_TILES, applicable, shared_bytes, tile_threads,
+                                        unsupported)
 
     assert applicable((2, 3, 5, 5), (4, 3, 3, 3), (1, 1), (0, 0))
     assert not applicable((2, 3, 5, 5), (4, 3, 5, 5), (1, 1), (0, 0))
     assert not applicable((2, 3, 5, 5), (4, 3, 3, 3), (1, 2), (0, 0))
     assert not applicable((2, 3, 2, 5), (4, 3, 3, 3), (1, 1), (0, 0))  # no output
+    assert "channels" in unsupported((2, 3, 5, 5), (4, 2, 3, 3), (1, 1), (0, 0))
+    assert "32-bit" in unsupported((2, 3, 5, 5), (2**21, 3, 3, 3), (1, 1), (0, 0))
     for t in WINOGRAD_TILES:  # launchable on sm_90: threads and opt-in shared memory
         assert tile_threads(t) <= 1024 and shared_bytes(t) <= 227 * 1024
     x, w = np.ones((1, 2, 6, 6), np.float32), np.ones((1, 2, 5, 5), np.float32)
@@ -231,3 +235,4 @@ def test_winograd_applicability_and_method_errors():
     with pytest.raises(XcorrError, match="3x3 filters at stride 1"):
         conv2d(x, w, method="winograd")
     assert conv2d(x, w[:, :, :3, :3], method="winograd").shape == (1, 1, 4, 4)
+    assert chosen_method(x, w[:, :, :3, :3]) == "reference"  # NumPy in: no GPU needed

@@ -5,8 +5,9 @@ cross-correlation, zero padding, a stride); :func:`pointwise` mixes channels (a 
 convolution).  CuPy in: the im2win kernel (``kernels/im2win_conv.cu``), for 3x3 filters at
 stride 1 the fused Winograd kernel where it is faster (``kernels/winograd_conv.cu``, measured
 on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
-pointwise kernel with dynamic blocking (``kernels/pointwise_conv.cu``); float32 out.  NumPy in: the float64 reference
-(:func:`xcorr_app.reference.conv2d_reference`), cast to the input's float type.
+pointwise kernel with dynamic blocking (``kernels/pointwise_conv.cu``); float32 out.  NumPy
+in: the float64 reference (:func:`xcorr_app.reference.conv2d_reference`), cast to the input's
+float type.
 
 Examples
 --------
@@ -87,12 +88,12 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     if ho < 1 or wo < 1:
         raise XcorrError(f"a {w.shape[2]}x{w.shape[3]} filter does not fit a {x.shape[2]}x"
                          f"{x.shape[3]} image with padding {padding}")
-    from .gpu_winograd import applicable
+    from .gpu_winograd import unsupported
 
-    winograd = applicable(x.shape, w.shape, (sy, sx), (py, px))
+    why_not = unsupported(x.shape, w.shape, (sy, sx), (py, px))
+    winograd = why_not is None
     if method == "winograd" and not winograd:
-        raise XcorrError(f"method='winograd' takes 3x3 filters at stride 1, got "
-                         f"{w.shape[2]}x{w.shape[3]} at stride {stride}")
+        raise XcorrError(f"method='winograd' cannot compute this convolution: {why_not}")
     if xp is np:
         from .reference import conv2d_reference
 
@@ -132,8 +133,11 @@ _PREPARED_MAX = 512
 
 def _prepared_key(x, w, stride, padding, method):
     """What makes a GPU call of :func:`conv2d` repeatable without its checks: C-contiguous
-    float32 CuPy arrays of the same shapes on the same device, the same arguments; ``None``
-    for anything else (NumPy, other dtypes, views, unhashable arguments)."""
+    float32 CuPy arrays (views included: the kernels need 4-byte alignment, the pointwise
+    kernel's 16 is checked per call) of the same shapes on the same device, the same
+    arguments; ``None`` for anything else (NumPy, other dtypes, strided views, unhashable
+    arguments).  A prepared call keeps the tiles and launch groups of its first call (a later
+    change of ``gpu_conv.MAX_COLUMNS``, for tests, does not reach it)."""
     if not type(x).__module__.startswith("cupy") or type(w) is not type(x):
         return None
     if x.dtype.char != "f" or w.dtype.char != "f" or not (x.flags.c_contiguous and
@@ -197,8 +201,10 @@ def _fastest_gpu_method(x, w, stride, padding) -> str:
 
 
 def chosen_method(x, w, stride=1, padding=0) -> str:
-    """The GPU kernel ``conv2d(x, w, stride, padding)`` runs: "pointwise", "im2win" or
-    "winograd" (after that call, for the measured choice)."""
+    """The kernel ``conv2d(x, w, stride, padding)`` runs: "reference" for NumPy input, else
+    "pointwise", "im2win" or "winograd" (after that call, for the measured choice)."""
+    if backend.array_module_of(x) is np:
+        return "reference"
     stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
     if _is_pointwise(w, stride, padding):
         return "pointwise"

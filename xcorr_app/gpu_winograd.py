@@ -56,37 +56,56 @@ def winograd_tiles(ho: int, wo: int, tile=OUTPUT_TILE) -> tuple:
     return -(-ho // tile[0]), -(-wo // tile[1])
 
 
-def applicable(x_shape, w_shape, stride, padding) -> bool:
-    """Whether the Winograd kernel computes this convolution: 3x3 filters at stride 1, and
-    tile and offset counts within its 32-bit indices.  ``stride``, ``padding``: (y, x) pairs."""
-    (n, _, h, wd), (f, _, kh, kw) = x_shape, w_shape
+def unsupported(x_shape, w_shape, stride, padding) -> str | None:
+    """Why the Winograd kernel does not compute this convolution, or ``None`` when it does:
+    3x3 filters at stride 1, sizes within its 32-bit indices and grid.  ``stride``,
+    ``padding``: (y, x) pairs."""
+    (n, c, h, wd), (f, wc, kh, kw) = x_shape, w_shape
     if (kh, kw) != (3, 3) or tuple(stride) != (1, 1):
-        return False
+        return f"it takes 3x3 filters at stride 1, got {kh}x{kw} at stride {tuple(stride)}"
+    if wc != c:
+        return f"the filters have {wc} channels but the input has {c}"
     ho, wo = h + 2 * padding[0] - 2, wd + 2 * padding[1] - 2
+    if ho < 1 or wo < 1:
+        return f"a 3x3 filter does not fit a {h}x{wd} image with padding {tuple(padding)}"
     ty, tx = winograd_tiles(ho, wo)
-    return ho >= 1 and wo >= 1 and n * ty * tx < 2**31 - 256 and f * ho * wo < 2**31 and \
-        h * wd < 2**31 and max(padding) < 2**15
+    if n * ty * tx >= 2**31 - 256 or f * ho * wo >= 2**31 or h * wd >= 2**31 or \
+            max(padding) >= 2**15 or f >= 2**21:
+        return (f"the problem is past its 32-bit indices (N={n}, F={f}, {h}x{wd} images, "
+                f"padding {tuple(padding)})")
+    return None
+
+
+def applicable(x_shape, w_shape, stride, padding) -> bool:
+    """Whether the Winograd kernel computes this convolution (:func:`unsupported`)."""
+    return unsupported(x_shape, w_shape, stride, padding) is None
 
 
 def shared_bytes(tiles, tile=OUTPUT_TILE) -> int:
     """Dynamic shared memory of a block: two buffers of the U and V tiles (U's rows padded by
-    4), or, if more, the sums of all its threads (the epilogue's exchange)."""
-    bm, bn, bk, tm, tn, groups = tiles
+    4), or, if more, the sums of all its threads (the epilogue's exchange between groups)."""
+    bm, bn, bk = tiles[:3]
     pipe = 2 * bk * (elements(tile) * (bm + bn) + 4)
-    swap = elements(tile) * bm * bn if groups > 1 else 0
-    return max(pipe, swap) * 4
+    return max(pipe, elements(tile) * bm * bn) * 4
+
+
+def resident_blocks(tiles, limits) -> int:
+    """Blocks of this tile an SM holds at once: the launch bound (512 threads' registers) or
+    its shared memory."""
+    return max(1, min(512 // tile_threads(tiles),
+                      limits.shared_per_sm // (shared_bytes(tiles) + 1024)))
 
 
 def _candidates(x_shape, w_shape, padding):
     """``(tiles, splits)`` worth measuring: every tile, split where its grid is under two
-    waves (one block per SM), each split at least
-    :data:`~xcorr_app.gpu_conv.MIN_SPLIT_STEPS` channel steps."""
-    sms = device_limits().sms
+    waves, each split at least :data:`~xcorr_app.gpu_conv.MIN_SPLIT_STEPS` channel steps."""
+    limits = device_limits()
     out = []
     for t in WINOGRAD_TILES:
         blocks, steps = _grid(t, x_shape, w_shape, padding)
-        most = -(-steps // split_steps(blocks, steps, sms))
-        out += [(t, s) for s in SPLITS if s == 1 or (s <= most and blocks * s <= 8 * sms)]
+        resident = resident_blocks(t, limits) * limits.sms
+        most = -(-steps // split_steps(blocks, steps, resident))
+        out += [(t, s) for s in SPLITS if s == 1 or (s <= most and blocks * s <= 8 * resident)]
     return out
 
 
@@ -134,8 +153,10 @@ def _runner(device, x_shape, w_shape, padding, tiles, splits):
     ho, wo = h + 2 * py - 2, wd + 2 * px - 2
     blocks, steps = _grid(tiles, x_shape, w_shape, padding)
     if splits is None:
-        splits = -(-steps // split_steps(blocks, steps, device_limits().sms))
-    per_split = -(-steps // max(1, min(int(splits), steps)))
+        limits = device_limits()
+        splits = -(-steps // split_steps(blocks, steps, resident_blocks(tiles, limits) *
+                                         limits.sms))
+    per_split = -(-steps // max(1, min(int(splits), steps, 65535)))  # gridDim.z
     splits = -(-steps // per_split)
     ty, tx = winograd_tiles(ho, wo)
     p = n * ty * tx
@@ -166,9 +187,9 @@ def winograd_conv2d(x, w, padding=0, out=None, tiles=None, splits=None, tune=Tru
     py, px = _pair(padding, "padding", 0)
     n, c, h, wd = x.shape
     f = w.shape[0]
-    if not applicable(x.shape, w.shape, (1, 1), (py, px)):
-        raise XcorrError(f"the Winograd kernel takes 3x3 filters at stride 1 (got "
-                         f"{w.shape[2]}x{w.shape[3]} on a {h}x{wd} image)")
+    why = unsupported(x.shape, w.shape, (1, 1), (py, px))
+    if why:
+        raise XcorrError(f"the Winograd kernel cannot compute this convolution: {why}")
     ho, wo = h + 2 * py - 2, wd + 2 * px - 2
     x = cp.ascontiguousarray(x, dtype=cp.float32)
     w = cp.ascontiguousarray(w, dtype=cp.float32)
