@@ -1,4 +1,4 @@
-"""The ``xcorr bench conv`` benchmark: the im2win and pointwise kernels against cuDNN and
+"""The ``xcorr bench conv`` benchmark: the im2win, Winograd and pointwise kernels against cuDNN
 im2col + cuBLAS.
 
 Layers: the 12 of the im2win paper (C_in, H, W, C_out, filter, stride; no padding) at batch 128

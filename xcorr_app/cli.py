@@ -213,8 +213,8 @@ def cli():
 @click.option("--window", default="none", show_default=True, metavar="none|hann|tukey[:A]",
               help="Apodize frames before correlating (suppresses edge effects).")
 @click.option("--features", default=None, metavar="dog:S1,S2,...|gabor:SIGMA,N|FILE.npy",
-              help="Register on the local energy of this filter bank (im2win kernel) instead "
-                   "of the prefiltered frames.")
+              help="Register on the local energy of this filter bank (im2win or, for 3x3 "
+                   "filters, Winograd kernel) instead of the prefiltered frames.")
 @click.option("--min-confidence", type=click.FloatRange(min=0), default=None,
               help="Flag frames whose peak / second peak is below this.")
 @click.option("--interpolate-low", is_flag=True,
@@ -369,8 +369,8 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
               metavar="gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy",
               help="The filter to apply to every frame (one of --kernel, --bank, --mix).")
 @click.option("--bank", default=None, metavar="dog:S1,S2,...|gabor:SIGMA,N[,L]|FILE.npy",
-              help="A bank of filters over all channels of each frame (im2win kernel): writes "
-                   "one channel per filter.")
+              help="A bank of filters over all channels of each frame (im2win or, for 3x3 "
+                   "filters, Winograd kernel): writes one channel per filter.")
 @click.option("--mix", default=None, metavar="luma|FILE.npy",
               help="Mix the channels of each frame (pointwise kernel): luma, or (F, C) weights.")
 @click.option("--mode", type=click.Choice(MODES),
@@ -601,8 +601,9 @@ def bench_filter_cmd(quick, frames, size, only, no_check, json_path, force):
 @FORCE
 @user_errors
 def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
-    """Multi-channel convolution: the im2win kernel on the 12 layers of the im2win paper (batch
-    128 and 16) and the pointwise kernel on MobileNetV2's 1x1 layers (batch 32), against
+    """Multi-channel convolution: our kernels (im2win, Winograd for 3x3 at stride 1, whichever
+    measures faster) on the 12 layers of the im2win paper (batch 128 and 16) and the pointwise
+    kernel on MobileNetV2's 1x1 layers (batch 32), against
     PyTorch/cuDNN (fp32, autotuned, TF32 off) and im2col + CuPy matmul (cuBLAS, TF32 off);
     prints TFLOPS, ratios and peak GPU memory."""
     from . import bench_conv
