@@ -1,5 +1,5 @@
-"""The ``xcorr bench conv`` benchmark: the im2win, Winograd and pointwise kernels against cuDNN
-im2col + cuBLAS.
+"""The ``xcorr bench conv`` benchmark: the im2win, Winograd and pointwise kernels against
+cuDNN and im2col + cuBLAS.
 
 Layers: the 12 of the im2win paper (C_in, H, W, C_out, filter, stride; no padding) at batch 128
 and 16, and MobileNetV2's 19 pointwise layers at batch 32.  Each row times, in one run with
