@@ -46,12 +46,37 @@ def tile_threads(tiles) -> int:
     return (tiles[0] // tiles[3]) * (tiles[1] // tiles[4])
 
 
+def blocks_per_sm(threads: int, shared: int, limits) -> int:
+    """Blocks of ``threads`` threads and ``shared`` bytes of shared memory an SM holds at once:
+    the convolution kernels' launch bound (512 threads' registers) or their shared memory."""
+    return max(1, min(512 // threads, limits.shared_per_sm // (shared + 1024)))  # + driver's
+
+
 def resident_blocks(tiles, limits) -> int:
-    """Blocks of this tile an SM holds at once: the launch bound (512 threads' registers) or
-    its shared memory."""
+    """Blocks of this im2win tile an SM holds at once (:func:`blocks_per_sm`)."""
     bm, bn, bk, _, _, stages = tiles
-    smem = stages * bk * (bm + 4 + bn) * 4 + 1024  # + the driver's share per block
-    return max(1, min(512 // tile_threads(tiles), limits.shared_per_sm // smem))
+    return blocks_per_sm(tile_threads(tiles), stages * bk * (bm + 4 + bn) * 4, limits)
+
+
+def split_plan(steps: int, splits: int) -> tuple:
+    """``(splits, steps per split)`` for ``steps`` K steps asked to split ``splits`` ways: no
+    split empty, and at most 65535 (the grid's z limit).
+
+    >>> split_plan(10, 4), split_plan(10, 1000), split_plan(10, 0)
+    ((4, 3), (10, 1), (1, 10))
+    """
+    per = -(-steps // max(1, min(int(splits), steps, 65535)))
+    return -(-steps // per), per
+
+
+def tuning_key(x_shape, w_shape, *args) -> tuple:
+    """The key a measured choice is remembered under: the current GPU, the batch rounded up to
+    a power of two (batches of similar size, e.g. a stack's partial last chunk, share it), the
+    rest of the shapes and ``args``."""
+    import cupy as cp
+
+    return (cp.cuda.Device().id, 1 << max(0, (x_shape[0] - 1).bit_length()), x_shape[1:],
+            w_shape) + args
 
 
 def split_steps(blocks: int, steps: int, resident: int) -> int:
@@ -148,9 +173,8 @@ def _tuned_plan(x, w, stride, padding, layout, win_bytes, waves):
 
     from .timing import fastest
 
-    n = x.shape[0]  # batches of similar size share a tile (partial chunks, the reference)
-    key = (cp.cuda.Device().id, 1 << max(0, (n - 1).bit_length()), x.shape[1:], w.shape,
-           stride, padding, layout)
+    n = x.shape[0]
+    key = tuning_key(x.shape, w.shape, stride, padding, layout)
     best = _TUNED.get(key)
     if best is None:
         out = cp.empty((n, w.shape[0], output_size(x.shape[2], w.shape[2], stride[0],
@@ -275,9 +299,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
                               splits, MAX_COLUMNS)(x, filt, out)
     bm, bn, bk = tiles[:3]
     k = c * kh * kw
-    steps = -(-k // bk)
-    per_split = -(-steps // max(1, min(int(splits), steps)))
-    splits = -(-steps // per_split)
+    splits, per_split = split_plan(-(-k // bk), splits)
     off, pos = _device_tables(c, kh, kw, ho * (wd + 2 * px) * kh, 1, kh)
 
     def gemm(src, dst, g, sn, sh, sw):
@@ -316,9 +338,7 @@ def _direct_runner(device, x_shape, w_shape, stride, padding, tiles, splits, max
     ho, wo = output_size(h, kh, sy, py), output_size(wd, kw, sx, px)
     bm, bn, bk = tiles[:3]
     k = c * kh * kw
-    steps = -(-k // bk)
-    per_split = -(-steps // max(1, min(int(splits), steps)))
-    splits = -(-steps // per_split)
+    splits, per_split = split_plan(-(-k // bk), splits)
     off, pos = _device_tables(c, kh, kw, h * wd, wd, 1)
     group = max(1, min(n, max_columns // (ho * wo)))
     launches = []

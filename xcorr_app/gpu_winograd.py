@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from .errors import XcorrError
-from .gpu_conv import split_k_locks, split_steps
+from .gpu_conv import blocks_per_sm, split_k_locks, split_plan, split_steps, tuning_key
 from .kernel_launch import PreparedLaunch
 from .kernel_loader import KernelFamily
 from .pointwise_plan import device_limits
@@ -90,10 +90,8 @@ def shared_bytes(tiles, tile=OUTPUT_TILE) -> int:
 
 
 def resident_blocks(tiles, limits) -> int:
-    """Blocks of this tile an SM holds at once: the launch bound (512 threads' registers) or
-    its shared memory."""
-    return max(1, min(512 // tile_threads(tiles),
-                      limits.shared_per_sm // (shared_bytes(tiles) + 1024)))
+    """Blocks of this tile an SM holds at once (:func:`~xcorr_app.gpu_conv.blocks_per_sm`)."""
+    return blocks_per_sm(tile_threads(tiles), shared_bytes(tiles), limits)
 
 
 def _candidates(x_shape, w_shape, padding):
@@ -125,9 +123,7 @@ def _tuned_plan(x, w, padding):
 
     from .timing import fastest
 
-    n = x.shape[0]
-    key = (cp.cuda.Device().id, 1 << max(0, (n - 1).bit_length()), x.shape[1:], w.shape,
-           padding)
+    key = tuning_key(x.shape, w.shape, padding)
     best = _TUNED.get(key)
     if best is None:
         out = cp.empty((x.shape[0], w.shape[0], x.shape[2] + 2 * padding[0] - 2,
@@ -156,8 +152,7 @@ def _runner(device, x_shape, w_shape, padding, tiles, splits):
         limits = device_limits()
         splits = -(-steps // split_steps(blocks, steps, resident_blocks(tiles, limits) *
                                          limits.sms))
-    per_split = -(-steps // max(1, min(int(splits), steps, 65535)))  # gridDim.z
-    splits = -(-steps // per_split)
+    splits, per_split = split_plan(steps, splits)
     ty, tx = winograd_tiles(ho, wo)
     p = n * ty * tx
     grid = (-(-p // tiles[1]), -(-f // tiles[0]), splits)
