@@ -8,6 +8,7 @@ import pytest
 from xcorr_app import cross_correlate, reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.forms import FORM_IDS, FORMS, form_layout
+from xcorr_app.gpu_mma import MMA, buffers_for
 from xcorr_app.gpu_tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.plans import Plan
@@ -20,6 +21,7 @@ from conftest import rel_error
                                   "tiled:tile_y=8,rights=2,rows_per_chunk=64",
                                   "pair_tiled:tile_y=8,tile_x=8,rows_per_chunk=5",
                                   "pair_tiled:tile_x=8",
+                                  "mma:tile_y=2,tile_x=16",
                                   "warp_shuffle:rights=4,shifts=2",
                                   "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3"])
 def test_plan_string_round_trip(spec):
@@ -69,7 +71,7 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     rshape = {"one_to_one": rs, "one_to_many": (count,) + rs, "n_to_mn": (count, count) + rs,
               "n_to_m": (count,) + rs}[form]
     lay = form_layout(form, lshape, rshape)
-    plans = planner.candidates(lay, bound, sm_count=132)
+    plans = planner.candidates(lay, bound, sm_count=132, shared_limit=H100_SHARED)
     assert Plan("fft") in plans and Plan("overlap") in plans
     shuffles = [p for p in plans if p.method == "warp_shuffle"]
     assert shuffles, "at least one warp-shuffle variant fits every problem"
@@ -96,6 +98,17 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     assert bool(pairs) == (form != "one_to_one" and lay.m >= 8 and fits)
     assert all(v in VARIANTS[form] for v in
                [(p.lefts, p.rights, p.shifts, p.left_rows) for p in shuffles])
+    mmas = [p for p in plans if p.method == "mma"]
+    for p in mmas:
+        assert (FORM_IDS[form], p.tile_y, p.tile_x // 8) in MMA.instantiations
+        assert buffers_for(lay.left_shape, lay.right_shape, p.tile_y, p.tile_x, H100_SHARED)
+    # many right matrices per left, and they fit: offered (16x16 and 5x3 x 9x40 do, 128x128 not)
+    small = lay.right_shape[0] * lay.right_shape[1] <= 400
+    assert bool(mmas) == (form != "one_to_one" and lay.m >= 8 and small)
+
+
+#: dynamic shared memory a block may opt into on an H100 (the planner asks the device)
+H100_SHARED = 227 * 1024
 
 
 def test_rules_mode(monkeypatch):
@@ -137,7 +150,8 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
                                   "rows_per_worker=5",
                                   "warp_per_shift:shared=1", "overlap", "fft",
                                   "tiled:tile_y=3,tile_x=3,rights=2,rows_per_chunk=5",
-                                  "pair_tiled:tile_y=8,tile_x=4,rows_per_chunk=5"])
+                                  "pair_tiled:tile_y=8,tile_x=4,rows_per_chunk=5",
+                                  "mma:tile_y=2,tile_x=16"])
 def test_cross_correlate_runs_named_plans(rng, spec):
     a, b = rng.random((21, 19)), rng.random((5, 21, 19))
     want = reference.xcorr(a, b, "one_to_many", 6)

@@ -1,6 +1,7 @@
 """Development probe for ncu: one launch of each reuse path on a 32 x 2048 x 2048 stack
 (`reuse [SIZE]`), or of the lane-per-pair kernel on 1 x COUNT at SIDE x SIDE
-(`pair [SIDE [COUNT]]`, default 32 and 4000)."""
+(`pair [SIDE [COUNT]]`, default 32 and 4000), or of the tensor-core kernel on the same
+(`mma [SIDE [COUNT [TILE_Y TILE_X]]]`)."""
 import sys
 
 import cupy as cp
@@ -16,6 +17,15 @@ if what == "reuse":
     w = np.random.rand(size, size).astype(np.float32)
     for kw in (dict(loads="registers"), dict(loads="async", rows_per_block=64)):
         reuse_correlate(stack, w, out=out, **kw)
+elif what == "mma":
+    from xcorr_app.gpu_mma import mma_xcorr
+
+    side = int(sys.argv[2]) if len(sys.argv) > 2 else 32
+    count = int(sys.argv[3]) if len(sys.argv) > 3 else 4000
+    ty, tx = (int(v) for v in sys.argv[4:6]) if len(sys.argv) > 5 else (2, 32)
+    left = cp.random.rand(side, side, dtype=cp.float32)
+    right = cp.random.rand(count, side, side, dtype=cp.float32)
+    mma_xcorr(left, right, "one_to_many", tile_y=ty, tile_x=tx)
 else:
     from xcorr_app.gpu_tiled import pair_tiled_xcorr
 

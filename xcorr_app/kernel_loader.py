@@ -29,7 +29,7 @@ from pathlib import Path
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 #: modules that define kernel families (imported by :func:`all_families`)
 FAMILY_MODULES = ("xcorr_app.gpu_overlap", "xcorr_app.gpu_warp_shuffle", "xcorr_app.gpu_tiled",
-                  "xcorr_app.gpu_surface",
+                  "xcorr_app.gpu_mma", "xcorr_app.gpu_surface",
                   "xcorr_app.gpu_reuse_conv", "xcorr_app.gpu_conv", "xcorr_app.gpu_winograd")
 COMPILE_OPTIONS = ("-std=c++17",)
 

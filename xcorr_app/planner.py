@@ -8,8 +8,8 @@ hash of the kernel sources, so later runs and processes reuse it.
 
 Candidates are measured in two stages: first the FFT, the overlap-wise baseline, the
 warp-per-shift kernels (small matrices), the register-tiled kernels (column strip; lane per
-pair, for many right matrices) with every compiled tile
-that fits, and every compiled warp-shuffle variant that fits the
+pair, for many right matrices) and the tensor-core kernel (many right matrices) with every
+compiled tile that fits, and every compiled warp-shuffle variant that fits the
 problem without work distribution; then, for the three fastest warp-shuffle variants, the
 rectangle and triangle distributions with two task sizes chosen to fill the GPU.  The plan
 chosen is the fastest measured, so it is never slower than any measured path beyond timing noise.
@@ -45,7 +45,7 @@ from .plans import Plan, run_plan
 from .shifts import first_shift, normalize_max_shift, output_shape
 
 __all__ = ["Decision", "decide", "candidates", "distribution_candidates", "tiled_candidates",
-           "pair_tiled_candidates",
+           "pair_tiled_candidates", "mma_candidates",
            "rule_plan",
            "run_plan", "cache_path"]
 
@@ -91,8 +91,9 @@ def _fits(variant, lay, ho) -> bool:
     return True
 
 
-def candidates(lay, max_shift, sm_count=None) -> list:
-    """First-stage plans for a problem (GPU; ``sm_count`` defaults to the current device's)."""
+def candidates(lay, max_shift, sm_count=None, shared_limit=None) -> list:
+    """First-stage plans for a problem (GPU; ``sm_count`` and ``shared_limit``, the shared
+    memory a block may opt into, default to the current device's)."""
     from .gpu_warp_shuffle import MAX_STAGED_BYTES, VARIANTS, staged_bytes
 
     ho, _ = output_shape(lay.left_shape, lay.right_shape, max_shift)
@@ -103,6 +104,7 @@ def candidates(lay, max_shift, sm_count=None) -> list:
             plans.append(Plan("warp_per_shift", shared=1))
     plans += tiled_candidates(lay, max_shift, sm_count or _sm_count())
     plans += pair_tiled_candidates(lay, max_shift, sm_count or _sm_count())
+    plans += mma_candidates(lay, max_shift, shared_limit)
     for v in VARIANTS[lay.form]:
         if _fits(v, lay, ho):
             lefts, rights, shifts, left_rows = v
@@ -152,6 +154,19 @@ def pair_tiled_candidates(lay, max_shift, sm_count: int) -> list:
         if rows < rh:  # and split into row chunks (atomic adds) to fill the GPU
             plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx, rows_per_chunk=rows))
     return plans
+
+
+def mma_candidates(lay, max_shift, limit=None) -> list:
+    """Tensor-core (3xTF32) plans: forms with at least 8 right matrices per left, every
+    compiled tile whose block fits ``limit`` bytes of shared memory (default: this GPU's)."""
+    from .gpu_mma import MMA_FORMS, MMA_TILES, unsupported
+
+    if lay.form not in MMA_FORMS or lay.m < 8:
+        return []
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    return [Plan("mma", tile_y=ty, tile_x=tx) for ty, tx in MMA_TILES
+            if ty <= 2 * ho and tx <= 2 * wo and
+            unsupported(lay.form, lay.left_shape, lay.right_shape, ty, tx, limit) is None]
 
 
 def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:

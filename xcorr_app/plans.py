@@ -10,6 +10,7 @@ the planner's cache show::
     warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8
     tiled:tile_y=8,rights=2,rows_per_chunk=64
     pair_tiled:tile_y=8,tile_x=8
+    mma:tile_y=2,tile_x=32
 
 Examples
 --------
@@ -28,19 +29,22 @@ from .errors import XcorrError
 from .work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
-METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled")
+METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled",
+           "mma")
 #: the GPU method's launcher (module, function); it takes the method's parameters as keywords
 _GPU_LAUNCHERS = {"overlap": (".gpu_overlap", "overlap_xcorr"),
                   "warp_shuffle": (".gpu_warp_shuffle", "warp_shuffle_xcorr"),
                   "warp_per_shift": (".gpu_warp_shuffle", "warp_per_shift_xcorr"),
                   "tiled": (".gpu_tiled", "tiled_xcorr"),
-                  "pair_tiled": (".gpu_tiled", "pair_tiled_xcorr")}
+                  "pair_tiled": (".gpu_tiled", "pair_tiled_xcorr"),
+                  "mma": (".gpu_mma", "mma_xcorr")}
 GPU_METHODS = tuple(_GPU_LAUNCHERS)
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
            "warp_per_shift": ("shared",),
            "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk"),
-           "pair_tiled": ("tile_y", "tile_x", "rows_per_chunk")}
+           "pair_tiled": ("tile_y", "tile_x", "rows_per_chunk"),
+           "mma": ("tile_y", "tile_x")}
 
 
 @dataclass(frozen=True)

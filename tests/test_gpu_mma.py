@@ -1,0 +1,108 @@
+"""The tensor-core (3xTF32) kernel: every tile x form against the float64 reference (GPU)."""
+
+import numpy as np
+import pytest
+
+from xcorr_app.gpu_mma import MMA_FORMS, MMA_TILES
+
+from conftest import poisoned, rel_error
+from test_gpu_warp_shuffle import counts_for
+from test_gpu_warp_shuffle import check as shuffle_check
+
+pytestmark = pytest.mark.gpu
+
+CASES = [(f, t) for f in MMA_FORMS for t in MMA_TILES]
+#: sizes whose blocks fit shared memory (a 64x64 right matrix does not: the FFT's territory)
+SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (20, 45)]
+
+
+def check(form, lshape, count, max_shift, rshape=None, **params):
+    from xcorr_app.gpu_mma import mma_xcorr
+
+    shuffle_check(form, lshape, count, max_shift, rshape, kernel=mma_xcorr, **params)
+
+
+@pytest.mark.parametrize("form,tile", CASES, ids=[f"{f}-{t[0]}x{t[1]}" for f, t in CASES])
+def test_tile(form, tile):
+    params = dict(tile_y=tile[0], tile_x=tile[1])
+    for lshape in SIZES:
+        for count in counts_for(form):
+            check(form, lshape, count, None, **params)
+    for max_shift in (3, (2, 40), 70):  # also wider than the images: zeros
+        for lshape in [(5, 3), (31, 33)]:
+            check(form, lshape, 3, max_shift, **params)
+    for lshape, rshape in [((31, 33), (7, 13)), ((7, 13), (20, 45)), ((1, 1), (5, 3)),
+                           ((20, 9), (9, 20))]:
+        check(form, lshape, 3, None, rshape, **params)
+        check(form, lshape, 3, 4, rshape, **params)
+
+
+@pytest.mark.parametrize("form,m", [("one_to_many", 70), ("n_to_mn", 40), ("n_to_m", 65)])
+@pytest.mark.parametrize("tile", [(4, 8), (1, 32)])
+def test_many_rights_positive_data(rng, form, m, tile):
+    """Several groups of 16 (a partial last one), several lefts, and image-like data: positive
+    values up to 65535, where the tensor cores' truncating adds would drift without the
+    per-row sums."""
+    import cupy as cp
+
+    from xcorr_app import reference
+    from xcorr_app.gpu_mma import mma_xcorr
+
+    lh, lw, rh, rw = 19, 23, 17, 26
+    left = rng.integers(0, 65536, (lh, lw) if form == "one_to_many" else (3, lh, lw))
+    right = rng.integers(0, 65536, {"one_to_many": (m, rh, rw), "n_to_mn": (3, m, rh, rw),
+                                    "n_to_m": (m, rh, rw)}[form])
+    left, right = left.astype(np.float64), right.astype(np.float64)
+    for max_shift in (None, (5, 30)):
+        want = reference.xcorr(left, right, form, max_shift)
+        out = poisoned(cp, want.shape)
+        got = mma_xcorr(cp.asarray(left, cp.float32), cp.asarray(right, cp.float32), form,
+                        max_shift, out=out, tile_y=tile[0], tile_x=tile[1])
+        assert got is out
+        assert rel_error(got.get(), want) <= 1e-5, (form, m, tile, max_shift)
+
+
+def test_one_buffer_for_large_right_matrices(rng):
+    """40x40 matrices get one right-matrix buffer (two do not fit): still every element."""
+    import cupy as cp
+
+    from xcorr_app import reference
+    from xcorr_app.gpu_mma import buffers_for, max_shared, mma_xcorr
+
+    assert buffers_for((40, 40), (40, 40), 4, 8, max_shared()) == 1
+    left, right = rng.random((2, 40, 40)), rng.random((37, 40, 40))
+    want = reference.xcorr(left, right, "n_to_m")
+    out = poisoned(cp, want.shape)
+    got = mma_xcorr(cp.asarray(left), cp.asarray(right), "n_to_m", out=out, tile_y=4, tile_x=8)
+    assert rel_error(got.get(), want) <= 1e-5
+
+
+def test_repeatable_and_inputs_unchanged(rng):
+    import cupy as cp
+
+    from xcorr_app.gpu_mma import mma_xcorr
+
+    left = cp.asarray(rng.standard_normal((32, 32)), cp.float32)
+    right = cp.asarray(rng.standard_normal((100, 32, 32)), cp.float32)
+    before = (left.copy(), right.copy())
+    first = mma_xcorr(left, right, "one_to_many", tile_y=2, tile_x=16)
+    again = mma_xcorr(left, right, "one_to_many", tile_y=2, tile_x=16)
+    assert cp.array_equal(first, again)  # no atomics: bit for bit
+    assert cp.array_equal(left, before[0]) and cp.array_equal(right, before[1])
+
+
+def test_refuses_what_it_cannot_run():
+    import cupy as cp
+
+    from xcorr_app import cross_correlate
+    from xcorr_app.errors import XcorrError
+
+    with pytest.raises(XcorrError, match="shared memory"):
+        cross_correlate(cp.zeros((64, 64), cp.float32), cp.zeros((20, 64, 64), cp.float32),
+                        "one_to_many", method="mma:tile_y=4,tile_x=8")
+    with pytest.raises(XcorrError, match="many right matrices"):
+        cross_correlate(cp.zeros((8, 8), cp.float32), cp.zeros((8, 8), cp.float32),
+                        "one_to_one", method="mma:tile_y=4,tile_x=8")
+    with pytest.raises(XcorrError, match="not compiled"):
+        cross_correlate(cp.zeros((8, 8), cp.float32), cp.zeros((9, 8, 8), cp.float32),
+                        "one_to_many", method="mma")

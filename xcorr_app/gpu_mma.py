@@ -1,0 +1,133 @@
+"""GPU launcher of the tensor-core kernel (``kernels/mma_xcorr.cu``): cross-correlation as
+TF32 matrix products with FP32 accuracy (3xTF32), for many small right matrices per left.
+
+Our addition beyond the thesis.  For one right row, one y-shift and 8 consecutive x-shifts,
+the sums over 8 right columns of 16 right matrices are one ``mma.sync.m16n8k8`` product of
+16 right rows and a Toeplitz block of the left matrix.  Each operand is split into a TF32 high
+part and a TF32 remainder and a product is formed from three tensor-core products (hi*hi,
+hi*lo, lo*hi), which keeps the error near FP32's (about 1e-6 of the result; the tests ask 1e-5).
+A warp owns ``tile_y`` y-shifts x ``tile_x`` x-shifts of a group of 16 right matrices; one load
+of right values feeds ``tile_y * tile_x / 8`` products.
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> ref, frames = cp.random.rand(32, 32), cp.random.rand(4000, 32, 32)  # doctest: +SKIP
+>>> mma_xcorr(ref, frames, "one_to_many", tile_y=4, tile_x=8).shape  # doctest: +SKIP
+(4000, 63, 63)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .forms import FORM_IDS
+from .gpu_tiled import PAIR_FORMS
+from .gpu_warp_shuffle import geometry, launch
+from .kernel_loader import KernelFamily
+
+#: (tile_y, tile_x) compiled for every form with many right matrices; tile_x is 8 x-shifts
+#: per tensor-core block times the blocks of a warp
+MMA_TILES = [(2, 8), (4, 8), (1, 16), (2, 16), (1, 32)]
+MMA_FORMS = PAIR_FORMS
+WARPS = 16  # MMA_WARPS of the kernel source
+MATRICES = 16  # right matrices of a group (M of the tensor-core product)
+SHIFTS = 8  # x-shifts of a tensor-core block (its N)
+MMA = KernelFamily("mma_xcorr.cu", "mma_xcorr",
+                   [(FORM_IDS[f], ty, tx // SHIFTS) for f in MMA_FORMS for ty, tx in MMA_TILES])
+MAX_GRID_YZ = 65535
+
+
+def matrix_stride(rows, cols) -> int:
+    """Floats from one staged right matrix to the next (``mma_matrix_stride``): 8 mod 32."""
+    return rows * cols + (8 - rows * cols) % 32
+
+
+def shared_bytes(left_shape, right_shape, tile_y, tile_x, buffers=2) -> int:
+    """Shared memory of one block: the zero-padded left matrix (``tile_y - 1`` rows above and
+    below, ``tile_x + 8`` columns on each side) as 16 bytes per column (the TF32 hi and lo parts
+    of it and of the next column), and ``buffers`` buffers of 16 right matrices (rows padded to
+    whole chunks of 8, :func:`matrix_stride` floats each)."""
+    (lh, lw), (rh, rw) = left_shape, right_shape
+    return (16 * (lh + 2 * (tile_y - 1)) * (lw + 2 * (tile_x + 8)) +
+            buffers * MATRICES * 4 * matrix_stride(rh, 8 * -(-rw // 8)))
+
+
+def buffers_for(left_shape, right_shape, tile_y, tile_x, limit) -> int:
+    """Right-matrix buffers a block gets: two (the next group's copies overlap this group's
+    sums) where they fit ``limit`` bytes, else one, else 0 (the problem does not fit)."""
+    for buffers in (2, 1):
+        if shared_bytes(left_shape, right_shape, tile_y, tile_x, buffers) <= limit:
+            return buffers
+    return 0
+
+
+def max_shared() -> int:
+    """Dynamic shared memory a block may opt into on this device."""
+    import cupy as cp
+
+    return int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+
+
+def unsupported(form, left_shape, right_shape, tile_y, tile_x, limit=None) -> str | None:
+    """Why this kernel cannot run a problem (``None`` if it can)."""
+    if form not in MMA_FORMS:
+        return (f"the tensor-core kernel needs many right matrices per left (forms "
+                f"{', '.join(MMA_FORMS)}), not {form}")
+    if (tile_y, tile_x) not in MMA_TILES:
+        return (f"tile {tile_y}x{tile_x} is not compiled; use one of "
+                + ", ".join(f"{a}x{b}" for a, b in MMA_TILES))
+    limit = max_shared() if limit is None else limit
+    if not buffers_for(left_shape, right_shape, tile_y, tile_x, limit):
+        need = shared_bytes(left_shape, right_shape, tile_y, tile_x, 1)
+        return (f"a left of {tuple(left_shape)} and right matrices of {tuple(right_shape)} need "
+                f"{need // 1024} KiB of shared memory; this GPU gives a block {limit // 1024} KiB")
+    return None
+
+
+def _configure(form, left_shape, right_shape, max_shift, params):
+    import cupy as cp
+
+    lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
+    ho, wo = out_shape[-2:]
+    ty, tx = params["tile_y"], params["tile_x"]
+    why = unsupported(lay.form, lay.left_shape, lay.right_shape, ty, tx)
+    if why:
+        raise ValueError(why)
+    if lay.n_left > MAX_GRID_YZ:
+        raise ValueError(f"too many left matrices for one launch ({lay.n_left})")
+    buffers = buffers_for(lay.left_shape, lay.right_shape, ty, tx, max_shared())
+    smem = shared_bytes(lay.left_shape, lay.right_shape, ty, tx, buffers)
+    tiles_x = -(-wo // tx)
+    n_tiles = -(-ho // ty) * tiles_x
+    n_groups = -(-lay.m // MATRICES)
+    sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
+    target = 2 * sms  # one or two blocks per SM (512 threads, up to 128 registers each)
+    splits = max(1, min(-(-n_tiles // WARPS), -(-target // (n_groups * lay.n_left))))
+    strides = max(1, min(n_groups, MAX_GRID_YZ, -(-target // (splits * lay.n_left))))
+    i32 = np.int32
+    scalars = geom + (i32(lay.m), i32(n_groups), i32(tiles_x), i32(n_tiles),
+                      i32(-(-lay.right_shape[1] // 8)), i32(buffers))
+    fn = MMA.get(lay.form_id, ty, tx // SHIFTS)
+    return fn, (splits, strides, lay.n_left), (32, WARPS, 1), scalars, smem, False, out_shape
+
+
+def mma_xcorr(left, right, form="one_to_many", max_shift=None, out=None, *, tile_y=4,
+              tile_x=8):
+    """Cross-correlate CuPy arrays with the tensor-core (3xTF32) kernel.
+
+    Parameters
+    ----------
+    left, right, form, max_shift, out
+        As :func:`xcorr_app.cross_correlate` (float32 CuPy result); ``form`` one of
+        :data:`MMA_FORMS`.
+    tile_y, tile_x : int
+        Shifts per warp along y and x (a compiled pair, see :data:`MMA_TILES`).
+
+    Returns
+    -------
+    cupy.ndarray
+        ``batch_shape + (Ho, Wo)`` float32.
+    """
+    params = (("tile_y", tile_y), ("tile_x", tile_x))
+    return launch(_configure, left, right, form, max_shift, out, params)
