@@ -78,11 +78,25 @@ __device__ __forceinline__ int snake_tile(int k, int slot, int n_slots) {
 }
 
 // The 16 right matrices of group grp (zeros past m and past each row) into a staging buffer of
-// mma_matrix_stride(right_h, cols) floats per matrix, by 4-byte cp.async (one commit group).
+// mma_matrix_stride(right_h, cols) floats per matrix, by cp.async (one commit group): 16 bytes
+// at a time where the rows need no padding (right_w a multiple of 8: whole matrices are then
+// contiguous and 16-byte aligned on both sides), else 4.
 __device__ __forceinline__ void mma_stage_rights(float* dst, const float* rp, int r0, int m,
                                                  int right_h, int right_w, int cols,
                                                  int stride, int tid, int n_threads) {
     const int per_matrix = right_h * cols;
+    if (right_w == cols) {
+        const int quads = per_matrix >> 2;
+        for (int k = tid; k < MMA_MATRICES * quads; k += n_threads) {
+            int q;
+            const int n = div_floor(k, quads, q);
+            const bool ok = r0 + n < m;
+            cp_async16_zfill(dst + n * stride + 4 * q,
+                             ok ? rp + (size_t)n * per_matrix + 4 * q : rp, ok);
+        }
+        cp_async_commit();
+        return;
+    }
     for (int k = tid; k < MMA_MATRICES * per_matrix; k += n_threads) {
         int rem, x;
         const int n = div_floor(k, per_matrix, rem);
@@ -177,10 +191,11 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
             float acc[TY][TXB][4] = {};
             for (int y = y_begin; y < y_end && n_steps > 0; ++y) {
 #if XCORR_MMA_ROW_SUMS
-                float part[TY][TXB][4] = {};
+                float part[TY][TXB][4] = {};   // the hi * hi products of this row
 #else
                 float (&part)[TY][TXB][4] = acc;
 #endif
+                float small[TY][TXB][4] = {};  // and its hi * lo + lo * hi: a second chain
                 const float* rrow = sr + y * cols + 8 * c_begin;
                 // lrow[i * wp + 8 (s + b)]: the B fragment of step s, block b, y-shift ky0 + i
                 const uint4* lrow = s_left + (y + ky0 + TY - 1) * wp + PAD + kx0 + 8 * c_begin +
@@ -206,23 +221,26 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
-                        for (int j = 0; j < TXB; ++j) mma_tf32(part[i][j], a_lo, b[i][j].x, b[i][j].y);
+                        for (int j = 0; j < TXB; ++j) mma_tf32(small[i][j], a_lo, b[i][j].x, b[i][j].y);
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
-                        for (int j = 0; j < TXB; ++j) mma_tf32(part[i][j], a_hi, b[i][j].z, b[i][j].w);
+                        for (int j = 0; j < TXB; ++j) mma_tf32(small[i][j], a_hi, b[i][j].z, b[i][j].w);
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
                         for (int j = 0; j < TXB; ++j) mma_tf32(part[i][j], a_hi, b[i][j].x, b[i][j].y);
                 }
-#if XCORR_MMA_ROW_SUMS
 #pragma unroll
                 for (int i = 0; i < TY; ++i)
 #pragma unroll
                     for (int j = 0; j < TXB; ++j)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part[i][j][e];
+                        for (int e = 0; e < 4; ++e)
+#if XCORR_MMA_ROW_SUMS
+                            acc[i][j][e] += part[i][j][e] + small[i][j][e];
+#else
+                            acc[i][j][e] += small[i][j][e];
 #endif
             }
             // D[i][n]: lane (g, t4) holds matrices g and g + 8 at x-shifts 2 t4 and 2 t4 + 1

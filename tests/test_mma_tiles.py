@@ -82,3 +82,25 @@ def test_shared_memory_and_buffers():
     assert "many right matrices" in unsupported("one_to_one", (8, 8), (8, 8), 4, 8, H100_SHARED)
     assert "not compiled" in unsupported("one_to_many", (8, 8), (8, 8), 3, 8, H100_SHARED)
     assert unsupported("n_to_m", (16, 16), (16, 16), 2, 16, H100_SHARED) is None
+
+
+def test_resident_blocks():
+    from xcorr_app.gpu_mma import resident_blocks
+
+    assert resident_blocks(63, 50_000) == 2  # 64 registers x 512 threads: half the file
+    assert resident_blocks(104, 50_000) == 1
+    assert resident_blocks(40, 120 * 1024) == 1  # shared memory binds
+
+
+def test_grid_plan_one_wave_and_least_work(rng):
+    from xcorr_app.gpu_mma import WARPS, grid_plan
+
+    assert grid_plan(128, 250, 1, 132) == (1, 125)  # 1 x 4000 at 32x32: two groups per block
+    assert grid_plan(128, 16, 1, 132) == (8, 16)  # 1 x 256: one round of tiles per block
+    assert grid_plan(128, 4, 16, 132) == (2, 4)  # n_to_m 16 x 64
+    for _ in range(200):
+        n_tiles, n_groups = int(rng.integers(1, 600)), int(rng.integers(1, 400))
+        n_left, target = int(rng.integers(1, 40)), int(rng.integers(100, 300))
+        splits, strides = grid_plan(n_tiles, n_groups, n_left, target)
+        assert 1 <= splits <= max(1, -(-n_tiles // WARPS)) and 1 <= strides <= n_groups
+        assert splits * strides * n_left <= max(target, n_left)  # one wave where it can be

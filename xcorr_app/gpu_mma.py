@@ -62,6 +62,37 @@ def buffers_for(left_shape, right_shape, tile_y, tile_x, limit) -> int:
     return 0
 
 
+def resident_blocks(registers, shared) -> int:
+    """Blocks of 512 threads an SM holds at once with this many registers per thread
+    (allocated in units of 8) and bytes of shared memory (sm_90: 64 K registers, 228 KiB of
+    shared memory with 1 KiB reserved per block)."""
+    by_registers = 65536 // (WARPS * 32 * -(-max(1, registers) // 8) * 8)
+    return max(1, min(by_registers, 228 * 1024 // (shared + 1024)))
+
+
+def grid_plan(n_tiles, n_groups, n_left, target) -> tuple:
+    """``(splits, strides)``: blocks split a group's tiles ``splits`` ways and take every
+    ``strides``-th group, for ``splits * strides * n_left <= target`` blocks (one wave: a
+    second would wait for the first, staging and all).  The choice minimizes a block's work:
+    per group, its rounds of tiles per warp and a quarter round for the group's staging and
+    barriers (each block stages every group it sums); among equals, more groups per block.
+
+    >>> grid_plan(128, 250, 1, 132)  # 1 x 4000 at 32x32, tiles of 4x8: two groups per block
+    (1, 125)
+    >>> grid_plan(128, 16, 1, 132)  # 1 x 256: one group and one round of tiles per block
+    (8, 16)
+    """
+    best = None
+    for strides in range(1, min(n_groups, MAX_GRID_YZ) + 1):
+        splits = min(-(-n_tiles // WARPS), target // (strides * n_left))
+        if splits < 1:
+            break
+        work = -(-n_groups // strides) * (-(-n_tiles // (splits * WARPS)) + 0.25)
+        if best is None or work < best[0]:
+            best = (work, splits, strides)
+    return (1, 1) if best is None else best[1:]
+
+
 def max_shared() -> int:
     """Dynamic shared memory a block may opt into on this device."""
     import cupy as cp
@@ -101,14 +132,13 @@ def _configure(form, left_shape, right_shape, max_shift, params):
     tiles_x = -(-wo // tx)
     n_tiles = -(-ho // ty) * tiles_x
     n_groups = -(-lay.m // MATRICES)
-    sms = int(cp.cuda.Device().attributes["MultiProcessorCount"])
-    target = 2 * sms  # one or two blocks per SM (512 threads, up to 128 registers each)
-    splits = max(1, min(-(-n_tiles // WARPS), -(-target // (n_groups * lay.n_left))))
-    strides = max(1, min(n_groups, MAX_GRID_YZ, -(-target // (splits * lay.n_left))))
+    fn = MMA.get(lay.form_id, ty, tx // SHIFTS)
+    attrs = cp.cuda.Device().attributes
+    target = attrs["MultiProcessorCount"] * resident_blocks(fn.num_regs, smem)
+    splits, strides = grid_plan(n_tiles, n_groups, lay.n_left, target)
     i32 = np.int32
     scalars = geom + (i32(lay.m), i32(n_groups), i32(tiles_x), i32(n_tiles),
                       i32(-(-lay.right_shape[1] // 8)), i32(buffers))
-    fn = MMA.get(lay.form_id, ty, tx // SHIFTS)
     return fn, (splits, strides, lay.n_left), (32, WARPS, 1), scalars, smem, False, out_shape
 
 
