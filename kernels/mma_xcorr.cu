@@ -27,11 +27,11 @@
 // Shared memory: the left matrix once per block, padded with zeros (TY - 1 rows above and
 // below, mma_pad columns on each side), as uint4 (hi(u), hi(u + 1), lo(u), lo(u + 1)) per
 // column u; and two buffers of 16 right matrices, the group being summed and the next one
-// arriving by cp.async (or, for right matrices too large for two, one buffer), rows padded with zeros to whole chunks of 8 and matrices spaced so that
-// the 8 matrices a load touches start in different banks (mma_matrix_stride).
+// arriving by cp.async (or, for right matrices too large for two, one buffer), rows padded
+// with zeros to whole chunks of 8 and matrices spaced so that the 8 matrices a load touches
+// start in different banks (mma_matrix_stride).
 #include "xcorr_forms.cuh"
 #include "int_math.cuh"
-
 #include "async_copy.cuh"
 
 #ifndef XCORR_MMA_ROW_SUMS  // development probes (tools/mma_probe.py) turn it off
@@ -217,19 +217,23 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
                         for (int j = 0; j < TXB; ++j) b[i][j] = lrow[i * wp + 8 * (s + j)];
-                    // the three terms, small first, each over all products (independent sums)
+                    // the three terms, small first, each over all products; the small terms
+                    // have sums of their own, a second chain of dependent products
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
-                        for (int j = 0; j < TXB; ++j) mma_tf32(small[i][j], a_lo, b[i][j].x, b[i][j].y);
+                        for (int j = 0; j < TXB; ++j)
+                            mma_tf32(small[i][j], a_lo, b[i][j].x, b[i][j].y);
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
-                        for (int j = 0; j < TXB; ++j) mma_tf32(small[i][j], a_hi, b[i][j].z, b[i][j].w);
+                        for (int j = 0; j < TXB; ++j)
+                            mma_tf32(small[i][j], a_hi, b[i][j].z, b[i][j].w);
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
-                        for (int j = 0; j < TXB; ++j) mma_tf32(part[i][j], a_hi, b[i][j].x, b[i][j].y);
+                        for (int j = 0; j < TXB; ++j)
+                            mma_tf32(part[i][j], a_hi, b[i][j].x, b[i][j].y);
                 }
 #pragma unroll
                 for (int i = 0; i < TY; ++i)

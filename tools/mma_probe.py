@@ -1,6 +1,6 @@
 """Development probe (device): the tensor-core (3xTF32) kernel's accuracy and speed.
 
-    python3 tools/mma_probe.py check     # every tile against float64, normal and positive data,
+    python3 tools/mma_probe.py check     # every tile against float64: normal, uniform, uint16
     python3 tools/mma_probe.py check0    # the same without the per-row sums
     python3 tools/mma_probe.py time      # every tile on the bench's problems, beside the
                                          # lane-per-pair kernel and the FFT
