@@ -67,9 +67,10 @@ def test_one_buffer_for_large_right_matrices(rng):
     import cupy as cp
 
     from xcorr_app import reference
-    from xcorr_app.gpu_mma import buffers_for, max_shared, mma_xcorr
+    from xcorr_app.gpu_mma import buffers_for, mma_xcorr
+    from xcorr_app.pointwise_plan import device_limits
 
-    assert buffers_for((40, 40), (40, 40), 4, 8, max_shared()) == 1
+    assert buffers_for((40, 40), (40, 40), 4, 8, device_limits().shared_per_block) == 1
     left, right = rng.random((2, 40, 40)), rng.random((37, 40, 40))
     want = reference.xcorr(left, right, "n_to_m")
     out = poisoned(cp, want.shape)

@@ -8,9 +8,10 @@ import pytest
 
 from xcorr_app.gpu_mma import (MATRICES, MMA_TILES, SHIFTS, buffers_for, matrix_stride,
                                shared_bytes, unsupported)
+from xcorr_app.pointwise_plan import H100_LIMITS
 from xcorr_app.shifts import first_shift, output_shape
 
-H100_SHARED = 227 * 1024
+H100_SHARED = H100_LIMITS.shared_per_block
 
 
 def tile_walk(lshape, rshape, max_shift, ty, tx):
@@ -87,9 +88,9 @@ def test_shared_memory_and_buffers():
 def test_resident_blocks():
     from xcorr_app.gpu_mma import resident_blocks
 
-    assert resident_blocks(63, 50_000) == 2  # 64 registers x 512 threads: half the file
-    assert resident_blocks(104, 50_000) == 1
-    assert resident_blocks(40, 120 * 1024) == 1  # shared memory binds
+    assert resident_blocks(63, 50_000, H100_LIMITS) == 2  # 64 registers x 512: half the file
+    assert resident_blocks(104, 50_000, H100_LIMITS) == 1
+    assert resident_blocks(40, 120 * 1024, H100_LIMITS) == 1  # shared memory binds
 
 
 def test_grid_plan_one_wave_and_least_work(rng):

@@ -9,6 +9,7 @@ from xcorr_app import cross_correlate, reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.forms import FORM_IDS, FORMS, form_layout
 from xcorr_app.gpu_mma import MMA, buffers_for
+from xcorr_app.pointwise_plan import H100_LIMITS
 from xcorr_app.gpu_tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.plans import Plan
@@ -71,7 +72,7 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     rshape = {"one_to_one": rs, "one_to_many": (count,) + rs, "n_to_mn": (count, count) + rs,
               "n_to_m": (count,) + rs}[form]
     lay = form_layout(form, lshape, rshape)
-    plans = planner.candidates(lay, bound, sm_count=132, shared_limit=H100_SHARED)
+    plans = planner.candidates(lay, bound, sm_count=132)  # without a GPU: an H100's limits
     assert Plan("fft") in plans and Plan("overlap") in plans
     shuffles = [p for p in plans if p.method == "warp_shuffle"]
     assert shuffles, "at least one warp-shuffle variant fits every problem"
@@ -101,14 +102,11 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     mmas = [p for p in plans if p.method == "mma"]
     for p in mmas:
         assert (FORM_IDS[form], p.tile_y, p.tile_x // 8) in MMA.instantiations
-        assert buffers_for(lay.left_shape, lay.right_shape, p.tile_y, p.tile_x, H100_SHARED)
+        assert buffers_for(lay.left_shape, lay.right_shape, p.tile_y, p.tile_x,
+                           H100_LIMITS.shared_per_block)
     # many right matrices per left, and they fit: offered (16x16 and 5x3 x 9x40 do, 128x128 not)
     small = lay.right_shape[0] * lay.right_shape[1] <= 400
     assert bool(mmas) == (form != "one_to_one" and lay.m >= 8 and small)
-
-
-#: dynamic shared memory a block may opt into on an H100 (the planner asks the device)
-H100_SHARED = 227 * 1024
 
 
 def test_rules_mode(monkeypatch):

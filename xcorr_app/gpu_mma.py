@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from .forms import FORM_IDS
-from .gpu_tiled import PAIR_FORMS
+from .gpu_tiled import MAX_GRID_YZ, PAIR_FORMS
 from .gpu_warp_shuffle import geometry, launch
 from .kernel_loader import KernelFamily
+from .pointwise_plan import device_limits
 
 #: (tile_y, tile_x) compiled for every form with many right matrices; tile_x is 8 x-shifts
 #: per tensor-core block times the blocks of a warp
@@ -36,7 +37,6 @@ MATRICES = 16  # right matrices of a group (M of the tensor-core product)
 SHIFTS = 8  # x-shifts of a tensor-core block (its N)
 MMA = KernelFamily("mma_xcorr.cu", "mma_xcorr",
                    [(FORM_IDS[f], ty, tx // SHIFTS) for f in MMA_FORMS for ty, tx in MMA_TILES])
-MAX_GRID_YZ = 65535
 
 
 def matrix_stride(rows, cols) -> int:
@@ -63,12 +63,12 @@ def buffers_for(left_shape, right_shape, tile_y, tile_x, limit) -> int:
     return 0
 
 
-def resident_blocks(registers, shared) -> int:
+def resident_blocks(registers, shared, limits) -> int:
     """Blocks of 512 threads an SM holds at once with this many registers per thread
-    (allocated in units of 8) and bytes of shared memory (sm_90: 64 K registers, 228 KiB of
-    shared memory with 1 KiB reserved per block)."""
-    by_registers = 65536 // (WARPS * 32 * -(-max(1, registers) // 8) * 8)
-    return max(1, min(by_registers, 228 * 1024 // (shared + 1024)))
+    (allocated in units of 8) and bytes of shared memory (1 KiB more is reserved per block),
+    within ``limits`` (:func:`~xcorr_app.pointwise_plan.device_limits`)."""
+    by_registers = limits.registers_per_sm // (WARPS * 32 * -(-max(1, registers) // 8) * 8)
+    return max(1, min(by_registers, limits.shared_per_sm // (shared + 1024)))
 
 
 def grid_plan(n_tiles, n_groups, n_left, target) -> tuple:
@@ -94,22 +94,16 @@ def grid_plan(n_tiles, n_groups, n_left, target) -> tuple:
     return (1, 1) if best is None else best[1:]
 
 
-def max_shared() -> int:
-    """Dynamic shared memory a block may opt into on this device."""
-    import cupy as cp
-
-    return int(cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
-
-
 def unsupported(form, left_shape, right_shape, tile_y, tile_x, limit=None) -> str | None:
-    """Why this kernel cannot run a problem (``None`` if it can)."""
+    """Why this kernel cannot run a problem (``None`` if it can); ``limit`` is the shared
+    memory a block may opt into (default: the current GPU's, an H100's without one)."""
     if form not in MMA_FORMS:
         return (f"the tensor-core kernel needs many right matrices per left (forms "
                 f"{', '.join(MMA_FORMS)}), not {form}")
     if (tile_y, tile_x) not in MMA_TILES:
         return (f"tile {tile_y}x{tile_x} is not compiled; use one of "
                 + ", ".join(f"{a}x{b}" for a, b in MMA_TILES))
-    limit = max_shared() if limit is None else limit
+    limit = device_limits().shared_per_block if limit is None else limit
     if not buffers_for(left_shape, right_shape, tile_y, tile_x, limit):
         need = shared_bytes(left_shape, right_shape, tile_y, tile_x, 1)
         return (f"a left of {tuple(left_shape)} and right matrices of {tuple(right_shape)} need "
@@ -118,8 +112,6 @@ def unsupported(form, left_shape, right_shape, tile_y, tile_x, limit=None) -> st
 
 
 def _configure(form, left_shape, right_shape, max_shift, params):
-    import cupy as cp
-
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
     ho, wo = out_shape[-2:]
     ty, tx = params["tile_y"], params["tile_x"]
@@ -128,14 +120,14 @@ def _configure(form, left_shape, right_shape, max_shift, params):
         raise ValueError(why)
     if lay.n_left > MAX_GRID_YZ:
         raise ValueError(f"too many left matrices for one launch ({lay.n_left})")
-    buffers = buffers_for(lay.left_shape, lay.right_shape, ty, tx, max_shared())
+    limits = device_limits()
+    buffers = buffers_for(lay.left_shape, lay.right_shape, ty, tx, limits.shared_per_block)
     smem = shared_bytes(lay.left_shape, lay.right_shape, ty, tx, buffers)
     tiles_x = -(-wo // tx)
     n_tiles = -(-ho // ty) * tiles_x
     n_groups = -(-lay.m // MATRICES)
     fn = MMA.get(lay.form_id, ty, tx // SHIFTS)
-    attrs = cp.cuda.Device().attributes
-    target = attrs["MultiProcessorCount"] * resident_blocks(fn.num_regs, smem)
+    target = limits.sms * resident_blocks(fn.num_regs, smem, limits)
     splits, strides = grid_plan(n_tiles, n_groups, lay.n_left, target)
     i32 = np.int32
     scalars = geom + (i32(lay.m), i32(n_groups), i32(tiles_x), i32(n_tiles),

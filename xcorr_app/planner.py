@@ -91,9 +91,8 @@ def _fits(variant, lay, ho) -> bool:
     return True
 
 
-def candidates(lay, max_shift, sm_count=None, shared_limit=None) -> list:
-    """First-stage plans for a problem (GPU; ``sm_count`` and ``shared_limit``, the shared
-    memory a block may opt into, default to the current device's)."""
+def candidates(lay, max_shift, sm_count=None) -> list:
+    """First-stage plans for a problem (GPU; ``sm_count`` defaults to the current device's)."""
     from .gpu_warp_shuffle import MAX_STAGED_BYTES, VARIANTS, staged_bytes
 
     ho, _ = output_shape(lay.left_shape, lay.right_shape, max_shift)
@@ -104,7 +103,7 @@ def candidates(lay, max_shift, sm_count=None, shared_limit=None) -> list:
             plans.append(Plan("warp_per_shift", shared=1))
     plans += tiled_candidates(lay, max_shift, sm_count or _sm_count())
     plans += pair_tiled_candidates(lay, max_shift, sm_count or _sm_count())
-    plans += mma_candidates(lay, max_shift, shared_limit)
+    plans += mma_candidates(lay, max_shift)
     for v in VARIANTS[lay.form]:
         if _fits(v, lay, ho):
             lefts, rights, shifts, left_rows = v
@@ -158,7 +157,8 @@ def pair_tiled_candidates(lay, max_shift, sm_count: int) -> list:
 
 def mma_candidates(lay, max_shift, limit=None) -> list:
     """Tensor-core (3xTF32) plans: forms with at least 8 right matrices per left, every
-    compiled tile whose block fits ``limit`` bytes of shared memory (default: this GPU's)."""
+    compiled tile whose block fits ``limit`` bytes of shared memory (default: this GPU's, an
+    H100's without one)."""
     from .gpu_mma import MMA_FORMS, MMA_TILES, unsupported
 
     if lay.form not in MMA_FORMS or lay.m < 8:
