@@ -17,6 +17,9 @@
 // (lane 31 takes b of lane 0).  Shuffles per FMA: (2 L R_l + R (S + R_l - 1)) : L R S R_l with
 // L = LEFTS, R = RIGHTS, S = SHIFTS, R_l = LEFT_ROWS, versus 3 : 1 for the simple algorithm.
 //
+// warp_shuffle_block_xcorr is the same warp shuffle with a fourth distribution of ours, "block":
+// the warps of one block share a shift group's rows and add their sums in shared memory.
+//
 // Every register array is indexed by compile-time constants only (fully unrolled loops), so
 // they stay in registers: the CI compile check fails on any stack frame or spill.
 #include "xcorr_forms.cuh"
@@ -25,6 +28,119 @@
 namespace xcorr {
 constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr int WARP = 32;
+
+// The LEFTS left and RIGHTS right matrices of pair group zg: their addresses and whether each
+// exists (a missing one points at matrix 0, reads as zeros and is never stored).
+template <int FORM, int LEFTS, int RIGHTS>
+__device__ __forceinline__ void pair_group(const float* left, const float* right, int zg,
+                                           int n_left, int m, size_t left_size,
+                                           size_t right_size, int& l0, int& r0,
+                                           const float* (&lp)[LEFTS], bool (&lok)[LEFTS],
+                                           const float* (&rp)[RIGHTS], bool (&rok)[RIGHTS]) {
+    const int right_groups = (m + RIGHTS - 1) / RIGHTS;
+    int rg;
+    l0 = div_floor(zg, right_groups, rg) * LEFTS;
+    r0 = rg * RIGHTS;
+#pragma unroll
+    for (int li = 0; li < LEFTS; ++li) {
+        lok[li] = l0 + li < n_left;
+        lp[li] = left + (size_t)(lok[li] ? l0 + li : 0) * left_size;
+    }
+    right_group<FORM, RIGHTS>(right, l0, r0, m, right_size, rp, rok);
+}
+
+template <int FORM, int LEFTS>
+__device__ __forceinline__ int pair_groups(int n_left, int m, int rights) {
+    const int left_groups = (FORM == N_TO_M) ? (n_left + LEFTS - 1) / LEFTS : n_left;
+    return left_groups * ((m + rights - 1) / rights);
+}
+
+// The split-row warp shuffle over some left rows of one pair group, added to `sum`: slabs of
+// LEFT_ROWS rows starting at row_begin, then every row_step rows, up to row_end.  The lane's
+// x-shift is kx_warp + lane; ky0 is the group's first y-shift; right columns [x_begin, x_end)
+// are those that meet the left at any of the warp's x-shifts.
+template <int LEFTS, int RIGHTS, int SHIFTS, int LEFT_ROWS>
+__device__ __forceinline__ void shuffle_rows(const float* const (&lp)[LEFTS],
+                                             const bool (&lok)[LEFTS],
+                                             const float* const (&rp)[RIGHTS],
+                                             const bool (&rok)[RIGHTS], int row_begin,
+                                             int row_end, int row_step, int ky0, int kx_warp,
+                                             int x_begin, int x_end, int left_w, int right_h,
+                                             int right_w, float (&sum)[LEFTS][RIGHTS][SHIFTS]) {
+    constexpr int RROWS = SHIFTS + LEFT_ROWS - 1;  // right rows met by LEFT_ROWS left rows
+    const int lane = threadIdx.x;
+    const int src = (lane + 1) & (WARP - 1);
+    for (int y = row_begin; y < row_end; y += row_step) {
+        for (int xc = x_begin; xc < x_end; xc += WARP) {
+            float a[LEFTS][LEFT_ROWS], b[LEFTS][LEFT_ROWS];
+            const int ca = xc + kx_warp + lane, cb = ca + WARP;
+#pragma unroll
+            for (int i = 0; i < LEFT_ROWS; ++i) {
+                const bool row_ok = y + i < row_end;
+#pragma unroll
+                for (int li = 0; li < LEFTS; ++li) {
+                    const float* row = lp[li] + (size_t)(y + i) * left_w;
+                    const bool ok = row_ok && lok[li];
+                    a[li][i] = (ok && ca >= 0 && ca < left_w) ? row[ca] : 0.0f;
+                    b[li][i] = (ok && cb >= 0 && cb < left_w) ? row[cb] : 0.0f;
+                }
+            }
+            // Right row of left row y + i at shift ky0 + j: y + i - ky0 - j = ry0 + d,
+            // d = i - j + SHIFTS - 1.
+            const int ry0 = y - ky0 - (SHIFTS - 1);
+            const int cr = xc + lane;
+            float r[RIGHTS][RROWS];
+#pragma unroll
+            for (int d = 0; d < RROWS; ++d) {
+                const int ry = ry0 + d;
+                const bool ok = ry >= 0 && ry < right_h && cr < right_w;
+#pragma unroll
+                for (int ri = 0; ri < RIGHTS; ++ri)
+                    r[ri][d] = (ok && rok[ri]) ? rp[ri][(size_t)ry * right_w + cr] : 0.0f;
+            }
+            // The chunk's products are summed apart and then added to the total: float32
+            // error grows with the rows x chunks of the overlap, not with its element count.
+            float part[LEFTS][RIGHTS][SHIFTS] = {};  // all zero
+            const int steps = min(WARP, x_end - xc);
+#pragma unroll
+            for (int s = 0; s < WARP; ++s) {
+                if (s >= steps) break;  // uniform across the warp
+#pragma unroll
+                for (int ri = 0; ri < RIGHTS; ++ri) {
+#pragma unroll
+                    for (int d = 0; d < RROWS; ++d) {
+                        const float rv = __shfl_sync(FULL_MASK, r[ri][d], s);
+#pragma unroll
+                        for (int i = 0; i < LEFT_ROWS; ++i) {
+                            const int j = i + SHIFTS - 1 - d;
+                            if (j < 0 || j >= SHIFTS) continue;
+#pragma unroll
+                            for (int li = 0; li < LEFTS; ++li)
+                                part[li][ri][j] = fmaf(a[li][i], rv, part[li][ri][j]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int li = 0; li < LEFTS; ++li) {
+#pragma unroll
+                    for (int i = 0; i < LEFT_ROWS; ++i) {
+                        const float an = __shfl_sync(FULL_MASK, a[li][i], src);
+                        const float bn = __shfl_sync(FULL_MASK, b[li][i], src);
+                        a[li][i] = lane == WARP - 1 ? bn : an;
+                        b[li][i] = bn;
+                    }
+                }
+            }
+#pragma unroll
+            for (int li = 0; li < LEFTS; ++li)
+#pragma unroll
+                for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                    for (int j = 0; j < SHIFTS; ++j) sum[li][ri][j] += part[li][ri][j];
+        }
+    }
+}
+
 }  // namespace xcorr
 
 template <int FORM, int LEFTS, int RIGHTS, int SHIFTS, int LEFT_ROWS>
@@ -35,7 +151,6 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
                    int dist, int rows_per_worker, int n_groups, int n_workers, int max_tasks,
                    const int* __restrict__ pieces, int n_pieces) {
     using namespace xcorr;
-    constexpr int RROWS = SHIFTS + LEFT_ROWS - 1;  // right rows met by LEFT_ROWS left rows
     const int lane = threadIdx.x;
     // Whole warps take the same branches below: the worker id is shared by a warp's lanes.
     for (int worker = blockIdx.y * blockDim.y + threadIdx.y; worker < n_workers;
@@ -57,96 +172,20 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
     const int ix = blockIdx.x * WARP + lane;           // output column of this lane
     // Right columns that overlap the left at any of the warp's 32 x-shifts.
     const int x_begin = max(0, -(kx_warp + WARP - 1)), x_end = min(right_w, left_w - kx_warp);
-    const int right_groups = (m + RIGHTS - 1) / RIGHTS;
-    const int left_groups = (FORM == N_TO_M) ? (n_left + LEFTS - 1) / LEFTS : n_left;
-    const int n_pair_groups = left_groups * right_groups;
     const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
     const size_t out_size = (size_t)out_h * out_w;
-    const int src = (lane + 1) & (WARP - 1);
-
+    const int n_pair_groups = pair_groups<FORM, LEFTS>(n_left, m, RIGHTS);
     for (int zg = blockIdx.z; zg < n_pair_groups; zg += gridDim.z) {
-        int rg;
-        const int l0 = div_floor(zg, right_groups, rg) * LEFTS, r0 = rg * RIGHTS;
+        int l0, r0;
         const float* lp[LEFTS];
         const float* rp[RIGHTS];
         bool lok[LEFTS], rok[RIGHTS];
-#pragma unroll
-        for (int li = 0; li < LEFTS; ++li) {
-            lok[li] = l0 + li < n_left;
-            lp[li] = left + (size_t)(lok[li] ? l0 + li : 0) * left_size;
-        }
-        right_group<FORM, RIGHTS>(right, l0, r0, m, right_size, rp, rok);
+        pair_group<FORM, LEFTS, RIGHTS>(left, right, zg, n_left, m, left_size, right_size, l0,
+                                        r0, lp, lok, rp, rok);
         float sum[LEFTS][RIGHTS][SHIFTS] = {};  // all zero
-
-        for (int y = row_begin; y < row_end; y += LEFT_ROWS) {
-            for (int xc = x_begin; xc < x_end; xc += WARP) {
-                float a[LEFTS][LEFT_ROWS], b[LEFTS][LEFT_ROWS];
-                const int ca = xc + kx_warp + lane, cb = ca + WARP;
-#pragma unroll
-                for (int i = 0; i < LEFT_ROWS; ++i) {
-                    const bool row_ok = y + i < row_end;
-#pragma unroll
-                    for (int li = 0; li < LEFTS; ++li) {
-                        const float* row = lp[li] + (size_t)(y + i) * left_w;
-                        const bool ok = row_ok && lok[li];
-                        a[li][i] = (ok && ca >= 0 && ca < left_w) ? row[ca] : 0.0f;
-                        b[li][i] = (ok && cb >= 0 && cb < left_w) ? row[cb] : 0.0f;
-                    }
-                }
-                // Right row of left row y + i at shift ky0 + j: y + i - ky0 - j = ry0 + d,
-                // d = i - j + SHIFTS - 1.
-                const int ry0 = y - ky0 - (SHIFTS - 1);
-                const int cr = xc + lane;
-                float r[RIGHTS][RROWS];
-#pragma unroll
-                for (int d = 0; d < RROWS; ++d) {
-                    const int ry = ry0 + d;
-                    const bool ok = ry >= 0 && ry < right_h && cr < right_w;
-#pragma unroll
-                    for (int ri = 0; ri < RIGHTS; ++ri)
-                        r[ri][d] = (ok && rok[ri]) ? rp[ri][(size_t)ry * right_w + cr] : 0.0f;
-                }
-                // The chunk's products are summed apart and then added to the total: float32
-                // error grows with the rows x chunks of the overlap, not with its element count.
-                float part[LEFTS][RIGHTS][SHIFTS] = {};  // all zero
-                const int steps = min(WARP, x_end - xc);
-#pragma unroll
-                for (int s = 0; s < WARP; ++s) {
-                    if (s >= steps) break;  // uniform across the warp
-#pragma unroll
-                    for (int ri = 0; ri < RIGHTS; ++ri) {
-#pragma unroll
-                        for (int d = 0; d < RROWS; ++d) {
-                            const float rv = __shfl_sync(FULL_MASK, r[ri][d], s);
-#pragma unroll
-                            for (int i = 0; i < LEFT_ROWS; ++i) {
-                                const int j = i + SHIFTS - 1 - d;
-                                if (j < 0 || j >= SHIFTS) continue;
-#pragma unroll
-                                for (int li = 0; li < LEFTS; ++li)
-                                    part[li][ri][j] = fmaf(a[li][i], rv, part[li][ri][j]);
-                            }
-                        }
-                    }
-#pragma unroll
-                    for (int li = 0; li < LEFTS; ++li) {
-#pragma unroll
-                        for (int i = 0; i < LEFT_ROWS; ++i) {
-                            const float an = __shfl_sync(FULL_MASK, a[li][i], src);
-                            const float bn = __shfl_sync(FULL_MASK, b[li][i], src);
-                            a[li][i] = lane == WARP - 1 ? bn : an;
-                            b[li][i] = bn;
-                        }
-                    }
-                }
-#pragma unroll
-                for (int li = 0; li < LEFTS; ++li)
-#pragma unroll
-                    for (int ri = 0; ri < RIGHTS; ++ri)
-#pragma unroll
-                        for (int j = 0; j < SHIFTS; ++j) sum[li][ri][j] += part[li][ri][j];
-            }
-        }
+        shuffle_rows<LEFTS, RIGHTS, SHIFTS, LEFT_ROWS>(lp, lok, rp, rok, row_begin, row_end,
+                                                       LEFT_ROWS, ky0, kx_warp, x_begin, x_end,
+                                                       left_w, right_h, right_w, sum);
         if (ix >= out_w) continue;
 #pragma unroll
         for (int li = 0; li < LEFTS; ++li) {
@@ -167,6 +206,72 @@ warp_shuffle_xcorr(const float* __restrict__ left, const float* __restrict__ rig
         }
     }
     }  // worker loop
+}
+
+// The "block" distribution (ours, beyond the thesis): the rows of one shift group are shared
+// by the blockDim.y warps of one block (warp w sums the LEFT_ROWS-row slabs w, w + W, ...), and
+// the block adds their sums in shared memory (dynamic, W x LEFTS x RIGHTS x SHIFTS x 32 floats)
+// in a fixed order and stores each output once: no atomics, no zeroed output, and results that
+// repeat bit for bit.  blockIdx.y strides over the shift groups, blockIdx.z over pair groups.
+template <int FORM, int LEFTS, int RIGHTS, int SHIFTS, int LEFT_ROWS>
+__global__ void __launch_bounds__(256, 2)
+warp_shuffle_block_xcorr(const float* __restrict__ left, const float* __restrict__ right,
+                         float* __restrict__ out, int left_h, int left_w, int right_h,
+                         int right_w, int out_h, int out_w, int shift_y0, int shift_x0,
+                         int n_left, int m, int n_groups) {
+    using namespace xcorr;
+    constexpr int SUMS = LEFTS * RIGHTS * SHIFTS;
+    extern __shared__ float block_sums[];  // [W][SUMS][WARP]
+    const int lane = threadIdx.x, warp = threadIdx.y, n_warps = blockDim.y;
+    const int kx_warp = shift_x0 + blockIdx.x * WARP;
+    const int ix = blockIdx.x * WARP + lane;
+    const int x_begin = max(0, -(kx_warp + WARP - 1)), x_end = min(right_w, left_w - kx_warp);
+    const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
+    const size_t out_size = (size_t)out_h * out_w;
+    const int n_pair_groups = pair_groups<FORM, LEFTS>(n_left, m, RIGHTS);
+    // Every loop bound below is the same for the whole block, so every warp meets each barrier.
+    for (int group = blockIdx.y; group < n_groups; group += gridDim.y) {
+        const int ky0 = shift_y0 + group * SHIFTS;
+        const int ky_last = min(ky0 + SHIFTS - 1, shift_y0 + out_h - 1);
+        const int dom_begin = max(0, ky0), dom_end = min(left_h, ky_last + right_h);
+        for (int zg = blockIdx.z; zg < n_pair_groups; zg += gridDim.z) {
+            int l0, r0;
+            const float* lp[LEFTS];
+            const float* rp[RIGHTS];
+            bool lok[LEFTS], rok[RIGHTS];
+            pair_group<FORM, LEFTS, RIGHTS>(left, right, zg, n_left, m, left_size, right_size,
+                                            l0, r0, lp, lok, rp, rok);
+            float sum[LEFTS][RIGHTS][SHIFTS] = {};  // all zero
+            shuffle_rows<LEFTS, RIGHTS, SHIFTS, LEFT_ROWS>(
+                lp, lok, rp, rok, dom_begin + warp * LEFT_ROWS, dom_end, n_warps * LEFT_ROWS,
+                ky0, kx_warp, x_begin, x_end, left_w, right_h, right_w, sum);
+            __syncthreads();  // the previous pair group's sums have been read
+#pragma unroll
+            for (int li = 0; li < LEFTS; ++li)
+#pragma unroll
+                for (int ri = 0; ri < RIGHTS; ++ri)
+#pragma unroll
+                    for (int j = 0; j < SHIFTS; ++j)
+                        block_sums[((warp * LEFTS + li) * RIGHTS + ri) * SHIFTS * WARP +
+                                   j * WARP + lane] = sum[li][ri][j];
+            __syncthreads();
+            // Warp w adds up and stores the sums k = w, w + W, ... of every warp, in warp order.
+            for (int k = warp; k < SUMS; k += n_warps) {
+                float total = 0.0f;
+                for (int w = 0; w < n_warps; ++w) total += block_sums[(w * SUMS + k) * WARP + lane];
+                const int j = k % SHIFTS, ri = (k / SHIFTS) % RIGHTS, li = k / (SHIFTS * RIGHTS);
+                bool exists = false;  // lok[li] && rok[ri], with compile-time indices
+#pragma unroll
+                for (int a = 0; a < LEFTS; ++a)
+#pragma unroll
+                    for (int b = 0; b < RIGHTS; ++b)
+                        if (a == li && b == ri) exists = lok[a] && rok[b];
+                if (!exists || ix >= out_w || ky0 + j > ky_last) continue;
+                const size_t z = (size_t)(l0 + li) * m + (r0 + ri);
+                out[z * out_size + (size_t)(ky0 + j - shift_y0) * out_w + ix] = total;
+            }
+        }
+    }
 }
 
 // Warp per shift (thesis, "Occupancy improvement"): for the smallest matrices one warp sums one

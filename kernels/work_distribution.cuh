@@ -10,7 +10,10 @@
 //              w / n_groups); workers past their group's task count exit at once; atomicAdd;
 //   triangle   exactly one worker per task; the worker finds its (group, task) by solving the
 //              quadratic of the cumulative task count on the piece of the task profile that
-//              holds it, then corrects by the exact count; atomicAdd.
+//              holds it, then corrects by the exact count; atomicAdd;
+//   block      (ours) the warps of one block share a group's rows and add their sums in shared
+//              memory, one plain store per output: warp_shuffle_block_xcorr, which needs none
+//              of the arithmetic below.
 //
 // The host (xcorr_app/work_distribution.py, which also ports this arithmetic for the CPU tests)
 // describes the task profile as at most MAX_PIECES linear pieces: group g_start + i of a piece
@@ -21,7 +24,7 @@
 
 namespace xcorr {
 
-enum Distribution { DIST_NONE = 0, DIST_RECTANGLE = 1, DIST_TRIANGLE = 2 };
+enum Distribution { DIST_NONE = 0, DIST_RECTANGLE = 1, DIST_TRIANGLE = 2, DIST_BLOCK = 3 };
 enum PieceField { P_G_START = 0, P_LENGTH, P_ALPHA, P_BETA, P_TASKS_BEFORE, PIECE_FIELDS };
 
 // sum_{i < n} floor((a * i + b) / m) for n, m > 0 and a, b >= 0 (Euclid-like, O(log)).

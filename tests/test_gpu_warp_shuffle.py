@@ -20,7 +20,8 @@ pytestmark = pytest.mark.gpu
 SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (64, 64), (100, 37), (257, 129)]
 COUNTS = [1, 3, 33]
 BOUNDS = [3, (2, 40), 70]
-DISTRIBUTIONS = [("none", 0), ("rectangle", 3), ("triangle", 3), ("triangle", 1)]
+DISTRIBUTIONS = [("none", 0), ("rectangle", 3), ("triangle", 3), ("triangle", 1), ("block", 2),
+                 ("block", 5)]
 SEED = int(np.random.SeedSequence().entropy % (2**32))
 TOL = 1e-5
 
@@ -132,14 +133,15 @@ def test_shared_variant_refuses_too_large_right():
 
 @pytest.mark.parametrize("dist", DISTRIBUTIONS)
 def test_repeated_runs(dist):
-    """Identical without distribution; equal up to atomicAdd ordering with it."""
+    """Identical without distribution and with ``block``; equal up to atomicAdd ordering with
+    the others."""
     from xcorr_app.gpu_warp_shuffle import warp_shuffle_xcorr
 
     left, right, want = problem("one_to_many", (100, 37), 33, None)
     kw = dict(rights=4, distribution=dist[0], rows_per_worker=dist[1])
     a = warp_shuffle_xcorr(left, right, "one_to_many", **kw).get()
     b = warp_shuffle_xcorr(left, right, "one_to_many", **kw).get()
-    if dist[0] == "none":
+    if dist[0] in ("none", "block"):
         assert np.array_equal(a, b)
     else:
         assert rel_error(a, b) <= 1e-6

@@ -14,6 +14,8 @@ from xcorr_app.gpu_tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_
 from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.plans import Plan
 from xcorr_app import planner
+from xcorr_app.shifts import first_shift, output_shape
+from xcorr_app.work_distribution import MAX_BLOCK_WARPS, schedule
 
 from conftest import rel_error
 
@@ -24,7 +26,8 @@ from conftest import rel_error
                                   "pair_tiled:tile_x=8",
                                   "mma:tile_y=2,tile_x=16",
                                   "warp_shuffle:rights=4,shifts=2",
-                                  "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3"])
+                                  "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3",
+                                  "warp_shuffle:rights=2,distribution=block,rows_per_worker=4"])
 def test_plan_string_round_trip(spec):
     assert str(Plan.parse(spec)) == spec
     assert Plan.parse(Plan.parse(spec)) == Plan.parse(spec)
@@ -81,7 +84,14 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
         assert key in WARP_SHUFFLE.instantiations
         assert p.rights <= max(1, lay.m) and p.lefts <= lay.n_left
         for q in planner.distribution_candidates(p, lay, bound, sm_count=132):
-            assert q.distribution in ("rectangle", "triangle") and q.rows_per_worker >= 1
+            assert q.distribution in ("rectangle", "triangle", "block") and q.rows_per_worker >= 1
+            if q.distribution == "block":  # 2 to 8 warps, each with whole slabs of left rows
+                sched = schedule("block", lay.left_shape[0], lay.right_shape[0],
+                                 first_shift(lay.left_shape, lay.right_shape, bound)[0],
+                                 output_shape(lay.left_shape, lay.right_shape, bound)[0],
+                                 q.shifts, q.rows_per_worker)
+                assert 2 <= sched.max_tasks <= MAX_BLOCK_WARPS
+                assert q.rows_per_worker % q.left_rows == 0
             assert (q.lefts, q.rights, q.shifts, q.left_rows) == (p.lefts, p.rights, p.shifts,
                                                                    p.left_rows)
     for p in plans:
@@ -131,6 +141,7 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
     assert d.timings[0][1] == min(t for _, t in d.timings)
     assert {p.method for p, _ in d.timings} >= {"fft", "overlap", "warp_shuffle"}
     assert any(p.distribution == "triangle" for p, _ in d.timings)
+    assert any(p.distribution == "block" for p, _ in d.timings)
     assert "fastest" in d.reason
     stored = json.loads((tmp_path / "plans.json").read_text())
     assert list(stored["entries"].values())[0]["plan"] == str(d.plan)

@@ -1,14 +1,14 @@
-"""Worker-to-task mapping of the rectangle and triangle distributions (CPU port of the device
+"""Worker-to-task mapping of the rectangle, triangle and block distributions (CPU port of the device
 arithmetic in kernels/work_distribution.cuh; the GPU tests check the kernels themselves)."""
 
 import numpy as np
 import pytest
 
-from xcorr_app.work_distribution import (DISTRIBUTIONS, assign, floor_sum, profile_pieces,
-                                         schedule, worker_rows)
+from xcorr_app.work_distribution import (DISTRIBUTIONS, MAX_BLOCK_WARPS, assign, floor_sum,
+                                         profile_pieces, schedule, worker_rows)
 
 
-def covered(s):
+def covered(s, left_rows=1):
     """{(group, row): worker} of every row summed, failing on a row summed twice."""
     seen = {}
     for w in range(s.n_workers):
@@ -16,10 +16,10 @@ def covered(s):
         if got is None:
             continue
         g, t = got
-        begin, end = worker_rows(s, g, t)
+        rows = worker_rows(s, g, t, left_rows)
         assert 0 <= g < s.n_groups
-        assert begin < end or s.distribution == "none"
-        for row in range(begin, end):
+        assert len(rows) or s.distribution in ("none", "block")
+        for row in rows:
             assert (g, row) not in seen, f"row {row} of group {g} summed by {seen[(g, row)]} and {w}"
             seen[(g, row)] = w
     return seen
@@ -44,13 +44,21 @@ def test_every_shift_row_exactly_once(rng, distribution):
     for _ in range(400):
         lh, rh, y0, oh, shifts = random_problem(rng)
         rpw = int(rng.integers(1, 24))
+        left_rows = int(rng.choice([1, 2]))  # the kernel's LEFT_ROWS slabs (block only)
         s = schedule(distribution, lh, rh, y0, oh, shifts, rpw)
-        assert set(covered(s)) == every_row(s)
+        assert set(covered(s, left_rows)) == every_row(s)
         if distribution == "triangle":  # exactly one worker per task
             assert s.n_workers == int(s.tasks().sum())
             assert all(assign(s, w) is not None for w in range(s.n_workers))
         if distribution == "rectangle":
             assert s.n_workers == s.n_groups * s.max_tasks
+        if distribution == "block":  # a block of warps per group, each within its task size
+            longest = int(s.domain_length.max()) if s.n_groups else 0
+            assert s.n_workers == s.n_groups * s.max_tasks
+            assert s.max_tasks == min(MAX_BLOCK_WARPS, max(1, -(-longest // rpw)))
+            if -(-longest // rpw) <= MAX_BLOCK_WARPS:
+                assert all(len(worker_rows(s, g, t)) <= rpw for g, t in
+                           (assign(s, w) for w in range(s.n_workers)))
 
 
 def test_domains_are_the_rows_each_shift_needs(rng):

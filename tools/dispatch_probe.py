@@ -3,8 +3,11 @@
 For each plan of the bench's small problems it prints the event-timed call as the bench times it
 (``run_plan``), 200 calls back to back, the GPU's time alone (200 calls in one CUDA graph), the
 host microseconds per call, and (with ``profile``) the top of a cProfile of 2000 calls.
+``floor`` prints the same for an empty kernel and for a memset alone (what any call costs);
+``planned ROW...`` takes each bench row whose name contains ROW, asks the planner again
+(``refresh``) and probes its eight fastest candidates.
 
-    python3 tools/dispatch_probe.py [profile]
+    python3 tools/dispatch_probe.py [profile] [floor] [planned "1x8 at 32x32" ...]
 """
 import cProfile
 import pstats
@@ -13,22 +16,18 @@ import time
 
 import cupy as cp
 
+from xcorr_app import bench_xcorr, planner
 from xcorr_app.forms import form_layout
 from xcorr_app.gpu_warp_shuffle import _LAUNCHES
+from xcorr_app.kernel_launch import PreparedLaunch
 from xcorr_app.plans import Plan, run_plan
 from xcorr_app.shifts import output_shape
 from xcorr_app.timing import time_gpu
 
 CASES = [("one_to_one", (16, 16), (16, 16), "warp_per_shift:shared=1"),
-         ("one_to_one", (32, 32), (32, 32), "warp_per_shift:shared=1"),
-         ("one_to_one", (48, 48), (48, 48), "warp_per_shift"),
-         ("one_to_many", (16, 16), (8, 16, 16), "warp_per_shift:shared=1"),
-         ("one_to_many", (32, 32), (8, 32, 32), "warp_shuffle:shifts=2,distribution=rectangle,"
+         ("one_to_many", (32, 32), (8, 32, 32), "warp_shuffle:rights=2,distribution=rectangle,"
                                                 "rows_per_worker=1"),
-         ("one_to_many", (16, 16), (256, 16, 16), "warp_shuffle:rights=4"),
-         ("n_to_m", (8, 32, 32), (8, 32, 32), "warp_shuffle:lefts=2,rights=4,"
-                                              "distribution=rectangle,rows_per_worker=2"),
-         ("n_to_mn", (4, 32, 32), (4, 64, 32, 32), "pair_tiled:tile_x=8,rows_per_chunk=4")]
+         ("one_to_many", (16, 16), (256, 16, 16), "mma:tile_y=1,tile_x=16")]
 
 
 def back_to_back(fn, n=200):
@@ -75,44 +74,91 @@ def host_us(fn, n=2000):
     return (time.perf_counter() - t) / n * 1e6
 
 
-def main(profile=False):
+def report(label, call, extra=""):
+    bench = time_gpu(call, warmup=5, repeat=51)
+    per = back_to_back(call)
+    try:
+        gpu = f"{in_graph(call) * 1e3:.1f} us"
+    except Exception as exc:  # a path that cannot be captured
+        gpu = f"not capturable ({type(exc).__name__}: {exc})"
+    print(f"{label}: bench-timed {bench * 1e3:.1f} us, back-to-back {per * 1e3:.1f} us, in a "
+          f"graph {gpu}, host {host_us(call):.1f} us per call{extra}", flush=True)
+
+
+def probe(form, ls, rs, spec, profile=False, left=None, right=None):
+    left = cp.random.rand(*ls, dtype=cp.float32) if left is None else left
+    right = cp.random.rand(*rs, dtype=cp.float32) if right is None else right
+    lay = form_layout(form, ls, rs)
+    out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, None),
+                   cp.float32)
+    plan = Plan.parse(spec)
+    call = lambda: run_plan(plan, left, right, form, None, out=out)  # noqa: E731
+    call()
+    bare_txt = ""
+    if plan.on_gpu_only and plan.method != "overlap":
+        cfg = list(_LAUNCHES.values())[-1]  # this problem's launch, kept by the first call
+        if getattr(cfg, "arrange", 0) is None and cfg.kernel is not None:
+            k = cfg.kernel
+            bare_txt = (f", prepared launch alone host {host_us(lambda: k(left, right, out)):.1f}"
+                        f" us, zeroed first {cfg.zero_first}")
+    report(f"{form} {ls} x {rs} {spec}", call, bare_txt)
+    if profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(2000):
+            call()
+        prof.disable()
+        cp.cuda.get_current_stream().synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+def floor():
+    """An empty kernel through a prepared launch, a memset alone, and both."""
+    fn = cp.RawKernel(r'extern "C" __global__ void empty(float* a, float* b, float* c) {}',
+                      "empty")
+    a = cp.zeros(31752, cp.float32)
+    fn((1,), (32,), (a, a, a))
+    k = PreparedLaunch(fn, (1, 1, 1), (32, 1, 1), 3)
+    stream = cp.cuda.get_current_stream
+
+    def memset():
+        cp.cuda.runtime.memsetAsync(a.data.ptr, 0, a.nbytes, stream().ptr)
+
+    def both():
+        memset()
+        k(a, a, a)
+
+    report("empty kernel, prepared launch", lambda: k(a, a, a))
+    report("memsetAsync of 127 KB alone", memset)
+    report("memsetAsync then empty kernel", both)
+
+
+def planned(names):
+    for prob in bench_xcorr.PROBLEMS:
+        if not any(n in prob.name for n in names):
+            continue
+        left, right = bench_xcorr.make_inputs(prob)
+        d = planner.decide(left, right, prob.form, prob.max_shift, refresh=True)
+        print(f"== {prob.name}: planner chose {d.plan}", flush=True)
+        for plan, ms in d.timings[:8]:
+            print(f"   planner {ms * 1e3:.1f} us  {plan}")
+        ls, rs = prob.shapes()
+        for plan, _ in d.timings[:8]:
+            probe(prob.form, ls, rs, str(plan), left=left, right=right)
+
+
+def main(argv):
+    if "floor" in argv:
+        floor()
+    if "planned" in argv:
+        planned(argv[argv.index("planned") + 1:])
+        return
     t = time.perf_counter()
     sum(range(1_000_000))
     print(f"this host's Python: sum(range(1e6)) in {(time.perf_counter() - t) * 1e3:.1f} ms")
     for form, ls, rs, spec in CASES:
-        left = cp.random.rand(*ls, dtype=cp.float32)
-        right = cp.random.rand(*rs, dtype=cp.float32)
-        lay = form_layout(form, ls, rs)
-        out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, None),
-                       cp.float32)
-        plan = Plan.parse(spec)
-        call = lambda: run_plan(plan, left, right, form, None, out=out)  # noqa: E731
-        bench = time_gpu(call, warmup=5, repeat=51)
-        per = back_to_back(call)
-        cfg = list(_LAUNCHES.values())[-1]  # this problem's launch, kept by the first call
-        if getattr(cfg, "arrange", 0) is None and not cfg.zero_first:
-            k = cfg.kernel
-            args = (left, right, out) + k.constants
-            cupy_call = lambda: k.fn(k.grid, k.block, args, shared_mem=k.shared_mem)  # noqa
-            bare_txt = (f", CuPy's launch host {host_us(cupy_call):.1f} us, prepared launch "
-                        f"host {host_us(lambda: k(left, right, out)):.1f} us")
-        else:
-            bare_txt = ""
-        try:
-            gpu = f"{in_graph(call) * 1e3:.1f} us"
-        except Exception as exc:  # a path that cannot be captured
-            gpu = f"not capturable ({type(exc).__name__}: {exc})"
-        print(f"{form} {ls} x {rs} {spec}: bench-timed {bench * 1e3:.1f} us, back-to-back "
-              f"{per * 1e3:.1f} us, in a graph {gpu}, host {host_us(call):.1f} us per call{bare_txt}", flush=True)
-        if profile:
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(2000):
-                call()
-            prof.disable()
-            cp.cuda.get_current_stream().synchronize()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+        probe(form, ls, rs, spec, profile="profile" in argv)
 
 
 if __name__ == "__main__":
-    main("profile" in sys.argv[1:])
+    main(sys.argv[1:])

@@ -1,7 +1,8 @@
 """GPU launchers of the warp-shuffle kernels (``kernels/warp_shuffle_xcorr.cu``).
 
 * :func:`warp_shuffle_xcorr`: split-row warp shuffle with work distribution (``none``,
-  ``rectangle``, ``triangle``), ``lefts`` left and ``rights`` right matrices per thread,
+  ``rectangle``, ``triangle``, and ours, ``block``: a block's warps share a group's rows and add
+  their sums in shared memory), ``lefts`` left and ``rights`` right matrices per thread,
   ``shifts`` consecutive y-shifts per thread and ``left_rows`` left rows per iteration.
 * :func:`warp_per_shift_xcorr`: one warp per output element, optionally staging the right
   matrix in shared memory, for the smallest matrices.
@@ -47,6 +48,8 @@ VARIANTS["n_to_m"] = VARIANTS["one_to_many"] + [(2, r, 1, 1) for r in (1, 2, 4, 
 
 WARP_SHUFFLE = KernelFamily("warp_shuffle_xcorr.cu", "warp_shuffle_xcorr",
                             [(FORM_IDS[f],) + v for f in FORMS for v in VARIANTS[f]])
+WARP_SHUFFLE_BLOCK = KernelFamily("warp_shuffle_xcorr.cu", "warp_shuffle_block_xcorr",
+                                  WARP_SHUFFLE.instantiations)
 WARP_PER_SHIFT = KernelFamily("warp_shuffle_xcorr.cu", "warp_per_shift_xcorr",
                               [(FORM_IDS[f], s) for f in FORMS for s in (False, True)])
 
@@ -158,19 +161,27 @@ def _configure_shuffle(form, left_shape, right_shape, max_shift, params):
     ky0 = int(geom[6])
     i32 = np.int32
     lefts, rights, shifts = params["lefts"], params["rights"], params["shifts"]
-    fn = WARP_SHUFFLE.get(lay.form_id, lefts, rights, shifts, params["left_rows"])
+    variant = (lay.form_id, lefts, rights, shifts, params["left_rows"])
     sched = schedule(params["distribution"], lh, rh, ky0, ho, shifts,
                      params["rows_per_worker"])
     if sched.n_workers == 0:  # no shift overlaps: all zeros
         return None, None, None, (), 0, True, out_shape
-    pieces = cp.asarray(sched.pieces if sched.pieces.size else np.zeros((1, 5), np.int32))
     pair_groups = -(-lay.n_left // lefts) * -(-lay.m // rights)
+    if sched.distribution == "block":
+        warps = sched.max_tasks
+        grid = (-(-wo // 32), min(sched.n_groups, MAX_GRID_Y), min(pair_groups, MAX_GRID_Z))
+        smem = 4 * warps * lefts * rights * shifts * 32  # each warp's sums, added by the block
+        scalars = geom + (i32(lay.n_left), i32(lay.m), i32(sched.n_groups))
+        return (WARP_SHUFFLE_BLOCK.get(*variant), grid, (32, warps, 1), scalars, smem, False,
+                out_shape)
+    fn = WARP_SHUFFLE.get(*variant)
+    pieces = cp.asarray(sched.pieces if sched.pieces.size else np.zeros((1, 5), np.int32))
     grid = (-(-wo // 32), min(-(-sched.n_workers // WARPS_PER_BLOCK), MAX_GRID_Y),
             min(pair_groups, MAX_GRID_Z))
     scalars = geom + (i32(lay.n_left), i32(lay.m), i32(sched.dist_id),
                       i32(sched.rows_per_worker), i32(sched.n_groups), i32(sched.n_workers),
                       i32(sched.max_tasks), pieces, i32(len(sched.pieces)))
-    zero = sched.distribution != "none"  # workers add their partial sums
+    zero = sched.distribution != "none"  # workers add their partial sums (atomicAdd)
     return fn, grid, (32, WARPS_PER_BLOCK, 1), scalars, 0, zero, out_shape
 
 
@@ -188,9 +199,11 @@ def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None,
         Consecutive y-shifts per thread (multi-row / grouped overlap).
     left_rows : int
         Left rows loaded per iteration and reused for every shift they meet.
-    distribution : {"none", "rectangle", "triangle"}
+    distribution : {"none", "rectangle", "triangle", "block"}
     rows_per_worker : int
-        Rows of one task (rectangle and triangle).
+        Rows of one task (rectangle and triangle); with ``block``, the block has as many warps
+        as the longest domain has tasks (at most
+        :data:`~xcorr_app.work_distribution.MAX_BLOCK_WARPS`).
 
     Returns
     -------

@@ -171,8 +171,10 @@ def mma_candidates(lay, max_shift, limit=None) -> list:
 
 def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:
     """Rectangle and triangle versions of a warp-shuffle plan, with task sizes that give the
-    GPU about :data:`TARGET_WARPS_PER_SM` warps per SM (and a quarter of that size)."""
-    from .work_distribution import schedule
+    GPU about :data:`TARGET_WARPS_PER_SM` warps per SM (and a quarter of that size), and block
+    versions with 2, 4 and 8 warps per block (as far as the longest domain has rows for them).
+    """
+    from .work_distribution import MAX_BLOCK_WARPS, schedule
 
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
     ky0, _ = first_shift(lay.left_shape, lay.right_shape, max_shift)
@@ -186,9 +188,13 @@ def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:
     rows = float(lengths.mean()) * warps / target
     big = 1 << max(0, int(np.ceil(np.log2(max(rows, 1.0)))))
     sizes = sorted({max(1, min(big, int(lengths.max()))), max(1, big // 4)})
+    slabs = -(-int(lengths.max()) // plan.left_rows)  # a warp of a block sums whole slabs of left rows
+    block_sizes = sorted({plan.left_rows * -(-slabs // w) for w in (2, 4, MAX_BLOCK_WARPS)
+                          if w <= slabs})
     return [replace(plan, distribution=d, rows_per_worker=s)
             for d in ("rectangle", "triangle") for s in sizes
-            if s < lengths.max()]  # one task per group is "none" with atomics
+            if s < lengths.max()] + [  # one task per group is "none" with atomics
+        replace(plan, distribution="block", rows_per_worker=s) for s in block_sizes]
 
 
 def rule_plan(lay, max_shift) -> Plan:

@@ -7,7 +7,11 @@ the left rows of its *domain*; a *task* is up to ``rows_per_worker`` consecutive
 * ``none``: one worker per group, whole domain, plain stores;
 * ``rectangle``: ``max_tasks`` workers per group, idle ones exit at once, atomicAdd;
 * ``triangle``: exactly one worker per task, found by solving the quadratic of the cumulative
-  task count on a linear piece of the task profile, atomicAdd.
+  task count on a linear piece of the task profile, atomicAdd;
+* ``block`` (ours): the ``max_tasks`` warps of one block share each group's rows (warp ``w``
+  sums the row slabs ``w``, ``w + max_tasks``, ...) and add their sums in shared memory: one
+  plain store per output, no atomics and no zeroed output.  ``max_tasks`` is the task count of
+  the longest domain, at most :data:`MAX_BLOCK_WARPS`.
 
 :func:`schedule` computes everything the kernel launch needs; :func:`assign` is the exact port
 of the device's ``assign_work`` used by the CPU tests to prove that every (group, row) is
@@ -27,9 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DISTRIBUTIONS = ("none", "rectangle", "triangle")
+DISTRIBUTIONS = ("none", "rectangle", "triangle", "block")
 DIST_IDS = {name: i for i, name in enumerate(DISTRIBUTIONS)}  # kernels/work_distribution.cuh
 PIECE_FIELDS = 5  # g_start, length, alpha, beta, tasks_before
+#: warps of one block of the ``block`` distribution (``__launch_bounds__(256)``)
+MAX_BLOCK_WARPS = 8
 
 
 def group_domains(left_h: int, right_h: int, shift_y0: int, out_h: int, shifts: int):
@@ -75,7 +81,7 @@ class Schedule:
     rows_per_worker: int  # 0 with "none" (the whole domain)
     n_groups: int
     n_workers: int
-    max_tasks: int
+    max_tasks: int  # "block": the warps of a block
     pieces: np.ndarray  # (n_pieces, PIECE_FIELDS) int32; used by "triangle"
     domain_begin: np.ndarray
     domain_length: np.ndarray
@@ -102,10 +108,14 @@ def schedule(distribution: str, left_h: int, right_h: int, shift_y0: int, out_h:
         return Schedule("none", 0, n_groups, n_groups, 1,
                         np.zeros((0, PIECE_FIELDS), np.int32), begin, length)
     if rows_per_worker < 1:
-        raise ValueError("rows_per_worker must be at least 1 with a rectangle or triangle "
-                         "distribution")
+        raise ValueError("rows_per_worker must be at least 1 with a rectangle, triangle or "
+                         "block distribution")
     tasks = -(-length // rows_per_worker)
     max_tasks = int(tasks.max()) if n_groups else 0
+    if distribution == "block":
+        warps = min(MAX_BLOCK_WARPS, max(1, max_tasks))
+        return Schedule("block", int(rows_per_worker), n_groups, n_groups * warps, warps,
+                        np.zeros((0, PIECE_FIELDS), np.int32), begin, length)
     pieces = profile_pieces(length, rows_per_worker)
     n_workers = n_groups * max_tasks if distribution == "rectangle" else int(tasks.sum())
     return Schedule(distribution, int(rows_per_worker), n_groups, n_workers, max_tasks, pieces,
@@ -142,7 +152,11 @@ def piece_tasks(k: int, alpha: int, beta: int, rpw: int) -> int:
 
 def assign(s: Schedule, worker: int):
     """``(group, task)`` of ``worker``, or None for an idle one: the device's ``assign_work``
-    followed by the kernel's check that the task starts inside the domain."""
+    followed by the kernel's check that the task starts inside the domain.  With ``block``,
+    worker ``w`` is warp ``w % max_tasks`` of group ``w // max_tasks`` (its task number)."""
+    if s.distribution == "block":
+        group, warp = divmod(worker, s.max_tasks)
+        return (group, warp) if group < s.n_groups else None
     if s.distribution == "none":
         return (worker, 0) if worker < s.n_groups else None
     if s.distribution == "rectangle":
@@ -172,11 +186,17 @@ def assign(s: Schedule, worker: int):
     return g_start + k, w - piece_tasks(k, alpha, beta, rpw)
 
 
-def worker_rows(s: Schedule, group: int, task: int):
-    """Left rows ``[begin, end)`` that a worker sums."""
+def worker_rows(s: Schedule, group: int, task: int, left_rows: int = 1):
+    """Left rows that a worker sums: ``range(begin, end)``, or with ``block`` the slabs of
+    ``left_rows`` rows the warp's loop visits (``kernels/warp_shuffle_xcorr.cu``,
+    ``shuffle_rows`` from ``begin + warp * left_rows`` in steps of ``warps * left_rows``)."""
     begin = int(s.domain_begin[group])
     end = begin + int(s.domain_length[group])
+    if s.distribution == "block":
+        step = s.max_tasks * left_rows
+        return [y + i for y in range(begin + task * left_rows, end, step)
+                for i in range(left_rows) if y + i < end]
     if s.distribution == "none":
-        return begin, end
+        return range(begin, end)
     start = begin + task * s.rows_per_worker
-    return start, min(start + s.rows_per_worker, end)
+    return range(start, min(start + s.rows_per_worker, end))
