@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(xcorr::MMA_WARPS * 32, 1)
 mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
           float* __restrict__ out, int left_h, int left_w, int right_h, int right_w, int out_h,
           int out_w, int shift_y0, int shift_x0, int m, int n_groups, int tiles_x, int n_tiles,
-          int chunks, int buffers) {
+          int chunks, int buffers, int row_splits) {
     using namespace xcorr;
     constexpr int PAD = mma_pad<TXB>();
     extern __shared__ uint4 mma_smem[];
@@ -150,7 +150,15 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
         const uint2 p0 = split_tf32(v0), p1 = split_tf32(v1);
         s_left[k] = make_uint4(p0.x, p1.x, p0.y, p1.y);
     }
-    const int slot = blockIdx.x * MMA_WARPS + threadIdx.y, n_slots = gridDim.x * MMA_WARPS;
+    // row_splits warps share a tile: warp part p sums the right rows y_begin + p, + row_splits,
+    // ...; parts 1, 2, ... leave their sums in shared memory (after the right-matrix buffers,
+    // [MMA_WARPS - tile_warps][SUMS][32] floats) for part 0 to add in part order and store.
+    const int tile_warps = MMA_WARPS / row_splits, part = threadIdx.y % row_splits;
+    const int slot = blockIdx.x * tile_warps + threadIdx.y / row_splits;
+    const int n_slots = gridDim.x * tile_warps;
+    constexpr int SUMS = TY * TXB * 4;
+    float* const s_partial = s_rights + buffers * buffer_floats +  // this tile's parts 1, 2, ...
+                             (threadIdx.y / row_splits) * (row_splits - 1) * SUMS * 32 + lane;
 
     int buf = 0;
     for (int grp = blockIdx.y; grp < n_groups; grp += gridDim.y) {
@@ -175,25 +183,28 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
         __syncthreads();
         const float* sr = s_rights + buf * buffer_floats + g * stride + 2 * t4;
 
+        // The round count is the same for every warp: all of them meet the barriers below.
         for (int round = 0; round * n_slots < n_tiles; ++round) {
             const int tile = snake_tile(round, slot, n_slots);
-            if (tile >= n_tiles) continue;
+            const bool active = tile < n_tiles;  // the same for the parts of a tile
             int tx_index;
-            const int ty_index = div_floor(tile, tiles_x, tx_index);
+            const int ty_index = active ? div_floor(tile, tiles_x, tx_index) : 0;
+            if (!active) tx_index = 0;
             const int ky0 = shift_y0 + ty_index * TY;
             const int kx0 = shift_x0 + tx_index * MMA_SHIFTS * TXB;
             // right rows and columns that meet the left at one of the tile's shifts
-            const int y_begin = max(0, -(ky0 + TY - 1)), y_end = min(right_h, left_h - ky0);
+            const int y_begin = max(0, -(ky0 + TY - 1));
+            const int y_end = active ? min(right_h, left_h - ky0) : 0;
             const int x_begin = max(0, -(kx0 + MMA_SHIFTS * TXB - 1));
             const int x_end = min(right_w, left_w - kx0);
             const int c_begin = x_begin >> 3;
             const int n_steps = x_end > x_begin ? ((x_end + 7) >> 3) - c_begin : 0;
             float acc[TY][TXB][4] = {};
-            for (int y = y_begin; y < y_end && n_steps > 0; ++y) {
+            for (int y = y_begin + part; y < y_end && n_steps > 0; y += row_splits) {
 #if XCORR_MMA_ROW_SUMS
-                float part[TY][TXB][4] = {};   // the hi * hi products of this row
+                float part_sum[TY][TXB][4] = {};   // the hi * hi products of this row
 #else
-                float (&part)[TY][TXB][4] = acc;
+                float (&part_sum)[TY][TXB][4] = acc;
 #endif
                 float small[TY][TXB][4] = {};  // and its hi * lo + lo * hi: a second chain
                 const float* rrow = sr + y * cols + 8 * c_begin;
@@ -233,7 +244,7 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
                         for (int j = 0; j < TXB; ++j)
-                            mma_tf32(part[i][j], a_hi, b[i][j].x, b[i][j].y);
+                            mma_tf32(part_sum[i][j], a_hi, b[i][j].x, b[i][j].y);
                 }
 #pragma unroll
                 for (int i = 0; i < TY; ++i)
@@ -242,11 +253,37 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
 #pragma unroll
                         for (int e = 0; e < 4; ++e)
 #if XCORR_MMA_ROW_SUMS
-                            acc[i][j][e] += part[i][j][e] + small[i][j][e];
+                            acc[i][j][e] += part_sum[i][j][e] + small[i][j][e];
 #else
                             acc[i][j][e] += small[i][j][e];
 #endif
             }
+            if (row_splits > 1) {  // the same for the whole block
+                if (active && part > 0) {
+#pragma unroll
+                    for (int i = 0; i < TY; ++i)
+#pragma unroll
+                        for (int j = 0; j < TXB; ++j)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                s_partial[((part - 1) * SUMS + (i * TXB + j) * 4 + e) * 32] =
+                                    acc[i][j][e];
+                }
+                __syncthreads();
+                if (active && part == 0) {
+                    for (int q = 0; q < row_splits - 1; ++q)  // parts 1, 2, ... in turn
+#pragma unroll
+                        for (int i = 0; i < TY; ++i)
+#pragma unroll
+                            for (int j = 0; j < TXB; ++j)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e)
+                                    acc[i][j][e] +=
+                                        s_partial[(q * SUMS + (i * TXB + j) * 4 + e) * 32];
+                }
+                __syncthreads();  // read before the next round's parts write
+            }
+            if (!active || part != 0) continue;
             // D[i][n]: lane (g, t4) holds matrices g and g + 8 at x-shifts 2 t4 and 2 t4 + 1
 #pragma unroll
             for (int i = 0; i < TY; ++i) {

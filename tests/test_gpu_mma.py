@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xcorr_app.gpu_mma import MMA_FORMS, MMA_TILES
+from xcorr_app.gpu_mma import MMA_FORMS, MMA_TILES, ROW_SPLITS
 
 from conftest import poisoned, rel_error
 from test_gpu_warp_shuffle import counts_for
@@ -11,7 +11,7 @@ from test_gpu_warp_shuffle import check as shuffle_check
 
 pytestmark = pytest.mark.gpu
 
-CASES = [(f, t) for f in MMA_FORMS for t in MMA_TILES]
+CASES = [(f, t, k) for f in MMA_FORMS for t in MMA_TILES for k in ROW_SPLITS]
 #: sizes whose blocks fit shared memory (a 64x64 right matrix does not: the FFT's territory)
 SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (20, 45)]
 
@@ -22,9 +22,10 @@ def check(form, lshape, count, max_shift, rshape=None, **params):
     shuffle_check(form, lshape, count, max_shift, rshape, kernel=mma_xcorr, **params)
 
 
-@pytest.mark.parametrize("form,tile", CASES, ids=[f"{f}-{t[0]}x{t[1]}" for f, t in CASES])
-def test_tile(form, tile):
-    params = dict(tile_y=tile[0], tile_x=tile[1])
+@pytest.mark.parametrize("form,tile,row_splits", CASES,
+                         ids=[f"{f}-{t[0]}x{t[1]}-rows{k}" for f, t, k in CASES])
+def test_tile(form, tile, row_splits):
+    params = dict(tile_y=tile[0], tile_x=tile[1], row_splits=row_splits)
     for lshape in SIZES:
         for count in counts_for(form):
             check(form, lshape, count, None, **params)
@@ -38,8 +39,8 @@ def test_tile(form, tile):
 
 
 @pytest.mark.parametrize("form,m", [("one_to_many", 70), ("n_to_mn", 40), ("n_to_m", 65)])
-@pytest.mark.parametrize("tile", [(4, 8), (1, 32)])
-def test_many_rights_positive_data(rng, form, m, tile):
+@pytest.mark.parametrize("tile,row_splits", [((4, 8), 1), ((1, 32), 1), ((2, 8), 4)])
+def test_many_rights_positive_data(rng, form, m, tile, row_splits):
     """Several groups of 16 (a partial last one), several lefts, and image-like data: positive
     values up to 65535, where the tensor cores' truncating adds would drift without the
     per-row sums."""
@@ -57,12 +58,14 @@ def test_many_rights_positive_data(rng, form, m, tile):
         want = reference.xcorr(left, right, form, max_shift)
         out = poisoned(cp, want.shape)
         got = mma_xcorr(cp.asarray(left, cp.float32), cp.asarray(right, cp.float32), form,
-                        max_shift, out=out, tile_y=tile[0], tile_x=tile[1])
+                        max_shift, out=out, tile_y=tile[0], tile_x=tile[1],
+                        row_splits=row_splits)
         assert got is out
         assert rel_error(got.get(), want) <= 1e-5, (form, m, tile, max_shift)
 
 
-def test_one_buffer_for_large_right_matrices(rng):
+@pytest.mark.parametrize("row_splits", ROW_SPLITS)
+def test_one_buffer_for_large_right_matrices(rng, row_splits):
     """40x40 matrices get one right-matrix buffer (two do not fit): still every element."""
     import cupy as cp
 
@@ -70,15 +73,18 @@ def test_one_buffer_for_large_right_matrices(rng):
     from xcorr_app.gpu_mma import buffers_for, mma_xcorr
     from xcorr_app.pointwise_plan import device_limits
 
-    assert buffers_for((40, 40), (40, 40), 4, 8, device_limits().shared_per_block) == 1
+    limit = device_limits().shared_per_block
+    assert buffers_for((40, 40), (40, 40), 4, 8, limit, row_splits) == 1
     left, right = rng.random((2, 40, 40)), rng.random((37, 40, 40))
     want = reference.xcorr(left, right, "n_to_m")
     out = poisoned(cp, want.shape)
-    got = mma_xcorr(cp.asarray(left), cp.asarray(right), "n_to_m", out=out, tile_y=4, tile_x=8)
+    got = mma_xcorr(cp.asarray(left), cp.asarray(right), "n_to_m", out=out, tile_y=4, tile_x=8,
+                    row_splits=row_splits)
     assert rel_error(got.get(), want) <= 1e-5
 
 
-def test_repeatable_and_inputs_unchanged(rng):
+@pytest.mark.parametrize("row_splits", ROW_SPLITS)
+def test_repeatable_and_inputs_unchanged(rng, row_splits):
     import cupy as cp
 
     from xcorr_app.gpu_mma import mma_xcorr
@@ -86,9 +92,9 @@ def test_repeatable_and_inputs_unchanged(rng):
     left = cp.asarray(rng.standard_normal((32, 32)), cp.float32)
     right = cp.asarray(rng.standard_normal((100, 32, 32)), cp.float32)
     before = (left.copy(), right.copy())
-    first = mma_xcorr(left, right, "one_to_many", tile_y=2, tile_x=16)
-    again = mma_xcorr(left, right, "one_to_many", tile_y=2, tile_x=16)
-    assert cp.array_equal(first, again)  # no atomics: bit for bit
+    first = mma_xcorr(left, right, "one_to_many", tile_y=2, tile_x=16, row_splits=row_splits)
+    again = mma_xcorr(left, right, "one_to_many", tile_y=2, tile_x=16, row_splits=row_splits)
+    assert cp.array_equal(first, again)  # no atomics, parts added in order: bit for bit
     assert cp.array_equal(left, before[0]) and cp.array_equal(right, before[1])
 
 
@@ -107,3 +113,6 @@ def test_refuses_what_it_cannot_run():
     with pytest.raises(XcorrError, match="not compiled"):
         cross_correlate(cp.zeros((8, 8), cp.float32), cp.zeros((9, 8, 8), cp.float32),
                         "one_to_many", method="mma")
+    with pytest.raises(XcorrError, match="row_splits=3"):
+        cross_correlate(cp.zeros((8, 8), cp.float32), cp.zeros((9, 8, 8), cp.float32),
+                        "one_to_many", method="mma:tile_y=2,tile_x=8,row_splits=3")

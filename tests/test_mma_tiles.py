@@ -105,3 +105,53 @@ def test_grid_plan_one_wave_and_least_work(rng):
         splits, strides = grid_plan(n_tiles, n_groups, n_left, target)
         assert 1 <= splits <= max(1, -(-n_tiles // WARPS)) and 1 <= strides <= n_groups
         assert splits * strides * n_left <= max(target, n_left)  # one wave where it can be
+
+
+def snake_tile(k, slot, n_slots):
+    """Port of the kernel's ``snake_tile``."""
+    return k * n_slots + (n_slots - 1 - slot if k & 1 else slot)
+
+
+@pytest.mark.parametrize("row_splits", [1, 2, 4])
+def test_row_splits_share_each_tile_within_one_block(rng, row_splits):
+    """The kernel's warp -> (tile, part) mapping: every tile is summed by ``row_splits`` warps
+    of one block, parts 0 .. row_splits - 1, whose rows partition the tile's rows; the partial
+    sums of parts 1.. go to distinct slots inside the block's reserved space."""
+    from xcorr_app.gpu_mma import ROW_SPLITS, WARPS
+
+    assert row_splits in ROW_SPLITS
+    tile_warps = WARPS // row_splits
+    for _ in range(40):
+        n_tiles, blocks = int(rng.integers(1, 300)), int(rng.integers(1, 40))
+        n_slots = blocks * tile_warps
+        owners = {}
+        for bx in range(blocks):
+            partial_slots = set()
+            for wy in range(WARPS):
+                part, slot = wy % row_splits, bx * tile_warps + wy // row_splits
+                if part:
+                    q = (wy // row_splits) * (row_splits - 1) + part - 1
+                    assert 0 <= q < WARPS - tile_warps and q not in partial_slots
+                    partial_slots.add(q)
+                for k in range(-(-n_tiles // n_slots)):
+                    tile = snake_tile(k, slot, n_slots)
+                    if tile < n_tiles:
+                        owners.setdefault(tile, []).append((bx, part))
+        assert sorted(owners) == list(range(n_tiles))
+        for parts in owners.values():
+            assert len({bx for bx, _ in parts}) == 1
+            assert sorted(p for _, p in parts) == list(range(row_splits))
+        y_begin, y_end = sorted(int(v) for v in rng.integers(0, 50, 2))
+        rows = [y for p in range(row_splits) for y in range(y_begin + p, y_end, row_splits)]
+        assert sorted(rows) == list(range(y_begin, y_end))
+
+
+def test_row_splits_shared_memory():
+    # the partial sums of 12 of 16 warps (4 splits), tile 2x8: 2 blocks of 4 floats per lane
+    base = shared_bytes((16, 16), (16, 16), 2, 8)
+    assert shared_bytes((16, 16), (16, 16), 2, 8, row_splits=4) == base + 12 * 32 * 8 * 4
+    assert shared_bytes((16, 16), (16, 16), 4, 32, row_splits=2) == base - (
+        shared_bytes((16, 16), (16, 16), 2, 8) - shared_bytes((16, 16), (16, 16), 4, 32)) + \
+        8 * 32 * 64 * 4
+    assert shared_bytes((16, 16), (16, 16), 2, 8, row_splits=1) == base
+    assert "row_splits=3" in unsupported("one_to_many", (8, 8), (8, 8), 2, 8, H100_SHARED, 3)

@@ -8,7 +8,7 @@ import pytest
 from xcorr_app import cross_correlate, reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.forms import FORM_IDS, FORMS, form_layout
-from xcorr_app.gpu_mma import MMA, buffers_for
+from xcorr_app.gpu_mma import MMA, ROW_SPLITS, buffers_for
 from xcorr_app.pointwise_plan import H100_LIMITS
 from xcorr_app.gpu_tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.gpu_warp_shuffle import VARIANTS, WARP_SHUFFLE
@@ -25,6 +25,7 @@ from conftest import rel_error
                                   "pair_tiled:tile_y=8,tile_x=8,rows_per_chunk=5",
                                   "pair_tiled:tile_x=8",
                                   "mma:tile_y=2,tile_x=16",
+                                  "mma:tile_y=2,tile_x=8,row_splits=4",
                                   "warp_shuffle:rights=4,shifts=2",
                                   "warp_shuffle:lefts=2,distribution=triangle,rows_per_worker=3",
                                   "warp_shuffle:rights=2,distribution=block,rows_per_worker=4"])
@@ -113,7 +114,13 @@ def test_candidates_are_compiled_variants(form, shapes, bound, count):
     for p in mmas:
         assert (FORM_IDS[form], p.tile_y, p.tile_x // 8) in MMA.instantiations
         assert buffers_for(lay.left_shape, lay.right_shape, p.tile_y, p.tile_x,
-                           H100_LIMITS.shared_per_block)
+                           H100_LIMITS.shared_per_block, p.row_splits)
+        assert p.row_splits in ROW_SPLITS and p.row_splits <= lay.right_shape[0]
+    # rows split over warps only where a wave of warps has more room than the tiles
+    few = {(p.tile_y, p.tile_x) for p in mmas if p.row_splits > 1}
+    for ty, tx in few:
+        ho, wo = output_shape(lay.left_shape, lay.right_shape, bound)
+        assert -(-ho // ty) * -(-wo // tx) * -(-lay.m // 16) * lay.n_left < 132 * 16
     # many right matrices per left, and they fit: offered (16x16 and 5x3 x 9x40 do, 128x128 not)
     small = lay.right_shape[0] * lay.right_shape[1] <= 400
     assert bool(mmas) == (form != "one_to_one" and lay.m >= 8 and small)

@@ -103,7 +103,7 @@ def candidates(lay, max_shift, sm_count=None) -> list:
             plans.append(Plan("warp_per_shift", shared=1))
     plans += tiled_candidates(lay, max_shift, sm_count or _sm_count())
     plans += pair_tiled_candidates(lay, max_shift, sm_count or _sm_count())
-    plans += mma_candidates(lay, max_shift)
+    plans += mma_candidates(lay, max_shift, sm_count=sm_count)
     for v in VARIANTS[lay.form]:
         if _fits(v, lay, ho):
             lefts, rights, shifts, left_rows = v
@@ -155,18 +155,28 @@ def pair_tiled_candidates(lay, max_shift, sm_count: int) -> list:
     return plans
 
 
-def mma_candidates(lay, max_shift, limit=None) -> list:
+def mma_candidates(lay, max_shift, limit=None, sm_count=None) -> list:
     """Tensor-core (3xTF32) plans: forms with at least 8 right matrices per left, every
     compiled tile whose block fits ``limit`` bytes of shared memory (default: this GPU's, an
-    H100's without one)."""
-    from .gpu_mma import MMA_FORMS, MMA_TILES, unsupported
+    H100's without one); where the problem has fewer tiles than a wave of warps (``sm_count``
+    SMs of 16 warps), also with each tile's rows split over 2 and 4 warps."""
+    from .gpu_mma import MATRICES, MMA_FORMS, MMA_TILES, ROW_SPLITS, WARPS, unsupported
 
     if lay.form not in MMA_FORMS or lay.m < 8:
         return []
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    return [Plan("mma", tile_y=ty, tile_x=tx) for ty, tx in MMA_TILES
-            if ty <= 2 * ho and tx <= 2 * wo and
-            unsupported(lay.form, lay.left_shape, lay.right_shape, ty, tx, limit) is None]
+    plans = []
+    for ty, tx in MMA_TILES:
+        if ty > 2 * ho or tx > 2 * wo:
+            continue
+        tasks = -(-ho // ty) * -(-wo // tx) * -(-lay.m // MATRICES) * lay.n_left
+        few = tasks < (sm_count or _sm_count()) * WARPS
+        for ks in ROW_SPLITS if few else (1,):
+            if ks <= lay.right_shape[0] and unsupported(lay.form, lay.left_shape,
+                                                       lay.right_shape, ty, tx, limit,
+                                                       ks) is None:
+                plans.append(Plan("mma", tile_y=ty, tile_x=tx, row_splits=ks))
+    return plans
 
 
 def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:

@@ -11,6 +11,7 @@ the planner's cache show::
     tiled:tile_y=8,rights=2,rows_per_chunk=64
     pair_tiled:tile_y=8,tile_x=8
     mma:tile_y=2,tile_x=32
+    mma:tile_y=2,tile_x=8,row_splits=4
 
 Examples
 --------
@@ -44,7 +45,7 @@ _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribut
            "warp_per_shift": ("shared",),
            "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk"),
            "pair_tiled": ("tile_y", "tile_x", "rows_per_chunk"),
-           "mma": ("tile_y", "tile_x")}
+           "mma": ("tile_y", "tile_x", "row_splits")}
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Plan:
     tile_y: int = 4
     tile_x: int = 4
     rows_per_chunk: int = 0
+    row_splits: int = 1
 
     def __post_init__(self):
         if self.method not in METHODS:
