@@ -20,8 +20,9 @@ pytestmark = pytest.mark.gpu
 SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (64, 64), (100, 37), (257, 129)]
 COUNTS = [1, 3, 33]
 BOUNDS = [3, (2, 40), 70]
-DISTRIBUTIONS = [("none", 0), ("rectangle", 3), ("triangle", 3), ("triangle", 1), ("block", 2),
-                 ("block", 5)]
+#: ("block", 2): blocks of 1 warp (1x1), 3 (5x3), 8 (16x16 and up: the cap); other warp
+#: counts are swept by test_block_warps
+DISTRIBUTIONS = [("none", 0), ("rectangle", 3), ("triangle", 3), ("triangle", 1), ("block", 2)]
 SEED = int(np.random.SeedSequence().entropy % (2**32))
 TOL = 1e-5
 
@@ -129,6 +130,25 @@ def test_shared_variant_refuses_too_large_right():
     a = cp.zeros((200, 200), cp.float32)
     with pytest.raises(ValueError, match="shared memory"):
         warp_per_shift_xcorr(a, a, shared=True)
+
+
+@pytest.mark.parametrize("form,variant", [("one_to_one", (1, 1, 4, 2)),
+                                          ("one_to_many", (1, 2, 1, 1)),
+                                          ("n_to_mn", (1, 4, 2, 1)),
+                                          ("n_to_m", (2, 4, 2, 1))])
+def test_block_warps(form, variant):
+    """The block distribution with every warp count from 1 to 8 (and rows_per_worker past the
+    longest domain: one warp), full and bounded ranges."""
+    from xcorr_app.work_distribution import MAX_BLOCK_WARPS, schedule
+
+    lefts, rights, shifts, left_rows = variant
+    for lshape, max_shift in [((31, 33), None), ((100, 37), (7, 3)), ((40, 70), None)]:
+        longest = max(schedule("none", lshape[0], lshape[0], -(lshape[0] - 1),
+                               2 * lshape[0] - 1, shifts).domain_length)
+        for warps in range(1, MAX_BLOCK_WARPS + 1):
+            rpw = -(-int(longest) // warps)
+            check(form, lshape, 3, max_shift, **params_of(variant, ("block", rpw)))
+        check(form, lshape, 3, max_shift, **params_of(variant, ("block", 1000)))
 
 
 @pytest.mark.parametrize("dist", DISTRIBUTIONS)

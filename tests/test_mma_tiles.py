@@ -112,7 +112,7 @@ def snake_tile(k, slot, n_slots):
     return k * n_slots + (n_slots - 1 - slot if k & 1 else slot)
 
 
-@pytest.mark.parametrize("row_splits", [1, 2, 4])
+@pytest.mark.parametrize("row_splits", [1, 2, 4, 8])
 def test_row_splits_share_each_tile_within_one_block(rng, row_splits):
     """The kernel's warp -> (tile, part) mapping: every tile is summed by ``row_splits`` warps
     of one block, parts 0 .. row_splits - 1, whose rows partition the tile's rows; the partial

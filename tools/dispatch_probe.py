@@ -5,9 +5,10 @@ For each plan of the bench's small problems it prints the event-timed call as th
 host microseconds per call, and (with ``profile``) the top of a cProfile of 2000 calls.
 ``floor`` prints the same for an empty kernel and for a memset alone (what any call costs);
 ``planned ROW...`` takes each bench row whose name contains ROW, asks the planner again
-(``refresh``) and probes its eight fastest candidates.
+(``refresh``) and probes its eight fastest candidates.  ``host`` splits one prepared launch's
+host time into its parts (the driver's call alone, the pointer writes, the layers above).
 
-    python3 tools/dispatch_probe.py [profile] [floor] [planned "1x8 at 32x32" ...]
+    python3 tools/dispatch_probe.py [profile] [floor] [host] [planned "1x8 at 32x32" ...]
 """
 import cProfile
 import pstats
@@ -15,6 +16,7 @@ import sys
 import time
 
 import cupy as cp
+import numpy as np
 
 from xcorr_app import bench_xcorr, planner
 from xcorr_app.forms import form_layout
@@ -133,6 +135,42 @@ def floor():
     report("memsetAsync then empty kernel", both)
 
 
+def host_parts():
+    """Host microseconds of the pieces of one launch of an empty kernel, and of run_plan's
+    layers above the launch (the launch replaced by a no-op)."""
+    fn = cp.RawKernel(r'extern "C" __global__ void empty(float* a, float* b, float* c, int n) {}',
+                      "empty")
+    a = cp.zeros(1024, cp.float32)
+    n = np.int32(5)
+    fn((1,), (32,), (a, a, a, n))
+    k = PreparedLaunch(fn, (1, 1, 1), (32, 1, 1), 3, (n,))
+    stream = cp.cuda.get_current_stream().ptr
+    launch = cp.cuda.driver.launchKernel
+    args = (*k._head, stream, 0, k._extra_ptr)
+    for label, call in [("CuPy RawKernel call", lambda: fn((1,), (32,), (a, a, a, n))),
+                        ("PreparedLaunch call", lambda: k(a, a, a)),
+                        ("driver launchKernel alone", lambda: launch(*args)),
+                        ("memsetAsync alone", lambda: cp.cuda.runtime.memsetAsync(
+                            a.data.ptr, 0, 4096, stream)),
+                        ("event record alone", lambda: cp.cuda.Event().record())]:
+        print(f"{label}: host {host_us(call):.2f} us per call", flush=True)
+    ls, rs, form = (16, 16), (256, 16, 16), "one_to_many"
+    left = cp.random.rand(*ls, dtype=cp.float32)
+    right = cp.random.rand(*rs, dtype=cp.float32)
+    out = cp.empty((256, 31, 31), cp.float32)
+    plan = Plan.parse("mma:tile_y=2,tile_x=8,row_splits=2")
+    call = lambda: run_plan(plan, left, right, form, None, out=out)  # noqa: E731
+    call()
+    cfg = list(_LAUNCHES.values())[-1]
+    real = cfg.kernel.__class__.__call__
+    print(f"run_plan mma 1x256 at 16x16: host {host_us(call):.2f} us per call", flush=True)
+    cfg.kernel.__class__.__call__ = lambda self, *arrays: None
+    try:
+        print(f"  the same with a no-op launch: host {host_us(call):.2f} us per call", flush=True)
+    finally:
+        cfg.kernel.__class__.__call__ = real
+
+
 def planned(names):
     for prob in bench_xcorr.PROBLEMS:
         if not any(n in prob.name for n in names):
@@ -150,6 +188,9 @@ def planned(names):
 def main(argv):
     if "floor" in argv:
         floor()
+    if "host" in argv:
+        host_parts()
+        return
     if "planned" in argv:
         planned(argv[argv.index("planned") + 1:])
         return

@@ -10,7 +10,7 @@ import cupy as cp
 
 from xcorr_app import kernel_loader
 from xcorr_app.forms import form_layout
-from xcorr_app.gpu_tiled import PAIR_TILES, _configure_pairs, arranged_rights, pair_tiled_xcorr
+from xcorr_app.gpu_tiled import PAIR_TILES, configure_pairs, arranged_rights, pair_tiled_xcorr
 from xcorr_app.gpu_warp_shuffle import launch
 from xcorr_app.timing import time_gpu
 
@@ -25,7 +25,7 @@ def kernel_ms(left, right, form, ty, tx, rpc):
     lay = form_layout(form, left.shape, right.shape)
     pre = arranged_rights(right, lay, tx)
     params = (("tile_y", ty), ("tile_x", tx), ("rows_per_chunk", rpc))
-    return time_gpu(lambda: launch(_configure_pairs, left, right, form, None, None, params,
+    return time_gpu(lambda: launch(configure_pairs, left, right, form, None, None, params,
                                    arranged=pre), warmup=3, repeat=25)
 
 

@@ -8,7 +8,7 @@ part and a TF32 remainder and a product is formed from three tensor-core product
 hi*lo, lo*hi), which keeps the error near FP32's (below 1e-6 of the largest output in our
 measurements; the tests ask 1e-5).  Inputs must be finite (an infinity gives NaN here).
 A warp owns ``tile_y`` y-shifts x ``tile_x`` x-shifts of a group of 16 right matrices; one load
-of right values feeds ``tile_y * tile_x / 8`` products.  With ``row_splits`` of 2 or 4, that
+of right values feeds ``tile_y * tile_x / 8`` products.  With ``row_splits`` of 2, 4 or 8, that
 many warps of a block share a tile's right rows and add their sums in shared memory (for small
 problems, whose few tiles would leave most of the GPU idle).
 
@@ -38,7 +38,7 @@ WARPS = 16  # MMA_WARPS of the kernel source
 MATRICES = 16  # right matrices of a group (M of the tensor-core product)
 SHIFTS = 8  # x-shifts of a tensor-core block (its N)
 #: warps that may share one tile's right rows (``row_splits``)
-ROW_SPLITS = (1, 2, 4)
+ROW_SPLITS = (1, 2, 4, 8)
 MMA = KernelFamily("mma_xcorr.cu", "mma_xcorr",
                    [(FORM_IDS[f], ty, tx // SHIFTS) for f in MMA_FORMS for ty, tx in MMA_TILES])
 
@@ -125,7 +125,7 @@ def unsupported(form, left_shape, right_shape, tile_y, tile_x, limit=None,
     return None
 
 
-def _configure(form, left_shape, right_shape, max_shift, params):
+def configure_mma(form, left_shape, right_shape, max_shift, params):
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
     ho, wo = out_shape[-2:]
     ty, tx, ks = params["tile_y"], params["tile_x"], params["row_splits"]
@@ -160,7 +160,7 @@ def mma_xcorr(left, right, form="one_to_many", max_shift=None, out=None, *, tile
         :data:`MMA_FORMS`.
     tile_y, tile_x : int
         Shifts per warp along y and x (a compiled pair, see :data:`MMA_TILES`).
-    row_splits : {1, 2, 4}
+    row_splits : {1, 2, 4, 8}
         Warps that share a tile, each summing every ``row_splits``-th right row (their sums
         added in shared memory): more warps and shorter chains of products for problems with
         few tiles.
@@ -171,4 +171,4 @@ def mma_xcorr(left, right, form="one_to_many", max_shift=None, out=None, *, tile
         ``batch_shape + (Ho, Wo)`` float32.
     """
     params = (("tile_y", tile_y), ("tile_x", tile_x), ("row_splits", row_splits))
-    return launch(_configure, left, right, form, max_shift, out, params)
+    return launch(configure_mma, left, right, form, max_shift, out, params)

@@ -30,15 +30,22 @@ def check_out(out, shape, xp):
         return xp.empty(shape, dtype=xp.float32)
     if not isinstance(out, xp.ndarray):
         raise ValueError(f"out must be a {xp.__name__} array, got {type(out).__name__}")
-    if tuple(out.shape) != tuple(shape) or out.dtype != np.float32 or not out.flags.c_contiguous:
+    if tuple(out.shape) != tuple(shape) or out.dtype != np.float32 or not c_contiguous(out):
         raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}, "
                          f"got {out.dtype} {out.shape}")
     return out
 
 
+def c_contiguous(a) -> bool:
+    """``a.flags.c_contiguous``, read from CuPy's own field where there is one (``flags``
+    builds a new object on every access: a fair share of a small problem's host time)."""
+    flag = getattr(a, "_c_contiguous", None)
+    return a.flags.c_contiguous if flag is None else bool(flag)
+
+
 def as_float32(a, xp):
     """A C-contiguous float32 device array (uint8/uint16/float16/... converted)."""
-    if isinstance(a, xp.ndarray) and a.dtype.char == "f" and a.flags.c_contiguous:
+    if isinstance(a, xp.ndarray) and a.dtype.char == "f" and c_contiguous(a):
         return a  # the common case, without the two calls below (a microsecond each)
     return xp.ascontiguousarray(xp.asarray(a), dtype=xp.float32)
 

@@ -71,7 +71,7 @@ def pair_row_chunks(right_w, tile_x) -> int:
     return (PAIR_PAD_LEFT + right_w + tile_x - 1 + 3) // 4
 
 
-def _configure(form, left_shape, right_shape, max_shift, params):
+def configure_tiled(form, left_shape, right_shape, max_shift, params):
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
     ho, wo = out_shape[-2:]
     ty, tx, rights = params["tile_y"], params["tile_x"], params["rights"]
@@ -113,10 +113,10 @@ def tiled_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *, til
     """
     params = (("tile_y", tile_y), ("tile_x", tile_x), ("rights", rights),
               ("rows_per_chunk", rows_per_chunk))
-    return launch(_configure, left, right, form, max_shift, out, params)
+    return launch(configure_tiled, left, right, form, max_shift, out, params)
 
 
-def _configure_pairs(form, left_shape, right_shape, max_shift, params):
+def configure_pairs(form, left_shape, right_shape, max_shift, params):
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
     ho, wo = out_shape[-2:]
     ty, tx = params["tile_y"], params["tile_x"]
@@ -198,4 +198,4 @@ def pair_tiled_xcorr(left, right, form="one_to_many", max_shift=None, out=None, 
     (4000, 63, 63)
     """
     params = (("tile_y", tile_y), ("tile_x", tile_x), ("rows_per_chunk", rows_per_chunk))
-    return launch(_configure_pairs, left, right, form, max_shift, out, params)
+    return launch(configure_pairs, left, right, form, max_shift, out, params)

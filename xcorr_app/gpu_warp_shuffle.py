@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .forms import FORMS, FORM_IDS, form_layout
-from .gpu_overlap import MAX_GRID_Z, as_float32, check_out
+from .gpu_overlap import MAX_GRID_Z, as_float32, c_contiguous, check_out
 from .kernel_launch import PreparedLaunch
 from .kernel_loader import KernelFamily
 from .shifts import first_shift, normalize_max_shift, output_shape
@@ -89,6 +89,19 @@ class Launch(NamedTuple):
                    tuple(shape))
 
 
+def _cupy():
+    """CuPy, imported on the first launch (the module is imported without it on the CPU)."""
+    global _CP
+    if _CP is None:
+        import cupy
+
+        _CP = cupy
+    return _CP
+
+
+_CP = None
+
+
 def launch(configure, left, right, form, max_shift, out, params, arranged=None):
     """Compile (once), configure (once per problem) and launch one kernel.
 
@@ -98,8 +111,7 @@ def launch(configure, left, right, form, max_shift, out, params, arranged=None):
     problems the host's time is most of the time).  ``arranged`` (development probes) is the
     right matrices already rewritten by the problem's ``arrange`` kernel.
     """
-    import cupy as cp
-
+    cp = _cupy()
     if max_shift is not None:
         max_shift = normalize_max_shift(max_shift)
     key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.runtime.getDevice())
@@ -111,7 +123,7 @@ def launch(configure, left, right, form, max_shift, out, params, arranged=None):
                                                          max_shift, dict(params)))
     left, right = as_float32(left, cp), as_float32(right, cp)
     if not (isinstance(out, cp.ndarray) and out.shape == cfg.out_shape
-            and out.dtype.char == "f" and out.flags.c_contiguous):  # the common case, quickly
+            and out.dtype.char == "f" and c_contiguous(out)):  # the common case, quickly
         out = check_out(out, cfg.out_shape, cp)  # allocates, or raises saying what is wrong
     if cfg.zero_first or cfg.kernel is None:
         cp.cuda.runtime.memsetAsync(out.data.ptr, 0, out.nbytes, cp.cuda.get_current_stream().ptr)
@@ -137,7 +149,7 @@ def geometry(form, left_shape, right_shape, max_shift):
                                              i32(wo), i32(ky0), i32(kx0))
 
 
-def _configure_per_shift(form, left_shape, right_shape, max_shift, params):
+def configure_per_shift(form, left_shape, right_shape, max_shift, params):
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
     ho, wo = out_shape[-2:]
     i32 = np.int32
@@ -152,7 +164,7 @@ def _configure_per_shift(form, left_shape, right_shape, max_shift, params):
     return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
 
 
-def _configure_shuffle(form, left_shape, right_shape, max_shift, params):
+def configure_shuffle(form, left_shape, right_shape, max_shift, params):
     import cupy as cp
 
     lay, out_shape, geom = geometry(form, left_shape, right_shape, max_shift)
@@ -213,7 +225,7 @@ def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None,
     params = (("lefts", lefts), ("rights", rights), ("shifts", shifts),
               ("left_rows", left_rows), ("distribution", distribution),
               ("rows_per_worker", rows_per_worker if distribution != "none" else 0))
-    return launch(_configure_shuffle, left, right, form, max_shift, out, params)
+    return launch(configure_shuffle, left, right, form, max_shift, out, params)
 
 
 def staged_bytes(right_shape) -> int:
@@ -228,5 +240,5 @@ def warp_per_shift_xcorr(left, right, form="one_to_one", max_shift=None, out=Non
     ``shared=True`` stages each right matrix in shared memory first (at most
     :data:`MAX_STAGED_BYTES`).  Other parameters as :func:`warp_shuffle_xcorr`.
     """
-    return launch(_configure_per_shift, left, right, form, max_shift, out,
+    return launch(configure_per_shift, left, right, form, max_shift, out,
                   (("shared", bool(shared)),))

@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import struct
 import threading
 
 import numpy as np
@@ -99,9 +100,10 @@ class PreparedLaunch:
         self._size = np.array([size], np.uint64)
         self._extra = np.array([_PARAM_BUFFER_POINTER, self._buf.ctypes.data, _PARAM_BUFFER_SIZE,
                                 self._size.ctypes.data, _PARAM_END], np.uint64)
-        self._dims = self.grid + (1,) * (3 - len(self.grid)) + self.block + (1,) * (
-            3 - len(self.block))
+        dims = self.grid + (1,) * (3 - len(self.grid)) + self.block + (1,) * (3 - len(self.block))
+        self._head = (self._ptr,) + dims + (shared_mem,)  # cuLaunchKernel's leading arguments
         self._extra_ptr = int(self._extra.ctypes.data)
+        self._pack = struct.Struct(f"{n_arrays}Q").pack_into  # the pointers, in one call
         self._lock = threading.Lock()  # the buffer is shared: one launch writes it at a time
 
     def __call__(self, *arrays):
@@ -110,9 +112,8 @@ class PreparedLaunch:
         if self._launch is None:
             self.fn(self.grid, self.block, arrays + self.constants, shared_mem=self.shared_mem)
             return
+        ptrs = [a.data.ptr for a in arrays]
         stream = self._stream().ptr
-        buf = self._buf
         with self._lock:  # the driver copies the buffer at launch, so it may change after
-            for i, a in enumerate(arrays):
-                buf[i] = a.data.ptr
-            self._launch(self._ptr, *self._dims, self.shared_mem, stream, 0, self._extra_ptr)
+            self._pack(self._buf, 0, *ptrs)
+            self._launch(*self._head, stream, 0, self._extra_ptr)

@@ -159,7 +159,7 @@ def mma_candidates(lay, max_shift, limit=None, sm_count=None) -> list:
     """Tensor-core (3xTF32) plans: forms with at least 8 right matrices per left, every
     compiled tile whose block fits ``limit`` bytes of shared memory (default: this GPU's, an
     H100's without one); where the problem has fewer tiles than a wave of warps (``sm_count``
-    SMs of 16 warps), also with each tile's rows split over 2 and 4 warps."""
+    SMs of 16 warps), also with each tile's rows split over 2, 4 and 8 warps."""
     from .gpu_mma import MATRICES, MMA_FORMS, MMA_TILES, ROW_SPLITS, WARPS, unsupported
 
     if lay.form not in MMA_FORMS or lay.m < 8:

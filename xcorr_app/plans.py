@@ -32,13 +32,15 @@ from .work_distribution import DISTRIBUTIONS
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
 METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled",
            "mma")
-#: the GPU method's launcher (module, function); it takes the method's parameters as keywords
+#: the GPU method's module and its ``configure`` function for
+#: :func:`xcorr_app.gpu_warp_shuffle.launch` (whose parameters are the plan's, named as in
+#: ``_PARAMS``), or its launcher function (``overlap``, no parameters)
 _GPU_LAUNCHERS = {"overlap": (".gpu_overlap", "overlap_xcorr"),
-                  "warp_shuffle": (".gpu_warp_shuffle", "warp_shuffle_xcorr"),
-                  "warp_per_shift": (".gpu_warp_shuffle", "warp_per_shift_xcorr"),
-                  "tiled": (".gpu_tiled", "tiled_xcorr"),
-                  "pair_tiled": (".gpu_tiled", "pair_tiled_xcorr"),
-                  "mma": (".gpu_mma", "mma_xcorr")}
+                  "warp_shuffle": (".gpu_warp_shuffle", "configure_shuffle"),
+                  "warp_per_shift": (".gpu_warp_shuffle", "configure_per_shift"),
+                  "tiled": (".gpu_tiled", "configure_tiled"),
+                  "pair_tiled": (".gpu_tiled", "configure_pairs"),
+                  "mma": (".gpu_mma", "configure_mma")}
 GPU_METHODS = tuple(_GPU_LAUNCHERS)
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
@@ -112,11 +114,21 @@ class Plan:
 
     @functools.cached_property
     def gpu_launcher(self):
-        """``(launcher, keyword parameters)`` of a GPU plan, looked up once per plan object
-        (a small problem's run is a few microseconds: the lookup would be a fair share)."""
+        """``run(left, right, form, max_shift, out)`` of a GPU plan, made once per plan object:
+        the launch of the method's ``configure`` with the plan's parameters, with no wrapper in
+        between (a small problem's run is a few microseconds of host time: the layers would be
+        a fair share of it)."""
         module, name = _GPU_LAUNCHERS[self.method]
-        launcher = getattr(importlib.import_module(module, __package__), name)
-        return launcher, {key: getattr(self, key) for key in _PARAMS.get(self.method, ())}
+        mod = importlib.import_module(module, __package__)
+        fn = getattr(mod, name)
+        if self.method == "overlap":
+            return lambda left, right, form, max_shift, out: fn(left, right, form, max_shift,
+                                                                out=out)
+        from .gpu_warp_shuffle import launch
+
+        params = tuple((key, getattr(self, key)) for key in _PARAMS[self.method])
+        return lambda left, right, form, max_shift, out: launch(fn, left, right, form,
+                                                                max_shift, out, params)
 
 
 def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
@@ -127,9 +139,8 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     """
     plan = Plan.parse(plan)
     if plan.method in _GPU_LAUNCHERS:
-        launcher, params = plan.gpu_launcher
         try:
-            return launcher(left, right, form, max_shift, out=out, **params)
+            return plan.gpu_launcher(left, right, form, max_shift, out)
         except ValueError as exc:
             raise XcorrError(f"method {plan}: {exc}") from None
     from . import reference
