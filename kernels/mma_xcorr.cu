@@ -21,8 +21,8 @@
 // lo = v - hi, and a product is hi*hi + hi*lo + lo*hi ("3xTF32", CUTLASS's accurate mode): an
 // error of about 2^-21 of the product, against the 1e-5 the tests ask of the sum.  The tensor
 // cores add a product's terms in FP32 without the round-to-nearest of FFMA, so each right row's
-// sums are kept apart and added to the total with FADD; without that, positive inputs (images)
-// drift by up to 4e-5 on 64x64 matrices (tools/mma_probe.py check0).
+// hi * hi sums are kept apart and added to the total with FADD; without that, positive inputs
+// (images) drift by up to 4e-5 on 64x64 matrices (tools/mma_probe.py check0).
 //
 // Shared memory: the left matrix once per block, padded with zeros (TY - 1 rows above and
 // below, mma_pad columns on each side), as uint4 (hi(u), hi(u + 1), lo(u), lo(u + 1)) per
@@ -200,13 +200,16 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
             const int c_begin = x_begin >> 3;
             const int n_steps = x_end > x_begin ? ((x_end + 7) >> 3) - c_begin : 0;
             float acc[TY][TXB][4] = {};
+            // hi * lo + lo * hi of every row: at most 2^-11 of the products, so the truncating
+            // adds of their own sums cost nothing measurable and they need no per-row sums (a
+            // second chain of dependent products, added to the total at the end)
+            float small[TY][TXB][4] = {};
             for (int y = y_begin + part; y < y_end && n_steps > 0; y += row_splits) {
 #if XCORR_MMA_ROW_SUMS
                 float part_sum[TY][TXB][4] = {};   // the hi * hi products of this row
 #else
                 float (&part_sum)[TY][TXB][4] = acc;
 #endif
-                float small[TY][TXB][4] = {};  // and its hi * lo + lo * hi: a second chain
                 const float* rrow = sr + y * cols + 8 * c_begin;
                 // lrow[i * wp + 8 (s + b)]: the B fragment of step s, block b, y-shift ky0 + i
                 const uint4* lrow = s_left + (y + ky0 + TY - 1) * wp + PAD + kx0 + 8 * c_begin +
@@ -228,8 +231,7 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
                         for (int j = 0; j < TXB; ++j) b[i][j] = lrow[i * wp + 8 * (s + j)];
-                    // the three terms, small first, each over all products; the small terms
-                    // have sums of their own, a second chain of dependent products
+                    // the three terms, small first, each over all products
 #pragma unroll
                     for (int i = 0; i < TY; ++i)
 #pragma unroll
@@ -246,18 +248,21 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                         for (int j = 0; j < TXB; ++j)
                             mma_tf32(part_sum[i][j], a_hi, b[i][j].x, b[i][j].y);
                 }
+#if XCORR_MMA_ROW_SUMS
 #pragma unroll
                 for (int i = 0; i < TY; ++i)
 #pragma unroll
                     for (int j = 0; j < TXB; ++j)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e)
-#if XCORR_MMA_ROW_SUMS
-                            acc[i][j][e] += part_sum[i][j][e] + small[i][j][e];
-#else
-                            acc[i][j][e] += small[i][j][e];
+                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part_sum[i][j][e];
 #endif
             }
+#pragma unroll
+            for (int i = 0; i < TY; ++i)
+#pragma unroll
+                for (int j = 0; j < TXB; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] += small[i][j][e];
             if (row_splits > 1) {  // the same for the whole block
                 if (active && part > 0) {
 #pragma unroll

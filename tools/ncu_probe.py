@@ -1,7 +1,7 @@
 """Development probe for ncu: one launch of each reuse path on a 32 x 2048 x 2048 stack
 (`reuse [SIZE]`), or of the lane-per-pair kernel on 1 x COUNT at SIDE x SIDE
 (`pair [SIDE [COUNT]]`, default 32 and 4000), or of the tensor-core kernel on the same
-(`mma [SIDE [COUNT [TILE_Y TILE_X]]]`)."""
+(`mma [SIDE [COUNT [TILE_Y TILE_X [ROW_SPLITS]]]]`)."""
 import sys
 
 import cupy as cp
@@ -23,9 +23,10 @@ elif what == "mma":
     side = int(sys.argv[2]) if len(sys.argv) > 2 else 32
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 4000
     ty, tx = (int(v) for v in sys.argv[4:6]) if len(sys.argv) > 5 else (2, 32)
+    splits = int(sys.argv[6]) if len(sys.argv) > 6 else 1
     left = cp.random.rand(side, side, dtype=cp.float32)
     right = cp.random.rand(count, side, side, dtype=cp.float32)
-    mma_xcorr(left, right, "one_to_many", tile_y=ty, tile_x=tx)
+    mma_xcorr(left, right, "one_to_many", tile_y=ty, tile_x=tx, row_splits=splits)
 else:
     from xcorr_app.gpu_tiled import pair_tiled_xcorr
 
