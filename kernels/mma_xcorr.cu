@@ -71,6 +71,17 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// acc += x, element by element
+template <int TY, int TXB>
+__device__ __forceinline__ void add_sums(float (&acc)[TY][TXB][4], const float (&x)[TY][TXB][4]) {
+#pragma unroll
+    for (int i = 0; i < TY; ++i)
+#pragma unroll
+        for (int j = 0; j < TXB; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += x[i][j][e];
+}
+
 // Tile of warp slot `slot` (of n_slots) in round k: a snake order, so that each warp gets a
 // mix of the long middle rows of shifts and the short edge rows.
 __device__ __forceinline__ int snake_tile(int k, int slot, int n_slots) {
@@ -249,42 +260,22 @@ mma_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                             mma_tf32(part_sum[i][j], a_hi, b[i][j].x, b[i][j].y);
                 }
 #if XCORR_MMA_ROW_SUMS
-#pragma unroll
-                for (int i = 0; i < TY; ++i)
-#pragma unroll
-                    for (int j = 0; j < TXB; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) acc[i][j][e] += part_sum[i][j][e];
+                add_sums(acc, part_sum);
 #endif
             }
-#pragma unroll
-            for (int i = 0; i < TY; ++i)
-#pragma unroll
-                for (int j = 0; j < TXB; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] += small[i][j][e];
+            add_sums(acc, small);
             if (row_splits > 1) {  // the same for the whole block
+                float (&sums)[SUMS] = reinterpret_cast<float (&)[SUMS]>(acc);
                 if (active && part > 0) {
 #pragma unroll
-                    for (int i = 0; i < TY; ++i)
-#pragma unroll
-                        for (int j = 0; j < TXB; ++j)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                s_partial[((part - 1) * SUMS + (i * TXB + j) * 4 + e) * 32] =
-                                    acc[i][j][e];
+                    for (int k = 0; k < SUMS; ++k)
+                        s_partial[((part - 1) * SUMS + k) * 32] = sums[k];
                 }
                 __syncthreads();
                 if (active && part == 0) {
                     for (int q = 0; q < row_splits - 1; ++q)  // parts 1, 2, ... in turn
 #pragma unroll
-                        for (int i = 0; i < TY; ++i)
-#pragma unroll
-                            for (int j = 0; j < TXB; ++j)
-#pragma unroll
-                                for (int e = 0; e < 4; ++e)
-                                    acc[i][j][e] +=
-                                        s_partial[(q * SUMS + (i * TXB + j) * 4 + e) * 32];
+                        for (int k = 0; k < SUMS; ++k) sums[k] += s_partial[(q * SUMS + k) * 32];
                 }
                 __syncthreads();  // read before the next round's parts write
             }

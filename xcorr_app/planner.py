@@ -198,7 +198,7 @@ def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:
     rows = float(lengths.mean()) * warps / target
     big = 1 << max(0, int(np.ceil(np.log2(max(rows, 1.0)))))
     sizes = sorted({max(1, min(big, int(lengths.max()))), max(1, big // 4)})
-    slabs = -(-int(lengths.max()) // plan.left_rows)  # a warp of a block sums whole slabs of left rows
+    slabs = -(-int(lengths.max()) // plan.left_rows)  # a block's warps sum whole slabs of rows
     block_sizes = sorted({plan.left_rows * -(-slabs // w) for w in (2, 4, MAX_BLOCK_WARPS)
                           if w <= slabs})
     return [replace(plan, distribution=d, rows_per_worker=s)
