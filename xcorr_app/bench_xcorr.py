@@ -262,8 +262,6 @@ def planned(decision, left, right, form="one_to_one", max_shift=None):
 
     from . import planner
 
-    if not decision.plan.on_gpu_only:  # fft/direct allocate their result: no extra copy
-        return lambda: planner.run_plan(decision.plan, left, right, form, max_shift)
     lay = form_layout(form, left.shape, right.shape)
     out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
                    dtype=cp.float32)

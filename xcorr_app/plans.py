@@ -26,6 +26,8 @@ import functools
 import importlib
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 from .errors import XcorrError
 from .work_distribution import DISTRIBUTIONS
 
@@ -134,8 +136,8 @@ class Plan:
 def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     """Execute ``plan`` on arrays of one array module (CuPy for the GPU kernels).
 
-    ``direct`` and ``fft`` return float32 arrays of the input's module; ``out`` (GPU kernels
-    only) receives the result.
+    ``direct`` and ``fft`` return float32 arrays of the input's module (``fft`` on CuPy arrays:
+    :func:`xcorr_app.gpu_fft.fft_xcorr`); ``out`` receives the result.
     """
     plan = Plan.parse(plan)
     if plan.method in _GPU_LAUNCHERS:
@@ -144,7 +146,15 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
         except ValueError as exc:
             raise XcorrError(f"method {plan}: {exc}") from None
     from . import reference
+    from .backend import array_module_of
 
+    if plan.method == "fft" and array_module_of(left, right) is not np:
+        from .gpu_fft import fft_xcorr
+
+        try:
+            return fft_xcorr(left, right, form, max_shift, out=out)
+        except ValueError as exc:  # a bad ``out``
+            raise XcorrError(f"method fft: {exc}") from None
     fn = reference.xcorr_fft if plan.method == "fft" else reference.xcorr_direct
     res = fn(left, right, form, max_shift, dtype="float32")
     if out is not None:
