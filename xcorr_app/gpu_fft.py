@@ -26,7 +26,7 @@ import numpy as np
 from .forms import form_layout
 from .gpu_overlap import as_float32, check_out
 from .reference import _FFT_PAIRING, fft_length
-from .shifts import first_shift, output_shape
+from .shifts import first_shift, normalize_max_shift, output_shape
 
 
 #: the pad and crop kernels' element index: 32-bit while the arrays allow (a 64-bit division
@@ -107,7 +107,7 @@ def fft_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
     import cupy as cp
 
     lay = form_layout(form, left.shape, right.shape)
-    bound = None if max_shift is None else tuple(np.broadcast_to(max_shift, 2).tolist())
+    bound = None if max_shift is None else normalize_max_shift(max_shift)
     size, (ho, wo), scalars = _setup(lay.left_shape, lay.right_shape, bound)
     out = check_out(out, lay.batch_shape + (ho, wo), cp)
     planes = max(int(np.prod(a.shape[:-2])) for a in (left, right, out))
