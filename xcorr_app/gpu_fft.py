@@ -34,6 +34,18 @@ from .shifts import first_shift, normalize_max_shift, output_shape
 _INDEX = {False: "unsigned int", True: "unsigned long long"}
 
 
+def _position(idx: str, rows: str, cols: str) -> str:
+    """CUDA lines that split the element index ``i`` of a (batch, rows, cols) array into
+    ``b``, ``y`` and ``x``."""
+    return f"""
+        const {idx} k = ({idx})i;
+        const int x = (int)(k % {cols});
+        const {idx} t = k / {cols};
+        const int y = (int)(t % {rows});
+        const {idx} b = t / {rows};
+        """
+
+
 @functools.lru_cache(maxsize=None)
 def _kernels(wide: bool):
     import cupy as cp
@@ -46,25 +58,14 @@ def _kernels(wide: bool):
     # rfft2(s=...) pads one axis at a time (two zero-filled copies)
     pad = cp.ElementwiseKernel(
         "raw float32 a, int32 h, int32 w, int32 fy, int32 fx", "float32 padded",
-        f"""
-        const {idx} k = ({idx})i;
-        const int x = (int)(k % fx);
-        const {idx} t = k / fx;
-        const int y = (int)(t % fy);
-        const {idx} b = t / fy;
-        padded = (y < h && x < w) ? a[(b * h + y) * w + x] : 0.0f;
-        """, f"xcorr_fft_pad_{int(wide)}")
+        _position(idx, "fy", "fx") + "padded = (y < h && x < w) ? a[(b * h + y) * w + x] : 0.0f;",
+        f"xcorr_fft_pad_{int(wide)}")
     # out[b, y, x] = circ[b, (y + oy) mod fy, (x + ox) mod fx] where the shift has an overlap
     # (rows y_lo <= y < y_hi, columns x_lo <= x < x_hi), else 0
     crop = cp.ElementwiseKernel(
         "raw float32 circ, int32 fy, int32 fx, int32 ho, int32 wo, int32 oy, int32 ox, "
         "int32 y_lo, int32 y_hi, int32 x_lo, int32 x_hi", "float32 out",
-        f"""
-        const {idx} k = ({idx})i;
-        const int x = (int)(k % wo);
-        const {idx} t = k / wo;
-        const int y = (int)(t % ho);
-        const {idx} b = t / ho;
+        _position(idx, "ho", "wo") + """
         const int sy = (y + oy) % fy, sx = (x + ox) % fx;
         const bool valid = y >= y_lo && y < y_hi && x >= x_lo && x < x_hi;
         out = valid ? circ[(b * fy + sy) * fx + sx] : 0.0f;
