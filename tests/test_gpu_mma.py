@@ -83,6 +83,24 @@ def test_one_buffer_for_large_right_matrices(rng, row_splits):
     assert rel_error(got.get(), want) <= 1e-5
 
 
+def test_row_splits_of_one_tile_alternate(rng):
+    """One compiled tile with row splits of 8 and 1 (different shared memory, both past 48 KiB)
+    launched in turns, as the planner's confirmation rounds do."""
+    import cupy as cp
+
+    from xcorr_app import reference
+    from xcorr_app.gpu_mma import mma_xcorr, shared_bytes
+
+    assert shared_bytes((32, 32), (32, 32), 4, 8, row_splits=1) > 48 * 1024
+    left, right = rng.standard_normal((32, 32)), rng.standard_normal((20, 32, 32))
+    want = reference.xcorr(left, right, "one_to_many")
+    left, right = cp.asarray(left, cp.float32), cp.asarray(right, cp.float32)
+    for splits in (8, 1, 8, 2, 1):
+        out = poisoned(cp, want.shape)
+        mma_xcorr(left, right, "one_to_many", out=out, tile_y=4, tile_x=8, row_splits=splits)
+        assert rel_error(out.get(), want) <= 1e-5, splits
+
+
 @pytest.mark.parametrize("row_splits", ROW_SPLITS)
 def test_repeatable_and_inputs_unchanged(rng, row_splits):
     import cupy as cp

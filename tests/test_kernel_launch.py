@@ -80,3 +80,31 @@ def test_launch_checks_the_callers_output():
     for o in bad:
         with pytest.raises(ValueError, match="out must be"):
             warp_per_shift_xcorr(cp.asarray(a), cp.asarray(b), out=o)
+
+
+@pytest.mark.gpu
+def test_shared_memory_opt_in_is_never_lowered():
+    """Two problems of one compiled function with different shared memory beyond 48 KiB: the
+    one prepared first still launches after the second is prepared (the opt-in is per function;
+    lowering it made the first fail with CUDA_ERROR_INVALID_VALUE in the planner)."""
+    import cupy as cp
+
+    from xcorr_app.kernel_launch import PreparedLaunch
+
+    src = r'''
+    extern "C" __global__ void k(float* out, int n) {
+        extern __shared__ float s[];
+        s[threadIdx.x] = threadIdx.x;
+        __syncthreads();
+        if (threadIdx.x == 0) out[blockIdx.x] = s[n - 1] + n;
+    }'''
+    fn = cp.RawKernel(src, "k")
+    big, small = 100 * 1024, 60 * 1024
+    out = cp.full(4, cp.nan, cp.float32)
+    first = PreparedLaunch(fn, (4,), (64,), 1, (np.int32(64),), shared_mem=big)
+    second = PreparedLaunch(fn, (4,), (64,), 1, (np.int32(64),), shared_mem=small)
+    assert fn.max_dynamic_shared_size_bytes >= big
+    for launch in (first, second, first):
+        out.fill(cp.nan)
+        launch(out)
+        cp.testing.assert_array_equal(out, cp.full(4, 127, cp.float32))

@@ -80,7 +80,8 @@ class PreparedLaunch:
 
     Calling it with ``n_arrays`` C-contiguous device arrays launches the kernel on the current
     stream.  Where CuPy lacks ``cuda.driver.launchKernel`` it calls the kernel the usual way.
-    More than 48 KiB of dynamic shared memory is opted into here (the kernel's attribute).
+    More than 48 KiB of dynamic shared memory is opted into here (the kernel's attribute, only
+    ever raised: other launches of the same function may need more).
     """
 
     def __init__(self, fn, grid, block, n_arrays, constants=(), shared_mem=0):
@@ -90,7 +91,10 @@ class PreparedLaunch:
         self.n_arrays, self.constants, self.shared_mem = n_arrays, tuple(constants), shared_mem
         self._stream = cp.cuda.get_current_stream
         self._launch = getattr(cp.cuda.driver, "launchKernel", None)
-        if shared_mem > _DEFAULT_SHARED_LIMIT:
+        # The opt-in is the compiled function's, shared by every launch of it: raise it, never
+        # lower it (a problem prepared later with less shared memory would otherwise make the
+        # launches of one prepared before fail with CUDA_ERROR_INVALID_VALUE).
+        if shared_mem > max(_DEFAULT_SHARED_LIMIT, fn.max_dynamic_shared_size_bytes):
             fn.max_dynamic_shared_size_bytes = shared_mem
         if self._launch is None:
             return
