@@ -89,19 +89,6 @@ class Launch(NamedTuple):
                    tuple(shape))
 
 
-def _cupy():
-    """CuPy, imported on the first launch (the module is imported without it on the CPU)."""
-    global _CP
-    if _CP is None:
-        import cupy
-
-        _CP = cupy
-    return _CP
-
-
-_CP = None
-
-
 def launch(configure, left, right, form, max_shift, out, params, arranged=None):
     """Compile (once), configure (once per problem) and launch one kernel.
 
@@ -111,7 +98,8 @@ def launch(configure, left, right, form, max_shift, out, params, arranged=None):
     problems the host's time is most of the time).  ``arranged`` (development probes) is the
     right matrices already rewritten by the problem's ``arrange`` kernel.
     """
-    cp = _cupy()
+    import cupy as cp
+
     if max_shift is not None:
         max_shift = normalize_max_shift(max_shift)
     key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.runtime.getDevice())

@@ -165,12 +165,13 @@ def mma_candidates(lay, max_shift, limit=None, sm_count=None) -> list:
     if lay.form not in MMA_FORMS or lay.m < 8:
         return []
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    warp_slots = (sm_count or _sm_count()) * WARPS  # one wave of 16-warp blocks
     plans = []
     for ty, tx in MMA_TILES:
         if ty > 2 * ho or tx > 2 * wo:
             continue
         tasks = -(-ho // ty) * -(-wo // tx) * -(-lay.m // MATRICES) * lay.n_left
-        few = tasks < (sm_count or _sm_count()) * WARPS
+        few = tasks < warp_slots
         for ks in ROW_SPLITS if few else (1,):
             if ks <= lay.right_shape[0] and unsupported(lay.form, lay.left_shape,
                                                        lay.right_shape, ty, tx, limit,
