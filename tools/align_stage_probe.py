@@ -7,14 +7,14 @@ import sys
 import cupy as cp
 import numpy as np
 
-from xcorr_app.align_stack import _Measurer
-from xcorr_app.fft_register import fft_shifts
-from xcorr_app.normalize import zncc
-from xcorr_app.peaks import find_shifts
-from xcorr_app.preprocess import parse_prefilter, prepare
-from xcorr_app.correlate import cross_correlate
-from xcorr_app.gpu_surface import summed_area_tables
-from xcorr_app.timing import time_gpu
+from xcorr_app.alignment._pipeline import _Measurer
+from xcorr_app.registration._fft_register import fft_shifts
+from xcorr_app.registration._normalize import zncc
+from xcorr_app.registration._peaks import find_shifts
+from xcorr_app.alignment._preprocess import parse_prefilter, prepare
+from xcorr_app.correlate._api import cross_correlate
+from xcorr_app.registration._surfaces import summed_area_tables
+from xcorr_app._cuda.timing import time_gpu
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 size = int(sys.argv[2]) if len(sys.argv) > 2 else 2048

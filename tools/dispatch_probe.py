@@ -18,13 +18,14 @@ import time
 import cupy as cp
 import numpy as np
 
-from xcorr_app import bench_xcorr, planner
-from xcorr_app.forms import form_layout
-from xcorr_app.gpu_warp_shuffle import _LAUNCHES
-from xcorr_app.kernel_launch import PreparedLaunch
-from xcorr_app.plans import Plan, run_plan
-from xcorr_app.shifts import output_shape
-from xcorr_app.timing import time_gpu
+from xcorr_app.bench import _xcorr as bench_xcorr
+from xcorr_app.correlate import _planner as planner
+from xcorr_app.correlate._forms import form_layout
+from xcorr_app.correlate._warp_shuffle import _LAUNCHES
+from xcorr_app._cuda.launch import PreparedLaunch
+from xcorr_app.correlate._plans import Plan, run_plan
+from xcorr_app.correlate._shifts import output_shape
+from xcorr_app._cuda.timing import time_gpu
 
 CASES = [("one_to_one", (16, 16), (16, 16), "warp_per_shift:shared=1"),
          ("one_to_many", (32, 32), (8, 32, 32), "warp_shuffle:rights=2,distribution=rectangle,"

@@ -10,9 +10,9 @@ import sys
 import cupy as cp
 import numpy as np
 
-from xcorr_app import kernel_loader
-from xcorr_app.gpu_reuse_conv import reuse_correlate
-from xcorr_app.timing import time_gpu
+from xcorr_app._cuda import loader as kernel_loader
+from xcorr_app.filters._reuse import reuse_correlate
+from xcorr_app._cuda.timing import time_gpu
 
 BASE = kernel_loader.COMPILE_OPTIONS
 stack = cp.random.rand(32, 2048, 2048, dtype=cp.float32)

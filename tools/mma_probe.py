@@ -10,10 +10,11 @@ import sys
 import numpy as np
 import cupy as cp
 
-from xcorr_app import kernel_loader, reference
-from xcorr_app.gpu_mma import MMA_TILES, mma_xcorr, unsupported
-from xcorr_app.plans import run_plan
-from xcorr_app.timing import fp32_fma_peak_flops, time_gpu
+from xcorr_app._cuda import loader as kernel_loader
+from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate._mma import MMA_TILES, mma_xcorr, unsupported
+from xcorr_app.correlate._plans import run_plan
+from xcorr_app._cuda.timing import fp32_fma_peak_flops, time_gpu
 
 PROBLEMS = [("one_to_many", (32, 32), (8, 32, 32)), ("one_to_many", (16, 16), (256, 16, 16)),
             ("one_to_many", (32, 32), (256, 32, 32)), ("one_to_many", (64, 64), (256, 64, 64)),
@@ -30,7 +31,7 @@ def set_macros(**macros):
     kernel_loader.COMPILE_OPTIONS = ("-std=c++17",) + tuple(f"-D{a}={b}" for a, b in
                                                            macros.items())
     kernel_loader._COMPILED.clear()
-    from xcorr_app import gpu_warp_shuffle
+    from xcorr_app.correlate import _warp_shuffle as gpu_warp_shuffle
     gpu_warp_shuffle._LAUNCHES.clear()
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 what = sys.argv[1] if len(sys.argv) > 1 else "reuse"
 if what == "reuse":
-    from xcorr_app.gpu_reuse_conv import reuse_correlate
+    from xcorr_app.filters._reuse import reuse_correlate
 
     stack = cp.random.rand(32, 2048, 2048, dtype=cp.float32)
     out = cp.empty_like(stack)
@@ -18,7 +18,7 @@ if what == "reuse":
     for kw in (dict(loads="registers"), dict(loads="async", rows_per_block=64)):
         reuse_correlate(stack, w, out=out, **kw)
 elif what == "mma":
-    from xcorr_app.gpu_mma import mma_xcorr
+    from xcorr_app.correlate._mma import mma_xcorr
 
     side = int(sys.argv[2]) if len(sys.argv) > 2 else 32
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 4000
@@ -28,7 +28,7 @@ elif what == "mma":
     right = cp.random.rand(count, side, side, dtype=cp.float32)
     mma_xcorr(left, right, "one_to_many", tile_y=ty, tile_x=tx, row_splits=splits)
 else:
-    from xcorr_app.gpu_tiled import pair_tiled_xcorr
+    from xcorr_app.correlate._tiled import pair_tiled_xcorr
 
     side = int(sys.argv[2]) if len(sys.argv) > 2 else 32
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 4000

@@ -8,11 +8,11 @@ import sys
 
 import cupy as cp
 
-from xcorr_app import kernel_loader
-from xcorr_app.forms import form_layout
-from xcorr_app.gpu_tiled import PAIR_TILES, configure_pairs, arranged_rights, pair_tiled_xcorr
-from xcorr_app.gpu_warp_shuffle import launch
-from xcorr_app.timing import time_gpu
+from xcorr_app._cuda import loader as kernel_loader
+from xcorr_app.correlate._forms import form_layout
+from xcorr_app.correlate._tiled import PAIR_TILES, configure_pairs, arranged_rights, pair_tiled_xcorr
+from xcorr_app.correlate._warp_shuffle import launch
+from xcorr_app._cuda.timing import time_gpu
 
 PROBLEMS = [("one_to_many", (32, 32), (4000, 32, 32)), ("one_to_many", (16, 16), (4000, 16, 16)),
             ("n_to_m", (16, 32, 32), (64, 32, 32)), ("one_to_many", (32, 32), (256, 32, 32))]

@@ -10,14 +10,14 @@ import subprocess
 import sys
 import tempfile
 
-from xcorr_app.compile_check import translation_unit
-from xcorr_app.kernel_loader import COMPILE_OPTIONS, kernel_dir
+from xcorr_app._cuda.compile_check import translation_unit
+from xcorr_app._cuda.loader import COMPILE_OPTIONS, include_options, source_path
 
 source, expr, dest = sys.argv[1], sys.argv[2], sys.argv[3]
 d = tempfile.mkdtemp()
 with open(os.path.join(d, "k.cu"), "w") as f:
-    f.write(translation_unit(str(kernel_dir() / source), [expr]))
-subprocess.run(["nvcc", "-cubin", "-arch=sm_90", *COMPILE_OPTIONS, "-I", str(kernel_dir()),
+    f.write(translation_unit(str(source_path(source)), [expr]))
+subprocess.run(["nvcc", "-cubin", "-arch=sm_90", *COMPILE_OPTIONS, *include_options(source_path(source)),
                 *sys.argv[4:], os.path.join(d, "k.cu"), "-o", os.path.join(d, "k.cubin")],
                check=True)
 sass = subprocess.run(["cuobjdump", "-sass", os.path.join(d, "k.cubin")], check=True,

@@ -5,9 +5,10 @@ import sys
 
 import cupy as cp
 
-from xcorr_app import gpu_conv, gpu_winograd
-from xcorr_app.bench_conv import IM2WIN_LAYERS, flops
-from xcorr_app.timing import time_gpu
+from xcorr_app.conv import _im2win as gpu_conv
+from xcorr_app.conv import _winograd as gpu_winograd
+from xcorr_app.bench._conv import IM2WIN_LAYERS, flops
+from xcorr_app._cuda.timing import time_gpu
 
 import torch
 

@@ -1,5 +1,19 @@
 """xcorr: image registration by cross-correlation on NVIDIA GPUs (CuPy) and on the CPU.
 
+NumPy arrays in give NumPy arrays out (computed on the CPU, or on the GPU when ``device="gpu"``);
+CuPy arrays in give CuPy arrays out.  The public names below are imported on first use, so
+``import xcorr_app`` is quick and does not import CuPy.
+
+Subpackages
+-----------
+correlate     cross-correlation of many matrices (the four forms), its kernels and planner
+registration  ``phase_cross_correlation``, peaks, subpixel refinement, normalizations
+alignment     aligning a stack of frames: ``align``, ``estimate_shifts``, ``apply_shifts``
+filters       scipy.ndimage-style filters on stacks (``xcorr_app.filters.gaussian``, ...)
+conv          multi-channel convolution (``conv2d``, ``pointwise``)
+io            reading stacks, writing outputs, the drift plot
+dask          the same on a Dask cluster (``pip install 'xcorr-app[dask]'``)
+
 Examples
 --------
 >>> import numpy as np, xcorr_app
@@ -8,16 +22,40 @@ Examples
 (5, 5)
 """
 
-__version__ = "0.1.0"
+import importlib
 
-from .align_result import AlignResult  # noqa: E402
-from .align_stack import align, apply_shifts, estimate_shifts  # noqa: E402
-from .correlate import cross_correlate  # noqa: E402
-from .errors import InputError, OutputError, XcorrError  # noqa: E402
-from .registration import phase_cross_correlation  # noqa: E402
-from . import filters  # noqa: E402
-from .conv import conv2d, pointwise  # noqa: E402
+from ._version import __version__
+from .errors import InputError, OutputError, XcorrError
+
+#: public name -> the module that defines it (imported on first use, PEP 562)
+_LAZY = {
+    "align": "xcorr_app.alignment",
+    "apply_shifts": "xcorr_app.alignment",
+    "estimate_shifts": "xcorr_app.alignment",
+    "AlignResult": "xcorr_app.alignment",
+    "cross_correlate": "xcorr_app.correlate",
+    "phase_cross_correlation": "xcorr_app.registration",
+    "conv2d": "xcorr_app.conv",
+    "pointwise": "xcorr_app.conv",
+}
+_SUBPACKAGES = ("filters", "conv", "correlate", "registration", "alignment", "io", "dask",
+                "distributed", "bench", "cli", "backend")
 
 __all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "cross_correlate",
            "phase_cross_correlation", "conv2d", "pointwise",
            "filters", "XcorrError", "InputError", "OutputError", "__version__"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"xcorr_app.{name}")
+    else:
+        raise AttributeError(f"module 'xcorr_app' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

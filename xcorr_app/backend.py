@@ -155,7 +155,7 @@ def environment(device: str) -> dict:
     """
     import sys
 
-    from . import __version__
+    from ._version import __version__
 
     versions = {"xcorr": __version__, "python": sys.version.split()[0]}
     for name in ("numpy", "scipy", "tifffile", "cupy"):

@@ -1,0 +1,130 @@
+"""The align pipeline on the CPU: sample stacks, references, normalizations, edge cases."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from xcorr_app import align, estimate_shifts
+from xcorr_app.alignment._pipeline import _agree
+from xcorr_app.errors import XcorrError
+
+from sample_paths import SAMPLES, folder_path, stack_path, truth
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+@pytest.mark.parametrize("form", ["stack", "folder"])
+def test_sample_stacks_recovered_within_0_1_px(name, form):
+    path = stack_path(name) if form == "stack" else folder_path(name)
+    res = align(path, device="cpu")
+    err = np.abs(res.shifts - truth(name))
+    assert err.max() <= 0.1, f"max error {err.max():.3f} px"
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_bounded_search_equals_unbounded(name):
+    full = align(stack_path(name), device="cpu", verify=False)
+    bounded = align(stack_path(name), device="cpu", max_shift=10, verify=False)
+    np.testing.assert_allclose(bounded.shifts, full.shifts, atol=1e-4)
+
+
+def test_reference_previous_and_index(rng):
+    base = ndi.gaussian_filter(rng.random((90, 110)), 2)
+    steps = np.array([[0, 0], [1, -2], [2, 1], [-1, 3], [0, -1]])
+    pos = np.cumsum(steps, axis=0)
+    # frame i shows the base moved by pos[i]: frame[n] = base[n - pos + 10]
+    stack = np.stack([base[10 - p[0]:80 - p[0], 10 - p[1]:100 - p[1]] for p in pos])
+    want = -(pos - pos[0])
+    prev = align(stack, "previous", device="cpu", subpixel="none", chunk_frames=2)
+    np.testing.assert_array_equal(prev.shifts, want)
+    idx = align(stack, 2, device="cpu", subpixel="none")
+    np.testing.assert_array_equal(idx.shifts, -(pos - pos[2]))
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+@pytest.mark.parametrize("max_shift", [None, 10])
+def test_fft_reference_agrees_on_every_frame(name, max_shift):
+    res = align(stack_path(name), device="cpu", max_shift=max_shift)
+    assert res.agree.all(), np.flatnonzero(~res.agree)
+    # plain correlation of the periodic components: within 0.2 px of the truth
+    assert np.abs(res.fft_shifts - truth(name)).max() <= 0.2
+    assert res.summary()["rms_vs_fft"] <= 0.15
+    assert res.settings["fft_reference"].startswith("cross-correlation of the periodic")
+
+
+def test_phase_runs_are_checked_by_phase_correlation():
+    """The moon sample, where phase correlation works: the reference is phase correlation."""
+    res = align(stack_path("moon"), device="cpu", normalization="phase", window="tukey")
+    assert res.settings["fft_reference"] == "phase correlation, upsample 20"
+    assert np.abs(res.fft_shifts - truth("moon")).max() <= 0.15
+    plain = align(stack_path("moon"), device="cpu")
+    assert not np.array_equal(res.fft_shifts, plain.fft_shifts)
+
+
+def test_chunking_does_not_change_results():
+    path = stack_path("moon")
+    a = align(path, device="cpu", chunk_frames=1)
+    b = align(path, device="cpu", chunk_frames=5)
+    c = align(path, device="cpu", chunk_frames=100)
+    np.testing.assert_allclose(a.shifts, c.shifts, atol=1e-5)
+    np.testing.assert_allclose(b.shifts, c.shifts, atol=1e-5)
+
+
+@pytest.mark.parametrize("subpixel", ["none", "parabolic", "gaussian", "parabolic3", "gaussian3", "upsample"])
+@pytest.mark.parametrize("normalization", ["zncc", "none"])
+def test_every_subpixel_and_normalization_runs(subpixel, normalization):
+    res = align(stack_path("hubble"), device="cpu", subpixel=subpixel,
+                normalization=normalization, max_shift=8)
+    # integer peaks only: half a pixel plus the bias of raw sums; raw sums shift fitted peaks
+    tol = 0.75 if subpixel == "none" else (0.1 if normalization == "zncc" else 0.35)
+    assert np.abs(res.shifts - truth("hubble")).max() <= tol
+
+
+def test_estimate_shifts_numpy_in_numpy_out(rng):
+    base = ndi.gaussian_filter(rng.random((50, 60)), 1.5)
+    ref = base[5:45, 5:55]
+    frames = np.stack([base[6:46, 3:53], ref])  # frame[n] = ref[n + (1, -2)]: shift (1, -2)
+    shifts, peak, conf = estimate_shifts(ref, frames, max_shift=4, device="cpu")
+    assert isinstance(shifts, np.ndarray)
+    np.testing.assert_allclose(shifts, [[1, -2], [0, 0]], atol=0.05)
+
+
+def test_constant_frame_gives_nan_and_is_flagged(rng):
+    base = ndi.gaussian_filter(rng.random((50, 60)), 2)
+    ref = base[5:45, 5:55]
+    stack = np.stack([ref, np.full_like(ref, 7.0), base[4:44, 5:55]])  # frame 2: shift (-1, 0)
+    res = align(stack, device="cpu")
+    assert np.isnan(res.shifts[1]).all() and not res.agree[1]
+    assert res.constant_frames.tolist() == [1]
+    assert np.allclose(res.shifts[2], [-1, 0], atol=0.1)
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (np.full((3, 10, 12), np.nan), "NaN or Inf"),
+    (np.zeros((2, 1, 1)), "cannot be registered"),
+    (np.zeros((0, 5, 5)), "empty"),
+])
+def test_bad_arrays_are_clear_errors(bad, msg):
+    with pytest.raises(XcorrError, match=msg):
+        align(bad, device="cpu")
+
+
+def test_constant_reference_is_an_error():
+    with pytest.raises(XcorrError, match="reference image is constant"):
+        align(np.ones((3, 8, 8)), device="cpu")
+
+
+@pytest.mark.parametrize("kw", [dict(reference="nope"), dict(reference=99), dict(subpixel="x"),
+                                dict(normalization="x"), dict(max_shift=-1),
+                                dict(prefilter="median:3"), dict(device="tpu")])
+def test_bad_arguments_are_clear_errors(rng, kw):
+    with pytest.raises(XcorrError):
+        align(rng.random((3, 16, 16)), **{"device": "cpu", **kw})
+
+
+def test_agreement_rule():
+    sh = np.array([[2.49, 0.0], [2.0, 0.0], [5.0, 0.0], [9.0, 0.0]])
+    fft = np.array([[2.52, 0.0], [3.0, 0.0], [5.0, 0.0], [-20.0, 0.0]])
+    fft_int = np.array([[3, 0], [3, 0], [5, 0], [-20, 0]])
+    # half-pixel tie agrees; a whole-pixel difference does not; FFT outside the bound agrees
+    assert _agree(sh, fft, fft_int, (10, 10)).tolist() == [True, False, True, True]
+    assert _agree(sh, fft, fft_int, None).tolist() == [True, False, True, False]

@@ -1,0 +1,267 @@
+"""Tests of xcorr_app.io._reader: lazy TIFF input."""
+
+import hashlib
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app.errors import InputError, XcorrError
+from xcorr_app.io._reader import SUPPORTED_DTYPES, natural_key, open_stack, read_image
+
+H, W = 6, 7
+
+
+def stack_of(dtype, n=5, shape=(H, W), seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.random((n, *shape)) * 200).astype(dtype)
+
+
+def write(path, data, **kwargs):
+    """Write grayscale data: tifffile would guess (3|4, H, W) to be color samples."""
+    kwargs.setdefault("photometric", "minisblack")
+    tifffile.imwrite(path, data, **kwargs)
+    return path
+
+
+def read_all(path, channel=None):
+    with open_stack(path, channel) as src:
+        return src.read(0, src.n_frames)
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=str)
+def test_every_supported_dtype(tmp_path, dtype):
+    data = stack_of(dtype)
+    with open_stack(write(tmp_path / "s.tif", data)) as src:
+        assert (src.n_frames, src.frame_shape, src.dtype) == (5, (H, W), dtype)
+        assert src.memory_mapped
+        got = src.read(0, 5)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, data)
+
+
+def test_big_endian_file_reads_in_native_order(tmp_path):
+    data = stack_of(np.uint16)
+    got = read_all(write(tmp_path / "be.tif", data, byteorder=">"))
+    assert got.dtype == np.dtype(np.uint16) and got.dtype.isnative
+    np.testing.assert_array_equal(got, data)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint32", "bool", "complex64"])
+def test_unsupported_dtype_is_refused(tmp_path, dtype):
+    path = write(tmp_path / "bad.tif", stack_of(dtype))
+    with pytest.raises(InputError, match=r"bad\.tif has pixel type .*convert it to one of"):
+        open_stack(path)
+
+
+def test_multipage_lazy_read_and_chunks(tmp_path):
+    data = stack_of(np.uint16, n=10)
+    with open_stack(write(tmp_path / "s.tif", data)) as src:
+        assert len(src) == 10 and src.paths == [tmp_path / "s.tif"] and src.notes == []
+        np.testing.assert_array_equal(src.read(3, 7), data[3:7])
+        assert src.read(4, 4).shape == (0, H, W)
+        chunks = list(src.chunks(4))
+        assert [start for start, _ in chunks] == [0, 4, 8]
+        np.testing.assert_array_equal(np.concatenate([c for _, c in chunks]), data)
+        assert src.source_name(9) == "s.tif"
+        with pytest.raises(IndexError):
+            src.read(8, 11)
+        with pytest.raises(XcorrError):
+            next(src.chunks(0))
+
+
+def test_read_after_close_reopens(tmp_path):
+    data = stack_of(np.float32)
+    src = open_stack(write(tmp_path / "s.tif", data))
+    src.close()
+    np.testing.assert_array_equal(src.read(1, 3), data[1:3])
+    src.close()
+
+
+def test_compressed_file_is_read_page_by_page(tmp_path, monkeypatch):
+    data = stack_of(np.uint16, n=8)
+    path = write(tmp_path / "z.tif", data, compression="zlib")
+    asked = []
+    original = tifffile.TiffFile.asarray
+
+    def spy(self, key=None, **kwargs):
+        asked.append(key)
+        return original(self, key=key, **kwargs)
+
+    monkeypatch.setattr(tifffile.TiffFile, "asarray", spy)
+    with open_stack(path) as src:
+        assert not src.memory_mapped
+        np.testing.assert_array_equal(src.read(2, 5), data[2:5])
+        np.testing.assert_array_equal(np.concatenate([c for _, c in src.chunks(3)]), data)
+    assert asked[0] == [2, 3, 4]
+
+
+def test_folder_natural_sort_case_insensitive_suffix_and_notes(tmp_path):
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(1, 13):
+        suffix = ".TIF" if i == 11 else ".tiff" if i == 12 else ".tif"
+        write(folder / f"frame_{i}{suffix}", np.full((H, W), i, np.uint16))
+    (folder / "a.txt").write_text("x")
+    (folder / "b.csv").write_text("x")
+    with open_stack(folder) as src:
+        assert src.n_frames == 12
+        assert src.notes == ["skipped 2 non-TIFF files: a.txt, b.csv"]
+        assert [p.name for p in src.paths][:3] == ["frame_1.tif", "frame_2.tif", "frame_3.tif"]
+        assert src.source_name(9) == "frame_10.tif" and src.source_name(11) == "frame_12.tiff"
+        np.testing.assert_array_equal(src.read(0, 12)[:, 0, 0], np.arange(1, 13))
+    assert sorted(["f10", "f2", "F1"], key=natural_key) == ["F1", "f2", "f10"]
+
+
+def test_folder_of_multipage_files_reads_across_files(tmp_path):
+    data = stack_of(np.float32, n=7)
+    write(tmp_path / "a1.tif", data[:3])
+    write(tmp_path / "a2.tif", data[3:4])
+    write(tmp_path / "a10.tif", data[4:])
+    with open_stack(tmp_path) as src:
+        assert src.n_frames == 7 and src.memory_mapped
+        np.testing.assert_array_equal(src.read(2, 6), data[2:6])
+        assert [src.source_name(i) for i in (2, 3, 4)] == ["a1.tif", "a2.tif", "a10.tif"]
+        np.testing.assert_array_equal(np.concatenate([c for _, c in src.chunks(2)]), data)
+
+
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_imagej_hyperstack_channels(tmp_path, compression):
+    data = stack_of(np.uint16, n=4 * 2).reshape(4, 2, H, W)  # TCYX
+    path = tmp_path / "hyper.tif"
+    tifffile.imwrite(path, data, imagej=True, metadata={"axes": "TCYX"}, compression=compression)
+    for c in (0, 1):
+        np.testing.assert_array_equal(read_all(path, c), data[:, c])
+    with open_stack(path, 1) as src:
+        np.testing.assert_array_equal(src.read(1, 3), data[1:3, 1])
+    with pytest.raises(InputError, match=r"hyper\.tif has 2 channels .*pass --channel"):
+        open_stack(path)
+    with pytest.raises(InputError, match="--channel 2 is out of range"):
+        open_stack(path, 2)
+
+
+def test_imagej_tzcyx_flattens_t_and_z_in_file_order(tmp_path):
+    data = stack_of(np.float32, n=3 * 2 * 2).reshape(3, 2, 2, H, W)  # TZCYX
+    path = tmp_path / "tz.tif"
+    tifffile.imwrite(path, data, imagej=True, metadata={"axes": "TZCYX"})
+    np.testing.assert_array_equal(read_all(path, 1), data[:, :, 1].reshape(6, H, W))
+
+
+@pytest.mark.parametrize("axes", ["TCYX", "CTYX"])
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_ome_tiff_channels(tmp_path, axes, compression):
+    data = stack_of(np.uint16, n=3 * 2).reshape(*((3, 2) if axes == "TCYX" else (2, 3)), H, W)
+    path = tmp_path / "img.ome.tif"
+    tifffile.imwrite(path, data, ome=True, metadata={"axes": axes}, photometric="minisblack",
+                     compression=compression)
+    for c in (0, 1):
+        expected = data[:, c] if axes == "TCYX" else data[c]
+        np.testing.assert_array_equal(read_all(path, c), expected)
+    with pytest.raises(InputError, match="2 channels"):
+        open_stack(path)
+
+
+@pytest.mark.parametrize("planar", [False, True])
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_rgb_samples_are_channels(tmp_path, planar, compression):
+    data = stack_of(np.uint8, n=4 * 3).reshape(4, H, W, 3)
+    path = tmp_path / "rgb.tif"
+    stored = np.moveaxis(data, -1, 1) if planar else data
+    tifffile.imwrite(path, stored, photometric="rgb", compression=compression,
+                     planarconfig="separate" if planar else "contig")
+    np.testing.assert_array_equal(read_all(path, 2), data[..., 2])
+    with pytest.raises(InputError, match="3 channels .*--channel"):
+        open_stack(path)
+
+
+def test_read_image(tmp_path):
+    image = stack_of(np.uint16, n=1)[0]
+    np.testing.assert_array_equal(read_image(write(tmp_path / "ref.tif", image)), image)
+    np.testing.assert_array_equal(read_image(write(tmp_path / "one.tif", image[None])), image)
+    with pytest.raises(InputError, match="holds 5 frames; a reference image must be"):
+        read_image(write(tmp_path / "many.tif", stack_of(np.uint16)))
+
+
+# --- errors -------------------------------------------------------------------------------
+
+def test_missing_path(tmp_path):
+    with pytest.raises(InputError, match="nope.tif does not exist"):
+        open_stack(tmp_path / "nope.tif")
+
+
+def test_empty_folder(tmp_path):
+    with pytest.raises(InputError, match="is empty"):
+        open_stack(tmp_path)
+
+
+def test_folder_without_tiff_files(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(InputError, match=r"no \.tif or \.tiff files \(found notes\.txt, sub/\)"):
+        open_stack(tmp_path)
+
+
+def test_folder_of_mixed_shapes_names_the_file(tmp_path):
+    for i in (1, 2):
+        write(tmp_path / f"f{i}.tif", np.zeros((4, 5), np.uint16))
+    write(tmp_path / "f3.tif", np.zeros((4, 6), np.uint16))
+    with pytest.raises(InputError, match=r"f3\.tif has frames of 4x6 pixels but f1\.tif has 4x5"):
+        open_stack(tmp_path)
+
+
+def test_folder_of_mixed_dtypes(tmp_path):
+    write(tmp_path / "f1.tif", np.zeros((4, 5), np.uint16))
+    write(tmp_path / "f2.tif", np.zeros((4, 5), np.float32))
+    with pytest.raises(InputError, match=r"f2\.tif has pixel type float32 but f1\.tif"):
+        open_stack(tmp_path)
+
+
+def test_corrupt_tiff(tmp_path):
+    path = tmp_path / "broken.tif"
+    path.write_bytes(b"this is not a TIFF file at all" * 10)
+    with pytest.raises(InputError, match=r"cannot read .*broken\.tif as a TIFF image"):
+        open_stack(path)
+
+
+def test_truncated_tiff(tmp_path):
+    path = write(tmp_path / "cut.tif", stack_of(np.uint16, n=20, shape=(64, 64)))
+    path.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(InputError, match=r"cut\.tif"):
+        read_all(path)
+
+
+def test_zero_size_image(tmp_path):
+    path = tmp_path / "empty.tif"
+    with pytest.warns(UserWarning):
+        tifffile.imwrite(path, np.zeros((0, 5), np.uint16))
+    with pytest.raises(InputError, match=r"empty\.tif holds a zero-size image"):
+        open_stack(path)
+
+
+def test_non_2d_frames_are_refused(tmp_path):
+    path = tmp_path / "vol.tif"
+    tifffile.imwrite(path, np.zeros((2, 3, 16, 16), np.uint16), volumetric=True, tile=(16, 16),
+                     photometric="minisblack")
+    with pytest.raises(InputError, match=r"cannot interpret .*vol\.tif as a stack of 2-D frames"):
+        open_stack(path)
+
+
+def test_input_files_are_not_modified(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    paths = [write(folder / "a.tif", stack_of(np.uint16)),
+             write(folder / "b.tif", stack_of(np.uint16, seed=1), compression="zlib")]
+    hyper = tmp_path / "h.tif"
+    tifffile.imwrite(hyper, stack_of(np.uint8, n=4).reshape(2, 2, H, W), imagej=True,
+                     metadata={"axes": "TCYX"})
+    paths.append(hyper)
+
+    def digest():
+        return [(hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in paths]
+
+    before = digest()
+    for path, channel in ((folder, None), (hyper, 1)):
+        with open_stack(path, channel) as src:
+            frames = src.read(0, src.n_frames)
+            frames += 1  # returned arrays are copies, never views of the files
+    assert digest() == before

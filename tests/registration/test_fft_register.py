@@ -1,0 +1,197 @@
+"""Tests of xcorr_app.registration._fft_register against known shifts and skimage's phase_cross_correlation."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+from skimage import data
+from skimage.registration import phase_cross_correlation
+
+from xcorr_app.backend import to_numpy
+from xcorr_app.errors import XcorrError
+from xcorr_app.registration._fft_register import fft_shifts, periodic_spectrum, upsampled_dft
+
+# content moves of the frames; the shift to recover is minus these
+MOVES = [(-4.6, 6.15)], [(0.0, 0.0), (3.3, -7.45), (-5.2, 2.65), (10.0, -12.0), (-0.35, 0.8)]
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request):
+    if request.param == "numpy":
+        return np
+    import cupy
+
+    return cupy
+
+
+def _stack(moves, shape=(63, 80)):
+    """A camera crop and frames that are its copies moved (circularly) by ``moves``."""
+    ref = data.camera()[100:100 + shape[0], 200:200 + shape[1]].astype(np.float64)
+    spec = np.fft.fft2(ref)
+    frames = np.stack([np.fft.ifft2(ndi.fourier_shift(spec, m)).real for m in moves])
+    return ref, frames
+
+
+@pytest.mark.parametrize("moves", MOVES, ids=["N1", "N5"])
+@pytest.mark.parametrize("normalization", ["phase", None])
+@pytest.mark.parametrize("upsample", [1, 20])
+def test_recovers_shifts_and_matches_skimage(xp, moves, normalization, upsample):
+    ref, frames = _stack(moves)
+    shifts, peak = fft_shifts(xp.asarray(ref), xp.asarray(frames), upsample_factor=upsample,
+                              normalization=normalization)
+    assert type(shifts) is type(xp.asarray(ref))
+    shifts, peak = to_numpy(shifts), to_numpy(peak)
+    assert shifts.shape == (len(moves), 2) and peak.shape == (len(moves),)
+    assert shifts.dtype == peak.dtype == np.float64
+    np.testing.assert_allclose(shifts, -np.asarray(moves), atol=1 / upsample + 0.02)
+    for frame, got in zip(frames, shifts):
+        want, _, _ = phase_cross_correlation(ref, frame, upsample_factor=upsample,
+                                             normalization=normalization)
+        np.testing.assert_allclose(got, want, atol=1 / upsample + 1e-9)
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (63, 80), (47, 33)])
+def test_integer_shifts_exact_with_unit_phase_peak(xp, shape):
+    moves = [(0, 0), (5, -9), (-shape[0] // 2 + 1, shape[1] // 2 - 1), (-3, 4)]
+    ref, frames = _stack(moves, shape)
+    for upsample in (1, 20):
+        shifts, peak = fft_shifts(xp.asarray(ref), xp.asarray(frames), upsample_factor=upsample)
+        np.testing.assert_allclose(to_numpy(shifts), -np.asarray(moves, float), atol=1e-9)
+        np.testing.assert_allclose(to_numpy(peak), 1.0, atol=1e-6)  # perfect phase correlation
+
+
+def test_reference_fft_and_single_frame(xp):
+    ref, frames = _stack(MOVES[1])
+    ref, frames = xp.asarray(ref), xp.asarray(frames)
+    direct = fft_shifts(ref, frames, upsample_factor=10)
+    cached = fft_shifts(xp.fft.fft2(ref), frames, upsample_factor=10, reference_is_fft=True)
+    for a, b in zip(direct, cached):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-12)
+    one, _ = fft_shifts(ref, frames[2], upsample_factor=10)  # a 2-D frame is N = 1
+    assert one.shape == (1, 2)
+    np.testing.assert_allclose(to_numpy(one)[0], to_numpy(direct[0])[2], atol=1e-12)
+
+
+def test_float32_inputs(xp):
+    ref, frames = _stack(MOVES[1])
+    shifts, peak = fft_shifts(xp.asarray(ref, dtype=xp.float32),
+                              xp.asarray(frames, dtype=xp.float32), upsample_factor=20)
+    assert shifts.dtype == peak.dtype == np.float64
+    np.testing.assert_allclose(to_numpy(shifts), -np.asarray(MOVES[1]), atol=1 / 20 + 0.02)
+
+
+def test_upsampled_dft_matches_direct_sum(xp):
+    rng = np.random.default_rng(7)
+    spec = rng.normal(size=(2, 3, 6, 5)) + 1j * rng.normal(size=(2, 3, 6, 5))
+    offsets = rng.uniform(-4, 4, size=(2, 3, 2))
+    out = to_numpy(upsampled_dft(xp.asarray(spec), (4, 7), 3, xp.asarray(offsets)))
+    assert out.shape == (2, 3, 4, 7) and out.dtype == np.complex128
+    fy, fx = np.fft.fftfreq(6, 3), np.fft.fftfreq(5, 3)
+    for b in np.ndindex(2, 3):
+        for r, c in np.ndindex(4, 7):
+            phase = (r - offsets[b][0]) * fy[:, None] + (c - offsets[b][1]) * fx[None, :]
+            want = np.sum(spec[b] * np.exp(-2j * np.pi * phase))
+            np.testing.assert_allclose(out[b][r, c], want, rtol=1e-10, atol=1e-10)
+
+
+def test_upsampled_dft_samples_the_upsampled_correlation(xp):
+    # with upsample_factor 1 the region is a window of the inverse FFT itself
+    img = np.random.default_rng(3).random((9, 12))
+    spec = np.fft.fft2(img)
+    out = upsampled_dft(xp.asarray(spec.conj()), (3, 4), 1, (-2, -5)).conj() / img.size
+    np.testing.assert_allclose(to_numpy(out), img[2:5, 5:9], atol=1e-12)
+
+
+def test_bad_arguments():
+    ref, frames = _stack(MOVES[0])
+    with pytest.raises(XcorrError):
+        fft_shifts(ref, frames, normalization="plain")
+    with pytest.raises(XcorrError):
+        fft_shifts(ref, frames, upsample_factor=0.5)
+    with pytest.raises(XcorrError):
+        fft_shifts(ref[:-1], frames)
+
+
+@pytest.mark.parametrize("shape", [(8, 8), (7, 9), (6, 5), (1, 4), (5, 1), (3, 2)])
+def test_upsampled_dft_of_a_half_spectrum_equals_the_full_one(rng, shape):
+    from xcorr_app.registration._fft_register import upsampled_dft
+
+    x = rng.random((2,) + shape)
+    off = rng.random((2, 2)) * 3
+    full = upsampled_dft(np.fft.fft2(x).conj(), (4, 5), 3, off)
+    half = upsampled_dft(np.fft.rfft2(x).conj(), (4, 5), 3, off, full_width=shape[1])
+    np.testing.assert_allclose(half, full, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(40, 50), (33, 47)])
+def test_real_frames_use_half_spectra_with_the_same_result(rng, shape):
+    """Real input takes the rfft2 path; complex input (the same values) the full one."""
+    from scipy import ndimage as ndi
+
+    ref = ndi.gaussian_filter(rng.random(shape), 2)
+    frames = np.stack([ndi.shift(ref, (1.3, -2.6), mode="wrap"), ref])
+    for up in (1, 20):
+        real = fft_shifts(ref, frames, upsample_factor=up, return_integer=True)
+        cplx = fft_shifts(ref.astype(complex), frames.astype(complex), upsample_factor=up,
+                          return_integer=True)
+        for a, b in zip(real, cplx):
+            np.testing.assert_allclose(a, b, atol=1e-9)
+        viafft = fft_shifts(np.fft.fft2(ref), frames, upsample_factor=up, reference_is_fft=True,
+                            return_integer=True)
+        for a, b in zip(viafft, real):
+            np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_complex_reference_keeps_its_imaginary_part(rng):
+    ref = rng.random((24, 30)) + 1j * rng.random((24, 30))
+    frame = np.roll(ref, (2, -3), axis=(0, 1))
+    shifts, _ = fft_shifts(ref, frame[None])
+    assert shifts.tolist() == [[-2.0, 3.0]]
+    # the imaginary part alone carries the shift too
+    shifts, _ = fft_shifts(1j * ref.imag, (1j * frame.imag)[None])
+    assert shifts.tolist() == [[-2.0, 3.0]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(17, 23), (32, 40), (1, 9), (5, 300)])
+def test_periodic_spectrum_matches_the_direct_decomposition(xp, rng, shape, dtype):
+    """Against Moisan's definition: the smooth part solves lap(s) = v (the edge jumps) with
+    zero mean, computed here by a full FFT of v."""
+    u = rng.random((3,) + shape) + np.linspace(0, 4, shape[-1])  # a ramp: far from periodic
+    v = np.zeros_like(u)
+    v[..., 0, :] += u[..., -1, :] - u[..., 0, :]
+    v[..., -1, :] -= u[..., -1, :] - u[..., 0, :]
+    v[..., :, 0] += u[..., :, -1] - u[..., :, 0]
+    v[..., :, -1] -= u[..., :, -1] - u[..., :, 0]
+    h, w = shape
+    q, r = np.arange(h)[:, None], np.arange(w)[None]
+    den = 2 * np.cos(2 * np.pi * q / h) + 2 * np.cos(2 * np.pi * r / w) - 4
+    den[0, 0] = 1
+    s_hat = np.fft.fft2(v) / den
+    s_hat[..., 0, 0] = 0
+    want = np.fft.fft2(u) - s_hat
+    tol = (1e-5 if dtype == np.float32 else 1e-9) * np.abs(want).max()
+    ux = xp.asarray(u.astype(dtype))
+    got = to_numpy(periodic_spectrum(ux, xp.fft.fft2(ux)))
+    np.testing.assert_allclose(got, want, atol=tol)
+    half = to_numpy(periodic_spectrum(ux, xp.fft.rfft2(ux)))
+    np.testing.assert_allclose(half, want[..., :w // 2 + 1], atol=tol)
+    p = np.fft.ifft2(got).real
+
+    def seams(a):
+        return np.abs(a[..., 0, :] - a[..., -1, :]).sum() + np.abs(a[..., 0] - a[..., -1]).sum()
+
+    assert seams(p) < 0.5 * seams(u)
+
+
+def test_periodic_components_find_shifts_of_non_periodic_crops(xp, rng):
+    """A crop moving over a ramp: the seams pull plain correlation to zero; the periodic
+    components' correlation finds the shift."""
+    from scipy import ndimage as ndi
+
+    big = ndi.gaussian_filter(rng.random((120, 140)), 3) * 0.2 + np.linspace(0, 1, 140)
+    ref = big[20:84, 20:100]
+    frames = np.stack([big[20 - dy:84 - dy, 20 - dx:100 - dx] for dy, dx in [(3, -4), (-5, 2)]])
+    got, _ = fft_shifts(xp.asarray(ref), xp.asarray(frames), normalization=None, periodic=True)
+    assert to_numpy(got).tolist() == [[-3.0, 4.0], [5.0, -2.0]]
+    plain, _ = fft_shifts(ref, frames, normalization=None)
+    assert plain.tolist() != got.tolist()  # the seams did pull plain correlation

@@ -1,0 +1,168 @@
+"""The package's layout rules, checked on its source (no import of the package needed).
+
+- no import cycle between modules of ``xcorr_app``, counting imports inside functions;
+- no module imports a ``_private`` name from another module of the package (a name that other
+  modules need is public in its one home);
+- no module is longer than :data:`MAX_LINES` lines;
+- data flows one way: the layers below never import the layers above (:data:`LAYERS`).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "xcorr_app"
+MAX_LINES = 500
+#: subpackage -> its layer; a module may import only from its own layer or those below
+LAYERS = {"cli": 6, "bench": 6, "distributed": 5, "dask": 5, "alignment": 4, "filters": 3,
+          "conv": 3, "registration": 3, "correlate": 2, "io": 1, "_cuda": 1, "backend": 0,
+          "errors": 0, "_version": 0, "_config": 0, "__init__": 7, "__main__": 7}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def resolve(current: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = current.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(mods: dict):
+    """Yield ``(importer, imported module, imported name or None)`` for every import statement
+    of the package, top level and inside functions alike."""
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text())
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("xcorr_app"):
+                        yield name, alias.name, None
+            elif isinstance(node, ast.ImportFrom):
+                target = resolve(name, is_package, node)
+                if not target.startswith("xcorr_app"):
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    yield name, (sub if sub in mods else target), alias.name
+
+
+def graph(mods: dict) -> dict:
+    edges = {m: set() for m in mods}
+    for importer, target, _ in imports(mods):
+        if target in mods and target != importer:
+            edges[importer].add(target)
+    return edges
+
+
+def cycles(edges: dict) -> list:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def parent_package(module: str) -> str:
+    return module.rsplit(".", 1)[0]
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS[parts[1] if len(parts) > 1 else "__init__"]
+
+
+def test_no_import_cycles():
+    edges = graph(modules())
+    # a package's __init__ re-exports its own modules: those edges point down into it
+    assert cycles(edges) == []
+
+
+def test_no_private_names_imported_across_modules():
+    bad = [f"{importer} imports {name} from {target}"
+           for importer, target, name in imports(modules())
+           if name and name.startswith("_") and not name.startswith("__")]
+    assert bad == []
+
+
+def test_no_module_over_the_limit():
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_data_flows_one_way():
+    mods = modules()
+    upward = [f"{importer} -> {target}" for importer, target, _ in imports(mods)
+              if target in mods and layer_of(target) > layer_of(importer)
+              and not target.startswith(importer + ".")]
+    assert upward == []
+
+
+def test_every_subpackage_module_is_private_or_a_package():
+    """Inside the topic subpackages, modules are private (``_name.py``); the public names are
+    those each subpackage's ``__init__`` re-exports."""
+    public = [name for name, path in modules().items()
+              if name.count(".") == 2 and path.name != "__init__.py"
+              and not path.name.startswith("_") and not name.startswith("xcorr_app._cuda")]
+    assert public == []
+
+
+@pytest.mark.parametrize("rule", ["cycle", "private", "layer"])
+def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
+    """The checker finds a planted cycle, private import and upward import."""
+    pkg = tmp_path / "xcorr_app"
+    (pkg / "correlate").mkdir(parents=True)
+    (pkg / "alignment").mkdir()
+    for f in ("__init__.py", "correlate/__init__.py", "alignment/__init__.py"):
+        (pkg / f).write_text("")
+    body = {"cycle": ("from ..alignment._a import f\n", "from ..correlate._c import g\n"),
+            "private": ("", "from ..correlate._c import _hidden\n"),
+            "layer": ("from ..alignment._a import f\n", "")}[rule]
+    (pkg / "correlate/_c.py").write_text(body[0] + "def g(): pass\n_hidden = 1\n")
+    (pkg / "alignment/_a.py").write_text(body[1] + "def f(): pass\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
+    mods = {module_name(p): p for p in sorted(pkg.rglob("*.py"))}
+    found = {
+        "cycle": bool(cycles(graph(mods))),
+        "private": any(n and n.startswith("_") for _, _, n in imports(mods)),
+        "layer": any(layer_of(t) > layer_of(i) for i, t, _ in imports(mods) if t in mods),
+    }
+    assert found[rule]

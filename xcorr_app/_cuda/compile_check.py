@@ -1,0 +1,125 @@
+"""Compile-check every kernel instantiation the code can launch (run by CI, needs no GPU).
+
+For each source that :func:`~xcorr_app._cuda.loader.kernel_sources` finds this writes a small translation
+unit that includes the source and takes the address of every registered instantiation, compiles
+it with ``nvcc -cubin -arch=sm_90 --resource-usage`` and reads ptxas's report.  Any spill or a
+non-zero stack frame fails the check: register arrays must stay in registers (the papers'
+central point).  Sources that no family registers are compiled too, so syntax errors are caught.
+
+Usage::
+
+    python -m xcorr_app._cuda.compile_check [--arch sm_90] [--verbose]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .loader import COMPILE_OPTIONS, all_families, include_dir, source_dirs
+
+CHUNK = 48  # instantiations per translation unit
+_FUNC = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Compiling entry function '(\S+)'.*?\n.*?Used (\d+) registers", re.S)
+
+
+def parse_resource_usage(text: str) -> dict:
+    """``{mangled name: (stack, spill_stores, spill_loads)}`` from ptxas ``--resource-usage``."""
+    usage, current = {}, None
+    for line in text.splitlines():
+        m = _FUNC.search(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = _FRAME.search(line)
+        if m and current:
+            usage[current] = tuple(int(v) for v in m.groups())
+            current = None
+    return usage
+
+
+def demangle(names):
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    if not tool or not names:
+        return {n: n for n in names}
+    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
+    return dict(zip(names, out.splitlines()))
+
+
+def translation_unit(source: str, expressions) -> str:
+    refs = ",\n  ".join(f"(const void*)&{e}" for e in expressions)
+    body = f"static const void* xcorr_instantiations[] = {{\n  {refs}\n}};\n" if refs else ""
+    return f'#include "{source}"\n{body}'
+
+
+def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None) -> int:
+    """Compile every source (those of ``kdir`` if given, else the package's) with the
+    instantiations of ``families``; 0 when clean."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        print("compile check: nvcc not found on PATH; install the CUDA toolkit", file=sys.stderr)
+        return 2
+    dirs = [Path(kdir)] if kdir is not None else source_dirs()
+    includes = [Path(kdir)] if kdir is not None else [include_dir()]
+    families = all_families() if families is None else families
+    paths = {p.name: p for d in dirs for p in sorted(d.glob("*.cu"))}
+    by_source: dict[str, list[str]] = {name: [] for name in paths}
+    for fam in families:
+        by_source.setdefault(fam.source, []).extend(fam.expressions())
+    # Large sources are cut into translation units of CHUNK instantiations compiled in parallel.
+    jobs = [(source, exprs[i:i + CHUNK] if exprs else [])
+            for source, exprs in by_source.items()
+            for i in range(0, max(len(exprs), 1), CHUNK)]
+    failures, n_kernels = [], 0
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        def compile_one(k, source, exprs):
+            tu = Path(tmp) / f"check{k}_{source}"
+            tu.write_text(translation_unit(source, exprs))
+            inc = [f"-I{d}" for d in (*includes, paths.get(source, dirs[0] / source).parent)]
+            cmd = [nvcc, "-cubin", f"-arch={arch}", "--resource-usage", *COMPILE_OPTIONS,
+                   *inc, "-o", str(Path(tmp) / f"out{k}.cubin"), str(tu)]
+            return subprocess.run(cmd, capture_output=True, text=True)
+
+        results = pool.map(lambda job: compile_one(job[0], *job[1]), enumerate(jobs))
+        for (source, exprs), res in zip(jobs, results):
+            text = res.stdout + res.stderr
+            if res.returncode != 0:
+                failures.append(f"{source}: nvcc failed:\n{text}")
+                continue
+            usage = parse_resource_usage(text)
+            names = demangle(list(usage))
+            if len(usage) < len(exprs):
+                failures.append(f"{source}: expected {len(exprs)} kernels, ptxas reported {len(usage)}")
+            for mangled, (stack, st, ld) in sorted(usage.items()):
+                n_kernels += 1
+                line = f"{names[mangled]}: stack {stack} B, spill stores {st} B, spill loads {ld} B"
+                if stack or st or ld:
+                    failures.append(f"{source}: {line}")
+                elif verbose:
+                    print(f"ok  {source}: {line}")
+    if failures:
+        print("compile check FAILED:", *failures, sep="\n  ", file=sys.stderr)
+        return 1
+    print(f"compile check: {n_kernels} kernel instantiations in {len(by_source)} sources, "
+          f"0-byte stack frames, no spills ({arch})")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    return check(args.arch, args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

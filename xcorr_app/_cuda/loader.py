@@ -1,0 +1,152 @@
+"""The one loader of CUDA kernels.
+
+Each kernel family's source lives beside the module that launches it
+(``xcorr_app/<subpackage>/cuda/*.cu``); headers shared by several families live in
+``xcorr_app/_cuda/include/``.  ``$XCORR_KERNEL_DIR`` replaces both with one folder holding every
+``*.cu`` and ``*.cuh`` (for kernel development outside the package).
+
+Each templated kernel is described once by a :class:`KernelFamily` (source file, kernel name,
+the template instantiations the code can launch).  :meth:`KernelFamily.get` compiles one
+instantiation through ``cupy.RawModule`` with a name expression and caches the compiled
+function per (source, template arguments, device), in the spirit of ``cupyx.scipy.ndimage``.
+The same list of instantiations drives the CI compile check (:mod:`xcorr_app._cuda.compile_check`),
+so exactly what can be launched is checked for spills and stack frames.
+
+Examples
+--------
+>>> fam = KernelFamily("overlap_xcorr.cu", "overlap_xcorr", [(0,), (1,)])
+>>> fam.expression(1)
+'overlap_xcorr<1>'
+>>> source_path("overlap_xcorr.cu").parent.name
+'cuda'
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import os
+from pathlib import Path
+
+from ..errors import XcorrError
+
+KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+#: modules that define kernel families (imported by :func:`all_families`)
+FAMILY_MODULES = ("xcorr_app.correlate._overlap", "xcorr_app.correlate._warp_shuffle",
+                  "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
+                  "xcorr_app.registration._surfaces", "xcorr_app.filters._reuse",
+                  "xcorr_app.conv._im2win", "xcorr_app.conv._winograd")
+COMPILE_OPTIONS = ("-std=c++17",)
+
+_FAMILIES: list["KernelFamily"] = []
+_COMPILED: dict = {}
+
+
+def include_dir() -> Path:
+    """The folder of the shared ``*.cuh`` headers."""
+    env = os.environ.get(KERNEL_DIR_ENV)
+    return Path(env) if env else PACKAGE_DIR / "_cuda" / "include"
+
+
+def source_dirs() -> list[Path]:
+    """The folders of the ``*.cu`` sources (one per subpackage that has kernels)."""
+    env = os.environ.get(KERNEL_DIR_ENV)
+    if env:
+        return [Path(env)]
+    return sorted(d for d in PACKAGE_DIR.glob("*/cuda") if d.is_dir())
+
+
+def kernel_sources() -> list[Path]:
+    """Every CUDA source file (``*.cu`` and ``*.cuh``) that was found."""
+    found = {p for d in source_dirs() for p in d.glob("*.cu")} | set(include_dir().glob("*.cuh"))
+    return sorted(found, key=lambda p: p.name)
+
+
+def source_path(name: str) -> Path:
+    """The path of the source file ``name`` (a ``*.cu`` of some subpackage)."""
+    for d in source_dirs():
+        if (d / name).is_file():
+            return d / name
+    raise XcorrError(f"CUDA source {name} not found under {PACKAGE_DIR}; reinstall xcorr-app "
+                     f"or set {KERNEL_DIR_ENV} to a folder of the kernel sources")
+
+
+def include_options(path: Path) -> tuple:
+    """Compiler options that find a source's headers."""
+    return (f"-I{include_dir()}", f"-I{path.parent}")
+
+
+def read_source(name: str) -> str:
+    return source_path(name).read_text() + f"\n// headers {headers_digest(str(include_dir()))}\n"
+
+
+@functools.lru_cache(maxsize=8)
+def headers_digest(folder: str) -> str:
+    """A digest of the folder's ``*.cuh`` headers, appended to every source: CuPy's compile
+    cache keys on the source text and options only, so without it a changed header would
+    reuse kernels compiled from the old one."""
+    h = hashlib.sha256()
+    for p in sorted(Path(folder).glob("*.cuh")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class KernelFamily:
+    """One templated ``__global__`` function and the instantiations the code may launch.
+
+    Parameters
+    ----------
+    source : str
+        File name of a ``*.cu`` in a subpackage's ``cuda/`` folder.
+    name : str
+        Kernel (template) name.
+    instantiations : iterable of tuple
+        Template argument tuples the code can launch; :meth:`get` refuses others so that the
+        compile check covers everything that runs.
+    """
+
+    def __init__(self, source: str, name: str, instantiations):
+        self.source = source
+        self.name = name
+        self.instantiations = [tuple(t) for t in instantiations]
+        _FAMILIES.append(self)
+
+    def expression(self, *args) -> str:
+        """The C++ name expression, e.g. ``overlap_xcorr<1, 4>``."""
+        if not args:
+            return self.name
+        return f"{self.name}<{', '.join(_cpp(a) for a in args)}>"
+
+    def expressions(self) -> list[str]:
+        return [self.expression(*t) for t in self.instantiations]
+
+    def get(self, *args):
+        """The compiled ``cupy.RawKernel``-like function for these template arguments."""
+        if tuple(args) not in self.instantiations:
+            raise ValueError(f"{self.expression(*args)} is not a registered instantiation")
+        import cupy
+
+        key = (self.source, self.name, tuple(args), cupy.cuda.Device().id)
+        fn = _COMPILED.get(key)
+        if fn is None:
+            expr = self.expression(*args)
+            mod = cupy.RawModule(code=read_source(self.source),
+                                 options=COMPILE_OPTIONS + include_options(source_path(self.source)),
+                                 name_expressions=[expr])
+            fn = _COMPILED[key] = mod.get_function(expr)
+        return fn
+
+
+def _cpp(a) -> str:
+    if isinstance(a, bool):
+        return "true" if a else "false"
+    return str(a)
+
+
+def all_families() -> list[KernelFamily]:
+    """Every kernel family of the package (imports the modules that define them)."""
+    for mod in FAMILY_MODULES:
+        importlib.import_module(mod)
+    return list(_FAMILIES)

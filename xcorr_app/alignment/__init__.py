@@ -1,0 +1,17 @@
+"""Aligning a stack of frames to a reference: :func:`align`, :func:`estimate_shifts`,
+:func:`apply_shifts` and the :class:`AlignResult` they return.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.alignment import estimate_shifts
+>>> img = np.random.default_rng(1).random((48, 40))
+>>> stack = np.stack([img, np.roll(img, (2, -1), axis=(0, 1))])
+>>> np.round(estimate_shifts(stack, max_shift=4, device="cpu").shifts).tolist()
+[[0.0, 0.0], [2.0, -1.0]]
+"""
+
+from ._pipeline import align, apply_shifts, estimate_shifts
+from ._result import AlignResult
+
+__all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult"]

@@ -1,0 +1,123 @@
+"""What happens to frames before they are correlated: float32, checks, prefilter, window.
+
+:func:`prepare` works on a whole chunk at once and never waits for the GPU: the checks (NaN or
+Inf pixels, constant frames) come back as per-frame flags that the caller reads with the
+results.
+
+Examples
+--------
+>>> import numpy as np
+>>> frames = np.stack([np.arange(12.0).reshape(3, 4), np.ones((3, 4))])
+>>> p = prepare(frames, np)
+>>> p.frames.shape, p.constant.tolist(), p.finite.tolist()
+((2, 3, 4), [False, True], [True, True])
+>>> window("tukey:0.5", (4, 6), np).shape
+(4, 6)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import XcorrError
+
+WINDOWS = ("none", "hann", "tukey")
+#: Tukey window taper fraction when ``tukey`` is given without one
+TUKEY_ALPHA = 0.25
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A chunk ready for correlation.
+
+    Attributes
+    ----------
+    frames : (N, H, W) float32
+        Mean subtracted, prefiltered and windowed: what the correlation sees.
+    raw : (N, H, W) float32
+        Mean subtracted only: what the FFT reference measurement sees.
+    constant, finite : (N,) bool
+        Frames whose pixels are all equal; frames without NaN or Inf.
+    """
+
+    frames: object
+    raw: object
+    constant: object
+    finite: object
+
+
+def parse_prefilter(spec):
+    """``None | "none" | "gaussian:S" | "dog:S1,S2"`` -> a function of a float32 stack, or None."""
+    if spec in (None, "none"):
+        return None
+    name = str(spec).partition(":")[0]
+    if name not in ("gaussian", "dog"):
+        raise XcorrError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
+    from ..filters._api import parse_kernel_spec
+
+    fn = parse_kernel_spec(str(spec))
+    return lambda frames: fn(frames, "reflect", 0.0)
+
+
+def window(spec, shape, xp):
+    """The 2-D apodization window ``none | hann | tukey[:ALPHA]`` of ``shape`` (None for none).
+
+    ``hann`` is zero at the frame edges; ``tukey:ALPHA`` tapers only the outer ``ALPHA / 2`` of
+    each side (``tukey:1`` is ``hann``), keeping more of the frame at full weight.
+    """
+    if spec in (None, "none"):
+        return None
+    name, _, arg = str(spec).partition(":")
+    if name not in WINDOWS[1:] or (name == "hann" and arg):
+        raise XcorrError(f"unknown window {spec!r}; use none, hann or tukey[:ALPHA]")
+    alpha = 1.0
+    if name == "tukey":
+        try:
+            alpha = float(arg) if arg else TUKEY_ALPHA
+        except ValueError:
+            alpha = -1.0
+        if not 0.0 <= alpha <= 1.0:
+            raise XcorrError(f"the Tukey window's ALPHA must be in [0, 1], got {arg!r}")
+    from scipy.signal.windows import tukey
+
+    h, w = shape
+    win = np.outer(tukey(h, alpha), tukey(w, alpha))
+    return xp.asarray(win, dtype=xp.float32)
+
+
+def _frame_means(f, xp):
+    """Mean of every frame, (N, 1, 1) float32; summed row by row first, so that the reduction
+    has N x H outputs to spread over the GPU rather than one long reduction per frame."""
+    sums = f.sum(axis=-1, dtype=xp.float64).sum(axis=-1)
+    return (sums / (f.shape[-2] * f.shape[-1])).astype(xp.float32)[:, None, None]
+
+
+def _demean(f, xp):
+    return f - _frame_means(f, xp)
+
+
+def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
+    """Convert a chunk to float32 on ``xp``'s device and make it ready for correlation.
+
+    Parameters
+    ----------
+    frames : (N, H, W) array of any supported pixel type
+    xp : numpy or cupy
+    prefilter : callable, optional
+        From :func:`parse_prefilter`.
+    win : (H, W) float32 array, optional
+        From :func:`window`.
+    """
+    f = xp.asarray(frames).astype(xp.float32)
+    finite = xp.isfinite(f).all(axis=-1).all(axis=-1)  # two stages, as in _frame_means
+    constant = (f == f[:, :1, :1]).all(axis=-1).all(axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf frames: flagged, not warned
+        raw = _demean(f, xp)
+        g = raw
+        if prefilter is not None:
+            g = _demean(prefilter(raw).astype(xp.float32, copy=False), xp)
+        if win is not None:
+            g = _demean(g * win, xp)
+    return Prepared(g, raw, constant, finite)

@@ -1,0 +1,1 @@
+"""The ``xcorr bench`` benchmarks: ours against the peers, cold and warm, with CUDA events."""

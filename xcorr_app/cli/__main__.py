@@ -1,0 +1,5 @@
+"""``python -m xcorr_app.cli``: the same as the ``xcorr`` command."""
+
+from ._main import main
+
+main()

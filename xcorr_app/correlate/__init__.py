@@ -1,0 +1,19 @@
+"""Cross-correlation of many matrices: the four forms, the kernels, and the planner.
+
+The forms (``one_to_one``, ``one_to_many``, ``n_to_mn``, ``n_to_m``) are described in
+:mod:`xcorr_app.correlate._forms`; :func:`cross_correlate` computes any of them over a full or
+bounded shift range, on the CPU (direct sums or FFT) or the GPU (a kernel chosen by the planner).
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.correlate import cross_correlate
+>>> a = np.arange(12.0).reshape(3, 4)
+>>> cross_correlate(a, a, max_shift=1, device="cpu")[1, 1] == (a * a).sum()
+True
+"""
+
+from ._api import METHODS, cross_correlate
+from ._forms import FORMS
+
+__all__ = ["cross_correlate", "FORMS", "METHODS"]

@@ -1,0 +1,80 @@
+"""``cross_correlate``: the public entry point for correlating many matrices.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app import cross_correlate
+>>> ref = np.random.default_rng(0).random((32, 40))
+>>> mov = np.roll(ref, (2, -3), axis=(0, 1))
+>>> c = cross_correlate(ref, mov, max_shift=5, device="cpu")
+>>> np.unravel_index(int(c.argmax()), c.shape)  # origin (5, 5) -> shift (-2, 3)
+(np.int64(3), np.int64(8))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import compute_device, like_input, to_xp, xp_for
+from ..errors import XcorrError
+from ._forms import form_layout
+from ._plans import METHODS, Plan, run_plan
+from ._reference import direct_is_small
+
+__all__ = ["cross_correlate", "choose_method", "METHODS"]
+
+
+def choose_method(layout, max_shift, device: str, left=None, right=None):
+    """The plan ``method="auto"`` runs.
+
+    On the GPU the planner (:mod:`xcorr_app.correlate._planner`) measures once per problem and device; on
+    the CPU, bounded searches use the direct sum while its work is small and the FFT otherwise.
+    """
+    if device == "gpu":
+        from . import _planner as planner
+
+        return planner.decide(left, right, layout.form, max_shift).plan
+    if max_shift is None:
+        return Plan("fft")
+    return Plan("direct" if direct_is_small(layout, max_shift) else "fft")
+
+
+def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto",
+                    device="auto", out=None):
+    """Cross-correlate reference (left) and moving (right) matrices.
+
+    Parameters
+    ----------
+    left, right : ndarray (NumPy or CuPy)
+        Shaped as ``form`` requires: see :mod:`xcorr_app.correlate._forms`.
+    form : {"one_to_one", "one_to_many", "n_to_mn", "n_to_m"}
+    max_shift : int or (int, int), optional
+        Bound the shift range; default every overlapping shift (layout in :mod:`xcorr_app.correlate._shifts`).
+    method : str or Plan
+        ``"auto"`` (the planner's choice), or a plan (:mod:`xcorr_app.correlate._plans`): ``"direct"`` (the
+        definition), ``"fft"`` (zero-padded FFTs), ``"overlap"`` (overlap-wise GPU kernel),
+        ``"warp_per_shift"``, ``"warp_shuffle"``, with parameters as in
+        ``"warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8"``.
+    device : {"auto", "gpu", "cpu"}
+        Where NumPy inputs are computed; CuPy inputs are always computed on the GPU.
+    out : ndarray, optional
+        GPU kernels only: a float32 CuPy array of the output shape to write into.
+
+    Returns
+    -------
+    ndarray
+        float32 correlation surfaces, ``batch_shape + (Ho, Wo)``; NumPy for NumPy input, CuPy for
+        CuPy input.
+    """
+    lay = form_layout(form, np.shape(left), np.shape(right))
+    dev = compute_device(left, right, device=device)
+    plan = None if method == "auto" else Plan.parse(method)
+    if plan is not None and plan.on_gpu_only and dev != "gpu":
+        raise XcorrError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
+                         "'direct' or 'fft'")
+    xp = xp_for(dev)
+    L, R = to_xp(left, xp), to_xp(right, xp)
+    if plan is None:
+        plan = choose_method(lay, max_shift, dev, L, R)
+    res = run_plan(plan, L, R, form, max_shift, out=out)
+    return like_input(res, left, right)

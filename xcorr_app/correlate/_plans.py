@@ -1,0 +1,163 @@
+"""Plans: one concrete way to compute a cross-correlation, and how to run it.
+
+A :class:`Plan` names a method and, for the warp-shuffle kernels, its parameters.  Its string
+form is what ``cross_correlate(..., method=...)`` accepts and what ``xcorr bench --explain`` and
+the planner's cache show::
+
+    fft
+    overlap
+    warp_per_shift:shared=1
+    warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8
+    tiled:tile_y=8,rights=2,rows_per_chunk=64
+    pair_tiled:tile_y=8,tile_x=8
+    mma:tile_y=2,tile_x=32
+    mma:tile_y=2,tile_x=8,row_splits=4
+
+Examples
+--------
+>>> p = Plan.parse("warp_shuffle:rights=4,distribution=rectangle,rows_per_worker=8")
+>>> p.rights, p.distribution, str(p)
+(4, 'rectangle', 'warp_shuffle:rights=4,distribution=rectangle,rows_per_worker=8')
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from ..errors import XcorrError
+from ._work_distribution import DISTRIBUTIONS
+
+#: methods a plan may name; ``direct`` and ``fft`` run on either array module
+METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled",
+           "mma")
+#: the GPU method's module and its ``configure`` function for
+#: :func:`xcorr_app.correlate._warp_shuffle.launch` (whose parameters are the plan's, named as in
+#: ``_PARAMS``), or its launcher function (``overlap``, no parameters)
+_GPU_LAUNCHERS = {"overlap": (".gpu_overlap", "overlap_xcorr"),
+                  "warp_shuffle": (".gpu_warp_shuffle", "configure_shuffle"),
+                  "warp_per_shift": (".gpu_warp_shuffle", "configure_per_shift"),
+                  "tiled": (".gpu_tiled", "configure_tiled"),
+                  "pair_tiled": (".gpu_tiled", "configure_pairs"),
+                  "mma": (".gpu_mma", "configure_mma")}
+GPU_METHODS = tuple(_GPU_LAUNCHERS)
+_PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
+                            "rows_per_worker"),
+           "warp_per_shift": ("shared",),
+           "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk"),
+           "pair_tiled": ("tile_y", "tile_x", "rows_per_chunk"),
+           "mma": ("tile_y", "tile_x", "row_splits")}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A method and its parameters (defaults: the simplest variant)."""
+
+    method: str
+    lefts: int = 1
+    rights: int = 1
+    shifts: int = 1
+    left_rows: int = 1
+    distribution: str = "none"
+    rows_per_worker: int = 0
+    shared: int = 0
+    tile_y: int = 4
+    tile_x: int = 4
+    rows_per_chunk: int = 0
+    row_splits: int = 1
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise XcorrError(f"unknown method {self.method!r}; use 'auto' or one of "
+                             f"{', '.join(METHODS)} (parameters as in "
+                             "'warp_shuffle:rights=4,shifts=2')")
+        if self.distribution not in DISTRIBUTIONS:
+            raise XcorrError(f"unknown distribution {self.distribution!r}; use one of "
+                             f"{', '.join(DISTRIBUTIONS)}")
+        if self.distribution != "none" and self.rows_per_worker < 1:
+            object.__setattr__(self, "rows_per_worker", 8)
+
+    def __str__(self) -> str:
+        defaults = Plan("fft")
+        parts = [f"{name}={getattr(self, name)}" for name in _PARAMS.get(self.method, ())
+                 if getattr(self, name) != getattr(defaults, name)]
+        return self.method + (":" + ",".join(parts) if parts else "")
+
+    @classmethod
+    def parse(cls, spec) -> "Plan":
+        """A plan from its string form (or a Plan, returned as is)."""
+        if isinstance(spec, Plan):
+            return spec
+        method, _, params = str(spec).strip().partition(":")
+        plan = cls(method.strip())
+        if not params.strip():
+            return plan
+        allowed = _PARAMS.get(plan.method, ())
+        types = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for item in params.split(","):
+            key, eq, value = (s.strip() for s in item.partition("="))
+            if not eq or key not in allowed:
+                raise XcorrError(f"bad parameter {item.strip()!r} in method {spec!r}; "
+                                 f"{plan.method} takes {', '.join(allowed) or 'no parameters'}")
+            try:
+                values[key] = value if types[key] in (str, "str") else int(value)
+            except ValueError:
+                raise XcorrError(f"parameter {key} of method {spec!r} must be an integer, "
+                                 f"got {value!r}") from None
+        return replace(plan, **values)
+
+    @property
+    def on_gpu_only(self) -> bool:
+        return self.method in GPU_METHODS
+
+    @functools.cached_property
+    def gpu_launcher(self):
+        """``run(left, right, form, max_shift, out)`` of a GPU plan, made once per plan object:
+        the launch of the method's ``configure`` with the plan's parameters, with no wrapper in
+        between (a small problem's run is a few microseconds of host time: the layers would be
+        a fair share of it)."""
+        module, name = _GPU_LAUNCHERS[self.method]
+        mod = importlib.import_module(module, __package__)
+        fn = getattr(mod, name)
+        if self.method == "overlap":
+            return lambda left, right, form, max_shift, out: fn(left, right, form, max_shift,
+                                                                out=out)
+        from ._warp_shuffle import launch
+
+        params = tuple((key, getattr(self, key)) for key in _PARAMS[self.method])
+        return lambda left, right, form, max_shift, out: launch(fn, left, right, form,
+                                                                max_shift, out, params)
+
+
+def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
+    """Execute ``plan`` on arrays of one array module (CuPy for the GPU kernels).
+
+    ``direct`` and ``fft`` return float32 arrays of the input's module (``fft`` on CuPy arrays:
+    :func:`xcorr_app.correlate._fft.fft_xcorr`); ``out`` receives the result.
+    """
+    plan = Plan.parse(plan)
+    if plan.method in _GPU_LAUNCHERS:
+        try:
+            return plan.gpu_launcher(left, right, form, max_shift, out)
+        except ValueError as exc:
+            raise XcorrError(f"method {plan}: {exc}") from None
+    from . import _reference as reference
+    from ..backend import array_module_of
+
+    if plan.method == "fft" and array_module_of(left, right) is not np:
+        from ._fft import fft_xcorr
+
+        try:
+            return fft_xcorr(left, right, form, max_shift, out=out)
+        except ValueError as exc:  # a bad ``out``
+            raise XcorrError(f"method fft: {exc}") from None
+    fn = reference.xcorr_fft if plan.method == "fft" else reference.xcorr_direct
+    res = fn(left, right, form, max_shift, dtype="float32")
+    if out is not None:
+        out[...] = res
+        return out
+    return res

@@ -1,0 +1,97 @@
+"""The shift convention, defined once.
+
+A *shift* is the displacement to apply to the **moving** image so that it lines up with the
+**reference**, in ``(dy, dx)`` = (row, column) order; the same convention as
+:func:`skimage.registration.phase_cross_correlation`.  If ``moving[n] = reference[n - s]``
+(the moving image is the reference displaced by ``s``), the shift is ``-s``.
+
+Correlation outputs (see :mod:`xcorr_app.correlate._reference`) are laid out so that
+``corr[iy, ix] = sum_n reference[n + k] * moving[n]`` with ``k = (iy, ix) - origin``, and ``k`` is
+exactly that shift.  Two layouts exist:
+
+* **full** (``max_shift=None``): every shift with any overlap, ``k_y`` from ``-(H_moving - 1)``
+  to ``H_reference - 1``; output shape ``(H_ref + H_mov - 1, W_ref + W_mov - 1)``, origin
+  ``(H_mov - 1, W_mov - 1)`` (the layout of ``scipy.signal.correlate(ref, mov, mode="full")``).
+* **bounded** (``max_shift=(sy, sx)``): shifts ``-sy..sy`` by ``-sx..sx``; output shape
+  ``(2 sy + 1, 2 sx + 1)``, origin ``(sy, sx)``.  Shifts without overlap read 0.
+
+Examples
+--------
+>>> output_shape((5, 7), (5, 7))
+(9, 13)
+>>> index_to_shift((4, 6), (5, 7), (5, 7))
+(0, 0)
+>>> index_to_shift((0, 2), (64, 64), (64, 64), max_shift=3)
+(-3, -1)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import numbers
+
+from ..errors import XcorrError
+
+
+def normalize_max_shift(max_shift) -> tuple[int, int] | None:
+    """``None``, an int, or a pair of ints -> ``None`` or ``(sy, sx)``; negative values are errors."""
+    if max_shift is None:
+        return None
+    if isinstance(max_shift, numbers.Integral):
+        pair = (int(max_shift), int(max_shift))
+    else:
+        try:
+            pair = tuple(int(v) for v in max_shift)
+        except (TypeError, ValueError):
+            raise XcorrError(f"max_shift must be an int or a pair of ints, got {max_shift!r}") from None
+        if len(pair) != 2 or any(float(v) != int(v) for v in max_shift):
+            raise XcorrError(f"max_shift must be an int or a pair of ints, got {max_shift!r}")
+    if min(pair) < 0:
+        raise XcorrError(f"max_shift must be >= 0, got {max_shift!r}")
+    return pair
+
+
+def shift_origin(reference_shape, moving_shape, max_shift=None) -> tuple[int, int]:
+    """Index of the zero shift in the correlation output."""
+    ms = normalize_max_shift(max_shift)
+    if ms is None:
+        return (int(moving_shape[-2]) - 1, int(moving_shape[-1]) - 1)
+    return ms
+
+
+def output_shape(reference_shape, moving_shape, max_shift=None) -> tuple[int, int]:
+    """Shape ``(Ho, Wo)`` of one correlation surface."""
+    ms = normalize_max_shift(max_shift)
+    if ms is None:
+        return (int(reference_shape[-2]) + int(moving_shape[-2]) - 1,
+                int(reference_shape[-1]) + int(moving_shape[-1]) - 1)
+    return (2 * ms[0] + 1, 2 * ms[1] + 1)
+
+
+def first_shift(reference_shape, moving_shape, max_shift=None) -> tuple[int, int]:
+    """The shift ``k`` of output index ``(0, 0)`` (the negated origin)."""
+    oy, ox = shift_origin(reference_shape, moving_shape, max_shift)
+    return (-oy, -ox)
+
+
+def index_to_shift(index, reference_shape, moving_shape, max_shift=None):
+    """Map a correlation-output index ``(iy, ix)`` (ints or arrays) to the shift ``(dy, dx)``."""
+    oy, ox = shift_origin(reference_shape, moving_shape, max_shift)
+    return (index[0] - oy, index[1] - ox)
+
+
+def shift_to_index(shift, reference_shape, moving_shape, max_shift=None):
+    """Inverse of :func:`index_to_shift`."""
+    oy, ox = shift_origin(reference_shape, moving_shape, max_shift)
+    return (shift[0] + oy, shift[1] + ox)
+
+
+def axis_overlaps(n_left: int, n_right: int, k_first: int, count: int) -> np.ndarray:
+    """Overlap lengths along one axis of the shifts ``k_first .. k_first + count - 1``.
+
+    The overlap of shift ``k`` between a left of length ``n_left`` and a right of length
+    ``n_right`` is ``max(0, min(n_right, n_left - k) - max(0, -k))`` (0 without overlap).
+    """
+    k = np.arange(k_first, k_first + count, dtype=np.int64)
+    return np.maximum(0, np.minimum(n_right, n_left - k) - np.maximum(0, -k))

@@ -1,0 +1,565 @@
+"""Alignment and filtering on a Dask cluster (``pip install 'xcorr-app[dask]'``).
+
+The single-GPU chunk functions of :mod:`xcorr_app.alignment._pipeline` and :mod:`xcorr_app.filters._api`
+are mapped over ranges of frames, one Dask task each.  A TIFF path is never read by the
+client beyond its header: every task opens the file and reads its own frames, so a stack
+larger than one machine's memory is shared out.  A dask array is used block by block (whole
+frames per block).  The reference is prepared and the correlation plan chosen once, in one
+task, and that task's result is shared by every measuring task; ``reference="mean"`` is summed
+by the tasks and added up in frame order.  Every frame is measured as a single-process run
+measures it, so the shifts are those of :func:`xcorr_app.align` (on the CPU bit for bit).
+
+On a worker with GPUs a task runs on the GPU numbered by the worker's name modulo the GPU
+count (one worker per GPU in :func:`local_client`); dask-cuda's workers each see one GPU.
+
+Examples
+--------
+>>> import numpy as np
+>>> import dask.array as da
+>>> from scipy import ndimage as ndi
+>>> base = ndi.gaussian_filter(np.random.default_rng(0).random((48, 64)), 2)
+>>> frames = np.stack([base, np.roll(base, (1, -2), axis=(0, 1))])
+>>> res = align(da.from_array(frames, chunks=(1, 48, 64)), max_shift=4, device="cpu",
+...             scheduler="sync")
+>>> np.round(res.shifts).tolist()
+[[0.0, 0.0], [-1.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .. import backend
+from ..errors import XcorrError
+from ..io._reader import OffsetFrames
+
+INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
+#: frames per task when the input is a path
+TASK_FRAMES = 128
+#: frames a filter, shift or channel task sends to its device at once
+CHUNK_FRAMES = 16
+
+
+def _require_dask():
+    try:
+        importlib.import_module("dask.array")
+    except ImportError:
+        raise XcorrError(f"Dask is not installed; {INSTALL_HINT}") from None
+
+
+def is_dask_array(a) -> bool:
+    return type(a).__module__.startswith("dask.array")
+
+
+# ----------------------------------------------------------------------------- on a worker
+
+#: set in the worker processes that :func:`local_client` starts on a plain LocalCluster: worker
+#: ``k`` then uses GPU ``k mod count`` (dask-cuda's workers see their own GPU as device 0)
+WORKER_GPU_ENV = "XCORR_WORKER_GPU_BY_NAME"
+
+
+@contextlib.contextmanager
+def _on_device(device, source=None):
+    """``xp`` of the task's device; on a GPU worker, the current device is the worker's GPU, or
+    the GPU that holds the task's CuPy block."""
+    dev = backend.resolve_device(device)
+    xp = backend.xp_for(dev)
+    if xp is np:
+        yield xp
+        return
+    block = None if source is None or isinstance(source[0], str) else source[0]
+    gpu = block.device.id if backend.is_cupy_array(block) else _worker_gpu(xp)
+    with xp.cuda.Device(gpu):
+        yield xp
+
+
+def _worker_gpu(cp) -> int:
+    """GPU ``name mod count`` on a worker of :func:`local_client`'s LocalCluster; the current
+    device anywhere else (dask-cuda workers, other clusters, no worker)."""
+    if not os.environ.get(WORKER_GPU_ENV):
+        return cp.cuda.Device().id
+    try:
+        from distributed import get_worker
+
+        name = get_worker().name
+    except (ImportError, ValueError):  # not in a worker
+        return cp.cuda.Device().id
+    count = cp.cuda.runtime.getDeviceCount()
+    return int(name) % count if str(name).lstrip("-").isdigit() else cp.cuda.Device().id
+
+
+class _Block:
+    """Frames ``offset:offset + len(frames)`` of an ``n_frames`` stack held in memory (one
+    block of a dask array, with the frame before it for ``reference="previous"``)."""
+
+    def __init__(self, frames, offset, n_frames):
+        self.frames, self.offset, self.n_frames = frames, int(offset), int(n_frames)
+        self.frame_shape, self.dtype = tuple(frames.shape[1:]), np.dtype(frames.dtype)
+        self.notes, self.paths = [], []
+        # a CuPy block is used where it is (no copy through the host)
+        self.stack = OffsetFrames(frames, self.offset) if backend.is_cupy_array(frames) else None
+
+    def source_name(self, i):
+        return "array"
+
+    def read(self, start, stop, out=None):
+        frames = self.frames[start - self.offset:stop - self.offset]
+        if out is None:
+            return frames
+        out[...] = frames
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def _channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAMES):
+    """Frames ``start:stop`` of every channel through a bank or a mix: (n, F, H, W)."""
+    from ..filters._banks import channel_filter
+    from ..io._reader import ChannelStack
+
+    with _on_device(device) as xp, ChannelStack(path) as src:
+        _, fn = channel_filter(bank, mix, src.n_channels)
+        return _in_chunks(start, stop, chunk_frames, lambda a, b: backend.to_numpy(
+            fn(xp.asarray(src.read(a, b)).astype(xp.float32))))
+
+
+def _channels_block(block, bank, mix, device):
+    from ..filters._banks import channel_filter
+
+    with _on_device(device, (block,)) as xp:
+        _, fn = channel_filter(bank, mix, block.shape[1])
+        out = fn(xp.asarray(block).astype(xp.float32))
+        return out if backend.is_cupy_array(block) else backend.to_numpy(out)
+
+
+def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_frames=None):
+    """A bank (``xcorr filter --bank``) or a mix (``--mix``) over every channel, as a lazy
+    float32 (N, F, H, W) dask array: each task reads its frames of every channel of the TIFF
+    (or takes a block of an (N, C, H, W) dask array)."""
+    _require_dask()
+    import dask.array as da
+    from dask import delayed
+
+    from ..filters._banks import channel_filter
+    from ..io._reader import ChannelStack
+
+    if isinstance(stack_or_path, (str, Path)):
+        with ChannelStack(stack_or_path) as src:  # the header only
+            n, shape, channels = src.n_frames, src.frame_shape, src.n_channels
+        n_out, _ = channel_filter(bank, mix, channels)
+        step = max(1, int(task_frames or TASK_FRAMES))
+        blocks = [da.from_delayed(delayed(_channels_task)(stack_or_path, a, min(a + step, n),
+                                                          bank, mix, device),
+                                  shape=(min(a + step, n) - a, n_out, *shape), dtype=np.float32)
+                  for a in range(0, n, step)]
+        return da.concatenate(blocks, axis=0)
+    arr = stack_or_path if is_dask_array(stack_or_path) else da.from_array(stack_or_path)
+    if arr.ndim != 4:
+        raise XcorrError(f"a multi-channel stack must be (N, C, H, W), got shape {arr.shape}")
+    n_out, _ = channel_filter(bank, mix, arr.shape[1])
+    arr = arr.rechunk((task_frames or arr.chunks[0], -1, -1, -1))
+    return arr.map_blocks(_channels_block, bank, mix, device, dtype=np.float32,
+                          chunks=(arr.chunks[0], (n_out,), (arr.shape[2],), (arr.shape[3],)))
+
+
+def _open(source, start, xp=np):
+    """The frame source of a task: a path (opened by the task) or ``(block, frame before,
+    frames in all)``; a CuPy block stays on the GPU when the task runs there (``xp``)."""
+    from ..io._reader import open_source
+
+    if isinstance(source[0], str):  # ("path", path, channel)
+        return open_source(source[1], source[2])
+    block, before, n = source
+    bxp = np if xp is np else backend.array_module_of(block)
+    block = backend.to_xp(block, bxp)
+    if before is not None:
+        return _Block(bxp.concatenate([backend.to_xp(before, bxp)[None], block]), start - 1, n)
+    return _Block(block, start, n)
+
+
+def _like_block(result, source):
+    """A task's result: CuPy where its input block was CuPy, NumPy otherwise."""
+    if not isinstance(source[0], str) and backend.is_cupy_array(source[0]):
+        return result
+    return backend.to_numpy(result)
+
+
+def _chunk(opts, src, xp, chunk_frames, budget):
+    from ..alignment._pipeline import _device_free_bytes
+    from ..alignment._memory_budget import chunk_frames_for
+
+    return chunk_frames_for(src.frame_shape, src.dtype.itemsize,
+                            opts.surface_shape(src.frame_shape), budget=budget,
+                            limit=chunk_frames, device_free=_device_free_bytes(xp))
+
+
+def _frame_sum(source, start, stop, chunk_frames=16):
+    """float64 sum of frames ``start:stop`` (a part of ``reference="mean"``), read a few frames
+    at a time."""
+    with _open(source, start) as src:
+        acc = np.zeros(src.frame_shape, np.float64)
+        for a in range(start, stop, chunk_frames):
+            acc += np.asarray(src.read(a, min(a + chunk_frames, stop)), np.float64).sum(axis=0)
+        return acc
+
+
+def _mean(sums, n):
+    acc = np.zeros_like(sums[0])
+    for s in sums:  # in frame order, as the single-process pass adds them
+        acc += s
+    return acc / n
+
+
+def _reference_task(opts, source, image, device, chunk_frames, budget):
+    """The prepared reference (host copies) and the run's plan, computed once."""
+    from ..alignment._pipeline import prepared_reference, shared_plan
+
+    with _on_device(device, source) as xp, _open(source, 0, xp) as src:
+        chunk = _chunk(opts, src, xp, chunk_frames, budget)
+        ref = prepared_reference(opts, src, xp, chunk, image=image)
+        plan = shared_plan(opts, xp, src.frame_shape, min(chunk, src.n_frames), ref)
+        return (None if ref is None else tuple(backend.to_numpy(a) for a in ref)), plan
+
+
+def _measure_task(opts, source, start, stop, reference, device, chunk_frames, budget):
+    """Rows ``start:stop`` of the run's table."""
+    from ..alignment._pipeline import measure_frames
+
+    ref, plan = reference
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
+        table, plan = measure_frames(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget),
+                                     ref, plan=plan, start=start, stop=stop)
+        return table, str(plan) if plan is not None else ""
+
+
+def _in_chunks(start, stop, chunk_frames, fn):
+    """``fn(a, b)`` over ``start:stop`` a chunk at a time, joined along the frames: a task of
+    many frames holds one chunk of work on the device at once."""
+    parts = [fn(a, min(a + chunk_frames, stop)) for a in range(start, stop, chunk_frames)]
+    if len(parts) == 1:
+        return parts[0]
+    return backend.array_module_of(*parts).concatenate(parts)
+
+
+def _filter_task(source, start, stop, kernel, mode, cval, device, chunk_frames=CHUNK_FRAMES):
+    from ..filters._api import parse_kernel_spec
+
+    fn = parse_kernel_spec(kernel)
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
+        return _in_chunks(start, stop, chunk_frames, lambda a, b: _like_block(
+            fn(xp.asarray(src.read(a, b)), mode, cval), source).astype(np.float32, copy=False))
+
+
+def _shift_task(source, start, stop, shifts, fill, resample, box, device,
+                chunk_frames=CHUNK_FRAMES):
+    from ..alignment._warp import shift_frames
+
+    y0, y1, x0, x1 = box
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
+        def part(a, b):
+            frames = xp.asarray(src.read(a, b)).astype(xp.float32)
+            out = shift_frames(frames, xp.asarray(shifts[a:b]), fill=fill, method=resample)
+            return _like_block(out[:, y0:y1, x0:x1], source)
+
+        return _in_chunks(start, stop, chunk_frames, part)
+
+
+# ----------------------------------------------------------------------------- on the client
+
+class _Input:
+    """What the client knows of the input: size, frame names, and one source per task."""
+
+    def __init__(self, stack_or_path, channel, task_frames):
+        from ..io._reader import open_source
+
+        _require_dask()
+        if isinstance(stack_or_path, (str, Path)):
+            with open_source(stack_or_path, channel) as src:  # the header only
+                self.n, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
+                self.sources = [src.source_name(i) for i in range(self.n)]
+                self.notes = list(src.notes)
+            step = max(1, int(task_frames or TASK_FRAMES))
+            self.ranges = [(a, min(a + step, self.n)) for a in range(0, self.n, step)]
+            self._path = ("path", stack_or_path, channel)
+            self.array = None
+            return
+        if not is_dask_array(stack_or_path):
+            import dask.array as da
+
+            stack_or_path = da.from_array(np.asarray(stack_or_path),
+                                          chunks=(task_frames or TASK_FRAMES, -1, -1)
+                                          if np.ndim(stack_or_path) == 3 else -1)
+        arr = stack_or_path[None] if stack_or_path.ndim == 2 else stack_or_path
+        if arr.ndim != 3 or 0 in arr.shape:
+            raise XcorrError(f"a stack must be (N, H, W) or one (H, W) frame, got shape "
+                             f"{stack_or_path.shape}")
+        if task_frames:
+            arr = arr.rechunk((int(task_frames), -1, -1))
+        self.array = arr = arr.rechunk({1: -1, 2: -1})  # whole frames per block
+        self.n, self.frame_shape, self.dtype = arr.shape[0], tuple(arr.shape[1:]), arr.dtype
+        self.sources, self.notes = ["array"] * self.n, []
+        bounds = np.cumsum((0,) + arr.chunks[0])
+        self.ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+        self._blocks = arr.to_delayed().ravel()
+
+    def source(self, k, with_before=False):
+        """Task ``k``'s source (a delayed block of a dask array, or the path)."""
+        if self.array is None:
+            return self._path
+        start = self.ranges[k][0]
+        before = self.array[start - 1] if with_before and start > 0 else None
+        return (self._blocks[k], before, self.n)
+
+    def frame(self, i):
+        """Frame ``i`` as a delayed value (for a reference)."""
+        from dask import delayed
+
+        if self.array is not None:
+            return self.array[i]
+        return delayed(_read_frame)(self._path, i)
+
+
+def _read_frame(source, i):
+    with _open(source, i) as src:
+        return np.asarray(src.read(i, i + 1)[0])
+
+
+def _reference_image(opts, inp):
+    """The reference image as a delayed value, or ``None`` where the reference task reads it
+    itself (a path input and a frame index, or an image file)."""
+    from dask import delayed
+
+    from ..alignment._references import _index, mean_count
+
+    if opts.previous:
+        return None
+    ref = opts.reference
+    count = mean_count(ref, inp.n)
+    if count is not None:
+        parts = [delayed(_frame_sum)(inp.source(k), a, min(b, count))
+                 for k, (a, b) in enumerate(inp.ranges) if a < count]
+        return delayed(_mean)(parts, count)
+    if inp.array is None:
+        return None
+    idx = 0 if isinstance(ref, str) and ref == "first" else _index(ref)
+    if idx is not None:
+        if not -inp.n <= idx < inp.n:
+            raise XcorrError(f"reference index {idx} is out of range for {inp.n} frames")
+        return inp.frame(idx % inp.n)
+    return None  # a file or an array: read as the single-process run reads it
+
+
+def _compute(tasks, client, scheduler, sizes=None, progress=None):
+    """The tasks' results; with a client, ``progress(size)`` as each task finishes."""
+    import dask
+
+    if client is None:
+        return dask.compute(*tasks, scheduler=scheduler)
+    futures = client.compute(list(tasks))
+    if progress is not None:
+        from distributed import as_completed
+
+        size = dict(zip(futures, sizes))
+        for fut in as_completed(futures):
+            if fut.status == "error":  # the first failure: stop the rest, raise it here
+                exc = fut.exception()
+                client.cancel([f for f in futures if f is not fut])
+                raise exc
+            progress(size[fut])
+    return client.gather(futures)
+
+
+def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
+          subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
+          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
+          max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
+          progress=None, features=None):
+    """:func:`xcorr_app.align` on a Dask cluster.
+
+    Parameters
+    ----------
+    stack_or_path : dask array, ndarray, str or Path
+        A (N, H, W) dask array (its blocks along the first axis become tasks; NumPy blocks), an
+        in-memory stack, or a TIFF file / folder read by the workers themselves.
+    reference, max_shift, normalization, subpixel, upsample, prefilter, window, verify, \
+min_confidence, interpolate_low, channel, features
+        As :func:`xcorr_app.align`.
+    chunk_frames, max_memory
+        Per task, as :func:`xcorr_app.align` (``max_memory`` applies to each worker).
+    device : {"auto", "gpu", "cpu"}
+        Resolved on each worker: ``auto`` uses the worker's GPU where it has one.
+    task_frames : int, optional
+        Frames per task (default: 128 for a path, the array's own blocks otherwise).
+    client : distributed.Client, optional
+        Run on this client's cluster; default: Dask's current scheduler (an active client, or
+        ``scheduler``).
+    scheduler : str, optional
+        A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
+        client.
+    progress : callable(int), optional
+        With a client: called with the number of frames of each task as it finishes.
+
+    Returns
+    -------
+    AlignResult
+        With ``settings["dask"]`` set; ``apply`` of it reads the input again.
+    """
+    _require_dask()
+    from dask import delayed
+
+    from ..alignment._pipeline import (AlignOptions, check_frame_shape, result_from_table,
+                              search_range)
+    from ..alignment._memory_budget import parse_memory
+
+    opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
+                        window, verify, min_confidence, interpolate_low, channel, features)
+    budget = None if max_memory is None else parse_memory(max_memory)
+    if chunk_frames < 1:
+        raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")
+    inp = _Input(stack_or_path, channel, task_frames)
+    check_frame_shape(inp.frame_shape)
+    image = _reference_image(opts, inp)
+    ref = delayed(_reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
+    tasks = [delayed(_measure_task)(opts, inp.source(k, with_before=opts.previous), a, b, ref,
+                                    device, chunk_frames, budget)
+             for k, (a, b) in enumerate(inp.ranges)]
+    parts = _compute(tasks, client, scheduler, [b - a for a, b in inp.ranges], progress)
+    table = np.concatenate([t for t, _ in parts])
+    settings = {"search_range": list(search_range(inp.frame_shape, opts.max_shift)),
+                "device": device, "chunk_frames": chunk_frames, "max_memory": budget,
+                "notes": inp.notes, "dask": {"tasks": len(tasks),
+                                             "task_frames": [b - a for a, b in inp.ranges]}}
+    return result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
+                             stack_or_path)
+
+
+def _as_array(inp, task, frame_shape, *args):
+    """A lazy float32 dask array of ``task(source, start, stop, *args)`` per range of frames
+    (CuPy blocks where the input's blocks are CuPy)."""
+    import dask.array as da
+    from dask import delayed
+
+    meta = None
+    if inp.array is not None and backend.is_cupy_array(inp.array._meta):
+        meta = backend.array_module_of(inp.array._meta).empty((0, 0, 0), np.float32)
+    blocks = [da.from_delayed(delayed(task)(inp.source(k), a, b, *args),
+                              shape=(b - a, *frame_shape), dtype=np.float32, meta=meta)
+              for k, (a, b) in enumerate(inp.ranges)]
+    return da.concatenate(blocks, axis=0)
+
+
+def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, device="auto",
+           task_frames=None):
+    """The filtered stack as a lazy float32 dask array (one task per block of frames).
+
+    ``kernel`` is a spec of :func:`xcorr_app.filters._api.parse_kernel_spec` (``gaussian:2``,
+    ``dog:1,4``, ``FILE.npy``...); each task runs the reuse kernels on its worker's GPU, or
+    scipy.ndimage on the CPU, on its own frames.
+    """
+    from ..filters._api import MODES, parse_kernel_spec
+
+    parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
+    if mode not in MODES:
+        raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    inp = _Input(stack_or_path, channel, task_frames)
+    return _as_array(inp, _filter_task, inp.frame_shape, kernel, mode, cval, device)
+
+
+def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
+                 crop=False, device="auto", task_frames=None):
+    """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
+    block of frames."""
+    from ..alignment._pipeline import common_area
+
+    inp = _Input(stack_or_path, channel, task_frames)
+    shifts = np.asarray(shifts, dtype=np.float64)
+    if shifts.shape != (inp.n, 2):
+        raise XcorrError(f"shifts of shape {shifts.shape} do not match {inp.n} frames")
+    h, w = inp.frame_shape
+    box = common_area(shifts, inp.frame_shape) if crop else (0, h, 0, w)
+    from dask import delayed
+
+    shared = delayed(shifts, pure=True)  # one node of the graph, sent once to each worker
+    return _as_array(inp, _shift_task, (box[1] - box[0], box[3] - box[2]), shared, fill,
+                     resample, box, device)
+
+
+def iter_blocks(array, client=None, window=4):
+    """Yield ``(start, block as NumPy)`` of a dask array's blocks along the first axis, in
+    order, with at most ``window`` blocks computed ahead (written as they come, e.g. to a
+    TIFF)."""
+    blocks = array.to_delayed().ravel()
+    starts = np.cumsum((0,) + array.chunks[0])[:-1].tolist()
+    if client is None:
+        for a, b in zip(starts, blocks):
+            yield a, b.compute()
+        return
+    pending = collections.deque()
+    k = 0
+    while k < len(blocks) or pending:
+        while k < len(blocks) and len(pending) < window:
+            pending.append((starts[k], client.compute(blocks[k])))
+            k += 1
+        a, fut = pending.popleft()
+        yield a, fut.result()
+        fut.release()
+
+
+@contextlib.contextmanager
+def local_client(workers=None, scheduler=None):
+    """A ``distributed.Client`` (context manager; a cluster it started is closed at the end):
+    to the scheduler at ``scheduler``, or on a new local cluster of ``workers`` processes
+    (dask-cuda's LocalCUDACluster, one worker per GPU, where it is installed and there are
+    GPUs; otherwise a LocalCluster of single-threaded processes, named 0, 1, ... so that each
+    uses its own GPU)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise XcorrError(f"--workers and --scheduler need Dask's distributed scheduler; "
+                         f"{INSTALL_HINT}") from None
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise XcorrError(f"cannot reach the Dask scheduler at {scheduler} ({exc})") from None
+        with client:
+            yield client
+        return
+    n = None if workers is None else int(workers)
+    if n is not None and n < 1:
+        raise XcorrError(f"--workers must be >= 1, got {workers}")
+    cluster = None
+    if backend.gpu_available():
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            pass
+        else:
+            import cupy
+
+            devices = list(range(cupy.cuda.runtime.getDeviceCount()))[:n]
+            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, dashboard_address=":0")
+    if cluster is None:
+        cluster = LocalCluster(n_workers=n or 2, threads_per_worker=1, processes=True,
+                               dashboard_address=":0", env={WORKER_GPU_ENV: "1"})
+    with cluster, Client(cluster) as client:
+        # a task's user error (say, a NaN frame) reaches the client as one error; the
+        # workers of our own cluster need not log it with its traceback too
+        client.run(_quiet_worker_logs)
+        yield client
+
+
+def _quiet_worker_logs():
+    import logging
+
+    logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)

@@ -1,0 +1,16 @@
+"""Filtering image stacks with ``scipy.ndimage`` semantics (NumPy in, NumPy out; CuPy in, CuPy
+out), on the GPU by the column/row-reuse kernels.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app import filters
+>>> filters.box(np.ones((5, 6)), 3, device="cpu").round(6).tolist()[2][2]
+1.0
+"""
+
+from ._api import (MODES, box, convolve2d, correlate2d, dog, gaussian, gaussian_taps, laplace,
+                   parse_kernel_spec, sobel)
+
+__all__ = ["MODES", "box", "convolve2d", "correlate2d", "dog", "gaussian", "gaussian_taps",
+           "laplace", "parse_kernel_spec", "sobel"]

@@ -1,0 +1,567 @@
+"""Lazy reading of image stacks: a folder of TIFF files or one (multi-page, ImageJ, OME) TIFF.
+
+A stack is opened as a :class:`FrameSource`, a sequence of 2-D frames read on demand: the
+pixels of uncompressed, contiguous files are memory-mapped (read-only), and other files are
+read page by page, so only the frames asked for are ever in memory.
+
+Frames are all the axes of a file other than Y and X, flattened in file order, except one
+channel axis (``C``, or the color samples ``S`` of an RGB file), from which ``channel`` picks
+one.  Input files are only ever opened for reading.
+
+Examples
+--------
+>>> from xcorr_app.io._reader import open_stack
+>>> with open_stack("sample_data/cell_drift.tif") as src:
+...     first = src.read(0, 4)
+>>> first.shape
+(4, 120, 160)
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import math
+import mmap
+import re
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+from ..backend import is_cupy_array
+from ..errors import InputError, XcorrError
+
+SUPPORTED_DTYPES = tuple(
+    np.dtype(t) for t in ("uint8", "uint16", "int16", "float16", "float32", "float64")
+)
+"""Pixel types xcorr reads (anything else is refused with an :class:`InputError`)."""
+
+TIFF_SUFFIXES = (".tif", ".tiff")
+
+
+def natural_key(name: str):
+    """Sort key putting ``frame_2.tif`` before ``frame_10.tif`` (case-insensitive)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name.lower())], name
+
+
+def _list_names(names, limit=10) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@contextlib.contextmanager
+def _tiff_errors(path: Path):
+    """Turn a failure of tifffile (or of the memory map) into a one-line :class:`InputError`."""
+    try:
+        yield
+    except (XcorrError, MemoryError):
+        raise
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(
+            f"cannot read {path} as a TIFF image ({reason}); check that it is a complete, "
+            "uncorrupted TIFF file"
+        ) from exc
+
+
+class _TiffFrames:
+    """The frames of the first image series of one TIFF file.
+
+    Opened once to learn the layout; :meth:`read` reopens it after :meth:`close`.
+    """
+
+    def __init__(self, path: Path, channel: int | None):
+        self.path = path
+        self.notes: list[str] = []
+        self._tif = None  # open tifffile.TiffFile (page-by-page reading)
+        self._mmap = None  # read-only memory map of the file
+        self._pages = None  # (n_pages, *page_shape) view into the memory map
+        try:
+            with _tiff_errors(path):
+                self._tif = tifffile.TiffFile(path)  # opens the file read-only
+                self._parse(channel)
+                self._map()
+        except BaseException:
+            self.close()
+            raise
+        self.memory_mapped = self._pages is not None
+
+    def _parse(self, channel):
+        series_list = self._tif.series
+        if not series_list:
+            raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
+        if len(series_list) > 1:
+            self.notes.append(
+                f"{self.path.name} holds {len(series_list)} image series; read only the first"
+            )
+        series = series_list[0]
+        page = series.keyframe
+        dtype = None if series.dtype is None else np.dtype(series.dtype)
+        if dtype is None or dtype not in SUPPORTED_DTYPES:  # (None == float64 in NumPy)
+            raise InputError(
+                f"{self.path} has pixel type {dtype or 'unknown'}, which xcorr cannot read; "
+                f"convert it to one of {', '.join(map(str, SUPPORTED_DTYPES))}"
+            )
+        shape, axes, page_shape = tuple(series.shape), series.axes, tuple(page.shape)
+        if 0 in shape or 0 in page_shape:
+            raise InputError(f"{self.path} holds a zero-size image (shape {shape}); "
+                             "give a file with image data")
+        n_lead = len(shape) - len(page_shape)
+        if (n_lead < 0 or shape[n_lead:] != page_shape or axes[n_lead:] != page.axes
+                or math.prod(shape[:n_lead]) != len(series)
+                or page.axes.replace("S", "") != "YX"):
+            raise InputError(
+                f"cannot interpret {self.path} as a stack of 2-D frames (axes {axes}, shape "
+                f"{shape}); save it as a stack of 2-D grayscale images"
+            )
+        channel_axes = [i for i, a in enumerate(axes) if a in "CS"]
+        if len(channel_axes) > 1:
+            raise InputError(f"{self.path} has both channels and color samples (axes {axes}); "
+                             "save one channel as a separate file")
+        n_channels = shape[channel_axes[0]] if channel_axes else 1
+        if channel is None and n_channels > 1:
+            raise InputError(
+                f"{self.path} has {n_channels} channels (axes {axes}); pass --channel with a "
+                f"number from 0 to {n_channels - 1} to pick one"
+            )
+        if channel is not None and not 0 <= channel < n_channels:
+            valid = f"0 to {n_channels - 1}" if n_channels > 1 else "0 or leave --channel out"
+            raise InputError(f"--channel {channel} is out of range: {self.path} has "
+                             f"{_plural(n_channels, 'channel')}; use {valid}")
+        self._channel = channel or 0
+        self.n_channels = n_channels
+        # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
+        self._lead_shape = (1, *shape[:n_lead])
+        self._lead_c = self._sample_axis = None
+        if channel_axes and channel_axes[0] < n_lead:
+            self._lead_c = channel_axes[0] + 1
+        elif channel_axes:
+            self._sample_axis = channel_axes[0] - n_lead  # axis within a page
+        self._frame_lead_shape = tuple(
+            n for i, n in enumerate(self._lead_shape) if i != self._lead_c)
+        self._page_shape = page_shape
+        self.n_frames = math.prod(self._frame_lead_shape)
+        self.frame_shape = tuple(n for a, n in zip(page.axes, page_shape) if a != "S")
+        self.dtype = dtype
+
+    def _map(self):
+        """Memory-map the pixels (dropping the TiffFile) when stored uncompressed in one run."""
+        series = self._tif.series[0]
+        if series.dataoffset is None or not series.keyframe.is_memmappable:
+            return
+        dtype = np.dtype(self._tif.byteorder + series.dtype.char)
+        with open(self.path, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        if len(mm) < series.dataoffset + series.size * dtype.itemsize:
+            mm.close()
+            raise InputError(f"{self.path} is truncated (the file ends before its image data); "
+                             "copy it again from the source")
+        self._mmap = mm
+        self._pages = np.frombuffer(mm, dtype, series.size, series.dataoffset).reshape(
+            (-1, *self._page_shape))
+        self._tif.close()
+        self._tif = None
+
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        if self._tif is None and self._pages is None:  # closed: reopen
+            with _tiff_errors(self.path):
+                self._tif = tifffile.TiffFile(self.path)
+                self._map()
+        if (out is not None and self._pages is not None and self._lead_c is None
+                and self._sample_axis is None):
+            with _tiff_errors(self.path):
+                np.copyto(out, self._pages[start:stop])  # one copy: memory map -> buffer
+            return out
+        frames = np.arange(start, stop)
+        pages = frames
+        if self._lead_c is not None:
+            index = list(np.unravel_index(frames, self._frame_lead_shape))
+            index.insert(self._lead_c, np.full_like(frames, self._channel))
+            pages = np.ravel_multi_index(index, self._lead_shape)
+        with _tiff_errors(self.path):
+            if self._pages is not None:
+                data = self._pages[pages]
+            else:
+                data = self._tif.asarray(key=pages.tolist(), series=0)
+                data = data.reshape((len(pages), *self._page_shape))
+        if self._sample_axis is not None:
+            data = np.take(data, self._channel, axis=self._sample_axis + 1)
+        if out is not None:
+            np.copyto(out, data)  # converts to native byte order
+            return out
+        return data.astype(self.dtype, copy=False)  # native byte order
+
+    def close(self):
+        self._pages = None
+        if self._mmap is not None:
+            with contextlib.suppress(BufferError):  # a view still alive: the GC closes it
+                self._mmap.close()
+            self._mmap = None
+        if self._tif is not None:
+            self._tif.close()
+            self._tif = None
+
+
+class FrameSource:
+    """A lazily read stack of 2-D frames from one TIFF file or a folder of TIFF files.
+
+    Make one with :func:`open_stack`.  Use it as a context manager (or call :meth:`close`).
+
+    Attributes
+    ----------
+    n_frames : int
+        Number of frames (also ``len(source)``).
+    frame_shape : tuple of int
+        ``(H, W)`` of every frame.
+    dtype : numpy.dtype
+        Pixel type on disk (native byte order), one of :data:`SUPPORTED_DTYPES`.
+    paths : list of pathlib.Path
+        Every input file read, in frame order.
+    notes : list of str
+        Things to tell the user, e.g. ``"skipped 2 non-TIFF files: a.txt, b.csv"``.
+
+    Examples
+    --------
+    >>> with open_stack("sample_data/cell_frames") as src:
+    ...     total = sum(float(chunk.sum()) for _, chunk in src.chunks(5))
+    >>> src.n_frames, src.source_name(1)
+    (12, 'frame_2.tif')
+    """
+
+    def __init__(self, parts: list[_TiffFrames], notes: list[str]):
+        self._parts = parts
+        self._open_part = None
+        self.frame_shape = parts[0].frame_shape
+        self.n_channels = parts[0].n_channels
+        self.dtype = parts[0].dtype
+        self.paths = [p.path for p in parts]
+        self.notes = list(notes) + [n for p in parts for n in p.notes]
+        self._starts = list(itertools.accumulate((p.n_frames for p in parts), initial=0))
+        self.n_frames = self._starts[-1]
+
+    @property
+    def memory_mapped(self) -> bool:
+        """True when every file is read through a memory map (uncompressed, contiguous data)."""
+        return all(p.memory_mapped for p in self._parts)
+
+    @property
+    def concurrent_reads(self) -> bool:
+        """True when several threads may :meth:`read` at once (one memory-mapped file)."""
+        return len(self._parts) == 1 and self.memory_mapped
+
+    def _part_of(self, i: int) -> int:
+        if not 0 <= i < self.n_frames:
+            raise IndexError(f"frame {i} is out of range for a stack of {self.n_frames} frames")
+        return bisect.bisect_right(self._starts, i) - 1
+
+    def source_name(self, i: int) -> str:
+        """Name of the file that frame ``i`` comes from."""
+        return self._parts[self._part_of(i)].path.name
+
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Frames ``start`` to ``stop - 1``: a new ``(stop - start, H, W)`` array of :attr:`dtype`,
+        or written into ``out`` (e.g. a pinned host buffer) and returned."""
+        if not 0 <= start <= stop <= self.n_frames:
+            raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
+                             f"{self.n_frames} frames")
+        if out is not None and out.shape != (stop - start, *self.frame_shape):
+            raise ValueError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
+        if start == stop:
+            return np.empty((0, *self.frame_shape), self.dtype) if out is None else out
+        pieces = []
+        j, at = self._part_of(start), start
+        while at < stop:
+            part, first = self._parts[j], self._starts[j]
+            end = min(stop, first + part.n_frames)
+            if self._open_part not in (None, part):
+                self._open_part.close()  # keep one file of a folder open at a time
+            self._open_part = part
+            target = None if out is None else out[at - start:end - start]
+            pieces.append(part.read(at - first, end - first, out=target))
+            at, j = end, j + 1
+        if out is not None:
+            return out
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def chunks(self, chunk_frames: int):
+        """Yield ``(start, frames)`` for consecutive blocks of at most ``chunk_frames`` frames."""
+        if chunk_frames < 1:
+            raise XcorrError(f"chunk size must be at least 1 frame, got {chunk_frames}")
+        for start in range(0, self.n_frames, chunk_frames):
+            yield start, self.read(start, min(start + chunk_frames, self.n_frames))
+
+    def close(self) -> None:
+        """Release every open file and memory map (reading again reopens them)."""
+        for part in self._parts:
+            part.close()
+        self._open_part = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __len__(self) -> int:
+        return self.n_frames
+
+    def __repr__(self) -> str:
+        where = (self.paths[0] if len(self.paths) == 1
+                 else f"{self.paths[0].parent} ({len(self.paths)} files)")
+        return (f"<FrameSource {where}: {self.n_frames} frames of "
+                f"{self.frame_shape[0]}x{self.frame_shape[1]} {self.dtype}>")
+
+
+def _open_folder(folder: Path, channel: int | None) -> FrameSource:
+    entries = sorted(folder.iterdir(), key=lambda p: natural_key(p.name))
+    if not entries:
+        raise InputError(f"folder {folder} is empty; give a folder of TIFF files or a TIFF stack")
+    tiffs = [p for p in entries
+             if p.suffix.lower() in TIFF_SUFFIXES and not p.name.startswith(".") and p.is_file()]
+    chosen = set(tiffs)
+    skipped = [p.name + ("/" if p.is_dir() else "") for p in entries if p not in chosen]
+    if not tiffs:
+        raise InputError(f"folder {folder} holds no .tif or .tiff files (found "
+                         f"{_list_names(skipped)}); give a folder of TIFF files")
+    notes = ([f"skipped {_plural(len(skipped), 'non-TIFF file')}: {_list_names(skipped)}"]
+             if skipped else [])
+    parts: list[_TiffFrames] = []
+    try:
+        for path in tiffs:
+            part = _TiffFrames(path, channel)
+            part.close()  # reopened when read: a big folder must not hold all files open
+            parts.append(part)
+            first = parts[0]
+            if part.frame_shape != first.frame_shape:
+                raise InputError(
+                    f"{path} has frames of {part.frame_shape[0]}x{part.frame_shape[1]} pixels but "
+                    f"{first.path.name} has {first.frame_shape[0]}x{first.frame_shape[1]}; all "
+                    "files of a folder must have the same frame shape"
+                )
+            if part.dtype != first.dtype:
+                raise InputError(
+                    f"{path} has pixel type {part.dtype} but {first.path.name} has {first.dtype}; "
+                    "all files of a folder must have the same pixel type"
+                )
+    except BaseException:
+        for part in parts:
+            part.close()
+        raise
+    return FrameSource(parts, notes)
+
+
+def open_stack(path, channel: int | None = None) -> FrameSource:
+    """Open a TIFF stack, or a folder of TIFF files, for lazy reading.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A TIFF file (multi-page, ImageJ hyperstack, OME-TIFF, RGB) or a folder of TIFF files,
+        read in natural order (``frame_2.tif`` before ``frame_10.tif``); other files in the
+        folder are skipped with a note in :attr:`FrameSource.notes`.
+    channel : int, optional
+        Channel (or RGB sample) to read from multi-channel files; required for them.
+
+    Returns
+    -------
+    FrameSource
+
+    Raises
+    ------
+    InputError
+        For a missing path, an empty folder or one without TIFF files, files of mixed shapes,
+        an unreadable or zero-size image, an unsupported pixel type, or a bad ``channel``.
+
+    Examples
+    --------
+    >>> src = open_stack("sample_data/moon_drift.tif")
+    >>> len(src), src.frame_shape, src.dtype
+    (12, (120, 160), dtype('uint16'))
+    >>> src.close()
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path} does not exist; check the path")
+    if path.is_dir():
+        return _open_folder(path, channel)
+    return FrameSource([_TiffFrames(path, channel)], [])
+
+
+def read_image(path, channel: int | None = None) -> np.ndarray:
+    """Read one 2-D image (e.g. a reference image); a one-frame stack file is fine.
+
+    Examples
+    --------
+    >>> from xcorr_app.io._reader import read_image
+    >>> read_image("sample_data/cell_frames/frame_1.tif").shape
+    (120, 160)
+    """
+    with open_stack(path, channel) as src:
+        if src.n_frames != 1:
+            raise InputError(f"{path} holds {src.n_frames} frames; a reference image must be "
+                             "a single 2-D image")
+        return src.read(0, 1)[0]
+
+
+class ArraySource:
+    """An in-memory ``(N, H, W)`` stack (NumPy or CuPy) with the interface of :class:`FrameSource`.
+
+    Examples
+    --------
+    >>> src = ArraySource(np.zeros((3, 4, 5), np.uint16))
+    >>> src.n_frames, src.frame_shape, src.read(1, 3).shape
+    (3, (4, 5), (2, 4, 5))
+    """
+
+    def __init__(self, stack, name="array"):
+        if stack.ndim == 2:
+            stack = stack[None]
+        if stack.ndim != 3:
+            raise InputError(f"a stack must be (N, H, W) or one (H, W) frame, got shape {stack.shape}")
+        if 0 in stack.shape:
+            raise InputError(f"cannot align an empty stack of shape {stack.shape}")
+        self.stack, self.name = stack, name
+        self.concurrent_reads = isinstance(stack, np.ndarray)
+        self.n_frames, self.frame_shape = stack.shape[0], tuple(stack.shape[1:])
+        self.dtype = np.dtype(stack.dtype)
+        self.notes, self.paths = [], []
+
+    def source_name(self, i):
+        return self.name
+
+    def read(self, start, stop, out=None):
+        if out is None:
+            return self.stack[start:stop]
+        out[...] = self.stack[start:stop]
+        return out
+
+    def chunks(self, chunk_frames):
+        for start in range(0, self.n_frames, chunk_frames):
+            yield start, self.read(start, min(start + chunk_frames, self.n_frames))
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class OffsetFrames:
+    """Frames indexed by the frame numbers of a larger stack: frame ``i`` is
+    ``frames[i - first]``; ``view[a:b]`` slices ``frames`` only when asked (h5py, zarr and the
+    like read on slicing).
+
+    Examples
+    --------
+    >>> view = OffsetFrames(np.arange(10), first=4)
+    >>> view[5:7].tolist()
+    [1, 2]
+    """
+
+    def __init__(self, frames, first):
+        self.frames, self.first = frames, int(first)
+
+    def __getitem__(self, key):
+        return self.frames[key.start - self.first:key.stop - self.first]
+
+
+def _window(stack, start, stop):
+    """Frames ``start:stop`` of ``stack`` as frames ``0:stop - start``: a view of a NumPy or
+    CuPy array, else an :class:`OffsetFrames` that slices later."""
+    base, first = (stack.frames, stack.first) if isinstance(stack, OffsetFrames) else (stack, 0)
+    if isinstance(base, np.ndarray) or is_cupy_array(base):
+        return base[start - first:stop - first]
+    return OffsetFrames(base, first - start)
+
+
+class FrameRange:
+    """Frames ``start:stop`` of a source, with the source's interface (frame ``i`` of the range is
+    frame ``start + i`` of the source; :meth:`source_name` and errors use the source's numbers).
+
+    Examples
+    --------
+    >>> src = FrameRange(ArraySource(np.arange(6)[:, None, None] * np.ones((6, 2, 2))), 2, 5)
+    >>> src.n_frames, float(src.read(0, 1)[0, 0, 0]), src.start
+    (3, 2.0, 2)
+    """
+
+    def __init__(self, src, start: int, stop: int):
+        if not 0 <= start <= stop <= src.n_frames:
+            raise ValueError(f"frames {start}:{stop} out of range for {src.n_frames} frames")
+        self.src, self.start, self.stop = src, int(start), int(stop)
+        self.n_frames = self.stop - self.start
+        self.frame_shape, self.dtype = src.frame_shape, src.dtype
+        self.notes, self.paths = src.notes, src.paths
+        stack = getattr(src, "stack", None)
+        self.stack = None if stack is None else _window(stack, start, stop)
+        self.concurrent_reads = getattr(src, "concurrent_reads", False)
+
+    def source_name(self, i):
+        return self.src.source_name(self.start + i)
+
+    def read(self, start, stop, out=None):
+        return self.src.read(self.start + start, self.start + stop, out=out)
+
+
+class ChannelStack:
+    """Every channel of a multi-channel TIFF (or folder): :meth:`read` gives
+    ``(stop - start, C, H, W)`` frames (one :func:`open_stack` per channel underneath).
+
+    Examples
+    --------
+    >>> import tempfile, tifffile
+    >>> path = tempfile.mkdtemp() + "/rgb.tif"
+    >>> tifffile.imwrite(path, np.zeros((4, 3, 5, 6), np.uint8), imagej=True,
+    ...                  metadata={"axes": "TCYX"})
+    >>> with ChannelStack(path) as cs:
+    ...     cs.n_frames, cs.n_channels, cs.read(1, 3).shape
+    (4, 3, (2, 3, 5, 6))
+    """
+
+    def __init__(self, path):
+        first = open_stack(path, channel=0)
+        self.n_channels = first.n_channels
+        self._srcs = [first]
+        try:
+            self._srcs += [open_stack(path, channel=c) for c in range(1, self.n_channels)]
+        except BaseException:
+            self.close()
+            raise
+        self.n_frames, self.frame_shape = first.n_frames, first.frame_shape
+        self.dtype, self.notes, self.paths = first.dtype, first.notes, first.paths
+
+    def source_name(self, i):
+        return self._srcs[0].source_name(i)
+
+    def read(self, start, stop, out=None):
+        frames = np.stack([s.read(start, stop) for s in self._srcs], axis=1)
+        if out is None:
+            return frames
+        out[...] = frames
+        return out
+
+    def close(self):
+        for s in self._srcs:
+            s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_source(stack_or_path, channel=None):
+    """A frame source for a path (TIFF file or folder) or an in-memory array."""
+    if isinstance(stack_or_path, (str, Path)):
+        return open_stack(stack_or_path, channel=channel)
+    return ArraySource(stack_or_path)

@@ -1,0 +1,255 @@
+"""Safe writing of output files.
+
+Every output is first written to a hidden temporary file in the destination folder
+(``.NAME.tmp-PID-RAND`` plus the suffix of ``NAME``) and renamed onto its final name only when
+complete, so an interrupted run never leaves a half-written file under the real name.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.io._writer import prepare_outputs, write_text, write_tiff
+>>> prepare_outputs(["out/shifts.csv", "out/reg.tif"], force=True)  # doctest: +SKIP
+>>> write_text("out/shifts.csv", "frame,dy,dx\\n0,0,0\\n")  # doctest: +SKIP
+>>> write_tiff("out/reg.tif", np.zeros((3, 64, 64), np.float32))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+from ..backend import to_numpy
+from ..errors import OutputError
+
+IMAGEJ_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.float32))
+"""Pixel types ImageJ reads; ImageJ outputs of other types are stored as float32."""
+
+
+@contextlib.contextmanager
+def _os_errors(path: Path):
+    """Turn an operating-system failure while writing ``path`` into an :class:`OutputError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); check free disk space "
+                          "and permissions of the output folder") from exc
+
+
+def prepare_outputs(paths, force: bool) -> None:
+    """Check that the output files can be written, creating missing folders.
+
+    Parameters
+    ----------
+    paths : iterable of str or os.PathLike
+        The files that will be written.
+    force : bool
+        Allow overwriting existing files.
+
+    Raises
+    ------
+    OutputError
+        If a file exists and ``force`` is false, a path is a folder, or a folder cannot be
+        created or written to.
+
+    Examples
+    --------
+    >>> prepare_outputs(["results/shifts.csv"], force=False)  # doctest: +SKIP
+    """
+    paths = [Path(p) for p in paths]
+    for path in paths:
+        if path.is_dir():
+            raise OutputError(f"output {path} is a folder; give a file name")
+        if path.exists() and not force:
+            raise OutputError(f"{path} exists; pass --force to overwrite")
+    for folder in dict.fromkeys(p.absolute().parent for p in paths):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot create folder {folder} ({exc.strerror or exc}); "
+                              "choose another output location") from exc
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".xcorr-write-test-")
+            os.close(fd)
+            os.remove(probe)
+        except OSError as exc:
+            raise OutputError(f"folder {folder} is not writable ({exc.strerror or exc}); "
+                              "choose another output location") from exc
+
+
+def _temp_path(path: Path) -> Path:
+    """Hidden temporary name next to ``path``, keeping its suffix so writers pick the format."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yield a temporary path to write to; it replaces ``path`` when the block succeeds.
+
+    On any exception (including :class:`KeyboardInterrupt`) the temporary file is deleted,
+    ``path`` is left untouched, and the exception propagates.
+
+    Examples
+    --------
+    >>> with atomic_path("out/table.csv") as tmp:  # doctest: +SKIP
+    ...     tmp.write_text("a,b\\n1,2\\n")
+    """
+    path = Path(path)
+    tmp = _temp_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text(path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    path = Path(path)
+    with _os_errors(path), atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_tiff(path, stack, *, imagej: bool = True, metadata: dict | None = None) -> None:
+    """Write a 2-D image or a ``(T, H, W)`` stack to ``path`` atomically.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    stack : array_like
+        2-D or 3-D array (NumPy or CuPy).
+    imagej : bool
+        Write an ImageJ-compatible file (axes ``TYX``; types other than uint8, uint16 and
+        float32 are stored as float32).  Otherwise a plain tifffile stack of the input type.
+    metadata : dict, optional
+        Extra tifffile metadata (for ImageJ e.g. ``{"spacing": 0.1, "unit": "um"}``).
+
+    Examples
+    --------
+    >>> write_tiff("out/registered.tif", np.ones((2, 8, 8)))  # doctest: +SKIP
+    """
+    stack = np.asarray(to_numpy(stack))
+    if stack.ndim not in (2, 3):
+        raise ValueError(f"write_tiff needs a 2-D image or a 3-D stack, got shape {stack.shape}")
+    frames = stack.reshape((-1, *stack.shape[-2:]))
+    with TiffStackWriter(path, frames.shape[1:], frames.dtype, len(frames), imagej=imagej,
+                         metadata=metadata) as writer:
+        writer.write(frames)
+
+
+class TiffStackWriter:
+    """Write a TIFF stack chunk by chunk; the file appears under its name only on :meth:`close`.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Final file name.
+    frame_shape : tuple of int
+        ``(H, W)`` of every frame.
+    dtype : numpy.dtype
+        Pixel type of the frames (for ImageJ, stored as float32 unless uint8, uint16, float32).
+    n_frames : int, optional
+        Number of frames that will be written, when known (checked on :meth:`close`).
+    imagej : bool
+        Write an ImageJ-compatible ``TYX`` stack (default), else a plain tifffile stack.
+    metadata : dict, optional
+        Extra tifffile metadata.
+    channels : int
+        With ImageJ, pages are written time frame by time frame, ``channels`` pages each: an
+        ImageJ hyperstack (T, C, Y, X).
+
+    Used as a context manager, it closes on success and aborts (deletes the temporary file)
+    on an exception.
+
+    Examples
+    --------
+    >>> with TiffStackWriter("out/reg.tif", (64, 64), np.float32, n_frames=10) as w:
+    ...     for start in range(0, 10, 4):
+    ...         w.write(np.zeros((min(4, 10 - start), 64, 64), np.float32))
+    ... # doctest: +SKIP
+    """
+
+    def __init__(self, path, frame_shape, dtype, n_frames: int | None = None,
+                 imagej: bool = True, metadata: dict | None = None, channels: int = 1):
+        self.path = Path(path)
+        self.channels = int(channels)
+        self.frame_shape = tuple(int(n) for n in frame_shape)
+        dtype = np.dtype(dtype)
+        self.dtype = np.dtype(np.float32) if imagej and dtype not in IMAGEJ_DTYPES else dtype
+        self.n_frames = n_frames
+        self.n_written = 0
+        self._imagej = imagej
+        self._metadata = {k: v for k, v in (metadata or {}).items() if k != "axes"}
+        nbytes = (n_frames or 0) * self.dtype.itemsize * int(np.prod(self.frame_shape))
+        bigtiff = not imagej and (n_frames is None or nbytes > 2**32 - 2**25)
+        self._tmp = _temp_path(self.path)
+        with _os_errors(self.path):
+            self._tw = tifffile.TiffWriter(self._tmp, bigtiff=bigtiff, imagej=imagej)
+
+    def write(self, chunk) -> None:
+        """Append frames: a ``(k, H, W)`` chunk or one ``(H, W)`` frame."""
+        if self._tw is None:
+            raise ValueError(f"writer for {self.path} is already closed")
+        chunk = np.asarray(to_numpy(chunk))
+        chunk = chunk[None] if chunk.ndim == 2 else chunk
+        if chunk.shape[1:] != self.frame_shape:
+            raise ValueError(f"chunk of shape {chunk.shape} does not hold frames of shape "
+                             f"{self.frame_shape}")
+        if self.n_frames is not None and self.n_written + len(chunk) > self.n_frames:
+            raise ValueError(f"more than the {self.n_frames} announced frames written to "
+                             f"{self.path}")
+        with _os_errors(self.path):
+            for frame in chunk.astype(self.dtype, copy=False):
+                # one page per call: contiguous mode appends pages of the same shape
+                self._tw.write(frame, contiguous=True, photometric="minisblack",
+                               metadata=self._metadata)
+        self.n_written += len(chunk)
+
+    def close(self) -> None:
+        """Finish the file and rename it onto :attr:`path`."""
+        if self._tw is None:
+            return
+        if self.n_written == 0 or self.n_frames not in (None, self.n_written) \
+                or self.n_written % self.channels:
+            self.abort()
+            raise ValueError(f"{self.n_written} frames written to {self.path}, expected "
+                             f"{self.n_frames or 'at least 1'}")
+        try:
+            with _os_errors(self.path):
+                self._tw.close()
+                self._tw = None
+                if self._imagej and self.n_written > 1:
+                    # tifffile labels appended pages as channels; ImageJ must see time frames
+                    n, c = self.n_written, self.channels
+                    axes = f"\nframes={n}\n" if c == 1 else \
+                        f"\nchannels={c}\nframes={n // c}\nhyperstack=true\n"
+                    description = tifffile.tiffcomment(self._tmp)
+                    tifffile.tiffcomment(self._tmp, description.replace(
+                        f"\nchannels={n}\n", axes))
+                os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop writing and delete the temporary file; :attr:`path` is left untouched."""
+        if self._tw is not None:
+            with contextlib.suppress(Exception):
+                self._tw.close()
+            self._tw = None
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,15 @@
+"""Image registration primitives: phase correlation, peaks, subpixel refinement, ZNCC.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.registration import phase_cross_correlation
+>>> img = np.random.default_rng(0).random((64, 64))
+>>> shift, error, phase = phase_cross_correlation(img, np.roll(img, (3, -5), axis=(0, 1)))
+>>> shift.tolist()
+[-3.0, 5.0]
+"""
+
+from ._phase_cross_correlation import phase_cross_correlation
+
+__all__ = ["phase_cross_correlation"]

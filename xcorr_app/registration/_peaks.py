@@ -1,0 +1,361 @@
+"""Peak finding on batched correlation surfaces.
+
+A correlation surface ``corr`` has shape ``(..., Ho, Wo)``; every leading axis is a batch axis
+and all functions here work on the whole batch at once (no Python loop), on NumPy or CuPy
+arrays (the result has the module of the input).
+
+Layout convention of xcorr: ``corr[iy, ix] = sum_n reference[n + k] * moving[n]`` with
+``k = (iy - oy, ix - ox)``, where ``origin = (oy, ox)`` is the index of zero shift.  The shift
+of a peak at ``(iy, ix)`` is therefore ``(iy - oy, ix - ox)``: the ``(dy, dx)`` to apply to the
+moving image to align it with the reference (the convention of
+``skimage.registration.phase_cross_correlation``).
+
+Examples
+--------
+>>> import numpy as np
+>>> yy, xx = np.mgrid[:9, :9]
+>>> corr = np.exp(-((yy - 5.2) ** 2 + (xx - 3.0) ** 2) / 2.0)
+>>> shifts, peak, conf = find_shifts(corr, origin=(4, 4), subpixel="gaussian")
+>>> np.round(shifts, 6)
+array([ 1.2, -1. ])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import array_module_of
+from ..errors import XcorrError
+
+SUBPIXEL_METHODS = ("gaussian", "parabolic", "gaussian3", "parabolic3", "none")
+
+
+def _check_surface(corr):
+    if corr.ndim < 2:
+        raise XcorrError(f"a correlation surface needs at least 2 dimensions, got shape {corr.shape}")
+
+
+def _gather(corr, iy, ix):
+    """``corr[..., iy, ix]`` per surface, as float64 of shape ``iy.shape``."""
+    xp = array_module_of(corr)
+    wo = corr.shape[-1]
+    flat = corr.reshape(corr.shape[:-2] + (-1,))
+    idx = (iy * wo + ix).astype(xp.int64)[..., None]
+    return xp.take_along_axis(flat, idx, axis=-1)[..., 0].astype(xp.float64)
+
+
+def peak_index(corr):
+    """Integer position of the maximum of each surface.
+
+    Parameters
+    ----------
+    corr : (..., Ho, Wo) ndarray
+        Correlation surfaces (NumPy or CuPy).
+
+    Returns
+    -------
+    iy, ix : int64 ndarrays of shape ``corr.shape[:-2]``
+        Row and column of the first maximum of each surface.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> corr = np.zeros((2, 4, 5)); corr[0, 1, 3] = 1; corr[1, 2, 0] = 1
+    >>> iy, ix = peak_index(corr)
+    >>> iy.tolist(), ix.tolist()
+    ([1, 2], [3, 0])
+    """
+    _check_surface(corr)
+    xp = array_module_of(corr)
+    # Row by row, then over the rows' maxima: the same first maximum in row-major order as a
+    # flat argmax, but a GPU reduction with Ho outputs per surface instead of one.
+    col = xp.asarray(corr.argmax(axis=-1), dtype=xp.int64)                      # (..., Ho)
+    row_max = xp.take_along_axis(corr, col[..., None], axis=-1)[..., 0]
+    iy = xp.asarray(row_max.argmax(axis=-1), dtype=xp.int64)
+    ix = xp.take_along_axis(col, iy[..., None], axis=-1)[..., 0]
+    return iy, ix
+
+
+def _neighbours(corr, iy, ix, axis):
+    """Values before, at and after the peak along ``axis`` (-2 rows, -1 columns), and whether
+    both neighbours lie inside the surface."""
+    xp = array_module_of(corr)
+    n = corr.shape[axis]
+    pos = iy if axis == -2 else ix
+    before = xp.clip(pos - 1, 0, n - 1)
+    after = xp.clip(pos + 1, 0, n - 1)
+    if axis == -2:
+        cm, cp = _gather(corr, before, ix), _gather(corr, after, ix)
+    else:
+        cm, cp = _gather(corr, iy, before), _gather(corr, iy, after)
+    inside = (pos > 0) & (pos < n - 1)
+    return cm, _gather(corr, iy, ix), cp, inside
+
+
+def _vertex(cm, c0, cp, ok):
+    """Vertex offset of the parabola through (-1, cm), (0, c0), (1, cp); 0 where not ``ok``."""
+    xp = array_module_of(c0)
+    denom = cm - 2.0 * c0 + cp
+    ok = ok & (denom < 0) & xp.isfinite(denom)  # a maximum, not flat or a minimum
+    off = 0.5 * (cm - cp) / xp.where(ok, denom, -1.0)
+    return xp.where(ok, xp.clip(off, -0.5, 0.5), 0.0) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def subpixel_parabolic(corr, iy, ix):
+    """Sub-pixel peak offsets from a 3-point parabola along each axis.
+
+    Parameters
+    ----------
+    corr : (..., Ho, Wo) ndarray
+        Correlation surfaces.
+    iy, ix : int ndarrays of shape ``corr.shape[:-2]``
+        Integer peak positions (usually from :func:`peak_index`).
+
+    Returns
+    -------
+    fy, fx : float64 ndarrays of shape ``corr.shape[:-2]``
+        Offsets in ``[-0.5, 0.5]`` to add to ``iy`` and ``ix``.  The offset along an axis is 0
+        where the peak lies on the border of that axis, or where the three values do not make a
+        maximum (flat or convex: denominator ``>= 0``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.arange(7.0)
+    >>> corr = -((x[:, None] - 3.25) ** 2) - (x[None, :] - 2.0) ** 2
+    >>> fy, fx = subpixel_parabolic(corr, *peak_index(corr))
+    >>> float(fy), float(fx)
+    (0.25, 0.0)
+    """
+    _check_surface(corr)
+    fy = _vertex(*_neighbours(corr, iy, ix, -2))
+    fx = _vertex(*_neighbours(corr, iy, ix, -1))
+    return fy, fx
+
+
+def _gaussian_axis(corr, iy, ix, axis):
+    xp = array_module_of(corr)
+    cm, c0, cp, inside = _neighbours(corr, iy, ix, axis)
+    positive = (cm > 0) & (c0 > 0) & (cp > 0)
+    logs = [xp.log(xp.where(positive, c, 1.0)) for c in (cm, c0, cp)]
+    return xp.where(positive, _vertex(*logs, inside), _vertex(cm, c0, cp, inside))
+
+
+def subpixel_gaussian(corr, iy, ix):
+    """Sub-pixel peak offsets from a 3-point Gaussian fit along each axis.
+
+    The parabola of :func:`subpixel_parabolic` is fitted through the logarithms of the three
+    values, which is exact for a Gaussian peak.  Where any of the three values is ``<= 0`` the
+    plain parabolic offset is used instead.
+
+    Parameters
+    ----------
+    corr : (..., Ho, Wo) ndarray
+        Correlation surfaces.
+    iy, ix : int ndarrays of shape ``corr.shape[:-2]``
+        Integer peak positions.
+
+    Returns
+    -------
+    fy, fx : float64 ndarrays of shape ``corr.shape[:-2]``
+        Offsets in ``[-0.5, 0.5]``; 0 at a border or for a degenerate fit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> yy, xx = np.mgrid[:8, :8]
+    >>> corr = np.exp(-((yy - 4.4) ** 2 + (xx - 2.7) ** 2) / 3.0)
+    >>> fy, fx = subpixel_gaussian(corr, *peak_index(corr))
+    >>> round(float(fy), 9), round(float(fx), 9)
+    (0.4, -0.3)
+    """
+    _check_surface(corr)
+    return _gaussian_axis(corr, iy, ix, -2), _gaussian_axis(corr, iy, ix, -1)
+
+
+def subpixel_fit2d(corr, iy, ix, log=False):
+    """Sub-pixel offsets from a least-squares paraboloid over the 3x3 neighbourhood of the peak.
+
+    Fits ``f(y, x) = a + b x + c y + d x**2 + e x y + g y**2`` (to ``log(corr)`` with ``log=True``:
+    a 2-D gaussian) and returns its vertex.  Unlike the 3-point fits along each axis, the cross
+    term ``e`` follows peaks that are elongated along a diagonal, which biases separable fits by
+    a tenth of a pixel or more on textured images.  Where the 3x3 window does not fit (border,
+    non-positive values with ``log``) or the fit is not a maximum, the 3-point fits are used.
+
+    Returns
+    -------
+    fy, fx : float64 ndarrays of shape ``corr.shape[:-2]``, within ``[-1, 1]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> yy, xx = np.mgrid[:9, :9].astype(float)
+    >>> u, v = yy - 4.3, xx - 3.8
+    >>> corr = np.exp(-(u**2 + 1.6 * u * v + v**2) / 4)  # elongated along a diagonal
+    >>> fy, fx = subpixel_fit2d(corr, *peak_index(corr), log=True)
+    >>> round(float(fy), 6), round(float(fx), 6)
+    (0.3, -0.2)
+    """
+    _check_surface(corr)
+    xp = array_module_of(corr)
+    ho, wo = corr.shape[-2:]
+    inside = (iy >= 1) & (iy <= ho - 2) & (ix >= 1) & (ix <= wo - 2)
+    cy, cx = xp.clip(iy, 1, max(ho - 2, 1)), xp.clip(ix, 1, max(wo - 2, 1))
+    w = {}
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            v = _gather(corr, xp.clip(cy + dy, 0, ho - 1), xp.clip(cx + dx, 0, wo - 1))
+            if log:
+                inside &= v > 0
+                v = xp.log(xp.where(v > 0, v, 1.0))
+            w[dy, dx] = v
+    col = {dx: w[-1, dx] + w[0, dx] + w[1, dx] for dx in (-1, 0, 1)}
+    row = {dy: w[dy, -1] + w[dy, 0] + w[dy, 1] for dy in (-1, 0, 1)}
+    b, c = (col[1] - col[-1]) / 6, (row[1] - row[-1]) / 6
+    d, g = (col[1] + col[-1] - 2 * col[0]) / 6, (row[1] + row[-1] - 2 * row[0]) / 6
+    e = (w[1, 1] - w[-1, 1] - w[1, -1] + w[-1, -1]) / 4
+    det = 4 * d * g - e * e
+    ok = inside & (d < 0) & (g < 0) & (det > 0)
+    safe = xp.where(ok, det, 1.0)
+    fx = (e * c - 2 * g * b) / safe
+    fy = (e * b - 2 * d * c) / safe
+    ok &= (xp.abs(fx) <= 1) & (xp.abs(fy) <= 1)
+    fy3, fx3 = (subpixel_gaussian if log else subpixel_parabolic)(corr, iy, ix)
+    return xp.where(ok, fy, fy3) + 0.0, xp.where(ok, fx, fx3) + 0.0
+
+
+def _strict_local_maxima(corr, xp):
+    """Points >= all 8 neighbours and > at least one (flat plateaus are not peaks)."""
+    pad = xp.pad(corr.astype(xp.float64), [(0, 0)] * (corr.ndim - 2) + [(1, 1), (1, 1)],
+                 constant_values=-xp.inf)
+    ho, wo = corr.shape[-2:]
+    centre = pad[..., 1:ho + 1, 1:wo + 1]
+    geq = xp.ones(corr.shape, dtype=bool)
+    gt = xp.zeros(corr.shape, dtype=bool)
+    for dy in (0, 1, 2):
+        for dx in (0, 1, 2):
+            if dy == dx == 1:
+                continue
+            nb = pad[..., dy:dy + ho, dx:dx + wo]
+            geq &= centre >= nb
+            gt |= centre > nb
+    return geq & gt
+
+
+def confidence(corr, iy, ix, exclusion=2):
+    """Peak-to-second-peak ratio of each surface.
+
+    The second peak is the highest *local maximum* (a point at least as high as its 8
+    neighbours and higher than one of them) outside the ``(2*exclusion+1)**2`` window centred on
+    the peak.  Counting only local maxima keeps the shoulders of a broad main peak out.
+
+    Parameters
+    ----------
+    corr : (..., Ho, Wo) ndarray
+        Correlation surfaces (meant for surfaces with a positive peak).
+    iy, ix : int ndarrays of shape ``corr.shape[:-2]``
+        Peak positions.
+    exclusion : int, optional
+        Half width of the window around the peak that is left out.
+
+    Returns
+    -------
+    ratio : float64 ndarray of shape ``corr.shape[:-2]``
+        ``peak / max(|second|, tiny)``, with these special cases:
+
+        * ``inf`` when there is no local maximum outside the window (a single clean peak);
+        * exactly ``1.0`` when the second value equals the peak, or for a constant surface
+          (zeros included): there is no distinct peak.
+
+        Values near 1 mean an ambiguous peak; a clean correlation peak gives a large ratio.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> corr = np.zeros((9, 9)); corr[2, 2] = 4.0; corr[7, 6] = 1.0
+    >>> float(confidence(corr, *peak_index(corr)))
+    4.0
+    """
+    _check_surface(corr)
+    xp = array_module_of(corr)
+    ho, wo = corr.shape[-2:]
+    rows = xp.arange(ho)[:, None]
+    cols = xp.arange(wo)[None, :]
+    window = (xp.abs(rows - iy[..., None, None]) <= exclusion) & (
+        xp.abs(cols - ix[..., None, None]) <= exclusion)
+    candidates = _strict_local_maxima(corr, xp) & ~window
+    outside = xp.where(candidates, corr.astype(xp.float64), -xp.inf)
+    second = outside.reshape(outside.shape[:-2] + (-1,)).max(axis=-1)
+    peak = _gather(corr, iy, ix)
+    flat = corr.reshape(corr.shape[:-2] + (-1,))
+    constant = flat.max(axis=-1) == flat.min(axis=-1)
+    return confidence_ratio(peak, second, constant, second == -xp.inf)
+
+
+def confidence_ratio(peak, second, constant, nothing_outside):
+    """The ratio of :func:`confidence` from its parts: peak and second-peak values, whether the
+    surface is constant and whether there is no second peak (arrays of one module)."""
+    xp = array_module_of(peak, second)
+    tiny = np.finfo(np.float64).tiny
+    with np.errstate(over="ignore", divide="ignore"):  # peak / tiny -> inf
+        ratio = peak / xp.maximum(xp.abs(xp.where(nothing_outside, 1.0, second)), tiny)
+    ratio = xp.where(second == peak, 1.0, ratio)
+    ratio = xp.where(nothing_outside, xp.inf, ratio)
+    return xp.where(constant, 1.0, ratio)
+
+
+def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
+    """Shift, peak value and confidence of every correlation surface.
+
+    Parameters
+    ----------
+    corr : (..., Ho, Wo) ndarray
+        Correlation surfaces in the xcorr layout (see the module docstring).
+    origin : (float, float)
+        Index ``(oy, ox)`` of zero shift in each surface.
+    subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "none"}, optional
+        Sub-pixel refinement of the integer peak: ``gaussian`` / ``parabolic`` fit the 3x3
+        neighbourhood in 2-D (:func:`subpixel_fit2d`), the ``...3`` variants are the classic
+        3-point fits along each axis.
+    exclusion : int, optional
+        Half width of the window left out around the peak for :func:`confidence`.
+
+    Returns
+    -------
+    shifts : float64 ndarray of shape ``corr.shape[:-2] + (2,)``
+        ``(dy, dx)`` to apply to the moving image to align it with the reference.
+    peak : float64 ndarray of shape ``corr.shape[:-2]``
+        Surface value at the integer peak.
+    conf : float64 ndarray of shape ``corr.shape[:-2]``
+        Peak-to-second-peak ratio (see :func:`confidence`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> corr = np.zeros((3, 7, 7)); corr[:, 5, 1] = 1.0
+    >>> shifts, peak, conf = find_shifts(corr, origin=(3, 3), subpixel="none")
+    >>> shifts[0].tolist(), peak.tolist()
+    ([2.0, -2.0], [1.0, 1.0, 1.0])
+    """
+    iy, ix = peak_index(corr)
+    shifts = refined_shifts(corr, iy, ix, origin, subpixel)
+    return shifts, _gather(corr, iy, ix), confidence(corr, iy, ix, exclusion)
+
+
+def refined_shifts(corr, iy, ix, origin, subpixel="gaussian"):
+    """Shifts ``(dy, dx)`` (float64, ``iy.shape + (2,)``) of the integer peaks ``iy, ix`` of
+    ``corr`` refined by ``subpixel`` (as in :func:`find_shifts`)."""
+    if subpixel not in SUBPIXEL_METHODS:
+        raise XcorrError(f"unknown subpixel method {subpixel!r}; use one of "
+                         f"{', '.join(SUBPIXEL_METHODS)}")
+    xp = array_module_of(corr)
+    if subpixel in ("gaussian", "parabolic"):
+        fy, fx = subpixel_fit2d(corr, iy, ix, log=subpixel == "gaussian")
+    elif subpixel == "parabolic3":
+        fy, fx = subpixel_parabolic(corr, iy, ix)
+    elif subpixel == "gaussian3":
+        fy, fx = subpixel_gaussian(corr, iy, ix)
+    else:
+        fy = fx = xp.zeros(iy.shape, dtype=xp.float64)
+    oy, ox = float(origin[0]), float(origin[1])
+    return xp.stack([iy - oy + fy, ix - ox + fx], axis=-1).astype(xp.float64)

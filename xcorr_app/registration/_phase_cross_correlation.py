@@ -1,0 +1,200 @@
+"""Drop-in :func:`phase_cross_correlation` of scikit-image, for 2-D NumPy or CuPy images.
+
+:func:`phase_cross_correlation` takes the arguments of
+``skimage.registration.phase_cross_correlation`` and returns what it returns (same values, same
+types) for 2-D images, so code written for scikit-image can import it from xcorr instead.  CuPy
+inputs are registered on the GPU; the results always come back on the host, as scikit-image's do.
+The subpixel refinement is the matrix-multiply DFT of Guizar-Sicairos et al. shared with
+:mod:`xcorr_app.registration._fft_register` (reference there).  Masked registration (Padfield) is not
+implemented.
+
+Examples
+--------
+>>> import numpy as np
+>>> from scipy import ndimage as ndi
+>>> rng = np.random.default_rng(0)
+>>> reference = ndi.gaussian_filter(rng.random((48, 64)), 2)
+>>> moving = np.fft.ifft2(ndi.fourier_shift(np.fft.fft2(reference), (2.4, -3.7))).real
+>>> shift, error, phasediff = phase_cross_correlation(reference, moving, upsample_factor=10)
+>>> shift.round(6).tolist()                 # moves ``moving`` back onto ``reference``
+[-2.4, 3.7]
+>>> type(shift).__name__, shift.dtype, type(error).__name__, type(phasediff).__name__
+('ndarray', dtype('float64'), 'float64', 'float64')
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+
+from ..backend import array_module_of, to_numpy, to_xp
+from ..errors import InputError, XcorrError
+from ._fft_register import NORMALIZATIONS, _refine, _signed, upsampled_dft, whiten
+from ._peaks import peak_index
+
+_SINGLE = (np.float16, np.float32, np.complex64)  # scipy.fft transforms these in single precision
+
+
+def _fft_module(xp):
+    """scipy.fft on the CPU (scikit-image's FFT, so that near-zero bins that phase normalization
+    blows up come out the same), cupy.fft on the GPU."""
+    if xp is np:
+        import scipy.fft
+
+        return scipy.fft
+    return xp.fft
+
+
+def _spectrum(image, space, xp):
+    """``fft2(image)`` (space "real") or ``image`` itself ("fourier"), as complex64 when
+    ``image`` is single precision and complex128 otherwise -- the precision scipy.fft (and so
+    scikit-image) works in."""
+    dtype = xp.complex64 if image.dtype in _SINGLE else xp.complex128
+    return (_fft_module(xp).fft2(image) if space == "real" else image).astype(dtype, copy=False)
+
+
+def _disambiguate_shift(reference, moving, shift, xp):
+    """Of the four shifts equal to ``shift`` modulo the image shape, the one whose overlap of
+    ``reference`` and the shifted ``moving`` correlates best (scikit-image's rule, 2-D)."""
+    if xp is np:
+        from scipy import ndimage as ndi
+    else:
+        from cupyx.scipy import ndimage as ndi
+    positive = [s % n for s, n in zip(shift, reference.shape)]
+    order = 3 if np.any(shift % 1 != 0) else 0
+    shifted = ndi.shift(moving, [float(s) for s in shift], mode="grid-wrap", order=order)
+    splits = [(slice(0, i), slice(i, None)) for i in np.round(positive).astype(int)]
+    best, best_corr = None, -1.0
+    for tile in itertools.product(*splits):
+        ref_tile, mov_tile = reference[tile].ravel(), shifted[tile].ravel()
+        corr = -1.0
+        if ref_tile.size > 2:
+            with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+                warnings.simplefilter("ignore", RuntimeWarning)  # zero std: NaN, never chosen
+                corr = float(xp.real(xp.corrcoef(ref_tile, mov_tile)[0, 1]))
+        if corr > best_corr:
+            best, best_corr = tile, corr
+    if best is None:
+        warnings.warn(f"Could not determine real-space shift for periodic shift {shift!r} as "
+                      "requested by `disambiguate=True` (disambiguation is degenerate).",
+                      stacklevel=3)
+        return shift
+    return np.array([p if sl.stop is None else p - n
+                     for sl, p, n in zip(best, positive, reference.shape)])
+
+
+def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1, space="real",
+                            disambiguate=False, reference_mask=None, moving_mask=None,
+                            overlap_ratio=0.3, normalization="phase"):
+    """Subpixel translation between two 2-D images by (phase) cross-correlation.
+
+    Same signature, results and return types as
+    ``skimage.registration.phase_cross_correlation`` for 2-D images without masks.
+
+    Parameters
+    ----------
+    reference_image : (H, W) ndarray
+        Reference image (NumPy or CuPy).
+    moving_image : (H, W) ndarray
+        Image to register, same shape as ``reference_image``.
+    upsample_factor : float, optional
+        Register to within ``1 / upsample_factor`` pixel (1: integer shifts only).
+    space : {"real", "fourier"}, optional
+        "fourier": the inputs are already ``fft2`` of the images.  Case insensitive.
+    disambiguate : bool, optional
+        Choose among the shifts equal modulo the image shape the one whose real-space overlap
+        correlates best (the FFT only knows the shift modulo the shape).
+    reference_mask, moving_mask : None
+        Masked registration is not supported: passing a mask raises :class:`XcorrError`.
+    overlap_ratio : float, optional
+        Only used with masks; accepted for compatibility.
+    normalization : {"phase", None}, optional
+        "phase" normalizes the cross-power spectrum to unit magnitude (phase correlation);
+        None keeps the plain cross-correlation.
+
+    Returns
+    -------
+    shift : (2,) ndarray
+        ``(dy, dx)`` to apply to ``moving_image`` to register it with ``reference_image``;
+        a NumPy array (also for CuPy inputs), float32 when the inputs are single precision
+        and float64 otherwise, as in scikit-image.
+    error : numpy.float64 or numpy.float32
+        Translation invariant normalized RMS error between the images.
+    phasediff : numpy.float64 or numpy.float32
+        Global phase difference between the images (zero for non-negative images).
+
+    Raises
+    ------
+    XcorrError
+        For a mask, an unknown ``space`` or ``normalization``, ``upsample_factor < 1``, or NaN
+        in the inputs (:class:`~xcorr_app.errors.InputError` for a bad shape).
+
+    Notes
+    -----
+    As in scikit-image: the computation runs in the precision of the inputs' FFTs (float32 /
+    complex64 inputs in single precision); a peak index above half the size becomes a negative
+    shift; the shift along an axis of length 1 is 0; the refinement searches a region of
+    ``ceil(1.5 * upsample_factor)`` upsampled pixels around the integer peak.  Where
+    scikit-image raises ValueError this raises :class:`XcorrError`, and only 2-D images are
+    accepted.  On the GPU, cuFFT rounds differently from scipy.fft: a spectral bin that is
+    exactly 0 on the CPU (integer images) may be ~1e-13 there, which phase normalization turns
+    into a unit term, moving ``phasediff`` by about ``1 / (H * W)``.
+    """
+    if reference_mask is not None or moving_mask is not None:
+        raise XcorrError("masked registration (reference_mask/moving_mask) is not supported; use "
+                         "skimage.registration.phase_cross_correlation for it")
+    space = space.lower() if isinstance(space, str) else space
+    if space not in ("real", "fourier"):
+        raise XcorrError(f"space must be 'real' or 'fourier', got {space!r}")
+    if normalization not in NORMALIZATIONS:
+        raise XcorrError(f"unknown normalization {normalization!r}; use 'phase' or None")
+    try:
+        u = float(upsample_factor)
+    except (TypeError, ValueError):
+        u = float("nan")
+    if not u >= 1:
+        raise XcorrError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
+    xp = array_module_of(reference_image, moving_image)
+    reference, moving = to_xp(reference_image, xp), to_xp(moving_image, xp)
+    if reference.ndim != 2 or reference.shape != moving.shape:
+        raise InputError(f"phase_cross_correlation needs two 2-D images of the same shape, got "
+                         f"{reference.shape} and {moving.shape}")
+
+    src_freq, target_freq = _spectrum(reference, space, xp), _spectrum(moving, space, xp)
+    product = src_freq * target_freq.conj()
+    float_dtype = product.real.dtype
+    if normalization == "phase":
+        whiten(product)
+    cross_correlation = _fft_module(xp).ifft2(product)
+    iy, ix = peak_index(xp.abs(cross_correlation))
+    shift = _signed(xp.stack([iy, ix]), xp.asarray(product.shape)).astype(float_dtype)
+    src_amp = xp.sum(xp.real(src_freq * src_freq.conj()))
+    target_amp = xp.sum(xp.real(target_freq * target_freq.conj()))
+    if u == 1:
+        src_amp, target_amp = src_amp / src_freq.size, target_amp / target_freq.size
+        cc_max = cross_correlation[iy, ix]
+    else:  # refine, then the (unnormalized) upsampled correlation at the refined peak
+        shift = _refine(product[None], shift[None], u)[0][0]
+        cc_max = upsampled_dft(product.conj(), 1, u, -shift * u)[0, 0].conj()
+    shift = to_numpy(shift).astype(float_dtype)
+    shift[np.asarray(product.shape) == 1] = 0  # a length-1 axis carries no shift
+    cc_max, src_amp, target_amp = (to_numpy(v)[()] for v in (cc_max, src_amp, target_amp))
+    if np.isnan(cc_max) or np.isnan(src_amp) or np.isnan(target_amp):
+        raise XcorrError("NaN values in the images; remove them, or register with masks using "
+                         "skimage.registration.phase_cross_correlation")
+
+    if disambiguate:
+        if space == "fourier":
+            reference, moving = _fft_module(xp).ifft2(reference), _fft_module(xp).ifft2(moving)
+        shift = _disambiguate_shift(reference, moving, shift, xp)
+
+    amp = src_amp * target_amp
+    if amp == 0:
+        warnings.warn("Could not determine RMS error between images with the normalized average "
+                      f"intensities {src_amp!r} and {target_amp!r}. Either the reference or "
+                      "moving image may be empty.", UserWarning, stacklevel=2)
+    with np.errstate(invalid="ignore"):
+        error = np.sqrt(np.abs(1.0 - cc_max * cc_max.conj() / amp))
+    return shift, error, np.arctan2(cc_max.imag, cc_max.real)

@@ -1,0 +1,183 @@
+"""GPU launchers of ``kernels/zncc_peaks.cu``: ZNCC surfaces and their peaks in few passes.
+
+The CPU (and reference) definitions are :func:`xcorr_app.registration._normalize.zncc` and
+:func:`xcorr_app.registration._peaks.find_shifts`; on the GPU, for a batch of frames against one reference (or
+one each), the same results come from
+
+1. :func:`summed_area_tables` of the frames and of their squares (float64, two passes);
+2. :func:`surface_peaks`: one pass that turns raw correlation sums into ZNCC from eight table
+   look-ups per shift, writes the surface and reduces its maximum (first in row-major order)
+   and minimum per frame; with ``circular`` the sums are read straight from an un-cropped
+   circular FFT correlation; then one pass for the second peak of the confidence measure.
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> a = cp.random.default_rng(0).random((2, 40, 50), dtype=cp.float32)  # doctest: +SKIP
+>>> s1, s2 = summed_area_tables(a)  # doctest: +SKIP
+>>> bool(cp.isclose(s1[0, -1, -1], a[0].sum(dtype=cp.float64)))  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._cuda.loader import KernelFamily
+from ._peaks import confidence_ratio
+
+SEGMENTS = 32
+WARPS = 8
+THREADS = 256
+SOURCE = "zncc_peaks.cu"
+SAT_COLUMNS = KernelFamily(SOURCE, "sat_columns", [(SEGMENTS,)])
+SAT_ROWS = KernelFamily(SOURCE, "sat_rows", [(WARPS,)])
+ZNCC_PEAKS = KernelFamily(SOURCE, "zncc_peaks", [(c, n, THREADS) for c in (False, True)
+                                                  for n in (False, True)])
+SURFACE_EXTREMA = KernelFamily(SOURCE, "surface_extrema", [(THREADS,)])
+SECOND_PEAKS = KernelFamily(SOURCE, "second_peaks", [(THREADS,)])
+
+
+def _tables_out(out, shape, cp):
+    if out is None:
+        return cp.empty(shape, cp.float64), cp.empty(shape, cp.float64)
+    for t in out:
+        if t.shape != shape or t.dtype != np.float64 or not t.flags.c_contiguous:
+            raise ValueError(f"summed-area tables must be C-contiguous float64 {shape}")
+    return out
+
+
+def table_layout(h, bound_rows=None):
+    """``(top, gap)`` of tables that keep the rows a search of ``-bound_rows..bound_rows``
+    looks up (``y <= top`` and ``y >= top + 1 + gap``); all ``H + 1`` rows without a bound or
+    when the two bands meet."""
+    if bound_rows is None or 2 * (bound_rows + 1) >= h + 1:
+        return h, 0
+    return int(bound_rows), h - 2 * int(bound_rows) - 1
+
+
+def summed_area_tables(frames, out=None, bound_rows=None):
+    """Summed-area tables of ``frames`` and of ``frames**2``.
+
+    Parameters
+    ----------
+    frames : (N, H, W) CuPy array
+        Converted to float32 if needed.
+    out : pair of (N, R, W + 1) float64 CuPy arrays, optional
+    bound_rows : int, optional
+        Keep only the rows a search of ``-bound_rows..bound_rows`` needs
+        (:func:`table_layout`): the ``bound_rows + 1`` first and last.
+
+    Returns
+    -------
+    s1, s2 : (N, R, W + 1) float64 CuPy arrays
+        ``s1[f, j, x] = frames[f, :y, :x].sum()`` for the table row ``j`` of image row ``y``
+        (``R = H + 1`` and ``j = y`` without ``bound_rows``), and the same for the squares
+        (first row and column zero).
+    """
+    import cupy as cp
+
+    x = cp.ascontiguousarray(frames, dtype=cp.float32)
+    n, h, w = x.shape
+    top, gap = table_layout(h, bound_rows)
+    s1, s2 = _tables_out(out, (n, h + 1 - gap, w + 1), cp)
+    if n == 0:
+        return s1, s2
+    SAT_COLUMNS.get(SEGMENTS)((-(-w // 32), n), (32, SEGMENTS), (x, s1, s2, np.int32(h),
+                                                                 np.int32(w), np.int32(top),
+                                                                 np.int32(gap)))
+    rows = n * (h + 1 - gap)
+    SAT_ROWS.get(WARPS)((-(-rows // WARPS),), (32 * WARPS,), (s1, s2, np.int32(rows),
+                                                             np.int32(w + 1)))
+    return s1, s2
+
+
+def _from_key(keys):
+    """Float values of ordered-float keys (the inverse of the kernels' ``ordered_key``)."""
+    import cupy as cp
+
+    k = keys.astype(cp.uint32)
+    bits = cp.where(k & cp.uint32(0x80000000), k & cp.uint32(0x7FFFFFFF), ~k)
+    return bits.view(cp.float32).astype(cp.float64)
+
+
+def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, *,
+                  left_tables=None, right_tables=None, circular=False, normalize=True,
+                  min_overlap=0.25, exclusion=2, out=None):
+    """Surfaces (ZNCC or raw) with their integer peaks, peak values and confidences.
+
+    Parameters
+    ----------
+    corr : (N, Ho, Wo) float32 CuPy array, or (N, FH, FW) with ``circular``
+        Raw correlation sums ``c[k] = sum_n left[n + k] right[n]`` (dense in the xcorr layout,
+        or a circular FFT correlation holding ``c[k]`` at ``k mod (FH, FW)``).
+    frame_shape : (H, W)
+        Shape of the left and right frames (equal); needed with ``normalize`` or
+        ``circular``.
+    first_shift : (ky0, kx0)
+        Shift of the surface's element (0, 0).
+    surface_shape : (Ho, Wo)
+        Needed with ``circular``.
+    left_tables, right_tables : pairs of float64 CuPy arrays
+        :func:`summed_area_tables` of the left frame(s) ((1 or N, R, W + 1)) and of the
+        right frames ((N, R, W + 1)), made with the same ``bound_rows``; needed with
+        ``normalize``.
+    normalize : bool
+        ZNCC as :func:`xcorr_app.registration._normalize.zncc` (else the raw sums, 0 without overlap).
+        With neither ``normalize`` nor ``circular``, ``corr`` itself is the surface.
+    out : (N, Ho, Wo) float32 CuPy array, optional
+        Receives the surface.
+
+    Returns
+    -------
+    z : (N, Ho, Wo) float32 surface
+    iy, ix : (N,) int64 peak positions (first maximum in row-major order)
+    peak : (N,) float64 peak values
+    conf : (N,) float64 peak-to-second-peak ratios (:func:`xcorr_app.registration._peaks.confidence`)
+    """
+    import cupy as cp
+
+    corr = cp.ascontiguousarray(corr, dtype=cp.float32)
+    n = corr.shape[0]
+    ho, wo = surface_shape if circular else corr.shape[-2:]
+    if n == 0 or ho * wo == 0:
+        raise ValueError(f"no surface to search: {n} surfaces of {ho}x{wo}")
+    peak_key = cp.zeros(n, cp.uint64)
+    min_key = cp.full(n, 0xFFFFFFFF, cp.uint32)
+    grid = (ho, n)
+    if normalize or circular:
+        h, w = frame_shape
+        ky0, kx0 = first_shift
+        z = out if out is not None else cp.empty((n, ho, wo), cp.float32)
+        top, gap = h, 0
+        if normalize:
+            (a1, a2), (b1, b2) = left_tables, right_tables
+            a_stride = 0 if a1.shape[0] == 1 else a1[0].size
+            rows = b1.shape[1]  # H + 1, or 2 (bound_rows + 1): see table_layout
+            top, gap = table_layout(h, None if rows == h + 1 else rows // 2 - 1)
+        else:  # unused placeholders
+            a1 = a2 = b1 = b2 = cp.zeros(1, cp.float64)
+            a_stride = 0
+        smaller = h * w
+        min_n = max(min_overlap * smaller, 1.0)
+        fh, fw = corr.shape[-2:]
+        ZNCC_PEAKS.get(bool(circular), bool(normalize), THREADS)(
+            grid, (THREADS,),
+            (corr, np.int32(fh), np.int32(fw), a1, a2, np.int64(a_stride), b1, b2, z,
+             peak_key, min_key, np.int32(h), np.int32(w), np.int32(ho), np.int32(wo),
+             np.int32(ky0), np.int32(kx0), np.float64(min_n), np.int32(top), np.int32(gap)))
+    else:
+        z = corr
+        SURFACE_EXTREMA.get(THREADS)(grid, (THREADS,), (z, peak_key, min_key, np.int32(ho),
+                                                        np.int32(wo)))
+    second_key = cp.zeros(n, cp.uint32)
+    SECOND_PEAKS.get(THREADS)(grid, (THREADS,), (z, peak_key, second_key, np.int32(ho),
+                                                 np.int32(wo), np.int32(exclusion)))
+    flat = (cp.uint64(0xFFFFFFFF) - (peak_key & cp.uint64(0xFFFFFFFF))).astype(cp.int64)
+    iy, ix = flat // wo, flat % wo
+    peak = _from_key(peak_key >> cp.uint64(32))
+    constant = (peak_key >> cp.uint64(32)).astype(cp.uint32) == min_key
+    nothing = second_key == 0
+    second = _from_key(second_key)
+    conf = confidence_ratio(peak, second, constant, nothing)
+    return z, iy, ix, peak, conf
