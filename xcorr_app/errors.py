@@ -4,6 +4,20 @@ Every problem a user can cause (a bad path, a bad argument, a broken file) is ra
 :class:`XcorrError` with a one-line message that says what went wrong and what to do.  The
 command-line app prints such messages as ``error: ...`` and exits with status 2; anything else
 is a bug.
+
+Bad arguments and unusable input data raise :class:`InputError`, which is also a
+:class:`ValueError`, so code written for scikit-image or SciPy (``except ValueError``) catches
+them.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app import phase_cross_correlation
+>>> try:
+...     phase_cross_correlation(np.ones((8, 8)), np.ones((8, 9)))
+... except ValueError as exc:
+...     print(type(exc).__name__)
+InputError
 """
 
 
@@ -11,8 +25,9 @@ class XcorrError(Exception):
     """An error caused by the input or the arguments, with a one-line message for the user."""
 
 
-class InputError(XcorrError):
-    """The input data cannot be used (missing, unreadable, wrong shape or content)."""
+class InputError(XcorrError, ValueError):
+    """The arguments or the input data cannot be used (a bad option, a missing or unreadable
+    file, a wrong shape or content).  A :class:`ValueError`, as scikit-image raises."""
 
 
 class OutputError(XcorrError):

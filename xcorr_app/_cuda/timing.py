@@ -1,6 +1,7 @@
 """The one home of GPU timing: CUDA events, warm-up runs and medians.
 
-Used by the planner (to measure candidate kernels once per problem) and by ``xcorr bench``.
+Used by the autotuner (:mod:`xcorr_app._cuda.tuning`, which measures candidate kernels once per
+problem) and by ``xcorr bench``.
 Timed tests are not a thing in this project: speed is shown by the benchmark only.
 
 Examples
@@ -41,14 +42,6 @@ def time_gpu(fn, warmup: int = 3, repeat: int = 15, min_total_ms: float = 0.0) -
         times.append(ms)
         total += ms
     return statistics.median(times)
-
-
-def fastest(runs: dict):
-    """The key of ``runs`` (a dict of callables) whose call takes the least GPU time, each
-    measured briefly (one warm-up, at least 3 runs and 2 ms): the one-time measurement behind
-    the tuned choices of tiles and methods, as in cuDNN's benchmark mode."""
-    times = {k: time_gpu(fn, warmup=1, repeat=3, min_total_ms=2.0) for k, fn in runs.items()}
-    return min(times, key=times.get)
 
 
 def device_name() -> str:

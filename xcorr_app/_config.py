@@ -1,0 +1,65 @@
+"""Every environment variable xcorr reads, and the cache directory: the one home of settings
+that come from outside the arguments.
+
+============================  ===============================================================
+``XCORR_CACHE_DIR``           folder of the tuning cache (default: the user cache directory
+                              that platformdirs gives, e.g. ``~/.cache/xcorr``)
+``XCORR_PLANNER``             ``measure`` (default): time candidate kernels once per problem;
+                              ``rules``: a fixed rule, nothing measured
+``XCORR_KERNEL_DIR``          one folder holding every ``*.cu``/``*.cuh``, replacing the
+                              package's (kernel development)
+``XCORR_DEBUG``               ``1``: the command line shows tracebacks instead of one line
+``XCORR_WORKER_GPU_BY_NAME``  set by :func:`xcorr_app.dask.local_client` in its workers: worker
+                              ``k`` uses GPU ``k mod count``
+============================  ===============================================================
+
+Examples
+--------
+>>> import os
+>>> os.environ["XCORR_CACHE_DIR"] = "/tmp/xcorr-cache"
+>>> str(cache_dir())
+'/tmp/xcorr-cache'
+>>> del os.environ["XCORR_CACHE_DIR"]
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_DIR = "XCORR_CACHE_DIR"
+PLANNER = "XCORR_PLANNER"
+KERNEL_DIR = "XCORR_KERNEL_DIR"
+DEBUG = "XCORR_DEBUG"
+WORKER_GPU_BY_NAME = "XCORR_WORKER_GPU_BY_NAME"
+
+#: every variable above, with its one-line meaning (``xcorr info`` and the docs list them)
+VARIABLES = {
+    CACHE_DIR: "folder of the tuning cache",
+    PLANNER: "measure (default) or rules",
+    KERNEL_DIR: "one folder of kernel sources replacing the package's",
+    DEBUG: "1: tracebacks instead of one-line errors",
+    WORKER_GPU_BY_NAME: "set in Dask workers started by xcorr_app.dask.local_client",
+}
+
+
+def get(name: str, default: str | None = None) -> str | None:
+    """The value of the variable ``name`` (one of :data:`VARIABLES`), or ``default``."""
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not an xcorr setting")
+    return os.environ.get(name) or default
+
+
+def cache_dir() -> Path:
+    """The folder of xcorr's caches: ``$XCORR_CACHE_DIR``, else the user cache directory."""
+    env = get(CACHE_DIR)
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("xcorr", appauthor=False))
+
+
+def debug() -> bool:
+    """Whether ``XCORR_DEBUG`` asks for tracebacks."""
+    return get(DEBUG, "") not in ("", "0")
