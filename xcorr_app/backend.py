@@ -145,6 +145,53 @@ def like_input(result, *inputs):
     return to_xp(result, array_module_of(*inputs))
 
 
+def versions(libraries=("numpy", "scipy", "tifffile", "cupy")) -> dict:
+    """``{name: version}`` of xcorr, Python and each library of ``libraries`` that imports
+    (a missing one is ``"missing"``): the one place versions are collected.
+
+    Examples
+    --------
+    >>> sorted(versions(("numpy",)))
+    ['numpy', 'python', 'xcorr']
+    """
+    import sys
+
+    from ._version import __version__
+
+    found = {"xcorr": __version__, "python": sys.version.split()[0]}
+    for name in libraries:
+        try:
+            found[name] = (sys.modules.get(name) or __import__(name)).__version__
+        except Exception:  # noqa: BLE001 - a missing optional library
+            found[name] = "missing"
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name_of(device_id: int) -> str:
+    import cupy
+
+    name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def gpu_name(device_id=None) -> str:
+    """The name of a CUDA device (the current one by default), or ``"cpu"`` where CuPy has
+    none: the one place a device name is decoded.
+
+    Examples
+    --------
+    >>> gpu_name() if not gpu_available() else "cpu"
+    'cpu'
+    """
+    try:
+        import cupy
+
+        return _gpu_name_of(cupy.cuda.Device().id if device_id is None else int(device_id))
+    except Exception:  # noqa: BLE001 - no CuPy, no device
+        return "cpu"
+
+
 def environment(device: str) -> dict:
     """What a result was computed with: the device (GPU name) and the library versions.
 
@@ -153,23 +200,7 @@ def environment(device: str) -> dict:
     >>> sorted(environment("cpu"))
     ['device', 'versions']
     """
-    import sys
-
-    from ._version import __version__
-
-    versions = {"xcorr": __version__, "python": sys.version.split()[0]}
-    for name in ("numpy", "scipy", "tifffile", "cupy"):
-        if name == "cupy" and device != "gpu":
-            continue
-        try:
-            versions[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001 - a missing optional library
-            pass
-    where = "cpu"
-    if device == "gpu":
-        import cupy
-
-        props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        where = f"gpu: {name}"
-    return {"device": where, "versions": versions}
+    libs = ("numpy", "scipy", "tifffile") + (("cupy",) if device == "gpu" else ())
+    found = {k: v for k, v in versions(libs).items() if v != "missing"}
+    where = f"gpu: {gpu_name()}" if device == "gpu" else "cpu"
+    return {"device": where, "versions": found}

@@ -13,8 +13,9 @@ Examples
 
 from __future__ import annotations
 
-import functools
 import statistics
+
+from ..backend import gpu_name
 
 
 def time_gpu(fn, warmup: int = 3, repeat: int = 15, min_total_ms: float = 0.0) -> float:
@@ -46,24 +47,7 @@ def time_gpu(fn, warmup: int = 3, repeat: int = 15, min_total_ms: float = 0.0) -
 
 def device_name() -> str:
     """Name of the current CUDA device (``"cpu"`` when CuPy has none)."""
-    try:
-        import cupy as cp
-
-        return _device_name(cp.cuda.Device().id)
-    except Exception:
-        return "cpu"
-
-
-@functools.lru_cache(maxsize=None)
-def _device_name(device_id: int) -> str:
-    try:
-        import cupy as cp
-
-        props = cp.cuda.runtime.getDeviceProperties(device_id)
-        name = props["name"]
-        return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:
-        return "cpu"
+    return gpu_name()
 
 
 def fp32_fma_peak_flops() -> float:
