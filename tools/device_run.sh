@@ -1,12 +1,44 @@
 #!/usr/bin/env bash
-# One call on the device machine: GPU test suite, whole test suite, compile check, a timing.
-# Usage (device tool): bash tools/device_run.sh   (logs under $OUT)
+# One call on the device machine: compile check, GPU suite, whole suite, and the sample stacks
+# aligned by this tree and (when .old/ holds an earlier tree: `git archive REV xcorr_app kernels |
+# tar -x -C .old`) by that one, each cold (empty CuPy and tuning caches) then warm, with wall
+# times and a byte comparison of shifts.csv.  Logs under $OUT.
+# Usage (device tool, carry .whl and .old): bash tools/device_run.sh [pytest args]
 set -u -o pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+fi
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; } 2>&1 | tee "$OUT/device.txt"
-python3 -m xcorr_app.cli info 2>&1 | tee -a "$OUT/device.txt"
-python3 -m xcorr_app._cuda.compile_check --verbose 2>&1 | tee "$OUT/compile_check.txt"
-python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -5
-python3 -m pytest -q -p no:cacheprovider -x -n 8 2>&1 | tee "$OUT/pytest_all.txt" | tail -5
-if [ -f tools/device_extra.py ]; then python3 tools/device_extra.py 2>&1 | tee "$OUT/extra.txt"; fi
+python3 -m xcorr_app.cli info 2>&1 | head -5 | tee -a "$OUT/device.txt"
+
+# cold and warm CLI runs first, while the machine's caches are empty
+samples() {  # $1: label, $2: PYTHONPATH root
+  local root=$2 cache=/tmp/cache-$1 top=$PWD
+  for s in cell hubble moon; do
+    for run in cold warm; do
+      [ $run = cold ] && rm -rf "$cache"
+      local t0=$EPOCHREALTIME
+      (cd "$root" && CUPY_CACHE_DIR=$cache/cupy XCORR_CACHE_DIR=$cache/xcorr \
+        PYTHONPATH=/tmp/site:$root python3 -m xcorr_app.cli align "$top/sample_data/${s}_drift.tif" \
+        --out /tmp/samples-$1-$run/$s --force -q) >/dev/null 2>>"$OUT/samples_err.txt" || echo "$1 $s $run FAILED"
+      awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$1 $s $run" 'BEGIN {printf "%-20s %6.2f s\n", l, b - a}'
+    done
+  done
+}
+{
+  samples new "$PWD"
+  [ -d .old ] && samples old "$PWD/.old"
+  if [ -d .old ]; then
+    for s in cell hubble moon; do
+      cmp -s /tmp/samples-new-cold/$s/shifts.csv /tmp/samples-old-cold/$s/shifts.csv \
+        && echo "$s shifts.csv identical (old and new tree, GPU)" || echo "$s shifts.csv DIFFERS"
+    done
+  fi
+} 2>&1 | tee "$OUT/samples.txt"
+
+python3 -m xcorr_app._cuda.compile_check 2>&1 | tail -3 | tee "$OUT/compile_check.txt"
+python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 "$@" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15
+python3 -m pytest -q -p no:cacheprovider -n 8 -m "not gpu" 2>&1 | tee "$OUT/pytest_cpu.txt" | tail -3
