@@ -1,4 +1,4 @@
-"""GPU launcher of the column/row-reuse correlation kernel (``kernels/reuse_conv.cu``).
+"""GPU launcher of the column/row-reuse correlation kernel (``cuda/reuse_conv.cu``).
 
 One launch filters a whole ``(N, H, W)`` stack: warps compute 32-column sub-blocks with column
 reuse (pack/unpack shuffles) and row reuse (a register array of the output rows in flight).  By
