@@ -6,8 +6,8 @@ convolution).  CuPy in: the im2win kernel (``cuda/im2win_conv.cu``), for 3x3 fil
 stride 1 the fused Winograd kernel where it is faster (``cuda/winograd_conv.cu``, measured
 on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
 pointwise kernel with dynamic blocking (``cuda/pointwise_conv.cu``); float32 out.  NumPy
-in: the float64 reference (:func:`xcorr_app.correlate._reference.conv2d_reference`), cast to the input's
-float type.
+in: the float64 reference (``xcorr_app.correlate._reference.conv2d_reference``), cast to the
+input's float type.
 
 Examples
 --------
@@ -70,7 +70,8 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     >>> conv2d(x, np.ones((1, 1, 2, 2)), stride=2).tolist()
     [[[[10.0, 18.0], [42.0, 50.0]]]]
     >>> import cupy as cp  # doctest: +SKIP
-    >>> conv2d(cp.asarray(x, cp.float32), cp.ones((1, 1, 2, 2), cp.float32), stride=2).dtype  # doctest: +SKIP
+    >>> xg, wg = cp.asarray(x, cp.float32), cp.ones((1, 1, 2, 2), cp.float32)  # doctest: +SKIP
+    >>> conv2d(xg, wg, stride=2).dtype  # doctest: +SKIP
     dtype('float32')
     """
     key = _prepared_key(x, w, stride, padding, method)

@@ -37,7 +37,8 @@ def checked_stack(stack, mode, cval=0.0):
     if not is_cupy_array(stack):
         stack = np.asarray(stack)
     if stack.ndim not in (2, 3):
-        raise InputError(f"filters take an (H, W) image or an (N, H, W) stack, got shape {stack.shape}")
+        raise InputError(f"filters take an (H, W) image or an (N, H, W) stack, got shape "
+                         f"{stack.shape}")
     if 0 in stack.shape:
         raise InputError(f"cannot filter an empty image of shape {stack.shape}")
     if stack.dtype.kind not in REAL_KINDS:
