@@ -6,7 +6,8 @@ import pytest
 
 from xcorr_app import conv2d, pointwise
 from xcorr_app.errors import XcorrError
-from xcorr_app.conv._pointwise_plan import (BLOCK_NUMS, H100_LIMITS, Limits, configurations, covered,
+from xcorr_app._cuda.device import H100_LIMITS, Limits
+from xcorr_app.conv._pointwise_plan import (BLOCK_NUMS, configurations, covered,
                                       fits, plan)
 from xcorr_app.correlate._reference import conv2d_reference
 

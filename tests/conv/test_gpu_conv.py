@@ -64,16 +64,25 @@ def test_im2win_odd_cases_every_tile(rng, case, tiles, layout):
     assert _run_im2win(rng, *case, tiles=tiles, layout=layout) <= 1e-5
 
 
-def test_tuned_tiles_are_remembered(rng):
+def test_tuned_tiles_are_remembered(rng, monkeypatch, tmp_path):
     import cupy as cp
 
+    from xcorr_app._cuda import tuning
     from xcorr_app.conv import _im2win as gpu_conv
+
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    tuning.forget_memory()
 
     x = cp.asarray(rng.standard_normal((2, 5, 30, 26)).astype(np.float32))
     w = cp.asarray(rng.standard_normal((7, 5, 3, 3)).astype(np.float32))
     a = gpu_conv.im2win_conv2d(x, w, 1, 1)
-    key = (cp.cuda.Device().id, 2, x.shape[1:], w.shape, (1, 1), (1, 1), "direct")
-    tiles, splits = gpu_conv._TUNED[key]
+    calls = []
+    monkeypatch.setattr(tuning, "time_gpu", lambda *a, **k: calls.append(1) or 1.0)
+    tiles, splits = gpu_conv.tuned_plan(x, w, (1, 1), (1, 1), "direct")
+    assert calls == []  # remembered: not measured again
+    tuning.forget_memory()
+    assert gpu_conv.tuned_plan(x, w, (1, 1), (1, 1), "direct") == (tiles, splits)  # from disk
+    assert calls == []
     assert tiles in IM2WIN_TILES and splits >= 1
     b = gpu_conv.im2win_conv2d(x, w, 1, 1, tune=False)
     assert rel_error(cp.asnumpy(a), cp.asnumpy(b)) <= 1e-6
@@ -248,8 +257,8 @@ def test_repeated_calls_take_the_prepared_path(rng, monkeypatch, x_shape, w_shap
     from xcorr_app.conv import _api as conv
 
     checks = []
-    check = conv._check
-    monkeypatch.setattr(conv, "_check", lambda x, w: checks.append(1) or check(x, w))
+    check = conv.check_arrays
+    monkeypatch.setattr(conv, "check_arrays", lambda x, w: checks.append(1) or check(x, w))
     w = rng.standard_normal(w_shape).astype(np.float32)
     xs = [rng.standard_normal(x_shape).astype(np.float32) for _ in range(3)]
     conv._PREPARED.clear()

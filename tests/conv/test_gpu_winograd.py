@@ -94,11 +94,15 @@ def test_inputs_are_not_modified(rng):
     assert bool((x == x0).all()) and bool((w == w0).all())
 
 
-def test_conv2d_chooses_a_kernel_and_both_agree(rng):
+def test_conv2d_chooses_a_kernel_and_both_agree(rng, monkeypatch, tmp_path):
     import cupy as cp
 
+    from xcorr_app._cuda import tuning
     from xcorr_app.conv import _api as conv
     from xcorr_app.errors import XcorrError
+
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))  # nothing measured yet
+    tuning.forget_memory()
 
     x = rng.standard_normal((4, 32, 20, 18)).astype(np.float32)
     w = rng.standard_normal((24, 32, 3, 3)).astype(np.float32)

@@ -10,7 +10,7 @@ from xcorr_app.correlate import _reference as reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.correlate._forms import FORM_IDS, FORMS, form_layout
 from xcorr_app.correlate._mma import MMA, ROW_SPLITS, buffers_for
-from xcorr_app.conv._pointwise_plan import H100_LIMITS
+from xcorr_app._cuda.device import H100_LIMITS
 from xcorr_app.correlate._tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.correlate._warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.correlate._plans import Plan

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import poisoned, rel_error
-from xcorr_app.filters._reuse import EDGES, MODE_IDS, PAPER_SIZES
+from xcorr_app.filters._modes import MODE_IDS
+from xcorr_app.filters._reuse import EDGES, PAPER_SIZES
 from xcorr_app.correlate._reference import correlate_reference
 
 pytestmark = pytest.mark.gpu

@@ -5,7 +5,7 @@ Examples
 --------
 >>> import numpy as np
 >>> from xcorr_app.conv import conv2d
->>> conv2d(np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))).shape
+>>> conv2d(np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3))).shape  # NumPy in: on the CPU
 (1, 3, 3, 3)
 """
 

@@ -2,12 +2,12 @@
 
 :func:`conv2d` applies a bank of ``F`` filters of ``C`` channels (deep-learning convention:
 cross-correlation, zero padding, a stride); :func:`pointwise` mixes channels (a 1x1
-convolution).  CuPy in: the im2win kernel (``kernels/im2win_conv.cu``), for 3x3 filters at
-stride 1 the fused Winograd kernel where it is faster (``kernels/winograd_conv.cu``, measured
+convolution).  CuPy in: the im2win kernel (``cuda/im2win_conv.cu``), for 3x3 filters at
+stride 1 the fused Winograd kernel where it is faster (``cuda/winograd_conv.cu``, measured
 on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
-pointwise kernel with dynamic blocking (``kernels/pointwise_conv.cu``); float32 out.  NumPy
-in: the float64 reference (:func:`xcorr_app.correlate._reference.conv2d_reference`), cast to the input's
-float type.
+pointwise kernel with dynamic blocking (``cuda/pointwise_conv.cu``); float32 out.  NumPy
+in: the float64 reference (``xcorr_app.correlate._reference.conv2d_reference``), cast to the
+input's float type.
 
 Examples
 --------
@@ -24,28 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..errors import XcorrError
+from ..errors import InputError
+from ._validation import check_arrays, output_shape, pair
 
 #: ``method`` of :func:`conv2d`: the fastest GPU kernel for the problem, or one by name
 METHODS = ("auto", "im2win", "winograd")
-
-
-def _pair(value, name, minimum):
-    v = (value, value) if np.isscalar(value) else tuple(value)
-    if len(v) != 2 or any(int(a) != a or a < minimum for a in v):
-        raise XcorrError(f"{name} must be an integer >= {minimum} (or a pair), got {value!r}")
-    return int(v[0]), int(v[1])
-
-
-def _check(x, w):
-    if x.ndim != 4:
-        raise XcorrError(f"x must be (N, C, H, W), got shape {x.shape}")
-    if w.ndim != 4:
-        raise XcorrError(f"w must be (F, C, KH, KW), got shape {w.shape}")
-    if w.shape[1] != x.shape[1]:
-        raise XcorrError(f"w has {w.shape[1]} channels but x has {x.shape[1]}")
-    if 0 in x.shape or 0 in w.shape:
-        raise XcorrError(f"empty input: x {x.shape}, w {w.shape}")
 
 
 def _out_dtype(x):
@@ -70,30 +53,45 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
 
     Returns
     -------
-    (N, F, HO, WO) array of the input's module: ``HO = (H + 2 pad - KH) // stride + 1``.
+    (N, F, HO, WO) array of the input's module: ``HO = (H + 2 pad - KH) // stride + 1``;
+    float32 from the GPU, NumPy input keeps its float type (other types give float32).
+
+    Raises
+    ------
+    InputError
+        (a ``ValueError``) for a bad ``method``, ``stride`` or ``padding``, arrays of the wrong
+        dimensions, channels or dtype, empty ones, a filter larger than the padded image, or
+        ``method="winograd"`` where that kernel does not apply.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.arange(16.0).reshape(1, 1, 4, 4)
+    >>> conv2d(x, np.ones((1, 1, 2, 2)), stride=2).tolist()
+    [[[[10.0, 18.0], [42.0, 50.0]]]]
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> xg, wg = cp.asarray(x, cp.float32), cp.ones((1, 1, 2, 2), cp.float32)  # doctest: +SKIP
+    >>> conv2d(xg, wg, stride=2).dtype  # doctest: +SKIP
+    dtype('float32')
     """
     key = _prepared_key(x, w, stride, padding, method)
     run = _PREPARED.get(key) if key is not None else None
     if run is not None:  # this problem ran before: checked, tuned and its launch packed
         return run(x, w)
-    if method not in METHODS:
-        raise XcorrError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if not isinstance(method, str) or method not in METHODS:
+        raise InputError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     xp = backend.array_module_of(x)
     x, w = xp.asarray(x), xp.asarray(w)
-    _check(x, w)
-    sy, sx = _pair(stride, "stride", 1)
-    py, px = _pair(padding, "padding", 0)
-    ho = (x.shape[2] + 2 * py - w.shape[2]) // sy + 1
-    wo = (x.shape[3] + 2 * px - w.shape[3]) // sx + 1
-    if ho < 1 or wo < 1:
-        raise XcorrError(f"a {w.shape[2]}x{w.shape[3]} filter does not fit a {x.shape[2]}x"
-                         f"{x.shape[3]} image with padding {padding}")
+    check_arrays(x, w)
+    sy, sx = pair(stride, "stride", 1)
+    py, px = pair(padding, "padding", 0)
+    output_shape(x.shape, w.shape, (sy, sx), (py, px))
     from ._winograd import unsupported
 
     why_not = unsupported(x.shape, w.shape, (sy, sx), (py, px))
     winograd = why_not is None
     if method == "winograd" and not winograd:
-        raise XcorrError(f"method='winograd' cannot compute this convolution: {why_not}")
+        raise InputError(f"method='winograd' cannot compute this convolution: {why_not}")
     if xp is np:
         from ..correlate._reference import conv2d_reference
 
@@ -125,7 +123,8 @@ def _winograd(x, w, stride, padding):
 
 
 _GPU_METHODS = {"im2win": _im2win, "winograd": _winograd}
-_CHOSEN: dict = {}
+#: the autotuner's namespace of conv2d's choice between the GPU kernels
+METHOD_NAMESPACE = "conv2d.method"
 #: prepared calls of the problems run so far: (x, w) -> out with nothing left to check
 _PREPARED: dict = {}
 _PREPARED_MAX = 512
@@ -187,32 +186,60 @@ def _slow_pointwise(x, w):
 
 def _fastest_gpu_method(x, w, stride, padding) -> str:
     """The faster of the GPU kernels for this problem (each tuned first), measured on its first
-    call and remembered for the process (batches of similar size share the choice)."""
-    from .._cuda.timing import fastest
+    call on this GPU and remembered by the autotuner (:func:`xcorr_app._cuda.tuning.fastest`:
+    in memory and on disk; batches of similar size share the choice)."""
+    from .._cuda.tuning import fastest
 
     key = _choice_key(x, w, stride, padding)
-    best = _CHOSEN.get(key)
+    best = _remembered(key)
     if best is None:
         runs = {m: (lambda f=f: f(x, w, stride, padding)) for m, f in _GPU_METHODS.items()}
         for run in runs.values():  # the tuning of each, outside the comparison
             run()
-        best = _CHOSEN[key] = fastest(runs)
+        best = fastest(runs, METHOD_NAMESPACE, key)
     return best
 
 
+def _remembered(key):
+    """The kernel the autotuner remembers for ``key`` on this GPU, or ``None``."""
+    from .._cuda.tuning import device_fingerprint, recall
+
+    entry = recall(METHOD_NAMESPACE, [*device_fingerprint(), key])
+    choice = None if entry is None else entry.get("choice")
+    return choice if choice in _GPU_METHODS else None
+
+
 def chosen_method(x, w, stride=1, padding=0) -> str:
-    """The kernel ``conv2d(x, w, stride, padding)`` runs: "reference" for NumPy input, else
-    "pointwise", "im2win" or "winograd" (after that call, for the measured choice)."""
+    """The kernel ``conv2d(x, w, stride, padding)`` runs.
+
+    Parameters
+    ----------
+    x, w, stride, padding
+        As for :func:`conv2d`.
+
+    Returns
+    -------
+    str
+        ``"reference"`` for NumPy input, else ``"pointwise"``, ``"im2win"`` or ``"winograd"``
+        (for the measured choice: once measured, on this GPU, by this or an earlier process),
+        or ``"auto: not measured yet"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> chosen_method(np.ones((1, 2, 5, 5)), np.ones((3, 2, 3, 3)))
+    'reference'
+    """
     if backend.array_module_of(x) is np:
         return "reference"
-    stride, padding = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
+    stride, padding = pair(stride, "stride", 1), pair(padding, "padding", 0)
     if _is_pointwise(w, stride, padding):
         return "pointwise"
     from ._winograd import applicable
 
     if not applicable(x.shape, w.shape, stride, padding):
         return "im2win"
-    return _CHOSEN.get(_choice_key(x, w, stride, padding), "auto: not measured yet")
+    return _remembered(_choice_key(x, w, stride, padding)) or "auto: not measured yet"
 
 
 def _is_pointwise(w, stride, padding) -> bool:
@@ -227,11 +254,36 @@ def _choice_key(x, w, stride, padding):
 
 def pointwise(x, w):
     """Mix the channels of ``x`` (N, C, H, W) with ``w`` (F, C): ``out[n, f] = sum_c w[f, c]
-    x[n, c]`` (a 1x1 convolution; e.g. RGB to luma with ``w = [[0.299, 0.587, 0.114]]``)."""
+    x[n, c]`` (a 1x1 convolution; e.g. RGB to luma with ``w = [[0.299, 0.587, 0.114]]``).
+
+    Parameters
+    ----------
+    x : ndarray (NumPy or CuPy)
+        (N, C, H, W).
+    w : array_like
+        (F, C) or (F, C, 1, 1) weights.
+
+    Returns
+    -------
+    (N, F, H, W) array of the input's module (float32 from the GPU kernel; NumPy input keeps
+    its float type, as :func:`conv2d`).
+
+    Raises
+    ------
+    InputError
+        A ``w`` of another shape, or anything :func:`conv2d` refuses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rgb = np.ones((1, 3, 2, 2), np.float32)
+    >>> pointwise(rgb, [[0.25, 0.5, 0.25]]).tolist()
+    [[[[1.0, 1.0], [1.0, 1.0]]]]
+    """
     xp = backend.array_module_of(x)
     w = xp.asarray(w)
     if w.ndim == 4 and w.shape[2:] == (1, 1):
         w = w.reshape(w.shape[:2])
     if w.ndim != 2:
-        raise XcorrError(f"w must be (F, C) (or (F, C, 1, 1)), got shape {w.shape}")
+        raise InputError(f"w must be (F, C) (or (F, C, 1, 1)), got shape {w.shape}")
     return conv2d(x, w[:, :, None, None])

@@ -1,5 +1,5 @@
-"""GPU launchers of the multi-channel convolution kernels: im2win (``kernels/im2win_conv.cu``)
-and pointwise with dynamic blocking (``kernels/pointwise_conv.cu``).
+"""GPU launchers of the multi-channel convolution kernels: im2win (``cuda/im2win_conv.cu``)
+and pointwise with dynamic blocking (``cuda/pointwise_conv.cu``).
 
 :func:`im2win_conv2d` runs the tiled convolution over the windows of the input in im2win's
 window order, read either from the input itself (``layout="direct"``, the default: no extra
@@ -17,11 +17,13 @@ import math
 
 import numpy as np
 
-from ..errors import XcorrError
+from .._cuda.device import device_limits
 from .._cuda.launch import PreparedLaunch
 from .._cuda.loader import KernelFamily
+from ..errors import InputError
 from ._pointwise_plan import THREADS as POINTWISE_THREADS
-from ._pointwise_plan import configurations, device_limits, plan
+from ._pointwise_plan import configurations, plan
+from ._validation import pair
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES) of the im2win convolution
 IM2WIN_TILES = ((128, 128, 8, 8, 8, 4), (128, 64, 8, 8, 8, 4), (64, 128, 8, 8, 8, 4),
@@ -69,14 +71,20 @@ def split_plan(steps: int, splits: int) -> tuple:
     return -(-steps // per), per
 
 
-def tuning_key(x_shape, w_shape, *args) -> tuple:
-    """The key a measured choice is remembered under: the current GPU, the batch rounded up to
-    a power of two (batches of similar size, e.g. a stack's partial last chunk, share it), the
-    rest of the shapes and ``args``."""
-    import cupy as cp
+def tuning_key(x_shape, w_shape, *args) -> list:
+    """The problem part of the key a measured choice is remembered under (JSON-able): the batch
+    rounded up to a power of two (batches of similar size, e.g. a stack's partial last chunk,
+    share it), the rest of the shapes and ``args`` (pairs as lists).  The autotuner adds the
+    GPU and the code (:func:`xcorr_app._cuda.tuning.device_fingerprint`).
 
-    return (cp.cuda.Device().id, 1 << max(0, (x_shape[0] - 1).bit_length()), x_shape[1:],
-            w_shape) + args
+    >>> tuning_key((5, 3, 20, 18), (8, 3, 3, 3), (1, 1), (0, 0), "direct")
+    [8, [3, 20, 18], [8, 3, 3, 3], [1, 1], [0, 0], 'direct']
+    """
+    def plain(v):
+        return [plain(a) for a in v] if isinstance(v, (tuple, list)) else v
+
+    return [1 << max(0, (x_shape[0] - 1).bit_length()), plain(x_shape[1:]), plain(w_shape),
+            *(plain(a) for a in args)]
 
 
 def split_steps(blocks: int, steps: int, resident: int) -> int:
@@ -123,14 +131,14 @@ def window_offsets(c, kh, kw, plane, row_step, col_step):
     ([0, 1, 2, 10, 11, 12, 100, 101], [-1, -1, -1, -1], [0, 1, 2, 65536])
     """
     if max(kh, kw) >= 2**15:
-        raise XcorrError(f"a {kh}x{kw} filter is too large for the GPU convolution (at most "
+        raise InputError(f"a {kh}x{kw} filter is too large for the GPU convolution (at most "
                          f"32767 per side)")
     ci, hi, wi = (a.ravel() for a in np.meshgrid(np.arange(c, dtype=np.int64), np.arange(kh),
                                                   np.arange(kw), indexing="ij"))
     k = c * kh * kw
     off = ci * plane + hi * row_step + wi * col_step
     if off.max() + 1 >= 2**31:
-        raise XcorrError(f"one image's windows span {int(off.max()) + 1} values; the GPU "
+        raise InputError(f"one image's windows span {int(off.max()) + 1} values; the GPU "
                          f"convolution takes at most 2**31 per image")
     size = -(-k // TABLE_ROUND) * TABLE_ROUND
     off_t = np.full(size, -1, np.int32)
@@ -161,31 +169,34 @@ WIN_BYTES = 64 << 20
 WAVES = 4
 
 
-_TUNED: dict = {}
 _LOCKS: dict = {}
+#: the autotuner's namespace of the im2win kernel's ``(tiles, splits)``
+TUNING_NAMESPACE = "conv.im2win"
 
 
-def _tuned_plan(x, w, stride, padding, layout, win_bytes, waves):
+def tuned_plan(x, w, stride, padding, layout="direct", win_bytes=WIN_BYTES, waves=WAVES):
     """The fastest ``(tiles, splits)`` for this problem on this GPU among those of
-    :func:`_candidates`, measured once (as cuDNN's benchmark mode does) and remembered for the
-    process."""
+    :func:`_candidates`, measured once (as cuDNN's benchmark mode does) and remembered by the
+    autotuner (:func:`xcorr_app._cuda.tuning.fastest`: in memory and on disk).  ``stride`` and
+    ``padding`` are (y, x) pairs."""
     import cupy as cp
 
-    from .._cuda.timing import fastest
+    from .._cuda.tuning import fastest
 
     n = x.shape[0]
-    key = tuning_key(x.shape, w.shape, stride, padding, layout)
-    best = _TUNED.get(key)
-    if best is None:
-        out = cp.empty((n, w.shape[0], output_size(x.shape[2], w.shape[2], stride[0],
-                                                   padding[0]),
-                        output_size(x.shape[3], w.shape[3], stride[1], padding[1])), cp.float32)
-        cands = _candidates(x.shape, w.shape, stride, padding, layout, device_limits())
-        best = _TUNED[key] = fastest({
-            c: lambda c=c: im2win_conv2d(x, w, stride, padding, out, tiles=c[0], splits=c[1],
-                                         layout=layout, win_bytes=win_bytes, waves=waves)
-            for c in cands})
-    return best
+    shape = (n, w.shape[0], output_size(x.shape[2], w.shape[2], stride[0], padding[0]),
+             output_size(x.shape[3], w.shape[3], stride[1], padding[1]))
+    outs = []  # one output for the measured runs, made only if they run
+
+    def run(c):
+        if not outs:
+            outs.append(cp.empty(shape, cp.float32))
+        return im2win_conv2d(x, w, stride, padding, outs[0], tiles=c[0], splits=c[1],
+                             layout=layout, win_bytes=win_bytes, waves=waves)
+
+    cands = _candidates(x.shape, w.shape, stride, padding, layout, device_limits())
+    return fastest({c: lambda c=c: run(c) for c in cands}, TUNING_NAMESPACE,
+                   tuning_key(x.shape, w.shape, stride, padding, layout))
 
 
 def _candidates(x_shape, w_shape, stride, padding, layout, limits):
@@ -193,7 +204,7 @@ def _candidates(x_shape, w_shape, stride, padding, layout, limits):
     than two waves of blocks, split 2, 4, 8 and 16 ways (each split at least
     :data:`MIN_SPLIT_STEPS` steps, at most 8 waves in all).
 
-    >>> from xcorr_app.conv._pointwise_plan import H100_LIMITS
+    >>> from xcorr_app._cuda.device import H100_LIMITS
     >>> len(_candidates((16, 512, 7, 7), (512, 512, 3, 3), (1, 1), (0, 0), "direct",
     ...                 H100_LIMITS))
     20
@@ -272,11 +283,9 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     :func:`im2win_tiles` and the splits of :func:`split_steps`, without measuring)."""
     import cupy as cp
 
-    from ._api import _pair
-
     if layout not in LAYOUTS:
-        raise XcorrError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    (sy, sx), (py, px) = _pair(stride, "stride", 1), _pair(padding, "padding", 0)
+        raise InputError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    (sy, sx), (py, px) = pair(stride, "stride", 1), pair(padding, "padding", 0)
     n, c, h, wd = x.shape
     f, _, kh, kw = w.shape
     ho, wo = output_size(h, kh, sy, py), output_size(wd, kw, sx, px)
@@ -285,10 +294,10 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
     if out.data.ptr % 16 or not out.flags.c_contiguous:
-        raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
+        raise InputError("out must be a C-contiguous float32 array aligned to 16 bytes")
     sms = device_limits().sms
     if tiles is None and tune:
-        tiles, tuned_splits = _tuned_plan(x, w, (sy, sx), (py, px), layout, win_bytes, waves)
+        tiles, tuned_splits = tuned_plan(x, w, (sy, sx), (py, px), layout, win_bytes, waves)
         splits = tuned_splits if splits is None else splits
     elif tiles is None:
         tiles = im2win_tiles(f, n * ho * wo, sms)
@@ -368,7 +377,7 @@ def prepared_direct(x, w, stride, padding):
     ``w``'s shapes; ``stride`` and ``padding`` (y, x) pairs."""
     import cupy as cp
 
-    tiles, splits = _tuned_plan(x, w, stride, padding, "direct", WIN_BYTES, WAVES)
+    tiles, splits = tuned_plan(x, w, stride, padding, "direct", WIN_BYTES, WAVES)
     return _direct_runner(cp.cuda.Device().id, x.shape, w.shape, stride, padding, tiles, splits,
                           MAX_COLUMNS)
 
@@ -387,7 +396,7 @@ def pointwise_conv2d(x, w, out=None, config=None):
     if out is None:
         out = cp.empty((n, f, h, wd), cp.float32)
     if out.data.ptr % 16 or not out.flags.c_contiguous:
-        raise ValueError("out must be a C-contiguous float32 array aligned to 16 bytes")
+        raise InputError("out must be a C-contiguous float32 array aligned to 16 bytes")
     return prepared_pointwise(x, w, config)(x, w, out)
 
 

@@ -1,5 +1,5 @@
 """The dynamic blocking of the pointwise-convolution paper: choose the tiles of
-``kernels/pointwise_conv.cu`` for a problem under the device's limits.
+``cuda/pointwise_conv.cu`` for a problem under the device's limits.
 
 The output of a 1x1 convolution is an ``F x Q`` matrix (``F`` filters, ``Q = N * H * W``
 columns).  A block of :data:`WARPS` warps computes a ``block_f x block_p`` tile as 2 x 2 warp
@@ -14,6 +14,7 @@ the thread tile), then the fewest blocks.
 
 Examples
 --------
+>>> from xcorr_app._cuda.device import H100_LIMITS
 >>> cfg = plan(F=96, C=24, Q=32 * 56 * 56, limits=H100_LIMITS)
 >>> cfg.layout, cfg.block_f * cfg.block_p == 128 * cfg.thread_f * cfg.thread_p // cfg.c_num
 (1, True)
@@ -25,7 +26,8 @@ import dataclasses
 import functools
 import math
 
-from ..errors import XcorrError
+from .._cuda.device import Limits, device_limits
+from ..errors import InputError, XcorrError
 
 WARPS = 4
 THREADS = 32 * WARPS
@@ -38,42 +40,6 @@ L1_MIN_FILTERS = 48
 REGISTER_OVERHEAD = 24
 #: within this factor of the best intensity, fewer blocks win
 CLOSE = 0.9
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    sms: int
-    registers_per_sm: int
-    shared_per_sm: int
-    shared_per_block: int
-
-
-#: NVIDIA H100 SXM (the CPU default, so the search runs anywhere)
-H100_LIMITS = Limits(132, 65536, 233472, 232448)
-
-
-def device_limits() -> Limits:
-    """The current GPU's limits (CuPy), or :data:`H100_LIMITS` without one."""
-    try:
-        import cupy
-
-        return _limits_of(cupy.cuda.Device().id)
-    except Exception:  # noqa: BLE001 - no CuPy or no GPU: plan for an H100
-        return H100_LIMITS
-
-
-@functools.lru_cache(maxsize=None)
-def _limits_of(device_id: int) -> Limits:
-    """Read once per device: the properties call takes about a millisecond."""
-    try:
-        import cupy
-
-        props = cupy.cuda.runtime.getDeviceProperties(device_id)
-        return Limits(props["multiProcessorCount"], props["regsPerMultiprocessor"],
-                      props["sharedMemPerMultiprocessor"],
-                      props.get("sharedMemPerBlockOptin", props["sharedMemPerBlock"]))
-    except Exception:  # noqa: BLE001 - no CuPy or no GPU: plan for an H100
-        return H100_LIMITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +125,7 @@ def plan(F: int, C: int, Q: int, limits: Limits | None = None) -> PointwiseConfi
     """The configuration for ``F`` filters, ``C`` channels and ``Q`` output columns (searched
     once per problem and device)."""
     if min(F, C, Q) < 1:
-        raise XcorrError(f"pointwise convolution needs F, C, Q >= 1, got {F}, {C}, {Q}")
+        raise InputError(f"pointwise convolution needs F, C, Q >= 1, got {F}, {C}, {Q}")
     return _search(int(F), int(C), int(Q), limits or device_limits())
 
 

@@ -1,4 +1,4 @@
-"""GPU Winograd convolution F(2x2, 3x3) (``kernels/winograd_conv.cu``) for 3x3 filters at
+"""GPU Winograd convolution F(2x2, 3x3) (``cuda/winograd_conv.cu``) for 3x3 filters at
 stride 1, any zero padding.
 
 The kernel is fused: each block transforms the input patches and filters it needs as it loads
@@ -24,11 +24,12 @@ import functools
 
 import numpy as np
 
-from ..errors import XcorrError
-from ._im2win import blocks_per_sm, split_k_locks, split_plan, split_steps, tuning_key
+from .._cuda.device import device_limits
 from .._cuda.launch import PreparedLaunch
 from .._cuda.loader import KernelFamily
-from ._pointwise_plan import device_limits
+from ..errors import InputError
+from ._im2win import blocks_per_sm, split_k_locks, split_plan, split_steps, tuning_key
+from ._validation import pair
 
 #: (BLOCK_M filters, BLOCK_N tiles, BLOCK_K channels, THREAD_M, THREAD_N, GROUPS): GROUPS
 #: groups of (BLOCK_M / THREAD_M) x (BLOCK_N / THREAD_N) threads share the 16 elements
@@ -114,24 +115,29 @@ def _grid(tiles, x_shape, w_shape, padding):
     return -(-n * ty * tx // tiles[1]) * -(-f // tiles[0]), -(-c // tiles[2])
 
 
-_TUNED: dict = {}
+#: the autotuner's namespace of the Winograd kernel's ``(tiles, splits)``
+TUNING_NAMESPACE = "conv.winograd"
 
 
-def _tuned_plan(x, w, padding):
-    """The fastest ``(tiles, splits)`` for this problem on this GPU, measured once."""
+def tuned_plan(x, w, padding):
+    """The fastest ``(tiles, splits)`` for this problem on this GPU, measured once and
+    remembered by the autotuner (:func:`xcorr_app._cuda.tuning.fastest`: in memory and on
+    disk); ``padding`` a (y, x) pair."""
     import cupy as cp
 
-    from .._cuda.timing import fastest
+    from .._cuda.tuning import fastest
 
-    key = tuning_key(x.shape, w.shape, padding)
-    best = _TUNED.get(key)
-    if best is None:
-        out = cp.empty((x.shape[0], w.shape[0], x.shape[2] + 2 * padding[0] - 2,
-                        x.shape[3] + 2 * padding[1] - 2), cp.float32)
-        best = _TUNED[key] = fastest({
-            c: lambda c=c: prepared(x, w, padding, *c)(x, w, out)
-            for c in _candidates(x.shape, w.shape, padding)})
-    return best
+    shape = (x.shape[0], w.shape[0], x.shape[2] + 2 * padding[0] - 2,
+             x.shape[3] + 2 * padding[1] - 2)
+    outs = []  # one output for the measured runs, made only if they run
+
+    def run(c):
+        if not outs:
+            outs.append(cp.empty(shape, cp.float32))
+        return prepared(x, w, padding, *c)(x, w, outs[0])
+
+    return fastest({c: lambda c=c: run(c) for c in _candidates(x.shape, w.shape, padding)},
+                   TUNING_NAMESPACE, tuning_key(x.shape, w.shape, padding))
 
 
 def tile_threads(tiles) -> int:
@@ -177,21 +183,19 @@ def winograd_conv2d(x, w, padding=0, out=None, tiles=None, splits=None, tune=Tru
     (``tune=False``: the first tile, split to fill two waves)."""
     import cupy as cp
 
-    from ._api import _pair
-
-    py, px = _pair(padding, "padding", 0)
+    py, px = pair(padding, "padding", 0)
     n, c, h, wd = x.shape
     f = w.shape[0]
     why = unsupported(x.shape, w.shape, (1, 1), (py, px))
     if why:
-        raise XcorrError(f"the Winograd kernel cannot compute this convolution: {why}")
+        raise InputError(f"the Winograd kernel cannot compute this convolution: {why}")
     ho, wo = h + 2 * py - 2, wd + 2 * px - 2
     x = cp.ascontiguousarray(x, dtype=cp.float32)
     w = cp.ascontiguousarray(w, dtype=cp.float32)
     if out is None:
         out = cp.empty((n, f, ho, wo), cp.float32)
     if out.dtype != cp.float32 or not out.flags.c_contiguous or out.shape != (n, f, ho, wo):
-        raise ValueError(f"out must be a C-contiguous float32 array of shape {(n, f, ho, wo)}")
+        raise InputError(f"out must be a C-contiguous float32 array of shape {(n, f, ho, wo)}")
     return prepared(x, w, (py, px), tiles, splits, tune)(x, w, out)
 
 
@@ -202,7 +206,7 @@ def prepared(x, w, padding, tiles=None, splits=None, tune=True):
     import cupy as cp
 
     if tiles is None and tune:
-        tiles, tuned = _tuned_plan(x, w, padding)
+        tiles, tuned = tuned_plan(x, w, padding)
         splits = tuned if splits is None else splits
     elif tiles is None:
         tiles = WINOGRAD_TILES[0]

@@ -6,8 +6,9 @@ Every function takes one ``(H, W)`` image or an ``(N, H, W)`` stack and filters 
 reuse kernels (:mod:`xcorr_app.filters._reuse`) and give float32; separable filters (gaussian,
 box, sobel, dog) run as two 1-D passes of the same kernels.  float64 CuPy arrays and filters
 longer than 31 taps use :mod:`cupyx.scipy.ndimage`, which keeps their precision and size.
-Boundary modes have SciPy's names and meaning: ``reflect`` (default), ``constant`` (with
-``cval``), ``nearest``, ``mirror``, ``wrap``.
+Boundary modes have SciPy's names and meaning (:data:`~xcorr_app.filters.MODES`): ``reflect``
+(default), ``constant`` (with ``cval``), ``nearest``, ``mirror``, ``wrap``.  Bad arguments raise
+:class:`~xcorr_app.errors.InputError`, a :class:`ValueError`.
 
 Examples
 --------
@@ -22,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import array_module_of
-from ..errors import XcorrError
-
-MODES = ("reflect", "constant", "nearest", "mirror", "wrap")
+from ..errors import InputError
+from ._modes import MODES  # noqa: F401 - the CLI and distributed._dask import it from here
+from ._validation import (box_size, checked_stack, dog_sigmas, filter_weights, fitting_weights,
+                          origin_pair, positive, sobel_axis)
 
 
 def _ndimage(xp):
@@ -33,15 +35,6 @@ def _ndimage(xp):
     else:
         import cupyx.scipy.ndimage as ndi
     return ndi
-
-
-def _check(stack, mode):
-    if mode not in MODES:
-        raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-    if stack.ndim not in (2, 3):
-        raise XcorrError(f"filters take an (H, W) image or an (N, H, W) stack, got shape {stack.shape}")
-    if 0 in stack.shape:
-        raise XcorrError(f"cannot filter an empty image of shape {stack.shape}")
 
 
 def _as_float(stack, xp):
@@ -70,35 +63,45 @@ def _separable(stack, taps_y, taps_x, mode, cval):
     return _reuse(tmp, np.asarray(taps_x, np.float64)[None, :], mode, cval, (0, 0))
 
 
-def _check_weights(weights, stack):
-    w = np.asarray(weights.get() if hasattr(weights, "get") else weights)
-    if w.ndim != 2 or 0 in w.shape:
-        raise XcorrError(f"weights must be a non-empty 2-D array, got shape {w.shape}")
-    if not np.all(np.isfinite(w)):
-        raise XcorrError("weights contain NaN or Inf")
-    if w.shape[0] > stack.shape[-2] or w.shape[1] > stack.shape[-1]:
-        raise XcorrError(f"filter {w.shape[0]}x{w.shape[1]} is larger than the image "
-                         f"{stack.shape[-2]}x{stack.shape[-1]}")
-    return w
-
-
-def _check_origin(origin, shape):
-    org = (origin, origin) if np.isscalar(origin) else tuple(origin)
-    if len(org) != 2:
-        raise XcorrError(f"origin must be an int or a pair, got {origin!r}")
-    for o, n in zip(org, shape):
-        if not (-(n // 2) <= o <= (n - 1) // 2):
-            raise XcorrError(f"origin {o} is invalid for a filter of length {n}: it must lie in "
-                             f"[{-(n // 2)}, {(n - 1) // 2}]")
-    return org
-
-
 def correlate2d(stack, weights, mode="reflect", cval=0.0, origin=0):
-    """2-D correlation of every frame with ``weights`` (``scipy.ndimage.correlate`` per frame)."""
+    """2-D correlation of every frame with ``weights`` (``scipy.ndimage.correlate`` per frame).
+
+    Parameters
+    ----------
+    stack : ndarray (NumPy or CuPy)
+        An ``(H, W)`` image or an ``(N, H, W)`` stack of real numbers.
+    weights : array_like
+        A 2-D filter of finite numbers, no larger than a frame.
+    mode : {"reflect", "constant", "nearest", "mirror", "wrap"}
+        The boundary mode (:data:`~xcorr_app.filters.MODES`), as ``scipy.ndimage``.
+    cval : float
+        The value outside the frame for ``mode="constant"``.
+    origin : int or (int, int)
+        The filter's placement, as ``scipy.ndimage``.
+
+    Returns
+    -------
+    ndarray
+        Of the input's module and shape: float32 or float64 input keeps its type on the CPU;
+        other types give float32, as does the GPU's reuse kernels.
+
+    Raises
+    ------
+    InputError
+        For a bad mode, cval, origin, weights (not 2-D, empty, NaN or Inf, larger than a
+        frame) or stack (not 2-D or 3-D, empty, not real numbers).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> img = np.arange(9.0).reshape(3, 3)
+    >>> correlate2d(img, [[0, 0, 1]], mode="constant").tolist()
+    [[1.0, 2.0, 0.0], [4.0, 5.0, 0.0], [7.0, 8.0, 0.0]]
+    """
+    stack = checked_stack(stack, mode, cval)
     xp = array_module_of(stack)
-    _check(stack, mode)
-    w = _check_weights(weights, stack)
-    org = _check_origin(origin, w.shape)
+    w = fitting_weights(weights, stack)
+    org = origin_pair(origin, w.shape)
     if _on_reuse_kernels(stack, *w.shape):
         return _reuse(stack, w, mode, cval, org)
     stack = _as_float(stack, xp)
@@ -110,9 +113,32 @@ def correlate2d(stack, weights, mode="reflect", cval=0.0, origin=0):
 
 
 def convolve2d(stack, weights, mode="reflect", cval=0.0, origin=0):
-    """2-D convolution of every frame (``scipy.ndimage.convolve`` per frame)."""
-    w = _check_weights(weights, stack)
-    org = _check_origin(origin, w.shape)
+    """2-D convolution of every frame (``scipy.ndimage.convolve`` per frame).
+
+    Parameters
+    ----------
+    stack, weights, mode, cval, origin
+        As for :func:`correlate2d`.
+
+    Returns
+    -------
+    ndarray
+        As for :func:`correlate2d`.
+
+    Raises
+    ------
+    InputError
+        As for :func:`correlate2d`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> img = np.arange(9.0).reshape(3, 3)
+    >>> convolve2d(img, [[0, 0, 1]], mode="constant").tolist()
+    [[0.0, 0.0, 1.0], [0.0, 3.0, 4.0], [0.0, 6.0, 7.0]]
+    """
+    w = filter_weights(weights)
+    org = origin_pair(origin, w.shape)
     # convolve == correlate with the flipped filter and the origin mirrored (scipy's rule).
     flipped = w[::-1, ::-1]
     org = tuple(-o - (1 - n % 2) for o, n in zip(org, w.shape))
@@ -125,7 +151,32 @@ def _per_frame(value, stack, none_value):
 
 
 def gaussian_taps(sigma: float, truncate: float = 4.0) -> np.ndarray:
-    """scipy.ndimage's 1-D gaussian: radius ``int(truncate * sigma + 0.5)``, normalised."""
+    """scipy.ndimage's 1-D gaussian: radius ``int(truncate * sigma + 0.5)``, normalised.
+
+    Parameters
+    ----------
+    sigma : float
+        The standard deviation, > 0.
+    truncate : float
+        The radius in standard deviations, >= 0.
+
+    Returns
+    -------
+    ndarray
+        float64 taps, ``2 * radius + 1`` of them, summing to 1.
+
+    Raises
+    ------
+    InputError
+        For a ``sigma`` or ``truncate`` out of range, NaN or not a number.
+
+    Examples
+    --------
+    >>> gaussian_taps(1.0, truncate=1.0).round(4).tolist()
+    [0.2741, 0.4519, 0.2741]
+    """
+    positive(sigma, "gaussian sigma")
+    positive(truncate, "gaussian truncate", zero_ok=True)
     radius = int(truncate * float(sigma) + 0.5)
     x = np.arange(-radius, radius + 1, dtype=np.float64)
     phi = np.exp(-0.5 / float(sigma) ** 2 * x * x)
@@ -133,11 +184,39 @@ def gaussian_taps(sigma: float, truncate: float = 4.0) -> np.ndarray:
 
 
 def gaussian(stack, sigma, truncate=4.0, mode="reflect", cval=0.0):
-    """Gaussian blur of every frame (separable: two 1-D passes)."""
+    """Gaussian blur of every frame (separable: two 1-D passes).
+
+    Parameters
+    ----------
+    stack : ndarray (NumPy or CuPy)
+        An ``(H, W)`` image or an ``(N, H, W)`` stack of real numbers.
+    sigma : float
+        The standard deviation in pixels, > 0 (both axes).
+    truncate : float
+        The filter's radius in standard deviations (``scipy.ndimage.gaussian_filter``'s).
+    mode, cval
+        As for :func:`correlate2d`.
+
+    Returns
+    -------
+    ndarray
+        As for :func:`correlate2d`.
+
+    Raises
+    ------
+    InputError
+        For a ``sigma`` that is not a finite number > 0, a bad ``truncate``, ``mode``,
+        ``cval`` or stack.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> img = np.zeros((5, 5)); img[2, 2] = 1.0
+    >>> float(gaussian(img, 1.0).sum().round(6))
+    1.0
+    """
+    stack = checked_stack(stack, mode, cval)
     xp = array_module_of(stack)
-    _check(stack, mode)
-    if not np.isfinite(sigma) or sigma <= 0:
-        raise XcorrError(f"gaussian sigma must be > 0, got {sigma}")
     taps = gaussian_taps(sigma, truncate)
     if _on_reuse_kernels(stack, taps.size):
         return _separable(stack, taps, taps, mode, cval)
@@ -147,12 +226,36 @@ def gaussian(stack, sigma, truncate=4.0, mode="reflect", cval=0.0):
 
 
 def box(stack, size, mode="reflect", cval=0.0):
-    """Mean over a ``size x size`` window of every frame (separable)."""
+    """Mean over a ``size x size`` window of every frame (separable).
+
+    Parameters
+    ----------
+    stack : ndarray (NumPy or CuPy)
+        An ``(H, W)`` image or an ``(N, H, W)`` stack of real numbers.
+    size : int
+        The window's side, >= 1 (``scipy.ndimage.uniform_filter``'s).
+    mode, cval
+        As for :func:`correlate2d`.
+
+    Returns
+    -------
+    ndarray
+        As for :func:`correlate2d`.
+
+    Raises
+    ------
+    InputError
+        For a ``size`` that is not a positive integer, a bad ``mode``, ``cval`` or stack.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> box(np.arange(6.0).reshape(2, 3), 2, mode="nearest").tolist()
+    [[0.0, 0.5, 1.5], [1.5, 2.0, 3.0]]
+    """
+    stack = checked_stack(stack, mode, cval)
     xp = array_module_of(stack)
-    _check(stack, mode)
-    if int(size) != size or size < 1:
-        raise XcorrError(f"box size must be a positive integer, got {size}")
-    size = int(size)
+    size = box_size(size)
     if _on_reuse_kernels(stack, size):
         taps = np.full(size, 1.0 / size)
         return _separable(stack, taps, taps, mode, cval)
@@ -165,14 +268,39 @@ SOBEL_SMOOTHING = np.array([1.0, 2.0, 1.0])
 
 
 def sobel(stack, axis=None, mode="reflect", cval=0.0):
-    """Sobel derivative along ``axis`` (0 rows, 1 columns) of every frame, or the gradient
-    magnitude when ``axis`` is None."""
+    """Sobel derivative along ``axis`` of every frame, or the gradient magnitude.
+
+    Parameters
+    ----------
+    stack : ndarray (NumPy or CuPy)
+        An ``(H, W)`` image or an ``(N, H, W)`` stack of real numbers.
+    axis : {None, 0, 1}
+        0: along the rows (``scipy.ndimage.sobel(frame, axis=0)``), 1: along the columns;
+        ``None``: ``hypot`` of both.
+    mode, cval
+        As for :func:`correlate2d`.
+
+    Returns
+    -------
+    ndarray
+        As for :func:`correlate2d`.
+
+    Raises
+    ------
+    InputError
+        For another ``axis``, a bad ``mode``, ``cval`` or stack.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> ramp = np.tile(np.arange(4.0), (3, 1))
+    >>> sobel(ramp, axis=1, mode="nearest")[1].tolist()
+    [4.0, 8.0, 8.0, 4.0]
+    """
+    stack = checked_stack(stack, mode, cval)
     xp = array_module_of(stack)
-    _check(stack, mode)
-    if axis is None:
+    if sobel_axis(axis) is None:
         return xp.hypot(sobel(stack, 0, mode, cval), sobel(stack, 1, mode, cval))
-    if axis not in (0, 1):
-        raise XcorrError(f"sobel axis must be 0 (rows) or 1 (columns), got {axis}")
     d, s = SOBEL_DERIVATIVE, SOBEL_SMOOTHING
     taps_y, taps_x = (d, s) if axis == 0 else (s, d)
     if _on_reuse_kernels(stack, 3):
@@ -186,50 +314,134 @@ def sobel(stack, axis=None, mode="reflect", cval=0.0):
 
 
 def laplace(stack, mode="reflect", cval=0.0):
-    """Discrete Laplacian (3x3, 4-neighbour) of every frame."""
+    """Discrete Laplacian (3x3, 4-neighbour) of every frame.
+
+    Parameters
+    ----------
+    stack, mode, cval
+        As for :func:`correlate2d`.
+
+    Returns
+    -------
+    ndarray
+        As for :func:`correlate2d`.
+
+    Raises
+    ------
+    InputError
+        For a bad ``mode``, ``cval`` or stack (frames smaller than 3x3 included).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> img = np.zeros((3, 3)); img[1, 1] = 1.0
+    >>> laplace(img, mode="constant").tolist()
+    [[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]]
+    """
     w = np.array([[0, 1, 0], [1, -4, 1], [0, 1, 0]], dtype=np.float32)
     return correlate2d(stack, w, mode=mode, cval=cval)
 
 
 def dog(stack, sigma_low, sigma_high, truncate=4.0, mode="reflect", cval=0.0):
-    """Difference of Gaussians: ``gaussian(sigma_low) - gaussian(sigma_high)``."""
-    if not sigma_low < sigma_high:
-        raise XcorrError(f"dog needs sigma_low < sigma_high, got {sigma_low}, {sigma_high}")
+    """Difference of Gaussians: ``gaussian(sigma_low) - gaussian(sigma_high)``.
+
+    Parameters
+    ----------
+    stack : ndarray (NumPy or CuPy)
+        An ``(H, W)`` image or an ``(N, H, W)`` stack of real numbers.
+    sigma_low, sigma_high : float
+        Finite, ``0 < sigma_low < sigma_high``.
+    truncate, mode, cval
+        As for :func:`gaussian`.
+
+    Returns
+    -------
+    ndarray
+        As for :func:`correlate2d`.
+
+    Raises
+    ------
+    InputError
+        For sigmas out of order or range, or what :func:`gaussian` refuses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> abs(float(dog(np.ones((6, 6)), 1.0, 2.0).max())) < 1e-12  # flat: no band-pass signal
+    True
+    """
+    dog_sigmas(sigma_low, sigma_high)
     return (gaussian(stack, sigma_low, truncate, mode, cval)
             - gaussian(stack, sigma_high, truncate, mode, cval))
 
 
 def parse_kernel_spec(spec: str):
-    """``gaussian:S | box:N | sobel[:AXIS] | laplace | dog:S1,S2 | FILE.npy`` -> a function of a stack.
+    """``gaussian:S | box:N | sobel[:AXIS] | laplace | dog:S1,S2 | FILE.npy`` -> a function.
 
-    The returned callable takes ``(stack, mode, cval)``.
+    Parameters
+    ----------
+    spec : str
+        A named filter with its arguments, or the path of a ``.npy`` file of a 2-D filter
+        (applied with :func:`correlate2d`).
+
+    Returns
+    -------
+    callable
+        ``fn(stack, mode, cval)``, the filter applied to a stack.
+
+    Raises
+    ------
+    InputError
+        For a spec that does not parse, arguments the filter refuses (checked now), a
+        missing or unreadable file, or a file that is not a 2-D array of finite numbers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fn = parse_kernel_spec("box:3")
+    >>> fn(np.ones((4, 4)), "reflect", 0.0).tolist()[0]
+    [1.0, 1.0, 1.0, 1.0]
+    >>> parse_kernel_spec("box:0")
+    Traceback (most recent call last):
+        ...
+    xcorr_app.errors.InputError: box size must be a positive integer, got 0
     """
+    if not isinstance(spec, str):
+        raise InputError(f"a kernel spec is a string such as gaussian:2.0, got {spec!r}")
     name, _, arg = spec.partition(":")
     try:
         if name == "gaussian" and arg:
             s = float(arg)
+            positive(s, "gaussian sigma")
             return lambda st, mode, cval: gaussian(st, s, mode=mode, cval=cval)
         if name == "box" and arg:
-            n = int(arg)
+            n = box_size(int(arg))
             return lambda st, mode, cval: box(st, n, mode=mode, cval=cval)
         if name == "sobel":
-            ax = int(arg) if arg else None
+            ax = sobel_axis(int(arg) if arg else None)
             return lambda st, mode, cval: sobel(st, ax, mode=mode, cval=cval)
         if name == "laplace" and not arg:
             return lambda st, mode, cval: laplace(st, mode=mode, cval=cval)
         if name == "dog" and arg:
             lo, hi = (float(v) for v in arg.split(","))
+            dog_sigmas(lo, hi)
             return lambda st, mode, cval: dog(st, lo, hi, mode=mode, cval=cval)
+    except InputError:
+        raise
     except ValueError:
-        raise XcorrError(f"cannot parse kernel {spec!r}: expected e.g. gaussian:2.0, box:5, sobel, "
-                         "sobel:0, laplace, dog:1,4 or a FILE.npy") from None
+        raise InputError(f"cannot parse kernel {spec!r}: expected e.g. gaussian:2.0, box:5, "
+                         "sobel, sobel:0, laplace, dog:1,4 or a FILE.npy") from None
     if spec.endswith(".npy"):
         try:
             w = np.load(spec, allow_pickle=False)
         except FileNotFoundError:
-            raise XcorrError(f"kernel file {spec} does not exist") from None
+            raise InputError(f"kernel file {spec} does not exist") from None
         except Exception as exc:
-            raise XcorrError(f"cannot read kernel file {spec}: {exc}") from None
+            raise InputError(f"cannot read kernel file {spec}: {exc}") from None
+        try:
+            w = filter_weights(w)
+        except InputError as exc:
+            raise InputError(f"kernel file {spec}: {exc}") from None
         return lambda st, mode, cval: correlate2d(st, w, mode=mode, cval=cval)
-    raise XcorrError(f"unknown kernel {spec!r}: use gaussian:SIGMA, box:N, sobel[:AXIS], laplace, "
+    raise InputError(f"unknown kernel {spec!r}: use gaussian:SIGMA, box:N, sobel[:AXIS], laplace, "
                      "dog:S1,S2 or FILE.npy")

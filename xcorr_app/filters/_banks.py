@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import XcorrError
+from ..errors import InputError
 
 MAX_SIZE = 31
 #: filters of a feature bank applied at once (the responses held are this many frames)
@@ -52,7 +52,7 @@ def _numbers(spec, arg, count=None):
     except ValueError:
         vals = []
     if not vals or (count is not None and len(vals) not in count) or min(vals) <= 0:
-        raise XcorrError(f"cannot parse bank {spec!r}: expected dog:S1,S2[,...], "
+        raise InputError(f"cannot parse bank {spec!r}: expected dog:S1,S2[,...], "
                          "gabor:SIGMA,N[,WAVELENGTH] or a FILE.npy")
     return vals
 
@@ -69,7 +69,7 @@ def bank_weights(spec: str, channels: int) -> np.ndarray:
     if name == "dog":
         sig = _numbers(spec, arg)
         if len(sig) < 2:
-            raise XcorrError(f"bank {spec!r}: dog needs at least two sigmas")
+            raise InputError(f"bank {spec!r}: dog needs at least two sigmas")
         radius = min(MAX_SIZE // 2, int(4 * max(sig) + 0.5))
         gs = [_gauss2d(s, radius) for s in sig]
         return _per_channel([a - b for a, b in zip(gs[:-1], gs[1:])], channels)
@@ -77,7 +77,7 @@ def bank_weights(spec: str, channels: int) -> np.ndarray:
         vals = _numbers(spec, arg, count=(2, 3))
         sigma, n = vals[0], int(vals[1])
         if n != vals[1] or n < 1:
-            raise XcorrError(f"bank {spec!r}: the number of orientations must be a whole number")
+            raise InputError(f"bank {spec!r}: the number of orientations must be a whole number")
         wavelength = vals[2] if len(vals) == 3 else 4 * sigma
         radius = min(MAX_SIZE // 2, int(4 * sigma + 0.5))
         y, x = _grid(radius)
@@ -94,13 +94,13 @@ def bank_weights(spec: str, channels: int) -> np.ndarray:
         if w.ndim == 3:
             w = _per_channel(w, channels)
         if w.ndim != 4 or w.shape[1] != channels:
-            raise XcorrError(f"bank {spec}: expected (F, {channels}, K, K) or (F, K, K) for "
+            raise InputError(f"bank {spec}: expected (F, {channels}, K, K) or (F, K, K) for "
                              f"{channels}-channel frames, got shape {w.shape}")
         if w.shape[2] != w.shape[3] or w.shape[2] % 2 == 0 or w.shape[2] > MAX_SIZE:
-            raise XcorrError(f"bank {spec}: filters must be square with an odd size up to "
+            raise InputError(f"bank {spec}: filters must be square with an odd size up to "
                              f"{MAX_SIZE}, got {w.shape[2]}x{w.shape[3]}")
         return w.astype(np.float32)
-    raise XcorrError(f"unknown bank {spec!r}: use dog:S1,S2[,...], gabor:SIGMA,N[,WAVELENGTH] "
+    raise InputError(f"unknown bank {spec!r}: use dog:S1,S2[,...], gabor:SIGMA,N[,WAVELENGTH] "
                      "or a FILE.npy")
 
 
@@ -108,28 +108,28 @@ def mix_weights(spec: str, channels: int) -> np.ndarray:
     """The (F, C) float32 weights of a mix spec."""
     if spec == "luma":
         if channels != 3:
-            raise XcorrError(f"--mix luma needs 3 channels (RGB); these frames have {channels}")
+            raise InputError(f"--mix luma needs 3 channels (RGB); these frames have {channels}")
         return np.asarray([LUMA], np.float32)
     if str(spec).endswith(".npy"):
         w = _load(spec)
         w = w[None] if w.ndim == 1 else w
         if w.ndim != 2 or w.shape[1] != channels:
-            raise XcorrError(f"mix {spec}: expected (F, {channels}) or ({channels},) weights, "
+            raise InputError(f"mix {spec}: expected (F, {channels}) or ({channels},) weights, "
                              f"got shape {w.shape}")
         return w.astype(np.float32)
-    raise XcorrError(f"unknown mix {spec!r}: use luma or a FILE.npy of (F, C) weights")
+    raise InputError(f"unknown mix {spec!r}: use luma or a FILE.npy of (F, C) weights")
 
 
 def _load(path):
     p = Path(path)
     if not p.is_file():
-        raise XcorrError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     try:
         w = np.load(p, allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise XcorrError(f"cannot read {path} as a NumPy array ({exc})") from None
+        raise InputError(f"cannot read {path} as a NumPy array ({exc})") from None
     if not np.issubdtype(w.dtype, np.number) or not np.isfinite(w).all():
-        raise XcorrError(f"{path} must hold finite numbers")
+        raise InputError(f"{path} must hold finite numbers")
     return w
 
 
@@ -137,7 +137,7 @@ def apply_bank(frames, weights):
     """(n, C, H, W) frames (NumPy or CuPy) through an (F, C, K, K) bank: (n, F, H, W), the
     same size (zero padding K // 2)."""
     from ..backend import array_module_of
-    from ..conv._api import conv2d
+    from ..conv import conv2d
 
     xp = array_module_of(frames)
     return conv2d(frames, xp.asarray(weights), padding=weights.shape[2] // 2)
@@ -166,10 +166,10 @@ def channel_filter(bank=None, mix=None, channels=1):
     """``(F, fn)`` for ``xcorr filter --bank/--mix``: ``fn`` maps float32 (n, C, H, W) frames
     (NumPy or CuPy) to (n, F, H, W)."""
     from ..backend import array_module_of
-    from ..conv._api import pointwise
+    from ..conv import pointwise
 
     if (bank is None) == (mix is None):
-        raise XcorrError("give exactly one of a bank and a mix")
+        raise InputError("give exactly one of a bank and a mix")
     if bank is not None:
         weights = bank_weights(bank, channels)
         return weights.shape[0], lambda x: apply_bank(x, weights)

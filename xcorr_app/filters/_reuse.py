@@ -1,4 +1,4 @@
-"""GPU launcher of the column/row-reuse correlation kernel (``kernels/reuse_conv.cu``).
+"""GPU launcher of the column/row-reuse correlation kernel (``cuda/reuse_conv.cu``).
 
 One launch filters a whole ``(N, H, W)`` stack: warps compute 32-column sub-blocks with column
 reuse (pack/unpack shuffles) and row reuse (a register array of the output rows in flight).  By
@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import XcorrError
-from ._api import MODES
 from .._cuda.loader import KernelFamily
+from ..errors import InputError
+from ._modes import MODE_IDS
 
-#: boundary mode -> kernels/reuse_conv.cu BoundaryMode (same order as filters.MODES)
-MODE_IDS = {m: i for i, m in enumerate(MODES)}
 DTYPE_IDS = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint16): 2,
              np.dtype(np.uint8): 3}
-EXACT_MAX = 11  # kernels/reuse_conv.cu: EXACT_MAX
+EXACT_MAX = 11  # cuda/reuse_conv.cu: EXACT_MAX
 #: compiled filter extents (rows or columns); larger filters use the next one up
 CAPACITIES = tuple(range(1, EXACT_MAX + 1)) + (15, 19, 23, 27, 31)
 MAX_TAPS = CAPACITIES[-1]
@@ -76,7 +74,7 @@ def capacity(n: int, exact: bool = False) -> int:
     for c in CAPACITIES:
         if c >= n:
             return c
-    raise XcorrError(f"filter extent {n} is larger than the {MAX_TAPS} taps the GPU kernels hold")
+    raise InputError(f"filter extent {n} is larger than the {MAX_TAPS} taps the GPU kernels hold")
 
 
 def _instantiations():
@@ -205,16 +203,16 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     w = np.asarray(weights, dtype=np.float32)
     fh, fw = w.shape
     if mode not in MODE_IDS:
-        raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODE_IDS)}")
+        raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODE_IDS)}")
     if edges not in EDGES:
-        raise XcorrError(f"edges must be one of {', '.join(EDGES)}, got {edges!r}")
+        raise InputError(f"edges must be one of {', '.join(EDGES)}, got {edges!r}")
     if rows_per_block is not None and int(rows_per_block) < 1:
-        raise XcorrError(f"rows_per_block must be >= 1, got {rows_per_block}")
+        raise InputError(f"rows_per_block must be >= 1, got {rows_per_block}")
     if taps not in TAPS_PLACES:
-        raise XcorrError(f"taps must be one of {', '.join(TAPS_PLACES)}, got {taps!r}")
+        raise InputError(f"taps must be one of {', '.join(TAPS_PLACES)}, got {taps!r}")
     shared = taps == "shared"
     if shared and not (fh == fw and fh in PAPER_SIZES):
-        raise XcorrError(f"taps='shared' is compiled for square filters of {PAPER_SIZES} only")
+        raise InputError(f"taps='shared' is compiled for square filters of {PAPER_SIZES} only")
     fh_cap, fw_cap = capacity(fh, exact=fw == 1), capacity(fw)
     frames = stack if stack.ndim == 3 else stack[None]
     narrow = fh_cap <= NARROW_MAX and fw_cap <= NARROW_MAX and not shared
@@ -226,26 +224,26 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     if out is None:
         out = cp.empty(stack.shape, cp.float32)
     elif out.shape != stack.shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise XcorrError(f"out must be a C-contiguous float32 array of shape {stack.shape}")
+        raise InputError(f"out must be a C-contiguous float32 array of shape {stack.shape}")
     o = out if out.ndim == 3 else out[None]
     cy, cx = fh // 2 + int(origin[0]), fw // 2 + int(origin[1])
     vec_ok = (edges == "reuse" and dt == 0 and not shared and fh_cap <= NARROW_MAX
               and fw_cap <= NARROW_MAX and wd % 4 == 0 and cx == fw // 2)
     if columns_per_lane not in (0, 1, 2, 4):
-        raise XcorrError(f"columns_per_lane must be 0, 1, 2 or 4, got {columns_per_lane}")
+        raise InputError(f"columns_per_lane must be 0, 1, 2 or 4, got {columns_per_lane}")
     if columns_per_lane == 4 and not vec_ok:
-        raise XcorrError("columns_per_lane=4 needs float32 frames of a width divisible by 4, a "
+        raise InputError("columns_per_lane=4 needs float32 frames of a width divisible by 4, a "
                          "filter up to 7x7 at the default column origin and edges='reuse'")
     if loads not in LOADS:
-        raise XcorrError(f"loads must be one of {', '.join(LOADS)}, got {loads!r}")
+        raise InputError(f"loads must be one of {', '.join(LOADS)}, got {loads!r}")
     async_ok = vec_ok and frames.data.ptr % 16 == 0 and columns_per_lane != 4
     if loads == "async" and not async_ok:
-        raise XcorrError("loads='async' needs float32 frames of a width divisible by 4 on a "
+        raise InputError("loads='async' needs float32 frames of a width divisible by 4 on a "
                          "16-byte aligned base, a filter up to 7x7 at the default column origin, "
                          "edges='reuse' and 1 or 2 columns per lane")
     use_async = async_ok and loads != "registers"
     if columns_per_lane == 2 and not use_async:
-        raise XcorrError("columns_per_lane=2 runs with the staged loads only (loads='async')")
+        raise InputError("columns_per_lane=2 runs with the staged loads only (loads='async')")
     if use_async:
         vec = columns_per_lane or ASYNC_DEFAULT_COLUMNS
     else:
@@ -258,7 +256,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     threads = 32 * WARPS_PER_BLOCK
     edge_bx = -(-n_edge // (row_blocks * threads)) if n_edge else 0
     if row_blocks > MAX_GRID_YZ:
-        raise XcorrError(f"frames of {h} rows need rows_per_block >= {-(-h // MAX_GRID_YZ)}")
+        raise InputError(f"frames of {h} rows need rows_per_block >= {-(-h // MAX_GRID_YZ)}")
     fn = REUSE_CORRELATE.get(dt, fh_cap, fw_cap, shared, vec, use_async)
     taps_global = _taps_on_device(w)
     i32 = np.int32

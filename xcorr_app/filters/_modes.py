@@ -1,0 +1,14 @@
+"""The boundary modes of the filters (scipy.ndimage's names and meaning) and their ids in the
+GPU kernel (``cuda/reuse_conv.cu``'s ``BoundaryMode``, in the same order).
+
+Examples
+--------
+>>> MODES[0], MODE_IDS["wrap"]
+('reflect', 4)
+"""
+
+#: boundary modes, as ``scipy.ndimage``: ``reflect`` (default), ``constant`` (with ``cval``),
+#: ``nearest``, ``mirror``, ``wrap``
+MODES = ("reflect", "constant", "nearest", "mirror", "wrap")
+#: boundary mode -> ``cuda/reuse_conv.cu``'s ``BoundaryMode``
+MODE_IDS = {m: i for i, m in enumerate(MODES)}
