@@ -52,8 +52,7 @@ from ._align_peers import (READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_
 from ._align_table import (ALIGN_ROWS, LOOP, READ_IMREAD, READ_MEMMAP, SKIMAGE, format_table,
                            gpu_rows_names, header_lines, make_row, multi_gpu_lines, seconds_text,
                            summarise, target_lines)
-from ._common import free_gpu_memory, reason
-from ._filter import parse_size
+from ._common import free_gpu_memory, parse_size, reason
 
 #: the full run and the ``--quick`` smoke run: (frames, height, width)
 DEFAULT_SHAPE = (512, 2048, 2048)

@@ -10,6 +10,8 @@ Examples
 ('1234', '0.0123', 'n/a')
 >>> cell("a|b")
 'a\\\\|b'
+>>> parse_size("2048", 31), parse_size("512x1024", 31)
+((2048, 2048), (512, 1024))
 >>> reason(ValueError("bad thing\\nmore"))
 'ValueError: bad thing'
 """
@@ -20,9 +22,11 @@ import datetime
 import statistics
 import sys
 
+from ..errors import InputError
+
 __all__ = ["TIMING", "ROUNDS", "measure_paths", "relative_error", "torch_unavailable_reason",
            "free_gpu_memory", "reason", "fmt_ms", "cell", "versions_line", "utc_now",
-           "markdown_header"]
+           "markdown_header", "parse_size"]
 
 #: arguments of :func:`xcorr_app._cuda.timing.time_gpu`, per round
 TIMING = {"warmup": 3, "repeat": 15, "min_total_ms": 20.0}
@@ -150,3 +154,14 @@ def versions_line(libraries=("cupy", "torch")) -> str:
 def utc_now() -> str:
     """The date of a run, for the header: ``2026-01-31 12:00 UTC``."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def parse_size(text, min_side=1) -> tuple:
+    """``"H"`` or ``"HxW"`` (``--size``) -> ``(h, w)``; each side at least ``min_side``."""
+    try:
+        parts = [int(v) for v in str(text).lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < min_side:
+        raise InputError(f"--size takes H or HxW (integers >= {min_side}), got {text!r}")
+    return (parts[0], parts[-1])

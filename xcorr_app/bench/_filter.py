@@ -25,8 +25,6 @@ Examples
 ((11, 11), (31, 31))
 >>> roofline_ms(1 << 30, 1 << 30, copy_gbps=2147.483648)  # 2 GiB at 2.1 TB/s: 1 ms
 1.0
->>> parse_size("2048"), parse_size("512x1024")
-((2048, 2048), (512, 1024))
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ import numpy as np
 
 from ..errors import InputError, XcorrError
 from ._common import (TIMING, cell, fmt_ms, free_gpu_memory, markdown_header, measure_paths,
-                      torch_unavailable_reason, utc_now, versions_line)
+                      parse_size, torch_unavailable_reason, utc_now, versions_line)
 
 #: the rows of the table, in order
 PROBLEMS = ("3x3", "5x5", "7x7", "11x11", "gaussian31")
@@ -406,17 +404,6 @@ def run(names=PROBLEMS, frames=DEFAULT_SHAPE[0], size=DEFAULT_SHAPE[1:], check=T
     return rows
 
 
-def parse_size(text) -> tuple:
-    """``"H"`` or ``"HxW"`` -> ``(h, w)``; each side at least :data:`MIN_SIDE`."""
-    try:
-        parts = [int(v) for v in str(text).lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or min(parts) < MIN_SIDE:
-        raise InputError(f"--size takes H or HxW (integers >= {MIN_SIDE}), got {text!r}")
-    return (parts[0], parts[-1])
-
-
 def select(only=None) -> list:
     """The problems named in ``only`` (``"3x3,gaussian31"``; all when None), in table order."""
     if only is None:
@@ -448,7 +435,7 @@ def main(quick=False, frames=None, size=None, only=None, check=True, json_path=N
 
     names = select(only)
     shape = QUICK_SHAPE if quick else DEFAULT_SHAPE
-    h, w = shape[1:] if size is None else parse_size(size)
+    h, w = shape[1:] if size is None else parse_size(size, MIN_SIDE)
     frames = shape[0] if frames is None else int(frames)
     if frames < 1:
         raise InputError(f"--frames must be at least 1, got {frames}")
