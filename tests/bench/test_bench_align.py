@@ -3,6 +3,7 @@ a quick run (GPU)."""
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -11,12 +12,15 @@ import tifffile
 from xcorr_app import align
 from xcorr_app import backend
 from xcorr_app.bench import _align as bench
+from xcorr_app.bench import _align_data as data
+from xcorr_app.bench import _align_peers as peers
+from xcorr_app.bench import _align_table as table
 from xcorr_app.errors import OutputError, XcorrError
 from xcorr_app.io._reader import open_stack
 
 
 def fake_row(name, kind, seconds, frames=10, frame_bytes=100, shifts=None, truth=None, error=""):
-    return bench.make_row(name, kind, frames, frame_bytes, seconds, shifts, truth, error=error)
+    return table.make_row(name, kind, frames, frame_bytes, seconds, shifts, truth, error=error)
 
 
 @pytest.fixture
@@ -35,12 +39,12 @@ def fake_gpu(monkeypatch):
         fb = stack.shape[0] * stack.shape[1] * 2
         n = stack.n_frames
         rows = bench.read_rows(path, n, fb, echo)
-        rows += [bench.make_row(name, "xcorr", n, fb, 0.01, stack.shifts + 0.01, stack.shifts)
-                 for name in bench.ALIGN_ROWS]
-        rows.append(bench.make_row(bench.LOOP, "peer", n, fb, 1.0, np.round(stack.shifts),
+        rows += [table.make_row(name, "xcorr", n, fb, 0.01, stack.shifts + 0.01, stack.shifts)
+                 for name in table.ALIGN_ROWS]
+        rows.append(table.make_row(table.LOOP, "peer", n, fb, 1.0, np.round(stack.shifts),
                                    stack.shifts))
         rows.append(bench.skimage_row(path, n, fb, stack.shifts, echo))
-        return bench.summarise(rows)
+        return table.summarise(rows)
 
     monkeypatch.setattr(backend, "gpu_available", lambda: True)
     monkeypatch.setattr(bench, "run", fake_run)
@@ -50,49 +54,49 @@ def fake_gpu(monkeypatch):
 # ------------------------------------------------------------------------------ the stack
 
 def test_drift_walk_bounds_and_seed():
-    s = bench.drift_walk(2000, max_drift=12.0, step=1.0, seed=3)
+    s = data.drift_walk(2000, max_drift=12.0, step=1.0, seed=3)
     assert s.shape == (2000, 2) and s.dtype == np.float64
     assert s[0].tolist() == [0.0, 0.0]
     assert np.abs(s).max() <= 12.0
     assert np.abs(s).max() > 8  # the walk does wander
     assert (np.abs(s - np.round(s)) > 0.05).mean() > 0.5  # subpixel parts
     assert np.abs(np.diff(s, axis=0)).max() < 6
-    np.testing.assert_array_equal(s, bench.drift_walk(2000, 12.0, 1.0, seed=3))
-    assert not np.array_equal(s, bench.drift_walk(2000, 12.0, 1.0, seed=4))
-    assert bench.drift_walk(1).tolist() == [[0.0, 0.0]]
+    np.testing.assert_array_equal(s, data.drift_walk(2000, 12.0, 1.0, seed=3))
+    assert not np.array_equal(s, data.drift_walk(2000, 12.0, 1.0, seed=4))
+    assert data.drift_walk(1).tolist() == [[0.0, 0.0]]
 
 
 def test_synthetic_stack_shape_dtype_and_range():
-    st = bench.SyntheticStack(5, (64, 96), seed=2)
+    st = data.SyntheticStack(5, (64, 96), seed=2)
     f = st.frames(0, 5)
     assert f.shape == (5, 64, 96) and f.dtype == np.uint16
     assert st.nbytes == f.nbytes
-    assert st.shifts.shape == (5, 2) and np.abs(st.shifts).max() <= bench.MAX_DRIFT
+    assert st.shifts.shape == (5, 2) and np.abs(st.shifts).max() <= data.MAX_DRIFT
     assert 1000 < f.std() and f.max() > 40000 and f.min() < 20000
     np.testing.assert_array_equal(f[0], st.frame(0))
 
 
 def test_synthetic_stack_chunks_equal_whole():
-    st = bench.SyntheticStack(7, (64, 70), seed=5)
+    st = data.SyntheticStack(7, (64, 70), seed=5)
     whole = st.frames(0, 7)
     pieces = np.concatenate([st.frames(0, 3), st.frames(3, 4), st.frames(4, 7)])
     np.testing.assert_array_equal(whole, pieces)
     np.testing.assert_array_equal(whole, st.frames(0, 7, workers=3))
-    again = bench.SyntheticStack(7, (64, 70), seed=5)
+    again = data.SyntheticStack(7, (64, 70), seed=5)
     np.testing.assert_array_equal(whole, again.frames(0, 7))
-    assert not np.array_equal(whole, bench.SyntheticStack(7, (64, 70), seed=6).frames(0, 7))
+    assert not np.array_equal(whole, data.SyntheticStack(7, (64, 70), seed=6).frames(0, 7))
 
 
 def test_noise_is_per_frame():
     """Frames at the same drift differ only by the noise, of about sqrt(value) counts."""
-    st = bench.SyntheticStack(3, (64, 64), seed=1)
+    st = data.SyntheticStack(3, (64, 64), seed=1)
     st.shifts[:] = 0.0
     f = st.frames(0, 3).astype(np.float64)
     d = f[1] - f[2]
     assert np.abs(d).max() > 0
     expected = np.sqrt(2 * f[1:].mean())
     assert 0.7 * expected < d.std() < 1.3 * expected
-    quiet = bench.SyntheticStack(2, (64, 64), seed=1, noise=False)
+    quiet = data.SyntheticStack(2, (64, 64), seed=1, noise=False)
     quiet.shifts[:] = 0.0
     np.testing.assert_array_equal(quiet.frame(0), quiet.frame(1))
 
@@ -102,7 +106,7 @@ def test_truth_is_the_shift_to_apply_skimage():
     the truth of the stack."""
     from skimage.registration import phase_cross_correlation
 
-    st = bench.SyntheticStack(3, (128, 128), seed=7, step=4.0)
+    st = data.SyntheticStack(3, (128, 128), seed=7, step=4.0)
     f = st.frames(0, 3)
     assert np.abs(st.shifts[1:]).max() > 2  # a real drift to measure
     for i in range(3):
@@ -113,42 +117,42 @@ def test_truth_is_the_shift_to_apply_skimage():
 
 
 def test_truth_is_the_shift_to_apply_align_cpu():
-    st = bench.SyntheticStack(6, (96, 96), seed=8, step=3.0)
-    res = align(st.frames(0, 6), max_shift=bench.MAX_SHIFT, device="cpu")
-    assert bench.rms_error(res.shifts, st.shifts) < 0.1
+    st = data.SyntheticStack(6, (96, 96), seed=8, step=3.0)
+    res = align(st.frames(0, 6), max_shift=table.MAX_SHIFT, device="cpu")
+    assert data.rms_error(res.shifts, st.shifts) < 0.1
     assert res.agree.all()
 
 
 def test_rms_error():
-    assert bench.rms_error([[3.0, 4.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]) == \
+    assert data.rms_error([[3.0, 4.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]) == \
         pytest.approx(np.sqrt(12.5))
-    assert np.isnan(bench.rms_error([[np.nan, 0.0]], [[0.0, 0.0]]))
+    assert np.isnan(data.rms_error([[np.nan, 0.0]], [[0.0, 0.0]]))
 
 
 # ------------------------------------------------------------------------------ file and reads
 
 def test_write_is_memory_mappable_and_reads(tmp_path):
-    st = bench.SyntheticStack(7, (64, 80), seed=4)
+    st = data.SyntheticStack(7, (64, 80), seed=4)
     path = tmp_path / "s.tif"
     st.write(path, chunk_frames=3, workers=2)
     want = st.frames(0, 7)
     np.testing.assert_array_equal(tifffile.memmap(path, mode="r"), want)
-    np.testing.assert_array_equal(bench.read_imread(path), want)
-    np.testing.assert_array_equal(bench.read_imread(path, range(2)), want[:2])
+    np.testing.assert_array_equal(peers.read_imread(path), want)
+    np.testing.assert_array_equal(peers.read_imread(path, range(2)), want[:2])
     with open_stack(path) as src:
         assert src.memory_mapped and src.n_frames == 7
-    assert bench.read_memmap_chunks(path, 3) == 7
-    assert bench.read_memmap_chunks(path, 3, stop=4) == 4
+    assert peers.read_memmap_chunks(path, 3) == 7
+    assert peers.read_memmap_chunks(path, 3, stop=4) == 4
     assert [p.name for p in tmp_path.iterdir()] == ["s.tif"]  # no temporary file left
 
 
 def test_read_rows_time_on_the_cpu(tmp_path):
-    st = bench.SyntheticStack(5, (64, 64))
+    st = data.SyntheticStack(5, (64, 64))
     path = tmp_path / "s.tif"
     st.write(path)
     lines = []
     rows = bench.read_rows(path, 5, 64 * 64 * 2, lines.append)
-    assert [r["name"] for r in rows] == [bench.READ_IMREAD, bench.READ_MEMMAP]
+    assert [r["name"] for r in rows] == [table.READ_IMREAD, table.READ_MEMMAP]
     for r in rows:
         assert r["kind"] == "read" and not r["error"] and r["seconds"] > 0
         assert r["fps"] == pytest.approx(5 / r["seconds"])
@@ -158,7 +162,7 @@ def test_read_rows_time_on_the_cpu(tmp_path):
 
 
 def test_read_rows_repeat(tmp_path):
-    st = bench.SyntheticStack(3, (64, 64))
+    st = data.SyntheticStack(3, (64, 64))
     path = tmp_path / "s.tif"
     st.write(path)
     rows = bench.read_rows(path, 3, 64 * 64 * 2, lambda s: None, repeat=3)
@@ -168,11 +172,11 @@ def test_read_rows_repeat(tmp_path):
 
 
 def test_skimage_row(tmp_path):
-    st = bench.SyntheticStack(4, (96, 96), seed=9, step=3.0)
+    st = data.SyntheticStack(4, (96, 96), seed=9, step=3.0)
     path = tmp_path / "s.tif"
     st.write(path)
     row = bench.skimage_row(path, 4, 96 * 96 * 2, st.shifts, echo=lambda s: None)
-    assert row["name"] == f"{bench.SKIMAGE}, 4 frames" and row["frames"] == 4
+    assert row["name"] == f"{table.SKIMAGE}, 4 frames" and row["frames"] == 4
     assert not row["error"] and row["rms_px"] <= 0.6
 
 
@@ -183,88 +187,88 @@ def test_failed_row_is_an_error_row():
     row = bench._measure("x", "xcorr", 10, 100, lambda: "", boom)
     assert row["seconds"] is None and row["fps"] is None
     assert row["error"] == "MemoryError: out of memory allocating 8 GiB"
-    assert bench.summarise([row])[0]["status"] == "ERROR"
+    assert table.summarise([row])[0]["status"] == "ERROR"
 
 
 def test_disk_space(tmp_path, monkeypatch):
-    bench.check_disk_space(tmp_path, 1 << 20)
+    data.check_disk_space(tmp_path, 1 << 20)
     usage = type("Usage", (), {"free": 1 << 30})
-    monkeypatch.setattr(bench.shutil, "disk_usage", lambda p: usage)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage)
     with pytest.raises(XcorrError, match=r"not enough free disk space .*4\.25 GiB needed, "
                                          r"1\.00 GiB free"):
-        bench.check_disk_space(tmp_path, 4 << 30)
+        data.check_disk_space(tmp_path, 4 << 30)
 
 
 def test_filesystem_of(tmp_path):
-    assert isinstance(bench.filesystem_of(tmp_path), str) and bench.filesystem_of(tmp_path)
+    assert isinstance(data.filesystem_of(tmp_path), str) and data.filesystem_of(tmp_path)
 
 
 # ------------------------------------------------------------------------------ the report
 
 def test_summarise_ratios_and_status():
     truth = np.zeros((10, 2))
-    rows = bench.summarise([
-        fake_row(bench.READ_IMREAD, "read", 2.0),
-        fake_row(bench.READ_MEMMAP, "read", 1.0),  # the faster read is the baseline
-        fake_row(bench.ALIGN_BOUNDED, "xcorr", 1.25, shifts=truth + 0.01, truth=truth),
-        fake_row(bench.ALIGN_FULL, "xcorr", 2.0, shifts=truth + 0.3, truth=truth),
-        fake_row(bench.ALIGN_NO_VERIFY, "xcorr", None, error="CUDAOutOfMemoryError: ..."),
-        fake_row(bench.LOOP, "peer", 8.0, shifts=truth + 0.5, truth=truth),
+    rows = table.summarise([
+        fake_row(table.READ_IMREAD, "read", 2.0),
+        fake_row(table.READ_MEMMAP, "read", 1.0),  # the faster read is the baseline
+        fake_row(table.ALIGN_BOUNDED, "xcorr", 1.25, shifts=truth + 0.01, truth=truth),
+        fake_row(table.ALIGN_FULL, "xcorr", 2.0, shifts=truth + 0.3, truth=truth),
+        fake_row(table.ALIGN_NO_VERIFY, "xcorr", None, error="CUDAOutOfMemoryError: ..."),
+        fake_row(table.LOOP, "peer", 8.0, shifts=truth + 0.5, truth=truth),
     ])
     by = {r["name"]: r for r in rows}
-    assert by[bench.READ_IMREAD]["vs_read"] == pytest.approx(0.5)
-    assert by[bench.READ_MEMMAP]["vs_read"] == pytest.approx(1.0)
-    b = by[bench.ALIGN_BOUNDED]
+    assert by[table.READ_IMREAD]["vs_read"] == pytest.approx(0.5)
+    assert by[table.READ_MEMMAP]["vs_read"] == pytest.approx(1.0)
+    b = by[table.ALIGN_BOUNDED]
     assert b["vs_read"] == pytest.approx(0.8) and b["vs_loop"] == pytest.approx(6.4)
     assert b["rms_px"] == pytest.approx(0.01 * np.sqrt(2)) and b["status"] == "ok"
-    assert by[bench.ALIGN_FULL]["status"] == "INACCURATE"
-    assert by[bench.ALIGN_NO_VERIFY]["status"] == "ERROR"
-    assert by[bench.ALIGN_NO_VERIFY]["vs_read"] is None
-    assert by[bench.LOOP]["status"] == "-" and by[bench.LOOP]["vs_loop"] == pytest.approx(1.0)
-    assert by[bench.LOOP]["max_err_px"] == pytest.approx(0.5)
+    assert by[table.ALIGN_FULL]["status"] == "INACCURATE"
+    assert by[table.ALIGN_NO_VERIFY]["status"] == "ERROR"
+    assert by[table.ALIGN_NO_VERIFY]["vs_read"] is None
+    assert by[table.LOOP]["status"] == "-" and by[table.LOOP]["vs_loop"] == pytest.approx(1.0)
+    assert by[table.LOOP]["max_err_px"] == pytest.approx(0.5)
 
 
 def test_format_table():
     truth = np.zeros((10, 2))
-    rows = bench.summarise([
-        fake_row(bench.READ_IMREAD, "read", 1.0, frame_bytes=2 << 20),
-        fake_row(bench.ALIGN_BOUNDED, "xcorr", 1.25, frame_bytes=2 << 20, shifts=truth + 0.03,
+    rows = table.summarise([
+        fake_row(table.READ_IMREAD, "read", 1.0, frame_bytes=2 << 20),
+        fake_row(table.ALIGN_BOUNDED, "xcorr", 1.25, frame_bytes=2 << 20, shifts=truth + 0.03,
                  truth=truth),
-        fake_row(bench.ALIGN_NO_VERIFY, "xcorr", None, error="Boom: no"),
-        fake_row(bench.LOOP, "peer", 8.0, frame_bytes=2 << 20),
+        fake_row(table.ALIGN_NO_VERIFY, "xcorr", None, error="Boom: no"),
+        fake_row(table.LOOP, "peer", 8.0, frame_bytes=2 << 20),
     ])
     header = ["xcorr bench align on Test GPU", "stack: ..."]
-    lines = bench.format_table(rows, header).splitlines()
+    lines = table.format_table(rows, header).splitlines()
     assert lines[:2] == header and len(lines) == 2 + 2 + len(rows)
     assert lines[2].startswith("| path | frames | seconds | frames/s | GB/s |")
     assert set(lines[3]) <= set("|- ")
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[4:]]
-    assert all(len(c) == len(bench.COLUMNS) for c in cells)
-    assert cells[0] == [bench.READ_IMREAD, "10", "1.000", "10.0", "0.02", "100%", "8.0x", "", "-",
+    assert all(len(c) == len(table.COLUMNS) for c in cells)
+    assert cells[0] == [table.READ_IMREAD, "10", "1.000", "10.0", "0.02", "100%", "8.0x", "", "-",
                         ""]
-    assert cells[1] == [bench.ALIGN_BOUNDED, "10", "1.250", "8.0", "0.02", "80%", "6.4x", "0.042",
+    assert cells[1] == [table.ALIGN_BOUNDED, "10", "1.250", "8.0", "0.02", "80%", "6.4x", "0.042",
                         "ok", ""]
     assert cells[2][2:5] == ["n/a"] * 3 and cells[2][8:] == ["ERROR", "Boom: no"]
 
 
 def test_target_lines():
-    rows = bench.summarise([
-        fake_row(bench.READ_IMREAD, "read", 1.0),
-        fake_row(bench.ALIGN_BOUNDED, "xcorr", 1.2),   # 83% of the read, 6.7x the loop
-        fake_row(bench.ALIGN_FULL, "xcorr", 2.0),      # 50%, 4.0x
-        fake_row(bench.ALIGN_NO_VERIFY, "xcorr", 0.5),  # not a target row
-        fake_row(bench.LOOP, "peer", 8.0),
+    rows = table.summarise([
+        fake_row(table.READ_IMREAD, "read", 1.0),
+        fake_row(table.ALIGN_BOUNDED, "xcorr", 1.2),   # 83% of the read, 6.7x the loop
+        fake_row(table.ALIGN_FULL, "xcorr", 2.0),      # 50%, 4.0x
+        fake_row(table.ALIGN_NO_VERIFY, "xcorr", 0.5),  # not a target row
+        fake_row(table.LOOP, "peer", 8.0),
     ])
-    lines = bench.target_lines(rows)
+    lines = table.target_lines(rows)
     assert lines == [
         "xcorr align --max-shift 16: end-to-end >= 80% of plain read: yes (83%); "
         ">= 5x the per-pair CuPy loop: yes (6.7x)",
         "xcorr align (unbounded): end-to-end >= 80% of plain read: no (50%); "
         ">= 5x the per-pair CuPy loop: no (4.0x)"]
-    no_loop = bench.summarise([fake_row(bench.READ_IMREAD, "read", 1.0),
-                               fake_row(bench.ALIGN_BOUNDED, "xcorr", 1.0),
-                               fake_row(bench.LOOP, "peer", None, error="x")])
-    assert bench.target_lines(no_loop) == [
+    no_loop = table.summarise([fake_row(table.READ_IMREAD, "read", 1.0),
+                               fake_row(table.ALIGN_BOUNDED, "xcorr", 1.0),
+                               fake_row(table.LOOP, "peer", None, error="x")])
+    assert table.target_lines(no_loop) == [
         "xcorr align --max-shift 16: end-to-end >= 80% of plain read: yes (100%); "
         ">= 5x the per-pair CuPy loop: n/a"]
 
@@ -291,7 +295,7 @@ def test_main_bad_options(no_gpu, kwargs, words):
 
 def test_main_checks_disk_space_first(fake_gpu, tmp_path, monkeypatch):
     usage = type("Usage", (), {"free": 1 << 20})
-    monkeypatch.setattr(bench.shutil, "disk_usage", lambda p: usage)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage)
     with pytest.raises(XcorrError, match="not enough free disk space"):
         bench.main(workdir=tmp_path)
     assert list(tmp_path.iterdir()) == [] and fake_gpu == []
@@ -316,8 +320,8 @@ def test_main_flow_with_a_fake_gpu(fake_gpu, tmp_path):
     assert "xcorr align (unbounded): end-to-end >= 80% of plain read:" in text
     doc = json.loads(out.read_text())
     assert doc["shape"] == [6, 64, 80] and len(doc["truth_shifts"]) == 6
-    assert [r["name"] for r in doc["rows"]][:3] == [bench.READ_IMREAD, bench.READ_MEMMAP,
-                                                    bench.ALIGN_BOUNDED]
+    assert [r["name"] for r in doc["rows"]][:3] == [table.READ_IMREAD, table.READ_MEMMAP,
+                                                    table.ALIGN_BOUNDED]
     assert len(doc["targets"]) == 2 and doc["header"][0].startswith("xcorr bench align on ")
     with pytest.raises(OutputError, match="exists"):
         bench.main(frames=6, size="64x80", workdir=tmp_path / "work", json_path=out)
@@ -351,11 +355,11 @@ def test_main_status_1_when_align_is_inaccurate(fake_gpu, tmp_path, monkeypatch)
 def test_cupy_pair_shift_matches_truth():
     import cupy as cp
 
-    st = bench.SyntheticStack(4, (128, 128), seed=3, step=3.0)
+    st = data.SyntheticStack(4, (128, 128), seed=3, step=3.0)
     f = st.frames(0, 4)
     ref = cp.asarray(f[0], cp.float32)
     for i in range(4):
-        got = bench.cupy_pair_shift(ref, cp.asarray(f[i], cp.float32))
+        got = peers.cupy_pair_shift(ref, cp.asarray(f[i], cp.float32))
         np.testing.assert_array_equal(got, np.round(st.shifts[i]))
 
 
@@ -367,9 +371,9 @@ def test_quick_run(tmp_path):
     print("\n".join(lines))
     assert status == 0
     rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
-    for name in bench.ALIGN_ROWS:
+    for name in table.ALIGN_ROWS:
         assert rows[name]["status"] == "ok" and rows[name]["rms_px"] < 0.1, rows[name]
-    assert rows[bench.LOOP]["rms_px"] < 0.6 and not rows[bench.LOOP]["error"]
+    assert rows[table.LOOP]["rms_px"] < 0.6 and not rows[table.LOOP]["error"]
     assert all(r["fps"] for r in rows.values())
     assert [p.name for p in tmp_path.iterdir()] == ["bench.json"]
 
@@ -379,7 +383,7 @@ def test_warm_align_covers_the_chunk_shapes(tmp_path, monkeypatch):
 
     from xcorr_app.alignment import _pipeline as align_stack
 
-    st = bench.SyntheticStack(100, (64, 64), noise=False)
+    st = data.SyntheticStack(100, (64, 64), noise=False)
     path = tmp_path / "s.tif"
     st.write(path)
     calls = []
@@ -401,7 +405,7 @@ def test_warm_align_covers_the_chunk_shapes(tmp_path, monkeypatch):
 
 
 def test_warm_align_for_real_on_the_cpu(tmp_path):
-    st = bench.SyntheticStack(5, (64, 64))
+    st = data.SyntheticStack(5, (64, 64))
     path = tmp_path / "s.tif"
     st.write(path)
     note = bench.warm_align(path, 5, {"device": "cpu", "max_shift": 16})
@@ -409,14 +413,14 @@ def test_warm_align_for_real_on_the_cpu(tmp_path):
 
 
 def test_parallel_read_copies_every_frame(tmp_path, monkeypatch):
-    st = bench.SyntheticStack(7, (64, 64))
+    st = data.SyntheticStack(7, (64, 64))
     path = tmp_path / "s.tif"
     st.write(path)
     copied = []
     real = np.copyto
     monkeypatch.setattr(np, "copyto", lambda dst, src: (copied.append(src.copy()),
                                                         real(dst, src)))
-    assert bench.read_memmap_parallel(path, 3, chunk_frames=2) == 7
+    assert peers.read_memmap_parallel(path, 3, chunk_frames=2) == 7
     got = sorted(copied, key=lambda a: int(a.sum()))
     want = sorted([st.frames(a, min(a + 2, b)) for a, b in ((0, 2), (2, 4), (4, 7))
                    for a in range(a, b, 2)], key=lambda a: int(a.sum()))
@@ -426,14 +430,14 @@ def test_parallel_read_copies_every_frame(tmp_path, monkeypatch):
 
 
 def test_multi_gpu_target_lines():
-    read, multi = bench.gpu_rows_names((0, 1))
-    rows = [bench.make_row(bench.ALIGN_FULL, "xcorr", 10, 100, 1.0),
-            bench.make_row(read, "read_multi", 10, 100, 0.5),
-            bench.make_row(multi, "xcorr", 10, 100, 0.8)]
-    line, = bench.multi_gpu_lines(rows, (0, 1))
+    read, multi = table.gpu_rows_names((0, 1))
+    rows = [table.make_row(table.ALIGN_FULL, "xcorr", 10, 100, 1.0),
+            table.make_row(read, "read_multi", 10, 100, 0.5),
+            table.make_row(multi, "xcorr", 10, 100, 0.8)]
+    line, = table.multi_gpu_lines(rows, (0, 1))
     assert "1.25x one GPU (target >= 1.7x: no)" in line
     assert "62% of the 2-reader plain read (target >= 90%: no)" in line
-    assert bench.multi_gpu_lines(rows[:2], (0, 1)) == []
-    summarised = bench.summarise(rows + [bench.make_row(bench.READ_MEMMAP, "read", 10, 100, 1.0)])
+    assert table.multi_gpu_lines(rows[:2], (0, 1)) == []
+    summarised = table.summarise(rows + [table.make_row(table.READ_MEMMAP, "read", 10, 100, 1.0)])
     assert summarised[1]["vs_read"] == pytest.approx(2.0)  # not the baseline of the 1-GPU rows
     assert summarised[0]["vs_read"] == pytest.approx(1.0)

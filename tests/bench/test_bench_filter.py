@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from xcorr_app import backend
 from xcorr_app.bench import _filter as bench
+from xcorr_app.bench._common import parse_size
 from xcorr_app.cli._main import cli
 
 
@@ -134,10 +135,11 @@ def test_target_lines():
 
 
 def test_parse_size_and_select():
-    assert bench.parse_size("64") == (64, 64) and bench.parse_size("512X1024") == (512, 1024)
+    assert parse_size("64", bench.MIN_SIDE) == (64, 64)
+    assert parse_size("512X1024", bench.MIN_SIDE) == (512, 1024)
     for bad in ("", "x", "30", "64x", "1x2x3", "-64", "sixty"):
         with pytest.raises(bench.XcorrError, match="--size"):
-            bench.parse_size(bad)
+            parse_size(bad, bench.MIN_SIDE)
     assert bench.select() == list(bench.PROBLEMS)
     assert bench.select("gaussian31, 3x3") == ["3x3", "gaussian31"]
     assert bench.select("3x3,") == ["3x3"]

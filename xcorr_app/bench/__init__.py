@@ -1,1 +1,13 @@
-"""The ``xcorr bench`` benchmarks: ours against the peers, cold and warm, with CUDA events."""
+"""The ``xcorr bench`` benchmarks: ours against the peers, cold and warm, with CUDA events.
+
+Each benchmark's ``main`` is what its ``xcorr bench`` command runs (the command line is
+:mod:`xcorr_app.cli`); it returns the exit status and raises
+:class:`~xcorr_app.errors.XcorrError` for a bad option or no usable GPU.
+"""
+
+from ._align import main as align_bench
+from ._conv import main as conv_bench
+from ._filter import main as filter_bench
+from ._xcorr import main as xcorr_bench
+
+__all__ = ["align_bench", "conv_bench", "filter_bench", "xcorr_bench"]

@@ -23,12 +23,12 @@ output (relative to its largest value), and the geometric means.
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 
-from ._xcorr import _cell, _free_gpu_memory, _reason, _versions, torch_unavailable_reason
-from ..errors import XcorrError
+from ..errors import InputError, XcorrError
+from ._common import (cell, free_gpu_memory, reason, torch_unavailable_reason, utc_now,
+                      versions_line)
 
 IM2WIN_LAYERS = [(3, 227, 227, 96, 11, 4), (3, 231, 231, 96, 11, 4), (3, 227, 227, 64, 7, 2),
                  (32, 224, 224, 64, 7, 2), (96, 24, 24, 256, 5, 1), (256, 12, 12, 512, 3, 1),
@@ -164,11 +164,11 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
         from ..conv._im2win import im2win_conv2d
 
         methods["ours_im2win"] = lambda: im2win_conv2d(x, wt, s, layout="im2win")
-    reason = torch_unavailable_reason()
-    if not reason:
+    no_torch = torch_unavailable_reason()
+    if not no_torch:
         methods["cudnn"] = torch_conv(x, wt, s)
     else:
-        row["error"]["cudnn"] = reason
+        row["error"]["cudnn"] = no_torch
     for m, fn in methods.items():
         try:
             row["ms"][m] = time_gpu(fn, warmup=2, repeat=repeat)
@@ -176,15 +176,15 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
             row["mem_mb"][m] = peak / 2**20
         except Exception as exc:  # noqa: BLE001 - out of memory: a table entry
             row["ms"][m] = None
-            row["error"][m] = _reason(exc)
-        _free_gpu_memory()
+            row["error"][m] = reason(exc)
+        free_gpu_memory()
     row["kernel"] = chosen_method(x, wt, s) if row["ms"].get("ours") is not None else "failed"
     if check and row["ms"].get("ours") is not None and "cudnn" in methods:
         ours = conv2d(x, wt, stride=s)  # against cuDNN's float32 result
         ref = cp.from_dlpack(methods["cudnn"]())
         row["rel_error"] = float(cp.abs(ours - ref).max() / max(float(cp.abs(ref).max()), 1e-30))
         del ours, ref
-    _free_gpu_memory()
+    free_gpu_memory()
     peers = [row["ms"].get(p) for p in ("cudnn", "im2col_cublas") if row["ms"].get(p)]
     ours = row["ms"].get("ours")
     row["vs_best_peer"] = min(peers) / ours if ours and peers else None
@@ -221,7 +221,7 @@ def format_rows(rows) -> list:
                  num(r.get("rel_error"), ".1e"),
                  f"{num(ms.get('ours_im2win'), '.3f')} / {num(mem.get('ours_im2win'), '.0f')}"
                  if "ours_im2win" in ms else "-"]
-        lines.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+        lines.append("| " + " | ".join(cell(x) for x in cells) + " |")
     return lines
 
 
@@ -259,10 +259,9 @@ def main(*, quick=False, only=None, check=True, json_path=None, force=False, ech
     if only:
         probs = [p for p in probs if p[1] == only or p[0] == only]
         if not probs:
-            raise XcorrError(f"--only {only!r} matches no layer (im2win, pointwise, conv1..12, "
+            raise InputError(f"--only {only!r} matches no layer (im2win, pointwise, conv1..12, "
                              "pw1..19)")
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    header = [f"xcorr bench conv on {device_name()}, {date}", f"versions: {_versions()}",
+    header = [f"xcorr bench conv on {device_name()}, {utc_now()}", f"versions: {versions_line()}",
               f"timing: CUDA events, 2 warm-up runs, median of {repeat}; float32, TF32 off"]
     for line in header:
         echo(line)

@@ -25,20 +25,17 @@ Examples
 ((11, 11), (31, 31))
 >>> roofline_ms(1 << 30, 1 << 30, copy_gbps=2147.483648)  # 2 GiB at 2.1 TB/s: 1 ms
 1.0
->>> parse_size("2048"), parse_size("512x1024")
-((2048, 2048), (512, 1024))
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 
 import numpy as np
 
-from ._xcorr import (TIMING, _cell, _fmt_ms, _free_gpu_memory, _versions, measure_paths,
-                          torch_unavailable_reason)
-from ..errors import XcorrError
+from ..errors import InputError, XcorrError
+from ._common import (TIMING, cell, fmt_ms, free_gpu_memory, markdown_header, measure_paths,
+                      parse_size, torch_unavailable_reason, utc_now, versions_line)
 
 #: the rows of the table, in order
 PROBLEMS = ("3x3", "5x5", "7x7", "11x11", "gaussian31")
@@ -286,7 +283,7 @@ def _ms_cell(row, path) -> str:
     ms = row["ms"].get(path)
     if ms is None and not row["na"].get(path):
         return ""
-    return _fmt_ms(ms)
+    return fmt_ms(ms)
 
 
 def _ratio(value) -> str:
@@ -302,21 +299,20 @@ def format_row(row) -> str:
     cells = [row["problem"]] + [_ms_cell(row, p) for p in PATHS]
     cells += [_ratio(row.get("ratio")), _ratio(row.get("vs_cupyx")),
               "n/a" if share is None else f"{100 * share:.1f}%", row["status"], "; ".join(notes)]
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
 def table_header() -> str:
     """The two Markdown header lines of the table."""
-    return "| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS)
+    return markdown_header(COLUMNS)
 
 
 def header_lines(device, shape, copy_gbps) -> list:
     """Device, date, versions, stack and copy bandwidth lines printed above the table."""
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     n, h, w = shape
     mib = n * h * w * 4 / 2**20
-    return [f"xcorr bench filter on {device}, {date}",
-            f"versions: {_versions()}",
+    return [f"xcorr bench filter on {device}, {utc_now()}",
+            f"versions: {versions_line()}",
             f"stack: {n} frames of {h}x{w} float32 ({mib:.0f} MiB), mode {MODE}; "
             f"copy bandwidth {copy_gbps:.0f} GB/s (cupy.copyto, read + write)"]
 
@@ -392,7 +388,7 @@ def run(names=PROBLEMS, frames=DEFAULT_SHAPE[0], size=DEFAULT_SHAPE[1:], check=T
     h, w = size
     stack = make_stack(frames, h, w, seed)
     gbps = copy_bandwidth(stack)
-    _free_gpu_memory()
+    free_gpu_memory()
     for line in header_lines(device_name(), stack.shape, gbps) + [table_header()]:
         echo(line)
     out = cp.empty(stack.shape, cp.float32)  # shared by ours and the papers' layout
@@ -402,21 +398,10 @@ def run(names=PROBLEMS, frames=DEFAULT_SHAPE[0], size=DEFAULT_SHAPE[1:], check=T
         row["device"] = device_name()
         rows.append(row)
         echo(format_row(row))
-        _free_gpu_memory()
+        free_gpu_memory()
     for line in target_lines(rows):
         echo(line)
     return rows
-
-
-def parse_size(text) -> tuple:
-    """``"H"`` or ``"HxW"`` -> ``(h, w)``; each side at least :data:`MIN_SIDE`."""
-    try:
-        parts = [int(v) for v in str(text).lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) not in (1, 2) or min(parts) < MIN_SIDE:
-        raise XcorrError(f"--size takes H or HxW (integers >= {MIN_SIDE}), got {text!r}")
-    return (parts[0], parts[-1])
 
 
 def select(only=None) -> list:
@@ -426,7 +411,7 @@ def select(only=None) -> list:
     wanted = [n.strip() for n in only.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in PROBLEMS]
     if unknown or not wanted:
-        raise XcorrError(f"--only takes names of {', '.join(PROBLEMS)} (comma-separated), "
+        raise InputError(f"--only takes names of {', '.join(PROBLEMS)} (comma-separated), "
                          f"got {only!r}")
     return [n for n in PROBLEMS if n in wanted]
 
@@ -450,10 +435,10 @@ def main(quick=False, frames=None, size=None, only=None, check=True, json_path=N
 
     names = select(only)
     shape = QUICK_SHAPE if quick else DEFAULT_SHAPE
-    h, w = shape[1:] if size is None else parse_size(size)
+    h, w = shape[1:] if size is None else parse_size(size, MIN_SIDE)
     frames = shape[0] if frames is None else int(frames)
     if frames < 1:
-        raise XcorrError(f"--frames must be at least 1, got {frames}")
+        raise InputError(f"--frames must be at least 1, got {frames}")
     if not backend.gpu_available():
         raise XcorrError(f"xcorr bench filter needs a GPU: {backend.gpu_unavailable_reason()}")
     if json_path is not None:

@@ -3,7 +3,7 @@
 For each problem of :data:`PROBLEMS` (the list of the warp-shuffle issue) the benchmark asks the
 planner for a plan, then times with :func:`xcorr_app._cuda.timing.time_gpu`
 
-* **ours**: the planner's plan (``planner.run_plan``),
+* **ours**: the planner's plan (``run_plan``),
 * **overlap**: the overlap-wise baseline kernel (ours too, not a peer),
 * **cupy_fft**: batched real FFTs in CuPy (:func:`cupy_fft_peer`),
 * **torch**: PyTorch ``conv2d`` in fp32 through cuDNN (:func:`torch_peer`),
@@ -14,7 +14,8 @@ fastest peer and the share of the FP32 FMA peak reached (``2 * macs / time / pea
 Every path computes the layout of :mod:`xcorr_app.correlate._shifts` for the forms of
 :mod:`xcorr_app.correlate._forms`: ``out[k] = sum_n left[n + k] * right[n]``.
 
-Run it as ``python -m xcorr_app.bench._xcorr [--quick] [--explain] [--json PATH]``.
+Run it as ``xcorr bench xcorr [--quick] [--explain] [--only TEXT] [--json PATH]`` (in Python:
+:func:`main`).
 
 Examples
 --------
@@ -27,28 +28,22 @@ Examples
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
-import statistics
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..correlate._forms import form_layout
-from ..correlate import _shifts as shifts
-from ..correlate._shifts import first_shift, output_shape
+from ..correlate._shifts import axis_overlaps, first_shift, output_shape
+from ..errors import InputError, XcorrError
+from ._common import (cell, fmt_ms, free_gpu_memory, markdown_header, measure_paths,
+                      torch_unavailable_reason, utc_now, versions_line)
 
 #: relative error (max |diff| / max |peer|) above which a path is a MISMATCH
 TOLERANCE = 1e-3
 #: the timed paths, in table order; the peers are the other libraries
 PATHS = ("ours", "overlap", "cupy_fft", "torch")
 PEERS = ("cupy_fft", "torch")
-#: arguments of :func:`xcorr_app._cuda.timing.time_gpu`, per round
-TIMING = {"warmup": 3, "repeat": 15, "min_total_ms": 20.0}
-#: rounds of timing: the paths take turns, and each path's time is the median of its rounds
-ROUNDS = 3
 #: candidates printed by ``explain`` (the others are counted)
 EXPLAIN_TOP = 8
 
@@ -150,8 +145,8 @@ def macs(layout, max_shift) -> int:
     (lh, lw), (rh, rw) = layout.left_shape, layout.right_shape
     ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
     ky0, kx0 = first_shift(layout.left_shape, layout.right_shape, max_shift)
-    rows = int(shifts.axis_overlaps(lh, rh, ky0, ho).sum())
-    cols = int(shifts.axis_overlaps(lw, rw, kx0, wo).sum())
+    rows = int(axis_overlaps(lh, rh, ky0, ho).sum())
+    cols = int(axis_overlaps(lw, rw, kx0, wo).sum())
     return layout.n_results * rows * cols
 
 
@@ -182,17 +177,6 @@ def conv_pads(layout, max_shift):
     ky0, kx0 = first_shift(layout.left_shape, layout.right_shape, max_shift)
     top, left = -ky0, -kx0
     return top, ho - 1 + rh - lh - top, left, wo - 1 + rw - lw - left
-
-
-def torch_unavailable_reason() -> str:
-    """Empty when PyTorch with CUDA can run the torch peer, else why not."""
-    try:
-        import torch
-    except Exception as exc:
-        return f"torch not importable ({type(exc).__name__})"
-    if not torch.cuda.is_available():
-        return "torch has no CUDA"
-    return ""
 
 
 def torch_peer(left, right, form="one_to_one", max_shift=None):
@@ -257,95 +241,18 @@ def overlap_peer(left, right, form="one_to_one", max_shift=None):
 
 
 def planned(decision, left, right, form="one_to_one", max_shift=None):
-    """Our path: the decision's plan through ``planner.run_plan`` (preallocated output)."""
+    """Our path: the decision's plan through ``run_plan`` (preallocated output)."""
     import cupy as cp
 
-    from ..correlate import _planner as planner
+    from ..correlate._planner import run_plan
 
     lay = form_layout(form, left.shape, right.shape)
     out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
                    dtype=cp.float32)
-    return lambda: planner.run_plan(decision.plan, left, right, form, max_shift, out=out)
+    return lambda: run_plan(decision.plan, left, right, form, max_shift, out=out)
 
 
 # ------------------------------------------------------------------------------- measuring
-
-def relative_error(got, want) -> float:
-    """``max |got - want| / max |want|`` on the device (inf for a shape mismatch, NaN stays)."""
-    import cupy as cp
-
-    if tuple(got.shape) != tuple(want.shape):
-        return float("inf")
-    scale = max(float(cp.abs(want).max()), 1e-30)
-    return float(cp.abs(got.astype(cp.float64) - want).max()) / scale
-
-
-def _reason(exc: BaseException) -> str:
-    """One line saying why a path failed."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def measure_paths(makers, wants, missing, rounds=None):
-    """Build each path with its maker, check it once, then time all of them in turns.
-
-    Parameters
-    ----------
-    makers : dict
-        Path name -> ``make()`` returning the path's callable (or None when it is missing).
-    wants, missing : dict
-        Path name -> the reference output to check against (or None), and the note for a
-        missing path.
-    rounds : int, optional
-        Rounds of timing (default :data:`ROUNDS`): each round times every path once with
-        :data:`TIMING`, and a path's time is the median of its rounds.  Taking turns keeps a
-        drift of the machine (other tenants, clocks) from favouring the path timed first.
-
-    Returns
-    -------
-    (ms, rel_error, na) : dict, dict, dict
-        Per path: ``ms`` is None when the path is missing (``na`` is its ``missing`` note) or
-        failed (``na`` says why); ``rel_error`` is None without a reference.  Exceptions do
-        not propagate: a failing peer is a table entry.
-    """
-    from .._cuda.timing import time_gpu
-
-    fns, ms, errs, nas = {}, {}, {}, {}
-    for path, make in makers.items():
-        ms[path], errs[path], nas[path] = None, None, ""
-        try:
-            fn = make()
-            if fn is None:
-                nas[path] = missing.get(path, "not available")
-                continue
-            want = wants.get(path)
-            errs[path] = None if want is None else relative_error(fn(), want)
-            fns[path] = fn
-        except Exception as exc:  # noqa: BLE001 - e.g. cuDNN out of memory: reported, not fatal
-            nas[path] = _reason(exc)
-    samples = {path: [] for path in fns}
-    for _ in range(ROUNDS if rounds is None else rounds):
-        for path, fn in fns.items():
-            if path not in samples:
-                continue
-            try:
-                samples[path].append(time_gpu(fn, **TIMING))
-            except Exception as exc:  # noqa: BLE001
-                nas[path] = _reason(exc)
-                del samples[path]
-    for path, times in samples.items():
-        ms[path] = statistics.median(times)
-    return ms, errs, nas
-
-
-def _free_gpu_memory():
-    import cupy as cp
-
-    cp.get_default_memory_pool().free_all_blocks()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
 
 def _status(row, check) -> str:
     if row["ms"]["ours"] is None:
@@ -360,11 +267,11 @@ def _status(row, check) -> str:
 
 def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0) -> dict:
     """Decide, check and time one problem; returns its row (see :func:`run`)."""
-    from ..correlate import _planner as planner
+    from ..correlate._planner import decide
 
     left, right = make_inputs(problem, seed)
     form, bound = problem.form, problem.max_shift
-    decision = planner.decide(left, right, form, bound, refresh=explain)
+    decision = decide(left, right, form, bound, refresh=explain)
     fft = cupy_fft_peer(left, right, form, bound)
     want = None
     if check:
@@ -408,16 +315,6 @@ COLUMNS = ("problem", "plan", "ours ms", "overlap ms", "CuPy FFT ms", "torch ms"
            "best peer / ours", "FP32 peak", "check", "notes")
 
 
-def _fmt_ms(ms) -> str:
-    if ms is None:
-        return "n/a"
-    return f"{ms:.0f}" if ms >= 1000 else f"{ms:.3g}"
-
-
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|")
-
-
 def format_row(row) -> str:
     """One Markdown table line of a row of :func:`run`."""
     notes = [f"{p}: {row['na'][p]}" for p in PATHS if row["na"].get(p)]
@@ -425,14 +322,14 @@ def format_row(row) -> str:
               if e is not None and not e <= TOLERANCE]
     ratio = "n/a" if row.get("ratio") is None else f"{row['ratio']:.2f}"
     share = "n/a" if row.get("peak_share") is None else f"{100 * row['peak_share']:.1f}%"
-    cells = [row["problem"], f"`{row['plan']}`"] + [_fmt_ms(row["ms"].get(p)) for p in PATHS]
+    cells = [row["problem"], f"`{row['plan']}`"] + [fmt_ms(row["ms"].get(p)) for p in PATHS]
     cells += [ratio, share, row["status"], "; ".join(notes)]
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
 def table_header() -> str:
     """The two Markdown header lines of :func:`format_table`."""
-    return "| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS)
+    return markdown_header(COLUMNS)
 
 
 def format_table(rows) -> str:
@@ -451,7 +348,7 @@ def explain_lines(row) -> list:
     best = cands[0][1] if cands else None
     for spec, ms in cands[:EXPLAIN_TOP]:
         ratio = f"{ms / best:.2f}x" if best else "n/a"
-        lines.append(f"      {spec:<48s} {_fmt_ms(ms):>8s} ms  {ratio}")
+        lines.append(f"      {spec:<48s} {fmt_ms(ms):>8s} ms  {ratio}")
     if len(cands) > EXPLAIN_TOP:
         lines.append(f"      ... and {len(cands) - EXPLAIN_TOP} other candidates")
     return lines
@@ -459,26 +356,9 @@ def explain_lines(row) -> list:
 
 def header_lines(device, peak) -> list:
     """Device, date and peak lines printed above the table."""
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     tflops = "unknown" if peak is None else f"{peak / 1e12:.1f} TFLOPS"
-    return [f"xcorr bench on {device}, {date}, FP32 FMA peak {tflops}",
-            f"versions: {_versions()}"]
-
-
-def _versions() -> str:
-    from .._version import __version__
-
-    parts = [f"xcorr {__version__}"]
-    for name in ("cupy", "torch"):
-        mod = sys.modules.get(name)
-        if mod is None:
-            try:
-                mod = __import__(name)
-            except Exception:  # noqa: BLE001
-                parts.append(f"{name} missing")
-                continue
-        parts.append(f"{name} {mod.__version__}")
-    return ", ".join(parts)
+    return [f"xcorr bench on {device}, {utc_now()}, FP32 FMA peak {tflops}",
+            f"versions: {versions_line()}"]
 
 
 def run(problems, explain=False, echo=print, check=True) -> list:
@@ -520,7 +400,7 @@ def run(problems, explain=False, echo=print, check=True) -> list:
         if explain:
             for line in explain_lines(row):
                 echo(line)
-        _free_gpu_memory()
+        free_gpu_memory()
     return rows
 
 
@@ -530,26 +410,32 @@ def select(quick=False, only=None) -> list:
     return [p for p in chosen if only is None or only in p.name]
 
 
-def main(argv=None) -> int:
-    """Command line: ``python -m xcorr_app.bench._xcorr``; exit 1 on any MISMATCH or ERROR."""
-    parser = argparse.ArgumentParser(prog="xcorr-bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a handful of small problems")
-    parser.add_argument("--explain", action="store_true", help="re-plan and list candidates")
-    parser.add_argument("--no-check", action="store_true", help="skip the output check")
-    parser.add_argument("--only", help="only problems whose name contains this text")
-    parser.add_argument("--json", help="also write the rows to this JSON file")
-    args = parser.parse_args(argv)
-    from ..backend import gpu_available, gpu_unavailable_reason
+def main(*, quick=False, only=None, explain=False, check=True, json_path=None, force=False,
+         echo=print) -> int:
+    """What ``xcorr bench xcorr`` does: check the options, run, write the JSON.
 
-    if not gpu_available():
-        print(f"error: the benchmark needs a GPU: {gpu_unavailable_reason()}", file=sys.stderr)
-        return 2
-    rows = run(select(args.quick, args.only), explain=args.explain, check=not args.no_check)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
+    Returns
+    -------
+    int
+        0, or 1 when a row is a ``MISMATCH`` or an ``ERROR``.
+
+    Raises
+    ------
+    XcorrError
+        For no usable GPU, no problem matching ``only``, or an existing ``json_path`` without
+        ``force``.
+    """
+    from .. import backend
+    from ..io._writer import prepare_outputs, write_text
+
+    if not backend.gpu_available():
+        raise XcorrError(f"xcorr bench needs a GPU: {backend.gpu_unavailable_reason()}")
+    problems = select(quick, only)
+    if not problems:
+        raise InputError(f"no benchmark problem matches --only {only!r}")
+    if json_path is not None:
+        prepare_outputs([json_path], force)
+    rows = run(problems, explain=explain, echo=echo, check=check)
+    if json_path is not None:
+        write_text(json_path, json.dumps(rows, indent=1))
     return 0 if all(r["status"] in ("ok", "unchecked") for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,57 @@
+"""What the benchmarks share (:mod:`xcorr_app.bench._common`): timing in turns, cells, the
+header's versions."""
+
+from xcorr_app import backend
+from xcorr_app.bench import _common as common
+
+
+def test_cells_and_versions():
+    assert common.fmt_ms(None) == "n/a" and common.fmt_ms(1500.4) == "1500"
+    assert common.fmt_ms(0.123456) == "0.123"
+    assert common.cell("a|b") == "a\\|b"
+    assert common.reason(RuntimeError("")) == "RuntimeError"
+    line = common.versions_line(("numpy", "skimage"))
+    found = backend.versions(("numpy",))
+    assert line.startswith(f"xcorr {found['xcorr']}, numpy {found['numpy']}, scikit-image ")
+    assert common.markdown_header(("a", "b")) == "| a | b |\n| --- | --- |"
+
+
+def test_measure_paths_takes_turns_and_reports_medians(monkeypatch):
+    """Paths are timed in rounds, in turn; a missing, a failing and a wrong path are reported."""
+    import numpy as np
+
+    from xcorr_app.bench import _common as common
+    from xcorr_app._cuda import timing as timing
+
+    order, times = [], {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 9.0, 4.0])}
+
+    def fake_time_gpu(fn, **kwargs):
+        name = fn.__name__
+        order.append(name)
+        if name == "c":
+            raise RuntimeError("out of memory\nmore text")
+        return next(times[name])
+
+    monkeypatch.setattr(timing, "time_gpu", fake_time_gpu)
+    monkeypatch.setattr(common, "relative_error",  # the device version needs CuPy
+                        lambda got, want: float(np.abs(got - want).max() / np.abs(want).max()))
+
+    def path(name, value):
+        def fn():
+            return np.full(3, value)
+        fn.__name__ = name
+        return fn
+
+    def broken():
+        raise ValueError("cannot build")
+
+    makers = {"a": lambda: path("a", 1.0), "b": lambda: path("b", 1.5), "c": lambda: path("c", 1.0),
+              "none": lambda: None, "broken": broken}
+    want = np.ones(3)
+    ms, err, na = common.measure_paths(makers, {"a": want, "b": want}, {"none": "no torch"},
+                                       rounds=3)
+    assert order == ["a", "b", "c", "a", "b", "a", "b"]  # c failed in round one: dropped
+    assert ms == {"a": 2.0, "b": 5.0, "c": None, "none": None, "broken": None}
+    assert err["a"] == 0.0 and err["b"] == 0.5 and err["c"] is None
+    assert na["none"] == "no torch" and na["c"] == "RuntimeError: out of memory"
+    assert na["broken"] == "ValueError: cannot build" and na["a"] == ""

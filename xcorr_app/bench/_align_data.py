@@ -1,0 +1,210 @@
+"""The synthetic stack of ``xcorr bench align``: a smooth random scene that drifts by a known
+random walk under Poisson noise, written to a TIFF file; and the checks of the disk it goes to.
+
+Examples
+--------
+>>> shifts = drift_walk(100, max_drift=12.0, seed=0)
+>>> shifts.shape, shifts[0].tolist(), bool(abs(shifts).max() <= 12.0)
+((100, 2), [0.0, 0.0], True)
+>>> stack = SyntheticStack(3, (64, 80), seed=1)
+>>> frames = stack.frames(0, 3)
+>>> frames.shape, frames.dtype.name, stack.nbytes
+((3, 64, 80), 'uint16', 30720)
+>>> rms_error([[0.0, 0.0], [1.0, 2.0]], [[0.0, 0.0], [1.0, 2.0]])
+0.0
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import shutil
+
+import numpy as np
+
+from ..errors import XcorrError
+
+__all__ = ["MAX_DRIFT", "MIN_SIDE", "SyntheticStack", "drift_walk", "make_scene",
+           "default_workers", "rms_error", "check_disk_space", "filesystem_of"]
+
+#: the drift of the synthetic stack: |shift| <= MAX_DRIFT px on each axis, relative to frame 0
+MAX_DRIFT = 12.0
+#: standard deviation (px) of one step of the random walk, per axis
+DRIFT_STEP = 1.0
+#: smoothness (gaussian sigma, px) of the random scene, and its grey-value range; a smoother
+#: scene has too little power at high frequencies for phase correlation (the peers and the FFT
+#: reference lock onto the frame edges)
+SCENE_SIGMA = 1.0
+SCENE_RANGE = (0.0, 60000.0)
+#: smallest frame side: the drift must leave most of the frame overlapping
+MIN_SIDE = 64
+#: frames per chunk of the synthetic stack's generation
+WRITE_CHUNK = 16
+#: free disk space kept beyond the file (bytes)
+DISK_MARGIN = 256 << 20
+
+
+def drift_walk(n_frames, max_drift=MAX_DRIFT, step=DRIFT_STEP, seed=0) -> np.ndarray:
+    """A seeded random walk of ``(dy, dx)`` offsets, reflected into ``[-max_drift, max_drift]``.
+
+    Row 0 is ``(0, 0)``; each later row adds a normal step of standard deviation ``step`` per
+    axis.  Returns ``(n_frames, 2)`` float64.
+    """
+    rng = np.random.default_rng([seed, 0])
+    steps = rng.normal(0.0, step, (max(n_frames - 1, 0), 2))
+    out = np.zeros((n_frames, 2))
+    for i, s in enumerate(steps, start=1):
+        o = out[i - 1] + s
+        o = np.where(o > max_drift, 2 * max_drift - o, o)
+        out[i] = np.clip(np.where(o < -max_drift, -2 * max_drift - o, o), -max_drift, max_drift)
+    return out
+
+
+def make_scene(shape, sigma=SCENE_SIGMA, value_range=SCENE_RANGE, seed=0) -> np.ndarray:
+    """A smooth random float32 image of ``shape``: gaussian-filtered uniform noise, scaled to
+    ``value_range``."""
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng([seed, 1])
+    img = ndi.gaussian_filter(rng.random(shape, dtype=np.float32), sigma)
+    lo, hi = float(img.min()), float(img.max())
+    img -= lo
+    img *= (value_range[1] - value_range[0]) / max(hi - lo, 1e-12)
+    img += value_range[0]
+    return img
+
+
+class SyntheticStack:
+    """A uint16 stack drifting by a known random walk over a smooth scene, made frame by frame.
+
+    Frame ``i`` is the window of the (larger) scene at offset :attr:`shifts` ``[i]`` from the
+    window of frame 0 (bilinear interpolation for the subpixel part), plus Poisson noise
+    (its normal approximation, ``sqrt(value)`` standard deviation, seeded per frame).  So frame
+    ``i`` shows the content of frame 0 moved by ``-shifts[i]``, and ``shifts[i]`` is the shift to
+    *apply* to frame ``i`` to align it with frame 0: what ``xcorr_app.align`` and
+    ``skimage.registration.phase_cross_correlation(frame0, frame_i)`` return.
+
+    Every frame depends on ``seed`` and its index only, so any chunking gives the same stack.
+
+    Parameters
+    ----------
+    n_frames : int
+    shape : (int, int)
+        ``(H, W)`` of a frame.
+    seed : int
+    max_drift, step : float
+        Of :func:`drift_walk`.
+    noise : bool
+        Add the Poisson noise.
+    """
+
+    def __init__(self, n_frames, shape, seed=0, max_drift=MAX_DRIFT, step=DRIFT_STEP,
+                 noise=True):
+        self.n_frames = int(n_frames)
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.seed, self.noise = seed, noise
+        self.shifts = drift_walk(self.n_frames, max_drift, step, seed)
+        self.pad = int(math.ceil(max_drift)) + 1
+        h, w = self.shape
+        self.scene = make_scene((h + 2 * self.pad + 1, w + 2 * self.pad + 1), seed=seed)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the uint16 pixels of the whole stack."""
+        return self.n_frames * self.shape[0] * self.shape[1] * 2
+
+    def frame(self, i) -> np.ndarray:
+        """Frame ``i``, ``(H, W)`` uint16."""
+        h, w = self.shape
+        oy, ox = self.pad + self.shifts[i]
+        iy, ix = int(math.floor(oy)), int(math.floor(ox))
+        fy, fx = np.float32(oy - iy), np.float32(ox - ix)
+        a = self.scene[iy:iy + h + 1, ix:ix + w + 1]
+        t = a[:, 1:] - a[:, :-1]  # bilinear: along x, then along y
+        t *= fx
+        t += a[:, :-1]
+        f = t[1:] - t[:-1]
+        f *= fy
+        f += t[:-1]
+        if self.noise:
+            rng = np.random.default_rng([self.seed, 2, int(i)])
+            n = rng.standard_normal(self.shape, dtype=np.float32)
+            n *= np.sqrt(f)
+            f += n
+        np.clip(f, 0, 65535, out=f)
+        return f.astype(np.uint16)
+
+    def frames(self, start, stop, workers=1) -> np.ndarray:
+        """Frames ``start`` to ``stop - 1``, ``(stop - start, H, W)`` uint16, made by ``workers``
+        threads (NumPy releases the GIL in its loops)."""
+        out = np.empty((stop - start, *self.shape), np.uint16)
+        if workers <= 1 or stop - start <= 1:
+            for i in range(start, stop):
+                out[i - start] = self.frame(i)
+            return out
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for k, f in enumerate(pool.map(self.frame, range(start, stop))):
+                out[k] = f
+        return out
+
+    def write(self, path, chunk_frames=WRITE_CHUNK, workers=None) -> None:
+        """Write the stack to the TIFF file ``path`` chunk by chunk (uncompressed, contiguous,
+        BigTIFF above 4 GiB: tifffile can memory-map it); never more than two chunks in memory."""
+        from ..io._writer import TiffStackWriter
+
+        workers = default_workers() if workers is None else workers
+        with TiffStackWriter(path, self.shape, np.uint16, self.n_frames, imagej=False) as w, \
+                concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = None  # the next chunk is made while this one is written
+            for start in range(0, self.n_frames, chunk_frames):
+                stop = min(start + chunk_frames, self.n_frames)
+                nxt = pool.submit(self.frames, start, stop, workers)
+                if pending is not None:
+                    w.write(pending.result())
+                pending = nxt
+            w.write(pending.result())
+
+
+def default_workers() -> int:
+    """Threads making the synthetic frames: the CPU cores, at most 16."""
+    return max(1, min(16, os.cpu_count() or 1))
+
+
+def rms_error(shifts, truth) -> float:
+    """RMS over frames of the Euclidean distance (px) between measured and true shifts (NaN
+    when a measured shift is NaN).
+
+    >>> rms_error([[0.5, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]])
+    0.3535533905932738
+    """
+    d = np.asarray(shifts, np.float64) - np.asarray(truth, np.float64)
+    return float(np.sqrt(np.mean(np.sum(d * d, axis=-1))))
+
+
+def check_disk_space(folder, nbytes) -> None:
+    """Raise :class:`XcorrError` when ``folder`` has less than ``nbytes`` plus a margin free."""
+    free = shutil.disk_usage(folder).free
+    need = nbytes + DISK_MARGIN
+    if free < need:
+        raise XcorrError(f"not enough free disk space in {folder} for the benchmark stack: "
+                         f"{need / 2**30:.2f} GiB needed, {free / 2**30:.2f} GiB free; pass "
+                         "--workdir on a larger disk, or fewer --frames or a smaller --size")
+
+
+def filesystem_of(path) -> str:
+    """The file system type of ``path`` from ``/proc/mounts`` (``"unknown"`` elsewhere)."""
+    try:
+        path = os.path.realpath(path)
+        best, kind = "", "unknown"
+        with open("/proc/mounts", encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mount = parts[1].replace("\\040", " ")
+                    inside = path == mount or path.startswith(mount.rstrip("/") + "/")
+                    if inside and len(mount) > len(best):
+                        best, kind = mount, parts[2]
+        return kind
+    except OSError:
+        return "unknown"

@@ -1,0 +1,218 @@
+"""``xcorr align``: estimate the drift of every frame of a stack and write the aligned stack."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import click
+
+from .. import backend
+from ..errors import XcorrError
+from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
+                       SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
+                       progress_bar, scale_out, scale_out_command, stack_command, where)
+
+__all__ = ["align"]
+
+#: what to measure (the options of :func:`xcorr_app.align`), in the order of ``--help``
+MEASURE_OPTIONS = (
+    click.option("--reference", default="first", show_default=True,
+                 help="first | mean | mean:N (of the first N frames) | previous (frame to frame, "
+                      "accumulated) | a frame INDEX | an image FILE."),
+    click.option("--max-shift", type=MAX_SHIFT, default=None,
+                 help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
+                      "kernels or FFT); default: up to half the frame, by FFT."),
+    click.option("--normalization", type=click.Choice(NORMALIZATIONS), default="zncc",
+                 show_default=True,
+                 help="zncc: zero-normalized per shift over the overlap; none: mean-subtracted "
+                      "sums; phase: phase correlation (FFT)."),
+    click.option("--subpixel", type=click.Choice(SUBPIXEL), default="gaussian", show_default=True,
+                 help="Subpixel refinement: 2-D fit on the 3x3 peak neighbourhood (gaussian, "
+                      "parabolic), 3-point fits per axis (...3), or upsampled DFT (upsample)."),
+    click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
+                 help="Upsampling factor for --subpixel upsample (resolution 1/K px)."),
+    click.option("--prefilter", type=PREFILTER, default="gaussian:1", show_default=True,
+                 help="Filter frames before correlating."),
+    click.option("--window", type=WINDOW, default="none", show_default=True,
+                 help="Apodize frames before correlating (suppresses edge effects)."),
+    click.option("--features", type=FEATURES, default=None,
+                 help="Register on the local energy of this filter bank (im2win or, for 3x3 "
+                      "filters, Winograd kernel) instead of the prefiltered frames."),
+    click.option("--min-confidence", type=click.FloatRange(min=0), default=None,
+                 help="Flag frames whose peak / second peak is below this."),
+    click.option("--interpolate-low", is_flag=True,
+                 help="Give flagged frames shifts interpolated from their neighbours."),
+    click.option("--max-memory", type=MEMORY, default=None,
+                 help="Cap on memory held at once, e.g. 2G (host buffers + GPU working set); "
+                      "default: half the free GPU memory. Results do not depend on it."),
+)
+
+#: what to write
+OUTPUT_OPTIONS = (
+    click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+                 help="Output folder [default: PATH_xcorr beside the input]."),
+    click.option("--resample", type=click.Choice(RESAMPLE), default="bilinear",
+                 show_default=True, help="How aligned.tif is resampled at subpixel shifts."),
+    click.option("--crop", is_flag=True,
+                 help="Crop aligned.tif to the area every shifted frame covers."),
+    click.option("--fill", type=float, default=0.0, show_default=True,
+                 help="Value for pixels shifted in from outside the frame (without --crop)."),
+    click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster)."),
+    click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif."),
+    click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout."),
+)
+
+
+def _options(fn):
+    for option in reversed(MEASURE_OPTIONS + OUTPUT_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@_options
+@scale_out_command
+@stack_command
+def align(path, **options):
+    """Estimate the drift of every frame of PATH and write the aligned stack.
+
+    PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs;
+    it is streamed, so it may be larger than the GPU's or the host's memory. Writes shifts.csv,
+    shifts.json, aligned.tif and drift.png into the output folder. Shifts are (dy, dx) to apply
+    to each frame to align it with the reference, as in scikit-image.
+    """
+    from ..io._writer import prepare_outputs, write_text
+    from ..io._plot import plot_drift
+
+    o = SimpleNamespace(path=path, **options)
+    o.quiet = o.quiet or o.as_json
+    out_dir = o.out_dir or default_out(path, "_xcorr")
+    outputs = {k: out_dir / k for k in ("shifts.csv", "shifts.json", "drift.png")}
+    if not o.no_aligned:
+        outputs["aligned.tif"] = out_dir / "aligned.tif"
+    shape, itemsize, n = _check(o)
+    frame_gb = shape[0] * shape[1] * itemsize / 1e9
+    with scale_out(o.gpus, o.workers, o.scheduler, o.device) as (client, gpu_ids):
+        prepare_outputs(list(outputs.values()), o.force)
+        t0 = time.perf_counter()
+        res = _measure(o, client, gpu_ids, n, frame_gb)
+        t_measure = time.perf_counter() - t0
+        if not o.no_aligned:
+            _write_aligned(o, res, client, gpu_ids, shape, n, outputs["aligned.tif"])
+        ran_on = where(o.dev, client, gpu_ids)
+    summary = res.summary()
+    settings = dict(res.settings, resample=o.resample, crop=o.crop, fill=o.fill)
+    doc = {"input": str(path), "frame_shape": list(shape), "settings": settings,
+           "summary": summary, **backend.environment(o.dev),
+           "seconds_measuring": round(t_measure, 4),
+           "frames_per_second": round(n / max(t_measure, 1e-9), 2),
+           "frames": res.frame_records()}
+    write_text(outputs["shifts.csv"], res.csv_text())
+    write_text(outputs["shifts.json"], json.dumps(doc, indent=1) + "\n")
+    plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
+    if o.as_json:
+        click.echo(json.dumps(doc))
+    elif not o.quiet:
+        _print_summary(path, shape, ran_on, res, summary, t_measure, frame_gb, outputs.values())
+
+
+def _check(o):
+    """Check every option before a cluster starts or an output folder is made; resolve the
+    device (``o.dev``); open the input once.  Returns ``(frame_shape, itemsize, n_frames)``."""
+    from ..alignment._pipeline import AlignOptions
+    from ..alignment._references import mean_count
+    from ..io._reader import open_stack
+
+    if o.interpolate_low and o.min_confidence is None:
+        raise XcorrError("--interpolate-low needs --min-confidence to know which frames to "
+                         "replace")
+    AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample, o.prefilter,
+                 o.window, not o.no_verify, o.min_confidence, o.interpolate_low, o.channel,
+                 o.features)
+    mean_count(o.reference, 1)
+    o.dev = note_device(o.device, o.quiet)
+    planner_notes(o.quiet)
+    with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
+        n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
+        print_notes(src, o.quiet)
+    return shape, itemsize, n
+
+
+def _measure(o, client, gpu_ids, n, frame_gb):
+    """The shifts of every frame: on a Dask cluster, on ``--gpus``, or on ``o.dev``."""
+    from ..alignment._pipeline import align as run_align
+
+    options = dict(max_shift=o.max_shift, normalization=o.normalization, subpixel=o.subpixel,
+                   upsample=o.upsample, prefilter=o.prefilter, window=o.window,
+                   verify=not o.no_verify, min_confidence=o.min_confidence,
+                   interpolate_low=o.interpolate_low, channel=o.channel,
+                   chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features)
+    with progress_bar(n, "measuring", o.quiet) as bar:
+        if client is not None:
+            from ..distributed._dask import align as dask_align
+
+            return dask_align(o.path, o.reference, device=o.device, client=client,
+                              progress=_rate_updater(bar, frame_gb), **options)
+        return run_align(o.path, o.reference, device=o.dev, gpus=gpu_ids,
+                         progress=_rate_updater(bar, frame_gb), **options)
+
+
+def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
+    """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
+    from ..alignment._pipeline import apply_shifts, common_area
+    from ..io._writer import TiffStackWriter
+
+    box = common_area(res.shifts, shape) if o.crop else (0, shape[0], 0, shape[1])
+    out_shape = (box[1] - box[0], box[3] - box[2])
+    shift_args = dict(channel=o.channel, fill=o.fill, resample=o.resample, crop=o.crop)
+    if client is not None:
+        from ..distributed._dask import apply_shifts as dask_shifts, iter_blocks
+
+        chunks = iter_blocks(dask_shifts(o.path, res.shifts, device=o.device, **shift_args),
+                             client)
+    else:
+        chunks = apply_shifts(o.path, res.shifts, chunk_frames=res.settings["chunk_frames"],
+                              device=o.dev, gpus=gpu_ids, **shift_args)
+    with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
+            TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer:
+        for _, chunk in chunks:
+            writer.write(chunk)
+            bar.update(len(chunk))
+
+
+def _rate_updater(bar, frame_gb):
+    """A progress callback that also shows GB/s of input read."""
+    t0 = time.perf_counter()
+    done = [0]
+
+    def update(k):
+        done[0] += k
+        bar.update(k)
+        bar.set_postfix_str(f"{done[0] * frame_gb / max(time.perf_counter() - t0, 1e-9):.2f} GB/s",
+                            refresh=False)
+    return update
+
+
+def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
+    rate = s["frames"] / max(seconds, 1e-9)
+    click.echo(f"xcorr align: {s['frames']} frames of {shape[0]}x{shape[1]} from {path} on {dev} "
+               f"({rate:.1f} frames/s, {rate * frame_gb:.3g} GB/s)")
+    click.echo(f"  max |shift| {s['max_abs_shift']:.2f} px; reference {res.settings['reference']}, "
+               f"subpixel {res.settings['subpixel']}, correlation {res.plan}")
+    if res.settings["verify"]:
+        n_ok = int(res.agree.sum())
+        click.echo(f"  FFT reference: integer peaks agree on {n_ok}/{s['frames']} frames "
+                   f"({100 * s['agreement']:.1f}%), RMS difference {s['rms_vs_fft']:.3f} px")
+    if s["constant_frames"]:
+        click.echo(f"  {s['constant_frames']} constant frame(s): shift undefined (NaN in "
+                   "shifts.csv), left unshifted")
+    if s["low_confidence_frames"]:
+        what = ("shifts interpolated from neighbours" if res.settings["interpolate_low"]
+                else "flagged in shifts.csv")
+        click.echo(f"  {s['low_confidence_frames']} frame(s) below --min-confidence "
+                   f"{res.settings['min_confidence']}: {what}")
+    click.echo("  wrote " + ", ".join(str(p) for p in written))

@@ -1,0 +1,130 @@
+"""``xcorr bench``: time xcorr's kernels against the peers on this GPU (the benchmarks live in
+:mod:`xcorr_app.bench`; this is their one command line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._options import FORCE, GPUS_LIST, MEMORY, json_rows_option, planner_notes
+
+__all__ = ["bench"]
+
+
+@click.group()
+def bench():
+    """Time xcorr's kernels against the peers on this GPU (CUDA events, medians)."""
+
+
+@bench.command(name="xcorr")
+@click.option("--explain", is_flag=True,
+              help="Re-plan every problem and show what the planner measured and why it chose.")
+@click.option("--quick", is_flag=True, help="A handful of small problems (a smoke run).")
+@click.option("--only", metavar="TEXT", help="Only problems whose name contains TEXT.")
+@click.option("--no-check", is_flag=True, help="Do not compare the outputs with the FFT peer.")
+@json_rows_option("(timings, candidates)")
+@FORCE
+def bench_xcorr_cmd(explain, quick, only, no_check, json_path, force):
+    """Cross-correlation: the planner's kernel vs the overlap baseline, CuPy FFT and PyTorch.
+
+    Prints ms per problem, the ratio of the fastest peer to ours, and the share of the FP32
+    FMA peak. Exits 1 if any output disagrees with the FFT peer.
+    """
+    from ..bench import xcorr_bench
+
+    planner_notes()
+    status = xcorr_bench(quick=quick, only=only, explain=explain, check=not no_check,
+                         json_path=json_path, force=force, echo=click.echo)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
+@bench.command(name="filter")
+@click.option("--quick", is_flag=True, help="A small stack, 4 frames of 512x512 (a smoke run).")
+@click.option("--frames", type=click.IntRange(min=1), default=None,
+              help="Frames in the stack  [default: 32, or 4 with --quick].")
+@click.option("--size", metavar="H|HxW", default=None,
+              help="Frame size  [default: 2048x2048, or 512x512 with --quick].")
+@click.option("--only", metavar="NAME[,NAME]",
+              help="Only these rows: 3x3, 5x5, 7x7, 11x11, gaussian31.")
+@click.option("--no-check", is_flag=True, help="Do not compare our outputs with cupyx.")
+@json_rows_option("(timings, ratios, roofline)")
+@FORCE
+def bench_filter_cmd(quick, frames, size, only, no_check, json_path, force):
+    """Filters: the reuse convolution kernels vs cupyx.scipy.ndimage and PyTorch conv2d.
+
+    A float32 stack (32 frames of 2048x2048) with 3x3, 5x5, 7x7, 11x11 filters and a 31-tap
+    separable gaussian, reflect boundary. Prints ms of ours (taps in the parameter bank), of
+    the papers' layout (taps in shared memory), of cupyx and of PyTorch (fp32, cuDNN, TF32
+    off), the ratio of the fastest peer and of cupyx to ours, and the share of the memory
+    roofline (one read and one write of the stack at the copy bandwidth measured in the run).
+    Exits 1 if an output of ours disagrees with cupyx.
+    """
+    from ..bench import filter_bench
+
+    status = filter_bench(quick=quick, frames=frames, size=size, only=only,
+                               check=not no_check, json_path=json_path, force=force,
+                               echo=click.echo)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
+@bench.command(name="conv")
+@click.option("--quick", is_flag=True, help="Batches of 4 and 2 (a smoke run).")
+@click.option("--only", default=None, metavar="im2win|pointwise|LAYER",
+              help="Only these rows (e.g. conv5 or pw3).")
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed runs per method (the median is reported).")
+@click.option("--no-check", is_flag=True, help="Skip comparing our output with cuDNN's.")
+@json_rows_option()
+@FORCE
+def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
+    """Multi-channel convolution: our kernels (im2win, Winograd for 3x3 at stride 1, whichever
+    measures faster) on the 12 layers of the im2win paper (batch 128 and 16) and the pointwise
+    kernel on MobileNetV2's 1x1 layers (batch 32), against
+    PyTorch/cuDNN (fp32, autotuned, TF32 off) and im2col + CuPy matmul (cuBLAS, TF32 off);
+    prints TFLOPS, ratios and peak GPU memory."""
+    from ..bench import conv_bench
+
+    status = conv_bench(quick=quick, only=only, check=not no_check, json_path=json_path,
+                             force=force, echo=click.echo, repeat=repeat)
+    if status:
+        raise click.exceptions.Exit(status)
+
+
+@bench.command(name="align")
+@click.option("--quick", is_flag=True, help="32 frames of 512x512 (a smoke run).")
+@click.option("--frames", type=click.IntRange(min=2), default=None,
+              help="Frames in the stack  [default: 512, or 32 with --quick].")
+@click.option("--size", metavar="H|HxW", default=None,
+              help="Frame size  [default: 2048x2048, or 512x512 with --quick].")
+@click.option("--workdir", type=click.Path(path_type=Path), default=None,
+              help="Where to write the stack  [default: the temporary folder].")
+@click.option("--keep", is_flag=True, help="Keep the stack file afterwards.")
+@click.option("--max-memory", type=MEMORY, default=None, help="Passed to xcorr align.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Time every row this many times and report the median.")
+@json_rows_option()
+@click.option("--gpus", type=GPUS_LIST, default=None,
+              help="Also time the unbounded run shared out over these GPUs, and a read by as "
+                   "many threads.")
+@FORCE
+def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
+                    force):
+    """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
+    and scikit-image.
+
+    Writes a 512-frame 2048x2048 uint16 stack with a known drift to local disk, then times
+    reading it with tifffile alone, xcorr align (--max-shift 16, unbounded, and without the FFT
+    check), a loop of per-pair CuPy phase correlation (what cuCIM does) and, on 32 frames,
+    skimage.registration.phase_cross_correlation; prints frames/s, GB/s, the share of the read
+    throughput, the ratio to the per-pair loop and the RMS error against the known drift.
+    """
+    from ..bench import align_bench
+
+    status = align_bench(quick=quick, frames=frames, size=size, workdir=workdir, keep=keep,
+                              json_path=json_path, force=force, echo=click.echo,
+                              max_memory=max_memory, repeat=repeat, gpus=gpus)
+    if status:
+        raise click.exceptions.Exit(status)

@@ -1,0 +1,152 @@
+"""``xcorr filter``: filter every frame of a stack (one kernel, a bank, or a channel mix)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from .. import backend
+from ..errors import XcorrError
+from ._options import (BANK, KERNEL, MIX, MODES, note_device, print_notes, progress_bar,
+                       scale_out, scale_out_command, stack_command, where)
+
+__all__ = ["filter_cmd"]
+
+
+@click.command(name="filter")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--kernel", "spec", type=KERNEL, default=None,
+              help="The filter to apply to every frame (one of --kernel, --bank, --mix).")
+@click.option("--bank", type=BANK, default=None,
+              help="A bank of filters over all channels of each frame (im2win or, for 3x3 "
+                   "filters, Winograd kernel): writes one channel per filter.")
+@click.option("--mix", type=MIX, default=None,
+              help="Mix the channels of each frame (pointwise kernel): luma, or (F, C) weights.")
+@click.option("--mode", type=click.Choice(MODES),
+              default="reflect", show_default=True, help="Boundary mode (scipy.ndimage's names).")
+@click.option("--cval", type=float, default=0.0, show_default=True,
+              help="Value outside the image for --mode constant.")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
+              help="Output TIFF (float32, ImageJ-compatible).")
+@scale_out_command
+@stack_command
+def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, scheduler, channel,
+               device, chunk_frames, force, quiet):
+    """Filter every frame of PATH and write a float32 stack.
+
+    On a GPU the column/row-reuse kernels filter each chunk of frames in one launch (separable
+    filters in two 1-D passes); on the CPU, scipy.ndimage.  The stack is streamed chunk by
+    chunk, so it may be larger than the GPU's or the host's memory.  --bank and --mix read
+    every channel of each frame and write an ImageJ hyperstack of the result's channels.
+    """
+    from ..filters._api import parse_kernel_spec
+    from ..io._writer import TiffStackWriter, prepare_outputs
+    from ..io._reader import open_stack
+
+    given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
+    if len(given) != 1:
+        raise XcorrError("give exactly one of --kernel, --bank and --mix"
+                         + (f" (got {' and '.join(given)})" if given else ""))
+    if bank or mix:
+        if channel is not None:
+            raise XcorrError("--bank and --mix use every channel; drop --channel")
+        return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet,
+                                (gpus, workers, scheduler))
+    fn = parse_kernel_spec(spec)
+    dev = note_device(device, quiet)
+
+    def filtered(_, chunk):
+        # raw dtype to the GPU: the kernels read uint8/uint16/float16 as they are
+        return backend.to_numpy(fn(chunk, mode, cval)).astype("float32", copy=False)
+
+    with open_stack(path, channel=channel) as src, \
+            scale_out(gpus, workers, scheduler, device) as (client, gpu_ids):
+        print_notes(src, quiet)
+        prepare_outputs([out_path], force)
+        t0 = time.perf_counter()
+        if client is not None:
+            from ..distributed._dask import filter as dask_filter, iter_blocks
+
+            chunks = iter_blocks(dask_filter(path, spec, mode=mode, cval=cval, channel=channel,
+                                             device=device), client)
+        else:
+            chunks = _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered)
+        with progress_bar(src.n_frames, "filtering", quiet) as bar, \
+                TiffStackWriter(out_path, src.frame_shape, "float32", n_frames=src.n_frames) as w:
+            for _, chunk in chunks:
+                w.write(chunk)
+                bar.update(len(chunk))
+        ran_on = where(dev, client, gpu_ids)
+        if not quiet:
+            click.echo(f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
+                       f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in "
+                       f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+
+
+# chunk loop: replaced by xcorr_app.streaming.map_chunks at merge
+def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
+    """``(start, filtered chunk)`` of every chunk of ``src``: on ``--gpus`` or on ``dev``."""
+    from ..io._reader import open_stack
+
+    if gpu_ids is not None:
+        from ..distributed._multi_gpu import map_chunks
+
+        return map_chunks(lambda: open_stack(path, channel=channel), gpu_ids, chunk_frames,
+                          filtered)
+    xp = backend.xp_for(dev)
+    return ((a, filtered(a, xp.asarray(c))) for a, c in src.chunks(chunk_frames))
+
+
+def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet, scale):
+    """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise, on this
+    GPU, several (``--gpus``) or a Dask cluster."""
+    import numpy as np
+
+    from ..filters._banks import channel_filter
+    from ..io._writer import TiffStackWriter, prepare_outputs
+    from ..io._reader import ChannelStack
+
+    dev = note_device(device, quiet)
+    with ChannelStack(path) as src, scale_out(*scale, device) as (client, gpu_ids):
+        n_out, fn = channel_filter(bank, mix, src.n_channels)
+        print_notes(src, quiet)
+        prepare_outputs([out_path], force)
+        t0 = time.perf_counter()
+
+        if client is not None:
+            from ..distributed._dask import filter_channels, iter_blocks
+
+            chunks = iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
+                                 client)
+        else:
+            chunks = _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn)
+        with progress_bar(src.n_frames, "filtering", quiet) as bar, \
+                TiffStackWriter(out_path, src.frame_shape, "float32",
+                                n_frames=src.n_frames * n_out, channels=n_out) as w:
+            for _, out in chunks:
+                w.write(np.asarray(out).reshape(-1, *src.frame_shape))
+                bar.update(len(out))
+        ran_on = where(dev, client, gpu_ids)
+        if not quiet:
+            click.echo(f"xcorr filter: {src.n_frames} frames of {src.n_channels} channel(s) -> "
+                       f"{n_out} channel(s) with {bank or mix} on {ran_on} in "
+                       f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+
+
+# chunk loop: replaced by xcorr_app.streaming.map_chunks at merge
+def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):
+    """``(start, fn(chunk))`` of every ``(n, C, H, W)`` chunk of ``src``: on ``--gpus`` or on
+    ``dev``."""
+    from ..io._reader import ChannelStack
+
+    if gpu_ids is not None:
+        from ..distributed._multi_gpu import map_chunks
+
+        return map_chunks(lambda: ChannelStack(path), gpu_ids, chunk_frames,
+                          lambda _, f: backend.to_numpy(fn(f.astype("float32"))))
+    xp = backend.xp_for(dev)
+    return ((a, backend.to_numpy(fn(xp.asarray(src.read(a, min(a + chunk_frames, src.n_frames)))
+                                    .astype(xp.float32))))
+            for a in range(0, src.n_frames, chunk_frames))

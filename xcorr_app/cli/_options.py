@@ -1,0 +1,235 @@
+"""The options of the ``xcorr`` commands: parameter types for the spec mini-languages, the
+choices (taken from the modules that define them), and the option groups that several commands
+share, declared once.
+
+Every choice list of the command line comes from here, and here from the module that owns it.
+
+Examples
+--------
+>>> MAX_SHIFT.convert("8", None, None), MAX_SHIFT.convert("4,6", None, None)
+(8, (4, 6))
+>>> MEMORY.convert("2G", None, None)
+'2G'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .. import backend
+from ..errors import InputError, XcorrError
+# the choices of the command line, from their one home each
+from ..alignment._pipeline import NORMALIZATIONS, SUBPIXEL
+from ..alignment._preprocess import WINDOWS
+from ..alignment._warp import RESAMPLE
+from ..filters._api import MODES
+
+__all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "MODES", "MAX_SHIFT", "MEMORY",
+           "GPUS_LIST", "Spec", "DEVICE", "CHANNEL", "FORCE", "QUIET", "CHUNK", "stack_command",
+           "scale_out_command", "json_rows_option", "scale_out", "where", "print_notes",
+           "note_device", "progress_bar", "default_out", "planner_notes"]
+
+
+# ------------------------------------------------------------------------- parameter types
+
+class MaxShiftType(click.ParamType):
+    """``N`` or ``SY,SX`` (non-negative integers) -> ``int`` or ``(int, int)``."""
+
+    name = "max-shift"
+
+    def get_metavar(self, param, ctx=None):
+        return "N|SY,SX"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, (int, tuple)):
+            return value
+        try:
+            parts = [int(v) for v in str(value).split(",")]
+        except ValueError:
+            parts = []
+        if len(parts) not in (1, 2) or min(parts) < 0:
+            raise InputError(f"--max-shift takes N or SY,SX (non-negative integers), got "
+                             f"{value!r}")
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+class MemoryType(click.ParamType):
+    """A memory size (``512M``, ``2G``, ``1.5G``): checked here, passed on as written."""
+
+    name = "size"
+
+    def get_metavar(self, param, ctx=None):
+        return "SIZE"
+
+    def convert(self, value, param, ctx):
+        from ..alignment._memory_budget import parse_memory
+
+        if value is not None:
+            parse_memory(value)  # a bad size fails before anything is read
+        return value
+
+
+class Spec(click.ParamType):
+    """A spec of a mini-language (``gaussian:1``, ``dog:1,4``, ``FILE.npy``...), passed on as
+    written; ``check`` (optional) raises for a bad one before anything is read."""
+
+    name = "spec"
+
+    def __init__(self, metavar, check=None):
+        self.metavar, self.check = metavar, check
+
+    def get_metavar(self, param, ctx=None):
+        return self.metavar
+
+    def convert(self, value, param, ctx):
+        if value is not None and self.check is not None:
+            self.check(value)
+        return value
+
+
+def _check_prefilter(spec):
+    from ..alignment._preprocess import parse_prefilter
+
+    parse_prefilter(spec)
+
+
+MAX_SHIFT = MaxShiftType()
+MEMORY = MemoryType()
+#: ``--gpus``: checked against this host in :func:`scale_out` (after the device is known)
+GPUS_LIST = Spec("LIST|all")
+REFERENCE = Spec("first|mean[:N]|previous|INDEX|FILE")
+PREFILTER = Spec("gaussian:S|dog:S1,S2|none", _check_prefilter)
+WINDOW = Spec("|".join(WINDOWS[:-1]) + f"|{WINDOWS[-1]}[:A]")
+FEATURES = Spec("dog:S1,S2,...|gabor:SIGMA,N|FILE.npy")
+KERNEL = Spec("gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy")
+BANK = Spec("dog:S1,S2,...|gabor:SIGMA,N[,L]|FILE.npy")
+MIX = Spec("luma|FILE.npy")
+
+
+# ------------------------------------------------------------------------- shared options
+
+DEVICE = click.option("--device", type=click.Choice(backend.DEVICES), default="auto",
+                      show_default=True, help="Where to compute: GPU when usable (auto), gpu or cpu.")
+CHANNEL = click.option("--channel", type=int, default=None,
+                       help="Channel to use from multi-channel files (0-based).")
+FORCE = click.option("--force", is_flag=True, help="Overwrite existing outputs.")
+QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=64, show_default=True,
+                     help="Frames processed at once (bounds memory use).")
+GPUS = click.option("--gpus", type=GPUS_LIST, default=None,
+                    help="Share the frames out over these GPUs of this host, e.g. 0,1 (one "
+                         "reader per GPU; no cluster needed).")
+WORKERS = click.option("--workers", type=int, default=None, metavar="N",
+                       help="Run on a local Dask cluster of N workers (one per GPU with "
+                            "dask-cuda); needs xcorr-app[dask].")
+SCHEDULER = click.option("--scheduler", default=None, metavar="ADDRESS",
+                         help="Run on an existing Dask cluster, e.g. tcp://host:8786; every "
+                              "worker must be able to read PATH.")
+
+
+def _apply(fn, options):
+    for option in options:
+        fn = option(fn)
+    return fn
+
+
+def scale_out_command(fn):
+    """The options that spread a command over several GPUs or a Dask cluster."""
+    return _apply(fn, (SCHEDULER, WORKERS, GPUS))
+
+
+def stack_command(fn):
+    """The options every stack command (``align``, ``filter``) shares."""
+    return _apply(fn, (QUIET, FORCE, CHUNK, DEVICE, CHANNEL))
+
+
+def json_rows_option(what=""):
+    """The ``--json FILE`` option of the benchmarks."""
+    return click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+                        help=f"Also write the rows {what + ' ' if what else ''}to this JSON "
+                             "file.")
+
+
+# ------------------------------------------------------------------------- shared helpers
+
+@contextlib.contextmanager
+def scale_out(gpus, workers, scheduler, device):
+    """``(client, gpus)`` for the run: a Dask client (``--workers``/``--scheduler``), GPU ids
+    (``--gpus``), or neither."""
+    if gpus is not None and (workers is not None or scheduler):
+        raise XcorrError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
+    if workers is not None and scheduler:
+        raise XcorrError("give either --workers (a new local cluster) or --scheduler (an "
+                         "existing one), not both")
+    if gpus is not None:
+        if device == "cpu":
+            raise XcorrError("--gpus runs on GPUs; drop --device cpu")
+        from ..distributed._multi_gpu import parse_gpus
+
+        yield None, parse_gpus(gpus)
+        return
+    if workers is None and not scheduler:
+        yield None, None
+        return
+    from ..distributed._dask import local_client
+
+    # the cluster's processes log at INFO by default: keep the terminal to our progress bar
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    with local_client(workers, scheduler) as client:
+        yield client, None
+
+
+def where(dev, client, gpu_ids) -> str:
+    """Where a run computed, for its summary line."""
+    if client is not None:
+        n = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        return f"a Dask cluster of {n} worker{'s' if n != 1 else ''}"
+    if gpu_ids is not None:
+        return "GPUs " + ",".join(map(str, gpu_ids))
+    return dev
+
+
+def print_notes(src, quiet):
+    """Tell the user what the reader noticed (skipped files, extra series)."""
+    for note in src.notes:
+        if not quiet:
+            click.echo(f"note: {note}", err=True)
+
+
+def note_device(device: str, quiet: bool) -> str:
+    """Resolve the device; say once when ``auto`` falls back to the CPU."""
+    dev = backend.resolve_device(device)
+    if device == "auto" and dev == "cpu" and not quiet:
+        click.echo(f"note: no usable GPU ({backend.gpu_unavailable_reason()}); running on the CPU",
+                   err=True)
+    return dev
+
+
+def progress_bar(total, desc, quiet):
+    """A tqdm bar on stderr counting frames (off with ``--quiet``)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="frame", disable=quiet or None, leave=False,
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def default_out(path: Path, suffix: str) -> Path:
+    """``PATH<suffix>`` beside the input (``stack.tif`` -> ``stack<suffix>``)."""
+    path = Path(path)
+    return path.parent / f"{path.stem if path.is_file() else path.name}{suffix}"
+
+
+def planner_notes(quiet=False):
+    """Print the planner's one line before a (slow, first-time) measurement, unless quiet."""
+    # NEEDS correlate: a public way to set the planner's note callback (e.g. a
+    # set_on_measure(fn) in correlate._planner); until then its module attribute is set
+    import xcorr_app.correlate._planner as planner
+
+    planner.on_measure = None if quiet else (lambda line: click.echo(line, err=True))
