@@ -5,7 +5,7 @@ overlapping shifts equals the direct sum.  The GPU tests check the kernel itself
 import numpy as np
 
 from xcorr_app.correlate import _reference as reference
-from xcorr_app.correlate._fft import _setup
+from xcorr_app.correlate._fft import _crop_scalars, fft_geometry
 
 
 def crop_port(circ, scalars):
@@ -21,7 +21,8 @@ def test_crop_of_the_circular_result_is_the_correlation(rng):
         rs = tuple(int(v) for v in rng.integers(1, 30, 2))
         bound = None if rng.random() < 0.4 else tuple(int(v) for v in rng.integers(0, 40, 2))
         left, right = rng.standard_normal(ls), rng.standard_normal((2,) + rs)
-        size, shape, scalars = _setup(ls, rs, bound)
+        geo = fft_geometry(ls, rs, bound)
+        size, shape, scalars = geo.size, geo.shape, _crop_scalars(geo)
         circ = np.fft.irfft2(np.fft.rfft2(left, s=size) * np.conj(np.fft.rfft2(right, s=size)),
                              s=size)
         got = crop_port(circ, scalars)

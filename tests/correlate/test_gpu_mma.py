@@ -71,7 +71,7 @@ def test_one_buffer_for_large_right_matrices(rng, row_splits):
 
     from xcorr_app.correlate import _reference as reference
     from xcorr_app.correlate._mma import buffers_for, mma_xcorr
-    from xcorr_app.conv._pointwise_plan import device_limits
+    from xcorr_app._cuda.device import device_limits
 
     limit = device_limits().shared_per_block
     assert buffers_for((40, 40), (40, 40), 4, 8, limit, row_splits) == 1

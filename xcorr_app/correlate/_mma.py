@@ -28,7 +28,7 @@ from ._forms import FORM_IDS
 from ._tiled import MAX_GRID_YZ, PAIR_FORMS
 from ._warp_shuffle import geometry, launch
 from .._cuda.loader import KernelFamily
-from ..conv._pointwise_plan import device_limits
+from .._cuda.device import device_limits
 
 #: (tile_y, tile_x) compiled for every form with many right matrices; tile_x is 8 x-shifts
 #: per tensor-core block times the blocks of a warp
@@ -73,7 +73,7 @@ def buffers_for(left_shape, right_shape, tile_y, tile_x, limit, row_splits=1) ->
 def resident_blocks(registers, shared, limits) -> int:
     """Blocks of 512 threads an SM holds at once with this many registers per thread
     (allocated in units of 8) and bytes of shared memory (1 KiB more is reserved per block),
-    within ``limits`` (:func:`~xcorr_app.conv._pointwise_plan.device_limits`)."""
+    within ``limits`` (:func:`~xcorr_app._cuda.device.device_limits`)."""
     by_registers = limits.registers_per_sm // (WARPS * 32 * -(-max(1, registers) // 8) * 8)
     return max(1, min(by_registers, limits.shared_per_sm // (shared + 1024)))
 
