@@ -288,8 +288,9 @@ def xcorr_fft(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
     return out.astype(dtype, copy=False).reshape(lay.batch_shape + geo.shape)
 
 
+@functools.lru_cache(maxsize=256)
 def _crop_scalars(geo: FftGeometry) -> tuple:
-    """The crop kernel's int32 scalars."""
+    """The crop kernel's int32 scalars (made once per problem: host time counts here)."""
     return tuple(np.int32(v) for v in (*geo.size, *geo.shape, *geo.offset, *geo.valid))
 
 

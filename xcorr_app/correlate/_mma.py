@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ._forms import FORM_IDS
 from ._tiled import MAX_GRID_YZ, PAIR_FORMS
 from ._warp_shuffle import geometry, launch
@@ -131,9 +132,9 @@ def configure_mma(form, left_shape, right_shape, max_shift, params):
     ty, tx, ks = params["tile_y"], params["tile_x"], params["row_splits"]
     why = unsupported(lay.form, lay.left_shape, lay.right_shape, ty, tx, row_splits=ks)
     if why:
-        raise ValueError(why)
+        raise InputError(why)
     if lay.n_left > MAX_GRID_YZ:
-        raise ValueError(f"too many left matrices for one launch ({lay.n_left})")
+        raise InputError(f"too many left matrices for one launch ({lay.n_left})")
     limits = device_limits()
     buffers = buffers_for(lay.left_shape, lay.right_shape, ty, tx, limits.shared_per_block, ks)
     smem = shared_bytes(lay.left_shape, lay.right_shape, ty, tx, buffers, ks)

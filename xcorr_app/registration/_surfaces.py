@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from .._cuda.loader import KernelFamily
 from ..correlate._fft import conj_product, fft_geometry, padded_spectra
 from ..correlate._shifts import first_shift
@@ -59,7 +60,7 @@ def _tables_out(out, shape, cp):
         return cp.empty(shape, cp.float64), cp.empty(shape, cp.float64)
     for t in out:
         if t.shape != shape or t.dtype != np.float64 or not t.flags.c_contiguous:
-            raise ValueError(f"summed-area tables must be C-contiguous float64 {shape}")
+            raise InputError(f"summed-area tables must be C-contiguous float64 {shape}")
     return out
 
 
@@ -157,7 +158,7 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     n = corr.shape[0]
     ho, wo = surface_shape if circular else corr.shape[-2:]
     if n == 0 or ho * wo == 0:
-        raise ValueError(f"no surface to search: {n} surfaces of {ho}x{wo}")
+        raise InputError(f"no surface to search: {n} surfaces of {ho}x{wo}")
     peak_key = cp.zeros(n, cp.uint64)
     min_key = cp.full(n, 0xFFFFFFFF, cp.uint32)
     grid = (ho, n)
