@@ -345,6 +345,10 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     real, cplx = (xp.float32, xp.complex64) if single else (xp.float64, xp.complex128)
 
     n, h, w = frames.shape
+    # Circular on purpose, unlike the FFT home's linear correlation (xcorr_app.correlate._fft):
+    # no padding, the shift is known modulo (h, w) as scikit-image reports it, and the product
+    # is whitened (phase) and may be of periodic components; only the product is shared
+    # (cross_power -> conj_product).
     # real images: half spectra (rfft2), the same numbers at half the work
     halves = not xp.iscomplexobj(frames) and (reference_is_fft or not xp.iscomplexobj(reference))
     if halves:
@@ -411,6 +415,8 @@ def phase_surface(reference_fft, frames, max_shift=None):
     """
     xp = array_module_of(reference_fft, frames)
     n, h, w = frames.shape
+    # circular and whitened (see fft_shifts): the crop keeps signed shifts modulo the frame, not
+    # the alias-free linear range of xcorr_app.correlate._fft.crop_indices
     product = reference_fft * xp.fft.fft2(frames.astype(xp.float32)).conj()
     whiten(product, np.float32)
     circ = xp.fft.ifft2(product).real.astype(xp.float32)

@@ -164,6 +164,8 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
                          f"{reference.shape} and {moving.shape}")
 
     src_freq, target_freq = _spectrum(reference, space, xp), _spectrum(moving, space, xp)
+    # scikit-image's own operations, in its order (full scipy.fft spectra, circular): the
+    # results match it bitwise, which the FFT home's shared steps would not promise
     product = src_freq * target_freq.conj()
     float_dtype = product.real.dtype
     if normalization == "phase":
