@@ -1,11 +1,12 @@
-"""The GPU FFT path's crop arithmetic (``xcorr_app.correlate._fft``), ported to NumPy (CPU): the
-circular result gathered at ``(y + oy) mod fy, (x + ox) mod fx`` and zeroed outside the
-overlapping shifts equals the direct sum.  The GPU tests check the kernel itself."""
+"""The FFT home (``xcorr_app.correlate._fft``): its alias-free lengths, and the GPU path's crop
+arithmetic ported to NumPy (CPU): the circular result gathered at ``(y + oy) mod fy,
+(x + ox) mod fx`` and zeroed outside the overlapping shifts equals the direct sum.  The GPU
+tests check the kernel itself."""
 
 import numpy as np
 
 from xcorr_app.correlate import _reference as reference
-from xcorr_app.correlate._fft import _setup
+from xcorr_app.correlate._fft import _crop_scalars, fft_geometry, fft_length, next_smooth
 
 
 def crop_port(circ, scalars):
@@ -21,10 +22,24 @@ def test_crop_of_the_circular_result_is_the_correlation(rng):
         rs = tuple(int(v) for v in rng.integers(1, 30, 2))
         bound = None if rng.random() < 0.4 else tuple(int(v) for v in rng.integers(0, 40, 2))
         left, right = rng.standard_normal(ls), rng.standard_normal((2,) + rs)
-        size, shape, scalars = _setup(ls, rs, bound)
+        geo = fft_geometry(ls, rs, bound)
+        size, shape, scalars = geo.size, geo.shape, _crop_scalars(geo)
         circ = np.fft.irfft2(np.fft.rfft2(left, s=size) * np.conj(np.fft.rfft2(right, s=size)),
                              s=size)
         got = crop_port(circ, scalars)
         want = reference.xcorr_direct(left, right, "one_to_many", bound)
         assert got.shape == want.shape == (2,) + shape
         assert np.allclose(got, want, atol=1e-9), (ls, rs, bound)
+
+
+def test_fft_length_is_alias_free_and_small():
+    assert fft_length(1024, 1024, -8, 17) == 1080  # needs 1032, not 2047; 5-smooth
+    assert fft_length(5, 3, -2, 7) >= 7  # full range of 5 and 3
+    assert fft_length(7, 7, -100, 201) >= 13
+
+
+def test_next_smooth_is_scipys_next_fast_len_for_real_transforms():
+    from scipy.fft import next_fast_len
+
+    for n in list(range(1, 3000)) + [4095, 4097, 6143, 8191, 10007, 65537]:
+        assert next_smooth(n) == next_fast_len(n, real=True), n

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from xcorr_app import cross_correlate
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _reference as reference  # the module under test's peer
 from xcorr_app.errors import XcorrError
 from xcorr_app.correlate._forms import FORM_IDS, FORMS, form_layout
 from xcorr_app.correlate._mma import MMA, ROW_SPLITS, buffers_for
@@ -14,7 +14,8 @@ from xcorr_app._cuda.device import H100_LIMITS
 from xcorr_app.correlate._tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.correlate._warp_shuffle import VARIANTS, WARP_SHUFFLE
 from xcorr_app.correlate._plans import Plan
-from xcorr_app.correlate import _planner as planner
+from xcorr_app._cuda import tuning
+from xcorr_app.correlate import _planner as planner  # the module under test
 from xcorr_app.correlate._shifts import first_shift, output_shape
 from xcorr_app.correlate._work_distribution import MAX_BLOCK_WARPS, schedule
 
@@ -151,9 +152,12 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
     assert any(p.distribution == "triangle" for p, _ in d.timings)
     assert any(p.distribution == "block" for p, _ in d.timings)
     assert "fastest" in d.reason
-    stored = json.loads((tmp_path / "plans.json").read_text())
-    assert list(stored["entries"].values())[0]["plan"] == str(d.plan)
+    assert planner.cache_path() == tmp_path / "tuning.json"
+    stored = json.loads((tmp_path / "tuning.json").read_text())
+    assert stored["entries"][json.dumps([planner.NAMESPACE, json.loads(d.key)])]["plan"] == \
+        str(d.plan)
     monkeypatch.setattr(planner, "_MEMORY", {})
+    tuning.forget_memory()  # read back from the disk
     again = planner.decide(left, right, "one_to_many", None)
     assert again.source == "cache" and again.plan == d.plan
     got = cross_correlate(left, right, "one_to_many", method="auto")

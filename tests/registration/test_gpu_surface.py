@@ -7,7 +7,8 @@ import pytest
 from conftest import poisoned, rel_error
 from xcorr_app.registration._normalize import zncc
 from xcorr_app.registration._peaks import confidence, peak_index
-from xcorr_app.correlate._reference import _fft_setup, xcorr_direct
+from xcorr_app.correlate._fft import crop_indices, fft_geometry
+from xcorr_app.correlate._reference import xcorr_direct
 from xcorr_app.correlate._shifts import first_shift, output_shape
 
 pytestmark = pytest.mark.gpu
@@ -119,7 +120,9 @@ def test_circular_reads_the_fft_correlation_modulo_its_size(rng, shape, normaliz
           "beyond": (h + 2, w + 1)}[bound]
     n = 3
     ref, mov = _drifting(rng, n, shape)
-    size, iy, ix, mask, (ho, wo) = _fft_setup(np, shape, shape, ms)
+    geo = fft_geometry(shape, shape, ms)
+    size, (ho, wo) = geo.size, geo.shape
+    iy, ix, mask = crop_indices(np, geo)
     circ = np.fft.irfft2(np.fft.rfft2(ref, s=size) * np.conj(np.fft.rfft2(mov, s=size)),
                          s=size).astype(np.float32)
     dense = circ[..., iy, ix] * (1 if mask is None else mask)

@@ -216,3 +216,20 @@ def test_cupy_inputs_return_host_results(rng):
     ref, moving, _ = _pair(rng, (40, 52))
     mixed = phase_cross_correlation(cupy.asarray(ref), moving, upsample_factor=10)
     _assert_same(mixed, sk_pcc(ref, moving, upsample_factor=10))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("ref, mov, kw", [
+    (np.ones((8, 8)), np.ones((8, 8)), dict(space="bogus")),
+    (np.ones((8, 8)), np.ones((8, 8)), dict(normalization="bogus")),
+    (np.ones((8, 8)), np.ones((8, 9)), {}),
+    (np.ones((8, 8)), np.full((8, 8), np.nan), {}),
+    (np.ones((2, 8, 8)), np.ones((2, 8, 8)), {}),
+    (np.ones(8), np.ones(8), {}),
+    (np.ones((8, 8)), np.ones((8, 8)), dict(reference_mask=np.ones((8, 8), bool))),
+], ids=["space", "normalization", "shapes", "nan", "3d", "1d", "mask"])
+def test_bad_input_is_a_value_error(ref, mov, kw):
+    """Code written for scikit-image catches ValueError: InputError is one."""
+    with pytest.raises(ValueError) as excinfo:
+        phase_cross_correlation(ref, mov, **kw)
+    assert isinstance(excinfo.value, InputError)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import compute_device, like_input, to_xp, xp_for
-from ..errors import XcorrError
+from ..errors import InputError
 from ._forms import form_layout
 from ._plans import METHODS, Plan, run_plan
 from ._reference import direct_is_small
+from ._shifts import normalize_max_shift
 
 __all__ = ["cross_correlate", "choose_method", "METHODS"]
 
@@ -31,9 +32,9 @@ def choose_method(layout, max_shift, device: str, left=None, right=None):
     the CPU, bounded searches use the direct sum while its work is small and the FFT otherwise.
     """
     if device == "gpu":
-        from . import _planner as planner
+        from ._planner import decide
 
-        return planner.decide(left, right, layout.form, max_shift).plan
+        return decide(left, right, layout.form, max_shift).plan
     if max_shift is None:
         return Plan("fft")
     return Plan("direct" if direct_is_small(layout, max_shift) else "fft")
@@ -65,12 +66,24 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     ndarray
         float32 correlation surfaces, ``batch_shape + (Ho, Wo)``; NumPy for NumPy input, CuPy for
         CuPy input.
+
+    Raises
+    ------
+    xcorr_app.errors.InputError
+        (a ``ValueError``) for an unknown form or method, shapes that do not fit the form, a bad
+        ``max_shift``, or inputs that are not real numbers.
     """
     lay = form_layout(form, np.shape(left), np.shape(right))
+    for name, a in (("left", left), ("right", right)):
+        kind = getattr(getattr(a, "dtype", None), "kind", None) or np.asarray(a).dtype.kind
+        if kind not in "biuf":
+            raise InputError(f"{name} must hold real numbers, got dtype "
+                             f"{getattr(a, 'dtype', np.asarray(a).dtype)}")
+    normalize_max_shift(max_shift)
     dev = compute_device(left, right, device=device)
     plan = None if method == "auto" else Plan.parse(method)
     if plan is not None and plan.on_gpu_only and dev != "gpu":
-        raise XcorrError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
+        raise InputError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
                          "'direct' or 'fft'")
     xp = xp_for(dev)
     L, R = to_xp(left, xp), to_xp(right, xp)

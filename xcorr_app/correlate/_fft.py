@@ -1,16 +1,40 @@
-"""The ``fft`` plan on the GPU: the CuPy FFT peer's algorithm with its elementwise steps fused.
+"""The one home of FFT cross-correlation, for NumPy and CuPy.
 
-The same zero-padded real FFTs as :func:`xcorr_app.correlate._reference.xcorr_fft` (alias-free fast sizes,
-each left transformed once, the pairing of the form by broadcasting), but the padding is one
-pass (CuPy's ``rfft2(s=...)`` pads one axis at a time), the conjugate product one kernel
-instead of two (``conj`` then ``*``), written over the right spectra, and the crop of the
-circular result, the zeroing of shifts without overlap and the store into the caller's output
-one gather kernel instead of an advanced-indexing gather and a mask multiply.  On 1 x 4000
-right matrices of 64x64 (H100, ``tools/fft_parts_probe.py``) the padding, the product and the
-crop took 0.38, 0.39 and 0.44 ms of the peer's 2.61 ms; the transforms are cuFFT's either way.
+Cross-correlation by FFT is the product of one side's spectrum with the conjugate of the
+other's, transformed back.  Its parts live here, and every FFT correlation of the package
+uses them:
+
+* :func:`next_smooth` and :func:`fft_length`: the smallest fast FFT length that gives the wanted
+  linear shifts without wrap-around;
+* :func:`fft_geometry`: a problem's FFT size, output shape and the crop of the circular result
+  into the linear shift range (with the shifts that have no overlap);
+* :func:`padded_spectra`: ``rfft2`` of zero-padded matrices (on the GPU, the padding is one
+  fused pass: CuPy's ``rfft2(s=...)`` pads one axis at a time, two zero-filled copies);
+* :func:`conj_product`: ``left * conj(right)``, with the pairing of a form (:data:`PAIRING`)
+  by broadcasting (on the GPU one fused kernel, instead of ``conj`` then ``*``).
+
+Two correlations are built from them: :func:`xcorr_fft` writes each step with the array
+library's own calls (the NumPy ``fft`` plan, and on CuPy arrays the benchmark's "CuPy FFT" peer,
+which must stay what a CuPy user would write), and :func:`fft_xcorr`, the GPU ``fft`` plan, the
+same algorithm with the elementwise steps fused: on 1 x 4000 right matrices of 64x64 (H100,
+``tools/fft_parts_probe.py``) the padding, the product and the crop took 0.38, 0.39 and 0.44
+ms of the peer's 2.61 ms; the transforms are cuFFT's either way.  The GPU measurement of the
+align pipeline (:class:`xcorr_app.registration._surfaces.GpuSurfaces`) uses the padded spectra
+and the product and leaves the circular result un-cropped (its peak kernel crops).
+
+Phase correlation (:mod:`xcorr_app.registration._fft_register`) is *circular* (no padding: the
+shift is known modulo the image size, as in scikit-image), whitens the product (fused with it
+on the GPU) and may correlate periodic components; it shares :func:`conj_product` for plain
+cross-correlation only.
 
 Examples
 --------
+>>> import numpy as np
+>>> a = np.arange(6.0).reshape(2, 3)
+>>> fft_geometry((2, 3), (2, 3)).size  # the 3 x 5 shifts without wrap-around
+(3, 5)
+>>> bool(np.isclose(xcorr_fft(a, a)[1, 2], (a * a).sum()))  # the zero shift
+True
 >>> import cupy as cp  # doctest: +SKIP
 >>> ref, frames = cp.random.rand(64, 64), cp.random.rand(4000, 64, 64)  # doctest: +SKIP
 >>> fft_xcorr(ref, frames, "one_to_many").shape  # doctest: +SKIP
@@ -20,14 +44,128 @@ Examples
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
+from ..backend import array_module_of
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
-from ._reference import _FFT_PAIRING, fft_length
 from ._shifts import first_shift, normalize_max_shift, output_shape
 
+__all__ = ["next_smooth", "fft_length", "FftGeometry", "fft_geometry", "PAIRING",
+           "crop_indices", "padded_spectra", "conj_product", "xcorr_fft", "fft_xcorr"]
+
+
+# ------------------------------------------------------------------------ geometry
+
+def next_smooth(n: int) -> int:
+    """The smallest 5-smooth number (2^a 3^b 5^c) >= ``n``.
+
+    This is ``scipy.fft.next_fast_len(n, real=True)`` (a test checks it), written out because
+    importing ``scipy.fft`` costs about 0.6 s, a large share of a one-shot GPU run that never
+    needs SciPy otherwise.
+
+    >>> [next_smooth(n) for n in (1, 7, 97, 1025, 3000)]
+    [1, 8, 100, 1080, 3000]
+    """
+    n = max(1, int(n))
+    best = 1 << max(0, (n - 1).bit_length())  # a power of two >= n
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            m = p35 * (1 << max(0, (-(-n // p35) - 1).bit_length()))  # times a power of two
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def fft_length(n_left: int, n_right: int, k_first: int, count: int) -> int:
+    """Circular FFT length along one axis that gives the wanted shifts without wrap-around.
+
+    The valid shifts are ``-(n_right - 1) .. n_left - 1``; a wanted valid shift ``k`` must not
+    alias another valid one, which needs ``f >= n_left - k`` and ``f >= k + n_right`` for every
+    wanted valid ``k``.  The full range needs ``n_left + n_right - 1``; a bounded range
+    ``-s..s`` only ``max(n_left, n_right) + s`` (for ``s`` below both lengths).  Rounded up to
+    a fast (5-smooth) FFT size.
+
+    >>> fft_length(1024, 1024, -8, 17)  # needs 1032, not 2047
+    1080
+    """
+    lo = max(k_first, -(n_right - 1))
+    hi = min(k_first + count - 1, n_left - 1)
+    need = max(n_left, n_right, n_left - lo, hi + n_right)
+    return next_smooth(need)
+
+
+class FftGeometry(NamedTuple):
+    """The FFT view of one problem (left and right matrix shapes, shift bound)."""
+
+    size: tuple  #: (fy, fx), the padded FFT size
+    shape: tuple  #: (ho, wo), the output shape
+    first: tuple  #: (ky0, kx0), the shift of output element (0, 0)
+    #: output rows ``y_lo <= y < y_hi`` and columns ``x_lo <= x < x_hi`` have an overlap
+    valid: tuple
+
+    @property
+    def offset(self) -> tuple:
+        """Output element ``(y, x)`` is the circular result at ``((y, x) + offset) mod size``."""
+        return self.first[0] % self.size[0], self.first[1] % self.size[1]
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(left_shape, right_shape, bound):
+    (lh, lw), (rh, rw) = left_shape, right_shape
+    ho, wo = output_shape(left_shape, right_shape, bound)
+    ky0, kx0 = first_shift(left_shape, right_shape, bound)
+    fy, fx = fft_length(lh, rh, ky0, ho), fft_length(lw, rw, kx0, wo)
+    # shifts with an overlap: -(rh - 1) <= ky0 + y <= lh - 1 (and likewise along x)
+    y_lo, y_hi = max(0, -(rh - 1) - ky0), max(0, min(ho, lh - ky0))
+    x_lo, x_hi = max(0, -(rw - 1) - kx0), max(0, min(wo, lw - kx0))
+    return FftGeometry((fy, fx), (ho, wo), (ky0, kx0), (y_lo, y_hi, x_lo, x_hi))
+
+
+def fft_geometry(left_shape, right_shape, max_shift=None) -> FftGeometry:
+    """The :class:`FftGeometry` of correlating ``left_shape`` with ``right_shape`` matrices
+    over ``max_shift`` (as :func:`xcorr_app.cross_correlate`; cached)."""
+    bound = None if max_shift is None else normalize_max_shift(max_shift)
+    return _geometry(tuple(left_shape), tuple(right_shape), bound)
+
+
+#: how each form pairs the batch axes of the left and right spectra (indices that broadcast)
+PAIRING = {
+    "one_to_one": ((), ()),
+    "one_to_many": ((), ()),
+    "n_to_mn": ((slice(None), None), ()),
+    "n_to_m": ((slice(None), None), (None,)),
+}
+_CROPS: dict = {}
+
+
+def crop_indices(xp, geometry: FftGeometry):
+    """``(rows, cols, mask)``: the output is ``circular[..., rows, cols] * mask`` (``mask`` None
+    when every shift overlaps), as arrays of ``xp`` (cached per module and device)."""
+    dev = getattr(getattr(xp, "cuda", None), "Device", lambda: None)()
+    key = (xp.__name__, getattr(dev, "id", None), geometry)
+    crop = _CROPS.get(key)
+    if crop is None:
+        (fy, fx), (ho, wo), (oy, ox) = geometry.size, geometry.shape, geometry.offset
+        y_lo, y_hi, x_lo, x_hi = geometry.valid
+        y, x = np.arange(ho), np.arange(wo)
+        rows = xp.asarray((y + oy) % fy)[:, None]
+        cols = xp.asarray((x + ox) % fx)[None, :]
+        valid_rows, valid_cols = (y >= y_lo) & (y < y_hi), (x >= x_lo) & (x < x_hi)
+        mask = None if (valid_rows.all() and valid_cols.all()) else \
+            xp.asarray(valid_rows[:, None] & valid_cols[None, :])
+        if len(_CROPS) > 64:
+            _CROPS.clear()
+        crop = _CROPS[key] = (rows, cols, mask)
+    return crop
+
+
+# ------------------------------------------------------------------------ GPU kernels
 
 #: the pad and crop kernels' element index: 32-bit while the arrays allow (a 64-bit division
 #: per element is an emulated subroutine; these kernels should be bound by memory alone)
@@ -52,7 +190,7 @@ def _kernels(wide: bool):
 
     idx = _INDEX[wide]
     conj_product = cp.ElementwiseKernel(
-        "complex64 f_left, complex64 f_right", "complex64 product",
+        "T f_left, T f_right", "T product",
         "product = f_left * conj(f_right)", "xcorr_conj_product")
     # padded[b, y, x] = a[b, y, x] inside the (h, w) matrices, else 0: one pass, where CuPy's
     # rfft2(s=...) pads one axis at a time (two zero-filled copies)
@@ -73,34 +211,92 @@ def _kernels(wide: bool):
     return conj_product, pad, crop
 
 
-def _padded_spectra(a, size, pad):
-    """``rfft2`` of the float32 matrices ``a`` (..., h, w) zero-padded to ``size``."""
+# ------------------------------------------------------------------------ shared steps
+
+def padded_spectra(a, size):
+    """``rfft2`` of the real matrices ``a`` (..., h, w) zero-padded to ``size`` (NumPy or CuPy).
+
+    On CuPy, float32 matrices are padded by one fused kernel (``rfft2(s=...)`` pads one axis at
+    a time); other types keep their precision through ``rfft2(s=...)``.  The zero-padded input,
+    and so the spectrum, is the same either way.
+    """
+    xp = array_module_of(a)
+    if xp is np or a.dtype != np.float32:
+        return xp.fft.rfft2(a, s=size)
     import cupy as cp
 
+    a = cp.ascontiguousarray(a)
+    elements = int(np.prod(a.shape[:-2])) * size[0] * size[1]
+    pad = _kernels(elements >= 2**32)[1]
     padded = cp.empty(a.shape[:-2] + tuple(size), cp.float32)
     pad(a, np.int32(a.shape[-2]), np.int32(a.shape[-1]), np.int32(size[0]),
         np.int32(size[1]), padded)
     return cp.fft.rfft2(padded)
 
 
+def conj_product(left, right, out=None):
+    """``left * conj(right)`` (spectra that broadcast; NumPy or CuPy), into ``out`` if given
+    (``out`` may be ``right``: the product then replaces the right spectra).
+
+    On CuPy one fused kernel (``left`` cast to the type of ``right``); on NumPy, in place of
+    ``right`` it is ``conj`` then ``*=`` (no temporary), else ``left * conj(right)``.
+    """
+    xp = array_module_of(left, right)
+    if xp is np:
+        if out is None:
+            return left * np.conj(right)
+        if out is not right:
+            out[...] = right
+        np.conjugate(out, out=out)
+        out *= left
+        return out
+    left = left.astype(right.dtype, copy=False)
+    kernel = _kernels(False)[0]  # elementwise: no index arithmetic, either width is the same
+    return kernel(left, right) if out is None else kernel(left, right, out)
+
+
+# ------------------------------------------------------------------------ correlations
+
+def xcorr_fft(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
+    """Cross-correlation by zero-padded real FFTs, in the layout of
+    :func:`xcorr_app.correlate._reference.xcorr_direct`, with the array library's own calls.
+
+    Both sides are padded to an alias-free fast size (:func:`fft_length`: the full range needs
+    ``H + H' - 1``, a bounded one less), transformed with ``rfft2``, conj-multiplied with the
+    pairing of ``form`` by broadcasting (each left FFT once), transformed back and cropped;
+    shifts without any overlap are 0.  The NumPy ``fft`` plan and, on CuPy arrays, the
+    benchmark's CuPy FFT peer (left unfused on purpose: :func:`fft_xcorr` is the GPU plan).
+
+    >>> import numpy as np
+    >>> a = np.arange(6.0).reshape(2, 3)
+    >>> bool(np.isclose(xcorr_fft(a, a, max_shift=1)[1, 1], (a * a).sum()))
+    True
+    """
+    xp = array_module_of(left, right)
+    lay = form_layout(form, left.shape, right.shape)
+    geo = fft_geometry(lay.left_shape, lay.right_shape, max_shift)
+    rows, cols, mask = crop_indices(xp, geo)
+    size = geo.size
+    ctype = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    fl = xp.fft.rfft2(left.astype(ctype, copy=False), s=size)
+    fr = xp.fft.rfft2(right.astype(ctype, copy=False), s=size)
+    lsel, rsel = (s + (Ellipsis,) for s in PAIRING[form])
+    circ = xp.fft.irfft2(fl[lsel] * xp.conj(fr[rsel]), s=size)  # sum_n left[n + c] right[n]
+    out = circ[..., rows, cols]
+    if mask is not None:
+        out = out * mask
+    return out.astype(dtype, copy=False).reshape(lay.batch_shape + geo.shape)
+
+
 @functools.lru_cache(maxsize=256)
-def _setup(left_shape, right_shape, max_shift):
-    """``(fft size, output shape, crop scalars)`` of one problem."""
-    (lh, lw), (rh, rw) = left_shape, right_shape
-    ho, wo = output_shape(left_shape, right_shape, max_shift)
-    ky0, kx0 = first_shift(left_shape, right_shape, max_shift)
-    fy, fx = fft_length(lh, rh, ky0, ho), fft_length(lw, rw, kx0, wo)
-    # shifts with an overlap: -(rh - 1) <= ky0 + y <= lh - 1 (and likewise along x)
-    y_lo, y_hi = max(0, -(rh - 1) - ky0), max(0, min(ho, lh - ky0))
-    x_lo, x_hi = max(0, -(rw - 1) - kx0), max(0, min(wo, lw - kx0))
-    i32 = np.int32
-    scalars = tuple(i32(v) for v in (fy, fx, ho, wo, ky0 % fy, kx0 % fx, y_lo, y_hi, x_lo,
-                                      x_hi))
-    return (fy, fx), (ho, wo), scalars
+def _crop_scalars(geo: FftGeometry) -> tuple:
+    """The crop kernel's int32 scalars (made once per problem: host time counts here)."""
+    return tuple(np.int32(v) for v in (*geo.size, *geo.shape, *geo.offset, *geo.valid))
 
 
 def fft_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
-    """Cross-correlate CuPy arrays by zero-padded real FFTs (float32 result).
+    """Cross-correlate CuPy arrays by zero-padded real FFTs (float32 result): the GPU ``fft``
+    plan, :func:`xcorr_fft` with fused padding, product and crop.
 
     Parameters and output layout as :func:`xcorr_app.cross_correlate`; ``out`` (optional) is a
     C-contiguous float32 CuPy array of the output shape that receives the result.
@@ -108,19 +304,19 @@ def fft_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
     import cupy as cp
 
     lay = form_layout(form, left.shape, right.shape)
-    bound = None if max_shift is None else normalize_max_shift(max_shift)
-    size, (ho, wo), scalars = _setup(lay.left_shape, lay.right_shape, bound)
+    geo = fft_geometry(lay.left_shape, lay.right_shape, max_shift)
+    size, (ho, wo) = geo.size, geo.shape
     out = check_out(out, lay.batch_shape + (ho, wo), cp)
     planes = max(int(np.prod(a.shape[:-2])) for a in (left, right, out))
     elements = planes * max(size[0] * size[1], ho * wo)
-    conj_product, pad, crop = _kernels(elements >= 2**32)
-    f_left = _padded_spectra(as_float32(left, cp), size, pad)
-    f_right = _padded_spectra(as_float32(right, cp), size, pad)
-    lsel, rsel = (s + (Ellipsis,) for s in _FFT_PAIRING[form])
+    crop = _kernels(elements >= 2**32)[2]
+    f_left = padded_spectra(as_float32(left, cp), size)
+    f_right = padded_spectra(as_float32(right, cp), size)
+    lsel, rsel = (s + (Ellipsis,) for s in PAIRING[form])
     a, b = f_left[lsel], f_right[rsel]
     # the product in place of the right spectra where it has their shape (all forms but n_to_m)
     inplace = np.broadcast_shapes(a.shape, b.shape) == f_right.shape
     product = conj_product(a, b, f_right) if inplace else conj_product(a, b)
     circ = cp.fft.irfft2(product, s=size)  # sum_n left[n + c] right[n], c circular
-    crop(circ, *scalars, out)
+    crop(circ, *_crop_scalars(geo), out)
     return out

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import XcorrError
+from ..errors import InputError
 
 FORMS = ("one_to_one", "one_to_many", "n_to_mn", "n_to_m")
 FORM_IDS = {name: i for i, name in enumerate(FORMS)}  # must match kernels/xcorr_forms.cuh
@@ -76,15 +76,15 @@ class FormLayout:
 def form_layout(form: str, left_shape, right_shape) -> FormLayout:
     """Check the input shapes against ``form`` and describe its pairs."""
     if form not in FORMS:
-        raise XcorrError(f"unknown form {form!r}; use one of {', '.join(FORMS)}")
+        raise InputError(f"unknown form {form!r}; use one of {', '.join(FORMS)}")
     want_l, want_r = _NDIMS[form]
     left_shape, right_shape = tuple(left_shape), tuple(right_shape)
     if len(left_shape) != want_l or len(right_shape) != want_r:
-        raise XcorrError(
+        raise InputError(
             f"form {form!r} needs a {want_l}-D left and a {want_r}-D right array, "
             f"got shapes {left_shape} and {right_shape}")
     if 0 in left_shape[-2:] or 0 in right_shape[-2:]:
-        raise XcorrError(f"cannot correlate empty images (shapes {left_shape} and {right_shape})")
+        raise InputError(f"cannot correlate empty images (shapes {left_shape} and {right_shape})")
     if form == "one_to_one":
         n_left, n_right, m, batch = 1, 1, 1, ()
     elif form == "one_to_many":
@@ -92,7 +92,7 @@ def form_layout(form: str, left_shape, right_shape) -> FormLayout:
         n_right, batch = m, (m,)
     elif form == "n_to_mn":
         if right_shape[0] != left_shape[0]:
-            raise XcorrError(f"n_to_mn needs right of shape (N, M, H, W) with N = {left_shape[0]} "
+            raise InputError(f"n_to_mn needs right of shape (N, M, H, W) with N = {left_shape[0]} "
                              f"left matrices, got {right_shape}")
         n_left, m = left_shape[0], right_shape[1]
         n_right, batch = n_left * m, (n_left, m)

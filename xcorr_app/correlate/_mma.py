@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ._forms import FORM_IDS
 from ._tiled import MAX_GRID_YZ, PAIR_FORMS
 from ._warp_shuffle import geometry, launch
 from .._cuda.loader import KernelFamily
-from ..conv._pointwise_plan import device_limits
+from .._cuda.device import device_limits
 
 #: (tile_y, tile_x) compiled for every form with many right matrices; tile_x is 8 x-shifts
 #: per tensor-core block times the blocks of a warp
@@ -73,7 +74,7 @@ def buffers_for(left_shape, right_shape, tile_y, tile_x, limit, row_splits=1) ->
 def resident_blocks(registers, shared, limits) -> int:
     """Blocks of 512 threads an SM holds at once with this many registers per thread
     (allocated in units of 8) and bytes of shared memory (1 KiB more is reserved per block),
-    within ``limits`` (:func:`~xcorr_app.conv._pointwise_plan.device_limits`)."""
+    within ``limits`` (:func:`~xcorr_app._cuda.device.device_limits`)."""
     by_registers = limits.registers_per_sm // (WARPS * 32 * -(-max(1, registers) // 8) * 8)
     return max(1, min(by_registers, limits.shared_per_sm // (shared + 1024)))
 
@@ -131,9 +132,9 @@ def configure_mma(form, left_shape, right_shape, max_shift, params):
     ty, tx, ks = params["tile_y"], params["tile_x"], params["row_splits"]
     why = unsupported(lay.form, lay.left_shape, lay.right_shape, ty, tx, row_splits=ks)
     if why:
-        raise ValueError(why)
+        raise InputError(why)
     if lay.n_left > MAX_GRID_YZ:
-        raise ValueError(f"too many left matrices for one launch ({lay.n_left})")
+        raise InputError(f"too many left matrices for one launch ({lay.n_left})")
     limits = device_limits()
     buffers = buffers_for(lay.left_shape, lay.right_shape, ty, tx, limits.shared_per_block, ks)
     smem = shared_bytes(lay.left_shape, lay.right_shape, ty, tx, buffers, ks)

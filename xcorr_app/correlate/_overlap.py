@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ._forms import FORMS, FORM_IDS, form_layout
 from .._cuda.loader import KernelFamily
 from ._shifts import first_shift, output_shape
@@ -29,9 +30,9 @@ def check_out(out, shape, xp):
     if out is None:
         return xp.empty(shape, dtype=xp.float32)
     if not isinstance(out, xp.ndarray):
-        raise ValueError(f"out must be a {xp.__name__} array, got {type(out).__name__}")
+        raise InputError(f"out must be a {xp.__name__} array, got {type(out).__name__}")
     if tuple(out.shape) != tuple(shape) or out.dtype != np.float32 or not c_contiguous(out):
-        raise ValueError(f"out must be a C-contiguous float32 array of shape {shape}, "
+        raise InputError(f"out must be a C-contiguous float32 array of shape {shape}, "
                          f"got {out.dtype} {out.shape}")
     return out
 

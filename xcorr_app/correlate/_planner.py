@@ -2,9 +2,10 @@
 
 Like cuDNN's benchmark mode, the first time a problem (form, sizes, counts, ``max_shift``) is
 seen on a device, the planner measures the candidate plans on the caller's own arrays with CUDA
-events and keeps the fastest; the decision is cached in memory and on disk
-(``$XCORR_CACHE_DIR/plans.json``, default ``~/.cache/xcorr``), keyed by device, problem and a
-hash of the kernel sources, so later runs and processes reuse it.
+events and keeps the fastest; the decision is kept in memory and in the one autotuner's cache
+(:mod:`xcorr_app._cuda.tuning`: ``tuning.json`` in ``$XCORR_CACHE_DIR``, default the user cache
+directory), keyed by the device's fingerprint (GPU, compute capability, a hash of the package
+version and kernel sources) and the problem, so later runs and processes reuse it.
 
 Candidates are measured in two stages: first the FFT, the overlap-wise baseline, the
 warp-per-shift kernels (small matrices), the register-tiled kernels (column strip; lane per
@@ -27,10 +28,7 @@ Examples
 from __future__ import annotations
 
 import datetime
-import functools
-import hashlib
 import json
-import os
 import statistics
 import threading
 from dataclasses import dataclass, field, replace
@@ -38,20 +36,23 @@ from pathlib import Path
 
 import numpy as np
 
-from .._version import __version__
+from .._config import CACHE_DIR, PLANNER
+from .._config import get as config_value
+from .._cuda import tuning
+from .._cuda.timing import device_name, time_gpu
 from ._forms import form_layout
-from .._cuda.loader import kernel_sources
 from ._plans import Plan, run_plan
 from ._shifts import first_shift, normalize_max_shift, output_shape
 
 __all__ = ["Decision", "decide", "candidates", "distribution_candidates", "tiled_candidates",
            "pair_tiled_candidates", "mma_candidates",
            "rule_plan",
-           "run_plan", "cache_path"]
+           "run_plan", "cache_path", "problem_key", "measure_all", "explain"]
 
-CACHE_ENV = "XCORR_CACHE_DIR"
-MODE_ENV = "XCORR_PLANNER"
-CACHE_FORMAT = 1
+#: the environment variables the planner reads (named in :mod:`xcorr_app._config`)
+CACHE_ENV, MODE_ENV = CACHE_DIR, PLANNER
+#: the planner's part of the autotuner's cache (:mod:`xcorr_app._cuda.tuning`)
+NAMESPACE = "xcorr_plans"
 #: warp-shuffle variants refined with work distribution in the second stage
 REFINE_TOP = 3
 #: a candidate whose first run is this much slower than the best so far is not repeated
@@ -224,8 +225,6 @@ def _runner(plan, left, right, form, max_shift, out):
 
 
 def _time_plan(plan, left, right, form, max_shift, out, best_ms):
-    from .._cuda.timing import time_gpu
-
     run = _runner(plan, left, right, form, max_shift, out)
     first = time_gpu(run, warmup=1, repeat=1)  # compiles on the warm-up run
     if best_ms is not None and first > EARLY_REJECT * best_ms:
@@ -278,8 +277,6 @@ def _confirm(timings, left, right, form, max_shift, out):
     The first pass times each candidate once, minutes apart at worst; on a busy host a small
     problem's time (mostly the host's) drifts by more than the candidates differ.
     """
-    from .._cuda.timing import time_gpu
-
     top = timings[:CONFIRM_TOP]
     samples = [[t] for _, t in top]
     for _ in range(CONFIRM_ROUNDS):
@@ -293,63 +290,29 @@ def _confirm(timings, left, right, form, max_shift, out):
 # ------------------------------------------------------------------------ cache
 
 def cache_path() -> Path:
-    base = os.environ.get(CACHE_ENV)
-    if not base:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xcorr"
-    return Path(base) / "plans.json"
+    """The file where decisions are kept: the one autotuner's cache
+    (:func:`xcorr_app._cuda.tuning.cache_file`)."""
+    return tuning.cache_file()
 
 
-@functools.lru_cache(maxsize=1)
-def _code_hash() -> str:
-    h = hashlib.sha256(__version__.encode())
-    for p in kernel_sources():
-        h.update(p.name.encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def _bound(max_shift):
-    return normalize_max_shift(max_shift)
-
-
-def problem_key(lay, max_shift) -> str:
-    from .._cuda.timing import device_name
-
-    import cupy as cp
-
-    cc = cp.cuda.Device().compute_capability
-    bound = _bound(max_shift)
+def problem_key(lay, max_shift) -> list:
+    """The autotuner key of a problem on the current device (its fingerprint: GPU, compute
+    capability, kernel code), in the :data:`NAMESPACE` of the tuning cache."""
+    bound = normalize_max_shift(max_shift)
     bound = None if bound is None else list(bound)
-    return json.dumps([device_name(), cc, _code_hash(), lay.form, list(lay.left_shape),
-                       list(lay.right_shape), lay.n_left, lay.m, bound])
+    return [*tuning.device_fingerprint(), lay.form, list(lay.left_shape),
+            list(lay.right_shape), lay.n_left, lay.m, bound]
 
 
-def _load_cache() -> dict:
-    try:
-        data = json.loads(cache_path().read_text())
-        if data.get("format") == CACHE_FORMAT:
-            return data.get("entries", {})
-    except (OSError, ValueError, AttributeError):
-        pass
-    return {}
+def _decision_from(entry, key_text) -> Decision:
+    return Decision(Plan.parse(entry["plan"]),
+                    [(Plan.parse(p), t) for p, t in entry.get("timings", [])], "cache",
+                    f"cached decision of {entry.get('date', '?')}: {entry.get('reason', '')}",
+                    key_text)
 
 
-def _store(key, entry):
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entries = _load_cache()
-        entries[key] = entry
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=0))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache only costs a re-measurement next time
-
-
-def _reason(timings, errors, n_extra="") -> str:
-    from .._cuda.timing import device_name
-
+def explain(timings, errors, n_extra="") -> str:
+    """One line on what was measured: the fastest plan and the best of every other kind."""
     best_plan, best = timings[0]
     text = (f"measured {len(timings)} candidates on {device_name()}: fastest {best_plan} "
             f"{best:.4g} ms")
@@ -377,26 +340,25 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False) -> Dec
         Measure again even when a decision is cached.
     """
     lay = form_layout(form, left.shape, right.shape)
-    if os.environ.get(MODE_ENV, "measure") == "rules":
+    if config_value(PLANNER, "measure") == "rules":
         return Decision(rule_plan(lay, max_shift), source="rules",
-                        reason=f"{MODE_ENV}=rules: fixed rule, nothing measured")
+                        reason=f"{PLANNER}=rules: fixed rule, nothing measured")
     import cupy as cp
 
-    fast = (form, left.shape, right.shape, _bound(max_shift), cp.cuda.Device().id)
+    # the fast path: a small problem's whole run is a few microseconds of host time, so a
+    # decision seen before is found by the call's own arguments, before any key is built
+    fast = (form, left.shape, right.shape, normalize_max_shift(max_shift), cp.cuda.Device().id)
     if not refresh and fast in _MEMORY:
         return _MEMORY[fast]
     key = problem_key(lay, max_shift)
+    key_text = json.dumps(key)
     with _LOCK:
         if not refresh:
-            hit = _MEMORY.get(key)
+            hit = _MEMORY.get(key_text)
             if hit is None:
-                entry = _load_cache().get(key)
+                entry = tuning.recall(NAMESPACE, key)
                 if entry is not None:
-                    hit = _MEMORY[key] = Decision(
-                        Plan.parse(entry["plan"]),
-                        [(Plan.parse(p), t) for p, t in entry.get("timings", [])], "cache",
-                        f"cached decision of {entry.get('date', '?')}: {entry.get('reason', '')}",
-                        key)
+                    hit = _MEMORY[key_text] = _decision_from(entry, key_text)
             if hit is not None:
                 _MEMORY[fast] = hit
                 return hit
@@ -407,11 +369,11 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False) -> Dec
         timings, errors = measure_all(left, right, form, max_shift)
         if not timings:
             raise RuntimeError("no candidate plan could run: " + "; ".join(errors[:3]))
-        reason = _reason(timings, errors)
-        d = _MEMORY[key] = _MEMORY[fast] = Decision(timings[0][0], timings, "measured",
-                                                    reason, key)
-        _store(key, {"plan": str(d.plan), "timings": [[str(p), t] for p, t in timings],
-                     "reason": reason,
-                     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                         timespec="seconds")})
+        reason = explain(timings, errors)
+        d = _MEMORY[key_text] = _MEMORY[fast] = Decision(timings[0][0], timings, "measured",
+                                                         reason, key_text)
+        tuning.remember(NAMESPACE, key, {
+            "plan": str(d.plan), "timings": [[str(p), t] for p, t in timings],
+            "reason": reason,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
         return d

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from ..errors import XcorrError
+from ..errors import InputError
 from ._work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
@@ -37,12 +37,12 @@ METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled"
 #: the GPU method's module and its ``configure`` function for
 #: :func:`xcorr_app.correlate._warp_shuffle.launch` (whose parameters are the plan's, named as in
 #: ``_PARAMS``), or its launcher function (``overlap``, no parameters)
-_GPU_LAUNCHERS = {"overlap": (".gpu_overlap", "overlap_xcorr"),
-                  "warp_shuffle": (".gpu_warp_shuffle", "configure_shuffle"),
-                  "warp_per_shift": (".gpu_warp_shuffle", "configure_per_shift"),
-                  "tiled": (".gpu_tiled", "configure_tiled"),
-                  "pair_tiled": (".gpu_tiled", "configure_pairs"),
-                  "mma": (".gpu_mma", "configure_mma")}
+_GPU_LAUNCHERS = {"overlap": ("._overlap", "overlap_xcorr"),
+                  "warp_shuffle": ("._warp_shuffle", "configure_shuffle"),
+                  "warp_per_shift": ("._warp_shuffle", "configure_per_shift"),
+                  "tiled": ("._tiled", "configure_tiled"),
+                  "pair_tiled": ("._tiled", "configure_pairs"),
+                  "mma": ("._mma", "configure_mma")}
 GPU_METHODS = tuple(_GPU_LAUNCHERS)
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
@@ -71,11 +71,11 @@ class Plan:
 
     def __post_init__(self):
         if self.method not in METHODS:
-            raise XcorrError(f"unknown method {self.method!r}; use 'auto' or one of "
+            raise InputError(f"unknown method {self.method!r}; use 'auto' or one of "
                              f"{', '.join(METHODS)} (parameters as in "
                              "'warp_shuffle:rights=4,shifts=2')")
         if self.distribution not in DISTRIBUTIONS:
-            raise XcorrError(f"unknown distribution {self.distribution!r}; use one of "
+            raise InputError(f"unknown distribution {self.distribution!r}; use one of "
                              f"{', '.join(DISTRIBUTIONS)}")
         if self.distribution != "none" and self.rows_per_worker < 1:
             object.__setattr__(self, "rows_per_worker", 8)
@@ -101,12 +101,12 @@ class Plan:
         for item in params.split(","):
             key, eq, value = (s.strip() for s in item.partition("="))
             if not eq or key not in allowed:
-                raise XcorrError(f"bad parameter {item.strip()!r} in method {spec!r}; "
+                raise InputError(f"bad parameter {item.strip()!r} in method {spec!r}; "
                                  f"{plan.method} takes {', '.join(allowed) or 'no parameters'}")
             try:
                 values[key] = value if types[key] in (str, "str") else int(value)
             except ValueError:
-                raise XcorrError(f"parameter {key} of method {spec!r} must be an integer, "
+                raise InputError(f"parameter {key} of method {spec!r} must be an integer, "
                                  f"got {value!r}") from None
         return replace(plan, **values)
 
@@ -144,18 +144,17 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
         try:
             return plan.gpu_launcher(left, right, form, max_shift, out)
         except ValueError as exc:
-            raise XcorrError(f"method {plan}: {exc}") from None
-    from . import _reference as reference
+            raise InputError(f"method {plan}: {exc}") from None
     from ..backend import array_module_of
+    from ._fft import fft_xcorr, xcorr_fft
+    from ._reference import xcorr_direct
 
     if plan.method == "fft" and array_module_of(left, right) is not np:
-        from ._fft import fft_xcorr
-
         try:
             return fft_xcorr(left, right, form, max_shift, out=out)
         except ValueError as exc:  # a bad ``out``
-            raise XcorrError(f"method fft: {exc}") from None
-    fn = reference.xcorr_fft if plan.method == "fft" else reference.xcorr_direct
+            raise InputError(f"method fft: {exc}") from None
+    fn = xcorr_fft if plan.method == "fft" else xcorr_direct
     res = fn(left, right, form, max_shift, dtype="float32")
     if out is not None:
         out[...] = res

@@ -5,10 +5,11 @@ of :mod:`xcorr_app.correlate._forms`:
 
 * :func:`xcorr_direct`: the definition, ``out[k] = sum_n left[n + k] * right[n]`` over the
   overlap, one vectorised sum per shift (float64 by default);
-* :func:`xcorr_fft`: zero-padded FFT correlation (linear, not circular), same output.
+* :func:`~xcorr_app.correlate._fft.xcorr_fft` (in the FFT home, :mod:`xcorr_app.correlate._fft`):
+  zero-padded FFT correlation (linear, not circular), same output.
 
-They accept NumPy or CuPy arrays (the GPU FFT peer of the benchmark is :func:`xcorr_fft` on
-CuPy arrays) and return the input's array type.
+They accept NumPy or CuPy arrays and return the input's array type; :func:`xcorr` picks one by
+the size of the direct sum.
 
 Examples
 --------
@@ -25,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import array_module_of
+from ._fft import xcorr_fft
 from ._forms import form_layout
-from ._shifts import axis_overlaps, first_shift, output_shape
+from ._shifts import first_shift, output_shape
 
 #: size above which :func:`xcorr` switches from the direct sum to the FFT (multiply-adds)
 DIRECT_LIMIT = 2e7
@@ -86,94 +88,6 @@ def xcorr_direct(left, right, form="one_to_one", max_shift=None, dtype=np.float6
             prod = Lp[:, ya + ky:yb + ky, xa + kx:xb + kx] * Rp[:, ya:yb, xa:xb]
             out[:, iy, ix] = prod.sum(axis=(1, 2))
     return out.reshape(lay.batch_shape + (ho, wo))
-
-
-def fft_length(n_left: int, n_right: int, k_first: int, count: int) -> int:
-    """Circular FFT length along one axis that gives the wanted shifts without wrap-around.
-
-    The valid shifts are ``-(n_right - 1) .. n_left - 1``; a wanted valid shift ``k`` must not
-    alias another valid one, which needs ``f >= n_left - k`` and ``f >= k + n_right`` for every
-    wanted valid ``k``.  The full range needs ``n_left + n_right - 1``; a bounded range
-    ``-s..s`` only ``max(n_left, n_right) + s`` (for ``s`` below both lengths).  Rounded up to
-    a fast (5-smooth) FFT size.
-    """
-    lo = max(k_first, -(n_right - 1))
-    hi = min(k_first + count - 1, n_left - 1)
-    need = max(n_left, n_right, n_left - lo, hi + n_right)
-    return next_smooth(need)
-
-
-def next_smooth(n: int) -> int:
-    """The smallest 5-smooth number (2^a 3^b 5^c) >= ``n``: ``scipy.fft.next_fast_len(n,
-    real=True)`` without importing scipy.fft (about 0.6 s of a one-shot GPU run).
-
-    >>> [next_smooth(n) for n in (1, 7, 97, 1025, 3000)]
-    [1, 8, 100, 1080, 3000]
-    """
-    n = max(1, int(n))
-    best = 1 << max(0, (n - 1).bit_length())  # a power of two >= n
-    p5 = 1
-    while p5 < best:
-        p35 = p5
-        while p35 < best:
-            m = p35 * (1 << max(0, (-(-n // p35) - 1).bit_length()))  # times a power of two
-            best = min(best, m)
-            p35 *= 3
-        p5 *= 5
-    return best
-
-
-#: how each form pairs the batch axes of the left and right FFTs (indices that broadcast)
-_FFT_PAIRING = {
-    "one_to_one": ((), ()),
-    "one_to_many": ((), ()),
-    "n_to_mn": ((slice(None), None), ()),
-    "n_to_m": ((slice(None), None), (None,)),
-}
-_FFT_SETUPS: dict = {}
-
-
-def _fft_setup(xp, left_shape, right_shape, max_shift):
-    """FFT sizes, crop indices and validity mask of a problem, cached per array module/device."""
-    dev = getattr(getattr(xp, "cuda", None), "Device", lambda: None)()
-    key = (xp.__name__, getattr(dev, "id", None), left_shape, right_shape,
-           None if max_shift is None else tuple(np.broadcast_to(max_shift, 2).tolist()))
-    setup = _FFT_SETUPS.get(key)
-    if setup is None:
-        (lh, lw), (rh, rw) = left_shape, right_shape
-        ho, wo = output_shape(left_shape, right_shape, max_shift)
-        ky0, kx0 = first_shift(left_shape, right_shape, max_shift)
-        fy, fx = fft_length(lh, rh, ky0, ho), fft_length(lw, rw, kx0, wo)
-        vy, vx = axis_overlaps(lh, rh, ky0, ho) > 0, axis_overlaps(lw, rw, kx0, wo) > 0
-        iy = xp.asarray(np.mod(np.arange(ky0, ky0 + ho), fy))[:, None]
-        ix = xp.asarray(np.mod(np.arange(kx0, kx0 + wo), fx))[None, :]
-        mask = None if (vy.all() and vx.all()) else xp.asarray(vy[:, None] & vx[None, :])
-        if len(_FFT_SETUPS) > 64:
-            _FFT_SETUPS.clear()
-        setup = _FFT_SETUPS[key] = ((fy, fx), iy, ix, mask, (ho, wo))
-    return setup
-
-
-def xcorr_fft(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
-    """Cross-correlation by zero-padded real FFTs, in the layout of :func:`xcorr_direct`.
-
-    Both sides are padded to an alias-free fast size (:func:`fft_length`: the full range needs
-    ``H + H' - 1``, a bounded one less), transformed with ``rfft2``, conj-multiplied with the
-    pairing of ``form`` by broadcasting (each left FFT once), transformed back and cropped;
-    shifts without any overlap are 0.  The GPU FFT path and the benchmark's CuPy FFT peer.
-    """
-    xp = array_module_of(left, right)
-    lay = form_layout(form, left.shape, right.shape)
-    size, iy, ix, mask, (ho, wo) = _fft_setup(xp, lay.left_shape, lay.right_shape, max_shift)
-    ctype = np.float64 if np.dtype(dtype) == np.float64 else np.float32
-    fl = xp.fft.rfft2(left.astype(ctype, copy=False), s=size)
-    fr = xp.fft.rfft2(right.astype(ctype, copy=False), s=size)
-    lsel, rsel = (s + (Ellipsis,) for s in _FFT_PAIRING[form])
-    circ = xp.fft.irfft2(fl[lsel] * xp.conj(fr[rsel]), s=size)  # sum_n left[n + c] right[n]
-    out = circ[..., iy, ix]
-    if mask is not None:
-        out = out * mask
-    return out.astype(dtype, copy=False).reshape(lay.batch_shape + (ho, wo))
 
 
 def direct_is_small(lay, max_shift) -> bool:

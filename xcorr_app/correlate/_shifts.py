@@ -31,7 +31,7 @@ import numpy as np
 
 import numbers
 
-from ..errors import XcorrError
+from ..errors import InputError
 
 
 def normalize_max_shift(max_shift) -> tuple[int, int] | None:
@@ -44,11 +44,11 @@ def normalize_max_shift(max_shift) -> tuple[int, int] | None:
         try:
             pair = tuple(int(v) for v in max_shift)
         except (TypeError, ValueError):
-            raise XcorrError(f"max_shift must be an int or a pair of ints, got {max_shift!r}") from None
+            raise InputError(f"max_shift must be an int or a pair of ints, got {max_shift!r}") from None
         if len(pair) != 2 or any(float(v) != int(v) for v in max_shift):
-            raise XcorrError(f"max_shift must be an int or a pair of ints, got {max_shift!r}")
+            raise InputError(f"max_shift must be an int or a pair of ints, got {max_shift!r}")
     if min(pair) < 0:
-        raise XcorrError(f"max_shift must be >= 0, got {max_shift!r}")
+        raise InputError(f"max_shift must be >= 0, got {max_shift!r}")
     return pair
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ._forms import FORMS, FORM_IDS
 from ._overlap import MAX_GRID_Z, as_float32, check_out
 from ._warp_shuffle import geometry, launch
@@ -121,15 +122,15 @@ def configure_pairs(form, left_shape, right_shape, max_shift, params):
     ho, wo = out_shape[-2:]
     ty, tx = params["tile_y"], params["tile_x"]
     if lay.form not in PAIR_FORMS:
-        raise ValueError(f"the lane-per-pair kernel needs many right matrices per left "
+        raise InputError(f"the lane-per-pair kernel needs many right matrices per left "
                          f"(forms {', '.join(PAIR_FORMS)}), not {lay.form}")
     smem = pair_shared_bytes(lay.left_shape, ty, tx)
     if smem > PAIR_MAX_SHARED:
-        raise ValueError(f"a left matrix of {lay.left_shape} does not fit the "
+        raise InputError(f"a left matrix of {lay.left_shape} does not fit the "
                          f"{PAIR_MAX_SHARED // 1024} KiB of shared memory of this kernel")
     lane_groups = -(-lay.m // 32)
     if lane_groups > MAX_GRID_YZ or lay.n_left > MAX_GRID_YZ:
-        raise ValueError(f"too many matrices for one launch ({lay.n_left} x {lay.m})")
+        raise InputError(f"too many matrices for one launch ({lay.n_left} x {lay.m})")
     fn = PAIR_TILED.get(lay.form_id, ty, tx)
     rh = lay.right_shape[0]
     rpc = min(params["rows_per_chunk"] or rh, rh)

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import InputError
 from ._forms import FORMS, FORM_IDS, form_layout
 from ._overlap import MAX_GRID_Z, as_float32, c_contiguous, check_out
 from .._cuda.launch import PreparedLaunch
@@ -143,7 +144,7 @@ def configure_per_shift(form, left_shape, right_shape, max_shift, params):
     i32 = np.int32
     smem = staged_bytes(lay.right_shape) if params["shared"] else 0
     if smem > MAX_STAGED_BYTES:
-        raise ValueError(f"right matrices of {lay.right_shape} do not fit the "
+        raise InputError(f"right matrices of {lay.right_shape} do not fit the "
                          f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged "
                          "variant")
     fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))

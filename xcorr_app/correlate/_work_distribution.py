@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError
+
 DISTRIBUTIONS = ("none", "rectangle", "triangle", "block")
 DIST_IDS = {name: i for i, name in enumerate(DISTRIBUTIONS)}  # kernels/work_distribution.cuh
 PIECE_FIELDS = 5  # g_start, length, alpha, beta, tasks_before
@@ -101,14 +103,14 @@ def schedule(distribution: str, left_h: int, right_h: int, shift_y0: int, out_h:
              shifts: int, rows_per_worker: int = 0) -> Schedule:
     """Workers and task profile of one problem (rows of one left and one right matrix)."""
     if distribution not in DIST_IDS:
-        raise ValueError(f"unknown distribution {distribution!r}; use one of {DISTRIBUTIONS}")
+        raise InputError(f"unknown distribution {distribution!r}; use one of {DISTRIBUTIONS}")
     begin, length = group_domains(left_h, right_h, shift_y0, out_h, shifts)
     n_groups = len(length)
     if distribution == "none":
         return Schedule("none", 0, n_groups, n_groups, 1,
                         np.zeros((0, PIECE_FIELDS), np.int32), begin, length)
     if rows_per_worker < 1:
-        raise ValueError("rows_per_worker must be at least 1 with a rectangle, triangle or "
+        raise InputError("rows_per_worker must be at least 1 with a rectangle, triangle or "
                          "block distribution")
     tasks = -(-length // rows_per_worker)
     max_tasks = int(tasks.max()) if n_groups else 0

@@ -30,7 +30,8 @@ import math
 import numpy as np
 
 from ..backend import array_module_of, to_xp
-from ..errors import InputError, XcorrError
+from ..correlate._fft import conj_product
+from ..errors import InputError
 from ._peaks import peak_index
 
 NORMALIZATIONS = ("phase", None)
@@ -117,21 +118,23 @@ _CROSS_POWER = {}
 def cross_power(reference_spectrum, spectrum, phase=False):
     """``spectrum = reference_spectrum * conj(spectrum)`` in place (``reference_spectrum``
     broadcast), divided by its magnitude as :func:`whiten` does when ``phase``; on the GPU one
-    fused kernel.  Returns ``spectrum``."""
+    fused kernel.  Returns ``spectrum``.
+
+    The plain product is the FFT home's :func:`xcorr_app.correlate._fft.conj_product`; phase
+    correlation whitens every bin in the same pass (its own kernel on the GPU).
+    """
+    if not phase:
+        return conj_product(reference_spectrum, spectrum, out=spectrum)
     xp = array_module_of(spectrum)
     if xp is np:
-        np.conjugate(spectrum, out=spectrum)
-        spectrum *= reference_spectrum
-        return whiten(spectrum) if phase else spectrum
+        conj_product(reference_spectrum, spectrum, out=spectrum)
+        return whiten(spectrum)
     real = np.dtype(spectrum.real.dtype)
-    key = (bool(phase), real.name)
-    kernel = _CROSS_POWER.get(key)
+    kernel = _CROSS_POWER.get(real.name)
     if kernel is None:
-        body = "f = r * conj(f);"
-        if phase:
-            body += " f = f / max(abs(f), floor);"
-        kernel = _CROSS_POWER[key] = xp.ElementwiseKernel(
-            f"T r, {real.name} floor", "T f", body, f"xcorr_cross_power_{int(phase)}")
+        kernel = _CROSS_POWER[real.name] = xp.ElementwiseKernel(
+            f"T r, {real.name} floor", "T f", "f = r * conj(f); f = f / max(abs(f), floor);",
+            "xcorr_cross_power_1")
     kernel(reference_spectrum.astype(spectrum.dtype, copy=False),
            real.type(100 * np.finfo(real).eps), spectrum)
     return spectrum
@@ -211,13 +214,13 @@ def periodic_spectrum(images, spectrum):
     return spectrum
 
 
-def _signed(index, size):
+def signed_shifts(index, size):
     """Wrap circular peak indices into signed shifts (above half the size means negative)."""
     xp = array_module_of(index)
     return xp.where(index > size // 2, index - size, index)
 
 
-def _refine(product, shifts, upsample_factor, full_width=None):
+def refine_peak(product, shifts, upsample_factor, full_width=None):
     """Refine integer ``shifts`` (N, 2) by the upsampled DFT of the cross-power ``product``
     (a half spectrum of real images when ``full_width`` is given) in a 1.5-pixel region around
     them; returns (refined shifts, peak magnitude scaled by H*W)."""
@@ -270,7 +273,7 @@ def refine_upsampled(reference, frames, shifts, upsample_factor, normalization="
     product = xp.fft.fft2(reference) * xp.fft.fft2(frames).conj()
     if normalization == "phase":
         whiten(product)
-    return _refine(product, to_xp(shifts, xp).astype(xp.float64), upsample_factor)[0]
+    return refine_peak(product, to_xp(shifts, xp).astype(xp.float64), upsample_factor)[0]
 
 
 def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
@@ -327,9 +330,9 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     [[-1.3, 2.6]]
     """
     if normalization not in NORMALIZATIONS:
-        raise XcorrError(f"unknown normalization {normalization!r}; use 'phase' or None")
+        raise InputError(f"unknown normalization {normalization!r}; use 'phase' or None")
     if not upsample_factor >= 1:
-        raise XcorrError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
+        raise InputError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
     xp = array_module_of(reference, frames)
     reference, frames = to_xp(reference, xp), to_xp(frames, xp)
     if frames.ndim == 2:
@@ -342,6 +345,10 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     real, cplx = (xp.float32, xp.complex64) if single else (xp.float64, xp.complex128)
 
     n, h, w = frames.shape
+    # Circular on purpose, unlike the FFT home's linear correlation (xcorr_app.correlate._fft):
+    # no padding, the shift is known modulo (h, w) as scikit-image reports it, and the product
+    # is whitened (phase) and may be of periodic components; only the product is shared
+    # (cross_power -> conj_product).
     # real images: half spectra (rfft2), the same numbers at half the work
     halves = not xp.iscomplexobj(frames) and (reference_is_fft or not xp.iscomplexobj(reference))
     if halves:
@@ -364,13 +371,13 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     else:
         corr = xp.abs(xp.fft.ifft2(product))
     iy, ix = peak_index(corr)
-    shifts = _signed(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
+    shifts = signed_shifts(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
     peak = xp.take_along_axis(corr.reshape(n, -1), (iy * w + ix)[:, None], axis=1)[:, 0]
     peak = peak.astype(xp.float64)
 
     integer = shifts.copy()
     if upsample_factor > 1:
-        shifts, peak = _refine(product, shifts, upsample_factor, w if halves else None)
+        shifts, peak = refine_peak(product, shifts, upsample_factor, w if halves else None)
 
     for axis, length in enumerate((h, w)):
         if length == 1:  # a length-1 axis carries no shift
@@ -408,6 +415,8 @@ def phase_surface(reference_fft, frames, max_shift=None):
     """
     xp = array_module_of(reference_fft, frames)
     n, h, w = frames.shape
+    # circular and whitened (see fft_shifts): the crop keeps signed shifts modulo the frame, not
+    # the alias-free linear range of xcorr_app.correlate._fft.crop_indices
     product = reference_fft * xp.fft.fft2(frames.astype(xp.float32)).conj()
     whiten(product, np.float32)
     circ = xp.fft.ifft2(product).real.astype(xp.float32)

@@ -25,14 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import array_module_of
-from ..errors import XcorrError
+from ..errors import InputError
 
 SUBPIXEL_METHODS = ("gaussian", "parabolic", "gaussian3", "parabolic3", "none")
 
 
 def _check_surface(corr):
     if corr.ndim < 2:
-        raise XcorrError(f"a correlation surface needs at least 2 dimensions, got shape {corr.shape}")
+        raise InputError(f"a correlation surface needs at least 2 dimensions, got shape {corr.shape}")
 
 
 def _gather(corr, iy, ix):
@@ -346,7 +346,7 @@ def refined_shifts(corr, iy, ix, origin, subpixel="gaussian"):
     """Shifts ``(dy, dx)`` (float64, ``iy.shape + (2,)``) of the integer peaks ``iy, ix`` of
     ``corr`` refined by ``subpixel`` (as in :func:`find_shifts`)."""
     if subpixel not in SUBPIXEL_METHODS:
-        raise XcorrError(f"unknown subpixel method {subpixel!r}; use one of "
+        raise InputError(f"unknown subpixel method {subpixel!r}; use one of "
                          f"{', '.join(SUBPIXEL_METHODS)}")
     xp = array_module_of(corr)
     if subpixel in ("gaussian", "parabolic"):

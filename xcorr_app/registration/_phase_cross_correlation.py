@@ -30,8 +30,8 @@ import warnings
 import numpy as np
 
 from ..backend import array_module_of, to_numpy, to_xp
-from ..errors import InputError, XcorrError
-from ._fft_register import NORMALIZATIONS, _refine, _signed, upsampled_dft, whiten
+from ..errors import InputError
+from ._fft_register import NORMALIZATIONS, refine_peak, signed_shifts, upsampled_dft, whiten
 from ._peaks import peak_index
 
 _SINGLE = (np.float16, np.float32, np.complex64)  # scipy.fft transforms these in single precision
@@ -107,7 +107,7 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
         Choose among the shifts equal modulo the image shape the one whose real-space overlap
         correlates best (the FFT only knows the shift modulo the shape).
     reference_mask, moving_mask : None
-        Masked registration is not supported: passing a mask raises :class:`XcorrError`.
+        Masked registration is not supported: passing a mask raises :class:`InputError`.
     overlap_ratio : float, optional
         Only used with masks; accepted for compatibility.
     normalization : {"phase", None}, optional
@@ -127,9 +127,10 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
 
     Raises
     ------
-    XcorrError
-        For a mask, an unknown ``space`` or ``normalization``, ``upsample_factor < 1``, or NaN
-        in the inputs (:class:`~xcorr_app.errors.InputError` for a bad shape).
+    InputError
+        (:class:`~xcorr_app.errors.InputError`, a ``ValueError`` as scikit-image raises) for a
+        mask, an unknown ``space`` or ``normalization``, ``upsample_factor < 1``, images that
+        are not 2-D or differ in shape, or NaN in the inputs.
 
     Notes
     -----
@@ -137,25 +138,25 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     complex64 inputs in single precision); a peak index above half the size becomes a negative
     shift; the shift along an axis of length 1 is 0; the refinement searches a region of
     ``ceil(1.5 * upsample_factor)`` upsampled pixels around the integer peak.  Where
-    scikit-image raises ValueError this raises :class:`XcorrError`, and only 2-D images are
-    accepted.  On the GPU, cuFFT rounds differently from scipy.fft: a spectral bin that is
+    scikit-image raises ValueError this raises :class:`InputError` (a ValueError); only 2-D
+    images are accepted.  On the GPU, cuFFT rounds differently from scipy.fft: a spectral bin that is
     exactly 0 on the CPU (integer images) may be ~1e-13 there, which phase normalization turns
     into a unit term, moving ``phasediff`` by about ``1 / (H * W)``.
     """
     if reference_mask is not None or moving_mask is not None:
-        raise XcorrError("masked registration (reference_mask/moving_mask) is not supported; use "
+        raise InputError("masked registration (reference_mask/moving_mask) is not supported; use "
                          "skimage.registration.phase_cross_correlation for it")
     space = space.lower() if isinstance(space, str) else space
     if space not in ("real", "fourier"):
-        raise XcorrError(f"space must be 'real' or 'fourier', got {space!r}")
+        raise InputError(f"space must be 'real' or 'fourier', got {space!r}")
     if normalization not in NORMALIZATIONS:
-        raise XcorrError(f"unknown normalization {normalization!r}; use 'phase' or None")
+        raise InputError(f"unknown normalization {normalization!r}; use 'phase' or None")
     try:
         u = float(upsample_factor)
     except (TypeError, ValueError):
         u = float("nan")
     if not u >= 1:
-        raise XcorrError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
+        raise InputError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
     xp = array_module_of(reference_image, moving_image)
     reference, moving = to_xp(reference_image, xp), to_xp(moving_image, xp)
     if reference.ndim != 2 or reference.shape != moving.shape:
@@ -163,26 +164,28 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
                          f"{reference.shape} and {moving.shape}")
 
     src_freq, target_freq = _spectrum(reference, space, xp), _spectrum(moving, space, xp)
+    # scikit-image's own operations, in its order (full scipy.fft spectra, circular): the
+    # results match it bitwise, which the FFT home's shared steps would not promise
     product = src_freq * target_freq.conj()
     float_dtype = product.real.dtype
     if normalization == "phase":
         whiten(product)
     cross_correlation = _fft_module(xp).ifft2(product)
     iy, ix = peak_index(xp.abs(cross_correlation))
-    shift = _signed(xp.stack([iy, ix]), xp.asarray(product.shape)).astype(float_dtype)
+    shift = signed_shifts(xp.stack([iy, ix]), xp.asarray(product.shape)).astype(float_dtype)
     src_amp = xp.sum(xp.real(src_freq * src_freq.conj()))
     target_amp = xp.sum(xp.real(target_freq * target_freq.conj()))
     if u == 1:
         src_amp, target_amp = src_amp / src_freq.size, target_amp / target_freq.size
         cc_max = cross_correlation[iy, ix]
     else:  # refine, then the (unnormalized) upsampled correlation at the refined peak
-        shift = _refine(product[None], shift[None], u)[0][0]
+        shift = refine_peak(product[None], shift[None], u)[0][0]
         cc_max = upsampled_dft(product.conj(), 1, u, -shift * u)[0, 0].conj()
     shift = to_numpy(shift).astype(float_dtype)
     shift[np.asarray(product.shape) == 1] = 0  # a length-1 axis carries no shift
     cc_max, src_amp, target_amp = (to_numpy(v)[()] for v in (cc_max, src_amp, target_amp))
     if np.isnan(cc_max) or np.isnan(src_amp) or np.isnan(target_amp):
-        raise XcorrError("NaN values in the images; remove them, or register with masks using "
+        raise InputError("NaN values in the images; remove them, or register with masks using "
                          "skimage.registration.phase_cross_correlation")
 
     if disambiguate:

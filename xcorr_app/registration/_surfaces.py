@@ -1,4 +1,5 @@
-"""GPU launchers of ``kernels/zncc_peaks.cu``: ZNCC surfaces and their peaks in few passes.
+"""GPU launchers of ``cuda/zncc_peaks.cu``: ZNCC surfaces and their peaks in few passes, and
+:class:`GpuSurfaces`, the GPU measurement of the align pipeline.
 
 The CPU (and reference) definitions are :func:`xcorr_app.registration._normalize.zncc` and
 :func:`xcorr_app.registration._peaks.find_shifts`; on the GPU, for a batch of frames against one reference (or
@@ -10,6 +11,13 @@ one each), the same results come from
    and minimum per frame; with ``circular`` the sums are read straight from an un-cropped
    circular FFT correlation; then one pass for the second peak of the confidence measure.
 
+For ZNCC (or mean-subtracted sums) against one reference, :class:`GpuSurfaces` makes what
+depends only on the reference once per run: its summed-area tables and, for the FFT plan, its
+zero-padded spectrum.  Per batch of frames: their summed-area tables, the correlation (the
+planner's kernel, or the FFT home's padded spectra (:mod:`xcorr_app.correlate._fft`), its
+in-place conjugate product and one ``irfft2``, left un-cropped: :func:`surface_peaks` reads the
+circular result), and :func:`surface_peaks`.
+
 Examples
 --------
 >>> import cupy as cp  # doctest: +SKIP
@@ -17,13 +25,22 @@ Examples
 >>> s1, s2 = summed_area_tables(a)  # doctest: +SKIP
 >>> bool(cp.isclose(s1[0, -1, -1], a[0].sum(dtype=cp.float64)))  # doctest: +SKIP
 True
+>>> from xcorr_app.correlate._plans import Plan  # doctest: +SKIP
+>>> frames = cp.random.default_rng(0).random((3, 64, 80), dtype=cp.float32)  # doctest: +SKIP
+>>> g = GpuSurfaces((64, 80), (32, 40), "zncc")  # doctest: +SKIP
+>>> z, iy, ix, peak, conf = g(frames[0], frames, Plan("fft"), None)  # doctest: +SKIP
+>>> (iy - 32).tolist(), (ix - 40).tolist()  # doctest: +SKIP
+([0, 0, 0], [0, 0, 0])
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from .._cuda.loader import KernelFamily
+from ..correlate._fft import conj_product, fft_geometry, padded_spectra
+from ..correlate._shifts import first_shift
 from ._peaks import confidence_ratio
 
 SEGMENTS = 32
@@ -43,7 +60,7 @@ def _tables_out(out, shape, cp):
         return cp.empty(shape, cp.float64), cp.empty(shape, cp.float64)
     for t in out:
         if t.shape != shape or t.dtype != np.float64 or not t.flags.c_contiguous:
-            raise ValueError(f"summed-area tables must be C-contiguous float64 {shape}")
+            raise InputError(f"summed-area tables must be C-contiguous float64 {shape}")
     return out
 
 
@@ -141,7 +158,7 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     n = corr.shape[0]
     ho, wo = surface_shape if circular else corr.shape[-2:]
     if n == 0 or ho * wo == 0:
-        raise ValueError(f"no surface to search: {n} surfaces of {ho}x{wo}")
+        raise InputError(f"no surface to search: {n} surfaces of {ho}x{wo}")
     peak_key = cp.zeros(n, cp.uint64)
     min_key = cp.full(n, 0xFFFFFFFF, cp.uint32)
     grid = (ho, n)
@@ -181,3 +198,59 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     second = _from_key(second_key)
     conf = confidence_ratio(peak, second, constant, nothing)
     return z, iy, ix, peak, conf
+
+
+class GpuSurfaces:
+    """ZNCC (``normalization="zncc"``) or raw (``"none"``) surfaces and their peaks for a run.
+
+    Parameters
+    ----------
+    frame_shape : (H, W)
+        Shape of the reference and of every frame.
+    bound : (int, int)
+        Search range ``-bound..bound`` (the surface is ``(2 by + 1, 2 bx + 1)``, clipped to
+        the overlapping shifts).
+    normalization : {"zncc", "none"}
+    """
+
+    def __init__(self, frame_shape, bound, normalization):
+        self.shape = tuple(frame_shape)
+        self.normalize = normalization == "zncc"
+        self.k0 = first_shift(self.shape, self.shape, bound)
+        self.bound_rows = int(bound[0])  # the tables keep the rows this search looks up
+        # the FFT path's alias-free size and surface shape (un-cropped: the kernel crops)
+        geometry = fft_geometry(self.shape, self.shape, bound)
+        self.fft_size, self.surface = geometry.size, geometry.shape
+        self._left = None  # (reference array, its tables, its padded spectrum)
+
+    def _left_data(self, ref, fft):
+        import cupy as cp
+
+        if self._left is not None and self._left[0] is ref:
+            return self._left[1:]
+        left = ref if ref.ndim == 3 else ref[None]
+        tables = summed_area_tables(left, bound_rows=self.bound_rows) if self.normalize else None
+        spectrum = padded_spectra(left, self.fft_size) if fft else None
+        if ref.ndim == 2:
+            # one reference for the whole run, read by both streams of the pipeline
+            cp.cuda.get_current_stream().synchronize()
+            self._left = (ref, tables, spectrum)
+        return tables, spectrum
+
+    def __call__(self, ref, mov, plan, correlate):
+        """``(z, iy, ix, peak, conf)`` of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
+        frame); ``correlate()`` gives the dense raw surfaces for plans other than FFT."""
+        import cupy as cp
+
+        fft = plan.method == "fft"
+        left_tables, spectrum = self._left_data(ref, fft)
+        right_tables = summed_area_tables(mov, bound_rows=self.bound_rows) \
+            if self.normalize else None
+        if fft:
+            product = padded_spectra(mov, self.fft_size)
+            conj_product(spectrum, product, out=product)
+            corr = cp.fft.irfft2(product, s=self.fft_size)  # c[k] at k mod fft_size
+        else:
+            corr = correlate()
+        return surface_peaks(corr, self.shape, self.k0, self.surface, left_tables=left_tables,
+                             right_tables=right_tables, circular=fft, normalize=self.normalize)
