@@ -144,12 +144,6 @@ def test_fft_peer_math_on_numpy(rng, form, lshape, rshape, max_shift):
     assert np.isfinite(got).all() and err <= 1e-5, err
 
 
-def test_fft_length_is_alias_free_and_small():
-    assert reference.fft_length(1024, 1024, -8, 17) == 1080  # needs 1032, not 2047; 5-smooth
-    assert reference.fft_length(5, 3, -2, 7) >= 7  # full range of 5 and 3
-    assert reference.fft_length(7, 7, -100, 201) >= 13
-
-
 @pytest.mark.parametrize("lshape,rshape", SHAPE_PAIRS)
 @pytest.mark.parametrize("max_shift", BOUNDS)
 def test_conv_pads_give_the_layout(rng, lshape, rshape, max_shift):
@@ -224,8 +218,3 @@ def test_run_small_problems():
     assert sum(line.startswith("| one_to_many 1x3") for line in lines) == 1
 
 
-def test_next_smooth_is_scipys_next_fast_len_for_real_transforms():
-    from scipy.fft import next_fast_len
-
-    for n in list(range(1, 3000)) + [4095, 4097, 6143, 8191, 10007, 65537]:
-        assert reference.next_smooth(n) == next_fast_len(n, real=True), n

@@ -97,7 +97,9 @@ def remember(namespace: str, key, entry) -> None:
     import filelock
 
     text = _text(namespace, key)
-    _MEMORY[text] = entry
+    # keep what the disk would give back (tuples become lists), so that a choice recalled from
+    # memory compares as one recalled from the file
+    entry = _MEMORY[text] = json.loads(json.dumps(entry, default=list))
     path = cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

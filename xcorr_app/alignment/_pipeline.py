@@ -41,7 +41,7 @@ from ..correlate._api import choose_method, cross_correlate
 from ..errors import InputError, XcorrError
 from ..registration._fft_register import fft_shifts, periodic_spectrum, phase_surface, refine_upsampled
 from ..correlate._forms import form_layout
-from ..registration._gpu_measure import GpuSurfaces
+from ..registration._surfaces import GpuSurfaces
 from ..registration._surfaces import surface_peaks
 from ._memory_budget import READ_AHEAD, chunk_frames_for, parse_memory
 from ..registration._normalize import zncc

@@ -153,13 +153,13 @@ def macs(layout, max_shift) -> int:
 # ------------------------------------------------------------------------------------ peers
 
 def cupy_fft_peer(left, right, form="one_to_one", max_shift=None):
-    """The CuPy FFT peer as a callable: :func:`xcorr_app.correlate._reference.xcorr_fft` in float32.
+    """The CuPy FFT peer as a callable: :func:`xcorr_app.correlate._fft.xcorr_fft` in float32.
 
     Batched real FFTs on alias-free fast sizes with the form's pairing by broadcasting (see
     there); CuPy caches the cuFFT plans, so the warm-up call pays for them.  Works on NumPy
     arrays too (the CPU tests use that).
     """
-    from ..correlate._reference import xcorr_fft
+    from ..correlate._fft import xcorr_fft
 
     return lambda: xcorr_fft(left, right, form, max_shift, dtype=np.float32)
 

@@ -228,8 +228,6 @@ def default_out(path: Path, suffix: str) -> Path:
 
 def planner_notes(quiet=False):
     """Print the planner's one line before a (slow, first-time) measurement, unless quiet."""
-    # NEEDS correlate: a public way to set the planner's note callback (e.g. a
-    # set_on_measure(fn) in correlate._planner); until then its module attribute is set
-    import xcorr_app.correlate._planner as planner
+    from ..correlate._planner import set_on_measure
 
-    planner.on_measure = None if quiet else (lambda line: click.echo(line, err=True))
+    set_on_measure(None if quiet else (lambda line: click.echo(line, err=True)))

@@ -64,7 +64,15 @@ CONFIRM_ROUNDS = 3
 TARGET_WARPS_PER_SM = 64
 
 #: called with one line of text before a (slow, first-time) measurement; the CLI prints it
+#: (set it with :func:`set_on_measure`)
 on_measure = None
+
+
+def set_on_measure(callback) -> None:
+    """Call ``callback(line)`` with a line of text before each first-time measurement (the
+    command line prints it as a note); ``None`` for silence."""
+    global on_measure
+    on_measure = callback
 
 _MEMORY: dict = {}
 _LOCK = threading.Lock()
