@@ -53,7 +53,7 @@ elif what == "splits":
         name, n = spec.split(":")
         x, wt, s, fl = layer(name, int(n))
         call(x, wt, s, "direct")
-        plan = [v for k, v in gpu_conv._TUNED.items() if k[2] == x.shape[1:]][-1]
+        plan = gpu_conv.tuned_plan(x, wt, (s, s), (0, 0), "direct")
         print(f"{name} N={n} tuned {plan}")
         for t in gpu_conv.IM2WIN_TILES:
             cells = [f"{sp}: {time_gpu(lambda: call(x, wt, s, 'direct', tiles=t, splits=sp)):.3f}"

@@ -33,7 +33,7 @@ for spec in specs:
         ms = time_gpu(lambda: gpu_winograd.winograd_conv2d(x, wt, 0, out=out, tiles=t, splits=sp),
                       repeat=7)
         cells.append(f"{t[0]}x{t[1]}/{sp}: {ms:.3f}")
-    tuned = [v for kk, v in gpu_winograd._TUNED.items() if kk[2] == x.shape[1:]][-1]
+    tuned = gpu_winograd.tuned_plan(x, wt, (0, 0))
     wms = time_gpu(lambda: gpu_winograd.winograd_conv2d(x, wt, 0, out=out), repeat=9)
     ims = time_gpu(lambda: gpu_conv.im2win_conv2d(x, wt, 1, 0, out=out), repeat=9)
     cms = time_gpu(lambda: torch.nn.functional.conv2d(tx, tw), repeat=9)
