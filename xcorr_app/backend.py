@@ -62,6 +62,22 @@ def gpu_unavailable_reason() -> str:
     return "" if ok else reason
 
 
+def device_free_bytes(xp):
+    """Bytes the current device can still allocate (free memory plus CuPy's pool's free
+    blocks); ``None`` for NumPy (no cap on the host).
+
+    Examples
+    --------
+    >>> device_free_bytes(np) is None
+    True
+    """
+    if xp is np:
+        return None
+    free, _ = xp.cuda.runtime.memGetInfo()
+    pool = xp.get_default_memory_pool()
+    return free + pool.free_bytes()
+
+
 _warned_fallback = False
 
 

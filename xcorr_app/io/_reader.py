@@ -537,6 +537,7 @@ class ChannelStack:
             self.close()
             raise
         self.n_frames, self.frame_shape = first.n_frames, first.frame_shape
+        self.item_shape = (self.n_channels, *self.frame_shape)  # one frame as read
         self.dtype, self.notes, self.paths = first.dtype, first.notes, first.paths
 
     def source_name(self, i):
