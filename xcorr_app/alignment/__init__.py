@@ -7,8 +7,9 @@ Examples
 >>> from xcorr_app.alignment import estimate_shifts
 >>> img = np.random.default_rng(1).random((48, 40))
 >>> stack = np.stack([img, np.roll(img, (2, -1), axis=(0, 1))])
->>> np.round(estimate_shifts(stack, max_shift=4, device="cpu").shifts).tolist()
-[[0.0, 0.0], [2.0, -1.0]]
+>>> shifts, peak, confidence = estimate_shifts(stack[0], stack, max_shift=4, device="cpu")
+>>> np.round(shifts).tolist()
+[[0.0, 0.0], [-2.0, 1.0]]
 """
 
 from ._api import align, estimate_shifts

@@ -138,8 +138,9 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         :mod:`xcorr_app.filters._banks`) instead of the prefiltered frames.
     gpus : sequence of int or str, optional
         Share the frames out over these GPUs of this host (``"0,1"``, ``"all"``): one reader
-        and one contiguous range of frames per GPU (:func:`xcorr_app.alignment._gpus.align_on_gpus`); the shifts
-        are those of a run on one GPU.
+        and one contiguous range of frames per GPU
+        (:func:`xcorr_app.alignment._gpus.align_on_gpus`); the shifts are those of a run on one
+        GPU.
     progress : callable(int), optional
         Called with the number of frames finished after each chunk.
 

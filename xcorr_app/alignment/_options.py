@@ -5,10 +5,10 @@ Examples
 >>> opts = AlignOptions(max_shift=4, subpixel="parabolic")
 >>> opts.max_shift, opts.previous, search_range((64, 80), None)
 ((4, 4), False, (32, 40))
->>> AlignOptions(subpixel="cubic")
+>>> AlignOptions(subpixel="cubic")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussian, parabolic, gaussian3, parabolic3, upsample, none
+xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussian, ...
 """
 
 from __future__ import annotations

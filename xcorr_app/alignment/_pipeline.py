@@ -31,7 +31,8 @@ from ..correlate._plans import Plan
 from ..correlate._shifts import shift_origin
 from ..errors import InputError
 from ..io import FrameRange
-from ..registration._fft_register import fft_shifts, periodic_spectrum, phase_surface, refine_upsampled
+from ..registration._fft_register import (fft_shifts, periodic_spectrum, phase_surface,
+                                          refine_upsampled)
 from ..registration._gpu_measure import GpuSurfaces
 from ..registration._normalize import zncc
 from ..registration._peaks import find_shifts, refined_shifts

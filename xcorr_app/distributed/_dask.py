@@ -1,9 +1,10 @@
 """Alignment and filtering on a Dask cluster (``pip install 'xcorr-app[dask]'``).
 
 The single-GPU chunk functions of :mod:`xcorr_app.alignment._pipeline` and
-:mod:`xcorr_app.filters._api` are mapped over ranges of frames, one Dask task each.  A TIFF path is never read by the
-client beyond its header: every task opens the file and reads its own frames, so a stack
-larger than one machine's memory is shared out.  A dask array is used block by block (whole
+:mod:`xcorr_app.filters._api` are mapped over ranges of frames, one Dask task each
+(:mod:`xcorr_app.distributed._dask_tasks`: what runs on a worker; this module: the client).
+A TIFF path is never read by the client beyond its header: every task opens the file and reads
+its own frames, so a stack larger than one machine's memory is shared out.  A dask array is used block by block (whole
 frames per block).  The reference is prepared and the correlation plan chosen once, in one
 task, and that task's result is shared by every measuring task; ``reference="mean"`` is summed
 by the tasks and added up in frame order.  Every frame is measured as a single-process run
