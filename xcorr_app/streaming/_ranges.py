@@ -14,11 +14,15 @@ Examples
 
 from __future__ import annotations
 
+from ..errors import InputError
+
 
 def chunk_bounds(start: int, stop: int, chunk_frames: int) -> list[tuple[int, int]]:
     """``(a, b)`` of the chunks of frames ``start:stop``, ``chunk_frames`` each (the last may
     be shorter)."""
     step = int(chunk_frames)
+    if step < 1:
+        raise InputError(f"chunk size must be at least 1 frame, got {chunk_frames}")
     return [(a, min(a + step, stop)) for a in range(start, stop, step)]
 
 
