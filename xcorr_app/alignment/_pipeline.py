@@ -55,7 +55,8 @@ class Measurer:
         self.plan = "phase" if normalization == "phase" else plan
         self._surfaces = None  # GPU: the run's GpuSurfaces
 
-    def _plan(self, ref, mov, form):
+    def choose_plan(self, ref, mov, form):
+        """The run's correlation plan, chosen on the first batch and kept."""
         if self.plan is None:
             if self.unbounded:
                 self.plan = Plan("fft")  # without a bound: FFT
@@ -82,7 +83,7 @@ class Measurer:
         else:
             form = "n_to_mn" if ref.ndim == 3 else "one_to_many"
             right = mov[:, None] if form == "n_to_mn" else mov
-            plan = self._plan(ref, right, form)
+            plan = self.choose_plan(ref, right, form)
 
             def correlate():
                 c = cross_correlate(ref, right, form, self.bound, method=plan, device=self.dev)
@@ -140,8 +141,9 @@ def shared_plan(opts, xp, frame_shape, chunk_frames, reference):
     n = max(1, int(chunk_frames))
     if opts.previous:  # n_to_mn: one reference per frame
         ref = xp.zeros((n, *frame_shape), xp.float32)
-        return measure._plan(ref, xp.zeros((n, 1, *frame_shape), xp.float32), "n_to_mn")
-    return measure._plan(reference[0], xp.zeros((n, *frame_shape), xp.float32), "one_to_many")
+        return measure.choose_plan(ref, xp.zeros((n, 1, *frame_shape), xp.float32), "n_to_mn")
+    return measure.choose_plan(reference[0], xp.zeros((n, *frame_shape), xp.float32),
+                               "one_to_many")
 
 
 def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0, stop=None,
