@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import InputError
 from ._options import fft_reference
 
 #: columns of the per-frame result block copied back from the device once per chunk
@@ -140,7 +141,7 @@ class AlignResult:
 
         target = self.source if stack_or_path is None else stack_or_path
         if target is None:
-            raise ValueError("this result does not know its input; pass the stack or path")
+            raise InputError("this result does not know its input; pass the stack or path")
         kwargs.setdefault("channel", self.settings.get("channel"))
         return apply_shifts(target, self.shifts, **kwargs)
 

@@ -110,7 +110,7 @@ class FrameSource:
             raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
                              f"{self.n_frames} frames")
         if out is not None and out.shape != (stop - start, *self.frame_shape):
-            raise ValueError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
+            raise InputError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
         if start == stop:
             return np.empty((0, *self.frame_shape), self.dtype) if out is None else out
         pieces = []
@@ -324,7 +324,7 @@ class FrameRange:
 
     def __init__(self, src, start: int, stop: int):
         if not 0 <= start <= stop <= src.n_frames:
-            raise ValueError(f"frames {start}:{stop} out of range for {src.n_frames} frames")
+            raise InputError(f"frames {start}:{stop} out of range for {src.n_frames} frames")
         self.src, self.start, self.stop = src, int(start), int(stop)
         self.n_frames = self.stop - self.start
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
