@@ -7,7 +7,7 @@ import sys
 import cupy as cp
 import numpy as np
 
-from xcorr_app.alignment._pipeline import _Measurer
+from xcorr_app.alignment._pipeline import Measurer
 from xcorr_app.registration._fft_register import fft_shifts
 from xcorr_app.registration._normalize import zncc
 from xcorr_app.registration._peaks import find_shifts
@@ -24,7 +24,7 @@ p = prepare(raw, cp, pre)
 ref = p.frames[0]
 ref_fft = cp.fft.fft2(p.raw[0])
 for ms in ((16, 16), None):
-    m = _Measurer(cp, (size, size), ms, "zncc", "gaussian", 20)
+    m = Measurer(cp, (size, size), ms, "zncc", "gaussian", 20)
     m(ref, p.frames)
     bound = m.bound
     corr = cross_correlate(ref, p.frames, "one_to_many", bound, method=m.plan)

@@ -12,7 +12,7 @@ import numpy as np
 import tifffile
 
 from xcorr_app import align
-from xcorr_app.distributed._multi_gpu import frame_ranges
+from xcorr_app.streaming import frame_ranges
 
 path = sys.argv[1]
 with tifffile.TiffFile(path) as tf:
@@ -66,7 +66,7 @@ def timed(label, stack, **kw):
     print(f"align {label}: median {np.median(ts):.3f} s ({min(ts):.3f}-{max(ts):.3f})", flush=True)
 
 
-import xcorr_app.alignment._pipeline as _as  # noqa: E402
+import xcorr_app.alignment._gpus as _as  # noqa: E402  (where align_on_gpus calls it)
 
 _orig = _as.measure_frames
 spans = []

@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 
-from .errors import XcorrError
+from .errors import InputError, XcorrError
 
 DEVICES = ("auto", "gpu", "cpu")
 
@@ -62,6 +62,22 @@ def gpu_unavailable_reason() -> str:
     return "" if ok else reason
 
 
+def device_free_bytes(xp):
+    """Bytes the current device can still allocate (free memory plus CuPy's pool's free
+    blocks); ``None`` for NumPy (no cap on the host).
+
+    Examples
+    --------
+    >>> device_free_bytes(np) is None
+    True
+    """
+    if xp is np:
+        return None
+    free, _ = xp.cuda.runtime.memGetInfo()
+    pool = xp.get_default_memory_pool()
+    return free + pool.free_bytes()
+
+
 _warned_fallback = False
 
 
@@ -70,12 +86,14 @@ def resolve_device(device: str = "auto") -> str:
 
     Raises
     ------
+    InputError
+        For an unknown name.
     XcorrError
-        For an unknown name, or ``"gpu"`` without a usable GPU.
+        For ``"gpu"`` without a usable GPU.
     """
     global _warned_fallback
     if device not in DEVICES:
-        raise XcorrError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
+        raise InputError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
     if device == "cpu":
         return "cpu"
     ok, reason = _probe_gpu()
@@ -121,7 +139,7 @@ def compute_device(*arrays, device: str = "auto") -> str:
     """Where to compute for these inputs: CuPy inputs force ``"gpu"``, otherwise ``device``."""
     if any(is_cupy_array(a) for a in arrays):
         if device == "cpu":
-            raise XcorrError("device='cpu' was given CuPy arrays; pass NumPy arrays (cupy.asnumpy)")
+            raise InputError("device='cpu' was given CuPy arrays; pass NumPy arrays (cupy.asnumpy)")
         return "gpu"
     return resolve_device(device)
 

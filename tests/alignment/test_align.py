@@ -5,7 +5,7 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align, estimate_shifts
-from xcorr_app.alignment._pipeline import _agree
+from xcorr_app.alignment._result import agreement
 from xcorr_app.errors import XcorrError
 
 from sample_paths import SAMPLES, folder_path, stack_path, truth
@@ -126,5 +126,5 @@ def test_agreement_rule():
     fft = np.array([[2.52, 0.0], [3.0, 0.0], [5.0, 0.0], [-20.0, 0.0]])
     fft_int = np.array([[3, 0], [3, 0], [5, 0], [-20, 0]])
     # half-pixel tie agrees; a whole-pixel difference does not; FFT outside the bound agrees
-    assert _agree(sh, fft, fft_int, (10, 10)).tolist() == [True, False, True, True]
-    assert _agree(sh, fft, fft_int, None).tolist() == [True, False, True, False]
+    assert agreement(sh, fft, fft_int, (10, 10)).tolist() == [True, False, True, True]
+    assert agreement(sh, fft, fft_int, None).tolist() == [True, False, True, False]

@@ -9,10 +9,10 @@ import tifffile
 from synthetic import drift_stack, write_stack
 from xcorr_app import align, apply_shifts
 from xcorr_app.alignment._result import interpolate_flagged
-from xcorr_app.alignment._pipeline import common_area
+from xcorr_app.alignment._apply import common_area
 from xcorr_app.errors import XcorrError
-from xcorr_app.alignment._memory_budget import parse_memory
-from xcorr_app.io._prefetch import ChunkPrefetcher
+from xcorr_app.streaming import parse_memory
+from xcorr_app.streaming import ChunkPrefetcher
 from xcorr_app.io._reader import ArraySource, open_stack
 from xcorr_app.alignment._warp import shift_frames
 

@@ -8,8 +8,9 @@ import tifffile
 from sample_paths import folder_path, stack_path
 from synthetic import drift_stack, write_stack
 from xcorr_app import align
-from xcorr_app.alignment._pipeline import AlignOptions, measure_frames, prepared_reference
-from xcorr_app.distributed._multi_gpu import frame_ranges
+from xcorr_app.alignment._options import AlignOptions
+from xcorr_app.alignment._pipeline import measure_frames, prepared_reference
+from xcorr_app.streaming import frame_ranges
 from xcorr_app.io._reader import ArraySource, FrameRange, open_source
 
 
@@ -98,7 +99,7 @@ def test_map_chunks_over_gpus_keeps_frame_order(rng):
     import cupy
 
     from xcorr_app.filters._api import gaussian
-    from xcorr_app.distributed._multi_gpu import map_chunks
+    from xcorr_app.streaming import map_chunks
 
     stack = rng.random((23, 33, 65)).astype(np.float32)
     seen = []
@@ -107,7 +108,7 @@ def test_map_chunks_over_gpus_keeps_frame_order(rng):
         seen.append(cupy.cuda.Device().id)
         return gaussian(frames, 1.5) + start
 
-    out = list(map_chunks(lambda: ArraySource(stack), "all", 4, fn))
+    out = list(map_chunks(lambda: ArraySource(stack), 4, fn, gpus="all"))
     assert [a for a, _ in out] == list(range(0, 23, 4))
     want = gaussian(stack, 1.5)
     for a, got in out:

@@ -4,7 +4,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from xcorr_app.alignment._pipeline import NORMALIZATIONS, SUBPIXEL
+from xcorr_app.alignment._options import NORMALIZATIONS, SUBPIXEL
 from xcorr_app.alignment._warp import RESAMPLE
 from xcorr_app.cli._main import cli
 from xcorr_app.cli._options import MAX_SHIFT, MEMORY, PREFILTER

@@ -1,6 +1,7 @@
 """xcorr_app.distributed._dask on a local cluster of 2 worker processes: the same shifts and filtered frames
 as one process, also when a worker dies in the middle of a run."""
 
+import importlib
 import os
 
 import numpy as np
@@ -81,7 +82,7 @@ def test_filter_on_two_workers_equals_one_process(client, kernel):
 
 
 def test_apply_shifts_on_two_workers_equals_one_process(client):
-    from xcorr_app.alignment._pipeline import apply_shifts
+    from xcorr_app.alignment import apply_shifts
 
     path = stack_path("cell")
     shifts = align(path, max_shift=10, device="cpu").shifts
@@ -220,15 +221,16 @@ def test_first_failed_task_stops_the_run(client, tmp_path):
 
 def test_large_tasks_work_a_chunk_at_a_time(tmp_path, monkeypatch):
     """Tasks of 40 frames filter and shift 16 frames at a time; the output is the same."""
-    from xcorr_app.alignment._pipeline import apply_shifts
+    from xcorr_app.alignment import apply_shifts
     from xcorr_app.filters._api import parse_kernel_spec
 
     stack = np.tile(tifffile.imread(stack_path("moon")), (4, 1, 1))
     path = tmp_path / "moon48.tif"
     tifffile.imwrite(path, stack)
     calls = []
-    real = xdask._in_chunks
-    monkeypatch.setattr(xdask, "_in_chunks", lambda a, b, c, fn: calls.append((a, b, c))
+    tasks = importlib.import_module("xcorr_app.distributed._dask_tasks")
+    real = tasks._in_chunks
+    monkeypatch.setattr(tasks, "_in_chunks", lambda a, b, c, fn: calls.append((a, b, c))
                         or real(a, b, c, fn))
     got = xdask.filter(path, "dog:1,3", device="cpu", task_frames=40).compute(scheduler="sync")
     want = parse_kernel_spec("dog:1,3")(stack, "reflect", 0.0).astype(np.float32)
@@ -238,4 +240,4 @@ def test_large_tasks_work_a_chunk_at_a_time(tmp_path, monkeypatch):
         scheduler="sync")
     want = np.concatenate([c for _, c in apply_shifts(path, shifts, device="cpu")])
     np.testing.assert_array_equal(got, want)
-    assert (0, 40, xdask.CHUNK_FRAMES) in calls
+    assert (0, 40, tasks.CHUNK_FRAMES) in calls

@@ -157,3 +157,29 @@ def test_tiff_stack_writer_checks_frames(tmp_path):
     with pytest.raises(ValueError, match="2 frames written .*expected 3"):
         writer.close()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("dtype, channels", [(np.uint16, 1), (np.float64, 1), (np.uint8, 3),
+                                             (np.float32, 2)])
+def test_tiff_stack_writer_reads_back_as_an_imagej_hyperstack(tmp_path, dtype, channels):
+    """Frames, axes, pixel type and the ImageJ metadata as tifffile reads them back: a (T, Y, X)
+    stack, or with ``channels`` a (T, C, Y, X) hyperstack; ImageJ types kept, others float32."""
+    rng = np.random.default_rng(2)
+    n_t = 4
+    stack = (rng.random((n_t * channels, 6, 7)) * 200).astype(dtype)
+    path = tmp_path / "h.tif"
+    with TiffStackWriter(path, (6, 7), dtype, n_frames=len(stack), channels=channels) as w:
+        w.write(stack[:3])
+        w.write(stack[3:])
+    stored = np.float32 if np.dtype(dtype) == np.float64 else dtype
+    with tifffile.TiffFile(path) as tif:
+        series = tif.series[0]
+        assert tif.is_imagej and series.dtype == stored
+        assert series.axes == ("TYX" if channels == 1 else "TCYX")
+        want = {"ImageJ": "1.11a", "images": n_t * channels, "frames": n_t, "hyperstack": True,
+                "mode": "grayscale", **({"channels": channels} if channels > 1 else {})}
+        assert tif.imagej_metadata == want
+        got = tif.asarray()
+    np.testing.assert_array_equal(got.reshape(stack.shape), stack.astype(stored))
+    assert got.shape == ((n_t, 6, 7) if channels == 1 else (n_t, channels, 6, 7))
+

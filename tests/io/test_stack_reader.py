@@ -1,5 +1,6 @@
 """Tests of xcorr_app.io._reader: lazy TIFF input."""
 
+import contextlib
 import hashlib
 
 import numpy as np
@@ -8,6 +9,12 @@ import tifffile
 
 from xcorr_app.errors import InputError, XcorrError
 from xcorr_app.io._reader import SUPPORTED_DTYPES, natural_key, open_stack, read_image
+from xcorr_app.streaming import map_chunks
+
+
+def chunks_of(src, chunk_frames):
+    """``(start, frames)`` of an open source through the one chunk loop."""
+    return list(map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, lambda a, f: f))
 
 H, W = 6, 7
 
@@ -60,14 +67,14 @@ def test_multipage_lazy_read_and_chunks(tmp_path):
         assert len(src) == 10 and src.paths == [tmp_path / "s.tif"] and src.notes == []
         np.testing.assert_array_equal(src.read(3, 7), data[3:7])
         assert src.read(4, 4).shape == (0, H, W)
-        chunks = list(src.chunks(4))
+        chunks = chunks_of(src, 4)
         assert [start for start, _ in chunks] == [0, 4, 8]
         np.testing.assert_array_equal(np.concatenate([c for _, c in chunks]), data)
         assert src.source_name(9) == "s.tif"
         with pytest.raises(IndexError):
             src.read(8, 11)
-        with pytest.raises(XcorrError):
-            next(src.chunks(0))
+        with pytest.raises(InputError):
+            chunks_of(src, 0)
 
 
 def test_read_after_close_reopens(tmp_path):
@@ -92,7 +99,7 @@ def test_compressed_file_is_read_page_by_page(tmp_path, monkeypatch):
     with open_stack(path) as src:
         assert not src.memory_mapped
         np.testing.assert_array_equal(src.read(2, 5), data[2:5])
-        np.testing.assert_array_equal(np.concatenate([c for _, c in src.chunks(3)]), data)
+        np.testing.assert_array_equal(np.concatenate([c for _, c in chunks_of(src, 3)]), data)
     assert asked[0] == [2, 3, 4]
 
 
@@ -122,7 +129,7 @@ def test_folder_of_multipage_files_reads_across_files(tmp_path):
         assert src.n_frames == 7 and src.memory_mapped
         np.testing.assert_array_equal(src.read(2, 6), data[2:6])
         assert [src.source_name(i) for i in (2, 3, 4)] == ["a1.tif", "a2.tif", "a10.tif"]
-        np.testing.assert_array_equal(np.concatenate([c for _, c in src.chunks(2)]), data)
+        np.testing.assert_array_equal(np.concatenate([c for _, c in chunks_of(src, 2)]), data)
 
 
 @pytest.mark.parametrize("compression", [None, "zlib"])

@@ -12,7 +12,8 @@ Examples
 [[0.0, 0.0], [-2.0, 1.0]]
 """
 
-from ._pipeline import align, apply_shifts, estimate_shifts
+from ._api import align, estimate_shifts
+from ._apply import apply_shifts
 from ._result import AlignResult
 
 __all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult"]

@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import XcorrError
+from ..errors import InputError
 
 WINDOWS = ("none", "hann", "tukey")
 #: Tukey window taper fraction when ``tukey`` is given without one
@@ -54,7 +54,7 @@ def parse_prefilter(spec):
         return None
     name = str(spec).partition(":")[0]
     if name not in ("gaussian", "dog"):
-        raise XcorrError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
+        raise InputError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
     from ..filters._api import parse_kernel_spec
 
     fn = parse_kernel_spec(str(spec))
@@ -71,7 +71,7 @@ def window(spec, shape, xp):
         return None
     name, _, arg = str(spec).partition(":")
     if name not in WINDOWS[1:] or (name == "hann" and arg):
-        raise XcorrError(f"unknown window {spec!r}; use none, hann or tukey[:ALPHA]")
+        raise InputError(f"unknown window {spec!r}; use none, hann or tukey[:ALPHA]")
     alpha = 1.0
     if name == "tukey":
         try:
@@ -79,7 +79,7 @@ def window(spec, shape, xp):
         except ValueError:
             alpha = -1.0
         if not 0.0 <= alpha <= 1.0:
-            raise XcorrError(f"the Tukey window's ALPHA must be in [0, 1], got {arg!r}")
+            raise InputError(f"the Tukey window's ALPHA must be in [0, 1], got {arg!r}")
     from scipy.signal.windows import tukey
 
     h, w = shape

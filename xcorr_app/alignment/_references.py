@@ -5,7 +5,7 @@
 Examples
 --------
 >>> import numpy as np
->>> from xcorr_app.io._reader import ArraySource
+>>> from xcorr_app.io import ArraySource
 >>> src = ArraySource(np.arange(4.0)[:, None, None] * np.ones((4, 2, 3)))
 >>> float(reference_frame("mean:2", src, np, 2)[0, 0]), float(reference_frame(-1, src, np, 2)[0, 0])
 (0.5, 3.0)
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, XcorrError
+from ..errors import InputError
 
 CHOICES = "first, mean, mean:N, previous, a frame index or an image file"
 
@@ -44,11 +44,12 @@ def mean_count(reference, n_frames):
     if reference == "mean":
         return n_frames
     if not arg.isdigit() or int(arg) < 1:
-        raise XcorrError(f"reference {reference!r}: mean:N takes a number of frames >= 1")
+        raise InputError(f"reference {reference!r}: mean:N takes a number of frames >= 1")
     return min(int(arg), n_frames)
 
 
-def _index(reference):
+def reference_index(reference):
+    """The frame index a reference spec names (an int or a string of digits), else ``None``."""
     if isinstance(reference, (int, np.integer)):
         return int(reference)
     if isinstance(reference, str) and reference.lstrip("-").isdigit():
@@ -58,10 +59,10 @@ def _index(reference):
 
 def reference_frame(reference, src, xp, chunk_frames, channel=None):
     """The reference image (on ``xp``'s device) for every choice but ``previous``."""
-    idx = _index(reference)
+    idx = reference_index(reference)
     if idx is not None:
         if not -src.n_frames <= idx < src.n_frames:
-            raise XcorrError(f"reference index {idx} is out of range for {src.n_frames} frames")
+            raise InputError(f"reference index {idx} is out of range for {src.n_frames} frames")
         idx %= src.n_frames
         return xp.asarray(src.read(idx, idx + 1)[0])
     if isinstance(reference, str) and reference == "first":
@@ -71,8 +72,8 @@ def reference_frame(reference, src, xp, chunk_frames, channel=None):
         return mean_frame(src, xp, chunk_frames, count)
     if isinstance(reference, (str, Path)):
         if not Path(reference).exists():
-            raise XcorrError(f"unknown reference {reference!r} (no such file): use {CHOICES}")
-        from ..io._reader import read_image
+            raise InputError(f"unknown reference {reference!r} (no such file): use {CHOICES}")
+        from ..io import read_image
 
         img = read_image(reference, channel=channel)
         if tuple(img.shape) != tuple(src.frame_shape):

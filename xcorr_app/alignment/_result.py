@@ -14,6 +14,14 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import InputError
+from ._options import fft_reference
+
+#: columns of the per-frame result block copied back from the device once per chunk
+COLUMNS = ("dy", "dx", "peak", "confidence", "constant", "finite", "fft_dy", "fft_dx",
+            "fft_iy", "fft_ix")
+COLUMN = {name: i for i, name in enumerate(COLUMNS)}
+
 CSV_COLUMNS = ("frame", "source", "dy", "dx", "peak", "confidence", "low_confidence",
                "fft_dy", "fft_dx", "agree")
 
@@ -129,10 +137,65 @@ class AlignResult:
     def apply(self, stack_or_path=None, **kwargs):
         """The aligned frames: :func:`xcorr_app.apply_shifts` with these shifts, on the input
         of the run unless another stack is given; yields ``(start, chunk)``."""
-        from ._pipeline import apply_shifts
+        from ._apply import apply_shifts
 
         target = self.source if stack_or_path is None else stack_or_path
         if target is None:
-            raise ValueError("this result does not know its input; pass the stack or path")
+            raise InputError("this result does not know its input; pass the stack or path")
         kwargs.setdefault("channel", self.settings.get("channel"))
         return apply_shifts(target, self.shifts, **kwargs)
+
+
+def agreement(shifts, fft_shifts_, fft_int, max_shift):
+    """Integer peaks match (up to a half-pixel tie), or the FFT peak lies outside the bound.
+
+    A tie: the true shift lies near ``x.5`` so the two integer peaks differ by one while the
+    subpixel estimates are within half a pixel of each other.
+    """
+    main_int = np.round(shifts)
+    diff = np.abs(main_int - fft_int)
+    same = (diff == 0).all(axis=1)
+    same |= (diff <= 1).all(axis=1) & (np.abs(shifts - fft_shifts_) < 0.5).all(axis=1)
+    if max_shift is not None:
+        same |= (np.abs(fft_int) > np.asarray(max_shift)).any(axis=1)
+    return same
+
+def _accumulate(steps, const):
+    """Frame-to-frame steps -> shifts against the first frame; a constant frame (or one after
+    a constant frame) contributes no step."""
+    const_step = const | np.roll(const, 1)
+    const_step[0] = const[0]
+    steps = np.where(const_step[:, None] | np.isnan(steps), 0.0, steps)
+    steps[0] = 0.0
+    return np.cumsum(steps, axis=0)
+
+def result_from_table(opts, table, sources, settings, plan, source=None):
+    """The :class:`AlignResult` of a run's full table: agreement, accumulation of ``previous``
+    steps, constant frames, low-confidence flags and interpolation."""
+    c = COLUMN
+    n = len(table)
+    shifts = table[:, c["dy"]:c["dx"] + 1]
+    peak, conf = table[:, c["peak"]], table[:, c["confidence"]]
+    const = table[:, c["constant"]] == 1
+    fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
+    agree = agreement(shifts, fft_sh, fft_int, opts.max_shift) if opts.verify else np.zeros(n, bool)
+    if opts.previous:
+        shifts, fft_sh = _accumulate(shifts, const), _accumulate(fft_sh, const)
+    shifts[const] = np.nan
+    conf[const] = 0.0
+    agree[const] = False
+    low = np.zeros(n, bool) if opts.min_confidence is None else \
+        (conf < opts.min_confidence) & ~const
+    if opts.interpolate_low:
+        shifts = interpolate_flagged(shifts, low)
+    ref = opts.reference
+    settings = {"reference": str(ref) if not hasattr(ref, "shape") else "array",
+                "max_shift": list(opts.max_shift) if opts.max_shift else None,
+                "normalization": opts.normalization, "prefilter": opts.prefilter or "none",
+                "window": opts.window or "none", "subpixel": opts.subpixel,
+                "upsample": opts.upsample, "verify": opts.verify,
+                "fft_reference": fft_reference(opts.normalization)[1] if opts.verify else None,
+                "min_confidence": opts.min_confidence, "interpolate_low": opts.interpolate_low,
+                "channel": opts.channel, "features": opts.features, **settings}
+    return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low,
+                       str(plan) if plan is not None else "", source)

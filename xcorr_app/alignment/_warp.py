@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import array_module_of, to_xp
-from ..errors import XcorrError
+from ..errors import InputError
 
 
 RESAMPLE = ("bilinear", "fourier")
@@ -41,7 +41,7 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
     (N, H, W) float32 ndarray of the module of ``frames``.
     """
     if method not in RESAMPLE:
-        raise XcorrError(f"unknown resampling {method!r}; use bilinear or fourier")
+        raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
     xp = array_module_of(frames)
     frames = frames.astype(xp.float32, copy=False)
     shifts = xp.nan_to_num(to_xp(shifts, xp).astype(xp.float64), nan=0.0)

@@ -72,7 +72,7 @@ def _timed(fn):
 
 def _align_kwargs(extra, max_memory):
     """``align()`` keywords: the row's, plus ``max_memory`` where ``align`` takes it."""
-    from ..alignment._pipeline import align
+    from ..alignment._api import align
 
     kw = {"device": "gpu", **extra}
     if max_memory is not None and "max_memory" in inspect.signature(align).parameters:
@@ -82,7 +82,7 @@ def _align_kwargs(extra, max_memory):
 
 def _align_chunk_limit():
     """The default ``chunk_frames`` of ``align()`` (the most frames of a chunk), or None."""
-    from ..alignment._pipeline import align
+    from ..alignment._api import align
 
     p = inspect.signature(align).parameters.get("chunk_frames")
     return p.default if p is not None and isinstance(p.default, int) else None
@@ -107,7 +107,7 @@ def warm_align(path, n, kwargs) -> str:
     chunk's; on the whole file when the chunking cannot be known.  Returns the note."""
     import tifffile
 
-    from ..alignment._pipeline import align
+    from ..alignment._api import align
 
     limit = _align_chunk_limit() if "chunk_frames" not in kwargs else kwargs["chunk_frames"]
     if limit is None:
@@ -212,7 +212,7 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> lis
     list of dict
         The rows of :func:`make_row`, summarised (:func:`summarise`), in table order.
     """
-    from ..alignment._pipeline import align
+    from ..alignment._api import align
 
     n = stack.n_frames
     frame_bytes = stack.shape[0] * stack.shape[1] * 2
@@ -321,7 +321,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     if not backend.gpu_available():
         raise XcorrError(f"xcorr bench align needs a GPU: {backend.gpu_unavailable_reason()}")
     if gpus is not None:
-        from ..distributed._multi_gpu import parse_gpus
+        from ..streaming import parse_gpus
 
         gpus = parse_gpus(gpus)
     if json_path is not None:

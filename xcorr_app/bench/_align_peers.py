@@ -114,7 +114,7 @@ def read_memmap_parallel(path, readers, chunk_frames=READ_CHUNK) -> int:
     range of frames (as ``--gpus`` reads: one reader per GPU); returns the frames read."""
     import tifffile
 
-    from ..distributed._multi_gpu import frame_ranges
+    from ..streaming import frame_ranges
 
     mm = tifffile.memmap(path, mode="r")
     mm = mm.reshape((-1, *mm.shape[-2:]))

@@ -123,7 +123,7 @@ def align(path, **options):
 def _check(o):
     """Check every option before a cluster starts or an output folder is made; resolve the
     device (``o.dev``); open the input once.  Returns ``(frame_shape, itemsize, n_frames)``."""
-    from ..alignment._pipeline import AlignOptions
+    from ..alignment._options import AlignOptions
     from ..alignment._references import mean_count
     from ..io._reader import open_stack
 
@@ -144,7 +144,7 @@ def _check(o):
 
 def _measure(o, client, gpu_ids, n, frame_gb):
     """The shifts of every frame: on a Dask cluster, on ``--gpus``, or on ``o.dev``."""
-    from ..alignment._pipeline import align as run_align
+    from ..alignment._api import align as run_align
 
     options = dict(max_shift=o.max_shift, normalization=o.normalization, subpixel=o.subpixel,
                    upsample=o.upsample, prefilter=o.prefilter, window=o.window,
@@ -163,7 +163,7 @@ def _measure(o, client, gpu_ids, n, frame_gb):
 
 def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
-    from ..alignment._pipeline import apply_shifts, common_area
+    from ..alignment._apply import apply_shifts, common_area
     from ..io._writer import TiffStackWriter
 
     box = common_area(res.shifts, shape) if o.crop else (0, shape[0], 0, shape[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -85,18 +86,16 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
 
 
-# chunk loop: replaced by xcorr_app.streaming.map_chunks at merge
 def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
     """``(start, filtered chunk)`` of every chunk of ``src``: on ``--gpus`` or on ``dev``."""
-    from ..io._reader import open_stack
+    from ..io import open_stack
+    from ..streaming import map_chunks
 
     if gpu_ids is not None:
-        from ..distributed._multi_gpu import map_chunks
-
-        return map_chunks(lambda: open_stack(path, channel=channel), gpu_ids, chunk_frames,
-                          filtered)
-    xp = backend.xp_for(dev)
-    return ((a, filtered(a, xp.asarray(c))) for a, c in src.chunks(chunk_frames))
+        return map_chunks(lambda: open_stack(path, channel=channel), chunk_frames, filtered,
+                          gpus=gpu_ids)
+    return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, filtered,
+                      xp=backend.xp_for(dev))
 
 
 def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet, scale):
@@ -135,18 +134,15 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
 
 
-# chunk loop: replaced by xcorr_app.streaming.map_chunks at merge
 def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):
     """``(start, fn(chunk))`` of every ``(n, C, H, W)`` chunk of ``src``: on ``--gpus`` or on
     ``dev``."""
-    from ..io._reader import ChannelStack
+    from ..io import ChannelStack
+    from ..streaming import map_chunks
 
     if gpu_ids is not None:
-        from ..distributed._multi_gpu import map_chunks
-
-        return map_chunks(lambda: ChannelStack(path), gpu_ids, chunk_frames,
-                          lambda _, f: backend.to_numpy(fn(f.astype("float32"))))
+        return map_chunks(lambda: ChannelStack(path), chunk_frames,
+                          lambda _, f: fn(f.astype("float32")), gpus=gpu_ids)
     xp = backend.xp_for(dev)
-    return ((a, backend.to_numpy(fn(xp.asarray(src.read(a, min(a + chunk_frames, src.n_frames)))
-                                    .astype(xp.float32))))
-            for a in range(0, src.n_frames, chunk_frames))
+    return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames,
+                      lambda _, f: fn(f.astype(xp.float32)), xp=xp)

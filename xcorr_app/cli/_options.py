@@ -25,7 +25,7 @@ import click
 from .. import backend
 from ..errors import InputError, XcorrError
 # the choices of the command line, from their one home each
-from ..alignment._pipeline import NORMALIZATIONS, SUBPIXEL
+from ..alignment._options import NORMALIZATIONS, SUBPIXEL
 from ..alignment._preprocess import WINDOWS
 from ..alignment._warp import RESAMPLE
 from ..filters._api import MODES
@@ -68,7 +68,7 @@ class MemoryType(click.ParamType):
         return "SIZE"
 
     def convert(self, value, param, ctx):
-        from ..alignment._memory_budget import parse_memory
+        from ..streaming import parse_memory
 
         if value is not None:
             parse_memory(value)  # a bad size fails before anything is read
@@ -170,7 +170,7 @@ def scale_out(gpus, workers, scheduler, device):
     if gpus is not None:
         if device == "cpu":
             raise XcorrError("--gpus runs on GPUs; drop --device cpu")
-        from ..distributed._multi_gpu import parse_gpus
+        from ..streaming import parse_gpus
 
         yield None, parse_gpus(gpus)
         return

@@ -1,9 +1,10 @@
 """Alignment and filtering on a Dask cluster (``pip install 'xcorr-app[dask]'``).
 
-The single-GPU chunk functions of :mod:`xcorr_app.alignment._pipeline` and :mod:`xcorr_app.filters._api`
-are mapped over ranges of frames, one Dask task each.  A TIFF path is never read by the
-client beyond its header: every task opens the file and reads its own frames, so a stack
-larger than one machine's memory is shared out.  A dask array is used block by block (whole
+The single-GPU chunk functions of :mod:`xcorr_app.alignment._pipeline` and
+:mod:`xcorr_app.filters._api` are mapped over ranges of frames, one Dask task each
+(:mod:`xcorr_app.distributed._dask_tasks`: what runs on a worker; this module: the client).
+A TIFF path is never read by the client beyond its header: every task opens the file and reads
+its own frames, so a stack larger than one machine's memory is shared out.  A dask array is used block by block (whole
 frames per block).  The reference is prepared and the correlation plan chosen once, in one
 task, and that task's result is shared by every measuring task; ``reference="mean"`` is summed
 by the tasks and added up in frame order.  Every frame is measured as a single-process run
@@ -30,20 +31,18 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
-import os
 from pathlib import Path
 
 import numpy as np
 
 from .. import backend
-from ..errors import XcorrError
-from ..io._reader import OffsetFrames
-
+from ..errors import InputError, XcorrError
+from ..streaming import chunk_bounds
+from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, filter_task, frame_sum,
+                          mean_of_sums, measure_task, read_frame, reference_task, shift_task)
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path
 TASK_FRAMES = 128
-#: frames a filter, shift or channel task sends to its device at once
-CHUNK_FRAMES = 16
 
 
 def _require_dask():
@@ -54,93 +53,8 @@ def _require_dask():
 
 
 def is_dask_array(a) -> bool:
+    """True for a dask array (without importing Dask)."""
     return type(a).__module__.startswith("dask.array")
-
-
-# ----------------------------------------------------------------------------- on a worker
-
-#: set in the worker processes that :func:`local_client` starts on a plain LocalCluster: worker
-#: ``k`` then uses GPU ``k mod count`` (dask-cuda's workers see their own GPU as device 0)
-WORKER_GPU_ENV = "XCORR_WORKER_GPU_BY_NAME"
-
-
-@contextlib.contextmanager
-def _on_device(device, source=None):
-    """``xp`` of the task's device; on a GPU worker, the current device is the worker's GPU, or
-    the GPU that holds the task's CuPy block."""
-    dev = backend.resolve_device(device)
-    xp = backend.xp_for(dev)
-    if xp is np:
-        yield xp
-        return
-    block = None if source is None or isinstance(source[0], str) else source[0]
-    gpu = block.device.id if backend.is_cupy_array(block) else _worker_gpu(xp)
-    with xp.cuda.Device(gpu):
-        yield xp
-
-
-def _worker_gpu(cp) -> int:
-    """GPU ``name mod count`` on a worker of :func:`local_client`'s LocalCluster; the current
-    device anywhere else (dask-cuda workers, other clusters, no worker)."""
-    if not os.environ.get(WORKER_GPU_ENV):
-        return cp.cuda.Device().id
-    try:
-        from distributed import get_worker
-
-        name = get_worker().name
-    except (ImportError, ValueError):  # not in a worker
-        return cp.cuda.Device().id
-    count = cp.cuda.runtime.getDeviceCount()
-    return int(name) % count if str(name).lstrip("-").isdigit() else cp.cuda.Device().id
-
-
-class _Block:
-    """Frames ``offset:offset + len(frames)`` of an ``n_frames`` stack held in memory (one
-    block of a dask array, with the frame before it for ``reference="previous"``)."""
-
-    def __init__(self, frames, offset, n_frames):
-        self.frames, self.offset, self.n_frames = frames, int(offset), int(n_frames)
-        self.frame_shape, self.dtype = tuple(frames.shape[1:]), np.dtype(frames.dtype)
-        self.notes, self.paths = [], []
-        # a CuPy block is used where it is (no copy through the host)
-        self.stack = OffsetFrames(frames, self.offset) if backend.is_cupy_array(frames) else None
-
-    def source_name(self, i):
-        return "array"
-
-    def read(self, start, stop, out=None):
-        frames = self.frames[start - self.offset:stop - self.offset]
-        if out is None:
-            return frames
-        out[...] = frames
-        return out
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-
-def _channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAMES):
-    """Frames ``start:stop`` of every channel through a bank or a mix: (n, F, H, W)."""
-    from ..filters._banks import channel_filter
-    from ..io._reader import ChannelStack
-
-    with _on_device(device) as xp, ChannelStack(path) as src:
-        _, fn = channel_filter(bank, mix, src.n_channels)
-        return _in_chunks(start, stop, chunk_frames, lambda a, b: backend.to_numpy(
-            fn(xp.asarray(src.read(a, b)).astype(xp.float32))))
-
-
-def _channels_block(block, bank, mix, device):
-    from ..filters._banks import channel_filter
-
-    with _on_device(device, (block,)) as xp:
-        _, fn = channel_filter(bank, mix, block.shape[1])
-        out = fn(xp.asarray(block).astype(xp.float32))
-        return out if backend.is_cupy_array(block) else backend.to_numpy(out)
-
 
 def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_frames=None):
     """A bank (``xcorr filter --bank``) or a mix (``--mix``) over every channel, as a lazy
@@ -151,128 +65,24 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
     from dask import delayed
 
     from ..filters._banks import channel_filter
-    from ..io._reader import ChannelStack
+    from ..io import ChannelStack
 
     if isinstance(stack_or_path, (str, Path)):
         with ChannelStack(stack_or_path) as src:  # the header only
             n, shape, channels = src.n_frames, src.frame_shape, src.n_channels
         n_out, _ = channel_filter(bank, mix, channels)
         step = max(1, int(task_frames or TASK_FRAMES))
-        blocks = [da.from_delayed(delayed(_channels_task)(stack_or_path, a, min(a + step, n),
-                                                          bank, mix, device),
-                                  shape=(min(a + step, n) - a, n_out, *shape), dtype=np.float32)
-                  for a in range(0, n, step)]
+        blocks = [da.from_delayed(delayed(channels_task)(stack_or_path, a, b, bank, mix, device),
+                                  shape=(b - a, n_out, *shape), dtype=np.float32)
+                  for a, b in chunk_bounds(0, n, step)]
         return da.concatenate(blocks, axis=0)
     arr = stack_or_path if is_dask_array(stack_or_path) else da.from_array(stack_or_path)
     if arr.ndim != 4:
-        raise XcorrError(f"a multi-channel stack must be (N, C, H, W), got shape {arr.shape}")
+        raise InputError(f"a multi-channel stack must be (N, C, H, W), got shape {arr.shape}")
     n_out, _ = channel_filter(bank, mix, arr.shape[1])
     arr = arr.rechunk((task_frames or arr.chunks[0], -1, -1, -1))
-    return arr.map_blocks(_channels_block, bank, mix, device, dtype=np.float32,
+    return arr.map_blocks(channels_block, bank, mix, device, dtype=np.float32,
                           chunks=(arr.chunks[0], (n_out,), (arr.shape[2],), (arr.shape[3],)))
-
-
-def _open(source, start, xp=np):
-    """The frame source of a task: a path (opened by the task) or ``(block, frame before,
-    frames in all)``; a CuPy block stays on the GPU when the task runs there (``xp``)."""
-    from ..io._reader import open_source
-
-    if isinstance(source[0], str):  # ("path", path, channel)
-        return open_source(source[1], source[2])
-    block, before, n = source
-    bxp = np if xp is np else backend.array_module_of(block)
-    block = backend.to_xp(block, bxp)
-    if before is not None:
-        return _Block(bxp.concatenate([backend.to_xp(before, bxp)[None], block]), start - 1, n)
-    return _Block(block, start, n)
-
-
-def _like_block(result, source):
-    """A task's result: CuPy where its input block was CuPy, NumPy otherwise."""
-    if not isinstance(source[0], str) and backend.is_cupy_array(source[0]):
-        return result
-    return backend.to_numpy(result)
-
-
-def _chunk(opts, src, xp, chunk_frames, budget):
-    from ..alignment._pipeline import _device_free_bytes
-    from ..alignment._memory_budget import chunk_frames_for
-
-    return chunk_frames_for(src.frame_shape, src.dtype.itemsize,
-                            opts.surface_shape(src.frame_shape), budget=budget,
-                            limit=chunk_frames, device_free=_device_free_bytes(xp))
-
-
-def _frame_sum(source, start, stop, chunk_frames=16):
-    """float64 sum of frames ``start:stop`` (a part of ``reference="mean"``), read a few frames
-    at a time."""
-    with _open(source, start) as src:
-        acc = np.zeros(src.frame_shape, np.float64)
-        for a in range(start, stop, chunk_frames):
-            acc += np.asarray(src.read(a, min(a + chunk_frames, stop)), np.float64).sum(axis=0)
-        return acc
-
-
-def _mean(sums, n):
-    acc = np.zeros_like(sums[0])
-    for s in sums:  # in frame order, as the single-process pass adds them
-        acc += s
-    return acc / n
-
-
-def _reference_task(opts, source, image, device, chunk_frames, budget):
-    """The prepared reference (host copies) and the run's plan, computed once."""
-    from ..alignment._pipeline import prepared_reference, shared_plan
-
-    with _on_device(device, source) as xp, _open(source, 0, xp) as src:
-        chunk = _chunk(opts, src, xp, chunk_frames, budget)
-        ref = prepared_reference(opts, src, xp, chunk, image=image)
-        plan = shared_plan(opts, xp, src.frame_shape, min(chunk, src.n_frames), ref)
-        return (None if ref is None else tuple(backend.to_numpy(a) for a in ref)), plan
-
-
-def _measure_task(opts, source, start, stop, reference, device, chunk_frames, budget):
-    """Rows ``start:stop`` of the run's table."""
-    from ..alignment._pipeline import measure_frames
-
-    ref, plan = reference
-    with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        table, plan = measure_frames(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget),
-                                     ref, plan=plan, start=start, stop=stop)
-        return table, str(plan) if plan is not None else ""
-
-
-def _in_chunks(start, stop, chunk_frames, fn):
-    """``fn(a, b)`` over ``start:stop`` a chunk at a time, joined along the frames: a task of
-    many frames holds one chunk of work on the device at once."""
-    parts = [fn(a, min(a + chunk_frames, stop)) for a in range(start, stop, chunk_frames)]
-    if len(parts) == 1:
-        return parts[0]
-    return backend.array_module_of(*parts).concatenate(parts)
-
-
-def _filter_task(source, start, stop, kernel, mode, cval, device, chunk_frames=CHUNK_FRAMES):
-    from ..filters._api import parse_kernel_spec
-
-    fn = parse_kernel_spec(kernel)
-    with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        return _in_chunks(start, stop, chunk_frames, lambda a, b: _like_block(
-            fn(xp.asarray(src.read(a, b)), mode, cval), source).astype(np.float32, copy=False))
-
-
-def _shift_task(source, start, stop, shifts, fill, resample, box, device,
-                chunk_frames=CHUNK_FRAMES):
-    from ..alignment._warp import shift_frames
-
-    y0, y1, x0, x1 = box
-    with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        def part(a, b):
-            frames = xp.asarray(src.read(a, b)).astype(xp.float32)
-            out = shift_frames(frames, xp.asarray(shifts[a:b]), fill=fill, method=resample)
-            return _like_block(out[:, y0:y1, x0:x1], source)
-
-        return _in_chunks(start, stop, chunk_frames, part)
-
 
 # ----------------------------------------------------------------------------- on the client
 
@@ -280,7 +90,7 @@ class _Input:
     """What the client knows of the input: size, frame names, and one source per task."""
 
     def __init__(self, stack_or_path, channel, task_frames):
-        from ..io._reader import open_source
+        from ..io import open_source
 
         _require_dask()
         if isinstance(stack_or_path, (str, Path)):
@@ -289,7 +99,7 @@ class _Input:
                 self.sources = [src.source_name(i) for i in range(self.n)]
                 self.notes = list(src.notes)
             step = max(1, int(task_frames or TASK_FRAMES))
-            self.ranges = [(a, min(a + step, self.n)) for a in range(0, self.n, step)]
+            self.ranges = chunk_bounds(0, self.n, step)
             self._path = ("path", stack_or_path, channel)
             self.array = None
             return
@@ -301,7 +111,7 @@ class _Input:
                                           if np.ndim(stack_or_path) == 3 else -1)
         arr = stack_or_path[None] if stack_or_path.ndim == 2 else stack_or_path
         if arr.ndim != 3 or 0 in arr.shape:
-            raise XcorrError(f"a stack must be (N, H, W) or one (H, W) frame, got shape "
+            raise InputError(f"a stack must be (N, H, W) or one (H, W) frame, got shape "
                              f"{stack_or_path.shape}")
         if task_frames:
             arr = arr.rechunk((int(task_frames), -1, -1))
@@ -326,35 +136,29 @@ class _Input:
 
         if self.array is not None:
             return self.array[i]
-        return delayed(_read_frame)(self._path, i)
-
-
-def _read_frame(source, i):
-    with _open(source, i) as src:
-        return np.asarray(src.read(i, i + 1)[0])
-
+        return delayed(read_frame)(self._path, i)
 
 def _reference_image(opts, inp):
     """The reference image as a delayed value, or ``None`` where the reference task reads it
     itself (a path input and a frame index, or an image file)."""
     from dask import delayed
 
-    from ..alignment._references import _index, mean_count
+    from ..alignment._references import mean_count, reference_index
 
     if opts.previous:
         return None
     ref = opts.reference
     count = mean_count(ref, inp.n)
     if count is not None:
-        parts = [delayed(_frame_sum)(inp.source(k), a, min(b, count))
+        parts = [delayed(frame_sum)(inp.source(k), a, min(b, count))
                  for k, (a, b) in enumerate(inp.ranges) if a < count]
-        return delayed(_mean)(parts, count)
+        return delayed(mean_of_sums)(parts, count)
     if inp.array is None:
         return None
-    idx = 0 if isinstance(ref, str) and ref == "first" else _index(ref)
+    idx = 0 if isinstance(ref, str) and ref == "first" else reference_index(ref)
     if idx is not None:
         if not -inp.n <= idx < inp.n:
-            raise XcorrError(f"reference index {idx} is out of range for {inp.n} frames")
+            raise InputError(f"reference index {idx} is out of range for {inp.n} frames")
         return inp.frame(idx % inp.n)
     return None  # a file or an array: read as the single-process run reads it
 
@@ -417,20 +221,20 @@ min_confidence, interpolate_low, channel, features
     _require_dask()
     from dask import delayed
 
-    from ..alignment._pipeline import (AlignOptions, check_frame_shape, result_from_table,
-                              search_range)
-    from ..alignment._memory_budget import parse_memory
+    from ..alignment._options import AlignOptions, check_frame_shape, search_range
+    from ..alignment._result import result_from_table
+    from ..streaming import parse_memory
 
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
                         window, verify, min_confidence, interpolate_low, channel, features)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
-        raise XcorrError(f"chunk_frames must be >= 1, got {chunk_frames}")
+        raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
     inp = _Input(stack_or_path, channel, task_frames)
     check_frame_shape(inp.frame_shape)
     image = _reference_image(opts, inp)
-    ref = delayed(_reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
-    tasks = [delayed(_measure_task)(opts, inp.source(k, with_before=opts.previous), a, b, ref,
+    ref = delayed(reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
+    tasks = [delayed(measure_task)(opts, inp.source(k, with_before=opts.previous), a, b, ref,
                                     device, chunk_frames, budget)
              for k, (a, b) in enumerate(inp.ranges)]
     parts = _compute(tasks, client, scheduler, [b - a for a, b in inp.ranges], progress)
@@ -470,27 +274,27 @@ def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, dev
 
     parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
     if mode not in MODES:
-        raise XcorrError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+        raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     inp = _Input(stack_or_path, channel, task_frames)
-    return _as_array(inp, _filter_task, inp.frame_shape, kernel, mode, cval, device)
+    return _as_array(inp, filter_task, inp.frame_shape, kernel, mode, cval, device)
 
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
                  crop=False, device="auto", task_frames=None):
     """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
     block of frames."""
-    from ..alignment._pipeline import common_area
+    from ..alignment._apply import common_area
 
     inp = _Input(stack_or_path, channel, task_frames)
     shifts = np.asarray(shifts, dtype=np.float64)
     if shifts.shape != (inp.n, 2):
-        raise XcorrError(f"shifts of shape {shifts.shape} do not match {inp.n} frames")
+        raise InputError(f"shifts of shape {shifts.shape} do not match {inp.n} frames")
     h, w = inp.frame_shape
     box = common_area(shifts, inp.frame_shape) if crop else (0, h, 0, w)
     from dask import delayed
 
     shared = delayed(shifts, pure=True)  # one node of the graph, sent once to each worker
-    return _as_array(inp, _shift_task, (box[1] - box[0], box[3] - box[2]), shared, fill,
+    return _as_array(inp, shift_task, (box[1] - box[0], box[3] - box[2]), shared, fill,
                      resample, box, device)
 
 
@@ -537,7 +341,7 @@ def local_client(workers=None, scheduler=None):
         return
     n = None if workers is None else int(workers)
     if n is not None and n < 1:
-        raise XcorrError(f"--workers must be >= 1, got {workers}")
+        raise InputError(f"--workers must be >= 1, got {workers}")
     cluster = None
     if backend.gpu_available():
         try:

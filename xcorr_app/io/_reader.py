@@ -2,7 +2,7 @@
 
 A stack is opened as a :class:`FrameSource`, a sequence of 2-D frames read on demand: the
 pixels of uncompressed, contiguous files are memory-mapped (read-only), and other files are
-read page by page, so only the frames asked for are ever in memory.
+read page by page (:mod:`xcorr_app.io._tiff`), so only the frames asked for are ever in memory.
 
 Frames are all the axes of a file other than Y and X, flattened in file order, except one
 channel axis (``C``, or the color samples ``S`` of an RGB file), from which ``channel`` picks
@@ -20,23 +20,19 @@ Examples
 from __future__ import annotations
 
 import bisect
-import contextlib
 import itertools
-import math
-import mmap
 import re
 from pathlib import Path
 
 import numpy as np
-import tifffile
 
 from ..backend import is_cupy_array
-from ..errors import InputError, XcorrError
+from ..errors import InputError
+from ._tiff import SUPPORTED_DTYPES, TiffFrames, plural
 
-SUPPORTED_DTYPES = tuple(
-    np.dtype(t) for t in ("uint8", "uint16", "int16", "float16", "float32", "float64")
-)
-"""Pixel types xcorr reads (anything else is refused with an :class:`InputError`)."""
+__all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "natural_key", "FrameSource", "open_stack",
+           "read_image", "ArraySource", "OffsetFrames", "FrameRange", "ChannelStack",
+           "open_source"]
 
 TIFF_SUFFIXES = (".tif", ".tiff")
 
@@ -49,163 +45,6 @@ def natural_key(name: str):
 def _list_names(names, limit=10) -> str:
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-@contextlib.contextmanager
-def _tiff_errors(path: Path):
-    """Turn a failure of tifffile (or of the memory map) into a one-line :class:`InputError`."""
-    try:
-        yield
-    except (XcorrError, MemoryError):
-        raise
-    except Exception as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(
-            f"cannot read {path} as a TIFF image ({reason}); check that it is a complete, "
-            "uncorrupted TIFF file"
-        ) from exc
-
-
-class _TiffFrames:
-    """The frames of the first image series of one TIFF file.
-
-    Opened once to learn the layout; :meth:`read` reopens it after :meth:`close`.
-    """
-
-    def __init__(self, path: Path, channel: int | None):
-        self.path = path
-        self.notes: list[str] = []
-        self._tif = None  # open tifffile.TiffFile (page-by-page reading)
-        self._mmap = None  # read-only memory map of the file
-        self._pages = None  # (n_pages, *page_shape) view into the memory map
-        try:
-            with _tiff_errors(path):
-                self._tif = tifffile.TiffFile(path)  # opens the file read-only
-                self._parse(channel)
-                self._map()
-        except BaseException:
-            self.close()
-            raise
-        self.memory_mapped = self._pages is not None
-
-    def _parse(self, channel):
-        series_list = self._tif.series
-        if not series_list:
-            raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
-        if len(series_list) > 1:
-            self.notes.append(
-                f"{self.path.name} holds {len(series_list)} image series; read only the first"
-            )
-        series = series_list[0]
-        page = series.keyframe
-        dtype = None if series.dtype is None else np.dtype(series.dtype)
-        if dtype is None or dtype not in SUPPORTED_DTYPES:  # (None == float64 in NumPy)
-            raise InputError(
-                f"{self.path} has pixel type {dtype or 'unknown'}, which xcorr cannot read; "
-                f"convert it to one of {', '.join(map(str, SUPPORTED_DTYPES))}"
-            )
-        shape, axes, page_shape = tuple(series.shape), series.axes, tuple(page.shape)
-        if 0 in shape or 0 in page_shape:
-            raise InputError(f"{self.path} holds a zero-size image (shape {shape}); "
-                             "give a file with image data")
-        n_lead = len(shape) - len(page_shape)
-        if (n_lead < 0 or shape[n_lead:] != page_shape or axes[n_lead:] != page.axes
-                or math.prod(shape[:n_lead]) != len(series)
-                or page.axes.replace("S", "") != "YX"):
-            raise InputError(
-                f"cannot interpret {self.path} as a stack of 2-D frames (axes {axes}, shape "
-                f"{shape}); save it as a stack of 2-D grayscale images"
-            )
-        channel_axes = [i for i, a in enumerate(axes) if a in "CS"]
-        if len(channel_axes) > 1:
-            raise InputError(f"{self.path} has both channels and color samples (axes {axes}); "
-                             "save one channel as a separate file")
-        n_channels = shape[channel_axes[0]] if channel_axes else 1
-        if channel is None and n_channels > 1:
-            raise InputError(
-                f"{self.path} has {n_channels} channels (axes {axes}); pass --channel with a "
-                f"number from 0 to {n_channels - 1} to pick one"
-            )
-        if channel is not None and not 0 <= channel < n_channels:
-            valid = f"0 to {n_channels - 1}" if n_channels > 1 else "0 or leave --channel out"
-            raise InputError(f"--channel {channel} is out of range: {self.path} has "
-                             f"{_plural(n_channels, 'channel')}; use {valid}")
-        self._channel = channel or 0
-        self.n_channels = n_channels
-        # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
-        self._lead_shape = (1, *shape[:n_lead])
-        self._lead_c = self._sample_axis = None
-        if channel_axes and channel_axes[0] < n_lead:
-            self._lead_c = channel_axes[0] + 1
-        elif channel_axes:
-            self._sample_axis = channel_axes[0] - n_lead  # axis within a page
-        self._frame_lead_shape = tuple(
-            n for i, n in enumerate(self._lead_shape) if i != self._lead_c)
-        self._page_shape = page_shape
-        self.n_frames = math.prod(self._frame_lead_shape)
-        self.frame_shape = tuple(n for a, n in zip(page.axes, page_shape) if a != "S")
-        self.dtype = dtype
-
-    def _map(self):
-        """Memory-map the pixels (dropping the TiffFile) when stored uncompressed in one run."""
-        series = self._tif.series[0]
-        if series.dataoffset is None or not series.keyframe.is_memmappable:
-            return
-        dtype = np.dtype(self._tif.byteorder + series.dtype.char)
-        with open(self.path, "rb") as fh:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        if len(mm) < series.dataoffset + series.size * dtype.itemsize:
-            mm.close()
-            raise InputError(f"{self.path} is truncated (the file ends before its image data); "
-                             "copy it again from the source")
-        self._mmap = mm
-        self._pages = np.frombuffer(mm, dtype, series.size, series.dataoffset).reshape(
-            (-1, *self._page_shape))
-        self._tif.close()
-        self._tif = None
-
-    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
-        if self._tif is None and self._pages is None:  # closed: reopen
-            with _tiff_errors(self.path):
-                self._tif = tifffile.TiffFile(self.path)
-                self._map()
-        if (out is not None and self._pages is not None and self._lead_c is None
-                and self._sample_axis is None):
-            with _tiff_errors(self.path):
-                np.copyto(out, self._pages[start:stop])  # one copy: memory map -> buffer
-            return out
-        frames = np.arange(start, stop)
-        pages = frames
-        if self._lead_c is not None:
-            index = list(np.unravel_index(frames, self._frame_lead_shape))
-            index.insert(self._lead_c, np.full_like(frames, self._channel))
-            pages = np.ravel_multi_index(index, self._lead_shape)
-        with _tiff_errors(self.path):
-            if self._pages is not None:
-                data = self._pages[pages]
-            else:
-                data = self._tif.asarray(key=pages.tolist(), series=0)
-                data = data.reshape((len(pages), *self._page_shape))
-        if self._sample_axis is not None:
-            data = np.take(data, self._channel, axis=self._sample_axis + 1)
-        if out is not None:
-            np.copyto(out, data)  # converts to native byte order
-            return out
-        return data.astype(self.dtype, copy=False)  # native byte order
-
-    def close(self):
-        self._pages = None
-        if self._mmap is not None:
-            with contextlib.suppress(BufferError):  # a view still alive: the GC closes it
-                self._mmap.close()
-            self._mmap = None
-        if self._tif is not None:
-            self._tif.close()
-            self._tif = None
 
 
 class FrameSource:
@@ -229,12 +68,12 @@ class FrameSource:
     Examples
     --------
     >>> with open_stack("sample_data/cell_frames") as src:
-    ...     total = sum(float(chunk.sum()) for _, chunk in src.chunks(5))
+    ...     total = float(src.read(0, 5).sum())
     >>> src.n_frames, src.source_name(1)
     (12, 'frame_2.tif')
     """
 
-    def __init__(self, parts: list[_TiffFrames], notes: list[str]):
+    def __init__(self, parts: list[TiffFrames], notes: list[str]):
         self._parts = parts
         self._open_part = None
         self.frame_shape = parts[0].frame_shape
@@ -271,7 +110,7 @@ class FrameSource:
             raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
                              f"{self.n_frames} frames")
         if out is not None and out.shape != (stop - start, *self.frame_shape):
-            raise ValueError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
+            raise InputError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
         if start == stop:
             return np.empty((0, *self.frame_shape), self.dtype) if out is None else out
         pieces = []
@@ -288,13 +127,6 @@ class FrameSource:
         if out is not None:
             return out
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-
-    def chunks(self, chunk_frames: int):
-        """Yield ``(start, frames)`` for consecutive blocks of at most ``chunk_frames`` frames."""
-        if chunk_frames < 1:
-            raise XcorrError(f"chunk size must be at least 1 frame, got {chunk_frames}")
-        for start in range(0, self.n_frames, chunk_frames):
-            yield start, self.read(start, min(start + chunk_frames, self.n_frames))
 
     def close(self) -> None:
         """Release every open file and memory map (reading again reopens them)."""
@@ -329,12 +161,12 @@ def _open_folder(folder: Path, channel: int | None) -> FrameSource:
     if not tiffs:
         raise InputError(f"folder {folder} holds no .tif or .tiff files (found "
                          f"{_list_names(skipped)}); give a folder of TIFF files")
-    notes = ([f"skipped {_plural(len(skipped), 'non-TIFF file')}: {_list_names(skipped)}"]
+    notes = ([f"skipped {plural(len(skipped), 'non-TIFF file')}: {_list_names(skipped)}"]
              if skipped else [])
-    parts: list[_TiffFrames] = []
+    parts: list[TiffFrames] = []
     try:
         for path in tiffs:
-            part = _TiffFrames(path, channel)
+            part = TiffFrames(path, channel)
             part.close()  # reopened when read: a big folder must not hold all files open
             parts.append(part)
             first = parts[0]
@@ -390,7 +222,7 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
         raise InputError(f"{path} does not exist; check the path")
     if path.is_dir():
         return _open_folder(path, channel)
-    return FrameSource([_TiffFrames(path, channel)], [])
+    return FrameSource([TiffFrames(path, channel)], [])
 
 
 def read_image(path, channel: int | None = None) -> np.ndarray:
@@ -440,10 +272,6 @@ class ArraySource:
             return self.stack[start:stop]
         out[...] = self.stack[start:stop]
         return out
-
-    def chunks(self, chunk_frames):
-        for start in range(0, self.n_frames, chunk_frames):
-            yield start, self.read(start, min(start + chunk_frames, self.n_frames))
 
     def close(self):
         pass
@@ -496,7 +324,7 @@ class FrameRange:
 
     def __init__(self, src, start: int, stop: int):
         if not 0 <= start <= stop <= src.n_frames:
-            raise ValueError(f"frames {start}:{stop} out of range for {src.n_frames} frames")
+            raise InputError(f"frames {start}:{stop} out of range for {src.n_frames} frames")
         self.src, self.start, self.stop = src, int(start), int(stop)
         self.n_frames = self.stop - self.start
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
@@ -537,6 +365,7 @@ class ChannelStack:
             self.close()
             raise
         self.n_frames, self.frame_shape = first.n_frames, first.frame_shape
+        self.item_shape = (self.n_channels, *self.frame_shape)  # one frame as read
         self.dtype, self.notes, self.paths = first.dtype, first.notes, first.paths
 
     def source_name(self, i):

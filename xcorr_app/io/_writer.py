@@ -25,7 +25,7 @@ import numpy as np
 import tifffile
 
 from ..backend import to_numpy
-from ..errors import OutputError
+from ..errors import InputError, OutputError
 
 IMAGEJ_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.float32))
 """Pixel types ImageJ reads; ImageJ outputs of other types are stored as float32."""
@@ -136,7 +136,7 @@ def write_tiff(path, stack, *, imagej: bool = True, metadata: dict | None = None
     """
     stack = np.asarray(to_numpy(stack))
     if stack.ndim not in (2, 3):
-        raise ValueError(f"write_tiff needs a 2-D image or a 3-D stack, got shape {stack.shape}")
+        raise InputError(f"write_tiff needs a 2-D image or a 3-D stack, got shape {stack.shape}")
     frames = stack.reshape((-1, *stack.shape[-2:]))
     with TiffStackWriter(path, frames.shape[1:], frames.dtype, len(frames), imagej=imagej,
                          metadata=metadata) as writer:
@@ -166,6 +166,16 @@ class TiffStackWriter:
 
     Used as a context manager, it closes on success and aborts (deletes the temporary file)
     on an exception.
+
+    Why not tifffile's own streamed write (``TiffWriter.write(iterator, shape=, dtype=)``,
+    which writes the ImageJ hyperstack description itself): it pulls the whole stack from one
+    iterator in one call, while this writer is pushed one chunk at a time by loops that do
+    other work between chunks (progress, the next chunk's computation), so bridging the two
+    needs a writer thread and a queue; ``n_frames`` may be unknown (plain TIFF); and its
+    description adds ``loop=false``, so the ImageJ metadata read back would change (tifffile
+    2026.3.3).  Pages are therefore appended one call each in contiguous mode, and the one
+    line of the description that tifffile gets wrong for appended pages (it counts them as
+    channels) is corrected on :meth:`close`.
 
     Examples
     --------
@@ -199,10 +209,10 @@ class TiffStackWriter:
         chunk = np.asarray(to_numpy(chunk))
         chunk = chunk[None] if chunk.ndim == 2 else chunk
         if chunk.shape[1:] != self.frame_shape:
-            raise ValueError(f"chunk of shape {chunk.shape} does not hold frames of shape "
+            raise InputError(f"chunk of shape {chunk.shape} does not hold frames of shape "
                              f"{self.frame_shape}")
         if self.n_frames is not None and self.n_written + len(chunk) > self.n_frames:
-            raise ValueError(f"more than the {self.n_frames} announced frames written to "
+            raise InputError(f"more than the {self.n_frames} announced frames written to "
                              f"{self.path}")
         with _os_errors(self.path):
             for frame in chunk.astype(self.dtype, copy=False):
@@ -218,7 +228,7 @@ class TiffStackWriter:
         if self.n_written == 0 or self.n_frames not in (None, self.n_written) \
                 or self.n_written % self.channels:
             self.abort()
-            raise ValueError(f"{self.n_written} frames written to {self.path}, expected "
+            raise InputError(f"{self.n_written} frames written to {self.path}, expected "
                              f"{self.n_frames or 'at least 1'}")
         try:
             with _os_errors(self.path):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import XcorrError
+from ..errors import InputError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: chunks read ahead of the one being computed (the host ring holds one more)
@@ -39,10 +39,10 @@ def parse_memory(spec) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)i?B?\s*", str(spec), re.IGNORECASE)
         if m is None:
-            raise XcorrError(f"cannot read memory size {spec!r}: use e.g. 512M, 2G or 1.5G")
+            raise InputError(f"cannot read memory size {spec!r}: use e.g. 512M, 2G or 1.5G")
         value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
     if value <= 0:
-        raise XcorrError(f"memory size must be positive, got {spec!r}")
+        raise InputError(f"memory size must be positive, got {spec!r}")
     return value
 
 
@@ -73,7 +73,7 @@ def chunk_frames_for(frame_shape, itemsize, surface_shape, *, budget=None, limit
     if budget is not None:
         fit = int(budget // (host + device))
         if fit < 1:
-            raise XcorrError(f"--max-memory {human(budget)} is too small for frames of "
+            raise InputError(f"--max-memory {human(budget)} is too small for frames of "
                              f"{frame_shape[0]}x{frame_shape[1]}: one frame needs about "
                              f"{human(host + device)}; raise it or bound the search with "
                              "--max-shift")

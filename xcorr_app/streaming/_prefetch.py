@@ -11,7 +11,7 @@ the device); the reader waits for that event before it overwrites the buffer.  S
 Examples
 --------
 >>> import numpy as np
->>> from xcorr_app.io._reader import ArraySource
+>>> from xcorr_app.io import ArraySource
 >>> src = ArraySource(np.arange(5 * 2 * 3).reshape(5, 2, 3))
 >>> with ChunkPrefetcher(src, chunk_frames=2) as chunks:
 ...     starts = []
@@ -29,6 +29,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from ._ranges import chunk_bounds
 
 _END = object()
 
@@ -50,8 +52,9 @@ class ChunkPrefetcher:
 
     Parameters
     ----------
-    src : FrameSource or ArraySource
-        Anything with ``n_frames``, ``frame_shape``, ``dtype`` and ``read(start, stop, out=)``.
+    src : FrameSource, ArraySource or ChannelStack
+        Anything with ``n_frames``, ``frame_shape``, ``dtype`` and ``read(start, stop, out=)``
+        (and ``item_shape``, the shape of one frame as read, where it is not ``frame_shape``).
     chunk_frames : int
         Frames per chunk (the last chunk may be shorter).
     depth : int
@@ -71,9 +74,11 @@ class ChunkPrefetcher:
         # memory map: one thread copies out of the page cache at about 9 GB/s, two at 16)
         self._copy_threads = max(1, int(copy_threads)) \
             if getattr(src, "concurrent_reads", False) else 1
-        n_chunks = -(-src.n_frames // self.chunk_frames)
+        n_chunks = len(chunk_bounds(0, src.n_frames, self.chunk_frames))
         n_buffers = max(1, min(depth + 1, n_chunks))
-        self._shape = (min(self.chunk_frames, src.n_frames), *src.frame_shape)
+        # what one frame of ``read`` is: (H, W), or (C, H, W) for a ChannelStack
+        item_shape = getattr(src, "item_shape", src.frame_shape)
+        self._shape = (min(self.chunk_frames, src.n_frames), *item_shape)
         self._pinned = pinned
         # allocated by the reader when first needed: page-locking takes the driver about
         # 0.5 s per GiB, which then overlaps the computation of the first chunks
@@ -110,7 +115,7 @@ class ChunkPrefetcher:
         if self._copy_threads > 1:
             pool = ThreadPoolExecutor(self._copy_threads - 1, thread_name_prefix="xcorr-copy")
         try:
-            for start in range(0, self.src.n_frames, self.chunk_frames):
+            for start, stop in chunk_bounds(0, self.src.n_frames, self.chunk_frames):
                 slot, event = self._free.get()
                 if self._stop.is_set():
                     return
@@ -118,7 +123,6 @@ class ChunkPrefetcher:
                     event.synchronize()  # its copy to the device has finished
                 if self._buffers[slot] is None:
                     self._buffers[slot] = host_buffer(self._shape, self.src.dtype, self._pinned)
-                stop = min(start + self.chunk_frames, self.src.n_frames)
                 frames = self._read(start, stop, self._buffers[slot][:stop - start], pool)
                 self._ready.put((start, frames, slot))
             self._ready.put(_END)

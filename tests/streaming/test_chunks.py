@@ -1,0 +1,73 @@
+"""xcorr_app.streaming on the CPU: the one chunk loop (map_chunks over a file, an array and a
+multi-channel file), its chunk arithmetic, and the memory budget's argument errors."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app.errors import InputError
+from xcorr_app.io import ArraySource, ChannelStack, open_stack
+from xcorr_app.streaming import chunk_bounds, frame_ranges, map_chunks, parse_memory
+
+
+@pytest.mark.parametrize("n, step", [(10, 4), (8, 4), (3, 5), (1, 1)])
+def test_chunk_bounds_cover_the_frames_once(n, step):
+    bounds = chunk_bounds(0, n, step)
+    assert [a for a, _ in bounds] == list(range(0, n, step))
+    assert bounds[-1][1] == n and all(0 < b - a <= step for a, b in bounds)
+    assert [b for _, b in bounds[:-1]] == [a for a, _ in bounds[1:]]
+
+
+def test_frame_ranges_split_evenly():
+    assert frame_ranges(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert frame_ranges(2, 4) == [(0, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("source", ["file", "array"])
+def test_map_chunks_yields_every_chunk_in_order(tmp_path, rng, source):
+    stack = rng.integers(0, 1000, (11, 6, 7)).astype(np.uint16)
+    path = tmp_path / "s.tif"
+    tifffile.imwrite(path, stack)
+    open_src = (lambda: open_stack(path)) if source == "file" else (lambda: ArraySource(stack))
+    out = list(map_chunks(open_src, 4, lambda a, f: f.astype(np.float32) + a))
+    assert [a for a, _ in out] == [0, 4, 8]
+    got = np.concatenate([r for _, r in out])
+    want = stack.astype(np.float32) + np.repeat([0, 4, 8], [4, 4, 3])[:, None, None]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_map_chunks_results_do_not_alias_the_read_buffer(tmp_path, rng):
+    """A function that hands its frames back still gives every chunk (the reader's ring of
+    buffers is reused for later chunks)."""
+    stack = rng.integers(0, 255, (9, 5, 6)).astype(np.uint8)
+    path = tmp_path / "s.tif"
+    tifffile.imwrite(path, stack)
+    out = list(map_chunks(lambda: open_stack(path), 2, lambda a, f: f))
+    np.testing.assert_array_equal(np.concatenate([r for _, r in out]), stack)
+
+
+def test_map_chunks_reads_every_channel_of_a_channel_stack(tmp_path, rng):
+    stack = rng.integers(0, 255, (5, 3, 6, 8)).astype(np.uint8)
+    path = tmp_path / "c.tif"
+    tifffile.imwrite(path, stack, imagej=True, metadata={"axes": "TCYX"})
+    out = list(map_chunks(lambda: ChannelStack(path), 2, lambda a, f: f.sum(axis=1)))
+    np.testing.assert_array_equal(np.concatenate([r for _, r in out]),
+                                  stack.sum(axis=1, dtype=np.uint64))
+
+
+def test_map_chunks_hands_errors_to_the_consumer():
+    def fn(a, f):
+        if a == 4:
+            raise RuntimeError("chunk 4")
+        return f
+
+    with pytest.raises(RuntimeError, match="chunk 4"):
+        list(map_chunks(lambda: ArraySource(np.zeros((9, 2, 2))), 4, fn))
+
+
+@pytest.mark.parametrize("spec", ["lots", "-1", "0"])
+def test_bad_memory_sizes_are_value_errors(spec):
+    with pytest.raises(ValueError):
+        parse_memory(spec)
+    with pytest.raises(InputError):
+        parse_memory(spec)

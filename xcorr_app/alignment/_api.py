@@ -1,0 +1,175 @@
+"""The entry points: :func:`align` (a stack, streamed) and :func:`estimate_shifts` (frames in
+memory).
+
+Examples
+--------
+>>> import numpy as np
+>>> from scipy import ndimage as ndi
+>>> rng = np.random.default_rng(0)
+>>> base = ndi.gaussian_filter(rng.random((64, 80)), 3)
+>>> stack = np.stack([base, np.roll(base, (2, -3), axis=(0, 1))])
+>>> res = align(stack, max_shift=8, device="cpu")
+>>> np.round(res.shifts).tolist()
+[[0.0, 0.0], [-2.0, 3.0]]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import backend
+from ..correlate._shifts import normalize_max_shift
+from ..errors import InputError
+from ..io import open_source
+from ..streaming import chunk_frames_for, parse_memory
+from ._options import AlignOptions, check_choices, check_frame_shape, prefilter_for, search_range
+from ._pipeline import Measurer, measure_frames, prepared_reference
+from ._preprocess import prepare
+from ._preprocess import window as make_window
+from ._result import result_from_table
+
+def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
+                    subpixel="gaussian", upsample=20, prefilter=None, window="none",
+                    device="auto"):
+    """Shifts of a batch of frames already in memory against one reference (or one each).
+
+    Parameters
+    ----------
+    reference : (H, W) or (N, H, W) ndarray
+        One reference for all frames, or one per frame.
+    frames : (N, H, W) ndarray
+    max_shift : int or (int, int), optional
+        Search only ``-max_shift..max_shift``; default: up to half the frame (FFT correlation).
+    normalization : {"zncc", "none", "phase"}
+        ``zncc``: zero-normalized per shift over the overlap; ``none``: mean-subtracted sums;
+        ``phase``: phase correlation (circular, by FFT).
+    subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
+    upsample : int
+        Factor of the upsampled-DFT refinement (``subpixel="upsample"``).
+    prefilter : {None, "gaussian:S", "dog:S1,S2"}
+        Filter both images first (noise or background suppression).
+    window : {"none", "hann", "tukey", "tukey:ALPHA"}
+        Apodize both images first.
+
+    Returns
+    -------
+    shifts (N, 2), peak (N,), confidence (N,) : arrays of the input's module
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import ndimage as ndi
+    >>> ref = ndi.gaussian_filter(np.random.default_rng(2).random((40, 48)), 2)
+    >>> moved = np.roll(ref, (1, 2), axis=(0, 1))[None]
+    >>> shifts, peak, conf = estimate_shifts(ref, moved, max_shift=4, device="cpu")
+    >>> np.round(shifts).tolist()
+    [[-1.0, -2.0]]
+    """
+    xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
+    max_shift = normalize_max_shift(max_shift)
+    check_choices(normalization, subpixel)
+    pre = prefilter_for(prefilter, normalization)
+    mov = xp.asarray(frames)
+    mov = mov[None] if mov.ndim == 2 else mov
+    ref = xp.asarray(reference)
+    if mov.ndim != 3 or ref.ndim not in (2, 3) or ref.shape[-2:] != mov.shape[1:] \
+            or (ref.ndim == 3 and len(ref) != len(mov)):
+        raise InputError(f"frames must be (N, H, W) and the reference (H, W) or (N, H, W) of the "
+                         f"same frame size; got {mov.shape} and {ref.shape}")
+    win = make_window(window, mov.shape[1:], xp)
+    p = prepare(mov, xp, pre, win)
+    r = prepare(ref if ref.ndim == 3 else ref[None], xp, pre, win).frames
+    measure = Measurer(xp, mov.shape[1:], max_shift, normalization, subpixel, upsample)
+    shifts, peak, conf = measure(r if ref.ndim == 3 else r[0], p.frames)
+    return tuple(backend.like_input(a, reference, frames) for a in (shifts, peak, conf))
+
+def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
+          subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
+          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
+          max_memory=None, device="auto", gpus=None, features=None, progress=None):
+    """Measure the shift of every frame of a stack against a reference.
+
+    Parameters
+    ----------
+    stack_or_path : ndarray (N, H, W), str or Path
+        A stack in memory (NumPy or CuPy) or a TIFF file / folder of TIFFs (streamed).
+    reference : {"first", "mean", "mean:N", "previous"}, int, path or ndarray
+        ``mean`` averages all frames (``mean:N`` the first N) in one streaming pass first;
+        ``previous`` correlates each frame with the one before and accumulates the shifts; an
+        int is a frame index; a path is an image file.
+    max_shift : int or (int, int), optional
+        Bound of the search (the planner picks the warp-shuffle kernels or the FFT); default:
+        up to half the frame, by FFT.
+    normalization : {"zncc", "none", "phase"}
+        ``zncc`` (default): zero-normalized cross-correlation per shift over the overlap, from
+        summed-area tables; ``none``: mean-subtracted correlation sums; ``phase``: phase
+        correlation (circular, by FFT).
+    subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
+        ``gaussian`` (default) and ``parabolic`` fit the 3x3 neighbourhood of the peak in 2-D,
+        the ``...3`` variants fit 3 points along each axis, ``upsample`` refines by the
+        upsampled DFT (Guizar-Sicairos) to ``1 / upsample`` px.
+    upsample : int
+        Upsampling factor for ``subpixel="upsample"``.
+    prefilter : {"gaussian:1", "gaussian:S", "dog:S1,S2", "none"}
+        Filter applied to every frame and the reference before correlation (on the GPU: the
+        reuse convolution kernels); not used by phase correlation.
+    window : {"none", "hann", "tukey", "tukey:ALPHA"}
+        Apodization of every frame and the reference before correlation.
+    verify : bool
+        Also measure every frame with the FFT reference and report agreement: circular
+        cross-correlation of the frames' periodic components (no prefilter), refined to
+        1/20 px by the upsampled DFT; phase correlation when ``normalization="phase"``
+        (:func:`fft_reference`).
+    min_confidence : float, optional
+        Frames whose confidence (peak over second peak) is below it are flagged.
+    interpolate_low : bool
+        Replace the shifts of flagged frames by interpolation between their neighbours.
+    channel : int, optional
+        Channel of multi-channel files.
+    chunk_frames : int
+        Most frames processed per step.
+    max_memory : int or str, optional
+        Cap on the memory held at once (host read-ahead buffers plus device working set), e.g.
+        ``"2G"``; without it the chunk is capped at half the free GPU memory.  The result does
+        not depend on it.
+    device : {"auto", "gpu", "cpu"}
+    features : str, optional
+        Register on the local energy of a filter bank (``"dog:1,2,4"``, ``"gabor:2,6"``,
+        :mod:`xcorr_app.filters._banks`) instead of the prefiltered frames.
+    gpus : sequence of int or str, optional
+        Share the frames out over these GPUs of this host (``"0,1"``, ``"all"``): one reader
+        and one contiguous range of frames per GPU
+        (:func:`xcorr_app.alignment._gpus.align_on_gpus`); the shifts are those of a run on one
+        GPU.
+    progress : callable(int), optional
+        Called with the number of frames finished after each chunk.
+
+    Returns
+    -------
+    AlignResult
+    """
+    opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
+                        window, verify, min_confidence, interpolate_low, channel, features)
+    budget = None if max_memory is None else parse_memory(max_memory)
+    if chunk_frames < 1:
+        raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
+    if gpus is not None:
+        from ._gpus import align_on_gpus
+
+        return align_on_gpus(opts, stack_or_path, gpus, chunk_frames=chunk_frames,
+                             budget=budget, progress=progress)
+    dev = backend.compute_device(*([stack_or_path] if not isinstance(stack_or_path, (str, Path))
+                                   else []), device=device)
+    xp = backend.xp_for(dev)
+    with open_source(stack_or_path, channel) as src:
+        check_frame_shape(src.frame_shape)
+        chunk = chunk_frames_for(src.frame_shape, src.dtype.itemsize,
+                                 opts.surface_shape(src.frame_shape), budget=budget,
+                                 limit=chunk_frames, device_free=backend.device_free_bytes(xp))
+        ref = prepared_reference(opts, src, xp, chunk)
+        table, plan = measure_frames(opts, src, xp, chunk, ref, progress=progress)
+        sources = [src.source_name(i) for i in range(src.n_frames)]
+        notes = list(src.notes)
+    settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
+                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes}
+    return result_from_table(opts, table, sources, settings, plan, stack_or_path)

@@ -1,0 +1,80 @@
+"""Applying shifts to a stack: :func:`apply_shifts`, chunk by chunk, and the crop of
+:func:`common_area`.
+
+Examples
+--------
+>>> import numpy as np
+>>> common_area([[0.0, 0.0], [1.0, -2.0]], (10, 12))
+(1, 10, 0, 10)
+>>> stack = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+>>> [(a, c.shape) for a, c in apply_shifts(stack, [[0, 0], [0, 1]], device="cpu")]
+[(0, (2, 3, 4))]
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .. import backend
+from ..errors import InputError
+from ..io import open_source
+from ..streaming import map_chunks
+
+def common_area(shifts, frame_shape):
+    """``(y0, y1, x0, x1)``: the region every shifted frame covers (NaN shifts ignored)."""
+    h, w = frame_shape
+    s = np.asarray(shifts, dtype=np.float64)
+    s = s[~np.isnan(s).any(axis=1)]
+    if not len(s):
+        return 0, h, 0, w
+    y0 = max(0, int(np.ceil(s[:, 0].max() - 1e-9)))
+    y1 = min(h, int(np.floor(h - 1 + s[:, 0].min() + 1e-9)) + 1)
+    x0 = max(0, int(np.ceil(s[:, 1].max() - 1e-9)))
+    x1 = min(w, int(np.floor(w - 1 + s[:, 1].min() + 1e-9)) + 1)
+    if y1 <= y0 or x1 <= x0:
+        raise InputError("the shifted frames have no area in common; pad with --fill instead "
+                         "of --crop")
+    return y0, y1, x0, x1
+
+
+def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
+                 crop=False, chunk_frames=64, device="auto", gpus=None):
+    """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack.
+
+    Parameters
+    ----------
+    stack_or_path : ndarray, str or Path
+    shifts : (N, 2) array
+        ``(dy, dx)`` per frame (NaN: left unshifted).
+    fill : float
+        Value of pixels shifted in from outside the frame.
+    resample : {"bilinear", "fourier"}
+        Bilinear interpolation, or a Fourier phase ramp (exact for band-limited frames).
+    crop : bool
+        Keep only the area every shifted frame covers (:func:`common_area`).
+    gpus : sequence of int or str, optional
+        Share the chunks out over these GPUs (:func:`xcorr_app.streaming.map_chunks`).
+    """
+    from ._warp import shift_frames
+
+    with open_source(stack_or_path, channel) as src:
+        shifts = np.asarray(shifts, dtype=np.float64)
+        if shifts.shape != (src.n_frames, 2):
+            raise InputError(f"shifts of shape {shifts.shape} do not match {src.n_frames} frames")
+        y0, y1, x0, x1 = common_area(shifts, src.frame_shape) if crop else (0, None, 0, None)
+
+        def shifted(start, chunk):
+            xp = backend.array_module_of(chunk)
+            frames = chunk.astype(xp.float32)
+            out = shift_frames(frames, xp.asarray(shifts[start:start + len(frames)]), fill=fill,
+                               method=resample)
+            return backend.to_numpy(out[:, y0:y1, x0:x1])
+
+        if gpus is not None:  # each GPU opens the input again
+            yield from map_chunks(lambda: open_source(stack_or_path, channel), chunk_frames,
+                                  shifted, gpus=gpus)
+            return
+        xp = backend.xp_for(backend.resolve_device(device))
+        yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, shifted, xp=xp)

@@ -1,0 +1,125 @@
+"""The settings of an alignment run: the choices, their checks, and :class:`AlignOptions`.
+
+Examples
+--------
+>>> opts = AlignOptions(max_shift=4, subpixel="parabolic")
+>>> opts.max_shift, opts.previous, search_range((64, 80), None)
+((4, 4), False, (32, 40))
+>>> AlignOptions(subpixel="cubic")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussian, ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..correlate._shifts import normalize_max_shift, output_shape
+from ..errors import InputError
+from ._preprocess import parse_prefilter, prepare
+from ._preprocess import window as make_window
+from ._references import is_previous
+
+SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
+NORMALIZATIONS = ("zncc", "none", "phase")
+#: upsampling of the FFT reference measurement (resolution 1/20 px)
+FFT_REFERENCE_UPSAMPLE = 20
+
+
+def fft_reference(normalization):
+    """How the FFT reference measures the frames of a run of ``normalization``: keyword
+    arguments of :func:`~xcorr_app.registration._fft_register.fft_shifts`, and a description.
+
+    Phase runs are checked by phase correlation.  Others by plain cross-correlation of the
+    frames' periodic components (Moisan's decomposition): phase correlation is fooled by photon
+    noise over smooth content (the cell sample: up to 1.2 px off, 3 of 12 integer peaks wrong)
+    and plain correlation of the raw frames by their FFT seams (pulled up to 0.96 px towards
+    zero, 40 of 816 generated and sample frames off by a whole pixel); the periodic components'
+    plain correlation found every one of those integer peaks (2026-11-22).
+    """
+    if normalization == "phase":
+        return {"normalization": "phase", "periodic": False}, \
+            f"phase correlation, upsample {FFT_REFERENCE_UPSAMPLE}"
+    return {"normalization": None, "periodic": True}, \
+        f"cross-correlation of the periodic components, upsample {FFT_REFERENCE_UPSAMPLE}"
+
+def search_range(frame_shape, max_shift):
+    """The bound actually searched: ``max_shift``, or half the frame (what the FFT can tell
+    apart) when there is none."""
+    if max_shift is not None:
+        return max_shift
+    return (frame_shape[0] // 2, frame_shape[1] // 2)
+
+
+def check_choices(normalization, subpixel):
+    """Refuse an unknown subpixel method or normalization (:class:`InputError`)."""
+    if subpixel not in SUBPIXEL:
+        raise InputError(f"unknown subpixel method {subpixel!r}; use one of {', '.join(SUBPIXEL)}")
+    if normalization not in NORMALIZATIONS:
+        raise InputError(f"unknown normalization {normalization!r}; use one of "
+                         f"{', '.join(NORMALIZATIONS)}")
+
+
+def prefilter_for(prefilter, normalization, features=None):
+    """The prefilter function; none for phase correlation, which whitens the spectrum (a
+    linear filter cancels out, and smoothing only makes the whitening amplify the edges).
+    ``features`` (a filter bank, :func:`xcorr_app.filters._banks.feature_prefilter`) replaces it: the
+    frames are registered on the bank's local energy."""
+    if features:
+        from ..filters._banks import feature_prefilter
+
+        return feature_prefilter(features)
+    fn = parse_prefilter(prefilter)
+    return None if normalization == "phase" else fn
+
+@dataclasses.dataclass(frozen=True)
+class AlignOptions:
+    """The settings of one alignment run, checked; what every worker of a run shares (plain
+    values, so they travel to other processes)."""
+
+    reference: object = "first"
+    max_shift: tuple | None = None
+    normalization: str = "zncc"
+    subpixel: str = "gaussian"
+    upsample: int = 20
+    prefilter: str | None = "gaussian:1"
+    window: str | None = "none"
+    verify: bool = True
+    min_confidence: float | None = None
+    interpolate_low: bool = False
+    channel: int | None = None
+    features: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "max_shift", normalize_max_shift(self.max_shift))
+        check_choices(self.normalization, self.subpixel)
+        parse_prefilter(self.prefilter)  # a bad spec fails before anything is read
+        if self.features:
+            from ..filters._banks import bank_weights
+
+            bank_weights(self.features, 1)
+        if self.min_confidence is not None and not self.min_confidence >= 0:
+            raise InputError(f"min_confidence must be >= 0, got {self.min_confidence}")
+
+    @property
+    def previous(self) -> bool:
+        return is_previous(self.reference)
+
+
+    def surface_shape(self, frame_shape):
+        return output_shape(frame_shape, frame_shape, search_range(frame_shape, self.max_shift))
+
+    def preparer(self, xp, frame_shape):
+        """``prepare`` with this run's prefilter and window, for frames on ``xp``'s device."""
+        pre = prefilter_for(self.prefilter, self.normalization, self.features)
+        win = make_window(self.window, frame_shape, xp)
+        return lambda frames: prepare(frames, xp, pre, win)
+
+
+def check_frame_shape(frame_shape):
+    """Refuse frames too small to register (:class:`InputError`)."""
+    h, w = frame_shape
+    if h * w < 2:
+        raise InputError(f"frames of {h}x{w} pixel cannot be registered: at least 2 pixels are "
+                         "needed")

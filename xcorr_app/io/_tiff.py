@@ -1,0 +1,186 @@
+"""One TIFF file as a sequence of 2-D frames: its layout (series, axes, channel), memory-mapped
+pixels where the file allows it, page-by-page reads otherwise, and tifffile's failures as one-line
+:class:`~xcorr_app.errors.InputError`.
+
+Examples
+--------
+>>> frames = TiffFrames(Path("sample_data/cell_drift.tif"), None)
+>>> frames.n_frames, frames.frame_shape, frames.read(0, 2).shape
+(12, (120, 160), (2, 120, 160))
+>>> frames.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import mmap
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+from ..errors import InputError, XcorrError
+
+SUPPORTED_DTYPES = tuple(
+    np.dtype(t) for t in ("uint8", "uint16", "int16", "float16", "float32", "float64")
+)
+"""Pixel types xcorr reads (anything else is refused with an :class:`InputError`)."""
+
+
+def plural(n: int, word: str) -> str:
+    """``"1 file"``, ``"2 files"``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@contextlib.contextmanager
+def tiff_errors(path: Path):
+    """Turn a failure of tifffile (or of the memory map) into a one-line :class:`InputError`."""
+    try:
+        yield
+    except (XcorrError, MemoryError):
+        raise
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(
+            f"cannot read {path} as a TIFF image ({reason}); check that it is a complete, "
+            "uncorrupted TIFF file"
+        ) from exc
+
+
+class TiffFrames:
+    """The frames of the first image series of one TIFF file.
+
+    Opened once to learn the layout; :meth:`read` reopens it after :meth:`close`.
+    """
+
+    def __init__(self, path: Path, channel: int | None):
+        self.path = path
+        self.notes: list[str] = []
+        self._tif = None  # open tifffile.TiffFile (page-by-page reading)
+        self._mmap = None  # read-only memory map of the file
+        self._pages = None  # (n_pages, *page_shape) view into the memory map
+        try:
+            with tiff_errors(path):
+                self._tif = tifffile.TiffFile(path)  # opens the file read-only
+                self._parse(channel)
+                self._map()
+        except BaseException:
+            self.close()
+            raise
+        self.memory_mapped = self._pages is not None
+
+    def _parse(self, channel):
+        series_list = self._tif.series
+        if not series_list:
+            raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
+        if len(series_list) > 1:
+            self.notes.append(
+                f"{self.path.name} holds {len(series_list)} image series; read only the first"
+            )
+        series = series_list[0]
+        page = series.keyframe
+        dtype = None if series.dtype is None else np.dtype(series.dtype)
+        if dtype is None or dtype not in SUPPORTED_DTYPES:  # (None == float64 in NumPy)
+            raise InputError(
+                f"{self.path} has pixel type {dtype or 'unknown'}, which xcorr cannot read; "
+                f"convert it to one of {', '.join(map(str, SUPPORTED_DTYPES))}"
+            )
+        shape, axes, page_shape = tuple(series.shape), series.axes, tuple(page.shape)
+        if 0 in shape or 0 in page_shape:
+            raise InputError(f"{self.path} holds a zero-size image (shape {shape}); "
+                             "give a file with image data")
+        n_lead = len(shape) - len(page_shape)
+        if (n_lead < 0 or shape[n_lead:] != page_shape or axes[n_lead:] != page.axes
+                or math.prod(shape[:n_lead]) != len(series)
+                or page.axes.replace("S", "") != "YX"):
+            raise InputError(
+                f"cannot interpret {self.path} as a stack of 2-D frames (axes {axes}, shape "
+                f"{shape}); save it as a stack of 2-D grayscale images"
+            )
+        channel_axes = [i for i, a in enumerate(axes) if a in "CS"]
+        if len(channel_axes) > 1:
+            raise InputError(f"{self.path} has both channels and color samples (axes {axes}); "
+                             "save one channel as a separate file")
+        n_channels = shape[channel_axes[0]] if channel_axes else 1
+        if channel is None and n_channels > 1:
+            raise InputError(
+                f"{self.path} has {n_channels} channels (axes {axes}); pass --channel with a "
+                f"number from 0 to {n_channels - 1} to pick one"
+            )
+        if channel is not None and not 0 <= channel < n_channels:
+            valid = f"0 to {n_channels - 1}" if n_channels > 1 else "0 or leave --channel out"
+            raise InputError(f"--channel {channel} is out of range: {self.path} has "
+                             f"{plural(n_channels, 'channel')}; use {valid}")
+        self._channel = channel or 0
+        self.n_channels = n_channels
+        # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
+        self._lead_shape = (1, *shape[:n_lead])
+        self._lead_c = self._sample_axis = None
+        if channel_axes and channel_axes[0] < n_lead:
+            self._lead_c = channel_axes[0] + 1
+        elif channel_axes:
+            self._sample_axis = channel_axes[0] - n_lead  # axis within a page
+        self._frame_lead_shape = tuple(
+            n for i, n in enumerate(self._lead_shape) if i != self._lead_c)
+        self._page_shape = page_shape
+        self.n_frames = math.prod(self._frame_lead_shape)
+        self.frame_shape = tuple(n for a, n in zip(page.axes, page_shape) if a != "S")
+        self.dtype = dtype
+
+    def _map(self):
+        """Memory-map the pixels (dropping the TiffFile) when stored uncompressed in one run."""
+        series = self._tif.series[0]
+        if series.dataoffset is None or not series.keyframe.is_memmappable:
+            return
+        dtype = np.dtype(self._tif.byteorder + series.dtype.char)
+        with open(self.path, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        if len(mm) < series.dataoffset + series.size * dtype.itemsize:
+            mm.close()
+            raise InputError(f"{self.path} is truncated (the file ends before its image data); "
+                             "copy it again from the source")
+        self._mmap = mm
+        self._pages = np.frombuffer(mm, dtype, series.size, series.dataoffset).reshape(
+            (-1, *self._page_shape))
+        self._tif.close()
+        self._tif = None
+
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        if self._tif is None and self._pages is None:  # closed: reopen
+            with tiff_errors(self.path):
+                self._tif = tifffile.TiffFile(self.path)
+                self._map()
+        if (out is not None and self._pages is not None and self._lead_c is None
+                and self._sample_axis is None):
+            with tiff_errors(self.path):
+                np.copyto(out, self._pages[start:stop])  # one copy: memory map -> buffer
+            return out
+        frames = np.arange(start, stop)
+        pages = frames
+        if self._lead_c is not None:
+            index = list(np.unravel_index(frames, self._frame_lead_shape))
+            index.insert(self._lead_c, np.full_like(frames, self._channel))
+            pages = np.ravel_multi_index(index, self._lead_shape)
+        with tiff_errors(self.path):
+            if self._pages is not None:
+                data = self._pages[pages]
+            else:
+                data = self._tif.asarray(key=pages.tolist(), series=0)
+                data = data.reshape((len(pages), *self._page_shape))
+        if self._sample_axis is not None:
+            data = np.take(data, self._channel, axis=self._sample_axis + 1)
+        if out is not None:
+            np.copyto(out, data)  # converts to native byte order
+            return out
+        return data.astype(self.dtype, copy=False)  # native byte order
+
+    def close(self):
+        self._pages = None
+        if self._mmap is not None:
+            with contextlib.suppress(BufferError):  # a view still alive: the GC closes it
+                self._mmap.close()
+            self._mmap = None
+        if self._tif is not None:
+            self._tif.close()
+            self._tif = None

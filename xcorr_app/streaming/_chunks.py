@@ -1,0 +1,182 @@
+"""The one chunk loop: a stack streamed chunk by chunk through the current device or several
+GPUs.
+
+:class:`DeviceChunks` is the loop on one device: a reader thread decodes chunks ahead into a
+ring of (pinned) host buffers (:class:`~xcorr_app.streaming.ChunkPrefetcher`); on the GPU each
+chunk is copied to the device on one of two CUDA streams and handed out inside that stream's
+context, so the copy of one chunk, the kernels of another and the reading of a third overlap.
+The alignment pipeline consumes it directly (it keeps its results on the device, one chunk
+behind, and carries state from chunk to chunk).  :func:`map_chunks` is the loop for a
+function of one chunk: on the current device through :class:`DeviceChunks`, or with the
+chunks handed to several GPUs in turn; results come back to the host, in frame order.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.io import ArraySource
+>>> stack = np.arange(5 * 2 * 2, dtype=np.float32).reshape(5, 2, 2)
+>>> [(a, r.tolist()) for a, r in map_chunks(lambda: ArraySource(stack), 2,
+...                                         lambda a, f: f.sum(axis=(1, 2)))]
+[(0, [6.0, 22.0]), (2, [38.0, 54.0]), (4, [70.0])]
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+
+from .. import backend
+from ._gpus import parse_gpus
+from ._memory_budget import READ_AHEAD
+from ._prefetch import ChunkPrefetcher
+from ._ranges import chunk_bounds
+
+#: threads copying one chunk out of a memory-mapped file into its pinned buffer
+COPY_THREADS = 2
+
+
+class DeviceChunks:
+    """Iterate over ``(start, frames on xp's device)``; a reader thread starts reading at once
+    (while the caller prepares), and :meth:`close` stops it.
+
+    On the GPU the chunks alternate between two CUDA streams: each is copied from a pinned
+    buffer and yielded inside its stream's context, so the consumer's kernels for it queue on
+    that stream while the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk
+    read from a file is a view of a reused buffer, valid until the consumer asks for the next.
+    """
+
+    def __init__(self, src, chunk_frames, xp):
+        self.src, self.chunk_frames, self.xp = src, chunk_frames, xp
+        stack = getattr(src, "stack", None)
+        self._direct = stack is not None and (xp is np or backend.is_cupy_array(stack))
+        self._prefetch = None
+        if not self._direct:
+            gpu = xp is not np
+            self._prefetch = ChunkPrefetcher(src, chunk_frames, READ_AHEAD, pinned=gpu,
+                                             copy_threads=COPY_THREADS if gpu else 1).start()
+        self._gen = self._chunks()
+
+    def _chunks(self):
+        xp = self.xp
+        if self._direct:
+            for start, stop in chunk_bounds(0, self.src.n_frames, self.chunk_frames):
+                chunk = self.src.stack[start:stop]
+                yield start, (np.asarray(chunk) if xp is np else chunk)
+            return
+        chunks = self._prefetch
+        if xp is np:
+            for start, host, slot in chunks:
+                yield start, host  # the consumer converts it before asking for the next
+                chunks.release(slot)
+            return
+        streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        for k, (start, host, slot) in enumerate(chunks):
+            stream = streams[k % 2]
+            with stream:
+                frames = xp.empty(host.shape, host.dtype)
+                frames.set(host, stream=stream)
+                chunks.release(slot, stream.record())
+                yield start, frames
+
+    def __iter__(self):
+        return self._gen
+
+    def close(self):
+        self._gen.close()
+        if self._prefetch is not None:
+            self._prefetch.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def map_chunks(open_src, chunk_frames, fn, *, gpus=None, xp=np, depth=2):
+    """Yield ``(start, fn(start, frames))`` for every chunk of a frame source, in frame order,
+    the results as NumPy arrays.
+
+    Parameters
+    ----------
+    open_src : callable() -> frame source
+        Opens the input: a context manager with ``n_frames``, ``frame_shape``, ``dtype`` and
+        ``read(start, stop, out=None)`` (each GPU's thread opens its own).
+    chunk_frames : int
+        Frames per chunk (the last may be shorter).
+    fn : callable(int, array (n, ...) of the input's dtype) -> array
+        The work on the chunk of frames ``start:start + n``, given on the device that computes
+        it; its result is copied to the host (in the GPU's thread with ``gpus``).  It must not
+        keep ``frames`` (on the CPU a reused read buffer).
+    gpus : sequence of int or str, optional
+        Share the chunks out over these GPUs (:func:`parse_gpus`): chunk ``j`` runs on GPU
+        ``gpus[j % len(gpus)]``.  Without it the chunks run on the current device: ``xp``.
+    xp : module
+        ``numpy`` (the CPU, default) or ``cupy`` (the current GPU, the chunks read ahead and
+        copied on two CUDA streams, :class:`DeviceChunks`); only without ``gpus``.
+    depth : int
+        Results each GPU may hold ahead of the consumer (with ``gpus``).
+    """
+    if gpus is None:
+        yield from _on_this_device(open_src, chunk_frames, fn, xp)
+    else:
+        yield from _on_gpus(open_src, parse_gpus(gpus), chunk_frames, fn, depth)
+
+
+def _on_this_device(open_src, chunk_frames, fn, xp):
+    with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks:
+        for start, frames in chunks:
+            out = fn(start, frames)
+            if xp is np and isinstance(out, np.ndarray) and np.may_share_memory(out, frames):
+                out = out.copy()  # the read buffer is reused for a later chunk
+            yield start, backend.to_numpy(out)
+
+
+def _on_gpus(open_src, ids, chunk_frames, fn, depth):
+    import cupy
+
+    with open_src() as src:
+        n = src.n_frames
+    bounds = chunk_bounds(0, n, chunk_frames)
+    ids = ids[:max(1, len(bounds))]
+    queues = [queue.Queue(maxsize=depth) for _ in ids]
+    stop = threading.Event()
+    done = object()
+
+    def work(k):
+        try:
+            with cupy.cuda.Device(ids[k]), open_src() as own:
+                for j in range(k, len(bounds), len(ids)):
+                    if stop.is_set():
+                        return
+                    a, b = bounds[j]
+                    frames = cupy.asarray(own.read(a, b))
+                    out = backend.to_numpy(fn(a, frames))
+                    while not stop.is_set():
+                        try:
+                            queues[k].put((a, out), timeout=0.1)
+                            break
+                        except queue.Full:
+                            pass
+        except BaseException as exc:  # handed to the consumer
+            queues[k].put((done, exc))
+
+    threads = [threading.Thread(target=work, args=(k,), daemon=True,
+                                name=f"xcorr-gpu{ids[k]}") for k in range(len(ids))]
+    for t in threads:
+        t.start()
+    try:
+        for j in range(len(bounds)):
+            a, out = queues[j % len(ids)].get()
+            if a is done:
+                raise out
+            yield a, out
+    finally:
+        stop.set()
+        for q in queues:  # unblock producers waiting on a full queue
+            while not q.empty():
+                q.get_nowait()
+        for t in threads:
+            t.join()

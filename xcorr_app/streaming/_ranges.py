@@ -1,0 +1,34 @@
+"""The chunk arithmetic of every streamed loop: which frames each chunk and each GPU gets.
+
+Examples
+--------
+>>> chunk_bounds(0, 10, 4)
+[(0, 4), (4, 8), (8, 10)]
+>>> chunk_bounds(3, 9, 4)
+[(3, 7), (7, 9)]
+>>> frame_ranges(10, 3)
+[(0, 3), (3, 6), (6, 10)]
+>>> frame_ranges(2, 4)
+[(0, 1), (1, 2)]
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError
+
+
+def chunk_bounds(start: int, stop: int, chunk_frames: int) -> list[tuple[int, int]]:
+    """``(a, b)`` of the chunks of frames ``start:stop``, ``chunk_frames`` each (the last may
+    be shorter)."""
+    step = int(chunk_frames)
+    if step < 1:
+        raise InputError(f"chunk size must be at least 1 frame, got {chunk_frames}")
+    return [(a, min(a + step, stop)) for a in range(start, stop, step)]
+
+
+def frame_ranges(n_frames: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ranges covering ``0:n_frames`` whose sizes differ by at most one
+    (fewer when there are fewer frames)."""
+    parts = max(1, min(int(parts), int(n_frames)))
+    bounds = [n_frames * k // parts for k in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
