@@ -189,14 +189,25 @@ def test_periodic_spectrum_matches_the_direct_decomposition(xp, rng, shape, dtyp
 
 
 def test_periodic_components_find_shifts_of_non_periodic_crops(xp, rng):
-    """A crop moving over a ramp: the seams pull plain correlation to zero; the periodic
-    components' correlation finds the shift."""
+    """Crops moving over a ramp: the seams pull plain correlation to zero; the periodic
+    components' correlation finds the shift.  Not on every texture: on 200 seeds of this scene
+    4 miss by one pixel along the ramp (old and new code alike), so the test asserts the rate
+    over 24 scenes, with every miss within one pixel."""
     from scipy import ndimage as ndi
 
-    big = ndi.gaussian_filter(rng.random((120, 140)), 3) * 0.2 + np.linspace(0, 1, 140)
-    ref = big[20:84, 20:100]
-    frames = np.stack([big[20 - dy:84 - dy, 20 - dx:100 - dx] for dy, dx in [(3, -4), (-5, 2)]])
-    got, _ = fft_shifts(xp.asarray(ref), xp.asarray(frames), normalization=None, periodic=True)
-    assert to_numpy(got).tolist() == [[-3.0, 4.0], [5.0, -2.0]]
-    plain, _ = fft_shifts(ref, frames, normalization=None)
-    assert plain.tolist() != got.tolist()  # the seams did pull plain correlation
+    truth = [[-3.0, 4.0], [5.0, -2.0]]
+    exact = plain_exact = 0
+    for _ in range(24):
+        big = ndi.gaussian_filter(rng.random((120, 140)), 3) * 0.2 + np.linspace(0, 1, 140)
+        ref = big[20:84, 20:100]
+        frames = np.stack([big[20 - dy:84 - dy, 20 - dx:100 - dx]
+                           for dy, dx in [(3, -4), (-5, 2)]])
+        got, _ = fft_shifts(xp.asarray(ref), xp.asarray(frames), normalization=None,
+                            periodic=True)
+        got = to_numpy(got)
+        assert np.abs(got - truth).max() <= 1.0
+        exact += got.tolist() == truth
+        plain, _ = fft_shifts(ref, frames, normalization=None)
+        plain_exact += plain.tolist() == truth
+    assert exact >= 21, exact  # 98 % of seeds are exact
+    assert plain_exact <= 3, plain_exact  # the seams did pull plain correlation
