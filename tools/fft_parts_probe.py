@@ -2,7 +2,7 @@
 steps one by one) and the fused GPU FFT path (xcorr_app.correlate._fft) beside it."""
 import cupy as cp, numpy as np
 from xcorr_app._cuda.timing import time_gpu
-from xcorr_app.correlate._reference import xcorr_fft
+from xcorr_app.correlate._direct import xcorr_fft
 L=cp.random.rand(64,64,dtype=cp.float32); R=cp.random.rand(4000,64,64,dtype=cp.float32)
 s=(128,128)
 fl=cp.fft.rfft2(L,s=s); fr=cp.fft.rfft2(R,s=s); p=fl*cp.conj(fr); c=cp.fft.irfft2(p,s=s)

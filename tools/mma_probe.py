@@ -11,7 +11,7 @@ import numpy as np
 import cupy as cp
 
 from xcorr_app._cuda import loader as kernel_loader
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _direct as reference
 from xcorr_app.correlate._mma import MMA_TILES, mma_xcorr, unsupported
 from xcorr_app.correlate._plans import run_plan
 from xcorr_app._cuda.timing import fp32_fma_peak_flops, time_gpu

@@ -66,7 +66,7 @@ def test_launch_checks_the_callers_output():
     import cupy as cp
 
     from xcorr_app.correlate._warp_shuffle import warp_per_shift_xcorr
-    from xcorr_app.correlate._reference import xcorr_direct
+    from xcorr_app.correlate._direct import xcorr_direct
 
     rng = np.random.default_rng(1)
     a, b = rng.random((5, 7), np.float32), rng.random((3, 6), np.float32)

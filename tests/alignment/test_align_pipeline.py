@@ -262,7 +262,7 @@ def test_zncc_matches_its_definition(rng, shape, max_shift):
     """Per shift: Pearson correlation of the two overlapping parts; -1 for too little overlap
     (none at all when the bound reaches beyond the frame) or a constant part."""
     from xcorr_app.registration._normalize import zncc
-    from xcorr_app.correlate._reference import xcorr_direct
+    from xcorr_app.correlate._direct import xcorr_direct
     from xcorr_app.correlate._shifts import first_shift
 
     a = rng.random(shape).astype(np.float32)

@@ -7,7 +7,7 @@ import pytest
 import scipy.signal
 
 from xcorr_app.bench import _xcorr as bench
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _direct as reference
 from xcorr_app.correlate._forms import FORMS, form_layout
 from xcorr_app.correlate._shifts import first_shift, output_shape
 

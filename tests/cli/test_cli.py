@@ -13,13 +13,7 @@ import pytest
 import tifffile
 
 from sample_paths import ROOT, SAMPLES, folder_path, stack_path, truth
-
-
-def xcorr(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.pop("XCORR_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "xcorr_app.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+from cli_helpers import assert_clean_error, xcorr  # noqa: E402,F401
 
 
 def digest(path: Path) -> str:
@@ -29,15 +23,6 @@ def digest(path: Path) -> str:
         if f.is_file():
             h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()
-
-
-def assert_clean_error(res, *words):
-    assert res.returncode != 0
-    assert "Traceback" not in res.stderr
-    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith("note:")]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("name", SAMPLES)

@@ -7,9 +7,9 @@ import pytest
 from xcorr_app import conv2d, pointwise
 from xcorr_app.errors import XcorrError
 from xcorr_app._cuda.device import H100_LIMITS, Limits
-from xcorr_app.conv._pointwise_plan import (BLOCK_NUMS, configurations, covered,
+from xcorr_app.conv._dynamic_blocking import (BLOCK_NUMS, configurations, covered,
                                       fits, plan)
-from xcorr_app.correlate._reference import conv2d_reference
+from xcorr_app.conv._reference import conv2d_reference
 
 MOBILENET_V2_POINTWISE = [  # (C_in, C_out, H=W) of MobileNetV2's 1x1 layers
     (32, 16, 112), (16, 96, 112), (96, 24, 56), (24, 144, 56), (144, 24, 56), (144, 32, 28),

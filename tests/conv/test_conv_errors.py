@@ -6,9 +6,9 @@ import pytest
 
 from xcorr_app import conv2d, pointwise
 from xcorr_app.conv._im2win import window_offsets
-from xcorr_app.conv._pointwise_plan import plan
+from xcorr_app.conv._dynamic_blocking import plan
 from xcorr_app.conv._validation import check_arrays, output_shape, pair
-from xcorr_app.correlate._reference import conv2d_reference
+from xcorr_app.conv._reference import conv2d_reference
 from xcorr_app.errors import InputError
 
 X = np.ones((1, 3, 6, 6), np.float32)

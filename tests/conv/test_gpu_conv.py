@@ -7,7 +7,7 @@ import pytest
 
 from conftest import poisoned, rel_error
 from xcorr_app.conv._im2win import IM2WIN_TILES, LAYOUTS
-from xcorr_app.correlate._reference import conv2d_reference
+from xcorr_app.conv._reference import conv2d_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -162,7 +162,7 @@ def _run_pointwise(rng, n, c, h, w, f, config=None):
 
 
 def test_every_pointwise_configuration(rng):
-    from xcorr_app.conv._pointwise_plan import configurations
+    from xcorr_app.conv._dynamic_blocking import configurations
 
     for cfg in configurations():
         for shape in [(3, 37, 5, 7, 19), (1, 1, 1, 1, 1), (2, 70, 4, 4, 130)]:
@@ -209,7 +209,7 @@ def test_banks_and_features_on_the_gpu(tmp_path):
     import tifffile
 
     from sample_paths import stack_path, truth
-    from test_cli import xcorr
+    from cli_helpers import xcorr
     from xcorr_app import align
 
     path = stack_path("hubble")

@@ -9,7 +9,7 @@ import pytest
 from conftest import poisoned, rel_error
 from test_gpu_conv import IM2WIN_LAYERS
 from xcorr_app.conv._winograd import WINOGRAD_TILES
-from xcorr_app.correlate._reference import conv2d_reference
+from xcorr_app.conv._reference import conv2d_reference
 
 pytestmark = pytest.mark.gpu
 

@@ -5,7 +5,7 @@ tests check the kernel itself."""
 
 import numpy as np
 
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _direct as reference
 from xcorr_app.correlate._fft import _crop_scalars, fft_geometry, fft_length, next_smooth
 
 

@@ -31,7 +31,7 @@ def test_every_form_full_bounded_and_unequal(form):
 def test_through_the_plan_with_and_without_out(rng):
     import cupy as cp
 
-    from xcorr_app.correlate import _reference as reference
+    from xcorr_app.correlate import _direct as reference
     from xcorr_app.errors import XcorrError
     from xcorr_app.correlate._plans import run_plan
 

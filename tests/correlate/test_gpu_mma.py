@@ -46,7 +46,7 @@ def test_many_rights_positive_data(rng, form, m, tile, row_splits):
     per-row sums."""
     import cupy as cp
 
-    from xcorr_app.correlate import _reference as reference
+    from xcorr_app.correlate import _direct as reference
     from xcorr_app.correlate._mma import mma_xcorr
 
     lh, lw, rh, rw = 19, 23, 17, 26
@@ -69,7 +69,7 @@ def test_one_buffer_for_large_right_matrices(rng, row_splits):
     """40x40 matrices get one right-matrix buffer (two do not fit): still every element."""
     import cupy as cp
 
-    from xcorr_app.correlate import _reference as reference
+    from xcorr_app.correlate import _direct as reference
     from xcorr_app.correlate._mma import buffers_for, mma_xcorr
     from xcorr_app._cuda.device import device_limits
 
@@ -88,7 +88,7 @@ def test_row_splits_of_one_tile_alternate(rng):
     launched in turns, as the planner's confirmation rounds do."""
     import cupy as cp
 
-    from xcorr_app.correlate import _reference as reference
+    from xcorr_app.correlate import _direct as reference
     from xcorr_app.correlate._mma import mma_xcorr, shared_bytes
 
     assert shared_bytes((32, 32), (32, 32), 4, 8, row_splits=1) > 48 * 1024

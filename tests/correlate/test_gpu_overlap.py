@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _direct as reference
 from xcorr_app.correlate._forms import FORMS
 from xcorr_app.correlate._shifts import output_shape
 

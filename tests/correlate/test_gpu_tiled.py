@@ -79,7 +79,7 @@ def test_pair_tiled_many_rights(rng, form, m, tile):
     """More right matrices than one warp's 32 lanes (a partial last lane group), several lefts."""
     import cupy as cp
 
-    from xcorr_app.correlate import _reference as reference
+    from xcorr_app.correlate import _direct as reference
     from xcorr_app.correlate._tiled import pair_tiled_xcorr
 
     from conftest import poisoned, rel_error

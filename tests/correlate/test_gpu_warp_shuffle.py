@@ -5,11 +5,12 @@ session from fresh entropy and the float64 references are shared by all variants
 """
 
 import functools
+import zlib
 
 import numpy as np
 import pytest
 
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _direct as reference
 from xcorr_app.correlate._forms import FORMS
 from xcorr_app.correlate._warp_shuffle import VARIANTS
 
@@ -48,7 +49,8 @@ def problem(form, lshape, count, max_shift, rshape=None):
     import cupy as cp
 
     ls, rs = shapes(form, lshape, count, rshape)
-    rng = np.random.default_rng([SEED, hash((form, lshape, count, rshape)) % 2**31])
+    # a stable hash (Python's hash() of strings changes per process): a seed replays
+    rng = np.random.default_rng([SEED, zlib.crc32(repr((form, lshape, count, rshape)).encode())])
     left, right = rng.standard_normal(ls), rng.standard_normal(rs)
     want = reference.xcorr(left, right, form, max_shift)
     return cp.asarray(left, cp.float32), cp.asarray(right, cp.float32), want

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from xcorr_app import cross_correlate
-from xcorr_app.correlate import _reference as reference  # the module under test's peer
+from xcorr_app.correlate import _direct as reference  # the module under test's peer
 from xcorr_app.errors import XcorrError
 from xcorr_app.correlate._forms import FORM_IDS, FORMS, form_layout
 from xcorr_app.correlate._mma import MMA, ROW_SPLITS, buffers_for

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.signal
 
-from xcorr_app.correlate import _reference as reference
+from xcorr_app.correlate import _direct as reference
 from xcorr_app.errors import XcorrError
 from xcorr_app.correlate._forms import FORMS, form_layout
 from xcorr_app.correlate._shifts import first_shift, index_to_shift, output_shape

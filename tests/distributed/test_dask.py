@@ -161,7 +161,7 @@ def test_nan_frame_error_names_the_frame(client, tmp_path):
 def test_cli_workers_write_what_one_process_writes(tmp_path):
     """`xcorr align --workers 2` and `xcorr filter --workers 2`: the same shifts.csv, aligned
     stack and filtered stack as without them."""
-    from test_cli import xcorr
+    from cli_helpers import xcorr
 
     path = stack_path("hubble")
     one, two = tmp_path / "one", tmp_path / "two"
@@ -182,7 +182,7 @@ def test_cli_workers_write_what_one_process_writes(tmp_path):
 
 
 def test_cli_scale_out_errors(tmp_path):
-    from test_cli import assert_clean_error, xcorr
+    from cli_helpers import assert_clean_error, xcorr
 
     path = stack_path("cell")
     assert_clean_error(xcorr("align", path, "--gpus", "0", "--workers", "2",

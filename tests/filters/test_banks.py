@@ -5,11 +5,11 @@ import pytest
 import tifffile
 
 from sample_paths import stack_path, truth
-from test_cli import assert_clean_error, xcorr
+from cli_helpers import assert_clean_error, xcorr
 from xcorr_app import align
 from xcorr_app.filters._banks import bank_weights, feature_prefilter, mix_weights
 from xcorr_app.errors import XcorrError
-from xcorr_app.correlate._reference import conv2d_reference
+from xcorr_app.conv._reference import conv2d_reference
 
 
 def test_named_banks():

@@ -6,7 +6,7 @@ import scipy.ndimage as ndi
 
 from xcorr_app import filters
 from xcorr_app.errors import XcorrError
-from xcorr_app.correlate._reference import correlate_reference
+from xcorr_app.filters._reference import correlate_reference
 
 
 def per_frame(fn, stack):

@@ -11,7 +11,7 @@ import pytest
 from conftest import poisoned, rel_error
 from xcorr_app.filters._modes import MODE_IDS
 from xcorr_app.filters._reuse import EDGES, PAPER_SIZES
-from xcorr_app.correlate._reference import correlate_reference
+from xcorr_app.filters._reference import correlate_reference
 
 pytestmark = pytest.mark.gpu
 

@@ -8,7 +8,7 @@ from conftest import poisoned, rel_error
 from xcorr_app.registration._normalize import zncc
 from xcorr_app.registration._peaks import confidence, peak_index
 from xcorr_app.correlate._fft import crop_indices, fft_geometry
-from xcorr_app.correlate._reference import xcorr_direct
+from xcorr_app.correlate._direct import xcorr_direct
 from xcorr_app.correlate._shifts import first_shift, output_shape
 
 pytestmark = pytest.mark.gpu

@@ -6,7 +6,7 @@ convolution).  CuPy in: the im2win kernel (``cuda/im2win_conv.cu``), for 3x3 fil
 stride 1 the fused Winograd kernel where it is faster (``cuda/winograd_conv.cu``, measured
 on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
 pointwise kernel with dynamic blocking (``cuda/pointwise_conv.cu``); float32 out.  NumPy
-in: the float64 reference (``xcorr_app.correlate._reference.conv2d_reference``), cast to the
+in: the float64 reference (``xcorr_app.conv._reference.conv2d_reference``), cast to the
 input's float type.
 
 Examples
@@ -93,7 +93,7 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     if method == "winograd" and not winograd:
         raise InputError(f"method='winograd' cannot compute this convolution: {why_not}")
     if xp is np:
-        from ..correlate._reference import conv2d_reference
+        from ._reference import conv2d_reference
 
         return conv2d_reference(x, w, (sy, sx), (py, px)).astype(_out_dtype(x))
     if method == "auto" and _is_pointwise(w, (sy, sx), (py, px)):

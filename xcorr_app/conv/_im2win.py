@@ -6,7 +6,7 @@ window order, read either from the input itself (``layout="direct"``, the defaul
 memory) or from the im2win tensor the paper builds (``layout="im2win"``, shape
 ``(N, C, HO, (W + 2 pad) * KH)``, ``KH / stride`` times the input instead of im2col's
 ``KH * KW``, built for as many images at a time as fit in :data:`WIN_BYTES`);
-:func:`pointwise_conv2d` runs the 1x1 kernel with the tiles :mod:`xcorr_app.conv._pointwise_plan`
+:func:`pointwise_conv2d` runs the 1x1 kernel with the tiles :mod:`xcorr_app.conv._dynamic_blocking`
 chooses for the problem and the GPU.
 """
 
@@ -21,8 +21,8 @@ from .._cuda.device import device_limits
 from .._cuda.launch import PreparedLaunch
 from .._cuda.loader import KernelFamily
 from ..errors import InputError
-from ._pointwise_plan import THREADS as POINTWISE_THREADS
-from ._pointwise_plan import configurations, plan
+from ._dynamic_blocking import THREADS as POINTWISE_THREADS
+from ._dynamic_blocking import configurations, plan
 from ._validation import pair
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES) of the im2win convolution

@@ -19,7 +19,7 @@ from ..backend import compute_device, like_input, to_xp, xp_for
 from ..errors import InputError
 from ._forms import form_layout
 from ._plans import METHODS, Plan, run_plan
-from ._reference import direct_is_small
+from ._direct import direct_is_small
 from ._shifts import normalize_max_shift
 
 __all__ = ["cross_correlate", "choose_method", "METHODS"]

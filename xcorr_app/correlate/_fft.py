@@ -259,7 +259,7 @@ def conj_product(left, right, out=None):
 
 def xcorr_fft(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
     """Cross-correlation by zero-padded real FFTs, in the layout of
-    :func:`xcorr_app.correlate._reference.xcorr_direct`, with the array library's own calls.
+    :func:`xcorr_app.correlate._direct.xcorr_direct`, with the array library's own calls.
 
     Both sides are padded to an alias-free fast size (:func:`fft_length`: the full range needs
     ``H + H' - 1``, a bounded one less), transformed with ``rfft2``, conj-multiplied with the

@@ -54,7 +54,7 @@ def as_float32(a, xp):
 def overlap_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
     """Cross-correlate CuPy arrays with the overlap-wise baseline kernel.
 
-    Parameters and output layout as :func:`xcorr_app.correlate._reference.xcorr_direct`; float32 result.
+    Parameters and output layout as :func:`xcorr_app.correlate._direct.xcorr_direct`; float32 result.
     ``out`` (optional) receives the result and must have the output shape.
     """
     import cupy as cp

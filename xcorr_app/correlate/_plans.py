@@ -147,7 +147,7 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
             raise InputError(f"method {plan}: {exc}") from None
     from ..backend import array_module_of
     from ._fft import fft_xcorr, xcorr_fft
-    from ._reference import xcorr_direct
+    from ._direct import xcorr_direct
 
     if plan.method == "fft" and array_module_of(left, right) is not np:
         try:

@@ -5,7 +5,7 @@ A *shift* is the displacement to apply to the **moving** image so that it lines 
 :func:`skimage.registration.phase_cross_correlation`.  If ``moving[n] = reference[n - s]``
 (the moving image is the reference displaced by ``s``), the shift is ``-s``.
 
-Correlation outputs (see :mod:`xcorr_app.correlate._reference`) are laid out so that
+Correlation outputs (see :mod:`xcorr_app.correlate._direct`) are laid out so that
 ``corr[iy, ix] = sum_n reference[n + k] * moving[n]`` with ``k = (iy, ix) - origin``, and ``k`` is
 exactly that shift.  Two layouts exist:
 

@@ -82,9 +82,33 @@ def prepare_outputs(paths, force: bool) -> None:
                               "choose another output location") from exc
 
 
-def _temp_path(path: Path) -> Path:
-    """Hidden temporary name next to ``path``, keeping its suffix so writers pick the format."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+class AtomicTarget:
+    """The one way an output is written: to a hidden temporary name in the destination folder
+    (``.NAME.tmp-PID-RAND`` plus the suffix of ``NAME``, so writers pick the format), renamed
+    onto ``path`` by :meth:`commit` or deleted by :meth:`discard`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> target = AtomicTarget(Path(tempfile.mkdtemp()) / "a.csv")
+    >>> _ = target.tmp.write_text("x")
+    >>> target.commit()
+    >>> target.path.read_text()
+    'x'
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(
+            f".{self.path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{self.path.suffix}")
+
+    def commit(self) -> None:
+        """Rename the finished temporary file onto :attr:`path` (atomic on one filesystem)."""
+        os.replace(self.tmp, self.path)
+
+    def discard(self) -> None:
+        """Delete the temporary file; :attr:`path` is left untouched."""
+        self.tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -99,13 +123,12 @@ def atomic_path(path):
     >>> with atomic_path("out/table.csv") as tmp:  # doctest: +SKIP
     ...     tmp.write_text("a,b\\n1,2\\n")
     """
-    path = Path(path)
-    tmp = _temp_path(path)
+    target = AtomicTarget(path)
     try:
-        yield tmp
-        os.replace(tmp, path)
+        yield target.tmp
+        target.commit()
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        target.discard()
         raise
 
 
@@ -198,7 +221,8 @@ class TiffStackWriter:
         self._metadata = {k: v for k, v in (metadata or {}).items() if k != "axes"}
         nbytes = (n_frames or 0) * self.dtype.itemsize * int(np.prod(self.frame_shape))
         bigtiff = not imagej and (n_frames is None or nbytes > 2**32 - 2**25)
-        self._tmp = _temp_path(self.path)
+        self._target = AtomicTarget(self.path)
+        self._tmp = self._target.tmp
         with _os_errors(self.path):
             self._tw = tifffile.TiffWriter(self._tmp, bigtiff=bigtiff, imagej=imagej)
 
@@ -242,7 +266,7 @@ class TiffStackWriter:
                     description = tifffile.tiffcomment(self._tmp)
                     tifffile.tiffcomment(self._tmp, description.replace(
                         f"\nchannels={n}\n", axes))
-                os.replace(self._tmp, self.path)
+                self._target.commit()
         except BaseException:
             self.abort()
             raise
@@ -253,7 +277,7 @@ class TiffStackWriter:
             with contextlib.suppress(Exception):
                 self._tw.close()
             self._tw = None
-        self._tmp.unlink(missing_ok=True)
+        self._target.discard()
 
     def __enter__(self):
         return self

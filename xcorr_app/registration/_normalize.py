@@ -14,7 +14,7 @@ squares), read -1 (ZNCC lies in [-1, 1]).
 Examples
 --------
 >>> import numpy as np
->>> from xcorr_app.correlate._reference import xcorr_direct
+>>> from xcorr_app.correlate._direct import xcorr_direct
 >>> a = np.random.default_rng(0).random((6, 7))
 >>> z = zncc(xcorr_direct(a, a[None], "one_to_many", 2), a, a[None], max_shift=2)
 >>> round(float(z[0, 2, 2]), 6)

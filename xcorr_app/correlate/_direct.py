@@ -1,4 +1,5 @@
-"""Reference implementations of cross-correlation, for tests and the CPU backend.
+"""Cross-correlation by its definition (direct sums), the float64 yardstick of the kernels and
+the CPU backend, and the CPU choice between it and the FFT.
 
 Both functions compute the same thing in the layout of :mod:`xcorr_app.correlate._shifts` for every form
 of :mod:`xcorr_app.correlate._forms`:
@@ -104,47 +105,3 @@ def xcorr(left, right, form="one_to_one", max_shift=None, dtype=np.float64):
     if direct_is_small(lay, max_shift):
         return xcorr_direct(left, right, form, max_shift, dtype)
     return xcorr_fft(left, right, form, max_shift, dtype)
-
-
-def correlate_reference(stack, weights, mode="reflect", cval=0.0, origin=(0, 0)):
-    """float64 ``scipy.ndimage.correlate`` of every frame of an ``(H, W)`` or ``(N, H, W)``
-    NumPy stack: the reference of the filter kernels.
-
-    >>> float(correlate_reference(np.ones((2, 4, 5)), np.ones((3, 3)))[1, 0, 0])
-    9.0
-    """
-    import scipy.ndimage as ndi
-
-    s = np.asarray(stack, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
-    frames = s if s.ndim == 3 else s[None]
-    out = np.stack([ndi.correlate(f, w, mode=mode, cval=cval, origin=tuple(origin))
-                    for f in frames])
-    return out if s.ndim == 3 else out[0]
-
-
-def conv2d_reference(x, w, stride=1, padding=0):
-    """float64 NCHW convolution (cross-correlation, as in deep learning) of ``x`` (N, C, H, W)
-    with ``w`` (F, C, KH, KW), zero padding and a stride: the reference of the im2win and
-    pointwise kernels.  Sums over the filter taps with one matrix product each.
-
-    >>> conv2d_reference(np.ones((1, 2, 4, 4)), np.ones((3, 2, 3, 3)), stride=1, padding=1)[0, 0]
-    array([[ 8., 12., 12.,  8.],
-           [12., 18., 18., 12.],
-           [12., 18., 18., 12.],
-           [ 8., 12., 12.,  8.]])
-    """
-    x = np.asarray(x, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
-    sy, sx = (stride, stride) if np.isscalar(stride) else stride
-    py, px = (padding, padding) if np.isscalar(padding) else padding
-    n, c, h, wd = x.shape
-    f, _, kh, kw = w.shape
-    xp_ = np.pad(x, ((0, 0), (0, 0), (py, py), (px, px)))
-    ho, wo = (h + 2 * py - kh) // sy + 1, (wd + 2 * px - kw) // sx + 1
-    out = np.zeros((n, f, ho, wo))
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp_[:, :, i:i + sy * (ho - 1) + 1:sy, j:j + sx * (wo - 1) + 1:sx]
-            out += np.einsum("nchw,fc->nfhw", patch, w[:, :, i, j], optimize=True)
-    return out

@@ -1,0 +1,25 @@
+"""Running the ``xcorr`` command in a subprocess, as a user does, and checking its errors
+(used by the CLI tests of several subpackages)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def xcorr(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("XCORR_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "xcorr_app.cli", *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+
+
+def assert_clean_error(res, *words):
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
