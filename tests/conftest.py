@@ -1,5 +1,8 @@
-"""Shared test helpers: the ``gpu`` marker skips cleanly without a usable GPU; the ``rng``
-fixture is seeded per test (deterministic by default, ``--randomize`` for fresh seeds).
+"""Shared test helpers: the ``gpu`` marker skips cleanly without a usable GPU (unless
+``XCORR_REQUIRE_GPU=1``, which the device scripts set: then a missing GPU fails the run); the
+``rng`` fixture is seeded per test from a stable hash of the test's id and ``XCORR_TEST_SEED``
+(default 0: the same seeds every run).  ``--randomize`` draws a session seed, printed in the
+header; ``XCORR_TEST_SEED=<it>`` replays the run.
 
 The tests mirror the package: ``tests/<subpackage>/test_<module>.py``.  This folder is on
 ``sys.path`` so that every test can import the helpers beside this file (``synthetic``,
@@ -20,27 +23,47 @@ from xcorr_app import backend  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption("--randomize", action="store_true",
-                     help="seed the rng fixture from OS entropy instead of the test's name")
+                     help="a fresh session seed for the rng fixture (printed; replay it with "
+                          "XCORR_TEST_SEED=<seed>)")
+
+
+def pytest_configure(config):
+    if config.getoption("--randomize") and not os.environ.get("XCORR_TEST_SEED"):
+        # set in the environment, so that xdist workers (started later) draw the same
+        os.environ["XCORR_TEST_SEED"] = str(int(np.random.SeedSequence().entropy % (2**31)))
+    config.test_seed = int(os.environ.get("XCORR_TEST_SEED") or 0)
+
+
+def pytest_report_header(config):
+    return f"xcorr test seed: XCORR_TEST_SEED={config.test_seed}"
 
 
 def pytest_collection_modifyitems(config, items):
     if backend.gpu_available():
         return
+    if os.environ.get("XCORR_REQUIRE_GPU", "") not in ("", "0"):
+        pytest.exit(f"XCORR_REQUIRE_GPU is set but no GPU is usable: "
+                    f"{backend.gpu_unavailable_reason()}", returncode=3)
     skip = pytest.mark.skip(reason=f"no usable GPU: {backend.gpu_unavailable_reason()}")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
 
 
+def seed_for(config, name: str) -> int:
+    """The seed of the test (or part of a test) ``name`` in this session: a crc32 of the name,
+    mixed with ``XCORR_TEST_SEED`` when that is not 0 (stable across processes, unlike
+    ``hash()``)."""
+    base = config.test_seed
+    return zlib.crc32((name if base == 0 else f"{base}:{name}").encode())
+
+
 @pytest.fixture
 def rng(request):
-    """A generator per test: seeded from the test's id (the same every run), or from OS entropy
-    with ``--randomize``; the seed is printed, so a failure can be repeated."""
-    if request.config.getoption("--randomize"):
-        seed = int(np.random.SeedSequence().entropy % (2**32))
-    else:
-        seed = zlib.crc32(request.node.nodeid.encode())
-    print(f"random seed: {seed}")
+    """A generator per test, seeded by :func:`seed_for` from the test's id; the seed is
+    printed, so a failure can be repeated."""
+    seed = seed_for(request.config, request.node.nodeid)
+    print(f"random seed: {seed} (XCORR_TEST_SEED={request.config.test_seed})")
     return np.random.default_rng(seed)
 
 
