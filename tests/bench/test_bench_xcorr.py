@@ -214,6 +214,12 @@ def test_run_small_problems():
     rows = bench.run(problems, explain=True, echo=lines.append)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert all(r["ms"]["ours"] > 0 and r["ms"]["cupy_fft"] > 0 for r in rows)
+    # the correctness check ran (a measured error against the float64 reference, within the
+    # tolerance) and the share of the FP32 peak is a share
+    for r in rows:
+        errors = [e for e in r["rel_error"].values() if e is not None]
+        assert errors and max(errors) <= bench.TOLERANCE, r["rel_error"]
+        assert 0 < r["peak_share"] <= 1, r["peak_share"]
     assert "FP32 FMA peak" in lines[0]
     assert sum(line.startswith("| one_to_many 1x3") for line in lines) == 1
 

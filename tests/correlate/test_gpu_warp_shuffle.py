@@ -136,6 +136,22 @@ def test_shared_variant_refuses_too_large_right():
         warp_per_shift_xcorr(a, a, shared=True)
 
 
+#: task sizes the planner can dispatch for rectangle and triangle (powers of two up to the longest
+#: domain, and a quarter of those: planner.distribution_candidates)
+DISPATCHED_ROWS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+@pytest.mark.parametrize("distribution", ["rectangle", "triangle"])
+@pytest.mark.parametrize("rows_per_worker", DISPATCHED_ROWS)
+def test_every_dispatched_task_size(distribution, rows_per_worker):
+    """Rectangle and triangle at every task size the planner may choose, on matrices whose
+    domains are longer than the largest (257 rows), full and bounded, two forms."""
+    for form, variant in [("one_to_many", (1, 2, 1, 1)), ("n_to_m", (2, 4, 2, 1))]:
+        for lshape, max_shift in [((257, 129), None), ((257, 129), (40, 3)), ((31, 33), None)]:
+            check(form, lshape, 3, max_shift,
+                  **params_of(variant, (distribution, rows_per_worker)))
+
+
 @pytest.mark.parametrize("form,variant", [("one_to_one", (1, 1, 4, 2)),
                                           ("one_to_many", (1, 2, 1, 1)),
                                           ("n_to_mn", (1, 4, 2, 1)),
