@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import re
 import secrets
@@ -96,8 +97,9 @@ def make_folders(paths) -> list:
                     f.mkdir()
                     created.append(f)
                 except FileExistsError:
-                    if not f.is_dir():
-                        raise
+                    pass  # made meanwhile by another run, or a file: checked below
+            if not folder.is_dir():
+                raise FileExistsError(errno.EEXIST, "a file of that name exists")
         except OSError as exc:
             raise OutputError(f"cannot create folder {folder} ({exc.strerror or exc}); "
                               "choose another output location") from exc
