@@ -120,8 +120,9 @@ class OutputRun:
         A stop signal that came while or after the outputs were renamed: they are whole and kept.
 
     On entering: :func:`check_apart`, existing outputs refused without ``force``, missing folders
-    made, the lock taken, stale temporary files of dead writers removed, and ``SIGTERM`` and
-    ``SIGHUP`` turned into :class:`Interrupted` (main thread only).  Leaving the block without
+    made, the lock taken, stale temporary files of dead writers removed, and ``SIGINT``,
+    ``SIGTERM`` and ``SIGHUP`` (those not ignored) made to raise :class:`Interrupted` (main
+    thread only).  Leaving the block without
     an exception commits what was not committed.  Leaving it on an exception deletes every
     temporary file, removes the folders it made (when empty), and gives the lock back.
 
