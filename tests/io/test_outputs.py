@@ -1,14 +1,22 @@
-"""Tests of xcorr_app.io._writer: safe output writing."""
+"""Tests of xcorr_app.io._writer, _lock and _outputs: safe output writing, one writer per
+output, a run's outputs together or not at all."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tifffile
 
 from xcorr_app.errors import OutputError
-from xcorr_app.io._writer import (TiffStackWriter, atomic_path, prepare_outputs, write_text,
-                               write_tiff)
+from xcorr_app.io._lock import OutputLock
+from xcorr_app.io._outputs import Interrupted, OutputRun, check_apart
+from xcorr_app.io._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
+                                  remove_stale_temps, write_text, write_tiff)
 from xcorr_app.io._reader import open_stack
 
 
@@ -183,3 +191,205 @@ def test_tiff_stack_writer_reads_back_as_an_imagej_hyperstack(tmp_path, dtype, c
     np.testing.assert_array_equal(got.reshape(stack.shape), stack.astype(stored))
     assert got.shape == ((n_t, 6, 7) if channels == 1 else (n_t, channels, 6, 7))
 
+
+
+# ------------------------------------------------------- a run's outputs: together or not at all
+
+def test_staged_outputs_appear_together_on_commit(tmp_path):
+    paths = [tmp_path / "a.csv", tmp_path / "b.tif"]
+    with StagedOutputs(paths) as staged:
+        write_text(paths[0], "a")
+        write_tiff(paths[1], np.zeros((2, 4, 4), np.uint16))
+        write_text(tmp_path / "other.txt", "not staged")  # not an output of the run
+        assert sorted(os.listdir(tmp_path))[2:] == ["other.txt"]  # two temporary files first
+        staged.commit()
+    assert sorted(os.listdir(tmp_path)) == ["a.csv", "b.tif", "other.txt"]
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_staged_outputs_without_commit_leave_nothing(tmp_path, error):
+    paths = [tmp_path / "a.csv", tmp_path / "b.tif"]
+    paths[0].write_text("previous")
+    with pytest.raises(error):
+        with StagedOutputs(paths):
+            write_text(paths[0], "new")
+            writer = TiffStackWriter(paths[1], (4, 4), np.uint16, n_frames=2)
+            writer.write(np.zeros((1, 4, 4), np.uint16))
+            raise error()  # the writer is never closed: its file goes too
+    assert os.listdir(tmp_path) == ["a.csv"] and paths[0].read_text() == "previous"
+
+
+def test_staged_outputs_undo_the_renames_when_one_fails(tmp_path, monkeypatch):
+    paths = [tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "c.csv"]
+    paths[0].write_text("old a")
+    replace = os.replace
+
+    def failing(src, dst):
+        if os.path.basename(dst) == "c.csv":
+            raise OSError(28, "No space left on device")
+        replace(src, dst)
+
+    with pytest.raises(OutputError, match="No space left"):
+        with StagedOutputs(paths) as staged:
+            for p in paths:
+                write_text(p, "new")
+            monkeypatch.setattr(os, "replace", failing)
+            staged.commit()
+    monkeypatch.setattr(os, "replace", replace)
+    assert os.listdir(tmp_path) == ["a.csv"] and paths[0].read_text() == "old a"
+
+
+def test_remove_stale_temps_only_of_dead_writers(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    out = tmp_path / "aligned.tif"
+    stale = [tmp_path / f".aligned.tif.tmp-{dead.pid}-0badcafe.tif",
+             tmp_path / f".aligned.tif.tmp-{dead.pid}-0badcafe.old.tif"]
+    kept = [tmp_path / f".aligned.tif.tmp-{os.getpid()}-0badcafe.tif",  # a running writer
+            tmp_path / f".aligned.tif.tmp-{dead.pid}-0badcafe.csv",  # not this output's
+            tmp_path / f".other.tif.tmp-{dead.pid}-0badcafe.tif", tmp_path / "aligned.tif.tmp-1-a"]
+    for p in stale + kept:
+        p.write_text("x")
+    assert sorted(remove_stale_temps([out])) == sorted(stale)
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in kept)
+
+
+def test_output_lock_refuses_a_second_holder_and_names_it(tmp_path):
+    lock = tmp_path / ".xcorr.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom xcorr_app.io._lock import OutputLock\n"
+         f"with OutputLock({str(lock)!r}, 'x'):\n    print('held', flush=True)\n"
+         "    sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(OutputError, match=rf"output folder o is being written by another "
+                                              rf"xcorr run \(pid {holder.pid}\)"):
+            OutputLock(lock, "output folder o").acquire()
+    finally:
+        holder.communicate("")
+    assert not lock.exists()  # removed by its holder
+    with OutputLock(lock, "o"):
+        assert lock.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(OutputError, match=rf"pid {os.getpid()}"):
+            OutputLock(lock, "o").acquire()
+    assert not lock.exists()
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
+    lock = tmp_path / ".xcorr.lock"
+    lock.write_text("999999999\n")  # a file, but nobody holds it
+    with OutputLock(lock, "o"):
+        assert lock.read_text() == f"{os.getpid()}\n"
+    assert not lock.exists()
+
+
+@pytest.mark.parametrize("outputs, inputs, words", [
+    (["in.tif"], ["in.tif"], "output in.tif is the input"),
+    (["link.tif"], ["in.tif"], "is the input"),
+    (["hard.tif"], ["in.tif"], "is the input"),
+    (["d/x.tif"], ["d"], "inside the input folder"),
+    (["d/sub/x.tif"], ["d"], "inside the input folder"),
+    (["dlink/x.tif"], ["d"], "inside the input folder"),
+    (["in.tif/x.csv"], ["in.tif"], "output folder in.tif is the input"),
+])
+def test_check_apart_refuses_outputs_on_inputs(tmp_path, monkeypatch, outputs, inputs, words):
+    monkeypatch.chdir(tmp_path)
+    Path("in.tif").write_text("data")
+    Path("d").mkdir()
+    Path("link.tif").symlink_to("in.tif")
+    Path("dlink").symlink_to("d")
+    os.link("in.tif", "hard.tif")
+    with pytest.raises(OutputError, match=words):
+        check_apart(outputs, inputs)
+
+
+def test_check_apart_allows_outputs_beside_inputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("in.tif").write_text("data")
+    Path("d").mkdir()
+    check_apart(["out.tif", "in_xcorr/shifts.csv", "d_xcorr/aligned.tif", "missing/x"],
+                ["in.tif", "d", "not-there.tif"])
+    check_apart(["in.tif"], ["d"])  # an input folder's parent is not inside it
+
+
+def test_output_run_failure_leaves_no_folder_lock_or_temp(tmp_path):
+    out = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError):
+        with OutputRun([out / "x.csv", out / "y.csv"], lock=out / ".xcorr.lock"):
+            assert (out / ".xcorr.lock").exists()
+            write_text(out / "x.csv", "x")
+            raise RuntimeError
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "keep").mkdir()
+    with pytest.raises(RuntimeError):
+        with OutputRun([tmp_path / "keep" / "x.csv"]):
+            raise RuntimeError
+    assert os.listdir(tmp_path / "keep") == []  # a folder it did not make stays
+
+
+def test_output_run_commits_on_a_clean_exit_and_refuses_a_second_writer(tmp_path):
+    out = tmp_path / "o"
+    with OutputRun([out / "x.csv"]) as run:
+        write_text(out / "x.csv", "x")
+        with pytest.raises(OutputError, match=rf"output folder {out} is being written by "
+                                              rf"another xcorr run \(pid {os.getpid()}\)"):
+            with OutputRun([out / "y.csv"]):
+                pass
+        assert os.listdir(out)[0].startswith(".")
+    assert run.late_signal is None and os.listdir(out) == ["x.csv"]
+    with pytest.raises(OutputError, match="exists; pass --force"):
+        with OutputRun([out / "x.csv"]):
+            pass
+    assert os.listdir(out) == ["x.csv"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_output_run_turns_stop_signals_into_interrupted(tmp_path, sig):
+    # the handler a terminal's process has (a test run in the background may ignore SIGINT)
+    default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+    previous = signal.signal(sig, default)
+    out = tmp_path / "o"
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            with OutputRun([out / "x.csv"]):
+                write_text(out / "x.csv", "x")
+                os.kill(os.getpid(), sig)
+                time.sleep(5)
+        assert signal.getsignal(sig) is default
+    finally:
+        signal.signal(sig, previous)
+    assert isinstance(info.value, Interrupted) and info.value.signum == sig
+    assert not out.exists()
+
+
+def test_output_run_signal_during_the_renames_waits_for_them(tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    replace = os.replace
+
+    def replace_then_signal(src, dst):
+        replace(src, dst)
+        if os.path.basename(dst) == "x.csv":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with OutputRun([out / "x.csv", out / "y.csv"]) as run:
+        write_text(out / "x.csv", "x")
+        write_text(out / "y.csv", "y")
+        monkeypatch.setattr(os, "replace", replace_then_signal)
+        run.commit()
+        monkeypatch.setattr(os, "replace", replace)
+    assert run.late_signal == signal.SIGTERM
+    assert sorted(os.listdir(out)) == ["x.csv", "y.csv"]
+
+
+def test_output_run_leaves_ignored_signals_ignored(tmp_path):
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with OutputRun([tmp_path / "x.csv"]):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+            write_text(tmp_path / "x.csv", "x")
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert os.listdir(tmp_path) == ["x.csv"]

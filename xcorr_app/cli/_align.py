@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, R
                        SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, scale_out, scale_out_command, stack_command, where)
 
-__all__ = ["align"]
+__all__ = ["align", "note_late_signal"]
 
 #: what to measure (the options of :func:`xcorr_app.align`), in the order of ``--help``
 MEASURE_OPTIONS = (
@@ -85,7 +86,8 @@ def align(path, **options):
     shifts.json, aligned.tif and drift.png into the output folder. Shifts are (dy, dx) to apply
     to each frame to align it with the reference, as in scikit-image.
     """
-    from ..io._writer import prepare_outputs, write_text
+    from ..io._outputs import OutputRun
+    from ..io._writer import write_text
     from ..io._plot import plot_drift
 
     o = SimpleNamespace(path=path, **options)
@@ -96,28 +98,48 @@ def align(path, **options):
         outputs["aligned.tif"] = out_dir / "aligned.tif"
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
-    with scale_out(o.gpus, o.workers, o.scheduler, o.device) as (client, gpu_ids):
-        prepare_outputs(list(outputs.values()), o.force)
-        t0 = time.perf_counter()
-        res = _measure(o, client, gpu_ids, n, frame_gb)
-        t_measure = time.perf_counter() - t0
-        if not o.no_aligned:
-            _write_aligned(o, res, client, gpu_ids, shape, n, outputs["aligned.tif"])
-        ran_on = where(o.dev, client, gpu_ids)
-    summary = res.summary()
-    settings = dict(res.settings, resample=o.resample, crop=o.crop, fill=o.fill)
-    doc = {"input": str(path), "frame_shape": list(shape), "settings": settings,
-           "summary": summary, **backend.environment(o.dev),
-           "seconds_measuring": round(t_measure, 4),
-           "frames_per_second": round(n / max(t_measure, 1e-9), 2),
-           "frames": res.frame_records()}
-    write_text(outputs["shifts.csv"], res.csv_text())
-    write_text(outputs["shifts.json"], json.dumps(doc, indent=1) + "\n")
-    plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
-    if o.as_json:
-        click.echo(json.dumps(doc))
-    elif not o.quiet:
-        _print_summary(path, shape, ran_on, res, summary, t_measure, frame_gb, outputs.values())
+    inputs = [path] + [Path(o.reference)] * _is_file(o.reference)  # --reference FILE
+    # all outputs appear together when everything succeeded, or none (and no folder it made)
+    with OutputRun(outputs.values(), inputs, o.force, lock=out_dir / ".xcorr.lock") as run:
+        with scale_out(o.gpus, o.workers, o.scheduler, o.device) as (client, gpu_ids):
+            t0 = time.perf_counter()
+            res = _measure(o, client, gpu_ids, n, frame_gb)
+            t_measure = time.perf_counter() - t0
+            if not o.no_aligned:
+                _write_aligned(o, res, client, gpu_ids, shape, n, outputs["aligned.tif"])
+            ran_on = where(o.dev, client, gpu_ids)
+        summary = res.summary()
+        settings = dict(res.settings, resample=o.resample, crop=o.crop, fill=o.fill)
+        doc = {"input": str(path), "frame_shape": list(shape), "settings": settings,
+               "summary": summary, **backend.environment(o.dev),
+               "seconds_measuring": round(t_measure, 4),
+               "frames_per_second": round(n / max(t_measure, 1e-9), 2),
+               "frames": res.frame_records()}
+        write_text(outputs["shifts.csv"], res.csv_text())
+        write_text(outputs["shifts.json"], json.dumps(doc, indent=1) + "\n")
+        plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
+        run.commit()
+        if o.as_json:
+            click.echo(json.dumps(doc))
+        elif not o.quiet:
+            _print_summary(path, shape, ran_on, res, summary, t_measure, frame_gb,
+                           outputs.values())
+    note_late_signal(run)
+
+
+def note_late_signal(run):
+    """Say so when a stop signal came while the finished outputs were renamed (or after): the
+    run is whole, its outputs are kept, and it ends normally."""
+    if run.late_signal is not None:
+        click.echo(f"note: interrupted ({signal.Signals(run.late_signal).name}) after the outputs "
+                   "were complete; they are kept", err=True)
+
+
+def _is_file(name) -> bool:
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _check(o):

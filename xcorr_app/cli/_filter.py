@@ -10,10 +10,11 @@ import click
 
 from .. import backend
 from ..errors import XcorrError
+from ._align import note_late_signal
 from ._options import (BANK, KERNEL, MIX, MODES, note_device, print_notes, progress_bar,
                        scale_out, scale_out_command, stack_command, where)
 
-__all__ = ["filter_cmd"]
+__all__ = ["filter_cmd", "output_run"]
 
 
 @click.command(name="filter")
@@ -43,7 +44,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     every channel of each frame and write an ImageJ hyperstack of the result's channels.
     """
     from ..filters._api import parse_kernel_spec
-    from ..io._writer import TiffStackWriter, prepare_outputs
+    from ..io._writer import TiffStackWriter
     from ..io._reader import open_stack
 
     given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
@@ -62,10 +63,9 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
         # raw dtype to the GPU: the kernels read uint8/uint16/float16 as they are
         return backend.to_numpy(fn(chunk, mode, cval)).astype("float32", copy=False)
 
-    with open_stack(path, channel=channel) as src, \
+    with open_stack(path, channel=channel) as src, output_run(path, out_path, force) as run, \
             scale_out(gpus, workers, scheduler, device) as (client, gpu_ids):
         print_notes(src, quiet)
-        prepare_outputs([out_path], force)
         t0 = time.perf_counter()
         if client is not None:
             from ..distributed._dask import filter as dask_filter, iter_blocks
@@ -79,11 +79,21 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
             for _, chunk in chunks:
                 w.write(chunk)
                 bar.update(len(chunk))
+        run.commit()
         ran_on = where(dev, client, gpu_ids)
         if not quiet:
             click.echo(f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
                        f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in "
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+    note_late_signal(run)
+
+
+def output_run(path, out_path, force):
+    """The output file's :class:`~xcorr_app.io._outputs.OutputRun`: apart from the input, locked
+    by ``.NAME.lock`` beside it, and written only when the whole stack is done."""
+    from ..io._outputs import OutputRun
+
+    return OutputRun([out_path], [path], force, lock=out_path.with_name(f".{out_path.name}.lock"))
 
 
 def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
@@ -104,14 +114,14 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
     import numpy as np
 
     from ..filters._banks import channel_filter
-    from ..io._writer import TiffStackWriter, prepare_outputs
+    from ..io._writer import TiffStackWriter
     from ..io._reader import ChannelStack
 
     dev = note_device(device, quiet)
-    with ChannelStack(path) as src, scale_out(*scale, device) as (client, gpu_ids):
+    with ChannelStack(path) as src, output_run(path, out_path, force) as run, \
+            scale_out(*scale, device) as (client, gpu_ids):
         n_out, fn = channel_filter(bank, mix, src.n_channels)
         print_notes(src, quiet)
-        prepare_outputs([out_path], force)
         t0 = time.perf_counter()
 
         if client is not None:
@@ -127,11 +137,13 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
             for _, out in chunks:
                 w.write(np.asarray(out).reshape(-1, *src.frame_shape))
                 bar.update(len(out))
+        run.commit()
         ran_on = where(dev, client, gpu_ids)
         if not quiet:
             click.echo(f"xcorr filter: {src.n_frames} frames of {src.n_channels} channel(s) -> "
                        f"{n_out} channel(s) with {bank or mix} on {ran_on} in "
                        f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+    note_late_signal(run)
 
 
 def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):

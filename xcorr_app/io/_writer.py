@@ -2,7 +2,10 @@
 
 Every output is first written to a hidden temporary file in the destination folder
 (``.NAME.tmp-PID-RAND`` plus the suffix of ``NAME``) and renamed onto its final name only when
-complete, so an interrupted run never leaves a half-written file under the real name.
+complete, so an interrupted run never leaves a half-written file under the real name.  Inside
+:class:`StagedOutputs` the renames wait for one :meth:`StagedOutputs.commit`, so the outputs of
+a run appear together or not at all.  Temporary files of writers that died are removed by
+:func:`prepare_outputs` (:func:`remove_stale_temps`).
 
 Examples
 --------
@@ -16,7 +19,10 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import os
+import re
 import secrets
 import tempfile
 from pathlib import Path
@@ -42,7 +48,8 @@ def _os_errors(path: Path):
 
 
 def prepare_outputs(paths, force: bool) -> None:
-    """Check that the output files can be written, creating missing folders.
+    """Check that the output files can be written, creating missing folders, and delete the
+    temporary files that writers of these outputs left when they died.
 
     Parameters
     ----------
@@ -62,14 +69,37 @@ def prepare_outputs(paths, force: bool) -> None:
     >>> prepare_outputs(["results/shifts.csv"], force=False)  # doctest: +SKIP
     """
     paths = [Path(p) for p in paths]
-    for path in paths:
+    check_outputs(paths, force)
+    make_folders(paths)
+    remove_stale_temps(paths)
+
+
+def check_outputs(paths, force: bool) -> None:
+    """Raise :class:`OutputError` if an output is a folder, or exists and ``force`` is false."""
+    for path in map(Path, paths):
         if path.is_dir():
             raise OutputError(f"output {path} is a folder; give a file name")
         if path.exists() and not force:
             raise OutputError(f"{path} exists; pass --force to overwrite")
-    for folder in dict.fromkeys(p.absolute().parent for p in paths):
+
+
+def make_folders(paths) -> list:
+    """Create the missing folders of ``paths`` and check that each folder is writable.
+
+    Returns the folders created, outermost first (a failed run removes them again).
+    """
+    created = []
+    for folder in dict.fromkeys(Path(p).absolute().parent for p in paths):
+        missing = [f for f in (folder, *folder.parents) if not f.exists()][::-1]
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            for f in missing:
+                try:
+                    f.mkdir()
+                    created.append(f)
+                except FileExistsError:
+                    pass  # made meanwhile by another run, or a file: checked below
+            if not folder.is_dir():
+                raise FileExistsError(errno.EEXIST, "a file of that name exists")
         except OSError as exc:
             raise OutputError(f"cannot create folder {folder} ({exc.strerror or exc}); "
                               "choose another output location") from exc
@@ -80,12 +110,58 @@ def prepare_outputs(paths, force: bool) -> None:
         except OSError as exc:
             raise OutputError(f"folder {folder} is not writable ({exc.strerror or exc}); "
                               "choose another output location") from exc
+    return created
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user) on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def remove_stale_temps(paths) -> list:
+    """Delete the temporary files (:class:`AtomicTarget`'s ``.NAME.tmp-PID-RAND...``) of
+    ``paths`` whose writer process no longer runs; those of running processes are left.
+
+    Returns the files deleted.
+
+    Examples
+    --------
+    >>> remove_stale_temps(["out/aligned.tif"])  # doctest: +SKIP
+    [PosixPath('out/.aligned.tif.tmp-4242-0badcafe.tif')]
+    """
+    removed = []
+    for path in map(Path, paths):
+        pattern = re.compile(re.escape(f".{path.name}.tmp-") + r"(\d+)-[0-9a-f]+(\.old)?"
+                             + re.escape(path.suffix))
+        try:
+            names = os.listdir(path.parent if str(path.parent) else ".")
+        except OSError:
+            continue
+        for name in names:
+            m = pattern.fullmatch(name)
+            if m and not pid_running(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    (path.parent / name).unlink()
+                    removed.append(path.parent / name)
+    return removed
+
+
+_STAGING = contextvars.ContextVar("xcorr_staged_outputs", default=None)
 
 
 class AtomicTarget:
     """The one way an output is written: to a hidden temporary name in the destination folder
     (``.NAME.tmp-PID-RAND`` plus the suffix of ``NAME``, so writers pick the format), renamed
     onto ``path`` by :meth:`commit` or deleted by :meth:`discard`.
+
+    Inside an active :class:`StagedOutputs` that holds ``path``, :meth:`commit` only hands
+    the finished file to it; the rename waits for :meth:`StagedOutputs.commit`.
 
     Examples
     --------
@@ -99,16 +175,114 @@ class AtomicTarget:
 
     def __init__(self, path):
         self.path = Path(path)
-        self.tmp = self.path.with_name(
-            f".{self.path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{self.path.suffix}")
+        self.tmp = self.temp_name("")
+        staging = _STAGING.get()
+        self._staging = staging if staging is not None and staging.holds(self.path) else None
+        if self._staging is not None:
+            self._staging.targets.append(self)
+
+    def temp_name(self, tag: str) -> Path:
+        """A new hidden name beside :attr:`path`: ``.NAME.tmp-PID-RAND<tag><suffix>``."""
+        return self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}-"
+                                   f"{secrets.token_hex(4)}{tag}{self.path.suffix}")
 
     def commit(self) -> None:
-        """Rename the finished temporary file onto :attr:`path` (atomic on one filesystem)."""
+        """Rename the finished temporary file onto :attr:`path` (atomic on one filesystem),
+        or hand it to the active :class:`StagedOutputs`."""
+        if self._staging is not None:
+            self._staging.staged.append(self)
+            return
         os.replace(self.tmp, self.path)
 
     def discard(self) -> None:
         """Delete the temporary file; :attr:`path` is left untouched."""
         self.tmp.unlink(missing_ok=True)
+
+
+class StagedOutputs:
+    """The outputs of one run, renamed onto their names together by one :meth:`commit`.
+
+    While active (``with``), every :class:`AtomicTarget` for one of ``paths`` (so every
+    :func:`atomic_path`, :func:`write_text`, :func:`write_tiff` and :class:`TiffStackWriter`)
+    stays a temporary file when it completes.  :meth:`commit` renames them all; if a rename
+    fails, those done are undone (a replaced file comes back).  Leaving the block without
+    :meth:`commit` deletes every temporary file: nothing of the run appears.
+
+    Parameters
+    ----------
+    paths : iterable of str or os.PathLike
+        The outputs of the run.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp())
+    >>> with StagedOutputs([out / "a.csv", out / "b.csv"]) as staged:
+    ...     write_text(out / "a.csv", "a")
+    ...     write_text(out / "b.csv", "b")
+    ...     print(sorted(p.name for p in out.iterdir() if not p.name.startswith(".")))
+    ...     staged.commit()
+    []
+    >>> sorted(p.name for p in out.iterdir())
+    ['a.csv', 'b.csv']
+    """
+
+    def __init__(self, paths):
+        self.paths = {Path(p).absolute() for p in paths}
+        self.targets = []  # every target created for one of the paths
+        self.staged = []  # the finished ones, in order
+        self.committed = False
+        self._token = None
+
+    def holds(self, path) -> bool:
+        """Whether ``path`` is one of the outputs."""
+        return Path(path).absolute() in self.paths
+
+    def commit(self) -> None:
+        """Rename every finished output onto its name; on a failure undo the renames done."""
+        done = []  # (target, hard link to the file it replaced, or None)
+        try:
+            for target in self.staged:
+                backup = None
+                if target.path.exists():
+                    backup = target.temp_name(".old")
+                    try:
+                        os.link(target.path, backup)
+                    except OSError:
+                        backup = None  # no hard links here: this one cannot be undone
+                done.append((target, backup))
+                with _os_errors(target.path):
+                    os.replace(target.tmp, target.path)
+        except BaseException:
+            for target, backup in reversed(done):
+                with contextlib.suppress(OSError):
+                    if backup is not None:
+                        os.replace(backup, target.path)
+                    elif target.tmp.exists():
+                        continue  # not renamed yet
+                    else:
+                        target.path.unlink()
+            raise
+        finally:
+            for _, backup in done:
+                if backup is not None:
+                    backup.unlink(missing_ok=True)
+        self.committed = True
+
+    def discard(self) -> None:
+        """Delete every temporary file of the run."""
+        for target in self.targets:
+            with contextlib.suppress(OSError):
+                target.discard()
+
+    def __enter__(self):
+        self._token = _STAGING.set(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _STAGING.reset(self._token)
+        if not self.committed:
+            self.discard()
 
 
 @contextlib.contextmanager
