@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import InputError
+from ..io._tiff import plural
 from ._options import fft_reference
 
 #: columns of the per-frame result block copied back from the device once per chunk
@@ -221,27 +222,23 @@ def _accumulate(steps, const):
     steps[0] = 0.0
     return np.cumsum(steps, axis=0)
 
-def _plural(n, word):
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def result_notes(border, const, nonfinite, fft_outside, bound, bounded):
     """The notes of a result: peaks on the border of the window, unmeasured frames."""
     notes = []
     if border.any():
         window = (f"the --max-shift window (+-{bound[0]}, +-{bound[1]} px)" if bounded else
                   f"the search window (half the frame, +-{bound[0]}, +-{bound[1]} px)")
-        notes.append(f"{_plural(int(border.sum()), 'frame')} peaked on the border of {window}: "
+        notes.append(f"{plural(int(border.sum()), 'frame')} peaked on the border of {window}: "
                      "the drift may exceed it (flagged low_confidence"
                      + ("; widen --max-shift)" if bounded else ")"))
     if fft_outside.any():
         notes.append(f"the FFT reference found a shift outside --max-shift on "
-                     f"{_plural(int(fft_outside.sum()), 'frame')} (counted as not agreeing)")
+                     f"{plural(int(fft_outside.sum()), 'frame')} (counted as not agreeing)")
     if const.any():
-        notes.append(f"{_plural(int(const.sum()), 'constant frame')}: shift undefined (NaN), "
+        notes.append(f"{plural(int(const.sum()), 'constant frame')}: shift undefined (NaN), "
                      "flagged low_confidence, left unshifted")
     if nonfinite.any():
-        notes.append(f"{_plural(int(nonfinite.sum()), 'frame')} with NaN or Inf pixels: shift "
+        notes.append(f"{plural(int(nonfinite.sum()), 'frame')} with NaN or Inf pixels: shift "
                      "not measured (NaN), flagged low_confidence, left unshifted; replace those "
                      "pixels (for example with the frame median) to measure them")
     return notes
@@ -298,7 +295,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
     bound = settings.get("search_range") or opts.max_shift
     notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
     if after.any():
-        notes.append(f"{_plural(int(after.sum()), 'frame')} follow an unmeasurable frame: the "
+        notes.append(f"{plural(int(after.sum()), 'frame')} came after an unmeasurable frame: the "
                      "step to it is unknown and left out of the accumulated shifts from there "
                      "on (flagged low_confidence)")
     return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low,
