@@ -125,6 +125,9 @@ def test_agreement_rule():
     sh = np.array([[2.49, 0.0], [2.0, 0.0], [5.0, 0.0], [9.0, 0.0]])
     fft = np.array([[2.52, 0.0], [3.0, 0.0], [5.0, 0.0], [-20.0, 0.0]])
     fft_int = np.array([[3, 0], [3, 0], [5, 0], [-20, 0]])
-    # half-pixel tie agrees; a whole-pixel difference does not; FFT outside the bound agrees
-    assert agreement(sh, fft, fft_int, (10, 10)).tolist() == [True, False, True, True]
+    # half-pixel tie agrees; a whole-pixel difference does not; an FFT peak outside the bound
+    # does not agree (the drift may exceed the window), even where the integer peaks match
+    assert agreement(sh, fft, fft_int, (10, 10)).tolist() == [True, False, True, False]
     assert agreement(sh, fft, fft_int, None).tolist() == [True, False, True, False]
+    assert agreement(sh[2:3], fft[2:3], fft_int[2:3], (4, 4)).tolist() == [False]
+    assert agreement(sh[2:3], fft[2:3], fft_int[2:3], (5, 5)).tolist() == [True]

@@ -53,16 +53,20 @@ def test_ranges_measured_apart_equal_one_run(reference, cuts, path):
     np.testing.assert_array_equal(np.concatenate(rows), whole)
 
 
-def test_nan_frame_in_a_later_range_is_named_by_its_stack_index():
-    from xcorr_app.errors import InputError
+def test_nan_frame_in_a_later_range_is_flagged_at_its_stack_index():
+    """A frame with a NaN pixel is not an error: its row says so (``finite`` 0), at its
+    place in the stack, and the rows of a range are those of the whole run."""
+    from xcorr_app.alignment._result import COLUMN
 
     stack = tifffile.imread(stack_path("cell")).astype(np.float32)
     stack[9, 0, 0] = np.nan
     opts = AlignOptions("first", max_shift=5)
     src = ArraySource(stack)
     ref = prepared_reference(opts, src, np, 4)
-    with pytest.raises(InputError, match="frame 9 "):
-        measure_frames(opts, src, np, 3, ref, start=6, stop=12)
+    part = measure_frames(opts, src, np, 3, ref, start=6, stop=12)[0]
+    whole = measure_frames(opts, src, np, 5, ref)[0]
+    np.testing.assert_array_equal(part, whole[6:])
+    assert np.flatnonzero(whole[:, COLUMN["finite"]] == 0).tolist() == [9]
 
 
 # ------------------------------------------------------------------------------------ GPU

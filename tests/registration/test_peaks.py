@@ -5,8 +5,8 @@ import pytest
 
 from xcorr_app.backend import to_numpy
 from xcorr_app.errors import XcorrError
-from xcorr_app.registration._peaks import (confidence, find_shifts, peak_index, subpixel_gaussian,
-                             subpixel_parabolic)
+from xcorr_app.registration._peaks import (confidence, find_shifts, on_border, peak_index,
+                                           subpixel_gaussian, subpixel_parabolic)
 
 BATCH, H, W = (3, 5), 15, 17
 
@@ -158,6 +158,24 @@ def test_find_shifts_with_origin(xp):
     np.testing.assert_array_equal(to_numpy(whole)[..., 1], np.round(px) - 4)
     para, _, _ = find_shifts(c, origin)
     np.testing.assert_allclose(to_numpy(para), to_numpy(shifts), atol=0.2)
+
+
+def test_peaks_on_the_border_of_the_window(xp):
+    """A maximum on the border of a bounded surface (a ramp rising out of the window) is
+    told apart from an inner peak; an axis of bound 0 has no border."""
+    b = 3
+    yy, xx = np.mgrid[-b:b + 1, -b:b + 1].astype(np.float64)
+    inner = np.exp(-((yy - 1) ** 2 + (xx + 2) ** 2))       # peak at (1, -2): inside
+    ramp = np.exp(-((yy - 1) ** 2 + (xx - 6) ** 2) / 8)    # rises out of the window at dx = 3
+    corner = np.exp(-((yy + 5) ** 2 + (xx + 5) ** 2) / 8)  # out past (-3, -3)
+    c = xp.asarray(np.stack([inner, ramp, corner]))
+    shifts, _, _, iy, ix = find_shifts(c, (b, b), subpixel="gaussian", return_index=True)
+    assert to_numpy(on_border(iy, ix, (b, b), (b, b))).tolist() == [False, True, True]
+    np.testing.assert_array_equal(to_numpy(shifts)[1:], [[1.0, 3.0], [-3.0, -3.0]])
+    flat = xp.asarray(np.exp(-(xx[:1] - 5) ** 2))  # one row: bound (0, 3)
+    _, _, _, iy, ix = find_shifts(flat, (0, b), return_index=True)
+    assert bool(on_border(iy, ix, (0, b), (0, b)))
+    assert not bool(on_border(iy, ix - 1, (0, b), (0, b)))
 
 
 def test_single_surface_and_float32(xp):

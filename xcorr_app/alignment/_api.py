@@ -22,8 +22,9 @@ from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import chunk_frames_for, parse_memory
-from ._options import AlignOptions, check_choices, check_frame_shape, prefilter_for, search_range
-from ._pipeline import Measurer, measure_frames, prepared_reference
+from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
+                       check_pixel_type, prefilter_for, search_range)
+from ._pipeline import Measurer, measure_frames, prepared_reference, quiet_if_nonfinite
 from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
@@ -36,8 +37,15 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     Parameters
     ----------
     reference : (H, W) or (N, H, W) ndarray
-        One reference for all frames, or one per frame.
+        One reference for all frames, or one per frame.  A reference that is constant or has
+        NaN or Inf pixels is an :class:`~xcorr_app.errors.InputError` (nothing can be measured
+        against it).
     frames : (N, H, W) ndarray
+        Frames of at least 4x4 pixels
+        (:func:`~xcorr_app.alignment._options.check_frame_shape` says why), of a pixel type
+        the TIFF reader reads (uint8, uint16, int16, float16, float32, float64; others are an
+        :class:`~xcorr_app.errors.InputError`, as for files).  A frame that is constant or has
+        NaN or Inf pixels cannot be measured: its shift and peak are NaN and its confidence 0.
     max_shift : int or (int, int), optional
         Search only ``-max_shift..max_shift``; default: up to half the frame (FFT correlation).
     normalization : {"zncc", "none", "phase"}
@@ -54,6 +62,10 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     Returns
     -------
     shifts (N, 2), peak (N,), confidence (N,) : arrays of the input's module
+        A frame whose peak lies on the border of the searched window (``|shift| ==
+        max_shift``, or half the frame: the drift may exceed it) gets confidence 0, the mark of
+        no distinct peak, as in :func:`align`; its shift is the best inside the window.  :func:`align` reports such frames, and
+        unmeasurable ones, in its result's ``low_confidence``, ``border`` and ``notes``.
 
     Examples
     --------
@@ -76,11 +88,28 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
             or (ref.ndim == 3 and len(ref) != len(mov)):
         raise InputError(f"frames must be (N, H, W) and the reference (H, W) or (N, H, W) of the "
                          f"same frame size; got {mov.shape} and {ref.shape}")
+    if 0 in mov.shape:
+        raise InputError(f"no frames to measure: frames of shape {mov.shape}")
+    check_pixel_type(mov.dtype, "frames")
+    check_pixel_type(ref.dtype, "the reference")
+    check_frame_shape(mov.shape[1:])
     win = make_window(window, mov.shape[1:], xp)
     p = prepare(mov, xp, pre, win)
-    r = prepare(ref if ref.ndim == 3 else ref[None], xp, pre, win).frames
+    rp = prepare(ref if ref.ndim == 3 else ref[None], xp, pre, win)
+    bad = backend.to_numpy(~rp.finite | rp.constant)
+    if bad.any():
+        which = "" if ref.ndim == 2 else f" {int(bad.argmax())}"
+        what = "NaN or Inf pixels" if not bool(rp.finite[int(bad.argmax())]) else "no contrast"
+        raise InputError(f"the reference{which} is constant or has NaN or Inf pixels "
+                         f"({what}): nothing can be measured against it")
+    r = rp.frames
     measure = Measurer(xp, mov.shape[1:], max_shift, normalization, subpixel, upsample)
-    shifts, peak, conf = measure(r if ref.ndim == 3 else r[0], p.frames)
+    with quiet_if_nonfinite(xp, p.finite):
+        shifts, peak, conf, border = measure(r if ref.ndim == 3 else r[0], p.frames)
+    unusable = p.constant | ~p.finite
+    shifts = xp.where(unusable[:, None], xp.nan, shifts)
+    peak = xp.where(unusable, xp.nan, peak)
+    conf = xp.where(unusable | border, 0.0, conf)
     return tuple(backend.like_input(a, reference, frames) for a in (shifts, peak, conf))
 
 def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
@@ -91,8 +120,14 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
 
     Parameters
     ----------
-    stack_or_path : ndarray (N, H, W), str or Path
-        A stack in memory (NumPy or CuPy) or a TIFF file / folder of TIFFs (streamed).
+    stack_or_path : ndarray (N, H, W), sequence of (H, W) ndarrays, str or Path
+        A stack in memory (NumPy or CuPy; a list or tuple of equal-shape 2-D arrays is stacked)
+        or a TIFF file / folder of TIFFs (streamed).  Frames of at least 4x4 pixels, of the
+        pixel types the TIFF reader reads (uint8, uint16, int16, float16, float32, float64;
+        int64, uint32, bool and others are an :class:`~xcorr_app.errors.InputError`, as for
+        files).  A frame that is constant or has NaN or Inf pixels gets NaN shifts and is
+        flagged ``low_confidence`` (a note says so); a reference that is constant or has NaN or
+        Inf pixels is an :class:`~xcorr_app.errors.InputError`.
     reference : {"first", "mean", "mean:N", "previous"}, int, path or ndarray
         ``mean`` averages all frames (``mean:N`` the first N) in one streaming pass first;
         ``previous`` correlates each frame with the one before and accumulates the shifts; an
@@ -147,7 +182,13 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     Returns
     -------
     AlignResult
+        Frames whose peak lies on the border of the searched window (``--max-shift``, or half
+        the frame) are flagged ``low_confidence`` and ``border``; the result's ``notes`` and
+        ``summary()["notes"]`` say how many.
     """
+    stack_or_path = as_stack(stack_or_path)
+    if hasattr(reference, "dtype") and hasattr(reference, "shape"):
+        check_pixel_type(reference.dtype, "the reference")
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
                         window, verify, min_confidence, interpolate_low, channel, features)
     budget = None if max_memory is None else parse_memory(max_memory)

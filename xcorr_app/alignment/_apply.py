@@ -21,6 +21,7 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import map_chunks
+from ._options import as_stack
 
 def common_area(shifts, frame_shape):
     """``(y0, y1, x0, x1)``: the region every shifted frame covers (NaN shifts ignored)."""
@@ -45,7 +46,8 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
 
     Parameters
     ----------
-    stack_or_path : ndarray, str or Path
+    stack_or_path : ndarray, sequence of (H, W) ndarrays, str or Path
+        As for :func:`~xcorr_app.align` (the same pixel types; a sequence is stacked).
     shifts : (N, 2) array
         ``(dy, dx)`` per frame (NaN: left unshifted).
     fill : float
@@ -59,6 +61,7 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     """
     from ._warp import shift_frames
 
+    stack_or_path = as_stack(stack_or_path)
     with open_source(stack_or_path, channel) as src:
         shifts = np.asarray(shifts, dtype=np.float64)
         if shifts.shape != (src.n_frames, 2):

@@ -14,9 +14,14 @@ xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussia
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+import numpy as np
+
+from .. import backend
 from ..correlate._shifts import normalize_max_shift, output_shape
 from ..errors import InputError
+from ..io._reader import SUPPORTED_DTYPES
 from ._preprocess import parse_prefilter, prepare
 from ._preprocess import window as make_window
 from ._references import is_previous
@@ -25,6 +30,8 @@ SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "non
 NORMALIZATIONS = ("zncc", "none", "phase")
 #: upsampling of the FFT reference measurement (resolution 1/20 px)
 FFT_REFERENCE_UPSAMPLE = 20
+#: the smallest frame side registered (see :func:`check_frame_shape`)
+MIN_FRAME_SIDE = 4
 
 
 def fft_reference(normalization):
@@ -118,8 +125,65 @@ class AlignOptions:
 
 
 def check_frame_shape(frame_shape):
-    """Refuse frames too small to register (:class:`InputError`)."""
+    """Refuse frames too small to register (:class:`InputError`): both sides must be at least
+    :data:`MIN_FRAME_SIDE` (4) pixels.
+
+    Why 4: with 2 or 3 pixels along a side, the overlaps compared at a shift of one pixel hold
+    2 to 6 pixels, and two overlaps of 2 pixels correlate perfectly (+-1) whatever their content
+    (a 2x2 frame "measured" dx = -1 against itself); and the search window of half the frame
+    (+-1 px at 2 or 3 pixels) puts every non-zero shift on its border, where the subpixel fit has
+    no neighbour.  From 4 pixels on, a shift of +-1 px lies inside a window of +-2 px and keeps
+    an overlap of at least 3 rows or columns.
+    """
     h, w = frame_shape
-    if h * w < 2:
-        raise InputError(f"frames of {h}x{w} pixel cannot be registered: at least 2 pixels are "
-                         "needed")
+    if h < MIN_FRAME_SIDE or w < MIN_FRAME_SIDE:
+        raise InputError(f"frames of {h}x{w} pixels cannot be registered: both sides must be at "
+                         f"least {MIN_FRAME_SIDE} pixels")
+
+
+def check_pixel_type(dtype, what="the stack"):
+    """Refuse pixel types the TIFF reader refuses (:data:`xcorr_app.io._reader.SUPPORTED_DTYPES`:
+    uint8, uint16, int16, float16, float32, float64) with an :class:`InputError`, so that arrays
+    and files are treated alike (int64, uint32, bool, complex, ... are refused in both)."""
+    dt = np.dtype(dtype)
+    if dt not in SUPPORTED_DTYPES:
+        raise InputError(f"{what} has pixels of type {dt}, which xcorr does not align; convert "
+                         f"it to one of {', '.join(map(str, SUPPORTED_DTYPES))} "
+                         "(for example with .astype(np.float32))")
+
+
+def as_stack(stack_or_path, what="the stack"):
+    """The input of :func:`~xcorr_app.align` or :func:`~xcorr_app.apply_shifts`, checked: a path
+    (str or Path) as given; an array (NumPy or CuPy) of a supported pixel type
+    (:func:`check_pixel_type`); a list or tuple of 2-D arrays of one shape and pixel type,
+    stacked into one ``(N, H, W)`` array.  Anything else is an :class:`InputError`.
+
+    >>> as_stack([np.zeros((4, 5), np.uint16), np.ones((4, 5), np.uint16)]).shape
+    (2, 4, 5)
+    """
+    if isinstance(stack_or_path, (str, Path)):
+        return stack_or_path
+    if isinstance(stack_or_path, (list, tuple)):
+        items = list(stack_or_path)
+        if not items:
+            raise InputError(f"{what} is an empty sequence: no frames to align")
+        if any(isinstance(a, (str, Path)) for a in items):
+            raise InputError(f"{what} is a sequence of paths; pass one TIFF file or a folder of "
+                             "TIFFs instead")
+        if not all(hasattr(a, "shape") and hasattr(a, "dtype") for a in items):
+            raise InputError(f"{what} must be an array or a sequence of 2-D arrays")
+        shapes = {tuple(a.shape) for a in items}
+        dtypes = {np.dtype(a.dtype) for a in items}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+            raise InputError(f"{what} is a sequence of arrays of shapes "
+                             f"{sorted(shapes)}; the frames must be 2-D arrays of one shape")
+        if len(dtypes) != 1:
+            raise InputError(f"{what} mixes pixel types {sorted(map(str, dtypes))}; convert the "
+                             "frames to one")
+        xp = backend.array_module_of(*items)
+        stack_or_path = xp.stack([xp.asarray(a) for a in items])
+    if not (hasattr(stack_or_path, "shape") and hasattr(stack_or_path, "dtype")):
+        raise InputError(f"{what} must be a path, an (N, H, W) array or a sequence of 2-D "
+                         f"arrays, not {type(stack_or_path).__name__}")
+    check_pixel_type(stack_or_path.dtype, what)
+    return stack_or_path

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 
 import numpy as np
 
@@ -35,12 +36,12 @@ from ..registration._fft_register import (fft_shifts, periodic_spectrum, phase_s
                                           refine_upsampled)
 from ..registration._surfaces import GpuSurfaces
 from ..registration._normalize import zncc
-from ..registration._peaks import find_shifts, refined_shifts
+from ..registration._peaks import find_shifts, on_border, refined_shifts
 from ..registration._surfaces import surface_peaks
 from ..streaming import DeviceChunks
 from ._options import FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference, search_range
 from ._references import reference_frame
-from ._result import COLUMN, COLUMNS
+from ._result import COLUMNS
 
 class Measurer:
     """Correlation, normalization, peak and subpixel refinement of whole batches, with the plan
@@ -71,7 +72,9 @@ class Measurer:
 
     def __call__(self, ref, mov, ref_fft=None):
         """Shifts, peaks, confidences of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
-        frame); ``ref_fft`` (``fft2(ref)``) is needed for phase normalization."""
+        frame), and whether each integer peak lies on the border of the searched window
+        (:func:`~xcorr_app.registration._peaks.on_border`: the drift may exceed the window);
+        ``ref_fft`` (``fft2(ref)``) is needed for phase normalization."""
         xp = self.xp
         gpu = self.dev == "gpu"
         if self.normalization == "phase":
@@ -103,10 +106,11 @@ class Measurer:
         if gpu:
             shifts = refined_shifts(corr, iy, ix, origin, method)
         else:
-            shifts, peak, conf = find_shifts(corr, origin, method)
+            shifts, peak, conf, iy, ix = find_shifts(corr, origin, method, return_index=True)
+        border = on_border(iy, ix, origin, self.bound)
         if upsampled:
             shifts = refine_upsampled(ref, mov, shifts, self.upsample)
-        return shifts, peak, conf
+        return shifts, peak, conf, border
 
     @classmethod
     def of(cls, opts, xp, frame_shape, plan=None):
@@ -129,6 +133,15 @@ def prepared_reference(opts, src, xp, chunk_frames, image=None):
     if bool(p.constant[0]):
         raise InputError("the reference image is constant; choose another --reference")
     return p.frames[0], p.raw[0]
+
+
+def quiet_if_nonfinite(xp, finite):
+    """On the CPU, a context that silences NumPy's floating-point warnings while a chunk with
+    NaN or Inf frames is measured (those frames' results are replaced by NaN); a no-op
+    otherwise, so that warnings on normal frames still show."""
+    if xp is np and not bool(np.all(finite)):
+        return np.errstate(invalid="ignore", over="ignore", divide="ignore")
+    return contextlib.nullcontext()
 
 
 def shared_plan(opts, xp, frame_shape, chunk_frames, reference):
@@ -192,26 +205,16 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
     table = np.full((part.n_frames, len(COLUMNS)), np.nan)
     inflight = collections.deque()  # (start, device block, done event, arrays to keep)
 
-    def check_finite(first, finite):
-        bad = np.flatnonzero(finite == 0)
-        if len(bad):
-            i = first + int(bad[0])
-            raise InputError(f"frame {start + i} ({part.source_name(i)}) has NaN or Inf pixels; "
-                             "replace them (for example with the frame median) before aligning")
-
     def finish(first, block, event, keep):
         if event is not None:
             event.synchronize()
         block = backend.to_numpy(block)
-        check_finite(first, block[:, COLUMN["finite"]])
         table[first:first + len(block)] = block
         if progress is not None:
             progress(len(block))
 
-    for first, frames in chunks:
-        p = prep(frames)
-        if xp is np:  # on the GPU the flags come back with the results
-            check_finite(first, p.finite)
+    def measure_chunk(p):
+        """The chunk's result block, and what the reading of the block must keep alive."""
         keep = ()
         if opts.previous:
             if last is None:
@@ -223,9 +226,9 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                 keep = last
             refs = xp.concatenate([refs, p.frames[:-1]])
             refs_raw = xp.concatenate([refs_raw, p.raw[:-1]])
-            s, pk, cf = measure(refs, p.frames)
+            s, pk, cf, border = measure(refs, p.frames)
         else:
-            s, pk, cf = measure(ref, p.frames, ref_fft)
+            s, pk, cf, border = measure(ref, p.frames, ref_fft)
         if opts.verify:
             fr = refs_raw if opts.previous else ref_raw_fft
             fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
@@ -234,7 +237,14 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
         else:
             fs = fi = xp.full((len(p.raw), 2), xp.nan)
         block = xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
-                                p.finite[:, None], fs, fi], axis=1).astype(xp.float64)
+                                p.finite[:, None], fs, fi, border[:, None]],
+                               axis=1).astype(xp.float64)
+        return block, keep
+
+    for first, frames in chunks:
+        p = prep(frames)  # frames with NaN or Inf pixels: flagged, their shifts NaN (_result)
+        with quiet_if_nonfinite(xp, p.finite):
+            block, keep = measure_chunk(p)
         event = None if xp is np else xp.cuda.get_current_stream().record()
         if opts.previous:
             last = (p.frames[-1], p.raw[-1], event)

@@ -15,11 +15,13 @@ import dataclasses
 import numpy as np
 
 from ..errors import InputError
+from ..io._tiff import plural
 from ._options import fft_reference
 
 #: columns of the per-frame result block copied back from the device once per chunk
+#: (``border``: the integer peak lies on the border of the searched window)
 COLUMNS = ("dy", "dx", "peak", "confidence", "constant", "finite", "fft_dy", "fft_dx",
-            "fft_iy", "fft_ix")
+            "fft_iy", "fft_ix", "border")
 COLUMN = {name: i for i, name in enumerate(COLUMNS)}
 
 CSV_COLUMNS = ("frame", "source", "dy", "dx", "peak", "confidence", "low_confidence",
@@ -41,6 +43,22 @@ def interpolate_flagged(shifts, flagged):
     return shifts
 
 
+def json_number(v):
+    """A number for ``shifts.json``: NaN (nothing measured) -> ``None`` (``null``), and
+    infinity (a confidence with no second peak) -> the string ``"inf"`` (``"-inf"``), as
+    ``shifts.csv`` writes it; standard JSON has no infinity.
+
+    >>> json_number(2.5), json_number(float("nan")), json_number(float("inf"))
+    (2.5, None, 'inf')
+    """
+    v = float(v)
+    if np.isnan(v):
+        return None
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
 def _csv_field(text: str) -> str:
     text = text.replace('"', '""')
     return f'"{text}"' if ("," in text or '"' in text or "\n" in text) else text
@@ -54,22 +72,36 @@ class AlignResult:
     ----------
     shifts : (N, 2) float64
         ``(dy, dx)`` to apply to each frame to align it with the reference (NaN where a frame is
-        constant and no shift can be measured).  With ``interpolate_low``, the shifts of
-        low-confidence frames are interpolated from their neighbours.
+        constant or has NaN or Inf pixels: no shift can be measured).  With
+        ``interpolate_low``, the shifts of low-confidence frames with a measured shift are
+        interpolated from their neighbours.
     peak, confidence : (N,) float64
-        Correlation peak value and peak over second peak.
+        Correlation peak value and peak over second peak (``inf``: no second peak).  A frame
+        that could not be measured has peak NaN and confidence 0; a peak on the border of the
+        window (:attr:`border`) is no distinct peak: confidence 0.
     fft_shifts : (N, 2) float64
-        The FFT reference measurement of the same frames (NaN with ``verify=False``).
+        The FFT reference measurement of the same frames (NaN with ``verify=False`` and for
+        frames that could not be measured).
     agree : (N,) bool
-        Integer peaks of both measurements match (or the FFT peak lies outside ``max_shift``).
+        Integer peaks of both measurements match (a half-pixel tie counts as a match); false
+        where the FFT peak lies outside ``max_shift`` (the drift may exceed the window) and for
+        frames that could not be measured.
     sources : list of str
         File each frame came from.
     settings : dict
         The parameters of the run.
     low_confidence : (N,) bool
-        Confidence below ``min_confidence``.
+        Confidence below ``min_confidence``, or a peak on the border of the searched window
+        (:attr:`border`), or a frame that could not be measured (constant, NaN or Inf pixels).
     plan : str
         The correlation method the run used (the planner's choice, or ``fft`` / ``phase``).
+    border : (N,) bool
+        The integer peak lies on the border of the searched window (``|shift| == max_shift``,
+        or half the frame without a bound): not a true peak, the drift may exceed the window.
+    nonfinite : (N,) bool
+        Frames with NaN or Inf pixels (shift NaN).
+    notes : list of str
+        What the user should know about the result (border peaks, unmeasured frames).
     """
 
     shifts: np.ndarray
@@ -82,10 +114,14 @@ class AlignResult:
     low_confidence: np.ndarray = None
     plan: str = ""
     source: object = dataclasses.field(default=None, repr=False)
+    border: np.ndarray = None
+    nonfinite: np.ndarray = None
+    notes: list = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
-        if self.low_confidence is None:
-            self.low_confidence = np.zeros(len(self.shifts), bool)
+        for name in ("low_confidence", "border", "nonfinite"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(len(self.shifts), bool))
 
     @property
     def n_frames(self) -> int:
@@ -93,21 +129,36 @@ class AlignResult:
 
     @property
     def constant_frames(self) -> np.ndarray:
-        return np.flatnonzero(np.isnan(self.shifts).any(axis=1))
+        """Indices of the constant frames (shift NaN; frames with NaN pixels not included)."""
+        return np.flatnonzero(np.isnan(self.shifts).any(axis=1) & ~self.nonfinite)
 
     def summary(self) -> dict:
-        """Agreement rate and RMS difference to the FFT reference, drift extent, flags."""
+        """Agreement rate and RMS difference to the FFT reference, drift extent, flags.
+
+        ``agreement`` is over all frames: a frame that could not be measured does not agree;
+        ``rms_vs_fft`` is over the frames both measured.  ``low_confidence_frames``: frames
+        below ``min_confidence``; ``flagged_frames``: all frames flagged ``low_confidence``
+        (those, border peaks and unmeasured frames); ``notes``: what to tell the user.
+        """
         ok = ~np.isnan(self.shifts).any(axis=1)
         verified = ok & ~np.isnan(self.fft_shifts).any(axis=1)
         diff = self.shifts[verified] - self.fft_shifts[verified]
+        checked = self.settings.get("verify", bool(verified.any()))
+        below = self.settings.get("min_confidence")
         return {
             "frames": self.n_frames,
-            "constant_frames": int((~ok).sum()),
-            "low_confidence_frames": int(self.low_confidence.sum()),
-            "agreement": float(self.agree[verified].mean()) if verified.any() else float("nan"),
+            "constant_frames": len(self.constant_frames),
+            "nonfinite_frames": int(self.nonfinite.sum()),
+            "border_frames": int(self.border.sum()),
+            "low_confidence_frames": 0 if below is None
+            else int(((self.confidence < below) & ok).sum()),
+            "flagged_frames": int(self.low_confidence.sum()),
+            "agreement": float(self.agree.mean()) if checked and self.n_frames
+            else float("nan"),
             "rms_vs_fft": float(np.sqrt(np.mean(diff ** 2))) if verified.any() else float("nan"),
             "max_abs_shift": float(np.nanmax(np.abs(self.shifts))) if ok.any() else float("nan"),
             "plan": self.plan,
+            "notes": list(self.notes),
         }
 
     def csv_text(self) -> str:
@@ -122,17 +173,17 @@ class AlignResult:
         return "\n".join(rows) + "\n"
 
     def frame_records(self) -> list:
-        """The table as a list of dicts (JSON-ready: NaN and inf become None)."""
-        def num(v):
-            v = float(v)
-            return v if np.isfinite(v) else None
-
+        """The table as a list of dicts, JSON-ready (:func:`json_number`: NaN becomes ``None``,
+        an infinite confidence the string ``"inf"`` as in ``shifts.csv``); ``peak_on_border``
+        is :attr:`border`."""
+        num = json_number
         return [{"frame": i, "source": self.sources[i], "dy": num(self.shifts[i, 0]),
                  "dx": num(self.shifts[i, 1]), "peak": num(self.peak[i]),
                  "confidence": num(self.confidence[i]),
                  "low_confidence": bool(self.low_confidence[i]),
                  "fft_dy": num(self.fft_shifts[i, 0]), "fft_dx": num(self.fft_shifts[i, 1]),
-                 "agree": bool(self.agree[i])} for i in range(self.n_frames)]
+                 "agree": bool(self.agree[i]), "peak_on_border": bool(self.border[i])}
+                for i in range(self.n_frames)]
 
     def apply(self, stack_or_path=None, **kwargs):
         """The aligned frames: :func:`xcorr_app.apply_shifts` with these shifts, on the input
@@ -147,45 +198,89 @@ class AlignResult:
 
 
 def agreement(shifts, fft_shifts_, fft_int, max_shift):
-    """Integer peaks match (up to a half-pixel tie), or the FFT peak lies outside the bound.
+    """Integer peaks match (up to a half-pixel tie) and the FFT peak lies inside the bound.
 
     A tie: the true shift lies near ``x.5`` so the two integer peaks differ by one while the
-    subpixel estimates are within half a pixel of each other.
+    subpixel estimates are within half a pixel of each other.  An FFT peak outside
+    ``max_shift`` never agrees: either the drift exceeds the window (the bounded search
+    cannot have found it) or the two measurements disagree.
     """
     main_int = np.round(shifts)
     diff = np.abs(main_int - fft_int)
     same = (diff == 0).all(axis=1)
     same |= (diff <= 1).all(axis=1) & (np.abs(shifts - fft_shifts_) < 0.5).all(axis=1)
     if max_shift is not None:
-        same |= (np.abs(fft_int) > np.asarray(max_shift)).any(axis=1)
+        same &= ~(np.abs(fft_int) > np.asarray(max_shift)).any(axis=1)
     return same
 
 def _accumulate(steps, const):
-    """Frame-to-frame steps -> shifts against the first frame; a constant frame (or one after
-    a constant frame) contributes no step."""
+    """Frame-to-frame steps -> shifts against the first frame; an unmeasurable frame
+    (constant, NaN or Inf pixels; or one after it) contributes no step."""
     const_step = const | np.roll(const, 1)
     const_step[0] = const[0]
     steps = np.where(const_step[:, None] | np.isnan(steps), 0.0, steps)
     steps[0] = 0.0
     return np.cumsum(steps, axis=0)
 
+def result_notes(border, const, nonfinite, fft_outside, bound, bounded):
+    """The notes of a result: peaks on the border of the window, unmeasured frames."""
+    notes = []
+    if border.any():
+        window = (f"the --max-shift window (+-{bound[0]}, +-{bound[1]} px)" if bounded else
+                  f"the search window (half the frame, +-{bound[0]}, +-{bound[1]} px)")
+        notes.append(f"{plural(int(border.sum()), 'frame')} peaked on the border of {window}: "
+                     "the drift may exceed it (flagged low_confidence"
+                     + ("; widen --max-shift)" if bounded else ")"))
+    if fft_outside.any():
+        notes.append(f"the FFT reference found a shift outside --max-shift on "
+                     f"{plural(int(fft_outside.sum()), 'frame')} (counted as not agreeing)")
+    if const.any():
+        notes.append(f"{plural(int(const.sum()), 'constant frame')}: shift undefined (NaN), "
+                     "flagged low_confidence, left unshifted")
+    if nonfinite.any():
+        notes.append(f"{plural(int(nonfinite.sum()), 'frame')} with NaN or Inf pixels: shift "
+                     "not measured (NaN), flagged low_confidence, left unshifted; replace those "
+                     "pixels (for example with the frame median) to measure them")
+    return notes
+
+
 def result_from_table(opts, table, sources, settings, plan, source=None):
     """The :class:`AlignResult` of a run's full table: agreement, accumulation of ``previous``
-    steps, constant frames, low-confidence flags and interpolation."""
+    steps, unmeasurable frames, border peaks, low-confidence flags and interpolation.
+
+    A frame that is constant or has NaN or Inf pixels gets NaN shifts, peak and FFT shifts,
+    confidence 0, ``agree`` false and ``low_confidence`` true; a frame whose peak lies on the
+    border of the searched window gets confidence 0 and ``low_confidence`` true (its shift is
+    kept: it is the best inside the window, but the drift may exceed it).  Other frames are
+    untouched.
+    """
     c = COLUMN
     n = len(table)
     shifts = table[:, c["dy"]:c["dx"] + 1]
     peak, conf = table[:, c["peak"]], table[:, c["confidence"]]
-    const = table[:, c["constant"]] == 1
+    nonfinite = table[:, c["finite"]] == 0
+    const = (table[:, c["constant"]] == 1) & ~nonfinite
+    unusable = const | nonfinite
+    border = (table[:, c["border"]] == 1) & ~unusable
+    after = np.zeros(n, bool)  # previous: measured against an unmeasurable frame
+    if opts.previous and n > 1:
+        after[1:] = unusable[:-1] & ~unusable[1:]
+        border &= ~after
     fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
     agree = agreement(shifts, fft_sh, fft_int, opts.max_shift) if opts.verify else np.zeros(n, bool)
+    fft_outside = np.zeros(n, bool)
+    if opts.verify and opts.max_shift is not None:
+        fft_outside = (np.abs(fft_int) > np.asarray(opts.max_shift)).any(axis=1) & ~unusable
     if opts.previous:
-        shifts, fft_sh = _accumulate(shifts, const), _accumulate(fft_sh, const)
-    shifts[const] = np.nan
-    conf[const] = 0.0
-    agree[const] = False
-    low = np.zeros(n, bool) if opts.min_confidence is None else \
-        (conf < opts.min_confidence) & ~const
+        shifts, fft_sh = _accumulate(shifts, unusable), _accumulate(fft_sh, unusable)
+    shifts[unusable] = np.nan
+    fft_sh[unusable] = np.nan
+    peak[unusable] = np.nan
+    conf[unusable | border] = 0.0  # no distinct peak
+    agree[unusable] = False
+    low = unusable | border | after
+    if opts.min_confidence is not None:
+        low |= conf < opts.min_confidence
     if opts.interpolate_low:
         shifts = interpolate_flagged(shifts, low)
     ref = opts.reference
@@ -197,5 +292,11 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
                 "fft_reference": fft_reference(opts.normalization)[1] if opts.verify else None,
                 "min_confidence": opts.min_confidence, "interpolate_low": opts.interpolate_low,
                 "channel": opts.channel, "features": opts.features, **settings}
+    bound = settings.get("search_range") or opts.max_shift
+    notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
+    if after.any():
+        notes.append(f"{plural(int(after.sum()), 'frame')} came after an unmeasurable frame: the "
+                     "step to it is unknown and left out of the accumulated shifts from there "
+                     "on (flagged low_confidence)")
     return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low,
-                       str(plan) if plan is not None else "", source)
+                       str(plan) if plan is not None else "", source, border, nonfinite, notes)

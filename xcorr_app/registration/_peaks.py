@@ -304,7 +304,7 @@ def confidence_ratio(peak, second, constant, nothing_outside):
     return xp.where(constant, 1.0, ratio)
 
 
-def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
+def find_shifts(corr, origin, subpixel="gaussian", exclusion=2, return_index=False):
     """Shift, peak value and confidence of every correlation surface.
 
     Parameters
@@ -319,6 +319,9 @@ def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
         3-point fits along each axis.
     exclusion : int, optional
         Half width of the window left out around the peak for :func:`confidence`.
+    return_index : bool, optional
+        Also return the integer peak positions ``iy, ix`` (from :func:`peak_index`), e.g. to
+        tell peaks on the border of the surface (see :func:`on_border`).
 
     Returns
     -------
@@ -328,6 +331,8 @@ def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
         Surface value at the integer peak.
     conf : float64 ndarray of shape ``corr.shape[:-2]``
         Peak-to-second-peak ratio (see :func:`confidence`).
+    iy, ix : int64 ndarrays of shape ``corr.shape[:-2]``
+        Only with ``return_index=True``.
 
     Examples
     --------
@@ -339,7 +344,43 @@ def find_shifts(corr, origin, subpixel="gaussian", exclusion=2):
     """
     iy, ix = peak_index(corr)
     shifts = refined_shifts(corr, iy, ix, origin, subpixel)
-    return shifts, _gather(corr, iy, ix), confidence(corr, iy, ix, exclusion)
+    out = (shifts, _gather(corr, iy, ix), confidence(corr, iy, ix, exclusion))
+    return out + (iy, ix) if return_index else out
+
+
+def on_border(iy, ix, origin, bound):
+    """Whether each integer peak lies on the border of the searched window.
+
+    A maximum on the border of a bounded search (``|shift| == bound`` along an axis) is not a
+    peak: the surface may rise further outside the window, so the true shift may lie beyond it
+    (and the subpixel fit along that axis has no neighbour on one side).  An axis of bound 0
+    (not searched) has no border.
+
+    Parameters
+    ----------
+    iy, ix : int ndarrays
+        Integer peak positions in the surface.
+    origin : (int, int)
+        Index of zero shift.
+    bound : (int, int)
+        The largest shift searched along each axis.
+
+    Returns
+    -------
+    bool ndarray of the shape and module of ``iy``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> on_border(np.array([4, 8, 0]), np.array([4, 5, 3]), (4, 4), (4, 4)).tolist()
+    [False, True, True]
+    >>> on_border(np.array([0, 0]), np.array([3, 6]), (0, 3), (0, 3)).tolist()
+    [False, True]
+    """
+    xp = array_module_of(iy, ix)
+    by, bx = int(bound[0]), int(bound[1])
+    ky, kx = xp.abs(iy - int(origin[0])), xp.abs(ix - int(origin[1]))
+    return ((ky >= by) & (by > 0)) | ((kx >= bx) & (bx > 0))
 
 
 def refined_shifts(corr, iy, ix, origin, subpixel="gaussian"):
