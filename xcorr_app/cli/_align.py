@@ -229,9 +229,8 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
         n_ok = int(res.agree.sum())
         click.echo(f"  FFT reference: integer peaks agree on {n_ok}/{s['frames']} frames "
                    f"({100 * s['agreement']:.1f}%), RMS difference {s['rms_vs_fft']:.3f} px")
-    if s["constant_frames"]:
-        click.echo(f"  {s['constant_frames']} constant frame(s): shift undefined (NaN in "
-                   "shifts.csv), left unshifted")
+    for note in s.get("notes", []):  # border peaks, constant and NaN frames, ...
+        click.echo(f"  note: {note}")
     if s["low_confidence_frames"]:
         what = ("shifts interpolated from neighbours" if res.settings["interpolate_low"]
                 else "flagged in shifts.csv")
