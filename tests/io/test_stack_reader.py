@@ -261,8 +261,13 @@ def test_truncated_tiff(tmp_path, layout, where):
 
 
 def test_truncated_tiff_names_the_last_whole_frame(tmp_path):
-    path = _cut(_stack_file(tmp_path / "cut.tif", "plain"), "page1")
+    path = _cut(_stack_file(tmp_path / "cut.tif", "zlib"), "page1")
     with pytest.raises(InputError, match=r"after frame 1 of 20"):
+        read_all(path)
+    # uncompressed: every frame's pixels come before the entries of page 2, which are cut
+    path = _cut(_stack_file(tmp_path / "cut1.tif", "plain"), "page1")
+    with pytest.raises(InputError, match=r"after frame 20 of 20 \(the file ends inside the "
+                                         r"entries of page 2\)"):
         read_all(path)
     path = _stack_file(tmp_path / "cut2.tif", "imagej")
     whole = path.read_bytes()
