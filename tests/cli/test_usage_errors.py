@@ -105,3 +105,17 @@ def test_truncated_stack_is_an_error(tmp_path, rng, layout, cut, cmd):
     assert res.returncode == 2
     assert sha(path) == before
     assert not (tmp_path / "f.tif").exists() and not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root reads files whatever their mode")
+def test_unreadable_file_says_permission_denied(tmp_path):
+    path = tmp_path / "locked.tif"
+    tifffile.imwrite(path, np.zeros((3, 8, 8), np.uint16), photometric="minisblack")
+    path.chmod(0)
+    try:
+        res = xcorr("align", path, "--out", tmp_path / "o")
+    finally:
+        path.chmod(0o644)
+    assert_clean_error(res, "locked.tif", "permission denied")
+    assert res.returncode == 2 and "uncorrupted" not in res.stderr

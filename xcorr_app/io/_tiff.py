@@ -54,13 +54,14 @@ def tiff_errors(path: Path):
 # ------------------------------------------------------------------ whole-file check
 
 _DATA_TAGS = ((273, 279), (324, 325))  # (strip offsets, strip byte counts), the same of tiles
+_DATA_CODES = frozenset(code for pair in _DATA_TAGS for code in pair)
 _INT_FORMATS = {3: "H", 4: "I", 13: "I", 16: "Q", 18: "Q"}  # SHORT, LONG, IFD, LONG8, IFD8
 
 
 def _tag_values(fh, tiff, entry, size):
-    """The integers of one IFD entry (``None`` where they lie beyond the file's ``size``)."""
-    dtype = struct.unpack(tiff.tagformat1, entry[:4])[1]
-    count, value = struct.unpack(tiff.tagformat2, entry[4:])
+    """The integers of one IFD entry ``(code, type, count, value)`` (``None`` where they lie
+    beyond the file's ``size``)."""
+    _, dtype, count, value = entry
     fmt = _INT_FORMATS.get(dtype)
     if fmt is None:
         return ()
@@ -73,15 +74,14 @@ def _tag_values(fh, tiff, entry, size):
             return None
         fh.seek(where)
         raw = fh.read(nbytes)
-    return np.frombuffer(raw, tiff.byteorder + fmt) if len(raw) == nbytes else None
+    return struct.unpack(f"{tiff.byteorder}{count}{fmt}", raw) if len(raw) == nbytes else None
 
 
 def _page_end(fh, tiff, table, size):
     """The end of one page's pixel data (``None`` where its tables lie beyond the file)."""
-    entries = {}
-    for i in range(0, len(table) - tiff.offsetsize, tiff.tagsize):
-        entry = table[i:i + tiff.tagsize]
-        entries[struct.unpack(tiff.tagformat1, entry[:4])[0]] = entry
+    entries = {e[0]: e for e in struct.iter_unpack(tiff.tagheaderformat,
+                                                   table[:-tiff.offsetsize])
+               if e[0] in _DATA_CODES}
     end = 0
     for offsets_tag, counts_tag in _DATA_TAGS:
         if offsets_tag in entries and counts_tag in entries:
@@ -89,9 +89,8 @@ def _page_end(fh, tiff, table, size):
             counts = _tag_values(fh, tiff, entries[counts_tag], size)
             if offsets is None or counts is None:
                 return None
-            used = counts > 0  # an empty strip or tile points anywhere
-            if len(offsets) == len(counts) and used.any():
-                end = max(end, int((offsets[used].astype(np.uint64) + counts[used]).max()))
+            if len(offsets) == len(counts):  # an empty strip or tile points anywhere
+                end = max(end, max((o + c for o, c in zip(offsets, counts) if c), default=0))
     return end
 
 
@@ -99,7 +98,14 @@ def whole_pages(tif) -> tuple[int, str | None]:
     """Walk the chain of pages (IFDs) of an open :class:`tifffile.TiffFile`: the number of
     pages whose entries and pixel data lie wholly in the file, and why the chain breaks there
     (``None`` when it ends as a TIFF file ends).  tifffile itself logs a broken chain and reads
-    what it found; xcorr refuses such a file."""
+    what it found; xcorr refuses such a file.
+
+    Examples
+    --------
+    >>> with tifffile.TiffFile("sample_data/cell_drift.tif") as tif:
+    ...     whole_pages(tif)
+    (12, None)
+    """
     fh, tiff = tif.filehandle, tif.tiff
     if tiff.version not in (42, 43) or tiff.is_ndpi:
         return 0, None  # formats this walk does not know: trust tifffile
@@ -143,7 +149,13 @@ def _declared_pages(tif) -> tuple[int | None, int]:
 
 def check_whole(tif, path: Path) -> None:
     """Raise :class:`InputError` naming the frame where ``path`` breaks, when its pages end
-    early or it holds fewer pages than its metadata announces; a whole file passes."""
+    early or it holds fewer pages than its metadata announces; a whole file passes.
+
+    Examples
+    --------
+    >>> with tifffile.TiffFile("sample_data/moon_drift.tif") as tif:
+    ...     check_whole(tif, Path("sample_data/moon_drift.tif"))
+    """
     found, why = whole_pages(tif)
     declared, per_frame = _declared_pages(tif)
     if declared and found <= 1 < declared:
@@ -258,8 +270,12 @@ class TiffFrames:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         if len(mm) < series.dataoffset + series.size * dtype.itemsize:
             mm.close()
-            raise InputError(f"{self.path} is truncated (the file ends before its image data); "
-                             "copy it again from the source")
+            whole = max(0, len(mm) - series.dataoffset) // (
+                math.prod(self._page_shape) * dtype.itemsize)
+            per_frame = self.n_channels if self._lead_c is not None else 1
+            raise InputError(f"{self.path} is truncated or damaged after frame "
+                             f"{whole // per_frame} of {self.n_frames} (the file ends inside "
+                             "its pixel data); copy it again from the source")
         self._mmap = mm
         self._pages = np.frombuffer(mm, dtype, series.size, series.dataoffset).reshape(
             (-1, *self._page_shape))
