@@ -230,11 +230,86 @@ def test_corrupt_tiff(tmp_path):
         open_stack(path)
 
 
-def test_truncated_tiff(tmp_path):
-    path = write(tmp_path / "cut.tif", stack_of(np.uint16, n=20, shape=(64, 64)))
-    path.write_bytes(path.read_bytes()[:5000])
-    with pytest.raises(InputError, match=r"cut\.tif"):
+def _cut(path, where):
+    """Cut ``path`` just after the start of its second page, or at a share of its length."""
+    whole = path.read_bytes()
+    if where == "page1":
+        with tifffile.TiffFile(path) as tif:
+            end = tif.pages[1].offset + 10
+    else:
+        end = int(len(whole) * where)
+    path.write_bytes(whole[:end])
+    return path
+
+
+def _stack_file(path, layout, n=20):
+    data = stack_of(np.uint16, n=n, shape=(64, 64))
+    kw = {"compression": "zlib"} if "zlib" in layout else {}
+    if layout.startswith("imagej"):
+        tifffile.imwrite(path, data, imagej=True, metadata={"axes": "TYX"}, **kw)
+    else:
+        write(path, data, **kw)
+    return path
+
+
+@pytest.mark.parametrize("where", ["page1", 0.5, 0.9])
+@pytest.mark.parametrize("layout", ["plain", "imagej", "zlib", "imagej-zlib"])
+def test_truncated_tiff(tmp_path, layout, where):
+    path = _cut(_stack_file(tmp_path / "cut.tif", layout), where)
+    with pytest.raises(InputError, match=r"cut\.tif is truncated or damaged after frame \d+ of 20"):
         read_all(path)
+
+
+def test_truncated_tiff_names_the_last_whole_frame(tmp_path):
+    path = _cut(_stack_file(tmp_path / "cut.tif", "zlib"), "page1")
+    with pytest.raises(InputError, match=r"after frame 1 of 20"):
+        read_all(path)
+    # uncompressed: every frame's pixels come before the entries of page 2, which are cut
+    path = _cut(_stack_file(tmp_path / "cut1.tif", "plain"), "page1")
+    with pytest.raises(InputError, match=r"after frame 20 of 20 \(the file ends inside the "
+                                         r"entries of page 2\)"):
+        read_all(path)
+    path = _stack_file(tmp_path / "cut2.tif", "imagej")
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) - 100])  # the last frame loses its end
+    with pytest.raises(InputError, match=r"after frame 19 of 20"):
+        read_all(path)
+
+
+def test_cut_multichannel_hyperstack_counts_frames(tmp_path):
+    path = tmp_path / "hyper.tif"
+    tifffile.imwrite(path, stack_of(np.uint16, n=8 * 2).reshape(8, 2, H, W), imagej=True,
+                     metadata={"axes": "TCYX"}, compression="zlib")
+    _cut(path, 0.5)
+    with pytest.raises(InputError, match=r"after frame \d of 8"):
+        read_all(path, 1)
+
+
+def test_whole_files_still_read(tmp_path):
+    for layout in ("plain", "imagej", "zlib", "imagej-zlib"):
+        path = _stack_file(tmp_path / f"{layout}.tif", layout)
+        assert read_all(path).shape == (20, 64, 64)
+
+
+def test_permission_denied_says_so(tmp_path, monkeypatch):
+    path = write(tmp_path / "locked.tif", stack_of(np.uint16))
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(tifffile, "TiffFile", denied)
+    with pytest.raises(InputError, match=r"locked\.tif: permission denied") as info:
+        open_stack(path)
+    assert "uncorrupted" not in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no named pipes")
+def test_named_pipe_is_refused(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "p.tif")
+    with pytest.raises(InputError, match=r"p\.tif is not a regular file"):
+        open_stack(tmp_path / "p.tif")
 
 
 def test_zero_size_image(tmp_path):

@@ -24,7 +24,7 @@ from ._bench import bench
 from ._filter import filter_cmd
 from ._info import info
 
-__all__ = ["cli", "main", "user_errors"]
+__all__ = ["cli", "main", "user_errors", "one_line_usage", "UsageLine"]
 
 
 @contextlib.contextmanager
@@ -61,12 +61,40 @@ def user_errors():
         sys.exit(1)
 
 
+class UsageLine(click.ClickException):
+    """A usage error of click (bad option value, unknown option or command, missing argument)
+    shown as one line ``error: ...``, exit status 2."""
+
+    exit_code = 2
+
+    def show(self, file=None):
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+@contextlib.contextmanager
+def one_line_usage():
+    """Turn click's usage errors (three lines: Usage, Try, Error) into one :class:`UsageLine`;
+    ``xcorr`` or ``xcorr bench`` alone still print their help."""
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.exceptions.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        raise UsageLine(exc.format_message().rstrip(".") + where) from None
+
+
 class XcorrGroup(click.Group):
     """A command group whose subcommands (their options' parsing included) run under
-    :func:`user_errors`."""
+    :func:`user_errors`, and whose usage errors, its own and its subcommands', are one line
+    (:func:`one_line_usage`)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with one_line_usage():
+            return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx):
-        with user_errors():
+        with one_line_usage(), user_errors():
             return super().invoke(ctx)
 
 

@@ -26,7 +26,7 @@ from ..backend import array_module_of
 from ..errors import InputError
 from ._modes import MODES  # noqa: F401 - the CLI and distributed._dask import it from here
 from ._validation import (box_size, checked_stack, dog_sigmas, filter_weights, fitting_weights,
-                          origin_pair, positive, sobel_axis)
+                          load_npy, origin_pair, positive, sobel_axis)
 
 
 def _ndimage(xp):
@@ -432,12 +432,7 @@ def parse_kernel_spec(spec: str):
         raise InputError(f"cannot parse kernel {spec!r}: expected e.g. gaussian:2.0, box:5, "
                          "sobel, sobel:0, laplace, dog:1,4 or a FILE.npy") from None
     if spec.endswith(".npy"):
-        try:
-            w = np.load(spec, allow_pickle=False)
-        except FileNotFoundError:
-            raise InputError(f"kernel file {spec} does not exist") from None
-        except Exception as exc:
-            raise InputError(f"cannot read kernel file {spec}: {exc}") from None
+        w = load_npy(spec, "kernel file")
         try:
             w = filter_weights(w)
         except InputError as exc:

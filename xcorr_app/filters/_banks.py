@@ -23,11 +23,10 @@ Examples
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ..errors import InputError
+from ._validation import dog_sigmas, load_npy, positive
 
 MAX_SIZE = 31
 #: filters of a feature bank applied at once (the responses held are this many frames)
@@ -51,7 +50,7 @@ def _numbers(spec, arg, count=None):
         vals = [float(v) for v in arg.split(",") if v.strip()]
     except ValueError:
         vals = []
-    if not vals or (count is not None and len(vals) not in count) or min(vals) <= 0:
+    if not vals or (count is not None and len(vals) not in count):
         raise InputError(f"cannot parse bank {spec!r}: expected dog:S1,S2[,...], "
                          "gabor:SIGMA,N[,WAVELENGTH] or a FILE.npy")
     return vals
@@ -70,14 +69,25 @@ def bank_weights(spec: str, channels: int) -> np.ndarray:
         sig = _numbers(spec, arg)
         if len(sig) < 2:
             raise InputError(f"bank {spec!r}: dog needs at least two sigmas")
+        try:  # the rule of --kernel dog:S1,S2 for every consecutive pair
+            for lo, hi in zip(sig[:-1], sig[1:]):
+                dog_sigmas(lo, hi)
+        except InputError as exc:
+            raise InputError(f"bank {spec!r}: {exc}") from None
         radius = min(MAX_SIZE // 2, int(4 * max(sig) + 0.5))
         gs = [_gauss2d(s, radius) for s in sig]
         return _per_channel([a - b for a, b in zip(gs[:-1], gs[1:])], channels)
     if name == "gabor":
         vals = _numbers(spec, arg, count=(2, 3))
-        sigma, n = vals[0], int(vals[1])
-        if n != vals[1] or n < 1:
+        try:
+            sigma = positive(vals[0], "gabor sigma")
+            if len(vals) == 3:
+                positive(vals[2], "gabor wavelength")
+        except InputError as exc:
+            raise InputError(f"bank {spec!r}: {exc}") from None
+        if not np.isfinite(vals[1]) or int(vals[1]) != vals[1] or vals[1] < 1:
             raise InputError(f"bank {spec!r}: the number of orientations must be a whole number")
+        n = int(vals[1])
         wavelength = vals[2] if len(vals) == 3 else 4 * sigma
         radius = min(MAX_SIZE // 2, int(4 * sigma + 0.5))
         y, x = _grid(radius)
@@ -121,16 +131,7 @@ def mix_weights(spec: str, channels: int) -> np.ndarray:
 
 
 def _load(path):
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path}: no such file")
-    try:
-        w = np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise InputError(f"cannot read {path} as a NumPy array ({exc})") from None
-    if not np.issubdtype(w.dtype, np.number) or not np.isfinite(w).all():
-        raise InputError(f"{path} must hold finite numbers")
-    return w
+    return load_npy(path, "weights file")
 
 
 def apply_bank(frames, weights):

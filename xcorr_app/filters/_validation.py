@@ -17,6 +17,7 @@ xcorr_app.errors.InputError: box size must be a positive integer, got 2.5
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -61,8 +62,9 @@ def is_real_number(value) -> bool:
 
 def positive(value, what: str, zero_ok: bool = False) -> float:
     """``value`` as a finite float > 0 (>= 0 with ``zero_ok``), else :class:`InputError`."""
-    ok = is_real_number(value) and math.isfinite(float(value))
-    if not ok or float(value) < 0 or (float(value) == 0 and not zero_ok):
+    if is_real_number(value) and not math.isfinite(float(value)):
+        raise InputError(f"{what} must be a finite number, got {value}")
+    if not is_real_number(value) or float(value) < 0 or (float(value) == 0 and not zero_ok):
         raise InputError(f"{what} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
     return float(value)
 
@@ -91,6 +93,47 @@ def dog_sigmas(sigma_low, sigma_high) -> tuple:
     if not lo < hi:
         raise InputError(f"dog needs sigma_low < sigma_high, got {sigma_low}, {sigma_high}")
     return lo, hi
+
+
+def load_npy(path, what: str = "kernel file") -> np.ndarray:
+    """The array in the ``.npy`` file ``path``: a regular file in NumPy's format holding real
+    numbers (never unpickled), else :class:`InputError` naming ``what`` and the file.
+
+    >>> load_npy("no/such.npy")
+    Traceback (most recent call last):
+        ...
+    xcorr_app.errors.InputError: kernel file no/such.npy does not exist
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{what} {path} does not exist")
+    if not p.is_file():
+        raise InputError(f"{what} {path} is not a regular file; give a .npy file")
+    try:
+        with open(p, "rb") as fh:
+            magic = fh.read(6)
+            fh.seek(0)
+            if magic != b"\x93NUMPY":
+                raise InputError(f"{what} {path} is not a NumPy .npy file (save the array "
+                                 "with numpy.save)")
+            try:
+                w = np.load(fh, allow_pickle=False)
+            except ValueError as exc:
+                if "pickle" in str(exc):  # an object array: refused, never unpickled
+                    raise InputError(f"{what} {path} holds Python objects, not numbers") from None
+                raise InputError(f"{what} {path} is not a valid .npy file ({exc})") from None
+    except PermissionError:
+        raise InputError(f"{what} {path}: permission denied") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path} ({exc.strerror or exc})") from None
+    if w.dtype.kind == "c":
+        raise InputError(f"{what} {path} holds complex numbers ({w.dtype}); filters take real "
+                         "numbers")
+    if w.dtype.kind not in REAL_KINDS:
+        raise InputError(f"{what} {path} must hold real numbers, got dtype {w.dtype}")
+    if not np.all(np.isfinite(w)):
+        raise InputError(f"{what} {path} contains NaN or Inf")
+    return w
 
 
 def filter_weights(weights):

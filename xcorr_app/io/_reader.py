@@ -207,8 +207,11 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     Raises
     ------
     InputError
-        For a missing path, an empty folder or one without TIFF files, files of mixed shapes,
-        an unreadable or zero-size image, an unsupported pixel type, or a bad ``channel``.
+        For a missing path, a path that is neither a regular file nor a folder (a named pipe,
+        a device), an empty folder or one without TIFF files, files of mixed shapes, a file
+        that cannot be read (permission denied), a truncated or damaged file (naming the
+        frame where it breaks), a zero-size image, an unsupported pixel type, or a bad
+        ``channel``.
 
     Examples
     --------
@@ -221,7 +224,14 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     if not path.exists():
         raise InputError(f"{path} does not exist; check the path")
     if path.is_dir():
-        return _open_folder(path, channel)
+        try:
+            return _open_folder(path, channel)
+        except PermissionError:
+            raise InputError(f"{path}: permission denied; xcorr needs to read the folder "
+                             "and its files") from None
+    if not path.is_file():  # reading a named pipe or a device would block or never end
+        raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
+                         "give a TIFF file or a folder of TIFF files")
     return FrameSource([TiffFrames(path, channel)], [])
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import mmap
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +41,142 @@ def tiff_errors(path: Path):
         yield
     except (XcorrError, MemoryError):
         raise
+    except PermissionError:
+        raise InputError(f"{path}: permission denied; xcorr needs to read it") from None
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InputError(
             f"cannot read {path} as a TIFF image ({reason}); check that it is a complete, "
             "uncorrupted TIFF file"
         ) from exc
+
+
+# ------------------------------------------------------------------ whole-file check
+
+_DATA_TAGS = ((273, 279), (324, 325))  # (strip offsets, strip byte counts), the same of tiles
+_DATA_CODES = frozenset(code for pair in _DATA_TAGS for code in pair)
+_INT_FORMATS = {3: "H", 4: "I", 13: "I", 16: "Q", 18: "Q"}  # SHORT, LONG, IFD, LONG8, IFD8
+
+
+def _tag_values(fh, tiff, entry, size):
+    """The integers of one IFD entry ``(code, type, count, value)`` (``None`` where they lie
+    beyond the file's ``size``)."""
+    _, dtype, count, value = entry
+    fmt = _INT_FORMATS.get(dtype)
+    if fmt is None:
+        return ()
+    nbytes = count * struct.calcsize(fmt)
+    if nbytes <= tiff.offsetsize:
+        raw = value[:nbytes]
+    else:
+        where = struct.unpack(tiff.offsetformat, value)[0]
+        if where + nbytes > size:
+            return None
+        fh.seek(where)
+        raw = fh.read(nbytes)
+    return struct.unpack(f"{tiff.byteorder}{count}{fmt}", raw) if len(raw) == nbytes else None
+
+
+def _page_end(fh, tiff, table, size):
+    """The end of one page's pixel data (``None`` where its tables lie beyond the file)."""
+    entries = {e[0]: e for e in struct.iter_unpack(tiff.tagheaderformat,
+                                                   table[:-tiff.offsetsize])
+               if e[0] in _DATA_CODES}
+    end = 0
+    for offsets_tag, counts_tag in _DATA_TAGS:
+        if offsets_tag in entries and counts_tag in entries:
+            offsets = _tag_values(fh, tiff, entries[offsets_tag], size)
+            counts = _tag_values(fh, tiff, entries[counts_tag], size)
+            if offsets is None or counts is None:
+                return None
+            if len(offsets) == len(counts):  # an empty strip or tile points anywhere
+                end = max(end, max((o + c for o, c in zip(offsets, counts) if c), default=0))
+    return end
+
+
+def whole_pages(tif) -> tuple[int, str | None]:
+    """Walk the chain of pages (IFDs) of an open :class:`tifffile.TiffFile`: the number of
+    pages whose entries and pixel data lie wholly in the file, and why the chain breaks there
+    (``None`` when it ends as a TIFF file ends).  tifffile itself logs a broken chain and reads
+    what it found; xcorr refuses such a file.
+
+    Examples
+    --------
+    >>> with tifffile.TiffFile("sample_data/cell_drift.tif") as tif:
+    ...     whole_pages(tif)
+    (12, None)
+    """
+    fh, tiff = tif.filehandle, tif.tiff
+    if tiff.version not in (42, 43) or tiff.is_ndpi:
+        return 0, None  # formats this walk does not know: trust tifffile
+    size = fh.size
+    fh.seek(4 if tiff.version == 42 else 8)
+    offset = struct.unpack(tiff.offsetformat, fh.read(tiff.offsetsize))[0]
+    pages, seen = 0, set()
+    while offset:
+        if offset in seen:
+            return pages, f"page {pages + 1} points back to an earlier page"
+        if offset + tiff.tagnosize > size:
+            return pages, f"the entries of page {pages + 1} lie beyond the end of the file"
+        seen.add(offset)
+        fh.seek(offset)
+        n_tags = struct.unpack(tiff.tagnoformat, fh.read(tiff.tagnosize))[0]
+        table = fh.read(n_tags * tiff.tagsize + tiff.offsetsize)
+        if len(table) < n_tags * tiff.tagsize + tiff.offsetsize:
+            return pages, f"the file ends inside the entries of page {pages + 1}"
+        end = _page_end(fh, tiff, table, size)
+        if end is None or end > size:
+            return pages, f"the file ends inside the pixels of page {pages + 1}"
+        pages += 1
+        offset = struct.unpack(tiff.offsetformat, table[-tiff.offsetsize:])[0]
+    return pages, None
+
+
+def _declared_pages(tif) -> tuple[int | None, int]:
+    """``(pages, pages per frame)`` the file's metadata announces (``None``: no count)."""
+    with contextlib.suppress(Exception):
+        if tif.is_imagej:
+            meta = tif.imagej_metadata or {}
+            images = int(meta.get("images", 1))
+            return images, max(1, int(meta.get("channels", 1)))
+        if tif.is_shaped and not tif.is_ome:
+            first = tif.pages.first
+            per_page = math.prod(first.shape)
+            total = sum(math.prod(m["shape"]) for m in tif.shaped_metadata if "shape" in m)
+            return (total // per_page if total and per_page else None), 1
+    return None, 1
+
+
+def check_whole(tif, path: Path) -> None:
+    """Raise :class:`InputError` naming the frame where ``path`` breaks, when its pages end
+    early or it holds fewer pages than its metadata announces; a whole file passes.
+
+    Examples
+    --------
+    >>> with tifffile.TiffFile("sample_data/moon_drift.tif") as tif:
+    ...     check_whole(tif, Path("sample_data/moon_drift.tif"))
+    """
+    found, why = whole_pages(tif)
+    declared, per_frame = _declared_pages(tif)
+    if declared and found <= 1 < declared:
+        # ImageJ (and tifffile) may store a stack's pixels in one run after the first page's
+        # entries, the other pages' entries last or (ImageJ over 4 GiB) not at all: count the
+        # frames whose pixels the file holds
+        first = tif.pages.first
+        page_bytes = sum(first.databytecounts)
+        if first.is_contiguous and first.compression == 1 and page_bytes:
+            in_file = (tif.filehandle.size - first.dataoffsets[0]) // page_bytes
+            if why is None and in_file >= declared:
+                return
+            found = max(found, min(declared, in_file))
+            why = why or "the file ends inside its pixel data"
+    if why is None and (declared is None or found >= declared):
+        return
+    if why is None:
+        why = f"it holds {plural(found, 'page')} but its header announces {declared}"
+    of = f" of {declared // per_frame}" if declared else ""
+    raise InputError(f"{path} is truncated or damaged after frame {found // per_frame}{of} "
+                     f"({why}); copy it again from the source")
 
 
 class TiffFrames:
@@ -63,6 +194,7 @@ class TiffFrames:
         try:
             with tiff_errors(path):
                 self._tif = tifffile.TiffFile(path)  # opens the file read-only
+                check_whole(self._tif, path)
                 self._parse(channel)
                 self._map()
         except BaseException:
@@ -138,8 +270,12 @@ class TiffFrames:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         if len(mm) < series.dataoffset + series.size * dtype.itemsize:
             mm.close()
-            raise InputError(f"{self.path} is truncated (the file ends before its image data); "
-                             "copy it again from the source")
+            whole = max(0, len(mm) - series.dataoffset) // (
+                math.prod(self._page_shape) * dtype.itemsize)
+            per_frame = self.n_channels if self._lead_c is not None else 1
+            raise InputError(f"{self.path} is truncated or damaged after frame "
+                             f"{whole // per_frame} of {self.n_frames} (the file ends inside "
+                             "its pixel data); copy it again from the source")
         self._mmap = mm
         self._pages = np.frombuffer(mm, dtype, series.size, series.dataoffset).reshape(
             (-1, *self._page_shape))

@@ -130,7 +130,7 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     InputError
         (:class:`~xcorr_app.errors.InputError`, a ``ValueError`` as scikit-image raises) for a
         mask, an unknown ``space`` or ``normalization``, ``upsample_factor < 1``, images that
-        are not 2-D or differ in shape, or NaN in the inputs.
+        are not 2-D or differ in shape, or NaN or infinite values in the inputs.
 
     Notes
     -----
@@ -185,8 +185,8 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     shift[np.asarray(product.shape) == 1] = 0  # a length-1 axis carries no shift
     cc_max, src_amp, target_amp = (to_numpy(v)[()] for v in (cc_max, src_amp, target_amp))
     if np.isnan(cc_max) or np.isnan(src_amp) or np.isnan(target_amp):
-        raise InputError("NaN values in the images; remove them, or register with masks using "
-                         "skimage.registration.phase_cross_correlation")
+        raise InputError("NaN or infinite values in the images; remove them, or register "
+                         "with masks using skimage.registration.phase_cross_correlation")
 
     if disambiguate:
         if space == "fourier":
