@@ -1,8 +1,8 @@
 """The ``xcorr`` command-line app: the command group, its entry point and its error handling.
 
 Every user error ends with one line ``error: ...`` on stderr and exit status 2; an interrupted
-run leaves no partial output (exit 130).  Set ``XCORR_DEBUG=1`` to see tracebacks.  The
-commands live beside this module: ``align`` (:mod:`._align`), ``filter`` (:mod:`._filter`),
+run (SIGINT, SIGTERM, SIGHUP) leaves no partial output (exit 128 + the signal: 130 for
+Ctrl-C).  Set ``XCORR_DEBUG=1`` to see tracebacks.  The commands live beside this module: ``align`` (:mod:`._align`), ``filter`` (:mod:`._filter`),
 ``info`` (:mod:`._info`) and ``bench`` (:mod:`._bench`).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sys
 import warnings
 
@@ -45,9 +46,13 @@ def user_errors():
             raise
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
-        click.echo("interrupted: no partial output was left behind", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        # SIGINT, SIGTERM and SIGHUP (io.Interrupted carries the number): exit 128 + signal,
+        # the shell's convention (130 for Ctrl-C)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        click.echo(f"interrupted ({signal.Signals(signum).name}): no partial output was left "
+                   "behind", err=True)
+        sys.exit(128 + int(signum))
     except (MemoryError, OSError) as exc:
         if tracebacks:
             raise
