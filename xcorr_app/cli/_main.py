@@ -2,8 +2,9 @@
 
 Every user error ends with one line ``error: ...`` on stderr and exit status 2; an interrupted
 run (SIGINT, SIGTERM, SIGHUP) leaves no partial output (exit 128 + the signal: 130 for
-Ctrl-C).  Set ``XCORR_DEBUG=1`` to see tracebacks.  The commands live beside this module: ``align`` (:mod:`._align`), ``filter`` (:mod:`._filter`),
-``info`` (:mod:`._info`) and ``bench`` (:mod:`._bench`).
+Ctrl-C).  Set ``XCORR_DEBUG=1`` to see tracebacks.  The commands live beside this module:
+``align`` (:mod:`._align`), ``filter`` (:mod:`._filter`), ``info`` (:mod:`._info`) and
+``bench`` (:mod:`._bench`).
 """
 
 from __future__ import annotations
