@@ -121,14 +121,32 @@ def test_map_chunks_over_gpus_keeps_frame_order(rng):
 
 
 @pytest.mark.gpu
-def test_gpus_error_names_the_frame_and_stops_every_gpu(tmp_path):
-    from xcorr_app.errors import InputError
-
+def test_gpus_flag_an_inf_frame_as_one_gpu_does(tmp_path):
     stack = tifffile.imread(stack_path("cell")).astype(np.float32)
     stack[10, 1, 1] = np.inf
     path = tmp_path / "inf.tif"
     tifffile.imwrite(path, stack)
-    with pytest.raises(InputError, match="frame 10 "):
+    many = align(path, gpus="all", device="gpu", chunk_frames=2)
+    one = align(path, device="gpu", chunk_frames=2)
+    assert np.isnan(many.shifts[10]).all() and many.low_confidence[10]
+    np.testing.assert_array_equal(np.isnan(many.shifts), np.isnan(one.shifts))
+    np.testing.assert_array_equal(many.low_confidence, one.low_confidence)
+
+
+@pytest.mark.gpu
+def test_gpus_error_stops_every_gpu(tmp_path):
+    """A compressed page whose data are damaged: the error reaches the caller, no GPU hangs."""
+    from xcorr_app.errors import InputError
+
+    stack = np.tile(tifffile.imread(stack_path("cell")).astype(np.float32), (4, 1, 1))
+    path = tmp_path / "damaged.tif"
+    tifffile.imwrite(path, stack, compression="zlib", photometric="minisblack")
+    with tifffile.TiffFile(path) as tif:
+        offset, size = tif.pages[29].dataoffsets[0], tif.pages[29].databytecounts[0]
+    with open(path, "r+b") as f:
+        f.seek(offset + 2)
+        f.write(b"\xff" * min(64, size - 4))
+    with pytest.raises(InputError, match="cannot read"):
         align(path, gpus="all", device="gpu", chunk_frames=2)
 
 
