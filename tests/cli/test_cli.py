@@ -316,3 +316,16 @@ def test_gpus_option_errors(tmp_path):
     assert_clean_error(xcorr("filter", path, "--kernel", "box:3", "--gpus", "0", "--device",
                              "cpu", "--out", tmp_path / "f.tif"), "--device cpu")
     assert not (tmp_path / "a").exists() and not (tmp_path / "f.tif").exists()
+
+
+def test_shifts_json_is_standard_json_without_the_check(tmp_path):
+    """--no-verify leaves the agreement undefined: null in shifts.json, never a bare NaN."""
+    res = xcorr("align", stack_path("cell"), "--no-verify", "--out", tmp_path / "o",
+                "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    doc = json.loads((tmp_path / "o" / "shifts.json").read_text(), parse_constant=refuse)
+    assert doc["summary"]["agreement"] is None

@@ -12,6 +12,7 @@ import click
 
 from .. import backend
 from ..errors import XcorrError
+from ..alignment._result import strict_json
 from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
                        SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, scale_out, scale_out_command, stack_command, where)
@@ -116,7 +117,8 @@ def align(path, **options):
                "frames_per_second": round(n / max(t_measure, 1e-9), 2),
                "frames": res.frame_records()}
         write_text(outputs["shifts.csv"], res.csv_text())
-        write_text(outputs["shifts.json"], json.dumps(doc, indent=1) + "\n")
+        doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
+        write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
         run.commit()
         if o.as_json:
