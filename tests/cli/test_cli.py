@@ -329,3 +329,18 @@ def test_shifts_json_is_standard_json_without_the_check(tmp_path):
 
     doc = json.loads((tmp_path / "o" / "shifts.json").read_text(), parse_constant=refuse)
     assert doc["summary"]["agreement"] is None
+
+
+@pytest.mark.parametrize("out", ["shifts.csv", "result.tif", "afile"])
+def test_align_out_must_be_a_folder(tmp_path, out):
+    (tmp_path / "afile").write_text("x")
+    res = xcorr("align", stack_path("cell"), "--out", tmp_path / out, "--device", "cpu")
+    assert_clean_error(res, "--out is the folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_filter_out_must_be_a_tiff_name(tmp_path):
+    res = xcorr("filter", stack_path("cell"), "--kernel", "gaussian:1", "--out",
+                tmp_path / "x.png", "--device", "cpu")
+    assert_clean_error(res, ".tif or .tiff")
+    assert not any(tmp_path.iterdir())

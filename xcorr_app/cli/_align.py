@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import click
 
 from .. import backend
-from ..errors import XcorrError
+from ..errors import InputError, XcorrError
 from ..alignment._result import strict_json
 from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
                        SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
@@ -94,6 +94,9 @@ def align(path, **options):
     o = SimpleNamespace(path=path, **options)
     o.quiet = o.quiet or o.as_json
     out_dir = o.out_dir or default_out(path, "_xcorr")
+    if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
+        raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "
+                         f"and aligned.tif into, not a file: {out_dir}")
     outputs = {k: out_dir / k for k in ("shifts.csv", "shifts.json", "drift.png")}
     if not o.no_aligned:
         outputs["aligned.tif"] = out_dir / "aligned.tif"

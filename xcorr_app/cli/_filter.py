@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .. import backend
-from ..errors import XcorrError
+from ..errors import InputError, XcorrError
 from ._align import note_late_signal
 from ._options import (BANK, KERNEL, MIX, MODES, note_device, print_notes, progress_bar,
                        scale_out, scale_out_command, stack_command, where)
@@ -92,7 +92,11 @@ def output_run(path, out_path, force):
     """The output file's :class:`~xcorr_app.io._outputs.OutputRun`: apart from the input, locked
     by ``.NAME.lock`` beside it, and written only when the whole stack is done."""
     from ..io._outputs import OutputRun
+    from ..io._reader import TIFF_SUFFIXES
 
+    if out_path.suffix.lower() not in TIFF_SUFFIXES:  # the writer writes TIFF whatever the name
+        raise InputError(f"xcorr filter writes a TIFF stack: give --out a .tif or .tiff name, "
+                         f"not {out_path.name}")
     return OutputRun([out_path], [path], force, lock=out_path.with_name(f".{out_path.name}.lock"))
 
 
