@@ -1,6 +1,7 @@
 """Running the ``xcorr`` command in a subprocess, as a user does, and checking its errors
 (used by the CLI tests of several subpackages)."""
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -23,3 +24,14 @@ def assert_clean_error(res, *words):
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
     for w in words:
         assert w in lines[0], lines[0]
+
+
+def digest(path: Path) -> str:
+    """A hash of a file, or of every file of a folder (names and contents): inputs are hashed
+    before and after a run to show it left them untouched."""
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()

@@ -48,3 +48,15 @@ def drift_stack(rng, n=12, shape=(96, 112), max_shift=6.0, peak_counts=100.0, im
 def write_stack(path, stack):
     tifffile.imwrite(path, stack, imagej=True, metadata={"axes": "TYX"})
     return path
+
+
+def write_damaged_tiff(path, stack, page):
+    """Write ``stack`` as a zlib-compressed TIFF and damage the data of ``page``: the file's
+    structure stays whole (it opens), reading that page fails."""
+    tifffile.imwrite(path, stack, compression="zlib", photometric="minisblack")
+    with tifffile.TiffFile(path) as tif:
+        offset, size = tif.pages[page].dataoffsets[0], tif.pages[page].databytecounts[0]
+    with open(path, "r+b") as f:
+        f.seek(offset + 2)
+        f.write(b"\xff" * min(64, size - 4))
+    return path

@@ -6,7 +6,7 @@ import pytest
 import tifffile
 
 from sample_paths import folder_path, stack_path
-from synthetic import drift_stack, write_stack
+from synthetic import drift_stack, write_damaged_tiff, write_stack
 from xcorr_app import align
 from xcorr_app.alignment._options import AlignOptions
 from xcorr_app.alignment._pipeline import measure_frames, prepared_reference
@@ -140,12 +140,7 @@ def test_gpus_error_stops_every_gpu(tmp_path):
 
     stack = np.tile(tifffile.imread(stack_path("cell")).astype(np.float32), (4, 1, 1))
     path = tmp_path / "damaged.tif"
-    tifffile.imwrite(path, stack, compression="zlib", photometric="minisblack")
-    with tifffile.TiffFile(path) as tif:
-        offset, size = tif.pages[29].dataoffsets[0], tif.pages[29].databytecounts[0]
-    with open(path, "r+b") as f:
-        f.seek(offset + 2)
-        f.write(b"\xff" * min(64, size - 4))
+    write_damaged_tiff(path, stack, page=29)
     with pytest.raises(InputError, match="cannot read"):
         align(path, gpus="all", device="gpu", chunk_frames=2)
 

@@ -1,28 +1,17 @@
 """The command-line app through a real subprocess: outputs, summaries and bad inputs."""
 
 import csv
-import hashlib
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tifffile
 
 from sample_paths import ROOT, SAMPLES, folder_path, stack_path, truth
-from cli_helpers import assert_clean_error, xcorr  # noqa: E402,F401
-
-
-def digest(path: Path) -> str:
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    h = hashlib.sha256()
-    for f in files:
-        if f.is_file():
-            h.update(f.name.encode() + f.read_bytes())
-    return h.hexdigest()
+from cli_helpers import assert_clean_error, digest, xcorr  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("name", SAMPLES)

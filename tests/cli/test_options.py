@@ -9,7 +9,7 @@ from xcorr_app.alignment._warp import RESAMPLE
 from xcorr_app.cli._main import cli
 from xcorr_app.cli._options import MAX_SHIFT, MEMORY, PREFILTER
 from xcorr_app.errors import InputError, XcorrError
-from xcorr_app.filters._api import MODES
+from xcorr_app.filters import MODES
 
 
 def test_max_shift_type():

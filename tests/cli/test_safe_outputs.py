@@ -1,31 +1,20 @@
 """Never lose or fake data, through a real subprocess: no output replaces or lands inside an
 input, one writer per output, signals clean up, and the outputs of a run appear together."""
 
-import hashlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tifffile
 
 from sample_paths import ROOT, folder_path, stack_path
-from cli_helpers import assert_clean_error, xcorr
+from cli_helpers import assert_clean_error, digest, xcorr
 
 OUTPUTS = ["aligned.tif", "drift.png", "shifts.csv", "shifts.json"]
-
-
-def digest(path: Path) -> str:
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    h = hashlib.sha256()
-    for f in files:
-        if f.is_file():
-            h.update(f.name.encode() + f.read_bytes())
-    return h.hexdigest()
 
 
 def _env():

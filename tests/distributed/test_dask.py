@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tifffile
 
+from synthetic import write_damaged_tiff
 from sample_paths import SAMPLES, stack_path
 from xcorr_app import align
 from xcorr_app.errors import XcorrError
@@ -217,12 +218,7 @@ def test_first_failed_task_stops_the_run(client, tmp_path):
     compressed page whose data are damaged (the file's structure is whole, so the run starts)."""
     stack = np.tile(tifffile.imread(stack_path("cell")).astype(np.float32), (4, 1, 1))
     path = tmp_path / "damaged48.tif"
-    tifffile.imwrite(path, stack, compression="zlib", photometric="minisblack")
-    with tifffile.TiffFile(path) as tif:
-        offset, size = tif.pages[29].dataoffsets[0], tif.pages[29].databytecounts[0]
-    with open(path, "r+b") as f:
-        f.seek(offset + 2)
-        f.write(b"\xff" * min(64, size - 4))
+    write_damaged_tiff(path, stack, page=29)
     done = []
     with pytest.raises(XcorrError, match="cannot read"):
         xdask.align(path, device="cpu", task_frames=4, client=client, progress=done.append)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from xcorr_app.errors import InputError, XcorrError
+from xcorr_app.errors import InputError
 from xcorr_app.io._reader import SUPPORTED_DTYPES, natural_key, open_stack, read_image
 from xcorr_app.streaming import map_chunks
 

@@ -28,7 +28,7 @@ from ..errors import InputError, XcorrError
 from ..alignment._options import NORMALIZATIONS, SUBPIXEL
 from ..alignment._preprocess import WINDOWS
 from ..alignment._warp import RESAMPLE
-from ..filters._api import MODES
+from ..filters import MODES
 
 __all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "MODES", "MAX_SHIFT", "MEMORY",
            "GPUS_LIST", "Spec", "DEVICE", "CHANNEL", "FORCE", "QUIET", "CHUNK", "stack_command",

@@ -270,7 +270,7 @@ def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, dev
     ``dog:1,4``, ``FILE.npy``...); each task runs the reuse kernels on its worker's GPU, or
     scipy.ndimage on the CPU, on its own frames.
     """
-    from ..filters._api import MODES, parse_kernel_spec
+    from ..filters import MODES, parse_kernel_spec
 
     parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
     if mode not in MODES:

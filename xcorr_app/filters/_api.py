@@ -24,7 +24,6 @@ import numpy as np
 
 from ..backend import array_module_of
 from ..errors import InputError
-from ._modes import MODES  # noqa: F401 - the CLI and distributed._dask import it from here
 from ._validation import (box_size, checked_stack, dog_sigmas, filter_weights, fitting_weights,
                           load_npy, origin_pair, positive, sobel_axis)
 
