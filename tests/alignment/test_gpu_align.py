@@ -93,8 +93,10 @@ def test_gpu_streaming_equals_in_memory(tmp_path, rng, reference):
     runs += [align(path, reference=reference, max_shift=6, device="gpu", max_memory="10M")]
     assert runs[-1].settings["chunk_frames"] < len(stack)
     # each chunk size may get another kernel plan (rounding of the sums differs by ~1e-7);
-    # "previous" adds up 22 frame-to-frame steps, so their differences add up too
-    atol = 5e-4 if reference == "previous" else 1e-4
+    # "previous" adds up 22 frame-to-frame steps, so their differences add up too; "mean" sums
+    # its reference in chunk order in float32, which moved a shift by 1.05e-4 px once (H100,
+    # 2026-11-22, the planner's measured choice differs between runs)
+    atol = {"previous": 5e-4, "mean": 3e-4}.get(reference, 1e-4)
     for r in runs:
         np.testing.assert_allclose(r.shifts, base.shifts, atol=atol)
         # the FFT reference's 1/20 px grid: a flat-topped plain-correlation peak may tip to the
