@@ -347,3 +347,25 @@ def test_input_files_are_not_modified(tmp_path):
             frames = src.read(0, src.n_frames)
             frames += 1  # returned arrays are copies, never views of the files
     assert digest() == before
+
+
+def test_whole_file_check_runs_once_per_file_version(tmp_path, monkeypatch):
+    """Every reader of a run reopens the file (a thread per GPU): the page walk is not
+    repeated for an unchanged file, and is for a changed one."""
+    import os
+
+    from xcorr_app.io import _tiff
+
+    calls = []
+    real = _tiff.check_whole
+    monkeypatch.setattr(_tiff, "check_whole",
+                        lambda tif, path: calls.append(path) or real(tif, path))
+    path = tmp_path / "s.tif"
+    tifffile.imwrite(path, np.ones((3, 8, 9), np.uint16), photometric="minisblack")
+    for _ in range(3):
+        open_stack(path).close()
+    assert len(calls) == 1
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new version of the file
+    open_stack(path).close()
+    assert len(calls) == 2

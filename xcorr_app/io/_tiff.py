@@ -179,6 +179,22 @@ def check_whole(tif, path: Path) -> None:
                      f"({why}); copy it again from the source")
 
 
+#: files found whole in this process, by (path, size, modification time): every reader of a
+#: run opens the file again (a thread per GPU, the pipeline's reopen), and the walk over the
+#: pages costs about 9 us a page, so it is done once per file version, not once per open
+_WHOLE: set = set()
+
+
+def check_whole_once(tif, path: Path) -> None:
+    """:func:`check_whole`, skipped for a file this process already found whole (unchanged
+    since: same size and modification time)."""
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _WHOLE:
+        check_whole(tif, path)
+        _WHOLE.add(key)
+
+
 class TiffFrames:
     """The frames of the first image series of one TIFF file.
 
@@ -194,7 +210,7 @@ class TiffFrames:
         try:
             with tiff_errors(path):
                 self._tif = tifffile.TiffFile(path)  # opens the file read-only
-                check_whole(self._tif, path)
+                check_whole_once(self._tif, path)
                 self._parse(channel)
                 self._map()
         except BaseException:
