@@ -9,6 +9,7 @@ that come from outside the arguments.
 ``XCORR_KERNEL_DIR``          one folder holding every ``*.cu``/``*.cuh``, replacing the
                               package's (kernel development)
 ``XCORR_DEBUG``               ``1``: the command line shows tracebacks instead of one line
+``XCORR_THREADS``             threads of the CPU path (default: the CPUs this process may use)
 ``XCORR_WORKER_GPU_BY_NAME``  set by :func:`xcorr_app.dask.local_client` in its workers: worker
                               ``k`` uses GPU ``k mod count``
 ============================  ===============================================================
@@ -31,6 +32,7 @@ CACHE_DIR = "XCORR_CACHE_DIR"
 PLANNER = "XCORR_PLANNER"
 KERNEL_DIR = "XCORR_KERNEL_DIR"
 DEBUG = "XCORR_DEBUG"
+THREADS = "XCORR_THREADS"
 WORKER_GPU_BY_NAME = "XCORR_WORKER_GPU_BY_NAME"
 
 #: every variable above, with its one-line meaning (``xcorr info`` and the docs list them)
@@ -39,6 +41,7 @@ VARIABLES = {
     PLANNER: "measure (default) or rules",
     KERNEL_DIR: "one folder of kernel sources replacing the package's",
     DEBUG: "1: tracebacks instead of one-line errors",
+    THREADS: "threads of the CPU path (default: every CPU this process may use)",
     WORKER_GPU_BY_NAME: "set in Dask workers started by xcorr_app.dask.local_client",
 }
 

@@ -441,3 +441,27 @@ def test_multi_gpu_target_lines():
     summarised = table.summarise(rows + [table.make_row(table.READ_MEMMAP, "read", 10, 100, 1.0)])
     assert summarised[1]["vs_read"] == pytest.approx(2.0)  # not the baseline of the 1-GPU rows
     assert summarised[0]["vs_read"] == pytest.approx(1.0)
+
+
+def test_bench_align_cpu_smoke(tmp_path):
+    """``--device cpu``: every row ran (in process and one-shot processes), each xcorr row
+    measured the known drift, the one-shot rows have a peak memory, the targets are printed."""
+    import json
+
+    from xcorr_app.bench._align import main
+
+    lines = []
+    status = main(device="cpu", frames=4, size="64x80", workdir=tmp_path,
+                  json_path=tmp_path / "rows.json", echo=lines.append)
+    assert status == 0, "\n".join(lines)
+    doc = json.loads((tmp_path / "rows.json").read_text())
+    rows = doc["rows"]
+    assert len(rows) == 9 and not any(r["error"] for r in rows)
+    for r in rows:
+        assert r["seconds"] > 0
+        if r["kind"] == "xcorr":
+            assert r["rms_px"] is not None and r["rms_px"] < 0.5
+        if "one-shot" in r["name"]:
+            assert r["peak_bytes"] > 10e6
+    assert len(doc["targets"]) == 4 and all("skimage loop" in t for t in doc["targets"])
+    assert not list(tmp_path.glob("xcorr-bench-align-*"))  # the stack was removed

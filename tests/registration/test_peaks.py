@@ -192,3 +192,34 @@ def test_bad_arguments():
         find_shifts(np.zeros((4, 4)), (0, 0), subpixel="cubic")
     with pytest.raises(XcorrError):
         peak_index(np.zeros(5))
+
+
+def _strict_maxima_by_definition(corr):
+    """Every point >= its 8 neighbours (outside: -inf) and > one of them, compared one by one
+    in float64 (the definition the fast separable version must match)."""
+    c = np.pad(corr.astype(np.float64), [(0, 0)] * (corr.ndim - 2) + [(1, 1), (1, 1)],
+               constant_values=-np.inf)
+    ho, wo = corr.shape[-2:]
+    out = np.zeros(corr.shape, bool)
+    for idx in np.ndindex(*corr.shape):
+        *b, y, x = idx
+        centre = c[(*b, y + 1, x + 1)]
+        nbs = [c[(*b, y + 1 + dy, x + 1 + dx)] for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+               if dy or dx]
+        with np.errstate(invalid="ignore"):
+            out[idx] = all(centre >= v for v in nbs) and any(centre > v for v in nbs)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7, 5), (2, 1, 6), (2, 6, 1), (9, 13), (2, 33, 31)])
+def test_strict_local_maxima_matches_definition(rng, shape):
+    """Plateaus (small integers), NaN pixels and integer surfaces included."""
+    from xcorr_app.registration._peaks import _strict_local_maxima
+
+    plateaus = rng.integers(0, 3, shape).astype(np.float32)
+    flat = plateaus.reshape(-1)
+    flat[rng.integers(0, flat.size, max(1, flat.size // 7))] = np.nan
+    for corr in (plateaus, rng.random(shape).astype(np.float32),
+                 rng.integers(-5, 5, shape)):
+        np.testing.assert_array_equal(_strict_local_maxima(corr, np),
+                                      _strict_maxima_by_definition(corr))

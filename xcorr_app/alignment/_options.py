@@ -30,6 +30,9 @@ SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "non
 NORMALIZATIONS = ("zncc", "none", "phase")
 #: upsampling of the FFT reference measurement (resolution 1/20 px)
 FFT_REFERENCE_UPSAMPLE = 20
+#: on the CPU the FFT reference refines in two stages, first at 1/4 px (the same 1/20 px grid
+#: at about half the work: :func:`~xcorr_app.registration._fft_register.refine_peak`)
+CPU_REFERENCE_COARSE = 4
 #: the smallest frame side registered (see :func:`check_frame_shape`)
 MIN_FRAME_SIDE = 4
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import threading
 
 import numpy as np
 
 from .. import backend
 from ..correlate._api import choose_method, cross_correlate
+from ..correlate._fft import fft_geometry, fft_of, padded_spectra, xcorr_fft
 from ..correlate._forms import form_layout
 from ..correlate._plans import Plan
 from ..correlate._shifts import shift_origin
@@ -35,11 +37,12 @@ from ..io import FrameRange
 from ..registration._fft_register import (fft_shifts, periodic_spectrum, phase_surface,
                                           refine_upsampled)
 from ..registration._surfaces import GpuSurfaces
-from ..registration._normalize import zncc
+from ..registration._normalize import zncc, zncc_left
 from ..registration._peaks import find_shifts, on_border, refined_shifts
 from ..registration._surfaces import surface_peaks
 from ..streaming import DeviceChunks
-from ._options import FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference, search_range
+from ..streaming._threads import cpu_threads, frame_slices, keep_freed_memory
+from ._options import CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference, search_range
 from ._references import reference_frame
 from ._result import COLUMNS
 
@@ -55,6 +58,18 @@ class Measurer:
         self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
         self.plan = "phase" if normalization == "phase" else plan
         self._surfaces = None  # GPU: the run's GpuSurfaces
+        self._kept = {}  # CPU: what a 2-D reference gives every frame (see _of_reference)
+        self._lock = threading.Lock()
+
+    def _of_reference(self, what, ref, make):
+        """``make()``, computed once per reference array and kept: on the CPU the padded FFT of
+        the reference and its ZNCC terms are the same for every frame of a run (the worker
+        threads share them)."""
+        with self._lock:
+            kept = self._kept.get(what)
+            if kept is None or kept[0] is not ref:
+                kept = self._kept[what] = (ref, make())
+            return kept[1]
 
     def choose_plan(self, ref, mov, form):
         """The run's correlation plan, chosen on the first batch and kept."""
@@ -79,7 +94,7 @@ class Measurer:
         gpu = self.dev == "gpu"
         if self.normalization == "phase":
             if ref_fft is None:
-                ref_fft = xp.fft.fft2(ref.astype(xp.float32))
+                ref_fft = fft_of(xp).fft2(ref.astype(xp.float32))
             corr, origin = phase_surface(ref_fft, mov, self.bound)
             if gpu:
                 corr, iy, ix, peak, conf = surface_peaks(corr, normalize=False)
@@ -97,10 +112,19 @@ class Measurer:
                 if self._surfaces is None:
                     self._surfaces = GpuSurfaces(mov.shape[1:], self.bound, self.normalization)
                 corr, iy, ix, peak, conf = self._surfaces(ref, mov, plan, correlate)
+            elif ref.ndim == 2 and plan.method == "fft":  # one reference: its spectrum kept
+                lay = form_layout(form, ref.shape, right.shape)
+                size = fft_geometry(lay.left_shape, lay.right_shape, self.bound).size
+                spectrum = self._of_reference(
+                    "spectrum", ref, lambda: padded_spectra(ref.astype(np.float32), size))
+                corr = xcorr_fft(ref, right, form, self.bound, dtype="float32",
+                                 left_spectrum=spectrum)
             else:
                 corr = correlate()
-                if self.normalization == "zncc":
-                    corr = zncc(corr, ref, mov, self.bound)
+            if not gpu and self.normalization == "zncc":
+                part = None if ref.ndim == 3 else self._of_reference(
+                    "zncc", ref, lambda: zncc_left(ref, mov.shape, self.bound))
+                corr = zncc(corr, ref, mov, self.bound, left_part=part)
         upsampled = self.subpixel == "upsample"
         method = "none" if upsampled else self.subpixel
         if gpu:
@@ -187,14 +211,16 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
     prep = opts.preparer(xp, src.frame_shape)
     measure = Measurer.of(opts, xp, src.frame_shape, plan)
     fft_kwargs = fft_reference(opts.normalization)[0]
+    fft = fft_of(xp)
+    coarse = CPU_REFERENCE_COARSE if xp is np else None
     ref = ref_fft = ref_raw_fft = None
     last = None  # previous mode: (frame, raw frame, done event) before the chunk
     if reference is not None:
         ref, ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
-        ref_fft = xp.fft.fft2(ref) if opts.normalization == "phase" else None
+        ref_fft = fft.fft2(ref) if opts.normalization == "phase" else None
         ref_raw_fft = None
         if opts.verify:
-            ref_raw_fft = xp.fft.fft2(ref_raw)
+            ref_raw_fft = fft.fft2(ref_raw)
             if fft_kwargs["periodic"]:
                 ref_raw_fft = periodic_spectrum(ref_raw, ref_raw_fft)
     elif before is not None:
@@ -213,39 +239,61 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
         if progress is not None:
             progress(len(block))
 
-    def measure_chunk(p):
-        """The chunk's result block, and what the reading of the block must keep alive."""
-        keep = ()
-        if opts.previous:
-            if last is None:
-                refs, refs_raw = p.frames[:1], p.raw[:1]
+    def rows(p, refs, refs_raw):
+        """The result block of the prepared frames ``p`` against their references (``None``:
+        the run's reference)."""
+        with quiet_if_nonfinite(xp, p.finite):
+            if opts.previous:
+                s, pk, cf, border = measure(refs, p.frames)
             else:
-                if last[2] is not None:
-                    xp.cuda.get_current_stream().wait_event(last[2])
-                refs, refs_raw = last[0][None], last[1][None]
-                keep = last
-            refs = xp.concatenate([refs, p.frames[:-1]])
-            refs_raw = xp.concatenate([refs_raw, p.raw[:-1]])
-            s, pk, cf, border = measure(refs, p.frames)
-        else:
-            s, pk, cf, border = measure(ref, p.frames, ref_fft)
-        if opts.verify:
-            fr = refs_raw if opts.previous else ref_raw_fft
-            fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
-                                   **fft_kwargs,
-                                   reference_is_fft=not opts.previous, return_integer=True)
-        else:
-            fs = fi = xp.full((len(p.raw), 2), xp.nan)
-        block = xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
-                                p.finite[:, None], fs, fi, border[:, None]],
-                               axis=1).astype(xp.float64)
-        return block, keep
+                s, pk, cf, border = measure(ref, p.frames, ref_fft)
+            if opts.verify:
+                fr = refs_raw if opts.previous else ref_raw_fft
+                fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
+                                       **fft_kwargs, coarse=coarse,
+                                       reference_is_fft=not opts.previous, return_integer=True)
+            else:
+                fs = fi = xp.full((len(p.raw), 2), xp.nan)
+        return xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
+                               p.finite[:, None], fs, fi, border[:, None]],
+                              axis=1).astype(xp.float64)
+
+    def previous_refs(p, before):
+        """Each frame's reference in ``previous`` mode: the frame before it (``before``: the
+        prepared frame before ``p``'s first, as ``(frame, raw)``; ``None``: the first frame of
+        the stack, its own reference)."""
+        refs, refs_raw = (p.frames[:1], p.raw[:1]) if before is None \
+            else (before[0][None], before[1][None])
+        return (xp.concatenate([refs, p.frames[:-1]]), xp.concatenate([refs_raw, p.raw[:-1]]))
+
+    if xp is np:  # the CPU: every chunk cut into one slice per thread
+        keep_freed_memory()
+        with concurrent.futures.ThreadPoolExecutor(cpu_threads(), "xcorr-cpu") as pool:
+            for first, frames in chunks:
+                slices = frame_slices(len(frames), cpu_threads())
+                preps = list(pool.map(lambda ab: prep(frames[ab[0]:ab[1]]), slices))
+                refs = [(None, None)] * len(preps)
+                if opts.previous:
+                    befores = [last[:2] if last else None] + [(q.frames[-1], q.raw[-1])
+                                                              for q in preps[:-1]]
+                    refs = [previous_refs(q, b) for q, b in zip(preps, befores)]
+                    last = (preps[-1].frames[-1], preps[-1].raw[-1], None)
+                blocks = pool.map(lambda k: rows(preps[k], *refs[k]), range(len(preps)))
+                finish(first, np.concatenate(list(blocks)), None, ())
+        return table, measure.plan
 
     for first, frames in chunks:
         p = prep(frames)  # frames with NaN or Inf pixels: flagged, their shifts NaN (_result)
-        with quiet_if_nonfinite(xp, p.finite):
-            block, keep = measure_chunk(p)
-        event = None if xp is np else xp.cuda.get_current_stream().record()
+        keep = ()
+        refs = refs_raw = None
+        if opts.previous:
+            if last is not None:
+                if last[2] is not None:
+                    xp.cuda.get_current_stream().wait_event(last[2])
+                keep = last
+            refs, refs_raw = previous_refs(p, None if last is None else last[:2])
+        block = rows(p, refs, refs_raw)
+        event = xp.cuda.get_current_stream().record()
         if opts.previous:
             last = (p.frames[-1], p.raw[-1], event)
         inflight.append((first, block, event, keep))

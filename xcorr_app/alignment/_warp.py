@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import array_module_of, to_xp
+from ..correlate._fft import fft_of
 from ..errors import InputError
 
 
@@ -76,7 +77,8 @@ def _shift_fourier(frames, shifts, fill, xp):
     ky = xp.fft.fftfreq(h)[None, :, None]
     kx = xp.fft.fftfreq(w)[None, None, :]
     ramp = xp.exp(-2j * np.pi * (ky * shifts[:, 0, None, None] + kx * shifts[:, 1, None, None]))
-    out = xp.fft.ifft2(xp.fft.fft2(frames) * ramp.astype(xp.complex64)).real.astype(xp.float32)
+    fft = fft_of(xp)
+    out = fft.ifft2(fft.fft2(frames) * ramp.astype(xp.complex64)).real.astype(xp.float32)
     ys = xp.arange(h)[None, :, None] - shifts[:, 0, None, None]
     xs = xp.arange(w)[None, None, :] - shifts[:, 1, None, None]
     inside = (ys > -1) & (ys < h) & (xs > -1) & (xs < w)  # the source lies in the frame

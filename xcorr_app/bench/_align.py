@@ -52,6 +52,8 @@ from ._align_peers import (READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_
 from ._align_table import (ALIGN_ROWS, LOOP, READ_IMREAD, READ_MEMMAP, SKIMAGE, format_table,
                            gpu_rows_names, header_lines, make_row, multi_gpu_lines, seconds_text,
                            summarise, target_lines)
+from ._align_cpu import CPU_QUICK_SHAPE, CPU_SHAPE, format_rows, rows_for
+from ._align_cpu import target_lines as cpu_target_lines
 from ._common import free_gpu_memory, parse_size, reason
 
 #: the full run and the ``--quick`` smoke run: (frames, height, width)
@@ -261,7 +263,8 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> lis
 
 
 def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_path=None,
-         force=False, echo=print, max_memory=None, repeat=1, seed=0, gpus=None) -> int:
+         force=False, echo=print, max_memory=None, repeat=1, seed=0, gpus=None,
+         device="gpu") -> int:
     """What ``xcorr bench align`` does: check the options, write the stack, run, report.
 
     Parameters
@@ -291,6 +294,9 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     gpus : str or sequence of int, optional
         Also time the unbounded run shared out over these GPUs (``"0,1"``, ``"all"``) and a
         read by as many threads.
+    device : {"gpu", "cpu"}
+        ``"cpu"``: the CPU benchmark of :mod:`xcorr_app.bench._align_cpu` instead (default
+        300 frames of 1024x1024; ``--quick`` 24 of 256x256).
 
     Returns
     -------
@@ -308,7 +314,13 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     from ..io._writer import prepare_outputs, write_text
     from .._cuda.timing import device_name
 
-    shape = QUICK_SHAPE if quick else DEFAULT_SHAPE
+    cpu = device == "cpu"
+    if device not in ("gpu", "cpu"):
+        raise InputError(f"--device must be gpu or cpu, got {device!r}")
+    if cpu and gpus is not None:
+        raise InputError("--gpus needs --device gpu")
+    shape = (CPU_QUICK_SHAPE if quick else CPU_SHAPE) if cpu else \
+        (QUICK_SHAPE if quick else DEFAULT_SHAPE)
     h, w = shape[1:] if size is None else parse_size(size)
     n = shape[0] if frames is None else int(frames)
     if n < 1:
@@ -318,7 +330,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     if min(h, w) < MIN_SIDE:
         raise InputError(f"--size must be at least {MIN_SIDE} px per side (the drift is up to "
                          f"{MAX_DRIFT:g} px), got {h}x{w}")
-    if not backend.gpu_available():
+    if not cpu and not backend.gpu_available():
         raise XcorrError(f"xcorr bench align needs a GPU: {backend.gpu_unavailable_reason()}")
     if gpus is not None:
         from ..streaming import parse_gpus
@@ -340,6 +352,8 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         stack = SyntheticStack(n, (h, w), seed=seed)
         stack.write(path, workers=workers)
         written = time.perf_counter() - t
+        if cpu:
+            return _main_cpu(stack, path, written, workers, echo, json_path, keep)
         header = header_lines(device_name(), stack, path, written, workers, int(repeat))
         if max_memory is not None and "max_memory" not in _align_kwargs({}, max_memory):
             header.append(f"note: max_memory={max_memory!r} ignored (align() does not take it)")
@@ -367,3 +381,35 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
             shutil.rmtree(folder, ignore_errors=True)
     bad = [r for r in rows if r["kind"] == "xcorr" and r["status"] != "ok"]
     return 1 if bad else 0
+
+
+def _main_cpu(stack, path, written, workers, echo, json_path, keep) -> int:
+    """The CPU benchmark on the written stack: header, rows, table, targets, JSON."""
+    import os
+    import platform
+
+    from ..io._writer import write_text
+    from ._align_table import VERSIONS
+    from ._common import utc_now, versions_line
+
+    h, w = stack.shape
+    header = [f"xcorr bench align --device cpu on {platform.processor() or platform.machine()}"
+              f" ({os.cpu_count()} CPUs), {utc_now()}",
+              f"versions: {versions_line(VERSIONS)}",
+              f"stack: {stack.n_frames} frames of {h}x{w} uint16 ({stack.nbytes / 1e6:.0f} MB),"
+              f" written in {written:.1f} s ({workers} threads), in the page cache"]
+    for line in header:
+        echo(line)
+    echo("measuring:")
+    rows = rows_for(path, stack, echo)
+    echo("")
+    table = format_rows(rows)
+    targets = cpu_target_lines(rows)
+    for line in table + targets:
+        echo(line)
+    if keep:
+        echo(f"stack kept: {path}")
+    if json_path is not None:
+        doc = {"header": header, "rows": rows, "targets": targets}
+        write_text(json_path, json.dumps(doc, indent=1, default=float))
+    return 1 if any(r["error"] for r in rows) else 0

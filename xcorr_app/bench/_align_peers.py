@@ -92,9 +92,9 @@ def cupy_pair_loop(path, stop=None) -> np.ndarray:
     return out
 
 
-def skimage_loop(path, stop) -> np.ndarray:
-    """``skimage.registration.phase_cross_correlation(frame0, frame)`` for the first ``stop``
-    frames of the file (defaults: ``upsample_factor=1``, phase normalization)."""
+def skimage_loop(path, stop, upsample_factor=1) -> np.ndarray:
+    """``skimage.registration.phase_cross_correlation(frame0, frame, upsample_factor=...)`` for
+    the first ``stop`` frames of the file (phase normalization, scikit-image's defaults)."""
     import tifffile
     from skimage.registration import phase_cross_correlation
 
@@ -104,7 +104,8 @@ def skimage_loop(path, stop) -> np.ndarray:
     n = min(stop, len(mm))
     out = np.zeros((n, 2))
     for i in range(n):
-        out[i] = phase_cross_correlation(ref, np.asarray(mm[i]))[0]
+        out[i] = phase_cross_correlation(ref, np.asarray(mm[i]),
+                                         upsample_factor=upsample_factor)[0]
     del mm
     return out
 

@@ -109,9 +109,13 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
 @click.option("--gpus", type=GPUS_LIST, default=None,
               help="Also time the unbounded run shared out over these GPUs, and a read by as "
                    "many threads.")
+@click.option("--device", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
+              help="cpu: the CPU path against a scikit-image loop (upsample 20), in process "
+                   "and as one-shot processes with their peak memory; 300 frames of "
+                   "1024x1024 by default.")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
-                    force):
+                    device, force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -125,6 +129,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
 
     status = align_bench(quick=quick, frames=frames, size=size, workdir=workdir, keep=keep,
                               json_path=json_path, force=force, echo=click.echo,
-                              max_memory=max_memory, repeat=repeat, gpus=gpus)
+                              max_memory=max_memory, repeat=repeat, gpus=gpus,
+                              device=device)
     if status:
         raise click.exceptions.Exit(status)
