@@ -41,7 +41,7 @@ from ..registration._normalize import zncc, zncc_left
 from ..registration._peaks import find_shifts, on_border, refined_shifts
 from ..registration._surfaces import surface_peaks
 from ..streaming import DeviceChunks
-from ..streaming._threads import cpu_threads, frame_slices, keep_freed_memory
+from ..streaming._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thread
 from ._options import CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference, search_range
 from ._references import reference_frame
 from ._result import COLUMNS
@@ -268,7 +268,8 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
 
     if xp is np:  # the CPU: every chunk cut into one slice per thread
         keep_freed_memory()
-        with concurrent.futures.ThreadPoolExecutor(cpu_threads(), "xcorr-cpu") as pool:
+        with one_blas_thread(), \
+                concurrent.futures.ThreadPoolExecutor(cpu_threads(), "xcorr-cpu") as pool:
             for first, frames in chunks:
                 slices = frame_slices(len(frames), cpu_threads())
                 preps = list(pool.map(lambda ab: prep(frames[ab[0]:ab[1]]), slices))
