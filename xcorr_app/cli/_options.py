@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from .. import backend
-from ..errors import InputError, XcorrError
+from ..errors import InputError
 # the choices of the command line, from their one home each
 from ..alignment._options import NORMALIZATIONS, SUBPIXEL
 from ..alignment._preprocess import WINDOWS
@@ -163,13 +163,13 @@ def scale_out(gpus, workers, scheduler, device):
     """``(client, gpus)`` for the run: a Dask client (``--workers``/``--scheduler``), GPU ids
     (``--gpus``), or neither."""
     if gpus is not None and (workers is not None or scheduler):
-        raise XcorrError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
+        raise InputError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
     if workers is not None and scheduler:
-        raise XcorrError("give either --workers (a new local cluster) or --scheduler (an "
+        raise InputError("give either --workers (a new local cluster) or --scheduler (an "
                          "existing one), not both")
     if gpus is not None:
         if device == "cpu":
-            raise XcorrError("--gpus runs on GPUs; drop --device cpu")
+            raise InputError("--gpus runs on GPUs; drop --device cpu")
         from ..streaming import parse_gpus
 
         yield None, parse_gpus(gpus)

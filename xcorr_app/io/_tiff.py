@@ -318,14 +318,33 @@ class TiffFrames:
             if self._pages is not None:
                 data = self._pages[pages]
             else:
-                data = self._tif.asarray(key=pages.tolist(), series=0)
-                data = data.reshape((len(pages), *self._page_shape))
+                data = self._decode(frames, pages)
         if self._sample_axis is not None:
             data = np.take(data, self._channel, axis=self._sample_axis + 1)
         if out is not None:
             np.copyto(out, data)  # converts to native byte order
             return out
         return data.astype(self.dtype, copy=False)  # native byte order
+
+    def _decode(self, frames, pages):
+        """Decode ``pages`` (of ``frames``); a page whose data cannot be decoded (a damaged
+        compressed strip in a file whose structure is whole) is named by its frame."""
+        try:
+            data = self._tif.asarray(key=pages.tolist(), series=0)
+        except (XcorrError, MemoryError, PermissionError):
+            raise
+        except Exception as exc:
+            for frame, page in zip(frames.tolist(), pages.tolist()):  # which one: page by page
+                try:
+                    self._tif.asarray(key=page, series=0)
+                except Exception as one:
+                    reason = (str(one).strip().splitlines() or [type(one).__name__])[0]
+                    raise InputError(
+                        f"cannot read frame {frame} (counted from 0) of {self.n_frames} in "
+                        f"{self.path}: its data are damaged ({reason}); copy the file again "
+                        "from the source") from one
+            raise exc
+        return data.reshape((len(pages), *self._page_shape))
 
     def close(self):
         self._pages = None
