@@ -15,7 +15,8 @@ from ..errors import InputError
 from ..alignment._result import strict_json
 from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
                        SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
-                       progress_bar, scale_out, scale_out_command, stack_command, where)
+                       progress_bar, readable_frames_of, scale_out, scale_out_command,
+                       stack_command, where)
 
 __all__ = ["align", "note_late_signal"]
 
@@ -87,12 +88,19 @@ def align(path, **options):
     shifts.json, aligned.tif and drift.png into the output folder. Shifts are (dy, dx) to apply
     to each frame to align it with the reference, as in scikit-image.
     """
+    o = SimpleNamespace(path=path, **options)
+    o.quiet = o.quiet or o.as_json
+    with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
+        _align(o)
+
+
+def _align(o):
+    """``xcorr align`` once its options are parsed (``o``)."""
     from ..io._outputs import OutputRun
     from ..io._writer import write_text
     from ..io._plot import plot_drift
 
-    o = SimpleNamespace(path=path, **options)
-    o.quiet = o.quiet or o.as_json
+    path = o.path
     out_dir = o.out_dir or default_out(path, "_xcorr")
     if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
         raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "

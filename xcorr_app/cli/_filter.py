@@ -12,7 +12,7 @@ from .. import backend
 from ..errors import InputError
 from ._align import note_late_signal
 from ._options import (BANK, KERNEL, MIX, MODES, note_device, print_notes, progress_bar,
-                       scale_out, scale_out_command, stack_command, where)
+                       readable_frames_of, scale_out, scale_out_command, stack_command, where)
 
 __all__ = ["filter_cmd", "output_run"]
 
@@ -35,7 +35,7 @@ __all__ = ["filter_cmd", "output_run"]
 @scale_out_command
 @stack_command
 def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, scheduler, channel,
-               device, chunk_frames, force, quiet):
+               device, chunk_frames, readable_frames, force, quiet):
     """Filter every frame of PATH and write a float32 stack.
 
     On a GPU the column/row-reuse kernels filter each chunk of frames in one launch (separable
@@ -53,8 +53,9 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     if bank or mix:
         if channel is not None:
             raise InputError("--bank and --mix use every channel; drop --channel")
-        return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet,
-                                (gpus, workers, scheduler))
+        with readable_frames_of(path, readable_frames, workers, scheduler):
+            return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force,
+                                    quiet, (gpus, workers, scheduler))
     fn = parse_kernel_spec(spec)
 
     def filtered(_, chunk):
@@ -76,8 +77,9 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
                 f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in {seconds:.2f} s; "
                 f"wrote {out_path}")
 
-    _stream_to_tiff(lambda: open_stack(path, channel=channel), plan, describe, path, out_path,
-                    device, force, quiet, (gpus, workers, scheduler))
+    with readable_frames_of(path, readable_frames, workers, scheduler):
+        _stream_to_tiff(lambda: open_stack(path, channel=channel), plan, describe, path,
+                        out_path, device, force, quiet, (gpus, workers, scheduler))
 
 
 def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, quiet, scale):
