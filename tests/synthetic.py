@@ -60,3 +60,23 @@ def write_damaged_tiff(path, stack, page):
         f.seek(offset + 2)
         f.write(b"\xff" * min(64, size - 4))
     return path
+
+
+def write_cut_tiff(path, stack, layout, cut):
+    """Write a 20-frame ``stack`` in ``layout`` (plain, imagej, zlib, imagej-zlib, or imagej-2ch:
+    10 frames of 2 channels) and cut the file short: 10 bytes into the second page's entries
+    (``"page1"``) or at a fraction ``cut`` of its size.  A truncated file, as a copy that
+    stopped half-way leaves it."""
+    kw = {"compression": "zlib"} if "zlib" in layout else {}
+    if layout == "imagej-2ch":
+        tifffile.imwrite(path, stack.reshape(-1, 2, *stack.shape[1:]), imagej=True,
+                         metadata={"axes": "TCYX"})
+    elif layout.startswith("imagej"):
+        tifffile.imwrite(path, stack, imagej=True, metadata={"axes": "TYX"}, **kw)
+    else:
+        tifffile.imwrite(path, stack, photometric="minisblack", **kw)
+    whole = path.read_bytes()
+    with tifffile.TiffFile(path) as tif:
+        second = tif.pages[1].offset
+    path.write_bytes(whole[:second + 10] if cut == "page1" else whole[:int(len(whole) * cut)])
+    return path

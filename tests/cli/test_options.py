@@ -37,7 +37,7 @@ def choices(command, name):
 
 
 def test_choices_come_from_the_modules():
-    align, filter_cmd = cli.commands["align"], cli.commands["filter"]
+    align, filter_cmd = cli.get_command(None, "align"), cli.get_command(None, "filter")
     assert choices(align, "normalization") == tuple(NORMALIZATIONS)
     assert choices(align, "subpixel") == tuple(SUBPIXEL)
     assert choices(align, "resample") == tuple(RESAMPLE)

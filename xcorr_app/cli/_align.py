@@ -11,11 +11,12 @@ from types import SimpleNamespace
 import click
 
 from .. import backend
-from ..errors import InputError, XcorrError
+from ..errors import InputError
 from ..alignment._result import strict_json
 from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
                        SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
-                       progress_bar, scale_out, scale_out_command, stack_command, where)
+                       progress_bar, readable_frames_of, scale_out, scale_out_command,
+                       stack_command, where)
 
 __all__ = ["align", "note_late_signal"]
 
@@ -87,12 +88,19 @@ def align(path, **options):
     shifts.json, aligned.tif and drift.png into the output folder. Shifts are (dy, dx) to apply
     to each frame to align it with the reference, as in scikit-image.
     """
+    o = SimpleNamespace(path=path, **options)
+    o.quiet = o.quiet or o.as_json
+    with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
+        _align(o)
+
+
+def _align(o):
+    """``xcorr align`` once its options are parsed (``o``)."""
     from ..io._outputs import OutputRun
     from ..io._writer import write_text
     from ..io._plot import plot_drift
 
-    o = SimpleNamespace(path=path, **options)
-    o.quiet = o.quiet or o.as_json
+    path = o.path
     out_dir = o.out_dir or default_out(path, "_xcorr")
     if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
         raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "
@@ -104,7 +112,10 @@ def align(path, **options):
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
     inputs = [path] + [Path(o.reference)] * _is_file(o.reference)  # --reference FILE
     # all outputs appear together when everything succeeded, or none (and no folder it made)
-    with OutputRun(outputs.values(), inputs, o.force, lock=out_dir / ".xcorr.lock") as run:
+    # with --no-aligned, an aligned.tif of an earlier run would no longer match shifts.csv
+    stale = [out_dir / "aligned.tif"] if o.no_aligned else []
+    with OutputRun(outputs.values(), inputs, o.force, lock=out_dir / ".xcorr.lock",
+                   remove=stale) as run:
         with scale_out(o.gpus, o.workers, o.scheduler, o.device) as (client, gpu_ids):
             t0 = time.perf_counter()
             res = _measure(o, client, gpu_ids, n, frame_gb)
@@ -123,12 +134,15 @@ def align(path, **options):
         doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
         write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
+        removed = [p for p in stale if p.is_file()]
         run.commit()
         if o.as_json:
             click.echo(json.dumps(doc))
         elif not o.quiet:
             _print_summary(path, shape, ran_on, res, summary, t_measure, frame_gb,
                            outputs.values())
+            for p in removed:
+                click.echo(f"  removed {p} of an earlier run (--no-aligned)")
     note_late_signal(run)
 
 
@@ -155,7 +169,7 @@ def _check(o):
     from ..io._reader import open_stack
 
     if o.interpolate_low and o.min_confidence is None:
-        raise XcorrError("--interpolate-low needs --min-confidence to know which frames to "
+        raise InputError("--interpolate-low needs --min-confidence to know which frames to "
                          "replace")
     AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample, o.prefilter,
                  o.window, not o.no_verify, o.min_confidence, o.interpolate_low, o.channel,

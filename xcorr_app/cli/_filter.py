@@ -9,10 +9,10 @@ from pathlib import Path
 import click
 
 from .. import backend
-from ..errors import InputError, XcorrError
+from ..errors import InputError
 from ._align import note_late_signal
 from ._options import (BANK, KERNEL, MIX, MODES, note_device, print_notes, progress_bar,
-                       scale_out, scale_out_command, stack_command, where)
+                       readable_frames_of, scale_out, scale_out_command, stack_command, where)
 
 __all__ = ["filter_cmd", "output_run"]
 
@@ -35,7 +35,7 @@ __all__ = ["filter_cmd", "output_run"]
 @scale_out_command
 @stack_command
 def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, scheduler, channel,
-               device, chunk_frames, force, quiet):
+               device, chunk_frames, readable_frames, force, quiet):
     """Filter every frame of PATH and write a float32 stack.
 
     On a GPU the column/row-reuse kernels filter each chunk of frames in one launch (separable
@@ -44,47 +44,69 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     every channel of each frame and write an ImageJ hyperstack of the result's channels.
     """
     from ..filters._api import parse_kernel_spec
-    from ..io._writer import TiffStackWriter
     from ..io._reader import open_stack
 
     given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
     if len(given) != 1:
-        raise XcorrError("give exactly one of --kernel, --bank and --mix"
+        raise InputError("give exactly one of --kernel, --bank and --mix"
                          + (f" (got {' and '.join(given)})" if given else ""))
     if bank or mix:
         if channel is not None:
-            raise XcorrError("--bank and --mix use every channel; drop --channel")
-        return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet,
-                                (gpus, workers, scheduler))
+            raise InputError("--bank and --mix use every channel; drop --channel")
+        with readable_frames_of(path, readable_frames, workers, scheduler):
+            return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force,
+                                    quiet, (gpus, workers, scheduler))
     fn = parse_kernel_spec(spec)
-    dev = note_device(device, quiet)
 
     def filtered(_, chunk):
         # raw dtype to the GPU: the kernels read uint8/uint16/float16 as they are
         return backend.to_numpy(fn(chunk, mode, cval)).astype("float32", copy=False)
 
-    with open_stack(path, channel=channel) as src, output_run(path, out_path, force) as run, \
-            scale_out(gpus, workers, scheduler, device) as (client, gpu_ids):
+    def plan(src):
+        def chunks(dev, client, gpu_ids):
+            if client is not None:
+                from ..distributed._dask import filter as dask_filter, iter_blocks
+
+                return iter_blocks(dask_filter(path, spec, mode=mode, cval=cval,
+                                               channel=channel, device=device), client)
+            return _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered)
+        return 1, chunks
+
+    def describe(src, _, ran_on, seconds):
+        return (f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
+                f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in {seconds:.2f} s; "
+                f"wrote {out_path}")
+
+    with readable_frames_of(path, readable_frames, workers, scheduler):
+        _stream_to_tiff(lambda: open_stack(path, channel=channel), plan, describe, path,
+                        out_path, device, force, quiet, (gpus, workers, scheduler))
+
+
+def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, quiet, scale):
+    """What both filter commands do: open the input (``open_src()``), take the output
+    (:func:`output_run`), start the GPUs or the cluster (``scale``: ``--gpus``, ``--workers``,
+    ``--scheduler``), stream the filtered chunks into a float32 TIFF, commit it, and say what
+    was done (``describe(src, n_out, where, seconds)``).  ``plan(src)`` gives the number of output
+    channels and ``chunks(dev, client, gpu_ids)``, the ``(start, filtered chunk)`` pairs."""
+    from ..io._writer import TiffStackWriter
+
+    dev = note_device(device, quiet)
+    with open_src() as src, output_run(path, out_path, force) as run, \
+            scale_out(*scale, device) as (client, gpu_ids):
+        n_out, chunks = plan(src)
         print_notes(src, quiet)
         t0 = time.perf_counter()
-        if client is not None:
-            from ..distributed._dask import filter as dask_filter, iter_blocks
-
-            chunks = iter_blocks(dask_filter(path, spec, mode=mode, cval=cval, channel=channel,
-                                             device=device), client)
-        else:
-            chunks = _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered)
+        filtered = chunks(dev, client, gpu_ids)
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
-                TiffStackWriter(out_path, src.frame_shape, "float32", n_frames=src.n_frames) as w:
-            for _, chunk in chunks:
-                w.write(chunk)
-                bar.update(len(chunk))
+                TiffStackWriter(out_path, src.frame_shape, "float32",
+                                n_frames=src.n_frames * n_out, channels=n_out) as w:
+            for _, out in filtered:
+                w.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))
+                bar.update(len(out))
         run.commit()
-        ran_on = where(dev, client, gpu_ids)
         if not quiet:
-            click.echo(f"xcorr filter: {src.n_frames} frames of {src.frame_shape[0]}x"
-                       f"{src.frame_shape[1]} with {spec} ({mode}) on {ran_on} in "
-                       f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
+            click.echo(describe(src, n_out, where(dev, client, gpu_ids),
+                                time.perf_counter() - t0))
     note_late_signal(run)
 
 
@@ -115,39 +137,28 @@ def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
 def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet, scale):
     """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise, on this
     GPU, several (``--gpus``) or a Dask cluster."""
-    import numpy as np
-
     from ..filters._banks import channel_filter
-    from ..io._writer import TiffStackWriter
     from ..io._reader import ChannelStack
 
-    dev = note_device(device, quiet)
-    with ChannelStack(path) as src, output_run(path, out_path, force) as run, \
-            scale_out(*scale, device) as (client, gpu_ids):
+    def plan(src):
         n_out, fn = channel_filter(bank, mix, src.n_channels)
-        print_notes(src, quiet)
-        t0 = time.perf_counter()
 
-        if client is not None:
-            from ..distributed._dask import filter_channels, iter_blocks
+        def chunks(dev, client, gpu_ids):
+            if client is not None:
+                from ..distributed._dask import filter_channels, iter_blocks
 
-            chunks = iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
-                                 client)
-        else:
-            chunks = _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn)
-        with progress_bar(src.n_frames, "filtering", quiet) as bar, \
-                TiffStackWriter(out_path, src.frame_shape, "float32",
-                                n_frames=src.n_frames * n_out, channels=n_out) as w:
-            for _, out in chunks:
-                w.write(np.asarray(out).reshape(-1, *src.frame_shape))
-                bar.update(len(out))
-        run.commit()
-        ran_on = where(dev, client, gpu_ids)
-        if not quiet:
-            click.echo(f"xcorr filter: {src.n_frames} frames of {src.n_channels} channel(s) -> "
-                       f"{n_out} channel(s) with {bank or mix} on {ran_on} in "
-                       f"{time.perf_counter() - t0:.2f} s; wrote {out_path}")
-    note_late_signal(run)
+                return iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
+                                   client)
+            return _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn)
+        return n_out, chunks
+
+    def describe(src, n_out, ran_on, seconds):
+        return (f"xcorr filter: {src.n_frames} frames of {src.n_channels} channel(s) -> "
+                f"{n_out} channel(s) with {bank or mix} on {ran_on} in {seconds:.2f} s; "
+                f"wrote {out_path}")
+
+    _stream_to_tiff(lambda: ChannelStack(path), plan, describe, path, out_path, device, force,
+                    quiet, scale)
 
 
 def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):

@@ -10,6 +10,7 @@ Ctrl-C).  Set ``XCORR_DEBUG=1`` to see tracebacks.  The commands live beside thi
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import signal
 import sys
@@ -19,19 +20,32 @@ import click
 
 from .._config import debug
 from .._version import __version__
-from .. import backend
 from ..errors import XcorrError
-from ._align import align
-from ._bench import bench
-from ._filter import filter_cmd
-from ._info import info
 
-__all__ = ["cli", "main", "user_errors", "one_line_usage", "UsageLine"]
+__all__ = ["cli", "main", "user_errors", "one_line_usage", "UsageLine", "COMMANDS"]
+
+#: every command of ``xcorr``: name -> (module beside this one, the click command in it, the
+#: one-line help ``xcorr --help`` lists).  A command's module is imported only when that command
+#: runs (or shows its own help), so ``xcorr --help`` and a command's start pay for no other
+#: command's imports (NumPy, the alignment stack: about 0.25 s); tests/cli/test_lazy_commands.py
+#: checks each line against the command's own help.
+COMMANDS = {
+    "align": ("._align", "align",
+              "Estimate the drift of every frame of PATH and write the aligned stack."),
+    "filter": ("._filter", "filter_cmd", "Filter every frame of PATH and write a float32 stack."),
+    "info": ("._info", "info",
+             "Show the backend, the GPU, CuPy and the CUDA kernel sources found."),
+    "bench": ("._bench", "bench",
+              "Time xcorr's kernels against the peers on this GPU (CUDA events, medians)."),
+    # "tune": ("._tune", "tune_cmd", "..."),
+}
 
 
 @contextlib.contextmanager
 def user_errors():
     """Turn user errors, interrupts and unexpected failures into one line and an exit code."""
+    from .. import backend  # NumPy: only once a command runs
+
     tracebacks = debug()
     if not tracebacks:  # tifffile logs damaged files itself; our error line says it once
         logging.getLogger("tifffile").setLevel(logging.CRITICAL)
@@ -93,7 +107,29 @@ def one_line_usage():
 class XcorrGroup(click.Group):
     """A command group whose subcommands (their options' parsing included) run under
     :func:`user_errors`, and whose usage errors, its own and its subcommands', are one line
-    (:func:`one_line_usage`)."""
+    (:func:`one_line_usage`).  Its commands are those of :data:`COMMANDS`, each imported when
+    it is first asked for (click's lazy group: :meth:`list_commands`, :meth:`get_command`)."""
+
+    def list_commands(self, ctx):
+        return sorted({**COMMANDS, **self.commands})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attribute, _ = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(module, __package__), attribute)
+            self.add_command(command, name=cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx, formatter):
+        """The command list of ``--help`` from :data:`COMMANDS`' one-line helps: no command
+        module is imported for it."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names))
+        # a stand-in with the registry's help shortens it as the command itself would
+        rows = [(name, (self.commands.get(name) or click.Command(name, help=COMMANDS[name][2]))
+                 .get_short_help_str(limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def make_context(self, info_name, args, parent=None, **extra):
         with one_line_usage():
@@ -116,11 +152,6 @@ def cli():
       xcorr info
     """
 
-
-cli.add_command(align)
-cli.add_command(filter_cmd, name="filter")
-cli.add_command(info)
-cli.add_command(bench)
 
 
 def main():

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from .. import backend
-from ..errors import InputError, XcorrError
+from ..errors import InputError
 # the choices of the command line, from their one home each
 from ..alignment._options import NORMALIZATIONS, SUBPIXEL
 from ..alignment._preprocess import WINDOWS
@@ -33,7 +33,8 @@ from ..filters import MODES
 __all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "MODES", "MAX_SHIFT", "MEMORY",
            "GPUS_LIST", "Spec", "DEVICE", "CHANNEL", "FORCE", "QUIET", "CHUNK", "stack_command",
            "scale_out_command", "json_rows_option", "scale_out", "where", "print_notes",
-           "note_device", "progress_bar", "default_out", "planner_notes"]
+           "note_device", "progress_bar", "default_out", "planner_notes", "READABLE",
+           "readable_frames_of"]
 
 
 # ------------------------------------------------------------------------- parameter types
@@ -120,6 +121,9 @@ CHANNEL = click.option("--channel", type=int, default=None,
                        help="Channel to use from multi-channel files (0-based).")
 FORCE = click.option("--force", is_flag=True, help="Overwrite existing outputs.")
 QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary.")
+READABLE = click.option("--readable-frames", is_flag=True,
+                        help="For a truncated or damaged TIFF file, use the frames before the "
+                             "break (with a warning) instead of stopping.")
 CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=64, show_default=True,
                      help="Frames processed at once (bounds memory use).")
 GPUS = click.option("--gpus", type=GPUS_LIST, default=None,
@@ -146,7 +150,7 @@ def scale_out_command(fn):
 
 def stack_command(fn):
     """The options every stack command (``align``, ``filter``) shares."""
-    return _apply(fn, (QUIET, FORCE, CHUNK, DEVICE, CHANNEL))
+    return _apply(fn, (QUIET, FORCE, READABLE, CHUNK, DEVICE, CHANNEL))
 
 
 def json_rows_option(what=""):
@@ -163,13 +167,13 @@ def scale_out(gpus, workers, scheduler, device):
     """``(client, gpus)`` for the run: a Dask client (``--workers``/``--scheduler``), GPU ids
     (``--gpus``), or neither."""
     if gpus is not None and (workers is not None or scheduler):
-        raise XcorrError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
+        raise InputError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
     if workers is not None and scheduler:
-        raise XcorrError("give either --workers (a new local cluster) or --scheduler (an "
+        raise InputError("give either --workers (a new local cluster) or --scheduler (an "
                          "existing one), not both")
     if gpus is not None:
         if device == "cpu":
-            raise XcorrError("--gpus runs on GPUs; drop --device cpu")
+            raise InputError("--gpus runs on GPUs; drop --device cpu")
         from ..streaming import parse_gpus
 
         yield None, parse_gpus(gpus)
@@ -197,10 +201,26 @@ def where(dev, client, gpu_ids) -> str:
 
 
 def print_notes(src, quiet):
-    """Tell the user what the reader noticed (skipped files, extra series)."""
+    """Tell the user what the reader noticed (skipped files, extra series); a warning (the
+    frames of a truncated file left out) is said even with ``--quiet``."""
     for note in src.notes:
-        if not quiet:
+        if note.startswith("warning: "):
+            click.echo(note, err=True)
+        elif not quiet:
             click.echo(f"note: {note}", err=True)
+
+
+def readable_frames_of(path, readable, workers, scheduler):
+    """``--readable-frames``: the block in which a truncated ``path`` gives its whole frames
+    (every open in this process, :func:`xcorr_app.io._tiff.readable_frames`)."""
+    if not readable:
+        return contextlib.nullcontext()
+    if workers is not None or scheduler:
+        raise InputError("--readable-frames reads the file in this process only; drop "
+                         "--workers/--scheduler (--gpus works)")
+    from ..io._tiff import readable_frames
+
+    return readable_frames(path)
 
 
 def note_device(device: str, quiet: bool) -> str:

@@ -113,6 +113,11 @@ class OutputRun:
     lock : str or os.PathLike, optional
         The lock file (``OUT/.xcorr.lock`` for a folder of outputs, ``.NAME.lock`` beside a
         single output); default: ``.xcorr.lock`` in the folder of the first output.
+    remove : iterable of str or os.PathLike
+        Outputs of the command that this run does not write (``aligned.tif`` with
+        ``--no-aligned``): an existing one is refused without ``force`` like an output, and
+        with ``force`` deleted by the same :meth:`commit`, so no output of an earlier run
+        stays beside the new ones.
 
     Attributes
     ----------
@@ -133,8 +138,9 @@ class OutputRun:
     ...     run.commit()
     """
 
-    def __init__(self, outputs, inputs=(), force: bool = False, lock=None):
+    def __init__(self, outputs, inputs=(), force: bool = False, lock=None, remove=()):
         self.outputs = [Path(p) for p in outputs]
+        self.remove = [Path(p) for p in remove]
         self.inputs = [Path(p) for p in inputs]
         self.force = force
         lock = Path(lock) if lock is not None else self.outputs[0].parent / ".xcorr.lock"
@@ -142,7 +148,7 @@ class OutputRun:
                 else f"output {self.outputs[0]}")
         self.lock = OutputLock(lock, what)
         self.late_signal = None
-        self._staged = StagedOutputs(self.outputs)
+        self._staged = StagedOutputs(self.outputs, self.remove)
         self._created = []
         self._staging = False
         self._handlers = {}
@@ -174,12 +180,13 @@ class OutputRun:
     def __enter__(self):
         self._install_signals()
         try:
-            check_apart(self.outputs, self.inputs)
-            check_outputs(self.outputs, self.force)
+            every = self.outputs + self.remove
+            check_apart(every, self.inputs)
+            check_outputs(every, self.force)
             self._created = make_folders(self.outputs + [self.lock.path])
             self.lock.acquire()
-            check_outputs(self.outputs, self.force)  # what the last writer left
-            remove_stale_temps(self.outputs)
+            check_outputs(every, self.force)  # what the last writer left
+            remove_stale_temps(every)
             self._staged.__enter__()
             self._staging = True
         except BaseException:

@@ -1,38 +1,322 @@
-"""The drift plot: dy, dx (and the FFT reference) and confidence against frame."""
+"""The drift plot: dy, dx (and the FFT reference) and confidence against frame, low-confidence
+frames marked.
+
+Drawn with Pillow (a dependency of matplotlib, so present wherever matplotlib is) and the
+DejaVu Sans font file that matplotlib ships, opened by its path.  Why not matplotlib itself:
+on a fresh machine its first figure builds a font cache (about 9 s measured on an H100 host),
+and every figure spends 0.3 to 1 s importing and laying out text (3 to 13 s measured for
+``drift.png`` on an H200 host, issue 26); this plot is a few lines, bands and labels, drawn
+in about 30 ms in a fresh process with nothing cached (see docs/performance.md).
+
+Examples
+--------
+>>> import tempfile
+>>> from types import SimpleNamespace
+>>> shifts = np.c_[np.linspace(0, 3, 10), np.linspace(0, -2, 10)]
+>>> res = SimpleNamespace(shifts=shifts, fft_shifts=shifts, confidence=np.full(10, 5.0),
+...                       low_confidence=np.arange(10) == 4, settings={})
+>>> path = Path(tempfile.mkdtemp()) / "drift.png"
+>>> plot_drift(path, res, title="demo")
+>>> path.read_bytes()[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
+True
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import math
+from pathlib import Path
+
 import numpy as np
 
+__all__ = ["plot_drift", "nice_ticks", "PLOT_SIZE", "PANELS", "COLORS"]
 
-def plot_drift(path, result, title=""):
-    """Write ``drift.png`` for an :class:`~xcorr_app.alignment._pipeline.AlignResult` (atomically)."""
-    # the object API with the Agg canvas: no pyplot (its import and backend selection cost
-    # about half a second of every one-shot run) and no global figure state
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+#: ``(width, height)`` of ``drift.png`` in pixels
+PLOT_SIZE = (880, 605)
+#: the colours of the plot (matplotlib's default cycle, so it reads as before)
+COLORS = {"dy": (31, 119, 180), "dx": (255, 127, 14), "confidence": (44, 160, 44),
+          "low": (255, 205, 205), "threshold": (214, 39, 40), "grid": (228, 228, 228),
+          "axes": (60, 60, 60), "text": (30, 30, 30)}
+_SS = 2  # curves are drawn at twice the size and reduced: antialiased lines for ~5 ms
+#: ``(x0, y0, x1, y1)`` in pixels of the two panels (their frames included)
+PANELS = {"shifts": (72, 58, 864, 352), "confidence": (72, 376, 864, 540)}
+_MARKERS_UP_TO = 150  # frames: above, lines only (markers would merge)
+
+
+def nice_ticks(lo: float, hi: float, n: int = 6, integer: bool = False) -> np.ndarray:
+    """About ``n`` round tick values (steps of 1, 2, 2.5 or 5 times a power of ten) in
+    ``[lo, hi]``.
+
+    Examples
+    --------
+    >>> nice_ticks(0, 199).tolist()
+    [0.0, 50.0, 100.0, 150.0]
+    >>> nice_ticks(-0.3, 0.7).tolist()
+    [-0.2, 0.0, 0.2, 0.4, 0.6]
+    """
+    span = max(hi - lo, 1e-12)
+    raw = span / max(n - 1, 1)
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    if integer:
+        step = max(1.0, round(step))
+    first = math.ceil(lo / step - 1e-9) * step
+    ticks = first + step * np.arange(int(math.floor((hi - first) / step + 1e-9)) + 1)
+    ticks = np.round(ticks, max(0, 2 - math.floor(math.log10(step))))  # 0.4, not 0.4000...01
+    return np.where(np.abs(ticks) < step * 1e-9, 0.0, ticks)
+
+
+def _tick_labels(ticks) -> list:
+    if len(ticks) < 2:
+        return [f"{t:g}" for t in ticks]
+    step = abs(ticks[1] - ticks[0])
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step else 0
+    if step and abs(round(step * 10 ** decimals) - step * 10 ** decimals) > 1e-6:
+        decimals += 1  # a step of 2.5, 0.25...
+    return [f"{t:.{decimals}f}" for t in ticks]
+
+
+@functools.lru_cache(maxsize=None)
+def _font(size: int):
+    """DejaVu Sans from matplotlib's package folder (found without importing matplotlib), or
+    Pillow's own default font."""
+    from PIL import ImageFont
+
+    spec = importlib.util.find_spec("matplotlib")
+    if spec is not None and spec.origin:
+        ttf = Path(spec.origin).parent / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf"
+        try:
+            return ImageFont.truetype(str(ttf), size)
+        except OSError:
+            pass
+    try:
+        return ImageFont.load_default(size)
+    except TypeError:  # Pillow < 10.1: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+class _Panel:
+    """One panel's box in pixels and its data ranges."""
+
+    def __init__(self, box, xlim, ylim):
+        self.box, self.xlim, self.ylim = box, xlim, ylim
+
+    def px(self, x, scale=1):
+        x0, _, x1, _ = self.box
+        return (x0 + (np.asarray(x, float) - self.xlim[0]) / (self.xlim[1] - self.xlim[0])
+                * (x1 - x0)) * scale
+
+    def py(self, y, scale=1):
+        _, y0, _, y1 = self.box
+        return (y1 - (np.asarray(y, float) - self.ylim[0]) / (self.ylim[1] - self.ylim[0])
+                * (y1 - y0)) * scale
+
+
+def _limits(*arrays):
+    values = np.concatenate([np.ravel(np.asarray(a, float)) for a in arrays])
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return -1.0, 1.0
+    lo, hi = float(values.min()), float(values.max())
+    pad = 0.06 * (hi - lo) if hi > lo else max(1.0, abs(hi) * 0.1)
+    return lo - pad, hi + pad
+
+
+def _runs(mask):
+    """``(start, stop)`` of every run of true values of a 1-D boolean array."""
+    edges = np.flatnonzero(np.diff(np.r_[0, mask.astype(np.int8), 0]))
+    return zip(edges[::2], edges[1::2])
+
+
+def _envelope(px, py, panel):
+    """Many points per pixel column: each column's lowest and highest point, in turn (a
+    polyline through them draws the same envelope at the cost of the plot's width)."""
+    col = np.floor(px).astype(np.int64)
+    starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
+    with np.errstate(invalid="ignore"):
+        lo = np.fmin.reduceat(py, starts)
+        hi = np.fmax.reduceat(py, starts)
+    x = np.repeat(col[starts] + 0.5, 2)
+    y = np.c_[lo, hi].ravel()
+    return x, y
+
+
+def _curve(draw, panel, x, y, color, width, marker=None):
+    """A polyline through the finite points (broken at NaN), with markers for few points."""
+    px, py = panel.px(x, _SS), panel.py(y, _SS)
+    if len(px) > 2 * (panel.box[2] - panel.box[0]) * _SS:
+        px, py = _envelope(px, py, panel)  # a million frames draw as fast as a thousand
+    for a, b in _runs(np.isfinite(py)):
+        points = np.c_[px[a:b], py[a:b]].ravel().tolist()
+        if b - a == 1:
+            points += points  # a lone point: a dot
+        draw.line(points, fill=color, width=width * _SS)
+        if marker and len(x) <= _MARKERS_UP_TO:
+            r = (3 if width > 1 else 2) * _SS
+            for cx, cy in zip(px[a:b], py[a:b]):
+                shape = draw.ellipse if marker == "o" else draw.rectangle
+                shape((cx - r, cy - r, cx + r, cy + r), fill=color)
+
+
+def _dashed(image, panel, x, y, color, width):
+    """A dashed polyline: drawn solid on a mask, then every other 10-px column band cleared
+    (a constant cost, whatever the number of frames)."""
+    from PIL import Image, ImageDraw
+
+    mask = Image.new("L", image.size, 0)
+    _curve(ImageDraw.Draw(mask), panel, x, y, 255, width)
+    box = tuple(int(v) * _SS for v in panel.box)
+    m = np.array(mask.crop(box))
+    m[:, (np.arange(m.shape[1]) // (5 * _SS)) % 2 == 1] = 0
+    rows, cols = np.flatnonzero(m.any(1)), np.flatnonzero(m.any(0))
+    if rows.size:  # paste only where the line is (a flat threshold line: a few rows)
+        m = m[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+        image.paste(color, (box[0] + int(cols[0]), box[1] + int(rows[0])),
+                    mask=Image.fromarray(m))
+
+
+def _bands(draw, panel, frames, flagged, scale):
+    """Light bands over the frames flagged low confidence (merged per pixel column)."""
+    if not flagged.any():
+        return
+    x0, y0, x1, y1 = panel.box
+    half = max(0.5 * (panel.px(1) - panel.px(0)), 1.5)
+    centres = panel.px(frames[flagged])
+    count = np.zeros(x1 - x0 + 3, np.int64)  # +1 where a band starts, -1 after it ends
+    np.add.at(count, np.clip(np.floor(centres - half).astype(int) - x0, 0, x1 - x0), 1)
+    np.add.at(count, np.clip(np.ceil(centres + half).astype(int) - x0, 0, x1 - x0) + 1, -1)
+    cols = np.cumsum(count)[:-1] > 0
+    for a, b in _runs(cols):
+        draw.rectangle(((x0 + a) * scale, y0 * scale, (x0 + b - 1) * scale + scale - 1,
+                        y1 * scale), fill=COLORS["low"])
+
+
+def _grid(draw, panel, xticks, yticks, scale):
+    x0, y0, x1, y1 = panel.box
+    for t in panel.px(xticks):
+        draw.line((t * scale, y0 * scale, t * scale, y1 * scale), fill=COLORS["grid"],
+                  width=scale)
+    for t in panel.py(yticks):
+        draw.line((x0 * scale, t * scale, x1 * scale, t * scale), fill=COLORS["grid"],
+                  width=scale)
+
+
+def _frame_and_labels(image, draw, panel, xticks, yticks, ylabel, xlabel=None):
+    """The axes' frame, tick marks, tick labels and labels (1x, crisp)."""
+    x0, y0, x1, y1 = panel.box
+    small, label = _font(12), _font(13)
+    draw.rectangle((x0, y0, x1, y1), outline=COLORS["axes"], width=1)
+    for t, text in zip(panel.py(yticks), _tick_labels(yticks)):
+        draw.line((x0 - 4, t, x0, t), fill=COLORS["axes"])
+        draw.text((x0 - 7, t), text, fill=COLORS["text"], font=small, anchor="rm")
+    for t, text in zip(panel.px(xticks), _tick_labels(xticks)):
+        draw.line((t, y1, t, y1 + 4), fill=COLORS["axes"])
+        if xlabel is not None:
+            draw.text((t, y1 + 7), text, fill=COLORS["text"], font=small, anchor="mt")
+    if xlabel is not None:
+        draw.text(((x0 + x1) / 2, y1 + 26), xlabel, fill=COLORS["text"], font=label,
+                  anchor="mt")
+    _vertical_text(image, ylabel, label, 14, (y0 + y1) / 2)
+
+
+def _vertical_text(image, text, font, x, y_centre):
+    from PIL import Image, ImageDraw
+
+    left, top, right, bottom = font.getbbox(text)
+    strip = Image.new("L", (right - left + 2, bottom - top + 2), 0)
+    ImageDraw.Draw(strip).text((1 - left, 1 - top), text, fill=255, font=font)
+    strip = strip.rotate(90, expand=True)
+    image.paste(COLORS["text"], (x, int(y_centre - strip.size[1] / 2)), mask=strip)
+
+
+def _legend(draw, entries, y):
+    """One row of entries ``(label, color, style)`` centred above the shift panel."""
+    font = _font(12)
+    widths = [34 + font.getlength(label) + 18 for label, _, _ in entries]
+    x0, _, x1, _ = PANELS["shifts"]
+    x = (x0 + x1 - sum(widths)) / 2
+    for (label, color, style), w in zip(entries, widths):
+        if style == "band":
+            draw.rectangle((x, y - 6, x + 26, y + 6), fill=color)
+        elif style == "dash":
+            for a in range(0, 26, 10):
+                draw.line((x + a, y, x + a + 5, y), fill=color, width=2)
+        else:
+            draw.line((x, y, x + 26, y), fill=color, width=2)
+        draw.text((x + 32, y), label, fill=COLORS["text"], font=font, anchor="lm")
+        x += w
+
+
+def _darker(color, f=0.6):
+    return tuple(int(c * f) for c in color)
+
+
+def plot_drift(path, result, title="") -> None:
+    """Write ``drift.png`` (:data:`PLOT_SIZE`) for an
+    :class:`~xcorr_app.alignment._result.AlignResult`, atomically: dy and dx against frame
+    (the FFT reference dashed), the confidence below (the ``min_confidence`` threshold
+    dashed), frames flagged low confidence as light red bands.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The PNG file to write.
+    result : AlignResult
+        Its ``shifts``, ``fft_shifts``, ``confidence``, ``low_confidence`` and ``settings``
+        are drawn.
+    title : str
+        A line above the plot.
+    """
+    from PIL import Image, ImageDraw
 
     from ._writer import atomic_path
 
-    frames = np.arange(result.n_frames)
-    fig = Figure(figsize=(8, 5.5))
-    FigureCanvasAgg(fig)
-    ax1, ax2 = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [2, 1]})
-    ax1.plot(frames, result.shifts[:, 0], "o-", ms=3, label="dy")
-    ax1.plot(frames, result.shifts[:, 1], "s-", ms=3, label="dx")
-    if not np.isnan(result.fft_shifts).all():
-        ax1.plot(frames, result.fft_shifts[:, 0], ":", color="C0", label="dy (FFT reference)")
-        ax1.plot(frames, result.fft_shifts[:, 1], ":", color="C1", label="dx (FFT reference)")
-    ax1.set_ylabel("shift to align (px)")
-    ax1.legend(loc="best", fontsize=8)
-    ax1.grid(alpha=0.3)
+    shifts = np.asarray(result.shifts, float).reshape(-1, 2)
+    n = len(shifts)
+    fft = np.asarray(result.fft_shifts, float).reshape(-1, 2)
+    conf = np.asarray(result.confidence, float)
+    conf = np.where(np.isfinite(conf), conf, np.nan)  # inf: a peak without a rival
+    flagged = np.asarray(result.low_confidence, bool)
+    threshold = (getattr(result, "settings", None) or {}).get("min_confidence")
+    frames = np.arange(n)
+    xlim = (-0.5, 0.5) if n == 1 else (-0.02 * (n - 1), 1.02 * (n - 1))
+    top = _Panel(PANELS["shifts"], xlim, _limits(shifts, fft))
+    bottom = _Panel(PANELS["confidence"], xlim, _limits(conf, [] if threshold is None else [threshold]))
+    xticks = nice_ticks(max(0.0, xlim[0]), xlim[1], 8, integer=True)
+    yticks_top, yticks_bottom = nice_ticks(*top.ylim, 7), nice_ticks(*bottom.ylim, 4)
+
+    width, height = PLOT_SIZE
+    big = Image.new("RGB", (width * _SS, height * _SS), "white")
+    draw = ImageDraw.Draw(big)
+    for panel, yticks in ((top, yticks_top), (bottom, yticks_bottom)):
+        _bands(draw, panel, frames, flagged, _SS)
+        _grid(draw, panel, xticks, yticks, _SS)
+    _curve(draw, top, frames, shifts[:, 0], COLORS["dy"], 2, "o")
+    _curve(draw, top, frames, shifts[:, 1], COLORS["dx"], 2, "s")
+    has_fft = bool(np.isfinite(fft).any())
+    if has_fft:
+        _dashed(big, top, frames, fft[:, 0], _darker(COLORS["dy"]), 1)
+        _dashed(big, top, frames, fft[:, 1], _darker(COLORS["dx"]), 1)
+    if threshold is not None:
+        _dashed(big, bottom, frames[[0, -1]] if n > 1 else xlim, [threshold] * 2,
+                COLORS["threshold"], 1)
+    _curve(draw, bottom, frames, conf, COLORS["confidence"], 1, "o")
+    image = big.reduce(_SS)
+
+    draw = ImageDraw.Draw(image)
+    _frame_and_labels(image, draw, top, xticks, yticks_top, "shift to align (px)")
+    _frame_and_labels(image, draw, bottom, xticks, yticks_bottom, "confidence", "frame")
     if title:
-        ax1.set_title(title, fontsize=10)
-    ax2.plot(frames, np.where(np.isfinite(result.confidence), result.confidence, np.nan), ".-",
-             color="C2")
-    ax2.set_ylabel("confidence")
-    ax2.set_xlabel("frame")
-    ax2.grid(alpha=0.3)
-    fig.tight_layout()
+        draw.text((width / 2, 8), title, fill=COLORS["text"], font=_font(14), anchor="mt")
+    entries = [("dy", COLORS["dy"], "line"), ("dx", COLORS["dx"], "line")]
+    if has_fft:
+        entries += [("dy, dx (FFT reference)", _darker(COLORS["dy"]), "dash")]
+    if flagged.any():
+        entries += [(f"low confidence ({int(flagged.sum())} of {n} frames)", COLORS["low"],
+                     "band")]
+    if threshold is not None:
+        entries += [(f"min confidence {threshold:g}", COLORS["threshold"], "dash")]
+    _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        image.save(tmp, format="PNG", compress_level=6)

@@ -147,9 +147,22 @@ def _declared_pages(tif) -> tuple[int | None, int]:
     return None, 1
 
 
+class TruncatedError(InputError):
+    """A file whose pages end early: :attr:`readable` frames are whole, of :attr:`total`
+    (``None`` when its header announces no count), :attr:`why` it breaks, :attr:`per_frame`
+    pages a frame (ImageJ channels), and whether the whole frames' pixels lie in one run after
+    the first page (:attr:`contiguous`: their pages' entries are missing)."""
+
+    def __init__(self, message, readable, total, why, per_frame=1, contiguous=False):
+        super().__init__(message)
+        self.readable, self.total, self.why = readable, total, why
+        self.per_frame, self.contiguous = per_frame, contiguous
+
+
 def check_whole(tif, path: Path) -> None:
-    """Raise :class:`InputError` naming the frame where ``path`` breaks, when its pages end
-    early or it holds fewer pages than its metadata announces; a whole file passes.
+    """Raise :class:`TruncatedError` (an :class:`InputError`) naming the frame where ``path``
+    breaks, when its pages end early or it holds fewer pages than its metadata announces; a
+    whole file passes.
 
     Examples
     --------
@@ -158,6 +171,7 @@ def check_whole(tif, path: Path) -> None:
     """
     found, why = whole_pages(tif)
     declared, per_frame = _declared_pages(tif)
+    contiguous = False
     if declared and found <= 1 < declared:
         # ImageJ (and tifffile) may store a stack's pixels in one run after the first page's
         # entries, the other pages' entries last or (ImageJ over 4 GiB) not at all: count the
@@ -168,21 +182,61 @@ def check_whole(tif, path: Path) -> None:
             in_file = (tif.filehandle.size - first.dataoffsets[0]) // page_bytes
             if why is None and in_file >= declared:
                 return
+            contiguous = in_file > found
             found = max(found, min(declared, in_file))
             why = why or "the file ends inside its pixel data"
     if why is None and (declared is None or found >= declared):
         return
     if why is None:
         why = f"it holds {plural(found, 'page')} but its header announces {declared}"
-    of = f" of {declared // per_frame}" if declared else ""
-    raise InputError(f"{path} is truncated or damaged after frame {found // per_frame}{of} "
-                     f"({why}); copy it again from the source")
+    total = declared // per_frame if declared else None
+    of = f" of {total}" if total else ""
+    raise TruncatedError(f"{path} is truncated or damaged after frame {found // per_frame}{of} "
+                         f"({why}); copy it again from the source (or pass --readable-frames "
+                         "to use the frames before it)", found // per_frame, total, why,
+                         per_frame, contiguous)
 
 
 #: files found whole in this process, by (path, size, modification time): every reader of a
 #: run opens the file again (a thread per GPU, the pipeline's reopen), and the walk over the
 #: pages costs about 9 us a page, so it is done once per file version, not once per open
 _WHOLE: set = set()
+
+
+#: files (or folders) whose readable frames may be used when they are truncated (resolved paths,
+#: see :func:`readable_frames`)
+_READABLE: set = set()
+
+
+@contextlib.contextmanager
+def readable_frames(path):
+    """Inside the block, a truncated TIFF file at ``path`` (or in the folder ``path``) opens
+    with its whole frames only, and a note (``notes``, starting ``warning:``) names the file
+    and the first frame that cannot be read, where it would otherwise raise
+    :class:`TruncatedError`.  Every open of the file in this process is concerned (a reader
+    per GPU, the pipeline's reopen, the writer of the aligned stack): ``xcorr align`` and
+    ``xcorr filter --readable-frames``.
+
+    Examples
+    --------
+    >>> with readable_frames("cut.tif"):  # doctest: +SKIP
+    ...     src = open_stack("cut.tif")  # the frames before the cut
+    """
+    key = Path(path).resolve()
+    added = key not in _READABLE
+    _READABLE.add(key)
+    try:
+        yield
+    finally:
+        if added:
+            _READABLE.discard(key)
+
+
+def _readable_allowed(path: Path) -> bool:
+    if not _READABLE:
+        return False
+    key = Path(path).resolve()
+    return key in _READABLE or key.parent in _READABLE
 
 
 def check_whole_once(tif, path: Path) -> None:
@@ -207,18 +261,50 @@ class TiffFrames:
         self._tif = None  # open tifffile.TiffFile (page-by-page reading)
         self._mmap = None  # read-only memory map of the file
         self._pages = None  # (n_pages, *page_shape) view into the memory map
+        self._readable = _readable_allowed(path)  # a truncated file: use its whole frames
+        self._cut = None  # the TruncatedError of such a file
         try:
             with tiff_errors(path):
                 self._tif = tifffile.TiffFile(path)  # opens the file read-only
-                check_whole_once(self._tif, path)
+                try:
+                    check_whole_once(self._tif, path)
+                except TruncatedError as exc:
+                    if not self._readable or exc.readable < 1:
+                        raise
+                    self._cut = exc
                 self._parse(channel)
                 self._map()
+                if self._cut is not None:
+                    self._keep_readable()
         except BaseException:
             self.close()
             raise
         self.memory_mapped = self._pages is not None
 
+    def _keep_readable(self):
+        """A truncated file under :func:`readable_frames`: say which frames are used."""
+        n, total = self.n_frames, self._cut.total
+        lost = ("no frame is lost" if total == n else f"frames {n} to {total - 1} cannot be read"
+                if total else f"frame {n} and later cannot be read")
+        self.notes.append(f"warning: {self.path} is truncated or damaged ({self._cut.why}): "
+                          f"{lost}; using frames 0 to {n - 1} (counted from 0; "
+                          "--readable-frames)")
+
     def _parse(self, channel):
+        """The layout: from the first image series, or for a truncated file (under
+        :func:`readable_frames`) from its whole pages (tifffile's series of such a file may
+        be wrong or fail)."""
+        layout = self._series_layout() if self._cut is None else self._page_layout()
+        self._set_layout(channel, *layout)
+
+    def _page_layout(self):
+        cut, page = self._cut, self._tif.pages.first
+        shape = (cut.readable, *((cut.per_frame,) if cut.per_frame > 1 else ()), *page.shape)
+        axes = ("TC" if cut.per_frame > 1 else "T") + page.axes
+        dtype = None if page.dtype is None else np.dtype(page.dtype)
+        return shape, axes, tuple(page.shape), page.axes, dtype, cut.readable * cut.per_frame
+
+    def _series_layout(self):
         series_list = self._tif.series
         if not series_list:
             raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
@@ -229,19 +315,22 @@ class TiffFrames:
         series = series_list[0]
         page = series.keyframe
         dtype = None if series.dtype is None else np.dtype(series.dtype)
+        return (tuple(series.shape), series.axes, tuple(page.shape), page.axes, dtype,
+                len(series))
+
+    def _set_layout(self, channel, shape, axes, page_shape, page_axes, dtype, n_pages):
         if dtype is None or dtype not in SUPPORTED_DTYPES:  # (None == float64 in NumPy)
             raise InputError(
                 f"{self.path} has pixel type {dtype or 'unknown'}, which xcorr cannot read; "
                 f"convert it to one of {', '.join(map(str, SUPPORTED_DTYPES))}"
             )
-        shape, axes, page_shape = tuple(series.shape), series.axes, tuple(page.shape)
         if 0 in shape or 0 in page_shape:
             raise InputError(f"{self.path} holds a zero-size image (shape {shape}); "
                              "give a file with image data")
         n_lead = len(shape) - len(page_shape)
-        if (n_lead < 0 or shape[n_lead:] != page_shape or axes[n_lead:] != page.axes
-                or math.prod(shape[:n_lead]) != len(series)
-                or page.axes.replace("S", "") != "YX"):
+        if (n_lead < 0 or shape[n_lead:] != page_shape or axes[n_lead:] != page_axes
+                or math.prod(shape[:n_lead]) != n_pages
+                or page_axes.replace("S", "") != "YX"):
             raise InputError(
                 f"cannot interpret {self.path} as a stack of 2-D frames (axes {axes}, shape "
                 f"{shape}); save it as a stack of 2-D grayscale images"
@@ -273,27 +362,35 @@ class TiffFrames:
             n for i, n in enumerate(self._lead_shape) if i != self._lead_c)
         self._page_shape = page_shape
         self.n_frames = math.prod(self._frame_lead_shape)
-        self.frame_shape = tuple(n for a, n in zip(page.axes, page_shape) if a != "S")
+        self.frame_shape = tuple(n for a, n in zip(page_axes, page_shape) if a != "S")
         self.dtype = dtype
 
     def _map(self):
         """Memory-map the pixels (dropping the TiffFile) when stored uncompressed in one run."""
-        series = self._tif.series[0]
-        if series.dataoffset is None or not series.keyframe.is_memmappable:
+        page_size = math.prod(self._page_shape)
+        if self._cut is None:
+            series = self._tif.series[0]
+            keyframe, offset, n_pages = series.keyframe, series.dataoffset, series.size // page_size
+        elif self._cut.contiguous:  # the whole frames' pixels in one run after the first page
+            keyframe = self._tif.pages.first
+            offset, n_pages = keyframe.dataoffsets[0], self._cut.readable * self._cut.per_frame
+        else:
+            return  # read page by page: the pages before the cut are whole
+        if offset is None or not keyframe.is_memmappable:
             return
-        dtype = np.dtype(self._tif.byteorder + series.dtype.char)
+        dtype = np.dtype(self._tif.byteorder + keyframe.dtype.char)
         with open(self.path, "rb") as fh:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        if len(mm) < series.dataoffset + series.size * dtype.itemsize:
+        whole = max(0, len(mm) - offset) // (page_size * dtype.itemsize)
+        if whole < n_pages:
             mm.close()
-            whole = max(0, len(mm) - series.dataoffset) // (
-                math.prod(self._page_shape) * dtype.itemsize)
             per_frame = self.n_channels if self._lead_c is not None else 1
-            raise InputError(f"{self.path} is truncated or damaged after frame "
-                             f"{whole // per_frame} of {self.n_frames} (the file ends inside "
-                             "its pixel data); copy it again from the source")
+            why = "the file ends inside its pixel data"
+            raise TruncatedError(f"{self.path} is truncated or damaged after frame "
+                                 f"{whole // per_frame} of {self.n_frames} ({why}); copy it "
+                                 "again from the source", whole // per_frame, self.n_frames, why)
         self._mmap = mm
-        self._pages = np.frombuffer(mm, dtype, series.size, series.dataoffset).reshape(
+        self._pages = np.frombuffer(mm, dtype, n_pages * page_size, offset).reshape(
             (-1, *self._page_shape))
         self._tif.close()
         self._tif = None
@@ -318,14 +415,34 @@ class TiffFrames:
             if self._pages is not None:
                 data = self._pages[pages]
             else:
-                data = self._tif.asarray(key=pages.tolist(), series=0)
-                data = data.reshape((len(pages), *self._page_shape))
+                data = self._decode(frames, pages)
         if self._sample_axis is not None:
             data = np.take(data, self._channel, axis=self._sample_axis + 1)
         if out is not None:
             np.copyto(out, data)  # converts to native byte order
             return out
         return data.astype(self.dtype, copy=False)  # native byte order
+
+    def _decode(self, frames, pages):
+        """Decode ``pages`` (of ``frames``); a page whose data cannot be decoded (a damaged
+        compressed strip in a file whose structure is whole) is named by its frame."""
+        series = 0 if self._cut is None else None  # a truncated file: its whole pages
+        try:
+            data = self._tif.asarray(key=pages.tolist(), series=series)
+        except (XcorrError, MemoryError, PermissionError):
+            raise
+        except Exception as exc:
+            for frame, page in zip(frames.tolist(), pages.tolist()):  # which one: page by page
+                try:
+                    self._tif.asarray(key=page, series=series)
+                except Exception as one:
+                    reason = (str(one).strip().splitlines() or [type(one).__name__])[0]
+                    raise InputError(
+                        f"cannot read frame {frame} (counted from 0) of {self.n_frames} in "
+                        f"{self.path}: its data are damaged ({reason}); copy the file again "
+                        "from the source") from one
+            raise exc
+        return data.reshape((len(pages), *self._page_shape))
 
     def close(self):
         self._pages = None

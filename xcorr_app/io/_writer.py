@@ -155,6 +155,20 @@ def remove_stale_temps(paths) -> list:
 _STAGING = contextvars.ContextVar("xcorr_staged_outputs", default=None)
 
 
+def temp_name(path, tag: str = "") -> Path:
+    """A new hidden name beside ``path``: ``.NAME.tmp-PID-RAND<tag><suffix>`` (what
+    :func:`remove_stale_temps` deletes once its writer is dead).
+
+    Examples
+    --------
+    >>> temp_name("out/aligned.tif", ".old").name  # doctest: +SKIP
+    '.aligned.tif.tmp-4242-0badcafe.old.tif'
+    """
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{tag}"
+                          f"{path.suffix}")
+
+
 class AtomicTarget:
     """The one way an output is written: to a hidden temporary name in the destination folder
     (``.NAME.tmp-PID-RAND`` plus the suffix of ``NAME``, so writers pick the format), renamed
@@ -183,8 +197,7 @@ class AtomicTarget:
 
     def temp_name(self, tag: str) -> Path:
         """A new hidden name beside :attr:`path`: ``.NAME.tmp-PID-RAND<tag><suffix>``."""
-        return self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}-"
-                                   f"{secrets.token_hex(4)}{tag}{self.path.suffix}")
+        return temp_name(self.path, tag)
 
     def commit(self) -> None:
         """Rename the finished temporary file onto :attr:`path` (atomic on one filesystem),
@@ -212,6 +225,10 @@ class StagedOutputs:
     ----------
     paths : iterable of str or os.PathLike
         The outputs of the run.
+    remove : iterable of str or os.PathLike
+        Files of an earlier run that this run does not write again (e.g. ``aligned.tif`` of a
+        run with ``--no-aligned``): deleted by the same :meth:`commit` (and brought back if it
+        fails), so no stale output stays beside the new ones.
 
     Examples
     --------
@@ -227,8 +244,9 @@ class StagedOutputs:
     ['a.csv', 'b.csv']
     """
 
-    def __init__(self, paths):
+    def __init__(self, paths, remove=()):
         self.paths = {Path(p).absolute() for p in paths}
+        self.remove = [Path(p) for p in remove if Path(p).absolute() not in self.paths]
         self.targets = []  # every target created for one of the paths
         self.staged = []  # the finished ones, in order
         self.committed = False
@@ -239,8 +257,9 @@ class StagedOutputs:
         return Path(path).absolute() in self.paths
 
     def commit(self) -> None:
-        """Rename every finished output onto its name; on a failure undo the renames done."""
-        done = []  # (target, hard link to the file it replaced, or None)
+        """Rename every finished output onto its name and delete the files of :attr:`remove`;
+        on a failure undo what was done."""
+        done = []  # (path, temporary file renamed onto it or None, what it held before or None)
         try:
             for target in self.staged:
                 backup = None
@@ -250,21 +269,27 @@ class StagedOutputs:
                         os.link(target.path, backup)
                     except OSError:
                         backup = None  # no hard links here: this one cannot be undone
-                done.append((target, backup))
+                done.append((target.path, target.tmp, backup))
                 with _os_errors(target.path):
                     os.replace(target.tmp, target.path)
+            for path in self.remove:
+                if path.is_file() or path.is_symlink():
+                    backup = temp_name(path, ".old")  # a rename: undone by renaming back
+                    with _os_errors(path):
+                        os.replace(path, backup)
+                    done.append((path, None, backup))
         except BaseException:
-            for target, backup in reversed(done):
+            for path, tmp, backup in reversed(done):
                 with contextlib.suppress(OSError):
                     if backup is not None:
-                        os.replace(backup, target.path)
-                    elif target.tmp.exists():
+                        os.replace(backup, path)
+                    elif tmp.exists():
                         continue  # not renamed yet
                     else:
-                        target.path.unlink()
+                        path.unlink()
             raise
         finally:
-            for _, backup in done:
+            for _, _, backup in done:
                 if backup is not None:
                     backup.unlink(missing_ok=True)
         self.committed = True

@@ -1,0 +1,60 @@
+"""A truncated TIFF file: an error naming the frame where it breaks, or under
+``readable_frames`` its whole frames (the pixels as written) and a warning; a damaged page of a
+whole file is named by its frame."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from synthetic import write_cut_tiff, write_damaged_tiff
+from xcorr_app.errors import InputError
+from xcorr_app.io._reader import open_stack
+from xcorr_app.io._tiff import TruncatedError, readable_frames
+
+LAYOUTS = ["plain", "imagej", "zlib", "imagej-zlib", "imagej-2ch"]
+
+
+@pytest.mark.parametrize("cut", ["page1", 0.5, 0.9])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_readable_frames_are_the_frames_written(tmp_path, rng, layout, cut):
+    data = rng.integers(0, 4000, size=(20, 24, 32), dtype=np.uint16)
+    path = write_cut_tiff(tmp_path / "cut.tif", data, layout, cut)
+    channel = 1 if layout == "imagej-2ch" else None
+    expect = data.reshape(10, 2, 24, 32)[:, 1] if channel else data
+    with pytest.raises(TruncatedError, match="truncated or damaged after frame"):
+        open_stack(path, channel=channel)
+    with readable_frames(path), open_stack(path, channel=channel) as src:
+        n = src.n_frames
+        got = src.read(0, n)
+        warnings = [w for w in src.notes if w.startswith("warning: ")]
+    assert 1 <= n <= len(expect)
+    if cut != "page1":
+        assert n < len(expect)
+    np.testing.assert_array_equal(got, expect[:n])
+    assert len(warnings) == 1 and str(path) in warnings[0]
+    assert (f"frames {n} to {len(expect) - 1} cannot be read" in warnings[0]
+            if n < len(expect) else "no frame is lost" in warnings[0])
+    # outside the block the file is refused again
+    with pytest.raises(TruncatedError):
+        open_stack(path, channel=channel)
+
+
+def test_readable_frames_of_a_folder(tmp_path, rng):
+    data = rng.integers(0, 4000, size=(20, 24, 32), dtype=np.uint16)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    tifffile.imwrite(folder / "a_1.tif", data[:3], photometric="minisblack")
+    write_cut_tiff(folder / "a_2.tif", data, "zlib", 0.5)
+    with readable_frames(folder), open_stack(folder) as src:
+        assert src.n_frames == 3 + 9
+        np.testing.assert_array_equal(src.read(0, src.n_frames), np.r_[data[:3], data[:9]])
+
+
+def test_a_damaged_page_is_named_by_its_frame(tmp_path, rng):
+    data = rng.integers(0, 4000, size=(20, 24, 32), dtype=np.uint16)
+    path = write_damaged_tiff(tmp_path / "damaged.tif", data, page=7)
+    with open_stack(path) as src:
+        np.testing.assert_array_equal(src.read(0, 7), data[:7])
+        with pytest.raises(InputError, match=r"cannot read frame 7 \(counted from 0\) of 20 in "
+                                             r".*damaged\.tif: its data are damaged"):
+            src.read(4, 12)
