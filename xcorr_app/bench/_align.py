@@ -36,6 +36,7 @@ Run it as ``xcorr bench align [--quick] [--frames N] [--size HxW] [--workdir DIR
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import shutil
@@ -49,7 +50,7 @@ from ..errors import InputError, XcorrError
 from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, check_disk_space, default_workers
 from ._align_peers import (READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_chunks,
                            read_memmap_parallel, skimage_loop)
-from ._align_table import (ALIGN_ROWS, LOOP, READ_IMREAD, READ_MEMMAP, SKIMAGE, format_table,
+from ._align_table import (ALIGN_ROWS, LOOP, MAX_SHIFT, READ_IMREAD, READ_MEMMAP, SKIMAGE, format_table,
                            gpu_rows_names, header_lines, make_row, multi_gpu_lines, seconds_text,
                            summarise, target_lines)
 from ._align_cpu import CPU_QUICK_SHAPE, CPU_SHAPE, format_rows, rows_for
@@ -259,7 +260,41 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> lis
                                  lambda: cupy_pair_loop(path), truth, repeat), echo))
     free_gpu_memory()
     rows.append(skimage_row(path, n, frame_bytes, truth, echo, repeat))
+    rows.extend(oneshot_rows(path, n, frame_bytes, truth, echo, gpus))
     return summarise(rows)
+
+
+def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
+    """One-shot ``xcorr align PATH --no-aligned -q`` processes, as a user runs them: unbounded
+    and ``--max-shift 16``, each with cold caches (empty CuPy kernel and xcorr tuning caches)
+    then warm (the caches the cold run left); with ``gpus`` also ``--gpus``, and ``--workers
+    2`` where Dask is installed (warm only).  The whole process is timed: start, imports,
+    planning, compiling, reading, measuring and writing the shifts, the CSV/JSON and the plot."""
+    from ._oneshot import Caches, run_process, xcorr_argv
+
+    configs = [("", []), (f" --max-shift {MAX_SHIFT}", ["--max-shift", MAX_SHIFT])]
+    extra = []
+    if gpus:
+        extra.append((f" --gpus {','.join(map(str, gpus))}", ["--gpus", ",".join(map(str, gpus))]))
+    if importlib.util.find_spec("distributed") is not None:
+        extra.append((" --workers 2", ["--workers", 2]))
+    caches, rows = Caches(), []
+    try:
+        with tempfile.TemporaryDirectory(prefix="xcorr-bench-oneshot-") as tmp:
+            runs = [(label, args, state) for label, args in configs for state in ("cold", "warm")]
+            runs += [(label, args, "warm") for label, args in extra]
+            for label, args, state in runs:
+                out = Path(tmp) / f"out{len(rows)}"
+                r = run_process(xcorr_argv("align", path, "--out", out, "--no-aligned", "-q",
+                                           *args), env=caches.env(state), out=out)
+                name = f"one-shot xcorr align{label} ({state} caches)"
+                rows.append(_report(make_row(
+                    name, "oneshot", n, frame_bytes, r["seconds"], r["shifts"], truth,
+                    note=f"peak host memory {r['peak_bytes'] / 1e9:.2f} GB",
+                    error="" if r["returncode"] == 0 else r["stderr"]), echo))
+    finally:
+        caches.close()
+    return rows
 
 
 def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_path=None,
