@@ -96,12 +96,13 @@ def parse_memory(spec) -> int:
 
 
 def human(n: int) -> str:
-    """``1536 -> "1.5 KiB"``."""
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.3g} {unit}"
+    """``1536 -> "1.5 KiB"``, ``1000 -> "1000 B"``, ``(1 << 20) - 1 -> "1024 KiB"``."""
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n:.3g} GiB"
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if n >= 100 else f"{n:.3g} {unit}"
 
 
 @dataclasses.dataclass(frozen=True)
