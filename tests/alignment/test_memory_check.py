@@ -145,3 +145,19 @@ def test_cli_memory_error_is_one_line_exit_2(stack_file):
     assert_clean_error(res, "out of memory (Unable to allocate 7.45 GiB)", "--max-shift",
                        "--chunk-frames")
     assert not (path.parent / "o").exists()
+
+
+def test_dask_workers_refuse_frames_that_need_bands(stack_file):
+    """A Dask worker checks one frame up front too; it does not measure in bands."""
+    from xcorr_app.alignment._options import AlignOptions
+    from xcorr_app.distributed._dask_tasks import _chunk
+    from xcorr_app.io import open_source
+
+    path, _, _ = stack_file
+    opts = AlignOptions(max_shift=6)
+    with open_source(path, None) as src:
+        assert _chunk(opts, src, np, 64, None) > 1
+        with pytest.raises(InputError, match="Dask runs do not do"):
+            _chunk(opts, src, np, 64, _band_budget(SHAPE, 6))
+        with pytest.raises(InputError, match="is too small for frames of 150x134"):
+            _chunk(opts, src, np, 64, 1000)
