@@ -78,6 +78,32 @@ def device_free_bytes(xp):
     return free + pool.free_bytes()
 
 
+def host_available_bytes(meminfo="/proc/meminfo"):
+    """Bytes the host can still give this process without swapping: ``MemAvailable`` of
+    ``/proc/meminfo`` (Linux), else free physical pages (``os.sysconf``); ``None`` where
+    neither says.
+
+    Examples
+    --------
+    >>> n = host_available_bytes()
+    >>> n is None or n > 0
+    True
+    """
+    import os
+
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 _warned_fallback = False
 
 

@@ -21,7 +21,7 @@ from .. import backend
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
-from ..streaming import chunk_frames_for, parse_memory
+from ..streaming import parse_memory
 from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, search_range)
 from ._pipeline import Measurer, measure_frames, prepared_reference, quiet_if_nonfinite
@@ -164,9 +164,15 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     chunk_frames : int
         Most frames processed per step.
     max_memory : int or str, optional
-        Cap on the memory held at once (host read-ahead buffers plus device working set), e.g.
-        ``"2G"``; without it the chunk is capped at half the free GPU memory.  The result does
-        not depend on it.
+        Cap on the memory held at once (host read-ahead buffers plus the working set), e.g.
+        ``"2G"``; without it the chunk is capped at half the free GPU memory (on the CPU: half
+        the available memory, and :data:`~xcorr_app.streaming._memory_budget.CPU_AUTO_BUDGET`).
+        One frame is checked against it and the free memory of the device before anything is
+        read (:func:`xcorr_app.streaming.plan_memory`): a frame that does not fit is an
+        :class:`~xcorr_app.errors.InputError` saying what it needs and what helps, and a
+        bounded search (``max_shift``) whose whole frame does not fit is measured in bands of
+        rows (:func:`xcorr_app.registration._bands.banded_surface`).  The result does not
+        depend on it (bands: up to float32 rounding).
     device : {"auto", "gpu", "cpu"}
     features : str, optional
         Register on the local energy of a filter bank (``"dog:1,2,4"``, ``"gabor:2,6"``,
@@ -204,11 +210,9 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     xp = backend.xp_for(dev)
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
-        chunk = chunk_frames_for(src.frame_shape, src.dtype.itemsize,
-                                 opts.surface_shape(src.frame_shape), budget=budget,
-                                 limit=chunk_frames, device_free=backend.device_free_bytes(xp))
+        chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         ref = prepared_reference(opts, src, xp, chunk)
-        table, plan = measure_frames(opts, src, xp, chunk, ref, progress=progress)
+        table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan, progress=progress)
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),

@@ -19,9 +19,9 @@ import numpy as np
 from .. import backend
 from ..errors import InputError
 from ..io import open_source
-from ..streaming import Cancelled, chunk_frames_for, frame_ranges, parse_gpus, run_on_gpus
+from ..streaming import Cancelled, frame_ranges, parse_gpus, run_on_gpus
 from ._options import check_frame_shape, search_range
-from ._pipeline import measure_frames, prepared_reference, shared_plan
+from ._pipeline import Measurer, measure_frames, prepared_reference, shared_plan
 from ._result import result_from_table
 
 
@@ -38,10 +38,8 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
     lock = threading.Lock()
     share = None if budget is None else max(1, budget // len(ids))
 
-    def chunk_for(src):
-        return chunk_frames_for(src.frame_shape, src.dtype.itemsize,
-                                opts.surface_shape(src.frame_shape), budget=share,
-                                limit=chunk_frames, device_free=backend.device_free_bytes(cupy))
+    def chunk_for(src):  # one frame checked against the share and this GPU's free memory
+        return Measurer.memory_plan(opts, src, cupy, chunk_frames, share)
 
     with open_source(stack_or_path, opts.channel) as src:
         check_frame_shape(src.frame_shape)
@@ -49,14 +47,15 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
         ranges = frame_ranges(n, len(ids))
         ids = ids[:len(ranges)]
         with cupy.cuda.Device(ids[0]):
-            chunk = chunk_for(src)
+            chunk, bands = chunk_for(src)  # before anything is read
         setup = Future()  # (reference on the host, plan), made by this thread on GPU ids[0]
 
         def prepare():
             try:
                 with cupy.cuda.Device(ids[0]):
                     ref = prepared_reference(opts, src, cupy, chunk)
-                    plan = shared_plan(opts, cupy, src.frame_shape, min(chunk, n), ref)
+                    plan = bands if bands is not None else \
+                        shared_plan(opts, cupy, src.frame_shape, min(chunk, n), ref)
                     ref = None if ref is None else tuple(cupy.asnumpy(a) for a in ref)
                 setup.set_result((ref, plan))
             except BaseException as exc:
@@ -76,7 +75,7 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
             own = contextlib.nullcontext(src) if getattr(src, "concurrent_reads", False) \
                 else open_source(stack_or_path, opts.channel)
             with own as frames:
-                return measure_frames(opts, frames, cupy, chunk_for(frames), setup,
+                return measure_frames(opts, frames, cupy, chunk_for(frames)[0], setup,
                                       start=ranges[k][0], stop=ranges[k][1], progress=tick)
 
         def unblock():  # workers waiting for the reference must not wait for ever

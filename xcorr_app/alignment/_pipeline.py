@@ -36,19 +36,23 @@ from ..errors import InputError
 from ..io import FrameRange
 from ..registration._fft_register import (fft_shifts, periodic_spectrum, phase_surface,
                                           refine_upsampled)
+from ..registration._bands import Bands, band_plan, banded_surface
 from ..registration._surfaces import GpuSurfaces
 from ..registration._normalize import zncc, zncc_left
 from ..registration._peaks import find_shifts, on_border, refined_shifts
 from ..registration._surfaces import surface_peaks
-from ..streaming import DeviceChunks
+from ..streaming import DeviceChunks, plan_memory
 from ..streaming._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thread
-from ._options import CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference, search_range
+from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,
+                       fft_reference, search_range)
 from ._references import reference_frame
 from ._result import COLUMNS
 
 class Measurer:
     """Correlation, normalization, peak and subpixel refinement of whole batches, with the plan
-    chosen once (on the first batch) so that every chunk of a run is computed the same way."""
+    chosen once (on the first batch) so that every chunk of a run is computed the same way.
+    A :class:`~xcorr_app.registration._bands.Bands` plan measures frames too large to
+    correlate at once band by band (:func:`~xcorr_app.registration._bands.banded_surface`)."""
 
     def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None):
         check_choices(normalization, subpixel)
@@ -98,6 +102,15 @@ class Measurer:
             corr, origin = phase_surface(ref_fft, mov, self.bound)
             if gpu:
                 corr, iy, ix, peak, conf = surface_peaks(corr, normalize=False)
+        elif isinstance(self.plan, Bands):  # frames too large for one correlation
+            if self.plan.plan is None:
+                self.plan = Bands(self.plan.rows, band_plan(ref, mov, self.bound,
+                                                            self.plan.rows, self.dev))
+            corr = banded_surface(ref, mov, self.bound, self.normalization, self.plan.rows,
+                                  self.dev, self.plan.plan)
+            origin = shift_origin(ref.shape, mov.shape, self.bound)
+            if gpu:
+                corr, iy, ix, peak, conf = surface_peaks(corr, normalize=False)
         else:
             form = "n_to_mn" if ref.ndim == 3 else "one_to_many"
             right = mov[:, None] if form == "n_to_mn" else mov
@@ -135,6 +148,20 @@ class Measurer:
         if upsampled:
             shifts = refine_upsampled(ref, mov, shifts, self.upsample)
         return shifts, peak, conf, border
+
+    @staticmethod
+    def memory_plan(opts, src, xp, chunk_frames, budget):
+        """Frames per chunk, and the plan to start from (a :class:`Bands` plan for frames
+        whose whole-frame correlation does not fit, else None), of a run of ``opts`` on
+        ``xp``'s device: one frame of ``src`` checked up front against ``budget`` (bytes) and
+        the free memory of the device and the host (:func:`xcorr_app.streaming.plan_memory`:
+        an :class:`InputError` saying what helps when it does not fit)."""
+        mp = plan_memory(src.frame_shape, src.dtype.itemsize, max_shift=opts.max_shift,
+                         normalization=opts.normalization, verify=opts.verify,
+                         device="cpu" if xp is np else "gpu", budget=budget,
+                         limit=chunk_frames, device_free=backend.device_free_bytes(xp),
+                         host_free=backend.host_available_bytes())
+        return mp.chunk_frames, None if mp.band_rows is None else Bands(mp.band_rows)
 
     @classmethod
     def of(cls, opts, xp, frame_shape, plan=None):

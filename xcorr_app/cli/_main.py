@@ -68,7 +68,14 @@ def user_errors():
         click.echo(f"interrupted ({signal.Signals(signum).name}): no partial output was left "
                    "behind", err=True)
         sys.exit(128 + int(signum))
-    except (MemoryError, OSError) as exc:
+    except MemoryError as exc:  # an estimate fell short (the up-front check passed): exit 2
+        if tracebacks:
+            raise
+        detail = f" ({exc})" if str(exc) else ""
+        click.echo(f"error: out of memory{detail}: lower --chunk-frames or --max-memory (align: "
+                   "bound the search with --max-shift, or add --no-verify)", err=True)
+        sys.exit(2)
+    except OSError as exc:
         if tracebacks:
             raise
         click.echo(f"error: {type(exc).__name__}: {exc}", err=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import backend
 from ..io import OffsetFrames
-from ..streaming import chunk_bounds, chunk_frames_for
+from ..streaming import chunk_bounds
 
 #: frames a filter, shift or channel task sends to its device at once
 CHUNK_FRAMES = 16
@@ -128,9 +128,19 @@ def _like_block(result, source):
 
 
 def _chunk(opts, src, xp, chunk_frames, budget):
-    return chunk_frames_for(src.frame_shape, src.dtype.itemsize,
-                            opts.surface_shape(src.frame_shape), budget=budget,
-                            limit=chunk_frames, device_free=backend.device_free_bytes(xp))
+    """Frames per chunk on this worker: one frame checked against ``budget`` and the worker's
+    free memory first (an :class:`InputError` saying what helps when it does not fit)."""
+    from ..alignment._pipeline import Measurer
+    from ..errors import InputError
+
+    chunk, bands = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)
+    if bands is not None:
+        h, w = src.frame_shape
+        raise InputError(f"frames of {h}x{w} need a search in bands of rows on this worker "
+                         "(their whole-frame correlation does not fit its memory), which Dask "
+                         "runs do not do; run without --workers/--scheduler, or give the "
+                         "workers more memory")
+    return chunk
 
 
 def frame_sum(source, start, stop, chunk_frames=16):

@@ -1,4 +1,5 @@
-"""Image registration primitives: phase correlation, peaks, subpixel refinement, ZNCC.
+"""Image registration primitives: phase correlation, peaks, subpixel refinement, ZNCC, and
+bounded surfaces of huge frames band by band (:func:`banded_surface`).
 
 Examples
 --------
@@ -10,6 +11,7 @@ Examples
 [-3.0, 5.0]
 """
 
+from ._bands import banded_surface
 from ._phase_cross_correlation import phase_cross_correlation
 
-__all__ = ["phase_cross_correlation"]
+__all__ = ["phase_cross_correlation", "banded_surface"]

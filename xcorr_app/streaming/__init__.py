@@ -2,7 +2,7 @@
 chunk loop (:func:`map_chunks`, :class:`DeviceChunks`), the read-ahead thread
 (:class:`ChunkPrefetcher`), the chunk arithmetic (:func:`frame_ranges`), the GPUs of
 ``--gpus`` (:func:`parse_gpus`, :func:`run_on_gpus`) and the memory budget
-(:func:`parse_memory`, :func:`chunk_frames_for`).  Generic: it knows frame sources (io), not
+(:func:`parse_memory`, :func:`frame_need`, :func:`plan_memory`).  Generic: it knows frame sources (io), not
 what is computed on the chunks.
 
 Examples
@@ -14,10 +14,11 @@ Examples
 
 from ._chunks import DeviceChunks, map_chunks
 from ._gpus import Cancelled, parse_gpus, run_on_gpus
-from ._memory_budget import READ_AHEAD, chunk_frames_for, human, parse_memory
+from ._memory_budget import (READ_AHEAD, FrameNeed, MemoryPlan, frame_need, human,
+                             parse_memory, plan_memory)
 from ._prefetch import ChunkPrefetcher, host_buffer
 from ._ranges import chunk_bounds, frame_ranges
 
 __all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "host_buffer", "chunk_bounds",
            "frame_ranges", "parse_gpus", "run_on_gpus", "Cancelled", "parse_memory",
-           "chunk_frames_for", "human", "READ_AHEAD"]
+           "frame_need", "plan_memory", "FrameNeed", "MemoryPlan", "human", "READ_AHEAD"]

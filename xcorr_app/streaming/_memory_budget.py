@@ -1,20 +1,47 @@
-"""How many frames a step of the pipeline may hold: ``--max-memory`` and the automatic cap.
+"""What one frame of an alignment run costs in memory, and how many frames a step may hold:
+``--max-memory``, the free memory of the device, and the automatic caps.
 
-The estimate counts, per frame, the host ring of read-ahead buffers and the device working set
-of one chunk (float32 copies, FFTs, correlation surfaces and their float64 normalization
-temporaries).  It is deliberately generous: the point is that a stack of any length, and frames
-of any size, run in bounded memory.
+:func:`frame_need` is the honest per-frame figure, per device.  Its terms, per frame of
+``H x W`` pixels (``P = H W``) with a correlation surface of ``Ho x Wo`` shifts:
+
+* **read-ahead ring** (host): ``(READ_AHEAD + 1)`` chunk buffers of the input pixel type;
+* **upload** (GPU only): the chunk's copy on the device, on each of the two CUDA streams;
+* **preparation**: the float32 working copies (the conversion, the mean-subtracted raw frame,
+  the prefiltered and windowed frame, the prefilter's temporaries):
+  :data:`PREPARE_BYTES_PER_PIXEL` per pixel, always of the whole frame;
+* **correlation**: a bounded search's correlation sums (the CPU's zero-padded FFT, the GPU's
+  kernels' inputs), :data:`CORRELATION_BYTES_PER_PIXEL` per pixel of the frame, or of the
+  rows a band of a tiled search reads (``band_rows + 2 sy``); an unbounded search's
+  zero-padded FFT of the linear correlation, :data:`UNBOUNDED_FFT_BYTES_PER_PIXEL`;
+* **normalization**: the float64 squares the ZNCC's rectangle sums read,
+  :data:`ZNCC_BYTES_PER_PIXEL`, and per shift of the surface the float32 surface with its
+  float64 normalization temporaries and peak masks, :data:`BYTES_PER_OUTPUT`;
+* **verification** (``verify``): the FFT reference's spectra of the whole frame (its periodic
+  component, the cross-power spectrum and its inverse), :data:`VERIFY_BYTES_PER_PIXEL`.
+
+On the CPU every term is host memory.  The figures were measured on the CPU (peak resident
+memory of one frame of 1024x1024 and 2048x2048: 48 B/px bounded, 56 with the verification,
+126 and 134 unbounded, 2026-11-22) and rounded up: the estimate is a little generous.
+
+:func:`plan_memory` checks one frame up front against ``--max-memory`` and the free memory of
+the chosen device (and of the host), sizes the chunk, switches a bounded search whose whole
+frame does not fit to bands of rows (:mod:`xcorr_app.registration._bands`), and otherwise
+refuses with the figure and what helps.
 
 Examples
 --------
 >>> parse_memory("1.5G"), parse_memory("512M"), parse_memory("4096")
 (1610612736, 536870912, 4096)
->>> chunk_frames_for((256, 256), 2, (33, 33), budget=parse_memory("1G"), limit=64)
+>>> plan_memory((256, 256), 2, max_shift=(16, 16), budget=parse_memory("1G")).chunk_frames
 64
+>>> plan_memory((4000, 4000), 2, max_shift=(16, 16), verify=False,
+...             budget=parse_memory("600M")).band_rows is not None
+True
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from ..errors import InputError
@@ -22,14 +49,38 @@ from ..errors import InputError
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: chunks read ahead of the one being computed (the host ring holds one more)
 READ_AHEAD = 2
-#: bytes per frame pixel on the device: float32 frames (raw, filtered, windowed), their FFTs
-#: for the reference measurement, summed-area tables (float64) and temporaries
-DEVICE_BYTES_PER_PIXEL = 96
-#: bytes per correlation output: the float32 surface, float64 normalization temporaries and
-#: the local-maximum masks of the confidence measure
-DEVICE_BYTES_PER_OUTPUT = 112
-#: share of the free device memory the automatic cap uses
+#: device copies of a chunk's input on the GPU (one per CUDA stream of the chunk loop)
+UPLOAD_COPIES = 2
+#: bytes per frame pixel of the float32 working copies (conversion, raw, prefiltered, windowed,
+#: the prefilter's temporaries)
+PREPARE_BYTES_PER_PIXEL = 20
+#: bytes per pixel a bounded search's correlation reads and makes (zero-padded FFT inputs and
+#: spectra on the CPU, the kernels' inputs on the GPU); per row of a band in tiled searches
+CORRELATION_BYTES_PER_PIXEL = 32
+#: bytes per frame pixel of an unbounded search's zero-padded FFT (about 2H x 2W: the padded
+#: inputs, their half spectra, the product and its inverse)
+UNBOUNDED_FFT_BYTES_PER_PIXEL = 48
+#: bytes per frame pixel of the float64 squares the ZNCC's rectangle sums read
+ZNCC_BYTES_PER_PIXEL = 8
+#: bytes per correlation output: the float32 surface, its float64 normalization temporaries
+#: and the local-maximum masks of the confidence measure
+BYTES_PER_OUTPUT = 64
+#: bytes per frame pixel of the FFT verification (complex64 spectra of the whole frame: the
+#: periodic component, the cross-power spectrum, its inverse, a temporary)
+VERIFY_BYTES_PER_PIXEL = 32
+#: share of the free device memory the automatic chunk cap uses on the GPU
 AUTO_DEVICE_SHARE = 0.5
+#: share of the host's available memory the automatic chunk cap uses on the CPU
+AUTO_HOST_SHARE = 0.5
+#: the most bytes the automatic chunk cap gives one chunk on the CPU (without --max-memory),
+#: unless one frame per thread needs more (the chunk is cut into one slice per thread:
+#: :mod:`xcorr_app.streaming._threads`); 300 frames of 1024x1024 peaked at about 0.9 GB
+CPU_AUTO_BUDGET = 1 << 30
+#: rows per band of a tiled search, at most (or 32 bound rows where more): larger bands save
+#: little (each band reads ``2 sy`` rows more than it measures) and hold more memory
+BAND_ROWS = 1024
+#: the bound the refusal tries when it considers advising ``--max-shift``
+ADVISED_SHIFT = 32
 
 
 def parse_memory(spec) -> int:
@@ -47,37 +98,235 @@ def parse_memory(spec) -> int:
 
 
 def human(n: int) -> str:
-    """``1536 -> "1.5 KiB"``."""
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n:.3g} {unit}"
+    """``1536 -> "1.5 KiB"``, ``1000 -> "1000 B"``, ``(1 << 20) - 1 -> "1024 KiB"``."""
+    if n < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n:.3g} GiB"
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if n >= 100 else f"{n:.3g} {unit}"
 
 
-def frame_bytes(frame_shape, itemsize, surface_shape) -> tuple[int, int]:
-    """(host, device) bytes one frame of a chunk needs."""
+@dataclasses.dataclass(frozen=True)
+class FrameNeed:
+    """Bytes one frame of a chunk needs: on the host and on the GPU (0 on the CPU, where every
+    term is host memory)."""
+
+    host: int
+    device: int
+
+    @property
+    def total(self) -> int:
+        return self.host + self.device
+
+
+def _surface_shape(frame_shape, max_shift):
     h, w = frame_shape
-    host = (READ_AHEAD + 1) * h * w * itemsize
-    device = (itemsize * h * w + DEVICE_BYTES_PER_PIXEL * h * w
-              + DEVICE_BYTES_PER_OUTPUT * surface_shape[0] * surface_shape[1])
-    return host, device
+    sy, sx = (h // 2, w // 2) if max_shift is None else max_shift
+    return 2 * sy + 1, 2 * sx + 1
 
 
-def chunk_frames_for(frame_shape, itemsize, surface_shape, *, budget=None, limit=64,
-                     device_free=None) -> int:
-    """Frames per chunk: at most ``limit``, within ``budget`` bytes (host + device) and within
-    :data:`AUTO_DEVICE_SHARE` of ``device_free``; an error when one frame does not fit."""
-    host, device = frame_bytes(frame_shape, itemsize, surface_shape)
+def frame_need(frame_shape, itemsize, *, max_shift=None, verify=True, device="cpu",
+               band_rows=None) -> FrameNeed:
+    """The memory one frame needs (the terms of the module docstring).
+
+    Parameters
+    ----------
+    frame_shape : (H, W)
+    itemsize : int
+        Bytes per input pixel.
+    max_shift : (sy, sx), optional
+        The search bound; ``None``: unbounded (half the frame, by FFT).
+    verify : bool
+        The FFT verification runs.
+    device : {"cpu", "gpu"}
+    band_rows : int, optional
+        Rows of the moving frame per band of a tiled bounded search (whole frames without).
+
+    Examples
+    --------
+    >>> n = frame_need((100, 100), 2, max_shift=(4, 4), verify=False)
+    >>> n.device, n.host == 10_000 * (3 * 2 + 20 + 32 + 8) + 81 * 64
+    (0, True)
+    """
+    h, w = frame_shape
+    pixels = h * w
+    ho, wo = _surface_shape(frame_shape, max_shift)
+    ring = (READ_AHEAD + 1) * itemsize * pixels
+    if max_shift is None:
+        correlation = UNBOUNDED_FFT_BYTES_PER_PIXEL * pixels
+    else:
+        rows = h if band_rows is None else min(h, band_rows) + 2 * max_shift[0]
+        correlation = CORRELATION_BYTES_PER_PIXEL * rows * w
+    work = (PREPARE_BYTES_PER_PIXEL + ZNCC_BYTES_PER_PIXEL
+            + (VERIFY_BYTES_PER_PIXEL if verify else 0)) * pixels \
+        + correlation + BYTES_PER_OUTPUT * ho * wo
+    if device == "gpu":
+        return FrameNeed(ring, work + UPLOAD_COPIES * itemsize * pixels)
+    return FrameNeed(ring + work, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """How a run holds its frames: ``chunk_frames`` per step, whole frames
+    (``band_rows=None``) or bands of ``band_rows`` rows of one frame at a time; ``need``: one
+    frame's bytes as planned."""
+
+    chunk_frames: int
+    band_rows: int | None
+    need: FrameNeed
+
+
+def _limits(device, budget, device_free, host_free):
+    """``[(name, bytes, which part of a FrameNeed it bounds)]`` of the limits that apply."""
+    out = []
+    if budget is not None:
+        out.append(("max-memory", int(budget), "total"))
+    if device == "gpu" and device_free is not None:
+        out.append(("gpu", int(device_free), "device"))
+    if host_free is not None:
+        out.append(("host", int(host_free), "host"))
+    return out
+
+
+def _broken(need, limits):
+    """The first limit ``need`` exceeds, or None."""
+    for limit in limits:
+        if getattr(need, limit[2]) > limit[1]:
+            return limit
+    return None
+
+
+def _fitting(frame_shape, itemsize, max_shift, normalization, verify, device, limits):
+    """``(band_rows, need)`` of the way one frame fits ``limits``: whole, else the largest
+    band up to :data:`BAND_ROWS` that fits (bounded searches, not phase); None when nothing
+    fits."""
+    kw = dict(max_shift=max_shift, verify=verify, device=device)
+    need = frame_need(frame_shape, itemsize, **kw)
+    if _broken(need, limits) is None:
+        return None, need
+    if max_shift is None or normalization == "phase":
+        return None
+    # the largest band that fits, by bisection, up to BAND_ROWS
+    lo, hi = 1, min(frame_shape[0] - 1, max(BAND_ROWS, 32 * max_shift[0]))
+    if hi < 1 or _broken(frame_need(frame_shape, itemsize, band_rows=lo, **kw), limits):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _broken(frame_need(frame_shape, itemsize, band_rows=mid, **kw), limits):
+            hi = mid - 1
+        else:
+            lo = mid
+    return lo, frame_need(frame_shape, itemsize, band_rows=lo, **kw)
+
+
+def _least(frame_shape, itemsize, max_shift, normalization, verify, device) -> FrameNeed:
+    """The smallest need of one frame with these options (one-row bands where they apply)."""
+    kw = dict(max_shift=max_shift, verify=verify, device=device)
+    whole = frame_need(frame_shape, itemsize, **kw)
+    if max_shift is None or normalization == "phase":
+        return whole
+    return min(whole, frame_need(frame_shape, itemsize, band_rows=1, **kw),
+               key=lambda need: need.total)
+
+
+def refusal(frame_shape, itemsize, *, max_shift, normalization, verify, device, budget,
+            device_free, host_free) -> str:
+    """The one-line message of a frame that does not fit: the figure needed, the figure
+    available, and what helps (never an option already given)."""
+    h, w = frame_shape
+    args = (max_shift, normalization, verify)
+    limits = _limits(device, budget, device_free, host_free)
+    least = _least(frame_shape, itemsize, *args, device)
+    name, avail, part = _broken(least, limits)
+    figure = getattr(least, part)
+    text = {"max-memory": f"--max-memory {human(avail)} is too small for frames of {h}x{w}: "
+                          f"one frame needs at least {human(figure)}",
+            "gpu": f"frames of {h}x{w} do not fit on the GPU: one frame needs at least "
+                   f"{human(figure)} there, and {human(avail)} is free",
+            "host": f"frames of {h}x{w} do not fit in memory: one frame needs at least "
+                    f"{human(figure)}, and {human(avail)} is available"}[name]
+    helps = []
+
+    def fits(**change):
+        a = dict(max_shift=max_shift, normalization=normalization, verify=verify,
+                 device=device, limits=limits)
+        a.update(change)
+        return _fitting(frame_shape, itemsize, a["max_shift"], a["normalization"], a["verify"],
+                        a["device"], a["limits"]) is not None
+
+    if max_shift is None and normalization != "phase":
+        n = min(ADVISED_SHIFT, h // 2, w // 2)
+        bounded = _least(frame_shape, itemsize, (n, n), normalization, verify, device)
+        helps.append(f"--max-shift N (bound the search to the largest drift expected; with N = "
+                     f"{n}: {human(getattr(bounded, part))})")
+    if verify:
+        lean = _least(frame_shape, itemsize, max_shift, normalization, False, device)
+        helps.append(f"--no-verify ({human(getattr(lean, part))})")
+    if device == "gpu" and name == "gpu" \
+            and fits(device="cpu", limits=_limits("cpu", budget, None, host_free)):
+        helps.append("--device cpu (the host has the memory)")
+    if name == "max-memory" and fits(limits=[lim for lim in limits if lim[0] != name]):
+        helps.append(f"--max-memory {human(figure)} or more")
+    if not helps:
+        helps.append("a machine with more memory, or smaller frames (crop or bin them)")
+    return f"{text}; try {', or '.join(helps)}"
+
+
+def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", verify=True,
+                device="cpu", budget=None, limit=64, device_free=None,
+                host_free=None) -> MemoryPlan:
+    """Check one frame up front and plan the run's memory.
+
+    Parameters
+    ----------
+    frame_shape, itemsize, max_shift, verify, device
+        As :func:`frame_need`; ``max_shift`` the bound (None: unbounded).
+    normalization : str
+        Phase correlation is never tiled.
+    budget : int, optional
+        ``--max-memory`` in bytes (host and device together).
+    limit : int
+        The most frames per chunk.
+    device_free : int, optional
+        Free memory of the GPU (:func:`xcorr_app.backend.device_free_bytes`).
+    host_free : int, optional
+        The host's available memory (:func:`xcorr_app.backend.host_available_bytes`).
+
+    Returns
+    -------
+    MemoryPlan
+        Chunks within ``budget``, within :data:`AUTO_DEVICE_SHARE` of ``device_free`` on the
+        GPU, and on the CPU without ``budget`` within :data:`AUTO_HOST_SHARE` of ``host_free``
+        and :data:`CPU_AUTO_BUDGET`; one frame at a time in bands when only bands fit.
+
+    Raises
+    ------
+    InputError
+        When one frame does not fit (:func:`refusal` says what helps).
+    """
+    limits = _limits(device, budget, device_free, host_free)
+    found = _fitting(frame_shape, itemsize, max_shift, normalization, verify, device, limits)
+    if found is None:
+        raise InputError(refusal(frame_shape, itemsize, max_shift=max_shift,
+                                 normalization=normalization, verify=verify, device=device,
+                                 budget=budget, device_free=device_free, host_free=host_free))
+    band_rows, need = found
+    if band_rows is not None:
+        return MemoryPlan(1, band_rows, need)
     n = int(limit)
     if budget is not None:
-        fit = int(budget // (host + device))
-        if fit < 1:
-            raise InputError(f"--max-memory {human(budget)} is too small for frames of "
-                             f"{frame_shape[0]}x{frame_shape[1]}: one frame needs about "
-                             f"{human(host + device)}; raise it or bound the search with "
-                             "--max-shift")
-        n = min(n, fit)
-    if device_free is not None:
-        n = min(n, max(1, int(AUTO_DEVICE_SHARE * device_free // device)))
-    return max(1, n)
+        n = min(n, budget // need.total)
+    if device == "gpu" and device_free is not None:
+        n = min(n, int(AUTO_DEVICE_SHARE * device_free // max(1, need.device)))
+    if device == "cpu":
+        from ._threads import cpu_threads  # one frame per thread at least, where it fits
+
+        threads = cpu_threads()
+        if budget is None:
+            n = min(n, max(CPU_AUTO_BUDGET, threads * need.total) // need.total)
+            if host_free is not None:
+                n = min(n, int(AUTO_HOST_SHARE * host_free // need.total))
+        if n >= threads:  # every thread gets as many frames (a chunk waits for its slowest)
+            n -= n % threads
+    return MemoryPlan(max(1, n), None, need)
