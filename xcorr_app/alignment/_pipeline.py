@@ -41,8 +41,8 @@ from ..registration._surfaces import GpuSurfaces
 from ..registration._normalize import zncc, zncc_left
 from ..registration._peaks import find_shifts, on_border, refined_shifts
 from ..registration._surfaces import surface_peaks
-from ..streaming import DeviceChunks, plan_memory
-from ..streaming._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thread
+from ..streaming import (DeviceChunks, cpu_threads, frame_slices, keep_freed_memory,
+                         one_blas_thread, plan_memory)
 from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,
                        fft_reference, search_range)
 from ._references import reference_frame
