@@ -111,9 +111,11 @@ def device_attributes() -> dict:
 
     d = cp.cuda.Device()
     a = d.attributes
-    return {"sm_count": int(a["MultiProcessorCount"]), "clock_khz": int(a["ClockRate"]),
-            "memory_clock_khz": int(a["MemoryClockRate"]),
-            "bus_width": int(a["GlobalMemoryBusWidth"]),
+    # an attribute CuPy cannot read (a driver without it) falls back to an H100's
+    return {"sm_count": int(a.get("MultiProcessorCount") or 132),
+            "clock_khz": int(a.get("ClockRate") or 1980000),
+            "memory_clock_khz": int(a.get("MemoryClockRate") or 2619000),
+            "bus_width": int(a.get("GlobalMemoryBusWidth") or 5120),
             "compute_capability": str(d.compute_capability)}
 
 
