@@ -136,10 +136,14 @@ def bucket_of(lay) -> str:
     return f"{count_bucket(lay.n_left)}x{count_bucket(max(1, lay.m))}"
 
 
-def _device() -> dict:
+def _device_id() -> int:
     import cupy as cp
 
-    dev_id = cp.cuda.Device().id
+    return cp.cuda.Device().id
+
+
+def _device() -> dict:
+    dev_id = _device_id()
     if dev_id not in _DEVICES:
         _DEVICES[dev_id] = device_attributes()
     return _DEVICES[dev_id]
@@ -308,13 +312,10 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
     if config_value(PLANNER, "model") == "rules":
         return Decision(rule_plan(lay, max_shift), source="rules",
                         reason=f"{PLANNER}=rules: fixed rule, nothing measured")
-    import cupy as cp
-
     mode = _tune_mode(tune)
     # the fast path: a small problem's whole run is a few microseconds of host time, so a
     # decision seen before is found by the call's own arguments, before any key is built
-    fast = (form, left.shape, right.shape, normalize_max_shift(max_shift), cp.cuda.Device().id,
-            mode)
+    fast = (form, left.shape, right.shape, normalize_max_shift(max_shift), _device_id(), mode)
     if not refresh and fast in _MEMORY:
         return _MEMORY[fast]
     key = problem_key(lay, max_shift)
@@ -330,5 +331,7 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
             else:
                 d = _heuristic_decision(lay, max_shift, key_text)
             _store(key, key_text, bucket, d)
+        else:
+            known[bucket] = d  # reused: this bucket answers at once from now on
         _MEMORY[fast] = d
         return d
