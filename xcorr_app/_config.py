@@ -4,8 +4,12 @@ that come from outside the arguments.
 ============================  ===============================================================
 ``XCORR_CACHE_DIR``           folder of the tuning cache (default: the user cache directory
                               that platformdirs gives, e.g. ``~/.cache/xcorr``)
-``XCORR_PLANNER``             ``measure`` (default): time candidate kernels once per problem;
-                              ``rules``: a fixed rule, nothing measured
+``XCORR_PLANNER``             ``model`` (default): the planner's cost model chooses, nothing
+                              is run; ``measure``: time every candidate kernel once per
+                              problem; ``rules``: a fixed rule, nothing measured
+``XCORR_TUNE``                ``1``: the planner measures the likeliest candidates (at most 2 s
+                              a problem, on a subsample) and caches the choice; ``0`` or unset:
+                              the cost model (or a choice measured and cached before)
 ``XCORR_KERNEL_DIR``          one folder holding every ``*.cu``/``*.cuh``, replacing the
                               package's (kernel development)
 ``XCORR_DEBUG``               ``1``: the command line shows tracebacks instead of one line
@@ -30,6 +34,7 @@ from pathlib import Path
 
 CACHE_DIR = "XCORR_CACHE_DIR"
 PLANNER = "XCORR_PLANNER"
+TUNE = "XCORR_TUNE"
 KERNEL_DIR = "XCORR_KERNEL_DIR"
 DEBUG = "XCORR_DEBUG"
 THREADS = "XCORR_THREADS"
@@ -38,7 +43,8 @@ WORKER_GPU_BY_NAME = "XCORR_WORKER_GPU_BY_NAME"
 #: every variable above, with its one-line meaning (``xcorr info`` and the docs list them)
 VARIABLES = {
     CACHE_DIR: "folder of the tuning cache",
-    PLANNER: "measure (default) or rules",
+    PLANNER: "model (default), measure or rules",
+    TUNE: "1: measure the likeliest kernels (bounded) instead of the cost model's choice",
     KERNEL_DIR: "one folder of kernel sources replacing the package's",
     DEBUG: "1: tracebacks instead of one-line errors",
     THREADS: "threads of the CPU path (default: every CPU this process may use)",
@@ -61,6 +67,30 @@ def cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("xcorr", appauthor=False))
+
+
+def tune_requested() -> bool:
+    """Whether ``XCORR_TUNE`` asks the planner to measure (``1``, ``true``, ``yes``, ``on``)
+    or not (unset, empty, ``0``, ``false``, ``no``, ``off``); any other value is an error.
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ["XCORR_TUNE"] = "1"
+    >>> tune_requested()
+    True
+    >>> del os.environ["XCORR_TUNE"]
+    >>> tune_requested()
+    False
+    """
+    value = (get(TUNE, "") or "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    from .errors import InputError
+
+    raise InputError(f"{TUNE} must be 0 or 1, got {get(TUNE)!r}")
 
 
 def debug() -> bool:

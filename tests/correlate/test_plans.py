@@ -141,11 +141,11 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
     import cupy as cp
 
     monkeypatch.setenv(planner.CACHE_ENV, str(tmp_path))
-    monkeypatch.setattr(planner, "_MEMORY", {})
+    planner.forget()
     rng = np.random.default_rng(144)
     left = cp.asarray(rng.standard_normal((32, 32)), cp.float32)
     right = cp.asarray(rng.standard_normal((40, 32, 32)), cp.float32)
-    d = planner.decide(left, right, "one_to_many", None)
+    d = planner.decide(left, right, "one_to_many", None, tune="full")
     assert d.source == "measured" and d.timings[0][0] == d.plan
     assert d.timings[0][1] == min(t for _, t in d.timings)
     assert {p.method for p, _ in d.timings} >= {"fft", "overlap", "warp_shuffle"}
@@ -154,12 +154,13 @@ def test_planner_picks_fastest_and_caches(tmp_path, monkeypatch):
     assert "fastest" in d.reason
     assert planner.cache_path() == tmp_path / "tuning.json"
     stored = json.loads((tmp_path / "tuning.json").read_text())
-    assert stored["entries"][json.dumps([planner.NAMESPACE, json.loads(d.key)])]["plan"] == \
-        str(d.plan)
-    monkeypatch.setattr(planner, "_MEMORY", {})
-    tuning.forget_memory()  # read back from the disk
+    entry = stored["entries"][json.dumps([planner.NAMESPACE, json.loads(d.key)])]
+    assert entry["buckets"]["1x32"]["plan"] == str(d.plan)
+    planner.forget()
+    tuning.forget_memory()  # read back from the disk, and used without tuning
     again = planner.decide(left, right, "one_to_many", None)
-    assert again.source == "cache" and again.plan == d.plan
+    assert again.source == "measured" and again.plan == d.plan
+    assert "cached decision" in again.reason
     got = cross_correlate(left, right, "one_to_many", method="auto")
     want = reference.xcorr(left.get(), right.get(), "one_to_many")
     assert rel_error(got.get(), want) <= 1e-5

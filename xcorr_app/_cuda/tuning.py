@@ -76,7 +76,7 @@ def _load() -> dict:
         data = json.loads(cache_file().read_text())
         if data.get("format") == CACHE_FORMAT:
             return data.get("entries", {})
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, ImportError):  # ImportError: platformdirs
         pass
     return {}
 
@@ -109,7 +109,7 @@ def remember(namespace: str, key, entry) -> None:
             with atomic_path(path) as tmp:
                 tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries},
                                           indent=0, default=list))
-    except (OSError, filelock.Timeout):
+    except (OSError, ImportError, filelock.Timeout):
         pass  # an unwritable cache only costs a re-measurement next time
 
 

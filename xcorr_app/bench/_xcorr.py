@@ -1,9 +1,13 @@
 """The ``xcorr bench`` benchmark: our planned kernels against the overlap baseline and the peers.
 
 For each problem of :data:`PROBLEMS` (the list of the warp-shuffle issue) the benchmark asks the
-planner for a plan, then times with :func:`xcorr_app._cuda.timing.time_gpu`
+planner for two plans: the cost model's (what a user gets by default: nothing measured) and the
+tuned one (every candidate measured on the problem, cuDNN's benchmark mode), then times with
+:func:`xcorr_app._cuda.timing.time_gpu`
 
-* **ours**: the planner's plan (``run_plan``),
+* **ours**: the cost model's plan (``run_plan``),
+* **tuned**: the fully measured plan (timed apart only where it differs from ours); the ratio
+  ours / tuned is the price of answering at once (target: at most 1.25),
 * **overlap**: the overlap-wise baseline kernel (ours too, not a peer),
 * **cupy_fft**: batched real FFTs in CuPy (:func:`cupy_fft_peer`),
 * **torch**: PyTorch ``conv2d`` in fp32 through cuDNN (:func:`torch_peer`),
@@ -34,7 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..correlate._forms import form_layout
-from ..correlate._shifts import axis_overlaps, first_shift, output_shape
+from ..correlate._cost_model import useful_macs
+from ..correlate._shifts import first_shift, output_shape
 from ..errors import InputError, XcorrError
 from ._common import (cell, fmt_ms, free_gpu_memory, markdown_header, measure_paths,
                       torch_unavailable_reason, utc_now, versions_line)
@@ -42,8 +47,10 @@ from ._common import (cell, fmt_ms, free_gpu_memory, markdown_header, measure_pa
 #: relative error (max |diff| / max |peer|) above which a path is a MISMATCH
 TOLERANCE = 1e-3
 #: the timed paths, in table order; the peers are the other libraries
-PATHS = ("ours", "overlap", "cupy_fft", "torch")
+PATHS = ("ours", "tuned", "overlap", "cupy_fft", "torch")
 PEERS = ("cupy_fft", "torch")
+#: the cost model's plan should stay within this factor of the tuned plan on every row
+MODEL_TARGET = 1.25
 #: candidates printed by ``explain`` (the others are counted)
 EXPLAIN_TOP = 8
 
@@ -133,7 +140,8 @@ def make_inputs(problem: Problem, seed: int = 0):
 def macs(layout, max_shift) -> int:
     """Exact number of multiply-adds of a problem (the definition, no FFT tricks).
 
-    The work is separable: ``n_results * sum_ky rows(ky) * sum_kx cols(kx)``.
+    The work is separable: ``n_results * sum_ky rows(ky) * sum_kx cols(kx)`` (its one home is
+    the planner's cost model, :func:`xcorr_app.correlate._cost_model.useful_macs`).
 
     Parameters
     ----------
@@ -142,12 +150,7 @@ def macs(layout, max_shift) -> int:
     max_shift : None, int or (int, int)
         The shift range, as everywhere (:mod:`xcorr_app.correlate._shifts`).
     """
-    (lh, lw), (rh, rw) = layout.left_shape, layout.right_shape
-    ho, wo = output_shape(layout.left_shape, layout.right_shape, max_shift)
-    ky0, kx0 = first_shift(layout.left_shape, layout.right_shape, max_shift)
-    rows = int(axis_overlaps(lh, rh, ky0, ho).sum())
-    cols = int(axis_overlaps(lw, rw, kx0, wo).sum())
-    return layout.n_results * rows * cols
+    return useful_macs(layout, max_shift)
 
 
 # ------------------------------------------------------------------------------------ peers
@@ -240,8 +243,8 @@ def overlap_peer(left, right, form="one_to_one", max_shift=None):
     return lambda: overlap_xcorr(left, right, form, max_shift, out=out)
 
 
-def planned(decision, left, right, form="one_to_one", max_shift=None):
-    """Our path: the decision's plan through ``run_plan`` (preallocated output)."""
+def planned(plan, left, right, form="one_to_one", max_shift=None):
+    """Our path: a plan through ``run_plan`` (preallocated output)."""
     import cupy as cp
 
     from ..correlate._planner import run_plan
@@ -249,7 +252,7 @@ def planned(decision, left, right, form="one_to_one", max_shift=None):
     lay = form_layout(form, left.shape, right.shape)
     out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
                    dtype=cp.float32)
-    return lambda: run_plan(decision.plan, left, right, form, max_shift, out=out)
+    return lambda: run_plan(plan, left, right, form, max_shift, out=out)
 
 
 # ------------------------------------------------------------------------------- measuring
@@ -266,12 +269,15 @@ def _status(row, check) -> str:
 
 
 def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0) -> dict:
-    """Decide, check and time one problem; returns its row (see :func:`run`)."""
-    from ..correlate._planner import decide
+    """Decide (the cost model's plan and the fully measured one), check and time one problem;
+    returns its row (see :func:`run`)."""
+    from ..correlate._planner import decide, heuristic
 
     left, right = make_inputs(problem, seed)
     form, bound = problem.form, problem.max_shift
-    decision = decide(left, right, form, bound, refresh=explain)
+    ranked = heuristic(problem.layout(), bound)
+    model_plan = ranked[0][0]
+    tuned = decide(left, right, form, bound, refresh=explain, tune="full")
     fft = cupy_fft_peer(left, right, form, bound)
     want = None
     if check:
@@ -279,29 +285,38 @@ def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0
             want = fft()
         except Exception:  # noqa: BLE001 - the FFT peer's own measurement reports it
             want = None
+    same = tuned.plan == model_plan
     makers = {
-        "ours": lambda: planned(decision, left, right, form, bound),
+        "ours": lambda: planned(model_plan, left, right, form, bound),
+        "tuned": lambda: None if same else planned(tuned.plan, left, right, form, bound),
         "overlap": lambda: overlap_peer(left, right, form, bound),
         "cupy_fft": lambda: fft,
         "torch": lambda: torch_peer(left, right, form, bound),
     }
     row = {"problem": problem.name, "form": form, "left_shape": list(left.shape),
            "right_shape": list(right.shape), "max_shift": bound,
-           "macs": macs(problem.layout(), bound), "plan": str(decision.plan),
-           "plan_source": decision.source, "reason": decision.reason,
-           "candidates": [[str(plan), float(t)] for plan, t in decision.timings],
+           "macs": macs(problem.layout(), bound), "plan": str(model_plan),
+           "plan_source": "heuristic", "predicted_ms": float(ranked[0][1]),
+           "tuned_plan": str(tuned.plan), "tuned_source": tuned.source,
+           "reason": tuned.reason,
+           "candidates": [[str(plan), float(t)] for plan, t in tuned.timings],
            "ms": {}, "rel_error": {}, "na": {}}
     wants = {path: None if path == "cupy_fft" else want for path in PATHS}
-    missing = {"torch": torch_unavailable_reason() or "not available"}
+    missing = {"torch": torch_unavailable_reason() or "not available",
+               "tuned": "the same plan as ours"}
     row["ms"], row["rel_error"], row["na"] = measure_paths({p: makers[p] for p in PATHS}, wants,
                                                            missing)
+    if same:
+        row["ms"]["tuned"], row["na"]["tuned"] = row["ms"]["ours"], ""
     return summarise(row, check, peak)
 
 
 def summarise(row, check, peak) -> dict:
-    """Add ``peer_ms``, ``ratio``, ``peak_share`` and ``status`` to a measured row."""
+    """Add ``peer_ms``, ``ratio``, ``model_ratio`` (ours / tuned), ``peak_share`` and
+    ``status`` to a measured row."""
     peers = [row["ms"][p] for p in PEERS if row["ms"][p] is not None]
-    ours = row["ms"]["ours"]
+    ours, tuned = row["ms"]["ours"], row["ms"].get("tuned")
+    row["model_ratio"] = ours / tuned if ours and tuned else None
     row["peer_ms"] = min(peers) if peers else None
     row["ratio"] = row["peer_ms"] / ours if peers and ours else None
     row["peak_share"] = 2.0 * row["macs"] / (ours * 1e-3) / peak if ours and peak else None
@@ -311,18 +326,24 @@ def summarise(row, check, peak) -> dict:
 
 # ------------------------------------------------------------------------------- reporting
 
-COLUMNS = ("problem", "plan", "ours ms", "overlap ms", "CuPy FFT ms", "torch ms",
-           "best peer / ours", "FP32 peak", "check", "notes")
+COLUMNS = ("problem", "plan (cost model)", "ours ms", "tuned plan", "tuned ms", "ours / tuned",
+           "overlap ms", "CuPy FFT ms", "torch ms", "best peer / ours", "FP32 peak", "check",
+           "notes")
 
 
 def format_row(row) -> str:
     """One Markdown table line of a row of :func:`run`."""
-    notes = [f"{p}: {row['na'][p]}" for p in PATHS if row["na"].get(p)]
+    notes = [f"{p}: {row['na'][p]}" for p in PATHS if row["na"].get(p) and p != "tuned"]
     notes += [f"{p} error {e:.1e}" for p, e in row["rel_error"].items()
               if e is not None and not e <= TOLERANCE]
     ratio = "n/a" if row.get("ratio") is None else f"{row['ratio']:.2f}"
     share = "n/a" if row.get("peak_share") is None else f"{100 * row['peak_share']:.1f}%"
-    cells = [row["problem"], f"`{row['plan']}`"] + [fmt_ms(row["ms"].get(p)) for p in PATHS]
+    tuned = row.get("tuned_plan")
+    model_ratio = "n/a" if row.get("model_ratio") is None else f"{row['model_ratio']:.2f}"
+    cells = [row["problem"], f"`{row['plan']}`", fmt_ms(row["ms"].get("ours")),
+             "same" if tuned in (None, row["plan"]) else f"`{tuned}`",
+             fmt_ms(row["ms"].get("tuned")), model_ratio]
+    cells += [fmt_ms(row["ms"].get(p)) for p in PATHS[2:]]
     cells += [ratio, share, row["status"], "; ".join(notes)]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
@@ -335,15 +356,18 @@ def table_header() -> str:
 def format_table(rows) -> str:
     """Markdown table of the rows of :func:`run` (header, separator, one line per row).
 
-    ``best peer / ours`` > 1 means our plan is faster than the fastest of CuPy FFT and torch;
-    ``FP32 peak`` is ``2 * macs / time / peak`` of our plan.
+    ``ours`` is the cost model's plan (nothing measured), ``tuned`` the fully measured one;
+    ``ours / tuned`` is the price of answering at once; ``best peer / ours`` > 1 means our plan
+    is faster than the fastest of CuPy FFT and torch; ``FP32 peak`` is
+    ``2 * macs / time / peak`` of our plan.
     """
     return "\n".join([table_header()] + [format_row(r) for r in rows])
 
 
 def explain_lines(row) -> list:
-    """The decision's reason and the measured candidates (best first, ratio to the best)."""
-    lines = [f"    {row['plan_source']}: {row['reason']}"]
+    """The tuned decision's reason and the measured candidates (best first, ratio to the
+    best)."""
+    lines = [f"    {row.get('tuned_source', row['plan_source'])}: {row['reason']}"]
     cands = row["candidates"]
     best = cands[0][1] if cands else None
     for spec, ms in cands[:EXPLAIN_TOP]:
@@ -368,8 +392,8 @@ def run(problems, explain=False, echo=print, check=True) -> list:
     ----------
     problems : list of Problem
     explain : bool
-        Re-measure every plan (``planner.decide(..., refresh=True)``) and print the reason and
-        the candidates under each row.
+        Re-measure every plan (``planner.decide(..., refresh=True, tune="full")``) and print
+        the reason and the candidates under each row.
     echo : callable
         Receives each printed line (``print`` by default).
     check : bool
@@ -380,9 +404,11 @@ def run(problems, explain=False, echo=print, check=True) -> list:
     -------
     list of dict
         One JSON-serialisable row per problem: ``problem``, ``form``, ``left_shape``,
-        ``right_shape``, ``max_shift``, ``macs``, ``plan``, ``plan_source``, ``reason``,
-        ``candidates`` (``[spec, ms]``, best first), ``ms``/``rel_error``/``na`` (dicts over
-        :data:`PATHS`), ``peer_ms``, ``ratio`` (fastest peer / ours), ``peak_share``, ``status``.
+        ``right_shape``, ``max_shift``, ``macs``, ``plan`` (the cost model's),
+        ``plan_source``, ``predicted_ms``, ``tuned_plan``, ``tuned_source``, ``reason``,
+        ``candidates`` (measured ``[spec, ms]``, best first), ``ms``/``rel_error``/``na``
+        (dicts over :data:`PATHS`), ``peer_ms``, ``ratio`` (fastest peer / ours),
+        ``model_ratio`` (ours / tuned), ``peak_share``, ``status``.
     """
     from .._cuda.timing import device_name, fp32_fma_peak_flops
 
@@ -401,7 +427,19 @@ def run(problems, explain=False, echo=print, check=True) -> list:
             for line in explain_lines(row):
                 echo(line)
         free_gpu_memory()
+    echo(model_summary(rows))
     return rows
+
+
+def model_summary(rows) -> str:
+    """One line: the worst ratio of the cost model's plan to the tuned plan over ``rows``."""
+    ratios = [(r["model_ratio"], r["problem"]) for r in rows if r.get("model_ratio")]
+    if not ratios:
+        return "cost model vs tuned: no row has both times"
+    worst, name = max(ratios)
+    return (f"cost model vs tuned: worst ours / tuned {worst:.2f} ({name}); "
+            f"{sum(q <= MODEL_TARGET for q, _ in ratios)} of {len(ratios)} rows within "
+            f"{MODEL_TARGET:g}x")
 
 
 def select(quick=False, only=None) -> list:

@@ -1,67 +1,76 @@
 """The planner: which kernel (or FFT) computes a cross-correlation problem fastest on this GPU.
 
-Like cuDNN's benchmark mode, the first time a problem (form, sizes, counts, ``max_shift``) is
-seen on a device, the planner measures the candidate plans on the caller's own arrays with CUDA
-events and keeps the fastest; the decision is kept in memory and in the one autotuner's cache
-(:mod:`xcorr_app._cuda.tuning`: ``tuning.json`` in ``$XCORR_CACHE_DIR``, default the user cache
-directory), keyed by the device's fingerprint (GPU, compute capability, a hash of the package
-version and kernel sources) and the problem, so later runs and processes reuse it.
+Like cuDNN's heuristic mode, by default the planner answers at once: its cost model
+(:mod:`xcorr_app.correlate._cost_model`, coefficients fitted per GPU architecture and shipped
+in the package) predicts the time of every candidate plan (:mod:`._candidates`) without
+running anything, and only the chosen plan's kernel is compiled (on its first run).
 
-Candidates are measured in two stages: first the FFT, the overlap-wise baseline, the
-warp-per-shift kernels (small matrices), the register-tiled kernels (column strip; lane per
-pair, for many right matrices) and the tensor-core kernel (many right matrices) with every
-compiled tile that fits, and every compiled warp-shuffle variant that fits the
-problem without work distribution; then, for the three fastest warp-shuffle variants, the
-rectangle and triangle distributions with two task sizes chosen to fill the GPU.  The plan
-chosen is the fastest measured, so it is never slower than any measured path beyond timing noise.
+Measured tuning is opt-in (:mod:`._measure`): ``decide(..., tune=True)``, ``XCORR_TUNE=1`` or
+``xcorr tune`` measure the candidates in the model's order on a subsample of the batch, for at
+most :data:`~xcorr_app.correlate._measure.TUNE_BUDGET_S` seconds a problem;
+``decide(..., tune="full")`` (``XCORR_PLANNER=measure``; ``xcorr bench xcorr``'s tuned column)
+measures every candidate on the caller's arrays, as cuDNN's benchmark mode does.  Measured
+decisions are kept in the one autotuner's cache (:mod:`xcorr_app._cuda.tuning`:
+``tuning.json`` in ``$XCORR_CACHE_DIR``), keyed by the device's fingerprint (GPU, compute
+capability, a hash of the package version and kernel sources) and the problem, and a later
+call without tuning uses them.
 
-``XCORR_PLANNER=rules`` skips measuring and uses a fixed rule (for debugging; not cached).
+**Decisions are reused across batch sizes.** The key of a decision is the form, the frame
+shapes and the search range; the counts of matrices only pick a bucket (the power of two at
+or below each count).  A call whose bucket has no decision yet takes one made for another
+bucket of the same key when that plan can run (:func:`~._candidates.plan_fits`) and the model
+predicts it within :data:`REUSE_SLACK` of its own best for this batch: a new chunk size or
+the last partial chunk of a run neither plans nor compiles again.
+
+``XCORR_PLANNER=rules`` uses a fixed rule (for debugging; not cached).
 
 Examples
 --------
 >>> import cupy as cp  # doctest: +SKIP
 >>> ref, frames = cp.random.rand(64, 64), cp.random.rand(100, 64, 64)  # doctest: +SKIP
 >>> d = decide(ref, frames, "one_to_many", max_shift=8)  # doctest: +SKIP
->>> print(d.plan, d.reason)  # doctest: +SKIP
+>>> print(d.plan, d.source, d.reason)  # doctest: +SKIP
+>>> count_bucket(37), count_bucket(64)
+(32, 64)
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import statistics
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from .._config import CACHE_DIR, PLANNER
+from .._config import CACHE_DIR, PLANNER, TUNE, tune_requested
 from .._config import get as config_value
 from .._cuda import tuning
-from .._cuda.timing import device_name, time_gpu
+from .._cuda.timing import device_name
+from ..errors import InputError
+from ._candidates import (candidates, distribution_candidates, mma_candidates,
+                          pair_tiled_candidates, plan_fits, rule_plan, tiled_candidates)
+from ._cost_model import device_attributes, model_info, rank
 from ._forms import form_layout
+from ._measure import TUNE_BUDGET_S, measure_all, tune_bounded
 from ._plans import Plan, run_plan
-from ._shifts import first_shift, normalize_max_shift, output_shape
+from ._shifts import normalize_max_shift
 
 __all__ = ["Decision", "decide", "candidates", "distribution_candidates", "tiled_candidates",
-           "pair_tiled_candidates", "mma_candidates",
-           "rule_plan",
-           "run_plan", "cache_path", "problem_key", "measure_all", "explain"]
+           "pair_tiled_candidates", "mma_candidates", "rule_plan", "heuristic",
+           "run_plan", "cache_path", "problem_key", "count_bucket", "measure_all", "explain",
+           "set_on_measure", "forget"]
 
 #: the environment variables the planner reads (named in :mod:`xcorr_app._config`)
-CACHE_ENV, MODE_ENV = CACHE_DIR, PLANNER
+CACHE_ENV, MODE_ENV, TUNE_ENV = CACHE_DIR, PLANNER, TUNE
 #: the planner's part of the autotuner's cache (:mod:`xcorr_app._cuda.tuning`)
-NAMESPACE = "xcorr_plans"
-#: warp-shuffle variants refined with work distribution in the second stage
+NAMESPACE = "xcorr_plans_v2"
+#: warp-shuffle variants (the model's best) whose work distributions are ranked too
 REFINE_TOP = 3
-#: a candidate whose first run is this much slower than the best so far is not repeated
-EARLY_REJECT = 3.0
-#: the fastest candidates timed again, in turns, before the choice (see :func:`_confirm`)
-CONFIRM_TOP = 4
-CONFIRM_ROUNDS = 3
-#: warps per SM the distribution sizes aim for (4 blocks of 4 warps each, x 4 for latency)
-TARGET_WARPS_PER_SM = 64
+#: a decision of another batch size is reused while the model predicts it within this factor
+#: of its best for this batch
+REUSE_SLACK = 1.15
+#: decision sources, best first: what a lookup prefers
+SOURCES = ("measured", "tuned", "heuristic")
 
 #: called with one line of text before a (slow, first-time) measurement; the CLI prints it
 #: (set it with :func:`set_on_measure`)
@@ -74,7 +83,10 @@ def set_on_measure(callback) -> None:
     global on_measure
     on_measure = callback
 
-_MEMORY: dict = {}
+
+_MEMORY: dict = {}  # fast key -> Decision
+_BUCKETS: dict = {}  # key text -> {bucket text: Decision}
+_DEVICES: dict = {}  # device id -> device_attributes()
 _LOCK = threading.Lock()
 
 
@@ -84,218 +96,19 @@ class Decision:
 
     plan: Plan
     timings: list = field(default_factory=list)  # [(Plan, ms)], fastest first
-    source: str = "measured"  # "measured", "cache" or "rules"
+    source: str = "heuristic"  # "heuristic", "tuned", "measured", "cache" or "rules"
     reason: str = ""
     key: str = ""
 
 
-# ------------------------------------------------------------------------ candidates
-
-def _fits(variant, lay, ho) -> bool:
-    lefts, rights, shifts, left_rows = variant
-    if lefts > lay.n_left or rights > max(1, lay.m) or shifts > max(1, ho):
-        return False
-    if left_rows > 1 and min(lay.left_shape[0], lay.right_shape[0]) < 64:
-        return False  # grouped overlap pays off on larger matrices only
-    return True
+def forget() -> None:
+    """Drop the decisions kept in memory (the disk cache stays)."""
+    with _LOCK:
+        _MEMORY.clear()
+        _BUCKETS.clear()
 
 
-def candidates(lay, max_shift, sm_count=None) -> list:
-    """First-stage plans for a problem (GPU; ``sm_count`` defaults to the current device's)."""
-    from ._warp_shuffle import MAX_STAGED_BYTES, VARIANTS, staged_bytes
-
-    ho, _ = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    plans = [Plan("fft"), Plan("overlap")]
-    if lay.right_shape[0] * lay.right_shape[1] <= 64 * 64:
-        plans.append(Plan("warp_per_shift"))
-        if staged_bytes(lay.right_shape) <= MAX_STAGED_BYTES:
-            plans.append(Plan("warp_per_shift", shared=1))
-    plans += tiled_candidates(lay, max_shift, sm_count or _sm_count())
-    plans += pair_tiled_candidates(lay, max_shift, sm_count or _sm_count())
-    plans += mma_candidates(lay, max_shift, sm_count=sm_count)
-    for v in VARIANTS[lay.form]:
-        if _fits(v, lay, ho):
-            lefts, rights, shifts, left_rows = v
-            plans.append(Plan("warp_shuffle", lefts=lefts, rights=rights, shifts=shifts,
-                              left_rows=left_rows))
-    return plans
-
-
-def tiled_candidates(lay, max_shift, sm_count: int) -> list:
-    """Register-tiled plans, each with a row chunk that gives the GPU about
-    :data:`TARGET_WARPS_PER_SM` warps per SM."""
-    from ._tiled import TILES
-
-    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    rh, rw = lay.right_shape
-    plans = []
-    for ty, tx, rights in TILES[lay.form]:
-        if rights > max(1, lay.m) or ty > 2 * ho or tx > 2 * wo:
-            continue
-        warps = -(-ho // ty) * -(-wo // tx) * -(-rw // 32) * lay.n_left * -(-lay.m // rights)
-        chunks = max(1, -(-TARGET_WARPS_PER_SM * sm_count // warps))
-        rows = max(8, -(-rh // chunks))
-        plans.append(Plan("tiled", tile_y=ty, tile_x=tx, rights=rights,
-                          rows_per_chunk=0 if rows >= rh else rows))
-    return plans
-
-
-def pair_tiled_candidates(lay, max_shift, sm_count: int) -> list:
-    """Lane-per-pair plans (forms with at least 8 right matrices per left, a left that fits
-    shared memory), each with a row chunk that gives the GPU about
-    :data:`TARGET_WARPS_PER_SM` warps per SM."""
-    from ._tiled import PAIR_FORMS, PAIR_MAX_SHARED, PAIR_TILES, pair_shared_bytes
-
-    if lay.form not in PAIR_FORMS or lay.m < 8:
-        return []
-    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    rh = lay.right_shape[0]
-    plans = []
-    for ty, tx in PAIR_TILES:
-        if ty > 2 * ho or tx > 2 * wo or \
-                pair_shared_bytes(lay.left_shape, ty, tx) > PAIR_MAX_SHARED:
-            continue
-        warps = -(-ho // ty) * -(-wo // tx) * -(-lay.m // 32) * lay.n_left
-        chunks = max(1, -(-TARGET_WARPS_PER_SM * sm_count // warps))
-        rows = max(4, -(-rh // chunks))
-        plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx))
-        if rows < rh:  # and split into row chunks (atomic adds) to fill the GPU
-            plans.append(Plan("pair_tiled", tile_y=ty, tile_x=tx, rows_per_chunk=rows))
-    return plans
-
-
-def mma_candidates(lay, max_shift, limit=None, sm_count=None) -> list:
-    """Tensor-core (3xTF32) plans: forms with at least 8 right matrices per left, every
-    compiled tile whose block fits ``limit`` bytes of shared memory (default: this GPU's, an
-    H100's without one); where the problem has fewer tiles than a wave of warps (``sm_count``
-    SMs of 16 warps), also with each tile's rows split over 2, 4 and 8 warps."""
-    from ._mma import MATRICES, MMA_FORMS, MMA_TILES, ROW_SPLITS, WARPS, unsupported
-
-    if lay.form not in MMA_FORMS or lay.m < 8:
-        return []
-    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    warp_slots = (sm_count or _sm_count()) * WARPS  # one wave of 16-warp blocks
-    plans = []
-    for ty, tx in MMA_TILES:
-        if ty > 2 * ho or tx > 2 * wo:
-            continue
-        tasks = -(-ho // ty) * -(-wo // tx) * -(-lay.m // MATRICES) * lay.n_left
-        few = tasks < warp_slots
-        for ks in ROW_SPLITS if few else (1,):
-            if ks <= lay.right_shape[0] and unsupported(lay.form, lay.left_shape,
-                                                       lay.right_shape, ty, tx, limit,
-                                                       ks) is None:
-                plans.append(Plan("mma", tile_y=ty, tile_x=tx, row_splits=ks))
-    return plans
-
-
-def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:
-    """Rectangle and triangle versions of a warp-shuffle plan, with task sizes that give the
-    GPU about :data:`TARGET_WARPS_PER_SM` warps per SM (and a quarter of that size), and block
-    versions with 2, 4 and 8 warps per block (as far as the longest domain has rows for them).
-    """
-    from ._work_distribution import MAX_BLOCK_WARPS, schedule
-
-    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
-    ky0, _ = first_shift(lay.left_shape, lay.right_shape, max_shift)
-    none = schedule("none", lay.left_shape[0], lay.right_shape[0], ky0, ho, plan.shifts)
-    lengths = none.domain_length[none.domain_length > 0]
-    if not len(lengths):
-        return []
-    pair_groups = -(-lay.n_left // plan.lefts) * -(-lay.m // plan.rights)
-    warps = none.n_groups * -(-wo // 32) * pair_groups
-    target = TARGET_WARPS_PER_SM * sm_count
-    rows = float(lengths.mean()) * warps / target
-    big = 1 << max(0, int(np.ceil(np.log2(max(rows, 1.0)))))
-    sizes = sorted({max(1, min(big, int(lengths.max()))), max(1, big // 4)})
-    slabs = -(-int(lengths.max()) // plan.left_rows)  # a block's warps sum whole slabs of rows
-    block_sizes = sorted({plan.left_rows * -(-slabs // w) for w in (2, 4, MAX_BLOCK_WARPS)
-                          if w <= slabs})
-    return [replace(plan, distribution=d, rows_per_worker=s)
-            for d in ("rectangle", "triangle") for s in sizes
-            if s < lengths.max()] + [  # one task per group is "none" with atomics
-        replace(plan, distribution="block", rows_per_worker=s) for s in block_sizes]
-
-
-def rule_plan(lay, max_shift) -> Plan:
-    """A fixed choice without measuring (``XCORR_PLANNER=rules``)."""
-    if max_shift is None and lay.right_shape[0] * lay.right_shape[1] > 96 * 96:
-        return Plan("fft")
-    rights = 4 if lay.m >= 4 else 1
-    return Plan("warp_shuffle", rights=rights)
-
-
-# ------------------------------------------------------------------------ measuring
-
-def _runner(plan, left, right, form, max_shift, out):
-    """``plan`` on these inputs as a callable for :func:`xcorr_app._cuda.timing.time_gpu`."""
-    return lambda: run_plan(plan, left, right, form, max_shift, out=out)
-
-
-def _time_plan(plan, left, right, form, max_shift, out, best_ms):
-    run = _runner(plan, left, right, form, max_shift, out)
-    first = time_gpu(run, warmup=1, repeat=1)  # compiles on the warm-up run
-    if best_ms is not None and first > EARLY_REJECT * best_ms:
-        return first
-    return time_gpu(run, warmup=1, repeat=5)
-
-
-def _measure(plans, left, right, form, max_shift, out, timings, errors):
-    best = min((t for _, t in timings), default=None)
-    for plan in plans:
-        try:
-            ms = _time_plan(plan, left, right, form, max_shift, out, best)
-        except Exception as exc:  # noqa: BLE001 - a candidate that cannot run is skipped
-            errors.append(f"{plan}: {type(exc).__name__}: {exc}")
-            continue
-        timings.append((plan, ms))
-        best = ms if best is None else min(best, ms)
-
-
-def _sm_count() -> int:
-    import cupy as cp
-
-    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
-
-
-def measure_all(left, right, form, max_shift):
-    """Measure every candidate of both stages; returns ``(timings fastest first, errors)``."""
-    import cupy as cp
-
-    lay = form_layout(form, left.shape, right.shape)
-    out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
-                   dtype=cp.float32)
-    timings, errors = [], []
-    _measure(candidates(lay, max_shift), left, right, form, max_shift, out, timings, errors)
-    shuffles = sorted((t, i, p) for i, (p, t) in enumerate(timings)
-                      if p.method == "warp_shuffle")[:REFINE_TOP]
-    more = []
-    for _, _, p in shuffles:
-        more += distribution_candidates(p, lay, max_shift, _sm_count())
-    _measure(more, left, right, form, max_shift, out, timings, errors)
-    timings.sort(key=lambda pt: pt[1])
-    _confirm(timings, left, right, form, max_shift, out)
-    return timings, errors
-
-
-def _confirm(timings, left, right, form, max_shift, out):
-    """Time the :data:`CONFIRM_TOP` fastest again in :data:`CONFIRM_ROUNDS` rounds, in turns,
-    and rank them by the median of all their measurements (sorts ``timings`` in place).
-
-    The first pass times each candidate once, minutes apart at worst; on a busy host a small
-    problem's time (mostly the host's) drifts by more than the candidates differ.
-    """
-    top = timings[:CONFIRM_TOP]
-    samples = [[t] for _, t in top]
-    for _ in range(CONFIRM_ROUNDS):
-        for k, (plan, _) in enumerate(top):
-            samples[k].append(time_gpu(_runner(plan, left, right, form, max_shift, out),
-                                       warmup=1, repeat=5))
-    timings[:len(top)] = [(plan, statistics.median(ts)) for (plan, _), ts in zip(top, samples)]
-    timings.sort(key=lambda pt: pt[1])
-
-
-# ------------------------------------------------------------------------ cache
+# ------------------------------------------------------------------------ keys
 
 def cache_path() -> Path:
     """The file where decisions are kept: the one autotuner's cache
@@ -303,21 +116,123 @@ def cache_path() -> Path:
     return tuning.cache_file()
 
 
+def count_bucket(n: int) -> int:
+    """The power of two at or below ``n`` (at least 1): counts in one bucket share decisions."""
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
 def problem_key(lay, max_shift) -> list:
     """The autotuner key of a problem on the current device (its fingerprint: GPU, compute
-    capability, kernel code), in the :data:`NAMESPACE` of the tuning cache."""
+    capability, kernel code), in the :data:`NAMESPACE` of the tuning cache: form, frame shapes
+    and search range, no counts (those pick a bucket: :func:`bucket_of`)."""
     bound = normalize_max_shift(max_shift)
     bound = None if bound is None else list(bound)
     return [*tuning.device_fingerprint(), lay.form, list(lay.left_shape),
-            list(lay.right_shape), lay.n_left, lay.m, bound]
+            list(lay.right_shape), bound]
 
+
+def bucket_of(lay) -> str:
+    """``"<left bucket>x<right bucket>"`` of a problem's counts (:func:`count_bucket`)."""
+    return f"{count_bucket(lay.n_left)}x{count_bucket(max(1, lay.m))}"
+
+
+def _device_id() -> int:
+    import cupy as cp
+
+    return cp.cuda.Device().id
+
+
+def _device() -> dict:
+    dev_id = _device_id()
+    if dev_id not in _DEVICES:
+        _DEVICES[dev_id] = device_attributes()
+    return _DEVICES[dev_id]
+
+
+# ------------------------------------------------------------------------ the model
+
+def heuristic(lay, max_shift, dev=None) -> list:
+    """Every candidate with its predicted ms, fastest first: the first stage, then the work
+    distributions of the model's :data:`REFINE_TOP` best warp-shuffle variants."""
+    dev = dev or _device()
+    first = rank(candidates(lay, max_shift, dev["sm_count"]), lay, max_shift, dev)
+    more = []
+    for p in [p for p, _ in first if p.method == "warp_shuffle"][:REFINE_TOP]:
+        more += distribution_candidates(p, lay, max_shift, dev["sm_count"])
+    return rank([p for p, _ in first] + more, lay, max_shift, dev)
+
+
+def _heuristic_decision(lay, max_shift, key_text) -> Decision:
+    dev = _device()
+    ranked = heuristic(lay, max_shift, dev)
+    best_plan, best = ranked[0]
+    text = f"{model_info(dev['compute_capability'])}: {best_plan} predicted {best:.3g} ms"
+    if len(ranked) > 1:
+        text += f"; next {ranked[1][0]} {ranked[1][1]:.3g} ms (of {len(ranked)} candidates)"
+    return Decision(best_plan, ranked, "heuristic", text, key_text)
+
+
+# ------------------------------------------------------------------------ the cache
 
 def _decision_from(entry, key_text) -> Decision:
     return Decision(Plan.parse(entry["plan"]),
-                    [(Plan.parse(p), t) for p, t in entry.get("timings", [])], "cache",
+                    [(Plan.parse(p), t) for p, t in entry.get("timings", [])],
+                    entry.get("source", "measured"),
                     f"cached decision of {entry.get('date', '?')}: {entry.get('reason', '')}",
                     key_text)
 
+
+def _stored(key, key_text) -> dict:
+    """``{bucket: Decision}`` of a key: in memory, with what the disk has added."""
+    known = _BUCKETS.setdefault(key_text, {})
+    entry = tuning.recall(NAMESPACE, key) or {}
+    for bucket, item in entry.get("buckets", {}).items():
+        if bucket not in known or SOURCES.index(known[bucket].source) > \
+                SOURCES.index(item.get("source", "measured")):
+            d = _decision_from(item, key_text)
+            d.source = item.get("source", "measured")
+            known[bucket] = d
+    return known
+
+
+def _store(key, key_text, bucket, d: Decision) -> None:
+    _BUCKETS.setdefault(key_text, {})[bucket] = d
+    if d.source == "heuristic":
+        return  # answered at once next time too: only measurements go to the disk
+    entry = dict(tuning.recall(NAMESPACE, key) or {})
+    buckets = dict(entry.get("buckets", {}))
+    buckets[bucket] = {
+        "plan": str(d.plan), "timings": [[str(p), t] for p, t in d.timings],
+        "reason": d.reason, "source": d.source,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    tuning.remember(NAMESPACE, key, {"buckets": buckets})
+
+
+def _reuse(known, bucket, lay, max_shift, want):
+    """A stored decision for this problem: this bucket's, else another bucket's that fits and
+    that the model does not mind (:data:`REUSE_SLACK`); ``want``: the sources acceptable."""
+    mine = known.get(bucket)
+    if mine is not None and mine.source in want:
+        return mine
+    others = [d for b, d in known.items() if b != bucket and d.source in want
+              and plan_fits(d.plan, lay)]
+    if not others:
+        return None
+    others.sort(key=lambda d: SOURCES.index(d.source))
+    dev = _device()
+    ranked = heuristic(lay, max_shift, dev)
+    best = ranked[0][1]
+    predicted = dict((str(p), t) for p, t in ranked)
+    for d in others:
+        t = predicted.get(str(d.plan))
+        if t is None:
+            t = rank([d.plan], lay, max_shift, dev)[0][1]
+        if t <= REUSE_SLACK * best:
+            return d
+    return None
+
+
+# ------------------------------------------------------------------------ deciding
 
 def explain(timings, errors, n_extra="") -> str:
     """One line on what was measured: the fastest plan and the best of every other kind."""
@@ -335,53 +250,88 @@ def explain(timings, errors, n_extra="") -> str:
     return text + n_extra
 
 
-def decide(left, right, form="one_to_one", max_shift=None, refresh=False) -> Decision:
-    """The plan for correlating these CuPy arrays (measured once per device and problem).
+def _tune_mode(tune):
+    """``False``, ``True`` (bounded) or ``"full"`` from the argument and the environment."""
+    if tune is None:
+        if config_value(PLANNER, "model") == "measure":
+            return "full"
+        return tune_requested()
+    if tune not in (False, True, "full"):
+        raise InputError(f"tune must be False, True or 'full', got {tune!r}")
+    return tune
+
+
+def _measured_decision(left, right, form, max_shift, lay, key_text, mode) -> Decision:
+    if on_measure is not None:
+        what = "every kernel variant" if mode == "full" else \
+            f"the likeliest kernel variants for up to {TUNE_BUDGET_S:g} s"
+        on_measure(f"planning: measuring {what} for {form} {lay.left_shape} x "
+                   f"{lay.right_shape} (once per device and problem; cached in "
+                   f"{cache_path().parent})")
+    if mode == "full":
+        timings, errors = measure_all(left, right, form, max_shift)
+        if not timings:
+            raise RuntimeError("no candidate plan could run: " + "; ".join(errors[:3]))
+        return Decision(timings[0][0], timings, "measured", explain(timings, errors),
+                        key_text)
+    ranked = heuristic(lay, max_shift)
+    timings, errors, skipped, shape = tune_bounded(left, right, form, max_shift, ranked)
+    if not timings:  # nothing ran within the budget: the model's choice
+        d = _heuristic_decision(lay, max_shift, key_text)
+        d.reason += f"; tuning measured nothing ({'; '.join(errors[:1]) or 'no time'})"
+        return d
+    note = f" (on a subsample {shape}; {len(skipped)} candidates left for lack of time)"
+    return Decision(timings[0][0], timings, "tuned", explain(timings, errors, note), key_text)
+
+
+def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
+           tune=None) -> Decision:
+    """The plan for correlating these CuPy arrays.
 
     Parameters
     ----------
     left, right : cupy.ndarray
-        The problem's inputs; used as they are for the measurement.
+        The problem's inputs (read only when measuring).
     form, max_shift
         As :func:`xcorr_app.cross_correlate`.
     refresh : bool
-        Measure again even when a decision is cached.
+        Decide again even when a decision is kept (and, when measuring, measure again).
+    tune : {None, False, True, "full"}
+        ``False``: the cost model (or a measured decision kept from before); ``True``: measure
+        the likeliest candidates within a time budget, on a subsample; ``"full"``: measure
+        every candidate on these arrays. ``None`` (default): ``True`` where ``XCORR_TUNE=1``,
+        ``"full"`` where ``XCORR_PLANNER=measure``, else ``False``.
+
+    Returns
+    -------
+    Decision
+        ``source`` says how it was made: ``"heuristic"`` (the cost model), ``"tuned"``
+        (bounded measurement), ``"measured"`` (full) or ``"rules"``.
     """
     lay = form_layout(form, left.shape, right.shape)
-    if config_value(PLANNER, "measure") == "rules":
+    if config_value(PLANNER, "model") == "rules":
         return Decision(rule_plan(lay, max_shift), source="rules",
                         reason=f"{PLANNER}=rules: fixed rule, nothing measured")
-    import cupy as cp
-
+    mode = _tune_mode(tune)
     # the fast path: a small problem's whole run is a few microseconds of host time, so a
     # decision seen before is found by the call's own arguments, before any key is built
-    fast = (form, left.shape, right.shape, normalize_max_shift(max_shift), cp.cuda.Device().id)
+    fast = (form, left.shape, right.shape, normalize_max_shift(max_shift), _device_id(), mode)
     if not refresh and fast in _MEMORY:
         return _MEMORY[fast]
     key = problem_key(lay, max_shift)
     key_text = json.dumps(key)
+    bucket = bucket_of(lay)
     with _LOCK:
-        if not refresh:
-            hit = _MEMORY.get(key_text)
-            if hit is None:
-                entry = tuning.recall(NAMESPACE, key)
-                if entry is not None:
-                    hit = _MEMORY[key_text] = _decision_from(entry, key_text)
-            if hit is not None:
-                _MEMORY[fast] = hit
-                return hit
-        if on_measure is not None:
-            on_measure(f"planning: measuring kernel variants for {form} {lay.left_shape} x "
-                       f"{lay.right_shape} (once per device and problem; cached in "
-                       f"{cache_path().parent})")
-        timings, errors = measure_all(left, right, form, max_shift)
-        if not timings:
-            raise RuntimeError("no candidate plan could run: " + "; ".join(errors[:3]))
-        reason = explain(timings, errors)
-        d = _MEMORY[key_text] = _MEMORY[fast] = Decision(timings[0][0], timings, "measured",
-                                                         reason, key_text)
-        tuning.remember(NAMESPACE, key, {
-            "plan": str(d.plan), "timings": [[str(p), t] for p, t in timings],
-            "reason": reason,
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+        known = _stored(key, key_text)
+        want = {"full": ("measured",), True: ("measured", "tuned")}.get(mode, SOURCES)
+        d = None if refresh else _reuse(known, bucket, lay, max_shift, want)
+        if d is None:
+            if mode:
+                d = _measured_decision(left, right, form, max_shift, lay, key_text, mode)
+            else:
+                d = _heuristic_decision(lay, max_shift, key_text)
+            _store(key, key_text, bucket, d)
+        else:
+            known[bucket] = d  # reused: this bucket answers at once from now on
+        _MEMORY[fast] = d
         return d
