@@ -72,3 +72,15 @@ def test_two_stage_refinement_same_grid(rng):
                                 normalization=None, periodic=True, coarse=4)
             assert np.abs(one - two).max() <= tol
             np.testing.assert_allclose(two, -t, atol=0.5)  # small non-periodic crops: biased
+
+
+def test_tune_reaches_the_measurer_and_changes_nothing_on_the_cpu(rng):
+    from xcorr_app.alignment._options import AlignOptions
+    from xcorr_app.alignment._pipeline import Measurer
+
+    assert Measurer.of(AlignOptions(tune=True, max_shift=3), np, (20, 24)).tune is True
+    assert Measurer.of(AlignOptions(max_shift=3), np, (20, 24)).tune is False
+    stack, _ = _drifting(rng, 4, (30, 34))
+    a = xcorr_app.align(stack, device="cpu", max_shift=6, tune=True)
+    b = xcorr_app.align(stack, device="cpu", max_shift=6)
+    np.testing.assert_array_equal(a.shifts, b.shifts)

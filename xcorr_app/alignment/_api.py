@@ -115,7 +115,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
 def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
           subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
-          max_memory=None, device="auto", gpus=None, features=None, progress=None):
+          max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -184,6 +184,10 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         GPU.
     progress : callable(int), optional
         Called with the number of frames finished after each chunk.
+    tune : bool, optional
+        On the GPU, measure the likeliest kernels for this problem (at most about 2 s, the
+        choice cached for later runs) instead of choosing from the planner's cost model
+        (``XCORR_TUNE=1`` does the same; ``xcorr tune`` ahead of time).
 
     Returns
     -------
@@ -196,7 +200,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     if hasattr(reference, "dtype") and hasattr(reference, "shape"):
         check_pixel_type(reference.dtype, "the reference")
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
-                        window, verify, min_confidence, interpolate_low, channel, features)
+                        window, verify, min_confidence, interpolate_low, channel, features, tune)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")

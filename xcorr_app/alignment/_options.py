@@ -100,6 +100,7 @@ class AlignOptions:
     interpolate_low: bool = False
     channel: int | None = None
     features: str | None = None
+    tune: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "max_shift", normalize_max_shift(self.max_shift))

@@ -54,13 +54,15 @@ class Measurer:
     A :class:`~xcorr_app.registration._bands.Bands` plan measures frames too large to
     correlate at once band by band (:func:`~xcorr_app.registration._bands.banded_surface`)."""
 
-    def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None):
+    def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None,
+                 tune=False):
         check_choices(normalization, subpixel)
         self.xp, self.dev = xp, "cpu" if xp is np else "gpu"
         self.bound = search_range(frame_shape, max_shift)
         self.unbounded = max_shift is None
         self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
         self.plan = "phase" if normalization == "phase" else plan
+        self.tune = tune  # GPU: measure the likeliest kernels (bounded) instead of the model
         self._surfaces = None  # GPU: the run's GpuSurfaces
         self._kept = {}  # CPU: what a 2-D reference gives every frame (see _of_reference)
         self._lock = threading.Lock()
@@ -82,7 +84,7 @@ class Measurer:
                 self.plan = Plan("fft")  # without a bound: FFT
             elif self.dev == "gpu":
                 self.plan = choose_method(form_layout(form, ref.shape, mov.shape), self.bound,
-                                          "gpu", ref, mov)
+                                          "gpu", ref, mov, tune=self.tune)
             else:  # a per-frame rule: the same for any chunk size
                 left = ref[:1] if form == "n_to_mn" else ref
                 self.plan = choose_method(form_layout(form, left.shape, mov[:1].shape),
@@ -167,7 +169,7 @@ class Measurer:
     def of(cls, opts, xp, frame_shape, plan=None):
         """The measurer of a run's :class:`~xcorr_app.alignment._options.AlignOptions`."""
         return cls(xp, frame_shape, opts.max_shift, opts.normalization, opts.subpixel,
-                   opts.upsample, plan)
+                   opts.upsample, plan, opts.tune)
 
 
 def prepared_reference(opts, src, xp, chunk_frames, image=None):

@@ -44,6 +44,9 @@ MEASURE_OPTIONS = (
     click.option("--features", type=FEATURES, default=None,
                  help="Register on the local energy of this filter bank (im2win or, for 3x3 "
                       "filters, Winograd kernel) instead of the prefiltered frames."),
+    click.option("--tune", is_flag=True,
+                 help="GPU: measure the likeliest kernels for this problem (at most 2 s, cached) "
+                      "instead of the planner's cost model (also XCORR_TUNE=1, xcorr tune)."),
     click.option("--min-confidence", type=click.FloatRange(min=0), default=None,
                  help="Flag frames whose peak / second peak is below this."),
     click.option("--interpolate-low", is_flag=True,
@@ -173,7 +176,7 @@ def _check(o):
                          "replace")
     AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample, o.prefilter,
                  o.window, not o.no_verify, o.min_confidence, o.interpolate_low, o.channel,
-                 o.features)
+                 o.features, o.tune)
     mean_count(o.reference, 1)
     o.dev = note_device(o.device, o.quiet)
     planner_notes(o.quiet)
@@ -191,7 +194,8 @@ def _measure(o, client, gpu_ids, n, frame_gb):
                    upsample=o.upsample, prefilter=o.prefilter, window=o.window,
                    verify=not o.no_verify, min_confidence=o.min_confidence,
                    interpolate_low=o.interpolate_low, channel=o.channel,
-                   chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features)
+                   chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features,
+                   tune=o.tune)
     with progress_bar(n, "measuring", o.quiet) as bar:
         if client is not None:
             from ..distributed._dask import align as dask_align

@@ -37,7 +37,8 @@ COMMANDS = {
              "Show the backend, the GPU, CuPy and the CUDA kernel sources found."),
     "bench": ("._bench", "bench",
               "Time xcorr's kernels against the peers on this GPU (CUDA events, medians)."),
-    # "tune": ("._tune", "tune_cmd", "..."),
+    "tune": ("._tune", "tune_cmd",
+             "Measure the planner's likeliest kernels for these problems and cache the choices."),
 }
 
 

@@ -25,16 +25,18 @@ from ._shifts import normalize_max_shift
 __all__ = ["cross_correlate", "choose_method", "METHODS"]
 
 
-def choose_method(layout, max_shift, device: str, left=None, right=None):
+def choose_method(layout, max_shift, device: str, left=None, right=None, tune=False):
     """The plan ``method="auto"`` runs.
 
-    On the GPU the planner (:mod:`xcorr_app.correlate._planner`) measures once per problem and device; on
-    the CPU, bounded searches use the direct sum while its work is small and the FFT otherwise.
+    On the GPU the planner (:mod:`xcorr_app.correlate._planner`) chooses from its cost model, or
+    with ``tune`` (or ``XCORR_TUNE=1``) measures the likeliest candidates, once per problem and
+    device; on the CPU, bounded searches use the direct sum while its work is small and the FFT
+    otherwise.
     """
     if device == "gpu":
         from ._planner import decide
 
-        return decide(left, right, layout.form, max_shift).plan
+        return decide(left, right, layout.form, max_shift, tune=True if tune else None).plan
     if max_shift is None:
         return Plan("fft")
     return Plan("direct" if direct_is_small(layout, max_shift) else "fft")

@@ -187,7 +187,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
           subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
-          progress=None, features=None):
+          progress=None, features=None, tune=False):
     """:func:`xcorr_app.align` on a Dask cluster.
 
     Parameters
@@ -226,7 +226,7 @@ min_confidence, interpolate_low, channel, features
     from ..streaming import parse_memory
 
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
-                        window, verify, min_confidence, interpolate_low, channel, features)
+                        window, verify, min_confidence, interpolate_low, channel, features, tune)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
