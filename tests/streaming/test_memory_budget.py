@@ -35,7 +35,8 @@ def test_bands_need_less_and_grow_with_their_rows():
     assert needs[1] - needs[0] == 9 * SHAPE[1] * mb.CORRELATION_BYTES_PER_PIXEL
 
 
-def test_chunks_fit_the_budget_and_the_caps():
+def test_chunks_fit_the_budget_and_the_caps(monkeypatch):
+    monkeypatch.setenv("XCORR_THREADS", "1")
     need = frame_need(SHAPE, 2, max_shift=(6, 6)).total
     plan = plan_memory(SHAPE, 2, max_shift=(6, 6), budget=10 * need + 1)
     assert plan.chunk_frames == 10 and plan.band_rows is None
@@ -50,6 +51,13 @@ def test_chunks_fit_the_budget_and_the_caps():
     big = (1500, 1500)
     want = mb.CPU_AUTO_BUDGET // frame_need(big, 2, max_shift=(6, 6)).total
     assert 1 < want < 64 and plan_memory(big, 2, max_shift=(6, 6)).chunk_frames == want
+    # the CPU's chunk: a frame per thread where memory allows, and a multiple of the threads
+    for threads in (2, 3, 16):
+        monkeypatch.setenv("XCORR_THREADS", str(threads))
+        n = plan_memory(big, 2, max_shift=(6, 6)).chunk_frames
+        assert n >= threads and n % threads == 0 and n <= max(want, threads)
+        n = plan_memory(SHAPE, 2, max_shift=(6, 6), budget=10 * need + 1).chunk_frames
+        assert n == (10 // threads) * threads or (threads > 10 and n == 10)
 
 
 def test_a_bounded_search_that_does_not_fit_whole_runs_in_bands():
