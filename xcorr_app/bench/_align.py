@@ -279,6 +279,7 @@ def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
     if importlib.util.find_spec("distributed") is not None:
         extra.append((" --workers 2", ["--workers", 2]))
     caches, rows = Caches(), []
+    _free_if_gpu()  # this process's pools: the children need the GPU's memory
     try:
         with tempfile.TemporaryDirectory(prefix="xcorr-bench-oneshot-") as tmp:
             runs = [(label, args, state) for label, args in configs for state in ("cold", "warm")]
@@ -288,9 +289,11 @@ def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
                 r = run_process(xcorr_argv("align", path, "--out", out, "--no-aligned", "-q",
                                            *args), env=caches.env(state), out=out)
                 name = f"one-shot xcorr align{label} ({state} caches)"
+                peak = "" if r["peak_bytes"] is None else \
+                    f"peak host memory {r['peak_bytes'] / 1e9:.2f} GB"
                 rows.append(_report(make_row(
                     name, "oneshot", n, frame_bytes, r["seconds"], r["shifts"], truth,
-                    note=f"peak host memory {r['peak_bytes'] / 1e9:.2f} GB",
+                    note=peak,
                     error="" if r["returncode"] == 0 else r["stderr"]), echo))
     finally:
         caches.close()

@@ -24,7 +24,6 @@ least as fast as the skimage loop within :data:`TARGET_PEAK_BYTES` of peak memor
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ._align_data import rms_error
-from ._oneshot import run_process, xcorr_argv
+from ._oneshot import python_argv, run_process, xcorr_argv
 
 #: the issue's stack for the CPU: (frames, height, width); --quick
 CPU_SHAPE = (300, 1024, 1024)
@@ -100,7 +99,7 @@ def rows_for(path, stack, echo=print) -> list:
                 add(_row(f"{name}, one-shot process, {run}", "xcorr", n, r["seconds"],
                          r["shifts"], truth, r["peak_bytes"],
                          error="" if r["returncode"] == 0 else r["stderr"]))
-        r = run_process([sys.executable, "-c", SKIMAGE_CHILD.format(u=UPSAMPLE), path])
+        r = run_process(python_argv("-c", SKIMAGE_CHILD.format(u=UPSAMPLE), path))
         add(_row(f"skimage loop, upsample {UPSAMPLE}, one-shot process", "peer", n,
                  r["seconds"], peak=r["peak_bytes"],
                  error="" if r["returncode"] == 0 else r["stderr"]))

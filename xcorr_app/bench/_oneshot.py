@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Caches", "OneShot", "run_process", "xcorr_argv", "read_shifts_csv"]
+__all__ = ["Caches", "OneShot", "run_process", "xcorr_argv", "python_argv", "read_shifts_csv"]
 
 
 class Caches:
@@ -45,7 +45,7 @@ class Caches:
 
 class OneShot(dict):
     """What :func:`run_process` saw: ``seconds`` (wall clock), ``peak_bytes`` (the child's
-    maximum resident set), ``returncode``, ``stderr`` (its last line) and ``shifts``."""
+    own peak resident memory), ``returncode``, ``stderr`` (its last line) and ``shifts``."""
 
 
 def read_shifts_csv(path) -> np.ndarray:
@@ -55,27 +55,54 @@ def read_shifts_csv(path) -> np.ndarray:
     return np.array([[float(r["dy"]), float(r["dx"])] for r in rows])
 
 
+#: the child's own peak memory: read from /proc/self/status at exit (``VmHWM``, the high-water
+#: mark of the process's own memory since it started Python).  Not ``ru_maxrss`` from
+#: ``wait4``: Linux counts in it the pages the child shared with this process between fork and
+#: exec, so every child "peaked" at the benchmark's own size (2.9 GB with a 629 MB stack read).
+_PEAK_HOOK = ("import atexit, os, runpy, sys\n"
+              "def _peak():\n"
+              "    try:\n"
+              "        hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+              "        open(os.environ['XCORR_BENCH_PEAK'], 'w').write(hwm[0].split()[1])\n"
+              "    except (OSError, IndexError):\n"
+              "        pass\n"
+              "atexit.register(_peak)\n"
+              "sys.argv = sys.argv[1:]\n")
+
+
 def xcorr_argv(*args) -> list:
     """The command line of ``xcorr ARGS`` with this Python."""
-    return [sys.executable, "-m", "xcorr_app.cli", *map(str, args)]
+    return python_argv("-m", "xcorr_app.cli", *args)
+
+
+def python_argv(*args) -> list:
+    """``python ARGS`` (``-m MODULE ...`` or ``-c CODE ...``) run under the peak-memory hook."""
+    if args[0] == "-m":
+        body = f"runpy.run_module({args[1]!r}, run_name='__main__', alter_sys=True)"
+        rest = args[2:]
+        argv0 = args[1]
+    else:
+        body, rest, argv0 = f"exec(compile({args[1]!r}, '<bench>', 'exec'))", args[2:], "-c"
+    return [sys.executable, "-c", _PEAK_HOOK + body, argv0, *map(str, rest)]
 
 
 def run_process(argv, env=None, out=None) -> OneShot:
-    """Run ``argv`` (e.g. :func:`xcorr_argv`) in a fresh process and wait for it.
-
-    ``env`` is added to the environment; ``out``: the output folder whose ``shifts.csv`` is
-    read back.  The peak memory comes from ``os.wait4`` (the child's own ``ru_maxrss``)."""
-    full_env = {**os.environ, **(env or {})}
-    start = time.perf_counter()
-    proc = subprocess.Popen(list(map(str, argv)), env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = proc.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    """Run ``argv`` (from :func:`xcorr_argv` or :func:`python_argv`) in a fresh process and
+    wait for it; ``env`` is added to the environment; ``out``: the output folder whose
+    ``shifts.csv`` is read back.  ``peak_bytes``: the child's own high-water mark (None where
+    /proc is missing)."""
+    with tempfile.TemporaryDirectory(prefix="xcorr-bench-peak-") as tmp:
+        peak_file = Path(tmp) / "peak"
+        full_env = {**os.environ, **(env or {}), "XCORR_BENCH_PEAK": str(peak_file)}
+        start = time.perf_counter()
+        proc = subprocess.run(list(map(str, argv)), env=full_env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+        seconds = time.perf_counter() - start
+        peak = int(peak_file.read_text()) * 1024 if peak_file.exists() else None
+    err = proc.stderr.decode(errors="replace")
     lines = [ln for ln in err.splitlines() if ln.strip()]
     shifts = None
     if out is not None and proc.returncode == 0 and (Path(out) / "shifts.csv").exists():
         shifts = read_shifts_csv(Path(out) / "shifts.csv")
-    return OneShot(seconds=seconds, peak_bytes=int(usage.ru_maxrss) * 1024,
-                   returncode=proc.returncode, stderr=lines[-1] if lines else "",
-                   shifts=shifts)
+    return OneShot(seconds=seconds, peak_bytes=peak, returncode=proc.returncode,
+                   stderr=lines[-1] if lines else "", shifts=shifts)

@@ -72,9 +72,9 @@ VERIFY_BYTES_PER_PIXEL = 32
 AUTO_DEVICE_SHARE = 0.5
 #: share of the host's available memory the automatic chunk cap uses on the CPU
 AUTO_HOST_SHARE = 0.5
-#: the most bytes the automatic chunk cap gives one chunk on the CPU (without --max-memory),
-#: unless one frame per thread needs more (the chunk is cut into one slice per thread:
-#: :mod:`xcorr_app.streaming._threads`); 300 frames of 1024x1024 peaked at about 0.9 GB
+#: the most bytes the automatic chunk cap gives one chunk on the CPU (without --max-memory);
+#: the chunk is cut into one slice per thread (:mod:`xcorr_app.streaming._threads`), so on
+#: many cores large frames use as many threads as frames fit
 CPU_AUTO_BUDGET = 1 << 30
 #: rows per band of a tiled search, at most (or 32 bound rows where more): larger bands save
 #: little (each band reads ``2 sy`` rows more than it measures) and hold more memory
@@ -320,11 +320,11 @@ def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", 
     if device == "gpu" and device_free is not None:
         n = min(n, int(AUTO_DEVICE_SHARE * device_free // max(1, need.device)))
     if device == "cpu":
-        from ._threads import cpu_threads  # one frame per thread at least, where it fits
+        from ._threads import cpu_threads
 
         threads = cpu_threads()
         if budget is None:
-            n = min(n, max(CPU_AUTO_BUDGET, threads * need.total) // need.total)
+            n = min(n, CPU_AUTO_BUDGET // need.total)
             if host_free is not None:
                 n = min(n, int(AUTO_HOST_SHARE * host_free // need.total))
         if n >= threads:  # every thread gets as many frames (a chunk waits for its slowest)
