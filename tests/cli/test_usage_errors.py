@@ -11,6 +11,7 @@ import tifffile
 
 from sample_paths import stack_path
 from cli_helpers import assert_clean_error, xcorr
+from synthetic import write_cut_tiff
 
 
 def sha(path):
@@ -87,16 +88,7 @@ def _unblock(fifo):
 @pytest.mark.parametrize("cmd", ["align", "filter"])
 def test_truncated_stack_is_an_error(tmp_path, rng, layout, cut, cmd):
     data = rng.integers(0, 4000, size=(20, 48, 64), dtype=np.uint16)
-    path = tmp_path / "cut.tif"
-    kw = {"compression": "zlib"} if "zlib" in layout else {}
-    if layout.startswith("imagej"):
-        tifffile.imwrite(path, data, imagej=True, metadata={"axes": "TYX"}, **kw)
-    else:
-        tifffile.imwrite(path, data, photometric="minisblack", **kw)
-    whole = path.read_bytes()
-    with tifffile.TiffFile(path) as tif:
-        second = tif.pages[1].offset
-    path.write_bytes(whole[:second + 10] if cut == "page1" else whole[:int(len(whole) * cut)])
+    path = write_cut_tiff(tmp_path / "cut.tif", data, layout, cut)
     before = sha(path)
     extra = ("--kernel", "box:3", "--out", tmp_path / "f.tif") if cmd == "filter" else (
         "--out", tmp_path / "o")
