@@ -118,14 +118,49 @@ def test_unmeasurable_frame_in_a_stack_is_nan_flagged_and_not_agreeing(rng, bad)
     np.testing.assert_allclose(res.shifts[keep], moves[keep], atol=0.1)
 
 
-def test_previous_reference_flags_the_frame_after_an_unmeasurable_one(rng):
-    stack, _ = _smooth_stack(rng, n=8)
+@pytest.mark.parametrize("chunk", [64, 1, 2, 3])
+def test_previous_reference_measures_across_unmeasurable_frames(rng, chunk):
+    """Each frame after an unmeasurable one (frame 3: NaN; 6 and 7: constant) is measured
+    against the last measurable frame before it: the accumulated drift is the one of the stack
+    without them, whatever the chunks (it was lost before: a step of 0 for the frame after)."""
+    stack, moves = _smooth_stack(rng, n=10)
     stack[3, 0, 0] = np.nan
-    res = align(stack, "previous", device="cpu")
-    assert np.isnan(res.shifts[3]).all()
-    assert res.low_confidence.tolist() == [False] * 3 + [True, True] + [False] * 3
-    assert not res.border[4]
-    assert any("came after an unmeasurable frame" in n for n in res.summary()["notes"])
+    stack[6] = 5.0
+    stack[7] = 5.0
+    res = align(stack, "previous", device="cpu", chunk_frames=chunk)
+    bad = np.isin(np.arange(10), [3, 6, 7])
+    alone = align(stack[~bad], "previous", device="cpu")
+    np.testing.assert_array_equal(res.shifts[~bad], alone.shifts)
+    np.testing.assert_allclose(res.shifts[~bad], moves[~bad], atol=0.1)
+    assert np.isnan(res.shifts[bad]).all()
+    assert res.low_confidence.tolist() == bad.tolist()
+    assert any("last measurable frame" in n for n in res.summary()["notes"])
+
+
+def test_previous_reference_chain_starts_at_the_first_measurable_frame(rng):
+    stack, moves = _smooth_stack(rng, n=6)
+    stack[0] = 1.0
+    res = align(stack, "previous", device="cpu", chunk_frames=2)
+    np.testing.assert_array_equal(res.shifts[1:], align(stack[1:], "previous",
+                                                        device="cpu").shifts)
+    np.testing.assert_allclose(res.shifts[1:], moves[1:] - moves[1], atol=0.1)
+
+
+def test_previous_reference_range_looks_back_for_a_measurable_frame(rng):
+    """A range that starts after an unmeasurable frame (other GPUs, Dask workers) measures its
+    first frame against the last measurable one before it: the rows the whole run gives."""
+    from xcorr_app.alignment._options import AlignOptions
+    from xcorr_app.alignment._pipeline import measure_frames
+    from xcorr_app.io import ArraySource
+
+    stack, _ = _smooth_stack(rng, n=9)
+    stack[4] = 3.0
+    opts = AlignOptions("previous")
+    with ArraySource(stack) as src:
+        whole, _ = measure_frames(opts, src, np, 4, None)
+    with ArraySource(stack) as src:
+        part, _ = measure_frames(opts, src, np, 3, None, start=5)
+    np.testing.assert_array_equal(part, whole[5:])
 
 
 def test_infinite_confidence_is_the_string_inf_in_json_and_csv():

@@ -45,6 +45,7 @@ from ..streaming import (DeviceChunks, cpu_threads, frame_slices, keep_freed_mem
                          one_blas_thread, plan_memory)
 from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,
                        fft_reference, search_range)
+from ._preprocess import Prepared
 from ._references import reference_frame
 from ._result import COLUMNS
 
@@ -212,6 +213,44 @@ def shared_plan(opts, xp, frame_shape, chunk_frames, reference):
                                "one_to_many")
 
 
+#: ``reference="previous"`` in a range of frames (other GPUs, Dask workers): how many frames
+#: before the range are read to find the last measurable one
+LOOK_BACK = 16
+
+
+def previous_references(p, carry, xp):
+    """The references of ``reference="previous"``: for each prepared frame of ``p``, the last
+    measurable frame before it (not constant, no NaN or Inf), so that the drift across an
+    unmeasurable frame is measured, not lost.
+
+    ``carry``: ``(frame, raw)`` of the last measurable frame before ``p`` (``None`` at the
+    start of the stack: frames with no measurable frame before them are their own reference,
+    the start of the chain).  Computed on the device without waiting for it (the count of
+    measurable frames, then ``searchsorted`` for the last one).  Returns ``(refs, refs_raw,
+    carry)`` with the carry for the next chunk.
+
+    >>> from xcorr_app.alignment._preprocess import prepare
+    >>> f = np.stack([np.eye(4) * k for k in (1, 2, 0, 4)])  # frame 2 is constant
+    >>> refs, _, carry = previous_references(prepare(f, np), None, np)
+    >>> [int(r.max() - r.min() > 0) and int(round(float(r[0, 0] - r[0, 1]))) for r in refs]
+    [1, 1, 2, 2]
+    """
+    usable = p.finite & ~p.constant
+    count = xp.cumsum(usable.astype(xp.int32))  # measurable frames up to each one
+    before = xp.concatenate([xp.zeros(1, count.dtype), count[:-1]])
+    last = xp.minimum(xp.searchsorted(count, xp.maximum(before, 1), side="left"), len(count) - 1)
+    have = (before > 0)[:, None, None]
+    fallback = (p.frames, p.raw) if carry is None else \
+        tuple(xp.broadcast_to(c, p.frames.shape) for c in carry)
+    refs = xp.where(have, p.frames[last], fallback[0])
+    refs_raw = xp.where(have, p.raw[last], fallback[1])
+    total = count[-1]
+    k = xp.minimum(xp.searchsorted(count, xp.maximum(total, 1), side="left"), len(count) - 1)
+    old = (p.frames[-1], p.raw[-1]) if carry is None else carry
+    new = tuple(xp.where(total > 0, a[k], b) for a, b in zip((p.frames, p.raw), old))
+    return refs, refs_raw, new
+
+
 def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0, stop=None,
                    progress=None):
     """The per-frame result table (rows ``start:stop``, columns :data:`COLUMNS`) and the plan.
@@ -219,16 +258,18 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     The chunk loop of :func:`align`: frames are streamed from ``src`` in chunks of
     ``chunk_frames``, prepared, measured against ``reference`` (from
     :func:`prepared_reference`, or a future of ``(reference, plan)`` awaited once reading has
-    started; with ``reference="previous"`` frame ``start - 1`` is read as the first frame's
-    reference), and checked against the FFT reference.  Each frame's row depends
+    started; with ``reference="previous"`` each frame is measured against the last measurable
+    frame before it (not constant, no NaN or Inf: :func:`previous_references`), looked for up
+    to :data:`LOOK_BACK` frames before ``start``), and checked against the FFT reference.  Each frame's row depends
     only on the frame, its reference and ``plan``, so ranges measured apart (other GPUs, Dask
     workers) give the rows one run gives.
     """
     stop = src.n_frames if stop is None else stop
     part = FrameRange(src, start, stop)
-    # "previous": the frame before the range, read before the reader thread shares the source
-    before = np.array(backend.to_numpy(src.read(start - 1, start))) \
-        if opts.previous and start > 0 else None
+    # "previous": the frames before the range, read before the reader thread shares the source
+    first = max(0, start - LOOK_BACK, getattr(src, "first_frame", 0))  # a block: what it holds
+    before = np.array(backend.to_numpy(src.read(first, start))) \
+        if opts.previous and start > first else None
     with DeviceChunks(part, chunk_frames, xp) as chunks:  # reading starts now
         if isinstance(reference, concurrent.futures.Future):  # being prepared elsewhere
             reference, plan = reference.result()
@@ -252,9 +293,12 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
             ref_raw_fft = fft.fft2(ref_raw)
             if fft_kwargs["periodic"]:
                 ref_raw_fft = periodic_spectrum(ref_raw, ref_raw_fft)
-    elif before is not None:
+    elif before is not None:  # the last measurable of the frames before the range, if any
         p = prep(xp.asarray(before))
-        last = (p.frames[0], p.raw[0], None)
+        usable = backend.to_numpy(p.finite & ~p.constant)
+        if usable.any():
+            k = int(np.flatnonzero(usable)[-1])
+            last = (p.frames[k], p.raw[k], None)
     if xp is not np:
         xp.cuda.Device().synchronize()  # the streams below read these
     table = np.full((part.n_frames, len(COLUMNS)), np.nan)
@@ -287,14 +331,6 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                                p.finite[:, None], fs, fi, border[:, None]],
                               axis=1).astype(xp.float64)
 
-    def previous_refs(p, before):
-        """Each frame's reference in ``previous`` mode: the frame before it (``before``: the
-        prepared frame before ``p``'s first, as ``(frame, raw)``; ``None``: the first frame of
-        the stack, its own reference)."""
-        refs, refs_raw = (p.frames[:1], p.raw[:1]) if before is None \
-            else (before[0][None], before[1][None])
-        return (xp.concatenate([refs, p.frames[:-1]]), xp.concatenate([refs_raw, p.raw[:-1]]))
-
     if xp is np:  # the CPU: every chunk cut into one slice per thread
         keep_freed_memory()
         with one_blas_thread(), \
@@ -303,11 +339,12 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                 slices = frame_slices(len(frames), cpu_threads())
                 preps = list(pool.map(lambda ab: prep(frames[ab[0]:ab[1]]), slices))
                 refs = [(None, None)] * len(preps)
-                if opts.previous:
-                    befores = [last[:2] if last else None] + [(q.frames[-1], q.raw[-1])
-                                                              for q in preps[:-1]]
-                    refs = [previous_refs(q, b) for q, b in zip(preps, befores)]
-                    last = (preps[-1].frames[-1], preps[-1].raw[-1], None)
+                if opts.previous:  # over the whole chunk, then cut like the frames
+                    whole = Prepared(*(np.concatenate([getattr(q, f) for q in preps])
+                                       for f in ("frames", "raw", "constant", "finite")))
+                    r, rr, carry = previous_references(whole, last and last[:2], np)
+                    refs = [(r[a:b], rr[a:b]) for a, b in slices]
+                    last = (*carry, None)
                 blocks = pool.map(lambda k: rows(preps[k], *refs[k]), range(len(preps)))
                 finish(first, np.concatenate(list(blocks)), None, ())
         return table, measure.plan
@@ -321,11 +358,12 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                 if last[2] is not None:
                     xp.cuda.get_current_stream().wait_event(last[2])
                 keep = last
-            refs, refs_raw = previous_refs(p, None if last is None else last[:2])
+            refs, refs_raw, carry = previous_references(p, None if last is None else last[:2],
+                                                        xp)
         block = rows(p, refs, refs_raw)
         event = xp.cuda.get_current_stream().record()
         if opts.previous:
-            last = (p.frames[-1], p.raw[-1], event)
+            last = (*carry, event)
         inflight.append((first, block, event, keep))
         while len(inflight) > 1:  # results come back one chunk behind
             finish(*inflight.popleft())

@@ -232,11 +232,12 @@ def agreement(shifts, fft_shifts_, fft_int, max_shift):
 
 def _accumulate(steps, const):
     """Frame-to-frame steps -> shifts against the first frame; an unmeasurable frame
-    (constant, NaN or Inf pixels; or one after it) contributes no step."""
-    const_step = const | np.roll(const, 1)
-    const_step[0] = const[0]
-    steps = np.where(const_step[:, None] | np.isnan(steps), 0.0, steps)
-    steps[0] = 0.0
+    (constant, NaN or Inf pixels) contributes no step: the frame after it was measured against
+    the last measurable frame before it (:func:`~xcorr_app.alignment._pipeline.previous_references`),
+    so its step spans both."""
+    steps = np.where(const[:, None] | np.isnan(steps), 0.0, steps)
+    usable = np.flatnonzero(~const)
+    steps[:usable[0] + 1 if len(usable) else len(steps)] = 0.0  # the chain's start: itself
     return np.cumsum(steps, axis=0)
 
 def result_notes(border, const, nonfinite, fft_outside, bound, bounded):
@@ -279,10 +280,6 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
     const = (table[:, c["constant"]] == 1) & ~nonfinite
     unusable = const | nonfinite
     border = (table[:, c["border"]] == 1) & ~unusable
-    after = np.zeros(n, bool)  # previous: measured against an unmeasurable frame
-    if opts.previous and n > 1:
-        after[1:] = unusable[:-1] & ~unusable[1:]
-        border &= ~after
     fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
     agree = agreement(shifts, fft_sh, fft_int, opts.max_shift) if opts.verify else np.zeros(n, bool)
     fft_outside = np.zeros(n, bool)
@@ -295,7 +292,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
     peak[unusable] = np.nan
     conf[unusable | border] = 0.0  # no distinct peak
     agree[unusable] = False
-    low = unusable | border | after
+    low = unusable | border
     if opts.min_confidence is not None:
         low |= conf < opts.min_confidence
     if opts.interpolate_low:
@@ -311,9 +308,8 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
                 "channel": opts.channel, "features": opts.features, **settings}
     bound = settings.get("search_range") or opts.max_shift
     notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
-    if after.any():
-        notes.append(f"{plural(int(after.sum()), 'frame')} came after an unmeasurable frame: the "
-                     "step to it is unknown and left out of the accumulated shifts from there "
-                     "on (flagged low_confidence)")
+    if opts.previous and (const | nonfinite).any():
+        notes.append("reference previous: a frame after an unmeasurable one was measured against "
+                     "the last measurable frame before it")
     return AlignResult(shifts, peak, conf, fft_sh, agree, sources, settings, low,
                        str(plan) if plan is not None else "", source, border, nonfinite, notes)

@@ -63,6 +63,7 @@ class _Block:
 
     def __init__(self, frames, offset, n_frames):
         self.frames, self.offset, self.n_frames = frames, int(offset), int(n_frames)
+        self.first_frame = self.offset  # frames before it cannot be read (the look-back stops)
         self.frame_shape, self.dtype = tuple(frames.shape[1:]), np.dtype(frames.dtype)
         self.notes, self.paths = [], []
         # a CuPy block is used where it is (no copy through the host)
