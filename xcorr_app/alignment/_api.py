@@ -24,9 +24,7 @@ from ..io import open_source
 from ..streaming import parse_memory
 from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, search_range)
-from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
-                        shared_plan)
-from ._warmup import warm_up
+from ._pipeline import Measurer, measure_frames, prepared_reference, quiet_if_nonfinite
 from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
@@ -217,17 +215,7 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
-        warming = []
-        if dev == "gpu" and plan is None:
-            # GPU: the plan from the shapes alone, then the stages' kernels compiled in threads
-            # while this thread prepares the reference (which compiles the preparation's)
-            plan = shared_plan(opts, xp, src.frame_shape, chunk,
-                               (xp.zeros(src.frame_shape, xp.float32),))
-            warming = warm_up(opts, src.frame_shape, src.dtype, xp, plan, wait=False,
-                              skip=("prepare",))
         ref = prepared_reference(opts, src, xp, chunk)
-        for f in warming:
-            f.result()
         table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan, progress=progress)
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
