@@ -16,29 +16,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m xcorr_app.cli info 2>&1 | head -5 | tee -a "$OUT/device.txt"
 
 # cold and warm CLI runs first, while the machine's caches are empty
-samples() {  # $1: label, $2: PYTHONPATH root
-  local root=$2 cache=/tmp/cache-$1 top=$PWD
-  for s in cell hubble moon; do
-    for run in cold warm; do
-      [ $run = cold ] && rm -rf "$cache"
-      local t0=$EPOCHREALTIME
-      (cd "$root" && CUPY_CACHE_DIR=$cache/cupy XCORR_CACHE_DIR=$cache/xcorr \
-        PYTHONPATH=/tmp/site:$root python3 -m xcorr_app.cli align "$top/sample_data/${s}_drift.tif" \
-        --out /tmp/samples-$1-$run/$s --force -q) >/dev/null 2>>"$OUT/samples_err.txt" || echo "$1 $s $run FAILED"
-      awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$1 $s $run" 'BEGIN {printf "%-20s %6.2f s\n", l, b - a}'
-    done
-  done
-}
-{
-  samples new "$PWD"
-  [ -d .old ] && samples old "$PWD/.old"
-  if [ -d .old ]; then
-    for s in cell hubble moon; do
-      cmp -s /tmp/samples-new-cold/$s/shifts.csv /tmp/samples-old-cold/$s/shifts.csv \
-        && echo "$s shifts.csv identical (old and new tree, GPU)" || echo "$s shifts.csv DIFFERS"
-    done
-  fi
-} 2>&1 | tee "$OUT/samples.txt"
+. tools/samples_cold_warm.sh
+samples_cold_warm 2>&1 | tee "$OUT/samples.txt"
 
 python3 -m xcorr_app._cuda.compile_check 2>&1 | tail -3 | tee "$OUT/compile_check.txt"
 python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 "$@" 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -15
