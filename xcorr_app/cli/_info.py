@@ -13,8 +13,18 @@ from ..errors import XcorrError
 __all__ = ["info"]
 
 
+#: what ``xcorr info --compile`` builds: pixel types, and search ranges on 1024x1024 frames
+COMPILE_DTYPES = ("uint16", "uint8", "float32")
+COMPILE_RUNS = ({}, {"max_shift": 16})
+COMPILE_SHAPE = (1024, 1024)
+
+
 @click.command()
-def info():
+@click.option("--compile", "build", is_flag=True,
+              help="Build the GPU kernels of the usual align runs now (uint8, uint16 and "
+                   "float32 stacks, unbounded and --max-shift 16), so that a first run does "
+                   "not compile them; kept in the kernel cache.")
+def info(build):
     """Show the backend, the GPU, CuPy and the CUDA kernel sources found."""
     from .._cuda.loader import PACKAGE_DIR, kernel_sources
 
@@ -39,3 +49,38 @@ def info():
         click.echo(f"  {p.relative_to(PACKAGE_DIR) if p.is_relative_to(PACKAGE_DIR) else p}")
     if not sources:
         raise XcorrError(f"no CUDA kernel sources found in {PACKAGE_DIR}; reinstall xcorr-app")
+    if build:
+        _compile()
+
+
+def _compile():
+    """``--compile``: every stage of the usual runs built by helper processes, in parallel."""
+    import time
+
+    from ..alignment._options import AlignOptions
+    from ..alignment._prebuild import STAGES, prebuild
+    from ..errors import InputError
+
+    if not backend.gpu_available():
+        raise InputError("xcorr info --compile needs a usable GPU: "
+                         f"{backend.gpu_unavailable_reason()}")
+    import cupy
+
+    t = time.perf_counter()
+    codes = []
+    for run in COMPILE_RUNS:
+        opts = AlignOptions(**run)
+        plan = None
+        if opts.max_shift is not None:
+            from ..alignment._pipeline import shared_plan
+
+            shape = COMPILE_SHAPE
+            plan = shared_plan(opts, cupy, shape, 16, (cupy.zeros(shape, cupy.float32),))
+        for dtype in COMPILE_DTYPES:
+            codes += prebuild(opts, COMPILE_SHAPE, dtype, plan, stages=STAGES,
+                              device=cupy.cuda.Device().id, wait=True)
+    failed = sum(1 for c in codes if c)
+    click.echo(f"compiled: {len(codes) - failed} stage builds in {time.perf_counter() - t:.1f} s"
+               + (f", {failed} failed" if failed else "") + " (already built ones skipped)")
+    if failed:
+        raise XcorrError(f"{failed} kernel builds failed; run xcorr align once to see the error")

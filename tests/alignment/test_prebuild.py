@@ -1,0 +1,71 @@
+"""Kernels built ahead by helper processes: the stages run, the markers, the CLI."""
+
+import numpy as np
+import pytest
+
+from cli_helpers import assert_clean_error, xcorr
+from xcorr_app.alignment._options import AlignOptions
+from xcorr_app.alignment._prebuild import STAGES, prebuild, run_stage, stage_key
+
+
+@pytest.mark.parametrize("kw", [{}, {"max_shift": 5}, {"normalization": "phase"},
+                                {"reference": "previous", "max_shift": 4},
+                                {"verify": False, "subpixel": "parabolic3"},
+                                {"subpixel": "upsample"}])
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_runs_on_the_cpu(kw, stage):
+    run_stage(AlignOptions(**kw), stage, (21, 34), "uint16", None, np)
+
+
+def test_stage_keys_follow_the_settings():
+    a = AlignOptions()
+    assert stage_key(a, "refine", (64, 64), "uint16", None) == \
+        stage_key(AlignOptions(), "refine", (64, 64), "uint16", None)
+    others = {stage_key(a, "refine", (64, 64), "uint8", None),
+              stage_key(AlignOptions(subpixel="parabolic"), "refine", (64, 64), "uint16", None),
+              stage_key(a, "verify", (64, 64), "uint16", None),
+              stage_key(a, "refine", (64, 64), "uint16", None)}
+    assert len(others) == 4
+    # only the measurement depends on the frame shape and the plan
+    assert stage_key(a, "refine", (64, 64), "uint16", None) == \
+        stage_key(a, "refine", (99, 64), "uint16", "fft")
+    assert stage_key(a, "measure", (64, 64), "uint16", None) != \
+        stage_key(a, "measure", (99, 64), "uint16", None)
+
+
+def test_built_stages_start_no_helper(tmp_path, monkeypatch):
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    opts = AlignOptions(verify=False)
+    for stage in STAGES:
+        marker = tmp_path / "prebuilt" / stage_key(opts, stage, (32, 32), "uint16", None)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("{}")
+    assert prebuild(opts, (32, 32), "uint16", stages=STAGES) == []
+
+
+def test_info_compile_without_a_gpu_is_one_line():
+    from xcorr_app import backend
+
+    if backend.gpu_available():
+        pytest.skip("a GPU is usable here")
+    r = xcorr("info", "--compile")
+    assert r.returncode == 2
+    assert_clean_error(r, "needs a usable GPU")
+
+
+@pytest.mark.gpu
+def test_prebuild_builds_once_then_align_runs(tmp_path, monkeypatch):
+    import cupy as cp
+
+    from sample_paths import stack_path
+    from xcorr_app import align
+
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    opts = AlignOptions(max_shift=6)
+    codes = prebuild(opts, (41, 57), "uint16", None, stages=STAGES, wait=True,
+                     device=cp.cuda.Device().id)
+    assert codes == [0] * len(STAGES)
+    assert len(list((tmp_path / "prebuilt").iterdir())) == len(STAGES)
+    assert prebuild(opts, (41, 57), "uint16", None, stages=STAGES) == []
+    res = align(stack_path("cell"), device="gpu", max_shift=6)
+    assert res.agree.all()

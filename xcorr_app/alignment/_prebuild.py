@@ -1,0 +1,154 @@
+"""Kernels built before they are needed: a GPU run's later stages compiled in helper processes.
+
+A first run on a fresh machine compiles every kernel it launches at first use, one after the
+other: about 130 NVRTC compilations (CuPy's elementwise and reduction kernels, one per
+operation and type, and xcorr's own), 27.6 of the 30.5 s of a cold ``xcorr align`` of the cell
+sample on an H100 (``tools/cold_profile.sh``, 2026-11-22).  Compiled in threads of one process
+they serialize (tried and measured); compiled in other processes they do not.  So at the start
+of a run whose kernels were never built (no marker in the cache folder), :func:`prebuild` starts
+one short-lived process per later stage of the run -- the correlation and its surfaces, the
+subpixel refinement, the FFT reference check -- each running its stage once on two small
+frames of the run's pixel type; they write CuPy's kernel cache on disk, where the run finds the
+kernels it reaches after them instead of compiling them (a kernel the run reaches first it
+compiles itself, as before: nothing waits).  Each helper leaves a marker, so later runs start
+none.  ``xcorr info --compile`` builds the kernels of the usual runs ahead, in the same way.
+
+Examples
+--------
+>>> from xcorr_app.alignment._options import AlignOptions
+>>> stage_key(AlignOptions(), "refine", (64, 80), "uint16", None)[:6]
+'refine'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._config import cache_dir
+from .._version import __version__
+
+#: the stages a helper process can build (``prepare`` is the run's own first step)
+STAGES = ("prepare", "measure", "refine", "verify")
+#: frames each stage runs on (the kernels are the same for any count)
+FRAMES = 2
+
+
+def _opts_fields(opts) -> dict:
+    return {k: v for k, v in vars(opts).items() if k not in ("reference",)} | {
+        "previous": bool(opts.previous)}
+
+
+def stage_key(opts, stage, frame_shape, dtype, plan) -> str:
+    """The marker name of a stage built for these settings (the kernels it compiles depend on
+    them: the options, the pixel type, and for ``measure`` the frame shape and the plan)."""
+    what = {"v": __version__, "stage": stage, "dtype": str(np.dtype(dtype)),
+            "opts": _opts_fields(opts)}
+    if stage == "measure":
+        what |= {"shape": list(frame_shape), "plan": str(plan)}
+    digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{stage}-{digest[:16]}"
+
+
+def _marker(key) -> Path:
+    return cache_dir() / "prebuilt" / key
+
+
+def run_stage(opts, stage, frame_shape, dtype, plan, xp):
+    """Run one stage on :data:`FRAMES` frames of random data (its kernels compile on first use)."""
+    from ..correlate._plans import Plan
+    from ..registration._fft_register import fft_shifts, periodic_spectrum
+    from ..registration._peaks import refined_shifts
+    from ._options import FFT_REFERENCE_UPSAMPLE, fft_reference
+    from ._pipeline import Measurer
+
+    h, w = frame_shape
+    rs = xp.random.RandomState(0)
+    f = rs.standard_normal((FRAMES, h, w)).astype(xp.float32)
+    if stage == "prepare":
+        opts.preparer(xp, frame_shape)((f * 100 + 1000).astype(dtype))
+    elif stage == "measure":
+        plan = None if plan in (None, "None") else Plan.parse(plan)
+        Measurer.of(opts, xp, frame_shape, plan)(f if opts.previous else f[0], f)
+    elif stage == "refine":
+        ho, wo = min(h, 9), min(w, 9)
+        corr = rs.random_sample((FRAMES, ho, wo)).astype(xp.float32)
+        iy = xp.full(FRAMES, ho // 2, xp.int64)
+        refined_shifts(corr, iy, iy * 0 + wo // 2, (ho // 2, wo // 2),
+                       "none" if opts.subpixel == "upsample" else opts.subpixel)
+    elif stage == "verify" and opts.verify:
+        kw = fft_reference(opts.normalization)[0]
+        spectrum = xp.fft.fft2(f[0])
+        if kw["periodic"]:
+            spectrum = periodic_spectrum(f[0], spectrum)
+        fft_shifts(spectrum, f, upsample_factor=FFT_REFERENCE_UPSAMPLE, **kw,
+                   reference_is_fft=True, return_integer=True)
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
+
+
+def _child(payload: str) -> None:
+    """A helper process: build one stage, then leave its marker."""
+    import cupy
+
+    from ._options import AlignOptions
+
+    args = json.loads(payload)
+    opts = AlignOptions(**args["opts"])
+    with cupy.cuda.Device(args["device"]):
+        run_stage(opts, args["stage"], tuple(args["shape"]), args["dtype"], args["plan"], cupy)
+    marker = _marker(args["key"])
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(args))
+
+
+def _payload(opts, stage, frame_shape, dtype, plan, device) -> dict:
+    fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(opts).items()}
+    if not isinstance(fields.get("reference"), (str, int)) or fields["reference"] is None:
+        fields["reference"] = "previous" if opts.previous else "first"
+    return {"opts": fields, "stage": stage, "shape": list(frame_shape),
+            "dtype": str(np.dtype(dtype)), "plan": None if plan is None else str(plan),
+            "device": int(device), "key": stage_key(opts, stage, frame_shape, dtype, plan)}
+
+
+def prebuild(opts, frame_shape, dtype, plan=None, *, stages=("measure", "refine", "verify"),
+             device=0, wait=False) -> list:
+    """Start a helper process per stage of ``stages`` whose kernels were not built yet for
+    these settings; returns the processes (``wait``: waits for them, returning their exit
+    codes).  Nothing is started where the markers say the stages were built, or without a GPU.
+    """
+    todo = [s for s in stages if s != "verify" or opts.verify]
+    procs = []
+    for stage in todo:
+        payload = _payload(opts, stage, frame_shape, dtype, plan, device)
+        if _marker(payload["key"]).exists():
+            continue
+        code = ("import sys; from xcorr_app.alignment._prebuild import _child; "
+                "_child(sys.argv[1])")
+        procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(payload)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                          p for p in sys.path if p)}))
+    if wait:
+        return [p.wait() for p in procs]
+    return procs
+
+
+def stop(procs, grace=0.0) -> None:
+    """Stop helper processes still running (the run no longer needs them)."""
+    deadline = time.monotonic() + grace
+    for p in procs:
+        if p.poll() is None and time.monotonic() >= deadline:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
