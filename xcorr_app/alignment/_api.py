@@ -27,7 +27,6 @@ from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
                         shared_plan)
 from ._prebuild import prebuild
-from ._prebuild import stop as stop_helpers
 from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
@@ -218,19 +217,13 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
-        helpers = []
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts
             plan = shared_plan(opts, xp, src.frame_shape, chunk,
                                (xp.zeros(src.frame_shape, xp.float32),))
-            helpers = prebuild(opts, src.frame_shape, src.dtype, plan,
-                               device=xp.cuda.Device().id)
-        try:
-            ref = prepared_reference(opts, src, xp, chunk)
-            table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan,
-                                         progress=progress)
-        finally:
-            stop_helpers(helpers)
+            prebuild(opts, src.frame_shape, src.dtype, plan, device=xp.cuda.Device().id)
+        ref = prepared_reference(opts, src, xp, chunk)
+        table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan, progress=progress)
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
