@@ -5,9 +5,10 @@ Each benchmark's ``main`` is what its ``xcorr bench`` command runs (the command 
 :class:`~xcorr_app.errors.XcorrError` for a bad option or no usable GPU.
 """
 
+from ._accuracy import main as accuracy_bench
 from ._align import main as align_bench
 from ._conv import main as conv_bench
 from ._filter import main as filter_bench
 from ._xcorr import main as xcorr_bench
 
-__all__ = ["align_bench", "conv_bench", "filter_bench", "xcorr_bench"]
+__all__ = ["accuracy_bench", "align_bench", "conv_bench", "filter_bench", "xcorr_bench"]

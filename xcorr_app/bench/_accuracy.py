@@ -1,0 +1,204 @@
+"""``xcorr bench accuracy``: the error of xcorr's alignment (default and options, on the CPU)
+and of scikit-image's ``phase_cross_correlation`` against the exact drift of hard stacks
+(:mod:`xcorr_app.bench._accuracy_data`), over several seeds.
+
+The error of a stack is the RMS over its frames (frame 0, the reference, left out) of the
+Euclidean distance between measured and true shift, in px; its max is the largest such distance.
+
+Examples
+--------
+>>> stack_errors([[0, 0], [1, 1], [2, 2]], [[0, 0], [1, 1], [2, 2.5]])
+(0.3536, 0.5)
+>>> spread([0.25, 0.75, 0.5])
+(0.5, 0.25, 0.75)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+
+import numpy as np
+
+from ..errors import InputError
+from ._accuracy_data import KINDS, make_stack
+from ._common import reason, utc_now
+
+__all__ = ["METHODS", "DEFAULT", "TARGET_EVERY", "TARGET_MEAN", "TARGET_CIRCULAR", "stack_errors",
+           "spread", "measure", "report_lines", "main"]
+
+#: the default: what ``xcorr align`` does without options
+DEFAULT = "xcorr default"
+#: method name -> keyword arguments of :func:`xcorr_app.align` (on the CPU), or ("skimage",
+#: normalization) for ``phase_cross_correlation`` with upsample 100
+METHODS = {
+    DEFAULT: {},
+    "xcorr subpixel=upsample": {"subpixel": "upsample"},
+    "xcorr prefilter=dog:1,8": {"prefilter": "dog:1,8"},
+    "xcorr normalization=phase": {"normalization": "phase"},
+    "skimage pcc phase": ("skimage", "phase"),
+    "skimage pcc none": ("skimage", None),
+}
+#: issue 23's targets for the default (RMS px): every kind's mean, the mean over all stacks, and
+#: the circular kind's mean
+TARGET_EVERY = 0.1
+TARGET_MEAN = 0.04
+TARGET_CIRCULAR = 0.05
+SKIMAGE_UPSAMPLE = 100
+
+
+def stack_errors(measured, truth) -> tuple:
+    """``(rms, max)`` px of the per-frame Euclidean error, frame 0 left out, rounded to 1e-4."""
+    d = np.asarray(measured, np.float64)[1:] - np.asarray(truth, np.float64)[1:]
+    e = np.hypot(d[:, 0], d[:, 1])
+    if e.size == 0:
+        return 0.0, 0.0
+    if not np.all(np.isfinite(e)):
+        return math.inf, math.inf
+    return round(float(np.sqrt(np.mean(e ** 2))), 4), round(float(e.max()), 4)
+
+
+def spread(values) -> tuple:
+    """``(mean, min, max)`` of finite-or-not values."""
+    v = [float(x) for x in values]
+    return sum(v) / len(v), min(v), max(v)
+
+
+def _shifts(method, frames) -> np.ndarray:
+    how = METHODS[method]
+    if isinstance(how, tuple):
+        from skimage.registration import phase_cross_correlation
+
+        ref = frames[0]
+        return np.array([phase_cross_correlation(ref, f, upsample_factor=SKIMAGE_UPSAMPLE,
+                                                 normalization=how[1])[0] for f in frames])
+    from ..alignment import align
+
+    return np.asarray(align(frames, device="cpu", **how).shifts, np.float64)
+
+
+def measure(kind, seed, quick=False, methods=None) -> list:
+    """One row per method of the stack ``(kind, seed)``: its RMS and max error (px); a method
+    that fails gets NaN and ``error`` says why (a failing peer is a table entry)."""
+    stack = make_stack(kind, seed, quick=quick)
+    rows = []
+    for m in methods or METHODS:
+        row = {"kind": kind, "seed": seed, "image": stack.image,
+               "shape": list(stack.frames.shape), "method": m, "error": ""}
+        try:
+            row["rms"], row["max"] = stack_errors(_shifts(m, stack.frames), stack.truth)
+        except Exception as exc:  # noqa: BLE001 -- reported in the table
+            row["rms"] = row["max"] = math.nan
+            row["error"] = reason(exc)
+        rows.append(row)
+    return rows
+
+
+def _fmt(x) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:.3f}"
+
+
+def report_lines(rows) -> list:
+    """A Markdown table per kind (mean RMS, its min-max over seeds, mean of the max errors) and
+    the targets of issue 23 as yes/no lines."""
+    out = []
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    for k in kinds:
+        kr = [r for r in rows if r["kind"] == k]
+        seeds = sorted({r["seed"] for r in kr})
+        n, h, w = kr[0]["shape"]
+        out += ["", f"### {k} ({n} frames of {h}x{w}; seeds {', '.join(map(str, seeds))})", "",
+                "| method | RMS px (mean) | RMS min-max over seeds | max px (worst) |",
+                "| --- | --- | --- | --- |"]
+        for m in dict.fromkeys(r["method"] for r in kr):
+            mr = [r for r in kr if r["method"] == m]
+            mean, lo, hi = spread(r["rms"] for r in mr)
+            worst = max((r["max"] for r in mr), default=math.nan)
+            note = "; ".join(sorted({r["error"] for r in mr if r["error"]}))
+            out.append(f"| {m} | {_fmt(mean)} | {_fmt(lo)}-{_fmt(hi)} | {_fmt(worst)} |"
+                       + (f" {note}" if note else ""))
+    return out + [""] + target_lines(rows)
+
+
+def target_lines(rows) -> list:
+    """Issue 23's targets for the default, each as a yes/no line."""
+    d = [r for r in rows if r["method"] == DEFAULT]
+    if not d:
+        return []
+    per_kind = {k: spread(r["rms"] for r in d if r["kind"] == k)[0]
+                for k in KINDS if any(r["kind"] == k for r in d)}
+    worst = max(per_kind, key=lambda k: per_kind[k])
+    mean = spread(r["rms"] for r in d)[0]
+    yes = lambda ok: "yes" if ok else "no"  # noqa: E731
+    out = [f"- default <= {TARGET_EVERY} px RMS on every kind: "
+           f"{yes(all(v <= TARGET_EVERY for v in per_kind.values()))} (worst: {worst} "
+           f"{_fmt(per_kind[worst])})",
+           f"- default mean over all stacks <= {TARGET_MEAN} px: {yes(mean <= TARGET_MEAN)} "
+           f"({_fmt(mean)})"]
+    if "circular" in per_kind:
+        out.append(f"- default on circular <= {TARGET_CIRCULAR} px: "
+                   f"{yes(per_kind['circular'] <= TARGET_CIRCULAR)} "
+                   f"({_fmt(per_kind['circular'])})")
+    return out
+
+
+def main(quick=False, seeds=(0, 1, 2), kinds=None, echo=print, json_path=None,
+         force=False) -> int:
+    """Run the accuracy benchmark and print its report; returns 0, or 1 if a method failed.
+
+    Parameters
+    ----------
+    quick : bool
+        The tiny version (the first seed only, few small frames): a smoke run for CI.
+    seeds : sequence of int
+        Seeds of the stacks (each seed: another image region, drift and noise).
+    kinds : sequence of str, optional
+        Only these kinds (default: all of :data:`~xcorr_app.bench._accuracy_data.KINDS`).
+    echo : callable
+        Where the lines go.
+    json_path : path, optional
+        Also write the rows and the report to this JSON file (an existing file needs ``force``).
+
+    Examples
+    --------
+    >>> main(quick=True, kinds=["plain"], echo=lambda s: None)  # doctest: +SKIP
+    0
+    """
+    from ..io._writer import prepare_outputs, write_text
+
+    kinds = list(kinds) if kinds else list(KINDS)
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise InputError(f"unknown stack kind {bad[0]!r} (one of {', '.join(KINDS)})")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise InputError("no seeds given")
+    if quick:
+        seeds = seeds[:1]
+    if json_path is not None:
+        prepare_outputs([json_path], force)
+    header = [f"xcorr bench accuracy on {platform.machine()} ({_cores()} cores), {utc_now()}",
+              f"methods on the CPU; scikit-image phase_cross_correlation upsample "
+              f"{SKIMAGE_UPSAMPLE}; error = RMS over frames 1.. of the Euclidean error (px)"]
+    for line in header:
+        echo(line)
+    rows = []
+    for k in kinds:
+        for s in seeds:
+            rows += measure(k, s, quick=quick)
+            d = next(r for r in rows[::-1] if r["method"] == DEFAULT)
+            echo(f"  {k} seed {s} ({d['image']}): default RMS {_fmt(d['rms'])} px")
+    report = report_lines(rows)
+    for line in report:
+        echo(line)
+    if json_path is not None:
+        write_text(json_path, json.dumps({"header": header, "rows": rows, "report": report},
+                                         indent=1))
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
