@@ -79,11 +79,17 @@ def test_filter_refuses_an_output_that_is_the_input_by_a_link(tmp_path, link):
     assert digest(src) == before and os.path.samefile(src, out)
 
 
-def test_align_refuses_an_output_folder_in_its_input_folder(tmp_path):
+def _copy_of_cell_frames(tmp_path):
+    """A copy of the cell sample's folder of TIFFs (the inputs of a folder run)."""
     src = tmp_path / "frames"
     src.mkdir()
     for f in folder_path("cell").iterdir():
         (src / f.name).write_bytes(f.read_bytes())
+    return src
+
+
+def test_align_refuses_an_output_folder_in_its_input_folder(tmp_path):
+    src = _copy_of_cell_frames(tmp_path)
     before = digest(src)
     for out in (src, src / "sub", src / ".." / "frames" / "x"):
         res = xcorr("align", src, "--device", "cpu", "--out", out, "--force")
@@ -102,10 +108,7 @@ def test_align_refuses_an_output_folder_in_its_input_folder(tmp_path):
 
 
 def test_filter_refuses_an_output_inside_an_input_folder(tmp_path):
-    src = tmp_path / "frames"
-    src.mkdir()
-    for f in folder_path("cell").iterdir():
-        (src / f.name).write_bytes(f.read_bytes())
+    src = _copy_of_cell_frames(tmp_path)
     before = digest(src)
     res = xcorr("filter", src, "--kernel", "box:3", "--device", "cpu", "--out", src / "f.tif")
     assert res.returncode == 2
