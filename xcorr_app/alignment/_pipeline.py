@@ -260,9 +260,9 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     :func:`prepared_reference`, or a future of ``(reference, plan)`` awaited once reading has
     started; with ``reference="previous"`` each frame is measured against the last measurable
     frame before it (not constant, no NaN or Inf: :func:`previous_references`), looked for up
-    to :data:`LOOK_BACK` frames before ``start``), and checked against the FFT reference.  Each frame's row depends
-    only on the frame, its reference and ``plan``, so ranges measured apart (other GPUs, Dask
-    workers) give the rows one run gives.
+    to :data:`LOOK_BACK` frames before ``start``), and checked against the FFT reference.
+    Each frame's row depends only on the frame, its reference and ``plan``, so ranges measured
+    apart (other GPUs, Dask workers) give the rows one run gives.
     """
     stop = src.n_frames if stop is None else stop
     part = FrameRange(src, start, stop)
@@ -333,10 +333,11 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
 
     if xp is np:  # the CPU: every chunk cut into one slice per thread
         keep_freed_memory()
+        threads = cpu_threads()
         with one_blas_thread(), \
-                concurrent.futures.ThreadPoolExecutor(cpu_threads(), "xcorr-cpu") as pool:
+                concurrent.futures.ThreadPoolExecutor(threads, "xcorr-cpu") as pool:
             for first, frames in chunks:
-                slices = frame_slices(len(frames), cpu_threads())
+                slices = frame_slices(len(frames), threads)
                 preps = list(pool.map(lambda ab: prep(frames[ab[0]:ab[1]]), slices))
                 refs = [(None, None)] * len(preps)
                 if opts.previous:  # over the whole chunk, then cut like the frames

@@ -233,8 +233,8 @@ def agreement(shifts, fft_shifts_, fft_int, max_shift):
 def _accumulate(steps, const):
     """Frame-to-frame steps -> shifts against the first frame; an unmeasurable frame
     (constant, NaN or Inf pixels) contributes no step: the frame after it was measured against
-    the last measurable frame before it (:func:`~xcorr_app.alignment._pipeline.previous_references`),
-    so its step spans both."""
+    the last measurable frame before it
+    (:func:`~xcorr_app.alignment._pipeline.previous_references`), so its step spans both."""
     steps = np.where(const[:, None] | np.isnan(steps), 0.0, steps)
     usable = np.flatnonzero(~const)
     steps[:usable[0] + 1 if len(usable) else len(steps)] = 0.0  # the chain's start: itself

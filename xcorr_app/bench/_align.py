@@ -50,12 +50,12 @@ from ..errors import InputError, XcorrError
 from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, check_disk_space, default_workers
 from ._align_peers import (READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_chunks,
                            read_memmap_parallel, skimage_loop)
-from ._align_table import (ALIGN_ROWS, LOOP, MAX_SHIFT, READ_IMREAD, READ_MEMMAP, SKIMAGE, format_table,
-                           gpu_rows_names, header_lines, make_row, multi_gpu_lines, seconds_text,
-                           summarise, target_lines)
+from ._align_table import (ALIGN_ROWS, LOOP, MAX_SHIFT, READ_IMREAD, READ_MEMMAP, SKIMAGE,
+                           format_table, gpu_rows_names, header_lines, make_row, multi_gpu_lines,
+                           seconds_text, summarise, target_lines)
 from ._align_cpu import CPU_QUICK_SHAPE, CPU_SHAPE, format_rows, rows_for
 from ._align_cpu import target_lines as cpu_target_lines
-from ._common import free_gpu_memory, parse_size, reason
+from ._common import free_gpu_memory, parse_size, reason, timed
 
 #: the full run and the ``--quick`` smoke run: (frames, height, width)
 DEFAULT_SHAPE = (512, 2048, 2048)
@@ -64,13 +64,6 @@ QUICK_SHAPE = (32, 512, 512)
 SKIMAGE_FRAMES = 32
 #: frames of the warm-up of the per-pair loops and of the read rows
 WARMUP_FRAMES = 4
-
-
-def _timed(fn):
-    """``(seconds, fn())`` by wall clock."""
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
 
 
 def _align_kwargs(extra, max_memory):
@@ -136,14 +129,14 @@ def warm_align(path, n, kwargs) -> str:
             f"chunks of {chunk} (untimed)")
 
 
-def _measure(name, kind, n, frame_bytes, warm, timed, truth=None, repeat=1):
+def _measure(name, kind, n, frame_bytes, warm, work, truth=None, repeat=1):
     """Warm up, time ``repeat`` times (the row has the median, ``runs`` all of them), and build
     the row; a failure becomes an ``ERROR`` row."""
     try:
         note = warm() or ""
         runs, shifts = [], None
         for _ in range(max(1, int(repeat))):
-            seconds, out = _timed(timed)
+            seconds, out = timed(work)
             runs.append(seconds)
             shifts = out if isinstance(out, np.ndarray) else None
         row = make_row(name, kind, n, frame_bytes, float(np.median(runs)), shifts, truth,

@@ -25,12 +25,12 @@ least as fast as the skimage loop within :data:`TARGET_PEAK_BYTES` of peak memor
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from ._align_data import rms_error
+from ._align_table import make_row
+from ._common import timed
 from ._oneshot import python_argv, run_process, xcorr_argv
 
 #: the issue's stack for the CPU: (frames, height, width); --quick
@@ -46,18 +46,11 @@ SKIMAGE_CHILD = ("import sys; from xcorr_app.bench._align_peers import skimage_l
                  "skimage_loop(sys.argv[1], 10**9, {u})")
 
 
-def _row(name, kind, n, seconds, shifts=None, truth=None, peak=None, note="", error=""):
-    ok = seconds is not None and seconds > 0
-    return {"name": name, "kind": kind, "frames": n, "seconds": seconds,
-            "fps": n / seconds if ok else None, "peak_bytes": peak,
-            "rms_px": rms_error(shifts, truth) if shifts is not None and truth is not None
-            else None, "note": note, "error": error}
-
-
-def _timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
+def _row(name, kind, n, frame_bytes, seconds, shifts=None, truth=None, peak=None, error=""):
+    """:func:`~xcorr_app.bench._align_table.make_row` with the process's peak memory."""
+    row = make_row(name, kind, n, frame_bytes, seconds, shifts, truth, error=error)
+    row["peak_bytes"] = peak
+    return row
 
 
 def rows_for(path, stack, echo=print) -> list:
@@ -68,6 +61,7 @@ def rows_for(path, stack, echo=print) -> list:
     from ._align_peers import skimage_loop
 
     n, truth = stack.n_frames, stack.shifts
+    fb = stack.shape[0] * stack.shape[1] * 2  # uint16
     rows = []
 
     def add(row):
@@ -75,11 +69,12 @@ def rows_for(path, stack, echo=print) -> list:
         echo(f"  {row['name']}: {took}")
         rows.append(row)
 
-    add(_row("tifffile.imread (whole file)", "read", n,
-             _timed(lambda: tifffile.imread(path).shape)[0]))
+    add(_row("tifffile.imread (whole file)", "read", n, fb,
+             timed(lambda: tifffile.imread(path).shape)[0]))
     skimage_loop(path, 2, UPSAMPLE)  # imports and first calls, untimed
-    sec, shifts = _timed(lambda: skimage_loop(path, n, UPSAMPLE))
-    add(_row(f"skimage loop, upsample {UPSAMPLE} (in process)", "peer", n, sec, shifts, truth))
+    sec, shifts = timed(lambda: skimage_loop(path, n, UPSAMPLE))
+    add(_row(f"skimage loop, upsample {UPSAMPLE} (in process)", "peer", n, fb, sec, shifts,
+             truth))
     mm = tifffile.memmap(path, mode="r")
     few = np.array(mm[:WARMUP_FRAMES])
     del mm
@@ -88,19 +83,19 @@ def rows_for(path, stack, echo=print) -> list:
                 ["--max-shift", MAX_SHIFT])]
     for name, kw, _ in configs:
         align(few, device="cpu", **kw)  # imports, untimed
-        sec, res = _timed(lambda: align(path, device="cpu", **kw))
-        add(_row(f"{name}, in process", "xcorr", n, sec, np.asarray(res.shifts), truth))
+        sec, res = timed(lambda: align(path, device="cpu", **kw))
+        add(_row(f"{name}, in process", "xcorr", n, fb, sec, np.asarray(res.shifts), truth))
     with tempfile.TemporaryDirectory(prefix="xcorr-bench-cpu-") as tmp:
         for name, _, args in configs:
             for run in ("first", "again"):
                 out = Path(tmp) / f"out-{len(rows)}"
                 r = run_process(xcorr_argv("align", path, "--out", out, "--device", "cpu",
                                            "--no-aligned", "-q", *args), out=out)
-                add(_row(f"{name}, one-shot process, {run}", "xcorr", n, r["seconds"],
+                add(_row(f"{name}, one-shot process, {run}", "xcorr", n, fb, r["seconds"],
                          r["shifts"], truth, r["peak_bytes"],
                          error="" if r["returncode"] == 0 else r["stderr"]))
         r = run_process(python_argv("-c", SKIMAGE_CHILD.format(u=UPSAMPLE), path))
-        add(_row(f"skimage loop, upsample {UPSAMPLE}, one-shot process", "peer", n,
+        add(_row(f"skimage loop, upsample {UPSAMPLE}, one-shot process", "peer", n, fb,
                  r["seconds"], peak=r["peak_bytes"],
                  error="" if r["returncode"] == 0 else r["stderr"]))
     return rows

@@ -18,6 +18,8 @@ Examples
 
 from __future__ import annotations
 
+import time
+
 import datetime
 import statistics
 import sys
@@ -34,6 +36,13 @@ TIMING = {"warmup": 3, "repeat": 15, "min_total_ms": 20.0}
 ROUNDS = 3
 #: how the header names a library whose module name differs
 LABELS = {"skimage": "scikit-image"}
+
+
+def timed(fn):
+    """``(seconds, fn())``, by wall clock (``time.perf_counter``)."""
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
 
 
 def relative_error(got, want) -> float:
