@@ -34,7 +34,7 @@ from ..errors import XcorrError
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: modules that define kernel families (imported by :func:`all_families`)
-FAMILY_MODULES = ("xcorr_app.correlate._overlap", "xcorr_app.correlate._warp_shuffle",
+FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.correlate._overlap", "xcorr_app.correlate._warp_shuffle",
                   "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
                   "xcorr_app.registration._surfaces", "xcorr_app.filters._reuse",
                   "xcorr_app.conv._im2win", "xcorr_app.conv._winograd")
@@ -137,6 +137,38 @@ class KernelFamily:
                                  name_expressions=[expr])
             fn = _COMPILED[key] = mod.get_function(expr)
         return fn
+
+
+def compile_together(requests) -> list:
+    """The compiled functions of several instantiations of one source, compiled in one NVRTC call.
+
+    ``requests`` is a sequence of ``(family, args)`` whose families share a source file; those
+    not compiled yet on this device are compiled together (one ``cupy.RawModule`` with all their
+    name expressions).  A first run pays NVRTC's fixed cost per compilation (about 0.15-0.3 s,
+    mostly the front end), so kernels launched together are cheaper compiled together.
+    """
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    requests = [(fam, tuple(args)) for fam, args in requests]
+    missing = []
+    for fam, args in requests:
+        if args not in fam.instantiations:
+            raise ValueError(f"{fam.expression(*args)} is not a registered instantiation")
+        if (fam.source, fam.name, args, dev) not in _COMPILED and (fam, args) not in missing:
+            missing.append((fam, args))
+    if missing:
+        sources = {fam.source for fam, _ in missing}
+        if len(sources) != 1:
+            raise ValueError(f"compile_together takes one source's kernels, got {sorted(sources)}")
+        source = sources.pop()
+        exprs = [fam.expression(*args) for fam, args in missing]
+        mod = cupy.RawModule(code=read_source(source),
+                             options=COMPILE_OPTIONS + include_options(source_path(source)),
+                             name_expressions=exprs)
+        for (fam, args), expr in zip(missing, exprs):
+            _COMPILED[(fam.source, fam.name, args, dev)] = mod.get_function(expr)
+    return [_COMPILED[(fam.source, fam.name, args, dev)] for fam, args in requests]
 
 
 def _cpp(a) -> str:

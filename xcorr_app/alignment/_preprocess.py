@@ -110,6 +110,8 @@ def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
     win : (H, W) float32 array, optional
         From :func:`window`.
     """
+    if xp is not np:
+        return _prepare_gpu(xp.asarray(frames), xp, prefilter, win)
     f = xp.asarray(frames).astype(xp.float32)
     finite = xp.isfinite(f).all(axis=-1).all(axis=-1)  # two stages, as in _frame_means
     constant = (f == f[:, :1, :1]).all(axis=-1).all(axis=-1)
@@ -120,4 +122,21 @@ def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
             g = _demean(prefilter(raw).astype(xp.float32, copy=False), xp)
         if win is not None:
             g = _demean(g * win, xp)
+    return Prepared(g, raw, constant, finite)
+
+
+def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
+    """:func:`prepare` on the GPU by the kernels of :mod:`xcorr_app.alignment._frame_stats`
+    (the same numbers, a few kernels compiled once instead of a chain of CuPy operations)."""
+    from ._frame_stats import converted_stats, frame_means, subtract_means
+
+    f, mean, finite, constant = converted_stats(frames)
+    raw = subtract_means(f, mean)  # f is a new array: demeaned in place
+    g = raw
+    if prefilter is not None:  # a filter's output is a new array, demeaned in place
+        g = xp.ascontiguousarray(prefilter(raw).astype(xp.float32, copy=False))
+        g = subtract_means(g, frame_means(g))
+    if win is not None:
+        g = g * win
+        g = subtract_means(g, frame_means(g))
     return Prepared(g, raw, constant, finite)

@@ -1,0 +1,82 @@
+"""The GPU kernels of the preparation (cuda/frame_stats.cu) against a float64 NumPy reference,
+and prepare() on the GPU against prepare() on the CPU."""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+# sizes: smaller than a warp, odd and non-square, rows longer than a block of 256 threads, and
+# more frames than the grid's y extent (65535) holds
+SHAPES = [(1, 1, 1), (3, 5, 7), (2, 33, 300), (4, 257, 129), (65537, 2, 3)]
+DTYPES = [np.uint8, np.uint16, np.int16, np.float16, np.float32, np.float64]
+
+
+def _frames(rng, shape, dtype):
+    if np.dtype(dtype).kind == "u":
+        return rng.integers(0, np.iinfo(dtype).max, shape, endpoint=True).astype(dtype)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-30000, 30000, shape).astype(dtype)
+    return (rng.standard_normal(shape) * 100 + 7).astype(dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_converted_stats_match_float64_reference(rng, shape, dtype):
+    import cupy as cp
+
+    from xcorr_app.alignment._frame_stats import converted_stats
+
+    a = _frames(rng, shape, dtype)
+    if shape[0] > 2:
+        a[1] = a[1, 0, 0]  # a constant frame
+    if shape[0] > 2 and a.dtype.kind == "f":
+        a[2, -1, -1] = np.nan
+        a[-1, 0, -1] = np.inf
+    f, mean, finite, constant = converted_stats(cp.asarray(a))
+    f32 = a.astype(np.float32)
+    np.testing.assert_array_equal(f.get(), f32)  # every pixel written, as NumPy converts
+    ref = f32.astype(np.float64).reshape(len(a), -1)
+    with np.errstate(invalid="ignore"):
+        expect = (ref.sum(axis=1) / ref.shape[1]).astype(np.float32)
+    np.testing.assert_allclose(mean.get(), expect, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(finite.get(), np.isfinite(f32).all(axis=(1, 2)))
+    np.testing.assert_array_equal(constant.get(), (f32 == f32[:, :1, :1]).all(axis=(1, 2)))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_subtract_means_in_place(rng, shape):
+    import cupy as cp
+
+    from xcorr_app.alignment._frame_stats import frame_means, subtract_means
+
+    a = rng.standard_normal(shape).astype(np.float32) * 10 + 3
+    f = cp.asarray(a)
+    mean = frame_means(f)
+    np.testing.assert_allclose(mean.get(), a.astype(np.float64).mean(axis=(1, 2)), rtol=1e-6,
+                               atol=1e-6)
+    out = subtract_means(f, mean)
+    assert out is f
+    np.testing.assert_array_equal(f.get(), a - mean.get()[:, None, None])
+
+
+@pytest.mark.parametrize("prefilter,window", [(None, None), ("gaussian:1", None),
+                                              ("dog:1,4", "hann")])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_prepare_gpu_matches_cpu(rng, prefilter, window, dtype):
+    import cupy as cp
+
+    from xcorr_app.alignment._preprocess import parse_prefilter, prepare
+    from xcorr_app.alignment._preprocess import window as make_window
+
+    a = _frames(rng, (5, 37, 61), dtype)
+    a[3] = a[3, 0, 0]
+    got, want = [prepare(xp.asarray(a), xp, parse_prefilter(prefilter),
+                         make_window(window, a.shape[1:], xp)) for xp in (cp, np)]
+    for name in ("frames", "raw"):
+        w = getattr(want, name)
+        np.testing.assert_allclose(getattr(got, name).get(), w, rtol=0,
+                                   atol=1e-5 * (float(np.abs(w).max()) + 1), err_msg=name)
+    for name in ("constant", "finite"):
+        np.testing.assert_array_equal(getattr(got, name).get(), getattr(want, name))
+    assert got.constant.get().tolist() == [False, False, False, True, False]

@@ -1,0 +1,98 @@
+"""GPU launchers of ``cuda/frame_stats.cu``: the float32 copy of a chunk with each frame's mean,
+NaN/Inf and constant flags, and the subtraction of the means, for :func:`prepare
+<xcorr_app.alignment._preprocess.prepare>`.
+
+The same work as a few CuPy operations (``astype``, ``isfinite(...).all``, ``(f == f0).all``,
+``sum``, ``-``), which on a fresh machine each compile a kernel on first use: the two CUB
+reductions among them took 5 s of NVRTC, the whole chain about 6 s, before a first run measured
+anything (H100, ``tools/compile_log.py``, 2026-11-22).  These three kernels compile together in
+one call (:func:`xcorr_app._cuda.loader.compile_together`), and give the same numbers: the mean
+is summed in double row by row and then over the rows, in a fixed order.
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> f, mean, finite, constant = converted_stats(cp.ones((2, 3, 5), cp.uint16))  # doctest: +SKIP
+>>> mean.tolist(), finite.tolist(), constant.tolist()  # doctest: +SKIP
+([1.0, 1.0], [True, True], [True, True])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._cuda.loader import KernelFamily, compile_together
+
+SOURCE = "frame_stats.cu"
+THREADS = 256
+#: the pixel types converted in the kernel (others are converted by CuPy first)
+C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
+           np.dtype(np.int16): "short", np.dtype(np.float32): "float",
+           np.dtype(np.float64): "double"}
+ROW_STATS = KernelFamily(SOURCE, "frame_row_stats",
+                         [(t, True, THREADS) for t in C_TYPES.values()] + [("float", False, THREADS)])
+FRAME_TOTALS = KernelFamily(SOURCE, "frame_totals", [(THREADS,)])
+SUBTRACT = KernelFamily(SOURCE, "subtract_frame_means", [()])
+#: blocks of the grid-stride subtraction (enough to fill any current GPU)
+SUBTRACT_BLOCKS = 1024
+MAX_GRID_Y = 65535
+
+
+def _kernels(c_type=None):
+    """(row stats of float32 without writing, totals, subtraction[, row stats writing float32
+    from ``c_type``]), compiled together where not compiled yet."""
+    return compile_together([(ROW_STATS, ("float", False, THREADS)), (FRAME_TOTALS, (THREADS,)),
+                             (SUBTRACT, ())]
+                            + [(ROW_STATS, (c_type, True, THREADS))] * (c_type is not None))
+
+
+def _stats(f, out, c_type, write):
+    import cupy as cp
+
+    n, h, w = f.shape
+    kernels = _kernels(c_type if write else None)
+    row, totals = kernels[3] if write else kernels[0], kernels[1]
+    row_sum = cp.empty((n, h), cp.float64)
+    row_flags = cp.empty((n, h), cp.int32)
+    mean = cp.empty(n, cp.float32)
+    finite = cp.empty(n, cp.bool_)
+    constant = cp.empty(n, cp.bool_)
+    for a in range(0, n, MAX_GRID_Y):  # the grid's y extent is at most 65535 frames
+        b = min(n, a + MAX_GRID_Y)
+        row((h, b - a), (THREADS,), (f[a:b], out[a:b], row_sum[a:b], row_flags[a:b],
+                                     np.int32(h), np.int32(w)))
+    if n:
+        totals((n,), (THREADS,), (row_sum, row_flags, np.int32(h), np.float64(h * w), mean,
+                                  finite, constant))
+    return mean, finite, constant
+
+
+def converted_stats(frames):
+    """``(f, mean, finite, constant)`` of an ``(N, H, W)`` CuPy chunk: ``f`` its float32 copy (a
+    new array), ``mean`` (N,) float32 each frame's mean, ``finite`` and ``constant`` (N,) bool:
+    no NaN or Inf pixel, every pixel equal to the first."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames)
+    c_type = C_TYPES.get(frames.dtype)
+    if c_type is None:  # float16: converted by CuPy, then measured as float32
+        f = frames.astype(cp.float32)
+        return (f,) + _stats(f, f, "float", False)
+    f = cp.empty(frames.shape, cp.float32)
+    return (f,) + _stats(frames, f, c_type, True)
+
+
+def frame_means(f):
+    """Each frame's mean of a float32 C-contiguous ``(N, H, W)`` CuPy array, (N,) float32."""
+    return _stats(f, f, "float", False)[0]
+
+
+def subtract_means(f, mean):
+    """``f[n] -= mean[n]`` in place for a float32 C-contiguous ``(N, H, W)`` CuPy array."""
+    n, h, w = f.shape
+    total = n * h * w
+    if total:
+        sub = _kernels()[2]
+        blocks = min(SUBTRACT_BLOCKS, -(-total // THREADS))
+        sub((blocks,), (THREADS,), (f, mean, np.int64(h * w), np.int64(total)))
+    return f
