@@ -5,6 +5,8 @@
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site:$PWD
 if [ "${SKIP_SUITE:-0}" != 1 ]; then
   XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
     -n 8 -x ${SUITE_ARGS:-} > "$OUT/pytest_gpu.txt" 2>&1; tail -3 "$OUT/pytest_gpu.txt"
@@ -20,11 +22,14 @@ tm() {  # label, command...
 }
 C="CUPY_CACHE_DIR=/tmp/c/cupy XCORR_CACHE_DIR=/tmp/c/x"
 {
-rm -rf /tmp/c; tm "cold: cell" env $C python3 tools/compile_log.py $OUT/compiles_cell.txt /tmp/p1.txt align sample_data/cell_drift.tif --out /tmp/o/cell --force -q
-tm "warm: cell" env $C python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /tmp/o/cell --force -q
+rm -rf /tmp/c; tm "cold: cell (auto)" env $C python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /tmp/o/cella --force -q
+tm "cold: cell --device gpu" env $C python3 tools/compile_log.py $OUT/compiles_cell.txt /tmp/p1.txt align sample_data/cell_drift.tif --device gpu --out /tmp/o/cell --force -q
+sleep 8; cat /tmp/c/x/prebuilt/*.log > $OUT/helper_logs.txt 2>/dev/null; ls /tmp/c/x/prebuilt | head -20
+tm "warm: cell (auto)" env $C python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /tmp/o/cella --force -q
+tm "warm: cell --device gpu" env $C python3 -m xcorr_app.cli align sample_data/cell_drift.tif --device gpu --out /tmp/o/cell --force -q
 tm "cpu: cell" python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /tmp/o/cellcpu --device cpu --force -q
 rm -rf /tmp/c; tm "cold: s64 --max-shift 16" env $C python3 tools/compile_log.py $OUT/compiles_s64.txt /tmp/p2.txt align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64 --force --no-aligned -q
 tm "warm: s64 --max-shift 16" env $C python3 -m xcorr_app.cli align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64w --force --no-aligned -q
-for d in cell s64 s64w; do python3 -c "import json; d=json.load(open('/tmp/o/$d/shifts.json')); print('$d printed', d['frames_per_second'], 'frames/s,', d['seconds_measuring'], 's measuring')"; done
+for d in cella cell s64 s64w; do python3 -c "import json; d=json.load(open('/tmp/o/$d/shifts.json')); print('$d printed', d['frames_per_second'], 'frames/s,', d['seconds_measuring'], 's measuring')"; done
 } 2>&1 | tee "$OUT/cold26.txt"
 head -1 $OUT/compiles_*.txt

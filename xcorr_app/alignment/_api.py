@@ -26,7 +26,8 @@ from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, search_range)
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
                         shared_plan)
-from ._prebuild import prebuild
+from ._device_choice import auto_device
+from ._prebuild import kernels_built, prebuild
 from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
@@ -213,9 +214,13 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
                              budget=budget, progress=progress)
     dev = backend.compute_device(*([stack_or_path] if not isinstance(stack_or_path, (str, Path))
                                    else []), device=device)
-    xp = backend.xp_for(dev)
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
+        choice_note = None
+        if device == "auto" and dev == "gpu" and not backend.is_cupy_array(stack_or_path):
+            dev, choice_note = auto_device(src.n_frames, src.frame_shape,
+                                           kernels_built(opts, src.frame_shape, src.dtype))
+        xp = backend.xp_for(dev)
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts
@@ -227,5 +232,6 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
-                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes}
+                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes,
+                "device_note": choice_note}
     return result_from_table(opts, table, sources, settings, plan, stack_or_path)

@@ -29,8 +29,8 @@ THREADS = 256
 C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
            np.dtype(np.int16): "short", np.dtype(np.float32): "float",
            np.dtype(np.float64): "double"}
-ROW_STATS = KernelFamily(SOURCE, "frame_row_stats",
-                         [(t, True, THREADS) for t in C_TYPES.values()] + [("float", False, THREADS)])
+ROW_STATS = KernelFamily(SOURCE, "frame_row_stats", [(t, True, THREADS) for t in C_TYPES.values()]
+                         + [("float", False, THREADS)])
 FRAME_TOTALS = KernelFamily(SOURCE, "frame_totals", [(THREADS,)])
 SUBTRACT = KernelFamily(SOURCE, "subtract_frame_means", [()])
 #: blocks of the grid-stride subtraction (enough to fill any current GPU)

@@ -71,6 +71,13 @@ def _marker(key) -> Path:
     return cache_dir() / "prebuilt" / key
 
 
+def kernels_built(opts, frame_shape, dtype) -> bool:
+    """Whether helper processes built this run's kernels on this machine (the markers of its
+    stages; ``measure``, whose marker needs the plan, is left out)."""
+    return all(_marker(stage_key(opts, s, frame_shape, dtype, None)).exists()
+               for s in RUN_STAGES if s != "measure" and (s != "verify" or opts.verify))
+
+
 def run_stage(opts, stage, frame_shape, dtype, plan, xp):
     """Run one stage on :data:`FRAMES` frames of random data (its kernels compile on first use)."""
     from ..correlate._plans import Plan
@@ -130,6 +137,7 @@ def _child(payload: str) -> None:
     marker = _marker(args["key"])
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(args))
+    _marker(args["key"] + ".log").unlink(missing_ok=True)  # its errors, kept only on failure
 
 
 def _payload(opts, stage, frame_shape, dtype, plan, device) -> dict:
@@ -162,10 +170,20 @@ def prebuild(opts, frame_shape, dtype, plan=None, *, stages=RUN_STAGES, device=0
             continue
         code = ("import sys; from xcorr_app.alignment._prebuild import _child; "
                 "_child(sys.argv[1])")
-        procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(payload)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                          p for p in sys.path if p)}))
+        log = _marker(payload["key"] + ".log")  # a helper's traceback, if it fails
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            err = open(log, "wb")
+        except OSError:
+            err = subprocess.DEVNULL
+        try:
+            procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(payload)],
+                                          stdout=subprocess.DEVNULL, stderr=err,
+                                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                              p for p in sys.path if p)}))
+        finally:
+            if err is not subprocess.DEVNULL:
+                err.close()
     if wait:
         return [p.wait() for p in procs]
     if procs and not _RUNNING:

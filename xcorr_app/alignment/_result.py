@@ -308,6 +308,8 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
                 "channel": opts.channel, "features": opts.features, **settings}
     bound = settings.get("search_range") or opts.max_shift
     notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
+    if settings.get("device_note"):  # device="auto" chose the CPU (alignment/_device_choice.py)
+        notes.append(settings["device_note"])
     if opts.previous and (const | nonfinite).any():
         notes.append("reference previous: a frame after an unmeasurable one was measured against "
                      "the last measurable frame before it")

@@ -202,8 +202,12 @@ def _measure(o, client, gpu_ids, n, frame_gb):
 
             return dask_align(o.path, o.reference, device=o.device, client=client,
                               progress=_rate_updater(bar, frame_gb), **options)
-        return run_align(o.path, o.reference, device=o.dev, gpus=gpu_ids,
-                         progress=_rate_updater(bar, frame_gb), **options)
+        auto = o.device == "auto" and o.dev == "gpu"  # may still choose the CPU: a small job
+        res = run_align(o.path, o.reference, device="auto" if auto else o.dev,
+                        gpus=gpu_ids, progress=_rate_updater(bar, frame_gb), **options)
+    if gpu_ids is None:
+        o.dev = res.settings["device"]
+    return res
 
 
 def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):

@@ -38,10 +38,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
-from .._cuda.loader import KernelFamily
+from .._cuda.loader import KernelFamily, compile_together
 from ..correlate._fft import conj_product, fft_geometry, padded_spectra
 from ..correlate._shifts import first_shift
-from ._peaks import confidence_ratio
 
 SEGMENTS = 32
 WARPS = 8
@@ -53,6 +52,18 @@ ZNCC_PEAKS = KernelFamily(SOURCE, "zncc_peaks", [(c, n, THREADS) for c in (False
                                                   for n in (False, True)])
 SURFACE_EXTREMA = KernelFamily(SOURCE, "surface_extrema", [(THREADS,)])
 SECOND_PEAKS = KernelFamily(SOURCE, "second_peaks", [(THREADS,)])
+DECODE_PEAKS = KernelFamily(SOURCE, "decode_peaks", [()])
+#: every kernel of the source, compiled together on first use (one NVRTC call instead of one
+#: per kernel: a first run's compilations are mostly NVRTC's fixed cost)
+_ALL = ([(SAT_COLUMNS, (SEGMENTS,)), (SAT_ROWS, (WARPS,))]
+        + [(ZNCC_PEAKS, args) for args in ZNCC_PEAKS.instantiations]
+        + [(SURFACE_EXTREMA, (THREADS,)), (SECOND_PEAKS, (THREADS,)), (DECODE_PEAKS, ())])
+
+
+def _kernel(family, *args):
+    """The compiled kernel (the whole source compiled together on first use)."""
+    compile_together(_ALL)
+    return family.get(*args)
 
 
 def _tables_out(out, shape, cp):
@@ -100,22 +111,13 @@ def summed_area_tables(frames, out=None, bound_rows=None):
     s1, s2 = _tables_out(out, (n, h + 1 - gap, w + 1), cp)
     if n == 0:
         return s1, s2
-    SAT_COLUMNS.get(SEGMENTS)((-(-w // 32), n), (32, SEGMENTS), (x, s1, s2, np.int32(h),
+    _kernel(SAT_COLUMNS, SEGMENTS)((-(-w // 32), n), (32, SEGMENTS), (x, s1, s2, np.int32(h),
                                                                  np.int32(w), np.int32(top),
                                                                  np.int32(gap)))
     rows = n * (h + 1 - gap)
-    SAT_ROWS.get(WARPS)((-(-rows // WARPS),), (32 * WARPS,), (s1, s2, np.int32(rows),
+    _kernel(SAT_ROWS, WARPS)((-(-rows // WARPS),), (32 * WARPS,), (s1, s2, np.int32(rows),
                                                              np.int32(w + 1)))
     return s1, s2
-
-
-def _from_key(keys):
-    """Float values of ordered-float keys (the inverse of the kernels' ``ordered_key``)."""
-    import cupy as cp
-
-    k = keys.astype(cp.uint32)
-    bits = cp.where(k & cp.uint32(0x80000000), k & cp.uint32(0x7FFFFFFF), ~k)
-    return bits.view(cp.float32).astype(cp.float64)
 
 
 def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, *,
@@ -178,25 +180,24 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
         smaller = h * w
         min_n = max(min_overlap * smaller, 1.0)
         fh, fw = corr.shape[-2:]
-        ZNCC_PEAKS.get(bool(circular), bool(normalize), THREADS)(
+        _kernel(ZNCC_PEAKS, bool(circular), bool(normalize), THREADS)(
             grid, (THREADS,),
             (corr, np.int32(fh), np.int32(fw), a1, a2, np.int64(a_stride), b1, b2, z,
              peak_key, min_key, np.int32(h), np.int32(w), np.int32(ho), np.int32(wo),
              np.int32(ky0), np.int32(kx0), np.float64(min_n), np.int32(top), np.int32(gap)))
     else:
         z = corr
-        SURFACE_EXTREMA.get(THREADS)(grid, (THREADS,), (z, peak_key, min_key, np.int32(ho),
+        _kernel(SURFACE_EXTREMA, THREADS)(grid, (THREADS,), (z, peak_key, min_key, np.int32(ho),
                                                         np.int32(wo)))
     second_key = cp.zeros(n, cp.uint32)
-    SECOND_PEAKS.get(THREADS)(grid, (THREADS,), (z, peak_key, second_key, np.int32(ho),
+    _kernel(SECOND_PEAKS, THREADS)(grid, (THREADS,), (z, peak_key, second_key, np.int32(ho),
                                                  np.int32(wo), np.int32(exclusion)))
-    flat = (cp.uint64(0xFFFFFFFF) - (peak_key & cp.uint64(0xFFFFFFFF))).astype(cp.int64)
-    iy, ix = flat // wo, flat % wo
-    peak = _from_key(peak_key >> cp.uint64(32))
-    constant = (peak_key >> cp.uint64(32)).astype(cp.uint32) == min_key
-    nothing = second_key == 0
-    second = _from_key(second_key)
-    conf = confidence_ratio(peak, second, constant, nothing)
+    iy, ix = cp.empty(n, cp.int64), cp.empty(n, cp.int64)
+    peak, conf = cp.empty(n, cp.float64), cp.empty(n, cp.float64)
+    # positions, values and confidence_ratio (registration/_peaks.py) from the keys
+    _kernel(DECODE_PEAKS)((-(-n // THREADS),), (THREADS,),
+                          (peak_key, min_key, second_key, np.int32(wo), np.int32(n), iy, ix,
+                           peak, conf))
     return z, iy, ix, peak, conf
 
 

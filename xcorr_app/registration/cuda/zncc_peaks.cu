@@ -304,3 +304,38 @@ __global__ void second_peaks(const float* __restrict__ z,
         if (best) atomicMax(second_key + f, best);
     }
 }
+
+__device__ __forceinline__ double key_value(unsigned int k) {  // the inverse of ordered_key
+    const unsigned int b = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    return (double)__uint_as_float(b);
+}
+
+// One thread per surface: the peak's position (first maximum in row-major order), its value,
+// and the confidence of registration/_peaks.py's confidence_ratio from the peak, second-peak
+// and minimum keys (a constant surface: 1; no second peak: inf; second equal to the peak: 1;
+// else peak / max(|second|, tiny), NaN propagating as NumPy's maximum does).  One kernel for
+// what took a dozen CuPy operations, each compiled on a first run.
+__global__ void decode_peaks(const unsigned long long* __restrict__ peak_key,
+                             const unsigned int* __restrict__ min_key,
+                             const unsigned int* __restrict__ second_key, int wo, int n,
+                             long long* __restrict__ iy, long long* __restrict__ ix,
+                             double* __restrict__ peak, double* __restrict__ conf) {
+    const int f = blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= n) return;
+    const unsigned long long pk = peak_key[f];
+    const long long flat = (long long)(0xffffffffull - (pk & 0xffffffffull));
+    iy[f] = flat / wo;
+    ix[f] = flat % wo;
+    const unsigned int hi = (unsigned int)(pk >> 32);
+    const double p = key_value(hi);
+    const bool nothing = second_key[f] == 0u;
+    const double s = key_value(second_key[f]);
+    const double a = fabs(nothing ? 1.0 : s);
+    const double tiny = 2.2250738585072014e-308;  // np.finfo(np.float64).tiny
+    double ratio = p / (isnan(a) ? a : (a > tiny ? a : tiny));
+    if (s == p) ratio = 1.0;
+    if (nothing) ratio = __longlong_as_double(0x7ff0000000000000LL);  // +inf
+    if (hi == min_key[f]) ratio = 1.0;
+    peak[f] = p;
+    conf[f] = ratio;
+}
