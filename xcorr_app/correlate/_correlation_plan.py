@@ -94,6 +94,19 @@ def _dtype(dtype) -> np.dtype:
     return dt
 
 
+def _current_stream_ptr(cp):
+    """The quickest way to read the current stream's pointer: CuPy's
+    ``cuda.stream.get_current_stream_ptr`` where it answers an int (no Stream object made),
+    else ``get_current_stream().ptr``."""
+    quick = getattr(cp.cuda.stream, "get_current_stream_ptr", None)
+    try:
+        if callable(quick) and quick() == cp.cuda.get_current_stream().ptr:
+            return quick
+    except Exception:  # noqa: BLE001 - not the function we know: the usual way
+        pass
+    return lambda: cp.cuda.get_current_stream().ptr
+
+
 class CorrelationPlan:
     """A cross-correlation problem checked, planned and prepared once (see
     :func:`correlation_plan`, which makes one).
@@ -178,9 +191,7 @@ class CorrelationPlan:
         self._empty = cp.empty
         self._memset = cp.cuda.runtime.memsetAsync
         self._get_device = cp.cuda.runtime.getDevice
-        current = getattr(cp.cuda.stream, "get_current_stream_ptr", None)
-        self._stream_ptr = current if callable(current) else \
-            (lambda: cp.cuda.get_current_stream().ptr)
+        self._stream_ptr = _current_stream_ptr(cp)
         self._contiguous = (lambda a: a._c_contiguous) if hasattr(cp.ndarray, "_c_contiguous") \
             else c_contiguous
 
