@@ -301,7 +301,7 @@ class CorrelationPlan:
         if self._arrange is not None:
             workspace = self._workspaces.get(s)
             if workspace is None:
-                workspace = self._workspace(s, stream)
+                workspace = self._workspaces[s] = self.new_workspace(stream)
         self.enqueue(left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
         return out
 
@@ -327,10 +327,6 @@ class CorrelationPlan:
             return None
         with stream if stream is not None else nullcontext():
             return self._empty(self._launch.arranged_shape, np.float32)
-
-    def _workspace(self, s, stream):
-        ws = self._workspaces[s] = self.new_workspace(stream)
-        return ws
 
     def _call_checked(self, left, right, out, stream):
         """A call of the plans without the fast path: CPU plans, ``fft`` and ``overlap``, and
@@ -388,6 +384,8 @@ class CorrelationPlan:
             return out
         sub = self._many.get(n)
         if sub is None:
+            if len(self._many) >= 16:  # a plan per batch size: keep a few
+                self._many.clear()
             sub = self._many[n] = self._batch_plan(n)
         got = sub(lefts.reshape(sub.left_shape), rights.reshape(sub.right_shape),
                   None if out is None else out.reshape(sub.out_shape), stream)
