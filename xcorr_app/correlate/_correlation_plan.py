@@ -190,7 +190,6 @@ class CorrelationPlan:
         self._ndarray = cp.ndarray
         self._empty = cp.empty
         self._memset = cp.cuda.runtime.memsetAsync
-        self._get_device = cp.cuda.runtime.getDevice
         self._stream_ptr = _current_stream_ptr(cp)
         self._contiguous = (lambda a: a._c_contiguous) if hasattr(cp.ndarray, "_c_contiguous") \
             else c_contiguous
@@ -277,8 +276,7 @@ class CorrelationPlan:
                 and left.shape == self.left_shape and right.shape == self.right_shape
                 and left.dtype.char == "f" and right.dtype.char == "f"
                 and contiguous(left) and contiguous(right)
-                and left.data.device_id == dev and right.data.device_id == dev
-                and self._get_device() == dev):
+                and left.data.device_id == dev and right.data.device_id == dev):
             self.check_inputs(left, right)  # raises, saying what is wrong
         if stream is None:
             s = self._stream_ptr()
@@ -302,7 +300,11 @@ class CorrelationPlan:
             workspace = self._workspaces.get(s)
             if workspace is None:
                 workspace = self._workspaces[s] = self.new_workspace(stream)
-        self.enqueue(left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
+        try:
+            self.enqueue(left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
+        except Exception:  # the driver refuses a kernel of another device's context
+            self.check_inputs(left, right)  # says so, if that is it (the current device)
+            raise
         return out
 
     def enqueue(self, left_ptr, right_ptr, out_ptr, stream_ptr, workspace=None) -> None:
