@@ -232,8 +232,8 @@ def test_gpu_graph_replays_on_new_data_in_its_buffers(rng, spec, form, lshape, r
     assert g.left is left and g.right is right and g.out is out
     stream = cp.cuda.Stream(non_blocking=True)
     for step in range(3):
-        a, b = inputs(rng, lshape, rshape, cp)
         with stream:
+            a, b = inputs(rng, lshape, rshape, cp)  # copied to the GPU on this stream
             left[...] = a  # the documented pattern: new data into the bound buffers
             right[...] = b
             out.fill(cp.nan)
