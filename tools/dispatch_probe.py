@@ -7,8 +7,13 @@ host microseconds per call, and (with ``profile``) the top of a cProfile of 2000
 ``planned ROW...`` takes each bench row whose name contains ROW, asks the planner again
 (``refresh``) and probes its eight fastest candidates.  ``host`` splits one prepared launch's
 host time into its parts (the driver's call alone, the pointer writes, the layers above).
+``plan`` prints the host microseconds per call of a correlation plan (issue 24; target <= 4
+us) on the pipeline rows of the bench (one-to-one 16x16 to 64x64, 1x8 at 16x16 and 32x32):
+time.perf_counter over 10000 calls, the GPU's queue kept short (a synchronize every 100
+calls), with the output given and allocated, beside cross_correlate, run_plan (the path
+before plans) and a graph replay; then the GPU's figures back-to-back and in graph replay.
 
-    python3 tools/dispatch_probe.py [profile] [floor] [host] [planned "1x8 at 32x32" ...]
+    python3 tools/dispatch_probe.py [profile] [floor] [host] [plan] [planned "1x8 at 32x32" ...]
 """
 import cProfile
 import pstats
@@ -18,7 +23,9 @@ import time
 import cupy as cp
 import numpy as np
 
+from xcorr_app import correlation_plan, cross_correlate
 from xcorr_app.bench import _xcorr as bench_xcorr
+from xcorr_app.bench._xcorr_plans import back_to_back
 from xcorr_app.correlate import _planner as planner
 from xcorr_app.correlate._forms import form_layout
 from xcorr_app.correlate._warp_shuffle import _LAUNCHES
@@ -31,18 +38,6 @@ CASES = [("one_to_one", (16, 16), (16, 16), "warp_per_shift:shared=1"),
          ("one_to_many", (32, 32), (8, 32, 32), "warp_shuffle:rights=2,distribution=rectangle,"
                                                 "rows_per_worker=1"),
          ("one_to_many", (16, 16), (256, 16, 16), "mma:tile_y=1,tile_x=16")]
-
-
-def back_to_back(fn, n=200):
-    fn()
-    cp.cuda.get_current_stream().synchronize()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(n):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / n
 
 
 def in_graph(fn, n=200):
@@ -172,6 +167,32 @@ def host_parts():
         cfg.kernel.__class__.__call__ = real
 
 
+PLAN_CASES = ([("one_to_one", (s, s), (s, s)) for s in (16, 32, 48, 64)]
+              + [("one_to_many", (s, s), (8, s, s)) for s in (16, 32)])
+
+
+def plan_probe(n=10000):
+    """Host microseconds per call of a correlation plan and of the paths around it."""
+    for form, ls, rs in PLAN_CASES:
+        left = cp.random.rand(*ls, dtype=cp.float32)
+        right = cp.random.rand(*rs, dtype=cp.float32)
+        plan = correlation_plan(ls, rs, form)
+        out = cp.empty(plan.out_shape, cp.float32)
+        graph = plan.graph(left, right, cp.empty(plan.out_shape, cp.float32))
+        calls = [("plan call, out given", lambda: plan(left, right, out)),
+                 ("plan call, out allocated", lambda: plan(left, right)),
+                 ("cross_correlate, out given", lambda: cross_correlate(left, right, form,
+                                                                        out=out)),
+                 ("run_plan (before plans)", lambda: run_plan(plan.method, left, right, form,
+                                                              None, out=out)),
+                 ("graph replay", graph.replay)]
+        print(f"== {form} {ls} x {rs}: {plan.method} (fast call: {plan.fast})", flush=True)
+        for label, call in calls:
+            print(f"   {label}: host {host_us(call, n):.2f} us per call", flush=True)
+        print(f"   GPU: back-to-back {back_to_back(calls[0][1]) * 1e3:.2f} us per call, graph "
+              f"replay {back_to_back(graph.replay) * 1e3:.2f} us per replay", flush=True)
+
+
 def planned(names):
     for prob in bench_xcorr.PROBLEMS:
         if not any(n in prob.name for n in names):
@@ -191,6 +212,9 @@ def main(argv):
         floor()
     if "host" in argv:
         host_parts()
+        return
+    if "plan" in argv:
+        plan_probe()
         return
     if "planned" in argv:
         planned(argv[argv.index("planned") + 1:])

@@ -34,6 +34,8 @@ _LAZY = {
     "estimate_shifts": "xcorr_app.alignment",
     "AlignResult": "xcorr_app.alignment",
     "cross_correlate": "xcorr_app.correlate",
+    "correlation_plan": "xcorr_app.correlate",
+    "CorrelationPlan": "xcorr_app.correlate",
     "phase_cross_correlation": "xcorr_app.registration",
     "conv2d": "xcorr_app.conv",
     "pointwise": "xcorr_app.conv",
@@ -42,6 +44,7 @@ _SUBPACKAGES = ("filters", "conv", "correlate", "registration", "alignment", "io
                 "distributed", "bench", "cli", "backend")
 
 __all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "cross_correlate",
+           "correlation_plan", "CorrelationPlan",
            "phase_cross_correlation", "conv2d", "pointwise",
            "filters", "XcorrError", "InputError", "OutputError", "__version__"]
 

@@ -221,6 +221,11 @@ def test_run_small_problems():
         assert errors and max(errors) <= bench.TOLERANCE, r["rel_error"]
         assert 0 < r["peak_share"] <= 1, r["peak_share"]
     assert "FP32 FMA peak" in lines[0]
-    assert sum(line.startswith("| one_to_many 1x3") for line in lines) == 1
+    # one line in the main table, one in the pipeline table (a small one-to-many row)
+    assert sum(line.startswith("| one_to_many 1x3") for line in lines) == 2
+    assert "pipeline" in rows[0] and "pipeline" not in rows[1]
+    pipe = rows[0]["pipeline"]
+    assert all(pipe["ms"][p] > 0 for p in ("plan", "graph", "cupy_fft")), pipe
+    assert max(e for e in pipe["rel_error"].values() if e is not None) <= bench.TOLERANCE
 
 

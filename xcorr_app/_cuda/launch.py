@@ -121,3 +121,17 @@ class PreparedLaunch:
         with self._lock:  # the driver copies the buffer at launch, so it may change after
             self._pack(self._buf, 0, *ptrs)
             self._launch(*self._head, stream, 0, self._extra_ptr)
+
+    @property
+    def direct(self) -> bool:
+        """Whether :meth:`launch_on` can be used (CuPy has ``cuda.driver.launchKernel``)."""
+        return self._launch is not None
+
+    def launch_on(self, stream_ptr: int, *ptrs: int) -> None:
+        """Launch with raw device pointers (ints, the ``n_arrays`` leading parameters) on the
+        stream ``stream_ptr``: no array attribute is read and no stream looked up, for callers
+        that checked their arrays already (:class:`xcorr_app.correlate.CorrelationPlan`).
+        Needs :attr:`direct`."""
+        with self._lock:  # the driver copies the buffer at launch, so it may change after
+            self._pack(self._buf, 0, *ptrs)
+            self._launch(*self._head, stream_ptr, 0, self._extra_ptr)

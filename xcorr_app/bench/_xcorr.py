@@ -13,7 +13,9 @@ tuned one (every candidate measured on the problem, cuDNN's benchmark mode), the
 * **torch**: PyTorch ``conv2d`` in fp32 through cuDNN (:func:`torch_peer`),
 
 checks that every path gives the CuPy FFT peer's output, and reports the speed-up over the
-fastest peer and the share of the FP32 FMA peak reached (``2 * macs / time / peak``).
+fastest peer and the share of the FP32 FMA peak reached (``2 * macs / time / peak``).  The
+one-to-one and small one-to-many rows also get the pipeline figures (a second table:
+back-to-back plan calls, graph replay, the peers back-to-back; :mod:`._xcorr_plans`).
 
 Every path computes the layout of :mod:`xcorr_app.correlate._shifts` for the forms of
 :mod:`xcorr_app.correlate._forms`: ``out[k] = sum_n left[n + k] * right[n]``.
@@ -43,6 +45,7 @@ from ..correlate._shifts import first_shift, output_shape
 from ..errors import InputError, XcorrError
 from ._common import (cell, fmt_ms, free_gpu_memory, markdown_header, measure_paths,
                       torch_unavailable_reason, utc_now, versions_line)
+from ._xcorr_plans import pipeline_figures, pipeline_table, pipelined
 
 #: relative error (max |diff| / max |peer|) above which a path is a MISMATCH
 TOLERANCE = 1e-3
@@ -261,6 +264,7 @@ def _status(row, check) -> str:
     if row["ms"]["ours"] is None:
         return "ERROR"
     errors = [e for e in row["rel_error"].values() if e is not None]
+    errors += [e for e in row.get("pipeline", {}).get("rel_error", {}).values() if e is not None]
     if any(not e <= TOLERANCE for e in errors):  # NaN is a mismatch too
         return "MISMATCH"
     if not check or row["ms"]["cupy_fft"] is None:
@@ -308,6 +312,9 @@ def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0
                                                            missing)
     if same:
         row["ms"]["tuned"], row["na"]["tuned"] = row["ms"]["ours"], ""
+    if pipelined(problem):
+        peers = {"cupy_fft": lambda: fft, "torch": makers["torch"]}
+        row["pipeline"] = pipeline_figures(problem, model_plan, left, right, peers, want)
     return summarise(row, check, peak)
 
 
@@ -408,7 +415,8 @@ def run(problems, explain=False, echo=print, check=True) -> list:
         ``plan_source``, ``predicted_ms``, ``tuned_plan``, ``tuned_source``, ``reason``,
         ``candidates`` (measured ``[spec, ms]``, best first), ``ms``/``rel_error``/``na``
         (dicts over :data:`PATHS`), ``peer_ms``, ``ratio`` (fastest peer / ours),
-        ``model_ratio`` (ours / tuned), ``peak_share``, ``status``.
+        ``model_ratio`` (ours / tuned), ``peak_share``, ``status``; and for the rows of
+        :func:`~._xcorr_plans.pipelined`, ``pipeline`` (:func:`~._xcorr_plans.pipeline_figures`).
     """
     from .._cuda.timing import device_name, fp32_fma_peak_flops
 
@@ -428,6 +436,8 @@ def run(problems, explain=False, echo=print, check=True) -> list:
                 echo(line)
         free_gpu_memory()
     echo(model_summary(rows))
+    for line in pipeline_table(rows):
+        echo(line)
     return rows
 
 

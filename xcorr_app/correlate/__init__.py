@@ -2,7 +2,9 @@
 
 The forms (``one_to_one``, ``one_to_many``, ``n_to_mn``, ``n_to_m``) are described in
 :mod:`xcorr_app.correlate._forms`; :func:`cross_correlate` computes any of them over a full or
-bounded shift range, on the CPU (direct sums or FFT) or the GPU (a kernel chosen by the planner).
+bounded shift range, on the CPU (direct sums or FFT) or the GPU (a kernel chosen by the planner);
+:func:`correlation_plan` prepares one problem once for pipelines that repeat it (calls of a few
+microseconds of host time, batches of pairs in one launch, CUDA-graph replay).
 
 Examples
 --------
@@ -14,6 +16,10 @@ True
 """
 
 from ._api import METHODS, cross_correlate
+from ._correlation_plan import CorrelationPlan, correlation_plan
+from ._plan_cache import clear_plan_cache
+from ._plan_graph import CorrelationGraph
 from ._forms import FORMS
 
-__all__ = ["cross_correlate", "FORMS", "METHODS"]
+__all__ = ["cross_correlate", "correlation_plan", "CorrelationPlan", "CorrelationGraph",
+           "clear_plan_cache", "FORMS", "METHODS"]

@@ -17,29 +17,13 @@ import numpy as np
 
 from ..backend import compute_device, like_input, to_xp, xp_for
 from ..errors import InputError
+from ._correlation_plan import check_method_device, choose_method
+from ._plan_cache import cached_plan
 from ._forms import form_layout
-from ._plans import METHODS, Plan, run_plan
-from ._direct import direct_is_small
+from ._plans import METHODS, Plan
 from ._shifts import normalize_max_shift
 
 __all__ = ["cross_correlate", "choose_method", "METHODS"]
-
-
-def choose_method(layout, max_shift, device: str, left=None, right=None, tune=False):
-    """The plan ``method="auto"`` runs.
-
-    On the GPU the planner (:mod:`xcorr_app.correlate._planner`) chooses from its cost model, or
-    with ``tune`` (or ``XCORR_TUNE=1``) measures the likeliest candidates, once per problem and
-    device; on the CPU, bounded searches use the direct sum while its work is small and the FFT
-    otherwise.
-    """
-    if device == "gpu":
-        from ._planner import decide
-
-        return decide(left, right, layout.form, max_shift, tune=True if tune else None).plan
-    if max_shift is None:
-        return Plan("fft")
-    return Plan("direct" if direct_is_small(layout, max_shift) else "fft")
 
 
 def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto",
@@ -81,15 +65,13 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
         if kind not in "biuf":
             raise InputError(f"{name} must hold real numbers, got dtype "
                              f"{getattr(a, 'dtype', np.asarray(a).dtype)}")
-    normalize_max_shift(max_shift)
+    bound = normalize_max_shift(max_shift)
     dev = compute_device(left, right, device=device)
-    plan = None if method == "auto" else Plan.parse(method)
-    if plan is not None and plan.on_gpu_only and dev != "gpu":
-        raise InputError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
-                         "'direct' or 'fft'")
+    plan = None if isinstance(method, str) and method == "auto" else Plan.parse(method)
+    check_method_device(plan, dev)
     xp = xp_for(dev)
     L, R = to_xp(left, xp), to_xp(right, xp)
-    if plan is None:
-        plan = choose_method(lay, max_shift, dev, L, R)
-    res = run_plan(plan, L, R, form, max_shift, out=out)
+    # the problem's plan (planned, configured and its launches prepared once: a repeated
+    # problem goes straight to its launch)
+    res = cached_plan(lay, bound, dev, plan, L, R).execute(L, R, out=out)
     return like_input(res, left, right)

@@ -128,9 +128,32 @@ class Plan:
                                                                 out=out)
         from ._warp_shuffle import launch
 
-        params = tuple((key, getattr(self, key)) for key in _PARAMS[self.method])
+        params = self.kernel_params
         return lambda left, right, form, max_shift, out: launch(fn, left, right, form,
                                                                 max_shift, out, params)
+
+    @property
+    def kernel_params(self) -> tuple:
+        """``((name, value), ...)``: the parameters the method's ``configure`` takes."""
+        return tuple((key, getattr(self, key)) for key in _PARAMS.get(self.method, ()))
+
+    def prepared(self, form, left_shape, right_shape, max_shift=None):
+        """The prepared launches (:class:`xcorr_app.correlate._warp_shuffle.Launch`) of this
+        plan's kernel for one problem on the current device, or ``None`` for the plans without
+        one (``direct``, ``fft``, ``overlap``): configured once and kept, as a call of
+        :meth:`gpu_launcher` keeps them.  A plan that cannot run the problem raises
+        :class:`~xcorr_app.errors.InputError` saying why."""
+        if self.method not in _GPU_LAUNCHERS or self.method == "overlap":
+            return None
+        module, name = _GPU_LAUNCHERS[self.method]
+        configure = getattr(importlib.import_module(module, __package__), name)
+        from ._warp_shuffle import prepare
+
+        try:
+            return prepare(configure, form, left_shape, right_shape, max_shift,
+                           self.kernel_params)
+        except ValueError as exc:
+            raise InputError(f"method {self}: {exc}") from None
 
 
 def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):

@@ -95,21 +95,39 @@ def launch(configure, left, right, form, max_shift, out, params, arranged=None):
 
     ``configure(form, left_shape, right_shape, max_shift, params)`` returns what
     :meth:`Launch.prepare` takes; it runs once per (kernel, shapes, bound, parameters, device)
-    and is kept, so a repeated call costs little more than the launch itself (on the smallest
-    problems the host's time is most of the time).  ``arranged`` (development probes) is the
-    right matrices already rewritten by the problem's ``arrange`` kernel.
+    and is kept (:func:`prepare`), so a repeated call costs little more than the launch itself
+    (on the smallest problems the host's time is most of the time).  ``arranged`` (development
+    probes) is the right matrices already rewritten by the problem's ``arrange`` kernel.
     """
+    cfg = prepare(configure, form, left.shape, right.shape, max_shift, params)
+    return run_prepared(cfg, left, right, out, arranged)
+
+
+def prepare(configure, form, left_shape, right_shape, max_shift, params) -> Launch:
+    """The :class:`Launch` of a problem on the current device, configured once and kept."""
     import cupy as cp
 
     if max_shift is not None:
         max_shift = normalize_max_shift(max_shift)
-    key = (configure, form, left.shape, right.shape, max_shift, params, cp.cuda.runtime.getDevice())
+    key = (configure, form, tuple(left_shape), tuple(right_shape), max_shift, params,
+           cp.cuda.runtime.getDevice())
     cfg = _LAUNCHES.get(key)
     if cfg is None:
         if len(_LAUNCHES) > 512:
             _LAUNCHES.clear()
-        cfg = _LAUNCHES[key] = Launch.prepare(*configure(form, left.shape, right.shape,
-                                                         max_shift, dict(params)))
+        cfg = _LAUNCHES[key] = Launch.prepare(*configure(form, tuple(left_shape),
+                                                         tuple(right_shape), max_shift,
+                                                         dict(params)))
+    return cfg
+
+
+def run_prepared(cfg: Launch, left, right, out=None, arranged=None):
+    """Launch a prepared problem on the current stream: inputs converted to C-contiguous
+    float32 where they are not, ``out`` checked (or allocated), zeroed first where the kernel
+    adds to it, the right matrices rearranged into ``arranged`` (allocated if ``None``) where
+    the kernel reads them so."""
+    import cupy as cp
+
     left, right = as_float32(left, cp), as_float32(right, cp)
     if not (isinstance(out, cp.ndarray) and out.shape == cfg.out_shape
             and out.dtype.char == "f" and c_contiguous(out)):  # the common case, quickly

@@ -1,0 +1,499 @@
+"""Correlation plans: one problem checked, planned and prepared once, then run many times.
+
+In the style of cuFFT and CuPy FFT plans, :func:`correlation_plan` does everything that
+depends only on the problem (its form, shapes, shift range, input type and device) when it
+is made: it validates them, asks the planner for a kernel (:func:`choose_method`), configures
+the kernel's launches and packs their constant arguments (:meth:`Plan.prepared
+<xcorr_app.correlate._plans.Plan.prepared>`).  A call then checks only what is cheap (shape
+tuples, dtype, that the arrays are C-contiguous CuPy arrays on the plan's GPU), writes three
+pointers into the packed arguments and calls the driver: no planner lookup, no layout, no
+output-shape arithmetic, nothing allocated but the output when none is given.
+
+* :meth:`CorrelationPlan.__call__`: one problem, on the current stream or a caller's;
+* :meth:`CorrelationPlan.many`: N independent problems of the plan's shapes in one launch
+  where the form allows it (``one_to_one``, ``one_to_many`` and ``n_to_mn`` problems are one
+  ``n_to_mn`` problem), else a loop;
+* :meth:`CorrelationPlan.graph`: the launch recorded once in a CUDA graph bound to fixed
+  buffers (:class:`~xcorr_app.correlate._plan_graph.CorrelationGraph`), replayed after new data
+  is copied into them.
+
+:func:`xcorr_app.cross_correlate` keeps the plans of its last problems
+(:mod:`xcorr_app.correlate._plan_cache`), so every caller skips the planning and the
+configuration.
+
+Examples
+--------
+>>> import numpy as np
+>>> plan = correlation_plan((16, 16), (16, 16), max_shift=2, device="cpu")
+>>> a = np.random.default_rng(0).random((16, 16), np.float32)
+>>> plan(a, a).shape
+(5, 5)
+>>> plan.many(np.stack([a, a, a]), np.stack([a, a, a])).shape
+(3, 5, 5)
+>>> import cupy as cp  # doctest: +SKIP
+>>> plan = correlation_plan((32, 32), (32, 32))  # doctest: +SKIP
+>>> frames = cp.random.rand(100, 32, 32, dtype=cp.float32)  # doctest: +SKIP
+>>> surfaces = [plan(frames[0], f) for f in frames]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+
+from ..backend import resolve_device
+from ..errors import InputError
+from ._direct import direct_is_small
+from ._forms import form_layout
+from ._overlap import c_contiguous
+from ._plans import Plan, run_plan
+from ._shifts import normalize_max_shift, output_shape
+
+__all__ = ["CorrelationPlan", "correlation_plan", "choose_method", "check_method_device"]
+
+
+def choose_method(layout, max_shift, device: str, left=None, right=None, tune=False):
+    """The plan ``method="auto"`` runs.
+
+    On the GPU the planner (:mod:`xcorr_app.correlate._planner`) chooses from its cost model, or
+    with ``tune`` (or ``XCORR_TUNE=1``) measures the likeliest candidates, once per problem and
+    device; on the CPU, bounded searches use the direct sum while its work is small and the FFT
+    otherwise.
+    """
+    if device == "gpu":
+        from ._planner import decide
+
+        return decide(left, right, layout.form, max_shift, tune=True if tune else None).plan
+    if max_shift is None:
+        return Plan("fft")
+    return Plan("direct" if direct_is_small(layout, max_shift) else "fft")
+
+
+def check_method_device(plan, device: str) -> None:
+    """Refuse a GPU kernel's plan (a :class:`Plan` or ``None`` for auto) on the CPU."""
+    if plan is not None and plan.on_gpu_only and device != "gpu":
+        raise InputError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
+                         "'direct' or 'fft'")
+
+
+def _shape(value, name) -> tuple:
+    try:
+        return tuple(int(n) for n in value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a tuple of ints, got {value!r}") from None
+
+
+def _dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise InputError(f"unknown dtype {dtype!r}") from None
+    if dt.kind not in "biuf":
+        raise InputError(f"dtype must be a real number type, got {dt}")
+    return dt
+
+
+def _current_stream_ptr(cp):
+    """The quickest way to read the current stream's pointer: CuPy's
+    ``cuda.stream.get_current_stream_ptr`` where it answers an int (no Stream object made),
+    else ``get_current_stream().ptr``."""
+    quick = getattr(cp.cuda.stream, "get_current_stream_ptr", None)
+    try:
+        if callable(quick) and quick() == cp.cuda.get_current_stream().ptr:
+            return quick
+    except Exception:  # noqa: BLE001 - not the function we know: the usual way
+        pass
+    return lambda: cp.cuda.get_current_stream().ptr
+
+
+class CorrelationPlan:
+    """A cross-correlation problem checked, planned and prepared once (see
+    :func:`correlation_plan`, which makes one).
+
+    Attributes
+    ----------
+    form, left_shape, right_shape : str, tuple, tuple
+        The problem.
+    max_shift : (int, int) or None
+        The shift range, normalized.
+    dtype : numpy.dtype
+        The inputs' dtype.
+    device : {"gpu", "cpu"}
+    device_id : int or None
+        The CUDA device the plan was made on (GPU plans).
+    fast : bool
+        Whether a call goes straight to the driver (a kernel plan on float32 inputs).
+    method : Plan
+        The kernel (or FFT, or direct sum) that runs.
+    out_shape : tuple
+        ``batch_shape + (Ho, Wo)`` of the result (float32).
+
+    Notes
+    -----
+    **Threads and streams.** A plan may be called from several threads at once: a call reads
+    the plan and writes nothing of it but the packed kernel arguments, which each launch
+    writes and hands to the driver under a lock (the driver copies them at the launch).  Each
+    call runs on ``stream`` (any CuPy stream, e.g. ``cupy.cuda.Stream(non_blocking=True)``) or,
+    by default, on the current stream of the calling thread (``with stream:``), and never
+    synchronizes: the result is ready when that stream reaches it, so read it on the same
+    stream or after synchronizing.  Inputs must be complete on that stream too (written on it,
+    or the stream made to wait for the writer's event).  The plans that rearrange the right
+    matrices first (``pair_tiled``) keep one workspace per stream, so calls on different
+    streams may overlap; calls on one stream are ordered anyway.  A plan belongs to the GPU
+    it was made on: call it with that device current (``with cupy.cuda.Device(i):``).
+    """
+
+    def __init__(self, left_shape, right_shape, form="one_to_one", max_shift=None,
+                 dtype="float32", device="auto", method="auto", *, sample=None):
+        self.left_shape = _shape(left_shape, "left_shape")
+        self.right_shape = _shape(right_shape, "right_shape")
+        lay = form_layout(form, self.left_shape, self.right_shape)
+        self.form, self.layout = form, lay
+        self.max_shift = normalize_max_shift(max_shift)
+        self.dtype = _dtype(dtype)
+        self.device = resolve_device(device)
+        plan = None if method is None or (isinstance(method, str) and method == "auto") \
+            else Plan.parse(method)
+        check_method_device(plan, self.device)
+        self.out_shape = lay.batch_shape + output_shape(lay.left_shape, lay.right_shape,
+                                                        self.max_shift)
+        self.device_id = None
+        self._launch = None
+        self.fast = False
+        self._many = {}  # batch size -> the n_to_mn plan of many()
+        if self.device == "cpu":
+            self.method = plan or choose_method(lay, self.max_shift, "cpu")
+            return
+        import cupy as cp
+
+        self._cp = cp
+        self.device_id = cp.cuda.runtime.getDevice()
+        if plan is None:
+            left, right = sample if sample is not None else \
+                (cp.zeros(self.left_shape, self.dtype), cp.zeros(self.right_shape, self.dtype))
+            plan = choose_method(lay, self.max_shift, "gpu", left, right)
+        self.method = plan
+        cfg = self._launch = plan.prepared(form, self.left_shape, self.right_shape,
+                                           self.max_shift)
+        if cfg is None:
+            return
+        # the fast call (raw pointers straight to the driver) where the inputs are read as
+        # they are: float32, and CuPy with cuda.driver.launchKernel
+        self.fast = (self.dtype == np.float32
+                      and (cfg.kernel is None or cfg.kernel.direct)
+                      and (cfg.arrange is None or cfg.arrange.direct))
+        self._kernel, self._arrange = cfg.kernel, cfg.arrange
+        self._zero = cfg.zero_first or cfg.kernel is None
+        self._out_nbytes = 4 * int(np.prod(self.out_shape, dtype=np.int64))
+        self._workspaces = {}  # stream pointer -> the rearranged right matrices (pair_tiled)
+        self._ndarray = cp.ndarray
+        self._empty = cp.empty
+        self._memset = cp.cuda.runtime.memsetAsync
+        self._stream_ptr = _current_stream_ptr(cp)
+        self._contiguous = (lambda a: a._c_contiguous) if hasattr(cp.ndarray, "_c_contiguous") \
+            else c_contiguous
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device == "cpu" else f"gpu {self.device_id}"
+        return (f"CorrelationPlan({self.form}, {self.left_shape} x {self.right_shape}, "
+                f"max_shift={self.max_shift}, dtype={self.dtype}, {where}, method={self.method})")
+
+    # -------------------------------------------------------------------- checks
+
+    def check_inputs(self, left, right) -> None:
+        """Raise :class:`~xcorr_app.errors.InputError` saying what is wrong with ``left`` or
+        ``right`` for this plan (the checks of a call, spelt out)."""
+        gpu = self.device == "gpu"
+        kind = self._cp.ndarray if gpu else np.ndarray
+        where = "CuPy" if gpu else "NumPy"
+        for name, a, shape in (("left", left, self.left_shape),
+                               ("right", right, self.right_shape)):
+            if not isinstance(a, kind):
+                raise InputError(f"{name} must be a {where} array for this {self.device} plan, "
+                                 f"got {type(a).__name__}")
+            if tuple(a.shape) != shape:
+                raise InputError(f"{name} has shape {tuple(a.shape)}; this plan was made for "
+                                 f"{shape} (make a plan per problem)")
+            if a.dtype != self.dtype:
+                raise InputError(f"{name} has dtype {a.dtype}; this plan was made for "
+                                 f"{self.dtype}")
+            if not gpu:
+                continue
+            if not c_contiguous(a):
+                raise InputError(f"{name} must be C-contiguous (cupy.ascontiguousarray)")
+            if a.data.device_id != self.device_id:
+                raise InputError(f"{name} is on GPU {a.data.device_id}; this plan was made on "
+                                 f"GPU {self.device_id}")
+        if gpu and self._cp.cuda.runtime.getDevice() != self.device_id:
+            raise InputError(f"the current device is GPU {self._cp.cuda.runtime.getDevice()}; "
+                             f"this plan was made on GPU {self.device_id}: call it under "
+                             f"`with cupy.cuda.Device({self.device_id}):`")
+
+    def check_out(self, out, shape=None) -> None:
+        """Raise :class:`~xcorr_app.errors.InputError` unless ``out`` can receive a result of
+        ``shape`` (default: :attr:`out_shape`)."""
+        shape = self.out_shape if shape is None else shape
+        gpu = self.device == "gpu"
+        kind = self._cp.ndarray if gpu else np.ndarray
+        where = f"CuPy array on GPU {self.device_id}" if gpu else "NumPy array"
+        if not (isinstance(out, kind) and tuple(out.shape) == shape and out.dtype == np.float32
+                and c_contiguous(out) and (not gpu or out.data.device_id == self.device_id)):
+            got = f"{out.dtype} {tuple(out.shape)}" if hasattr(out, "shape") else \
+                type(out).__name__
+            raise InputError(f"out must be a C-contiguous float32 {where} of shape {shape}, "
+                             f"got {got}")
+
+    # -------------------------------------------------------------------- calls
+
+    def __call__(self, left, right, out=None, stream=None):
+        """Correlate one pair of the plan's problem.
+
+        Parameters
+        ----------
+        left, right : ndarray
+            Of the plan's shapes and dtype: C-contiguous CuPy arrays on the plan's GPU (GPU
+            plans) or NumPy arrays (CPU plans).
+        out : ndarray, optional
+            A C-contiguous float32 array of :attr:`out_shape` to write into (else allocated).
+        stream : cupy.cuda.Stream, optional
+            Where to launch (default: the current stream); the call does not synchronize.
+
+        Returns
+        -------
+        ndarray
+            ``out`` (or a new array), float32, as :func:`xcorr_app.cross_correlate` returns it.
+
+        Raises
+        ------
+        xcorr_app.errors.InputError
+            For arrays of another shape, dtype, array type or device, or a bad ``out``.
+        """
+        if not self.fast:
+            return self._call_checked(left, right, out, stream)
+        nd, dev, contiguous = self._ndarray, self.device_id, self._contiguous
+        if not (isinstance(left, nd) and isinstance(right, nd)
+                and left.shape == self.left_shape and right.shape == self.right_shape
+                and left.dtype.char == "f" and right.dtype.char == "f"
+                and contiguous(left) and contiguous(right)
+                and left.data.device_id == dev and right.data.device_id == dev):
+            self.check_inputs(left, right)  # raises, saying what is wrong
+        if stream is None:
+            s = self._stream_ptr()
+        else:
+            try:
+                s = stream.ptr
+            except AttributeError:
+                raise InputError(f"stream must be a cupy.cuda.Stream, got "
+                                 f"{type(stream).__name__}") from None
+        if out is None:
+            if stream is None:
+                out = self._empty(self.out_shape, np.float32)
+            else:
+                with stream:  # the memory pool's stream: reused only after this stream's work
+                    out = self._empty(self.out_shape, np.float32)
+        elif not (isinstance(out, nd) and out.shape == self.out_shape and out.dtype.char == "f"
+                  and contiguous(out) and out.data.device_id == dev):
+            self.check_out(out)
+        workspace = None
+        if self._arrange is not None:
+            workspace = self._workspaces.get(s)
+            if workspace is None:
+                workspace = self._workspaces[s] = self.new_workspace(stream)
+        try:
+            self.enqueue(left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
+        except Exception:  # the driver refuses a kernel of another device's context
+            self.check_inputs(left, right)  # says so, if that is it (the current device)
+            raise
+        return out
+
+    def enqueue(self, left_ptr, right_ptr, out_ptr, stream_ptr, workspace=None) -> None:
+        """Launch on raw device pointers (ints), checked by the caller: zero the output where
+        the kernel adds to it, rearrange the right matrices into ``workspace`` where the kernel
+        reads them so, run the kernel.  Fast plans only (``plan.enqueue`` is what a call and a
+        graph capture run)."""
+        if self._zero:
+            self._memset(out_ptr, 0, self._out_nbytes, stream_ptr)
+        kernel = self._kernel
+        if kernel is None:  # no shift overlaps: zeros
+            return
+        if self._arrange is not None:
+            self._arrange.launch_on(stream_ptr, right_ptr, workspace.data.ptr)
+            right_ptr = workspace.data.ptr
+        kernel.launch_on(stream_ptr, left_ptr, right_ptr, out_ptr)
+
+    def new_workspace(self, stream=None):
+        """A buffer for the rearranged right matrices (``pair_tiled`` plans; else ``None``),
+        allocated on ``stream`` (default: the current stream)."""
+        if self._arrange is None:
+            return None
+        with stream if stream is not None else nullcontext():
+            return self._empty(self._launch.arranged_shape, np.float32)
+
+    def _call_checked(self, left, right, out, stream):
+        """A call of the plans without the fast path: CPU plans, ``fft`` and ``overlap``, and
+        inputs of another dtype than float32 (converted on the way)."""
+        self.check_inputs(left, right)
+        if out is not None:
+            self.check_out(out)
+        if self.device == "cpu" or stream is None:
+            return self.execute(left, right, out)
+        with stream:
+            return self.execute(left, right, out)
+
+    def execute(self, left, right, out=None):
+        """Run the plan on arrays of its shapes as :func:`xcorr_app.cross_correlate` does
+        (which calls this): without the call's checks, inputs of any real dtype and layout
+        converted where needed, ``out`` checked (or allocated), on the current stream."""
+        cfg = self._launch
+        if cfg is None:
+            return run_plan(self.method, left, right, self.form, self.max_shift, out=out)
+        from ._warp_shuffle import run_prepared
+
+        try:
+            return run_prepared(cfg, left, right, out)
+        except ValueError as exc:  # a bad ``out``
+            raise InputError(f"method {self.method}: {exc}") from None
+
+    # -------------------------------------------------------------------- many pairs
+
+    def many(self, lefts, rights, out=None, stream=None):
+        """Correlate ``N`` independent problems of this plan's shapes.
+
+        ``lefts`` is ``(N,) + left_shape`` and ``rights`` ``(N,) + right_shape``; the result
+        is ``(N,) + out_shape``, the same as ``N`` calls.  ``one_to_one``, ``one_to_many`` and
+        ``n_to_mn`` problems run as one ``n_to_mn`` problem (one launch, with the plan's kernel
+        where it runs that form, else the planner's choice for the batch; a plan is made once
+        per ``N``); ``n_to_m`` problems run one call each.  ``out`` and ``stream`` as a call.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> plan = correlation_plan((8, 8), (8, 8), max_shift=1, device="cpu")
+        >>> a = np.ones((4, 8, 8), np.float32)
+        >>> float(plan.many(a, a)[2, 1, 1])
+        64.0
+        """
+        n = self._batch_size(lefts, rights)
+        shape = (n,) + self.out_shape
+        if out is not None:
+            self.check_out(out, shape)
+        if self.form == "n_to_m":
+            if out is None:
+                out = self.allocate(shape, stream)
+            for i in range(n):
+                self(lefts[i], rights[i], out[i], stream)
+            return out
+        sub = self._many.get(n)
+        if sub is None:
+            if len(self._many) >= 16:  # a plan per batch size: keep a few
+                self._many.clear()
+            sub = self._many[n] = self._batch_plan(n)
+        got = sub(lefts.reshape(sub.left_shape), rights.reshape(sub.right_shape),
+                  None if out is None else out.reshape(sub.out_shape), stream)
+        return out if out is not None else got.reshape(shape)
+
+    def _batch_size(self, lefts, rights) -> int:
+        ls, rs = tuple(getattr(lefts, "shape", ())), tuple(getattr(rights, "shape", ()))
+        if ls[1:] != self.left_shape or rs[1:] != self.right_shape or ls[:1] != rs[:1]:
+            raise InputError(f"many() takes lefts of shape (N,) + {self.left_shape} and rights "
+                             f"of shape (N,) + {self.right_shape}, got {ls} and {rs}")
+        if ls[0] < 1:
+            raise InputError("many() needs at least one pair")
+        return ls[0]
+
+    def allocate(self, shape, stream=None):
+        """An empty float32 array of ``shape`` for this plan's device (on ``stream``'s memory
+        pool arena for GPU plans)."""
+        if self.device == "cpu":
+            return np.empty(shape, np.float32)
+        with stream if stream is not None else nullcontext():
+            return self._cp.empty(shape, np.float32)
+
+    def _batch_plan(self, n) -> "CorrelationPlan":
+        """The ``n_to_mn`` plan of ``n`` problems: the same kernel where it can run them."""
+        (h, w), (hr, wr) = self.layout.left_shape, self.layout.right_shape
+        groups = n * self.layout.n_left  # left matrices in all
+        shapes = ((groups, h, w), (groups, self.layout.m, hr, wr))
+        try:
+            return CorrelationPlan(*shapes, "n_to_mn", self.max_shift, self.dtype,
+                                   self.device, self.method)
+        except InputError:  # the kernel cannot run this batch: the planner's choice
+            return CorrelationPlan(*shapes, "n_to_mn", self.max_shift, self.dtype,
+                                   self.device, "auto")
+
+    # -------------------------------------------------------------------- graphs
+
+    def graph(self, left, right, out=None):
+        """Record this plan's launch on ``left``, ``right`` and ``out`` in a CUDA graph.
+
+        The graph is **bound to these buffers**: every replay reads the arrays ``left`` and
+        ``right`` and writes ``out`` (allocated here if not given), whatever they hold then.
+        The pattern is: copy the new data into the bound inputs (``graph.left[...] = frame``,
+        or ``cupy.copyto``) on the replay's stream, replay, read ``graph.out``.
+
+        Returns
+        -------
+        CorrelationGraph
+            (:mod:`xcorr_app.correlate._plan_graph`) with ``replay(stream=None)``.
+        """
+        from ._plan_graph import CorrelationGraph
+
+        return CorrelationGraph(self, left, right, out)
+
+
+def correlation_plan(left_shape, right_shape, form="one_to_one", max_shift=None,
+                     dtype="float32", device="auto", method="auto") -> CorrelationPlan:
+    """Make a reusable plan for correlating arrays of these shapes (cuFFT-style).
+
+    Everything that depends only on the problem happens here, once: the checks, the choice
+    of kernel, the kernel's compilation and configuration and the packing of its arguments.
+    A call of the plan checks only shapes, dtype, array type, contiguity and device, and
+    launches: a few microseconds of host time on the smallest problems, where a
+    :func:`~xcorr_app.cross_correlate` call spends more on its checks and lookups.
+
+    Parameters
+    ----------
+    left_shape, right_shape : tuple of int
+        The inputs' shapes, as ``form`` requires (:mod:`xcorr_app.correlate._forms`).
+    form : {"one_to_one", "one_to_many", "n_to_mn", "n_to_m"}
+    max_shift : int or (int, int), optional
+        As :func:`xcorr_app.cross_correlate` (default every overlapping shift).
+    dtype : dtype, default float32
+        The inputs' dtype (a real number type); float32 is read as it is, others are
+        converted per call.
+    device : {"auto", "gpu", "cpu"}
+        Where the plan runs: the current CUDA device (CuPy arrays in and out) or the CPU
+        (NumPy arrays in and out).
+    method : str or Plan
+        ``"auto"`` (the planner's choice, made now) or a plan as
+        :func:`~xcorr_app.cross_correlate` takes.
+
+    Returns
+    -------
+    CorrelationPlan
+        ``plan(left, right, out=None, stream=None)`` correlates one problem;
+        ``plan.many(lefts, rights)`` N of them; ``plan.graph(left, right)`` records a CUDA
+        graph.  See its Notes for threads and streams.
+
+    Raises
+    ------
+    xcorr_app.errors.InputError
+        For shapes that do not fit ``form``, a bad ``max_shift``, ``dtype``, ``device`` or
+        ``method``, or a kernel that cannot run the problem.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> plan = correlation_plan((16, 16), (8, 16, 16), "one_to_many", max_shift=3,
+    ...                         device="cpu")
+    >>> plan.out_shape
+    (8, 7, 7)
+    >>> import cupy as cp  # doctest: +SKIP
+    >>> plan = correlation_plan((16, 16), (16, 16))  # doctest: +SKIP
+    >>> a, b = cp.random.rand(2, 16, 16, dtype=cp.float32)  # doctest: +SKIP
+    >>> out = cp.empty(plan.out_shape, cp.float32)  # doctest: +SKIP
+    >>> stream = cp.cuda.Stream(non_blocking=True)  # doctest: +SKIP
+    >>> plan(a, b, out, stream=stream)  # doctest: +SKIP
+    """
+    return CorrelationPlan(left_shape, right_shape, form, max_shift, dtype, device, method)
