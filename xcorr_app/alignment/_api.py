@@ -27,14 +27,17 @@ from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
                         shared_plan)
 from ._prebuild import prebuild
-from ._preprocess import prepare
+from ._preprocess import AUTO_LOWPASS, prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
-from ._template import refined_table
+from ._template import passes_table
 
-#: ``reference=None`` (the default): template refinement on one device; the first frame where
-#: the frames are shared out (``gpus``), which ``refined`` does not support
-DEFAULT_REFERENCE = "refined"
+#: ``reference=None`` (the default) on one device; the frames shared out (``gpus``) always
+#: take ``first`` (``refined`` is not available there).  Issue 23 made ``refined`` the default
+#: only if it met the accuracy targets; it does not on the low-light stacks (0.22 px RMS,
+#: 0.18 with ``refined:2``, against 0.31 for ``first``: docs/how-align-works.md), so the
+#: default stays the single pass (half the cost)
+DEFAULT_REFERENCE = "first"
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
                     subpixel="gaussian", upsample=20, prefilter=None, window="none",
@@ -138,12 +141,12 @@ def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc"
         Inf pixels is an :class:`~xcorr_app.errors.InputError`.
     reference : {None, "refined", "refined:ITER", "first", "mean", "mean:N", "previous"}, int, \
 path or ndarray
-        ``refined`` (the default, ``None``, on one device) aligns to the first frame, averages
-        the better half of the aligned frames (by confidence) into a template and measures
-        every frame again against it (``refined:2``: two template passes); shifts stay
-        relative to frame 0 (:mod:`xcorr_app.alignment._template`).  It costs one measuring
-        pass more per template pass and is not available with ``gpus`` (the default is then
-        ``first``).  ``first`` is the single pass against the first frame; ``mean`` averages
+        ``None``: :data:`DEFAULT_REFERENCE` (``first``).  ``first``: one pass against the
+        first frame.  ``refined`` aligns to the first frame, averages the aligned frames (those
+        with a distinct peak) into a template and measures every frame again against it
+        (``refined:2``: two template passes); shifts stay relative to frame 0
+        (:mod:`xcorr_app.alignment._template`): best on noisy (low-light) stacks, at one
+        measuring pass more per template pass; not available with ``gpus``.  ``mean`` averages
         all frames (``mean:N`` the first N) in one streaming pass first; ``previous``
         correlates each frame with the one before and accumulates the shifts; an int is a
         frame index; a path is an image file.
@@ -210,9 +213,10 @@ path or ndarray
     boundary : {"auto", "linear", "circular"}
         ``linear``: frames are views of a larger scene (correlation over the overlap);
         ``circular``: frames wrap around (circular shifts, periodic test data), the peak is
-        refined on the circular correlation (upsampled DFT); ``auto`` (default): decided from
-        the first pass of ``reference="refined"``
-        (:func:`~xcorr_app.alignment._template.periodic_frames`), ``linear`` otherwise.
+        refined on the circular correlation (upsampled DFT); ``auto`` (default): decided after
+        the first pass (:func:`~xcorr_app.alignment._template.periodic_frames` reads a few
+        frames again); periodic stacks are then measured once more, circularly.  ``auto`` is
+        ``linear`` with ``reference="previous"`` and with ``gpus``.
 
     Returns
     -------
@@ -247,16 +251,18 @@ path or ndarray
     xp = backend.xp_for(dev)
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
-        opts, choices = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
+        opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
+        # a note where auto chose the band-pass (the ordinary low-pass goes unsaid)
+        choices = [why] if why and opts.prefilter != AUTO_LOWPASS else []
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts
             plan = shared_plan(opts, xp, src.frame_shape, chunk,
                                (xp.zeros(src.frame_shape, xp.float32),))
             prebuild(opts, src.frame_shape, src.dtype, plan, device=xp.cuda.Device().id)
-        if opts.refined:  # two or three measuring passes (_template)
-            table, plan, opts, more = refined_table(opts, src, xp, chunk, plan=plan,
-                                                    progress=progress)
+        if opts.refined or (opts.boundary == "auto" and not opts.previous):  # (_template)
+            table, plan, opts, more = passes_table(opts, src, xp, chunk, plan=plan,
+                                                   progress=progress)
             choices += more
         else:
             opts = opts.measuring()
@@ -266,7 +272,8 @@ path or ndarray
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
-                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes}
+                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes,
+                "prefilter_auto": why}
     res = result_from_table(opts, table, sources, settings, plan, stack_or_path)
     res.notes[:0] = choices  # what "auto" chose
     return res

@@ -30,7 +30,7 @@ SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "non
 NORMALIZATIONS = ("zncc", "none", "phase")
 #: how frames meet at their edges: ``linear`` (the overlap: frames cropped from a larger
 #: scene), ``circular`` (wrap-around content: circular shifts, periodic test data), ``auto``
-#: (decided from the first pass of ``reference="refined"``; ``linear`` otherwise)
+#: (decided after the first pass: :func:`xcorr_app.alignment._template.periodic_frames`)
 BOUNDARIES = ("auto", "linear", "circular")
 #: upsampling of the FFT reference measurement (resolution 1/20 px)
 FFT_REFERENCE_UPSAMPLE = 20
@@ -153,14 +153,14 @@ class AlignOptions:
 
 
 def resolve_auto(opts, src):
-    """``(opts, notes)``: ``opts`` with ``prefilter="auto"`` decided for the open source ``src``
-    (:func:`~xcorr_app.alignment._preprocess.choose_prefilter`) and a note saying what was
-    chosen; unchanged (no note) where the prefilter is given, or unused (phase correlation,
+    """``(opts, why)``: ``opts`` with ``prefilter="auto"`` decided for the open source ``src``
+    (:func:`~xcorr_app.alignment._preprocess.choose_prefilter`) and the reason of the choice;
+    unchanged (``why`` None) where the prefilter is given, or unused (phase correlation,
     ``features``)."""
     if opts.prefilter != "auto" or opts.features or opts.normalization == "phase":
-        return opts, []
+        return opts, None
     spec, why = choose_prefilter(src)
-    return dataclasses.replace(opts, prefilter=spec), [why]
+    return dataclasses.replace(opts, prefilter=spec), why
 
 
 def check_frame_shape(frame_shape):

@@ -97,9 +97,10 @@ def choose_prefilter(src):
     n = src.n_frames
     idx = sorted({int(round(i)) for i in np.linspace(0, n - 1, min(AUTO_SAMPLES, n))})
     means = []
-    for i in idx:
+    for i in idx:  # frames that cannot be measured (NaN, Inf, constant) do not count
         f = np.asarray(to_numpy(src.read(i, i + 1)), np.float64)
-        means.append(float(f.mean()) if np.isfinite(f).all() else np.nan)
+        usable = np.isfinite(f).all() and f.max() > f.min()
+        means.append(float(f.mean()) if usable else np.nan)
     means = np.asarray(means)
     means = means[np.isfinite(means)]
     top = float(np.abs(means).max()) if means.size else 0.0

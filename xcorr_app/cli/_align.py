@@ -27,7 +27,7 @@ MEASURE_OPTIONS = (
                  help="refined | refined:ITER (template from the aligned frames, measured again; "
                       "ITER 1 or 2 passes) | first | mean | mean:N (of the first N frames) | "
                       "previous (frame to frame, accumulated) | a frame INDEX | an image FILE. "
-                      "[default: refined; first with --gpus or Dask]"),
+                      "[default: first]"),
     click.option("--max-shift", type=MAX_SHIFT, default=None,
                  help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
                       "kernels or FFT); default: up to half the frame, by FFT."),
@@ -46,8 +46,8 @@ MEASURE_OPTIONS = (
                       "background), else gaussian:1."),
     click.option("--boundary", type=click.Choice(BOUNDARIES), default="auto", show_default=True,
                  help="linear: frames are views of a larger scene; circular: frames wrap "
-                      "around (circular shifts, periodic test data); auto: detected by "
-                      "--reference refined, else linear."),
+                      "around (circular shifts, periodic test data); auto: detected after the "
+                      "first pass (periodic stacks are measured once more)."),
     click.option("--window", type=WINDOW, default="none", show_default=True,
                  help="Apodize frames before correlating (suppresses edge effects)."),
     click.option("--features", type=FEATURES, default=None,
@@ -185,7 +185,9 @@ def _check(o):
                          "replace")
     spread = o.gpus is not None or o.workers is not None or bool(o.scheduler)  # no "refined"
     if o.reference is None:
-        o.reference = "first" if spread else "refined"
+        from ..alignment._api import DEFAULT_REFERENCE
+
+        o.reference = "first" if spread else DEFAULT_REFERENCE
     opts = AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample,
                         o.prefilter, o.window, not o.no_verify, o.min_confidence,
                         o.interpolate_low, o.channel, o.features, o.tune, o.boundary)
