@@ -33,17 +33,17 @@ DEFAULT = "xcorr default"
 #: method name -> keyword arguments of :func:`xcorr_app.align` (on the CPU), or ("skimage",
 #: normalization) for ``phase_cross_correlation`` with upsample 100
 #: the default before issue 23 (one pass against the first frame, gaussian:1, linear); the
-#: single options below change one thing of it, so each row shows that option's effect
+#: rows marked "alone" change one thing of it, so each shows that option's own effect
+#: (``boundary=circular`` is the circular refinement, the former ``subpixel=upsample``)
 BEFORE = {"reference": "first", "prefilter": "gaussian:1", "boundary": "linear"}
 METHODS = {
     DEFAULT: {},
-    "xcorr before (first, gaussian:1)": BEFORE,
-    "xcorr reference=refined": {**BEFORE, "reference": "refined"},
-    "xcorr reference=refined:2": {**BEFORE, "reference": "refined:2"},
-    "xcorr prefilter=auto": {**BEFORE, "prefilter": "auto"},
-    "xcorr boundary=circular": {**BEFORE, "boundary": "circular"},
-    "xcorr subpixel=upsample": {**BEFORE, "subpixel": "upsample"},
-    "xcorr prefilter=dog:1,8": {**BEFORE, "prefilter": "dog:1,8"},
+    "xcorr reference=refined": {"reference": "refined"},
+    "xcorr reference=refined:2": {"reference": "refined:2"},
+    "xcorr before (first, gaussian:1, linear)": BEFORE,
+    "xcorr prefilter=auto alone": {**BEFORE, "prefilter": "auto"},
+    "xcorr boundary=circular alone": {**BEFORE, "boundary": "circular"},
+    "xcorr prefilter=dog:1,8 alone": {**BEFORE, "prefilter": "dog:1,8"},
     "xcorr normalization=phase": {**BEFORE, "normalization": "phase"},
     "skimage pcc phase": ("skimage", "phase"),
     "skimage pcc none": ("skimage", None),
