@@ -81,9 +81,16 @@ class TemplateAccumulator:
         self.min_confidence = min_confidence
         self.total = xp.zeros(frame_shape, xp.float64)
         self.coverage = xp.zeros(frame_shape, xp.float64)
+        self._done = None  # GPU: the event after the last chunk's sums
 
     def __call__(self, first, frames, block):
+        """Add a chunk: ``frames`` as read and its result ``block`` (both on ``xp``'s device).
+        On the GPU the chunks come on two alternating CUDA streams: each chunk's sums wait for
+        the previous chunk's (an event), so that the two streams never add to the template at
+        once; nothing waits on the host."""
         xp = self.xp
+        if self._done is not None:
+            xp.cuda.get_current_stream().wait_event(self._done)
         c = COLUMN
         shifts = block[:, c["dy"]:c["dx"] + 1]
         keep = (block[:, c["finite"]] == 1) & (block[:, c["constant"]] == 0) \
@@ -101,11 +108,15 @@ class TemplateAccumulator:
             self.total += (shift_frames(f, s) * w).sum(axis=0, dtype=xp.float64)
             self.coverage += (shift_frames(xp.ones_like(f), s) * w).sum(axis=0,
                                                                          dtype=xp.float64)
+        if xp is not np:
+            self._done = xp.cuda.get_current_stream().record()
 
     def template(self, fallback):
         """The template (float32, frame 0's coordinates): the weighted mean of the kept
         frames, and ``fallback`` (the first frame) where less than half a frame covers."""
         xp = self.xp
+        if self._done is not None:  # GPU: the last chunk's sums (on another stream) first
+            self._done.synchronize()
         covered = self.coverage >= 0.5
         mean = self.total / xp.where(covered, self.coverage, 1.0)
         return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
