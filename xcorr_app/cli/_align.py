@@ -24,10 +24,10 @@ __all__ = ["align", "note_late_signal"]
 #: what to measure (the options of :func:`xcorr_app.align`), in the order of ``--help``
 MEASURE_OPTIONS = (
     click.option("--reference", default=None,
-                 help="refined | refined:ITER (template from the aligned frames, measured again; "
-                      "ITER 1 or 2 passes) | first | mean | mean:N (of the first N frames) | "
-                      "previous (frame to frame, accumulated) | a frame INDEX | an image FILE. "
-                      "[default: first]"),
+                 help="first | refined | refined:ITER (template of the aligned frames, every "
+                      "frame measured again: noisy stacks; ITER 1 or 2 passes) | mean | mean:N "
+                      "(of the first N frames) | previous (frame to frame, accumulated) | a "
+                      "frame INDEX | an image FILE.  [default: first]"),
     click.option("--max-shift", type=MAX_SHIFT, default=None,
                  help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
                       "kernels or FFT); default: up to half the frame, by FFT."),
