@@ -34,9 +34,9 @@ from ._template import passes_table
 
 #: ``reference=None`` (the default) on one device; the frames shared out (``gpus``) always
 #: take ``first`` (``refined`` is not available there).  Issue 23 made ``refined`` the default
-#: only if it met the accuracy targets; it does not on the low-light stacks (0.22 px RMS,
-#: 0.18 with ``refined:2``, against 0.31 for ``first``: docs/how-align-works.md), so the
-#: default stays the single pass (half the cost)
+#: only if it met the accuracy targets; it does not on the low-light stacks (0.19 px RMS,
+#: 0.15 with ``refined:2``, against 0.31 for ``first``), it is worse on bleaching stacks and
+#: costs twice the time (docs/how-align-works.md), so the default stays the single pass
 DEFAULT_REFERENCE = "first"
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
