@@ -252,7 +252,7 @@ def previous_references(p, carry, xp):
 
 
 def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0, stop=None,
-                   progress=None):
+                   progress=None, on_chunk=None):
     """The per-frame result table (rows ``start:stop``, columns :data:`COLUMNS`) and the plan.
 
     The chunk loop of :func:`align`: frames are streamed from ``src`` in chunks of
@@ -263,6 +263,11 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     to :data:`LOOK_BACK` frames before ``start``), and checked against the FFT reference.
     Each frame's row depends only on the frame, its reference and ``plan``, so ranges measured
     apart (other GPUs, Dask workers) give the rows one run gives.
+
+    ``on_chunk(first, frames, block)``, if given, sees every chunk as read (on ``xp``'s
+    device) with its result block (columns :data:`COLUMNS`, on the device, not waited for):
+    the template of ``reference="refined"`` is accumulated there
+    (:class:`xcorr_app.alignment._template.TemplateAccumulator`).
     """
     stop = src.n_frames if stop is None else stop
     part = FrameRange(src, start, stop)
@@ -274,10 +279,11 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
         if isinstance(reference, concurrent.futures.Future):  # being prepared elsewhere
             reference, plan = reference.result()
         return _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress,
-                               before)
+                               before, on_chunk)
 
 
-def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress, before):
+def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress, before,
+                    on_chunk=None):
     prep = opts.preparer(xp, src.frame_shape)
     measure = Measurer.of(opts, xp, src.frame_shape, plan)
     fft_kwargs = fft_reference(opts.normalization)[0]
@@ -347,7 +353,10 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                     refs = [(r[a:b], rr[a:b]) for a, b in slices]
                     last = (*carry, None)
                 blocks = pool.map(lambda k: rows(preps[k], *refs[k]), range(len(preps)))
-                finish(first, np.concatenate(list(blocks)), None, ())
+                block = np.concatenate(list(blocks))
+                if on_chunk is not None:
+                    on_chunk(first, frames, block)
+                finish(first, block, None, ())
         return table, measure.plan
 
     for first, frames in chunks:
@@ -362,6 +371,8 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
             refs, refs_raw, carry = previous_references(p, None if last is None else last[:2],
                                                         xp)
         block = rows(p, refs, refs_raw)
+        if on_chunk is not None:  # on this stream, before the event that frees the chunk
+            on_chunk(first, frames, block)
         event = xp.cuda.get_current_stream().record()
         if opts.previous:
             last = (*carry, event)

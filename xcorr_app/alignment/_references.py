@@ -1,6 +1,8 @@
 """The reference image of an alignment: ``first``, ``mean[:N]``, a frame index, a file, an array.
 
 ``previous`` (frame to frame) has no single reference; :func:`xcorr_app.align` handles it.
+``refined[:ITER]`` starts from the first frame and refines a template from the aligned frames
+(:mod:`xcorr_app.alignment._template`); here it names the initial reference only.
 
 Examples
 --------
@@ -19,11 +21,33 @@ import numpy as np
 
 from ..errors import InputError
 
-CHOICES = "first, mean, mean:N, previous, a frame index or an image file"
+CHOICES = "refined, refined:ITER, first, mean, mean:N, previous, a frame index or an image file"
+#: template refinement passes of ``reference="refined"`` (``refined:ITER`` takes 1 or 2)
+REFINED_PASSES = 1
+MAX_REFINED_PASSES = 2
 
 
 def is_previous(reference) -> bool:
     return isinstance(reference, str) and reference == "previous"
+
+
+def refined_passes(reference):
+    """How many template passes ``reference`` asks for (``refined``: :data:`REFINED_PASSES`,
+    ``refined:ITER``: ITER, 1 or 2), or ``None`` when it is not ``refined``; a bad ITER is an
+    :class:`InputError`.
+
+    >>> refined_passes("refined:2"), refined_passes("first")
+    (2, None)
+    """
+    if not (isinstance(reference, str) and reference.partition(":")[0] == "refined"):
+        return None
+    if reference == "refined":
+        return REFINED_PASSES
+    arg = reference.partition(":")[2]
+    if not arg.isdigit() or not 1 <= int(arg) <= MAX_REFINED_PASSES:
+        raise InputError(f"reference {reference!r}: refined:ITER takes 1 to "
+                         f"{MAX_REFINED_PASSES} template passes")
+    return int(arg)
 
 
 def mean_frame(src, xp, chunk_frames, n_frames=None):
@@ -65,7 +89,7 @@ def reference_frame(reference, src, xp, chunk_frames, channel=None):
             raise InputError(f"reference index {idx} is out of range for {src.n_frames} frames")
         idx %= src.n_frames
         return xp.asarray(src.read(idx, idx + 1)[0])
-    if isinstance(reference, str) and reference == "first":
+    if isinstance(reference, str) and (reference == "first" or refined_passes(reference)):
         return xp.asarray(src.read(0, 1)[0])
     count = mean_count(reference, src.n_frames)
     if count is not None:

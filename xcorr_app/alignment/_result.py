@@ -305,7 +305,9 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
                 "upsample": opts.upsample, "verify": opts.verify,
                 "fft_reference": fft_reference(opts.normalization)[1] if opts.verify else None,
                 "min_confidence": opts.min_confidence, "interpolate_low": opts.interpolate_low,
-                "channel": opts.channel, "features": opts.features, **settings}
+                "channel": opts.channel, "features": opts.features,
+                "boundary": "circular" if opts.boundary == "circular" else "linear",
+                **settings}
     bound = settings.get("search_range") or opts.max_shift
     notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
     if settings.get("device_note"):  # device="auto" chose the CPU (alignment/_device_choice.py)

@@ -25,18 +25,26 @@ from ..errors import InputError
 from ._accuracy_data import KINDS, make_stack
 from ._common import reason, utc_now
 
-__all__ = ["METHODS", "DEFAULT", "TARGET_EVERY", "TARGET_MEAN", "TARGET_CIRCULAR", "stack_errors",
+__all__ = ["METHODS", "DEFAULT", "BEFORE", "TARGET_EVERY", "TARGET_MEAN", "TARGET_CIRCULAR", "stack_errors",
            "spread", "measure", "report_lines", "main"]
 
 #: the default: what ``xcorr align`` does without options
 DEFAULT = "xcorr default"
 #: method name -> keyword arguments of :func:`xcorr_app.align` (on the CPU), or ("skimage",
 #: normalization) for ``phase_cross_correlation`` with upsample 100
+#: the default before issue 23 (one pass against the first frame, gaussian:1, linear); the
+#: rows marked "alone" change one thing of it, so each shows that option's own effect
+#: (``boundary=circular`` is the circular refinement, the former ``subpixel=upsample``)
+BEFORE = {"reference": "first", "prefilter": "gaussian:1", "boundary": "linear"}
 METHODS = {
     DEFAULT: {},
-    "xcorr subpixel=upsample": {"subpixel": "upsample"},
-    "xcorr prefilter=dog:1,8": {"prefilter": "dog:1,8"},
-    "xcorr normalization=phase": {"normalization": "phase"},
+    "xcorr reference=refined": {"reference": "refined"},
+    "xcorr reference=refined:2": {"reference": "refined:2"},
+    "xcorr before (first, gaussian:1, linear)": BEFORE,
+    "xcorr prefilter=auto alone": {**BEFORE, "prefilter": "auto"},
+    "xcorr boundary=circular alone": {**BEFORE, "boundary": "circular"},
+    "xcorr prefilter=dog:1,8 alone": {**BEFORE, "prefilter": "dog:1,8"},
+    "xcorr normalization=phase": {**BEFORE, "normalization": "phase"},
     "skimage pcc phase": ("skimage", "phase"),
     "skimage pcc none": ("skimage", None),
 }

@@ -12,6 +12,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
+from ..alignment._options import BOUNDARIES
 from ..alignment._result import strict_json
 from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
                        SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
@@ -22,9 +23,11 @@ __all__ = ["align", "note_late_signal"]
 
 #: what to measure (the options of :func:`xcorr_app.align`), in the order of ``--help``
 MEASURE_OPTIONS = (
-    click.option("--reference", default="first", show_default=True,
-                 help="first | mean | mean:N (of the first N frames) | previous (frame to frame, "
-                      "accumulated) | a frame INDEX | an image FILE."),
+    click.option("--reference", default=None,
+                 help="first | refined | refined:ITER (template of the aligned frames, every "
+                      "frame measured again: noisy stacks; ITER 1 or 2 passes) | mean | mean:N "
+                      "(of the first N frames) | previous (frame to frame, accumulated) | a "
+                      "frame INDEX | an image FILE.  [default: first]"),
     click.option("--max-shift", type=MAX_SHIFT, default=None,
                  help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
                       "kernels or FFT); default: up to half the frame, by FFT."),
@@ -37,8 +40,14 @@ MEASURE_OPTIONS = (
                       "parabolic), 3-point fits per axis (...3), or upsampled DFT (upsample)."),
     click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
                  help="Upsampling factor for --subpixel upsample (resolution 1/K px)."),
-    click.option("--prefilter", type=PREFILTER, default="gaussian:1", show_default=True,
-                 help="Filter frames before correlating."),
+    click.option("--prefilter", type=PREFILTER, default="auto", show_default=True,
+                 help="Filter frames before correlating; auto: dog:1,8 (band-pass) when the "
+                      "brightness changes by more than 10% over the stack (bleaching over a "
+                      "background), else gaussian:1."),
+    click.option("--boundary", type=click.Choice(BOUNDARIES), default="auto", show_default=True,
+                 help="linear: frames are views of a larger scene; circular: frames wrap "
+                      "around (circular shifts, periodic test data); auto: detected after the "
+                      "first pass (periodic stacks are measured once more)."),
     click.option("--window", type=WINDOW, default="none", show_default=True,
                  help="Apodize frames before correlating (suppresses edge effects)."),
     click.option("--features", type=FEATURES, default=None,
@@ -174,9 +183,20 @@ def _check(o):
     if o.interpolate_low and o.min_confidence is None:
         raise InputError("--interpolate-low needs --min-confidence to know which frames to "
                          "replace")
-    AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample, o.prefilter,
-                 o.window, not o.no_verify, o.min_confidence, o.interpolate_low, o.channel,
-                 o.features, o.tune)
+    spread = o.gpus is not None or o.workers is not None or bool(o.scheduler)  # no "refined"
+    if o.reference is None:
+        from ..alignment._api import DEFAULT_REFERENCE
+
+        o.reference = "first" if spread else DEFAULT_REFERENCE
+    opts = AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample,
+                        o.prefilter, o.window, not o.no_verify, o.min_confidence,
+                        o.interpolate_low, o.channel, o.features, o.tune, o.boundary)
+    if spread and opts.refined:
+        raise InputError(f"--reference {o.reference} is not available with --gpus or Dask "
+                         "(--workers, --scheduler); use --reference first (or mean)")
+    if (o.workers is not None or o.scheduler) and o.boundary == "circular":
+        raise InputError("--boundary circular is not available with Dask (--workers, "
+                         "--scheduler)")
     mean_count(o.reference, 1)
     o.dev = note_device(o.device, o.quiet)
     planner_notes(o.quiet)
@@ -203,8 +223,8 @@ def _measure(o, client, gpu_ids, n, frame_gb):
             return dask_align(o.path, o.reference, device=o.device, client=client,
                               progress=_rate_updater(bar, frame_gb), **options)
         auto = o.device == "auto" and o.dev == "gpu"  # may still choose the CPU: a small job
-        res = run_align(o.path, o.reference, device="auto" if auto else o.dev,
-                        gpus=gpu_ids, progress=_rate_updater(bar, frame_gb), **options)
+        res = run_align(o.path, o.reference, device="auto" if auto else o.dev, gpus=gpu_ids,
+                        progress=_rate_updater(bar, frame_gb), boundary=o.boundary, **options)
     if gpu_ids is None:
         o.dev = res.settings["device"]
     return res
