@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site:$PWD
 if [ "${SKIP_SUITE:-0}" != 1 ]; then
   XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
-    -n 8 -x ${SUITE_ARGS:-} > "$OUT/pytest_gpu.txt" 2>&1; tail -3 "$OUT/pytest_gpu.txt"
+    -n 8 --maxfail=20 ${SUITE_ARGS:-} > "$OUT/pytest_gpu.txt" 2>&1; tail -3 "$OUT/pytest_gpu.txt"
 fi
 mkdir -p /tmp/probe
 python3 -c "
@@ -33,3 +33,8 @@ tm "warm: s64 --max-shift 16" env $C python3 -m xcorr_app.cli align /tmp/probe/s
 for d in cella cell s64 s64w; do python3 -c "import json; d=json.load(open('/tmp/o/$d/shifts.json')); print('$d printed', d['frames_per_second'], 'frames/s,', d['seconds_measuring'], 's measuring')"; done
 } 2>&1 | tee "$OUT/cold26.txt"
 head -1 $OUT/compiles_*.txt
+if [ "${PLANS:-0}" = 1 ]; then
+  timeout 100 python3 tools/dispatch_probe.py plan > "$OUT/plans.txt" 2>&1; tail -30 "$OUT/plans.txt"
+  timeout 200 python3 -m xcorr_app.cli bench xcorr --only one_to_one > "$OUT/bench_plans.txt" 2>&1
+  timeout 100 python3 -m xcorr_app.cli bench xcorr --only 1x8 >> "$OUT/bench_plans.txt" 2>&1; tail -40 "$OUT/bench_plans.txt"
+fi
