@@ -210,7 +210,10 @@ def test_gpu_matches_cpu(kind, reference):
     assert gpu.settings["device"] == "gpu"
     for key in ("prefilter", "boundary", "subpixel"):
         assert gpu.settings[key] == cpu.settings[key], key
-    assert gpu.shifts[0].tolist() == [0.0, 0.0]
+    if reference.startswith("refined"):  # reported against frame 0: exactly 0
+        assert gpu.shifts[0].tolist() == [0.0, 0.0]
+    else:  # frame 0 against itself: 0 up to the float32 rounding of the surface's fit
+        assert np.abs(gpu.shifts[0]).max() <= 1e-5
     np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=1e-3)
 
 
