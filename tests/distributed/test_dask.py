@@ -247,3 +247,23 @@ def test_large_tasks_work_a_chunk_at_a_time(tmp_path, monkeypatch):
     want = np.concatenate([c for _, c in apply_shifts(path, shifts, device="cpu")])
     np.testing.assert_array_equal(got, want)
     assert (0, 40, tasks.CHUNK_FRAMES) in calls
+
+
+@pytest.mark.parametrize("as_path", [True, False])
+def test_prefilter_auto_is_decided_on_the_client_as_align_decides(tmp_path, as_path):
+    """prefilter "auto" (the default): the band-pass for bleaching over a background, chosen
+    from a few frames on the client, so that every task prefilters as a one-process run does."""
+    import dask.array as da
+
+    from xcorr_app.bench._accuracy_data import make_stack
+
+    frames = make_stack("bleaching_background", 0, quick=True).frames
+    if as_path:
+        tifffile.imwrite(tmp_path / "b.tif", frames)
+    stack = tmp_path / "b.tif" if as_path else da.from_array(frames)
+    kw = dict(device="cpu", max_shift=8)
+    got = xdask.align(stack, task_frames=5, scheduler="sync", **kw)
+    one = align(frames, **kw)
+    assert one.settings["prefilter"] == got.settings["prefilter"] == "dog:1,8"
+    assert got.settings["prefilter_auto"] and any("dog:1,8" in n for n in got.notes)
+    np.testing.assert_allclose(got.shifts, one.shifts, atol=1e-6)

@@ -20,7 +20,8 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import Cancelled, frame_ranges, parse_gpus, run_on_gpus
-from ._options import check_frame_shape, search_range
+from ._options import check_frame_shape, resolve_auto, search_range
+from ._preprocess import AUTO_LOWPASS
 from ._pipeline import Measurer, measure_frames, prepared_reference, shared_plan
 from ._result import result_from_table
 
@@ -43,6 +44,7 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
 
     with open_source(stack_or_path, opts.channel) as src:
         check_frame_shape(src.frame_shape)
+        opts, why = resolve_auto(opts, src)  # prefilter "auto", decided once for every GPU
         n = src.n_frames
         ranges = frame_ranges(n, len(ids))
         ids = ids[:len(ranges)]
@@ -88,5 +90,8 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
         notes = list(src.notes)
     table = np.concatenate([t for t, _ in parts])
     settings = {"search_range": list(search_range(shape, opts.max_shift)), "device": "gpu",
-                "gpus": list(ids), "chunk_frames": chunk, "max_memory": budget, "notes": notes}
-    return result_from_table(opts, table, sources, settings, parts[0][1], stack_or_path)
+                "gpus": list(ids), "chunk_frames": chunk, "max_memory": budget, "notes": notes,
+                "prefilter_auto": why}
+    res = result_from_table(opts, table, sources, settings, parts[0][1], stack_or_path)
+    res.notes[:0] = [why] if why and opts.prefilter != AUTO_LOWPASS else []
+    return res

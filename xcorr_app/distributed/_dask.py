@@ -184,7 +184,7 @@ def _compute(tasks, client, scheduler, sizes=None, progress=None):
 
 
 def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
-          subpixel="gaussian", upsample=20, prefilter="gaussian:1", window="none", verify=True,
+          subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
           progress=None, features=None, tune=False):
@@ -222,6 +222,7 @@ min_confidence, interpolate_low, channel, features
     from dask import delayed
 
     from ..alignment._options import AlignOptions, check_frame_shape, search_range
+    from ..alignment._preprocess import AUTO_LOWPASS
     from ..alignment._result import result_from_table
     from ..streaming import parse_memory
 
@@ -232,6 +233,7 @@ min_confidence, interpolate_low, channel, features
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
     inp = _Input(stack_or_path, channel, task_frames)
     check_frame_shape(inp.frame_shape)
+    opts, why = _resolve_auto(opts, stack_or_path, inp, channel)
     image = _reference_image(opts, inp)
     ref = delayed(reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
     tasks = [delayed(measure_task)(opts, inp.source(k, with_before=opts.previous), a, b, ref,
@@ -243,8 +245,24 @@ min_confidence, interpolate_low, channel, features
                 "device": device, "chunk_frames": chunk_frames, "max_memory": budget,
                 "notes": inp.notes, "dask": {"tasks": len(tasks),
                                              "task_frames": [b - a for a, b in inp.ranges]}}
-    return result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
-                             stack_or_path)
+    settings["prefilter_auto"] = why
+    res = result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
+                            stack_or_path)
+    res.notes[:0] = [why] if why and opts.prefilter != AUTO_LOWPASS else []
+    return res
+
+
+def _resolve_auto(opts, stack_or_path, inp, channel):
+    """``prefilter="auto"`` decided on the client from a few frames, as :func:`xcorr_app.align`
+    does (:func:`xcorr_app.alignment._options.resolve_auto`): ``(opts, why)``."""
+    from ..alignment._options import resolve_auto
+    from ..io import ArraySource, open_source
+
+    if opts.prefilter != "auto":
+        return opts, None
+    src = open_source(stack_or_path, channel) if inp.array is None else ArraySource(inp.array)
+    with src:
+        return resolve_auto(opts, src)
 
 
 def _as_array(inp, task, frame_shape, *args):
