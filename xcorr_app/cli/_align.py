@@ -128,7 +128,8 @@ def _align(o):
     stale = [out_dir / "aligned.tif"] if o.no_aligned else []
     with OutputRun(outputs.values(), inputs, o.force, lock=out_dir / ".xcorr.lock",
                    remove=stale) as run:
-        with scale_out(o.gpus, o.workers, o.scheduler, o.device) as (client, gpu_ids):
+        with scale_out(o.gpus, o.workers, o.scheduler, o.device, stack_bytes=n * frame_gb * 1e9,
+                       quiet=o.quiet) as (client, gpu_ids):
             t0 = time.perf_counter()
             res = _measure(o, client, gpu_ids, n, frame_gb)
             t_measure = time.perf_counter() - t0
@@ -222,7 +223,8 @@ def _measure(o, client, gpu_ids, n, frame_gb):
 
             return dask_align(o.path, o.reference, device=o.device, client=client,
                               progress=_rate_updater(bar, frame_gb), **options)
-        auto = o.device == "auto" and o.dev == "gpu"  # may still choose the CPU: a small job
+        # auto may still choose the CPU for a small job (not when GPUs were asked for)
+        auto = o.device == "auto" and o.dev == "gpu" and o.gpus is None and o.workers is None
         res = run_align(o.path, o.reference, device="auto" if auto else o.dev, gpus=gpu_ids,
                         progress=_rate_updater(bar, frame_gb), boundary=o.boundary, **options)
     if gpu_ids is None:

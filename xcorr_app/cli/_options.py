@@ -105,7 +105,7 @@ MEMORY = MemoryType()
 #: ``--gpus``: checked against this host in :func:`scale_out` (after the device is known)
 GPUS_LIST = Spec("LIST|all")
 REFERENCE = Spec("first|mean[:N]|previous|INDEX|FILE")
-PREFILTER = Spec("gaussian:S|dog:S1,S2|none", _check_prefilter)
+PREFILTER = Spec("auto|gaussian:S|dog:S1,S2|none", _check_prefilter)
 WINDOW = Spec("|".join(WINDOWS[:-1]) + f"|{WINDOWS[-1]}[:A]")
 FEATURES = Spec("dog:S1,S2,...|gabor:SIGMA,N|FILE.npy")
 KERNEL = Spec("gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy")
@@ -162,18 +162,47 @@ def json_rows_option(what=""):
 
 # ------------------------------------------------------------------------- shared helpers
 
+#: ``align --gpus all`` and ``--workers N`` measure on one GPU in this process below this
+#: stack size, and say so: on 4 and 12 GiB stacks neither paid for its start (one-shot
+#: processes on 2 H200s, 2026-11-22, tools/device_gpus.sh: one GPU 3.7-4.7 s, ``--gpus all``
+#: 4.7-5.6 s, ``--workers 2`` 9.6-10.0 s; docs/performance.md).  A list of GPUs (``--gpus 0,1``)
+#: is always honoured.
+SCALE_OUT_MIN_BYTES = 16 * 2**30
+
+
+def one_gpu_instead(gpus, workers, stack_bytes):
+    """The note saying why ``--gpus all`` / ``--workers N`` run on one GPU here, or None."""
+    if stack_bytes is None or stack_bytes >= SCALE_OUT_MIN_BYTES:
+        return None
+    asked = "--gpus all" if gpus == "all" else f"--workers {workers}" if workers else None
+    if asked is None:
+        return None
+    how = "--gpus 0,1 (a list) uses several GPUs anyway" if gpus else \
+        "--scheduler ADDRESS runs on a cluster of yours anyway"
+    return (f"note: {asked}: measuring on one GPU in this process: a stack of "
+            f"{stack_bytes / 2**30:.1f} GiB does not pay for starting more (below "
+            f"{SCALE_OUT_MIN_BYTES // 2**30} GiB, measured in docs/performance.md); {how}")
+
+
 @contextlib.contextmanager
-def scale_out(gpus, workers, scheduler, device):
+def scale_out(gpus, workers, scheduler, device, stack_bytes=None, quiet=False):
     """``(client, gpus)`` for the run: a Dask client (``--workers``/``--scheduler``), GPU ids
-    (``--gpus``), or neither."""
+    (``--gpus``), or neither.  With ``stack_bytes`` (``align``), ``--gpus all`` and
+    ``--workers N`` run on one GPU in this process below :data:`SCALE_OUT_MIN_BYTES`."""
     if gpus is not None and (workers is not None or scheduler):
         raise InputError("--gpus runs without Dask; give either --gpus or --workers/--scheduler")
     if workers is not None and scheduler:
         raise InputError("give either --workers (a new local cluster) or --scheduler (an "
                          "existing one), not both")
+    if gpus is not None and device == "cpu":
+        raise InputError("--gpus runs on GPUs; drop --device cpu")
+    note = None if device == "cpu" else one_gpu_instead(gpus, workers, stack_bytes)
+    if note is not None:
+        if not quiet:
+            click.echo(note, err=True)
+        yield None, None
+        return
     if gpus is not None:
-        if device == "cpu":
-            raise InputError("--gpus runs on GPUs; drop --device cpu")
         from ..streaming import parse_gpus
 
         yield None, parse_gpus(gpus)
