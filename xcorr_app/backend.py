@@ -171,7 +171,10 @@ def compute_device(*arrays, device: str = "auto") -> str:
 
 
 def to_numpy(a) -> np.ndarray:
-    """A NumPy array with the data of ``a`` (copies from the GPU when needed)."""
+    """A NumPy array with the data of ``a`` (copies from the GPU when needed; a Dask array is
+    computed first, its blocks NumPy or CuPy)."""
+    if type(a).__module__.startswith("dask.") and hasattr(a, "compute"):
+        a = a.compute()
     if is_cupy_array(a):
         return a.get()
     return np.asarray(a)
