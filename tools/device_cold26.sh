@@ -31,7 +31,11 @@ tm "cpu: cell" python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /
 rm -rf /tmp/c; tm "cold: s64 --max-shift 16" env $C python3 tools/compile_log.py $OUT/compiles_s64.txt /tmp/p2.txt align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64 --force --no-aligned -q
 tm "warm: s64 --max-shift 16" env $C python3 -m xcorr_app.cli align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64w --force --no-aligned -q
 for d in cella cell s64 s64w; do python3 -c "import json; d=json.load(open('/tmp/o/$d/shifts.json')); print('$d printed', d['frames_per_second'], 'frames/s,', d['seconds_measuring'], 's measuring')"; done
+rm -rf /tmp/c /tmp/cl; mkdir -p /tmp/cl
+tm "cold: cell --device gpu (timeline)" env $C XCORR_COMPILE_LOG_DIR=/tmp/cl PYTHONPATH=$PWD/tools/compile_trace:$PYTHONPATH python3 -m xcorr_app.cli align sample_data/cell_drift.tif --device gpu --out /tmp/o/cellt --force -q
+sleep 5
 } 2>&1 | tee "$OUT/cold26.txt"
+cat /tmp/cl/compiles-*.txt | sort -n | awk 'NR==1 {t0=$1} {printf "%7.3f %s\n", $1 - t0, substr($0, index($0, " ") + 1)}' > "$OUT/compile_timeline.txt"
 head -1 $OUT/compiles_*.txt
 if [ "${PLANS:-0}" = 1 ]; then
   timeout 100 python3 tools/dispatch_probe.py plan > "$OUT/plans.txt" 2>&1; tail -30 "$OUT/plans.txt"
