@@ -22,7 +22,13 @@ raw = cp.asarray(np.random.default_rng(0).integers(0, 60000, (n, size, size), dt
 pre = parse_prefilter("gaussian:1")
 p = prepare(raw, cp, pre)
 ref = p.frames[0]
+from xcorr_app.alignment._options import fft_reference  # noqa: E402
+from xcorr_app.registration._fft_register import periodic_spectrum  # noqa: E402
+
+kw = fft_reference("zncc")[0]  # what the pipeline's verification does
 ref_fft = cp.fft.fft2(p.raw[0])
+if kw.get("periodic"):
+    ref_fft = periodic_spectrum(p.raw[0], ref_fft)
 for ms in ((16, 16), None):
     m = Measurer(cp, (size, size), ms, "zncc", "gaussian", 20)
     m(ref, p.frames)
@@ -40,9 +46,10 @@ for ms in ((16, 16), None):
         "GpuSurfaces (correlate, zncc, peaks)": lambda: m._surfaces(
             ref, p.frames, m.plan,
             lambda: cross_correlate(ref, p.frames, "one_to_many", bound, method=m.plan)),
-        "fft reference (upsample 20)": lambda: fft_shifts(ref_fft, p.raw, upsample_factor=20,
-                                                          reference_is_fft=True,
-                                                          return_integer=True),
+        f"fft reference (upsample 20, {kw})": lambda: fft_shifts(
+            ref_fft, p.raw, upsample_factor=20, reference_is_fft=True, return_integer=True, **kw),
+        "fft reference, integer only": lambda: fft_shifts(
+            ref_fft, p.raw, upsample_factor=1, reference_is_fft=True, return_integer=True, **kw),
         "whole measurer": lambda: m(ref, p.frames),
     }
     print(f"--- {n} frames of {size}x{size}, max_shift {ms} (search {bound})")
