@@ -1,6 +1,7 @@
-"""A/B of in-process align() on one stack: `python3 tools/ab_align.py STACK.tif [max_shift|none] ...`
+"""A/B of in-process align() on one stack: `python3 tools/ab_align.py STACK.tif [SETTING ...]`
 prints the median of 3 warm runs per setting (after one warm-up run) for the tree on
-PYTHONPATH; tools/ab_align.sh runs it for this tree and .old/."""
+PYTHONPATH; a SETTING is ``none`` (unbounded), ``16`` (max_shift 16), optionally followed by
+``,noverify`` (``16,noverify``); tools/ab_align.sh runs it for this tree and .old/."""
 import statistics
 import sys
 import time
@@ -9,11 +10,13 @@ import xcorr_app
 
 path = sys.argv[1]
 for arg in sys.argv[2:] or ["none", "16"]:
-    ms = None if arg == "none" else int(arg)
-    xcorr_app.align(path, device="gpu", max_shift=ms)
+    ms, _, extra = arg.partition(",")
+    kw = dict(device="gpu", max_shift=None if ms == "none" else int(ms),
+              verify=extra != "noverify")
+    xcorr_app.align(path, **kw)
     runs = []
     for _ in range(3):
         t = time.perf_counter()
-        xcorr_app.align(path, device="gpu", max_shift=ms)
+        xcorr_app.align(path, **kw)
         runs.append(time.perf_counter() - t)
-    print(f"max_shift={arg}: median {statistics.median(runs):.3f} s  runs {[round(r, 3) for r in runs]}")
+    print(f"{arg}: median {statistics.median(runs):.3f} s  runs {[round(r, 3) for r in runs]}")
