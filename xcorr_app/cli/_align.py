@@ -235,6 +235,7 @@ def _measure(o, client, gpu_ids, n, frame_gb):
 def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
     from ..alignment._apply import apply_shifts, common_area
+    from ..io._background import BackgroundWrites
     from ..io._writer import TiffStackWriter
 
     box = common_area(res.shifts, shape) if o.crop else (0, shape[0], 0, shape[1])
@@ -248,10 +249,13 @@ def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     else:
         chunks = apply_shifts(o.path, res.shifts, chunk_frames=res.settings["chunk_frames"],
                               device=o.dev, gpus=gpu_ids, **shift_args)
+    # the next chunk is read and shifted while this one is written (fresh arrays: apply_shifts
+    # and the Dask blocks hand over new NumPy arrays)
     with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
-            TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer:
+            TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer, \
+            BackgroundWrites(writer) as background:
         for _, chunk in chunks:
-            writer.write(chunk)
+            background.write(chunk)
             bar.update(len(chunk))
 
 

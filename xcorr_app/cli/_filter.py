@@ -88,6 +88,7 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
     ``--scheduler``), stream the filtered chunks into a float32 TIFF, commit it, and say what
     was done (``describe(src, n_out, where, seconds)``).  ``plan(src)`` gives the number of output
     channels and ``chunks(dev, client, gpu_ids)``, the ``(start, filtered chunk)`` pairs."""
+    from ..io._background import BackgroundWrites
     from ..io._writer import TiffStackWriter
 
     dev = note_device(device, quiet)
@@ -99,9 +100,10 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
         filtered = chunks(dev, client, gpu_ids)
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32",
-                                n_frames=src.n_frames * n_out, channels=n_out) as w:
+                                n_frames=src.n_frames * n_out, channels=n_out) as w, \
+                BackgroundWrites(w) as background:  # the next chunk filtered meanwhile
             for _, out in filtered:
-                w.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))
+                background.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))
                 bar.update(len(out))
         run.commit()
         if not quiet:

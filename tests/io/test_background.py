@@ -1,0 +1,68 @@
+"""BackgroundWrites: chunks written in order by one thread; errors and interruptions."""
+
+import threading
+
+import pytest
+
+from xcorr_app.io._background import BackgroundWrites
+
+
+class Sink:
+    def __init__(self, fail_at=None, gate=None):
+        self.chunks, self.threads = [], set()
+        self.fail_at, self.gate = fail_at, gate
+
+    def write(self, chunk):
+        if self.gate is not None:
+            self.gate.wait(5)
+        self.threads.add(threading.current_thread().name)
+        if chunk == self.fail_at:
+            raise OSError(28, "No space left on device")
+        self.chunks.append(chunk)
+
+
+def test_every_chunk_in_order_by_one_other_thread():
+    sink = Sink()
+    with BackgroundWrites(sink, depth=2) as bg:
+        for k in range(50):
+            bg.write(k)
+    assert sink.chunks == list(range(50))
+    assert sink.threads == {"xcorr-writer"}
+
+
+def test_an_error_of_the_thread_is_raised_in_the_caller_and_later_chunks_dropped():
+    sink = Sink(fail_at=3)
+    with pytest.raises(OSError, match="No space"):
+        with BackgroundWrites(sink) as bg:
+            for k in range(50):
+                bg.write(k)
+    assert sink.chunks == [0, 1, 2]
+
+
+def test_an_error_raised_by_close_when_the_last_chunk_fails():
+    sink = Sink(fail_at=2)
+    bg = BackgroundWrites(sink)
+    for k in range(3):
+        bg.write(k)
+    with pytest.raises(OSError):
+        bg.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        bg.write(4)
+
+
+def test_an_exception_in_the_block_drops_the_waiting_chunks():
+    gate = threading.Event()
+    sink = Sink(gate=gate)
+    with pytest.raises(KeyboardInterrupt):
+        with BackgroundWrites(sink, depth=3) as bg:
+            stop = bg._stop
+
+            def open_gate_then_stop():  # the thread blocks on chunk 0 until the block has failed
+                gate.set()
+                stop()
+
+            bg._stop = open_gate_then_stop
+            for k in range(4):  # chunk 0 in the thread (at the gate), three waiting
+                bg.write(k)
+            raise KeyboardInterrupt
+    assert sink.chunks == [0]  # the one in progress finishes; the waiting ones are dropped
