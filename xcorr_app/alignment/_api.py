@@ -271,10 +271,11 @@ path or ndarray
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
         if patches is not None:  # a grid that cannot fit the frame fails before any pass
-            from ._patches import PatchGrid
+            from ._patches import PatchGrid, check_deviation, common_area, patch_margin
 
-            h, w = src.frame_shape
-            PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, (0, h, 0, w))
+            area = common_area([[0.0, 0.0]], src.frame_shape,
+                               patch_margin(check_deviation(max_deviation)))
+            PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, area)
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         # a note where auto chose the band-pass (the ordinary low-pass goes unsaid)
         choices = [why] if why and opts.prefilter != AUTO_LOWPASS else []

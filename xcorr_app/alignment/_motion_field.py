@@ -29,8 +29,8 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import map_chunks
-from ._patches import (PatchGrid, common_area, fill_low, low_patches, patch_shifts,
-                       template_patches)
+from ._patches import (REFINE_PASSES, PatchGrid, common_area, patch_margin, fill_low, low_patches,
+                       patch_shifts, refine_shifts, template_patches)
 
 #: the resampling of the warp: ``map_coordinates`` order
 FIELD_RESAMPLE = {"bilinear": 1, "cubic": 3}
@@ -154,26 +154,34 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
     with open_source(stack_or_path, opts.channel) as src:
         grid = PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape,
-                              common_area(rigid, src.frame_shape))
+                              common_area(rigid, src.frame_shape, patch_margin(max_deviation)))
         tpatches = _template(opts, src, xp, chunk, rigid, grid)
         dev = "cpu" if xp is np else "gpu"
         left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
+        near = zncc_left(tpatches, (1, *grid.size), 1)
+        weights = field_weights(grid.centres, src.frame_shape, xp)
 
         def measure(start, frames):
             p = prepare(frames, xp, prefilter, None)
-            d, pk, cf, border = patch_shifts(tpatches, p.frames, rigid[start:start + len(frames)],
-                                             grid, opts.subpixel, dev, left)
-            return np.concatenate([d, pk[..., None], cf[..., None], border[..., None]], axis=-1)
+            s = rigid[start:start + len(frames)]
+            d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev,
+                                             left)
+            low = low_patches(d, pk, cf, border, opts.min_confidence)
+            d = fill_low(d, low, grid.grid)
+            for _ in range(REFINE_PASSES):  # through the field: what remains, measured
+                field = xp.asarray((s[:, None, :] + d).reshape(len(s), *grid.grid, 2))
+                dense = dense_field(field, grid.centres, src.frame_shape, weights)
+                d = fill_low(d + refine_shifts(tpatches, p.frames, grid, dense, opts.subpixel,
+                                               dev, near), low, grid.grid)
+            cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
+            return np.concatenate([d, pk[..., None], cf[..., None], low[..., None]], axis=-1)
 
         parts = [block for _, block in map_chunks(lambda: contextlib.nullcontext(src), chunk,
                                                   measure, xp=xp)]
     table = np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
-    d, pk, cf, border = table[..., :2], table[..., 2], table[..., 3], table[..., 4] == 1
-    low = low_patches(d, pk, cf, border, opts.min_confidence)
-    d = fill_low(d, low, grid.grid)
+    d, cf, low = table[..., :2], table[..., 3], table[..., 4] == 1
     gy, gx = grid.grid
     n = len(table)
-    cf = np.where(border, 0.0, cf)
     field = np.asarray(rigid, np.float64)[:, None, :] + d
     return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
                        low.reshape(n, gy, gx), grid)

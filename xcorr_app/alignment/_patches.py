@@ -4,9 +4,11 @@
 How (docs/how-align-works.md, "Piecewise-rigid"):
 
 * The grid (:class:`PatchGrid`).  The patches tile the *common area* of the rigid pass (the
-  part of the reference that every rigidly shifted frame covers, :func:`common_area`), so
-  that every frame's patch window, moved by the frame's integer rigid shift, lies inside the
-  frame: no padding, no invented pixels.  ``gy x gx`` patches of equal size overlap by
+  part of the reference that every rigidly shifted frame covers, :func:`common_area`), less
+  ``max_deviation + 2`` px on each side (:func:`patch_margin`), so that every frame's patch
+  window, moved by the frame's rigid shift and its deviation, lies inside the frame: no
+  padding, no invented pixels.  The field is extrapolated beyond the outermost patch centres
+  (:mod:`._motion_field`).  ``gy x gx`` patches of equal size overlap by
   ``patch_overlap`` pixels (default: a quarter of the stride, area / count / 4, the ratio of
   NoRMCorre's defaults, 128-px grid cells with 32 px of overlap); the patch size is
   ``ceil((area + (g - 1) * overlap) / g)`` and the starts are spread evenly.
@@ -17,6 +19,9 @@ How (docs/how-align-works.md, "Piecewise-rigid"):
   normalized by ZNCC over the overlap of each shift (as the rigid path), and the peak is
   refined by the run's subpixel fit (``upsample`` and circular refinements are not used here:
   ``gaussian``), with the confidence of the rigid path (peak over second peak).
+* The refinement (:func:`refine_shifts`, :data:`REFINE_PASSES` passes): every window is
+  sampled through the smooth field of the shifts so far and measured again within +-1 px;
+  the remainder is added to the patch's shift.
 * Low-confidence patches (:func:`fill_low`): a patch whose peak lies on the border of the
   ``max_deviation`` window, whose surface is flat or not finite, or whose confidence is at most
   1 (no distinct peak) or below ``min_confidence`` when given, takes the median of the
@@ -47,6 +52,11 @@ from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
 #: structure around it
 MIN_PATCH_SIDE = 8
+#: passes of refinement: every window sampled through the smooth motion field of the shifts
+#: so far and measured again within +-1 px (:func:`refine_shifts`): a patch over a field
+#: that varies across it measures a texture-weighted mean of the field, not its value at the
+#: centre; sampled through the field, what remains is small and even
+REFINE_PASSES = 3
 
 
 def parse_patches(patches):
@@ -153,21 +163,33 @@ class PatchGrid:
         return cls(grid, tuple(size), tuple(overlaps), starts[0], starts[1], dev)
 
 
-def common_area(shifts, frame_shape):
-    """The region of the reference that every frame covers after its integer rigid shift
-    (``(y0, y1, x0, x1)``; NaN shifts ignored): a patch window there, moved by the integer
-    rigid shift, lies inside the frame."""
+def common_area(shifts, frame_shape, margin=0):
+    """The region of the reference that every frame covers after its integer rigid shift,
+    less ``margin`` pixels on each side (``(y0, y1, x0, x1)``; NaN shifts ignored): a patch
+    window there, moved by the integer rigid shift and then by up to ``margin`` pixels more,
+    lies inside the frame.
+
+    >>> common_area([[0.0, 0.0], [2.4, -3.6]], (20, 30), margin=1)
+    (3, 19, 1, 25)
+    """
     h, w = frame_shape
-    s = np.asarray(shifts, np.float64)
+    s = np.asarray(shifts, np.float64).reshape(-1, 2)
     s = np.round(s[~np.isnan(s).any(axis=1)])
     if not len(s):
-        return 0, h, 0, w
-    y0, x0 = max(0, int(s[:, 0].max())), max(0, int(s[:, 1].max()))
-    y1, x1 = min(h, int(h + s[:, 0].min())), min(w, int(w + s[:, 1].min()))
+        s = np.zeros((1, 2))
+    y0, x0 = max(0, int(s[:, 0].max())) + margin, max(0, int(s[:, 1].max())) + margin
+    y1, x1 = min(h, int(h + s[:, 0].min())) - margin, min(w, int(w + s[:, 1].min())) - margin
     if y1 - y0 < 1 or x1 - x0 < 1:
-        raise InputError("the rigidly shifted frames have no area in common: patches cannot "
-                         "be placed")
+        raise InputError(f"the rigidly shifted frames have no area in common {margin} px away "
+                         f"from their edges: patches cannot be placed (a smaller max_deviation "
+                         f"helps)")
     return y0, y1, x0, x1
+
+
+def patch_margin(max_deviation) -> int:
+    """Pixels kept free around the patches: the deviation searched and the cubic B-spline's
+    reach when the windows are resampled through the field (:func:`windows_through`)."""
+    return int(max_deviation) + 2
 
 
 def windows(frames, grid, integer_shifts):
@@ -183,6 +205,36 @@ def windows(frames, grid, integer_shifts):
     batch = xp.arange(n)[:, None, None, None, None]
     out = frames[batch, rows[:, :, None, :, None], cols[:, None, :, None, :]]  # (N, gy, gx, ..)
     return xp.ascontiguousarray(out.reshape(n, gy * gx, ph, pw).transpose(1, 0, 2, 3))
+
+
+def windows_through(frames, grid, dense):
+    """``(P, N, ph, pw)`` float32: the patch windows of ``frames`` sampled through the motion
+    field ``dense`` ``(N, 2, H, W)`` (pixel ``q`` of a patch reads the frame at
+    ``q - dense[:, q]``, cubic B-splines by ``map_coordinates``, one frame at a time: the
+    spline must not mix frames)."""
+    xp = backend.array_module_of(frames)
+    nd = ndimage_of(xp)
+    (ph, pw), (gy, gx) = grid.size, grid.grid
+    zero = xp.zeros((len(frames), 2), xp.int64)
+    qy = xp.repeat(xp.asarray(grid.starts_y, xp.float64), gx)[:, None, None] + \
+        xp.arange(ph, dtype=xp.float64)[None, :, None]  # (P, ph, 1), row-major like windows
+    qx = xp.tile(xp.asarray(grid.starts_x, xp.float64), gy)[:, None, None] + \
+        xp.arange(pw, dtype=xp.float64)[None, None, :]
+    dy, dx = windows(dense[:, 0], grid, zero), windows(dense[:, 1], grid, zero)
+    out = xp.empty((gy * gx, len(frames), ph, pw), xp.float32)
+    for n in range(len(frames)):
+        at = xp.stack(xp.broadcast_arrays(qy - dy[:, n], qx - dx[:, n]))
+        out[:, n] = nd.map_coordinates(frames[n], at, order=3, mode="nearest")
+    return out
+
+
+def ndimage_of(xp):
+    """``scipy.ndimage`` or ``cupyx.scipy.ndimage``, for arrays of ``xp``."""
+    if xp is np:
+        from scipy import ndimage
+    else:
+        from cupyx.scipy import ndimage
+    return ndimage
 
 
 def template_patches(template, grid):
@@ -230,6 +282,21 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     dev = s.transpose(1, 0, 2) + (whole - rigid)[:, None, :]  # the total minus the rigid
     dev[~ok] = np.nan
     return dev, peak.T, conf.T, border.T
+
+
+def refine_shifts(tpatches, frames, grid, dense, subpixel="gaussian", device="cpu", left=None):
+    """``(N, P, 2)`` host float64: what remains of every patch's shift once its window is
+    sampled through the motion field ``dense`` ``(N, 2, H, W)`` (:func:`windows_through`),
+    measured within +-1 px (ZNCC, the subpixel fit); ``left``: :func:`zncc_left` of
+    ``tpatches`` at that bound."""
+    right = windows_through(frames, grid, dense)
+    if left is None:
+        left = zncc_left(tpatches, right.shape, 1)
+    per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
+    corr = zncc(cross_correlate(tpatches, right, "n_to_mn", max_shift=1, device=device),
+                tpatches, right, 1, left_part=per)
+    method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
+    return backend.to_numpy(find_shifts(corr, (1, 1), method)[0]).transpose(1, 0, 2)
 
 
 def low_patches(deviation, peak, confidence, border, min_confidence=None):
