@@ -46,6 +46,7 @@ class MotionField:
     confidence: np.ndarray   # (N, gy, gx) peak over second peak
     low: np.ndarray          # (N, gy, gx) replaced by the neighbours' median
     grid: PatchGrid
+    template: np.ndarray = None  # (H, W) the reference the patches were measured against
 
     def deviation(self, rigid):
         """``(N, gy, gx, 2)``: the field minus the frames' rigid shifts."""
@@ -116,8 +117,9 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
 
 
 def _template(opts, src, xp, chunk, rigid, grid):
-    """The prepared template the patches are measured against: the rigid reference, or for
-    ``reference="refined"`` the mean of the rigidly aligned frames (shifts relative to it)."""
+    """The prepared template's patches the frames' patches are measured against, and the
+    template (host, for the picture): the rigid reference, or for ``reference="refined"`` the
+    mean of the rigidly aligned frames (shifts relative to it)."""
     from ._pipeline import prepared_reference
     from ._warp import shift_frames
 
@@ -134,10 +136,10 @@ def _template(opts, src, xp, chunk, rigid, grid):
         total = sum(part for _, part in map_chunks(lambda: contextlib.nullcontext(src), chunk,
                                                    aligned_sum, xp=xp))
         image = (total[:-1] / max(total[-1], 1.0)).reshape(h, w).astype(np.float32)
-        frame = prepared_reference(opts, src, xp, chunk, image=image)[0]
+        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
     else:
-        frame = prepared_reference(opts, src, xp, chunk)[0]
-    return template_patches(frame, grid)
+        frame, raw = prepared_reference(opts, src, xp, chunk)
+    return template_patches(frame, grid), backend.to_numpy(raw)
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
@@ -155,7 +157,7 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     with open_source(stack_or_path, opts.channel) as src:
         grid = PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape,
                               common_area(rigid, src.frame_shape, patch_margin(max_deviation)))
-        tpatches = _template(opts, src, xp, chunk, rigid, grid)
+        tpatches, template = _template(opts, src, xp, chunk, rigid, grid)
         dev = "cpu" if xp is np else "gpu"
         left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
         near = zncc_left(tpatches, (1, *grid.size), 1)
@@ -184,7 +186,7 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     n = len(table)
     field = np.asarray(rigid, np.float64)[:, None, :] + d
     return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
-                       low.reshape(n, gy, gx), grid)
+                       low.reshape(n, gy, gx), grid, template)
 
 
 def field_area(patch_field, frame_shape):

@@ -128,6 +128,8 @@ class AlignResult:
         Peak over second peak of every patch (0: peak on the border of ``max_deviation``).
     patch_low : (N, gy, gx) bool or None
         Patches whose shift was replaced by the median of their neighbours.
+    patch_template : (H, W) float32 or None
+        The reference image the patches were measured against (mean-subtracted).
     """
 
     shifts: np.ndarray
@@ -147,6 +149,7 @@ class AlignResult:
     patch_centres: np.ndarray = None
     patch_confidence: np.ndarray = None
     patch_low: np.ndarray = None
+    patch_template: np.ndarray = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         for name in ("low_confidence", "border", "nonfinite"):
@@ -159,6 +162,7 @@ class AlignResult:
         patches."""
         self.motion_field, self.patch_centres = mf.field, mf.centres
         self.patch_confidence, self.patch_low = mf.confidence, mf.low
+        self.patch_template = mf.template
         g = mf.grid
         self.settings["patches"] = {"grid": list(g.grid), "size": list(g.size),
                                     "overlap": list(g.overlap), "max_deviation": g.max_deviation}
