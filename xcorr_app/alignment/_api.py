@@ -224,7 +224,8 @@ path or ndarray
         the same patch of the reference within ``max_deviation`` px of the frame's rigid shift
         (ZNCC, the same subpixel fit and confidence; low-confidence patches take the median of
         their neighbours), the result's ``motion_field`` ``(N, gy, gx, 2)`` (rules:
-        :mod:`xcorr_app.alignment._patches`; the field at every pixel and the warp:
+        :mod:`xcorr_app.alignment._patches`, :mod:`xcorr_app.alignment._patch_pass`; the field at
+        every pixel and the warp:
         :mod:`xcorr_app.alignment._motion_field`).  Not available with ``gpus`` nor with
         ``reference="previous"``.  ``shifts`` stay the rigid shifts.
     patch_overlap : int or (int, int), optional
@@ -307,7 +308,7 @@ path or ndarray
     res = result_from_table(opts, table, sources, settings, plan, stack_or_path)
     res.notes[:0] = choices  # what "auto" chose
     if patches is not None:
-        from ._motion_field import measure_field
+        from ._patch_pass import measure_field
 
         res.set_field(measure_field(opts, stack_or_path, res.shifts, xp, chunk, patches,
                                     patch_overlap, max_deviation))

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -332,8 +333,9 @@ def fill_low(deviation, low, grid_shape):
         take = bad & have[..., 0]
         if not take.any():
             break
-        with np.errstate(all="ignore"):
-            med = np.nanmedian(np.where(have[None], around, np.nan), axis=0)
+        with warnings.catch_warnings():  # patches without a good neighbour: NaN, not taken
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(around, axis=0)
         out[take] = med[take]
         bad &= ~take
     out[bad] = 0.0

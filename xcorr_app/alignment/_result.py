@@ -252,6 +252,7 @@ class AlignResult:
         if self.motion_field is not None:  # patches: every frame warped by its field
             from ._motion_field import apply_field
 
+            kwargs.setdefault("device", self.settings.get("device", "auto"))
             return apply_field(target, self.motion_field, self.patch_centres, **kwargs)
         return apply_shifts(target, self.shifts, **kwargs)
 
