@@ -32,7 +32,7 @@ Examples
 --------
 >>> g = PatchGrid.make((4, 4), None, 4, (128, 128), (0, 128, 0, 128))
 >>> g.size, g.overlap, g.starts_y.tolist()
-((40, 40), (8, 8), [0, 29, 59, 88])
+((38, 38), (8, 8), [0, 30, 60, 90])
 """
 
 from __future__ import annotations
