@@ -127,6 +127,22 @@ def test_rigid_stack_gives_a_flat_field(rng, peak):
     np.testing.assert_allclose(res.shifts, [p[0] for p in params], atol=0.1)
 
 
+def test_unmeasurable_frames_get_nan_fields_and_stay_local(deformed):
+    stack, params = deformed
+    s = stack[:5].astype(np.float32)
+    s[2] = 7.0  # constant
+    s[4, 10, 10] = np.nan
+    res = align(s, max_shift=14, patches=(3, 3), device="cpu", verify=False)
+    np.testing.assert_array_equal(np.isnan(res.motion_field).any(axis=(1, 2, 3)),
+                                  [False, False, True, False, True])
+    assert rms(res.motion_field[[1, 3]] - truth_at([params[1], params[3]],
+                                                   res.patch_centres)) <= 0.1
+    for method in ("bilinear", "cubic"):
+        out = np.concatenate([c for _, c in res.apply(s, resample=method)])
+        assert np.isnan(out[4]).sum() <= 4  # the NaN pixel does not spread (cubic: bilinear)
+        assert np.isfinite(out[[0, 1, 2, 3]]).all()
+
+
 # --------------------------------------------------------------------------- the parts
 
 def test_grid_tiles_the_area_with_the_default_overlap():

@@ -90,7 +90,8 @@ def field_weights(centres, frame_shape, xp):
 
 def warp_frames(frames, dense, resample="bilinear", fill=0.0):
     """``out[n, y, x] = frames[n, y - dy, x - dx]`` with ``(dy, dx) = dense[n, :, y, x]``:
-    ``(N, H, W)`` float32 on the frames' device."""
+    ``(N, H, W)`` float32 on the frames' device (``resample="cubic"``: frames with NaN or Inf
+    pixels are resampled bilinearly, so those pixels do not spread)."""
     if resample not in FIELD_RESAMPLE:
         raise InputError(f"unknown resampling {resample!r} for a motion field; use "
                          f"{' or '.join(FIELD_RESAMPLE)}")
@@ -101,8 +102,13 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
     grid = xp.stack(xp.meshgrid(xp.arange(h, dtype=xp.float64), xp.arange(w, dtype=xp.float64),
                                 indexing="ij"))
     out = xp.empty(frames.shape, xp.float32)
+    order = FIELD_RESAMPLE[resample]
+    # the cubic B-spline's prefilter would spread a NaN pixel over the whole frame: such
+    # frames are resampled bilinearly (the NaN stays where it was, as in the rigid warp)
+    finite = backend.to_numpy(xp.isfinite(frames).all(axis=(1, 2))) if order > 1 else None
     for k in range(len(frames)):  # a frame at a time: the spline must not mix frames
-        out[k] = nd.map_coordinates(frames[k], grid - dense[k], order=FIELD_RESAMPLE[resample],
+        out[k] = nd.map_coordinates(frames[k], grid - dense[k],
+                                    order=order if finite is None or finite[k] else 1,
                                     mode="constant", cval=float(fill))
     return out
 
