@@ -5,6 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from xcorr_app.alignment._options import NORMALIZATIONS, SUBPIXEL
+from xcorr_app.alignment._motion_field import FIELD_RESAMPLE
 from xcorr_app.alignment._warp import RESAMPLE
 from xcorr_app.cli._main import cli
 from xcorr_app.cli._options import MAX_SHIFT, MEMORY, PREFILTER
@@ -40,7 +41,8 @@ def test_choices_come_from_the_modules():
     align, filter_cmd = cli.get_command(None, "align"), cli.get_command(None, "filter")
     assert choices(align, "normalization") == tuple(NORMALIZATIONS)
     assert choices(align, "subpixel") == tuple(SUBPIXEL)
-    assert choices(align, "resample") == tuple(RESAMPLE)
+    # the rigid shifts' resamplings, then the motion field's (--patches) not already there
+    assert choices(align, "resample") == tuple(dict.fromkeys(RESAMPLE + tuple(FIELD_RESAMPLE)))
     assert choices(filter_cmd, "mode") == tuple(MODES)
 
 

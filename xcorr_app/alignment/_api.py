@@ -127,7 +127,7 @@ def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc"
           subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False,
-          boundary="auto"):
+          boundary="auto", patches=None, patch_overlap=None, max_deviation=4):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -218,6 +218,21 @@ path or ndarray
         the first pass (:func:`~xcorr_app.alignment._template.periodic_frames` reads a few
         frames again); periodic stacks are then measured once more, circularly.  ``auto`` is
         ``linear`` with ``reference="previous"`` and with ``gpus``.
+    patches : int, (int, int) or "GYxGX", optional
+        Piecewise-rigid registration after the rigid pass: the frame's area common to all
+        rigidly shifted frames cut into ``gy x gx`` overlapping patches, each measured against
+        the same patch of the reference within ``max_deviation`` px of the frame's rigid shift
+        (ZNCC, the same subpixel fit and confidence; low-confidence patches take the median of
+        their neighbours), the result's ``motion_field`` ``(N, gy, gx, 2)`` (rules:
+        :mod:`xcorr_app.alignment._patches`, :mod:`xcorr_app.alignment._patch_pass`; the field at
+        every pixel and the warp:
+        :mod:`xcorr_app.alignment._motion_field`).  Not available with ``gpus`` nor with
+        ``reference="previous"``.  ``shifts`` stay the rigid shifts.
+    patch_overlap : int or (int, int), optional
+        Pixels of overlap between neighbouring patches; default a quarter of the grid's
+        stride (NoRMCorre's ratio).
+    max_deviation : int
+        The largest shift of a patch from its frame's rigid shift, in pixels (default 4).
 
     Returns
     -------
@@ -237,6 +252,11 @@ path or ndarray
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
+    if patches is not None and gpus is not None:
+        raise InputError("patches are not available with several GPUs (gpus / --gpus) yet")
+    if patches is not None and opts.previous:
+        raise InputError("patches are measured against one reference: reference 'previous' "
+                         "is not available with patches")
     if gpus is not None:
         from ._gpus import align_on_gpus
 
@@ -251,6 +271,12 @@ path or ndarray
                                    else []), device=device)
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
+        if patches is not None:  # a grid that cannot fit the frame fails before any pass
+            from ._patches import PatchGrid, check_deviation, common_area, patch_margin
+
+            area = common_area([[0.0, 0.0]], src.frame_shape,
+                               patch_margin(check_deviation(max_deviation)))
+            PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, area)
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         # a note where auto chose the band-pass (the ordinary low-pass goes unsaid)
         choices = [why] if why and opts.prefilter != AUTO_LOWPASS else []
@@ -281,4 +307,9 @@ path or ndarray
                 "prefilter_auto": why, "device_note": choice_note}
     res = result_from_table(opts, table, sources, settings, plan, stack_or_path)
     res.notes[:0] = choices  # what "auto" chose
+    if patches is not None:
+        from ._patch_pass import measure_field
+
+        res.set_field(measure_field(opts, stack_or_path, res.shifts, xp, chunk, patches,
+                                    patch_overlap, max_deviation))
     return res

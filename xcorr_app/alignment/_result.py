@@ -119,6 +119,17 @@ class AlignResult:
         Frames with NaN or Inf pixels (shift NaN).
     notes : list of str
         What the user should know about the result (border peaks, unmeasured frames).
+    motion_field : (N, gy, gx, 2) float64 or None
+        With ``patches``: the shift ``(dy, dx)`` of every patch of every frame (rigid shift
+        plus the patch's deviation; NaN for frames without a rigid shift), None otherwise.
+    patch_centres : (gy, gx, 2) float64 or None
+        The ``(y, x)`` pixel centre of every patch, where :attr:`motion_field` applies.
+    patch_confidence : (N, gy, gx) float64 or None
+        Peak over second peak of every patch (0: peak on the border of ``max_deviation``).
+    patch_low : (N, gy, gx) bool or None
+        Patches whose shift was replaced by the median of their neighbours.
+    patch_template : (H, W) float32 or None
+        The reference image the patches were measured against (mean-subtracted).
     """
 
     shifts: np.ndarray
@@ -134,11 +145,38 @@ class AlignResult:
     border: np.ndarray = None
     nonfinite: np.ndarray = None
     notes: list = dataclasses.field(default_factory=list)
+    motion_field: np.ndarray = None
+    patch_centres: np.ndarray = None
+    patch_confidence: np.ndarray = None
+    patch_low: np.ndarray = None
+    patch_template: np.ndarray = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         for name in ("low_confidence", "border", "nonfinite"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.shifts), bool))
+
+    def set_field(self, mf) -> None:
+        """Keep the :class:`~xcorr_app.alignment._motion_field.MotionField` of a patch pass:
+        its arrays, its grid in :attr:`settings` ``["patches"]`` and a note on replaced
+        patches."""
+        self.motion_field, self.patch_centres = mf.field, mf.centres
+        self.patch_confidence, self.patch_low = mf.confidence, mf.low
+        self.patch_template = mf.template
+        g = mf.grid
+        self.settings["patches"] = {"grid": list(g.grid), "size": list(g.size),
+                                    "overlap": list(g.overlap), "max_deviation": g.max_deviation}
+        if mf.low.any():
+            k = int(mf.low.sum())
+            self.notes.append(f"{k} patch{'' if k == 1 else 'es'} of {mf.low.size} without a distinct peak took the median shift "
+                              "of their neighbours")
+
+    def deviation(self):
+        """``(N, gy, gx, 2)``: :attr:`motion_field` minus the rigid :attr:`shifts` (None
+        without patches)."""
+        if self.motion_field is None:
+            return None
+        return self.motion_field - self.shifts[:, None, None, :]
 
     @property
     def n_frames(self) -> int:
@@ -211,6 +249,11 @@ class AlignResult:
         if target is None:
             raise InputError("this result does not know its input; pass the stack or path")
         kwargs.setdefault("channel", self.settings.get("channel"))
+        if self.motion_field is not None:  # patches: every frame warped by its field
+            from ._motion_field import apply_field
+
+            kwargs.setdefault("device", self.settings.get("device", "auto"))
+            return apply_field(target, self.motion_field, self.patch_centres, **kwargs)
         return apply_shifts(target, self.shifts, **kwargs)
 
 

@@ -14,8 +14,8 @@ from .. import backend
 from ..errors import InputError
 from ..alignment._options import BOUNDARIES
 from ..alignment._result import strict_json
-from ._options import (FEATURES, MAX_SHIFT, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE,
-                       SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
+from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
+                       PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
 
@@ -60,6 +60,15 @@ MEASURE_OPTIONS = (
                  help="Flag frames whose peak / second peak is below this."),
     click.option("--interpolate-low", is_flag=True,
                  help="Give flagged frames shifts interpolated from their neighbours."),
+    click.option("--patches", type=PATCHES, default=None,
+                 help="Piecewise-rigid: after the rigid pass, measure GYxGX overlapping patches "
+                      "of every frame within --max-deviation of its rigid shift and warp by the "
+                      "smooth motion field (writes motion_field.npz and motion_field.png)."),
+    click.option("--patch-overlap", type=int, default=None, metavar="PX",
+                 help="Overlap of neighbouring patches in pixels [default: a quarter of the "
+                      "grid's stride]."),
+    click.option("--max-deviation", type=int, default=4, show_default=True, metavar="PX",
+                 help="Largest shift of a patch from its frame's rigid shift (with --patches)."),
     click.option("--max-memory", type=MEMORY, default=None,
                  help="Cap on memory held at once, e.g. 2G (host buffers + GPU working set); "
                       "default: half the free GPU memory. Results do not depend on it."),
@@ -69,8 +78,10 @@ MEASURE_OPTIONS = (
 OUTPUT_OPTIONS = (
     click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
                  help="Output folder [default: PATH_xcorr beside the input]."),
-    click.option("--resample", type=click.Choice(RESAMPLE), default="bilinear",
-                 show_default=True, help="How aligned.tif is resampled at subpixel shifts."),
+    click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
+                 show_default=True,
+                 help="How aligned.tif is resampled at subpixel shifts (fourier: rigid only; "
+                      "cubic: with --patches only)."),
     click.option("--crop", is_flag=True,
                  help="Crop aligned.tif to the area every shifted frame covers."),
     click.option("--fill", type=float, default=0.0, show_default=True,
@@ -97,8 +108,9 @@ def align(path, **options):
 
     PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs;
     it is streamed, so it may be larger than the GPU's or the host's memory. Writes shifts.csv,
-    shifts.json, aligned.tif and drift.png into the output folder. Shifts are (dy, dx) to apply
-    to each frame to align it with the reference, as in scikit-image.
+    shifts.json, aligned.tif and drift.png into the output folder (with --patches also
+    motion_field.npz and motion_field.png). Shifts are (dy, dx) to apply to each frame to align
+    it with the reference, as in scikit-image.
     """
     o = SimpleNamespace(path=path, **options)
     o.quiet = o.quiet or o.as_json
@@ -117,7 +129,10 @@ def _align(o):
     if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
         raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "
                          f"and aligned.tif into, not a file: {out_dir}")
-    outputs = {k: out_dir / k for k in ("shifts.csv", "shifts.json", "drift.png")}
+    names = ("shifts.csv", "shifts.json", "drift.png")
+    if o.patches is not None:
+        names += ("motion_field.npz", "motion_field.png")
+    outputs = {k: out_dir / k for k in names}
     if not o.no_aligned:
         outputs["aligned.tif"] = out_dir / "aligned.tif"
     shape, itemsize, n = _check(o)
@@ -147,6 +162,12 @@ def _align(o):
         doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
         write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
+        if o.patches is not None:
+            from ..io._field_outputs import plot_motion_field, write_motion_field
+
+            write_motion_field(outputs["motion_field.npz"], res)
+            plot_motion_field(outputs["motion_field.png"], res,
+                              title=f"{Path(path).name}: motion field")
         removed = [p for p in stale if p.is_file()]
         run.commit()
         if o.as_json:
@@ -199,12 +220,40 @@ def _check(o):
         raise InputError("--boundary circular is not available with Dask (--workers, "
                          "--scheduler)")
     mean_count(o.reference, 1)
+    _check_patches(o, spread)
     o.dev = note_device(o.device, o.quiet)
     planner_notes(o.quiet)
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
     return shape, itemsize, n
+
+
+def _check_patches(o, spread):
+    """The options of ``--patches`` (the grid itself is checked against the frame by
+    :func:`xcorr_app.align` before the first pass)."""
+    from ..alignment._patches import check_deviation
+
+    if o.patches is None:
+        if o.resample not in RESAMPLE:
+            raise InputError(f"--resample {o.resample} needs --patches (rigid shifts: "
+                             f"{' or '.join(RESAMPLE)})")
+        return
+    try:
+        check_deviation(o.max_deviation)
+    except InputError as exc:
+        raise InputError(f"--{exc}".replace("max_deviation", "max-deviation", 1)) from None
+    if o.patch_overlap is not None and o.patch_overlap < 0:
+        raise InputError(f"--patch-overlap must be >= 0, got {o.patch_overlap}")
+    if o.resample not in FIELD_RESAMPLE:
+        raise InputError(f"--resample {o.resample} is not available with --patches (use "
+                         f"{' or '.join(FIELD_RESAMPLE)})")
+    if spread:
+        raise InputError("--patches is not available with --gpus or Dask (--workers, "
+                         "--scheduler) yet")
+    if o.reference == "previous":
+        raise InputError("--patches measures against one reference: --reference previous is "
+                         "not available with it")
 
 
 def _measure(o, client, gpu_ids, n, frame_gb):
@@ -217,6 +266,9 @@ def _measure(o, client, gpu_ids, n, frame_gb):
                    interpolate_low=o.interpolate_low, channel=o.channel,
                    chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features,
                    tune=o.tune)
+    if o.patches is not None:  # (not with Dask: _check_patches)
+        options.update(patches=o.patches, patch_overlap=o.patch_overlap,
+                       max_deviation=o.max_deviation)
     with progress_bar(n, "measuring", o.quiet) as bar:
         if client is not None:
             from ..distributed._dask import align as dask_align
@@ -235,9 +287,15 @@ def _measure(o, client, gpu_ids, n, frame_gb):
 def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
     from ..alignment._apply import apply_shifts, common_area
-    from ..io._background import BackgroundWrites
-    from ..io._writer import TiffStackWriter
 
+    if res.motion_field is not None:  # --patches: every frame warped by its motion field
+        from ..alignment._motion_field import apply_field, field_area
+
+        box = field_area(res.motion_field, shape) if o.crop else (0, shape[0], 0, shape[1])
+        chunks = apply_field(o.path, res.motion_field, res.patch_centres, channel=o.channel,
+                             fill=o.fill, resample=o.resample, crop=box,
+                             chunk_frames=res.settings["chunk_frames"], device=o.dev)
+        return _write_chunks(o, chunks, (box[1] - box[0], box[3] - box[2]), n, out_path)
     box = common_area(res.shifts, shape) if o.crop else (0, shape[0], 0, shape[1])
     out_shape = (box[1] - box[0], box[3] - box[2])
     shift_args = dict(channel=o.channel, fill=o.fill, resample=o.resample, crop=o.crop)
@@ -249,8 +307,16 @@ def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     else:
         chunks = apply_shifts(o.path, res.shifts, chunk_frames=res.settings["chunk_frames"],
                               device=o.dev, gpus=gpu_ids, **shift_args)
-    # the next chunk is read and shifted while this one is written (fresh arrays: apply_shifts
-    # and the Dask blocks hand over new NumPy arrays)
+    _write_chunks(o, chunks, out_shape, n, out_path)
+
+
+def _write_chunks(o, chunks, out_shape, n, out_path):
+    """Write the aligned chunks ``(start, frames)`` to ``out_path`` with a progress bar; the
+    next chunk is read and shifted while this one is written (a writer thread: the chunks are
+    fresh NumPy arrays from apply_shifts, apply_field and the Dask blocks)."""
+    from ..io._background import BackgroundWrites
+    from ..io._writer import TiffStackWriter
+
     with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
             TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer, \
             BackgroundWrites(writer) as background:
@@ -282,6 +348,16 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
         n_ok = int(res.agree.sum())
         click.echo(f"  FFT reference: integer peaks agree on {n_ok}/{s['frames']} frames "
                    f"({100 * s['agreement']:.1f}%), RMS difference {s['rms_vs_fft']:.3f} px")
+    if res.motion_field is not None:
+        import numpy as np
+
+        g = res.settings["patches"]
+        mag = np.sqrt((res.deviation() ** 2).sum(axis=-1))
+        mag = mag[np.isfinite(mag)]
+        click.echo(f"  patches {g['grid'][0]}x{g['grid'][1]} of {g['size'][0]}x{g['size'][1]} px "
+                   f"(overlap {g['overlap'][0]},{g['overlap'][1]}): |deviation| from the rigid "
+                   f"shift mean {mag.mean() if mag.size else float('nan'):.3f} px, max "
+                   f"{mag.max() if mag.size else float('nan'):.3f} px")
     for note in s.get("notes", []):  # border peaks, constant and NaN frames, ...
         click.echo(f"  note: {note}")
     if s["low_confidence_frames"]:

@@ -27,10 +27,12 @@ from ..errors import InputError
 # the choices of the command line, from their one home each
 from ..alignment._options import NORMALIZATIONS, SUBPIXEL
 from ..alignment._preprocess import WINDOWS
+from ..alignment._motion_field import FIELD_RESAMPLE
 from ..alignment._warp import RESAMPLE
 from ..filters import MODES
 
-__all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "MODES", "MAX_SHIFT", "MEMORY",
+__all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "RESAMPLE_ANY", "FIELD_RESAMPLE",
+           "MODES", "MAX_SHIFT", "MEMORY", "PATCHES",
            "GPUS_LIST", "Spec", "DEVICE", "CHANNEL", "FORCE", "QUIET", "CHUNK", "stack_command",
            "scale_out_command", "json_rows_option", "scale_out", "where", "print_notes",
            "note_device", "progress_bar", "default_out", "planner_notes", "READABLE",
@@ -58,6 +60,26 @@ class MaxShiftType(click.ParamType):
             raise InputError(f"--max-shift takes N or SY,SX (non-negative integers), got "
                              f"{value!r}")
         return parts[0] if len(parts) == 1 else tuple(parts)
+
+
+class PatchesType(click.ParamType):
+    """``GYxGX`` (or ``N``: N x N) patches -> ``(gy, gx)``
+    (:func:`~xcorr_app.alignment._patches.parse_patches`)."""
+
+    name = "patches"
+
+    def get_metavar(self, param, ctx=None):
+        return "GYxGX"
+
+    def convert(self, value, param, ctx):
+        from ..alignment._patches import parse_patches
+
+        if value is None or isinstance(value, tuple):
+            return value
+        try:
+            return parse_patches(int(value) if str(value).isdigit() else str(value))
+        except InputError as exc:
+            raise InputError(f"--{exc}") from None
 
 
 class MemoryType(click.ParamType):
@@ -101,6 +123,10 @@ def _check_prefilter(spec):
 
 
 MAX_SHIFT = MaxShiftType()
+PATCHES = PatchesType()
+#: every resampling of aligned.tif: the rigid shifts' (bilinear, fourier) and the motion
+#: field's (bilinear, cubic)
+RESAMPLE_ANY = tuple(dict.fromkeys(RESAMPLE + tuple(FIELD_RESAMPLE)))
 MEMORY = MemoryType()
 #: ``--gpus``: checked against this host in :func:`scale_out` (after the device is known)
 GPUS_LIST = Spec("LIST|all")

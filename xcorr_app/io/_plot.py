@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_drift", "nice_ticks", "PLOT_SIZE", "PANELS", "COLORS"]
+__all__ = ["plot_drift", "nice_ticks", "PLOT_SIZE", "PANELS", "COLORS", "SUPERSAMPLE", "Panel",
+           "curve", "font", "frame_and_labels", "grid_lines"]
 
 #: ``(width, height)`` of ``drift.png`` in pixels
 PLOT_SIZE = (880, 605)
@@ -38,7 +39,7 @@ PLOT_SIZE = (880, 605)
 COLORS = {"dy": (31, 119, 180), "dx": (255, 127, 14), "confidence": (44, 160, 44),
           "low": (255, 205, 205), "threshold": (214, 39, 40), "grid": (228, 228, 228),
           "axes": (60, 60, 60), "text": (30, 30, 30)}
-_SS = 2  # curves are drawn at twice the size and reduced: antialiased lines for ~5 ms
+SUPERSAMPLE = 2  # curves are drawn at twice the size and reduced: antialiased lines for ~5 ms
 #: ``(x0, y0, x1, y1)`` in pixels of the two panels (their frames included)
 PANELS = {"shifts": (72, 58, 864, 352), "confidence": (72, 376, 864, 540)}
 _MARKERS_UP_TO = 150  # frames: above, lines only (markers would merge)
@@ -78,7 +79,7 @@ def _tick_labels(ticks) -> list:
 
 
 @functools.lru_cache(maxsize=None)
-def _font(size: int):
+def font(size: int):
     """DejaVu Sans from matplotlib's package folder (found without importing matplotlib), or
     Pillow's own default font."""
     from PIL import ImageFont
@@ -96,7 +97,7 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
-class _Panel:
+class Panel:
     """One panel's box in pixels and its data ranges."""
 
     def __init__(self, box, xlim, ylim):
@@ -142,18 +143,18 @@ def _envelope(px, py, panel):
     return x, y
 
 
-def _curve(draw, panel, x, y, color, width, marker=None):
+def curve(draw, panel, x, y, color, width, marker=None):
     """A polyline through the finite points (broken at NaN), with markers for few points."""
-    px, py = panel.px(x, _SS), panel.py(y, _SS)
-    if len(px) > 2 * (panel.box[2] - panel.box[0]) * _SS:
+    px, py = panel.px(x, SUPERSAMPLE), panel.py(y, SUPERSAMPLE)
+    if len(px) > 2 * (panel.box[2] - panel.box[0]) * SUPERSAMPLE:
         px, py = _envelope(px, py, panel)  # a million frames draw as fast as a thousand
     for a, b in _runs(np.isfinite(py)):
         points = np.c_[px[a:b], py[a:b]].ravel().tolist()
         if b - a == 1:
             points += points  # a lone point: a dot
-        draw.line(points, fill=color, width=width * _SS)
+        draw.line(points, fill=color, width=width * SUPERSAMPLE)
         if marker and len(x) <= _MARKERS_UP_TO:
-            r = (3 if width > 1 else 2) * _SS
+            r = (3 if width > 1 else 2) * SUPERSAMPLE
             for cx, cy in zip(px[a:b], py[a:b]):
                 shape = draw.ellipse if marker == "o" else draw.rectangle
                 shape((cx - r, cy - r, cx + r, cy + r), fill=color)
@@ -165,10 +166,10 @@ def _dashed(image, panel, x, y, color, width):
     from PIL import Image, ImageDraw
 
     mask = Image.new("L", image.size, 0)
-    _curve(ImageDraw.Draw(mask), panel, x, y, 255, width)
-    box = tuple(int(v) * _SS for v in panel.box)
+    curve(ImageDraw.Draw(mask), panel, x, y, 255, width)
+    box = tuple(int(v) * SUPERSAMPLE for v in panel.box)
     m = np.array(mask.crop(box))
-    m[:, (np.arange(m.shape[1]) // (5 * _SS)) % 2 == 1] = 0
+    m[:, (np.arange(m.shape[1]) // (5 * SUPERSAMPLE)) % 2 == 1] = 0
     rows, cols = np.flatnonzero(m.any(1)), np.flatnonzero(m.any(0))
     if rows.size:  # paste only where the line is (a flat threshold line: a few rows)
         m = m[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
@@ -192,7 +193,7 @@ def _bands(draw, panel, frames, flagged, scale):
                         y1 * scale), fill=COLORS["low"])
 
 
-def _grid(draw, panel, xticks, yticks, scale):
+def grid_lines(draw, panel, xticks, yticks, scale):
     x0, y0, x1, y1 = panel.box
     for t in panel.px(xticks):
         draw.line((t * scale, y0 * scale, t * scale, y1 * scale), fill=COLORS["grid"],
@@ -202,10 +203,10 @@ def _grid(draw, panel, xticks, yticks, scale):
                   width=scale)
 
 
-def _frame_and_labels(image, draw, panel, xticks, yticks, ylabel, xlabel=None):
+def frame_and_labels(image, draw, panel, xticks, yticks, ylabel, xlabel=None):
     """The axes' frame, tick marks, tick labels and labels (1x, crisp)."""
     x0, y0, x1, y1 = panel.box
-    small, label = _font(12), _font(13)
+    small, label = font(12), font(13)
     draw.rectangle((x0, y0, x1, y1), outline=COLORS["axes"], width=1)
     for t, text in zip(panel.py(yticks), _tick_labels(yticks)):
         draw.line((x0 - 4, t, x0, t), fill=COLORS["axes"])
@@ -232,8 +233,8 @@ def _vertical_text(image, text, font, x, y_centre):
 
 def _legend(draw, entries, y):
     """One row of entries ``(label, color, style)`` centred above the shift panel."""
-    font = _font(12)
-    widths = [34 + font.getlength(label) + 18 for label, _, _ in entries]
+    small = font(12)
+    widths = [34 + small.getlength(label) + 18 for label, _, _ in entries]
     x0, _, x1, _ = PANELS["shifts"]
     x = (x0 + x1 - sum(widths)) / 2
     for (label, color, style), w in zip(entries, widths):
@@ -244,7 +245,7 @@ def _legend(draw, entries, y):
                 draw.line((x + a, y, x + a + 5, y), fill=color, width=2)
         else:
             draw.line((x, y, x + 26, y), fill=color, width=2)
-        draw.text((x + 32, y), label, fill=COLORS["text"], font=font, anchor="lm")
+        draw.text((x + 32, y), label, fill=COLORS["text"], font=small, anchor="lm")
         x += w
 
 
@@ -281,19 +282,19 @@ def plot_drift(path, result, title="") -> None:
     threshold = (getattr(result, "settings", None) or {}).get("min_confidence")
     frames = np.arange(n)
     xlim = (-0.5, 0.5) if n == 1 else (-0.02 * (n - 1), 1.02 * (n - 1))
-    top = _Panel(PANELS["shifts"], xlim, _limits(shifts, fft))
-    bottom = _Panel(PANELS["confidence"], xlim, _limits(conf, [] if threshold is None else [threshold]))
+    top = Panel(PANELS["shifts"], xlim, _limits(shifts, fft))
+    bottom = Panel(PANELS["confidence"], xlim, _limits(conf, [] if threshold is None else [threshold]))
     xticks = nice_ticks(max(0.0, xlim[0]), xlim[1], 8, integer=True)
     yticks_top, yticks_bottom = nice_ticks(*top.ylim, 7), nice_ticks(*bottom.ylim, 4)
 
     width, height = PLOT_SIZE
-    big = Image.new("RGB", (width * _SS, height * _SS), "white")
+    big = Image.new("RGB", (width * SUPERSAMPLE, height * SUPERSAMPLE), "white")
     draw = ImageDraw.Draw(big)
     for panel, yticks in ((top, yticks_top), (bottom, yticks_bottom)):
-        _bands(draw, panel, frames, flagged, _SS)
-        _grid(draw, panel, xticks, yticks, _SS)
-    _curve(draw, top, frames, shifts[:, 0], COLORS["dy"], 2, "o")
-    _curve(draw, top, frames, shifts[:, 1], COLORS["dx"], 2, "s")
+        _bands(draw, panel, frames, flagged, SUPERSAMPLE)
+        grid_lines(draw, panel, xticks, yticks, SUPERSAMPLE)
+    curve(draw, top, frames, shifts[:, 0], COLORS["dy"], 2, "o")
+    curve(draw, top, frames, shifts[:, 1], COLORS["dx"], 2, "s")
     has_fft = bool(np.isfinite(fft).any())
     if has_fft:
         _dashed(big, top, frames, fft[:, 0], _darker(COLORS["dy"]), 1)
@@ -301,14 +302,14 @@ def plot_drift(path, result, title="") -> None:
     if threshold is not None:
         _dashed(big, bottom, frames[[0, -1]] if n > 1 else xlim, [threshold] * 2,
                 COLORS["threshold"], 1)
-    _curve(draw, bottom, frames, conf, COLORS["confidence"], 1, "o")
-    image = big.reduce(_SS)
+    curve(draw, bottom, frames, conf, COLORS["confidence"], 1, "o")
+    image = big.reduce(SUPERSAMPLE)
 
     draw = ImageDraw.Draw(image)
-    _frame_and_labels(image, draw, top, xticks, yticks_top, "shift to align (px)")
-    _frame_and_labels(image, draw, bottom, xticks, yticks_bottom, "confidence", "frame")
+    frame_and_labels(image, draw, top, xticks, yticks_top, "shift to align (px)")
+    frame_and_labels(image, draw, bottom, xticks, yticks_bottom, "confidence", "frame")
     if title:
-        draw.text((width / 2, 8), title, fill=COLORS["text"], font=_font(14), anchor="mt")
+        draw.text((width / 2, 8), title, fill=COLORS["text"], font=font(14), anchor="mt")
     entries = [("dy", COLORS["dy"], "line"), ("dx", COLORS["dx"], "line")]
     if has_fft:
         entries += [("dy, dx (FFT reference)", _darker(COLORS["dy"]), "dash")]

@@ -1,0 +1,335 @@
+"""Piecewise-rigid registration (``align(..., patches=...)``, ``xcorr align --patches``): the
+field recovered on synthetic non-rigid stacks with exact truth, a flat field on rigid stacks,
+the grid's rules, one-line errors, the outputs; GPU against CPU."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from xcorr_app import align
+from xcorr_app.alignment._motion_field import dense_field, spline_weights, warp_frames
+from xcorr_app.alignment._patches import PatchGrid, common_area, fill_low, parse_patches
+from xcorr_app.alignment._warp import shift_frames
+from xcorr_app.errors import InputError
+
+from cli_helpers import assert_clean_error, digest, xcorr
+from synthetic import write_stack
+
+SHAPE = (192, 192)
+
+
+def field_at(params, y, x):
+    """The true shift ``(dy, dx)`` (align's sign: ``out[q] = frame[q - s(q)]``) at reference
+    pixel ``(y, x)``: the rigid drift plus a low-frequency sinusoid along each axis."""
+    rigid, amp, k, phase = params
+    return np.stack([rigid[a] + amp[a, 0] * np.sin(k[a, 0] * y + phase[a, 0])
+                     + amp[a, 1] * np.sin(k[a, 1] * x + phase[a, 1]) for a in range(2)], axis=-1)
+
+
+def nonrigid_stack(rng, n=8, drift=10.0, deform=3.0, peak=400.0, image="coins"):
+    """``(uint16 stack, params)``: frames of :data:`SHAPE` cut from a larger canvas (a
+    scikit-image photograph band-limited by a 2-px gaussian PSF) through a known smooth
+    deformation (:func:`field_at`: rigid drift up to ``drift`` px, deformation up to
+    ``deform`` px across the frame, wavelengths of 400 to 600 px), by exact resampling (cubic
+    B-splines of the canvas at the inverse map, found by fixed-point iteration), with
+    Poisson noise of ``peak`` photons at the brightest pixel (peak SNR ``sqrt(peak)``).
+    Frame 0 is the reference (no motion)."""
+    from skimage import data
+
+    base = ndi.gaussian_filter(getattr(data, image)().astype(np.float64), 2.0)
+    coeffs = ndi.spline_filter(base, order=3)
+    h, w = SHAPE
+    cy, cx = (base.shape[0] - h) // 2, (base.shape[1] - w) // 2
+    yy, xx = np.mgrid[:h, :w].astype(np.float64)
+    frames, params = [], []
+    for i in range(n):
+        p = (rng.uniform(-drift, drift, 2) if i else np.zeros(2),
+             rng.choice([-1.0, 1.0], (2, 2)) * deform / 2 if i else np.zeros((2, 2)),
+             2 * np.pi / rng.uniform(400.0, 600.0, (2, 2)), rng.uniform(0, 2 * np.pi, (2, 2)))
+        qy, qx = yy.copy(), xx.copy()  # frame[y] = ref[q] where q - s(q) = y
+        for _ in range(30):
+            s = field_at(p, qy, qx)
+            qy, qx = yy + s[..., 0], xx + s[..., 1]
+        frames.append(ndi.map_coordinates(coeffs, [cy + qy, cx + qx], order=3, prefilter=False))
+        params.append(p)
+    frames = np.array(frames)
+    frames = (frames - frames.min()) / (frames.max() - frames.min()) * peak
+    return rng.poisson(frames).astype(np.uint16), params
+
+
+def truth_at(params, points):
+    return np.stack([field_at(p, points[..., 0], points[..., 1]) for p in params])
+
+
+def rms(a):
+    return float(np.sqrt(np.mean(np.square(a))))
+
+
+@pytest.fixture(scope="module")
+def deformed():
+    return nonrigid_stack(np.random.default_rng(27))
+
+
+# ------------------------------------------------------------------------------ accuracy
+
+def test_nonrigid_field_recovered_at_snr_20(deformed):
+    stack, params = deformed
+    res = align(stack, max_shift=14, patches=(4, 4), device="cpu", verify=False)
+    c = res.patch_centres
+    truth = truth_at(params, c)
+    assert res.motion_field.shape == (len(stack), 4, 4, 2)
+    # the field at the patch centres: 0.076 px RMS measured (the rigid shifts alone: 0.63)
+    assert rms(res.motion_field - truth) <= 0.1
+    assert rms(res.shifts[:, None, None] - truth) > 0.5
+    # at every pixel of the area the patches cover (the spline between and beyond centres):
+    # 0.106 px RMS measured (not 0.1): the spline through the true centre values is itself
+    # 0.04 off, and the border strips lean on the extrapolation
+    g = res.settings["patches"]
+    y0, x0 = (int(c[0, 0, a] - (g["size"][a] - 1) / 2) for a in range(2))
+    y1, x1 = (int(c[-1, -1, a] + (g["size"][a] + 1) / 2) for a in range(2))
+    yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float64)
+    dense = dense_field(res.motion_field, c, SHAPE)[:, :, y0:y1, x0:x1]
+    truth_dense = truth_at(params, np.stack([yy, xx], axis=-1)).transpose(0, 3, 1, 2)
+    assert rms(dense - truth_dense) <= 0.12
+    assert not res.patch_low.any()
+
+
+def test_corrected_frames_as_close_as_the_truth_corrected(deformed):
+    """After the warp, the frames' residual against the reference is at most that of the
+    frames warped by the true field + 10% (inside the area every frame covers)."""
+    stack, params = deformed
+    res = align(stack, max_shift=14, patches=(4, 4), device="cpu", verify=False)
+    ours = np.concatenate([c for _, c in res.apply(stack)])
+    h, w = SHAPE
+    yy, xx = np.mgrid[:h, :w].astype(np.float64)
+    true_dense = truth_at(params, np.stack([yy, xx], axis=-1)).transpose(0, 3, 1, 2)
+    truth = warp_frames(stack.astype(np.float32), true_dense)
+    inner = (slice(1, None), slice(16, -16), slice(16, -16))
+    ref = stack[0].astype(np.float64)[inner[1:]]
+    err_ours = rms(ours[inner] - ref)
+    err_truth = rms(truth[inner] - ref)
+    err_rigid = rms(shift_frames(stack.astype(np.float32), res.shifts)[inner] - ref)
+    assert err_ours <= 1.1 * err_truth
+    assert err_rigid > 1.1 * err_truth  # the test can fail: rigid alone does not pass it
+
+
+@pytest.mark.parametrize("peak", [20000.0, 400.0])
+def test_rigid_stack_gives_a_flat_field(rng, peak):
+    """Every patch within 0.05 px of its rigid shift at peak SNR 141 (0.016 measured); at
+    SNR 20 the noise of 64-px patches leaves 0.03 px RMS (0.1 at most, measured)."""
+    stack, params = nonrigid_stack(rng, n=6, deform=0.0, peak=peak)
+    res = align(stack, max_shift=14, patches=(3, 3), device="cpu", verify=False)
+    dev = res.deviation()
+    if peak > 1000:
+        assert np.abs(dev).max() < 0.05
+    else:
+        assert rms(dev) < 0.05 and np.abs(dev).max() < 0.2
+    np.testing.assert_allclose(res.shifts, [p[0] for p in params], atol=0.1)
+
+
+def test_unmeasurable_frames_get_nan_fields_and_stay_local(deformed):
+    stack, params = deformed
+    s = stack[:5].astype(np.float32)
+    s[2] = 7.0  # constant
+    s[4, 10, 10] = np.nan
+    res = align(s, max_shift=14, patches=(3, 3), device="cpu", verify=False)
+    np.testing.assert_array_equal(np.isnan(res.motion_field).any(axis=(1, 2, 3)),
+                                  [False, False, True, False, True])
+    assert rms(res.motion_field[[1, 3]] - truth_at([params[1], params[3]],
+                                                   res.patch_centres)) <= 0.1
+    for method in ("bilinear", "cubic"):
+        out = np.concatenate([c for _, c in res.apply(s, resample=method)])
+        assert np.isnan(out[4]).sum() <= 4  # the NaN pixel does not spread (cubic: bilinear)
+        assert np.isfinite(out[[0, 1, 2, 3]]).all()
+
+
+# --------------------------------------------------------------------------- the parts
+
+def test_grid_tiles_the_area_with_the_default_overlap():
+    g = PatchGrid.make((4, 3), None, 4, (200, 150), (10, 190, 6, 144))
+    assert g.overlap == (180 // 4 // 4, 138 // 3 // 4)
+    assert g.starts_y[0] == 10 and g.starts_y[-1] + g.size[0] == 190
+    assert g.starts_x[0] == 6 and g.starts_x[-1] + g.size[1] == 144
+    assert (np.diff(g.starts_y) <= g.size[0] - g.overlap[0]).all()
+    np.testing.assert_allclose(g.centres[0, 0], [10 + (g.size[0] - 1) / 2,
+                                                 6 + (g.size[1] - 1) / 2])
+
+
+def test_common_area_keeps_the_windows_inside_every_frame():
+    shifts = np.array([[0.0, 0.0], [3.4, -2.6], [np.nan, np.nan], [-1.2, 0.4]])
+    y0, y1, x0, x1 = common_area(shifts, (50, 60), margin=2)
+    assert (y0, y1, x0, x1) == (5, 47, 2, 55)
+    for s in np.round(shifts[[0, 1, 3]]):
+        assert y0 - s[0] - 2 >= 0 and y1 - s[0] + 2 <= 50
+        assert x0 - s[1] - 2 >= 0 and x1 - s[1] + 2 <= 60
+
+
+def test_fill_low_takes_the_median_of_good_neighbours():
+    d = np.zeros((2, 3, 3, 2))
+    d[0, ..., 0] = [[1, 2, 3], [4, 99, 6], [7, 8, 9]]
+    low = np.zeros((2, 3, 3), bool)
+    low[0, 1, 1] = True
+    low[1] = True  # no good patch: the rigid shift (deviation 0)
+    d[1] = 5.0
+    out = fill_low(d.reshape(2, 9, 2), low.reshape(2, 9), (3, 3)).reshape(2, 3, 3, 2)
+    assert out[0, 1, 1, 0] == np.median([1, 2, 3, 4, 6, 7, 8, 9])
+    assert (out[1] == 0).all()
+    np.testing.assert_array_equal(np.delete(out[0].reshape(9, 2), 4, 0),
+                                  np.delete(d[0].reshape(9, 2), 4, 0))
+
+
+def test_spline_field_is_exact_for_linear_fields_and_extrapolates_linearly():
+    centres = np.stack(np.meshgrid([20.0, 50.0, 80.0], [15.0, 45.0, 75.0, 105.0],
+                                   indexing="ij"), axis=-1)
+    patch = np.stack([0.5 + 0.01 * centres[..., 0] - 0.02 * centres[..., 1],
+                      -1.0 + 0.03 * centres[..., 0]], axis=-1)[None]
+    dense = dense_field(patch, centres, (100, 120))
+    yy, xx = np.mgrid[:100, :120].astype(np.float64)
+    np.testing.assert_allclose(dense[0, 0], 0.5 + 0.01 * yy - 0.02 * xx, atol=1e-9)
+    np.testing.assert_allclose(dense[0, 1], -1.0 + 0.03 * yy, atol=1e-9)
+    w = spline_weights(np.array([3.0, 9.0]), 12)
+    np.testing.assert_allclose(w.sum(axis=1), 1.0)
+
+
+def test_warp_by_a_constant_field_is_the_rigid_shift(rng):
+    frames = ndi.gaussian_filter(rng.random((2, 40, 50)), (0, 2, 2)).astype(np.float32)
+    shifts = np.array([[1.25, -2.5], [0.0, 0.75]])
+    dense = np.broadcast_to(shifts[:, :, None, None], (2, 2, 40, 50))
+    warped = warp_frames(frames, dense)
+    np.testing.assert_allclose(warped[:, 3:-3, 3:-3],
+                               shift_frames(frames, shifts)[:, 3:-3, 3:-3], atol=1e-5)
+    cubic = warp_frames(frames, dense, resample="cubic")
+    assert rms(cubic[:, 4:-4, 4:-4] - warped[:, 4:-4, 4:-4]) < 0.01 * rms(frames)
+
+
+# ------------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(patches=(0, 3)), ["at least 1x1"]),
+    (dict(patches="axb"), ["GYxGX"]),
+    (dict(patches=(60, 60)), ["too small"]),
+    (dict(patches=(2, 2), patch_overlap=500), ["smaller than the patch size"]),
+    (dict(patches=(2, 2), max_deviation=-1), ["max_deviation must be >= 0"]),
+    (dict(patches=(2, 2), reference="previous"), ["previous"]),
+    (dict(patches=(2, 2), gpus="0"), ["several GPUs"]),
+])
+def test_bad_patch_arguments_are_input_errors(kwargs, words):
+    stack = np.random.default_rng(0).random((3, 64, 64))
+    with pytest.raises(InputError) as err:
+        align(stack, max_shift=4, device="cpu", **kwargs)
+    assert "\n" not in str(err.value)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_parse_patches():
+    assert parse_patches("3x5") == (3, 5) and parse_patches(2) == (2, 2)
+    with pytest.raises(InputError):
+        parse_patches((1, 2, 3))
+
+
+@pytest.fixture(scope="module")
+def stack_file(tmp_path_factory, deformed):
+    return write_stack(tmp_path_factory.mktemp("patches") / "deformed.tif", deformed[0])
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--patches", "0x3"], ["--patches must be at least 1x1"]),
+    (["--patches", "60x60"], ["too small"]),
+    (["--patches", "3x3", "--max-deviation", "-1"], ["--max-deviation must be >= 0"]),
+    (["--patches", "3x3", "--patch-overlap", "500"], ["smaller than the patch size"]),
+    (["--patches", "3x3", "--patch-overlap", "-2"], ["--patch-overlap must be >= 0"]),
+    (["--patches", "3x3", "--resample", "fourier"], ["not available with --patches"]),
+    (["--resample", "cubic"], ["needs --patches"]),
+])
+def test_cli_patch_errors_are_one_line(stack_file, tmp_path, args, words):
+    before = digest(stack_file)
+    res = xcorr("align", stack_file, "--max-shift", "14", "--device", "cpu", "--out",
+                tmp_path / "out", *args)
+    assert res.returncode == 2
+    assert_clean_error(res, *words)
+    assert not (tmp_path / "out").exists()
+    assert digest(stack_file) == before
+
+
+def test_cli_writes_the_field_outputs(stack_file, deformed, tmp_path):
+    before = digest(stack_file)
+    out = tmp_path / "out"
+    res = xcorr("align", stack_file, "--max-shift", "14", "--device", "cpu", "--out", out,
+                "--patches", "4x4", "--no-verify", "--resample", "cubic")
+    assert res.returncode == 0, res.stderr
+    assert "patches 4x4" in res.stdout
+    names = {"shifts.csv", "shifts.json", "drift.png", "motion_field.npz", "motion_field.png",
+             "aligned.tif"}
+    assert {p.name for p in out.iterdir() if not p.name.startswith(".xcorr")} == names
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]  # atomic: no temporaries left
+    z = np.load(out / "motion_field.npz")
+    n = len(deformed[0])
+    assert z["field"].shape == (n, 4, 4, 2) and z["centres"].shape == (4, 4, 2)
+    assert z["confidence"].shape == z["low"].shape == (n, 4, 4)
+    np.testing.assert_allclose(z["field"] - z["rigid"][:, None, None], z["deviation"])
+    assert rms(z["field"] - truth_at(deformed[1], z["centres"])) <= 0.1
+    assert (out / "motion_field.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import tifffile
+
+    aligned = tifffile.imread(out / "aligned.tif")
+    assert aligned.shape == (n, *SHAPE) and aligned.dtype == np.float32
+    rows = (out / "shifts.csv").read_text().splitlines()
+    assert len(rows) == n + 1  # shifts.csv stays rigid: one row per frame
+    assert digest(stack_file) == before
+    # a second run without --force changes nothing
+    stamp = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = xcorr("align", stack_file, "--max-shift", "14", "--device", "cpu", "--out", out,
+                  "--patches", "4x4")
+    assert again.returncode == 2
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamp
+
+
+# --------------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_gpu_field_equals_cpu(deformed):
+    stack, params = deformed
+    gpu = align(stack, max_shift=14, patches=(4, 4), device="gpu", verify=False)
+    cpu = align(stack, max_shift=14, patches=(4, 4), device="cpu", verify=False)
+    assert gpu.settings["device"] == "gpu"
+    np.testing.assert_allclose(gpu.motion_field, cpu.motion_field, atol=1e-3)
+    np.testing.assert_array_equal(gpu.patch_low, cpu.patch_low)
+    assert rms(gpu.motion_field - truth_at(params, gpu.patch_centres)) <= 0.1
+
+
+@pytest.mark.gpu
+def test_gpu_patch_parts_equal_float64_cpu(deformed):
+    import cupy as cp
+
+    from xcorr_app.alignment._patches import (patch_shifts, refine_shifts, template_patches,
+                                              windows, windows_through)
+    from xcorr_app.alignment._preprocess import prepare
+
+    stack, params = deformed
+    rigid = np.array([p[0] for p in params])
+    grid = PatchGrid.make((3, 3), None, 4, SHAPE, common_area(rigid, SHAPE, 6))
+    p = prepare(stack, np)
+    tp = template_patches(p.frames[0], grid)
+    g_frames, g_tp = cp.asarray(p.frames), cp.asarray(tp)
+    whole = np.round(rigid).astype(np.int64)
+    np.testing.assert_array_equal(windows(g_frames, grid, cp.asarray(whole)).get(),
+                                  windows(p.frames, grid, whole))
+    d_cpu = patch_shifts(tp, p.frames.astype(np.float64), rigid, grid)[0]
+    d_gpu = patch_shifts(g_tp, g_frames, rigid, grid, device="gpu")[0]
+    np.testing.assert_allclose(d_gpu, d_cpu, atol=1e-3)
+    field = (rigid[:, None] + d_cpu).reshape(len(stack), 3, 3, 2)
+    dense_cpu = dense_field(field, grid.centres, SHAPE)
+    dense_gpu = dense_field(cp.asarray(field), grid.centres, SHAPE)
+    np.testing.assert_allclose(dense_gpu.get(), dense_cpu, atol=1e-9)
+    np.testing.assert_allclose(windows_through(g_frames, grid, dense_gpu).get(),
+                               windows_through(p.frames.astype(np.float64), grid, dense_cpu),
+                               atol=1e-3 * float(np.abs(p.frames).max()))
+    r_cpu = refine_shifts(tp, p.frames, grid, dense_cpu)
+    r_gpu = refine_shifts(g_tp, g_frames, grid, dense_gpu, device="gpu")
+    np.testing.assert_allclose(r_gpu, r_cpu, atol=1e-3)
+    for method in ("bilinear", "cubic"):
+        w_gpu = warp_frames(cp.asarray(stack, cp.float32), dense_gpu, method)
+        w_cpu = warp_frames(stack.astype(np.float64), dense_cpu, method)
+        assert bool(cp.isfinite(w_gpu).all())
+        np.testing.assert_allclose(w_gpu.get(), w_cpu, atol=1e-3 * float(stack.max()))

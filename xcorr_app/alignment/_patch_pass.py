@@ -1,0 +1,91 @@
+"""The patch pass of piecewise-rigid registration (:func:`measure_field`): after the rigid
+pass of :func:`xcorr_app.align`, every frame is streamed again, its patches measured within
+``max_deviation`` of its rigid shift and refined through the smooth field (the rules:
+:mod:`xcorr_app.alignment._patches`; the field and the warp:
+:mod:`xcorr_app.alignment._motion_field`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .. import backend
+from ..errors import InputError
+from ..io import open_source
+from ..registration._normalize import zncc_left
+from ..streaming import map_chunks
+from ._motion_field import MotionField, dense_field, field_weights
+from ._options import prefilter_for
+from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
+                       patch_margin, patch_shifts, refine_shifts, template_patches)
+from ._pipeline import prepared_reference
+from ._preprocess import prepare
+from ._warp import shift_frames
+
+
+def _template(opts, src, xp, chunk, rigid, grid):
+    """The prepared template's patches the frames' patches are measured against, and the
+    template (host, for the picture): the rigid reference, or for ``reference="refined"`` the
+    mean of the rigidly aligned frames (shifts relative to it)."""
+    if opts.refined:
+        h, w = src.frame_shape
+
+        def aligned_sum(start, frames):  # the sum of the chunk's aligned frames, and a count
+            s = rigid[start:start + len(frames)]
+            ok = ~np.isnan(s).any(axis=1)
+            f = shift_frames(frames[xp.asarray(ok)].astype(xp.float32), xp.asarray(s[ok]))
+            return xp.concatenate([f.sum(axis=0, dtype=xp.float64).ravel(),
+                                   xp.full(1, float(ok.sum()))])
+
+        total = sum(part for _, part in map_chunks(lambda: contextlib.nullcontext(src), chunk,
+                                                   aligned_sum, xp=xp))
+        image = (total[:-1] / max(total[-1], 1.0)).reshape(h, w).astype(np.float32)
+        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
+    else:
+        frame, raw = prepared_reference(opts, src, xp, chunk)
+    return template_patches(frame, grid), backend.to_numpy(raw)
+
+
+def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
+                  max_deviation):
+    """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
+    :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``."""
+    if opts.previous:
+        raise InputError("patches are measured against one reference: reference 'previous' "
+                         "is not available with patches")
+    prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
+    with open_source(stack_or_path, opts.channel) as src:
+        grid = PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape,
+                              common_area(rigid, src.frame_shape, patch_margin(max_deviation)))
+        tpatches, template = _template(opts, src, xp, chunk, rigid, grid)
+        dev = "cpu" if xp is np else "gpu"
+        left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
+        near = zncc_left(tpatches, (1, *grid.size), 1)
+        weights = field_weights(grid.centres, src.frame_shape, xp)
+
+        def measure(start, frames):
+            p = prepare(frames, xp, prefilter, None)
+            s = rigid[start:start + len(frames)]
+            d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev,
+                                             left)
+            low = low_patches(d, pk, cf, border, opts.min_confidence)
+            d = fill_low(d, low, grid.grid)
+            for _ in range(REFINE_PASSES):  # through the field: what remains, measured
+                field = xp.asarray((s[:, None, :] + d).reshape(len(s), *grid.grid, 2))
+                dense = dense_field(field, grid.centres, src.frame_shape, weights)
+                d = fill_low(d + refine_shifts(tpatches, p.frames, grid, dense, opts.subpixel,
+                                               dev, near), low, grid.grid)
+            cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
+            return np.concatenate([d, pk[..., None], cf[..., None], low[..., None]], axis=-1)
+
+        parts = [block for _, block in map_chunks(lambda: contextlib.nullcontext(src), chunk,
+                                                  measure, xp=xp)]
+    table = np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
+    d, cf, low = table[..., :2], table[..., 3], table[..., 4] == 1
+    gy, gx = grid.grid
+    n = len(table)
+    field = np.asarray(rigid, np.float64)[:, None, :] + d
+    return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
+                       low.reshape(n, gy, gx), grid, template)

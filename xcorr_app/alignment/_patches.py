@@ -1,0 +1,342 @@
+"""Piecewise-rigid registration: the shift of every patch of every frame, measured within
+``max_deviation`` pixels of the frame's rigid shift (``align(..., patches=(gy, gx))``).
+
+How (docs/how-align-works.md, "Piecewise-rigid"):
+
+* The grid (:class:`PatchGrid`).  The patches tile the *common area* of the rigid pass (the
+  part of the reference that every rigidly shifted frame covers, :func:`common_area`), less
+  ``max_deviation + 2`` px on each side (:func:`patch_margin`), so that every frame's patch
+  window, moved by the frame's rigid shift and its deviation, lies inside the frame: no
+  padding, no invented pixels.  The field is extrapolated beyond the outermost patch centres
+  (:mod:`._motion_field`).  ``gy x gx`` patches of equal size overlap by
+  ``patch_overlap`` pixels (default: a quarter of the stride, area / count / 4, the ratio of
+  NoRMCorre's defaults, 128-px grid cells with 32 px of overlap); the patch size is
+  ``ceil((area + (g - 1) * overlap) / g)`` and the starts are spread evenly.
+* The measurement (:func:`patch_shifts`).  The template patches (the rigid reference, or with
+  ``reference="refined"`` the mean of the rigidly aligned frames) are correlated with the
+  frames' patch windows in one ``n_to_mn`` call per chunk (left: the ``P`` template patches;
+  right: for each, the same patch of the chunk's ``N`` frames), bounded by ``max_deviation``,
+  normalized by ZNCC over the overlap of each shift (as the rigid path), and the peak is
+  refined by the run's subpixel fit (``upsample`` and circular refinements are not used here:
+  ``gaussian``), with the confidence of the rigid path (peak over second peak).
+* The refinement (:func:`refine_shifts`, :data:`REFINE_PASSES` passes): every window is
+  sampled through the smooth field of the shifts so far and measured again within +-1 px;
+  the remainder is added to the patch's shift.
+* Low-confidence patches (:func:`fill_low`): a patch whose peak lies on the border of the
+  ``max_deviation`` window, whose surface is flat or not finite, or whose confidence is at most
+  1 (no distinct peak) or below ``min_confidence`` when given, takes the median of the
+  deviations of its good neighbours (the 8 around it in the grid), repeated outwards until
+  every patch has a value; a frame with no good patch keeps its rigid shift (deviation 0).
+
+Examples
+--------
+>>> g = PatchGrid.make((4, 4), None, 4, (128, 128), (0, 128, 0, 128))
+>>> g.size, g.overlap, g.starts_y.tolist()
+((38, 38), (8, 8), [0, 30, 60, 90])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from .. import backend
+from ..correlate._api import cross_correlate
+from ..errors import InputError
+from ..registration._normalize import ZnccLeft, zncc, zncc_left
+from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border
+
+#: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
+#: structure around it
+MIN_PATCH_SIDE = 8
+#: passes of refinement: every window sampled through the smooth motion field of the shifts
+#: so far and measured again within +-1 px (:func:`refine_shifts`): a patch over a field
+#: that varies across it measures a texture-weighted mean of the field, not its value at the
+#: centre; sampled through the field, what remains is small and even
+REFINE_PASSES = 3
+
+
+def parse_patches(patches):
+    """``(gy, gx)`` from an int, a pair or ``"GYxGX"`` (positive integers), else InputError.
+
+    >>> parse_patches(3), parse_patches("4x6"), parse_patches((2, 5))
+    ((3, 3), (4, 6), (2, 5))
+    """
+    if isinstance(patches, str):
+        parts = patches.lower().replace(",", "x").split("x")
+    elif isinstance(patches, numbers.Integral):
+        parts = [patches, patches]
+    else:
+        try:
+            parts = list(patches)
+        except TypeError:
+            parts = []
+    try:
+        pair = tuple(int(p) for p in parts)
+        whole = all(float(p) == int(p) for p in parts)
+    except (TypeError, ValueError):
+        pair, whole = (), False
+    if len(pair) != 2 or not whole:
+        raise InputError(f"patches must be GYxGX (two positive integers), got {patches!r}")
+    if min(pair) < 1:
+        raise InputError(f"patches must be at least 1x1 (0 patches cannot be measured), got "
+                         f"{patches!r}")
+    return pair
+
+
+def check_deviation(max_deviation):
+    """``max_deviation`` as an int >= 0, else InputError."""
+    if isinstance(max_deviation, bool) or not isinstance(max_deviation, numbers.Integral):
+        try:
+            if float(max_deviation) != int(max_deviation):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise InputError(f"max_deviation must be an integer number of pixels, got "
+                             f"{max_deviation!r}") from None
+    if int(max_deviation) < 0:
+        raise InputError(f"max_deviation must be >= 0, got {max_deviation!r}")
+    return int(max_deviation)
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchGrid:
+    """Where the patches lie, in reference (output) pixel coordinates."""
+
+    grid: tuple       # (gy, gx)
+    size: tuple       # (ph, pw)
+    overlap: tuple    # (oy, ox) pixels between neighbouring patches (at least)
+    starts_y: np.ndarray
+    starts_x: np.ndarray
+    max_deviation: int
+
+    @property
+    def n_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def centres(self) -> np.ndarray:
+        """``(gy, gx, 2)`` float64: the ``(y, x)`` centre of every patch."""
+        cy = self.starts_y + (self.size[0] - 1) / 2.0
+        cx = self.starts_x + (self.size[1] - 1) / 2.0
+        return np.stack(np.meshgrid(cy, cx, indexing="ij"), axis=-1)
+
+    @classmethod
+    def make(cls, patches, patch_overlap, max_deviation, frame_shape, area):
+        """The grid of ``patches`` over ``area`` ``(y0, y1, x0, x1)`` (the rigid common area)
+        of frames of ``frame_shape``; InputError for grids that do not fit."""
+        grid = parse_patches(patches)
+        dev = check_deviation(max_deviation)
+        if patch_overlap is not None:
+            ov = (patch_overlap,) * 2 if isinstance(patch_overlap, numbers.Integral) \
+                else tuple(patch_overlap)
+            if len(ov) != 2 or any(isinstance(o, bool) or int(o) != o or o < 0 for o in ov):
+                raise InputError(f"patch_overlap must be a non-negative integer (or a pair), "
+                                 f"got {patch_overlap!r}")
+        y0, y1, x0, x1 = area
+        extent = (y1 - y0, x1 - x0)
+        size, overlaps, starts = [], [], []
+        for axis, (g, a) in enumerate(zip(grid, extent)):
+            name = "rows" if axis == 0 else "columns"
+            o = a // g // 4 if patch_overlap is None else int(ov[axis])
+            if g > frame_shape[axis]:
+                raise InputError(f"{g} patches along the {name} are more than the frame's "
+                                 f"{frame_shape[axis]} pixels")
+            p = math.ceil((a + (g - 1) * o) / g) if g > 1 else a
+            if o >= p:
+                raise InputError(f"patch overlap {o} px must be smaller than the patch size "
+                                 f"({p} px along the {name})")
+            if p > a:
+                raise InputError(f"patches of {p} px along the {name} are larger than the "
+                                 f"frame's area every shifted frame covers ({a} px of "
+                                 f"{frame_shape[axis]}): use a smaller --patch-overlap")
+            if p < max(MIN_PATCH_SIDE, 2 * dev + 1):
+                raise InputError(f"patches of {p} px along the {name} are too small for "
+                                 f"max_deviation {dev} (at least {max(MIN_PATCH_SIDE, 2 * dev + 1)}"
+                                 f" px): use fewer patches")
+            size.append(p)
+            overlaps.append(o)
+            lo = y0 if axis == 0 else x0
+            starts.append(lo + np.round(np.linspace(0, a - p, g)).astype(np.int64))
+        return cls(grid, tuple(size), tuple(overlaps), starts[0], starts[1], dev)
+
+
+def common_area(shifts, frame_shape, margin=0):
+    """The region of the reference that every frame covers after its integer rigid shift,
+    less ``margin`` pixels on each side (``(y0, y1, x0, x1)``; NaN shifts ignored): a patch
+    window there, moved by the integer rigid shift and then by up to ``margin`` pixels more,
+    lies inside the frame.
+
+    >>> common_area([[0.0, 0.0], [2.4, -3.6]], (20, 30), margin=1)
+    (3, 19, 1, 25)
+    """
+    h, w = frame_shape
+    s = np.asarray(shifts, np.float64).reshape(-1, 2)
+    s = np.round(s[~np.isnan(s).any(axis=1)])
+    if not len(s):
+        s = np.zeros((1, 2))
+    y0, x0 = max(0, int(s[:, 0].max())) + margin, max(0, int(s[:, 1].max())) + margin
+    y1, x1 = min(h, int(h + s[:, 0].min())) - margin, min(w, int(w + s[:, 1].min())) - margin
+    if y1 - y0 < 1 or x1 - x0 < 1:
+        raise InputError(f"the rigidly shifted frames have no area in common {margin} px away "
+                         f"from their edges: patches cannot be placed (a smaller max_deviation "
+                         f"helps)")
+    return y0, y1, x0, x1
+
+
+def patch_margin(max_deviation) -> int:
+    """Pixels kept free around the patches: the deviation searched and the cubic B-spline's
+    reach when the windows are resampled through the field (:func:`windows_through`)."""
+    return int(max_deviation) + 2
+
+
+def windows(frames, grid, integer_shifts):
+    """``(P, N, ph, pw)``: patch ``p`` of frame ``n`` moved by its integer rigid shift (the
+    window of the frame that holds the reference's patch ``p``), gathered on ``frames``'s
+    device; ``integer_shifts`` ``(N, 2)`` ints on that device."""
+    xp = backend.array_module_of(frames)
+    (ph, pw), (gy, gx) = grid.size, grid.grid
+    sy, sx = xp.asarray(grid.starts_y), xp.asarray(grid.starts_x)
+    rows = sy[None, :, None] - integer_shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
+    cols = sx[None, :, None] - integer_shifts[:, 1, None, None] + xp.arange(pw)[None, None, :]
+    n = len(frames)
+    batch = xp.arange(n)[:, None, None, None, None]
+    out = frames[batch, rows[:, :, None, :, None], cols[:, None, :, None, :]]  # (N, gy, gx, ..)
+    return xp.ascontiguousarray(out.reshape(n, gy * gx, ph, pw).transpose(1, 0, 2, 3))
+
+
+def windows_through(frames, grid, dense):
+    """``(P, N, ph, pw)`` float32: the patch windows of ``frames`` sampled through the motion
+    field ``dense`` ``(N, 2, H, W)`` (pixel ``q`` of a patch reads the frame at
+    ``q - dense[:, q]``, cubic B-splines by ``map_coordinates``, one frame at a time: the
+    spline must not mix frames)."""
+    xp = backend.array_module_of(frames)
+    nd = ndimage_of(xp)
+    (ph, pw), (gy, gx) = grid.size, grid.grid
+    zero = xp.zeros((len(frames), 2), xp.int64)
+    qy = xp.repeat(xp.asarray(grid.starts_y, xp.float64), gx)[:, None, None] + \
+        xp.arange(ph, dtype=xp.float64)[None, :, None]  # (P, ph, 1), row-major like windows
+    qx = xp.tile(xp.asarray(grid.starts_x, xp.float64), gy)[:, None, None] + \
+        xp.arange(pw, dtype=xp.float64)[None, None, :]
+    dy, dx = windows(dense[:, 0], grid, zero), windows(dense[:, 1], grid, zero)
+    out = xp.empty((gy * gx, len(frames), ph, pw), xp.float32)
+    for n in range(len(frames)):
+        at = xp.stack(xp.broadcast_arrays(qy - dy[:, n], qx - dx[:, n]))
+        out[:, n] = nd.map_coordinates(frames[n], at, order=3, mode="nearest")
+    return out
+
+
+def ndimage_of(xp):
+    """``scipy.ndimage`` or ``cupyx.scipy.ndimage``, for arrays of ``xp``."""
+    if xp is np:
+        from scipy import ndimage
+    else:
+        from cupyx.scipy import ndimage
+    return ndimage
+
+
+def template_patches(template, grid):
+    """``(P, ph, pw)`` float32: the patches of the prepared template."""
+    xp = backend.array_module_of(template)
+    zero = xp.zeros((1, 2), xp.int64)
+    return windows(template[None], grid, zero)[:, 0]
+
+
+def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu", left=None):
+    """Deviations of every patch of ``frames`` from their rigid shifts.
+
+    Parameters
+    ----------
+    tpatches : (P, ph, pw) float32 array
+        :func:`template_patches` of the prepared template.
+    frames : (N, H, W) float32 array
+        Prepared frames (on the device that computes).
+    rigid : (N, 2) float64 host array
+        Their rigid shifts (NaN: not measured; those rows come back NaN).
+    left : ZnccLeft, optional
+        :func:`zncc_left` of ``tpatches`` (computed once per run).
+
+    Returns
+    -------
+    deviation (N, P, 2), peak (N, P), confidence (N, P), border (N, P) : host arrays
+        ``deviation`` is the patch shift minus the frame's rigid shift (its integer part
+        applied by the window, the fraction of the rigid shift taken off).
+    """
+    xp = backend.array_module_of(frames)
+    d = grid.max_deviation
+    rigid = np.asarray(rigid, np.float64)
+    ok = ~np.isnan(rigid).any(axis=1)
+    whole = np.where(ok[:, None], np.round(np.nan_to_num(rigid)), 0.0).astype(np.int64)
+    right = windows(frames, grid, xp.asarray(whole))
+    corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=d, device=device)
+    if left is None:
+        left = zncc_left(tpatches, right.shape, d)
+    per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
+    corr = zncc(corr, tpatches, right, d, left_part=per)  # (P, N, 2d+1, 2d+1)
+    method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
+    s, peak, conf, iy, ix = find_shifts(corr, (d, d), method, return_index=True)
+    border = on_border(iy, ix, (d, d), (d, d))
+    s, peak, conf, border = (backend.to_numpy(a) for a in (s, peak, conf, border))
+    dev = s.transpose(1, 0, 2) + (whole - rigid)[:, None, :]  # the total minus the rigid
+    dev[~ok] = np.nan
+    return dev, peak.T, conf.T, border.T
+
+
+def refine_shifts(tpatches, frames, grid, dense, subpixel="gaussian", device="cpu", left=None):
+    """``(N, P, 2)`` host float64: what remains of every patch's shift once its window is
+    sampled through the motion field ``dense`` ``(N, 2, H, W)`` (:func:`windows_through`),
+    measured within +-1 px (ZNCC, the subpixel fit); ``left``: :func:`zncc_left` of
+    ``tpatches`` at that bound."""
+    right = windows_through(frames, grid, dense)
+    if left is None:
+        left = zncc_left(tpatches, right.shape, 1)
+    per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
+    corr = zncc(cross_correlate(tpatches, right, "n_to_mn", max_shift=1, device=device),
+                tpatches, right, 1, left_part=per)
+    method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
+    return backend.to_numpy(find_shifts(corr, (1, 1), method)[0]).transpose(1, 0, 2)
+
+
+def low_patches(deviation, peak, confidence, border, min_confidence=None):
+    """Which patches are not trusted (the rule of the module docstring)."""
+    low = border | ~np.isfinite(deviation).all(axis=-1) | ~np.isfinite(peak)
+    low |= ~(confidence > 1.0)
+    if min_confidence is not None:
+        low |= confidence < min_confidence
+    return low
+
+
+def fill_low(deviation, low, grid_shape):
+    """Replace the deviations of ``low`` patches (``(N, P)``) by the median of their good
+    neighbours in the grid (8-connected), outwards until all are filled; frames without a good
+    patch get 0 (their rigid shift).
+
+    >>> d = np.zeros((1, 9, 2)); d[0, :, 0] = np.arange(9); low = np.zeros((1, 9), bool)
+    >>> low[0, 4] = True; d[0, 4] = 99
+    >>> fill_low(d, low, (3, 3))[0, 4].tolist()
+    [4.0, 0.0]
+    """
+    gy, gx = grid_shape
+    out = np.array(deviation, np.float64).reshape(len(deviation), gy, gx, 2)
+    bad = np.array(low, bool).reshape(len(deviation), gy, gx)
+    out[bad] = np.nan
+    for _ in range(gy + gx):
+        if not bad.any():
+            break
+        pad = np.pad(out, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=np.nan)
+        around = np.stack([pad[:, 1 + a:1 + a + gy, 1 + b:1 + b + gx]
+                           for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)])
+        have = ~np.isnan(around).all(axis=0)  # (N, gy, gx, 2)
+        take = bad & have[..., 0]
+        if not take.any():
+            break
+        with warnings.catch_warnings():  # patches without a good neighbour: NaN, not taken
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(around, axis=0)
+        out[take] = med[take]
+        bad &= ~take
+    out[bad] = 0.0
+    return out.reshape(np.shape(deviation))
