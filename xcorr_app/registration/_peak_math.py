@@ -15,7 +15,10 @@ same order of operations, the same NaN, inf and border rules (see the source's c
 - :func:`surface_argmax`: ``peak_index``, and the circular peak of ``fft_shifts`` (``|x|``,
   the value, ``signed_shifts``);
 - :func:`upsampled_peaks`: ``refine_peak`` (``upsampled_dft``'s matrices, its peak and the
-  shift arithmetic) around cuBLAS products.
+  shift arithmetic) around cuBLAS products;
+- :func:`wrapped_correlations`: the two correlations of
+  :func:`xcorr_app.alignment._template.periodic_frames` (its ``_correlation`` over the pixels
+  that did not and did wrap around), without the rolled copy and the masks.
 
 Examples
 --------
@@ -46,8 +49,11 @@ ARGMAX = KernelFamily(SOURCE, "surface_argmax",
 DFT_MATRICES = KernelFamily(SOURCE, "dft_matrices", [(t,) for t in COMPLEX.values()])
 UPSAMPLED_PEAKS = KernelFamily(SOURCE, "upsampled_peaks",
                                [(t, THREADS) for t in COMPLEX.values()])
+WRAP_ROWS = KernelFamily(SOURCE, "wrap_row_sums", [(THREADS,)])
+WRAP_TOTALS = KernelFamily(SOURCE, "wrap_totals", [()])
 #: every kernel of the source, compiled together on first use
-_ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS)
+_ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
+                                WRAP_ROWS, WRAP_TOTALS)
         for args in fam.instantiations]
 #: blocks of the grid-stride element-wise kernel
 MAX_BLOCKS = 4096
@@ -167,3 +173,27 @@ def upsampled_peaks(product, shifts, upsample_factor, region, dftshift, full_wid
         (a, b, np.int32(bool(mirrored)), np.int32(r), np.int32(r), rounded, np.float64(u),
          np.int64(dftshift), np.float64(h * w), out, peak))
     return out, peak
+
+
+def wrapped_correlations(frame, reference, shift):
+    """``(inside, strips)``: the zero-normalized correlations of the float32 ``frame`` (H, W)
+    and ``np.roll(reference, (-dy, -dx), axis=(0, 1))`` for ``shift = (dy, dx)`` (integers)
+    over the pixels whose ``(y + dy, x + dx)`` lies inside the frame, and over those that
+    wrapped around; 0 for fewer than 2 pixels or a flat part (as
+    ``alignment._template._correlation``).  Python floats (the host waits for them)."""
+    import cupy as cp
+
+    a = cp.ascontiguousarray(frame, dtype=cp.float32)
+    b = cp.ascontiguousarray(reference, dtype=cp.float32)
+    h, w = a.shape
+    dy, dx = int(shift[0]), int(shift[1])
+    rows = cp.empty((h, 6), cp.float64)
+    first = cp.empty(6, cp.float64)  # masked means and counts
+    out = cp.empty(2, cp.float64)
+    row_sums, totals = _kernel(WRAP_ROWS, THREADS), _kernel(WRAP_TOTALS)
+    for stage, result in ((0, first), (1, out)):
+        row_sums((h,), (THREADS,), (a, b, np.int32(h), np.int32(w), np.int32(dy), np.int32(dx),
+                                    np.int32(stage), first, rows))
+        totals((1,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
+    inside, strips = out.get().tolist()
+    return inside, strips

@@ -357,3 +357,93 @@ __global__ void upsampled_peaks(const C* __restrict__ a, const C* __restrict__ b
         peak[f] = (double)best / scale;
     }
 }
+
+// ---- alignment/_template.periodic_frames: a frame against the reference moved circularly ----
+
+// The sums of _template._correlation(a, b, mask) for both masks at once: b[y, x] =
+// ref[(y + iy) mod H, (x + ix) mod W] (np.roll(ref, (-iy, -ix))), mask 0 the pixels whose
+// (y + iy, x + ix) lies inside the frame, mask 1 those that wrapped around.  Per row (grid H):
+// stage 0 writes [count, sum a, sum b] of each mask, stage 1 (means = [ma0, mb0, ma1, mb1])
+// [sum am bm, sum am^2, sum bm^2] with am = a - ma; rows[y * 6 + 3 * mask + q], float64.
+template <int THREADS>
+__global__ void wrap_row_sums(const float* __restrict__ a, const float* __restrict__ ref,
+                              int h, int w, int iy, int ix, int stage,
+                              const double* __restrict__ means, double* __restrict__ rows) {
+    const int y = blockIdx.x;
+    const int yy = y + iy;
+    const bool row_wraps = yy < 0 || yy >= h;
+    const int ry = ((yy % h) + h) % h;
+    double s[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    double ma0 = 0, mb0 = 0, ma1 = 0, mb1 = 0;
+    if (stage) {
+        ma0 = means[0];
+        mb0 = means[1];
+        ma1 = means[2];
+        mb1 = means[3];
+    }
+    for (int x = threadIdx.x; x < w; x += THREADS) {
+        const int xx = x + ix;
+        const bool wraps = row_wraps || xx < 0 || xx >= w;
+        const double va = a[(long long)y * w + x];
+        const double vb = ref[(long long)ry * w + (((xx % w) + w) % w)];
+        double p0 = 1.0, p1 = va, p2 = vb;  // stage 0
+        if (stage) {
+            const double am = va - (wraps ? ma1 : ma0), bm = vb - (wraps ? mb1 : mb0);
+            p0 = M(am, bm);
+            p1 = M(am, am);
+            p2 = M(bm, bm);
+        }
+        if (wraps) {  // constant indices: the sums stay in registers
+            s[3] += p0;
+            s[4] += p1;
+            s[5] += p2;
+        } else {
+            s[0] += p0;
+            s[1] += p1;
+            s[2] += p2;
+        }
+    }
+    __shared__ double part[THREADS / 32][6];
+#pragma unroll
+    for (int q = 0; q < 6; ++q) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s[q] += __shfl_down_sync(0xffffffffu, s[q], off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int q = 0; q < 6; ++q) part[threadIdx.x >> 5][q] = s[q];
+    }
+    __syncthreads();
+    if (threadIdx.x < 6) {
+        double t = 0.0;
+        for (int k = 0; k < THREADS / 32; ++k) t += part[k][threadIdx.x];
+        rows[(long long)y * 6 + threadIdx.x] = t;
+    }
+}
+
+// The rows' sums in order (one thread).  Stage 0: out = [ma0, mb0, ma1, mb1, k0, k1] (the
+// masked means and counts).  Stage 1 (counts = stage 0's out): out[0], out[1] = the masks'
+// correlations num / sqrt(saa sbb), 0 where the mask has fewer than 2 pixels or the
+// denominator is not > 0 (_template._correlation).
+__global__ void wrap_totals(const double* __restrict__ rows, int h, int stage,
+                            const double* __restrict__ counts, double* __restrict__ out) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double t[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int y = 0; y < h; ++y) {
+#pragma unroll
+        for (int q = 0; q < 6; ++q) t[q] += rows[(long long)y * 6 + q];
+    }
+    if (stage == 0) {
+        for (int m = 0; m < 2; ++m) {
+            const double k = t[3 * m];
+            out[2 * m] = k > 0 ? t[3 * m + 1] / k : 0.0;
+            out[2 * m + 1] = k > 0 ? t[3 * m + 2] / k : 0.0;
+            out[4 + m] = k;
+        }
+    } else {
+        for (int m = 0; m < 2; ++m) {
+            const double den = sqrt(M(t[3 * m + 1], t[3 * m + 2]));
+            out[m] = (counts[4 + m] < 2 || !(den > 0)) ? 0.0 : t[3 * m] / den;
+        }
+    }
+}
