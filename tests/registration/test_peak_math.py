@@ -234,3 +234,16 @@ def test_wrapped_correlations_match_numpy(rng, shape):
             want = (_correlation(a, moved, ~wrapped, np), _correlation(a, moved, wrapped, np))
             got = wrapped_correlations(cp.asarray(a), cp.asarray(b), (dy, dx))
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=str((dy, dx)))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 4, 1), (2, 5, 7), (3, 2, 70, 33)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_edge_differences_match_numpy(rng, shape, dtype):
+    import cupy as cp
+    from xcorr_app.registration._peak_math import edge_differences
+
+    img = rng.standard_normal(shape).astype(dtype)
+    a, b = edge_differences(cp.asarray(img))
+    assert a.dtype == b.dtype == dtype
+    np.testing.assert_array_equal(a.get(), img[..., -1, :] - img[..., 0, :])
+    np.testing.assert_array_equal(b.get(), img[..., :, -1] - img[..., :, 0])

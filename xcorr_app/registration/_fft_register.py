@@ -33,7 +33,7 @@ import numpy as np
 from ..backend import array_module_of, to_xp
 from ..correlate._fft import conj_product, fft_of
 from ..errors import InputError
-from ._peak_math import COMPLEX, surface_argmax, upsampled_peaks
+from ._peak_math import COMPLEX, edge_differences, fits, surface_argmax, upsampled_peaks
 from ._peaks import peak_index
 
 NORMALIZATIONS = ("phase", None)
@@ -196,8 +196,12 @@ def periodic_spectrum(images, spectrum):
     h, w = images.shape[-2:]
     wk = spectrum.shape[-1]
     # edge differences: rows a = u[H-1] - u[0], columns b = u[:, W-1] - u[:, 0]
-    a = fft_of(xp).fft(images[..., -1, :] - images[..., 0, :], axis=-1)[..., :wk]
-    b = fft_of(xp).fft(images[..., :, -1] - images[..., :, 0], axis=-1)
+    if xp is not np and fits(images):  # one kernel (cuda/peak_math.cu) for both
+        a, b = edge_differences(images)
+    else:
+        a, b = images[..., -1, :] - images[..., 0, :], images[..., :, -1] - images[..., :, 0]
+    a = fft_of(xp).fft(a, axis=-1)[..., :wk]
+    b = fft_of(xp).fft(b, axis=-1)
     a, b = a.astype(spectrum.dtype, copy=False), b.astype(spectrum.dtype, copy=False)
     # In half angles, free of cancellation near 0: 1 - exp(i t) = 2 sin^2(t/2) - i sin t and
     # 2 cos t1 + 2 cos t2 - 4 = -4 (sin^2(t1/2) + sin^2(t2/2)).
@@ -255,7 +259,8 @@ def refine_peak(product, shifts, upsample_factor, full_width=None, coarse=None):
         region = 2 * math.ceil(u / coarse) + 1
     dftshift = region // 2
     if xp is not np and np.dtype(product.dtype) in COMPLEX and product.ndim == 3 \
-            and len(product) and tuple(shifts.shape) == (len(product), 2):
+            and len(product) and tuple(shifts.shape) == (len(product), 2) \
+            and shifts.dtype == np.float64:  # (float32 shifts round in float32 below)
         # two kernels (cuda/peak_math.cu) around cuBLAS's products: the same numbers without
         # a dozen small CuPy operations, each compiled on a first run
         return upsampled_peaks(product, shifts, u, region, dftshift, full_width)

@@ -18,7 +18,8 @@ same order of operations, the same NaN, inf and border rules (see the source's c
   shift arithmetic) around cuBLAS products;
 - :func:`wrapped_correlations`: the two correlations of
   :func:`xcorr_app.alignment._template.periodic_frames` (its ``_correlation`` over the pixels
-  that did not and did wrap around), without the rolled copy and the masks.
+  that did not and did wrap around), without the rolled copy and the masks;
+- :func:`edge_differences`: the edge differences of ``periodic_spectrum``.
 
 Examples
 --------
@@ -51,9 +52,10 @@ UPSAMPLED_PEAKS = KernelFamily(SOURCE, "upsampled_peaks",
                                [(t, THREADS) for t in COMPLEX.values()])
 WRAP_ROWS = KernelFamily(SOURCE, "wrap_row_sums", [(THREADS,)])
 WRAP_TOTALS = KernelFamily(SOURCE, "wrap_totals", [()])
+EDGES = KernelFamily(SOURCE, "edge_differences", [(t,) for t in REAL.values()])
 #: every kernel of the source, compiled together on first use
 _ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
-                                WRAP_ROWS, WRAP_TOTALS)
+                                WRAP_ROWS, WRAP_TOTALS, EDGES)
         for args in fam.instantiations]
 #: blocks of the grid-stride element-wise kernel
 MAX_BLOCKS = 4096
@@ -173,6 +175,24 @@ def upsampled_peaks(product, shifts, upsample_factor, region, dftshift, full_wid
         (a, b, np.int32(bool(mirrored)), np.int32(r), np.int32(r), rounded, np.float64(u),
          np.int64(dftshift), np.float64(h * w), out, peak))
     return out, peak
+
+
+def edge_differences(images):
+    """``(a, b)``: ``images[..., -1, :] - images[..., 0, :]`` and ``images[..., :, -1] -
+    images[..., :, 0]`` of float32/float64 ``images`` (..., H, W) with at least one value, in
+    one kernel."""
+    import cupy as cp
+
+    images = cp.ascontiguousarray(images)
+    h, w = images.shape[-2:]
+    batch = images.shape[:-2]
+    n = int(np.prod(batch, dtype=np.int64))
+    a = cp.empty(batch + (w,), images.dtype)
+    b = cp.empty(batch + (h,), images.dtype)
+    _kernel(EDGES, REAL[np.dtype(images.dtype)])(
+        (min(_blocks(n * (h + w))[0], MAX_BLOCKS),), (THREADS,),
+        (images, np.int64(n), np.int32(h), np.int32(w), a, b))
+    return a, b
 
 
 def wrapped_correlations(frame, reference, shift):

@@ -447,3 +447,23 @@ __global__ void wrap_totals(const double* __restrict__ rows, int h, int stage,
         }
     }
 }
+
+// _fft_register.periodic_spectrum's edge differences of images (N, H, W):
+// a[f, x] = img[f, H - 1, x] - img[f, 0, x] and b[f, y] = img[f, y, W - 1] - img[f, y, 0].
+// Element-wise, grid-stride.
+template <typename T>
+__global__ void edge_differences(const T* __restrict__ img, long long n, int h, int w,
+                                 T* __restrict__ a, T* __restrict__ b) {
+    const long long per = (long long)w + h, total = n * per;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long f = i / per, j = i % per;
+        const T* im = img + f * h * w;
+        if (j < w) {
+            a[f * w + j] = im[(long long)(h - 1) * w + j] - im[j];
+        } else {
+            const long long y = j - w;
+            b[f * h + y] = im[y * w + w - 1] - im[y * w];
+        }
+    }
+}
