@@ -6,8 +6,9 @@ The NumPy code of :mod:`xcorr_app.registration._peaks` and
 these launchers instead of chains of CuPy operations on N or N x 2 values, each of which
 compiled a kernel of its own on a fresh machine (about 60 NVRTC compilations, 7 s, before a
 first ``xcorr align --device gpu`` measured anything: H100, ``tools/compile_log.py``,
-2026-11-22).  The whole source compiles in one NVRTC call
-(:func:`xcorr_app._cuda.loader.compile_together`) and gives the same numbers: float64 in the
+2026-11-22).  The source's single-precision kernels (all the align pipeline launches) compile
+in one NVRTC call (:func:`xcorr_app._cuda.loader.compile_together`), its double-precision ones
+in another when first needed; they give the same numbers: float64 in the
 same order of operations, the same NaN, inf and border rules (see the source's comments).
 
 - :func:`subpixel_shifts`: ``refined_shifts`` and the ``subpixel_*`` fits;
@@ -53,17 +54,21 @@ UPSAMPLED_PEAKS = KernelFamily(SOURCE, "upsampled_peaks",
 WRAP_ROWS = KernelFamily(SOURCE, "wrap_row_sums", [(THREADS,)])
 WRAP_TOTALS = KernelFamily(SOURCE, "wrap_totals", [()])
 EDGES = KernelFamily(SOURCE, "edge_differences", [(t,) for t in REAL.values()])
-#: every kernel of the source, compiled together on first use
 _ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
                                 WRAP_ROWS, WRAP_TOTALS, EDGES)
         for args in fam.instantiations]
+#: the kernels compiled together on first use, in two groups: those of single precision (what
+#: the align pipeline launches), and those of double precision (float64 surfaces, complex128
+#: spectra), whose double-precision math would double the first compilation of the others
+GROUPS = ([r for r in _ALL if not any("double" in str(a) for a in r[1])],
+          [r for r in _ALL if any("double" in str(a) for a in r[1])])
 #: blocks of the grid-stride element-wise kernel
 MAX_BLOCKS = 4096
 
 
 def _kernel(family, *args):
-    """The compiled kernel (the whole source compiled together on first use)."""
-    compile_together(_ALL)
+    """The compiled kernel (its group compiled together on first use)."""
+    compile_together(GROUPS[0] if (family, tuple(args)) in GROUPS[0] else GROUPS[1])
     return family.get(*args)
 
 

@@ -1,11 +1,12 @@
 // Per-frame peak arithmetic on small arrays (N or N x 2 values, or one small surface per frame),
 // for registration/_peak_math.py.  Each kernel replaces a chain of CuPy operations of
-// registration/_peaks.py or registration/_fft_register.py that, on a fresh machine, compiled one
-// NVRTC kernel per operation (tens of them, ~0.1 s each) before a first run measured anything;
-// this source compiles in one NVRTC call.  The NumPy code of those modules stays the reference:
-// the same float64 arithmetic in the same order (products through __dmul_rn so that the
-// compiler cannot contract them into FMAs, which NumPy does not do), the same NaN, inf and
-// border rules.  Only log, hypot and the DFT's phases may differ from the host's by an ulp.
+// registration/_peaks.py, registration/_fft_register.py or alignment/_template.py that, on a
+// fresh machine, compiled one NVRTC kernel per operation (tens of them, ~0.1 s each) before a
+// first run measured anything; this source compiles in one NVRTC call per precision
+// (_peak_math.GROUPS).  The NumPy code of those modules stays the reference: the same float64
+// arithmetic in the same order (products through __dmul_rn so that the compiler cannot contract
+// them into FMAs, which NumPy does not do), the same NaN, inf and border rules.  Only log, hypot
+// and the DFT's phases may differ from the host's by an ulp.
 //
 //  * subpixel_shifts: _peaks.refined_shifts (and subpixel_fit2d, subpixel_parabolic,
 //    subpixel_gaussian): the 3x3 (or 3-point) fit around each integer peak, one thread per frame.
@@ -15,6 +16,8 @@
 //    the circular correlation taken on the fly and the signed (wrapped) shifts of signed_shifts.
 //  * dft_matrices + upsampled_peaks: _fft_register.refine_peak (upsampled_dft, peak_index,
 //    the shift arithmetic) around cuBLAS matrix products (no compilation).
+//  * wrap_row_sums + wrap_totals: the two masked correlations of _template.periodic_frames.
+//  * edge_differences: _fft_register.periodic_spectrum's edge differences.
 
 #define NO_INDEX 0x7fffffffffffffffLL
 
@@ -44,9 +47,14 @@ __device__ __forceinline__ double vertex(double cm, double c0, double cp, bool o
     return v + 0.0;
 }
 
-// _peaks._neighbours + _vertex / _gaussian_axis along rows (axis_rows) or columns
+// log, emitted once: one thread per frame does not need it inlined, and every inlined copy
+// of the double-precision log costs NVRTC time on a first run
+__device__ __noinline__ double log_d(double v) { return log(v); }
+
+// _peaks._neighbours + _vertex / _gaussian_axis along rows (axis_rows) or columns (not
+// inlined either, for the same reason)
 template <typename T>
-__device__ double axis3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
+__device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
                         bool axis_rows, bool gaussian) {
     const long long n = axis_rows ? ho : wo;
     const long long pos = axis_rows ? iy : ix;
@@ -55,7 +63,7 @@ __device__ double axis3(const T* c, long long size, int ho, int wo, long long iy
     const double cp = axis_rows ? gather(c, size, wo, after, ix) : gather(c, size, wo, iy, after);
     const double c0 = gather(c, size, wo, iy, ix);
     const bool inside = pos > 0 && pos < n - 1;
-    if (gaussian && cm > 0 && c0 > 0 && cp > 0) return vertex(log(cm), log(c0), log(cp), inside);
+    if (gaussian && cm > 0 && c0 > 0 && cp > 0) return vertex(log_d(cm), log_d(c0), log_d(cp), inside);
     return vertex(cm, c0, cp, inside);
 }
 
@@ -76,7 +84,7 @@ __device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, 
                               clip_ll(cx + dx - 1, 0, wo - 1));
             if (lg) {
                 inside = inside && v > 0;
-                v = log(v > 0 ? v : 1.0);
+                v = log_d(v > 0 ? v : 1.0);
             }
             w[dy][dx] = v;
         }
