@@ -54,8 +54,8 @@ __device__ __noinline__ double log_d(double v) { return log(v); }
 // _peaks._neighbours + _vertex / _gaussian_axis along rows (axis_rows) or columns (not
 // inlined either, for the same reason)
 template <typename T>
-__device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
-                        bool axis_rows, bool gaussian) {
+__device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo, long long iy,
+                                     long long ix, bool axis_rows, bool gaussian) {
     const long long n = axis_rows ? ho : wo;
     const long long pos = axis_rows ? iy : ix;
     const long long before = clip_ll(pos - 1, 0, n - 1), after = clip_ll(pos + 1, 0, n - 1);
@@ -63,7 +63,8 @@ __device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo,
     const double cp = axis_rows ? gather(c, size, wo, after, ix) : gather(c, size, wo, iy, after);
     const double c0 = gather(c, size, wo, iy, ix);
     const bool inside = pos > 0 && pos < n - 1;
-    if (gaussian && cm > 0 && c0 > 0 && cp > 0) return vertex(log_d(cm), log_d(c0), log_d(cp), inside);
+    if (gaussian && cm > 0 && c0 > 0 && cp > 0)
+        return vertex(log_d(cm), log_d(c0), log_d(cp), inside);
     return vertex(cm, c0, cp, inside);
 }
 
@@ -161,10 +162,18 @@ template <> struct Real<float2> { typedef float type; };
 template <> struct Real<double2> { typedef double type; };
 
 // the value compared: x, |x| (ABS), or the magnitude of a complex (CuPy's and NumPy's abs: hypot)
-template <bool ABS> __device__ __forceinline__ float value_of(float v) { return ABS ? fabsf(v) : v; }
-template <bool ABS> __device__ __forceinline__ double value_of(double v) { return ABS ? fabs(v) : v; }
-template <bool ABS> __device__ __forceinline__ float value_of(float2 v) { return hypotf(v.x, v.y); }
-template <bool ABS> __device__ __forceinline__ double value_of(double2 v) { return hypot(v.x, v.y); }
+template <bool ABS> __device__ __forceinline__ float value_of(float v) {
+    return ABS ? fabsf(v) : v;
+}
+template <bool ABS> __device__ __forceinline__ double value_of(double v) {
+    return ABS ? fabs(v) : v;
+}
+template <bool ABS> __device__ __forceinline__ float value_of(float2 v) {
+    return hypotf(v.x, v.y);
+}
+template <bool ABS> __device__ __forceinline__ double value_of(double2 v) {
+    return hypot(v.x, v.y);
+}
 
 __device__ __forceinline__ float neg_inf(float) { return __int_as_float(0xff800000); }
 __device__ __forceinline__ double neg_inf(double) {
