@@ -33,6 +33,7 @@ import numpy as np
 from ..backend import array_module_of, to_xp
 from ..correlate._fft import conj_product, fft_of
 from ..errors import InputError
+from ._peak_math import COMPLEX, edge_differences, fits, surface_argmax, upsampled_peaks
 from ._peaks import peak_index
 
 NORMALIZATIONS = ("phase", None)
@@ -195,8 +196,12 @@ def periodic_spectrum(images, spectrum):
     h, w = images.shape[-2:]
     wk = spectrum.shape[-1]
     # edge differences: rows a = u[H-1] - u[0], columns b = u[:, W-1] - u[:, 0]
-    a = fft_of(xp).fft(images[..., -1, :] - images[..., 0, :], axis=-1)[..., :wk]
-    b = fft_of(xp).fft(images[..., :, -1] - images[..., :, 0], axis=-1)
+    if xp is not np and fits(images):  # one kernel (cuda/peak_math.cu) for both
+        a, b = edge_differences(images)
+    else:
+        a, b = images[..., -1, :] - images[..., 0, :], images[..., :, -1] - images[..., :, 0]
+    a = fft_of(xp).fft(a, axis=-1)[..., :wk]
+    b = fft_of(xp).fft(b, axis=-1)
     a, b = a.astype(spectrum.dtype, copy=False), b.astype(spectrum.dtype, copy=False)
     # In half angles, free of cancellation near 0: 1 - exp(i t) = 2 sin^2(t/2) - i sin t and
     # 2 cos t1 + 2 cos t2 - 4 = -4 (sin^2(t1/2) + sin^2(t2/2)).
@@ -253,6 +258,12 @@ def refine_peak(product, shifts, upsample_factor, full_width=None, coarse=None):
         shifts = refine_peak(product, shifts, coarse, full_width)[0]
         region = 2 * math.ceil(u / coarse) + 1
     dftshift = region // 2
+    if xp is not np and np.dtype(product.dtype) in COMPLEX and product.ndim == 3 \
+            and len(product) and tuple(shifts.shape) == (len(product), 2) \
+            and shifts.dtype == np.float64:  # (float32 shifts round in float32 below)
+        # two kernels (cuda/peak_math.cu) around cuBLAS's products: the same numbers without
+        # a dozen small CuPy operations, each compiled on a first run
+        return upsampled_peaks(product, shifts, u, region, dftshift, full_width)
     shifts = xp.round(shifts * u) / u
     local = xp.abs(upsampled_dft(product.conj(), region, u, dftshift - shifts * u, full_width))
     uy, ux = peak_index(local)
@@ -391,17 +402,21 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
             ref_fft = periodic_spectrum(reference, ref_fft.astype(cplx, copy=False))
     cross_power(ref_fft, product, normalization == "phase")
 
-    size = xp.asarray([h, w])
-    if halves:
-        corr = xp.abs(fft.irfft2(product, s=(h, w)))
+    if xp is not np and n:  # |x|, its peak and the signed shifts in one kernel (peak_math.cu)
+        corr = fft.irfft2(product, s=(h, w)) if halves else fft.ifft2(product)
+        _, _, peak, both = surface_argmax(corr, absolute=True, copies=2)
+        shifts, integer = both[0], both[1]
     else:
-        corr = xp.abs(fft.ifft2(product))
-    iy, ix = peak_index(corr)
-    shifts = signed_shifts(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
-    peak = xp.take_along_axis(corr.reshape(n, -1), (iy * w + ix)[:, None], axis=1)[:, 0]
-    peak = peak.astype(xp.float64)
-
-    integer = shifts.copy()
+        size = xp.asarray([h, w])
+        if halves:
+            corr = xp.abs(fft.irfft2(product, s=(h, w)))
+        else:
+            corr = xp.abs(fft.ifft2(product))
+        iy, ix = peak_index(corr)
+        shifts = signed_shifts(xp.stack([iy, ix], axis=-1), size).astype(xp.float64)
+        peak = xp.take_along_axis(corr.reshape(n, -1), (iy * w + ix)[:, None], axis=1)[:, 0]
+        peak = peak.astype(xp.float64)
+        integer = shifts.copy()
     if upsample_factor > 1:
         shifts, peak = refine_peak(product, shifts, upsample_factor, w if halves else None,
                                    coarse)

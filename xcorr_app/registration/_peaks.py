@@ -26,6 +26,7 @@ import numpy as np
 
 from ..backend import array_module_of
 from ..errors import InputError
+from ._peak_math import border_flags, fits, subpixel_shifts, surface_argmax
 
 SUBPIXEL_METHODS = ("gaussian", "parabolic", "gaussian3", "parabolic3", "none")
 
@@ -67,6 +68,8 @@ def peak_index(corr):
     """
     _check_surface(corr)
     xp = array_module_of(corr)
+    if xp is not np and fits(corr):  # one kernel (cuda/peak_math.cu), the same first maximum
+        return surface_argmax(corr)[:2]
     # Row by row, then over the rows' maxima: the same first maximum in row-major order as a
     # flat argmax, but a GPU reduction with Ho outputs per surface instead of one.
     col = xp.asarray(corr.argmax(axis=-1), dtype=xp.int64)                      # (..., Ho)
@@ -128,6 +131,9 @@ def subpixel_parabolic(corr, iy, ix):
     (0.25, 0.0)
     """
     _check_surface(corr)
+    if array_module_of(corr) is not np and fits(corr, iy, ix):
+        out = subpixel_shifts(corr, iy, ix, "parabolic3")  # one kernel: cuda/peak_math.cu
+        return out[..., 0], out[..., 1]
     fy = _vertex(*_neighbours(corr, iy, ix, -2))
     fx = _vertex(*_neighbours(corr, iy, ix, -1))
     return fy, fx
@@ -170,6 +176,9 @@ def subpixel_gaussian(corr, iy, ix):
     (0.4, -0.3)
     """
     _check_surface(corr)
+    if array_module_of(corr) is not np and fits(corr, iy, ix):
+        out = subpixel_shifts(corr, iy, ix, "gaussian3")  # one kernel: cuda/peak_math.cu
+        return out[..., 0], out[..., 1]
     return _gaussian_axis(corr, iy, ix, -2), _gaussian_axis(corr, iy, ix, -1)
 
 
@@ -198,6 +207,9 @@ def subpixel_fit2d(corr, iy, ix, log=False):
     """
     _check_surface(corr)
     xp = array_module_of(corr)
+    if xp is not np and fits(corr, iy, ix):
+        out = subpixel_shifts(corr, iy, ix, "gaussian" if log else "parabolic")  # one kernel
+        return out[..., 0], out[..., 1]
     ho, wo = corr.shape[-2:]
     inside = (iy >= 1) & (iy <= ho - 2) & (ix >= 1) & (ix <= wo - 2)
     cy, cx = xp.clip(iy, 1, max(ho - 2, 1)), xp.clip(ix, 1, max(wo - 2, 1))
@@ -386,6 +398,8 @@ def on_border(iy, ix, origin, bound):
     [False, True]
     """
     xp = array_module_of(iy, ix)
+    if xp is not np and iy.dtype == ix.dtype == np.int64 and iy.shape == ix.shape:
+        return border_flags(iy, ix, origin, bound)  # one kernel: cuda/peak_math.cu
     by, bx = int(bound[0]), int(bound[1])
     ky, kx = xp.abs(iy - int(origin[0])), xp.abs(ix - int(origin[1]))
     return ((ky >= by) & (by > 0)) | ((kx >= bx) & (bx > 0))
@@ -398,6 +412,8 @@ def refined_shifts(corr, iy, ix, origin, subpixel="gaussian"):
         raise InputError(f"unknown subpixel method {subpixel!r}; use one of "
                          f"{', '.join(SUBPIXEL_METHODS)}")
     xp = array_module_of(corr)
+    if xp is not np and fits(corr, iy, ix):  # the gather and the fit in one kernel
+        return subpixel_shifts(corr, iy, ix, subpixel, origin)
     if subpixel in ("gaussian", "parabolic"):
         fy, fx = subpixel_fit2d(corr, iy, ix, log=subpixel == "gaussian")
     elif subpixel == "parabolic3":

@@ -1,0 +1,224 @@
+"""GPU launchers of ``cuda/peak_math.cu``: the per-frame arithmetic of peak refinement in a few
+kernels compiled together.
+
+The NumPy code of :mod:`xcorr_app.registration._peaks` and
+:mod:`xcorr_app.registration._fft_register` is the definition; on CuPy arrays those modules call
+these launchers instead of chains of CuPy operations on N or N x 2 values, each of which
+compiled a kernel of its own on a fresh machine (about 60 NVRTC compilations, 7 s, before a
+first ``xcorr align --device gpu`` measured anything: H100, ``tools/compile_log.py``,
+2026-11-22).  The source's single-precision kernels (all the align pipeline launches) compile
+in one NVRTC call (:func:`xcorr_app._cuda.loader.compile_together`), its double-precision ones
+in another when first needed; they give the same numbers: float64 in the
+same order of operations, the same NaN, inf and border rules (see the source's comments).
+
+- :func:`subpixel_shifts`: ``refined_shifts`` and the ``subpixel_*`` fits;
+- :func:`border_flags`: ``on_border``;
+- :func:`surface_argmax`: ``peak_index``, and the circular peak of ``fft_shifts`` (``|x|``,
+  the value, ``signed_shifts``);
+- :func:`upsampled_peaks`: ``refine_peak`` (``upsampled_dft``'s matrices, its peak and the
+  shift arithmetic) around cuBLAS products;
+- :func:`wrapped_correlations`: the two correlations of
+  :func:`xcorr_app.alignment._template.periodic_frames` (its ``_correlation`` over the pixels
+  that did not and did wrap around), without the rolled copy and the masks;
+- :func:`edge_differences`: the edge differences of ``periodic_spectrum``.
+
+Examples
+--------
+>>> import cupy as cp  # doctest: +SKIP
+>>> corr = cp.zeros((2, 5, 7), cp.float32); corr[0, 3, 2] = 1; corr[1, 0, 6] = 2  # doctest: +SKIP
+>>> iy, ix, value, _ = surface_argmax(corr)  # doctest: +SKIP
+>>> iy.tolist(), ix.tolist(), value.tolist()  # doctest: +SKIP
+([3, 0], [2, 6], [1.0, 2.0])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._cuda.loader import KernelFamily, compile_together
+
+SOURCE = "peak_math.cu"
+THREADS = 256
+#: the ``method`` argument of ``subpixel_shifts`` in the source
+SUBPIXEL_CODES = {"none": 0, "parabolic3": 1, "gaussian3": 2, "parabolic": 3, "gaussian": 4}
+REAL = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+COMPLEX = {np.dtype(np.complex64): "float2", np.dtype(np.complex128): "double2"}
+SUBPIXEL = KernelFamily(SOURCE, "subpixel_shifts", [(t,) for t in REAL.values()])
+ON_BORDER = KernelFamily(SOURCE, "peaks_on_border", [()])
+ARGMAX = KernelFamily(SOURCE, "surface_argmax",
+                      [(t, a, THREADS) for t in REAL.values() for a in (False, True)]
+                      + [(t, False, THREADS) for t in COMPLEX.values()])
+DFT_MATRICES = KernelFamily(SOURCE, "dft_matrices", [(t,) for t in COMPLEX.values()])
+UPSAMPLED_PEAKS = KernelFamily(SOURCE, "upsampled_peaks",
+                               [(t, THREADS) for t in COMPLEX.values()])
+WRAP_ROWS = KernelFamily(SOURCE, "wrap_row_sums", [(THREADS,)])
+WRAP_TOTALS = KernelFamily(SOURCE, "wrap_totals", [()])
+EDGES = KernelFamily(SOURCE, "edge_differences", [(t,) for t in REAL.values()])
+_ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
+                                WRAP_ROWS, WRAP_TOTALS, EDGES)
+        for args in fam.instantiations]
+#: the kernels compiled together on first use, in two groups: those of single precision (what
+#: the align pipeline launches), and those of double precision (float64 surfaces, complex128
+#: spectra), whose double-precision math would double the first compilation of the others
+GROUPS = ([r for r in _ALL if not any("double" in str(a) for a in r[1])],
+          [r for r in _ALL if any("double" in str(a) for a in r[1])])
+#: blocks of the grid-stride element-wise kernel
+MAX_BLOCKS = 4096
+
+
+def _kernel(family, *args):
+    """The compiled kernel (its group compiled together on first use)."""
+    compile_together(GROUPS[0] if (family, tuple(args)) in GROUPS[0] else GROUPS[1])
+    return family.get(*args)
+
+
+def _blocks(n):
+    return (max(1, -(-int(n) // THREADS)),)
+
+
+def fits(corr, *indices) -> bool:
+    """Whether the kernels take these surfaces (float32/float64, at least one value, the batch
+    shape ``corr.shape[:-2]``) and integer peak positions (int64 of the batch shape)."""
+    return (corr.ndim >= 2 and corr.size > 0 and np.dtype(corr.dtype) in REAL
+            and all(getattr(i, "dtype", None) == np.int64 and i.shape == corr.shape[:-2]
+                    for i in indices))
+
+
+def subpixel_shifts(corr, iy, ix, method, origin=None):
+    """``(..., 2)`` float64: the shifts ``(iy - oy + fy, ix - ox + fx)`` of ``refined_shifts``
+    (with ``origin``), or the offsets ``(fy, fx)`` of the ``subpixel_*`` functions (without),
+    of the integer peaks ``iy, ix`` refined by ``method`` (a key of :data:`SUBPIXEL_CODES`).
+    Inputs as :func:`fits` accepts."""
+    import cupy as cp
+
+    corr = cp.ascontiguousarray(corr)
+    ho, wo = corr.shape[-2:]
+    n = int(np.prod(iy.shape, dtype=np.int64))
+    out = cp.empty(iy.shape + (2,), cp.float64)
+    oy, ox = (0.0, 0.0) if origin is None else (float(origin[0]), float(origin[1]))
+    _kernel(SUBPIXEL, REAL[np.dtype(corr.dtype)])(
+        _blocks(n), (THREADS,),
+        (corr, cp.ascontiguousarray(iy), cp.ascontiguousarray(ix), np.int64(n), np.int32(ho),
+         np.int32(wo), np.int32(SUBPIXEL_CODES[method]), np.float64(oy), np.float64(ox),
+         np.int32(origin is not None), out))
+    return out
+
+
+def border_flags(iy, ix, origin, bound):
+    """``on_border`` of int64 ``iy, ix`` of one shape: a bool array of that shape."""
+    import cupy as cp
+
+    out = cp.empty(iy.shape, cp.bool_)
+    n = out.size
+    if n:
+        _kernel(ON_BORDER)(_blocks(n), (THREADS,),
+                           (cp.ascontiguousarray(iy), cp.ascontiguousarray(ix), np.int64(n),
+                            np.int64(int(origin[0])), np.int64(int(origin[1])),
+                            np.int64(int(bound[0])), np.int64(int(bound[1])), out))
+    return out
+
+
+def surface_argmax(corr, absolute=False, copies=0):
+    """``(iy, ix, value, shifts)`` of the first maximum of each ``(..., H, W)`` surface:
+    int64 and float64 arrays of shape ``corr.shape[:-2]``, as ``peak_index`` and
+    ``corr[..., iy, ix]``; of ``|corr|`` with ``absolute`` (complex surfaces: always their
+    magnitude).  ``shifts``: ``(copies, ..., 2)`` float64, each copy the signed circular shifts
+    of ``signed_shifts`` (None for ``copies=0``)."""
+    import cupy as cp
+
+    corr = cp.ascontiguousarray(corr)
+    h, w = corr.shape[-2:]
+    batch = corr.shape[:-2]
+    n = int(np.prod(batch, dtype=np.int64))
+    dtype = np.dtype(corr.dtype)
+    args = (COMPLEX[dtype], False) if dtype in COMPLEX else (REAL[dtype], bool(absolute))
+    iy, ix = cp.empty(batch, cp.int64), cp.empty(batch, cp.int64)
+    value = cp.empty(batch, cp.float64)
+    shifts = cp.empty((copies,) + batch + (2,), cp.float64) if copies else value
+    if n:
+        _kernel(ARGMAX, *args, THREADS)((n,), (THREADS,), (corr, np.int32(h), np.int32(w), iy,
+                                                         ix, value, shifts, np.int32(copies)))
+    return iy, ix, value, (shifts if copies else None)
+
+
+def upsampled_peaks(product, shifts, upsample_factor, region, dftshift, full_width=None):
+    """The last stage of ``refine_peak``: ``(shifts, peak)`` (float64 (N, 2) and (N,)) of the
+    cross-power spectra ``product`` (N, H, WC) complex64/complex128 (half spectra of full width
+    ``full_width`` when given) refined around ``shifts`` (N, 2) on a ``region`` x ``region``
+    grid of ``1 / upsample_factor`` px centred at index ``dftshift``.
+
+    ``upsampled_dft(conj(product))`` is ``conj(kyc @ product @ kxc) + (kyn @ product) @ kxm``
+    (the second term: the mirrored columns of a half spectrum) with matrices that one kernel
+    builds (see the source), so no pass conjugates the spectra; cuBLAS does the products.
+    """
+    import cupy as cp
+
+    product = cp.ascontiguousarray(product)
+    n, h, wc = product.shape
+    w = wc if full_width is None else int(full_width)
+    mirrored = w - wc if full_width is not None else 0
+    c_type = COMPLEX[np.dtype(product.dtype)]
+    r = int(region)
+    shifts = cp.ascontiguousarray(shifts, dtype=cp.float64)
+    kyc = cp.empty((n, r, h), product.dtype)
+    kxc = cp.empty((n, wc, r), product.dtype)
+    kyn = cp.empty((n, r, h), product.dtype) if mirrored else kyc
+    kxm = cp.empty((n, wc, r), product.dtype) if mirrored else kxc
+    rounded = cp.empty((n, 2), cp.float64)
+    u = float(upsample_factor)
+    total = n * (r * h + wc * r) * (2 if mirrored else 1)
+    _kernel(DFT_MATRICES, c_type)(
+        (min(_blocks(total)[0], MAX_BLOCKS),), (THREADS,),
+        (shifts, np.int64(n), np.int32(h), np.int32(w), np.int32(wc), np.int32(r), np.int32(r),
+         np.float64(u), np.int64(dftshift), np.int32(mirrored), kyc, kxc, kyn, kxm, rounded))
+    a = (kyc @ product) @ kxc
+    b = (kyn @ product) @ kxm if mirrored else a
+    out = cp.empty((n, 2), cp.float64)
+    peak = cp.empty(n, cp.float64)
+    _kernel(UPSAMPLED_PEAKS, c_type, THREADS)(
+        (n,), (THREADS,),
+        (a, b, np.int32(bool(mirrored)), np.int32(r), np.int32(r), rounded, np.float64(u),
+         np.int64(dftshift), np.float64(h * w), out, peak))
+    return out, peak
+
+
+def edge_differences(images):
+    """``(a, b)``: ``images[..., -1, :] - images[..., 0, :]`` and ``images[..., :, -1] -
+    images[..., :, 0]`` of float32/float64 ``images`` (..., H, W) with at least one value, in
+    one kernel."""
+    import cupy as cp
+
+    images = cp.ascontiguousarray(images)
+    h, w = images.shape[-2:]
+    batch = images.shape[:-2]
+    n = int(np.prod(batch, dtype=np.int64))
+    a = cp.empty(batch + (w,), images.dtype)
+    b = cp.empty(batch + (h,), images.dtype)
+    _kernel(EDGES, REAL[np.dtype(images.dtype)])(
+        (min(_blocks(n * (h + w))[0], MAX_BLOCKS),), (THREADS,),
+        (images, np.int64(n), np.int32(h), np.int32(w), a, b))
+    return a, b
+
+
+def wrapped_correlations(frame, reference, shift):
+    """``(inside, strips)``: the zero-normalized correlations of the float32 ``frame`` (H, W)
+    and ``np.roll(reference, (-dy, -dx), axis=(0, 1))`` for ``shift = (dy, dx)`` (integers)
+    over the pixels whose ``(y + dy, x + dx)`` lies inside the frame, and over those that
+    wrapped around; 0 for fewer than 2 pixels or a flat part (as
+    ``alignment._template._correlation``).  Python floats (the host waits for them)."""
+    import cupy as cp
+
+    a = cp.ascontiguousarray(frame, dtype=cp.float32)
+    b = cp.ascontiguousarray(reference, dtype=cp.float32)
+    h, w = a.shape
+    dy, dx = int(shift[0]), int(shift[1])
+    rows = cp.empty((h, 6), cp.float64)
+    first = cp.empty(6, cp.float64)  # masked means and counts
+    out = cp.empty(2, cp.float64)
+    row_sums, totals = _kernel(WRAP_ROWS, THREADS), _kernel(WRAP_TOTALS)
+    for stage, result in ((0, first), (1, out)):
+        row_sums((h,), (THREADS,), (a, b, np.int32(h), np.int32(w), np.int32(dy), np.int32(dx),
+                                    np.int32(stage), first, rows))
+        totals((1,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
+    inside, strips = out.get().tolist()
+    return inside, strips
