@@ -289,16 +289,22 @@ def test_cli_writes_the_field_outputs(stack_file, deformed, tmp_path):
 
 @pytest.mark.gpu
 def test_gpu_field_equals_cpu(deformed):
+    """The rigid pass on the GPU feeds the patch pass (on the CPU in this version: a note
+    says so) the same shifts: the same field as a CPU run."""
     stack, params = deformed
     gpu = align(stack, max_shift=14, patches=(4, 4), device="gpu", verify=False)
     cpu = align(stack, max_shift=14, patches=(4, 4), device="cpu", verify=False)
     assert gpu.settings["device"] == "gpu"
+    assert any("measured on the CPU" in n for n in gpu.notes)
     np.testing.assert_allclose(gpu.motion_field, cpu.motion_field, atol=1e-3)
     np.testing.assert_array_equal(gpu.patch_low, cpu.patch_low)
     assert rms(gpu.motion_field - truth_at(params, gpu.patch_centres)) <= 0.1
 
 
 @pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason="on the H100 (2026-11-22) the GPU's cubic resampling of "
+                   "the windows (cupyx map_coordinates) read some windows one pixel off the "
+                   "CPU's: the patch pass runs on the CPU until this passes")
 def test_gpu_patch_parts_equal_float64_cpu(deformed):
     import cupy as cp
 
