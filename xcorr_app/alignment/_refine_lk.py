@@ -62,8 +62,10 @@ LK_MAX_STEP = 1.0
 LK_MARGIN = 1
 #: the template's pixels fitted: covered by at least this fraction of the most-covered one's
 LK_MIN_COVERAGE = 0.5
-#: frames fitted at once (bounds the temporaries: about 12 float32 frames each)
+#: frames fitted at once, and the most pixels of a batch (bounds the temporaries: about 14
+#: float64 frames each; one frame at a time from 2048x2048 on)
 LK_BATCH = 8
+LK_BATCH_PIXELS = 1 << 22
 #: ``auto``: frames read to decide, and the predicted precision (px) above which it is on
 NOISE_FRAMES = 8
 NOISY_PRECISION = 0.05
@@ -157,8 +159,10 @@ def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS,
         gy, gx = xp.gradient(tw, axis=(1, 2))
         raw = xp.stack([tw, xp.ones_like(tw), gy, gx], axis=1).reshape(n, 4, h * w)
         raw = raw.astype(xp.float64)
-        # one product: the masked sums of every pair of [T, 1, dT/dy, dT/dx] and with the frame
-        g = xp.matmul(raw * m, xp.concatenate([raw.transpose(0, 2, 1), fv], axis=2))
+        # the masked sums of every pair of [T, 1, dT/dy, dT/dx], and of each with the frame
+        masked = raw * m
+        g = xp.concatenate([xp.matmul(masked, raw.transpose(0, 2, 1)), xp.matmul(masked, fv)],
+                           axis=2)
         k, st, stt = g[:, 1, 1], g[:, 0, 1], g[:, 0, 0]
         sf, stf = g[:, 1, 4], g[:, 0, 4]
         var = stt - st * st / xp.maximum(k, 1)
@@ -217,12 +221,13 @@ class LucasKanade:
         xp = self.xp
         c = COLUMN
         cols = slice(c["dy"], c["dx"] + 1)
-        for a in range(0, len(frames), LK_BATCH):
-            rows = block[a:a + LK_BATCH]
+        batch = max(1, min(LK_BATCH, LK_BATCH_PIXELS // max(1, frames[0].size)))
+        for a in range(0, len(frames), batch):
+            rows = block[a:a + batch]
             s0 = rows[:, cols]
             usable = (rows[:, c["finite"]] == 1) & (rows[:, c["constant"]] == 0) \
                 & (rows[:, c["border"]] == 0) & xp.isfinite(s0).all(axis=1)
-            f = xp.asarray(frames[a:a + LK_BATCH]).astype(xp.float32)
+            f = xp.asarray(frames[a:a + batch]).astype(xp.float32)
             f = xp.where(xp.isfinite(f), f, 0.0)  # unusable frames keep their row anyway
             built = xp.asarray(self.built[first + a:first + a + len(f)])
             start = xp.where(usable[:, None], s0, 0.0)
@@ -230,4 +235,4 @@ class LucasKanade:
             s = gauss_newton_shifts(f, t, start, xp, valid=trusted)
             ok = usable & xp.isfinite(s).all(axis=1) \
                 & (xp.abs(s - start) <= LK_MAX_STEP).all(axis=1)
-            block[a:a + LK_BATCH, cols] = xp.where(ok[:, None], s, s0)
+            block[a:a + batch, cols] = xp.where(ok[:, None], s, s0)
