@@ -40,9 +40,12 @@ True
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 
 from ..backend import to_numpy
+from ..streaming import cpu_threads
 from ._preprocess import parse_prefilter
 from ._result import COLUMN
 from ._warp import shift_frames
@@ -115,6 +118,16 @@ def noisy_stack(src, xp) -> tuple:
         return False, float("inf")
     p = float(np.median(values))
     return p > NOISY_PRECISION, p
+
+
+def _coverage(shifts, shape, xp):
+    """``shift_frames`` of frames of ones of ``shape`` (N, H, W) by ``shifts``: the product of
+    the two axes' coverage (the bilinear weights are separable), at the cost of two 1-D warps."""
+    n, h, w = shape
+    zero = xp.zeros_like(shifts[:, :1])
+    cy = shift_frames(xp.ones((n, h, 1), xp.float32), xp.concatenate([shifts[:, :1], zero], 1))
+    cx = shift_frames(xp.ones((n, 1, w), xp.float32), xp.concatenate([zero, shifts[:, 1:]], 1))
+    return cy * cx
 
 
 def _eroded(mask, r, xp):
@@ -211,28 +224,39 @@ class LucasKanade:
         sb = xp.where(inb[:, None], built, 0.0)
         w = inb.astype(xp.float32)[:, None, None]
         total = self.total[None] - shift_frames(frames, sb) * w
-        cov = self.coverage[None] - shift_frames(xp.ones_like(frames), sb) * w
+        cov = self.coverage[None] - _coverage(sb, frames.shape, xp) * w
         covered = cov >= 0.5
         t = xp.where(covered, total / xp.where(covered, cov, 1.0), self.template[None])
         trusted = cov >= LK_MIN_COVERAGE * cov.max(axis=(1, 2), keepdims=True)
         return self.smooth(t.astype(xp.float32)), trusted
 
     def __call__(self, first, frames, block):
+        batch = max(1, min(LK_BATCH, LK_BATCH_PIXELS // max(1, frames[0].size)))
+        starts = range(0, len(frames), batch)
+        if self.xp is np and len(starts) > 1:  # the CPU: batches on the threads (NumPy's
+            # gathers and products release the GIL; the rows of the block are disjoint)
+            with concurrent.futures.ThreadPoolExecutor(min(cpu_threads(), len(starts)),
+                                                       "xcorr-lk") as pool:
+                list(pool.map(lambda a: self._fit(first, frames, block, a, batch), starts))
+        else:
+            for a in starts:
+                self._fit(first, frames, block, a, batch)
+
+    def _fit(self, first, frames, block, a, batch):
+        """The rows ``a:a + batch`` of the chunk (``first``: its first frame's index)."""
         xp = self.xp
         c = COLUMN
         cols = slice(c["dy"], c["dx"] + 1)
-        batch = max(1, min(LK_BATCH, LK_BATCH_PIXELS // max(1, frames[0].size)))
-        for a in range(0, len(frames), batch):
-            rows = block[a:a + batch]
-            s0 = rows[:, cols]
-            usable = (rows[:, c["finite"]] == 1) & (rows[:, c["constant"]] == 0) \
-                & (rows[:, c["border"]] == 0) & xp.isfinite(s0).all(axis=1)
-            f = xp.asarray(frames[a:a + batch]).astype(xp.float32)
-            f = xp.where(xp.isfinite(f), f, 0.0)  # unusable frames keep their row anyway
-            built = xp.asarray(self.built[first + a:first + a + len(f)])
-            start = xp.where(usable[:, None], s0, 0.0)
-            t, trusted = self.templates(f, built)
-            s = gauss_newton_shifts(f, t, start, xp, valid=trusted)
-            ok = usable & xp.isfinite(s).all(axis=1) \
-                & (xp.abs(s - start) <= LK_MAX_STEP).all(axis=1)
-            block[a:a + batch, cols] = xp.where(ok[:, None], s, s0)
+        rows = block[a:a + batch]
+        s0 = rows[:, cols]
+        usable = (rows[:, c["finite"]] == 1) & (rows[:, c["constant"]] == 0) \
+            & (rows[:, c["border"]] == 0) & xp.isfinite(s0).all(axis=1)
+        f = xp.asarray(frames[a:a + batch]).astype(xp.float32)
+        f = xp.where(xp.isfinite(f), f, 0.0)  # unusable frames keep their row anyway
+        built = xp.asarray(self.built[first + a:first + a + len(f)])
+        start = xp.where(usable[:, None], s0, 0.0)
+        t, trusted = self.templates(f, built)
+        s = gauss_newton_shifts(f, t, start, xp, valid=trusted)
+        ok = usable & xp.isfinite(s).all(axis=1) \
+            & (xp.abs(s - start) <= LK_MAX_STEP).all(axis=1)
+        block[a:a + batch, cols] = xp.where(ok[:, None], s, s0)
