@@ -11,11 +11,12 @@ template; ``a``, ``b`` absorb brightness changes), where ``T`` is
 
 - the template **without the frame itself** (leave one out: its sum and coverage less the
   frame's own warped contribution).  With the frame in it, the frame's noise correlates with
-  the template's and pulls the fit (on the low-light stacks of ``xcorr bench accuracy``:
-  0.48 px RMS with it, 0.16 without);
+  the template's and pulls the fit (a prototype on the low-light stacks of ``xcorr bench
+  accuracy``, seeds 0-2: 0.48 px RMS with it, 0.16 without);
 - smoothed by a gaussian of :data:`LK_SIGMA` px: the average of 20 frames at 25 photons is
-  still noisy, and the gradient of its noise, not of the scene, would dominate the fit
-  (sigma 0.5: 0.19 px, 1: 0.13, 1.5: 0.15 px on those stacks).
+  still noisy, and the gradient of its noise, not of the scene, would dominate the fit (on
+  those stacks, seeds 0-2 / 3-5: sigma 0.8: 0.143 / 0.144 px, 1: 0.137 / 0.137, 1.25: 0.134 /
+  0.145, 1.5: 0.133 / 0.165; the prototype without smoothing: 0.22).
 
 The steps run batched on ``xp``'s device (NumPy or CuPy, one source): the bilinear warp of
 :func:`~xcorr_app.alignment._warp.shift_frames`, ``xp.gradient`` and per-frame 4x4 normal
