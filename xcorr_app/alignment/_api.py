@@ -15,6 +15,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,8 @@ from ._template import passes_table
 #: take ``first`` (``refined`` is not available there).  Issue 23 made ``refined`` the default
 #: only if it met the accuracy targets; it does not on the low-light stacks (0.19 px RMS,
 #: 0.15 with ``refined:2``, against 0.31 for ``first``), it is worse on bleaching stacks and
-#: costs twice the time (docs/how-align-works.md), so the default stays the single pass
+#: costs twice the time (docs/how-align-works.md), so the default stays the single pass; noisy
+#: stacks get the template and a Lucas-Kanade fit from ``lucas_kanade="auto"`` (0.14 px there)
 DEFAULT_REFERENCE = "first"
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
@@ -129,7 +131,8 @@ def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc"
           subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False,
-          boundary="auto", patches=None, patch_overlap=None, max_deviation=4):
+          boundary="auto", lucas_kanade="auto", patches=None, patch_overlap=None,
+          max_deviation=4):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -220,6 +223,13 @@ path or ndarray
         the first pass (:func:`~xcorr_app.alignment._template.periodic_frames` reads a few
         frames again); periodic stacks are then measured once more, circularly.  ``auto`` is
         ``linear`` with ``reference="previous"`` and with ``gpus``.
+    lucas_kanade : {"auto", "on", "off"}
+        ``on``: after a template pass (as ``reference="refined"``), every frame's shift is
+        refined by a Lucas-Kanade (Gauss-Newton) fit against the template without the frame
+        itself, smoothed (:mod:`xcorr_app.alignment._refine_lk`): best at low light; needs
+        ``reference`` ``first`` or ``refined``; not with ``gpus``.  ``auto`` (default): on where
+        a few frames spread over the stack are noisy (their noise allows a precision worse
+        than 0.05 px), else off; ``settings["lucas_kanade"]`` and a note say so.
     patches : int, (int, int) or "GYxGX", optional
         Piecewise-rigid registration after the rigid pass: the frame's area common to all
         rigidly shifted frames cut into ``gy x gx`` overlapping patches, each measured against
@@ -250,7 +260,7 @@ path or ndarray
         reference = DEFAULT_REFERENCE if gpus is None else "first"
     opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
                         window, verify, min_confidence, interpolate_low, channel, features, tune,
-                        boundary)
+                        boundary, lucas_kanade)
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames < 1:
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
@@ -265,6 +275,10 @@ path or ndarray
         if opts.refined:
             raise InputError(f"reference {reference!r} is not available with several GPUs "
                              "(gpus / --gpus): use reference first (or mean)")
+        if opts.lucas_kanade == "on":
+            raise InputError("lucas_kanade on is not available with several GPUs (gpus / "
+                             "--gpus)")
+        opts = dataclasses.replace(opts, lucas_kanade="off")
         with open_source(stack_or_path, channel) as src:
             opts = resolve_auto(opts, src)[0]
         return align_on_gpus(opts.measuring(), stack_or_path, gpus, chunk_frames=chunk_frames,
@@ -293,12 +307,13 @@ path or ndarray
             plan = shared_plan(opts, xp, src.frame_shape, chunk,
                                (xp.zeros(src.frame_shape, xp.float32),))
             prebuild(opts, src.frame_shape, src.dtype, plan, device=xp.cuda.Device().id)
-        if opts.refined or (opts.boundary == "auto" and not opts.previous):  # (_template)
+        if opts.refined or (opts.boundary == "auto" and not opts.previous) \
+                or (opts.lucas_kanade != "off" and opts.lk_possible):  # (_template)
             table, plan, opts, more = passes_table(opts, src, xp, chunk, plan=plan,
                                                    progress=progress)
             choices += more
-        else:
-            opts = opts.measuring()
+        else:  # lucas_kanade auto where it cannot run: off
+            opts = dataclasses.replace(opts.measuring(), lucas_kanade="off")
             ref = prepared_reference(opts, src, xp, chunk)
             table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan,
                                          progress=progress)
@@ -306,7 +321,8 @@ path or ndarray
         notes = list(src.notes)
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
                 "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes,
-                "prefilter_auto": why, "device_note": choice_note}
+                "prefilter_auto": why, "device_note": choice_note,
+                "lucas_kanade": opts.lucas_kanade}
     res = result_from_table(opts, table, sources, settings, plan, stack_or_path)
     res.notes[:0] = choices  # what "auto" chose
     if patches is not None:

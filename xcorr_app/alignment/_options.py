@@ -32,6 +32,9 @@ NORMALIZATIONS = ("zncc", "none", "phase")
 #: scene), ``circular`` (wrap-around content: circular shifts, periodic test data), ``auto``
 #: (decided after the first pass: :func:`xcorr_app.alignment._template.periodic_frames`)
 BOUNDARIES = ("auto", "linear", "circular")
+#: ``lucas_kanade``: the Lucas-Kanade refinement against a denoised template
+#: (:mod:`xcorr_app.alignment._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
+LUCAS_KANADE = ("auto", "on", "off")
 #: upsampling of the FFT reference measurement (resolution 1/20 px)
 FFT_REFERENCE_UPSAMPLE = 20
 #: on the CPU the FFT reference refines in two stages, first at 1/4 px (the same 1/20 px grid
@@ -106,6 +109,7 @@ class AlignOptions:
     features: str | None = None
     tune: bool = False
     boundary: str = "linear"
+    lucas_kanade: str = "off"
 
     def __post_init__(self):
         object.__setattr__(self, "max_shift", normalize_max_shift(self.max_shift))
@@ -114,6 +118,12 @@ class AlignOptions:
             raise InputError(f"unknown boundary {self.boundary!r}; use one of "
                              f"{', '.join(BOUNDARIES)}")
         refined_passes(self.reference)  # a bad refined:ITER fails before anything is read
+        if self.lucas_kanade not in LUCAS_KANADE:
+            raise InputError(f"unknown lucas_kanade {self.lucas_kanade!r}; use one of "
+                             f"{', '.join(LUCAS_KANADE)}")
+        if self.lucas_kanade == "on" and not self.lk_possible:
+            raise InputError("lucas_kanade on needs reference first or refined[:ITER] and a "
+                             "normalization other than phase")
         parse_prefilter(self.prefilter)  # a bad spec fails before anything is read
         if self.features:
             from ..filters._banks import bank_weights
@@ -125,6 +135,14 @@ class AlignOptions:
     @property
     def previous(self) -> bool:
         return is_previous(self.reference)
+
+    @property
+    def lk_possible(self) -> bool:
+        """Whether the Lucas-Kanade refinement (:mod:`~xcorr_app.alignment._refine_lk`) can
+        run: a template built from the first frame (``first`` or ``refined``), not phase."""
+        first = isinstance(self.reference, str) and (self.reference == "first"
+                                                      or self.refined is not None)
+        return first and self.normalization != "phase"
 
     @property
     def refined(self) -> int | None:

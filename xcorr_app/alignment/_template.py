@@ -44,11 +44,13 @@ import numpy as np
 
 from ..registration._peak_math import wrapped_correlations
 from ._pipeline import measure_frames, prepared_reference
+from ._refine_lk import LucasKanade, noisy_stack
 from ._references import reference_frame
 from ._result import COLUMN
 from ._warp import shift_frames
 
-__all__ = ["TemplateAccumulator", "passes_table", "periodic_frames", "relative_to_first"]
+__all__ = ["TemplateAccumulator", "kept_rows", "passes_table", "periodic_frames",
+           "relative_to_first", "decide_lucas_kanade"]
 
 #: frames warped at once while accumulating (bounds the warp's temporaries)
 WARP_BATCH = 8
@@ -94,10 +96,7 @@ class TemplateAccumulator:
             xp.cuda.get_current_stream().wait_event(self._done)
         c = COLUMN
         shifts = block[:, c["dy"]:c["dx"] + 1]
-        keep = (block[:, c["finite"]] == 1) & (block[:, c["constant"]] == 0) \
-            & (block[:, c["border"]] == 0) & xp.isfinite(shifts).all(axis=1)
-        if self.min_confidence is not None:
-            keep &= block[:, c["confidence"]] >= self.min_confidence
+        keep = kept_rows(block, xp, self.min_confidence)
         if xp is np:  # on the host the kept frames are picked; on the GPU they are weighted,
             idx = np.flatnonzero(keep)  # so that nothing waits for the device
             frames, shifts, keep = frames[idx], shifts[idx], keep[idx]
@@ -121,6 +120,18 @@ class TemplateAccumulator:
         covered = self.coverage >= 0.5
         mean = self.total / xp.where(covered, self.coverage, 1.0)
         return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
+
+
+def kept_rows(block, xp, min_confidence=None):
+    """Which rows of a result block go into the template: measured (finite, not constant),
+    with a distinct peak (not on the border), finite shifts, and a confidence of at least
+    ``min_confidence`` when given."""
+    c = COLUMN
+    keep = (block[:, c["finite"]] == 1) & (block[:, c["constant"]] == 0) \
+        & (block[:, c["border"]] == 0) & xp.isfinite(block[:, c["dy"]:c["dx"] + 1]).all(axis=1)
+    if min_confidence is not None:
+        keep &= block[:, c["confidence"]] >= min_confidence
+    return keep
 
 
 def relative_to_first(table):
@@ -192,20 +203,42 @@ def _correlation(a, b, mask, xp) -> float:
     return float(num / den) if float(den) > 0 else 0.0
 
 
+def decide_lucas_kanade(opts, src, xp):
+    """``(opts, note)``: ``opts`` with ``lucas_kanade="auto"`` decided for the open source
+    ``src`` (on for noisy frames: :func:`~xcorr_app.alignment._refine_lk.noisy_stack`; off
+    where it cannot run), and a note when auto turned it on."""
+    if opts.lucas_kanade != "auto":
+        return opts, None
+    if not opts.lk_possible:
+        return dataclasses.replace(opts, lucas_kanade="off"), None
+    noisy, precision = noisy_stack(src, xp)
+    opts = dataclasses.replace(opts, lucas_kanade="on" if noisy else "off")
+    if not noisy:
+        return opts, None
+    return opts, (f"lucas_kanade auto: on (noisy frames: their noise allows about "
+                  f"{precision:.2f} px); refined template, then a Lucas-Kanade fit of every "
+                  "frame against it, leaving the frame out and smoothed")
+
+
 def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
     """The result table of a run with a single reference and more than one possible pass:
-    ``reference="refined[:ITER]"`` (rows in frame 0's convention) or ``boundary="auto"``;
-    with the plan, the options the last pass measured with (``boundary`` decided) and notes.
+    ``reference="refined[:ITER]"`` (rows in frame 0's convention), ``boundary="auto"`` or
+    ``lucas_kanade`` on or auto; with the plan, the options the last pass measured with
+    (``boundary`` and ``lucas_kanade`` decided) and notes.
 
     ``boundary="auto"`` is decided after the first pass (:func:`periodic_frames`): periodic
     frames are measured once more with the circular refinement
     (:meth:`~xcorr_app.alignment._options.AlignOptions.measuring`) against the run's
     reference (with ``refined``: the first frame, without a template: its bilinear warp loses
     the wrapped edges); other stacks go on with the template passes, if any, and cost nothing
-    more than the few frames the test reads.  ``progress`` sees every frame once, spread over
-    the passes.
+    more than the few frames the test reads.  With ``lucas_kanade`` on (at least one template
+    pass) the last pass refines every shift against the last template
+    (:class:`~xcorr_app.alignment._refine_lk.LucasKanade`; not for periodic stacks).
+    ``progress`` sees every frame once, spread over the passes.
     """
-    passes = opts.refined or 0
+    opts, lk_note = decide_lucas_kanade(opts, src, xp)
+    lk = opts.lucas_kanade == "on"
+    passes = max(opts.refined or 0, 1 if lk else 0)
     image = reference_frame("first" if passes else opts.reference, src, xp, chunk_frames,
                             opts.channel)
     boundary = opts.boundary if opts.normalization != "phase" else "linear"
@@ -221,6 +254,7 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
         count["reported"] += max(step, 0)
 
     k = 0
+    fit = None  # the Lucas-Kanade hook of the last pass
     while True:
         run = dataclasses.replace(opts, boundary="circular" if boundary == "circular"
                                   else "linear").measuring()
@@ -228,7 +262,8 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
         acc = TemplateAccumulator(xp, src.frame_shape, opts.min_confidence) \
             if k < passes else None
         table, plan = measure_frames(run, src, xp, chunk_frames, ref, plan=plan,
-                                     progress=report, on_chunk=acc)
+                                     progress=report,
+                                     on_chunk=fit if acc is None else acc)
         if k == 0 and boundary == "auto":
             boundary = "circular" if periodic_frames(run, src, xp, table, ref) else "linear"
             if boundary == "circular":
@@ -236,11 +271,19 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
                              "shifts); measured again with the circular refinement")
                 count["planned"] = count["measured"] + n  # one pass more, no template
                 k = passes
+                lk, lk_note = False, None
+                opts = dataclasses.replace(opts, lucas_kanade="off")
                 continue
         if acc is None:
             break
         image = acc.template(image)
         k += 1
+        if lk and k == passes:
+            built = np.where(kept_rows(table, np, opts.min_confidence)[:, None],
+                             table[:, COLUMN["dy"]:COLUMN["dx"] + 1], np.nan)
+            fit = LucasKanade(xp, acc.total, acc.coverage, image, built)
     if count["reported"] < n and progress is not None:
         progress(n - count["reported"])
+    run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
+    notes += [lk_note] if lk_note else []
     return (relative_to_first(table) if passes else table), plan, run, notes

@@ -35,14 +35,18 @@ DEFAULT = "xcorr default"
 #: the default before issue 23 (one pass against the first frame, gaussian:1, linear); the
 #: rows marked "alone" change one thing of it, so each shows that option's own effect
 #: (``boundary=circular`` is the circular refinement, the former ``subpixel=upsample``)
-BEFORE = {"reference": "first", "prefilter": "gaussian:1", "boundary": "linear"}
+#: (and no Lucas-Kanade step); the refined rows show the template alone (``lucas_kanade`` off)
+BEFORE = {"reference": "first", "prefilter": "gaussian:1", "boundary": "linear",
+          "lucas_kanade": "off"}
 METHODS = {
     DEFAULT: {},
-    "xcorr reference=refined": {"reference": "refined"},
-    "xcorr reference=refined:2": {"reference": "refined:2"},
+    "xcorr lucas_kanade=off": {"lucas_kanade": "off"},
+    "xcorr reference=refined": {"reference": "refined", "lucas_kanade": "off"},
+    "xcorr reference=refined:2": {"reference": "refined:2", "lucas_kanade": "off"},
     "xcorr before (first, gaussian:1, linear)": BEFORE,
     "xcorr prefilter=auto alone": {**BEFORE, "prefilter": "auto"},
     "xcorr boundary=circular alone": {**BEFORE, "boundary": "circular"},
+    "xcorr lucas_kanade=on alone": {**BEFORE, "lucas_kanade": "on"},
     "xcorr prefilter=dog:1,8 alone": {**BEFORE, "prefilter": "dog:1,8"},
     "xcorr normalization=phase": {**BEFORE, "normalization": "phase"},
     "skimage pcc phase": ("skimage", "phase"),
