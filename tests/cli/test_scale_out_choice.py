@@ -35,3 +35,4 @@ def test_cli_gpus_all_on_a_small_stack_runs_on_one_gpu(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "note: --gpus all: measuring on one GPU in this process" in r.stderr
     assert " on gpu " in r.stdout  # not moved to the CPU by the small-job rule
+

@@ -12,7 +12,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
-from ..alignment._options import BOUNDARIES
+from ..alignment._options import BOUNDARIES, LUCAS_KANADE
 from ..alignment._result import strict_json
 from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
@@ -48,6 +48,11 @@ MEASURE_OPTIONS = (
                  help="linear: frames are views of a larger scene; circular: frames wrap "
                       "around (circular shifts, periodic test data); auto: detected after the "
                       "first pass (periodic stacks are measured once more)."),
+    click.option("--lucas-kanade", "lucas_kanade", type=click.Choice(LUCAS_KANADE),
+                 default="auto", show_default=True,
+                 help="on: refine every frame's shift by a Lucas-Kanade fit against a denoised "
+                      "template of the other frames (low light); auto: on for noisy stacks; "
+                      "not with --gpus or Dask."),
     click.option("--window", type=WINDOW, default="none", show_default=True,
                  help="Apodize frames before correlating (suppresses edge effects)."),
     click.option("--features", type=FEATURES, default=None,
@@ -216,6 +221,9 @@ def _check(o):
     if spread and opts.refined:
         raise InputError(f"--reference {o.reference} is not available with --gpus or Dask "
                          "(--workers, --scheduler); use --reference first (or mean)")
+    if spread and o.lucas_kanade == "on":
+        raise InputError("--lucas-kanade on is not available with --gpus or Dask (--workers, "
+                         "--scheduler)")
     if (o.workers is not None or o.scheduler) and o.boundary == "circular":
         raise InputError("--boundary circular is not available with Dask (--workers, "
                          "--scheduler)")
@@ -278,7 +286,8 @@ def _measure(o, client, gpu_ids, n, frame_gb):
         # auto may still choose the CPU for a small job (not when GPUs were asked for)
         auto = o.device == "auto" and o.dev == "gpu" and o.gpus is None and o.workers is None
         res = run_align(o.path, o.reference, device="auto" if auto else o.dev, gpus=gpu_ids,
-                        progress=_rate_updater(bar, frame_gb), boundary=o.boundary, **options)
+                        progress=_rate_updater(bar, frame_gb), boundary=o.boundary,
+                        lucas_kanade=o.lucas_kanade, **options)
     if gpu_ids is None:
         o.dev = res.settings["device"]
     return res

@@ -1,0 +1,15 @@
+"""align --lucas-kanade: choices and refusals, through the command line."""
+
+from cli_helpers import xcorr
+
+
+def test_cli_lucas_kanade_choices_and_refusals(tmp_path):
+    r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "maybe",
+              "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "maybe" in r.stderr and "Traceback" not in r.stderr
+    r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "on", "--workers", "2",
+              "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "--lucas-kanade on is not available" in r.stderr
+    r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "off", "--device", "cpu",
+              "--no-aligned", "-q", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
