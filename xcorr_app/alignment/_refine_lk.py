@@ -107,13 +107,18 @@ def predicted_precision(frame, xp) -> float:
     return float(np.sqrt(2.0) * noise / np.sqrt(energy))
 
 
-def noisy_stack(src, xp) -> tuple:
+def noisy_stack(src, xp=None) -> tuple:
     """``(noisy, precision)``: the median :func:`predicted_precision` (px) of up to
     :data:`NOISE_FRAMES` frames spread over the open source ``src``, and whether it is worse
-    than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count)."""
+    than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count).
+
+    Decided on the CPU whatever the run's device (``xp`` is not used): a few frames take
+    milliseconds there, while on a GPU's first run its CuPy operations compiled about 20
+    kernels, two CUB reductions among them (7 s on an H100, 2026-11-22); and the CPU and the
+    GPU then decide alike."""
     n = src.n_frames
     idx = sorted({int(round(i)) for i in np.linspace(0, n - 1, min(NOISE_FRAMES, n))})
-    values = [predicted_precision(xp.asarray(src.read(i, i + 1))[0], xp) for i in idx]
+    values = [predicted_precision(to_numpy(src.read(i, i + 1))[0], np) for i in idx]
     values = [v for v in values if np.isfinite(v)]
     if not values:
         return False, float("inf")
