@@ -150,3 +150,18 @@ def test_gpu_auto_is_off_on_plain_stacks():
     s = make_stack("plain", 0)
     gpu = align(s.frames, device="gpu")
     assert gpu.settings["lucas_kanade"] == "off"
+
+
+def test_large_frames_are_judged_on_a_central_crop_scaled_to_their_area():
+    from scipy import ndimage as ndi
+
+    from xcorr_app.alignment._refine_lk import PRECISION_CROP, _precision_of, predicted_precision
+
+    rng = np.random.default_rng(5)
+    side = 2 * PRECISION_CROP + 37
+    scene = ndi.gaussian_filter(rng.random((side, side)), 3) * 400
+    frame = rng.poisson(np.clip(scene, 0, None) + 20).astype(np.float64)
+    whole = predicted_precision(frame, np)
+    assert _precision_of(frame) == pytest.approx(whole, rel=0.2)
+    small = frame[:300, :260]
+    assert _precision_of(small) == predicted_precision(small, np)  # small frames: whole
