@@ -56,3 +56,40 @@ def test_auto_measures_a_small_stack_on_the_cpu_and_gpu_when_asked(rng):
     np.testing.assert_allclose(auto.shifts, gpu.shifts, atol=2e-3)
     on_gpu = align(cp.asarray(stack))  # CuPy input stays on the GPU
     assert on_gpu.settings["device"] == "gpu"
+
+
+def test_small_job_note_only_where_a_gpu_is_likely(monkeypatch):
+    from xcorr_app import backend
+    from xcorr_app.alignment._device_choice import small_job_note
+
+    monkeypatch.setattr(backend, "gpu_likely", lambda: True)
+    assert "measured on the CPU: 12 frames of 120x160" in small_job_note(12, (120, 160))
+    assert small_job_note(64, (512, 512)) is None  # larger than SMALL_JOB_PIXELS: look first
+    monkeypatch.setattr(backend, "gpu_likely", lambda: False)
+    assert small_job_note(12, (120, 160)) is None  # no GPU likely: the ordinary fallback
+
+
+def test_gpu_likely_needs_cupy_and_a_device_node(monkeypatch, tmp_path):
+    import importlib.util
+
+    from xcorr_app import backend
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert backend.gpu_likely() is False
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(backend, "NVIDIA_DEVICE_NODES", (str(tmp_path / "nvidiactl"),))
+    assert backend.gpu_likely() is False
+    (tmp_path / "nvidiactl").write_text("")
+    assert backend.gpu_likely() is True
+
+
+@pytest.mark.gpu
+def test_cli_auto_on_the_cell_sample_runs_on_the_cpu_and_says_so(tmp_path):
+    from cli_helpers import xcorr
+
+    r = xcorr("align", "sample_data/cell_drift.tif", "--no-aligned", "--out", str(tmp_path / "o"))
+    assert r.returncode == 0, r.stderr
+    assert " on cpu " in r.stdout and "measured on the CPU: 12 frames of 120x160" in r.stdout
+    r = xcorr("align", "sample_data/cell_drift.tif", "--no-aligned", "--device", "gpu",
+              "--out", str(tmp_path / "g"))
+    assert r.returncode == 0 and " on gpu " in r.stdout

@@ -29,7 +29,7 @@ from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, resolve_auto, search_range)
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
                         shared_plan)
-from ._device_choice import auto_device
+from ._device_choice import auto_device, small_job_note
 from ._prebuild import kernels_built, prebuild
 from ._preprocess import AUTO_LOWPASS, prepare
 from ._preprocess import window as make_window
@@ -283,10 +283,15 @@ path or ndarray
             opts = resolve_auto(opts, src)[0]
         return align_on_gpus(opts.measuring(), stack_or_path, gpus, chunk_frames=chunk_frames,
                              budget=budget, progress=progress)
-    dev = backend.compute_device(*([stack_or_path] if not isinstance(stack_or_path, (str, Path))
-                                   else []), device=device)
+    on_gpu = backend.is_cupy_array(stack_or_path)
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
+        # device auto and a small job: the CPU, without importing CuPy to look at the GPU
+        choice_note = small_job_note(src.n_frames, src.frame_shape) \
+            if device == "auto" and not on_gpu else None
+        dev = "cpu" if choice_note is not None else backend.compute_device(
+            *([stack_or_path] if not isinstance(stack_or_path, (str, Path)) else []),
+            device=device)
         if patches is not None:  # a grid that cannot fit the frame fails before any pass
             from ._patches import PatchGrid, check_deviation, common_area, patch_margin
 
@@ -296,8 +301,7 @@ path or ndarray
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         # a note where auto chose the band-pass (the ordinary low-pass goes unsaid)
         choices = [why] if why and opts.prefilter != AUTO_LOWPASS else []
-        choice_note = None
-        if device == "auto" and dev == "gpu" and not backend.is_cupy_array(stack_or_path):
+        if device == "auto" and dev == "gpu" and not on_gpu:
             dev, choice_note = auto_device(src.n_frames, src.frame_shape,
                                            kernels_built(opts, src.frame_shape, src.dtype))
         xp = backend.xp_for(dev)

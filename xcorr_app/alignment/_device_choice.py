@@ -27,6 +27,18 @@ SMALL_JOB_PIXELS = 4 * 2**20
 FIRST_RUN_PIXELS = 32 * 2**20
 
 
+def small_job_note(n_frames, frame_shape):
+    """The note of a job of at most :data:`SMALL_JOB_PIXELS` on a machine where a GPU is likely
+    (:func:`xcorr_app.backend.gpu_likely`): ``auto`` measures it on the CPU without importing
+    CuPy or looking at the GPU (which would cost more than the job); else ``None``."""
+    h, w = frame_shape
+    if int(n_frames) * int(h) * int(w) > SMALL_JOB_PIXELS:
+        return None
+    from ..backend import gpu_likely
+
+    return auto_device(n_frames, frame_shape, kernels_built=True)[1] if gpu_likely() else None
+
+
 def auto_device(n_frames, frame_shape, kernels_built) -> tuple:
     """``("cpu", note)`` for a job small enough for the CPU, else ``("gpu", None)``."""
     h, w = frame_shape

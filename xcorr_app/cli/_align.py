@@ -203,6 +203,7 @@ def _is_file(name) -> bool:
 def _check(o):
     """Check every option before a cluster starts or an output folder is made; resolve the
     device (``o.dev``); open the input once.  Returns ``(frame_shape, itemsize, n_frames)``."""
+    from ..alignment._device_choice import small_job_note
     from ..alignment._options import AlignOptions
     from ..alignment._references import mean_count
     from ..io._reader import open_stack
@@ -229,11 +230,13 @@ def _check(o):
                          "--scheduler)")
     mean_count(o.reference, 1)
     _check_patches(o, spread)
-    o.dev = note_device(o.device, o.quiet)
-    planner_notes(o.quiet)
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
+    # device auto and a small job: the CPU, without importing CuPy to look at the GPU
+    o.small_note = small_job_note(n, shape) if o.device == "auto" and not spread else None
+    o.dev = "cpu" if o.small_note else note_device(o.device, o.quiet)
+    planner_notes(o.quiet)
     return shape, itemsize, n
 
 
@@ -290,6 +293,8 @@ def _measure(o, client, gpu_ids, n, frame_gb):
                         lucas_kanade=o.lucas_kanade, **options)
     if gpu_ids is None:
         o.dev = res.settings["device"]
+    if o.small_note:  # (measured with device cpu: the note of device auto's choice)
+        res.notes.append(o.small_note)
     return res
 
 
