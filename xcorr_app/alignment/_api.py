@@ -25,13 +25,13 @@ from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import parse_memory
-from ._options import (AlignOptions, as_stack, check_choices, check_frame_shape,
+from ._options import (AlignOptions, as_stack, auto_notes, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, resolve_auto, search_range)
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
                         shared_plan)
 from ._device_choice import auto_device, small_job_note
 from ._prebuild import kernels_built, prebuild
-from ._preprocess import AUTO_LOWPASS, prepare
+from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
 from ._template import passes_table
@@ -278,9 +278,7 @@ path or ndarray
         if opts.lucas_kanade == "on":
             raise InputError("lucas_kanade on is not available with several GPUs (gpus / "
                              "--gpus)")
-        opts = dataclasses.replace(opts, lucas_kanade="off")
-        with open_source(stack_or_path, channel) as src:
-            opts = resolve_auto(opts, src)[0]
+        opts = dataclasses.replace(opts, lucas_kanade="off")  # prefilter auto: align_on_gpus
         return align_on_gpus(opts.measuring(), stack_or_path, gpus, chunk_frames=chunk_frames,
                              budget=budget, progress=progress)
     on_gpu = backend.is_cupy_array(stack_or_path)
@@ -299,8 +297,7 @@ path or ndarray
                                patch_margin(check_deviation(max_deviation)))
             PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, area)
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
-        # a note where auto chose the band-pass (the ordinary low-pass goes unsaid)
-        choices = [why] if why and opts.prefilter != AUTO_LOWPASS else []
+        choices = auto_notes(opts, why)
         if device == "auto" and dev == "gpu" and not on_gpu:
             dev, choice_note = auto_device(src.n_frames, src.frame_shape,
                                            kernels_built(opts, src.frame_shape, src.dtype))

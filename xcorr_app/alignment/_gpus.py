@@ -20,8 +20,7 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import Cancelled, frame_ranges, parse_gpus, run_on_gpus
-from ._options import check_frame_shape, resolve_auto, search_range
-from ._preprocess import AUTO_LOWPASS
+from ._options import auto_notes, check_frame_shape, resolve_auto, search_range
 from ._pipeline import Measurer, measure_frames, prepared_reference, shared_plan
 from ._result import result_from_table
 
@@ -93,5 +92,5 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
                 "gpus": list(ids), "chunk_frames": chunk, "max_memory": budget, "notes": notes,
                 "prefilter_auto": why}
     res = result_from_table(opts, table, sources, settings, parts[0][1], stack_or_path)
-    res.notes[:0] = [why] if why and opts.prefilter != AUTO_LOWPASS else []
+    res.notes[:0] = auto_notes(opts, why)
     return res

@@ -22,7 +22,7 @@ from .. import backend
 from ..correlate._shifts import normalize_max_shift, output_shape
 from ..errors import InputError
 from ..io._reader import SUPPORTED_DTYPES
-from ._preprocess import choose_prefilter, parse_prefilter, prepare
+from ._preprocess import AUTO_LOWPASS, choose_prefilter, parse_prefilter, prepare
 from ._preprocess import window as make_window
 from ._references import is_previous, refined_passes
 
@@ -179,6 +179,12 @@ def resolve_auto(opts, src):
         return opts, None
     spec, why = choose_prefilter(src)
     return dataclasses.replace(opts, prefilter=spec), why
+
+
+def auto_notes(opts, why) -> list:
+    """The notes of what ``prefilter="auto"`` chose (:func:`resolve_auto`): the band-pass is
+    said, the ordinary low-pass goes unsaid."""
+    return [why] if why and opts.prefilter != AUTO_LOWPASS else []
 
 
 def check_frame_shape(frame_shape):

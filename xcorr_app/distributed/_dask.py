@@ -221,8 +221,7 @@ min_confidence, interpolate_low, channel, features
     _require_dask()
     from dask import delayed
 
-    from ..alignment._options import AlignOptions, check_frame_shape, search_range
-    from ..alignment._preprocess import AUTO_LOWPASS
+    from ..alignment._options import AlignOptions, auto_notes, check_frame_shape, search_range
     from ..alignment._result import result_from_table
     from ..streaming import parse_memory
 
@@ -248,7 +247,7 @@ min_confidence, interpolate_low, channel, features
     settings["prefilter_auto"] = why
     res = result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
                             stack_or_path)
-    res.notes[:0] = [why] if why and opts.prefilter != AUTO_LOWPASS else []
+    res.notes[:0] = auto_notes(opts, why)
     return res
 
 
