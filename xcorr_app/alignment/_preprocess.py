@@ -75,6 +75,16 @@ def parse_prefilter(spec):
     return lambda frames: fn(frames, "reflect", 0.0)
 
 
+def spread_frames(n_frames, count) -> list:
+    """Indices of up to ``count`` frames spread evenly over ``n_frames`` (first and last
+    included): the frames the ``auto`` choices read.
+
+    >>> spread_frames(100, 4), spread_frames(3, 8)
+    ([0, 33, 66, 99], [0, 1, 2])
+    """
+    return sorted({int(round(i)) for i in np.linspace(0, n_frames - 1, min(count, n_frames))})
+
+
 def choose_prefilter(src):
     """``prefilter="auto"``: ``(spec, reason)`` for the stack ``src`` (an open source).
 
@@ -94,8 +104,7 @@ def choose_prefilter(src):
     >>> choose_prefilter(ArraySource(f))[0], choose_prefilter(ArraySource(f[:1]))[0]
     ('dog:1,8', 'gaussian:1')
     """
-    n = src.n_frames
-    idx = sorted({int(round(i)) for i in np.linspace(0, n - 1, min(AUTO_SAMPLES, n))})
+    idx = spread_frames(src.n_frames, AUTO_SAMPLES)
     means = []
     for i in idx:  # frames that cannot be measured (NaN, Inf, constant) do not count
         f = np.asarray(to_numpy(src.read(i, i + 1)), np.float64)

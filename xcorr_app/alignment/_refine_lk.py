@@ -47,7 +47,7 @@ import numpy as np
 
 from ..backend import to_numpy
 from ..streaming import cpu_threads
-from ._preprocess import parse_prefilter
+from ._preprocess import parse_prefilter, spread_frames
 from ._result import COLUMN
 from ._warp import shift_frames
 
@@ -120,18 +120,17 @@ def _precision_of(frame) -> float:
     return p * float(np.sqrt(ch * cw / (h * w)))
 
 
-def noisy_stack(src, xp=None) -> tuple:
+def noisy_stack(src) -> tuple:
     """``(noisy, precision)``: the median :func:`predicted_precision` (px) of up to
     :data:`NOISE_FRAMES` frames spread over the open source ``src``, and whether it is worse
     than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count).
 
-    Decided on the CPU whatever the run's device (``xp`` is not used): a few frames take
+    Decided on the CPU whatever the run's device: a few frames take
     milliseconds there, while on a GPU's first run its CuPy operations compiled about 20
     kernels, two CUB reductions among them (7 s on an H100, 2026-11-22); and the CPU and the
     GPU then decide alike."""
-    n = src.n_frames
-    idx = sorted({int(round(i)) for i in np.linspace(0, n - 1, min(NOISE_FRAMES, n))})
-    values = [_precision_of(to_numpy(src.read(i, i + 1))[0]) for i in idx]
+    values = [_precision_of(to_numpy(src.read(i, i + 1))[0])
+              for i in spread_frames(src.n_frames, NOISE_FRAMES)]
     values = [v for v in values if np.isfinite(v)]
     if not values:
         return False, float("inf")

@@ -211,7 +211,7 @@ def decide_lucas_kanade(opts, src, xp):
         return opts, None
     if not opts.lk_possible:
         return dataclasses.replace(opts, lucas_kanade="off"), None
-    noisy, precision = noisy_stack(src, xp)
+    noisy, precision = noisy_stack(src)
     opts = dataclasses.replace(opts, lucas_kanade="on" if noisy else "off")
     if not noisy:
         return opts, None
