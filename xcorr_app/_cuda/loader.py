@@ -129,14 +129,9 @@ class KernelFamily:
             raise ValueError(f"{self.expression(*args)} is not a registered instantiation")
         import cupy
 
-        key = (self.source, self.name, tuple(args), cupy.cuda.Device().id)
-        fn = _COMPILED.get(key)
-        if fn is None:
-            expr = self.expression(*args)
-            mod = cupy.RawModule(code=read_source(self.source),
-                                 options=COMPILE_OPTIONS + include_options(source_path(self.source)),
-                                 name_expressions=[expr])
-            fn = _COMPILED[key] = mod.get_function(expr)
+        fn = _COMPILED.get((self.source, self.name, tuple(args), cupy.cuda.Device().id))
+        if fn is None:  # compiled alone (the cache lookup above keeps launches cheap)
+            fn = compile_together([(self, args)])[0]
         return fn
 
 
