@@ -66,6 +66,26 @@ def test_gaussian_taps_match_scipy():
     np.testing.assert_allclose(taps, _filters._gaussian_kernel1d(3.75, 0, 15)[::-1])
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (2, 5), (7, 3), (40, 33)])
+@pytest.mark.parametrize("sigma", [0.6, 2.0, 4.5])
+def test_gaussian_light_matches_scipy_without_importing_it(rng, shape, sigma):
+    """The SciPy-free gaussian of the GPU run's CPU-side decisions: reflect mode, pads wider
+    than the image included."""
+    img = rng.random(shape)
+    np.testing.assert_allclose(filters.gaussian_light(img, sigma), ndi.gaussian_filter(img, sigma),
+                               rtol=1e-12, atol=1e-14)
+
+
+def test_gaussian_light_imports_no_scipy():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from xcorr_app.filters import gaussian_light; "
+            "gaussian_light(np.ones((9, 8)), 2.0); print('scipy' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda s: filters.correlate2d(s, np.ones((3, 3)), mode="bogus"), "unknown mode"),
     (lambda s: filters.correlate2d(s, np.ones((2, 4)), origin=(1, 0)), "origin 1 is invalid"),

@@ -54,6 +54,32 @@ def test_big_endian_file_reads_in_native_order(tmp_path):
     np.testing.assert_array_equal(got, data)
 
 
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+@pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=str)
+def test_read_into_a_buffer_equals_the_data(tmp_path, dtype, byteorder, monkeypatch):
+    """Reads into a caller's buffer (the prefetcher's) go through pread where the pixels are in
+    the machine's byte order, else through the memory map; both give the frames, in pieces
+    and from several threads, and never touch frames outside the range."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = []
+    preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or preadv(*a))
+    data = stack_of(dtype, n=9, shape=(37, 19), seed=3)
+    with open_stack(write(tmp_path / "s.tif", data, byteorder=byteorder)) as src:
+        out = np.full((9, 37, 19), 5, dtype)
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(lambda ab: src.read(*ab, out=out[ab[0] + 1:ab[1] + 1]),
+                          [(0, 3), (3, 4), (4, 8)]))
+    np.testing.assert_array_equal(out[1:], data[:8])
+    np.testing.assert_array_equal(out[0], np.full((37, 19), 5, dtype))  # untouched
+    native = byteorder == "<" or np.dtype(dtype).itemsize == 1  # little-endian machines
+    assert bool(calls) == native
+    if native:
+        assert min(calls) > 0
+
+
 @pytest.mark.parametrize("dtype", ["int32", "uint32", "bool", "complex64"])
 def test_unsupported_dtype_is_refused(tmp_path, dtype):
     path = write(tmp_path / "bad.tif", stack_of(dtype))

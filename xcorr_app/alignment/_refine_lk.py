@@ -46,6 +46,7 @@ import concurrent.futures
 import numpy as np
 
 from ..backend import to_numpy
+from ..filters import gaussian_light
 from ..streaming import cpu_threads
 from ._preprocess import parse_prefilter, spread_frames
 from ._result import COLUMN
@@ -98,11 +99,15 @@ def predicted_precision(frame, xp) -> float:
     lap = (f[:-2, :-2] - 2 * f[:-2, 1:-1] + f[:-2, 2:] - 2 * f[1:-1, :-2] + 4 * f[1:-1, 1:-1]
            - 2 * f[1:-1, 2:] + f[2:, :-2] - 2 * f[2:, 1:-1] + f[2:, 2:])
     noise = float(np.sqrt(np.pi / 2) / 6 * xp.abs(lap).mean())
-    smooth = _gaussian(PRECISION_SIGMA)(f[None].astype(xp.float32))[0].astype(xp.float64)
-    gy, gx = xp.gradient(smooth)
     delta = np.zeros((31, 31), np.float32)
     delta[15, 15] = 1.0
-    ky = np.gradient(to_numpy(_gaussian(PRECISION_SIGMA)(delta[None]))[0].astype(np.float64))[0]
+    if xp is np:  # the decision of every run, GPU runs too: without importing SciPy (0.9 s)
+        smooth = gaussian_light(f.astype(np.float32), PRECISION_SIGMA)
+        ky = np.gradient(gaussian_light(delta, PRECISION_SIGMA))[0]
+    else:
+        smooth = _gaussian(PRECISION_SIGMA)(f[None].astype(xp.float32))[0].astype(xp.float64)
+        ky = np.gradient(to_numpy(_gaussian(PRECISION_SIGMA)(delta[None]))[0].astype(np.float64))[0]
+    gy, gx = xp.gradient(smooth)
     energy = float((gy * gy + gx * gx).sum()) - f.size * noise ** 2 * 2 * float((ky ** 2).sum())
     if energy <= 0:
         return float("inf")

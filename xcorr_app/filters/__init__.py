@@ -9,9 +9,9 @@ Examples
 1.0
 """
 
-from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_taps, laplace,
+from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_light, gaussian_taps, laplace,
                    parse_kernel_spec, sobel)
 from ._modes import MODES
 
-__all__ = ["MODES", "box", "convolve2d", "correlate2d", "dog", "gaussian", "gaussian_taps",
+__all__ = ["MODES", "box", "convolve2d", "correlate2d", "dog", "gaussian", "gaussian_light", "gaussian_taps",
            "laplace", "parse_kernel_spec", "sobel"]
