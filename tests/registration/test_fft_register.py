@@ -188,6 +188,27 @@ def test_periodic_spectrum_matches_the_direct_decomposition(xp, rng, shape, dtyp
     assert seams(p) < 0.5 * seams(u)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_periodic_spectrum_of_one_image_and_phase_cross_power(xp, rng, dtype):
+    """One image (edge FFTs without a batch axis) gives the batch's first plane; the whitened
+    cross-power of cross_power(phase=True) against the reference alone and one per frame."""
+    from xcorr_app.registration._fft_register import cross_power
+
+    u = (rng.random((2, 13, 22)) + np.linspace(0, 4, 22)).astype(dtype)
+    ux = xp.asarray(u)
+    one = to_numpy(periodic_spectrum(ux[0], xp.fft.rfft2(ux[0])))
+    both = to_numpy(periodic_spectrum(ux, xp.fft.rfft2(ux)))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(one, both[0], atol=tol * np.abs(both).max())
+    ref = np.fft.rfft2(u[0]).astype(np.complex64 if dtype == np.float32 else np.complex128)
+    spec = np.fft.rfft2(u).astype(ref.dtype)
+    want = ref * np.conj(spec)
+    want = want / np.maximum(np.abs(want), 100 * np.finfo(dtype).eps)
+    for r in (ref, np.stack([ref, ref])):
+        got = to_numpy(cross_power(xp.asarray(r), xp.asarray(spec.copy()), phase=True))
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
 def test_periodic_components_find_shifts_of_non_periodic_crops(xp, rng):
     """Crops moving over a ramp: the seams pull plain correlation to zero; the periodic
     components' correlation finds the shift.  Not on every texture: on 200 seeds of this scene

@@ -6,9 +6,12 @@ it with ``nvcc -cubin -arch=sm_90 --resource-usage`` and reads ptxas's report.  
 non-zero stack frame fails the check: register arrays must stay in registers (the papers'
 central point).  Sources that no family registers are compiled too, so syntax errors are caught.
 
+With ``--keep [DIR]`` the cubins are kept with an index of their kernels (default DIR: the
+package's ``_cuda/built``), the kernels that ship built (:mod:`xcorr_app._cuda.shipped`).
+
 Usage::
 
-    python -m xcorr_app._cuda.compile_check [--arch sm_90] [--verbose]
+    python -m xcorr_app._cuda.compile_check [--arch sm_90] [--verbose] [--keep [DIR]]
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .loader import COMPILE_OPTIONS, all_families, include_dir, source_dirs
+from .loader import COMPILE_OPTIONS, all_families, include_dir, read_source, source_dirs
+from .shipped import BUILT_DIR, expression_of, normalized, source_digest, write_index
 
 CHUNK = 48  # instantiations per translation unit
 _FUNC = re.compile(r"Function properties for (\S+)")
@@ -60,9 +64,13 @@ def translation_unit(source: str, expressions) -> str:
     return f'#include "{source}"\n{body}'
 
 
-def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None) -> int:
+def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
+          keep=None) -> int:
     """Compile every source (those of ``kdir`` if given, else the package's) with the
-    instantiations of ``families``; 0 when clean."""
+    instantiations of ``families``; 0 when clean.  ``keep``: a folder where the package's
+    cubins and their index are written (:mod:`~xcorr_app._cuda.shipped`)."""
+    if keep is not None and kdir is not None:
+        raise ValueError("keep builds the package's kernels; it takes no kdir")
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         print("compile check: nvcc not found on PATH; install the CUDA toolkit", file=sys.stderr)
@@ -79,6 +87,12 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None) 
             for source, exprs in by_source.items()
             for i in range(0, max(len(exprs), 1), CHUNK)]
     failures, n_kernels = [], 0
+    kept: dict[str, dict] = {}
+    if keep is not None:
+        keep = Path(keep)
+        keep.mkdir(parents=True, exist_ok=True)
+        for old in keep.glob("*.cubin"):
+            old.unlink()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         def compile_one(k, source, exprs):
             tu = Path(tmp) / f"check{k}_{source}"
@@ -89,7 +103,7 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None) 
             return subprocess.run(cmd, capture_output=True, text=True)
 
         results = pool.map(lambda job: compile_one(job[0], *job[1]), enumerate(jobs))
-        for (source, exprs), res in zip(jobs, results):
+        for k, ((source, exprs), res) in enumerate(zip(jobs, results)):
             text = res.stdout + res.stderr
             if res.returncode != 0:
                 failures.append(f"{source}: nvcc failed:\n{text}")
@@ -98,6 +112,9 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None) 
             names = demangle(list(usage))
             if len(usage) < len(exprs):
                 failures.append(f"{source}: expected {len(exprs)} kernels, ptxas reported {len(usage)}")
+            if keep is not None and exprs:
+                failures += _keep(keep, kept, arch, k, source, exprs, names,
+                                  Path(tmp) / f"out{k}.cubin")
             for mangled, (stack, st, ld) in sorted(usage.items()):
                 n_kernels += 1
                 line = f"{names[mangled]}: stack {stack} B, spill stores {st} B, spill loads {ld} B"
@@ -108,17 +125,44 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None) 
     if failures:
         print("compile check FAILED:", *failures, sep="\n  ", file=sys.stderr)
         return 1
+    if keep is not None:
+        index = write_index(keep, kept)
+        size = sum(p.stat().st_size for p in keep.glob("*.cubin")) / 2 ** 20
+        print(f"kept {sum(len(e['kernels'][arch]) for e in kept.values())} built kernels "
+              f"({size:.1f} MiB of cubins) with their index {index}")
     print(f"compile check: {n_kernels} kernel instantiations in {len(by_source)} sources, "
           f"0-byte stack frames, no spills ({arch})")
     return 0
+
+
+def _keep(folder, kept, arch, k, source, exprs, names, cubin) -> list:
+    """Keep one translation unit's cubin and index its kernels by name expression; the
+    failures (an instantiation whose kernel is not found in the cubin)."""
+    name = f"{Path(source).stem}.{k}.{arch}.cubin"
+    shutil.copyfile(cubin, folder / name)
+    by_expr = {expression_of(d): m for m, d in names.items()}
+    entry = kept.setdefault(source, {"digest": source_digest(read_source(source),
+                                                             COMPILE_OPTIONS),
+                                     "kernels": {arch: {}}})
+    missing = []
+    for e in exprs:
+        mangled = by_expr.get(normalized(e))
+        if mangled is None:
+            missing.append(f"{source}: {e} not found among the kernels of its cubin")
+        else:
+            entry["kernels"][arch][normalized(e)] = [name, mangled]
+    return missing
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--keep", nargs="?", const=str(BUILT_DIR), default=None, metavar="DIR",
+                    help="keep the cubins and their index in DIR (default: the package's "
+                         "_cuda/built, the kernels that ship built)")
     args = ap.parse_args(argv)
-    return check(args.arch, args.verbose)
+    return check(args.arch, args.verbose, keep=args.keep)
 
 
 if __name__ == "__main__":

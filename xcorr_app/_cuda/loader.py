@@ -30,11 +30,13 @@ import os
 from pathlib import Path
 
 from ..errors import XcorrError
+from .shipped import shipped_functions
 
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: modules that define kernel families (imported by :func:`all_families`)
-FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.correlate._overlap", "xcorr_app.correlate._warp_shuffle",
+FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.correlate._overlap",
+                  "xcorr_app.correlate._fft", "xcorr_app.correlate._warp_shuffle",
                   "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
                   "xcorr_app.registration._surfaces", "xcorr_app.registration._peak_math",
                   "xcorr_app.filters._reuse",
@@ -136,7 +138,8 @@ class KernelFamily:
 
 
 def compile_together(requests) -> list:
-    """The compiled functions of several instantiations of one source, compiled in one NVRTC call.
+    """The compiled functions of several instantiations of one source, compiled in one NVRTC call
+    (those that ship built are loaded from their cubins instead: :mod:`~xcorr_app._cuda.shipped`).
 
     ``requests`` is a sequence of ``(family, args)`` whose families share a source file; those
     not compiled yet on this device are compiled together (one ``cupy.RawModule`` with all their
@@ -159,11 +162,19 @@ def compile_together(requests) -> list:
             raise ValueError(f"compile_together takes one source's kernels, got {sorted(sources)}")
         source = sources.pop()
         exprs = [fam.expression(*args) for fam, args in missing]
-        mod = cupy.RawModule(code=read_source(source),
-                             options=COMPILE_OPTIONS + include_options(source_path(source)),
-                             name_expressions=exprs)
+        text = read_source(source)
+        # built when the package was (shipped.py), else compiled here by NVRTC
+        cc = cupy.cuda.Device().compute_capability  # e.g. "90"
+        found = shipped_functions(source, text, COMPILE_OPTIONS, exprs,
+                                  (int(cc[:-1]), int(cc[-1])), dev)
+        rest = [e for e in exprs if e not in found]
+        if rest:
+            mod = cupy.RawModule(code=text,
+                                 options=COMPILE_OPTIONS + include_options(source_path(source)),
+                                 name_expressions=rest)
+            found |= {e: mod.get_function(e) for e in rest}
         for (fam, args), expr in zip(missing, exprs):
-            _COMPILED[(fam.source, fam.name, args, dev)] = mod.get_function(expr)
+            _COMPILED[(fam.source, fam.name, args, dev)] = found[expr]
     return [_COMPILED[(fam.source, fam.name, args, dev)] for fam, args in requests]
 
 

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._cuda.loader import KernelFamily, compile_together
 from ..backend import array_module_of
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
@@ -189,48 +190,71 @@ def crop_indices(xp, geometry: FftGeometry):
 
 # ------------------------------------------------------------------------ GPU kernels
 
-#: the pad and crop kernels' element index: 32-bit while the arrays allow (a 64-bit division
-#: per element is an emulated subroutine; these kernels should be bound by memory alone)
-_INDEX = {False: "unsigned int", True: "unsigned long long"}
+#: the element index of the kernels of ``cuda/fft_steps.cu``: 32-bit while the arrays allow (a
+#: 64-bit division per element is an emulated subroutine; these kernels should be bound by
+#: memory alone)
+_INDEX = {False: ("unsigned int", np.uint32), True: ("unsigned long long", np.uint64)}
+_REAL = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
+FFT_STEPS = "fft_steps.cu"
+CONJ_PRODUCT = KernelFamily(FFT_STEPS, "conj_product",
+                            [(r, i) for r in _REAL.values() for i, _ in _INDEX.values()])
+FFT_PAD = KernelFamily(FFT_STEPS, "fft_pad", [(i,) for i, _ in _INDEX.values()])
+FFT_CROP = KernelFamily(FFT_STEPS, "fft_crop", [(i,) for i, _ in _INDEX.values()])
+#: compiled together on first use (what the single-precision plan launches), where they do not
+#: ship built
+_FIRST = [(CONJ_PRODUCT, ("float", "unsigned int")), (FFT_PAD, ("unsigned int",)),
+          (FFT_CROP, ("unsigned int",))]
+_THREADS = 256
+_MAX_BLOCKS = 65535
 
 
-def _position(idx: str, rows: str, cols: str) -> str:
-    """CUDA lines that split the element index ``i`` of a (batch, rows, cols) array into
-    ``b``, ``y`` and ``x``."""
-    return f"""
-        const {idx} k = ({idx})i;
-        const int x = (int)(k % {cols});
-        const {idx} t = k / {cols};
-        const int y = (int)(t % {rows});
-        const {idx} b = t / {rows};
-        """
+def _launch(family, type_args, total, args):
+    """Launch a grid-stride kernel of ``fft_steps.cu`` over ``total`` elements; the index
+    type (32 or 64 bits) follows ``total``, and is passed after ``args``' leading part."""
+    if (family, tuple(type_args)) in _FIRST:
+        compile_together(_FIRST)
+    fn = family.get(*type_args)
+    blocks = max(1, min(-(-int(total) // _THREADS), _MAX_BLOCKS))
+    fn((blocks,), (_THREADS,), args)
 
 
-@functools.lru_cache(maxsize=None)
-def _kernels(wide: bool):
-    import cupy as cp
+def _wide(*sizes) -> bool:
+    return max(int(n) for n in sizes) >= 2**32
 
-    idx = _INDEX[wide]
-    conj_product = cp.ElementwiseKernel(
-        "T f_left, T f_right", "T product",
-        "product = f_left * conj(f_right)", "xcorr_conj_product")
-    # padded[b, y, x] = a[b, y, x] inside the (h, w) matrices, else 0: one pass, where CuPy's
-    # rfft2(s=...) pads one axis at a time (two zero-filled copies)
-    pad = cp.ElementwiseKernel(
-        "raw float32 a, int32 h, int32 w, int32 fy, int32 fx", "float32 padded",
-        _position(idx, "fy", "fx") + "padded = (y < h && x < w) ? a[(b * h + y) * w + x] : 0.0f;",
-        f"xcorr_fft_pad_{int(wide)}")
-    # out[b, y, x] = circ[b, (y + oy) mod fy, (x + ox) mod fx] where the shift has an overlap
-    # (rows y_lo <= y < y_hi, columns x_lo <= x < x_hi), else 0
-    crop = cp.ElementwiseKernel(
-        "raw float32 circ, int32 fy, int32 fx, int32 ho, int32 wo, int32 oy, int32 ox, "
-        "int32 y_lo, int32 y_hi, int32 x_lo, int32 x_hi", "float32 out",
-        _position(idx, "ho", "wo") + """
-        const int sy = (y + oy) % fy, sx = (x + ox) % fx;
-        const bool valid = y >= y_lo && y < y_hi && x >= x_lo && x < x_hi;
-        out = valid ? circ[(b * fy + sy) * fx + sx] : 0.0f;
-        """, f"xcorr_fft_crop_{int(wide)}")
-    return conj_product, pad, crop
+
+def _plane_strides(a, shape):
+    """The element strides of ``a``'s two batch axes when broadcast to ``shape`` (2 to 4 axes,
+    the last two its contiguous planes), 0 where it broadcasts; None where the kernel cannot
+    read ``a`` so."""
+    item = a.dtype.itemsize
+    if a.ndim < 2 or a.shape[-2:] != tuple(shape[-2:]) or a.strides[-1] != item \
+            or a.strides[-2] != shape[-1] * item:
+        return None
+    full = (1,) * (len(shape) - a.ndim) + tuple(a.shape)
+    steps = (0,) * (len(shape) - a.ndim) + tuple(st // item for st in a.strides)
+    batch = [0 if n == 1 else step for n, step in zip(full[:-2], steps[:-2])]
+    return [0] * (2 - len(batch)) + batch
+
+
+def _conj_product_kernel(left, right, out) -> bool:
+    """``out = left * conj(right)`` by the ``conj_product`` kernel; False where it does not
+    apply (other types, more than two batch axes, planes not contiguous)."""
+    shape = out.shape
+    real = _REAL.get(np.dtype(right.dtype))
+    if real is None or not 2 <= len(shape) <= 4 or not out.flags.c_contiguous \
+            or left.dtype != right.dtype or out.dtype != right.dtype:
+        return False
+    ls, rs = _plane_strides(left, shape), _plane_strides(right, shape)
+    if ls is None or rs is None:
+        return False
+    batch = (1,) * (4 - len(shape)) + tuple(shape[:-2])
+    n1, p = batch[1], shape[-2] * shape[-1]
+    wide = _wide(out.size, left.size, right.size)
+    idx, scalar = _INDEX[wide]
+    _launch(CONJ_PRODUCT, (real, idx), out.size,
+            (left, right, out, scalar(n1), scalar(p), scalar(out.size),
+             *(scalar(v) for v in (*ls, *rs))))
+    return True
 
 
 # ------------------------------------------------------------------------ shared steps
@@ -248,11 +272,11 @@ def padded_spectra(a, size):
     import cupy as cp
 
     a = cp.ascontiguousarray(a)
-    elements = int(np.prod(a.shape[:-2])) * size[0] * size[1]
-    pad = _kernels(elements >= 2**32)[1]
     padded = cp.empty(a.shape[:-2] + tuple(size), cp.float32)
-    pad(a, np.int32(a.shape[-2]), np.int32(a.shape[-1]), np.int32(size[0]),
-        np.int32(size[1]), padded)
+    idx, scalar = _INDEX[_wide(padded.size, a.size)]
+    _launch(FFT_PAD, (idx,), padded.size,
+            (a, np.int32(a.shape[-2]), np.int32(a.shape[-1]), np.int32(size[0]),
+             np.int32(size[1]), scalar(padded.size), padded))
     return cp.fft.rfft2(padded)
 
 
@@ -272,9 +296,14 @@ def conj_product(left, right, out=None):
         np.conjugate(out, out=out)
         out *= left
         return out
+    import cupy as cp
+
     left = left.astype(right.dtype, copy=False)
-    kernel = _kernels(False)[0]  # elementwise: no index arithmetic, either width is the same
-    return kernel(left, right) if out is None else kernel(left, right, out)
+    if out is None:
+        out = cp.empty(np.broadcast_shapes(left.shape, right.shape), right.dtype)
+    if not _conj_product_kernel(left, right, out):  # other layouts: CuPy's own operations
+        cp.multiply(left, cp.conj(right), out=out)
+    return out
 
 
 # ------------------------------------------------------------------------ correlations
@@ -339,8 +368,7 @@ def fft_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
     size, (ho, wo) = geo.size, geo.shape
     out = check_out(out, lay.batch_shape + (ho, wo), cp)
     planes = max(int(np.prod(a.shape[:-2])) for a in (left, right, out))
-    elements = planes * max(size[0] * size[1], ho * wo)
-    crop = _kernels(elements >= 2**32)[2]
+    idx, scalar = _INDEX[_wide(planes * max(size[0] * size[1], ho * wo))]
     f_left = padded_spectra(as_float32(left, cp), size)
     f_right = padded_spectra(as_float32(right, cp), size)
     lsel, rsel = (s + (Ellipsis,) for s in PAIRING[form])
@@ -349,5 +377,5 @@ def fft_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
     inplace = np.broadcast_shapes(a.shape, b.shape) == f_right.shape
     product = conj_product(a, b, f_right) if inplace else conj_product(a, b)
     circ = cp.fft.irfft2(product, s=size)  # sum_n left[n + c] right[n], c circular
-    crop(circ, *_crop_scalars(geo), out)
+    _launch(FFT_CROP, (idx,), out.size, (circ, *_crop_scalars(geo), scalar(out.size), out))
     return out

@@ -33,7 +33,8 @@ import numpy as np
 from ..backend import array_module_of, to_xp
 from ..correlate._fft import conj_product, fft_of
 from ..errors import InputError
-from ._peak_math import COMPLEX, edge_differences, fits, surface_argmax, upsampled_peaks
+from ._peak_math import (COMPLEX, edge_differences, fits, phase_cross_power, subtract_smooth,
+                         surface_argmax, upsampled_peaks)
 from ._peaks import peak_index
 
 NORMALIZATIONS = ("phase", None)
@@ -114,9 +115,6 @@ def whiten(product, real_dtype=None):
     return product
 
 
-_CROSS_POWER = {}
-
-
 def cross_power(reference_spectrum, spectrum, phase=False):
     """``spectrum = reference_spectrum * conj(spectrum)`` in place (``reference_spectrum``
     broadcast), divided by its magnitude as :func:`whiten` does when ``phase``; on the GPU one
@@ -132,17 +130,12 @@ def cross_power(reference_spectrum, spectrum, phase=False):
         conj_product(reference_spectrum, spectrum, out=spectrum)
         return whiten(spectrum)
     real = np.dtype(spectrum.real.dtype)
-    kernel = _CROSS_POWER.get(real.name)
-    if kernel is None:
-        kernel = _CROSS_POWER[real.name] = xp.ElementwiseKernel(
-            f"T r, {real.name} floor", "T f", "f = r * conj(f); f = f / max(abs(f), floor);",
-            "xcorr_cross_power_1")
-    kernel(reference_spectrum.astype(spectrum.dtype, copy=False),
-           real.type(100 * np.finfo(real).eps), spectrum)
+    floor = 100 * np.finfo(real).eps
+    ref = reference_spectrum.astype(spectrum.dtype, copy=False)
+    if not phase_cross_power(ref, spectrum, floor):  # other layouts: CuPy's operations
+        conj_product(ref, spectrum, out=spectrum)
+        spectrum /= xp.maximum(xp.abs(spectrum), real.type(floor))
     return spectrum
-
-
-_PERIODIC = {}
 
 
 @functools.lru_cache(maxsize=16)
@@ -211,24 +204,10 @@ def periodic_spectrum(images, spectrum):
         smooth += b[..., :, None] * gb
         spectrum -= smooth
         return spectrum
-    real = {"float32": "float", "float64": "double"}[np.dtype(spectrum.real.dtype).name]
-    kernel = _PERIODIC.get(real)
-    if kernel is None:  # one pass, no full-size temporaries
-        kernel = _PERIODIC[real] = xp.ElementwiseKernel(
-            "raw T a, raw T b, int32 h, int32 w, int32 wk", "T f",
-            f"""
-            const int r = i % wk, q = (i / wk) % h, n = i / (wk * h);
-            const {real} pi = 3.141592653589793;
-            {real} sq, cq, sr, cr;
-            sincos(pi * q / h, &sq, &cq);
-            sincos(pi * r / w, &sr, &cr);
-            const T smooth = a[n * wk + r] * T(2 * sq * sq, -2 * sq * cq) +
-                             b[n * h + q] * T(2 * sr * sr, -2 * sr * cr);
-            const {real} den = -4 * (sq * sq + sr * sr);
-            if (q != 0 || r != 0) f -= smooth / den;
-            """, f"xcorr_periodic_{real}")
-    kernel(xp.ascontiguousarray(a), xp.ascontiguousarray(b), np.int32(h), np.int32(w),
-           np.int32(wk), spectrum)
+    if subtract_smooth(a, b, (h, w), spectrum):  # one pass, no full-size temporaries
+        return spectrum
+    ga, gb = (xp.asarray(g) for g in _periodic_factors(h, w, wk, np.dtype(spectrum.dtype).name))
+    spectrum -= a[..., None, :] * ga + b[..., :, None] * gb  # other layouts: CuPy's operations
     return spectrum
 
 
@@ -390,8 +369,8 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     halves = not xp.iscomplexobj(frames) and (reference_is_fft or not xp.iscomplexobj(reference))
     if halves:
         ref_fft = reference[..., :w // 2 + 1] if reference_is_fft \
-            else fft.rfft2(reference.astype(real))
-        product = fft.rfft2(frames.astype(real)).astype(cplx, copy=False)
+            else fft.rfft2(reference.astype(real, copy=False))
+        product = fft.rfft2(frames.astype(real, copy=False)).astype(cplx, copy=False)
     else:
         ref_fft = reference if reference_is_fft else \
             fft.fft2(reference.astype(cplx if xp.iscomplexobj(reference) else real))

@@ -20,7 +20,9 @@ same order of operations, the same NaN, inf and border rules (see the source's c
 - :func:`wrapped_correlations`: the two correlations of
   :func:`xcorr_app.alignment._template.periodic_frames` (its ``_correlation`` over the pixels
   that did not and did wrap around), without the rolled copy and the masks;
-- :func:`edge_differences`: the edge differences of ``periodic_spectrum``.
+- :func:`edge_differences`, :func:`subtract_smooth`: ``periodic_spectrum``'s edge differences
+  and its subtraction of the smooth component;
+- :func:`phase_cross_power`: ``cross_power`` with ``phase``.
 
 Examples
 --------
@@ -54,8 +56,12 @@ UPSAMPLED_PEAKS = KernelFamily(SOURCE, "upsampled_peaks",
 WRAP_ROWS = KernelFamily(SOURCE, "wrap_row_sums", [(THREADS,)])
 WRAP_TOTALS = KernelFamily(SOURCE, "wrap_totals", [()])
 EDGES = KernelFamily(SOURCE, "edge_differences", [(t,) for t in REAL.values()])
+_PAIRS = [(COMPLEX[np.dtype(c)], REAL[np.dtype(r)])
+          for c, r in ((np.complex64, np.float32), (np.complex128, np.float64))]
+PERIODIC = KernelFamily(SOURCE, "periodic_smooth", _PAIRS)
+PHASE = KernelFamily(SOURCE, "phase_cross_power", _PAIRS)
 _ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
-                                WRAP_ROWS, WRAP_TOTALS, EDGES)
+                                WRAP_ROWS, WRAP_TOTALS, EDGES, PERIODIC, PHASE)
         for args in fam.instantiations]
 #: the kernels compiled together on first use, in two groups: those of single precision (what
 #: the align pipeline launches), and those of double precision (float64 surfaces, complex128
@@ -222,3 +228,52 @@ def wrapped_correlations(frame, reference, shift):
         totals((1,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
     inside, strips = out.get().tolist()
     return inside, strips
+
+
+def _complex_pair(spectrum):
+    dtype = np.dtype(spectrum.dtype)
+    return (COMPLEX[dtype], REAL[np.dtype(spectrum.real.dtype)]) if dtype in COMPLEX else None
+
+
+def subtract_smooth(a, b, shape, spectrum) -> bool:
+    """``periodic_spectrum``'s last step on the GPU: ``spectrum`` (..., H, WK) C-contiguous
+    complex64/complex128 less the smooth component of the edge differences' 1-D FFTs ``a``
+    (..., >= WK, its first WK used) and ``b`` (..., H), of images of ``shape`` (H, W), in place.
+    False (nothing done) where the kernel does not take these arrays."""
+    import cupy as cp
+
+    pair = _complex_pair(spectrum)
+    h, w = shape
+    wk = spectrum.shape[-1]
+    if pair is None or not spectrum.flags.c_contiguous or spectrum.size == 0 \
+            or a.dtype != spectrum.dtype or b.dtype != spectrum.dtype:
+        return False
+    if a.ndim > 2 or (a.ndim == 2 and a.strides[-1] != a.itemsize):
+        a = cp.ascontiguousarray(a)
+    a_stride = a.strides[-2] // a.itemsize if a.ndim == 2 else 0
+    b = cp.ascontiguousarray(b)
+    total = spectrum.size
+    _kernel(PERIODIC, *pair)((min(_blocks(total)[0], MAX_BLOCKS),), (THREADS,),
+                             (a, np.int64(a_stride), b, np.int32(h), np.int32(w), np.int32(wk),
+                              np.int64(total), spectrum))
+    return True
+
+
+def phase_cross_power(reference_spectrum, spectrum, floor) -> bool:
+    """``cross_power(..., phase=True)`` on the GPU: ``spectrum = reference_spectrum *
+    conj(spectrum) / max(|.|, floor)`` in place, ``reference_spectrum`` of the shape of
+    ``spectrum`` or of its trailing axes.  False where the kernel does not take them."""
+    import cupy as cp
+
+    pair = _complex_pair(spectrum)
+    ref = reference_spectrum
+    if pair is None or not spectrum.flags.c_contiguous or spectrum.size == 0 \
+            or ref.dtype != spectrum.dtype or ref.size == 0 \
+            or tuple(ref.shape) != tuple(spectrum.shape[spectrum.ndim - ref.ndim:]):
+        return False
+    ref = cp.ascontiguousarray(ref)
+    total = spectrum.size
+    real = np.dtype(spectrum.real.dtype).type
+    _kernel(PHASE, *pair)((min(_blocks(total)[0], MAX_BLOCKS),), (THREADS,),
+                          (ref, np.int64(ref.size), spectrum, np.int64(total), real(floor)))
+    return True

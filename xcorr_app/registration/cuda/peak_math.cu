@@ -17,7 +17,8 @@
 //  * dft_matrices + upsampled_peaks: _fft_register.refine_peak (upsampled_dft, peak_index,
 //    the shift arithmetic) around cuBLAS matrix products (no compilation).
 //  * wrap_row_sums + wrap_totals: the two masked correlations of _template.periodic_frames.
-//  * edge_differences: _fft_register.periodic_spectrum's edge differences.
+//  * edge_differences, periodic_smooth: _fft_register.periodic_spectrum (its edge differences, the
+//    subtraction of the smooth component); phase_cross_power: _fft_register.cross_power (phase).
 
 #define NO_INDEX 0x7fffffffffffffffLL
 
@@ -482,5 +483,52 @@ __global__ void edge_differences(const T* __restrict__ img, long long n, int h, 
             const long long y = j - w;
             b[f * h + y] = im[y * w + w - 1] - im[y * w];
         }
+    }
+}
+
+// _fft_register.periodic_spectrum: f -= the spectrum of the smooth component, from the 1-D FFTs
+// of the edge differences a (rows n * a_stride + r, r < wk) and b (n * h + q), one element of
+// f (n, h, wk) per step; f[n, 0, 0] is kept (the smooth component has no mean).
+template <typename C, typename R>
+__global__ void periodic_smooth(const C* __restrict__ a, long long a_stride,
+                                const C* __restrict__ b, int h, int w, int wk, long long total,
+                                C* __restrict__ f) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(i % wk), q = (int)((i / wk) % h);
+        const long long n = i / ((long long)wk * h);
+        R sq, cq, sr, cr;  // sincospi: no large-argument reduction (it used a stack frame)
+        sincospi((R)q / h, &sq, &cq);
+        sincospi((R)r / w, &sr, &cr);
+        const C av = a[n * a_stride + r], bv = b[n * h + q];
+        // av * (2 sq^2, -2 sq cq) + bv * (2 sr^2, -2 sr cr), in half angles (no cancellation)
+        const R ar = 2 * sq * sq, ai = -2 * sq * cq, br = 2 * sr * sr, bi = -2 * sr * cr;
+        const R sm_re = (av.x * ar - av.y * ai) + (bv.x * br - bv.y * bi);
+        const R sm_im = (av.x * ai + av.y * ar) + (bv.x * bi + bv.y * br);
+        const R den = -4 * (sq * sq + sr * sr);
+        if (q != 0 || r != 0) {
+            C v = f[i];
+            v.x -= sm_re / den;
+            v.y -= sm_im / den;
+            f[i] = v;
+        }
+    }
+}
+
+// _fft_register.cross_power with phase: f = ref * conj(f), divided by max(|f|, floor); ref is
+// broadcast over the leading axes of f (ref_size elements repeat).
+template <typename C, typename R>
+__global__ void phase_cross_power(const C* __restrict__ ref, long long ref_size,
+                                  C* __restrict__ f, long long total, R floor) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const C r = ref[i % ref_size];
+        C v = f[i];
+        const R re = r.x * v.x + r.y * v.y, im = r.y * v.x - r.x * v.y;
+        const R mag = hypot(re, im);
+        const R d = mag > floor ? mag : floor;
+        v.x = re / d;
+        v.y = im / d;
+        f[i] = v;
     }
 }

@@ -1,0 +1,120 @@
+"""Kernels that ship built (xcorr_app._cuda.shipped): the index, when it applies, and a built
+kernel against the definition."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from xcorr_app._cuda import compile_check, loader, shipped
+
+
+class FakeModule:
+    def __init__(self, path):
+        self.path = path
+
+    def get_function(self, mangled):
+        return (self.path.name, mangled)
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """A folder with an index for the frame statistics' source as the package holds it now."""
+    monkeypatch.setattr(shipped, "_module", lambda path, dev: FakeModule(path))
+    text = loader.read_source("frame_stats.cu")
+    entry = {"digest": shipped.source_digest(text, loader.COMPILE_OPTIONS),
+             "kernels": {"sm_90": {"frame_totals<256>": ["a.cubin", "_Z12frame_totalsILi256EEv"]},
+                         "sm_80": {"frame_totals<256>": ["b.cubin", "_Z12frame_totalsILi256EEv"]}}}
+    shipped.write_index(tmp_path, {"frame_stats.cu": entry})
+    yield tmp_path, text
+    shipped.load_index.cache_clear()
+
+
+def lookup(folder, text, capability=(9, 0), source="frame_stats.cu", exprs=("frame_totals<256>",)):
+    return shipped.shipped_functions(source, text, loader.COMPILE_OPTIONS, list(exprs),
+                                     capability, 0, folder=folder)
+
+
+def test_a_listed_kernel_is_loaded_for_a_gpu_that_runs_it(index):
+    folder, text = index
+    assert lookup(folder, text) == {"frame_totals<256>": ("a.cubin", "_Z12frame_totalsILi256EEv")}
+    assert lookup(folder, text, (9, 0), exprs=["frame_totals<512>"]) == {}  # not built
+    assert lookup(folder, text, (8, 9))["frame_totals<256>"][0] == "b.cubin"  # sm_80 on 8.9
+    assert lookup(folder, text, (7, 5)) == {}  # no cubin this GPU can run
+    assert lookup(folder, text, (10, 0)) == {}
+
+
+def test_an_edited_source_or_the_switch_falls_back_to_nvrtc(index, monkeypatch):
+    folder, text = index
+    assert lookup(folder, text + "\n// edited") == {}
+    assert lookup(folder, text, source="peak_math.cu") == {}
+    monkeypatch.setenv(shipped.ENV, "0")
+    assert lookup(folder, text) == {}
+
+
+def test_no_index_means_nothing_ships(tmp_path):
+    assert shipped.load_index(str(tmp_path)) == {}
+    assert lookup(tmp_path, "x") == {}
+    (tmp_path / shipped.INDEX).write_text("{not json")
+    shipped.load_index.cache_clear()
+    assert shipped.load_index(str(tmp_path)) == {}
+    shipped.load_index.cache_clear()
+
+
+@pytest.mark.parametrize("demangled,expr", [
+    ("void frame_row_stats<unsigned char, true, 256>(unsigned char const*, float*)",
+     "frame_row_stats<unsigned char, true, 256>"),
+    ("void k<4u, 8>(float*)", "k<4, 8>"),
+    ("im2win_transform", "im2win_transform"),
+])
+def test_demangled_names_match_name_expressions(demangled, expr):
+    assert shipped.expression_of(demangled) == shipped.normalized(expr)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_keep_indexes_every_instantiation(tmp_path):
+    from xcorr_app.correlate._fft import CONJ_PRODUCT, FFT_CROP, FFT_PAD
+
+    families = [CONJ_PRODUCT, FFT_PAD, FFT_CROP]
+    assert compile_check.check(families=families, keep=tmp_path) == 0
+    index = json.loads((tmp_path / shipped.INDEX).read_text())
+    entry = index["sources"]["fft_steps.cu"]
+    assert entry["digest"] == shipped.source_digest(loader.read_source("fft_steps.cu"),
+                                                    loader.COMPILE_OPTIONS)
+    table = entry["kernels"]["sm_90"]
+    assert set(table) == {shipped.normalized(e) for f in families for e in f.expressions()}
+    for cubin, mangled in table.values():
+        assert (tmp_path / cubin).is_file() and mangled.startswith("_Z")
+    with pytest.raises(ValueError, match="no kdir"):
+        compile_check.check(kdir=tmp_path, keep=tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_shipped_kernel_computes_what_nvrtc_s_does(tmp_path, rng):
+    """conj_product loaded from a cubin built by nvcc, against NumPy (outputs poisoned)."""
+    import cupy as cp
+
+    from xcorr_app.correlate._fft import CONJ_PRODUCT
+
+    assert compile_check.check(families=[CONJ_PRODUCT], keep=tmp_path) == 0
+    cc = cp.cuda.Device().compute_capability
+    shipped.load_index.cache_clear()
+    fns = shipped.shipped_functions("fft_steps.cu", loader.read_source("fft_steps.cu"),
+                                    loader.COMPILE_OPTIONS, ["conj_product<float, unsigned int>"],
+                                    (int(cc[:-1]), int(cc[-1])), cp.cuda.Device().id,
+                                    folder=tmp_path)
+    shipped.load_index.cache_clear()
+    if cc[:-1] != "9":
+        assert fns == {}
+        return
+    fn = fns["conj_product<float, unsigned int>"]
+    left = (rng.standard_normal((3, 5, 7)) + 1j * rng.standard_normal((3, 5, 7))).astype(np.complex64)
+    right = (rng.standard_normal((3, 5, 7)) + 1j * rng.standard_normal((3, 5, 7))).astype(np.complex64)
+    out = cp.full(left.shape, np.nan, np.complex64)
+    u = np.uint32
+    # batch axes (1, 3) of planes of 35: strides (0, 35) for both operands
+    fn((1,), (128,), (cp.asarray(left), cp.asarray(right), out, u(3), u(35), u(105),
+                      u(0), u(35), u(0), u(35)))
+    np.testing.assert_allclose(out.get(), left * np.conj(right), rtol=1e-6, atol=1e-6)

@@ -1,0 +1,128 @@
+"""Kernels that ship built: cubins compiled by ``nvcc`` when the package was built.
+
+A first run on a fresh machine otherwise compiles every kernel it launches with NVRTC (0.15-0.5
+s each).  CI's compile check (:mod:`xcorr_app._cuda.compile_check`) compiles every registered
+instantiation with ``nvcc -cubin`` anyway; with ``--keep DIR`` it keeps those cubins and writes
+:data:`INDEX` (for each source: the digest of the text it compiled, and for each instantiation
+its cubin and mangled name), and the wheel carries them in ``xcorr_app/_cuda/built/``.  Where
+nvcc is installed, ``python -m xcorr_app._cuda.compile_check --keep`` builds them in place for a
+source checkout (the "install time" build).
+
+:func:`shipped_functions` is what :func:`xcorr_app._cuda.loader.compile_together` asks first:
+a kernel is loaded from a shipped cubin when the index lists it for an architecture the GPU can
+run (the same major version, a minor version no higher than the GPU's: a ``sm_90`` cubin runs
+on every compute capability 9.x) and the source text it was built from is the text the package
+holds now (an edited source or ``$XCORR_KERNEL_DIR`` falls back to NVRTC).  Set
+``XCORR_SHIPPED_KERNELS=0`` to compile everything with NVRTC instead.
+
+Examples
+--------
+>>> usable_arch(["sm_80", "sm_90"], (9, 0)), usable_arch(["sm_80"], (8, 9)), usable_arch(["sm_90"], (8, 6))
+('sm_90', 'sm_80', None)
+>>> expression_of("void zncc_peaks<false, true, 256>(float const*, int)")
+'zncc_peaks<false,true,256>'
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+#: where the built kernels live inside the package
+BUILT_DIR = Path(__file__).resolve().parent / "built"
+INDEX = "index.json"
+ENV = "XCORR_SHIPPED_KERNELS"
+_UNSIGNED = re.compile(r"\b(\d+)u\b")
+
+_MODULES: dict = {}
+
+
+def source_digest(text: str, options) -> str:
+    """What a cubin was built from: the source text (headers' digest included, as
+    :func:`~xcorr_app._cuda.loader.read_source` returns it) and the compiler options."""
+    return hashlib.sha256((text + "\0" + " ".join(options)).encode()).hexdigest()[:24]
+
+
+def expression_of(demangled: str) -> str:
+    """The name expression of a demangled kernel name, spaces and ``u`` suffixes dropped
+    (``void k<1u, true>(float*)`` -> ``k<1,true>``): the form :func:`normalized` compares."""
+    name = demangled.split("(", 1)[0].strip()
+    if name.startswith("void "):
+        name = name[5:]
+    return normalized(name)
+
+
+def normalized(expression: str) -> str:
+    return _UNSIGNED.sub(r"\1", expression.replace(" ", ""))
+
+
+def usable_arch(archs, capability) -> str | None:
+    """The architecture among ``archs`` (``"sm_XY"``) whose cubins run on a GPU of compute
+    capability ``(major, minor)``: same major, the highest minor not above the GPU's."""
+    major, minor = capability
+    fits = [a for a in archs if a.startswith("sm_") and a[3:].isdigit()
+            and int(a[3:]) // 10 == major and int(a[3:]) % 10 <= minor]
+    return max(fits, key=lambda a: int(a[3:]), default=None)
+
+
+@functools.lru_cache(maxsize=1)
+def load_index(folder: str = str(BUILT_DIR)) -> dict:
+    """The index of the built kernels in ``folder`` (empty when none ship)."""
+    try:
+        return json.loads((Path(folder) / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_now(source: str, text: str, options: tuple) -> str:
+    return source_digest(text, options)
+
+
+def shipped_functions(source: str, text: str, options, expressions, capability, device_id,
+                      folder: Path = BUILT_DIR) -> dict:
+    """``{expression: function}`` for those of ``expressions`` (of the source ``source``, whose
+    text and options are ``text``/``options`` now) that ship built for this GPU; empty when none
+    do, or when ``XCORR_SHIPPED_KERNELS=0``."""
+    if os.environ.get(ENV, "1") == "0":
+        return {}
+    entry = load_index(str(folder)).get("sources", {}).get(source)
+    if not entry or entry.get("digest") != _digest_now(source, text, tuple(options)):
+        return {}
+    arch = usable_arch(entry.get("kernels", {}), capability)
+    if arch is None:
+        return {}
+    table = entry["kernels"][arch]
+    found = {}
+    for expr in expressions:
+        hit = table.get(normalized(expr))
+        if hit is None:
+            continue
+        cubin, mangled = hit
+        found[expr] = _module(folder / cubin, device_id).get_function(mangled)
+    return found
+
+
+def _module(path: Path, device_id):
+    import cupy
+
+    key = (str(path), device_id)
+    mod = _MODULES.get(key)
+    if mod is None:
+        mod = _MODULES[key] = cupy.RawModule(path=str(path))
+    return mod
+
+
+def write_index(folder: Path, sources: dict) -> Path:
+    """Write :data:`INDEX` into ``folder`` (through a temporary name): ``sources`` maps a
+    source name to ``{"digest": ..., "kernels": {arch: {expression: [cubin, mangled]}}}``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (INDEX + ".tmp")
+    tmp.write_text(json.dumps({"version": 1, "sources": sources}, indent=1, sort_keys=True))
+    os.replace(tmp, folder / INDEX)
+    load_index.cache_clear()
+    return folder / INDEX

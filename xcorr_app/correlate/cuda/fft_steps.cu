@@ -1,0 +1,63 @@
+// The element-wise steps of the GPU fft plan (correlate/_fft.py), as kernels of ours so that
+// they ship built (_cuda/shipped.py) instead of compiling as CuPy ElementwiseKernels on a
+// first run: the zero padding before rfft2, the conjugate product of the spectra, the crop of
+// the circular correlation.  I is the element index type: unsigned int while the arrays
+// allow (a 64-bit division per element is an emulated subroutine), else unsigned long long.
+//
+//  * conj_product: out[b0, b1, j] = left[b0, b1, j] * conj(right[b0, b1, j]) over batch axes
+//    (n0, n1) of planes of p elements, each operand's batch strides in elements (0 where it
+//    broadcasts); out may be right (read before written by the same thread).
+//  * fft_pad:  padded[b, y, x] = a[b, y, x] inside the (h, w) matrices, else 0.
+//  * fft_crop: out[b, y, x] = circ[b, (y + oy) mod fy, (x + ox) mod fx] where the shift has an
+//    overlap (y_lo <= y < y_hi, x_lo <= x < x_hi), else 0.
+
+template <typename R> struct Complex;
+template <> struct Complex<float> { typedef float2 type; };
+template <> struct Complex<double> { typedef double2 type; };
+
+template <typename R, typename I>
+__global__ void conj_product(const typename Complex<R>::type* __restrict__ left,
+                             const typename Complex<R>::type* right,
+                             typename Complex<R>::type* out, I n1, I p, I total,
+                             I ls0, I ls1, I rs0, I rs1) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (I)gridDim.x * blockDim.x) {
+        const I plane = i / p, j = i - plane * p;
+        const I b0 = plane / n1, b1 = plane - b0 * n1;
+        const typename Complex<R>::type l = left[b0 * ls0 + b1 * ls1 + j];
+        const typename Complex<R>::type r = right[b0 * rs0 + b1 * rs1 + j];
+        typename Complex<R>::type o;
+        o.x = l.x * r.x + l.y * r.y;  // (a + ib)(c - id) = (ac + bd) + i(bc - ad)
+        o.y = l.y * r.x - l.x * r.y;
+        out[i] = o;
+    }
+}
+
+template <typename I>
+__global__ void fft_pad(const float* __restrict__ a, int h, int w, int fy, int fx, I total,
+                        float* __restrict__ padded) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (I)gridDim.x * blockDim.x) {
+        const int x = (int)(i % (I)fx);
+        const I t = i / (I)fx;
+        const int y = (int)(t % (I)fy);
+        const I b = t / (I)fy;
+        padded[i] = (y < h && x < w) ? a[(b * (I)h + (I)y) * (I)w + (I)x] : 0.0f;
+    }
+}
+
+template <typename I>
+__global__ void fft_crop(const float* __restrict__ circ, int fy, int fx, int ho, int wo, int oy,
+                         int ox, int y_lo, int y_hi, int x_lo, int x_hi, I total,
+                         float* __restrict__ out) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (I)gridDim.x * blockDim.x) {
+        const int x = (int)(i % (I)wo);
+        const I t = i / (I)wo;
+        const int y = (int)(t % (I)ho);
+        const I b = t / (I)ho;
+        const int sy = (y + oy) % fy, sx = (x + ox) % fx;
+        const bool valid = y >= y_lo && y < y_hi && x >= x_lo && x < x_hi;
+        out[i] = valid ? circ[(b * (I)fy + (I)sy) * (I)fx + (I)sx] : 0.0f;
+    }
+}
