@@ -118,3 +118,11 @@ def test_a_shipped_kernel_computes_what_nvrtc_s_does(tmp_path, rng):
     fn((1,), (128,), (cp.asarray(left), cp.asarray(right), out, u(3), u(35), u(105),
                       u(0), u(35), u(0), u(35)))
     np.testing.assert_allclose(out.get(), left * np.conj(right), rtol=1e-6, atol=1e-6)
+
+
+def test_demangling_without_a_demangler_program():
+    """A toolkit without cu++filt on a host without binutils (the device machines): libstdc++
+    demangles; a name it cannot read stays as it is."""
+    got = compile_check._cxa_demangle("_Z15frame_row_statsIhLb1ELi256EEvPKT_PfPdPiii")
+    assert shipped.expression_of(got) == shipped.normalized("frame_row_stats<unsigned char, true, 256>")
+    assert compile_check._cxa_demangle("im2win_transform") == "im2win_transform"

@@ -51,11 +51,41 @@ def parse_resource_usage(text: str) -> dict:
 
 
 def demangle(names):
-    tool = shutil.which("cu++filt") or shutil.which("c++filt")
-    if not tool or not names:
-        return {n: n for n in names}
-    out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True).stdout
-    return dict(zip(names, out.splitlines()))
+    """``{mangled: demangled}``: by ``cu++filt`` (beside nvcc or on the PATH), ``c++filt``, or
+    libstdc++'s ``__cxa_demangle`` (a toolkit without cu++filt on a host without binutils);
+    names none of them can read stay as they are."""
+    if not names:
+        return {}
+    nvcc = shutil.which("nvcc")
+    beside = Path(nvcc).resolve().parent / "cu++filt" if nvcc else None
+    tool = (str(beside) if beside is not None and beside.is_file() else None) \
+        or shutil.which("cu++filt") or shutil.which("c++filt")
+    if tool:
+        out = subprocess.run([tool], input="\n".join(names), capture_output=True,
+                             text=True).stdout.splitlines()
+        if len(out) == len(names):
+            return dict(zip(names, out))
+    return {n: _cxa_demangle(n) for n in names}
+
+
+def _cxa_demangle(name: str) -> str:
+    import ctypes
+    import ctypes.util
+
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        fn = lib.__cxa_demangle
+    except (OSError, AttributeError):
+        return name
+    fn.restype = ctypes.c_void_p
+    status = ctypes.c_int()
+    ptr = fn(name.encode(), None, None, ctypes.byref(status))
+    if not ptr or status.value != 0:
+        return name
+    try:
+        return ctypes.string_at(ptr).decode()
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
 
 
 def translation_unit(source: str, expressions) -> str:
