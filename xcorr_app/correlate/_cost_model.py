@@ -28,8 +28,8 @@ dimensionless rates and carry over between GPUs of one architecture):
 
 The few-pair kernel (``small``, not in the calibration data) is modelled analytically: its
 ``chain`` is the cycles of the busiest SM (:func:`small_cycles`) and its coefficients are set
-by hand (``launch``: the host's cost of one launch without a memset, as fitted for the other
-direct kernels; ``chain``: 1).
+by hand (``launch``: the one fitted for ``warp_per_shift``, whose call is the same one launch
+without a memset; ``chain`` and ``bytes``: 1, the features' own units).
 
 A GPU whose compute capability has no coefficients uses :data:`GENERIC` (the features already
 scale by its SM count, clock and memory bandwidth, from CuPy's device attributes).
