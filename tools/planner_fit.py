@@ -2,9 +2,9 @@
 
 Reads what ``tools/planner_data.py`` wrote on a GPU (default ``tools/planner_data_h100.json``),
 fits per method family the non-negative coefficients of the model's features by least squares
-on relative errors (every candidate weighs the same: :data:`NEAR_WEIGHT`), writes them into ``xcorr_app/correlate/data/cost_model.json``
-under the device's compute capability (the first architecture fitted is also the generic
-fallback), and prints per problem the plan the model picks among the measured candidates, its
+on relative errors (every candidate weighs the same: :data:`NEAR_WEIGHT`), writes them into
+``xcorr_app/correlate/data/cost_model.json`` under the device's compute capability (the first
+architecture fitted is also the generic fallback; families without data keep theirs), and prints per problem the plan the model picks among the measured candidates, its
 measured time and the ratio to the fastest measured.
 
 Usage: ``python tools/planner_fit.py [DATA.json] [--dry-run]`` (CPU only; needs SciPy).

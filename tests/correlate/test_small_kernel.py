@@ -228,3 +228,15 @@ def test_auto_picks_small_for_one_small_pair(rng):
     assert plan.method.method == "small", plan
     got = cross_correlate(a, b, device="gpu")
     assert rel_error(got.get(), definition(a.get(), b.get(), "one_to_one", None)) <= 1e-5
+    # many: the same kernel for a few pairs, the planner's batch kernel for many
+    for n, small_kernel in ((3, True), (64, False)):
+        la, rb = inputs(rng, (n, 48, 48), (n, 48, 48), cp)
+        got = plan.many(la, rb, poisoned(cp, (n,) + plan.out_shape))
+        assert (plan._many[n].method.method == "small") == small_kernel, plan._many[n]
+        want = np.stack([definition(la[i].get(), rb[i].get(), "one_to_one", None)
+                         for i in range(n)])
+        assert rel_error(got.get(), want) <= 1e-5
+    # a plan made for the kernel by name keeps it for any batch
+    named = correlation_plan((48, 48), (48, 48), device="gpu", method="small")
+    named.many(*inputs(rng, (64, 48, 48), (64, 48, 48), cp))
+    assert named._many[64].method.method == "small"

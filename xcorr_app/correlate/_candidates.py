@@ -4,8 +4,8 @@ The planner (:mod:`xcorr_app.correlate._planner`) ranks these by its cost model,
 them (:mod:`xcorr_app.correlate._measure`); the lists are the same either way.  First stage:
 the FFT, the overlap baseline, warp-per-shift (small matrices), the register-tiled kernels
 (column strip; lane per pair for many right matrices), the tensor-core kernel, the few-pair
-kernel (at most 8 results) and every warp-shuffle variant that fits; then, for the best warp-shuffle variants, their work
-distributions (:func:`distribution_candidates`).
+kernel (at most 8 results) and every warp-shuffle variant that fits; then, for the best
+warp-shuffle variants, their work distributions (:func:`distribution_candidates`).
 
 Examples
 --------

@@ -63,7 +63,8 @@ from ._work_distribution import MAX_BLOCK_WARPS, schedule
 
 __all__ = ["FEATURES", "FAMILIES", "GENERIC", "RESIDENT_WARPS", "features", "predict", "rank",
            "combine",
-           "useful_macs", "small_cycles", "coefficients", "device_attributes", "data_path", "model_info"]
+           "useful_macs", "small_cycles", "coefficients", "device_attributes", "data_path",
+           "model_info"]
 
 FEATURES = ("launch", "extra", "work", "loads_a", "loads_b", "atomics", "partials", "chain",
             "bytes")
