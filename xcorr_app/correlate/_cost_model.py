@@ -238,8 +238,8 @@ def small_cycles(plan, lay, max_shift, sm_count) -> tuple:
     ``4 * tile_y + 5`` instructions per right row (4 FMAs per y-shift; 4 left loads and one
     right float4 from shared memory) and 4 loads per row of the window's start; they are
     bound by the SM's 4 schedulers, by its shared-memory pipe (one warp-wide load a cycle)
-    or, for a lone warp, by its chains of 4 dependent FMAs (16 cycles a row).  The blocks of
-    every result share the SMs."""
+    or by a warp's own instructions (its sums have independent chains: ``tile_y`` of them, or 4
+    per sum below 4).  The blocks of every result share the SMs."""
     ty, warps = plan.tile_y, max(1, plan.row_splits)
     rows, quads = _small_tiles(lay, max_shift, ty)
     rows, quads = rows[:, None], quads[None, :]  # blocks: tile rows x tile columns
@@ -248,7 +248,7 @@ def small_cycles(plan, lay, max_shift, sm_count) -> tuple:
     chunk = _up(rows, warps)
     active = np.where(chunk > 0, _up(rows, np.maximum(chunk, 1)), 0)
     per_step = 4 * ty + 5
-    warp_cycles = quads * (chunk * max(per_step, 16) + 4 * (ty - 1))
+    warp_cycles = quads * (chunk * per_step + 4 * (ty - 1))
     issue = quads * (rows * per_step + active * 4 * (ty - 1))
     loads = quads * (rows * 5 + active * 4 * (ty - 1))
     sums = np.maximum(loads, issue / 4)

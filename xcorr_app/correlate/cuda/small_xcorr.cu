@@ -70,9 +70,14 @@ small_xcorr(const float* __restrict__ left, const float* __restrict__ right,
         }
         __syncthreads();
 
-        float acc[TY];
+        // With TY < 4 each sum is split over the quad's 4 columns: TY chains of 4 dependent
+        // FMAs a row would leave a lone warp waiting on the FMA latency.
+        constexpr int SPLIT = TY < 4 ? 4 : 1;
+        float acc[TY][SPLIT];
 #pragma unroll
-        for (int i = 0; i < TY; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < TY; ++i)
+#pragma unroll
+            for (int s = 0; s < SPLIT; ++s) acc[i][s] = 0.0f;
         for (int q = 0; q < n_quads && wy0 < wy1; ++q) {
             // s_left[(yy + i) * l_cols + 4q + s + lane]: shift row i, column s of the quad
             const float* lq = s_left + 4 * q + lane;
@@ -94,7 +99,7 @@ small_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                 for (int i = 0; i < TY; ++i)
 #pragma unroll
                     for (int s = 0; s < 4; ++s)
-                        acc[i] = fmaf(win[(i + st) % TY][s], r[s], acc[i]);
+                        acc[i][s % SPLIT] = fmaf(win[(i + st) % TY][s], r[s], acc[i][s % SPLIT]);
             };
             int yy = wy0;
             for (; yy + TY <= wy1; yy += TY) {  // whole groups: no test between the steps
@@ -109,7 +114,12 @@ small_xcorr(const float* __restrict__ left, const float* __restrict__ right,
         }
         __syncthreads();  // every warp is done with the staged inputs: reuse them for the sums
 #pragma unroll
-        for (int i = 0; i < TY; ++i) s_all[(warp * TY + i) * 32 + lane] = acc[i];
+        for (int i = 0; i < TY; ++i) {
+            float v = acc[i][0];
+#pragma unroll
+            for (int s = 1; s < SPLIT; ++s) v += acc[i][s];
+            s_all[(warp * TY + i) * 32 + lane] = v;
+        }
         __syncthreads();
         for (int e = tid; e < TY * 32; e += n_threads) {
             float v = 0.0f;
