@@ -88,6 +88,9 @@ def test_plan_string_and_bad_parameters():
                         ({"tile_y": 4, "row_splits": 0}, "row_splits")]:
         with pytest.raises(InputError, match=msg):
             small.configure_small("one_to_one", (8, 8), (8, 8), None, params)
+    with pytest.raises(InputError, match="KiB of shared memory per block"):  # an H100's 227
+        small.configure_small("one_to_one", (300, 300), (300, 300), None,
+                              {"tile_y": 4, "row_splits": 8})
 
 
 @pytest.mark.parametrize("lshape,rshape,bound", [((64, 64), (64, 64), None),

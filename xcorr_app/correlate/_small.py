@@ -31,6 +31,7 @@ from ._forms import FORMS, FORM_IDS
 from ._overlap import MAX_GRID_Z
 from ._shifts import output_shape
 from ._warp_shuffle import geometry, launch
+from .._cuda.device import device_limits
 from .._cuda.loader import KernelFamily
 
 __all__ = ["SMALL", "TILES", "WARPS", "MAX_RESULTS", "MAX_SHARED", "shared_bytes",
@@ -72,6 +73,10 @@ def configure_small(form, left_shape, right_shape, max_shift, params):
     if lay.n_results == 0:
         return None, None, None, (), 0, True, out_shape
     smem = shared_bytes(lay.right_shape, ty, warps)
+    limit = device_limits().shared_per_block
+    if smem > limit:
+        raise InputError(f"right matrices of {lay.right_shape} need {smem // 1024} KiB of shared "
+                         f"memory per block in the small kernel; this GPU has {limit // 1024} KiB")
     if -(-ho // ty) > MAX_GRID_Y:
         raise InputError(f"{ho} rows of shifts are too many for the small kernel")
     i32 = np.int32
