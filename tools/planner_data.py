@@ -33,7 +33,8 @@ FAMILIES = (("xcorr_app.correlate._overlap", "OVERLAP"),
             ("xcorr_app.correlate._tiled", "TILED"),
             ("xcorr_app.correlate._tiled", "PAIR_TILED"),
             ("xcorr_app.correlate._tiled", "ARRANGE_RIGHTS"),
-            ("xcorr_app.correlate._mma", "MMA"))
+            ("xcorr_app.correlate._mma", "MMA"),
+            ("xcorr_app.correlate._small", "SMALL"))
 #: a candidate whose first run is this much slower than the best is timed once only
 REJECT = 4.0
 #: wall seconds per problem after which its remaining candidates are skipped

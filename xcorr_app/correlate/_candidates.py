@@ -3,9 +3,9 @@
 The planner (:mod:`xcorr_app.correlate._planner`) ranks these by its cost model, or measures
 them (:mod:`xcorr_app.correlate._measure`); the lists are the same either way.  First stage:
 the FFT, the overlap baseline, warp-per-shift (small matrices), the register-tiled kernels
-(column strip; lane per pair for many right matrices), the tensor-core kernel and every
-warp-shuffle variant that fits; then, for the best warp-shuffle variants, their work
-distributions (:func:`distribution_candidates`).
+(column strip; lane per pair for many right matrices), the tensor-core kernel, the few-pair
+kernel (at most 8 results) and every warp-shuffle variant that fits; then, for the best
+warp-shuffle variants, their work distributions (:func:`distribution_candidates`).
 
 Examples
 --------
@@ -26,7 +26,7 @@ from ._plans import Plan
 from ._shifts import first_shift, output_shape
 
 __all__ = ["candidates", "tiled_candidates", "pair_tiled_candidates", "mma_candidates",
-           "distribution_candidates", "rule_plan", "plan_fits", "sm_count_of_device",
+           "small_plans", "distribution_candidates", "rule_plan", "plan_fits", "sm_count_of_device",
            "TARGET_WARPS_PER_SM"]
 
 #: warps per SM the distribution sizes aim for (4 blocks of 4 warps each, x 4 for latency)
@@ -62,6 +62,7 @@ def candidates(lay, max_shift, sm_count=None) -> list:
     plans += tiled_candidates(lay, max_shift, sm_count or sm_count_of_device())
     plans += pair_tiled_candidates(lay, max_shift, sm_count or sm_count_of_device())
     plans += mma_candidates(lay, max_shift, sm_count=sm_count)
+    plans += small_plans(lay, max_shift)
     for v in VARIANTS[lay.form]:
         if _fits(v, lay, ho):
             lefts, rights, shifts, left_rows = v
@@ -138,6 +139,14 @@ def mma_candidates(lay, max_shift, limit=None, sm_count=None) -> list:
     return plans
 
 
+def small_plans(lay, max_shift) -> list:
+    """Few-pair plans (:func:`xcorr_app.correlate._small.small_candidates`: at most
+    :data:`~xcorr_app.correlate._small.MAX_RESULTS` results, small right matrices)."""
+    from ._small import small_candidates
+
+    return [Plan("small", tile_y=ty, row_splits=w) for ty, w in small_candidates(lay, max_shift)]
+
+
 def distribution_candidates(plan: Plan, lay, max_shift, sm_count: int) -> list:
     """Rectangle and triangle versions of a warp-shuffle plan, with task sizes that give the
     GPU about :data:`TARGET_WARPS_PER_SM` warps per SM (and a quarter of that size), and block
@@ -179,6 +188,10 @@ def plan_fits(plan: Plan, lay) -> bool:
     batch size must satisfy before it is reused (counts of left and right matrices; the
     frame shapes and bound are the same by the decision's key)."""
     m = max(1, lay.m)
+    if plan.method == "small":  # runs any count, but loses to the batch kernels beyond a few
+        from ._small import MAX_RESULTS
+
+        return lay.n_results <= MAX_RESULTS
     if plan.method in ("mma", "pair_tiled"):
         return lay.form != "one_to_one" and lay.m >= 8
     if plan.method in ("warp_shuffle", "tiled"):

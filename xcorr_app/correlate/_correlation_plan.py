@@ -13,13 +13,11 @@ output-shape arithmetic, nothing allocated but the output when none is given.
 * :meth:`CorrelationPlan.many`: N independent problems of the plan's shapes in one launch
   where the form allows it (``one_to_one``, ``one_to_many`` and ``n_to_mn`` problems are one
   ``n_to_mn`` problem), else a loop;
-* :meth:`CorrelationPlan.graph`: the launch recorded once in a CUDA graph bound to fixed
-  buffers (:class:`~xcorr_app.correlate._plan_graph.CorrelationGraph`), replayed after new data
-  is copied into them.
+* :meth:`CorrelationPlan.graph`: the launch recorded in a CUDA graph bound to fixed buffers
+  (:class:`~xcorr_app.correlate._plan_graph.CorrelationGraph`), replayed on new data in them.
 
 :func:`xcorr_app.cross_correlate` keeps the plans of its last problems
-(:mod:`xcorr_app.correlate._plan_cache`), so every caller skips the planning and the
-configuration.
+(:mod:`xcorr_app.correlate._plan_cache`): every caller skips planning and configuring.
 
 Examples
 --------
@@ -44,6 +42,7 @@ import numpy as np
 
 from ..backend import resolve_device
 from ..errors import InputError
+from ._candidates import plan_fits
 from ._direct import direct_is_small
 from ._forms import form_layout
 from ._overlap import c_contiguous
@@ -150,12 +149,12 @@ class CorrelationPlan:
         self.right_shape = _shape(right_shape, "right_shape")
         lay = form_layout(form, self.left_shape, self.right_shape)
         self.form, self.layout = form, lay
-        self.max_shift = normalize_max_shift(max_shift)
-        self.dtype = _dtype(dtype)
+        self.max_shift, self.dtype = normalize_max_shift(max_shift), _dtype(dtype)
         self.device = resolve_device(device)
         plan = None if method is None or (isinstance(method, str) and method == "auto") \
             else Plan.parse(method)
         check_method_device(plan, self.device)
+        self._auto = plan is None  # the planner's choice (else the caller's)
         self.out_shape = lay.batch_shape + output_shape(lay.left_shape, lay.right_shape,
                                                         self.max_shift)
         self.device_id = None
@@ -362,9 +361,9 @@ class CorrelationPlan:
 
         ``lefts`` is ``(N,) + left_shape`` and ``rights`` ``(N,) + right_shape``; the result
         is ``(N,) + out_shape``, the same as ``N`` calls.  ``one_to_one``, ``one_to_many`` and
-        ``n_to_mn`` problems run as one ``n_to_mn`` problem (one launch, with the plan's kernel
-        where it runs that form, else the planner's choice for the batch; a plan is made once
-        per ``N``); ``n_to_m`` problems run one call each.  ``out`` and ``stream`` as a call.
+        ``n_to_mn`` problems run as one ``n_to_mn`` problem (one launch, the plan's kernel where
+        it runs and suits the batch, else the planner's; a plan is made once per ``N``);
+        ``n_to_m`` problems run one call each.  ``out`` and ``stream`` as a call.
 
         Examples
         --------
@@ -415,9 +414,11 @@ class CorrelationPlan:
         (h, w), (hr, wr) = self.layout.left_shape, self.layout.right_shape
         groups = n * self.layout.n_left  # left matrices in all
         shapes = ((groups, h, w), (groups, self.layout.m, hr, wr))
+        auto = self._auto and not plan_fits(self.method, form_layout("n_to_mn", *shapes))
+        method = "auto" if auto else self.method  # the few-pair kernel is not one for many
         try:
             return CorrelationPlan(*shapes, "n_to_mn", self.max_shift, self.dtype,
-                                   self.device, self.method)
+                                   self.device, method)
         except InputError:  # the kernel cannot run this batch: the planner's choice
             return CorrelationPlan(*shapes, "n_to_mn", self.max_shift, self.dtype,
                                    self.device, "auto")

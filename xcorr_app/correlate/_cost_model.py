@@ -26,6 +26,11 @@ dimensionless rates and carry over between GPUs of one architecture):
     bytes read and written (inputs, outputs; the FFT's padded spectra) over the memory
     bandwidth.
 
+The few-pair kernel (``small``, not in the calibration data) is modelled analytically: its
+``chain`` is the cycles of the busiest SM (:func:`small_cycles`) and its coefficients are set
+by hand (``launch``: the one fitted for ``warp_per_shift``, whose call is the same one launch
+without a memset; ``chain`` and ``bytes``: 1, the features' own units).
+
 A GPU whose compute capability has no coefficients uses :data:`GENERIC` (the features already
 scale by its SM count, clock and memory bandwidth, from CuPy's device attributes).
 
@@ -58,12 +63,14 @@ from ._work_distribution import MAX_BLOCK_WARPS, schedule
 
 __all__ = ["FEATURES", "FAMILIES", "GENERIC", "RESIDENT_WARPS", "features", "predict", "rank",
            "combine",
-           "useful_macs", "coefficients", "device_attributes", "data_path", "model_info"]
+           "useful_macs", "small_cycles", "coefficients", "device_attributes", "data_path",
+           "model_info"]
 
 FEATURES = ("launch", "extra", "work", "loads_a", "loads_b", "atomics", "partials", "chain",
             "bytes")
 #: method families, each with its own coefficients
-FAMILIES = ("fft", "overlap", "warp_per_shift", "warp_shuffle", "tiled", "pair_tiled", "mma")
+FAMILIES = ("fft", "overlap", "warp_per_shift", "warp_shuffle", "tiled", "pair_tiled", "mma",
+            "small")
 #: the architecture whose coefficients serve a GPU without its own
 GENERIC = "generic"
 #: warps resident on one SM that the ``chain`` feature's waves count
@@ -209,6 +216,51 @@ def _kernel_terms(plan, lay, max_shift):
     raise ValueError(f"no cost model for method {p.method!r}")
 
 
+def _small_tiles(lay, max_shift, ty):
+    """Per tile row and per tile column of the few-pair kernel: the right rows and the
+    column quads its block stages (``n_rows`` and ``n_quads`` of ``cuda/small_xcorr.cu``)."""
+    (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
+    ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
+    ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)
+    ky = ky0 + ty * np.arange(_up(ho, ty))
+    rows = np.minimum(rh, lh - ky) - np.maximum(0, -(ky + ty - 1))
+    kx = kx0 + 32 * np.arange(_up(wo, 32))
+    x_begin = np.maximum(0, -(kx + 31)) & ~3
+    cols = np.minimum(rw, lw - kx) - x_begin
+    return np.maximum(rows, 0), np.where(cols > 0, (cols + 3) // 4, 0)
+
+
+def small_cycles(plan, lay, max_shift, sm_count) -> tuple:
+    """``(lane FMAs, cycles of the busiest SM)`` of a few-pair plan, from the kernel's loops.
+
+    Per block: the staging (an L2 round trip, then about 16 instructions per staged float
+    and warp), the sums and the reduction.  The sums take per warp and quad of columns
+    ``4 * tile_y + 5`` instructions per right row (4 FMAs per y-shift; 4 left loads and one
+    right float4 from shared memory) and 4 loads per row of the window's start; they are
+    bound by the SM's 4 schedulers, by its shared-memory pipe (one warp-wide load a cycle)
+    or by a warp's own instructions (its sums have independent chains: ``tile_y`` of them, or 4
+    per sum below 4).  The blocks of every result share the SMs."""
+    ty, warps = plan.tile_y, max(1, plan.row_splits)
+    rows, quads = _small_tiles(lay, max_shift, ty)
+    rows, quads = rows[:, None], quads[None, :]  # blocks: tile rows x tile columns
+    live = (rows > 0) & (quads > 0)
+    rows, quads = np.where(live, rows, 0), np.where(live, quads, 0)
+    chunk = _up(rows, warps)
+    active = np.where(chunk > 0, _up(rows, np.maximum(chunk, 1)), 0)
+    per_step = 4 * ty + 5
+    warp_cycles = quads * (chunk * per_step + 4 * (ty - 1))
+    issue = quads * (rows * per_step + active * 4 * (ty - 1))
+    loads = quads * (rows * 5 + active * 4 * (ty - 1))
+    sums = np.maximum(loads, issue / 4)
+    staged = rows * 4 * quads + np.where(live, rows + ty - 1, 0) * (4 * quads + 31)
+    stage_issue = staged * 16 / 32
+    block = 600 + stage_issue / min(4, warps) + np.maximum(warp_cycles, sums) + 100 + 8 * warps
+    busy = sums + stage_issue / 4
+    n = lay.n_results
+    cycles = max(float(block.max()), float(busy.sum()) * n / sm_count)
+    return int((quads * rows).sum()) * 4 * ty * 32 * n, cycles
+
+
 def features(plan, lay, max_shift, dev) -> tuple:
     """``(family, feature vector)`` of ``plan`` on a problem (a
     :class:`~xcorr_app.correlate._forms.FormLayout` and its ``max_shift``) and a device
@@ -229,6 +281,11 @@ def features(plan, lay, max_shift, dev) -> tuple:
         x = [1.0, 0.0, work, spectra / 8 / per_ms, 0.0, 0.0, 0.0, 0.0,
              (io_bytes + 3 * spectra) / bandwidth * 1e3]
         return "fft", np.array(x)
+    if plan.method == "small":
+        work, cycles = small_cycles(plan, lay, max_shift, sm)
+        x = [1.0, 0.0, work / per_ms, 0.0, 0.0, 0.0, 0.0, cycles / (ghz * 1e6),
+             io_bytes / bandwidth * 1e3]
+        return "small", np.array(x)
     work, (ratio_a, ratio_b), (atomics, parts), chain, warps, extra = _kernel_terms(
         plan, lay, max_shift)
     waves = _up(max(1, warps), sm * RESIDENT_WARPS)

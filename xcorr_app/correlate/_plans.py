@@ -12,6 +12,7 @@ the planner's cache show::
     pair_tiled:tile_y=8,tile_x=8
     mma:tile_y=2,tile_x=32
     mma:tile_y=2,tile_x=8,row_splits=4
+    small:tile_y=8,row_splits=16
 
 Examples
 --------
@@ -33,7 +34,7 @@ from ._work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
 METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled",
-           "mma")
+           "mma", "small")
 #: the GPU method's module and its ``configure`` function for
 #: :func:`xcorr_app.correlate._warp_shuffle.launch` (whose parameters are the plan's, named as in
 #: ``_PARAMS``), or its launcher function (``overlap``, no parameters)
@@ -42,14 +43,16 @@ _GPU_LAUNCHERS = {"overlap": ("._overlap", "overlap_xcorr"),
                   "warp_per_shift": ("._warp_shuffle", "configure_per_shift"),
                   "tiled": ("._tiled", "configure_tiled"),
                   "pair_tiled": ("._tiled", "configure_pairs"),
-                  "mma": ("._mma", "configure_mma")}
+                  "mma": ("._mma", "configure_mma"),
+                  "small": ("._small", "configure_small")}
 GPU_METHODS = tuple(_GPU_LAUNCHERS)
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
            "warp_per_shift": ("shared",),
            "tiled": ("tile_y", "tile_x", "rights", "rows_per_chunk"),
            "pair_tiled": ("tile_y", "tile_x", "rows_per_chunk"),
-           "mma": ("tile_y", "tile_x", "row_splits")}
+           "mma": ("tile_y", "tile_x", "row_splits"),
+           "small": ("tile_y", "row_splits")}  # row_splits: the block's warps
 
 
 @dataclass(frozen=True)
