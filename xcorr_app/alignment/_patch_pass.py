@@ -16,7 +16,8 @@ from ..errors import InputError
 from ..io import open_source
 from ..registration._normalize import zncc_left
 from ..streaming import map_chunks
-from ._motion_field import MotionField, dense_field, field_weights
+from ._field_resample import field_weights
+from ._motion_field import MotionField
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
                        patch_margin, patch_shifts, refine_shifts, template_patches)
@@ -74,9 +75,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
             d = fill_low(d, low, grid.grid)
             for _ in range(REFINE_PASSES):  # through the field: what remains, measured
                 field = xp.asarray((s[:, None, :] + d).reshape(len(s), *grid.grid, 2))
-                dense = dense_field(field, grid.centres, src.frame_shape, weights)
-                d = fill_low(d + refine_shifts(tpatches, p.frames, grid, dense, opts.subpixel,
-                                               dev, near), low, grid.grid)
+                d = fill_low(d + refine_shifts(tpatches, p.frames, grid, field, weights,
+                                               opts.subpixel, dev, near), low, grid.grid)
             cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
             return np.concatenate([d, pk[..., None], cf[..., None], low[..., None]], axis=-1)
 

@@ -49,6 +49,8 @@ from ..correlate._api import cross_correlate
 from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border
+from ._field_resample import (cubic_sample, dense_field, gather_windows_gpu,
+                              windows_through_gpu)
 
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
 #: structure around it
@@ -196,53 +198,57 @@ def patch_margin(max_deviation) -> int:
 def windows(frames, grid, integer_shifts):
     """``(P, N, ph, pw)``: patch ``p`` of frame ``n`` moved by its integer rigid shift (the
     window of the frame that holds the reference's patch ``p``), gathered on ``frames``'s
-    device; ``integer_shifts`` ``(N, 2)`` ints on that device."""
+    device (float32 CuPy frames: one kernel, :mod:`._field_resample`); ``integer_shifts``
+    ``(N, 2)`` host ints; every window must lie inside the frames (InputError)."""
     xp = backend.array_module_of(frames)
     (ph, pw), (gy, gx) = grid.size, grid.grid
+    shifts = np.asarray(backend.to_numpy(integer_shifts), np.int64).reshape(-1, 2)
+    h, w = frames.shape[-2:]
+    if len(shifts) and (grid.starts_y[0] - shifts[:, 0].max() < 0
+                        or grid.starts_y[-1] + ph - shifts[:, 0].min() > h
+                        or grid.starts_x[0] - shifts[:, 1].max() < 0
+                        or grid.starts_x[-1] + pw - shifts[:, 1].min() > w):
+        raise InputError("a patch window moved by its frame's shift leaves the frame")
+    if xp is not np and frames.dtype == xp.float32:
+        return gather_windows_gpu(frames, grid.starts_y, grid.starts_x, gx, grid.size, shifts)
+    shifts = xp.asarray(shifts)
     sy, sx = xp.asarray(grid.starts_y), xp.asarray(grid.starts_x)
-    rows = sy[None, :, None] - integer_shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
-    cols = sx[None, :, None] - integer_shifts[:, 1, None, None] + xp.arange(pw)[None, None, :]
+    rows = sy[None, :, None] - shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
+    cols = sx[None, :, None] - shifts[:, 1, None, None] + xp.arange(pw)[None, None, :]
     n = len(frames)
     batch = xp.arange(n)[:, None, None, None, None]
     out = frames[batch, rows[:, :, None, :, None], cols[:, None, :, None, :]]  # (N, gy, gx, ..)
     return xp.ascontiguousarray(out.reshape(n, gy * gx, ph, pw).transpose(1, 0, 2, 3))
 
 
-def windows_through(frames, grid, dense):
+def windows_through(frames, grid, patch_field, weights):
     """``(P, N, ph, pw)`` float32: the patch windows of ``frames`` sampled through the motion
-    field ``dense`` ``(N, 2, H, W)`` (pixel ``q`` of a patch reads the frame at
-    ``q - dense[:, q]``, cubic B-splines by ``map_coordinates``, one frame at a time: the
-    spline must not mix frames)."""
+    field of ``patch_field`` ``(N, gy, gx, 2)`` (pixel ``q`` of a patch reads the frame at
+    ``q - s(q)``, the field ``s`` of :func:`~._field_resample.dense_field` with the spline
+    ``weights`` of :func:`~._field_resample.field_weights`), by cubic convolution
+    (:func:`~._field_resample.cubic_sample`, taps clamped to the frame).  On the GPU one
+    kernel evaluates the field at each window pixel (no dense field); on the CPU a frame at a
+    time."""
     xp = backend.array_module_of(frames)
-    nd = ndimage_of(xp)
+    if xp is not np:
+        return windows_through_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
+                                   xp.asarray(patch_field), weights)
     (ph, pw), (gy, gx) = grid.size, grid.grid
-    zero = xp.zeros((len(frames), 2), xp.int64)
-    qy = xp.repeat(xp.asarray(grid.starts_y, xp.float64), gx)[:, None, None] + \
-        xp.arange(ph, dtype=xp.float64)[None, :, None]  # (P, ph, 1), row-major like windows
-    qx = xp.tile(xp.asarray(grid.starts_x, xp.float64), gy)[:, None, None] + \
-        xp.arange(pw, dtype=xp.float64)[None, None, :]
-    dy, dx = windows(dense[:, 0], grid, zero), windows(dense[:, 1], grid, zero)
-    out = xp.empty((gy * gx, len(frames), ph, pw), xp.float32)
+    rows = np.repeat(grid.starts_y, gx)[:, None, None] + np.arange(ph)[None, :, None]
+    cols = np.tile(grid.starts_x, gy)[:, None, None] + np.arange(pw)[None, None, :]
+    rows, cols = np.broadcast_arrays(rows, cols)  # (P, ph, pw), row-major like windows
+    out = np.empty((gy * gx, len(frames), ph, pw), np.float32)
     for n in range(len(frames)):
-        at = xp.stack(xp.broadcast_arrays(qy - dy[:, n], qx - dx[:, n]))
-        out[:, n] = nd.map_coordinates(frames[n], at, order=3, mode="nearest")
+        field = dense_field(np.asarray(patch_field[n:n + 1]), None, None, weights)[0]
+        cy = rows - field[0][rows, cols]
+        cx = cols - field[1][rows, cols]
+        out[:, n] = cubic_sample(frames[n], cy, cx)
     return out
-
-
-def ndimage_of(xp):
-    """``scipy.ndimage`` or ``cupyx.scipy.ndimage``, for arrays of ``xp``."""
-    if xp is np:
-        from scipy import ndimage
-    else:
-        from cupyx.scipy import ndimage
-    return ndimage
 
 
 def template_patches(template, grid):
     """``(P, ph, pw)`` float32: the patches of the prepared template."""
-    xp = backend.array_module_of(template)
-    zero = xp.zeros((1, 2), xp.int64)
-    return windows(template[None], grid, zero)[:, 0]
+    return windows(template[None], grid, np.zeros((1, 2), np.int64))[:, 0]
 
 
 def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu", left=None):
@@ -270,7 +276,7 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     rigid = np.asarray(rigid, np.float64)
     ok = ~np.isnan(rigid).any(axis=1)
     whole = np.where(ok[:, None], np.round(np.nan_to_num(rigid)), 0.0).astype(np.int64)
-    right = windows(frames, grid, xp.asarray(whole))
+    right = windows(frames, grid, whole)
     corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=d, device=device)
     if left is None:
         left = zncc_left(tpatches, right.shape, d)
@@ -285,12 +291,13 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     return dev, peak.T, conf.T, border.T
 
 
-def refine_shifts(tpatches, frames, grid, dense, subpixel="gaussian", device="cpu", left=None):
+def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
+                  device="cpu", left=None):
     """``(N, P, 2)`` host float64: what remains of every patch's shift once its window is
-    sampled through the motion field ``dense`` ``(N, 2, H, W)`` (:func:`windows_through`),
-    measured within +-1 px (ZNCC, the subpixel fit); ``left``: :func:`zncc_left` of
-    ``tpatches`` at that bound."""
-    right = windows_through(frames, grid, dense)
+    sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)`` (spline
+    ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel fit);
+    ``left``: :func:`zncc_left` of ``tpatches`` at that bound."""
+    right = windows_through(frames, grid, patch_field, weights)
     if left is None:
         left = zncc_left(tpatches, right.shape, 1)
     per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
