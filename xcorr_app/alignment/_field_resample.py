@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._cuda.loader import KernelFamily
-from ..backend import array_module_of
+from ..backend import array_module_of, to_numpy
 from ..errors import InputError
 
 SOURCE = "patch_field.cu"
@@ -121,28 +121,62 @@ def field_weights(centres, frame_shape, xp):
             xp.asarray(spline_weights(c[0, :, 1], frame_shape[1])))
 
 
-def _device_weights(weights, s):
+def _device_weights(weights, s, frames):
+    """The spline weights and the patch field as C-contiguous float64 CuPy arrays (NaN: 0),
+    checked against each other and the frames (the kernels index them unchecked)."""
     import cupy as cp
 
     wy, wx = (cp.ascontiguousarray(cp.asarray(a, cp.float64)) for a in weights)
     s = cp.ascontiguousarray(cp.nan_to_num(cp.asarray(s, cp.float64), nan=0.0))
-    if wy.shape[1] != s.shape[1] or wx.shape[1] != s.shape[2]:
-        raise InputError(f"spline weights of {wy.shape[1]}x{wx.shape[1]} patches do not match "
-                         f"a field of {s.shape[1]}x{s.shape[2]}")
+    n, h, w = frames.shape
+    if s.ndim != 4 or s.shape[0] != n or s.shape[3] != 2 or wy.ndim != 2 or wx.ndim != 2 \
+            or wy.shape != (h, s.shape[1]) or wx.shape != (w, s.shape[2]):
+        raise InputError(f"a field {s.shape} with spline weights {wy.shape} and {wx.shape} "
+                         f"does not match {n} frames of {h}x{w}")
     return wy, wx, s
 
 
-def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts):
+def _output(out, shape):
+    """A new float32 CuPy array of ``shape``, or ``out`` (C-contiguous float32 of that shape,
+    e.g. a poisoned one in the tests)."""
+    import cupy as cp
+
+    if out is None:
+        return cp.empty(shape, cp.float32)
+    if out.shape != tuple(shape) or out.dtype != cp.float32 or not out.flags.c_contiguous:
+        raise InputError(f"out must be a C-contiguous float32 array of shape {tuple(shape)}")
+    return out
+
+
+def check_windows(starts_y, starts_x, size, frame_shape, integer_shifts=None):
+    """InputError unless every window of ``size`` at ``starts``, moved by each of the host
+    ``integer_shifts`` ``(N, 2)`` (default none), lies inside frames of ``frame_shape`` (the
+    kernels read them unchecked)."""
+    sy, sx = np.asarray(starts_y, np.int64), np.asarray(starts_x, np.int64)
+    s = np.zeros((1, 2), np.int64) if integer_shifts is None or not len(integer_shifts) \
+        else np.asarray(integer_shifts, np.int64).reshape(-1, 2)
+    if not len(sy) or not len(sx) or sy.min() - s[:, 0].max() < 0 \
+            or sx.min() - s[:, 1].max() < 0 \
+            or sy.max() + size[0] - s[:, 0].min() > frame_shape[0] \
+            or sx.max() + size[1] - s[:, 1].min() > frame_shape[1]:
+        raise InputError("a patch window (moved by its frame's shift) leaves the frame")
+
+
+def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out=None):
     """``(P, N, ph, pw)`` float32 CuPy: the windows of ``frames`` ``(N, H, W)`` float32 CuPy at
     ``starts`` moved by ``integer_shifts`` ``(N, 2)``, one launch (per 65535 frames)."""
     import cupy as cp
 
-    frames = cp.ascontiguousarray(frames)
+    frames = cp.ascontiguousarray(frames, cp.float32)
     n, h, w = frames.shape
     ph, pw = size
     p = len(starts_y) * gx
-    out = cp.empty((p, n, ph, pw), cp.float32)
-    shift = cp.ascontiguousarray(cp.asarray(integer_shifts, cp.int64))
+    shifts = np.asarray(to_numpy(integer_shifts), np.int64).reshape(n, 2)  # host
+    if len(starts_x) != gx:
+        raise InputError(f"{len(starts_x)} window columns for a grid {gx} patches wide")
+    check_windows(starts_y, starts_x, size, (h, w), shifts)
+    out = _output(out, (p, n, ph, pw))
+    shift = cp.asarray(shifts)
     sy, sx = (cp.asarray(np.asarray(a), cp.int32) for a in (starts_y, starts_x))
     kernel = GATHER.get(THREADS)
     for a in range(0, n, MAX_GRID):
@@ -153,7 +187,7 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts):
     return out
 
 
-def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights):
+def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, out=None):
     """``(P, N, ph, pw)`` float32 CuPy: the windows at ``starts`` of ``frames`` ``(N, H, W)``
     float32 sampled through the field of ``patch_field`` ``(N, gy, gx, 2)`` (``weights``: the
     spline weights ``(wy, wx)``), by cubic convolution; one launch (per 65535 frames)."""
@@ -161,11 +195,15 @@ def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights):
 
     frames = cp.ascontiguousarray(frames, cp.float32)
     n, h, w = frames.shape
-    wy, wx, s = _device_weights(weights, patch_field)
+    wy, wx, s = _device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     ph, pw = size
     p = gy * gx
-    out = cp.empty((p, n, ph, pw), cp.float32)
+    if (len(starts_y), len(starts_x)) != (gy, gx):
+        raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
+                         f"{gy}x{gx} patches")
+    check_windows(starts_y, starts_x, size, (h, w))
+    out = _output(out, (p, n, ph, pw))
     sy, sx = (cp.asarray(np.asarray(a), cp.int32) for a in (starts_y, starts_x))
     kernel = THROUGH.get(THREADS)
     for a in range(0, n, MAX_GRID):
@@ -177,7 +215,7 @@ def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights):
     return out
 
 
-def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None):
+def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=None):
     """``(N, y1 - y0, x1 - x0)`` float32 CuPy: every frame of ``frames`` ``(N, H, W)`` (CuPy,
     any real type) warped by its field (``patch_field`` ``(N, gy, gx, 2)``, ``weights``
     ``(wy, wx)``), the output pixels of ``box`` ``(y0, y1, x0, x1)`` (default the frame); one
@@ -192,19 +230,20 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None):
     y0, y1, x0, x1 = box or (0, h, 0, w)
     if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
         raise InputError(f"crop box {box} is not inside the {h}x{w} frame")
-    wy, wx, s = _device_weights(weights, patch_field)
+    wy, wx, s = _device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     finite = None
     if cubic and frames.dtype.kind == "f":  # NaN or Inf pixels: that frame bilinear
         finite = cp.ascontiguousarray(cp.isfinite(frames).all(axis=(1, 2)))
-    out = cp.empty((n, y1 - y0, x1 - x0), cp.float32)
+    out = _output(out, (n, y1 - y0, x1 - x0))
     kernel = WARP.get(c_type, bool(cubic), THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         kernel((y1 - y0, b - a), (THREADS,),
                (frames, out, wy, wx, s,
                 finite if finite is not None else out,  # (not read: check_finite 0)
-                np.int32(finite is not None), np.int32(a), np.int32(h), np.int32(w), np.int32(gy), np.int32(gx),
+                np.int32(finite is not None), np.int32(a), np.int32(h), np.int32(w),
+                np.int32(gy), np.int32(gx),
                 np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0),
                 np.float32(fill)),
                shared_mem=2 * gx * 8)

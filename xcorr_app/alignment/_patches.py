@@ -49,7 +49,7 @@ from ..correlate._api import cross_correlate
 from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border
-from ._field_resample import (cubic_sample, dense_field, gather_windows_gpu,
+from ._field_resample import (check_windows, cubic_sample, dense_field, gather_windows_gpu,
                               windows_through_gpu)
 
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
@@ -203,12 +203,7 @@ def windows(frames, grid, integer_shifts):
     xp = backend.array_module_of(frames)
     (ph, pw), (gy, gx) = grid.size, grid.grid
     shifts = np.asarray(backend.to_numpy(integer_shifts), np.int64).reshape(-1, 2)
-    h, w = frames.shape[-2:]
-    if len(shifts) and (grid.starts_y[0] - shifts[:, 0].max() < 0
-                        or grid.starts_y[-1] + ph - shifts[:, 0].min() > h
-                        or grid.starts_x[0] - shifts[:, 1].max() < 0
-                        or grid.starts_x[-1] + pw - shifts[:, 1].min() > w):
-        raise InputError("a patch window moved by its frame's shift leaves the frame")
+    check_windows(grid.starts_y, grid.starts_x, grid.size, frames.shape[-2:], shifts)
     if xp is not np and frames.dtype == xp.float32:
         return gather_windows_gpu(frames, grid.starts_y, grid.starts_x, gx, grid.size, shifts)
     shifts = xp.asarray(shifts)
