@@ -10,6 +10,7 @@ from xcorr_app import align
 from xcorr_app.alignment._motion_field import dense_field, spline_weights, warp_frames
 from xcorr_app.alignment._patches import PatchGrid, common_area, fill_low, parse_patches
 from xcorr_app.alignment._warp import shift_frames
+from xcorr_app.bench._align_data import nonrigid_stack as make_nonrigid, truth_at
 from xcorr_app.errors import InputError
 
 from cli_helpers import assert_clean_error, digest, xcorr
@@ -18,47 +19,9 @@ from synthetic import write_stack
 SHAPE = (192, 192)
 
 
-def field_at(params, y, x):
-    """The true shift ``(dy, dx)`` (align's sign: ``out[q] = frame[q - s(q)]``) at reference
-    pixel ``(y, x)``: the rigid drift plus a low-frequency sinusoid along each axis."""
-    rigid, amp, k, phase = params
-    return np.stack([rigid[a] + amp[a, 0] * np.sin(k[a, 0] * y + phase[a, 0])
-                     + amp[a, 1] * np.sin(k[a, 1] * x + phase[a, 1]) for a in range(2)], axis=-1)
-
-
 def nonrigid_stack(rng, n=8, drift=10.0, deform=3.0, peak=400.0, image="coins"):
-    """``(uint16 stack, params)``: frames of :data:`SHAPE` cut from a larger canvas (a
-    scikit-image photograph band-limited by a 2-px gaussian PSF) through a known smooth
-    deformation (:func:`field_at`: rigid drift up to ``drift`` px, deformation up to
-    ``deform`` px across the frame, wavelengths of 400 to 600 px), by exact resampling (cubic
-    B-splines of the canvas at the inverse map, found by fixed-point iteration), with
-    Poisson noise of ``peak`` photons at the brightest pixel (peak SNR ``sqrt(peak)``).
-    Frame 0 is the reference (no motion)."""
-    from skimage import data
-
-    base = ndi.gaussian_filter(getattr(data, image)().astype(np.float64), 2.0)
-    coeffs = ndi.spline_filter(base, order=3)
-    h, w = SHAPE
-    cy, cx = (base.shape[0] - h) // 2, (base.shape[1] - w) // 2
-    yy, xx = np.mgrid[:h, :w].astype(np.float64)
-    frames, params = [], []
-    for i in range(n):
-        p = (rng.uniform(-drift, drift, 2) if i else np.zeros(2),
-             rng.choice([-1.0, 1.0], (2, 2)) * deform / 2 if i else np.zeros((2, 2)),
-             2 * np.pi / rng.uniform(400.0, 600.0, (2, 2)), rng.uniform(0, 2 * np.pi, (2, 2)))
-        qy, qx = yy.copy(), xx.copy()  # frame[y] = ref[q] where q - s(q) = y
-        for _ in range(30):
-            s = field_at(p, qy, qx)
-            qy, qx = yy + s[..., 0], xx + s[..., 1]
-        frames.append(ndi.map_coordinates(coeffs, [cy + qy, cx + qx], order=3, prefilter=False))
-        params.append(p)
-    frames = np.array(frames)
-    frames = (frames - frames.min()) / (frames.max() - frames.min()) * peak
-    return rng.poisson(frames).astype(np.uint16), params
-
-
-def truth_at(params, points):
-    return np.stack([field_at(p, points[..., 0], points[..., 1]) for p in params])
+    """The synthetic non-rigid stack of :data:`SHAPE` (one home: the bench's data module)."""
+    return make_nonrigid(rng, n, SHAPE, drift, deform, peak, image)
 
 
 def rms(a):
