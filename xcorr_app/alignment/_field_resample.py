@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily
+from .._cuda.loader import KernelFamily, compile_together
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError
 
@@ -178,7 +178,8 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     out = _output(out, (p, n, ph, pw))
     shift = cp.asarray(shifts)
     sy, sx = (cp.asarray(np.asarray(a), cp.int32) for a in (starts_y, starts_x))
-    kernel = GATHER.get(THREADS)
+    # the windows' two kernels compile together (one NVRTC call) on first use
+    kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         kernel((ph, p, b - a), (THREADS,), (frames, out, shift, sy, sx, np.int32(a), np.int32(n),
