@@ -266,7 +266,6 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
         ``deviation`` is the patch shift minus the frame's rigid shift (its integer part
         applied by the window, the fraction of the rigid shift taken off).
     """
-    xp = backend.array_module_of(frames)
     d = grid.max_deviation
     rigid = np.asarray(rigid, np.float64)
     ok = ~np.isnan(rigid).any(axis=1)

@@ -52,7 +52,9 @@ __device__ __forceinline__ double keys_inner(double d) {  // |d| <= 1
     return ((KEYS_A + 2.0) * d - (KEYS_A + 3.0)) * d * d + 1.0;
 }
 
-__device__ __forceinline__ int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+__device__ __forceinline__ int clampi(int v, int lo, int hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
 
 // Cubic convolution at (cy, cx) of an h x w image, taps clamped to the image.  The sum runs
 // over the tap rows k of (sum over the tap columns l of wx_l * v), in this order.
@@ -152,8 +154,8 @@ template <typename T, bool CUBIC, int THREADS>
 __global__ void __launch_bounds__(THREADS) warp_field(
         const T* __restrict__ frames, float* __restrict__ out, const double* __restrict__ wy,
         const double* __restrict__ wx, const double* __restrict__ s,
-        const bool* __restrict__ finite, int check_finite, int n0, int h, int w, int gy, int gx, int oy, int ox,
-        int oh, int ow, float fill) {
+        const bool* __restrict__ finite, int check_finite, int n0, int h, int w, int gy, int gx,
+        int oy, int ox, int oh, int ow, float fill) {
     extern __shared__ double coef[];  // 2 * gx
     const int r = blockIdx.x, n = n0 + blockIdx.y;
     const int y = oy + r;
