@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-
 from .. import backend
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
