@@ -290,7 +290,7 @@ def test_gpu_patch_parts_equal_float64_cpu(deformed):
     np.testing.assert_array_equal(windows(g_frames, grid, whole).get(),
                                   windows(p.frames, grid, whole))
     d_cpu = patch_shifts(tp, p.frames.astype(np.float64), rigid, grid)[0]
-    d_gpu = patch_shifts(g_tp, g_frames, rigid, grid, device="gpu")[0]
+    d_gpu = patch_shifts(g_tp, g_frames, rigid, grid, device="gpu")[0].get()
     np.testing.assert_allclose(d_gpu, d_cpu, rtol=0, atol=1e-3)
     field = (rigid[:, None] + d_cpu).reshape(len(stack), 3, 3, 2)
     w_cpu, w_gpu = field_weights(grid.centres, SHAPE, np), field_weights(grid.centres, SHAPE, cp)
@@ -301,5 +301,11 @@ def test_gpu_patch_parts_equal_float64_cpu(deformed):
                                windows_through(p.frames, grid, field, w_cpu),
                                rtol=0, atol=1e-3 * float(np.ptp(p.frames)))
     r_cpu = refine_shifts(tp, p.frames, grid, field, w_cpu)
-    r_gpu = refine_shifts(g_tp, g_frames, grid, cp.asarray(field), w_gpu, device="gpu")
+    r_gpu = refine_shifts(g_tp, g_frames, grid, cp.asarray(field), w_gpu, device="gpu").get()
     np.testing.assert_allclose(r_gpu, r_cpu, rtol=0, atol=1e-3)
+    # the low-patch rule on the device: the same as on the host
+    low = np.zeros((len(stack), 9), bool)
+    low[1, [0, 4]] = True
+    low[2] = True
+    np.testing.assert_array_equal(fill_low(cp.asarray(d_cpu), cp.asarray(low), (3, 3)).get(),
+                                  fill_low(d_cpu, low, (3, 3)))

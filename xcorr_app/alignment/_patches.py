@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import warnings
 
 import numpy as np
 
@@ -262,10 +261,12 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
 
     Returns
     -------
-    deviation (N, P, 2), peak (N, P), confidence (N, P), border (N, P) : host arrays
-        ``deviation`` is the patch shift minus the frame's rigid shift (its integer part
-        applied by the window, the fraction of the rigid shift taken off).
+    deviation (N, P, 2), peak (N, P), confidence (N, P), border (N, P) : arrays
+        On the device of ``frames`` (no host sync).  ``deviation`` is the patch shift minus
+        the frame's rigid shift (its integer part applied by the window, the fraction of the
+        rigid shift taken off).
     """
+    xp = backend.array_module_of(frames)
     d = grid.max_deviation
     rigid = np.asarray(rigid, np.float64)
     ok = ~np.isnan(rigid).any(axis=1)
@@ -279,15 +280,15 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
     s, peak, conf, iy, ix = find_shifts(corr, (d, d), method, return_index=True)
     border = on_border(iy, ix, (d, d), (d, d))
-    s, peak, conf, border = (backend.to_numpy(a) for a in (s, peak, conf, border))
-    dev = s.transpose(1, 0, 2) + (whole - rigid)[:, None, :]  # the total minus the rigid
-    dev[~ok] = np.nan
+    off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
+    dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
     return dev, peak.T, conf.T, border.T
 
 
 def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
                   device="cpu", left=None):
-    """``(N, P, 2)`` host float64: what remains of every patch's shift once its window is
+    """``(N, P, 2)`` float64 on the frames' device: what remains of every patch's shift once
+    its window is
     sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)`` (spline
     ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel fit);
     ``left``: :func:`zncc_left` of ``tpatches`` at that bound."""
@@ -298,12 +299,13 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     corr = zncc(cross_correlate(tpatches, right, "n_to_mn", max_shift=1, device=device),
                 tpatches, right, 1, left_part=per)
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
-    return backend.to_numpy(find_shifts(corr, (1, 1), method)[0]).transpose(1, 0, 2)
+    return find_shifts(corr, (1, 1), method)[0].transpose(1, 0, 2)
 
 
 def low_patches(deviation, peak, confidence, border, min_confidence=None):
     """Which patches are not trusted (the rule of the module docstring)."""
-    low = border | ~np.isfinite(deviation).all(axis=-1) | ~np.isfinite(peak)
+    xp = backend.array_module_of(deviation)
+    low = border | ~xp.isfinite(deviation).all(axis=-1) | ~xp.isfinite(peak)
     low |= ~(confidence > 1.0)
     if min_confidence is not None:
         low |= confidence < min_confidence
@@ -320,24 +322,27 @@ def fill_low(deviation, low, grid_shape):
     >>> fill_low(d, low, (3, 3))[0, 4].tolist()
     [4.0, 0.0]
     """
+    xp = backend.array_module_of(deviation)
     gy, gx = grid_shape
-    out = np.array(deviation, np.float64).reshape(len(deviation), gy, gx, 2)
-    bad = np.array(low, bool).reshape(len(deviation), gy, gx)
-    out[bad] = np.nan
+    n = len(deviation)
+    out = xp.array(deviation, xp.float64).reshape(n, gy, gx, 2)
+    bad = xp.array(low, bool).reshape(n, gy, gx)
+    out = xp.where(bad[..., None], xp.nan, out)
     for _ in range(gy + gx):
-        if not bad.any():
+        if not bool(bad.any()):  # (on the GPU a host sync: called for chunks with low patches)
             break
-        pad = np.pad(out, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=np.nan)
-        around = np.stack([pad[:, 1 + a:1 + a + gy, 1 + b:1 + b + gx]
+        pad = xp.pad(out, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=xp.nan)
+        around = xp.stack([pad[:, 1 + a:1 + a + gy, 1 + b:1 + b + gx]
                            for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)])
-        have = ~np.isnan(around).all(axis=0)  # (N, gy, gx, 2)
-        take = bad & have[..., 0]
-        if not take.any():
+        count = (~xp.isnan(around)).sum(axis=0)  # good neighbours, (N, gy, gx, 2)
+        take = bad & (count[..., 0] > 0)
+        if not bool(take.any()):
             break
-        with warnings.catch_warnings():  # patches without a good neighbour: NaN, not taken
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(around, axis=0)
-        out[take] = med[take]
-        bad &= ~take
-    out[bad] = 0.0
+        # the median of the good ones (nanmedian, on either device): NaN sorts last
+        ranked = xp.sort(around, axis=0)
+        lo = xp.take_along_axis(ranked, xp.maximum(count - 1, 0)[None] // 2, axis=0)[0]
+        hi = xp.take_along_axis(ranked, (count // 2)[None], axis=0)[0]
+        out = xp.where(take[..., None], (lo + hi) * 0.5, out)
+        bad = bad & ~take
+    out = xp.where(bad[..., None], 0.0, out)
     return out.reshape(np.shape(deviation))
