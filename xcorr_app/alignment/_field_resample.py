@@ -21,6 +21,8 @@ Examples
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._cuda.loader import KernelFamily, compile_together
@@ -121,6 +123,24 @@ def field_weights(centres, frame_shape, xp):
             xp.asarray(spline_weights(c[0, :, 1], frame_shape[1])))
 
 
+@functools.lru_cache(maxsize=64)
+def _device_ints(values, device_id):
+    """A small int32 CuPy array of ``values`` (a tuple) on device ``device_id``, kept: the
+    windows' starts, uploaded once per run and device, not per chunk."""
+    import cupy as cp
+
+    with cp.cuda.Device(device_id):
+        return cp.asarray(np.asarray(values, np.int32))
+
+
+def _starts(starts_y, starts_x):
+    import cupy as cp
+
+    dev = cp.cuda.Device().id
+    return (_device_ints(tuple(int(v) for v in starts_y), dev),
+            _device_ints(tuple(int(v) for v in starts_x), dev))
+
+
 def _device_weights(weights, s, frames):
     """The spline weights and the patch field as C-contiguous float64 CuPy arrays (NaN: 0),
     checked against each other and the frames (the kernels index them unchecked)."""
@@ -177,7 +197,7 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     check_windows(starts_y, starts_x, size, (h, w), shifts)
     out = _output(out, (p, n, ph, pw))
     shift = cp.asarray(shifts)
-    sy, sx = (cp.asarray(np.asarray(a), cp.int32) for a in (starts_y, starts_x))
+    sy, sx = _starts(starts_y, starts_x)
     # the windows' two kernels compile together (one NVRTC call) on first use
     kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
     for a in range(0, n, MAX_GRID):
@@ -205,7 +225,7 @@ def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
                          f"{gy}x{gx} patches")
     check_windows(starts_y, starts_x, size, (h, w))
     out = _output(out, (p, n, ph, pw))
-    sy, sx = (cp.asarray(np.asarray(a), cp.int32) for a in (starts_y, starts_x))
+    sy, sx = _starts(starts_y, starts_x)
     kernel = THROUGH.get(THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)

@@ -67,15 +67,15 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         weights = field_weights(grid.centres, src.frame_shape, xp)
 
         def measure(start, frames):  # on the run's device; one host sync (any low patch?)
-            p = prepare(frames, xp, prefilter, None)
             s = rigid[start:start + len(frames)]
+            s_on = xp.asarray(s)  # (before the launches: a copy from the host may wait)
+            p = prepare(frames, xp, prefilter, None)
             d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev,
                                              left)
             low = low_patches(d, pk, cf, border, opts.min_confidence)
             some_low = bool(low.any())
             if some_low:
                 d = fill_low(d, low, grid.grid)
-            s_on = xp.asarray(s)
             for _ in range(REFINE_PASSES):  # through the field: what remains, measured
                 field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
                 d = d + refine_shifts(tpatches, p.frames, grid, field, weights, opts.subpixel,

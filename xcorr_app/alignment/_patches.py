@@ -271,6 +271,8 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     rigid = np.asarray(rigid, np.float64)
     ok = ~np.isnan(rigid).any(axis=1)
     whole = np.where(ok[:, None], np.round(np.nan_to_num(rigid)), 0.0).astype(np.int64)
+    # (uploaded before the launches: a copy from host memory may wait for the queued work)
+    off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
     right = windows(frames, grid, whole)
     corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=d, device=device)
     if left is None:
@@ -280,7 +282,6 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
     s, peak, conf, iy, ix = find_shifts(corr, (d, d), method, return_index=True)
     border = on_border(iy, ix, (d, d), (d, d))
-    off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
     dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
     return dev, peak.T, conf.T, border.T
 
