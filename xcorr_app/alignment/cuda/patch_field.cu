@@ -10,10 +10,10 @@
 //
 // The field at a pixel is evaluated in the kernel from the patch shifts, never stored per
 // pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
-// spline weights wy (H, gy) and wx (W, gx) of _motion_field.spline_weights (float64), the
+// spline weights wy (H, gy) and wx (W, gx) of _field_resample.spline_weights (float64), the
 // patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block per output row: the
 // row's 2 * gx coefficients (the bracket) are computed once into shared memory, then each
-// thread evaluates its pixels; the sums run in the order of the CPU's `wy @ S @ wx.T`.
+// thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`, associated the same way.
 // Coordinates and weights are float64, the pixels are read as float32 (the CPU converts the
 // frames to float32 first) and summed in float64.
 //
