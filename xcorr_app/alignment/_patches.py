@@ -189,7 +189,7 @@ def common_area(shifts, frame_shape, margin=0):
 
 
 def patch_margin(max_deviation) -> int:
-    """Pixels kept free around the patches: the deviation searched and the cubic B-spline's
+    """Pixels kept free around the patches: the deviation searched and the cubic convolution's
     reach when the windows are resampled through the field (:func:`windows_through`)."""
     return int(max_deviation) + 2
 
