@@ -35,8 +35,9 @@ from .shipped import shipped_functions
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: modules that define kernel families (imported by :func:`all_families`)
-FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.correlate._overlap",
-                  "xcorr_app.correlate._fft", "xcorr_app.correlate._warp_shuffle",
+FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._field_resample",
+                  "xcorr_app.correlate._overlap", "xcorr_app.correlate._fft",
+                  "xcorr_app.correlate._warp_shuffle",
                   "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
                   "xcorr_app.correlate._small",
                   "xcorr_app.registration._surfaces", "xcorr_app.registration._peak_math",

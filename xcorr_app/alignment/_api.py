@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import numpy as np
-
 from .. import backend
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
@@ -329,12 +327,7 @@ path or ndarray
     if patches is not None:
         from ._patch_pass import measure_field
 
-        # on the CPU in this version: on the GPU, the cubic resampling of the patch windows
-        # (cupyx.scipy.ndimage.map_coordinates) read some windows one pixel off the CPU's
-        # (H100, 2026-11-22, tests/alignment/test_patches.py), so the field would differ
-        res.set_field(measure_field(opts, stack_or_path, res.shifts, np, chunk, patches,
+        # on the run's device: the same numbers as the CPU's (tests/alignment/test_patches.py)
+        res.set_field(measure_field(opts, stack_or_path, res.shifts, xp, chunk, patches,
                                     patch_overlap, max_deviation))
-        if xp is not np:
-            res.notes.append("patches: the motion field was measured on the CPU (its GPU "
-                             "path is not ready yet)")
     return res

@@ -5,11 +5,12 @@
 The field at every pixel is a separable natural cubic spline through the patch centres
 (weights from :class:`scipy.interpolate.CubicSpline` on the host, once per run; linear
 extrapolation beyond the outermost centres, so a tilt of the field continues to the frame's
-edge); applied as two small matrix products per frame, ``Wy @ S @ Wx.T``, on the device of
-the frames (NumPy or CuPy from the same code, float64).  The warp resamples each frame once:
-``out[y, x] = frame[y - sy(y, x), x - sx(y, x)]`` by ``map_coordinates`` of
-``scipy.ndimage`` / ``cupyx.scipy.ndimage`` (order 1, bilinear, by default; order 3, cubic
-B-spline, with ``resample="cubic"``), pixels from outside the frame get ``fill``.
+edge): ``Wy @ S @ Wx.T`` per frame (:mod:`._field_resample`, the one home of the field and its
+resampling).  The warp resamples each frame once: ``out[y, x] = frame[y - sy(y, x), x - sx(y,
+x)]``, bilinear by default (``map_coordinates(order=1)``), cubic convolution with
+``resample="cubic"``; pixels whose source lies outside the frame get ``fill``.  On the GPU one
+kernel per chunk warps every frame and evaluates the field at each pixel from the patch shifts
+(no dense field in memory); on the CPU the NumPy reference of :mod:`._field_resample`.
 
 Examples
 --------
@@ -29,10 +30,15 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import map_chunks
-from ._patches import PatchGrid, ndimage_of
+from ._field_resample import (bilinear_sample, cubic_sample, dense_field, field_weights,
+                              spline_weights, warp_gpu)
+from ._patches import PatchGrid
 
-#: the resampling of the warp: ``map_coordinates`` order
-FIELD_RESAMPLE = {"bilinear": 1, "cubic": 3}
+__all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
+           "spline_weights", "warp_frames"]
+
+#: the resamplings of the warp
+FIELD_RESAMPLE = ("bilinear", "cubic")
 
 
 @dataclasses.dataclass
@@ -52,65 +58,31 @@ class MotionField:
         return self.field - np.asarray(rigid, np.float64)[:, None, None, :]
 
 
-def spline_weights(centres, n):
-    """``(n, len(centres))`` float64: the weights that map values at ``centres`` to pixels
-    ``0..n-1`` by a natural cubic spline, linear beyond the outermost centres."""
-    from scipy.interpolate import CubicSpline
-
-    c = np.asarray(centres, np.float64)
-    g = len(c)
-    x = np.arange(n, dtype=np.float64)
-    if g == 1:
-        return np.ones((n, 1))
-    spline = CubicSpline(c, np.eye(g), bc_type="natural", axis=0)
-    w = spline(np.clip(x, c[0], c[-1]))
-    d = spline(c[[0, -1]], 1)  # slopes at the ends
-    w += np.where(x < c[0], x - c[0], 0.0)[:, None] * d[0] + \
-        np.where(x > c[-1], x - c[-1], 0.0)[:, None] * d[1]
-    return w
-
-
-def dense_field(patch_field, centres, frame_shape, weights=None):
-    """``(N, 2, H, W)`` float64: the shifts of ``patch_field`` ``(N, gy, gx, 2)`` at every
-    pixel, on its device (NaN rows give 0: left unshifted)."""
-    xp = backend.array_module_of(patch_field)
-    if weights is None:
-        weights = field_weights(centres, frame_shape, xp)
-    wy, wx = weights
-    s = xp.nan_to_num(patch_field.astype(xp.float64), nan=0.0).transpose(0, 3, 1, 2)
-    return wy @ s @ wx.T  # (N, 2, gy, gx) -> (N, 2, H, W)
-
-
-def field_weights(centres, frame_shape, xp):
-    """The spline weights of both axes, on ``xp``'s device."""
-    c = np.asarray(centres, np.float64)
-    return (xp.asarray(spline_weights(c[:, 0, 0], frame_shape[0])),
-            xp.asarray(spline_weights(c[0, :, 1], frame_shape[1])))
-
-
 def warp_frames(frames, dense, resample="bilinear", fill=0.0):
     """``out[n, y, x] = frames[n, y - dy, x - dx]`` with ``(dy, dx) = dense[n, :, y, x]``:
-    ``(N, H, W)`` float32 on the frames' device (``resample="cubic"``: frames with NaN or Inf
-    pixels are resampled bilinearly, so those pixels do not spread)."""
+    ``(N, H, W)`` float32 NumPy, the reference of the GPU warp (CuPy inputs are copied to the
+    host).  ``resample="cubic"``: cubic convolution, except for frames with NaN or Inf pixels
+    (bilinear, so those pixels do not spread); sources outside the frame give ``fill``."""
+    check_resample(resample)
+    frames = backend.to_numpy(frames).astype(np.float32, copy=False)
+    dense = backend.to_numpy(dense)
+    h, w = frames.shape[1:]
+    yy, xx = np.mgrid[:h, :w].astype(np.float64)
+    out = np.empty(frames.shape, np.float32)
+    for k in range(len(frames)):  # a frame at a time (the memory of the coordinates)
+        cy, cx = yy - dense[k, 0], xx - dense[k, 1]
+        if resample == "cubic" and np.isfinite(frames[k]).all():
+            inside = (cy >= 0) & (cy <= h - 1) & (cx >= 0) & (cx <= w - 1)
+            out[k] = np.where(inside, cubic_sample(frames[k], cy, cx), fill)
+        else:
+            out[k] = bilinear_sample(frames[k], cy, cx, fill)
+    return out
+
+
+def check_resample(resample):
     if resample not in FIELD_RESAMPLE:
         raise InputError(f"unknown resampling {resample!r} for a motion field; use "
                          f"{' or '.join(FIELD_RESAMPLE)}")
-    xp = backend.array_module_of(frames)
-    nd = ndimage_of(xp)
-    frames = frames.astype(xp.float32, copy=False)
-    h, w = frames.shape[1:]
-    grid = xp.stack(xp.meshgrid(xp.arange(h, dtype=xp.float64), xp.arange(w, dtype=xp.float64),
-                                indexing="ij"))
-    out = xp.empty(frames.shape, xp.float32)
-    order = FIELD_RESAMPLE[resample]
-    # the cubic B-spline's prefilter would spread a NaN pixel over the whole frame: such
-    # frames are resampled bilinearly (the NaN stays where it was, as in the rigid warp)
-    finite = backend.to_numpy(xp.isfinite(frames).all(axis=(1, 2))) if order > 1 else None
-    for k in range(len(frames)):  # a frame at a time: the spline must not mix frames
-        out[k] = nd.map_coordinates(frames[k], grid - dense[k],
-                                    order=order if finite is None or finite[k] else 1,
-                                    mode="constant", cval=float(fill))
-    return out
 
 
 def field_area(patch_field, frame_shape):
@@ -135,12 +107,17 @@ def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
                              f"{src.n_frames} frames")
         if crop is True:
             crop = field_area(patch_field, src.frame_shape)
-        y0, y1, x0, x1 = crop or (0, None, 0, None)
+        check_resample(resample)
+        h, w = src.frame_shape
+        y0, y1, x0, x1 = crop or (0, h, 0, w)
         xp = backend.xp_for(backend.resolve_device(device))
         weights = field_weights(centres, src.frame_shape, xp)
 
-        def warped(start, frames):
-            pf = xp.asarray(patch_field[start:start + len(frames)])
+        def warped(start, frames):  # GPU: one kernel, the field evaluated at each pixel
+            pf = patch_field[start:start + len(frames)]
+            if xp is not np:
+                return warp_gpu(frames, xp.asarray(pf), weights, resample == "cubic", fill,
+                                (y0, y1, x0, x1))
             dense = dense_field(pf, centres, src.frame_shape, weights)
             return warp_frames(frames, dense, resample, fill)[:, y0:y1, x0:x1]
 

@@ -16,7 +16,8 @@ from ..errors import InputError
 from ..io import open_source
 from ..registration._normalize import zncc_left
 from ..streaming import map_chunks
-from ._motion_field import MotionField, dense_field, field_weights
+from ._field_resample import field_weights
+from ._motion_field import MotionField
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
                        patch_margin, patch_shifts, refine_shifts, template_patches)
@@ -65,20 +66,26 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         near = zncc_left(tpatches, (1, *grid.size), 1)
         weights = field_weights(grid.centres, src.frame_shape, xp)
 
-        def measure(start, frames):
-            p = prepare(frames, xp, prefilter, None)
+        def measure(start, frames):  # on the run's device; one host sync (any low patch?)
             s = rigid[start:start + len(frames)]
+            s_on = xp.asarray(s)  # (before the launches: a copy from the host may wait)
+            p = prepare(frames, xp, prefilter, None)
             d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev,
                                              left)
             low = low_patches(d, pk, cf, border, opts.min_confidence)
-            d = fill_low(d, low, grid.grid)
+            some_low = bool(low.any())
+            if some_low:
+                d = fill_low(d, low, grid.grid)
             for _ in range(REFINE_PASSES):  # through the field: what remains, measured
-                field = xp.asarray((s[:, None, :] + d).reshape(len(s), *grid.grid, 2))
-                dense = dense_field(field, grid.centres, src.frame_shape, weights)
-                d = fill_low(d + refine_shifts(tpatches, p.frames, grid, dense, opts.subpixel,
-                                               dev, near), low, grid.grid)
-            cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
-            return np.concatenate([d, pk[..., None], cf[..., None], low[..., None]], axis=-1)
+                field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
+                d = d + refine_shifts(tpatches, p.frames, grid, field, weights, opts.subpixel,
+                                      dev, near)
+                if some_low:
+                    d = fill_low(d, low, grid.grid)
+            cf = xp.where(border, 0.0, cf)  # no distinct peak inside the window
+            return xp.concatenate([d, pk[..., None].astype(xp.float64),
+                                   cf[..., None].astype(xp.float64),
+                                   low[..., None].astype(xp.float64)], axis=-1)
 
         parts = [block for _, block in map_chunks(lambda: contextlib.nullcontext(src), chunk,
                                                   measure, xp=xp)]

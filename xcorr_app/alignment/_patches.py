@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import warnings
 
 import numpy as np
 
@@ -49,6 +48,8 @@ from ..correlate._api import cross_correlate
 from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border
+from ._field_resample import (check_windows, cubic_sample, dense_field, gather_windows_gpu,
+                              windows_through_gpu)
 
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
 #: structure around it
@@ -188,7 +189,7 @@ def common_area(shifts, frame_shape, margin=0):
 
 
 def patch_margin(max_deviation) -> int:
-    """Pixels kept free around the patches: the deviation searched and the cubic B-spline's
+    """Pixels kept free around the patches: the deviation searched and the cubic convolution's
     reach when the windows are resampled through the field (:func:`windows_through`)."""
     return int(max_deviation) + 2
 
@@ -196,53 +197,52 @@ def patch_margin(max_deviation) -> int:
 def windows(frames, grid, integer_shifts):
     """``(P, N, ph, pw)``: patch ``p`` of frame ``n`` moved by its integer rigid shift (the
     window of the frame that holds the reference's patch ``p``), gathered on ``frames``'s
-    device; ``integer_shifts`` ``(N, 2)`` ints on that device."""
+    device (float32 CuPy frames: one kernel, :mod:`._field_resample`); ``integer_shifts``
+    ``(N, 2)`` host ints; every window must lie inside the frames (InputError)."""
     xp = backend.array_module_of(frames)
     (ph, pw), (gy, gx) = grid.size, grid.grid
+    shifts = np.asarray(backend.to_numpy(integer_shifts), np.int64).reshape(-1, 2)
+    check_windows(grid.starts_y, grid.starts_x, grid.size, frames.shape[-2:], shifts)
+    if xp is not np and frames.dtype == xp.float32:
+        return gather_windows_gpu(frames, grid.starts_y, grid.starts_x, gx, grid.size, shifts)
+    shifts = xp.asarray(shifts)
     sy, sx = xp.asarray(grid.starts_y), xp.asarray(grid.starts_x)
-    rows = sy[None, :, None] - integer_shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
-    cols = sx[None, :, None] - integer_shifts[:, 1, None, None] + xp.arange(pw)[None, None, :]
+    rows = sy[None, :, None] - shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
+    cols = sx[None, :, None] - shifts[:, 1, None, None] + xp.arange(pw)[None, None, :]
     n = len(frames)
     batch = xp.arange(n)[:, None, None, None, None]
     out = frames[batch, rows[:, :, None, :, None], cols[:, None, :, None, :]]  # (N, gy, gx, ..)
     return xp.ascontiguousarray(out.reshape(n, gy * gx, ph, pw).transpose(1, 0, 2, 3))
 
 
-def windows_through(frames, grid, dense):
+def windows_through(frames, grid, patch_field, weights):
     """``(P, N, ph, pw)`` float32: the patch windows of ``frames`` sampled through the motion
-    field ``dense`` ``(N, 2, H, W)`` (pixel ``q`` of a patch reads the frame at
-    ``q - dense[:, q]``, cubic B-splines by ``map_coordinates``, one frame at a time: the
-    spline must not mix frames)."""
+    field of ``patch_field`` ``(N, gy, gx, 2)`` (pixel ``q`` of a patch reads the frame at
+    ``q - s(q)``, the field ``s`` of :func:`~._field_resample.dense_field` with the spline
+    ``weights`` of :func:`~._field_resample.field_weights`), by cubic convolution
+    (:func:`~._field_resample.cubic_sample`, taps clamped to the frame).  On the GPU one
+    kernel evaluates the field at each window pixel (no dense field); on the CPU a frame at a
+    time."""
     xp = backend.array_module_of(frames)
-    nd = ndimage_of(xp)
+    if xp is not np:
+        return windows_through_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
+                                   xp.asarray(patch_field), weights)
     (ph, pw), (gy, gx) = grid.size, grid.grid
-    zero = xp.zeros((len(frames), 2), xp.int64)
-    qy = xp.repeat(xp.asarray(grid.starts_y, xp.float64), gx)[:, None, None] + \
-        xp.arange(ph, dtype=xp.float64)[None, :, None]  # (P, ph, 1), row-major like windows
-    qx = xp.tile(xp.asarray(grid.starts_x, xp.float64), gy)[:, None, None] + \
-        xp.arange(pw, dtype=xp.float64)[None, None, :]
-    dy, dx = windows(dense[:, 0], grid, zero), windows(dense[:, 1], grid, zero)
-    out = xp.empty((gy * gx, len(frames), ph, pw), xp.float32)
+    rows = np.repeat(grid.starts_y, gx)[:, None, None] + np.arange(ph)[None, :, None]
+    cols = np.tile(grid.starts_x, gy)[:, None, None] + np.arange(pw)[None, None, :]
+    rows, cols = np.broadcast_arrays(rows, cols)  # (P, ph, pw), row-major like windows
+    out = np.empty((gy * gx, len(frames), ph, pw), np.float32)
     for n in range(len(frames)):
-        at = xp.stack(xp.broadcast_arrays(qy - dy[:, n], qx - dx[:, n]))
-        out[:, n] = nd.map_coordinates(frames[n], at, order=3, mode="nearest")
+        field = dense_field(np.asarray(patch_field[n:n + 1]), None, None, weights)[0]
+        cy = rows - field[0][rows, cols]
+        cx = cols - field[1][rows, cols]
+        out[:, n] = cubic_sample(frames[n], cy, cx)
     return out
-
-
-def ndimage_of(xp):
-    """``scipy.ndimage`` or ``cupyx.scipy.ndimage``, for arrays of ``xp``."""
-    if xp is np:
-        from scipy import ndimage
-    else:
-        from cupyx.scipy import ndimage
-    return ndimage
 
 
 def template_patches(template, grid):
     """``(P, ph, pw)`` float32: the patches of the prepared template."""
-    xp = backend.array_module_of(template)
-    zero = xp.zeros((1, 2), xp.int64)
-    return windows(template[None], grid, zero)[:, 0]
+    return windows(template[None], grid, np.zeros((1, 2), np.int64))[:, 0]
 
 
 def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu", left=None):
@@ -261,16 +261,19 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
 
     Returns
     -------
-    deviation (N, P, 2), peak (N, P), confidence (N, P), border (N, P) : host arrays
-        ``deviation`` is the patch shift minus the frame's rigid shift (its integer part
-        applied by the window, the fraction of the rigid shift taken off).
+    deviation (N, P, 2), peak (N, P), confidence (N, P), border (N, P) : arrays
+        On the device of ``frames`` (no host sync).  ``deviation`` is the patch shift minus
+        the frame's rigid shift (its integer part applied by the window, the fraction of the
+        rigid shift taken off).
     """
     xp = backend.array_module_of(frames)
     d = grid.max_deviation
     rigid = np.asarray(rigid, np.float64)
     ok = ~np.isnan(rigid).any(axis=1)
     whole = np.where(ok[:, None], np.round(np.nan_to_num(rigid)), 0.0).astype(np.int64)
-    right = windows(frames, grid, xp.asarray(whole))
+    # (uploaded before the launches: a copy from host memory may wait for the queued work)
+    off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
+    right = windows(frames, grid, whole)
     corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=d, device=device)
     if left is None:
         left = zncc_left(tpatches, right.shape, d)
@@ -279,30 +282,31 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
     s, peak, conf, iy, ix = find_shifts(corr, (d, d), method, return_index=True)
     border = on_border(iy, ix, (d, d), (d, d))
-    s, peak, conf, border = (backend.to_numpy(a) for a in (s, peak, conf, border))
-    dev = s.transpose(1, 0, 2) + (whole - rigid)[:, None, :]  # the total minus the rigid
-    dev[~ok] = np.nan
+    dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
     return dev, peak.T, conf.T, border.T
 
 
-def refine_shifts(tpatches, frames, grid, dense, subpixel="gaussian", device="cpu", left=None):
-    """``(N, P, 2)`` host float64: what remains of every patch's shift once its window is
-    sampled through the motion field ``dense`` ``(N, 2, H, W)`` (:func:`windows_through`),
-    measured within +-1 px (ZNCC, the subpixel fit); ``left``: :func:`zncc_left` of
-    ``tpatches`` at that bound."""
-    right = windows_through(frames, grid, dense)
+def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
+                  device="cpu", left=None):
+    """``(N, P, 2)`` float64 on the frames' device: what remains of every patch's shift once
+    its window is
+    sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)`` (spline
+    ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel fit);
+    ``left``: :func:`zncc_left` of ``tpatches`` at that bound."""
+    right = windows_through(frames, grid, patch_field, weights)
     if left is None:
         left = zncc_left(tpatches, right.shape, 1)
     per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
     corr = zncc(cross_correlate(tpatches, right, "n_to_mn", max_shift=1, device=device),
                 tpatches, right, 1, left_part=per)
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
-    return backend.to_numpy(find_shifts(corr, (1, 1), method)[0]).transpose(1, 0, 2)
+    return find_shifts(corr, (1, 1), method)[0].transpose(1, 0, 2)
 
 
 def low_patches(deviation, peak, confidence, border, min_confidence=None):
     """Which patches are not trusted (the rule of the module docstring)."""
-    low = border | ~np.isfinite(deviation).all(axis=-1) | ~np.isfinite(peak)
+    xp = backend.array_module_of(deviation)
+    low = border | ~xp.isfinite(deviation).all(axis=-1) | ~xp.isfinite(peak)
     low |= ~(confidence > 1.0)
     if min_confidence is not None:
         low |= confidence < min_confidence
@@ -319,24 +323,27 @@ def fill_low(deviation, low, grid_shape):
     >>> fill_low(d, low, (3, 3))[0, 4].tolist()
     [4.0, 0.0]
     """
+    xp = backend.array_module_of(deviation)
     gy, gx = grid_shape
-    out = np.array(deviation, np.float64).reshape(len(deviation), gy, gx, 2)
-    bad = np.array(low, bool).reshape(len(deviation), gy, gx)
-    out[bad] = np.nan
+    n = len(deviation)
+    out = xp.array(deviation, xp.float64).reshape(n, gy, gx, 2)
+    bad = xp.array(low, bool).reshape(n, gy, gx)
+    out = xp.where(bad[..., None], xp.nan, out)
     for _ in range(gy + gx):
-        if not bad.any():
+        if not bool(bad.any()):  # (on the GPU a host sync: called for chunks with low patches)
             break
-        pad = np.pad(out, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=np.nan)
-        around = np.stack([pad[:, 1 + a:1 + a + gy, 1 + b:1 + b + gx]
+        pad = xp.pad(out, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=xp.nan)
+        around = xp.stack([pad[:, 1 + a:1 + a + gy, 1 + b:1 + b + gx]
                            for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)])
-        have = ~np.isnan(around).all(axis=0)  # (N, gy, gx, 2)
-        take = bad & have[..., 0]
-        if not take.any():
+        count = (~xp.isnan(around)).sum(axis=0)  # good neighbours, (N, gy, gx, 2)
+        take = bad & (count[..., 0] > 0)
+        if not bool(take.any()):
             break
-        with warnings.catch_warnings():  # patches without a good neighbour: NaN, not taken
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(around, axis=0)
-        out[take] = med[take]
-        bad &= ~take
-    out[bad] = 0.0
+        # the median of the good ones (nanmedian, on either device): NaN sorts last
+        ranked = xp.sort(around, axis=0)
+        lo = xp.take_along_axis(ranked, xp.maximum(count - 1, 0)[None] // 2, axis=0)[0]
+        hi = xp.take_along_axis(ranked, (count // 2)[None], axis=0)[0]
+        out = xp.where(take[..., None], (lo + hi) * 0.5, out)
+        bad = bad & ~take
+    out = xp.where(bad[..., None], 0.0, out)
     return out.reshape(np.shape(deviation))

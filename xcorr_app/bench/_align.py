@@ -295,7 +295,7 @@ def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
 
 def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_path=None,
          force=False, echo=print, max_memory=None, repeat=1, seed=0, gpus=None,
-         device="gpu") -> int:
+         device="gpu", patches=None) -> int:
     """What ``xcorr bench align`` does: check the options, write the stack, run, report.
 
     Parameters
@@ -328,6 +328,9 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     device : {"gpu", "cpu"}
         ``"cpu"``: the CPU benchmark of :mod:`xcorr_app.bench._align_cpu` instead (default
         300 frames of 1024x1024; ``--quick`` 24 of 256x256).
+    patches : str or (int, int), optional
+        ``"GYxGX"``: the piecewise-rigid benchmark of :mod:`xcorr_app.bench._align_patches`
+        instead (in process; default 4096 frames of 512x512, ``--quick`` 64).
 
     Returns
     -------
@@ -345,6 +348,15 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     from ..io._writer import prepare_outputs, write_text
     from .._cuda.timing import device_name
 
+    if patches is not None:
+        if device != "gpu" or gpus is not None or max_memory is not None or keep \
+                or workdir is not None:
+            raise InputError("--patches times the GPU in process: it takes --quick, --frames, "
+                             "--size, --repeat and --json only")
+        from ._align_patches import main as patches_main
+
+        return patches_main(patches, quick=quick, frames=frames, size=size, repeat=repeat,
+                            seed=seed, json_path=json_path, force=force, echo=echo)
     cpu = device == "cpu"
     if device not in ("gpu", "cpu"):
         raise InputError(f"--device must be gpu or cpu, got {device!r}")

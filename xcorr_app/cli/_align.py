@@ -306,10 +306,10 @@ def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
         from ..alignment._motion_field import apply_field, field_area
 
         box = field_area(res.motion_field, shape) if o.crop else (0, shape[0], 0, shape[1])
-        # warped on the CPU, as the field was measured (alignment/_api.py says why)
+        # on the run's device (the GPU: one kernel per chunk, the field at each pixel)
         chunks = apply_field(o.path, res.motion_field, res.patch_centres, channel=o.channel,
                              fill=o.fill, resample=o.resample, crop=box,
-                             chunk_frames=res.settings["chunk_frames"], device="cpu")
+                             chunk_frames=res.settings["chunk_frames"], device=o.dev)
         return _write_chunks(o, chunks, (box[1] - box[0], box[3] - box[2]), n, out_path)
     box = common_area(res.shifts, shape) if o.crop else (0, shape[0], 0, shape[1])
     out_shape = (box[1] - box[0], box[3] - box[2])

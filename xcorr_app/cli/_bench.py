@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._options import FORCE, GPUS_LIST, MEMORY, json_rows_option, planner_notes
+from ._options import FORCE, GPUS_LIST, MEMORY, PATCHES, json_rows_option, planner_notes
 
 __all__ = ["bench"]
 
@@ -115,9 +115,14 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
               help="cpu: the CPU path against a scikit-image loop (upsample 20), in process "
                    "and as one-shot processes with their peak memory; 300 frames of "
                    "1024x1024 by default.")
+@click.option("--patches", type=PATCHES, default=None,
+              help="Piecewise-rigid: time align --patches GYxGX in process (host in/out and "
+                   "frames on the GPU) against a per-patch CuPy FFT loop and the rigid-only "
+                   "path, with the field error against the synthetic truth; 4096 frames of "
+                   "512x512 by default.")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
-                    device, force):
+                    device, patches, force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -132,7 +137,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     status = align_bench(quick=quick, frames=frames, size=size, workdir=workdir, keep=keep,
                               json_path=json_path, force=force, echo=click.echo,
                               max_memory=max_memory, repeat=repeat, gpus=gpus,
-                              device=device)
+                              device=device, patches=patches)
     if status:
         raise click.exceptions.Exit(status)
 

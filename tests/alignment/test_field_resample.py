@@ -1,0 +1,161 @@
+"""The resampling of piecewise-rigid registration (alignment/_field_resample.py): the NumPy
+reference (cubic convolution, the field's spline) on the CPU, and the kernels of
+cuda/patch_field.cu against it on the GPU (odd non-square frames, frames narrower than a warp
+and wider than a block, several launches, outputs poisoned with NaN)."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+from xcorr_app.alignment import _field_resample as fr
+from xcorr_app.alignment._field_resample import (KEYS_A, cubic_sample, dense_field,
+                                                 field_weights)
+from xcorr_app.alignment._motion_field import warp_frames
+from xcorr_app.alignment._patches import PatchGrid, windows, windows_through
+from xcorr_app.errors import InputError
+
+
+def keys(d):
+    """The cubic convolution kernel (Keys 1981) at distance ``d``, from its definition."""
+    d = abs(d)
+    a = KEYS_A
+    if d <= 1:
+        return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
+    if d < 2:
+        return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
+    return 0.0
+
+
+def brute_cubic(img, y, x):
+    """Cubic convolution at one point, taps clamped to the image, by the kernel's definition."""
+    h, w = img.shape
+    y0, x0 = int(np.floor(y)), int(np.floor(x))
+    return sum(keys(y - yy) * keys(x - xx) * float(img[min(max(yy, 0), h - 1),
+                                                       min(max(xx, 0), w - 1)])
+               for yy in range(y0 - 1, y0 + 3) for xx in range(x0 - 1, x0 + 3))
+
+
+def test_cubic_sample_is_the_definition_and_exact_for_quadratics(rng):
+    img = rng.random((9, 13)).astype(np.float32)
+    cy, cx = rng.uniform(-3, 12, 300), rng.uniform(-3, 16, 300)
+    cy[:20] = np.round(cy[:20])  # on pixels
+    ours = cubic_sample(img, cy, cx)
+    np.testing.assert_allclose(ours, [brute_cubic(img, y, x) for y, x in zip(cy, cx)],
+                               rtol=0, atol=1e-12)
+    yy, xx = np.mgrid[:20, :24].astype(np.float64)
+    quad = (0.3 * yy ** 2 - 0.2 * yy * xx + 0.1 * xx ** 2 + yy).astype(np.float32)
+    py, px = rng.uniform(2, 16, 200), rng.uniform(2, 20, 200)
+    np.testing.assert_allclose(cubic_sample(quad, py, px),
+                               0.3 * py ** 2 - 0.2 * py * px + 0.1 * px ** 2 + py, atol=1e-3)
+
+
+def test_cubic_warp_close_to_the_bspline(rng):
+    """Cubic convolution against the cubic B-spline it replaces, on smooth frames: within 1% of
+    the range (a sanity bound: both interpolate the same band-limited image)."""
+    f = ndi.gaussian_filter(rng.random((2, 40, 52)), (0, 2, 2)).astype(np.float32)
+    dense = np.broadcast_to(np.array([[0.37, -1.61], [2.25, 0.5]])[:, :, None, None],
+                            (2, 2, 40, 52))
+    ours = warp_frames(f, dense, "cubic")
+    yy, xx = np.mgrid[:40, :52].astype(np.float64)
+    for k in range(2):
+        ref = ndi.map_coordinates(f[k].astype(np.float64), [yy - dense[k, 0], xx - dense[k, 1]],
+                                  order=3, mode="nearest")
+        inner = (slice(4, -4), slice(4, -4))
+        assert np.abs(ours[k][inner] - ref[inner]).max() < 0.01 * np.ptp(f[k])
+
+
+def test_windows_outside_the_frame_are_input_errors():
+    g = PatchGrid.make((2, 2), None, 2, (40, 50), (4, 36, 4, 46))
+    with pytest.raises(InputError, match="leaves the frame"):
+        windows(np.zeros((2, 40, 50), np.float32), g, np.array([[0, 0], [5, 0]]))
+
+
+# --------------------------------------------------------------------------------- GPU
+
+def field_case(rng, n, shape, grid=(3, 2), amp=2.5):
+    """Smooth frames, a grid over their inner part and a random patch field (amplitude
+    ``amp`` px, NaN for frame 1: left unshifted)."""
+    h, w = shape
+    frames = ndi.gaussian_filter(rng.random((n, h, w)) * 1000, (0, 1.5, 1.5)).astype(np.float32)
+    g = PatchGrid.make(grid, None, 3, shape, (5, h - 5, 5, w - 5))
+    field = rng.uniform(-amp, amp, (n, *grid, 2))
+    if n > 1:
+        field[1] = np.nan
+    return frames, g, field
+
+
+#: (frame shape, grid): narrower than a warp, wider than a block (128 threads), tall
+SHAPES = [((23, 19), (1, 1)), ((41, 301), (3, 2)), ((64, 37), (3, 2))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,grid", SHAPES)
+def test_gpu_gather_windows_equal_numpy(rng, shape, grid):
+    import cupy as cp
+
+    frames, g, _ = field_case(rng, 5, shape, grid)
+    shifts = rng.integers(-2, 3, (5, 2))
+    ref = windows(frames, g, shifts)
+    out = cp.full(ref.shape, cp.nan, cp.float32)
+    got = fr.gather_windows_gpu(cp.asarray(frames), g.starts_y, g.starts_x, g.grid[1], g.size,
+                                shifts, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.get(), ref)
+    np.testing.assert_array_equal(windows(cp.asarray(frames), g, shifts).get(), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,grid", SHAPES)
+def test_gpu_windows_through_equal_float64_reference(rng, shape, grid, monkeypatch):
+    import cupy as cp
+
+    monkeypatch.setattr(fr, "MAX_GRID", 2)  # 4 frames: two launches, the frame offset n0
+    frames, g, field = field_case(rng, 4, shape, grid)
+    weights = field_weights(g.centres, shape, np)
+    ref = windows_through(frames, g, field, weights)  # float64 sums, rounded once
+    out = cp.full(ref.shape, cp.nan, cp.float32)
+    got = fr.windows_through_gpu(cp.asarray(frames), g.starts_y, g.starts_x, g.size,
+                                 cp.asarray(field), field_weights(g.centres, shape, cp), out=out)
+    assert got is out and bool(cp.isfinite(got).all())
+    np.testing.assert_allclose(got.get(), ref, rtol=0, atol=1e-5 * float(np.ptp(frames)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,grid", SHAPES)
+@pytest.mark.parametrize("resample", ["bilinear", "cubic"])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_gpu_warp_equals_float64_reference(rng, shape, grid, resample, dtype, monkeypatch):
+    import cupy as cp
+
+    monkeypatch.setattr(fr, "MAX_GRID", 2)  # 5 frames: three launches
+    frames, g, field = field_case(rng, 5, shape, grid, amp=4.0)
+    field[0] = 6.0  # frame 0: sources 6 px up and left, outside the frame at the top left
+    frames = frames.astype(dtype)
+    if dtype == np.float32:
+        frames[3, 5, 7] = np.nan  # that frame: bilinear also with cubic, the NaN stays local
+    h, w = shape
+    box = (2, h - 1, 3, w - 2)
+    dense = dense_field(field, g.centres, shape)
+    ref = warp_frames(frames, dense, resample, fill=-7.0)[:, box[0]:box[1], box[2]:box[3]]
+    out = cp.full(ref.shape, cp.nan, cp.float32)
+    got = fr.warp_gpu(cp.asarray(frames), cp.asarray(field), field_weights(g.centres, shape, cp),
+                      cubic=resample == "cubic", fill=-7.0, box=box, out=out).get()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    assert np.isnan(got).sum() <= 4
+    assert (got[0, :3, :3] == -7.0).all()  # frame 0's sources outside the frame
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(got[fin], ref[fin], rtol=0,
+                               atol=1e-5 * float(np.nanmax(frames) - np.nanmin(frames)))
+
+
+@pytest.mark.gpu
+def test_gpu_launchers_refuse_mismatched_shapes(rng):
+    import cupy as cp
+
+    frames, g, field = field_case(rng, 2, (30, 40))
+    wrong = field_weights(g.centres, (31, 40), cp)
+    with pytest.raises(InputError, match="does not match"):
+        fr.warp_gpu(cp.asarray(frames), cp.asarray(field), wrong)
+    with pytest.raises(InputError, match="leaves the frame"):
+        fr.gather_windows_gpu(cp.asarray(frames), g.starts_y, g.starts_x, g.grid[1], g.size,
+                              np.array([[0, 0], [9, 0]]))

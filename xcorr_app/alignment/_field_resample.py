@@ -1,0 +1,271 @@
+"""The resampling of piecewise-rigid registration, one definition on both devices: NumPy here
+(the reference) and the kernels of ``cuda/patch_field.cu`` (one launch per chunk each), equal to
+float rounding.
+
+* :func:`cubic_sample`: cubic convolution (Keys, ``a = -0.5``: exact for quadratics, local, 4x4
+  taps) at float64 coordinates, the taps clamped to the image.  It replaces the cubic
+  B-spline of ``map_coordinates(order=3)``: the B-spline needs a prefilter over the whole
+  frame (a recursive filter whose boundary handling SciPy and CuPy implement differently, and
+  which CuPy runs in float32 for float32 frames), so its GPU and CPU results differ by more than
+  rounding; a local kernel is the same sum on both.
+* :func:`bilinear_sample`: ``map_coordinates(order=1, mode="constant")`` (the warp's default).
+* The field at a pixel, from the patch shifts: ``(wy @ S @ wx.T)[y, x]`` (the spline weights of
+  :mod:`._motion_field`), evaluated per pixel in the kernels (no dense field per chunk).
+
+Examples
+--------
+>>> img = np.arange(20.0).reshape(4, 5)
+>>> float(cubic_sample(img, np.array([1.5]), np.array([2.0]))[0])  # linear image: exact
+9.5
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .._cuda.loader import KernelFamily, compile_together
+from ..backend import array_module_of, to_numpy
+from ..errors import InputError
+
+SOURCE = "patch_field.cu"
+THREADS = 128
+#: the pixel types the warp kernel reads (others are converted to float32 first)
+C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
+           np.dtype(np.int16): "short", np.dtype(np.float32): "float",
+           np.dtype(np.float64): "double"}
+GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])
+THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
+WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in C_TYPES.values()
+                                           for c in (False, True)])
+#: frames per launch (the grid's y and z extents are at most 65535)
+MAX_GRID = 65535
+#: the cubic convolution's parameter (Keys 1981)
+KEYS_A = -0.5
+
+
+def keys_weights(t):
+    """The four weights (taps at -1, 0, 1, 2) of cubic convolution for fractions ``t``."""
+    a = KEYS_A
+
+    def outer(d):
+        return ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a
+
+    def inner(d):
+        return ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0
+
+    return outer(t + 1.0), inner(t), inner(1.0 - t), outer(2.0 - t)
+
+
+def cubic_sample(image, cy, cx):
+    """Cubic convolution of the 2-D ``image`` (read as float32) at ``(cy, cx)`` (float64
+    arrays of one shape), taps clamped to the image; float64, summed as the kernel sums."""
+    h, w = image.shape
+    f = np.asarray(image, np.float32)
+    cy = np.clip(cy, -8.0, h + 7.0)
+    cx = np.clip(cx, -8.0, w + 7.0)
+    fy, fx = np.floor(cy), np.floor(cx)
+    wy, wx = keys_weights(cy - fy), keys_weights(cx - fx)
+    y0, x0 = fy.astype(np.int64) - 1, fx.astype(np.int64) - 1
+    cols = [np.clip(x0 + k, 0, w - 1) for k in range(4)]
+    acc = np.zeros(np.shape(cy))
+    for k in range(4):
+        rows = np.clip(y0 + k, 0, h - 1)
+        r = wx[0] * f[rows, cols[0]].astype(np.float64)
+        for j in range(1, 4):
+            r = r + wx[j] * f[rows, cols[j]].astype(np.float64)
+        acc = acc + wy[k] * r
+    return acc
+
+
+def bilinear_sample(image, cy, cx, fill):
+    """``map_coordinates(image, [cy, cx], order=1, mode="constant", cval=fill)`` (float64)."""
+    from scipy import ndimage
+
+    return ndimage.map_coordinates(np.asarray(image, np.float32), [cy, cx], order=1,
+                                   mode="constant", cval=float(fill), output=np.float64)
+
+
+def spline_weights(centres, n):
+    """``(n, len(centres))`` float64: the weights that map values at ``centres`` to pixels
+    ``0..n-1`` by a natural cubic spline, linear beyond the outermost centres."""
+    from scipy.interpolate import CubicSpline
+
+    c = np.asarray(centres, np.float64)
+    g = len(c)
+    x = np.arange(n, dtype=np.float64)
+    if g == 1:
+        return np.ones((n, 1))
+    spline = CubicSpline(c, np.eye(g), bc_type="natural", axis=0)
+    w = spline(np.clip(x, c[0], c[-1]))
+    d = spline(c[[0, -1]], 1)  # slopes at the ends
+    w += np.where(x < c[0], x - c[0], 0.0)[:, None] * d[0] + \
+        np.where(x > c[-1], x - c[-1], 0.0)[:, None] * d[1]
+    return w
+
+
+def dense_field(patch_field, centres, frame_shape, weights=None):
+    """``(N, 2, H, W)`` float64: the shifts of ``patch_field`` ``(N, gy, gx, 2)`` at every
+    pixel, on its device (NaN rows give 0: left unshifted)."""
+    xp = array_module_of(patch_field)
+    if weights is None:
+        weights = field_weights(centres, frame_shape, xp)
+    wy, wx = weights
+    s = xp.nan_to_num(patch_field.astype(xp.float64), nan=0.0).transpose(0, 3, 1, 2)
+    return wy @ s @ wx.T  # (N, 2, gy, gx) -> (N, 2, H, W)
+
+
+def field_weights(centres, frame_shape, xp):
+    """The spline weights of both axes, on ``xp``'s device."""
+    c = np.asarray(centres, np.float64)
+    return (xp.asarray(spline_weights(c[:, 0, 0], frame_shape[0])),
+            xp.asarray(spline_weights(c[0, :, 1], frame_shape[1])))
+
+
+@functools.lru_cache(maxsize=64)
+def _device_ints(values, device_id):
+    """A small int32 CuPy array of ``values`` (a tuple) on device ``device_id``, kept: the
+    windows' starts, uploaded once per run and device, not per chunk."""
+    import cupy as cp
+
+    with cp.cuda.Device(device_id):
+        return cp.asarray(np.asarray(values, np.int32))
+
+
+def _starts(starts_y, starts_x):
+    import cupy as cp
+
+    dev = cp.cuda.Device().id
+    return (_device_ints(tuple(int(v) for v in starts_y), dev),
+            _device_ints(tuple(int(v) for v in starts_x), dev))
+
+
+def _device_weights(weights, s, frames):
+    """The spline weights and the patch field as C-contiguous float64 CuPy arrays (NaN: 0),
+    checked against each other and the frames (the kernels index them unchecked)."""
+    import cupy as cp
+
+    wy, wx = (cp.ascontiguousarray(cp.asarray(a, cp.float64)) for a in weights)
+    s = cp.ascontiguousarray(cp.nan_to_num(cp.asarray(s, cp.float64), nan=0.0))
+    n, h, w = frames.shape
+    if s.ndim != 4 or s.shape[0] != n or s.shape[3] != 2 or wy.ndim != 2 or wx.ndim != 2 \
+            or wy.shape != (h, s.shape[1]) or wx.shape != (w, s.shape[2]):
+        raise InputError(f"a field {s.shape} with spline weights {wy.shape} and {wx.shape} "
+                         f"does not match {n} frames of {h}x{w}")
+    return wy, wx, s
+
+
+def _output(out, shape):
+    """A new float32 CuPy array of ``shape``, or ``out`` (C-contiguous float32 of that shape,
+    e.g. a poisoned one in the tests)."""
+    import cupy as cp
+
+    if out is None:
+        return cp.empty(shape, cp.float32)
+    if out.shape != tuple(shape) or out.dtype != cp.float32 or not out.flags.c_contiguous:
+        raise InputError(f"out must be a C-contiguous float32 array of shape {tuple(shape)}")
+    return out
+
+
+def check_windows(starts_y, starts_x, size, frame_shape, integer_shifts=None):
+    """InputError unless every window of ``size`` at ``starts``, moved by each of the host
+    ``integer_shifts`` ``(N, 2)`` (default none), lies inside frames of ``frame_shape`` (the
+    kernels read them unchecked)."""
+    sy, sx = np.asarray(starts_y, np.int64), np.asarray(starts_x, np.int64)
+    s = np.zeros((1, 2), np.int64) if integer_shifts is None or not len(integer_shifts) \
+        else np.asarray(integer_shifts, np.int64).reshape(-1, 2)
+    if not len(sy) or not len(sx) or sy.min() - s[:, 0].max() < 0 \
+            or sx.min() - s[:, 1].max() < 0 \
+            or sy.max() + size[0] - s[:, 0].min() > frame_shape[0] \
+            or sx.max() + size[1] - s[:, 1].min() > frame_shape[1]:
+        raise InputError("a patch window (moved by its frame's shift) leaves the frame")
+
+
+def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out=None):
+    """``(P, N, ph, pw)`` float32 CuPy: the windows of ``frames`` ``(N, H, W)`` float32 CuPy at
+    ``starts`` moved by ``integer_shifts`` ``(N, 2)``, one launch (per 65535 frames)."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames, cp.float32)
+    n, h, w = frames.shape
+    ph, pw = size
+    p = len(starts_y) * gx
+    shifts = np.asarray(to_numpy(integer_shifts), np.int64).reshape(n, 2)  # host
+    if len(starts_x) != gx:
+        raise InputError(f"{len(starts_x)} window columns for a grid {gx} patches wide")
+    check_windows(starts_y, starts_x, size, (h, w), shifts)
+    out = _output(out, (p, n, ph, pw))
+    shift = cp.asarray(shifts)
+    sy, sx = _starts(starts_y, starts_x)
+    # the windows' two kernels compile together (one NVRTC call) on first use
+    kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
+    for a in range(0, n, MAX_GRID):
+        b = min(n, a + MAX_GRID)
+        kernel((ph, p, b - a), (THREADS,), (frames, out, shift, sy, sx, np.int32(a), np.int32(n),
+                                            np.int32(h), np.int32(w), np.int32(gx),
+                                            np.int32(ph), np.int32(pw)))
+    return out
+
+
+def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, out=None):
+    """``(P, N, ph, pw)`` float32 CuPy: the windows at ``starts`` of ``frames`` ``(N, H, W)``
+    float32 sampled through the field of ``patch_field`` ``(N, gy, gx, 2)`` (``weights``: the
+    spline weights ``(wy, wx)``), by cubic convolution; one launch (per 65535 frames)."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames, cp.float32)
+    n, h, w = frames.shape
+    wy, wx, s = _device_weights(weights, patch_field, frames)
+    gy, gx = s.shape[1:3]
+    ph, pw = size
+    p = gy * gx
+    if (len(starts_y), len(starts_x)) != (gy, gx):
+        raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
+                         f"{gy}x{gx} patches")
+    check_windows(starts_y, starts_x, size, (h, w))
+    out = _output(out, (p, n, ph, pw))
+    sy, sx = _starts(starts_y, starts_x)
+    kernel = THROUGH.get(THREADS)
+    for a in range(0, n, MAX_GRID):
+        b = min(n, a + MAX_GRID)
+        kernel((ph, p, b - a), (THREADS,), (frames, out, wy, wx, s, sy, sx, np.int32(a),
+                                            np.int32(n), np.int32(h), np.int32(w), np.int32(gy),
+                                            np.int32(gx), np.int32(ph), np.int32(pw)),
+               shared_mem=2 * gx * 8)
+    return out
+
+
+def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=None):
+    """``(N, y1 - y0, x1 - x0)`` float32 CuPy: every frame of ``frames`` ``(N, H, W)`` (CuPy,
+    any real type) warped by its field (``patch_field`` ``(N, gy, gx, 2)``, ``weights``
+    ``(wy, wx)``), the output pixels of ``box`` ``(y0, y1, x0, x1)`` (default the frame); one
+    launch (per 65535 frames)."""
+    import cupy as cp
+
+    c_type = C_TYPES.get(np.dtype(frames.dtype))
+    if c_type is None:
+        frames, c_type = frames.astype(cp.float32), "float"
+    frames = cp.ascontiguousarray(frames)
+    n, h, w = frames.shape
+    y0, y1, x0, x1 = box or (0, h, 0, w)
+    if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
+        raise InputError(f"crop box {box} is not inside the {h}x{w} frame")
+    wy, wx, s = _device_weights(weights, patch_field, frames)
+    gy, gx = s.shape[1:3]
+    finite = None
+    if cubic and frames.dtype.kind == "f":  # NaN or Inf pixels: that frame bilinear
+        finite = cp.ascontiguousarray(cp.isfinite(frames).all(axis=(1, 2)))
+    out = _output(out, (n, y1 - y0, x1 - x0))
+    kernel = WARP.get(c_type, bool(cubic), THREADS)
+    for a in range(0, n, MAX_GRID):
+        b = min(n, a + MAX_GRID)
+        kernel((y1 - y0, b - a), (THREADS,),
+               (frames, out, wy, wx, s,
+                finite if finite is not None else out,  # (not read: check_finite 0)
+                np.int32(finite is not None), np.int32(a), np.int32(h), np.int32(w),
+                np.int32(gy), np.int32(gx),
+                np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0),
+                np.float32(fill)),
+               shared_mem=2 * gx * 8)
+    return out
