@@ -71,3 +71,22 @@ def test_bad_memory_sizes_are_value_errors(spec):
         parse_memory(spec)
     with pytest.raises(InputError):
         parse_memory(spec)
+
+
+@pytest.mark.parametrize("pinned", [False, pytest.param(True, marks=pytest.mark.gpu)])
+def test_prefetcher_ring_gives_every_chunk(tmp_path, rng, pinned):
+    """The read-ahead ring: the first chunk in ordinary memory, the later buffers page-locked
+    by a thread (GPU); every chunk's frames as the file holds them, each buffer reused."""
+    from xcorr_app.streaming import ChunkPrefetcher
+
+    stack = rng.integers(0, 60000, (23, 9, 14), dtype=np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    seen = []
+    with open_stack(tmp_path / "s.tif") as src, \
+            ChunkPrefetcher(src, chunk_frames=3, depth=2, pinned=pinned) as chunks:
+        for start, frames, slot in chunks:
+            np.testing.assert_array_equal(frames, stack[start:start + len(frames)])
+            seen.append((start, slot))
+            chunks.release(slot)
+    assert [s for s, _ in seen] == list(range(0, 23, 3))
+    assert {k for _, k in seen} == {0, 1, 2}

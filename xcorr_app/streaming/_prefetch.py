@@ -121,13 +121,15 @@ class ChunkPrefetcher:
                     return
                 if event is not None:
                     event.synchronize()  # its copy to the device has finished
-                if self._buffers[slot] is None:
-                    if pins is None:
-                        self._buffers[slot] = host_buffer(self._shape, self.src.dtype,
-                                                          self._pinned)
-                        pins = self._allocate_others(slot)
-                    else:
-                        self._buffers[slot] = pins.pop(slot).result()
+                if pins is None:
+                    pins = self._allocate(slot)
+                    # the first chunk goes into ordinary memory (its copy to the device is
+                    # then synchronous) rather than wait for page-locking
+                    self._buffers[slot] = np.empty(self._shape, self.src.dtype)
+                elif slot in pins:  # page-locked by now, or soon
+                    self._buffers[slot] = pins.pop(slot).result()
+                elif self._buffers[slot] is None:
+                    self._buffers[slot] = np.empty(self._shape, self.src.dtype)
                 frames = self._read(start, stop, self._buffers[slot][:stop - start], pool)
                 self._ready.put((start, frames, slot))
             self._ready.put(_END)
@@ -137,18 +139,19 @@ class ChunkPrefetcher:
             if pool is not None:
                 pool.shutdown()
 
-    def _allocate_others(self, first) -> dict:
-        """The buffers after the first, allocated by a thread while the first chunks are
-        read (page-locking 512 MiB takes the driver about 0.14 s, H100 host, 2026-11-23: on
-        a one-shot run's path to its first result otherwise)."""
-        others = [k for k in range(len(self._buffers)) if k != first]
-        if not others:
+    def _allocate(self, first) -> dict:
+        """``{slot: future buffer}``: the ring's buffers, allocated by a thread while the first
+        chunks are read (page-locking 512 MiB took the driver 0.14-0.36 s, H100 host,
+        2026-11-23: on a one-shot run's path to its first result otherwise).  The reader
+        waits on a slot's future when it next fills that slot."""
+        if not self._pinned:  # nothing to wait for
             return {}
         pinner = ThreadPoolExecutor(1, thread_name_prefix="xcorr-pin")
-        futures = {k: pinner.submit(host_buffer, self._shape, self.src.dtype, self._pinned)
-                   for k in others}
+        order = [k for k in range(len(self._buffers)) if k != first] + [first]
+        futures = {k: pinner.submit(host_buffer, self._shape, self.src.dtype, True)
+                   for k in order}
         pinner.shutdown(wait=False)  # the queued allocations still run; its thread then ends
-        return futures  # the reader waits on each when it first needs that buffer
+        return futures
 
     def start(self) -> "ChunkPrefetcher":
         """Start reading now (otherwise: when first iterated)."""
