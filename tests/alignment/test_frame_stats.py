@@ -80,3 +80,29 @@ def test_prepare_gpu_matches_cpu(rng, prefilter, window, dtype):
     for name in ("constant", "finite"):
         np.testing.assert_array_equal(getattr(got, name).get(), getattr(want, name))
     assert got.constant.get().tolist() == [False, False, False, True, False]
+
+
+@pytest.mark.parametrize("n", [1, 7, 300])
+def test_pack_rows_equals_the_concatenation(rng, n):
+    """The result rows of one kernel against CuPy's concatenate + astype, for every piece type
+    and absent FFT columns (NaN); a piece of another type is refused (None)."""
+    import cupy as cp
+
+    from xcorr_app.alignment._frame_stats import pack_rows
+
+    s = rng.standard_normal((n, 2))
+    pk = rng.standard_normal(n).astype(np.float32)
+    cf = rng.standard_normal(n)
+    constant, finite, border = (rng.random(n) < 0.5 for _ in range(3))
+    fs = rng.standard_normal((n, 2))
+    fi = rng.integers(-9, 9, (n, 2)).astype(np.int64)
+    pieces = [s, pk, cf, constant, finite, fs, fi, border]
+    want = np.concatenate([s, pk[:, None], cf[:, None], constant[:, None], finite[:, None], fs,
+                           fi, border[:, None]], axis=1).astype(np.float64)
+    got = pack_rows([cp.asarray(a) for a in pieces], n)
+    np.testing.assert_array_equal(got.get(), want)
+    absent = pack_rows([cp.asarray(a) for a in pieces[:5]] + [None, None, cp.asarray(border)], n)
+    want[:, 6:10] = np.nan
+    np.testing.assert_array_equal(absent.get(), want)
+    assert pack_rows([cp.asarray(a) for a in pieces[:6]]
+                     + [cp.asarray(fi.astype(np.int32)), cp.asarray(border)], n) is None

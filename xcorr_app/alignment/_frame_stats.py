@@ -5,7 +5,7 @@ NaN/Inf and constant flags, and the subtraction of the means, for :func:`prepare
 The same work as a few CuPy operations (``astype``, ``isfinite(...).all``, ``(f == f0).all``,
 ``sum``, ``-``), which on a fresh machine each compile a kernel on first use: the two CUB
 reductions among them took 5 s of NVRTC, the whole chain about 6 s, before a first run measured
-anything (H100, ``tools/compile_log.py``, 2026-11-22).  These three kernels compile together in
+anything (H100, ``tools/compile_log.py``, 2026-11-22).  These kernels (and :func:`pack_rows`) compile together in
 one call (:func:`xcorr_app._cuda.loader.compile_together`), and give the same numbers: the mean
 is summed in double row by row and then over the rows, in a fixed order.
 
@@ -33,16 +33,21 @@ ROW_STATS = KernelFamily(SOURCE, "frame_row_stats", [(t, True, THREADS) for t in
                          + [("float", False, THREADS)])
 FRAME_TOTALS = KernelFamily(SOURCE, "frame_totals", [(THREADS,)])
 SUBTRACT = KernelFamily(SOURCE, "subtract_frame_means", [()])
+PACK_ROWS = KernelFamily(SOURCE, "pack_rows", [()])
+#: pack_rows' pieces: their widths, and the type codes of the source
+ROW_WIDTHS = (2, 1, 1, 1, 1, 2, 2, 1)
+ROW_CODES = {np.dtype(np.float64): 0, np.dtype(np.bool_): 1, np.dtype(np.float32): 2,
+             np.dtype(np.int64): 3}
 #: blocks of the grid-stride subtraction (enough to fill any current GPU)
 SUBTRACT_BLOCKS = 1024
 MAX_GRID_Y = 65535
 
 
 def _kernels(c_type=None):
-    """(row stats of float32 without writing, totals, subtraction[, row stats writing float32
-    from ``c_type``]), compiled together where not compiled yet."""
+    """(row stats of float32 without writing, totals, subtraction, row packing[, row stats
+    writing float32 from ``c_type``]), compiled together where not compiled yet."""
     return compile_together([(ROW_STATS, ("float", False, THREADS)), (FRAME_TOTALS, (THREADS,)),
-                             (SUBTRACT, ())]
+                             (SUBTRACT, ()), (PACK_ROWS, ())]
                             + [(ROW_STATS, (c_type, True, THREADS))] * (c_type is not None))
 
 
@@ -51,7 +56,7 @@ def _stats(f, out, c_type, write):
 
     n, h, w = f.shape
     kernels = _kernels(c_type if write else None)
-    row, totals = kernels[3] if write else kernels[0], kernels[1]
+    row, totals = kernels[4] if write else kernels[0], kernels[1]
     row_sum = cp.empty((n, h), cp.float64)
     row_flags = cp.empty((n, h), cp.int32)
     mean = cp.empty(n, cp.float32)
@@ -96,3 +101,27 @@ def subtract_means(f, mean):
         blocks = min(SUBTRACT_BLOCKS, -(-total // THREADS))
         sub((blocks,), (THREADS,), (f, mean, np.int64(h * w), np.int64(total)))
     return f
+
+
+def pack_rows(pieces, n):
+    """The ``(n, 11)`` float64 result rows of the measuring pass from its eight pieces ``(s, peak,
+    confidence, constant, finite, fft_shifts, fft_integer, border)`` (CuPy arrays of widths
+    :data:`ROW_WIDTHS`; ``None`` for absent ones, NaN) in one kernel; None where a piece is of
+    another type, shape or layout (the caller concatenates then)."""
+    import cupy as cp
+
+    codes, args = 0, []
+    out = cp.empty((n, sum(ROW_WIDTHS)), cp.float64)
+    for j, (piece, width) in enumerate(zip(pieces, ROW_WIDTHS)):
+        if piece is None:
+            code, piece = 7, out
+        else:
+            code = ROW_CODES.get(np.dtype(piece.dtype))
+            if code is None or piece.size != n * width or not piece.flags.c_contiguous:
+                return None
+        codes |= code << (3 * j)
+        args.append(piece)
+    if n:
+        _kernels()[3]((max(1, min(-(-n // THREADS), SUBTRACT_BLOCKS)),), (THREADS,),
+                      (*args, np.int32(codes), np.int64(n), out))
+    return out

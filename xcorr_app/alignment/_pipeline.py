@@ -45,6 +45,7 @@ from ..streaming import (DeviceChunks, cpu_threads, frame_slices, keep_freed_mem
                          one_blas_thread, plan_memory)
 from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,
                        fft_reference, search_range)
+from ._frame_stats import pack_rows
 from ._preprocess import Prepared
 from ._references import reference_frame
 from ._result import COLUMNS
@@ -332,7 +333,13 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                                        **fft_kwargs, coarse=coarse,
                                        reference_is_fft=not opts.previous, return_integer=True)
             else:
-                fs = fi = xp.full((len(p.raw), 2), xp.nan)
+                fs = fi = None
+        pieces = (s, pk, cf, p.constant, p.finite, fs, fi, border)
+        if xp is not np:  # one kernel of ours (CuPy's copies compiled on a first run)
+            block = pack_rows(pieces, len(p.raw))
+            if block is not None:
+                return block
+        fs, fi = (xp.full((len(p.raw), 2), xp.nan) if a is None else a for a in (fs, fi))
         return xp.concatenate([s, pk[:, None], cf[:, None], p.constant[:, None],
                                p.finite[:, None], fs, fi, border[:, None]],
                               axis=1).astype(xp.float64)

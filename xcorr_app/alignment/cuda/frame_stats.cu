@@ -96,3 +96,37 @@ __global__ void subtract_frame_means(float* __restrict__ f, const float* __restr
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
         f[i] -= mean[i / plane];
 }
+
+// The measuring pass's result rows (alignment/_pipeline.py rows(), COLUMNS of _result.py):
+// [dy dx | peak | confidence | constant | finite | fft_dy fft_dx | fft_iy fft_ix | border] as
+// float64, from eight C-contiguous pieces of N rows (widths 2 1 1 1 1 2 2 1) of the types
+// coded 3 bits each in `codes` (0 double, 1 bool, 2 float, 3 long long, 7 absent: NaN), in
+// place of CuPy's concatenate and astype, whose copy kernels compiled on a first run.
+__device__ __forceinline__ double load_as_double(const void* p, int code, long long k) {
+    switch (code) {
+        case 0: return ((const double*)p)[k];
+        case 1: return ((const bool*)p)[k] ? 1.0 : 0.0;
+        case 2: return (double)((const float*)p)[k];
+        case 3: return (double)((const long long*)p)[k];
+        default: return __longlong_as_double(0x7ff8000000000000LL);  // NaN
+    }
+}
+
+__global__ void pack_rows(const void* s, const void* pk, const void* cf, const void* constant,
+                          const void* finite, const void* fs, const void* fi, const void* border,
+                          int codes, long long n, double* __restrict__ out) {
+    const void* piece[8] = {s, pk, cf, constant, finite, fs, fi, border};
+    const int width[8] = {2, 1, 1, 1, 1, 2, 2, 1};
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        double* row = out + i * 11;
+        int c = 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int code = (codes >> (3 * j)) & 7;
+#pragma unroll
+            for (int k = 0; k < width[j]; ++k)
+                row[c++] = load_as_double(piece[j], code, i * width[j] + k);
+        }
+    }
+}
