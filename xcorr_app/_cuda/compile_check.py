@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .loader import COMPILE_OPTIONS, all_families, include_dir, read_source, source_dirs
-from .shipped import BUILT_DIR, expression_of, normalized, source_digest, write_index
+from .shipped import BUILT_DIR, mangled_pattern, normalized, source_digest, write_index
 
 CHUNK = 48  # instantiations per translation unit
 _FUNC = re.compile(r"Function properties for (\S+)")
@@ -143,7 +143,7 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
             if len(usage) < len(exprs):
                 failures.append(f"{source}: expected {len(exprs)} kernels, ptxas reported {len(usage)}")
             if keep is not None and exprs:
-                failures += _keep(keep, kept, arch, k, source, exprs, names,
+                failures += _keep(keep, kept, arch, k, source, exprs, list(usage),
                                   Path(tmp) / f"out{k}.cubin")
             for mangled, (stack, st, ld) in sorted(usage.items()):
                 n_kernels += 1
@@ -165,22 +165,24 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
     return 0
 
 
-def _keep(folder, kept, arch, k, source, exprs, names, cubin) -> list:
-    """Keep one translation unit's cubin and index its kernels by name expression; the
-    failures (an instantiation whose kernel is not found in the cubin)."""
+def _keep(folder, kept, arch, k, source, exprs, mangled_names, cubin) -> list:
+    """Keep one translation unit's cubin and index its kernels by name expression (matched by
+    their mangled names: :func:`~xcorr_app._cuda.shipped.mangled_pattern`); the failures (an
+    instantiation whose kernel is not found in the cubin, or not once)."""
     name = f"{Path(source).stem}.{k}.{arch}.cubin"
     shutil.copyfile(cubin, folder / name)
-    by_expr = {expression_of(d): m for m, d in names.items()}
     entry = kept.setdefault(source, {"digest": source_digest(read_source(source),
                                                              COMPILE_OPTIONS),
                                      "kernels": {arch: {}}})
     missing = []
     for e in exprs:
-        mangled = by_expr.get(normalized(e))
-        if mangled is None:
-            missing.append(f"{source}: {e} not found among the kernels of its cubin")
+        pattern = mangled_pattern(e)
+        found = [m for m in mangled_names if pattern.match(m)]
+        if len(found) != 1:
+            missing.append(f"{source}: {e} matches {len(found)} kernels of its cubin "
+                           f"({', '.join(found[:3]) or 'none'})")
         else:
-            entry["kernels"][arch][normalized(e)] = [name, mangled]
+            entry["kernels"][arch][normalized(e)] = [name, found[0]]
     return missing
 
 

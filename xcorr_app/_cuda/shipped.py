@@ -19,7 +19,7 @@ Examples
 --------
 >>> usable_arch(["sm_80", "sm_90"], (9, 0)), usable_arch(["sm_80"], (8, 9)), usable_arch(["sm_90"], (8, 6))
 ('sm_90', 'sm_80', None)
->>> expression_of("void zncc_peaks<false, true, 256>(float const*, int)")
+>>> normalized("zncc_peaks<false, true, 256>")
 'zncc_peaks<false,true,256>'
 """
 
@@ -47,17 +47,44 @@ def source_digest(text: str, options) -> str:
     return hashlib.sha256((text + "\0" + " ".join(options)).encode()).hexdigest()[:24]
 
 
-def expression_of(demangled: str) -> str:
-    """The name expression of a demangled kernel name, spaces and ``u`` suffixes dropped
-    (``void k<1u, true>(float*)`` -> ``k<1,true>``): the form :func:`normalized` compares."""
-    name = demangled.split("(", 1)[0].strip()
-    if name.startswith("void "):
-        name = name[5:]
-    return normalized(name)
-
-
 def normalized(expression: str) -> str:
+    """The index's key of a name expression: without spaces or ``u`` suffixes."""
     return _UNSIGNED.sub(r"\1", expression.replace(" ", ""))
+
+
+#: Itanium ABI codes of the template arguments the families use
+_TYPE_CODES = {"float": "f", "double": "d", "bool": "b", "short": "s", "int": "i",
+               "unsigned char": "h", "unsigned short": "t", "unsigned int": "j", "long long": "x",
+               "unsigned long long": "y", "float2": "6float2", "double2": "7double2"}
+
+
+def mangled_pattern(expression: str):
+    """A regular expression that the mangled name of ``expression``'s kernel matches (and no
+    other instantiation's): the name and template arguments of the Itanium ABI, the parameters
+    left open.  Integer arguments match any integer type (the template's declared type is not
+    in the expression).  So the index needs no demangler (the device machines have none).
+
+    >>> bool(mangled_pattern("zncc_peaks<false, true, 256>").match("_Z10zncc_peaksILb0ELb1ELi256EEvPKfi"))
+    True
+    """
+    m = re.fullmatch(r"\s*(\w+)\s*(?:<(.*)>)?\s*", expression)
+    if m is None:
+        raise ValueError(f"cannot mangle {expression!r}")
+    name, args = m.group(1), m.group(2)
+    head = re.escape(f"_Z{len(name)}{name}")
+    if args is None:  # a plain function (C++ linkage), or an extern "C" one
+        return re.compile(f"(?:{head}(?!I).*|{re.escape(name)})$")
+    codes = []
+    for a in (t.strip() for t in args.split(",")):
+        if a in ("true", "false"):
+            codes.append(f"Lb{int(a == 'true')}E")
+        elif re.fullmatch(r"-?\d+", a):
+            codes.append(f"L[ijlmxysth]{a.replace('-', 'n')}E")
+        elif a in _TYPE_CODES:
+            codes.append(re.escape(_TYPE_CODES[a]))
+        else:
+            raise ValueError(f"cannot mangle the template argument {a!r} of {expression!r}")
+    return re.compile(f"{head}I{''.join(codes)}E.*$")
 
 
 def usable_arch(archs, capability) -> str | None:
