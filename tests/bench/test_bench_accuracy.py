@@ -151,3 +151,9 @@ def test_cli_quick_and_errors(tmp_path):
     assert digest(out) == before
     assert_clean_error(xcorr("bench", "accuracy", "--only", "nope"), "unknown stack kind")
     assert_clean_error(xcorr("bench", "accuracy", "--seeds", "a,b"), "--seeds")
+
+
+def test_the_band_pass_row_is_prefilter_autos_band_pass():
+    from xcorr_app.alignment._preprocess import AUTO_BANDPASS
+
+    assert bench.METHODS[f"xcorr prefilter={AUTO_BANDPASS} alone"]["prefilter"] == AUTO_BANDPASS
