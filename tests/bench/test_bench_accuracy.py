@@ -1,6 +1,7 @@
 """``xcorr bench accuracy``: the generator's stacks (truth, determinism, each kind's property)
 and the benchmark's report, in process and through the command line."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -146,8 +147,76 @@ def test_cli_quick_and_errors(tmp_path):
     for m in bench.METHODS:
         assert res.stdout.count(f"| {m} |") == len(data.KINDS), m
     assert "- default <= 0.1 px RMS on every kind:" in res.stdout
+    assert res.stdout.count(f"| {bench.ORACLE} |") == len(data.KINDS)
+    assert "| kind | seed | image | default RMS px | oracle RMS px |" in res.stdout
     before = digest(out)
     assert_clean_error(xcorr("bench", "accuracy", "--quick", "--json", out), "exists")
     assert digest(out) == before
     assert_clean_error(xcorr("bench", "accuracy", "--only", "nope"), "unknown stack kind")
     assert_clean_error(xcorr("bench", "accuracy", "--seeds", "a,b"), "--seeds")
+
+
+def test_the_band_pass_row_is_prefilter_autos_band_pass():
+    from xcorr_app.alignment._preprocess import AUTO_BANDPASS
+
+    assert bench.METHODS[f"xcorr prefilter={AUTO_BANDPASS} alone"]["prefilter"] == AUTO_BANDPASS
+
+
+# ------------------------------------------------------------------------------ the oracle
+
+def test_fourier_shift_gradient_is_the_exact_derivative():
+    yy, xx = np.mgrid[:64, :64].astype(float)
+    blob = np.exp(-((yy - 30.0) ** 2 + (xx - 33.0) ** 2) / 40.0)
+    moved, (gy, gx) = data._fourier_shift(blob, (1.3, -2.6), gradient=True)
+    want = np.exp(-((yy - 31.3) ** 2 + (xx - 30.4) ** 2) / 40.0)
+    np.testing.assert_allclose(moved, want, atol=1e-9)
+    np.testing.assert_allclose(gy, -2 * (yy - 31.3) / 40.0 * want, atol=1e-9)
+    np.testing.assert_allclose(gx, -2 * (xx - 30.4) / 40.0 * want, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind", data.KINDS)
+def test_the_clean_scene_is_what_the_frames_were_drawn_from(kind):
+    s = data.make_stack(kind, 0, quick=True)
+    assert s.clean.shape == s.frames.shape and s.gradient.shape == (len(s.frames), 2,
+                                                                     *s.frames.shape[1:])
+    assert s.static.shape == s.frames.shape[1:]
+    assert (s.static.any()) == (kind == "bleaching_background")
+    mean = s.frames.mean(axis=(1, 2))  # Poisson draws: the frame means agree with the scene's
+    np.testing.assert_allclose(mean, s.clean.mean(axis=(1, 2)), rtol=0.02, atol=0.1)
+    # the gradient is the derivative of the moving part: like its finite difference (which
+    # misses the fine detail that the spectrum keeps: 0.6 on the circular one)
+    g = np.gradient(s.clean[1] - s.static)
+    assert np.corrcoef(g[0].ravel(), s.gradient[1, 0].ravel())[0, 1] > 0.5
+    assert np.corrcoef(g[1].ravel(), s.gradient[1, 1].ravel())[0, 1] > 0.5
+
+
+@pytest.mark.parametrize("kind", ["plain", "bleaching_background"])
+def test_oracle_recovers_a_known_offset_relative_to_frame_0(kind):
+    """Frames made of the scene moved (to first order) by known offsets, with a gain and an
+    offset: the fit returns the truth plus each offset less frame 0's, and ignores the gain
+    and offset (a sign error, or the static part fitted as moving, would show)."""
+    s = data.make_stack(kind, 0, quick=True)
+    delta = np.random.default_rng(3).uniform(-0.05, 0.05, (len(s.frames), 2))
+    moving = s.clean - s.static
+    frames = s.clean + np.einsum("nc,nchw->nhw", delta, s.gradient.astype(np.float64))
+    frames = frames + 0.1 * moving + 2.0
+    got = bench.oracle_shifts(dataclasses.replace(s, frames=frames.astype(np.float32)))
+    np.testing.assert_allclose(got, s.truth + delta - delta[0], atol=2e-3)
+    assert got[0].tolist() == [0.0, 0.0]
+
+
+def test_oracle_is_the_floor_of_the_low_light_stack():
+    s = data.make_stack("low_light", 0)
+    oracle = bench.stack_errors(bench.oracle_shifts(s), s.truth)[0]
+    first = bench.stack_errors(align(s.frames, device="cpu", lucas_kanade="off").shifts,
+                               s.truth)[0]
+    assert 0.05 < oracle < 0.1 < first
+
+
+def test_report_has_the_oracle_per_kind_and_per_stack():
+    rows = [{"kind": "plain", "seed": s, "method": bench.DEFAULT, "shape": [4, 8, 8],
+             "image": "x", "error": "", "rms": 0.02, "max": 0.04, "oracle": o}
+            for s, o in ((0, 0.01), (1, 0.03))]
+    text = "\n".join(bench.report_lines(rows))
+    assert f"| {bench.ORACLE} | 0.020 | 0.010-0.030 | |" in text
+    assert "| plain | 1 | x | 0.020 | 0.030 |" in text

@@ -60,7 +60,13 @@ BACKGROUND_SIGMA = 0.25
 @dataclass
 class AccuracyStack:
     """A stack and its ground truth: ``frames`` (N, H, W) float32, ``truth`` (N, 2) float64 in
-    xcorr's convention (row 0 is ``(0, 0)``)."""
+    xcorr's convention (row 0 is ``(0, 0)``); the noise-free scene the frames were drawn from:
+    ``clean`` (N, H, W) float64, each frame's expected value (the Poisson mean, in photons;
+    the circular kind has no noise: its frames), of which ``static`` (H, W) float64 does not
+    move (the bleaching kind's background; zeros for the others), and ``gradient`` (N, 2, H, W)
+    float32, the exact derivative of the moving part along y and x (from its spectrum), the
+    derivative of ``clean`` with respect to the shift: what :func:`~xcorr_app.bench._accuracy.
+    oracle_shifts` fits with."""
 
     kind: str
     seed: int
@@ -68,6 +74,9 @@ class AccuracyStack:
     frames: np.ndarray
     truth: np.ndarray
     info: dict = field(default_factory=dict)
+    clean: np.ndarray = None
+    static: np.ndarray = None
+    gradient: np.ndarray = None
 
 
 def grey_image(name: str) -> np.ndarray:
@@ -90,11 +99,19 @@ def _drift(n, max_drift, step, rng) -> np.ndarray:
     return out
 
 
-def _fourier_shift(img, d) -> np.ndarray:
-    """``img`` with its content moved by ``d`` = (dy, dx) px, circularly (Fourier shift)."""
+def _fourier_shift(img, d, gradient=False):
+    """``img`` with its content moved by ``d`` = (dy, dx) px, circularly (Fourier shift); with
+    ``gradient``, also its exact derivatives along y and x (the spectrum times ``2 pi i k``),
+    ``(moved, (gy, gx))``."""
     from scipy import ndimage as ndi
 
-    return np.fft.ifft2(ndi.fourier_shift(np.fft.fft2(img), d)).real
+    spec = ndi.fourier_shift(np.fft.fft2(img), d)
+    moved = np.fft.ifft2(spec).real
+    if not gradient:
+        return moved
+    ky = 2j * np.pi * np.fft.fftfreq(img.shape[0])[:, None]
+    kx = 2j * np.pi * np.fft.fftfreq(img.shape[1])[None, :]
+    return moved, (np.fft.ifft2(spec * ky).real, np.fft.ifft2(spec * kx).real)
 
 
 def _canvas(name, shape, margin, rng) -> np.ndarray:
@@ -116,12 +133,18 @@ def _canvas(name, shape, margin, rng) -> np.ndarray:
     return img[y0:y0 + need[0], x0:x0 + need[1]]
 
 
-def _cropped_frames(canvas, drift, shape, margin) -> np.ndarray:
-    """Frames of ``shape`` cut from the middle of ``canvas`` moved by each drift: the canvas is
-    reflect-padded before its Fourier shift so that its wrap-around stays outside the crop."""
+def _cropped_frames(canvas, drift, shape, margin):
+    """Frames of ``shape`` cut from the middle of ``canvas`` moved by each drift, and their
+    exact gradients (N, 2, H, W): the canvas is reflect-padded before its Fourier shift so
+    that its wrap-around stays outside the crop."""
     pad = np.pad(canvas, margin, mode="reflect")
-    o = 2 * margin
-    return np.stack([_fourier_shift(pad, d)[o:o + shape[0], o:o + shape[1]] for d in drift])
+    crop = (slice(2 * margin, 2 * margin + shape[0]), slice(2 * margin, 2 * margin + shape[1]))
+    frames, grads = [], []
+    for d in drift:
+        moved, g = _fourier_shift(pad, d, gradient=True)
+        frames.append(moved[crop])
+        grads.append([g[0][crop], g[1][crop]])
+    return np.stack(frames), np.asarray(grads)
 
 
 def _background(shape, rng) -> np.ndarray:
@@ -165,22 +188,33 @@ def make_stack(kind: str, seed: int = 0, quick: bool = False) -> AccuracyStack:
     image = spec["images"][seed % len(spec["images"])]
     drift = _drift(n, spec["drift"], spec["step"], rng)
     info = {}
+    static = np.zeros(shape)
     if kind == "circular":
         base = _canvas(image, shape, 0, rng)
-        frames = np.stack([_fourier_shift(base, d) for d in drift])
+        moved = [_fourier_shift(base, d, gradient=True) for d in drift]
+        clean = frames = np.stack([m for m, _ in moved])
+        grad = np.asarray([g for _, g in moved])
     else:
         margin = int(np.ceil(spec["drift"])) + 8
-        frames = _cropped_frames(_canvas(image, shape, margin, rng), drift, shape, margin)
+        frames, grad = _cropped_frames(_canvas(image, shape, margin, rng), drift, shape, margin)
+        grad = grad * (frames > 0)[:, None]  # the clip below is flat where it cuts
         frames = np.clip(frames, 0.0, None)
+        gain = np.ones((n, 1, 1))
         if kind == "low_light":
-            frames = rng.poisson(frames * (LOW_LIGHT_PEAK / frames.max())).astype(np.float64)
+            scale = LOW_LIGHT_PEAK / frames.max()
+            clean = frames * scale
             info["peak_photons"] = LOW_LIGHT_PEAK
         elif kind == "bleaching_background":
             gain = np.linspace(1.0, BLEACH_END, n)[:, None, None]
             bg = BACKGROUND_PEAK * frames.max() * _background(shape, rng)
-            expected = (frames * gain + bg) * (PLAIN_PEAK / (frames.max() + bg.max()))
-            frames = rng.poisson(expected).astype(np.float64)
+            scale = PLAIN_PEAK / (frames.max() + bg.max())
+            clean = (frames * gain + bg) * scale
+            static = bg * scale
             info["brightness"] = [1.0, BLEACH_END]
         else:
-            frames = rng.poisson(frames * (PLAIN_PEAK / frames.max())).astype(np.float64)
-    return AccuracyStack(kind, seed, image, frames.astype(np.float32), 0.0 - drift, info)
+            scale = PLAIN_PEAK / frames.max()
+            clean = frames * scale
+        grad = grad * (gain * scale)[:, None]
+        frames = rng.poisson(clean).astype(np.float64)
+    return AccuracyStack(kind, seed, image, frames.astype(np.float32), 0.0 - drift, info,
+                         clean, static, grad.astype(np.float32))
