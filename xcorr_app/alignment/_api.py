@@ -170,7 +170,7 @@ path or ndarray
     prefilter : {"auto", "gaussian:S", "dog:S1,S2", "none"}
         Filter applied to every frame and the reference before correlation (on the GPU: the
         reuse convolution kernels); not used by phase correlation.  ``auto`` (default):
-        ``dog:1,8`` (band-pass) for stacks whose brightness changes by more than 10% (bleaching
+        ``dog:1,4`` (band-pass) for stacks whose brightness changes by more than 10% (bleaching
         over a static background), else ``gaussian:1``
         (:func:`~xcorr_app.alignment._preprocess.choose_prefilter`); the result's
         ``settings["prefilter"]`` and ``notes`` say what was chosen.

@@ -41,7 +41,7 @@ MEASURE_OPTIONS = (
     click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
                  help="Upsampling factor for --subpixel upsample (resolution 1/K px)."),
     click.option("--prefilter", type=PREFILTER, default="auto", show_default=True,
-                 help="Filter frames before correlating; auto: dog:1,8 (band-pass) when the "
+                 help="Filter frames before correlating; auto: dog:1,4 (band-pass) when the "
                       "brightness changes by more than 10% over the stack (bleaching over a "
                       "background), else gaussian:1."),
     click.option("--boundary", type=click.Choice(BOUNDARIES), default="auto", show_default=True,
