@@ -10,7 +10,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site:$PWD
 python3 -m compileall -q xcorr_app tools >/dev/null 2>&1  # what pip does at install
 if [ ! -f xcorr_app/_cuda/built/index.json ]; then
-  t=$EPOCHREALTIME; python3 -m xcorr_app._cuda.compile_check --keep | tail -2
+  t=$EPOCHREALTIME; python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -4
   awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN {printf "built the shipped kernels in %.1f s\n", b - a}'
 fi
 du -sh xcorr_app/_cuda/built
@@ -26,12 +26,13 @@ tm() {  # label, command...
 }
 C="CUPY_CACHE_DIR=/tmp/c/cupy XCORR_CACHE_DIR=/tmp/c/x"
 S=/tmp/probe/s512.tif
+P=${PROF_DIR:-/tmp}  # the profiles: $OUT with PROF_DIR=$OUT
 {
 rm -rf /tmp/c; tm "cold: cell (auto)" env $C python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /tmp/o/cella --force -q
 rm -rf /tmp/c; tm "cold: cell --device gpu" env $C python3 tools/compile_log.py $OUT/compiles_cell.txt /tmp/p1.txt align sample_data/cell_drift.tif --device gpu --out /tmp/o/cell --force -q
 tm "warm: cell --device gpu" env $C python3 -m xcorr_app.cli align sample_data/cell_drift.tif --device gpu --out /tmp/o/cellw --force -q
 tm "cpu: cell" python3 -m xcorr_app.cli align sample_data/cell_drift.tif --out /tmp/o/cellcpu --device cpu --force -q
-rm -rf /tmp/c; tm "cold: s64 --max-shift 16" env $C python3 tools/compile_log.py $OUT/compiles_s64.txt $OUT/prof_s64.txt align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64 --force --no-aligned -q
+rm -rf /tmp/c; tm "cold: s64 --max-shift 16" env $C python3 tools/compile_log.py $OUT/compiles_s64.txt $P/prof_s64.txt align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64 --force --no-aligned -q
 tm "warm: s64 --max-shift 16" env $C python3 -m xcorr_app.cli align /tmp/probe/s64.tif --max-shift 16 --out /tmp/o/s64w --force --no-aligned -q
 rm -rf /tmp/c; tm "cold: s64 unbounded" env $C python3 tools/compile_log.py $OUT/compiles_s64u.txt /tmp/p3.txt align /tmp/probe/s64.tif --out /tmp/o/s64u --force --no-aligned -q
 tm "warm: s64 unbounded" env $C python3 -m xcorr_app.cli align /tmp/probe/s64.tif --out /tmp/o/s64uw --force --no-aligned -q
@@ -43,7 +44,7 @@ for rep in 1 2; do
 done
 tm "one-shot tifffile.imread(s512)" python3 -c "import tifffile; tifffile.imread('$S')"
 tm "warm: s512 with aligned.tif" env $C python3 -m xcorr_app.cli align $S --out /tmp/o/c --force -q
-env $C python3 tools/compile_log.py /tmp/cw.txt $OUT/prof_warm512.txt align $S --max-shift 16 --out /tmp/o/h --force --no-aligned | tail -3
+env $C python3 tools/compile_log.py $OUT/compiles_warm512.txt $P/prof_warm512.txt align $S --max-shift 16 --out /tmp/o/h --force --no-aligned | tail -3
 } 2>&1 | tee "$OUT/s4.txt"
 if [ "${SUITE:-0}" = 1 ]; then
   XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout ${SUITE_T:-400} python3 -m pytest -m gpu -q -p no:cacheprovider \
