@@ -25,6 +25,7 @@ from xcorr_app.correlate._cost_model import (FAMILIES, FEATURES, GENERIC, combin
                                               features)
 from xcorr_app.correlate._forms import form_layout
 from xcorr_app.correlate._plans import Plan
+from xcorr_app.correlate._small import WARPS as SMALL_WARPS
 
 #: weight of candidates within 3x of their problem's fastest.  It was 4 (the ranking near the
 #: top is what matters), but on tools/planner_data_h100.json that fitted the large align
@@ -42,6 +43,8 @@ def rows_of(data):
         best = prob["timings"][0][1]
         for spec, ms in prob["timings"]:
             plan = Plan.parse(spec)
+            if plan.method == "small" and plan.row_splits not in SMALL_WARPS:
+                continue  # a variant the planner no longer offers
             fam, x = features(plan, lay, prob["max_shift"], dev)
             out.append((prob["name"], fam, plan, x, ms, best))
     return dev, out
