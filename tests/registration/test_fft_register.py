@@ -232,3 +232,24 @@ def test_periodic_components_find_shifts_of_non_periodic_crops(xp, rng):
         plain_exact += plain.tolist() == truth
     assert exact >= 21, exact  # 98 % of seeds are exact
     assert plain_exact <= 3, plain_exact  # the seams did pull plain correlation
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_a_half_spectrum_reference_gives_the_full_one_s_shifts(xp, rng, periodic):
+    """The pipeline's verification keeps the rfft2 of its real reference: the same shifts as
+    its fft2 (odd and even widths), for plain and periodic components."""
+    for shape in ((40, 51), (33, 48)):
+        ref = ndi.gaussian_filter(rng.random(shape), 2).astype(np.float32)
+        frames = np.stack([np.roll(ref, (2, -3), (0, 1)), np.roll(ref, (-1, 4), (0, 1))])
+        r, f = xp.asarray(ref), xp.asarray(frames)
+        full, half = xp.fft.fft2(r), xp.fft.rfft2(r)
+        if periodic:
+            full, half = periodic_spectrum(r, full), periodic_spectrum(r, half)
+        a = fft_shifts(full, f, upsample_factor=10, reference_is_fft=True, periodic=periodic,
+                       return_integer=True)
+        b = fft_shifts(half, f, upsample_factor=10, reference_is_fft=True, periodic=periodic,
+                       return_integer=True)
+        for x, y in zip(a, b):
+            np.testing.assert_allclose(to_numpy(y), to_numpy(x), atol=1e-9)
+    with pytest.raises(XcorrError):  # a half spectrum of another width
+        fft_shifts(xp.fft.rfft2(r)[:, :-1], f, reference_is_fft=True)

@@ -296,8 +296,9 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
         ref, ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
         ref_fft = fft.fft2(ref) if opts.normalization == "phase" else None
         ref_raw_fft = None
-        if opts.verify:
-            ref_raw_fft = fft.fft2(ref_raw)
+        if opts.verify:  # the half spectrum (fft_shifts reads no more of a real reference's),
+            # float32 in: fft2 converted it to complex64 by a copy kernel compiled on a first run
+            ref_raw_fft = fft.rfft2(ref_raw)
             if fft_kwargs["periodic"]:
                 ref_raw_fft = periodic_spectrum(ref_raw, ref_raw_fft)
     elif before is not None:  # the last measurable of the frames before the range, if any

@@ -297,7 +297,8 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     ----------
     reference : (H, W) or (N, H, W) ndarray
         Reference image (or one per frame), or its ``fft2`` when ``reference_is_fft`` is True
-        (to reuse it; with real frames, the ``fft2`` of a real reference).
+        (to reuse it; with real frames, the ``fft2`` of a real reference, or its ``rfft2``: the
+        half spectrum, ``(H, W // 2 + 1)``, is all that is read of it then).
     frames : (N, H, W) ndarray
         Moving images; a single ``(H, W)`` frame is taken as ``N = 1``.
     upsample_factor : float, optional
@@ -352,7 +353,10 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     reference, frames = to_xp(reference, xp), to_xp(frames, xp)
     if frames.ndim == 2:
         frames = frames[None]
-    if frames.ndim != 3 or reference.shape[-2:] != frames.shape[1:] or reference.ndim not in (2, 3) \
+    half = (reference_is_fft and frames.ndim == 3 and not xp.iscomplexobj(frames)
+            and reference.shape[-2:] == (frames.shape[1], frames.shape[2] // 2 + 1))
+    if frames.ndim != 3 or (reference.shape[-2:] != frames.shape[1:] and not half) \
+            or reference.ndim not in (2, 3) \
             or (reference.ndim == 3 and reference.shape[0] != frames.shape[0]):
         raise InputError(f"frames must be (N, H, W) with (H, W) the reference shape "
                          f"{reference.shape}, got {frames.shape}")

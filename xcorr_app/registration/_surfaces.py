@@ -162,7 +162,8 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     if n == 0 or ho * wo == 0:
         raise InputError(f"no surface to search: {n} surfaces of {ho}x{wo}")
     peak_key = cp.zeros(n, cp.uint64)
-    min_key = cp.full(n, 0xFFFFFFFF, cp.uint32)
+    min_key = cp.empty(n, cp.uint32)
+    min_key.data.memset_async(0xFF, min_key.nbytes)  # 0xFFFFFFFF: a memset, no kernel to compile
     grid = (ho, n)
     if normalize or circular:
         h, w = frame_shape
