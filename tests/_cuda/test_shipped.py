@@ -132,3 +132,23 @@ def test_mangled_patterns_find_their_kernel_only(expr, mangled):
     pattern = shipped.mangled_pattern(expr)
     assert pattern.match(mangled)
     assert not any(pattern.match(o) for o in others if o != mangled)
+
+
+def test_usable_only_when_every_source_ships_for_the_gpu(tmp_path, monkeypatch):
+    """shipped_kernels_usable: every family's source listed with its current text and a cubin
+    the GPU runs (then a run starts no helper for xcorr's own kernels)."""
+    names = {fam.source for fam in loader.all_families()}
+    entries = {n: {"digest": shipped.source_digest(loader.read_source(n), loader.COMPILE_OPTIONS),
+                   "kernels": {"sm_90": {}}} for n in names}
+    monkeypatch.setattr(loader, "BUILT_DIR", tmp_path)
+    shipped.write_index(tmp_path, entries)
+    try:
+        assert loader.shipped_kernels_usable((9, 0))
+        assert not loader.shipped_kernels_usable((8, 0))
+        monkeypatch.setenv(shipped.ENV, "0")
+        assert not loader.shipped_kernels_usable((9, 0))
+        monkeypatch.delenv(shipped.ENV)
+        shipped.write_index(tmp_path, {n: e for n, e in entries.items() if n != "fft_steps.cu"})
+        assert not loader.shipped_kernels_usable((9, 0))
+    finally:
+        shipped.load_index.cache_clear()

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 
 from ..errors import XcorrError
-from .shipped import shipped_functions
+from .shipped import ENV, BUILT_DIR, load_index, shipped_functions, source_digest, usable_arch
 
 KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -178,6 +178,20 @@ def compile_together(requests) -> list:
         for (fam, args), expr in zip(missing, exprs):
             _COMPILED[(fam.source, fam.name, args, dev)] = found[expr]
     return [_COMPILED[(fam.source, fam.name, args, dev)] for fam, args in requests]
+
+
+def shipped_kernels_usable(capability) -> bool:
+    """Whether every kernel source ships built (:mod:`~xcorr_app._cuda.shipped`) for a GPU of
+    compute capability ``(major, minor)``, from the sources as they are now: then a first run
+    compiles none of xcorr's own kernels."""
+    if os.environ.get(ENV, "1") == "0":
+        return False
+    entries = load_index(str(BUILT_DIR)).get("sources", {})
+    names = {fam.source for fam in all_families()}
+    return bool(names) and all(
+        name in entries and usable_arch(entries[name].get("kernels", {}), capability)
+        and entries[name].get("digest") == source_digest(read_source(name), COMPILE_OPTIONS)
+        for name in names)
 
 
 def _cpp(a) -> str:

@@ -19,6 +19,7 @@ import dataclasses
 from pathlib import Path
 
 from .. import backend
+from .._cuda.loader import shipped_kernels_usable
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
@@ -28,7 +29,7 @@ from ._options import (AlignOptions, as_stack, auto_notes, check_choices, check_
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
                         shared_plan)
 from ._device_choice import auto_device, small_job_note
-from ._prebuild import kernels_built, prebuild
+from ._prebuild import RUN_STAGES, kernels_built, prebuild
 from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
@@ -305,7 +306,13 @@ path or ndarray
             # later stages' kernels built by helper processes while this one starts
             plan = shared_plan(opts, xp, src.frame_shape, chunk,
                                (xp.zeros(src.frame_shape, xp.float32),))
-            prebuild(opts, src.frame_shape, src.dtype, plan, device=xp.cuda.Device().id)
+            cc = xp.cuda.Device().compute_capability
+            # with xcorr's kernels shipped built, only the aligned stack's warp (CuPy
+            # operations) is left to build ahead
+            stages = ("apply",) if shipped_kernels_usable((int(cc[:-1]), int(cc[-1]))) \
+                else RUN_STAGES
+            prebuild(opts, src.frame_shape, src.dtype, plan, stages=stages,
+                     device=xp.cuda.Device().id)
         if opts.refined or (opts.boundary == "auto" and not opts.previous) \
                 or (opts.lucas_kanade != "off" and opts.lk_possible):  # (_template)
             table, plan, opts, more = passes_table(opts, src, xp, chunk, plan=plan,
