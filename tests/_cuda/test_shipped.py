@@ -152,3 +152,10 @@ def test_usable_only_when_every_source_ships_for_the_gpu(tmp_path, monkeypatch):
         assert not loader.shipped_kernels_usable((9, 0))
     finally:
         shipped.load_index.cache_clear()
+
+
+def test_summary_counts_the_index(index):
+    folder, _ = index
+    (folder / "a.cubin").write_bytes(b"x" * 10)
+    assert shipped.summary(folder) == (2, ["sm_80", "sm_90"], 10)
+    assert shipped.summary(folder / "none") == (0, [], 0)

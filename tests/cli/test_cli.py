@@ -194,6 +194,7 @@ def test_info_lists_kernel_sources():
     res = xcorr("info")
     assert res.returncode == 0, res.stderr
     assert "overlap_xcorr.cu" in res.stdout and "backend:" in res.stdout
+    assert "kernels shipped built: " in res.stdout  # how many, or how to build them
 
 
 def test_help_texts():

@@ -153,3 +153,12 @@ def write_index(folder: Path, sources: dict) -> Path:
     os.replace(tmp, folder / INDEX)
     load_index.cache_clear()
     return folder / INDEX
+
+
+def summary(folder: Path = BUILT_DIR) -> tuple:
+    """``(kernels, architectures, bytes)`` of the kernels that ship built in ``folder``."""
+    sources = load_index(str(folder)).get("sources", {})
+    archs = sorted({a for e in sources.values() for a in e.get("kernels", {})})
+    count = sum(len(t) for e in sources.values() for t in e.get("kernels", {}).values())
+    size = sum(p.stat().st_size for p in Path(folder).glob("*.cubin")) if count else 0
+    return count, archs, size

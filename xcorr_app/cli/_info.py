@@ -27,6 +27,7 @@ COMPILE_SHAPE = (1024, 1024)
 def info(build):
     """Show the backend, the GPU, CuPy and the CUDA kernel sources found."""
     from .._cuda.loader import PACKAGE_DIR, kernel_sources
+    from .._cuda.shipped import summary as shipped_summary
 
     click.echo(f"xcorr {__version__} (Python {sys.version.split()[0]})")
     if backend.gpu_available():
@@ -49,6 +50,13 @@ def info(build):
         click.echo(f"  {p.relative_to(PACKAGE_DIR) if p.is_relative_to(PACKAGE_DIR) else p}")
     if not sources:
         raise XcorrError(f"no CUDA kernel sources found in {PACKAGE_DIR}; reinstall xcorr-app")
+    count, archs, size = shipped_summary()
+    if count:
+        click.echo(f"kernels shipped built: {count} for {', '.join(archs)} ({size / 2**20:.1f} MiB; "
+                   "other GPUs compile them at first use)")
+    else:
+        click.echo("kernels shipped built: none (compiled at first use; where nvcc is installed, "
+                   "python -m xcorr_app._cuda.compile_check --keep builds them)")
     if build:
         _compile()
 
