@@ -14,8 +14,12 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 timeout 150 python3 -m xcorr_app.cli bench xcorr --only one_to_one > "$OUT/bench_xcorr.txt" 2>&1
 timeout 60 python3 -m xcorr_app.cli bench xcorr --only 1x8 >> "$OUT/bench_xcorr.txt" 2>&1
 grep -E "^\| one_to|cost model vs tuned" "$OUT/bench_xcorr.txt"
+mkdir -p /tmp/probe
 python3 -c "
+import os
 from xcorr_app.bench._align_data import SyntheticStack, default_workers
-SyntheticStack(512, (1024, 1024), seed=0).write('/tmp/probe/m512.tif', workers=default_workers())"
+SyntheticStack(512, (1024, 1024), seed=0).write('/tmp/probe/m512.tif', workers=default_workers())
+if not os.path.exists('/tmp/probe/s512.tif'):
+    SyntheticStack(512, (2048, 2048), seed=0).write('/tmp/probe/s512.tif', workers=default_workers())"
 { for s in s512 m512; do echo "$s:"; timeout 120 python3 tools/ab_align.py /tmp/probe/$s.tif none none,noverify 16 16,noverify; done; } 2>&1 | tee "$OUT/ab_align.txt"
 timeout 170 python3 -m xcorr_app.cli bench align --patches 4x4 --frames 4096 --size 512x512 > "$OUT/bench_patches.txt" 2>&1; tail -14 "$OUT/bench_patches.txt"
