@@ -249,7 +249,9 @@ def test_a_half_spectrum_reference_gives_the_full_one_s_shifts(xp, rng, periodic
                        return_integer=True)
         b = fft_shifts(half, f, upsample_factor=10, reference_is_fft=True, periodic=periodic,
                        return_integer=True)
+        # float32 spectra: cuFFT's r2c and c2c round differently (peaks 4e-5 apart, H100)
+        tol = 1e-9 if xp is np else 1e-4
         for x, y in zip(a, b):
-            np.testing.assert_allclose(to_numpy(y), to_numpy(x), atol=1e-9)
+            np.testing.assert_allclose(to_numpy(y), to_numpy(x), rtol=tol, atol=tol)
     with pytest.raises(XcorrError):  # a half spectrum of another width
         fft_shifts(xp.fft.rfft2(r)[:, :-1], f, reference_is_fft=True)
