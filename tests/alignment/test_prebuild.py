@@ -69,3 +69,28 @@ def test_prebuild_builds_once_then_align_runs(tmp_path, monkeypatch):
     assert prebuild(opts, (41, 57), "uint16", None, stages=STAGES) == []
     res = align(stack_path("cell"), device="gpu", max_shift=6)
     assert res.agree.all()
+
+
+def test_exit_waits_for_the_longest_grace_then_stops(monkeypatch):
+    """At exit the process waits as long as the most patient prebuild asked (a run whose
+    kernels ship built asks 0 s: its one helper builds the aligned stack's warp for it alone)."""
+    import subprocess
+    import sys
+
+    from xcorr_app.alignment import _prebuild
+
+    seen = []
+    monkeypatch.setattr(_prebuild, "stop", lambda procs, grace: seen.append(grace))
+    monkeypatch.setattr(_prebuild, "_RUNNING", [])
+    monkeypatch.setattr(_prebuild, "_GRACES", [])
+    monkeypatch.setattr(_prebuild, "_marker", lambda key: _prebuild.Path("/nonexistent") / key)
+    monkeypatch.setattr(_prebuild.atexit, "register", lambda fn: None)
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a) or object())
+    opts = AlignOptions(verify=False)
+    prebuild(opts, (32, 32), "uint16", stages=("apply",), exit_grace=0.0)
+    _prebuild._finish_at_exit()
+    prebuild(opts, (32, 32), "uint16", stages=("refine",), exit_grace=15.0)
+    _prebuild._finish_at_exit()
+    assert seen == [0.0, 15.0] and len(started) == 2
+    assert sys.executable in started[0][0]

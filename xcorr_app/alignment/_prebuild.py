@@ -150,17 +150,19 @@ def _payload(opts, stage, frame_shape, dtype, plan, device) -> dict:
 
 
 _RUNNING: list = []
+_GRACES: list = []  # each prebuild's exit grace; the process waits for the longest
 
 
 def _finish_at_exit():
-    stop(_RUNNING, grace=EXIT_GRACE)
+    stop(_RUNNING, grace=max(_GRACES, default=0.0))
 
 
 def prebuild(opts, frame_shape, dtype, plan=None, *, stages=RUN_STAGES, device=0,
-             wait=False) -> list:
+             wait=False, exit_grace=EXIT_GRACE) -> list:
     """Start a helper process per stage of ``stages`` whose kernels were not built yet for
     these settings; returns the processes (``wait``: waits for them, returning their exit
     codes).  Nothing is started where the markers say the stages were built, or without a GPU.
+    At exit the process waits at most ``exit_grace`` seconds for them, then stops them.
     """
     todo = [s for s in stages if s != "verify" or opts.verify]
     procs = []
@@ -189,6 +191,7 @@ def prebuild(opts, frame_shape, dtype, plan=None, *, stages=RUN_STAGES, device=0
     if procs and not _RUNNING:
         atexit.register(_finish_at_exit)  # helpers finish (or stop) before the process ends
     _RUNNING.extend(procs)
+    _GRACES.extend([float(exit_grace)] * bool(procs))
     return procs
 
 
