@@ -125,7 +125,7 @@ def _precision_of(frame) -> float:
     return p * float(np.sqrt(ch * cw / (h * w)))
 
 
-def noisy_stack(src) -> tuple:
+def noisy_stack(src, threads=1) -> tuple:
     """``(noisy, precision)``: the median :func:`predicted_precision` (px) of up to
     :data:`NOISE_FRAMES` frames spread over the open source ``src``, and whether it is worse
     than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count).
@@ -133,13 +133,18 @@ def noisy_stack(src) -> tuple:
     Decided on the CPU whatever the run's device: a few frames take
     milliseconds there, while on a GPU's first run its CuPy operations compiled about 20
     kernels, two CUB reductions among them (7 s on an H100, 2026-11-22); and the CPU and the
-    GPU then decide alike.  The frames are read one after the other and judged by a pool of
-    threads (NumPy releases the GIL: 0.25-0.33 s of a one-shot GPU run's fixed cost one after
-    the other, H100 host, 2026-11-23)."""
-    frames = [to_numpy(src.read(i, i + 1))[0] for i in spread_frames(src.n_frames, NOISE_FRAMES)]
-    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(frames), cpu_threads())),
-                                               "xcorr-noise") as pool:
-        values = list(pool.map(_precision_of, frames))
+    GPU then decide alike.  With ``threads`` > 1 (a GPU run, whose host memory is not the CPU
+    run's budget) the frames are judged by a pool of threads while the next are read (NumPy
+    releases the GIL: one after the other they were 0.25-0.33 s of a one-shot GPU run's fixed
+    cost, H100 host, 2026-11-23); a CPU run judges one frame at a time, within its memory plan."""
+    indices = spread_frames(src.n_frames, NOISE_FRAMES)
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads), "xcorr-noise") as pool:
+        pending, values = [], []
+        for i in indices:
+            pending.append(pool.submit(_precision_of, to_numpy(src.read(i, i + 1))[0]))
+            if len(pending) >= max(1, threads):  # at most `threads` frames held at once
+                values.append(pending.pop(0).result())
+        values += [f.result() for f in pending]
     values = [v for v in values if np.isfinite(v)]
     if not values:
         return False, float("inf")

@@ -43,6 +43,7 @@ import dataclasses
 import numpy as np
 
 from ..registration._peak_math import wrapped_correlations
+from ..streaming import cpu_threads
 from ._pipeline import measure_frames, prepared_reference
 from ._refine_lk import LucasKanade, noisy_stack
 from ._references import reference_frame
@@ -211,7 +212,7 @@ def decide_lucas_kanade(opts, src, xp):
         return opts, None
     if not opts.lk_possible:
         return dataclasses.replace(opts, lucas_kanade="off"), None
-    noisy, precision = noisy_stack(src)
+    noisy, precision = noisy_stack(src, threads=1 if xp is np else cpu_threads())
     opts = dataclasses.replace(opts, lucas_kanade="on" if noisy else "off")
     if not noisy:
         return opts, None
