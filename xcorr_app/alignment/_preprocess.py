@@ -115,9 +115,11 @@ def choose_prefilter(src):
     idx = spread_frames(src.n_frames, AUTO_SAMPLES)
     means = []
     for i in idx:  # frames that cannot be measured (NaN, Inf, constant) do not count
-        f = np.asarray(to_numpy(src.read(i, i + 1)), np.float64)
-        usable = np.isfinite(f).all() and f.max() > f.min()
-        means.append(float(f.mean()) if usable else np.nan)
+        f = np.asarray(to_numpy(src.read(i, i + 1)))
+        # on the pixels as read (a float64 copy of each 2048x2048 frame was 0.15 s of a
+        # one-shot run's 0.2 s here); the mean is summed in float64 all the same
+        usable = (f.dtype.kind != "f" or bool(np.isfinite(f).all())) and f.max() > f.min()
+        means.append(float(f.mean(dtype=np.float64)) if usable else np.nan)
     means = np.asarray(means)
     means = means[np.isfinite(means)]
     top = float(np.abs(means).max()) if means.size else 0.0
