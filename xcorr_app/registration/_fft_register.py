@@ -191,6 +191,10 @@ def periodic_spectrum(images, spectrum):
     # edge differences: rows a = u[H-1] - u[0], columns b = u[:, W-1] - u[:, 0]
     if xp is not np and fits(images):  # one kernel (cuda/peak_math.cu) for both
         a, b = edge_differences(images)
+        # their half spectra (real edges: no conversion to complex, which compiled a CuPy copy
+        # kernel on a first run); the kernel takes the other half from the conjugate symmetry
+        if subtract_smooth(xp.fft.rfft(a, axis=-1), xp.fft.rfft(b, axis=-1), (h, w), spectrum):
+            return spectrum
     else:
         a, b = images[..., -1, :] - images[..., 0, :], images[..., :, -1] - images[..., :, 0]
     a = fft_of(xp).fft(a, axis=-1)[..., :wk]
@@ -203,8 +207,6 @@ def periodic_spectrum(images, spectrum):
         smooth = a[..., None, :] * ga
         smooth += b[..., :, None] * gb
         spectrum -= smooth
-        return spectrum
-    if subtract_smooth(a, b, (h, w), spectrum):  # one pass, no full-size temporaries
         return spectrum
     ga, gb = (xp.asarray(g) for g in _periodic_factors(h, w, wk, np.dtype(spectrum.dtype).name))
     spectrum -= a[..., None, :] * ga + b[..., :, None] * gb  # other layouts: CuPy's operations

@@ -237,25 +237,26 @@ def _complex_pair(spectrum):
 
 def subtract_smooth(a, b, shape, spectrum) -> bool:
     """``periodic_spectrum``'s last step on the GPU: ``spectrum`` (..., H, WK) C-contiguous
-    complex64/complex128 less the smooth component of the edge differences' 1-D FFTs ``a``
-    (..., >= WK, its first WK used) and ``b`` (..., H), of images of ``shape`` (H, W), in place.
-    False (nothing done) where the kernel does not take these arrays."""
+    complex64/complex128 less the smooth component of the edge differences of images of
+    ``shape`` (H, W), given the half spectra (``rfft``) of those differences: ``a`` (...,
+    W // 2 + 1) of the rows', ``b`` (..., H // 2 + 1) of the columns', in place.  False
+    (nothing done) where the kernel does not take these arrays."""
     import cupy as cp
 
     pair = _complex_pair(spectrum)
     h, w = shape
     wk = spectrum.shape[-1]
     if pair is None or not spectrum.flags.c_contiguous or spectrum.size == 0 \
-            or a.dtype != spectrum.dtype or b.dtype != spectrum.dtype:
+            or a.dtype != spectrum.dtype or b.dtype != spectrum.dtype \
+            or a.shape[-1] != w // 2 + 1 or b.shape[-1] != h // 2 + 1 \
+            or a.size // a.shape[-1] != b.size // b.shape[-1] \
+            or a.size // a.shape[-1] != spectrum.size // (h * wk):
         return False
-    if a.ndim > 2 or (a.ndim == 2 and a.strides[-1] != a.itemsize):
-        a = cp.ascontiguousarray(a)
-    a_stride = a.strides[-2] // a.itemsize if a.ndim == 2 else 0
-    b = cp.ascontiguousarray(b)
+    a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     total = spectrum.size
     _kernel(PERIODIC, *pair)((min(_blocks(total)[0], MAX_BLOCKS),), (THREADS,),
-                             (a, np.int64(a_stride), b, np.int32(h), np.int32(w), np.int32(wk),
-                              np.int64(total), spectrum))
+                             (a, b, np.int32(h), np.int32(w), np.int32(wk), np.int64(total),
+                              spectrum))
     return True
 
 

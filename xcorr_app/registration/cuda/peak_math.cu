@@ -486,13 +486,14 @@ __global__ void edge_differences(const T* __restrict__ img, long long n, int h, 
     }
 }
 
-// _fft_register.periodic_spectrum: f -= the spectrum of the smooth component, from the 1-D FFTs
-// of the edge differences a (rows n * a_stride + r, r < wk) and b (n * h + q), one element of
-// f (n, h, wk) per step; f[n, 0, 0] is kept (the smooth component has no mean).
+// _fft_register.periodic_spectrum: f -= the spectrum of the smooth component, from the half
+// spectra (rfft) of the edge differences, a (rows n * (w/2+1) + r) and b (n * (h/2+1) + q), the
+// other halves by conjugate symmetry (real edges); one element of f (n, h, wk) per step;
+// f[n, 0, 0] is kept (the smooth component has no mean).
 template <typename C, typename R>
-__global__ void periodic_smooth(const C* __restrict__ a, long long a_stride,
-                                const C* __restrict__ b, int h, int w, int wk, long long total,
-                                C* __restrict__ f) {
+__global__ void periodic_smooth(const C* __restrict__ a, const C* __restrict__ b, int h, int w,
+                                int wk, long long total, C* __restrict__ f) {
+    const int ah = w / 2 + 1, bh = h / 2 + 1;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(i % wk), q = (int)((i / wk) % h);
@@ -500,7 +501,9 @@ __global__ void periodic_smooth(const C* __restrict__ a, long long a_stride,
         R sq, cq, sr, cr;  // sincospi: no large-argument reduction (it used a stack frame)
         sincospi((R)q / h, &sq, &cq);
         sincospi((R)r / w, &sr, &cr);
-        const C av = a[n * a_stride + r], bv = b[n * h + q];
+        C av = a[n * ah + (r < ah ? r : w - r)], bv = b[n * bh + (q < bh ? q : h - q)];
+        if (r >= ah) av.y = -av.y;
+        if (q >= bh) bv.y = -bv.y;
         // av * (2 sq^2, -2 sq cq) + bv * (2 sr^2, -2 sr cr), in half angles (no cancellation)
         const R ar = 2 * sq * sq, ai = -2 * sq * cq, br = 2 * sr * sr, bi = -2 * sr * cr;
         const R sm_re = (av.x * ar - av.y * ai) + (bv.x * br - bv.y * bi);
