@@ -5,6 +5,15 @@
 # the patch bench.  Logs under $OUT.
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if [ "${PART:-1}" = 3 ]; then  # the whole xcorr bench: the cost model against tuned on every row
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl >/dev/null 2>&1
+  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+  [ -f xcorr_app/_cuda/built/index.json ] || python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -1
+  timeout 480 python3 -m xcorr_app.cli bench xcorr > "$OUT/bench_xcorr_full.txt" 2>&1
+  grep -E "^\| |cost model vs tuned" "$OUT/bench_xcorr_full.txt" | cut -c1-220
+  exit 0
+fi
 if [ "${PART:-1}" = 1 ]; then
   SUITE=1 SUITE_T=330 bash tools/device_s4.sh 2>&1 | tail -40
   exit 0
