@@ -134,12 +134,15 @@ def run(stack, params, patches, repeat=1, echo=print) -> list:
     pk = dict(kw, patches=patches, max_deviation=MAX_DEVIATION)
     gstack = cp.asarray(stack)
 
-    def host_patches():
-        res = align(stack, **pk)
+    def host_run(options):  # uint16 in, aligned float32 frames out on the host
+        res = align(stack, **options)
         out = np.empty((n, h, w), np.float32)
         for start, chunk in res.apply(stack):
             out[start:start + len(chunk)] = chunk
         return res
+
+    def host_patches():
+        return host_run(pk)
 
     def gpu_patches():
         res = align(gstack, **pk)
@@ -149,11 +152,7 @@ def run(stack, params, patches, repeat=1, echo=print) -> list:
         return res, warped
 
     def host_rigid():
-        res = align(stack, **kw)
-        out = np.empty((n, h, w), np.float32)
-        for start, chunk in res.apply(stack):
-            out[start:start + len(chunk)] = chunk
-        return res
+        return host_run(kw)
 
     def gpu_rigid():
         res = align(gstack, **kw)
