@@ -8,7 +8,8 @@ float rounding.
   frame (a recursive filter whose boundary handling SciPy and CuPy implement differently, and
   which CuPy runs in float32 for float32 frames), so its GPU and CPU results differ by more than
   rounding; a local kernel is the same sum on both.
-* :func:`bilinear_sample`: ``map_coordinates(order=1, mode="constant")`` (the warp's default).
+* :func:`bilinear_sample`: ``map_coordinates(order=1, mode="constant")`` without reading taps of
+  weight 0 (the warp's default).
 * The field at a pixel, from the patch shifts: ``(wy @ S @ wx.T)[y, x]`` (the spline weights of
   :mod:`._motion_field`), evaluated per pixel in the kernels (no dense field per chunk).
 
@@ -80,11 +81,30 @@ def cubic_sample(image, cy, cx):
 
 
 def bilinear_sample(image, cy, cx, fill):
-    """``map_coordinates(image, [cy, cx], order=1, mode="constant", cval=fill)`` (float64)."""
-    from scipy import ndimage
+    """Bilinear samples of the 2-D ``image`` (read as float32) at ``(cy, cx)`` (float64 arrays
+    of one shape), ``fill`` outside ``[0, H - 1] x [0, W - 1]``: ``map_coordinates(order=1,
+    mode="constant", cval=fill)``, except that a tap of weight 0 is not read (as the GPU's
+    kernel, ``cuda/patch_field.cu``): SciPy multiplies it, so a NaN pixel spread to the outputs
+    above and left of it when the field put them on pixels (a zero field)."""
+    h, w = image.shape
+    f = np.asarray(image, np.float32)
+    cy, cx = np.asarray(cy, np.float64), np.asarray(cx, np.float64)
+    inside = (cy >= 0) & (cy <= h - 1) & (cx >= 0) & (cx <= w - 1)
+    y, x = np.where(inside, cy, 0.0), np.where(inside, cx, 0.0)
+    fy, fx = np.floor(y), np.floor(x)
+    ty, tx = y - fy, x - fx
+    y0, x0 = fy.astype(np.int64), fx.astype(np.int64)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
 
-    return ndimage.map_coordinates(np.asarray(image, np.float32), [cy, cx], order=1,
-                                   mode="constant", cval=float(fill), output=np.float64)
+    def row(r):  # one row of taps, the right one only where its weight is not 0
+        a = f[r, x0].astype(np.float64)
+        b = np.where(tx != 0, f[r, x1], 0.0).astype(np.float64)
+        return np.where(tx != 0, (1.0 - tx) * a + tx * b, a)
+
+    top = row(y0)
+    bottom = np.where(ty != 0, row(y1), 0.0)
+    out = np.where(ty != 0, (1.0 - ty) * top + ty * bottom, top)
+    return np.where(inside, out, float(fill))
 
 
 def spline_weights(centres, n):
