@@ -159,3 +159,16 @@ def test_summary_counts_the_index(index):
     (folder / "a.cubin").write_bytes(b"x" * 10)
     assert shipped.summary(folder) == (2, ["sm_80", "sm_90"], 10)
     assert shipped.summary(folder / "none") == (0, [], 0)
+
+
+def test_a_missing_cubin_is_left_to_nvrtc(tmp_path):
+    """An index whose cubin is gone (a build cut short) loads nothing: NVRTC compiles instead
+    of every launch of the source failing."""
+    text = loader.read_source("frame_stats.cu")
+    entry = {"digest": shipped.source_digest(text, loader.COMPILE_OPTIONS),
+             "kernels": {"sm_90": {"frame_totals<256>": ["gone.cubin", "_Z12frame_totalsILi256EEv"]}}}
+    shipped.write_index(tmp_path, {"frame_stats.cu": entry})
+    try:
+        assert lookup(tmp_path, text) == {}
+    finally:
+        shipped.load_index.cache_clear()

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .loader import COMPILE_OPTIONS, all_families, include_dir, read_source, source_dirs
-from .shipped import BUILT_DIR, mangled_pattern, normalized, source_digest, write_index
+from .shipped import BUILT_DIR, INDEX, mangled_pattern, normalized, source_digest, write_index
 
 CHUNK = 48  # instantiations per translation unit
 _FUNC = re.compile(r"Function properties for (\S+)")
@@ -121,6 +121,7 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
     if keep is not None:
         keep = Path(keep)
         keep.mkdir(parents=True, exist_ok=True)
+        (keep / INDEX).unlink(missing_ok=True)  # no index pointing at cubins being replaced
         for old in keep.glob("*.cubin"):
             old.unlink()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(os.cpu_count() or 1) as pool:

@@ -130,16 +130,22 @@ def shipped_functions(source: str, text: str, options, expressions, capability, 
         if hit is None:
             continue
         cubin, mangled = hit
-        found[expr] = _module(folder / cubin, device_id).get_function(mangled)
+        try:
+            found[expr] = _module(folder / cubin, device_id).get_function(mangled)
+        except Exception:  # noqa: BLE001 - a missing or unloadable cubin (a build cut short, a
+            # driver older than the toolkit that built it): NVRTC compiles this one instead
+            continue
     return found
 
 
 def _module(path: Path, device_id):
-    import cupy
-
     key = (str(path), device_id)
     mod = _MODULES.get(key)
     if mod is None:
+        if not path.is_file():
+            raise FileNotFoundError(path)
+        import cupy
+
         mod = _MODULES[key] = cupy.RawModule(path=str(path))
     return mod
 

@@ -219,7 +219,9 @@ def _launch(family, type_args, total, args):
 
 
 def _wide(*sizes) -> bool:
-    return max(int(n) for n in sizes) >= 2**32
+    """64-bit element indices from 2**31 elements on: a 32-bit grid-stride loop over more
+    would wrap past 2**32 on its last step (CuPy switches at 2**31 too)."""
+    return max(int(n) for n in sizes) >= 2**31
 
 
 def _plane_strides(a, shape):
@@ -227,8 +229,9 @@ def _plane_strides(a, shape):
     the last two its contiguous planes), 0 where it broadcasts; None where the kernel cannot
     read ``a`` so."""
     item = a.dtype.itemsize
-    if a.ndim < 2 or a.shape[-2:] != tuple(shape[-2:]) or a.strides[-1] != item \
-            or a.strides[-2] != shape[-1] * item:
+    if a.ndim < 2 or a.ndim > len(shape) or a.shape[-2:] != tuple(shape[-2:]) \
+            or a.strides[-1] != item or a.strides[-2] != shape[-1] * item \
+            or any(st < 0 for st in a.strides):
         return None
     full = (1,) * (len(shape) - a.ndim) + tuple(a.shape)
     steps = (0,) * (len(shape) - a.ndim) + tuple(st // item for st in a.strides)
@@ -242,14 +245,15 @@ def _conj_product_kernel(left, right, out) -> bool:
     shape = out.shape
     real = _REAL.get(np.dtype(right.dtype))
     if real is None or not 2 <= len(shape) <= 4 or not out.flags.c_contiguous \
-            or left.dtype != right.dtype or out.dtype != right.dtype:
+            or left.dtype != right.dtype or out.dtype != right.dtype \
+            or np.broadcast_shapes(left.shape, right.shape) != tuple(shape):
         return False
     ls, rs = _plane_strides(left, shape), _plane_strides(right, shape)
     if ls is None or rs is None:
         return False
     batch = (1,) * (4 - len(shape)) + tuple(shape[:-2])
     n1, p = batch[1], shape[-2] * shape[-1]
-    wide = _wide(out.size, left.size, right.size)
+    wide = _wide(out.size, *(a.data.mem.size // a.itemsize for a in (left, right)))
     idx, scalar = _INDEX[wide]
     _launch(CONJ_PRODUCT, (real, idx), out.size,
             (left, right, out, scalar(n1), scalar(p), scalar(out.size),
@@ -299,8 +303,12 @@ def conj_product(left, right, out=None):
     import cupy as cp
 
     left = left.astype(right.dtype, copy=False)
+    shape = np.broadcast_shapes(left.shape, right.shape)  # raises for shapes that do not
     if out is None:
-        out = cp.empty(np.broadcast_shapes(left.shape, right.shape), right.dtype)
+        out = cp.empty(shape, right.dtype)
+    elif out.shape != shape:
+        raise ValueError(f"out of shape {out.shape} cannot hold the product of {left.shape} "
+                         f"and {right.shape}")
     if not _conj_product_kernel(left, right, out):  # other layouts: CuPy's own operations
         cp.multiply(left, cp.conj(right), out=out)
     return out

@@ -17,6 +17,7 @@ import math
 import mmap
 import os
 import struct
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -384,9 +385,12 @@ class TiffFrames:
         dtype = np.dtype(self._tif.byteorder + keyframe.dtype.char)
         with open(self.path, "rb") as fh:
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            fd = os.dup(fh.fileno()) if dtype.isnative and hasattr(os, "preadv") else None
         whole = max(0, len(mm) - offset) // (page_size * dtype.itemsize)
         if whole < n_pages:
             mm.close()
+            if fd is not None:
+                os.close(fd)
             per_frame = self.n_channels if self._lead_c is not None else 1
             why = "the file ends inside its pixel data"
             raise TruncatedError(f"{self.path} is truncated or damaged after frame "
@@ -396,8 +400,11 @@ class TiffFrames:
         self._pages = np.frombuffer(mm, dtype, n_pages * page_size, offset).reshape(
             (-1, *self._page_shape))
         # where whole pages in the machine's byte order are copied into a caller's buffer by
-        # pread instead (see _read_into)
-        self._offset = offset if dtype.isnative else None
+        # pread instead (see _read_into), from the file that was mapped
+        self._offset = offset if fd is not None else None
+        if fd is not None:
+            self._fd = fd
+            self._fd_closer = weakref.finalize(self, os.close, fd)
         self._tif.close()
         self._tif = None
 
@@ -438,14 +445,13 @@ class TiffFrames:
         each 4 KiB page faults (a million faults for a 4 GiB stack), while one read system call
         copies from the page cache into a buffer that is already mapped (page-locked buffers
         are).  Measured on an H100 host (2026-11-23): see docs/performance.md.  Thread-safe
-        (each call names its offset), so the prefetcher's copy threads split a chunk."""
-        if (self._offset is None or not hasattr(os, "preadv") or not out.flags.c_contiguous
+        (the file is opened once, with the map; each call names its offset), so the
+        prefetcher's copy threads split a chunk."""
+        if (self._offset is None or self._fd is None or not out.flags.c_contiguous
                 or out.dtype != self._pages.dtype):
             return False
         view = memoryview(out).cast("B")
         at = self._offset + start * self._pages[0].nbytes
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
         done = 0
         while done < len(view):
             n = os.preadv(self._fd, [view[done:]], at + done)
@@ -480,7 +486,7 @@ class TiffFrames:
     def close(self):
         self._pages = None
         if self._fd is not None:
-            os.close(self._fd)
+            self._fd_closer()  # closes it, once
             self._fd = None
         if self._mmap is not None:
             with contextlib.suppress(BufferError):  # a view still alive: the GC closes it

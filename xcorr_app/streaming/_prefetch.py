@@ -76,6 +76,7 @@ class ChunkPrefetcher:
             if getattr(src, "concurrent_reads", False) else 1
         n_chunks = len(chunk_bounds(0, src.n_frames, self.chunk_frames))
         n_buffers = max(1, min(depth + 1, n_chunks))
+        self._n_chunks = n_chunks
         # what one frame of ``read`` is: (H, W), or (C, H, W) for a ChannelStack
         item_shape = getattr(src, "item_shape", src.frame_shape)
         self._shape = (min(self.chunk_frames, src.n_frames), *item_shape)
@@ -147,7 +148,9 @@ class ChunkPrefetcher:
         if not self._pinned:  # nothing to wait for
             return {}
         pinner = ThreadPoolExecutor(1, thread_name_prefix="xcorr-pin")
-        order = [k for k in range(len(self._buffers)) if k != first] + [first]
+        # the first slot is filled again only when there are more chunks than buffers
+        again = self._n_chunks > len(self._buffers)
+        order = [k for k in range(len(self._buffers)) if k != first] + [first] * again
         futures = {k: pinner.submit(host_buffer, self._shape, self.src.dtype, True)
                    for k in order}
         pinner.shutdown(wait=False)  # the queued allocations still run; its thread then ends
