@@ -309,3 +309,16 @@ def test_gpu_patch_parts_equal_float64_cpu(deformed):
     low[2] = True
     np.testing.assert_array_equal(fill_low(cp.asarray(d_cpu), cp.asarray(low), (3, 3)).get(),
                                   fill_low(d_cpu, low, (3, 3)))
+
+
+@pytest.mark.parametrize("box", [(0, 0, 0, 10), (-1, 10, 0, 10), (0, 10, 5, 999), (0, 10, 0, None)])
+def test_a_crop_box_outside_the_frame_is_an_input_error(deformed, box):
+    """Checked once for both devices (the GPU's kernel checked it, the CPU sliced silently)."""
+    from xcorr_app.alignment._motion_field import apply_field
+
+    stack, _ = deformed
+    grid = PatchGrid.make((2, 2), None, 4, stack.shape[1:], common_area(np.zeros((1, 2)),
+                                                                        stack.shape[1:], 6))
+    field = np.zeros((len(stack), 2, 2, 2))
+    with pytest.raises(InputError, match="crop box"):
+        list(apply_field(stack, field, grid.centres, crop=box, device="cpu"))

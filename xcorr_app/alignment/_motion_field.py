@@ -110,6 +110,9 @@ def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
         check_resample(resample)
         h, w = src.frame_shape
         y0, y1, x0, x1 = crop or (0, h, 0, w)
+        if not all(isinstance(v, (int, np.integer)) for v in (y0, y1, x0, x1)) \
+                or not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
+            raise InputError(f"crop box {crop} is not inside the {h}x{w} frame")  # either device
         xp = backend.xp_for(backend.resolve_device(device))
         weights = field_weights(centres, src.frame_shape, xp)
 
