@@ -116,6 +116,7 @@ class KernelFamily:
         self.source = source
         self.name = name
         self.instantiations = [tuple(t) for t in instantiations]
+        self._registered = set(self.instantiations)  # the check of every launch, a hash lookup
         _FAMILIES.append(self)
 
     def expression(self, *args) -> str:
@@ -127,15 +128,24 @@ class KernelFamily:
     def expressions(self) -> list[str]:
         return [self.expression(*t) for t in self.instantiations]
 
-    def get(self, *args):
-        """The compiled ``cupy.RawKernel``-like function for these template arguments."""
-        if tuple(args) not in self.instantiations:
+    def get(self, *args, together=()):
+        """The compiled ``cupy.RawKernel``-like function for these template arguments.
+
+        On its first use on a device it is compiled (or loaded, where it ships built) with the
+        ``(family, args)`` requests of ``together`` (kernels of the same source launched with
+        it: one NVRTC call for all); later calls are a dictionary lookup.
+        """
+        if tuple(args) not in self._registered:
             raise ValueError(f"{self.expression(*args)} is not a registered instantiation")
         import cupy
 
         fn = _COMPILED.get((self.source, self.name, tuple(args), cupy.cuda.Device().id))
-        if fn is None:  # compiled alone (the cache lookup above keeps launches cheap)
-            fn = compile_together([(self, args)])[0]
+        if fn is None:
+            request = (self, tuple(args))
+            group = [(fam, tuple(a)) for fam, a in together]
+            if request not in group:
+                group.append(request)
+            fn = compile_together(group)[group.index(request)]
         return fn
 
 
@@ -154,7 +164,7 @@ def compile_together(requests) -> list:
     requests = [(fam, tuple(args)) for fam, args in requests]
     missing = []
     for fam, args in requests:
-        if args not in fam.instantiations:
+        if args not in fam._registered:
             raise ValueError(f"{fam.expression(*args)} is not a registered instantiation")
         if (fam.source, fam.name, args, dev) not in _COMPILED and (fam, args) not in missing:
             missing.append((fam, args))

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily, compile_together
+from .._cuda.loader import KernelFamily
 from ..backend import array_module_of
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
@@ -211,9 +211,7 @@ _MAX_BLOCKS = 65535
 def _launch(family, type_args, total, args):
     """Launch a grid-stride kernel of ``fft_steps.cu`` over ``total`` elements; the index
     type (32 or 64 bits) follows ``total``, and is passed after ``args``' leading part."""
-    if (family, tuple(type_args)) in _FIRST:
-        compile_together(_FIRST)
-    fn = family.get(*type_args)
+    fn = family.get(*type_args, together=_FIRST)
     blocks = max(1, min(-(-int(total) // _THREADS), _MAX_BLOCKS))
     fn((blocks,), (_THREADS,), args)
 

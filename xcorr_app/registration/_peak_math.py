@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily, compile_together
+from .._cuda.loader import KernelFamily
 
 SOURCE = "peak_math.cu"
 THREADS = 256
@@ -72,10 +72,13 @@ GROUPS = ([r for r in _ALL if not any("double" in str(a) for a in r[1])],
 MAX_BLOCKS = 4096
 
 
+#: each kernel's group
+_GROUP_OF = {request: group for group in GROUPS for request in group}
+
+
 def _kernel(family, *args):
     """The compiled kernel (its group compiled together on first use)."""
-    compile_together(GROUPS[0] if (family, tuple(args)) in GROUPS[0] else GROUPS[1])
-    return family.get(*args)
+    return family.get(*args, together=_GROUP_OF[(family, tuple(args))])
 
 
 def _blocks(n):

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
-from .._cuda.loader import KernelFamily, compile_together
+from .._cuda.loader import KernelFamily
 from ..correlate._fft import conj_product, fft_geometry, padded_spectra
 from ..correlate._shifts import first_shift
 
@@ -62,8 +62,7 @@ _ALL = ([(SAT_COLUMNS, (SEGMENTS,)), (SAT_ROWS, (WARPS,))]
 
 def _kernel(family, *args):
     """The compiled kernel (the whole source compiled together on first use)."""
-    compile_together(_ALL)
-    return family.get(*args)
+    return family.get(*args, together=_ALL)
 
 
 def _tables_out(out, shape, cp):
