@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import backend
 from .._cuda.loader import shipped_kernels_usable
+from ..correlate._fft_plans import edge_specs, rfft2_specs, warm_async
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
@@ -301,11 +302,17 @@ path or ndarray
             dev, choice_note = auto_device(src.n_frames, src.frame_shape,
                                            kernels_built(opts, src.frame_shape, src.dtype))
         xp = backend.xp_for(dev)
+        if dev == "gpu" and opts.verify and opts.normalization != "phase":
+            # the FFT reference's cuFFT plans made in the background while frames are read
+            # (their first plans on a fresh machine: 0.2-0.6 s each)
+            warm_async(rfft2_specs(src.frame_shape) + edge_specs(src.frame_shape))
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts
+            passes = 1 + (opts.refined or 0)
             plan = shared_plan(opts, xp, src.frame_shape, chunk,
-                               (xp.zeros(src.frame_shape, xp.float32),))
+                               (xp.zeros(src.frame_shape, xp.float32),),
+                               n_frames=passes * src.n_frames)
             cc = xp.cuda.Device().compute_capability
             # with xcorr's kernels shipped built, only the aligned stack's warp (CuPy
             # operations) is left to build ahead, for this run: a run that ends before

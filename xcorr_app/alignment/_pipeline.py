@@ -79,14 +79,15 @@ class Measurer:
                 kept = self._kept[what] = (ref, make())
             return kept[1]
 
-    def choose_plan(self, ref, mov, form):
-        """The run's correlation plan, chosen on the first batch and kept."""
+    def choose_plan(self, ref, mov, form, calls=None):
+        """The run's correlation plan, chosen on the first batch and kept (``calls``: the
+        run's batches, where known: see :func:`~xcorr_app.correlate.choose_method`)."""
         if self.plan is None:
             if self.unbounded:
                 self.plan = Plan("fft")  # without a bound: FFT
             elif self.dev == "gpu":
                 self.plan = choose_method(form_layout(form, ref.shape, mov.shape), self.bound,
-                                          "gpu", ref, mov, tune=self.tune)
+                                          "gpu", ref, mov, tune=self.tune, calls=calls)
             else:  # a per-frame rule: the same for any chunk size
                 left = ref[:1] if form == "n_to_mn" else ref
                 self.plan = choose_method(form_layout(form, left.shape, mov[:1].shape),
@@ -199,19 +200,22 @@ def quiet_if_nonfinite(xp, finite):
     return contextlib.nullcontext()
 
 
-def shared_plan(opts, xp, frame_shape, chunk_frames, reference):
+def shared_plan(opts, xp, frame_shape, chunk_frames, reference, n_frames=None):
     """The correlation plan of a run whose chunks are shared out (GPUs, Dask workers), chosen
     once so that every worker computes the same way; ``None`` where :class:`Measurer` decides
-    by a fixed rule anyway (CPU, FFT, phase)."""
+    by a fixed rule anyway (CPU, FFT, phase).  ``n_frames``: the frames the run measures (its
+    calls then let the planner weigh a cold FFT's first plans)."""
     measure = Measurer.of(opts, xp, frame_shape)
     if xp is np or measure.unbounded or opts.normalization == "phase":
         return None
     n = max(1, int(chunk_frames))
+    calls = None if n_frames is None else -(-int(n_frames) // n)
     if opts.previous:  # n_to_mn: one reference per frame
         ref = xp.zeros((n, *frame_shape), xp.float32)
-        return measure.choose_plan(ref, xp.zeros((n, 1, *frame_shape), xp.float32), "n_to_mn")
+        return measure.choose_plan(ref, xp.zeros((n, 1, *frame_shape), xp.float32), "n_to_mn",
+                                   calls)
     return measure.choose_plan(reference[0], xp.zeros((n, *frame_shape), xp.float32),
-                               "one_to_many")
+                               "one_to_many", calls)
 
 
 #: ``reference="previous"`` in a range of frames (other GPUs, Dask workers): how many frames
@@ -288,19 +292,13 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
     prep = opts.preparer(xp, src.frame_shape)
     measure = Measurer.of(opts, xp, src.frame_shape, plan)
     fft_kwargs = fft_reference(opts.normalization)[0]
-    fft = fft_of(xp)
     coarse = CPU_REFERENCE_COARSE if xp is np else None
-    ref = ref_fft = ref_raw_fft = None
+    ref = ref_fft = ref_raw = None
+    verified = {}  # the reference's half spectrum for the FFT reference, made at first use
     last = None  # previous mode: (frame, raw frame, done event) before the chunk
     if reference is not None:
         ref, ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
-        ref_fft = fft.fft2(ref) if opts.normalization == "phase" else None
-        ref_raw_fft = None
-        if opts.verify:  # the half spectrum (fft_shifts reads no more of a real reference's),
-            # float32 in: fft2 converted it to complex64 by a copy kernel compiled on a first run
-            ref_raw_fft = fft.rfft2(ref_raw)
-            if fft_kwargs["periodic"]:
-                ref_raw_fft = periodic_spectrum(ref_raw, ref_raw_fft)
+        ref_fft = fft_of(xp).fft2(ref) if opts.normalization == "phase" else None
     elif before is not None:  # the last measurable of the frames before the range, if any
         p = prep(xp.asarray(before))
         usable = backend.to_numpy(p.finite & ~p.constant)
@@ -320,6 +318,20 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
         if progress is not None:
             progress(len(block))
 
+    def reference_spectrum():
+        """The half spectrum of the raw reference (``fft_shifts`` reads no more of a real
+        reference's), made at the first chunk's check rather than before the first chunk:
+        on a fresh machine cuFFT's first plans are then made (in the background,
+        :mod:`xcorr_app.correlate._fft_plans`) while the first chunk is read and correlated."""
+        if "fft" not in verified:
+            spectrum = fft_of(xp).rfft2(ref_raw)
+            if fft_kwargs["periodic"]:
+                spectrum = periodic_spectrum(ref_raw, spectrum)
+            if xp is not np:  # the chunks' other stream reads it too
+                xp.cuda.get_current_stream().synchronize()
+            verified["fft"] = spectrum
+        return verified["fft"]
+
     def rows(p, refs, refs_raw):
         """The result block of the prepared frames ``p`` against their references (``None``:
         the run's reference)."""
@@ -329,7 +341,7 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
             else:
                 s, pk, cf, border = measure(ref, p.frames, ref_fft)
             if opts.verify:
-                fr = refs_raw if opts.previous else ref_raw_fft
+                fr = refs_raw if opts.previous else reference_spectrum()
                 fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
                                        **fft_kwargs, coarse=coarse,
                                        reference_is_fft=not opts.previous, return_integer=True)
@@ -346,6 +358,8 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                               axis=1).astype(xp.float64)
 
     if xp is np:  # the CPU: every chunk cut into one slice per thread
+        if opts.verify and ref_raw is not None:
+            reference_spectrum()  # once, before the threads share it
         keep_freed_memory()
         threads = cpu_threads()
         with one_blas_thread(), \

@@ -52,18 +52,17 @@ from ._shifts import normalize_max_shift, output_shape
 __all__ = ["CorrelationPlan", "correlation_plan", "choose_method", "check_method_device"]
 
 
-def choose_method(layout, max_shift, device: str, left=None, right=None, tune=False):
+def choose_method(layout, max_shift, device: str, left=None, right=None, tune=False, calls=None):
     """The plan ``method="auto"`` runs.
 
-    On the GPU the planner (:mod:`xcorr_app.correlate._planner`) chooses from its cost model, or
-    with ``tune`` (or ``XCORR_TUNE=1``) measures the likeliest candidates, once per problem and
-    device; on the CPU, bounded searches use the direct sum while its work is small and the FFT
-    otherwise.
+    GPU: the planner's (:func:`~._planner.decide`, with ``tune`` and ``calls``); CPU: the
+    direct sum for bounded searches of little work, else the FFT.
     """
     if device == "gpu":
         from ._planner import decide
 
-        return decide(left, right, layout.form, max_shift, tune=True if tune else None).plan
+        return decide(left, right, layout.form, max_shift, tune=True if tune else None,
+                      calls=calls).plan
     if max_shift is None:
         return Plan("fft")
     return Plan("direct" if direct_is_small(layout, max_shift) else "fft")

@@ -50,6 +50,7 @@ import numpy as np
 
 from .._cuda.loader import KernelFamily
 from ..backend import array_module_of
+from ._fft_plans import wait_warm
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
 from ._shifts import first_shift, normalize_max_shift, output_shape
@@ -72,11 +73,16 @@ def fft_of(xp):
     >>> import numpy as np
     >>> fft_of(np).rfft2(np.ones((2, 4), np.float32)).dtype
     dtype('complex64')
+
+    On the GPU it first waits for the plans :func:`~._fft_plans.warm_async` is making (every
+    transform of the package goes through here, so none builds cuFFT's kernels at the same
+    time as the background thread).
     """
     if xp is np:
         import scipy.fft
 
         return scipy.fft
+    wait_warm()  # cuFFT's first plans being made in the background (._fft_plans)
     return xp.fft
 
 
@@ -279,7 +285,7 @@ def padded_spectra(a, size):
     _launch(FFT_PAD, (idx,), padded.size,
             (a, np.int32(a.shape[-2]), np.int32(a.shape[-1]), np.int32(size[0]),
              np.int32(size[1]), scalar(padded.size), padded))
-    return cp.fft.rfft2(padded)
+    return fft_of(cp).rfft2(padded)
 
 
 def conj_product(left, right, out=None):

@@ -99,6 +99,9 @@ class Decision:
     source: str = "heuristic"  # "heuristic", "tuned", "measured", "cache" or "rules"
     reason: str = ""
     key: str = ""
+    #: charged the first plans of a cold FFT size (:mod:`._fft_plans`): not kept, so that the
+    #: same problem is decided again once the size is warm
+    cold: bool = False
 
 
 def forget() -> None:
@@ -162,14 +165,39 @@ def heuristic(lay, max_shift, dev=None) -> list:
     return rank([p for p, _ in first] + more, lay, max_shift, dev)
 
 
-def _heuristic_decision(lay, max_shift, key_text) -> Decision:
+def _heuristic_decision(lay, max_shift, key_text, calls=None) -> Decision:
     dev = _device()
     ranked = heuristic(lay, max_shift, dev)
+    ranked, cold = _charge_cold_fft(ranked, lay, max_shift, calls)
     best_plan, best = ranked[0]
     text = f"{model_info(dev['compute_capability'])}: {best_plan} predicted {best:.3g} ms"
     if len(ranked) > 1:
         text += f"; next {ranked[1][0]} {ranked[1][1]:.3g} ms (of {len(ranked)} candidates)"
-    return Decision(best_plan, ranked, "heuristic", text, key_text)
+    if cold:
+        text += (f"; the FFT's size {cold} is cold on this machine: its first plans charged "
+                 f"over {calls} calls")
+    return Decision(best_plan, ranked, "heuristic", text, key_text, cold=bool(cold))
+
+
+def _charge_cold_fft(ranked, lay, max_shift, calls):
+    """``ranked`` with the ``fft`` plan charged :data:`~._fft_plans.COLD_FFT_MS` per cold
+    transform pair spread over ``calls`` (a run's calls of this problem; ``None``: not charged)
+    where its size was never planned on this machine, and that size's plans started in the
+    background for the next run; with the cold size (else ``None``)."""
+    if not calls or not any(p.method == "fft" for p, _ in ranked[:1]):
+        return ranked, None
+    from ._fft import fft_geometry
+    from ._fft_plans import COLD_FFT_MS, is_warm, rfft2_specs, warm_async
+
+    size = fft_geometry(lay.left_shape, lay.right_shape, max_shift).size
+    specs = rfft2_specs(size)
+    cold = [s for s in specs if not is_warm(*s)]
+    if not cold:
+        return ranked, None
+    warm_async(specs)  # for the next run (or this one, where the FFT stays the best)
+    extra = COLD_FFT_MS * len(cold) / len(specs) / max(1, int(calls))
+    charged = [(p, t + extra if p.method == "fft" else t) for p, t in ranked]
+    return sorted(charged, key=lambda pt: pt[1]), size
 
 
 # ------------------------------------------------------------------------ the cache
@@ -285,7 +313,7 @@ def _measured_decision(left, right, form, max_shift, lay, key_text, mode) -> Dec
 
 
 def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
-           tune=None) -> Decision:
+           tune=None, calls=None) -> Decision:
     """The plan for correlating these CuPy arrays.
 
     Parameters
@@ -301,6 +329,10 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
         the likeliest candidates within a time budget, on a subsample; ``"full"``: measure
         every candidate on these arrays. ``None`` (default): ``True`` where ``XCORR_TUNE=1``,
         ``"full"`` where ``XCORR_PLANNER=measure``, else ``False``.
+    calls : int, optional
+        How many times the caller will run this problem (a run's chunks).  With it, the cost
+        model charges an FFT size never planned on this machine the first plans' time
+        (:mod:`._fft_plans`) spread over the calls: a short first run takes a direct kernel.
 
     Returns
     -------
@@ -329,7 +361,9 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
             if mode:
                 d = _measured_decision(left, right, form, max_shift, lay, key_text, mode)
             else:
-                d = _heuristic_decision(lay, max_shift, key_text)
+                d = _heuristic_decision(lay, max_shift, key_text, calls)
+            if d.cold:  # decided again once the FFT's size is warm
+                return d
             _store(key, key_text, bucket, d)
         else:
             known[bucket] = d  # reused: this bucket answers at once from now on

@@ -193,7 +193,8 @@ def periodic_spectrum(images, spectrum):
         a, b = edge_differences(images)
         # their half spectra (real edges: no conversion to complex, which compiled a CuPy copy
         # kernel on a first run); the kernel takes the other half from the conjugate symmetry
-        if subtract_smooth(xp.fft.rfft(a, axis=-1), xp.fft.rfft(b, axis=-1), (h, w), spectrum):
+        fft = fft_of(xp)
+        if subtract_smooth(fft.rfft(a, axis=-1), fft.rfft(b, axis=-1), (h, w), spectrum):
             return spectrum
     else:
         a, b = images[..., -1, :] - images[..., 0, :], images[..., :, -1] - images[..., :, 0]

@@ -1,0 +1,201 @@
+"""cuFFT's first plans on a fresh machine: made early, in the background, and remembered.
+
+cuFFT builds the kernels of a transform size when its first plan is made (a JIT, cached by the
+CUDA driver on disk: ``~/.nv/ComputeCache`` or ``$CUDA_CACHE_PATH``).  On a fresh machine that
+is 0.1-0.6 s per transform kind and size (H100, cuFFT of CUDA 13, 2026-11-23,
+``tools/cufft_cold_probe.py``, ``tools/cufft_jit_probe.py``); with the driver's cache it is
+1-10 ms, and a plan of another batch size after the first costs 1-4 ms either way.  A first
+``xcorr align`` of 64 frames of 2048x2048 with ``--max-shift 16`` spent 0.76 s of its 1.5 s
+measuring in six such plans.  Two things follow, both here:
+
+* :func:`warm_async` makes the plans a run will need (batch 1, on a stream of its own) in a
+  background thread as soon as the run knows its frame shape, while the main thread reads
+  frames and decides its options: the plan creation releases the GIL.  :func:`wait_warm` is
+  called before a run's first transform of those sizes, so that the main thread does not
+  build the same kernels at the same time (two threads do not build faster: measured).
+* :func:`is_warm` says whether this machine's driver cache was filled for a size by an earlier
+  run (a marker written in xcorr's cache folder when a plan of that size was made): the
+  planner (:mod:`xcorr_app.correlate._planner`) charges a cold FFT size its first plans'
+  time, spread over the calls of the run (:data:`COLD_FFT_MS`), so a short first run takes
+  a direct kernel (shipped built) while the FFT's kernels are built for the next run.
+
+``XCORR_FFT_WARM=0`` turns the background plans off.
+
+Examples
+--------
+>>> rfft2_specs((64, 80))
+[('r2c', (64, 80)), ('c2r', (64, 80))]
+>>> is_warm_key("r2c", (64, 80))[:4]
+'r2c-'
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import threading
+
+from .._config import FFT_WARM, cache_dir
+from .._config import get as config_value
+
+__all__ = ["COLD_FFT_MS", "rfft2_specs", "edge_specs", "warm_async", "wait_warm", "is_warm",
+           "mark_warm", "is_warm_key", "ENV"]
+
+#: the environment variable that turns the background plans off (``0``)
+ENV = FFT_WARM
+#: what the first plans of one rfft2 size (its forward and inverse transforms) cost on a fresh
+#: machine, ms (H100, 2026-11-23: 0.2-0.65 s each; the planner charges this much)
+COLD_FFT_MS = 500.0
+
+_FUTURES: dict = {}  # device id -> Future of the plans being made
+_LOCK = threading.Lock()
+_STOP = threading.Event()  # set at exit: the plans not begun are left
+_VERSION = None
+
+
+def rfft2_specs(shape) -> list:
+    """The plans of ``rfft2`` / ``irfft2`` of ``shape`` (H, W) matrices."""
+    shape = tuple(int(n) for n in shape)
+    return [("r2c", shape), ("c2r", shape)]
+
+
+def edge_specs(shape) -> list:
+    """The 1-D plans of the periodic decomposition of ``shape`` frames (the half spectra of its
+    edge differences, :func:`xcorr_app.registration.periodic_spectrum`)."""
+    h, w = (int(n) for n in shape)
+    return [("r2c1", (w,))] + ([("r2c1", (h,))] if h != w else [])
+
+
+def _versions() -> str:
+    """The driver's and cuFFT's versions and the GPU's compute capability: what the driver's
+    JIT cache is valid for."""
+    global _VERSION
+    if _VERSION is None:
+        import cupy as cp
+
+        try:
+            fft_version = cp.cuda.cufft.getVersion()
+        except Exception:  # noqa: BLE001 - an older CuPy: the driver's version is the key
+            fft_version = 0
+        _VERSION = f"{cp.cuda.runtime.driverGetVersion()}-{fft_version}"
+    import cupy as cp
+
+    return f"sm{cp.cuda.Device().compute_capability}-{_VERSION}"
+
+
+def is_warm_key(kind: str, shape) -> str:
+    """The marker name of a transform kind and size (without the machine's versions)."""
+    return f"{kind}-" + "x".join(str(int(n)) for n in shape)
+
+
+def _marker(kind, shape):
+    return cache_dir() / "cufft" / f"{_versions()}-{is_warm_key(kind, shape)}"
+
+
+def is_warm(kind: str, shape) -> bool:
+    """Whether a plan of this kind (``"r2c"``, ``"c2r"``, ``"r2c1"``) and size was made on this
+    machine before (its kernels are then in the driver's cache), by the marker
+    :func:`mark_warm` left."""
+    try:
+        return _marker(kind, shape).exists()
+    except OSError:
+        return False
+
+
+def mark_warm(kind: str, shape) -> None:
+    """Leave the marker of :func:`is_warm` (quietly: a read-only cache folder only costs the
+    next run its cold plans)."""
+    try:
+        path = _marker(kind, shape)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError:
+        pass
+
+
+def _make(kind, shape, cp) -> None:
+    """One plan of ``kind`` and ``shape`` made by running the transform on zeros (batch 1):
+    CuPy makes its plans when it runs them, and a plan of any other batch size is then cheap."""
+    if kind == "r2c":
+        cp.fft.rfft2(cp.zeros((1, *shape), cp.float32))
+    elif kind == "c2r":
+        cp.fft.irfft2(cp.zeros((1, shape[0], shape[1] // 2 + 1), cp.complex64), s=shape)
+    elif kind == "r2c1":
+        cp.fft.rfft(cp.zeros((2, shape[0]), cp.float32), axis=-1)
+    else:
+        raise ValueError(f"unknown transform kind {kind!r}")
+
+
+def _run(specs, device_id) -> None:
+    import cupy as cp
+
+    with cp.cuda.Device(device_id):
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            for kind, shape in specs:
+                if _STOP.is_set():
+                    return
+                try:
+                    _make(kind, shape, cp)
+                    stream.synchronize()
+                except Exception:  # noqa: BLE001 - the run makes (and reports) its own plans
+                    continue
+                mark_warm(kind, shape)
+
+
+def warm_async(specs, device_id=None):
+    """Make the plans ``specs`` (``[(kind, shape)]``, e.g. :func:`rfft2_specs`) in a background
+    thread on ``device_id`` (default: the current device); returns its Future, or ``None`` when
+    turned off (:data:`ENV`) or every plan is warm already.  One warm-up per device at a time:
+    a second call while one runs waits for it first (in its thread)."""
+    if config_value(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    import cupy as cp
+
+    if device_id is None:
+        device_id = cp.cuda.Device().id
+    with cp.cuda.Device(device_id):
+        todo = [(k, tuple(s)) for k, s in specs if not is_warm(k, s)]
+    if not todo:
+        return None
+    with _LOCK:
+        if not _FUTURES:
+            atexit.register(_at_exit)
+        before = _FUTURES.get(device_id)
+        fut = concurrent.futures.Future()
+
+        def work():
+            try:
+                if before is not None:
+                    concurrent.futures.wait([before])
+                _run(todo, device_id)
+            finally:
+                fut.set_result(None)
+
+        _FUTURES[device_id] = fut
+        threading.Thread(target=work, name="xcorr-cufft-plans", daemon=True).start()
+    return fut
+
+
+def _at_exit() -> None:
+    """At exit, the plan being made is finished (a thread stopped inside cuFFT while CUDA
+    shuts down could crash the process) and the others are left.  Registered when the first
+    warm-up starts, after CuPy's own exit handlers, so it runs before them."""
+    _STOP.set()
+    for fut in list(_FUTURES.values()):
+        try:
+            fut.result(timeout=10)
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+def wait_warm(device_id=None) -> None:
+    """Wait for the background plans of this device (if any are being made): called before a
+    run's first transform of their sizes."""
+    if not _FUTURES:
+        return
+    import cupy as cp
+
+    fut = _FUTURES.get(cp.cuda.Device().id if device_id is None else device_id)
+    if fut is not None and not fut.done():
+        fut.result()
