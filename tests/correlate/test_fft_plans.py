@@ -5,6 +5,7 @@ import pytest
 
 from xcorr_app.correlate import _fft_plans
 from xcorr_app.correlate import _planner
+from xcorr_app.correlate._fft import fft_geometry
 from xcorr_app.correlate._forms import form_layout
 from xcorr_app.correlate._plans import Plan
 
@@ -24,7 +25,8 @@ def cold(monkeypatch):
     """Every size cold; the background plans recorded instead of made."""
     started = []
     monkeypatch.setattr(_fft_plans, "is_warm", lambda kind, shape: False)
-    monkeypatch.setattr(_fft_plans, "warm_async", lambda specs: started.append(specs))
+    monkeypatch.setattr(_fft_plans, "warm_async",
+                        lambda specs, later=False: started.append((specs, later)))
     return started
 
 
@@ -35,10 +37,11 @@ def test_a_cold_fft_is_charged_over_the_calls(cold):
     assert ranked[0][0].method == "tiled"
     assert ranked[-1][0].method == "fft" and ranked[-1][1] == pytest.approx(
         12.0 + _fft_plans.COLD_FFT_MS)
-    assert cold == [[("r2c", (2160, 2160)), ("c2r", (2160, 2160))]]  # for the next run
+    assert cold == [([("r2c", (2160, 2160)), ("c2r", (2160, 2160))], True)]  # the next run
     # a long run spreads the charge: the FFT stays the best
     ranked, size = _planner._charge_cold_fft(_ranked(), lay, 16, calls=1000)
     assert ranked[0][0].method == "fft" and size == (2160, 2160)
+    assert cold[-1][1] is False  # this run waits for them
 
 
 def test_no_charge_without_calls_or_when_warm(cold, monkeypatch):
@@ -90,11 +93,12 @@ def test_gpu_the_planner_takes_a_direct_kernel_while_the_fft_size_is_cold(tmp_pa
     if warm.plan.method != "fft":
         pytest.skip(f"the model does not choose the FFT here on this GPU ({warm.plan})")
     _planner.forget()
-    size = (544, 544)  # 512 + 32, 5-smooth
+    size = fft_geometry((512, 512), (512, 512), 32).size  # 576: 512 + 32, 5-smooth
     assert not _fft_plans.is_warm("r2c", size)
     d = _planner.decide(ref, frames, "one_to_many", 32, calls=1)
     assert d.cold and d.plan.method != "fft" and "cold" in d.reason
-    _fft_plans.wait_warm()  # the plans started for the next run
+    fut = _fft_plans.warm_async(_fft_plans.rfft2_specs((8, 8)))  # after those for the next run
+    fut.result(timeout=60)
     assert _fft_plans.is_warm("r2c", size) and _fft_plans.is_warm("c2r", size)
     d = _planner.decide(ref, frames, "one_to_many", 32, calls=1)
     assert not d.cold and d.plan.method == "fft"

@@ -296,16 +296,16 @@ path or ndarray
             area = common_area([[0.0, 0.0]], src.frame_shape,
                                patch_margin(check_deviation(max_deviation)))
             PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, area)
+        if dev == "gpu" and opts.verify and opts.normalization != "phase":
+            # the FFT reference's cuFFT plans made in the background while the options are
+            # decided and frames read (their first plans on a fresh machine: 0.2-0.6 s each)
+            warm_async(rfft2_specs(src.frame_shape) + edge_specs(src.frame_shape))
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         choices = auto_notes(opts, why)
         if device == "auto" and dev == "gpu" and not on_gpu:
             dev, choice_note = auto_device(src.n_frames, src.frame_shape,
                                            kernels_built(opts, src.frame_shape, src.dtype))
         xp = backend.xp_for(dev)
-        if dev == "gpu" and opts.verify and opts.normalization != "phase":
-            # the FFT reference's cuFFT plans made in the background while frames are read
-            # (their first plans on a fresh machine: 0.2-0.6 s each)
-            warm_async(rfft2_specs(src.frame_shape) + edge_specs(src.frame_shape))
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts

@@ -47,7 +47,8 @@ ENV = FFT_WARM
 #: machine, ms (H100, 2026-11-23: 0.2-0.65 s each; the planner charges this much)
 COLD_FFT_MS = 500.0
 
-_FUTURES: dict = {}  # device id -> Future of the plans being made
+_FUTURES: dict = {}  # device id -> Future of the last plans queued (they run in turn)
+_NEEDED: dict = {}  # device id -> Future of the last plans queued that a run waits for
 _LOCK = threading.Lock()
 _STOP = threading.Event()  # set at exit: the plans not begun are left
 _VERSION = None
@@ -126,6 +127,24 @@ def _make(kind, shape, cp) -> None:
         raise ValueError(f"unknown transform kind {kind!r}")
 
 
+def _inverse_kernels(device_id) -> None:
+    """The two CuPy kernels around cuFFT's inverse real transform in ``cupy.fft.irfft2`` (a
+    copy of the input, which C2R overwrites, and the division by the size), compiled by NVRTC
+    on a fresh machine (0.1 s each): built here in parallel with cuFFT's own kernels."""
+    import cupy as cp
+
+    try:
+        with cp.cuda.Device(device_id):
+            stream = cp.cuda.Stream(non_blocking=True)
+            with stream:
+                cp.zeros(2, cp.complex64).copy()
+                x = cp.ones(4, cp.float32)
+                x /= 4  # the size, a Python int, as irfft2 divides
+                stream.synchronize()
+    except Exception:  # noqa: BLE001 - the run compiles them itself
+        pass
+
+
 def _run(specs, device_id) -> None:
     import cupy as cp
 
@@ -143,11 +162,12 @@ def _run(specs, device_id) -> None:
                 mark_warm(kind, shape)
 
 
-def warm_async(specs, device_id=None):
+def warm_async(specs, device_id=None, later=False):
     """Make the plans ``specs`` (``[(kind, shape)]``, e.g. :func:`rfft2_specs`) in a background
     thread on ``device_id`` (default: the current device); returns its Future, or ``None`` when
-    turned off (:data:`ENV`) or every plan is warm already.  One warm-up per device at a time:
-    a second call while one runs waits for it first (in its thread)."""
+    turned off (:data:`ENV`) or every plan is warm already.  The plans of a device are made in
+    turn, in the order asked.  ``later``: plans for a later run (the planner's cold FFT size),
+    which :func:`wait_warm` does not wait for."""
     if config_value(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     import cupy as cp
@@ -165,14 +185,23 @@ def warm_async(specs, device_id=None):
         fut = concurrent.futures.Future()
 
         def work():
+            helper = None
             try:
+                if any(k == "c2r" for k, _ in todo):  # CuPy's kernels of irfft2, meanwhile
+                    helper = threading.Thread(target=_inverse_kernels, args=(device_id,),
+                                              name="xcorr-cufft-kernels", daemon=True)
+                    helper.start()
                 if before is not None:
                     concurrent.futures.wait([before])
                 _run(todo, device_id)
             finally:
+                if helper is not None:
+                    helper.join()
                 fut.set_result(None)
 
         _FUTURES[device_id] = fut
+        if not later:
+            _NEEDED[device_id] = fut
         threading.Thread(target=work, name="xcorr-cufft-plans", daemon=True).start()
     return fut
 
@@ -190,12 +219,12 @@ def _at_exit() -> None:
 
 
 def wait_warm(device_id=None) -> None:
-    """Wait for the background plans of this device (if any are being made): called before a
-    run's first transform of their sizes."""
-    if not _FUTURES:
+    """Wait for the background plans of this device that a run needs (if any are being made;
+    not those for a later run): called before a run's first transform."""
+    if not _NEEDED:
         return
     import cupy as cp
 
-    fut = _FUTURES.get(cp.cuda.Device().id if device_id is None else device_id)
+    fut = _NEEDED.get(cp.cuda.Device().id if device_id is None else device_id)
     if fut is not None and not fut.done():
         fut.result()

@@ -194,10 +194,12 @@ def _charge_cold_fft(ranked, lay, max_shift, calls):
     cold = [s for s in specs if not is_warm(*s)]
     if not cold:
         return ranked, None
-    warm_async(specs)  # for the next run (or this one, where the FFT stays the best)
     extra = COLD_FFT_MS * len(cold) / len(specs) / max(1, int(calls))
-    charged = [(p, t + extra if p.method == "fft" else t) for p, t in ranked]
-    return sorted(charged, key=lambda pt: pt[1]), size
+    charged = sorted([(p, t + extra if p.method == "fft" else t) for p, t in ranked],
+                     key=lambda pt: pt[1])
+    # made in the background: for the next run, or for this one where the FFT stays the best
+    warm_async(specs, later=charged[0][0].method != "fft")
+    return charged, size
 
 
 # ------------------------------------------------------------------------ the cache
