@@ -213,7 +213,10 @@ def stack_lines(rows) -> list:
     d = [r for r in rows if r["method"] == DEFAULT]
     if not d:
         return []
-    g = lambda r, k: _fmt(r.get(k, math.nan))  # noqa: E731
+    def cell(r, total, shared, frame):
+        split = f" ({_fmt(r[shared])} / {_fmt(r[frame])})" if shared in r else ""
+        return _fmt(r.get(total, math.nan)) + split
+
     out = ["", "### every stack: the default and the oracle (fit against the noise-free scene)",
            "", "RMS px; in brackets its split: the offset shared by all frames (mostly frame "
            "0's own error) / the per-frame part", "",
@@ -221,13 +224,13 @@ def stack_lines(rows) -> list:
            "| --- | --- | --- | --- | --- |"]
     for k in dict.fromkeys(r["kind"] for r in d):
         kr = [r for r in d if r["kind"] == k]
-        mean = {c: spread(r.get(c, math.nan) for r in kr)[0]
+        mean = {c: spread(r[c] for r in kr)[0]
                 for c in ("rms", "shared", "per_frame", "oracle", "oracle_shared",
-                          "oracle_per_frame")}
+                          "oracle_per_frame") if all(c in r for r in kr)}
         for r in kr + ([dict(mean, kind=k, seed="mean", image="")] if len(kr) > 1 else []):
-            out.append(f"| {r['kind']} | {r['seed']} | {r['image']} | {_fmt(r['rms'])} "
-                       f"({g(r, 'shared')} / {g(r, 'per_frame')}) | {g(r, 'oracle')} "
-                       f"({g(r, 'oracle_shared')} / {g(r, 'oracle_per_frame')}) |")
+            out.append(f"| {r['kind']} | {r['seed']} | {r['image']} | "
+                       f"{cell(r, 'rms', 'shared', 'per_frame')} | "
+                       f"{cell(r, 'oracle', 'oracle_shared', 'oracle_per_frame')} |")
     return out
 
 
