@@ -30,7 +30,8 @@ from ._accuracy_data import KINDS, make_stack
 from ._common import reason, utc_now
 
 __all__ = ["METHODS", "DEFAULT", "BEFORE", "TARGET_EVERY", "TARGET_MEAN", "TARGET_CIRCULAR",
-           "ORACLE", "stack_errors", "error_split", "spread", "oracle_shifts", "measure", "report_lines", "main"]
+           "ORACLE", "stack_errors", "error_split", "spread", "oracle_shifts", "measure",
+           "report_lines", "main"]
 
 #: the default: what ``xcorr align`` does without options
 DEFAULT = "xcorr default"
