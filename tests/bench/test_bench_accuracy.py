@@ -220,3 +220,49 @@ def test_report_has_the_oracle_per_kind_and_per_stack():
     text = "\n".join(bench.report_lines(rows))
     assert f"| {bench.ORACLE} | 0.020 | 0.010-0.030 | |" in text
     assert "| plain | 1 | x | 0.020 | 0.030 |" in text
+
+
+# ------------------------------------------------------------------- the error's split
+
+def test_error_split_is_exact_and_tells_a_shared_offset_from_scatter(rng):
+    truth = rng.normal(0, 3, (12, 2))
+    truth[0] = 0
+    offset = truth + np.array([0.3, -0.4])  # every frame off by the same (0.3, -0.4)
+    offset[0] = 0
+    assert bench.error_split(offset, truth) == (0.5, 0.0)
+    noisy = truth + rng.normal(0, 0.1, truth.shape)
+    noisy -= noisy[0]  # relative to frame 0, as every method's shifts
+    rms = bench.stack_errors(noisy, truth)[0]
+    shared, frame = bench.error_split(noisy, truth)
+    assert frame > 0 and shared > 0
+    assert abs(np.hypot(shared, frame) - rms) < 2e-4
+    assert bench.error_split(truth[:1], truth[:1]) == (0.0, 0.0)
+    bad = noisy.copy()
+    bad[3, 1] = np.nan
+    assert bench.error_split(bad, truth) == (np.inf, np.inf)
+
+
+def test_measure_splits_the_default_and_the_oracle():
+    (row,) = bench.measure("plain", 0, quick=True, methods=[bench.DEFAULT])
+    assert abs(np.hypot(row["shared"], row["per_frame"]) - row["rms"]) < 2e-4
+    assert abs(np.hypot(row["oracle_shared"], row["oracle_per_frame"]) - row["oracle"]) < 2e-4
+
+
+def test_report_shows_the_split_per_stack_and_its_mean_per_kind():
+    rows = [{"kind": "low_light", "seed": s, "method": bench.DEFAULT, "shape": [4, 8, 8],
+             "image": "x", "error": "", "rms": r, "max": 0.4, "shared": sh, "per_frame": pf,
+             "oracle": 0.08, "oracle_shared": 0.05, "oracle_per_frame": 0.06}
+            for s, r, sh, pf in ((0, 0.13, 0.05, 0.12), (1, 0.17, 0.13, 0.10))]
+    text = "\n".join(bench.stack_lines(rows))
+    assert "| low_light | 1 | x | 0.170 (0.130 / 0.100) | 0.080 (0.050 / 0.060) |" in text
+    assert "| low_light | mean |  | 0.150 (0.090 / 0.110) | 0.080 (0.050 / 0.060) |" in text
+    one = "\n".join(bench.stack_lines(rows[:1]))
+    assert "| mean |" not in one  # one seed: no mean row
+
+
+def test_cli_seeds_take_ranges():
+    res = xcorr("bench", "accuracy", "--quick", "--only", "plain", "--seeds", "2-4")
+    assert res.returncode == 0, res.stderr
+    assert "plain seed 2 (" in res.stdout and "seed 3" not in res.stdout  # quick: the first
+    assert_clean_error(xcorr("bench", "accuracy", "--seeds", "4-2"), "--seeds")
+    assert_clean_error(xcorr("bench", "accuracy", "--seeds", "1-x"), "--seeds")

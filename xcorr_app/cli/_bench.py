@@ -143,12 +143,22 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
 
 
 def _seeds(text):
-    """``--seeds 0,1,2`` as a tuple of ints (a bad list is a one-line error)."""
+    """``--seeds 0,1,2`` (or ranges: ``10-29``, ``0-2,7``) as a tuple of ints (a bad list is
+    a one-line error)."""
     try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
+        seeds = []
+        for part in (p.strip() for p in text.split(",")):
+            first, dash, last = part.partition("-")
+            if part and dash and first.strip():
+                if int(last) < int(first):
+                    raise ValueError(part)
+                seeds += range(int(first), int(last) + 1)
+            elif part:
+                seeds.append(int(part))
+        seeds = tuple(seeds)
     except ValueError:
-        raise click.BadParameter(f"expected integers separated by commas, got {text!r}") \
-            from None
+        raise click.BadParameter(f"expected integers or ranges A-B separated by commas, got "
+                                 f"{text!r}") from None
     if not seeds or min(seeds) < 0:
         raise click.BadParameter(f"expected non-negative integers, got {text!r}")
     return seeds
@@ -157,9 +167,9 @@ def _seeds(text):
 @bench.command(name="accuracy")
 @click.option("--quick", is_flag=True,
               help="Tiny stacks of every kind, the first seed only (a smoke run, CI).")
-@click.option("--seeds", default="0,1,2", show_default=True, metavar="N[,N]",
+@click.option("--seeds", default="0,1,2", show_default=True, metavar="N[,N|A-B]",
               callback=lambda ctx, param, value: _seeds(value),
-              help="Seeds of the stacks (image region, drift, noise).")
+              help="Seeds of the stacks (image region, drift, noise); ranges A-B too.")
 @click.option("--only", metavar="KIND[,KIND]",
               help="Only these kinds: plain, low_light, bleaching_background, large_drift, "
                    "non_square, circular.")
