@@ -103,3 +103,29 @@ def test_gpu_the_planner_takes_a_direct_kernel_while_the_fft_size_is_cold(tmp_pa
     d = _planner.decide(ref, frames, "one_to_many", 32, calls=1)
     assert not d.cold and d.plan.method == "fft"
     _planner.forget()
+
+
+def test_helper_program_and_switch(monkeypatch):
+    program = _fft_plans._CHILD.format(transforms=_fft_plans._TRANSFORMS)
+    compile(program, "<helper>", "exec")  # a valid program of its own (no xcorr import)
+    assert "xcorr" not in program and set(_fft_plans._TRANSFORMS) == {"r2c", "c2r", "r2c1"}
+    monkeypatch.setenv(_fft_plans.ENV, "off")
+    assert _fft_plans.spawn_warmers(_fft_plans.rfft2_specs((16, 16))) == []
+    with pytest.raises(ValueError, match="unknown transform kind"):
+        _fft_plans._make("c2c", (4, 4), None)
+
+
+def test_machine_key_needs_no_cuda():
+    key = _fft_plans._versions()
+    assert len(key) == 12 and int(key, 16) >= 0  # a hash, read without importing CuPy
+
+
+@pytest.mark.gpu
+def test_gpu_helper_processes_build_the_plans(tmp_path, monkeypatch):
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    specs = _fft_plans.rfft2_specs((29, 31)) + _fft_plans.edge_specs((29, 31))
+    assert _fft_plans.spawn_warmers(specs) == specs
+    assert _fft_plans.spawn_warmers(specs) == []  # being made: not twice
+    assert _fft_plans.warm_async(specs) is None  # nor by the thread
+    _fft_plans.wait_warm()
+    assert all(_fft_plans.is_warm(*s) for s in specs)
