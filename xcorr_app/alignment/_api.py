@@ -20,7 +20,6 @@ from pathlib import Path
 
 from .. import backend
 from .._cuda.loader import shipped_kernels_usable
-from ..correlate._fft_plans import edge_specs, rfft2_specs, warm_async
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
@@ -296,10 +295,6 @@ path or ndarray
             area = common_area([[0.0, 0.0]], src.frame_shape,
                                patch_margin(check_deviation(max_deviation)))
             PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, area)
-        if dev == "gpu" and opts.verify and opts.normalization != "phase":
-            # the FFT reference's cuFFT plans made in the background while the options are
-            # decided and frames read (their first plans on a fresh machine: 0.2-0.6 s each)
-            warm_async(rfft2_specs(src.frame_shape) + edge_specs(src.frame_shape))
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         choices = auto_notes(opts, why)
         if device == "auto" and dev == "gpu" and not on_gpu:

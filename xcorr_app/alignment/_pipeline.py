@@ -320,9 +320,8 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
 
     def reference_spectrum():
         """The half spectrum of the raw reference (``fft_shifts`` reads no more of a real
-        reference's), made at the first chunk's check rather than before the first chunk:
-        on a fresh machine cuFFT's first plans are then made (in the background,
-        :mod:`xcorr_app.correlate._fft_plans`) while the first chunk is read and correlated."""
+        reference's), made at the first chunk's check (after the first chunk's correlation
+        is queued: on a fresh machine its cuFFT plans take a while to make)."""
         if "fft" not in verified:
             spectrum = fft_of(xp).rfft2(ref_raw)
             if fft_kwargs["periodic"]:

@@ -235,13 +235,6 @@ def _check(o):
         print_notes(src, o.quiet)
     # device auto and a small job: the CPU, without importing CuPy to look at the GPU
     o.small_note = small_job_note(n, shape) if o.device == "auto" and not spread else None
-    if not (o.small_note or spread or o.no_verify or o.device == "cpu"
-            or o.normalization == "phase") and backend.gpu_likely():
-        # cuFFT's first plans of the FFT reference (0.2-0.6 s each on a fresh machine) built
-        # by helper processes, in parallel, while this one starts CUDA and reads
-        from ..correlate._fft_plans import edge_specs, rfft2_specs, spawn_warmers
-
-        spawn_warmers(rfft2_specs(shape) + edge_specs(shape))
     o.dev = "cpu" if o.small_note else note_device(o.device, o.quiet)
     planner_notes(o.quiet)
     return shape, itemsize, n

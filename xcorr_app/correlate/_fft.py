@@ -50,7 +50,6 @@ import numpy as np
 
 from .._cuda.loader import KernelFamily
 from ..backend import array_module_of
-from ._fft_plans import wait_warm
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
 from ._shifts import first_shift, normalize_max_shift, output_shape
@@ -73,16 +72,11 @@ def fft_of(xp):
     >>> import numpy as np
     >>> fft_of(np).rfft2(np.ones((2, 4), np.float32)).dtype
     dtype('complex64')
-
-    On the GPU it first waits for the plans :func:`~._fft_plans.warm_async` is making (every
-    transform of the package goes through here, so none builds cuFFT's kernels at the same
-    time as the background thread).
     """
     if xp is np:
         import scipy.fft
 
         return scipy.fft
-    wait_warm()  # cuFFT's first plans being made in the background (._fft_plans)
     return xp.fft
 
 

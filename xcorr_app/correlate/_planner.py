@@ -182,23 +182,29 @@ def _heuristic_decision(lay, max_shift, key_text, calls=None) -> Decision:
 def _charge_cold_fft(ranked, lay, max_shift, calls):
     """``ranked`` with the ``fft`` plan charged :data:`~._fft_plans.COLD_FFT_MS` per cold
     transform pair spread over ``calls`` (a run's calls of this problem; ``None``: not charged)
-    where its size was never planned on this machine, and that size's plans started in the
-    background for the next run; with the cold size (else ``None``)."""
+    where its size was never planned on this machine (once per process and size,
+    :func:`~._fft_plans.charge_once`), with the cold size (else ``None``).  When a direct
+    kernel wins so, the size's plans are built for the next run
+    (:func:`~._fft_plans.build_later`)."""
     if not calls or not any(p.method == "fft" for p, _ in ranked[:1]):
         return ranked, None
     from ._fft import fft_geometry
-    from ._fft_plans import COLD_FFT_MS, is_warm, rfft2_specs, warm_async
+    from ._fft_plans import (COLD_FFT_MS, build_later, charge_once, is_warm, mark_warm,
+                             rfft2_specs)
 
     size = fft_geometry(lay.left_shape, lay.right_shape, max_shift).size
     specs = rfft2_specs(size)
     cold = [s for s in specs if not is_warm(*s)]
-    if not cold:
+    if not cold or not charge_once(size):
         return ranked, None
     extra = COLD_FFT_MS * len(cold) / len(specs) / max(1, int(calls))
     charged = sorted([(p, t + extra if p.method == "fft" else t) for p, t in ranked],
                      key=lambda pt: pt[1])
-    # made in the background: for the next run, or for this one where the FFT stays the best
-    warm_async(specs, later=charged[0][0].method != "fft")
+    if charged[0][0].method == "fft":  # planned by this run (a long one): warm after it
+        for spec in specs:
+            mark_warm(*spec)
+    else:
+        build_later(specs)
     return charged, size
 
 
