@@ -20,7 +20,8 @@ from ._field_resample import field_weights
 from ._motion_field import MotionField
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
-                       patch_margin, patch_shifts, refine_shifts, template_patches)
+                       patch_margin, patch_shifts, refine_shifts, refine_taper, tapered,
+                       template_patches)
 from ._pipeline import prepared_reference
 from ._preprocess import prepare
 from ._warp import shift_frames
@@ -63,7 +64,9 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         tpatches, template = _template(opts, src, xp, chunk, rigid, grid)
         dev = "cpu" if xp is np else "gpu"
         left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
-        near = zncc_left(tpatches, (1, *grid.size), 1)
+        taper = refine_taper(grid.size)
+        tnear = tapered(tpatches, taper)  # the refinement's template patches (weighted)
+        near = zncc_left(tnear, (1, *grid.size), 1)
         weights = field_weights(grid.centres, src.frame_shape, xp)
 
         def measure(start, frames):  # on the run's device; one host sync (any low patch?)
@@ -78,8 +81,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
                 d = fill_low(d, low, grid.grid)
             for _ in range(REFINE_PASSES):  # through the field: what remains, measured
                 field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
-                d = d + refine_shifts(tpatches, p.frames, grid, field, weights, opts.subpixel,
-                                      dev, near)
+                d = d + refine_shifts(tnear, p.frames, grid, field, weights, opts.subpixel,
+                                      dev, near, taper)
                 if some_low:
                     d = fill_low(d, low, grid.grid)
             cf = xp.where(border, 0.0, cf)  # no distinct peak inside the window
