@@ -25,6 +25,7 @@ from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patc
                        template_patches)
 from ._pipeline import prepared_reference
 from ._preprocess import prepare
+from ._references import reference_frame
 from ._template import TemplateAccumulator
 from ._warp import shift_frames
 
@@ -35,8 +36,8 @@ DEFAULT_TEMPLATE_PASSES = 0
 
 
 def _template(opts, src, xp, chunk, rigid, grid):
-    """The prepared template's patches the frames' patches are measured against, and the
-    template (host, for the picture): the rigid reference, or for ``reference="refined"`` the
+    """The prepared template's patches the frames' patches are measured against, the
+    template as prepared (host, for the picture) and as read: the rigid reference, or for ``reference="refined"`` the
     mean of the rigidly aligned frames (shifts relative to it)."""
     if opts.refined:
         h, w = src.frame_shape
@@ -51,10 +52,10 @@ def _template(opts, src, xp, chunk, rigid, grid):
         total = sum(part for _, part in map_chunks(lambda: contextlib.nullcontext(src), chunk,
                                                    aligned_sum, xp=xp))
         image = (total[:-1] / max(total[-1], 1.0)).reshape(h, w).astype(np.float32)
-        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
     else:
-        frame, raw = prepared_reference(opts, src, xp, chunk)
-    return template_patches(frame, grid), backend.to_numpy(raw)
+        image = reference_frame(opts.reference, src, xp, chunk, opts.channel)
+    frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
+    return template_patches(frame, grid), backend.to_numpy(raw), image
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
@@ -77,7 +78,7 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     with open_source(stack_or_path, opts.channel) as src:
         grid = PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape,
                               common_area(rigid, src.frame_shape, patch_margin(max_deviation)))
-        tpatches, template = _template(opts, src, xp, chunk, rigid, grid)
+        tpatches, template, image = _template(opts, src, xp, chunk, rigid, grid)
         dev = "cpu" if xp is np else "gpu"
         weights = field_weights(grid.centres, src.frame_shape, xp)
         taper = refine_taper(grid.size)
@@ -89,7 +90,7 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
                 xp=xp)]
             if acc is None:
                 break
-            image = backend.to_numpy(acc.template(template))  # the warped frames' mean
+            image = acc.template(image)  # the warped frames' mean (on the run's device)
             frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
             tpatches, template = template_patches(frame, grid), backend.to_numpy(raw)
     table = np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
