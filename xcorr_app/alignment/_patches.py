@@ -304,9 +304,9 @@ def refine_taper(size, flat=REFINE_FLAT):
 
     >>> refine_taper((8, 8)) is None
     True
-    >>> w = refine_taper((1, 5), flat=1)
-    >>> np.round(w[0], 3).tolist()
-    [0.095, 0.655, 1.0, 0.655, 0.095]
+    >>> w = refine_taper((1, 9), flat=3)
+    >>> [round(float(v), 2) for v in w[0]]
+    [0.07, 0.5, 0.93, 1.0, 1.0, 1.0, 0.93, 0.5, 0.07]
     """
     if max(size) <= flat:
         return None
