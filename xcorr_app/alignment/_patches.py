@@ -327,8 +327,10 @@ def tapered(patches, taper):
     if taper is None:
         return patches
     xp = backend.array_module_of(patches)
-    out = patches - patches.mean(axis=(-2, -1), keepdims=True, dtype=xp.float64)
-    return (out * xp.asarray(taper)).astype(xp.float32)
+    mean = patches.mean(axis=(-2, -1), keepdims=True, dtype=xp.float64).astype(xp.float32)
+    out = xp.subtract(patches, mean, dtype=xp.float32)  # float32: the windows' size again, once
+    out *= xp.asarray(taper)
+    return out
 
 
 def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
