@@ -131,7 +131,7 @@ def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc"
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False,
           boundary="auto", lucas_kanade="auto", patches=None, patch_overlap=None,
-          max_deviation=4):
+          max_deviation=4, patch_template_passes=0):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -244,6 +244,12 @@ path or ndarray
         stride (NoRMCorre's ratio).
     max_deviation : int
         The largest shift of a patch from its frame's rigid shift, in pixels (default 4).
+    patch_template_passes : {0, 1, 2}
+        With ``patches``: after a patch pass, the frames warped by their motion fields are
+        averaged into a new template (accumulated as the pass streams) and the patches are
+        measured again against it, this many times (as NoRMCorre refines its template;
+        :func:`~xcorr_app.alignment._patch_pass.measure_field`).  Default 0: on the benchmark
+        stack the field's error is not the template's noise (docs/how-align-works.md).
 
     Returns
     -------
@@ -290,7 +296,10 @@ path or ndarray
             *([stack_or_path] if not isinstance(stack_or_path, (str, Path)) else []),
             device=device)
         if patches is not None:  # a grid that cannot fit the frame fails before any pass
+            from ._patch_pass import check_template_passes
             from ._patches import PatchGrid, check_deviation, common_area, patch_margin
+
+            check_template_passes(patch_template_passes)
 
             area = common_area([[0.0, 0.0]], src.frame_shape,
                                patch_margin(check_deviation(max_deviation)))
@@ -339,5 +348,6 @@ path or ndarray
 
         # on the run's device: the same numbers as the CPU's (tests/alignment/test_patches.py)
         res.set_field(measure_field(opts, stack_or_path, res.shifts, xp, chunk, patches,
-                                    patch_overlap, max_deviation))
+                                    patch_overlap, max_deviation, patch_template_passes))
+        res.settings["patches"]["template_passes"] = int(patch_template_passes)
     return res

@@ -35,7 +35,7 @@ from ._field_resample import (bilinear_sample, cubic_sample, dense_field, field_
 from ._patches import PatchGrid
 
 __all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
-           "spline_weights", "warp_frames"]
+           "spline_weights", "warp_frames", "warped_sum"]
 
 #: the resamplings of the warp
 FIELD_RESAMPLE = ("bilinear", "cubic")
@@ -77,6 +77,29 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
         else:
             out[k] = bilinear_sample(frames[k], cy, cx, fill)
     return out
+
+
+def warped_sum(frames, patch_field, weights):
+    """``(sum, count)`` ``(H, W)`` float64 on the frames' device: the frames ``(N, H, W)``
+    warped bilinearly by their fields (``patch_field`` ``(N, gy, gx, 2)``, spline ``weights``
+    of :func:`field_weights`) and summed, and how many covered each pixel (a pixel whose
+    source lies outside its frame, or is NaN or Inf, counts 0).  The GPU warps a chunk in one
+    launch (:func:`~._field_resample.warp_gpu`); the CPU a frame at a time."""
+    xp = backend.array_module_of(frames)
+    if xp is not np:
+        out = warp_gpu(frames, patch_field, weights, False, float("nan"))
+        ok = xp.isfinite(out)
+        return (xp.where(ok, out, 0.0).sum(axis=0, dtype=xp.float64),
+                ok.sum(axis=0, dtype=xp.float64))
+    h, w = frames.shape[1:]
+    total, count = np.zeros((h, w)), np.zeros((h, w))
+    for n in range(len(frames)):
+        dense = dense_field(np.asarray(patch_field[n:n + 1]), None, None, weights)
+        out = warp_frames(frames[n:n + 1], dense, "bilinear", np.nan)[0]
+        ok = np.isfinite(out)
+        total += np.where(ok, out, 0.0)
+        count += ok
+    return total, count
 
 
 def check_resample(resample):

@@ -8,6 +8,7 @@ pass of :func:`xcorr_app.align`, every frame is streamed again, its patches meas
 from __future__ import annotations
 
 import contextlib
+import numbers
 
 import numpy as np
 
@@ -17,18 +18,26 @@ from ..io import open_source
 from ..registration._normalize import zncc_left
 from ..streaming import map_chunks
 from ._field_resample import field_weights
-from ._motion_field import MotionField
+from ._motion_field import MotionField, warped_sum
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
-                       patch_margin, patch_shifts, refine_shifts, template_patches)
+                       patch_margin, patch_shifts, refine_shifts, refine_taper, tapered,
+                       template_patches)
 from ._pipeline import prepared_reference
 from ._preprocess import prepare
+from ._references import reference_frame
+from ._template import TemplateAccumulator
 from ._warp import shift_frames
+
+#: ``patch_template_passes``: the most templates refined from the corrected frames (as
+#: ``reference="refined:ITER"``); the default :data:`DEFAULT_TEMPLATE_PASSES`
+MAX_TEMPLATE_PASSES = 2
+DEFAULT_TEMPLATE_PASSES = 0
 
 
 def _template(opts, src, xp, chunk, rigid, grid):
-    """The prepared template's patches the frames' patches are measured against, and the
-    template (host, for the picture): the rigid reference, or for ``reference="refined"`` the
+    """The prepared template's patches the frames' patches are measured against, the
+    template as prepared (host, for the picture) and as read: the rigid reference, or for ``reference="refined"`` the
     mean of the rigidly aligned frames (shifts relative to it)."""
     if opts.refined:
         h, w = src.frame_shape
@@ -43,56 +52,101 @@ def _template(opts, src, xp, chunk, rigid, grid):
         total = sum(part for _, part in map_chunks(lambda: contextlib.nullcontext(src), chunk,
                                                    aligned_sum, xp=xp))
         image = (total[:-1] / max(total[-1], 1.0)).reshape(h, w).astype(np.float32)
-        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
     else:
-        frame, raw = prepared_reference(opts, src, xp, chunk)
-    return template_patches(frame, grid), backend.to_numpy(raw)
+        image = reference_frame(opts.reference, src, xp, chunk, opts.channel)
+    frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
+    return template_patches(frame, grid), backend.to_numpy(raw), image
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
-                  max_deviation):
+                  max_deviation, template_passes=0):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
-    :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``."""
+    :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
+
+    ``template_passes`` (0, 1 or 2): after a patch pass, the frames (those with a rigid
+    shift) warped by their fields are averaged into a new template, accumulated chunk by chunk
+    while that pass streams (:func:`~._motion_field.warped_sum` into a
+    :class:`~._template.TemplateAccumulator`: pixels no frame covers keep the previous
+    template's), and the patches are measured again against it: the stack is read once per
+    patch pass, never once more for the template."""
     if opts.previous:
         raise InputError("patches are measured against one reference: reference 'previous' "
                          "is not available with patches")
+    passes = check_template_passes(template_passes)
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
+    rigid = np.asarray(rigid, np.float64)
     with open_source(stack_or_path, opts.channel) as src:
         grid = PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape,
                               common_area(rigid, src.frame_shape, patch_margin(max_deviation)))
-        tpatches, template = _template(opts, src, xp, chunk, rigid, grid)
+        tpatches, template, image = _template(opts, src, xp, chunk, rigid, grid)
         dev = "cpu" if xp is np else "gpu"
-        left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
-        near = zncc_left(tpatches, (1, *grid.size), 1)
         weights = field_weights(grid.centres, src.frame_shape, xp)
-
-        def measure(start, frames):  # on the run's device; one host sync (any low patch?)
-            s = rigid[start:start + len(frames)]
-            s_on = xp.asarray(s)  # (before the launches: a copy from the host may wait)
-            p = prepare(frames, xp, prefilter, None)
-            d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev,
-                                             left)
-            low = low_patches(d, pk, cf, border, opts.min_confidence)
-            some_low = bool(low.any())
-            if some_low:
-                d = fill_low(d, low, grid.grid)
-            for _ in range(REFINE_PASSES):  # through the field: what remains, measured
-                field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
-                d = d + refine_shifts(tpatches, p.frames, grid, field, weights, opts.subpixel,
-                                      dev, near)
-                if some_low:
-                    d = fill_low(d, low, grid.grid)
-            cf = xp.where(border, 0.0, cf)  # no distinct peak inside the window
-            return xp.concatenate([d, pk[..., None].astype(xp.float64),
-                                   cf[..., None].astype(xp.float64),
-                                   low[..., None].astype(xp.float64)], axis=-1)
-
-        parts = [block for _, block in map_chunks(lambda: contextlib.nullcontext(src), chunk,
-                                                  measure, xp=xp)]
+        taper = refine_taper(grid.size)
+        for k in range(passes + 1):
+            acc = TemplateAccumulator(xp, src.frame_shape) if k < passes else None
+            parts = [block for _, block in map_chunks(
+                lambda: contextlib.nullcontext(src), chunk,
+                _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc),
+                xp=xp)]
+            if acc is None:
+                break
+            image = acc.template(image)  # the warped frames' mean (on the run's device)
+            frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
+            tpatches, template = template_patches(frame, grid), backend.to_numpy(raw)
     table = np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
     d, cf, low = table[..., :2], table[..., 3], table[..., 4] == 1
     gy, gx = grid.grid
     n = len(table)
-    field = np.asarray(rigid, np.float64)[:, None, :] + d
+    field = rigid[:, None, :] + d
     return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
                        low.reshape(n, gy, gx), grid, template)
+
+
+def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc):
+    """The work of one patch pass on a chunk (on the run's device; one host sync: any low
+    patch?): ``(N, P, 5)`` deviation, peak, confidence, low; with ``acc`` the chunk's frames
+    warped by their fields are added to it (in the chunk's stream order: the result's copy to
+    the host waits for them)."""
+    left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
+    tnear = tapered(tpatches, taper)  # the refinement's template patches (weighted)
+    near = zncc_left(tnear, (1, *grid.size), 1)
+
+    def measure(start, frames):
+        s = rigid[start:start + len(frames)]
+        s_on = xp.asarray(s)  # (before the launches: a copy from the host may wait)
+        p = prepare(frames, xp, prefilter, None)
+        d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left)
+        low = low_patches(d, pk, cf, border, opts.min_confidence)
+        some_low = bool(low.any())
+        if some_low:
+            d = fill_low(d, low, grid.grid)
+        for _ in range(REFINE_PASSES):  # through the field: what remains, measured
+            field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
+            d = d + refine_shifts(tnear, p.frames, grid, field, weights, opts.subpixel, dev,
+                                  near, taper)
+            if some_low:
+                d = fill_low(d, low, grid.grid)
+        if acc is not None:
+            keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
+            if len(keep):
+                field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
+                idx = xp.asarray(keep)
+                total, count = warped_sum(frames[idx], field[idx], weights)
+                acc.total += total
+                acc.coverage += count
+        cf = xp.where(border, 0.0, cf)  # no distinct peak inside the window
+        return xp.concatenate([d, pk[..., None].astype(xp.float64),
+                               cf[..., None].astype(xp.float64),
+                               low[..., None].astype(xp.float64)], axis=-1)
+
+    return measure
+
+
+def check_template_passes(template_passes) -> int:
+    """``patch_template_passes`` as an int in 0..:data:`MAX_TEMPLATE_PASSES`, else InputError."""
+    v = template_passes
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) \
+            or not 0 <= int(v) <= MAX_TEMPLATE_PASSES:
+        raise InputError(f"patch_template_passes must be an integer from 0 to "
+                         f"{MAX_TEMPLATE_PASSES}, got {template_passes!r}")
+    return int(v)

@@ -74,6 +74,11 @@ MEASURE_OPTIONS = (
                       "grid's stride]."),
     click.option("--max-deviation", type=int, default=4, show_default=True, metavar="PX",
                  help="Largest shift of a patch from its frame's rigid shift (with --patches)."),
+    click.option("--patch-template-passes", type=int, default=0, show_default=True,
+                 metavar="N",
+                 help="With --patches: N times (0-2), average the frames warped by their "
+                      "fields into a new template and measure the patches again against it "
+                      "(as NoRMCorre); one more read of the stack each."),
     click.option("--max-memory", type=MEMORY, default=None,
                  help="Cap on memory held at once, e.g. 2G (host buffers + GPU working set); "
                       "default: half the free GPU memory. Results do not depend on it."),
@@ -243,8 +248,11 @@ def _check(o):
 def _check_patches(o, spread):
     """The options of ``--patches`` (the grid itself is checked against the frame by
     :func:`xcorr_app.align` before the first pass)."""
+    from ..alignment._patch_pass import check_template_passes
     from ..alignment._patches import check_deviation
 
+    if o.patches is None and o.patch_template_passes:
+        raise InputError("--patch-template-passes needs --patches")
     if o.patches is None:
         if o.resample not in RESAMPLE:
             raise InputError(f"--resample {o.resample} needs --patches (rigid shifts: "
@@ -254,6 +262,11 @@ def _check_patches(o, spread):
         check_deviation(o.max_deviation)
     except InputError as exc:
         raise InputError(f"--{exc}".replace("max_deviation", "max-deviation", 1)) from None
+    try:
+        check_template_passes(o.patch_template_passes)
+    except InputError as exc:
+        raise InputError(f"--{exc}".replace("patch_template_passes", "patch-template-passes",
+                                            1)) from None
     if o.patch_overlap is not None and o.patch_overlap < 0:
         raise InputError(f"--patch-overlap must be >= 0, got {o.patch_overlap}")
     if o.resample not in FIELD_RESAMPLE:
@@ -279,7 +292,8 @@ def _measure(o, client, gpu_ids, n, frame_gb):
                    tune=o.tune)
     if o.patches is not None:  # (not with Dask: _check_patches)
         options.update(patches=o.patches, patch_overlap=o.patch_overlap,
-                       max_deviation=o.max_deviation)
+                       max_deviation=o.max_deviation,
+                       patch_template_passes=o.patch_template_passes)
     with progress_bar(n, "measuring", o.quiet) as bar:
         if client is not None:
             from ..distributed._dask import align as dask_align
