@@ -331,6 +331,49 @@ def check_constructor_validation(mod, stub):
             raise AssertionError(extra)
 
 
+def check_compiled_call_from_prepared_launches(mod, stub):
+    """launch.compiled_call and PreparedLaunch.fast_step, CuPy replaced by a stand-in."""
+    import types
+
+    cuda = types.SimpleNamespace(get_current_stream=None,
+                                 driver=types.SimpleNamespace(launchKernel=print))
+    sys.modules["cupy"] = types.SimpleNamespace(cuda=cuda)
+    from xcorr_app._cuda import launch
+
+    launch.fastlaunch = lambda: (mod, "available")  # the extension built by the test
+
+    def fn(ptr):
+        return types.SimpleNamespace(max_dynamic_shared_size_bytes=0,
+                                     kernel=types.SimpleNamespace(ptr=ptr))
+
+    # NumPy integers in the grid, as the configure functions give them: made Python ints
+    kernel = launch.PreparedLaunch(fn(0xF00), (np.int64(3), np.int32(2)), (np.int64(128),), 3,
+                                   (np.int32(9),), np.int64(64))
+    arrange = launch.PreparedLaunch(fn(0xA00), (5,), (64,), 2)
+    fc = launch.compiled_call(FakeArray, ([4, 5], (4, 5), (3, np.int64(3))), np.int64(0), 36,
+                              kernel, arrange)
+    left, right, out = arrays()
+    start = stub.count.value
+    assert fc.needs_workspace and fc(left, right, out, 9, WS) is out
+    mem, arr, ker = stub.since(start)
+    assert (mem.kind, mem.ptr, mem.n, mem.stream) == (2, OUT, 36, 9)
+    assert arr.fn == 0xA00 and params(arr, 2) == [RIGHT, WS] and list(arr.grid) == [5, 1, 1]
+    assert ker.fn == 0xF00 and params(ker, 3) == [LEFT, WS, OUT] and ker.param_size == 28
+    assert list(ker.grid) == [3, 2, 1] and list(ker.block) == [128, 1, 1] and ker.shared == 64
+    assert bytes(ker.params[24:28]) == np.int32(9).tobytes()
+    assert not kernel._buf[:3].any()  # the compiled call writes a copy of its own
+    plain = launch.compiled_call(FakeArray, ((4, 5), (4, 5), (3, 3)), 0, 0, kernel)
+    assert not plain.needs_workspace and plain.nsteps == 1
+    assert plain(left, right, out, 0) is out and params(stub.since(start)[-1], 3) == [LEFT,
+                                                                                      RIGHT, OUT]
+    zeros = launch.compiled_call(FakeArray, ((4, 5), (4, 5), (3, 3)), 0, 36, None)
+    assert zeros.nsteps == 1 and zeros(left, right, out, 0) is out
+    assert stub.since(start)[-1].kind == 2
+    refs = sys.getrefcount(kernel)
+    del plain
+    assert sys.getrefcount(kernel) == refs - 1  # held by the compiled call (keep)
+
+
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]
 
 
@@ -386,6 +429,8 @@ if __name__ != "__main__":
         stub_dir, ext = built
         env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(
             [str(stub_dir)] + [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(
+                os.pathsep) if p]), "PYTHONPATH": os.pathsep.join(
+            [str(SOURCE.parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(
                 os.pathsep) if p])}
         res = subprocess.run([sys.executable, __file__, str(ext)], capture_output=True,
                              text=True, env=env, timeout=300)

@@ -12,7 +12,7 @@
  * (CUresult = int, handles = void*, CUdeviceptr = unsigned long long, as in cuda.h on 64-bit
  * hosts).  Importing it raises ImportError where libcuda.so.1 cannot be loaded.
  *
- * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps)
+ * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps, keep=None)
  *   steps: a sequence of
  *     ("memset", nbytes)  -- cuMemsetD8Async(out, 0, nbytes, stream)
  *     ("launch", function_ptr, grid3, block3, shared_mem, buffer, param_size, slots)
@@ -20,6 +20,8 @@
  *           object, kept here), CU_LAUNCH_PARAM_BUFFER_SIZE = param_size; slots: for each
  *           leading 8-byte pointer slot, which pointer goes there (0 left, 1 right, 2 out,
  *           3 workspace).
+ *   numbers are Python ints; keep: any object held as long as this one (what owns the
+ *   functions and the device arrays among the packed constants).
  * fc(left, right, out, stream_ptr[, workspace_ptr])
  *   checks left/right/out (isinstance of ndarray_type, shape == the expected tuple, dtype is
  *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id), and
@@ -83,6 +85,7 @@ typedef struct {
     PyObject *ndarray_type;
     PyObject *left_shape, *right_shape, *out_shape;
     PyObject *dtype;
+    PyObject *keep;
     long device_id;
     int needs_workspace;
     Py_ssize_t nsteps;
@@ -238,14 +241,14 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, 
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"ndarray_type", "left_shape", "right_shape", "out_shape",
-                             "dtype", "device_id", "steps", NULL};
-    PyObject *nd, *ls, *rs, *os, *dtype, *steps, *seq;
+                             "dtype", "device_id", "steps", "keep", NULL};
+    PyObject *nd, *ls, *rs, *os, *dtype, *steps, *seq, *keep = Py_None;
     long device_id;
     FastCall *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!OlO:FastCall", kwlist, &PyType_Type,
-                                     &nd, &PyTuple_Type, &ls, &PyTuple_Type, &rs, &PyTuple_Type,
-                                     &os, &dtype, &device_id, &steps))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!OlO|O:FastCall", kwlist,
+                                     &PyType_Type, &nd, &PyTuple_Type, &ls, &PyTuple_Type, &rs,
+                                     &PyTuple_Type, &os, &dtype, &device_id, &steps, &keep))
         return NULL;
     if (device_id < 0) {
         PyErr_SetString(PyExc_ValueError, "device_id must be >= 0");
@@ -270,6 +273,7 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->right_shape = Py_NewRef(rs);
     self->out_shape = Py_NewRef(os);
     self->dtype = Py_NewRef(dtype);
+    self->keep = Py_NewRef(keep);
     self->device_id = device_id;
     self->steps = PyMem_Calloc((size_t)PySequence_Fast_GET_SIZE(seq), sizeof(Step));
     if (self->steps == NULL) {
@@ -301,6 +305,7 @@ static void fastcall_dealloc(FastCall *self)
     Py_XDECREF(self->right_shape);
     Py_XDECREF(self->out_shape);
     Py_XDECREF(self->dtype);
+    Py_XDECREF(self->keep);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -456,7 +461,7 @@ static PyTypeObject FastCallType = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, "
-              "steps): a plan call's checks and launches in C; "
+              "steps, keep=None): a plan call's checks and launches in C; "
               "fc(left, right, out, stream_ptr[, workspace_ptr]) -> out or NotImplemented.",
     .tp_getset = fastcall_getset,
     .tp_new = fastcall_new,

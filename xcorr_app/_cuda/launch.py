@@ -151,8 +151,10 @@ class PreparedLaunch:
         (``"left"``, ``"right"``, ``"out"``, ``"workspace"``) goes into each leading slot."""
         if len(roles) != self.n_arrays:
             raise ValueError(f"this launch takes {self.n_arrays} pointers, got {roles}")
-        return ("launch", int(self._ptr), self._head[1:4], self._head[4:7], self.shared_mem,
-                self._buf.copy(), int(self._size[0]), tuple(ROLES[r] for r in roles))
+        ints = lambda values: tuple(int(v) for v in values)  # noqa: E731 - C reads Python ints
+        return ("launch", int(self._ptr), ints(self._head[1:4]), ints(self._head[4:7]),
+                int(self.shared_mem), self._buf.copy(), int(self._size[0]),
+                tuple(ROLES[r] for r in roles))
 
     def launch_on(self, stream_ptr: int, *ptrs: int) -> None:
         """Launch with raw device pointers (ints, the ``n_arrays`` leading parameters) on the
@@ -241,4 +243,5 @@ def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None):
     steps = [("memset", int(zero_bytes))] if zero_bytes else []
     steps += [k.fast_step(*roles) for k, roles in launches]
     return module.FastCall(ndarray, *(tuple(int(n) for n in s) for s in shapes),
-                           np.dtype(np.float32), int(device_id), steps)
+                           np.dtype(np.float32), int(device_id), steps,
+                           tuple(k for k, _ in launches))  # the functions, the constants
