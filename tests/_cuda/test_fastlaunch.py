@@ -35,7 +35,7 @@ typedef struct {
     unsigned char params[64];
 } Rec;
 Rec stub_log[16];
-int stub_count, stub_fail_launch, stub_fail_memset;
+int stub_count, stub_fail_launch, stub_fail_memset, stub_no_context;
 
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shared, void *stream, void **kp, void **extra)
@@ -66,6 +66,12 @@ int cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *strea
     Rec *r = &stub_log[stub_count++ % 16];
     memset(r, 0, sizeof *r);
     r->kind = 2; r->ptr = p; r->value = v; r->n = n; r->stream = (unsigned long long)stream;
+    return 0;
+}
+
+int cuCtxGetCurrent(void **ctx)
+{
+    *ctx = stub_no_context ? NULL : (void *)0xC0;
     return 0;
 }
 
@@ -121,6 +127,7 @@ class Stub:
         self.count = ctypes.c_int.in_dll(lib, "stub_count")
         self.fail_launch = ctypes.c_int.in_dll(lib, "stub_fail_launch")
         self.fail_memset = ctypes.c_int.in_dll(lib, "stub_fail_memset")
+        self.no_context = ctypes.c_int.in_dll(lib, "stub_no_context")
         self.log = (Rec * 16).in_dll(lib, "stub_log")
 
     def since(self, start):
@@ -211,6 +218,11 @@ def check_bad_inputs_not_implemented(mod, stub):
                     ("out float64", FakeArray((3, 3), OUT, np.float64)),
                     ("out not contiguous", FakeArray((3, 3), OUT, contiguous=False))]:
         assert fc(left, right, o, 0) is NotImplemented, name
+    stub.no_context.value = 1  # a thread without a CUDA context: the Python path's
+    try:
+        assert fc(left, right, out, 0) is NotImplemented
+    finally:
+        stub.no_context.value = 0
     assert stub.count.value == start  # nothing launched
     # an equal dtype that is not the same object passes
     named = simple(mod, dtype="".join(["float", "32"]))

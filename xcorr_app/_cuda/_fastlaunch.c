@@ -26,8 +26,10 @@
  *   checks left/right/out (isinstance of ndarray_type, shape == the expected tuple, dtype is
  *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id), and
  *   returns NotImplemented without raising if any check fails (the caller then runs its
- *   checked path, which says what is wrong); else writes the pointers, runs the steps on the
- *   stream and returns out.  A driver error raises RuntimeError naming the CUresult.
+ *   checked path, which says what is wrong); also NotImplemented where the calling thread
+ *   has no current CUDA context yet (the Python path, through the runtime, goes on as it
+ *   always did); else writes the pointers, runs the steps on the stream and returns out.  A
+ *   driver error raises RuntimeError naming the CUresult.
  *
  * Threads: the GIL is held from the first pointer write to the last driver call, so calls
  * from several threads never interleave their writes of the shared buffers (the driver copies
@@ -51,10 +53,12 @@ typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsi
                                     CUstream, void **, void **);
 typedef CUresult (*memset_d8_async_t)(CUdeviceptr, unsigned char, size_t, CUstream);
 typedef CUresult (*get_error_name_t)(CUresult, const char **);
+typedef CUresult (*ctx_get_current_t)(void **);
 
 static launch_kernel_t cu_launch_kernel;
 static memset_d8_async_t cu_memset_d8_async;
 static get_error_name_t cu_get_error_name; /* optional: names the error */
+static ctx_get_current_t cu_ctx_get_current; /* optional: is there a context to launch in */
 
 /* cuda.h's markers in the ``extra`` array of cuLaunchKernel */
 #define PARAM_BUFFER_POINTER ((void *)(uintptr_t)1)
@@ -405,6 +409,11 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, 
         !check_array(self, args[1], self->right_shape, &ptrs[ROLE_RIGHT]) ||
         !check_array(self, args[2], self->out_shape, &ptrs[ROLE_OUT]))
         Py_RETURN_NOTIMPLEMENTED;
+    if (cu_ctx_get_current != NULL) { /* a thread that has not touched CUDA yet */
+        void *ctx = NULL;
+        if (cu_ctx_get_current(&ctx) != 0 || ctx == NULL)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
     /* From here to the return no Python code runs: the GIL is held throughout, so the
      * buffers are written and handed to the driver by one thread at a time. */
     for (Py_ssize_t i = 0; i < self->nsteps; i++) {
@@ -490,6 +499,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     cu_launch_kernel = (launch_kernel_t)dlsym(lib, "cuLaunchKernel");
     cu_memset_d8_async = (memset_d8_async_t)dlsym(lib, "cuMemsetD8Async");
     cu_get_error_name = (get_error_name_t)dlsym(lib, "cuGetErrorName");
+    cu_ctx_get_current = (ctx_get_current_t)dlsym(lib, "cuCtxGetCurrent");
     if (cu_launch_kernel == NULL || cu_memset_d8_async == NULL) {
         dlclose(lib);
         PyErr_SetString(PyExc_ImportError, "libcuda.so.1 lacks cuLaunchKernel or "
