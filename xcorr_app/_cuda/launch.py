@@ -14,8 +14,6 @@ plan goes further: :func:`compiled_call` makes one C callable of the plan's chec
 Examples
 --------
 >>> import numpy as np
-
-from ..errors import InputError
 >>> buf, offsets, size = pack_arguments(2, (np.int32(7), np.float32(0.5), np.int64(-1)))
 >>> offsets, size  # two pointers, an int, a float, an 8-byte aligned int64
 ([0, 8, 16, 20, 24], 32)
