@@ -10,8 +10,11 @@ host time into its parts (the driver's call alone, the pointer writes, the layer
 ``plan`` prints the host microseconds per call of a correlation plan (issue 24; target <= 4
 us) on the pipeline rows of the bench (one-to-one 16x16 to 64x64, 1x8 at 16x16 and 32x32):
 time.perf_counter over 10000 calls, the GPU's queue kept short (a synchronize every 100
-calls), with the output given and allocated, beside cross_correlate, run_plan (the path
-before plans) and a graph replay; then the GPU's figures back-to-back and in graph replay.
+calls), with the output given and allocated, through the compiled launch path
+(``plan.fast_call``, built by ``python3 setup.py build_ext --inplace``) and the Python path
+(the same plan with ``fast_call = None``) side by side, beside cross_correlate, run_plan (the
+path before plans) and a graph replay; then the GPU's figures back-to-back and in graph
+replay.
 
     python3 tools/dispatch_probe.py [profile] [floor] [host] [plan] [planned "1x8 at 32x32" ...]
 """
@@ -29,7 +32,7 @@ from xcorr_app.bench._xcorr_plans import back_to_back
 from xcorr_app.correlate import _planner as planner
 from xcorr_app.correlate._forms import form_layout
 from xcorr_app.correlate._warp_shuffle import _LAUNCHES
-from xcorr_app._cuda.launch import PreparedLaunch
+from xcorr_app._cuda.launch import PreparedLaunch, fastlaunch
 from xcorr_app.correlate._plans import Plan, run_plan
 from xcorr_app.correlate._shifts import output_shape
 from xcorr_app._cuda.timing import time_gpu
@@ -173,14 +176,20 @@ PLAN_CASES = ([("one_to_one", (s, s), (s, s)) for s in (16, 32, 48, 64)]
 
 def plan_probe(n=10000):
     """Host microseconds per call of a correlation plan and of the paths around it."""
+    print(f"compiled launch path of plans: {fastlaunch()[1]}", flush=True)
     for form, ls, rs in PLAN_CASES:
         left = cp.random.rand(*ls, dtype=cp.float32)
         right = cp.random.rand(*rs, dtype=cp.float32)
         plan = correlation_plan(ls, rs, form)
+        python = correlation_plan(ls, rs, form, method=plan.method)
+        python.fast_call = None  # the same plan, its call in Python
         out = cp.empty(plan.out_shape, cp.float32)
         graph = plan.graph(left, right, cp.empty(plan.out_shape, cp.float32))
-        calls = [("plan call, out given", lambda: plan(left, right, out)),
-                 ("plan call, out allocated", lambda: plan(left, right)),
+        compiled = "compiled" if plan.fast_call is not None else "NOT compiled: Python"
+        calls = [(f"plan call, out given ({compiled})", lambda: plan(left, right, out)),
+                 ("plan call, out given (Python path)", lambda: python(left, right, out)),
+                 (f"plan call, out allocated ({compiled})", lambda: plan(left, right)),
+                 ("plan call, out allocated (Python path)", lambda: python(left, right)),
                  ("cross_correlate, out given", lambda: cross_correlate(left, right, form,
                                                                         out=out)),
                  ("run_plan (before plans)", lambda: run_plan(plan.method, left, right, form,
@@ -189,7 +198,8 @@ def plan_probe(n=10000):
         print(f"== {form} {ls} x {rs}: {plan.method} (fast call: {plan.fast})", flush=True)
         for label, call in calls:
             print(f"   {label}: host {host_us(call, n):.2f} us per call", flush=True)
-        print(f"   GPU: back-to-back {back_to_back(calls[0][1]) * 1e3:.2f} us per call, graph "
+        print(f"   GPU: back-to-back {back_to_back(calls[0][1]) * 1e3:.2f} us per call "
+              f"({compiled}), {back_to_back(calls[1][1]) * 1e3:.2f} (Python path), graph "
               f"replay {back_to_back(graph.replay) * 1e3:.2f} us per replay", flush=True)
 
 

@@ -7,6 +7,10 @@ takes on the smallest correlation problems (a 16x16 pair runs in 3 us).  A
 (``CU_LAUNCH_PARAM_BUFFER_POINTER``) and, per call, writes only the leading array pointers and
 calls ``cuLaunchKernel``.
 
+Where the compiled launch path is built (``_fastlaunch.c``, :func:`fastlaunch`), a correlation
+plan goes further: :func:`compiled_call` makes one C callable of the plan's checks and launches
+(about 2 us of Python per call less); ``XCORR_FASTLAUNCH=0`` turns it off.
+
 Examples
 --------
 >>> import numpy as np
@@ -17,15 +21,26 @@ Examples
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
+import os
 import struct
 import threading
 
 import numpy as np
 
+from ..errors import InputError
+
 #: the driver's markers in the ``extra`` array of ``cuLaunchKernel``
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
 #: dynamic shared memory a kernel may take without raising its attribute first
 _DEFAULT_SHARED_LIMIT = 48 * 1024
+#: ``0`` turns the compiled launch path off (read once, at the first plan made)
+FASTLAUNCH_ENV = "XCORR_FASTLAUNCH"
+_FASTLAUNCH_MODULE = __package__ + "._fastlaunch"
+#: the roles of a compiled call's pointer slots (as ``_fastlaunch.c`` numbers them)
+ROLES = {"left": 0, "right": 1, "out": 2, "workspace": 3}
 
 
 def _is_device_array(a) -> bool:
@@ -127,6 +142,18 @@ class PreparedLaunch:
         """Whether :meth:`launch_on` can be used (CuPy has ``cuda.driver.launchKernel``)."""
         return self._launch is not None
 
+    def fast_step(self, *roles: str) -> tuple:
+        """This launch as a step of a :func:`compiled_call`: the function, grid, block, shared
+        memory, a **copy** of the packed arguments (the compiled call's own: a Python launch
+        writes this one's from another thread while the driver reads it) and which pointer
+        (``"left"``, ``"right"``, ``"out"``, ``"workspace"``) goes into each leading slot."""
+        if len(roles) != self.n_arrays:
+            raise ValueError(f"this launch takes {self.n_arrays} pointers, got {roles}")
+        ints = lambda values: tuple(int(v) for v in values)  # noqa: E731 - C reads Python ints
+        return ("launch", int(self._ptr), ints(self._head[1:4]), ints(self._head[4:7]),
+                int(self.shared_mem), self._buf.copy(), int(self._size[0]),
+                tuple(ROLES[r] for r in roles))
+
     def launch_on(self, stream_ptr: int, *ptrs: int) -> None:
         """Launch with raw device pointers (ints, the ``n_arrays`` leading parameters) on the
         stream ``stream_ptr``: no array attribute is read and no stream looked up, for callers
@@ -135,3 +162,84 @@ class PreparedLaunch:
         with self._lock:  # the driver copies the buffer at launch, so it may change after
             self._pack(self._buf, 0, *ptrs)
             self._launch(*self._head, stream_ptr, 0, self._extra_ptr)
+
+
+def current_stream_ptr_getter(cp):
+    """The quickest way to read the current stream's pointer: CuPy's
+    ``cuda.stream.get_current_stream_ptr`` where it answers an int (no Stream object made),
+    else ``get_current_stream().ptr``."""
+    quick = getattr(cp.cuda.stream, "get_current_stream_ptr", None)
+    try:
+        if callable(quick) and quick() == cp.cuda.get_current_stream().ptr:
+            return quick
+    except Exception:  # noqa: BLE001 - not the function we know: the usual way
+        pass
+    return lambda: cp.cuda.get_current_stream().ptr
+
+
+def stream_pointer(stream) -> int:
+    """The pointer of a caller's CuPy stream (:class:`~xcorr_app.errors.InputError` for
+    anything else).
+
+    Examples
+    --------
+    >>> stream_pointer("default")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: stream must be a cupy.cuda.Stream, got str
+    """
+    try:
+        return stream.ptr
+    except AttributeError:
+        raise InputError(f"stream must be a cupy.cuda.Stream, got "
+                         f"{type(stream).__name__}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def fastlaunch():
+    """``(module, why)``: the compiled launch module (``_fastlaunch``) and ``"available"``, or
+    ``None`` and why not (``XCORR_FASTLAUNCH=0``; not built: ``python3 setup.py build_ext
+    --inplace`` in a source tree; built but libcuda.so.1 absent).  Decided once per process.
+
+    Examples
+    --------
+    >>> module, why = fastlaunch()
+    >>> isinstance(why, str) and (module is None) == (why != "available")
+    True
+    """
+    if os.environ.get(FASTLAUNCH_ENV, "1").strip() == "0":
+        return None, f"off ({FASTLAUNCH_ENV}=0)"
+    if importlib.util.find_spec(_FASTLAUNCH_MODULE) is None:
+        return None, "not built (python3 setup.py build_ext --inplace in a source tree)"
+    try:
+        return importlib.import_module(_FASTLAUNCH_MODULE), "available"
+    except ImportError as exc:
+        return None, f"built, not usable here: {exc}"
+
+
+def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None):
+    """One C callable doing a correlation plan call's checks and launches (:func:`fastlaunch`),
+    or ``None`` where the compiled path is not available.
+
+    ``shapes`` are the left, right and out shapes of float32 ``ndarray`` arrays on the device
+    ``device_id``; the call zeroes the output's first ``zero_bytes`` (0: none), runs
+    ``arrange(right, workspace)`` if given, then ``kernel(left, right, out)`` (reading the
+    workspace in place of ``right`` after an ``arrange``; ``None``: no kernel), each a
+    :class:`PreparedLaunch`.  The callable, ``fc(left, right, out, stream_ptr[,
+    workspace_ptr])`` (the workspace where there is an ``arrange``), returns ``out``, or
+    ``NotImplemented`` when an array is not a C-contiguous float32 ``ndarray`` of its shape on
+    ``device_id`` (the caller's checked path then says what is wrong); a driver error raises
+    RuntimeError.
+    """
+    module, _ = fastlaunch()
+    launches = [] if kernel is None else \
+        [(kernel, ("left", "right" if arrange is None else "workspace", "out"))]
+    if arrange is not None:
+        launches.insert(0, (arrange, ("right", "workspace")))
+    if module is None or not all(k.direct for k, _ in launches):
+        return None
+    steps = [("memset", int(zero_bytes))] if zero_bytes else []
+    steps += [k.fast_step(*roles) for k, roles in launches]
+    return module.FastCall(ndarray, *(tuple(int(n) for n in s) for s in shapes),
+                           np.dtype(np.float32), int(device_id), steps,
+                           tuple(k for k, _ in launches))  # the functions, the constants

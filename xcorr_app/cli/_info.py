@@ -57,6 +57,9 @@ def info(build):
     else:
         click.echo("kernels shipped built: none (compiled at first use; where nvcc is installed, "
                    "python -m xcorr_app._cuda.compile_check --keep builds them)")
+    from .._cuda.launch import fastlaunch
+
+    click.echo(f"compiled launch path of plans: {fastlaunch()[1]}")
     if build:
         _compile()
 

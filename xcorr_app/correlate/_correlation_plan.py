@@ -1,13 +1,13 @@
 """Correlation plans: one problem checked, planned and prepared once, then run many times.
 
 In the style of cuFFT and CuPy FFT plans, :func:`correlation_plan` does everything that
-depends only on the problem (its form, shapes, shift range, input type and device) when it
-is made: it validates them, asks the planner for a kernel (:func:`choose_method`), configures
-the kernel's launches and packs their constant arguments (:meth:`Plan.prepared
-<xcorr_app.correlate._plans.Plan.prepared>`).  A call then checks only what is cheap (shape
-tuples, dtype, that the arrays are C-contiguous CuPy arrays on the plan's GPU), writes three
-pointers into the packed arguments and calls the driver: no planner lookup, no layout, no
-output-shape arithmetic, nothing allocated but the output when none is given.
+depends only on the problem (form, shapes, shift range, input type, device) when it is made:
+it validates them, asks the planner for a kernel (:func:`choose_method`), configures the
+kernel's launches and packs their constant arguments (:meth:`Plan.prepared
+<xcorr_app.correlate._plans.Plan.prepared>`).  A call checks only what is cheap (shape tuples,
+dtype, C-contiguous CuPy arrays on the plan's GPU), writes three pointers into the packed
+arguments and calls the driver (in one C call where the compiled launch path is built:
+:func:`~xcorr_app._cuda.launch.compiled_call`); it allocates only an output not given.
 
 * :meth:`CorrelationPlan.__call__`: one problem, on the current stream or a caller's;
 * :meth:`CorrelationPlan.many`: N independent problems of the plan's shapes in one launch
@@ -40,6 +40,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from .._cuda.launch import compiled_call, current_stream_ptr_getter, stream_pointer
 from ..backend import resolve_device
 from ..errors import InputError
 from ._candidates import plan_fits
@@ -92,19 +93,6 @@ def _dtype(dtype) -> np.dtype:
     return dt
 
 
-def _current_stream_ptr(cp):
-    """The quickest way to read the current stream's pointer: CuPy's
-    ``cuda.stream.get_current_stream_ptr`` where it answers an int (no Stream object made),
-    else ``get_current_stream().ptr``."""
-    quick = getattr(cp.cuda.stream, "get_current_stream_ptr", None)
-    try:
-        if callable(quick) and quick() == cp.cuda.get_current_stream().ptr:
-            return quick
-    except Exception:  # noqa: BLE001 - not the function we know: the usual way
-        pass
-    return lambda: cp.cuda.get_current_stream().ptr
-
-
 class CorrelationPlan:
     """A cross-correlation problem checked, planned and prepared once (see
     :func:`correlation_plan`, which makes one).
@@ -122,6 +110,9 @@ class CorrelationPlan:
         The CUDA device the plan was made on (GPU plans).
     fast : bool
         Whether a call goes straight to the driver (a kernel plan on float32 inputs).
+    fast_call : callable or None
+        A fast plan's checks and launches in one C call (:func:`~xcorr_app._cuda.launch.
+        compiled_call`, for calls without ``stream``), or ``None`` (Python does them).
     method : Plan
         The kernel (or FFT, or direct sum) that runs.
     out_shape : tuple
@@ -131,7 +122,8 @@ class CorrelationPlan:
     -----
     **Threads and streams.** A plan may be called from several threads at once: a call reads
     the plan and writes nothing of it but the packed kernel arguments, which each launch
-    writes and hands to the driver under a lock (the driver copies them at the launch).  Each
+    writes and hands to the driver under a lock (the compiled call: its own copy, the GIL held
+    from the first pointer written to the last driver call; the driver copies them).  Each
     call runs on ``stream`` (any CuPy stream, e.g. ``cupy.cuda.Stream(non_blocking=True)``) or,
     by default, on the current stream of the calling thread (``with stream:``), and never
     synchronizes: the result is ready when that stream reaches it, so read it on the same
@@ -158,7 +150,7 @@ class CorrelationPlan:
                                                         self.max_shift)
         self.device_id = None
         self._launch = None
-        self.fast = False
+        self.fast, self.fast_call = False, None
         self._many = {}  # batch size -> the n_to_mn plan of many()
         if self.device == "cpu":
             self.method = plan or choose_method(lay, self.max_shift, "cpu")
@@ -188,9 +180,14 @@ class CorrelationPlan:
         self._ndarray = cp.ndarray
         self._empty = cp.empty
         self._memset = cp.cuda.runtime.memsetAsync
-        self._stream_ptr = _current_stream_ptr(cp)
+        self._stream_ptr = current_stream_ptr_getter(cp)
         self._contiguous = (lambda a: a._c_contiguous) if hasattr(cp.ndarray, "_c_contiguous") \
             else c_contiguous
+        if self.fast and hasattr(cp.ndarray, "_c_contiguous"):  # what the C checks read
+            self.fast_call = compiled_call(cp.ndarray, (self.left_shape, self.right_shape,
+                                                        self.out_shape), self.device_id,
+                                           self._zero and self._out_nbytes, cfg.kernel,
+                                           cfg.arrange)
 
     def __repr__(self) -> str:
         where = "cpu" if self.device == "cpu" else f"gpu {self.device_id}"
@@ -267,6 +264,18 @@ class CorrelationPlan:
         xcorr_app.errors.InputError
             For arrays of another shape, dtype, array type or device, or a bad ``out``.
         """
+        fc = self.fast_call
+        if fc is not None and stream is None:  # the compiled path: checks and launches in C
+            s = self._stream_ptr()
+            dest = self._empty(self.out_shape, np.float32) if out is None else out
+            try:
+                got = fc(left, right, dest, s) if self._arrange is None else \
+                    fc(left, right, dest, s, self._workspace(s, None).data.ptr)
+            except RuntimeError:  # the driver refuses a kernel of another device's context
+                self.check_inputs(left, right)  # says so, if that is it (the current device)
+                raise
+            if got is not NotImplemented:
+                return got  # else a check failed: the path below says which
         if not self.fast:
             return self._call_checked(left, right, out, stream)
         nd, dev, contiguous = self._ndarray, self.device_id, self._contiguous
@@ -276,14 +285,7 @@ class CorrelationPlan:
                 and contiguous(left) and contiguous(right)
                 and left.data.device_id == dev and right.data.device_id == dev):
             self.check_inputs(left, right)  # raises, saying what is wrong
-        if stream is None:
-            s = self._stream_ptr()
-        else:
-            try:
-                s = stream.ptr
-            except AttributeError:
-                raise InputError(f"stream must be a cupy.cuda.Stream, got "
-                                 f"{type(stream).__name__}") from None
+        s = self._stream_ptr() if stream is None else stream_pointer(stream)
         if out is None:
             if stream is None:
                 out = self._empty(self.out_shape, np.float32)
@@ -293,11 +295,7 @@ class CorrelationPlan:
         elif not (isinstance(out, nd) and out.shape == self.out_shape and out.dtype.char == "f"
                   and contiguous(out) and out.data.device_id == dev):
             self.check_out(out)
-        workspace = None
-        if self._arrange is not None:
-            workspace = self._workspaces.get(s)
-            if workspace is None:
-                workspace = self._workspaces[s] = self.new_workspace(stream)
+        workspace = None if self._arrange is None else self._workspace(s, stream)
         try:
             self.enqueue(left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
         except Exception:  # the driver refuses a kernel of another device's context
@@ -308,8 +306,7 @@ class CorrelationPlan:
     def enqueue(self, left_ptr, right_ptr, out_ptr, stream_ptr, workspace=None) -> None:
         """Launch on raw device pointers (ints), checked by the caller: zero the output where
         the kernel adds to it, rearrange the right matrices into ``workspace`` where the kernel
-        reads them so, run the kernel.  Fast plans only (``plan.enqueue`` is what a call and a
-        graph capture run)."""
+        reads them so, run the kernel.  Fast plans only (a Python call and a graph capture)."""
         if self._zero:
             self._memset(out_ptr, 0, self._out_nbytes, stream_ptr)
         kernel = self._kernel
@@ -320,6 +317,11 @@ class CorrelationPlan:
             right_ptr = workspace.data.ptr
         kernel.launch_on(stream_ptr, left_ptr, right_ptr, out_ptr)
 
+    def _workspace(self, s, stream):  # the workspace of stream pointer s (stream or current)
+        if s not in self._workspaces:
+            self._workspaces[s] = self.new_workspace(stream)
+        return self._workspaces[s]
+
     def new_workspace(self, stream=None):
         """A buffer for the rearranged right matrices (``pair_tiled`` plans; else ``None``),
         allocated on ``stream`` (default: the current stream)."""
@@ -329,8 +331,7 @@ class CorrelationPlan:
             return self._empty(self._launch.arranged_shape, np.float32)
 
     def _call_checked(self, left, right, out, stream):
-        """A call of the plans without the fast path: CPU plans, ``fft`` and ``overlap``, and
-        inputs of another dtype than float32 (converted on the way)."""
+        """A call without the fast path: CPU, ``fft`` and ``overlap`` plans, other dtypes."""
         self.check_inputs(left, right)
         if out is not None:
             self.check_out(out)
@@ -401,8 +402,7 @@ class CorrelationPlan:
         return ls[0]
 
     def allocate(self, shape, stream=None):
-        """An empty float32 array of ``shape`` for this plan's device (on ``stream``'s memory
-        pool arena for GPU plans)."""
+        """An empty float32 array of ``shape`` on the plan's device (GPU: ``stream``'s pool)."""
         if self.device == "cpu":
             return np.empty(shape, np.float32)
         with stream if stream is not None else nullcontext():

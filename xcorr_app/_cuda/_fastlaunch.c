@@ -1,0 +1,536 @@
+/* The compiled launch path of correlation plans (issue 24): a plan call's checks and its
+ * driver launches in one C call.
+ *
+ * A CorrelationPlan call from Python costs about 5.8 us of host time back to back on an H100
+ * server, of which the driver's cuLaunchKernel is 3 to 3.8 us; the rest is Python: the checks
+ * of the arrays (type, shape, dtype, contiguity, device), the stream lookup, the pointer writes
+ * into the packed parameter buffer under a lock, and the wrapper of the driver call.  A
+ * FastCall does the same checks in C, writes the pointers and calls the driver through the
+ * function pointers dlsym'd from libcuda.so.1 at import.
+ *
+ * Nothing of CUDA is needed to build it: the two driver prototypes are declared here
+ * (CUresult = int, handles = void*, CUdeviceptr = unsigned long long, as in cuda.h on 64-bit
+ * hosts).  Importing it raises ImportError where libcuda.so.1 cannot be loaded.
+ *
+ * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps, keep=None)
+ *   steps: a sequence of
+ *     ("memset", nbytes)  -- cuMemsetD8Async(out, 0, nbytes, stream)
+ *     ("launch", function_ptr, grid3, block3, shared_mem, buffer, param_size, slots)
+ *        -- cuLaunchKernel with CU_LAUNCH_PARAM_BUFFER_POINTER = buffer (a writable buffer
+ *           object, kept here), CU_LAUNCH_PARAM_BUFFER_SIZE = param_size; slots: for each
+ *           leading 8-byte pointer slot, which pointer goes there (0 left, 1 right, 2 out,
+ *           3 workspace).
+ *   numbers are Python ints; keep: any object held as long as this one (what owns the
+ *   functions and the device arrays among the packed constants).
+ * fc(left, right, out, stream_ptr[, workspace_ptr])
+ *   checks left/right/out (isinstance of ndarray_type, shape == the expected tuple, dtype is
+ *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id), and
+ *   returns NotImplemented without raising if any check fails (the caller then runs its
+ *   checked path, which says what is wrong); also NotImplemented where the calling thread
+ *   has no current CUDA context yet (the Python path, through the runtime, goes on as it
+ *   always did); else writes the pointers, runs the steps on the stream and returns out.  A
+ *   driver error raises RuntimeError naming the CUresult.
+ *
+ * Threads: the GIL is held from the first pointer write to the last driver call, so calls
+ * from several threads never interleave their writes of the shared buffers (the driver copies
+ * a buffer at the launch).  Each buffer must be this object's own: a Python launch writing the
+ * same buffer would race with it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsigned int,
+                                    unsigned int, unsigned int, unsigned int, unsigned int,
+                                    CUstream, void **, void **);
+typedef CUresult (*memset_d8_async_t)(CUdeviceptr, unsigned char, size_t, CUstream);
+typedef CUresult (*get_error_name_t)(CUresult, const char **);
+typedef CUresult (*ctx_get_current_t)(void **);
+
+static launch_kernel_t cu_launch_kernel;
+static memset_d8_async_t cu_memset_d8_async;
+static get_error_name_t cu_get_error_name; /* optional: names the error */
+static ctx_get_current_t cu_ctx_get_current; /* optional: is there a context to launch in */
+
+/* cuda.h's markers in the ``extra`` array of cuLaunchKernel */
+#define PARAM_BUFFER_POINTER ((void *)(uintptr_t)1)
+#define PARAM_BUFFER_SIZE ((void *)(uintptr_t)2)
+#define PARAM_END ((void *)(uintptr_t)0)
+
+#define MAX_SLOTS 8
+enum { ROLE_LEFT, ROLE_RIGHT, ROLE_OUT, ROLE_WORKSPACE, N_ROLES };
+
+static PyObject *str_shape, *str_dtype, *str_c_contiguous, *str_data, *str_device_id, *str_ptr;
+
+typedef struct {
+    int is_launch;
+    size_t memset_bytes;
+    CUfunction fn;
+    unsigned int grid[3], block[3], shared;
+    Py_buffer view;  /* holds the buffer object (view.obj) */
+    int has_view;
+    size_t param_size;
+    int nslots;
+    int slots[MAX_SLOTS];
+    void *extra[5];
+} Step;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *ndarray_type;
+    PyObject *left_shape, *right_shape, *out_shape;
+    PyObject *dtype;
+    PyObject *keep;
+    long device_id;
+    int needs_workspace;
+    Py_ssize_t nsteps;
+    Step *steps;
+} FastCall;
+
+/* ------------------------------------------------------------------ construction */
+
+static int parse_dims(PyObject *obj, unsigned int dims[3], const char *what)
+{
+    PyObject *seq = PySequence_Fast(obj, "");
+    if (seq == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of 3 positive ints", what);
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(seq) != 3) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s must be a tuple of 3 positive ints", what);
+        return -1;
+    }
+    for (int i = 0; i < 3; i++) {
+        unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (v == (unsigned long)-1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (v == 0 || v > 0xFFFFFFFFUL) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "%s must be a tuple of 3 positive ints", what);
+            return -1;
+        }
+        dims[i] = (unsigned int)v;
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int parse_step(PyObject *item, Step *st, Py_ssize_t index)
+{
+    PyObject *kind, *fn, *grid, *block, *buffer, *slots, *seq;
+    unsigned long long fnptr, shared, param_size, nbytes;
+
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))) {
+        PyErr_Format(PyExc_TypeError, "step %zd must be a tuple ('memset', nbytes) or "
+                     "('launch', ...)", index);
+        return -1;
+    }
+    kind = PyTuple_GET_ITEM(item, 0);
+    if (PyUnicode_CompareWithASCIIString(kind, "memset") == 0) {
+        if (PyTuple_GET_SIZE(item) != 2) {
+            PyErr_Format(PyExc_TypeError, "step %zd: ('memset', nbytes)", index);
+            return -1;
+        }
+        nbytes = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
+        if (nbytes == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        st->is_launch = 0;
+        st->memset_bytes = (size_t)nbytes;
+        return 0;
+    }
+    if (PyUnicode_CompareWithASCIIString(kind, "launch") != 0 || PyTuple_GET_SIZE(item) != 8) {
+        PyErr_Format(PyExc_TypeError, "step %zd must be ('memset', nbytes) or ('launch', "
+                     "function, grid, block, shared_mem, buffer, param_size, slots)", index);
+        return -1;
+    }
+    fn = PyTuple_GET_ITEM(item, 1);
+    grid = PyTuple_GET_ITEM(item, 2);
+    block = PyTuple_GET_ITEM(item, 3);
+    buffer = PyTuple_GET_ITEM(item, 5);
+    slots = PyTuple_GET_ITEM(item, 7);
+    fnptr = PyLong_AsUnsignedLongLong(fn);
+    if (fnptr == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if (fnptr == 0) {
+        PyErr_Format(PyExc_ValueError, "step %zd: the function pointer is 0", index);
+        return -1;
+    }
+    if (parse_dims(grid, st->grid, "grid") < 0 || parse_dims(block, st->block, "block") < 0)
+        return -1;
+    shared = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 4));
+    if (shared == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    if (shared > 0xFFFFFFFFULL) {
+        PyErr_Format(PyExc_ValueError, "step %zd: shared_mem too large", index);
+        return -1;
+    }
+    param_size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 6));
+    if (param_size == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    seq = PySequence_Fast(slots, "slots must be a sequence of ints (0 left, 1 right, 2 out, "
+                                 "3 workspace)");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n < 1 || n > MAX_SLOTS) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "step %zd: 1 to %d pointer slots, got %zd", index,
+                     MAX_SLOTS, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long role = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (role == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (role < 0 || role >= N_ROLES) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "step %zd: slot role %ld is not 0 (left), 1 "
+                         "(right), 2 (out) or 3 (workspace)", index, role);
+            return -1;
+        }
+        st->slots[i] = (int)role;
+    }
+    Py_DECREF(seq);
+    st->nslots = (int)n;
+    if (PyObject_GetBuffer(buffer, &st->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    st->has_view = 1;
+    if (param_size < 8 * (unsigned long long)n || param_size > (unsigned long long)st->view.len) {
+        PyErr_Format(PyExc_ValueError, "step %zd: param_size %llu must hold the %zd pointers "
+                     "and fit the buffer of %zd bytes", index, param_size, n, st->view.len);
+        return -1;
+    }
+    st->is_launch = 1;
+    st->fn = (CUfunction)(uintptr_t)fnptr;
+    st->shared = (unsigned int)shared;
+    st->param_size = (size_t)param_size;
+    st->extra[0] = PARAM_BUFFER_POINTER;
+    st->extra[1] = st->view.buf;
+    st->extra[2] = PARAM_BUFFER_SIZE;
+    st->extra[3] = &st->param_size;
+    st->extra[4] = PARAM_END;
+    return 0;
+}
+
+static void free_steps(FastCall *self)
+{
+    if (self->steps != NULL) {
+        for (Py_ssize_t i = 0; i < self->nsteps; i++)
+            if (self->steps[i].has_view)
+                PyBuffer_Release(&self->steps[i].view);
+        PyMem_Free(self->steps);
+        self->steps = NULL;
+    }
+    self->nsteps = 0;
+}
+
+static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames);
+
+static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"ndarray_type", "left_shape", "right_shape", "out_shape",
+                             "dtype", "device_id", "steps", "keep", NULL};
+    PyObject *nd, *ls, *rs, *os, *dtype, *steps, *seq, *keep = Py_None;
+    long device_id;
+    FastCall *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!OlO|O:FastCall", kwlist,
+                                     &PyType_Type, &nd, &PyTuple_Type, &ls, &PyTuple_Type, &rs,
+                                     &PyTuple_Type, &os, &dtype, &device_id, &steps, &keep))
+        return NULL;
+    if (device_id < 0) {
+        PyErr_SetString(PyExc_ValueError, "device_id must be >= 0");
+        return NULL;
+    }
+    seq = PySequence_Fast(steps, "steps must be a sequence of step tuples");
+    if (seq == NULL)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(seq) < 1) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "steps must not be empty");
+        return NULL;
+    }
+    self = (FastCall *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    self->vectorcall = fastcall_vectorcall;
+    self->ndarray_type = Py_NewRef(nd);
+    self->left_shape = Py_NewRef(ls);
+    self->right_shape = Py_NewRef(rs);
+    self->out_shape = Py_NewRef(os);
+    self->dtype = Py_NewRef(dtype);
+    self->keep = Py_NewRef(keep);
+    self->device_id = device_id;
+    self->steps = PyMem_Calloc((size_t)PySequence_Fast_GET_SIZE(seq), sizeof(Step));
+    if (self->steps == NULL) {
+        Py_DECREF(seq);
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->nsteps = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < self->nsteps; i++) {
+        Step *st = &self->steps[i];
+        if (parse_step(PySequence_Fast_GET_ITEM(seq, i), st, i) < 0) {
+            Py_DECREF(seq);
+            Py_DECREF(self); /* releases the views taken so far */
+            return NULL;
+        }
+        for (int k = 0; st->is_launch && k < st->nslots; k++)
+            if (st->slots[k] == ROLE_WORKSPACE)
+                self->needs_workspace = 1;
+    }
+    Py_DECREF(seq);
+    return (PyObject *)self;
+}
+
+static void fastcall_dealloc(FastCall *self)
+{
+    free_steps(self);
+    Py_XDECREF(self->ndarray_type);
+    Py_XDECREF(self->left_shape);
+    Py_XDECREF(self->right_shape);
+    Py_XDECREF(self->out_shape);
+    Py_XDECREF(self->dtype);
+    Py_XDECREF(self->keep);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* ------------------------------------------------------------------ the call */
+
+/* 1: the array passes the checks and *ptr is its device pointer; 0: it does not (no error
+ * set: whatever went wrong, the caller's checked path says it) */
+static int check_array(FastCall *self, PyObject *a, PyObject *shape, CUdeviceptr *ptr)
+{
+    PyObject *v, *data;
+    int ok;
+    long dev;
+
+    if (!PyObject_TypeCheck(a, (PyTypeObject *)self->ndarray_type))
+        return 0;
+    if ((v = PyObject_GetAttr(a, str_shape)) == NULL)
+        goto fail;
+    ok = PyObject_RichCompareBool(v, shape, Py_EQ);
+    Py_DECREF(v);
+    if (ok != 1)
+        goto fail;
+    if ((v = PyObject_GetAttr(a, str_dtype)) == NULL)
+        goto fail;
+    ok = v == self->dtype ? 1 : PyObject_RichCompareBool(v, self->dtype, Py_EQ);
+    Py_DECREF(v);
+    if (ok != 1)
+        goto fail;
+    if ((v = PyObject_GetAttr(a, str_c_contiguous)) == NULL)
+        goto fail;
+    ok = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (ok != 1)
+        goto fail;
+    if ((data = PyObject_GetAttr(a, str_data)) == NULL)
+        goto fail;
+    if ((v = PyObject_GetAttr(data, str_device_id)) == NULL) {
+        Py_DECREF(data);
+        goto fail;
+    }
+    dev = PyLong_AsLong(v);
+    Py_DECREF(v);
+    if (dev != self->device_id) { /* also -1 with an error set */
+        Py_DECREF(data);
+        goto fail;
+    }
+    v = PyObject_GetAttr(data, str_ptr);
+    Py_DECREF(data);
+    if (v == NULL)
+        goto fail;
+    *ptr = PyLong_AsUnsignedLongLong(v);
+    Py_DECREF(v);
+    if (*ptr == (CUdeviceptr)-1 && PyErr_Occurred())
+        goto fail;
+    return 1;
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+static PyObject *driver_error(const char *call, CUresult rc)
+{
+    const char *name = NULL;
+    if (cu_get_error_name == NULL || cu_get_error_name(rc, &name) != 0 || name == NULL)
+        name = "CUDA_ERROR";
+    return PyErr_Format(PyExc_RuntimeError, "%s failed: %s (CUresult %d)", call, name, rc);
+}
+
+static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames)
+{
+    FastCall *self = (FastCall *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    CUdeviceptr ptrs[N_ROLES] = {0, 0, 0, 0};
+    unsigned long long stream;
+    CUresult rc;
+
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) || nargs < 4 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "FastCall takes (left, right, out, stream_ptr"
+                        "[, workspace_ptr]), positionally");
+        return NULL;
+    }
+    if (self->needs_workspace != (nargs == 5)) {
+        PyErr_SetString(PyExc_TypeError, self->needs_workspace ?
+                        "this FastCall needs a workspace pointer" :
+                        "this FastCall takes no workspace pointer");
+        return NULL;
+    }
+    stream = PyLong_AsUnsignedLongLong(args[3]);
+    if (stream == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (nargs == 5) {
+        ptrs[ROLE_WORKSPACE] = PyLong_AsUnsignedLongLong(args[4]);
+        if (ptrs[ROLE_WORKSPACE] == (CUdeviceptr)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (!check_array(self, args[0], self->left_shape, &ptrs[ROLE_LEFT]) ||
+        !check_array(self, args[1], self->right_shape, &ptrs[ROLE_RIGHT]) ||
+        !check_array(self, args[2], self->out_shape, &ptrs[ROLE_OUT]))
+        Py_RETURN_NOTIMPLEMENTED;
+    if (cu_ctx_get_current != NULL) { /* a thread that has not touched CUDA yet */
+        void *ctx = NULL;
+        if (cu_ctx_get_current(&ctx) != 0 || ctx == NULL)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* From here to the return no Python code runs: the GIL is held throughout, so the
+     * buffers are written and handed to the driver by one thread at a time. */
+    for (Py_ssize_t i = 0; i < self->nsteps; i++) {
+        Step *st = &self->steps[i];
+        if (!st->is_launch) {
+            rc = cu_memset_d8_async(ptrs[ROLE_OUT], 0, st->memset_bytes,
+                                    (CUstream)(uintptr_t)stream);
+            if (rc != 0)
+                return driver_error("cuMemsetD8Async", rc);
+            continue;
+        }
+        for (int k = 0; k < st->nslots; k++)
+            memcpy((char *)st->view.buf + 8 * k, &ptrs[st->slots[k]], 8);
+        rc = cu_launch_kernel(st->fn, st->grid[0], st->grid[1], st->grid[2], st->block[0],
+                              st->block[1], st->block[2], st->shared,
+                              (CUstream)(uintptr_t)stream, NULL, st->extra);
+        if (rc != 0)
+            return driver_error("cuLaunchKernel", rc);
+    }
+    return Py_NewRef(args[2]);
+}
+
+static PyObject *fastcall_repr(FastCall *self)
+{
+    return PyUnicode_FromFormat("<FastCall of %zd steps, %R x %R -> %R on device %ld>",
+                                self->nsteps, self->left_shape, self->right_shape,
+                                self->out_shape, self->device_id);
+}
+
+static PyObject *fastcall_get_nsteps(FastCall *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->nsteps);
+}
+
+static PyObject *fastcall_get_needs_workspace(FastCall *self, void *closure)
+{
+    return PyBool_FromLong(self->needs_workspace);
+}
+
+static PyGetSetDef fastcall_getset[] = {
+    {"nsteps", (getter)fastcall_get_nsteps, NULL, "the number of steps", NULL},
+    {"needs_workspace", (getter)fastcall_get_needs_workspace, NULL,
+     "whether a call takes a workspace pointer (a fifth argument)", NULL},
+    {NULL},
+};
+
+static PyTypeObject FastCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "xcorr_app._cuda._fastlaunch.FastCall",
+    .tp_basicsize = sizeof(FastCall),
+    .tp_dealloc = (destructor)fastcall_dealloc,
+    .tp_vectorcall_offset = offsetof(FastCall, vectorcall),
+    .tp_repr = (reprfunc)fastcall_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, "
+              "steps, keep=None): a plan call's checks and launches in C; "
+              "fc(left, right, out, stream_ptr[, workspace_ptr]) -> out or NotImplemented.",
+    .tp_getset = fastcall_getset,
+    .tp_new = fastcall_new,
+};
+
+/* ------------------------------------------------------------------ the module */
+
+static struct PyModuleDef fastlaunch_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_fastlaunch",
+    .m_doc = "A correlation plan's checks and driver launches in one C call (issue 24).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__fastlaunch(void)
+{
+    PyObject *m;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+    if (lib == NULL) {
+        const char *why = dlerror();
+        PyErr_Format(PyExc_ImportError, "libcuda.so.1 could not be loaded (%s)",
+                     why ? why : "no reason given");
+        return NULL;
+    }
+    cu_launch_kernel = (launch_kernel_t)dlsym(lib, "cuLaunchKernel");
+    cu_memset_d8_async = (memset_d8_async_t)dlsym(lib, "cuMemsetD8Async");
+    cu_get_error_name = (get_error_name_t)dlsym(lib, "cuGetErrorName");
+    cu_ctx_get_current = (ctx_get_current_t)dlsym(lib, "cuCtxGetCurrent");
+    if (cu_launch_kernel == NULL || cu_memset_d8_async == NULL) {
+        dlclose(lib);
+        PyErr_SetString(PyExc_ImportError, "libcuda.so.1 lacks cuLaunchKernel or "
+                        "cuMemsetD8Async");
+        return NULL;
+    }
+    /* libcuda stays loaded for the life of the process (CuPy loads it anyway) */
+    if ((str_shape = PyUnicode_InternFromString("shape")) == NULL ||
+        (str_dtype = PyUnicode_InternFromString("dtype")) == NULL ||
+        (str_c_contiguous = PyUnicode_InternFromString("_c_contiguous")) == NULL ||
+        (str_data = PyUnicode_InternFromString("data")) == NULL ||
+        (str_device_id = PyUnicode_InternFromString("device_id")) == NULL ||
+        (str_ptr = PyUnicode_InternFromString("ptr")) == NULL)
+        return NULL;
+    if (PyType_Ready(&FastCallType) < 0)
+        return NULL;
+    m = PyModule_Create(&fastlaunch_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FastCallType);
+    if (PyModule_AddObject(m, "FastCall", (PyObject *)&FastCallType) < 0) {
+        Py_DECREF(&FastCallType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "LEFT", ROLE_LEFT) < 0 ||
+        PyModule_AddIntConstant(m, "RIGHT", ROLE_RIGHT) < 0 ||
+        PyModule_AddIntConstant(m, "OUT", ROLE_OUT) < 0 ||
+        PyModule_AddIntConstant(m, "WORKSPACE", ROLE_WORKSPACE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
