@@ -125,7 +125,7 @@ def bad_calls(cp, plan):
             ("left numpy", a.get(), b, out),
             ("right a list", a, b.get().tolist(), out),
             ("out shape", a, b, cp.zeros(os_[:-1] + (os_[-1] + 1,), cp.float32)),
-            ("out float64", a, b, cp.zeros(os_, cp.float64)),
+            ("out float64", a, b, cp.full(os_, cp.nan, cp.float64)),  # poisoned: not written
             ("out strided", a, b, strided(os_)),
             ("out numpy", a, b, np.zeros(os_, np.float32))]
 
