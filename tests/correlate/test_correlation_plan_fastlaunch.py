@@ -116,7 +116,7 @@ def bad_calls(cp, plan):
     ls, rs, os_ = plan.left_shape, plan.right_shape, plan.out_shape
     a, b = cp.zeros(ls, cp.float32), cp.zeros(rs, cp.float32)
     out = poisoned(cp, os_)
-    strided = lambda shape: cp.zeros(shape + (2,), cp.float32)[..., 0]  # noqa: E731
+    strided = lambda shape: cp.full(shape + (2,), cp.nan, cp.float32)[..., 0]  # noqa: E731
     return [("right shape", a, cp.zeros(rs[:-1] + (rs[-1] - 1,), cp.float32), out),
             ("left 3-D", a[None], b, out),
             ("left float64", a.astype(cp.float64), b, out),
