@@ -16,8 +16,8 @@ that come from outside the arguments.
 ``XCORR_THREADS``             threads of the CPU path (default: the CPUs this process may use)
 ``XCORR_WORKER_GPU_BY_NAME``  set by :func:`xcorr_app.dask.local_client` in its workers: worker
                               ``k`` uses GPU ``k mod count``
-``XCORR_FFT_WARM``            ``0``: no cuFFT plans made ahead in a background thread
-                              (:mod:`xcorr_app.correlate._fft_plans`)
+``XCORR_FFT_WARM``            ``0``: no helper processes building a cold FFT size's cuFFT plans
+                              for the next run (:mod:`xcorr_app.correlate._fft_plans`)
 ============================  ===============================================================
 
 Examples
@@ -52,7 +52,7 @@ VARIABLES = {
     DEBUG: "1: tracebacks instead of one-line errors",
     THREADS: "threads of the CPU path (default: every CPU this process may use)",
     WORKER_GPU_BY_NAME: "set in Dask workers started by xcorr_app.dask.local_client",
-    FFT_WARM: "0: no cuFFT plans made ahead in a background thread",
+    FFT_WARM: "0: no helper processes building a cold FFT size's plans for the next run",
 }
 
 
