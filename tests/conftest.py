@@ -80,3 +80,23 @@ def rel_error(got, ref) -> float:
         return float("inf")
     scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
     return float(np.abs(got - ref).max(initial=0.0)) / scale
+
+
+def in_threads(work, n):
+    """Run ``work(i)`` for ``i < n`` in ``n`` threads at once; the exceptions they raised."""
+    import threading
+
+    errors = []
+
+    def guarded(i):
+        try:
+            work(i)
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

@@ -3,7 +3,6 @@ cache of ``cross_correlate`` (CPU); every form, bounded and full, against ``cros
 and the float64 definition, with poisoned outputs, caller streams, ``many`` and CUDA-graph
 replay (GPU)."""
 
-import threading
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from xcorr_app.correlate import _plan_cache as plan_cache  # the module under te
 from xcorr_app.correlate._forms import FORMS
 from xcorr_app.errors import InputError
 
-from conftest import rel_error
+from conftest import in_threads, rel_error
 
 #: one problem per form, odd, non-square, not powers of two, left and right of other sizes
 CASES = [("one_to_one", (13, 11), (9, 7)),
@@ -337,23 +336,15 @@ def test_gpu_plan_from_several_threads(rng):
     plan = correlation_plan((20, 20), (20, 20), device="gpu")
     pairs = [inputs(rng, (20, 20), (20, 20), cp) for _ in range(8)]
     cp.cuda.get_current_stream().synchronize()
-    results, errors = [None] * len(pairs), []
+    results = [None] * len(pairs)
 
     def work(i):
-        try:
-            stream = cp.cuda.Stream(non_blocking=True)
-            for _ in range(50):
-                results[i] = plan(*pairs[i], stream=stream)
-            stream.synchronize()
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        stream = cp.cuda.Stream(non_blocking=True)
+        for _ in range(50):
+            results[i] = plan(*pairs[i], stream=stream)
+        stream.synchronize()
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(pairs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not in_threads(work, len(pairs))
     for (a, b), got in zip(pairs, results):
         assert rel_error(got.get(), definition(a.get(), b.get(), "one_to_one", None)) <= 1e-5
 

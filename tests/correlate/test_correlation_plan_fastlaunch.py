@@ -11,7 +11,6 @@ so, without it.  The CPU tests of the extension: ``tests/_cuda/test_fastlaunch.p
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from xcorr_app.correlate import _direct as reference  # the definition, in float
 from xcorr_app.correlate import correlation_plan
 from xcorr_app.errors import InputError
 
-from conftest import poisoned, rel_error
+from conftest import in_threads, poisoned, rel_error
 
 #: one problem per form, odd, non-square, left and right of other sizes
 CASES = [("one_to_one", (13, 11), (9, 7)),
@@ -202,22 +201,13 @@ def test_gpu_compiled_call_from_many_threads(compiled, rng, form, lshape, rshape
     pairs = [inputs(rng, lshape, rshape, cp) for _ in range(8)]
     outs = [poisoned(cp, plan.out_shape) for _ in pairs]
     cp.cuda.get_current_stream().synchronize()
-    errors = []
-
     def work(i):
-        try:
-            with cp.cuda.Device(plan.device_id), cp.cuda.Stream(non_blocking=True) as stream:
-                for _ in range(200):
-                    plan(*pairs[i], outs[i])
-                stream.synchronize()
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        with cp.cuda.Device(plan.device_id), cp.cuda.Stream(non_blocking=True) as stream:
+            for _ in range(200):
+                plan(*pairs[i], outs[i])
+            stream.synchronize()
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(pairs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = in_threads(work, len(pairs))
     assert not errors, errors
     for (a, b), out in zip(pairs, outs):
         assert rel_error(out.get(), definition(a, b, form, 3)) <= 1e-5
