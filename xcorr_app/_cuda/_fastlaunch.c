@@ -31,10 +31,12 @@
  *   always did); else writes the pointers, runs the steps on the stream and returns out.  A
  *   driver error raises RuntimeError naming the CUresult.
  *
- * Threads: the GIL is held from the first pointer write to the last driver call, so calls
- * from several threads never interleave their writes of the shared buffers (the driver copies
- * a buffer at the launch).  Each buffer must be this object's own: a Python launch writing the
- * same buffer would race with it.
+ * Threads: a call copies each step's packed parameters (at most MAX_PARAM_BYTES, checked when
+ * made) into buffers of its own on the C stack, writes the pointers there and releases the
+ * GIL around the driver calls, which may block while the launch queue is full (CuPy's own
+ * launch releases it too: other threads, and host callbacks that need the GIL, go on).  The
+ * steps' buffers are only read after construction, so calls from several threads need no
+ * lock (the driver copies the parameters at the launch).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -66,6 +68,8 @@ static ctx_get_current_t cu_ctx_get_current; /* optional: is there a context to 
 #define PARAM_END ((void *)(uintptr_t)0)
 
 #define MAX_SLOTS 8
+#define MAX_STEPS 4            /* a memset, a rearrangement, the kernel: 3 at most today */
+#define MAX_PARAM_BYTES 4096   /* the driver's own limit on kernel parameters */
 enum { ROLE_LEFT, ROLE_RIGHT, ROLE_OUT, ROLE_WORKSPACE, N_ROLES };
 
 static PyObject *str_shape, *str_dtype, *str_c_contiguous, *str_data, *str_device_id, *str_ptr;
@@ -80,7 +84,6 @@ typedef struct {
     size_t param_size;
     int nslots;
     int slots[MAX_SLOTS];
-    void *extra[5];
 } Step;
 
 typedef struct {
@@ -210,20 +213,17 @@ static int parse_step(PyObject *item, Step *st, Py_ssize_t index)
     if (PyObject_GetBuffer(buffer, &st->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return -1;
     st->has_view = 1;
-    if (param_size < 8 * (unsigned long long)n || param_size > (unsigned long long)st->view.len) {
-        PyErr_Format(PyExc_ValueError, "step %zd: param_size %llu must hold the %zd pointers "
-                     "and fit the buffer of %zd bytes", index, param_size, n, st->view.len);
+    if (param_size < 8 * (unsigned long long)n || param_size > (unsigned long long)st->view.len
+        || param_size > MAX_PARAM_BYTES) {
+        PyErr_Format(PyExc_ValueError, "step %zd: param_size %llu must hold the %zd pointers, "
+                     "fit the buffer of %zd bytes and be at most %d", index, param_size, n,
+                     st->view.len, MAX_PARAM_BYTES);
         return -1;
     }
     st->is_launch = 1;
     st->fn = (CUfunction)(uintptr_t)fnptr;
     st->shared = (unsigned int)shared;
     st->param_size = (size_t)param_size;
-    st->extra[0] = PARAM_BUFFER_POINTER;
-    st->extra[1] = st->view.buf;
-    st->extra[2] = PARAM_BUFFER_SIZE;
-    st->extra[3] = &st->param_size;
-    st->extra[4] = PARAM_END;
     return 0;
 }
 
@@ -261,9 +261,9 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     seq = PySequence_Fast(steps, "steps must be a sequence of step tuples");
     if (seq == NULL)
         return NULL;
-    if (PySequence_Fast_GET_SIZE(seq) < 1) {
+    if (PySequence_Fast_GET_SIZE(seq) < 1 || PySequence_Fast_GET_SIZE(seq) > MAX_STEPS) {
         Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "steps must not be empty");
+        PyErr_Format(PyExc_ValueError, "steps must be 1 to %d steps", MAX_STEPS);
         return NULL;
     }
     self = (FastCall *)type->tp_alloc(type, 0);
@@ -414,25 +414,44 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, 
         if (cu_ctx_get_current(&ctx) != 0 || ctx == NULL)
             Py_RETURN_NOTIMPLEMENTED;
     }
-    /* From here to the return no Python code runs: the GIL is held throughout, so the
-     * buffers are written and handed to the driver by one thread at a time. */
+    /* each launch's parameters in buffers of this call (the steps' own are only read), then
+     * the driver calls without the GIL */
+    uint64_t params[MAX_STEPS][MAX_PARAM_BYTES / 8];
+    size_t sizes[MAX_STEPS];
+    void *extra[MAX_STEPS][5];
+    const char *failed = NULL;
+    rc = 0;
     for (Py_ssize_t i = 0; i < self->nsteps; i++) {
+        Step *st = &self->steps[i];
+        if (!st->is_launch)
+            continue;
+        memcpy(params[i], st->view.buf, st->param_size);
+        for (int k = 0; k < st->nslots; k++)
+            memcpy((char *)params[i] + 8 * k, &ptrs[st->slots[k]], 8);
+        sizes[i] = st->param_size;
+        extra[i][0] = PARAM_BUFFER_POINTER;
+        extra[i][1] = params[i];
+        extra[i][2] = PARAM_BUFFER_SIZE;
+        extra[i][3] = &sizes[i];
+        extra[i][4] = PARAM_END;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < self->nsteps && rc == 0; i++) {
         Step *st = &self->steps[i];
         if (!st->is_launch) {
             rc = cu_memset_d8_async(ptrs[ROLE_OUT], 0, st->memset_bytes,
                                     (CUstream)(uintptr_t)stream);
-            if (rc != 0)
-                return driver_error("cuMemsetD8Async", rc);
-            continue;
+            failed = "cuMemsetD8Async";
+        } else {
+            rc = cu_launch_kernel(st->fn, st->grid[0], st->grid[1], st->grid[2], st->block[0],
+                                  st->block[1], st->block[2], st->shared,
+                                  (CUstream)(uintptr_t)stream, NULL, extra[i]);
+            failed = "cuLaunchKernel";
         }
-        for (int k = 0; k < st->nslots; k++)
-            memcpy((char *)st->view.buf + 8 * k, &ptrs[st->slots[k]], 8);
-        rc = cu_launch_kernel(st->fn, st->grid[0], st->grid[1], st->grid[2], st->block[0],
-                              st->block[1], st->block[2], st->shared,
-                              (CUstream)(uintptr_t)stream, NULL, st->extra);
-        if (rc != 0)
-            return driver_error("cuLaunchKernel", rc);
     }
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return driver_error(failed, rc);
     return Py_NewRef(args[2]);
 }
 

@@ -122,8 +122,8 @@ class CorrelationPlan:
     -----
     **Threads and streams.** A plan may be called from several threads at once: a call reads
     the plan and writes nothing of it but the packed kernel arguments, which each launch
-    writes and hands to the driver under a lock (the compiled call: its own copy, the GIL held
-    from the first pointer written to the last driver call; the driver copies them).  Each
+    writes and hands to the driver under a lock (the compiled call: a copy of its own, the
+    GIL released around the driver calls; the driver copies the arguments).  Each
     call runs on ``stream`` (any CuPy stream, e.g. ``cupy.cuda.Stream(non_blocking=True)``) or,
     by default, on the current stream of the calling thread (``with stream:``), and never
     synchronizes: the result is ready when that stream reaches it, so read it on the same
