@@ -351,3 +351,28 @@ def test_gpu_plan_from_several_threads(rng):
 
 def test_forms_all_covered():
     assert [c[0] for c in CASES] == list(FORMS)
+
+
+@pytest.mark.gpu
+def test_gpu_threads_on_one_default_stream_keep_their_own_workspace(rng):
+    """A pair_tiled plan rearranges the right matrices into a workspace first: threads sharing
+    the default stream's pointer must not share it (one thread's rearrangement would land
+    between another's and its kernel)."""
+    import cupy as cp
+
+    plan = correlation_plan((16, 16), (4, 16, 16), "one_to_many", max_shift=2,
+                            method="pair_tiled:tile_y=4,tile_x=8")
+    pairs = [(rng.random((16, 16), np.float32), rng.random((4, 16, 16), np.float32))
+             for _ in range(4)]
+    want = [cross_correlate(a, b, "one_to_many", 2, device="cpu") for a, b in pairs]
+    gpu = [(cp.asarray(a), cp.asarray(b)) for a, b in pairs]
+    outs = [cp.full(plan.out_shape, cp.nan, cp.float32) for _ in pairs]
+
+    def work(i):
+        for _ in range(100):
+            plan(*gpu[i], outs[i])  # the current (default) stream of every thread
+
+    assert not in_threads(work, len(pairs))
+    cp.cuda.Device().synchronize()
+    for out, ref in zip(outs, want):
+        assert rel_error(out.get(), ref) <= 1e-5

@@ -9,15 +9,10 @@ dtype, C-contiguous CuPy arrays on the plan's GPU), writes three pointers into t
 arguments and calls the driver (in one C call where the compiled launch path is built:
 :func:`~xcorr_app._cuda.launch.compiled_call`); it allocates only an output not given.
 
-* :meth:`CorrelationPlan.__call__`: one problem, on the current stream or a caller's;
-* :meth:`CorrelationPlan.many`: N independent problems of the plan's shapes in one launch
-  where the form allows it (``one_to_one``, ``one_to_many`` and ``n_to_mn`` problems are one
-  ``n_to_mn`` problem), else a loop;
-* :meth:`CorrelationPlan.graph`: the launch recorded in a CUDA graph bound to fixed buffers
-  (:class:`~xcorr_app.correlate._plan_graph.CorrelationGraph`), replayed on new data in them.
-
-:func:`xcorr_app.cross_correlate` keeps the plans of its last problems
-(:mod:`xcorr_app.correlate._plan_cache`): every caller skips planning and configuring.
+A call runs one problem on the current stream or a caller's; :meth:`CorrelationPlan.many` N
+problems in one ``n_to_mn`` launch where the form allows, and :meth:`CorrelationPlan.graph`
+records a CUDA graph bound to fixed buffers (:mod:`xcorr_app.correlate._plan_graph`).
+:func:`xcorr_app.cross_correlate` keeps the plans of its last problems (``_plan_cache``).
 
 Examples
 --------
@@ -37,6 +32,7 @@ Examples
 from __future__ import annotations
 
 from contextlib import nullcontext
+from threading import get_ident
 
 import numpy as np
 
@@ -176,7 +172,7 @@ class CorrelationPlan:
         self._kernel, self._arrange = cfg.kernel, cfg.arrange
         self._zero = cfg.zero_first or cfg.kernel is None
         self._out_nbytes = 4 * int(np.prod(self.out_shape, dtype=np.int64))
-        self._workspaces = {}  # stream pointer -> the rearranged right matrices (pair_tiled)
+        self._workspaces = {}  # (stream, thread, device) -> the rearranged rights (pair_tiled)
         self._ndarray = cp.ndarray
         self._empty = cp.empty
         self._memset = cp.cuda.runtime.memsetAsync
@@ -268,9 +264,10 @@ class CorrelationPlan:
         if fc is not None and stream is None:  # the compiled path: checks and launches in C
             s = self._stream_ptr()
             dest = self._empty(self.out_shape, np.float32) if out is None else out
+            ws = None if self._arrange is None else self._workspace(s, None)
             try:
-                got = fc(left, right, dest, s) if self._arrange is None else \
-                    fc(left, right, dest, s, self._workspace(s, None).data.ptr)
+                got = fc(left, right, dest, s) if ws is None else \
+                    fc(left, right, dest, s, ws.data.ptr)
             except RuntimeError:  # the driver refuses a kernel of another device's context
                 self.check_inputs(left, right)  # says so, if that is it (the current device)
                 raise
@@ -317,10 +314,13 @@ class CorrelationPlan:
             right_ptr = workspace.data.ptr
         kernel.launch_on(stream_ptr, left_ptr, right_ptr, out_ptr)
 
-    def _workspace(self, s, stream):  # the workspace of stream pointer s (stream or current)
-        if s not in self._workspaces:
-            self._workspaces[s] = self.new_workspace(stream)
-        return self._workspaces[s]
+    def _workspace(self, s, stream):  # per stream pointer, thread (threads may share the
+        # default streams' pointers) and current device (a wrong call's buffer stays apart)
+        key = (s, get_ident(), self._cp.cuda.runtime.getDevice())
+        ws = self._workspaces.get(key)
+        if ws is None:
+            ws = self._workspaces[key] = self.new_workspace(stream)
+        return ws
 
     def new_workspace(self, stream=None):
         """A buffer for the rearranged right matrices (``pair_tiled`` plans; else ``None``),
