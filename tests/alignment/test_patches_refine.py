@@ -144,10 +144,13 @@ def test_cli_template_pass_runs(small_file, tmp_path):
 # ------------------------------------------------------------------------------ GPU
 
 @pytest.mark.gpu
-def test_gpu_tapered_and_warped_sum_equal_cpu(small):
+def test_gpu_tapered_and_warped_sum_equal_cpu(small, monkeypatch):
     import cupy as cp
 
+    from xcorr_app.alignment import _motion_field
     from xcorr_app.alignment._field_resample import field_weights
+
+    monkeypatch.setattr(_motion_field, "WARP_SUM_BATCH", 4)  # 6 frames: 4, then 2
 
     stack, _ = small
     res = align(stack, max_shift=8, patches=(3, 3), device="cpu", verify=False)

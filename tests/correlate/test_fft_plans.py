@@ -76,6 +76,21 @@ def test_helper_program_and_switch(monkeypatch):
     assert _fft_plans._LATER == []
 
 
+def test_one_helper_per_size_across_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    marker = _fft_plans._marker("r2c", (16, 16))
+    assert _fft_plans._claim(marker)  # this run starts the helper
+    assert not _fft_plans._claim(marker)  # the next run, while it builds, does not
+    claim = marker.with_name(marker.name + ".building")
+    old = claim.stat().st_mtime - 2 * _fft_plans.BUILDING_S
+    import os
+
+    os.utime(claim, (old, old))  # a helper that died long ago: claimed again
+    assert _fft_plans._claim(marker)
+    _fft_plans.mark_warm("r2c", (16, 16))
+    assert not _fft_plans._claim(marker)  # built: nothing to do
+
+
 @pytest.mark.gpu
 def test_gpu_the_helper_builds_a_plan_and_its_marker(tmp_path, monkeypatch):
     import subprocess

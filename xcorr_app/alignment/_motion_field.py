@@ -79,6 +79,10 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
     return out
 
 
+#: frames warped at once by :func:`warped_sum` on the GPU
+WARP_SUM_BATCH = 8
+
+
 def warped_sum(frames, patch_field, weights):
     """``(sum, count)`` ``(H, W)`` float64 on the frames' device: the frames ``(N, H, W)``
     warped bilinearly by their fields (``patch_field`` ``(N, gy, gx, 2)``, spline ``weights``
@@ -86,11 +90,16 @@ def warped_sum(frames, patch_field, weights):
     source lies outside its frame, or is NaN or Inf, counts 0).  The GPU warps a chunk in one
     launch (:func:`~._field_resample.warp_gpu`); the CPU a frame at a time."""
     xp = backend.array_module_of(frames)
-    if xp is not np:
-        out = warp_gpu(frames, patch_field, weights, False, float("nan"))
-        ok = xp.isfinite(out)
-        return (xp.where(ok, out, 0.0).sum(axis=0, dtype=xp.float64),
-                ok.sum(axis=0, dtype=xp.float64))
+    if xp is not np:  # a few frames a launch: the temporaries are ~11 bytes a pixel a frame
+        h, w = frames.shape[1:]
+        total, count = xp.zeros((h, w)), xp.zeros((h, w))
+        for a in range(0, len(frames), WARP_SUM_BATCH):
+            out = warp_gpu(frames[a:a + WARP_SUM_BATCH], patch_field[a:a + WARP_SUM_BATCH],
+                           weights, False, float("nan"))
+            ok = xp.isfinite(out)
+            total += xp.where(ok, out, 0.0).sum(axis=0, dtype=xp.float64)
+            count += ok.sum(axis=0, dtype=xp.float64)
+        return total, count
     h, w = frames.shape[1:]
     total, count = np.zeros((h, w)), np.zeros((h, w))
     for n in range(len(frames)):

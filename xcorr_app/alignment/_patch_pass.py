@@ -84,10 +84,11 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         taper = refine_taper(grid.size)
         for k in range(passes + 1):
             acc = TemplateAccumulator(xp, src.frame_shape) if k < passes else None
+            work = _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc)
+            if xp is not np:  # the chunks' streams read what was set up on this one
+                xp.cuda.Device().synchronize()
             parts = [block for _, block in map_chunks(
-                lambda: contextlib.nullcontext(src), chunk,
-                _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc),
-                xp=xp)]
+                lambda: contextlib.nullcontext(src), chunk, work, xp=xp)]
             if acc is None:
                 break
             image = acc.template(image)  # the warped frames' mean (on the run's device)

@@ -152,8 +152,34 @@ def build_later(specs) -> None:
     with _LOCK:
         if not _LATER:
             atexit.register(_spawn_later)
-        _LATER.extend((k, tuple(int(n) for n in s)) for k, s in specs
-                      if (k, tuple(s)) not in _LATER)
+        for kind, shape in specs:
+            spec = (kind, tuple(int(n) for n in shape))
+            if kind in _TRANSFORMS and spec not in [s[:2] for s in _LATER]:
+                _LATER.append(spec + (_marker(*spec),))  # the cache folder of now
+
+
+#: a helper building a size is left alone this long by the helpers of later runs (seconds)
+BUILDING_S = 120.0
+
+
+def _claim(marker) -> bool:
+    """Whether this process may start the helper of ``marker``: not warm, and no helper of
+    another run building it (a ``.building`` file younger than :data:`BUILDING_S`)."""
+    import os
+    import time
+
+    if marker.exists():
+        return False
+    claim = marker.with_name(marker.name + ".building")
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        if claim.exists() and time.time() - claim.stat().st_mtime < BUILDING_S:
+            return False
+        claim.unlink(missing_ok=True)
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except OSError:  # another run claimed it first, or the folder is read-only
+        return False
 
 
 def _spawn_later() -> None:
@@ -161,12 +187,12 @@ def _spawn_later() -> None:
     import sys
 
     program = _CHILD.format(transforms=_TRANSFORMS)
-    for kind, shape in _LATER:
-        if kind not in _TRANSFORMS or is_warm(kind, shape):
+    for kind, shape, marker in _LATER:
+        if not _claim(marker):
             continue
         try:
             subprocess.Popen([sys.executable, "-c", program, kind, "x".join(map(str, shape)),
-                              str(_marker(kind, shape))], stdin=subprocess.DEVNULL,
+                              str(marker)], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)  # outlives this process
         except OSError:  # no process to spare: the next run is a cold one again
