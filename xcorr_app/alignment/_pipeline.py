@@ -326,9 +326,11 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
             spectrum = fft_of(xp).rfft2(ref_raw)
             if fft_kwargs["periodic"]:
                 spectrum = periodic_spectrum(ref_raw, spectrum)
-            if xp is not np:  # the chunks' other stream reads it too
-                xp.cuda.get_current_stream().synchronize()
             verified["fft"] = spectrum
+            if xp is not np:  # made on this chunk's stream; the other waits for it
+                verified["event"] = xp.cuda.get_current_stream().record()
+        elif xp is not np:
+            xp.cuda.get_current_stream().wait_event(verified["event"])
         return verified["fft"]
 
     def rows(p, refs, refs_raw):

@@ -268,9 +268,9 @@ class CorrelationPlan:
             try:
                 got = fc(left, right, dest, s) if ws is None else \
                     fc(left, right, dest, s, ws.data.ptr)
-            except RuntimeError:  # the driver refuses a kernel of another device's context
-                self.check_inputs(left, right)  # says so, if that is it (the current device)
-                raise
+            except RuntimeError:  # the driver refused: another device current says so here,
+                self.check_inputs(left, right)  # else the Python path raises CuPy's own error
+                got = NotImplemented
             if got is not NotImplemented:
                 return got  # else a check failed: the path below says which
         if not self.fast:
