@@ -369,8 +369,9 @@ def test_gpu_threads_on_one_default_stream_keep_their_own_workspace(rng):
     outs = [cp.full(plan.out_shape, cp.nan, cp.float32) for _ in pairs]
 
     def work(i):
-        for _ in range(100):
-            plan(*gpu[i], outs[i])  # the current (default) stream of every thread
+        with cp.cuda.Device(plan.device_id):  # (a plan's device current, as documented)
+            for _ in range(100):
+                plan(*gpu[i], outs[i])  # the default stream, each thread's current one
 
     assert not in_threads(work, len(pairs))
     cp.cuda.Device().synchronize()
