@@ -293,11 +293,15 @@ class CorrelationPlan:
                   and contiguous(out) and out.data.device_id == dev):
             self.check_out(out)
         workspace = None if self._arrange is None else self._workspace(s, stream)
+        ptrs = (left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
         try:
-            self.enqueue(left.data.ptr, right.data.ptr, out.data.ptr, s, workspace)
-        except Exception:  # the driver refuses a kernel of another device's context
+            self.enqueue(*ptrs)
+        except Exception as exc:  # the driver refuses a kernel of another device's context
             self.check_inputs(left, right)  # says so, if that is it (the current device)
-            raise
+            if "INVALID_CONTEXT" not in str(exc):
+                raise
+            self._cp.cuda.runtime.free(0)  # a thread's first CUDA call: its context made current
+            self.enqueue(*ptrs)
         return out
 
     def enqueue(self, left_ptr, right_ptr, out_ptr, stream_ptr, workspace=None) -> None:
@@ -427,15 +431,10 @@ class CorrelationPlan:
     def graph(self, left, right, out=None):
         """Record this plan's launch on ``left``, ``right`` and ``out`` in a CUDA graph.
 
-        The graph is **bound to these buffers**: every replay reads the arrays ``left`` and
-        ``right`` and writes ``out`` (allocated here if not given), whatever they hold then.
-        The pattern is: copy the new data into the bound inputs (``graph.left[...] = frame``,
-        or ``cupy.copyto``) on the replay's stream, replay, read ``graph.out``.
-
-        Returns
-        -------
-        CorrelationGraph
-            (:mod:`xcorr_app.correlate._plan_graph`) with ``replay(stream=None)``.
+        The graph is **bound to these buffers** (``out`` allocated if not given): copy new
+        data into ``graph.left`` / ``graph.right`` on the replay's stream, replay, read
+        ``graph.out``.  Returns a :class:`~xcorr_app.correlate._plan_graph.CorrelationGraph`
+        with ``replay(stream=None)``.
         """
         from ._plan_graph import CorrelationGraph
 
