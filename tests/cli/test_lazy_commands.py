@@ -65,3 +65,56 @@ def test_an_unknown_command_is_one_line(tmp_path):
     res = xcorr("tuen", cwd=tmp_path)
     assert res.returncode == 2 and res.stderr.startswith("error: ") and "tuen" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_gpu_is_probed_early_for_a_large_input_only(tmp_path, monkeypatch):
+    from xcorr_app import backend
+    from xcorr_app.cli import _main
+
+    big, small = tmp_path / "big.tif", tmp_path / "small.tif"
+    with open(big, "wb") as f:  # sparse: no disk used
+        f.truncate(_main.EARLY_PROBE_BYTES)
+    small.write_bytes(b"II*\0")
+    started = []
+    monkeypatch.setattr(backend, "probe_gpu_soon", lambda: started.append(1))
+    monkeypatch.setattr(backend, "gpu_likely", lambda: True)
+    assert _main.probe_early(["align", str(big), "--max-shift", "16"]) and started == [1]
+    assert _main.probe_early(["filter", "--kernel", "gaussian:2", str(big)])
+    for argv in (["align", str(small)], ["align", str(big), "--device", "cpu"],
+                 ["align", "--device=cpu", str(big)], ["info"], ["bench", str(big)], ["align"]):
+        assert not _main.probe_early(argv), argv
+    monkeypatch.setattr(backend, "gpu_likely", lambda: False)
+    assert not _main.probe_early(["align", str(big)])
+    assert len(started) == 2
+
+
+def test_a_probe_under_way_is_waited_for_not_repeated(monkeypatch):
+    import threading
+    import time
+
+    from xcorr_app import backend
+
+    import functools
+
+    calls, release = [], threading.Event()
+
+    @functools.lru_cache(maxsize=1)  # as the real one: once a process
+    def slow_probe():
+        calls.append(threading.current_thread().name)
+        release.wait(5)
+        return True, "CUDA device usable"
+
+    monkeypatch.setattr(backend, "_probe_gpu_once", slow_probe)
+    backend.probe_gpu_soon()
+    for _ in range(100):  # the thread holds the probe's lock
+        if calls:
+            break
+        time.sleep(0.01)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(backend.gpu_available()))
+    waiter.start()
+    time.sleep(0.05)
+    assert got == []  # waiting for the probe under way
+    release.set()
+    waiter.join(5)
+    assert got == [True] and calls == ["xcorr-gpu-probe"]
