@@ -15,10 +15,9 @@ import time
 t_start = time.perf_counter()
 fast = sys.argv[1] == "fast"
 argv = sys.argv[2:] if fast else sys.argv[1:]
-from xcorr_app.cli._main import cli, probe_early  # noqa: E402
+from xcorr_app.cli._main import cli  # noqa: E402
 
 t_import = time.perf_counter()
-probe_early(argv)  # as the xcorr command does
 try:
     cli.main(args=argv, prog_name="xcorr", standalone_mode=False)
 except SystemExit:
