@@ -21,7 +21,6 @@ Examples
 from __future__ import annotations
 
 import functools
-import threading
 import warnings
 
 import numpy as np
@@ -35,25 +34,9 @@ class BackendFallbackWarning(UserWarning):
     """``device="auto"`` found no usable GPU and runs on the CPU."""
 
 
-_PROBE_LOCK = threading.Lock()
-
-
-def _probe_gpu() -> tuple[bool, str]:
-    """Return ``(usable, reason)``; imports CuPy and touches the device once per process (a
-    caller of another thread waits for the probe under way: :func:`probe_gpu_soon`)."""
-    with _PROBE_LOCK:
-        return _probe_gpu_once()
-
-
-def probe_gpu_soon() -> None:
-    """Start :func:`gpu_available`'s probe (CuPy's import and the CUDA context: 0.3-0.8 s) in
-    a background thread, so that it overlaps what the caller does next; the first
-    :func:`gpu_available` after waits for it.  For the command line, on a large input."""
-    threading.Thread(target=_probe_gpu, name="xcorr-gpu-probe", daemon=True).start()
-
-
 @functools.lru_cache(maxsize=1)
-def _probe_gpu_once() -> tuple[bool, str]:
+def _probe_gpu() -> tuple[bool, str]:
+    """Return ``(usable, reason)``; imports CuPy and touches the device once."""
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import

@@ -162,35 +162,6 @@ def cli():
 
 
 
-#: an input at least this large (bytes) on a machine with a GPU is a GPU run: the GPU is
-#: probed while the command's modules load and the input's header is read
-EARLY_PROBE_BYTES = 64 * 2**20
-
-
-def probe_early(argv) -> bool:
-    """Start the GPU probe in a background thread (:func:`xcorr_app.backend.probe_gpu_soon`)
-    for an ``align`` or ``filter`` of a file of :data:`EARLY_PROBE_BYTES` or more without
-    ``--device cpu``, where a GPU is likely; whether it did.  CuPy's import and the CUDA
-    context (0.3-0.4 s on an H100 host) then overlap the command's own imports and checks."""
-    import os
-
-    if len(argv) < 2 or argv[0] not in ("align", "filter") or "--device=cpu" in argv \
-            or any(a == "--device" and b == "cpu" for a, b in zip(argv, argv[1:])):
-        return False
-    try:
-        large = any(os.path.isfile(a) and os.path.getsize(a) >= EARLY_PROBE_BYTES
-                    for a in argv[1:] if not a.startswith("-"))
-    except OSError:
-        return False
-    from .. import backend
-
-    if not (large and backend.gpu_likely()):
-        return False
-    backend.probe_gpu_soon()
-    return True
-
-
 def main():
     """The ``xcorr`` command."""
-    probe_early(sys.argv[1:])
     cli(prog_name="xcorr")
