@@ -5,24 +5,16 @@ synchronize every 100 (host-bound rows: the GPU keeps up).
 
     python3 tools/fastcall_probe.py
 """
-import time
-
 import cupy as cp
+from dispatch_probe import host_us  # (tools/ is the script's folder)
 
 from xcorr_app import correlation_plan
 
 
 def per_call_us(fn, n=20000):
-    for _ in range(2000):
+    for _ in range(2000):  # warm-up
         fn()
-    cp.cuda.Device().synchronize()
-    t = time.perf_counter()
-    for i in range(n):
-        fn()
-        if i % 100 == 99:
-            cp.cuda.Device().synchronize()
-    cp.cuda.Device().synchronize()
-    return (time.perf_counter() - t) / n * 1e6
+    return host_us(fn, n)
 
 
 def main():
