@@ -10,7 +10,8 @@ host time into its parts (the driver's call alone, the pointer writes, the layer
 ``plan`` prints the host microseconds per call of a correlation plan (issue 24; target <= 4
 us) on the pipeline rows of the bench (one-to-one 16x16 to 64x64, 1x8 at 16x16 and 32x32):
 time.perf_counter over 10000 calls, the GPU's queue kept short (a synchronize every 100
-calls), with the output given and allocated, through the compiled launch path
+calls; the figure is the GPU's pace where that is slower), and the enqueue alone (the same
+blocks of 100 calls, each timed from an empty queue without its synchronize), with the output given and allocated, through the compiled launch path
 (``plan.fast_call``, built by ``python3 setup.py build_ext --inplace``) and the Python path
 (the same plan with ``fast_call = None``) side by side, beside cross_correlate, run_plan (the
 path before plans) and a graph replay; then the GPU's figures back-to-back and in graph
@@ -73,6 +74,23 @@ def host_us(fn, n=2000):
             cp.cuda.get_current_stream().synchronize()
     cp.cuda.get_current_stream().synchronize()
     return (time.perf_counter() - t) / n * 1e6
+
+
+def enqueue_us(fn, n=2000, block=100):
+    """Host microseconds per call spent in ``fn()`` itself: blocks of ``block`` calls timed from
+    an empty queue, each synchronized *outside* the timing (what :func:`host_us` counts as well
+    is the wait for the GPU, which is the GPU's pace where it is slower than the host)."""
+    stream = cp.cuda.get_current_stream()
+    fn()
+    stream.synchronize()
+    total = 0.0
+    for _ in range(max(1, n // block)):
+        t = time.perf_counter()
+        for _ in range(block):
+            fn()
+        total += time.perf_counter() - t
+        stream.synchronize()
+    return total / (max(1, n // block) * block) * 1e6
 
 
 def report(label, call, extra=""):
@@ -197,7 +215,8 @@ def plan_probe(n=10000):
                  ("graph replay", graph.replay)]
         print(f"== {form} {ls} x {rs}: {plan.method} (fast call: {plan.fast})", flush=True)
         for label, call in calls:
-            print(f"   {label}: host {host_us(call, n):.2f} us per call", flush=True)
+            print(f"   {label}: host {host_us(call, n):.2f} us per call (the enqueue alone "
+                  f"{enqueue_us(call, n):.2f})", flush=True)
         print(f"   GPU: back-to-back {back_to_back(calls[0][1]) * 1e3:.2f} us per call "
               f"({compiled}), {back_to_back(calls[1][1]) * 1e3:.2f} (Python path), graph "
               f"replay {back_to_back(graph.replay) * 1e3:.2f} us per replay", flush=True)

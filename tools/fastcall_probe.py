@@ -1,12 +1,13 @@
 """Development probe (device): the host time of a plan call's layers (issue 24): the driver
 launch alone (CuPy's wrapper), the compiled call alone (checks + launch in C), and the plan
 call (its Python wrapper around it), on one_to_one 16x16 and 1x8 at 16x16; 20000 calls, a
-synchronize every 100 (host-bound rows: the GPU keeps up).
+synchronize every 100 (the GPU's pace where it is slower than the host), and the enqueue alone
+(each block of 100 calls timed from an empty queue, its synchronize outside).
 
     python3 tools/fastcall_probe.py
 """
 import cupy as cp
-from dispatch_probe import host_us  # (tools/ is the script's folder)
+from dispatch_probe import enqueue_us, host_us  # (tools/ is the script's folder)
 
 from xcorr_app import correlation_plan
 
@@ -14,7 +15,7 @@ from xcorr_app import correlation_plan
 def per_call_us(fn, n=20000):
     for _ in range(2000):  # warm-up
         fn()
-    return host_us(fn, n)
+    return host_us(fn, n), enqueue_us(fn, n)
 
 
 def main():
@@ -32,7 +33,8 @@ def main():
                  lambda: k.launch_on(s, a.data.ptr, b.data.ptr, out.data.ptr))]
         print(f"== {form} {ls} x {rs} {method} (zeroes first: {plan._zero})", flush=True)
         for label, fn in rows:
-            print(f"   {label:52s} {per_call_us(fn):6.2f} us", flush=True)
+            paced, alone = per_call_us(fn)
+            print(f"   {label:52s} {paced:6.2f} us (enqueue alone {alone:5.2f})", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,21 @@ template <class F> double per_launch_us(F launch, int n, cudaStream_t s) {
     return std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
 }
 
+// the enqueue alone: blocks of 100 launches, each timed from an empty queue, the synchronize
+// outside the timing (the figure above is the GPU's pace where that is slower than the host)
+template <class F> double enqueue_us(F launch, int n, cudaStream_t s) {
+    for (int i = 0; i < 1000; ++i) launch();
+    cudaStreamSynchronize(s);
+    double total = 0.0;
+    for (int b = 0; b < n / 100; ++b) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 100; ++i) launch();
+        total += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        cudaStreamSynchronize(s);
+    }
+    return total / (n / 100 * 100);
+}
+
 int main() {
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -33,6 +48,8 @@ int main() {
         double drv = per_launch_us([&] { cudaLaunchKernel((const void*)empty3, dim3(1), dim3(32), args, 0, s); }, 20000, s);
         double ms = per_launch_us([&] { cudaMemsetAsync(c, 0, 1024, s); }, 20000, s);
         std::printf("C++ host us per call: <<<>>> %.2f  cudaLaunchKernel %.2f  cudaMemsetAsync %.2f\n", rt, drv, ms);
+        double drv_alone = enqueue_us([&] { cudaLaunchKernel((const void*)empty3, dim3(1), dim3(32), args, 0, s); }, 20000, s);
+        std::printf("C++ enqueue alone us per call: cudaLaunchKernel %.2f\n", drv_alone);
     }
     // back to back with the GPU's pace: no syncs inside, events
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);

@@ -118,7 +118,9 @@ def test_warp_per_shift(form, shared):
     for lshape, rshape, max_shift in [((1, 1), None, None), ((5, 3), None, None),
                                       ((16, 16), None, None), ((31, 33), None, 3),
                                       ((64, 64), None, None), ((100, 37), None, (2, 40)),
-                                      ((31, 33), (7, 13), None), ((7, 13), (40, 70), 4)]:
+                                      ((31, 33), (7, 13), None), ((7, 13), (40, 70), 4),
+                                      ((37, 47), None, None),  # rows wider than a warp
+                                      ((200, 70), (7, 13), 4)]:  # a left too large to stage
         for count in counts_for(form):
             left, right, want = problem(form, lshape, count, max_shift, rshape)
             out = poisoned(cp, want.shape)

@@ -165,9 +165,13 @@ def configure_per_shift(form, left_shape, right_shape, max_shift, params):
         raise InputError(f"right matrices of {lay.right_shape} do not fit the "
                          f"{MAX_STAGED_BYTES // 1024} KiB of shared memory of the staged "
                          "variant")
+    stage_left = bool(params["shared"]) and smem + staged_bytes(lay.left_shape) <= \
+        MAX_STAGED_BYTES  # the left matrix too, where it fits beside the right one
+    if stage_left:
+        smem += staged_bytes(lay.left_shape)
     fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))
     grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
-    scalars = geom + (i32(lay.m), i32(lay.n_results))
+    scalars = geom + (i32(lay.m), i32(lay.n_results), i32(stage_left))
     return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
 
 
@@ -235,9 +239,10 @@ def warp_shuffle_xcorr(left, right, form="one_to_one", max_shift=None, out=None,
     return launch(configure_shuffle, left, right, form, max_shift, out, params)
 
 
-def staged_bytes(right_shape) -> int:
-    """Shared memory the shared warp-per-shift variant stages (one right matrix)."""
-    return 4 * int(right_shape[-2]) * int(right_shape[-1])
+def staged_bytes(shape) -> int:
+    """Bytes of shared memory one matrix of ``shape`` takes when the shared warp-per-shift
+    variant stages it (the right matrix always, the left one where both fit)."""
+    return 4 * int(shape[-2]) * int(shape[-1])
 
 
 def warp_per_shift_xcorr(left, right, form="one_to_one", max_shift=None, out=None, *,

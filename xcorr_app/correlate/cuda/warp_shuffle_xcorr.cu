@@ -277,23 +277,33 @@ warp_shuffle_block_xcorr(const float* __restrict__ left, const float* __restrict
 // Warp per shift (thesis, "Occupancy improvement"): for the smallest matrices one warp sums one
 // output element, its lanes striding over the overlap and reducing by xor-shuffle.  With SHARED,
 // the block's warps compute consecutive shifts of one result and first stage that result's right
-// matrix in shared memory (dynamic size right_h * right_w floats).
+// matrix in shared memory (right_h * right_w floats) and, where stage_left is set (it fits),
+// the left one after it, so every load of the sums is a shared-memory load.  Ours: a lane walks
+// the overlap by rows and columns, stepping 32 elements by a row and column step worked out once
+// (no division per element), four sums in flight (issue 24: on a 32x32 pair the per-element
+// division and the dependent global loads were most of the kernel's time).
 template <int FORM, bool SHARED>
 __global__ void __launch_bounds__(256)
 warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                      float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
-                     int out_h, int out_w, int shift_y0, int shift_x0, int m, int n_results) {
+                     int out_h, int out_w, int shift_y0, int shift_x0, int m, int n_results,
+                     int stage_left) {
     using namespace xcorr;
     extern __shared__ float staged[];
     const int lane = threadIdx.x;
     const int shift = blockIdx.x * blockDim.y + threadIdx.y;
     const bool active = shift < out_h * out_w;
-    const int iy = active ? shift / out_w : 0, ixo = active ? shift % out_w : 0;
+    const int iy = active ? shift / out_w : 0, ixo = active ? shift - iy * out_w : 0;
     const int ky = iy + shift_y0, kx = ixo + shift_x0;
     const int y_begin = max(0, -ky), y_end = min(right_h, left_h - ky);
     const int x_begin = max(0, -kx), x_end = min(right_w, left_w - kx);
     const int ny = max(0, y_end - y_begin), nx = max(0, x_end - x_begin);
     const int count = active ? ny * nx : 0;
+    // element e of the overlap is its row e / nx, column e % nx; a lane starts at e = lane and
+    // steps by 32 = sy rows and sx columns (sx < nx), carrying a column past the row's end
+    const int nxs = max(nx, 1);
+    const int sy = WARP / nxs, sx = WARP - sy * nxs;
+    const int y_lane = lane / nxs, x_lane = lane - y_lane * nxs;
     const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
     const size_t out_size = (size_t)out_h * out_w;
     const int tid = threadIdx.y * WARP + lane, n_threads = blockDim.y * WARP;
@@ -303,14 +313,42 @@ warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ r
         if (SHARED) {
             __syncthreads();  // the previous result's reads are done
             for (int i = tid; i < (int)right_size; i += n_threads) staged[i] = r[i];
+            if (stage_left)
+                for (int i = tid; i < (int)left_size; i += n_threads)
+                    staged[right_size + i] = l[i];
             __syncthreads();
             r = staged;
+            if (stage_left) l = staged + right_size;
         }
-        float sum = 0.0f;
-        for (int e = lane; e < count; e += WARP) {
-            const int y = y_begin + e / nx, x = x_begin + e % nx;
-            sum = fmaf(l[(size_t)(y + ky) * left_w + x + kx], r[(size_t)y * right_w + x], sum);
+        const float* lp = l + (size_t)(y_begin + ky) * left_w + x_begin + kx;
+        const float* rp = r + (size_t)y_begin * right_w + x_begin;
+        int y = y_lane, x = x_lane;
+        auto next = [&]() {
+            x += sx;
+            y += sy;
+            if (x >= nx) {
+                x -= nx;
+                ++y;
+            }
+        };
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int e = lane;
+        for (; e + 3 * WARP < count; e += 4 * WARP) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                s[k] = fmaf(lp[y * left_w + x], rp[y * right_w + x], s[k]);
+                next();
+            }
         }
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {  // the last 0 to 3 elements of this lane
+            if (e < count) {
+                s[k] = fmaf(lp[y * left_w + x], rp[y * right_w + x], s[k]);
+                next();
+                e += WARP;
+            }
+        }
+        float sum = (s[0] + s[1]) + (s[2] + s[3]);
 #pragma unroll
         for (int off = WARP / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, off);
         if (active && lane == 0) out[z * out_size + shift] = sum;
