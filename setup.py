@@ -1,5 +1,5 @@
 """The one compiled part of xcorr-app: the launch path of correlation plans
-(``xcorr_app/_cuda/_fastlaunch.c``, issue 24).  The metadata lives in ``pyproject.toml``;
+(``xcorr_app/_cuda/_fastlaunch*.c``, issue 24).  The metadata lives in ``pyproject.toml``;
 setuptools reads both.
 
 The extension is optional: ``pip install .`` builds it where a C compiler and Python's headers
@@ -10,7 +10,11 @@ on the device: ``python3 setup.py build_ext --inplace``.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("xcorr_app._cuda._fastlaunch", ["xcorr_app/_cuda/_fastlaunch.c"],
+SOURCES = ["xcorr_app/_cuda/_fastlaunch.c", "xcorr_app/_cuda/_fastlaunch_graph.c",
+           "xcorr_app/_cuda/_fastlaunch_dispatch.c"]
+
+setup(ext_modules=[Extension("xcorr_app._cuda._fastlaunch", SOURCES,
+                             depends=["xcorr_app/_cuda/_fastlaunch.h"],
                              libraries=["dl"], optional=True,
                              extra_compile_args=["-O2", "-Wall", "-Wextra",
                                                  "-Wno-unused-parameter",

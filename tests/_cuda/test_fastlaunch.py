@@ -1,10 +1,12 @@
-"""The compiled launch path of plans (``xcorr_app/_cuda/_fastlaunch.c``), on the CPU.
+"""The compiled launch path of plans (``xcorr_app/_cuda/_fastlaunch*.c``), on the CPU.
 
-The extension is compiled here from its source with the machine's C compiler and loaded in a
+The extension is compiled here from its sources with the machine's C compiler and loaded in a
 subprocess against a stub ``libcuda.so.1`` (compiled here too) that records every driver call:
 the pointers written into each step's parameter buffer, the grid, block, shared memory, stream
 and memset; ``NotImplemented`` without an error for every input the Python path refuses; the
-driver's errors; the constructor's validation; reference counts unchanged over many calls.
+driver's errors; the constructor's validation; reference counts unchanged over many calls;
+the one-graph launches (parameters set, then the graph launched; another stream or a refused
+update launches one by one); ``Dispatch``, a plan's call in C, against a stand-in plan.
 Then the Python side: ``fastlaunch()`` without libcuda or with ``XCORR_FASTLAUNCH=0``, and the
 ``xcorr info`` line.  The GPU tests are in ``tests/correlate/test_correlation_plan_fastlaunch.py``.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 SOURCE = Path(__file__).resolve().parents[2] / "xcorr_app" / "_cuda" / "_fastlaunch.c"
+SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c") for part in ("graph", "dispatch")]
 
 #: a libcuda.so.1 of the three functions the extension takes, recording each call
 STUB = r"""
@@ -35,7 +38,15 @@ typedef struct {
     unsigned char params[64];
 } Rec;
 Rec stub_log[16];
-int stub_count, stub_fail_launch, stub_fail_memset, stub_no_context;
+int stub_count, stub_fail_launch, stub_fail_memset, stub_no_context, stub_fail_set;
+int stub_nodes, stub_destroyed;
+
+typedef struct {  /* CUDA_KERNEL_NODE_PARAMS_v2 */
+    void *func;
+    unsigned int grid[3], block[3], shared;
+    void **kernel_params, **extra;
+    void *kern, *ctx;
+} KNP;
 
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned shared, void *stream, void **kp, void **extra)
@@ -58,6 +69,60 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
     if (buf) memcpy(r->params, buf, size < 64 ? size : 64);
     return 0;
 }
+
+static Rec *record_node(int kind, unsigned long long id, const KNP *p)
+{
+    void *buf = NULL;
+    size_t size = 0;
+    for (int i = 0; p->extra && p->extra[i]; i += 2) {
+        if (p->extra[i] == (void *)1) buf = p->extra[i + 1];
+        else if (p->extra[i] == (void *)2) size = *(size_t *)p->extra[i + 1];
+    }
+    Rec *r = &stub_log[stub_count++ % 16];
+    memset(r, 0, sizeof *r);
+    r->kind = kind; r->fn = id; r->ptr = (unsigned long long)p->func;
+    memcpy(r->grid, p->grid, sizeof r->grid); memcpy(r->block, p->block, sizeof r->block);
+    r->shared = p->shared; r->had_kernel_params = p->kernel_params != NULL;
+    r->param_size = size;
+    if (buf) memcpy(r->params, buf, size < 64 ? size : 64);
+    return r;
+}
+
+int cuGraphCreate(void **g, unsigned flags) { *g = (void *)0x6A; return 0; }
+
+int cuGraphAddKernelNode(void **node, void *g, void *const *deps, size_t n, const KNP *p)
+{
+    *node = (void *)(unsigned long long)(0x100 + stub_nodes++);
+    Rec *r = record_node(5, (unsigned long long)*node, p);
+    r->n = n;
+    r->stream = n ? (unsigned long long)deps[0] : 0;  /* the node it follows */
+    return 0;
+}
+
+int cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f)
+{
+    *e = (void *)0xE0;
+    return 0;
+}
+
+int cuGraphExecKernelNodeSetParams(void *e, void *node, const KNP *p)
+{
+    if (stub_fail_set)
+        return stub_fail_set;
+    record_node(3, (unsigned long long)node, p);
+    return 0;
+}
+
+int cuGraphLaunch(void *e, void *stream)
+{
+    Rec *r = &stub_log[stub_count++ % 16];
+    memset(r, 0, sizeof *r);
+    r->kind = 4; r->fn = (unsigned long long)e; r->stream = (unsigned long long)stream;
+    return 0;
+}
+
+int cuGraphExecDestroy(void *e) { stub_destroyed++; return 0; }
+int cuGraphDestroy(void *g) { stub_destroyed++; return 0; }
 
 int cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *stream)
 {
@@ -128,6 +193,8 @@ class Stub:
         self.fail_launch = ctypes.c_int.in_dll(lib, "stub_fail_launch")
         self.fail_memset = ctypes.c_int.in_dll(lib, "stub_fail_memset")
         self.no_context = ctypes.c_int.in_dll(lib, "stub_no_context")
+        self.fail_set = ctypes.c_int.in_dll(lib, "stub_fail_set")
+        self.destroyed = ctypes.c_int.in_dll(lib, "stub_destroyed")
         self.log = (Rec * 16).in_dll(lib, "stub_log")
 
     def since(self, start):
@@ -377,15 +444,140 @@ def check_compiled_call_from_prepared_launches(mod, stub):
     assert bytes(ker.params[24:28]) == np.int32(9).tobytes()
     assert not kernel._buf[:3].any()  # the compiled call writes a copy of its own
     plain = launch.compiled_call(FakeArray, ((4, 5), (4, 5), (3, 3)), 0, 0, kernel)
-    assert not plain.needs_workspace and plain.nsteps == 1
-    assert plain(left, right, out, 0) is out and params(stub.since(start)[-1], 3) == [LEFT,
-                                                                                      RIGHT, OUT]
+    assert not plain.needs_workspace and plain.nsteps == 1 and plain.graph  # a graph's call
+    assert plain(left, right, out, 0) is out
+    set_params, graph_launch = stub.since(start)[-2:]
+    assert set_params.kind == 3 and params(set_params, 3) == [LEFT, RIGHT, OUT]
+    assert set_params.ptr == 0xF00 and graph_launch.kind == 4
+    one_by_one = launch.compiled_call(FakeArray, ((4, 5), (4, 5), (3, 3)), 0, 0, kernel,
+                                      graph=False)
+    assert not one_by_one.graph and one_by_one(left, right, out, 0) is out
+    assert stub.since(start)[-1].kind == 1
     zeros = launch.compiled_call(FakeArray, ((4, 5), (4, 5), (3, 3)), 0, 36, None)
     assert zeros.nsteps == 1 and zeros(left, right, out, 0) is out
     assert stub.since(start)[-1].kind == 2
     refs = sys.getrefcount(kernel)
     del plain
     assert sys.getrefcount(kernel) == refs - 1  # held by the compiled call (keep)
+
+
+def check_graph_launches(mod, stub):
+    kernel = ("launch", 0xABC, (2, 1, 1), (32, 4, 1), 100, buffer(32, 24), 28, (0, 1, 2))
+    start = stub.count.value
+    fc = simple(mod, [kernel], graph=True)
+    assert fc.graph
+    (node,) = stub.since(start)  # made once: one kernel node
+    assert node.kind == 5 and node.n == 0 and node.ptr == 0xABC and node.param_size == 28
+    left, right, out = arrays()
+    start = stub.count.value
+    assert fc(left, right, out, 0x77) is out
+    set_params, launch = stub.since(start)
+    assert (set_params.kind, set_params.fn, set_params.ptr) == (3, node.fn, 0xABC)
+    assert params(set_params, 3) == [LEFT, RIGHT, OUT] and set_params.param_size == 28
+    assert bytes(set_params.params[24:28]) == np.int32(7).tobytes()  # the constants stay
+    assert list(set_params.grid) == [2, 1, 1] and list(set_params.block) == [32, 4, 1]
+    assert set_params.shared == 100 and not set_params.had_kernel_params
+    assert (launch.kind, launch.fn, launch.stream) == (4, 0xE0, 0x77)
+    # another stream: one by one (the graph stays on its stream); its stream again: the graph
+    start = stub.count.value
+    fc(left, right, out, 0x88)
+    fc(left, right, out, 0x77)
+    assert [(r.kind, r.stream) for r in stub.since(start)] == [(1, 0x88), (3, 0), (4, 0x77)]
+    # a parameter update refused: this call and every later one launched one by one
+    start = stub.count.value
+    stub.fail_set.value = 1
+    try:
+        assert fc(left, right, out, 0x77) is out
+    finally:
+        stub.fail_set.value = 0
+    assert fc(left, right, out, 0x77) is out and not fc.graph
+    assert [r.kind for r in stub.since(start)] == [1, 1]
+    # no graph where a memset comes first or no context is current
+    assert not simple(mod, graph=True).graph
+    stub.no_context.value = 1
+    try:
+        assert not simple(mod, [kernel], graph=True).graph
+    finally:
+        stub.no_context.value = 0
+    # a rearrangement and the kernel: two nodes in a chain, both set, one launch
+    start = stub.count.value
+    two = simple(mod, [("launch", 0x1, (1, 1, 1), (64, 1, 1), 0, buffer(16), 16, (1, 3)),
+                       ("launch", 0x2, (3, 2, 1), (32, 1, 1), 0, buffer(32), 24, [0, 3, 2])],
+                 graph=True)
+    first, second = stub.since(start)
+    assert (first.n, second.n, second.stream) == (0, 1, first.fn)
+    start = stub.count.value
+    assert two(left, right, out, 5, WS) is out
+    arrange, main, launch = stub.since(start)
+    assert (arrange.kind, arrange.fn, main.kind, main.fn) == (3, first.fn, 3, second.fn)
+    assert params(arrange, 2) == [RIGHT, WS] and params(main, 3) == [LEFT, WS, OUT]
+    assert (launch.kind, launch.stream) == (4, 5)
+    destroyed = stub.destroyed.value
+    del fc, two
+    assert stub.destroyed.value == destroyed + 4  # each graph and its executable
+
+
+def check_dispatch(mod, stub):
+    class Plan:
+        def __init__(self, fc):
+            self.fast_call, self._stream_ptr, self.calls = fc, lambda: 0x55, []
+
+        def python_call(self, left, right, out=None, stream=None):
+            """The Python path."""
+            self.calls.append((left, right, out, stream))
+            return "python"
+
+    Plan.__call__ = mod.Dispatch(Plan.python_call)
+    assert Plan.__call__.__wrapped__ is Plan.__dict__["python_call"]
+    assert Plan.__call__.__doc__ == "The Python path."
+    fc = simple(mod, [("launch", 0xABC, (1, 1, 1), (32, 1, 1), 0, buffer(32), 28, (0, 1, 2))])
+    plan = Plan(fc)
+    left, right, out = arrays()
+    start = stub.count.value
+    assert plan(left, right, out) is out and plan.calls == []
+    assert plan.__call__(left, right, out) is out and Plan.__call__(plan, left, right, out) is out
+    launches = stub.since(start)
+    assert [(r.kind, r.stream) for r in launches] == [(1, 0x55)] * 3
+    assert params(launches[0], 3) == [LEFT, RIGHT, OUT]
+    # every other call is the Python method's, with its arguments as given
+    calls = [((left, right), {}), ((left, right, None), {}), ((left, right, out, 7), {}),
+             ((left, right), {"out": out}), ((FakeArray((4, 6), LEFT), right, out), {}),
+             ((left, right, FakeArray((3, 4), OUT)), {})]
+    for args, kwargs in calls:
+        assert plan(*args, **kwargs) == "python"
+    assert plan.calls == [args + (None,) * (4 - len(args)) if not kwargs else
+                          (left, right, out, None) for args, kwargs in calls]
+    start = stub.count.value
+    for change in [dict(fast_call=None), dict(fast_call="fc"), dict(_stream_ptr=None),
+                   dict(_stream_ptr=lambda: "s"), dict(_stream_ptr=lambda: 1 / 0),
+                   dict(fast_call=simple(mod, [("launch", 0x2, (1, 1, 1), (32, 1, 1), 0,
+                                                 buffer(32), 24, [0, 3, 2])]))]:
+        other = Plan(fc)
+        other.__dict__.update(change)
+        assert other(left, right, out) == "python" and len(other.calls) == 1, change
+        assert sys.exc_info() == (None, None, None)
+    del other.fast_call
+    assert other(left, right, out) == "python"
+    stub.fail_launch.value = 700  # the driver refuses: the Python path's turn (it says why)
+    try:
+        assert plan(left, right, out) == "python"
+    finally:
+        stub.fail_launch.value = 0
+    assert stub.count.value == start
+    plan.calls.clear()
+    objs = [plan, left, right, out, fc, Plan.__dict__["__call__"]]
+    counts = [sys.getrefcount(x) for x in objs]
+    for _ in range(10000):
+        plan(left, right, out)
+        plan(left, right)
+        plan.calls.clear()
+    assert [sys.getrefcount(x) for x in objs] == counts
+    for bad in [(), (1, 2), ("not callable",)]:
+        try:
+            mod.Dispatch(*bad)
+        except TypeError:
+            continue
+        raise AssertionError(bad)
 
 
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]
@@ -428,7 +620,8 @@ if __name__ != "__main__":
         ext = tmp / ("_fastlaunch" + sysconfig.get_config_var("EXT_SUFFIX"))
         res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-Wextra",
                               "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-                              f"-I{include}", "-o", str(ext), str(SOURCE), "-ldl"],
+                              f"-I{include}", "-o", str(ext)] + [str(p) for p in SOURCES]
+                             + ["-ldl"],
                              capture_output=True, text=True)
         assert res.returncode == 0, res.stderr
         assert "warning" not in res.stderr, res.stderr

@@ -2,7 +2,9 @@
 bounded and full, and every kind of fast launch, bit for bit the Python path's result (the
 same plan with ``fast_call = None``) and the float64 definition's, outputs poisoned first; the
 same InputError for every bad input, with nothing launched; caller streams; many threads on
-one plan; reference counts unchanged over many calls; ``XCORR_FASTLAUNCH=0``.
+one plan; reference counts unchanged over many calls; ``XCORR_FASTLAUNCH=0``; the call in C
+(``Dispatch``) with its one-graph launches, new pointers every call, on the graph's stream,
+another stream and back.
 
 They need the extension built (``python3 setup.py build_ext --inplace``) and skip, saying
 so, without it.  The CPU tests of the extension: ``tests/_cuda/test_fastlaunch.py``.
@@ -11,6 +13,7 @@ so, without it.  The CPU tests of the extension: ``tests/_cuda/test_fastlaunch.p
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +111,41 @@ def test_gpu_compiled_call_equals_the_python_path_and_the_definition(compiled, r
         else:
             assert rel_error(result.get(), out_python.get()) <= 1e-6, plan
         assert rel_error(result.get(), want) <= 1e-5, plan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("form,lshape,rshape", CASES)
+def test_gpu_call_in_c_with_graph_launches(compiled, rng, spec, form, lshape, rshape):
+    import cupy as cp
+
+    from xcorr_app.correlate import CorrelationPlan
+
+    if spec.startswith(MANY_ONLY) and form == "one_to_one":
+        return
+    plan = correlation_plan(lshape, rshape, form, 3, device="gpu", method=spec)
+    if not plan.fast:
+        return
+    assert type(CorrelationPlan.__dict__["__call__"]).__name__ == "Dispatch"
+    python = correlation_plan(lshape, rshape, form, 3, device="gpu", method=plan.method)
+    python.fast_call = None
+    assert plan.fast_call.graph == (not plan._zero), plan  # a graph unless a memset is first
+    exact = not plan._launch.zero_first
+    other = cp.cuda.Stream(non_blocking=True)
+    for where in (nullcontext(), other, nullcontext()):  # the graph's stream, another, back
+        with where:
+            jobs = []
+            for _ in range(3):  # new arrays each call: the graph's parameters set each time
+                a, b = inputs(rng, lshape, rshape, cp)
+                out, want = poisoned(cp, plan.out_shape), poisoned(cp, plan.out_shape)
+                assert plan(a, b, out) is out
+                python(a, b, want)
+                jobs.append((a, b, out, want))
+            cp.cuda.get_current_stream().synchronize()
+        for a, b, out, want in jobs:
+            if exact:
+                assert same_bits(cp, out, want), plan
+            assert rel_error(out.get(), definition(a, b, form, 3)) <= 1e-5, plan
 
 
 def bad_calls(cp, plan):

@@ -38,66 +38,14 @@
  * steps' buffers are only read after construction, so calls from several threads need no
  * lock (the driver copies the parameters at the launch).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <dlfcn.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <string.h>
 
-typedef int CUresult;
-typedef void *CUfunction;
-typedef void *CUstream;
-typedef unsigned long long CUdeviceptr;
+#include "_fastlaunch.h"
 
-typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsigned int,
-                                    unsigned int, unsigned int, unsigned int, unsigned int,
-                                    CUstream, void **, void **);
-typedef CUresult (*memset_d8_async_t)(CUdeviceptr, unsigned char, size_t, CUstream);
-typedef CUresult (*get_error_name_t)(CUresult, const char **);
-typedef CUresult (*ctx_get_current_t)(void **);
-
-static launch_kernel_t cu_launch_kernel;
-static memset_d8_async_t cu_memset_d8_async;
-static get_error_name_t cu_get_error_name; /* optional: names the error */
-static ctx_get_current_t cu_ctx_get_current; /* optional: is there a context to launch in */
-
-/* cuda.h's markers in the ``extra`` array of cuLaunchKernel */
-#define PARAM_BUFFER_POINTER ((void *)(uintptr_t)1)
-#define PARAM_BUFFER_SIZE ((void *)(uintptr_t)2)
-#define PARAM_END ((void *)(uintptr_t)0)
-
-#define MAX_SLOTS 8
-#define MAX_STEPS 4            /* a memset, a rearrangement, the kernel: 3 at most today */
-#define MAX_PARAM_BYTES 4096   /* the driver's own limit on kernel parameters */
-enum { ROLE_LEFT, ROLE_RIGHT, ROLE_OUT, ROLE_WORKSPACE, N_ROLES };
+Driver drv;
 
 static PyObject *str_shape, *str_dtype, *str_c_contiguous, *str_data, *str_device_id, *str_ptr;
-
-typedef struct {
-    int is_launch;
-    size_t memset_bytes;
-    CUfunction fn;
-    unsigned int grid[3], block[3], shared;
-    Py_buffer view;  /* holds the buffer object (view.obj) */
-    int has_view;
-    size_t param_size;
-    int nslots;
-    int slots[MAX_SLOTS];
-} Step;
-
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *ndarray_type;
-    PyObject *left_shape, *right_shape, *out_shape;
-    PyObject *dtype;
-    PyObject *keep;
-    long device_id;
-    int needs_workspace;
-    Py_ssize_t nsteps;
-    Step *steps;
-} FastCall;
 
 /* ------------------------------------------------------------------ construction */
 
@@ -245,14 +193,16 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, 
 static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"ndarray_type", "left_shape", "right_shape", "out_shape",
-                             "dtype", "device_id", "steps", "keep", NULL};
+                             "dtype", "device_id", "steps", "keep", "graph", NULL};
     PyObject *nd, *ls, *rs, *os, *dtype, *steps, *seq, *keep = Py_None;
     long device_id;
+    int graph = 0;
     FastCall *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!OlO|O:FastCall", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!O!OlO|Op:FastCall", kwlist,
                                      &PyType_Type, &nd, &PyTuple_Type, &ls, &PyTuple_Type, &rs,
-                                     &PyTuple_Type, &os, &dtype, &device_id, &steps, &keep))
+                                     &PyTuple_Type, &os, &dtype, &device_id, &steps, &keep,
+                                     &graph))
         return NULL;
     if (device_id < 0) {
         PyErr_SetString(PyExc_ValueError, "device_id must be >= 0");
@@ -298,11 +248,15 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
                 self->needs_workspace = 1;
     }
     Py_DECREF(seq);
+    if (graph)
+        self->graph = graph_make(self);  /* NULL where it cannot be: launches one by one */
     return (PyObject *)self;
 }
 
 static void fastcall_dealloc(FastCall *self)
 {
+    graph_free(self->graph);
+    self->graph = NULL;
     free_steps(self);
     Py_XDECREF(self->ndarray_type);
     Py_XDECREF(self->left_shape);
@@ -372,9 +326,67 @@ fail:
 static PyObject *driver_error(const char *call, CUresult rc)
 {
     const char *name = NULL;
-    if (cu_get_error_name == NULL || cu_get_error_name(rc, &name) != 0 || name == NULL)
+    if (drv.get_error_name == NULL || drv.get_error_name(rc, &name) != 0 || name == NULL)
         name = "CUDA_ERROR";
     return PyErr_Format(PyExc_RuntimeError, "%s failed: %s (CUresult %d)", call, name, rc);
+}
+
+PyObject *fastcall_run(FastCall *self, PyObject *left, PyObject *right, PyObject *out,
+                       unsigned long long stream, CUdeviceptr workspace)
+{
+    CUdeviceptr ptrs[N_ROLES] = {0, 0, 0, workspace};
+    CUcontext ctx = NULL;
+    CUresult rc = 0;
+
+    if (!check_array(self, left, self->left_shape, &ptrs[ROLE_LEFT]) ||
+        !check_array(self, right, self->right_shape, &ptrs[ROLE_RIGHT]) ||
+        !check_array(self, out, self->out_shape, &ptrs[ROLE_OUT]))
+        Py_RETURN_NOTIMPLEMENTED;
+    if (drv.ctx_get_current != NULL) { /* a thread that has not touched CUDA yet */
+        if (drv.ctx_get_current(&ctx) != 0 || ctx == NULL)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* each launch's parameters in buffers of this call (the steps' own are only read), then
+     * the driver calls without the GIL */
+    uint64_t params[MAX_STEPS][MAX_PARAM_BYTES / 8];
+    size_t sizes[MAX_STEPS];
+    void *extra[MAX_STEPS][5];
+    const char *failed = NULL;
+    for (Py_ssize_t i = 0; i < self->nsteps; i++) {
+        Step *st = &self->steps[i];
+        if (!st->is_launch)
+            continue;
+        memcpy(params[i], st->view.buf, st->param_size);
+        for (int k = 0; k < st->nslots; k++)
+            memcpy((char *)params[i] + 8 * k, &ptrs[st->slots[k]], 8);
+        sizes[i] = st->param_size;
+        extra[i][0] = PARAM_BUFFER_POINTER;
+        extra[i][1] = params[i];
+        extra[i][2] = PARAM_BUFFER_SIZE;
+        extra[i][3] = &sizes[i];
+        extra[i][4] = PARAM_END;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (self->graph == NULL || !graph_launch(self->graph, self, extra, ctx, stream, &rc,
+                                             &failed)) {
+        for (Py_ssize_t i = 0; i < self->nsteps && rc == 0; i++) {
+            Step *st = &self->steps[i];
+            if (!st->is_launch) {
+                rc = drv.memset_d8_async(ptrs[ROLE_OUT], 0, st->memset_bytes,
+                                         (CUstream)(uintptr_t)stream);
+                failed = "cuMemsetD8Async";
+            } else {
+                rc = drv.launch_kernel(st->fn, st->grid[0], st->grid[1], st->grid[2],
+                                       st->block[0], st->block[1], st->block[2], st->shared,
+                                       (CUstream)(uintptr_t)stream, NULL, extra[i]);
+                failed = "cuLaunchKernel";
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        return driver_error(failed, rc);
+    return Py_NewRef(out);
 }
 
 static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
@@ -382,9 +394,8 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, 
 {
     FastCall *self = (FastCall *)callable;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    CUdeviceptr ptrs[N_ROLES] = {0, 0, 0, 0};
     unsigned long long stream;
-    CUresult rc;
+    CUdeviceptr workspace = 0;
 
     if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0) || nargs < 4 || nargs > 5) {
         PyErr_SetString(PyExc_TypeError, "FastCall takes (left, right, out, stream_ptr"
@@ -401,58 +412,11 @@ static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, 
     if (stream == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     if (nargs == 5) {
-        ptrs[ROLE_WORKSPACE] = PyLong_AsUnsignedLongLong(args[4]);
-        if (ptrs[ROLE_WORKSPACE] == (CUdeviceptr)-1 && PyErr_Occurred())
+        workspace = PyLong_AsUnsignedLongLong(args[4]);
+        if (workspace == (CUdeviceptr)-1 && PyErr_Occurred())
             return NULL;
     }
-    if (!check_array(self, args[0], self->left_shape, &ptrs[ROLE_LEFT]) ||
-        !check_array(self, args[1], self->right_shape, &ptrs[ROLE_RIGHT]) ||
-        !check_array(self, args[2], self->out_shape, &ptrs[ROLE_OUT]))
-        Py_RETURN_NOTIMPLEMENTED;
-    if (cu_ctx_get_current != NULL) { /* a thread that has not touched CUDA yet */
-        void *ctx = NULL;
-        if (cu_ctx_get_current(&ctx) != 0 || ctx == NULL)
-            Py_RETURN_NOTIMPLEMENTED;
-    }
-    /* each launch's parameters in buffers of this call (the steps' own are only read), then
-     * the driver calls without the GIL */
-    uint64_t params[MAX_STEPS][MAX_PARAM_BYTES / 8];
-    size_t sizes[MAX_STEPS];
-    void *extra[MAX_STEPS][5];
-    const char *failed = NULL;
-    rc = 0;
-    for (Py_ssize_t i = 0; i < self->nsteps; i++) {
-        Step *st = &self->steps[i];
-        if (!st->is_launch)
-            continue;
-        memcpy(params[i], st->view.buf, st->param_size);
-        for (int k = 0; k < st->nslots; k++)
-            memcpy((char *)params[i] + 8 * k, &ptrs[st->slots[k]], 8);
-        sizes[i] = st->param_size;
-        extra[i][0] = PARAM_BUFFER_POINTER;
-        extra[i][1] = params[i];
-        extra[i][2] = PARAM_BUFFER_SIZE;
-        extra[i][3] = &sizes[i];
-        extra[i][4] = PARAM_END;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < self->nsteps && rc == 0; i++) {
-        Step *st = &self->steps[i];
-        if (!st->is_launch) {
-            rc = cu_memset_d8_async(ptrs[ROLE_OUT], 0, st->memset_bytes,
-                                    (CUstream)(uintptr_t)stream);
-            failed = "cuMemsetD8Async";
-        } else {
-            rc = cu_launch_kernel(st->fn, st->grid[0], st->grid[1], st->grid[2], st->block[0],
-                                  st->block[1], st->block[2], st->shared,
-                                  (CUstream)(uintptr_t)stream, NULL, extra[i]);
-            failed = "cuLaunchKernel";
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (rc != 0)
-        return driver_error(failed, rc);
-    return Py_NewRef(args[2]);
+    return fastcall_run(self, args[0], args[1], args[2], stream, workspace);
 }
 
 static PyObject *fastcall_repr(FastCall *self)
@@ -472,14 +436,22 @@ static PyObject *fastcall_get_needs_workspace(FastCall *self, void *closure)
     return PyBool_FromLong(self->needs_workspace);
 }
 
+static PyObject *fastcall_get_graph(FastCall *self, void *closure)
+{
+    return PyBool_FromLong(graph_used(self->graph));
+}
+
 static PyGetSetDef fastcall_getset[] = {
+    {"graph", (getter)fastcall_get_graph, NULL,
+     "whether a call launches its kernels as one CUDA graph (made with graph=True, where the "
+     "driver has the entry points, no memset comes first and the graph could be made)", NULL},
     {"nsteps", (getter)fastcall_get_nsteps, NULL, "the number of steps", NULL},
     {"needs_workspace", (getter)fastcall_get_needs_workspace, NULL,
      "whether a call takes a workspace pointer (a fifth argument)", NULL},
     {NULL},
 };
 
-static PyTypeObject FastCallType = {
+PyTypeObject FastCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "xcorr_app._cuda._fastlaunch.FastCall",
     .tp_basicsize = sizeof(FastCall),
@@ -515,11 +487,29 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
                      why ? why : "no reason given");
         return NULL;
     }
-    cu_launch_kernel = (launch_kernel_t)dlsym(lib, "cuLaunchKernel");
-    cu_memset_d8_async = (memset_d8_async_t)dlsym(lib, "cuMemsetD8Async");
-    cu_get_error_name = (get_error_name_t)dlsym(lib, "cuGetErrorName");
-    cu_ctx_get_current = (ctx_get_current_t)dlsym(lib, "cuCtxGetCurrent");
-    if (cu_launch_kernel == NULL || cu_memset_d8_async == NULL) {
+    drv.launch_kernel = (__typeof__(drv.launch_kernel))dlsym(lib, "cuLaunchKernel");
+    drv.memset_d8_async = (__typeof__(drv.memset_d8_async))dlsym(lib, "cuMemsetD8Async");
+    drv.get_error_name = (__typeof__(drv.get_error_name))dlsym(lib, "cuGetErrorName");
+    drv.ctx_get_current = (__typeof__(drv.ctx_get_current))dlsym(lib, "cuCtxGetCurrent");
+    /* the graph entry points (all or none used): the _v2 ones where the driver has them (the
+     * struct is v2's, which v1's entry points read as well) */
+    drv.graph_create = (__typeof__(drv.graph_create))dlsym(lib, "cuGraphCreate");
+    drv.graph_add_kernel_node = (__typeof__(drv.graph_add_kernel_node))dlsym(
+        lib, "cuGraphAddKernelNode_v2");
+    if (drv.graph_add_kernel_node == NULL)
+        drv.graph_add_kernel_node = (__typeof__(drv.graph_add_kernel_node))dlsym(
+            lib, "cuGraphAddKernelNode");
+    drv.graph_instantiate = (__typeof__(drv.graph_instantiate))dlsym(lib,
+                                                                 "cuGraphInstantiateWithFlags");
+    drv.graph_exec_kernel_set = (__typeof__(drv.graph_exec_kernel_set))dlsym(
+        lib, "cuGraphExecKernelNodeSetParams_v2");
+    if (drv.graph_exec_kernel_set == NULL)
+        drv.graph_exec_kernel_set = (__typeof__(drv.graph_exec_kernel_set))dlsym(
+            lib, "cuGraphExecKernelNodeSetParams");
+    drv.graph_launch = (__typeof__(drv.graph_launch))dlsym(lib, "cuGraphLaunch");
+    drv.graph_exec_destroy = (__typeof__(drv.graph_exec_destroy))dlsym(lib, "cuGraphExecDestroy");
+    drv.graph_destroy = (__typeof__(drv.graph_destroy))dlsym(lib, "cuGraphDestroy");
+    if (drv.launch_kernel == NULL || drv.memset_d8_async == NULL) {
         dlclose(lib);
         PyErr_SetString(PyExc_ImportError, "libcuda.so.1 lacks cuLaunchKernel or "
                         "cuMemsetD8Async");
@@ -533,7 +523,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
         (str_device_id = PyUnicode_InternFromString("device_id")) == NULL ||
         (str_ptr = PyUnicode_InternFromString("ptr")) == NULL)
         return NULL;
-    if (PyType_Ready(&FastCallType) < 0)
+    if (PyType_Ready(&FastCallType) < 0 || dispatch_ready() < 0)
         return NULL;
     m = PyModule_Create(&fastlaunch_module);
     if (m == NULL)
@@ -541,6 +531,12 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     Py_INCREF(&FastCallType);
     if (PyModule_AddObject(m, "FastCall", (PyObject *)&FastCallType) < 0) {
         Py_DECREF(&FastCallType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&DispatchType);
+    if (PyModule_AddObject(m, "Dispatch", (PyObject *)&DispatchType) < 0) {
+        Py_DECREF(&DispatchType);
         Py_DECREF(m);
         return NULL;
     }

@@ -217,7 +217,7 @@ def fastlaunch():
         return None, f"built, not usable here: {exc}"
 
 
-def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None):
+def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None, graph=True):
     """One C callable doing a correlation plan call's checks and launches (:func:`fastlaunch`),
     or ``None`` where the compiled path is not available.
 
@@ -229,7 +229,10 @@ def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None):
     workspace_ptr])`` (the workspace where there is an ``arrange``), returns ``out``, or
     ``NotImplemented`` when an array is not a C-contiguous float32 ``ndarray`` of its shape on
     ``device_id`` (the caller's checked path then says what is wrong); a driver error raises
-    RuntimeError.
+    RuntimeError.  With ``graph`` (and no zeroing), the launches are made once into a CUDA
+    graph in the current context and each call sets their parameters and launches the graph
+    (``_fastlaunch_graph.c``: the GPU takes graph launches faster); its ``graph`` attribute
+    says whether it does.
     """
     module, _ = fastlaunch()
     launches = [] if kernel is None else \
@@ -242,4 +245,15 @@ def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None):
     steps += [k.fast_step(*roles) for k, roles in launches]
     return module.FastCall(ndarray, *(tuple(int(n) for n in s) for s in shapes),
                            np.dtype(np.float32), int(device_id), steps,
-                           tuple(k for k, _ in launches))  # the functions, the constants
+                           tuple(k for k, _ in launches),  # the functions, the constants
+                           graph=bool(graph))
+
+
+def compiled_dispatch(function):
+    """``function`` (a plan class's Python ``__call__``) wrapped by the compiled launch path's
+    ``Dispatch`` (``_fastlaunch_dispatch.c``: a call with ``out`` given, positionally, goes
+    from the caller to the plan's ``fast_call`` without a Python frame; every other call is
+    ``function``'s), or ``function`` itself where the compiled path is not available."""
+    module, _ = fastlaunch()
+    dispatch = getattr(module, "Dispatch", None)
+    return function if dispatch is None else dispatch(function)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..backend import compute_device, like_input, to_xp, xp_for
 from ..errors import InputError
-from ._correlation_plan import check_method_device, choose_method
+from ._plan_arguments import check_method_device, choose_method
 from ._plan_cache import cached_plan
 from ._forms import form_layout
 from ._plans import METHODS, Plan

@@ -33,60 +33,22 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from threading import get_ident
+from types import FunctionType
 
 import numpy as np
 
-from .._cuda.launch import compiled_call, current_stream_ptr_getter, stream_pointer
+from .._cuda.launch import (compiled_call, compiled_dispatch, current_stream_ptr_getter,
+                            stream_pointer)
 from ..backend import resolve_device
 from ..errors import InputError
 from ._candidates import plan_fits
-from ._direct import direct_is_small
 from ._forms import form_layout
 from ._overlap import c_contiguous
+from ._plan_arguments import check_method_device, choose_method, dtype_argument, shape_argument
 from ._plans import Plan, run_plan
 from ._shifts import normalize_max_shift, output_shape
 
-__all__ = ["CorrelationPlan", "correlation_plan", "choose_method", "check_method_device"]
-
-
-def choose_method(layout, max_shift, device: str, left=None, right=None, tune=False, calls=None):
-    """The plan ``method="auto"`` runs.
-
-    GPU: the planner's (:func:`~._planner.decide`, with ``tune`` and ``calls``); CPU: the
-    direct sum for bounded searches of little work, else the FFT.
-    """
-    if device == "gpu":
-        from ._planner import decide
-
-        return decide(left, right, layout.form, max_shift, tune=True if tune else None,
-                      calls=calls).plan
-    if max_shift is None:
-        return Plan("fft")
-    return Plan("direct" if direct_is_small(layout, max_shift) else "fft")
-
-
-def check_method_device(plan, device: str) -> None:
-    """Refuse a GPU kernel's plan (a :class:`Plan` or ``None`` for auto) on the CPU."""
-    if plan is not None and plan.on_gpu_only and device != "gpu":
-        raise InputError(f"method {plan.method!r} is a GPU kernel; use device='gpu' or method "
-                         "'direct' or 'fft'")
-
-
-def _shape(value, name) -> tuple:
-    try:
-        return tuple(int(n) for n in value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a tuple of ints, got {value!r}") from None
-
-
-def _dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise InputError(f"unknown dtype {dtype!r}") from None
-    if dt.kind not in "biuf":
-        raise InputError(f"dtype must be a real number type, got {dt}")
-    return dt
+__all__ = ["CorrelationPlan", "correlation_plan"]
 
 
 class CorrelationPlan:
@@ -132,11 +94,11 @@ class CorrelationPlan:
 
     def __init__(self, left_shape, right_shape, form="one_to_one", max_shift=None,
                  dtype="float32", device="auto", method="auto", *, sample=None):
-        self.left_shape = _shape(left_shape, "left_shape")
-        self.right_shape = _shape(right_shape, "right_shape")
+        self.left_shape = shape_argument(left_shape, "left_shape")
+        self.right_shape = shape_argument(right_shape, "right_shape")
         lay = form_layout(form, self.left_shape, self.right_shape)
         self.form, self.layout = form, lay
-        self.max_shift, self.dtype = normalize_max_shift(max_shift), _dtype(dtype)
+        self.max_shift, self.dtype = normalize_max_shift(max_shift), dtype_argument(dtype)
         self.device = resolve_device(device)
         plan = None if method is None or (isinstance(method, str) and method == "auto") \
             else Plan.parse(method)
@@ -184,6 +146,8 @@ class CorrelationPlan:
                                                         self.out_shape), self.device_id,
                                            self._zero and self._out_nbytes, cfg.kernel,
                                            cfg.arrange)
+            if self.fast_call is not None:
+                _call_in_c()
 
     def __repr__(self) -> str:
         where = "cpu" if self.device == "cpu" else f"gpu {self.device_id}"
@@ -439,6 +403,17 @@ class CorrelationPlan:
         from ._plan_graph import CorrelationGraph
 
         return CorrelationGraph(self, left, right, out)
+
+
+def _call_in_c() -> None:
+    """Once a plan has a compiled call, the class's ``__call__`` becomes the compiled path's
+    ``Dispatch`` of it (:func:`~xcorr_app._cuda.launch.compiled_dispatch`): a call with ``out``
+    given goes to ``fast_call`` without a Python frame (about 1 us of host time a call),
+    every other call to the Python method below.  Done here, not at import, so that importing
+    the package does not load the extension (and libcuda) where no GPU plan is made."""
+    call = CorrelationPlan.__dict__["__call__"]
+    if isinstance(call, FunctionType):  # not yet
+        CorrelationPlan.__call__ = compiled_dispatch(call)
 
 
 def correlation_plan(left_shape, right_shape, form="one_to_one", max_shift=None,
