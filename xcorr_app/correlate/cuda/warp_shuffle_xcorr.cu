@@ -283,7 +283,7 @@ warp_shuffle_block_xcorr(const float* __restrict__ left, const float* __restrict
 // (no division per element), four sums in flight (issue 24: on a 32x32 pair the per-element
 // division and the dependent global loads were most of the kernel's time).
 template <int FORM, bool SHARED>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(256)
 warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ right,
                      float* __restrict__ out, int left_h, int left_w, int right_h, int right_w,
                      int out_h, int out_w, int shift_y0, int shift_x0, int m, int n_results,
