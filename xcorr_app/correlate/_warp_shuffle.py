@@ -170,7 +170,7 @@ def configure_per_shift(form, left_shape, right_shape, max_shift, params):
     if stage_left:
         smem += staged_bytes(lay.left_shape)
     fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))
-    grid = (-(-(ho * wo) // SHIFT_WARPS), min(lay.n_results, MAX_GRID_Y), 1)
+    grid = (-(-wo // SHIFT_WARPS), min(ho, MAX_GRID_Y), min(lay.n_results, MAX_GRID_Z))
     scalars = geom + (i32(lay.m), i32(lay.n_results), i32(stage_left))
     return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
 

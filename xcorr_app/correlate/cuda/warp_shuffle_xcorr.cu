@@ -278,10 +278,13 @@ warp_shuffle_block_xcorr(const float* __restrict__ left, const float* __restrict
 // output element, its lanes striding over the overlap and reducing by xor-shuffle.  With SHARED,
 // the block's warps compute consecutive shifts of one result and first stage that result's right
 // matrix in shared memory (right_h * right_w floats) and, where stage_left is set (it fits),
-// the left one after it, so every load of the sums is a shared-memory load.  Ours: a lane walks
-// the overlap by rows and columns, stepping 32 elements by a row and column step worked out once
-// (no division per element), four sums in flight (issue 24: on a 32x32 pair the per-element
-// division and the dependent global loads were most of the kernel's time).
+// the left one after it, so every load of the sums is a shared-memory load.  Ours (issue 24: on
+// small pairs the kernel is bound by its instructions, about 500 a warp on a 32x32 pair): the
+// block's warps take consecutive x-shifts of one y-shift (grid: x-shift groups, y-shifts,
+// results), so no division finds a warp's shift; a lane walks the overlap by rows and columns,
+// stepping 32 elements by a row and column step found once (a reciprocal where the overlap is
+// narrower than a warp, nothing where it is wider), four sums in flight; the staging copies
+// float4s where the matrices are 16-byte aligned.
 template <int FORM, bool SHARED>
 __global__ void __launch_bounds__(256)
 warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ right,
@@ -289,68 +292,91 @@ warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ r
                      int out_h, int out_w, int shift_y0, int shift_x0, int m, int n_results,
                      int stage_left) {
     using namespace xcorr;
-    extern __shared__ float staged[];
+    extern __shared__ float4 staged4[];
+    float* staged = reinterpret_cast<float*>(staged4);
     const int lane = threadIdx.x;
-    const int shift = blockIdx.x * blockDim.y + threadIdx.y;
-    const bool active = shift < out_h * out_w;
-    const int iy = active ? shift / out_w : 0, ixo = active ? shift - iy * out_w : 0;
-    const int ky = iy + shift_y0, kx = ixo + shift_x0;
-    const int y_begin = max(0, -ky), y_end = min(right_h, left_h - ky);
+    const int ixo = blockIdx.x * blockDim.y + threadIdx.y;
+    const bool active_x = ixo < out_w;
+    const int kx = ixo + shift_x0;
     const int x_begin = max(0, -kx), x_end = min(right_w, left_w - kx);
-    const int ny = max(0, y_end - y_begin), nx = max(0, x_end - x_begin);
-    const int count = active ? ny * nx : 0;
+    const int nx = active_x ? max(0, x_end - x_begin) : 0;
     // element e of the overlap is its row e / nx, column e % nx; a lane starts at e = lane and
-    // steps by 32 = sy rows and sx columns (sx < nx), carrying a column past the row's end
-    const int nxs = max(nx, 1);
-    const int sy = WARP / nxs, sx = WARP - sy * nxs;
-    const int y_lane = lane / nxs, x_lane = lane - y_lane * nxs;
+    // steps by 32 = sy rows and sx columns (sx < nx), carrying a column past the row's end.
+    // Below a warp's width the quotients come from a reciprocal: exact, as (n + 0.5) / nx is
+    // at least 1 / 64 away from an integer and the reciprocal's error is below 1e-5 there.
+    int sy = 0, sx = WARP, y_lane = 0, x_lane = lane;
+    if (nx > 0 && nx <= WARP) {
+        const float inv = __frcp_rn((float)nx);
+        sy = __float2int_rz(((float)WARP + 0.5f) * inv);
+        sx = WARP - sy * nx;
+        y_lane = __float2int_rz(((float)lane + 0.5f) * inv);
+        x_lane = lane - y_lane * nx;
+    }
     const size_t left_size = (size_t)left_h * left_w, right_size = (size_t)right_h * right_w;
     const size_t out_size = (size_t)out_h * out_w;
     const int tid = threadIdx.y * WARP + lane, n_threads = blockDim.y * WARP;
-    for (int z = blockIdx.y; z < n_results; z += gridDim.y) {
+    for (int z = blockIdx.z; z < n_results; z += gridDim.z) {
         const float* l = left + left_of<FORM>(z, m) * left_size;
         const float* r = right + right_of<FORM>(z, m) * right_size;
         if (SHARED) {
             __syncthreads();  // the previous result's reads are done
-            for (int i = tid; i < (int)right_size; i += n_threads) staged[i] = r[i];
-            if (stage_left)
-                for (int i = tid; i < (int)left_size; i += n_threads)
-                    staged[right_size + i] = l[i];
+            const bool vec = ((right_size | (stage_left ? left_size : 0)) & 3) == 0 &&
+                             (((size_t)r | (stage_left ? (size_t)l : 0)) & 15) == 0;
+            if (vec) {
+                const float4* r4 = reinterpret_cast<const float4*>(r);
+                const float4* l4 = reinterpret_cast<const float4*>(l);
+                const int n4 = (int)(right_size >> 2);
+                for (int i = tid; i < n4; i += n_threads) staged4[i] = __ldg(r4 + i);
+                if (stage_left)
+                    for (int i = tid; i < (int)(left_size >> 2); i += n_threads)
+                        staged4[n4 + i] = __ldg(l4 + i);
+            } else {
+                for (int i = tid; i < (int)right_size; i += n_threads) staged[i] = r[i];
+                if (stage_left)
+                    for (int i = tid; i < (int)left_size; i += n_threads)
+                        staged[right_size + i] = l[i];
+            }
             __syncthreads();
             r = staged;
             if (stage_left) l = staged + right_size;
         }
-        const float* lp = l + (size_t)(y_begin + ky) * left_w + x_begin + kx;
-        const float* rp = r + (size_t)y_begin * right_w + x_begin;
-        int y = y_lane, x = x_lane;
-        auto next = [&]() {
-            x += sx;
-            y += sy;
-            if (x >= nx) {
-                x -= nx;
-                ++y;
-            }
-        };
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        int e = lane;
-        for (; e + 3 * WARP < count; e += 4 * WARP) {
+        for (int iy = blockIdx.y; iy < out_h; iy += gridDim.y) {
+            const int ky = iy + shift_y0;
+            const int y_begin = max(0, -ky), y_end = min(right_h, left_h - ky);
+            const int count = nx * max(0, y_end - y_begin);
+            const float* lp = l + (size_t)(y_begin + ky) * left_w + x_begin + kx;
+            const float* rp = r + (size_t)y_begin * right_w + x_begin;
+            int y = y_lane, x = x_lane;
+            auto next = [&]() {
+                x += sx;
+                y += sy;
+                if (x >= nx) {
+                    x -= nx;
+                    ++y;
+                }
+            };
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            int e = lane;
+            for (; e + 3 * WARP < count; e += 4 * WARP) {
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                s[k] = fmaf(lp[y * left_w + x], rp[y * right_w + x], s[k]);
-                next();
+                for (int k = 0; k < 4; ++k) {
+                    s[k] = fmaf(lp[y * left_w + x], rp[y * right_w + x], s[k]);
+                    next();
+                }
             }
+#pragma unroll
+            for (int k = 0; k < 3; ++k) {  // the last 0 to 3 elements of this lane
+                if (e < count) {
+                    s[k] = fmaf(lp[y * left_w + x], rp[y * right_w + x], s[k]);
+                    next();
+                    e += WARP;
+                }
+            }
+            float sum = (s[0] + s[1]) + (s[2] + s[3]);
+#pragma unroll
+            for (int off = WARP / 2; off > 0; off >>= 1)
+                sum += __shfl_xor_sync(FULL_MASK, sum, off);
+            if (active_x && lane == 0) out[z * out_size + (size_t)iy * out_w + ixo] = sum;
         }
-#pragma unroll
-        for (int k = 0; k < 3; ++k) {  // the last 0 to 3 elements of this lane
-            if (e < count) {
-                s[k] = fmaf(lp[y * left_w + x], rp[y * right_w + x], s[k]);
-                next();
-                e += WARP;
-            }
-        }
-        float sum = (s[0] + s[1]) + (s[2] + s[3]);
-#pragma unroll
-        for (int off = WARP / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, off);
-        if (active && lane == 0) out[z * out_size + shift] = sum;
     }
 }
