@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Session of 2026-11-23 (third), eighth call (issue 24): the whole GPU suite, the plan call's host
+# time (dispatch_probe plan, fastcall_probe) and the bench's pipeline rows, in one call.
+set -u -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+python3 setup.py -q build_ext --inplace > "$OUT/build_ext.txt" 2>&1
+python3 -m compileall -q xcorr_app tools >/dev/null 2>&1
+[ -f xcorr_app/_cuda/built/index.json ] || python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -1
+python3 -m xcorr_app.cli info 2>&1 | grep -E "compiled launch|shipped built"
+nproc; grep -m1 "model name" /proc/cpuinfo
+XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider \
+  -n 8 --maxfail=30 > "$OUT/pytest_gpu.txt" 2>&1; tail -2 "$OUT/pytest_gpu.txt"; grep -E "^FAILED" "$OUT/pytest_gpu.txt" | head
+timeout 130 python3 -m xcorr_app.cli bench xcorr --only one_to_one > "$OUT/bench_xcorr.txt" 2>&1
+timeout 60 python3 -m xcorr_app.cli bench xcorr --only 1x8 >> "$OUT/bench_xcorr.txt" 2>&1
+grep -E "^\| one_to|cost model vs tuned|^xcorr bench" "$OUT/bench_xcorr.txt" | cut -c1-220
+{ (cd tools && timeout 100 python3 dispatch_probe.py plan); (cd tools && timeout 150 python3 fastcall_probe.py); } > "$OUT/probes.txt" 2>&1
+grep -E "^==|plan call, out given \(compiled\)|GPU:|plan\(a, b, out\)" "$OUT/probes.txt"
