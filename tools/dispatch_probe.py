@@ -9,8 +9,8 @@ host microseconds per call, and (with ``profile``) the top of a cProfile of 2000
 host time into its parts (the driver's call alone, the pointer writes, the layers above).
 ``plan`` prints the host microseconds per call of a correlation plan (issue 24; target <= 4
 us) on the pipeline rows of the bench (one-to-one 16x16 to 64x64, 1x8 at 16x16 and 32x32):
-time.perf_counter over 10000 calls, the GPU's queue kept short (a synchronize every 100
-calls; the figure is the GPU's pace where that is slower), and the enqueue alone (the same
+time.perf_counter over 10000 calls in blocks of 100, the median block, the GPU's queue kept
+short (a synchronize every 100 calls; the figure is the GPU's pace where that is slower), and the enqueue alone (the same
 blocks of 100 calls, each timed from an empty queue without its synchronize), with the output given and allocated, through the compiled launch path
 (``plan.fast_call``, built by ``python3 setup.py build_ext --inplace``) and the Python path
 (the same plan with ``fast_call = None``) side by side, beside cross_correlate, run_plan (the
@@ -21,6 +21,7 @@ replay.
 """
 import cProfile
 import pstats
+import statistics
 import sys
 import time
 
@@ -64,33 +65,36 @@ def in_graph(fn, n=200):
     return cp.cuda.get_elapsed_time(start, stop) / n
 
 
-def host_us(fn, n=2000):
+def _blocks_us(fn, n, block, wait_inside):
+    """Median over blocks of ``block`` calls of the host microseconds per call (a busy host's
+    bursts fall in a few blocks: the median leaves them out), each block started from an
+    empty queue; with ``wait_inside`` its synchronize is timed too."""
+    stream = cp.cuda.get_current_stream()
     fn()
-    cp.cuda.get_current_stream().synchronize()
-    t = time.perf_counter()
-    for k in range(n):
-        fn()
-        if k % 100 == 99:
-            cp.cuda.get_current_stream().synchronize()
-    cp.cuda.get_current_stream().synchronize()
-    return (time.perf_counter() - t) / n * 1e6
+    stream.synchronize()
+    per = []
+    for _ in range(max(1, n // block)):
+        t = time.perf_counter()
+        for _ in range(block):
+            fn()
+        if wait_inside:
+            stream.synchronize()
+        per.append((time.perf_counter() - t) / block * 1e6)
+        stream.synchronize()
+    return statistics.median(per)
+
+
+def host_us(fn, n=2000):
+    """Host microseconds per call, the GPU's queue kept short (a synchronize every 100 calls,
+    timed): the GPU's pace where it is slower than the host."""
+    return _blocks_us(fn, n, 100, True)
 
 
 def enqueue_us(fn, n=2000, block=100):
     """Host microseconds per call spent in ``fn()`` itself: blocks of ``block`` calls timed from
     an empty queue, each synchronized *outside* the timing (what :func:`host_us` counts as well
     is the wait for the GPU, which is the GPU's pace where it is slower than the host)."""
-    stream = cp.cuda.get_current_stream()
-    fn()
-    stream.synchronize()
-    total = 0.0
-    for _ in range(max(1, n // block)):
-        t = time.perf_counter()
-        for _ in range(block):
-            fn()
-        total += time.perf_counter() - t
-        stream.synchronize()
-    return total / (max(1, n // block) * block) * 1e6
+    return _blocks_us(fn, n, block, False)
 
 
 def report(label, call, extra=""):

@@ -46,7 +46,15 @@ def main():
                       f"compiled call a graph: {fc.graph}; the plan's call: "
                       f"{type(call).__name__})", flush=True)
                 s = cp.cuda.get_current_stream().ptr
+                a2, b2, out2 = a.copy(), b.copy(), out.copy()
+                turn = [0]
+
+                def in_turn():  # new pointers every call: the graph's parameters set each time
+                    turn[0] ^= 1
+                    return plan(a, b, out) if turn[0] else plan(a2, b2, out2)
+
                 rows = [("plan(a, b, out)", lambda: plan(a, b, out)),
+                        ("plan(...), two sets of arrays in turn", in_turn),
                         ("the Python method around fast_call",
                          lambda: method_in_python(plan, a, b, out)),
                         ("fast_call(a, b, out, s) (a graph)", lambda: fc(a, b, out, s)),

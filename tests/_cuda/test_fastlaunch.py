@@ -478,11 +478,16 @@ def check_graph_launches(mod, stub):
     assert list(set_params.grid) == [2, 1, 1] and list(set_params.block) == [32, 4, 1]
     assert set_params.shared == 100 and not set_params.had_kernel_params
     assert (launch.kind, launch.fn, launch.stream) == (4, 0xE0, 0x77)
-    # another stream: one by one (the graph stays on its stream); its stream again: the graph
+    # another stream: one by one (the graph stays on its stream); its stream again: the graph,
+    # not updated where the pointers are those it holds; new pointers: updated
     start = stub.count.value
     fc(left, right, out, 0x88)
     fc(left, right, out, 0x77)
-    assert [(r.kind, r.stream) for r in stub.since(start)] == [(1, 0x88), (3, 0), (4, 0x77)]
+    other = FakeArray((3, 3), 0x3100)
+    assert fc(left, right, other, 0x77) is other
+    assert [(r.kind, r.stream) for r in stub.since(start)] == [(1, 0x88), (4, 0x77), (3, 0),
+                                                                (4, 0x77)]
+    assert params(stub.since(start)[2], 3) == [LEFT, RIGHT, 0x3100]
     # a parameter update refused: this call and every later one launched one by one
     start = stub.count.value
     stub.fail_set.value = 1

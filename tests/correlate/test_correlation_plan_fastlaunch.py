@@ -146,6 +146,21 @@ def test_gpu_call_in_c_with_graph_launches(compiled, rng, spec, form, lshape, rs
             if exact:
                 assert same_bits(cp, out, want), plan
             assert rel_error(out.get(), definition(a, b, form, 3)) <= 1e-5, plan
+    # two sets of arrays in turn (the graph updated every call), then the same arrays twice
+    # with new contents (not updated: the kernel reads the new data)
+    (a, b), (c, d) = inputs(rng, lshape, rshape, cp), inputs(rng, lshape, rshape, cp)
+    x, y = poisoned(cp, plan.out_shape), poisoned(cp, plan.out_shape)
+    for _ in range(2):
+        plan(a, b, x)
+        plan(c, d, y)
+    cp.cuda.get_current_stream().synchronize()
+    assert rel_error(x.get(), definition(a, b, form, 3)) <= 1e-5, plan
+    assert rel_error(y.get(), definition(c, d, form, 3)) <= 1e-5, plan
+    for _ in range(2):
+        cp.copyto(a, cp.asarray(rng.standard_normal(lshape).astype(np.float32)))
+        plan(a, b, x)
+        cp.cuda.get_current_stream().synchronize()
+        assert rel_error(x.get(), definition(a, b, form, 3)) <= 1e-5, plan
 
 
 def bad_calls(cp, plan):
