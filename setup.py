@@ -10,8 +10,8 @@ on the device: ``python3 setup.py build_ext --inplace``.
 
 from setuptools import Extension, setup
 
-SOURCES = ["xcorr_app/_cuda/_fastlaunch.c", "xcorr_app/_cuda/_fastlaunch_graph.c",
-           "xcorr_app/_cuda/_fastlaunch_dispatch.c"]
+SOURCES = [f"xcorr_app/_cuda/_fastlaunch{part}.c" for part in ("", "_steps", "_graph",
+                                                               "_dispatch")]
 
 setup(ext_modules=[Extension("xcorr_app._cuda._fastlaunch", SOURCES,
                              depends=["xcorr_app/_cuda/_fastlaunch.h"],

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 SOURCE = Path(__file__).resolve().parents[2] / "xcorr_app" / "_cuda" / "_fastlaunch.c"
-SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c") for part in ("graph", "dispatch")]
+SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c")
+                      for part in ("steps", "graph", "dispatch")]
 
 #: a libcuda.so.1 of the three functions the extension takes, recording each call
 STUB = r"""

@@ -1,18 +1,19 @@
 /* The compiled launch path of correlation plans (issue 24): a plan call's checks and its
  * driver launches in one C call.
  *
- * A CorrelationPlan call from Python costs about 5.8 us of host time back to back on an H100
- * server, of which the driver's cuLaunchKernel is 3 to 3.8 us; the rest is Python: the checks
- * of the arrays (type, shape, dtype, contiguity, device), the stream lookup, the pointer writes
- * into the packed parameter buffer under a lock, and the wrapper of the driver call.  A
- * FastCall does the same checks in C, writes the pointers and calls the driver through the
- * function pointers dlsym'd from libcuda.so.1 at import.
+ * A CorrelationPlan call from Python cost about 5.8 us of host time back to back on an H100
+ * server, of which the driver's cuLaunchKernel was 3 to 3.8 us; the rest was Python: the
+ * checks of the arrays (type, shape, dtype, contiguity, device), the stream lookup, the
+ * pointer writes into the packed parameter buffer under a lock, and the wrapper of the driver
+ * call.  A FastCall does the same checks in C, writes the pointers and calls the driver
+ * through the function pointers dlsym'd from libcuda.so.1 at import (_fastlaunch.h).  The
+ * other sources: _fastlaunch_steps.c (the steps read from Python), _fastlaunch_graph.c (the
+ * steps as one CUDA graph, updated and launched each call), _fastlaunch_dispatch.c (Dispatch:
+ * the plan's own call in C).  Importing it raises ImportError where libcuda.so.1 cannot be
+ * loaded.
  *
- * Nothing of CUDA is needed to build it: the two driver prototypes are declared here
- * (CUresult = int, handles = void*, CUdeviceptr = unsigned long long, as in cuda.h on 64-bit
- * hosts).  Importing it raises ImportError where libcuda.so.1 cannot be loaded.
- *
- * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps, keep=None)
+ * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps,
+ *          keep=None, graph=False)
  *   steps: a sequence of
  *     ("memset", nbytes)  -- cuMemsetD8Async(out, 0, nbytes, stream)
  *     ("launch", function_ptr, grid3, block3, shared_mem, buffer, param_size, slots)
@@ -21,7 +22,8 @@
  *           leading 8-byte pointer slot, which pointer goes there (0 left, 1 right, 2 out,
  *           3 workspace).
  *   numbers are Python ints; keep: any object held as long as this one (what owns the
- *   functions and the device arrays among the packed constants).
+ *   functions and the device arrays among the packed constants); graph: make the steps one
+ *   CUDA graph in the current context where that can be (the ``graph`` attribute says).
  * fc(left, right, out, stream_ptr[, workspace_ptr])
  *   checks left/right/out (isinstance of ndarray_type, shape == the expected tuple, dtype is
  *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id), and
@@ -36,7 +38,7 @@
  * GIL around the driver calls, which may block while the launch queue is full (CuPy's own
  * launch releases it too: other threads, and host callbacks that need the GIL, go on).  The
  * steps' buffers are only read after construction, so calls from several threads need no
- * lock (the driver copies the parameters at the launch).
+ * lock (the driver copies the parameters at the launch); the graph has a lock of its own.
  */
 #include <dlfcn.h>
 #include <string.h>
@@ -48,144 +50,6 @@ Driver drv;
 static PyObject *str_shape, *str_dtype, *str_c_contiguous, *str_data, *str_device_id, *str_ptr;
 
 /* ------------------------------------------------------------------ construction */
-
-static int parse_dims(PyObject *obj, unsigned int dims[3], const char *what)
-{
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (seq == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s must be a tuple of 3 positive ints", what);
-        return -1;
-    }
-    if (PySequence_Fast_GET_SIZE(seq) != 3) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "%s must be a tuple of 3 positive ints", what);
-        return -1;
-    }
-    for (int i = 0; i < 3; i++) {
-        unsigned long v = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (v == (unsigned long)-1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (v == 0 || v > 0xFFFFFFFFUL) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "%s must be a tuple of 3 positive ints", what);
-            return -1;
-        }
-        dims[i] = (unsigned int)v;
-    }
-    Py_DECREF(seq);
-    return 0;
-}
-
-static int parse_step(PyObject *item, Step *st, Py_ssize_t index)
-{
-    PyObject *kind, *fn, *grid, *block, *buffer, *slots, *seq;
-    unsigned long long fnptr, shared, param_size, nbytes;
-
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 ||
-        !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))) {
-        PyErr_Format(PyExc_TypeError, "step %zd must be a tuple ('memset', nbytes) or "
-                     "('launch', ...)", index);
-        return -1;
-    }
-    kind = PyTuple_GET_ITEM(item, 0);
-    if (PyUnicode_CompareWithASCIIString(kind, "memset") == 0) {
-        if (PyTuple_GET_SIZE(item) != 2) {
-            PyErr_Format(PyExc_TypeError, "step %zd: ('memset', nbytes)", index);
-            return -1;
-        }
-        nbytes = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
-        if (nbytes == (unsigned long long)-1 && PyErr_Occurred())
-            return -1;
-        st->is_launch = 0;
-        st->memset_bytes = (size_t)nbytes;
-        return 0;
-    }
-    if (PyUnicode_CompareWithASCIIString(kind, "launch") != 0 || PyTuple_GET_SIZE(item) != 8) {
-        PyErr_Format(PyExc_TypeError, "step %zd must be ('memset', nbytes) or ('launch', "
-                     "function, grid, block, shared_mem, buffer, param_size, slots)", index);
-        return -1;
-    }
-    fn = PyTuple_GET_ITEM(item, 1);
-    grid = PyTuple_GET_ITEM(item, 2);
-    block = PyTuple_GET_ITEM(item, 3);
-    buffer = PyTuple_GET_ITEM(item, 5);
-    slots = PyTuple_GET_ITEM(item, 7);
-    fnptr = PyLong_AsUnsignedLongLong(fn);
-    if (fnptr == (unsigned long long)-1 && PyErr_Occurred())
-        return -1;
-    if (fnptr == 0) {
-        PyErr_Format(PyExc_ValueError, "step %zd: the function pointer is 0", index);
-        return -1;
-    }
-    if (parse_dims(grid, st->grid, "grid") < 0 || parse_dims(block, st->block, "block") < 0)
-        return -1;
-    shared = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 4));
-    if (shared == (unsigned long long)-1 && PyErr_Occurred())
-        return -1;
-    if (shared > 0xFFFFFFFFULL) {
-        PyErr_Format(PyExc_ValueError, "step %zd: shared_mem too large", index);
-        return -1;
-    }
-    param_size = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 6));
-    if (param_size == (unsigned long long)-1 && PyErr_Occurred())
-        return -1;
-    seq = PySequence_Fast(slots, "slots must be a sequence of ints (0 left, 1 right, 2 out, "
-                                 "3 workspace)");
-    if (seq == NULL)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n < 1 || n > MAX_SLOTS) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "step %zd: 1 to %d pointer slots, got %zd", index,
-                     MAX_SLOTS, n);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long role = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
-        if (role == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (role < 0 || role >= N_ROLES) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "step %zd: slot role %ld is not 0 (left), 1 "
-                         "(right), 2 (out) or 3 (workspace)", index, role);
-            return -1;
-        }
-        st->slots[i] = (int)role;
-    }
-    Py_DECREF(seq);
-    st->nslots = (int)n;
-    if (PyObject_GetBuffer(buffer, &st->view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    st->has_view = 1;
-    if (param_size < 8 * (unsigned long long)n || param_size > (unsigned long long)st->view.len
-        || param_size > MAX_PARAM_BYTES) {
-        PyErr_Format(PyExc_ValueError, "step %zd: param_size %llu must hold the %zd pointers, "
-                     "fit the buffer of %zd bytes and be at most %d", index, param_size, n,
-                     st->view.len, MAX_PARAM_BYTES);
-        return -1;
-    }
-    st->is_launch = 1;
-    st->fn = (CUfunction)(uintptr_t)fnptr;
-    st->shared = (unsigned int)shared;
-    st->param_size = (size_t)param_size;
-    return 0;
-}
-
-static void free_steps(FastCall *self)
-{
-    if (self->steps != NULL) {
-        for (Py_ssize_t i = 0; i < self->nsteps; i++)
-            if (self->steps[i].has_view)
-                PyBuffer_Release(&self->steps[i].view);
-        PyMem_Free(self->steps);
-        self->steps = NULL;
-    }
-    self->nsteps = 0;
-}
 
 static PyObject *fastcall_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
                                      PyObject *kwnames);

@@ -1,6 +1,7 @@
-/* What the three sources of the compiled launch path share (_fastlaunch.c: the module, the
- * driver's entry points and FastCall; _fastlaunch_graph.c: FastCall's one-graph launches;
- * _fastlaunch_dispatch.c: Dispatch, a plan's call in C).  Nothing of CUDA is needed to build
+/* What the sources of the compiled launch path share (_fastlaunch.c: the module, the driver's
+ * entry points and FastCall; _fastlaunch_steps.c: its steps read from Python;
+ * _fastlaunch_graph.c: FastCall's one-graph launches; _fastlaunch_dispatch.c: Dispatch, a
+ * plan's call in C).  Nothing of CUDA is needed to build
  * it: the few driver types and prototypes are declared here (CUresult = int, handles = void*,
  * CUdeviceptr = unsigned long long, as in cuda.h on 64-bit hosts).
  */
@@ -101,6 +102,10 @@ extern PyTypeObject DispatchType;
  * refused). */
 PyObject *fastcall_run(FastCall *self, PyObject *left, PyObject *right, PyObject *out,
                        unsigned long long stream, CUdeviceptr workspace);
+
+/* _fastlaunch_steps.c: read step ``index`` (0, or -1 with an error set); release the steps */
+int parse_step(PyObject *item, Step *st, Py_ssize_t index);
+void free_steps(FastCall *self);
 
 /* _fastlaunch_dispatch.c: ready the Dispatch type (0, or -1 with an error set) */
 int dispatch_ready(void);

@@ -15,8 +15,9 @@ host time included):
 * the peers (CuPy FFT with its cached cuFFT plans, torch) back-to-back the same way.
 
 The same conventions as the rest of the bench: warm-up calls first (compilation, cuFFT plans,
-cuDNN's autotuning out of the figure), :data:`~xcorr_app.bench._common.ROUNDS` rounds in
-turns, the median of the rounds; each path's output is checked once against the CuPy FFT
+cuDNN's autotuning out of the figure), rounds in turns, the median of the rounds
+(:data:`PIPE_ROUNDS` of them: a round takes milliseconds here, and a virtual machine's host
+jitters by more than the rows differ); each path's output is checked once against the CuPy FFT
 peer's.
 
 Examples
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import statistics
 
-from ._common import ROUNDS, cell, fmt_ms, markdown_header, reason, relative_error
+from ._common import cell, fmt_ms, markdown_header, reason, relative_error
 
 __all__ = ["CALLS", "PIPE_PATHS", "pipelined", "back_to_back", "pipeline_figures",
            "pipeline_table"]
@@ -41,6 +42,8 @@ __all__ = ["CALLS", "PIPE_PATHS", "pipelined", "back_to_back", "pipeline_figures
 CALLS = 200
 #: warm-up calls before each measurement
 WARMUP = 3
+#: rounds of the pipeline figures (each path once a round; the median is reported)
+PIPE_ROUNDS = 9
 #: right matrices per left up to which a ``one_to_many`` row is "small"
 SMALL_M = 8
 #: the pipeline figures of a row: ours (a plan back-to-back, its graph replayed), the peers
@@ -122,7 +125,7 @@ def pipeline_figures(problem, plan, left, right, peers, want=None, rounds=None) 
             nas[path] = reason(exc)
             del fns[path]
     samples = {path: [] for path in fns}
-    for _ in range(ROUNDS if rounds is None else rounds):
+    for _ in range(PIPE_ROUNDS if rounds is None else rounds):
         for path, fn in fns.items():
             samples[path].append(back_to_back(fn))
     for path, times in samples.items():

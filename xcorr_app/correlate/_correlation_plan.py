@@ -81,7 +81,9 @@ class CorrelationPlan:
     **Threads and streams.** A plan may be called from several threads at once: a call reads
     the plan and writes nothing of it but the packed kernel arguments, which each launch
     writes and hands to the driver under a lock (the compiled call: a copy of its own, the
-    GIL released around the driver calls; the driver copies the arguments).  Each
+    GIL released around the driver calls; the driver copies the arguments; its CUDA graph is
+    updated and launched under a lock, and only on the stream of its last launch: a call on
+    another stream launches the kernels one by one, see ``docs/pipelines.md``).  Each
     call runs on ``stream`` (any CuPy stream, e.g. ``cupy.cuda.Stream(non_blocking=True)``) or,
     by default, on the current stream of the calling thread (``with stream:``), and never
     synchronizes: the result is ready when that stream reaches it, so read it on the same
