@@ -7,6 +7,9 @@ on relative errors (every candidate weighs the same: :data:`NEAR_WEIGHT`), write
 architecture fitted is also the generic fallback; families without data keep theirs), and prints per problem the plan the model picks among the measured candidates, its
 measured time and the ratio to the fastest measured.
 
+The few-pair kernel's ``chain`` and ``bytes`` coefficients were set afterwards from its graph
+replays (``cost_model.json``, ``adjusted``): a refit overwrites them; set them again.
+
 Usage: ``python tools/planner_fit.py [DATA.json] [--dry-run]`` (CPU only; needs SciPy).
 """
 

@@ -26,10 +26,10 @@ dimensionless rates and carry over between GPUs of one architecture):
     bytes read and written (inputs, outputs; the FFT's padded spectra) over the memory
     bandwidth.
 
-The few-pair kernel (``small``, not in the calibration data) is modelled analytically: its
-``chain`` is the cycles of the busiest SM (:func:`small_cycles`) and its coefficients are set
-by hand (``launch``: the one fitted for ``warp_per_shift``, whose call is the same one launch
-without a memset; ``chain`` and ``bytes``: 1, the features' own units).
+The few-pair kernel (``small``) is modelled analytically: its ``chain`` is the cycles of the
+busiest SM (:func:`small_cycles`); its ``chain`` and ``bytes`` coefficients come from its GPU
+time in graph replays (2.8-3.3 times the modelled cycles on an H100; ``cost_model.json``'s
+``adjusted`` says so), not from the fit, whose one-call timings hide it under the host's time.
 
 A GPU whose compute capability has no coefficients uses :data:`GENERIC` (the features already
 scale by its SM count, clock and memory bandwidth, from CuPy's device attributes).
