@@ -28,7 +28,7 @@ dimensionless rates and carry over between GPUs of one architecture):
 
 The few-pair kernel (``small``) is modelled analytically: its ``chain`` is the cycles of the
 busiest SM (:func:`small_cycles`); its ``chain`` and ``bytes`` coefficients come from its GPU
-time in graph replays (2.8-3.3 times the modelled cycles on an H100; ``cost_model.json``'s
+time in graph replays (2.3-3.3 times the modelled cycles on an H100, median 3; ``cost_model.json``'s
 ``adjusted`` says so), not from the fit, whose one-call timings hide it under the host's time.
 
 A GPU whose compute capability has no coefficients uses :data:`GENERIC` (the features already
