@@ -10,8 +10,7 @@ on the device: ``python3 setup.py build_ext --inplace``.
 
 from setuptools import Extension, setup
 
-SOURCES = [f"xcorr_app/_cuda/_fastlaunch{part}.c" for part in ("", "_steps", "_graph",
-                                                               "_dispatch")]
+SOURCES = [f"xcorr_app/_cuda/_fastlaunch{part}.c" for part in ("", "_steps", "_graph")]
 
 setup(ext_modules=[Extension("xcorr_app._cuda._fastlaunch", SOURCES,
                              depends=["xcorr_app/_cuda/_fastlaunch.h"],

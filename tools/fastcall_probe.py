@@ -1,10 +1,10 @@
 """Development probe (device): the host time of a plan call's layers (issue 24): the plan call
-(the call in C, ``Dispatch``, where built), the Python method around the compiled call, the
-compiled call alone as one CUDA graph (parameters set, graph launched) and launching its
-kernels one by one, and the driver launch from Python (CuPy's wrapper), on one_to_one 16x16
-and 32x32 and 1x8 at 16x16, on the
-legacy default stream (a Python caller's current stream unless it made another) and on a
-non-blocking stream; 20000 calls, a synchronize every 100 (the GPU's pace where it is slower
+(its Python method around the compiled call), the same with new arrays every call (two sets
+in turn: the graph's parameters set each time), the compiled call alone as one CUDA graph
+(parameters set when changed, graph launched) and launching its kernels one by one, and the
+driver launch from Python (CuPy's wrapper), on one_to_one 16x16 and 32x32 and 1x8 at 16x16,
+on the legacy default stream (a Python caller's current stream unless it made another) and on
+a non-blocking stream; 20000 calls, a synchronize every 100 (the GPU's pace where it is slower
 than the host), the enqueue alone (each block of 100 calls timed from an empty queue, its
 synchronize outside) and back to back (200 calls between two CUDA events, as the bench).
 
@@ -18,7 +18,6 @@ from dispatch_probe import enqueue_us, host_us  # (tools/ is the script's folder
 from xcorr_app import correlation_plan
 from xcorr_app._cuda.launch import compiled_call
 from xcorr_app.bench._xcorr_plans import back_to_back
-from xcorr_app.correlate import CorrelationPlan
 
 
 def per_call_us(fn, n=20000):
@@ -40,11 +39,8 @@ def main():
                 fc, k = plan.fast_call, plan._kernel
                 one_by_one = compiled_call(cp.ndarray, (ls, rs, plan.out_shape), plan.device_id,
                                            0, k, graph=False)
-                call = CorrelationPlan.__dict__["__call__"]
-                method_in_python = getattr(call, "__wrapped__", call)
                 print(f"== {form} {ls} x {rs} {method} (zeroes first: {plan._zero}; the "
-                      f"compiled call a graph: {fc.graph}; the plan's call: "
-                      f"{type(call).__name__})", flush=True)
+                      f"compiled call a graph: {fc.graph})", flush=True)
                 s = cp.cuda.get_current_stream().ptr
                 a2, b2, out2 = a.copy(), b.copy(), out.copy()
                 turn = [0]
@@ -55,8 +51,6 @@ def main():
 
                 rows = [("plan(a, b, out)", lambda: plan(a, b, out)),
                         ("plan(...), two sets of arrays in turn", in_turn),
-                        ("the Python method around fast_call",
-                         lambda: method_in_python(plan, a, b, out)),
                         ("fast_call(a, b, out, s) (a graph)", lambda: fc(a, b, out, s)),
                         ("fast_call one by one", lambda: one_by_one(a, b, out, s)),
                         ("kernel.launch_on (Python pack + CuPy driver call)",

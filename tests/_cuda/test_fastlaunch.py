@@ -6,7 +6,7 @@ the pointers written into each step's parameter buffer, the grid, block, shared 
 and memset; ``NotImplemented`` without an error for every input the Python path refuses; the
 driver's errors; the constructor's validation; reference counts unchanged over many calls;
 the one-graph launches (parameters set, then the graph launched; another stream or a refused
-update launches one by one); ``Dispatch``, a plan's call in C, against a stand-in plan.
+update launches one by one).
 Then the Python side: ``fastlaunch()`` without libcuda or with ``XCORR_FASTLAUNCH=0``, and the
 ``xcorr info`` line.  The GPU tests are in ``tests/correlate/test_correlation_plan_fastlaunch.py``.
 """
@@ -25,8 +25,7 @@ from pathlib import Path
 import numpy as np
 
 SOURCE = Path(__file__).resolve().parents[2] / "xcorr_app" / "_cuda" / "_fastlaunch.c"
-SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c")
-                      for part in ("steps", "graph", "dispatch")]
+SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c") for part in ("steps", "graph")]
 
 #: a libcuda.so.1 of the three functions the extension takes, recording each call
 STUB = r"""
@@ -521,69 +520,6 @@ def check_graph_launches(mod, stub):
     destroyed = stub.destroyed.value
     del fc, two
     assert stub.destroyed.value == destroyed + 4  # each graph and its executable
-
-
-def check_dispatch(mod, stub):
-    class Plan:
-        def __init__(self, fc):
-            self.fast_call, self._stream_ptr, self.calls = fc, lambda: 0x55, []
-
-        def python_call(self, left, right, out=None, stream=None):
-            """The Python path."""
-            self.calls.append((left, right, out, stream))
-            return "python"
-
-    Plan.__call__ = mod.Dispatch(Plan.python_call)
-    assert Plan.__call__.__wrapped__ is Plan.__dict__["python_call"]
-    assert Plan.__call__.__doc__ == "The Python path."
-    fc = simple(mod, [("launch", 0xABC, (1, 1, 1), (32, 1, 1), 0, buffer(32), 28, (0, 1, 2))])
-    plan = Plan(fc)
-    left, right, out = arrays()
-    start = stub.count.value
-    assert plan(left, right, out) is out and plan.calls == []
-    assert plan.__call__(left, right, out) is out and Plan.__call__(plan, left, right, out) is out
-    launches = stub.since(start)
-    assert [(r.kind, r.stream) for r in launches] == [(1, 0x55)] * 3
-    assert params(launches[0], 3) == [LEFT, RIGHT, OUT]
-    # every other call is the Python method's, with its arguments as given
-    calls = [((left, right), {}), ((left, right, None), {}), ((left, right, out, 7), {}),
-             ((left, right), {"out": out}), ((FakeArray((4, 6), LEFT), right, out), {}),
-             ((left, right, FakeArray((3, 4), OUT)), {})]
-    for args, kwargs in calls:
-        assert plan(*args, **kwargs) == "python"
-    assert plan.calls == [args + (None,) * (4 - len(args)) if not kwargs else
-                          (left, right, out, None) for args, kwargs in calls]
-    start = stub.count.value
-    for change in [dict(fast_call=None), dict(fast_call="fc"), dict(_stream_ptr=None),
-                   dict(_stream_ptr=lambda: "s"), dict(_stream_ptr=lambda: 1 / 0),
-                   dict(fast_call=simple(mod, [("launch", 0x2, (1, 1, 1), (32, 1, 1), 0,
-                                                 buffer(32), 24, [0, 3, 2])]))]:
-        other = Plan(fc)
-        other.__dict__.update(change)
-        assert other(left, right, out) == "python" and len(other.calls) == 1, change
-        assert sys.exc_info() == (None, None, None)
-    del other.fast_call
-    assert other(left, right, out) == "python"
-    stub.fail_launch.value = 700  # the driver refuses: the Python path's turn (it says why)
-    try:
-        assert plan(left, right, out) == "python"
-    finally:
-        stub.fail_launch.value = 0
-    assert stub.count.value == start
-    plan.calls.clear()
-    objs = [plan, left, right, out, fc, Plan.__dict__["__call__"]]
-    counts = [sys.getrefcount(x) for x in objs]
-    for _ in range(10000):
-        plan(left, right, out)
-        plan(left, right)
-        plan.calls.clear()
-    assert [sys.getrefcount(x) for x in objs] == counts
-    for bad in [(), (1, 2), ("not callable",)]:
-        try:
-            mod.Dispatch(*bad)
-        except TypeError:
-            continue
-        raise AssertionError(bad)
 
 
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]

@@ -8,9 +8,8 @@
  * call.  A FastCall does the same checks in C, writes the pointers and calls the driver
  * through the function pointers dlsym'd from libcuda.so.1 at import (_fastlaunch.h).  The
  * other sources: _fastlaunch_steps.c (the steps read from Python), _fastlaunch_graph.c (the
- * steps as one CUDA graph, updated and launched each call), _fastlaunch_dispatch.c (Dispatch:
- * the plan's own call in C).  Importing it raises ImportError where libcuda.so.1 cannot be
- * loaded.
+ * steps as one CUDA graph, updated and launched each call).  Importing it raises ImportError
+ * where libcuda.so.1 cannot be loaded.
  *
  * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps,
  *          keep=None, graph=False)
@@ -387,7 +386,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
         (str_device_id = PyUnicode_InternFromString("device_id")) == NULL ||
         (str_ptr = PyUnicode_InternFromString("ptr")) == NULL)
         return NULL;
-    if (PyType_Ready(&FastCallType) < 0 || dispatch_ready() < 0)
+    if (PyType_Ready(&FastCallType) < 0)
         return NULL;
     m = PyModule_Create(&fastlaunch_module);
     if (m == NULL)
@@ -395,12 +394,6 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     Py_INCREF(&FastCallType);
     if (PyModule_AddObject(m, "FastCall", (PyObject *)&FastCallType) < 0) {
         Py_DECREF(&FastCallType);
-        Py_DECREF(m);
-        return NULL;
-    }
-    Py_INCREF(&DispatchType);
-    if (PyModule_AddObject(m, "Dispatch", (PyObject *)&DispatchType) < 0) {
-        Py_DECREF(&DispatchType);
         Py_DECREF(m);
         return NULL;
     }

@@ -1,7 +1,6 @@
 /* What the sources of the compiled launch path share (_fastlaunch.c: the module, the driver's
  * entry points and FastCall; _fastlaunch_steps.c: its steps read from Python;
- * _fastlaunch_graph.c: FastCall's one-graph launches; _fastlaunch_dispatch.c: Dispatch, a
- * plan's call in C).  Nothing of CUDA is needed to build
+ * _fastlaunch_graph.c: FastCall's one-graph launches).  Nothing of CUDA is needed to build
  * it: the few driver types and prototypes are declared here (CUresult = int, handles = void*,
  * CUdeviceptr = unsigned long long, as in cuda.h on 64-bit hosts).
  */
@@ -95,7 +94,6 @@ typedef struct {
 } FastCall;
 
 extern PyTypeObject FastCallType;
-extern PyTypeObject DispatchType;
 
 /* One call's work after its arguments are parsed: ``out``, NotImplemented (a check failed, or
  * no current context: nothing launched, no error set), or NULL with RuntimeError (the driver
@@ -106,9 +104,6 @@ PyObject *fastcall_run(FastCall *self, PyObject *left, PyObject *right, PyObject
 /* _fastlaunch_steps.c: read step ``index`` (0, or -1 with an error set); release the steps */
 int parse_step(PyObject *item, Step *st, Py_ssize_t index);
 void free_steps(FastCall *self);
-
-/* _fastlaunch_dispatch.c: ready the Dispatch type (0, or -1 with an error set) */
-int dispatch_ready(void);
 
 /* _fastlaunch_graph.c */
 int graph_entry_points(void);  /* 1 where the driver has every graph entry point */

@@ -247,13 +247,3 @@ def compiled_call(ndarray, shapes, device_id, zero_bytes, kernel, arrange=None, 
                            np.dtype(np.float32), int(device_id), steps,
                            tuple(k for k, _ in launches),  # the functions, the constants
                            graph=bool(graph))
-
-
-def compiled_dispatch(function):
-    """``function`` (a plan class's Python ``__call__``) wrapped by the compiled launch path's
-    ``Dispatch`` (``_fastlaunch_dispatch.c``: a call with ``out`` given, positionally, goes
-    from the caller to the plan's ``fast_call`` without a Python frame; every other call is
-    ``function``'s), or ``function`` itself where the compiled path is not available."""
-    module, _ = fastlaunch()
-    dispatch = getattr(module, "Dispatch", None)
-    return function if dispatch is None else dispatch(function)

@@ -33,12 +33,10 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from threading import get_ident
-from types import FunctionType
 
 import numpy as np
 
-from .._cuda.launch import (compiled_call, compiled_dispatch, current_stream_ptr_getter,
-                            stream_pointer)
+from .._cuda.launch import compiled_call, current_stream_ptr_getter, stream_pointer
 from ..backend import resolve_device
 from ..errors import InputError
 from ._candidates import plan_fits
@@ -148,8 +146,6 @@ class CorrelationPlan:
                                                         self.out_shape), self.device_id,
                                            self._zero and self._out_nbytes, cfg.kernel,
                                            cfg.arrange)
-            if self.fast_call is not None:
-                _call_in_c()
 
     def __repr__(self) -> str:
         where = "cpu" if self.device == "cpu" else f"gpu {self.device_id}"
@@ -405,17 +401,6 @@ class CorrelationPlan:
         from ._plan_graph import CorrelationGraph
 
         return CorrelationGraph(self, left, right, out)
-
-
-def _call_in_c() -> None:
-    """Once a plan has a compiled call, the class's ``__call__`` becomes the compiled path's
-    ``Dispatch`` of it (:func:`~xcorr_app._cuda.launch.compiled_dispatch`): a call with ``out``
-    given goes to ``fast_call`` without a Python frame (about 1 us of host time a call),
-    every other call to the Python method below.  Done here, not at import, so that importing
-    the package does not load the extension (and libcuda) where no GPU plan is made."""
-    call = CorrelationPlan.__dict__["__call__"]
-    if isinstance(call, FunctionType):  # not yet
-        CorrelationPlan.__call__ = compiled_dispatch(call)
 
 
 def correlation_plan(left_shape, right_shape, form="one_to_one", max_shift=None,
