@@ -2,14 +2,7 @@
 # Session of 2026-11-23 (second), the final call: the compiled launch path built in place, the
 # shipped kernels built, the GPU suite, and the matching benches in the same call (xcorr bench
 # xcorr's pipeline rows, the --patches bench).  Logs under $OUT.
-set -u -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 setup.py -q build_ext --inplace >/tmp/build_ext.txt 2>&1
-python3 -m compileall -q xcorr_app tools >/dev/null 2>&1
-[ -f xcorr_app/_cuda/built/index.json ] || python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -1
+. tools/device_env.sh
 python3 -m xcorr_app.cli info 2>&1 | grep -E "compiled launch|shipped built"
 XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider \
   -n 8 --maxfail=30 > "$OUT/pytest_gpu.txt" 2>&1; tail -2 "$OUT/pytest_gpu.txt"

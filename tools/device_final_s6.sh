@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # Session of 2026-11-23 (third), the final call (issue 24): the whole GPU suite, the bench's
 # pipeline rows (one-to-one, 1x8) and the plan call's host time, in one call.  Logs under $OUT.
-set -u -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-python3 setup.py -q build_ext --inplace > "$OUT/build_ext.txt" 2>&1
-python3 -m compileall -q xcorr_app tools >/dev/null 2>&1
-[ -f xcorr_app/_cuda/built/index.json ] || python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -1
+. tools/device_env.sh
 nvidia-smi --query-gpu=name --format=csv,noheader; grep -m1 "model name" /proc/cpuinfo
 python3 -m xcorr_app.cli info 2>&1 | grep -E "compiled launch|shipped built"
 if [ "${SUITE:-1}" = 1 ]; then

@@ -1,0 +1,11 @@
+# Sourced by the device scripts (bash tools/device_*.sh on the device machine): $OUT made, the
+# carried wheels (.whl: Dask and the rest the device lacks) installed in /tmp/site, the compiled
+# launch path built in place, the shipped kernels built (compile_check --keep) where absent.
+set -u -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+python3 setup.py -q build_ext --inplace > "$OUT/build_ext.txt" 2>&1
+python3 -m compileall -q xcorr_app tools >/dev/null 2>&1
+[ -f xcorr_app/_cuda/built/index.json ] || python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -1
