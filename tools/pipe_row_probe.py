@@ -12,6 +12,7 @@ import cupy as cp
 from xcorr_app import correlation_plan
 from xcorr_app.bench import _xcorr as bx
 from xcorr_app.bench._xcorr_plans import back_to_back, pipeline_figures
+from xcorr_app.correlate._planner import heuristic
 
 
 def plan_alone(prob, left, right, label):
@@ -24,7 +25,7 @@ def plan_alone(prob, left, right, label):
 
 
 def figures(prob, left, right, label):
-    model = bx.heuristic(prob.layout(), prob.max_shift)[0][0]
+    model = heuristic(prob.layout(), prob.max_shift)[0][0]
     peers = {"cupy_fft": lambda: bx.cupy_fft_peer(left, right, prob.form, prob.max_shift),
              "torch": lambda: bx.torch_peer(left, right, prob.form, prob.max_shift)}
     ms = pipeline_figures(prob, model, left, right, peers)["ms"]
