@@ -9,10 +9,8 @@ timeout 80 python3 -m xcorr_app.cli bench xcorr --only 1x8 >> "$OUT/bench_xcorr.
 grep -E "^\| one_to|cost model vs tuned|^xcorr bench" "$OUT/bench_xcorr.txt" | cut -c1-175
 { (cd tools && timeout 100 python3 dispatch_probe.py plan); (cd tools && timeout 150 python3 fastcall_probe.py); } > "$OUT/probes.txt" 2>&1
 grep -E "^==|plan call, out given \(compiled\)|GPU:|plan\(" "$OUT/probes.txt" | cut -c1-150
-# the suite last: its runs may leave helper processes building cuFFT plans for a few seconds
-# (issue 26's build_later), which would share the GPU and the host with what runs next (the
-# 06:12 H200 call, suite first, gave 16x16 0.0043 ms back to back; the same bench row alone
-# on that machine 0.0032)
+# the suite last: the 06:12 H200 call, suite first, gave the 16x16 row 0.0043 ms back to back,
+# the same row alone on that machine 0.0032 (the cause not found: no xcorr process is left)
 if [ "${SUITE:-1}" = 1 ]; then
   XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider \
     -n 8 --maxfail=30 > "$OUT/pytest_gpu.txt" 2>&1; tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED" "$OUT/pytest_gpu.txt" | head
