@@ -8,7 +8,7 @@ architecture fitted is also the generic fallback; families without data keep the
 measured time and the ratio to the fastest measured.
 
 The few-pair kernel's ``chain`` and ``bytes`` coefficients were set afterwards from its graph
-replays (``cost_model.json``, ``adjusted``): a refit overwrites them; set them again.
+replays (``cost_model.json``, ``adjusted``): a refit keeps them and that note.
 
 Usage: ``python tools/planner_fit.py [DATA.json] [--dry-run]`` (CPU only; needs SciPy).
 """
@@ -106,10 +106,16 @@ def main():
     # families the data does not cover (the analytic few-pair kernel) keep their coefficients
     kept = model["architectures"].get(cc, {}).get("coefficients", {})
     coefs = {**{f: c for f, c in kept.items() if f not in coefs}, **coefs}
+    adjusted = model["architectures"].get(cc, {}).get("adjusted")
+    if adjusted and "small" in coefs:  # the few-pair kernel's, set from its graph replays
+        coefs["small"] = kept.get("small", coefs["small"])
+        print(f"kept the few-pair kernel's coefficients (adjusted: {adjusted[:60]}...)")
     model["architectures"][cc] = {
         "device": dev["name"], "sm_count": dev["sm_count"],
         "fitted": datetime.date.today().isoformat(),
         "source": f"tools/planner_fit.py {args.data}", "coefficients": coefs}
+    if adjusted:
+        model["architectures"][cc]["adjusted"] = adjusted
     model.setdefault(GENERIC, cc)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(model, indent=1) + "\n")

@@ -39,7 +39,7 @@ typedef struct {
 } Rec;
 Rec stub_log[16];
 int stub_count, stub_fail_launch, stub_fail_memset, stub_no_context, stub_fail_set;
-int stub_nodes, stub_destroyed;
+int stub_nodes, stub_destroyed, stub_capturing, stub_fail_graph_launch;
 
 typedef struct {  /* CUDA_KERNEL_NODE_PARAMS_v2 */
     void *func;
@@ -90,7 +90,8 @@ static Rec *record_node(int kind, unsigned long long id, const KNP *p)
 
 int cuGraphCreate(void **g, unsigned flags) { *g = (void *)0x6A; return 0; }
 
-int cuGraphAddKernelNode(void **node, void *g, void *const *deps, size_t n, const KNP *p)
+/* CUDA 12's drivers have the _v2 entry points, which the extension takes first */
+int cuGraphAddKernelNode_v2(void **node, void *g, void *const *deps, size_t n, const KNP *p)
 {
     *node = (void *)(unsigned long long)(0x100 + stub_nodes++);
     Rec *r = record_node(5, (unsigned long long)*node, p);
@@ -105,7 +106,7 @@ int cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f)
     return 0;
 }
 
-int cuGraphExecKernelNodeSetParams(void *e, void *node, const KNP *p)
+int cuGraphExecKernelNodeSetParams_v2(void *e, void *node, const KNP *p)
 {
     if (stub_fail_set)
         return stub_fail_set;
@@ -115,6 +116,8 @@ int cuGraphExecKernelNodeSetParams(void *e, void *node, const KNP *p)
 
 int cuGraphLaunch(void *e, void *stream)
 {
+    if (stub_fail_graph_launch)
+        return stub_fail_graph_launch;
     Rec *r = &stub_log[stub_count++ % 16];
     memset(r, 0, sizeof *r);
     r->kind = 4; r->fn = (unsigned long long)e; r->stream = (unsigned long long)stream;
@@ -122,6 +125,7 @@ int cuGraphLaunch(void *e, void *stream)
 }
 
 int cuGraphExecDestroy(void *e) { stub_destroyed++; return 0; }
+int cuStreamIsCapturing(void *stream, int *status) { *status = stub_capturing; return 0; }
 int cuGraphDestroy(void *g) { stub_destroyed++; return 0; }
 
 int cuMemsetD8Async(unsigned long long p, unsigned char v, size_t n, void *stream)
@@ -195,6 +199,8 @@ class Stub:
         self.no_context = ctypes.c_int.in_dll(lib, "stub_no_context")
         self.fail_set = ctypes.c_int.in_dll(lib, "stub_fail_set")
         self.destroyed = ctypes.c_int.in_dll(lib, "stub_destroyed")
+        self.capturing = ctypes.c_int.in_dll(lib, "stub_capturing")
+        self.fail_graph_launch = ctypes.c_int.in_dll(lib, "stub_fail_graph_launch")
         self.log = (Rec * 16).in_dll(lib, "stub_log")
 
     def since(self, start):
@@ -488,11 +494,23 @@ def check_graph_launches(mod, stub):
     assert [(r.kind, r.stream) for r in stub.since(start)] == [(1, 0x88), (4, 0x77), (3, 0),
                                                                 (4, 0x77)]
     assert params(stub.since(start)[2], 3) == [LEFT, RIGHT, 0x3100]
+    # the per-thread default stream (one handle, a stream per thread) and a stream being
+    # captured: one by one, and the graph stays where it was
+    start = stub.count.value
+    fc(left, right, out, 0x2)
+    stub.capturing.value = 1
+    try:
+        fc(left, right, out, 0x77)
+    finally:
+        stub.capturing.value = 0
+    fc(left, right, out, 0x77)  # (its parameters updated: its last launch had other's)
+    assert [(r.kind, r.stream) for r in stub.since(start)] == [(1, 0x2), (1, 0x77), (3, 0),
+                                                                (4, 0x77)]
     # a parameter update refused: this call and every later one launched one by one
     start = stub.count.value
     stub.fail_set.value = 1
     try:
-        assert fc(left, right, out, 0x77) is out
+        assert fc(left, right, other, 0x77) is other  # new pointers: an update
     finally:
         stub.fail_set.value = 0
     assert fc(left, right, out, 0x77) is out and not fc.graph
@@ -517,9 +535,23 @@ def check_graph_launches(mod, stub):
     assert (arrange.kind, arrange.fn, main.kind, main.fn) == (3, first.fn, 3, second.fn)
     assert params(arrange, 2) == [RIGHT, WS] and params(main, 3) == [LEFT, WS, OUT]
     assert (launch.kind, launch.stream) == (4, 5)
+    # a graph launch refused: the driver's error raised, later calls launched one by one
+    three = simple(mod, [kernel], graph=True)
+    stub.fail_graph_launch.value = 700
+    try:
+        three(left, right, out, 9)
+    except RuntimeError as exc:
+        assert "cuGraphLaunch failed: CUDA_ERROR_ILLEGAL_ADDRESS" in str(exc), exc
+    else:
+        raise AssertionError("no error")
+    finally:
+        stub.fail_graph_launch.value = 0
+    start = stub.count.value
+    assert three(left, right, out, 9) is out and not three.graph
+    assert [(r.kind, r.stream) for r in stub.since(start)] == [(1, 9)]
     destroyed = stub.destroyed.value
-    del fc, two
-    assert stub.destroyed.value == destroyed + 4  # each graph and its executable
+    del fc, two, three
+    assert stub.destroyed.value == destroyed + 6  # each graph and its executable
 
 
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]

@@ -324,7 +324,8 @@ PyTypeObject FastCallType = {
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, "
-              "steps, keep=None): a plan call's checks and launches in C; "
+              "steps, keep=None, graph=False): a plan call's checks and launches in C (with "
+              "graph, as one CUDA graph where it can); "
               "fc(left, right, out, stream_ptr[, workspace_ptr]) -> out or NotImplemented.",
     .tp_getset = fastcall_getset,
     .tp_new = fastcall_new,
@@ -372,6 +373,8 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     drv.graph_launch = (__typeof__(drv.graph_launch))dlsym(lib, "cuGraphLaunch");
     drv.graph_exec_destroy = (__typeof__(drv.graph_exec_destroy))dlsym(lib, "cuGraphExecDestroy");
     drv.graph_destroy = (__typeof__(drv.graph_destroy))dlsym(lib, "cuGraphDestroy");
+    drv.stream_is_capturing = (__typeof__(drv.stream_is_capturing))dlsym(lib,
+                                                                         "cuStreamIsCapturing");
     if (drv.launch_kernel == NULL || drv.memset_d8_async == NULL) {
         dlclose(lib);
         PyErr_SetString(PyExc_ImportError, "libcuda.so.1 lacks cuLaunchKernel or "

@@ -50,7 +50,11 @@ typedef struct {
     CUresult (*graph_launch)(CUgraphExec, CUstream);
     CUresult (*graph_exec_destroy)(CUgraphExec);
     CUresult (*graph_destroy)(CUgraph);
+    CUresult (*stream_is_capturing)(CUstream, int *);        /* optional */
 } Driver;
+
+/* cuda.h's CU_STREAM_PER_THREAD handle */
+#define STREAM_PER_THREAD 0x2ULL
 
 extern Driver drv;
 

@@ -9,9 +9,11 @@
  * graph launches and 4.4-4.7 us between stream launches.
  *
  * A graph launch is ordered behind the graph's previous launch, whichever stream that was
- * on: to keep calls on different streams independent, the graph is used while the calls stay
- * on the stream of its last launch, and a call on another stream launches its kernels one by
- * one (the graph then stays on its stream).  The parameter update and the launch are one step
+ * on: to keep calls on different streams independent, the graph serves the stream of its first
+ * launch, and a call on another stream launches its kernels one by one (as fast as before
+ * graphs).  So do calls on the per-thread default stream (one handle, a stream per thread),
+ * calls on a stream being captured (the kernels go into the capture as before), and every
+ * call after the driver refused a parameter update or a graph launch.  The parameter update and the launch are one step
  * under a lock (threads share the graph).  Plans whose call zeroes the output first (a
  * memset) launch one by one.  A call whose parameters are those of the graph's last launch
  * (a pipeline that refills the same buffers) launches the graph without updating it.
@@ -27,7 +29,7 @@ struct GraphLaunch {
     CUcontext ctx;              /* the context it was made in */
     unsigned long long stream;  /* of its last launch */
     int launched;               /* launched at least once */
-    int broken;                 /* a parameter update was refused: not used any more */
+    int broken;                 /* an update or a launch was refused: not used any more */
     PyThread_type_lock lock;
     void *last[MAX_STEPS];      /* each node's parameters as last set (param_size bytes) */
 };
@@ -124,10 +126,16 @@ int graph_launch(GraphLaunch *g, const FastCall *fc, void *extra[][5], CUcontext
 {
     int launched = 0;
 
-    if (ctx != g->ctx)
+    if (ctx != g->ctx || stream == STREAM_PER_THREAD)
         return 0;
+    if (drv.stream_is_capturing != NULL) {
+        int status = 0;
+        if (drv.stream_is_capturing((CUstream)(uintptr_t)stream, &status) != 0 || status != 0)
+            return 0;  /* being captured (or unknown): the kernels, one by one */
+    }
     PyThread_acquire_lock(g->lock, WAIT_LOCK);
-    if (!g->broken && (!g->launched || g->stream == stream)) {
+    if (!__atomic_load_n(&g->broken, __ATOMIC_RELAXED) &&
+        (!g->launched || g->stream == stream)) {
         CUresult r = 0;
         for (Py_ssize_t i = 0; i < fc->nsteps && r == 0; i++) {
             const size_t size = fc->steps[i].param_size;
@@ -139,13 +147,18 @@ int graph_launch(GraphLaunch *g, const FastCall *fc, void *extra[][5], CUcontext
                 memcpy(g->last[i], extra[i][1], size);
         }
         if (r != 0) {
-            g->broken = 1;  /* the caller launches one by one, now and from now on */
+            /* the caller launches one by one, now and from now on */
+            __atomic_store_n(&g->broken, 1, __ATOMIC_RELAXED);
         } else {
             *rc = drv.graph_launch(g->exec, (CUstream)(uintptr_t)stream);
             *failed = "cuGraphLaunch";
-            g->launched = 1;
-            g->stream = stream;
             launched = 1;
+            if (*rc == 0) {
+                g->launched = 1;
+                g->stream = stream;
+            } else {  /* the error goes to the caller; later calls launch one by one */
+                __atomic_store_n(&g->broken, 1, __ATOMIC_RELAXED);
+            }
         }
     }
     PyThread_release_lock(g->lock);
@@ -154,5 +167,5 @@ int graph_launch(GraphLaunch *g, const FastCall *fc, void *extra[][5], CUcontext
 
 int graph_used(const GraphLaunch *g)
 {
-    return g != NULL && !g->broken;
+    return g != NULL && !__atomic_load_n(&g->broken, __ATOMIC_RELAXED);
 }

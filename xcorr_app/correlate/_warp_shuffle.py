@@ -170,9 +170,10 @@ def configure_per_shift(form, left_shape, right_shape, max_shift, params):
     if stage_left:
         smem += staged_bytes(lay.left_shape)
     fn = WARP_PER_SHIFT.get(lay.form_id, bool(params["shared"]))
-    grid = (-(-wo // SHIFT_WARPS), min(ho, MAX_GRID_Y), min(lay.n_results, MAX_GRID_Z))
+    warps = max(1, min(SHIFT_WARPS, wo))  # a block's warps: x-shifts of one y-shift
+    grid = (-(-wo // warps), min(ho, MAX_GRID_Y), min(lay.n_results, MAX_GRID_Z))
     scalars = geom + (i32(lay.m), i32(lay.n_results), i32(stage_left))
-    return fn, grid, (32, SHIFT_WARPS, 1), scalars, smem, False, out_shape
+    return fn, grid, (32, warps, 1), scalars, smem, False, out_shape
 
 
 def configure_shuffle(form, left_shape, right_shape, max_shift, params):

@@ -344,8 +344,9 @@ warp_per_shift_xcorr(const float* __restrict__ left, const float* __restrict__ r
             const int ky = iy + shift_y0;
             const int y_begin = max(0, -ky), y_end = min(right_h, left_h - ky);
             const int count = nx * max(0, y_end - y_begin);
-            const float* lp = l + (size_t)(y_begin + ky) * left_w + x_begin + kx;
-            const float* rp = r + (size_t)y_begin * right_w + x_begin;
+            // the overlap's first element (offsets of 0 where there is none: never read)
+            const float* lp = l + (count ? (size_t)(y_begin + ky) * left_w + x_begin + kx : 0);
+            const float* rp = r + (count ? (size_t)y_begin * right_w + x_begin : 0);
             int y = y_lane, x = x_lane;
             auto next = [&]() {
                 x += sx;
