@@ -304,6 +304,29 @@ def check_bad_inputs_not_implemented(mod, stub):
     assert named(*strs, 0) is strs[2]
 
 
+def check_same_array_again(mod, stub):
+    """The same live array again: only its shape and contiguity read (they may change in
+    place); a new array is checked in full; a dead one's successor is not taken for it."""
+    fc = simple(mod, [("launch", 0xABC, (1, 1, 1), (32, 1, 1), 0, buffer(32), 28, (0, 1, 2))])
+    left, right, out = arrays()
+    start = stub.count.value
+    assert fc(left, right, out, 0) is out
+    left.dtype = np.float64  # what a CuPy array cannot do: not read again for the same array
+    assert fc(left, right, out, 0) is out
+    left.shape = (5, 4)  # reshaped in place: refused
+    assert fc(left, right, out, 0) is NotImplemented
+    left.shape = (4, 5)
+    left._c_contiguous = False
+    assert fc(left, right, out, 0) is NotImplemented
+    other = FakeArray((4, 5), 0x7000, np.float64)  # a new array: checked in full
+    assert fc(other, right, out, 0) is NotImplemented
+    del left
+    fresh = FakeArray((4, 5), 0x7100)
+    assert fc(fresh, right, out, 0) is out
+    launches = stub.since(start)
+    assert [params(r, 1)[0] for r in launches] == [LEFT, LEFT, 0x7100]
+
+
 def check_driver_errors(mod, stub):
     fc = simple(mod)
     left, right, out = arrays()

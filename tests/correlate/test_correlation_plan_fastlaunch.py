@@ -219,6 +219,26 @@ def test_gpu_compiled_call_refuses_what_the_python_path_refuses(compiled, form, 
 
 
 @pytest.mark.gpu
+def test_gpu_compiled_call_same_array_reshaped_in_place(compiled, rng):
+    """The compiled call reads only the shape and contiguity of the array it saw last: an
+    array reshaped in place is refused as before, and the same arrays again still work."""
+    import cupy as cp
+
+    plan = correlation_plan((12, 20), (12, 20), max_shift=3, device="gpu",
+                            method="warp_per_shift:shared=1")
+    a, b = inputs(rng, (12, 20), (12, 20), cp)
+    out = poisoned(cp, plan.out_shape)
+    assert plan(a, b, out) is out
+    a.shape = (20, 12)
+    with pytest.raises(InputError, match="left has shape"):
+        plan(a, b, out)
+    a.shape = (12, 20)
+    again = poisoned(cp, plan.out_shape)
+    assert plan(a, b, again) is again
+    assert rel_error(again.get(), definition(a, b, "one_to_one", 3)) <= 1e-5
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("form,lshape,rshape,spec", PLANS)
 def test_gpu_compiled_call_on_caller_streams(compiled, rng, form, lshape, rshape, spec):
     import cupy as cp

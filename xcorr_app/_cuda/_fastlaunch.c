@@ -25,7 +25,9 @@
  *   CUDA graph in the current context where that can be (the ``graph`` attribute says).
  * fc(left, right, out, stream_ptr[, workspace_ptr])
  *   checks left/right/out (isinstance of ndarray_type, shape == the expected tuple, dtype is
- *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id), and
+ *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id; for the
+ *   same live array as the last call's in its role, shape and _c_contiguous only: a CuPy
+ *   array's data, dtype and device are read-only), and
  *   returns NotImplemented without raising if any check fails (the caller then runs its
  *   checked path, which says what is wrong); also NotImplemented where the calling thread
  *   has no current CUDA context yet (the Python path, through the runtime, goes on as it
@@ -120,6 +122,8 @@ static void fastcall_dealloc(FastCall *self)
 {
     graph_free(self->graph);
     self->graph = NULL;
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(self->seen[i]);
     free_steps(self);
     Py_XDECREF(self->ndarray_type);
     Py_XDECREF(self->left_shape);
@@ -132,31 +136,67 @@ static void fastcall_dealloc(FastCall *self)
 
 /* ------------------------------------------------------------------ the call */
 
-/* 1: the array passes the checks and *ptr is its device pointer; 0: it does not (no error
- * set: whatever went wrong, the caller's checked path says it) */
-static int check_array(FastCall *self, PyObject *a, PyObject *shape, CUdeviceptr *ptr)
+/* 1: ``a``'s shape equals ``shape`` and it is C-contiguous; 0: not (no error set) */
+static int layout_ok(PyObject *a, PyObject *shape)
 {
-    PyObject *v, *data;
+    PyObject *v;
     int ok;
-    long dev;
 
-    if (!PyObject_TypeCheck(a, (PyTypeObject *)self->ndarray_type))
-        return 0;
     if ((v = PyObject_GetAttr(a, str_shape)) == NULL)
         goto fail;
     ok = PyObject_RichCompareBool(v, shape, Py_EQ);
     Py_DECREF(v);
     if (ok != 1)
         goto fail;
-    if ((v = PyObject_GetAttr(a, str_dtype)) == NULL)
-        goto fail;
-    ok = v == self->dtype ? 1 : PyObject_RichCompareBool(v, self->dtype, Py_EQ);
-    Py_DECREF(v);
-    if (ok != 1)
-        goto fail;
     if ((v = PyObject_GetAttr(a, str_c_contiguous)) == NULL)
         goto fail;
     ok = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (ok != 1)
+        goto fail;
+    return 1;
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+/* 1 if ``ref`` (a weak reference or NULL) refers to ``a``, alive */
+static int is_seen(PyObject *ref, PyObject *a)
+{
+    if (ref == NULL)
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XDECREF(obj);  /* only its identity is compared */
+    return obj == a;
+#else
+    return PyWeakref_GetObject(ref) == a;
+#endif
+}
+
+/* 1: the array passes the checks and *ptr is its device pointer; 0: it does not (no error
+ * set: whatever went wrong, the caller's checked path says it) */
+static int check_array(FastCall *self, int role, PyObject *a, PyObject *shape, CUdeviceptr *ptr)
+{
+    PyObject *v, *data, *ref;
+    int ok;
+    long dev;
+
+    if (is_seen(self->seen[role], a)) {  /* the same live array as the last call's */
+        if (!layout_ok(a, shape))
+            return 0;
+        *ptr = self->seen_ptr[role];
+        return 1;
+    }
+    if (!PyObject_TypeCheck(a, (PyTypeObject *)self->ndarray_type) || !layout_ok(a, shape))
+        return 0;
+    if ((v = PyObject_GetAttr(a, str_dtype)) == NULL)
+        goto fail;
+    ok = v == self->dtype ? 1 : PyObject_RichCompareBool(v, self->dtype, Py_EQ);
     Py_DECREF(v);
     if (ok != 1)
         goto fail;
@@ -180,6 +220,14 @@ static int check_array(FastCall *self, PyObject *a, PyObject *shape, CUdeviceptr
     Py_DECREF(v);
     if (*ptr == (CUdeviceptr)-1 && PyErr_Occurred())
         goto fail;
+    if ((ref = PyWeakref_NewRef(a, NULL)) == NULL) {
+        PyErr_Clear();  /* not weakly referenceable: checked in full every call */
+    } else {
+        PyObject *old = self->seen[role];
+        self->seen[role] = ref;
+        self->seen_ptr[role] = *ptr;
+        Py_XDECREF(old);
+    }
     return 1;
 fail:
     PyErr_Clear();
@@ -201,9 +249,9 @@ PyObject *fastcall_run(FastCall *self, PyObject *left, PyObject *right, PyObject
     CUcontext ctx = NULL;
     CUresult rc = 0;
 
-    if (!check_array(self, left, self->left_shape, &ptrs[ROLE_LEFT]) ||
-        !check_array(self, right, self->right_shape, &ptrs[ROLE_RIGHT]) ||
-        !check_array(self, out, self->out_shape, &ptrs[ROLE_OUT]))
+    if (!check_array(self, ROLE_LEFT, left, self->left_shape, &ptrs[ROLE_LEFT]) ||
+        !check_array(self, ROLE_RIGHT, right, self->right_shape, &ptrs[ROLE_RIGHT]) ||
+        !check_array(self, ROLE_OUT, out, self->out_shape, &ptrs[ROLE_OUT]))
         Py_RETURN_NOTIMPLEMENTED;
     if (drv.ctx_get_current != NULL) { /* a thread that has not touched CUDA yet */
         if (drv.ctx_get_current(&ctx) != 0 || ctx == NULL)

@@ -95,6 +95,11 @@ typedef struct {
     Py_ssize_t nsteps;
     Step *steps;
     GraphLaunch *graph;  /* NULL: the kernels are launched one by one */
+    /* the last array checked in each role (a weak reference) and its device pointer: the
+     * same live array again has only its shape and contiguity read (what may change in place;
+     * a CuPy array's data, dtype and device may not) */
+    PyObject *seen[3];
+    CUdeviceptr seen_ptr[3];
 } FastCall;
 
 extern PyTypeObject FastCallType;
