@@ -80,8 +80,8 @@ class CorrelationPlan:
     the plan and writes nothing of it but the packed kernel arguments, which each launch
     writes and hands to the driver under a lock (the compiled call: a copy of its own, the
     GIL released around the driver calls; the driver copies the arguments; its CUDA graph is
-    updated and launched under a lock, and only on the stream of its last launch: a call on
-    another stream launches the kernels one by one, see ``docs/pipelines.md``).  Each
+    updated and launched under a lock, and only on the first stream the plan is called on: a
+    call on another stream launches the kernels one by one, see ``docs/pipelines.md``).  Each
     call runs on ``stream`` (any CuPy stream, e.g. ``cupy.cuda.Stream(non_blocking=True)``) or,
     by default, on the current stream of the calling thread (``with stream:``), and never
     synchronizes: the result is ready when that stream reaches it, so read it on the same
