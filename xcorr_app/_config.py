@@ -18,6 +18,8 @@ that come from outside the arguments.
                               ``k`` uses GPU ``k mod count``
 ``XCORR_FFT_WARM``            ``0``: no helper processes building a cold FFT size's cuFFT plans
                               for the next run (:mod:`xcorr_app.correlate._fft_plans`)
+``XCORR_FASTLAUNCH``          ``0``: correlation plans launch from Python even where the
+                              compiled launch path is built (:mod:`xcorr_app._cuda.launch`)
 ============================  ===============================================================
 
 Examples
@@ -42,6 +44,7 @@ DEBUG = "XCORR_DEBUG"
 THREADS = "XCORR_THREADS"
 WORKER_GPU_BY_NAME = "XCORR_WORKER_GPU_BY_NAME"
 FFT_WARM = "XCORR_FFT_WARM"
+FASTLAUNCH = "XCORR_FASTLAUNCH"
 
 #: every variable above, with its one-line meaning (``xcorr info`` and the docs list them)
 VARIABLES = {
@@ -53,6 +56,7 @@ VARIABLES = {
     THREADS: "threads of the CPU path (default: every CPU this process may use)",
     WORKER_GPU_BY_NAME: "set in Dask workers started by xcorr_app.dask.local_client",
     FFT_WARM: "0: no helper processes building a cold FFT size's plans for the next run",
+    FASTLAUNCH: "0: plans launch from Python even where the compiled launch path is built",
 }
 
 

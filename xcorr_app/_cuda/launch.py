@@ -24,12 +24,13 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import os
 import struct
 import threading
 
 import numpy as np
 
+from .._config import FASTLAUNCH
+from .._config import get as config_value
 from ..errors import InputError
 
 #: the driver's markers in the ``extra`` array of ``cuLaunchKernel``
@@ -37,7 +38,7 @@ _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
 #: dynamic shared memory a kernel may take without raising its attribute first
 _DEFAULT_SHARED_LIMIT = 48 * 1024
 #: ``0`` turns the compiled launch path off (read once, at the first plan made)
-FASTLAUNCH_ENV = "XCORR_FASTLAUNCH"
+FASTLAUNCH_ENV = FASTLAUNCH
 _FASTLAUNCH_MODULE = __package__ + "._fastlaunch"
 #: the roles of a compiled call's pointer slots (as ``_fastlaunch.c`` numbers them)
 ROLES = {"left": 0, "right": 1, "out": 2, "workspace": 3}
@@ -207,7 +208,7 @@ def fastlaunch():
     >>> isinstance(why, str) and (module is None) == (why != "available")
     True
     """
-    if os.environ.get(FASTLAUNCH_ENV, "1").strip() == "0":
+    if config_value(FASTLAUNCH_ENV, "1").strip() == "0":
         return None, f"off ({FASTLAUNCH_ENV}=0)"
     if importlib.util.find_spec(_FASTLAUNCH_MODULE) is None:
         return None, "not built (python3 setup.py build_ext --inplace in a source tree)"
