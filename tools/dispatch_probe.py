@@ -10,8 +10,9 @@ host time into its parts (the driver's call alone, the pointer writes, the layer
 ``plan`` prints the host microseconds per call of a correlation plan (issue 24; target <= 4
 us) on the pipeline rows of the bench (one-to-one 16x16 to 64x64, 1x8 at 16x16 and 32x32):
 time.perf_counter over 10000 calls in blocks of 100, the median block, the GPU's queue kept
-short (a synchronize every 100 calls; the figure is the GPU's pace where that is slower), and the enqueue alone (the same
-blocks of 100 calls, each timed from an empty queue without its synchronize), with the output given and allocated, through the compiled launch path
+short (a synchronize every 100 calls; the figure is the GPU's pace where that is slower), and
+the enqueue alone (the same blocks of 100 calls, each timed from an empty queue without its
+synchronize), with the output given and allocated, through the compiled launch path
 (``plan.fast_call``, built by ``python3 setup.py build_ext --inplace``) and the Python path
 (the same plan with ``fast_call = None``) side by side, beside cross_correlate, run_plan (the
 path before plans) and a graph replay; then the GPU's figures back-to-back and in graph

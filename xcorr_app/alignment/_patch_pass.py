@@ -37,8 +37,8 @@ DEFAULT_TEMPLATE_PASSES = 0
 
 def _template(opts, src, xp, chunk, rigid, grid):
     """The prepared template's patches the frames' patches are measured against, the
-    template as prepared (host, for the picture) and as read: the rigid reference, or for ``reference="refined"`` the
-    mean of the rigidly aligned frames (shifts relative to it)."""
+    template as prepared (host, for the picture) and as read: the rigid reference, or for
+    ``reference="refined"`` the mean of the rigidly aligned frames (shifts relative to it)."""
     if opts.refined:
         h, w = src.frame_shape
 
