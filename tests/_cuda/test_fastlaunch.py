@@ -577,6 +577,39 @@ def check_graph_launches(mod, stub):
     assert stub.destroyed.value == destroyed + 6  # each graph and its executable
 
 
+def check_graph_on_the_legacy_stream_and_capture_errors(mod, stub):
+    """The legacy default stream (0, or its handle 0x1) is never captured: its calls do not
+    ask (a query answering "capturing" there is not heeded); a launch refused with a stream
+    capture's error (900-908) raises and leaves the graph in use, any other error ends it."""
+    kernel = ("launch", 0xABC, (2, 1, 1), (32, 4, 1), 100, buffer(32, 24), 28, (0, 1, 2))
+    left, right, out = arrays()
+    for legacy in (0, 0x1):
+        fc = simple(mod, [kernel], graph=True)
+        start = stub.count.value
+        stub.capturing.value = 1
+        try:
+            assert fc(left, right, out, legacy) is out
+        finally:
+            stub.capturing.value = 0
+        # its parameters set (the node was made with no pointers), then the graph launched
+        assert [(r.kind, r.stream) for r in stub.since(start)] == [(3, 0), (4, legacy)]
+    fc = simple(mod, [kernel], graph=True)
+    assert fc(left, right, out, 0) is out
+    for rc, stays in [(906, True), (901, True), (700, False)]:
+        stub.fail_graph_launch.value = rc
+        try:
+            fc(left, right, out, 0)
+            raise AssertionError("no error raised")
+        except RuntimeError as exc:
+            assert f"CUresult {rc}" in str(exc) and "cuGraphLaunch" in str(exc), exc
+        finally:
+            stub.fail_graph_launch.value = 0
+        assert fc.graph == stays
+    start = stub.count.value
+    assert fc(left, right, out, 0) is out
+    assert [r.kind for r in stub.since(start)] == [1]  # after the 700: one by one
+
+
 CHECKS = [name for name in list(globals()) if name.startswith("check_")]
 
 

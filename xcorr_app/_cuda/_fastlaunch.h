@@ -55,6 +55,11 @@ typedef struct {
 
 /* cuda.h's CU_STREAM_PER_THREAD handle */
 #define STREAM_PER_THREAD 0x2ULL
+/* cuda.h's CU_STREAM_LEGACY handle (the legacy default stream, as 0 is) */
+#define STREAM_LEGACY 0x1ULL
+/* cuda.h's CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED .. CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD */
+#define CAPTURE_ERRORS_FIRST 900
+#define CAPTURE_ERRORS_LAST 908
 
 extern Driver drv;
 

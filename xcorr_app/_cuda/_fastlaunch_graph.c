@@ -128,7 +128,9 @@ int graph_launch(GraphLaunch *g, const FastCall *fc, void *extra[][5], CUcontext
 
     if (ctx != g->ctx || stream == STREAM_PER_THREAD)
         return 0;
-    if (drv.stream_is_capturing != NULL) {
+    /* the legacy default stream (0, or its handle) is never captured: no query (a call on
+     * it while another stream captures in global mode fails at the launch, below) */
+    if (drv.stream_is_capturing != NULL && stream != 0 && stream != STREAM_LEGACY) {
         int status = 0;
         if (drv.stream_is_capturing((CUstream)(uintptr_t)stream, &status) != 0 || status != 0)
             return 0;  /* being captured (or unknown): the kernels, one by one */
@@ -156,7 +158,9 @@ int graph_launch(GraphLaunch *g, const FastCall *fc, void *extra[][5], CUcontext
             if (*rc == 0) {
                 g->launched = 1;
                 g->stream = stream;
-            } else {  /* the error goes to the caller; later calls launch one by one */
+            } else if (*rc < CAPTURE_ERRORS_FIRST || *rc > CAPTURE_ERRORS_LAST) {
+                /* the error goes to the caller; later calls launch one by one (a capture's
+                 * error, of the caller's capture elsewhere, leaves the graph as it was) */
                 __atomic_store_n(&g->broken, 1, __ATOMIC_RELAXED);
             }
         }

@@ -57,9 +57,10 @@ def info(build):
     else:
         click.echo("kernels shipped built: none (compiled at first use; where nvcc is installed, "
                    "python -m xcorr_app._cuda.compile_check --keep builds them)")
-    from .._cuda.launch import fastlaunch
+    from .._cuda.launch import PlanCallBase, fastlaunch
 
-    click.echo(f"compiled launch path of plans: {fastlaunch()[1]}")
+    click.echo(f"compiled launch path of plans: {fastlaunch()[1]}; their call: "
+               f"{'compiled' if PlanCallBase.__name__ == 'PlanCall' else 'Python'}")
     if build:
         _compile()
 

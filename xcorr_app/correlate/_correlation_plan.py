@@ -36,7 +36,7 @@ from threading import get_ident
 
 import numpy as np
 
-from .._cuda.launch import compiled_call, current_stream_ptr_getter, stream_pointer
+from .._cuda.launch import PlanCallBase, compiled_call, current_stream_ptr_getter, stream_pointer
 from ..backend import resolve_device
 from ..errors import InputError
 from ._candidates import plan_fits
@@ -49,7 +49,7 @@ from ._shifts import normalize_max_shift, output_shape
 __all__ = ["CorrelationPlan", "correlation_plan"]
 
 
-class CorrelationPlan:
+class CorrelationPlan(PlanCallBase):
     """A cross-correlation problem checked, planned and prepared once (see
     :func:`correlation_plan`, which makes one).
 
@@ -76,6 +76,16 @@ class CorrelationPlan:
 
     Notes
     -----
+    **Calls.** ``plan(left, right, out=None, stream=None)`` correlates one pair (or batch) of
+    the plan's problem and returns ``out`` (or a new array), float32, as
+    :func:`xcorr_app.cross_correlate` returns it. ``left`` and ``right`` are of the plan's
+    shapes and dtype: C-contiguous CuPy arrays on the plan's GPU (GPU plans) or NumPy arrays
+    (CPU plans); ``out``, if given, a C-contiguous float32 array of :attr:`out_shape`;
+    ``stream`` a CuPy stream to launch on (default: the current stream). Arrays of another
+    shape, dtype, array type or device, or a bad ``out``, raise
+    :class:`~xcorr_app.errors.InputError`. With ``out`` given and no ``stream``, a call goes
+    from the caller straight to the compiled call (no Python frame between them).
+
     **Threads and streams.** A plan may be called from several threads at once: a call reads
     the plan and writes nothing of it but the packed kernel arguments, which each launch
     writes and hands to the driver under a lock (the compiled call: a copy of its own, the
@@ -146,6 +156,8 @@ class CorrelationPlan:
                                                         self.out_shape), self.device_id,
                                            self._zero and self._out_nbytes, cfg.kernel,
                                            cfg.arrange)
+            if cfg.arrange is None:  # a call with out and no stream: straight to it
+                self._direct_call = self.fast_call
 
     def __repr__(self) -> str:
         where = "cpu" if self.device == "cpu" else f"gpu {self.device_id}"
@@ -199,31 +211,13 @@ class CorrelationPlan:
 
     # -------------------------------------------------------------------- calls
 
-    def __call__(self, left, right, out=None, stream=None):
-        """Correlate one pair of the plan's problem.
-
-        Parameters
-        ----------
-        left, right : ndarray
-            Of the plan's shapes and dtype: C-contiguous CuPy arrays on the plan's GPU (GPU
-            plans) or NumPy arrays (CPU plans).
-        out : ndarray, optional
-            A C-contiguous float32 array of :attr:`out_shape` to write into (else allocated).
-        stream : cupy.cuda.Stream, optional
-            Where to launch (default: the current stream); the call does not synchronize.
-
-        Returns
-        -------
-        ndarray
-            ``out`` (or a new array), float32, as :func:`xcorr_app.cross_correlate` returns it.
-
-        Raises
-        ------
-        xcorr_app.errors.InputError
-            For arrays of another shape, dtype, array type or device, or a bad ``out``.
-        """
+    def _call(self, left, right, out=None, stream=None, direct_tried=False):
+        """The plan's call, ``plan(left, right, out=None, stream=None)`` (the class's Notes
+        say what it takes), where :class:`~xcorr_app._cuda.launch.PlanCallBase` sends it:
+        every call of a plan without a compiled call, and those its compiled call refused
+        (``direct_tried``: the compiled call was tried on these arrays and ``out``)."""
         fc = self.fast_call
-        if fc is not None and stream is None:  # the compiled path: checks and launches in C
+        if fc is not None and stream is None and not direct_tried:  # checks and launches in C
             s = self._stream_ptr()
             dest = self._empty(self.out_shape, np.float32) if out is None else out
             ws = None if self._arrange is None else self._workspace(s, None)
