@@ -68,7 +68,8 @@ class CorrelationPlan(PlanCallBase):
         Whether a call goes straight to the driver (a kernel plan on float32 inputs).
     fast_call : callable or None
         A fast plan's checks and launches in one C call (:func:`~xcorr_app._cuda.launch.
-        compiled_call`, for calls without ``stream``), or ``None`` (Python does them).
+        compiled_call`, for calls without ``stream``), or ``None`` (Python does them; setting
+        it to ``None`` sends every call through Python).
     method : Plan
         The kernel (or FFT, or direct sum) that runs.
     out_shape : tuple
@@ -156,13 +157,22 @@ class CorrelationPlan(PlanCallBase):
                                                         self.out_shape), self.device_id,
                                            self._zero and self._out_nbytes, cfg.kernel,
                                            cfg.arrange)
-            if cfg.arrange is None:  # a call with out and no stream: straight to it
-                self._direct_call = self.fast_call
 
     def __repr__(self) -> str:
         where = "cpu" if self.device == "cpu" else f"gpu {self.device_id}"
         return (f"CorrelationPlan({self.form}, {self.left_shape} x {self.right_shape}, "
                 f"max_shift={self.max_shift}, dtype={self.dtype}, {where}, method={self.method})")
+
+    @property
+    def fast_call(self):
+        return self._fast_call
+
+    @fast_call.setter
+    def fast_call(self, fc):
+        # a call with out and no stream goes straight to it (PlanCallBase), but for the plans
+        # that rearrange the right matrices into a per-stream workspace first
+        self._fast_call = fc
+        self._direct_call = fc if getattr(self, "_arrange", None) is None else None
 
     # -------------------------------------------------------------------- checks
 
