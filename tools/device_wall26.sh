@@ -9,7 +9,7 @@ from xcorr_app.bench._align_data import SyntheticStack, default_workers
 SyntheticStack(512, (2048, 2048), seed=0).write('/tmp/probe/s512.tif', workers=default_workers())"
 awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "stack written in %.1f s\n", b - a}'
 S=/tmp/probe/s512.tif
-tm() { local l=$1; shift; local t0=$EPOCHREALTIME; "$@" >/dev/null 2>>"$OUT/wall_log.txt"
+tm() { local l=$1; shift; echo "=== $l" >> "$OUT/wall_log.txt"; local t0=$EPOCHREALTIME; "$@" >/dev/null 2>>"$OUT/wall_log.txt"
   awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$l" 'BEGIN {printf "| %-44s wall %5.2f s\n", l, b - a}'; }
 python3 -m xcorr_app.cli align $S --out /tmp/o/w --force -q --no-aligned >/dev/null 2>&1  # warm-up
 python3 -m xcorr_app.cli align $S --max-shift 16 --out /tmp/o/w --force -q --no-aligned >/dev/null 2>&1
