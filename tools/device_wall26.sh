@@ -11,6 +11,8 @@ awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "stack written in %.1f s\n",
 S=/tmp/probe/s512.tif
 tm() { local l=$1; shift; echo "=== $l" >> "$OUT/wall_log.txt"; local t0=$EPOCHREALTIME; "$@" >/dev/null 2>>"$OUT/wall_log.txt"
   awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$l" 'BEGIN {printf "| %-44s wall %5.2f s\n", l, b - a}'; }
+(cd tools && timeout 120 python3 pin_probe.py) 2>&1 | tee "$OUT/pin_probe.txt"
+[ "${PIN_ONLY:-0}" = 1 ] && exit 0
 python3 -m xcorr_app.cli align $S --out /tmp/o/w --force -q --no-aligned >/dev/null 2>&1  # warm-up
 python3 -m xcorr_app.cli align $S --max-shift 16 --out /tmp/o/w --force -q --no-aligned >/dev/null 2>&1
 {
