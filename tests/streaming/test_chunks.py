@@ -7,7 +7,8 @@ import tifffile
 
 from xcorr_app.errors import InputError
 from xcorr_app.io import ArraySource, ChannelStack, open_stack
-from xcorr_app.streaming import chunk_bounds, frame_ranges, map_chunks, parse_memory
+from xcorr_app.streaming import (ChunkPrefetcher, chunk_bounds, frame_ranges, map_chunks,
+                                 parse_memory, piece_bounds)
 
 
 @pytest.mark.parametrize("n, step", [(10, 4), (8, 4), (3, 5), (1, 1)])
@@ -90,3 +91,55 @@ def test_prefetcher_ring_gives_every_chunk(tmp_path, rng, pinned):
             chunks.release(slot)
     assert [s for s, _ in seen] == list(range(0, 23, 3))
     assert {k for _, k in seen} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("n, chunk, piece", [(23, 5, 2), (23, 5, 5), (23, 5, 9), (7, 3, 2),
+                                             (1, 4, 1), (12, 4, 3)])
+def test_piece_bounds_tile_the_chunks(n, chunk, piece):
+    pieces = piece_bounds(n, chunk, piece)
+    assert [a for a, _ in pieces] == [0] + [b for _, b in pieces[:-1]] and pieces[-1][1] == n
+    assert all(0 < b - a <= min(piece, chunk) for a, b in pieces)
+    for a, b in chunk_bounds(0, n, chunk):  # no piece straddles two chunks
+        assert all(q <= a or p >= b or (a <= p and q <= b) for p, q in pieces)
+
+
+def test_prefetcher_reads_the_bounds_given(tmp_path, rng):
+    stack = rng.integers(0, 60000, (23, 9, 14), dtype=np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    bounds = piece_bounds(23, 5, 2)
+    got = []
+    with open_stack(tmp_path / "s.tif") as src, \
+            ChunkPrefetcher(src, chunk_frames=2, depth=2, bounds=bounds) as chunks:
+        for start, frames, slot in chunks:
+            np.testing.assert_array_equal(frames, stack[start:start + len(frames)])
+            got.append((start, start + len(frames)))
+            chunks.release(slot)
+    assert got == bounds
+    with open_stack(tmp_path / "s.tif") as src:
+        with pytest.raises(ValueError, match="1 to 2 frames"):
+            ChunkPrefetcher(src, chunk_frames=2, bounds=[(0, 3)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("piece_frames, chunk", [(2, 5), (1, 3), (4, 4), (3, 23)])
+def test_device_chunks_assemble_each_chunk_from_its_pieces(tmp_path, rng, monkeypatch,
+                                                          piece_frames, chunk):
+    """On the GPU a chunk is read and copied in pieces (``PIECE_BYTES``): every chunk as the
+    file holds it, in order, on poisoned device memory."""
+    import cupy as cp
+
+    from xcorr_app.streaming import DeviceChunks
+    from xcorr_app.streaming import _chunks as chunks_module
+
+    stack = rng.integers(0, 60000, (23, 9, 14), dtype=np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    monkeypatch.setattr(chunks_module, "PIECE_BYTES", piece_frames * stack[0].nbytes)
+    poison = cp.full(stack.size * 4, 0xDEAD, cp.uint16)  # freed into the pool the chunks use
+    del poison
+    got = []
+    with open_stack(tmp_path / "s.tif") as src, DeviceChunks(src, chunk, cp) as chunks:
+        for start, frames in chunks:
+            assert isinstance(frames, cp.ndarray) and frames.dtype == np.uint16
+            np.testing.assert_array_equal(frames.get(), stack[start:start + len(frames)])
+            got.append((start, start + len(frames)))
+    assert got == chunk_bounds(0, 23, chunk)

@@ -31,19 +31,27 @@ from .. import backend
 from ._gpus import parse_gpus
 from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
-from ._ranges import chunk_bounds
+from ._ranges import chunk_bounds, piece_bounds
 
 #: threads copying one chunk out of a memory-mapped file into its pinned buffer
 COPY_THREADS = 2
+#: on the GPU a chunk is read and copied to the device in pieces of at most this many bytes
+#: (at least a frame), so the page-locked ring is small: page-locking took the driver 0.4 s a
+#: GiB on an H200 host and freeing it 0.1 s (`tools/pin_probe.py`, 2026-11-23), where a ring
+#: of three 512 MiB chunks (2048x2048 uint16, 64 frames) was on a one-shot run's path
+PIECE_BYTES = 64 * 2**20
+#: pieces read ahead on the GPU (the ring holds one more)
+PIECES_AHEAD = 3
 
 
 class DeviceChunks:
     """Iterate over ``(start, frames on xp's device)``; a reader thread starts reading at once
     (while the caller prepares), and :meth:`close` stops it.
 
-    On the GPU the chunks alternate between two CUDA streams: each is copied from a pinned
-    buffer and yielded inside its stream's context, so the consumer's kernels for it queue on
-    that stream while the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk
+    On the GPU the chunks alternate between two CUDA streams: each is read in pieces of at
+    most :data:`PIECE_BYTES` into a small ring of pinned buffers, each piece copied to the
+    chunk's device array as it comes, and the chunk is yielded inside its stream's context, so
+    the consumer's kernels for it queue on that stream while the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk
     read from a file is a view of a reused buffer, valid until the consumer asks for the next.
     """
 
@@ -53,9 +61,15 @@ class DeviceChunks:
         self._direct = stack is not None and (xp is np or backend.is_cupy_array(stack))
         self._prefetch = None
         if not self._direct:
-            gpu = xp is not np
-            self._prefetch = ChunkPrefetcher(src, chunk_frames, READ_AHEAD, pinned=gpu,
-                                             copy_threads=COPY_THREADS if gpu else 1).start()
+            if xp is np:
+                self._prefetch = ChunkPrefetcher(src, chunk_frames, READ_AHEAD).start()
+            else:
+                frame_bytes = int(np.prod(getattr(src, "item_shape", src.frame_shape))) \
+                    * np.dtype(src.dtype).itemsize
+                piece = max(1, min(int(chunk_frames), PIECE_BYTES // max(1, frame_bytes)))
+                self._prefetch = ChunkPrefetcher(
+                    src, piece, PIECES_AHEAD, pinned=True, copy_threads=COPY_THREADS,
+                    bounds=piece_bounds(src.n_frames, chunk_frames, piece)).start()
         self._gen = self._chunks()
 
     def _chunks(self):
@@ -72,12 +86,23 @@ class DeviceChunks:
                 chunks.release(slot)
             return
         streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
-        for k, (start, host, slot) in enumerate(chunks):
+        pieces = iter(chunks)
+        for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,
+                                                       self.chunk_frames)):
             stream = streams[k % 2]
             with stream:
-                frames = xp.empty(host.shape, host.dtype)
-                frames.set(host, stream=stream)
-                chunks.release(slot, stream.record())
+                frames = None
+                at = start
+                while at < stop:  # the chunk's pieces, each copied as it is read
+                    item = next(pieces, None)
+                    if item is None or item[0] != at:
+                        raise RuntimeError(f"the reader gave {item and item[0]} for frame {at}")
+                    _, host, slot = item
+                    if frames is None:
+                        frames = xp.empty((stop - start, *host.shape[1:]), host.dtype)
+                    frames[at - start:at - start + len(host)].set(host, stream=stream)
+                    chunks.release(slot, stream.record())
+                    at += len(host)
                 yield start, frames
 
     def __iter__(self):

@@ -56,25 +56,35 @@ class ChunkPrefetcher:
         Anything with ``n_frames``, ``frame_shape``, ``dtype`` and ``read(start, stop, out=)``
         (and ``item_shape``, the shape of one frame as read, where it is not ``frame_shape``).
     chunk_frames : int
-        Frames per chunk (the last chunk may be shorter).
+        Frames per chunk (the last chunk may be shorter); with ``bounds``, the most frames of
+        one read (the buffers' size).
     depth : int
         Chunks read ahead of the one being consumed.
     pinned : bool
         Page-locked buffers (needs CuPy).
+    copy_threads : int
+        Threads copying one read where the source allows concurrent reads.
+    bounds : list of (int, int), optional
+        The ``(start, stop)`` frames of each read, in order (default: the chunks of
+        ``chunk_frames``); e.g. :func:`~xcorr_app.streaming.piece_bounds`.
 
     ``frames`` is a view into a ring buffer: it stays valid until ``release(slot)``.  The
     consumer must release every chunk it received (or close the prefetcher).
     """
 
     def __init__(self, src, chunk_frames: int, depth: int = 2, pinned: bool = False,
-                 copy_threads: int = 1):
+                 copy_threads: int = 1, bounds=None):
         self.src = src
         self.chunk_frames = int(chunk_frames)
+        self._bounds = chunk_bounds(0, src.n_frames, self.chunk_frames) if bounds is None \
+            else [(int(a), int(b)) for a, b in bounds]
+        if any(not 0 < b - a <= self.chunk_frames for a, b in self._bounds):
+            raise ValueError(f"every read of bounds must hold 1 to {self.chunk_frames} frames")
         # one chunk copied by several threads, where the source allows concurrent reads (a
         # memory map: one thread copies out of the page cache at about 9 GB/s, two at 16)
         self._copy_threads = max(1, int(copy_threads)) \
             if getattr(src, "concurrent_reads", False) else 1
-        n_chunks = len(chunk_bounds(0, src.n_frames, self.chunk_frames))
+        n_chunks = len(self._bounds)
         n_buffers = max(1, min(depth + 1, n_chunks))
         self._n_chunks = n_chunks
         # what one frame of ``read`` is: (H, W), or (C, H, W) for a ChannelStack
@@ -116,7 +126,7 @@ class ChunkPrefetcher:
         if self._copy_threads > 1:
             pool = ThreadPoolExecutor(self._copy_threads - 1, thread_name_prefix="xcorr-copy")
         try:
-            for start, stop in chunk_bounds(0, self.src.n_frames, self.chunk_frames):
+            for start, stop in self._bounds:
                 slot, event = self._free.get()
                 if self._stop.is_set():
                     return

@@ -26,6 +26,19 @@ def chunk_bounds(start: int, stop: int, chunk_frames: int) -> list[tuple[int, in
     return [(a, min(a + step, stop)) for a in range(start, stop, step)]
 
 
+def piece_bounds(n_frames: int, chunk_frames: int, piece_frames: int) -> list[tuple[int, int]]:
+    """``(a, b)`` of pieces of at most ``piece_frames`` frames that tile the chunks of
+    ``0:n_frames`` (:func:`chunk_bounds`): no piece straddles two chunks.
+
+    Examples
+    --------
+    >>> piece_bounds(7, 3, 2)
+    [(0, 2), (2, 3), (3, 5), (5, 6), (6, 7)]
+    """
+    return [p for a, b in chunk_bounds(0, n_frames, chunk_frames)
+            for p in chunk_bounds(a, b, min(int(piece_frames), int(chunk_frames)))]
+
+
 def frame_ranges(n_frames: int, parts: int) -> list[tuple[int, int]]:
     """``parts`` contiguous ranges covering ``0:n_frames`` whose sizes differ by at most one
     (fewer when there are fewer frames)."""
