@@ -11,8 +11,10 @@ awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "stack written in %.1f s\n",
 S=/tmp/probe/s512.tif
 tm() { local l=$1; shift; echo "=== $l" >> "$OUT/wall_log.txt"; local t0=$EPOCHREALTIME; "$@" >/dev/null 2>>"$OUT/wall_log.txt"
   awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$l" 'BEGIN {printf "| %-44s wall %5.2f s\n", l, b - a}'; }
-(cd tools && timeout 120 python3 pin_probe.py) 2>&1 | tee "$OUT/pin_probe.txt"
-[ "${PIN_ONLY:-0}" = 1 ] && exit 0
+if [ "${SUITE:-0}" = 1 ]; then
+  XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider \
+    -n 8 --maxfail=30 > "$OUT/pytest_gpu.txt" 2>&1; tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED" "$OUT/pytest_gpu.txt" | head
+fi
 python3 -m xcorr_app.cli align $S --out /tmp/o/w --force -q --no-aligned >/dev/null 2>&1  # warm-up
 python3 -m xcorr_app.cli align $S --max-shift 16 --out /tmp/o/w --force -q --no-aligned >/dev/null 2>&1
 {
@@ -22,6 +24,8 @@ for rep in 1 2 3; do
   tm "xcorr align --max-shift 16 --no-aligned #$rep" python3 -m xcorr_app.cli align $S --max-shift 16 --out /tmp/o/b --force -q --no-aligned
   tm "sampled --no-aligned #$rep" python3 tools/wall_sampler.py align $S --out /tmp/o/c --force -q --no-aligned
   tm "sampled --max-shift 16 #$rep" python3 tools/wall_sampler.py align $S --max-shift 16 --out /tmp/o/d --force -q --no-aligned
+  tm "exit_probe --max-shift 16 (normal exit) #$rep" python3 tools/exit_probe.py align $S --max-shift 16 --out /tmp/o/e --force -q --no-aligned
+  tm "exit_probe --max-shift 16 (os._exit) #$rep" python3 tools/exit_probe.py fast align $S --max-shift 16 --out /tmp/o/f --force -q --no-aligned
 done
 python3 -c "import json; d=json.load(open('/tmp/o/b/shifts.json')); print('ms16 printed', d['frames_per_second'], d['seconds_measuring'], d['summary']['plan'])"
 } 2>&1 | tee "$OUT/wall26.txt"
