@@ -268,7 +268,7 @@ def patch_left(tpatches, bound):
     return zncc_left(tpatches, (1, *tpatches.shape[-2:]), int(bound))
 
 
-def _peaks(tpatches, right, bound, subpixel, device, left):
+def patch_peaks(tpatches, right, bound, subpixel, device, left):
     """The ZNCC surfaces of the template patches ``(P, ph, pw)`` against their windows
     ``right`` ``(P, N, ph, pw)`` within ``-bound..bound`` (one ``n_to_mn`` call) and their
     peaks: shifts ``(P, N, 2)``, peak, confidence, iy, ix ``(P, N)``.  On the CPU
@@ -325,7 +325,7 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     # (uploaded before the launches: a copy from host memory may wait for the queued work)
     off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
     right = windows(frames, grid, whole)
-    s, peak, conf, iy, ix = _peaks(tpatches, right, d, subpixel, device, left)
+    s, peak, conf, iy, ix = patch_peaks(tpatches, right, d, subpixel, device, left)
     border = on_border(iy, ix, (d, d), (d, d))
     dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
     return dev, peak.T, conf.T, border.T
@@ -376,7 +376,7 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     ``taper``: :func:`refine_taper` applied to the windows (``tpatches`` must already be
     :func:`tapered` with it); ``left``: :func:`patch_left` of ``tpatches`` at that bound."""
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
-    return _peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
+    return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
 
 
 def low_patches(deviation, peak, confidence, border, min_confidence=None):
