@@ -18,7 +18,9 @@ How (docs/how-align-works.md, "Piecewise-rigid"):
   right: for each, the same patch of the chunk's ``N`` frames), bounded by ``max_deviation``,
   normalized by ZNCC over the overlap of each shift (as the rigid path), and the peak is
   refined by the run's subpixel fit (``upsample`` and circular refinements are not used here:
-  ``gaussian``), with the confidence of the rigid path (peak over second peak).
+  ``gaussian``), with the confidence of the rigid path (peak over second peak).  On the GPU
+  the rigid path's fused kernels do all of it (:func:`patch_peaks`: ZNCC from summed-area
+  tables, the peaks and confidences in two passes, the same subpixel kernel).
 * The refinement (:func:`refine_shifts`, :data:`REFINE_PASSES` passes): every window is
   sampled through the smooth field of the shifts so far and measured again within +-1 px;
   the remainder is added to the patch's shift.  There both the window and the template's
