@@ -15,14 +15,13 @@ import numpy as np
 from .. import backend
 from ..errors import InputError
 from ..io import open_source
-from ..registration._normalize import zncc_left
 from ..streaming import map_chunks
 from ._field_resample import field_weights
 from ._motion_field import MotionField, warped_sum
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
-                       patch_margin, patch_shifts, refine_shifts, refine_taper, tapered,
-                       template_patches)
+                       patch_left, patch_margin, patch_shifts, refine_shifts, refine_taper,
+                       tapered, template_patches)
 from ._pipeline import prepared_reference
 from ._preprocess import prepare
 from ._references import reference_frame
@@ -108,9 +107,9 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     patch?): ``(N, P, 5)`` deviation, peak, confidence, low; with ``acc`` the chunk's frames
     warped by their fields are added to it (in the chunk's stream order: the result's copy to
     the host waits for them)."""
-    left = zncc_left(tpatches, (1, *grid.size), grid.max_deviation)
+    left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
     tnear = tapered(tpatches, taper)  # the refinement's template patches (weighted)
-    near = zncc_left(tnear, (1, *grid.size), 1)
+    near = patch_left(tnear, 1)
 
     def measure(start, frames):
         s = rigid[start:start + len(frames)]

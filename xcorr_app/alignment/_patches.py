@@ -18,7 +18,9 @@ How (docs/how-align-works.md, "Piecewise-rigid"):
   right: for each, the same patch of the chunk's ``N`` frames), bounded by ``max_deviation``,
   normalized by ZNCC over the overlap of each shift (as the rigid path), and the peak is
   refined by the run's subpixel fit (``upsample`` and circular refinements are not used here:
-  ``gaussian``), with the confidence of the rigid path (peak over second peak).
+  ``gaussian``), with the confidence of the rigid path (peak over second peak).  On the GPU
+  the rigid path's fused kernels do all of it (:func:`patch_peaks`: ZNCC from summed-area
+  tables, the peaks and confidences in two passes, the same subpixel kernel).
 * The refinement (:func:`refine_shifts`, :data:`REFINE_PASSES` passes): every window is
   sampled through the smooth field of the shifts so far and measured again within +-1 px;
   the remainder is added to the patch's shift.  There both the window and the template's
@@ -52,8 +54,10 @@ import numpy as np
 from .. import backend
 from ..correlate._api import cross_correlate
 from ..errors import InputError
+from ..correlate._shifts import first_shift
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
-from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border
+from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
+from ..registration._surfaces import summed_area_tables, surface_peaks
 from ._field_resample import (check_windows, cubic_sample, dense_field, gather_windows_gpu,
                               windows_through_gpu)
 
@@ -256,6 +260,44 @@ def template_patches(template, grid):
     return windows(template[None], grid, np.zeros((1, 2), np.int64))[:, 0]
 
 
+def patch_left(tpatches, bound):
+    """What the ZNCC of every chunk needs of the template patches ``(P, ph, pw)`` for a search
+    of ``-bound..bound``, made once per run: on the GPU their summed-area tables
+    (:func:`~xcorr_app.registration._surfaces.summed_area_tables`, the rows that search looks
+    up), on the CPU :func:`~xcorr_app.registration._normalize.zncc_left`."""
+    if backend.array_module_of(tpatches) is not np:
+        return summed_area_tables(tpatches, bound_rows=int(bound))
+    return zncc_left(tpatches, (1, *tpatches.shape[-2:]), int(bound))
+
+
+def patch_peaks(tpatches, right, bound, subpixel, device, left):
+    """The ZNCC surfaces of the template patches ``(P, ph, pw)`` against their windows
+    ``right`` ``(P, N, ph, pw)`` within ``-bound..bound`` (one ``n_to_mn`` call) and their
+    peaks: shifts ``(P, N, 2)``, peak, confidence, iy, ix ``(P, N)``.  On the CPU
+    :func:`zncc` and :func:`find_shifts` (the definition); on the GPU the fused kernels of
+    :func:`~xcorr_app.registration._surfaces.surface_peaks` in their batched mode (template
+    patch ``p`` against its ``N`` windows: ZNCC from eight table look-ups per shift, the peak,
+    the minimum and the second peak in two passes; no cumsum, no generic peak search), the
+    subpixel fit of the rigid path (``refined_shifts``)."""
+    xp = backend.array_module_of(right)
+    corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=bound, device=device)
+    method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
+    if left is None:
+        left = patch_left(tpatches, bound)
+    if xp is np:
+        per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
+        corr = zncc(corr, tpatches, right, bound, left_part=per)  # (P, N, 2d+1, 2d+1)
+        return find_shifts(corr, (bound, bound), method, return_index=True)
+    p, n, ph, pw = right.shape
+    ho, wo = corr.shape[-2:]
+    rt = summed_area_tables(right.reshape(p * n, ph, pw), bound_rows=int(bound))
+    z, iy, ix, peak, conf = surface_peaks(corr.reshape(p * n, ho, wo), (ph, pw),
+                                          first_shift((ph, pw), (ph, pw), bound),
+                                          left_tables=left, right_tables=rt)
+    s = refined_shifts(z, iy, ix, (bound, bound), method)
+    return tuple(a.reshape((p, n) + a.shape[1:]) for a in (s, peak, conf, iy, ix))
+
+
 def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu", left=None):
     """Deviations of every patch of ``frames`` from their rigid shifts.
 
@@ -267,8 +309,8 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
         Prepared frames (on the device that computes).
     rigid : (N, 2) float64 host array
         Their rigid shifts (NaN: not measured; those rows come back NaN).
-    left : ZnccLeft, optional
-        :func:`zncc_left` of ``tpatches`` (computed once per run).
+    left : optional
+        :func:`patch_left` of ``tpatches`` at ``grid.max_deviation`` (computed once per run).
 
     Returns
     -------
@@ -285,13 +327,7 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     # (uploaded before the launches: a copy from host memory may wait for the queued work)
     off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
     right = windows(frames, grid, whole)
-    corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=d, device=device)
-    if left is None:
-        left = zncc_left(tpatches, right.shape, d)
-    per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
-    corr = zncc(corr, tpatches, right, d, left_part=per)  # (P, N, 2d+1, 2d+1)
-    method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
-    s, peak, conf, iy, ix = find_shifts(corr, (d, d), method, return_index=True)
+    s, peak, conf, iy, ix = patch_peaks(tpatches, right, d, subpixel, device, left)
     border = on_border(iy, ix, (d, d), (d, d))
     dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
     return dev, peak.T, conf.T, border.T
@@ -340,15 +376,9 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)`` (spline
     ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel fit);
     ``taper``: :func:`refine_taper` applied to the windows (``tpatches`` must already be
-    :func:`tapered` with it); ``left``: :func:`zncc_left` of ``tpatches`` at that bound."""
+    :func:`tapered` with it); ``left``: :func:`patch_left` of ``tpatches`` at that bound."""
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
-    if left is None:
-        left = zncc_left(tpatches, right.shape, 1)
-    per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
-    corr = zncc(cross_correlate(tpatches, right, "n_to_mn", max_shift=1, device=device),
-                tpatches, right, 1, left_part=per)
-    method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
-    return find_shifts(corr, (1, 1), method)[0].transpose(1, 0, 2)
+    return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
 
 
 def low_patches(deviation, peak, confidence, border, min_confidence=None):

@@ -3,7 +3,8 @@
 
 The CPU (and reference) definitions are :func:`xcorr_app.registration._normalize.zncc` and
 :func:`xcorr_app.registration._peaks.find_shifts`; on the GPU, for a batch of frames against one reference (or
-one each), the same results come from
+one each, or batched: ``L`` references, each against its own run of frames, as the patch pass
+of :mod:`xcorr_app.alignment._patches` measures its patches), the same results come from
 
 1. :func:`summed_area_tables` of the frames and of their squares (float64, two passes);
 2. :func:`surface_peaks`: one pass that turns raw correlation sums into ZNCC from eight table
@@ -45,19 +46,26 @@ from ..correlate._shifts import first_shift
 SEGMENTS = 32
 WARPS = 8
 THREADS = 256
+#: the threads of a block for surfaces at most this wide (one warp a surface row: the patch
+#: pass's 3- and 9-wide surfaces would leave 247 of 256 threads idle)
+NARROW = 32
 SOURCE = "zncc_peaks.cu"
+#: the most frames one launch takes (the grid's y dimension; larger batches: several launches)
+MAX_GRID_Y = 65535
 SAT_COLUMNS = KernelFamily(SOURCE, "sat_columns", [(SEGMENTS,)])
 SAT_ROWS = KernelFamily(SOURCE, "sat_rows", [(WARPS,)])
-ZNCC_PEAKS = KernelFamily(SOURCE, "zncc_peaks", [(c, n, THREADS) for c in (False, True)
-                                                  for n in (False, True)])
-SURFACE_EXTREMA = KernelFamily(SOURCE, "surface_extrema", [(THREADS,)])
-SECOND_PEAKS = KernelFamily(SOURCE, "second_peaks", [(THREADS,)])
+ZNCC_PEAKS = KernelFamily(SOURCE, "zncc_peaks", [(c, n, t) for c in (False, True)
+                                                  for n in (False, True)
+                                                  for t in (THREADS, NARROW)])
+SURFACE_EXTREMA = KernelFamily(SOURCE, "surface_extrema", [(t,) for t in (THREADS, NARROW)])
+SECOND_PEAKS = KernelFamily(SOURCE, "second_peaks", [(t,) for t in (THREADS, NARROW)])
 DECODE_PEAKS = KernelFamily(SOURCE, "decode_peaks", [()])
 #: every kernel of the source, compiled together on first use (one NVRTC call instead of one
 #: per kernel: a first run's compilations are mostly NVRTC's fixed cost)
 _ALL = ([(SAT_COLUMNS, (SEGMENTS,)), (SAT_ROWS, (WARPS,))]
-        + [(ZNCC_PEAKS, args) for args in ZNCC_PEAKS.instantiations]
-        + [(SURFACE_EXTREMA, (THREADS,)), (SECOND_PEAKS, (THREADS,)), (DECODE_PEAKS, ())])
+        + [(fam, args) for fam in (ZNCC_PEAKS, SURFACE_EXTREMA, SECOND_PEAKS)
+           for args in fam.instantiations]
+        + [(DECODE_PEAKS, ())])
 
 
 def _kernel(family, *args):
@@ -110,9 +118,11 @@ def summed_area_tables(frames, out=None, bound_rows=None):
     s1, s2 = _tables_out(out, (n, h + 1 - gap, w + 1), cp)
     if n == 0:
         return s1, s2
-    _kernel(SAT_COLUMNS, SEGMENTS)((-(-w // 32), n), (32, SEGMENTS), (x, s1, s2, np.int32(h),
-                                                                 np.int32(w), np.int32(top),
-                                                                 np.int32(gap)))
+    for f0 in range(0, n, MAX_GRID_Y):  # (slices of C-contiguous arrays: contiguous views)
+        f1 = min(n, f0 + MAX_GRID_Y)
+        _kernel(SAT_COLUMNS, SEGMENTS)((-(-w // 32), f1 - f0), (32, SEGMENTS),
+                                       (x[f0:f1], s1[f0:f1], s2[f0:f1], np.int32(h),
+                                        np.int32(w), np.int32(top), np.int32(gap)))
     rows = n * (h + 1 - gap)
     _kernel(SAT_ROWS, WARPS)((-(-rows // WARPS),), (32 * WARPS,), (s1, s2, np.int32(rows),
                                                              np.int32(w + 1)))
@@ -137,9 +147,11 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     surface_shape : (Ho, Wo)
         Needed with ``circular``.
     left_tables, right_tables : pairs of float64 CuPy arrays
-        :func:`summed_area_tables` of the left frame(s) ((1 or N, R, W + 1)) and of the
-        right frames ((N, R, W + 1)), made with the same ``bound_rows``; needed with
-        ``normalize``.
+        :func:`summed_area_tables` of the left frame(s) ((L, R, W + 1)) and of the right
+        frames ((N, R, W + 1)), made with the same ``bound_rows``; needed with ``normalize``.
+        ``L`` is 1 (one reference for all), ``N`` (one each), or a divisor of ``N``: the
+        batched mode of the patch pass, ``L`` left matrices each against its own ``N / L``
+        consecutive right ones (the ``n_to_mn`` layout ``(L, N / L, Ho, Wo)`` flattened).
     normalize : bool
         ZNCC as :func:`xcorr_app.registration._normalize.zncc` (else the raw sums, 0 without overlap).
         With neither ``normalize`` nor ``circular``, ``corr`` itself is the surface.
@@ -163,15 +175,22 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
     peak_key = cp.zeros(n, cp.uint64)
     min_key = cp.empty(n, cp.uint32)
     min_key.data.memset_async(0xFF, min_key.nbytes)  # 0xFFFFFFFF: a memset, no kernel to compile
-    grid = (ho, n)
+    threads = NARROW if wo <= NARROW else THREADS  # (the same keys: a max is a max)
+    batches = [(f0, min(n, f0 + MAX_GRID_Y) - f0) for f0 in range(0, n, MAX_GRID_Y)]
     if normalize or circular:
         h, w = frame_shape
         ky0, kx0 = first_shift
         z = out if out is not None else cp.empty((n, ho, wo), cp.float32)
-        top, gap = h, 0
+        top, gap, per_left = h, 0, 1
         if normalize:
             (a1, a2), (b1, b2) = left_tables, right_tables
-            a_stride = 0 if a1.shape[0] == 1 else a1[0].size
+            lefts = a1.shape[0]
+            if b1.shape[0] != n or lefts < 1 or n % lefts:
+                raise InputError(f"{n} surfaces need the tables of {n} right frames and of "
+                                 f"1, {n} or a divisor of {n} left ones, got {b1.shape[0]} "
+                                 f"and {lefts}")
+            a_stride = 0 if lefts == 1 else a1[0].size
+            per_left = max(1, n // lefts)
             rows = b1.shape[1]  # H + 1, or 2 (bound_rows + 1): see table_layout
             top, gap = table_layout(h, None if rows == h + 1 else rows // 2 - 1)
         else:  # unused placeholders
@@ -180,18 +199,24 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
         smaller = h * w
         min_n = max(min_overlap * smaller, 1.0)
         fh, fw = corr.shape[-2:]
-        _kernel(ZNCC_PEAKS, bool(circular), bool(normalize), THREADS)(
-            grid, (THREADS,),
-            (corr, np.int32(fh), np.int32(fw), a1, a2, np.int64(a_stride), b1, b2, z,
-             peak_key, min_key, np.int32(h), np.int32(w), np.int32(ho), np.int32(wo),
-             np.int32(ky0), np.int32(kx0), np.float64(min_n), np.int32(top), np.int32(gap)))
+        kernel = _kernel(ZNCC_PEAKS, bool(circular), bool(normalize), threads)
+        for f0, count in batches:
+            kernel((ho, count), (threads,),
+                   (corr, np.int32(fh), np.int32(fw), a1, a2, np.int64(a_stride), b1, b2, z,
+                    peak_key, min_key, np.int32(h), np.int32(w), np.int32(ho), np.int32(wo),
+                    np.int32(ky0), np.int32(kx0), np.float64(min_n), np.int32(top),
+                    np.int32(gap), np.int32(per_left), np.int32(f0)))
     else:
         z = corr
-        _kernel(SURFACE_EXTREMA, THREADS)(grid, (THREADS,), (z, peak_key, min_key, np.int32(ho),
-                                                        np.int32(wo)))
+        for f0, count in batches:
+            _kernel(SURFACE_EXTREMA, threads)((ho, count), (threads,),
+                                              (z, peak_key, min_key, np.int32(ho), np.int32(wo),
+                                               np.int32(f0)))
     second_key = cp.zeros(n, cp.uint32)
-    _kernel(SECOND_PEAKS, THREADS)(grid, (THREADS,), (z, peak_key, second_key, np.int32(ho),
-                                                 np.int32(wo), np.int32(exclusion)))
+    for f0, count in batches:
+        _kernel(SECOND_PEAKS, threads)((ho, count), (threads,),
+                                       (z, peak_key, second_key, np.int32(ho), np.int32(wo),
+                                        np.int32(exclusion), np.int32(f0)))
     iy, ix = cp.empty(n, cp.int64), cp.empty(n, cp.int64)
     peak, conf = cp.empty(n, cp.float64), cp.empty(n, cp.float64)
     # positions, values and confidence_ratio (registration/_peaks.py) from the keys

@@ -161,11 +161,13 @@ __device__ __forceinline__ void reduce_to_frame(unsigned long long best, unsigne
     }
 }
 
-// One block per (surface row iy, frame f), THREADS threads striding over the row.
+// One block per (surface row iy, frame f = f0 + blockIdx.y), THREADS threads striding over
+// the row (f0: the launcher's batches of at most 65535 frames, the grid's y limit).
 // corr: CIRCULAR ? (frames, corr_h, corr_w) circular correlation with c[k] at
 //       (ky mod corr_h, kx mod corr_w) : (frames, ho, wo) dense.
-// a1, a2: tables of the left (reference) frames, a_stride elements apart (0: one for all);
-// b1, b2: tables of the right frames.  Both frames are h x w.
+// a1, a2: tables of the left (reference) frames, a_stride elements apart (0: one for all),
+// frame f against left f / per_left (1: one each; the patch pass: P left patches, each
+// against its own N = per_left frames); b1, b2: tables of the right frames.  Both are h x w.
 template <bool CIRCULAR, bool NORMALIZE, int THREADS>
 __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_w,
                            const double* __restrict__ a1, const double* __restrict__ a2,
@@ -173,14 +175,15 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
                            const double* __restrict__ b2, float* __restrict__ z,
                            unsigned long long* __restrict__ peak_key,
                            unsigned int* __restrict__ min_key, int h, int w, int ho, int wo,
-                           int ky0, int kx0, double min_n, int top, int gap) {
-    const int iy = blockIdx.x, f = blockIdx.y;
+                           int ky0, int kx0, double min_n, int top, int gap, int per_left,
+                           int f0) {
+    const int iy = blockIdx.x, f = f0 + (int)blockIdx.y;
     const int ky = iy + ky0;
     const int w1 = w + 1;
     const int ya = max(0, -ky), yb = max(ya, min(h, h - ky));  // overlap rows, right coords
     const size_t table = (size_t)(h + 1 - gap) * w1;
-    const double* A1 = a1 + f * a_stride;
-    const double* A2 = a2 + f * a_stride;
+    const double* A1 = a1 + (long long)(f / per_left) * a_stride;
+    const double* A2 = a2 + (long long)(f / per_left) * a_stride;
     const double* B1 = b1 + f * table;
     const double* B2 = b2 + f * table;
     const float* c_row;
@@ -240,8 +243,8 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
 // The same maximum and minimum keys over an existing surface (phase correlation).
 template <int THREADS>
 __global__ void surface_extrema(const float* __restrict__ z, unsigned long long* peak_key,
-                                unsigned int* min_key, int ho, int wo) {
-    const int iy = blockIdx.x, f = blockIdx.y;
+                                unsigned int* min_key, int ho, int wo, int f0) {
+    const int iy = blockIdx.x, f = f0 + (int)blockIdx.y;
     const float* z_row = z + ((size_t)f * ho + iy) * wo;
     unsigned long long best = 0ull;
     unsigned int low = 0xffffffffu;
@@ -260,8 +263,8 @@ template <int THREADS>
 __global__ void second_peaks(const float* __restrict__ z,
                              const unsigned long long* __restrict__ peak_key,
                              unsigned int* __restrict__ second_key, int ho, int wo,
-                             int exclusion) {
-    const int iy = blockIdx.x, f = blockIdx.y;
+                             int exclusion, int f0) {
+    const int iy = blockIdx.x, f = f0 + (int)blockIdx.y;
     const unsigned int flat = 0xffffffffu - (unsigned int)(peak_key[f] & 0xffffffffull);
     const int py = (int)(flat / (unsigned int)wo), px = (int)(flat - (unsigned int)py * wo);
     const float* zf = z + (size_t)f * ho * wo;
