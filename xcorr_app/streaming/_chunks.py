@@ -33,8 +33,8 @@ from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
 from ._ranges import chunk_bounds, piece_bounds
 
-#: threads copying one chunk out of a memory-mapped file into its pinned buffer
-COPY_THREADS = 2
+#: threads copying one chunk (one piece on the GPU) out of a memory-mapped file into its buffer
+COPY_THREADS = 4
 #: on the GPU a chunk is read and copied to the device in pieces of at most this many bytes
 #: (at least a frame), so the page-locked ring is small: page-locking took the driver 0.4 s a
 #: GiB on an H200 host and freeing it 0.1 s (`tools/pin_probe.py`, 2026-11-23), where a ring
