@@ -58,7 +58,9 @@ def test_fused_patch_peaks_equal_the_generic_gpu_path_and_the_cpu(prepared, grid
         old = [a.get() for a in generic(g_t, g_r, d, method)]
         cpu = patch_peaks(t.astype(np.float64), r.astype(np.float64), d, method, "cpu", None)
         assert got[0].shape == (grid.n_patches, len(frames), 2)
-        for want, atol in ((old, 1e-5), (cpu, 1e-3)):
+        # the generic GPU path sums in another order (float32 surfaces): its subpixel shifts
+        # differ by up to 3e-5 px (H200, 2026-11-23); the float64 CPU's within 1e-3 px
+        for want, atol in ((old, 1e-4), (cpu, 1e-3)):
             np.testing.assert_array_equal(got[3], want[3])
             np.testing.assert_array_equal(got[4], want[4])
             np.testing.assert_allclose(got[0], want[0], rtol=0, atol=atol)
