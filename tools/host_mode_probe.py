@@ -14,6 +14,7 @@ import time
 import cupy as cp
 
 from xcorr_app import correlation_plan
+from xcorr_app.bench._xcorr_plans import back_to_back
 
 SPIN = cp.RawKernel(r"""
 extern "C" __global__ void spin(long long cycles) {
@@ -40,21 +41,10 @@ def enqueue_us(fn, busy_us, blocks=40, n=100):
     return statistics.median(out)
 
 
-def b2b_us(fn, busy_us, rounds=9, n=200):
-    stream = cp.cuda.get_current_stream()
-    out = []
-    for _ in range(rounds):
-        stream.synchronize()
-        if busy_us:
-            spin(busy_us)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        for _ in range(n):
-            fn()
-        stop.record(stream)
-        stop.synchronize()
-        out.append(cp.cuda.get_elapsed_time(start, stop) / n * 1e3)
-    return statistics.median(out)
+def b2b_us(fn, busy_us, rounds=9):
+    lead = (lambda: spin(busy_us)) if busy_us else None
+    return statistics.median(back_to_back(fn, warmup=0, lead=lead) * 1e3
+                             for _ in range(rounds))
 
 
 def main():

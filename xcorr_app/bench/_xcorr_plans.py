@@ -59,16 +59,20 @@ def pipelined(problem) -> bool:
                                             and problem.m <= SMALL_M)
 
 
-def back_to_back(fn, n: int = CALLS, warmup: int = WARMUP) -> float:
+def back_to_back(fn, n: int = CALLS, warmup: int = WARMUP, lead=None) -> float:
     """Milliseconds per call of ``n`` calls of ``fn()`` queued back to back on the current
     stream between two CUDA events (nothing synchronized in between: the host's time is
-    hidden while it stays below the GPU's)."""
+    hidden while it stays below the GPU's). ``lead()``, if given, is queued after the
+    warm-up's synchronize and before the first event (a probe's spin kernel: the host then
+    starts ahead of the GPU)."""
     import cupy as cp
 
     stream = cp.cuda.get_current_stream()
     for _ in range(warmup):
         fn()
     stream.synchronize()
+    if lead is not None:
+        lead()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     start.record(stream)
     for _ in range(n):
