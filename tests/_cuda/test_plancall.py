@@ -192,3 +192,24 @@ def test_references_are_not_leaked_and_plans_are_collected(base):
     del plan, direct
     gc.collect()
     assert ref() is None
+
+
+@compiled
+def test_the_call_holds_what_it_calls_while_the_plan_changes(base):
+    """The stream lookup (or another thread) may reset the plan's attributes during a call:
+    the call goes on with what it took, and nothing is freed under it."""
+    out = object()
+    plan = make(base)
+    direct = plan._direct_call = Direct("out")
+
+    def lookup():
+        plan._direct_call = None  # the plan lets go of both while they run
+        plan._stream_ptr = None
+        return 0x77
+
+    plan._stream_ptr = lookup
+    ref = weakref.ref(direct)
+    del direct
+    assert plan(1, 2, out) is out
+    assert ref() is None  # held by the call only, and released after it
+    assert plan(1, 2, out) == "python path"  # no direct call any more

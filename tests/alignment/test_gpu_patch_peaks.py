@@ -2,7 +2,7 @@
 fused kernels of registration/_surfaces.py in their batched mode) against the generic GPU path
 they replace (``normalize.zncc`` on CuPy, ``peaks.find_shifts``) and the CPU in float64.
 
-Tolerances: integer peaks identical; shifts within 1e-5 px of the generic GPU path and 1e-3 px
+Tolerances: integer peaks identical; shifts within 1e-4 px of the generic GPU path and 1e-3 px
 of the float64 CPU; peak values within 1e-5; confidences within 1e-4 relative."""
 
 import numpy as np

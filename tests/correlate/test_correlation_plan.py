@@ -377,3 +377,19 @@ def test_gpu_threads_on_one_default_stream_keep_their_own_workspace(rng):
     cp.cuda.Device().synchronize()
     for out, ref in zip(outs, want):
         assert rel_error(out.get(), ref) <= 1e-5
+
+
+def test_plans_copy_and_pickle_on_the_cpu():
+    """A plan's state includes its base class's members (the compiled base keeps them out of
+    ``__dict__``): copies and pickles of a CPU plan compute what it does."""
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(7)
+    a, b = rng.random((5, 7), np.float32), rng.random((5, 7), np.float32)
+    plan = correlation_plan((5, 7), (5, 7), "one_to_one", max_shift=2, device="cpu")
+    want = plan(a, b)
+    for other in (copy.copy(plan), copy.deepcopy(plan), pickle.loads(pickle.dumps(plan))):
+        assert type(other) is type(plan) and other.out_shape == plan.out_shape
+        np.testing.assert_array_equal(other(a, b), want)
+        assert other.fast_call is None and getattr(other, "_direct_call") is None

@@ -82,11 +82,18 @@ static PyObject *plancall_call(PlanCall *self, PyObject *args, PyObject *kwargs)
         return NULL;
     if (self->direct_call != NULL && self->direct_call != Py_None && self->stream_ptr != NULL &&
         self->stream_ptr != Py_None && v[2] != Py_None && v[3] == Py_None) {
-        PyObject *s = PyObject_CallNoArgs(self->stream_ptr);
-        if (s == NULL)
+        /* held for the call: another thread (or the stream lookup) may set the plan's
+         * attributes meanwhile, and the compiled call runs partly without the GIL */
+        PyObject *dc = Py_NewRef(self->direct_call), *sp = Py_NewRef(self->stream_ptr);
+        PyObject *s = PyObject_CallNoArgs(sp);
+        Py_DECREF(sp);
+        if (s == NULL) {
+            Py_DECREF(dc);
             return NULL;
+        }
         PyObject *stack[4] = {v[0], v[1], v[2], s};
-        got = PyObject_Vectorcall(self->direct_call, stack, 4, NULL);
+        got = PyObject_Vectorcall(dc, stack, 4, NULL);
+        Py_DECREF(dc);
         Py_DECREF(s);
         if (got == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_RuntimeError))

@@ -163,6 +163,15 @@ class CorrelationPlan(PlanCallBase):
         return (f"CorrelationPlan({self.form}, {self.left_shape} x {self.right_shape}, "
                 f"max_shift={self.max_shift}, dtype={self.dtype}, {where}, method={self.method})")
 
+    def __getstate__(self):  # copy and pickle: the C base's members are not in __dict__
+        return dict(self.__dict__, _stream_ptr=self._stream_ptr)
+
+    def __setstate__(self, state):
+        state = dict(state)
+        self._stream_ptr = state.pop("_stream_ptr", None)
+        self.__dict__.update(state)
+        self.fast_call = state.get("_fast_call")  # and the direct call with it
+
     @property
     def fast_call(self):
         return self._fast_call
@@ -239,6 +248,8 @@ class CorrelationPlan(PlanCallBase):
                 got = NotImplemented
             if got is not NotImplemented:
                 return got  # else a check failed: the path below says which
+        if direct_tried:  # refused, or the driver raised: say what is wrong before launching
+            self.check_inputs(left, right)
         if not self.fast:
             return self._call_checked(left, right, out, stream)
         nd, dev, contiguous = self._ndarray, self.device_id, self._contiguous
