@@ -11,7 +11,7 @@ on the device: ``python3 setup.py build_ext --inplace``.
 
 from setuptools import Extension, setup
 
-SOURCES = [f"xcorr_app/_cuda/_fastlaunch{part}.c" for part in ("", "_steps", "_graph")]
+SOURCES = [f"xcorr_app/_cuda/_fastlaunch{part}.c" for part in ("", "_steps", "_graph", "_layout")]
 
 FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 

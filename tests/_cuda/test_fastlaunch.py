@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 SOURCE = Path(__file__).resolve().parents[2] / "xcorr_app" / "_cuda" / "_fastlaunch.c"
-SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c") for part in ("steps", "graph")]
+SOURCES = [SOURCE] + [SOURCE.with_name(f"_fastlaunch_{part}.c")
+                      for part in ("steps", "graph", "layout")]
 
 #: a libcuda.so.1 of the three functions the extension takes, recording each call
 STUB = r"""
@@ -240,6 +241,7 @@ def check_launch_and_memset(mod, stub):
     left, right, out = arrays()
     start = stub.count.value
     assert fc(left, right, out, 0x77) is out
+    assert not fc.in_place  # a stand-in type: not CuPy's layout, read through its attributes
     mem, launch = stub.since(start)
     assert (mem.kind, mem.ptr, mem.value, mem.n, mem.stream) == (2, OUT, 0, 124, 0x77)
     assert (launch.kind, launch.fn, launch.stream, launch.shared) == (1, 0xABC, 0x77, 100)

@@ -323,3 +323,29 @@ def test_gpu_fastlaunch_variable_turns_it_off(compiled):
                              env=env, timeout=300)
         assert res.returncode == 0, res.stderr
         assert res.stdout.split() == want.split(), (value, res.stdout)
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_call_reads_cupy_arrays_in_place(compiled):
+    """CuPy's arrays are read in place (their layout confirmed on the first one): results as
+    the definition; an array reshaped in place, a transposed view, another dtype refused as
+    the Python path refuses them, nothing launched (the output stays poisoned)."""
+    import cupy as cp
+
+    rng = np.random.default_rng(11)
+    plan = correlation_plan((16, 16), (16, 16), "one_to_one", 3, method="warp_per_shift")
+    a, b = inputs(rng, (16, 16), (16, 16), cp)
+    out = poisoned(cp, plan.out_shape)
+    assert plan(a, b, out) is out
+    assert plan.fast_call.in_place
+    assert rel_error(out.get(), definition(a, b, "one_to_one", 3)) < 1e-5
+    a.shape = (8, 32)  # the same array, reshaped in place after the call above
+    for left, right in [(a, b), (b.T, a.reshape(16, 16)), (b.astype(cp.float64), b)]:
+        out = poisoned(cp, plan.out_shape)
+        with pytest.raises(InputError):
+            plan(left, right, out)
+        assert bool(cp.isnan(out).all())
+    a.shape = (16, 16)
+    out = poisoned(cp, plan.out_shape)
+    assert plan(a, b, out) is out
+    assert rel_error(out.get(), definition(a, b, "one_to_one", 3)) < 1e-5

@@ -113,6 +113,21 @@ static PyObject *fastcall_new(PyTypeObject *type, PyObject *args, PyObject *kwds
                 self->needs_workspace = 1;
     }
     Py_DECREF(seq);
+    PyObject *shapes[3] = {ls, rs, os};
+    for (int r = 0; r < 3 && self->layout == 0; r++) {  /* the shapes as numbers */
+        if (PyTuple_GET_SIZE(shapes[r]) > MAX_DIMS) {
+            self->layout = -1;
+            break;
+        }
+        self->ndim[r] = (int)PyTuple_GET_SIZE(shapes[r]);
+        for (int i = 0; i < self->ndim[r]; i++) {
+            self->dims[r][i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shapes[r], i));
+            if (self->dims[r][i] == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                self->layout = -1;  /* (not numbers: no array will match them anyway) */
+            }
+        }
+    }
     if (graph)
         self->graph = graph_make(self);  /* NULL where it cannot be: launches one by one */
     return (PyObject *)self;
@@ -124,6 +139,7 @@ static void fastcall_dealloc(FastCall *self)
     self->graph = NULL;
     for (int i = 0; i < 3; i++)
         Py_XDECREF(self->seen[i]);
+    Py_XDECREF(self->memptr_type);
     free_steps(self);
     Py_XDECREF(self->ndarray_type);
     Py_XDECREF(self->left_shape);
@@ -186,6 +202,8 @@ static int check_array(FastCall *self, int role, PyObject *a, PyObject *shape, C
     int ok;
     long dev;
 
+    if (self->layout == 1 || (self->layout == 0 && layout_confirm(self, a)))
+        return layout_check(self, role, a, ptr);  /* a CuPy array read in place */
     if (is_seen(self->seen[role], a)) {  /* the same live array as the last call's */
         if (!layout_ok(a, shape))
             return 0;
@@ -352,7 +370,15 @@ static PyObject *fastcall_get_graph(FastCall *self, void *closure)
     return PyBool_FromLong(graph_used(self->graph));
 }
 
+static PyObject *fastcall_get_in_place(FastCall *self, void *closure)
+{
+    return PyBool_FromLong(self->layout == 1);
+}
+
 static PyGetSetDef fastcall_getset[] = {
+    {"in_place", (getter)fastcall_get_in_place, NULL,
+     "whether the arrays are read in place (CuPy's layout, confirmed on the first array of "
+     "ndarray_type a call met; else through their attributes)", NULL},
     {"graph", (getter)fastcall_get_graph, NULL,
      "whether a call launches its kernels as one CUDA graph (made with graph=True, where the "
      "driver has the entry points, no memset comes first and the graph could be made)", NULL},

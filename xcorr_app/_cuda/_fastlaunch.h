@@ -69,6 +69,7 @@ extern Driver drv;
 #define PARAM_END ((void *)(uintptr_t)0)
 
 #define MAX_SLOTS 8
+#define MAX_DIMS 8             /* the arrays' dimensions the in-place checks read */
 #define MAX_STEPS 4            /* a memset, a rearrangement, the kernel: 3 at most today */
 #define MAX_PARAM_BYTES 4096   /* the driver's own limit on kernel parameters */
 enum { ROLE_LEFT, ROLE_RIGHT, ROLE_OUT, ROLE_WORKSPACE, N_ROLES };
@@ -105,6 +106,13 @@ typedef struct {
      * a CuPy array's data, dtype and device may not) */
     PyObject *seen[3];
     CUdeviceptr seen_ptr[3];
+    /* CuPy arrays read in place (_fastlaunch_layout.c): 0 not tried yet, 1 confirmed on an
+     * array of ndarray_type, -1 not this type's layout (its attributes are read); the
+     * expected shapes of left, right, out as numbers; the data's MemoryPointer type */
+    int layout;
+    int ndim[3];
+    Py_ssize_t dims[3][MAX_DIMS];
+    PyObject *memptr_type;
 } FastCall;
 
 extern PyTypeObject FastCallType;
@@ -118,6 +126,12 @@ PyObject *fastcall_run(FastCall *self, PyObject *left, PyObject *right, PyObject
 /* _fastlaunch_steps.c: read step ``index`` (0, or -1 with an error set); release the steps */
 int parse_step(PyObject *item, Step *st, Py_ssize_t index);
 void free_steps(FastCall *self);
+
+/* _fastlaunch_layout.c: whether ``a`` confirms (or confirmed) that arrays of the FastCall's
+ * ndarray type may be read in place (with the GIL; sets self->layout on the first array of
+ * that type); then the checks of ``a`` in ``role`` read in place: 1 and *ptr set, or 0 */
+int layout_confirm(FastCall *self, PyObject *a);
+int layout_check(const FastCall *self, int role, PyObject *a, CUdeviceptr *ptr);
 
 /* _fastlaunch_graph.c */
 int graph_entry_points(void);  /* 1 where the driver has every graph entry point */
