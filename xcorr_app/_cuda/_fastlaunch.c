@@ -8,7 +8,8 @@
  * call.  A FastCall does the same checks in C, writes the pointers and calls the driver
  * through the function pointers dlsym'd from libcuda.so.1 at import (_fastlaunch.h).  The
  * other sources: _fastlaunch_steps.c (the steps read from Python), _fastlaunch_graph.c (the
- * steps as one CUDA graph, updated and launched each call).  Importing it raises ImportError
+ * steps as one CUDA graph, updated and launched each call), _fastlaunch_layout.c (CuPy
+ * arrays read in place).  Importing it raises ImportError
  * where libcuda.so.1 cannot be loaded.
  *
  * FastCall(ndarray_type, left_shape, right_shape, out_shape, dtype, device_id, steps,
@@ -25,9 +26,11 @@
  *   CUDA graph in the current context where that can be (the ``graph`` attribute says).
  * fc(left, right, out, stream_ptr[, workspace_ptr])
  *   checks left/right/out (isinstance of ndarray_type, shape == the expected tuple, dtype is
- *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id; for the
- *   same live array as the last call's in its role, shape and _c_contiguous only: a CuPy
- *   array's data, dtype and device are read-only), and
+ *   (or equals) the expected dtype, _c_contiguous true, data.device_id == device_id): read in
+ *   place where the type's object layout is CuPy's (_fastlaunch_layout.c, confirmed on the
+ *   first array of the type), else through the attributes (for the same live array as the
+ *   last call's in its role, shape and _c_contiguous only: a CuPy array's data, dtype and
+ *   device are read-only), and
  *   returns NotImplemented without raising if any check fails (the caller then runs its
  *   checked path, which says what is wrong); also NotImplemented where the calling thread
  *   has no current CUDA context yet (the Python path, through the runtime, goes on as it

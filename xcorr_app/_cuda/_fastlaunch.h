@@ -1,6 +1,7 @@
 /* What the sources of the compiled launch path share (_fastlaunch.c: the module, the driver's
  * entry points and FastCall; _fastlaunch_steps.c: its steps read from Python;
- * _fastlaunch_graph.c: FastCall's one-graph launches).  Nothing of CUDA is needed to build
+ * _fastlaunch_graph.c: FastCall's one-graph launches; _fastlaunch_layout.c: CuPy arrays read
+ * in place).  Nothing of CUDA is needed to build
  * it: the few driver types and prototypes are declared here (CUresult = int, handles = void*,
  * CUdeviceptr = unsigned long long, as in cuda.h on 64-bit hosts).
  */
