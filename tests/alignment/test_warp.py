@@ -1,0 +1,93 @@
+"""alignment/_warp.py: ``shift_frames``, the bilinear shift of every frame. On the CPU its NumPy
+lines are the definition (checked here against a float64 loop); on the GPU one kernel of ours
+(``cuda/warp_shift.cu``) does the same float32 operations: equal bit for bit, on odd, non-square
+frames smaller than a warp and larger than a block, every pixel type it reads, NaN, infinite
+and far shifts, one shift for all frames, a fill value, NaN pixels, a poisoned memory pool."""
+
+import numpy as np
+import pytest
+
+from xcorr_app.alignment._warp import shift_frames
+from xcorr_app.errors import InputError
+
+
+def loop_definition(frames, shifts, fill):
+    """float64 loop: out = sum of the inside taps' weights x pixels + (1 - their sum) x fill."""
+    n, h, w = frames.shape
+    out = np.empty((n, h, w))
+    for k in range(n):
+        dy, dx = np.nan_to_num(np.asarray(shifts, np.float64)[k if len(shifts) > 1 else 0])
+        for y in range(h):
+            for x in range(w):
+                ys, xs = y - dy, x - dx
+                y0, x0 = int(np.floor(ys)), int(np.floor(xs))
+                ty, tx = ys - y0, xs - x0
+                acc = wsum = 0.0
+                for a, wy in ((0, 1 - ty), (1, ty)):
+                    for b, wx in ((0, 1 - tx), (1, tx)):
+                        yy, xx = y0 + a, x0 + b
+                        if 0 <= yy < h and 0 <= xx < w:
+                            acc += wy * wx * frames[k, yy, xx]
+                            wsum += wy * wx
+                out[k, y, x] = acc + (1 - wsum) * fill
+    return out
+
+
+def test_cpu_bilinear_is_the_loop_definition(rng):
+    frames = rng.random((3, 7, 9)) * 100
+    shifts = np.array([[0.3, -1.7], [-2.25, 4.5], [8.0, 0.0]])
+    got = shift_frames(frames, shifts, fill=5.0)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, loop_definition(frames.astype(np.float32), shifts, 5.0),
+                               rtol=1e-5, atol=1e-4)
+
+
+CASES = [((1, 5, 7), [[0.25, -1.5]]),                       # smaller than a warp
+         ((3, 37, 301), [[0.3, -1.7], [-2.25, 4.5], [36.5, -300.25]]),  # wider than a block
+         ((4, 20, 13), [[np.nan, 0.5], [np.inf, 0.0], [-0.0, -np.inf], [1e9, 2.0]]),
+         ((5, 16, 16), [[0.75, -0.125]])]                     # one shift for every frame
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, shifts", CASES)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64,
+                                   np.int32])
+def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
+    import cupy as cp
+
+    frames = (rng.random(shape) * 250).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        frames[0, shape[1] // 2, shape[2] // 2] = np.nan  # spreads to its taps, as on the CPU
+    shifts = np.array(shifts, np.float64)
+    with np.errstate(invalid="ignore"):  # (NumPy casts the infinite shifts' floors to int64)
+        want = shift_frames(frames, shifts, fill=-3.5)
+    poison = cp.full(frames.size * 8, np.nan, cp.float32)  # freed into the pool the output uses
+    del poison
+    for s in (shifts, cp.asarray(shifts), cp.asarray(shifts, cp.float32)):
+        got = shift_frames(cp.asarray(frames), s, fill=-3.5)
+        assert isinstance(got, cp.ndarray) and got.dtype == cp.float32
+        np.testing.assert_array_equal(got.get(), want)
+    if np.dtype(dtype).kind == "f":
+        assert np.isnan(want).any()  # (the NaN pixel is in the comparison)
+
+
+@pytest.mark.gpu
+def test_gpu_bilinear_of_many_frames_and_bad_shifts(rng):
+    """More frames than a launch's grid holds are split; shifts that fit no frame count are an
+    InputError."""
+    import cupy as cp
+
+    from xcorr_app.alignment import _warp
+
+    frames = cp.asarray(rng.random((7, 6, 5)).astype(np.float32))
+    shifts = rng.normal(0, 2, (7, 2))
+    want = shift_frames(frames.get(), shifts)
+    old = _warp.MAX_GRID
+    try:
+        _warp.MAX_GRID = 3
+        np.testing.assert_array_equal(shift_frames(frames, shifts).get(), want)
+    finally:
+        _warp.MAX_GRID = old
+    for bad in (np.zeros((3, 2)), np.zeros((7, 3)), np.zeros(2)):
+        with pytest.raises(InputError):
+            shift_frames(frames, bad)

@@ -1,0 +1,65 @@
+// Every frame of a chunk shifted by its (dy, dx), bilinear (xcorr_app/alignment/_warp.py
+// shift_frames launches it on the GPU; its NumPy lines are the definition, and this is the
+// same arithmetic, so both devices give the same float32 bits):
+//
+//   ys = y - dy (float64), y0 = floor(ys), wy = (float)(ys - y0); the same along x;
+//   out = sum over the taps (y0 + a, x0 + b), a, b in {0, 1}, in the order (0,0) (0,1) (1,0)
+//         (1,1), of wgt * f[clamp(y0 + a), clamp(x0 + b)], wgt = (wy_a * wx_b) * inside,
+//         wy_0 = 1 - wy, wy_1 = wy (float32); plus (1 - sum of wgt) * fill
+//
+// each step a float32 operation rounded on its own (the definition's array operations: no
+// fused multiply-add); a NaN shift counts as 0 and an infinite one as one far outside the
+// frame (NumPy's nan_to_num).  Output frame n reads frame n * fstep and shift n * sstep (a
+// step 0: one frame, or one shift, for all, as the definition broadcasts them).  Grid (rows,
+// frames of this launch), THREADS over the columns; at most 65535 frames per launch (the
+// launcher offsets n0).
+
+template <typename T>
+__device__ __forceinline__ float pixel(const T* __restrict__ f, long long y, long long x, int h,
+                                       int w) {
+    y = y < 0 ? 0 : (y > h - 1 ? h - 1 : y);
+    x = x < 0 ? 0 : (x > w - 1 ? w - 1 : x);
+    return (float)f[(size_t)y * w + x];
+}
+
+__device__ __forceinline__ double finite_shift(double s) {
+    if (isnan(s)) return 0.0;
+    return fmin(fmax(s, -1e15), 1e15);  // (inf: far outside, as nan_to_num's largest double)
+}
+
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) warp_shift(
+        const T* __restrict__ frames, float* __restrict__ out,
+        const double* __restrict__ shifts, int n0, int fstep, int sstep, int h, int w,
+        float fill) {
+    const int y = blockIdx.x, n = n0 + blockIdx.y;
+    const double* shift = shifts + 2 * (size_t)n * sstep;
+    const double ys = (double)y - finite_shift(shift[0]);
+    const double fy = floor(ys);
+    const float wy = (float)(ys - fy);
+    const long long y0 = (long long)fy;
+    const float wy_[2] = {__fsub_rn(1.0f, wy), wy};
+    const bool vy[2] = {y0 >= 0 && y0 < h, y0 + 1 >= 0 && y0 + 1 < h};
+    const double sx = finite_shift(shift[1]);
+    const T* f = frames + (size_t)n * fstep * h * w;
+    float* dst = out + ((size_t)n * h + y) * w;
+    for (int x = threadIdx.x; x < w; x += THREADS) {
+        const double xs = (double)x - sx;
+        const double fx = floor(xs);
+        const float wx = (float)(xs - fx);
+        const long long x0 = (long long)fx;
+        const float wx_[2] = {__fsub_rn(1.0f, wx), wx};
+        const bool vx[2] = {x0 >= 0 && x0 < w, x0 + 1 >= 0 && x0 + 1 < w};
+        float acc = 0.0f, weight = 0.0f;
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+                const float wgt = __fmul_rn(__fmul_rn(wy_[a], wx_[b]),
+                                            (vy[a] && vx[b]) ? 1.0f : 0.0f);
+                acc = __fadd_rn(acc, __fmul_rn(wgt, pixel(f, y0 + a, x0 + b, h, w)));
+                weight = __fadd_rn(weight, wgt);
+            }
+        dst[x] = __fadd_rn(acc, __fmul_rn(__fsub_rn(1.0f, weight), fill));
+    }
+}
