@@ -59,11 +59,13 @@ def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
     if np.dtype(dtype).kind == "f":
         frames[0, shape[1] // 2, shape[2] // 2] = np.nan  # spreads to its taps, as on the CPU
     shifts = np.array(shifts, np.float64)
-    with np.errstate(invalid="ignore"):  # (NumPy casts the infinite shifts' floors to int64)
-        want = shift_frames(frames, shifts, fill=-3.5)
-    poison = cp.full(frames.size * 8, np.nan, cp.float32)  # freed into the pool the output uses
-    del poison
-    for s in (shifts, cp.asarray(shifts), cp.asarray(shifts, cp.float32)):
+    # the shifts as NumPy and CuPy float64, and as CuPy float32 (the CPU given the same values)
+    for s, as_given in ((shifts, shifts), (cp.asarray(shifts), shifts),
+                        (cp.asarray(shifts, cp.float32), shifts.astype(np.float32))):
+        with np.errstate(invalid="ignore"):  # (NumPy casts the infinite shifts' floors)
+            want = shift_frames(frames, as_given, fill=-3.5)
+        poison = cp.full(frames.size * 8, np.nan, cp.float32)  # freed into the output's pool
+        del poison
         got = shift_frames(cp.asarray(frames), s, fill=-3.5)
         assert isinstance(got, cp.ndarray) and got.dtype == cp.float32
         np.testing.assert_array_equal(got.get(), want)
