@@ -68,10 +68,9 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
             raise InputError(f"shifts of shape {shifts.shape} do not match {src.n_frames} frames")
         y0, y1, x0, x1 = common_area(shifts, src.frame_shape) if crop else (0, None, 0, None)
 
-        def shifted(start, chunk):
+        def shifted(start, chunk):  # (shift_frames reads the pixel types as float32 itself)
             xp = backend.array_module_of(chunk)
-            frames = chunk.astype(xp.float32)
-            out = shift_frames(frames, xp.asarray(shifts[start:start + len(frames)]), fill=fill,
+            out = shift_frames(chunk, xp.asarray(shifts[start:start + len(chunk)]), fill=fill,
                                method=resample)
             return backend.to_numpy(out[:, y0:y1, x0:x1])
 
