@@ -29,6 +29,8 @@ import importlib
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import XcorrError
 from .shipped import ENV, BUILT_DIR, load_index, shipped_functions, source_digest, usable_arch
 
@@ -45,6 +47,11 @@ FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._fiel
                   "xcorr_app.filters._reuse",
                   "xcorr_app.conv._im2win", "xcorr_app.conv._winograd")
 COMPILE_OPTIONS = ("-std=c++17",)
+#: the pixel types the frame kernels read as they are (NumPy dtype -> C type); others are
+#: converted to float32 first (:func:`kernel_pixels`)
+PIXEL_C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
+                 np.dtype(np.int16): "short", np.dtype(np.float32): "float",
+                 np.dtype(np.float64): "double"}
 
 _FAMILIES: list["KernelFamily"] = []
 _COMPILED: dict = {}
@@ -209,6 +216,17 @@ def _cpp(a) -> str:
     if isinstance(a, bool):
         return "true" if a else "false"
     return str(a)
+
+
+def kernel_pixels(frames):
+    """``(frames, c_type)``: a CuPy array C-contiguous, its pixels as they are where a frame
+    kernel reads their type (:data:`PIXEL_C_TYPES`), else converted to float32."""
+    import cupy as cp
+
+    c_type = PIXEL_C_TYPES.get(np.dtype(frames.dtype))
+    if c_type is None:
+        frames, c_type = frames.astype(cp.float32), "float"
+    return cp.ascontiguousarray(frames), c_type
 
 
 def all_families() -> list[KernelFamily]:

@@ -26,19 +26,15 @@ import functools
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily, compile_together
+from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError
 
 SOURCE = "patch_field.cu"
 THREADS = 128
-#: the pixel types the warp kernel reads (others are converted to float32 first)
-C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
-           np.dtype(np.int16): "short", np.dtype(np.float32): "float",
-           np.dtype(np.float64): "double"}
 GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])
 THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
-WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in C_TYPES.values()
+WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPES.values()
                                            for c in (False, True)])
 #: frames per launch (the grid's y and z extents are at most 65535)
 MAX_GRID = 65535
@@ -263,10 +259,7 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
     launch (per 65535 frames)."""
     import cupy as cp
 
-    c_type = C_TYPES.get(np.dtype(frames.dtype))
-    if c_type is None:
-        frames, c_type = frames.astype(cp.float32), "float"
-    frames = cp.ascontiguousarray(frames)
+    frames, c_type = kernel_pixels(frames)
     n, h, w = frames.shape
     y0, y1, x0, x1 = box or (0, h, 0, w)
     if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):

@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily, compile_together
+from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together
 
 SOURCE = "frame_stats.cu"
 THREADS = 256
-#: the pixel types converted in the kernel (others are converted by CuPy first)
-C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
-           np.dtype(np.int16): "short", np.dtype(np.float32): "float",
-           np.dtype(np.float64): "double"}
-ROW_STATS = KernelFamily(SOURCE, "frame_row_stats", [(t, True, THREADS) for t in C_TYPES.values()]
+ROW_STATS = KernelFamily(SOURCE, "frame_row_stats",
+                         [(t, True, THREADS) for t in PIXEL_C_TYPES.values()]
                          + [("float", False, THREADS)])
 FRAME_TOTALS = KernelFamily(SOURCE, "frame_totals", [(THREADS,)])
 SUBTRACT = KernelFamily(SOURCE, "subtract_frame_means", [()])
@@ -79,7 +76,7 @@ def converted_stats(frames):
     import cupy as cp
 
     frames = cp.ascontiguousarray(frames)
-    c_type = C_TYPES.get(frames.dtype)
+    c_type = PIXEL_C_TYPES.get(frames.dtype)
     if c_type is None:  # float16: converted by CuPy, then measured as float32
         f = frames.astype(cp.float32)
         return (f,) + _stats(f, f, "float", False)

@@ -53,8 +53,8 @@ import numpy as np
 
 from .. import backend
 from ..correlate._api import cross_correlate
-from ..errors import InputError
 from ..correlate._shifts import first_shift
+from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ..registration._surfaces import summed_area_tables, surface_peaks

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily
+from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, kernel_pixels
 from ..backend import array_module_of, is_cupy_array, to_numpy, to_xp
 from ..correlate._fft import fft_of
 from ..errors import InputError
@@ -21,14 +21,11 @@ from ..errors import InputError
 
 RESAMPLE = ("bilinear", "fourier")
 THREADS = 128
-#: the pixel types the GPU's bilinear shift reads (others are converted to float32 first)
-C_TYPES = {np.dtype(np.uint8): "unsigned char", np.dtype(np.uint16): "unsigned short",
-           np.dtype(np.int16): "short", np.dtype(np.float32): "float",
-           np.dtype(np.float64): "double"}
 #: the bilinear shift on the GPU in one kernel of ours (it ships built): its NumPy lines below
 #: as about twenty CuPy operations cost a first run on a fresh machine as many NVRTC
 #: compilations (about 5 s, the cell sample writing aligned.tif on an H100, 2026-11-23)
-WARP_SHIFT = KernelFamily("warp_shift.cu", "warp_shift", [(t, THREADS) for t in C_TYPES.values()])
+WARP_SHIFT = KernelFamily("warp_shift.cu", "warp_shift",
+                         [(t, THREADS) for t in PIXEL_C_TYPES.values()])
 #: frames per launch (the grid's y extent is at most 65535)
 MAX_GRID = 65535
 
@@ -93,10 +90,7 @@ def _shift_bilinear_gpu(frames, shifts, fill):
 
     if frames.ndim != 3:
         raise InputError(f"frames must be (N, H, W), got shape {tuple(frames.shape)}")
-    c_type = C_TYPES.get(np.dtype(frames.dtype))
-    if c_type is None:
-        frames, c_type = frames.astype(cp.float32), "float"
-    frames = cp.ascontiguousarray(frames)
+    frames, c_type = kernel_pixels(frames)
     nf, h, w = frames.shape
     if isinstance(shifts, cp.ndarray) and shifts.dtype == cp.float64:
         s = cp.ascontiguousarray(shifts)
