@@ -36,6 +36,11 @@ GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])
 THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
 WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPES.values()
                                            for c in (False, True)])
+REFINE_THREADS = 256
+REFINE = KernelFamily(SOURCE, "refine_surfaces", [(REFINE_THREADS,)])
+#: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
+#: must fit the default dynamic shared memory: grids at most this many patches wide
+REFINE_MAX_GX = 48 * 1024 // (REFINE_THREADS // 32 * 2 * 8)
 #: frames per launch (the grid's y and z extents are at most 65535)
 MAX_GRID = 65535
 #: the cubic convolution's parameter (Keys 1981)
@@ -198,9 +203,11 @@ def check_windows(starts_y, starts_x, size, frame_shape, integer_shifts=None):
         raise InputError("a patch window (moved by its frame's shift) leaves the frame")
 
 
-def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out=None):
+def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out=None,
+                       device_shifts=None):
     """``(P, N, ph, pw)`` float32 CuPy: the windows of ``frames`` ``(N, H, W)`` float32 CuPy at
-    ``starts`` moved by ``integer_shifts`` ``(N, 2)``, one launch (per 65535 frames)."""
+    ``starts`` moved by ``integer_shifts`` ``(N, 2)`` (host; ``device_shifts``: the same
+    int64 on the GPU, else uploaded), one launch (per 65535 frames)."""
     import cupy as cp
 
     frames = cp.ascontiguousarray(frames, cp.float32)
@@ -212,7 +219,9 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
         raise InputError(f"{len(starts_x)} window columns for a grid {gx} patches wide")
     check_windows(starts_y, starts_x, size, (h, w), shifts)
     out = _output(out, (p, n, ph, pw))
-    shift = cp.asarray(shifts)
+    shift = cp.asarray(shifts) if device_shifts is None else device_shifts
+    if shift.shape != (n, 2) or shift.dtype != cp.int64 or not shift.flags.c_contiguous:
+        raise InputError(f"device shifts {shift.shape} {shift.dtype} for {n} frames")
     sy, sx = _starts(starts_y, starts_x)
     # the windows' two kernels compile together (one NVRTC call) on first use
     kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
@@ -282,3 +291,61 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
                 np.float32(fill)),
                shared_mem=2 * gx * 8)
     return out
+
+
+def refine_left_gpu(left, taper):
+    """What :func:`refine_surfaces_gpu` reads of the template's side, uploaded once per run:
+    ``(mean, var, bad)`` of ``left`` (:func:`~xcorr_app.registration._normalize.zncc_left` of
+    the template patches for a search of +-1 px, NumPy, ``(P, 3, 3)``) as C-contiguous CuPy
+    arrays, and the taper ``(ph, pw)`` float32 (None stays None)."""
+    import cupy as cp
+
+    mean, var = (cp.asarray(np.ascontiguousarray(a, np.float64)) for a in left[1:3])
+    bad = cp.asarray(np.ascontiguousarray(left[3], np.bool_))
+    tp = None if taper is None else cp.asarray(np.ascontiguousarray(taper, np.float32))
+    return (mean, var, bad), tp
+
+
+def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, taper, tpatches,
+                        left, out=None):
+    """The refinement of the patch pass in one launch (per 65535 frames): every window of
+    ``frames`` ``(N, H, W)`` float32 CuPy sampled through the field (as
+    :func:`windows_through_gpu`, written to ``out`` ``(P, N, ph, pw)``), less its mean and
+    times ``taper`` (``(ph, pw)`` float32 CuPy, or None: as is), its ZNCC surface
+    ``(P * N, 3, 3)`` float32 against ``tpatches`` ``(P, ph, pw)`` within +-1 px and the
+    surface's first maximum ``iy, ix`` (int64).  ``left``: ``(mean, var, bad)`` of
+    :func:`refine_left_gpu`.  Grids wider than :data:`REFINE_MAX_GX` patches: InputError
+    (the caller measures them unfused)."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames, cp.float32)
+    n, h, w = frames.shape
+    wy, wx, s = _device_weights(weights, patch_field, frames)
+    gy, gx = s.shape[1:3]
+    ph, pw = size
+    p = gy * gx
+    if (len(starts_y), len(starts_x)) != (gy, gx) or gx > REFINE_MAX_GX:
+        raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
+                         f"{gy}x{gx} patches (at most {REFINE_MAX_GX} wide)")
+    tpl = cp.ascontiguousarray(tpatches, cp.float32)
+    lmean, lvar, lbad = left
+    if tpl.shape != (p, ph, pw) or any(a.size != p * 9 or not a.flags.c_contiguous
+                                       for a in left) \
+            or (taper is not None and (taper.shape != (ph, pw) or taper.dtype != cp.float32)):
+        raise InputError(f"template patches {tpl.shape}, their sums and taper do not match "
+                         f"{p} windows of {ph}x{pw}")
+    check_windows(starts_y, starts_x, size, (h, w))
+    out = _output(out, (p, n, ph, pw))
+    z = cp.empty((p * n, 3, 3), cp.float32)
+    iy, ix = cp.empty(p * n, cp.int64), cp.empty(p * n, cp.int64)
+    sy, sx = _starts(starts_y, starts_x)
+    kernel = REFINE.get(REFINE_THREADS)
+    for a in range(0, n, MAX_GRID):
+        b = min(n, a + MAX_GRID)
+        kernel((p, b - a), (REFINE_THREADS,),
+               (frames, out, wy, wx, s, sy, sx, taper if taper is not None else out,
+                np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
+                np.int32(n), np.int32(h), np.int32(w), np.int32(gy), np.int32(gx),
+                np.int32(ph), np.int32(pw)),
+               shared_mem=REFINE_THREADS // 32 * 2 * gx * 8)
+    return z, iy, ix

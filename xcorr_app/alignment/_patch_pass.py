@@ -19,9 +19,9 @@ from ..streaming import map_chunks
 from ._field_resample import field_weights
 from ._motion_field import MotionField, warped_sum
 from ._options import prefilter_for
-from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, low_patches,
-                       patch_left, patch_margin, patch_shifts, refine_shifts, refine_taper,
-                       tapered, template_patches)
+from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, integer_parts,
+                       low_patches, patch_left, patch_margin, patch_shifts, refine_left,
+                       refine_shifts, refine_taper, tapered, template_patches)
 from ._pipeline import prepared_reference
 from ._preprocess import prepare
 from ._references import reference_frame
@@ -109,13 +109,18 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     the host waits for them)."""
     left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
     tnear = tapered(tpatches, taper)  # the refinement's template patches (weighted)
-    near = patch_left(tnear, 1)
+    near = refine_left(tnear, taper)
+    # the rigid shifts on the device once (a copy from host memory per chunk may wait for the
+    # queued work)
+    on_device = (xp.asarray(rigid), *(xp.asarray(a) for a in integer_parts(rigid)))
 
     def measure(start, frames):
-        s = rigid[start:start + len(frames)]
-        s_on = xp.asarray(s)  # (before the launches: a copy from the host may wait)
+        stop = start + len(frames)
+        s = rigid[start:stop]
+        s_on, whole, off = (a[start:stop] for a in on_device)
         p = prepare(frames, xp, prefilter, None)
-        d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left)
+        d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left,
+                                         uploaded=None if xp is np else (whole, off))
         low = low_patches(d, pk, cf, border, opts.min_confidence)
         some_low = bool(low.any())
         if some_low:

@@ -58,7 +58,8 @@ from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ..registration._surfaces import summed_area_tables, surface_peaks
-from ._field_resample import (check_windows, cubic_sample, dense_field, gather_windows_gpu,
+from ._field_resample import (REFINE_MAX_GX, check_windows, cubic_sample, dense_field,
+                              gather_windows_gpu, refine_left_gpu, refine_surfaces_gpu,
                               windows_through_gpu)
 
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
@@ -209,17 +210,19 @@ def patch_margin(max_deviation) -> int:
     return int(max_deviation) + 2
 
 
-def windows(frames, grid, integer_shifts):
+def windows(frames, grid, integer_shifts, device_shifts=None):
     """``(P, N, ph, pw)``: patch ``p`` of frame ``n`` moved by its integer rigid shift (the
     window of the frame that holds the reference's patch ``p``), gathered on ``frames``'s
     device (float32 CuPy frames: one kernel, :mod:`._field_resample`); ``integer_shifts``
-    ``(N, 2)`` host ints; every window must lie inside the frames (InputError)."""
+    ``(N, 2)`` host ints (``device_shifts``: the same already on the GPU, int64); every window
+    must lie inside the frames (InputError)."""
     xp = backend.array_module_of(frames)
     (ph, pw), (gy, gx) = grid.size, grid.grid
     shifts = np.asarray(backend.to_numpy(integer_shifts), np.int64).reshape(-1, 2)
     check_windows(grid.starts_y, grid.starts_x, grid.size, frames.shape[-2:], shifts)
     if xp is not np and frames.dtype == xp.float32:
-        return gather_windows_gpu(frames, grid.starts_y, grid.starts_x, gx, grid.size, shifts)
+        return gather_windows_gpu(frames, grid.starts_y, grid.starts_x, gx, grid.size, shifts,
+                                  device_shifts=device_shifts)
     shifts = xp.asarray(shifts)
     sy, sx = xp.asarray(grid.starts_y), xp.asarray(grid.starts_x)
     rows = sy[None, :, None] - shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
@@ -298,7 +301,17 @@ def patch_peaks(tpatches, right, bound, subpixel, device, left):
     return tuple(a.reshape((p, n) + a.shape[1:]) for a in (s, peak, conf, iy, ix))
 
 
-def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu", left=None):
+def integer_parts(rigid):
+    """``(whole, off)`` host arrays of the rigid shifts ``(N, 2)``: the integer shift the
+    windows apply (int64, 0 where not measured) and ``whole - rigid`` (NaN there)."""
+    rigid = np.asarray(rigid, np.float64)
+    ok = ~np.isnan(rigid).any(axis=1)
+    whole = np.where(ok[:, None], np.round(np.nan_to_num(rigid)), 0.0).astype(np.int64)
+    return whole, np.where(ok[:, None], whole - rigid, np.nan)
+
+
+def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu", left=None,
+                 uploaded=None):
     """Deviations of every patch of ``frames`` from their rigid shifts.
 
     Parameters
@@ -311,6 +324,9 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
         Their rigid shifts (NaN: not measured; those rows come back NaN).
     left : optional
         :func:`patch_left` of ``tpatches`` at ``grid.max_deviation`` (computed once per run).
+    uploaded : optional
+        On the GPU: :func:`integer_parts` of ``rigid`` already on the device (uploaded once
+        per run: a copy from host memory per chunk may wait for the queued work).
 
     Returns
     -------
@@ -321,12 +337,10 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     """
     xp = backend.array_module_of(frames)
     d = grid.max_deviation
-    rigid = np.asarray(rigid, np.float64)
-    ok = ~np.isnan(rigid).any(axis=1)
-    whole = np.where(ok[:, None], np.round(np.nan_to_num(rigid)), 0.0).astype(np.int64)
+    whole, off = integer_parts(rigid)
     # (uploaded before the launches: a copy from host memory may wait for the queued work)
-    off = xp.asarray(np.where(ok[:, None], whole - rigid, np.nan))  # NaN: not measured
-    right = windows(frames, grid, whole)
+    off = xp.asarray(off) if uploaded is None else uploaded[1]  # NaN: not measured
+    right = windows(frames, grid, whole, None if uploaded is None else uploaded[0])
     s, peak, conf, iy, ix = patch_peaks(tpatches, right, d, subpixel, device, left)
     border = on_border(iy, ix, (d, d), (d, d))
     dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
@@ -369,14 +383,39 @@ def tapered(patches, taper):
     return out
 
 
+def refine_left(tnear, taper):
+    """What :func:`refine_shifts` needs of the :func:`tapered` template patches ``tnear``, made
+    once per run: on the CPU :func:`patch_left` at bound 1; on the GPU, for the fused kernel
+    (:func:`~._field_resample.refine_surfaces_gpu`), the same
+    :func:`~xcorr_app.registration._normalize.zncc_left` computed on the host (the same numbers
+    on both devices) and uploaded with the ``taper``."""
+    if backend.array_module_of(tnear) is np:
+        return patch_left(tnear, 1)
+    return refine_left_gpu(zncc_left(backend.to_numpy(tnear), (1, *tnear.shape[-2:]), 1), taper)
+
+
 def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
                   device="cpu", left=None, taper=None):
     """``(N, P, 2)`` float64 on the frames' device: what remains of every patch's shift once
-    its window is
-    sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)`` (spline
-    ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel fit);
-    ``taper``: :func:`refine_taper` applied to the windows (``tpatches`` must already be
-    :func:`tapered` with it); ``left``: :func:`patch_left` of ``tpatches`` at that bound."""
+    its window is sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)``
+    (spline ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel
+    fit); ``taper``: :func:`refine_taper` applied to the windows (``tpatches`` must already be
+    :func:`tapered` with it); ``left``: :func:`refine_left` of ``tpatches``.
+
+    On the GPU one kernel samples, tapers, correlates, normalizes and finds the peak of every
+    window (:func:`~._field_resample.refine_surfaces_gpu`; grids up to
+    :data:`~._field_resample.REFINE_MAX_GX` patches wide), then the run's subpixel kernel:
+    the numbers of the CPU's steps below, to float rounding."""
+    xp = backend.array_module_of(frames)
+    if xp is not np and grid.grid[1] <= REFINE_MAX_GX:
+        sums, tp = refine_left(tpatches, taper) if left is None else left
+        z, iy, ix = refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
+                                        patch_field, weights, tp, tpatches, sums)
+        method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
+        s = refined_shifts(z, iy, ix, (1, 1), method)
+        return s.reshape(grid.n_patches, len(frames), 2).transpose(1, 0, 2)
+    if xp is not np:  # (a grid too wide for the fused kernel: the steps one by one)
+        left = None
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
     return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
 

@@ -20,18 +20,24 @@
 // Grids: x: rows, y: patches (windows) or 1, z or y: frames (at most 65535 per launch: the
 // launcher offsets `n0`).
 
+// Coefficient k of row y of frame n: (a = k / gx, j = k % gx) sum_i wy[y, i] S[n, i, j, a].
+__device__ __forceinline__ double row_coefficient(const double* __restrict__ wy,
+                                                  const double* __restrict__ s, int y, int n,
+                                                  int gy, int gx, int k) {
+    const int a = k / gx, j = k - a * gx;
+    double acc = 0.0;
+    for (int i = 0; i < gy; ++i)
+        acc += wy[(size_t)y * gy + i] * s[(((size_t)n * gy + i) * gx + j) * 2 + a];
+    return acc;
+}
+
 // The shared coefficients of row y of frame n: coef[a * gx + j] = sum_i wy[y, i] S[n, i, j, a].
 // Every thread of the block must call it (it synchronizes).
 __device__ __forceinline__ void row_coefficients(const double* __restrict__ wy,
                                                  const double* __restrict__ s, int y, int n,
                                                  int gy, int gx, double* coef) {
-    for (int k = threadIdx.x; k < 2 * gx; k += blockDim.x) {
-        const int a = k / gx, j = k - a * gx;
-        double acc = 0.0;
-        for (int i = 0; i < gy; ++i)
-            acc += wy[(size_t)y * gy + i] * s[(((size_t)n * gy + i) * gx + j) * 2 + a];
-        coef[k] = acc;
-    }
+    for (int k = threadIdx.x; k < 2 * gx; k += blockDim.x)
+        coef[k] = row_coefficient(wy, s, y, n, gy, gx, k);
     __syncthreads();
 }
 
@@ -171,5 +177,234 @@ __global__ void __launch_bounds__(THREADS) warp_field(
         if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
             v = (float)(cubic ? cubic_at(f, h, w, cy, cx) : bilinear_at(f, h, w, cy, cx));
         dst[c] = v;
+    }
+}
+
+// ---- The patch pass's refinement, fused (alignment/_patches.refine_shifts) ----------------------
+//
+// Per window (p, n), one block: what windows_through, _patches.tapered, the n_to_mn correlation
+// within +-1 px, normalize.zncc and the peak search did in five launches and four CuPy
+// operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
+// read back by the same block, from L2):
+//   v = the window sampled through the field (written to win): the coordinates as
+//       windows_through (float64), the cubic convolution's weights and taps in float32
+//       (cubic_at_f: float64 taps made this kernel convert 16 pixels a sample, and the
+//       conversions and float64 operations bound it, 0.87 ms for 1024 windows of 143x143 on
+//       an H100; the samples differ from the float64 ones by float32 rounding)
+//   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
+//   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
+//     c = sum over the overlap of L[q + k] t[q] (float32 within a lane's part of a row, then
+//     float64; rounded to float32 as the correlation kernels' output is), the right side's sum
+//     and sum of squares over the overlap (the window's totals less its edge rows and columns,
+//     plus the corners), the left side's mean, variance and bad flag given per patch and shift
+//     (normalize.zncc_left, host)
+//   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
+// Grid (P, frames of this launch); warps over the window's rows, lanes over its columns.
+// Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients).
+
+#include "float_keys.cuh"
+
+// normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
+#define REFINE_FLAT 1e-12
+
+__device__ __forceinline__ float keys_outer_f(float d) {  // 1 <= |d| <= 2
+    return ((-0.5f * d + 2.5f) * d - 4.0f) * d + 2.0f;
+}
+__device__ __forceinline__ float keys_inner_f(float d) {  // |d| <= 1
+    return (1.5f * d - 2.5f) * d * d + 1.0f;
+}
+
+// cubic_at with the weights and taps in float32 (the coordinates' floor in float64).
+__device__ __forceinline__ float cubic_at_f(const float* __restrict__ f, int h, int w, double cy,
+                                            double cx) {
+    cy = fmin(fmax(cy, -8.0), (double)h + 7.0);
+    cx = fmin(fmax(cx, -8.0), (double)w + 7.0);
+    const double fy = floor(cy), fx = floor(cx);
+    const float ty = (float)(cy - fy), tx = (float)(cx - fx);
+    const int y0 = (int)fy - 1, x0 = (int)fx - 1;
+    const float wy0 = keys_outer_f(ty + 1.0f), wy1 = keys_inner_f(ty),
+                wy2 = keys_inner_f(1.0f - ty), wy3 = keys_outer_f(2.0f - ty);
+    const float wx0 = keys_outer_f(tx + 1.0f), wx1 = keys_inner_f(tx),
+                wx2 = keys_inner_f(1.0f - tx), wx3 = keys_outer_f(2.0f - tx);
+    const int c0 = clampi(x0, 0, w - 1), c1 = clampi(x0 + 1, 0, w - 1),
+              c2 = clampi(x0 + 2, 0, w - 1), c3 = clampi(x0 + 3, 0, w - 1);
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float* row = f + (size_t)clampi(y0 + k, 0, h - 1) * w;
+        const float r = wx0 * row[c0] + wx1 * row[c1] + wx2 * row[c2] + wx3 * row[c3];
+        acc += (k == 0 ? wy0 : (k == 1 ? wy1 : (k == 2 ? wy2 : wy3))) * r;
+    }
+    return acc;
+}
+
+// Sums v[k] over the block into tot[k] (shared); every thread calls it (it synchronizes).
+template <int THREADS, int V>
+__device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* tot) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], off);
+        if (lane == 0) red[warp * V + k] = v[k];
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < V; k += THREADS) {
+        double acc = 0.0;
+        for (int i = 0; i < THREADS / 32; ++i) acc += red[i * V + k];
+        tot[k] = acc;
+    }
+    __syncthreads();
+}
+
+// The tapered value of window pixel i (read back from the window).
+__device__ __forceinline__ float tapered_at(const float* wnd, const float* __restrict__ taper,
+                                            int has_taper, float mean, size_t i) {
+    const float t = wnd[i];
+    return has_taper ? __fmul_rn(__fsub_rn(t, mean), taper[i]) : t;
+}
+
+// (three blocks an SM: ptxas then keeps it in 80 registers; without the minimum it chose 64 and
+// spilled, sm_90, nvcc 13.0)
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS, 3) refine_surfaces(
+        const float* __restrict__ frames, float* win, const double* __restrict__ wy,
+        const double* __restrict__ wx, const double* __restrict__ s,
+        const int* __restrict__ sy, const int* __restrict__ sx,
+        const float* __restrict__ taper, int has_taper, const float* __restrict__ tpl,
+        const double* __restrict__ lmean, const double* __restrict__ lvar,
+        const bool* __restrict__ lbad, float* __restrict__ z, long long* __restrict__ iy_out,
+        long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gy, int gx,
+        int ph, int pw) {
+    constexpr int WARPS = THREADS / 32;
+    extern __shared__ double coef_all[];  // WARPS * 2 * gx
+    __shared__ double red[WARPS * 16];
+    __shared__ double tot[27];  // 9 cross sums, the totals, the edges, the corners
+    __shared__ float zs[9];
+    const int p = blockIdx.x, n = n0 + (int)blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    double* coef = coef_all + warp * 2 * gx;
+    const int ys = sy[p / gx], xs = sx[p % gx];
+    const float* f = frames + (size_t)n * h * w;
+    float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
+
+    // the window through the field; its sum (float32 within a lane's part of a row)
+    double one[1] = {0.0};
+    for (int r = warp; r < ph; r += WARPS) {
+        const int y = ys + r;
+        for (int k = lane; k < 2 * gx; k += 32) coef[k] = row_coefficient(wy, s, y, n, gy, gx, k);
+        __syncwarp();
+        float part = 0.0f;
+        for (int c = lane; c < pw; c += 32) {
+            const int x = xs + c;
+            const double cy = (double)y - along_row(coef, wx, x, gx);
+            const double cx = (double)x - along_row(coef + gx, wx, x, gx);
+            const float v = cubic_at_f(f, h, w, cy, cx);
+            wnd[(size_t)r * pw + c] = v;
+            part += v;
+        }
+        one[0] += (double)part;
+        __syncwarp();
+    }
+    block_sums<THREADS, 1>(one, red, tot);  // (also makes the window's writes visible)
+    const float mean = (float)(tot[0] / ((double)ph * (double)pw));
+    __syncthreads();  // (tot[0] is overwritten below)
+
+    // the correlation sums within +-1 px and the window's totals
+    double v[11];
+#pragma unroll
+    for (int k = 0; k < 11; ++k) v[k] = 0.0;
+    const float* L = tpl + (size_t)p * ph * pw;
+    for (int r = warp; r < ph; r += WARPS) {
+        float a[11];
+#pragma unroll
+        for (int k = 0; k < 11; ++k) a[k] = 0.0f;
+        for (int c = lane; c < pw; c += 32) {
+            const float t = tapered_at(wnd, taper, has_taper, mean, (size_t)r * pw + c);
+#pragma unroll
+            for (int ky = -1; ky <= 1; ++ky) {
+                const int yy = r + ky;
+                if (yy < 0 || yy >= ph) continue;
+                const float* row = L + (size_t)yy * pw;
+#pragma unroll
+                for (int kx = -1; kx <= 1; ++kx) {
+                    const int xx = c + kx;
+                    if (xx < 0 || xx >= pw) continue;
+                    a[(ky + 1) * 3 + kx + 1] = fmaf(row[xx], t, a[(ky + 1) * 3 + kx + 1]);
+                }
+            }
+            a[9] += t;
+            a[10] = fmaf(t, t, a[10]);
+        }
+#pragma unroll
+        for (int k = 0; k < 11; ++k) v[k] += (double)a[k];
+    }
+    block_sums<THREADS, 11>(v, red, tot);
+
+    // the edge rows and columns (e = 0: values, 1: squares): top, bottom, left, right, and the
+    // four corners, in tot[11 + 2 * edge + e]
+    double e[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) e[k] = 0.0;
+    for (int i = threadIdx.x; i < 2 * (ph + pw); i += THREADS) {
+        const bool row = i < 2 * pw;  // rows 0 and ph - 1, then columns 0 and pw - 1
+        const int j = row ? i : i - 2 * pw;
+        const int len = row ? pw : ph, which = (j >= len) + (row ? 0 : 2);
+        const int along = j % len;
+        const int r = row ? (which == 0 ? 0 : ph - 1) : along;
+        const int c = row ? along : (which == 2 ? 0 : pw - 1);
+        const double t = (double)tapered_at(wnd, taper, has_taper, mean, (size_t)r * pw + c);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (which == k) { e[2 * k] += t; e[2 * k + 1] += t * t; }
+        if (row) {  // each corner once, from its row
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const bool at = (r == (k < 2 ? 0 : ph - 1)) && (c == (k % 2 ? pw - 1 : 0));
+                if (at) { e[8 + 2 * k] += t; e[9 + 2 * k] += t * t; }
+            }
+        }
+    }
+    block_sums<THREADS, 16>(e, red, tot + 11);
+
+    const size_t surface = (size_t)p * n_total + n;
+    if (threadIdx.x < 9) {
+        const int k = threadIdx.x, ky = k / 3 - 1, kx = k % 3 - 1;
+        double sum[2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {  // q = 0: the values, 1: their squares
+            double a = tot[9 + q];
+            if (ky < 0) a -= tot[11 + q];  // top row
+            if (ky > 0) a -= tot[13 + q];  // bottom row
+            if (kx < 0) a -= tot[15 + q];  // left column
+            if (kx > 0) a -= tot[17 + q];  // right column
+            if (ky < 0 && kx < 0) a += tot[19 + q];
+            if (ky < 0 && kx > 0) a += tot[21 + q];
+            if (ky > 0 && kx < 0) a += tot[23 + q];
+            if (ky > 0 && kx > 0) a += tot[25 + q];
+            sum[q] = a;
+        }
+        const double nn = fmax((double)((ph - abs(ky)) * (pw - abs(kx))), 1.0);
+        const size_t q = (size_t)p * 9 + k;
+        const double num = (double)(float)tot[k] - lmean[q] * sum[0];
+        double vb = sum[1] - sum[0] * sum[0] / nn;
+        bool ok = !lbad[q] && vb > REFINE_FLAT * sum[1];
+        vb = fmax(vb, 0.0) * lvar[q];
+        ok = ok && vb > 0.0;
+        const float zk = ok ? (float)(num / sqrt(vb)) : -1.0f;
+        zs[k] = zk;
+        z[surface * 9 + k] = zk;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long best = 0;
+        for (int k = 0; k < 9; ++k) {
+            const unsigned long long key =
+                ((unsigned long long)ordered_key(zs[k]) << 32) | (0xffffffffu - (unsigned int)k);
+            best = key > best ? key : best;
+        }
+        const int k = (int)(0xffffffffu - (unsigned int)(best & 0xffffffffull));
+        iy_out[surface] = k / 3;
+        ix_out[surface] = k % 3;
     }
 }

@@ -22,10 +22,7 @@
 // normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
 #define FLAT 1e-12
 
-__device__ __forceinline__ unsigned int ordered_key(float v) {
-    const unsigned int b = __float_as_uint(v);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
+#include "float_keys.cuh"
 
 __device__ __forceinline__ int table_row(int y, int top, int gap) {
     return y <= top ? y : y - gap;
@@ -306,11 +303,6 @@ __global__ void second_peaks(const float* __restrict__ z,
         for (int i = 1; i < THREADS / 32; ++i) best = best_w[i] > best ? best_w[i] : best;
         if (best) atomicMax(second_key + f, best);
     }
-}
-
-__device__ __forceinline__ double key_value(unsigned int k) {  // the inverse of ordered_key
-    const unsigned int b = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
-    return (double)__uint_as_float(b);
 }
 
 // One thread per surface: the peak's position (first maximum in row-major order), its value,
