@@ -45,14 +45,14 @@ import concurrent.futures
 
 import numpy as np
 
-from ..backend import to_numpy
+from ..backend import is_cupy_array, to_numpy
 from ..filters import gaussian_light
 from ..streaming import cpu_threads
 from ._preprocess import parse_prefilter, spread_frames
 from ._result import COLUMN
 from ._warp import shift_frames
 
-__all__ = ["LucasKanade", "noisy_stack", "predicted_precision", "gauss_newton_shifts",
+__all__ = ["LucasKanade", "noisy_stack", "noisy_stack_later", "predicted_precision", "gauss_newton_shifts",
            "LK_SIGMA", "NOISY_PRECISION"]
 
 #: gaussian smoothing (px) of the leave-one-out template
@@ -136,12 +136,22 @@ def noisy_stack(src, threads=1) -> tuple:
     GPU then decide alike.  With ``threads`` > 1 (a GPU run, whose host memory is not the CPU
     run's budget) the frames are judged by a pool of threads while the next are read (NumPy
     releases the GIL: one after the other they were 0.25-0.33 s of a one-shot GPU run's fixed
-    cost, H100 host, 2026-11-23); a CPU run judges one frame at a time, within its memory plan."""
-    indices = spread_frames(src.n_frames, NOISE_FRAMES)
+    cost, H100 host, 2026-11-23); a CPU run judges one frame at a time, within its memory plan.
+    A GPU run judges them while its first pass measures: :func:`noisy_stack_later`."""
+    return _judged(_noise_frames(src), threads)
+
+
+def _noise_frames(src):
+    """The frames :func:`noisy_stack` judges, read one by one as host arrays (a generator)."""
+    return (to_numpy(src.read(i, i + 1))[0] for i in spread_frames(src.n_frames, NOISE_FRAMES))
+
+
+def _judged(frames, threads) -> tuple:
+    """:func:`noisy_stack` of the host ``frames`` (an iterable, read as they are judged)."""
     with concurrent.futures.ThreadPoolExecutor(max(1, threads), "xcorr-noise") as pool:
         pending, values = [], []
-        for i in indices:
-            pending.append(pool.submit(_precision_of, to_numpy(src.read(i, i + 1))[0]))
+        for frame in frames:
+            pending.append(pool.submit(_precision_of, frame))
             if len(pending) >= max(1, threads):  # at most `threads` frames held at once
                 values.append(pending.pop(0).result())
         values += [f.result() for f in pending]
@@ -150,6 +160,31 @@ def noisy_stack(src, threads=1) -> tuple:
         return False, float("inf")
     p = float(np.median(values))
     return p > NOISY_PRECISION, p
+
+
+def noisy_stack_later(src, threads):
+    """A future of :func:`noisy_stack` ``(src, threads)``, judged by a thread of its own while
+    the caller goes on (a GPU run's first measuring pass: the decision was a 65-75 ms gap
+    before it, H100, 2026-11-23), or ``None`` where ``src`` cannot be read by two threads at
+    once (a folder keeps one file open at a time, a compressed TIFF one file position):
+    decide first, with :func:`noisy_stack`.
+
+    A source that allows concurrent reads (a NumPy array, one memory-mapped TIFF file:
+    ``concurrent_reads``) is read by that thread; frames of a CuPy array are copied to the
+    host here (a few device copies: that thread makes no CUDA call), and judged there.  The
+    caller must wait for the future before it closes ``src``.
+    """
+    if is_cupy_array(getattr(src, "stack", None)):
+        frames = list(_noise_frames(src))
+    elif getattr(src, "concurrent_reads", False):
+        frames = _noise_frames(src)
+    else:
+        return None
+    runner = concurrent.futures.ThreadPoolExecutor(1, "xcorr-noise-decision")
+    try:
+        return runner.submit(_judged, frames, threads)
+    finally:
+        runner.shutdown(wait=False)  # its thread ends with the one task
 
 
 def _coverage(shifts, shape, xp):

@@ -38,6 +38,7 @@ a shift wrapped around match the reference's opposite edge only if the content i
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 
 import numpy as np
@@ -45,13 +46,14 @@ import numpy as np
 from ..registration._peak_math import wrapped_correlations
 from ..streaming import cpu_threads
 from ._pipeline import measure_frames, prepared_reference
-from ._refine_lk import LucasKanade, noisy_stack
+from ._refine_lk import LucasKanade, noisy_stack, noisy_stack_later
 from ._references import reference_frame
 from ._result import COLUMN
 from ._warp import shift_frames
 
 __all__ = ["TemplateAccumulator", "kept_rows", "passes_table", "periodic_frames",
-           "relative_to_first", "decide_lucas_kanade"]
+           "relative_to_first", "decide_lucas_kanade", "decision_later",
+           "lucas_kanade_choice"]
 
 #: frames warped at once while accumulating (bounds the warp's temporaries)
 WARP_BATCH = 8
@@ -212,7 +214,12 @@ def decide_lucas_kanade(opts, src, xp):
         return opts, None
     if not opts.lk_possible:
         return dataclasses.replace(opts, lucas_kanade="off"), None
-    noisy, precision = noisy_stack(src, threads=1 if xp is np else cpu_threads())
+    return lucas_kanade_choice(opts, *noisy_stack(src, threads=1 if xp is np else cpu_threads()))
+
+
+def lucas_kanade_choice(opts, noisy, precision):
+    """``(opts, note)`` of :func:`decide_lucas_kanade` from the judgement of the frames,
+    ``(noisy, precision)`` (:func:`~xcorr_app.alignment._refine_lk.noisy_stack`)."""
     opts = dataclasses.replace(opts, lucas_kanade="on" if noisy else "off")
     if not noisy:
         return opts, None
@@ -221,7 +228,18 @@ def decide_lucas_kanade(opts, src, xp):
                   "frame against it, leaving the frame out and smoothed")
 
 
-def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
+def decision_later(opts, src, xp):
+    """A future of ``(noisy, precision)`` for ``lucas_kanade="auto"``, judged while the first
+    pass measures (:func:`~xcorr_app.alignment._refine_lk.noisy_stack_later`), or ``None``
+    where it is decided first (:func:`decide_lucas_kanade`): not auto, auto where it cannot
+    run (off at once), a source that two threads cannot read at once.  The first pass's
+    reference is the first frame either way (``lk_possible``: ``first`` or ``refined``)."""
+    if opts.lucas_kanade != "auto" or not opts.lk_possible:
+        return None
+    return noisy_stack_later(src, threads=1 if xp is np else cpu_threads())
+
+
+def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overlap=None):
     """The result table of a run with a single reference and more than one possible pass:
     ``reference="refined[:ITER]"`` (rows in frame 0's convention), ``boundary="auto"`` or
     ``lucas_kanade`` on or auto; with the plan, the options the last pass measured with
@@ -236,10 +254,33 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
     pass) the last pass refines every shift against the last template
     (:class:`~xcorr_app.alignment._refine_lk.LucasKanade`; not for periodic stacks).
     ``progress`` sees every frame once, spread over the passes.
+
+    With ``overlap`` (default: on the GPU, ``xp`` not NumPy; on the CPU its time is the
+    run's) ``lucas_kanade="auto"`` is decided while the first pass measures
+    (:func:`decision_later`): that pass accumulates a template in case the decision is on
+    (with ``first``; ``refined`` accumulates one anyway), dropped when it is off, and the
+    progress is planned as for off until the decision is known; the results are those of
+    deciding first.
     """
-    opts, lk_note = decide_lucas_kanade(opts, src, xp)
+    later = decision_later(opts, src, xp) if (xp is not np if overlap is None else overlap) \
+        else None
+    try:
+        return _passes(opts, src, xp, chunk_frames, plan, progress, later)
+    finally:
+        if later is not None:  # its thread reads src: done before the caller closes it
+            concurrent.futures.wait([later])
+
+
+def _passes(opts, src, xp, chunk_frames, plan, progress, later):
+    """:func:`passes_table`, ``lucas_kanade`` auto being decided by the future ``later``
+    (``None``: decided first)."""
+    lk_note = None
+    if later is None:
+        opts, lk_note = decide_lucas_kanade(opts, src, xp)
     lk = opts.lucas_kanade == "on"
-    passes = max(opts.refined or 0, 1 if lk else 0)
+    passes = max(opts.refined or 0, 1 if lk else 0)  # auto still pending: as for off
+    # the frames of the template pass that auto turned on would add, if any
+    maybe = src.n_frames if later is not None and not passes else 0
     image = reference_frame("first" if passes else opts.reference, src, xp, chunk_frames,
                             opts.channel)
     boundary = opts.boundary if opts.normalization != "phase" else "linear"
@@ -248,6 +289,10 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
     count = {"planned": (passes + 1) * n, "measured": 0, "reported": 0}
 
     def report(k):  # frames over all passes -> frames of the stack
+        nonlocal maybe
+        if maybe and later.done() and later.exception() is None and later.result()[0]:
+            count["planned"] += maybe  # auto turned on: its template pass, planned once known
+            maybe = 0
         count["measured"] += k
         step = min(count["measured"] * n // count["planned"], n) - count["reported"]
         if step > 0 and progress is not None:
@@ -261,10 +306,18 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None):
                                   else "linear").measuring()
         ref = prepared_reference(run, src, xp, chunk_frames, image=image)
         acc = TemplateAccumulator(xp, src.frame_shape, opts.min_confidence) \
-            if k < passes else None
+            if k < passes or (k == 0 and maybe) else None
         table, plan = measure_frames(run, src, xp, chunk_frames, ref, plan=plan,
                                      progress=report,
                                      on_chunk=fit if acc is None else acc)
+        if later is not None:  # the decision, now (after the first pass): as if taken first
+            opts, lk_note = lucas_kanade_choice(opts, *later.result())
+            lk = opts.lucas_kanade == "on"
+            passes = max(opts.refined or 0, 1 if lk else 0)
+            later = maybe = None  # (on, known only now: this pass reported every frame)
+            # off: the template accumulated in case is dropped (its sums are done: the pass
+            # waited for every chunk's event, recorded after them)
+            acc = acc if passes else None
         if k == 0 and boundary == "auto":
             boundary = "circular" if periodic_frames(run, src, xp, table, ref) else "linear"
             if boundary == "circular":
