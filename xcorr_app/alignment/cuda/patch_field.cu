@@ -186,57 +186,25 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 // within +-1 px, normalize.zncc and the peak search did in five launches and four CuPy
 // operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
 // read back by the same block, from L2):
-//   v = the window sampled through the field (written to win): the coordinates as
-//       windows_through (float64), the cubic convolution's weights and taps in float32
-//       (cubic_at_f: float64 taps made this kernel convert 16 pixels a sample, and the
-//       conversions and float64 operations bound it, 0.87 ms for 1024 windows of 143x143 on
-//       an H100; the samples differ from the float64 ones by float32 rounding)
+//   v = the window sampled through the field, exactly as windows_through (written to win)
 //   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
 //   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
-//     c = sum over the overlap of L[q + k] t[q] (float32 within a lane's part of a row, then
-//     float64; rounded to float32 as the correlation kernels' output is), the right side's sum
-//     and sum of squares over the overlap (the window's totals less its edge rows and columns,
-//     plus the corners), the left side's mean, variance and bad flag given per patch and shift
-//     (normalize.zncc_left, host)
+//     c = sum over the overlap of L[q + k] t[q] (float64, rounded to float32 as the correlation
+//     kernels' output is), the right side's sum and sum of squares over the overlap (float64:
+//     the window's total less its edge rows and columns, plus the corners), the left side's
+//     mean, variance and bad flag given per patch and shift (normalize.zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
 // Grid (P, frames of this launch); warps over the window's rows, lanes over its columns.
 // Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients).
+// (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143; the five launches
+// it replaces took about 1.3 ms.  A float32 variant of the taps and sums, branch refine-f32,
+// waits for a device to be verified and timed.)
 
 #include "float_keys.cuh"
 
 // normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
 #define REFINE_FLAT 1e-12
-
-__device__ __forceinline__ float keys_outer_f(float d) {  // 1 <= |d| <= 2
-    return ((-0.5f * d + 2.5f) * d - 4.0f) * d + 2.0f;
-}
-__device__ __forceinline__ float keys_inner_f(float d) {  // |d| <= 1
-    return (1.5f * d - 2.5f) * d * d + 1.0f;
-}
-
-// cubic_at with the weights and taps in float32 (the coordinates' floor in float64).
-__device__ __forceinline__ float cubic_at_f(const float* __restrict__ f, int h, int w, double cy,
-                                            double cx) {
-    cy = fmin(fmax(cy, -8.0), (double)h + 7.0);
-    cx = fmin(fmax(cx, -8.0), (double)w + 7.0);
-    const double fy = floor(cy), fx = floor(cx);
-    const float ty = (float)(cy - fy), tx = (float)(cx - fx);
-    const int y0 = (int)fy - 1, x0 = (int)fx - 1;
-    const float wy0 = keys_outer_f(ty + 1.0f), wy1 = keys_inner_f(ty),
-                wy2 = keys_inner_f(1.0f - ty), wy3 = keys_outer_f(2.0f - ty);
-    const float wx0 = keys_outer_f(tx + 1.0f), wx1 = keys_inner_f(tx),
-                wx2 = keys_inner_f(1.0f - tx), wx3 = keys_outer_f(2.0f - tx);
-    const int c0 = clampi(x0, 0, w - 1), c1 = clampi(x0 + 1, 0, w - 1),
-              c2 = clampi(x0 + 2, 0, w - 1), c3 = clampi(x0 + 3, 0, w - 1);
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const float* row = f + (size_t)clampi(y0 + k, 0, h - 1) * w;
-        const float r = wx0 * row[c0] + wx1 * row[c1] + wx2 * row[c2] + wx3 * row[c3];
-        acc += (k == 0 ? wy0 : (k == 1 ? wy1 : (k == 2 ? wy2 : wy3))) * r;
-    }
-    return acc;
-}
+#define REFINE_SUMS 27  // 9 cross sums, the total, four edges and four corners (each x and x^2)
 
 // Sums v[k] over the block into tot[k] (shared); every thread calls it (it synchronizes).
 template <int THREADS, int V>
@@ -257,17 +225,8 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
     __syncthreads();
 }
 
-// The tapered value of window pixel i (read back from the window).
-__device__ __forceinline__ float tapered_at(const float* wnd, const float* __restrict__ taper,
-                                            int has_taper, float mean, size_t i) {
-    const float t = wnd[i];
-    return has_taper ? __fmul_rn(__fsub_rn(t, mean), taper[i]) : t;
-}
-
-// (three blocks an SM: ptxas then keeps it in 80 registers; without the minimum it chose 64 and
-// spilled, sm_90, nvcc 13.0)
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS, 3) refine_surfaces(
+__global__ void __launch_bounds__(THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ wy,
         const double* __restrict__ wx, const double* __restrict__ s,
         const int* __restrict__ sy, const int* __restrict__ sx,
@@ -278,8 +237,8 @@ __global__ void __launch_bounds__(THREADS, 3) refine_surfaces(
         int ph, int pw) {
     constexpr int WARPS = THREADS / 32;
     extern __shared__ double coef_all[];  // WARPS * 2 * gx
-    __shared__ double red[WARPS * 16];
-    __shared__ double tot[27];  // 9 cross sums, the totals, the edges, the corners
+    __shared__ double red[WARPS * REFINE_SUMS];
+    __shared__ double tot[REFINE_SUMS];
     __shared__ float zs[9];
     const int p = blockIdx.x, n = n0 + (int)blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -288,39 +247,35 @@ __global__ void __launch_bounds__(THREADS, 3) refine_surfaces(
     const float* f = frames + (size_t)n * h * w;
     float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
 
-    // the window through the field; its sum (float32 within a lane's part of a row)
+    // the window through the field; its sum
     double one[1] = {0.0};
     for (int r = warp; r < ph; r += WARPS) {
         const int y = ys + r;
         for (int k = lane; k < 2 * gx; k += 32) coef[k] = row_coefficient(wy, s, y, n, gy, gx, k);
         __syncwarp();
-        float part = 0.0f;
         for (int c = lane; c < pw; c += 32) {
             const int x = xs + c;
             const double cy = (double)y - along_row(coef, wx, x, gx);
             const double cx = (double)x - along_row(coef + gx, wx, x, gx);
-            const float v = cubic_at_f(f, h, w, cy, cx);
+            const float v = (float)cubic_at(f, h, w, cy, cx);
             wnd[(size_t)r * pw + c] = v;
-            part += v;
+            one[0] += (double)v;
         }
-        one[0] += (double)part;
         __syncwarp();
     }
     block_sums<THREADS, 1>(one, red, tot);  // (also makes the window's writes visible)
     const float mean = (float)(tot[0] / ((double)ph * (double)pw));
-    __syncthreads();  // (tot[0] is overwritten below)
 
-    // the correlation sums within +-1 px and the window's totals
-    double v[11];
+    // the correlation sums within +-1 px and the right side's sums
+    double v[REFINE_SUMS];
 #pragma unroll
-    for (int k = 0; k < 11; ++k) v[k] = 0.0;
+    for (int k = 0; k < REFINE_SUMS; ++k) v[k] = 0.0;
     const float* L = tpl + (size_t)p * ph * pw;
     for (int r = warp; r < ph; r += WARPS) {
-        float a[11];
-#pragma unroll
-        for (int k = 0; k < 11; ++k) a[k] = 0.0f;
         for (int c = lane; c < pw; c += 32) {
-            const float t = tapered_at(wnd, taper, has_taper, mean, (size_t)r * pw + c);
+            float t = wnd[(size_t)r * pw + c];
+            if (has_taper) t = __fmul_rn(__fsub_rn(t, mean), taper[(size_t)r * pw + c]);
+            const double d = (double)t, d2 = d * d;
 #pragma unroll
             for (int ky = -1; ky <= 1; ++ky) {
                 const int yy = r + ky;
@@ -330,59 +285,40 @@ __global__ void __launch_bounds__(THREADS, 3) refine_surfaces(
                 for (int kx = -1; kx <= 1; ++kx) {
                     const int xx = c + kx;
                     if (xx < 0 || xx >= pw) continue;
-                    a[(ky + 1) * 3 + kx + 1] = fmaf(row[xx], t, a[(ky + 1) * 3 + kx + 1]);
+                    v[(ky + 1) * 3 + kx + 1] += (double)row[xx] * d;
                 }
             }
-            a[9] += t;
-            a[10] = fmaf(t, t, a[10]);
-        }
-#pragma unroll
-        for (int k = 0; k < 11; ++k) v[k] += (double)a[k];
-    }
-    block_sums<THREADS, 11>(v, red, tot);
-
-    // the edge rows and columns (e = 0: values, 1: squares): top, bottom, left, right, and the
-    // four corners, in tot[11 + 2 * edge + e]
-    double e[16];
-#pragma unroll
-    for (int k = 0; k < 16; ++k) e[k] = 0.0;
-    for (int i = threadIdx.x; i < 2 * (ph + pw); i += THREADS) {
-        const bool row = i < 2 * pw;  // rows 0 and ph - 1, then columns 0 and pw - 1
-        const int j = row ? i : i - 2 * pw;
-        const int len = row ? pw : ph, which = (j >= len) + (row ? 0 : 2);
-        const int along = j % len;
-        const int r = row ? (which == 0 ? 0 : ph - 1) : along;
-        const int c = row ? along : (which == 2 ? 0 : pw - 1);
-        const double t = (double)tapered_at(wnd, taper, has_taper, mean, (size_t)r * pw + c);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-            if (which == k) { e[2 * k] += t; e[2 * k + 1] += t * t; }
-        if (row) {  // each corner once, from its row
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const bool at = (r == (k < 2 ? 0 : ph - 1)) && (c == (k % 2 ? pw - 1 : 0));
-                if (at) { e[8 + 2 * k] += t; e[9 + 2 * k] += t * t; }
-            }
+            v[9] += d;
+            v[10] += d2;
+            const bool top = r == 0, bottom = r == ph - 1, left = c == 0, right = c == pw - 1;
+            if (top) { v[11] += d; v[12] += d2; }
+            if (bottom) { v[13] += d; v[14] += d2; }
+            if (left) { v[15] += d; v[16] += d2; }
+            if (right) { v[17] += d; v[18] += d2; }
+            if (top && left) { v[19] += d; v[20] += d2; }
+            if (top && right) { v[21] += d; v[22] += d2; }
+            if (bottom && left) { v[23] += d; v[24] += d2; }
+            if (bottom && right) { v[25] += d; v[26] += d2; }
         }
     }
-    block_sums<THREADS, 16>(e, red, tot + 11);
+    block_sums<THREADS, REFINE_SUMS>(v, red, tot);
 
     const size_t surface = (size_t)p * n_total + n;
     if (threadIdx.x < 9) {
         const int k = threadIdx.x, ky = k / 3 - 1, kx = k % 3 - 1;
         double sum[2];
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {  // q = 0: the values, 1: their squares
-            double a = tot[9 + q];
-            if (ky < 0) a -= tot[11 + q];  // top row
-            if (ky > 0) a -= tot[13 + q];  // bottom row
-            if (kx < 0) a -= tot[15 + q];  // left column
-            if (kx > 0) a -= tot[17 + q];  // right column
-            if (ky < 0 && kx < 0) a += tot[19 + q];
-            if (ky < 0 && kx > 0) a += tot[21 + q];
-            if (ky > 0 && kx < 0) a += tot[23 + q];
-            if (ky > 0 && kx > 0) a += tot[25 + q];
-            sum[q] = a;
+        for (int e = 0; e < 2; ++e) {  // e = 0: the values, 1: their squares
+            double a = tot[9 + e];
+            if (ky < 0) a -= tot[11 + e];
+            if (ky > 0) a -= tot[13 + e];
+            if (kx < 0) a -= tot[15 + e];
+            if (kx > 0) a -= tot[17 + e];
+            if (ky < 0 && kx < 0) a += tot[19 + e];
+            if (ky < 0 && kx > 0) a += tot[21 + e];
+            if (ky > 0 && kx < 0) a += tot[23 + e];
+            if (ky > 0 && kx > 0) a += tot[25 + e];
+            sum[e] = a;
         }
         const double nn = fmax((double)((ph - abs(ky)) * (pw - abs(kx))), 1.0);
         const size_t q = (size_t)p * 9 + k;
