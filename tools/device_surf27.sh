@@ -7,7 +7,7 @@
 XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 130 python3 -m pytest -m gpu -q \
   -p no:cacheprovider -n 8 tests/alignment tests/registration > "$OUT/pytest_gpu.txt" 2>&1
 tail -15 "$OUT/pytest_gpu.txt"
-timeout 40 python3 tools/patch_profile.py 1024 > "$OUT/patch_profile.txt" 2>&1
+timeout 60 python3 tools/patch_timeline.py 1024 > "$OUT/patch_profile.txt" 2>&1
 head -3 "$OUT/patch_profile.txt"
 grep -E "zncc|find_shifts|surface_peaks|patch_peaks|summed_area|refined_shifts|confidence" \
   "$OUT/patch_profile.txt" | head -20

@@ -233,21 +233,31 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     return out
 
 
+def _through_field(frames, starts_y, starts_x, patch_field, weights, max_gx=None):
+    """The operands of the kernels that sample windows through the field: the frames as
+    C-contiguous float32 CuPy, and :func:`_device_weights`; InputError unless the windows'
+    starts make the field's grid (at most ``max_gx`` patches wide, where given)."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames, cp.float32)
+    wy, wx, s = _device_weights(weights, patch_field, frames)
+    gy, gx = s.shape[1:3]
+    if (len(starts_y), len(starts_x)) != (gy, gx) or (max_gx is not None and gx > max_gx):
+        wide = "" if max_gx is None else f" (at most {max_gx} wide)"
+        raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
+                         f"{gy}x{gx} patches{wide}")
+    return frames, wy, wx, s
+
+
 def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, out=None):
     """``(P, N, ph, pw)`` float32 CuPy: the windows at ``starts`` of ``frames`` ``(N, H, W)``
     float32 sampled through the field of ``patch_field`` ``(N, gy, gx, 2)`` (``weights``: the
     spline weights ``(wy, wx)``), by cubic convolution; one launch (per 65535 frames)."""
-    import cupy as cp
-
-    frames = cp.ascontiguousarray(frames, cp.float32)
+    frames, wy, wx, s = _through_field(frames, starts_y, starts_x, patch_field, weights)
     n, h, w = frames.shape
-    wy, wx, s = _device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     ph, pw = size
     p = gy * gx
-    if (len(starts_y), len(starts_x)) != (gy, gx):
-        raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
-                         f"{gy}x{gx} patches")
     check_windows(starts_y, starts_x, size, (h, w))
     out = _output(out, (p, n, ph, pw))
     sy, sx = _starts(starts_y, starts_x)
@@ -318,15 +328,12 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     (the caller measures them unfused)."""
     import cupy as cp
 
-    frames = cp.ascontiguousarray(frames, cp.float32)
+    frames, wy, wx, s = _through_field(frames, starts_y, starts_x, patch_field, weights,
+                                       REFINE_MAX_GX)
     n, h, w = frames.shape
-    wy, wx, s = _device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     ph, pw = size
     p = gy * gx
-    if (len(starts_y), len(starts_x)) != (gy, gx) or gx > REFINE_MAX_GX:
-        raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
-                         f"{gy}x{gx} patches (at most {REFINE_MAX_GX} wide)")
     tpl = cp.ascontiguousarray(tpatches, cp.float32)
     lmean, lvar, lbad = left
     if tpl.shape != (p, ph, pw) or any(a.size != p * 9 or not a.flags.c_contiguous
