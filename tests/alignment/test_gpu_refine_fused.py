@@ -6,9 +6,9 @@ first maximum; then ``refine_shifts`` of both devices.
 
 Sizes: odd and non-square frames, windows narrower than a warp (8-31 px) and wider than a
 block (more than 256 px), grids of one patch and of 6x7; every output poisoned first.
-Tolerances: windows within 1e-3 of the data range (as the unfused kernel), surfaces within
-2e-5 (float32 outputs of float64 sums), the peak the first maximum of the GPU's own surface,
-shifts within 1e-3 px of the CPU."""
+Tolerances: windows within 1e-5 of the data range (float32 samples of the same sums), surfaces
+within 2e-5 (float32 outputs of float64 sums), the peak the first maximum of the GPU's own
+surface, shifts within 1e-3 px of the CPU."""
 
 import numpy as np
 import pytest
@@ -31,6 +31,7 @@ CASES = [  # frame shape, grid, max_deviation, the taper's flat part (None: no t
     ((157, 173), (6, 7), 2, 12),     # windows of 24-26 px: narrower than a warp
     ((61, 301), (1, 1), 4, 64),      # one window 289 px wide: wider than a block
     ((97, 83), (1, 1), 3, None),
+    ((97, 401), (2, 20), 3, 12),     # 20 patches wide: the row coefficients' loop wraps
 ]
 
 
@@ -43,6 +44,14 @@ def case_data(shape, grid_shape, dev, n=13, seed=5):
     rng = np.random.default_rng(seed)
     field = rigid[:, None, None, :] + rng.uniform(-1.5, 1.5, (n, *grid.grid, 2))
     return frames, grid, field
+
+
+def poisoned(p, n):
+    """``(z, iy, ix)`` for ``surfaces=``, filled with values no launch writes."""
+    import cupy as cp
+
+    return (cp.full((p * n, 3, 3), cp.nan, cp.float32), cp.full(p * n, -7, cp.int64),
+            cp.full(p * n, -7, cp.int64))
 
 
 def cpu_surfaces(tnear, right):
@@ -73,8 +82,9 @@ def test_fused_refinement_equals_the_cpu_steps(shape, grid_shape, dev, flat):
     sums, g_taper = refine_left(g_tnear, taper)
     out = cp.full(win_cpu.shape, cp.nan, cp.float32)  # poisoned
     z, iy, ix = refine_surfaces_gpu(cp.asarray(frames), grid.starts_y, grid.starts_x, grid.size,
-                                    cp.asarray(field), w_gpu, g_taper, g_tnear, sums, out=out)
-    np.testing.assert_allclose(out.get(), win_cpu, rtol=0, atol=1e-3 * float(np.ptp(frames)))
+                                    cp.asarray(field), w_gpu, g_taper, g_tnear, sums, out=out,
+                                    surfaces=poisoned(grid.n_patches, len(frames)))
+    np.testing.assert_allclose(out.get(), win_cpu, rtol=0, atol=1e-5 * float(np.ptp(frames)))
     z = z.get()
     assert z.shape == z_cpu.shape and np.isfinite(z).all()
     np.testing.assert_allclose(z, z_cpu, rtol=0, atol=2e-5)
@@ -104,11 +114,19 @@ def test_launches_split_by_frames_and_a_wide_grid_takes_the_steps(monkeypatch):
     left = refine_left(tnear, taper)
     args = (g_frames, grid.starts_y, grid.starts_x, grid.size, g_field, w_gpu, left[1], tnear,
             left[0])
-    whole = [a.get() for a in refine_surfaces_gpu(*args)]
+    p, n = grid.n_patches, len(frames)
+
+    def launch():  # every output poisoned
+        out = cp.full((p, n, *grid.size), cp.nan, cp.float32)
+        return [a.get() for a in (*refine_surfaces_gpu(*args, out=out, surfaces=poisoned(p, n)),
+                                  out)]
+
+    whole = launch()
     want = refine_shifts(tnear, g_frames, grid, g_field, w_gpu, device="gpu", left=left,
                          taper=taper).get()
     monkeypatch.setattr(_field_resample, "MAX_GRID", 5)
-    split = [a.get() for a in refine_surfaces_gpu(*args)]
+    split = launch()
+    assert np.isfinite(whole[0]).all() and (whole[1] >= 0).all()
     for a, b in zip(split, whole):
         np.testing.assert_array_equal(a, b)
     monkeypatch.setattr(_patches, "REFINE_MAX_GX", 1)
@@ -145,6 +163,33 @@ def test_a_frame_with_nan_pixels_reads_minus_one_everywhere():
     np.testing.assert_allclose(z[~hit], want[~hit], rtol=0, atol=2e-5)
 
 
+def test_flat_template_patches_and_flat_windows_read_minus_one_as_on_the_cpu():
+    """A constant template patch (the left side's bad flag) and a constant frame (every window
+    flat: the right side's variance rule): -1 at every shift, as normalize.zncc gives."""
+    import cupy as cp
+
+    shape = (97, 83)
+    frames, grid, field = case_data(shape, (2, 2), 3)
+    frames = frames.copy()
+    frames[5] = 3.0  # every window of frame 5 constant
+    tp = template_patches(frames[0], grid)
+    tp[1] = 7.0  # template patch 1 constant
+    w_cpu = field_weights(grid.centres, shape, np)
+    want = cpu_surfaces(tp.astype(np.float64),
+                        windows_through(frames, grid, field, w_cpu).astype(np.float64))
+    g_tp = cp.asarray(tp)
+    sums, _ = refine_left(g_tp, None)
+    z, _, _ = refine_surfaces_gpu(cp.asarray(frames), grid.starts_y, grid.starts_x, grid.size,
+                                  cp.asarray(field), field_weights(grid.centres, shape, cp),
+                                  None, g_tp, sums, surfaces=poisoned(grid.n_patches,
+                                                                      len(frames)))
+    z = z.get().reshape(grid.n_patches, len(frames), 9)
+    want = want.reshape(z.shape)
+    assert (want[1] == -1.0).all() and (want[:, 5] == -1.0).all()
+    assert (z[1] == -1.0).all() and (z[:, 5] == -1.0).all()
+    np.testing.assert_allclose(z, want, rtol=0, atol=2e-5)
+
+
 def test_bad_arguments_are_input_errors():
     import cupy as cp
 
@@ -161,6 +206,10 @@ def test_bad_arguments_are_input_errors():
     bad_taper[6] = cp.ones((3, 3), cp.float32)
     bad_tpl = list(args)
     bad_tpl[7] = tnear[:3]
-    for a in (bad_taper, bad_tpl):
+    host_taper = list(args)  # a NumPy taper: the kernel reads device memory
+    host_taper[6] = np.ones(grid.size, np.float32)
+    bad_sums = list(args)
+    bad_sums[8] = (sums[0].astype(cp.float32), sums[1], sums[2])
+    for a in (bad_taper, bad_tpl, host_taper, bad_sums):
         with pytest.raises(InputError):
             refine_surfaces_gpu(*a)

@@ -166,17 +166,32 @@ def test_progress_when_the_decision_turns_on_early_or_late(monkeypatch, ready):
 
 
 def test_the_background_decision_is_waited_for_when_a_pass_fails(monkeypatch):
-    """The source is closed after passes_table: its reader thread must be done by then."""
+    """The source is closed after passes_table: its reader thread must be done by then.  The
+    judgement is held until the pass has failed and then takes 0.3 s more, so without the
+    wait the decision could not be done when align raises."""
+    import threading
+    import time
+
+    from xcorr_app.alignment import _refine_lk
+
     stack = STACKS["low_light"]()
-    started = []
+    started, failed = [], threading.Event()
+    judge = _refine_lk._precision_of
+
+    def held(frame):
+        failed.wait(10)
+        time.sleep(0.3)
+        return judge(frame)
 
     def later(src, threads):
         started.append(noisy_stack_later(src, threads))
         return started[-1]
 
     def broken(*args, **kwargs):
+        failed.set()
         raise RuntimeError("a pass failed")
 
+    monkeypatch.setattr(_refine_lk, "_precision_of", held)
     monkeypatch.setattr(_template, "noisy_stack_later", later)
     monkeypatch.setattr(_template, "measure_frames", broken)
     monkeypatch.setattr(_api, "passes_table",
@@ -184,6 +199,19 @@ def test_the_background_decision_is_waited_for_when_a_pass_fails(monkeypatch):
     with pytest.raises(RuntimeError, match="a pass failed"):
         align(stack, device="cpu")
     assert len(started) == 1 and started[0].done()
+
+
+def test_an_error_of_the_background_decision_reaches_the_caller(monkeypatch):
+    from xcorr_app.alignment import _refine_lk
+
+    def failing(frame):
+        raise ValueError("the judgement failed")
+
+    monkeypatch.setattr(_refine_lk, "_precision_of", failing)
+    monkeypatch.setattr(_api, "passes_table",
+                        functools.partial(_template.passes_table, overlap=True))
+    with pytest.raises(ValueError, match="the judgement failed"):
+        align(STACKS["low_light"](), device="cpu")
 
 
 @pytest.mark.gpu

@@ -102,10 +102,47 @@ def test_main_flow_with_a_made_up_run(monkeypatch, tmp_path):
     out = tmp_path / "rows.json"
     assert bp.main("3x4", frames=5, size="96x128", json_path=out, echo=lines.append) == 0
     assert calls == [((5, 96, 128), (3, 4), 1)]
-    assert lines[0].startswith("xcorr bench align --patches 3x4: warm (in process)")
+    assert lines[0].startswith("xcorr bench align --patches 3x4: in process and one-shot")
     doc = json.loads(out.read_text())
     assert len(doc["rows"]) == 5 and doc["targets"]
     assert bp.main("3x4", frames=5, size="96x128", echo=lines.append) == 1  # field off
+
+
+def test_oneshot_rows_time_whole_processes_and_read_their_field(monkeypatch):
+    """On the CPU (the children choose it: no GPU here): three whole ``xcorr align
+    --patches`` processes on the stack's first frames, cold then warm, the last writing
+    aligned.tif; the field read back from motion_field.npz is the in-process run's."""
+    from xcorr_app import align
+
+    monkeypatch.setattr(bp, "DISTINCT", 4)
+    monkeypatch.setattr(bp, "ONESHOT_FRAMES", 6)
+    stack, params = bp.make_stack(8, (128, 128), seed=2)
+    res = align(stack[:6], max_shift=bp.MAX_SHIFT, patches=(2, 2),
+                max_deviation=bp.MAX_DEVIATION, device="cpu", verify=False)
+    lines = []
+    rows = bp.oneshot_rows(stack, params, (2, 2), res.patch_centres, echo=lines.append)
+    assert [r["name"] for r in rows] == [
+        "one-shot xcorr align --patches (cold caches)",
+        "one-shot xcorr align --patches (warm caches)",
+        "one-shot xcorr align --patches, aligned.tif written (warm caches)"]
+    assert all(not r["error"] and r["frames"] == 6 and r["seconds"] > 0 for r in rows), rows
+    want = bp.field_rms(res.motion_field, params[:6], res.patch_centres)
+    for r in rows:
+        assert r["field_rms_px"] == pytest.approx(want, abs=1e-9)
+    assert len(lines) == 3
+    table = bp.format_table(rows)
+    assert table[2].startswith("| one-shot xcorr align --patches (cold caches) | 6 | - | ")
+
+
+def test_a_failing_oneshot_process_is_a_row_with_its_error(monkeypatch):
+    monkeypatch.setattr(bp, "DISTINCT", 2)
+    monkeypatch.setattr(bp, "ONESHOT_FRAMES", 2)
+    monkeypatch.setattr(bp, "MAX_DEVIATION", -1)  # the children refuse it
+    stack, params = bp.make_stack(2, (128, 128))
+    rows = bp.oneshot_rows(stack, params, (2, 2), np.zeros((2, 2, 2)), echo=lambda _: None)
+    assert len(rows) == 3 and all("max-deviation" in r["error"] or "max_deviation" in r["error"]
+                                  for r in rows), rows
+    assert "ERROR" in bp.format_table(rows)[2]
 
 
 def test_cli_patches_option_errors_are_one_line():
@@ -123,5 +160,5 @@ def test_quick_run_on_the_gpu(monkeypatch):
     lines = []
     status = bp.main("4x4", frames=24, size="256", echo=lines.append)
     table = [x for x in lines if x.startswith("| ")]
-    assert len(table) == 2 + 5 and not any("ERROR" in x for x in table), "\n".join(lines)
+    assert len(table) == 2 + 5 + 3 and not any("ERROR" in x for x in table), "\n".join(lines)
     assert status == 0, "\n".join(lines)

@@ -39,8 +39,9 @@ WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPE
 REFINE_THREADS = 256
 REFINE = KernelFamily(SOURCE, "refine_surfaces", [(REFINE_THREADS,)])
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
-#: must fit the default dynamic shared memory: grids at most this many patches wide
-REFINE_MAX_GX = 48 * 1024 // (REFINE_THREADS // 32 * 2 * 8)
+#: and its static shared arrays (under 2 KiB) must fit the 48 KiB a launch gets without
+#: opting in: grids at most this many patches wide
+REFINE_MAX_GX = (48 * 1024 - 2048) // (REFINE_THREADS // 32 * 2 * 8)
 #: frames per launch (the grid's y and z extents are at most 65535)
 MAX_GRID = 65535
 #: the cubic convolution's parameter (Keys 1981)
@@ -317,7 +318,7 @@ def refine_left_gpu(left, taper):
 
 
 def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, taper, tpatches,
-                        left, out=None):
+                        left, out=None, surfaces=None):
     """The refinement of the patch pass in one launch (per 65535 frames): every window of
     ``frames`` ``(N, H, W)`` float32 CuPy sampled through the field (as
     :func:`windows_through_gpu`, written to ``out`` ``(P, N, ph, pw)``), less its mean and
@@ -325,7 +326,8 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     ``(P * N, 3, 3)`` float32 against ``tpatches`` ``(P, ph, pw)`` within +-1 px and the
     surface's first maximum ``iy, ix`` (int64).  ``left``: ``(mean, var, bad)`` of
     :func:`refine_left_gpu`.  Grids wider than :data:`REFINE_MAX_GX` patches: InputError
-    (the caller measures them unfused)."""
+    (the caller measures them unfused).  ``surfaces``: ``(z, iy, ix)`` to write into (e.g.
+    poisoned ones in the tests), else new arrays."""
     import cupy as cp
 
     frames, wy, wx, s = _through_field(frames, starts_y, starts_x, patch_field, weights,
@@ -336,15 +338,26 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     p = gy * gx
     tpl = cp.ascontiguousarray(tpatches, cp.float32)
     lmean, lvar, lbad = left
-    if tpl.shape != (p, ph, pw) or any(a.size != p * 9 or not a.flags.c_contiguous
-                                       for a in left) \
-            or (taper is not None and (taper.shape != (ph, pw) or taper.dtype != cp.float32)):
+    typed = zip((lmean, lvar, lbad, taper), (cp.float64, cp.float64, cp.bool_, cp.float32))
+    if tpl.shape != (p, ph, pw) or any(a.size != p * 9 for a in left) \
+            or (taper is not None and taper.shape != (ph, pw)) \
+            or any(a is not None and not (isinstance(a, cp.ndarray) and a.dtype == t
+                                          and a.flags.c_contiguous) for a, t in typed):
         raise InputError(f"template patches {tpl.shape}, their sums and taper do not match "
-                         f"{p} windows of {ph}x{pw}")
+                         f"{p} windows of {ph}x{pw} (C-contiguous CuPy arrays: float64 mean "
+                         f"and variance, bool flags, float32 taper)")
     check_windows(starts_y, starts_x, size, (h, w))
     out = _output(out, (p, n, ph, pw))
-    z = cp.empty((p * n, 3, 3), cp.float32)
-    iy, ix = cp.empty(p * n, cp.int64), cp.empty(p * n, cp.int64)
+    if surfaces is None:
+        z = cp.empty((p * n, 3, 3), cp.float32)
+        iy, ix = cp.empty(p * n, cp.int64), cp.empty(p * n, cp.int64)
+    else:
+        z, iy, ix = surfaces
+        if z.shape != (p * n, 3, 3) or z.dtype != cp.float32 or not z.flags.c_contiguous \
+                or any(i.shape != (p * n,) or i.dtype != cp.int64 or not i.flags.c_contiguous
+                       for i in (iy, ix)):
+            raise InputError(f"surfaces must be C-contiguous float32 ({p * n}, 3, 3) and two "
+                             f"int64 ({p * n},) arrays")
     sy, sx = _starts(starts_y, starts_x)
     kernel = REFINE.get(REFINE_THREADS)
     for a in range(0, n, MAX_GRID):

@@ -90,13 +90,6 @@ def _gpu(device_id):
     return cupy.cuda.Device(device_id)
 
 
-def _free_if_gpu():
-    from .. import backend
-
-    if backend.gpu_available():
-        free_gpu_memory()
-
-
 def warm_align(path, n, kwargs) -> str:
     """Run ``align`` untimed on the chunk shapes of the timed run: on the first chunk's worth of
     frames in memory (which tells the chunk size ``align`` picks), then on the last, partial
@@ -107,24 +100,24 @@ def warm_align(path, n, kwargs) -> str:
 
     limit = _align_chunk_limit() if "chunk_frames" not in kwargs else kwargs["chunk_frames"]
     if limit is None:
-        _free_if_gpu()
+        free_gpu_memory()
         align(path, **kwargs)
         return "one untimed pass over the whole file"
     mm = tifffile.memmap(path, mode="r")
     mm = mm.reshape((-1, *mm.shape[-2:]))
     first = min(limit, n)
-    _free_if_gpu()
+    free_gpu_memory()
     res = align(np.array(mm[:first]), **kwargs)
     chunk = res.settings.get("chunk_frames")
     chunk = int(chunk) if isinstance(chunk, (int, np.integer)) and chunk >= 1 else limit
     sizes = [first]
     tail = n % chunk
     if tail and tail != first % chunk:
-        _free_if_gpu()
+        free_gpu_memory()
         align(np.array(mm[:tail]), **kwargs)
         sizes.append(tail)
     del mm
-    _free_if_gpu()
+    free_gpu_memory()
     return (f"align on the first {' and '.join(map(str, sizes))} frames in memory, "
             f"chunks of {chunk} (untimed)")
 
@@ -272,7 +265,7 @@ def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
     if importlib.util.find_spec("distributed") is not None:
         extra.append((" --workers 2", ["--workers", 2]))
     caches, rows = Caches(), []
-    _free_if_gpu()  # this process's pools: the children need the GPU's memory
+    free_gpu_memory()  # this process's pools: the children need the GPU's memory
     try:
         with tempfile.TemporaryDirectory(prefix="xcorr-bench-oneshot-") as tmp:
             runs = [(label, args, state) for label, args in configs for state in ("cold", "warm")]

@@ -16,7 +16,13 @@ median of ``repeat`` (at least 3) runs:
   frames shifted by their rigid shifts), the cost of the patch pass by difference;
 * **per-patch CuPy FFT loop** (on :data:`LOOP_FRAMES` frames): what a user would write without
   batching (:func:`fft_patch_loop`): for every frame and every patch, ``cupy.fft`` phase
-  correlation of the template's patch with the frame's patch, argmax, the shift to the host.
+  correlation of the template's patch with the frame's patch, argmax, the shift to the host;
+* **one-shot xcorr align --patches** (:func:`oneshot_rows`): the stack written to a TIFF and
+  aligned by whole ``xcorr align STACK --patches GYxGX`` processes, as a user runs them (start,
+  imports, compiling, reading, both passes, writing the outputs: wall clock), with cold caches
+  (empty CuPy kernel and xcorr tuning caches) then warm, ``--no-aligned``; then warm with the
+  aligned frames written (``aligned.tif``, float32); the field read back from
+  ``motion_field.npz``.  ``--oneshot-frames``-sized: :data:`ONESHOT_FRAMES` at most.
 
 Each row: frames/s, the ratio to the FFT loop, and the RMS error (px, per axis) of its field at
 the patch centres against the synthetic truth (rigid rows: the rigid shift everywhere).
@@ -44,6 +50,9 @@ PEAK = 400.0
 ITERATIONS = 10
 #: frames of the per-patch FFT loop
 LOOP_FRAMES = 32
+#: the most frames of the one-shot rows' stack (the first frames of the bench's stack; a TIFF of
+#: 1024 frames of 512x512 uint16 is 0.5 GiB, its aligned.tif 1 GiB)
+ONESHOT_FRAMES = 1024
 MIN_RUNS = 3
 #: the issue's targets (frames/s at 512x512, field error)
 TARGET_END_TO_END = 5000.0
@@ -121,8 +130,9 @@ def _timed_row(name, n, work, field_of, repeat, gpu_events):
                 "fps": None, "field_rms_px": None, "note": "", "error": reason(exc)}
 
 
-def run(stack, params, patches, repeat=1, echo=print) -> list:
-    """The rows (dicts) of the benchmark on ``stack`` (uint16 host) with truth ``params``."""
+def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
+    """The rows (dicts) of the benchmark on ``stack`` (uint16 host) with truth ``params``
+    (``oneshot``: with the one-shot process rows)."""
     import cupy as cp
 
     from ..alignment._api import align
@@ -187,8 +197,53 @@ def run(stack, params, patches, repeat=1, echo=print) -> list:
                            lambda o: field_rms(o, params[:k], centres), repeat, False))
     echo(f"  {rows[-1]['name']}: {_seconds(rows[-1])}")
     loop_fps = rows[-1]["fps"]
+    if oneshot:
+        rows.extend(oneshot_rows(stack, params, patches, centres, echo))
     for r in rows:
         r["vs_loop"] = r["fps"] / loop_fps if r["fps"] and loop_fps else None
+    return rows
+
+
+def oneshot_rows(stack, params, grid, centres, echo=print) -> list:
+    """The one-shot rows (module docstring) of the first :data:`ONESHOT_FRAMES` frames of
+    ``stack`` (truth ``params``; the bench's ``grid`` and patch ``centres``)."""
+    import tempfile
+    from pathlib import Path
+
+    import tifffile
+
+    from ._oneshot import Caches, run_process, xcorr_argv
+
+    k = min(len(stack), ONESHOT_FRAMES)
+    caches, rows = Caches(), []
+    free_gpu_memory()  # this process's pools: the children need the GPU's memory
+    try:
+        with tempfile.TemporaryDirectory(prefix="xcorr-bench-patches-") as tmp:
+            path = Path(tmp) / "stack.tif"
+            tifffile.imwrite(path, stack[:k])
+            for label, args, state in (("", ["--no-aligned"], "cold"),
+                                       ("", ["--no-aligned"], "warm"),
+                                       (", aligned.tif written", [], "warm")):
+                out = Path(tmp) / f"out{len(rows)}"
+                r = run_process(xcorr_argv("align", path, "--out", out, "--patches",
+                                           f"{grid[0]}x{grid[1]}", "--max-shift", MAX_SHIFT,
+                                           "--max-deviation", MAX_DEVIATION, "--no-verify",
+                                           "-q", *args), env=caches.env(state))
+                name = f"one-shot xcorr align --patches{label} ({state} caches)"
+                field = out / "motion_field.npz"
+                if r["returncode"] != 0 or not field.exists():
+                    rows.append({"name": name, "frames": k, "first_s": None, "seconds": None,
+                                 "runs": [], "fps": None, "field_rms_px": None, "note": "",
+                                 "error": r["stderr"] or f"exit status {r['returncode']}"})
+                else:
+                    with np.load(field) as z:
+                        err = field_rms(z["field"], params[:k], centres)
+                    peak = "" if r["peak_bytes"] is None else \
+                        f"peak host memory {r['peak_bytes'] / 1e9:.2f} GB"
+                    rows.append(_row(name, k, None, [r["seconds"]], err, note=peak))
+                echo(f"  {name}: {_seconds(rows[-1])}")
+    finally:
+        caches.close()
     return rows
 
 
@@ -205,7 +260,8 @@ def format_table(rows) -> list:
             lines.append(f"| {r['name']} | {r['frames']} | ERROR: {r['error']} | | | | |")
             continue
         vs = f"{r['vs_loop']:.1f}x" if r.get("vs_loop") else "-"
-        lines.append(f"| {r['name']} | {r['frames']} | {r['first_s']:.2f} | {r['seconds']:.3f} "
+        first = "-" if r["first_s"] is None else f"{r['first_s']:.2f}"
+        lines.append(f"| {r['name']} | {r['frames']} | {first} | {r['seconds']:.3f} "
                      f"| {r['fps']:.0f} | {vs} | {r['field_rms_px']:.3f} |")
     return lines
 
@@ -254,14 +310,15 @@ def main(patches, *, quick=False, frames=None, size=None, repeat=1, seed=0, json
     if json_path is not None:
         prepare_outputs([json_path], force)
     t, (stack, params) = timed(lambda: make_stack(n, (h, w), seed))
-    header = [f"xcorr bench align --patches {grid[0]}x{grid[1]}: warm (in process), "
+    header = [f"xcorr bench align --patches {grid[0]}x{grid[1]}: in process and one-shot, "
               f"{device_name()}, {utc_now()}",
               f"stack: {n} frames of {h}x{w} uint16 ({min(n, DISTINCT)} distinct, made in "
               f"{t:.1f} s): rigid drift <= 10 px, deformation <= 3 px, peak SNR 20; "
               f"max_shift {MAX_SHIFT}, max_deviation {MAX_DEVIATION}, verify off",
-              f"times: the first call (compiles, plans), then the median of "
+              f"times: in process, the first call (compiles, plans), then the median of "
               f"{max(MIN_RUNS, int(repeat))} runs (host rows: wall clock; GPU rows: CUDA "
-              f"events)"]
+              f"events); one-shot rows: one whole xcorr process each (wall clock), cold then "
+              f"warm caches, on the first {min(n, ONESHOT_FRAMES)} frames"]
     for line in header:
         echo(line)
     echo("measuring:")

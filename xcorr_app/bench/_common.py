@@ -125,7 +125,12 @@ def torch_unavailable_reason() -> str:
 
 
 def free_gpu_memory():
-    """Give CuPy's (and PyTorch's, when loaded) cached GPU memory back between rows."""
+    """Give CuPy's (and PyTorch's, when loaded) cached GPU memory back between rows (nothing
+    where no GPU is usable)."""
+    from .. import backend
+
+    if not backend.gpu_available():
+        return
     import cupy as cp
 
     cp.get_default_memory_pool().free_all_blocks()
