@@ -301,3 +301,30 @@ def test_zncc_matches_its_definition(rng, shape, max_shift):
                     if pa.std() > 1e-6 and pb.std() > 1e-6:
                         want = np.corrcoef(pa, pb)[0, 1]
                 assert abs(got[f, iy, ix] - want) <= 1e-5, (f, ky, kx)
+
+
+@pytest.mark.parametrize("crop", [False, True])
+def test_apply_into_out_gives_the_chunks_numbers(rng, crop):
+    """``apply_shifts(..., out=)`` and ``AlignResult.apply(out=)``: the chunks written into one
+    float32 array, the same numbers as the chunks handed out; a wrong out is an InputError."""
+    from xcorr_app.errors import InputError
+
+    stack = rng.random((7, 20, 24)).astype(np.float32)
+    shifts = np.array([[0, 0], [0.5, -1.25], [2, 1], [-1.5, 0.25], [0, 3], [np.nan, 0], [1, 1]])
+    want = np.concatenate([c for _, c in apply_shifts(stack, shifts, crop=crop, chunk_frames=3,
+                                                      device="cpu")])
+    out = np.full(want.shape, np.nan, np.float32)
+    views = list(apply_shifts(stack, shifts, crop=crop, chunk_frames=3, device="cpu", out=out))
+    assert [a for a, _ in views] == [0, 3, 6]
+    assert all(np.shares_memory(v, out) for _, v in views)
+    np.testing.assert_array_equal(out, want)
+    for bad in (np.zeros(want.shape, np.float64), np.zeros((7, 20, 25), np.float32),
+                np.zeros(want.shape, np.float32).T.copy().T):
+        with pytest.raises(InputError, match="out must be"):
+            list(apply_shifts(stack, shifts, crop=crop, device="cpu", out=bad))
+    res = align(stack, max_shift=4, device="cpu", verify=False)
+    full = np.concatenate([c for _, c in res.apply(stack, chunk_frames=3, device="cpu")])
+    into = np.zeros_like(full)
+    for _ in res.apply(stack, chunk_frames=3, device="cpu", out=into):
+        pass
+    np.testing.assert_array_equal(into, full)

@@ -106,6 +106,21 @@ def test_unmeasurable_frames_get_nan_fields_and_stay_local(deformed):
         assert np.isfinite(out[[0, 1, 2, 3]]).all()
 
 
+def test_the_warped_frames_go_into_out(deformed):
+    """``apply(out=)`` of a result with a motion field: the chunks written into one float32
+    array (also a crop's), the numbers of the chunks handed out."""
+    stack, _ = deformed
+    res = align(stack, max_shift=14, patches=(3, 3), device="cpu", verify=False)
+    for crop in (None, True):
+        want = np.concatenate([c for _, c in res.apply(stack, crop=crop, chunk_frames=3)])
+        out = np.full(want.shape, np.nan, np.float32)
+        views = list(res.apply(stack, crop=crop, chunk_frames=3, out=out))
+        assert [a for a, _ in views] == list(range(0, len(stack), 3))
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(InputError, match="out must be"):
+        list(res.apply(stack, out=np.zeros((len(stack), 3, 3), np.float32)))
+
+
 # --------------------------------------------------------------------------- the parts
 
 def test_grid_tiles_the_area_with_the_default_overlap():

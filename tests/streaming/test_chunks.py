@@ -143,3 +143,47 @@ def test_device_chunks_assemble_each_chunk_from_its_pieces(tmp_path, rng, monkey
             np.testing.assert_array_equal(frames.get(), stack[start:start + len(frames)])
             got.append((start, start + len(frames)))
     assert got == chunk_bounds(0, 23, chunk)
+
+
+def test_map_chunks_writes_into_out_and_yields_its_views(rng):
+    stack = rng.integers(0, 1000, (11, 6, 7)).astype(np.uint16)
+    out = np.full((11, 6, 7), np.nan, np.float64)  # float32 results cast (same kind)
+    got = list(map_chunks(lambda: ArraySource(stack), 4, lambda a, f: f.astype(np.float32) + a,
+                          out=out))
+    assert [a for a, _ in got] == [0, 4, 8]
+    assert all(np.shares_memory(v, out) and v.shape[0] == min(4, 11 - a) for a, v in got)
+    want = stack.astype(np.float64) + np.repeat([0, 4, 8], [4, 4, 3])[:, None, None]
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("out, words", [
+    (np.zeros((11, 6, 7), np.float32)[:, :, ::-1], "C-contiguous"),
+    ([[0.0]], "C-contiguous"),
+    (np.zeros((10, 6, 7), np.float32), "no room"),
+    (np.zeros((11, 6, 7), np.int16), "no room")])  # float results into ints: refused
+def test_map_chunks_refuses_an_out_it_cannot_fill(rng, out, words):
+    stack = rng.random((11, 6, 7)).astype(np.float32)
+    with pytest.raises(InputError, match=words):
+        list(map_chunks(lambda: ArraySource(stack), 4, lambda a, f: f + 1, out=out))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpus", [None, "0"])
+def test_map_chunks_writes_gpu_results_into_out(rng, gpus):
+    """From the device straight into out (a strided result made contiguous first), on the
+    current GPU and through the GPUs' threads: the numbers of the copying path."""
+    import cupy as cp
+
+    stack = rng.random((9, 5, 6)).astype(np.float32)
+
+    def fn(a, f):
+        return (cp.asarray(f) * 2 + a)[:, 1:, ::2]  # a strided device result
+
+    want = np.concatenate([r for _, r in map_chunks(lambda: ArraySource(stack), 4, fn,
+                                                    xp=cp if gpus is None else np,
+                                                    gpus=gpus)])
+    out = np.full(want.shape, np.nan, np.float32)
+    got = list(map_chunks(lambda: ArraySource(stack), 4, fn, xp=cp if gpus is None else np,
+                          gpus=gpus, out=out))
+    assert all(np.shares_memory(v, out) for _, v in got)
+    np.testing.assert_array_equal(out, want)

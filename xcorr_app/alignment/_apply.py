@@ -40,8 +40,22 @@ def common_area(shifts, frame_shape):
     return y0, y1, x0, x1
 
 
+def check_out(out, shape):
+    """InputError unless ``out`` is None or a writeable C-contiguous float32 NumPy array of
+    ``shape`` (the aligned frames of :func:`apply_shifts` and
+    :func:`~xcorr_app.alignment._motion_field.apply_field`)."""
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 \
+            or out.shape != tuple(shape) or not out.flags.c_contiguous \
+            or not out.flags.writeable:
+        got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise InputError(f"out must be a writeable C-contiguous float32 NumPy array of shape "
+                         f"{tuple(shape)}, got {got}")
+
+
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
-                 crop=False, chunk_frames=64, device="auto", gpus=None):
+                 crop=False, chunk_frames=64, device="auto", gpus=None, out=None):
     """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack.
 
     Parameters
@@ -58,6 +72,10 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         Keep only the area every shifted frame covers (:func:`common_area`).
     gpus : sequence of int or str, optional
         Share the chunks out over these GPUs (:func:`xcorr_app.streaming.map_chunks`).
+    out : ndarray, optional
+        A C-contiguous float32 NumPy array of the aligned stack's shape (``(N, H, W)``, or
+        the crop's): every chunk is written into it (from the GPU straight into it) and the
+        chunks yielded are its views; iterate to the end to fill it.
     """
     from ._warp import shift_frames
 
@@ -67,16 +85,19 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         if shifts.shape != (src.n_frames, 2):
             raise InputError(f"shifts of shape {shifts.shape} do not match {src.n_frames} frames")
         y0, y1, x0, x1 = common_area(shifts, src.frame_shape) if crop else (0, None, 0, None)
+        h, w = src.frame_shape
+        check_out(out, (src.n_frames, (y1 or h) - y0, (x1 or w) - x0))
 
         def shifted(start, chunk):  # (shift_frames reads the pixel types as float32 itself)
             xp = backend.array_module_of(chunk)
-            out = shift_frames(chunk, xp.asarray(shifts[start:start + len(chunk)]), fill=fill,
-                               method=resample)
-            return backend.to_numpy(out[:, y0:y1, x0:x1])
+            moved = shift_frames(chunk, xp.asarray(shifts[start:start + len(chunk)]), fill=fill,
+                                 method=resample)
+            return moved[:, y0:y1, x0:x1]  # (map_chunks brings it to the host)
 
         if gpus is not None:  # each GPU opens the input again
             yield from map_chunks(lambda: open_source(stack_or_path, channel), chunk_frames,
-                                  shifted, gpus=gpus)
+                                  shifted, gpus=gpus, out=out)
             return
         xp = backend.xp_for(backend.resolve_device(device))
-        yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, shifted, xp=xp)
+        yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, shifted, xp=xp,
+                              out=out)

@@ -32,6 +32,7 @@ from ..io import open_source
 from ..streaming import map_chunks
 from ._field_resample import (bilinear_sample, cubic_sample, dense_field, field_weights,
                               spline_weights, warp_gpu)
+from ._apply import check_out
 from ._patches import PatchGrid
 
 __all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
@@ -127,11 +128,12 @@ def field_area(patch_field, frame_shape):
 
 
 def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
-                resample="bilinear", crop=None, chunk_frames=64, device="auto"):
+                resample="bilinear", crop=None, chunk_frames=64, device="auto", out=None):
     """Yield ``(start, warped_chunk)`` (float32 NumPy) for every chunk of the stack, each
     frame warped by its motion field (``patch_field`` ``(N, gy, gx, 2)`` at ``centres``);
     ``crop``: True keeps the area every warped frame covers (:func:`field_area`), or a box
-    ``(y0, y1, x0, x1)``."""
+    ``(y0, y1, x0, x1)``; ``out``: as for :func:`~xcorr_app.alignment._apply.apply_shifts`
+    (the chunks written into it)."""
     with open_source(stack_or_path, channel) as src:
         patch_field = np.asarray(patch_field, np.float64)
         if patch_field.shape[0] != src.n_frames:
@@ -145,6 +147,7 @@ def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
         if not all(isinstance(v, (int, np.integer)) for v in (y0, y1, x0, x1)) \
                 or not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
             raise InputError(f"crop box {crop} is not inside the {h}x{w} frame")  # either device
+        check_out(out, (src.n_frames, y1 - y0, x1 - x0))
         xp = backend.xp_for(backend.resolve_device(device))
         weights = field_weights(centres, src.frame_shape, xp)
 
@@ -156,4 +159,5 @@ def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
             dense = dense_field(pf, centres, src.frame_shape, weights)
             return warp_frames(frames, dense, resample, fill)[:, y0:y1, x0:x1]
 
-        yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, warped, xp=xp)
+        yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, warped, xp=xp,
+                              out=out)

@@ -8,8 +8,8 @@ an untimed first call (its time is the *first call* column: kernel compilation, 
 median of ``repeat`` (at least 3) runs:
 
 * **xcorr --patches, host in/out**: :func:`xcorr_app.align` on the uint16 NumPy stack, then
-  every frame warped by its field (:meth:`AlignResult.apply`) into one float32 NumPy array
-  (wall clock: what a user of the Python API waits for);
+  every frame warped by its field into one float32 NumPy array (:meth:`AlignResult.apply`
+  with ``out=``; wall clock: what a user of the Python API waits for);
 * **xcorr --patches, on the GPU**: the same with the stack already on the GPU (CuPy) and the
   warped frames left there (CUDA events);
 * **rigid only, host in/out** and **rigid only, on the GPU**: the same without patches (the
@@ -144,11 +144,12 @@ def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
     pk = dict(kw, patches=patches, max_deviation=MAX_DEVIATION)
     gstack = cp.asarray(stack)
 
-    def host_run(options):  # uint16 in, aligned float32 frames out on the host
+    def host_run(options):  # uint16 in, aligned float32 frames out on the host: the
+        # documented way to one array, apply(out=) (the chunks from the GPU straight into it)
         res = align(stack, **options)
         out = np.empty((n, h, w), np.float32)
-        for start, chunk in res.apply(stack):
-            out[start:start + len(chunk)] = chunk
+        for _ in res.apply(stack, out=out):
+            pass
         return res
 
     def host_patches():

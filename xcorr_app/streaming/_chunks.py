@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from .. import backend
+from ..errors import InputError
 from ._gpus import parse_gpus
 from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
@@ -120,7 +121,7 @@ class DeviceChunks:
         self.close()
 
 
-def map_chunks(open_src, chunk_frames, fn, *, gpus=None, xp=np, depth=2):
+def map_chunks(open_src, chunk_frames, fn, *, gpus=None, xp=np, depth=2, out=None):
     """Yield ``(start, fn(start, frames))`` for every chunk of a frame source, in frame order,
     the results as NumPy arrays.
 
@@ -143,23 +144,52 @@ def map_chunks(open_src, chunk_frames, fn, *, gpus=None, xp=np, depth=2):
         copied on two CUDA streams, :class:`DeviceChunks`); only without ``gpus``.
     depth : int
         Results each GPU may hold ahead of the consumer (with ``gpus``).
+    out : ndarray, optional
+        A C-contiguous NumPy array for all the results (one row per frame): each chunk's result
+        is written into ``out[start:start + n]`` (from the GPU straight into it: no array
+        allocated per chunk, no copy by the caller) and that view is yielded.  A result that
+        does not fit its rows is an :class:`~xcorr_app.errors.InputError`.
     """
+    if out is not None and (not isinstance(out, np.ndarray) or not out.flags.c_contiguous
+                            or not out.flags.writeable):
+        raise InputError("out must be a writeable C-contiguous NumPy array")
     if gpus is None:
-        yield from _on_this_device(open_src, chunk_frames, fn, xp)
+        yield from _on_this_device(open_src, chunk_frames, fn, xp, out)
     else:
-        yield from _on_gpus(open_src, parse_gpus(gpus), chunk_frames, fn, depth)
+        yield from _on_gpus(open_src, parse_gpus(gpus), chunk_frames, fn, depth, out)
 
 
-def _on_this_device(open_src, chunk_frames, fn, xp):
+def _to_host(result, out, start):
+    """The chunk's ``result`` (NumPy or CuPy) as NumPy: a copy, or written into
+    ``out[start:start + len(result)]`` (the view returned; the result cast to ``out``'s type
+    where NumPy's ``same_kind`` rule allows)."""
+    if out is None:
+        return backend.to_numpy(result)
+    view = out[start:start + len(result)]
+    if view.shape != tuple(result.shape) \
+            or not np.can_cast(result.dtype, view.dtype, casting="same_kind"):
+        raise InputError(f"out ({out.dtype} {out.shape}) has no room for the result "
+                         f"({result.dtype} {tuple(result.shape)}) of frames {start}.."
+                         f"{start + len(result)}")
+    if backend.is_cupy_array(result):  # from the device straight into out (a strided result
+        # is made contiguous on the device first)
+        result.astype(view.dtype, copy=False).get(out=view)
+    else:
+        np.copyto(view, result, casting="same_kind")
+    return view
+
+
+def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
     with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks:
         for start, frames in chunks:
-            out = fn(start, frames)
-            if xp is np and isinstance(out, np.ndarray) and np.may_share_memory(out, frames):
-                out = out.copy()  # the read buffer is reused for a later chunk
-            yield start, backend.to_numpy(out)
+            result = fn(start, frames)
+            if out is None and xp is np and isinstance(result, np.ndarray) \
+                    and np.may_share_memory(result, frames):
+                result = result.copy()  # the read buffer is reused for a later chunk
+            yield start, _to_host(result, out, start)
 
 
-def _on_gpus(open_src, ids, chunk_frames, fn, depth):
+def _on_gpus(open_src, ids, chunk_frames, fn, depth, out=None):
     import cupy
 
     with open_src() as src:
@@ -178,10 +208,10 @@ def _on_gpus(open_src, ids, chunk_frames, fn, depth):
                         return
                     a, b = bounds[j]
                     frames = cupy.asarray(own.read(a, b))
-                    out = backend.to_numpy(fn(a, frames))
+                    result = _to_host(fn(a, frames), out, a)  # (disjoint rows of out)
                     while not stop.is_set():
                         try:
-                            queues[k].put((a, out), timeout=0.1)
+                            queues[k].put((a, result), timeout=0.1)
                             break
                         except queue.Full:
                             pass
@@ -194,10 +224,10 @@ def _on_gpus(open_src, ids, chunk_frames, fn, depth):
         t.start()
     try:
         for j in range(len(bounds)):
-            a, out = queues[j % len(ids)].get()
+            a, result = queues[j % len(ids)].get()
             if a is done:
-                raise out
-            yield a, out
+                raise result
+            yield a, result
     finally:
         stop.set()
         for q in queues:  # unblock producers waiting on a full queue
