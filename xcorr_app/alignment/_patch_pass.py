@@ -19,7 +19,7 @@ from ..streaming import map_chunks
 from ._field_resample import field_weights
 from ._motion_field import MotionField, warped_sum
 from ._options import prefilter_for
-from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, integer_parts,
+from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, fill_low, integer_parts,
                        low_patches, patch_left, patch_margin, patch_shifts, refine_left,
                        refine_shifts, refine_taper, tapered, template_patches)
 from ._pipeline import prepared_reference
@@ -57,9 +57,9 @@ class PatchSetup:
 
 def patch_grid(frame_shape, rigid, patches, patch_overlap, max_deviation):
     """The run's :class:`PatchGrid`: over the area every frame covers after its rigid shift
-    (``rigid`` of ALL frames)."""
-    return PatchGrid.make(patches, patch_overlap, max_deviation, frame_shape,
-                          common_area(rigid, frame_shape, patch_margin(max_deviation)))
+    (``rigid`` of ALL frames; ``[[0, 0]]`` checks a grid before the rigid pass)."""
+    area = common_area(rigid, frame_shape, patch_margin(check_deviation(max_deviation)))
+    return PatchGrid.make(patches, patch_overlap, max_deviation, frame_shape, area)
 
 
 def aligned_sums(src, xp, chunk, rigid, start=0, stop=None):
