@@ -94,7 +94,7 @@ def _template_image(opts, src, xp, chunk, rigid):
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
-                  max_deviation, template_passes=0):
+                  max_deviation, template_passes=0, *, ranges=None, run=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
@@ -105,9 +105,14 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     template's), and the patches are measured again against it: the stack is read once per
     patch pass, never once more for the template.
 
-    The pieces, for runs whose frames are shared out (Dask): :func:`patch_grid` and the
-    template (:func:`aligned_sums`, :class:`PatchSetup`) are global, :func:`measure_range`
-    measures any range of frames on its own, :func:`field_from_rows` joins the rows."""
+    ``ranges`` ``[(start, stop), ...]`` and ``run``: the frames shared out (several GPUs,
+    :func:`~._gpus.field_on_gpus`): ``run(fn)`` gives ``[fn(k) for every range k]``, each
+    call on its own device (``xp`` there) with its own reader; the template is made on the
+    current device and handed out on the host, and the ranges' template sums are added up in
+    frame order.  The pieces, also for Dask: :func:`patch_grid` and the template
+    (:func:`aligned_sums`, :class:`PatchSetup`, :func:`next_image`) are global,
+    :func:`measure_range` measures any range of frames on its own, :func:`field_from_rows`
+    joins the rows."""
     check_patch_reference(opts)
     passes = check_template_passes(template_passes)
     rigid = np.asarray(rigid, np.float64)
@@ -115,15 +120,59 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         grid = patch_grid(src.frame_shape, rigid, patches, patch_overlap, max_deviation)
         setup = PatchSetup.make(opts, src, xp, chunk, grid,
                                 _template_image(opts, src, xp, chunk, rigid))
+        shared = ranges is not None
+        if not shared:
+            ranges, run = [(0, src.n_frames)], lambda fn: [fn(0)]
+        # a memory-mapped file is shared (reads are copies out of one map); others are opened
+        # again, one reader per range
+        reuse = not shared or getattr(src, "concurrent_reads", False)
         for k in range(passes + 1):
-            acc = TemplateAccumulator(xp, src.frame_shape) if k < passes else None
-            rows = measure_range(opts, src, xp, chunk, setup, rigid, 0, src.n_frames,
-                                 None if acc is None else _adder(acc))
-            if acc is None:
+            on = setup.on_host() if shared else setup  # (no device's arrays on another)
+
+            def part(j, on=on, last=k == passes):
+                own = contextlib.nullcontext(src) if reuse \
+                    else open_source(stack_or_path, opts.channel)
+                with own as frames:
+                    return _measure_part(opts, frames, xp, chunk, on, rigid, ranges[j],
+                                         not last, shared)
+
+            parts = run(part)
+            if k == passes:
                 break
-            # the warped frames' mean (on the run's device)
-            setup = PatchSetup.make(opts, src, xp, chunk, grid, acc.template(setup.image))
-    return field_from_rows(rows, rigid, setup)
+            image = next_image(xp, src.frame_shape, [s for _, s in parts], setup.image)
+            setup = PatchSetup.make(opts, src, xp, chunk, grid, image)
+    return field_from_rows(np.concatenate([rows for rows, _ in parts]), rigid, setup)
+
+
+def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host):
+    """Rows of frames ``bounds`` and, with ``accumulate``, their warped sums ``(total,
+    coverage)`` for the next template (NumPy with ``host``, else on ``xp``'s device)."""
+    acc = TemplateAccumulator(xp, src.frame_shape) if accumulate else None
+    rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
+                         None if acc is None else _adder(acc))
+    if acc is None:
+        return rows, None
+    sums = (acc.total, acc.coverage)
+    return rows, tuple(backend.to_numpy(a) for a in sums) if host else sums
+
+
+def next_image(xp, frame_shape, sums, fallback):
+    """The next template (on ``xp``'s device): the mean of the warped frames from their
+    ``(total, coverage)`` sums, added up in the order given (frame order), and ``fallback``
+    (the last template as read) where no frame covers."""
+    acc = TemplateAccumulator(xp, frame_shape)
+    for total, coverage in sums:
+        acc.total += xp.asarray(total)
+        acc.coverage += xp.asarray(coverage)
+    return acc.template(fallback)
+
+
+def fold_parts(acc, parts):
+    """``acc`` (``None``: zeros) plus each of ``parts`` in turn: sums added up in frame order,
+    as one run adds its chunks' (the same numbers where the chunks are the run's)."""
+    for p in parts:
+        acc = (np.zeros_like(p) if acc is None else acc) + p
+    return acc
 
 
 def _adder(acc):

@@ -39,8 +39,8 @@ from .. import backend
 from ..errors import InputError, XcorrError
 from ..streaming import chunk_bounds
 from ._dask_tasks import (WORKER_GPU_ENV, aligned_sum_task, channels_block, channels_task,
-                          filter_task, fold_parts, frame_sum, mean_of_sums, measure_task,
-                          patch_setup_task, patch_task, read_frame, reference_task, shift_task)
+                          filter_task, frame_sum, mean_of_sums, measure_task, patch_setup_task,
+                          patch_task, read_frame, reference_task, shift_task)
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path
 TASK_FRAMES = 128
@@ -279,7 +279,7 @@ def _patch_field(opts, inp, rigid, grid_args, passes, run, client, scheduler):
     next pass's template (:func:`patch_setup_task`); one graph, computed at once."""
     from dask import delayed
 
-    from ..alignment._patch_pass import field_from_rows, patch_grid
+    from ..alignment._patch_pass import field_from_rows, fold_parts, patch_grid
 
     grid = delayed(patch_grid(inp.frame_shape, rigid, *grid_args), pure=True)
     shared = delayed(rigid, pure=True)  # one node of the graph, sent once to each worker

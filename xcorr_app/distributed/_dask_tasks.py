@@ -197,19 +197,16 @@ def aligned_sum_task(opts, source, start, stop, rigid, device, chunk_frames, bud
 def patch_setup_task(opts, source, grid, image, previous, sums, device, chunk_frames, budget):
     """The :class:`~xcorr_app.alignment._patch_pass.PatchSetup` of a patch pass (host arrays),
     made once: against ``image`` (``None``: the reference as this task reads it); with
-    ``reference="refined"`` the mean of the aligned frames (``sums``: :func:`fold_parts` of
+    ``reference="refined"`` the mean of the aligned frames (``sums``: ``fold_parts`` of
     :func:`aligned_sum_task`); after a pass with ``previous`` (its setup), the mean of the
     warped frames (``sums``: ``(2, H, W)`` total and coverage)."""
-    from ..alignment._patch_pass import PatchSetup, refined_image
+    from ..alignment._patch_pass import PatchSetup, next_image, refined_image
     from ..alignment._references import reference_frame
-    from ..alignment._template import TemplateAccumulator
 
     with _on_device(device, source) as xp, _open(source, 0, xp) as src:
         chunk = _chunk(opts, src, xp, chunk_frames, budget)
         if previous is not None:  # the next template (as :func:`measure_field` makes it)
-            acc = TemplateAccumulator(xp, src.frame_shape)
-            acc.total, acc.coverage = xp.asarray(sums[0]), xp.asarray(sums[1])
-            image = acc.template(previous.image)
+            image = next_image(xp, src.frame_shape, [sums], previous.image)
         elif sums is not None:
             image = refined_image(sums, src.frame_shape)
         elif image is None:
@@ -233,14 +230,6 @@ def patch_task(opts, source, start, stop, setup, rigid, accumulate, device, chun
         rows = measure_range(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget), setup,
                              rigid, start, stop, add if accumulate else None)
         return rows, parts
-
-
-def fold_parts(acc, parts):
-    """``acc`` (``None``: zeros) plus each of ``parts`` in turn: sums added up in frame order,
-    as one run adds its chunks' (the same numbers where the tasks' chunks are the run's)."""
-    for p in parts:
-        acc = (np.zeros_like(p) if acc is None else acc) + p
-    return acc
 
 
 def _in_chunks(start, stop, chunk_frames, fn):
