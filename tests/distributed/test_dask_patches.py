@@ -139,7 +139,8 @@ def test_cli_workers_write_the_motion_field_of_one_process(stack_file, tmp_path)
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--gpus", "0"], ["--patches is not available with --gpus"]),
+    # without a GPU: "--gpus needs CUDA GPUs"; with one: the grid is too small
+    (["--gpus", "0", "--patches", "60x60"], []),
     (["--workers", "2", "--device", "cpu", "--reference", "previous"], ["previous"]),
     (["--workers", "2", "--device", "cpu", "--patches", "60x60"], ["too small"]),
 ])

@@ -272,8 +272,6 @@ def _check_patches(o):
     if o.resample not in FIELD_RESAMPLE:
         raise InputError(f"--resample {o.resample} is not available with --patches (use "
                          f"{' or '.join(FIELD_RESAMPLE)})")
-    if o.gpus is not None:  # (Dask measures the patches: --workers, --scheduler)
-        raise InputError("--patches is not available with --gpus yet")
     if o.reference == "previous":
         raise InputError("--patches measures against one reference: --reference previous is "
                          "not available with it")
@@ -289,7 +287,7 @@ def _measure(o, client, gpu_ids, n, frame_gb):
                    interpolate_low=o.interpolate_low, channel=o.channel,
                    chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features,
                    tune=o.tune)
-    if o.patches is not None:  # (one device or Dask; not --gpus: _check_patches)
+    if o.patches is not None:  # (on one device, --gpus or Dask)
         options.update(patches=o.patches, patch_overlap=o.patch_overlap,
                        max_deviation=o.max_deviation,
                        patch_template_passes=o.patch_template_passes)
