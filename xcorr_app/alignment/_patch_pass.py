@@ -57,7 +57,11 @@ class PatchSetup:
 
 def patch_grid(frame_shape, rigid, patches, patch_overlap, max_deviation):
     """The run's :class:`PatchGrid`: over the area every frame covers after its rigid shift
-    (``rigid`` of ALL frames; ``[[0, 0]]`` checks a grid before the rigid pass)."""
+    (``rigid`` of ALL frames; ``[[0, 0]]`` checks a grid before the rigid pass).
+
+    >>> patch_grid((64, 64), [[0.0, 0.0], [2.0, -1.0]], (2, 3), None, 4).grid
+    (2, 3)
+    """
     area = common_area(rigid, frame_shape, patch_margin(check_deviation(max_deviation)))
     return PatchGrid.make(patches, patch_overlap, max_deviation, frame_shape, area)
 
@@ -169,7 +173,11 @@ def next_image(xp, frame_shape, sums, fallback):
 
 def fold_parts(acc, parts):
     """``acc`` (``None``: zeros) plus each of ``parts`` in turn: sums added up in frame order,
-    as one run adds its chunks' (the same numbers where the chunks are the run's)."""
+    as one run adds its chunks' (the same numbers where the chunks are the run's).
+
+    >>> fold_parts(None, [np.ones(2), np.full(2, 2.0)]).tolist()
+    [3.0, 3.0]
+    """
     for p in parts:
         acc = (np.zeros_like(p) if acc is None else acc) + p
     return acc
