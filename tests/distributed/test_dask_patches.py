@@ -91,6 +91,7 @@ def test_refined_template_and_a_pass_as_measure_field_makes_it(deformed):
     opts = AlignOptions("refined", max_shift=14, verify=False, prefilter="gaussian:1")
     want = measure_field(opts, deformed, got.shifts, np, 2, (3, 3), None, 4, 1)
     np.testing.assert_array_equal(got.motion_field, want.field)
+    assert xdask.REFINED_NOTE in got.notes  # the one pass of the rigid shifts is said
     np.testing.assert_array_equal(got.patch_confidence, want.confidence)
     np.testing.assert_array_equal(got.patch_low, want.low)
     np.testing.assert_array_equal(got.patch_template, want.template)

@@ -44,6 +44,10 @@ from ._dask_tasks import (WORKER_GPU_ENV, aligned_sum_task, channels_block, chan
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path
 TASK_FRAMES = 128
+#: ``reference="refined"`` on a cluster: its template passes run on one device only
+REFINED_NOTE = ("reference refined on Dask: the rigid shifts are measured in one pass against "
+                "the first frame (the template passes of xcorr_app.align run on one device "
+                "only)")
 
 
 def _require_dask():
@@ -263,6 +267,8 @@ min_confidence, interpolate_low, channel, features
     res = result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
                             stack_or_path)
     res.notes[:0] = auto_notes(opts, why)
+    if opts.refined:  # (said, not silent: the result is not the one-device run's)
+        res.notes.append(REFINED_NOTE)
     if patches is not None:
         res.set_field(_patch_field(opts, inp, res.shifts, (patches, patch_overlap, max_deviation),
                                    int(patch_template_passes), (device, chunk_frames, budget),
