@@ -20,15 +20,6 @@ xdask = pytest.importorskip("xcorr_app.distributed._dask")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
-
-
 def assert_same(got, want):
     """Bit for bit: every per-frame number of the two runs."""
     np.testing.assert_array_equal(got.shifts, want.shifts)

@@ -38,15 +38,6 @@ def stack_file(tmp_path_factory, deformed):
     return path
 
 
-@pytest.fixture(scope="module")
-def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
-
-
 def assert_same_field(got, want):
     np.testing.assert_array_equal(got.shifts, want.shifts)
     for name in FIELD:
