@@ -67,6 +67,18 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.fixture(scope="module")
+def client():
+    """A Dask client on a local cluster of two worker processes, per test module (the Dask
+    tests; skipped where distributed is not installed)."""
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=":0")
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
 def poisoned(xp, shape, dtype=np.float32):
     """An output buffer full of NaN, so an element the kernel does not write fails the check."""
     return xp.full(shape, np.nan, dtype=dtype)
