@@ -228,6 +228,10 @@ def test_gpu_resident_run_overlaps_and_matches_deciding_first(monkeypatch, kind,
     first = _run(monkeypatch, stack, False, **kwargs)
     both = _run(monkeypatch, stack, True, **kwargs)
     assert both["background"] == [True] and first["background"] == []
-    _same(both, first, atol=1e-6)  # the same kernels: equal up to float32 sums' order
+    # the same kernels, up to the order of their float32 sums: the correlation kernels add
+    # partial sums with atomicAdd, so two runs that both decide first differ too (up to 1.7e-5
+    # px on these stacks, H100, 2026-11-23, tools/overlap_probe.py); far below the 1e-3 px
+    # the GPU must keep to the CPU
+    _same(both, first, atol=1e-4)
     assert sum(both["progress"]) == len(stack)
     assert both["settings"]["lucas_kanade"] == ("on" if kind == "low_light" else "off")
