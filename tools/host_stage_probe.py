@@ -26,7 +26,13 @@ kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=(4, 4),
 out = np.empty(stack.shape, np.float32)
 out.fill(0)
 res = align(stack[:256], **kw)
-res.apply(stack[:256], out=out[:256])
+for _ in res.apply(stack[:256], out=out[:256]):  # (apply yields the chunks)
+    pass
+
+
+def applied(res, into):
+    for _ in res.apply(stack, out=into):
+        pass
 
 
 def wall(fn):
@@ -45,8 +51,10 @@ for label, fn in (("align", lambda: align(stack, **kw)),
     res_of = runs[0][1]
     if label == "align":
         res = res_of
-rows["apply(out=)"] = statistics.median(wall(lambda: res.apply(stack, out=out))[0]
-                                        for _ in range(3))
+rows["apply(out=) into touched"] = statistics.median(wall(lambda: applied(res, out))[0]
+                                                    for _ in range(3))
+rows["apply(out=) into fresh"] = statistics.median(
+    wall(lambda: applied(res, np.empty(stack.shape, np.float32)))[0] for _ in range(3))
 rows["upload stack (pageable)"] = statistics.median(wall(lambda: cp.asarray(stack))[0]
                                                     for _ in range(3))
 g = cp.zeros(stack.shape, cp.float32)
@@ -57,7 +65,7 @@ del g
 for k, v in rows.items():
     print(f"{k:34s} {v:7.3f} s  {n / v:8.0f} frames/s")
 for label, fn in (("align", lambda: align(stack, **kw)),
-                  ("apply", lambda: res.apply(stack, out=out))):
+                  ("apply into fresh", lambda: applied(res, np.empty(stack.shape, np.float32)))):
     prof = cProfile.Profile()
     prof.runcall(fn)
     cp.cuda.Device().synchronize()

@@ -93,3 +93,74 @@ def test_gpu_bilinear_of_many_frames_and_bad_shifts(rng):
     for bad in (np.zeros((3, 2)), np.zeros((7, 3)), np.zeros(2)):
         with pytest.raises(InputError):
             shift_frames(frames, bad)
+
+
+# ------------------------------------------------------------- add_shifted: a template's sums
+
+def sums_definition(frames, shifts, idx):
+    """float64 loop of the definition: the chosen frames (non-finite pixels as 0) shifted by
+    the float64 loop above, summed; the coverage, the same of frames of ones."""
+    f = np.nan_to_num(np.asarray(frames, np.float64)[idx], nan=0.0, posinf=0.0, neginf=0.0)
+    total = loop_definition(f, shifts, 0.0).sum(axis=0)
+    cover = loop_definition(np.ones_like(f), shifts, 0.0).sum(axis=0)
+    return total, cover
+
+
+def test_add_shifted_on_the_cpu_is_the_loop_definition(rng):
+    frames = rng.random((12, 9, 11)) * 100
+    frames[3, 4, 5] = np.nan
+    idx = np.array([0, 3, 4, 5, 6, 7, 8, 9, 10, 11])  # more than a batch, frame 1 and 2 left out
+    shifts = rng.uniform(-4, 4, (len(idx), 2))
+    total, cover = np.full((9, 11), 2.0), np.full((9, 11), 1.0)  # it adds to what is there
+    from xcorr_app.alignment._warp import add_shifted
+
+    add_shifted(total, cover, frames, shifts, idx)
+    want_t, want_c = sums_definition(frames.astype(np.float32), shifts, idx)
+    np.testing.assert_allclose(total, want_t + 2.0, rtol=1e-5)
+    np.testing.assert_allclose(cover, want_c + 1.0, rtol=1e-6)
+    with pytest.raises(InputError, match="shifts"):
+        add_shifted(total, cover, frames, shifts[:2], idx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 5, 7), (9, 37, 301), (4, 20, 13)])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64, np.int32])
+def test_gpu_add_shifted_matches_the_cpu(rng, shape, dtype):
+    """The kernel against the CPU's lines (the same float32 warps; float64 sums, in another
+    order) and the float64 loop: odd sizes under a warp and over a block, NaN and infinite
+    pixels, far shifts, frames left out, totals that already hold sums."""
+    import cupy as cp
+
+    from xcorr_app.alignment._warp import add_shifted
+
+    n, h, w = shape
+    frames = (rng.random(shape) * 250).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        frames[0, h // 2, w // 2] = np.nan
+        frames[-1, 0, 0] = np.inf
+    idx = np.arange(n)[::-1][: max(1, n - 1)]  # the last frame first, one left out
+    shifts = rng.uniform(-3, 3, (len(idx), 2))
+    shifts[0] = (h + 0.5, -0.25)  # entirely outside along y
+    start_t, start_c = rng.random((h, w)), rng.random((h, w))
+    want_t, want_c = start_t.copy(), start_c.copy()
+    add_shifted(want_t, want_c, frames, shifts, idx)
+    got_t, got_c = cp.asarray(start_t), cp.asarray(start_c)
+    add_shifted(got_t, got_c, cp.asarray(frames), cp.asarray(shifts), idx)
+    np.testing.assert_allclose(got_t.get(), want_t, rtol=1e-13, atol=1e-9)
+    np.testing.assert_allclose(got_c.get(), want_c, rtol=1e-13, atol=1e-12)
+    loop_t, loop_c = sums_definition(frames.astype(np.float32), shifts, idx)
+    np.testing.assert_allclose(got_t.get() - start_t, loop_t, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(got_c.get() - start_c, loop_c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_add_shifted_checks_its_operands():
+    import cupy as cp
+
+    from xcorr_app.alignment._warp import add_shifted
+
+    frames = cp.ones((2, 4, 5), cp.float32)
+    with pytest.raises(InputError, match="float64"):
+        add_shifted(cp.zeros((4, 5), cp.float32), cp.zeros((4, 5)), frames, np.zeros((2, 2)))
+    with pytest.raises(InputError, match="indices"):
+        add_shifted(cp.zeros((4, 5)), cp.zeros((4, 5)), frames, np.zeros((1, 2)), [2])

@@ -187,3 +187,44 @@ def test_map_chunks_writes_gpu_results_into_out(rng, gpus):
                           gpus=gpus, out=out))
     assert all(np.shares_memory(v, out) for _, v in got)
     np.testing.assert_array_equal(out, want)
+
+
+def _fault_threads():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name.startswith("xcorr-fault")]
+
+
+@pytest.mark.parametrize("stop", ["all", "early", "error"])
+def test_out_pages_faulted_ahead_and_the_threads_gone(monkeypatch, stop):
+    """map_chunks(out=) faults in the pages of the next chunks' rows on threads: the rows
+    written are the results (the zero bytes of the faulting overwritten), every chunk waited
+    for before its rows are written, and the threads are gone however the loop ends."""
+    from xcorr_app.streaming import _chunks
+
+    waited = []
+    wait = _chunks.FaultAhead.wait
+    monkeypatch.setattr(_chunks.FaultAhead, "wait",
+                        lambda self, k: (waited.append(k), wait(self, k))[1])
+    stack = np.arange(9 * 64 * 96, dtype=np.float32).reshape(9, 64, 96) + 1
+    out = np.full(stack.shape, -7.0, np.float32)
+
+    def fn(a, f):
+        if stop == "error" and a == 4:
+            raise RuntimeError("a chunk failed")
+        return f * 2
+
+    it = map_chunks(lambda: ArraySource(stack), 2, fn, out=out)
+    if stop == "all":
+        got = list(it)
+        np.testing.assert_array_equal(out, stack * 2)
+        assert [a for a, _ in got] == [0, 2, 4, 6, 8] and waited == [0, 1, 2, 3, 4]
+    elif stop == "early":
+        next(it)
+        it.close()
+        np.testing.assert_array_equal(out[:2], stack[:2] * 2)
+    else:
+        with pytest.raises(RuntimeError, match="a chunk failed"):
+            list(it)
+        np.testing.assert_array_equal(out[:4], stack[:4] * 2)
+    assert _fault_threads() == []

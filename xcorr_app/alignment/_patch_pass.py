@@ -103,12 +103,21 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc):
-    """The work of one patch pass on a chunk (on the run's device; one host sync: any low
-    patch?): ``(N, P, 5)`` deviation, peak, confidence, low; with ``acc`` the chunk's frames
-    warped by their fields are added to it (in the chunk's stream order: the result's copy to
-    the host waits for them)."""
+    """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
+    (host); with ``acc`` the chunk's frames warped by their fields are added to it (in the
+    chunk's stream order).
+
+    The correlations run on the run's device; the small per-patch rules (which patches are
+    low, :func:`~._patches.fill_low`, the result's columns) on the host with NumPy, on GPU
+    runs too: the CPU's numbers, and no CuPy reductions to compile on a fresh machine (there
+    ``low.any()`` alone was two CUB compilations, 5.4 s of a 17.5 s first run, H100
+    2026-11-23).  The chunk's result is copied to the host right after anyway; the low
+    patches' deviations go to the host once more per refinement pass, in chunks that have
+    any."""
     left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
-    tnear = tapered(tpatches, taper)  # the refinement's template patches (weighted)
+    # the refinement's template patches (weighted), made on the host: NumPy's numbers on
+    # both devices (a CUB mean, 2.8 s of NVRTC on a fresh machine, otherwise)
+    tnear = xp.asarray(tapered(backend.to_numpy(tpatches), taper))
     near = refine_left(tnear, taper)
     # the rigid shifts on the device once (a copy from host memory per chunk may wait for the
     # queued work)
@@ -121,16 +130,17 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         p = prepare(frames, xp, prefilter, None)
         d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left,
                                          uploaded=None if xp is np else (whole, off))
-        low = low_patches(d, pk, cf, border, opts.min_confidence)
+        pk, cf, border = (backend.to_numpy(a) for a in (pk, cf, border))
+        low = low_patches(backend.to_numpy(d), pk, cf, border, opts.min_confidence)
         some_low = bool(low.any())
         if some_low:
-            d = fill_low(d, low, grid.grid)
+            d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
         for _ in range(REFINE_PASSES):  # through the field: what remains, measured
             field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
             d = d + refine_shifts(tnear, p.frames, grid, field, weights, opts.subpixel, dev,
                                   near, taper)
             if some_low:
-                d = fill_low(d, low, grid.grid)
+                d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
         if acc is not None:
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
@@ -139,10 +149,10 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
                 total, count = warped_sum(frames[idx], field[idx], weights)
                 acc.total += total
                 acc.coverage += count
-        cf = xp.where(border, 0.0, cf)  # no distinct peak inside the window
-        return xp.concatenate([d, pk[..., None].astype(xp.float64),
-                               cf[..., None].astype(xp.float64),
-                               low[..., None].astype(xp.float64)], axis=-1)
+        cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
+        return np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
+                               cf[..., None].astype(np.float64),
+                               low[..., None].astype(np.float64)], axis=-1)
 
     return measure
 

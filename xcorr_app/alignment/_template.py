@@ -21,7 +21,8 @@ subpixel shifts, into a template, and measures every frame again against that te
   half);
 - how: each frame is shifted by its measured shift with the bilinear warp of
   :func:`~xcorr_app.alignment._warp.shift_frames` (as ``apply_shifts`` does) and summed with its
-  coverage (the warp of a frame of ones), so the template is in frame 0's coordinates; pixels
+  coverage (the warp of a frame of ones; :func:`~xcorr_app.alignment._warp.add_shifted`, on
+  the GPU one kernel a chunk), so the template is in frame 0's coordinates; pixels
   no kept frame covers (at the edges, where all frames drifted away) take the first frame's
   value;
 - the convention: the template has an offset of its own (the noise of the first pass), so the
@@ -43,20 +44,19 @@ import dataclasses
 
 import numpy as np
 
+from .. import backend
 from ..registration._peak_math import wrapped_correlations
 from ..streaming import cpu_threads
 from ._pipeline import measure_frames, prepared_reference
 from ._refine_lk import LucasKanade, noisy_stack, noisy_stack_later
 from ._references import reference_frame
 from ._result import COLUMN
-from ._warp import shift_frames
+from ._warp import add_shifted
 
 __all__ = ["TemplateAccumulator", "kept_rows", "passes_table", "periodic_frames",
            "relative_to_first", "decide_lucas_kanade", "decision_later",
            "lucas_kanade_choice"]
 
-#: frames warped at once while accumulating (bounds the warp's temporaries)
-WARP_BATCH = 8
 #: ``boundary="auto"``: frames tested for wrap-around, the least shift (px, on either axis)
 #: a tested frame needs, and the ratio of the wrapped strip's correlation to the overlap's
 #: above which the content is periodic (and the overlap's least correlation to trust it)
@@ -91,26 +91,19 @@ class TemplateAccumulator:
 
     def __call__(self, first, frames, block):
         """Add a chunk: ``frames`` as read and its result ``block`` (both on ``xp``'s device).
-        On the GPU the chunks come on two alternating CUDA streams: each chunk's sums wait for
-        the previous chunk's (an event), so that the two streams never add to the template at
-        once; nothing waits on the host."""
+        Which rows go in (:func:`kept_rows`) is judged on the host (on the GPU the block goes
+        there right after anyway); their frames are warped and summed by
+        :func:`~._warp.add_shifted` (on the GPU one kernel).  On the GPU the chunks come on
+        two alternating CUDA streams: each chunk's sums wait for the previous chunk's (an
+        event), so that the two streams never add to the template at once."""
         xp = self.xp
         if self._done is not None:
             xp.cuda.get_current_stream().wait_event(self._done)
         c = COLUMN
-        shifts = block[:, c["dy"]:c["dx"] + 1]
-        keep = kept_rows(block, xp, self.min_confidence)
-        if xp is np:  # on the host the kept frames are picked; on the GPU they are weighted,
-            idx = np.flatnonzero(keep)  # so that nothing waits for the device
-            frames, shifts, keep = frames[idx], shifts[idx], keep[idx]
-        for a in range(0, len(frames), WARP_BATCH):
-            f = xp.asarray(frames[a:a + WARP_BATCH]).astype(xp.float32)
-            s = xp.where(keep[a:a + WARP_BATCH, None], shifts[a:a + WARP_BATCH], 0.0)
-            w = keep[a:a + WARP_BATCH].astype(xp.float32)[:, None, None]
-            f = xp.where(xp.isfinite(f), f, 0.0)  # unusable frames have weight 0 anyway
-            self.total += (shift_frames(f, s) * w).sum(axis=0, dtype=xp.float64)
-            self.coverage += (shift_frames(xp.ones_like(f), s) * w).sum(axis=0,
-                                                                         dtype=xp.float64)
+        block = backend.to_numpy(block)
+        keep = np.flatnonzero(kept_rows(block, np, self.min_confidence))
+        add_shifted(self.total, self.coverage, frames,
+                    block[keep, c["dy"]:c["dx"] + 1], keep)
         if xp is not np:
             self._done = xp.cuda.get_current_stream().record()
 

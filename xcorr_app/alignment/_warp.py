@@ -26,8 +26,13 @@ THREADS = 128
 #: compilations (about 5 s, the cell sample writing aligned.tif on an H100, 2026-11-23)
 WARP_SHIFT = KernelFamily("warp_shift.cu", "warp_shift",
                          [(t, THREADS) for t in PIXEL_C_TYPES.values()])
+#: the template's sums on the GPU in one kernel a chunk (:func:`add_shifted`)
+WARP_SUM = KernelFamily("warp_shift.cu", "warp_sum",
+                       [(t, THREADS) for t in PIXEL_C_TYPES.values()])
 #: frames per launch (the grid's y extent is at most 65535)
 MAX_GRID = 65535
+#: frames warped at once by :func:`add_shifted` on the CPU (its temporaries)
+SUM_BATCH = 8
 
 
 def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
@@ -81,6 +86,56 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
             weight += wgt
     # Where part of the stencil falls outside, blend towards the fill value.
     return out + (1 - weight) * np.float32(fill)
+
+
+def add_shifted(total, coverage, frames, shifts, idx=None):
+    """Add the frames ``idx`` (default all) of ``frames`` ``(N, H, W)``, each shifted by its
+    row of ``shifts`` ``(len(idx), 2)`` (:func:`shift_frames`, bilinear, fill 0; non-finite
+    pixels count as 0), to ``total`` ``(H, W)`` float64, and the same shift of a frame of
+    ones to ``coverage``: the sums of a template (in place, on their device).
+
+    On the GPU one kernel (``cuda/warp_shift.cu`` ``warp_sum``: the float32 operations of
+    the lines below, summed in float64 in frame order; the CPU sums batches pairwise, so the
+    two agree to float64 rounding).
+
+    >>> total, cover = np.zeros((2, 3)), np.zeros((2, 3))
+    >>> add_shifted(total, cover, np.ones((2, 2, 3)), np.array([[0.0, 1.0], [0.0, 0.0]]))
+    >>> total.tolist(), cover.tolist()
+    ([[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]], [[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]])
+    """
+    idx = np.arange(len(frames)) if idx is None else np.asarray(idx, np.int64)
+    shifts = np.asarray(to_numpy(shifts), np.float64).reshape(-1, 2)
+    if len(shifts) != len(idx):
+        raise InputError(f"{len(shifts)} shifts for {len(idx)} frames")
+    if not len(idx):
+        return
+    if is_cupy_array(total):
+        _add_shifted_gpu(total, coverage, frames, idx, shifts)
+        return
+    xp = array_module_of(total)
+    for a in range(0, len(idx), SUM_BATCH):
+        f = xp.asarray(frames[idx[a:a + SUM_BATCH]]).astype(xp.float32)
+        f = xp.where(xp.isfinite(f), f, 0.0)
+        s = shifts[a:a + SUM_BATCH]
+        total += shift_frames(f, s).sum(axis=0, dtype=xp.float64)
+        coverage += shift_frames(xp.ones_like(f), s).sum(axis=0, dtype=xp.float64)
+
+
+def _add_shifted_gpu(total, coverage, frames, idx, shifts):
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    for a in (total, coverage):
+        if not (isinstance(a, cp.ndarray) and a.dtype == cp.float64 and a.shape == (h, w)
+                and a.flags.c_contiguous):
+            raise InputError(f"total and coverage must be C-contiguous float64 CuPy arrays of "
+                             f"shape {(h, w)}")
+    if idx.min() < 0 or idx.max() >= n:
+        raise InputError(f"frame indices must lie in 0..{n - 1}")
+    WARP_SUM.get(c_type, THREADS)((h,), (THREADS,), (
+        frames, cp.asarray(idx.astype(np.int32)), cp.asarray(shifts), np.int32(len(idx)),
+        np.int32(h), np.int32(w), total, coverage))
 
 
 def _shift_bilinear_gpu(frames, shifts, fill):

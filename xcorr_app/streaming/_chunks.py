@@ -43,6 +43,11 @@ COPY_THREADS = 4
 PIECE_BYTES = 64 * 2**20
 #: pieces read ahead on the GPU (the ring holds one more)
 PIECES_AHEAD = 3
+#: ``map_chunks(out=)``: threads that fault in the pages of ``out`` ahead of the chunks
+#: written into it, the chunks ahead, and a page
+FAULT_THREADS = 4
+FAULT_AHEAD = 2
+PAGE = 4096
 
 
 class DeviceChunks:
@@ -180,13 +185,76 @@ def _to_host(result, out, start):
 
 
 def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
-    with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks:
-        for start, frames in chunks:
+    with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks, \
+            FaultAhead(out, chunk_bounds(0, src.n_frames, chunk_frames)) as faults:
+        for k, (start, frames) in enumerate(chunks):
             result = fn(start, frames)
             if out is None and xp is np and isinstance(result, np.ndarray) \
                     and np.may_share_memory(result, frames):
                 result = result.copy()  # the read buffer is reused for a later chunk
+            faults.wait(k)
             yield start, _to_host(result, out, start)
+
+
+class FaultAhead:
+    """Fault in the pages of the rows of ``out`` that the next chunks (``bounds``) will be
+    written into, on :data:`FAULT_THREADS` threads, :data:`FAULT_AHEAD` chunks ahead of the
+    loop (:meth:`wait` for chunk ``k`` before writing it); nothing without ``out``.
+
+    A fresh NumPy array's pages are mapped, and zeroed by the kernel, on first write; CUDA's
+    copy from the device into pageable memory does that on one thread, as NumPy's copy does:
+    a fresh 4 GiB float32 array took 1.76 s to fill from the GPU, one written before 0.35 s
+    (H100 host, 2026-11-23, ``tools/host_stage_probe.py``).  One byte a page is written (0:
+    the rows are the loop's output, about to be overwritten).
+
+    >>> out = np.ones((5, 8192), np.uint8)
+    >>> with FaultAhead(out, [(0, 2), (2, 4), (4, 5)]) as f:
+    ...     f.wait(0); f.wait(1); f.wait(2)
+    >>> out[:, :2].tolist(), int(out.sum())  # the first byte of every page written 0
+    ([[0, 1], [0, 1], [0, 1], [0, 1], [0, 1]], 40950)
+    """
+
+    def __init__(self, out, bounds):
+        self.out, self.bounds = out, list(bounds)
+        self.pool, self.futures, self.next = None, {}, 0
+        if out is not None and out.nbytes >= PAGE * FAULT_THREADS:
+            import concurrent.futures
+
+            self.pool = concurrent.futures.ThreadPoolExecutor(
+                FAULT_THREADS, thread_name_prefix="xcorr-fault")
+            self._submit(FAULT_AHEAD)
+
+    def _submit(self, ahead):
+        while self.next < min(len(self.bounds), ahead):
+            a, b = self.bounds[self.next]
+            flat = self.out[a:b].reshape(-1).view(np.uint8)
+            cuts = np.linspace(0, len(flat), FAULT_THREADS + 1).astype(np.int64) // PAGE * PAGE
+            cuts[-1] = len(flat)
+            self.futures[self.next] = [self.pool.submit(_touch, flat[lo:hi])
+                                       for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+            self.next += 1
+
+    def wait(self, k):
+        """Chunk ``k``'s pages are in (then the next chunk's are asked for)."""
+        if self.pool is None:
+            return
+        for f in self.futures.pop(k, ()):
+            f.result()
+        self._submit(k + 1 + FAULT_AHEAD)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            for fs in self.futures.values():
+                for f in fs:
+                    f.cancel()
+            self.pool.shutdown(wait=True)
+
+
+def _touch(flat):
+    flat[::PAGE] = 0  # (NumPy's strided assignment runs without the GIL)
 
 
 def _on_gpus(open_src, ids, chunk_frames, fn, depth, out=None):
