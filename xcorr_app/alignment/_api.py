@@ -23,7 +23,7 @@ from .._cuda.loader import shipped_kernels_usable
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
-from ..streaming import parse_memory
+from ..streaming import DEFAULT_CHUNK, auto_chunk_frames, parse_memory
 from ._options import (AlignOptions, as_stack, auto_notes, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, resolve_auto, search_range)
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
@@ -128,7 +128,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
 
 def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc",
           subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
-          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
+          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=None,
           max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False,
           boundary="auto", lucas_kanade="auto", patches=None, patch_overlap=None,
           max_deviation=4, patch_template_passes=0):
@@ -188,8 +188,10 @@ path or ndarray
         Replace the shifts of flagged frames by interpolation between their neighbours.
     channel : int, optional
         Channel of multi-channel files.
-    chunk_frames : int
-        Most frames processed per step.
+    chunk_frames : int, optional
+        Most frames processed per step; default
+        (:func:`~xcorr_app.streaming.auto_chunk_frames`) 64, and on the GPU as many small
+        frames as 256 MiB of float32 pixels hold (256 frames of 512x512), at most 1024.
     max_memory : int or str, optional
         Cap on the memory held at once (host read-ahead buffers plus the working set), e.g.
         ``"2G"``; without it the chunk is capped at half the free GPU memory (on the CPU: half
@@ -267,7 +269,7 @@ path or ndarray
                         window, verify, min_confidence, interpolate_low, channel, features, tune,
                         boundary, lucas_kanade)
     budget = None if max_memory is None else parse_memory(max_memory)
-    if chunk_frames < 1:
+    if chunk_frames is not None and chunk_frames < 1:
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
     if patches is not None and gpus is not None:
         raise InputError("patches are not available with several GPUs (gpus / --gpus) yet")
@@ -284,7 +286,8 @@ path or ndarray
             raise InputError("lucas_kanade on is not available with several GPUs (gpus / "
                              "--gpus)")
         opts = dataclasses.replace(opts, lucas_kanade="off")  # prefilter auto: align_on_gpus
-        return align_on_gpus(opts.measuring(), stack_or_path, gpus, chunk_frames=chunk_frames,
+        return align_on_gpus(opts.measuring(), stack_or_path, gpus,
+                             chunk_frames=chunk_frames or DEFAULT_CHUNK,
                              budget=budget, progress=progress)
     on_gpu = backend.is_cupy_array(stack_or_path)
     with open_source(stack_or_path, channel) as src:
@@ -310,6 +313,8 @@ path or ndarray
             dev, choice_note = auto_device(src.n_frames, src.frame_shape,
                                            kernels_built(opts, src.frame_shape, src.dtype))
         xp = backend.xp_for(dev)
+        if chunk_frames is None:
+            chunk_frames = auto_chunk_frames(src.frame_shape, dev)
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts

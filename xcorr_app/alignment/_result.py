@@ -249,6 +249,8 @@ class AlignResult:
         if target is None:
             raise InputError("this result does not know its input; pass the stack or path")
         kwargs.setdefault("channel", self.settings.get("channel"))
+        if self.settings.get("chunk_frames"):  # the run's chunk (auto: larger for small frames)
+            kwargs.setdefault("chunk_frames", self.settings["chunk_frames"])
         if self.motion_field is not None:  # patches: every frame warped by its field
             from ._motion_field import apply_field
 

@@ -297,7 +297,9 @@ def _measure(o, client, gpu_ids, n, frame_gb):
     with progress_bar(n, "measuring", o.quiet) as bar:
         if client is not None:
             from ..distributed._dask import align as dask_align
+            from ..streaming import DEFAULT_CHUNK
 
+            options["chunk_frames"] = options["chunk_frames"] or DEFAULT_CHUNK
             return dask_align(o.path, o.reference, device=o.device, client=client,
                               progress=_rate_updater(bar, frame_gb), **options)
         # auto may still choose the CPU for a small job (not when GPUs were asked for)

@@ -45,6 +45,9 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     """
     from ..filters._api import parse_kernel_spec
     from ..io._reader import open_stack
+    from ..streaming import DEFAULT_CHUNK
+
+    chunk_frames = chunk_frames or DEFAULT_CHUNK
 
     given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
     if len(given) != 1:

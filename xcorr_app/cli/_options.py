@@ -150,8 +150,10 @@ QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no
 READABLE = click.option("--readable-frames", is_flag=True,
                         help="For a truncated or damaged TIFF file, use the frames before the "
                              "break (with a warning) instead of stopping.")
-CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=64, show_default=True,
-                     help="Frames processed at once (bounds memory use).")
+CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=None,
+                     help="Frames processed at once (bounds memory use). Default 64; align on "
+                          "the GPU: as many small frames as 256 MiB of float32 pixels hold "
+                          "(256 of 512x512), at most 1024.")
 GPUS = click.option("--gpus", type=GPUS_LIST, default=None,
                     help="Share the frames out over these GPUs of this host, e.g. 0,1 (one "
                          "reader per GPU; no cluster needed).")
