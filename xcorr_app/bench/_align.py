@@ -76,11 +76,15 @@ def _align_kwargs(extra, max_memory):
     return kw
 
 
-def _align_chunk_limit():
-    """The default ``chunk_frames`` of ``align()`` (the most frames of a chunk), or None."""
+def _align_chunk_limit(frame_shape, device):
+    """The most frames of a chunk ``align()`` picks by default for frames of ``frame_shape``
+    on ``device`` (auto: as on the GPU, the larger), or None where its default is unknown."""
     from ..alignment._api import align
+    from ..streaming import auto_chunk_frames
 
     p = inspect.signature(align).parameters.get("chunk_frames")
+    if p is not None and p.default is None:
+        return auto_chunk_frames(frame_shape, "cpu" if device == "cpu" else "gpu")
     return p.default if p is not None and isinstance(p.default, int) else None
 
 
@@ -98,13 +102,15 @@ def warm_align(path, n, kwargs) -> str:
 
     from ..alignment._api import align
 
-    limit = _align_chunk_limit() if "chunk_frames" not in kwargs else kwargs["chunk_frames"]
+    mm = tifffile.memmap(path, mode="r")
+    mm = mm.reshape((-1, *mm.shape[-2:]))
+    limit = _align_chunk_limit(mm.shape[-2:], kwargs.get("device", "auto")) \
+        if "chunk_frames" not in kwargs else kwargs["chunk_frames"]
     if limit is None:
+        del mm
         free_gpu_memory()
         align(path, **kwargs)
         return "one untimed pass over the whole file"
-    mm = tifffile.memmap(path, mode="r")
-    mm = mm.reshape((-1, *mm.shape[-2:]))
     first = min(limit, n)
     free_gpu_memory()
     res = align(np.array(mm[:first]), **kwargs)
