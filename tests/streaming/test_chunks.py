@@ -228,3 +228,47 @@ def test_out_pages_faulted_ahead_and_the_threads_gone(monkeypatch, stop):
             list(it)
         np.testing.assert_array_equal(out[:4], stack[:4] * 2)
     assert _fault_threads() == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stop", ["all", "early", "error", "host result"])
+def test_gpu_out_written_by_the_download_thread_one_chunk_behind(rng, stop):
+    """On the GPU map_chunks(out=) copies each chunk's result into out on a thread while the
+    next chunk runs, and yields it once written: every yielded view holds its result when
+    yielded (checked then, before the loop goes on), results cast to out's type, a chunk
+    whose result is on the host goes the plain way, and the thread is gone however the loop
+    ends."""
+    import threading
+
+    import cupy as cp
+
+    stack = rng.random((23, 37, 41)).astype(np.float32)  # 6 chunks of 4, the last of 3
+    out = np.full(stack.shape, np.nan, np.float64)
+
+    def fn(a, f):
+        if stop == "error" and a == 12:
+            raise RuntimeError("a chunk failed")
+        r = cp.asarray(f) * 3 + a
+        return r.get() if stop == "host result" and a == 8 else r
+
+    def want(a, b):
+        return stack[a:b].astype(np.float64) * 3 + a
+
+    it = map_chunks(lambda: ArraySource(stack), 4, fn, xp=cp, out=out)
+    seen = []
+    if stop == "error":
+        with pytest.raises(RuntimeError, match="a chunk failed"):
+            for a, v in it:
+                seen.append(a)
+                np.testing.assert_allclose(v, want(a, a + len(v)), rtol=1e-6)
+        assert seen == [0, 4]  # (chunk 8's copy waits behind the failure: not yielded)
+    else:
+        for a, v in it:
+            assert np.shares_memory(v, out)
+            np.testing.assert_allclose(v, want(a, a + len(v)), rtol=1e-6)
+            seen.append(a)
+            if stop == "early" and a == 8:
+                it.close()
+                break
+        assert seen == ([0, 4, 8] if stop == "early" else [0, 4, 8, 12, 16, 20])
+    assert not [t for t in threading.enumerate() if t.name.startswith("xcorr-down")]

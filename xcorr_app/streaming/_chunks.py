@@ -164,18 +164,24 @@ def map_chunks(open_src, chunk_frames, fn, *, gpus=None, xp=np, depth=2, out=Non
         yield from _on_gpus(open_src, parse_gpus(gpus), chunk_frames, fn, depth, out)
 
 
-def _to_host(result, out, start):
-    """The chunk's ``result`` (NumPy or CuPy) as NumPy: a copy, or written into
-    ``out[start:start + len(result)]`` (the view returned; the result cast to ``out``'s type
-    where NumPy's ``same_kind`` rule allows)."""
-    if out is None:
-        return backend.to_numpy(result)
+def _out_view(result, out, start):
+    """``out``'s rows for the chunk's ``result`` (InputError where it does not fit)."""
     view = out[start:start + len(result)]
     if view.shape != tuple(result.shape) \
             or not np.can_cast(result.dtype, view.dtype, casting="same_kind"):
         raise InputError(f"out ({out.dtype} {out.shape}) has no room for the result "
                          f"({result.dtype} {tuple(result.shape)}) of frames {start}.."
                          f"{start + len(result)}")
+    return view
+
+
+def _to_host(result, out, start):
+    """The chunk's ``result`` (NumPy or CuPy) as NumPy: a copy, or written into
+    ``out[start:start + len(result)]`` (the view returned; the result cast to ``out``'s type
+    where NumPy's ``same_kind`` rule allows)."""
+    if out is None:
+        return backend.to_numpy(result)
+    view = _out_view(result, out, start)
     if backend.is_cupy_array(result):  # from the device straight into out (a strided result
         # is made contiguous on the device first)
         result.astype(view.dtype, copy=False).get(out=view)
@@ -186,14 +192,66 @@ def _to_host(result, out, start):
 
 def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
     with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks, \
-            FaultAhead(out, chunk_bounds(0, src.n_frames, chunk_frames)) as faults:
+            FaultAhead(out, chunk_bounds(0, src.n_frames, chunk_frames)) as faults, \
+            _Downloads(xp is not np and out is not None) as downloads:
         for k, (start, frames) in enumerate(chunks):
             result = fn(start, frames)
             if out is None and xp is np and isinstance(result, np.ndarray) \
                     and np.may_share_memory(result, frames):
                 result = result.copy()  # the read buffer is reused for a later chunk
             faults.wait(k)
-            yield start, _to_host(result, out, start)
+            if downloads.on and backend.is_cupy_array(result):
+                yield from downloads.add(start, result, _out_view(result, out, start))
+            else:
+                yield from downloads.done()
+                yield start, _to_host(result, out, start)
+        yield from downloads.done()
+
+
+class _Downloads:
+    """``map_chunks(out=)`` on the GPU: each chunk's result copied into its rows of ``out`` by
+    a thread of its own (on the chunk's stream), while the loop goes on to the next chunk, and
+    yielded one chunk behind, once its rows are written: the copy from the device (into
+    pageable memory: the host waits for it) overlaps the next chunk's upload and kernels
+    instead of following them."""
+
+    def __init__(self, on):
+        self.on, self.pending, self.pool = on, None, None
+        if on:
+            import concurrent.futures
+
+            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xcorr-down")
+
+    def add(self, start, result, view):
+        """Start the copy of ``result`` into ``view``; yield the chunk before, once written."""
+        import cupy
+
+        stream, device = cupy.cuda.get_current_stream(), cupy.cuda.Device()
+        result = result.astype(view.dtype, copy=False)  # (a strided result made contiguous)
+
+        def copy():
+            with device:
+                result.get(stream=stream, out=view)  # (blocking: the stream synchronized)
+
+        previous, self.pending = self.pending, (start, view, self.pool.submit(copy))
+        if previous is not None:
+            previous[2].result()
+            yield previous[0], previous[1]
+
+    def done(self):
+        """Yield the chunk still pending, once written."""
+        if self.pending is not None:
+            start, view, future = self.pending
+            self.pending = None
+            future.result()
+            yield start, view
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)  # (a copy under way finishes before out is let go)
 
 
 class FaultAhead:
