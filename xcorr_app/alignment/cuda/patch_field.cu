@@ -93,6 +93,44 @@ __device__ __forceinline__ double cubic_at(const T* __restrict__ f, int h, int w
     return acc;
 }
 
+// The same cubic convolution in float32 arithmetic (the coordinates' floors in float64, the
+// fractions, weights, taps and sums in float32): the refinement's sampling (refine_surfaces),
+// where the float64 taps were most of the kernel's float64 work.  Within about 1e-7 of the
+// pixels' range of cubic_at.
+__device__ __forceinline__ float keys_outer_f(float d) {
+    return __fmaf_rn(__fmaf_rn(__fmaf_rn(-0.5f, d, 2.5f), d, -4.0f), d, 2.0f);
+}
+__device__ __forceinline__ float keys_inner_f(float d) {
+    return __fmaf_rn(__fmaf_rn(1.5f, d, -2.5f), d * d, 1.0f);
+}
+
+template <typename T>
+__device__ __forceinline__ float cubic_at_f(const T* __restrict__ f, int h, int w, double cy,
+                                            double cx) {
+    cy = fmin(fmax(cy, -8.0), (double)h + 7.0);
+    cx = fmin(fmax(cx, -8.0), (double)w + 7.0);
+    const double fy = floor(cy), fx = floor(cx);
+    const float ty = (float)(cy - fy), tx = (float)(cx - fx);
+    const int y0 = (int)fy - 1, x0 = (int)fx - 1;
+    const float wy[4] = {keys_outer_f(ty + 1.0f), keys_inner_f(ty), keys_inner_f(1.0f - ty),
+                         keys_outer_f(2.0f - ty)};
+    const float wx0 = keys_outer_f(tx + 1.0f), wx1 = keys_inner_f(tx),
+                wx2 = keys_inner_f(1.0f - tx), wx3 = keys_outer_f(2.0f - tx);
+    const int c0 = clampi(x0, 0, w - 1), c1 = clampi(x0 + 1, 0, w - 1),
+              c2 = clampi(x0 + 2, 0, w - 1), c3 = clampi(x0 + 3, 0, w - 1);
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const T* row = f + (size_t)clampi(y0 + k, 0, h - 1) * w;
+        float r = wx0 * (float)row[c0];
+        r = __fmaf_rn(wx1, (float)row[c1], r);
+        r = __fmaf_rn(wx2, (float)row[c2], r);
+        r = __fmaf_rn(wx3, (float)row[c3], r);
+        acc = __fmaf_rn(wy[k], r, acc);
+    }
+    return acc;
+}
+
 // Bilinear at (cy, cx), inside [0, h - 1] x [0, w - 1] (the caller checks); a tap of weight
 // 0 (a coordinate on a pixel) is not read, as in scipy.ndimage.map_coordinates(order=1), so a
 // NaN beside it does not spread.
@@ -186,7 +224,8 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 // within +-1 px, normalize.zncc and the peak search did in five launches and four CuPy
 // operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
 // read back by the same block, from L2):
-//   v = the window sampled through the field, exactly as windows_through (written to win)
+//   v = the window sampled through the field as windows_through, its taps in float32
+//       (cubic_at_f; written to win)
 //   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
 //   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
 //     c = sum over the overlap of L[q + k] t[q] (float64, rounded to float32 as the correlation
@@ -196,15 +235,25 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
 // Grid (P, frames of this launch); warps over the window's rows, lanes over its columns.
 // Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients).
-// (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143; the five launches
-// it replaces took about 1.3 ms.  A float32 variant of the taps and sums, branch refine-f32,
-// waits for a device to be verified and timed.)
+// (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
+// and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
+// it replaced took about 1.3 ms.  Now the taps in float32 (cubic_at_f) and the edges' sums in
+// a loop of their own: 64 registers, four blocks an SM.)
 
 #include "float_keys.cuh"
 
 // normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
 #define REFINE_FLAT 1e-12
 #define REFINE_SUMS 27  // 9 cross sums, the total, four edges and four corners (each x and x^2)
+
+// The refinement's window value at (r, c) as tapered makes it: (v - mean) * taper, float32
+// operations one by one (v itself where has_taper is 0).
+__device__ __forceinline__ float refine_tapered(const float* wnd, const float* __restrict__ taper,
+                                                int has_taper, float mean, int r, int c,
+                                                int pw) {
+    const float t = wnd[(size_t)r * pw + c];
+    return has_taper ? __fmul_rn(__fsub_rn(t, mean), taper[(size_t)r * pw + c]) : t;
+}
 
 // Sums v[k] over the block into tot[k] (shared); every thread calls it (it synchronizes).
 template <int THREADS, int V>
@@ -226,7 +275,7 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
 }
 
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) refine_surfaces(
+__global__ void __launch_bounds__(THREADS, 4) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ wy,
         const double* __restrict__ wx, const double* __restrict__ s,
         const int* __restrict__ sy, const int* __restrict__ sx,
@@ -257,7 +306,7 @@ __global__ void __launch_bounds__(THREADS) refine_surfaces(
             const int x = xs + c;
             const double cy = (double)y - along_row(coef, wx, x, gx);
             const double cx = (double)x - along_row(coef + gx, wx, x, gx);
-            const float v = (float)cubic_at(f, h, w, cy, cx);
+            const float v = cubic_at_f(f, h, w, cy, cx);
             wnd[(size_t)r * pw + c] = v;
             one[0] += (double)v;
         }
@@ -266,42 +315,58 @@ __global__ void __launch_bounds__(THREADS) refine_surfaces(
     block_sums<THREADS, 1>(one, red, tot);  // (also makes the window's writes visible)
     const float mean = (float)(tot[0] / ((double)ph * (double)pw));
 
-    // the correlation sums within +-1 px and the right side's sums
-    double v[REFINE_SUMS];
-#pragma unroll
-    for (int k = 0; k < REFINE_SUMS; ++k) v[k] = 0.0;
+    // the correlation sums within +-1 px and the window's sums (11 values a thread: the edges'
+    // sums come after, so that the main loop holds fewer float64 registers)
     const float* L = tpl + (size_t)p * ph * pw;
-    for (int r = warp; r < ph; r += WARPS) {
-        for (int c = lane; c < pw; c += 32) {
-            float t = wnd[(size_t)r * pw + c];
-            if (has_taper) t = __fmul_rn(__fsub_rn(t, mean), taper[(size_t)r * pw + c]);
-            const double d = (double)t, d2 = d * d;
+    {
+        double v[11];
 #pragma unroll
-            for (int ky = -1; ky <= 1; ++ky) {
-                const int yy = r + ky;
-                if (yy < 0 || yy >= ph) continue;
-                const float* row = L + (size_t)yy * pw;
+        for (int k = 0; k < 11; ++k) v[k] = 0.0;
+        for (int r = warp; r < ph; r += WARPS) {
+            for (int c = lane; c < pw; c += 32) {
+                const double d = (double)refine_tapered(wnd, taper, has_taper, mean, r, c, pw);
 #pragma unroll
-                for (int kx = -1; kx <= 1; ++kx) {
-                    const int xx = c + kx;
-                    if (xx < 0 || xx >= pw) continue;
-                    v[(ky + 1) * 3 + kx + 1] += (double)row[xx] * d;
+                for (int ky = -1; ky <= 1; ++ky) {
+                    const int yy = r + ky;
+                    if (yy < 0 || yy >= ph) continue;
+                    const float* row = L + (size_t)yy * pw;
+#pragma unroll
+                    for (int kx = -1; kx <= 1; ++kx) {
+                        const int xx = c + kx;
+                        if (xx < 0 || xx >= pw) continue;
+                        v[(ky + 1) * 3 + kx + 1] += (double)row[xx] * d;
+                    }
                 }
+                v[9] += d;
+                v[10] += d * d;
             }
-            v[9] += d;
-            v[10] += d2;
-            const bool top = r == 0, bottom = r == ph - 1, left = c == 0, right = c == pw - 1;
-            if (top) { v[11] += d; v[12] += d2; }
-            if (bottom) { v[13] += d; v[14] += d2; }
-            if (left) { v[15] += d; v[16] += d2; }
-            if (right) { v[17] += d; v[18] += d2; }
-            if (top && left) { v[19] += d; v[20] += d2; }
-            if (top && right) { v[21] += d; v[22] += d2; }
-            if (bottom && left) { v[23] += d; v[24] += d2; }
-            if (bottom && right) { v[25] += d; v[26] += d2; }
         }
+        block_sums<THREADS, 11>(v, red, tot);
     }
-    block_sums<THREADS, REFINE_SUMS>(v, red, tot);
+    {   // the edge rows and columns and the corners (each x and x^2): tot[11..26]
+        double e[16];
+#pragma unroll
+        for (int k = 0; k < 16; ++k) e[k] = 0.0;
+        for (int c = threadIdx.x; c < pw; c += THREADS) {
+            const double a = (double)refine_tapered(wnd, taper, has_taper, mean, 0, c, pw);
+            const double b = (double)refine_tapered(wnd, taper, has_taper, mean, ph - 1, c, pw);
+            e[0] += a; e[1] += a * a; e[2] += b; e[3] += b * b;
+        }
+        for (int r = threadIdx.x; r < ph; r += THREADS) {
+            const double a = (double)refine_tapered(wnd, taper, has_taper, mean, r, 0, pw);
+            const double b = (double)refine_tapered(wnd, taper, has_taper, mean, r, pw - 1, pw);
+            e[4] += a; e[5] += a * a; e[6] += b; e[7] += b * b;
+        }
+        if (threadIdx.x < 4) {  // the corners: top left, top right, bottom left, bottom right
+            const int k = threadIdx.x;
+            const double a = (double)refine_tapered(wnd, taper, has_taper, mean,
+                                                    k < 2 ? 0 : ph - 1, k % 2 ? pw - 1 : 0, pw);
+#pragma unroll
+            for (int q = 0; q < 4; ++q)  // (constant indices: e stays in registers)
+                if (q == k) { e[8 + 2 * q] += a; e[9 + 2 * q] += a * a; }
+        }
+        block_sums<THREADS, 16>(e, red, tot + 11);  // (the last block_sums synchronized red)
+    }
 
     const size_t surface = (size_t)p * n_total + n;
     if (threadIdx.x < 9) {
