@@ -228,8 +228,8 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 //       (cubic_at_f; written to win)
 //   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
 //   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
-//     c = sum over the overlap of L[q + k] t[q] (float64, rounded to float32 as the correlation
-//     kernels' output is), the right side's sum and sum of squares over the overlap (float64:
+//     c = sum over the overlap of L[q + k] t[q] (float32 within a row of a lane, float64 across,
+//     rounded to float32 as the correlation kernels' output is), the right side's sum and sum of squares over the overlap (float64:
 //     the window's total less its edge rows and columns, plus the corners), the left side's
 //     mean, variance and bad flag given per patch and shift (normalize.zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
 // and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
 // it replaced took about 1.3 ms.  Now the taps in float32 (cubic_at_f) and the edges' sums in
-// a loop of their own: 64 registers, four blocks an SM.)
+// a loop of their own, the cross sums of a row in float32: 64 registers, four blocks an SM.)
 
 #include "float_keys.cuh"
 
@@ -323,8 +323,13 @@ __global__ void __launch_bounds__(THREADS, 4) refine_surfaces(
 #pragma unroll
         for (int k = 0; k < 11; ++k) v[k] = 0.0;
         for (int r = warp; r < ph; r += WARPS) {
+            // the row's cross sums in float32 (a lane's few products: ceil(pw / 32)), added
+            // to the float64 sums once a row; the cross sums end rounded to float32 anyway
+            float u[9];
+#pragma unroll
+            for (int k = 0; k < 9; ++k) u[k] = 0.0f;
             for (int c = lane; c < pw; c += 32) {
-                const double d = (double)refine_tapered(wnd, taper, has_taper, mean, r, c, pw);
+                const float t = refine_tapered(wnd, taper, has_taper, mean, r, c, pw);
 #pragma unroll
                 for (int ky = -1; ky <= 1; ++ky) {
                     const int yy = r + ky;
@@ -334,12 +339,15 @@ __global__ void __launch_bounds__(THREADS, 4) refine_surfaces(
                     for (int kx = -1; kx <= 1; ++kx) {
                         const int xx = c + kx;
                         if (xx < 0 || xx >= pw) continue;
-                        v[(ky + 1) * 3 + kx + 1] += (double)row[xx] * d;
+                        u[(ky + 1) * 3 + kx + 1] = __fmaf_rn(row[xx], t, u[(ky + 1) * 3 + kx + 1]);
                     }
                 }
+                const double d = (double)t;
                 v[9] += d;
                 v[10] += d * d;
             }
+#pragma unroll
+            for (int k = 0; k < 9; ++k) v[k] += (double)u[k];
         }
         block_sums<THREADS, 11>(v, red, tot);
     }
