@@ -1,11 +1,15 @@
 """Development probe (device, issue 27): where the host in/out --patches row spends its wall
-time: ``align`` of a uint16 NumPy stack (4096 frames of 512x512, the bench's) then
-``AlignResult.apply(out=)`` into one float32 array, each timed (median of 3, warm), then one
-run of each under cProfile (cumulative and own time).  Also the plain floors: one upload of the
-stack to the GPU, one download of a float32 stack of its size into a fresh and into a touched
-array.
+time, on the bench's stack (4096 frames of 512x512 uint16 by default), warm, the median of 3.
 
-    python3 tools/host_stage_probe.py [FRAMES]
+    python3 tools/host_stage_probe.py [FRAMES]          # the stages
+    python3 tools/host_stage_probe.py [FRAMES] chunks   # whole runs per chunk_frames
+
+The stages: ``align`` of the uint16 NumPy stack, ``AlignResult.apply(out=)`` into one float32
+array written before and into a fresh one, the plain floors (one upload of the stack, one
+download of a float32 stack of its size into a fresh and into a written array), then one run of
+each under cProfile.  ``chunks``: ``align`` with patches and rigid, GPU-resident (CuPy in) and
+host in/out (NumPy in, the aligned frames into one fresh float32 array), for chunk_frames 64 to
+1024: how much of a run is the per-chunk host work.
 """
 import cProfile
 import pstats
@@ -19,20 +23,8 @@ import numpy as np
 from xcorr_app.alignment._api import align
 from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
 
-n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
-stack, _ = make_stack(n, (512, 512), seed=0)
-kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=(4, 4),
+KW = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=(4, 4),
           max_deviation=MAX_DEVIATION)
-out = np.empty(stack.shape, np.float32)
-out.fill(0)
-res = align(stack[:256], **kw)
-for _ in res.apply(stack[:256], out=out[:256]):  # (apply yields the chunks)
-    pass
-
-
-def applied(res, into):
-    for _ in res.apply(stack, out=into):
-        pass
 
 
 def wall(fn):
@@ -43,33 +35,64 @@ def wall(fn):
     return time.perf_counter() - t, r
 
 
-rows = {}
-for label, fn in (("align", lambda: align(stack, **kw)),
-                  ("align rigid", lambda: align(stack, **dict(kw, patches=None)))):
-    runs = [wall(fn) for _ in range(3)]
-    rows[label] = statistics.median(r[0] for r in runs)
-    res_of = runs[0][1]
-    if label == "align":
-        res = res_of
-rows["apply(out=) into touched"] = statistics.median(wall(lambda: applied(res, out))[0]
-                                                    for _ in range(3))
-rows["apply(out=) into fresh"] = statistics.median(
-    wall(lambda: applied(res, np.empty(stack.shape, np.float32)))[0] for _ in range(3))
-rows["upload stack (pageable)"] = statistics.median(wall(lambda: cp.asarray(stack))[0]
-                                                    for _ in range(3))
-g = cp.zeros(stack.shape, cp.float32)
-rows["download float32 into touched"] = statistics.median(wall(lambda: g.get(out=out))[0]
-                                                          for _ in range(3))
-rows["download float32 into fresh"] = wall(lambda: g.get())[0]
-del g
-for k, v in rows.items():
-    print(f"{k:34s} {v:7.3f} s  {n / v:8.0f} frames/s")
-for label, fn in (("align", lambda: align(stack, **kw)),
-                  ("apply into fresh", lambda: applied(res, np.empty(stack.shape, np.float32)))):
-    prof = cProfile.Profile()
-    prof.runcall(fn)
-    cp.cuda.Device().synchronize()
-    print(f"\n== cProfile: {label}")
-    p = pstats.Stats(prof)
-    p.sort_stats("cumulative").print_stats(35)
-    p.sort_stats("tottime").print_stats(20)
+def median_wall(fn, runs=3):
+    return statistics.median(wall(fn)[0] for _ in range(runs))
+
+
+def applied(res, stack, into):
+    for _ in res.apply(stack, out=into):  # (apply yields the chunks)
+        pass
+    return res
+
+
+def host_run(stack, **kw):
+    return applied(align(stack, **kw), stack, np.empty(stack.shape, np.float32))
+
+
+def stages(stack):
+    n = len(stack)
+    out = np.zeros(stack.shape, np.float32)
+    host_run(stack[:256], **KW)
+    rows = {"align": median_wall(lambda: align(stack, **KW)),
+            "align rigid": median_wall(lambda: align(stack, **dict(KW, patches=None)))}
+    res = align(stack, **KW)
+    rows["apply(out=) into written"] = median_wall(lambda: applied(res, stack, out))
+    rows["apply(out=) into fresh"] = median_wall(
+        lambda: applied(res, stack, np.empty(stack.shape, np.float32)))
+    rows["upload stack (pageable)"] = median_wall(lambda: cp.asarray(stack))
+    g = cp.zeros(stack.shape, cp.float32)
+    rows["download float32 into written"] = median_wall(lambda: g.get(out=out))
+    rows["download float32 into fresh"] = wall(lambda: g.get())[0]
+    del g
+    for k, v in rows.items():
+        print(f"{k:34s} {v:7.3f} s  {n / v:8.0f} frames/s")
+    for label, fn in (("align", lambda: align(stack, **KW)),
+                      ("apply into fresh",
+                       lambda: applied(res, stack, np.empty(stack.shape, np.float32)))):
+        prof = cProfile.Profile()
+        prof.runcall(fn)
+        cp.cuda.Device().synchronize()
+        print(f"\n== cProfile: {label}")
+        p = pstats.Stats(prof)
+        p.sort_stats("cumulative").print_stats(35)
+        p.sort_stats("tottime").print_stats(20)
+
+
+def chunks(stack):
+    n = len(stack)
+    g = cp.asarray(stack)
+    align(g[:256], **KW)
+    for c in (64, 128, 256, 512, 1024):
+        for label, fn in (("patches gpu", lambda: align(g, chunk_frames=c, **KW)),
+                          ("rigid gpu", lambda: align(g, chunk_frames=c,
+                                                      **dict(KW, patches=None))),
+                          ("patches host in/out", lambda: host_run(stack, chunk_frames=c, **KW))):
+            fn()
+            t = median_wall(fn)
+            print(f"chunk {c:5d} {label:20s} {t:.4f} s {n / t:8.0f} frames/s", flush=True)
+
+
+if __name__ == "__main__":
+    frames = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+    data, _ = make_stack(frames, (512, 512), seed=0)
+    (chunks if sys.argv[2:3] == ["chunks"] else stages)(data)

@@ -279,7 +279,7 @@ def refusal(frame_shape, itemsize, *, max_shift, normalization, verify, device, 
 #: host a fixed time of launches and syncs, which small frames do not cover (4096 frames of
 #: 512x512 on an H100, warm, GPU-resident: patches 6645 frames/s with chunks of 64, 9480 with
 #: 256; rigid 15511 and 28736; host in/out with patches 2793 and 3610; 2026-11-23,
-#: ``tools/chunk_probe.py``)
+#: ``tools/host_stage_probe.py chunks``)
 DEFAULT_CHUNK = 64
 AUTO_CHUNK_BYTES = 256 << 20
 MAX_AUTO_CHUNK = 1024

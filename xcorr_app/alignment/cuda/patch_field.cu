@@ -49,84 +49,53 @@ __device__ __forceinline__ double along_row(const double* coef, const double* __
     return acc;
 }
 
-// Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t.
+// Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
+// the arithmetic A (float64 where the definition's numbers are met to float64 rounding, float32
+// in the refinement: cubic_at<float>, within about 1e-7 of the pixels' range).
 #define KEYS_A (-0.5)
-__device__ __forceinline__ double keys_outer(double d) {  // 1 <= |d| <= 2
-    return ((KEYS_A * d - 5.0 * KEYS_A) * d + 8.0 * KEYS_A) * d - 4.0 * KEYS_A;
+template <typename A>
+__device__ __forceinline__ A keys_outer(A d) {  // 1 <= |d| <= 2
+    const A a = (A)KEYS_A;
+    return ((a * d - (A)5.0 * a) * d + (A)8.0 * a) * d - (A)4.0 * a;
 }
-__device__ __forceinline__ double keys_inner(double d) {  // |d| <= 1
-    return ((KEYS_A + 2.0) * d - (KEYS_A + 3.0)) * d * d + 1.0;
+template <typename A>
+__device__ __forceinline__ A keys_inner(A d) {  // |d| <= 1
+    const A a = (A)KEYS_A;
+    return ((a + (A)2.0) * d - (a + (A)3.0)) * d * d + (A)1.0;
 }
 
 __device__ __forceinline__ int clampi(int v, int lo, int hi) {
     return v < lo ? lo : (v > hi ? hi : v);
 }
 
-// Cubic convolution at (cy, cx) of an h x w image, taps clamped to the image.  The sum runs
-// over the tap rows k of (sum over the tap columns l of wx_l * v), in this order.
-template <typename T>
-__device__ __forceinline__ double cubic_at(const T* __restrict__ f, int h, int w, double cy,
-                                           double cx) {
+// Cubic convolution at (cy, cx) of an h x w image, taps clamped to the image, in the
+// arithmetic A (the coordinates' floors in float64).  The sum runs over the tap rows k of
+// (sum over the tap columns l of wx_l * v), in this order.
+template <typename A, typename T>
+__device__ __forceinline__ A cubic_at(const T* __restrict__ f, int h, int w, double cy,
+                                      double cx) {
     // (far outside, every tap is clamped to the edge anyway: keeps the int conversion defined)
     cy = fmin(fmax(cy, -8.0), (double)h + 7.0);
     cx = fmin(fmax(cx, -8.0), (double)w + 7.0);
     const double fy = floor(cy), fx = floor(cx);
-    const double ty = cy - fy, tx = cx - fx;
+    const A ty = (A)(cy - fy), tx = (A)(cx - fx);
     const int y0 = (int)fy - 1, x0 = (int)fx - 1;
-    const double wy0 = keys_outer(ty + 1.0), wy1 = keys_inner(ty), wy2 = keys_inner(1.0 - ty),
-                 wy3 = keys_outer(2.0 - ty);
-    const double wx0 = keys_outer(tx + 1.0), wx1 = keys_inner(tx), wx2 = keys_inner(1.0 - tx),
-                 wx3 = keys_outer(2.0 - tx);
+    const A wy0 = keys_outer(ty + (A)1.0), wy1 = keys_inner(ty), wy2 = keys_inner((A)1.0 - ty),
+            wy3 = keys_outer((A)2.0 - ty);
+    const A wx0 = keys_outer(tx + (A)1.0), wx1 = keys_inner(tx), wx2 = keys_inner((A)1.0 - tx),
+            wx3 = keys_outer((A)2.0 - tx);
     const int c0 = clampi(x0, 0, w - 1), c1 = clampi(x0 + 1, 0, w - 1),
               c2 = clampi(x0 + 2, 0, w - 1), c3 = clampi(x0 + 3, 0, w - 1);
-    double acc = 0.0;
+    A acc = (A)0.0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const T* row = f + (size_t)clampi(y0 + k, 0, h - 1) * w;
-        double r = wx0 * (double)(float)row[c0];
-        r += wx1 * (double)(float)row[c1];
-        r += wx2 * (double)(float)row[c2];
-        r += wx3 * (double)(float)row[c3];
-        const double wk = k == 0 ? wy0 : (k == 1 ? wy1 : (k == 2 ? wy2 : wy3));
+        A r = wx0 * (A)(float)row[c0];
+        r += wx1 * (A)(float)row[c1];
+        r += wx2 * (A)(float)row[c2];
+        r += wx3 * (A)(float)row[c3];
+        const A wk = k == 0 ? wy0 : (k == 1 ? wy1 : (k == 2 ? wy2 : wy3));
         acc += wk * r;
-    }
-    return acc;
-}
-
-// The same cubic convolution in float32 arithmetic (the coordinates' floors in float64, the
-// fractions, weights, taps and sums in float32): the refinement's sampling (refine_surfaces),
-// where the float64 taps were most of the kernel's float64 work.  Within about 1e-7 of the
-// pixels' range of cubic_at.
-__device__ __forceinline__ float keys_outer_f(float d) {
-    return __fmaf_rn(__fmaf_rn(__fmaf_rn(-0.5f, d, 2.5f), d, -4.0f), d, 2.0f);
-}
-__device__ __forceinline__ float keys_inner_f(float d) {
-    return __fmaf_rn(__fmaf_rn(1.5f, d, -2.5f), d * d, 1.0f);
-}
-
-template <typename T>
-__device__ __forceinline__ float cubic_at_f(const T* __restrict__ f, int h, int w, double cy,
-                                            double cx) {
-    cy = fmin(fmax(cy, -8.0), (double)h + 7.0);
-    cx = fmin(fmax(cx, -8.0), (double)w + 7.0);
-    const double fy = floor(cy), fx = floor(cx);
-    const float ty = (float)(cy - fy), tx = (float)(cx - fx);
-    const int y0 = (int)fy - 1, x0 = (int)fx - 1;
-    const float wy[4] = {keys_outer_f(ty + 1.0f), keys_inner_f(ty), keys_inner_f(1.0f - ty),
-                         keys_outer_f(2.0f - ty)};
-    const float wx0 = keys_outer_f(tx + 1.0f), wx1 = keys_inner_f(tx),
-                wx2 = keys_inner_f(1.0f - tx), wx3 = keys_outer_f(2.0f - tx);
-    const int c0 = clampi(x0, 0, w - 1), c1 = clampi(x0 + 1, 0, w - 1),
-              c2 = clampi(x0 + 2, 0, w - 1), c3 = clampi(x0 + 3, 0, w - 1);
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const T* row = f + (size_t)clampi(y0 + k, 0, h - 1) * w;
-        float r = wx0 * (float)row[c0];
-        r = __fmaf_rn(wx1, (float)row[c1], r);
-        r = __fmaf_rn(wx2, (float)row[c2], r);
-        r = __fmaf_rn(wx3, (float)row[c3], r);
-        acc = __fmaf_rn(wy[k], r, acc);
     }
     return acc;
 }
@@ -185,7 +154,7 @@ __global__ void __launch_bounds__(THREADS) windows_through(
         const int x = xs + c;
         const double cy = (double)y - along_row(coef, wx, x, gx);
         const double cx = (double)x - along_row(coef + gx, wx, x, gx);
-        dst[c] = (float)cubic_at(f, h, w, cy, cx);
+        dst[c] = (float)cubic_at<double>(f, h, w, cy, cx);
     }
 }
 
@@ -213,7 +182,7 @@ __global__ void __launch_bounds__(THREADS) warp_field(
         const double cx = (double)x - along_row(coef + gx, wx, x, gx);
         float v = fill;
         if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
-            v = (float)(cubic ? cubic_at(f, h, w, cy, cx) : bilinear_at(f, h, w, cy, cx));
+            v = (float)(cubic ? cubic_at<double>(f, h, w, cy, cx) : bilinear_at(f, h, w, cy, cx));
         dst[c] = v;
     }
 }
@@ -225,7 +194,7 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 // operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
 // read back by the same block, from L2):
 //   v = the window sampled through the field as windows_through, its taps in float32
-//       (cubic_at_f; written to win)
+//       (cubic_at<float>; written to win)
 //   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
 //   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
 //     c = sum over the overlap of L[q + k] t[q] (float32 within a row of a lane, float64 across,
@@ -237,7 +206,7 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 // Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients).
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
 // and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
-// it replaced took about 1.3 ms.  Now the taps in float32 (cubic_at_f) and the edges' sums in
+// it replaced took about 1.3 ms.  Now the taps in float32 (cubic_at<float>) and the edges' sums in
 // a loop of their own, the cross sums of a row in float32: 64 registers, four blocks an SM.)
 
 #include "float_keys.cuh"
@@ -306,7 +275,7 @@ __global__ void __launch_bounds__(THREADS, 4) refine_surfaces(
             const int x = xs + c;
             const double cy = (double)y - along_row(coef, wx, x, gx);
             const double cx = (double)x - along_row(coef + gx, wx, x, gx);
-            const float v = cubic_at_f(f, h, w, cy, cx);
+            const float v = cubic_at<float>(f, h, w, cy, cx);
             wnd[(size_t)r * pw + c] = v;
             one[0] += (double)v;
         }

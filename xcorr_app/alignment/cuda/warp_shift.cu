@@ -27,6 +27,35 @@ __device__ __forceinline__ double finite_shift(double s) {
     return fmin(fmax(s, -1e15), 1e15);  // (inf: far outside, as nan_to_num's largest double)
 }
 
+// The definition's bilinear sample of frame f at the source ys (a row) and xs (a column), the
+// shift's NaN and Inf already made finite: the four taps' weighted pixels (.x) and the sum of
+// the inside taps' weights (.y), each step a float32 operation rounded on its own.  FINITE:
+// non-finite pixels read as 0 (the template's sums).
+template <bool FINITE, typename T>
+__device__ __forceinline__ float2 bilinear_taps(const T* __restrict__ f, int h, int w, double ys,
+                                                double xs) {
+    const double fy = floor(ys), fx = floor(xs);
+    const float wy = (float)(ys - fy), wx = (float)(xs - fx);
+    const long long y0 = (long long)fy, x0 = (long long)fx;
+    const float wy_[2] = {__fsub_rn(1.0f, wy), wy};
+    const float wx_[2] = {__fsub_rn(1.0f, wx), wx};
+    const bool vy[2] = {y0 >= 0 && y0 < h, y0 + 1 >= 0 && y0 + 1 < h};
+    const bool vx[2] = {x0 >= 0 && x0 < w, x0 + 1 >= 0 && x0 + 1 < w};
+    float acc = 0.0f, weight = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            const float wgt = __fmul_rn(__fmul_rn(wy_[a], wx_[b]),
+                                        (vy[a] && vx[b]) ? 1.0f : 0.0f);
+            float v = pixel(f, y0 + a, x0 + b, h, w);
+            if (FINITE && !isfinite(v)) v = 0.0f;
+            acc = __fadd_rn(acc, __fmul_rn(wgt, v));
+            weight = __fadd_rn(weight, wgt);
+        }
+    return make_float2(acc, weight);
+}
+
 template <typename T, int THREADS>
 __global__ void __launch_bounds__(THREADS) warp_shift(
         const T* __restrict__ frames, float* __restrict__ out,
@@ -35,32 +64,12 @@ __global__ void __launch_bounds__(THREADS) warp_shift(
     const int y = blockIdx.x, n = n0 + blockIdx.y;
     const double* shift = shifts + 2 * (size_t)n * sstep;
     const double ys = (double)y - finite_shift(shift[0]);
-    const double fy = floor(ys);
-    const float wy = (float)(ys - fy);
-    const long long y0 = (long long)fy;
-    const float wy_[2] = {__fsub_rn(1.0f, wy), wy};
-    const bool vy[2] = {y0 >= 0 && y0 < h, y0 + 1 >= 0 && y0 + 1 < h};
     const double sx = finite_shift(shift[1]);
     const T* f = frames + (size_t)n * fstep * h * w;
     float* dst = out + ((size_t)n * h + y) * w;
     for (int x = threadIdx.x; x < w; x += THREADS) {
-        const double xs = (double)x - sx;
-        const double fx = floor(xs);
-        const float wx = (float)(xs - fx);
-        const long long x0 = (long long)fx;
-        const float wx_[2] = {__fsub_rn(1.0f, wx), wx};
-        const bool vx[2] = {x0 >= 0 && x0 < w, x0 + 1 >= 0 && x0 + 1 < w};
-        float acc = 0.0f, weight = 0.0f;
-#pragma unroll
-        for (int a = 0; a < 2; ++a)
-#pragma unroll
-            for (int b = 0; b < 2; ++b) {
-                const float wgt = __fmul_rn(__fmul_rn(wy_[a], wx_[b]),
-                                            (vy[a] && vx[b]) ? 1.0f : 0.0f);
-                acc = __fadd_rn(acc, __fmul_rn(wgt, pixel(f, y0 + a, x0 + b, h, w)));
-                weight = __fadd_rn(weight, wgt);
-            }
-        dst[x] = __fadd_rn(acc, __fmul_rn(__fsub_rn(1.0f, weight), fill));
+        const float2 t = bilinear_taps<false>(f, h, w, ys, (double)x - sx);
+        dst[x] = __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill));
     }
 }
 
@@ -71,13 +80,6 @@ __global__ void __launch_bounds__(THREADS) warp_shift(
 // coverage (the same warp of a frame of ones: the float32 sum of the taps' weights) to
 // coverage.  One launch a chunk instead of about sixteen CuPy operations per eight frames
 // (0.5 s of host time a 4096-frame run, H100 2026-11-23).  Grid (rows), THREADS over columns.
-template <typename T>
-__device__ __forceinline__ float finite_pixel(const T* __restrict__ f, long long y, long long x,
-                                              int h, int w) {
-    const float v = pixel(f, y, x, h, w);
-    return isfinite(v) ? v : 0.0f;
-}
-
 template <typename T, int THREADS>
 __global__ void __launch_bounds__(THREADS) warp_sum(
         const T* __restrict__ frames, const int* __restrict__ idx,
@@ -87,29 +89,13 @@ __global__ void __launch_bounds__(THREADS) warp_sum(
     for (int x = threadIdx.x; x < w; x += THREADS) {
         double t = 0.0, c = 0.0;
         for (int k = 0; k < count; ++k) {
-            const double ys = (double)y - finite_shift(shifts[2 * (size_t)k]);
-            const double xs = (double)x - finite_shift(shifts[2 * (size_t)k + 1]);
-            const double fy = floor(ys), fx = floor(xs);
-            const float wy = (float)(ys - fy), wx = (float)(xs - fx);
-            const long long y0 = (long long)fy, x0 = (long long)fx;
-            const float wy_[2] = {__fsub_rn(1.0f, wy), wy};
-            const float wx_[2] = {__fsub_rn(1.0f, wx), wx};
-            const bool vy[2] = {y0 >= 0 && y0 < h, y0 + 1 >= 0 && y0 + 1 < h};
-            const bool vx[2] = {x0 >= 0 && x0 < w, x0 + 1 >= 0 && x0 + 1 < w};
-            const T* f = frames + (size_t)idx[k] * h * w;
-            float acc = 0.0f, weight = 0.0f;
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int b = 0; b < 2; ++b) {
-                    const float wgt = __fmul_rn(__fmul_rn(wy_[a], wx_[b]),
-                                                (vy[a] && vx[b]) ? 1.0f : 0.0f);
-                    acc = __fadd_rn(acc, __fmul_rn(wgt, finite_pixel(f, y0 + a, x0 + b, h, w)));
-                    weight = __fadd_rn(weight, wgt);
-                }
-            const float rest = __fmul_rn(__fsub_rn(1.0f, weight), 0.0f);  // the fill's term
-            t += (double)__fadd_rn(acc, rest);
-            c += (double)__fadd_rn(weight, rest);  // (a frame of ones: acc == weight)
+            const double* s = shifts + 2 * (size_t)k;
+            const float2 v = bilinear_taps<true>(frames + (size_t)idx[k] * h * w, h, w,
+                                                 (double)y - finite_shift(s[0]),
+                                                 (double)x - finite_shift(s[1]));
+            const float rest = __fmul_rn(__fsub_rn(1.0f, v.y), 0.0f);  // the fill's term
+            t += (double)__fadd_rn(v.x, rest);
+            c += (double)__fadd_rn(v.y, rest);  // (a frame of ones: the taps' sum is the weight)
         }
         total[(size_t)y * w + x] += t;
         coverage[(size_t)y * w + x] += c;
