@@ -17,6 +17,33 @@ def xcorr(*args, cwd=None):
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
 
 
+#: the child's program in :func:`from_a_terminal`
+_WITH_TERMINAL_SIGNALS = """
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # what Python installs by default
+for name in ("SIGHUP", "SIGTERM"):
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
+option, what = sys.argv[1:3]
+if option == "-m":  # as python -m runs it (sys.argv[0]: the module's file)
+    sys.argv[1:] = sys.argv[3:]
+    runpy.run_module(what, run_name="__main__", alter_sys=True)
+else:
+    sys.argv[:] = ["-c", *sys.argv[3:]]
+    exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
+"""
+
+
+def from_a_terminal(*args, python_code=None):
+    """The command line of ``python -m xcorr_app.cli ARGS`` (or ``python -c PYTHON_CODE ARGS``)
+    whose process has the signal dispositions of one a user starts from a terminal: a test run
+    started in the background passes SIGINT (and under nohup SIGHUP) on as ignored, and Python
+    then installs no KeyboardInterrupt.  A few lines of Python set them, then run the command:
+    not ``Popen(preexec_fn=)``, which Python documents as unsafe where the parent has threads
+    (after Dask or a thread pool has run in the test process)."""
+    what = ["-m", "xcorr_app.cli"] if python_code is None else ["-c", python_code]
+    return [sys.executable, "-c", _WITH_TERMINAL_SIGNALS, *what, *map(str, args)]
+
+
 def assert_clean_error(res, *words):
     assert res.returncode != 0
     assert "Traceback" not in res.stderr

@@ -189,7 +189,7 @@ def test_warp_by_a_constant_field_is_the_rigid_shift(rng):
     (dict(patches=(2, 2), patch_overlap=500), ["smaller than the patch size"]),
     (dict(patches=(2, 2), max_deviation=-1), ["max_deviation must be >= 0"]),
     (dict(patches=(2, 2), reference="previous"), ["previous"]),
-    (dict(patches=(2, 2), gpus="0"), ["several GPUs"]),
+    (dict(patches=(60, 60), gpus="0"), ["too small"]),  # before any GPU is looked for
 ])
 def test_bad_patch_arguments_are_input_errors(kwargs, words):
     stack = np.random.default_rng(0).random((3, 64, 64))

@@ -4,14 +4,13 @@ import csv
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tifffile
 
 from sample_paths import ROOT, SAMPLES, folder_path, stack_path, truth
-from cli_helpers import assert_clean_error, digest, xcorr  # noqa: E402,F401
+from cli_helpers import assert_clean_error, digest, from_a_terminal, xcorr  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("name", SAMPLES)
@@ -222,12 +221,6 @@ def test_reference_file_and_mean(tmp_path):
                              "--out", tmp_path / "c"), "reference image")
 
 
-def _default_sigint():
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _interrupt_when(proc, ready, timeout=120.0):
     import signal
     import time
@@ -251,11 +244,10 @@ def test_sigint_leaves_no_partial_output_and_inputs_unchanged(tmp_path, rng, pha
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # SIGINT back to its default in the child: a test run started in the background (nohup,
     # `cmd &`) passes SIGINT on as ignored, and Python then installs no KeyboardInterrupt
-    proc = subprocess.Popen([sys.executable, "-m", "xcorr_app.cli", "align", str(src), "--out",
-                             str(out), "--device", "cpu", "--max-shift", "2", "--no-verify",
-                             "--prefilter", "none", "--chunk-frames", "8"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_default_sigint)
+    proc = subprocess.Popen(from_a_terminal("align", src, "--out", out, "--device", "cpu",
+                                            "--max-shift", "2", "--no-verify", "--prefilter",
+                                            "none", "--chunk-frames", "8"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if phase == "measuring":
         ready = lambda: out.exists()  # noqa: E731 - outputs checked, measuring started
     else:

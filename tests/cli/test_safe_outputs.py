@@ -12,7 +12,7 @@ import pytest
 import tifffile
 
 from sample_paths import ROOT, folder_path, stack_path
-from cli_helpers import assert_clean_error, digest, xcorr
+from cli_helpers import assert_clean_error, digest, from_a_terminal, xcorr
 
 OUTPUTS = ["aligned.tif", "drift.png", "shifts.csv", "shifts.json"]
 
@@ -21,18 +21,10 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def _default_signals():
-    # a test run started in the background passes SIGINT (and under nohup SIGHUP) on as
-    # ignored; the user's terminal does not
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _start(*args, python_code=None):
-    cmd = [sys.executable, "-m", "xcorr_app.cli", *map(str, args)] if python_code is None else \
-        [sys.executable, "-c", python_code, *map(str, args)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(), preexec_fn=_default_signals)
+    """The command in a subprocess with a terminal's signal dispositions."""
+    return subprocess.Popen(from_a_terminal(*args, python_code=python_code),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
 
 
 def _wait_for(proc, ready, timeout=120.0):

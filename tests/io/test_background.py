@@ -1,9 +1,11 @@
 """BackgroundWrites: chunks written in order by one thread; errors and interruptions."""
 
 import threading
+import time
 
 import pytest
 
+from interrupts import each_line
 from xcorr_app.io._background import BackgroundWrites
 
 
@@ -66,3 +68,31 @@ def test_an_exception_in_the_block_drops_the_waiting_chunks():
                 bg.write(k)
             raise KeyboardInterrupt
     assert sink.chunks == [0]  # the one in progress finishes; the waiting ones are dropped
+
+
+def test_ctrl_c_at_any_line_of_writing_or_closing_stops_cleanly():
+    """Ctrl-C may land at any line of Python that write() or close() runs, the standard
+    library's included (a queue.Queue's put, waking the idle writer, could lose that wake-up
+    and the stop's: the interrupted run hung in its clean-up).  Every chunk before it is
+    written in order, the thread stops, the block's exit returns."""
+    def trial(interrupting):
+        sink = Sink()
+        try:
+            with BackgroundWrites(sink) as bg:
+                bg.write(0)
+                deadline = time.monotonic() + 5
+                while sink.chunks != [0] and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                time.sleep(0.01)  # the writer waits for the next chunk
+                with interrupting:
+                    for k in (1, 2, 3):
+                        bg.write(k)
+                    bg.close()
+        except KeyboardInterrupt:
+            assert interrupting.where is not None
+        assert not bg._thread.is_alive()
+        assert sink.chunks == [0, 1, 2, 3][:len(sink.chunks)]
+        if interrupting.where is None:
+            assert sink.chunks == [0, 1, 2, 3]
+
+    assert each_line(trial) > 10

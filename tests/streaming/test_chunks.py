@@ -1,10 +1,13 @@
 """xcorr_app.streaming on the CPU: the one chunk loop (map_chunks over a file, an array and a
 multi-channel file), its chunk arithmetic, and the memory budget's argument errors."""
 
+import time
+
 import numpy as np
 import pytest
 import tifffile
 
+from interrupts import each_line
 from xcorr_app.errors import InputError
 from xcorr_app.io import ArraySource, ChannelStack, open_stack
 from xcorr_app.streaming import (ChunkPrefetcher, chunk_bounds, frame_ranges, map_chunks,
@@ -118,6 +121,44 @@ def test_prefetcher_reads_the_bounds_given(tmp_path, rng):
     with open_stack(tmp_path / "s.tif") as src:
         with pytest.raises(ValueError, match="1 to 2 frames"):
             ChunkPrefetcher(src, chunk_frames=2, bounds=[(0, 3)])
+
+
+def test_ctrl_c_at_any_line_of_the_consumer_leaves_a_reader_close_stops():
+    """Ctrl-C may land at any line of Python that the consumer's loop, release() or close()
+    runs, the standard library's included (a queue.Queue's put, waking the reader that waits
+    for a buffer, could lose that wake-up and close's: the interrupted run hung in close).
+    The chunks before it are the stack's, and close() stops the reader."""
+    stack = np.arange(8 * 2 * 3, dtype=np.uint16).reshape(8, 2, 3)
+
+    def trial(interrupting):
+        chunks = ChunkPrefetcher(ArraySource(stack), chunk_frames=1, depth=1).start()
+        seen = []
+        try:
+            items = iter(chunks)
+            start, frames, slot = next(items)
+            seen.append((start, frames.copy()))
+            deadline = time.monotonic() + 5
+            while chunks._ready.qsize() < 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(0.01)  # both buffers full: the reader waits for one
+            with interrupting:
+                chunks.release(slot)
+                for start, frames, slot in items:
+                    seen.append((start, frames.copy()))
+                    chunks.release(slot)
+                chunks.close()
+        except KeyboardInterrupt:
+            assert interrupting.where is not None
+        finally:
+            chunks.close()
+        assert not chunks._thread.is_alive()
+        assert [s for s, _ in seen] == list(range(len(seen)))
+        for start, frames in seen:
+            np.testing.assert_array_equal(frames, stack[start:start + 1])
+        if interrupting.where is None:
+            assert len(seen) == 8
+
+    assert each_line(trial) > 10
 
 
 @pytest.mark.gpu

@@ -239,8 +239,9 @@ path or ndarray
         their neighbours), the result's ``motion_field`` ``(N, gy, gx, 2)`` (rules:
         :mod:`xcorr_app.alignment._patches`, :mod:`xcorr_app.alignment._patch_pass`; the field at
         every pixel and the warp:
-        :mod:`xcorr_app.alignment._motion_field`).  Not available with ``gpus`` nor with
-        ``reference="previous"``.  ``shifts`` stay the rigid shifts.
+        :mod:`xcorr_app.alignment._motion_field`).  With ``gpus`` the patch pass shares out the
+        rigid pass's ranges of frames (:func:`~xcorr_app.alignment._gpus.field_on_gpus`).  Not
+        available with ``reference="previous"``.  ``shifts`` stay the rigid shifts.
     patch_overlap : int or (int, int), optional
         Pixels of overlap between neighbouring patches; default a quarter of the grid's
         stride (NoRMCorre's ratio).
@@ -271,8 +272,6 @@ path or ndarray
     budget = None if max_memory is None else parse_memory(max_memory)
     if chunk_frames is not None and chunk_frames < 1:
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
-    if patches is not None and gpus is not None:
-        raise InputError("patches are not available with several GPUs (gpus / --gpus) yet")
     if patches is not None and opts.previous:
         raise InputError("patches are measured against one reference: reference 'previous' "
                          "is not available with patches")
@@ -286,9 +285,21 @@ path or ndarray
             raise InputError("lucas_kanade on is not available with several GPUs (gpus / "
                              "--gpus)")
         opts = dataclasses.replace(opts, lucas_kanade="off")  # prefilter auto: align_on_gpus
-        return align_on_gpus(opts.measuring(), stack_or_path, gpus,
-                             chunk_frames=chunk_frames or DEFAULT_CHUNK,
-                             budget=budget, progress=progress)
+        if patches is not None:
+            with open_source(stack_or_path, channel) as src:
+                _check_grid(src.frame_shape, patches, patch_overlap, max_deviation,
+                            patch_template_passes)
+        res = align_on_gpus(opts.measuring(), stack_or_path, gpus,
+                            chunk_frames=chunk_frames or DEFAULT_CHUNK, budget=budget,
+                            progress=progress)
+        if patches is not None:
+            from ._gpus import field_on_gpus
+
+            res.set_field(field_on_gpus(opts, stack_or_path, res.shifts, gpus,
+                                        res.settings["chunk_frames"], patches, patch_overlap,
+                                        max_deviation, patch_template_passes))
+            res.settings["patches"]["template_passes"] = int(patch_template_passes)
+        return res
     on_gpu = backend.is_cupy_array(stack_or_path)
     with open_source(stack_or_path, channel) as src:
         check_frame_shape(src.frame_shape)
@@ -298,15 +309,9 @@ path or ndarray
         dev = "cpu" if choice_note is not None else backend.compute_device(
             *([stack_or_path] if not isinstance(stack_or_path, (str, Path)) else []),
             device=device)
-        if patches is not None:  # a grid that cannot fit the frame fails before any pass
-            from ._patch_pass import check_template_passes
-            from ._patches import PatchGrid, check_deviation, common_area, patch_margin
-
-            check_template_passes(patch_template_passes)
-
-            area = common_area([[0.0, 0.0]], src.frame_shape,
-                               patch_margin(check_deviation(max_deviation)))
-            PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape, area)
+        if patches is not None:
+            _check_grid(src.frame_shape, patches, patch_overlap, max_deviation,
+                        patch_template_passes)
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         choices = auto_notes(opts, why)
         if device == "auto" and dev == "gpu" and not on_gpu:
@@ -356,3 +361,11 @@ path or ndarray
                                     patch_overlap, max_deviation, patch_template_passes))
         res.settings["patches"]["template_passes"] = int(patch_template_passes)
     return res
+
+
+def _check_grid(frame_shape, patches, patch_overlap, max_deviation, template_passes):
+    """The patch options, and a grid that cannot fit the frame, fail before any pass."""
+    from ._patch_pass import check_template_passes, patch_grid
+
+    check_template_passes(template_passes)
+    patch_grid(frame_shape, [[0.0, 0.0]], patches, patch_overlap, max_deviation)

@@ -5,7 +5,8 @@ of the input (file handle, read-ahead thread, pinned buffers) and its own CUDA s
 the reads, copies and kernels of the GPUs overlap.  Each GPU gets one contiguous range of
 frames (:func:`xcorr_app.streaming.frame_ranges`); the reference is prepared and the
 correlation plan chosen once, on the first GPU, and copied to the others, so every frame is
-measured exactly as a run on one GPU measures it.
+measured exactly as a run on one GPU measures it.  With ``patches`` the patch pass
+(:func:`field_on_gpus`) shares out the same ranges, one thread per GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..errors import InputError
 from ..io import open_source
 from ..streaming import Cancelled, frame_ranges, parse_gpus, run_on_gpus
 from ._options import auto_notes, check_frame_shape, resolve_auto, search_range
+from ._patch_pass import measure_field
 from ._pipeline import Measurer, measure_frames, prepared_reference, shared_plan
 from ._result import result_from_table
 
@@ -94,3 +96,30 @@ def align_on_gpus(opts, stack_or_path, gpus, *, chunk_frames=64, budget=None, pr
     res = result_from_table(opts, table, sources, settings, parts[0][1], stack_or_path)
     res.notes[:0] = auto_notes(opts, why)
     return res
+
+
+def field_on_gpus(opts, stack_or_path, rigid, gpus, chunk, patches, patch_overlap,
+                  max_deviation, template_passes=0):
+    """The patch pass of ``align(..., gpus=..., patches=...)`` (:func:`~._patch_pass.
+    measure_field` with ``ranges``): the rigid pass's ranges of frames, one worker thread per
+    GPU with its own reader; the grid and the template made on the first GPU.  ``opts``: the
+    rigid pass's (``prefilter="auto"`` is decided again from the same few frames)."""
+    import cupy
+
+    ids = parse_gpus(gpus)
+    with open_source(stack_or_path, opts.channel) as src:
+        opts, _ = resolve_auto(opts, src)
+    ranges = frame_ranges(len(rigid), len(ids))
+    ids = ids[:len(ranges)]
+
+    def run(fn):
+        def work(k, stop):
+            if stop.is_set():
+                raise Cancelled
+            return fn(k)
+
+        return run_on_gpus(ids, work)
+
+    with cupy.cuda.Device(ids[0]):
+        return measure_field(opts, stack_or_path, rigid, cupy, chunk, patches, patch_overlap,
+                             max_deviation, template_passes, ranges=ranges, run=run)

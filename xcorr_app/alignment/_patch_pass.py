@@ -14,12 +14,12 @@ import numpy as np
 
 from .. import backend
 from ..errors import InputError
-from ..io import open_source
+from ..io import FrameRange, open_source
 from ..streaming import map_chunks
 from ._field_resample import field_weights
 from ._motion_field import MotionField, warped_sum
 from ._options import prefilter_for
-from ._patches import (REFINE_PASSES, PatchGrid, common_area, fill_low, integer_parts,
+from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, fill_low, integer_parts,
                        low_patches, patch_left, patch_margin, patch_shifts, refine_left,
                        refine_shifts, refine_taper, tapered, template_patches)
 from ._pipeline import prepared_reference
@@ -34,31 +34,71 @@ MAX_TEMPLATE_PASSES = 2
 DEFAULT_TEMPLATE_PASSES = 0
 
 
-def _template(opts, src, xp, chunk, rigid, grid):
-    """The prepared template's patches the frames' patches are measured against, the
-    template as prepared (host, for the picture) and as read: the rigid reference, or for
-    ``reference="refined"`` the mean of the rigidly aligned frames (shifts relative to it)."""
+class PatchSetup:
+    """What every range of frames of one patch pass shares (global to the run): the grid, the
+    prepared template's patches (on the run's device, or NumPy for a Dask task to send), the
+    template as prepared (host, for the picture) and as read (``image``: where no warped frame
+    covers, the next template keeps it)."""
+
+    def __init__(self, grid, tpatches, template, image):
+        self.grid, self.tpatches, self.template, self.image = grid, tpatches, template, image
+
+    @classmethod
+    def make(cls, opts, src, xp, chunk, grid, image):
+        """The setup of a pass against the template ``image`` (on ``xp``'s device)."""
+        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
+        return cls(grid, template_patches(frame, grid), backend.to_numpy(raw), image)
+
+    def on_host(self):
+        """The same setup with NumPy arrays (a Dask task's result)."""
+        return PatchSetup(self.grid, backend.to_numpy(self.tpatches), self.template,
+                          backend.to_numpy(self.image))
+
+
+def patch_grid(frame_shape, rigid, patches, patch_overlap, max_deviation):
+    """The run's :class:`PatchGrid`: over the area every frame covers after its rigid shift
+    (``rigid`` of ALL frames; ``[[0, 0]]`` checks a grid before the rigid pass).
+
+    >>> patch_grid((64, 64), [[0.0, 0.0], [2.0, -1.0]], (2, 3), None, 4).grid
+    (2, 3)
+    """
+    area = common_area(rigid, frame_shape, patch_margin(check_deviation(max_deviation)))
+    return PatchGrid.make(patches, patch_overlap, max_deviation, frame_shape, area)
+
+
+def aligned_sums(src, xp, chunk, rigid, start=0, stop=None):
+    """``reference="refined"``: per chunk of frames ``start:stop`` (in frame order, host
+    float64), the sum of its rigidly aligned frames and their count (one vector); added up in
+    frame order by :func:`refined_image`."""
+
+    def aligned_sum(first, frames):  # the sum of the chunk's aligned frames, and a count
+        a = start + first
+        s = rigid[a:a + len(frames)]
+        ok = ~np.isnan(s).any(axis=1)
+        f = shift_frames(frames[xp.asarray(ok)].astype(xp.float32), xp.asarray(s[ok]))
+        return xp.concatenate([f.sum(axis=0, dtype=xp.float64).ravel(),
+                               xp.full(1, float(ok.sum()))])
+
+    part = FrameRange(src, start, src.n_frames if stop is None else stop)
+    return [p for _, p in map_chunks(lambda: contextlib.nullcontext(part), chunk, aligned_sum,
+                                     xp=xp)]
+
+
+def refined_image(total, frame_shape):
+    """The mean of the rigidly aligned frames from the sum of :func:`aligned_sums`."""
+    return (total[:-1] / max(total[-1], 1.0)).reshape(frame_shape).astype(np.float32)
+
+
+def _template_image(opts, src, xp, chunk, rigid):
+    """The template as read: the rigid reference, or for ``reference="refined"`` the mean of
+    the rigidly aligned frames (shifts relative to it)."""
     if opts.refined:
-        h, w = src.frame_shape
-
-        def aligned_sum(start, frames):  # the sum of the chunk's aligned frames, and a count
-            s = rigid[start:start + len(frames)]
-            ok = ~np.isnan(s).any(axis=1)
-            f = shift_frames(frames[xp.asarray(ok)].astype(xp.float32), xp.asarray(s[ok]))
-            return xp.concatenate([f.sum(axis=0, dtype=xp.float64).ravel(),
-                                   xp.full(1, float(ok.sum()))])
-
-        total = sum(part for _, part in map_chunks(lambda: contextlib.nullcontext(src), chunk,
-                                                   aligned_sum, xp=xp))
-        image = (total[:-1] / max(total[-1], 1.0)).reshape(h, w).astype(np.float32)
-    else:
-        image = reference_frame(opts.reference, src, xp, chunk, opts.channel)
-    frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
-    return template_patches(frame, grid), backend.to_numpy(raw), image
+        return refined_image(sum(aligned_sums(src, xp, chunk, rigid)), src.frame_shape)
+    return reference_frame(opts.reference, src, xp, chunk, opts.channel)
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
-                  max_deviation, template_passes=0):
+                  max_deviation, template_passes=0, *, ranges=None, run=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
@@ -67,45 +107,133 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     while that pass streams (:func:`~._motion_field.warped_sum` into a
     :class:`~._template.TemplateAccumulator`: pixels no frame covers keep the previous
     template's), and the patches are measured again against it: the stack is read once per
-    patch pass, never once more for the template."""
+    patch pass, never once more for the template.
+
+    ``ranges`` ``[(start, stop), ...]`` and ``run``: the frames shared out (several GPUs,
+    :func:`~._gpus.field_on_gpus`): ``run(fn)`` gives ``[fn(k) for every range k]``, each
+    call on its own device (``xp`` there) with its own reader; the template is made on the
+    current device and handed out on the host, and the ranges' template sums are added up in
+    frame order.  The pieces, also for Dask: :func:`patch_grid` and the template
+    (:func:`aligned_sums`, :class:`PatchSetup`, :func:`next_image`) are global,
+    :func:`measure_range` measures any range of frames on its own, :func:`field_from_rows`
+    joins the rows."""
+    check_patch_reference(opts)
+    passes = check_template_passes(template_passes)
+    rigid = np.asarray(rigid, np.float64)
+    with open_source(stack_or_path, opts.channel) as src:
+        grid = patch_grid(src.frame_shape, rigid, patches, patch_overlap, max_deviation)
+        setup = PatchSetup.make(opts, src, xp, chunk, grid,
+                                _template_image(opts, src, xp, chunk, rigid))
+        shared = ranges is not None
+        if not shared:
+            ranges, run = [(0, src.n_frames)], lambda fn: [fn(0)]
+        # a memory-mapped file is shared (reads are copies out of one map); others are opened
+        # again, one reader per range
+        reuse = not shared or getattr(src, "concurrent_reads", False)
+        for k in range(passes + 1):
+            on = setup.on_host() if shared else setup  # (no device's arrays on another)
+
+            def part(j, on=on, last=k == passes):
+                own = contextlib.nullcontext(src) if reuse \
+                    else open_source(stack_or_path, opts.channel)
+                with own as frames:
+                    return _measure_part(opts, frames, xp, chunk, on, rigid, ranges[j],
+                                         not last, shared)
+
+            parts = run(part)
+            if k == passes:
+                break
+            image = next_image(xp, src.frame_shape, [s for _, s in parts], setup.image)
+            setup = PatchSetup.make(opts, src, xp, chunk, grid, image)
+    return field_from_rows(np.concatenate([rows for rows, _ in parts]), rigid, setup)
+
+
+def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host):
+    """Rows of frames ``bounds`` and, with ``accumulate``, their warped sums ``(total,
+    coverage)`` for the next template (NumPy with ``host``, else on ``xp``'s device)."""
+    acc = TemplateAccumulator(xp, src.frame_shape) if accumulate else None
+    rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
+                         None if acc is None else _adder(acc))
+    if acc is None:
+        return rows, None
+    sums = (acc.total, acc.coverage)
+    return rows, tuple(backend.to_numpy(a) for a in sums) if host else sums
+
+
+def next_image(xp, frame_shape, sums, fallback):
+    """The next template (on ``xp``'s device): the mean of the warped frames from their
+    ``(total, coverage)`` sums, added up in the order given (frame order), and ``fallback``
+    (the last template as read) where no frame covers."""
+    acc = TemplateAccumulator(xp, frame_shape)
+    for total, coverage in sums:
+        acc.total += xp.asarray(total)
+        acc.coverage += xp.asarray(coverage)
+    return acc.template(fallback)
+
+
+def fold_parts(acc, parts):
+    """``acc`` (``None``: zeros) plus each of ``parts`` in turn: sums added up in frame order,
+    as one run adds its chunks' (the same numbers where the chunks are the run's).
+
+    >>> fold_parts(None, [np.ones(2), np.full(2, 2.0)]).tolist()
+    [3.0, 3.0]
+    """
+    for p in parts:
+        acc = (np.zeros_like(p) if acc is None else acc) + p
+    return acc
+
+
+def _adder(acc):
+    def add(total, count):
+        acc.total += total
+        acc.coverage += count
+
+    return add
+
+
+def check_patch_reference(opts):
+    """InputError for a reference the patches cannot be measured against."""
     if opts.previous:
         raise InputError("patches are measured against one reference: reference 'previous' "
                          "is not available with patches")
-    passes = check_template_passes(template_passes)
+
+
+def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None):
+    """Rows ``start:stop`` ``(n, P, 5)`` (host) of one patch pass against ``setup``, chunk by
+    chunk; each frame's rows depend only on the frame, ``setup`` and its rigid shift, so ranges
+    measured apart give the rows of one run.  ``add_sums(total, count)``, if given, sees each
+    chunk's warped frames (:func:`~._motion_field.warped_sum`, on ``xp``'s device, in frame
+    order) for the next template."""
+    grid = setup.grid
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
-    rigid = np.asarray(rigid, np.float64)
-    with open_source(stack_or_path, opts.channel) as src:
-        grid = PatchGrid.make(patches, patch_overlap, max_deviation, src.frame_shape,
-                              common_area(rigid, src.frame_shape, patch_margin(max_deviation)))
-        tpatches, template, image = _template(opts, src, xp, chunk, rigid, grid)
-        dev = "cpu" if xp is np else "gpu"
-        weights = field_weights(grid.centres, src.frame_shape, xp)
-        taper = refine_taper(grid.size)
-        for k in range(passes + 1):
-            acc = TemplateAccumulator(xp, src.frame_shape) if k < passes else None
-            work = _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc)
-            if xp is not np:  # the chunks' streams read what was set up on this one
-                xp.cuda.Device().synchronize()
-            parts = [block for _, block in map_chunks(
-                lambda: contextlib.nullcontext(src), chunk, work, xp=xp)]
-            if acc is None:
-                break
-            image = acc.template(image)  # the warped frames' mean (on the run's device)
-            frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
-            tpatches, template = template_patches(frame, grid), backend.to_numpy(raw)
-    table = np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
+    dev = "cpu" if xp is np else "gpu"
+    weights = field_weights(grid.centres, src.frame_shape, xp)
+    work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
+                     refine_taper(grid.size), weights, add_sums, start)
+    if xp is not np:  # the chunks' streams read what was set up on this one
+        xp.cuda.Device().synchronize()
+    part = FrameRange(src, start, stop)
+    parts = [block for _, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work,
+                                              xp=xp)]
+    return np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
+
+
+def field_from_rows(table, rigid, setup):
+    """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order."""
+    grid = setup.grid
     d, cf, low = table[..., :2], table[..., 3], table[..., 4] == 1
     gy, gx = grid.grid
     n = len(table)
-    field = rigid[:, None, :] + d
+    field = np.asarray(rigid, np.float64)[:, None, :] + d
     return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
-                       low.reshape(n, gy, gx), grid, template)
+                       low.reshape(n, gy, gx), grid, setup.template)
 
 
-def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, acc):
+def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
+              offset=0):
     """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
-    (host); with ``acc`` the chunk's frames warped by their fields are added to it (in the
-    chunk's stream order).
+    (host); with ``add_sums`` the chunk's frames warped by their fields are handed to it (in
+    the chunk's stream order).  ``offset``: the chunks' frame 0 in the stack.
 
     The correlations run on the run's device; the small per-patch rules (which patches are
     low, :func:`~._patches.fill_low`, the result's columns) on the host with NumPy, on GPU
@@ -123,7 +251,8 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     # queued work)
     on_device = (xp.asarray(rigid), *(xp.asarray(a) for a in integer_parts(rigid)))
 
-    def measure(start, frames):
+    def measure(first, frames):
+        start = offset + first
         stop = start + len(frames)
         s = rigid[start:stop]
         s_on, whole, off = (a[start:stop] for a in on_device)
@@ -141,14 +270,12 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
                                   near, taper)
             if some_low:
                 d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
-        if acc is not None:
+        if add_sums is not None:
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
                 field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
                 idx = xp.asarray(keep)
-                total, count = warped_sum(frames[idx], field[idx], weights)
-                acc.total += total
-                acc.coverage += count
+                add_sums(*warped_sum(frames[idx], field[idx], weights))
         cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
         return np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
                                cf[..., None].astype(np.float64),

@@ -234,7 +234,7 @@ def _check(o):
         raise InputError("--boundary circular is not available with Dask (--workers, "
                          "--scheduler)")
     mean_count(o.reference, 1)
-    _check_patches(o, spread)
+    _check_patches(o)
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
@@ -245,7 +245,7 @@ def _check(o):
     return shape, itemsize, n
 
 
-def _check_patches(o, spread):
+def _check_patches(o):
     """The options of ``--patches`` (the grid itself is checked against the frame by
     :func:`xcorr_app.align` before the first pass)."""
     from ..alignment._patch_pass import check_template_passes
@@ -272,9 +272,6 @@ def _check_patches(o, spread):
     if o.resample not in FIELD_RESAMPLE:
         raise InputError(f"--resample {o.resample} is not available with --patches (use "
                          f"{' or '.join(FIELD_RESAMPLE)})")
-    if spread:
-        raise InputError("--patches is not available with --gpus or Dask (--workers, "
-                         "--scheduler) yet")
     if o.reference == "previous":
         raise InputError("--patches measures against one reference: --reference previous is "
                          "not available with it")
@@ -290,7 +287,7 @@ def _measure(o, client, gpu_ids, n, frame_gb):
                    interpolate_low=o.interpolate_low, channel=o.channel,
                    chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features,
                    tune=o.tune)
-    if o.patches is not None:  # (not with Dask: _check_patches)
+    if o.patches is not None:  # (on one device, --gpus or Dask)
         options.update(patches=o.patches, patch_overlap=o.patch_overlap,
                        max_deviation=o.max_deviation,
                        patch_template_passes=o.patch_template_passes)

@@ -38,11 +38,16 @@ import numpy as np
 from .. import backend
 from ..errors import InputError, XcorrError
 from ..streaming import chunk_bounds
-from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, filter_task, frame_sum,
-                          mean_of_sums, measure_task, read_frame, reference_task, shift_task)
+from ._dask_tasks import (WORKER_GPU_ENV, aligned_sum_task, channels_block, channels_task,
+                          filter_task, frame_sum, mean_of_sums, measure_task, patch_setup_task,
+                          patch_task, read_frame, reference_task, shift_task)
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path
 TASK_FRAMES = 128
+#: ``reference="refined"`` on a cluster: its template passes run on one device only
+REFINED_NOTE = ("reference refined on Dask: the rigid shifts are measured in one pass against "
+                "the first frame (the template passes of xcorr_app.align run on one device "
+                "only)")
 
 
 def _require_dask():
@@ -187,7 +192,8 @@ def align(stack_or_path, reference="first", *, max_shift=None, normalization="zn
           subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
           max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
-          progress=None, features=None, tune=False):
+          progress=None, features=None, tune=False, patches=None, patch_overlap=None,
+          max_deviation=4, patch_template_passes=0):
     """:func:`xcorr_app.align` on a Dask cluster.
 
     Parameters
@@ -211,7 +217,13 @@ min_confidence, interpolate_low, channel, features
         A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
         client.
     progress : callable(int), optional
-        With a client: called with the number of frames of each task as it finishes.
+        With a client: called with the number of frames of each task as it finishes (the
+        rigid pass).
+    patches, patch_overlap, max_deviation, patch_template_passes
+        As :func:`xcorr_app.align`: after the rigid pass, the patch pass (:func:`_patch_field`):
+        the same motion field as one process (on the CPU bit for bit where every task starts at
+        a multiple of the chunk's frames, as with a path's tasks of :data:`TASK_FRAMES`: the
+        template sums are added chunk by chunk in frame order; else within rounding).
 
     Returns
     -------
@@ -232,6 +244,13 @@ min_confidence, interpolate_low, channel, features
         raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
     inp = _Input(stack_or_path, channel, task_frames)
     check_frame_shape(inp.frame_shape)
+    if patches is not None:  # the options and a grid that cannot fit fail before any pass
+        from ..alignment._patch_pass import check_patch_reference, check_template_passes, \
+            patch_grid
+
+        check_patch_reference(opts)
+        check_template_passes(patch_template_passes)
+        patch_grid(inp.frame_shape, [[0.0, 0.0]], patches, patch_overlap, max_deviation)
     opts, why = _resolve_auto(opts, stack_or_path, inp, channel)
     image = _reference_image(opts, inp)
     ref = delayed(reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
@@ -248,7 +267,48 @@ min_confidence, interpolate_low, channel, features
     res = result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
                             stack_or_path)
     res.notes[:0] = auto_notes(opts, why)
+    if opts.refined:  # (said, not silent: the result is not the one-device run's)
+        res.notes.append(REFINED_NOTE)
+    if patches is not None:
+        res.set_field(_patch_field(opts, inp, res.shifts, (patches, patch_overlap, max_deviation),
+                                   int(patch_template_passes), (device, chunk_frames, budget),
+                                   client, scheduler))
+        res.settings["patches"]["template_passes"] = int(patch_template_passes)
     return res
+
+
+def _patch_field(opts, inp, rigid, grid_args, passes, run, client, scheduler):
+    """The patch pass of :func:`align` (one process: :func:`~xcorr_app.alignment._patch_pass.
+    measure_field`): the grid on the client; the template in one task (``refined``: of the
+    tasks' aligned sums, added up in frame order); every pass one task per range of frames
+    (:func:`patch_task`), whose warped sums (``passes``) are added up in frame order into the
+    next pass's template (:func:`patch_setup_task`); one graph, computed at once."""
+    from dask import delayed
+
+    from ..alignment._patch_pass import field_from_rows, fold_parts, patch_grid
+
+    grid = delayed(patch_grid(inp.frame_shape, rigid, *grid_args), pure=True)
+    shared = delayed(rigid, pure=True)  # one node of the graph, sent once to each worker
+    sums = None
+    if opts.refined:
+        for k, (a, b) in enumerate(inp.ranges):
+            sums = delayed(fold_parts)(sums, delayed(aligned_sum_task)(
+                opts, inp.source(k), a, b, shared, *run))
+    image = None if opts.refined else _reference_image(opts, inp)
+    setup = delayed(patch_setup_task)(opts, inp.source(0), grid, image, None, sums, *run)
+    for k in range(passes + 1):
+        rows, sums = [], None
+        for j, (a, b) in enumerate(inp.ranges):
+            r, parts = delayed(patch_task, nout=2)(opts, inp.source(j), a, b, setup, shared,
+                                                  k < passes, *run)
+            rows.append(r)
+            if k < passes:
+                sums = delayed(fold_parts)(sums, parts)
+        if k < passes:
+            setup = delayed(patch_setup_task)(opts, inp.source(0), grid, None, setup, sums,
+                                              *run)
+    *rows, setup = _compute([*rows, setup], client, scheduler)
+    return field_from_rows(np.concatenate(rows), rigid, setup)
 
 
 def _resolve_auto(opts, stack_or_path, inp, channel):

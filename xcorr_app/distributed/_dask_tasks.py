@@ -184,6 +184,54 @@ def measure_task(opts, source, start, stop, reference, device, chunk_frames, bud
         return table, str(plan) if plan is not None else ""
 
 
+def aligned_sum_task(opts, source, start, stop, rigid, device, chunk_frames, budget):
+    """``reference="refined"`` with patches: per chunk of frames ``start:stop``, the sum of its
+    rigidly aligned frames and their count (host, frame order)."""
+    from ..alignment._patch_pass import aligned_sums
+
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
+        return aligned_sums(src, xp, _chunk(opts, src, xp, chunk_frames, budget), rigid, start,
+                            stop)
+
+
+def patch_setup_task(opts, source, grid, image, previous, sums, device, chunk_frames, budget):
+    """The :class:`~xcorr_app.alignment._patch_pass.PatchSetup` of a patch pass (host arrays),
+    made once: against ``image`` (``None``: the reference as this task reads it); with
+    ``reference="refined"`` the mean of the aligned frames (``sums``: ``fold_parts`` of
+    :func:`aligned_sum_task`); after a pass with ``previous`` (its setup), the mean of the
+    warped frames (``sums``: ``(2, H, W)`` total and coverage)."""
+    from ..alignment._patch_pass import PatchSetup, next_image, refined_image
+    from ..alignment._references import reference_frame
+
+    with _on_device(device, source) as xp, _open(source, 0, xp) as src:
+        chunk = _chunk(opts, src, xp, chunk_frames, budget)
+        if previous is not None:  # the next template (as :func:`measure_field` makes it)
+            image = next_image(xp, src.frame_shape, [sums], previous.image)
+        elif sums is not None:
+            image = refined_image(sums, src.frame_shape)
+        elif image is None:
+            image = reference_frame(opts.reference, src, xp, chunk, opts.channel)
+        return PatchSetup.make(opts, src, xp, chunk, grid, image).on_host()
+
+
+def patch_task(opts, source, start, stop, setup, rigid, accumulate, device, chunk_frames,
+               budget):
+    """Rows ``start:stop`` ``(n, P, 5)`` of a patch pass against ``setup``, and with
+    ``accumulate`` the warped frames' sums per chunk (``(2, H, W)`` total and coverage, host,
+    frame order) for the next template, else ``None``."""
+    from ..alignment._patch_pass import measure_range
+
+    parts = [] if accumulate else None
+
+    def add(total, count):
+        parts.append(np.stack([backend.to_numpy(total), backend.to_numpy(count)]))
+
+    with _on_device(device, source) as xp, _open(source, start, xp) as src:
+        rows = measure_range(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget), setup,
+                             rigid, start, stop, add if accumulate else None)
+        return rows, parts
+
+
 def _in_chunks(start, stop, chunk_frames, fn):
     """``fn(a, b)`` over ``start:stop`` a chunk at a time, joined along the frames: a task of
     many frames holds one chunk of work on the device at once."""

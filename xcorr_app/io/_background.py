@@ -39,13 +39,25 @@ class BackgroundWrites:
     The chunks must not change after :meth:`write` (hand over fresh arrays).  An error of the
     thread (a full disk) is raised by the next :meth:`write` or by :meth:`close`; later chunks
     are dropped.  As a context manager it waits for the queued writes on success; on an
-    exception in the block it drops the chunks not written yet and waits only for the one in
-    progress, so that the writer can then be aborted.
+    exception in the block (or one that stops the wait) it drops the chunks not written yet and
+    waits only for the one in progress, so that the writer can then be aborted.
+
+    Safe against signals: Python raises a signal handler's exception (Ctrl-C's
+    :class:`KeyboardInterrupt`) in the caller's thread between any two steps of Python code,
+    also inside the standard library's queues and conditions, which are written in Python.
+    With a :class:`queue.Queue` one landed in ``Condition.notify`` after it had woken the
+    writer but before it had forgotten the writer's waiter: the next wake-up (the stop) went
+    to that stale waiter, the writer slept on and the interrupted run hung in its clean-up.  So
+    the two threads share only :class:`queue.SimpleQueue` objects (in C: a ``put`` or ``get``
+    is done or not done): the chunks one way, a token per chunk that may wait the other.
     """
 
     def __init__(self, writer, depth: int = 1):
         self._writer = writer
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(depth)))
+        self._chunks: queue.SimpleQueue = queue.SimpleQueue()
+        self._room: queue.SimpleQueue = queue.SimpleQueue()  # a token per chunk that may wait
+        for _ in range(max(1, int(depth))):
+            self._room.put(None)
         self._error = None
         self._cancel = False
         self._closed = False
@@ -54,9 +66,10 @@ class BackgroundWrites:
 
     def _run(self):
         while True:
-            item = self._queue.get()
+            item = self._chunks.get()
             if item is _STOP:
                 return
+            self._room.put(None)  # the next chunk may wait while this one is written
             if self._error is None and not self._cancel:
                 try:
                     self._writer.write(item)
@@ -68,17 +81,27 @@ class BackgroundWrites:
         if self._closed:
             raise RuntimeError("write after close")
         self._raise()
-        self._queue.put(chunk)
+        self._room.get()
+        self._chunks.put(chunk)
 
     def _raise(self):
         if self._error is not None:
             raise self._error
 
     def _stop(self):
-        if not self._closed:
+        if not self._closed:  # (a stop interrupted before it is marked is made again)
+            self._chunks.put(_STOP)
             self._closed = True
-            self._queue.put(_STOP)
+        try:
             self._thread.join()
+        except BaseException:  # e.g. Ctrl-C while the queued chunks are written: drop them
+            self._cancel = True
+            while self._thread.is_alive():  # the write in progress ends, even on a second one
+                try:
+                    self._thread.join()
+                except KeyboardInterrupt:
+                    continue
+            raise
 
     def close(self) -> None:
         """Wait until every queued chunk is written; raise the thread's error, if any."""

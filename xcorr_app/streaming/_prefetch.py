@@ -94,11 +94,15 @@ class ChunkPrefetcher:
         # allocated by the reader when first needed: page-locking takes the driver about
         # 0.5 s per GiB, which then overlaps the computation of the first chunks
         self._buffers = [None] * n_buffers
-        self._free: queue.Queue = queue.Queue()
+        # the consumer's thread (where Ctrl-C is raised) and the reader share only SimpleQueues,
+        # whose put and get are done or not done, and a flag (see io._background's
+        # BackgroundWrites: a queue.Queue's wake-up could be lost, and a release's or close's
+        # with it; an Event's lock could stay taken)
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
         for slot in range(n_buffers):
             self._free.put((slot, None))
-        self._ready: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
+        self._ready: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="xcorr-reader", daemon=True)
         self._started = False
 
@@ -128,7 +132,7 @@ class ChunkPrefetcher:
         try:
             for start, stop in self._bounds:
                 slot, event = self._free.get()
-                if self._stop.is_set():
+                if self._stopping:
                     return
                 if event is not None:
                     event.synchronize()  # its copy to the device has finished
@@ -189,7 +193,7 @@ class ChunkPrefetcher:
 
     def close(self) -> None:
         """Stop the reader (it finishes the read in progress) and wait for it."""
-        self._stop.set()
+        self._stopping = True
         self._free.put((0, None))  # wake it if it waits for a buffer
         if self._started:
             self._thread.join()
