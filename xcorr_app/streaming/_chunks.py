@@ -30,6 +30,7 @@ import numpy as np
 from .. import backend
 from ..errors import InputError
 from ._gpus import parse_gpus
+from ._into_out import Downloads, FaultAhead, out_view
 from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
 from ._ranges import chunk_bounds, piece_bounds
@@ -43,11 +44,6 @@ COPY_THREADS = 4
 PIECE_BYTES = 64 * 2**20
 #: pieces read ahead on the GPU (the ring holds one more)
 PIECES_AHEAD = 3
-#: ``map_chunks(out=)``: threads that fault in the pages of ``out`` ahead of the chunks
-#: written into it, the chunks ahead, and a page
-FAULT_THREADS = 4
-FAULT_AHEAD = 2
-PAGE = 4096
 
 
 class DeviceChunks:
@@ -164,24 +160,13 @@ def map_chunks(open_src, chunk_frames, fn, *, gpus=None, xp=np, depth=2, out=Non
         yield from _on_gpus(open_src, parse_gpus(gpus), chunk_frames, fn, depth, out)
 
 
-def _out_view(result, out, start):
-    """``out``'s rows for the chunk's ``result`` (InputError where it does not fit)."""
-    view = out[start:start + len(result)]
-    if view.shape != tuple(result.shape) \
-            or not np.can_cast(result.dtype, view.dtype, casting="same_kind"):
-        raise InputError(f"out ({out.dtype} {out.shape}) has no room for the result "
-                         f"({result.dtype} {tuple(result.shape)}) of frames {start}.."
-                         f"{start + len(result)}")
-    return view
-
-
 def _to_host(result, out, start):
     """The chunk's ``result`` (NumPy or CuPy) as NumPy: a copy, or written into
     ``out[start:start + len(result)]`` (the view returned; the result cast to ``out``'s type
     where NumPy's ``same_kind`` rule allows)."""
     if out is None:
         return backend.to_numpy(result)
-    view = _out_view(result, out, start)
+    view = out_view(result, out, start)
     if backend.is_cupy_array(result):  # from the device straight into out (a strided result
         # is made contiguous on the device first)
         result.astype(view.dtype, copy=False).get(out=view)
@@ -193,7 +178,7 @@ def _to_host(result, out, start):
 def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
     with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks, \
             FaultAhead(out, chunk_bounds(0, src.n_frames, chunk_frames)) as faults, \
-            _Downloads(xp is not np and out is not None) as downloads:
+            Downloads(xp is not np and out is not None) as downloads:
         for k, (start, frames) in enumerate(chunks):
             result = fn(start, frames)
             if out is None and xp is np and isinstance(result, np.ndarray) \
@@ -201,118 +186,11 @@ def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
                 result = result.copy()  # the read buffer is reused for a later chunk
             faults.wait(k)
             if downloads.on and backend.is_cupy_array(result):
-                yield from downloads.add(start, result, _out_view(result, out, start))
+                yield from downloads.add(start, result, out_view(result, out, start))
             else:
                 yield from downloads.done()
                 yield start, _to_host(result, out, start)
         yield from downloads.done()
-
-
-class _Downloads:
-    """``map_chunks(out=)`` on the GPU: each chunk's result copied into its rows of ``out`` by
-    a thread of its own (on the chunk's stream), while the loop goes on to the next chunk, and
-    yielded one chunk behind, once its rows are written: the copy from the device (into
-    pageable memory: the host waits for it) overlaps the next chunk's upload and kernels
-    instead of following them."""
-
-    def __init__(self, on):
-        self.on, self.pending, self.pool = on, None, None
-        if on:
-            import concurrent.futures
-
-            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="xcorr-down")
-
-    def add(self, start, result, view):
-        """Start the copy of ``result`` into ``view``; yield the chunk before, once written."""
-        import cupy
-
-        stream, device = cupy.cuda.get_current_stream(), cupy.cuda.Device()
-        result = result.astype(view.dtype, copy=False)  # (a strided result made contiguous)
-
-        def copy():
-            with device:
-                result.get(stream=stream, out=view)  # (blocking: the stream synchronized)
-
-        previous, self.pending = self.pending, (start, view, self.pool.submit(copy))
-        if previous is not None:
-            previous[2].result()
-            yield previous[0], previous[1]
-
-    def done(self):
-        """Yield the chunk still pending, once written."""
-        if self.pending is not None:
-            start, view, future = self.pending
-            self.pending = None
-            future.result()
-            yield start, view
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)  # (a copy under way finishes before out is let go)
-
-
-class FaultAhead:
-    """Fault in the pages of the rows of ``out`` that the next chunks (``bounds``) will be
-    written into, on :data:`FAULT_THREADS` threads, :data:`FAULT_AHEAD` chunks ahead of the
-    loop (:meth:`wait` for chunk ``k`` before writing it); nothing without ``out``.
-
-    A fresh NumPy array's pages are mapped, and zeroed by the kernel, on first write; CUDA's
-    copy from the device into pageable memory does that on one thread, as NumPy's copy does:
-    a fresh 4 GiB float32 array took 1.76 s to fill from the GPU, one written before 0.35 s
-    (H100 host, 2026-11-23, ``tools/host_stage_probe.py``).  One byte a page is written (0:
-    the rows are the loop's output, about to be overwritten).
-
-    >>> out = np.ones((5, 8192), np.uint8)
-    >>> with FaultAhead(out, [(0, 2), (2, 4), (4, 5)]) as f:
-    ...     f.wait(0); f.wait(1); f.wait(2)
-    >>> out[:, :2].tolist(), int(out.sum())  # the first byte of every page written 0
-    ([[0, 1], [0, 1], [0, 1], [0, 1], [0, 1]], 40950)
-    """
-
-    def __init__(self, out, bounds):
-        self.out, self.bounds = out, list(bounds)
-        self.pool, self.futures, self.next = None, {}, 0
-        if out is not None and out.nbytes >= PAGE * FAULT_THREADS:
-            import concurrent.futures
-
-            self.pool = concurrent.futures.ThreadPoolExecutor(
-                FAULT_THREADS, thread_name_prefix="xcorr-fault")
-            self._submit(FAULT_AHEAD)
-
-    def _submit(self, ahead):
-        while self.next < min(len(self.bounds), ahead):
-            a, b = self.bounds[self.next]
-            flat = self.out[a:b].reshape(-1).view(np.uint8)
-            cuts = np.linspace(0, len(flat), FAULT_THREADS + 1).astype(np.int64) // PAGE * PAGE
-            cuts[-1] = len(flat)
-            self.futures[self.next] = [self.pool.submit(_touch, flat[lo:hi])
-                                       for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
-            self.next += 1
-
-    def wait(self, k):
-        """Chunk ``k``'s pages are in (then the next chunk's are asked for)."""
-        if self.pool is None:
-            return
-        for f in self.futures.pop(k, ()):
-            f.result()
-        self._submit(k + 1 + FAULT_AHEAD)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            for fs in self.futures.values():
-                for f in fs:
-                    f.cancel()
-            self.pool.shutdown(wait=True)
-
-
-def _touch(flat):
-    flat[::PAGE] = 0  # (NumPy's strided assignment runs without the GIL)
 
 
 def _on_gpus(open_src, ids, chunk_frames, fn, depth, out=None):
