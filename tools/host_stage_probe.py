@@ -63,7 +63,7 @@ def stages(stack):
     g = cp.zeros(stack.shape, cp.float32)
     rows["download float32 into written"] = median_wall(lambda: g.get(out=out))
     rows["download float32 into fresh"] = wall(lambda: g.get())[0]
-    del g
+    g = None  # (the GPU's memory back before the profiles)
     for k, v in rows.items():
         print(f"{k:34s} {v:7.3f} s  {n / v:8.0f} frames/s")
     for label, fn in (("align", lambda: align(stack, **KW)),

@@ -7,7 +7,6 @@ not the overlap.
 
     python3 tools/overlap_probe.py
 """
-import functools
 import itertools
 
 import cupy as cp

@@ -5,7 +5,6 @@ of several real images and seeds (deformation up to 3 px on rigid drift up to 10
 
     python3 tools/refine_passes_probe.py
 """
-import time
 
 import numpy as np
 
@@ -21,7 +20,6 @@ rows = {}
 for image, shape, grid in CASES:
     for seed in (1, 2, 3):
         rng = np.random.default_rng([seed, 61])
-        kw = {} if image is None else {}
         try:
             stack, params = nonrigid_stack(rng, 8, shape, 10.0, 3.0, 400.0, image, iterations=12)
         except Exception as exc:  # (an image too small for the frame)

@@ -112,13 +112,12 @@ def add_shifted(total, coverage, frames, shifts, idx=None):
     if is_cupy_array(total):
         _add_shifted_gpu(total, coverage, frames, idx, shifts)
         return
-    xp = array_module_of(total)
-    for a in range(0, len(idx), SUM_BATCH):
-        f = xp.asarray(frames[idx[a:a + SUM_BATCH]]).astype(xp.float32)
-        f = xp.where(xp.isfinite(f), f, 0.0)
+    for a in range(0, len(idx), SUM_BATCH):  # (NumPy)
+        f = np.asarray(frames[idx[a:a + SUM_BATCH]]).astype(np.float32)
+        f = np.where(np.isfinite(f), f, 0.0)
         s = shifts[a:a + SUM_BATCH]
-        total += shift_frames(f, s).sum(axis=0, dtype=xp.float64)
-        coverage += shift_frames(xp.ones_like(f), s).sum(axis=0, dtype=xp.float64)
+        total += shift_frames(f, s).sum(axis=0, dtype=np.float64)
+        coverage += shift_frames(np.ones_like(f), s).sum(axis=0, dtype=np.float64)
 
 
 def _add_shifted_gpu(total, coverage, frames, idx, shifts):
