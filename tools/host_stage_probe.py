@@ -4,7 +4,8 @@ time, on the bench's stack (4096 frames of 512x512 uint16 by default), warm, the
     python3 tools/host_stage_probe.py [FRAMES]          # the stages
     python3 tools/host_stage_probe.py [FRAMES] chunks   # whole runs per chunk_frames
 
-The stages: ``align`` of the uint16 NumPy stack, ``AlignResult.apply(out=)`` into one float32
+The stages: ``align`` of the uint16 NumPy stack, ``align(out=)`` (the bench's host in/out row:
+the aligned frames made by the run, into a fresh array), ``AlignResult.apply(out=)`` into one float32
 array written before and into a fresh one, the plain floors (one upload of the stack, one
 download of a float32 stack of its size into a fresh and into a written array), then one run of
 each under cProfile.  ``chunks``: ``align`` with patches and rigid, GPU-resident (CuPy in) and
@@ -45,8 +46,8 @@ def applied(res, stack, into):
     return res
 
 
-def host_run(stack, **kw):
-    return applied(align(stack, **kw), stack, np.empty(stack.shape, np.float32))
+def host_run(stack, **kw):  # the bench's host in/out row: align(out=) into a fresh array
+    return align(stack, out=np.empty(stack.shape, np.float32), **kw)
 
 
 def stages(stack):
@@ -55,6 +56,10 @@ def stages(stack):
     host_run(stack[:256], **KW)
     rows = {"align": median_wall(lambda: align(stack, **KW)),
             "align rigid": median_wall(lambda: align(stack, **dict(KW, patches=None)))}
+    rows["align(out=) into fresh"] = median_wall(lambda: host_run(stack, **KW))
+    rows["align(out=) into written"] = median_wall(lambda: align(stack, out=out, **KW))
+    rows["align(out=) rigid into fresh"] = median_wall(
+        lambda: host_run(stack, **dict(KW, patches=None)))
     res = align(stack, **KW)
     rows["apply(out=) into written"] = median_wall(lambda: applied(res, stack, out))
     rows["apply(out=) into fresh"] = median_wall(
@@ -66,7 +71,7 @@ def stages(stack):
     g = None  # (the GPU's memory back before the profiles)
     for k, v in rows.items():
         print(f"{k:34s} {v:7.3f} s  {n / v:8.0f} frames/s")
-    for label, fn in (("align", lambda: align(stack, **KW)),
+    for label, fn in (("align(out=) into fresh", lambda: host_run(stack, **KW)),
                       ("apply into fresh",
                        lambda: applied(res, stack, np.empty(stack.shape, np.float32)))):
         prof = cProfile.Profile()

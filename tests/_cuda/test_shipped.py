@@ -106,8 +106,8 @@ def test_a_shipped_kernel_computes_what_nvrtc_s_does(tmp_path, rng):
     u = np.uint32
     # batch axes (1, 3) of planes of 35: strides (0, 35) for both operands
     fn((1,), (128,), (cp.asarray(left), cp.asarray(right), out, u(3), u(35), u(105),
-                      u(0), u(35), u(0), u(35)))
-    np.testing.assert_allclose(out.get(), left * np.conj(right), rtol=1e-6, atol=1e-6)
+                      u(0), u(35), u(0), u(35), np.float32(0.25)))
+    np.testing.assert_allclose(out.get(), 0.25 * left * np.conj(right), rtol=1e-6, atol=1e-6)
 
 
 def test_demangling_without_a_demangler_program():

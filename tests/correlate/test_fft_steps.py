@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._fft import conj_product
+from xcorr_app.correlate._fft import conj_product, irfft2_unnormalized
 
 pytestmark = pytest.mark.gpu
 
@@ -48,3 +48,34 @@ def test_conj_product_other_layouts_fall_back(rng):
     want = left.T[None].astype(np.complex64) * np.conj(right)
     got = conj_product(cp.asarray(left).T, cp.asarray(right))
     np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("scale", [1.0, 1 / 3.0])
+def test_conj_product_scales(rng, dtype, scale):
+    """``scale`` in the kernel and in the fallback (a transposed view)."""
+    import cupy as cp
+
+    left, right = spectra(rng, (4, 6, 5), dtype), spectra(rng, (4, 6, 5), dtype)
+    want = scale * left * np.conj(right)
+    rtol = 1e-6 if dtype == np.complex64 else 1e-14
+    out = cp.full(want.shape, np.nan + 1j * np.nan, dtype)
+    conj_product(cp.asarray(left), cp.asarray(right), out=out, scale=scale)
+    np.testing.assert_allclose(out.get(), want, rtol=rtol, atol=rtol)
+    t = conj_product(cp.asarray(left.transpose(0, 2, 1)).transpose(0, 2, 1),
+                     cp.asarray(right), scale=scale)
+    np.testing.assert_allclose(t.get(), want, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("size", [(7, 9), (12, 10), (31, 33)])
+def test_irfft2_unnormalized_is_n_times_the_inverse(rng, size):
+    """The unnormalized inverse of (poisoned-free) spectra of odd and even sizes against
+    float64 NumPy: n times ``irfft2``; its input may be overwritten."""
+    import cupy as cp
+
+    planes = rng.standard_normal((3, *size))
+    spec = np.fft.rfft2(planes)
+    got = irfft2_unnormalized(cp.asarray(spec.astype(np.complex64)), size).get()
+    assert got.shape == (3, *size) and got.dtype == np.float32
+    np.testing.assert_allclose(got, planes * size[0] * size[1], rtol=0,
+                               atol=1e-4 * size[0] * size[1])

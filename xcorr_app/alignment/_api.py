@@ -23,7 +23,8 @@ from .._cuda.loader import shipped_kernels_usable
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
 from ..io import open_source
-from ..streaming import DEFAULT_CHUNK, auto_chunk_frames, parse_memory
+from ..streaming import DEFAULT_CHUNK, StashedSource, auto_chunk_frames, keep_on_gpu, parse_memory
+from ._aligned_out import check_aligned_out, fill_out
 from ._options import (AlignOptions, as_stack, auto_notes, check_choices, check_frame_shape,
                        check_pixel_type, prefilter_for, resolve_auto, search_range)
 from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
@@ -131,7 +132,7 @@ def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc"
           min_confidence=None, interpolate_low=False, channel=None, chunk_frames=None,
           max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False,
           boundary="auto", lucas_kanade="auto", patches=None, patch_overlap=None,
-          max_deviation=4, patch_template_passes=0):
+          max_deviation=4, patch_template_passes=0, out=None):
     """Measure the shift of every frame of a stack against a reference.
 
     Parameters
@@ -253,6 +254,14 @@ path or ndarray
         measured again against it, this many times (as NoRMCorre refines its template;
         :func:`~xcorr_app.alignment._patch_pass.measure_field`).  Default 0: on the benchmark
         stack the field's error is not the template's noise (docs/how-align-works.md).
+    out : ndarray or callable(start, chunk), optional
+        The aligned stack, made by the run: a C-contiguous float32 ``(N, H, W)`` array (NumPy,
+        or CuPy on a GPU run) filled with the frames :meth:`AlignResult.apply` gives with its
+        defaults (bilinear, fill 0, not cropped), or a callable given every float32 NumPy
+        chunk ``(start, frames)`` in frame order.  With ``patches`` the last patch pass warps
+        each chunk while it is on the device; on a GPU the stack is kept there between the
+        passes where it takes at most a quarter of the free memory (without ``max_memory``),
+        so it is read and uploaded once (:mod:`xcorr_app.alignment._aligned_out`).
 
     Returns
     -------
@@ -285,8 +294,9 @@ path or ndarray
             raise InputError("lucas_kanade on is not available with several GPUs (gpus / "
                              "--gpus)")
         opts = dataclasses.replace(opts, lucas_kanade="off")  # prefilter auto: align_on_gpus
-        if patches is not None:
-            with open_source(stack_or_path, channel) as src:
+        with open_source(stack_or_path, channel) as src:
+            check_aligned_out(out, (src.n_frames, *src.frame_shape), "gpu")
+            if patches is not None:
                 _check_grid(src.frame_shape, patches, patch_overlap, max_deviation,
                             patch_template_passes)
         res = align_on_gpus(opts.measuring(), stack_or_path, gpus,
@@ -299,6 +309,8 @@ path or ndarray
                                         res.settings["chunk_frames"], patches, patch_overlap,
                                         max_deviation, patch_template_passes))
             res.settings["patches"]["template_passes"] = int(patch_template_passes)
+        if out is not None:
+            fill_out(res, out, stack_or_path, "gpu", gpus)
         return res
     on_gpu = backend.is_cupy_array(stack_or_path)
     with open_source(stack_or_path, channel) as src:
@@ -321,6 +333,13 @@ path or ndarray
         if chunk_frames is None:
             chunk_frames = auto_chunk_frames(src.frame_shape, dev)
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
+        check_aligned_out(out, (src.n_frames, *src.frame_shape), dev)
+        # later passes (patches, out, templates, boundary auto's second pass) read the stack
+        # again: on the GPU, from the device where it fits (streaming/_stash.py)
+        again = patches is not None or out is not None or opts.refined \
+            or opts.lucas_kanade != "off" or opts.boundary == "auto"
+        src = StashedSource(src, keep_on_gpu(src, xp) if again and budget is None
+                            and dev == "gpu" and not on_gpu else None)
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts
             passes = 1 + (opts.refined or 0)
@@ -347,6 +366,7 @@ path or ndarray
                                          progress=progress)
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
+        kept = src.stack if src.stash is not None and src.stash.complete else stack_or_path
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
                 "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes,
                 "prefilter_auto": why, "device_note": choice_note,
@@ -357,9 +377,12 @@ path or ndarray
         from ._patch_pass import measure_field
 
         # on the run's device: the same numbers as the CPU's (tests/alignment/test_patches.py)
-        res.set_field(measure_field(opts, stack_or_path, res.shifts, xp, chunk, patches,
-                                    patch_overlap, max_deviation, patch_template_passes))
+        res.set_field(measure_field(opts, kept, res.shifts, xp, chunk, patches,
+                                    patch_overlap, max_deviation, patch_template_passes,
+                                    out=out))
         res.settings["patches"]["template_passes"] = int(patch_template_passes)
+    elif out is not None:
+        fill_out(res, out, kept, dev)
     return res
 
 

@@ -36,7 +36,7 @@ from ._apply import check_out
 from ._patches import PatchGrid
 
 __all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
-           "spline_weights", "warp_frames", "warped_sum"]
+           "spline_weights", "warp_chunk", "warp_frames", "warped_sum"]
 
 #: the resamplings of the warp
 FIELD_RESAMPLE = ("bilinear", "cubic")
@@ -78,6 +78,22 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
         else:
             out[k] = bilinear_sample(frames[k], cy, cx, fill)
     return out
+
+
+def warp_chunk(frames, patch_field, weights, resample="bilinear", fill=0.0, box=None):
+    """The frames ``(N, H, W)`` warped by their fields (``patch_field`` ``(N, gy, gx, 2)``,
+    spline ``weights`` of :func:`field_weights`), the pixels of ``box`` ``(y0, y1, x0, x1)``
+    (default the frame): float32 on the frames' device (one kernel on the GPU, the field
+    evaluated at each pixel; :func:`warp_frames` on the CPU).  The one warp of
+    :func:`apply_field` and of ``align(out=)``'s patch pass."""
+    xp = backend.array_module_of(frames)
+    h, w = frames.shape[1:]
+    y0, y1, x0, x1 = box or (0, h, 0, w)
+    if xp is not np:
+        return warp_gpu(frames, xp.asarray(patch_field), weights, resample == "cubic", fill,
+                        (y0, y1, x0, x1))
+    dense = dense_field(backend.to_numpy(patch_field), None, None, weights)
+    return warp_frames(frames, dense, resample, fill)[:, y0:y1, x0:x1]
 
 
 #: frames warped at once by :func:`warped_sum` on the GPU
@@ -151,13 +167,9 @@ def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
         xp = backend.xp_for(backend.resolve_device(device))
         weights = field_weights(centres, src.frame_shape, xp)
 
-        def warped(start, frames):  # GPU: one kernel, the field evaluated at each pixel
-            pf = patch_field[start:start + len(frames)]
-            if xp is not np:
-                return warp_gpu(frames, xp.asarray(pf), weights, resample == "cubic", fill,
-                                (y0, y1, x0, x1))
-            dense = dense_field(pf, centres, src.frame_shape, weights)
-            return warp_frames(frames, dense, resample, fill)[:, y0:y1, x0:x1]
+        def warped(start, frames):
+            return warp_chunk(frames, patch_field[start:start + len(frames)], weights,
+                              resample, fill, (y0, y1, x0, x1))
 
         yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, warped, xp=xp,
                               out=out)

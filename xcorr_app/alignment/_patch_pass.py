@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..io import FrameRange, open_source
 from ..streaming import map_chunks
 from ._field_resample import field_weights
-from ._motion_field import MotionField, warped_sum
+from ._motion_field import MotionField, warp_chunk, warped_sum
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, fill_low, integer_parts,
                        low_patches, patch_left, patch_margin, patch_shifts, refine_left,
@@ -98,7 +98,7 @@ def _template_image(opts, src, xp, chunk, rigid):
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
-                  max_deviation, template_passes=0, *, ranges=None, run=None):
+                  max_deviation, template_passes=0, *, ranges=None, run=None, out=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
@@ -116,7 +116,11 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     frame order.  The pieces, also for Dask: :func:`patch_grid` and the template
     (:func:`aligned_sums`, :class:`PatchSetup`, :func:`next_image`) are global,
     :func:`measure_range` measures any range of frames on its own, :func:`field_from_rows`
-    joins the rows."""
+    joins the rows.
+
+    ``out`` (one device only): the aligned frames (as :meth:`AlignResult.apply` with its
+    defaults gives them) of the last pass, each chunk warped by its field while it is on the
+    device, as :func:`measure_range` says."""
     check_patch_reference(opts)
     passes = check_template_passes(template_passes)
     rigid = np.asarray(rigid, np.float64)
@@ -138,7 +142,7 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
                     else open_source(stack_or_path, opts.channel)
                 with own as frames:
                     return _measure_part(opts, frames, xp, chunk, on, rigid, ranges[j],
-                                         not last, shared)
+                                         not last, shared, out if last else None)
 
             parts = run(part)
             if k == passes:
@@ -148,12 +152,12 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     return field_from_rows(np.concatenate([rows for rows, _ in parts]), rigid, setup)
 
 
-def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host):
+def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None):
     """Rows of frames ``bounds`` and, with ``accumulate``, their warped sums ``(total,
     coverage)`` for the next template (NumPy with ``host``, else on ``xp``'s device)."""
     acc = TemplateAccumulator(xp, src.frame_shape) if accumulate else None
     rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
-                         None if acc is None else _adder(acc))
+                         None if acc is None else _adder(acc), out=out)
     if acc is None:
         return rows, None
     sums = (acc.total, acc.coverage)
@@ -198,24 +202,61 @@ def check_patch_reference(opts):
                          "is not available with patches")
 
 
-def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None):
+def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None, out=None):
     """Rows ``start:stop`` ``(n, P, 5)`` (host) of one patch pass against ``setup``, chunk by
     chunk; each frame's rows depend only on the frame, ``setup`` and its rigid shift, so ranges
     measured apart give the rows of one run.  ``add_sums(total, count)``, if given, sees each
     chunk's warped frames (:func:`~._motion_field.warped_sum`, on ``xp``'s device, in frame
-    order) for the next template."""
+    order) for the next template.
+
+    ``out``: every frame warped by its field (bilinear, fill 0, the whole frame: the defaults
+    of :meth:`AlignResult.apply`, :func:`~._motion_field.warp_chunk`) while the chunk is on the
+    device, into ``out`` (float32 ``(stop - start, H, W)``: NumPy, from the device as
+    :func:`~xcorr_app.streaming.map_chunks` writes its ``out``, or CuPy on the GPU) or handed to
+    ``out(start, chunk)`` (a callable: float32 NumPy chunks in frame order, frames numbered
+    from ``start``): the aligned stack without reading the stack once more."""
     grid = setup.grid
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
     dev = "cpu" if xp is np else "gpu"
     weights = field_weights(grid.centres, src.frame_shape, xp)
+    warp = None if out is None else _Warper(out, weights)
     work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
-                     refine_taper(grid.size), weights, add_sums, start)
+                     refine_taper(grid.size), weights, add_sums, start, warp)
     if xp is not np:  # the chunks' streams read what was set up on this one
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
-    parts = [block for _, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work,
-                                              xp=xp)]
+    parts = {}
+    if warp is None or not warp.returns:
+        for first, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work, xp=xp):
+            parts[first] = block
+    else:  # the chunk's warped frames are map_chunks' result; its rows are kept aside
+        host_out = out if isinstance(out, np.ndarray) else None
+        for first, frames in map_chunks(lambda: contextlib.nullcontext(part), chunk, work,
+                                        xp=xp, out=host_out):
+            if host_out is None:
+                out(start + first, frames)
+            parts[first] = warp.rows.pop(first)
+    parts = [parts[k] for k in sorted(parts)]
     return np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
+
+
+class _Warper:
+    """Where :func:`measure_range`'s aligned frames go: ``returns`` (the measurer returns the
+    warped chunk, its rows kept in ``rows`` by the chunk's first frame) or written into a
+    CuPy ``out`` by the measurer itself."""
+
+    def __init__(self, out, weights):
+        self.out, self.weights, self.rows = out, weights, {}
+        self.returns = not backend.is_cupy_array(out)
+
+    def __call__(self, first, frames, field, rows):
+        """The chunk's result: its rows, or its warped frames (rows kept)."""
+        if not self.returns:
+            n = len(frames)
+            self.out[first:first + n] = warp_chunk(frames, field, self.weights)
+            return rows
+        self.rows[first] = rows
+        return warp_chunk(frames, field, self.weights)
 
 
 def field_from_rows(table, rigid, setup):
@@ -230,10 +271,11 @@ def field_from_rows(table, rigid, setup):
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
-              offset=0):
+              offset=0, warp=None):
     """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
     (host); with ``add_sums`` the chunk's frames warped by their fields are handed to it (in
-    the chunk's stream order).  ``offset``: the chunks' frame 0 in the stack.
+    the chunk's stream order).  ``offset``: the chunks' frame 0 in the stack.  ``warp`` (a
+    :class:`_Warper`): the chunk's frames warped by their fields, its result.
 
     The correlations run on the run's device; the small per-patch rules (which patches are
     low, :func:`~._patches.fill_low`, the result's columns) on the host with NumPy, on GPU
@@ -277,9 +319,13 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
                 idx = xp.asarray(keep)
                 add_sums(*warped_sum(frames[idx], field[idx], weights))
         cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
-        return np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
+        rows = np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
                                cf[..., None].astype(np.float64),
                                low[..., None].astype(np.float64)], axis=-1)
+        if warp is None:
+            return rows
+        # the field as the result's motion_field holds it (rigid + deviation, float64)
+        return warp(first, frames, (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2), rows)
 
     return measure
 

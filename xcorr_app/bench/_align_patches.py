@@ -7,11 +7,12 @@ smooth random scene, rigid drift up to 10 px, a smooth deformation up to 3 px, p
 an untimed first call (its time is the *first call* column: kernel compilation, plans), the
 median of ``repeat`` (at least 3) runs:
 
-* **xcorr --patches, host in/out**: :func:`xcorr_app.align` on the uint16 NumPy stack, then
-  every frame warped by its field into one float32 NumPy array (:meth:`AlignResult.apply`
-  with ``out=``; wall clock: what a user of the Python API waits for);
+* **xcorr --patches, host in/out**: :func:`xcorr_app.align` on the uint16 NumPy stack with
+  ``out=`` one fresh float32 NumPy array: every frame warped by its field into it (the last
+  patch pass warps each chunk while it is on the GPU; wall clock: what a user of the Python
+  API waits for);
 * **xcorr --patches, on the GPU**: the same with the stack already on the GPU (CuPy) and the
-  warped frames left there (CUDA events);
+  warped frames left there (``out=`` a CuPy array; CUDA events);
 * **rigid only, host in/out** and **rigid only, on the GPU**: the same without patches (the
   frames shifted by their rigid shifts), the cost of the patch pass by difference;
 * **per-patch CuPy FFT loop** (on :data:`LOOP_FRAMES` frames): what a user would write without
@@ -136,8 +137,6 @@ def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
     import cupy as cp
 
     from ..alignment._api import align
-    from ..alignment._field_resample import field_weights, warp_gpu
-    from ..alignment._warp import shift_frames
 
     n, h, w = stack.shape
     kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False)
@@ -145,30 +144,22 @@ def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
     gstack = cp.asarray(stack)
 
     def host_run(options):  # uint16 in, aligned float32 frames out on the host: the
-        # documented way to one array, apply(out=) (the chunks from the GPU straight into it)
-        res = align(stack, **options)
-        out = np.empty((n, h, w), np.float32)
-        for _ in res.apply(stack, out=out):
-            pass
-        return res
+        # documented way to one array, align(out=) (the chunks from the GPU straight into it)
+        return align(stack, out=np.empty((n, h, w), np.float32), **options)
 
     def host_patches():
         return host_run(pk)
 
     def gpu_patches():
-        res = align(gstack, **pk)
-        weights = field_weights(res.patch_centres, (h, w), cp)
-        field, c = cp.asarray(res.motion_field), res.settings["chunk_frames"]
-        warped = [warp_gpu(gstack[a:a + c], field[a:a + c], weights) for a in range(0, n, c)]
-        return res, warped
+        out = cp.empty((n, h, w), cp.float32)
+        return align(gstack, out=out, **pk), out
 
     def host_rigid():
         return host_run(kw)
 
     def gpu_rigid():
-        res = align(gstack, **kw)
-        s, c = cp.asarray(res.shifts), res.settings["chunk_frames"]
-        return res, [shift_frames(gstack[a:a + c], s[a:a + c]) for a in range(0, n, c)]
+        out = cp.empty((n, h, w), cp.float32)
+        return align(gstack, out=out, **kw), out
 
     # the grid (the same for the whole stack: the repeated frames have the same rigid
     # shifts), for the rigid rows' error and the FFT loop's patches

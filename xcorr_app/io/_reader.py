@@ -342,6 +342,8 @@ class FrameRange:
         stack = getattr(src, "stack", None)
         self.stack = None if stack is None else _window(stack, start, stop)
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
+        stash = getattr(src, "stash", None)  # (a stack kept on the GPU: streaming/_stash.py)
+        self.stash = None if stash is None else stash.window(start, stop)
 
     def source_name(self, i):
         return self.src.source_name(self.start + i)

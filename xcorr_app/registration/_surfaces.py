@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import InputError
 from .._cuda.loader import KernelFamily
-from ..correlate._fft import conj_product, fft_geometry, padded_spectra
+from ..correlate._fft import conj_product, fft_geometry, irfft2_unnormalized, padded_spectra
 from ..correlate._shifts import first_shift
 
 SEGMENTS = 32
@@ -266,16 +266,15 @@ class GpuSurfaces:
     def __call__(self, ref, mov, plan, correlate):
         """``(z, iy, ix, peak, conf)`` of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
         frame); ``correlate()`` gives the dense raw surfaces for plans other than FFT."""
-        import cupy as cp
-
         fft = plan.method == "fft"
         left_tables, spectrum = self._left_data(ref, fft)
         right_tables = summed_area_tables(mov, bound_rows=self.bound_rows) \
             if self.normalize else None
         if fft:
             product = padded_spectra(mov, self.fft_size)
-            conj_product(spectrum, product, out=product)
-            corr = cp.fft.irfft2(product, s=self.fft_size)  # c[k] at k mod fft_size
+            size = self.fft_size
+            conj_product(spectrum, product, out=product, scale=1.0 / (size[0] * size[1]))
+            corr = irfft2_unnormalized(product, size)  # c[k] at k mod fft_size
         else:
             corr = correlate()
         return surface_peaks(corr, self.shape, self.k0, self.surface, left_tables=left_tables,

@@ -1,6 +1,7 @@
 """Streaming a stack chunk by chunk in bounded memory, on one device or several GPUs: the one
 chunk loop (:func:`map_chunks`, :class:`DeviceChunks`), the read-ahead thread
-(:class:`ChunkPrefetcher`), the chunk arithmetic (:func:`frame_ranges`), the GPUs of
+(:class:`ChunkPrefetcher`), the chunk arithmetic (:func:`frame_ranges`), a stack kept on the GPU between passes
+(:class:`StashedSource`), the GPUs of
 ``--gpus`` (:func:`parse_gpus`, :func:`run_on_gpus`) and the memory budget
 (:func:`parse_memory`, :func:`frame_need`, :func:`plan_memory`).  Generic: it knows frame sources (io), not
 what is computed on the chunks.
@@ -18,9 +19,11 @@ from ._memory_budget import (DEFAULT_CHUNK, READ_AHEAD, FrameNeed, MemoryPlan,
                              auto_chunk_frames, frame_need, human, parse_memory, plan_memory)
 from ._prefetch import ChunkPrefetcher, host_buffer
 from ._ranges import chunk_bounds, frame_ranges, piece_bounds
+from ._stash import DeviceStash, StashedSource, keep_on_gpu
 from ._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thread
 
 __all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "host_buffer", "chunk_bounds",
            "piece_bounds", "frame_ranges", "parse_gpus", "run_on_gpus", "Cancelled", "parse_memory",
            "frame_need", "plan_memory", "auto_chunk_frames", "DEFAULT_CHUNK", "FrameNeed", "MemoryPlan", "human", "READ_AHEAD",
-           "cpu_threads", "frame_slices", "keep_freed_memory", "one_blas_thread"]
+           "cpu_threads", "frame_slices", "keep_freed_memory", "one_blas_thread",
+           "DeviceStash", "StashedSource", "keep_on_gpu"]

@@ -61,6 +61,8 @@ class DeviceChunks:
         self.src, self.chunk_frames, self.xp = src, chunk_frames, xp
         stack = getattr(src, "stack", None)
         self._direct = stack is not None and (xp is np or backend.is_cupy_array(stack))
+        # a stack being kept on the GPU (streaming/_stash.py): the chunks uploaded into it
+        self._stash = getattr(src, "stash", None) if xp is not np and not self._direct else None
         self._prefetch = None
         if not self._direct:
             if xp is np:
@@ -89,11 +91,12 @@ class DeviceChunks:
             return
         streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
         pieces = iter(chunks)
-        for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,
-                                                       self.chunk_frames)):
+        stash = self._stash
+        bounds = chunk_bounds(0, self.src.n_frames, self.chunk_frames)
+        for k, (start, stop) in enumerate(bounds):
             stream = streams[k % 2]
             with stream:
-                frames = None
+                frames = None if stash is None else stash.rows(start, stop)
                 at = start
                 while at < stop:  # the chunk's pieces, each copied as it is read
                     item = next(pieces, None)
@@ -106,6 +109,10 @@ class DeviceChunks:
                     chunks.release(slot, stream.record())
                     at += len(host)
                 yield start, frames
+        if stash is not None:  # every chunk uploaded: the stash holds them once copied
+            for s in streams:
+                s.synchronize()
+            stash.mark(0, self.src.n_frames)
 
     def __iter__(self):
         return self._gen

@@ -4,9 +4,10 @@
 // the circular correlation.  I is the element index type: unsigned int while the arrays
 // allow (a 64-bit division per element is an emulated subroutine), else unsigned long long.
 //
-//  * conj_product: out[b0, b1, j] = left[b0, b1, j] * conj(right[b0, b1, j]) over batch axes
-//    (n0, n1) of planes of p elements, each operand's batch strides in elements (0 where it
-//    broadcasts); out may be right (read before written by the same thread).
+//  * conj_product: out[b0, b1, j] = scale * left[b0, b1, j] * conj(right[b0, b1, j]) over
+//    batch axes (n0, n1) of planes of p elements, each operand's batch strides in elements (0
+//    where it broadcasts); out may be right (read before written by the same thread).  scale:
+//    the inverse FFT's 1/n, folded in here so that the inverse runs unnormalized.
 //  * fft_pad:  padded[b, y, x] = a[b, y, x] inside the (h, w) matrices, else 0.
 //  * fft_crop: out[b, y, x] = circ[b, (y + oy) mod fy, (x + ox) mod fx] where the shift has an
 //    overlap (y_lo <= y < y_hi, x_lo <= x < x_hi), else 0.
@@ -19,7 +20,7 @@ template <typename R, typename I>
 __global__ void conj_product(const typename Complex<R>::type* __restrict__ left,
                              const typename Complex<R>::type* right,
                              typename Complex<R>::type* out, I n1, I p, I total,
-                             I ls0, I ls1, I rs0, I rs1) {
+                             I ls0, I ls1, I rs0, I rs1, R scale) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (I)gridDim.x * blockDim.x) {
         const I plane = i / p, j = i - plane * p;
@@ -27,8 +28,8 @@ __global__ void conj_product(const typename Complex<R>::type* __restrict__ left,
         const typename Complex<R>::type l = left[b0 * ls0 + b1 * ls1 + j];
         const typename Complex<R>::type r = right[b0 * rs0 + b1 * rs1 + j];
         typename Complex<R>::type o;
-        o.x = l.x * r.x + l.y * r.y;  // (a + ib)(c - id) = (ac + bd) + i(bc - ad)
-        o.y = l.y * r.x - l.x * r.y;
+        o.x = scale * (l.x * r.x + l.y * r.y);  // (a + ib)(c - id) = (ac + bd) + i(bc - ad)
+        o.y = scale * (l.y * r.x - l.x * r.y);
         out[i] = o;
     }
 }

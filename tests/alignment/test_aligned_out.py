@@ -1,0 +1,159 @@
+"""``align(out=)``: the aligned stack made by the run (warped during the last patch pass, or
+applied from the stack kept on the GPU), the frames of ``AlignResult.apply`` with its
+defaults; and the stack kept on the GPU between passes (``streaming/_stash.py``)."""
+
+import numpy as np
+import pytest
+
+from xcorr_app import align
+from xcorr_app.bench._align_data import nonrigid_stack
+from xcorr_app.errors import InputError
+
+from synthetic import write_stack
+
+KW = dict(max_shift=14, verify=False, prefilter="gaussian:1", lucas_kanade="off",
+          boundary="linear")
+
+
+@pytest.fixture(scope="module")
+def deformed():
+    return nonrigid_stack(np.random.default_rng(5), 7, (96, 112), 10.0, 3.0, 400.0,
+                          "camera")[0]
+
+
+def applied(res, stack, device="cpu"):
+    return np.concatenate([c for _, c in res.apply(stack, device=device)])
+
+
+@pytest.mark.parametrize("patches", [None, (3, 2)])
+@pytest.mark.parametrize("passes", [0, 1])
+def test_out_holds_the_frames_apply_gives(deformed, patches, passes):
+    if patches is None and passes:
+        pytest.skip("template passes are a patch option")
+    extra = {} if patches is None else dict(patches=patches, patch_template_passes=passes)
+    out = np.full(deformed.shape, np.nan, np.float32)  # poisoned
+    res = align(deformed, device="cpu", chunk_frames=3, out=out, **KW, **extra)
+    plain = align(deformed, device="cpu", chunk_frames=3, **KW, **extra)
+    np.testing.assert_array_equal(res.shifts, plain.shifts)
+    if patches is not None:
+        np.testing.assert_array_equal(res.motion_field, plain.motion_field)
+    np.testing.assert_array_equal(out, applied(plain, deformed))
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("patches", [None, (2, 2)])
+def test_a_callable_out_gets_every_chunk_in_order(deformed, tmp_path, patches):
+    path = write_stack(tmp_path / "s.tif", deformed)
+    got = []
+    extra = {} if patches is None else dict(patches=patches)
+    res = align(path, device="cpu", chunk_frames=2, out=lambda a, c: got.append((a, c.copy())),
+                **KW, **extra)
+    assert [a for a, _ in got] == [0, 2, 4, 6]
+    assert all(c.dtype == np.float32 for _, c in got)
+    np.testing.assert_array_equal(np.concatenate([c for _, c in got]), applied(res, deformed))
+
+
+@pytest.mark.parametrize("out", [np.zeros((7, 96, 112)), np.zeros((6, 96, 112), np.float32),
+                                 np.zeros((7, 112, 96), np.float32), "frames.tif",
+                                 np.zeros((7, 96, 224), np.float32)[:, :, ::2]])
+def test_a_bad_out_is_an_input_error_before_any_pass(deformed, out, monkeypatch):
+    import xcorr_app.alignment._api as api
+
+    monkeypatch.setattr(api, "passes_table", None)  # (a pass would fail otherwise)
+    monkeypatch.setattr(api, "measure_frames", None)
+    with pytest.raises(InputError, match="out must be a writeable C-contiguous float32"):
+        align(deformed, device="cpu", out=out, **KW)
+
+
+def test_a_read_only_out_is_an_input_error(deformed):
+    out = np.zeros(deformed.shape, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(InputError, match="out must be"):
+        align(deformed, device="cpu", out=out, **KW)
+
+
+# ------------------------------------------------------------------ the stash, on the host
+
+def test_a_stash_window_marks_its_frames_of_the_whole():
+    from xcorr_app.streaming import DeviceStash
+
+    whole = DeviceStash(np.zeros((6, 2, 2), np.uint16))
+    part = whole.window(2, 5)
+    assert part.frames.shape == (3, 2, 2) and not part.complete
+    part.rows(0, 3)[:] = 7
+    part.mark(0, 3)
+    assert part.complete and not whole.complete
+    assert whole.filled.tolist() == [False, False, True, True, True, False]
+    assert (whole.base[2:5] == 7).all() and (whole.base[[0, 1, 5]] == 0).all()
+
+
+def test_a_frame_range_of_a_stashed_source_windows_its_stash():
+    from xcorr_app.io import ArraySource, FrameRange
+    from xcorr_app.streaming import DeviceStash, StashedSource
+
+    stack = np.arange(5 * 2 * 2, dtype=np.uint16).reshape(5, 2, 2)
+    stash = DeviceStash(np.zeros_like(stack))
+    src = StashedSource(ArraySource(stack), stash)
+    part = FrameRange(src, 1, 4)
+    assert part.stash.offset == 1 and part.stash.n == 3
+    np.testing.assert_array_equal(src.read(1, 3), stack[1:3])  # reads: from the source
+    assert src.stack is stack  # not complete: the source's own
+    stash.base[:] = stack
+    stash.mark(0, 5)
+    assert src.stack is stash.base or np.shares_memory(src.stack, stash.base)
+    assert StashedSource(ArraySource(stack), None).stack is stack
+
+
+# ------------------------------------------------------------------------------------ GPU
+
+@pytest.mark.gpu
+def test_the_stash_fills_once_and_later_loops_read_it():
+    """The first GPU chunk loop over a stashed source uploads into the stash (poisoned first);
+    once complete, a loop over a range of it reads the device array directly."""
+    import cupy as cp
+
+    from xcorr_app.io import ArraySource, FrameRange
+    from xcorr_app.streaming import DeviceChunks, DeviceStash, StashedSource
+
+    stack = np.random.default_rng(3).integers(0, 60000, (37, 19, 23)).astype(np.uint16)
+    stash = DeviceStash.allocate(*stack.shape[:1], stack.shape[1:], stack.dtype)
+    stash.base.fill(12345)
+    src = StashedSource(ArraySource(stack), stash)
+    with DeviceChunks(FrameRange(src, 0, 37), 5, cp) as chunks:
+        seen = [(a, f.copy()) for a, f in chunks]
+    assert stash.complete
+    np.testing.assert_array_equal(stash.base.get(), stack)
+    np.testing.assert_array_equal(np.concatenate([f.get() for _, f in seen]), stack)
+    part = FrameRange(src, 3, 30)
+    assert cp.shares_memory(part.stack, stash.base)
+    with DeviceChunks(part, 8, cp) as chunks:
+        again = np.concatenate([f.get() for _, f in chunks])
+    np.testing.assert_array_equal(again, stack[3:30])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("patches", [None, (3, 2)])
+def test_gpu_out_holds_the_frames_apply_gives(deformed, tmp_path, patches):
+    """Host stack (kept on the GPU for the later passes) and file: NumPy out, CuPy out and a
+    callable, against ``apply`` of a run without out (the same run up to the GPU's 1e-4 px)."""
+    import cupy as cp
+
+    path = write_stack(tmp_path / "s.tif", deformed)
+    extra = {} if patches is None else dict(patches=patches)
+    for stack in (deformed, path):
+        out = np.full(deformed.shape, np.nan, np.float32)
+        res = align(stack, device="gpu", chunk_frames=3, out=out, **KW, **extra)
+        assert res.settings["device"] == "gpu"
+        want = applied(res, deformed, device="gpu")
+        np.testing.assert_allclose(out, want, rtol=0, atol=1e-5 * float(deformed.max()))
+        plain = align(stack, device="gpu", chunk_frames=3, max_memory="4G", **KW, **extra)
+        np.testing.assert_allclose(res.shifts, plain.shifts, rtol=0, atol=1e-4)
+        if patches is not None:
+            np.testing.assert_allclose(res.motion_field, plain.motion_field, rtol=0, atol=1e-3)
+    gout = cp.full(deformed.shape, cp.nan, cp.float32)
+    res = align(cp.asarray(deformed), device="gpu", chunk_frames=3, out=gout, **KW, **extra)
+    np.testing.assert_allclose(gout.get(), applied(res, deformed, device="gpu"), rtol=0,
+                               atol=1e-5 * float(deformed.max()))
+    got = []
+    align(deformed, device="gpu", chunk_frames=4, out=lambda a, c: got.append(a), **KW, **extra)
+    assert got == [0, 4]

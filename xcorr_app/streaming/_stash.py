@@ -1,0 +1,122 @@
+"""A stack kept on the GPU for the later passes of a run (:class:`StashedSource`): the first
+pass over every frame uploads each chunk into its rows of one device array instead of a chunk
+buffer, and once that pass has ended every later pass (a patch pass, a template pass, the
+aligned frames of ``align(out=)``) reads the frames from there: the stack crosses the bus once.
+
+A run keeps its stack on the GPU only where it holds to a small share of the device's free
+memory (:func:`stash_fits`); the array is allocated outside CuPy's memory pool and given back
+to the driver when the run lets it go, so the pool of a Python session does not grow by it.
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.io import ArraySource
+>>> stack = np.zeros((4, 2, 3), np.uint16)
+>>> src = StashedSource(ArraySource(stack), DeviceStash(np.ones_like(stack)))  # (NumPy here)
+>>> src.n_frames, src.frame_shape, src.stack is stack, src.stash.complete
+(4, (2, 3), True, False)
+>>> src.stash.mark(0, 4); int(src.stack.sum())  # complete: the stash's frames
+24
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+
+#: the share of the device's free memory (at the run's start) a stack kept on the GPU may take
+STASH_SHARE = 0.25
+
+
+def stash_fits(n_frames, frame_shape, dtype, device_free) -> bool:
+    """Whether a stack of ``n_frames`` frames fits :data:`STASH_SHARE` of ``device_free`` bytes.
+
+    >>> stash_fits(4096, (512, 512), np.uint16, 80 * 2**30), stash_fits(10, (8, 8), "u1", 100)
+    (True, False)
+    """
+    need = int(n_frames) * int(np.prod(frame_shape)) * np.dtype(dtype).itemsize
+    return device_free is not None and need <= STASH_SHARE * device_free
+
+
+def keep_on_gpu(src, xp):
+    """A :class:`DeviceStash` for every frame of ``src`` on ``xp``'s current device where the
+    stack fits (:func:`stash_fits`), else None (NumPy: None)."""
+    if xp is np or not stash_fits(src.n_frames, src.frame_shape, src.dtype,
+                                  backend.device_free_bytes(xp)):
+        return None
+    return DeviceStash.allocate(src.n_frames, src.frame_shape, src.dtype)
+
+
+class DeviceStash:
+    """Rows ``offset:offset + n`` of one device array ``frames`` ``(N, H, W)`` and which of
+    the whole array's frames hold their pixels (``filled``, shared by every window)."""
+
+    def __init__(self, frames, filled=None, offset=0, n=None):
+        self.base, self.offset = frames, int(offset)
+        self.n = len(frames) - self.offset if n is None else int(n)
+        self.filled = np.zeros(len(frames), bool) if filled is None else filled
+
+    @classmethod
+    def allocate(cls, n_frames, frame_shape, dtype):
+        """A stash of the current device, from the driver (not CuPy's pool)."""
+        import cupy
+
+        shape = (int(n_frames), *map(int, frame_shape))
+        nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        mem = cupy.cuda.MemoryPointer(cupy.cuda.Memory(nbytes), 0)
+        return cls(cupy.ndarray(shape, dtype, memptr=mem))
+
+    def window(self, start, stop):
+        """Frames ``start:stop`` of this window, as a window."""
+        return DeviceStash(self.base, self.filled, self.offset + start, stop - start)
+
+    def rows(self, start, stop):
+        """The device rows of frames ``start:stop`` (to be filled, or read once filled)."""
+        return self.base[self.offset + start:self.offset + stop]
+
+    def mark(self, start, stop):
+        """Frames ``start:stop`` hold their pixels (their copies have ended)."""
+        self.filled[self.offset + start:self.offset + stop] = True
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.filled[self.offset:self.offset + self.n].all())
+
+    @property
+    def frames(self):
+        return self.rows(0, self.n)
+
+
+class StashedSource:
+    """A frame source (``src``) whose frames the GPU chunk loop uploads into ``stash`` (a
+    :class:`DeviceStash`, or None: no stash); once every frame is there, :attr:`stack` is the
+    device array, so later chunk loops read it directly.  Reads of a few frames
+    (:meth:`read`) still come from ``src``."""
+
+    def __init__(self, src, stash):
+        self.src, self.stash = src, stash
+        self.n_frames, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
+        self.notes, self.paths = src.notes, src.paths
+        self.concurrent_reads = getattr(src, "concurrent_reads", False)
+
+    @property
+    def stack(self):
+        if self.stash is not None and self.stash.complete:
+            return self.stash.frames
+        return getattr(self.src, "stack", None)
+
+    def source_name(self, i):
+        return self.src.source_name(i)
+
+    def read(self, start, stop, out=None):
+        return self.src.read(start, stop, out=out)
+
+    def release(self):
+        """Give the device array back (the stack is read from ``src`` again)."""
+        self.stash = None
+
+    def __getattr__(self, name):  # the source's other attributes (first_frame, channel, ...)
+        if name == "src":
+            raise AttributeError(name)
+        return getattr(self.src, name)
