@@ -71,7 +71,7 @@ def rng(request):
 def client():
     """A Dask client on a local cluster of two worker processes, per test module (the Dask
     tests; skipped where distributed is not installed)."""
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("dask.distributed")  # (not tests/distributed)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=":0")
     with distributed.Client(cluster) as c:

@@ -126,9 +126,13 @@ def test_the_stash_fills_once_and_later_loops_read_it():
     np.testing.assert_array_equal(np.concatenate([f.get() for _, f in seen]), stack)
     part = FrameRange(src, 3, 30)
     assert cp.shares_memory(part.stack, stash.base)
-    with DeviceChunks(part, 8, cp) as chunks:
-        again = np.concatenate([f.get() for _, f in chunks])
-    np.testing.assert_array_equal(again, stack[3:30])
+    with DeviceChunks(part, 8, cp) as chunks:  # on two streams, as uploaded chunks are
+        again, streams = [], set()
+        for _, f in chunks:
+            streams.add(cp.cuda.get_current_stream().ptr)
+            again.append(f.get())
+    np.testing.assert_array_equal(np.concatenate(again), stack[3:30])
+    assert len(streams) == 2 and cp.cuda.Stream.null.ptr not in streams
 
 
 @pytest.mark.gpu

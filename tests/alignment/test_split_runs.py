@@ -148,7 +148,7 @@ def test_gpus_error_stops_every_gpu(tmp_path):
 @pytest.mark.gpu
 def test_dask_workers_on_gpus_equal_one_process(tmp_path, rng):
     """Two worker processes sharing the GPUs (worker name modulo the GPU count)."""
-    distributed = pytest.importorskip("distributed")
+    distributed = pytest.importorskip("dask.distributed")  # (not tests/distributed)
     from xcorr_app import dask as xdask
 
     stack, _ = drift_stack(rng, n=20, shape=(80, 112), max_shift=4, peak_counts=500)

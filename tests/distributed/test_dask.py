@@ -13,7 +13,7 @@ from sample_paths import SAMPLES, stack_path
 from xcorr_app import align
 from xcorr_app.errors import XcorrError
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("dask.distributed")  # (not tests/distributed)
 da = pytest.importorskip("dask.array")
 xdask = pytest.importorskip("xcorr_app.distributed._dask")
 

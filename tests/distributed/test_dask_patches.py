@@ -13,7 +13,7 @@ from xcorr_app.alignment._patch_pass import measure_field
 from xcorr_app.bench._align_data import nonrigid_stack
 from xcorr_app.errors import InputError
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("dask.distributed")  # (not tests/distributed)
 da = pytest.importorskip("dask.array")
 xdask = pytest.importorskip("xcorr_app.distributed._dask")
 

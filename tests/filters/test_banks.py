@@ -103,7 +103,7 @@ def test_feature_prefilter_is_the_bank_energy(rng):
 
 
 def test_cli_bank_on_two_dask_workers_equals_one_process(tmp_path, rng):
-    pytest.importorskip("distributed")
+    pytest.importorskip("dask.distributed")  # (not tests/distributed)
     rgb = rng.integers(0, 255, (7, 3, 20, 30), dtype=np.uint8)
     path = tmp_path / "rgb.tif"
     tifffile.imwrite(path, rgb, imagej=True, metadata={"axes": "TCYX"})

@@ -157,10 +157,10 @@ def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, 
     coverage)`` for the next template (NumPy with ``host``, else on ``xp``'s device)."""
     acc = TemplateAccumulator(xp, src.frame_shape) if accumulate else None
     rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
-                         None if acc is None else _adder(acc), out=out)
+                         None if acc is None else acc.add_sums, out=out)
     if acc is None:
         return rows, None
-    sums = (acc.total, acc.coverage)
+    sums = acc.sums()
     return rows, tuple(backend.to_numpy(a) for a in sums) if host else sums
 
 
@@ -185,14 +185,6 @@ def fold_parts(acc, parts):
     for p in parts:
         acc = (np.zeros_like(p) if acc is None else acc) + p
     return acc
-
-
-def _adder(acc):
-    def add(total, count):
-        acc.total += total
-        acc.coverage += count
-
-    return add
 
 
 def check_patch_reference(opts):

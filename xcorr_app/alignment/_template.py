@@ -107,6 +107,23 @@ class TemplateAccumulator:
         if xp is not np:
             self._done = xp.cuda.get_current_stream().record()
 
+    def add_sums(self, total, coverage):
+        """Add sums made elsewhere (the patch pass's warped frames, on the chunk's stream),
+        after the previous chunk's, as :meth:`__call__` adds its own."""
+        xp = self.xp
+        if self._done is not None:
+            xp.cuda.get_current_stream().wait_event(self._done)
+        self.total += total
+        self.coverage += coverage
+        if xp is not np:
+            self._done = xp.cuda.get_current_stream().record()
+
+    def sums(self):
+        """``(total, coverage)`` once the last chunk's sums are in."""
+        if self._done is not None:
+            self._done.synchronize()
+        return self.total, self.coverage
+
     def template(self, fallback):
         """The template (float32, frame 0's coordinates): the weighted mean of the kept
         frames, and ``fallback`` (the first frame) where less than half a frame covers."""

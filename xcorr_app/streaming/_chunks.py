@@ -78,10 +78,12 @@ class DeviceChunks:
 
     def _chunks(self):
         xp = self.xp
+        if self._direct and xp is not np:
+            yield from self._on_streams(xp)
+            return
         if self._direct:
             for start, stop in chunk_bounds(0, self.src.n_frames, self.chunk_frames):
-                chunk = self.src.stack[start:stop]
-                yield start, (np.asarray(chunk) if xp is np else chunk)
+                yield start, np.asarray(self.src.stack[start:stop])
             return
         chunks = self._prefetch
         if xp is np:
@@ -113,6 +115,27 @@ class DeviceChunks:
             for s in streams:
                 s.synchronize()
             stash.mark(0, self.src.n_frames)
+
+    def _on_streams(self, xp):
+        """Frames already on the GPU (a CuPy stack, or one kept there): the chunks handed out
+        on two CUDA streams in turn, as uploaded ones are, so one chunk's copies to the host
+        (``map_chunks(out=)``) overlap the next one's kernels instead of queueing behind them
+        on one stream.  The streams start after the work queued on the caller's stream (that
+        may still be writing the stack) and the caller's stream waits for theirs at the end
+        (results written into its arrays)."""
+        caller = xp.cuda.get_current_stream()
+        ready = caller.record()
+        streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        for s in streams:
+            s.wait_event(ready)
+        try:
+            for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,
+                                                           self.chunk_frames)):
+                with streams[k % 2]:
+                    yield start, self.src.stack[start:stop]
+        finally:
+            for s in streams:
+                caller.wait_event(s.record())
 
     def __iter__(self):
         return self._gen
