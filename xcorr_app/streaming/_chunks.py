@@ -46,6 +46,22 @@ PIECE_BYTES = 64 * 2**20
 PIECES_AHEAD = 3
 
 
+_STREAMS = threading.local()
+
+
+def chunk_streams(xp):
+    """The two CUDA streams of this thread's chunk loops on the current device, made once:
+    CuPy's memory pool reuses a freed block only on the stream that freed it, so loops on
+    fresh streams allocate their working set anew every pass (from the driver)."""
+    per_device = getattr(_STREAMS, "streams", None)
+    if per_device is None:
+        per_device = _STREAMS.streams = {}
+    key = xp.cuda.Device().id
+    if key not in per_device:
+        per_device[key] = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    return per_device[key]
+
+
 class DeviceChunks:
     """Iterate over ``(start, frames on xp's device)``; a reader thread starts reading at once
     (while the caller prepares), and :meth:`close` stops it.
@@ -91,7 +107,7 @@ class DeviceChunks:
                 yield start, host  # the consumer converts it before asking for the next
                 chunks.release(slot)
             return
-        streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        streams = chunk_streams(xp)
         pieces = iter(chunks)
         stash = self._stash
         bounds = chunk_bounds(0, self.src.n_frames, self.chunk_frames)
@@ -125,7 +141,7 @@ class DeviceChunks:
         (results written into its arrays)."""
         caller = xp.cuda.get_current_stream()
         ready = caller.record()
-        streams = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
+        streams = chunk_streams(xp)
         for s in streams:
             s.wait_event(ready)
         try:

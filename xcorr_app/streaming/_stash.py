@@ -4,8 +4,9 @@ buffer, and once that pass has ended every later pass (a patch pass, a template 
 aligned frames of ``align(out=)``) reads the frames from there: the stack crosses the bus once.
 
 A run keeps its stack on the GPU only where it holds to a small share of the device's free
-memory (:func:`stash_fits`); the array is allocated outside CuPy's memory pool and given back
-to the driver when the run lets it go, so the pool of a Python session does not grow by it.
+memory (:func:`stash_fits`); like every array of a run it comes from CuPy's memory pool, and
+goes back there when the run ends (``cupy.get_default_memory_pool().free_all_blocks()`` gives
+the pool's free blocks back to the driver).
 
 Examples
 --------
@@ -59,13 +60,10 @@ class DeviceStash:
 
     @classmethod
     def allocate(cls, n_frames, frame_shape, dtype):
-        """A stash of the current device, from the driver (not CuPy's pool)."""
+        """A stash of the current device (from CuPy's memory pool, as every array of a run)."""
         import cupy
 
-        shape = (int(n_frames), *map(int, frame_shape))
-        nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
-        mem = cupy.cuda.MemoryPointer(cupy.cuda.Memory(nbytes), 0)
-        return cls(cupy.ndarray(shape, dtype, memptr=mem))
+        return cls(cupy.empty((int(n_frames), *map(int, frame_shape)), dtype))
 
     def window(self, start, stop):
         """Frames ``start:stop`` of this window, as a window."""
