@@ -58,6 +58,10 @@ def stages(stack):
             "align rigid": median_wall(lambda: align(stack, **dict(KW, patches=None)))}
     rows["align(out=) into fresh"] = median_wall(lambda: host_run(stack, **KW))
     rows["align(out=) into written"] = median_wall(lambda: align(stack, out=out, **KW))
+    from xcorr_app.streaming import _into_out  # A/B: the plain copy from the device instead
+    staged, _into_out.STAGE_BYTES = _into_out.STAGE_BYTES, 1 << 62  # of the pinned pieces
+    rows["align(out=) into fresh, plain copies"] = median_wall(lambda: host_run(stack, **KW))
+    _into_out.STAGE_BYTES = staged
     rows["align(out=) rigid into fresh"] = median_wall(
         lambda: host_run(stack, **dict(KW, patches=None)))
     res = align(stack, **KW)

@@ -349,3 +349,27 @@ def test_map_chunks_into_out_ends_when_interrupted_at_any_line():
             assert [a for a, _ in done] == [0, 2, 4, 6]
 
     assert each_line(trial) > 10
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stage", [4096, 4000, 10**9])
+def test_gpu_out_through_pinned_pieces(rng, monkeypatch, stage):
+    """The download thread's copy through two page-locked pieces (``STAGE_BYTES`` small here:
+    many pieces, a last short one, pieces that cut frames and values' bytes) gives the bytes
+    of the plain copy; the staging threads are gone afterwards."""
+    import threading
+
+    import cupy as cp
+
+    from xcorr_app.streaming import _into_out
+
+    monkeypatch.setattr(_into_out, "STAGE_BYTES", stage)
+    stack = rng.random((13, 29, 31)).astype(np.float32)
+    out = np.full(stack.shape, np.nan, np.float32)
+    got = list(map_chunks(lambda: ArraySource(stack), 5, lambda a, f: cp.asarray(f) * 2 - a,
+                          xp=cp, out=out))
+    assert [a for a, _ in got] == [0, 5, 10]
+    want = np.concatenate([stack[a:a + 5] * 2 - a for a in (0, 5, 10)])
+    np.testing.assert_array_equal(out, want)
+    assert not [t for t in threading.enumerate() if t.name.startswith("xcorr-stage")
+                and t.is_alive()]

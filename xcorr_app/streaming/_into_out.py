@@ -190,27 +190,40 @@ def _touch(flat):
     flat[::PAGE] = 0  # (NumPy's strided assignment runs without the GIL)
 
 
+#: the pinned pieces a chunk's result comes to the host through, and the threads that copy
+#: each piece on into ``out``
+STAGE_BYTES = 32 * 2**20
+STAGE_THREADS = 4
+
+
 class Downloads:
     """``map_chunks(out=)`` on the GPU (``on``): each chunk's result copied into its rows of
     ``out`` by a thread of its own (on the chunk's stream), while the loop goes on to the next
     chunk, and yielded one chunk behind, once its rows are written: the copy from the device
-    (into pageable memory: the host waits for it) overlaps the next chunk's upload and kernels
-    instead of following them."""
+    overlaps the next chunk's upload and kernels instead of following them.
+
+    The copy goes through two page-locked pieces of :data:`STAGE_BYTES` in turn (one piece's
+    copy from the device while the last one is copied on into ``out`` by
+    :data:`STAGE_THREADS` threads): a copy from the device into pageable memory runs at the
+    speed of the driver's one thread copying out of its own staging buffer (5.8 to 12.6 GB/s
+    on the H100 hosts, 4 GiB of float32 frames in 0.33 to 0.71 s, 2026-11-23)."""
 
     def __init__(self, on):
         self.on, self.pending = on, []
         self.workers = Workers(1, "xcorr-down") if on else None
+        self.stage = _Staging() if on else None
 
     def add(self, start, result, view):
         """Start the copy of ``result`` into ``view``; yield the chunk before, once written."""
         import cupy
 
         stream, device = cupy.cuda.get_current_stream(), cupy.cuda.Device()
-        result = result.astype(view.dtype, copy=False)  # (a strided result made contiguous)
+        result = cupy.ascontiguousarray(result.astype(view.dtype, copy=False))
+        stage = self.stage
 
         def copy():
             with device:
-                result.get(stream=stream, out=view)  # (blocking: the stream synchronized)
+                stage.get(result, view, stream)
 
         self.workers.submit(start, copy)
         self.pending.append((start, view))
@@ -235,3 +248,57 @@ class Downloads:
     def __exit__(self, *exc):
         if self.workers is not None:  # (a copy under way ends before out is let go; the
             self.workers.close()      # copies still queued are not run)
+            self.stage.close()
+
+
+class _Staging:
+    """Two page-locked pieces and the threads that copy them on (see :class:`Downloads`),
+    made at the first result larger than a piece."""
+
+    def __init__(self):
+        self.slots, self.copiers = None, None
+
+    def get(self, result, view, stream):
+        """``view[...] = result`` (C-contiguous, same type) through the pieces, waited for."""
+        if result.nbytes <= STAGE_BYTES or not view.flags.c_contiguous:
+            result.get(stream=stream, out=view)  # (blocking: the stream synchronized)
+            return
+        if self.slots is None:
+            from ._prefetch import host_buffer
+
+            self.slots = [host_buffer(STAGE_BYTES, np.uint8, True) for _ in range(2)]
+            self.copiers = Workers(STAGE_THREADS, "xcorr-stage")
+        src, dst = result.reshape(-1).view(np.uint8), view.reshape(-1).view(np.uint8)
+        pending = None
+        for k, a in enumerate(range(0, len(dst), STAGE_BYTES)):
+            b = min(len(dst), a + STAGE_BYTES)
+            slot = self.slots[k % 2][:b - a]
+            _copy_to_host_async(slot, src[a:b], stream)
+            done = stream.record()
+            if pending is not None:
+                self._copy_on(*pending)
+            pending = (done, slot, dst[a:b])
+        self._copy_on(*pending)
+
+    def _copy_on(self, done, slot, dst):
+        done.synchronize()
+        cuts = np.linspace(0, len(dst), STAGE_THREADS + 1).astype(np.int64)
+        parts = [(lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+        for lo, hi in parts:
+            self.copiers.submit(lo, lambda lo=lo, hi=hi: np.copyto(dst[lo:hi], slot[lo:hi]))
+        errors = [err for _, err in (self.copiers.collect() for _ in parts) if err is not None]
+        if errors:
+            raise errors[0]
+
+    def close(self):
+        if self.copiers is not None:
+            self.copiers.close()
+
+
+def _copy_to_host_async(dst, src, stream):
+    """``dst`` (page-locked NumPy bytes) from ``src`` (contiguous CuPy bytes), queued on
+    ``stream``."""
+    import cupy
+
+    rt = cupy.cuda.runtime
+    rt.memcpyAsync(dst.ctypes.data, src.data.ptr, dst.nbytes, rt.memcpyDeviceToHost, stream.ptr)
