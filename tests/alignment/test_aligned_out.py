@@ -126,7 +126,7 @@ def test_the_stash_fills_once_and_later_loops_read_it():
     np.testing.assert_array_equal(np.concatenate([f.get() for _, f in seen]), stack)
     part = FrameRange(src, 3, 30)
     assert cp.shares_memory(part.stack, stash.base)
-    with DeviceChunks(part, 8, cp) as chunks:  # on two streams, as uploaded chunks are
+    with DeviceChunks(part, 8, cp, streams=True) as chunks:  # two streams, as uploaded ones
         again, streams = [], set()
         for _, f in chunks:
             streams.add(cp.cuda.get_current_stream().ptr)

@@ -71,10 +71,13 @@ class DeviceChunks:
     chunk's device array as it comes, and the chunk is yielded inside its stream's context, so
     the consumer's kernels for it queue on that stream while the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk
     read from a file is a view of a reused buffer, valid until the consumer asks for the next.
+    Frames already on the GPU are handed out as views, on the caller's stream, or with
+    ``streams`` on the two streams in turn (:meth:`_on_streams`).
     """
 
-    def __init__(self, src, chunk_frames, xp):
+    def __init__(self, src, chunk_frames, xp, streams=False):
         self.src, self.chunk_frames, self.xp = src, chunk_frames, xp
+        self._streams = streams
         stack = getattr(src, "stack", None)
         self._direct = stack is not None and (xp is np or backend.is_cupy_array(stack))
         # a stack being kept on the GPU (streaming/_stash.py): the chunks uploaded into it
@@ -94,12 +97,13 @@ class DeviceChunks:
 
     def _chunks(self):
         xp = self.xp
-        if self._direct and xp is not np:
+        if self._direct and xp is not np and self._streams:
             yield from self._on_streams(xp)
             return
         if self._direct:
             for start, stop in chunk_bounds(0, self.src.n_frames, self.chunk_frames):
-                yield start, np.asarray(self.src.stack[start:stop])
+                chunk = self.src.stack[start:stop]
+                yield start, (np.asarray(chunk) if xp is np else chunk)
             return
         chunks = self._prefetch
         if xp is np:
@@ -133,10 +137,11 @@ class DeviceChunks:
             stash.mark(0, self.src.n_frames)
 
     def _on_streams(self, xp):
-        """Frames already on the GPU (a CuPy stack, or one kept there): the chunks handed out
-        on two CUDA streams in turn, as uploaded ones are, so one chunk's copies to the host
-        (``map_chunks(out=)``) overlap the next one's kernels instead of queueing behind them
-        on one stream.  The streams start after the work queued on the caller's stream (that
+        """Frames already on the GPU (a CuPy stack, or one kept there) with ``streams``: the
+        chunks handed out on two CUDA streams in turn, as uploaded ones are, so one chunk's
+        copies to the host (``map_chunks(out=)``) overlap the next one's kernels instead of
+        queueing behind them on one stream (without copies to overlap, the caller's stream:
+        the GPU-resident patch run took 0.33 s on it against 0.34-0.36 s on two, H100).  The streams start after the work queued on the caller's stream (that
         may still be writing the stack) and the caller's stream waits for theirs at the end
         (results written into its arrays)."""
         caller = xp.cuda.get_current_stream()
@@ -222,7 +227,8 @@ def _to_host(result, out, start):
 
 
 def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
-    with open_src() as src, DeviceChunks(src, chunk_frames, xp) as chunks, \
+    with open_src() as src, DeviceChunks(src, chunk_frames, xp, streams=out is not None) \
+            as chunks, \
             FaultAhead(out, chunk_bounds(0, src.n_frames, chunk_frames)) as faults, \
             Downloads(xp is not np and out is not None) as downloads:
         for k, (start, frames) in enumerate(chunks):
