@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import time
@@ -156,9 +157,14 @@ def _align(o):
         with scale_out(o.gpus, o.workers, o.scheduler, o.device, stack_bytes=n * frame_gb * 1e9,
                        quiet=o.quiet) as (client, gpu_ids):
             t0 = time.perf_counter()
-            res = _measure(o, client, gpu_ids, n, frame_gb)
+            if _aligned_by_the_run(o, client, gpu_ids):  # aligned.tif written as the run goes
+                with _aligned_file(shape, n, outputs["aligned.tif"]) as write:
+                    res = _measure(o, client, gpu_ids, n, frame_gb,
+                                   out=lambda start, chunk: write(chunk))
+            else:
+                res = _measure(o, client, gpu_ids, n, frame_gb)
             t_measure = time.perf_counter() - t0
-            if not o.no_aligned:
+            if not o.no_aligned and not _aligned_by_the_run(o, client, gpu_ids):
                 _write_aligned(o, res, client, gpu_ids, shape, n, outputs["aligned.tif"])
             ran_on = where(o.dev, client, gpu_ids)
         summary = res.summary()
@@ -277,8 +283,9 @@ def _check_patches(o):
                          "not available with it")
 
 
-def _measure(o, client, gpu_ids, n, frame_gb):
-    """The shifts of every frame: on a Dask cluster, on ``--gpus``, or on ``o.dev``."""
+def _measure(o, client, gpu_ids, n, frame_gb, out=None):
+    """The shifts of every frame: on a Dask cluster, on ``--gpus``, or on ``o.dev``
+    (``out``: :func:`xcorr_app.align`'s, on one device)."""
     from ..alignment._api import align as run_align
 
     options = dict(max_shift=o.max_shift, normalization=o.normalization, subpixel=o.subpixel,
@@ -303,7 +310,7 @@ def _measure(o, client, gpu_ids, n, frame_gb):
         auto = o.device == "auto" and o.dev == "gpu" and o.gpus is None and o.workers is None
         res = run_align(o.path, o.reference, device="auto" if auto else o.dev, gpus=gpu_ids,
                         progress=_rate_updater(bar, frame_gb), boundary=o.boundary,
-                        lucas_kanade=o.lucas_kanade, **options)
+                        lucas_kanade=o.lucas_kanade, out=out, **options)
     if gpu_ids is None:
         o.dev = res.settings["device"]
     if o.small_note:  # (measured with device cpu: the note of device auto's choice)
@@ -338,18 +345,34 @@ def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     _write_chunks(o, chunks, out_shape, n, out_path)
 
 
-def _write_chunks(o, chunks, out_shape, n, out_path):
-    """Write the aligned chunks ``(start, frames)`` to ``out_path`` with a progress bar; the
-    next chunk is read and shifted while this one is written (a writer thread: the chunks are
-    fresh NumPy arrays from apply_shifts, apply_field and the Dask blocks)."""
+def _aligned_by_the_run(o, client, gpu_ids) -> bool:
+    """aligned.tif written by the run itself (``align(out=)``: during the last patch pass, or
+    from the stack kept on the GPU): on one device, with the defaults of the aligned frames
+    (no ``--crop``, which needs every frame's shifts first, bilinear, ``--fill 0``)."""
+    return not o.no_aligned and client is None and gpu_ids is None and not o.crop \
+        and o.resample == "bilinear" and o.fill == 0.0
+
+
+@contextlib.contextmanager
+def _aligned_file(out_shape, n, out_path):
+    """``write(frames)``: float32 chunks appended to the TIFF ``out_path`` by a writer thread
+    (the chunks must be fresh arrays: apply_shifts', apply_field's, the Dask blocks',
+    ``align(out=)``'s)."""
     from ..io._background import BackgroundWrites
     from ..io._writer import TiffStackWriter
 
-    with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
-            TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer, \
+    with TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer, \
             BackgroundWrites(writer) as background:
+        yield background.write
+
+
+def _write_chunks(o, chunks, out_shape, n, out_path):
+    """Write the aligned chunks ``(start, frames)`` to ``out_path`` with a progress bar; the
+    next chunk is read and shifted while this one is written."""
+    with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
+            _aligned_file(out_shape, n, out_path) as write:
         for _, chunk in chunks:
-            background.write(chunk)
+            write(chunk)
             bar.update(len(chunk))
 
 

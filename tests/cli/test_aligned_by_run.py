@@ -1,0 +1,49 @@
+"""``xcorr align``'s aligned.tif written by the run itself (``align(out=)``: during the last
+patch pass, or applied from the stack kept on the GPU) where its options are the defaults: the
+frames of the run's field and shifts applied afterwards, through a real subprocess."""
+
+import json
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app.alignment._apply import apply_shifts
+from xcorr_app.alignment._motion_field import apply_field
+from xcorr_app.bench._align_data import nonrigid_stack
+
+from cli_helpers import digest, xcorr
+from synthetic import write_stack
+
+
+@pytest.fixture(scope="module")
+def stack_file(tmp_path_factory):
+    frames = nonrigid_stack(np.random.default_rng(11), 6, (96, 104), 10.0, 3.0, 400.0,
+                            "camera")[0]
+    return write_stack(tmp_path_factory.mktemp("s") / "s.tif", frames)
+
+
+def _applied(chunks):
+    return np.concatenate([c for _, c in chunks])
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("patches", [None, "2x2"])
+def test_aligned_tif_of_the_run_is_the_applied_result(stack_file, tmp_path, device, patches):
+    before = digest(stack_file)
+    out = tmp_path / "o"
+    args = ["align", stack_file, "--max-shift", "14", "--device", device, "--out", out,
+            "--no-verify", "--chunk-frames", "4"] + (["--patches", patches] if patches else [])
+    res = xcorr(*args)
+    assert res.returncode == 0, res.stderr
+    aligned = tifffile.imread(out / "aligned.tif")
+    if patches:
+        z = np.load(out / "motion_field.npz")
+        want = _applied(apply_field(stack_file, z["field"], z["centres"], device=device))
+    else:
+        doc = json.loads((out / "shifts.json").read_text())
+        shifts = np.array([[f["dy"], f["dx"]] for f in doc["frames"]], np.float64)
+        want = _applied(apply_shifts(stack_file, shifts, device=device))
+    assert aligned.shape == want.shape == (6, 96, 104) and aligned.dtype == np.float32
+    np.testing.assert_array_equal(aligned, want)
+    assert digest(stack_file) == before
