@@ -293,7 +293,9 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         p = prepare(frames, xp, prefilter, None)
         d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left,
                                          uploaded=None if xp is np else (whole, off))
-        pk, cf, border = (backend.to_numpy(a) for a in (pk, cf, border))
+        # (N, P) views of (P, N) arrays: fetched as laid out and transposed on the host
+        # (CuPy makes a strided array contiguous first: two copy kernels to compile)
+        pk, cf, border = (backend.to_numpy(a.T).T for a in (pk, cf, border))
         low = low_patches(backend.to_numpy(d), pk, cf, border, opts.min_confidence)
         some_low = bool(low.any())
         if some_low:
