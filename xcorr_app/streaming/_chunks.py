@@ -141,9 +141,10 @@ class DeviceChunks:
         chunks handed out on two CUDA streams in turn, as uploaded ones are, so one chunk's
         copies to the host (``map_chunks(out=)``) overlap the next one's kernels instead of
         queueing behind them on one stream (without copies to overlap, the caller's stream:
-        the GPU-resident patch run took 0.33 s on it against 0.34-0.36 s on two, H100).  The streams start after the work queued on the caller's stream (that
-        may still be writing the stack) and the caller's stream waits for theirs at the end
-        (results written into its arrays)."""
+        the GPU-resident patch run took 0.33 s on it against 0.34-0.36 s on two, H100).  The
+        streams start after the work queued on the caller's stream (that may still be writing
+        the stack) and the caller's stream waits for theirs at the end (results written into
+        its arrays)."""
         caller = xp.cuda.get_current_stream()
         ready = caller.record()
         streams = chunk_streams(xp)
