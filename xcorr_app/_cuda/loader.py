@@ -65,10 +65,17 @@ def include_dir() -> Path:
 
 def source_dirs() -> list[Path]:
     """The folders of the ``*.cu`` sources (one per subpackage that has kernels)."""
-    env = os.environ.get(KERNEL_DIR_ENV)
+    return list(_source_dirs(os.environ.get(KERNEL_DIR_ENV)))
+
+
+@functools.lru_cache(maxsize=8)
+def _source_dirs(env) -> tuple:
+    """:func:`source_dirs`, looked for once per process: ``PACKAGE_DIR.glob("*/cuda")`` lists
+    every entry of every subfolder (``_cuda/built``'s ~900 cubins too), 23 ms a call, and a
+    first ``--patches`` run asked 26 times (0.6 s, H100 host, 2026-11-23)."""
     if env:
-        return [Path(env)]
-    return sorted(d for d in PACKAGE_DIR.glob("*/cuda") if d.is_dir())
+        return (Path(env),)
+    return tuple(sorted(d / "cuda" for d in PACKAGE_DIR.iterdir() if (d / "cuda").is_dir()))
 
 
 def kernel_sources() -> list[Path]:
