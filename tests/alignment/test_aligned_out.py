@@ -161,3 +161,27 @@ def test_gpu_out_holds_the_frames_apply_gives(deformed, tmp_path, patches):
     got = []
     align(deformed, device="gpu", chunk_frames=4, out=lambda a, c: got.append(a), **KW, **extra)
     assert got == [0, 4]
+
+
+@pytest.mark.parametrize("extra", [dict(min_confidence=50.0, interpolate_low=True),
+                                   dict(reference="refined", lucas_kanade="on"),
+                                   dict(reference="previous"),
+                                   dict(patches=(2, 2), patch_template_passes=2)])
+def test_out_after_shifts_changed_at_the_end(deformed, extra):
+    """Shifts changed after the pass that measured them (interpolated, Lucas-Kanade), frame to
+    frame references and two template passes: out holds the frames of the final result."""
+    kw = dict(KW, **extra)
+    out = np.full(deformed.shape, np.nan, np.float32)
+    res = align(deformed, device="cpu", chunk_frames=3, out=out, **kw)
+    np.testing.assert_array_equal(out, applied(res, deformed))
+
+
+@pytest.mark.parametrize("patches", [None, (2, 2)])
+def test_an_error_in_a_callable_out_ends_the_run(deformed, patches):
+    def out(start, chunk):
+        if start >= 3:
+            raise RuntimeError("disk full")
+
+    extra = {} if patches is None else dict(patches=patches)
+    with pytest.raises(RuntimeError, match="disk full"):
+        align(deformed, device="cpu", chunk_frames=3, out=out, **KW, **extra)
