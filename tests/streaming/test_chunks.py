@@ -373,3 +373,73 @@ def test_gpu_out_through_pinned_pieces(rng, monkeypatch, stage):
     np.testing.assert_array_equal(out, want)
     assert not [t for t in threading.enumerate() if t.name.startswith("xcorr-stage")
                 and t.is_alive()]
+
+
+def _fake_cupy(monkeypatch):
+    """map_chunks(gpus=...)'s loop on the CPU: a stand-in for CuPy's device context and
+    asarray (the GPUs' threads then compute NumPy chunks)."""
+    import sys
+    import types
+
+    class Device:
+        def __init__(self, i):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Device=Device), asarray=np.asarray))
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_chunks_shared_out_over_gpus_come_in_order(monkeypatch, depth):
+    from xcorr_app.streaming._chunks import _on_gpus
+
+    _fake_cupy(monkeypatch)
+    stack = np.arange(11 * 2 * 3, dtype=np.float32).reshape(11, 2, 3)
+    got = list(_on_gpus(lambda: ArraySource(stack), [0, 1, 2], 2, lambda a, f: f * 2 + a,
+                        depth))
+    assert [a for a, _ in got] == [0, 2, 4, 6, 8, 10]
+    np.testing.assert_array_equal(np.concatenate([r for _, r in got]),
+                                  stack * 2 + np.repeat([0, 2, 4, 6, 8, 10], [2] * 5 + [1])
+                                  [:, None, None])
+    with pytest.raises(ZeroDivisionError):
+        list(_on_gpus(lambda: ArraySource(stack), [0, 1], 2,
+                      lambda a, f: f / 0 if a == 6 and not np.ndim(1 / 0) else f, depth))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # (raised in
+def test_ctrl_c_anywhere_in_the_gpus_loop_leaves_no_thread(monkeypatch):  # a GC callback)
+    """A Ctrl-C at every line of map_chunks(gpus=...)'s consumer loop and its clean-up, once
+    the GPUs' threads run: the loop ends (no thread left waiting) and the interrupt reaches
+    the caller.  (The threads' start is left out: an exception raised inside CPython's own
+    ``Thread.start`` at the wrong line keeps ``threading``'s global limbo lock, and every
+    later thread start of the process waits for it; a trace hook raises there, as this
+    harness does.)"""
+    import threading
+
+    from xcorr_app.streaming._chunks import _on_gpus
+
+    _fake_cupy(monkeypatch)
+    stack = np.arange(8 * 2 * 2, dtype=np.float32).reshape(8, 2, 2)
+
+    def trial(interrupting):
+        gen = _on_gpus(lambda: ArraySource(stack), [0, 1], 2, lambda a, f: f + 1, 1)
+        seen = [next(gen)[0]]  # (the threads started)
+        try:
+            with interrupting:
+                for a, _ in gen:
+                    seen.append(a)
+        except KeyboardInterrupt:
+            pass
+        gen.close()  # (interrupted in this loop's own line: the generator's clean-up now)
+        assert not [t for t in threading.enumerate() if t.name.startswith("xcorr-gpu")
+                    and t.is_alive()]
+        if interrupting.where is None:
+            assert seen == [0, 2, 4, 6]
+
+    assert each_line(trial) > 10

@@ -247,13 +247,23 @@ def _on_this_device(open_src, chunk_frames, fn, xp, out=None):
 
 
 def _on_gpus(open_src, ids, chunk_frames, fn, depth, out=None):
+    """:func:`map_chunks` with ``gpus``: chunk ``j`` on GPU ``ids[j % len(ids)]``, each GPU's
+    thread at most ``depth`` results ahead of the consumer.  The consumer (the main thread)
+    and the GPUs' threads share only :class:`queue.SimpleQueue` objects (results one way,
+    credits for ``depth`` more the other) and an Event: a Ctrl-C between any two lines of the
+    loop or its clean-up leaves no lock of the standard library half changed, so the threads
+    always see ``stop`` and end (``tests/streaming/test_chunks.py``)."""
     import cupy
 
     with open_src() as src:
         n = src.n_frames
     bounds = chunk_bounds(0, n, chunk_frames)
     ids = ids[:max(1, len(bounds))]
-    queues = [queue.Queue(maxsize=depth) for _ in ids]
+    results = [queue.SimpleQueue() for _ in ids]
+    credits = [queue.SimpleQueue() for _ in ids]
+    for c in credits:
+        for _ in range(max(1, depth)):
+            c.put(None)
     stop = threading.Event()
     done = object()
 
@@ -261,34 +271,43 @@ def _on_gpus(open_src, ids, chunk_frames, fn, depth, out=None):
         try:
             with cupy.cuda.Device(ids[k]), open_src() as own:
                 for j in range(k, len(bounds), len(ids)):
+                    while not stop.is_set():  # room for one more result
+                        try:
+                            credits[k].get(timeout=0.1)
+                            break
+                        except queue.Empty:
+                            pass
                     if stop.is_set():
                         return
                     a, b = bounds[j]
                     frames = cupy.asarray(own.read(a, b))
-                    result = _to_host(fn(a, frames), out, a)  # (disjoint rows of out)
-                    while not stop.is_set():
-                        try:
-                            queues[k].put((a, result), timeout=0.1)
-                            break
-                        except queue.Full:
-                            pass
+                    results[k].put((a, _to_host(fn(a, frames), out, a)))  # (disjoint rows)
         except BaseException as exc:  # handed to the consumer
-            queues[k].put((done, exc))
+            results[k].put((done, exc))
 
     threads = [threading.Thread(target=work, args=(k,), daemon=True,
                                 name=f"xcorr-gpu{ids[k]}") for k in range(len(ids))]
-    for t in threads:
-        t.start()
     try:
+        for t in threads:
+            t.start()
         for j in range(len(bounds)):
-            a, result = queues[j % len(ids)].get()
+            k = j % len(ids)
+            a, result = results[k].get()
             if a is done:
                 raise result
+            credits[k].put(None)
             yield a, result
     finally:
         stop.set()
-        for q in queues:  # unblock producers waiting on a full queue
-            while not q.empty():
-                q.get_nowait()
+        for c in credits:  # (a thread waiting for room wakes at once)
+            c.put(None)
+        interrupted = None
         for t in threads:
-            t.join()
+            while t.ident is not None:  # (started) a Ctrl-C here: wait for it all the same,
+                try:                    # then raise it
+                    t.join()
+                    break
+                except KeyboardInterrupt as exc:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
