@@ -334,10 +334,12 @@ path or ndarray
             chunk_frames = auto_chunk_frames(src.frame_shape, dev)
         chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
         check_aligned_out(out, (src.n_frames, *src.frame_shape), dev)
-        # later passes (patches, out, templates, boundary auto's second pass) read the stack
-        # again: on the GPU, from the device where it fits (streaming/_stash.py)
+        # the passes certain to read the stack again (patches, out, templates) read it from
+        # the GPU where it fits (streaming/_stash.py); the ones "auto" may add (boundary,
+        # lucas_kanade) read it as before: most runs need no second pass, and the device
+        # array would stay in CuPy's pool after the run
         again = patches is not None or out is not None or opts.refined \
-            or opts.lucas_kanade != "off" or opts.boundary == "auto"
+            or opts.lucas_kanade == "on"
         src = StashedSource(src, keep_on_gpu(src, xp) if again and budget is None
                             and dev == "gpu" and not on_gpu else None)
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
