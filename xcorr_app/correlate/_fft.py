@@ -44,6 +44,7 @@ True
 from __future__ import annotations
 
 import functools
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -69,6 +70,9 @@ def fft_of(xp):
     pipeline runs one frame per thread, so it uses SciPy's one worker per call.  The names and
     arguments used here are the same in both.
 
+    On the GPU the transforms are :func:`fft_in_turn`'s: ``cupy.fft``'s, each ordered after
+    the last one this thread queued on another stream.
+
     >>> import numpy as np
     >>> fft_of(np).rfft2(np.ones((2, 4), np.float32)).dtype
     dtype('complex64')
@@ -77,7 +81,51 @@ def fft_of(xp):
         import scipy.fft
 
         return scipy.fft
-    return xp.fft
+    return _IN_TURN
+
+
+#: the transforms of ``cupy.fft`` (the rest, ``fftfreq`` and the like, pass through)
+TRANSFORMS = frozenset(f"{p}{k}" for p in ("", "i", "r", "ir") for k in ("fft", "fft2", "fftn"))
+_LAST_FFT = threading.local()
+
+
+def fft_in_turn(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` (a cuFFT transform of CuPy's), queued on the current stream
+    after the last transform this thread queued on another stream of the device.
+
+    CuPy caches one plan per shape, per thread and device, with one work area, and a plan run
+    on two streams at once can overwrite its own work area (cupy/cupy#8079, open): the chunk
+    loops queue chunks on two streams in turn, so two chunks' transforms of one shape could
+    overlap on the GPU.  An event orders them; the other kernels of the chunks still overlap.
+    """
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    key = cupy.cuda.Device().id
+    last = getattr(_LAST_FFT, "by_device", None)
+    if last is None:
+        last = _LAST_FFT.by_device = {}
+    previous = last.get(key)
+    if previous is not None and previous[0] != stream.ptr:
+        stream.wait_event(previous[1])
+    out = fn(*args, **kwargs)
+    last[key] = (stream.ptr, stream.record())
+    return out
+
+
+class _InTurn:
+    """``cupy.fft`` with its transforms through :func:`fft_in_turn`."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # (introspection: doctest, pickle, inspect.unwrap)
+            raise AttributeError(name)
+        import cupy
+
+        fn = getattr(cupy.fft, name)
+        return functools.partial(fft_in_turn, fn) if name in TRANSFORMS else fn
+
+
+_IN_TURN = _InTurn()
 
 
 # ------------------------------------------------------------------------ geometry
@@ -286,7 +334,7 @@ def padded_spectra(a, size):
 def conj_product(left, right, out=None, scale=1.0):
     """``left * conj(right)`` (spectra that broadcast; NumPy or CuPy), into ``out`` if given
     (``out`` may be ``right``: the product then replaces the right spectra), times ``scale``
-    (on CuPy only: the 1/n of :func:`irfft2_unnormalized`'s inverse).
+    (the 1/n of :func:`irfft2_unnormalized`'s inverse).
 
     On CuPy one fused kernel (``left`` cast to the type of ``right``); on NumPy, in place of
     ``right`` it is ``conj`` then ``*=`` (no temporary), else ``left * conj(right)``.
@@ -294,11 +342,14 @@ def conj_product(left, right, out=None, scale=1.0):
     xp = array_module_of(left, right)
     if xp is np:
         if out is None:
-            return left * np.conj(right)
-        if out is not right:
-            out[...] = right
-        np.conjugate(out, out=out)
-        out *= left
+            out = left * np.conj(right)
+        else:
+            if out is not right:
+                out[...] = right
+            np.conjugate(out, out=out)
+            out *= left
+        if scale != 1.0:
+            out *= scale
         return out
     import cupy as cp
 
@@ -324,7 +375,7 @@ def irfft2_unnormalized(product, size):
     of a 4096-frame patch run on an H100) and two CuPy kernels to compile on a first run."""
     import cupyx.scipy.fft as cufft
 
-    return cufft.irfft2(product, s=tuple(size), norm="forward", overwrite_x=True)
+    return fft_in_turn(cufft.irfft2, product, s=tuple(size), norm="forward", overwrite_x=True)
 
 
 # ------------------------------------------------------------------------ correlations

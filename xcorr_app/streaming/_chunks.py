@@ -111,30 +111,38 @@ class DeviceChunks:
                 yield start, host  # the consumer converts it before asking for the next
                 chunks.release(slot)
             return
-        streams = chunk_streams(xp)
+        streams, caller = chunk_streams(xp), xp.cuda.get_current_stream()
+        ready = caller.record()  # (the caller's work first: it may have made what we read)
+        for s in streams:
+            s.wait_event(ready)
         pieces = iter(chunks)
         stash = self._stash
         bounds = chunk_bounds(0, self.src.n_frames, self.chunk_frames)
-        for k, (start, stop) in enumerate(bounds):
-            stream = streams[k % 2]
-            with stream:
-                frames = None if stash is None else stash.rows(start, stop)
-                at = start
-                while at < stop:  # the chunk's pieces, each copied as it is read
-                    item = next(pieces, None)
-                    if item is None or item[0] != at:
-                        raise RuntimeError(f"the reader gave {item and item[0]} for frame {at}")
-                    _, host, slot = item
-                    if frames is None:
-                        frames = xp.empty((stop - start, *host.shape[1:]), host.dtype)
-                    frames[at - start:at - start + len(host)].set(host, stream=stream)
-                    chunks.release(slot, stream.record())
-                    at += len(host)
-                yield start, frames
-        if stash is not None:  # every chunk uploaded: the stash holds them once copied
-            for s in streams:
-                s.synchronize()
-            stash.mark(0, self.src.n_frames)
+        try:
+            for k, (start, stop) in enumerate(bounds):
+                stream = streams[k % 2]
+                with stream:
+                    frames = None if stash is None else stash.rows(start, stop)
+                    at = start
+                    while at < stop:  # the chunk's pieces, each copied as it is read
+                        item = next(pieces, None)
+                        if item is None or item[0] != at:
+                            raise RuntimeError(f"the reader gave {item and item[0]} for "
+                                               f"frame {at}")
+                        _, host, slot = item
+                        if frames is None:
+                            frames = xp.empty((stop - start, *host.shape[1:]), host.dtype)
+                        frames[at - start:at - start + len(host)].set(host, stream=stream)
+                        chunks.release(slot, stream.record())
+                        at += len(host)
+                    yield start, frames
+            if stash is not None:  # every chunk uploaded: the stash holds them once copied
+                for s in streams:
+                    s.synchronize()
+                stash.mark(0, self.src.n_frames)
+        finally:  # what the consumer queued on the chunks' streams (results written into
+            for s in streams:  # its arrays, a CuPy out) comes before the caller's next work
+                caller.wait_event(s.record())
 
     def _on_streams(self, xp):
         """Frames already on the GPU (a CuPy stack, or one kept there) with ``streams``: the
