@@ -210,3 +210,24 @@ def test_spline_weights_are_scipy_s_natural_cubic_spline(g, n):
         assert got.shape == (n, g)
         np.testing.assert_allclose(got, _scipy_spline_weights(c, n), rtol=0, atol=1e-11)
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=1e-11)  # constants kept
+
+
+@pytest.mark.gpu
+def test_the_field_as_the_kernels_read_it_is_nan_to_num():
+    """``finite_field`` (a kernel of ours, instead of CuPy's nan_to_num): NaN 0, +-inf the
+    largest double, the rest unchanged, on a field of odd shape; weights and shapes checked."""
+    import cupy as cp
+
+    rng = np.random.default_rng(9)
+    field = rng.normal(0, 3, (5, 3, 7, 2))
+    field[1] = np.nan
+    field[2, 1, 4, 0], field[3, 0, 0, 1], field[4, 2, 6, 1] = np.inf, -np.inf, np.nan
+    centres = np.stack(np.meshgrid(np.linspace(10, 50, 3), np.linspace(8, 70, 7),
+                                   indexing="ij"), -1)
+    weights = fr.field_weights(centres, (61, 79), cp)
+    frames = cp.zeros((5, 61, 79), cp.float32)
+    wy, wx, s = fr._device_weights(weights, cp.asarray(field), frames)
+    np.testing.assert_array_equal(s.get(), np.nan_to_num(field, nan=0.0))
+    assert s.flags.c_contiguous and s.dtype == np.float64
+    with pytest.raises(InputError, match="does not match"):
+        fr._device_weights(weights, cp.asarray(field[:, :2]), frames)

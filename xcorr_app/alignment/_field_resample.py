@@ -36,6 +36,7 @@ GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])
 THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
 WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPES.values()
                                            for c in (False, True)])
+FINITE = KernelFamily(SOURCE, "finite_field", [()])
 REFINE_THREADS = 256
 REFINE = KernelFamily(SOURCE, "refine_surfaces", [(REFINE_THREADS,)])
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
@@ -184,12 +185,18 @@ def _starts(starts_y, starts_x):
 
 
 def _device_weights(weights, s, frames):
-    """The spline weights and the patch field as C-contiguous float64 CuPy arrays (NaN: 0),
-    checked against each other and the frames (the kernels index them unchecked)."""
+    """The spline weights and the patch field as C-contiguous float64 CuPy arrays (NaN: 0, as
+    ``nan_to_num``: ``finite_field`` in ``patch_field.cu``), checked against each other and the
+    frames (the kernels index them unchecked)."""
     import cupy as cp
 
     wy, wx = (cp.ascontiguousarray(cp.asarray(a, cp.float64)) for a in weights)
-    s = cp.ascontiguousarray(cp.nan_to_num(cp.asarray(s, cp.float64), nan=0.0))
+    s = cp.ascontiguousarray(cp.asarray(s, cp.float64))
+    finite = cp.empty_like(s)  # NaN 0 (as nan_to_num; a kernel of ours: nothing to compile)
+    if s.size:
+        FINITE.get()((max(1, min(-(-s.size // 256), 1024)),), (256,),
+                     (s, finite, np.int64(s.size)))
+    s = finite
     n, h, w = frames.shape
     if s.ndim != 4 or s.shape[0] != n or s.shape[3] != 2 or wy.ndim != 2 or wx.ndim != 2 \
             or wy.shape != (h, s.shape[1]) or wx.shape != (w, s.shape[2]):

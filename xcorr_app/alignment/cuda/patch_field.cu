@@ -121,6 +121,18 @@ __device__ __forceinline__ double bilinear_at(const T* __restrict__ f, int h, in
 }
 
 // Grid (ph, P, frames of this launch), THREADS threads over the window's columns.
+// out[i] = numpy.nan_to_num(field[i], nan=0): NaN (a frame not measured) 0, +-inf the largest
+// finite double; the field as the other kernels read it, made by a kernel that ships built
+// (CuPy's nan_to_num compiled two kernels on a first run, 0.3 s)
+__global__ void finite_field(const double* __restrict__ field, double* __restrict__ out,
+                             long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const double v = field[i];
+        out[i] = isnan(v) ? 0.0 : fmin(fmax(v, -1.7976931348623157e308), 1.7976931348623157e308);
+    }
+}
+
 // out[p, n, r, c] = frames[n, sy[p / gx] + r - shift[n, 0], sx[p % gx] + c - shift[n, 1]]
 // for n = n0 + blockIdx.z; the windows lie inside the frames (the grid's margin).
 template <int THREADS>
