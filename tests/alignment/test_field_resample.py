@@ -231,3 +231,23 @@ def test_the_field_as_the_kernels_read_it_is_nan_to_num():
     assert s.flags.c_contiguous and s.dtype == np.float64
     with pytest.raises(InputError, match="does not match"):
         fr._device_weights(weights, cp.asarray(field[:, :2]), frames)
+
+
+@pytest.mark.gpu
+def test_add_fields_is_cupy_s_addition():
+    """The patch pass's field sums by ``add_fields`` (a kernel of ours): a transposed view plus
+    a broadcast row, a broadcast column, plain arrays, fewer axes, other types (CuPy's
+    addition), bit for bit against ``a + b``; an empty field."""
+    import cupy as cp
+
+    rng = np.random.default_rng(12)
+    s = cp.asarray(rng.normal(size=(7, 5, 2)))  # (P, N, 2)
+    off = cp.asarray(rng.normal(size=(5, 2)))
+    off[1] = cp.nan
+    d = cp.asarray(rng.normal(size=(5, 7, 2)))
+    for a, b in ((s.transpose(1, 0, 2), off[:, None, :]), (off[:, None, :], d), (d, d[::-1]),
+                 (d[:, 3], off), (d.astype(cp.float32), d), (d[:0], d[:0])):
+        got = fr.add_fields(a, b)
+        want = a + b
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got.get(), want.get())

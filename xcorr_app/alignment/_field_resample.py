@@ -37,6 +37,7 @@ THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
 WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPES.values()
                                            for c in (False, True)])
 FINITE = KernelFamily(SOURCE, "finite_field", [()])
+ADD = KernelFamily(SOURCE, "add_fields", [()])
 REFINE_THREADS = 256
 REFINE = KernelFamily(SOURCE, "refine_surfaces", [(REFINE_THREADS,)])
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
@@ -203,6 +204,33 @@ def _device_weights(weights, s, frames):
         raise InputError(f"a field {s.shape} with spline weights {wy.shape} and {wx.shape} "
                          f"does not match {n} frames of {h}x{w}")
     return wy, wx, s
+
+
+def add_fields(a, b):
+    """``a + b`` of float64 arrays of at most 3 axes that broadcast: the patch pass's small
+    per-chunk field sums.  On CuPy a kernel of ours (``add_fields``: three CuPy additions,
+    each compiled for its own shapes, took 0.33 s of a first run, H100 2026-11-23); the same
+    IEEE sums as ``a + b``, which NumPy, other types and other layouts get.
+
+    >>> add_fields(np.ones((2, 1, 2)), np.arange(2.0)).tolist()
+    [[[1.0, 2.0]], [[1.0, 2.0]]]
+    """
+    xp = array_module_of(a, b)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if xp is np or a.dtype != np.float64 or b.dtype != np.float64 or len(shape) > 3:
+        return a + b
+    views = [xp.broadcast_to(xp.asarray(x), shape) for x in (a, b)]
+    steps = [[0] * (3 - len(shape)) + [st // 8 for st in v.strides] for v in views]
+    if any(st < 0 or st * 8 != raw for v, vs in zip(views, steps)
+           for st, raw in zip(vs[3 - len(shape):], v.strides)):
+        return a + b
+    full = (1,) * (3 - len(shape)) + tuple(shape)
+    out = xp.empty(shape, xp.float64)
+    if out.size:
+        ADD.get()((max(1, min(-(-out.size // 256), 1024)),), (256,),
+                  (views[0], views[1], out, np.int64(full[1]), np.int64(full[2]),
+                   np.int64(out.size), *(np.int64(v) for vs in steps for v in vs)))
+    return out
 
 
 def _output(out, shape):

@@ -16,7 +16,7 @@ from .. import backend
 from ..errors import InputError
 from ..io import FrameRange, open_source
 from ..streaming import map_chunks
-from ._field_resample import field_weights
+from ._field_resample import add_fields, field_weights
 from ._motion_field import MotionField, warp_chunk, warped_sum
 from ._options import prefilter_for
 from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, fill_low, integer_parts,
@@ -301,15 +301,15 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         if some_low:
             d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
         for _ in range(REFINE_PASSES):  # through the field: what remains, measured
-            field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
-            d = d + refine_shifts(tnear, p.frames, grid, field, weights, opts.subpixel, dev,
-                                  near, taper)
+            field = add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
+            d = add_fields(d, refine_shifts(tnear, p.frames, grid, field, weights,
+                                            opts.subpixel, dev, near, taper))
             if some_low:
                 d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
         if add_sums is not None:
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
-                field = (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2)
+                field = add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
                 idx = xp.asarray(keep)
                 add_sums(*warped_sum(frames[idx], field[idx], weights))
         cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
@@ -319,7 +319,7 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         if warp is None:
             return rows
         # the field as the result's motion_field holds it (rigid + deviation, float64)
-        return warp(first, frames, (s_on[:, None, :] + d).reshape(len(s), *grid.grid, 2), rows)
+        return warp(first, frames, add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2), rows)
 
     return measure
 

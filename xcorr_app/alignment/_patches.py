@@ -58,7 +58,7 @@ from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ..registration._surfaces import summed_area_tables, surface_peaks
-from ._field_resample import (REFINE_MAX_GX, check_windows, cubic_sample, dense_field,
+from ._field_resample import (REFINE_MAX_GX, add_fields, check_windows, cubic_sample, dense_field,
                               gather_windows_gpu, refine_left_gpu, refine_surfaces_gpu,
                               windows_through_gpu)
 
@@ -343,7 +343,7 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     right = windows(frames, grid, whole, None if uploaded is None else uploaded[0])
     s, peak, conf, iy, ix = patch_peaks(tpatches, right, d, subpixel, device, left)
     border = on_border(iy, ix, (d, d), (d, d))
-    dev = s.transpose(1, 0, 2) + off[:, None, :]  # the total minus the rigid
+    dev = add_fields(s.transpose(1, 0, 2), off[:, None, :])  # the total minus the rigid
     return dev, peak.T, conf.T, border.T
 
 
