@@ -22,6 +22,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 
@@ -30,7 +31,7 @@ import numpy as np
 from .. import backend
 from ..errors import InputError
 from ._gpus import parse_gpus
-from ._into_out import Downloads, FaultAhead, out_view
+from ._into_out import Downloads, FaultAhead, join_threads, out_view
 from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
 from ._ranges import chunk_bounds, piece_bounds
@@ -60,6 +61,23 @@ def chunk_streams(xp):
     if key not in per_device:
         per_device[key] = [xp.cuda.Stream(non_blocking=True) for _ in range(2)]
     return per_device[key]
+
+
+@contextlib.contextmanager
+def caller_ordered_streams(xp):
+    """:func:`chunk_streams`, starting after the work queued on the caller's stream (it may
+    have made what the chunks read), and the caller's stream waiting for theirs at the end
+    (what the consumer queued there, results written into its arrays, a CuPy ``out``, comes
+    before the caller's next work)."""
+    caller, streams = xp.cuda.get_current_stream(), chunk_streams(xp)
+    ready = caller.record()
+    for s in streams:
+        s.wait_event(ready)
+    try:
+        yield streams
+    finally:
+        for s in streams:
+            caller.wait_event(s.record())
 
 
 class DeviceChunks:
@@ -111,14 +129,10 @@ class DeviceChunks:
                 yield start, host  # the consumer converts it before asking for the next
                 chunks.release(slot)
             return
-        streams, caller = chunk_streams(xp), xp.cuda.get_current_stream()
-        ready = caller.record()  # (the caller's work first: it may have made what we read)
-        for s in streams:
-            s.wait_event(ready)
         pieces = iter(chunks)
         stash = self._stash
         bounds = chunk_bounds(0, self.src.n_frames, self.chunk_frames)
-        try:
+        with caller_ordered_streams(xp) as streams:
             for k, (start, stop) in enumerate(bounds):
                 stream = streams[k % 2]
                 with stream:
@@ -140,9 +154,6 @@ class DeviceChunks:
                 for s in streams:
                     s.synchronize()
                 stash.mark(0, self.src.n_frames)
-        finally:  # what the consumer queued on the chunks' streams (results written into
-            for s in streams:  # its arrays, a CuPy out) comes before the caller's next work
-                caller.wait_event(s.record())
 
     def _on_streams(self, xp):
         """Frames already on the GPU (a CuPy stack, or one kept there) with ``streams``: the
@@ -150,22 +161,12 @@ class DeviceChunks:
         copies to the host (``map_chunks(out=)``) overlap the next one's kernels instead of
         queueing behind them on one stream (without copies to overlap, the caller's stream:
         the GPU-resident patch run took 0.33 s on it against 0.34-0.36 s on two, H100).  The
-        streams start after the work queued on the caller's stream (that may still be writing
-        the stack) and the caller's stream waits for theirs at the end (results written into
-        its arrays)."""
-        caller = xp.cuda.get_current_stream()
-        ready = caller.record()
-        streams = chunk_streams(xp)
-        for s in streams:
-            s.wait_event(ready)
-        try:
+        streams are ordered after the caller's as :func:`caller_ordered_streams` says."""
+        with caller_ordered_streams(xp) as streams:
             for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,
                                                            self.chunk_frames)):
                 with streams[k % 2]:
                     yield start, self.src.stack[start:stop]
-        finally:
-            for s in streams:
-                caller.wait_event(s.record())
 
     def __iter__(self):
         return self._gen
@@ -309,13 +310,4 @@ def _on_gpus(open_src, ids, chunk_frames, fn, depth, out=None):
         stop.set()
         for c in credits:  # (a thread waiting for room wakes at once)
             c.put(None)
-        interrupted = None
-        for t in threads:
-            while t.ident is not None:  # (started) a Ctrl-C here: wait for it all the same,
-                try:                    # then raise it
-                    t.join()
-                    break
-                except KeyboardInterrupt as exc:
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
+        join_threads(threads)

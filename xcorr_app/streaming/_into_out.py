@@ -27,6 +27,7 @@ import weakref
 import numpy as np
 
 from ..errors import InputError
+from ._threads import frame_slices
 
 #: threads that fault in the pages of ``out`` ahead of the chunks written into it, the chunks
 #: ahead, and a page
@@ -74,16 +75,22 @@ class Workers:
 
     def close(self):
         self._stop()
-        interrupted = None
-        for t in self._threads:
-            while t.ident is not None:  # (started)
-                try:
-                    t.join()
-                    break
-                except KeyboardInterrupt as exc:  # the threads end soon: wait, then raise
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
+        join_threads(self._threads)
+
+
+def join_threads(threads):
+    """Wait for the started ones of ``threads`` (told to end); a Ctrl-C during the wait is
+    raised once they have ended (they end soon)."""
+    interrupted = None
+    for t in threads:
+        while t.ident is not None:  # (started)
+            try:
+                t.join()
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+    if interrupted is not None:
+        raise interrupted
 
 
 class _Flags:
@@ -158,9 +165,8 @@ class FaultAhead:
             k = self.next
             a, b = self.bounds[k]
             flat = self.out[a:b].reshape(-1).view(np.uint8)
-            cuts = np.linspace(0, len(flat), FAULT_THREADS + 1).astype(np.int64) // PAGE * PAGE
-            cuts[-1] = len(flat)
-            parts = [flat[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+            parts = [flat[lo * PAGE:hi * PAGE]  # whole pages a thread (the last may be short)
+                     for lo, hi in frame_slices(-(-len(flat) // PAGE), FAULT_THREADS)]
             self.left[k] = len(parts)
             for part in parts:
                 self.workers.submit(k, lambda part=part: _touch(part))
@@ -282,8 +288,7 @@ class _Staging:
 
     def _copy_on(self, done, slot, dst):
         done.synchronize()
-        cuts = np.linspace(0, len(dst), STAGE_THREADS + 1).astype(np.int64)
-        parts = [(lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+        parts = frame_slices(len(dst), STAGE_THREADS)
         for lo, hi in parts:
             self.copiers.submit(lo, lambda lo=lo, hi=hi: np.copyto(dst[lo:hi], slot[lo:hi]))
         errors = [err for _, err in (self.copiers.collect() for _ in parts) if err is not None]
