@@ -44,6 +44,16 @@ _FASTLAUNCH_MODULE = __package__ + "._fastlaunch"
 ROLES = {"left": 0, "right": 1, "out": 2, "workspace": 3}
 
 
+def stride_blocks(total: int, threads: int, most: int = 65535) -> int:
+    """Blocks of ``threads`` for a grid-stride loop over ``total`` elements: one element a
+    thread, at most ``most`` blocks (at least one).
+
+    >>> stride_blocks(1000, 256), stride_blocks(0, 256), stride_blocks(10**9, 256, 1024)
+    (4, 1, 1024)
+    """
+    return max(1, min(-(-int(total) // int(threads)), int(most)))
+
+
 def _is_device_array(a) -> bool:
     return hasattr(a, "data") and hasattr(getattr(a, "data"), "ptr")
 

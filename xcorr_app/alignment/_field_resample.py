@@ -26,6 +26,7 @@ import functools
 
 import numpy as np
 
+from .._cuda.launch import stride_blocks
 from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError
@@ -195,7 +196,7 @@ def _device_weights(weights, s, frames):
     s = cp.ascontiguousarray(cp.asarray(s, cp.float64))
     finite = cp.empty_like(s)  # NaN 0 (as nan_to_num; a kernel of ours: nothing to compile)
     if s.size:
-        FINITE.get()((max(1, min(-(-s.size // 256), 1024)),), (256,),
+        FINITE.get()((stride_blocks(s.size, 256, 1024),), (256,),
                      (s, finite, np.int64(s.size)))
     s = finite
     n, h, w = frames.shape
@@ -227,7 +228,7 @@ def add_fields(a, b):
     full = (1,) * (3 - len(shape)) + tuple(shape)
     out = xp.empty(shape, xp.float64)
     if out.size:
-        ADD.get()((max(1, min(-(-out.size // 256), 1024)),), (256,),
+        ADD.get()((stride_blocks(out.size, 256, 1024),), (256,),
                   (views[0], views[1], out, np.int64(full[1]), np.int64(full[2]),
                    np.int64(out.size), *(np.int64(v) for vs in steps for v in vs)))
     return out

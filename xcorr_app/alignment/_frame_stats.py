@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._cuda.launch import stride_blocks
 from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together
 
 SOURCE = "frame_stats.cu"
@@ -119,6 +120,6 @@ def pack_rows(pieces, n):
         codes |= code << (3 * j)
         args.append(piece)
     if n:
-        _kernels()[3]((max(1, min(-(-n // THREADS), SUBTRACT_BLOCKS)),), (THREADS,),
+        _kernels()[3]((stride_blocks(n, THREADS, SUBTRACT_BLOCKS),), (THREADS,),
                       (*args, np.int32(codes), np.int64(n), out))
     return out

@@ -291,6 +291,10 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         s = rigid[start:stop]
         s_on, whole, off = (a[start:stop] for a in on_device)
         p = prepare(frames, xp, prefilter, None)
+
+        def field_of(d):  # rigid + deviation, float64: as the result's motion_field holds it
+            return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
+
         d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left,
                                          uploaded=None if xp is np else (whole, off))
         # (N, P) views of (P, N) arrays: fetched as laid out and transposed on the host
@@ -301,25 +305,20 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         if some_low:
             d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
         for _ in range(REFINE_PASSES):  # through the field: what remains, measured
-            field = add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
-            d = add_fields(d, refine_shifts(tnear, p.frames, grid, field, weights,
+            d = add_fields(d, refine_shifts(tnear, p.frames, grid, field_of(d), weights,
                                             opts.subpixel, dev, near, taper))
             if some_low:
                 d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
         if add_sums is not None:
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
-                field = add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
                 idx = xp.asarray(keep)
-                add_sums(*warped_sum(frames[idx], field[idx], weights))
+                add_sums(*warped_sum(frames[idx], field_of(d)[idx], weights))
         cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
         rows = np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
                                cf[..., None].astype(np.float64),
                                low[..., None].astype(np.float64)], axis=-1)
-        if warp is None:
-            return rows
-        # the field as the result's motion_field holds it (rigid + deviation, float64)
-        return warp(first, frames, add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2), rows)
+        return rows if warp is None else warp(first, frames, field_of(d), rows)
 
     return measure
 

@@ -157,14 +157,15 @@ def _align(o):
         with scale_out(o.gpus, o.workers, o.scheduler, o.device, stack_bytes=n * frame_gb * 1e9,
                        quiet=o.quiet) as (client, gpu_ids):
             t0 = time.perf_counter()
-            if _aligned_by_the_run(o, client, gpu_ids):  # aligned.tif written as the run goes
+            by_run = _aligned_by_the_run(o, client, gpu_ids)
+            if by_run:  # aligned.tif written as the run goes
                 with _aligned_file(shape, n, outputs["aligned.tif"]) as write:
                     res = _measure(o, client, gpu_ids, n, frame_gb,
                                    out=lambda start, chunk: write(chunk))
             else:
                 res = _measure(o, client, gpu_ids, n, frame_gb)
             t_measure = time.perf_counter() - t0
-            if not o.no_aligned and not _aligned_by_the_run(o, client, gpu_ids):
+            if not o.no_aligned and not by_run:
                 _write_aligned(o, res, client, gpu_ids, shape, n, outputs["aligned.tif"])
             ran_on = where(o.dev, client, gpu_ids)
         summary = res.summary()

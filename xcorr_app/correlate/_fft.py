@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._cuda.launch import stride_blocks
 from .._cuda.loader import KernelFamily
 from ..backend import array_module_of
 from ._forms import form_layout
@@ -260,8 +261,7 @@ def _launch(family, type_args, total, args):
     """Launch a grid-stride kernel of ``fft_steps.cu`` over ``total`` elements; the index
     type (32 or 64 bits) follows ``total``, and is passed after ``args``' leading part."""
     fn = family.get(*type_args, together=_FIRST)
-    blocks = max(1, min(-(-int(total) // _THREADS), _MAX_BLOCKS))
-    fn((blocks,), (_THREADS,), args)
+    fn((stride_blocks(total, _THREADS, _MAX_BLOCKS),), (_THREADS,), args)
 
 
 def _wide(*sizes) -> bool:
