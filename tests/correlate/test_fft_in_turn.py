@@ -18,7 +18,10 @@ class _Event:
 
 class _Stream:
     def __init__(self, ptr, log):
-        self.ptr, self.log, self.records = ptr, log, 0
+        self.ptr, self.log, self.records, self.capturing = ptr, log, 0, False
+
+    def is_capturing(self):
+        return self.capturing
 
     def record(self):
         self.records += 1
@@ -47,8 +50,9 @@ def fake_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(fft=fft, cuda=cuda))
     monkeypatch.setattr(_fft, "_LAST_FFT", threading.local())
 
-    def on(ptr):
+    def on(ptr, capturing=False):
         current["s"] = streams[ptr]
+        streams[ptr].capturing = capturing
 
     return log, on
 
@@ -66,6 +70,20 @@ def test_a_transform_on_another_stream_waits_for_the_last(fake_cupy):
     assert fft.fftfreq(3).tolist() == [0, 1, 2]  # not a transform: passes through
     assert log == [("rfft2", 11), ("irfft2", 11), ("wait", 22, 11, 2), ("rfft2", 22),
                    ("wait", 11, 22, 1), ("fft2", 11)]
+
+
+def test_a_graph_capture_neither_waits_nor_is_waited_for(fake_cupy):
+    """Inside a capture an outside event may not be waited on (cudaErrorInvalidValue on the
+    device before the fix), and an event recorded in it is no event to wait on afterwards."""
+    log, on = fake_cupy
+    fft = _fft.fft_of(types.SimpleNamespace())
+    on(11)
+    fft.rfft2(1)
+    on(22, capturing=True)
+    fft.rfft2(2)  # captured: no wait, nothing recorded
+    on(22)
+    fft.rfft2(3)  # after the capture: waits for stream 11's transform, not the captured one
+    assert log == [("rfft2", 11), ("rfft2", 22), ("wait", 22, 11, 1), ("rfft2", 22)]
 
 
 def test_each_thread_orders_its_own_transforms(fake_cupy):

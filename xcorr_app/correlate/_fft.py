@@ -98,10 +98,13 @@ def fft_in_turn(fn, *args, **kwargs):
     on two streams at once can overwrite its own work area (cupy/cupy#8079, open): the chunk
     loops queue chunks on two streams in turn, so two chunks' transforms of one shape could
     overlap on the GPU.  An event orders them; the other kernels of the chunks still overlap.
+    Transforms captured into a CUDA graph are left to the graph's order.
     """
     import cupy
 
     stream = cupy.cuda.get_current_stream()
+    if stream.is_capturing():  # a graph's capture: its nodes are ordered by the graph, and an
+        return fn(*args, **kwargs)  # event from outside it may not be waited on (nor one kept)
     key = cupy.cuda.Device().id
     last = getattr(_LAST_FFT, "by_device", None)
     if last is None:
