@@ -7,8 +7,7 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align
-from xcorr_app.alignment._refine_lk import (NOISY_PRECISION, gauss_newton_shifts,
-                                            predicted_precision)
+from xcorr_app.alignment._refine_lk import gauss_newton_shifts
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import KINDS, make_stack
 from xcorr_app.errors import InputError
@@ -48,20 +47,6 @@ def test_auto_leaves_ordinary_stacks_alone(kind):
     assert auto.settings["lucas_kanade"] == "off"
     assert not any("lucas_kanade" in n for n in auto.notes)
     np.testing.assert_array_equal(auto.shifts, off.shifts)
-
-
-def test_predicted_precision_separates_the_noisy_stacks():
-    for kind in KINDS:
-        for seed in (0, 1, 2):
-            p = predicted_precision(make_stack(kind, seed).frames[0], np)
-            assert (p > NOISY_PRECISION) == (kind == "low_light"), (kind, seed, p)
-
-
-def test_predicted_precision_of_unusable_frames_is_infinite():
-    assert predicted_precision(np.full((16, 16), 3.0), np) == float("inf")
-    f = np.ones((16, 16))
-    f[2, 3] = np.nan
-    assert predicted_precision(f, np) == float("inf")
 
 
 def test_gauss_newton_recovers_a_subpixel_shift_with_a_brightness_change(rng):
@@ -150,18 +135,3 @@ def test_gpu_auto_is_off_on_plain_stacks():
     s = make_stack("plain", 0)
     gpu = align(s.frames, device="gpu")
     assert gpu.settings["lucas_kanade"] == "off"
-
-
-def test_large_frames_are_judged_on_a_central_crop_scaled_to_their_area():
-    from scipy import ndimage as ndi
-
-    from xcorr_app.alignment._refine_lk import PRECISION_CROP, _precision_of, predicted_precision
-
-    rng = np.random.default_rng(5)
-    side = 2 * PRECISION_CROP + 37
-    scene = ndi.gaussian_filter(rng.random((side, side)), 3) * 400
-    frame = rng.poisson(np.clip(scene, 0, None) + 20).astype(np.float64)
-    whole = predicted_precision(frame, np)
-    assert _precision_of(frame) == pytest.approx(whole, rel=0.2)
-    small = frame[:300, :260]
-    assert _precision_of(small) == predicted_precision(small, np)  # small frames: whole

@@ -11,7 +11,7 @@ import tifffile
 
 from xcorr_app import align
 from xcorr_app.alignment import _api, _template
-from xcorr_app.alignment._refine_lk import noisy_stack, noisy_stack_later
+from xcorr_app.alignment._lk_decision import noisy_stack, noisy_stack_later
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.io import ArraySource, open_stack
 from tests.cli_helpers import digest
@@ -40,12 +40,13 @@ def _run(monkeypatch, stack, overlap, device="cpu", chunk_frames=2, **kwargs):
         out["passes"] = _template.passes_table(*args, **kw, overlap=overlap)
         return out["passes"]
 
-    def spy_later(*args, **kw):
-        later.append(noisy_stack_later(*args, **kw))
+    def spy_later(*args, **kw):  # the future passes_table waits on (None: decided first)
+        later.append(decision_later(*args, **kw))
         return later[-1]
 
+    decision_later = _template.decision_later
     monkeypatch.setattr(_api, "passes_table", spy)
-    monkeypatch.setattr(_template, "noisy_stack_later", spy_later)
+    monkeypatch.setattr(_template, "decision_later", spy_later)
     res = align(stack, device=device, chunk_frames=chunk_frames, progress=seen.append,
                 **kwargs)
     table, _, run, notes = out["passes"]
@@ -150,7 +151,7 @@ def test_progress_when_the_decision_turns_on_early_or_late(monkeypatch, ready):
     stack = STACKS["low_light"]()
     first = _run(monkeypatch, stack, False)
     monkeypatch.setattr(_template, "noisy_stack_later",
-                        lambda src, threads: _Decision(src, ready))
+                        lambda src, threads=1: _Decision(src, ready))
     out, seen = {}, []
 
     def spy(*args, **kw):
@@ -172,18 +173,18 @@ def test_the_background_decision_is_waited_for_when_a_pass_fails(monkeypatch):
     import threading
     import time
 
-    from xcorr_app.alignment import _refine_lk
+    from xcorr_app.alignment import _lk_decision
 
     stack = STACKS["low_light"]()
     started, failed = [], threading.Event()
-    judge = _refine_lk._precision_of
+    judge = _lk_decision._precision_of
 
     def held(frame):
         failed.wait(10)
         time.sleep(0.3)
         return judge(frame)
 
-    def later(src, threads):
+    def later(src, threads=1):
         started.append(noisy_stack_later(src, threads))
         return started[-1]
 
@@ -191,7 +192,7 @@ def test_the_background_decision_is_waited_for_when_a_pass_fails(monkeypatch):
         failed.set()
         raise RuntimeError("a pass failed")
 
-    monkeypatch.setattr(_refine_lk, "_precision_of", held)
+    monkeypatch.setattr(_lk_decision, "_precision_of", held)
     monkeypatch.setattr(_template, "noisy_stack_later", later)
     monkeypatch.setattr(_template, "measure_frames", broken)
     monkeypatch.setattr(_api, "passes_table",
@@ -202,12 +203,12 @@ def test_the_background_decision_is_waited_for_when_a_pass_fails(monkeypatch):
 
 
 def test_an_error_of_the_background_decision_reaches_the_caller(monkeypatch):
-    from xcorr_app.alignment import _refine_lk
+    from xcorr_app.alignment import _lk_decision
 
     def failing(frame):
         raise ValueError("the judgement failed")
 
-    monkeypatch.setattr(_refine_lk, "_precision_of", failing)
+    monkeypatch.setattr(_lk_decision, "_precision_of", failing)
     monkeypatch.setattr(_api, "passes_table",
                         functools.partial(_template.passes_table, overlap=True))
     with pytest.raises(ValueError, match="the judgement failed"):
@@ -218,8 +219,8 @@ def test_an_error_of_the_background_decision_reaches_the_caller(monkeypatch):
 @pytest.mark.parametrize("kind,reference", [("low_light", None), ("plain", None),
                                             ("low_light", "refined"), ("circular", None)])
 def test_gpu_resident_run_overlaps_and_matches_deciding_first(monkeypatch, kind, reference):
-    """A CuPy stack on the GPU: the decision overlaps the first pass (frames copied to the
-    host first), and the run is the one that decides first."""
+    """A CuPy stack on the GPU: the decision overlaps the first pass (judged on the device,
+    queued before it), and the run is the one that decides first."""
     import cupy as cp
 
     stack = cp.asarray(make_stack(kind, 0).frames)

@@ -32,6 +32,7 @@ ROW_STATS = KernelFamily(SOURCE, "frame_row_stats",
 FRAME_TOTALS = KernelFamily(SOURCE, "frame_totals", [(THREADS,)])
 SUBTRACT = KernelFamily(SOURCE, "subtract_frame_means", [()])
 PACK_ROWS = KernelFamily(SOURCE, "pack_rows", [()])
+PRECISION = KernelFamily(SOURCE, "precision_sums", [(THREADS,)])
 #: pack_rows' pieces: their widths, and the type codes of the source
 ROW_WIDTHS = (2, 1, 1, 1, 1, 2, 2, 1)
 ROW_CODES = {np.dtype(np.float64): 0, np.dtype(np.bool_): 1, np.dtype(np.float32): 2,
@@ -42,10 +43,11 @@ MAX_GRID_Y = 65535
 
 
 def _kernels(c_type=None):
-    """(row stats of float32 without writing, totals, subtraction, row packing[, row stats
-    writing float32 from ``c_type``]), compiled together where not compiled yet."""
+    """(row stats of float32 without writing, totals, subtraction, row packing, precision
+    sums[, row stats writing float32 from ``c_type``]), compiled together where not compiled
+    yet."""
     return compile_together([(ROW_STATS, ("float", False, THREADS)), (FRAME_TOTALS, (THREADS,)),
-                             (SUBTRACT, ()), (PACK_ROWS, ())]
+                             (SUBTRACT, ()), (PACK_ROWS, ()), (PRECISION, (THREADS,))]
                             + [(ROW_STATS, (c_type, True, THREADS))] * (c_type is not None))
 
 
@@ -54,7 +56,7 @@ def _stats(f, out, c_type, write):
 
     n, h, w = f.shape
     kernels = _kernels(c_type if write else None)
-    row, totals = kernels[4] if write else kernels[0], kernels[1]
+    row, totals = kernels[5] if write else kernels[0], kernels[1]
     row_sum = cp.empty((n, h), cp.float64)
     row_flags = cp.empty((n, h), cp.int32)
     mean = cp.empty(n, cp.float32)
@@ -122,4 +124,30 @@ def pack_rows(pieces, n):
     if n:
         _kernels()[3]((stride_blocks(n, THREADS, SUBTRACT_BLOCKS),), (THREADS,),
                       (*args, np.int32(codes), np.int64(n), out))
+    return out
+
+
+def precision_sums(f, smooth, out=None):
+    """Per row of every frame, ``(N, H, 3)`` float64 CuPy: the sum of the absolute 3x3
+    Laplacian (Immerkaer's difference kernel; 0 on the edge rows), of the squared gradient of
+    ``smooth`` (``np.gradient``'s differences) and the count of NaN or Inf pixels of ``f``:
+    what the predicted precision of ``lucas_kanade="auto"`` adds up
+    (:func:`xcorr_app.alignment._lk_decision.precision_from_sums`).  ``f`` and ``smooth``:
+    float32 C-contiguous ``(N, H, W)`` CuPy arrays, ``H, W >= 3``; ``out``: where to write."""
+    import cupy as cp
+
+    n, h, w = f.shape
+    if smooth.shape != f.shape or min(h, w) < 3 \
+            or any(a.dtype != cp.float32 or not a.flags.c_contiguous for a in (f, smooth)):
+        raise ValueError(f"precision_sums needs two float32 C-contiguous arrays of one shape, "
+                         f"frames at least 3x3; got {f.shape} {f.dtype}, {smooth.shape} "
+                         f"{smooth.dtype}")
+    out = cp.empty((n, h, 3), cp.float64) if out is None else out
+    if out.shape != (n, h, 3) or out.dtype != cp.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float64 array of shape {(n, h, 3)}")
+    kernel = _kernels()[4]
+    for a in range(0, n, MAX_GRID_Y):
+        b = min(n, a + MAX_GRID_Y)
+        kernel((h, b - a), (THREADS,), (f[a:b], smooth[a:b], out[a:b], np.int32(h),
+                                        np.int32(w)))
     return out

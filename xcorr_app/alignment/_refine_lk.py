@@ -23,20 +23,8 @@ The steps run batched on ``xp``'s device (NumPy or CuPy, one source): the biline
 equations.  A fit that fails or moves more than :data:`LK_MAX_STEP` px from the correlation's
 shift keeps the correlation's shift.
 
-``lucas_kanade="auto"`` decides from :data:`NOISE_FRAMES` frames spread over the stack
-(:func:`predicted_precision`: the shift precision a frame's noise allows, Immerkaer's noise
-estimate against the gradient energy of the smoothed frame): on when it is worse than
-:data:`NOISY_PRECISION` px (the low-light stacks: 0.13-0.14 px; every other stack of the
-benchmark: at most 0.026 px).
-
-Examples
---------
->>> rng = np.random.default_rng(0)
->>> scene = np.kron(rng.random((8, 8)), np.ones((8, 8)))
->>> predicted_precision(scene + rng.normal(0, 0.01, scene.shape), np) < NOISY_PRECISION
-True
->>> predicted_precision(scene + rng.normal(0, 3.0, scene.shape), np) > NOISY_PRECISION
-True
+``lucas_kanade="auto"`` decides from a few frames whether the stack is noisy enough for the
+fit (:mod:`xcorr_app.alignment._lk_decision`).
 """
 
 from __future__ import annotations
@@ -45,15 +33,12 @@ import concurrent.futures
 
 import numpy as np
 
-from ..backend import is_cupy_array, to_numpy
-from ..filters import gaussian_light
 from ..streaming import cpu_threads
-from ._preprocess import parse_prefilter, spread_frames
+from ._preprocess import parse_prefilter
 from ._result import COLUMN
 from ._warp import shift_frames
 
-__all__ = ["LucasKanade", "noisy_stack", "noisy_stack_later", "predicted_precision", "gauss_newton_shifts",
-           "LK_SIGMA", "NOISY_PRECISION"]
+__all__ = ["LucasKanade", "gauss_newton_shifts", "LK_SIGMA"]
 
 #: gaussian smoothing (px) of the leave-one-out template
 LK_SIGMA = 1.0
@@ -71,120 +56,8 @@ LK_MIN_COVERAGE = 0.5
 #: float64 frames each; one frame at a time from 2048x2048 on)
 LK_BATCH = 8
 LK_BATCH_PIXELS = 1 << 22
-#: ``auto``: frames read to decide, and the predicted precision (px) above which it is on
-NOISE_FRAMES = 8
-NOISY_PRECISION = 0.05
-#: smoothing (px) of the signal's gradient in :func:`predicted_precision`
-PRECISION_SIGMA = 2.0
-#: frames larger than this square are judged on their central PRECISION_CROP square
-PRECISION_CROP = 512
-
-
 def _gaussian(sigma):
     return parse_prefilter(f"gaussian:{sigma:g}")
-
-
-def predicted_precision(frame, xp) -> float:
-    """The shift precision (px, Euclidean) that the noise of ``frame`` allows: the Cramer-Rao
-    bound of a white-noise model, ``sqrt(2) * noise / sqrt(gradient energy)``.
-
-    The noise's standard deviation is Immerkaer's estimate (the mean absolute response to
-    the 3x3 Laplacian difference kernel, which cancels smooth content); the gradient energy is
-    that of the frame smoothed by :data:`PRECISION_SIGMA` px, less the part its noise brings.
-    Infinite for a frame with no usable gradient.
-    """
-    f = xp.asarray(frame, dtype=xp.float64)
-    if f.ndim != 2 or min(f.shape) < 3 or not bool(xp.isfinite(f).all()):
-        return float("inf")
-    lap = (f[:-2, :-2] - 2 * f[:-2, 1:-1] + f[:-2, 2:] - 2 * f[1:-1, :-2] + 4 * f[1:-1, 1:-1]
-           - 2 * f[1:-1, 2:] + f[2:, :-2] - 2 * f[2:, 1:-1] + f[2:, 2:])
-    noise = float(np.sqrt(np.pi / 2) / 6 * xp.abs(lap).mean())
-    delta = np.zeros((31, 31), np.float32)
-    delta[15, 15] = 1.0
-    if xp is np:  # the decision of every run, GPU runs too: without importing SciPy (0.9 s)
-        smooth = gaussian_light(f.astype(np.float32), PRECISION_SIGMA)
-        ky = np.gradient(gaussian_light(delta, PRECISION_SIGMA))[0]
-    else:
-        smooth = _gaussian(PRECISION_SIGMA)(f[None].astype(xp.float32))[0].astype(xp.float64)
-        ky = np.gradient(to_numpy(_gaussian(PRECISION_SIGMA)(delta[None]))[0].astype(np.float64))[0]
-    gy, gx = xp.gradient(smooth)
-    energy = float((gy * gy + gx * gx).sum()) - f.size * noise ** 2 * 2 * float((ky ** 2).sum())
-    if energy <= 0:
-        return float("inf")
-    return float(np.sqrt(2.0) * noise / np.sqrt(energy))
-
-
-def _precision_of(frame) -> float:
-    """:func:`predicted_precision` of a frame, from its central :data:`PRECISION_CROP` square
-    at most (the bound scales as one over the square root of the area: 8 whole 2048x2048 frames
-    took 2.7 s on 2 cores, a first run's decision)."""
-    h, w = frame.shape
-    ch, cw = min(h, PRECISION_CROP), min(w, PRECISION_CROP)
-    y0, x0 = (h - ch) // 2, (w - cw) // 2
-    p = predicted_precision(frame[y0:y0 + ch, x0:x0 + cw], np)
-    return p * float(np.sqrt(ch * cw / (h * w)))
-
-
-def noisy_stack(src, threads=1) -> tuple:
-    """``(noisy, precision)``: the median :func:`predicted_precision` (px) of up to
-    :data:`NOISE_FRAMES` frames spread over the open source ``src``, and whether it is worse
-    than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count).
-
-    Decided on the CPU whatever the run's device: a few frames take
-    milliseconds there, while on a GPU's first run its CuPy operations compiled about 20
-    kernels, two CUB reductions among them (7 s on an H100, 2026-11-22); and the CPU and the
-    GPU then decide alike.  With ``threads`` > 1 (a GPU run, whose host memory is not the CPU
-    run's budget) the frames are judged by a pool of threads while the next are read (NumPy
-    releases the GIL: one after the other they were 0.25-0.33 s of a one-shot GPU run's fixed
-    cost, H100 host, 2026-11-23); a CPU run judges one frame at a time, within its memory plan.
-    A GPU run judges them while its first pass measures: :func:`noisy_stack_later`."""
-    return _judged(_noise_frames(src), threads)
-
-
-def _noise_frames(src):
-    """The frames :func:`noisy_stack` judges, read one by one as host arrays (a generator)."""
-    return (to_numpy(src.read(i, i + 1))[0] for i in spread_frames(src.n_frames, NOISE_FRAMES))
-
-
-def _judged(frames, threads) -> tuple:
-    """:func:`noisy_stack` of the host ``frames`` (an iterable, read as they are judged)."""
-    with concurrent.futures.ThreadPoolExecutor(max(1, threads), "xcorr-noise") as pool:
-        pending, values = [], []
-        for frame in frames:
-            pending.append(pool.submit(_precision_of, frame))
-            if len(pending) >= max(1, threads):  # at most `threads` frames held at once
-                values.append(pending.pop(0).result())
-        values += [f.result() for f in pending]
-    values = [v for v in values if np.isfinite(v)]
-    if not values:
-        return False, float("inf")
-    p = float(np.median(values))
-    return p > NOISY_PRECISION, p
-
-
-def noisy_stack_later(src, threads):
-    """A future of :func:`noisy_stack` ``(src, threads)``, judged by a thread of its own while
-    the caller goes on (a GPU run's first measuring pass: the decision was a 65-75 ms gap
-    before it, H100, 2026-11-23), or ``None`` where ``src`` cannot be read by two threads at
-    once (a folder keeps one file open at a time, a compressed TIFF one file position):
-    decide first, with :func:`noisy_stack`.
-
-    A source that allows concurrent reads (a NumPy array, one memory-mapped TIFF file:
-    ``concurrent_reads``) is read by that thread; frames of a CuPy array are copied to the
-    host here (a few device copies: that thread makes no CUDA call), and judged there.  The
-    caller must wait for the future before it closes ``src``.
-    """
-    if is_cupy_array(getattr(src, "stack", None)):
-        frames = list(_noise_frames(src))
-    elif getattr(src, "concurrent_reads", False):
-        frames = _noise_frames(src)
-    else:
-        return None
-    runner = concurrent.futures.ThreadPoolExecutor(1, "xcorr-noise-decision")
-    try:
-        return runner.submit(_judged, frames, threads)
-    finally:
-        runner.shutdown(wait=False)  # its thread ends with the one task
 
 
 def _coverage(shifts, shape, xp):

@@ -46,9 +46,9 @@ import numpy as np
 
 from .. import backend
 from ..registration._peak_math import wrapped_correlations
-from ..streaming import cpu_threads
+from ._lk_decision import noisy_stack, noisy_stack_later, noisy_stack_on_gpu
 from ._pipeline import measure_frames, prepared_reference
-from ._refine_lk import LucasKanade, noisy_stack, noisy_stack_later
+from ._refine_lk import LucasKanade
 from ._references import reference_frame
 from ._result import COLUMN
 from ._warp import add_shifted
@@ -218,13 +218,14 @@ def _correlation(a, b, mask, xp) -> float:
 
 def decide_lucas_kanade(opts, src, xp):
     """``(opts, note)``: ``opts`` with ``lucas_kanade="auto"`` decided for the open source
-    ``src`` (on for noisy frames: :func:`~xcorr_app.alignment._refine_lk.noisy_stack`; off
-    where it cannot run), and a note when auto turned it on."""
+    ``src`` (on for noisy frames: :mod:`~xcorr_app.alignment._lk_decision`, on ``xp``'s
+    device; off where it cannot run), and a note when auto turned it on."""
     if opts.lucas_kanade != "auto":
         return opts, None
     if not opts.lk_possible:
         return dataclasses.replace(opts, lucas_kanade="off"), None
-    return lucas_kanade_choice(opts, *noisy_stack(src, threads=1 if xp is np else cpu_threads()))
+    judged = noisy_stack(src) if xp is np else noisy_stack_on_gpu(src).result()
+    return lucas_kanade_choice(opts, *judged)
 
 
 def lucas_kanade_choice(opts, noisy, precision):
@@ -240,16 +241,18 @@ def lucas_kanade_choice(opts, noisy, precision):
 
 def decision_later(opts, src, xp):
     """A future of ``(noisy, precision)`` for ``lucas_kanade="auto"``, judged while the first
-    pass measures (:func:`~xcorr_app.alignment._refine_lk.noisy_stack_later`), or ``None``
-    where it is decided first (:func:`decide_lucas_kanade`): not auto, auto where it cannot
-    run (off at once), a source that two threads cannot read at once.  The first pass's
+    pass measures (on the GPU queued on the device before it,
+    :func:`~xcorr_app.alignment._lk_decision.noisy_stack_on_gpu`; on the CPU by a thread,
+    :func:`~xcorr_app.alignment._lk_decision.noisy_stack_later`), or ``None`` where it is
+    decided first (:func:`decide_lucas_kanade`): not auto, auto where it cannot run (off at
+    once), a CPU run's source that two threads cannot read at once.  The first pass's
     reference is the first frame either way (``lk_possible``: ``first`` or ``refined``)."""
     if opts.lucas_kanade != "auto" or not opts.lk_possible:
         return None
-    return noisy_stack_later(src, threads=1 if xp is np else cpu_threads())
+    return noisy_stack_later(src) if xp is np else noisy_stack_on_gpu(src)
 
 
-def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overlap=None):
+def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overlap=False):
     """The result table of a run with a single reference and more than one possible pass:
     ``reference="refined[:ITER]"`` (rows in frame 0's convention), ``boundary="auto"`` or
     ``lucas_kanade`` on or auto; with the plan, the options the last pass measured with
@@ -265,20 +268,21 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overl
     (:class:`~xcorr_app.alignment._refine_lk.LucasKanade`; not for periodic stacks).
     ``progress`` sees every frame once, spread over the passes.
 
-    With ``overlap`` (default: on the GPU, ``xp`` not NumPy; on the CPU its time is the
-    run's) ``lucas_kanade="auto"`` is decided while the first pass measures
+    With ``overlap`` ``lucas_kanade="auto"`` is decided while the first pass measures
     (:func:`decision_later`): that pass accumulates a template in case the decision is on
     (with ``first``; ``refined`` accumulates one anyway), dropped when it is off, and the
     progress is planned as for off until the decision is known; the results are those of
-    deciding first.
+    deciding first.  Off by default: a GPU run judges on the device in about a millisecond
+    before its first pass (:func:`~xcorr_app.alignment._lk_decision.noisy_stack_on_gpu`),
+    less than the template in case costs (``warp_sum``, 11 ms of a 4096-frame run on an
+    H100), and on the CPU the judgement's time is the run's either way.
     """
-    later = decision_later(opts, src, xp) if (xp is not np if overlap is None else overlap) \
-        else None
+    later = decision_later(opts, src, xp) if overlap else None
     try:
         return _passes(opts, src, xp, chunk_frames, plan, progress, later)
     finally:
-        if later is not None:  # its thread reads src: done before the caller closes it
-            concurrent.futures.wait([later])
+        if isinstance(later, concurrent.futures.Future):  # a thread reading src: done
+            concurrent.futures.wait([later])  # before the caller closes it
 
 
 def _passes(opts, src, xp, chunk_frames, plan, progress, later):

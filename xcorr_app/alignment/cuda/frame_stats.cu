@@ -89,6 +89,73 @@ __global__ void __launch_bounds__(THREADS) frame_totals(
     }
 }
 
+// The sums behind the predicted precision of lucas_kanade="auto" (alignment/_lk_decision.py,
+// predicted_precision) of float32 frames f and their gaussian-smoothed copies `smooth`, both
+// (n, h, w), h and w at least 3.  One block per row: grid (h, n), THREADS threads.  Writes, at
+// sums[(n * h + y) * 3]: the row's sum of |Laplacian| (Immerkaer's 3x3 difference kernel in
+// double, in NumPy's order of the expression; the edge rows and columns have none), its sum of
+// gy^2 + gx^2 of `smooth` (np.gradient's differences: central inside, one-sided on the edges;
+// double) and its count of NaN or Inf pixels of f.  The host adds the rows up.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) precision_sums(
+        const float* __restrict__ f, const float* __restrict__ smooth, double* __restrict__ sums,
+        int h, int w) {
+    __shared__ double part[2][THREADS / 32];
+    __shared__ int bads[THREADS / 32];
+    const int y = blockIdx.x, n = blockIdx.y;
+    const float* fr = f + ((size_t)n * h + y) * (size_t)w;    // row y of frame n
+    const float* sm = smooth + ((size_t)n * h + y) * (size_t)w;
+    const bool inside = y > 0 && y < h - 1;
+    double lap = 0.0, energy = 0.0;
+    int bad = 0;
+    for (int x = threadIdx.x; x < w; x += THREADS) {
+        bad += isfinite(fr[x]) ? 0 : 1;
+        if (inside && x > 0 && x < w - 1) {
+            const float* a = fr - w + x;  // the rows above and below, at column x
+            const float* c = fr + w + x;
+            double l = (double)a[-1] - 2.0 * (double)a[0];
+            l = l + (double)a[1];
+            l = l - 2.0 * (double)fr[x - 1];
+            l = l + 4.0 * (double)fr[x];
+            l = l - 2.0 * (double)fr[x + 1];
+            l = l + (double)c[-1];
+            l = l - 2.0 * (double)c[0];
+            l = l + (double)c[1];
+            lap += fabs(l);
+        }
+        const double gy = y == 0 ? (double)sm[w + x] - (double)sm[x]
+                        : y == h - 1 ? (double)sm[x] - (double)sm[x - w]
+                        : ((double)sm[w + x] - (double)sm[x - w]) / 2.0;
+        const double gx = x == 0 ? (double)sm[1] - (double)sm[0]
+                        : x == w - 1 ? (double)sm[x] - (double)sm[x - 1]
+                        : ((double)sm[x + 1] - (double)sm[x - 1]) / 2.0;
+        energy += gy * gy + gx * gx;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    lap = warp_sum(lap);
+    energy = warp_sum(energy);
+    bad = warp_sum(bad);
+    if (lane == 0) {
+        part[0][warp] = lap;
+        part[1][warp] = energy;
+        bads[warp] = bad;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // the warps' sums in a fixed order
+        double a = 0.0, b = 0.0;
+        int k = 0;
+        for (int i = 0; i < THREADS / 32; ++i) {
+            a += part[0][i];
+            b += part[1][i];
+            k += bads[i];
+        }
+        double* out = sums + ((size_t)n * h + y) * 3;
+        out[0] = a;
+        out[1] = b;
+        out[2] = (double)k;
+    }
+}
+
 // f[n, :, :] -= mean[n] for every pixel (grid-stride over n * plane pixels).
 __global__ void subtract_frame_means(float* __restrict__ f, const float* __restrict__ mean,
                                      long long plane, long long total) {

@@ -1,0 +1,19 @@
+import statistics, sys, time
+import cupy as cp
+from xcorr_app.alignment import _lk_decision as lk
+from xcorr_app.alignment._api import align
+from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
+stack, _ = make_stack(4096, (512, 512), seed=0)
+g = cp.asarray(stack)
+base = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, max_deviation=MAX_DEVIATION)
+orig = lk._judged
+def wall(o):
+    cp.cuda.Device().synchronize(); t = time.perf_counter(); align(g, **o); cp.cuda.Device().synchronize()
+    return time.perf_counter() - t
+for name, fn in (("threads", orig), ("instant", lambda f, t: (list(f), (False, 0.003))[1]),
+                 ("one thread", lambda f, t: orig(f, 1)), ("threads", orig)):
+    lk._judged = fn
+    for p in (None, (4, 4)):
+        o = dict(base, patches=p); align(g[:256], **o)
+        w = statistics.median(wall(o) for _ in range(5))
+        print(f"judged {name:10s} patches {p}: {w:.4f} s {4096 / w:.0f} frames/s", flush=True)
