@@ -9,12 +9,13 @@ bound of a white-noise model); the fit is on when their median is worse than
 benchmark: at most 0.026 px).
 
 A CPU run judges the frames with NumPy (:func:`noisy_stack`).  A GPU run judges them on the
-device (:func:`noisy_stack_on_gpu`): a few kernels that ship built, queued before its first
-pass, whose sums reach the host while that pass measures.  On host threads, next to the pass,
-the NumPy judgement held the GIL often enough to stall the pass's kernel launches: 0.08-0.13 s
-of a 4096-frame GPU-resident run (H100, 2026-11-23: rigid 0.184 -> 0.102 s with the judgement
-made instant, ``tools/judge_probe.py``).  Both add the same sums; the decisions agree but for
-float rounding at the threshold.
+device (:func:`noisy_stack_on_gpu`): a few kernels that ship built, then a copy of the sums
+to the host (7-8 ms with the reads of the 8 frames of 512x512, against 0.30 s for NumPy on
+one thread; H100, 2026-11-23, ``tools/gap_probe.py``), before its first pass.  On host
+threads next to the pass, as before, the NumPy judgement held the GIL often enough to stall
+the pass's kernel launches: 0.08-0.13 s of a 4096-frame GPU-resident run (rigid 0.184 ->
+0.102 s with the judgement made instant, ``tools/judge_probe.py``; 0.085 s judged on the
+GPU).  Both add the same sums; the decisions agree but for float rounding at the threshold.
 
 Examples
 --------

@@ -272,10 +272,11 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overl
     (:func:`decision_later`): that pass accumulates a template in case the decision is on
     (with ``first``; ``refined`` accumulates one anyway), dropped when it is off, and the
     progress is planned as for off until the decision is known; the results are those of
-    deciding first.  Off by default: a GPU run judges on the device in about a millisecond
-    before its first pass (:func:`~xcorr_app.alignment._lk_decision.noisy_stack_on_gpu`),
-    less than the template in case costs (``warp_sum``, 11 ms of a 4096-frame run on an
-    H100), and on the CPU the judgement's time is the run's either way.
+    deciding first.  Off by default: a GPU run judges on the device before its first pass
+    (:func:`~xcorr_app.alignment._lk_decision.noisy_stack_on_gpu`: 7-8 ms with the reads of
+    its 8 frames, H100 2026-11-23; the CPU took 0.30 s on one thread), and the overlap's
+    template in case cost more (``warp_sum``, 11 ms of GPU time in a 4096-frame run, and its
+    host work); on the CPU the judgement's time is the run's either way.
     """
     later = decision_later(opts, src, xp) if overlap else None
     try:
