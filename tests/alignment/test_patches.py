@@ -8,7 +8,8 @@ from scipy import ndimage as ndi
 
 from xcorr_app import align
 from xcorr_app.alignment._motion_field import dense_field, spline_weights, warp_frames
-from xcorr_app.alignment._patches import PatchGrid, common_area, fill_low, parse_patches
+from xcorr_app.alignment._low_patches import fill_low
+from xcorr_app.alignment._patches import PatchGrid, common_area, parse_patches
 from xcorr_app.alignment._warp import shift_frames
 from xcorr_app.bench._align_data import nonrigid_stack as make_nonrigid, truth_at
 from xcorr_app.errors import InputError

@@ -19,9 +19,10 @@ from ..streaming import map_chunks
 from ._field_resample import add_fields, field_weights
 from ._motion_field import MotionField, warp_chunk, warped_sum
 from ._options import prefilter_for
-from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, fill_low, integer_parts,
-                       low_patches, patch_left, patch_margin, patch_shifts, refine_left,
-                       refine_shifts, refine_taper, tapered, template_patches)
+from ._low_patches import fill_low, fill_low_fits, fill_low_gpu, low_patches
+from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, integer_parts,
+                       patch_left, patch_margin, patch_shifts, refine_left, refine_shifts,
+                       refine_taper, tapered, template_patches)
 from ._pipeline import prepared_reference
 from ._preprocess import prepare
 from ._references import reference_frame
@@ -212,8 +213,9 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     dev = "cpu" if xp is np else "gpu"
     weights = field_weights(grid.centres, src.frame_shape, xp)
     warp = None if out is None else _Warper(out, weights)
+    kept = {}  # GPU: each chunk's rows left on the device by the measurer, by its first frame
     work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
-                     refine_taper(grid.size), weights, add_sums, start, warp)
+                     refine_taper(grid.size), weights, add_sums, start, warp, kept)
     if xp is not np:  # the chunks' streams read what was set up on this one
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
@@ -228,6 +230,9 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
             if host_out is None:
                 out(start + first, frames)
             parts[first] = warp.rows.pop(first)
+    if kept:  # fetched once the pass is done (the chunks' streams included)
+        xp.cuda.Device().synchronize()
+        parts.update((k, backend.to_numpy(v)) for k, v in kept.items())
     parts = [parts[k] for k in sorted(parts)]
     return np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
 
@@ -263,19 +268,22 @@ def field_from_rows(table, rigid, setup):
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
-              offset=0, warp=None):
+              offset=0, warp=None, kept=None):
     """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
     (host); with ``add_sums`` the chunk's frames warped by their fields are handed to it (in
     the chunk's stream order).  ``offset``: the chunks' frame 0 in the stack.  ``warp`` (a
     :class:`_Warper`): the chunk's frames warped by their fields, its result.
 
-    The correlations run on the run's device; the small per-patch rules (which patches are
-    low, :func:`~._patches.fill_low`, the result's columns) on the host with NumPy, on GPU
-    runs too: the CPU's numbers, and no CuPy reductions to compile on a fresh machine (there
-    ``low.any()`` alone was two CUB compilations, 5.4 s of a 17.5 s first run, H100
-    2026-11-23).  The chunk's result is copied to the host right after anyway; the low
-    patches' deviations go to the host once more per refinement pass, in chunks that have
-    any."""
+    On the GPU (grids up to :data:`~._low_patches.FILL_MAX_PATCHES` patches) nothing waits
+    for the device: the low patches are decided and filled by a kernel of ours
+    (:func:`~._low_patches.fill_low_gpu`, the rule of :func:`~._low_patches.low_patches` and
+    :func:`~._low_patches.fill_low`), which also writes the chunk's rows; they stay on the
+    device in ``kept`` (by the chunk's first frame) and the chunk's result is an empty
+    placeholder.  Otherwise (the CPU, larger grids) the small per-patch rules run on the host
+    with NumPy: the chunk's correlations are waited for, and the low patches' deviations go to
+    the host once more per refinement pass, in chunks that have any.  (On a fresh machine
+    CuPy's operations for them would compile: ``low.any()`` alone was two CUB compilations,
+    5.4 s of a 17.5 s first run, H100 2026-11-23.)"""
     left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
     # the refinement's template patches (weighted), made on the host: NumPy's numbers on
     # both devices (a CUB mean, 2.8 s of NVRTC on a fresh machine, otherwise)
@@ -295,32 +303,54 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         def field_of(d):  # rigid + deviation, float64: as the result's motion_field holds it
             return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
 
+        def refined(d):  # through the field: what remains, measured
+            return add_fields(d, refine_shifts(tnear, p.frames, grid, field_of(d), weights,
+                                               opts.subpixel, dev, near, taper))
+
         d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left,
                                          uploaded=None if xp is np else (whole, off))
-        # (N, P) views of (P, N) arrays: fetched as laid out and transposed on the host
-        # (CuPy makes a strided array contiguous first: two copy kernels to compile)
-        pk, cf, border = (backend.to_numpy(a.T).T for a in (pk, cf, border))
-        low = low_patches(backend.to_numpy(d), pk, cf, border, opts.min_confidence)
-        some_low = bool(low.any())
-        if some_low:
-            d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
-        for _ in range(REFINE_PASSES):  # through the field: what remains, measured
-            d = add_fields(d, refine_shifts(tnear, p.frames, grid, field_of(d), weights,
-                                            opts.subpixel, dev, near, taper))
-            if some_low:
-                d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
+        scores = (pk.T, cf.T, border.T)  # (P, N): as laid out
+        low = None if xp is np else xp.empty(d.shape[:2], xp.bool_)
+        if low is not None and kept is not None and fill_low_fits(d, grid.grid, low, scores):
+            rule = dict(grid_shape=grid.grid, low=low, scores=scores,
+                        min_confidence=opts.min_confidence)
+            d, rows = fill_low_gpu(d, decide=True, rows=not REFINE_PASSES, **rule)
+            for k in range(REFINE_PASSES):
+                d, rows = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1, **rule)
+            kept[first] = rows
+            rows = np.empty((len(frames), 0))  # (the rows stay on the device)
+        else:
+            d, rows = _measured_on_host(opts, xp, grid, d, scores, refined)
         if add_sums is not None:
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
                 idx = xp.asarray(keep)
                 add_sums(*warped_sum(frames[idx], field_of(d)[idx], weights))
-        cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
-        rows = np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
-                               cf[..., None].astype(np.float64),
-                               low[..., None].astype(np.float64)], axis=-1)
         return rows if warp is None else warp(first, frames, field_of(d), rows)
 
     return measure
+
+
+def _measured_on_host(opts, xp, grid, d, scores, refined):
+    """``(d, rows)`` of a chunk whose low patches are decided and filled on the host
+    (:func:`_measurer`): ``d`` after the refinement passes ``refined`` on ``xp``'s device, the
+    rows ``(N, P, 5)`` on the host."""
+    # (N, P) views of (P, N) arrays: fetched as laid out and transposed on the host
+    # (CuPy makes a strided array contiguous first: two copy kernels to compile)
+    pk, cf, border = (backend.to_numpy(a).T for a in scores)
+    low = low_patches(backend.to_numpy(d), pk, cf, border, opts.min_confidence)
+    some_low = bool(low.any())
+    if some_low:
+        d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
+    for _ in range(REFINE_PASSES):
+        d = refined(d)
+        if some_low:
+            d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
+    cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
+    rows = np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
+                           cf[..., None].astype(np.float64),
+                           low[..., None].astype(np.float64)], axis=-1)
+    return d, rows
 
 
 def check_template_passes(template_passes) -> int:

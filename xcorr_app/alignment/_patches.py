@@ -30,7 +30,7 @@ How (docs/how-align-works.md, "Piecewise-rigid"):
   the spline through the centres departs from the true field inside a large patch (between
   and beyond the centres), that mean, not the value at the centre, was what the refinement
   matched (0.14 px RMS at the centres on the bench's 143-px patches, 0.07 with the weight).
-* Low-confidence patches (:func:`fill_low`): a patch whose peak lies on the border of the
+* Low-confidence patches (:mod:`._low_patches`): a patch whose peak lies on the border of the
   ``max_deviation`` window, whose surface is flat or not finite, or whose confidence is at most
   1 (no distinct peak) or below ``min_confidence`` when given, takes the median of the
   deviations of its good neighbours (the 8 around it in the grid), repeated outwards until
@@ -418,49 +418,3 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
         left = None
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
     return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
-
-
-def low_patches(deviation, peak, confidence, border, min_confidence=None):
-    """Which patches are not trusted (the rule of the module docstring)."""
-    xp = backend.array_module_of(deviation)
-    low = border | ~xp.isfinite(deviation).all(axis=-1) | ~xp.isfinite(peak)
-    low |= ~(confidence > 1.0)
-    if min_confidence is not None:
-        low |= confidence < min_confidence
-    return low
-
-
-def fill_low(deviation, low, grid_shape):
-    """Replace the deviations of ``low`` patches (``(N, P)``) by the median of their good
-    neighbours in the grid (8-connected), outwards until all are filled; frames without a good
-    patch get 0 (their rigid shift).
-
-    >>> d = np.zeros((1, 9, 2)); d[0, :, 0] = np.arange(9); low = np.zeros((1, 9), bool)
-    >>> low[0, 4] = True; d[0, 4] = 99
-    >>> fill_low(d, low, (3, 3))[0, 4].tolist()
-    [4.0, 0.0]
-    """
-    xp = backend.array_module_of(deviation)
-    gy, gx = grid_shape
-    n = len(deviation)
-    out = xp.array(deviation, xp.float64).reshape(n, gy, gx, 2)
-    bad = xp.array(low, bool).reshape(n, gy, gx)
-    out = xp.where(bad[..., None], xp.nan, out)
-    for _ in range(gy + gx):
-        if not bool(bad.any()):  # (on the GPU a host sync: called for chunks with low patches)
-            break
-        pad = xp.pad(out, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=xp.nan)
-        around = xp.stack([pad[:, 1 + a:1 + a + gy, 1 + b:1 + b + gx]
-                           for a in (-1, 0, 1) for b in (-1, 0, 1) if (a, b) != (0, 0)])
-        count = (~xp.isnan(around)).sum(axis=0)  # good neighbours, (N, gy, gx, 2)
-        take = bad & (count[..., 0] > 0)
-        if not bool(take.any()):
-            break
-        # the median of the good ones (nanmedian, on either device): NaN sorts last
-        ranked = xp.sort(around, axis=0)
-        lo = xp.take_along_axis(ranked, xp.maximum(count - 1, 0)[None] // 2, axis=0)[0]
-        hi = xp.take_along_axis(ranked, (count // 2)[None], axis=0)[0]
-        out = xp.where(take[..., None], (lo + hi) * 0.5, out)
-        bad = bad & ~take
-    out = xp.where(bad[..., None], 0.0, out)
-    return out.reshape(np.shape(deviation))

@@ -413,3 +413,132 @@ __global__ void __launch_bounds__(THREADS, 4) refine_surfaces(
         ix_out[surface] = k % 3;
     }
 }
+
+// ---- The patch pass's untrusted patches, on the device (alignment/_patches.py low_patches and
+// fill_low, the NumPy definitions) ----------------------------------------------------------------
+//
+// One block per frame n, one thread per patch p (P = gy * gx <= blockDim.x <= 1024); dynamic
+// shared memory: 4 * P doubles and P ints.
+//   with SCORES: low[n, p] = border | any(!isfinite(d[n, p, :])) | !isfinite(peak)
+//                            | !(conf > 1) | (use_min && conf < min_conf)
+//                (peak, conf, border laid out (P, n_total): index p * n_total + n)
+//   else:        low[n, p] as given
+//   out[n, p, :] = d where not low; the low ones take the median of their good neighbours (the
+//   8 around, the values of the round before: all of a round's patches at once), round after
+//   round outwards until none is left or none gains a neighbour; 0 where none ever does.
+//   With ROWS also rows[n, p, :] = (out0, out1, peak, border ? 0 : conf, low): the pass's rows
+//   (peak, conf and border are read with ROWS or SCORES, else not).
+// The median of the k good values of each axis: (v[(k - 1) / 2] + v[k / 2]) * 0.5 of the sorted
+// values, NumPy's nanmedian; sorted by a network of 19 compare-and-swaps (NaN last), picked by
+// constant indices: the eight values stay in registers.
+
+#define FILL_NETWORK(X) X(0, 2) X(1, 3) X(4, 6) X(5, 7) X(0, 4) X(1, 5) X(2, 6) X(3, 7) \
+    X(0, 1) X(2, 3) X(4, 5) X(6, 7) X(2, 4) X(3, 5) X(1, 4) X(3, 6) X(1, 2) X(3, 4) X(5, 6)
+
+__device__ __forceinline__ void nan_last_swap(double& a, double& b) {
+    const bool after = isnan(a) ? !isnan(b) : (!isnan(b) && a > b);
+    if (after) {
+        const double t = a;
+        a = b;
+        b = t;
+    }
+}
+
+// The median of the non-NaN values among v[0..7] (NaN if none), NumPy's order of operations.
+__device__ __forceinline__ double median8(double (&v)[8]) {
+#define FILL_SWAP(i, j) nan_last_swap(v[i], v[j]);
+    FILL_NETWORK(FILL_SWAP)
+#undef FILL_SWAP
+    int k = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) k += isnan(v[i]) ? 0 : 1;
+    const int ilo = (k > 0 ? k - 1 : 0) / 2, ihi = k / 2;
+    double lo = v[0], hi = v[0];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        if (i == ilo) lo = v[i];
+        if (i == ihi) hi = v[i];
+    }
+    return (lo + hi) * 0.5;
+}
+
+template <bool SCORES, bool ROWS>
+__global__ void fill_low_patches(const double* __restrict__ d, double* __restrict__ out,
+                                 bool* __restrict__ low, const double* __restrict__ peak,
+                                 const double* __restrict__ conf,
+                                 const bool* __restrict__ border, double* __restrict__ rows,
+                                 int use_min, double min_conf, int n_total, int gy, int gx) {
+    extern __shared__ double fill_shared[];
+    const int P = gy * gx, p = threadIdx.x, n = blockIdx.x;
+    double* cur = fill_shared;        // 2 * P: the values of this round (NaN: not good)
+    double* next = fill_shared + 2 * P;
+    int* bad = (int*)(fill_shared + 4 * P);
+    const bool mine = p < P;
+    const size_t q = (size_t)n * P + p, t = (size_t)p * n_total + n;
+    if (mine) {
+        const double v0 = d[2 * q], v1 = d[2 * q + 1];
+        bool lo;
+        if (SCORES) {
+            const double pk = peak[t], cf = conf[t];
+            lo = border[t] || !isfinite(v0) || !isfinite(v1) || !isfinite(pk) || !(cf > 1.0)
+                 || (use_min && cf < min_conf);
+            low[q] = lo;
+        } else {
+            lo = low[q];
+        }
+        const double nan = __longlong_as_double(0x7ff8000000000000LL);
+        cur[2 * p] = lo ? nan : v0;
+        cur[2 * p + 1] = lo ? nan : v1;
+        bad[p] = lo ? 1 : 0;
+    }
+    __syncthreads();
+    for (int round = 0; round < gy + gx; ++round) {
+        if (!__syncthreads_or(mine && bad[p])) break;
+        bool take = false;
+        double m0 = 0.0, m1 = 0.0;
+        if (mine && bad[p]) {
+            const int py = p / gx, px = p - py * gx;
+            double a[8], b[8];
+            const double nan = __longlong_as_double(0x7ff8000000000000LL);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const int j = k < 4 ? k : k + 1;  // the 3x3 around, less the centre
+                const int yy = py + j / 3 - 1, xx = px + j % 3 - 1;
+                const bool in = yy >= 0 && yy < gy && xx >= 0 && xx < gx;
+                a[k] = in ? cur[2 * (yy * gx + xx)] : nan;
+                b[k] = in ? cur[2 * (yy * gx + xx) + 1] : nan;
+            }
+            int good = 0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) good += isnan(a[k]) ? 0 : 1;
+            if (good > 0) {
+                take = true;
+                m0 = median8(a);
+                m1 = median8(b);
+            }
+        }
+        if (!__syncthreads_or(take)) break;
+        if (mine) {
+            next[2 * p] = take ? m0 : cur[2 * p];
+            next[2 * p + 1] = take ? m1 : cur[2 * p + 1];
+            if (take) bad[p] = 0;
+        }
+        __syncthreads();
+        double* s = cur;
+        cur = next;
+        next = s;
+    }
+    if (mine) {
+        const double o0 = bad[p] ? 0.0 : cur[2 * p], o1 = bad[p] ? 0.0 : cur[2 * p + 1];
+        out[2 * q] = o0;
+        out[2 * q + 1] = o1;
+        if (ROWS) {
+            double* r = rows + 5 * q;
+            r[0] = o0;
+            r[1] = o1;
+            r[2] = peak[t];
+            r[3] = border[t] ? 0.0 : conf[t];
+            r[4] = low[q] ? 1.0 : 0.0;
+        }
+    }
+}
