@@ -1,4 +1,12 @@
-import statistics, sys, time
+"""Development probe (device): GPU-resident walls of the bench's stack (4096 frames of 512x512
+on the GPU, median of 5), rigid and patches, with the lucas_kanade auto judgement as it is, made
+instant (a stand-in), and on one host thread (issue 27, 2026-11-23: whether the judgement on
+host threads stalled the first pass).  ``_judged`` is the CPU judgement's worker; GPU runs now
+judge on the device, so the stand-ins change only runs that judge on the CPU.
+
+    python3 tools/judge_probe.py
+"""
+import statistics, time
 import cupy as cp
 from xcorr_app.alignment import _lk_decision as lk
 from xcorr_app.alignment._api import align

@@ -9,7 +9,7 @@ from scipy import ndimage as ndi
 from xcorr_app import align
 from xcorr_app.alignment._refine_lk import gauss_newton_shifts
 from xcorr_app.bench._accuracy import stack_errors
-from xcorr_app.bench._accuracy_data import KINDS, make_stack
+from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
 
 
