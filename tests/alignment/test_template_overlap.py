@@ -115,7 +115,7 @@ def test_sources_two_threads_cannot_read_decide_first(monkeypatch, tmp_path):
     tifffile.imwrite(packed, frames, compression="zlib")
     for path in (folder, packed):
         with open_stack(path) as src:
-            assert noisy_stack_later(src, 2) is None
+            assert noisy_stack_later(src) is None
         first = _run(monkeypatch, str(path), False)
         both = _run(monkeypatch, str(path), True)
         assert both["background"] == [False]
@@ -151,7 +151,7 @@ def test_progress_when_the_decision_turns_on_early_or_late(monkeypatch, ready):
     stack = STACKS["low_light"]()
     first = _run(monkeypatch, stack, False)
     monkeypatch.setattr(_template, "noisy_stack_later",
-                        lambda src, threads=1: _Decision(src, ready))
+                        lambda src: _Decision(src, ready))
     out, seen = {}, []
 
     def spy(*args, **kw):
@@ -184,8 +184,8 @@ def test_the_background_decision_is_waited_for_when_a_pass_fails(monkeypatch):
         time.sleep(0.3)
         return judge(frame)
 
-    def later(src, threads=1):
-        started.append(noisy_stack_later(src, threads))
+    def later(src):
+        started.append(noisy_stack_later(src))
         return started[-1]
 
     def broken(*args, **kwargs):

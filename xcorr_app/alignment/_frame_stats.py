@@ -23,6 +23,7 @@ import numpy as np
 
 from .._cuda.launch import stride_blocks
 from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together
+from ..errors import InputError
 
 SOURCE = "frame_stats.cu"
 THREADS = 256
@@ -139,12 +140,12 @@ def precision_sums(f, smooth, out=None):
     n, h, w = f.shape
     if smooth.shape != f.shape or min(h, w) < 3 \
             or any(a.dtype != cp.float32 or not a.flags.c_contiguous for a in (f, smooth)):
-        raise ValueError(f"precision_sums needs two float32 C-contiguous arrays of one shape, "
+        raise InputError(f"precision_sums needs two float32 C-contiguous arrays of one shape, "
                          f"frames at least 3x3; got {f.shape} {f.dtype}, {smooth.shape} "
                          f"{smooth.dtype}")
     out = cp.empty((n, h, 3), cp.float64) if out is None else out
     if out.shape != (n, h, 3) or out.dtype != cp.float64 or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous float64 array of shape {(n, h, 3)}")
+        raise InputError(f"out must be a C-contiguous float64 array of shape {(n, h, 3)}")
     kernel = _kernels()[4]
     for a in range(0, n, MAX_GRID_Y):
         b = min(n, a + MAX_GRID_Y)

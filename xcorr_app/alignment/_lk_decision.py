@@ -138,12 +138,12 @@ def verdict(values) -> tuple:
     return p > NOISY_PRECISION, p
 
 
-def noisy_stack(src, threads=1) -> tuple:
+def noisy_stack(src) -> tuple:
     """``(noisy, precision)``: the median :func:`predicted_precision` (px) of up to
     :data:`NOISE_FRAMES` frames spread over the open source ``src``, and whether it is worse
     than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count), judged on
-    the CPU (``threads`` frames at a time).  GPU runs: :func:`noisy_stack_on_gpu`."""
-    return _judged(_noise_frames(src), threads)
+    the CPU one frame at a time.  GPU runs: :func:`noisy_stack_on_gpu`."""
+    return _judged(_noise_frames(src))
 
 
 def _noise_frames(src):
@@ -151,24 +151,16 @@ def _noise_frames(src):
     return (to_numpy(src.read(i, i + 1))[0] for i in spread_frames(src.n_frames, NOISE_FRAMES))
 
 
-def _judged(frames, threads) -> tuple:
+def _judged(frames) -> tuple:
     """:func:`noisy_stack` of the host ``frames`` (an iterable, read as they are judged)."""
-    with concurrent.futures.ThreadPoolExecutor(max(1, threads), "xcorr-noise") as pool:
-        pending, values = [], []
-        for frame in frames:
-            pending.append(pool.submit(_precision_of, frame))
-            if len(pending) >= max(1, threads):  # at most `threads` frames held at once
-                values.append(pending.pop(0).result())
-        values += [f.result() for f in pending]
-    return verdict(values)
+    return verdict([_precision_of(frame) for frame in frames])
 
 
-def noisy_stack_later(src, threads=1):
-    """A future of :func:`noisy_stack` ``(src, threads)`` on the CPU, judged by a thread of
-    its own while the caller goes on, or ``None`` where ``src`` cannot be read by two threads
-    at once (a folder keeps one file open at a time, a compressed TIFF one file position):
-    decide first, with :func:`noisy_stack`.  The caller must wait for the future before it
-    closes ``src``."""
+def noisy_stack_later(src):
+    """A future of :func:`noisy_stack` on the CPU, judged by a thread of its own while the
+    caller goes on, or ``None`` where ``src`` cannot be read by two threads at once (a folder
+    keeps one file open at a time, a compressed TIFF one file position): decide first, with
+    :func:`noisy_stack`.  The caller must wait for the future before it closes ``src``."""
     if is_cupy_array(getattr(src, "stack", None)):
         frames = list(_noise_frames(src))
     elif getattr(src, "concurrent_reads", False):
@@ -177,7 +169,7 @@ def noisy_stack_later(src, threads=1):
         return None
     runner = concurrent.futures.ThreadPoolExecutor(1, "xcorr-noise-decision")
     try:
-        return runner.submit(_judged, frames, threads)
+        return runner.submit(_judged, frames)
     finally:
         runner.shutdown(wait=False)  # its thread ends with the one task
 
