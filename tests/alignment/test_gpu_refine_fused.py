@@ -65,9 +65,24 @@ def cpu_surfaces(tnear, right):
 
 @pytest.mark.parametrize("shape, grid_shape, dev, flat", CASES)
 def test_fused_refinement_equals_the_cpu_steps(shape, grid_shape, dev, flat):
+    frames, grid, field = case_data(shape, grid_shape, dev)
+    check_against_cpu(frames, grid, field, shape, flat)
+
+
+def test_windows_reaching_past_the_frame_equal_the_cpu_steps():
+    """A field that moves windows past the frame's edges (taps clamped to the edge, the
+    kernel's other sampling path) and windows straddling them: the CPU's numbers."""
+    shape = (97, 83)
+    frames, grid, field = case_data(shape, (2, 3), 3)
+    field = field.copy()
+    field[1::3] += (-30.0, 25.0)  # whole windows outside
+    field[2::3] += (3.7, -4.2)    # windows across the edge
+    check_against_cpu(frames, grid, field, shape, 12)
+
+
+def check_against_cpu(frames, grid, field, shape, flat):
     import cupy as cp
 
-    frames, grid, field = case_data(shape, grid_shape, dev)
     taper = None if flat is None else refine_taper(grid.size, flat=flat)
     if flat is not None:
         assert taper is not None and taper.min() < 1.0  # the taper is exercised

@@ -40,11 +40,13 @@ WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPE
 FINITE = KernelFamily(SOURCE, "finite_field", [()])
 ADD = KernelFamily(SOURCE, "add_fields", [()])
 REFINE_THREADS = 256
-REFINE = KernelFamily(SOURCE, "refine_surfaces", [(REFINE_THREADS,)])
+REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces", [(REFINE_THREADS,)])
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
-#: and its static shared arrays (under 2 KiB) must fit the 48 KiB a launch gets without
-#: opting in: grids at most this many patches wide
-REFINE_MAX_GX = (48 * 1024 - 2048) // (REFINE_THREADS // 32 * 2 * 8)
+#: and its static shared arrays (each thread's 11 float64 sums and the reductions' 27 a warp:
+#: under 24 KiB) must fit the 48 KiB a launch gets without opting in: grids at most this many
+#: patches wide
+REFINE_MAX_GX = (48 * 1024 - (11 * REFINE_THREADS + 29 * REFINE_THREADS // 32 + 29) * 8) \
+    // (REFINE_THREADS // 32 * 2 * 8)
 #: frames per launch (the grid's y and z extents are at most 65535)
 MAX_GRID = 65535
 #: the cubic convolution's parameter (Keys 1981)

@@ -1,0 +1,152 @@
+// The motion field at a pixel and the samplers of piecewise-rigid registration, shared by
+// alignment/cuda/patch_field.cu and alignment/cuda/refine_surfaces.cu (the definitions:
+// alignment/_field_resample.py, NumPy).
+#pragma once
+
+// Coefficient k of row y of frame n: (a = k / gx, j = k % gx) sum_i wy[y, i] S[n, i, j, a].
+__device__ __forceinline__ double row_coefficient(const double* __restrict__ wy,
+                                                  const double* __restrict__ s, int y, int n,
+                                                  int gy, int gx, int k) {
+    const int a = k / gx, j = k - a * gx;
+    double acc = 0.0;
+    for (int i = 0; i < gy; ++i)
+        acc += wy[(size_t)y * gy + i] * s[(((size_t)n * gy + i) * gx + j) * 2 + a];
+    return acc;
+}
+
+// The shared coefficients of row y of frame n: coef[a * gx + j] = sum_i wy[y, i] S[n, i, j, a].
+// Every thread of the block must call it (it synchronizes).
+__device__ __forceinline__ void row_coefficients(const double* __restrict__ wy,
+                                                 const double* __restrict__ s, int y, int n,
+                                                 int gy, int gx, double* coef) {
+    for (int k = threadIdx.x; k < 2 * gx; k += blockDim.x)
+        coef[k] = row_coefficient(wy, s, y, n, gy, gx, k);
+    __syncthreads();
+}
+
+// sum_j coef[j] * wx[x, j]
+__device__ __forceinline__ double along_row(const double* coef, const double* __restrict__ wx,
+                                            int x, int gx) {
+    double acc = 0.0;
+    for (int j = 0; j < gx; ++j) acc += coef[j] * wx[(size_t)x * gx + j];
+    return acc;
+}
+
+// along_row for both axes at once, the row's coefficients interleaved: cf[j] = (coefficient j
+// of axis 0, of axis 1); one read of wx[x, j] for both sums.
+__device__ __forceinline__ double2 along_row2(const double2* cf, const double* __restrict__ wx,
+                                              int x, int gx) {
+    const double* wr = wx + (size_t)x * gx;
+    double a = 0.0, b = 0.0;
+    for (int j = 0; j < gx; ++j) {
+        const double2 c = cf[j];
+        const double v = wr[j];
+        a += c.x * v;
+        b += c.y * v;
+    }
+    return make_double2(a, b);
+}
+
+// Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
+// the arithmetic A (float64 where the definition's numbers are met to float64 rounding, float32
+// in the refinement: cubic_at<float>, within about 1e-7 of the pixels' range).
+#define KEYS_A (-0.5)
+template <typename A>
+__device__ __forceinline__ A keys_outer(A d) {  // 1 <= |d| <= 2
+    const A a = (A)KEYS_A;
+    return ((a * d - (A)5.0 * a) * d + (A)8.0 * a) * d - (A)4.0 * a;
+}
+template <typename A>
+__device__ __forceinline__ A keys_inner(A d) {  // |d| <= 1
+    const A a = (A)KEYS_A;
+    return ((a + (A)2.0) * d - (a + (A)3.0)) * d * d + (A)1.0;
+}
+
+// The four weights for the fraction t (taps at -1, 0, 1, 2).
+template <typename A>
+__device__ __forceinline__ void keys_taps(A t, A (&wt)[4]) {
+    wt[0] = keys_outer(t + (A)1.0);
+    wt[1] = keys_inner(t);
+    wt[2] = keys_inner((A)1.0 - t);
+    wt[3] = keys_outer((A)2.0 - t);
+}
+
+__device__ __forceinline__ int clampi(int v, int lo, int hi) {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+// Cubic convolution at (cy, cx) of an h x w image, taps clamped to the image, in the
+// arithmetic A (the coordinates' floors in float64).  The sum runs over the tap rows k of
+// (sum over the tap columns l of wx_l * v), in this order.
+template <typename A, typename T>
+__device__ __forceinline__ A cubic_at(const T* __restrict__ f, int h, int w, double cy,
+                                      double cx) {
+    // (far outside, every tap is clamped to the edge anyway: keeps the int conversion defined)
+    cy = fmin(fmax(cy, -8.0), (double)h + 7.0);
+    cx = fmin(fmax(cx, -8.0), (double)w + 7.0);
+    const double fy = floor(cy), fx = floor(cx);
+    const A ty = (A)(cy - fy), tx = (A)(cx - fx);
+    const int y0 = (int)fy - 1, x0 = (int)fx - 1;
+    A wy[4], wx[4];
+    keys_taps(ty, wy);
+    keys_taps(tx, wx);
+    const int c0 = clampi(x0, 0, w - 1), c1 = clampi(x0 + 1, 0, w - 1),
+              c2 = clampi(x0 + 2, 0, w - 1), c3 = clampi(x0 + 3, 0, w - 1);
+    A acc = (A)0.0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const T* row = f + (size_t)clampi(y0 + k, 0, h - 1) * w;
+        A r = wx[0] * (A)(float)row[c0];
+        r += wx[1] * (A)(float)row[c1];
+        r += wx[2] * (A)(float)row[c2];
+        r += wx[3] * (A)(float)row[c3];
+        acc += wy[k] * r;
+    }
+    return acc;
+}
+
+// cubic_at, the same sums in the same order, without the clamps where the 16 taps lie inside
+// the image (most samples of a window: one address, the rows w apart).  The clamps and the
+// taps' 16 64-bit addresses were most of the refinement's instructions (Nsight Compute,
+// H100, 2026-11-23: about 240 of 560 a window pixel).
+template <typename A, typename T>
+__device__ __forceinline__ A cubic_inside(const T* __restrict__ f, int h, int w, double cy,
+                                          double cx) {
+    const int iy = __double2int_rd(cy), ix = __double2int_rd(cx);  // (saturating; NaN: 0)
+    if (iy < 1 || iy > h - 3 || ix < 1 || ix > w - 3) return cubic_at<A>(f, h, w, cy, cx);
+    A wy[4], wx[4];
+    keys_taps((A)(cy - (double)iy), wy);
+    keys_taps((A)(cx - (double)ix), wx);
+    const T* row = f + (size_t)(iy - 1) * w + (ix - 1);
+    A acc = (A)0.0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k, row += w) {
+        A r = wx[0] * (A)(float)row[0];
+        r += wx[1] * (A)(float)row[1];
+        r += wx[2] * (A)(float)row[2];
+        r += wx[3] * (A)(float)row[3];
+        acc += wy[k] * r;
+    }
+    return acc;
+}
+
+// Bilinear at (cy, cx), inside [0, h - 1] x [0, w - 1] (the caller checks); a tap of weight
+// 0 (a coordinate on a pixel) is not read, as in scipy.ndimage.map_coordinates(order=1), so a
+// NaN beside it does not spread.
+template <typename T>
+__device__ __forceinline__ double bilinear_at(const T* __restrict__ f, int h, int w, double cy,
+                                              double cx) {
+    const double fy = floor(cy), fx = floor(cx);
+    const double ty = cy - fy, tx = cx - fx;
+    const int y0 = (int)fy, x0 = (int)fx;
+    const int y1 = min(y0 + 1, h - 1), x1 = min(x0 + 1, w - 1);
+    const T* r0 = f + (size_t)y0 * w;
+    double top = (double)(float)r0[x0];
+    if (tx != 0.0) top = (1.0 - tx) * top + tx * (double)(float)r0[x1];
+    if (ty == 0.0) return top;
+    const T* r1 = f + (size_t)y1 * w;
+    double bottom = (double)(float)r1[x0];
+    if (tx != 0.0) bottom = (1.0 - tx) * bottom + tx * (double)(float)r1[x1];
+    return (1.0 - ty) * top + ty * bottom;
+}
+

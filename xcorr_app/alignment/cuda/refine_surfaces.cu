@@ -1,0 +1,250 @@
+// The patch pass's refinement, fused (alignment/_patches.refine_shifts; launched by
+// alignment/_field_resample.refine_surfaces_gpu).
+//
+// Per window (p, n), one block: what windows_through, _patches.tapered, the n_to_mn correlation
+// within +-1 px, normalize.zncc and the peak search did in five launches and four CuPy
+// operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
+// read back by the same block, from L2):
+//   v = the window sampled through the field as windows_through, its taps in float32
+//       (cubic_inside<float>; written to win)
+//   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
+//   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
+//     c = sum over the overlap of L[q + k] t[q] (float32 over at most BAND_ROWS rows of a
+//     column, float64 across; rounded to float32 as the correlation kernels' output is), the
+//     right side's sum and sum of squares over the overlap (float64: the window's total less
+//     its edge rows and columns, plus the corners), the left side's mean, variance and bad
+//     flag given per patch and shift (normalize.zncc_left, host)
+//   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
+// Grid (P, frames of this launch).  Sampling: warps over the window's rows, lanes over its
+// columns.  Sums: each warp a band of consecutive rows, each lane walks its columns down the
+// band holding three rows of L's three columns in registers (three reads a pixel, not nine,
+// and the overlap's bounds checked once a column and row, not nine times a pixel).
+// Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients, interleaved).
+// (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
+// and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
+// it replaced took about 1.3 ms.  Then the taps in float32 and the edges' sums in a loop of
+// their own, the cross sums of a row in float32: 64 registers, four blocks an SM, 97 ms for
+// 4096 frames of 4x4 windows; under Nsight Compute bound by its 560 instructions a pixel.)
+
+#include "field_sample.cuh"
+#include "float_keys.cuh"
+
+// normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
+#define REFINE_FLAT 1e-12
+#define REFINE_SUMS 27  // 9 cross sums, the total, four edges and four corners (each x and x^2)
+// the rows of a column summed in float32 before they are added to the float64 sums (the
+// sampling of one row of 512 px by 32 lanes summed 16 in float32 as well)
+#define BAND_ROWS 16
+// blocks an SM the registers must allow (4: 64 registers a thread)
+#ifndef REFINE_MIN_BLOCKS
+#define REFINE_MIN_BLOCKS 4
+#endif
+
+// The refinement's window value at (r, c) as tapered makes it: (v - mean) * taper, float32
+// operations one by one (v itself where has_taper is 0).
+__device__ __forceinline__ float refine_tapered(const float* wnd, const float* __restrict__ taper,
+                                                int has_taper, float mean, int r, int c,
+                                                int pw) {
+    const float t = wnd[(size_t)r * pw + c];
+    return has_taper ? __fmul_rn(__fsub_rn(t, mean), taper[(size_t)r * pw + c]) : t;
+}
+
+// Template patch L's columns c - 1, c, c + 1 of row yy (0 outside the patch: outside the
+// overlap of that shift).
+__device__ __forceinline__ void template_row(const float* __restrict__ L, int yy, int c, int ph,
+                                             int pw, bool left, bool right, float& a, float& b,
+                                             float& e) {
+    const bool in = yy >= 0 && yy < ph;
+    const float* row = L + (size_t)yy * pw + c;
+    a = in && left ? row[-1] : 0.0f;
+    b = in ? row[0] : 0.0f;
+    e = in && right ? row[1] : 0.0f;
+}
+
+// Sums v[k] over the block into tot[k] (shared); every thread calls it (it synchronizes).
+template <int THREADS, int V>
+__device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* tot) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) v[k] += __shfl_down_sync(0xffffffffu, v[k], off);
+        if (lane == 0) red[warp * V + k] = v[k];
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < V; k += THREADS) {
+        double acc = 0.0;
+        for (int i = 0; i < THREADS / 32; ++i) acc += red[i * V + k];
+        tot[k] = acc;
+    }
+    __syncthreads();
+}
+
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS, REFINE_MIN_BLOCKS) refine_surfaces(
+        const float* __restrict__ frames, float* win, const double* __restrict__ wy,
+        const double* __restrict__ wx, const double* __restrict__ s,
+        const int* __restrict__ sy, const int* __restrict__ sx,
+        const float* __restrict__ taper, int has_taper, const float* __restrict__ tpl,
+        const double* __restrict__ lmean, const double* __restrict__ lvar,
+        const bool* __restrict__ lbad, float* __restrict__ z, long long* __restrict__ iy_out,
+        long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gy, int gx,
+        int ph, int pw) {
+    constexpr int WARPS = THREADS / 32;
+    extern __shared__ double coef_all[];  // WARPS * 2 * gx
+    __shared__ double red[WARPS * REFINE_SUMS];
+    __shared__ double tot[REFINE_SUMS];
+    __shared__ double acc[11 * THREADS];
+    __shared__ float zs[9];
+    const int p = blockIdx.x, n = n0 + (int)blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    double* coef = coef_all + warp * 2 * gx;
+    const int ys = sy[p / gx], xs = sx[p % gx];
+    const float* f = frames + (size_t)n * h * w;
+    float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
+
+    // the window through the field; its sum
+    double one[1] = {0.0};
+    for (int r = warp; r < ph; r += WARPS) {
+        const int y = ys + r;
+        for (int k = lane; k < 2 * gx; k += 32)  // interleaved: coef[2 j + a]
+            coef[k] = row_coefficient(wy, s, y, n, gy, gx, (k & 1) * gx + (k >> 1));
+        __syncwarp();
+        for (int c = lane; c < pw; c += 32) {
+            const int x = xs + c;
+            const double2 d = along_row2(reinterpret_cast<const double2*>(coef), wx, x, gx);
+            const float v = cubic_inside<float>(f, h, w, (double)y - d.x, (double)x - d.y);
+            wnd[(size_t)r * pw + c] = v;
+            one[0] += (double)v;
+        }
+        __syncwarp();
+    }
+    block_sums<THREADS, 1>(one, red, tot);  // (also makes the window's writes visible)
+    const float mean = (float)(tot[0] / ((double)ph * (double)pw));
+
+    // the correlation sums within +-1 px and the window's sums (11 values a thread: the edges'
+    // sums come after, so that the main loop holds fewer float64 registers)
+    const float* L = tpl + (size_t)p * ph * pw;
+    // the window's sums in float32 are of t less the window's mean (0 when tapered: t is
+    // centred already): float32 sums of an untapered t's squares lose its variance (a flat
+    // window's must stay 0 to within the float64 sums' rounding: normalize.FLAT)
+    const float shift = has_taper ? 0.0f : mean;
+    {
+        // each thread's float64 sums in shared memory between the columns (in registers they
+        // spilled: 80 registers were not enough beside the loop's)
+        volatile double* mine = acc + threadIdx.x;  // (volatile: kept in memory)
+#pragma unroll
+        for (int k = 0; k < 11; ++k) mine[k * THREADS] = 0.0;
+        const int band = (ph + WARPS - 1) / WARPS;
+        const int r0 = warp * band, r1 = min(ph, r0 + band);
+        for (int c = lane; c < pw && r0 < r1; c += 32) {
+            const bool left = c > 0, right = c + 1 < pw;
+            float a0, a1, a2, b0, b1, b2;  // rows r - 1 and r
+            template_row(L, r0 - 1, c, ph, pw, left, right, a0, a1, a2);
+            template_row(L, r0, c, ph, pw, left, right, b0, b1, b2);
+            for (int rb = r0; rb < r1; rb += BAND_ROWS) {
+                // a column's cross sums over at most BAND_ROWS rows in float32, added to the
+                // float64 sums after; the cross sums end rounded to float32 anyway
+                float u[11];
+#pragma unroll
+                for (int k = 0; k < 11; ++k) u[k] = 0.0f;
+                const int re = min(r1, rb + BAND_ROWS);
+                for (int r = rb; r < re; ++r) {
+                    float e0, e1, e2;  // row r + 1
+                    template_row(L, r + 1, c, ph, pw, left, right, e0, e1, e2);
+                    const float t = refine_tapered(wnd, taper, has_taper, mean, r, c, pw);
+                    u[0] = __fmaf_rn(a0, t, u[0]);
+                    u[1] = __fmaf_rn(a1, t, u[1]);
+                    u[2] = __fmaf_rn(a2, t, u[2]);
+                    u[3] = __fmaf_rn(b0, t, u[3]);
+                    u[4] = __fmaf_rn(b1, t, u[4]);
+                    u[5] = __fmaf_rn(b2, t, u[5]);
+                    u[6] = __fmaf_rn(e0, t, u[6]);
+                    u[7] = __fmaf_rn(e1, t, u[7]);
+                    u[8] = __fmaf_rn(e2, t, u[8]);
+                    a0 = b0; a1 = b1; a2 = b2;
+                    b0 = e0; b1 = e1; b2 = e2;
+                    const float dt = t - shift;
+                    u[9] += dt;
+                    u[10] = __fmaf_rn(dt, dt, u[10]);
+                }
+#pragma unroll
+                for (int k = 0; k < 11; ++k) mine[k * THREADS] += (double)u[k];
+            }
+        }
+        double v[11];
+#pragma unroll
+        for (int k = 0; k < 11; ++k) v[k] = mine[k * THREADS];
+        block_sums<THREADS, 11>(v, red, tot);
+    }
+    {   // the edge rows and columns (each x and x^2): tot[11..18]; the corners: tot[19..26]
+        double e[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) e[k] = 0.0;
+#pragma unroll 1  // (a few iterations; unrolled, they spilled)
+        for (int c = threadIdx.x; c < pw; c += THREADS) {
+            const double a = (double)refine_tapered(wnd, taper, has_taper, mean, 0, c, pw);
+            const double b = (double)refine_tapered(wnd, taper, has_taper, mean, ph - 1, c, pw);
+            e[0] += a; e[1] += a * a; e[2] += b; e[3] += b * b;
+        }
+#pragma unroll 1  // (a few iterations; unrolled, they spilled)
+        for (int r = threadIdx.x; r < ph; r += THREADS) {
+            const double a = (double)refine_tapered(wnd, taper, has_taper, mean, r, 0, pw);
+            const double b = (double)refine_tapered(wnd, taper, has_taper, mean, r, pw - 1, pw);
+            e[4] += a; e[5] += a * a; e[6] += b; e[7] += b * b;
+        }
+        if (threadIdx.x < 4) {  // the corners: top left, top right, bottom left, bottom right
+            const int k = threadIdx.x;
+            const double a = (double)refine_tapered(wnd, taper, has_taper, mean,
+                                                    k < 2 ? 0 : ph - 1, k % 2 ? pw - 1 : 0, pw);
+            tot[19 + 2 * k] = a;  // (read after block_sums' barriers)
+            tot[20 + 2 * k] = a * a;
+        }
+        block_sums<THREADS, 8>(e, red, tot + 11);  // (the last block_sums synchronized red)
+    }
+
+    const size_t surface = (size_t)p * n_total + n;
+    if (threadIdx.x < 9) {
+        const int k = threadIdx.x, ky = k / 3 - 1, kx = k % 3 - 1;
+        const double npix = (double)ph * (double)pw, m = (double)shift;
+        const double s1 = tot[9], s2 = tot[10];  // of t - shift
+        const double total[2] = {s1 + npix * m, s2 + m * (2.0 * s1 + npix * m)};
+        double sum[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {  // e = 0: the values, 1: their squares
+            double a = total[e];
+            if (ky < 0) a -= tot[11 + e];
+            if (ky > 0) a -= tot[13 + e];
+            if (kx < 0) a -= tot[15 + e];
+            if (kx > 0) a -= tot[17 + e];
+            if (ky < 0 && kx < 0) a += tot[19 + e];
+            if (ky < 0 && kx > 0) a += tot[21 + e];
+            if (ky > 0 && kx < 0) a += tot[23 + e];
+            if (ky > 0 && kx > 0) a += tot[25 + e];
+            sum[e] = a;
+        }
+        const double nn = fmax((double)((ph - abs(ky)) * (pw - abs(kx))), 1.0);
+        const size_t q = (size_t)p * 9 + k;
+        const double num = (double)(float)tot[k] - lmean[q] * sum[0];
+        double vb = sum[1] - sum[0] * sum[0] / nn;
+        bool ok = !lbad[q] && vb > REFINE_FLAT * sum[1];
+        vb = fmax(vb, 0.0) * lvar[q];
+        ok = ok && vb > 0.0;
+        const float zk = ok ? (float)(num / sqrt(vb)) : -1.0f;
+        zs[k] = zk;
+        z[surface * 9 + k] = zk;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long best = 0;
+        for (int k = 0; k < 9; ++k) {
+            const unsigned long long key =
+                ((unsigned long long)ordered_key(zs[k]) << 32) | (0xffffffffu - (unsigned int)k);
+            best = key > best ? key : best;
+        }
+        const int k = (int)(0xffffffffu - (unsigned int)(best & 0xffffffffull));
+        iy_out[surface] = k / 3;
+        ix_out[surface] = k % 3;
+    }
+}
+
