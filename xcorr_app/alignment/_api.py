@@ -31,6 +31,7 @@ from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_n
                         shared_plan)
 from ._device_choice import auto_device, small_job_note
 from ._prebuild import EXIT_GRACE, RUN_STAGES, kernels_built, prebuild
+from ._prepared import PreparedFrames
 from ._preprocess import prepare
 from ._preprocess import window as make_window
 from ._result import result_from_table
@@ -342,6 +343,10 @@ path or ndarray
             or opts.lucas_kanade == "on"
         src = StashedSource(src, keep_on_gpu(src, xp) if again and budget is None
                             and dev == "gpu" and not on_gpu else None)
+        # the prepared chunks kept for the later passes (_prepared.py), where they are certain
+        prepared = PreparedFrames.for_run(opts, src, xp) \
+            if budget is None and (patches is not None or opts.refined
+                                   or opts.lucas_kanade == "on") else None
         if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
             # later stages' kernels built by helper processes while this one starts
             passes = 1 + (opts.refined or 0)
@@ -359,13 +364,13 @@ path or ndarray
         if opts.refined or (opts.boundary == "auto" and not opts.previous) \
                 or (opts.lucas_kanade != "off" and opts.lk_possible):  # (_template)
             table, plan, opts, more = passes_table(opts, src, xp, chunk, plan=plan,
-                                                   progress=progress)
+                                                   progress=progress, prepared=prepared)
             choices += more
         else:  # lucas_kanade auto where it cannot run: off
             opts = dataclasses.replace(opts.measuring(), lucas_kanade="off")
             ref = prepared_reference(opts, src, xp, chunk)
             table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan,
-                                         progress=progress)
+                                         progress=progress, prepared=prepared)
         sources = [src.source_name(i) for i in range(src.n_frames)]
         notes = list(src.notes)
         kept = src.stack if src.stash is not None and src.stash.complete else stack_or_path
@@ -381,7 +386,9 @@ path or ndarray
         # on the run's device: the same numbers as the CPU's (tests/alignment/test_patches.py)
         res.set_field(measure_field(opts, kept, res.shifts, xp, chunk, patches,
                                     patch_overlap, max_deviation, patch_template_passes,
-                                    out=out))
+                                    out=out, prepared=prepared))
+        if prepared is not None:
+            prepared.release()
         res.settings["patches"]["template_passes"] = int(patch_template_passes)
     elif out is not None:
         fill_out(res, out, kept, dev)

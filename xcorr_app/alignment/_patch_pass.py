@@ -24,6 +24,7 @@ from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, i
                        patch_left, patch_margin, patch_shifts, refine_left, refine_shifts,
                        refine_taper, tapered, template_patches)
 from ._pipeline import prepared_reference
+from ._prepared import patch_key
 from ._preprocess import prepare
 from ._references import reference_frame
 from ._template import TemplateAccumulator
@@ -99,7 +100,8 @@ def _template_image(opts, src, xp, chunk, rigid):
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
-                  max_deviation, template_passes=0, *, ranges=None, run=None, out=None):
+                  max_deviation, template_passes=0, *, ranges=None, run=None, out=None,
+                  prepared=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
@@ -121,7 +123,9 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
 
     ``out`` (one device only): the aligned frames (as :meth:`AlignResult.apply` with its
     defaults gives them) of the last pass, each chunk warped by its field while it is on the
-    device, as :func:`measure_range` says."""
+    device, as :func:`measure_range` says.  ``prepared`` (one device only, a
+    :class:`~._prepared.PreparedFrames`): the rigid pass's prepared chunks, taken where they
+    were prepared as the patch pass prepares."""
     check_patch_reference(opts)
     passes = check_template_passes(template_passes)
     rigid = np.asarray(rigid, np.float64)
@@ -143,7 +147,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
                     else open_source(stack_or_path, opts.channel)
                 with own as frames:
                     return _measure_part(opts, frames, xp, chunk, on, rigid, ranges[j],
-                                         not last, shared, out if last else None)
+                                         not last, shared, out if last else None,
+                                         None if shared else prepared)
 
             parts = run(part)
             if k == passes:
@@ -153,12 +158,13 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     return field_from_rows(np.concatenate([rows for rows, _ in parts]), rigid, setup)
 
 
-def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None):
+def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
+                  prepared=None):
     """Rows of frames ``bounds`` and, with ``accumulate``, their warped sums ``(total,
     coverage)`` for the next template (NumPy with ``host``, else on ``xp``'s device)."""
     acc = TemplateAccumulator(xp, src.frame_shape) if accumulate else None
     rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
-                         None if acc is None else acc.add_sums, out=out)
+                         None if acc is None else acc.add_sums, out=out, prepared=prepared)
     if acc is None:
         return rows, None
     sums = acc.sums()
@@ -195,7 +201,8 @@ def check_patch_reference(opts):
                          "is not available with patches")
 
 
-def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None, out=None):
+def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None, out=None,
+                  prepared=None):
     """Rows ``start:stop`` ``(n, P, 5)`` (host) of one patch pass against ``setup``, chunk by
     chunk; each frame's rows depend only on the frame, ``setup`` and its rigid shift, so ranges
     measured apart give the rows of one run.  ``add_sums(total, count)``, if given, sees each
@@ -207,7 +214,9 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     device, into ``out`` (float32 ``(stop - start, H, W)``: NumPy, from the device as
     :func:`~xcorr_app.streaming.map_chunks` writes its ``out``, or CuPy on the GPU) or handed to
     ``out(start, chunk)`` (a callable: float32 NumPy chunks in frame order, frames numbered
-    from ``start``): the aligned stack without reading the stack once more."""
+    from ``start``): the aligned stack without reading the stack once more.  ``prepared``: the
+    chunks' prepared frames where an earlier pass kept them (:class:`~._prepared.PreparedFrames`).
+    """
     grid = setup.grid
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
     dev = "cpu" if xp is np else "gpu"
@@ -215,7 +224,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     warp = None if out is None else _Warper(out, weights)
     kept = {}  # GPU: each chunk's rows left on the device by the measurer, by its first frame
     work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
-                     refine_taper(grid.size), weights, add_sums, start, warp, kept)
+                     refine_taper(grid.size), weights, add_sums, start, warp, kept,
+                     prepared)
     if xp is not np:  # the chunks' streams read what was set up on this one
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
@@ -268,7 +278,7 @@ def field_from_rows(table, rigid, setup):
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
-              offset=0, warp=None, kept=None):
+              offset=0, warp=None, kept=None, prepared=None):
     """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
     (host); with ``add_sums`` the chunk's frames warped by their fields are handed to it (in
     the chunk's stream order).  ``offset``: the chunks' frame 0 in the stack.  ``warp`` (a
@@ -293,12 +303,16 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     # queued work)
     on_device = (xp.asarray(rigid), *(xp.asarray(a) for a in integer_parts(rigid)))
 
+    key = patch_key(opts)  # (the rigid pass's prepared chunks, where prepared alike)
+
     def measure(first, frames):
         start = offset + first
         stop = start + len(frames)
         s = rigid[start:stop]
         s_on, whole, off = (a[start:stop] for a in on_device)
-        p = prepare(frames, xp, prefilter, None)
+        p = None if prepared is None else prepared.take(key, start, len(frames))
+        if p is None:
+            p = prepare(frames, xp, prefilter, None)
 
         def field_of(d):  # rigid + deviation, float64: as the result's motion_field holds it
             return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)

@@ -46,6 +46,7 @@ from ..streaming import (DeviceChunks, cpu_threads, frame_slices, keep_freed_mem
 from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,
                        fft_reference, search_range)
 from ._frame_stats import pack_rows
+from ._prepared import pass_key
 from ._preprocess import Prepared
 from ._references import reference_frame
 from ._result import COLUMNS
@@ -257,7 +258,7 @@ def previous_references(p, carry, xp):
 
 
 def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0, stop=None,
-                   progress=None, on_chunk=None):
+                   progress=None, on_chunk=None, prepared=None):
     """The per-frame result table (rows ``start:stop``, columns :data:`COLUMNS`) and the plan.
 
     The chunk loop of :func:`align`: frames are streamed from ``src`` in chunks of
@@ -273,6 +274,9 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     device) with its result block (columns :data:`COLUMNS`, on the device, not waited for):
     the template of ``reference="refined"`` is accumulated there
     (:class:`xcorr_app.alignment._template.TemplateAccumulator`).
+
+    ``prepared`` (a :class:`~._prepared.PreparedFrames`, GPU): each chunk's prepared frames
+    are taken from there where an earlier pass kept them, else prepared and kept there.
     """
     stop = src.n_frames if stop is None else stop
     part = FrameRange(src, start, stop)
@@ -284,11 +288,11 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
         if isinstance(reference, concurrent.futures.Future):  # being prepared elsewhere
             reference, plan = reference.result()
         return _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress,
-                               before, on_chunk)
+                               before, on_chunk, prepared)
 
 
 def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress, before,
-                    on_chunk=None):
+                    on_chunk=None, prepared=None):
     prep = opts.preparer(xp, src.frame_shape)
     measure = Measurer.of(opts, xp, src.frame_shape, plan)
     fft_kwargs = fft_reference(opts.normalization)[0]
@@ -382,8 +386,13 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                 finish(first, block, None, ())
         return table, measure.plan
 
+    key = pass_key(opts)
     for first, frames in chunks:
-        p = prep(frames)  # frames with NaN or Inf pixels: flagged, their shifts NaN (_result)
+        p = None if prepared is None else prepared.take(key, start + first, len(frames))
+        if p is None:
+            p = prep(frames)  # frames with NaN or Inf pixels: flagged, their shifts NaN (_result)
+            if prepared is not None:
+                prepared.keep(key, start + first, p)
         keep = ()
         refs = refs_raw = None
         if opts.previous:

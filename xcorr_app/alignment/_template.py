@@ -252,7 +252,8 @@ def decision_later(opts, src, xp):
     return noisy_stack_later(src) if xp is np else noisy_stack_on_gpu(src)
 
 
-def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overlap=False):
+def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overlap=False,
+                 prepared=None):
     """The result table of a run with a single reference and more than one possible pass:
     ``reference="refined[:ITER]"`` (rows in frame 0's convention), ``boundary="auto"`` or
     ``lucas_kanade`` on or auto; with the plan, the options the last pass measured with
@@ -277,16 +278,19 @@ def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overl
     its 8 frames, H100 2026-11-23; the CPU took 0.30 s on one thread), and the overlap's
     template in case cost more (``warp_sum``, 11 ms of GPU time in a 4096-frame run, and its
     host work); on the CPU the judgement's time is the run's either way.
+
+    ``prepared``: the chunks' prepared frames kept between the passes (GPU,
+    :class:`~._prepared.PreparedFrames`; see :func:`~._pipeline.measure_frames`).
     """
     later = decision_later(opts, src, xp) if overlap else None
     try:
-        return _passes(opts, src, xp, chunk_frames, plan, progress, later)
+        return _passes(opts, src, xp, chunk_frames, plan, progress, later, prepared)
     finally:
         if isinstance(later, concurrent.futures.Future):  # a thread reading src: done
             concurrent.futures.wait([later])  # before the caller closes it
 
 
-def _passes(opts, src, xp, chunk_frames, plan, progress, later):
+def _passes(opts, src, xp, chunk_frames, plan, progress, later, prepared=None):
     """:func:`passes_table`, ``lucas_kanade`` auto being decided by the future ``later``
     (``None``: decided first)."""
     lk_note = None
@@ -324,7 +328,7 @@ def _passes(opts, src, xp, chunk_frames, plan, progress, later):
             if k < passes or (k == 0 and maybe) else None
         table, plan = measure_frames(run, src, xp, chunk_frames, ref, plan=plan,
                                      progress=report,
-                                     on_chunk=fit if acc is None else acc)
+                                     on_chunk=fit if acc is None else acc, prepared=prepared)
         if later is not None:  # the decision, now (after the first pass): as if taken first
             opts, lk_note = lucas_kanade_choice(opts, *later.result())
             lk = opts.lucas_kanade == "on"
