@@ -153,3 +153,44 @@ def test_gpu_patch_pass_takes_the_device_path_and_gives_the_hosts_rows(monkeypat
     np.testing.assert_array_equal(device.patch_low, host.patch_low)
     np.testing.assert_allclose(device.patch_confidence, host.patch_confidence, rtol=1e-4)
     assert device.patch_low.any() == flat  # (flat: the rule had patches to fill)
+
+
+@pytest.mark.gpu
+def test_gpu_rows_fetched_as_the_pass_goes_equal_those_fetched_at_its_end(monkeypatch):
+    """The rows kept on the device go to the host once they pass ``KEPT_MAX_BYTES`` (a long
+    run's device memory stays bounded): fetched after every chunk, the same field."""
+    import cupy as cp
+
+    stack, _ = nonrigid_stack(np.random.default_rng(4), n=11, shape=(160, 176))
+    kw = dict(device="gpu", patches=(3, 3), max_shift=14, max_deviation=4, chunk_frames=4,
+              verify=False)
+    fetched = []
+    real = _patch_pass.backend
+
+    class Counting:  # the module's backend, its fetches of row blocks (n, P, 5) counted
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def to_numpy(self, a):
+            if a.ndim == 3 and a.shape[-1] == 5:
+                fetched.append(len(a))
+            return real.to_numpy(a)
+
+    chunks = _patch_pass.map_chunks
+
+    def marked(*a, **k):  # each chunk handed back by the chunk loop: "c"
+        for item in chunks(*a, **k):
+            fetched.append("c")
+            yield item
+
+    monkeypatch.setattr(_patch_pass, "backend", Counting())
+    monkeypatch.setattr(_patch_pass, "map_chunks", marked)
+    at_end = align(cp.asarray(stack), **kw)
+    # (the tails: a template made from the stack first would add its own chunks)
+    assert fetched[-6:] == ["c", "c", "c", 4, 4, 3] and fetched.count(4) == 2
+    fetched.clear()
+    monkeypatch.setattr(_patch_pass, "KEPT_MAX_BYTES", 1)
+    as_it_goes = align(cp.asarray(stack), **kw)
+    assert fetched[-6:] == ["c", 4, "c", 4, "c", 3] and fetched.count(4) == 2
+    np.testing.assert_allclose(as_it_goes.motion_field, at_end.motion_field, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(as_it_goes.patch_low, at_end.patch_low)

@@ -34,6 +34,9 @@ from ._warp import shift_frames
 #: ``reference="refined:ITER"``); the default :data:`DEFAULT_TEMPLATE_PASSES`
 MAX_TEMPLATE_PASSES = 2
 DEFAULT_TEMPLATE_PASSES = 0
+#: the patch pass's rows kept on the device (40 bytes a patch and frame: 640 MB for a million
+#: frames of 4x4 patches) go to the host once they take more than this
+KEPT_MAX_BYTES = 256 * 2**20
 
 
 class PatchSetup:
@@ -230,9 +233,19 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
     parts = {}
+
+    def fetch_kept(limit):
+        """The rows kept on the device to the host, once they take more than ``limit`` bytes
+        (a device-wide wait: at most once every :data:`KEPT_MAX_BYTES`)."""
+        if kept and sum(v.nbytes for v in kept.values()) > limit:
+            xp.cuda.Device().synchronize()  # (the chunks' streams included)
+            parts.update((k, backend.to_numpy(v)) for k, v in kept.items())
+            kept.clear()
+
     if warp is None or not warp.returns:
         for first, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work, xp=xp):
             parts[first] = block
+            fetch_kept(KEPT_MAX_BYTES)
     else:  # the chunk's warped frames are map_chunks' result; its rows are kept aside
         host_out = out if isinstance(out, np.ndarray) else None
         for first, frames in map_chunks(lambda: contextlib.nullcontext(part), chunk, work,
@@ -240,9 +253,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
             if host_out is None:
                 out(start + first, frames)
             parts[first] = warp.rows.pop(first)
-    if kept:  # fetched once the pass is done (the chunks' streams included)
-        xp.cuda.Device().synchronize()
-        parts.update((k, backend.to_numpy(v)) for k, v in kept.items())
+            fetch_kept(KEPT_MAX_BYTES)
+    fetch_kept(0)  # the rest, once the pass is done
     parts = [parts[k] for k in sorted(parts)]
     return np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
 
