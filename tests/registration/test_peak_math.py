@@ -234,6 +234,22 @@ def test_wrapped_correlations_match_numpy(rng, shape):
             want = (_correlation(a, moved, ~wrapped, np), _correlation(a, moved, wrapped, np))
             got = wrapped_correlations(cp.asarray(a), cp.asarray(b), (dy, dx))
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=str((dy, dx)))
+            into = cp.full((3, 2), cp.nan)  # poisoned; row 1 written, not waited for
+            assert wrapped_correlations(cp.asarray(a), cp.asarray(b), (dy, dx),
+                                        out=into[1]) is None
+            into = into.get()
+            assert list(into[1]) == list(got) and np.isnan(into[[0, 2]]).all()
+
+
+def test_wrapped_correlations_refuse_a_bad_out():
+    import cupy as cp
+    from xcorr_app.errors import InputError
+    from xcorr_app.registration._peak_math import wrapped_correlations
+
+    a = cp.ones((5, 6), cp.float32)
+    for out in (cp.empty(3), cp.empty(2, cp.float32), cp.empty((2, 2))[:, 0]):
+        with pytest.raises(InputError):
+            wrapped_correlations(a, a, (1, 1), out=out)
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 4, 1), (2, 5, 7), (3, 2, 70, 33)])

@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._cuda.loader import KernelFamily
+from ..errors import InputError
 
 SOURCE = "peak_math.cu"
 THREADS = 256
@@ -209,12 +210,13 @@ def edge_differences(images):
     return a, b
 
 
-def wrapped_correlations(frame, reference, shift):
+def wrapped_correlations(frame, reference, shift, out=None):
     """``(inside, strips)``: the zero-normalized correlations of the float32 ``frame`` (H, W)
     and ``np.roll(reference, (-dy, -dx), axis=(0, 1))`` for ``shift = (dy, dx)`` (integers)
     over the pixels whose ``(y + dy, x + dx)`` lies inside the frame, and over those that
     wrapped around; 0 for fewer than 2 pixels or a flat part (as
-    ``alignment._template._correlation``).  Python floats (the host waits for them)."""
+    ``alignment._template._correlation``).  Python floats (the host waits for them); with
+    ``out`` (a C-contiguous float64 CuPy array of 2) written there instead, not waited for."""
     import cupy as cp
 
     a = cp.ascontiguousarray(frame, dtype=cp.float32)
@@ -223,12 +225,17 @@ def wrapped_correlations(frame, reference, shift):
     dy, dx = int(shift[0]), int(shift[1])
     rows = cp.empty((h, 6), cp.float64)
     first = cp.empty(6, cp.float64)  # masked means and counts
-    out = cp.empty(2, cp.float64)
+    given = out is not None
+    if given and (out.shape != (2,) or out.dtype != cp.float64 or not out.flags.c_contiguous):
+        raise InputError("out must be a C-contiguous float64 CuPy array of 2")
+    out = out if given else cp.empty(2, cp.float64)
     row_sums, totals = _kernel(WRAP_ROWS, THREADS), _kernel(WRAP_TOTALS)
     for stage, result in ((0, first), (1, out)):
         row_sums((h,), (THREADS,), (a, b, np.int32(h), np.int32(w), np.int32(dy), np.int32(dx),
                                     np.int32(stage), first, rows))
         totals((1,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
+    if given:
+        return None
     inside, strips = out.get().tolist()
     return inside, strips
 
