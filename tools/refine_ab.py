@@ -35,13 +35,13 @@ class Fixed:
         return self.fn
 
 
-def raw(path, extra=()):
+def raw(path, extra=(), threads=128):
     code = Path(path).read_text()
+    name = f"refine_surfaces<{threads}>"
     mod = cp.RawModule(code=code, options=(*COMPILE_OPTIONS, f"-I{include_dir()}",
                                            f"-I{Path(path).parent}", *extra),
-                       name_expressions=["refine_surfaces<256>"])
-    fn = mod.get_function("refine_surfaces<256>")
-    return fn
+                       name_expressions=[name])
+    return mod.get_function(name), threads
 
 
 def data(seed=3):
@@ -72,15 +72,19 @@ def main():
         return (*refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size, field, w,
                                      g_taper, tnear, sums, out=out), out)
 
+    new = ROOT / "xcorr_app/alignment/cuda/refine_surfaces.cu"
     variants = {"package (new)": None,
-                "old (c0a3653)": raw(ROOT / "tools/ab/patch_field_old.cu"),
-                "new, min blocks 3 (80 registers)": raw(
-                    ROOT / "xcorr_app/alignment/cuda/refine_surfaces.cu",
-                    ("-DREFINE_MIN_BLOCKS=3",))}
-    original = _field_resample.REFINE
+                "old (c0a3653)": raw(ROOT / "tools/ab/patch_field_old.cu", threads=256),
+                "new, compiled here": raw(new),
+                "new, 24 warps an SM (80 registers)": raw(new, ("-DREFINE_SM_WARPS=24",)),
+                "256 threads, 4 blocks an SM": raw(new, (), 256),
+                "bands of 32 rows": raw(new, ("-DBAND_ROWS=32",)),
+                "bands of 8 rows": raw(new, ("-DBAND_ROWS=8",))}
+    original, default = _field_resample.REFINE, _field_resample.REFINE_THREADS
     results = {}
-    for name, fn in variants.items():
-        _field_resample.REFINE = original if fn is None else Fixed(fn)
+    for name, built in variants.items():
+        _field_resample.REFINE = original if built is None else Fixed(built[0])
+        _field_resample.REFINE_THREADS = default if built is None else built[1]
         try:
             for _ in range(3):
                 launch()
@@ -97,6 +101,7 @@ def main():
                   f"(min {min(times):.3f}; includes the poisoned output's fill)")
         finally:
             _field_resample.REFINE = original
+            _field_resample.REFINE_THREADS = default
     fill = []
     for _ in range(15):
         a, b = cp.cuda.Event(), cp.cuda.Event()

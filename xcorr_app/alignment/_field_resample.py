@@ -39,7 +39,9 @@ WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPE
                                            for c in (False, True)])
 FINITE = KernelFamily(SOURCE, "finite_field", [()])
 ADD = KernelFamily(SOURCE, "add_fields", [()])
-REFINE_THREADS = 256
+#: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
+#: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
+REFINE_THREADS = 128
 REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces", [(REFINE_THREADS,)])
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
 #: and its static shared arrays (each thread's 11 float64 sums and the reductions' 27 a warp:

@@ -34,10 +34,13 @@
 #define REFINE_SUMS 27  // 9 cross sums, the total, four edges and four corners (each x and x^2)
 // the rows of a column summed in float32 before they are added to the float64 sums (the
 // sampling of one row of 512 px by 32 lanes summed 16 in float32 as well)
+#ifndef BAND_ROWS
 #define BAND_ROWS 16
-// blocks an SM the registers must allow (4: 64 registers a thread)
-#ifndef REFINE_MIN_BLOCKS
-#define REFINE_MIN_BLOCKS 4
+#endif
+// warps an SM the registers must allow (32: 64 registers a thread; at 24, 80 registers, and at
+// 48 spills: slower, H100 2026-11-23)
+#ifndef REFINE_SM_WARPS
+#define REFINE_SM_WARPS 32
 #endif
 
 // The refinement's window value at (r, c) as tapered makes it: (v - mean) * taper, float32
@@ -81,7 +84,7 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
 }
 
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS, REFINE_MIN_BLOCKS) refine_surfaces(
+__global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ wy,
         const double* __restrict__ wx, const double* __restrict__ s,
         const int* __restrict__ sy, const int* __restrict__ sx,
