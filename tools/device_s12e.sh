@@ -8,4 +8,5 @@ timeout 200 python3 -m xcorr_app.cli bench align --patches 8x8 --frames 4096 --s
   > "$OUT/bench_patches_8x8.txt" 2>&1
 tail -13 "$OUT/bench_patches_8x8.txt"
 timeout 80 python3 tools/phase_probe.py 4096 > "$OUT/phases.txt" 2>&1; tail -22 "$OUT/phases.txt"
+XCORR_REQUIRE_GPU=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/alignment/test_prepared.py > "$OUT/prepared_tests.txt" 2>&1; tail -1 "$OUT/prepared_tests.txt"
 [ -d tools/ab ] && timeout 90 python3 tools/refine_ab.py 1024 > "$OUT/refine_ab.txt" 2>&1; tail -14 "$OUT/refine_ab.txt"
