@@ -387,11 +387,11 @@ path or ndarray
         res.set_field(measure_field(opts, kept, res.shifts, xp, chunk, patches,
                                     patch_overlap, max_deviation, patch_template_passes,
                                     out=out, prepared=prepared))
-        if prepared is not None:
-            prepared.release()
         res.settings["patches"]["template_passes"] = int(patch_template_passes)
     elif out is not None:
         fill_out(res, out, kept, dev)
+    if prepared is not None:  # (their memory back to CuPy's pool)
+        prepared.release()
     return res
 
 
