@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (100, 37), (257, 129)]
 
 
-@pytest.mark.parametrize("shape", SIZES + [(3, 2100), (70, 1030), (1100, 45)])
+@pytest.mark.parametrize("shape", SIZES + [(3, 2100), (70, 1030), (1100, 45), (145, 150)])
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("bound_rows", [None, 0, 2, 16])
 def test_summed_area_tables(rng, shape, n, bound_rows):
@@ -39,6 +39,27 @@ def test_summed_area_tables(rng, shape, n, bound_rows):
         want = np.zeros((n, h + 1, w + 1))
         want[:, 1:, 1:] = v.cumsum(axis=1).cumsum(axis=2)
         assert rel_error(got.get(), want[:, kept]) <= 1e-12
+
+
+@pytest.mark.parametrize("segments", [8, 16, 32])
+def test_summed_area_tables_with_every_segment_count(rng, monkeypatch, segments):
+    """Each block shape ``sat_columns`` is launched with (``sat_segments`` picks by height),
+    on heights that leave some of its segments empty and some short."""
+    import cupy as cp
+    from xcorr_app.registration import _surfaces
+
+    assert segments in _surfaces.SAT_SEGMENTS
+    monkeypatch.setattr(_surfaces, "sat_segments", lambda h: segments)
+    for (h, w), bound in (((145, 150), 4), ((33, 7), None), ((300, 65), 14), ((7, 40), 1)):
+        top, gap = _surfaces.table_layout(h, bound)
+        kept = [y for y in range(h + 1) if y <= top or y >= top + 1 + gap]
+        x = (rng.standard_normal((2, h, w)) * 3 + 1).astype(np.float32)
+        out = tuple(poisoned(cp, (2, len(kept), w + 1), np.float64) for _ in range(2))
+        s1, s2 = _surfaces.summed_area_tables(cp.asarray(x), out=out, bound_rows=bound)
+        for got, v in ((s1, x.astype(np.float64)), (s2, x.astype(np.float64) ** 2)):
+            want = np.zeros((2, h + 1, w + 1))
+            want[:, 1:, 1:] = v.cumsum(axis=1).cumsum(axis=2)
+            assert rel_error(got.get(), want[:, kept]) <= 1e-12, (h, w, bound)
 
 
 def _drifting(rng, n, shape):

@@ -43,7 +43,12 @@ from .._cuda.loader import KernelFamily
 from ..correlate._fft import conj_product, fft_geometry, irfft2_unnormalized, padded_spectra
 from ..correlate._shifts import first_shift
 
-SEGMENTS = 32
+#: the row segments of a ``sat_columns`` block (32 columns x SEGMENTS warps): :func:`sat_segments`
+SAT_SEGMENTS = (8, 16, 32)
+#: at most this many rows a thread before a frame's columns take more segments (H100,
+#: 2026-11-23, tools/sat_probe.py: 4096 windows of 145x145 0.35 ms with 8 segments against
+#: 0.71 with 32; 256 frames of 512x512 0.26 ms with 16 against 0.33; 2048 rows: 32 best)
+SEGMENT_ROWS = 32
 WARPS = 8
 THREADS = 256
 #: the threads of a block for surfaces at most this wide (one warp a surface row: the patch
@@ -52,7 +57,7 @@ NARROW = 32
 SOURCE = "zncc_peaks.cu"
 #: the most frames one launch takes (the grid's y dimension; larger batches: several launches)
 MAX_GRID_Y = 65535
-SAT_COLUMNS = KernelFamily(SOURCE, "sat_columns", [(SEGMENTS,)])
+SAT_COLUMNS = KernelFamily(SOURCE, "sat_columns", [(s,) for s in SAT_SEGMENTS])
 SAT_ROWS = KernelFamily(SOURCE, "sat_rows", [(WARPS,)])
 ZNCC_PEAKS = KernelFamily(SOURCE, "zncc_peaks", [(c, n, t) for c in (False, True)
                                                   for n in (False, True)
@@ -62,7 +67,7 @@ SECOND_PEAKS = KernelFamily(SOURCE, "second_peaks", [(t,) for t in (THREADS, NAR
 DECODE_PEAKS = KernelFamily(SOURCE, "decode_peaks", [()])
 #: every kernel of the source, compiled together on first use (one NVRTC call instead of one
 #: per kernel: a first run's compilations are mostly NVRTC's fixed cost)
-_ALL = ([(SAT_COLUMNS, (SEGMENTS,)), (SAT_ROWS, (WARPS,))]
+_ALL = ([(SAT_COLUMNS, (s,)) for s in SAT_SEGMENTS] + [(SAT_ROWS, (WARPS,))]
         + [(fam, args) for fam in (ZNCC_PEAKS, SURFACE_EXTREMA, SECOND_PEAKS)
            for args in fam.instantiations]
         + [(DECODE_PEAKS, ())])
@@ -80,6 +85,22 @@ def _tables_out(out, shape, cp):
         if t.shape != shape or t.dtype != np.float64 or not t.flags.c_contiguous:
             raise InputError(f"summed-area tables must be C-contiguous float64 {shape}")
     return out
+
+
+def sat_segments(h) -> int:
+    """The row segments of ``sat_columns``' blocks for frames of ``h`` rows: the fewest of
+    :data:`SAT_SEGMENTS` that leave at most :data:`SEGMENT_ROWS` rows a thread (32 for tall
+    frames).  A block adds its segments' sums in a loop over the segments above each one, so
+    short frames (the patch pass's windows) with 32 segments of 5 rows spent more on that loop
+    than on their rows.
+
+    >>> sat_segments(145), sat_segments(256), sat_segments(512), sat_segments(2048)
+    (8, 8, 16, 32)
+    """
+    for s in SAT_SEGMENTS:
+        if h <= s * SEGMENT_ROWS:
+            return s
+    return SAT_SEGMENTS[-1]
 
 
 def table_layout(h, bound_rows=None):
@@ -115,12 +136,13 @@ def summed_area_tables(frames, out=None, bound_rows=None):
     x = cp.ascontiguousarray(frames, dtype=cp.float32)
     n, h, w = x.shape
     top, gap = table_layout(h, bound_rows)
+    segments = sat_segments(h)
     s1, s2 = _tables_out(out, (n, h + 1 - gap, w + 1), cp)
     if n == 0:
         return s1, s2
     for f0 in range(0, n, MAX_GRID_Y):  # (slices of C-contiguous arrays: contiguous views)
         f1 = min(n, f0 + MAX_GRID_Y)
-        _kernel(SAT_COLUMNS, SEGMENTS)((-(-w // 32), f1 - f0), (32, SEGMENTS),
+        _kernel(SAT_COLUMNS, segments)((-(-w // 32), f1 - f0), (32, segments),
                                        (x[f0:f1], s1[f0:f1], s2[f0:f1], np.int32(h),
                                         np.int32(w), np.int32(top), np.int32(gap)))
     rows = n * (h + 1 - gap)
