@@ -49,6 +49,26 @@ def test_cubic_sample_is_the_definition_and_exact_for_quadratics(rng):
                                0.3 * py ** 2 - 0.2 * py * px + 0.1 * px ** 2 + py, atol=1e-3)
 
 
+def test_cpu_windows_through_are_the_same_on_any_number_of_threads(rng, monkeypatch):
+    """The CPU samples each frame's windows on its own thread (``XCORR_THREADS``): the same
+    numbers as one thread, frame by frame through ``cubic_sample``."""
+    shape, grid = (61, 47), (2, 3)
+    frames = rng.random((5, *shape)).astype(np.float32)
+    g = PatchGrid.make(grid, None, 2, shape, (4, shape[0] - 4, 4, shape[1] - 4))
+    field = rng.uniform(-6, 6, (5, *grid, 2))  # taps clamped at the edges too
+    weights = field_weights(g.centres, shape, np)
+    got = {}
+    for threads in ("1", "3"):
+        monkeypatch.setenv("XCORR_THREADS", threads)
+        got[threads] = windows_through(frames, g, field, weights)
+    np.testing.assert_array_equal(got["1"], got["3"])
+    dense = dense_field(field[2:3], None, None, weights)[0]
+    ys, xs = g.starts_y[1] + np.arange(g.size[0]), g.starts_x[2] + np.arange(g.size[1])
+    yy, xx = np.meshgrid(ys, xs, indexing="ij")
+    want = cubic_sample(frames[2], yy - dense[0][yy, xx], xx - dense[1][yy, xx])
+    np.testing.assert_array_equal(got["3"][5, 2], want.astype(np.float32))
+
+
 def test_cubic_warp_close_to_the_bspline(rng):
     """Cubic convolution against the cubic B-spline it replaces, on smooth frames: within 1% of
     the range (a sanity bound: both interpolate the same band-limited image)."""

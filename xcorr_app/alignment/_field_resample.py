@@ -72,7 +72,9 @@ def cubic_sample(image, cy, cx):
     """Cubic convolution of the 2-D ``image`` (read as float32) at ``(cy, cx)`` (float64
     arrays of one shape), taps clamped to the image; float64, summed as the kernel sums."""
     h, w = image.shape
-    f = np.asarray(image, np.float32)
+    # the pixels as float32, then float64 (exact) once, read by flat index: the same numbers
+    # as 16 two-index reads converted one by one, in a third of the time
+    f = np.asarray(image, np.float32).astype(np.float64).ravel()
     cy = np.clip(cy, -8.0, h + 7.0)
     cx = np.clip(cx, -8.0, w + 7.0)
     fy, fx = np.floor(cy), np.floor(cx)
@@ -81,10 +83,10 @@ def cubic_sample(image, cy, cx):
     cols = [np.clip(x0 + k, 0, w - 1) for k in range(4)]
     acc = np.zeros(np.shape(cy))
     for k in range(4):
-        rows = np.clip(y0 + k, 0, h - 1)
-        r = wx[0] * f[rows, cols[0]].astype(np.float64)
+        base = np.clip(y0 + k, 0, h - 1) * w
+        r = wx[0] * f.take(base + cols[0])
         for j in range(1, 4):
-            r = r + wx[j] * f[rows, cols[j]].astype(np.float64)
+            r = r + wx[j] * f.take(base + cols[j])
         acc = acc + wy[k] * r
     return acc
 

@@ -15,7 +15,7 @@ import numpy as np
 from .. import backend
 from ..errors import InputError
 from ..io import FrameRange, open_source
-from ..streaming import map_chunks
+from ..streaming import cpu_threads, map_chunks
 from ._field_resample import add_fields, field_weights
 from ._motion_field import MotionField, warp_chunk, warped_sum
 from ._options import prefilter_for
@@ -354,7 +354,18 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
                 add_sums(*warped_sum(frames[idx], field_of(d)[idx], weights))
         return rows if warp is None else warp(first, frames, field_of(d), rows)
 
-    return measure
+    if xp is not np:
+        return measure
+
+    def on_all_cores(first, frames):
+        # the CPU's patch pass runs a chunk at a time: SciPy's transforms of its searches and
+        # refinements on every core (the rigid pass runs a frame per thread instead)
+        import scipy.fft
+
+        with scipy.fft.set_workers(cpu_threads()):
+            return measure(first, frames)
+
+    return on_all_cores
 
 
 def _measured_on_host(opts, xp, grid, d, scores, refined):

@@ -45,6 +45,7 @@ Examples
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
 import numbers
@@ -58,6 +59,7 @@ from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ..registration._surfaces import summed_area_tables, surface_peaks
+from ..streaming import cpu_threads, one_blas_thread
 from ._field_resample import (REFINE_MAX_GX, add_fields, check_windows, cubic_sample, dense_field,
                               gather_windows_gpu, refine_left_gpu, refine_surfaces_gpu,
                               windows_through_gpu)
@@ -240,7 +242,8 @@ def windows_through(frames, grid, patch_field, weights):
     ``weights`` of :func:`~._field_resample.field_weights`), by cubic convolution
     (:func:`~._field_resample.cubic_sample`, taps clamped to the frame).  On the GPU one
     kernel evaluates the field at each window pixel (no dense field); on the CPU a frame at a
-    time."""
+    time, the frames shared out over :func:`~xcorr_app.streaming.cpu_threads` threads (NumPy
+    lets go of the GIL in its reads and arithmetic; each frame's windows are its own)."""
     xp = backend.array_module_of(frames)
     if xp is not np:
         return windows_through_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
@@ -250,11 +253,20 @@ def windows_through(frames, grid, patch_field, weights):
     cols = np.tile(grid.starts_x, gy)[:, None, None] + np.arange(pw)[None, None, :]
     rows, cols = np.broadcast_arrays(rows, cols)  # (P, ph, pw), row-major like windows
     out = np.empty((gy * gx, len(frames), ph, pw), np.float32)
-    for n in range(len(frames)):
+
+    def sample(n):
         field = dense_field(np.asarray(patch_field[n:n + 1]), None, None, weights)[0]
         cy = rows - field[0][rows, cols]
         cx = cols - field[1][rows, cols]
         out[:, n] = cubic_sample(frames[n], cy, cx)
+
+    threads = min(cpu_threads(), len(frames))
+    if threads < 2:
+        for n in range(len(frames)):
+            sample(n)
+        return out
+    with one_blas_thread(), concurrent.futures.ThreadPoolExecutor(threads, "xcorr-cpu") as pool:
+        list(pool.map(sample, range(len(frames))))  # (list: a frame's error raised here)
     return out
 
 
