@@ -43,7 +43,7 @@ FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._fiel
                   "xcorr_app.correlate._overlap", "xcorr_app.correlate._fft",
                   "xcorr_app.correlate._warp_shuffle",
                   "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
-                  "xcorr_app.correlate._small",
+                  "xcorr_app.correlate._small", "xcorr_app.correlate._band",
                   "xcorr_app.registration._surfaces", "xcorr_app.registration._peak_math",
                   "xcorr_app.filters._reuse",
                   "xcorr_app.conv._im2win", "xcorr_app.conv._winograd")

@@ -54,6 +54,7 @@ import numpy as np
 
 from .. import backend
 from ..correlate._api import cross_correlate
+from ..correlate._band import band_fits
 from ..correlate._shifts import first_shift
 from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
@@ -293,9 +294,13 @@ def patch_peaks(tpatches, right, bound, subpixel, device, left):
     :func:`~xcorr_app.registration._surfaces.surface_peaks` in their batched mode (template
     patch ``p`` against its ``N`` windows: ZNCC from eight table look-ups per shift, the peak,
     the minimum and the second peak in two passes; no cumsum, no generic peak search), the
-    subpixel fit of the rigid path (``refined_shifts``)."""
+    subpixel fit of the rigid path (``refined_shifts``).  The correlation on the GPU: the
+    warp-per-result kernel (:mod:`xcorr_app.correlate._band`) where it fits (+-1 to +-4 px),
+    else the planner's choice."""
     xp = backend.array_module_of(right)
-    corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=bound, device=device)
+    band = xp is not np and band_fits("n_to_mn", tpatches.shape, right.shape, bound)
+    corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=bound, device=device,
+                           method="band" if band else "auto")
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
     if left is None:
         left = patch_left(tpatches, bound)

@@ -10,6 +10,7 @@ the planner's cache show::
     warp_shuffle:rights=4,shifts=2,distribution=triangle,rows_per_worker=8
     tiled:tile_y=8,rights=2,rows_per_chunk=64
     pair_tiled:tile_y=8,tile_x=8
+    band
     mma:tile_y=2,tile_x=32
     mma:tile_y=2,tile_x=8,row_splits=4
     small:tile_y=8,row_splits=16
@@ -34,7 +35,7 @@ from ._work_distribution import DISTRIBUTIONS
 
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
 METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled",
-           "mma", "small")
+           "mma", "small", "band")
 #: the GPU method's module and its ``configure`` function for
 #: :func:`xcorr_app.correlate._warp_shuffle.launch` (whose parameters are the plan's, named as in
 #: ``_PARAMS``), or its launcher function (``overlap``, no parameters)
@@ -44,7 +45,8 @@ _GPU_LAUNCHERS = {"overlap": ("._overlap", "overlap_xcorr"),
                   "tiled": ("._tiled", "configure_tiled"),
                   "pair_tiled": ("._tiled", "configure_pairs"),
                   "mma": ("._mma", "configure_mma"),
-                  "small": ("._small", "configure_small")}
+                  "small": ("._small", "configure_small"),
+                  "band": ("._band", "configure_band")}
 GPU_METHODS = tuple(_GPU_LAUNCHERS)
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
