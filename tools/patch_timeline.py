@@ -4,7 +4,9 @@ bench's stack spends its time (issue 27): the wall of the rigid and the patch ru
 GPU's busy time against the wall, the kernels by total time, and the host's gaps; then the
 same run under cProfile (host functions by cumulative and own time).
 
-    python3 tools/patch_timeline.py [FRAMES]
+    python3 tools/patch_timeline.py [FRAMES] [out]
+
+``out``: the aligned frames warped into a CuPy array too (``out=``, as the bench's GPU row).
 """
 import cProfile
 import pstats
@@ -23,9 +25,12 @@ stack, _ = make_stack(n, (512, 512), seed=0)
 g = cp.asarray(stack)
 kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=(4, 4),
           max_deviation=MAX_DEVIATION)
+if len(sys.argv) > 2 and sys.argv[2] == "out":
+    kw["out"] = cp.empty(g.shape, cp.float32)
 rigid = dict(kw, patches=None)
-align(g[:256], **kw)  # warm-up
-align(g[:256], **rigid)
+small = {k: (v[:256] if k == "out" else v) for k, v in kw.items()}
+align(g[:256], **small)  # warm-up
+align(g[:256], **dict(small, patches=None))
 
 
 def wall(opts):

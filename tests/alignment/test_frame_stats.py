@@ -6,9 +6,10 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-# sizes: smaller than a warp, odd and non-square, rows longer than a block of 256 threads, and
+# sizes: smaller than a warp, odd and non-square, rows longer than a block of 256 threads,
+# frames larger than the subtraction's 64 blocks of 256 threads, and
 # more frames than the grid's y extent (65535) holds
-SHAPES = [(1, 1, 1), (3, 5, 7), (2, 33, 300), (4, 257, 129), (65537, 2, 3)]
+SHAPES = [(1, 1, 1), (3, 5, 7), (2, 33, 300), (4, 257, 129), (2, 300, 301), (65537, 2, 3)]
 DTYPES = [np.uint8, np.uint16, np.int16, np.float16, np.float32, np.float64]
 
 

@@ -38,8 +38,10 @@ PRECISION = KernelFamily(SOURCE, "precision_sums", [(THREADS,)])
 ROW_WIDTHS = (2, 1, 1, 1, 1, 2, 2, 1)
 ROW_CODES = {np.dtype(np.float64): 0, np.dtype(np.bool_): 1, np.dtype(np.float32): 2,
              np.dtype(np.int64): 3}
-#: blocks of the grid-stride subtraction (enough to fill any current GPU)
-SUBTRACT_BLOCKS = 1024
+#: blocks of the grid-stride row packing (enough to fill any current GPU)
+PACK_BLOCKS = 1024
+#: blocks a frame of the subtraction (each thread then takes every 64 * THREADS-th pixel)
+SUBTRACT_FRAME_BLOCKS = 64
 MAX_GRID_Y = 65535
 
 
@@ -65,8 +67,8 @@ def _stats(f, out, c_type, write):
     constant = cp.empty(n, cp.bool_)
     for a in range(0, n, MAX_GRID_Y):  # the grid's y extent is at most 65535 frames
         b = min(n, a + MAX_GRID_Y)
-        row((h, b - a), (THREADS,), (f[a:b], out[a:b], row_sum[a:b], row_flags[a:b],
-                                     np.int32(h), np.int32(w)))
+        row((-(-h // (THREADS // 32)), b - a), (THREADS,),  # a warp a row
+            (f[a:b], out[a:b], row_sum[a:b], row_flags[a:b], np.int32(h), np.int32(w)))
     if n:
         totals((n,), (THREADS,), (row_sum, row_flags, np.int32(h), np.float64(h * w), mean,
                                   finite, constant))
@@ -96,11 +98,13 @@ def frame_means(f):
 def subtract_means(f, mean):
     """``f[n] -= mean[n]`` in place for a float32 C-contiguous ``(N, H, W)`` CuPy array."""
     n, h, w = f.shape
-    total = n * h * w
-    if total:
+    plane = h * w
+    if n and plane:
         sub = _kernels()[2]
-        blocks = min(SUBTRACT_BLOCKS, -(-total // THREADS))
-        sub((blocks,), (THREADS,), (f, mean, np.int64(h * w), np.int64(total)))
+        blocks = min(SUBTRACT_FRAME_BLOCKS, -(-plane // THREADS))  # a frame's blocks
+        for a in range(0, n, MAX_GRID_Y):
+            sub((blocks, min(n, a + MAX_GRID_Y) - a), (THREADS,),
+                (f, mean, np.int64(plane), np.int64(a)))
     return f
 
 
@@ -123,7 +127,7 @@ def pack_rows(pieces, n):
         codes |= code << (3 * j)
         args.append(piece)
     if n:
-        _kernels()[3]((stride_blocks(n, THREADS, SUBTRACT_BLOCKS),), (THREADS,),
+        _kernels()[3]((stride_blocks(n, THREADS, PACK_BLOCKS),), (THREADS,),
                       (*args, np.int32(codes), np.int64(n), out))
     return out
 
