@@ -355,14 +355,14 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
     kernel = WARP.get(c_type, bool(cubic), THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        kernel((y1 - y0, b - a), (THREADS,),
+        kernel((-(-(y1 - y0) // (THREADS // 32)), b - a), (THREADS,),  # a warp a row
                (frames, out, wy, wx, s,
                 finite if finite is not None else out,  # (not read: check_finite 0)
                 np.int32(finite is not None), np.int32(a), np.int32(h), np.int32(w),
                 np.int32(gy), np.int32(gx),
                 np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0),
                 np.float32(fill)),
-               shared_mem=2 * gx * 8)
+               shared_mem=THREADS // 32 * 2 * gx * 8)
     return out
 
 

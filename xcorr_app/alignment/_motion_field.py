@@ -80,18 +80,20 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
     return out
 
 
-def warp_chunk(frames, patch_field, weights, resample="bilinear", fill=0.0, box=None):
+def warp_chunk(frames, patch_field, weights, resample="bilinear", fill=0.0, box=None,
+               out=None):
     """The frames ``(N, H, W)`` warped by their fields (``patch_field`` ``(N, gy, gx, 2)``,
     spline ``weights`` of :func:`field_weights`), the pixels of ``box`` ``(y0, y1, x0, x1)``
     (default the frame): float32 on the frames' device (one kernel on the GPU, the field
     evaluated at each pixel; :func:`warp_frames` on the CPU).  The one warp of
-    :func:`apply_field` and of ``align(out=)``'s patch pass."""
+    :func:`apply_field` and of ``align(out=)``'s patch pass.  ``out`` (GPU only): a
+    C-contiguous float32 CuPy array to warp into (no copy after)."""
     xp = backend.array_module_of(frames)
     h, w = frames.shape[1:]
     y0, y1, x0, x1 = box or (0, h, 0, w)
     if xp is not np:
         return warp_gpu(frames, xp.asarray(patch_field), weights, resample == "cubic", fill,
-                        (y0, y1, x0, x1))
+                        (y0, y1, x0, x1), out=out)
     dense = dense_field(backend.to_numpy(patch_field), None, None, weights)
     return warp_frames(frames, dense, resample, fill)[:, y0:y1, x0:x1]
 

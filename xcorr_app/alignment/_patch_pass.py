@@ -270,9 +270,9 @@ class _Warper:
 
     def __call__(self, first, frames, field, rows):
         """The chunk's result: its rows, or its warped frames (rows kept)."""
-        if not self.returns:
+        if not self.returns:  # (a slice of C-contiguous frames: the kernel writes there)
             n = len(frames)
-            self.out[first:first + n] = warp_chunk(frames, field, self.weights)
+            warp_chunk(frames, field, self.weights, out=self.out[first:first + n])
             return rows
         self.rows[first] = rows
         return warp_chunk(frames, field, self.weights)

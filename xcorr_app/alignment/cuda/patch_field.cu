@@ -11,9 +11,9 @@
 // The field at a pixel is evaluated in the kernel from the patch shifts, never stored per
 // pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
 // spline weights wy (H, gy) and wx (W, gx) of _field_resample.spline_weights (float64), the
-// patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block per output row: the
-// row's 2 * gx coefficients (the bracket) are computed once into shared memory, then each
-// thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`, associated the same way.
+// patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block (warp_field: one warp) per
+// output row: the row's 2 * gx coefficients (the bracket) are computed once into shared memory,
+// then each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`, associated the same way.
 // Coordinates and weights are float64, the pixels are read as float32 (the CPU converts the
 // frames to float32 first) and summed in float64.
 //
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(THREADS) windows_through(
     }
 }
 
-// Grid (oh, frames of this launch), THREADS threads over the output's columns.
+// Grid (oh / (THREADS / 32), frames of this launch): a warp an output row, lanes over columns.
 // out[n, r, c] = frame n at q - s(q), q = (oy + r, ox + c) (the crop's origin); `fill` where
 // q - s(q) lies outside [0, h - 1] x [0, w - 1].  CUBIC: cubic convolution, except for frames
 // whose `finite[n]` is 0 (NaN or Inf pixels: bilinear, so those pixels do not spread);
@@ -97,17 +97,27 @@ __global__ void __launch_bounds__(THREADS) warp_field(
         const double* __restrict__ wx, const double* __restrict__ s,
         const bool* __restrict__ finite, int check_finite, int n0, int h, int w, int gy, int gx,
         int oy, int ox, int oh, int ow, float fill) {
-    extern __shared__ double coef[];  // 2 * gx
-    const int r = blockIdx.x, n = n0 + blockIdx.y;
+    // a warp an output row (grid x: rows / warps), its coefficients interleaved in its own
+    // shared slice (coef[2 j + a]: the sums along_row takes, in its order); a block a row,
+    // synchronized, with 4 pixels a thread, spent its time on the row's setup (11.7 ms for
+    // 4096 frames of 512x512, H200 2026-11-24)
+    extern __shared__ double coef_all[];  // (THREADS / 32) * 2 * gx
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = blockIdx.x * (THREADS / 32) + warp, n = n0 + blockIdx.y;
+    if (r >= oh) return;  // (a whole warp)
     const int y = oy + r;
-    row_coefficients(wy, s, y, n, gy, gx, coef);
+    double* coef = coef_all + warp * 2 * gx;
+    for (int k = lane; k < 2 * gx; k += 32)
+        coef[k] = row_coefficient(wy, s, y, n, gy, gx, (k & 1) * gx + (k >> 1));
+    __syncwarp();
     const T* f = frames + (size_t)n * h * w;
     float* dst = out + ((size_t)n * oh + r) * ow;
     const bool cubic = CUBIC && (check_finite == 0 || finite[n]);
-    for (int c = threadIdx.x; c < ow; c += THREADS) {
+    for (int c = lane; c < ow; c += 32) {
         const int x = ox + c;
-        const double cy = (double)y - along_row(coef, wx, x, gx);
-        const double cx = (double)x - along_row(coef + gx, wx, x, gx);
+        const double2 d = along_row2(reinterpret_cast<const double2*>(coef), wx, x, gx);
+        const double cy = (double)y - d.x;
+        const double cx = (double)x - d.y;
         float v = fill;
         if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
             v = (float)(cubic ? cubic_at<double>(f, h, w, cy, cx) : bilinear_at(f, h, w, cy, cx));
