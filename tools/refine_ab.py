@@ -1,10 +1,11 @@
 """Development probe (device): the fused refinement kernel ``refine_surfaces`` as the package
-builds it against the previous one (``tools/ab/patch_field_old.cu``, the source of commit
-c0a3653) and variants of the new one compiled with other options, on the bench's shapes (4x4
-windows of 143x143 over 512x512 frames, the field within +-1.5 px of a rigid drift).  CUDA
-events, 3 warm-up launches, the median of 15; then the outputs against the old kernel's.
+builds it against older ones (``tools/ab/patch_field_old.cu``, the source of commit
+c0a3653; ``tools/ab/refine_prev.cu``, of 3938d7e: the grid's width read at run time) and the
+new one compiled for any width and for 4, on the bench's shapes (4x4 windows of 143x143 over
+512x512 frames, the field within +-1.5 px of a rigid drift).  CUDA events, 3 warm-up launches, the median of 15; then the outputs against the old kernel's.
 
     git show c0a3653:xcorr_app/alignment/cuda/patch_field.cu > tools/ab/patch_field_old.cu
+    git show 3938d7e:xcorr_app/alignment/cuda/refine_surfaces.cu > tools/ab/refine_prev.cu
     python3 tools/refine_ab.py [FRAMES]      (on the device: carry tools/ab, it is ignored)
 """
 import statistics
@@ -35,9 +36,9 @@ class Fixed:
         return self.fn
 
 
-def raw(path, extra=(), threads=128):
+def raw(path, extra=(), threads=128, gx=None):
     code = Path(path).read_text()
-    name = f"refine_surfaces<{threads}>"
+    name = f"refine_surfaces<{threads}>" if gx is None else f"refine_surfaces<{threads}, {gx}>"
     mod = cp.RawModule(code=code, options=(*COMPILE_OPTIONS, f"-I{include_dir()}",
                                            f"-I{Path(path).parent}", *extra),
                        name_expressions=[name])
@@ -75,11 +76,9 @@ def main():
     new = ROOT / "xcorr_app/alignment/cuda/refine_surfaces.cu"
     variants = {"package (new)": None,
                 "old (c0a3653)": raw(ROOT / "tools/ab/patch_field_old.cu", threads=256),
-                "new, compiled here": raw(new),
-                "new, 24 warps an SM (80 registers)": raw(new, ("-DREFINE_SM_WARPS=24",)),
-                "256 threads, 4 blocks an SM": raw(new, (), 256),
-                "bands of 32 rows": raw(new, ("-DBAND_ROWS=32",)),
-                "bands of 8 rows": raw(new, ("-DBAND_ROWS=8",))}
+                "previous (tools/ab/refine_prev.cu)": raw(ROOT / "tools/ab/refine_prev.cu"),
+                "new, any grid width (GX 0)": raw(new, gx=0),
+                "new, GX 4": raw(new, gx=4)}
     original, default = _field_resample.REFINE, _field_resample.REFINE_THREADS
     results = {}
     for name, built in variants.items():

@@ -42,7 +42,11 @@ ADD = KernelFamily(SOURCE, "add_fields", [()])
 #: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
 #: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
 REFINE_THREADS = 128
-REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces", [(REFINE_THREADS,)])
+#: grid widths the refinement is compiled for (its field's sums unrolled; 1 and 6 to 8 spilled
+#: at 64 registers); others: 0 (any width)
+REFINE_GX = (2, 3, 4, 5)
+REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces",
+                      [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
 #: and its static shared arrays (each thread's 11 float64 sums and the reductions' 27 a warp:
 #: under 24 KiB) must fit the 48 KiB a launch gets without opting in: grids at most this many
@@ -421,7 +425,7 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
             raise InputError(f"surfaces must be C-contiguous float32 ({p * n}, 3, 3) and two "
                              f"int64 ({p * n},) arrays")
     sy, sx = _starts(starts_y, starts_x)
-    kernel = REFINE.get(REFINE_THREADS)
+    kernel = REFINE.get(REFINE_THREADS, gx if gx in REFINE_GX else 0)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         kernel((p, b - a), (REFINE_THREADS,),

@@ -424,7 +424,8 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     :data:`~._field_resample.REFINE_MAX_GX` patches wide), then the run's subpixel kernel:
     the numbers of the CPU's steps below, to float rounding."""
     xp = backend.array_module_of(frames)
-    if xp is not np and grid.grid[1] <= REFINE_MAX_GX:
+    # (the fused kernel addresses a frame's taps by 32-bit offsets)
+    if xp is not np and grid.grid[1] <= REFINE_MAX_GX and frames[0].size < 2**31:
         sums, tp = refine_left(tpatches, taper) if left is None else left
         z, iy, ix = refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
                                         patch_field, weights, tp, tpatches, sums)

@@ -47,6 +47,24 @@ __device__ __forceinline__ double2 along_row2(const double2* cf, const double* _
     return make_double2(a, b);
 }
 
+// along_row2 with the grid's width GX known at compile time (GX > 0: the loop unrolled, no
+// loop control a pixel; the same sums in the same order); GX = 0: along_row2 with gx.
+template <int GX>
+__device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
+                                                    const double* __restrict__ wx, int x, int gx) {
+    if (GX == 0) return along_row2(cf, wx, x, gx);
+    const double* wr = wx + x * GX;
+    double a = 0.0, b = 0.0;
+#pragma unroll
+    for (int j = 0; j < GX; ++j) {
+        const double2 c = cf[j];
+        const double v = wr[j];
+        a += c.x * v;
+        b += c.y * v;
+    }
+    return make_double2(a, b);
+}
+
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
 // the arithmetic A (float64 where the definition's numbers are met to float64 rounding, float32
 // in the refinement: cubic_at<float>, within about 1e-7 of the pixels' range).
@@ -117,7 +135,8 @@ __device__ __forceinline__ A cubic_inside(const T* __restrict__ f, int h, int w,
     A wy[4], wx[4];
     keys_taps((A)(cy - (double)iy), wy);
     keys_taps((A)(cx - (double)ix), wx);
-    const T* row = f + (size_t)(iy - 1) * w + (ix - 1);
+    // (a 32-bit offset inside the frame: one 64-bit address a tap row, not 64-bit products)
+    const T* row = f + ((iy - 1) * w + (ix - 1));
     A acc = (A)0.0;
 #pragma unroll
     for (int k = 0; k < 4; ++k, row += w) {

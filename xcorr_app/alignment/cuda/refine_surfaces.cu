@@ -83,7 +83,10 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
     __syncthreads();
 }
 
-template <int THREADS>
+// GX: the grid's width at compile time (2 to 5; 0: any, read from gx): the field's sums a pixel
+// unrolled (Nsight Compute, H200 2026-11-24: with the width read at run time the loop's control
+// and set-up were 40 of the sampling's 200 instructions a pixel, the sampling 69% of the kernel's)
+template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ wy,
         const double* __restrict__ wx, const double* __restrict__ s,
@@ -113,11 +116,13 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         for (int k = lane; k < 2 * gx; k += 32)  // interleaved: coef[2 j + a]
             coef[k] = row_coefficient(wy, s, y, n, gy, gx, (k & 1) * gx + (k >> 1));
         __syncwarp();
+        float* wrow = wnd + (size_t)r * pw;
         for (int c = lane; c < pw; c += 32) {
             const int x = xs + c;
-            const double2 d = along_row2(reinterpret_cast<const double2*>(coef), wx, x, gx);
+            const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wx,
+                                                   x, gx);
             const float v = cubic_inside<float>(f, h, w, (double)y - d.x, (double)x - d.y);
-            wnd[(size_t)r * pw + c] = v;
+            wrow[c] = v;
             one[0] += (double)v;
         }
         __syncwarp();
