@@ -79,3 +79,19 @@ def test_irfft2_unnormalized_is_n_times_the_inverse(rng, size):
     assert got.shape == (3, *size) and got.dtype == np.float32
     np.testing.assert_allclose(got, planes * size[0] * size[1], rtol=0,
                                atol=1e-4 * size[0] * size[1])
+
+
+def test_irfft2_unnormalized_without_the_overwriting_transform(rng, monkeypatch):
+    """Where CuPy has no ``_fftn`` of the expected signature, ``cupy.fft.irfft2``: the same
+    numbers as the overwriting transform."""
+    import cupy as cp
+
+    from xcorr_app.correlate import _fft
+
+    size = (12, 10)
+    spec = np.fft.rfft2(rng.standard_normal((2, *size))).astype(np.complex64)
+    fast = irfft2_unnormalized(cp.asarray(spec), size).get()
+    assert _fft._overwriting_c2r() is not None  # CuPy 13-14: the private function is there
+    monkeypatch.setattr(_fft, "_C2R", [None])
+    slow = irfft2_unnormalized(cp.asarray(spec), size).get()
+    np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-5)

@@ -374,13 +374,45 @@ def irfft2_unnormalized(product, size):
     """The inverse real FFT (CuPy) of spectra ``product`` to real planes of ``size`` without
     its 1/n (``norm="forward"``), which :func:`conj_product`'s ``scale`` applies instead:
     ``cupy.fft.irfft2`` divides its result by n, one more pass over the surfaces (and a CuPy
-    kernel to compile on a first run).  It still copies its input (cuFFT's C2R overwrites
-    it): ``cupyx.scipy.fft.irfft2(overwrite_x=True)`` would not, but importing
-    ``cupyx.scipy.fft`` (with ``cupyx.scipy.special`` and ``scipy.special``) took 0.19 s on a
-    2-core host, more than the copy costs a run (about 8 ms per 4096 frames of 512x512)."""
+    kernel to compile on a first run).  ``product`` is overwritten (the callers' temporary):
+    cuFFT's C2R overwrites its input, so ``cupy.fft.irfft2`` copies it first (2.9 ms of GPU
+    time for 4096 spectra of 540x271, H200 2026-11-24); CuPy's own ``_fftn`` with
+    ``overwrite_x=True`` (what ``cupyx.scipy.fft.irfft2(overwrite_x=True)`` calls; importing
+    ``cupyx.scipy.fft`` took 0.19 s on a 2-core host) does not.  Where that private function is
+    missing or differs (another CuPy), ``cupy.fft.irfft2`` as before."""
     import cupy
 
-    return fft_in_turn(cupy.fft.irfft2, product, s=tuple(size), norm="forward")
+    fn = _overwriting_c2r()
+    if fn is None:
+        return fft_in_turn(cupy.fft.irfft2, product, s=tuple(size), norm="forward")
+    return fft_in_turn(fn, product, tuple(size))
+
+
+_C2R = []  # [function or None], looked up once
+
+
+def _overwriting_c2r():
+    """``f(a, size)``: CuPy's ``_fftn`` C2R over the last two axes, ``norm="forward"``,
+    overwriting ``a``; None where CuPy has no such function of that signature."""
+    if not _C2R:
+        fn = None
+        try:
+            import inspect
+
+            import cupy
+            from cupy.fft import _fft
+
+            params = list(inspect.signature(_fft._fftn).parameters)
+            if params[:6] == ["a", "s", "axes", "norm", "direction", "value_type"] \
+                    and "overwrite_x" in params:
+                inverse = cupy.cuda.cufft.CUFFT_INVERSE
+
+                def fn(a, size, _f=_fft._fftn, _inv=inverse):
+                    return _f(a, size, (-2, -1), "forward", _inv, "C2R", overwrite_x=True)
+        except (ImportError, AttributeError, TypeError, ValueError):
+            fn = None
+        _C2R.append(fn)
+    return _C2R[0]
 
 
 # ------------------------------------------------------------------------ correlations
