@@ -294,9 +294,9 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        kernel((ph, p, b - a), (THREADS,), (frames, out, shift, sy, sx, np.int32(a), np.int32(n),
-                                            np.int32(h), np.int32(w), np.int32(gx),
-                                            np.int32(ph), np.int32(pw)))
+        kernel((-(-ph // (THREADS // 32)), p, b - a), (THREADS,),  # a warp a window row
+               (frames, out, shift, sy, sx, np.int32(a), np.int32(n), np.int32(h),
+                np.int32(w), np.int32(gx), np.int32(ph), np.int32(pw)))
     return out
 
 

@@ -50,18 +50,24 @@ __global__ void finite_field(const double* __restrict__ field, double* __restric
 }
 
 // out[p, n, r, c] = frames[n, sy[p / gx] + r - shift[n, 0], sx[p % gx] + c - shift[n, 1]]
-// for n = n0 + blockIdx.z; the windows lie inside the frames (the grid's margin).
+// for n = n0 + blockIdx.z; the windows lie inside the frames (the grid's margin).  Grid
+// (ceil(ph / (THREADS / 32)), P, frames): a warp a window row, lanes over its columns.  (A block
+// a row, 145 columns over 128 threads, took 5.8 ms for 4096 frames' 16 windows of 145x145,
+// 1.9 TB/s, H200 2026-11-24.)
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) patch_windows(
         const float* __restrict__ frames, float* __restrict__ out,
         const long long* __restrict__ shift, const int* __restrict__ sy,
         const int* __restrict__ sx, int n0, int n_total, int h, int w, int gx, int ph, int pw) {
-    const int r = blockIdx.x, p = blockIdx.y, n = n0 + blockIdx.z;
+    const int r = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5), p = blockIdx.y;
+    const int n = n0 + blockIdx.z, lane = threadIdx.x & 31;
+    if (r >= ph) return;  // (a whole warp)
     const int y = sy[p / gx] + r - (int)shift[2 * (size_t)n];
     const int x0 = sx[p % gx] - (int)shift[2 * (size_t)n + 1];
     const float* src = frames + ((size_t)n * h + y) * w + x0;
     float* dst = out + (((size_t)p * n_total + n) * ph + r) * pw;
-    for (int c = threadIdx.x; c < pw; c += THREADS) dst[c] = src[c];
+#pragma unroll 4
+    for (int c = lane; c < pw; c += 32) dst[c] = src[c];
 }
 
 // Grid (ph, P, frames of this launch), THREADS threads over the window's columns.
