@@ -45,7 +45,7 @@ FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._fiel
                   "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
                   "xcorr_app.correlate._small", "xcorr_app.correlate._band",
                   "xcorr_app.registration._surfaces", "xcorr_app.registration._peak_math",
-                  "xcorr_app.filters._reuse",
+                  "xcorr_app.filters._reuse", "xcorr_app.filters._separable",
                   "xcorr_app.conv._im2win", "xcorr_app.conv._winograd")
 COMPILE_OPTIONS = ("-std=c++17",)
 #: the pixel types the frame kernels read as they are (NumPy dtype -> C type); others are

@@ -56,8 +56,14 @@ def _reuse(stack, weights, mode, cval, origin):
 
 
 def _separable(stack, taps_y, taps_x, mode, cval):
-    """Correlate with the outer product ``taps_y x taps_x`` as two 1-D passes of the reuse
-    kernels (rows, then columns; each is ``scipy.ndimage.correlate1d`` along one axis)."""
+    """Correlate with the outer product ``taps_y x taps_x`` as two 1-D passes (rows, then
+    columns; each is ``scipy.ndimage.correlate1d`` along one axis): in one kernel for float32
+    stacks and equal odd tap counts up to 11 (:mod:`xcorr_app.filters._separable`), else two
+    passes of the reuse kernels."""
+    from ._separable import fused_fits, separable_correlate
+
+    if fused_fits(stack, taps_y, taps_x):
+        return separable_correlate(stack, taps_y, taps_x, mode, cval)
     tmp = _reuse(stack, np.asarray(taps_y, np.float64)[:, None], mode, cval, (0, 0))
     return _reuse(tmp, np.asarray(taps_x, np.float64)[None, :], mode, cval, (0, 0))
 

@@ -31,12 +31,10 @@
 // z = frames.  Block (32, WARPS).  DTYPE: 0 float32, 1 float16, 2 uint16, 3 uint8 (converted on
 // load; accumulation and output are float32).
 #include "async_copy.cuh"
+#include "boundary.cuh"
 #include "int_math.cuh"
 
 namespace xcorr {
-
-enum BoundaryMode { MODE_REFLECT = 0, MODE_CONSTANT = 1, MODE_NEAREST = 2, MODE_MIRROR = 3,
-                    MODE_WRAP = 4 };
 
 template <int DTYPE> struct Pixel;
 template <> struct Pixel<0> {
@@ -81,32 +79,6 @@ __host__ __device__ constexpr int reuse_min_blocks(int fh, int fw, bool taps_sha
 }
 
 template <int FH, int FW> struct Taps { float w[FH * FW]; };
-
-// Index i of a line of n samples mapped into [0, n) by the boundary mode; -1 for constant.
-__device__ __forceinline__ int boundary_index(int i, int n, int mode) {
-    if (i >= 0 && i < n) return i;
-    switch (mode) {
-    case MODE_CONSTANT: return -1;
-    case MODE_NEAREST: return i < 0 ? 0 : n - 1;
-    case MODE_WRAP:
-        while (i < 0) i += n;
-        while (i >= n) i -= n;
-        return i;
-    case MODE_MIRROR: {  // d c b | a b c d | c b a: period 2n - 2
-        if (n == 1) return 0;
-        const int period = 2 * n - 2;
-        while (i < 0) i += period;
-        while (i >= period) i -= period;
-        return i < n ? i : period - i;
-    }
-    default: {  // reflect, d c b a | a b c d | d c b a: period 2n
-        const int period = 2 * n;
-        while (i < 0) i += period;
-        while (i >= period) i -= period;
-        return i < n ? i : period - 1 - i;
-    }
-    }
-}
 
 // Pack/unpack exchange (papers' Algorithms 1 and 2): lanes whose bit MASK is clear give `hi`,
 // the others `lo`; each lane receives its xor-partner's choice.  The choice is a shift of the
