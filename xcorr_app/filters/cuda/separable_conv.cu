@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(SEP_THREADS) separable_correlate(
     int cols[COLS];  // the lane's staged columns, mapped (-1: outside, constant mode)
 #pragma unroll
     for (int q = 0; q < COLS; ++q) cols[q] = boundary_index(x0 - R + lane + 32 * q, w, mode);
+#pragma unroll  // (the rows' loads in flight together)
     for (int r = warp; r < SH; r += WARPS) {  // the staged input: a warp a row
         const int ry = boundary_index(y0 - R + r, h, mode);
         const float* row = f + (size_t)(ry < 0 ? 0 : ry) * w;
