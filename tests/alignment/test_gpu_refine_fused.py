@@ -32,7 +32,7 @@ CASES = [  # frame shape, grid, max_deviation, the taper's flat part (None: no t
     ((61, 301), (1, 1), 4, 64),      # one window 289 px wide: wider than a block
     ((97, 83), (1, 1), 3, None),
     ((97, 401), (2, 20), 3, 12),     # 20 patches wide: the row coefficients' loop wraps
-    ((129, 211), (2, 5), 3, 12),     # the widths compiled with their sums unrolled: 5, 2, 3
+    ((129, 211), (2, 5), 3, 12),     # 5 wide (any width), and the widths compiled: 2, 3
     ((140, 150), (3, 2), 3, None),
     ((131, 147), (2, 3), 2, 16),
 ]

@@ -42,11 +42,14 @@ ADD = KernelFamily(SOURCE, "add_fields", [()])
 #: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
 #: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
 REFINE_THREADS = 128
-#: grid widths the refinement is compiled for (its field's sums unrolled; 1 and 6 to 8 spilled
+#: grid widths the refinement is compiled for (its field's sums unrolled; 1 and 5 to 8 spilled
 #: at 64 registers); others: 0 (any width)
-REFINE_GX = (2, 3, 4, 5)
+REFINE_GX = (2, 3, 4)
 REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces",
                       [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
+#: the field's row coefficients of a refinement launch's frames, made before it
+FIELD_ROWS = KernelFamily("refine_surfaces.cu", "field_rows", [()])
+ROWS_THREADS = 128
 #: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
 #: and its static shared arrays (each thread's 11 float64 sums and the reductions' 27 a warp:
 #: under 24 KiB) must fit the 48 KiB a launch gets without opting in: grids at most this many
@@ -425,13 +428,16 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
             raise InputError(f"surfaces must be C-contiguous float32 ({p * n}, 3, 3) and two "
                              f"int64 ({p * n},) arrays")
     sy, sx = _starts(starts_y, starts_x)
-    kernel = REFINE.get(REFINE_THREADS, gx if gx in REFINE_GX else 0)
+    args = (REFINE_THREADS, gx if gx in REFINE_GX else 0)
+    kernel, rows_kernel = compile_together([(REFINE, args), (FIELD_ROWS, ())])
+    rows = cp.empty((min(n, MAX_GRID), h, 2 * gx), cp.float64)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
+        rows_kernel((-(-(h * 2 * gx) // ROWS_THREADS), b - a), (ROWS_THREADS,),
+                    (wy, s, rows, np.int32(a), np.int32(h), np.int32(gy), np.int32(gx)))
         kernel((p, b - a), (REFINE_THREADS,),
-               (frames, out, wy, wx, s, sy, sx, taper if taper is not None else out,
+               (frames, out, rows, wx, sy, sx, taper if taper is not None else out,
                 np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
-                np.int32(n), np.int32(h), np.int32(w), np.int32(gy), np.int32(gx),
-                np.int32(ph), np.int32(pw)),
-               shared_mem=REFINE_THREADS // 32 * 2 * gx * 8)
+                np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
+                np.int32(pw)), shared_mem=REFINE_THREADS // 32 * 2 * gx * 8)
     return z, iy, ix

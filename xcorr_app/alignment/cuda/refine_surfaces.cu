@@ -19,7 +19,8 @@
 // columns.  Sums: each warp a band of consecutive rows, each lane walks its columns down the
 // band holding three rows of L's three columns in registers (three reads a pixel, not nine,
 // and the overlap's bounds checked once a column and row, not nine times a pixel).
-// Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients, interleaved).
+// Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients, interleaved,
+// copied from `rows`: field_rows below, made by one launch before).
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
 // and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
 // it replaced took about 1.3 ms.  Then the taps in float32 and the edges' sums in a loop of
@@ -83,38 +84,54 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
     __syncthreads();
 }
 
-// GX: the grid's width at compile time (2 to 5; 0: any, read from gx): the field's sums a pixel
+// GX: the grid's width at compile time (2 to 4; 0: any, read from gx): the field's sums a pixel
 // unrolled (Nsight Compute, H200 2026-11-24: with the width read at run time the loop's control
 // and set-up were 40 of the sampling's 200 instructions a pixel, the sampling 69% of the kernel's)
+// rows[(n * h + y) * 2 gx + 2 j + a] = sum_i wy[y, i] S[n0 + n, i, j, a] (row_coefficient):
+// the field's row coefficients, interleaved as along_row2 reads them, of every row of the
+// frames n0 .. n0 + gridDim.y - 1; grid (ceil(h * 2 gx / 128), frames), 128 threads.  Made once
+// for the refinement's launch: its blocks computed them per warp and window row, 7-9% of its
+// instructions and a wait on dependent loads a row (Nsight Compute, H200 2026-11-24).
+__global__ void field_rows(const double* __restrict__ wy, const double* __restrict__ s,
+                           double* __restrict__ rows, int n0, int h, int gy, int gx) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * 2 * gx) return;
+    const int y = k / (2 * gx), kk = k - y * 2 * gx;
+    rows[(size_t)blockIdx.y * h * 2 * gx + k] =
+        row_coefficient(wy, s, y, n0 + (int)blockIdx.y, gy, gx, (kk & 1) * gx + (kk >> 1));
+}
+
 template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
-        const float* __restrict__ frames, float* win, const double* __restrict__ wy,
-        const double* __restrict__ wx, const double* __restrict__ s,
+        const float* __restrict__ frames, float* win, const double* __restrict__ rows,
+        const double* __restrict__ wx,
         const int* __restrict__ sy, const int* __restrict__ sx,
         const float* __restrict__ taper, int has_taper, const float* __restrict__ tpl,
         const double* __restrict__ lmean, const double* __restrict__ lvar,
         const bool* __restrict__ lbad, float* __restrict__ z, long long* __restrict__ iy_out,
-        long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gy, int gx,
-        int ph, int pw) {
+        long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gx, int ph,
+        int pw) {
     constexpr int WARPS = THREADS / 32;
-    extern __shared__ double coef_all[];  // WARPS * 2 * gx
+    extern __shared__ double coef_all[];  // WARPS * 2 * gx: each warp's row, from `rows`
     __shared__ double red[WARPS * REFINE_SUMS];
     __shared__ double tot[REFINE_SUMS];
     __shared__ double acc[11 * THREADS];
     __shared__ float zs[9];
     const int p = blockIdx.x, n = n0 + (int)blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    double* coef = coef_all + warp * 2 * gx;
     const int ys = sy[p / gx], xs = sx[p % gx];
     const float* f = frames + (size_t)n * h * w;
     float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
+    double* coef = coef_all + warp * 2 * gx;
 
     // the window through the field; its sum
     double one[1] = {0.0};
     for (int r = warp; r < ph; r += WARPS) {
         const int y = ys + r;
-        for (int k = lane; k < 2 * gx; k += 32)  // interleaved: coef[2 j + a]
-            coef[k] = row_coefficient(wy, s, y, n, gy, gx, (k & 1) * gx + (k >> 1));
+        // the row's coefficients into the warp's shared slice (read from global memory in
+        // the loop they held more registers: it spilled)
+        const double* row = rows + ((size_t)blockIdx.y * h + y) * 2 * gx;
+        for (int k = lane; k < 2 * gx; k += 32) coef[k] = row[k];
         __syncwarp();
         float* wrow = wnd + (size_t)r * pw;
         for (int c = lane; c < pw; c += 32) {
