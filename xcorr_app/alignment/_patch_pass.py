@@ -7,7 +7,6 @@ pass of :func:`xcorr_app.align`, every frame is streamed again, its patches meas
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import numbers
 
@@ -23,7 +22,7 @@ from ._options import prefilter_for
 from ._low_patches import fill_low, fill_low_fits, fill_low_gpu, low_patches
 from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, integer_parts,
                        patch_left, patch_margin, patch_shifts, refine_left, refine_shifts,
-                       refine_taper, tapered, tapered_on_host, template_patches)
+                       refine_taper, tapered, template_patches)
 from ._pipeline import prepared_reference
 from ._prepared import patch_key
 from ._preprocess import prepare
@@ -310,7 +309,8 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
     # the refinement's template patches (weighted), made on the host: NumPy's numbers on
     # both devices (a CUB mean, 2.8 s of NVRTC on a fresh machine, otherwise)
-    near_parts = _refine_template(xp, tpatches, taper)
+    tnear = xp.asarray(tapered(backend.to_numpy(tpatches), taper))
+    near = refine_left(tnear, taper)
     # the rigid shifts on the device once (a copy from host memory per chunk may wait for the
     # queued work)
     on_device = (xp.asarray(rigid), *(xp.asarray(a) for a in integer_parts(rigid)))
@@ -330,7 +330,6 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
             return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
 
         def refined(d):  # through the field: what remains, measured
-            tnear, near = near_parts()
             return add_fields(d, refine_shifts(tnear, p.frames, grid, field_of(d), weights,
                                                opts.subpixel, dev, near, taper))
 
@@ -367,34 +366,6 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
             return measure(first, frames)
 
     return on_all_cores
-
-
-def _refine_template(xp, tpatches, taper):
-    """``parts()`` -> ``(tnear, near)``: the refinement's template patches (:func:`tapered`)
-    and :func:`refine_left` of them on ``xp``'s device, made from NumPy's numbers on both
-    devices.  On the GPU the host's share (the tapering and the template's sums, about 2.7 ms
-    of NumPy for 16 patches of 145x145, H200 host 2026-11-24, the GPU idle meanwhile at the
-    pass's start) runs on a thread from here, while the first chunk's search is queued; the
-    first refinement waits for it."""
-    host = backend.to_numpy(tpatches)
-    if xp is np:
-        tnear = tapered(host, taper)
-        near = refine_left(tnear, taper)
-        return lambda: (tnear, near)
-    # (NumPy only on the thread: it lets go of the GIL in its loops)
-    pool = concurrent.futures.ThreadPoolExecutor(1, "xcorr-refine-template")
-    future = pool.submit(tapered_on_host, host, taper)
-    pool.shutdown(wait=False)
-    done = []
-
-    def parts():
-        if not done:
-            t, sums = future.result()
-            tnear = xp.asarray(t)
-            done.append((tnear, refine_left(tnear, taper, sums)))
-        return done[0]
-
-    return parts
 
 
 def _measured_on_host(opts, xp, grid, d, scores, refined):

@@ -400,25 +400,15 @@ def tapered(patches, taper):
     return out
 
 
-def refine_left(tnear, taper, sums=None):
+def refine_left(tnear, taper):
     """What :func:`refine_shifts` needs of the :func:`tapered` template patches ``tnear``, made
     once per run: on the CPU :func:`patch_left` at bound 1; on the GPU, for the fused kernel
     (:func:`~._field_resample.refine_surfaces_gpu`), the same
     :func:`~xcorr_app.registration._normalize.zncc_left` computed on the host (the same numbers
-    on both devices; ``sums``: already computed, :func:`tapered_on_host`) and uploaded with the
-    ``taper``."""
+    on both devices) and uploaded with the ``taper``."""
     if backend.array_module_of(tnear) is np:
         return patch_left(tnear, 1)
-    if sums is None:
-        sums = zncc_left(backend.to_numpy(tnear), (1, *tnear.shape[-2:]), 1)
-    return refine_left_gpu(sums, taper)
-
-
-def tapered_on_host(tpatches, taper):
-    """The host's share of the GPU refinement's template, NumPy in and out: the :func:`tapered`
-    patches and the ``sums`` :func:`refine_left` takes."""
-    t = tapered(np.asarray(tpatches), taper)
-    return t, zncc_left(t, (1, *t.shape[-2:]), 1)
+    return refine_left_gpu(zncc_left(backend.to_numpy(tnear), (1, *tnear.shape[-2:]), 1), taper)
 
 
 def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
