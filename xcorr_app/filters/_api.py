@@ -4,8 +4,10 @@ Every function takes one ``(H, W)`` image or an ``(N, H, W)`` stack and filters 
 2-D, the whole stack in one launch on the GPU.  The CPU path (NumPy arrays) is
 :mod:`scipy.ndimage`.  CuPy arrays of float32, float16, uint16 or uint8 run on the column/row
 reuse kernels (:mod:`xcorr_app.filters._reuse`) and give float32; separable filters (gaussian,
-box, sobel, dog) run as two 1-D passes of the same kernels.  float64 CuPy arrays and filters
-longer than 31 taps use :mod:`cupyx.scipy.ndimage`, which keeps their precision and size.
+box, sobel, dog) run as two 1-D passes of the same kernels (one fused kernel for float32
+stacks and equal odd tap counts up to 11: :mod:`xcorr_app.filters._separable`).  float64
+CuPy arrays and filters longer than 31 taps use :mod:`cupyx.scipy.ndimage`, which keeps their
+precision and size.
 Boundary modes have SciPy's names and meaning (:data:`~xcorr_app.filters.MODES`): ``reflect``
 (default), ``constant`` (with ``cval``), ``nearest``, ``mirror``, ``wrap``.  Bad arguments raise
 :class:`~xcorr_app.errors.InputError`, a :class:`ValueError`.

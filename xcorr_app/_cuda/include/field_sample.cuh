@@ -33,12 +33,17 @@ __device__ __forceinline__ double along_row(const double* coef, const double* __
 }
 
 // along_row for both axes at once, the row's coefficients interleaved: cf[j] = (coefficient j
-// of axis 0, of axis 1); one read of wx[x, j] for both sums.
-__device__ __forceinline__ double2 along_row2(const double2* cf, const double* __restrict__ wx,
-                                              int x, int gx) {
-    const double* wr = wx + (size_t)x * gx;
+// of axis 0, of axis 1); one read of wx[x, j] for both sums.  GX > 0: the grid's width known at
+// compile time (the loop unrolled, no loop control a pixel; the same sums in the same order);
+// GX = 0: the width gx read at run time.
+template <int GX>
+__device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
+                                                    const double* __restrict__ wx, int x, int gx) {
+    const int n = GX > 0 ? GX : gx;
+    const double* wr = wx + (size_t)x * n;
     double a = 0.0, b = 0.0;
-    for (int j = 0; j < gx; ++j) {
+#pragma unroll
+    for (int j = 0; j < n; ++j) {
         const double2 c = cf[j];
         const double v = wr[j];
         a += c.x * v;
@@ -47,22 +52,9 @@ __device__ __forceinline__ double2 along_row2(const double2* cf, const double* _
     return make_double2(a, b);
 }
 
-// along_row2 with the grid's width GX known at compile time (GX > 0: the loop unrolled, no
-// loop control a pixel; the same sums in the same order); GX = 0: along_row2 with gx.
-template <int GX>
-__device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
-                                                    const double* __restrict__ wx, int x, int gx) {
-    if (GX == 0) return along_row2(cf, wx, x, gx);
-    const double* wr = wx + x * GX;
-    double a = 0.0, b = 0.0;
-#pragma unroll
-    for (int j = 0; j < GX; ++j) {
-        const double2 c = cf[j];
-        const double v = wr[j];
-        a += c.x * v;
-        b += c.y * v;
-    }
-    return make_double2(a, b);
+__device__ __forceinline__ double2 along_row2(const double2* cf, const double* __restrict__ wx,
+                                              int x, int gx) {
+    return along_row2_fixed<0>(cf, wx, x, gx);
 }
 
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
