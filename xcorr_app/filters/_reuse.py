@@ -99,7 +99,7 @@ REUSE_CORRELATE = KernelFamily("reuse_conv.cu", "reuse_correlate", _instantiatio
 _TAPS_ON_DEVICE: dict = {}
 
 
-def _taps_on_device(w: np.ndarray):
+def taps_on_device(w: np.ndarray):
     """The taps as a CuPy array, uploaded once per filter and device (a stack filtered chunk by
     chunk reuses it; at most 64 filters are kept)."""
     import cupy as cp
@@ -258,7 +258,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     if row_blocks > MAX_GRID_YZ:
         raise InputError(f"frames of {h} rows need rows_per_block >= {-(-h // MAX_GRID_YZ)}")
     fn = REUSE_CORRELATE.get(dt, fh_cap, fw_cap, shared, vec, use_async)
-    taps_global = _taps_on_device(w)
+    taps_global = taps_on_device(w)
     i32 = np.int32
     args_tail = (_taps_scalar(w, fh_cap, fw_cap), taps_global, i32(h), i32(wd), i32(fh), i32(fw),
                  i32(cy), i32(cx), i32(MODE_IDS[mode]), np.float32(cval), i32(y_first),

@@ -23,6 +23,7 @@ import numpy as np
 
 from .._cuda.loader import KernelFamily
 from ._modes import MODE_IDS
+from ._reuse import taps_on_device
 
 #: taps along each axis compiled (odd: the filter centred, origin 0)
 SIZES = (3, 5, 7, 9, 11)
@@ -30,7 +31,6 @@ TILE = 64  # cuda/separable_conv.cu: SEP_TILE_W, SEP_TILE_H
 THREADS = (32, 8)
 MAX_GRID_Z = 65535
 SEPARABLE = KernelFamily("separable_conv.cu", "separable_correlate", [(f,) for f in SIZES])
-_TAPS: dict = {}
 
 
 def fused_fits(stack, taps_y, taps_x, origin=(0, 0)) -> bool:
@@ -39,20 +39,6 @@ def fused_fits(stack, taps_y, taps_x, origin=(0, 0)) -> bool:
     return (not isinstance(stack, np.ndarray) and stack.dtype == np.float32
             and len(taps_y) == len(taps_x) and len(taps_y) in SIZES
             and tuple(origin) == (0, 0))
-
-
-def _device_taps(taps_y, taps_x):
-    """Both axes' taps as one float32 CuPy array, uploaded once per filter and device."""
-    import cupy as cp
-
-    both = np.concatenate([np.asarray(taps_y, np.float32), np.asarray(taps_x, np.float32)])
-    key = (both.tobytes(), cp.cuda.Device().id)
-    arr = _TAPS.get(key)
-    if arr is None:
-        if len(_TAPS) >= 64:
-            _TAPS.clear()
-        arr = _TAPS[key] = cp.asarray(both)
-    return arr
 
 
 def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=None):
@@ -83,7 +69,8 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
     res = cp.empty(x.shape, cp.float32) if out is None else out
     dst = res if res.ndim == 3 else res[None]
     kernel = SEPARABLE.get(len(taps_y))
-    taps = _device_taps(taps_y, taps_x)
+    taps = taps_on_device(np.concatenate([np.asarray(taps_y, np.float32),
+                                          np.asarray(taps_x, np.float32)]))
     for a in range(0, n, MAX_GRID_Z):
         b = min(n, a + MAX_GRID_Z)
         kernel((-(-w // TILE), -(-h // TILE), b - a), THREADS,

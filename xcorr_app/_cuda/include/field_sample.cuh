@@ -14,6 +14,13 @@ __device__ __forceinline__ double row_coefficient(const double* __restrict__ wy,
     return acc;
 }
 
+// Coefficient k of row y of frame n in the interleaved order along_row2 reads (k = 2 j + a).
+__device__ __forceinline__ double row_coefficient2(const double* __restrict__ wy,
+                                                   const double* __restrict__ s, int y, int n,
+                                                   int gy, int gx, int k) {
+    return row_coefficient(wy, s, y, n, gy, gx, (k & 1) * gx + (k >> 1));
+}
+
 // The shared coefficients of row y of frame n: coef[a * gx + j] = sum_i wy[y, i] S[n, i, j, a].
 // Every thread of the block must call it (it synchronizes).
 __device__ __forceinline__ void row_coefficients(const double* __restrict__ wy,

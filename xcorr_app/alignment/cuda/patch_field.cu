@@ -12,8 +12,9 @@
 // pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
 // spline weights wy (H, gy) and wx (W, gx) of _field_resample.spline_weights (float64), the
 // patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block (warp_field: one warp) per
-// output row: the row's 2 * gx coefficients (the bracket) are computed once into shared memory,
-// then each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`, associated the same way.
+// output row: the row's 2 * gx coefficients (the bracket) are computed once into shared
+// memory, then each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`,
+// associated the same way.
 // Coordinates and weights are float64, the pixels are read as float32 (the CPU converts the
 // frames to float32 first) and summed in float64.
 //
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(THREADS) warp_field(
     const int y = oy + r;
     double* coef = coef_all + warp * 2 * gx;
     for (int k = lane; k < 2 * gx; k += 32)
-        coef[k] = row_coefficient(wy, s, y, n, gy, gx, (k & 1) * gx + (k >> 1));
+        coef[k] = row_coefficient2(wy, s, y, n, gy, gx, k);
     __syncwarp();
     const T* f = frames + (size_t)n * h * w;
     float* dst = out + ((size_t)n * oh + r) * ow;

@@ -84,9 +84,6 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
     __syncthreads();
 }
 
-// GX: the grid's width at compile time (2 to 4; 0: any, read from gx): the field's sums a pixel
-// unrolled (Nsight Compute, H200 2026-11-24: with the width read at run time the loop's control
-// and set-up were 40 of the sampling's 200 instructions a pixel, the sampling 69% of the kernel's)
 // rows[(n * h + y) * 2 gx + 2 j + a] = sum_i wy[y, i] S[n0 + n, i, j, a] (row_coefficient):
 // the field's row coefficients, interleaved as along_row2 reads them, of every row of the
 // frames n0 .. n0 + gridDim.y - 1; grid (ceil(h * 2 gx / 128), frames), 128 threads.  Made once
@@ -98,9 +95,12 @@ __global__ void field_rows(const double* __restrict__ wy, const double* __restri
     if (k >= h * 2 * gx) return;
     const int y = k / (2 * gx), kk = k - y * 2 * gx;
     rows[(size_t)blockIdx.y * h * 2 * gx + k] =
-        row_coefficient(wy, s, y, n0 + (int)blockIdx.y, gy, gx, (kk & 1) * gx + (kk >> 1));
+        row_coefficient2(wy, s, y, n0 + (int)blockIdx.y, gy, gx, kk);
 }
 
+// GX: the grid's width at compile time (2 to 4; 0: any, read from gx): the field's sums a pixel
+// unrolled (Nsight Compute, H200 2026-11-24: with the width read at run time the loop's control
+// and set-up were 40 of the sampling's 200 instructions a pixel, the sampling 69% of the kernel's)
 template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ rows,
