@@ -103,13 +103,19 @@ def make_folders(paths) -> list:
         except OSError as exc:
             raise OutputError(f"cannot create folder {folder} ({exc.strerror or exc}); "
                               "choose another output location") from exc
+        probe = None
         try:
             fd, probe = tempfile.mkstemp(dir=folder, prefix=".xcorr-write-test-")
             os.close(fd)
             os.remove(probe)
+            probe = None
         except OSError as exc:
             raise OutputError(f"folder {folder} is not writable ({exc.strerror or exc}); "
                               "choose another output location") from exc
+        finally:  # (Ctrl-C between its creation and removal: the probe removed all the same)
+            if probe is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(probe)
     return created
 
 
