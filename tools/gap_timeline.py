@@ -26,14 +26,14 @@ WRAP = [(_api, "passes_table"), (_api, "result_from_table"), (_api, "shared_plan
         (_pipeline, "Measurer.of"),
         (_patch_pass, "_template_image"), (_patch_pass, "patch_grid"),
         (_patch_pass, "measure_range"), (_patch_pass, "field_from_rows"),
-        (_patch_pass, "patch_left"), (_patch_pass, "refine_left"), (_patch_pass, "tapered"),
+        (_patch_pass, "patch_left"), (_patch_pass, "refine_template"),
         (_patch_pass, "template_patches"), (_patch_pass, "prepared_reference"),
         (_patch_pass, "field_weights"), (_patch_pass, "integer_parts"),
         (_patch_pass, "PatchSetup.make"), (_patch_pass, "_measurer"),
         (_patch_pass, "fill_low_gpu"), (_patch_pass, "patch_shifts"),
         (_patch_pass, "refine_shifts"), (_patch_pass, "warp_chunk"),
         (_patches, "summed_area_tables"), (_patches, "zncc_left"),
-        (_field_resample, "refine_left_gpu"), (backend, "to_numpy")]
+        (_field_resample, "refine_template_gpu"), (backend, "to_numpy")]
 
 
 def wrap(module, name):

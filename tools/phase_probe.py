@@ -45,8 +45,7 @@ for module, name in [(_api, "passes_table"), (_api, "result_from_table"),
                      (_template, "reference_frame"),
                      (_patch_pass, "_template_image"), (_patch_pass, "patch_grid"),
                      (_patch_pass, "measure_range"), (_patch_pass, "field_from_rows"),
-                     (_patch_pass, "patch_left"), (_patch_pass, "refine_left"),
-                     (_patch_pass, "tapered")]:
+                     (_patch_pass, "patch_left"), (_patch_pass, "refine_template")]:
     wrap(module, name)
 wrap(_patch_pass.PatchSetup, "make", "PatchSetup.make")
 assert _pipeline and _lk_decision

@@ -46,6 +46,29 @@ def test_converted_stats_match_float64_reference(rng, shape, dtype):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_demeaned_is_converted_stats_less_the_means(rng, shape, dtype):
+    import cupy as cp
+
+    from xcorr_app.alignment._frame_stats import converted_stats, demeaned
+
+    a = _frames(rng, shape, dtype)
+    if shape[0] > 2:
+        a[1] = a[1, 0, 0]  # a constant frame
+    if shape[0] > 2 and a.dtype.kind == "f":
+        a[2, -1, -1] = np.nan
+    raw, mean, finite, constant = demeaned(cp.asarray(a))
+    f, mean2, finite2, constant2 = converted_stats(cp.asarray(a))
+    for got, want in ((mean, mean2), (finite, finite2), (constant, constant2)):
+        np.testing.assert_array_equal(got.get(), want.get())
+    # every pixel written: the float32 pixels less the frame's float32 mean, as NumPy does it
+    with np.errstate(invalid="ignore"):
+        expect = a.astype(np.float32) - mean.get()[:, None, None]
+    assert raw.dtype == cp.float32 and raw.shape == a.shape
+    np.testing.assert_array_equal(raw.get(), expect)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
 def test_subtract_means_in_place(rng, shape):
     import cupy as cp
 

@@ -1,7 +1,8 @@
 """The fused separable correlation (``cuda/separable_conv.cu``) against float64
 scipy.ndimage.correlate with the outer product of its taps: every boundary mode and compiled
-size, frames smaller than a tile, larger than one (several tiles, partial ones), non-square and
-odd, a stack of several frames; outputs poisoned.  And the filters that run on it (gaussian,
+size, frames smaller than a tile, larger than one (several tiles, partial ones), taller than a
+block's column of tiles (4 tiles of 64 rows: the second block's of a column of one partial
+tile), non-square and odd, a stack of several frames; outputs poisoned.  And the filters that run on it (gaussian,
 box, sobel) against the two passes of the reuse kernels they ran on before."""
 
 import numpy as np
@@ -12,7 +13,7 @@ from xcorr_app.filters._modes import MODE_IDS
 from xcorr_app.filters._separable import SIZES, fused_fits
 
 TOL = 1e-5
-SHAPES = [(1, 1, 1), (3, 7, 5), (2, 70, 131), (1, 129, 64)]
+SHAPES = [(1, 1, 1), (3, 7, 5), (2, 70, 131), (1, 129, 64), (2, 263, 37)]
 
 
 def separable_reference(stack, ty, tx, mode, cval):

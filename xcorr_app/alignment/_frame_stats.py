@@ -28,10 +28,11 @@ from ..errors import InputError
 SOURCE = "frame_stats.cu"
 THREADS = 256
 ROW_STATS = KernelFamily(SOURCE, "frame_row_stats",
-                         [(t, True, THREADS) for t in PIXEL_C_TYPES.values()]
-                         + [("float", False, THREADS)])
+                         [(t, w, THREADS) for t in PIXEL_C_TYPES.values() for w in (True, False)])
 FRAME_TOTALS = KernelFamily(SOURCE, "frame_totals", [(THREADS,)])
 SUBTRACT = KernelFamily(SOURCE, "subtract_frame_means", [()])
+CONVERT_SUBTRACT = KernelFamily(SOURCE, "convert_subtract",
+                                [(t,) for t in PIXEL_C_TYPES.values()])
 PACK_ROWS = KernelFamily(SOURCE, "pack_rows", [()])
 PRECISION = KernelFamily(SOURCE, "precision_sums", [(THREADS,)])
 #: pack_rows' pieces: their widths, and the type codes of the source
@@ -45,21 +46,23 @@ SUBTRACT_FRAME_BLOCKS = 64
 MAX_GRID_Y = 65535
 
 
-def _kernels(c_type=None):
+def _kernels(c_type=None, write=True):
     """(row stats of float32 without writing, totals, subtraction, row packing, precision
-    sums[, row stats writing float32 from ``c_type``]), compiled together where not compiled
-    yet."""
+    sums[, row stats of ``c_type`` (writing float32 with ``write``)[, its conversion less the
+    means without ``write``]]), compiled together where not compiled yet."""
+    extra = [] if c_type is None else [(ROW_STATS, (c_type, write, THREADS))] \
+        + [(CONVERT_SUBTRACT, (c_type,))] * (not write)
     return compile_together([(ROW_STATS, ("float", False, THREADS)), (FRAME_TOTALS, (THREADS,)),
-                             (SUBTRACT, ()), (PACK_ROWS, ()), (PRECISION, (THREADS,))]
-                            + [(ROW_STATS, (c_type, True, THREADS))] * (c_type is not None))
+                             (SUBTRACT, ()), (PACK_ROWS, ()), (PRECISION, (THREADS,))] + extra)
 
 
 def _stats(f, out, c_type, write):
     import cupy as cp
 
     n, h, w = f.shape
-    kernels = _kernels(c_type if write else None)
-    row, totals = kernels[5] if write else kernels[0], kernels[1]
+    out = f if out is None else out  # (not written without ``write``)
+    kernels = _kernels(c_type, write)
+    row, totals = kernels[5], kernels[1]
     row_sum = cp.empty((n, h), cp.float64)
     row_flags = cp.empty((n, h), cp.int32)
     mean = cp.empty(n, cp.float32)
@@ -90,6 +93,28 @@ def converted_stats(frames):
     return (f,) + _stats(frames, f, c_type, True)
 
 
+def demeaned(frames):
+    """``(raw, mean, finite, constant)`` of an ``(N, H, W)`` CuPy chunk: ``raw`` its float32
+    copy less each frame's mean (a new array; the numbers of :func:`converted_stats` and then
+    :func:`subtract_means`), the rest as :func:`converted_stats` gives them.  The statistics
+    are read from the pixels as they are, then the copy is written less the means in one pass
+    (rather than written, read and written again)."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames)
+    c_type = PIXEL_C_TYPES.get(frames.dtype)
+    if c_type is None:  # float16: converted by CuPy, then as float32
+        frames = frames.astype(cp.float32)
+        c_type = "float"
+    mean, finite, constant = _stats(frames, None, c_type, False)
+    n, h, w = frames.shape
+    raw = cp.empty(frames.shape, cp.float32)
+    if n and h * w:
+        _each_frame(_kernels(c_type, False)[6], h * w, n,
+                    lambda a: (frames, raw, mean, np.int64(h * w), np.int64(a)))
+    return raw, mean, finite, constant
+
+
 def frame_means(f):
     """Each frame's mean of a float32 C-contiguous ``(N, H, W)`` CuPy array, (N,) float32."""
     return _stats(f, f, "float", False)[0]
@@ -98,14 +123,17 @@ def frame_means(f):
 def subtract_means(f, mean):
     """``f[n] -= mean[n]`` in place for a float32 C-contiguous ``(N, H, W)`` CuPy array."""
     n, h, w = f.shape
-    plane = h * w
-    if n and plane:
-        sub = _kernels()[2]
-        blocks = min(SUBTRACT_FRAME_BLOCKS, -(-plane // THREADS))  # a frame's blocks
-        for a in range(0, n, MAX_GRID_Y):
-            sub((blocks, min(n, a + MAX_GRID_Y) - a), (THREADS,),
-                (f, mean, np.int64(plane), np.int64(a)))
+    if n and h * w:
+        _each_frame(_kernels()[2], h * w, n, lambda a: (f, mean, np.int64(h * w), np.int64(a)))
     return f
+
+
+def _each_frame(kernel, plane, n, args):
+    """``kernel`` over every pixel of ``n`` frames of ``plane`` pixels: a frame's blocks along
+    x, the frames along y (up to 65535 a launch; ``args(first frame)`` its arguments)."""
+    blocks = min(SUBTRACT_FRAME_BLOCKS, -(-plane // THREADS))  # a frame's blocks
+    for a in range(0, n, MAX_GRID_Y):
+        kernel((blocks, min(n, a + MAX_GRID_Y) - a), (THREADS,), args(a))
 
 
 def pack_rows(pieces, n):

@@ -21,8 +21,8 @@ from ._motion_field import MotionField, warp_chunk, warped_sum
 from ._options import prefilter_for
 from ._low_patches import fill_low, fill_low_fits, fill_low_gpu, low_patches
 from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, integer_parts,
-                       patch_left, patch_margin, patch_shifts, refine_left, refine_shifts,
-                       refine_taper, tapered, template_patches)
+                       patch_left, patch_margin, patch_shifts, refine_shifts, refine_taper,
+                       refine_template, template_patches)
 from ._pipeline import prepared_reference
 from ._prepared import patch_key
 from ._preprocess import prepare
@@ -307,10 +307,9 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     CuPy's operations for them would compile: ``low.any()`` alone was two CUB compilations,
     5.4 s of a 17.5 s first run, H100 2026-11-23.)"""
     left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
-    # the refinement's template patches (weighted), made on the host: NumPy's numbers on
-    # both devices (a CUB mean, 2.8 s of NVRTC on a fresh machine, otherwise)
-    tnear = xp.asarray(tapered(backend.to_numpy(tpatches), taper))
-    near = refine_left(tnear, taper)
+    # the refinement's template patches (weighted) and their sums: on the GPU by a kernel of
+    # ours (CuPy's mean was a CUB reduction, 2.8 s of NVRTC on a fresh machine)
+    tnear, near = refine_template(tpatches, taper)
     # the rigid shifts on the device once (a copy from host memory per chunk may wait for the
     # queued work)
     on_device = (xp.asarray(rigid), *(xp.asarray(a) for a in integer_parts(rigid)))

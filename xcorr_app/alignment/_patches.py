@@ -62,7 +62,7 @@ from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refi
 from ..registration._surfaces import summed_area_tables, surface_peaks
 from ..streaming import cpu_threads, one_blas_thread
 from ._field_resample import (REFINE_MAX_GX, add_fields, check_windows, cubic_sample, dense_field,
-                              gather_windows_gpu, refine_left_gpu, refine_surfaces_gpu,
+                              gather_windows_gpu, refine_surfaces_gpu, refine_template_gpu,
                               windows_through_gpu)
 
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
@@ -400,15 +400,28 @@ def tapered(patches, taper):
     return out
 
 
+def refine_template(tpatches, taper):
+    """``(tnear, left)``: the template patches ``tpatches`` :func:`tapered` with ``taper`` and
+    what :func:`refine_shifts` needs of them (:func:`refine_left`), made once per pass; on the
+    GPU in one launch, nothing waiting for the device
+    (:func:`~._field_resample.refine_template_gpu`)."""
+    if backend.array_module_of(tpatches) is np:
+        tnear = tapered(tpatches, taper)
+        return tnear, patch_left(tnear, 1)
+    tnear, sums, tp = refine_template_gpu(tpatches, taper)
+    return tnear, (sums, tp)
+
+
 def refine_left(tnear, taper):
-    """What :func:`refine_shifts` needs of the :func:`tapered` template patches ``tnear``, made
-    once per run: on the CPU :func:`patch_left` at bound 1; on the GPU, for the fused kernel
-    (:func:`~._field_resample.refine_surfaces_gpu`), the same
-    :func:`~xcorr_app.registration._normalize.zncc_left` computed on the host (the same numbers
-    on both devices) and uploaded with the ``taper``."""
+    """What :func:`refine_shifts` needs of the :func:`tapered` template patches ``tnear``: on
+    the CPU :func:`patch_left` at bound 1; on the GPU, for the fused kernel
+    (:func:`~._field_resample.refine_surfaces_gpu`), ``((mean, var, bad), taper)``: the
+    :func:`~xcorr_app.registration._normalize.zncc_left` of ``tnear`` for +-1 px (equal to
+    float64 rounding) and the ``taper`` on the device."""
     if backend.array_module_of(tnear) is np:
         return patch_left(tnear, 1)
-    return refine_left_gpu(zncc_left(backend.to_numpy(tnear), (1, *tnear.shape[-2:]), 1), taper)
+    _, sums, tp = refine_template_gpu(tnear, taper, apply_taper=False)
+    return sums, tp
 
 
 def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",

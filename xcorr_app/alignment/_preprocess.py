@@ -198,10 +198,9 @@ def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
     """:func:`prepare` on the GPU by the kernels of :mod:`xcorr_app.alignment._frame_stats`
     (the same numbers, a few kernels compiled once instead of a chain of CuPy operations)."""
-    from ._frame_stats import converted_stats, frame_means, subtract_means
+    from ._frame_stats import demeaned, frame_means, subtract_means
 
-    f, mean, finite, constant = converted_stats(frames)
-    raw = subtract_means(f, mean)  # f is a new array: demeaned in place
+    raw, mean, finite, constant = demeaned(frames)  # a new array
     g = raw
     if prefilter is not None:  # a filter's output is a new array, demeaned in place
         g = xp.ascontiguousarray(prefilter(raw).astype(xp.float32, copy=False))

@@ -28,6 +28,7 @@ from ._reuse import taps_on_device
 #: taps along each axis compiled (odd: the filter centred, origin 0)
 SIZES = (3, 5, 7, 9, 11)
 TILE = 64  # cuda/separable_conv.cu: SEP_TILE_W, SEP_TILE_H
+TILES = 4  # SEP_TILES: tiles a block, one below the other
 THREADS = (32, 8)
 MAX_GRID_Z = 65535
 SEPARABLE = KernelFamily("separable_conv.cu", "separable_correlate", [(f,) for f in SIZES])
@@ -69,11 +70,24 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
     res = cp.empty(x.shape, cp.float32) if out is None else out
     dst = res if res.ndim == 3 else res[None]
     kernel = SEPARABLE.get(len(taps_y))
+    shared = shared_bytes(len(taps_y))
+    if shared > kernel.max_dynamic_shared_size_bytes:  # (over 48 KiB: opted into)
+        kernel.max_dynamic_shared_size_bytes = shared
     taps = taps_on_device(np.concatenate([np.asarray(taps_y, np.float32),
                                           np.asarray(taps_x, np.float32)]))
     for a in range(0, n, MAX_GRID_Z):
         b = min(n, a + MAX_GRID_Z)
-        kernel((-(-w // TILE), -(-h // TILE), b - a), THREADS,
+        kernel((-(-w // TILE), -(-h // (TILE * TILES)), b - a), THREADS,
                (frames[a:b], dst[a:b], taps, np.int32(h), np.int32(w), np.int32(MODE_IDS[mode]),
-                np.float32(cval)))
+                np.float32(cval)), shared_mem=shared)
     return res
+
+
+def shared_bytes(taps) -> int:
+    """The kernel's dynamic shared memory for ``taps`` taps an axis: two staging buffers of the
+    tile and its halo and the vertical pass's rows (float32, a padding column each).
+
+    >>> shared_bytes(9)
+    60736
+    """
+    return (2 * (TILE + taps - 1) + TILE) * (TILE + taps) * 4

@@ -165,14 +165,34 @@ __global__ void __launch_bounds__(THREADS) precision_sums(
 // f[n, :, :] -= mean[n] for every pixel of frame n = n0 + blockIdx.y (grid-stride over the
 // frame's plane pixels).  (A grid-stride over every pixel of the chunk, the frame found by a
 // 64-bit division a pixel, took 6.1 ms for 4096 frames of 512x512, H200 2026-11-24.)
+// (Unrolled by 4: the loads of four iterations in flight together.)
 __global__ void subtract_frame_means(float* __restrict__ f, const float* __restrict__ mean,
                                      long long plane, long long n0) {
     const long long n = n0 + blockIdx.y;
     const float m = mean[n];
     float* g = f + n * plane;
     const long long stride = (long long)gridDim.x * blockDim.x;
+#pragma unroll 4
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += stride)
         g[i] -= m;
+}
+
+// out[n, :, :] = (float)in[n, :, :] - mean[n] for frame n = n0 + blockIdx.y: the float32 copy
+// of the pixels (type T) less the frame's mean in one pass, the numbers of the copy and then
+// subtract_frame_means (the same float32 operations), after frame_row_stats without WRITE.
+// (The copy written by frame_row_stats and subtracted in place read and wrote the float32
+// frames once more: 8.6 GB of a 4096-frame chunk run of 512x512.)
+template <typename T>
+__global__ void convert_subtract(const T* __restrict__ in, float* __restrict__ out,
+                                 const float* __restrict__ mean, long long plane, long long n0) {
+    const long long n = n0 + blockIdx.y;
+    const float m = mean[n];
+    const T* a = in + n * plane;
+    float* g = out + n * plane;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+#pragma unroll 4
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += stride)
+        g[i] = (float)a[i] - m;
 }
 
 // The measuring pass's result rows (alignment/_pipeline.py rows(), COLUMNS of _result.py):

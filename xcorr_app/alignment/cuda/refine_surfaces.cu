@@ -273,3 +273,75 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     }
 }
 
+
+// The template's side of the refinement, made on the device once per pass (launched by
+// alignment/_refine_template.refine_template_gpu): for template patch p = blockIdx.x of
+// tpl (P, ph, pw) float32,
+//   out[p] = (tpl[p] - mean) * taper, the float32 operations of _patches.tapered (mean: the
+//            patch's float64 mean rounded to float32; tpl[p] itself where has_taper is 0)
+//   lmean, lvar, lbad[p, ky + 1, kx + 1] for ky, kx in -1..1: normalize.zncc_left of out[p] for
+//            a window of its own size within +-1 px: the overlap (the patch less its last row
+//            for ky = -1, its first for ky = 1, columns likewise) n = (ph - |ky|)(pw - |kx|),
+//            its sum and sum of squares in float64 (the total less the edge row and column,
+//            plus their corner), mean = sum / max(n, 1), var = max(sum2 - sum^2 / max(n, 1), 0),
+//            bad = n < max(0.25 ph pw, 1) or the variance at most REFINE_FLAT of sum2.
+// The same numbers as NumPy's up to float64 rounding (its sums run in another order).  These
+// were made on the host (a wait for the device and 5 ms of NumPy while the GPU idled at the
+// start of every patch pass, H200 2026-11-24).  Grid (P,), THREADS threads.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) refine_template(
+        const float* __restrict__ tpl, const float* __restrict__ taper, int has_taper,
+        float* __restrict__ out, double* __restrict__ lmean, double* __restrict__ lvar,
+        bool* __restrict__ lbad, int ph, int pw) {
+    __shared__ double red[THREADS / 32 * 10];
+    __shared__ double tot[10];
+    const int p = blockIdx.x, size = ph * pw;
+    const float* L = tpl + (size_t)p * size;
+    float* o = out + (size_t)p * size;
+    double m[1] = {0.0};
+    for (int i = threadIdx.x; i < size; i += THREADS) m[0] += (double)L[i];
+    block_sums<THREADS, 1>(m, red, tot);
+    const float mean = (float)(tot[0] / (double)size);
+    __syncthreads();  // (tot is written again below)
+    // sums of v and v^2: [0] the total, [1] row 0, [2] row ph - 1, [3] column 0, [4] column pw - 1
+    double s[10] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int i = threadIdx.x; i < size; i += THREADS) {
+        const int r = i / pw, c = i - r * pw;
+        const float v = has_taper ? __fmul_rn(__fsub_rn(L[i], mean), taper[i]) : L[i];
+        o[i] = v;
+        const double d = (double)v, d2 = d * d;
+        const bool in[5] = {true, r == 0, r == ph - 1, c == 0, c == pw - 1};
+#pragma unroll
+        for (int k = 0; k < 5; ++k) {
+            s[2 * k] += in[k] ? d : 0.0;
+            s[2 * k + 1] += in[k] ? d2 : 0.0;
+        }
+    }
+    block_sums<THREADS, 10>(s, red, tot);
+    if (threadIdx.x >= 9) return;
+    const int ky = (int)threadIdx.x / 3 - 1, kx = (int)threadIdx.x % 3 - 1;
+    // the excluded row and column (ky = -1: the last row, 1: the first; 0: none)
+    const int er = ky < 0 ? 2 : ky > 0 ? 1 : 0, ec = kx < 0 ? 4 : kx > 0 ? 3 : 0;
+    double sa = tot[0], saa = tot[1];
+    if (er) {
+        sa -= tot[2 * er];
+        saa -= tot[2 * er + 1];
+    }
+    if (ec) {
+        sa -= tot[2 * ec];
+        saa -= tot[2 * ec + 1];
+    }
+    if (er && ec) {  // their corner, taken twice
+        const int i = (er == 1 ? 0 : ph - 1) * pw + (ec == 3 ? 0 : pw - 1);
+        const float v = has_taper ? __fmul_rn(__fsub_rn(L[i], mean), taper[i]) : L[i];
+        sa += (double)v;
+        saa += (double)v * (double)v;
+    }
+    const double n = (double)((ph - abs(ky)) * (pw - abs(kx)));
+    const double nn = fmax(n, 1.0);
+    const double va = saa - sa * sa / nn;
+    const int k = p * 9 + threadIdx.x;
+    lmean[k] = sa / nn;
+    lvar[k] = fmax(va, 0.0);
+    lbad[k] = n < fmax(0.25 * (double)size, 1.0) || va <= REFINE_FLAT * saa;
+}
