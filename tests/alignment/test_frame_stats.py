@@ -57,7 +57,8 @@ def test_demeaned_is_converted_stats_less_the_means(rng, shape, dtype):
         a[1] = a[1, 0, 0]  # a constant frame
     if shape[0] > 2 and a.dtype.kind == "f":
         a[2, -1, -1] = np.nan
-    raw, mean, finite, constant = demeaned(cp.asarray(a))
+    raw, mean, finite, constant, fmean = demeaned(cp.asarray(a))
+    assert fmean is None
     f, mean2, finite2, constant2 = converted_stats(cp.asarray(a))
     for got, want in ((mean, mean2), (finite, finite2), (constant, constant2)):
         np.testing.assert_array_equal(got.get(), want.get())
@@ -104,6 +105,31 @@ def test_prepare_gpu_matches_cpu(rng, prefilter, window, dtype):
     for name in ("constant", "finite"):
         np.testing.assert_array_equal(getattr(got, name).get(), getattr(want, name))
     assert got.constant.get().tolist() == [False, False, False, True, False]
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 1), (4, 5, 7), (2, 70, 131), (3, 263, 37)])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64])
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 1.3])
+def test_prepare_gpu_gaussian_mean_known_before_the_filter(rng, shape, dtype, sigma):
+    """The fused path (the filtered frames' means from the frames' statistics, subtracted as
+    the fused kernel stores) against the same filter with its output's means measured and
+    subtracted after it; and every prepared frame's mean near 0 (float32 rounding)."""
+    import cupy as cp
+
+    from xcorr_app.alignment._preprocess import Prefilter, parse_prefilter, prepare
+
+    a = _frames(rng, shape, dtype)
+    a[1] = a[1, 0, 0]
+    fused = parse_prefilter(f"gaussian:{sigma}")
+    assert fused.taps is not None
+    unfused = Prefilter(fused.fn, None)
+    got, want = (prepare(cp.asarray(a), cp, p, None) for p in (fused, unfused))
+    w = want.frames.get()
+    scale = float(np.abs(w).max()) + float(np.abs(a.astype(np.float64)).max()) * 1e-3 + 1e-30
+    np.testing.assert_allclose(got.frames.get(), w, rtol=0, atol=2e-6 * scale)
+    np.testing.assert_array_equal(got.raw.get(), want.raw.get())
+    means = got.frames.get().astype(np.float64).mean(axis=(1, 2))
+    assert (np.abs(means) <= 2e-6 * scale).all(), means
 
 
 @pytest.mark.parametrize("n", [1, 7, 300])

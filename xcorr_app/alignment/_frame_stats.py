@@ -19,6 +19,8 @@ Examples
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._cuda.launch import stride_blocks
@@ -56,7 +58,10 @@ def _kernels(c_type=None, write=True):
                              (SUBTRACT, ()), (PACK_ROWS, ()), (PRECISION, (THREADS,))] + extra)
 
 
-def _stats(f, out, c_type, write):
+def _stats(f, out, c_type, write, weights=None):
+    """``(mean, finite, constant)`` of the frames ``f`` (pixels of ``c_type``), their float32
+    copy written to ``out`` with ``write``; with ``weights`` (:func:`filtered_mean_weights`)
+    also the mean their :func:`demeaned` frames will have once filtered (else None)."""
     import cupy as cp
 
     n, h, w = f.shape
@@ -68,14 +73,66 @@ def _stats(f, out, c_type, write):
     mean = cp.empty(n, cp.float32)
     finite = cp.empty(n, cp.bool_)
     constant = cp.empty(n, cp.bool_)
+    if weights is None:  # (the kernels read none of these then)
+        wy = wx = row_wsum = row_sum
+        wtotal, fmean = 0.0, mean
+    else:
+        wy, wx, wtotal = weights
+        row_wsum, fmean = cp.empty((n, h), cp.float64), cp.empty(n, cp.float32)
+    weighted = np.int32(weights is not None)
     for a in range(0, n, MAX_GRID_Y):  # the grid's y extent is at most 65535 frames
         b = min(n, a + MAX_GRID_Y)
         row((-(-h // (THREADS // 32)), b - a), (THREADS,),  # a warp a row
-            (f[a:b], out[a:b], row_sum[a:b], row_flags[a:b], np.int32(h), np.int32(w)))
+            (f[a:b], out[a:b], row_sum[a:b], row_flags[a:b], wx, row_wsum[a:b], weighted,
+             np.int32(h), np.int32(w)))
     if n:
         totals((n,), (THREADS,), (row_sum, row_flags, np.int32(h), np.float64(h * w), mean,
-                                  finite, constant))
-    return mean, finite, constant
+                                  finite, constant, wy, row_wsum, weighted,
+                                  np.float64(wtotal), fmean))
+    return mean, finite, constant, None if weights is None else fmean
+
+
+def filtered_mean_weights(taps, shape):
+    """What :func:`demeaned` needs to give the mean of its frames (``shape`` ``(H, W)``) once
+    filtered by the separable filter of ``taps`` along both axes in mode ``reflect`` (the
+    preparation's gaussian prefilter): ``(wy, wx, total)``, the weight each row and column
+    carries into the filter's output (the taps that land on it, boundary mapped; float64 CuPy,
+    kept per taps, shape and device) and the product of their sums.  Sum over the frame of
+    ``wy[y] wx[x] f[y, x]`` is the sum of the filtered frame (up to float rounding)."""
+    import cupy as cp
+
+    key = (tuple(float(t) for t in np.asarray(taps, np.float32)), tuple(int(v) for v in shape))
+    return _weights_on_device(key, cp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=16)
+def _weights_on_device(key, device_id):
+    import cupy as cp
+
+    taps, (h, w) = key
+    wy, wx = reflect_weights(taps, h), reflect_weights(taps, w)
+    with cp.cuda.Device(device_id):
+        return cp.asarray(wy), cp.asarray(wx), float(wy.sum() * wx.sum())
+
+
+def reflect_weights(taps, n):
+    """``(n,)`` float64: the total weight each sample of a line of ``n`` carries into its
+    correlation with ``taps`` (odd, centred) in ``scipy.ndimage``'s mode ``reflect``: the taps
+    landing on it, each index mapped as ``boundary.cuh``'s ``boundary_index`` (period ``2n``,
+    ``d c b a | a b c d | d c b a``).
+
+    >>> [float(v) for v in reflect_weights((0.25, 0.5, 0.25), 4)]
+    [1.0, 1.0, 1.0, 1.0]
+    >>> [float(v) for v in reflect_weights((0.0, 0.0, 1.0), 3)]  # f[x + 1]: the last twice
+    [0.0, 1.0, 2.0]
+    """
+    taps = np.asarray(taps, np.float64)
+    r = len(taps) // 2
+    i = (np.arange(n)[:, None] + np.arange(len(taps))[None, :] - r) % (2 * n)
+    mapped = np.where(i < n, i, 2 * n - 1 - i)
+    out = np.zeros(n)
+    np.add.at(out, mapped.ravel(), np.broadcast_to(taps, mapped.shape).ravel())
+    return out
 
 
 def converted_stats(frames):
@@ -88,17 +145,19 @@ def converted_stats(frames):
     c_type = PIXEL_C_TYPES.get(frames.dtype)
     if c_type is None:  # float16: converted by CuPy, then measured as float32
         f = frames.astype(cp.float32)
-        return (f,) + _stats(f, f, "float", False)
+        return (f,) + _stats(f, f, "float", False)[:3]
     f = cp.empty(frames.shape, cp.float32)
-    return (f,) + _stats(frames, f, c_type, True)
+    return (f,) + _stats(frames, f, c_type, True)[:3]
 
 
-def demeaned(frames):
-    """``(raw, mean, finite, constant)`` of an ``(N, H, W)`` CuPy chunk: ``raw`` its float32
-    copy less each frame's mean (a new array; the numbers of :func:`converted_stats` and then
-    :func:`subtract_means`), the rest as :func:`converted_stats` gives them.  The statistics
-    are read from the pixels as they are, then the copy is written less the means in one pass
-    (rather than written, read and written again)."""
+def demeaned(frames, weights=None):
+    """``(raw, mean, finite, constant, fmean)`` of an ``(N, H, W)`` CuPy chunk: ``raw`` its
+    float32 copy less each frame's mean (a new array; the numbers of :func:`converted_stats`
+    and then :func:`subtract_means`), the rest as :func:`converted_stats` gives them; with
+    ``weights`` (:func:`filtered_mean_weights`) ``fmean`` (N,) float32, the mean of ``raw``
+    once filtered (else None).  The statistics are read from the pixels as they are, then the
+    copy is written less the means in one pass (rather than written, read and written
+    again)."""
     import cupy as cp
 
     frames = cp.ascontiguousarray(frames)
@@ -106,13 +165,13 @@ def demeaned(frames):
     if c_type is None:  # float16: converted by CuPy, then as float32
         frames = frames.astype(cp.float32)
         c_type = "float"
-    mean, finite, constant = _stats(frames, None, c_type, False)
+    mean, finite, constant, fmean = _stats(frames, None, c_type, False, weights)
     n, h, w = frames.shape
     raw = cp.empty(frames.shape, cp.float32)
     if n and h * w:
         _each_frame(_kernels(c_type, False)[6], h * w, n,
                     lambda a: (frames, raw, mean, np.int64(h * w), np.int64(a)))
-    return raw, mean, finite, constant
+    return raw, mean, finite, constant, fmean
 
 
 def frame_means(f):

@@ -190,11 +190,17 @@ def noisy_stack_on_gpu(src):
     y0, x0, ch, cw = crop_box(shape)
     smooth = parse_prefilter(f"gaussian:{PRECISION_SIGMA:g}")
     index = spread_frames(src.n_frames, NOISE_FRAMES)
-    sums = cp.empty((len(index), ch, 3), cp.float64)
-    for j, i in enumerate(index):
-        frame = cp.asarray(src.read(i, i + 1))[0, y0:y0 + ch, x0:x0 + cw]
-        f = converted_stats(frame[None])[0]  # float32 (a copy of a crop's rows)
-        precision_sums(f, cp.ascontiguousarray(smooth(f), cp.float32), out=sums[j:j + 1])
+    crops = [src.read(i, i + 1)[0, y0:y0 + ch, x0:x0 + cw] for i in index]
+    # the crops in one array, then each step once for all of them (a frame at a time, the GPU
+    # idled between the small launches: 3.4 ms of a 0.14 s run, H200 2026-11-24)
+    if all(isinstance(c, np.ndarray) for c in crops):
+        stack = cp.asarray(np.stack(crops))  # one upload
+    else:
+        stack = cp.empty((len(crops), ch, cw), crops[0].dtype)
+        for j, c in enumerate(crops):
+            stack[j] = cp.asarray(c)
+    f = converted_stats(stack)[0]  # float32 (a copy of the crops)
+    sums = precision_sums(f, cp.ascontiguousarray(smooth(f), cp.float32))
     host = host_buffer(sums.shape, np.float64, pinned=True)
     stream = cp.cuda.get_current_stream()
     rt = cp.cuda.runtime

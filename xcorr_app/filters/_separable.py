@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._cuda.loader import KernelFamily
+from ..errors import InputError
 from ._modes import MODE_IDS
 from ._reuse import taps_on_device
 
@@ -42,7 +43,8 @@ def fused_fits(stack, taps_y, taps_x, origin=(0, 0)) -> bool:
             and tuple(origin) == (0, 0))
 
 
-def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=None):
+def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=None,
+                        subtract=None):
     """``scipy.ndimage.correlate1d`` along the rows' axis with ``taps_y``, then along the
     columns' with ``taps_x``, of every frame of a float32 CuPy stack (:func:`fused_fits`).
 
@@ -56,6 +58,9 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
         As ``scipy.ndimage``.
     out : cupy.ndarray, optional
         A C-contiguous float32 array of the stack's shape to write into.
+    subtract : cupy.ndarray, optional
+        ``(N,)`` float32: subtracted from every output of each frame as it is stored (as
+        ``out -= subtract[:, None, None]`` would after the filter).
 
     Returns
     -------
@@ -69,6 +74,9 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
     n, h, w = frames.shape
     res = cp.empty(x.shape, cp.float32) if out is None else out
     dst = res if res.ndim == 3 else res[None]
+    if subtract is not None and (subtract.shape != (n,) or subtract.dtype != cp.float32
+                                 or not subtract.flags.c_contiguous):
+        raise InputError(f"subtract must be a C-contiguous float32 array of shape {(n,)}")
     kernel = SEPARABLE.get(len(taps_y))
     shared = shared_bytes(len(taps_y))
     if shared > kernel.max_dynamic_shared_size_bytes:  # (over 48 KiB: opted into)
@@ -79,7 +87,9 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
         b = min(n, a + MAX_GRID_Z)
         kernel((-(-w // TILE), -(-h // (TILE * TILES)), b - a), THREADS,
                (frames[a:b], dst[a:b], taps, np.int32(h), np.int32(w), np.int32(MODE_IDS[mode]),
-                np.float32(cval)), shared_mem=shared)
+                np.float32(cval), dst[a:b] if subtract is None else subtract[a:b],
+                np.int32(subtract is not None)),
+               shared_mem=shared)
     return res
 
 

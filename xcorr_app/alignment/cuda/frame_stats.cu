@@ -42,56 +42,76 @@ __device__ __forceinline__ void block_reduce(double& s, int& flags) {
 // One warp per row: grid (ceil(h / (THREADS / 32)), n), THREADS threads.  Reads row y of frame
 // n of `in` (pixels of type T), writes it as float32 to `out` when WRITE, and the row's sum
 // (double) and flags (bit 0: a NaN or Inf pixel, bit 1: a pixel other than the frame's first)
-// to row_sum and row_flags at n * h + y.  The comparisons are those of the float32 values (NaN
-// differs).  (A block of 256 threads a row, as before, spent its time on the block's
-// reduction: 4.0 + 3.5 ms for the two passes over 4096 frames of 512x512, H200 2026-11-24.)
+// to row_sum and row_flags at n * h + y; with `weighted` also the row's sum of the pixels
+// weighted by wx[x] (double) to row_wsum (the filtered frame's mean: frame_totals).  The
+// comparisons are those of the float32 values (NaN differs).  (A block of 256 threads a row, as
+// before, spent its time on the block's reduction: 4.0 + 3.5 ms for the two passes over 4096
+// frames of 512x512, H200 2026-11-24.)
 template <typename T, bool WRITE, int THREADS>
 __global__ void __launch_bounds__(THREADS) frame_row_stats(
         const T* __restrict__ in, float* __restrict__ out, double* __restrict__ row_sum,
-        int* __restrict__ row_flags, int h, int w) {
+        int* __restrict__ row_flags, const double* __restrict__ wx,
+        double* __restrict__ row_wsum, int weighted, int h, int w) {
     const int lane = threadIdx.x & 31;
     const int y = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5), n = blockIdx.y;
     if (y >= h) return;  // (a whole warp)
     const size_t row = ((size_t)n * h + y) * (size_t)w;
     const float first = (float)in[(size_t)n * h * w];
-    double s = 0.0;
+    double s = 0.0, ws = 0.0;
     int flags = 0;
 #pragma unroll 4
     for (int x = lane; x < w; x += 32) {
         const float v = (float)in[row + x];
         if (WRITE) out[row + x] = v;
         s += (double)v;
+        if (weighted) ws += (double)v * wx[x];
         flags |= isfinite(v) ? 0 : 1;
         flags |= (v != first) ? 2 : 0;
     }
     s = warp_sum(s);
     flags = warp_or(flags);
+    if (weighted) ws = warp_sum(ws);
     if (lane == 0) {
         row_sum[(size_t)n * h + y] = s;
         row_flags[(size_t)n * h + y] = flags;
+        if (weighted) row_wsum[(size_t)n * h + y] = ws;
     }
 }
 
 // One block per frame: grid (n,), THREADS threads.  Sums the frame's h row sums (each thread a
 // fixed stride of rows, then the block's fixed tree) and writes mean = sum / count as float32,
-// finite and constant (bool, one byte each).
+// finite and constant (bool, one byte each).  With `weighted`, also the mean of the
+// frame less its float32 mean filtered by a separable filter whose boundary-mapped taps add up
+// to wy[y] wx[x] at each pixel (frame_row_stats' row_wsum): fmean = (sum_y wy[y] row_wsum[y] -
+// mean * wtotal) / count, wtotal = sum(wy) sum(wx): the mean of the filter's output known
+// before the filter runs (float rounding of its taps and outputs aside).
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) frame_totals(
         const double* __restrict__ row_sum, const int* __restrict__ row_flags, int h,
         double count, float* __restrict__ mean, bool* __restrict__ finite,
-        bool* __restrict__ constant) {
+        bool* __restrict__ constant, const double* __restrict__ wy,
+        const double* __restrict__ row_wsum, int weighted, double wtotal,
+        float* __restrict__ fmean) {
     const int n = blockIdx.x;
-    double s = 0.0;
+    double s = 0.0, ws = 0.0;
     int flags = 0;
     for (int y = threadIdx.x; y < h; y += THREADS) {
         s += row_sum[(size_t)n * h + y];
         flags |= row_flags[(size_t)n * h + y];
+        if (weighted) ws += wy[y] * row_wsum[(size_t)n * h + y];
     }
     block_reduce<THREADS>(s, flags);
+    if (weighted) {
+        __syncthreads();  // (block_reduce's shared arrays again)
+        int unused = 0;
+        block_reduce<THREADS>(ws, unused);
+    }
     if (threadIdx.x == 0) {
-        mean[n] = (float)(s / count);
+        const float m = (float)(s / count);
+        mean[n] = m;
         finite[n] = (flags & 1) == 0;
         constant[n] = (flags & 2) == 0;
+        if (weighted) fmean[n] = (float)((ws - (double)m * wtotal) / count);
     }
 }
 

@@ -14,7 +14,9 @@
 // consecutive outputs, likewise) back into the staging buffer, stored a warp a row.  A column
 // outside the frame takes the vertical result of its mapped column (constant: cval), as the
 // second 1-D pass would read the first's output.  F: the taps of each axis (odd, at most 11;
-// the same count both ways).  Dynamic shared memory: separable_shared_bytes(F).
+// the same count both ways).  With has_sub, sub[frame] is subtracted from every
+// output of the frame as it is stored (float32: the numbers of a subtraction after the filter).
+// Dynamic shared memory: _separable.py shared_bytes(F).
 // (A tile a block, staged by plain loads and then filtered, waited on its loads: 6.1 ms for
 // 4096 frames of 512x512 with 9 taps, 1.35 TB/s, 56% of its cycles stalled on them, Nsight
 // Compute, H200 2026-11-24.)
@@ -29,7 +31,7 @@
 template <int F>
 __global__ void __launch_bounds__(SEP_THREADS) separable_correlate(
         const float* __restrict__ in, float* __restrict__ out, const float* __restrict__ taps,
-        int h, int w, int mode, float cval) {
+        int h, int w, int mode, float cval, const float* __restrict__ sub, int has_sub) {
     using namespace xcorr;
     constexpr int R = F / 2;  // origin 0: cy = cx = F / 2
     constexpr int SW = SEP_TILE_W + F - 1, SH = SEP_TILE_H + F - 1;
@@ -49,6 +51,7 @@ __global__ void __launch_bounds__(SEP_THREADS) separable_correlate(
     const size_t plane = (size_t)h * w;
     const float* f = in + blockIdx.z * plane;
     float* o = out + blockIdx.z * plane;
+    const float off = has_sub ? sub[blockIdx.z] : 0.0f;  // subtracted from the frame's outputs
     if (t < 2 * F) s_taps[t] = taps[t];
     int cols[COLS];  // the lane's staged columns, mapped (-1: outside, constant mode)
 #pragma unroll
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(SEP_THREADS) separable_correlate(
 #pragma unroll
             for (int q = 0; q < SEP_TILE_W / 32; ++q) {
                 const int c = lane + 32 * q;
-                if (x0 + c < w) dst[c] = s_in[r][c];
+                if (x0 + c < w) dst[c] = has_sub ? s_in[r][c] - off : s_in[r][c];
             }
         }
         __syncthreads();  // (this buffer is staged again, and s_v written, by the next tiles)
