@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from xcorr_app import backend
 from xcorr_app.alignment import (_api, _lk_decision, _low_patches, _patch_pass, _patches,
-                                 _pipeline, _template, _field_resample, _prepared)
+                                 _pipeline, _template, _field_resample, _prepared, _result)
 from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
 from xcorr_app.registration import _surfaces
 
@@ -33,7 +33,12 @@ WRAP = [(_api, "passes_table"), (_api, "result_from_table"), (_api, "shared_plan
         (_patch_pass, "fill_low_gpu"), (_patch_pass, "patch_shifts"),
         (_patch_pass, "refine_shifts"), (_patch_pass, "warp_chunk"),
         (_patches, "summed_area_tables"), (_patches, "zncc_left"),
-        (_field_resample, "refine_template_gpu"), (backend, "to_numpy")]
+        (_field_resample, "refine_template_gpu"), (backend, "to_numpy"),
+        (_api, "resolve_auto"), (_api, "_check_grid"), (_api, "check_aligned_out"),
+        (_api, "keep_on_gpu"), (_api, "open_source"), (_api, "StashedSource"),
+        (_pipeline, "Measurer.memory_plan"), (_prepared, "PreparedFrames.for_run"),
+        (_prepared, "PreparedFrames.release"), (_result, "AlignResult.set_field"),
+        (backend, "compute_device"), (_patch_pass, "open_source")]
 
 
 def wrap(module, name):
@@ -95,6 +100,12 @@ for a, b in gaps:
     open_.sort(key=lambda h: h[1] - h[0])
     names = ", ".join(dict.fromkeys(h[2] for h in open_[:4]))
     print(f"  {(b - a) / 1e3:7.2f} ms at {(a - first) / 1e3:8.2f}: {names}")
-print("\nhost annotations (ms from the first kernel; first 80):")
-for s, e, name in sorted(host)[:80]:
+print(f"\nhost annotations (ms from the first kernel; the GPU's last work ends at "
+      f"{(cur[1] - first) / 1e3:.2f}; the first 80 and the last 30):")
+ordered = sorted(host)
+for item in ordered[:80] + [None] + ordered[-30:]:
+    if item is None:
+        print("  ...")
+        continue
+    s, e, name = item
     print(f"  {(s - first) / 1e3:8.2f} -> {(e - first) / 1e3:8.2f} ({(e - s) / 1e3:7.2f})  {name}")

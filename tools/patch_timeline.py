@@ -4,9 +4,10 @@ bench's stack spends its time (issue 27): the wall of the rigid and the patch ru
 GPU's busy time against the wall, the kernels by total time, and the host's gaps; then the
 same run under cProfile (host functions by cumulative and own time).
 
-    python3 tools/patch_timeline.py [FRAMES] [out]
+    python3 tools/patch_timeline.py [FRAMES] [out] [GYxGX]
 
-``out``: the aligned frames warped into a CuPy array too (``out=``, as the bench's GPU row).
+``out``: the aligned frames warped into a CuPy array too (``out=``, as the bench's GPU row);
+``GYxGX``: the patch grid (default 4x4).
 """
 import cProfile
 import pstats
@@ -23,7 +24,8 @@ from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
 stack, _ = make_stack(n, (512, 512), seed=0)
 g = cp.asarray(stack)
-kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=(4, 4),
+grid = tuple(int(v) for v in sys.argv[3].split("x")) if len(sys.argv) > 3 else (4, 4)
+kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=grid,
           max_deviation=MAX_DEVIATION)
 if len(sys.argv) > 2 and sys.argv[2] == "out":
     kw["out"] = cp.empty(g.shape, cp.float32)

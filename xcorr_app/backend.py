@@ -184,11 +184,22 @@ def compute_device(*arrays, device: str = "auto") -> str:
     return resolve_device(device)
 
 
-def to_numpy(a) -> np.ndarray:
+def to_numpy(a, out=None) -> np.ndarray:
     """A NumPy array with the data of ``a`` (copies from the GPU when needed; a Dask array is
-    computed first, its blocks NumPy or CuPy)."""
+    computed first, its blocks NumPy or CuPy).  ``out``: a C-contiguous NumPy array of
+    ``a``'s shape and type to copy into (from the GPU straight into it), returned.
+
+    >>> out = np.zeros(3)
+    >>> to_numpy([1.0, 2.0, 3.0], out=out) is out, out.tolist()
+    (True, [1.0, 2.0, 3.0])
+    """
     if type(a).__module__.startswith("dask.") and hasattr(a, "compute"):
         a = a.compute()
+    if out is not None:
+        if is_cupy_array(a):
+            return a.get(out=out)
+        out[...] = a
+        return out
     if is_cupy_array(a):
         return a.get()
     return np.asarray(a)

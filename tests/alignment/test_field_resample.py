@@ -105,7 +105,8 @@ def field_case(rng, n, shape, grid=(3, 2), amp=2.5):
 
 
 #: (frame shape, grid): narrower than a warp, wider than a block (128 threads), tall
-SHAPES = [((23, 19), (1, 1)), ((41, 301), (3, 2)), ((64, 37), (3, 2))]
+SHAPES = [((23, 19), (1, 1)), ((41, 301), (3, 2)), ((64, 37), (3, 2)),
+          ((97, 301), (2, 8)), ((71, 129), (3, 4))]  # (widths 8 and 4: compiled unrolled)
 
 
 @pytest.mark.gpu

@@ -156,3 +156,35 @@ def test_pack_rows_equals_the_concatenation(rng, n):
     np.testing.assert_array_equal(absent.get(), want)
     assert pack_rows([cp.asarray(a) for a in pieces[:6]]
                      + [cp.asarray(fi.astype(np.int32)), cp.asarray(border)], n) is None
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("fade", [1.0, 0.5])
+def test_choose_prefilter_on_device_frames_as_on_host(rng, dtype, fade):
+    """prefilter auto of a stack on the GPU (its sampled frames' statistics by the kernels)
+    decides as the host does, frames with NaN pixels and constant frames left out; float64
+    frames (not exact in float32) are judged on the host."""
+    import cupy as cp
+
+    from xcorr_app.alignment import _preprocess
+    from xcorr_app.alignment._preprocess import choose_prefilter
+    from xcorr_app.io import ArraySource
+
+    n = 30
+    a = (rng.random((n, 19, 23)) * 200 + 100) * np.linspace(1.0, fade, n)[:, None, None]
+    a = a.astype(dtype)
+    a[0] = a[0, 0, 0]  # constant: left out
+    if a.dtype.kind == "f":
+        a[-1, 3, 4] = np.nan  # left out
+    on_host = choose_prefilter(ArraySource(a))
+    index = _preprocess.spread_frames(n, _preprocess.AUTO_SAMPLES)
+    frames = [cp.asarray(a[i:i + 1]) for i in index]
+    means = _preprocess._means_on_device(frames)
+    if a.dtype == np.float64:
+        assert means is None
+    else:
+        host = [np.nan if (not np.isfinite(f).all() or f.max() == f.min())
+                else float(f.astype(np.float64).mean()) for f in (x.get() for x in frames)]
+        np.testing.assert_allclose(means, host, rtol=1e-6)
+    assert choose_prefilter(ArraySource(cp.asarray(a))) == on_host
+    assert on_host[0] == ("dog:1,4" if fade < 1 else "gaussian:1")

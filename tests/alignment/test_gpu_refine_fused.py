@@ -35,6 +35,8 @@ CASES = [  # frame shape, grid, max_deviation, the taper's flat part (None: no t
     ((129, 211), (2, 5), 3, 12),     # 5 wide (any width), and the widths compiled: 2, 3
     ((140, 150), (3, 2), 3, None),
     ((131, 147), (2, 3), 2, 16),
+    ((157, 301), (3, 8), 2, 12),     # 8 and 6 wide (any width)
+    ((129, 211), (2, 6), 3, None),
 ]
 
 

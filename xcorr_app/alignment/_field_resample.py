@@ -35,15 +35,18 @@ SOURCE = "patch_field.cu"
 THREADS = 128
 GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])
 THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
-WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS) for t in PIXEL_C_TYPES.values()
-                                           for c in (False, True)])
+#: grid widths the warp is compiled for (its field's sums unrolled); others: 0 (any width)
+WARP_GX = (4, 8)
+WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS, g) for t in PIXEL_C_TYPES.values()
+                                           for c in (False, True) for g in (0,) + WARP_GX])
 FINITE = KernelFamily(SOURCE, "finite_field", [()])
 ADD = KernelFamily(SOURCE, "add_fields", [()])
 #: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
 #: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
 REFINE_THREADS = 128
 #: grid widths the refinement is compiled for (its field's sums unrolled; 1 and 5 to 8 spilled
-#: at 64 registers); others: 0 (any width)
+#: at 64 registers; 8 at 80 registers, 24 warps an SM: 110 ms against the any-width kernel's
+#: 108 ms for 4096 frames at 8x8, H200 2026-11-24); others: 0 (any width)
 REFINE_GX = (2, 3, 4)
 REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces",
                       [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
@@ -376,7 +379,7 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
     if cubic and frames.dtype.kind == "f":  # NaN or Inf pixels: that frame bilinear
         finite = cp.ascontiguousarray(cp.isfinite(frames).all(axis=(1, 2)))
     out = _output(out, (n, y1 - y0, x1 - x0))
-    kernel = WARP.get(c_type, bool(cubic), THREADS)
+    kernel = WARP.get(c_type, bool(cubic), THREADS, gx if gx in WARP_GX else 0)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         kernel((-(-(y1 - y0) // (THREADS // 32)), b - a), (THREADS,),  # a warp a row

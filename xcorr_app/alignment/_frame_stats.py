@@ -150,6 +150,19 @@ def converted_stats(frames):
     return (f,) + _stats(frames, f, c_type, True)[:3]
 
 
+def frame_stats(frames):
+    """``(mean, finite, constant)`` (N,) float32, bool, bool of an ``(N, H, W)`` CuPy chunk, as
+    :func:`converted_stats` gives them, without a copy of the pixels (the mean: float64 sums of
+    the float32 values, rounded to float32)."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames)
+    c_type = PIXEL_C_TYPES.get(frames.dtype)
+    if c_type is None:  # float16: converted by CuPy, then as float32
+        frames, c_type = frames.astype(cp.float32), "float"
+    return _stats(frames, None, c_type, False)[:3]
+
+
 def demeaned(frames, weights=None):
     """``(raw, mean, finite, constant, fmean)`` of an ``(N, H, W)`` CuPy chunk: ``raw`` its
     float32 copy less each frame's mean (a new array; the numbers of :func:`converted_stats`

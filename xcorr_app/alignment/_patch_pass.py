@@ -158,7 +158,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
                 break
             image = next_image(xp, src.frame_shape, [s for _, s in parts], setup.image)
             setup = PatchSetup.make(opts, src, xp, chunk, grid, image)
-    return field_from_rows(np.concatenate([rows for rows, _ in parts]), rigid, setup)
+    rows = parts[0][0] if len(parts) == 1 else np.concatenate([rows for rows, _ in parts])
+    return field_from_rows(rows, rigid, setup)
 
 
 def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
@@ -232,19 +233,27 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     if xp is not np:  # the chunks' streams read what was set up on this one
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
-    parts = {}
+    # the rows of every frame, each chunk's written in place as it comes to the host (from
+    # the device straight into its rows): no array a chunk and no concatenation, whose fresh
+    # pages cost milliseconds at the end of a run
+    table = np.empty((stop - start, grid.n_patches, 5))
+
+    def keep(first, block):
+        if block.shape[-1]:  # (an empty placeholder: the rows stay on the device)
+            table[first:first + len(block)] = block
 
     def fetch_kept(limit):
         """The rows kept on the device to the host, once they take more than ``limit`` bytes
         (a device-wide wait: at most once every :data:`KEPT_MAX_BYTES`)."""
         if kept and sum(v.nbytes for v in kept.values()) > limit:
             xp.cuda.Device().synchronize()  # (the chunks' streams included)
-            parts.update((k, backend.to_numpy(v)) for k, v in kept.items())
+            for k, v in kept.items():
+                backend.to_numpy(v, out=table[k:k + len(v)])
             kept.clear()
 
     if warp is None or not warp.returns:
         for first, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work, xp=xp):
-            parts[first] = block
+            keep(first, block)
             fetch_kept(KEPT_MAX_BYTES)
     else:  # the chunk's warped frames are map_chunks' result; its rows are kept aside
         host_out = out if isinstance(out, np.ndarray) else None
@@ -252,11 +261,10 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
                                         xp=xp, out=host_out):
             if host_out is None:
                 out(start + first, frames)
-            parts[first] = warp.rows.pop(first)
+            keep(first, warp.rows.pop(first))
             fetch_kept(KEPT_MAX_BYTES)
     fetch_kept(0)  # the rest, once the pass is done
-    parts = [parts[k] for k in sorted(parts)]
-    return np.concatenate(parts) if parts else np.zeros((0, grid.n_patches, 5))
+    return table
 
 
 class _Warper:
