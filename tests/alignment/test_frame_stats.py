@@ -21,6 +21,18 @@ def _frames(rng, shape, dtype):
     return (rng.standard_normal(shape) * 100 + 7).astype(dtype)
 
 
+def _special_frames(rng, shape, dtype):
+    """:func:`_frames` with, where there are more than two frames, frame 1 constant and (float
+    types) a NaN in frame 2 and an Inf in the last."""
+    a = _frames(rng, shape, dtype)
+    if shape[0] > 2:
+        a[1] = a[1, 0, 0]
+    if shape[0] > 2 and a.dtype.kind == "f":
+        a[2, -1, -1] = np.nan
+        a[-1, 0, -1] = np.inf
+    return a
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_converted_stats_match_float64_reference(rng, shape, dtype):
@@ -28,12 +40,7 @@ def test_converted_stats_match_float64_reference(rng, shape, dtype):
 
     from xcorr_app.alignment._frame_stats import converted_stats
 
-    a = _frames(rng, shape, dtype)
-    if shape[0] > 2:
-        a[1] = a[1, 0, 0]  # a constant frame
-    if shape[0] > 2 and a.dtype.kind == "f":
-        a[2, -1, -1] = np.nan
-        a[-1, 0, -1] = np.inf
+    a = _special_frames(rng, shape, dtype)
     f, mean, finite, constant = converted_stats(cp.asarray(a))
     f32 = a.astype(np.float32)
     np.testing.assert_array_equal(f.get(), f32)  # every pixel written, as NumPy converts
@@ -52,11 +59,7 @@ def test_demeaned_is_converted_stats_less_the_means(rng, shape, dtype):
 
     from xcorr_app.alignment._frame_stats import converted_stats, demeaned
 
-    a = _frames(rng, shape, dtype)
-    if shape[0] > 2:
-        a[1] = a[1, 0, 0]  # a constant frame
-    if shape[0] > 2 and a.dtype.kind == "f":
-        a[2, -1, -1] = np.nan
+    a = _special_frames(rng, shape, dtype)
     raw, mean, finite, constant, fmean = demeaned(cp.asarray(a))
     assert fmean is None
     f, mean2, finite2, constant2 = converted_stats(cp.asarray(a))
