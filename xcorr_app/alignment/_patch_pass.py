@@ -42,7 +42,8 @@ KEPT_MAX_BYTES = 256 * 2**20
 class PatchSetup:
     """What every range of frames of one patch pass shares (global to the run): the grid, the
     prepared template's patches (on the run's device, or NumPy for a Dask task to send), the
-    template as prepared (host, for the picture) and as read (``image``: where no warped frame
+    template as prepared (for the picture: on the run's device until the field is made, so
+    that making the setup waits for nothing) and as read (``image``: where no warped frame
     covers, the next template keeps it)."""
 
     def __init__(self, grid, tpatches, template, image):
@@ -52,12 +53,12 @@ class PatchSetup:
     def make(cls, opts, src, xp, chunk, grid, image):
         """The setup of a pass against the template ``image`` (on ``xp``'s device)."""
         frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
-        return cls(grid, template_patches(frame, grid), backend.to_numpy(raw), image)
+        return cls(grid, template_patches(frame, grid), raw, image)
 
     def on_host(self):
         """The same setup with NumPy arrays (a Dask task's result)."""
-        return PatchSetup(self.grid, backend.to_numpy(self.tpatches), self.template,
-                          backend.to_numpy(self.image))
+        return PatchSetup(self.grid, backend.to_numpy(self.tpatches),
+                          backend.to_numpy(self.template), backend.to_numpy(self.image))
 
 
 def patch_grid(frame_shape, rigid, patches, patch_overlap, max_deviation):
@@ -294,7 +295,7 @@ def field_from_rows(table, rigid, setup):
     n = len(table)
     field = np.asarray(rigid, np.float64)[:, None, :] + d
     return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
-                       low.reshape(n, gy, gx), grid, setup.template)
+                       low.reshape(n, gy, gx), grid, backend.to_numpy(setup.template))
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
