@@ -1,8 +1,10 @@
-"""The current GPU's resource limits, which the kernel planners size their tiles by.
+"""The current GPU's resource limits, which the kernel planners size their tiles by, and the
+small constant arrays the kernels read, uploaded once per device.
 
 :func:`device_limits` reads the SM count, registers and shared memory of the current device
 once (CuPy); without CuPy or a GPU it answers :data:`H100_LIMITS`, so the planners (and their
-tests) run anywhere.
+tests) run anywhere.  :func:`kept_on_device` uploads a small host array (filter taps, a
+taper, window starts) once per content and device.
 
 Examples
 --------
@@ -66,3 +68,26 @@ def _limits_of(device_id: int) -> Limits:
                       props.get("sharedMemPerBlockOptin", props["sharedMemPerBlock"]))
     except Exception:  # noqa: BLE001 - no CuPy or no GPU: plan for an H100
         return H100_LIMITS
+
+
+_KEPT: dict = {}
+#: the most arrays :func:`kept_on_device` keeps (all of them are dropped when it is reached)
+KEPT_MAX = 64
+
+
+def kept_on_device(a):
+    """A small host array as a CuPy array of its shape and type on the current device,
+    uploaded once per content and device and then reused (a stack processed chunk by chunk
+    reads it in every chunk; an upload from pageable memory may wait for the queued work).
+    The kernels only read it: it must not be written."""
+    import cupy as cp
+    import numpy as np
+
+    a = np.ascontiguousarray(a)
+    key = (a.dtype.str, a.shape, a.tobytes(), cp.cuda.Device().id)
+    arr = _KEPT.get(key)
+    if arr is None:
+        if len(_KEPT) >= KEPT_MAX:
+            _KEPT.clear()
+        arr = _KEPT[key] = cp.asarray(a)
+    return arr

@@ -26,6 +26,7 @@ import functools
 
 import numpy as np
 
+from .._cuda.device import kept_on_device
 from .._cuda.launch import stride_blocks
 from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
 from ..backend import array_module_of, to_numpy
@@ -201,22 +202,9 @@ def _device_weights_of(key, device_id):
                      for a, n in zip(key[:2], key[2]))
 
 
-@functools.lru_cache(maxsize=64)
-def _device_ints(values, device_id):
-    """A small int32 CuPy array of ``values`` (a tuple) on device ``device_id``, kept: the
-    windows' starts, uploaded once per run and device, not per chunk."""
-    import cupy as cp
-
-    with cp.cuda.Device(device_id):
-        return cp.asarray(np.asarray(values, np.int32))
-
-
 def _starts(starts_y, starts_x):
-    import cupy as cp
-
-    dev = cp.cuda.Device().id
-    return (_device_ints(tuple(int(v) for v in starts_y), dev),
-            _device_ints(tuple(int(v) for v in starts_x), dev))
+    """The windows' starts as int32 CuPy arrays, uploaded once per grid and device."""
+    return tuple(kept_on_device(np.asarray(v, np.int32)) for v in (starts_y, starts_x))
 
 
 def _device_weights(weights, s, frames):
@@ -415,7 +403,7 @@ def refine_template_gpu(tpatches, taper, apply_taper=True):
         t = np.ascontiguousarray(to_numpy(taper), np.float32)
         if t.shape != (ph, pw):
             raise InputError(f"the taper {t.shape} does not match patches of {ph}x{pw}")
-        tp = _device_taper(t.tobytes(), t.shape, cp.cuda.Device().id)
+        tp = kept_on_device(t)
     use = apply_taper and tp is not None
     tnear = cp.empty_like(tpl)
     mean, var = cp.empty((p, 3, 3), cp.float64), cp.empty((p, 3, 3), cp.float64)
@@ -424,14 +412,6 @@ def refine_template_gpu(tpatches, taper, apply_taper=True):
                                    (tpl, tp if use else tpl, np.int32(use), tnear, mean, var,
                                     bad, np.int32(ph), np.int32(pw)))
     return (tnear if use else tpl), (mean, var, bad), tp
-
-
-@functools.lru_cache(maxsize=8)
-def _device_taper(data, shape, device_id):
-    import cupy as cp
-
-    with cp.cuda.Device(device_id):
-        return cp.asarray(np.frombuffer(data, np.float32).reshape(shape))
 
 
 def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, taper, tpatches,

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from .._cuda.launch import stride_blocks
-from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together
+from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
 from ..errors import InputError
 
 SOURCE = "frame_stats.cu"
@@ -154,12 +154,7 @@ def frame_stats(frames):
     """``(mean, finite, constant)`` (N,) float32, bool, bool of an ``(N, H, W)`` CuPy chunk, as
     :func:`converted_stats` gives them, without a copy of the pixels (the mean: float64 sums of
     the float32 values, rounded to float32)."""
-    import cupy as cp
-
-    frames = cp.ascontiguousarray(frames)
-    c_type = PIXEL_C_TYPES.get(frames.dtype)
-    if c_type is None:  # float16: converted by CuPy, then as float32
-        frames, c_type = frames.astype(cp.float32), "float"
+    frames, c_type = kernel_pixels(frames)  # (float16: converted, then as float32)
     return _stats(frames, None, c_type, False)[:3]
 
 
@@ -173,11 +168,7 @@ def demeaned(frames, weights=None):
     again)."""
     import cupy as cp
 
-    frames = cp.ascontiguousarray(frames)
-    c_type = PIXEL_C_TYPES.get(frames.dtype)
-    if c_type is None:  # float16: converted by CuPy, then as float32
-        frames = frames.astype(cp.float32)
-        c_type = "float"
+    frames, c_type = kernel_pixels(frames)  # (float16: converted, then as float32)
     mean, finite, constant, fmean = _stats(frames, None, c_type, False, weights)
     n, h, w = frames.shape
     raw = cp.empty(frames.shape, cp.float32)

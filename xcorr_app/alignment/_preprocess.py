@@ -252,13 +252,12 @@ def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
         raw, _, finite, constant, fmean = demeaned(
             frames, filtered_mean_weights(taps, frames.shape[-2:]))
         g = separable_correlate(raw, taps, taps, "reflect", 0.0, subtract=fmean)
-        prefilter = None
     else:
         raw, _, finite, constant, _ = demeaned(frames)  # a new array
         g = raw
-    if prefilter is not None:  # a filter's output is a new array, demeaned in place
-        g = xp.ascontiguousarray(prefilter(raw).astype(xp.float32, copy=False))
-        g = subtract_means(g, frame_means(g))
+        if prefilter is not None:  # a filter's output is a new array, demeaned in place
+            g = xp.ascontiguousarray(prefilter(raw).astype(xp.float32, copy=False))
+            g = subtract_means(g, frame_means(g))
     if win is not None:
         g = g * win
         g = subtract_means(g, frame_means(g))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._cuda.device import kept_on_device
 from .._cuda.loader import KernelFamily
 from ..errors import InputError
 from ._modes import MODE_IDS
@@ -94,23 +95,6 @@ def _instantiations():
 
 
 REUSE_CORRELATE = KernelFamily("reuse_conv.cu", "reuse_correlate", _instantiations())
-
-
-_TAPS_ON_DEVICE: dict = {}
-
-
-def taps_on_device(w: np.ndarray):
-    """The taps as a CuPy array, uploaded once per filter and device (a stack filtered chunk by
-    chunk reuses it; at most 64 filters are kept)."""
-    import cupy as cp
-
-    key = (w.shape, w.tobytes(), cp.cuda.Device().id)
-    arr = _TAPS_ON_DEVICE.get(key)
-    if arr is None:
-        if len(_TAPS_ON_DEVICE) >= 64:
-            _TAPS_ON_DEVICE.clear()
-        arr = _TAPS_ON_DEVICE[key] = cp.asarray(w.ravel())
-    return arr
 
 
 def _taps_scalar(w: np.ndarray, fh_cap: int, fw_cap: int):
@@ -258,7 +242,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     if row_blocks > MAX_GRID_YZ:
         raise InputError(f"frames of {h} rows need rows_per_block >= {-(-h // MAX_GRID_YZ)}")
     fn = REUSE_CORRELATE.get(dt, fh_cap, fw_cap, shared, vec, use_async)
-    taps_global = taps_on_device(w)
+    taps_global = kept_on_device(w)
     i32 = np.int32
     args_tail = (_taps_scalar(w, fh_cap, fw_cap), taps_global, i32(h), i32(wd), i32(fh), i32(fw),
                  i32(cy), i32(cx), i32(MODE_IDS[mode]), np.float32(cval), i32(y_first),

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._cuda.device import kept_on_device
 from .._cuda.loader import KernelFamily
 from ..errors import InputError
 from ._modes import MODE_IDS
-from ._reuse import taps_on_device
 
 #: taps along each axis compiled (odd: the filter centred, origin 0)
 SIZES = (3, 5, 7, 9, 11)
@@ -81,7 +81,7 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
     shared = shared_bytes(len(taps_y))
     if shared > kernel.max_dynamic_shared_size_bytes:  # (over 48 KiB: opted into)
         kernel.max_dynamic_shared_size_bytes = shared
-    taps = taps_on_device(np.concatenate([np.asarray(taps_y, np.float32),
+    taps = kept_on_device(np.concatenate([np.asarray(taps_y, np.float32),
                                           np.asarray(taps_x, np.float32)]))
     for a in range(0, n, MAX_GRID_Z):
         b = min(n, a + MAX_GRID_Z)
