@@ -1,49 +1,27 @@
 """Development probe (device): the fused refinement kernel ``refine_surfaces`` as the package
-builds it, timed on the bench's shapes (4x4 windows of 143x143 over 512x512 frames, the field
-within +-1.5 px of a rigid drift): CUDA events, 3 warm-up launches, the median of 15.  (It
-compared older kernels too, ``tools/ab/patch_field_old.cu`` of c0a3653 and
-``tools/ab/refine_prev.cu`` of 3938d7e; since the row coefficients come from ``field_rows``,
-2026-11-24, their arguments differ from the launcher's; those A/Bs are in performance.md.)
+builds it, timed on the bench's shapes (GYxGX windows over 512x512 frames, the field within
++-1.5 px of a rigid drift): CUDA events, 3 warm-up launches, the median of 15; beside it the
+same launch with the grid's width compiled in (``GX``) where the package reads it at run time,
+and the two results compared (the same sums in the same order: equal).  Older kernels' A/Bs
+(c0a3653, 3938d7e) are in performance.md.
 
-    git show c0a3653:xcorr_app/alignment/cuda/patch_field.cu > tools/ab/patch_field_old.cu
-    git show 3938d7e:xcorr_app/alignment/cuda/refine_surfaces.cu > tools/ab/refine_prev.cu
-    python3 tools/refine_ab.py [FRAMES]      (on the device: carry tools/ab, it is ignored)
+    python3 tools/refine_ab.py [FRAMES] [GYxGX]
 """
 import statistics
 import sys
-from pathlib import Path
 
 import cupy as cp
 import numpy as np
 
+from xcorr_app._cuda.loader import KernelFamily
 from xcorr_app.alignment import _field_resample
 from xcorr_app.alignment._field_resample import field_weights, refine_surfaces_gpu
 from xcorr_app.alignment._patches import (PatchGrid, common_area, refine_left, refine_taper,
                                           tapered, template_patches)
-from xcorr_app._cuda.loader import COMPILE_OPTIONS, include_dir
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
+GRID = tuple(int(v) for v in sys.argv[2].split("x")) if len(sys.argv) > 2 else (4, 4)
 SHAPE = (512, 512)
-ROOT = Path(__file__).resolve().parent.parent
-
-
-class Fixed:
-    """Stands in for ``_field_resample.REFINE``: ``get`` returns one compiled kernel."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def get(self, *args, **kw):
-        return self.fn
-
-
-def raw(path, extra=(), threads=128, gx=None):
-    code = Path(path).read_text()
-    name = f"refine_surfaces<{threads}>" if gx is None else f"refine_surfaces<{threads}, {gx}>"
-    mod = cp.RawModule(code=code, options=(*COMPILE_OPTIONS, f"-I{include_dir()}",
-                                           f"-I{Path(path).parent}", *extra),
-                       name_expressions=[name])
-    return mod.get_function(name), threads
 
 
 def data(seed=3):
@@ -55,9 +33,23 @@ def data(seed=3):
     frames = cp.stack([base[16 + int(round(a)):16 + int(round(a)) + SHAPE[0],
                             16 + int(round(b)):16 + int(round(b)) + SHAPE[1]] for a, b in rigid])
     frames += cp.asarray(rng.standard_normal(frames.shape).astype(np.float32)) * 0.05
-    grid = PatchGrid.make((4, 4), None, 4, SHAPE, common_area(rigid, SHAPE, 6))
+    grid = PatchGrid.make(GRID, None, 4, SHAPE, common_area(rigid, SHAPE, 6))
     field = rigid[:, None, None, :] + rng.uniform(-1.5, 1.5, (N, *grid.grid, 2))
     return cp.ascontiguousarray(frames, cp.float32), grid, cp.asarray(field)
+
+
+def timed(launch):
+    for _ in range(3):
+        launch()
+    times = []
+    for _ in range(15):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        res = launch()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(times), min(times), [r.get() for r in res]
 
 
 def main():
@@ -66,58 +58,34 @@ def main():
     tnear = cp.asarray(tapered(template_patches(frames[0].get(), grid), taper))
     w = field_weights(grid.centres, SHAPE, cp)
     sums, g_taper = refine_left(tnear, taper)
-    p = grid.n_patches
+    p, gx = grid.n_patches, GRID[1]
     print(f"{N} frames of {SHAPE}, {p} windows of {grid.size}, taper {taper is not None}")
+    out = cp.full((p, N, *grid.size), cp.nan, cp.float32)
 
     def launch():
-        out = cp.full((p, N, *grid.size), cp.nan, cp.float32)
         return (*refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size, field, w,
                                      g_taper, tnear, sums, out=out), out)
 
-    new = ROOT / "xcorr_app/alignment/cuda/refine_surfaces.cu"
-    # (the kernels of c0a3653 and 3938d7e took the field's weights, not field_rows' table:
-    # their launcher is their commit's; the session's A/B of 2026-11-24 is in performance.md)
-    variants = {"package (new)": None}
-    assert new.exists() and raw
-    original, default = _field_resample.REFINE, _field_resample.REFINE_THREADS
+    variants = {f"package (GX {gx if gx in _field_resample.REFINE_GX else 0})": None}
+    if gx not in _field_resample.REFINE_GX:
+        threads = _field_resample.REFINE_THREADS
+        variants[f"GX {gx} compiled"] = KernelFamily(
+            "refine_surfaces.cu", "refine_surfaces",
+            [(threads, g) for g in (0, gx) + _field_resample.REFINE_GX])
+    original, widths = _field_resample.REFINE, _field_resample.REFINE_GX
     results = {}
-    for name, built in variants.items():
-        _field_resample.REFINE = original if built is None else Fixed(built[0])
-        _field_resample.REFINE_THREADS = default if built is None else built[1]
+    for name, family in variants.items():
+        if family is not None:
+            _field_resample.REFINE, _field_resample.REFINE_GX = family, widths + (gx,)
         try:
-            for _ in range(3):
-                launch()
-            times = []
-            for _ in range(15):
-                a, b = cp.cuda.Event(), cp.cuda.Event()
-                a.record()
-                res = launch()
-                b.record()
-                b.synchronize()
-                times.append(cp.cuda.get_elapsed_time(a, b))
-            results[name] = [r.get() for r in res]
-            print(f"{name:28s} {statistics.median(times):8.3f} ms a launch "
-                  f"(min {min(times):.3f}; includes the poisoned output's fill)")
+            med, low, results[name] = timed(launch)
         finally:
-            _field_resample.REFINE = original
-            _field_resample.REFINE_THREADS = default
-    fill = []
-    for _ in range(15):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        cp.full((p, N, *grid.size), cp.nan, cp.float32)
-        b.record()
-        b.synchronize()
-        fill.append(cp.cuda.get_elapsed_time(a, b))
-    print(f"{'(the fill alone)':28s} {statistics.median(fill):8.3f} ms")
-    if "old (c0a3653)" not in results:
-        return
-    old = results["old (c0a3653)"]
+            _field_resample.REFINE, _field_resample.REFINE_GX = original, widths
+        print(f"{name:28s} {med:8.3f} ms a launch (min {low:.3f})")
+    first = next(iter(results.values()))
     for name, res in results.items():
-        z, iy, ix, win = res
-        print(f"{name:28s} z max |diff| {np.abs(z - old[0]).max():.3g}, peaks differing "
-              f"{int(((iy != old[1]) | (ix != old[2])).sum())} of {iy.size}, windows max |diff| "
-              f"{np.nanmax(np.abs(win - old[3])):.3g}, finite z {bool(np.isfinite(z).all())}")
+        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(res, first))
+        print(f"{name:28s} equal to the package's: {same}")
 
 
 if __name__ == "__main__":

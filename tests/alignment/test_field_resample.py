@@ -247,9 +247,15 @@ def test_the_field_as_the_kernels_read_it_is_nan_to_num():
                                    indexing="ij"), -1)
     weights = fr.field_weights(centres, (61, 79), cp)
     frames = cp.zeros((5, 61, 79), cp.float32)
-    wy, wx, s = fr._device_weights(weights, cp.asarray(field), frames)
+    wy, wx_t, s = fr._device_weights(weights, cp.asarray(field), frames)
     np.testing.assert_array_equal(s.get(), np.nan_to_num(field, nan=0.0))
     assert s.flags.c_contiguous and s.dtype == np.float64
+    # wx transposed, as the kernels read it: kept with the cached weights, made for others
+    plain = tuple(cp.array(a) for a in weights)
+    for given in (weights, plain, tuple(a.get() for a in weights)):
+        t = fr._device_weights(given, cp.asarray(field), frames)[1]
+        assert t.flags.c_contiguous and t.shape == (7, 79)
+        np.testing.assert_array_equal(t.get(), weights[1].get().T)
     with pytest.raises(InputError, match="does not match"):
         fr._device_weights(weights, cp.asarray(field[:, :2]), frames)
 

@@ -193,13 +193,26 @@ def field_weights(centres, frame_shape, xp):
     return _device_weights_of(key, xp.cuda.Device().id)
 
 
+class DeviceWeights(tuple):
+    """The spline weights ``(wy, wx)`` as CuPy arrays of one device (a tuple of the two), with
+    ``wx_t``: ``wx`` transposed, C-contiguous ``(gx, W)``, the layout the kernels read (a
+    warp's lanes, consecutive columns, read consecutive doubles: ``along_row`` in
+    ``field_sample.cuh``)."""
+
+    def __new__(cls, wy, wx, wx_t):
+        self = super().__new__(cls, (wy, wx))
+        self.wx_t = wx_t
+        return self
+
+
 @functools.lru_cache(maxsize=16)
 def _device_weights_of(key, device_id):
     import cupy as cp
 
     with cp.cuda.Device(device_id):
-        return tuple(cp.asarray(spline_weights(np.asarray(a), n))
-                     for a, n in zip(key[:2], key[2]))
+        wy, wx = (spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
+        return DeviceWeights(cp.asarray(wy), cp.asarray(wx),
+                             cp.asarray(np.ascontiguousarray(wx.T)))
 
 
 def _starts(starts_y, starts_x):
@@ -208,12 +221,16 @@ def _starts(starts_y, starts_x):
 
 
 def _device_weights(weights, s, frames):
-    """The spline weights and the patch field as C-contiguous float64 CuPy arrays (NaN: 0, as
+    """``(wy, wx_t, s)``: the spline weights (``wx`` transposed, ``(gx, W)``: the layout the
+    kernels read) and the patch field as C-contiguous float64 CuPy arrays (NaN: 0, as
     ``nan_to_num``: ``finite_field`` in ``patch_field.cu``), checked against each other and the
     frames (the kernels index them unchecked)."""
     import cupy as cp
 
     wy, wx = (cp.ascontiguousarray(cp.asarray(a, cp.float64)) for a in weights)
+    wx_t = getattr(weights, "wx_t", None)
+    if wx_t is None:  # (weights not of field_weights: transposed on the host, once a call)
+        wx_t = kept_on_device(np.ascontiguousarray(to_numpy(wx).T))
     s = cp.ascontiguousarray(cp.asarray(s, cp.float64))
     finite = cp.empty_like(s)  # NaN 0 (as nan_to_num; a kernel of ours: nothing to compile)
     if s.size:
@@ -222,10 +239,11 @@ def _device_weights(weights, s, frames):
     s = finite
     n, h, w = frames.shape
     if s.ndim != 4 or s.shape[0] != n or s.shape[3] != 2 or wy.ndim != 2 or wx.ndim != 2 \
-            or wy.shape != (h, s.shape[1]) or wx.shape != (w, s.shape[2]):
+            or wy.shape != (h, s.shape[1]) or wx.shape != (w, s.shape[2]) \
+            or wx_t.shape != wx.shape[::-1]:
         raise InputError(f"a field {s.shape} with spline weights {wy.shape} and {wx.shape} "
                          f"does not match {n} frames of {h}x{w}")
-    return wy, wx, s
+    return wy, wx_t, s
 
 
 def add_fields(a, b):
@@ -318,20 +336,20 @@ def _through_field(frames, starts_y, starts_x, patch_field, weights, max_gx=None
     import cupy as cp
 
     frames = cp.ascontiguousarray(frames, cp.float32)
-    wy, wx, s = _device_weights(weights, patch_field, frames)
+    wy, wxt, s = _device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     if (len(starts_y), len(starts_x)) != (gy, gx) or (max_gx is not None and gx > max_gx):
         wide = "" if max_gx is None else f" (at most {max_gx} wide)"
         raise InputError(f"windows of a {len(starts_y)}x{len(starts_x)} grid for a field of "
                          f"{gy}x{gx} patches{wide}")
-    return frames, wy, wx, s
+    return frames, wy, wxt, s
 
 
 def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, out=None):
     """``(P, N, ph, pw)`` float32 CuPy: the windows at ``starts`` of ``frames`` ``(N, H, W)``
     float32 sampled through the field of ``patch_field`` ``(N, gy, gx, 2)`` (``weights``: the
     spline weights ``(wy, wx)``), by cubic convolution; one launch (per 65535 frames)."""
-    frames, wy, wx, s = _through_field(frames, starts_y, starts_x, patch_field, weights)
+    frames, wy, wxt, s = _through_field(frames, starts_y, starts_x, patch_field, weights)
     n, h, w = frames.shape
     gy, gx = s.shape[1:3]
     ph, pw = size
@@ -342,7 +360,7 @@ def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     kernel = THROUGH.get(THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        kernel((ph, p, b - a), (THREADS,), (frames, out, wy, wx, s, sy, sx, np.int32(a),
+        kernel((ph, p, b - a), (THREADS,), (frames, out, wy, wxt, s, sy, sx, np.int32(a),
                                             np.int32(n), np.int32(h), np.int32(w), np.int32(gy),
                                             np.int32(gx), np.int32(ph), np.int32(pw)),
                shared_mem=2 * gx * 8)
@@ -361,7 +379,7 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
     y0, y1, x0, x1 = box or (0, h, 0, w)
     if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
         raise InputError(f"crop box {box} is not inside the {h}x{w} frame")
-    wy, wx, s = _device_weights(weights, patch_field, frames)
+    wy, wxt, s = _device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     finite = None
     if cubic and frames.dtype.kind == "f":  # NaN or Inf pixels: that frame bilinear
@@ -371,7 +389,7 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         kernel((-(-(y1 - y0) // (THREADS // 32)), b - a), (THREADS,),  # a warp a row
-               (frames, out, wy, wx, s,
+               (frames, out, wy, wxt, s,
                 finite if finite is not None else out,  # (not read: check_finite 0)
                 np.int32(finite is not None), np.int32(a), np.int32(h), np.int32(w),
                 np.int32(gy), np.int32(gx),
@@ -427,7 +445,7 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     poisoned ones in the tests), else new arrays."""
     import cupy as cp
 
-    frames, wy, wx, s = _through_field(frames, starts_y, starts_x, patch_field, weights,
+    frames, wy, wxt, s = _through_field(frames, starts_y, starts_x, patch_field, weights,
                                        REFINE_MAX_GX)
     n, h, w = frames.shape
     gy, gx = s.shape[1:3]
@@ -464,7 +482,7 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
         rows_kernel((-(-(h * 2 * gx) // ROWS_THREADS), b - a), (ROWS_THREADS,),
                     (wy, s, rows, np.int32(a), np.int32(h), np.int32(gy), np.int32(gx)))
         kernel((p, b - a), (REFINE_THREADS,),
-               (frames, out, rows, wx, sy, sx, taper if taper is not None else out,
+               (frames, out, rows, wxt, sy, sx, taper if taper is not None else out,
                 np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
                 np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
                 np.int32(pw)), shared_mem=REFINE_THREADS // 32 * 2 * gx * 8)

@@ -31,11 +31,15 @@ __device__ __forceinline__ void row_coefficients(const double* __restrict__ wy,
     __syncthreads();
 }
 
-// sum_j coef[j] * wx[x, j]
-__device__ __forceinline__ double along_row(const double* coef, const double* __restrict__ wx,
-                                            int x, int gx) {
+// sum_j coef[j] * wx[x, j], the weights transposed: wxt (gx, w) = wx.T, so that the lanes of
+// a warp (consecutive x) read consecutive doubles.  (In wx's own (w, gx) layout a lane's read
+// of one weight took a sector of its own: at gx = 8, 8 sectors for the one used; they were
+// half the fused refinement's L1 traffic at 4x4 and it was bound by L1, Nsight Compute, H200
+// 2026-11-25.)
+__device__ __forceinline__ double along_row(const double* coef, const double* __restrict__ wxt,
+                                            int x, int w, int gx) {
     double acc = 0.0;
-    for (int j = 0; j < gx; ++j) acc += coef[j] * wx[(size_t)x * gx + j];
+    for (int j = 0, k = x; j < gx; ++j, k += w) acc += coef[j] * wxt[k];
     return acc;
 }
 
@@ -45,23 +49,28 @@ __device__ __forceinline__ double along_row(const double* coef, const double* __
 // GX = 0: the width gx read at run time.
 template <int GX>
 __device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
-                                                    const double* __restrict__ wx, int x, int gx) {
-    const int n = GX > 0 ? GX : gx;
-    const double* wr = wx + (size_t)x * n;
+                                                    const double* __restrict__ wxt, int x, int w,
+                                                    int gx) {
     double a = 0.0, b = 0.0;
+    if constexpr (GX > 0) {
 #pragma unroll
-    for (int j = 0; j < n; ++j) {
-        const double2 c = cf[j];
-        const double v = wr[j];
-        a += c.x * v;
-        b += c.y * v;
+        for (int j = 0; j < GX; ++j) {
+            const double2 c = cf[j];
+            const double v = wxt[j * w + x];  // (32-bit offsets: gx * w < 2^31)
+            a += c.x * v;
+            b += c.y * v;
+        }
+    } else {
+        // (not unrolled: unrolled by the compiler, its remainder's values spilled)
+#pragma unroll 1
+        for (int j = 0, k = x; j < gx; ++j, k += w) {
+            const double2 c = cf[j];
+            const double v = wxt[k];
+            a += c.x * v;
+            b += c.y * v;
+        }
     }
     return make_double2(a, b);
-}
-
-__device__ __forceinline__ double2 along_row2(const double2* cf, const double* __restrict__ wx,
-                                              int x, int gx) {
-    return along_row2_fixed<0>(cf, wx, x, gx);
 }
 
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in

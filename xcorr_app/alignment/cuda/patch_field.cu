@@ -10,7 +10,8 @@
 //
 // The field at a pixel is evaluated in the kernel from the patch shifts, never stored per
 // pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
-// spline weights wy (H, gy) and wx (W, gx) of _field_resample.spline_weights (float64), the
+// spline weights wy (H, gy) and wx (W, gx) of _field_resample.spline_weights (float64; wx
+// passed transposed, wxt (gx, W): field_sample.cuh along_row), the
 // patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block (warp_field: one warp) per
 // output row: the row's 2 * gx coefficients (the bracket) are computed once into shared
 // memory, then each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`,
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(THREADS) patch_windows(
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) windows_through(
         const float* __restrict__ frames, float* __restrict__ out,
-        const double* __restrict__ wy, const double* __restrict__ wx,
+        const double* __restrict__ wy, const double* __restrict__ wxt,
         const double* __restrict__ s, const int* __restrict__ sy, const int* __restrict__ sx,
         int n0, int n_total, int h, int w, int gy, int gx, int ph, int pw) {
     extern __shared__ double coef[];  // 2 * gx
@@ -87,8 +88,8 @@ __global__ void __launch_bounds__(THREADS) windows_through(
     float* dst = out + (((size_t)p * n_total + n) * ph + r) * pw;
     for (int c = threadIdx.x; c < pw; c += THREADS) {
         const int x = xs + c;
-        const double cy = (double)y - along_row(coef, wx, x, gx);
-        const double cx = (double)x - along_row(coef + gx, wx, x, gx);
+        const double cy = (double)y - along_row(coef, wxt, x, w, gx);
+        const double cx = (double)x - along_row(coef + gx, wxt, x, w, gx);
         dst[c] = (float)cubic_at<double>(f, h, w, cy, cx);
     }
 }
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(THREADS) windows_through(
 template <typename T, bool CUBIC, int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS) warp_field(
         const T* __restrict__ frames, float* __restrict__ out, const double* __restrict__ wy,
-        const double* __restrict__ wx, const double* __restrict__ s,
+        const double* __restrict__ wxt, const double* __restrict__ s,
         const bool* __restrict__ finite, int check_finite, int n0, int h, int w, int gy, int gx,
         int oy, int ox, int oh, int ow, float fill) {
     // a warp an output row (grid x: rows / warps), its coefficients interleaved in its own
@@ -125,8 +126,8 @@ __global__ void __launch_bounds__(THREADS) warp_field(
     const bool cubic = CUBIC && (check_finite == 0 || finite[n]);
     for (int c = lane; c < ow; c += 32) {
         const int x = ox + c;
-        const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wx, x,
-                                               gx);
+        const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wxt, x,
+                                               w, gx);
         const double cy = (double)y - d.x;
         const double cx = (double)x - d.y;
         float v = fill;

@@ -85,7 +85,7 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
 }
 
 // rows[(n * h + y) * 2 gx + 2 j + a] = sum_i wy[y, i] S[n0 + n, i, j, a] (row_coefficient):
-// the field's row coefficients, interleaved as along_row2 reads them, of every row of the
+// the field's row coefficients, interleaved as along_row2_fixed reads them, of every row of the
 // frames n0 .. n0 + gridDim.y - 1; grid (ceil(h * 2 gx / 128), frames), 128 threads.  Made once
 // for the refinement's launch: its blocks computed them per warp and window row, 7-9% of its
 // instructions and a wait on dependent loads a row (Nsight Compute, H200 2026-11-24).
@@ -104,7 +104,7 @@ __global__ void field_rows(const double* __restrict__ wy, const double* __restri
 template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ rows,
-        const double* __restrict__ wx,
+        const double* __restrict__ wxt,
         const int* __restrict__ sy, const int* __restrict__ sx,
         const float* __restrict__ taper, int has_taper, const float* __restrict__ tpl,
         const double* __restrict__ lmean, const double* __restrict__ lvar,
@@ -136,8 +136,8 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         float* wrow = wnd + (size_t)r * pw;
         for (int c = lane; c < pw; c += 32) {
             const int x = xs + c;
-            const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wx,
-                                                   x, gx);
+            const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wxt,
+                                                   x, w, gx);
             const float v = cubic_inside<float>(f, h, w, (double)y - d.x, (double)x - d.y);
             wrow[c] = v;
             one[0] += (double)v;
