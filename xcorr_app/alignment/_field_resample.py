@@ -57,12 +57,11 @@ FIELD_ROWS = KernelFamily("refine_surfaces.cu", "field_rows", [()])
 TEMPLATE_THREADS = 256
 TEMPLATE = KernelFamily("refine_surfaces.cu", "refine_template", [(TEMPLATE_THREADS,)])
 ROWS_THREADS = 128
-#: the fused refinement's row coefficients (``REFINE_THREADS / 32`` warps x ``2 gx`` doubles)
-#: and its static shared arrays (each thread's 11 float64 sums and the reductions' 27 a warp:
-#: under 24 KiB) must fit the 48 KiB a launch gets without opting in: grids at most this many
-#: patches wide
-REFINE_MAX_GX = (48 * 1024 - (11 * REFINE_THREADS + 29 * REFINE_THREADS // 32 + 29) * 8) \
-    // (REFINE_THREADS // 32 * 2 * 8)
+#: the fused refinement's row coefficients of a strip of window rows (``2 gx`` doubles a row)
+#: take at most this many doubles of shared memory (8 KiB; with its static arrays, 12.4 KiB,
+#: eight blocks an SM still fit): grids at most half as many patches wide
+REFINE_STRIP_DOUBLES = 1024
+REFINE_MAX_GX = REFINE_STRIP_DOUBLES // 2
 #: frames per launch (the grid's y and z extents are at most 65535)
 MAX_GRID = 65535
 #: the cubic convolution's parameter (Keys 1981)
@@ -477,6 +476,9 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     args = (REFINE_THREADS, gx if gx in REFINE_GX else 0)
     kernel, rows_kernel = compile_together([(REFINE, args), (FIELD_ROWS, ())])
     rows = cp.empty((min(n, MAX_GRID), h, 2 * gx), cp.float64)
+    # the window's rows in strips of equal height, each strip's coefficients in shared memory
+    most = REFINE_STRIP_DOUBLES // (2 * gx)
+    strip = -(-ph // -(-ph // most))
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         rows_kernel((-(-(h * 2 * gx) // ROWS_THREADS), b - a), (ROWS_THREADS,),
@@ -485,5 +487,5 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
                (frames, out, rows, wxt, sy, sx, taper if taper is not None else out,
                 np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
                 np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
-                np.int32(pw)), shared_mem=REFINE_THREADS // 32 * 2 * gx * 8)
+                np.int32(pw), np.int32(strip)), shared_mem=strip * 2 * gx * 8)
     return z, iy, ix

@@ -15,11 +15,11 @@
 //     its edge rows and columns, plus the corners), the left side's mean, variance and bad
 //     flag given per patch and shift (normalize.zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
-// Grid (P, frames of this launch).  Sampling: warps over the window's rows, lanes over its
-// columns.  Sums: each warp a band of consecutive rows, each lane walks its columns down the
+// Grid (P, frames of this launch).  Sampling: the threads over a strip of `strip` rows' pixels
+// in row-major order.  Sums: each warp a band of consecutive rows, each lane walks its columns down the
 // band holding three rows of L's three columns in registers (three reads a pixel, not nine,
 // and the overlap's bounds checked once a column and row, not nine times a pixel).
-// Dynamic shared memory: WARPS * 2 * gx doubles (each warp's row coefficients, interleaved,
+// Dynamic shared memory: strip * 2 * gx doubles (the strip's row coefficients, interleaved,
 // copied from `rows`: field_rows below, made by one launch before).
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
 // and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
@@ -110,9 +110,9 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         const double* __restrict__ lmean, const double* __restrict__ lvar,
         const bool* __restrict__ lbad, float* __restrict__ z, long long* __restrict__ iy_out,
         long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gx, int ph,
-        int pw) {
+        int pw, int strip) {
     constexpr int WARPS = THREADS / 32;
-    extern __shared__ double coef_all[];  // WARPS * 2 * gx: each warp's row, from `rows`
+    extern __shared__ double coef[];  // strip * 2 * gx: the strip's rows' coefficients
     __shared__ double red[WARPS * REFINE_SUMS];
     __shared__ double tot[REFINE_SUMS];
     __shared__ double acc[11 * THREADS];
@@ -122,27 +122,35 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     const int ys = sy[p / gx], xs = sx[p % gx];
     const float* f = frames + (size_t)n * h * w;
     float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
-    double* coef = coef_all + warp * 2 * gx;
 
-    // the window through the field; its sum
+    // the window through the field, a strip of rows at a time: the strip's row coefficients
+    // into shared memory (one copy of consecutive doubles from `rows`), then the threads over
+    // its pixels in row-major order.  (A warp a row, lanes over its columns, left a quarter of
+    // a 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a lane: 8x8 windows
+    // took 1.8 times 4x4's time a pixel, H200 2026-11-25.)
     double one[1] = {0.0};
-    for (int r = warp; r < ph; r += WARPS) {
-        const int y = ys + r;
-        // the row's coefficients into the warp's shared slice (read from global memory in
-        // the loop they held more registers: it spilled)
-        const double* row = rows + ((size_t)blockIdx.y * h + y) * 2 * gx;
-        for (int k = lane; k < 2 * gx; k += 32) coef[k] = row[k];
-        __syncwarp();
-        float* wrow = wnd + (size_t)r * pw;
-        for (int c = lane; c < pw; c += 32) {
-            const int x = xs + c;
-            const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wxt,
-                                                   x, w, gx);
+    const int dr = THREADS / pw, dc = THREADS - dr * pw;  // a thread's step: rows, columns
+    for (int r0 = 0; r0 < ph; r0 += strip) {
+        const int rn = min(strip, ph - r0);
+        const double* src = rows + ((size_t)blockIdx.y * h + ys + r0) * 2 * gx;
+        if (r0 > 0) __syncthreads();  // (the last strip's coefficients read)
+        for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) coef[k] = src[k];
+        __syncthreads();
+        int r = (int)threadIdx.x / pw, c = (int)threadIdx.x - r * pw;
+        while (r < rn) {
+            const int y = ys + r0 + r, x = xs + c;
+            const double2 d = along_row2_fixed<GX>(
+                reinterpret_cast<const double2*>(coef + r * 2 * gx), wxt, x, w, gx);
             const float v = cubic_inside<float>(f, h, w, (double)y - d.x, (double)x - d.y);
-            wrow[c] = v;
+            wnd[(r0 + r) * pw + c] = v;
             one[0] += (double)v;
+            r += dr;
+            c += dc;
+            if (c >= pw) {
+                c -= pw;
+                ++r;
+            }
         }
-        __syncwarp();
     }
     block_sums<THREADS, 1>(one, red, tot);  // (also makes the window's writes visible)
     const float mean = (float)(tot[0] / ((double)ph * (double)pw));
