@@ -1,11 +1,11 @@
 """Development probe (device): what the host was doing while the GPU idled in a warm
-GPU-resident ``align(..., patches=4x4, out=CuPy)`` of the bench's stack (issue 27).  Functions
+GPU-resident ``align(..., patches=GYxGX, out=CuPy)`` of the bench's stack (issue 27).  Functions
 of the run are wrapped in ``torch.profiler.record_function`` (host annotations on the
 profiler's clock, which CUPTI's kernel times share); for each idle gap of the GPU longer than
 0.2 ms: its length, where it starts (ms from the first kernel) and the innermost annotations
 open during it.  Then the annotations' host spans.
 
-    python3 tools/gap_timeline.py [FRAMES]
+    python3 tools/gap_timeline.py [FRAMES] [GYxGX]      (default 4096 4x4)
 """
 import sys
 
@@ -63,10 +63,11 @@ for module, name in WRAP:
 assert _lk_decision and _low_patches and _prepared and _surfaces and torch
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+GRID = tuple(int(v) for v in sys.argv[2].split("x")) if len(sys.argv) > 2 else (4, 4)
 stack, _ = make_stack(n, (512, 512), seed=0)
 g = cp.asarray(stack)
 out = cp.empty(g.shape, cp.float32)
-kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=(4, 4),
+kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False, patches=GRID,
           max_deviation=MAX_DEVIATION)
 _api.align(g[:256], out=out[:256], **kw)  # warm-up
 _api.align(g, out=out, **kw)

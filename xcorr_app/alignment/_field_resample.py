@@ -45,10 +45,10 @@ ADD = KernelFamily(SOURCE, "add_fields", [()])
 #: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
 #: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
 REFINE_THREADS = 128
-#: grid widths the refinement is compiled for (its field's sums unrolled; 1 and 5 to 8 spilled
-#: at 64 registers; 8 at 80 registers, 24 warps an SM: 110 ms against the any-width kernel's
-#: 108 ms for 4096 frames at 8x8, H200 2026-11-24); others: 0 (any width)
-REFINE_GX = (2, 3, 4)
+#: grid widths the refinement is compiled for (its field's sums unrolled: at 8x8 5.6 ms a
+#: launch of 1024 frames against the any-width kernel's 6.3 ms, tools/refine_ab.py, H200
+#: 2026-11-25); others: 0 (any width)
+REFINE_GX = (1, 2, 3, 4, 5, 6, 7, 8)
 REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces",
                       [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
 #: the field's row coefficients of a refinement launch's frames, made before it
