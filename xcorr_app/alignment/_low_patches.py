@@ -83,7 +83,8 @@ def fill_low_gpu(deviation, grid_shape, low, scores=None, min_confidence=None, d
     ``decide`` they are decided first from ``scores`` ``(peak, confidence, border)``, each laid
     out ``(P, N)`` (float64, float64, bool; C-contiguous) as :func:`low_patches` decides, and
     written into ``low``.  ``rows``: also the pass's rows ``(N, P, 5)`` float64 (the filled
-    deviation, peak, confidence or 0 on the border, low; from ``scores``).  Returns
+    deviation, peak, confidence or 0 on the border, low; from ``scores``), into a new array
+    or, given one (C-contiguous float64 CuPy of that shape), into it.  Returns
     ``(filled, rows or None)``.  Other layouts or grids of more than
     :data:`FILL_MAX_PATCHES` patches: InputError (:func:`fill_low_fits` says which fit)."""
     import cupy as cp
@@ -98,7 +99,13 @@ def fill_low_gpu(deviation, grid_shape, low, scores=None, min_confidence=None, d
     n, p = deviation.shape[:2]
     gy, gx = grid_shape
     out = cp.empty_like(deviation)
-    table = cp.empty((n, p, 5), cp.float64) if rows else out
+    given = rows is not True and rows is not False
+    if given and not (isinstance(rows, cp.ndarray) and rows.shape == (n, p, 5)
+                      and rows.dtype == cp.float64 and rows.flags.c_contiguous):
+        raise InputError(f"rows to write into must be C-contiguous float64 CuPy of shape "
+                         f"{(n, p, 5)}, got {getattr(rows, 'shape', type(rows).__name__)}")
+    table = rows if given else cp.empty((n, p, 5), cp.float64) if rows else out
+    rows = bool(given or rows)
     pk, cf, border = scores if scores is not None else (out, out, low)  # (not read)
     if n:
         FILL.get(bool(decide), bool(rows))(

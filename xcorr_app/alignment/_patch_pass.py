@@ -227,35 +227,22 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     dev = "cpu" if xp is np else "gpu"
     weights = field_weights(grid.centres, src.frame_shape, xp)
     warp = None if out is None else _Warper(out, weights)
-    kept = {}  # GPU: each chunk's rows left on the device by the measurer, by its first frame
+    table = np.empty((stop - start, grid.n_patches, 5))
+    kept = None if xp is np else KeptRows(xp, table)  # GPU: the rows left on the device
     work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
                      refine_taper(grid.size), weights, add_sums, start, warp, kept,
                      prepared)
     if xp is not np:  # the chunks' streams read what was set up on this one
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
-    # the rows of every frame, each chunk's written in place as it comes to the host (from
-    # the device straight into its rows): no array a chunk and no concatenation, whose fresh
-    # pages cost milliseconds at the end of a run
-    table = np.empty((stop - start, grid.n_patches, 5))
 
-    def keep(first, block):
+    def keep(first, block):  # (a chunk's rows: written in place, no concatenation at the end)
         if block.shape[-1]:  # (an empty placeholder: the rows stay on the device)
             table[first:first + len(block)] = block
-
-    def fetch_kept(limit):
-        """The rows kept on the device to the host, once they take more than ``limit`` bytes
-        (a device-wide wait: at most once every :data:`KEPT_MAX_BYTES`)."""
-        if kept and sum(v.nbytes for v in kept.values()) > limit:
-            xp.cuda.Device().synchronize()  # (the chunks' streams included)
-            for k, v in kept.items():
-                backend.to_numpy(v, out=table[k:k + len(v)])
-            kept.clear()
 
     if warp is None or not warp.returns:
         for first, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work, xp=xp):
             keep(first, block)
-            fetch_kept(KEPT_MAX_BYTES)
     else:  # the chunk's warped frames are map_chunks' result; its rows are kept aside
         host_out = out if isinstance(out, np.ndarray) else None
         for first, frames in map_chunks(lambda: contextlib.nullcontext(part), chunk, work,
@@ -263,9 +250,45 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
             if host_out is None:
                 out(start + first, frames)
             keep(first, warp.rows.pop(first))
-            fetch_kept(KEPT_MAX_BYTES)
-    fetch_kept(0)  # the rest, once the pass is done
+    if kept is not None:
+        kept.fetch()  # the rest, once the pass is done
     return table
+
+
+class KeptRows:
+    """The GPU patch pass's rows left on the device (frames numbered from the range's first,
+    as the host ``table`` of the range): the chunks write theirs into consecutive slices of
+    one device table (:meth:`slot`), which comes to the host in one copy once it is full (a
+    device-wide wait, at most once every :data:`KEPT_MAX_BYTES`) and at the end of the pass
+    (:meth:`fetch`).  (A copy a chunk into pageable memory at the end: 16 copies and 6 ms of
+    an 8x8 run's last 14 ms, the GPU idle, H200 2026-11-25.)"""
+
+    def __init__(self, xp, table):
+        self.xp, self.table = xp, table
+        n, p = table.shape[:2]
+        self.rows = xp.empty((max(1, min(n, KEPT_MAX_BYTES // (40 * max(p, 1)))), p, 5),
+                             xp.float64)
+        self.base, self.filled = 0, 0  # the table's frame of rows[0]; rows in use
+
+    def slot(self, first, n):
+        """The device rows ``(n, P, 5)`` of frames ``first .. first + n`` (C-contiguous, to be
+        written by the chunk's kernel); the rows so far fetched first where they do not fit
+        or the chunk does not follow them."""
+        if first != self.base + self.filled or self.filled + n > len(self.rows):
+            self.fetch()
+            self.base = first
+            if n > len(self.rows):
+                self.rows = self.xp.empty((n, *self.rows.shape[1:]), self.xp.float64)
+        self.filled += n
+        return self.rows[first - self.base:first - self.base + n]
+
+    def fetch(self):
+        """The rows so far to their place in the host table (waits for the device)."""
+        if self.filled:
+            self.xp.cuda.Device().synchronize()  # (the chunks' streams included)
+            backend.to_numpy(self.rows[:self.filled],
+                             out=self.table[self.base:self.base + self.filled])
+            self.filled = 0
 
 
 class _Warper:
@@ -288,14 +311,20 @@ class _Warper:
 
 
 def field_from_rows(table, rigid, setup):
-    """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order."""
+    """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order.  The
+    rows' deviation columns become the field (the rigid shifts added in place) and the field
+    and confidence are views of ``table``: no new arrays (NumPy's ``rigid + d`` over 4096
+    frames' 8x8 rows took 2.6 ms and fresh pages a few more, the GPU idle at the run's end,
+    H200 2026-11-25)."""
     grid = setup.grid
-    d, cf, low = table[..., :2], table[..., 3], table[..., 4] == 1
     gy, gx = grid.grid
     n = len(table)
-    field = np.asarray(rigid, np.float64)[:, None, :] + d
-    return MotionField(field.reshape(n, gy, gx, 2), grid.centres, cf.reshape(n, gy, gx),
-                       low.reshape(n, gy, gx), grid, backend.to_numpy(setup.template))
+    rigid = np.asarray(rigid, np.float64)
+    for a in range(2):
+        table[..., a] += rigid[:, a, None]
+    return MotionField(table[..., :2].reshape(n, gy, gx, 2), grid.centres,
+                       table[..., 3].reshape(n, gy, gx), (table[..., 4] == 1).reshape(n, gy, gx),
+                       grid, backend.to_numpy(setup.template))
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
@@ -348,11 +377,11 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         if low is not None and kept is not None and fill_low_fits(d, grid.grid, low, scores):
             rule = dict(grid_shape=grid.grid, low=low, scores=scores,
                         min_confidence=opts.min_confidence)
-            d, rows = fill_low_gpu(d, decide=True, rows=not REFINE_PASSES, **rule)
+            slot = kept.slot(first, len(frames))  # (the chunk's rows stay on the device)
+            d = fill_low_gpu(d, decide=True, rows=not REFINE_PASSES and slot, **rule)[0]
             for k in range(REFINE_PASSES):
-                d, rows = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1, **rule)
-            kept[first] = rows
-            rows = np.empty((len(frames), 0))  # (the rows stay on the device)
+                d = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1 and slot, **rule)[0]
+            rows = np.empty((len(frames), 0))
         else:
             d, rows = _measured_on_host(opts, xp, grid, d, scores, refined)
         if add_sums is not None:
