@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from xcorr_app import backend
 from xcorr_app.alignment import (_api, _lk_decision, _low_patches, _patch_pass, _patches,
-                                 _pipeline, _template, _field_resample, _prepared, _result)
+                                 _pipeline, _template, _refine_gpu, _prepared, _result)
 from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
 from xcorr_app.registration import _surfaces
 
@@ -33,7 +33,7 @@ WRAP = [(_api, "passes_table"), (_api, "result_from_table"), (_api, "shared_plan
         (_patch_pass, "fill_low_gpu"), (_patch_pass, "patch_shifts"),
         (_patch_pass, "refine_shifts"), (_patch_pass, "warp_chunk"),
         (_patches, "summed_area_tables"), (_patches, "zncc_left"),
-        (_field_resample, "refine_template_gpu"), (backend, "to_numpy"),
+        (_refine_gpu, "refine_template_gpu"), (backend, "to_numpy"),
         (_api, "resolve_auto"), (_api, "_check_grid"), (_api, "check_aligned_out"),
         (_api, "keep_on_gpu"), (_api, "open_source"), (_api, "StashedSource"),
         (_pipeline, "Measurer.memory_plan"), (_prepared, "PreparedFrames.for_run"),

@@ -1,9 +1,8 @@
 """Development probe (device): the fused refinement kernel ``refine_surfaces`` as the package
 builds it, timed on the bench's shapes (GYxGX windows over 512x512 frames, the field within
-+-1.5 px of a rigid drift): CUDA events, 3 warm-up launches, the median of 15; beside it the
-same launch with the grid's width compiled in (``GX``) where the package reads it at run time,
-and the two results compared (the same sums in the same order: equal).  Older kernels' A/Bs
-(c0a3653, 3938d7e) are in performance.md.
++-1.5 px of a rigid drift): CUDA events, 3 warm-up launches, the median of 15 (the launch of
+the field's pieces included).  Older kernels' A/Bs (c0a3653, 3938d7e, the widths compiled in
+of 5795d0b) are in performance.md.
 
     python3 tools/refine_ab.py [FRAMES] [GYxGX]
 """
@@ -13,9 +12,8 @@ import sys
 import cupy as cp
 import numpy as np
 
-from xcorr_app._cuda.loader import KernelFamily
-from xcorr_app.alignment import _field_resample
-from xcorr_app.alignment._field_resample import field_weights, refine_surfaces_gpu
+from xcorr_app.alignment._refine_gpu import refine_surfaces_gpu
+from xcorr_app.alignment._spline import field_weights
 from xcorr_app.alignment._patches import (PatchGrid, common_area, refine_left, refine_taper,
                                           tapered, template_patches)
 
@@ -58,7 +56,7 @@ def main():
     tnear = cp.asarray(tapered(template_patches(frames[0].get(), grid), taper))
     w = field_weights(grid.centres, SHAPE, cp)
     sums, g_taper = refine_left(tnear, taper)
-    p, gx = grid.n_patches, GRID[1]
+    p = grid.n_patches
     print(f"{N} frames of {SHAPE}, {p} windows of {grid.size}, taper {taper is not None}")
     out = cp.full((p, N, *grid.size), cp.nan, cp.float32)
 
@@ -66,27 +64,8 @@ def main():
         return (*refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size, field, w,
                                      g_taper, tnear, sums, out=out), out)
 
-    variants = {f"package (GX {gx if gx in _field_resample.REFINE_GX else 0})": None}
-    if gx not in _field_resample.REFINE_GX:
-        threads = _field_resample.REFINE_THREADS
-        variants[f"GX {gx} compiled"] = KernelFamily(
-            "refine_surfaces.cu", "refine_surfaces",
-            [(threads, g) for g in (0, gx) + _field_resample.REFINE_GX])
-    original, widths = _field_resample.REFINE, _field_resample.REFINE_GX
-    results = {}
-    for name, family in variants.items():
-        if family is not None:
-            _field_resample.REFINE, _field_resample.REFINE_GX = family, widths + (gx,)
-        try:
-            med, low, results[name] = timed(launch)
-        finally:
-            _field_resample.REFINE, _field_resample.REFINE_GX = original, widths
-        print(f"{name:28s} {med:8.3f} ms a launch (min {low:.3f})")
-    first = next(iter(results.values()))
-    for name, res in results.items():
-        same = all(np.array_equal(a, b, equal_nan=True) for a, b in zip(res, first))
-        print(f"{name:28s} equal to the package's: {same}")
-
+    med, low, _ = timed(launch)
+    print(f"{'package':28s} {med:8.3f} ms a launch (min {low:.3f})")
 
 if __name__ == "__main__":
     main()

@@ -8,8 +8,8 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app.alignment import _field_resample as fr
-from xcorr_app.alignment._field_resample import (KEYS_A, cubic_sample, dense_field,
-                                                 field_weights)
+from xcorr_app.alignment._field_resample import KEYS_A, cubic_sample
+from xcorr_app.alignment._spline import dense_field, field_weights
 from xcorr_app.alignment._motion_field import warp_frames
 from xcorr_app.alignment._patches import PatchGrid, windows, windows_through
 from xcorr_app.errors import InputError
@@ -204,35 +204,6 @@ def test_gpu_warp_spreads_a_nan_as_the_cpu_on_a_zero_field(rng, at):
     np.testing.assert_allclose(got[fin], ref[fin], rtol=0, atol=1e-4)
 
 
-def _scipy_spline_weights(c, n):
-    """The weights by scipy's natural CubicSpline, linear beyond the ends (the definition)."""
-    from scipy.interpolate import CubicSpline
-
-    g, x = len(c), np.arange(n, dtype=np.float64)
-    if g == 1:
-        return np.ones((n, 1))
-    spline = CubicSpline(c, np.eye(g), bc_type="natural", axis=0)
-    w = spline(np.clip(x, c[0], c[-1]))
-    d = spline(c[[0, -1]], 1)
-    return w + np.where(x < c[0], x - c[0], 0.0)[:, None] * d[0] + \
-        np.where(x > c[-1], x - c[-1], 0.0)[:, None] * d[1]
-
-
-@pytest.mark.parametrize("g", [1, 2, 3, 4, 7, 16])
-@pytest.mark.parametrize("n", [1, 33, 301])
-def test_spline_weights_are_scipy_s_natural_cubic_spline(g, n):
-    """Even and uneven centres, inside and beyond the frame, against CubicSpline."""
-    from xcorr_app.alignment._field_resample import spline_weights
-
-    rng = np.random.default_rng([g, n])
-    for c in (np.linspace(0.4 * n / g, n - 0.4 * n / g, g) if g > 1 else np.array([n / 2]),
-              np.sort(rng.uniform(-20, n + 20, g)) + np.arange(g) * 3.0):
-        got = spline_weights(c, n)
-        assert got.shape == (n, g)
-        np.testing.assert_allclose(got, _scipy_spline_weights(c, n), rtol=0, atol=1e-11)
-        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=1e-11)  # constants kept
-
-
 @pytest.mark.gpu
 def test_the_field_as_the_kernels_read_it_is_nan_to_num():
     """``finite_field`` (a kernel of ours, instead of CuPy's nan_to_num): NaN 0, +-inf the
@@ -245,19 +216,19 @@ def test_the_field_as_the_kernels_read_it_is_nan_to_num():
     field[2, 1, 4, 0], field[3, 0, 0, 1], field[4, 2, 6, 1] = np.inf, -np.inf, np.nan
     centres = np.stack(np.meshgrid(np.linspace(10, 50, 3), np.linspace(8, 70, 7),
                                    indexing="ij"), -1)
-    weights = fr.field_weights(centres, (61, 79), cp)
+    weights = field_weights(centres, (61, 79), cp)
     frames = cp.zeros((5, 61, 79), cp.float32)
-    wy, wx_t, s = fr._device_weights(weights, cp.asarray(field), frames)
+    wy, wx_t, s = fr.device_weights(weights, cp.asarray(field), frames)
     np.testing.assert_array_equal(s.get(), np.nan_to_num(field, nan=0.0))
     assert s.flags.c_contiguous and s.dtype == np.float64
     # wx transposed, as the kernels read it: kept with the cached weights, made for others
     plain = tuple(cp.array(a) for a in weights)
     for given in (weights, plain, tuple(a.get() for a in weights)):
-        t = fr._device_weights(given, cp.asarray(field), frames)[1]
+        t = fr.device_weights(given, cp.asarray(field), frames)[1]
         assert t.flags.c_contiguous and t.shape == (7, 79)
         np.testing.assert_array_equal(t.get(), weights[1].get().T)
     with pytest.raises(InputError, match="does not match"):
-        fr._device_weights(weights, cp.asarray(field[:, :2]), frames)
+        fr.device_weights(weights, cp.asarray(field[:, :2]), frames)
 
 
 @pytest.mark.gpu

@@ -1,5 +1,5 @@
 """The patch pass's fused refinement kernel (``alignment/cuda/patch_field.cu``
-``refine_surfaces``, launched by ``_field_resample.refine_surfaces_gpu``) against the CPU's
+``refine_surfaces``, launched by ``_refine_gpu.refine_surfaces_gpu``) against the CPU's
 steps in float64: the windows sampled through the field (``windows_through``), less their mean
 and tapered (``tapered``), the n_to_mn correlation within +-1 px, ``normalize.zncc`` and the
 first maximum; then ``refine_shifts`` of both devices.
@@ -13,8 +13,9 @@ surface, shifts within 1e-3 px of the CPU."""
 import numpy as np
 import pytest
 
-from xcorr_app.alignment import _field_resample, _patches
-from xcorr_app.alignment._field_resample import field_weights, refine_surfaces_gpu
+from xcorr_app.alignment import _patches, _refine_gpu
+from xcorr_app.alignment._refine_gpu import refine_surfaces_gpu
+from xcorr_app.alignment._spline import field_weights
 from xcorr_app.alignment._patches import (PatchGrid, common_area, refine_left, refine_shifts,
                                           refine_taper, tapered, template_patches,
                                           windows_through)
@@ -31,11 +32,11 @@ CASES = [  # frame shape, grid, max_deviation, the taper's flat part (None: no t
     ((157, 173), (6, 7), 2, 12),     # windows of 24-26 px: narrower than a warp
     ((61, 301), (1, 1), 4, 64),      # one window 289 px wide: wider than a block
     ((97, 83), (1, 1), 3, None),
-    ((97, 401), (2, 20), 3, 12),     # 20 patches wide: the row coefficients' loop wraps
-    ((129, 211), (2, 5), 3, 12),     # 5 wide (any width), and the widths compiled: 2, 3
+    ((97, 401), (2, 20), 3, 12),     # 20 patches wide: the field's pieces of 21 segments
+    ((129, 211), (2, 5), 3, 12),
     ((140, 150), (3, 2), 3, None),
     ((131, 147), (2, 3), 2, 16),
-    ((157, 301), (3, 8), 2, 12),     # 8 and 6 wide (any width)
+    ((157, 301), (3, 8), 2, 12),
     ((129, 211), (2, 6), 3, None),
 ]
 
@@ -120,9 +121,10 @@ def check_against_cpu(frames, grid, field, shape, flat):
 
 
 def test_launches_split_by_frames_and_a_wide_grid_takes_the_steps(monkeypatch):
-    """More frames than one launch takes (the grid's limit, lowered to 5 here): the same
-    results; a grid wider than the kernel's shared memory allows (limit lowered to 1): the
-    unfused steps, the same shifts."""
+    """More frames than one launch takes (the grid's limit, lowered to 5 here), or a strip of
+    one window row at a time (the shared memory for the field's pieces lowered): the same
+    results; a grid wider than the kernel takes (limit lowered to 1): the unfused steps, the
+    same shifts."""
     import cupy as cp
 
     shape = (157, 173)
@@ -144,10 +146,13 @@ def test_launches_split_by_frames_and_a_wide_grid_takes_the_steps(monkeypatch):
     whole = launch()
     want = refine_shifts(tnear, g_frames, grid, g_field, w_gpu, device="gpu", left=left,
                          taper=taper).get()
-    monkeypatch.setattr(_field_resample, "MAX_GRID", 5)
+    monkeypatch.setattr(_refine_gpu, "MAX_GRID", 5)
     split = launch()
     assert np.isfinite(whole[0]).all() and (whole[1] >= 0).all()
     for a, b in zip(split, whole):
+        np.testing.assert_array_equal(a, b)
+    monkeypatch.setattr(_refine_gpu, "REFINE_STRIP_DOUBLES", 8)  # a strip a window row
+    for a, b in zip(launch(), whole):
         np.testing.assert_array_equal(a, b)
     monkeypatch.setattr(_patches, "REFINE_MAX_GX", 1)
     steps = refine_shifts(tnear, g_frames, grid, g_field, w_gpu, device="gpu", left=left,

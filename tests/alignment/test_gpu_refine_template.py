@@ -1,5 +1,5 @@
 """The template's side of the fused refinement (``alignment/cuda/refine_surfaces.cu``
-``refine_template``, launched by ``_field_resample.refine_template_gpu``) against NumPy's
+``refine_template``, launched by ``_refine_gpu.refine_template_gpu``) against NumPy's
 ``_patches.tapered`` and ``normalize.zncc_left`` for +-1 px, in float64.
 
 Sizes: patches of one pixel, smaller than a warp, odd and non-square, one wider and one with
@@ -10,7 +10,7 @@ differ by an ulp: its float64 sum runs in another order), the sums within float6
 import numpy as np
 import pytest
 
-from xcorr_app.alignment._field_resample import refine_template_gpu
+from xcorr_app.alignment._refine_gpu import refine_template_gpu
 from xcorr_app.alignment._patches import refine_left, refine_template, tapered
 from xcorr_app.errors import InputError
 from xcorr_app.registration._normalize import zncc_left

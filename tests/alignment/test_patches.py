@@ -291,7 +291,7 @@ def test_gpu_patch_parts_equal_float64_cpu(deformed):
     windows through the field and the warp within 1e-3 of the data range."""
     import cupy as cp
 
-    from xcorr_app.alignment._field_resample import field_weights
+    from xcorr_app.alignment._spline import field_weights
     from xcorr_app.alignment._patches import (patch_shifts, refine_shifts, template_patches,
                                               windows, windows_through)
     from xcorr_app.alignment._preprocess import prepare

@@ -22,8 +22,6 @@ Examples
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .._cuda.device import kept_on_device
@@ -42,26 +40,6 @@ WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS, g) for t in PIXEL_C_T
                                            for c in (False, True) for g in (0,) + WARP_GX])
 FINITE = KernelFamily(SOURCE, "finite_field", [()])
 ADD = KernelFamily(SOURCE, "add_fields", [()])
-#: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
-#: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
-REFINE_THREADS = 128
-#: grid widths the refinement is compiled for (its field's sums unrolled: at 8x8 5.6 ms a
-#: launch of 1024 frames against the any-width kernel's 6.3 ms, tools/refine_ab.py, H200
-#: 2026-11-25); others: 0 (any width)
-REFINE_GX = (1, 2, 3, 4, 5, 6, 7, 8)
-REFINE = KernelFamily("refine_surfaces.cu", "refine_surfaces",
-                      [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
-#: the field's row coefficients of a refinement launch's frames, made before it
-FIELD_ROWS = KernelFamily("refine_surfaces.cu", "field_rows", [()])
-#: the template's side of the refinement (its tapered patches and their sums), per pass
-TEMPLATE_THREADS = 256
-TEMPLATE = KernelFamily("refine_surfaces.cu", "refine_template", [(TEMPLATE_THREADS,)])
-ROWS_THREADS = 128
-#: the fused refinement's row coefficients of a strip of window rows (``2 gx`` doubles a row)
-#: take at most this many doubles of shared memory (8 KiB; with its static arrays, 12.4 KiB,
-#: eight blocks an SM still fit): grids at most half as many patches wide
-REFINE_STRIP_DOUBLES = 1024
-REFINE_MAX_GX = REFINE_STRIP_DOUBLES // 2
 #: frames per launch (the grid's y and z extents are at most 65535)
 MAX_GRID = 65535
 #: the cubic convolution's parameter (Keys 1981)
@@ -131,95 +109,12 @@ def bilinear_sample(image, cy, cx, fill):
     return np.where(inside, out, float(fill))
 
 
-def spline_weights(centres, n):
-    """``(n, len(centres))`` float64: the weights that map values at ``centres`` (increasing)
-    to pixels ``0..n-1`` by a natural cubic spline, linear beyond the outermost centres.
-
-    Written out (the spline of each unit vector: one small tridiagonal solve) rather than
-    :class:`scipy.interpolate.CubicSpline`, whose import (``scipy.interpolate`` with
-    ``scipy.special`` and ``scipy.linalg``) took 1.4 s of a 4.1 s first ``xcorr align
-    --patches`` run on an H100 host (2026-11-23); the tests compare the two to 1e-12.
-    """
-    c = np.asarray(centres, np.float64)
-    g = len(c)
-    x = np.arange(n, dtype=np.float64)
-    if g == 1:
-        return np.ones((n, 1))
-    h = np.diff(c)
-    eye = np.eye(g)
-    m = np.zeros((g, g))  # second derivatives at the centres (rows) of each unit vector
-    if g > 2:  # natural ends: 0 there; inside, the continuity of the slopes
-        a = np.zeros((g - 2, g - 2))
-        k = np.arange(g - 2)
-        a[k, k] = 2.0 * (h[:-1] + h[1:])
-        a[k[1:], k[:-1]] = h[1:-1]
-        a[k[:-1], k[1:]] = h[1:-1]
-        slope = (eye[1:] - eye[:-1]) / h[:, None]
-        m[1:-1] = np.linalg.solve(a, 6.0 * (slope[1:] - slope[:-1]))
-    j = np.clip(np.searchsorted(c, np.clip(x, c[0], c[-1]), side="right") - 1, 0, g - 2)
-    hj = h[j][:, None]
-    left = (c[j + 1][:, None] - np.clip(x, c[0], c[-1])[:, None]) / hj  # of the interval
-    right = 1.0 - left
-    w = left * eye[j] + right * eye[j + 1] + hj ** 2 / 6.0 * (
-        (left ** 3 - left) * m[j] + (right ** 3 - right) * m[j + 1])
-    d0 = (eye[1] - eye[0]) / h[0] - h[0] * (2.0 * m[0] + m[1]) / 6.0  # slopes at the ends
-    d1 = (eye[-1] - eye[-2]) / h[-1] + h[-1] * (m[-2] + 2.0 * m[-1]) / 6.0
-    w += np.where(x < c[0], x - c[0], 0.0)[:, None] * d0 + \
-        np.where(x > c[-1], x - c[-1], 0.0)[:, None] * d1
-    return w
-
-
-def dense_field(patch_field, centres, frame_shape, weights=None):
-    """``(N, 2, H, W)`` float64: the shifts of ``patch_field`` ``(N, gy, gx, 2)`` at every
-    pixel, on its device (NaN rows give 0: left unshifted)."""
-    xp = array_module_of(patch_field)
-    if weights is None:
-        weights = field_weights(centres, frame_shape, xp)
-    wy, wx = weights
-    s = xp.nan_to_num(patch_field.astype(xp.float64), nan=0.0).transpose(0, 3, 1, 2)
-    return wy @ s @ wx.T  # (N, 2, gy, gx) -> (N, 2, H, W)
-
-
-def field_weights(centres, frame_shape, xp):
-    """The spline weights of both axes, on ``xp``'s device.  On the GPU the arrays are kept per
-    grid and device (read, never written, by the kernels): a run's patch pass otherwise left
-    the GPU idle for their making and upload (0.9 ms of a 0.14 s run, H200 2026-11-24)."""
-    c = np.asarray(centres, np.float64)
-    key = (tuple(c[:, 0, 0].tolist()), tuple(c[0, :, 1].tolist()),
-           tuple(int(v) for v in frame_shape))
-    if xp is np:
-        return tuple(spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
-    return _device_weights_of(key, xp.cuda.Device().id)
-
-
-class DeviceWeights(tuple):
-    """The spline weights ``(wy, wx)`` as CuPy arrays of one device (a tuple of the two), with
-    ``wx_t``: ``wx`` transposed, C-contiguous ``(gx, W)``, the layout the kernels read (a
-    warp's lanes, consecutive columns, read consecutive doubles: ``along_row`` in
-    ``field_sample.cuh``)."""
-
-    def __new__(cls, wy, wx, wx_t):
-        self = super().__new__(cls, (wy, wx))
-        self.wx_t = wx_t
-        return self
-
-
-@functools.lru_cache(maxsize=16)
-def _device_weights_of(key, device_id):
-    import cupy as cp
-
-    with cp.cuda.Device(device_id):
-        wy, wx = (spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
-        return DeviceWeights(cp.asarray(wy), cp.asarray(wx),
-                             cp.asarray(np.ascontiguousarray(wx.T)))
-
-
-def _starts(starts_y, starts_x):
+def window_starts(starts_y, starts_x):
     """The windows' starts as int32 CuPy arrays, uploaded once per grid and device."""
     return tuple(kept_on_device(np.asarray(v, np.int32)) for v in (starts_y, starts_x))
 
 
-def _device_weights(weights, s, frames):
+def device_weights(weights, s, frames):
     """``(wy, wx_t, s)``: the spline weights (``wx`` transposed, ``(gx, W)``: the layout the
     kernels read) and the patch field as C-contiguous float64 CuPy arrays (NaN: 0, as
     ``nan_to_num``: ``finite_field`` in ``patch_field.cu``), checked against each other and the
@@ -272,7 +167,7 @@ def add_fields(a, b):
     return out
 
 
-def _output(out, shape):
+def output_array(out, shape):
     """A new float32 CuPy array of ``shape``, or ``out`` (C-contiguous float32 of that shape,
     e.g. a poisoned one in the tests)."""
     import cupy as cp
@@ -313,11 +208,11 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     if len(starts_x) != gx:
         raise InputError(f"{len(starts_x)} window columns for a grid {gx} patches wide")
     check_windows(starts_y, starts_x, size, (h, w), shifts)
-    out = _output(out, (p, n, ph, pw))
+    out = output_array(out, (p, n, ph, pw))
     shift = cp.asarray(shifts) if device_shifts is None else device_shifts
     if shift.shape != (n, 2) or shift.dtype != cp.int64 or not shift.flags.c_contiguous:
         raise InputError(f"device shifts {shift.shape} {shift.dtype} for {n} frames")
-    sy, sx = _starts(starts_y, starts_x)
+    sy, sx = window_starts(starts_y, starts_x)
     # the windows' two kernels compile together (one NVRTC call) on first use
     kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
     for a in range(0, n, MAX_GRID):
@@ -328,14 +223,14 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     return out
 
 
-def _through_field(frames, starts_y, starts_x, patch_field, weights, max_gx=None):
+def through_field(frames, starts_y, starts_x, patch_field, weights, max_gx=None):
     """The operands of the kernels that sample windows through the field: the frames as
-    C-contiguous float32 CuPy, and :func:`_device_weights`; InputError unless the windows'
+    C-contiguous float32 CuPy, and :func:`device_weights`; InputError unless the windows'
     starts make the field's grid (at most ``max_gx`` patches wide, where given)."""
     import cupy as cp
 
     frames = cp.ascontiguousarray(frames, cp.float32)
-    wy, wxt, s = _device_weights(weights, patch_field, frames)
+    wy, wxt, s = device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     if (len(starts_y), len(starts_x)) != (gy, gx) or (max_gx is not None and gx > max_gx):
         wide = "" if max_gx is None else f" (at most {max_gx} wide)"
@@ -348,14 +243,14 @@ def windows_through_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     """``(P, N, ph, pw)`` float32 CuPy: the windows at ``starts`` of ``frames`` ``(N, H, W)``
     float32 sampled through the field of ``patch_field`` ``(N, gy, gx, 2)`` (``weights``: the
     spline weights ``(wy, wx)``), by cubic convolution; one launch (per 65535 frames)."""
-    frames, wy, wxt, s = _through_field(frames, starts_y, starts_x, patch_field, weights)
+    frames, wy, wxt, s = through_field(frames, starts_y, starts_x, patch_field, weights)
     n, h, w = frames.shape
     gy, gx = s.shape[1:3]
     ph, pw = size
     p = gy * gx
     check_windows(starts_y, starts_x, size, (h, w))
-    out = _output(out, (p, n, ph, pw))
-    sy, sx = _starts(starts_y, starts_x)
+    out = output_array(out, (p, n, ph, pw))
+    sy, sx = window_starts(starts_y, starts_x)
     kernel = THROUGH.get(THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
@@ -378,12 +273,12 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
     y0, y1, x0, x1 = box or (0, h, 0, w)
     if not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
         raise InputError(f"crop box {box} is not inside the {h}x{w} frame")
-    wy, wxt, s = _device_weights(weights, patch_field, frames)
+    wy, wxt, s = device_weights(weights, patch_field, frames)
     gy, gx = s.shape[1:3]
     finite = None
     if cubic and frames.dtype.kind == "f":  # NaN or Inf pixels: that frame bilinear
         finite = cp.ascontiguousarray(cp.isfinite(frames).all(axis=(1, 2)))
-    out = _output(out, (n, y1 - y0, x1 - x0))
+    out = output_array(out, (n, y1 - y0, x1 - x0))
     kernel = WARP.get(c_type, bool(cubic), THREADS, gx if gx in WARP_GX else 0)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
@@ -396,96 +291,3 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
                 np.float32(fill)),
                shared_mem=THREADS // 32 * 2 * gx * 8)
     return out
-
-
-def refine_template_gpu(tpatches, taper, apply_taper=True):
-    """The template's side of :func:`refine_surfaces_gpu`, made on the device in one launch
-    (``refine_template`` of ``cuda/refine_surfaces.cu``): ``(tnear, (mean, var, bad), tp)``.
-
-    ``tnear``: the template patches ``tpatches`` ``(P, ph, pw)`` (CuPy) as
-    :func:`~._patches.tapered` makes them with ``taper`` (with ``apply_taper`` False, or
-    ``taper`` None: as they are); ``mean, var, bad``: ``(P, 3, 3)`` float64, float64, bool,
-    :func:`~xcorr_app.registration._normalize.zncc_left` of ``tnear`` for a search of +-1 px
-    (equal to float64 rounding); ``tp``: ``taper`` ``(ph, pw)`` as a float32 CuPy array, kept
-    per taper and device (None stays None).  Nothing waits for the device."""
-    import cupy as cp
-
-    tpl = cp.ascontiguousarray(tpatches, cp.float32)
-    if tpl.ndim != 3 or 0 in tpl.shape:
-        raise InputError(f"template patches must be a non-empty (P, ph, pw) array, got "
-                         f"shape {tpl.shape}")
-    p, ph, pw = tpl.shape
-    tp = None
-    if taper is not None:
-        t = np.ascontiguousarray(to_numpy(taper), np.float32)
-        if t.shape != (ph, pw):
-            raise InputError(f"the taper {t.shape} does not match patches of {ph}x{pw}")
-        tp = kept_on_device(t)
-    use = apply_taper and tp is not None
-    tnear = cp.empty_like(tpl)
-    mean, var = cp.empty((p, 3, 3), cp.float64), cp.empty((p, 3, 3), cp.float64)
-    bad = cp.empty((p, 3, 3), cp.bool_)
-    TEMPLATE.get(TEMPLATE_THREADS)((p,), (TEMPLATE_THREADS,),
-                                   (tpl, tp if use else tpl, np.int32(use), tnear, mean, var,
-                                    bad, np.int32(ph), np.int32(pw)))
-    return (tnear if use else tpl), (mean, var, bad), tp
-
-
-def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, taper, tpatches,
-                        left, out=None, surfaces=None):
-    """The refinement of the patch pass in one launch (per 65535 frames): every window of
-    ``frames`` ``(N, H, W)`` float32 CuPy sampled through the field (as
-    :func:`windows_through_gpu`, written to ``out`` ``(P, N, ph, pw)``), less its mean and
-    times ``taper`` (``(ph, pw)`` float32 CuPy, or None: as is), its ZNCC surface
-    ``(P * N, 3, 3)`` float32 against ``tpatches`` ``(P, ph, pw)`` within +-1 px and the
-    surface's first maximum ``iy, ix`` (int64).  ``left``: ``(mean, var, bad)`` of
-    :func:`refine_template_gpu`.  Grids wider than :data:`REFINE_MAX_GX` patches: InputError
-    (the caller measures them unfused).  ``surfaces``: ``(z, iy, ix)`` to write into (e.g.
-    poisoned ones in the tests), else new arrays."""
-    import cupy as cp
-
-    frames, wy, wxt, s = _through_field(frames, starts_y, starts_x, patch_field, weights,
-                                       REFINE_MAX_GX)
-    n, h, w = frames.shape
-    gy, gx = s.shape[1:3]
-    ph, pw = size
-    p = gy * gx
-    tpl = cp.ascontiguousarray(tpatches, cp.float32)
-    lmean, lvar, lbad = left
-    typed = zip((lmean, lvar, lbad, taper), (cp.float64, cp.float64, cp.bool_, cp.float32))
-    if tpl.shape != (p, ph, pw) or any(a.size != p * 9 for a in left) \
-            or (taper is not None and taper.shape != (ph, pw)) \
-            or any(a is not None and not (isinstance(a, cp.ndarray) and a.dtype == t
-                                          and a.flags.c_contiguous) for a, t in typed):
-        raise InputError(f"template patches {tpl.shape}, their sums and taper do not match "
-                         f"{p} windows of {ph}x{pw} (C-contiguous CuPy arrays: float64 mean "
-                         f"and variance, bool flags, float32 taper)")
-    check_windows(starts_y, starts_x, size, (h, w))
-    out = _output(out, (p, n, ph, pw))
-    if surfaces is None:
-        z = cp.empty((p * n, 3, 3), cp.float32)
-        iy, ix = cp.empty(p * n, cp.int64), cp.empty(p * n, cp.int64)
-    else:
-        z, iy, ix = surfaces
-        if z.shape != (p * n, 3, 3) or z.dtype != cp.float32 or not z.flags.c_contiguous \
-                or any(i.shape != (p * n,) or i.dtype != cp.int64 or not i.flags.c_contiguous
-                       for i in (iy, ix)):
-            raise InputError(f"surfaces must be C-contiguous float32 ({p * n}, 3, 3) and two "
-                             f"int64 ({p * n},) arrays")
-    sy, sx = _starts(starts_y, starts_x)
-    args = (REFINE_THREADS, gx if gx in REFINE_GX else 0)
-    kernel, rows_kernel = compile_together([(REFINE, args), (FIELD_ROWS, ())])
-    rows = cp.empty((min(n, MAX_GRID), h, 2 * gx), cp.float64)
-    # the window's rows in strips of equal height, each strip's coefficients in shared memory
-    most = REFINE_STRIP_DOUBLES // (2 * gx)
-    strip = -(-ph // -(-ph // most))
-    for a in range(0, n, MAX_GRID):
-        b = min(n, a + MAX_GRID)
-        rows_kernel((-(-(h * 2 * gx) // ROWS_THREADS), b - a), (ROWS_THREADS,),
-                    (wy, s, rows, np.int32(a), np.int32(h), np.int32(gy), np.int32(gx)))
-        kernel((p, b - a), (REFINE_THREADS,),
-               (frames, out, rows, wxt, sy, sx, taper if taper is not None else out,
-                np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
-                np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
-                np.int32(pw), np.int32(strip)), shared_mem=strip * 2 * gx * 8)
-    return z, iy, ix

@@ -30,8 +30,8 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import map_chunks
-from ._field_resample import (bilinear_sample, cubic_sample, dense_field, field_weights,
-                              spline_weights, warp_gpu)
+from ._field_resample import bilinear_sample, cubic_sample, warp_gpu
+from ._spline import dense_field, field_weights, spline_weights
 from ._apply import check_out
 from ._patches import PatchGrid
 

@@ -16,7 +16,7 @@ from .. import backend
 from ..errors import InputError
 from ..io import FrameRange, open_source
 from ..streaming import cpu_threads, map_chunks
-from ._field_resample import add_fields, field_weights
+from ._field_resample import add_fields
 from ._motion_field import MotionField, warp_chunk, warped_sum
 from ._options import prefilter_for
 from ._low_patches import fill_low, fill_low_fits, fill_low_gpu, low_patches
@@ -26,6 +26,7 @@ from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, i
 from ._pipeline import prepared_reference
 from ._prepared import patch_key
 from ._preprocess import prepare
+from ._spline import field_weights
 from ._references import reference_frame
 from ._template import TemplateAccumulator
 from ._warp import shift_frames

@@ -61,9 +61,10 @@ from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ..registration._surfaces import summed_area_tables, surface_peaks
 from ..streaming import cpu_threads, one_blas_thread
-from ._field_resample import (REFINE_MAX_GX, add_fields, check_windows, cubic_sample, dense_field,
-                              gather_windows_gpu, refine_surfaces_gpu, refine_template_gpu,
+from ._field_resample import (add_fields, check_windows, cubic_sample, gather_windows_gpu,
                               windows_through_gpu)
+from ._refine_gpu import REFINE_MAX_GX, refine_surfaces_gpu, refine_template_gpu
+from ._spline import dense_field
 
 #: the smallest patch side: a patch must hold the search (2 * max_deviation + 1) and some
 #: structure around it
@@ -239,8 +240,8 @@ def windows(frames, grid, integer_shifts, device_shifts=None):
 def windows_through(frames, grid, patch_field, weights):
     """``(P, N, ph, pw)`` float32: the patch windows of ``frames`` sampled through the motion
     field of ``patch_field`` ``(N, gy, gx, 2)`` (pixel ``q`` of a patch reads the frame at
-    ``q - s(q)``, the field ``s`` of :func:`~._field_resample.dense_field` with the spline
-    ``weights`` of :func:`~._field_resample.field_weights`), by cubic convolution
+    ``q - s(q)``, the field ``s`` of :func:`~._spline.dense_field` with the spline
+    ``weights`` of :func:`~._spline.field_weights`), by cubic convolution
     (:func:`~._field_resample.cubic_sample`, taps clamped to the frame).  On the GPU one
     kernel evaluates the field at each window pixel (no dense field); on the CPU a frame at a
     time, the frames shared out over :func:`~xcorr_app.streaming.cpu_threads` threads (NumPy
@@ -404,7 +405,7 @@ def refine_template(tpatches, taper):
     """``(tnear, left)``: the template patches ``tpatches`` :func:`tapered` with ``taper`` and
     what :func:`refine_shifts` needs of them (:func:`refine_left`), made once per pass; on the
     GPU in one launch, nothing waiting for the device
-    (:func:`~._field_resample.refine_template_gpu`)."""
+    (:func:`~._refine_gpu.refine_template_gpu`)."""
     if backend.array_module_of(tpatches) is np:
         tnear = tapered(tpatches, taper)
         return tnear, patch_left(tnear, 1)
@@ -415,7 +416,7 @@ def refine_template(tpatches, taper):
 def refine_left(tnear, taper):
     """What :func:`refine_shifts` needs of the :func:`tapered` template patches ``tnear``: on
     the CPU :func:`patch_left` at bound 1; on the GPU, for the fused kernel
-    (:func:`~._field_resample.refine_surfaces_gpu`), ``((mean, var, bad), taper)``: the
+    (:func:`~._refine_gpu.refine_surfaces_gpu`), ``((mean, var, bad), taper)``: the
     :func:`~xcorr_app.registration._normalize.zncc_left` of ``tnear`` for +-1 px (equal to
     float64 rounding) and the ``taper`` on the device."""
     if backend.array_module_of(tnear) is np:
@@ -433,19 +434,21 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     :func:`tapered` with it); ``left``: :func:`refine_left` of ``tpatches``.
 
     On the GPU one kernel samples, tapers, correlates, normalizes and finds the peak of every
-    window (:func:`~._field_resample.refine_surfaces_gpu`; grids up to
-    :data:`~._field_resample.REFINE_MAX_GX` patches wide), then the run's subpixel kernel:
+    window (:func:`~._refine_gpu.refine_surfaces_gpu`; grids up to
+    :data:`~._refine_gpu.REFINE_MAX_GX` patches wide), then the run's subpixel kernel:
     the numbers of the CPU's steps below, to float rounding."""
     xp = backend.array_module_of(frames)
     # (the fused kernel addresses a frame's taps by 32-bit offsets)
-    if xp is not np and grid.grid[1] <= REFINE_MAX_GX and frames[0].size < 2**31:
+    if xp is not np and grid.grid[1] <= REFINE_MAX_GX and frames[0].size < 2**31 \
+            and getattr(weights, "x_piece", None) is not None:
         sums, tp = refine_left(tpatches, taper) if left is None else left
         z, iy, ix = refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
                                         patch_field, weights, tp, tpatches, sums)
         method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
         s = refined_shifts(z, iy, ix, (1, 1), method)
         return s.reshape(grid.n_patches, len(frames), 2).transpose(1, 0, 2)
-    if xp is not np:  # (a grid too wide for the fused kernel: the steps one by one)
+    if xp is not np:  # (a grid too wide for the fused kernel, or weights without their
+        # pieces: the steps one by one)
         left = None
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
     return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)

@@ -10,7 +10,7 @@
 //
 // The field at a pixel is evaluated in the kernel from the patch shifts, never stored per
 // pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
-// spline weights wy (H, gy) and wx (W, gx) of _field_resample.spline_weights (float64; wx
+// spline weights wy (H, gy) and wx (W, gx) of _spline.spline_weights (float64; wx
 // passed transposed, wxt (gx, W): field_sample.cuh along_row), the
 // patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block (warp_field: one warp) per
 // output row: the row's 2 * gx coefficients (the bracket) are computed once into shared
