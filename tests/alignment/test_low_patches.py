@@ -95,6 +95,16 @@ def test_gpu_rule_equals_numpys(grid, min_confidence):
     np.testing.assert_array_equal(got.get(), filled)
     np.testing.assert_array_equal(g_rows.get(), rows)
     assert (filled[0] == 0).all() and np.isfinite(filled[1]).all()
+    # the rows into a given array (a slice of a larger table, poisoned), the same numbers
+    table = cp.full((n + 3, *rows.shape[1:]), cp.nan)
+    into = table[2:2 + n]
+    got2, g_rows2 = _low_patches.fill_low_gpu(cp.asarray(d), grid, g_low, scores,
+                                              min_confidence, decide=True, rows=into)
+    assert g_rows2 is into and bool(cp.isnan(table[:2]).all() & cp.isnan(table[-1]).all())
+    np.testing.assert_array_equal(into.get(), rows)
+    np.testing.assert_array_equal(got2.get(), filled)
+    with pytest.raises(InputError, match="rows to write into"):
+        _low_patches.fill_low_gpu(cp.asarray(d), grid, g_low, scores, rows=table[:n, :, :4])
     # later passes: low as given, no rows
     d2 = d + rng.normal(0, 0.1, d.shape)
     again, none = _low_patches.fill_low_gpu(cp.asarray(d2), grid, g_low)

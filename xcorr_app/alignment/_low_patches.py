@@ -91,15 +91,15 @@ def fill_low_gpu(deviation, grid_shape, low, scores=None, min_confidence=None, d
 
     from ..errors import InputError
 
+    given = rows is not True and rows is not False  # (an array to write the rows into)
     if not fill_low_fits(deviation, grid_shape, low, scores) \
-            or ((decide or rows) and scores is None):
+            or ((decide or given or rows) and scores is None):
         raise InputError(f"fill_low_gpu takes float64 C-contiguous deviations (N, P, 2) of at "
                          f"most {FILL_MAX_PATCHES} patches, a bool low (N, P) and scores laid "
                          f"out (P, N); got {deviation.shape} {deviation.dtype}")
     n, p = deviation.shape[:2]
     gy, gx = grid_shape
     out = cp.empty_like(deviation)
-    given = rows is not True and rows is not False
     if given and not (isinstance(rows, cp.ndarray) and rows.shape == (n, p, 5)
                       and rows.dtype == cp.float64 and rows.flags.c_contiguous):
         raise InputError(f"rows to write into must be C-contiguous float64 CuPy of shape "
