@@ -16,3 +16,6 @@ done
 g=${GRIDS%% *}
 timeout 100 python3 tools/gap_timeline.py 4096 $g > "$OUT/gap_$g.txt" 2>&1
 sed -n '/^GPU span/,/host annotations/p' "$OUT/gap_$g.txt"
+for g in ${REFINE_AB:-}; do
+  timeout 60 python3 tools/refine_ab.py 1024 $g 2>&1 | tail -2
+done
