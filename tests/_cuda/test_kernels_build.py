@@ -17,6 +17,17 @@ def test_sources_found_and_registered():
         assert fam.instantiations
 
 
+def test_every_module_that_defines_kernels_is_listed():
+    """The compile check and the shipped cubins see the families of FAMILY_MODULES only: a
+    module defining one elsewhere would be checked by nobody and compiled at run time."""
+    root = kernel_loader.PACKAGE_DIR
+    defining = sorted(
+        ".".join(("xcorr_app", *p.relative_to(root).with_suffix("").parts))
+        for p in root.rglob("*.py")
+        if "KernelFamily(" in p.read_text() and p.name != "loader.py")
+    assert defining and set(defining) <= set(kernel_loader.FAMILY_MODULES), defining
+
+
 def test_unregistered_instantiation_refused():
     from xcorr_app.correlate._overlap import OVERLAP
 

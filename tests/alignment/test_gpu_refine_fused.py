@@ -32,7 +32,7 @@ CASES = [  # frame shape, grid, max_deviation, the taper's flat part (None: no t
     ((157, 173), (6, 7), 2, 12),     # windows of 24-26 px: narrower than a warp
     ((61, 301), (1, 1), 4, 64),      # one window 289 px wide: wider than a block
     ((97, 83), (1, 1), 3, None),
-    ((97, 401), (2, 20), 3, 12),     # 20 patches wide: the field's pieces of 21 segments
+    ((97, 401), (2, 20), 3, 12),     # 20 patches wide: any width (the widths compiled: 1-8)
     ((129, 211), (2, 5), 3, 12),
     ((140, 150), (3, 2), 3, None),
     ((131, 147), (2, 3), 2, 16),
@@ -122,7 +122,7 @@ def check_against_cpu(frames, grid, field, shape, flat):
 
 def test_launches_split_by_frames_and_a_wide_grid_takes_the_steps(monkeypatch):
     """More frames than one launch takes (the grid's limit, lowered to 5 here), or a strip of
-    one window row at a time (the shared memory for the field's pieces lowered): the same
+    one window row at a time (the shared memory for the rows' coefficients lowered): the same
     results; a grid wider than the kernel takes (limit lowered to 1): the unfused steps, the
     same shifts."""
     import cupy as cp
@@ -151,7 +151,7 @@ def test_launches_split_by_frames_and_a_wide_grid_takes_the_steps(monkeypatch):
     assert np.isfinite(whole[0]).all() and (whole[1] >= 0).all()
     for a, b in zip(split, whole):
         np.testing.assert_array_equal(a, b)
-    monkeypatch.setattr(_refine_gpu, "REFINE_STRIP_DOUBLES", 8)  # a strip a window row
+    monkeypatch.setattr(_refine_gpu, "REFINE_STRIP_DOUBLES", 1)  # a strip a window row
     for a, b in zip(launch(), whole):
         np.testing.assert_array_equal(a, b)
     monkeypatch.setattr(_patches, "REFINE_MAX_GX", 1)

@@ -1,9 +1,9 @@
 """The motion field's spline (alignment/_spline.py): the weights against SciPy's natural cubic
-spline, their polynomial pieces against the weights, the GPU's kept weights."""
+spline, the GPU's kept weights."""
 import numpy as np
 import pytest
 
-from xcorr_app.alignment._spline import field_weights, spline_pieces, spline_weights
+from xcorr_app.alignment._spline import field_weights, spline_weights
 
 
 def _scipy_spline_weights(c, n):
@@ -33,33 +33,9 @@ def test_spline_weights_are_scipy_s_natural_cubic_spline(g, n):
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=1e-11)  # constants kept
 
 
-@pytest.mark.parametrize("g", [1, 2, 3, 5, 8, 13])
-@pytest.mark.parametrize("n", [1, 40, 301])
-def test_spline_pieces_are_the_weights(g, n):
-    """Each pixel's segment's polynomial in ``u`` gives the weights, to float64 rounding, for
-    even centres on half pixels and uneven ones beyond the frame; segments in pixel order."""
-    rng = np.random.default_rng([g, n, 1])
-    even = np.linspace(0.4 * n / g, n - 0.4 * n / g, g) if g > 1 else np.array([n / 2])
-    half = even.round() + 0.5  # (patch centres: on half pixels)
-    for c in ([even, half] if len(np.unique(half)) == g else [even]) + [
-            np.sort(rng.uniform(-20, n + 20, g)) + np.arange(g) * 3.0]:
-        coef, piece = spline_pieces(c, n)
-        assert coef.shape == (g + 1, g, 4) and piece.shape == (n, 2)
-        seg = piece[:, 0].astype(np.int64)
-        assert (seg == piece[:, 0]).all() and (np.diff(seg) >= 0).all()
-        assert seg.min() >= 0 and seg.max() <= g
-        u = piece[:, 1][:, None]
-        got = sum(coef[seg, :, k] * u ** k for k in range(4))  # (n, g)
-        np.testing.assert_allclose(got, spline_weights(c, n), rtol=0, atol=1e-11)
-        x = np.arange(n)
-        if g > 1:  # (one centre: one segment, every weight 1)
-            assert ((seg == 0) == (x < c[0])).all() and ((seg == g) == (x > c[-1])).all()
-
-
 @pytest.mark.gpu
 def test_gpu_weights_carry_what_the_kernels_read():
-    """On the GPU the weights are kept per grid and device with ``wx`` transposed and the
-    columns' pieces."""
+    """On the GPU the weights are kept per grid and device, with ``wx`` transposed."""
     import cupy as cp
 
     centres = np.stack(np.meshgrid([10.0, 30.0, 52.0], [8.5, 40.5], indexing="ij"), -1)
@@ -68,7 +44,4 @@ def test_gpu_weights_carry_what_the_kernels_read():
     wy, wx = w
     np.testing.assert_array_equal(wy.get(), spline_weights([10.0, 30.0, 52.0], 61))
     np.testing.assert_array_equal(w.wx_t.get(), wx.get().T)
-    coef, piece = spline_pieces([8.5, 40.5], 79)
-    np.testing.assert_array_equal(w.x_coef.get(), coef)
-    np.testing.assert_array_equal(w.x_piece.get(), piece)
-    np.testing.assert_array_equal(w.x_segments, piece[:, 0])
+    assert w.wx_t.flags.c_contiguous

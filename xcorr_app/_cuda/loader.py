@@ -38,6 +38,7 @@ KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 #: modules that define kernel families (imported by :func:`all_families`)
 FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._field_resample",
+                  "xcorr_app.alignment._refine_gpu",
                   "xcorr_app.alignment._low_patches",
                   "xcorr_app.alignment._warp",
                   "xcorr_app.correlate._overlap", "xcorr_app.correlate._fft",

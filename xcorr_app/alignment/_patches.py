@@ -439,16 +439,14 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     the numbers of the CPU's steps below, to float rounding."""
     xp = backend.array_module_of(frames)
     # (the fused kernel addresses a frame's taps by 32-bit offsets)
-    if xp is not np and grid.grid[1] <= REFINE_MAX_GX and frames[0].size < 2**31 \
-            and getattr(weights, "x_piece", None) is not None:
+    if xp is not np and grid.grid[1] <= REFINE_MAX_GX and frames[0].size < 2**31:
         sums, tp = refine_left(tpatches, taper) if left is None else left
         z, iy, ix = refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
                                         patch_field, weights, tp, tpatches, sums)
         method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
         s = refined_shifts(z, iy, ix, (1, 1), method)
         return s.reshape(grid.n_patches, len(frames), 2).transpose(1, 0, 2)
-    if xp is not np:  # (a grid too wide for the fused kernel, or weights without their
-        # pieces: the steps one by one)
+    if xp is not np:  # (a grid too wide for the fused kernel: the steps one by one)
         left = None
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
     return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)

@@ -3,11 +3,12 @@
 every window sampled through the field, tapered, correlated within +-1 px, normalized and its
 peak found in one launch (the CPU's steps: :func:`~._patches.refine_shifts`).
 
-The field along a window's rows comes from its polynomial pieces (:func:`~._spline.
-spline_pieces`): one launch before the refinement's makes each row's cubics of every segment
-of the grid (``field_pieces``), and the refinement evaluates the pixel's segment's (3 FMAs an
-axis; the weights' sums took ``gx``: at 8x8 the sampling's field was 16 FMAs, 8 shared and 8
-global reads a pixel).
+The field along a window's rows: one launch before the refinement's makes every row's
+coefficients (``field_rows``: ``sum_i wy[y, i] S[n, i, j, a]``), the refinement sums them
+against the columns' weights a pixel, the grid's width compiled in.  (The field as a cubic a
+spline segment instead, 3 FMAs an axis a pixel where the sums take ``gx``: 5.91 ms against
+5.60 ms a launch of 1024 frames at 8x8, tools/refine_ab.py, H200 2026-11-25: the pixel's
+segment and piece read a pixel, a chain of dependent loads, cost more than the FMAs saved.)
 """
 
 from __future__ import annotations
@@ -24,19 +25,23 @@ SOURCE = "refine_surfaces.cu"
 #: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
 #: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
 REFINE_THREADS = 128
-REFINE = KernelFamily(SOURCE, "refine_surfaces", [(REFINE_THREADS,)])
-#: each row's polynomial pieces of the field, for a refinement launch's frames, made before it
-PIECES = KernelFamily(SOURCE, "field_pieces", [()])
-PIECES_THREADS = 128
+#: grid widths the refinement is compiled for (its field's sums unrolled: at 8x8 5.6 ms a
+#: launch of 1024 frames against the any-width kernel's 6.3 ms, tools/refine_ab.py, H200
+#: 2026-11-25); others: 0 (any width)
+REFINE_GX = (1, 2, 3, 4, 5, 6, 7, 8)
+REFINE = KernelFamily(SOURCE, "refine_surfaces",
+                      [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
+#: the field's row coefficients of a refinement launch's frames, made before it
+FIELD_ROWS = KernelFamily(SOURCE, "field_rows", [()])
+ROWS_THREADS = 128
 #: the template's side of the refinement (its tapered patches and their sums), per pass
 TEMPLATE_THREADS = 256
 TEMPLATE = KernelFamily(SOURCE, "refine_template", [(TEMPLATE_THREADS,)])
-#: the pieces of a strip of window rows (8 doubles a row and segment the window spans) take at
-#: most this many doubles of shared memory (8 KiB; with the static arrays, 12.4 KiB, eight
-#: blocks an SM still fit)
+#: the row coefficients of a strip of window rows (``2 gx`` doubles a row) take at most this
+#: many doubles of shared memory (8 KiB; with the static arrays, 12.4 KiB, eight blocks an SM
+#: still fit): grids at most half as many patches wide are fused
 REFINE_STRIP_DOUBLES = 1024
-#: grids at most this wide are fused (a window spans at most gx + 1 segments)
-REFINE_MAX_GX = REFINE_STRIP_DOUBLES // 8 - 1
+REFINE_MAX_GX = REFINE_STRIP_DOUBLES // 2
 
 
 def refine_template_gpu(tpatches, taper, apply_taper=True):
@@ -80,16 +85,13 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     times ``taper`` (``(ph, pw)`` float32 CuPy, or None: as is), its ZNCC surface
     ``(P * N, 3, 3)`` float32 against ``tpatches`` ``(P, ph, pw)`` within +-1 px and the
     surface's first maximum ``iy, ix`` (int64).  ``left``: ``(mean, var, bad)`` of
-    :func:`refine_template_gpu`; ``weights``: :func:`~._spline.field_weights` on the GPU (a
-    :class:`~._spline.DeviceWeights`: the field's pieces).  Grids wider than
-    :data:`REFINE_MAX_GX` patches: InputError (the caller measures them unfused).  ``surfaces``: ``(z, iy, ix)`` to write into (e.g.
+    :func:`refine_template_gpu`.  Grids wider than :data:`REFINE_MAX_GX` patches: InputError
+    (the caller measures them unfused).  ``surfaces``: ``(z, iy, ix)`` to write into (e.g.
     poisoned ones in the tests), else new arrays."""
     import cupy as cp
 
-    if getattr(weights, "x_piece", None) is None:
-        raise InputError("the fused refinement takes the GPU's field_weights (their pieces)")
-    frames, wy, _, s = through_field(frames, starts_y, starts_x, patch_field, weights,
-                                     REFINE_MAX_GX)
+    frames, wy, wxt, s = through_field(frames, starts_y, starts_x, patch_field, weights,
+                                       REFINE_MAX_GX)
     n, h, w = frames.shape
     gy, gx = s.shape[1:3]
     ph, pw = size
@@ -117,23 +119,19 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
             raise InputError(f"surfaces must be C-contiguous float32 ({p * n}, 3, 3) and two "
                              f"int64 ({p * n},) arrays")
     sy, sx = window_starts(starts_y, starts_x)
-    kernel, pieces_kernel = compile_together([(REFINE, (REFINE_THREADS,)), (PIECES, ())])
-    pieces = cp.empty((min(n, MAX_GRID), h, gx + 1, 4, 2), cp.float64)
-    # the window's rows in strips of equal height, each strip's pieces (of the segments the
-    # window spans) in shared memory
-    seg = weights.x_segments
-    spans = max(int(seg[x + pw - 1] - seg[x]) + 1 for x in np.asarray(starts_x, np.int64))
-    most = max(1, REFINE_STRIP_DOUBLES // (8 * spans))
+    args = (REFINE_THREADS, gx if gx in REFINE_GX else 0)
+    kernel, rows_kernel = compile_together([(REFINE, args), (FIELD_ROWS, ())])
+    rows = cp.empty((min(n, MAX_GRID), h, 2 * gx), cp.float64)
+    # the window's rows in strips of equal height, each strip's coefficients in shared memory
+    most = max(1, REFINE_STRIP_DOUBLES // (2 * gx))
     strip = -(-ph // -(-ph // most))
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        pieces_kernel((-(-(h * (gx + 1) * 2) // PIECES_THREADS), b - a), (PIECES_THREADS,),
-                      (wy, s, weights.x_coef, pieces, np.int32(a), np.int32(h), np.int32(gy),
-                       np.int32(gx)))
+        rows_kernel((-(-(h * 2 * gx) // ROWS_THREADS), b - a), (ROWS_THREADS,),
+                    (wy, s, rows, np.int32(a), np.int32(h), np.int32(gy), np.int32(gx)))
         kernel((p, b - a), (REFINE_THREADS,),
-               (frames, out, pieces, weights.x_piece, sy, sx,
-                taper if taper is not None else out, np.int32(taper is not None), tpl, lmean,
-                lvar, lbad, z, iy, ix, np.int32(a), np.int32(n), np.int32(h), np.int32(w),
-                np.int32(gx), np.int32(ph), np.int32(pw), np.int32(strip)),
-               shared_mem=strip * spans * 8 * 8)
+               (frames, out, rows, wxt, sy, sx, taper if taper is not None else out,
+                np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
+                np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
+                np.int32(pw), np.int32(strip)), shared_mem=strip * 2 * gx * 8)
     return z, iy, ix

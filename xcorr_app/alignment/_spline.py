@@ -3,9 +3,6 @@ x)`` of the patch shifts ``S`` ``(gy, gx)`` (each axis) is ``(wy @ S @ wx.T)[y, 
 separable natural cubic spline through the patch centres, linear beyond the outermost ones.
 
 * :func:`spline_weights`: ``wy`` or ``wx``, the weights of each centre at every pixel.
-* :func:`spline_pieces`: the same weights as polynomials in ``u = x - origin`` on the spline's
-  segments (cubic between centres, linear beyond): along a row the field is then one cubic a
-  segment, 3 FMAs an axis a pixel where the weights took ``gx`` (the GPU's refinement).
 * :func:`field_weights`: the weights of a grid, kept per grid and device on the GPU
   (:class:`DeviceWeights`, with what the kernels read).
 * :func:`dense_field`: the field at every pixel (the reference; the kernels evaluate it per
@@ -82,48 +79,6 @@ def spline_weights(centres, n):
     return w
 
 
-def spline_pieces(centres, n):
-    """:func:`spline_weights` as polynomials on the spline's ``g + 1`` segments (``g =
-    len(centres)``): ``(coef, piece)``.
-
-    ``coef`` ``(g + 1, g, 4)`` float64: ``coef[s, j, k]``, the coefficient of ``u ** k`` of
-    centre ``j``'s weight on segment ``s``; ``piece`` ``(n, 2)`` float64: each pixel's segment
-    and ``u``, its distance from the segment's origin.  Segment 0 lies before the first
-    centre (origin: the first centre; linear), segment ``1 + j`` from centre ``j`` to centre
-    ``j + 1`` (origin centre ``j``; a centre belongs to the segment it starts, the last to the
-    one it ends), segment ``g`` beyond the last centre (origin: the last; linear).  One centre:
-    every weight is 1.  The weights are :func:`spline_weights`' to float64 rounding.
-
-    >>> coef, piece = spline_pieces(np.array([10.0, 30.0]), 41)
-    >>> s, u = piece[40]
-    >>> float(np.polynomial.polynomial.polyval(u, coef[int(s), 1]))  # spline_weights: 1.5
-    1.5
-    """
-    c = np.asarray(centres, np.float64)
-    g = len(c)
-    x = np.arange(n, dtype=np.float64)
-    coef = np.zeros((g + 1, g, 4))
-    if g == 1:
-        coef[:, 0, 0] = 1.0
-        return coef, np.stack([np.zeros(n), x - c[0]], axis=1)
-    h, m = _moments(c)
-    eye = np.eye(g)
-    j = np.arange(g - 1)
-    hj = h[:, None]
-    coef[1:g, :, 0] = eye[:-1]  # (r = u / h: e_j + r (e_j+1 - e_j) + h^2 / 6 (m_j (-2r + 3r^2
-    # - r^3) + m_j+1 (r^3 - r)), in powers of u)
-    coef[1:g, :, 1] = (eye[1:] - eye[:-1]) / hj - hj * (2.0 * m[:-1] + m[1:]) / 6.0
-    coef[1:g, :, 2] = m[:-1] / 2.0
-    coef[1:g, :, 3] = (m[1:] - m[:-1]) / (6.0 * hj)
-    d0, d1 = _end_slopes(h, m)
-    coef[0, :, 0], coef[0, :, 1] = eye[0], d0
-    coef[g, :, 0], coef[g, :, 1] = eye[-1], d1
-    inner = 1 + np.clip(np.searchsorted(c, x, side="right") - 1, 0, g - 2)
-    seg = np.where(x < c[0], 0, np.where(x > c[-1], g, inner))
-    origin = np.concatenate([c[:1], c[j], c[-1:]])
-    return coef, np.stack([seg.astype(np.float64), x - origin[seg]], axis=1)
-
-
 def dense_field(patch_field, centres, frame_shape, weights=None):
     """``(N, 2, H, W)`` float64: the shifts of ``patch_field`` ``(N, gy, gx, 2)`` at every
     pixel, on its device (NaN rows give 0: left unshifted)."""
@@ -152,13 +107,11 @@ class DeviceWeights(tuple):
     """The spline weights ``(wy, wx)`` as CuPy arrays of one device (a tuple of the two), with
     what the kernels read: ``wx_t``, ``wx`` transposed, C-contiguous ``(gx, W)`` (a warp's
     lanes, consecutive columns, read consecutive doubles: ``along_row`` in
-    ``field_sample.cuh``); ``x_coef`` and ``x_piece``, :func:`spline_pieces` of the columns
-    (CuPy), and ``x_segments``, the columns' segments (NumPy int64)."""
+    ``field_sample.cuh``)."""
 
-    def __new__(cls, wy, wx, wx_t, x_pieces):
+    def __new__(cls, wy, wx, wx_t):
         self = super().__new__(cls, (wy, wx))
         self.wx_t = wx_t
-        self.x_coef, self.x_piece, self.x_segments = x_pieces
         return self
 
 
@@ -168,7 +121,5 @@ def _device_weights_of(key, device_id):
 
     with cp.cuda.Device(device_id):
         wy, wx = (spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
-        coef, piece = spline_pieces(np.asarray(key[1]), key[2][1])
         return DeviceWeights(cp.asarray(wy), cp.asarray(wx),
-                             cp.asarray(np.ascontiguousarray(wx.T)),
-                             (cp.asarray(coef), cp.asarray(piece), piece[:, 0].astype(np.int64)))
+                             cp.asarray(np.ascontiguousarray(wx.T)))

@@ -73,14 +73,6 @@ __device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
     return make_double2(a, b);
 }
 
-// The field at a pixel from its row's piece (refine_surfaces.cu field_pieces): cf[k] the
-// coefficients of u^k (axis 0, axis 1), u the pixel's distance from its segment's origin.
-__device__ __forceinline__ double2 piece_at(const double2* cf, double u) {
-    const double2 c3 = cf[3], c2 = cf[2], c1 = cf[1], c0 = cf[0];
-    return make_double2(fma(fma(fma(c3.x, u, c2.x), u, c1.x), u, c0.x),
-                        fma(fma(fma(c3.y, u, c2.y), u, c1.y), u, c0.y));
-}
-
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
 // the arithmetic A (float64 where the definition's numbers are met to float64 rounding, float32
 // in the refinement: cubic_at<float>, within about 1e-7 of the pixels' range).

@@ -19,8 +19,8 @@
 // pixels in row-major order.  Sums: each warp a band of consecutive rows, each lane walks its
 // columns down the band holding three rows of L's three columns in registers (three reads a pixel, not nine,
 // and the overlap's bounds checked once a column and row, not nine times a pixel).
-// Dynamic shared memory: strip * spans * 8 doubles (the strip's rows' pieces of the segments
-// the window spans, copied from `pieces`: field_pieces below, made by one launch before).
+// Dynamic shared memory: strip * 2 * gx doubles (the strip's row coefficients, interleaved,
+// copied from `rows`: field_rows below, made by one launch before).
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
 // and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
 // it replaced took about 1.3 ms.  Then the taps in float32 and the edges' sums in a loop of
@@ -84,35 +84,27 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
     __syncthreads();
 }
 
-// pieces[n, y, s, k, a] = sum_j R[y, a, j] coef[s, j, k], R[y, a, j] = row_coefficient (sum_i
-// wy[y, i] S[n0 + n, i, j, a]): the field along row y of frame n0 + n as one polynomial in u a
-// segment s of the spline (_spline.spline_pieces: coef (gx + 1, gx, 4), u the pixel's distance
-// from the segment's origin), for the frames n0 .. n0 + gridDim.y - 1; grid (ceil(h (gx + 1)
-// 2 / 128), frames), 128 threads, a thread a row, segment and axis.  Made once for the
-// refinement's launch (its blocks computed the row coefficients per warp and window row, 7-9%
-// of its instructions, Nsight Compute, H200 2026-11-24; then the weights' sums a pixel).
-__global__ void field_pieces(const double* __restrict__ wy, const double* __restrict__ s,
-                             const double* __restrict__ coef, double* __restrict__ pieces,
-                             int n0, int h, int gy, int gx) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x, per_row = (gx + 1) * 2;
-    if (t >= h * per_row) return;
-    const int y = t / per_row, rem = t - y * per_row, sg = rem >> 1, a = rem & 1;
-    double c[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int j = 0; j < gx; ++j) {
-        const double r = row_coefficient(wy, s, y, n0 + (int)blockIdx.y, gy, gx, a * gx + j);
-        const double* q = coef + ((size_t)sg * gx + j) * 4;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) c[k] += r * q[k];
-    }
-    double* out = pieces + (((size_t)blockIdx.y * h + y) * (gx + 1) + sg) * 8 + a;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) out[2 * k] = c[k];
+// rows[(n * h + y) * 2 gx + 2 j + a] = sum_i wy[y, i] S[n0 + n, i, j, a] (row_coefficient):
+// the field's row coefficients, interleaved as along_row2_fixed reads them, of every row of the
+// frames n0 .. n0 + gridDim.y - 1; grid (ceil(h * 2 gx / 128), frames), 128 threads.  Made once
+// for the refinement's launch: its blocks computed them per warp and window row, 7-9% of its
+// instructions and a wait on dependent loads a row (Nsight Compute, H200 2026-11-24).
+__global__ void field_rows(const double* __restrict__ wy, const double* __restrict__ s,
+                           double* __restrict__ rows, int n0, int h, int gy, int gx) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= h * 2 * gx) return;
+    const int y = k / (2 * gx), kk = k - y * 2 * gx;
+    rows[(size_t)blockIdx.y * h * 2 * gx + k] =
+        row_coefficient2(wy, s, y, n0 + (int)blockIdx.y, gy, gx, kk);
 }
 
-template <int THREADS>
+// GX: the grid's width at compile time (1 to 8: _refine_gpu.REFINE_GX; 0: any, read from gx):
+// the field's sums a pixel unrolled (Nsight Compute, H200 2026-11-24: with the width read at run time the loop's control
+// and set-up were 40 of the sampling's 200 instructions a pixel, the sampling 69% of the kernel's)
+template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
-        const float* __restrict__ frames, float* win, const double2* __restrict__ pieces,
-        const double2* __restrict__ xpiece,
+        const float* __restrict__ frames, float* win, const double* __restrict__ rows,
+        const double* __restrict__ wxt,
         const int* __restrict__ sy, const int* __restrict__ sx,
         const float* __restrict__ taper, int has_taper, const float* __restrict__ tpl,
         const double* __restrict__ lmean, const double* __restrict__ lvar,
@@ -120,7 +112,7 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gx, int ph,
         int pw, int strip) {
     constexpr int WARPS = THREADS / 32;
-    extern __shared__ double2 cf[];  // strip * spans * 4: the strip's rows' pieces
+    extern __shared__ double coef[];  // strip * 2 * gx: the strip's rows' coefficients
     __shared__ double red[WARPS * REFINE_SUMS];
     __shared__ double tot[REFINE_SUMS];
     __shared__ double acc[11 * THREADS];
@@ -130,31 +122,25 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     const int ys = sy[p / gx], xs = sx[p % gx];
     const float* f = frames + (size_t)n * h * w;
     float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
-    // the segments of the field's pieces the window's columns lie in
-    const int s0 = (int)xpiece[xs].x, spans = (int)xpiece[xs + pw - 1].x - s0 + 1;
 
-    // the window through the field, a strip of rows at a time: the strip's rows' pieces into
-    // shared memory, then the threads over its pixels in row-major order, the field at a pixel
-    // its segment's cubic in u.  (A warp a row, lanes over its columns, left a quarter of a
-    // 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a lane: 8x8 windows
-    // took 1.8 times 4x4's time a pixel; the weights' sums were 16 FMAs and 16 reads a pixel at
-    // 8x8, H200 2026-11-25.)
+    // the window through the field, a strip of rows at a time: the strip's row coefficients
+    // into shared memory (one copy of consecutive doubles from `rows`), then the threads over
+    // its pixels in row-major order.  (A warp a row, lanes over its columns, left a quarter of
+    // a 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a lane: 8x8 windows
+    // took 1.8 times 4x4's time a pixel, H200 2026-11-25.)
     double one[1] = {0.0};
     const int dr = THREADS / pw, dc = THREADS - dr * pw;  // a thread's step: rows, columns
     for (int r0 = 0; r0 < ph; r0 += strip) {
-        const int rn = min(strip, ph - r0), row_items = spans * 4;
-        const double2* src = pieces + (((size_t)blockIdx.y * h + ys + r0) * (gx + 1) + s0) * 4;
-        if (r0 > 0) __syncthreads();  // (the last strip's pieces read)
-        for (int k = threadIdx.x; k < rn * row_items; k += THREADS) {
-            const int r = k / row_items;
-            cf[k] = src[(size_t)r * (gx + 1) * 4 + (k - r * row_items)];
-        }
+        const int rn = min(strip, ph - r0);
+        const double* src = rows + ((size_t)blockIdx.y * h + ys + r0) * 2 * gx;
+        if (r0 > 0) __syncthreads();  // (the last strip's coefficients read)
+        for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) coef[k] = src[k];
         __syncthreads();
         int r = (int)threadIdx.x / pw, c = (int)threadIdx.x - r * pw;
         while (r < rn) {
             const int y = ys + r0 + r, x = xs + c;
-            const double2 e = xpiece[x];  // (segment, u)
-            const double2 d = piece_at(cf + (r * spans + ((int)e.x - s0)) * 4, e.y);
+            const double2 d = along_row2_fixed<GX>(
+                reinterpret_cast<const double2*>(coef + r * 2 * gx), wxt, x, w, gx);
             const float v = cubic_inside<float>(f, h, w, (double)y - d.x, (double)x - d.y);
             wnd[(r0 + r) * pw + c] = v;
             one[0] += (double)v;
