@@ -3,8 +3,8 @@
 # grids given (GRIDS, default 8x8) and the annotated gaps at the first of them.
 . tools/device_env.sh
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$OUT/device.txt"
-XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 200 python3 -m pytest -m gpu -q \
-  -p no:cacheprovider -n 8 ${TESTS:-tests/alignment} > "$OUT/pytest_gpu.txt" 2>&1
+XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 280 python3 -m pytest -m gpu -q \
+  -p no:cacheprovider -n 8 --durations=12 -rf ${TESTS:-tests/alignment} > "$OUT/pytest_gpu.txt" 2>&1
 tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED|^ERROR" "$OUT/pytest_gpu.txt" | head
 export XCORR_CACHE_DIR=/tmp/c/x CUPY_CACHE_DIR=/tmp/c/cupy
 GRIDS=${GRIDS:-8x8}
