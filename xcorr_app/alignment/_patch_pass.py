@@ -262,7 +262,7 @@ class KeptRows:
     one device table (:meth:`slot`), which comes to the host in one copy once it is full (a
     device-wide wait, at most once every :data:`KEPT_MAX_BYTES`) and at the end of the pass
     (:meth:`fetch`).  (A copy a chunk into pageable memory at the end: 16 copies and 6 ms of
-    an 8x8 run's last 14 ms, the GPU idle, H200 2026-11-25.)"""
+    an 8x8 run's last 14 ms, the GPU idle, H200 2026-11-24.)"""
 
     def __init__(self, xp, table):
         self.xp, self.table = xp, table
@@ -316,7 +316,7 @@ def field_from_rows(table, rigid, setup):
     rows' deviation columns become the field (the rigid shifts added in place) and the field
     and confidence are views of ``table``: no new arrays (NumPy's ``rigid + d`` over 4096
     frames' 8x8 rows took 2.6 ms and fresh pages a few more, the GPU idle at the run's end,
-    H200 2026-11-25)."""
+    H200 2026-11-24)."""
     grid = setup.grid
     gy, gx = grid.grid
     n = len(table)

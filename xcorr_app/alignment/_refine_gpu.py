@@ -7,7 +7,7 @@ The field along a window's rows: one launch before the refinement's makes every 
 coefficients (``field_rows``: ``sum_i wy[y, i] S[n, i, j, a]``), the refinement sums them
 against the columns' weights a pixel, the grid's width compiled in.  (The field as a cubic a
 spline segment instead, 3 FMAs an axis a pixel where the sums take ``gx``: 5.91 ms against
-5.60 ms a launch of 1024 frames at 8x8, tools/refine_ab.py, H200 2026-11-25: the pixel's
+5.60 ms a launch of 1024 frames at 8x8, tools/refine_ab.py, H200 2026-11-24: the pixel's
 segment and piece read a pixel, a chain of dependent loads, cost more than the FMAs saved.)
 """
 
@@ -27,7 +27,7 @@ SOURCE = "refine_surfaces.cu"
 REFINE_THREADS = 128
 #: grid widths the refinement is compiled for (its field's sums unrolled: at 8x8 5.6 ms a
 #: launch of 1024 frames against the any-width kernel's 6.3 ms, tools/refine_ab.py, H200
-#: 2026-11-25); others: 0 (any width)
+#: 2026-11-24); others: 0 (any width)
 REFINE_GX = (1, 2, 3, 4, 5, 6, 7, 8)
 REFINE = KernelFamily(SOURCE, "refine_surfaces",
                       [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
@@ -81,8 +81,8 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
                         left, out=None, surfaces=None):
     """The refinement of the patch pass in one launch (per 65535 frames): every window of
     ``frames`` ``(N, H, W)`` float32 CuPy sampled through the field (as
-    :func:`~._field_resample.windows_through_gpu`, written to ``out`` ``(P, N, ph, pw)``), less its mean and
-    times ``taper`` (``(ph, pw)`` float32 CuPy, or None: as is), its ZNCC surface
+    :func:`~._field_resample.windows_through_gpu`, written to ``out`` ``(P, N, ph, pw)``), less
+    its mean and times ``taper`` (``(ph, pw)`` float32 CuPy, or None: as is), its ZNCC surface
     ``(P * N, 3, 3)`` float32 against ``tpatches`` ``(P, ph, pw)`` within +-1 px and the
     surface's first maximum ``iy, ix`` (int64).  ``left``: ``(mean, var, bad)`` of
     :func:`refine_template_gpu`.  Grids wider than :data:`REFINE_MAX_GX` patches: InputError

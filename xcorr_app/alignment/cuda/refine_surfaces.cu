@@ -17,8 +17,9 @@
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
 // Grid (P, frames of this launch).  Sampling: the threads over a strip of `strip` rows'
 // pixels in row-major order.  Sums: each warp a band of consecutive rows, each lane walks its
-// columns down the band holding three rows of L's three columns in registers (three reads a pixel, not nine,
-// and the overlap's bounds checked once a column and row, not nine times a pixel).
+// columns down the band holding three rows of L's three columns in registers (three reads a
+// pixel, not nine, and the overlap's bounds checked once a column and row, not nine times a
+// pixel).
 // Dynamic shared memory: strip * 2 * gx doubles (the strip's row coefficients, interleaved,
 // copied from `rows`: field_rows below, made by one launch before).
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
@@ -99,8 +100,9 @@ __global__ void field_rows(const double* __restrict__ wy, const double* __restri
 }
 
 // GX: the grid's width at compile time (1 to 8: _refine_gpu.REFINE_GX; 0: any, read from gx):
-// the field's sums a pixel unrolled (Nsight Compute, H200 2026-11-24: with the width read at run time the loop's control
-// and set-up were 40 of the sampling's 200 instructions a pixel, the sampling 69% of the kernel's)
+// the field's sums a pixel unrolled (Nsight Compute, H200 2026-11-24: with the width read at
+// run time the loop's control and set-up were 40 of the sampling's 200 instructions a pixel,
+// the sampling 69% of the kernel's)
 template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ rows,
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     // into shared memory (one copy of consecutive doubles from `rows`), then the threads over
     // its pixels in row-major order.  (A warp a row, lanes over its columns, left a quarter of
     // a 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a lane: 8x8 windows
-    // took 1.8 times 4x4's time a pixel, H200 2026-11-25.)
+    // took 1.8 times 4x4's time a pixel, H200 2026-11-24.)
     double one[1] = {0.0};
     const int dr = THREADS / pw, dc = THREADS - dr * pw;  // a thread's step: rows, columns
     for (int r0 = 0; r0 < ph; r0 += strip) {
