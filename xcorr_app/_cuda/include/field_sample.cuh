@@ -33,9 +33,8 @@ __device__ __forceinline__ void row_coefficients(const double* __restrict__ wy,
 
 // sum_j coef[j] * wx[x, j], the weights transposed: wxt (gx, w) = wx.T, so that the lanes of
 // a warp (consecutive x) read consecutive doubles.  (In wx's own (w, gx) layout a lane's read
-// of one weight took a sector of its own: at gx = 8, 8 sectors for the one used; they were
-// half the fused refinement's L1 traffic at 4x4 and it was bound by L1, Nsight Compute, H200
-// 2026-11-24.)
+// of one weight took a sector of its own: 52% of the fused refinement's global sectors at 4x4,
+// and at 8x8 it was bound by L1, Nsight Compute, H200 2026-11-24.)
 __device__ __forceinline__ double along_row(const double* coef, const double* __restrict__ wxt,
                                             int x, int w, int gx) {
     double acc = 0.0;
