@@ -16,10 +16,10 @@
 //     flag given per patch and shift (normalize.zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
 // Grid (P, frames of this launch).  Sampling: the threads over a strip of `strip` rows'
-// pixels in row-major order.  Sums: each warp a band of consecutive rows, each lane walks its
-// columns down the band holding three rows of L's three columns in registers (three reads a
-// pixel, not nine, and the overlap's bounds checked once a column and row, not nine times a
-// pixel).
+// pixels in row-major order.  Sums: the threads over the items (a column, a band of
+// consecutive rows: refine_bands), each walking its column down the band holding three rows of
+// L's three columns in registers (three reads a pixel, not nine, and the overlap's bounds
+// checked once a column and row, not nine times a pixel).
 // Dynamic shared memory: strip * 2 * gx doubles (the strip's row coefficients, interleaved,
 // copied from `rows`: field_rows below, made by one launch before).
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
@@ -64,6 +64,27 @@ __device__ __forceinline__ void template_row(const float* __restrict__ L, int yy
     a = in && left ? row[-1] : 0.0f;
     b = in ? row[0] : 0.0f;
     e = in && right ? row[1] : 0.0f;
+}
+
+// The bands of rows the cross sums split a window's rows into, a thread walking a column down
+// a band (an item) at a time: the count from WARPS to 4 WARPS (bands of at least 8 rows) whose
+// busiest thread walks the fewest rows, its items' set-up counted as two rows (ties: fewer
+// bands).  (WARPS bands, a warp's lanes over the columns: on 75 columns 3 columns of 19 rows a
+// lane, 23% of the lanes idle; 5 bands: 3 items of 15 rows.)
+template <int THREADS>
+__device__ __forceinline__ int refine_bands(int ph, int pw) {
+    constexpr int WARPS = THREADS / 32;
+    int best = WARPS, best_cost = 0x7fffffff;
+    for (int b = WARPS; b <= 4 * WARPS; ++b) {
+        const int rows = (ph + b - 1) / b;
+        if (b > WARPS && rows < 8) break;
+        const int cost = (b * pw + THREADS - 1) / THREADS * (rows + 2);
+        if (cost < best_cost) {
+            best = b;
+            best_cost = cost;
+        }
+    }
+    return best;
 }
 
 // Sums v[k] over the block into tot[k] (shared); every thread calls it (it synchronizes).
@@ -120,7 +141,6 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     __shared__ double acc[11 * THREADS];
     __shared__ float zs[9];
     const int p = blockIdx.x, n = n0 + (int)blockIdx.y;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ys = sy[p / gx], xs = sx[p % gx];
     const float* f = frames + (size_t)n * h * w;
     float* wnd = win + ((size_t)p * n_total + n) * ph * pw;
@@ -170,9 +190,12 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         volatile double* mine = acc + threadIdx.x;  // (volatile: kept in memory)
 #pragma unroll
         for (int k = 0; k < 11; ++k) mine[k * THREADS] = 0.0;
-        const int band = (ph + WARPS - 1) / WARPS;
-        const int r0 = warp * band, r1 = min(ph, r0 + band);
-        for (int c = lane; c < pw && r0 < r1; c += 32) {
+        // the items: a column down a band of rows, the bands as refine_bands chooses
+        const int nb = refine_bands<THREADS>(ph, pw), band = (ph + nb - 1) / nb;
+        for (int i = threadIdx.x; i < nb * pw; i += THREADS) {
+            const int b = i / pw, c = i - b * pw;
+            const int r0 = b * band, r1 = min(ph, r0 + band);
+            if (r0 >= r1) continue;
             const bool left = c > 0, right = c + 1 < pw;
             float a0, a1, a2, b0, b1, b2;  // rows r - 1 and r
             template_row(L, r0 - 1, c, ph, pw, left, right, a0, a1, a2);
