@@ -16,5 +16,6 @@ for g in 4x4 8x8; do
   timeout 100 python3 tools/patch_timeline.py 4096 out $g > "$OUT/timeline_$g.txt" 2>&1
   grep -E "^patches|GPU span" "$OUT/timeline_$g.txt" | head -2
 done
+for g in 8x8 4x4; do timeout 60 python3 tools/refine_ab.py 1024 $g 2>&1 | tail -1; done
 timeout 100 python3 tools/gap_timeline.py 4096 8x8 > "$OUT/gap_8x8.txt" 2>&1
 sed -n '/^GPU span/,/host annotations/p' "$OUT/gap_8x8.txt" | head -3
