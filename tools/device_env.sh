@@ -9,3 +9,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 python3 setup.py -q build_ext --inplace > "$OUT/build_ext.txt" 2>&1
 python3 -m compileall -q xcorr_app tools >/dev/null 2>&1
 [ -f xcorr_app/_cuda/built/index.json ] || python3 -m xcorr_app._cuda.compile_check --keep 2>&1 | tail -1
+
+# The patch bench at grid $1 (4096 frames of 512x512) into $OUT/bench_patches_$1.txt, its table
+# printed.
+bench_patches() {
+  timeout 200 python3 -m xcorr_app.cli bench align --patches "$1" --frames 4096 --size 512x512 \
+    > "$OUT/bench_patches_$1.txt" 2>&1
+  grep -E "^\| |^target" "$OUT/bench_patches_$1.txt" | grep -v -- "---"
+}

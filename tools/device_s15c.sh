@@ -10,9 +10,7 @@ XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 250 python3 -m pyte
 tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED|^ERROR" "$OUT/pytest_gpu.txt" | head
 export XCORR_CACHE_DIR=/tmp/c/x CUPY_CACHE_DIR=/tmp/c/cupy
 for g in 4x4 8x8; do
-  timeout 200 python3 -m xcorr_app.cli bench align --patches $g --frames 4096 --size 512x512 \
-    > "$OUT/bench_patches_$g.txt" 2>&1
-  grep -E "^\| |^target" "$OUT/bench_patches_$g.txt" | grep -v -- "---"
+  bench_patches $g
   timeout 100 python3 tools/patch_timeline.py 4096 out $g > "$OUT/timeline_$g.txt" 2>&1
   grep -E "^patches|GPU span" "$OUT/timeline_$g.txt" | head -2
 done
