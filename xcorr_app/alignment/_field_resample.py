@@ -123,8 +123,10 @@ def device_weights(weights, s, frames):
 
     wy, wx = (cp.ascontiguousarray(cp.asarray(a, cp.float64)) for a in weights)
     wx_t = getattr(weights, "wx_t", None)
-    if wx_t is None:  # (weights not of field_weights: transposed on the host, once a call)
-        wx_t = kept_on_device(np.ascontiguousarray(to_numpy(wx).T))
+    if wx_t is None:  # (weights not of field_weights: transposed on the host, once a call;
+        # the given ones, not their device copy, which would come back)
+        wx_t = kept_on_device(np.ascontiguousarray(np.asarray(to_numpy(weights[1]),
+                                                              np.float64).T))
     s = cp.ascontiguousarray(cp.asarray(s, cp.float64))
     finite = cp.empty_like(s)  # NaN 0 (as nan_to_num; a kernel of ours: nothing to compile)
     if s.size:

@@ -408,7 +408,7 @@ def refine_template(tpatches, taper):
     (:func:`~._refine_gpu.refine_template_gpu`)."""
     if backend.array_module_of(tpatches) is np:
         tnear = tapered(tpatches, taper)
-        return tnear, patch_left(tnear, 1)
+        return tnear, refine_left(tnear, taper)
     tnear, sums, tp = refine_template_gpu(tpatches, taper)
     return tnear, (sums, tp)
 

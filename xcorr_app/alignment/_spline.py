@@ -99,8 +99,13 @@ def field_weights(centres, frame_shape, xp):
     key = (tuple(c[:, 0, 0].tolist()), tuple(c[0, :, 1].tolist()),
            tuple(int(v) for v in frame_shape))
     if xp is np:
-        return tuple(spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
+        return _host_weights(key)
     return _device_weights_of(key, xp.cuda.Device().id)
+
+
+def _host_weights(key):
+    """``(wy, wx)`` NumPy of :func:`field_weights`' key (centres y, centres x, frame shape)."""
+    return tuple(spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
 
 
 class DeviceWeights(tuple):
@@ -120,6 +125,6 @@ def _device_weights_of(key, device_id):
     import cupy as cp
 
     with cp.cuda.Device(device_id):
-        wy, wx = (spline_weights(np.asarray(a), n) for a, n in zip(key[:2], key[2]))
+        wy, wx = _host_weights(key)
         return DeviceWeights(cp.asarray(wy), cp.asarray(wx),
                              cp.asarray(np.ascontiguousarray(wx.T)))
