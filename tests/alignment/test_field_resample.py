@@ -125,6 +125,44 @@ def test_gpu_gather_windows_equal_numpy(rng, shape, grid):
     np.testing.assert_array_equal(windows(cp.asarray(frames), g, shifts).get(), ref)
 
 
+def numpy_tables(win, bound):
+    """Summed-area tables (float64) of ``win`` ``(K, ph, pw)`` and of its squares with the
+    rows a search of ``-bound..bound`` keeps (registration/_surfaces.table_layout)."""
+    from xcorr_app.registration._surfaces import table_layout
+
+    k, ph, pw = win.shape
+    full = [np.zeros((k, ph + 1, pw + 1)) for _ in range(2)]
+    for t, v in zip(full, (win.astype(np.float64), win.astype(np.float64) ** 2)):
+        t[:, 1:, 1:] = v.cumsum(axis=1).cumsum(axis=2)
+    top, gap = table_layout(ph, bound)
+    keep = [y for y in range(ph + 1) if y <= top or y >= top + 1 + gap]
+    return [t[:, keep] for t in full]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,grid", SHAPES + [((37, 333), (1, 1))])  # (a window of 320 px)
+@pytest.mark.parametrize("bound", [0, 1, 4, 30])  # (30: the two bands of rows meet)
+def test_gpu_gather_windows_with_their_tables(rng, shape, grid, bound, monkeypatch):
+    """The windows and their summed-area tables in one pass (``patch_windows_tables``): the
+    windows NumPy gathers, the tables of their float64 definition (outputs poisoned; two
+    launches: the frame offset)."""
+    import cupy as cp
+
+    monkeypatch.setattr(fr, "MAX_GRID", 3)
+    frames, g, _ = field_case(rng, 5, shape, grid)
+    shifts = rng.integers(-2, 3, (5, 2))
+    ref = windows(frames, g, shifts)
+    out = cp.full(ref.shape, cp.nan, cp.float32)
+    got, tables = fr.gather_windows_gpu(cp.asarray(frames), g.starts_y, g.starts_x, g.grid[1],
+                                        g.size, shifts, out=out, bound_rows=bound)
+    assert got is out
+    np.testing.assert_array_equal(got.get(), ref)
+    want = numpy_tables(ref.reshape(-1, *g.size), bound)
+    for t, w in zip(tables, want):
+        assert t.shape == w.shape
+        np.testing.assert_allclose(t.get(), w, rtol=1e-12, atol=1e-9)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,grid", SHAPES)
 def test_gpu_windows_through_equal_float64_reference(rng, shape, grid, monkeypatch):

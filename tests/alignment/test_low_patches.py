@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from xcorr_app import align
-from xcorr_app.alignment import _low_patches, _patch_pass
+from xcorr_app.alignment import _low_patches, _patch_pass, _patch_rows
 from xcorr_app.alignment._low_patches import fill_low, low_patches
 from xcorr_app.bench._align_data import nonrigid_stack
 from xcorr_app.errors import InputError
@@ -105,6 +105,19 @@ def test_gpu_rule_equals_numpys(grid, min_confidence):
     np.testing.assert_array_equal(got2.get(), filled)
     with pytest.raises(InputError, match="rows to write into"):
         _low_patches.fill_low_gpu(cp.asarray(d), grid, g_low, scores, rows=table[:n, :, :4])
+    # with a base (the frames' rigid shifts, NaN for a frame not measured): the rows hold the
+    # field, base plus the filled deviation; the filled deviation itself unchanged
+    base = rng.normal(0, 5, (n, 2))
+    base[3] = np.nan
+    got3, g_rows3 = _low_patches.fill_low_gpu(cp.asarray(d), grid, g_low, scores,
+                                              min_confidence, rows=True, base=cp.asarray(base))
+    field = rows.copy()
+    field[..., :2] += base[:, None, :]
+    np.testing.assert_array_equal(g_rows3.get(), field)
+    np.testing.assert_array_equal(got3.get(), filled)
+    with pytest.raises(InputError, match="base"):
+        _low_patches.fill_low_gpu(cp.asarray(d), grid, g_low, scores, rows=True,
+                                  base=cp.asarray(base[:-1]))
     # later passes: low as given, no rows
     d2 = d + rng.normal(0, 0.1, d.shape)
     again, none = _low_patches.fill_low_gpu(cp.asarray(d2), grid, g_low)
@@ -167,16 +180,17 @@ def test_gpu_patch_pass_takes_the_device_path_and_gives_the_hosts_rows(monkeypat
 
 @pytest.mark.gpu
 def test_gpu_rows_fetched_as_the_pass_goes_equal_those_fetched_at_its_end(monkeypatch):
-    """The rows kept on the device go to the host in one copy at the end of the pass, or once
-    they pass ``KEPT_MAX_BYTES`` (a long run's device memory stays bounded): with a bound of
-    one byte, a chunk's rows are fetched as the next chunk's are made; the same field."""
+    """The rows kept on the device go to the host as each chunk's are written (a page-locked
+    table: no fetch at the end), or in one copy at the end of the pass (a pageable one), or
+    once they pass ``KEPT_MAX_BYTES`` (a long run's device memory stays bounded): with a bound
+    of one byte, a chunk's rows are fetched as the next chunk's are made; the same field."""
     import cupy as cp
 
     stack, _ = nonrigid_stack(np.random.default_rng(4), n=11, shape=(160, 176))
     kw = dict(device="gpu", patches=(3, 3), max_shift=14, max_deviation=4, chunk_frames=4,
               verify=False)
     fetched = []
-    real = _patch_pass.backend
+    real = _patch_rows.backend
 
     class Counting:  # the module's backend, its fetches of row blocks (n, P, 5) counted
         def __getattr__(self, name):
@@ -194,13 +208,23 @@ def test_gpu_rows_fetched_as_the_pass_goes_equal_those_fetched_at_its_end(monkey
             fetched.append("c")
             yield item
 
-    monkeypatch.setattr(_patch_pass, "backend", Counting())
+    monkeypatch.setattr(_patch_rows, "backend", Counting())
     monkeypatch.setattr(_patch_pass, "map_chunks", marked)
+    pinned = align(cp.asarray(stack), **kw)
+    assert fetched[-3:] == ["c", "c", "c"] and 11 not in fetched  # (copied as they went)
+    fetched.clear()
+    def for_range(cls, xp, shape):  # a pageable host table: the rows fetched at the end
+        return cls(xp, np.empty(shape), False)
+
+    monkeypatch.setattr(_patch_rows.KeptRows, "for_range", classmethod(for_range))
     at_end = align(cp.asarray(stack), **kw)
     # (the tails: a template made from the stack first would add its own chunks)
     assert fetched[-4:] == ["c", "c", "c", 11] and fetched.count(11) == 1
+    # (a GPU run repeats to about 1e-5 px: the correlation kernels add with atomics)
+    np.testing.assert_allclose(pinned.motion_field, at_end.motion_field, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(pinned.patch_low, at_end.patch_low)
     fetched.clear()
-    monkeypatch.setattr(_patch_pass, "KEPT_MAX_BYTES", 1)
+    monkeypatch.setattr(_patch_rows, "KEPT_MAX_BYTES", 1)
     as_it_goes = align(cp.asarray(stack), **kw)
     assert fetched[-6:] == ["c", 4, "c", 4, "c", 3] and fetched.count(4) == 2
     np.testing.assert_allclose(as_it_goes.motion_field, at_end.motion_field, rtol=0, atol=1e-4)

@@ -29,13 +29,21 @@ from .._cuda.launch import stride_blocks
 from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError
+from ..registration._surfaces import table_layout
 
 SOURCE = "patch_field.cu"
 THREADS = 128
 GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])
+#: the windows and their summed-area tables: a thread a window column, at most this many
+TABLES_THREADS = 256
+GATHER_TABLES = KernelFamily(SOURCE, "patch_windows_tables", [(TABLES_THREADS,)])
 THROUGH = KernelFamily(SOURCE, "windows_through", [(THREADS,)])
-#: grid widths the warp is compiled for (its field's sums unrolled); others: 0 (any width)
+#: grid widths the warp is compiled for (its field's sums unrolled, a column's weights in
+#: registers); others: 0 (any width)
 WARP_GX = (4, 8)
+#: rows of a tile of the warp (a thread a column walking down them); their coefficients take
+#: at most WARP_COEF doubles of shared memory
+WARP_BAND, WARP_COEF = 32, 4096
 WARP = KernelFamily(SOURCE, "warp_field", [(t, c, THREADS, g) for t in PIXEL_C_TYPES.values()
                                            for c in (False, True) for g in (0,) + WARP_GX])
 FINITE = KernelFamily(SOURCE, "finite_field", [()])
@@ -196,10 +204,16 @@ def check_windows(starts_y, starts_x, size, frame_shape, integer_shifts=None):
 
 
 def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out=None,
-                       device_shifts=None):
+                       device_shifts=None, bound_rows=None):
     """``(P, N, ph, pw)`` float32 CuPy: the windows of ``frames`` ``(N, H, W)`` float32 CuPy at
     ``starts`` moved by ``integer_shifts`` ``(N, 2)`` (host; ``device_shifts``: the same
-    int64 on the GPU, else uploaded), one launch (per 65535 frames)."""
+    int64 on the GPU, else uploaded), one launch (per 65535 frames).
+
+    With ``bound_rows`` (a search of ``-bound_rows..bound_rows``): ``(windows, (s1, s2))``,
+    also their summed-area tables ``(P * N, R, pw + 1)`` as
+    :func:`~xcorr_app.registration._surfaces.summed_area_tables` of the windows makes them
+    with that bound (to float64 rounding: its sums run in another order), made in the same
+    pass over the windows (``patch_windows_tables``)."""
     import cupy as cp
 
     frames = cp.ascontiguousarray(frames, cp.float32)
@@ -215,14 +229,25 @@ def gather_windows_gpu(frames, starts_y, starts_x, gx, size, integer_shifts, out
     if shift.shape != (n, 2) or shift.dtype != cp.int64 or not shift.flags.c_contiguous:
         raise InputError(f"device shifts {shift.shape} {shift.dtype} for {n} frames")
     sy, sx = window_starts(starts_y, starts_x)
-    # the windows' two kernels compile together (one NVRTC call) on first use
-    kernel = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,))])[0]
+    # the windows' kernels compile together (one NVRTC call) on first use
+    gather, _, with_tables = compile_together([(GATHER, (THREADS,)), (THROUGH, (THREADS,)),
+                                               (GATHER_TABLES, (TABLES_THREADS,))])
+    if bound_rows is not None:
+        top, gap = table_layout(ph, bound_rows)
+        tables = tuple(cp.empty((p * n, ph + 1 - gap, pw + 1), cp.float64) for _ in range(2))
+        threads = min(TABLES_THREADS, -(-pw // 32) * 32)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        kernel((-(-ph // (THREADS // 32)), p, b - a), (THREADS,),  # a warp a window row
-               (frames, out, shift, sy, sx, np.int32(a), np.int32(n), np.int32(h),
-                np.int32(w), np.int32(gx), np.int32(ph), np.int32(pw)))
-    return out
+        if bound_rows is None:
+            gather((-(-ph // (THREADS // 32)), p, b - a), (THREADS,),  # a warp a window row
+                   (frames, out, shift, sy, sx, np.int32(a), np.int32(n), np.int32(h),
+                    np.int32(w), np.int32(gx), np.int32(ph), np.int32(pw)))
+        else:
+            with_tables((p, b - a), (threads,),
+                        (frames, out, *tables, shift, sy, sx, np.int32(a), np.int32(n),
+                         np.int32(h), np.int32(w), np.int32(gx), np.int32(ph), np.int32(pw),
+                         np.int32(top), np.int32(gap)))
+    return out if bound_rows is None else (out, tables)
 
 
 def through_field(frames, starts_y, starts_x, patch_field, weights, max_gx=None):
@@ -282,14 +307,16 @@ def warp_gpu(frames, patch_field, weights, cubic=False, fill=0.0, box=None, out=
         finite = cp.ascontiguousarray(cp.isfinite(frames).all(axis=(1, 2)))
     out = output_array(out, (n, y1 - y0, x1 - x0))
     kernel = WARP.get(c_type, bool(cubic), THREADS, gx if gx in WARP_GX else 0)
+    band = max(1, min(WARP_BAND, WARP_COEF // (2 * gx)))
+    tiles = -(-(x1 - x0) // THREADS) * -(-(y1 - y0) // band)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        kernel((-(-(y1 - y0) // (THREADS // 32)), b - a), (THREADS,),  # a warp a row
+        kernel((tiles, b - a), (THREADS,),  # a thread a column of a tile of `band` rows
                (frames, out, wy, wxt, s,
                 finite if finite is not None else out,  # (not read: check_finite 0)
                 np.int32(finite is not None), np.int32(a), np.int32(h), np.int32(w),
                 np.int32(gy), np.int32(gx),
                 np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0),
-                np.float32(fill)),
-               shared_mem=THREADS // 32 * 2 * gx * 8)
+                np.float32(fill), np.int32(band)),
+               shared_mem=band * 2 * gx * 8)
     return out

@@ -77,15 +77,17 @@ def fill_low(deviation, low, grid_shape):
 
 
 def fill_low_gpu(deviation, grid_shape, low, scores=None, min_confidence=None, decide=False,
-                 rows=False):
+                 rows=False, base=None):
     """:func:`fill_low` of ``deviation`` ``(N, P, 2)`` (float64 C-contiguous CuPy) in one
     launch, into a new array, the low patches read from ``low`` ``(N, P)`` bool; with
     ``decide`` they are decided first from ``scores`` ``(peak, confidence, border)``, each laid
     out ``(P, N)`` (float64, float64, bool; C-contiguous) as :func:`low_patches` decides, and
     written into ``low``.  ``rows``: also the pass's rows ``(N, P, 5)`` float64 (the filled
     deviation, peak, confidence or 0 on the border, low; from ``scores``), into a new array
-    or, given one (C-contiguous float64 CuPy of that shape), into it.  Returns
-    ``(filled, rows or None)``.  Other layouts or grids of more than
+    or, given one (C-contiguous float64 CuPy of that shape), into it; with ``base`` ``(N, 2)``
+    (C-contiguous float64 CuPy: the frames' rigid shifts) the rows' first two columns are the
+    filled deviation plus the frame's base (the field, as :mod:`._patch_rows` keeps it).
+    Returns ``(filled, rows or None)``.  Other layouts or grids of more than
     :data:`FILL_MAX_PATCHES` patches: InputError (:func:`fill_low_fits` says which fit)."""
     import cupy as cp
 
@@ -106,11 +108,16 @@ def fill_low_gpu(deviation, grid_shape, low, scores=None, min_confidence=None, d
                          f"{(n, p, 5)}, got {getattr(rows, 'shape', type(rows).__name__)}")
     table = rows if given else cp.empty((n, p, 5), cp.float64) if rows else out
     rows = bool(given or rows)
+    if base is not None and not (isinstance(base, cp.ndarray) and base.shape == (n, 2)
+                                 and base.dtype == cp.float64 and base.flags.c_contiguous):
+        raise InputError(f"base must be C-contiguous float64 CuPy of shape {(n, 2)}, got "
+                         f"{getattr(base, 'shape', type(base).__name__)}")
     pk, cf, border = scores if scores is not None else (out, out, low)  # (not read)
     if n:
         FILL.get(bool(decide), bool(rows))(
             (n,), (max(32, -(-p // 32) * 32),),
-            (deviation, out, low, pk, cf, border, table, np.int32(min_confidence is not None),
+            (deviation, out, low, pk, cf, border, table, out if base is None else base,
+             np.int32(base is not None), np.int32(min_confidence is not None),
              np.float64(0.0 if min_confidence is None else min_confidence), np.int32(n),
              np.int32(gy), np.int32(gx)),
             shared_mem=p * (4 * 8 + 4))

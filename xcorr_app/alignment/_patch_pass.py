@@ -15,11 +15,12 @@ import numpy as np
 from .. import backend
 from ..errors import InputError
 from ..io import FrameRange, open_source
-from ..streaming import cpu_threads, map_chunks
+from ..streaming import HostCopy, cpu_threads, map_chunks
 from ._field_resample import add_fields
-from ._motion_field import MotionField, warp_chunk, warped_sum
+from ._motion_field import warp_chunk, warped_sum
 from ._options import prefilter_for
 from ._low_patches import fill_low, fill_low_fits, fill_low_gpu, low_patches
+from ._patch_rows import KeptRows, field_from_rows
 from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, integer_parts,
                        patch_left, patch_margin, patch_shifts, refine_shifts, refine_taper,
                        refine_template, template_patches)
@@ -35,26 +36,31 @@ from ._warp import shift_frames
 #: ``reference="refined:ITER"``); the default :data:`DEFAULT_TEMPLATE_PASSES`
 MAX_TEMPLATE_PASSES = 2
 DEFAULT_TEMPLATE_PASSES = 0
-#: the patch pass's rows kept on the device (40 bytes a patch and frame: 640 MB for a million
-#: frames of 4x4 patches) go to the host once they take more than this
-KEPT_MAX_BYTES = 256 * 2**20
 
 
 class PatchSetup:
     """What every range of frames of one patch pass shares (global to the run): the grid, the
     prepared template's patches (on the run's device, or NumPy for a Dask task to send), the
     template as prepared (for the picture: on the run's device until the field is made, so
-    that making the setup waits for nothing) and as read (``image``: where no warped frame
-    covers, the next template keeps it)."""
+    that making the setup waits for nothing; on the GPU its copy to the host is queued at
+    once, :meth:`template_on_host`) and as read (``image``: where no warped frame covers, the
+    next template keeps it)."""
 
     def __init__(self, grid, tpatches, template, image):
         self.grid, self.tpatches, self.template, self.image = grid, tpatches, template, image
+        self._host = HostCopy(template) if backend.is_cupy_array(template) else None
 
     @classmethod
     def make(cls, opts, src, xp, chunk, grid, image):
         """The setup of a pass against the template ``image`` (on ``xp``'s device)."""
         frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
         return cls(grid, template_patches(frame, grid), raw, image)
+
+    def template_on_host(self):
+        """The prepared template as NumPy (on the GPU: the copy queued when the setup was
+        made; fetched at the run's end it waited 1.2 ms for a pageable copy, the GPU idle,
+        H200 2026-11-24)."""
+        return backend.to_numpy(self.template) if self._host is None else self._host.result()
 
     def on_host(self):
         """The same setup with NumPy arrays (a Dask task's result)."""
@@ -161,7 +167,7 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
             image = next_image(xp, src.frame_shape, [s for _, s in parts], setup.image)
             setup = PatchSetup.make(opts, src, xp, chunk, grid, image)
     rows = parts[0][0] if len(parts) == 1 else np.concatenate([rows for rows, _ in parts])
-    return field_from_rows(rows, rigid, setup)
+    return field_from_rows(rows, setup)
 
 
 def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
@@ -228,8 +234,9 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     dev = "cpu" if xp is np else "gpu"
     weights = field_weights(grid.centres, src.frame_shape, xp)
     warp = None if out is None else _Warper(out, weights)
-    table = np.empty((stop - start, grid.n_patches, 5))
-    kept = None if xp is np else KeptRows(xp, table)  # GPU: the rows left on the device
+    shape = (stop - start, grid.n_patches, 5)
+    kept = None if xp is np else KeptRows.for_range(xp, shape)
+    table = np.empty(shape) if kept is None else kept.table  # GPU: the rows left on the device
     work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
                      refine_taper(grid.size), weights, add_sums, start, warp, kept,
                      prepared)
@@ -256,42 +263,6 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     return table
 
 
-class KeptRows:
-    """The GPU patch pass's rows left on the device (frames numbered from the range's first,
-    as the host ``table`` of the range): the chunks write theirs into consecutive slices of
-    one device table (:meth:`slot`), which comes to the host in one copy once it is full (a
-    device-wide wait, at most once every :data:`KEPT_MAX_BYTES`) and at the end of the pass
-    (:meth:`fetch`).  (A copy a chunk into pageable memory at the end: 16 copies and 6 ms of
-    an 8x8 run's last 14 ms, the GPU idle, H200 2026-11-24.)"""
-
-    def __init__(self, xp, table):
-        self.xp, self.table = xp, table
-        n, p = table.shape[:2]
-        self.rows = xp.empty((max(1, min(n, KEPT_MAX_BYTES // (40 * max(p, 1)))), p, 5),
-                             xp.float64)
-        self.base, self.filled = 0, 0  # the table's frame of rows[0]; rows in use
-
-    def slot(self, first, n):
-        """The device rows ``(n, P, 5)`` of frames ``first .. first + n`` (C-contiguous, to be
-        written by the chunk's kernel); the rows so far fetched first where they do not fit
-        or the chunk does not follow them."""
-        if first != self.base + self.filled or self.filled + n > len(self.rows):
-            self.fetch()
-            self.base = first
-            if n > len(self.rows):
-                self.rows = self.xp.empty((n, *self.rows.shape[1:]), self.xp.float64)
-        self.filled += n
-        return self.rows[first - self.base:first - self.base + n]
-
-    def fetch(self):
-        """The rows so far to their place in the host table (waits for the device)."""
-        if self.filled:
-            self.xp.cuda.Device().synchronize()  # (the chunks' streams included)
-            backend.to_numpy(self.rows[:self.filled],
-                             out=self.table[self.base:self.base + self.filled])
-            self.filled = 0
-
-
 class _Warper:
     """Where :func:`measure_range`'s aligned frames go: ``returns`` (the measurer returns the
     warped chunk, its rows kept in ``rows`` by the chunk's first frame) or written into a
@@ -309,23 +280,6 @@ class _Warper:
             return rows
         self.rows[first] = rows
         return warp_chunk(frames, field, self.weights)
-
-
-def field_from_rows(table, rigid, setup):
-    """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order.  The
-    rows' deviation columns become the field (the rigid shifts added in place) and the field
-    and confidence are views of ``table``: no new arrays (NumPy's ``rigid + d`` over 4096
-    frames' 8x8 rows took 2.6 ms and fresh pages a few more, the GPU idle at the run's end,
-    H200 2026-11-24)."""
-    grid = setup.grid
-    gy, gx = grid.grid
-    n = len(table)
-    rigid = np.asarray(rigid, np.float64)
-    for a in range(2):
-        table[..., a] += rigid[:, a, None]
-    return MotionField(table[..., :2].reshape(n, gy, gx, 2), grid.centres,
-                       table[..., 3].reshape(n, gy, gx), (table[..., 4] == 1).reshape(n, gy, gx),
-                       grid, backend.to_numpy(setup.template))
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
@@ -379,12 +333,16 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
             rule = dict(grid_shape=grid.grid, low=low, scores=scores,
                         min_confidence=opts.min_confidence)
             slot = kept.slot(first, len(frames))  # (the chunk's rows stay on the device)
-            d = fill_low_gpu(d, decide=True, rows=not REFINE_PASSES and slot, **rule)[0]
+            # (the rows hold the field: the rigid shift added as the kernel writes them)
+            d = fill_low_gpu(d, decide=True, rows=not REFINE_PASSES and slot, base=s_on,
+                             **rule)[0]
             for k in range(REFINE_PASSES):
-                d = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1 and slot, **rule)[0]
+                d = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1 and slot, base=s_on,
+                                 **rule)[0]
+            kept.sent(first, len(frames))
             rows = np.empty((len(frames), 0))
         else:
-            d, rows = _measured_on_host(opts, xp, grid, d, scores, refined)
+            d, rows = _measured_on_host(opts, xp, grid, d, scores, refined, s)
         if add_sums is not None:
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
@@ -406,10 +364,11 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     return on_all_cores
 
 
-def _measured_on_host(opts, xp, grid, d, scores, refined):
+def _measured_on_host(opts, xp, grid, d, scores, refined, rigid):
     """``(d, rows)`` of a chunk whose low patches are decided and filled on the host
     (:func:`_measurer`): ``d`` after the refinement passes ``refined`` on ``xp``'s device, the
-    rows ``(N, P, 5)`` on the host."""
+    rows ``(N, P, 5)`` on the host (:mod:`._patch_rows`: the field, ``d`` plus the chunk's
+    ``rigid`` shifts ``(N, 2)``)."""
     # (N, P) views of (P, N) arrays: fetched as laid out and transposed on the host
     # (CuPy makes a strided array contiguous first: two copy kernels to compile)
     pk, cf, border = (backend.to_numpy(a).T for a in scores)
@@ -422,8 +381,8 @@ def _measured_on_host(opts, xp, grid, d, scores, refined):
         if some_low:
             d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
     cf = np.where(border, 0.0, cf)  # no distinct peak inside the window
-    rows = np.concatenate([backend.to_numpy(d), pk[..., None].astype(np.float64),
-                           cf[..., None].astype(np.float64),
+    rows = np.concatenate([backend.to_numpy(d) + rigid[:, None, :],
+                           pk[..., None].astype(np.float64), cf[..., None].astype(np.float64),
                            low[..., None].astype(np.float64)], axis=-1)
     return d, rows
 

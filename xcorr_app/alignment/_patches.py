@@ -214,19 +214,24 @@ def patch_margin(max_deviation) -> int:
     return int(max_deviation) + 2
 
 
-def windows(frames, grid, integer_shifts, device_shifts=None):
+def windows(frames, grid, integer_shifts, device_shifts=None, tables=False):
     """``(P, N, ph, pw)``: patch ``p`` of frame ``n`` moved by its integer rigid shift (the
     window of the frame that holds the reference's patch ``p``), gathered on ``frames``'s
     device (float32 CuPy frames: one kernel, :mod:`._field_resample`); ``integer_shifts``
     ``(N, 2)`` host ints (``device_shifts``: the same already on the GPU, int64); every window
-    must lie inside the frames (InputError)."""
+    must lie inside the frames (InputError).  With ``tables`` (float32 CuPy frames only):
+    ``(windows, (s1, s2))``, also their summed-area tables for the search of
+    ``grid.max_deviation`` (:func:`patch_peaks`' ``right_tables``), made in the same pass."""
     xp = backend.array_module_of(frames)
     (ph, pw), (gy, gx) = grid.size, grid.grid
     shifts = np.asarray(backend.to_numpy(integer_shifts), np.int64).reshape(-1, 2)
     check_windows(grid.starts_y, grid.starts_x, grid.size, frames.shape[-2:], shifts)
     if xp is not np and frames.dtype == xp.float32:
         return gather_windows_gpu(frames, grid.starts_y, grid.starts_x, gx, grid.size, shifts,
-                                  device_shifts=device_shifts)
+                                  device_shifts=device_shifts,
+                                  bound_rows=grid.max_deviation if tables else None)
+    if tables:
+        raise InputError("window tables are made on the GPU, from float32 frames")
     shifts = xp.asarray(shifts)
     sy, sx = xp.asarray(grid.starts_y), xp.asarray(grid.starts_x)
     rows = sy[None, :, None] - shifts[:, 0, None, None] + xp.arange(ph)[None, None, :]
@@ -287,7 +292,7 @@ def patch_left(tpatches, bound):
     return zncc_left(tpatches, (1, *tpatches.shape[-2:]), int(bound))
 
 
-def patch_peaks(tpatches, right, bound, subpixel, device, left):
+def patch_peaks(tpatches, right, bound, subpixel, device, left, right_tables=None):
     """The ZNCC surfaces of the template patches ``(P, ph, pw)`` against their windows
     ``right`` ``(P, N, ph, pw)`` within ``-bound..bound`` (one ``n_to_mn`` call) and their
     peaks: shifts ``(P, N, 2)``, peak, confidence, iy, ix ``(P, N)``.  On the CPU
@@ -297,7 +302,8 @@ def patch_peaks(tpatches, right, bound, subpixel, device, left):
     the minimum and the second peak in two passes; no cumsum, no generic peak search), the
     subpixel fit of the rigid path (``refined_shifts``).  The correlation on the GPU: the
     warp-per-result kernel (:mod:`xcorr_app.correlate._band`) where it fits (+-1 to +-4 px),
-    else the planner's choice."""
+    else the planner's choice.  ``right_tables``: the GPU's summed-area tables of ``right``
+    for this bound where already made (:func:`windows` with ``tables``)."""
     xp = backend.array_module_of(right)
     band = xp is not np and band_fits("n_to_mn", tpatches.shape, right.shape, bound)
     corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=bound, device=device,
@@ -311,7 +317,8 @@ def patch_peaks(tpatches, right, bound, subpixel, device, left):
         return find_shifts(corr, (bound, bound), method, return_index=True)
     p, n, ph, pw = right.shape
     ho, wo = corr.shape[-2:]
-    rt = summed_area_tables(right.reshape(p * n, ph, pw), bound_rows=int(bound))
+    rt = summed_area_tables(right.reshape(p * n, ph, pw), bound_rows=int(bound)) \
+        if right_tables is None else right_tables
     z, iy, ix, peak, conf = surface_peaks(corr.reshape(p * n, ho, wo), (ph, pw),
                                           first_shift((ph, pw), (ph, pw), bound),
                                           left_tables=left, right_tables=rt)
@@ -358,8 +365,10 @@ def patch_shifts(tpatches, frames, rigid, grid, subpixel="gaussian", device="cpu
     whole, off = integer_parts(rigid)
     # (uploaded before the launches: a copy from host memory may wait for the queued work)
     off = xp.asarray(off) if uploaded is None else uploaded[1]  # NaN: not measured
-    right = windows(frames, grid, whole, None if uploaded is None else uploaded[0])
-    s, peak, conf, iy, ix = patch_peaks(tpatches, right, d, subpixel, device, left)
+    gpu = xp is not np and frames.dtype == xp.float32
+    right = windows(frames, grid, whole, None if uploaded is None else uploaded[0], tables=gpu)
+    right, tables = right if gpu else (right, None)
+    s, peak, conf, iy, ix = patch_peaks(tpatches, right, d, subpixel, device, left, tables)
     border = on_border(iy, ix, (d, d), (d, d))
     dev = add_fields(s.transpose(1, 0, 2), off[:, None, :])  # the total minus the rigid
     return dev, peak.T, conf.T, border.T

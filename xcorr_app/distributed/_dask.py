@@ -285,7 +285,8 @@ def _patch_field(opts, inp, rigid, grid_args, passes, run, client, scheduler):
     next pass's template (:func:`patch_setup_task`); one graph, computed at once."""
     from dask import delayed
 
-    from ..alignment._patch_pass import field_from_rows, fold_parts, patch_grid
+    from ..alignment._patch_pass import fold_parts, patch_grid
+    from ..alignment._patch_rows import field_from_rows
 
     grid = delayed(patch_grid(inp.frame_shape, rigid, *grid_args), pure=True)
     shared = delayed(rigid, pure=True)  # one node of the graph, sent once to each worker
@@ -308,7 +309,7 @@ def _patch_field(opts, inp, rigid, grid_args, passes, run, client, scheduler):
             setup = delayed(patch_setup_task)(opts, inp.source(0), grid, None, setup, sums,
                                               *run)
     *rows, setup = _compute([*rows, setup], client, scheduler)
-    return field_from_rows(np.concatenate(rows), rigid, setup)
+    return field_from_rows(np.concatenate(rows), setup)
 
 
 def _resolve_auto(opts, stack_or_path, inp, channel):

@@ -12,8 +12,8 @@
 // pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
 // spline weights wy (H, gy) and wx (W, gx) of _spline.spline_weights (float64; wx
 // passed transposed, wxt (gx, W): field_sample.cuh along_row), the
-// patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block (warp_field: one warp) per
-// output row: the row's 2 * gx coefficients (the bracket) are computed once into shared
+// patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block per output row (warp_field:
+// per tile of rows): the row's 2 * gx coefficients (the bracket) are computed once into shared
 // memory, then each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`,
 // associated the same way.
 // Coordinates and weights are float64, the pixels are read as float32 (the CPU converts the
@@ -23,6 +23,7 @@
 // launcher offsets `n0`).
 
 #include "field_sample.cuh"
+#include "summed_area.cuh"
 
 // out[r, j, k] = a[r * as0 + j * as1 + k * as2] + b[r * bs0 + j * bs1 + k * bs2] over (n0, n1,
 // n2) in C order, element strides (0 where an operand broadcasts): the patch pass's small
@@ -72,6 +73,57 @@ __global__ void __launch_bounds__(THREADS) patch_windows(
     for (int c = lane; c < pw; c += 32) dst[c] = src[c];
 }
 
+// patch_windows, and with them the summed-area tables of every window and of its squares
+// (s1, s2: (P * n_total, ph + 1 - gap, pw + 1) float64, window p * n_total + n) as
+// registration/_surfaces.summed_area_tables makes them for the search's bound (top, gap:
+// table_layout), in one pass over the window: a thread a column, walking down it, writes the
+// pixels and the column's running sums at the kept rows; then a warp a kept row adds them up
+// along the row.  (The gather, then the tables' two kernels over the windows once more: 4.6 ms
+// + 4.6 ms + about 2 ms for 4096 frames of 8x8 windows of 73x73, H200 2026-11-24.)
+// Grid (P, frames of this launch); blockDim.x a multiple of 32, at most THREADS.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) patch_windows_tables(
+        const float* __restrict__ frames, float* __restrict__ out, double* __restrict__ s1,
+        double* __restrict__ s2, const long long* __restrict__ shift,
+        const int* __restrict__ sy, const int* __restrict__ sx, int n0, int n_total, int h,
+        int w, int gx, int ph, int pw, int top, int gap) {
+    const int p = blockIdx.x, n = n0 + blockIdx.y;
+    const int y0 = sy[p / gx] - (int)shift[2 * (size_t)n];
+    const int x0 = sx[p % gx] - (int)shift[2 * (size_t)n + 1];
+    const float* src = frames + ((size_t)n * h + y0) * w + x0;
+    const size_t window = (size_t)p * n_total + n;
+    float* dst = out + window * ph * pw;
+    const int rows = ph + 1 - gap, w1 = pw + 1;
+    double* t1 = s1 + window * rows * w1;
+    double* t2 = s2 + window * rows * w1;
+    for (int c = threadIdx.x; c < pw; c += blockDim.x) {
+        double a = 0.0, aa = 0.0;
+        t1[c + 1] = 0.0;
+        t2[c + 1] = 0.0;
+#pragma unroll 4
+        for (int y = 0; y < ph; ++y) {
+            const float v = src[(size_t)y * w + c];
+            dst[(size_t)y * pw + c] = v;
+            const double d = v;
+            a += d;
+            aa += d * d;
+            if (y + 1 <= top || y + 1 >= top + 1 + gap) {
+                const size_t j = (size_t)table_row(y + 1, top, gap) * w1 + c + 1;
+                t1[j] = a;
+                t2[j] = aa;
+            }
+        }
+    }
+    for (int j = threadIdx.x; j < rows; j += blockDim.x) {  // the zero first column
+        t1[(size_t)j * w1] = 0.0;
+        t2[(size_t)j * w1] = 0.0;
+    }
+    __syncthreads();  // (the block's writes, read back along the rows)
+    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (int j = threadIdx.x >> 5; j < rows; j += warps)
+        scan_row_pair(t1 + (size_t)j * w1, t2 + (size_t)j * w1, w1, lane);
+}
+
 // Grid (ph, P, frames of this launch), THREADS threads over the window's columns.
 // out[p, n, r, c] = cubic(frames[n]) at q - s(q), q = (sy[p / gx] + r, sx[p % gx] + c).
 template <int THREADS>
@@ -94,46 +146,66 @@ __global__ void __launch_bounds__(THREADS) windows_through(
     }
 }
 
-// Grid (oh / (THREADS / 32), frames of this launch): a warp an output row, lanes over columns.
+// Grid (tiles of THREADS columns by `band` rows, frames of this launch).
 // out[n, r, c] = frame n at q - s(q), q = (oy + r, ox + c) (the crop's origin); `fill` where
 // q - s(q) lies outside [0, h - 1] x [0, w - 1].  CUBIC: cubic convolution, except for frames
 // whose `finite[n]` is 0 (NaN or Inf pixels: bilinear, so those pixels do not spread);
 // `finite` is read only when `check_finite` is non-zero (else every frame counts as finite).
 // GX: the grid's width at compile time (0: any, read from gx): the field's sums a pixel
-// unrolled (with the width read at run time, 7.6 ms for 4096 frames of 512x512 at 4x4 and
-// 20.2 ms at 8x8, H200 2026-11-24).
+// unrolled, the column's weights in registers (with the width read at run time, 7.6 ms for
+// 4096 frames of 512x512 at 4x4 and 20.2 ms at 8x8, H200 2026-11-24).
 template <typename T, bool CUBIC, int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS) warp_field(
         const T* __restrict__ frames, float* __restrict__ out, const double* __restrict__ wy,
         const double* __restrict__ wxt, const double* __restrict__ s,
         const bool* __restrict__ finite, int check_finite, int n0, int h, int w, int gy, int gx,
-        int oy, int ox, int oh, int ow, float fill) {
-    // a warp an output row (grid x: rows / warps), its coefficients interleaved in its own
-    // shared slice (coef[2 j + a]: the sums along_row takes, in its order); a block a row,
-    // synchronized, with 4 pixels a thread, spent its time on the row's setup (11.7 ms for
-    // 4096 frames of 512x512, H200 2026-11-24)
-    extern __shared__ double coef_all[];  // (THREADS / 32) * 2 * gx
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r = blockIdx.x * (THREADS / 32) + warp, n = n0 + blockIdx.y;
-    if (r >= oh) return;  // (a whole warp)
-    const int y = oy + r;
-    double* coef = coef_all + warp * 2 * gx;
-    for (int k = lane; k < 2 * gx; k += 32)
-        coef[k] = row_coefficient2(wy, s, y, n, gy, gx, k);
-    __syncwarp();
+        int oy, int ox, int oh, int ow, float fill, int band) {
+    // a block a tile of THREADS output columns by `band` rows, a thread a column walking down
+    // it: the tile's rows' coefficients (coef[r][2 j + a], the sums along_row takes, in its
+    // order) made once into shared memory, the column's weights wx[x, j] held in registers
+    // (GX > 0).  (A warp a row, its lanes reading the row's gx weights of every pixel: 8.6 ms
+    // for 4096 frames of 512x512 at 8x8; a block a row before that, 11.7 ms, H200 2026-11-24.)
+    extern __shared__ double coef_all[];  // band * 2 * gx
+    const int tiles = (ow + THREADS - 1) / THREADS;
+    const int tile = blockIdx.x % tiles, r0 = (blockIdx.x / tiles) * band;
+    const int n = n0 + blockIdx.y, rn = min(band, oh - r0);
+    for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) {
+        const int rr = k / (2 * gx);
+        coef_all[k] = row_coefficient2(wy, s, oy + r0 + rr, n, gy, gx, k - rr * 2 * gx);
+    }
+    __syncthreads();
+    const int c = tile * THREADS + threadIdx.x;
+    if (c >= ow) return;
+    const int x = ox + c;
+    double wxr[GX > 0 ? GX : 1];  // the column's weights
+    if constexpr (GX > 0) {
+#pragma unroll
+        for (int j = 0; j < GX; ++j) wxr[j] = wxt[j * w + x];
+    }
     const T* f = frames + (size_t)n * h * w;
-    float* dst = out + ((size_t)n * oh + r) * ow;
+    float* dst = out + ((size_t)n * oh + r0) * ow + c;
     const bool cubic = CUBIC && (check_finite == 0 || finite[n]);
-    for (int c = lane; c < ow; c += 32) {
-        const int x = ox + c;
-        const double2 d = along_row2_fixed<GX>(reinterpret_cast<const double2*>(coef), wxt, x,
-                                               w, gx);
-        const double cy = (double)y - d.x;
+    for (int rr = 0; rr < rn; ++rr, dst += ow) {
+        const double2* cf = reinterpret_cast<const double2*>(coef_all + rr * 2 * gx);
+        double2 d;
+        if constexpr (GX > 0) {  // along_row2_fixed's sums, the weights from registers
+            double a = 0.0, b = 0.0;
+#pragma unroll
+            for (int j = 0; j < GX; ++j) {
+                const double2 k2 = cf[j];
+                a += k2.x * wxr[j];
+                b += k2.y * wxr[j];
+            }
+            d = make_double2(a, b);
+        } else {
+            d = along_row2_fixed<0>(cf, wxt, x, w, gx);
+        }
+        const double cy = (double)(oy + r0 + rr) - d.x;
         const double cx = (double)x - d.y;
         float v = fill;
         if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
             v = (float)(cubic ? cubic_at<double>(f, h, w, cy, cx) : bilinear_at(f, h, w, cy, cx));
-        dst[c] = v;
+        *dst = v;
     }
 }
 
@@ -149,8 +221,9 @@ __global__ void __launch_bounds__(THREADS) warp_field(
 //   out[n, p, :] = d where not low; the low ones take the median of their good neighbours (the
 //   8 around, the values of the round before: all of a round's patches at once), round after
 //   round outwards until none is left or none gains a neighbour; 0 where none ever does.
-//   With ROWS also rows[n, p, :] = (out0, out1, peak, border ? 0 : conf, low): the pass's rows
-//   (peak, conf and border are read with ROWS or SCORES, else not).
+//   With ROWS also rows[n, p, :] = (out0 + b0, out1 + b1, peak, border ? 0 : conf, low): the
+//   pass's rows, (b0, b1) = base[n, :] where has_base (the frame's rigid shift: the rows hold
+//   the field), else 0 (peak, conf and border are read with ROWS or SCORES, else not).
 // The median of the k good values of each axis: (v[(k - 1) / 2] + v[k / 2]) * 0.5 of the sorted
 // values, NumPy's nanmedian; sorted by a network of 19 compare-and-swaps (NaN last), picked by
 // constant indices: the eight values stay in registers.
@@ -190,6 +263,7 @@ __global__ void fill_low_patches(const double* __restrict__ d, double* __restric
                                  bool* __restrict__ low, const double* __restrict__ peak,
                                  const double* __restrict__ conf,
                                  const bool* __restrict__ border, double* __restrict__ rows,
+                                 const double* __restrict__ base, int has_base,
                                  int use_min, double min_conf, int n_total, int gy, int gx) {
     extern __shared__ double fill_shared[];
     const int P = gy * gx, p = threadIdx.x, n = blockIdx.x;
@@ -256,9 +330,9 @@ __global__ void fill_low_patches(const double* __restrict__ d, double* __restric
         out[2 * q] = o0;
         out[2 * q + 1] = o1;
         if (ROWS) {
-            double* r = rows + 5 * q;
-            r[0] = o0;
-            r[1] = o1;
+            double* r = rows + 5 * q;  // (the field: the frame's rigid shift added, if given)
+            r[0] = has_base ? o0 + base[2 * (size_t)n] : o0;
+            r[1] = has_base ? o1 + base[2 * (size_t)n + 1] : o1;
             r[2] = peak[t];
             r[3] = border[t] ? 0.0 : conf[t];
             r[4] = low[q] ? 1.0 : 0.0;

@@ -23,10 +23,7 @@
 #define FLAT 1e-12
 
 #include "float_keys.cuh"
-
-__device__ __forceinline__ int table_row(int y, int top, int gap) {
-    return y <= top ? y : y - gap;
-}
+#include "summed_area.cuh"
 
 // Column prefix sums of x and x*x.  grid (ceil(w / 32), frames), block (32, SEGMENTS).
 template <int SEGMENTS>
@@ -95,31 +92,7 @@ __global__ void sat_rows(double* __restrict__ s1, double* __restrict__ s2, int r
     const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;  // whole warps leave together
-    double* r1 = s1 + (size_t)row * w1;
-    double* r2 = s2 + (size_t)row * w1;
-    double carry1 = 0.0, carry2 = 0.0;
-    for (int j0 = 0; j0 < w1; j0 += 32) {
-        const int j = j0 + lane;
-        double v1 = j < w1 ? r1[j] : 0.0;
-        double v2 = j < w1 ? r2[j] : 0.0;
-#pragma unroll
-        for (int off = 1; off < 32; off *= 2) {
-            const double u1 = __shfl_up_sync(0xffffffffu, v1, off);
-            const double u2 = __shfl_up_sync(0xffffffffu, v2, off);
-            if (lane >= off) {
-                v1 += u1;
-                v2 += u2;
-            }
-        }
-        v1 += carry1;
-        v2 += carry2;
-        if (j < w1) {
-            r1[j] = v1;
-            r2[j] = v2;
-        }
-        carry1 = __shfl_sync(0xffffffffu, v1, 31);
-        carry2 = __shfl_sync(0xffffffffu, v2, 31);
-    }
+    scan_row_pair(s1 + (size_t)row * w1, s2 + (size_t)row * w1, w1, lane);
 }
 
 // Sum over [y0, y1) x [x0, x1) from a table whose rows j0, j1 hold image rows y0, y1.

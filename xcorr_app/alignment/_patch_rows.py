@@ -1,0 +1,98 @@
+"""The patch pass's rows (:mod:`._patch_pass`): ``(N, P, 5)`` float64 per frame and patch,
+the field (2: the frame's rigid shift plus the patch's deviation from it, added where the rows
+are written: on the GPU by the kernel that writes them, so that the GPU does not idle at the
+run's end while the host adds them), the peak, the confidence (0 on the search's border) and
+the low flag; on the GPU kept on the device and brought to the host as the pass
+goes (:class:`KeptRows`), and the :class:`~._motion_field.MotionField` made from them
+(:func:`field_from_rows`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from ..streaming import host_buffer
+from ._motion_field import MotionField
+
+#: the patch pass's rows kept on the device (40 bytes a patch and frame: 640 MB for a million
+#: frames of 4x4 patches) go to the host once they take more than this
+KEPT_MAX_BYTES = 256 * 2**20
+
+class KeptRows:
+    """The GPU patch pass's rows left on the device (frames numbered from the range's first,
+    as the host ``table`` of the range): the chunks write theirs into consecutive slices of
+    one device table (:meth:`slot`), which comes to the host in one copy once it is full (a
+    device-wide wait, at most once every :data:`KEPT_MAX_BYTES`) and at the end of the pass
+    (:meth:`fetch`).  (A copy a chunk into pageable memory at the end: 16 copies and 6 ms of
+    an 8x8 run's last 14 ms, the GPU idle, H200 2026-11-24.)
+
+    Where the host ``table`` is page-locked (``pinned``; :meth:`for_range` makes it so up to
+    :data:`KEPT_MAX_BYTES`), each chunk's rows are copied into it as soon as the chunk's
+    kernels have written them (:meth:`sent`: an asynchronous copy on the chunk's stream,
+    overlapping the next chunks' work), and :meth:`fetch` only waits for the device: the one
+    copy into pageable memory at the run's end took 4.35 ms of an 8x8 run (its pages touched
+    for the first time), the GPU idle, H200 2026-11-24."""
+
+    def __init__(self, xp, table, pinned=False):
+        self.xp, self.table, self.pinned = xp, table, pinned
+        n, p = table.shape[:2]
+        self.rows = xp.empty((max(1, min(n, KEPT_MAX_BYTES // (40 * max(p, 1)))), p, 5),
+                             xp.float64)
+        self.base, self.filled = 0, 0  # the table's frame of rows[0]; rows in use
+        self.sent_upto = 0  # rows[:sent_upto] are on their way to the table (pinned only)
+
+    @classmethod
+    def for_range(cls, xp, shape):
+        """The rows of a range of ``shape`` ``(n, P, 5)`` on ``xp``'s GPU, their host table
+        page-locked where it takes at most :data:`KEPT_MAX_BYTES` (else pageable)."""
+        pinned = 8 * int(np.prod(shape)) <= KEPT_MAX_BYTES
+        table = host_buffer(shape, np.float64, pinned=True) if pinned else np.empty(shape)
+        return cls(xp, table, pinned)
+
+    def slot(self, first, n):
+        """The device rows ``(n, P, 5)`` of frames ``first .. first + n`` (C-contiguous, to be
+        written by the chunk's kernel); the rows so far fetched first where they do not fit
+        or the chunk does not follow them."""
+        if first != self.base + self.filled or self.filled + n > len(self.rows):
+            self.fetch()
+            self.base = first
+            if n > len(self.rows):
+                self.rows = self.xp.empty((n, *self.rows.shape[1:]), self.xp.float64)
+        self.filled += n
+        return self.rows[first - self.base:first - self.base + n]
+
+    def sent(self, first, n):
+        """The rows of frames ``first .. first + n`` are written (queued on the current stream):
+        with a page-locked table, copy them there now, on that stream."""
+        k = first - self.base
+        if not self.pinned or k != self.sent_upto or k + n > self.filled:
+            return
+        rt = self.xp.cuda.runtime
+        src, dst = self.rows[k:k + n], self.table[first:first + n]
+        rt.memcpyAsync(dst.ctypes.data, src.data.ptr, dst.nbytes, rt.memcpyDeviceToHost,
+                       self.xp.cuda.get_current_stream().ptr)
+        self.sent_upto = k + n
+
+    def fetch(self):
+        """The rows so far to their place in the host table (waits for the device)."""
+        if self.filled:
+            self.xp.cuda.Device().synchronize()  # (the chunks' streams and copies included)
+            if self.sent_upto < self.filled:
+                backend.to_numpy(self.rows[self.sent_upto:self.filled],
+                                 out=self.table[self.base + self.sent_upto:
+                                                self.base + self.filled])
+            self.filled = self.sent_upto = 0
+
+def field_from_rows(table, setup):
+    """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order: the
+    field and confidence are views of ``table`` (no new arrays: NumPy's ``rigid + d`` over
+    4096 frames' 8x8 rows took 2.6 ms and fresh pages a few more, the GPU idle at the run's
+    end, H200 2026-11-24; adding the rigid shifts into the host's rows in place, 3 to 4.7 ms
+    more).  ``setup``: the pass's :class:`~._patch_pass.PatchSetup`."""
+    grid = setup.grid
+    gy, gx = grid.grid
+    n = len(table)
+    return MotionField(table[..., :2].reshape(n, gy, gx, 2), grid.centres,
+                       table[..., 3].reshape(n, gy, gx), (table[..., 4] == 1).reshape(n, gy, gx),
+                       grid, setup.template_on_host())
