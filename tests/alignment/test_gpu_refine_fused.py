@@ -151,7 +151,7 @@ def test_launches_split_by_frames_and_a_wide_grid_takes_the_steps(monkeypatch):
     assert np.isfinite(whole[0]).all() and (whole[1] >= 0).all()
     for a, b in zip(split, whole):
         np.testing.assert_array_equal(a, b)
-    monkeypatch.setattr(_refine_gpu, "REFINE_STRIP_DOUBLES", 1)  # a strip a window row
+    monkeypatch.setattr(_refine_gpu, "REFINE_STRIP_FLOATS", 1)  # a strip a window row
     for a, b in zip(launch(), whole):
         np.testing.assert_array_equal(a, b)
     monkeypatch.setattr(_patches, "REFINE_MAX_GX", 1)

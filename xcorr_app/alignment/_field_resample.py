@@ -150,6 +150,15 @@ def device_weights(weights, s, frames):
     return wy, wx_t, s
 
 
+def column_weights32(weights):
+    """The spline's column weights transposed, ``(gx, W)`` float32 C-contiguous CuPy (the
+    refinement's): kept with :func:`~._spline.field_weights`' own, else made on the host."""
+    w32 = getattr(weights, "wx_t32", None)
+    if w32 is not None:
+        return w32
+    return kept_on_device(np.ascontiguousarray(np.asarray(to_numpy(weights[1]), np.float32).T))
+
+
 def add_fields(a, b):
     """``a + b`` of float64 arrays of at most 3 axes that broadcast: the patch pass's small
     per-chunk field sums.  On CuPy a kernel of ours (``add_fields``: three CuPy additions,

@@ -19,7 +19,8 @@ from .._cuda.device import kept_on_device
 from .._cuda.loader import KernelFamily, compile_together
 from ..backend import to_numpy
 from ..errors import InputError
-from ._field_resample import MAX_GRID, check_windows, output_array, through_field, window_starts
+from ._field_resample import (MAX_GRID, check_windows, column_weights32, output_array,
+                              through_field, window_starts)
 
 SOURCE = "refine_surfaces.cu"
 #: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
@@ -37,11 +38,11 @@ ROWS_THREADS = 128
 #: the template's side of the refinement (its tapered patches and their sums), per pass
 TEMPLATE_THREADS = 256
 TEMPLATE = KernelFamily(SOURCE, "refine_template", [(TEMPLATE_THREADS,)])
-#: the row coefficients of a strip of window rows (``2 gx`` doubles a row) take at most this
-#: many doubles of shared memory (8 KiB; with the static arrays, 12.4 KiB, eight blocks an SM
+#: the row coefficients of a strip of window rows (``2 gx`` floats a row) take at most this
+#: many floats of shared memory (4 KiB; with the static arrays, 8.4 KiB, eight blocks an SM
 #: still fit): grids at most half as many patches wide are fused
-REFINE_STRIP_DOUBLES = 1024
-REFINE_MAX_GX = REFINE_STRIP_DOUBLES // 2
+REFINE_STRIP_FLOATS = 1024
+REFINE_MAX_GX = REFINE_STRIP_FLOATS // 2
 
 
 def refine_template_gpu(tpatches, taper, apply_taper=True):
@@ -90,8 +91,9 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     poisoned ones in the tests), else new arrays."""
     import cupy as cp
 
-    frames, wy, wxt, s = through_field(frames, starts_y, starts_x, patch_field, weights,
-                                       REFINE_MAX_GX)
+    frames, wy, _, s = through_field(frames, starts_y, starts_x, patch_field, weights,
+                                     REFINE_MAX_GX)
+    wx32 = column_weights32(weights)
     n, h, w = frames.shape
     gy, gx = s.shape[1:3]
     ph, pw = size
@@ -123,15 +125,15 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     kernel, rows_kernel = compile_together([(REFINE, args), (FIELD_ROWS, ())])
     rows = cp.empty((min(n, MAX_GRID), h, 2 * gx), cp.float64)
     # the window's rows in strips of equal height, each strip's coefficients in shared memory
-    most = max(1, REFINE_STRIP_DOUBLES // (2 * gx))
+    most = max(1, REFINE_STRIP_FLOATS // (2 * gx))
     strip = -(-ph // -(-ph // most))
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         rows_kernel((-(-(h * 2 * gx) // ROWS_THREADS), b - a), (ROWS_THREADS,),
                     (wy, s, rows, np.int32(a), np.int32(h), np.int32(gy), np.int32(gx)))
         kernel((p, b - a), (REFINE_THREADS,),
-               (frames, out, rows, wxt, sy, sx, taper if taper is not None else out,
+               (frames, out, rows, wx32, sy, sx, taper if taper is not None else out,
                 np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
                 np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
-                np.int32(pw), np.int32(strip)), shared_mem=strip * 2 * gx * 8)
+                np.int32(pw), np.int32(strip)), shared_mem=strip * 2 * gx * 4)
     return z, iy, ix

@@ -112,11 +112,11 @@ class DeviceWeights(tuple):
     """The spline weights ``(wy, wx)`` as CuPy arrays of one device (a tuple of the two), with
     what the kernels read: ``wx_t``, ``wx`` transposed, C-contiguous ``(gx, W)`` (a warp's
     lanes, consecutive columns, read consecutive doubles: ``along_row`` in
-    ``field_sample.cuh``)."""
+    ``field_sample.cuh``), and ``wx_t32``, the same as float32 (the refinement's)."""
 
-    def __new__(cls, wy, wx, wx_t):
+    def __new__(cls, wy, wx, wx_t, wx_t32):
         self = super().__new__(cls, (wy, wx))
-        self.wx_t = wx_t
+        self.wx_t, self.wx_t32 = wx_t, wx_t32
         return self
 
 
@@ -126,5 +126,6 @@ def _device_weights_of(key, device_id):
 
     with cp.cuda.Device(device_id):
         wy, wx = _host_weights(key)
-        return DeviceWeights(cp.asarray(wy), cp.asarray(wx),
-                             cp.asarray(np.ascontiguousarray(wx.T)))
+        wx_t = np.ascontiguousarray(wx.T)
+        return DeviceWeights(cp.asarray(wy), cp.asarray(wx), cp.asarray(wx_t),
+                             cp.asarray(wx_t.astype(np.float32)))

@@ -72,6 +72,33 @@ __device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
     return make_double2(a, b);
 }
 
+// along_row2_fixed in float32: the row's coefficients cf[j] = (axis 0, axis 1) and the weights
+// wxt (gx, w) as float32 (the refinement: the field within about 1e-6 px of the float64 sums).
+template <int GX>
+__device__ __forceinline__ float2 along_row2_float(const float2* cf,
+                                                   const float* __restrict__ wxt, int x, int w,
+                                                   int gx) {
+    float a = 0.0f, b = 0.0f;
+    if constexpr (GX > 0) {
+#pragma unroll
+        for (int j = 0; j < GX; ++j) {
+            const float2 c = cf[j];
+            const float v = wxt[j * w + x];
+            a = fmaf(c.x, v, a);
+            b = fmaf(c.y, v, b);
+        }
+    } else {
+#pragma unroll 1
+        for (int j = 0, k = x; j < gx; ++j, k += w) {
+            const float2 c = cf[j];
+            const float v = wxt[k];
+            a = fmaf(c.x, v, a);
+            b = fmaf(c.y, v, b);
+        }
+    }
+    return make_float2(a, b);
+}
+
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
 // the arithmetic A (float64 where the definition's numbers are met to float64 rounding, float32
 // in the refinement: cubic_at<float>, within about 1e-7 of the pixels' range).
@@ -155,6 +182,36 @@ __device__ __forceinline__ A cubic_inside(const T* __restrict__ f, int h, int w,
     keys_taps((A)(cy - (double)iy), wy);
     keys_taps((A)(cx - (double)ix), wx);
     // (a 32-bit offset inside the frame: one 64-bit address a tap row, not 64-bit products)
+    const T* row = f + ((iy - 1) * w + (ix - 1));
+    A acc = (A)0.0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k, row += w) {
+        A r = wx[0] * (A)(float)row[0];
+        r += wx[1] * (A)(float)row[1];
+        r += wx[2] * (A)(float)row[2];
+        r += wx[3] * (A)(float)row[3];
+        acc += wy[k] * r;
+    }
+    return acc;
+}
+
+// cubic_inside at (y - dy, x - dx) for the integer pixel (y, x) and a float32 shift (dy, dx),
+// without float64: the sample's integer part y + floor(-dy) and fraction -dy - floor(-dy) come
+// from the shift alone (|d| of a few pixels: its float32 fraction within about 1e-6 px),
+// where y - dy in float64 and its conversions (quarter-rate on the GPU) took a fifth of the
+// refinement's instructions a pixel.  The taps clamped (cubic_at) where they leave the image.
+template <typename A, typename T>
+__device__ __forceinline__ A cubic_shifted(const T* __restrict__ f, int h, int w, int y, int x,
+                                           float dy, float dx) {
+    const float my = -dy, mx = -dx;
+    const float fy = floorf(my), fx = floorf(mx);
+    const int iy = y + (int)fy, ix = x + (int)fx;
+    const A ty = (A)(my - fy), tx = (A)(mx - fx);
+    if (iy < 1 || iy > h - 3 || ix < 1 || ix > w - 3)
+        return cubic_at<A>(f, h, w, (double)iy + (double)ty, (double)ix + (double)tx);
+    A wy[4], wx[4];
+    keys_taps(ty, wy);
+    keys_taps(tx, wx);
     const T* row = f + ((iy - 1) * w + (ix - 1));
     A acc = (A)0.0;
 #pragma unroll

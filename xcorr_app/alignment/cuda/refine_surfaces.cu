@@ -5,8 +5,9 @@
 // within +-1 px, normalize.zncc and the peak search did in five launches and four CuPy
 // operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
 // read back by the same block, from L2):
-//   v = the window sampled through the field as windows_through, its taps in float32
-//       (cubic_inside<float>; written to win)
+//   v = the window sampled through the field as windows_through, its taps in float32, the
+//       field's sums and the sample's position in float32 too (cubic_shifted<float>: within
+//       about 1e-6 px of the float64 position; written to win)
 //   t = (v - mean(v)) * taper, the float32 operations of tapered (v itself where has_taper is 0)
 //   z[ky + 1][kx + 1], ky, kx in -1..1: the ZNCC of template patch L = tpl[p] against t:
 //     c = sum over the overlap of L[q + k] t[q] (float32 over at most BAND_ROWS rows of a
@@ -20,8 +21,9 @@
 // consecutive rows: refine_bands), each walking its column down the band holding three rows of
 // L's three columns in registers (three reads a pixel, not nine, and the overlap's bounds
 // checked once a column and row, not nine times a pixel).
-// Dynamic shared memory: strip * 2 * gx doubles (the strip's row coefficients, interleaved,
-// copied from `rows`: field_rows below, made by one launch before).
+// Dynamic shared memory: strip * 2 * gx floats (the strip's row coefficients, interleaved,
+// rounded to float32 from `rows`: field_rows below, made by one launch before); the column
+// weights wxt (gx, w) float32.
 // (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
 // and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
 // it replaced took about 1.3 ms.  Then the taps in float32 and the edges' sums in a loop of
@@ -127,7 +129,7 @@ __global__ void field_rows(const double* __restrict__ wy, const double* __restri
 template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ rows,
-        const double* __restrict__ wxt,
+        const float* __restrict__ wxt,
         const int* __restrict__ sy, const int* __restrict__ sx,
         const float* __restrict__ taper, int has_taper, const float* __restrict__ tpl,
         const double* __restrict__ lmean, const double* __restrict__ lvar,
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gx, int ph,
         int pw, int strip) {
     constexpr int WARPS = THREADS / 32;
-    extern __shared__ double coef[];  // strip * 2 * gx: the strip's rows' coefficients
+    extern __shared__ float coef[];  // strip * 2 * gx: the strip's rows' coefficients
     __shared__ double red[WARPS * REFINE_SUMS];
     __shared__ double tot[REFINE_SUMS];
     __shared__ double acc[11 * THREADS];
@@ -156,14 +158,14 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         const int rn = min(strip, ph - r0);
         const double* src = rows + ((size_t)blockIdx.y * h + ys + r0) * 2 * gx;
         if (r0 > 0) __syncthreads();  // (the last strip's coefficients read)
-        for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) coef[k] = src[k];
+        for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) coef[k] = (float)src[k];
         __syncthreads();
         int r = (int)threadIdx.x / pw, c = (int)threadIdx.x - r * pw;
         while (r < rn) {
             const int y = ys + r0 + r, x = xs + c;
-            const double2 d = along_row2_fixed<GX>(
-                reinterpret_cast<const double2*>(coef + r * 2 * gx), wxt, x, w, gx);
-            const float v = cubic_inside<float>(f, h, w, (double)y - d.x, (double)x - d.y);
+            const float2 d = along_row2_float<GX>(
+                reinterpret_cast<const float2*>(coef + r * 2 * gx), wxt, x, w, gx);
+            const float v = cubic_shifted<float>(f, h, w, y, x, d.x, d.y);
             wnd[(r0 + r) * pw + c] = v;
             one[0] += (double)v;
             r += dr;
