@@ -5,13 +5,17 @@ the field's pieces included).  Older kernels' A/Bs (c0a3653, 3938d7e, the widths
 of 5795d0b) are in performance.md.
 
     python3 tools/refine_ab.py [FRAMES] [GYxGX]
+
+``$REFINE_STRIP_FLOATS`` overrides ``_refine_gpu.REFINE_STRIP_FLOATS`` (the rows of a strip).
 """
+import os
 import statistics
 import sys
 
 import cupy as cp
 import numpy as np
 
+from xcorr_app.alignment import _refine_gpu
 from xcorr_app.alignment._refine_gpu import refine_surfaces_gpu
 from xcorr_app.alignment._spline import field_weights
 from xcorr_app.alignment._patches import (PatchGrid, common_area, refine_left, refine_taper,
@@ -51,6 +55,8 @@ def timed(launch):
 
 
 def main():
+    if os.environ.get("REFINE_STRIP_FLOATS"):
+        _refine_gpu.REFINE_STRIP_FLOATS = int(os.environ["REFINE_STRIP_FLOATS"])
     frames, grid, field = data()
     taper = refine_taper(grid.size, flat=16)
     tnear = cp.asarray(tapered(template_patches(frames[0].get(), grid), taper))

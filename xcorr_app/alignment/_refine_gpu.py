@@ -39,9 +39,11 @@ ROWS_THREADS = 128
 TEMPLATE_THREADS = 256
 TEMPLATE = KernelFamily(SOURCE, "refine_template", [(TEMPLATE_THREADS,)])
 #: the row coefficients of a strip of window rows (``2 gx`` floats a row) take at most this
-#: many floats of shared memory (4 KiB; with the static arrays, 8.4 KiB, eight blocks an SM
-#: still fit): grids at most half as many patches wide are fused
-REFINE_STRIP_FLOATS = 1024
+#: many floats of shared memory (8 KiB; with the static arrays, 20.4 KiB, eight blocks an SM
+#: still fit): grids at most half as many patches wide are fused.  (Strips of 1024 floats, two
+#: a window at 8x8: 4.87 ms a launch of 1024 frames against 4.79, tools/refine_ab.py, H200
+#: 2026-11-24.)
+REFINE_STRIP_FLOATS = 2048
 REFINE_MAX_GX = REFINE_STRIP_FLOATS // 2
 
 

@@ -195,6 +195,19 @@ __device__ __forceinline__ A cubic_inside(const T* __restrict__ f, int h, int w,
     return acc;
 }
 
+// The position y - d of the integer pixel y shifted by the float32 d, as an integer part i and a
+// fraction t in [0, 1): i = y + floor(-d), t = -d - floor(-d) (from the shift alone: within
+// about 1e-6 px of the float64 position for shifts of a few pixels).
+__device__ __forceinline__ void shifted_position(int y, float d, int& i, float& t) {
+    const float m = -d, fm = floorf(m);
+    i = y + (int)fm;
+    t = m - fm;
+    if (t >= 1.0f) {  // (a tiny negative m rounds its fraction up to 1)
+        t = 0.0f;
+        i += 1;
+    }
+}
+
 // cubic_inside at (y - dy, x - dx) for the integer pixel (y, x) and a float32 shift (dy, dx),
 // without float64: the sample's integer part y + floor(-dy) and fraction -dy - floor(-dy) come
 // from the shift alone (|d| of a few pixels: its float32 fraction within about 1e-6 px),
@@ -203,10 +216,11 @@ __device__ __forceinline__ A cubic_inside(const T* __restrict__ f, int h, int w,
 template <typename A, typename T>
 __device__ __forceinline__ A cubic_shifted(const T* __restrict__ f, int h, int w, int y, int x,
                                            float dy, float dx) {
-    const float my = -dy, mx = -dx;
-    const float fy = floorf(my), fx = floorf(mx);
-    const int iy = y + (int)fy, ix = x + (int)fx;
-    const A ty = (A)(my - fy), tx = (A)(mx - fx);
+    int iy, ix;
+    float fty, ftx;
+    shifted_position(y, dy, iy, fty);
+    shifted_position(x, dx, ix, ftx);
+    const A ty = (A)fty, tx = (A)ftx;
     if (iy < 1 || iy > h - 3 || ix < 1 || ix > w - 3)
         return cubic_at<A>(f, h, w, (double)iy + (double)ty, (double)ix + (double)tx);
     A wy[4], wx[4];
