@@ -155,6 +155,7 @@ def test_folder_of_multipage_files_reads_across_files(tmp_path):
         assert src.n_frames == 7 and src.memory_mapped
         np.testing.assert_array_equal(src.read(2, 6), data[2:6])
         assert [src.source_name(i) for i in (2, 3, 4)] == ["a1.tif", "a2.tif", "a10.tif"]
+        assert src.source_names() == [src.source_name(i) for i in range(7)]
         np.testing.assert_array_equal(np.concatenate([c for _, c in chunks_of(src, 2)]), data)
 
 
@@ -395,3 +396,20 @@ def test_whole_file_check_runs_once_per_file_version(tmp_path, monkeypatch):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new version of the file
     open_stack(path).close()
     assert len(calls) == 2
+
+
+def test_source_names_of_an_array_and_a_stashed_source_are_one_list():
+    from xcorr_app.io._reader import ArraySource
+    from xcorr_app.streaming import StashedSource
+
+    src = ArraySource(np.zeros((5, 4, 6), np.uint16), name="movie")
+    assert src.source_names() == ["movie"] * 5 == [src.source_name(i) for i in range(5)]
+    assert StashedSource(src, None).source_names() == ["movie"] * 5
+
+    class Named:  # a source without source_names: one call a frame
+        n_frames, frame_shape, dtype, notes, paths = 3, (4, 6), np.dtype(np.uint16), [], []
+
+        def source_name(self, i):
+            return f"f{i}"
+
+    assert StashedSource(Named(), None).source_names() == ["f0", "f1", "f2"]

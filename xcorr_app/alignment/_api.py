@@ -371,7 +371,7 @@ path or ndarray
             ref = prepared_reference(opts, src, xp, chunk)
             table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan,
                                          progress=progress, prepared=prepared)
-        sources = [src.source_name(i) for i in range(src.n_frames)]
+        sources = src.source_names()
         notes = list(src.notes)
         kept = src.stack if src.stash is not None and src.stash.complete else stack_or_path
     settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),

@@ -107,6 +107,10 @@ class StashedSource:
     def source_name(self, i):
         return self.src.source_name(i)
 
+    def source_names(self):
+        names = getattr(self.src, "source_names", None)
+        return names() if names else [self.src.source_name(i) for i in range(self.n_frames)]
+
     def read(self, start, stop, out=None):
         return self.src.read(start, stop, out=out)
 
