@@ -17,3 +17,13 @@ bench_patches() {
     > "$OUT/bench_patches_$1.txt" 2>&1
   grep -E "^\| |^target" "$OUT/bench_patches_$1.txt" | grep -v -- "---"
 }
+
+# The GPU tests of the paths given (all of them without any) into $OUT/pytest_gpu.txt, on 8
+# workers, after the machine's name and date ($OUT/device.txt); the summary and the failures
+# printed.
+gpu_tests() {
+  { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$OUT/device.txt"
+  XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 250 python3 -m pytest -m gpu -q \
+    -p no:cacheprovider -n 8 --maxfail=30 -rf "$@" > "$OUT/pytest_gpu.txt" 2>&1
+  tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED|^ERROR" "$OUT/pytest_gpu.txt" | head -20
+}

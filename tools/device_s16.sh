@@ -2,10 +2,7 @@
 # Session of 2026-11-24 (night), issue 27: the GPU tests of TESTS (default alignment and
 # registration), the patch bench at GRIDS (default 8x8) and the kernels' timeline at the first.
 . tools/device_env.sh
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$OUT/device.txt"
-XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 250 python3 -m pytest -m gpu -q \
-  -p no:cacheprovider -n 8 -rf ${TESTS:-tests/alignment tests/registration} > "$OUT/pytest_gpu.txt" 2>&1
-tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED|^ERROR" "$OUT/pytest_gpu.txt" | head -20
+gpu_tests ${TESTS:-tests/alignment tests/registration}
 export XCORR_CACHE_DIR=/tmp/c/x CUPY_CACHE_DIR=/tmp/c/cupy
 GRIDS=${GRIDS:-8x8}
 for g in $GRIDS; do bench_patches $g; done

@@ -3,10 +3,7 @@
 # against 2048 floats (tools/refine_ab.py), the patch bench at 8x8 and 4x4 (4096 frames of
 # 512x512, with its one-shot rows) and the kernels' timeline at 8x8.
 . tools/device_env.sh
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } | tee "$OUT/device.txt"
-XCORR_REQUIRE_GPU=1 XCORR_CACHE_DIR=/tmp/suite-cache timeout 250 python3 -m pytest -m gpu -q \
-  -p no:cacheprovider -n 8 --maxfail=30 -rf > "$OUT/pytest_gpu.txt" 2>&1
-tail -1 "$OUT/pytest_gpu.txt"; grep -E "^FAILED|^ERROR" "$OUT/pytest_gpu.txt" | head
+gpu_tests
 export XCORR_CACHE_DIR=/tmp/c/x CUPY_CACHE_DIR=/tmp/c/cupy
 for g in 8x8 4x4; do
   for strip in 1024 2048; do

@@ -45,17 +45,17 @@ __device__ __forceinline__ double along_row(const double* coef, const double* __
 // along_row for both axes at once, the row's coefficients interleaved: cf[j] = (coefficient j
 // of axis 0, of axis 1); one read of wx[x, j] for both sums.  GX > 0: the grid's width known at
 // compile time (the loop unrolled, no loop control a pixel; the same sums in the same order);
-// GX = 0: the width gx read at run time.
-template <int GX>
-__device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
-                                                    const double* __restrict__ wxt, int x, int w,
-                                                    int gx) {
-    double a = 0.0, b = 0.0;
+// GX = 0: the width gx read at run time.  In the arithmetic of the weights A (float64: P
+// double2; the refinement's float32: P float2, the field within about 1e-6 px).
+template <int GX, typename P, typename A>
+__device__ __forceinline__ P along_row2_fixed(const P* cf, const A* __restrict__ wxt, int x,
+                                              int w, int gx) {
+    A a = (A)0.0, b = (A)0.0;
     if constexpr (GX > 0) {
 #pragma unroll
         for (int j = 0; j < GX; ++j) {
-            const double2 c = cf[j];
-            const double v = wxt[j * w + x];  // (32-bit offsets: gx * w < 2^31)
+            const P c = cf[j];
+            const A v = wxt[j * w + x];  // (32-bit offsets: gx * w < 2^31)
             a += c.x * v;
             b += c.y * v;
         }
@@ -63,40 +63,16 @@ __device__ __forceinline__ double2 along_row2_fixed(const double2* cf,
         // (not unrolled: unrolled by the compiler, its remainder's values spilled)
 #pragma unroll 1
         for (int j = 0, k = x; j < gx; ++j, k += w) {
-            const double2 c = cf[j];
-            const double v = wxt[k];
+            const P c = cf[j];
+            const A v = wxt[k];
             a += c.x * v;
             b += c.y * v;
         }
     }
-    return make_double2(a, b);
-}
-
-// along_row2_fixed in float32: the row's coefficients cf[j] = (axis 0, axis 1) and the weights
-// wxt (gx, w) as float32 (the refinement: the field within about 1e-6 px of the float64 sums).
-template <int GX>
-__device__ __forceinline__ float2 along_row2_float(const float2* cf,
-                                                   const float* __restrict__ wxt, int x, int w,
-                                                   int gx) {
-    float a = 0.0f, b = 0.0f;
-    if constexpr (GX > 0) {
-#pragma unroll
-        for (int j = 0; j < GX; ++j) {
-            const float2 c = cf[j];
-            const float v = wxt[j * w + x];
-            a = fmaf(c.x, v, a);
-            b = fmaf(c.y, v, b);
-        }
-    } else {
-#pragma unroll 1
-        for (int j = 0, k = x; j < gx; ++j, k += w) {
-            const float2 c = cf[j];
-            const float v = wxt[k];
-            a = fmaf(c.x, v, a);
-            b = fmaf(c.y, v, b);
-        }
-    }
-    return make_float2(a, b);
+    P r;
+    r.x = a;
+    r.y = b;
+    return r;
 }
 
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
@@ -169,32 +145,6 @@ __device__ __forceinline__ A cubic_at(const T* __restrict__ f, int h, int w, dou
     return acc;
 }
 
-// cubic_at, the same sums in the same order, without the clamps where the 16 taps lie inside
-// the image (most samples of a window: one address, the rows w apart).  The clamps and the
-// taps' 16 64-bit addresses were most of the refinement's instructions (Nsight Compute,
-// H100, 2026-11-23: about 240 of 560 a window pixel).
-template <typename A, typename T>
-__device__ __forceinline__ A cubic_inside(const T* __restrict__ f, int h, int w, double cy,
-                                          double cx) {
-    const int iy = __double2int_rd(cy), ix = __double2int_rd(cx);  // (saturating; NaN: 0)
-    if (iy < 1 || iy > h - 3 || ix < 1 || ix > w - 3) return cubic_at<A>(f, h, w, cy, cx);
-    A wy[4], wx[4];
-    keys_taps((A)(cy - (double)iy), wy);
-    keys_taps((A)(cx - (double)ix), wx);
-    // (a 32-bit offset inside the frame: one 64-bit address a tap row, not 64-bit products)
-    const T* row = f + ((iy - 1) * w + (ix - 1));
-    A acc = (A)0.0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k, row += w) {
-        A r = wx[0] * (A)(float)row[0];
-        r += wx[1] * (A)(float)row[1];
-        r += wx[2] * (A)(float)row[2];
-        r += wx[3] * (A)(float)row[3];
-        acc += wy[k] * r;
-    }
-    return acc;
-}
-
 // The position y - d of the integer pixel y shifted by the float32 d, as an integer part i and a
 // fraction t in [0, 1): i = y + floor(-d), t = -d - floor(-d) (from the shift alone: within
 // about 1e-6 px of the float64 position for shifts of a few pixels).
@@ -208,11 +158,14 @@ __device__ __forceinline__ void shifted_position(int y, float d, int& i, float& 
     }
 }
 
-// cubic_inside at (y - dy, x - dx) for the integer pixel (y, x) and a float32 shift (dy, dx),
-// without float64: the sample's integer part y + floor(-dy) and fraction -dy - floor(-dy) come
-// from the shift alone (|d| of a few pixels: its float32 fraction within about 1e-6 px),
-// where y - dy in float64 and its conversions (quarter-rate on the GPU) took a fifth of the
-// refinement's instructions a pixel.  The taps clamped (cubic_at) where they leave the image.
+// Cubic convolution at (y - dy, x - dx) for the integer pixel (y, x) and a float32 shift
+// (dy, dx), in the arithmetic A, without float64: the sample's integer part y + floor(-dy) and
+// fraction -dy - floor(-dy) come from the shift alone (shifted_position; y - dy in float64 and
+// its conversions, quarter-rate on the GPU, took a fifth of the refinement's instructions a
+// pixel).  Where the 16 taps lie inside the image, cubic_at's sums in its order without the
+// clamps (one address, the rows w apart; the clamps and the taps' 16 64-bit addresses were
+// about 240 of the refinement's 560 instructions a window pixel, Nsight Compute, H100
+// 2026-11-23); elsewhere cubic_at itself.
 template <typename A, typename T>
 __device__ __forceinline__ A cubic_shifted(const T* __restrict__ f, int h, int w, int y, int x,
                                            float dy, float dx) {
@@ -226,6 +179,7 @@ __device__ __forceinline__ A cubic_shifted(const T* __restrict__ f, int h, int w
     A wy[4], wx[4];
     keys_taps(ty, wy);
     keys_taps(tx, wx);
+    // (a 32-bit offset inside the frame: one 64-bit address a tap row, not 64-bit products)
     const T* row = f + ((iy - 1) * w + (ix - 1));
     A acc = (A)0.0;
 #pragma unroll

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         int r = (int)threadIdx.x / pw, c = (int)threadIdx.x - r * pw;
         while (r < rn) {
             const int y = ys + r0 + r, x = xs + c;
-            const float2 d = along_row2_float<GX>(
+            const float2 d = along_row2_fixed<GX>(
                 reinterpret_cast<const float2*>(coef + r * 2 * gx), wxt, x, w, gx);
             const float v = cubic_shifted<float>(f, h, w, y, x, d.x, d.y);
             wnd[(r0 + r) * pw + c] = v;
