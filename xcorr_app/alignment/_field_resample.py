@@ -131,10 +131,8 @@ def device_weights(weights, s, frames):
 
     wy, wx = (cp.ascontiguousarray(cp.asarray(a, cp.float64)) for a in weights)
     wx_t = getattr(weights, "wx_t", None)
-    if wx_t is None:  # (weights not of field_weights: transposed on the host, once a call;
-        # the given ones, not their device copy, which would come back)
-        wx_t = kept_on_device(np.ascontiguousarray(np.asarray(to_numpy(weights[1]),
-                                                              np.float64).T))
+    if wx_t is None:  # (weights not of field_weights: transposed on the host, once a call)
+        wx_t = _transposed_on_device(weights, np.float64)
     s = cp.ascontiguousarray(cp.asarray(s, cp.float64))
     finite = cp.empty_like(s)  # NaN 0 (as nan_to_num; a kernel of ours: nothing to compile)
     if s.size:
@@ -154,9 +152,13 @@ def column_weights32(weights):
     """The spline's column weights transposed, ``(gx, W)`` float32 C-contiguous CuPy (the
     refinement's): kept with :func:`~._spline.field_weights`' own, else made on the host."""
     w32 = getattr(weights, "wx_t32", None)
-    if w32 is not None:
-        return w32
-    return kept_on_device(np.ascontiguousarray(np.asarray(to_numpy(weights[1]), np.float32).T))
+    return _transposed_on_device(weights, np.float32) if w32 is None else w32
+
+
+def _transposed_on_device(weights, dtype):
+    """``weights[1]`` (``wx``, ``(W, gx)``) transposed on the host as ``dtype``, kept on the
+    device (the given weights, not their device copy, which would come back)."""
+    return kept_on_device(np.ascontiguousarray(np.asarray(to_numpy(weights[1]), dtype).T))
 
 
 def add_fields(a, b):

@@ -42,13 +42,13 @@ class PatchSetup:
     """What every range of frames of one patch pass shares (global to the run): the grid, the
     prepared template's patches (on the run's device, or NumPy for a Dask task to send), the
     template as prepared (for the picture: on the run's device until the field is made, so
-    that making the setup waits for nothing; on the GPU its copy to the host is queued at
-    once, :meth:`template_on_host`) and as read (``image``: where no warped frame covers, the
-    next template keeps it)."""
+    that making the setup waits for nothing; the last pass's copy to the host is queued
+    before that pass, :meth:`queue_host_copy`) and as read (``image``: where no warped frame
+    covers, the next template keeps it)."""
 
     def __init__(self, grid, tpatches, template, image):
         self.grid, self.tpatches, self.template, self.image = grid, tpatches, template, image
-        self._host = HostCopy(template) if backend.is_cupy_array(template) else None
+        self._host = None  # (a HostCopy of the template, once queued)
 
     @classmethod
     def make(cls, opts, src, xp, chunk, grid, image):
@@ -56,10 +56,14 @@ class PatchSetup:
         frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
         return cls(grid, template_patches(frame, grid), raw, image)
 
+    def queue_host_copy(self):
+        """Queue the template's copy to the host now (CuPy; NumPy needs none): fetched at the
+        run's end it waited 1.2 ms for a pageable copy, the GPU idle, H200 2026-11-24."""
+        if self._host is None and backend.is_cupy_array(self.template):
+            self._host = HostCopy(self.template)
+
     def template_on_host(self):
-        """The prepared template as NumPy (on the GPU: the copy queued when the setup was
-        made; fetched at the run's end it waited 1.2 ms for a pageable copy, the GPU idle,
-        H200 2026-11-24)."""
+        """The prepared template as NumPy (the queued copy where there is one)."""
         return backend.to_numpy(self.template) if self._host is None else self._host.result()
 
     def on_host(self):
@@ -151,6 +155,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         # again, one reader per range
         reuse = not shared or getattr(src, "concurrent_reads", False)
         for k in range(passes + 1):
+            if k == passes:  # (the last pass's template: the result's picture)
+                setup.queue_host_copy()
             on = setup.on_host() if shared else setup  # (no device's arrays on another)
 
             def part(j, on=on, last=k == passes):

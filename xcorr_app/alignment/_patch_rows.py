@@ -19,6 +19,7 @@ from ._motion_field import MotionField
 #: frames of 4x4 patches) go to the host once they take more than this
 KEPT_MAX_BYTES = 256 * 2**20
 
+
 class KeptRows:
     """The GPU patch pass's rows left on the device (frames numbered from the range's first,
     as the host ``table`` of the range): the chunks write theirs into consecutive slices of
@@ -83,6 +84,7 @@ class KeptRows:
                                  out=self.table[self.base + self.sent_upto:
                                                 self.base + self.filled])
             self.filled = self.sent_upto = 0
+
 
 def field_from_rows(table, setup):
     """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order: the
