@@ -42,6 +42,7 @@ FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._fiel
                   "xcorr_app.alignment._low_patches",
                   "xcorr_app.alignment._warp",
                   "xcorr_app.correlate._overlap", "xcorr_app.correlate._fft",
+                  "xcorr_app.correlate._fft_window",
                   "xcorr_app.correlate._warp_shuffle",
                   "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
                   "xcorr_app.correlate._small", "xcorr_app.correlate._band",

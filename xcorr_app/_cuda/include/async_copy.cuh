@@ -31,6 +31,13 @@ __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bo
                  ::"r"(dst), "l"(gmem), "r"(valid ? 4 : 0) : "memory");
 }
 
+// 8 bytes global -> shared, or 8 zero bytes when !valid (the source is not read then)
+__device__ __forceinline__ void cp_async8_zfill(void* smem, const void* gmem, bool valid) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n"
+                 ::"r"(dst), "l"(gmem), "r"(valid ? 8 : 0) : "memory");
+}
+
 // 16 bytes global -> shared, or 16 zero bytes when !valid (the source is not read then)
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
