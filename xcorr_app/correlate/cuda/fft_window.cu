@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(32 * WINDOW_GROUPS) window_rows(
         const float2* __restrict__ tw, double* __restrict__ h, long long rows_total, int fy,
         int wh, int xmax, float scale) {
     constexpr int ROWS = 32 * RB;
-    // (+1: a lane's row is 34 words from the next lane's, no bank conflicts)
+    // (+1: a lane's row 2 VT + 2 words from the next lane's, its 8-byte reads conflict-free)
     __shared__ __align__(16) float2 r_s[2][ROWS][VT + 1];
     __shared__ __align__(16) float2 l_s[2][ROWS][VT + 1];
     __shared__ __align__(16) float2 tw_s[2][VT][WINDOW_GROUPS * PAIRS];
@@ -69,22 +69,13 @@ __global__ void __launch_bounds__(32 * WINDOW_GROUPS) window_rows(
             for (int k = tid; k < ROWS * VT; k += nthreads) {
                 const int r = k / VT, vv = k - r * VT, v = v0 + vv;
                 const bool ok = v < wh && lrow[r] >= 0;
-#ifdef WINDOW_PLAIN_LOADS  // (development probes: the copies as plain loads)
-                r_s[buf][r][vv] = ok ? right[(row0 + r) * wh + v] : make_float2(0.0f, 0.0f);
-                l_s[buf][r][vv] = ok ? left[lrow[r] + v] : make_float2(0.0f, 0.0f);
-#else
                 cp_async8_zfill(&r_s[buf][r][vv], right + (ok ? (row0 + r) * wh + v : 0), ok);
                 cp_async8_zfill(&l_s[buf][r][vv], left + (ok ? lrow[r] + v : 0), ok);
-#endif
             }
             for (int k = tid; k < VT * gp; k += nthreads) {
                 const int vv = k / gp, j = k - vv * gp, v = v0 + vv;
-#ifdef WINDOW_PLAIN_LOADS
-                tw_s[buf][vv][j] = v < wh ? tw[(long long)v * gp + j] : make_float2(0.0f, 0.0f);
-#else
                 cp_async8_zfill(&tw_s[buf][vv][j], tw + (v < wh ? (long long)v * gp + j : 0),
                                 v < wh);
-#endif
             }
             cp_async_commit();
         }
