@@ -9,23 +9,10 @@ import cupy as cp
 import numpy as np
 
 from xcorr_app._cuda.loader import COMPILE_OPTIONS, include_options, read_source, source_path
+from xcorr_app._cuda.timing import time_gpu as timed
 from xcorr_app.correlate import _fft_window as fw
 from xcorr_app.correlate._fft import (conj_product, fft_geometry, irfft2_unnormalized,
                                       padded_spectra)
-
-
-def timed(fn, reps=15):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(times))
 
 
 def main():

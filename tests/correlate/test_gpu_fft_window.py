@@ -81,5 +81,7 @@ def test_correlation_window_refuses_what_it_cannot_take():
         correlation_window(f[0], f, (40, 40), (-30, -30), (61, 61))
     with pytest.raises(InputError, match="spectra of 40x21"):
         correlation_window(f[0], f[:, :, :20], (40, 40), (-1, -1), (3, 3))
+    with pytest.raises(InputError, match="C-contiguous float32"):
+        correlation_window(f[0], f, (40, 40), (-1, -1), (3, 3), out=cp.empty((2, 3, 3)))
     with pytest.raises(InputError, match="3 left spectra for 2"):
         correlation_window(cp.zeros((3, 40, 21), cp.complex64), f, (40, 40), (-1, -1), (3, 3))

@@ -4,11 +4,11 @@ An aligner searching ``+-14`` px of 512x512 frames pads them to 540x540 (alias-f
 GPU fft plan then spends two passes over every spectrum after the forward transform: the
 conjugate product and the inverse ``irfft2``, whose 540x540 result it reads 29x29 values of.
 :func:`correlation_window` makes those values alone from the spectra: the product as the
-spectra are read, then the inverse as two small DFTs summed in float64, along the half
-spectrum's columns for the window's ``2 xmax + 1`` shifts ``x`` (both ``x`` and ``-x`` from
-four sums a term) and down the rows for its shifts ``y`` (the kernels: ``cuda/fft_window.cu``).
-The same numbers as ``irfft2`` up to float32 rounding, in the dense layout of the direct
-plans.
+spectra are read, then the inverse as two small DFTs: along the half spectrum's columns for
+the window's ``2 xmax + 1`` shifts ``x`` (both ``x`` and ``-x`` from four sums a term, float32
+summed from the highest frequency down) and down the rows for its shifts ``y`` (float64; the
+kernels: ``cuda/fft_window.cu``).  The same numbers as ``irfft2`` up to float32 rounding (as
+close to the float64 definition, tested), in the dense layout of the direct plans.
 
 It applies where the window is narrow (:func:`window_applies`: no shift beyond 19 px along
 either axis); wider ones take the whole inverse, whose cost does not grow with
@@ -39,8 +39,8 @@ from ..errors import InputError
 
 SOURCE = "fft_window.cu"
 #: rows a lane, values of x a warp, spectrum columns a shared-memory stage (window_rows: 110
-#: registers; of 8 variants the fastest on an H100, 1.25 ms a launch of 1024 spectra of
-#: 540x271 at xmax 14, 2026-11-24, tools/fft_window_probe.py)
+#: registers; the fastest of the variants tried, 1.23 ms a launch of 1024 spectra of 540x271 at
+#: xmax 14 on an H200, 2026-11-25, tools/fft_window_probe.py)
 ROWS_PER_LANE, PAIRS, STAGE = 2, 8, 8
 #: the window's largest |x| and |y| (window_rows: at most WINDOW_GROUPS warps of PAIRS values
 #: of x; window_columns: 2 (MAX_HALF_WIDTH + 1) float64 sums a lane)
@@ -137,6 +137,8 @@ def correlation_window(left_spectrum, right_spectra, size, first_shift, shape, s
         raise InputError(f"{lefts} left spectra for {n} right ones: give 1 or {n}")
     if out is None:
         out = cp.empty((n, ho, wo), cp.float32)
+    elif out.shape != (n, ho, wo) or out.dtype != cp.float32 or not out.flags.c_contiguous:
+        raise InputError(f"out must be a C-contiguous float32 array of shape {(n, ho, wo)}")
     if n == 0:
         return out
     xmax = _half_width((y0, x0), (ho, wo))
