@@ -11,28 +11,28 @@ from xcorr_app.alignment._patches import PatchGrid
 
 
 class HostRows(np.ndarray):
-    """NumPy rows that pose as device rows for ``memcpyAsync`` (``.data.ptr``)."""
+    """NumPy rows that pose as device rows for the copy to the host (``.data.ptr``)."""
 
     @property
     def data(self):
         return types.SimpleNamespace(ptr=self.ctypes.data)
 
 
-def fake_device(copies=None):
+def fake_device(copies=None, monkeypatch=None):
     """NumPy as KeptRows uses CuPy: ``empty``, ``float64``, ``cuda.Device().synchronize()``
-    (counted) and ``cuda.runtime.memcpyAsync`` on the current stream (done at once, its
-    sizes recorded in ``copies``)."""
+    (counted) and, with ``monkeypatch``, the queued copy to the host
+    (``streaming.copy_to_host_async``: done at once, its sizes recorded in ``copies``)."""
     waits = []
     device = types.SimpleNamespace(synchronize=lambda: waits.append(1))
 
-    def memcpy(dst, src, nbytes, kind, stream):
-        assert kind == "d2h" and stream == 7
-        copies.append(nbytes)
-        ctypes.memmove(dst, src, nbytes)
+    def copy(dst, src, stream=None):
+        assert stream is None  # (the current stream)
+        copies.append(dst.nbytes)
+        ctypes.memmove(dst.ctypes.data, src.data.ptr, dst.nbytes)
 
-    runtime = types.SimpleNamespace(memcpyAsync=memcpy, memcpyDeviceToHost="d2h")
-    cuda = types.SimpleNamespace(Device=lambda: device, runtime=runtime,
-                                 get_current_stream=lambda: types.SimpleNamespace(ptr=7))
+    if monkeypatch is not None:
+        monkeypatch.setattr(_patch_rows, "copy_to_host_async", copy)
+    cuda = types.SimpleNamespace(Device=lambda: device)
     xp = types.SimpleNamespace(empty=lambda *a: np.empty(*a).view(HostRows),
                                float64=np.float64, cuda=cuda)
     return xp, waits
@@ -80,7 +80,7 @@ def test_kept_rows_into_a_pinned_table_are_copied_as_each_chunk_is_written(monke
     p = 3
     monkeypatch.setattr(_patch_rows, "KEPT_MAX_BYTES", 40 * p * 4)  # room for 4 frames
     copies = []
-    xp, waits = fake_device(copies)
+    xp, waits = fake_device(copies, monkeypatch)
     table = np.full((12, p, 5), np.nan)
     kept = KeptRows(xp, table, pinned=True)
     for first, n in [(0, 3), (3, 1), (4, 3), (7, 1)]:  # (4 + 3 > 4: one wait)

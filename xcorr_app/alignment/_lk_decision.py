@@ -36,7 +36,7 @@ import numpy as np
 
 from ..backend import is_cupy_array, to_numpy
 from ..filters import gaussian_light
-from ..streaming import host_buffer
+from ..streaming import copy_to_host_async, host_buffer
 from ._frame_stats import converted_stats, precision_sums
 from ._preprocess import parse_prefilter, spread_frames
 
@@ -203,9 +203,7 @@ def noisy_stack_on_gpu(src):
     sums = precision_sums(f, cp.ascontiguousarray(smooth(f), cp.float32))
     host = host_buffer(sums.shape, np.float64, pinned=True)
     stream = cp.cuda.get_current_stream()
-    rt = cp.cuda.runtime
-    rt.memcpyAsync(host.ctypes.data, sums.data.ptr, host.nbytes, rt.memcpyDeviceToHost,
-                   stream.ptr)
+    copy_to_host_async(host, sums, stream)
     return DeviceJudgement(host, stream.record(), shape, sums)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..streaming import host_buffer
+from ..streaming import copy_to_host_async, host_buffer
 from ._motion_field import MotionField
 
 #: the patch pass's rows kept on the device (40 bytes a patch and frame: 640 MB for a million
@@ -69,10 +69,7 @@ class KeptRows:
         k = first - self.base
         if not self.pinned or k != self.sent_upto or k + n > self.filled:
             return
-        rt = self.xp.cuda.runtime
-        src, dst = self.rows[k:k + n], self.table[first:first + n]
-        rt.memcpyAsync(dst.ctypes.data, src.data.ptr, dst.nbytes, rt.memcpyDeviceToHost,
-                       self.xp.cuda.get_current_stream().ptr)
+        copy_to_host_async(self.table[first:first + n], self.rows[k:k + n])
         self.sent_upto = k + n
 
     def fetch(self):

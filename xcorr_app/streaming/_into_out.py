@@ -27,6 +27,7 @@ import weakref
 import numpy as np
 
 from ..errors import InputError
+from ._prefetch import copy_to_host_async
 from ._threads import frame_slices
 
 #: threads that fault in the pages of ``out`` ahead of the chunks written into it, the chunks
@@ -279,7 +280,7 @@ class _Staging:
         for k, a in enumerate(range(0, len(dst), STAGE_BYTES)):
             b = min(len(dst), a + STAGE_BYTES)
             slot = self.slots[k % 2][:b - a]
-            _copy_to_host_async(slot, src[a:b], stream)
+            copy_to_host_async(slot, src[a:b], stream)
             done = stream.record()
             if pending is not None:
                 self._copy_on(*pending)
@@ -298,12 +299,3 @@ class _Staging:
     def close(self):
         if self.copiers is not None:
             self.copiers.close()
-
-
-def _copy_to_host_async(dst, src, stream):
-    """``dst`` (page-locked NumPy bytes) from ``src`` (contiguous CuPy bytes), queued on
-    ``stream``."""
-    import cupy
-
-    rt = cupy.cuda.runtime
-    rt.memcpyAsync(dst.ctypes.data, src.data.ptr, dst.nbytes, rt.memcpyDeviceToHost, stream.ptr)

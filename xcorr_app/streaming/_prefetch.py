@@ -47,6 +47,18 @@ def host_buffer(shape, dtype, pinned: bool) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
+def copy_to_host_async(dst, src, stream=None):
+    """``dst`` (page-locked NumPy, :func:`host_buffer`) from ``src`` (a contiguous CuPy array
+    of as many bytes), queued on ``stream`` (default: the current one); the device does not
+    wait."""
+    import cupy
+
+    if stream is None:
+        stream = cupy.cuda.get_current_stream()
+    rt = cupy.cuda.runtime
+    rt.memcpyAsync(dst.ctypes.data, src.data.ptr, dst.nbytes, rt.memcpyDeviceToHost, stream.ptr)
+
+
 class HostCopy:
     """A CuPy array's copy to page-locked host memory, queued on the current stream now
     (:func:`host_buffer`; the device does not wait): :meth:`result` waits for that copy alone
@@ -59,9 +71,7 @@ class HostCopy:
         a = cupy.ascontiguousarray(a)
         self._host = host_buffer(a.shape, a.dtype, pinned=True)
         stream = cupy.cuda.get_current_stream()
-        rt = cupy.cuda.runtime
-        rt.memcpyAsync(self._host.ctypes.data, a.data.ptr, a.nbytes, rt.memcpyDeviceToHost,
-                       stream.ptr)
+        copy_to_host_async(self._host, a, stream)
         self._done = stream.record()
         self._source = a  # (kept alive until the copy is done)
 
