@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._fft import conj_product, irfft2_unnormalized
+from xcorr_app.correlate._fft import conj_product, irfft2_unnormalized, zero_padded
+from xcorr_app.errors import InputError
 
 pytestmark = pytest.mark.gpu
 
@@ -92,6 +93,44 @@ def test_irfft2_unnormalized_without_the_overwriting_transform(rng, monkeypatch)
     spec = np.fft.rfft2(rng.standard_normal((2, *size))).astype(np.complex64)
     fast = irfft2_unnormalized(cp.asarray(spec), size).get()
     assert _fft._overwriting_c2r() is not None  # CuPy 13-14: the private function is there
-    monkeypatch.setattr(_fft, "_C2R", [None])
+    monkeypatch.setattr(_fft, "_overwriting_c2r", lambda: None)
     slow = irfft2_unnormalized(cp.asarray(spec), size).get()
     np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,size", [
+    ((3, 512, 512), (540, 540)),   # the bench's planes: four elements a thread
+    ((2, 7, 9), (11, 16)),         # odd widths: one element a thread
+    ((5, 8), (8, 12)),             # one plane, no rows added
+    ((2, 1, 37, 44), (40, 48)),    # two batch axes, widths of 4
+    ((4, 3, 4), (3, 5)),           # an odd padded width
+])
+def test_zero_padded_matches_numpy(rng, shape, size):
+    """fft_pad (both vector widths) against np.pad, into a poisoned output and a new one."""
+    import cupy as cp
+
+    a = rng.standard_normal(shape).astype(np.float32)
+    pad = [(0, 0)] * (a.ndim - 2) + [(0, size[0] - shape[-2]), (0, size[1] - shape[-1])]
+    want = np.pad(a, pad)
+    out = cp.full(want.shape, np.nan, cp.float32)
+    assert zero_padded(cp.asarray(a), size, out=out) is out
+    np.testing.assert_array_equal(out.get(), want)
+    np.testing.assert_array_equal(zero_padded(cp.asarray(a), size).get(), want)
+
+
+def test_zero_padded_misaligned_view_and_errors(rng):
+    """A view one element into its buffer (not 16-byte aligned: one element a thread), a
+    strided view (made contiguous), and sizes smaller than the matrices."""
+    import cupy as cp
+
+    a = rng.standard_normal((2, 9, 13)).astype(np.float32)
+    flat = cp.asarray(np.concatenate([[np.float32(7)], a.ravel()]))
+    view = flat[1:].reshape(a.shape)[..., :12]  # (strided: made contiguous)
+    np.testing.assert_array_equal(zero_padded(view, (10, 16)).get(),
+                                  np.pad(a[..., :12], [(0, 0), (0, 1), (0, 4)]))
+    shifted = flat[1:1 + 2 * 9 * 12].reshape(2, 9, 12)  # contiguous, 4 bytes past alignment
+    np.testing.assert_array_equal(zero_padded(shifted, (9, 12)).get(), shifted.get())
+    with pytest.raises(InputError, match="cannot pad"):
+        zero_padded(cp.asarray(a), (8, 16))
+    with pytest.raises(InputError, match="cannot pad"):
+        zero_padded(cp.asarray(a), (9, 16), out=cp.empty((2, 9, 15), cp.float32))

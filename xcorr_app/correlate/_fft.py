@@ -52,6 +52,7 @@ import numpy as np
 from .._cuda.launch import stride_blocks
 from .._cuda.loader import KernelFamily
 from ..backend import array_module_of
+from ..errors import InputError
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
 from ._shifts import first_shift, normalize_max_shift, output_shape
@@ -250,11 +251,11 @@ _REAL = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
 FFT_STEPS = "fft_steps.cu"
 CONJ_PRODUCT = KernelFamily(FFT_STEPS, "conj_product",
                             [(r, i) for r in _REAL.values() for i, _ in _INDEX.values()])
-FFT_PAD = KernelFamily(FFT_STEPS, "fft_pad", [(i,) for i, _ in _INDEX.values()])
+FFT_PAD = KernelFamily(FFT_STEPS, "fft_pad", [(i, v) for i, _ in _INDEX.values() for v in (1, 4)])
 FFT_CROP = KernelFamily(FFT_STEPS, "fft_crop", [(i,) for i, _ in _INDEX.values()])
 #: compiled together on first use (what the single-precision plan launches), where they do not
 #: ship built
-_FIRST = [(CONJ_PRODUCT, ("float", "unsigned int")), (FFT_PAD, ("unsigned int",)),
+_FIRST = [(CONJ_PRODUCT, ("float", "unsigned int")), (FFT_PAD, ("unsigned int", 4)),
           (FFT_CROP, ("unsigned int",))]
 _THREADS = 256
 _MAX_BLOCKS = 65535
@@ -314,24 +315,35 @@ def _conj_product_kernel(left, right, out, scale=1.0) -> bool:
 # ------------------------------------------------------------------------ shared steps
 
 def padded_spectra(a, size):
-    """``rfft2`` of the real matrices ``a`` (..., h, w) zero-padded to ``size`` (NumPy or CuPy).
-
-    On CuPy, float32 matrices are padded by one fused kernel (``rfft2(s=...)`` pads one axis at
-    a time); other types keep their precision through ``rfft2(s=...)``.  The zero-padded input,
-    and so the spectrum, is the same either way.
-    """
+    """``rfft2`` of the real matrices ``a`` (..., h, w) zero-padded to ``size`` (NumPy or CuPy):
+    on CuPy, float32 matrices padded by one kernel (:func:`zero_padded`; ``rfft2(s=...)`` pads
+    one axis at a time), other types through ``rfft2(s=...)`` (the same spectrum)."""
     xp = array_module_of(a)
     if xp is np or a.dtype != np.float32:
         return fft_of(xp).rfft2(a, s=size)
     import cupy as cp
 
-    a = cp.ascontiguousarray(a)
-    padded = cp.empty(a.shape[:-2] + tuple(size), cp.float32)
-    idx, scalar = _INDEX[_wide(padded.size, a.size)]
-    _launch(FFT_PAD, (idx,), padded.size,
-            (a, np.int32(a.shape[-2]), np.int32(a.shape[-1]), np.int32(size[0]),
-             np.int32(size[1]), scalar(padded.size), padded))
-    return fft_of(cp).rfft2(padded)
+    return fft_of(cp).rfft2(zero_padded(a, size))
+
+
+def zero_padded(a, size, out=None):
+    """Float32 CuPy matrices ``a`` (..., h, w) zero-padded at the end of each axis to ``size``
+    ``(fy, fx)`` by one kernel (``fft_pad``, four elements a thread where both widths are
+    multiples of 4), into ``out`` (C-contiguous float32 ``(..., fy, fx)``) if given."""
+    import cupy as cp
+
+    a = cp.ascontiguousarray(a, cp.float32)
+    (h, w), (fy, fx) = a.shape[-2:], (int(v) for v in size)
+    shape = a.shape[:-2] + (fy, fx)
+    out = cp.empty(shape, cp.float32) if out is None else out
+    if fy < h or fx < w or out.shape != shape or out.dtype != cp.float32 \
+            or not out.flags.c_contiguous:
+        raise InputError(f"cannot pad matrices of {h}x{w} to {fy}x{fx} into {out.shape}")
+    v = 1 if w % 4 or fx % 4 or a.data.ptr % 16 or out.data.ptr % 16 else 4
+    idx, scalar = _INDEX[_wide(out.size, a.size)]
+    _launch(FFT_PAD, (idx, v), out.size // v, (a, np.int32(h), np.int32(w), np.int32(fy),
+                                               np.int32(fx), scalar(out.size // v), out))
+    return out
 
 
 def conj_product(left, right, out=None, scale=1.0):
@@ -388,31 +400,28 @@ def irfft2_unnormalized(product, size):
     return fft_in_turn(fn, product, tuple(size))
 
 
-_C2R = []  # [function or None], looked up once
-
-
+@functools.lru_cache(maxsize=None)
 def _overwriting_c2r():
     """``f(a, size)``: CuPy's ``_fftn`` C2R over the last two axes, ``norm="forward"``,
-    overwriting ``a``; None where CuPy has no such function of that signature."""
-    if not _C2R:
-        fn = None
-        try:
-            import inspect
+    overwriting ``a``; None where CuPy has no such function of that signature (looked up
+    once)."""
+    try:
+        import inspect
 
-            import cupy
-            from cupy.fft import _fft
+        import cupy
+        from cupy.fft import _fft
 
-            params = list(inspect.signature(_fft._fftn).parameters)
-            if params[:6] == ["a", "s", "axes", "norm", "direction", "value_type"] \
-                    and "overwrite_x" in params:
-                inverse = cupy.cuda.cufft.CUFFT_INVERSE
+        params = list(inspect.signature(_fft._fftn).parameters)
+        if params[:6] == ["a", "s", "axes", "norm", "direction", "value_type"] \
+                and "overwrite_x" in params:
+            inverse = cupy.cuda.cufft.CUFFT_INVERSE
 
-                def fn(a, size, _f=_fft._fftn, _inv=inverse):
-                    return _f(a, size, (-2, -1), "forward", _inv, "C2R", overwrite_x=True)
-        except (ImportError, AttributeError, TypeError, ValueError):
-            fn = None
-        _C2R.append(fn)
-    return _C2R[0]
+            def fn(a, size, _f=_fft._fftn, _inv=inverse):
+                return _f(a, size, (-2, -1), "forward", _inv, "C2R", overwrite_x=True)
+            return fn
+    except (ImportError, AttributeError, TypeError, ValueError):
+        pass
+    return None
 
 
 # ------------------------------------------------------------------------ correlations

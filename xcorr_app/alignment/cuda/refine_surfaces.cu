@@ -122,6 +122,43 @@ __global__ void field_rows(const double* __restrict__ wy, const double* __restri
         row_coefficient2(wy, s, y, n0 + (int)blockIdx.y, gy, gx, kk);
 }
 
+// The field's weights of one column x (wxt (gx, w) float32, transposed), and the field at a
+// row of that column from the row's interleaved coefficients cf (2 gx floats, shared memory):
+// sum_j cf[j] wx[x, j] for both axes, the sums of along_row2_fixed in its order.  GX > 0: the
+// weights held in registers, the coefficients read 16 bytes at a time where GX is even (a
+// row's 2 GX floats then start 16-byte aligned).
+template <int GX>
+struct ColumnWeights {
+    float v[GX];
+    __device__ __forceinline__ ColumnWeights(const float* __restrict__ wxt, int x, int w, int) {
+#pragma unroll
+        for (int j = 0; j < GX; ++j) v[j] = wxt[j * w + x];  // (32-bit offsets: gx w < 2^31)
+    }
+    __device__ __forceinline__ float2 field(const float* cf) const {
+        float a = 0.0f, b = 0.0f;
+        if constexpr (GX % 2 == 0) {
+            const float4* c4 = reinterpret_cast<const float4*>(cf);
+#pragma unroll
+            for (int j = 0; j < GX; j += 2) {
+                const float4 c = c4[j / 2];
+                a += c.x * v[j];
+                b += c.y * v[j];
+                a += c.z * v[j + 1];
+                b += c.w * v[j + 1];
+            }
+        } else {
+            const float2* c2 = reinterpret_cast<const float2*>(cf);
+#pragma unroll
+            for (int j = 0; j < GX; ++j) {
+                const float2 c = c2[j];
+                a += c.x * v[j];
+                b += c.y * v[j];
+            }
+        }
+        return make_float2(a, b);
+    }
+};
+
 // GX: the grid's width at compile time (1 to 8: _refine_gpu.REFINE_GX; 0: any, read from gx):
 // the field's sums a pixel unrolled (Nsight Compute, H200 2026-11-24: with the width read at
 // run time the loop's control and set-up were 40 of the sampling's 200 instructions a pixel,
@@ -137,7 +174,8 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gx, int ph,
         int pw, int strip) {
     constexpr int WARPS = THREADS / 32;
-    extern __shared__ float coef[];  // strip * 2 * gx: the strip's rows' coefficients
+    extern __shared__ __align__(16) float coef[];  // strip * 2 * gx: the strip's rows'
+                                                   // coefficients
     __shared__ double red[WARPS * REFINE_SUMS];
     __shared__ double tot[REFINE_SUMS];
     __shared__ double acc[11 * THREADS];
@@ -149,30 +187,55 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
 
     // the window through the field, a strip of rows at a time: the strip's row coefficients
     // into shared memory (one copy of consecutive doubles from `rows`), then the threads over
-    // its pixels in row-major order.  (A warp a row, lanes over its columns, left a quarter of
-    // a 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a lane: 8x8 windows
-    // took 1.8 times 4x4's time a pixel, H200 2026-11-24.)
+    // items of the strip (a column down a band of rows, the bands as the cross sums' below),
+    // each holding its column's weights of the field in registers (ColumnWeights) while it
+    // walks down the band.  (The threads over the pixels in row-major order read the column's
+    // gx weights a pixel: 8 loads and their addresses of the sampling's 165 instructions a
+    // pixel at 8x8, Nsight Compute, H200 2026-11-25.  A warp a row, lanes over its columns,
+    // left a quarter of a 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a
+    // lane: 1.8 times 4x4's time a pixel, H200 2026-11-24.)
     double one[1] = {0.0};
-    const int dr = THREADS / pw, dc = THREADS - dr * pw;  // a thread's step: rows, columns
     for (int r0 = 0; r0 < ph; r0 += strip) {
         const int rn = min(strip, ph - r0);
         const double* src = rows + ((size_t)blockIdx.y * h + ys + r0) * 2 * gx;
         if (r0 > 0) __syncthreads();  // (the last strip's coefficients read)
         for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) coef[k] = (float)src[k];
         __syncthreads();
-        int r = (int)threadIdx.x / pw, c = (int)threadIdx.x - r * pw;
-        while (r < rn) {
-            const int y = ys + r0 + r, x = xs + c;
-            const float2 d = along_row2_fixed<GX>(
-                reinterpret_cast<const float2*>(coef + r * 2 * gx), wxt, x, w, gx);
-            const float v = cubic_shifted<float>(f, h, w, y, x, d.x, d.y);
-            wnd[(r0 + r) * pw + c] = v;
-            one[0] += (double)v;
-            r += dr;
-            c += dc;
-            if (c >= pw) {
-                c -= pw;
-                ++r;
+        if constexpr (GX == 0) {  // (the width at run time: the threads over the pixels in
+                                  // row-major order; a column's weights held, it spilled)
+            const int dr = THREADS / pw, dc = THREADS - dr * pw;  // a thread's step
+            int r = (int)threadIdx.x / pw, c = (int)threadIdx.x - r * pw;
+            while (r < rn) {
+                const int y = ys + r0 + r, x = xs + c;
+                const float2 d = along_row2_fixed<0>(
+                    reinterpret_cast<const float2*>(coef + r * 2 * gx), wxt, x, w, gx);
+                const float v = cubic_shifted<float>(f, h, w, y, x, d.x, d.y);
+                wnd[(r0 + r) * pw + c] = v;
+                one[0] += (double)v;
+                r += dr;
+                c += dc;
+                if (c >= pw) {
+                    c -= pw;
+                    ++r;
+                }
+            }
+        } else {
+            const int nb = refine_bands<THREADS>(rn, pw), band = (rn + nb - 1) / nb;
+            for (int i = threadIdx.x; i < nb * pw; i += THREADS) {
+                const int b = i / pw, c = i - b * pw;
+                const int rb = b * band, re = min(rn, rb + band);
+                const int x = xs + c;
+                const ColumnWeights<GX> cw(wxt, x, w, gx);
+                const float* cf = coef + rb * 2 * gx;
+                float* o = wnd + (r0 + rb) * pw + c;
+                for (int y = ys + r0 + rb, ye = y + (re - rb); y < ye; ++y) {
+                    const float2 d = cw.field(cf);
+                    const float v = cubic_shifted<float>(f, h, w, y, x, d.x, d.y);
+                    *o = v;
+                    one[0] += (double)v;
+                    cf += 2 * GX;
+                    o += pw;
+                }
             }
         }
     }
