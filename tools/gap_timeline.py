@@ -77,15 +77,18 @@ with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         _api.align(g, out=out, **kw)
         cp.cuda.Device().synchronize()
 ev = prof.events()
-gpu = sorted((e.time_range.start, e.time_range.end) for e in ev if e.device_type.name == "CUDA")
+named = sorted((e.time_range.start, e.time_range.end, e.name) for e in ev
+               if e.device_type.name == "CUDA")
+gpu = [(a, b) for a, b, _ in named]
 host = [(e.time_range.start, e.time_range.end, e.name) for e in ev
         if e.device_type.name == "CPU" and (e.name == "align" or "." in e.name)
         and not e.name.startswith("aten")]
 first = gpu[0][0]
-gaps, cur = [], list(gpu[0])
-for a, b in gpu[1:]:
+gaps, cur, around = [], list(gpu[0]), {}
+for k, (a, b) in enumerate(gpu[1:], 1):
     if a > cur[1]:
         gaps.append((cur[1], a))
+        around[cur[1], a] = (named[k - 1][2][:40], named[k][2][:40])  # (the work either side)
         cur = [a, b]
     else:
         cur[1] = max(cur[1], b)
@@ -100,7 +103,8 @@ for a, b in gaps:
     open_ = [h for h in host if h[0] <= b and h[1] >= a and h[2] != "align"]
     open_.sort(key=lambda h: h[1] - h[0])
     names = ", ".join(dict.fromkeys(h[2] for h in open_[:4]))
-    print(f"  {(b - a) / 1e3:7.2f} ms at {(a - first) / 1e3:8.2f}: {names}")
+    print(f"  {(b - a) / 1e3:7.2f} ms at {(a - first) / 1e3:8.2f}: {names}\n"
+          f"      after {around[a, b][0]} / before {around[a, b][1]}")
 print(f"\nhost annotations (ms from the first kernel; the GPU's last work ends at "
       f"{(cur[1] - first) / 1e3:.2f}; the first 80 and the last 30):")
 ordered = sorted(host)
