@@ -241,6 +241,29 @@ def test_wrapped_correlations_match_numpy(rng, shape):
             assert list(into[1]) == list(got) and np.isnan(into[[0, 2]]).all()
 
 
+def test_wrapped_correlations_of_many_frames_at_once(rng):
+    """Frames (F, H, W) with their shifts (F, 2): each frame's pair as the single call gives it
+    (the same sums), into a poisoned ``out`` and a new array; flat and NaN frames included."""
+    import cupy as cp
+    from xcorr_app.registration._peak_math import wrapped_correlations
+
+    h, w = 37, 70  # (more than 32 rows: each lane of the totals' warp sums several)
+    ref = rng.standard_normal((h, w)).astype(np.float32)
+    shifts = np.array([[0, 0], [-2, 3], [h - 1, -(w - 1)], [5, -7], [1, 0], [-3, -3]])
+    frames = np.stack([(0.5 * np.roll(ref, (-dy, -dx), axis=(0, 1))
+                        + rng.standard_normal((h, w))).astype(np.float32) for dy, dx in shifts])
+    frames[4] = 3.0  # flat: 0, 0
+    frames[5, 3, 4] = np.nan
+    want = np.array([wrapped_correlations(cp.asarray(f), cp.asarray(ref), s)
+                     for f, s in zip(frames, shifts)])
+    assert want[4].tolist() == [0.0, 0.0]
+    got = wrapped_correlations(cp.asarray(frames), cp.asarray(ref), shifts)
+    np.testing.assert_array_equal(got.get(), want)
+    out = cp.full((6, 2), cp.nan)
+    assert wrapped_correlations(cp.asarray(frames), cp.asarray(ref), shifts, out=out) is None
+    np.testing.assert_array_equal(out.get(), want)
+
+
 def test_wrapped_correlations_refuse_a_bad_out():
     import cupy as cp
     from xcorr_app.errors import InputError
@@ -250,6 +273,13 @@ def test_wrapped_correlations_refuse_a_bad_out():
     for out in (cp.empty(3), cp.empty(2, cp.float32), cp.empty((2, 2))[:, 0]):
         with pytest.raises(InputError):
             wrapped_correlations(a, a, (1, 1), out=out)
+    many = cp.ones((3, 5, 6), cp.float32)
+    with pytest.raises(InputError, match="take 3 shifts"):
+        wrapped_correlations(many, a, [(1, 1)] * 2)
+    with pytest.raises(InputError, match="take 3 shifts"):
+        wrapped_correlations(many, cp.ones((5, 7), cp.float32), [(1, 1)] * 3)
+    with pytest.raises(InputError, match=r"shape \(3, 2\)"):
+        wrapped_correlations(many, a, [(1, 1)] * 3, out=cp.empty(2))
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 4, 1), (2, 5, 7), (3, 2, 70, 33)])

@@ -216,26 +216,36 @@ def wrapped_correlations(frame, reference, shift, out=None):
     over the pixels whose ``(y + dy, x + dx)`` lies inside the frame, and over those that
     wrapped around; 0 for fewer than 2 pixels or a flat part (as
     ``alignment._template._correlation``).  Python floats (the host waits for them); with
-    ``out`` (a C-contiguous float64 CuPy array of 2) written there instead, not waited for."""
+    ``out`` (a C-contiguous float64 CuPy array of 2) written there instead, not waited for.
+
+    Frames ``(F, H, W)`` with shifts ``(F, 2)``: every frame's pair in the same launches, an
+    ``(F, 2)`` float64 CuPy array (into ``out`` of that shape if given), not waited for."""
     import cupy as cp
 
     a = cp.ascontiguousarray(frame, dtype=cp.float32)
     b = cp.ascontiguousarray(reference, dtype=cp.float32)
-    h, w = a.shape
-    dy, dx = int(shift[0]), int(shift[1])
-    rows = cp.empty((h, 6), cp.float64)
-    first = cp.empty(6, cp.float64)  # masked means and counts
+    one = a.ndim == 2
+    a = a[None] if one else a
+    f, h, w = a.shape
+    moves = np.asarray(shift).reshape(-1, 2)
     given = out is not None
-    if given and (out.shape != (2,) or out.dtype != cp.float64 or not out.flags.c_contiguous):
-        raise InputError("out must be a C-contiguous float64 CuPy array of 2")
-    out = out if given else cp.empty(2, cp.float64)
+    want = (2,) if one else (f, 2)
+    if len(moves) != f or b.shape != (h, w):
+        raise InputError(f"{f} frames of {h}x{w} take {f} shifts and a reference of their "
+                         f"size, got {len(moves)} and {b.shape}")
+    if given and (out.shape != want or out.dtype != cp.float64 or not out.flags.c_contiguous):
+        raise InputError(f"out must be a C-contiguous float64 CuPy array of shape {want}")
+    out = out if given else cp.empty(want, cp.float64)
+    rows = cp.empty((f, h, 6), cp.float64)
+    first = cp.empty((f, 6), cp.float64)  # masked means and counts
+    moves = cp.asarray(moves.astype(np.int32))  # (a copy from pageable memory: no wait)
     row_sums, totals = _kernel(WRAP_ROWS, THREADS), _kernel(WRAP_TOTALS)
     for stage, result in ((0, first), (1, out)):
-        row_sums((h,), (THREADS,), (a, b, np.int32(h), np.int32(w), np.int32(dy), np.int32(dx),
-                                    np.int32(stage), first, rows))
-        totals((1,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
-    if given:
-        return None
+        row_sums((h, f), (THREADS,), (a, b, np.int32(h), np.int32(w), moves, np.int32(stage),
+                                      first, rows))
+        totals((f,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
+    if given or not one:
+        return None if given else out
     inside, strips = out.get().tolist()
     return inside, strips
 
