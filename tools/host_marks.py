@@ -2,10 +2,11 @@
 patches=GYxGX, out=CuPy)`` of the bench's stack without a profiler (issue 27): functions of
 the run wrapped to note ``time.perf_counter`` on entry and exit (no device waits added), the
 third run's marks printed in ms from the call, with the GPU's end (an event recorded after the
-call, its time against one recorded before it).
+call, its time against one recorded before it), and Python's garbage collections.
 
     python3 tools/host_marks.py [FRAMES] [GYxGX]      (default 4096 8x8)
 """
+import gc
 import sys
 import time
 
@@ -15,6 +16,8 @@ from xcorr_app.alignment import _api, _patch_pass, _patches, _pipeline, _templat
 from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
 
 WRAP = [(_api, "_check_grid"), (_api, "resolve_auto"), (_api, "prebuild"),
+        (_api, "check_aligned_out"), (_api, "StashedSource"), (_api, "keep_on_gpu"),
+        (_pipeline, "Measurer.memory_plan"), (_api, "PreparedFrames.for_run"),
         (_api, "shared_plan"), (_api, "passes_table"), (_api, "result_from_table"),
         (_template, "decide_lucas_kanade"), (_template, "prepared_reference"),
         (_template, "measure_frames"), (_template, "periodic_frames"),
@@ -24,6 +27,15 @@ WRAP = [(_api, "_check_grid"), (_api, "resolve_auto"), (_api, "prebuild"),
         (_patch_pass, "measure_range"), (_patch_pass, "field_from_rows"),
         (_patches, "patch_shifts")]
 marks = []
+
+
+def collected(phase, info):  # Python's garbage collections, as marks
+    marks.append((time.perf_counter(), f"{'>' if phase == 'start' else '<'} gc gen "
+                  f"{info['generation']}" + (f" ({info['collected']} freed)"
+                                             if phase == "stop" else "")))
+
+
+gc.callbacks.append(collected)
 
 
 def wrap(module, name):
