@@ -108,10 +108,38 @@ def test_kept_rows_for_a_range_are_pinned_up_to_the_bound(monkeypatch):
 
     monkeypatch.setattr(_patch_rows, "host_buffer", buffer)
     xp, _ = fake_device()
-    assert KeptRows.for_range(xp, (10, 4, 5)).pinned and calls == [True]
+    kept = KeptRows.for_range(xp, (10, 4, 5))
+    assert kept.pinned and calls == [True, True]  # (the rows and their low flags)
+    assert kept.low.shape == (10, 4) and kept.low.dtype == np.bool_
     monkeypatch.setattr(_patch_rows, "KEPT_MAX_BYTES", 8 * 10 * 4 * 5 - 1)
     kept = KeptRows.for_range(xp, (10, 4, 5))
-    assert not kept.pinned and calls == [True] and kept.table.shape == (10, 4, 5)
+    assert not kept.pinned and calls == [True, True] and kept.table.shape == (10, 4, 5)
+    assert kept.low is None and kept.low_flags() is None
+
+
+def test_kept_rows_copy_the_low_flags_apart_only_when_every_chunk_sent_them(monkeypatch):
+    """``sent(first, n, low)`` copies the chunk's (n, P) bool flags beside its rows; the flags
+    are the pass's (``low_flags``) only once every frame's came so."""
+    p = 3
+    copies = []
+    xp, _ = fake_device(copies, monkeypatch)
+    for missing in (False, True):
+        table = np.full((6, p, 5), np.nan)
+        kept = KeptRows(xp, table, pinned=True, low=np.zeros((6, p), bool))
+        for first, n in [(0, 4), (4, 2)]:
+            rows = chunk_rows(first, n, p)
+            flags = (np.arange(n * p).reshape(n, p) % 2 == 1).view(HostRows)
+            rows[..., 4] = flags
+            kept.slot(first, n)[...] = rows
+            kept.sent(first, n, None if missing and first else flags)
+            if first == 0:
+                assert kept.low_flags() is None  # (not every frame's yet)
+        kept.fetch()
+        if missing:  # the last chunk came without its flags: read them from the rows
+            assert kept.low_flags() is None
+        else:
+            np.testing.assert_array_equal(kept.low_flags(), table[..., 4] == 1)
+            assert kept.low_flags().any() and not kept.low_flags().all()
 
 
 def test_field_from_rows_views_the_rows():
@@ -129,3 +157,14 @@ def test_field_from_rows_views_the_rows():
     np.testing.assert_array_equal(f.low, low)
     assert f.template is template
     assert np.shares_memory(f.field, table)  # (no new array for the field)
+
+
+def test_field_from_rows_takes_low_flags_kept_apart():
+    """Flags given (KeptRows' bools) are the field's, not the rows' column read again."""
+    n, grid = 4, PatchGrid.make((2, 2), None, 3, (50, 50), (0, 50, 0, 50))
+    table = np.zeros((n, 4, 5))
+    given = np.eye(4, dtype=bool)  # (the rows' column says no patch is low)
+    setup = types.SimpleNamespace(grid=grid, template_on_host=lambda: None)
+    np.testing.assert_array_equal(field_from_rows(table, setup, given).low,
+                                  given.reshape(n, 2, 2))
+    assert not field_from_rows(table, setup).low.any()

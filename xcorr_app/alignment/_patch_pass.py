@@ -170,23 +170,31 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
             parts = run(part)
             if k == passes:
                 break
-            image = next_image(xp, src.frame_shape, [s for _, s in parts], setup.image)
+            image = next_image(xp, src.frame_shape, [s for _, _, s in parts], setup.image)
             setup = PatchSetup.make(opts, src, xp, chunk, grid, image)
-    rows = parts[0][0] if len(parts) == 1 else np.concatenate([rows for rows, _ in parts])
-    return field_from_rows(rows, setup)
+    if len(parts) == 1:
+        rows, low = parts[0][:2]
+    else:  # (the low flags kept apart by every range, or by none)
+        rows = np.concatenate([rows for rows, _, _ in parts])
+        lows = [low for _, low, _ in parts]
+        low = None if any(a is None for a in lows) else np.concatenate(lows)
+    return field_from_rows(rows, setup, low)
 
 
 def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
                   prepared=None):
-    """Rows of frames ``bounds`` and, with ``accumulate``, their warped sums ``(total,
-    coverage)`` for the next template (NumPy with ``host``, else on ``xp``'s device)."""
+    """Rows of frames ``bounds``, their low flags where kept apart (:func:`measure_range`'s
+    ``flags``, else None) and, with ``accumulate``, their warped sums ``(total, coverage)``
+    for the next template (NumPy with ``host``, else on ``xp``'s device)."""
     acc = TemplateAccumulator(xp, src.frame_shape) if accumulate else None
+    flags = {}
     rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
-                         None if acc is None else acc.add_sums, out=out, prepared=prepared)
+                         None if acc is None else acc.add_sums, out=out, prepared=prepared,
+                         flags=flags)
     if acc is None:
-        return rows, None
+        return rows, flags.get("low"), None
     sums = acc.sums()
-    return rows, tuple(backend.to_numpy(a) for a in sums) if host else sums
+    return rows, flags.get("low"), tuple(backend.to_numpy(a) for a in sums) if host else sums
 
 
 def next_image(xp, frame_shape, sums, fallback):
@@ -220,7 +228,7 @@ def check_patch_reference(opts):
 
 
 def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None, out=None,
-                  prepared=None):
+                  prepared=None, flags=None):
     """Rows ``start:stop`` ``(n, P, 5)`` (host) of one patch pass against ``setup``, chunk by
     chunk; each frame's rows depend only on the frame, ``setup`` and its rigid shift, so ranges
     measured apart give the rows of one run.  ``add_sums(total, count)``, if given, sees each
@@ -234,6 +242,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     ``out(start, chunk)`` (a callable: float32 NumPy chunks in frame order, frames numbered
     from ``start``): the aligned stack without reading the stack once more.  ``prepared``: the
     chunks' prepared frames where an earlier pass kept them (:class:`~._prepared.PreparedFrames`).
+    ``flags`` (a dict): given ``"low"``, the rows' low flags ``(n, P)`` bool, where the GPU
+    pass kept them apart (:meth:`~._patch_rows.KeptRows.low_flags`).
     """
     grid = setup.grid
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
@@ -266,6 +276,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
             keep(first, warp.rows.pop(first))
     if kept is not None:
         kept.fetch()  # the rest, once the pass is done
+        if flags is not None and kept.low_flags() is not None:
+            flags["low"] = kept.low_flags()
     return table
 
 
@@ -345,7 +357,7 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
             for k in range(REFINE_PASSES):
                 d = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1 and slot, base=s_on,
                                  **rule)[0]
-            kept.sent(first, len(frames))
+            kept.sent(first, len(frames), low)
             rows = np.empty((len(frames), 0))
         else:
             d, rows = _measured_on_host(opts, xp, grid, d, scores, refined, s)

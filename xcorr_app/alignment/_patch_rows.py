@@ -35,9 +35,14 @@ class KeptRows:
     copy into pageable memory at the run's end took 4.35 ms of an 8x8 run (its pages touched
     for the first time), the GPU idle, H200 2026-11-24."""
 
-    def __init__(self, xp, table, pinned=False):
+    def __init__(self, xp, table, pinned=False, low=None):
         self.xp, self.table, self.pinned = xp, table, pinned
         n, p = table.shape[:2]
+        # the low flags as bools beside the rows (``low``: (n, P), page-locked like the
+        # table): read from the rows' float64 column at the run's end, 10 MB that no cache
+        # held, they took 1.7 ms of an 8x8 run of 4096 frames, the GPU idle (H200 2026-11-25)
+        self.low = low if pinned else None
+        self.low_frames = 0  # frames whose flags were copied into low
         self.rows = xp.empty((max(1, min(n, KEPT_MAX_BYTES // (40 * max(p, 1)))), p, 5),
                              xp.float64)
         self.base, self.filled = 0, 0  # the table's frame of rows[0]; rows in use
@@ -48,8 +53,10 @@ class KeptRows:
         """The rows of a range of ``shape`` ``(n, P, 5)`` on ``xp``'s GPU, their host table
         page-locked where it takes at most :data:`KEPT_MAX_BYTES` (else pageable)."""
         pinned = 8 * int(np.prod(shape)) <= KEPT_MAX_BYTES
-        table = host_buffer(shape, np.float64, pinned=True) if pinned else np.empty(shape)
-        return cls(xp, table, pinned)
+        if not pinned:
+            return cls(xp, np.empty(shape))
+        return cls(xp, host_buffer(shape, np.float64, pinned=True), True,
+                   host_buffer(shape[:2], np.bool_, pinned=True))
 
     def slot(self, first, n):
         """The device rows ``(n, P, 5)`` of frames ``first .. first + n`` (C-contiguous, to be
@@ -63,14 +70,27 @@ class KeptRows:
         self.filled += n
         return self.rows[first - self.base:first - self.base + n]
 
-    def sent(self, first, n):
+    def sent(self, first, n, low=None):
         """The rows of frames ``first .. first + n`` are written (queued on the current stream):
-        with a page-locked table, copy them there now, on that stream."""
+        with a page-locked table, copy them there now, on that stream, and their low flags
+        ``low`` (a C-contiguous ``(n, P)`` bool CuPy array, the rows' last column) into
+        :attr:`low`."""
         k = first - self.base
         if not self.pinned or k != self.sent_upto or k + n > self.filled:
             return
         copy_to_host_async(self.table[first:first + n], self.rows[k:k + n])
         self.sent_upto = k + n
+        if low is not None and self.low is not None \
+                and low.shape == self.low[first:first + n].shape and low.dtype == np.bool_ \
+                and low.flags.c_contiguous:
+            copy_to_host_async(self.low[first:first + n], low)
+            self.low_frames += n
+
+    def low_flags(self):
+        """The rows' low flags ``(N, P)`` bool once :meth:`fetch` has waited, where every
+        chunk's came with its rows (:meth:`sent`), else None."""
+        return self.low if self.low is not None and self.low_frames == len(self.table) \
+            else None
 
     def fetch(self):
         """The rows so far to their place in the host table (waits for the device)."""
@@ -83,15 +103,18 @@ class KeptRows:
             self.filled = self.sent_upto = 0
 
 
-def field_from_rows(table, setup):
+def field_from_rows(table, setup, low=None):
     """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order: the
     field and confidence are views of ``table`` (no new arrays: NumPy's ``rigid + d`` over
     4096 frames' 8x8 rows took 2.6 ms and fresh pages a few more, the GPU idle at the run's
     end, H200 2026-11-24; adding the rigid shifts into the host's rows in place, 3 to 4.7 ms
-    more).  ``setup``: the pass's :class:`~._patch_pass.PatchSetup`."""
+    more).  ``setup``: the pass's :class:`~._patch_pass.PatchSetup`.  ``low``: the rows' low
+    flags ``(N, P)`` bool where they came apart (:meth:`KeptRows.low_flags`), else read from
+    the rows."""
     grid = setup.grid
     gy, gx = grid.grid
     n = len(table)
+    low = table[..., 4] == 1 if low is None else np.asarray(low, np.bool_)
     return MotionField(table[..., :2].reshape(n, gy, gx, 2), grid.centres,
-                       table[..., 3].reshape(n, gy, gx), (table[..., 4] == 1).reshape(n, gy, gx),
+                       table[..., 3].reshape(n, gy, gx), low.reshape(n, gy, gx),
                        grid, setup.template_on_host())
