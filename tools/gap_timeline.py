@@ -18,6 +18,7 @@ from xcorr_app.alignment import (_api, _lk_decision, _low_patches, _patch_pass, 
                                  _pipeline, _template, _refine_gpu, _prepared, _result)
 from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
 from xcorr_app.registration import _surfaces
+from wrapping import wrap_function
 
 WRAP = [(_api, "passes_table"), (_api, "result_from_table"), (_api, "shared_plan"),
         (_api, "prebuild"), (_template, "decide_lucas_kanade"), (_template, "periodic_frames"),
@@ -41,25 +42,15 @@ WRAP = [(_api, "passes_table"), (_api, "result_from_table"), (_api, "shared_plan
         (backend, "compute_device"), (_patch_pass, "open_source")]
 
 
-def wrap(module, name):
-    owner, attr = module, name
-    if "." in name:
-        cls, attr = name.split(".")
-        owner = getattr(module, cls)
-    fn = getattr(owner, attr)
-    label = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
-
+def annotated(label, fn):
     def wrapped(*a, **k):
         with record_function(label):
             return fn(*a, **k)
-    if isinstance(owner.__dict__.get(attr), classmethod):
-        setattr(owner, attr, classmethod(lambda cls_, *a, **k: wrapped(*a, **k)))
-    else:
-        setattr(owner, attr, wrapped)
+    return wrapped
 
 
 for module, name in WRAP:
-    wrap(module, name)
+    wrap_function(module, name, annotated)
 assert _lk_decision and _low_patches and _prepared and _surfaces and torch
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096

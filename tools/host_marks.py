@@ -14,6 +14,7 @@ import cupy as cp
 
 from xcorr_app.alignment import _api, _patch_pass, _patches, _pipeline, _template
 from xcorr_app.bench._align_patches import MAX_DEVIATION, MAX_SHIFT, make_stack
+from wrapping import wrap_function
 
 WRAP = [(_api, "_check_grid"), (_api, "resolve_auto"), (_api, "prebuild"),
         (_api, "check_aligned_out"), (_api, "StashedSource"), (_api, "keep_on_gpu"),
@@ -38,28 +39,18 @@ def collected(phase, info):  # Python's garbage collections, as marks
 gc.callbacks.append(collected)
 
 
-def wrap(module, name):
-    owner, attr = module, name
-    if "." in name:
-        cls, attr = name.split(".")
-        owner = getattr(module, cls)
-    fn = getattr(owner, attr)
-    label = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
-
+def marked(label, fn):
     def wrapped(*a, **k):
         marks.append((time.perf_counter(), "> " + label))
         try:
             return fn(*a, **k)
         finally:
             marks.append((time.perf_counter(), "< " + label))
-    if isinstance(owner.__dict__.get(attr), classmethod):
-        setattr(owner, attr, classmethod(lambda cls_, *a, **k: wrapped(*a, **k)))
-    else:
-        setattr(owner, attr, wrapped)
+    return wrapped
 
 
 for module, name in WRAP:
-    wrap(module, name)
+    wrap_function(module, name, marked)
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
 grid = tuple(int(v) for v in sys.argv[2].split("x")) if len(sys.argv) > 2 else (8, 8)
 stack, _ = make_stack(n, (512, 512), seed=0)
