@@ -280,6 +280,12 @@ def test_wrapped_correlations_refuse_a_bad_out():
         wrapped_correlations(many, cp.ones((5, 7), cp.float32), [(1, 1)] * 3)
     with pytest.raises(InputError, match=r"shape \(3, 2\)"):
         wrapped_correlations(many, a, [(1, 1)] * 3, out=cp.empty(2))
+    with pytest.raises(InputError, match="finite"):
+        wrapped_correlations(many, a, [(1, 1), (np.nan, 0), (0, 0)])
+    # shifts given as a CuPy array: read from the device
+    np.testing.assert_array_equal(
+        wrapped_correlations(many, a, cp.asarray([[1, 1]] * 3)).get(),
+        wrapped_correlations(many, a, [(1, 1)] * 3).get())
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 4, 1), (2, 5, 7), (3, 2, 70, 33)])

@@ -244,14 +244,14 @@ def crop_indices(xp, geometry: FftGeometry):
 # ------------------------------------------------------------------------ GPU kernels
 
 #: the element index of the kernels of ``cuda/fft_steps.cu``: 32-bit while the arrays allow (a
-#: 64-bit division per element is an emulated subroutine; these kernels should be bound by
-#: memory alone)
+#: 64-bit division per element is an emulated subroutine: these should be bound by memory)
 _INDEX = {False: ("unsigned int", np.uint32), True: ("unsigned long long", np.uint64)}
 _REAL = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
 FFT_STEPS = "fft_steps.cu"
 CONJ_PRODUCT = KernelFamily(FFT_STEPS, "conj_product",
                             [(r, i) for r in _REAL.values() for i, _ in _INDEX.values()])
-FFT_PAD = KernelFamily(FFT_STEPS, "fft_pad", [(i, v) for i, _ in _INDEX.values() for v in (1, 4)])
+FFT_PAD = KernelFamily(FFT_STEPS, "fft_pad", [(i, v) for i, _ in _INDEX.values()
+                                              for v in (1, 4)])
 FFT_CROP = KernelFamily(FFT_STEPS, "fft_crop", [(i,) for i, _ in _INDEX.values()])
 #: compiled together on first use (what the single-precision plan launches), where they do not
 #: ship built
@@ -327,9 +327,9 @@ def padded_spectra(a, size):
 
 
 def zero_padded(a, size, out=None):
-    """Float32 CuPy matrices ``a`` (..., h, w) zero-padded at the end of each axis to ``size``
-    ``(fy, fx)`` by one kernel (``fft_pad``, four elements a thread where both widths are
-    multiples of 4), into ``out`` (C-contiguous float32 ``(..., fy, fx)``) if given."""
+    """CuPy matrices ``a`` (..., h, w; made float32) zero-padded at the end of each axis to
+    ``size`` ``(fy, fx)`` by one kernel (``fft_pad``, four elements a thread where both widths
+    are multiples of 4), into ``out`` (C-contiguous float32 ``(..., fy, fx)``) if given."""
     import cupy as cp
 
     a = cp.ascontiguousarray(a, cp.float32)

@@ -42,6 +42,8 @@ from ..errors import InputError
 
 SOURCE = "peak_math.cu"
 THREADS = 256
+#: the most frames of one :func:`wrapped_correlations` call (its launches' grid y)
+MAX_GRID_Y = 65535
 #: the ``method`` argument of ``subpixel_shifts`` in the source
 SUBPIXEL_CODES = {"none": 0, "parabolic3": 1, "gaussian3": 2, "parabolic": 3, "gaussian": 4}
 REAL = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -227,12 +229,16 @@ def wrapped_correlations(frame, reference, shift, out=None):
     one = a.ndim == 2
     a = a[None] if one else a
     f, h, w = a.shape
-    moves = np.asarray(shift).reshape(-1, 2)
+    moves = np.asarray(shift.get() if hasattr(shift, "get") else shift, np.float64)
+    moves = moves.reshape(-1, 2)
     given = out is not None
     want = (2,) if one else (f, 2)
     if len(moves) != f or b.shape != (h, w):
         raise InputError(f"{f} frames of {h}x{w} take {f} shifts and a reference of their "
                          f"size, got {len(moves)} and {b.shape}")
+    if not np.isfinite(moves).all() or f > MAX_GRID_Y:
+        raise InputError(f"the shifts must be finite integers, at most {MAX_GRID_Y} frames "
+                         f"a call; got {f} frames")
     if given and (out.shape != want or out.dtype != cp.float64 or not out.flags.c_contiguous):
         raise InputError(f"out must be a C-contiguous float64 CuPy array of shape {want}")
     out = out if given else cp.empty(want, cp.float64)

@@ -81,6 +81,15 @@ class HostCopy:
             self._done = self._source = None
         return self._host
 
+    def __del__(self):
+        # dropped before its result (a run ending in an error): the page-locked buffer goes
+        # back to CuPy's pool, which does not wait for copies into it; wait for this one
+        if getattr(self, "_done", None) is not None:
+            try:
+                self._done.synchronize()
+            except Exception:  # noqa: BLE001 - (the device gone: nothing left to wait for)
+                pass
+
 
 class ChunkPrefetcher:
     """Iterate over ``(start, frames, slot)`` chunks read ahead by a thread.

@@ -16,9 +16,11 @@
 //     its edge rows and columns, plus the corners), the left side's mean, variance and bad
 //     flag given per patch and shift (normalize.zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
-// Grid (P, frames of this launch).  Sampling: the threads over a strip of `strip` rows'
-// pixels in row-major order.  Sums: the threads over the items (a column, a band of
-// consecutive rows: refine_bands), each walking its column down the band holding three rows of
+// Grid (P, frames of this launch).  Sampling, a strip of `strip` rows at a time: the threads
+// over the strip's items (a column, a band of consecutive rows: refine_bands), each walking its
+// column down the band with the column's field weights in registers (the grid's width at run
+// time: over the strip's pixels in row-major order).  Sums: the threads over the items of the
+// window, each walking its column down the band holding three rows of
 // L's three columns in registers (three reads a pixel, not nine, and the overlap's bounds
 // checked once a column and row, not nine times a pixel).
 // Dynamic shared memory: strip * 2 * gx floats (the strip's row coefficients, interleaved,
