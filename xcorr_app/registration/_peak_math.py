@@ -250,8 +250,10 @@ def wrapped_correlations(frame, reference, shift, out=None):
         row_sums((h, f), (THREADS,), (a, b, np.int32(h), np.int32(w), moves, np.int32(stage),
                                       first, rows))
         totals((f,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
-    if given or not one:
-        return None if given else out
+    if given:
+        return None
+    if not one:
+        return out
     inside, strips = out.get().tolist()
     return inside, strips
 
