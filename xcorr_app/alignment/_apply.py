@@ -65,7 +65,8 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     shifts : (N, 2) array
         ``(dy, dx)`` per frame (NaN: left unshifted).
     fill : float
-        Value of pixels shifted in from outside the frame.
+        Value of pixels shifted in from outside the frame (a number float32 holds, NaN or an
+        infinity).
     resample : {"bilinear", "fourier"}
         Bilinear interpolation, or a Fourier phase ramp (exact for band-limited frames).
     crop : bool
@@ -77,8 +78,9 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         the crop's): every chunk is written into it (from the GPU straight into it) and the
         chunks yielded are its views; iterate to the end to fill it.
     """
-    from ._warp import shift_frames
+    from ._warp import check_fill, shift_frames
 
+    fill = check_fill(fill)  # (before the input is opened)
     stack_or_path = as_stack(stack_or_path)
     with open_source(stack_or_path, channel) as src:
         shifts = np.asarray(shifts, dtype=np.float64)

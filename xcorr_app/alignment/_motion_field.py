@@ -33,6 +33,7 @@ from ..streaming import map_chunks
 from ._field_resample import bilinear_sample, cubic_sample, warp_gpu
 from ._spline import dense_field, field_weights, spline_weights
 from ._apply import check_out
+from ._warp import check_fill
 from ._patches import PatchGrid
 
 __all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
@@ -65,6 +66,7 @@ def warp_frames(frames, dense, resample="bilinear", fill=0.0):
     host).  ``resample="cubic"``: cubic convolution, except for frames with NaN or Inf pixels
     (bilinear, so those pixels do not spread); sources outside the frame give ``fill``."""
     check_resample(resample)
+    fill = check_fill(fill)
     frames = backend.to_numpy(frames).astype(np.float32, copy=False)
     dense = backend.to_numpy(dense)
     h, w = frames.shape[1:]
@@ -91,6 +93,7 @@ def warp_chunk(frames, patch_field, weights, resample="bilinear", fill=0.0, box=
     xp = backend.array_module_of(frames)
     h, w = frames.shape[1:]
     y0, y1, x0, x1 = box or (0, h, 0, w)
+    fill = check_fill(fill)
     if xp is not np:
         return warp_gpu(frames, xp.asarray(patch_field), weights, resample == "cubic", fill,
                         (y0, y1, x0, x1), out=out)
@@ -152,6 +155,7 @@ def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
     ``crop``: True keeps the area every warped frame covers (:func:`field_area`), or a box
     ``(y0, y1, x0, x1)``; ``out``: as for :func:`~xcorr_app.alignment._apply.apply_shifts`
     (the chunks written into it)."""
+    fill = check_fill(fill)  # (before the input is opened)
     with open_source(stack_or_path, channel) as src:
         patch_field = np.asarray(patch_field, np.float64)
         if patch_field.shape[0] != src.n_frames:

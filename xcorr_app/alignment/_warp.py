@@ -35,18 +35,47 @@ MAX_GRID = 65535
 SUM_BATCH = 8
 
 
+def check_fill(fill):
+    """``fill`` as a float: InputError unless a real number the float32 aligned frames hold
+    (NaN and the infinities included; a finite value beyond float32's range is refused).
+
+    >>> check_fill(-3), check_fill(float("nan")) != check_fill(float("nan"))
+    (-3.0, True)
+    """
+    if isinstance(fill, (bool, np.bool_)) or not isinstance(fill, (int, float, np.integer,
+                                                                   np.floating)):
+        raise InputError(f"fill must be a number, got {fill!r}")
+    try:
+        value = float(fill)
+    except OverflowError:  # (an int beyond float64)
+        value = float("inf") if fill > 0 else float("-inf")
+        finite = True
+    else:
+        finite = np.isfinite(value)
+    with np.errstate(over="ignore"):
+        fits = not finite or np.isfinite(np.float32(value))
+    if not fits:
+        raise InputError(f"fill {fill!r} does not fit the aligned frames' float32: at most "
+                         f"{float(np.finfo(np.float32).max):.6g} in magnitude (or nan, inf, "
+                         "-inf)")
+    return value
+
+
 def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
     """Shift every frame by its ``(dy, dx)`` (bilinear interpolation or a Fourier phase ramp).
 
     ``out[n, y, x] = frames[n, y - dy, x - dx]``: applying the shifts that
     :func:`xcorr_app.align` returns aligns the frames with the reference.  Pixels whose source
-    lies outside the frame get ``fill``; NaN shifts are treated as 0.
+    lies outside the frame get ``fill`` (those whose bilinear taps are partly outside blend
+    towards it; the others never see it, so a NaN fill marks only the border); NaN shifts
+    are treated as 0.
 
     Parameters
     ----------
     frames : (N, H, W) ndarray
     shifts : (N, 2) ndarray
     fill : float
+        A number float32 holds, or NaN or an infinity (:func:`check_fill`).
     method : {"bilinear", "fourier"}
         ``fourier`` multiplies each frame's spectrum by the phase ramp of its shift: exact for
         band-limited frames, no smoothing; the area shifted in from outside gets ``fill``.
@@ -57,6 +86,7 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
     """
     if method not in RESAMPLE:
         raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
+    fill = check_fill(fill)
     xp = array_module_of(frames)
     if method == "bilinear" and is_cupy_array(frames):
         return _shift_bilinear_gpu(frames, shifts, fill)
@@ -73,6 +103,7 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
     batch = xp.arange(n)[:, None, None]
     out = xp.zeros((n, h, w), dtype=xp.float32)
     weight = xp.zeros((n, h, w), dtype=xp.float32)
+    edge = xp.zeros((n, h, w), dtype=bool)
     for dy, wy_ in ((0, 1 - wy), (1, wy)):
         yy = y0 + dy
         vy = (yy >= 0) & (yy < h)
@@ -81,11 +112,15 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
             xx = x0 + dx
             vx = (xx >= 0) & (xx < w)
             xx = xp.clip(xx, 0, w - 1)
-            wgt = (wy_ * wx_) * (vy & vx)
+            tap = wy_ * wx_
+            wgt = tap * (vy & vx)
             out += wgt * frames[batch, yy, xx]
             weight += wgt
-    # Where part of the stencil falls outside, blend towards the fill value.
-    return out + (1 - weight) * np.float32(fill)
+            edge |= (tap != 0) & ~(vy & vx)
+    # the fill blends in only where a tap of weight lies outside: a NaN or infinite fill
+    # times the (0 or rounding) rest of an inside pixel would poison every pixel
+    with np.errstate(invalid="ignore"):  # (an infinite fill times the 0 rest of inside pixels)
+        return xp.where(edge, out + (1 - weight) * np.float32(fill), out)
 
 
 def add_shifted(total, coverage, frames, shifts, idx=None):
