@@ -1,10 +1,13 @@
 """Compile-check every kernel instantiation the code can launch (run by CI, needs no GPU).
 
-For each source that :func:`~xcorr_app._cuda.loader.kernel_sources` finds this writes a small translation
-unit that includes the source and takes the address of every registered instantiation, compiles
-it with ``nvcc -cubin -arch=sm_90 --resource-usage`` and reads ptxas's report.  Any spill or a
+For each ``*.cu`` of the kernels folder (``kernels/<family>/``:
+:func:`~xcorr_app._cuda.loader.kernels_dir`) this writes a small translation unit that includes
+the source and takes the address of every instantiation that the families of the package
+register (their modules found by :func:`~xcorr_app._cuda.loader.family_modules`), compiles it
+with ``nvcc -cubin -arch=sm_90 --resource-usage`` and reads ptxas's report.  Any spill or a
 non-zero stack frame fails the check: register arrays must stay in registers (the papers'
-central point).  Sources that no family registers are compiled too, so syntax errors are caught.
+central point).  Sources that no family registers are compiled too, so syntax errors are caught;
+a family whose source is not in the kernels folder fails the check.
 
 With ``--keep [DIR]`` the cubins are kept with an index of their kernels (default DIR: the
 package's ``_cuda/built``), the kernels that ship built (:mod:`xcorr_app._cuda.shipped`).
@@ -26,7 +29,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .loader import COMPILE_OPTIONS, all_families, include_dir, read_source, source_dirs
+from .loader import COMPILE_OPTIONS, all_families, kernel_tree, kernels_dir, read_source
 from .shipped import BUILT_DIR, INDEX, mangled_pattern, normalized, source_digest, write_index
 
 CHUNK = 48  # instantiations per translation unit
@@ -96,8 +99,8 @@ def translation_unit(source: str, expressions) -> str:
 
 def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
           keep=None) -> int:
-    """Compile every source (those of ``kdir`` if given, else the package's) with the
-    instantiations of ``families``; 0 when clean.  ``keep``: a folder where the package's
+    """Compile every source (those of the kernels folder ``kdir`` if given, else the package's)
+    with the instantiations of ``families``; 0 when clean.  ``keep``: a folder where the package's
     cubins and their index are written (:mod:`~xcorr_app._cuda.shipped`)."""
     if keep is not None and kdir is not None:
         raise ValueError("keep builds the package's kernels; it takes no kdir")
@@ -105,13 +108,18 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
     if nvcc is None:
         print("compile check: nvcc not found on PATH; install the CUDA toolkit", file=sys.stderr)
         return 2
-    dirs = [Path(kdir)] if kdir is not None else source_dirs()
-    includes = [Path(kdir)] if kdir is not None else [include_dir()]
+    root = Path(kdir) if kdir is not None else kernels_dir()
+    dirs, include = kernel_tree(root)
     families = all_families() if families is None else families
     paths = {p.name: p for d in dirs for p in sorted(d.glob("*.cu"))}
     by_source: dict[str, list[str]] = {name: [] for name in paths}
     for fam in families:
         by_source.setdefault(fam.source, []).extend(fam.expressions())
+    lost = sorted(set(by_source) - set(paths))
+    if lost:
+        print(f"compile check: sources registered by kernel families but not found under "
+              f"{root}: {', '.join(lost)}", file=sys.stderr)
+        return 1
     # Large sources are cut into translation units of CHUNK instantiations compiled in parallel.
     jobs = [(source, exprs[i:i + CHUNK] if exprs else [])
             for source, exprs in by_source.items()
@@ -128,7 +136,7 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
         def compile_one(k, source, exprs):
             tu = Path(tmp) / f"check{k}_{source}"
             tu.write_text(translation_unit(source, exprs))
-            inc = [f"-I{d}" for d in (*includes, paths.get(source, dirs[0] / source).parent)]
+            inc = [f"-I{d}" for d in (include, paths[source].parent)]
             cmd = [nvcc, "-cubin", f"-arch={arch}", "--resource-usage", *COMPILE_OPTIONS,
                    *inc, "-o", str(Path(tmp) / f"out{k}.cubin"), str(tu)]
             return subprocess.run(cmd, capture_output=True, text=True)
@@ -162,7 +170,7 @@ def check(arch: str = "sm_90", verbose: bool = False, kdir=None, families=None,
         print(f"kept {sum(len(e['kernels'][arch]) for e in kept.values())} built kernels "
               f"({size:.1f} MiB of cubins) with their index {index}")
     print(f"compile check: {n_kernels} kernel instantiations in {len(by_source)} sources, "
-          f"0-byte stack frames, no spills ({arch})")
+          f"0-byte stack frames, no spills ({arch}); sources in {root}")
     return 0
 
 

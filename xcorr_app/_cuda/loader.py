@@ -1,15 +1,18 @@
 """The one loader of CUDA kernels.
 
-Each kernel family's source lives beside the module that launches it
-(``xcorr_app/<subpackage>/cuda/*.cu``); headers shared by several families live in
-``xcorr_app/_cuda/include/``.  ``$XCORR_KERNEL_DIR`` replaces both with one folder holding every
-``*.cu`` and ``*.cuh`` (for kernel development outside the package).
+The sources live in the repository's top-level ``kernels/``: one folder per kernel family (named
+by the subpackage that launches it: ``kernels/correlate/*.cu``, ``kernels/alignment/*.cu``, ...)
+and ``kernels/include/`` for the headers several families share.  A wheel carries a copy in
+``xcorr_app/kernels/`` (``setup.py`` puts it there); a source checkout and an editable install
+read the checkout's ``kernels/``.  ``$XCORR_KERNEL_DIR`` replaces them with another folder, laid
+out the same way or flat (every ``*.cu`` and ``*.cuh`` in it), for kernel development.
 
 Each templated kernel is described once by a :class:`KernelFamily` (source file, kernel name,
 the template instantiations the code can launch).  :meth:`KernelFamily.get` compiles one
 instantiation through ``cupy.RawModule`` with a name expression and caches the compiled
 function per (source, template arguments, device), in the spirit of ``cupyx.scipy.ndimage``.
-The same list of instantiations drives the CI compile check (:mod:`xcorr_app._cuda.compile_check`),
+The modules that declare families are found by walking the package (:func:`family_modules`),
+and the same instantiations drive the CI compile check (:mod:`xcorr_app._cuda.compile_check`),
 so exactly what can be launched is checked for spills and stack frames.
 
 Examples
@@ -17,8 +20,8 @@ Examples
 >>> fam = KernelFamily("overlap_xcorr.cu", "overlap_xcorr", [(0,), (1,)])
 >>> fam.expression(1)
 'overlap_xcorr<1>'
->>> source_path("overlap_xcorr.cu").parent.name
-'cuda'
+>>> source_path("overlap_xcorr.cu").relative_to(kernels_dir()).as_posix()
+'correlate/overlap_xcorr.cu'
 """
 
 from __future__ import annotations
@@ -27,28 +30,24 @@ import functools
 import hashlib
 import importlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
+from .._config import KERNEL_DIR as KERNEL_DIR_ENV
 from ..errors import XcorrError
 from .shipped import ENV, BUILT_DIR, load_index, shipped_functions, source_digest, usable_arch
 
-KERNEL_DIR_ENV = "XCORR_KERNEL_DIR"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-#: modules that define kernel families (imported by :func:`all_families`)
-FAMILY_MODULES = ("xcorr_app.alignment._frame_stats", "xcorr_app.alignment._field_resample",
-                  "xcorr_app.alignment._refine_gpu",
-                  "xcorr_app.alignment._low_patches",
-                  "xcorr_app.alignment._warp",
-                  "xcorr_app.correlate._overlap", "xcorr_app.correlate._fft",
-                  "xcorr_app.correlate._fft_window",
-                  "xcorr_app.correlate._warp_shuffle",
-                  "xcorr_app.correlate._tiled", "xcorr_app.correlate._mma",
-                  "xcorr_app.correlate._small", "xcorr_app.correlate._band",
-                  "xcorr_app.registration._surfaces", "xcorr_app.registration._peak_math",
-                  "xcorr_app.filters._reuse", "xcorr_app.filters._separable",
-                  "xcorr_app.conv._im2win", "xcorr_app.conv._winograd")
+#: the kernel sources a wheel carries (copied from the checkout's ``kernels/`` by ``setup.py``)
+INSTALLED_KERNELS = PACKAGE_DIR / "kernels"
+#: the kernel sources of a source checkout (and of an editable install of one)
+CHECKOUT_KERNELS = PACKAGE_DIR.parent / "kernels"
+#: the folder of shared headers inside a kernels folder
+INCLUDE = "include"
+#: what a module that declares kernel families holds (:func:`family_modules` looks for it)
+_DECLARES = re.compile(r"\bKernelFamily\(")
 COMPILE_OPTIONS = ("-std=c++17",)
 #: the pixel types the frame kernels read as they are (NumPy dtype -> C type); others are
 #: converted to float32 first (:func:`kernel_pixels`)
@@ -60,39 +59,55 @@ _FAMILIES: list["KernelFamily"] = []
 _COMPILED: dict = {}
 
 
-def include_dir() -> Path:
-    """The folder of the shared ``*.cuh`` headers."""
+def kernels_dir() -> Path:
+    """The folder the kernel sources are read from: ``$XCORR_KERNEL_DIR``, else the copy an
+    installed wheel carries, else the source checkout's ``kernels/``."""
     env = os.environ.get(KERNEL_DIR_ENV)
-    return Path(env) if env else PACKAGE_DIR / "_cuda" / "include"
+    if env:
+        return Path(env)
+    return INSTALLED_KERNELS if INSTALLED_KERNELS.is_dir() else CHECKOUT_KERNELS
 
 
-def source_dirs() -> list[Path]:
-    """The folders of the ``*.cu`` sources (one per subpackage that has kernels)."""
-    return list(_source_dirs(os.environ.get(KERNEL_DIR_ENV)))
+def kernel_tree(root) -> tuple:
+    """``(source folders, include folder)`` of a kernels folder: its family folders that hold
+    ``*.cu`` (and itself where it holds some: a flat folder), and its ``include/`` (itself
+    where it has none)."""
+    return _kernel_tree(str(root))
 
 
 @functools.lru_cache(maxsize=8)
-def _source_dirs(env) -> tuple:
-    """:func:`source_dirs`, looked for once per process: ``PACKAGE_DIR.glob("*/cuda")`` lists
-    every entry of every subfolder (``_cuda/built``'s ~900 cubins too), 23 ms a call, and a
-    first ``--patches`` run asked 26 times (0.6 s, H100 host, 2026-11-23)."""
-    if env:
-        return (Path(env),)
-    return tuple(sorted(d / "cuda" for d in PACKAGE_DIR.iterdir() if (d / "cuda").is_dir()))
+def _kernel_tree(root: str) -> tuple:
+    """:func:`kernel_tree`, looked for once per process and folder (every compile asks)."""
+    top = Path(root)
+    found = [top] if any(top.glob("*.cu")) else []
+    if top.is_dir():
+        found += sorted(d for d in top.iterdir() if d.is_dir() and any(d.glob("*.cu")))
+    include = top / INCLUDE
+    return tuple(found), include if include.is_dir() else top
+
+
+def include_dir() -> Path:
+    """The folder of the shared ``*.cuh`` headers."""
+    return kernel_tree(kernels_dir())[1]
+
+
+def source_dirs() -> list[Path]:
+    """The folders of the ``*.cu`` sources (one per kernel family)."""
+    return list(kernel_tree(kernels_dir())[0])
 
 
 def kernel_sources() -> list[Path]:
-    """Every CUDA source file (``*.cu`` and ``*.cuh``) that was found."""
+    """Every CUDA source file (``*.cu`` and ``*.cuh``) that was found, family by family."""
     found = {p for d in source_dirs() for p in d.glob("*.cu")} | set(include_dir().glob("*.cuh"))
     return sorted(found, key=lambda p: p.name)
 
 
 def source_path(name: str) -> Path:
-    """The path of the source file ``name`` (a ``*.cu`` of some subpackage)."""
+    """The path of the source file ``name`` (a ``*.cu`` of some kernel family)."""
     for d in source_dirs():
         if (d / name).is_file():
             return d / name
-    raise XcorrError(f"CUDA source {name} not found under {PACKAGE_DIR}; reinstall xcorr-app "
+    raise XcorrError(f"CUDA source {name} not found under {kernels_dir()}; reinstall xcorr-app "
                      f"or set {KERNEL_DIR_ENV} to a folder of the kernel sources")
 
 
@@ -224,8 +239,8 @@ def shipped_kernels_usable(capability) -> bool:
 @functools.lru_cache(maxsize=None)
 def _source_digest_now(name: str) -> str:
     """The digest of source ``name`` as :func:`read_source` gives it, read once a process:
-    every GPU run asks :func:`shipped_kernels_usable`, and reading and hashing the 18 sources
-    took 3-6 ms of each warm run, the GPU idle (H200, 2026-11-24)."""
+    every GPU run asks :func:`shipped_kernels_usable`, and reading and hashing every source
+    each time would keep the GPU idle for milliseconds of a warm run."""
     return source_digest(read_source(name), COMPILE_OPTIONS)
 
 
@@ -246,8 +261,23 @@ def kernel_pixels(frames):
     return cp.ascontiguousarray(frames), c_type
 
 
+@functools.lru_cache(maxsize=1)
+def family_modules() -> tuple:
+    """The modules of the package that declare kernel families, found by walking its packages
+    (a folder without ``__init__.py``, such as the built cubins', is not walked)."""
+    found = []
+    for folder, dirs, files in os.walk(PACKAGE_DIR):
+        dirs[:] = sorted(d for d in dirs if (Path(folder, d) / "__init__.py").is_file())
+        for f in sorted(files):
+            path = Path(folder, f)
+            if f.endswith(".py") and path != Path(__file__).resolve() and _DECLARES.search(path.read_text()):
+                parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+                found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return tuple(found)
+
+
 def all_families() -> list[KernelFamily]:
-    """Every kernel family of the package (imports the modules that define them)."""
-    for mod in FAMILY_MODULES:
+    """Every kernel family of the package (imports the modules that declare them)."""
+    for mod in family_modules():
         importlib.import_module(mod)
     return list(_FAMILIES)
