@@ -16,7 +16,6 @@ import contextlib
 import math
 import mmap
 import os
-import struct
 import weakref
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 import tifffile
 
 from ..errors import InputError, XcorrError
+from ._pages import check_page_sizes, whole_pages
 
 SUPPORTED_DTYPES = tuple(
     np.dtype(t) for t in ("uint8", "uint16", "int16", "float16", "float32", "float64")
@@ -54,84 +54,6 @@ def tiff_errors(path: Path):
 
 
 # ------------------------------------------------------------------ whole-file check
-
-_DATA_TAGS = ((273, 279), (324, 325))  # (strip offsets, strip byte counts), the same of tiles
-_DATA_CODES = frozenset(code for pair in _DATA_TAGS for code in pair)
-_INT_FORMATS = {3: "H", 4: "I", 13: "I", 16: "Q", 18: "Q"}  # SHORT, LONG, IFD, LONG8, IFD8
-
-
-def _tag_values(fh, tiff, entry, size):
-    """The integers of one IFD entry ``(code, type, count, value)`` (``None`` where they lie
-    beyond the file's ``size``)."""
-    _, dtype, count, value = entry
-    fmt = _INT_FORMATS.get(dtype)
-    if fmt is None:
-        return ()
-    nbytes = count * struct.calcsize(fmt)
-    if nbytes <= tiff.offsetsize:
-        raw = value[:nbytes]
-    else:
-        where = struct.unpack(tiff.offsetformat, value)[0]
-        if where + nbytes > size:
-            return None
-        fh.seek(where)
-        raw = fh.read(nbytes)
-    return struct.unpack(f"{tiff.byteorder}{count}{fmt}", raw) if len(raw) == nbytes else None
-
-
-def _page_end(fh, tiff, table, size):
-    """The end of one page's pixel data (``None`` where its tables lie beyond the file)."""
-    entries = {e[0]: e for e in struct.iter_unpack(tiff.tagheaderformat,
-                                                   table[:-tiff.offsetsize])
-               if e[0] in _DATA_CODES}
-    end = 0
-    for offsets_tag, counts_tag in _DATA_TAGS:
-        if offsets_tag in entries and counts_tag in entries:
-            offsets = _tag_values(fh, tiff, entries[offsets_tag], size)
-            counts = _tag_values(fh, tiff, entries[counts_tag], size)
-            if offsets is None or counts is None:
-                return None
-            if len(offsets) == len(counts):  # an empty strip or tile points anywhere
-                end = max(end, max((o + c for o, c in zip(offsets, counts) if c), default=0))
-    return end
-
-
-def whole_pages(tif) -> tuple[int, str | None]:
-    """Walk the chain of pages (IFDs) of an open :class:`tifffile.TiffFile`: the number of
-    pages whose entries and pixel data lie wholly in the file, and why the chain breaks there
-    (``None`` when it ends as a TIFF file ends).  tifffile itself logs a broken chain and reads
-    what it found; xcorr refuses such a file.
-
-    Examples
-    --------
-    >>> with tifffile.TiffFile("sample_data/cell_drift.tif") as tif:
-    ...     whole_pages(tif)
-    (12, None)
-    """
-    fh, tiff = tif.filehandle, tif.tiff
-    if tiff.version not in (42, 43) or tiff.is_ndpi:
-        return 0, None  # formats this walk does not know: trust tifffile
-    size = fh.size
-    fh.seek(4 if tiff.version == 42 else 8)
-    offset = struct.unpack(tiff.offsetformat, fh.read(tiff.offsetsize))[0]
-    pages, seen = 0, set()
-    while offset:
-        if offset in seen:
-            return pages, f"page {pages + 1} points back to an earlier page"
-        if offset + tiff.tagnosize > size:
-            return pages, f"the entries of page {pages + 1} lie beyond the end of the file"
-        seen.add(offset)
-        fh.seek(offset)
-        n_tags = struct.unpack(tiff.tagnoformat, fh.read(tiff.tagnosize))[0]
-        table = fh.read(n_tags * tiff.tagsize + tiff.offsetsize)
-        if len(table) < n_tags * tiff.tagsize + tiff.offsetsize:
-            return pages, f"the file ends inside the entries of page {pages + 1}"
-        end = _page_end(fh, tiff, table, size)
-        if end is None or end > size:
-            return pages, f"the file ends inside the pixels of page {pages + 1}"
-        pages += 1
-        offset = struct.unpack(tiff.offsetformat, table[-tiff.offsetsize:])[0]
-    return pages, None
 
 
 def _declared_pages(tif) -> tuple[int | None, int]:
@@ -278,6 +200,10 @@ class TiffFrames:
                     self._cut = exc
                 self._parse(channel)
                 self._map()
+                if self._pages is None:  # read page by page: no page may be of another size
+                    cut = self._cut
+                    check_page_sizes(self._tif, self._tif.series[0] if cut is None else
+                                     self._tif.pages[:cut.readable * cut.per_frame], path)
                 if self._cut is not None:
                     self._keep_readable()
         except BaseException:
