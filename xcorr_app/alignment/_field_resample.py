@@ -1,6 +1,6 @@
 """The resampling of piecewise-rigid registration, one definition on both devices: NumPy here
-(the reference) and the kernels of ``cuda/patch_field.cu`` (one launch per chunk each), equal to
-float rounding.
+(the reference) and the kernels of ``kernels/alignment/patch_field.cu`` (one launch per chunk each),
+equal to float rounding.
 
 * :func:`cubic_sample`: cubic convolution (Keys, ``a = -0.5``: exact for quadratics, local, 4x4
   taps) at float64 coordinates, the taps clamped to the image.  It replaces the cubic
@@ -94,8 +94,8 @@ def bilinear_sample(image, cy, cx, fill):
     """Bilinear samples of the 2-D ``image`` (read as float32) at ``(cy, cx)`` (float64 arrays
     of one shape), ``fill`` outside ``[0, H - 1] x [0, W - 1]``: ``map_coordinates(order=1,
     mode="constant", cval=fill)``, except that a tap of weight 0 is not read (as the GPU's
-    kernel, ``cuda/patch_field.cu``): SciPy multiplies it, so a NaN pixel spread to the outputs
-    above and left of it when the field put them on pixels (a zero field)."""
+    kernel, ``kernels/alignment/patch_field.cu``): SciPy multiplies it, so a NaN pixel spread to the
+    outputs above and left of it when the field put them on pixels (a zero field)."""
     h, w = image.shape
     f = np.asarray(image, np.float32)
     cy, cx = np.asarray(cy, np.float64), np.asarray(cx, np.float64)

@@ -1,5 +1,5 @@
-"""GPU launchers of ``cuda/frame_stats.cu``: the float32 copy of a chunk with each frame's mean,
-NaN/Inf and constant flags, and the subtraction of the means, for :func:`prepare
+"""GPU launchers of ``kernels/alignment/frame_stats.cu``: the float32 copy of a chunk with each
+frame's mean, NaN/Inf and constant flags, and the subtraction of the means, for :func:`prepare
 <xcorr_app.alignment._preprocess.prepare>`.
 
 The same work as a few CuPy operations (``astype``, ``isfinite(...).all``, ``(f == f0).all``,

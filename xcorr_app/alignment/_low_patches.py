@@ -1,9 +1,9 @@
 """The patch pass's rule for untrusted patches (:mod:`xcorr_app.alignment._patches`): which
 patches are low (:func:`low_patches`) and the median of their good neighbours in their place
 (:func:`fill_low`), on either device; on the GPU also in one kernel of ours per call
-(:func:`fill_low_gpu`, ``cuda/patch_field.cu``) that decides, fills and writes the pass's rows
-without the host: the patch pass then queues a chunk's work without waiting for it (the host
-rule cost the pass two waits a chunk; H100, 2026-11-23, 4096 frames of 512x512: the GPU's
+(:func:`fill_low_gpu`, ``kernels/alignment/patch_field.cu``) that decides, fills and writes the
+pass's rows without the host: the patch pass then queues a chunk's work without waiting for it (the
+host rule cost the pass two waits a chunk; H100, 2026-11-23, 4096 frames of 512x512: the GPU's
 idle gaps under the profiler 55 -> 38 ms, the wall unchanged within the machines' spread).
 
 Examples

@@ -1,4 +1,4 @@
-"""The patch pass's refinement on the GPU, fused (``cuda/refine_surfaces.cu``):
+"""The patch pass's refinement on the GPU, fused (``kernels/alignment/refine_surfaces.cu``):
 :func:`refine_template_gpu`, the template's side once a pass, and :func:`refine_surfaces_gpu`,
 every window sampled through the field, tapered, correlated within +-1 px, normalized and its
 peak found in one launch (the CPU's steps: :func:`~._patches.refine_shifts`).
@@ -49,7 +49,8 @@ REFINE_MAX_GX = REFINE_STRIP_FLOATS // 2
 
 def refine_template_gpu(tpatches, taper, apply_taper=True):
     """The template's side of :func:`refine_surfaces_gpu`, made on the device in one launch
-    (``refine_template`` of ``cuda/refine_surfaces.cu``): ``(tnear, (mean, var, bad), tp)``.
+    (``refine_template`` of ``kernels/alignment/refine_surfaces.cu``):
+    ``(tnear, (mean, var, bad), tp)``.
 
     ``tnear``: the template patches ``tpatches`` ``(P, ph, pw)`` (CuPy) as
     :func:`~._patches.tapered` makes them with ``taper`` (with ``apply_taper`` False, or

@@ -129,8 +129,8 @@ def add_shifted(total, coverage, frames, shifts, idx=None):
     pixels count as 0), to ``total`` ``(H, W)`` float64, and the same shift of a frame of
     ones to ``coverage``: the sums of a template (in place, on their device).
 
-    On the GPU one kernel (``cuda/warp_shift.cu`` ``warp_sum``: the float32 operations of
-    the lines below, summed in float64 in frame order; the CPU sums batches pairwise, so the
+    On the GPU one kernel (``kernels/alignment/warp_shift.cu`` ``warp_sum``: the float32 operations
+    of the lines below, summed in float64 in frame order; the CPU sums batches pairwise, so the
     two agree to float64 rounding).
 
     >>> total, cover = np.zeros((2, 3)), np.zeros((2, 3))
@@ -173,8 +173,8 @@ def _add_shifted_gpu(total, coverage, frames, idx, shifts):
 
 
 def _shift_bilinear_gpu(frames, shifts, fill):
-    """The bilinear lines of :func:`shift_frames` as one kernel (``cuda/warp_shift.cu``: the
-    same float32 operations, so the same bits)."""
+    """The bilinear lines of :func:`shift_frames` as one kernel
+    (``kernels/alignment/warp_shift.cu``: the same float32 operations, so the same bits)."""
     import cupy as cp
 
     if frames.ndim != 3:

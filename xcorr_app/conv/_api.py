@@ -2,10 +2,10 @@
 
 :func:`conv2d` applies a bank of ``F`` filters of ``C`` channels (deep-learning convention:
 cross-correlation, zero padding, a stride); :func:`pointwise` mixes channels (a 1x1
-convolution).  CuPy in: the im2win kernel (``cuda/im2win_conv.cu``), for 3x3 filters at
-stride 1 the fused Winograd kernel where it is faster (``cuda/winograd_conv.cu``, measured
+convolution).  CuPy in: the im2win kernel (``kernels/conv/im2win_conv.cu``), for 3x3 filters at
+stride 1 the fused Winograd kernel where it is faster (``kernels/conv/winograd_conv.cu``, measured
 on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
-pointwise kernel with dynamic blocking (``cuda/pointwise_conv.cu``); float32 out.  NumPy
+pointwise kernel with dynamic blocking (``kernels/conv/pointwise_conv.cu``); float32 out.  NumPy
 in: the float64 reference (``xcorr_app.conv._reference.conv2d_reference``), cast to the
 input's float type.
 

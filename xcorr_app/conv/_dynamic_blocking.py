@@ -1,5 +1,5 @@
 """The dynamic blocking of the pointwise-convolution paper: choose the tiles of
-``cuda/pointwise_conv.cu`` for a problem under the device's limits.
+``kernels/conv/pointwise_conv.cu`` for a problem under the device's limits.
 
 The output of a 1x1 convolution is an ``F x Q`` matrix (``F`` filters, ``Q = N * H * W``
 columns).  A block of :data:`WARPS` warps computes a ``block_f x block_p`` tile as 2 x 2 warp

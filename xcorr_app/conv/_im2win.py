@@ -1,5 +1,5 @@
-"""GPU launchers of the multi-channel convolution kernels: im2win (``cuda/im2win_conv.cu``)
-and pointwise with dynamic blocking (``cuda/pointwise_conv.cu``).
+"""GPU launchers of the multi-channel convolution kernels: im2win (``kernels/conv/im2win_conv.cu``)
+and pointwise with dynamic blocking (``kernels/conv/pointwise_conv.cu``).
 
 :func:`im2win_conv2d` runs the tiled convolution over the windows of the input in im2win's
 window order, read either from the input itself (``layout="direct"``, the default: no extra

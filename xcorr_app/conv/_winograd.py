@@ -1,4 +1,4 @@
-"""GPU Winograd convolution F(2x2, 3x3) (``cuda/winograd_conv.cu``) for 3x3 filters at
+"""GPU Winograd convolution F(2x2, 3x3) (``kernels/conv/winograd_conv.cu``) for 3x3 filters at
 stride 1, any zero padding.
 
 The kernel is fused: each block transforms the input patches and filters it needs as it loads

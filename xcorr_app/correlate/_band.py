@@ -1,5 +1,5 @@
-"""GPU launcher of the warp-per-result kernel (``cuda/band_xcorr.cu``): small bounded searches
-over many pairs, the patch search of piecewise-rigid registration.
+"""GPU launcher of the warp-per-result kernel (``kernels/correlate/band_xcorr.cu``): small bounded
+searches over many pairs, the patch search of piecewise-rigid registration.
 
 Our addition beyond the thesis.  A warp sums one result, all of its ``(2d + 1)**2`` shifts in
 registers (``d <= 4``), walking the left rows once: each left row costs one new right row, a

@@ -218,7 +218,8 @@ def _kernel_terms(plan, lay, max_shift):
 
 def _small_tiles(lay, max_shift, ty):
     """Per tile row and per tile column of the few-pair kernel: the right rows and the
-    column quads its block stages (``n_rows`` and ``n_quads`` of ``cuda/small_xcorr.cu``)."""
+    column quads its block stages (``n_rows`` and ``n_quads`` of
+    ``kernels/correlate/small_xcorr.cu``)."""
     (lh, lw), (rh, rw) = lay.left_shape, lay.right_shape
     ho, wo = output_shape(lay.left_shape, lay.right_shape, max_shift)
     ky0, kx0 = first_shift(lay.left_shape, lay.right_shape, max_shift)

@@ -243,8 +243,8 @@ def crop_indices(xp, geometry: FftGeometry):
 
 # ------------------------------------------------------------------------ GPU kernels
 
-#: the element index of the kernels of ``cuda/fft_steps.cu``: 32-bit while the arrays allow (a
-#: 64-bit division per element is an emulated subroutine: these should be bound by memory)
+#: the element index of the kernels of ``kernels/correlate/fft_steps.cu``: 32-bit while the arrays
+#: allow (a 64-bit division per element is an emulated subroutine: these should be bound by memory)
 _INDEX = {False: ("unsigned int", np.uint32), True: ("unsigned long long", np.uint64)}
 _REAL = {np.dtype(np.complex64): "float", np.dtype(np.complex128): "double"}
 FFT_STEPS = "fft_steps.cu"

@@ -7,8 +7,8 @@ conjugate product and the inverse ``irfft2``, whose 540x540 result it reads 29x2
 spectra are read, then the inverse as two small DFTs: along the half spectrum's columns for
 the window's ``2 xmax + 1`` shifts ``x`` (both ``x`` and ``-x`` from four sums a term, float32
 summed from the highest frequency down) and down the rows for its shifts ``y`` (float64; the
-kernels: ``cuda/fft_window.cu``).  The same numbers as ``irfft2`` up to float32 rounding (as
-close to the float64 definition, tested), in the dense layout of the direct plans.
+kernels: ``kernels/correlate/fft_window.cu``).  The same numbers as ``irfft2`` up to float32
+rounding (as close to the float64 definition, tested), in the dense layout of the direct plans.
 
 It applies where the window is narrow (:func:`window_applies`: no shift beyond 19 px along
 either axis); wider ones take the whole inverse, whose cost does not grow with

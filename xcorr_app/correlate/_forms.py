@@ -12,7 +12,7 @@ n_to_m        ``(N, H, W)``           ``(M, H', W')``            ``(N, M, Ho, Wo
 In ``n_to_mn`` each left matrix has its own group of ``M`` right matrices; in ``n_to_m`` every
 left is correlated with every right.  All forms are a list of (left, right) pairs: result ``z``
 of the flattened batch correlates left ``left_of(z)`` with right ``right_of(z)``.  The CUDA
-kernels use the same mapping (``kernels/xcorr_forms.cuh``; the integer ids must match).
+kernels use the same mapping (``kernels/include/xcorr_forms.cuh``; the integer ids must match).
 
 Examples
 --------
@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import InputError
 
 FORMS = ("one_to_one", "one_to_many", "n_to_mn", "n_to_m")
-FORM_IDS = {name: i for i, name in enumerate(FORMS)}  # must match kernels/xcorr_forms.cuh
+FORM_IDS = {name: i for i, name in enumerate(FORMS)}  # must match kernels/include/xcorr_forms.cuh
 
 _NDIMS = {"one_to_one": (2, 2), "one_to_many": (2, 3), "n_to_mn": (3, 4), "n_to_m": (3, 3)}
 

@@ -1,4 +1,4 @@
-"""GPU launcher of the tensor-core kernel (``kernels/mma_xcorr.cu``): cross-correlation as
+"""GPU launcher of the tensor-core kernel (``kernels/correlate/mma_xcorr.cu``): cross-correlation as
 TF32 matrix products with FP32 accuracy (3xTF32), for many small right matrices per left.
 
 Our addition beyond the thesis.  For one right row, one y-shift and 8 consecutive x-shifts,

@@ -1,4 +1,4 @@
-"""GPU launcher of the overlap-wise baseline kernel (``kernels/overlap_xcorr.cu``).
+"""GPU launcher of the overlap-wise baseline kernel (``kernels/correlate/overlap_xcorr.cu``).
 
 One thread computes one output element (one shift) by summing the whole overlap.  It is the
 baseline the warp-shuffle kernels must beat and the simplest correct GPU path.

@@ -1,5 +1,5 @@
-"""GPU launcher of the few-pair kernel (``cuda/small_xcorr.cu``): one pair, or a few, spread
-over the whole GPU.
+"""GPU launcher of the few-pair kernel (``kernels/correlate/small_xcorr.cu``): one pair, or a few,
+spread over the whole GPU.
 
 Our addition beyond the thesis.  The batch kernels give each warp many shifts or many pairs;
 on one small pair that leaves most SMs idle, and the kernel's own time (not the arithmetic: a

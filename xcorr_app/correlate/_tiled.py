@@ -1,5 +1,5 @@
-"""GPU launchers of the register-tiled kernels (``kernels/tiled_xcorr.cu``): the column strip
-(:func:`tiled_xcorr`) and the lane-per-pair kernel (:func:`pair_tiled_xcorr`).
+"""GPU launchers of the register-tiled kernels (``kernels/correlate/tiled_xcorr.cu``): the column
+strip (:func:`tiled_xcorr`) and the lane-per-pair kernel (:func:`pair_tiled_xcorr`).
 
 Our addition beyond the thesis: a warp owns a tile of ``tile_y x tile_x`` shifts, 32 right
 columns and a chunk of ``rows_per_chunk`` right rows, and keeps a sliding window of left values
@@ -59,8 +59,8 @@ MAX_GRID_YZ = 65535
 def pair_shared_bytes(left_shape, tile_y, tile_x) -> int:
     """Shared memory of the lane-per-pair kernel: the left matrix with ``tile_y - 1`` zero rows
     above and below and 4 to 7 zero columns on either side, in chunks of 4 columns
-    (``pair_col_chunks`` of ``kernels/tiled_xcorr.cu``, at its widest), and each warp's sums on
-    their way out (33 words per sum)."""
+    (``pair_col_chunks`` of ``kernels/correlate/tiled_xcorr.cu``, at its widest), and each warp's
+    sums on their way out (33 words per sum)."""
     cols = 4 * ((7 + left_shape[-1] + 6) // 4)
     return 4 * ((left_shape[-2] + 2 * (tile_y - 1)) * cols +
                 WARPS_PER_BLOCK * tile_y * tile_x * 33)
@@ -161,8 +161,8 @@ def arranged_rights(right, lay, tile_x, out=None):
     matrix index next, ``[g][y][c][r][k] = right[g][r][y][4c + k - PAIR_PAD_LEFT]``, zero
     outside the row (``c < pair_row_chunks(right_w, tile_x)``) and for the padding matrices
     (``r`` up to a multiple of 32); ``g`` is the left's group for ``n_to_mn`` (else one group).
-    One pass of :func:`arrange_rights` (``kernels/tiled_xcorr.cu``); every element of ``out`` is
-    written."""
+    One pass of :func:`arrange_rights` (``kernels/correlate/tiled_xcorr.cu``); every element of
+    ``out`` is written."""
     import cupy as cp
 
     fn, grid, block, shape, scalars = _arrange_launch(lay, tile_x)

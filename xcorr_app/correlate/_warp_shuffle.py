@@ -1,4 +1,4 @@
-"""GPU launchers of the warp-shuffle kernels (``kernels/warp_shuffle_xcorr.cu``).
+"""GPU launchers of the warp-shuffle kernels (``kernels/correlate/warp_shuffle_xcorr.cu``).
 
 * :func:`warp_shuffle_xcorr`: split-row warp shuffle with work distribution (``none``,
   ``rectangle``, ``triangle``, and ours, ``block``: a block's warps share a group's rows and add

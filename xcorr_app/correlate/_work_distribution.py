@@ -1,7 +1,7 @@
 """Work distribution of the warp-shuffle kernels: the host side and a Python port of the device.
 
-The device code is ``kernels/work_distribution.cuh``; read its header for the scheme.  In short:
-the output's y-shifts are cut into groups of ``shifts`` consecutive shifts; group ``g`` needs
+The device code is ``kernels/include/work_distribution.cuh``; read its header for the scheme.  In
+short: the output's y-shifts are cut into groups of ``shifts`` consecutive shifts; group ``g`` needs
 the left rows of its *domain*; a *task* is up to ``rows_per_worker`` consecutive domain rows;
 
 * ``none``: one worker per group, whole domain, plain stores;
@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import InputError
 
 DISTRIBUTIONS = ("none", "rectangle", "triangle", "block")
-DIST_IDS = {name: i for i, name in enumerate(DISTRIBUTIONS)}  # kernels/work_distribution.cuh
+DIST_IDS = {name: i for i, name in enumerate(DISTRIBUTIONS)}  # work_distribution.cuh
 PIECE_FIELDS = 5  # g_start, length, alpha, beta, tasks_before
 #: warps of one block of the ``block`` distribution (``__launch_bounds__(256)``)
 MAX_BLOCK_WARPS = 8
@@ -190,7 +190,7 @@ def assign(s: Schedule, worker: int):
 
 def worker_rows(s: Schedule, group: int, task: int, left_rows: int = 1):
     """Left rows that a worker sums: ``range(begin, end)``, or with ``block`` the slabs of
-    ``left_rows`` rows the warp's loop visits (``kernels/warp_shuffle_xcorr.cu``,
+    ``left_rows`` rows the warp's loop visits (``kernels/correlate/warp_shuffle_xcorr.cu``,
     ``shuffle_rows`` from ``begin + warp * left_rows`` in steps of ``warps * left_rows``)."""
     begin = int(s.domain_begin[group])
     end = begin + int(s.domain_length[group])

@@ -1,5 +1,5 @@
 """The boundary modes of the filters (scipy.ndimage's names and meaning) and their ids in the
-GPU kernels (``_cuda/include/boundary.cuh``'s ``BoundaryMode``, in the same order).
+GPU kernels (``kernels/include/boundary.cuh``'s ``BoundaryMode``, in the same order).
 
 Examples
 --------
@@ -10,5 +10,5 @@ Examples
 #: boundary modes, as ``scipy.ndimage``: ``reflect`` (default), ``constant`` (with ``cval``),
 #: ``nearest``, ``mirror``, ``wrap``
 MODES = ("reflect", "constant", "nearest", "mirror", "wrap")
-#: boundary mode -> ``_cuda/include/boundary.cuh``'s ``BoundaryMode``
+#: boundary mode -> ``kernels/include/boundary.cuh``'s ``BoundaryMode``
 MODE_IDS = {m: i for i, m in enumerate(MODES)}

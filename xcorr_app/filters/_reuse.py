@@ -1,4 +1,4 @@
-"""GPU launcher of the column/row-reuse correlation kernel (``cuda/reuse_conv.cu``).
+"""GPU launcher of the column/row-reuse correlation kernel (``kernels/filters/reuse_conv.cu``).
 
 One launch filters a whole ``(N, H, W)`` stack: warps compute 32-column sub-blocks with column
 reuse (pack/unpack shuffles) and row reuse (a register array of the output rows in flight).  By
@@ -35,7 +35,7 @@ from ._modes import MODE_IDS
 
 DTYPE_IDS = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.uint16): 2,
              np.dtype(np.uint8): 3}
-EXACT_MAX = 11  # cuda/reuse_conv.cu: EXACT_MAX
+EXACT_MAX = 11  # kernels/filters/reuse_conv.cu: EXACT_MAX
 #: compiled filter extents (rows or columns); larger filters use the next one up
 CAPACITIES = tuple(range(1, EXACT_MAX + 1)) + (15, 19, 23, 27, 31)
 MAX_TAPS = CAPACITIES[-1]

@@ -1,5 +1,5 @@
-"""GPU launcher of the fused separable correlation (``cuda/separable_conv.cu``): the vertical
-and horizontal 1-D passes of a separable filter in one kernel, through shared memory.
+"""GPU launcher of the fused separable correlation (``kernels/filters/separable_conv.cu``): the
+vertical and horizontal 1-D passes of a separable filter in one kernel, through shared memory.
 
 Ours.  :func:`xcorr_app.filters._api.gaussian` and the other separable filters otherwise run
 two passes of the reuse kernels (:mod:`xcorr_app.filters._reuse`), each reading and writing
@@ -28,7 +28,7 @@ from ._modes import MODE_IDS
 
 #: taps along each axis compiled (odd: the filter centred, origin 0)
 SIZES = (3, 5, 7, 9, 11)
-TILE = 64  # cuda/separable_conv.cu: SEP_TILE_W, SEP_TILE_H
+TILE = 64  # kernels/filters/separable_conv.cu: SEP_TILE_W, SEP_TILE_H
 TILES = 4  # SEP_TILES: tiles a block, one below the other
 THREADS = (32, 8)
 MAX_GRID_Z = 65535

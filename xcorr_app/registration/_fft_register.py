@@ -189,7 +189,7 @@ def periodic_spectrum(images, spectrum):
     h, w = images.shape[-2:]
     wk = spectrum.shape[-1]
     # edge differences: rows a = u[H-1] - u[0], columns b = u[:, W-1] - u[:, 0]
-    if xp is not np and fits(images):  # one kernel (cuda/peak_math.cu) for both
+    if xp is not np and fits(images):  # one kernel (kernels/registration/peak_math.cu) for both
         a, b = edge_differences(images)
         # their half spectra (real edges: no conversion to complex, which compiled a CuPy copy
         # kernel on a first run); the kernel takes the other half from the conjugate symmetry
@@ -243,8 +243,8 @@ def refine_peak(product, shifts, upsample_factor, full_width=None, coarse=None):
     if xp is not np and np.dtype(product.dtype) in COMPLEX and product.ndim == 3 \
             and len(product) and tuple(shifts.shape) == (len(product), 2) \
             and shifts.dtype == np.float64:  # (float32 shifts round in float32 below)
-        # two kernels (cuda/peak_math.cu) around cuBLAS's products: the same numbers without
-        # a dozen small CuPy operations, each compiled on a first run
+        # two kernels (kernels/registration/peak_math.cu) around cuBLAS's products: the same numbers
+        # without a dozen small CuPy operations, each compiled on a first run
         return upsampled_peaks(product, shifts, u, region, dftshift, full_width)
     shifts = xp.round(shifts * u) / u
     local = xp.abs(upsampled_dft(product.conj(), region, u, dftshift - shifts * u, full_width))

@@ -1,5 +1,5 @@
-"""GPU launchers of ``cuda/peak_math.cu``: the per-frame arithmetic of peak refinement in a few
-kernels compiled together.
+"""GPU launchers of ``kernels/registration/peak_math.cu``: the per-frame arithmetic of peak
+refinement in a few kernels compiled together.
 
 The NumPy code of :mod:`xcorr_app.registration._peaks` and
 :mod:`xcorr_app.registration._fft_register` is the definition; on CuPy arrays those modules call

@@ -68,7 +68,7 @@ def peak_index(corr):
     """
     _check_surface(corr)
     xp = array_module_of(corr)
-    if xp is not np and fits(corr):  # one kernel (cuda/peak_math.cu), the same first maximum
+    if xp is not np and fits(corr):  # one kernel (peak_math.cu), the same first maximum
         return surface_argmax(corr)[:2]
     # Row by row, then over the rows' maxima: the same first maximum in row-major order as a
     # flat argmax, but a GPU reduction with Ho outputs per surface instead of one.
@@ -132,7 +132,7 @@ def subpixel_parabolic(corr, iy, ix):
     """
     _check_surface(corr)
     if array_module_of(corr) is not np and fits(corr, iy, ix):
-        out = subpixel_shifts(corr, iy, ix, "parabolic3")  # one kernel: cuda/peak_math.cu
+        out = subpixel_shifts(corr, iy, ix, "parabolic3")  # one kernel: peak_math.cu
         return out[..., 0], out[..., 1]
     fy = _vertex(*_neighbours(corr, iy, ix, -2))
     fx = _vertex(*_neighbours(corr, iy, ix, -1))
@@ -177,7 +177,7 @@ def subpixel_gaussian(corr, iy, ix):
     """
     _check_surface(corr)
     if array_module_of(corr) is not np and fits(corr, iy, ix):
-        out = subpixel_shifts(corr, iy, ix, "gaussian3")  # one kernel: cuda/peak_math.cu
+        out = subpixel_shifts(corr, iy, ix, "gaussian3")  # one kernel: peak_math.cu
         return out[..., 0], out[..., 1]
     return _gaussian_axis(corr, iy, ix, -2), _gaussian_axis(corr, iy, ix, -1)
 
@@ -399,7 +399,7 @@ def on_border(iy, ix, origin, bound):
     """
     xp = array_module_of(iy, ix)
     if xp is not np and iy.dtype == ix.dtype == np.int64 and iy.shape == ix.shape:
-        return border_flags(iy, ix, origin, bound)  # one kernel: cuda/peak_math.cu
+        return border_flags(iy, ix, origin, bound)  # one kernel: peak_math.cu
     by, bx = int(bound[0]), int(bound[1])
     ky, kx = xp.abs(iy - int(origin[0])), xp.abs(ix - int(origin[1]))
     return ((ky >= by) & (by > 0)) | ((kx >= bx) & (bx > 0))

@@ -1,5 +1,5 @@
-"""GPU launchers of ``cuda/zncc_peaks.cu``: ZNCC surfaces and their peaks in few passes, and
-:class:`GpuSurfaces`, the GPU measurement of the align pipeline.
+"""GPU launchers of ``kernels/registration/zncc_peaks.cu``: ZNCC surfaces and their peaks in few
+passes, and :class:`GpuSurfaces`, the GPU measurement of the align pipeline.
 
 The CPU (and reference) definitions are :func:`xcorr_app.registration._normalize.zncc` and
 :func:`xcorr_app.registration._peaks.find_shifts`; on the GPU, for a batch of frames against one reference (or
