@@ -187,13 +187,24 @@ class AlignResult:
         """Indices of the constant frames (shift NaN; frames with NaN pixels not included)."""
         return np.flatnonzero(np.isnan(self.shifts).any(axis=1) & ~self.nonfinite)
 
+    def interpolated_frames(self) -> int:
+        """How many flagged frames got shifts interpolated from their neighbours (0 without
+        ``interpolate_low``, or when no frame was confident enough to interpolate from)."""
+        measured = ~np.isnan(self.shifts).any(axis=1)
+        if not self.settings.get("interpolate_low") or not (~self.low_confidence
+                                                            & measured).any():
+            return 0
+        return int((self.low_confidence & measured).sum())
+
     def summary(self) -> dict:
         """Agreement rate and RMS difference to the FFT reference, drift extent, flags.
 
         ``agreement`` is over all frames: a frame that could not be measured does not agree;
         ``rms_vs_fft`` is over the frames both measured.  ``low_confidence_frames``: frames
         below ``min_confidence``; ``flagged_frames``: all frames flagged ``low_confidence``
-        (those, border peaks and unmeasured frames); ``notes``: what to tell the user.
+        (those, border peaks and unmeasured frames); ``interpolated_frames``: those of them
+        whose shifts were interpolated (:meth:`interpolated_frames`); ``notes``: what to tell
+        the user.
         """
         ok = ~np.isnan(self.shifts).any(axis=1)
         verified = ok & ~np.isnan(self.fft_shifts).any(axis=1)
@@ -208,6 +219,7 @@ class AlignResult:
             "low_confidence_frames": 0 if below is None
             else int(((self.confidence < below) & ok).sum()),
             "flagged_frames": int(self.low_confidence.sum()),
+            "interpolated_frames": self.interpolated_frames(),
             "agreement": float(self.agree.mean()) if checked and self.n_frames
             else float("nan"),
             "rms_vs_fft": float(np.sqrt(np.mean(diff ** 2))) if verified.any() else float("nan"),
@@ -340,14 +352,20 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
     low = unusable | border
     if opts.min_confidence is not None:
         low |= conf < opts.min_confidence
+    stuck = []  # (a note never claims an interpolation that did not happen)
     if opts.interpolate_low:
+        measured = ~np.isnan(shifts).any(axis=1)
+        if (low & measured).any() and not (~low & measured).any():
+            stuck = [f"interpolate_low: no frame was confident enough to interpolate from, so "
+                     f"the shifts of {plural(int((low & measured).sum()), 'low-confidence frame')}"
+                     " are kept as measured (flagged low_confidence)"]
         shifts = interpolate_flagged(shifts, low)
     ref = opts.reference
     settings = {"reference": str(ref) if not hasattr(ref, "shape") else "array",
                 "max_shift": list(opts.max_shift) if opts.max_shift else None,
                 "normalization": opts.normalization, "prefilter": opts.prefilter or "none",
                 "window": opts.window or "none", "subpixel": opts.subpixel,
-                "upsample": opts.upsample, "verify": opts.verify,
+                "upsample": opts.upsample_factor, "verify": opts.verify,
                 "fft_reference": fft_reference(opts.normalization)[1] if opts.verify else None,
                 "min_confidence": opts.min_confidence, "interpolate_low": opts.interpolate_low,
                 "channel": opts.channel, "features": opts.features,
@@ -355,6 +373,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
                 **settings}
     bound = settings.get("search_range") or opts.max_shift
     notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
+    notes += stuck
     if settings.get("device_note"):  # device="auto" chose the CPU (alignment/_device_choice.py)
         notes.append(settings["device_note"])
     if opts.previous and (const | nonfinite).any():

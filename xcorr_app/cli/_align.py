@@ -413,8 +413,10 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
     for note in s.get("notes", []):  # border peaks, constant and NaN frames, ...
         click.echo(f"  note: {note}")
     if s["low_confidence_frames"]:
-        what = ("shifts interpolated from neighbours" if res.settings["interpolate_low"]
-                else "flagged in shifts.csv")
+        what = ("flagged in shifts.csv" if not res.settings["interpolate_low"]
+                else "shifts interpolated from neighbours" if s.get("interpolated_frames")
+                else "flagged in shifts.csv, not interpolated (no frame was confident enough "
+                     "to interpolate from)")
         click.echo(f"  {s['low_confidence_frames']} frame(s) below --min-confidence "
                    f"{res.settings['min_confidence']}: {what}")
     click.echo("  wrote " + ", ".join(str(p) for p in written))
