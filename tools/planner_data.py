@@ -1,17 +1,22 @@
-"""Calibration data for the planner's cost model (device script).
+"""Calibration data for the planner's cost model: every candidate plan timed on the GPU.
 
-Times every candidate plan of the planner (both stages: every first-stage candidate, then the
-work distributions of the five fastest warp-shuffle variants) on the ``xcorr bench xcorr``
-problems and on the align pipeline's shapes (one reference and 16 or 64 frames of 512x512,
-1024x1024 and 2048x2048 at max_shift 4, 8, 16 and 32; ``n_to_mn`` 64x1 at 1024x1024, bound 16),
-and writes ``$OUT/planner_data.json`` (after every problem, so a run cut short keeps what it
-measured): the device's attributes and, per problem, its form, shapes, bound and
-``[[plan, ms], ...]``.  ``tools/planner_fit.py`` fits the cost model's coefficients from it.
+What it measures: with CUDA events (one run, then the median of 5 for candidates within 4x of
+the best so far), every candidate plan of the planner (both stages: every first-stage candidate,
+then the work distributions of the five fastest warp-shuffle variants) on the ``xcorr bench
+xcorr`` problems and on the align pipeline's shapes (one reference and 16 or 64 frames of
+512x512, 1024x1024 and 2048x2048 at max_shift 4, 8, 16 and 32; ``n_to_mn`` 64x1 at 1024x1024,
+bound 16).  Writes JSON after every problem (a run cut short keeps what it measured): the
+device's attributes and, per problem, its form, shapes, bound and ``[[plan, ms], ...]``.
+``tools/planner_fit.py`` fits the cost model's coefficients to it.
 
-Kernels are compiled first by a pool of processes into CuPy's kernel cache (NVRTC is the
-slow part of a fresh machine), then loaded from there by the timing process.
+Kernels are compiled first by a pool of processes into CuPy's kernel cache (NVRTC is the slow
+part of a fresh machine), then loaded from there by the timing process.  The planner's
+candidates and kernel families are its subject, so this tool imports the planner's private
+modules; ``--list`` (no GPU needed) checks that they are still there.
 
-Usage: ``PYTHONPATH=. python3 tools/planner_data.py [--budget SECONDS] [--only TEXT]``
+Usage::
+
+    python3 tools/planner_data.py [--budget SECONDS] [--only TEXT] [--json PATH] [--list]
 """
 
 from __future__ import annotations
@@ -106,14 +111,22 @@ def device_info():
             "bus_width": a.get("GlobalMemoryBusWidth"), "l2_bytes": a.get("L2CacheSize")}
 
 
-def measure_problem(prob, budget):
-    import cupy as cp
-
+def planner_names():
+    """The planner's private functions this tool times its candidates with."""
     from xcorr_app._cuda.timing import time_gpu
     from xcorr_app.correlate._forms import form_layout
     from xcorr_app.correlate._planner import candidates, distribution_candidates
     from xcorr_app.correlate._plans import run_plan
     from xcorr_app.correlate._shifts import output_shape
+
+    return time_gpu, form_layout, candidates, distribution_candidates, run_plan, output_shape
+
+
+def measure_problem(prob, budget):
+    import cupy as cp
+
+    time_gpu, form_layout, candidates, distribution_candidates, run_plan, output_shape = \
+        planner_names()
 
     form, bound = prob["form"], prob["max_shift"]
     rs = cp.random.RandomState(0)
@@ -172,15 +185,37 @@ def measure_problem(prob, budget):
             "seconds": round(time.perf_counter() - t_start, 2)}
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def list_problems(only):
+    """Print the problems and each kernel family's instantiations (no GPU needed)."""
+    planner_names()
+    for module, name in FAMILIES:
+        fam = _family(module, name)
+        if fam is None:
+            raise SystemExit(f"error: no kernel family {module}.{name}")
+        print(f"{module}.{name}: {len(fam.instantiations)} instantiations")
+    for prob in problems():
+        if not only or only in prob["name"]:
+            print(f"{prob['group']:6s} {prob['name']}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget", type=float, default=400.0, help="wall seconds in all")
-    ap.add_argument("--only", default=None)
+    ap.add_argument("--only", default=None, help="only problems whose name contains this")
+    ap.add_argument("--json", type=Path, default=Path("planner_data.json"),
+                    help="where to write (default planner_data.json)")
     ap.add_argument("--no-precompile", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--list", action="store_true", help="list the problems and stop")
+    args = ap.parse_args(argv)
+    if args.list:
+        list_problems(args.only)
+        return 0
+    from xcorr_app import backend
+
+    if not backend.gpu_available():
+        ap.exit(2, f"error: needs a usable GPU: {backend.gpu_unavailable_reason()}\n")
     t0 = time.perf_counter()
-    out_dir = Path(os.environ.get("OUT", "/tmp/out"))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     if not args.no_precompile:
         precompile(min(14, max(1, (os.cpu_count() or 2) - 2)))
     data = {"device": device_info(), "problems": []}
@@ -198,7 +233,7 @@ def main():
         print(f"{row['name']:<52s} {len(row['timings']):3d} cands {row['seconds']:6.1f} s  "
               f"best {best[0]} {best[1]:.4g} ms  skipped {len(row['skipped'])} "
               f"errors {len(row['errors'])}", flush=True)
-        (out_dir / "planner_data.json").write_text(json.dumps(data, indent=0))
+        args.json.write_text(json.dumps(data, indent=0))
     print(f"done in {time.perf_counter() - t0:.1f} s", flush=True)
     return 0
 

@@ -1,16 +1,21 @@
 """Fit the planner's cost model (``xcorr_app/correlate/_cost_model.py``) to measured timings.
 
-Reads what ``tools/planner_data.py`` wrote on a GPU (default ``tools/planner_data_h100.json``),
-fits per method family the non-negative coefficients of the model's features by least squares
-on relative errors (every candidate weighs the same: :data:`NEAR_WEIGHT`), writes them into
+What it does (CPU only; NumPy and SciPy): reads what ``tools/planner_data.py`` measured on a GPU
+(default: ``planner_data_h100.json`` beside this file, the data the shipped model was fitted
+to), fits per method family the non-negative coefficients of the model's features by least
+squares on relative errors (every candidate weighs the same: :data:`NEAR_WEIGHT`), prints per
+problem the plan the model picks among the measured candidates, its measured time and its ratio
+to the fastest measured, and (unless ``--dry-run``) writes the coefficients into
 ``xcorr_app/correlate/data/cost_model.json`` under the device's compute capability (the first
-architecture fitted is also the generic fallback; families without data keep theirs), and prints per problem the plan the model picks among the measured candidates, its
-measured time and the ratio to the fastest measured.
+architecture fitted is also the generic fallback; families without data keep theirs).
 
-The few-pair kernel's ``chain`` and ``bytes`` coefficients were set afterwards from its graph
-replays (``cost_model.json``, ``adjusted``): a refit keeps them and that note.
+The few-pair kernel's ``chain`` and ``bytes`` coefficients were set from its graph replays
+(``cost_model.json``, ``adjusted``): a refit keeps them and that note.  The model's features
+are the planner's private business, so this tool imports its private modules.
 
-Usage: ``python tools/planner_fit.py [DATA.json] [--dry-run]`` (CPU only; needs SciPy).
+Usage::
+
+    python3 tools/planner_fit.py [DATA.json] [--dry-run]
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ from xcorr_app.correlate._forms import form_layout
 from xcorr_app.correlate._plans import Plan
 from xcorr_app.correlate._small import WARPS as SMALL_WARPS
 
-#: weight of candidates within 3x of their problem's fastest.  It was 4 (the ranking near the
-#: top is what matters), but on tools/planner_data_h100.json that fitted the large align
-#: problems at the small ones' expense: the model's choice was 1.47x the fastest on 1x8 at 16x16
-#: and 1.56x on 1x256 at 64x64; with equal weights the worst of the 46 problems is 1.24x.
+#: weight of candidates within 3x of their problem's fastest: more than 1 fits the large align
+#: problems at the small ones' expense (docs/kernels.md, the cost model)
 NEAR_WEIGHT = 1.0
+#: the data the shipped coefficients were fitted to
+DEFAULT_DATA = Path(__file__).resolve().parent / "planner_data_h100.json"
 
 
 def rows_of(data):
@@ -84,12 +89,15 @@ def evaluate(rows, coefs, echo=print):
     return worst
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("data", nargs="?", default="tools/planner_data_h100.json")
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args()
-    data = json.loads(Path(args.data).read_text())
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data", nargs="?", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--dry-run", action="store_true", help="fit and evaluate, write nothing")
+    args = ap.parse_args(argv)
+    try:
+        data = json.loads(args.data.read_text())
+    except (OSError, ValueError) as exc:
+        ap.exit(2, f"error: cannot read {args.data}: {exc}\n")
     dev, rows = rows_of(data)
     coefs = fit(rows)
     for fam, c in coefs.items():
@@ -113,7 +121,7 @@ def main():
     model["architectures"][cc] = {
         "device": dev["name"], "sm_count": dev["sm_count"],
         "fitted": datetime.date.today().isoformat(),
-        "source": f"tools/planner_fit.py {args.data}", "coefficients": coefs}
+        "source": f"tools/planner_fit.py {args.data.name}", "coefficients": coefs}
     if adjusted:
         model["architectures"][cc]["adjusted"] = adjusted
     model.setdefault(GENERIC, cc)
