@@ -4,15 +4,21 @@
 - no module imports a ``_private`` name from another module of the package (a name that other
   modules need is public in its one home);
 - no module is longer than :data:`MAX_LINES` lines;
-- data flows one way: the layers below never import the layers above (:data:`LAYERS`).
+- data flows one way: the layers below never import the layers above (:data:`LAYERS`);
+- every CUDA source path (``*.cu``, ``*.cuh``) that the code or the docs name exists.
 """
 
 import ast
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xcorr_app"
+ROOT = PACKAGE.parent
+#: a CUDA source named in a text: a path or a file name ending in .cu or .cuh (``<x>`` and
+#: ``*`` stand for any name)
+CUDA_NAME = re.compile(r"(?<![\w./<>*-])[\w<>*-][\w./<>*-]*\.cuh?(?![\w-])")
 MAX_LINES = 500
 #: subpackage -> its layer; a module may import only from its own layer or those below
 LAYERS = {"cli": 6, "bench": 6, "distributed": 5, "dask": 5, "alignment": 4, "filters": 3,
@@ -167,3 +173,49 @@ def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
         "layer": any(layer_of(t) > layer_of(i) for i, t, _ in imports(mods) if t in mods),
     }
     assert found[rule]
+
+
+def texts_naming_kernels() -> list:
+    """The files whose CUDA names must exist: the package's code, the kernels, the docs."""
+    return sorted({*PACKAGE.rglob("*.py"), *(ROOT / "kernels").rglob("*.cu*"),
+                   *(ROOT / "docs").glob("*.md"), ROOT / "README.md"})
+
+
+def tree_files(root: Path) -> list:
+    """The files of the repository (``/``-separated, from its root), build outputs left out."""
+    skip = {"build", "dist", "__pycache__"}
+    return [PurePosixPath("/", *p.relative_to(root).parts) for p in root.rglob("*")
+            if p.is_file() and not any(part.startswith(".") or part in skip
+                                       or part.endswith(".egg-info")
+                                       for part in p.relative_to(root).parts)]
+
+
+def missing_cuda_name(name: str, files: list) -> bool:
+    """Whether ``name`` names none of ``files``: a path is read from the repository's root,
+    a file name or a path that starts with a pattern (``*``, ``<x>``: any name) matches its
+    last parts anywhere."""
+    pattern = re.sub(r"<[^>]*>", "*", name)
+    if "/" in pattern and "*" not in pattern.split("/")[0]:
+        pattern = "/" + pattern
+    return not any(f.match(pattern) for f in files)
+
+
+def test_every_named_cuda_source_exists():
+    """A docstring, comment or doc naming a kernel source that moved or never existed points
+    its reader nowhere: every ``*.cu``/``*.cuh`` path named must exist."""
+    files = tree_files(ROOT)
+    stale = [f"{path.relative_to(ROOT)}:{n}: {name}"
+             for path in texts_naming_kernels()
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             for name in CUDA_NAME.findall(line) if missing_cuda_name(name, files)]
+    assert stale == []
+
+
+def test_the_cuda_name_check_can_fail(tmp_path):
+    (tmp_path / "kernels" / "fam").mkdir(parents=True)
+    (tmp_path / "kernels" / "fam" / "k.cu").write_text("")
+    text = ("see `kernels/fam/k.cu`, k.cu, kernels/<family>/*.cu, <family>/*.cu; gone: "
+            "fam/cuda/k.cu, fam/k.cu, old.cuh, <family>/cuda/*.cu")
+    files = tree_files(tmp_path)
+    assert [n for n in CUDA_NAME.findall(text) if missing_cuda_name(n, files)] == [
+        "fam/cuda/k.cu", "fam/k.cu", "old.cuh", "<family>/cuda/*.cu"]

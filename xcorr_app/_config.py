@@ -10,8 +10,8 @@ that come from outside the arguments.
 ``XCORR_TUNE``                ``1``: the planner measures the likeliest candidates (at most 2 s
                               a problem, on a subsample) and caches the choice; ``0`` or unset:
                               the cost model (or a choice measured and cached before)
-``XCORR_KERNEL_DIR``          one folder holding every ``*.cu``/``*.cuh``, replacing the
-                              package's (kernel development)
+``XCORR_KERNEL_DIR``          a folder of kernel sources replacing the package's
+                              ``kernels/`` (laid out as it, or flat: every ``*.cu``/``*.cuh``)
 ``XCORR_DEBUG``               ``1``: the command line shows tracebacks instead of one line
 ``XCORR_THREADS``             threads of the CPU path (default: the CPUs this process may use)
 ``XCORR_WORKER_GPU_BY_NAME``  set by :func:`xcorr_app.dask.local_client` in its workers: worker

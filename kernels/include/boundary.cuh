@@ -1,4 +1,4 @@
-// scipy.ndimage's boundary modes for the filter kernels (filters/cuda/*.cu; the ids are
+// scipy.ndimage's boundary modes for the filter kernels (kernels/filters/*.cu; the ids are
 // filters/_modes.py's MODE_IDS, in the same order).
 #pragma once
 

@@ -1,5 +1,5 @@
 // The motion field at a pixel and the samplers of piecewise-rigid registration, shared by
-// alignment/cuda/patch_field.cu and alignment/cuda/refine_surfaces.cu (the definitions:
+// kernels/alignment/patch_field.cu and kernels/alignment/refine_surfaces.cu (the definitions:
 // alignment/_field_resample.py, NumPy).
 #pragma once
 

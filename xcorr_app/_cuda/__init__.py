@@ -1,3 +1,3 @@
 """CUDA plumbing shared by every kernel family: the loader (sources, instantiations, per-device
-cache), prepared launches, GPU timing, and the CI compile check.  Kernel sources live beside the
-modules that launch them (``<subpackage>/cuda/*.cu``); shared headers in ``include/``."""
+cache), prepared launches, GPU timing, and the CI compile check.  The kernel sources live in the
+top-level ``kernels/`` (``kernels/<family>/*.cu``, shared headers in ``kernels/include/``)."""

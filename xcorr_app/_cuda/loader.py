@@ -20,8 +20,8 @@ Examples
 >>> fam = KernelFamily("overlap_xcorr.cu", "overlap_xcorr", [(0,), (1,)])
 >>> fam.expression(1)
 'overlap_xcorr<1>'
->>> source_path("overlap_xcorr.cu").relative_to(kernels_dir()).as_posix()
-'correlate/overlap_xcorr.cu'
+>>> source_path("overlap_xcorr.cu").relative_to(kernels_dir().parent).as_posix()
+'kernels/correlate/overlap_xcorr.cu'
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def source_dirs() -> list[Path]:
 def kernel_sources() -> list[Path]:
     """Every CUDA source file (``*.cu`` and ``*.cuh``) that was found, family by family."""
     found = {p for d in source_dirs() for p in d.glob("*.cu")} | set(include_dir().glob("*.cuh"))
-    return sorted(found, key=lambda p: p.name)
+    return sorted(found)
 
 
 def source_path(name: str) -> Path:

@@ -26,7 +26,7 @@ COMPILE_SHAPE = (1024, 1024)
                    "not compile them; kept in the kernel cache.")
 def info(build):
     """Show the backend, the GPU, CuPy and the CUDA kernel sources found."""
-    from .._cuda.loader import PACKAGE_DIR, kernel_sources
+    from .._cuda.loader import kernel_sources, kernels_dir
     from .._cuda.shipped import summary as shipped_summary
 
     click.echo(f"xcorr {__version__} (Python {sys.version.split()[0]})")
@@ -44,12 +44,12 @@ def info(build):
         click.echo("backend: cpu (NumPy/SciPy)")
         click.echo(f"GPU: none usable ({backend.gpu_unavailable_reason()})")
         click.echo("  GPU users: pip install cupy-cuda12x or cupy-cuda13x (your CUDA major version)")
-    sources = kernel_sources()
-    click.echo(f"kernel sources ({len(sources)}) in {PACKAGE_DIR}:")
+    sources, where = kernel_sources(), kernels_dir()
+    click.echo(f"kernel sources ({len(sources)}) in {where}:")
     for p in sources:
-        click.echo(f"  {p.relative_to(PACKAGE_DIR) if p.is_relative_to(PACKAGE_DIR) else p}")
+        click.echo(f"  {p.relative_to(where).as_posix() if p.is_relative_to(where) else p}")
     if not sources:
-        raise XcorrError(f"no CUDA kernel sources found in {PACKAGE_DIR}; reinstall xcorr-app")
+        raise XcorrError(f"no CUDA kernel sources found in {where}; reinstall xcorr-app")
     count, archs, size = shipped_summary()
     if count:
         click.echo(f"kernels shipped built: {count} for {', '.join(archs)} ({size / 2**20:.1f} MiB; "
