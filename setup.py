@@ -13,6 +13,7 @@ imported).  In a source tree, for development and
 on the device: ``python3 setup.py build_ext --inplace``.
 """
 
+import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -42,6 +43,8 @@ class BuildWithKernels(build_py):
     def run(self):
         super().run()
         if not self.editable_mode:
+            # a build folder kept from an earlier build must not ship a source since removed
+            shutil.rmtree(Path(self.build_lib, "xcorr_app", "kernels"), ignore_errors=True)
             for src, dst in self.kernel_files():
                 self.mkpath(str(Path(dst).parent))
                 self.copy_file(src, dst)

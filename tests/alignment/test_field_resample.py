@@ -1,7 +1,7 @@
 """The resampling of piecewise-rigid registration (alignment/_field_resample.py): the NumPy
 reference (cubic convolution, the field's spline) on the CPU, and the kernels of
-cuda/patch_field.cu against it on the GPU (odd non-square frames, frames narrower than a warp
-and wider than a block, several launches, outputs poisoned with NaN)."""
+kernels/alignment/patch_field.cu against it on the GPU (odd non-square frames, frames narrower than
+a warp and wider than a block, several launches, outputs poisoned with NaN)."""
 
 import numpy as np
 import pytest

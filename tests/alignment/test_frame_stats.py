@@ -1,5 +1,5 @@
-"""The GPU kernels of the preparation (cuda/frame_stats.cu) against a float64 NumPy reference,
-and prepare() on the GPU against prepare() on the CPU."""
+"""The GPU kernels of the preparation (kernels/alignment/frame_stats.cu) against a float64 NumPy
+reference, and prepare() on the GPU against prepare() on the CPU."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The patch pass's fused refinement kernel (``alignment/cuda/patch_field.cu``
+"""The patch pass's fused refinement kernel (``kernels/alignment/patch_field.cu``
 ``refine_surfaces``, launched by ``_refine_gpu.refine_surfaces_gpu``) against the CPU's
 steps in float64: the windows sampled through the field (``windows_through``), less their mean
 and tapered (``tapered``), the n_to_mn correlation within +-1 px, ``normalize.zncc`` and the

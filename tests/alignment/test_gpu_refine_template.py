@@ -1,4 +1,4 @@
-"""The template's side of the fused refinement (``alignment/cuda/refine_surfaces.cu``
+"""The template's side of the fused refinement (``kernels/alignment/refine_surfaces.cu``
 ``refine_template``, launched by ``_refine_gpu.refine_template_gpu``) against NumPy's
 ``_patches.tapered`` and ``normalize.zncc_left`` for +-1 px, in float64.
 

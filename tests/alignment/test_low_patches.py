@@ -5,7 +5,6 @@ taking the device's path."""
 
 import itertools
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,10 +12,11 @@ import pytest
 from xcorr_app import align
 from xcorr_app.alignment import _low_patches, _patch_pass, _patch_rows
 from xcorr_app.alignment._low_patches import fill_low, low_patches
+from xcorr_app._cuda.loader import source_path
 from xcorr_app.bench._align_data import nonrigid_stack
 from xcorr_app.errors import InputError
 
-SOURCE = Path(_low_patches.__file__).parent / "cuda" / "patch_field.cu"
+SOURCE = source_path("patch_field.cu")
 
 
 def _network():

@@ -1,8 +1,9 @@
 """alignment/_warp.py: ``shift_frames``, the bilinear shift of every frame. On the CPU its NumPy
 lines are the definition (checked here against a float64 loop); on the GPU one kernel of ours
-(``cuda/warp_shift.cu``) does the same float32 operations: equal bit for bit, on odd, non-square
-frames smaller than a warp and larger than a block, every pixel type it reads, NaN, infinite
-and far shifts, one shift for all frames, a fill value, NaN pixels, a poisoned memory pool."""
+(``kernels/alignment/warp_shift.cu``) does the same float32 operations: equal bit for bit, on odd,
+non-square frames smaller than a warp and larger than a block, every pixel type it reads, NaN,
+infinite and far shifts, one shift for all frames, a fill value, NaN pixels, a poisoned memory
+pool."""
 
 import numpy as np
 import pytest

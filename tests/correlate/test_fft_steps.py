@@ -1,4 +1,4 @@
-"""The element-wise kernels of the GPU fft plan (correlate/cuda/fft_steps.cu) against NumPy."""
+"""The element-wise kernels of the GPU fft plan (kernels/correlate/fft_steps.cu) against NumPy."""
 
 import numpy as np
 import pytest

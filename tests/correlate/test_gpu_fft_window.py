@@ -1,5 +1,5 @@
-"""The FFT correlation at a window of shifts (correlate/_fft_window.py, cuda/fft_window.cu)
-against the float64 definition, and its limits."""
+"""The FFT correlation at a window of shifts (correlate/_fft_window.py,
+kernels/correlate/fft_window.cu) against the float64 definition, and its limits."""
 
 import numpy as np
 import pytest

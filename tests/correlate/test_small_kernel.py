@@ -107,8 +107,8 @@ def test_plan_string_and_bad_parameters():
                                                  ((5, 3), (31, 2), 70)])
 @pytest.mark.parametrize("ty", small.TILES)
 def test_shared_bytes_hold_every_block(lshape, rshape, bound, ty):
-    """What each block stages (``cuda/small_xcorr.cu``: right rows x column quads, the left
-    window ``tile_y - 1`` rows and 31 columns larger), brute force over the shifts, never
+    """What each block stages (``kernels/correlate/small_xcorr.cu``: right rows x column quads, the
+    left window ``tile_y - 1`` rows and 31 columns larger), brute force over the shifts, never
     exceeds what the launcher gives it; and the cost model's per-tile counts are the same."""
     (lh, lw), (rh, rw) = lshape, rshape
     lay = form_layout("one_to_one", lshape, rshape)

@@ -1,5 +1,5 @@
 """Worker-to-task mapping of the rectangle, triangle and block distributions (CPU port of the device
-arithmetic in kernels/work_distribution.cuh; the GPU tests check the kernels themselves)."""
+arithmetic in kernels/include/work_distribution.cuh; the GPU tests check the kernels themselves)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The fused separable correlation (``cuda/separable_conv.cu``) against float64
+"""The fused separable correlation (``kernels/filters/separable_conv.cu``) against float64
 scipy.ndimage.correlate with the outer product of its taps: every boundary mode and compiled
 size, frames smaller than a tile, larger than one (several tiles, partial ones), taller than a
 block's column of tiles (4 tiles of 64 rows: the second block's of a column of one partial

@@ -1,5 +1,5 @@
-"""kernels/zncc_peaks.cu against the CPU definitions: summed-area tables (float64 cumsum), ZNCC
-(normalize.zncc), peaks and confidence (peaks.find_shifts) on fresh random data."""
+"""kernels/registration/zncc_peaks.cu against the CPU definitions: summed-area tables (float64
+cumsum), ZNCC (normalize.zncc), peaks and confidence (peaks.find_shifts) on fresh random data."""
 
 import numpy as np
 import pytest

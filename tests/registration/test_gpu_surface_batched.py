@@ -1,4 +1,4 @@
-"""The batched mode of surface_peaks (registration/cuda/zncc_peaks.cu): P left matrices, each
+"""The batched mode of surface_peaks (kernels/registration/zncc_peaks.cu): P left matrices, each
 against its own N right ones (the patch pass's ``n_to_mn`` layout ``(P, N, Ho, Wo)``
 flattened), against normalize.zncc and peaks.find_shifts on the CPU in float64.
 

@@ -1,4 +1,4 @@
-"""registration/cuda/peak_math.cu (via the GPU branches of _peaks and _fft_register) against
+"""kernels/registration/peak_math.cu (via the GPU branches of _peaks and _fft_register) against
 the NumPy code of the same functions, on fresh random inputs: odd sizes, 1 to more than 256
 surfaces, peaks inside and on the border, NaN and constant surfaces, every subpixel method."""
 
