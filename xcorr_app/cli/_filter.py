@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     every channel of each frame and write an ImageJ hyperstack of the result's channels.
     """
     from ..filters._api import parse_kernel_spec
+    from ..filters._validation import check_radius
     from ..io._reader import open_stack
     from ..streaming import DEFAULT_CHUNK
 
@@ -63,9 +65,11 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
 
     def filtered(_, chunk):
         # raw dtype to the GPU: the kernels read uint8/uint16/float16 as they are
-        return backend.to_numpy(fn(chunk, mode, cval)).astype("float32", copy=False)
+        return backend.to_numpy(interruptible(fn, chunk, mode, cval)).astype("float32",
+                                                                             copy=False)
 
     def plan(src):
+        check_radius(getattr(fn, "radius", 0), src.frame_shape, f"--kernel {spec}")
         def chunks(dev, client, gpu_ids):
             if client is not None:
                 from ..distributed._dask import filter as dask_filter, iter_blocks
@@ -113,6 +117,31 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
             click.echo(describe(src, n_out, where(dev, client, gpu_ids),
                                 time.perf_counter() - t0))
     note_late_signal(run)
+
+
+def interruptible(fn, chunk, *args):
+    """``fn(chunk, *args)``; for a NumPy chunk in a thread of its own, waited for a tenth of a
+    second at a time: SciPy releases the GIL while it filters, so a stop signal (Ctrl-C,
+    SIGTERM) lands in the main thread at once instead of after a long filter; the abandoned
+    thread ends with the process.  A CuPy chunk stays on this thread's stream."""
+    if backend.is_cupy_array(chunk):
+        return fn(chunk, *args)
+    box = []
+
+    def run():
+        try:
+            box.append((True, fn(chunk, *args)))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box.append((False, exc))
+
+    worker = threading.Thread(target=run, name="xcorr-filter", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 def output_run(path, out_path, force):
@@ -177,4 +206,4 @@ def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):
                           lambda _, f: fn(f.astype("float32")), gpus=gpu_ids)
     xp = backend.xp_for(dev)
     return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames,
-                      lambda _, f: fn(f.astype(xp.float32)), xp=xp)
+                      lambda _, f: interruptible(fn, f.astype(xp.float32)), xp=xp)

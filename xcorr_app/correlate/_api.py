@@ -21,7 +21,7 @@ from ._plan_arguments import check_method_device, choose_method
 from ._plan_cache import cached_plan
 from ._forms import form_layout
 from ._plans import METHODS, Plan
-from ._shifts import normalize_max_shift
+from ._shifts import check_max_shift, normalize_max_shift
 
 __all__ = ["cross_correlate", "choose_method", "METHODS"]
 
@@ -37,6 +37,7 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     form : {"one_to_one", "one_to_many", "n_to_mn", "n_to_m"}
     max_shift : int or (int, int), optional
         Bound the shift range; default every overlapping shift (layout in :mod:`xcorr_app.correlate._shifts`).
+        At most the larger frame's height and width (:func:`~._shifts.check_max_shift`).
     method : str or Plan
         ``"auto"`` (the planner's choice), or a plan (:mod:`xcorr_app.correlate._plans`): ``"direct"`` (the
         definition), ``"fft"`` (zero-padded FFTs), ``"overlap"`` (overlap-wise GPU kernel),
@@ -57,7 +58,7 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     ------
     xcorr_app.errors.InputError
         (a ``ValueError``) for an unknown form or method, shapes that do not fit the form, a bad
-        ``max_shift``, or inputs that are not real numbers.
+        ``max_shift`` (or one beyond the frames), or inputs that are not real numbers.
     """
     lay = form_layout(form, np.shape(left), np.shape(right))
     for name, a in (("left", left), ("right", right)):
@@ -66,6 +67,7 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
             raise InputError(f"{name} must hold real numbers, got dtype "
                              f"{getattr(a, 'dtype', np.asarray(a).dtype)}")
     bound = normalize_max_shift(max_shift)
+    check_max_shift(bound, lay.left_shape, lay.right_shape)  # (before any allocation)
     dev = compute_device(left, right, device=device)
     plan = None if isinstance(method, str) and method == "auto" else Plan.parse(method)
     check_method_device(plan, dev)

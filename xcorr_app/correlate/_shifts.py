@@ -38,6 +38,10 @@ def normalize_max_shift(max_shift) -> tuple[int, int] | None:
     """``None``, an int, or a pair of ints -> ``None`` or ``(sy, sx)``; negative values are errors."""
     if max_shift is None:
         return None
+    if isinstance(max_shift, (bool, np.bool_)) or (
+            isinstance(max_shift, (tuple, list)) and any(isinstance(v, (bool, np.bool_))
+                                                         for v in max_shift)):
+        raise InputError(f"max_shift must be an int or a pair of ints, got {max_shift!r}")
     if isinstance(max_shift, numbers.Integral):
         pair = (int(max_shift), int(max_shift))
     else:
@@ -50,6 +54,30 @@ def normalize_max_shift(max_shift) -> tuple[int, int] | None:
     if min(pair) < 0:
         raise InputError(f"max_shift must be >= 0, got {max_shift!r}")
     return pair
+
+
+def check_max_shift(max_shift, reference_shape, moving_shape) -> None:
+    """InputError when a bound ``(sy, sx)`` (of :func:`normalize_max_shift`) reaches past
+    what matrices of these shapes can tell apart: a shift of more than the larger of their
+    heights (widths) leaves no overlap, so its surface is all zeros (and a huge bound would
+    allocate it).
+
+    >>> check_max_shift((64, 64), (64, 64), (64, 64))
+    >>> check_max_shift((10**9, 3), (64, 64), (64, 64))
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: max_shift (1000000000, 3) reaches past what 64x64 and 64x64 matrices can tell apart: a shift beyond 64 rows or 64 columns leaves no overlap; use at most (64, 64), or None for every overlapping shift
+    """
+    if max_shift is None:
+        return
+    limit = tuple(max(int(reference_shape[a]), int(moving_shape[a])) for a in (-2, -1))
+    if max_shift[0] > limit[0] or max_shift[1] > limit[1]:
+        ref = "x".join(str(int(n)) for n in reference_shape[-2:])
+        mov = "x".join(str(int(n)) for n in moving_shape[-2:])
+        raise InputError(f"max_shift {tuple(max_shift)} reaches past what {ref} and {mov} "
+                         f"matrices can tell apart: a shift beyond {limit[0]} rows or "
+                         f"{limit[1]} columns leaves no overlap; use at most {limit}, or None "
+                         "for every overlapping shift")
 
 
 def shift_origin(reference_shape, moving_shape, max_shift=None) -> tuple[int, int]:

@@ -26,8 +26,9 @@ import numpy as np
 
 from ..backend import array_module_of
 from ..errors import InputError
-from ._validation import (box_size, checked_stack, dog_sigmas, filter_weights, fitting_weights,
-                          load_npy, origin_pair, positive, sobel_axis)
+from ._validation import (box_size, check_radius, checked_stack, dog_sigmas, filter_weights,
+                          fitting_weights, load_npy, origin_pair, positive, sobel_axis,
+                          with_radius)
 
 
 def _ndimage(xp):
@@ -157,6 +158,17 @@ def _per_frame(value, stack, none_value):
     return value if stack.ndim == 2 else (none_value, value, value)
 
 
+def gaussian_radius(sigma, truncate=4.0, frame_shape=None) -> float:
+    """scipy.ndimage's radius ``int(truncate * sigma + 0.5)`` of a checked ``sigma`` and
+    ``truncate``; with ``frame_shape``, refused beyond the frame (:func:`check_radius`)."""
+    positive(sigma, "gaussian sigma")
+    positive(truncate, "gaussian truncate", zero_ok=True)
+    radius = float(truncate) * float(sigma) + 0.5  # (a float: no int of an overflow)
+    if frame_shape is not None:
+        check_radius(radius, frame_shape, f"gaussian sigma {sigma} (truncate {truncate})")
+    return int(radius)
+
+
 def gaussian_taps(sigma: float, truncate: float = 4.0) -> np.ndarray:
     """scipy.ndimage's 1-D gaussian: radius ``int(truncate * sigma + 0.5)``, normalised.
 
@@ -182,9 +194,7 @@ def gaussian_taps(sigma: float, truncate: float = 4.0) -> np.ndarray:
     >>> gaussian_taps(1.0, truncate=1.0).round(4).tolist()
     [0.2741, 0.4519, 0.2741]
     """
-    positive(sigma, "gaussian sigma")
-    positive(truncate, "gaussian truncate", zero_ok=True)
-    radius = int(truncate * float(sigma) + 0.5)
+    radius = gaussian_radius(sigma, truncate)
     x = np.arange(-radius, radius + 1, dtype=np.float64)
     phi = np.exp(-0.5 / float(sigma) ** 2 * x * x)
     return phi / phi.sum()
@@ -205,6 +215,7 @@ def gaussian_light(image, sigma, truncate=4.0):
     >>> float(gaussian_light(img, 1.0).sum().round(6))
     1.0
     """
+    gaussian_radius(sigma, truncate, np.shape(image))
     taps = gaussian_taps(sigma, truncate)
     r = taps.size // 2
     out = np.asarray(image, np.float64)
@@ -239,7 +250,8 @@ def gaussian(stack, sigma, truncate=4.0, mode="reflect", cval=0.0):
     ------
     InputError
         For a ``sigma`` that is not a finite number > 0, a bad ``truncate``, ``mode``,
-        ``cval`` or stack.
+        ``cval`` or stack, or a radius ``truncate * sigma`` far beyond the frame
+        (:func:`~._validation.check_radius`).
 
     Examples
     --------
@@ -250,6 +262,7 @@ def gaussian(stack, sigma, truncate=4.0, mode="reflect", cval=0.0):
     """
     stack = checked_stack(stack, mode, cval)
     xp = array_module_of(stack)
+    gaussian_radius(sigma, truncate, stack.shape)  # (before the taps are made)
     taps = gaussian_taps(sigma, truncate)
     if _on_reuse_kernels(stack, taps.size):
         return _separable(stack, taps, taps, mode, cval)
@@ -289,6 +302,7 @@ def box(stack, size, mode="reflect", cval=0.0):
     stack = checked_stack(stack, mode, cval)
     xp = array_module_of(stack)
     size = box_size(size)
+    check_radius(size // 2, stack.shape, f"box size {size}")
     if _on_reuse_kernels(stack, size):
         taps = np.full(size, 1.0 / size)
         return _separable(stack, taps, taps, mode, cval)
@@ -420,7 +434,8 @@ def parse_kernel_spec(spec: str):
     Returns
     -------
     callable
-        ``fn(stack, mode, cval)``, the filter applied to a stack.
+        ``fn(stack, mode, cval)``, the filter applied to a stack; ``fn.radius`` (where known):
+        the filter's radius in pixels.
 
     Raises
     ------
@@ -445,11 +460,11 @@ def parse_kernel_spec(spec: str):
     try:
         if name == "gaussian" and arg:
             s = float(arg)
-            positive(s, "gaussian sigma")
-            return lambda st, mode, cval: gaussian(st, s, mode=mode, cval=cval)
+            return with_radius(lambda st, mode, cval: gaussian(st, s, mode=mode, cval=cval),
+                          gaussian_radius(s))
         if name == "box" and arg:
             n = box_size(int(arg))
-            return lambda st, mode, cval: box(st, n, mode=mode, cval=cval)
+            return with_radius(lambda st, mode, cval: box(st, n, mode=mode, cval=cval), n // 2)
         if name == "sobel":
             ax = sobel_axis(int(arg) if arg else None)
             return lambda st, mode, cval: sobel(st, ax, mode=mode, cval=cval)
@@ -458,7 +473,8 @@ def parse_kernel_spec(spec: str):
         if name == "dog" and arg:
             lo, hi = (float(v) for v in arg.split(","))
             dog_sigmas(lo, hi)
-            return lambda st, mode, cval: dog(st, lo, hi, mode=mode, cval=cval)
+            return with_radius(lambda st, mode, cval: dog(st, lo, hi, mode=mode, cval=cval),
+                          gaussian_radius(hi))
     except InputError:
         raise
     except ValueError:
@@ -470,6 +486,7 @@ def parse_kernel_spec(spec: str):
             w = filter_weights(w)
         except InputError as exc:
             raise InputError(f"kernel file {spec}: {exc}") from None
-        return lambda st, mode, cval: correlate2d(st, w, mode=mode, cval=cval)
+        return with_radius(lambda st, mode, cval: correlate2d(st, w, mode=mode, cval=cval),
+                      max(w.shape) // 2)
     raise InputError(f"unknown kernel {spec!r}: use gaussian:SIGMA, box:N, sobel[:AXIS], laplace, "
                      "dog:S1,S2 or FILE.npy")

@@ -61,12 +61,55 @@ def is_real_number(value) -> bool:
 
 
 def positive(value, what: str, zero_ok: bool = False) -> float:
-    """``value`` as a finite float > 0 (>= 0 with ``zero_ok``), else :class:`InputError`."""
-    if is_real_number(value) and not math.isfinite(float(value)):
+    """``value`` as a finite float > 0 (>= 0 with ``zero_ok``), else :class:`InputError`.
+
+    >>> positive("2", "gaussian sigma")
+    Traceback (most recent call last):
+        ...
+    xcorr_app.errors.InputError: gaussian sigma must be a number, got '2' (a str)
+    """
+    if not is_real_number(value) or isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{what} must be a number, got {value!r} (a {type(value).__name__})")
+    if not math.isfinite(float(value)):
         raise InputError(f"{what} must be a finite number, got {value}")
     if not is_real_number(value) or float(value) < 0 or (float(value) == 0 and not zero_ok):
         raise InputError(f"{what} must be {'>= 0' if zero_ok else '> 0'}, got {value}")
     return float(value)
+
+
+#: a filter's radius may reach this many times the frame's larger side (a gaussian's sigma up
+#: to the frame's side at the default truncate): beyond, its taps only read the frame's
+#: reflections again, while the time (and a gaussian's taps) grow with it
+RADIUS_FRAMES = 4
+#: the limit of a small frame's radius (its taps are few whatever the frame)
+MIN_RADIUS_LIMIT = 256
+
+
+def check_radius(radius: float, frame_shape, what: str) -> int:
+    """``radius`` as an int, or :class:`InputError` naming ``what`` (the option or argument)
+    when it exceeds :data:`RADIUS_FRAMES` times the larger side of frames of ``frame_shape``
+    (and :data:`MIN_RADIUS_LIMIT`; checked before any tap is made).
+
+    >>> check_radius(4000000.5, (64, 64), "--kernel gaussian:1e6")
+    Traceback (most recent call last):
+        ...
+    xcorr_app.errors.InputError: --kernel gaussian:1e6 makes a filter of radius 4000000 px, far beyond the 64x64 frame: the radius may be at most 256 px (4 times the frame's larger side, at least 256)
+    """
+    h, w = (int(n) for n in tuple(frame_shape)[-2:])
+    limit = max(RADIUS_FRAMES * max(h, w), MIN_RADIUS_LIMIT)
+    if not math.isfinite(radius) or int(radius) > limit:
+        shown = f"{radius:.6g}" if not radius < 1e15 else str(int(radius))
+        raise InputError(f"{what} makes a filter of radius {shown} px, far beyond the {h}x{w} "
+                         f"frame: the radius may be at most {limit} px ({RADIUS_FRAMES} times "
+                         f"the frame's larger side, at least {MIN_RADIUS_LIMIT})")
+    return int(radius)
+
+
+def with_radius(fn, radius: int):
+    """``fn`` (a filter of a kernel spec) with its filter's ``radius`` as ``fn.radius``,
+    checked against the frames before a run (:func:`check_radius`)."""
+    fn.radius = radius
+    return fn
 
 
 def box_size(size) -> int:

@@ -1,0 +1,106 @@
+"""Extreme filter arguments (filters/_validation.py ``check_radius``, cli/_filter.py): a radius
+far beyond the frame is refused before any tap is made (a sigma of 1e9 asked for 60 GiB of
+taps; ``--kernel gaussian:1e6`` ran for minutes), a sigma that is not a number says so, and a
+long filter honours SIGTERM and Ctrl-C within a second."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tifffile
+
+from cli_helpers import ROOT, assert_clean_error, from_a_terminal, xcorr
+from sample_paths import stack_path
+from xcorr_app import filters
+from xcorr_app.errors import InputError
+from xcorr_app.filters._api import parse_kernel_spec
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda img: filters.gaussian(img, 1e9), "radius 4000000000 px"),
+    (lambda img: filters.gaussian(img, 2.0, truncate=1e300), "radius"),
+    (lambda img: filters.gaussian_light(img, 1e9), "radius"),
+    (lambda img: filters.dog(img, 1.0, 1e9), "radius"),
+    (lambda img: filters.box(img, 10**12), "box size"),
+])
+def test_a_radius_far_beyond_the_frame_is_refused_at_once(call, words):
+    img = np.zeros((64, 64), np.float32)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match=words) as err:
+        call(img)
+    assert time.perf_counter() - t0 < 1.0
+    assert "at most 256 px" in str(err.value)
+
+
+def test_a_radius_up_to_the_limit_still_filters():
+    img = np.zeros((80, 70), np.float32)
+    img[40, 35] = 1.0
+    assert abs(float(filters.gaussian(img, 80.0).sum()) - 1.0) < 1e-5  # radius 320: the limit
+    with pytest.raises(InputError, match="at most 320 px"):
+        filters.gaussian(img, 80.2)
+    tiny = np.ones((1, 1))  # (a small frame's limit: 256)
+    assert abs(float(filters.gaussian(tiny, 64.0)[0, 0]) - 1.0) < 1e-9
+    with pytest.raises(InputError, match="at most 256 px"):
+        filters.gaussian(tiny, 64.2)
+
+
+@pytest.mark.parametrize("sigma", ["2", b"2", None, True, [2.0]])
+def test_a_sigma_that_is_not_a_number_says_so(sigma):
+    with pytest.raises(InputError, match=r"gaussian sigma must be a number, got"):
+        filters.gaussian(np.zeros((8, 8)), sigma)
+
+
+def test_kernel_specs_know_their_radius():
+    assert parse_kernel_spec("gaussian:2").radius == 8
+    assert parse_kernel_spec("dog:1,3").radius == 12
+    assert parse_kernel_spec("box:5").radius == 2
+
+
+def test_cli_refuses_a_kernel_far_beyond_the_frame_with_one_line(tmp_path):
+    t0 = time.perf_counter()
+    res = xcorr("filter", stack_path("moon"), "--kernel", "gaussian:1e6", "--out",
+                tmp_path / "g.tif")
+    assert time.perf_counter() - t0 < 10
+    assert_clean_error(res, "--kernel gaussian:1e6", "at most 640 px")
+    assert not (tmp_path / "g.tif").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_long_filter_stops_within_a_second(tmp_path, rng, sig):
+    src = tmp_path / "big.tif"
+    tifffile.imwrite(src, rng.random((1, 1000, 1000), dtype=np.float32))
+    out = tmp_path / "o.tif"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("XCORR_DEBUG", None)
+    # radius 3600 of 1000x1000: some 10 s of SciPy in one call, within the limit
+    proc = subprocess.Popen(from_a_terminal("filter", src, "--kernel", "gaussian:900",
+                                            "--device", "cpu", "--out", out, "-q"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    t0 = time.monotonic()
+    while not any(p.name.startswith(".o.tif.tmp-") for p in tmp_path.iterdir()):
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() - t0 < 60
+        time.sleep(0.02)
+    time.sleep(0.5)  # (inside the filter)
+    assert proc.poll() is None
+    proc.send_signal(sig)
+    t1 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t1 < 1.5, err
+    assert proc.returncode == 128 + sig and "interrupted" in err, (proc.returncode, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.tif"]
+
+
+def test_an_error_in_the_filter_thread_is_raised_in_the_caller():
+    from xcorr_app.cli._filter import interruptible
+
+    def bad(chunk):
+        raise InputError("from the thread")
+
+    with pytest.raises(InputError, match="from the thread"):
+        interruptible(bad, np.zeros(2))
+    assert interruptible(lambda c, k: c + k, np.ones(2), 1).tolist() == [2.0, 2.0]
