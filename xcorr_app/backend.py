@@ -2,7 +2,8 @@
 
 ``device`` arguments everywhere in xcorr take ``"auto"``, ``"gpu"`` or ``"cpu"``:
 
-* ``"gpu"`` needs CuPy and a usable CUDA device, else it raises :class:`~xcorr_app.errors.XcorrError`.
+* ``"gpu"`` needs CuPy and a usable CUDA device, else it raises :class:`~xcorr_app.errors.InputError`
+  (saying what to install).
 * ``"cpu"`` always uses NumPy/SciPy.
 * ``"auto"`` uses the GPU when one is usable and falls back to the CPU otherwise, saying so
   once (through :mod:`warnings`, category :class:`BackendFallbackWarning`).
@@ -25,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from .errors import InputError, XcorrError
+from .errors import InputError
 
 DEVICES = ("auto", "gpu", "cpu")
 
@@ -74,6 +75,22 @@ def gpu_unavailable_reason() -> str:
     """Why :func:`gpu_available` is False (empty when a GPU is usable)."""
     ok, reason = _probe_gpu()
     return "" if ok else reason
+
+
+#: what to install for the GPU (the CuPy wheel of the CUDA major version)
+INSTALL_CUPY = "pip install cupy-cuda12x or cupy-cuda13x"
+
+
+def gpu_remedy() -> str:
+    """What to do where no GPU is usable: install CuPy when it is not importable, else check
+    the driver and the devices this process may see.
+
+    >>> gpu_remedy() if not gpu_available() else "ok"  # doctest: +ELLIPSIS
+    '...'
+    """
+    if _probe_gpu()[1].startswith("CuPy is not importable"):
+        return f"install the CuPy wheel for your CUDA version ({INSTALL_CUPY})"
+    return "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES"
 
 
 def device_free_bytes(xp):
@@ -127,9 +144,7 @@ def resolve_device(device: str = "auto") -> str:
     Raises
     ------
     InputError
-        For an unknown name.
-    XcorrError
-        For ``"gpu"`` without a usable GPU.
+        For an unknown name, and for ``"gpu"`` without a usable GPU (saying what to install).
     """
     global _warned_fallback
     if device not in DEVICES:
@@ -139,11 +154,9 @@ def resolve_device(device: str = "auto") -> str:
     ok, reason = _probe_gpu()
     if ok:
         return "gpu"
-    if device == "gpu":
-        raise XcorrError(
-            f"--device gpu was asked for but {reason}; install the CuPy wheel for your CUDA "
-            "version (pip install cupy-cuda12x or cupy-cuda13x) or use --device cpu"
-        )
+    if device == "gpu":  # (an InputError: a ValueError to the API's callers)
+        raise InputError(f"--device gpu was asked for but {reason}; {gpu_remedy()}, or use "
+                         "--device cpu")
     if not _warned_fallback:
         _warned_fallback = True
         warnings.warn(f"no usable GPU ({reason}); running on the CPU", BackendFallbackWarning,
@@ -167,8 +180,10 @@ def array_module_of(*arrays):
 
 
 def xp_for(device: str):
-    """The array module for a resolved device (``"gpu"`` or ``"cpu"``)."""
+    """The array module for a resolved device (``"gpu"`` or ``"cpu"``); InputError saying
+    what to install where ``"gpu"`` has no usable GPU."""
     if device == "gpu":
+        resolve_device("gpu")  # (cached: a raw ModuleNotFoundError otherwise)
         import cupy
 
         return cupy

@@ -11,23 +11,28 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import backend
-from ..errors import InputError, XcorrError
+from ..errors import InputError
+
+
+def _need_gpus():
+    """InputError unless CuPy is importable and a GPU usable (before CuPy is imported)."""
+    if not backend.gpu_available():
+        raise InputError(f"--gpus needs CUDA GPUs, but none is usable here "
+                         f"({backend.gpu_unavailable_reason()}); {backend.gpu_remedy()}")
 
 
 def parse_gpus(spec) -> tuple[int, ...]:
     """GPU ids from ``"0,1"``, ``"all"`` or a sequence of ints, checked against this host.
 
-    Raises :class:`~xcorr_app.errors.InputError` for a bad spec, :class:`XcorrError` where
-    this host has no usable GPU.
+    Raises :class:`~xcorr_app.errors.InputError` for a bad spec, and where this host has no
+    usable GPU (saying what to install: :func:`~xcorr_app.backend.gpu_remedy`).
 
     Examples
     --------
     >>> parse_gpus("0,1")  # doctest: +SKIP
     (0, 1)
     """
-    if not backend.gpu_available():
-        raise XcorrError(f"--gpus needs CUDA GPUs, but none is usable here "
-                         f"({backend.gpu_unavailable_reason()})")
+    _need_gpus()
     import cupy
 
     count = cupy.cuda.runtime.getDeviceCount()
@@ -76,6 +81,7 @@ def run_on_gpus(ids, work, meanwhile=None, on_abort=None):
     ``meanwhile()`` in this one, ``on_abort()`` if that fails or is interrupted); re-raise the
     first failure in GPU order (not a :class:`Cancelled` caused by it).  ``work`` raises
     :class:`Cancelled` to stop once ``stop_event`` is set."""
+    _need_gpus()  # (else every worker would fail importing CuPy)
     stop = threading.Event()
 
     def guarded(k):
