@@ -1,8 +1,8 @@
-/* The compiled launch path of correlation plans (issue 24): a plan call's checks and its
+/* The compiled launch path of correlation plans: a plan call's checks and its
  * driver launches in one C call.
  *
- * A CorrelationPlan call from Python cost about 5.8 us of host time back to back on an H100
- * server, of which the driver's cuLaunchKernel was 3 to 3.8 us; the rest was Python: the
+ * A CorrelationPlan call from Python cost about twice the driver's cuLaunchKernel in host
+ * time (docs/kernels.md, measurements); the rest was Python: the
  * checks of the arrays (type, shape, dtype, contiguity, device), the stream lookup, the
  * pointer writes into the packed parameter buffer under a lock, and the wrapper of the driver
  * call.  A FastCall does the same checks in C, writes the pointers and calls the driver
@@ -413,7 +413,7 @@ PyTypeObject FastCallType = {
 static struct PyModuleDef fastlaunch_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_fastlaunch",
-    .m_doc = "A correlation plan's checks and driver launches in one C call (issue 24).",
+    .m_doc = "A correlation plan's checks and driver launches in one C call.",
     .m_size = -1,
 };
 

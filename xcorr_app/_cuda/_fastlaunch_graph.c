@@ -1,12 +1,9 @@
-/* A FastCall's kernels as one CUDA graph whose parameters are set before each launch
- * (issue 24: "records the launch once and replays it with new pointers").
+/* A FastCall's kernels as one CUDA graph whose parameters are set before each launch (the
+ * launch recorded once and replayed with new pointers).
  *
- * Why: on the H100 servers we measured (tools/launch_floor.cu, 2026-11-23), enqueueing a
- * kernel with new pointers as a graph (cuGraphExecKernelNodeSetParams + cuGraphLaunch) costs
- * the host about as much as cuLaunchKernel with a packed buffer (1.6-2.8 us against 0.9-1.8),
- * but the GPU takes the launches faster: 2.0-2.6 us apart back to back for an empty kernel,
- * against 3.2-4.7 us for stream launches.  A 16x16 pair's kernel runs in 3.3-3.4 us between
- * graph launches and 4.4-4.7 us between stream launches.
+ * Why: enqueueing a kernel with new pointers as a graph (cuGraphExecKernelNodeSetParams +
+ * cuGraphLaunch) costs the host about as much as cuLaunchKernel with a packed buffer, but the
+ * GPU takes graph launches faster back to back (docs/pipelines.md has the figures).
  *
  * A graph launch is ordered behind the graph's previous launch, whichever stream that was
  * on: to keep calls on different streams independent, the graph serves the stream of its first

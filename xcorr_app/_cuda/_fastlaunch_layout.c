@@ -1,10 +1,9 @@
-/* A CuPy array's checks read from the array object itself (issue 24): its shape, contiguity,
+/* A CuPy array's checks read from the array object itself: its shape, contiguity,
  * dtype, device and pointer as CuPy keeps them, instead of through its attributes.
  *
- * Through the attributes a check cost about 0.1-0.2 us an array (CuPy builds the shape tuple
- * anew at each `a.shape`: 0.14 us of a 2.2 us plan call per array on an H200 host, 0.28 on a
- * slower one, tools/layer_probe.py, 2026-11-23), three arrays a call. CuPy documents its
- * ndarray's object layout as stable from CuPy 8 to 14.3 (its public C API header,
+ * Through the attributes a check cost a tenth of a plan call an array (CuPy builds the shape
+ * tuple anew at each `a.shape`; docs/kernels.md, measurements), three arrays a call. CuPy
+ * documents its ndarray's object layout as stable from CuPy 8 to 14.3 (its public C API header,
  * cupy_public_c_api.h, reads arrays through it for those versions; 14.3 adds a capsule):
  * after the Python object's head, the Cython vtable pointer, the weak reference list, size,
  * the shape and strides (C++ vectors: begin, end and capacity pointers), three ints

@@ -1,8 +1,8 @@
 """Launching a compiled kernel many times with the same grid and scalar arguments, cheaply.
 
 CuPy's ``RawKernel.__call__`` converts every argument on every call; with a dozen scalars that
-is about 10 microseconds of host time on an H100 server, several times what the kernel itself
-takes on the smallest correlation problems (a 16x16 pair runs in 3 us).  A
+is several times what the kernel itself takes on the smallest correlation problems
+(docs/kernels.md, launches).  A
 :class:`PreparedLaunch` packs the constant arguments once into the driver's parameter buffer
 (``CU_LAUNCH_PARAM_BUFFER_POINTER``) and, per call, writes only the leading array pointers and
 calls ``cuLaunchKernel``.
@@ -248,8 +248,7 @@ def _plan_call_base():
 
 #: The base class of :class:`~xcorr_app.correlate.CorrelationPlan`: its call goes straight
 #: to the plan's ``_direct_call(left, right, out, stream_ptr)`` (the compiled call, where set)
-#: when ``out`` is given and ``stream`` is not, without a Python frame (``_plancall.c``: 2.21
-#: us a 16x16 plan call on an H200 host against 2.30 through a Python method);
+#: when ``out`` is given and ``stream`` is not, without a Python frame (``_plancall.c``);
 #: otherwise, and where that call refuses (``NotImplemented``) or the driver raises, to
 #: ``self._call(left, right, out, stream, direct_tried)``.
 PlanCallBase = _plan_call_base()

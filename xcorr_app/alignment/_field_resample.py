@@ -163,8 +163,8 @@ def _transposed_on_device(weights, dtype):
 
 def add_fields(a, b):
     """``a + b`` of float64 arrays of at most 3 axes that broadcast: the patch pass's small
-    per-chunk field sums.  On CuPy a kernel of ours (``add_fields``: three CuPy additions,
-    each compiled for its own shapes, took 0.33 s of a first run, H100 2026-11-23); the same
+    per-chunk field sums.  On CuPy a kernel of ours (``add_fields``: three CuPy additions
+    would each compile for their own shapes on a first run); the same
     IEEE sums as ``a + b``, which NumPy, other types and other layouts get.
 
     >>> add_fields(np.ones((2, 1, 2)), np.arange(2.0)).tolist()

@@ -3,10 +3,9 @@ frame's mean, NaN/Inf and constant flags, and the subtraction of the means, for 
 <xcorr_app.alignment._preprocess.prepare>`.
 
 The same work as a few CuPy operations (``astype``, ``isfinite(...).all``, ``(f == f0).all``,
-``sum``, ``-``), which on a fresh machine each compile a kernel on first use: the two CUB
-reductions among them took 5 s of NVRTC, the whole chain about 6 s, before a first run measured
-anything (H100, ``tools/compile_log.py``, 2026-11-22).  These kernels (and :func:`pack_rows`) compile together in
-one call (:func:`xcorr_app._cuda.loader.compile_together`), and give the same numbers: the mean
+``sum``, ``-``), which on a fresh machine each compile a kernel on first use, seconds before a
+first run measured anything (docs/how-align-works.md, measurements).  These kernels (and
+:func:`pack_rows`) compile together in one call (:func:`xcorr_app._cuda.loader.compile_together`), and give the same numbers: the mean
 is summed in double row by row and then over the rows, in a fixed order.
 
 Examples

@@ -10,12 +10,9 @@ benchmark: at most 0.026 px).
 
 A CPU run judges the frames with NumPy (:func:`noisy_stack`).  A GPU run judges them on the
 device (:func:`noisy_stack_on_gpu`): a few kernels that ship built, then a copy of the sums
-to the host (7-8 ms with the reads of the 8 frames of 512x512, against 0.30 s for NumPy on
-one thread; H100, 2026-11-23, ``tools/gap_probe.py``), before its first pass.  On host
-threads next to the pass, as before, the NumPy judgement held the GIL often enough to stall
-the pass's kernel launches: 0.08-0.13 s of a 4096-frame GPU-resident run (rigid 0.184 ->
-0.102 s with the judgement made instant, ``tools/judge_probe.py``; 0.085 s judged on the
-GPU).  Both add the same sums; the decisions agree but for float rounding at the threshold.
+to the host, before its first pass; NumPy on host threads beside the pass held the GIL often
+enough to stall its launches (docs/how-align-works.md, measurements).  Both add the same sums;
+the decisions agree but for float rounding at the threshold.
 
 Examples
 --------
@@ -192,7 +189,7 @@ def noisy_stack_on_gpu(src):
     index = spread_frames(src.n_frames, NOISE_FRAMES)
     crops = [src.read(i, i + 1)[0, y0:y0 + ch, x0:x0 + cw] for i in index]
     # the crops in one array, then each step once for all of them (a frame at a time, the GPU
-    # idled between the small launches: 3.4 ms of a 0.14 s run, H200 2026-11-24)
+    # idled between the small launches)
     if all(isinstance(c, np.ndarray) for c in crops):
         stack = cp.asarray(np.stack(crops))  # one upload
     else:

@@ -3,8 +3,7 @@ patches are low (:func:`low_patches`) and the median of their good neighbours in
 (:func:`fill_low`), on either device; on the GPU also in one kernel of ours per call
 (:func:`fill_low_gpu`, ``kernels/alignment/patch_field.cu``) that decides, fills and writes the
 pass's rows without the host: the patch pass then queues a chunk's work without waiting for it (the
-host rule cost the pass two waits a chunk; H100, 2026-11-23, 4096 frames of 512x512: the GPU's
-idle gaps under the profiler 55 -> 38 ms, the wall unchanged within the machines' spread).
+host rule cost the pass two waits a chunk).
 
 Examples
 --------

@@ -25,22 +25,19 @@ class KeptRows:
     as the host ``table`` of the range): the chunks write theirs into consecutive slices of
     one device table (:meth:`slot`), which comes to the host in one copy once it is full (a
     device-wide wait, at most once every :data:`KEPT_MAX_BYTES`) and at the end of the pass
-    (:meth:`fetch`).  (A copy a chunk into pageable memory at the end: 16 copies and 6 ms of
-    an 8x8 run's last 14 ms, the GPU idle, H200 2026-11-24.)
+    (:meth:`fetch`), not a copy a chunk at the end, which left the GPU idle.
 
     Where the host ``table`` is page-locked (``pinned``; :meth:`for_range` makes it so up to
     :data:`KEPT_MAX_BYTES`), each chunk's rows are copied into it as soon as the chunk's
     kernels have written them (:meth:`sent`: an asynchronous copy on the chunk's stream,
-    overlapping the next chunks' work), and :meth:`fetch` only waits for the device: the one
-    copy into pageable memory at the run's end took 4.35 ms of an 8x8 run (its pages touched
-    for the first time), the GPU idle, H200 2026-11-24."""
+    overlapping the next chunks' work), and :meth:`fetch` only waits for the device (a copy
+    into pageable memory at the run's end left the GPU idle: docs/how-align-works.md)."""
 
     def __init__(self, xp, table, pinned=False, low=None):
         self.xp, self.table, self.pinned = xp, table, pinned
         n, p = table.shape[:2]
         # the low flags as bools beside the rows (``low``: (n, P), page-locked like the
-        # table): read from the rows' float64 column at the run's end, 10 MB that no cache
-        # held, they took 1.7 ms of an 8x8 run of 4096 frames, the GPU idle (H200 2026-11-25)
+        # table): read from the rows' float64 column at the run's end they left the GPU idle
         self.low = low if pinned else None
         self.low_frames = 0  # frames whose flags were copied into low
         self.rows = xp.empty((max(1, min(n, KEPT_MAX_BYTES // (40 * max(p, 1)))), p, 5),
@@ -105,10 +102,9 @@ class KeptRows:
 
 def field_from_rows(table, setup, low=None):
     """The :class:`MotionField` of the rows ``(N, P, 5)`` of every frame, in frame order: the
-    field and confidence are views of ``table`` (no new arrays: NumPy's ``rigid + d`` over
-    4096 frames' 8x8 rows took 2.6 ms and fresh pages a few more, the GPU idle at the run's
-    end, H200 2026-11-24; adding the rigid shifts into the host's rows in place, 3 to 4.7 ms
-    more).  ``setup``: the pass's :class:`~._patch_pass.PatchSetup`.  ``low``: the rows' low
+    field and confidence are views of ``table`` (no new arrays, no sums on the host: the GPU
+    idles while the host works at the run's end; the kernel that writes the rows adds the rigid
+    shifts).  ``setup``: the pass's :class:`~._patch_pass.PatchSetup`.  ``low``: the rows' low
     flags ``(N, P)`` bool where they came apart (:meth:`KeptRows.low_flags`), else read from
     the rows."""
     grid = setup.grid

@@ -1,10 +1,9 @@
 """Kernels built before they are needed: a GPU run's later stages compiled in helper processes.
 
 A first run on a fresh machine compiles every kernel it launches at first use, one after the
-other: about 130 NVRTC compilations (CuPy's elementwise and reduction kernels, one per
-operation and type, and xcorr's own), 27.6 of the 30.5 s of a cold ``xcorr align`` of the cell
-sample on an H100 (``tools/cold_profile.sh``, 2026-11-22).  Compiled in threads of one process
-they serialize (tried and measured); compiled in other processes they do not.  So at the start
+other: many NVRTC compilations (CuPy's elementwise and reduction kernels, one per operation
+and type, and xcorr's own), most of a cold run's time (docs/how-align-works.md, measurements).
+Compiled in threads of one process they serialize; compiled in other processes they do not.  So at the start
 of a run whose kernels were never built (no marker in the cache folder), :func:`prebuild` starts
 one short-lived process per later stage of the run -- the prefilter, the correlation and its
 surfaces, the subpixel refinement, the FFT reference check, the warp of the aligned stack --
@@ -13,8 +12,7 @@ kernel cache on disk, where the run finds the kernels it reaches after them inst
 compiling them (a kernel the run reaches first it compiles itself, as before: nothing waits).
 Each helper leaves a marker, so later runs start none; a process waits for its helpers at exit
 (at most :data:`EXIT_GRACE` seconds, then stops them).  ``xcorr info --compile`` builds the
-kernels of the usual runs ahead, in the same way.  On the cell sample (H100, 19:57 UTC) a cold
-run took 11-15 s instead of 20-22 s, 30 compilations left in the run itself instead of 130.
+kernels of the usual runs ahead, in the same way.
 
 Examples
 --------

@@ -6,9 +6,8 @@ passes of ``reference="refined"`` or Lucas-Kanade, and the patch pass (which pre
 rigid pass does where the run's normalization is ZNCC and it has no window).  Where the
 prepared stack fits :data:`~xcorr_app.streaming.STASH_SHARE` of the device's free memory, the
 first pass keeps each chunk's :class:`~._preprocess.Prepared` and the later passes that
-prepare the same way take it from there: the same arrays, no kernel run twice.  On the bench's
-GPU-resident ``--patches 4x4`` run (4096 frames of 512x512, H100, 2026-11-23) the patch pass's
-preparation was about 19 ms of 203 ms of GPU work.
+prepare the same way take it from there: the same arrays, no kernel run twice (the patch
+pass's preparation was about a tenth of a GPU-resident ``--patches`` run's GPU work).
 
 Examples
 --------

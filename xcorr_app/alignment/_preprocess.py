@@ -151,9 +151,8 @@ def choose_prefilter(src):
 def _means_on_device(frames):
     """:func:`choose_prefilter`'s frame means (NaN for a frame with NaN or Inf pixels or a
     constant one) of frames already on the GPU (CuPy, of a type float32 holds exactly: the
-    same test), by the preparation's statistics kernels, fetched once; None for others.  (On
-    the host: a copy and four NumPy passes a frame, the GPU idle meanwhile: 3.6 ms of a 0.13 s
-    GPU-resident run, H200 2026-11-24.)"""
+    same test), by the preparation's statistics kernels, fetched once; None for others (on
+    the host, a copy and four NumPy passes a frame left the GPU idle)."""
     from ..backend import is_cupy_array
 
     if not frames or not all(is_cupy_array(f) and f.dtype in EXACT_IN_FLOAT32 for f in frames):
@@ -246,9 +245,8 @@ def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
     taps = getattr(prefilter, "taps", None)
     if taps is not None and frames.ndim == 3 and len(taps) in SIZES:
         # a gaussian in the fused kernel: the mean of its output is known from the frames'
-        # statistics (filtered_mean_weights) and subtracted as the output is stored (a pass
-        # for the filtered frames' means and one to subtract them, 3.8 ms of a 4096-frame
-        # run of 512x512 on an H200, 2026-11-24, were spent otherwise)
+        # statistics (filtered_mean_weights) and subtracted as the output is stored: two
+        # passes over the filtered frames fewer
         raw, _, finite, constant, fmean = demeaned(
             frames, filtered_mean_weights(taps, frames.shape[-2:]))
         g = separable_correlate(raw, taps, taps, "reflect", 0.0, subtract=fmean)

@@ -5,10 +5,8 @@ peak found in one launch (the CPU's steps: :func:`~._patches.refine_shifts`).
 
 The field along a window's rows: one launch before the refinement's makes every row's
 coefficients (``field_rows``: ``sum_i wy[y, i] S[n, i, j, a]``), the refinement sums them
-against the columns' weights a pixel, the grid's width compiled in.  (The field as a cubic a
-spline segment instead, 3 FMAs an axis a pixel where the sums take ``gx``: 5.91 ms against
-5.60 ms a launch of 1024 frames at 8x8, tools/refine_ab.py, H200 2026-11-24: the pixel's
-segment and piece read a pixel, a chain of dependent loads, cost more than the FMAs saved.)
+against the columns' weights a pixel, the grid's width compiled in (a cubic a spline segment
+instead cost more in dependent loads than it saved in FMAs: docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -23,12 +21,10 @@ from ._field_resample import (MAX_GRID, check_windows, column_weights32, output_
                               through_field, window_starts)
 
 SOURCE = "refine_surfaces.cu"
-#: the refinement's block: 128 threads, eight blocks an SM (256 and four: 5% slower; bands of 8
-#: or 32 rows instead of 16: no better; tools/refine_ab.py, H100 2026-11-23)
+#: the refinement's block: 128 threads, eight blocks an SM (the fastest measured: docs/kernels.md)
 REFINE_THREADS = 128
-#: grid widths the refinement is compiled for (its field's sums unrolled: at 8x8 5.6 ms a
-#: launch of 1024 frames against the any-width kernel's 6.3 ms, tools/refine_ab.py, H200
-#: 2026-11-24); others: 0 (any width)
+#: grid widths the refinement is compiled for (its field's sums unrolled, faster than the
+#: any-width kernel); others: 0 (any width)
 REFINE_GX = (1, 2, 3, 4, 5, 6, 7, 8)
 REFINE = KernelFamily(SOURCE, "refine_surfaces",
                       [(REFINE_THREADS, g) for g in (0,) + REFINE_GX])
@@ -40,9 +36,7 @@ TEMPLATE_THREADS = 256
 TEMPLATE = KernelFamily(SOURCE, "refine_template", [(TEMPLATE_THREADS,)])
 #: the row coefficients of a strip of window rows (``2 gx`` floats a row) take at most this
 #: many floats of shared memory (8 KiB; with the static arrays, 20.4 KiB, eight blocks an SM
-#: still fit): grids at most half as many patches wide are fused.  (Strips of 1024 floats, two
-#: a window at 8x8: 4.87 ms a launch of 1024 frames against 4.79, tools/refine_ab.py, H200
-#: 2026-11-24.)
+#: still fit): grids at most half as many patches wide are fused (one strip a window at 8x8)
 REFINE_STRIP_FLOATS = 2048
 REFINE_MAX_GX = REFINE_STRIP_FLOATS // 2
 

@@ -57,8 +57,8 @@ def spline_weights(centres, n):
 
     Written out (the spline of each unit vector: one small tridiagonal solve) rather than
     :class:`scipy.interpolate.CubicSpline`, whose import (``scipy.interpolate`` with
-    ``scipy.special`` and ``scipy.linalg``) took 1.4 s of a 4.1 s first ``xcorr align
-    --patches`` run on an H100 host (2026-11-23); the tests compare the two to 1e-12.
+    ``scipy.special`` and ``scipy.linalg``) was a third of a first ``xcorr align --patches``
+    run (docs/how-align-works.md, measurements); the tests compare the two to 1e-12.
     """
     c = np.asarray(centres, np.float64)
     g = len(c)
@@ -93,8 +93,7 @@ def dense_field(patch_field, centres, frame_shape, weights=None):
 def field_weights(centres, frame_shape, xp):
     """The spline weights ``(wy, wx)`` of both axes, on ``xp``'s device.  On the GPU a
     :class:`DeviceWeights`, kept per grid and device (read, never written, by the kernels): a
-    run's patch pass otherwise left the GPU idle for their making and upload (0.9 ms of a
-    0.14 s run, H200 2026-11-24)."""
+    run's patch pass otherwise left the GPU idle for their making and upload."""
     c = np.asarray(centres, np.float64)
     key = (tuple(c[:, 0, 0].tolist()), tuple(c[0, :, 1].tolist()),
            tuple(int(v) for v in frame_shape))

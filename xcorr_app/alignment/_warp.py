@@ -23,7 +23,7 @@ RESAMPLE = ("bilinear", "fourier")
 THREADS = 128
 #: the bilinear shift on the GPU in one kernel of ours (it ships built): its NumPy lines below
 #: as about twenty CuPy operations cost a first run on a fresh machine as many NVRTC
-#: compilations (about 5 s, the cell sample writing aligned.tif on an H100, 2026-11-23)
+#: compilations
 WARP_SHIFT = KernelFamily("warp_shift.cu", "warp_shift",
                          [(t, THREADS) for t in PIXEL_C_TYPES.values()])
 #: the template's sums on the GPU in one kernel a chunk (:func:`add_shifted`)

@@ -37,7 +37,7 @@ __all__ = ["METHODS", "DEFAULT", "BEFORE", "TARGET_EVERY", "TARGET_MEAN", "TARGE
 DEFAULT = "xcorr default"
 #: method name -> keyword arguments of :func:`xcorr_app.align` (on the CPU), or ("skimage",
 #: normalization) for ``phase_cross_correlation`` with upsample 100
-#: the default before issue 23 (one pass against the first frame, gaussian:1, linear); the
+#: the earlier default (one pass against the first frame, gaussian:1, linear); the
 #: rows marked "alone" change one thing of it, so each shows that option's own effect
 #: (``boundary=circular`` is the circular refinement, the former ``subpixel=upsample``)
 #: (and no Lucas-Kanade step); the refined rows show the template alone (``lucas_kanade`` off)
@@ -60,7 +60,7 @@ METHODS = {
 }
 #: the row of the floor in the report (:func:`oracle_shifts`)
 ORACLE = "oracle (fit against the noise-free scene: the floor)"
-#: issue 23's targets for the default (RMS px): every kind's mean, the mean over all stacks, and
+#: the targets for the default (RMS px): every kind's mean, the mean over all stacks, and
 #: the circular kind's mean
 TARGET_EVERY = 0.1
 TARGET_MEAN = 0.04
@@ -184,7 +184,7 @@ def _fmt(x) -> str:
 def report_lines(rows) -> list:
     """A Markdown table per kind (mean RMS, its min-max over seeds, mean of the max errors; its
     last row the oracle, :func:`oracle_shifts`), a table of every stack (the default and the
-    oracle) and the targets of issue 23 as yes/no lines."""
+    oracle) and the targets for the default as yes/no lines."""
     out = []
     kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
     for k in kinds:

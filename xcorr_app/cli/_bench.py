@@ -182,7 +182,7 @@ def bench_accuracy_cmd(quick, seeds, only, json_path, force):
     Stacks made from scikit-image's sample images: low light (25 photons), bleaching over a
     static background, large drift (512x512, up to 30 px), non-square, circular shifts and
     plain. Prints per kind the RMS error (px) of each method, its spread over the seeds and the
-    worst frame, then issue 23's targets for the default. Exits 1 if a method failed.
+    worst frame, then the targets for the default. Exits 1 if a method failed.
     """
     from ..bench import accuracy_bench
 

@@ -5,10 +5,8 @@ Our addition beyond the thesis.  A warp sums one result, all of its ``(2d + 1)**
 registers (``d <= 4``), walking the left rows once: each left row costs one new right row, a
 row segment of the left and ``(2d + 1)**2 * C`` multiply-adds per lane (``C`` right columns a
 lane), so the kernel is bound by its multiply-adds, not its loads, and needs no atomics.  The
-patch pass launches it directly (:func:`band_fits`): on its problem (16 patches of 145x145
-against 256 windows each, +-4 px) it took 0.668 ms against the planner's measured best, the
-FFT, 2.13 ms (the column-strip kernel 2.55), and on 64 patches of 74x74 0.884 ms against
-1.434 (the lane-per-pair kernel; H200, 2026-11-24, ``tools/band_probe.py``).  It is not among
+patch pass launches it directly (:func:`band_fits`): on its problems it beats the planner's
+measured best by 1.6-3.2x (docs/kernels.md).  It is not among
 the planner's candidates (its cost model has no coefficients for it); ``method="band"`` asks for
 it.
 

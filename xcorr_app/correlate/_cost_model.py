@@ -28,8 +28,8 @@ dimensionless rates and carry over between GPUs of one architecture):
 
 The few-pair kernel (``small``) is modelled analytically: its ``chain`` is the cycles of the
 busiest SM (:func:`small_cycles`); its ``chain`` and ``bytes`` coefficients come from its GPU
-time in graph replays (2.3-3.3 times the modelled cycles on an H100, median 3; ``cost_model.json``'s
-``adjusted`` says so), not from the fit, whose one-call timings hide it under the host's time.
+time in graph replays (about 3 times the modelled cycles; ``cost_model.json``'s ``adjusted``
+says so), not from the fit, whose one-call timings hide it under the host's time.
 
 A GPU whose compute capability has no coefficients uses :data:`GENERIC` (the features already
 scale by its SM count, clock and memory bandwidth, from CuPy's device attributes).
@@ -232,10 +232,8 @@ def _small_tiles(lay, max_shift, ty):
 
 
 #: an SM's cycles a few-pair block takes beyond its sums and staging (its barriers and the
-#: warps' wait for the staging; H100, 2026-11-23, graph replays: 1 x 8 at 16x16 with one
-#: y-shift a block, 248 blocks, took 4.8 us against 4.0 for the 31 blocks of one pair, and
-#: 4.2 with two y-shifts a block; 700 makes the model rank those as measured and changes
-#: no other choice among the bench's problems)
+#: warps' wait for the staging): the value that ranks the measured graph replays as measured
+#: and changes no other choice among the bench's problems (docs/kernels.md, measurements)
 BLOCK_BUSY_CYCLES = 700
 
 

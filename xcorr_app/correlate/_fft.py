@@ -16,9 +16,8 @@ uses them:
 Two correlations are built from them: :func:`xcorr_fft` writes each step with the array
 library's own calls (the NumPy ``fft`` plan, and on CuPy arrays the benchmark's "CuPy FFT" peer,
 which must stay what a CuPy user would write), and :func:`fft_xcorr`, the GPU ``fft`` plan, the
-same algorithm with the elementwise steps fused: on 1 x 4000 right matrices of 64x64 (H100,
-``tools/fft_parts_probe.py``) the padding, the product and the crop took 0.38, 0.39 and 0.44
-ms of the peer's 2.61 ms; the transforms are cuFFT's either way.  The GPU measurement of the
+same algorithm with the elementwise steps fused (the peer's padding, product and crop were half
+its time: docs/kernels.md, measurements); the transforms are cuFFT's either way.  The GPU measurement of the
 align pipeline (:class:`xcorr_app.registration._surfaces.GpuSurfaces`) uses the padded spectra
 and the product and leaves the circular result un-cropped (its peak kernel crops).
 
@@ -67,8 +66,8 @@ def fft_of(xp):
     """The FFT functions for arrays of ``xp``: ``cupy.fft`` on the GPU; on the CPU
     ``scipy.fft``, not ``numpy.fft``.
 
-    Why SciPy: its pocketfft (C++) keeps float32 in single precision and ran a 1024x1024 float32
-    ``rfft2`` in 5.2 ms against NumPy's 11.6 ms (2-core x86 machine, 2026-11-22); the CPU
+    Why SciPy: its pocketfft (C++) keeps float32 in single precision, about twice as fast as
+    NumPy's on float32 frames (docs/how-align-works.md, measurements); the CPU
     pipeline runs one frame per thread, so it uses SciPy's one worker per call.  The names and
     arguments used here are the same in both.
 
@@ -387,10 +386,10 @@ def irfft2_unnormalized(product, size):
     its 1/n (``norm="forward"``), which :func:`conj_product`'s ``scale`` applies instead:
     ``cupy.fft.irfft2`` divides its result by n, one more pass over the surfaces (and a CuPy
     kernel to compile on a first run).  ``product`` is overwritten (the callers' temporary):
-    cuFFT's C2R overwrites its input, so ``cupy.fft.irfft2`` copies it first (2.9 ms of GPU
-    time for 4096 spectra of 540x271, H200 2026-11-24); CuPy's own ``_fftn`` with
-    ``overwrite_x=True`` (what ``cupyx.scipy.fft.irfft2(overwrite_x=True)`` calls; importing
-    ``cupyx.scipy.fft`` took 0.19 s on a 2-core host) does not.  Where that private function is
+    cuFFT's C2R overwrites its input, so ``cupy.fft.irfft2`` copies it first (a pass over the
+    spectra); CuPy's own ``_fftn`` with ``overwrite_x=True`` (what
+    ``cupyx.scipy.fft.irfft2(overwrite_x=True)`` calls, without that module's slow import)
+    does not.  Where that private function is
     missing or differs (another CuPy), ``cupy.fft.irfft2`` as before."""
     import cupy
 

@@ -1,20 +1,17 @@
 """cuFFT's first plans on a fresh machine: charged by the planner, built for the next run.
 
 cuFFT builds the kernels of a transform size when its first plan is made (a JIT, cached by the
-CUDA driver on disk: ``~/.nv/ComputeCache`` or ``$CUDA_CACHE_PATH``).  On a fresh machine that
-is 0.1-0.6 s per transform kind and size (H100, cuFFT of CUDA 13, 2026-11-23,
-``tools/cufft_cold_probe.py``, ``tools/cufft_jit_probe.py``); with the driver's cache it is
-1-10 ms, and a plan of another batch size after the first costs 1-4 ms either way.  A first
-``xcorr align`` of 64 frames of 2048x2048 with ``--max-shift 16`` spent 0.76 s of its 1.5 s
-measuring in six such plans.
+CUDA driver on disk: ``~/.nv/ComputeCache`` or ``$CUDA_CACHE_PATH``): tenths of a second per
+transform kind and size on a fresh machine, milliseconds with the driver's cache
+(docs/kernels.md, measurements), a large part of a short first run.
 
 So the planner (:mod:`xcorr_app.correlate._planner`) charges an FFT size never planned on this
 machine the first plans' time (:data:`COLD_FFT_MS`), spread over the calls of the run, once per
 process and size: a short first run then takes a direct kernel (shipped built) instead, and
 :func:`build_later` has the size's plans built for the next run by helper processes started
-when this one exits (not waited for), which leave the markers :func:`is_warm` reads.  Building
-them during the run, in a thread or in helper processes, was tried and measured: the run's own
-CUDA work slowed by as much as it saved (``docs/performance.md``).
+when this one exits (not waited for), which leave the markers :func:`is_warm` reads (built
+during the run, in a thread or in helper processes, they slowed the run's own CUDA work by as
+much as they saved).
 
 ``XCORR_FFT_WARM=0`` starts no helper processes.
 
@@ -40,7 +37,7 @@ __all__ = ["COLD_FFT_MS", "ENV", "rfft2_specs", "is_warm", "mark_warm", "is_warm
 #: the environment variable that turns the helper processes off (``0``)
 ENV = FFT_WARM
 #: what the first plans of one rfft2 size (its forward and inverse transforms) cost on a fresh
-#: machine, ms (H100, 2026-11-23: 0.2-0.65 s each; the planner charges this much)
+#: machine, ms (the planner charges this much; docs/kernels.md, measurements)
 COLD_FFT_MS = 500.0
 
 _LOCK = threading.Lock()

@@ -39,8 +39,7 @@ from ..errors import InputError
 
 SOURCE = "fft_window.cu"
 #: rows a lane, values of x a warp, spectrum columns a shared-memory stage (window_rows: 110
-#: registers; the fastest of the variants tried, 1.23 ms a launch of 1024 spectra of 540x271 at
-#: xmax 14 on an H200, 2026-11-25, tools/fft_window_probe.py)
+#: registers; the fastest of the variants tried: docs/kernels.md)
 ROWS_PER_LANE, PAIRS, STAGE = 2, 8, 8
 #: the window's largest |x| and |y| (window_rows: at most WINDOW_GROUPS warps of PAIRS values
 #: of x; window_columns: 2 (MAX_HALF_WIDTH + 1) float64 sums a lane)

@@ -40,7 +40,7 @@ __all__ = ["SMALL", "TILES", "WARPS", "MAX_RESULTS", "MAX_SHARED", "shared_bytes
 #: y-shifts per lane (``TY`` of the kernel), compiled for every form
 TILES = (1, 2, 4, 8)
 #: warps per block the candidates try (``row_splits`` of the plan; any 1 to 16 runs)
-WARPS = (16,)  # 4 and 8 lost to 16 on nearly every bench problem measured (H100, 2026-11-23)
+WARPS = (16,)  # 4 and 8 lost to 16 on nearly every bench problem measured
 MAX_WARPS = 16  # __launch_bounds__(512)
 #: results (pairs) up to which the planner offers the kernel: beyond, the batch kernels win
 MAX_RESULTS = 8

@@ -204,8 +204,8 @@ def gaussian_light(image, sigma, truncate=4.0):
     """:func:`gaussian` of a NumPy image in ``reflect`` mode, without SciPy (float64).
 
     For the few small frames a GPU run judges on the CPU before it starts (the Lucas-Kanade
-    decision): importing ``scipy.ndimage`` costs such a process 0.9-1.3 s (H100 host,
-    2026-11-23), more than the decision itself.  Equals ``scipy.ndimage.gaussian_filter``
+    decision): importing ``scipy.ndimage`` costs such a process about a second, more than the
+    decision itself.  Equals ``scipy.ndimage.gaussian_filter``
     within float64 rounding.
 
     Examples

@@ -50,8 +50,8 @@ ASYNC_COLUMNS = (1, 2)
 
 
 def default_rows_per_block(fh: int, fw: int, staged: bool = False) -> int:
-    """Sub-block height measured best (register loads on an H200, staged loads on an H100 and
-    an H200, 2026-11-22): short sub-blocks for the memory-bound small filters (more,
+    """Sub-block height measured best (docs/kernels.md, filters): short sub-blocks for the
+    memory-bound small filters (more,
     shorter-lived warps reading neighbouring rows together), the papers' 56 or more for large
     ones, where the FH - 1 halo rows cost FMAs; staged: 16 up to 3x3, 32 up to 5x5, else 64."""
     if staged:
@@ -114,8 +114,7 @@ LOADS = ("auto", "registers", "async")
 
 
 #: output columns per lane of the staged loads by default: 2 measured faster than 1 for 3x3,
-#: 5x5 and 7x7 on an H200 (2026-11-22: 0.327 against 0.344 ms, 0.347 against 0.389, 0.451
-#: against 0.530 on 32 frames of 2048x2048)
+#: 5x5 and 7x7 (docs/kernels.md, filters)
 ASYNC_DEFAULT_COLUMNS = 2
 
 

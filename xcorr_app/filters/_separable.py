@@ -3,8 +3,8 @@ vertical and horizontal 1-D passes of a separable filter in one kernel, through 
 
 Ours.  :func:`xcorr_app.filters._api.gaussian` and the other separable filters otherwise run
 two passes of the reuse kernels (:mod:`xcorr_app.filters._reuse`), each reading and writing
-every frame; the preparation of every frame before correlation (``prefilter="gaussian:1"``,
-9 taps) spent 9.4 ms of a 4096-frame run of 512x512 frames in them (H200, 2026-11-24).  Here
+every frame, a pass more over memory than the preparation of frames before correlation
+(``prefilter="gaussian:1"``) needs (docs/kernels.md).  Here
 each 64 x 64 tile of outputs is staged once with its halo (the boundary mode applied while
 staging), filtered vertically, then horizontally: float32 frames, the same count of odd taps
 along both axes (:data:`SIZES`), origin 0; other cases keep the two passes.

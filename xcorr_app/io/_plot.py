@@ -3,10 +3,9 @@ frames marked.
 
 Drawn with Pillow (a dependency of xcorr) and the DejaVu Sans font file that matplotlib ships,
 opened by its path, where matplotlib is installed (else Pillow's own font).  Why not matplotlib itself:
-on a fresh machine its first figure builds a font cache (about 9 s measured on an H100 host),
-and every figure spends 0.3 to 1 s importing and laying out text (3 to 13 s measured for
-``drift.png`` on an H200 host, issue 26); this plot is a few lines, bands and labels, drawn
-in about 30 ms in a fresh process with nothing cached (see docs/performance.md).
+on a fresh machine its first figure builds a font cache, and every figure spends most of a
+second importing and laying out text (docs/how-align-works.md, measurements); this plot is a few
+lines, bands and labels, drawn in milliseconds in a fresh process with nothing cached.
 
 Examples
 --------

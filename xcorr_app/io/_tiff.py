@@ -370,7 +370,7 @@ class TiffFrames:
         Faster than copying out of the memory map in a new process: a map's first touch of
         each 4 KiB page faults (a million faults for a 4 GiB stack), while one read system call
         copies from the page cache into a buffer that is already mapped (page-locked buffers
-        are).  Measured on an H100 host (2026-11-23): see docs/performance.md.  Thread-safe
+        are; docs/how-align-works.md, measurements).  Thread-safe
         (the file is opened once, with the map; each call names its offset), so the
         prefetcher's copy threads split a chunk."""
         if (self._offset is None or self._fd is None or not out.flags.c_contiguous

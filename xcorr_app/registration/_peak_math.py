@@ -4,9 +4,8 @@ refinement in a few kernels compiled together.
 The NumPy code of :mod:`xcorr_app.registration._peaks` and
 :mod:`xcorr_app.registration._fft_register` is the definition; on CuPy arrays those modules call
 these launchers instead of chains of CuPy operations on N or N x 2 values, each of which
-compiled a kernel of its own on a fresh machine (about 60 NVRTC compilations, 7 s, before a
-first ``xcorr align --device gpu`` measured anything: H100, ``tools/compile_log.py``,
-2026-11-22).  The source's single-precision kernels (all the align pipeline launches) compile
+compiled a kernel of its own on a fresh machine (seconds of NVRTC before a first ``xcorr align
+--device gpu`` measured anything: docs/how-align-works.md, measurements).  The source's single-precision kernels (all the align pipeline launches) compile
 in one NVRTC call (:func:`xcorr_app._cuda.loader.compile_together`), its double-precision ones
 in another when first needed; they give the same numbers: float64 in the
 same order of operations, the same NaN, inf and border rules (see the source's comments).

@@ -48,9 +48,8 @@ from ..correlate._shifts import first_shift
 
 #: the row segments of a ``sat_columns`` block (32 columns x SEGMENTS warps): :func:`sat_segments`
 SAT_SEGMENTS = (8, 16, 32)
-#: at most this many rows a thread before a frame's columns take more segments (H100,
-#: 2026-11-23, tools/sat_probe.py: 4096 windows of 145x145 0.35 ms with 8 segments against
-#: 0.71 with 32; 256 frames of 512x512 0.26 ms with 16 against 0.33; 2048 rows: 32 best)
+#: at most this many rows a thread before a frame's columns take more segments (the fastest
+#: per frame height measured: docs/kernels.md, ZNCC and peaks)
 SEGMENT_ROWS = 32
 WARPS = 8
 THREADS = 256
@@ -273,9 +272,7 @@ class GpuSurfaces:
         geometry = fft_geometry(self.shape, self.shape, bound)
         self.fft_size, self.surface = geometry.size, geometry.shape
         # a narrow search whose shifts all overlap: the correlation at its window alone
-        # (correlate/_fft_window.py: frames of 512x512 within +-14 px, the product and the
-        # inverse irfft2 0.71 ms a chunk of 256 on an H200, the window's two DFTs 0.48-0.51 ms,
-        # 2026-11-25)
+        # (correlate/_fft_window.py: two small DFTs instead of the product and the whole inverse)
         self.window = geometry.valid == (0, geometry.shape[0], 0, geometry.shape[1]) \
             and window_applies(geometry.size, self.k0, geometry.shape)
         self._left = None  # (reference array, its tables, its padded spectrum)

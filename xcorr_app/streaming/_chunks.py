@@ -39,9 +39,8 @@ from ._ranges import chunk_bounds, piece_bounds
 #: threads copying one chunk (one piece on the GPU) out of a memory-mapped file into its buffer
 COPY_THREADS = 4
 #: on the GPU a chunk is read and copied to the device in pieces of at most this many bytes
-#: (at least a frame), so the page-locked ring is small: page-locking took the driver 0.4 s a
-#: GiB on an H200 host and freeing it 0.1 s (`tools/pin_probe.py`, 2026-11-23), where a ring
-#: of three 512 MiB chunks (2048x2048 uint16, 64 frames) was on a one-shot run's path
+#: (at least a frame), so the page-locked ring is small: page-locking a ring of whole chunks
+#: was on a one-shot run's path (docs/how-align-works.md, measurements)
 PIECE_BYTES = 64 * 2**20
 #: pieces read ahead on the GPU (the ring holds one more)
 PIECES_AHEAD = 3
@@ -160,7 +159,7 @@ class DeviceChunks:
         chunks handed out on two CUDA streams in turn, as uploaded ones are, so one chunk's
         copies to the host (``map_chunks(out=)``) overlap the next one's kernels instead of
         queueing behind them on one stream (without copies to overlap, the caller's stream:
-        the GPU-resident patch run took 0.33 s on it against 0.34-0.36 s on two, H100).  The
+        two were no faster).  The
         streams are ordered after the caller's as :func:`caller_ordered_streams` says."""
         with caller_ordered_streams(xp) as streams:
             for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,

@@ -138,9 +138,9 @@ class FaultAhead:
     loop (:meth:`wait` for chunk ``k`` before writing it); nothing without ``out``.
 
     A fresh NumPy array's pages are mapped, and zeroed by the kernel, on first write; CUDA's
-    copy from the device into pageable memory does that on one thread, as NumPy's copy does:
-    a fresh 4 GiB float32 array took 1.76 s to fill from the GPU, one written before 0.35 s
-    (H100 host, 2026-11-23, ``tools/host_stage_probe.py``).  One byte a page is written (0:
+    copy from the device into pageable memory does that on one thread, as NumPy's copy does,
+    five times slower than into pages written before (docs/how-align-works.md, measurements).
+    One byte a page is written (0:
     the rows are the loop's output, about to be overwritten).
 
     >>> out = np.ones((5, 8192), np.uint8)
@@ -212,8 +212,8 @@ class Downloads:
     The copy goes through two page-locked pieces of :data:`STAGE_BYTES` in turn (one piece's
     copy from the device while the last one is copied on into ``out`` by
     :data:`STAGE_THREADS` threads): a copy from the device into pageable memory runs at the
-    speed of the driver's one thread copying out of its own staging buffer (5.8 to 12.6 GB/s
-    on the H100 hosts, 4 GiB of float32 frames in 0.33 to 0.71 s, 2026-11-23)."""
+    speed of the driver's one thread copying out of its own staging buffer
+    (docs/how-align-works.md, streaming)."""
 
     def __init__(self, on):
         self.on, self.pending = on, []

@@ -21,7 +21,7 @@
 
 On the CPU every term is host memory.  The figures were measured on the CPU (peak resident
 memory of one frame of 1024x1024 and 2048x2048: 48 B/px bounded, 56 with the verification,
-126 and 134 unbounded, 2026-11-22) and rounded up: the estimate is a little generous.
+126 and 134 unbounded) and rounded up: the estimate is a little generous.
 
 :func:`plan_memory` checks one frame up front against ``--max-memory`` and the free memory of
 the chosen device (and of the host), sizes the chunk, switches a bounded search whose whole
@@ -276,10 +276,8 @@ def refusal(frame_shape, itemsize, *, max_shift, normalization, verify, device, 
 
 #: the chunk of a run that names none (:func:`auto_chunk_frames`): 64 frames, and on the GPU
 #: as many small frames as 256 MiB of float32 pixels hold, at most 1024: each chunk costs the
-#: host a fixed time of launches and syncs, which small frames do not cover (4096 frames of
-#: 512x512 on an H100, warm, GPU-resident: patches 6645 frames/s with chunks of 64, 9480 with
-#: 256; rigid 15511 and 28736; host in/out with patches 2793 and 3610; 2026-11-23,
-#: ``tools/host_stage_probe.py chunks``)
+#: host a fixed time of launches and syncs, which small frames do not cover
+#: (docs/how-align-works.md, measurements)
 DEFAULT_CHUNK = 64
 AUTO_CHUNK_BYTES = 256 << 20
 MAX_AUTO_CHUNK = 1024

@@ -200,8 +200,8 @@ class ChunkPrefetcher:
 
     def _allocate(self, first) -> dict:
         """``{slot: future buffer}``: the ring's buffers, allocated by a thread while the first
-        chunks are read (page-locking 512 MiB took the driver 0.14-0.36 s, H100 host,
-        2026-11-23: on a one-shot run's path to its first result otherwise).  The reader
+        chunks are read (page-locking is slow enough to delay a one-shot run's first result
+        otherwise).  The reader
         waits on a slot's future when it next fills that slot."""
         if not self._pinned:  # nothing to wait for
             return {}

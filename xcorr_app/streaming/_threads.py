@@ -65,9 +65,8 @@ def keep_freed_memory() -> bool:
 
     Why: the CPU path allocates and frees arrays of several MiB per frame (FFTs, correlation
     surfaces, their float64 normalization); each came from a fresh ``mmap`` whose pages the
-    kernel zeroes on first touch, and system time exceeded user time.  With this, 40 frames of
-    1024x1024 took 0.9 s of system time instead of 13.8 s (2 cores, 2026-11-22).  The same as
-    ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` set before Python starts.
+    kernel zeroes on first touch, and system time exceeded user time (docs/how-align-works.md,
+    measurements).  The same as ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` set before Python starts.
     """
     if _ALLOCATOR["done"]:
         return True
@@ -90,8 +89,7 @@ def one_blas_thread():
 
     Why: the CPU path already runs one frame per thread; each thread's small matrix products
     (the upsampled DFT) then asked OpenBLAS for every core again, and the threads spun waiting
-    for each other: 60 ms for an 11x1024 by 1024x513 complex product that takes 0.8 ms on one
-    thread (2 cores, under load, 2026-11-22).
+    for each other, seventy times the product's time on one thread.
     """
     try:
         from threadpoolctl import threadpool_limits
