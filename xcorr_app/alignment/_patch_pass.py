@@ -58,7 +58,7 @@ class PatchSetup:
 
     def queue_host_copy(self):
         """Queue the template's copy to the host now (CuPy; NumPy needs none): fetched at the
-        run's end it waited 1.2 ms for a pageable copy, the GPU idle, H200 2026-11-24."""
+        run's end it waited for a pageable copy, the GPU idle."""
         if self._host is None and backend.is_cupy_array(self.template):
             self._host = HostCopy(self.template)
 
@@ -314,9 +314,8 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
     device in ``kept`` (by the chunk's first frame) and the chunk's result is an empty
     placeholder.  Otherwise (the CPU, larger grids) the small per-patch rules run on the host
     with NumPy: the chunk's correlations are waited for, and the low patches' deviations go to
-    the host once more per refinement pass, in chunks that have any.  (On a fresh machine
-    CuPy's operations for them would compile: ``low.any()`` alone was two CUB compilations,
-    5.4 s of a 17.5 s first run, H100 2026-11-23.)"""
+    the host once more per refinement pass, in chunks that have any (on a fresh machine CuPy's
+    operations for them would each compile: docs/how-align-works.md, measurements)."""
     left = patch_left(tpatches, grid.max_deviation)  # (GPU: the patches' summed-area tables)
     # the refinement's template patches (weighted) and their sums: on the GPU by a kernel of
     # ours (CuPy's mean was a CUB reduction, 2.8 s of NVRTC on a fresh machine)
