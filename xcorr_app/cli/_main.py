@@ -42,18 +42,49 @@ COMMANDS = {
 }
 
 
+def warning_as_note(quiet: bool):
+    """A :func:`warnings.showwarning` that prints a warning as one line ``note: ...`` on
+    stderr (no source line), or nothing with ``--quiet``; from any thread."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if quiet:
+            return
+        text = (str(message).strip().splitlines() or [""])[0]
+        click.echo(f"note: {category.__name__}: {text}", err=True)
+    return show
+
+
 @contextlib.contextmanager
-def user_errors():
-    """Turn user errors, interrupts and unexpected failures into one line and an exit code."""
+def _children_quiet(quiet: bool):
+    """The Python processes the run starts (Dask's workers) print no warnings with
+    ``--quiet``, and never the CPU fallback's, which this process notes once (unless the user
+    set ``PYTHONWARNINGS``); restored at the end."""
+    import os
+
+    if "PYTHONWARNINGS" in os.environ:
+        yield
+        return
+    os.environ["PYTHONWARNINGS"] = "ignore" if quiet else "ignore:no usable GPU"
+    try:
+        yield
+    finally:
+        os.environ.pop("PYTHONWARNINGS", None)
+
+
+@contextlib.contextmanager
+def user_errors(quiet: bool = False):
+    """Turn user errors, interrupts and unexpected failures into one line and an exit code;
+    warnings become notes (:func:`warning_as_note`; none with ``quiet``)."""
     from .. import backend  # NumPy: only once a command runs
 
     tracebacks = debug()
     if not tracebacks:  # tifffile logs damaged files itself; our error line says it once
         logging.getLogger("tifffile").setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _children_quiet(quiet):
             warnings.simplefilter("ignore", category=backend.BackendFallbackWarning)
             warnings.filterwarnings("ignore", module="tifffile")
+            if not tracebacks:  # (a raw warning is two lines: file, line, then the source)
+                warnings.showwarning = warning_as_note(quiet)
             yield
     except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         raise  # click's own: usage errors and exit codes
@@ -79,7 +110,9 @@ def user_errors():
     except OSError as exc:
         if tracebacks:
             raise
-        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        what = (f"{type(exc).__name__}: {exc}" if exc.filename is None  # (no path to name)
+                else f"{exc.filename}: {exc.strerror or type(exc).__name__}")
+        click.echo(f"error: {what}", err=True)
         sys.exit(1)
     except Exception as exc:  # a bug: still one line, with a pointer to the traceback
         if tracebacks:
@@ -144,8 +177,16 @@ class XcorrGroup(click.Group):
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx):
-        with one_line_usage(), user_errors():
+        with one_line_usage(), user_errors(quiet=_asks_quiet(ctx)):
             return super().invoke(ctx)
+
+
+def _asks_quiet(ctx) -> bool:
+    """Whether the subcommand's arguments hold ``--quiet`` (``-q``), read before click parses
+    them: a warning may come while it runs, from any thread."""
+    args = [*getattr(ctx, "_protected_args", getattr(ctx, "protected_args", [])), *ctx.args]
+    args = args[:args.index("--")] if "--" in args else args
+    return "-q" in args or "--quiet" in args
 
 
 @click.group(cls=XcorrGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -321,7 +321,8 @@ def atomic_path(path):
     """Yield a temporary path to write to; it replaces ``path`` when the block succeeds.
 
     On any exception (including :class:`KeyboardInterrupt`) the temporary file is deleted,
-    ``path`` is left untouched, and the exception propagates.
+    ``path`` is left untouched, and the exception propagates; an operating-system failure
+    (a full disk, say) as an :class:`~xcorr_app.errors.OutputError` naming ``path``.
 
     Examples
     --------
@@ -330,8 +331,9 @@ def atomic_path(path):
     """
     target = AtomicTarget(path)
     try:
-        yield target.tmp
-        target.commit()
+        with _os_errors(target.path):  # (the writer's OSError names no path)
+            yield target.tmp
+            target.commit()
     except BaseException:
         target.discard()
         raise
@@ -339,8 +341,7 @@ def atomic_path(path):
 
 def write_text(path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
-    path = Path(path)
-    with _os_errors(path), atomic_path(path) as tmp:
+    with atomic_path(Path(path)) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
