@@ -57,10 +57,10 @@ def test_a_callable_out_gets_every_chunk_in_order(deformed, tmp_path, patches):
                                  np.zeros((7, 112, 96), np.float32), "frames.tif",
                                  np.zeros((7, 96, 224), np.float32)[:, :, ::2]])
 def test_a_bad_out_is_an_input_error_before_any_pass(deformed, out, monkeypatch):
-    import xcorr_app.alignment._api as api
+    import xcorr_app.alignment._run as run
 
-    monkeypatch.setattr(api, "passes_table", None)  # (a pass would fail otherwise)
-    monkeypatch.setattr(api, "measure_frames", None)
+    monkeypatch.setattr(run, "measure_passes", None)  # (a pass would fail otherwise)
+    monkeypatch.setattr(run, "measure_frames", None)
     with pytest.raises(InputError, match="out must be a writeable C-contiguous float32"):
         align(deformed, device="cpu", out=out, **KW)
 

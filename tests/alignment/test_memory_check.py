@@ -35,12 +35,13 @@ def stack_file(tmp_path, rng):
 def test_a_frame_that_does_not_fit_is_refused_before_any_frame_is_read(stack_file,
                                                                        monkeypatch):
     path, _, _ = stack_file
-    import xcorr_app.alignment._api as api
+    import xcorr_app.alignment._run as run
 
     def never(*a, **k):
         raise AssertionError("a frame was read before the memory check")
 
-    monkeypatch.setattr(api, "prepared_reference", never)
+    monkeypatch.setattr(run, "prepared_reference", never)
+    monkeypatch.setattr(run, "reference_image", never)
     before = digest(path)
     with pytest.raises(InputError, match="is too small for frames of 150x134") as err:
         align(path, max_shift=6, max_memory="200K", device="cpu")
@@ -128,7 +129,7 @@ def test_cli_memory_error_is_one_line_exit_2(stack_file):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        import xcorr_app.alignment._api as api
+        import xcorr_app.alignment as api
         def boom(*a, **k):
             raise MemoryError("Unable to allocate 7.45 GiB")
         api.align = boom
@@ -147,17 +148,18 @@ def test_cli_memory_error_is_one_line_exit_2(stack_file):
     assert not (path.parent / "o").exists()
 
 
-def test_dask_workers_refuse_frames_that_need_bands(stack_file):
-    """A Dask worker checks one frame up front too; it does not measure in bands."""
+def test_ranges_run_apart_refuse_frames_that_need_bands(stack_file):
+    """A range measured apart (a Dask worker, another GPU) checks one frame up front too; it
+    does not measure in bands."""
     from xcorr_app.alignment._options import AlignOptions
-    from xcorr_app.distributed._dask_tasks import _chunk
+    from xcorr_app.alignment._pipeline import frames_per_chunk
     from xcorr_app.io import open_source
 
     path, _, _ = stack_file
-    opts = AlignOptions(max_shift=6)
+    opts = AlignOptions(max_shift=6, chunk_frames=64)
     with open_source(path, None) as src:
-        assert _chunk(opts, src, np, 64, None) > 1
-        with pytest.raises(InputError, match="Dask runs do not do"):
-            _chunk(opts, src, np, 64, _band_budget(SHAPE, 6))
+        assert frames_per_chunk(opts, src, np, None) > 1
+        with pytest.raises(InputError, match="which runs shared out do not do"):
+            frames_per_chunk(opts, src, np, _band_budget(SHAPE, 6))
         with pytest.raises(InputError, match="is too small for frames of 150x134"):
-            _chunk(opts, src, np, 64, 1000)
+            frames_per_chunk(opts, src, np, 1000)

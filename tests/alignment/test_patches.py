@@ -190,12 +190,13 @@ def test_warp_by_a_constant_field_is_the_rigid_shift(rng):
     (dict(patches=(2, 2), patch_overlap=500), ["smaller than the patch size"]),
     (dict(patches=(2, 2), max_deviation=-1), ["max_deviation must be >= 0"]),
     (dict(patches=(2, 2), reference="previous"), ["previous"]),
-    (dict(patches=(60, 60), gpus="0"), ["too small"]),  # before any GPU is looked for
+    (dict(patches=(60, 60), gpus="0", device="auto"), ["too small"]),  # before any GPU is
+    # looked for
 ])
 def test_bad_patch_arguments_are_input_errors(kwargs, words):
     stack = np.random.default_rng(0).random((3, 64, 64))
     with pytest.raises(InputError) as err:
-        align(stack, max_shift=4, device="cpu", **kwargs)
+        align(stack, **(dict(max_shift=4, device="cpu") | kwargs))
     assert "\n" not in str(err.value)
     for w in words:
         assert w in str(err.value)
@@ -217,7 +218,7 @@ def stack_file(tmp_path_factory, deformed):
     (["--patches", "60x60"], ["too small"]),
     (["--patches", "3x3", "--max-deviation", "-1"], ["--max-deviation must be >= 0"]),
     (["--patches", "3x3", "--patch-overlap", "500"], ["smaller than the patch size"]),
-    (["--patches", "3x3", "--patch-overlap", "-2"], ["--patch-overlap must be >= 0"]),
+    (["--patches", "3x3", "--patch-overlap", "-2"], ["--patch-overlap must be a non-negative integer"]),
     (["--patches", "3x3", "--resample", "fourier"], ["not available with --patches"]),
     (["--resample", "cubic"], ["needs --patches"]),
 ])

@@ -125,7 +125,7 @@ def small_file(small, tmp_path_factory):
 
 @pytest.mark.parametrize("args, words", [
     (["--patches", "2x2", "--patch-template-passes", "3"], ["--patch-template-passes", "0 to 2"]),
-    (["--patch-template-passes", "1"], ["--patch-template-passes needs --patches"]),
+    (["--patch-template-passes", "1"], ["--patch-template-passes needs patches"]),
 ])
 def test_cli_template_pass_errors_are_one_line(small_file, tmp_path, args, words):
     r = xcorr("align", str(small_file), "--out", str(tmp_path / "o"), "--device", "cpu", *args)

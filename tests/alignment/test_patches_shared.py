@@ -1,6 +1,6 @@
-"""The patch pass with its frames shared out (``measure_field(ranges=, run=)``, what
-``align(..., gpus=..., patches=...)`` runs, one thread per GPU): on the CPU with threads, the
-field of one run bit for bit; on GPUs, the field of one GPU."""
+"""The patch pass with its frames shared out (``measure_field(executor=)``, what
+``align(..., gpus=..., patches=...)`` and Dask run): on the CPU with threads standing in for
+GPUs, the field of one run bit for bit; on GPUs, the field of one GPU."""
 
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,10 +11,14 @@ from xcorr_app import align
 from xcorr_app.alignment._options import AlignOptions
 from xcorr_app.alignment._patch_pass import measure_field
 from xcorr_app.bench._align_data import nonrigid_stack
+from xcorr_app.io import open_source
 
 from synthetic import write_stack
 
-OPTS = AlignOptions("first", max_shift=14, verify=False, prefilter="gaussian:1")
+
+def opts(passes):
+    return AlignOptions(reference="first", max_shift=14, verify=False, prefilter="gaussian:1",
+                        patches=(3, 3), patch_template_passes=passes)
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +33,22 @@ def rigid(deformed):
                  prefilter="gaussian:1").shifts
 
 
-def threads(n):
-    def run(fn):
-        with ThreadPoolExecutor(n) as ex:
-            return list(ex.map(fn, range(n)))
+class Threads:
+    """An executor's stand-in: each range on its own thread with its own reader."""
 
-    return run
+    remote = True
+    fixed_chunk, budget_per_range = 2, None
+
+    def __init__(self, stack, ranges):
+        self.stack, self.ranges = stack, ranges
+
+    def map(self, fn, progress, before=False, upto=None):
+        def one(r):
+            with open_source(self.stack) as src:
+                return fn(src, np, *r, None)
+
+        with ThreadPoolExecutor(len(self.ranges)) as ex:
+            return list(ex.map(one, self.ranges))
 
 
 @pytest.mark.parametrize("passes", [0, 1, 2])
@@ -45,20 +59,15 @@ def test_ranges_on_threads_give_the_field_of_one_run(deformed, rigid, tmp_path, 
     template sums are added up in range order (exact here, where the float32 template absorbs
     the order of the float64 sums)."""
     path = write_stack(tmp_path / "s.tif", deformed)
-    want = measure_field(OPTS, path, rigid, np, 2, (3, 3), None, 4, passes)
-    got = measure_field(OPTS, path, rigid, np, 2, (3, 3), None, 4, passes, ranges=ranges,
-                        run=threads(len(ranges)))
+    want = measure_field(opts(passes), path, rigid, np, 2)
+    got = measure_field(opts(passes), path, rigid, np, 2, executor=Threads(path, ranges))
     for name in ("field", "confidence", "low", "template", "centres"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
 
 
 def test_a_failing_range_fails_the_pass(deformed, rigid):
-    def run(fn):
-        return [fn(0), fn(5)]  # no range 5: the error reaches the caller
-
-    with pytest.raises(IndexError):
-        measure_field(OPTS, deformed, rigid, np, 2, (3, 3), None, 4, 0, ranges=[(0, 8)],
-                      run=run)
+    with pytest.raises(ValueError):  # a range past the stack's end: its error reaches here
+        measure_field(opts(0), deformed, rigid, np, 2, executor=Threads(deformed, [(0, 99)]))
 
 
 # ------------------------------------------------------------------------------------ GPU

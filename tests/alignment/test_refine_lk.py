@@ -87,8 +87,7 @@ def test_unusable_frames_keep_nan_and_the_others_are_fitted():
 @pytest.mark.parametrize("kwargs", [{"lucas_kanade": "maybe"},
                                     {"lucas_kanade": "on", "reference": "previous"},
                                     {"lucas_kanade": "on", "reference": "mean"},
-                                    {"lucas_kanade": "on", "normalization": "phase"},
-                                    {"lucas_kanade": "on", "gpus": "0"}])
+                                    {"lucas_kanade": "on", "normalization": "phase"}])
 def test_impossible_choices_are_input_errors(kwargs):
     s = make_stack("plain", 0, quick=True)
     with pytest.raises(InputError, match="lucas_kanade"):

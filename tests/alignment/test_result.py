@@ -155,7 +155,7 @@ def test_previous_reference_range_looks_back_for_a_measurable_frame(rng):
 
     stack, _ = _smooth_stack(rng, n=9)
     stack[4] = 3.0
-    opts = AlignOptions("previous")
+    opts = AlignOptions(reference="previous")
     with ArraySource(stack) as src:
         whole, _ = measure_frames(opts, src, np, 4, None)
     with ArraySource(stack) as src:

@@ -43,7 +43,7 @@ def test_ranges_measured_apart_equal_one_run(reference, cuts, path):
     """Rows of ranges measured separately (the frame before a range read for "previous")
     are bit for bit the rows of one pass, whatever the chunking inside each range; a folder,
     whose reader keeps one file open at a time, too."""
-    opts = AlignOptions(reference, max_shift=10, min_confidence=2.0)
+    opts = AlignOptions(reference=reference, max_shift=10, min_confidence=2.0)
     with open_source(path) as src:
         ref = prepared_reference(opts, src, np, 4)
         whole, plan = measure_frames(opts, src, np, 4, ref)
@@ -60,7 +60,7 @@ def test_nan_frame_in_a_later_range_is_flagged_at_its_stack_index():
 
     stack = tifffile.imread(stack_path("cell")).astype(np.float32)
     stack[9, 0, 0] = np.nan
-    opts = AlignOptions("first", max_shift=5)
+    opts = AlignOptions(reference="first", max_shift=5)
     src = ArraySource(stack)
     ref = prepared_reference(opts, src, np, 4)
     part = measure_frames(opts, src, np, 3, ref, start=6, stop=12)[0]

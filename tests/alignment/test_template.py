@@ -92,11 +92,6 @@ def test_bad_refined_specs_are_input_errors(spec):
         align(np.zeros((2, 8, 8), np.float32), spec, device="cpu")
 
 
-def test_refined_with_several_gpus_is_an_input_error():
-    with pytest.raises(InputError, match="not available with several GPUs"):
-        align(np.zeros((2, 8, 8), np.float32), "refined", gpus="0,1")
-
-
 # ------------------------------------------------------------------------- prefilter auto
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

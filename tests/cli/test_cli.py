@@ -294,7 +294,7 @@ def test_gpus_option_errors(tmp_path):
     if res.returncode != 0 and "needs CUDA GPUs" in res.stderr:
         assert_clean_error(res, "--gpus needs CUDA GPUs")
     else:
-        assert_clean_error(res, "GPU numbers separated by commas")
+        assert_clean_error(res, "--gpus '0,x': give GPU numbers")
     assert_clean_error(xcorr("filter", path, "--kernel", "box:3", "--gpus", "0", "--device",
                              "cpu", "--out", tmp_path / "f.tif"), "--device cpu")
     assert not (tmp_path / "a").exists() and not (tmp_path / "f.tif").exists()

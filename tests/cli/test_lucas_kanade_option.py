@@ -7,9 +7,9 @@ def test_cli_lucas_kanade_choices_and_refusals(tmp_path):
     r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "maybe",
               "--out", str(tmp_path / "o"))
     assert r.returncode == 2 and "maybe" in r.stderr and "Traceback" not in r.stderr
-    r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "on", "--workers", "2",
-              "--out", str(tmp_path / "o"))
-    assert r.returncode == 2 and "--lucas-kanade on is not available" in r.stderr
+    r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "on", "--reference",
+              "mean", "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "--lucas-kanade on needs reference first" in r.stderr
     r = xcorr("align", "sample_data/cell_drift.tif", "--lucas-kanade", "off", "--device", "cpu",
               "--no-aligned", "-q", "--out", str(tmp_path / "o"))
     assert r.returncode == 0, r.stderr

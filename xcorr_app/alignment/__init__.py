@@ -1,5 +1,7 @@
 """Aligning a stack of frames to a reference: :func:`align`, :func:`estimate_shifts`,
-:func:`apply_shifts` and the :class:`AlignResult` they return.
+:func:`apply_shifts` and the :class:`AlignResult` they return; for the other subpackages, the
+run's options (:class:`AlignOptions`), its pipeline (:func:`run_alignment`) and the
+:class:`Executor` an executor elsewhere (Dask) builds on.
 
 Examples
 --------
@@ -14,6 +16,10 @@ Examples
 
 from ._api import align, estimate_shifts
 from ._apply import apply_shifts
+from ._executors import Executor
+from ._options import AlignOptions, options_signature
 from ._result import AlignResult
+from ._run import run_alignment
 
-__all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult"]
+__all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "AlignOptions",
+           "Executor", "options_signature", "run_alignment"]

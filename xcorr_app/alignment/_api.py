@@ -15,38 +15,19 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 from .. import backend
-from .._cuda.loader import shipped_kernels_usable
 from ..correlate._shifts import normalize_max_shift
 from ..errors import InputError
-from ..io import open_source
-from ..streaming import DEFAULT_CHUNK, StashedSource, auto_chunk_frames, keep_on_gpu, parse_memory
-from ._aligned_out import check_aligned_out, fill_out
-from ._options import (AlignOptions, as_stack, auto_notes, check_choices, check_frame_shape,
-                       check_pixel_type, prefilter_for, resolve_auto, search_range)
-from ._pipeline import (Measurer, measure_frames, prepared_reference, quiet_if_nonfinite,
-                        shared_plan)
-from ._device_choice import auto_device, small_job_note
-from ._prebuild import EXIT_GRACE, RUN_STAGES, kernels_built, prebuild
-from ._prepared import PreparedFrames
+from ._executors import InProcess, OnGpus
+from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_choices, check_frame_shape,
+                       check_pixel_type, options_signature, prefilter_for)
+from ._pipeline import Measurer, quiet_if_nonfinite
 from ._preprocess import prepare
 from ._preprocess import window as make_window
-from ._result import result_from_table
-from ._template import passes_table
-
-#: ``reference=None`` (the default) on one device; the frames shared out (``gpus``) always
-#: take ``first`` (``refined`` is not available there).  Issue 23 made ``refined`` the default
-#: only if it met the accuracy targets; it does not on the low-light stacks (0.19 px RMS,
-#: 0.15 with ``refined:2``, against 0.31 for ``first``), it is worse on bleaching stacks and
-#: costs twice the time (docs/how-align-works.md), so the default stays the single pass; noisy
-#: stacks get the template and a Lucas-Kanade fit from ``lucas_kanade="auto"`` (0.14 px there)
-DEFAULT_REFERENCE = "first"
+from ._run import run_alignment
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
-                    subpixel="gaussian", upsample=20, prefilter=None, window="none",
+                    subpixel="gaussian", upsample=DEFAULT_UPSAMPLE, prefilter=None, window="none",
                     device="auto"):
     """Shifts of a batch of frames already in memory against one reference (or one each).
 
@@ -128,13 +109,13 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     conf = xp.where(unusable | border, 0.0, conf)
     return tuple(backend.like_input(a, reference, frames) for a in (shifts, peak, conf))
 
-def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc",
-          subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
-          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=None,
-          max_memory=None, device="auto", gpus=None, features=None, progress=None, tune=False,
-          boundary="auto", lucas_kanade="auto", patches=None, patch_overlap=None,
-          max_deviation=4, patch_template_passes=0, out=None):
+def align(stack_or_path, reference=None, *, out=None, progress=None, **options):
     """Measure the shift of every frame of a stack against a reference.
+
+    Every option and its default lives in :class:`~xcorr_app.alignment._options.AlignOptions`
+    (the signature shows them); the CLI, ``gpus`` and :func:`xcorr_app.dask.align` build the
+    same object, and the run is the one pipeline of :func:`~._run.run_alignment`, so every path
+    gives the same shifts.
 
     Parameters
     ----------
@@ -148,12 +129,12 @@ def align(stack_or_path, reference=None, *, max_shift=None, normalization="zncc"
         Inf pixels is an :class:`~xcorr_app.errors.InputError`.
     reference : {None, "refined", "refined:ITER", "first", "mean", "mean:N", "previous"}, int, \
 path or ndarray
-        ``None``: :data:`DEFAULT_REFERENCE` (``first``).  ``first``: one pass against the
+        ``None`` (default): ``first``, one pass against the
         first frame.  ``refined`` aligns to the first frame, averages the aligned frames (those
         with a distinct peak) into a template and measures every frame again against it
         (``refined:2``: two template passes); shifts stay relative to frame 0
         (:mod:`xcorr_app.alignment._template`): best on noisy (low-light) stacks, at one
-        measuring pass more per template pass; not available with ``gpus``.  ``mean`` averages
+        measuring pass more per template pass.  ``mean`` averages
         all frames (``mean:N`` the first N) in one streaming pass first; ``previous``
         correlates each frame with the one before and accumulates the shifts; an int is a
         frame index; a path is an image file.
@@ -168,8 +149,9 @@ path or ndarray
         ``gaussian`` (default) and ``parabolic`` fit the 3x3 neighbourhood of the peak in 2-D,
         the ``...3`` variants fit 3 points along each axis, ``upsample`` refines by the
         upsampled DFT (Guizar-Sicairos) to ``1 / upsample`` px.
-    upsample : int
-        Upsampling factor for ``subpixel="upsample"``.
+    upsample : int, optional
+        Upsampling factor (1 to 100) of the upsampled DFT: ``subpixel="upsample"`` and the
+        circular refinement (``boundary``); default 20.
     prefilter : {"auto", "gaussian:S", "dog:S1,S2", "none"}
         Filter applied to every frame and the reference before correlation (on the GPU: the
         reuse convolution kernels); not used by phase correlation.  ``auto`` (default):
@@ -211,7 +193,7 @@ path or ndarray
     gpus : sequence of int or str, optional
         Share the frames out over these GPUs of this host (``"0,1"``, ``"all"``): one reader
         and one contiguous range of frames per GPU
-        (:func:`xcorr_app.alignment._gpus.align_on_gpus`); the shifts are those of a run on one
+        (:class:`~xcorr_app.alignment._executors.OnGpus`); the shifts are those of a run on one
         GPU.
     progress : callable(int), optional
         Called with the number of frames finished after each chunk.
@@ -225,12 +207,12 @@ path or ndarray
         refined on the circular correlation (upsampled DFT); ``auto`` (default): decided after
         the first pass (:func:`~xcorr_app.alignment._template.periodic_frames` reads a few
         frames again); periodic stacks are then measured once more, circularly.  ``auto`` is
-        ``linear`` with ``reference="previous"`` and with ``gpus``.
+        ``linear`` with ``reference="previous"``.
     lucas_kanade : {"auto", "on", "off"}
         ``on``: after a template pass (as ``reference="refined"``), every frame's shift is
         refined by a Lucas-Kanade (Gauss-Newton) fit against the template without the frame
         itself, smoothed (:mod:`xcorr_app.alignment._refine_lk`): best at low light; needs
-        ``reference`` ``first`` or ``refined``; not with ``gpus``.  ``auto`` (default): on where
+        ``reference`` ``first`` or ``refined``.  ``auto`` (default): on where
         a few frames spread over the stack are noisy (their noise allows a precision worse
         than 0.05 px), else off; ``settings["lucas_kanade"]`` and a note say so.
     patches : int, (int, int) or "GYxGX", optional
@@ -242,7 +224,7 @@ path or ndarray
         :mod:`xcorr_app.alignment._patches`, :mod:`xcorr_app.alignment._patch_pass`; the field at
         every pixel and the warp:
         :mod:`xcorr_app.alignment._motion_field`).  With ``gpus`` the patch pass shares out the
-        rigid pass's ranges of frames (:func:`~xcorr_app.alignment._gpus.field_on_gpus`).  Not
+        rigid pass's ranges of frames.  Not
         available with ``reference="previous"``.  ``shifts`` stay the rigid shifts.
     patch_overlap : int or (int, int), optional
         Pixels of overlap between neighbouring patches; default a quarter of the grid's
@@ -271,133 +253,10 @@ path or ndarray
         the frame) are flagged ``low_confidence`` and ``border``; the result's ``notes`` and
         ``summary()["notes"]`` say how many.
     """
-    stack_or_path = as_stack(stack_or_path)
-    if hasattr(reference, "dtype") and hasattr(reference, "shape"):
-        check_pixel_type(reference.dtype, "the reference")
-    if reference is None:
-        reference = DEFAULT_REFERENCE if gpus is None else "first"
-    opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
-                        window, verify, min_confidence, interpolate_low, channel, features, tune,
-                        boundary, lucas_kanade)
-    budget = None if max_memory is None else parse_memory(max_memory)
-    if chunk_frames is not None and chunk_frames < 1:
-        raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
-    if patches is not None and opts.previous:
-        raise InputError("patches are measured against one reference: reference 'previous' "
-                         "is not available with patches")
-    if gpus is not None:
-        from ._gpus import align_on_gpus
-
-        if opts.refined:
-            raise InputError(f"reference {reference!r} is not available with several GPUs "
-                             "(gpus / --gpus): use reference first (or mean)")
-        if opts.lucas_kanade == "on":
-            raise InputError("lucas_kanade on is not available with several GPUs (gpus / "
-                             "--gpus)")
-        opts = dataclasses.replace(opts, lucas_kanade="off")  # prefilter auto: align_on_gpus
-        with open_source(stack_or_path, channel) as src:
-            check_aligned_out(out, (src.n_frames, *src.frame_shape), "gpu")
-            if patches is not None:
-                _check_grid(src.frame_shape, patches, patch_overlap, max_deviation,
-                            patch_template_passes)
-        res = align_on_gpus(opts.measuring(), stack_or_path, gpus,
-                            chunk_frames=chunk_frames or DEFAULT_CHUNK, budget=budget,
-                            progress=progress)
-        if patches is not None:
-            from ._gpus import field_on_gpus
-
-            res.set_field(field_on_gpus(opts, stack_or_path, res.shifts, gpus,
-                                        res.settings["chunk_frames"], patches, patch_overlap,
-                                        max_deviation, patch_template_passes))
-            res.settings["patches"]["template_passes"] = int(patch_template_passes)
-        if out is not None:
-            fill_out(res, out, stack_or_path, "gpu", gpus)
-        return res
-    on_gpu = backend.is_cupy_array(stack_or_path)
-    with open_source(stack_or_path, channel) as src:
-        check_frame_shape(src.frame_shape)
-        # device auto and a small job: the CPU, without importing CuPy to look at the GPU
-        choice_note = small_job_note(src.n_frames, src.frame_shape) \
-            if device == "auto" and not on_gpu else None
-        dev = "cpu" if choice_note is not None else backend.compute_device(
-            *([stack_or_path] if not isinstance(stack_or_path, (str, Path)) else []),
-            device=device)
-        if patches is not None:
-            _check_grid(src.frame_shape, patches, patch_overlap, max_deviation,
-                        patch_template_passes)
-        opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
-        choices = auto_notes(opts, why)
-        if device == "auto" and dev == "gpu" and not on_gpu:
-            dev, choice_note = auto_device(src.n_frames, src.frame_shape,
-                                           kernels_built(opts, src.frame_shape, src.dtype))
-        xp = backend.xp_for(dev)
-        if chunk_frames is None:
-            chunk_frames = auto_chunk_frames(src.frame_shape, dev)
-        chunk, plan = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)  # before reading
-        check_aligned_out(out, (src.n_frames, *src.frame_shape), dev)
-        # the passes certain to read the stack again (patches, out, templates) read it from
-        # the GPU where it fits (streaming/_stash.py); the ones "auto" may add (boundary,
-        # lucas_kanade) read it as before: most runs need no second pass, and the device
-        # array would stay in CuPy's pool after the run
-        again = patches is not None or out is not None or opts.refined \
-            or opts.lucas_kanade == "on"
-        src = StashedSource(src, keep_on_gpu(src, xp) if again and budget is None
-                            and dev == "gpu" and not on_gpu else None)
-        # the prepared chunks kept for the later passes (_prepared.py), where they are certain
-        prepared = PreparedFrames.for_run(opts, src, xp) \
-            if budget is None and (patches is not None or opts.refined
-                                   or opts.lucas_kanade == "on") else None
-        if dev == "gpu" and plan is None:  # the plan from the shapes (the cost model), and the
-            # later stages' kernels built by helper processes while this one starts
-            passes = 1 + (opts.refined or 0)
-            plan = shared_plan(opts, xp, src.frame_shape, chunk,
-                               (xp.zeros(src.frame_shape, xp.float32),),
-                               n_frames=passes * src.n_frames)
-            cc = xp.cuda.Device().compute_capability
-            # with xcorr's kernels shipped built, only the aligned stack's warp (CuPy
-            # operations) is left to build ahead, for this run: a run that ends before
-            # (--no-aligned) does not wait for it (it waited 2.6-2.9 s at exit, H100)
-            shipped = shipped_kernels_usable((int(cc[:-1]), int(cc[-1])))
-            prebuild(opts, src.frame_shape, src.dtype, plan,
-                     stages=("apply",) if shipped else RUN_STAGES,
-                     device=xp.cuda.Device().id, exit_grace=0.0 if shipped else EXIT_GRACE)
-        if opts.refined or (opts.boundary == "auto" and not opts.previous) \
-                or (opts.lucas_kanade != "off" and opts.lk_possible):  # (_template)
-            table, plan, opts, more = passes_table(opts, src, xp, chunk, plan=plan,
-                                                   progress=progress, prepared=prepared)
-            choices += more
-        else:  # lucas_kanade auto where it cannot run: off
-            opts = dataclasses.replace(opts.measuring(), lucas_kanade="off")
-            ref = prepared_reference(opts, src, xp, chunk)
-            table, plan = measure_frames(opts, src, xp, chunk, ref, plan=plan,
-                                         progress=progress, prepared=prepared)
-        sources = src.source_names()
-        notes = list(src.notes)
-        kept = src.stack if src.stash is not None and src.stash.complete else stack_or_path
-    settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
-                "device": dev, "chunk_frames": chunk, "max_memory": budget, "notes": notes,
-                "prefilter_auto": why, "device_note": choice_note,
-                "lucas_kanade": opts.lucas_kanade}
-    res = result_from_table(opts, table, sources, settings, plan, stack_or_path)
-    res.notes[:0] = choices  # what "auto" chose
-    if patches is not None:
-        from ._patch_pass import measure_field
-
-        # on the run's device: the same numbers as the CPU's (tests/alignment/test_patches.py)
-        res.set_field(measure_field(opts, kept, res.shifts, xp, chunk, patches,
-                                    patch_overlap, max_deviation, patch_template_passes,
-                                    out=out, prepared=prepared))
-        res.settings["patches"]["template_passes"] = int(patch_template_passes)
-    elif out is not None:
-        fill_out(res, out, kept, dev)
-    if prepared is not None:  # (their memory back to CuPy's pool)
-        prepared.release()
-    return res
+    opts = AlignOptions.from_arguments(reference, **options)
+    executor = InProcess() if opts.gpus is None else OnGpus(opts.gpus)
+    return run_alignment(opts, stack_or_path, executor, out=out, progress=progress)
 
 
-def _check_grid(frame_shape, patches, patch_overlap, max_deviation, template_passes):
-    """The patch options, and a grid that cannot fit the frame, fail before any pass."""
-    from ._patch_pass import check_template_passes, patch_grid
-
-    check_template_passes(template_passes)
-    patch_grid(frame_shape, [[0.0, 0.0]], patches, patch_overlap, max_deviation)
+align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
+                                        ("out", "progress"))

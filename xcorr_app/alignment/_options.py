@@ -14,17 +14,23 @@ xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussia
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
+import numbers
 from pathlib import Path
 
 import numpy as np
 
 from .. import backend
+from ..backend import DEVICES
 from ..correlate._shifts import normalize_max_shift, output_shape
 from ..errors import InputError
 from ..io._reader import SUPPORTED_DTYPES
+from ..streaming import parse_memory
 from ._preprocess import AUTO_LOWPASS, choose_prefilter, parse_prefilter, prepare
 from ._preprocess import window as make_window
-from ._references import is_previous, refined_passes
+from ._references import CHOICES, is_previous, mean_count, refined_passes
 
 SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
 NORMALIZATIONS = ("zncc", "none", "phase")
@@ -37,6 +43,14 @@ BOUNDARIES = ("auto", "linear", "circular")
 LUCAS_KANADE = ("auto", "on", "off")
 #: upsampling of the FFT reference measurement (resolution 1/20 px)
 FFT_REFERENCE_UPSAMPLE = 20
+#: the FFT reference's plain correlation low-passed by a gaussian of this sigma (px) on both
+#: images (:func:`~xcorr_app.registration._fft_register.fft_shifts`' ``lowpass``)
+FFT_REFERENCE_LOWPASS = 1.0
+#: the upsampled DFT's factor where ``upsample`` is not given (resolution 1/20 px)
+DEFAULT_UPSAMPLE = 20
+#: the largest ``upsample``: 1/100 px is finer than any correlation peak is located, and the
+#: upsampled region's memory grows with the factor squared
+MAX_UPSAMPLE = 100
 #: on the CPU the FFT reference refines in two stages, first at 1/4 px (the same 1/20 px grid
 #: at about half the work: :func:`~xcorr_app.registration._fft_register.refine_peak`)
 CPU_REFERENCE_COARSE = 4
@@ -58,8 +72,9 @@ def fft_reference(normalization):
     if normalization == "phase":
         return {"normalization": "phase", "periodic": False}, \
             f"phase correlation, upsample {FFT_REFERENCE_UPSAMPLE}"
-    return {"normalization": None, "periodic": True}, \
-        f"cross-correlation of the periodic components, upsample {FFT_REFERENCE_UPSAMPLE}"
+    return {"normalization": None, "periodic": True, "lowpass": FFT_REFERENCE_LOWPASS}, \
+        (f"cross-correlation of the periodic components, gaussian {FFT_REFERENCE_LOWPASS:g} px, "
+         f"upsample {FFT_REFERENCE_UPSAMPLE}")
 
 def search_range(frame_shape, max_shift):
     """The bound actually searched: ``max_shift``, or half the frame (what the FFT can tell
@@ -90,37 +105,56 @@ def prefilter_for(prefilter, normalization, features=None):
     fn = parse_prefilter(prefilter)
     return None if normalization == "phase" else fn
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AlignOptions:
-    """The settings of one alignment run, checked; what every worker of a run shares (plain
-    values, so they travel to other processes)."""
+    """Every option of one alignment run, checked once, with its default stated here alone.
+
+    :func:`xcorr_app.align`, ``xcorr align``, ``--gpus`` and :func:`xcorr_app.dask.align` all
+    build this object and hand it down; the pipeline's steps read from it, and
+    :attr:`AlignResult.settings` records what ran.  The fields are plain values, so the object
+    travels to other processes.  Construction checks every value and every combination
+    (:meth:`__post_init__`); :meth:`check_executor` adds the few limits of one executor.  The
+    meaning of each option is documented on :func:`xcorr_app.align`.
+    """
 
     reference: object = "first"
     max_shift: tuple | None = None
     normalization: str = "zncc"
     subpixel: str = "gaussian"
-    upsample: int = 20
-    prefilter: str | None = "gaussian:1"
+    upsample: int | None = None
+    prefilter: str | None = "auto"
     window: str | None = "none"
+    features: str | None = None
+    boundary: str = "auto"
+    lucas_kanade: str = "auto"
     verify: bool = True
     min_confidence: float | None = None
     interpolate_low: bool = False
+    patches: tuple | None = None
+    patch_overlap: object = None
+    max_deviation: int = 4
+    patch_template_passes: int = 0
     channel: int | None = None
-    features: str | None = None
+    chunk_frames: int | None = None
+    max_memory: int | None = None
+    device: str = "auto"
+    gpus: object = None
     tune: bool = False
-    boundary: str = "linear"
-    lucas_kanade: str = "off"
 
     def __post_init__(self):
-        object.__setattr__(self, "max_shift", normalize_max_shift(self.max_shift))
+        put = functools.partial(object.__setattr__, self)
+        put("max_shift", normalize_max_shift(_no_bool(self.max_shift, "max_shift")))
         check_choices(self.normalization, self.subpixel)
-        if self.boundary not in BOUNDARIES:
-            raise InputError(f"unknown boundary {self.boundary!r}; use one of "
-                             f"{', '.join(BOUNDARIES)}")
-        refined_passes(self.reference)  # a bad refined:ITER fails before anything is read
-        if self.lucas_kanade not in LUCAS_KANADE:
-            raise InputError(f"unknown lucas_kanade {self.lucas_kanade!r}; use one of "
-                             f"{', '.join(LUCAS_KANADE)}")
+        _choice("boundary", self.boundary, BOUNDARIES)
+        _choice("lucas_kanade", self.lucas_kanade, LUCAS_KANADE)
+        _choice("device", self.device, DEVICES)
+        _check_reference(self.reference)
+        if self.upsample is not None:
+            put("upsample", _whole("upsample", self.upsample, 1, MAX_UPSAMPLE))
+            if self.subpixel != "upsample" and self.boundary == "linear":
+                raise InputError(f"upsample {self.upsample} is used by subpixel upsample and the "
+                                 "circular refinement; with subpixel "
+                                 f"{self.subpixel} and boundary linear it would be ignored")
         if self.lucas_kanade == "on" and not self.lk_possible:
             raise InputError("lucas_kanade on needs reference first or refined[:ITER] and a "
                              "normalization other than phase")
@@ -129,8 +163,66 @@ class AlignOptions:
             from ..filters._banks import bank_weights
 
             bank_weights(self.features, 1)
-        if self.min_confidence is not None and not self.min_confidence >= 0:
-            raise InputError(f"min_confidence must be >= 0, got {self.min_confidence}")
+        for flag in ("verify", "interpolate_low", "tune"):
+            if not isinstance(getattr(self, flag), (bool, np.bool_)):
+                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.min_confidence is not None:
+            v = _no_bool(self.min_confidence, "min_confidence")
+            if not isinstance(v, numbers.Real) or not v >= 0 or not np.isfinite(v):
+                raise InputError(f"min_confidence must be a number >= 0, got {v!r}")
+        if self.interpolate_low and self.min_confidence is None:
+            raise InputError("interpolate_low needs min_confidence to know which frames to "
+                             "replace")
+        if self.channel is not None:
+            put("channel", _whole("channel", self.channel, 0))
+        if self.chunk_frames is not None:
+            put("chunk_frames", _whole("chunk_frames", self.chunk_frames, 1))
+        if self.max_memory is not None:
+            put("max_memory", parse_memory(self.max_memory))
+        self._check_patches(put)
+        if self.gpus is not None:
+            if self.device == "cpu":
+                raise InputError("gpus shares the frames out over GPUs; drop device cpu")
+            put("gpus", _gpu_spec(self.gpus))
+
+    def _check_patches(self, put):
+        if self.patches is None:
+            for name, default in (("patch_overlap", None), ("max_deviation", 4),
+                                  ("patch_template_passes", 0)):
+                if getattr(self, name) != default:
+                    raise InputError(f"{name} needs patches (piecewise-rigid): give patches "
+                                     "too")
+            return
+        from ._patches import check_deviation, check_template_passes, parse_patches
+
+        put("patches", parse_patches(self.patches))
+        put("max_deviation", check_deviation(self.max_deviation))
+        put("patch_template_passes", check_template_passes(self.patch_template_passes))
+        if self.patch_overlap is not None:
+            ov = self.patch_overlap
+            pair = (ov, ov) if isinstance(ov, numbers.Integral) else tuple(ov) \
+                if isinstance(ov, (tuple, list)) else ()
+            if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, numbers.Integral)
+                                     or v < 0 for v in pair):
+                raise InputError(f"patch_overlap must be a non-negative integer (or a pair), "
+                                 f"got {ov!r}")
+            put("patch_overlap", int(ov) if isinstance(ov, numbers.Integral)
+                else tuple(int(v) for v in pair))
+        if self.previous:
+            raise InputError("patches are measured against one reference: reference 'previous' "
+                             "is not available with patches")
+
+    def check_executor(self, executor):
+        """Refuse what ``executor`` (``"process"``, ``"gpus"``, ``"dask"``) cannot run, with the
+        same line on every path."""
+        if executor == "dask" and self.gpus is not None:
+            raise InputError("gpus runs without Dask: give either gpus or a Dask cluster, "
+                             "not both")
+
+    @property
+    def upsample_factor(self) -> int:
+        """The upsampled DFT's factor: ``upsample``, or :data:`DEFAULT_UPSAMPLE`."""
+        return DEFAULT_UPSAMPLE if self.upsample is None else self.upsample
 
     @property
     def previous(self) -> bool:
@@ -152,10 +244,9 @@ class AlignOptions:
     def measuring(self):
         """The options the measuring loop runs with: with ``boundary="circular"`` the integer
         peak is refined on the circular cross-correlation (the upsampled DFT of
-        :func:`~xcorr_app.registration._fft_register.refine_upsampled`, to ``1 / upsample``
-        px) instead of by a fit to the linear-overlap surface, which wrap-around content biases
-        (the strips that wrapped do not match, and the fit leans away from them: 0.14 px RMS
-        on the circular stacks of ``xcorr bench accuracy`` against 0.02)."""
+        :func:`~xcorr_app.registration._fft_register.refine_upsampled`) instead of by a fit to
+        the linear-overlap surface, which wrap-around content biases (the strips that wrapped
+        do not match, and the fit leans away from them)."""
         if self.boundary == "circular" and self.normalization != "phase":
             return dataclasses.replace(self, subpixel="upsample")
         return self
@@ -168,6 +259,89 @@ class AlignOptions:
         pre = prefilter_for(self.prefilter, self.normalization, self.features)
         win = make_window(self.window, frame_shape, xp)
         return lambda frames: prepare(frames, xp, pre, win)
+
+    def settings(self) -> dict:
+        """The options as plain JSON values (``AlignResult.settings["options"]``)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = "array" if hasattr(v, "shape") else list(v) if isinstance(v, tuple) else \
+                v if v is None or isinstance(v, (str, bool, int, float)) else str(v)
+        return out
+
+    def arguments(self) -> dict:
+        """The options as keyword arguments of :func:`xcorr_app.align` (no copies)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_arguments(cls, reference=None, **options):
+        """The options of a call such as ``align(stack, reference, **options)``: an unknown
+        keyword is an :class:`InputError` that names the nearest option."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in options:
+            if key not in names:
+                near = difflib.get_close_matches(key, sorted(names), 1)
+                hint = f"; did you mean {near[0]}?" if near else ""
+                raise InputError(f"unknown option {key!r}{hint}")
+        if reference is not None:
+            options["reference"] = reference
+        return cls(**options)
+
+
+def options_signature(fn, leading, trailing=()):
+    """``fn``'s signature with :class:`AlignOptions`' fields as keyword parameters with their
+    defaults (``help(xcorr_app.align)`` shows them; the defaults stay stated once)."""
+    params = list(inspect.signature(fn).parameters.values())
+    head = [p for p in params if p.name in leading]
+    tail = [p for p in params if p.name in trailing]
+    fields = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+              for f in dataclasses.fields(AlignOptions) if f.name not in leading]
+    return inspect.Signature(head + fields + tail)
+
+
+def _no_bool(value, name):
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be a number, got {value!r}")
+    return value
+
+
+def _whole(name, value, least, most=None):
+    """``value`` as an int in ``least..most``, else an :class:`InputError` naming ``name``."""
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if not ok or value < least or (most is not None and value > most):
+        span = f">= {least}" if most is None else f"from {least} to {most}"
+        raise InputError(f"{name} must be a whole number {span}, got {value!r}")
+    return int(value)
+
+
+def _choice(name, value, choices):
+    if value not in choices:
+        raise InputError(f"unknown {name} {value!r}; use one of {', '.join(choices)}")
+
+
+def _check_reference(reference):
+    """The reference's kind, checked before anything is read (its image: when read)."""
+    if isinstance(reference, (bool, np.bool_)) or reference is None:
+        raise InputError(f"reference must be one of {CHOICES}; got {reference!r}")
+    if isinstance(reference, (str, Path)) and not str(reference).strip():
+        raise InputError(f"reference is empty; use one of {CHOICES}")
+    refined_passes(reference)  # a bad refined:ITER
+    mean_count(reference, 1)  # a bad mean:N
+    if hasattr(reference, "shape") and hasattr(reference, "dtype"):
+        check_pixel_type(reference.dtype, "the reference")
+
+
+def _gpu_spec(gpus):
+    """``gpus`` as given, its form checked here (which GPUs exist: when the run starts)."""
+    if isinstance(gpus, str):
+        text = gpus.strip()
+        if text == "all" or (text and all(t.strip().isdigit() for t in text.split(","))):
+            return text
+    elif isinstance(gpus, (list, tuple)) and gpus and all(
+            isinstance(g, numbers.Integral) and not isinstance(g, bool) and g >= 0
+            for g in gpus):
+        return tuple(int(g) for g in gpus)
+    raise InputError(f"gpus {gpus!r}: give GPU numbers, e.g. '0,1' or [0, 1], or 'all'")
 
 
 def resolve_auto(opts, src):

@@ -8,6 +8,7 @@ pass of :func:`xcorr_app.align`, every frame is streamed again, its patches meas
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 
 import numpy as np
@@ -24,18 +25,13 @@ from ._patch_rows import KeptRows, field_from_rows
 from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, integer_parts,
                        patch_left, patch_margin, patch_shifts, refine_shifts, refine_taper,
                        refine_template, template_patches)
-from ._pipeline import prepared_reference
+from ._pipeline import frames_per_chunk, prepared_reference
 from ._prepared import patch_key
 from ._preprocess import prepare
 from ._spline import field_weights
 from ._references import reference_frame
 from ._template import TemplateAccumulator
 from ._warp import shift_frames
-
-#: ``patch_template_passes``: the most templates refined from the corrected frames (as
-#: ``reference="refined:ITER"``); the default :data:`DEFAULT_TEMPLATE_PASSES`
-MAX_TEMPLATE_PASSES = 2
-DEFAULT_TEMPLATE_PASSES = 0
 
 
 class PatchSetup:
@@ -114,27 +110,23 @@ def _template_image(opts, src, xp, chunk, rigid):
     return reference_frame(opts.reference, src, xp, chunk, opts.channel)
 
 
-def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
-                  max_deviation, template_passes=0, *, ranges=None, run=None, out=None,
+def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=None,
                   prepared=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
-    ``template_passes`` (0, 1 or 2): after a patch pass, the frames (those with a rigid
-    shift) warped by their fields are averaged into a new template, accumulated chunk by chunk
-    while that pass streams (:func:`~._motion_field.warped_sum` into a
+    ``opts.patch_template_passes`` (0, 1 or 2): after a patch pass, the frames (those with a
+    rigid shift) warped by their fields are averaged into a new template, accumulated chunk by
+    chunk while that pass streams (:func:`~._motion_field.warped_sum` into a
     :class:`~._template.TemplateAccumulator`: pixels no frame covers keep the previous
     template's), and the patches are measured again against it: the stack is read once per
     patch pass, never once more for the template.
 
-    ``ranges`` ``[(start, stop), ...]`` and ``run``: the frames shared out (several GPUs,
-    :func:`~._gpus.field_on_gpus`): ``run(fn)`` gives ``[fn(k) for every range k]``, each
-    call on its own device (``xp`` there) with its own reader; the template is made on the
-    current device and handed out on the host, and the ranges' template sums are added up in
-    frame order.  The pieces, also for Dask: :func:`patch_grid` and the template
-    (:func:`aligned_sums`, :class:`PatchSetup`, :func:`next_image`) are global,
-    :func:`measure_range` measures any range of frames on its own, :func:`field_from_rows`
-    joins the rows.
+    ``executor``: an executor whose ranges run apart (several GPUs, Dask:
+    :mod:`._executors`): every pass is :func:`field_part` mapped over its ranges, each with
+    its own reader on its own device; the grid and the template are made here, on ``xp``,
+    handed out on the host, and the ranges' template sums are added up in frame order.
+    Without one the pass runs here, on ``stack_or_path`` (the stack kept on the GPU, say).
 
     ``out`` (one device only): the aligned frames (as :meth:`AlignResult.apply` with its
     defaults gives them) of the last pass, each chunk warped by its field while it is on the
@@ -142,33 +134,27 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
     :class:`~._prepared.PreparedFrames`): the rigid pass's prepared chunks, taken where they
     were prepared as the patch pass prepares."""
     check_patch_reference(opts)
-    passes = check_template_passes(template_passes)
+    passes = opts.patch_template_passes
     rigid = np.asarray(rigid, np.float64)
+    shared = executor is not None
     with open_source(stack_or_path, opts.channel) as src:
-        grid = patch_grid(src.frame_shape, rigid, patches, patch_overlap, max_deviation)
+        grid = patch_grid(src.frame_shape, rigid, opts.patches, opts.patch_overlap,
+                          opts.max_deviation)
         setup = PatchSetup.make(opts, src, xp, chunk, grid,
                                 _template_image(opts, src, xp, chunk, rigid))
-        shared = ranges is not None
-        if not shared:
-            ranges, run = [(0, src.n_frames)], lambda fn: [fn(0)]
-        # a memory-mapped file is shared (reads are copies out of one map); others are opened
-        # again, one reader per range
-        reuse = not shared or getattr(src, "concurrent_reads", False)
         for k in range(passes + 1):
-            if k == passes:  # (the last pass's template: the result's picture)
+            last = k == passes
+            if last:  # (the last pass's template: the result's picture)
                 setup.queue_host_copy()
-            on = setup.on_host() if shared else setup  # (no device's arrays on another)
-
-            def part(j, on=on, last=k == passes):
-                own = contextlib.nullcontext(src) if reuse \
-                    else open_source(stack_or_path, opts.channel)
-                with own as frames:
-                    return _measure_part(opts, frames, xp, chunk, on, rigid, ranges[j],
-                                         not last, shared, out if last else None,
-                                         None if shared else prepared)
-
-            parts = run(part)
-            if k == passes:
+            part = functools.partial(
+                field_part, opts=opts, chunk=executor.fixed_chunk if shared else chunk,
+                budget=executor.budget_per_range if shared else None,
+                setup=setup.on_host() if shared else setup, rigid=rigid, accumulate=not last,
+                host=shared, out=None if shared or not last else out,
+                prepared=None if shared else prepared)
+            parts = executor.map(part, None) if shared \
+                else [part(src, xp, 0, src.n_frames, None)]
+            if last:
                 break
             image = next_image(xp, src.frame_shape, [s for _, _, s in parts], setup.image)
             setup = PatchSetup.make(opts, src, xp, chunk, grid, image)
@@ -179,6 +165,16 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, patches, patch_overlap,
         lows = [low for _, low, _ in parts]
         low = None if any(a is None for a in lows) else np.concatenate(lows)
     return field_from_rows(rows, setup, low)
+
+
+def field_part(src, xp, start, stop, progress, *, opts, chunk, budget, setup, rigid,
+               accumulate, host, out=None, prepared=None):
+    """Rows of frames ``start:stop`` of a patch pass on ``xp``'s device (an executor's unit of
+    work; ``chunk`` None: this device's own, checked against ``budget``)."""
+    if chunk is None:
+        chunk = frames_per_chunk(opts, src, xp, budget)
+    return _measure_part(opts, src, xp, chunk, setup, rigid, (start, stop), accumulate, host,
+                         out, prepared)
 
 
 def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
@@ -404,11 +400,7 @@ def _measured_on_host(opts, xp, grid, d, scores, refined, rigid):
     return d, rows
 
 
-def check_template_passes(template_passes) -> int:
-    """``patch_template_passes`` as an int in 0..:data:`MAX_TEMPLATE_PASSES`, else InputError."""
-    v = template_passes
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) \
-            or not 0 <= int(v) <= MAX_TEMPLATE_PASSES:
-        raise InputError(f"patch_template_passes must be an integer from 0 to "
-                         f"{MAX_TEMPLATE_PASSES}, got {template_passes!r}")
-    return int(v)
+def check_grid(opts, frame_shape):
+    """A grid of ``opts.patches`` that cannot fit frames of ``frame_shape``: an
+    :class:`InputError` before any pass."""
+    patch_grid(frame_shape, [[0.0, 0.0]], opts.patches, opts.patch_overlap, opts.max_deviation)

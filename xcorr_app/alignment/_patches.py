@@ -81,6 +81,10 @@ REFINE_PASSES = 3
 REFINE_FLAT = 64
 
 
+#: ``patch_template_passes``: the most templates refined from the corrected frames (as
+#: ``reference="refined:ITER"``)
+MAX_TEMPLATE_PASSES = 2
+
 def parse_patches(patches):
     """``(gy, gx)`` from an int, a pair or ``"GYxGX"`` (positive integers), else InputError.
 
@@ -121,6 +125,16 @@ def check_deviation(max_deviation):
     if int(max_deviation) < 0:
         raise InputError(f"max_deviation must be >= 0, got {max_deviation!r}")
     return int(max_deviation)
+
+
+def check_template_passes(template_passes) -> int:
+    """``patch_template_passes`` as an int in 0..:data:`MAX_TEMPLATE_PASSES`, else InputError."""
+    v = template_passes
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) \
+            or not 0 <= int(v) <= MAX_TEMPLATE_PASSES:
+        raise InputError(f"patch_template_passes must be an integer from 0 to "
+                         f"{MAX_TEMPLATE_PASSES}, got {template_passes!r}")
+    return int(v)
 
 
 @dataclasses.dataclass(frozen=True)

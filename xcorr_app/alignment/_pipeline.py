@@ -34,14 +34,14 @@ from ..correlate._plans import Plan
 from ..correlate._shifts import shift_origin
 from ..errors import InputError
 from ..io import FrameRange
-from ..registration._fft_register import (fft_shifts, periodic_spectrum, phase_surface,
-                                          refine_upsampled)
+from ..registration._fft_register import fft_shifts, periodic_spectrum, phase_surface
+from ..registration._upsampled import refine_upsampled
 from ..registration._bands import Bands, band_plan, banded_surface
 from ..registration._surfaces import GpuSurfaces
 from ..registration._normalize import zncc, zncc_left
 from ..registration._peaks import find_shifts, on_border, refined_shifts
 from ..registration._surfaces import surface_peaks
-from ..streaming import (DeviceChunks, HostCopy, cpu_threads, frame_slices, keep_freed_memory,
+from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices, keep_freed_memory,
                          one_blas_thread, plan_memory)
 from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,
                        fft_reference, search_range)
@@ -58,7 +58,7 @@ class Measurer:
     correlate at once band by band (:func:`~xcorr_app.registration._bands.banded_surface`)."""
 
     def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None,
-                 tune=False):
+                 tune=False, boundary="linear"):
         check_choices(normalization, subpixel)
         self.xp, self.dev = xp, "cpu" if xp is np else "gpu"
         self.bound = search_range(frame_shape, max_shift)
@@ -69,6 +69,7 @@ class Measurer:
         self._surfaces = None  # GPU: the run's GpuSurfaces
         self._kept = {}  # CPU: what a 2-D reference gives every frame (see _of_reference)
         self._lock = threading.Lock()
+        self.circular = boundary == "circular"  # the upsampled refinement's images (below)
 
     def _of_reference(self, what, ref, make):
         """``make()``, computed once per reference array and kept: on the CPU the padded FFT of
@@ -95,11 +96,13 @@ class Measurer:
                                           self.bound, "cpu")
         return self.plan
 
-    def __call__(self, ref, mov, ref_fft=None):
+    def __call__(self, ref, mov, ref_fft=None, raw=None):
         """Shifts, peaks, confidences of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
         frame), and whether each integer peak lies on the border of the searched window
         (:func:`~xcorr_app.registration._peaks.on_border`: the drift may exceed the window);
-        ``ref_fft`` (``fft2(ref)``) is needed for phase normalization."""
+        ``ref_fft`` (``fft2(ref)``) is needed for phase normalization.  ``raw``: ``(ref, mov)``
+        only mean-subtracted, which the circular refinement correlates (a prefilter or window
+        breaks the wrap-around)."""
         xp = self.xp
         gpu = self.dev == "gpu"
         if self.normalization == "phase":
@@ -151,8 +154,11 @@ class Measurer:
         else:
             shifts, peak, conf, iy, ix = find_shifts(corr, origin, method, return_index=True)
         border = on_border(iy, ix, origin, self.bound)
-        if upsampled:
-            shifts = refine_upsampled(ref, mov, shifts, self.upsample)
+        if upsampled:  # (registration/_upsampled.py: which images, which correlation)
+            r, m = raw if self.circular and raw is not None else (ref, mov)
+            shifts = refine_upsampled(r, m, shifts, self.upsample,
+                                      "phase" if self.normalization == "phase" else None,
+                                      "circular" if self.circular else "linear")
         return shifts, peak, conf, border
 
     @staticmethod
@@ -173,7 +179,21 @@ class Measurer:
     def of(cls, opts, xp, frame_shape, plan=None):
         """The measurer of a run's :class:`~xcorr_app.alignment._options.AlignOptions`."""
         return cls(xp, frame_shape, opts.max_shift, opts.normalization, opts.subpixel,
-                   opts.upsample, plan, opts.tune)
+                   opts.upsample_factor, plan, opts.tune, opts.boundary)
+
+
+def frames_per_chunk(run, src, xp, budget):
+    """Frames per chunk of a range measured apart (another GPU, a Dask worker): one frame of
+    ``src`` checked against ``budget`` and the device's free memory; frames whose correlation
+    needs bands of rows are measured in one process only."""
+    chunk, bands = Measurer.memory_plan(run, src, xp, run.chunk_frames or DEFAULT_CHUNK,
+                                        budget)
+    if bands is not None:
+        h, w = src.frame_shape
+        raise InputError(f"frames of {h}x{w} need a search in bands of rows (their whole-frame "
+                         "correlation does not fit the memory of a worker), which runs shared "
+                         "out do not do; run on one device, or give the workers more memory")
+    return chunk
 
 
 def prepared_reference(opts, src, xp, chunk_frames, image=None):
@@ -345,9 +365,9 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
         the run's reference)."""
         with quiet_if_nonfinite(xp, p.finite):
             if opts.previous:
-                s, pk, cf, border = measure(refs, p.frames)
+                s, pk, cf, border = measure(refs, p.frames, raw=(refs_raw, p.raw))
             else:
-                s, pk, cf, border = measure(ref, p.frames, ref_fft)
+                s, pk, cf, border = measure(ref, p.frames, ref_fft, raw=(ref_raw, p.raw))
             if opts.verify:
                 fr = refs_raw if opts.previous else reference_spectrum()
                 fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,

@@ -3,7 +3,7 @@
 
 A single frame is a noisy reference: every frame's shift inherits its noise, mostly as one
 offset shared by all frames (at 25 photons per pixel most of the error of the first-frame
-reference).  As NoRMCorre and suite2p do, :func:`passes_table` aligns the stack against the
+reference).  As NoRMCorre and suite2p do, :func:`~._run.measure_passes` aligns the stack against the
 first frame, averages the frames measured with a distinct peak, shifted by their measured
 subpixel shifts, into a template, and measures every frame again against that template (``ITER`` template passes,
 1 or 2, so 2 or 3 measuring passes in all):
@@ -39,23 +39,19 @@ a shift wrapped around match the reference's opposite edge only if the content i
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 
 import numpy as np
 
 from .. import backend
 from ..registration._peak_math import wrapped_correlations
-from ._lk_decision import noisy_stack, noisy_stack_later, noisy_stack_on_gpu
-from ._pipeline import measure_frames, prepared_reference
+from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
-from ._references import reference_frame
 from ._result import COLUMN
 from ._warp import add_shifted
 
-__all__ = ["TemplateAccumulator", "kept_rows", "passes_table", "periodic_frames",
-           "relative_to_first", "decide_lucas_kanade", "decision_later",
-           "lucas_kanade_choice"]
+__all__ = ["TemplateAccumulator", "TemplateSums", "LucasKanadeFit", "template_of", "kept_rows",
+           "periodic_frames", "relative_to_first", "decide_lucas_kanade", "lucas_kanade_choice"]
 
 #: ``boundary="auto"``: frames tested for wrap-around, the least shift (px, on either axis)
 #: a tested frame needs, and the ratio of the wrapped strip's correlation to the overlap's
@@ -125,14 +121,52 @@ class TemplateAccumulator:
         return self.total, self.coverage
 
     def template(self, fallback):
-        """The template (float32, frame 0's coordinates): the weighted mean of the kept
-        frames, and ``fallback`` (the first frame) where less than half a frame covers."""
-        xp = self.xp
-        if self._done is not None:  # GPU: the last chunk's sums (on another stream) first
-            self._done.synchronize()
-        covered = self.coverage >= 0.5
-        mean = self.total / xp.where(covered, self.coverage, 1.0)
-        return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
+        """The template of the sums so far (:func:`template_of`)."""
+        return template_of(self.xp, *self.sums(), fallback)
+
+
+def template_of(xp, total, coverage, fallback):
+    """The template (float32, frame 0's coordinates) of a template pass's sums: the weighted
+    mean of the kept frames, and ``fallback`` (the first frame) where less than half a frame
+    covers."""
+    covered = coverage >= 0.5
+    mean = total / xp.where(covered, coverage, 1.0)
+    return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
+
+
+class TemplateSums:
+    """The hook of a template pass, as a measuring range makes it on its device: each range
+    sums its kept frames (:class:`TemplateAccumulator`); the pipeline adds the ranges' sums
+    up in frame order.  Plain values, so it travels to other processes."""
+
+    def __init__(self, min_confidence=None):
+        self.min_confidence = min_confidence
+
+    def make(self, xp, frame_shape, start):
+        return TemplateAccumulator(xp, frame_shape, self.min_confidence)
+
+    @staticmethod
+    def result(hook):
+        return hook.sums()
+
+
+class LucasKanadeFit:
+    """The hook of the last pass with ``lucas_kanade`` on: every range refines its frames'
+    shifts against the template (:class:`~._refine_lk.LucasKanade`) from the last template
+    pass's sums ``total``, ``coverage``, its ``template`` and ``built`` (N, 2): each frame's
+    shift in that pass, NaN for frames left out of it."""
+
+    def __init__(self, total, coverage, template, built):
+        self.total, self.coverage, self.template = total, coverage, template
+        self.built = np.asarray(built, np.float64)
+
+    def make(self, xp, frame_shape, start):
+        return LucasKanade(xp, xp.asarray(self.total), xp.asarray(self.coverage),
+                           xp.asarray(self.template), self.built[start:])
+
+    @staticmethod
+    def result(hook):
+        return None
 
 
 def kept_rows(block, xp, min_confidence=None):
@@ -250,126 +284,3 @@ def lucas_kanade_choice(opts, noisy, precision):
     return opts, (f"lucas_kanade auto: on (noisy frames: their noise allows about "
                   f"{precision:.2f} px); refined template, then a Lucas-Kanade fit of every "
                   "frame against it, leaving the frame out and smoothed")
-
-
-def decision_later(opts, src, xp):
-    """A future of ``(noisy, precision)`` for ``lucas_kanade="auto"``, judged while the first
-    pass measures (on the GPU queued on the device before it,
-    :func:`~xcorr_app.alignment._lk_decision.noisy_stack_on_gpu`; on the CPU by a thread,
-    :func:`~xcorr_app.alignment._lk_decision.noisy_stack_later`), or ``None`` where it is
-    decided first (:func:`decide_lucas_kanade`): not auto, auto where it cannot run (off at
-    once), a CPU run's source that two threads cannot read at once.  The first pass's
-    reference is the first frame either way (``lk_possible``: ``first`` or ``refined``)."""
-    if opts.lucas_kanade != "auto" or not opts.lk_possible:
-        return None
-    return noisy_stack_later(src) if xp is np else noisy_stack_on_gpu(src)
-
-
-def passes_table(opts, src, xp, chunk_frames, *, plan=None, progress=None, overlap=False,
-                 prepared=None):
-    """The result table of a run with a single reference and more than one possible pass:
-    ``reference="refined[:ITER]"`` (rows in frame 0's convention), ``boundary="auto"`` or
-    ``lucas_kanade`` on or auto; with the plan, the options the last pass measured with
-    (``boundary`` and ``lucas_kanade`` decided) and notes.
-
-    ``boundary="auto"`` is decided after the first pass (:func:`periodic_frames`): periodic
-    frames are measured once more with the circular refinement
-    (:meth:`~xcorr_app.alignment._options.AlignOptions.measuring`) against the run's
-    reference (with ``refined``: the first frame, without a template: its bilinear warp loses
-    the wrapped edges); other stacks go on with the template passes, if any, and cost nothing
-    more than the few frames the test reads.  With ``lucas_kanade`` on (at least one template
-    pass) the last pass refines every shift against the last template
-    (:class:`~xcorr_app.alignment._refine_lk.LucasKanade`; not for periodic stacks).
-    ``progress`` sees every frame once, spread over the passes.
-
-    With ``overlap`` ``lucas_kanade="auto"`` is decided while the first pass measures
-    (:func:`decision_later`): that pass accumulates a template in case the decision is on
-    (with ``first``; ``refined`` accumulates one anyway), dropped when it is off, and the
-    progress is planned as for off until the decision is known; the results are those of
-    deciding first.  Off by default: a GPU run judges on the device before its first pass
-    (:func:`~xcorr_app.alignment._lk_decision.noisy_stack_on_gpu`: 7-8 ms with the reads of
-    its 8 frames, H100 2026-11-23; the CPU took 0.30 s on one thread), and the overlap's
-    template in case cost more (``warp_sum``, 11 ms of GPU time in a 4096-frame run, and its
-    host work); on the CPU the judgement's time is the run's either way.
-
-    ``prepared``: the chunks' prepared frames kept between the passes (GPU,
-    :class:`~._prepared.PreparedFrames`; see :func:`~._pipeline.measure_frames`).
-    """
-    later = decision_later(opts, src, xp) if overlap else None
-    try:
-        return _passes(opts, src, xp, chunk_frames, plan, progress, later, prepared)
-    finally:
-        if isinstance(later, concurrent.futures.Future):  # a thread reading src: done
-            concurrent.futures.wait([later])  # before the caller closes it
-
-
-def _passes(opts, src, xp, chunk_frames, plan, progress, later, prepared=None):
-    """:func:`passes_table`, ``lucas_kanade`` auto being decided by the future ``later``
-    (``None``: decided first)."""
-    lk_note = None
-    if later is None:
-        opts, lk_note = decide_lucas_kanade(opts, src, xp)
-    lk = opts.lucas_kanade == "on"
-    passes = max(opts.refined or 0, 1 if lk else 0)  # auto still pending: as for off
-    # the frames of the template pass that auto turned on would add, if any
-    maybe = src.n_frames if later is not None and not passes else 0
-    image = reference_frame("first" if passes else opts.reference, src, xp, chunk_frames,
-                            opts.channel)
-    boundary = opts.boundary if opts.normalization != "phase" else "linear"
-    notes = []
-    n = src.n_frames
-    count = {"planned": (passes + 1) * n, "measured": 0, "reported": 0}
-
-    def report(k):  # frames over all passes -> frames of the stack
-        nonlocal maybe
-        if maybe and later.done() and later.exception() is None and later.result()[0]:
-            count["planned"] += maybe  # auto turned on: its template pass, planned once known
-            maybe = 0
-        count["measured"] += k
-        step = min(count["measured"] * n // count["planned"], n) - count["reported"]
-        if step > 0 and progress is not None:
-            progress(step)
-        count["reported"] += max(step, 0)
-
-    k = 0
-    fit = None  # the Lucas-Kanade hook of the last pass
-    while True:
-        run = dataclasses.replace(opts, boundary="circular" if boundary == "circular"
-                                  else "linear").measuring()
-        ref = prepared_reference(run, src, xp, chunk_frames, image=image)
-        acc = TemplateAccumulator(xp, src.frame_shape, opts.min_confidence) \
-            if k < passes or (k == 0 and maybe) else None
-        table, plan = measure_frames(run, src, xp, chunk_frames, ref, plan=plan,
-                                     progress=report,
-                                     on_chunk=fit if acc is None else acc, prepared=prepared)
-        if later is not None:  # the decision, now (after the first pass): as if taken first
-            opts, lk_note = lucas_kanade_choice(opts, *later.result())
-            lk = opts.lucas_kanade == "on"
-            passes = max(opts.refined or 0, 1 if lk else 0)
-            later = maybe = None  # (on, known only now: this pass reported every frame)
-            # off: the template accumulated in case is dropped (its sums are done: the pass
-            # waited for every chunk's event, recorded after them)
-            acc = acc if passes else None
-        if k == 0 and boundary == "auto":
-            boundary = "circular" if periodic_frames(run, src, xp, table, ref) else "linear"
-            if boundary == "circular":
-                notes.append("boundary auto: circular (the frames wrap around: circular "
-                             "shifts); measured again with the circular refinement")
-                count["planned"] = count["measured"] + n  # one pass more, no template
-                k = passes
-                lk, lk_note = False, None
-                opts = dataclasses.replace(opts, lucas_kanade="off")
-                continue
-        if acc is None:
-            break
-        image = acc.template(image)
-        k += 1
-        if lk and k == passes:
-            built = np.where(kept_rows(table, np, opts.min_confidence)[:, None],
-                             table[:, COLUMN["dy"]:COLUMN["dx"] + 1], np.nan)
-            fit = LucasKanade(xp, acc.total, acc.coverage, image, built)
-    if count["reported"] < n and progress is not None:
-        progress(n - count["reported"])
-    run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
-    notes += [lk_note] if lk_note else []
-    return (relative_to_first(table) if passes else table), plan, run, notes

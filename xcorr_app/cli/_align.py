@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -13,7 +15,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
-from ..alignment._options import BOUNDARIES, LUCAS_KANADE
+from ..alignment._options import BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, AlignOptions
 from ..alignment._result import strict_json
 from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
@@ -22,39 +24,45 @@ from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIO
 
 __all__ = ["align", "note_late_signal"]
 
+#: the defaults of the options of :func:`xcorr_app.align`, from their one home
+DEFAULT = {f.name: f.default for f in dataclasses.fields(AlignOptions)}
+
 #: what to measure (the options of :func:`xcorr_app.align`), in the order of ``--help``
 MEASURE_OPTIONS = (
     click.option("--reference", default=None,
                  help="first | refined | refined:ITER (template of the aligned frames, every "
                       "frame measured again: noisy stacks; ITER 1 or 2 passes) | mean | mean:N "
                       "(of the first N frames) | previous (frame to frame, accumulated) | a "
-                      "frame INDEX | an image FILE.  [default: first]"),
+                      f"frame INDEX | an image FILE.  [default: {DEFAULT['reference']}]"),
     click.option("--max-shift", type=MAX_SHIFT, default=None,
                  help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
                       "kernels or FFT); default: up to half the frame, by FFT."),
-    click.option("--normalization", type=click.Choice(NORMALIZATIONS), default="zncc",
+    click.option("--normalization", type=click.Choice(NORMALIZATIONS),
+                 default=DEFAULT["normalization"],
                  show_default=True,
                  help="zncc: zero-normalized per shift over the overlap; none: mean-subtracted "
                       "sums; phase: phase correlation (FFT)."),
-    click.option("--subpixel", type=click.Choice(SUBPIXEL), default="gaussian", show_default=True,
+    click.option("--subpixel", type=click.Choice(SUBPIXEL), default=DEFAULT["subpixel"],
+                 show_default=True,
                  help="Subpixel refinement: 2-D fit on the 3x3 peak neighbourhood (gaussian, "
                       "parabolic), 3-point fits per axis (...3), or upsampled DFT (upsample)."),
-    click.option("--upsample", type=click.IntRange(min=1), default=20, show_default=True,
-                 help="Upsampling factor for --subpixel upsample (resolution 1/K px)."),
-    click.option("--prefilter", type=PREFILTER, default="auto", show_default=True,
+    click.option("--upsample", type=int, default=DEFAULT["upsample"], metavar="K",
+                 help="Upsampling factor (1-100) of --subpixel upsample and the circular "
+                      f"refinement (resolution 1/K px).  [default: {DEFAULT_UPSAMPLE}]"),
+    click.option("--prefilter", type=PREFILTER, default=DEFAULT["prefilter"], show_default=True,
                  help="Filter frames before correlating; auto: dog:1,4 (band-pass) when the "
                       "brightness changes by more than 10% over the stack (bleaching over a "
                       "background), else gaussian:1."),
-    click.option("--boundary", type=click.Choice(BOUNDARIES), default="auto", show_default=True,
+    click.option("--boundary", type=click.Choice(BOUNDARIES), default=DEFAULT["boundary"],
+                 show_default=True,
                  help="linear: frames are views of a larger scene; circular: frames wrap "
                       "around (circular shifts, periodic test data); auto: detected after the "
                       "first pass (periodic stacks are measured once more)."),
     click.option("--lucas-kanade", "lucas_kanade", type=click.Choice(LUCAS_KANADE),
-                 default="auto", show_default=True,
+                 default=DEFAULT["lucas_kanade"], show_default=True,
                  help="on: refine every frame's shift by a Lucas-Kanade fit against a denoised "
-                      "template of the other frames (low light); auto: on for noisy stacks; "
-                      "not with --gpus or Dask."),
-    click.option("--window", type=WINDOW, default="none", show_default=True,
+                      "template of the other frames (low light); auto: on for noisy stacks."),
+    click.option("--window", type=WINDOW, default=DEFAULT["window"], show_default=True,
                  help="Apodize frames before correlating (suppresses edge effects)."),
     click.option("--features", type=FEATURES, default=None,
                  help="Register on the local energy of this filter bank (im2win or, for 3x3 "
@@ -62,7 +70,7 @@ MEASURE_OPTIONS = (
     click.option("--tune", is_flag=True,
                  help="GPU: measure the likeliest kernels for this problem (at most 2 s, cached) "
                       "instead of the planner's cost model (also XCORR_TUNE=1, xcorr tune)."),
-    click.option("--min-confidence", type=click.FloatRange(min=0), default=None,
+    click.option("--min-confidence", type=float, default=DEFAULT["min_confidence"],
                  help="Flag frames whose peak / second peak is below this."),
     click.option("--interpolate-low", is_flag=True,
                  help="Give flagged frames shifts interpolated from their neighbours."),
@@ -70,12 +78,14 @@ MEASURE_OPTIONS = (
                  help="Piecewise-rigid: after the rigid pass, measure GYxGX overlapping patches "
                       "of every frame within --max-deviation of its rigid shift and warp by the "
                       "smooth motion field (writes motion_field.npz and motion_field.png)."),
-    click.option("--patch-overlap", type=int, default=None, metavar="PX",
+    click.option("--patch-overlap", type=int, default=DEFAULT["patch_overlap"], metavar="PX",
                  help="Overlap of neighbouring patches in pixels [default: a quarter of the "
                       "grid's stride]."),
-    click.option("--max-deviation", type=int, default=4, show_default=True, metavar="PX",
+    click.option("--max-deviation", type=int, default=DEFAULT["max_deviation"], show_default=True,
+                 metavar="PX",
                  help="Largest shift of a patch from its frame's rigid shift (with --patches)."),
-    click.option("--patch-template-passes", type=int, default=0, show_default=True,
+    click.option("--patch-template-passes", type=int, default=DEFAULT["patch_template_passes"],
+                 show_default=True,
                  metavar="N",
                  help="With --patches: N times (0-2), average the frames warped by their "
                       "fields into a new template and measure the patches again against it "
@@ -148,7 +158,7 @@ def _align(o):
         outputs["aligned.tif"] = out_dir / "aligned.tif"
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
-    inputs = [path] + [Path(o.reference)] * _is_file(o.reference)  # --reference FILE
+    inputs = [path] + ([Path(o.reference)] if _is_file(o.reference) else [])  # --reference FILE
     # all outputs appear together when everything succeeded, or none (and no folder it made)
     # with --no-aligned, an aligned.tif of an earlier run would no longer match shifts.csv
     stale = [out_dir / "aligned.tif"] if o.no_aligned else []
@@ -178,7 +188,7 @@ def _align(o):
         write_text(outputs["shifts.csv"], res.csv_text())
         doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
         write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
-        plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {o.reference}")
+        plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {res.settings['reference']}")
         if o.patches is not None:
             from ..io._field_outputs import plot_motion_field, write_motion_field
 
@@ -206,116 +216,79 @@ def note_late_signal(run):
 
 
 def _is_file(name) -> bool:
+    if not isinstance(name, (str, Path)):
+        return False
     try:
         return Path(name).is_file()
     except (OSError, ValueError):
         return False
 
 
+#: the options of :class:`AlignOptions` the command line gives as they are (``verify`` is
+#: ``--no-verify``)
+AS_GIVEN = tuple(f.name for f in dataclasses.fields(AlignOptions) if f.name != "verify")
+
+
 def _check(o):
-    """Check every option before a cluster starts or an output folder is made; resolve the
-    device (``o.dev``); open the input once.  Returns ``(frame_shape, itemsize, n_frames)``."""
-    from ..alignment._device_choice import small_job_note
-    from ..alignment._options import AlignOptions
-    from ..alignment._references import mean_count
+    """Check every option before a cluster starts or an output folder is made (``o.opts``,
+    the run's :class:`AlignOptions`); open the input once.  Returns ``(frame_shape, itemsize,
+    n_frames)``."""
     from ..io._reader import open_stack
 
-    if o.interpolate_low and o.min_confidence is None:
-        raise InputError("--interpolate-low needs --min-confidence to know which frames to "
-                         "replace")
-    spread = o.gpus is not None or o.workers is not None or bool(o.scheduler)  # no "refined"
-    if o.reference is None:
-        from ..alignment._api import DEFAULT_REFERENCE
-
-        o.reference = "first" if spread else DEFAULT_REFERENCE
-    opts = AlignOptions(o.reference, o.max_shift, o.normalization, o.subpixel, o.upsample,
-                        o.prefilter, o.window, not o.no_verify, o.min_confidence,
-                        o.interpolate_low, o.channel, o.features, o.tune, o.boundary)
-    if spread and opts.refined:
-        raise InputError(f"--reference {o.reference} is not available with --gpus or Dask "
-                         "(--workers, --scheduler); use --reference first (or mean)")
-    if spread and o.lucas_kanade == "on":
-        raise InputError("--lucas-kanade on is not available with --gpus or Dask (--workers, "
-                         "--scheduler)")
-    if (o.workers is not None or o.scheduler) and o.boundary == "circular":
-        raise InputError("--boundary circular is not available with Dask (--workers, "
-                         "--scheduler)")
-    mean_count(o.reference, 1)
-    _check_patches(o)
+    try:
+        o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
+                                             verify=not o.no_verify)
+        o.opts.check_executor("dask" if o.workers is not None or o.scheduler else
+                              "gpus" if o.gpus is not None else "process")
+    except InputError as exc:
+        raise InputError(as_flags(str(exc))) from None
+    if o.patches is None and o.resample not in RESAMPLE:
+        raise InputError(f"--resample {o.resample} needs --patches (rigid shifts: "
+                         f"{' or '.join(RESAMPLE)})")
+    if o.patches is not None and o.resample not in FIELD_RESAMPLE:
+        raise InputError(f"--resample {o.resample} is not available with --patches (use "
+                         f"{' or '.join(FIELD_RESAMPLE)})")
+    if o.no_aligned:
+        given = [flag for flag, on in (("--crop", o.crop), ("--fill", o.fill != 0.0),
+                                       ("--resample", o.resample != "bilinear")) if on]
+        if given:
+            raise InputError(f"{', '.join(given)} shape aligned.tif, which --no-aligned does "
+                             "not write: drop one or the other")
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
-    # device auto and a small job: the CPU, without importing CuPy to look at the GPU
-    o.small_note = small_job_note(n, shape) if o.device == "auto" and not spread else None
-    o.dev = "cpu" if o.small_note else note_device(o.device, o.quiet)
+    o.dev = "cpu" if o.device == "cpu" else note_device(o.device, o.quiet)
     planner_notes(o.quiet)
     return shape, itemsize, n
 
 
-def _check_patches(o):
-    """The options of ``--patches`` (the grid itself is checked against the frame by
-    :func:`xcorr_app.align` before the first pass)."""
-    from ..alignment._patch_pass import check_template_passes
-    from ..alignment._patches import check_deviation
-
-    if o.patches is None and o.patch_template_passes:
-        raise InputError("--patch-template-passes needs --patches")
-    if o.patches is None:
-        if o.resample not in RESAMPLE:
-            raise InputError(f"--resample {o.resample} needs --patches (rigid shifts: "
-                             f"{' or '.join(RESAMPLE)})")
-        return
-    try:
-        check_deviation(o.max_deviation)
-    except InputError as exc:
-        raise InputError(f"--{exc}".replace("max_deviation", "max-deviation", 1)) from None
-    try:
-        check_template_passes(o.patch_template_passes)
-    except InputError as exc:
-        raise InputError(f"--{exc}".replace("patch_template_passes", "patch-template-passes",
-                                            1)) from None
-    if o.patch_overlap is not None and o.patch_overlap < 0:
-        raise InputError(f"--patch-overlap must be >= 0, got {o.patch_overlap}")
-    if o.resample not in FIELD_RESAMPLE:
-        raise InputError(f"--resample {o.resample} is not available with --patches (use "
-                         f"{' or '.join(FIELD_RESAMPLE)})")
-    if o.reference == "previous":
-        raise InputError("--patches measures against one reference: --reference previous is "
-                         "not available with it")
+def as_flags(message: str) -> str:
+    """An :class:`AlignOptions` message in the command line's words: option names as flags."""
+    names = sorted((f.name for f in dataclasses.fields(AlignOptions)), key=len, reverse=True)
+    for name in names:
+        if "_" in name:
+            message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
+    first = message.split(" ", 1)[0]
+    if first in names:
+        message = "--" + message
+    return message.replace("----", "--")
 
 
 def _measure(o, client, gpu_ids, n, frame_gb, out=None):
-    """The shifts of every frame: on a Dask cluster, on ``--gpus``, or on ``o.dev``
+    """The shifts of every frame: on a Dask cluster, on ``--gpus``, or in this process
     (``out``: :func:`xcorr_app.align`'s, on one device)."""
-    from ..alignment._api import align as run_align
-
-    options = dict(max_shift=o.max_shift, normalization=o.normalization, subpixel=o.subpixel,
-                   upsample=o.upsample, prefilter=o.prefilter, window=o.window,
-                   verify=not o.no_verify, min_confidence=o.min_confidence,
-                   interpolate_low=o.interpolate_low, channel=o.channel,
-                   chunk_frames=o.chunk_frames, max_memory=o.max_memory, features=o.features,
-                   tune=o.tune)
-    if o.patches is not None:  # (on one device, --gpus or Dask)
-        options.update(patches=o.patches, patch_overlap=o.patch_overlap,
-                       max_deviation=o.max_deviation,
-                       patch_template_passes=o.patch_template_passes)
+    opts = dataclasses.replace(o.opts, gpus=gpu_ids)
     with progress_bar(n, "measuring", o.quiet) as bar:
+        update = _rate_updater(bar, frame_gb)
         if client is not None:
-            from ..distributed._dask import align as dask_align
-            from ..streaming import DEFAULT_CHUNK
+            from ..distributed import align as dask_align
 
-            options["chunk_frames"] = options["chunk_frames"] or DEFAULT_CHUNK
-            return dask_align(o.path, o.reference, device=o.device, client=client,
-                              progress=_rate_updater(bar, frame_gb), **options)
-        # auto may still choose the CPU for a small job (not when GPUs were asked for)
-        auto = o.device == "auto" and o.dev == "gpu" and o.gpus is None and o.workers is None
-        res = run_align(o.path, o.reference, device="auto" if auto else o.dev, gpus=gpu_ids,
-                        progress=_rate_updater(bar, frame_gb), boundary=o.boundary,
-                        lucas_kanade=o.lucas_kanade, out=out, **options)
+            return dask_align(o.path, client=client, progress=update, **opts.arguments())
+        from ..alignment import align as run_align
+
+        res = run_align(o.path, out=out, progress=update, **opts.arguments())
     if gpu_ids is None:
         o.dev = res.settings["device"]
-    if o.small_note:  # (measured with device cpu: the note of device auto's choice)
-        res.notes.append(o.small_note)
     return res
 
 

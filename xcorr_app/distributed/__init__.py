@@ -1,1 +1,7 @@
-"""Work spread over several GPUs of one host (``--gpus``) or a Dask cluster (``--workers``)."""
+"""Work spread over a Dask cluster (``--workers``, ``--scheduler``, :mod:`xcorr_app.dask`)."""
+
+from ._dask import (align, apply_shifts, filter, filter_channels, is_dask_array, iter_blocks,
+                    local_client)
+
+__all__ = ["align", "apply_shifts", "filter", "filter_channels", "is_dask_array", "iter_blocks",
+           "local_client"]

@@ -1,14 +1,13 @@
 """Alignment and filtering on a Dask cluster (``pip install 'xcorr-app[dask]'``).
 
-The single-GPU chunk functions of :mod:`xcorr_app.alignment._pipeline` and
-:mod:`xcorr_app.filters._api` are mapped over ranges of frames, one Dask task each
-(:mod:`xcorr_app.distributed._dask_tasks`: what runs on a worker; this module: the client).
-A TIFF path is never read by the client beyond its header: every task opens the file and reads
-its own frames, so a stack larger than one machine's memory is shared out.  A dask array is used block by block (whole
-frames per block).  The reference is prepared and the correlation plan chosen once, in one
-task, and that task's result is shared by every measuring task; ``reference="mean"`` is summed
-by the tasks and added up in frame order.  Every frame is measured as a single-process run
-measures it, so the shifts are those of :func:`xcorr_app.align` (on the CPU bit for bit).
+:func:`align` runs the one pipeline of :func:`xcorr_app.align`
+(:func:`~xcorr_app.alignment.run_alignment`) with :class:`DaskExecutor`: every range of frames
+(a task) is measured by a worker, which opens its own frames (a TIFF path is never read by the
+client beyond its header and the few frames the pipeline's decisions read; a dask array is used
+block by block) on its own device; the reference, the templates and every decision are made on
+the client, once.  So the shifts are those of one process.  The filters and
+:func:`apply_shifts` map their single-device functions over blocks of frames
+(:mod:`xcorr_app.distributed._dask_tasks`: what runs on a worker).
 
 On a worker with GPUs a task runs on the GPU numbered by the worker's name modulo the GPU
 count (one worker per GPU in :func:`local_client`); dask-cuda's workers each see one GPU.
@@ -36,20 +35,14 @@ from pathlib import Path
 import numpy as np
 
 from .. import backend
+from ..alignment import AlignOptions, Executor, options_signature, run_alignment
 from ..errors import InputError, XcorrError
-from ..streaming import chunk_bounds
-from ._dask_tasks import (WORKER_GPU_ENV, aligned_sum_task, channels_block, channels_task,
-                          filter_task, frame_sum, mean_of_sums, measure_task, patch_setup_task,
-                          patch_task, read_frame, reference_task, shift_task)
+from ..streaming import DEFAULT_CHUNK, chunk_bounds
+from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, filter_task, plan_task,
+                          range_task, shift_task)
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path
 TASK_FRAMES = 128
-#: ``reference="refined"`` on a cluster: its template passes run on one device only
-REFINED_NOTE = ("reference refined on Dask: the rigid shifts are measured in one pass against "
-                "the first frame (the template passes of xcorr_app.align run on one device "
-                "only)")
-
-
 def _require_dask():
     try:
         importlib.import_module("dask.array")
@@ -135,38 +128,6 @@ class _Input:
         before = self.array[start - 1] if with_before and start > 0 else None
         return (self._blocks[k], before, self.n)
 
-    def frame(self, i):
-        """Frame ``i`` as a delayed value (for a reference)."""
-        from dask import delayed
-
-        if self.array is not None:
-            return self.array[i]
-        return delayed(read_frame)(self._path, i)
-
-def _reference_image(opts, inp):
-    """The reference image as a delayed value, or ``None`` where the reference task reads it
-    itself (a path input and a frame index, or an image file)."""
-    from dask import delayed
-
-    from ..alignment._references import mean_count, reference_index
-
-    if opts.previous:
-        return None
-    ref = opts.reference
-    count = mean_count(ref, inp.n)
-    if count is not None:
-        parts = [delayed(frame_sum)(inp.source(k), a, min(b, count))
-                 for k, (a, b) in enumerate(inp.ranges) if a < count]
-        return delayed(mean_of_sums)(parts, count)
-    if inp.array is None:
-        return None
-    idx = 0 if isinstance(ref, str) and ref == "first" else reference_index(ref)
-    if idx is not None:
-        if not -inp.n <= idx < inp.n:
-            raise InputError(f"reference index {idx} is out of range for {inp.n} frames")
-        return inp.frame(idx % inp.n)
-    return None  # a file or an array: read as the single-process run reads it
-
 
 def _compute(tasks, client, scheduler, sizes=None, progress=None):
     """The tasks' results; with a client, ``progress(size)`` as each task finishes."""
@@ -188,26 +149,89 @@ def _compute(tasks, client, scheduler, sizes=None, progress=None):
     return client.gather(futures)
 
 
-def align(stack_or_path, reference="first", *, max_shift=None, normalization="zncc",
-          subpixel="gaussian", upsample=20, prefilter="auto", window="none", verify=True,
-          min_confidence=None, interpolate_low=False, channel=None, chunk_frames=64,
-          max_memory=None, device="auto", task_frames=None, client=None, scheduler=None,
-          progress=None, features=None, tune=False, patches=None, patch_overlap=None,
-          max_deviation=4, patch_template_passes=0):
-    """:func:`xcorr_app.align` on a Dask cluster.
+class DaskExecutor(Executor):
+    """The ranges of a run as Dask tasks (:func:`~xcorr_app.distributed._dask_tasks.range_task`:
+    each opens its own frames and runs on its worker's device); the pipeline's own steps run on
+    the client, with NumPy."""
+
+    name = "dask"
+    remote = True
+
+    def __init__(self, client=None, scheduler=None, task_frames=None):
+        super().__init__()
+        self.client, self.scheduler, self.task_frames = client, scheduler, task_frames
+
+    @contextlib.contextmanager
+    def open(self, stack_or_path, opts):
+        from ..io import ArraySource, open_source
+
+        self.stack, self.opts = stack_or_path, opts
+        if opts.channel is not None and not isinstance(stack_or_path, (str, Path)):
+            raise InputError(f"channel {opts.channel} picks a channel of a multi-channel file; "
+                             "an array is one channel: pass stack[:, channel]")
+        self.inp = _Input(stack_or_path, opts.channel, self.task_frames)
+        src = open_source(stack_or_path, opts.channel) if self.inp.array is None \
+            else ArraySource(self.inp.array)
+        with src:  # (the client reads a few frames: the reference, the auto decisions)
+            self.src = src
+            yield src
+
+    def check_out(self, out, shape):
+        if out is not None:
+            raise InputError("out is filled by runs in one process; on Dask, write the aligned "
+                             "stack with xcorr_app.dask.apply_shifts")
+
+    def start(self, opts, src, out):
+        from dask import delayed
+
+        self.device = opts.device
+        self.chunk = opts.chunk_frames or DEFAULT_CHUNK
+        self.budget_per_range = opts.max_memory
+        if opts.device != "cpu":  # one plan for every worker, chosen on one of them
+            self.plan = self._compute([delayed(plan_task)(opts, src.frame_shape,
+                                                          min(self.chunk, src.n_frames),
+                                                          opts.device)])[0]
+
+    def map(self, fn, progress, before=False, upto=None):
+        from dask import delayed
+
+        ks = [k for k, (a, _) in enumerate(self.inp.ranges) if upto is None or a < upto]
+        shared = delayed(fn, pure=True)  # one node of the graph, sent once to each worker
+        tasks = [delayed(range_task)(shared, self.inp.source(k, with_before=before),
+                                     *self.inp.ranges[k], self.opts.device) for k in ks]
+        return self._compute(tasks, [b - a for a, b in (self.inp.ranges[k] for k in ks)],
+                             progress)
+
+    def _compute(self, tasks, sizes=None, progress=None):
+        return _compute(tasks, self.client, self.scheduler, sizes, progress)
+
+    def settings(self) -> dict:
+        ranges = self.inp.ranges
+        return {**super().settings(), "dask": {"tasks": len(ranges),
+                                               "task_frames": [b - a for a, b in ranges]}}
+
+    def field(self, opts, rigid, out):
+        from ..alignment._patch_pass import measure_field
+
+        return measure_field(opts, self.stack, rigid, np, self.chunk, executor=self)
+
+
+def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_frames=None,
+          progress=None, **options):
+    """:func:`xcorr_app.align` on a Dask cluster: the same options, the same pipeline, the
+    same shifts (on the CPU bit for bit where no template sums are added up over tasks; else
+    within float64 rounding).
 
     Parameters
     ----------
     stack_or_path : dask array, ndarray, str or Path
         A (N, H, W) dask array (its blocks along the first axis become tasks; NumPy blocks), an
         in-memory stack, or a TIFF file / folder read by the workers themselves.
-    reference, max_shift, normalization, subpixel, upsample, prefilter, window, verify, \
-min_confidence, interpolate_low, channel, features
-        As :func:`xcorr_app.align`.
-    chunk_frames, max_memory
-        Per task, as :func:`xcorr_app.align` (``max_memory`` applies to each worker).
-    device : {"auto", "gpu", "cpu"}
-        Resolved on each worker: ``auto`` uses the worker's GPU where it has one.
+    reference, **options
+        As :func:`xcorr_app.align` (:class:`~xcorr_app.alignment.AlignOptions`);
+        ``chunk_frames`` and ``max_memory`` apply to each task, and ``device`` is resolved on
+        each worker (``auto``: the worker's GPU where it has one).  ``out`` and ``gpus`` are
+        not available (``apply_shifts`` writes the aligned stack).
     task_frames : int, optional
         Frames per task (default: 128 for a path, the array's own blocks otherwise).
     client : distributed.Client, optional
@@ -217,13 +241,7 @@ min_confidence, interpolate_low, channel, features
         A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
         client.
     progress : callable(int), optional
-        With a client: called with the number of frames of each task as it finishes (the
-        rigid pass).
-    patches, patch_overlap, max_deviation, patch_template_passes
-        As :func:`xcorr_app.align`: after the rigid pass, the patch pass (:func:`_patch_field`):
-        the same motion field as one process (on the CPU bit for bit where every task starts at
-        a multiple of the chunk's frames, as with a path's tasks of :data:`TASK_FRAMES`: the
-        template sums are added chunk by chunk in frame order; else within rounding).
+        With a client: called with the number of frames of each task as it finishes.
 
     Returns
     -------
@@ -231,98 +249,13 @@ min_confidence, interpolate_low, channel, features
         With ``settings["dask"]`` set; ``apply`` of it reads the input again.
     """
     _require_dask()
-    from dask import delayed
-
-    from ..alignment._options import AlignOptions, auto_notes, check_frame_shape, search_range
-    from ..alignment._result import result_from_table
-    from ..streaming import parse_memory
-
-    opts = AlignOptions(reference, max_shift, normalization, subpixel, upsample, prefilter,
-                        window, verify, min_confidence, interpolate_low, channel, features, tune)
-    budget = None if max_memory is None else parse_memory(max_memory)
-    if chunk_frames < 1:
-        raise InputError(f"chunk_frames must be >= 1, got {chunk_frames}")
-    inp = _Input(stack_or_path, channel, task_frames)
-    check_frame_shape(inp.frame_shape)
-    if patches is not None:  # the options and a grid that cannot fit fail before any pass
-        from ..alignment._patch_pass import check_patch_reference, check_template_passes, \
-            patch_grid
-
-        check_patch_reference(opts)
-        check_template_passes(patch_template_passes)
-        patch_grid(inp.frame_shape, [[0.0, 0.0]], patches, patch_overlap, max_deviation)
-    opts, why = _resolve_auto(opts, stack_or_path, inp, channel)
-    image = _reference_image(opts, inp)
-    ref = delayed(reference_task)(opts, inp.source(0), image, device, chunk_frames, budget)
-    tasks = [delayed(measure_task)(opts, inp.source(k, with_before=opts.previous), a, b, ref,
-                                    device, chunk_frames, budget)
-             for k, (a, b) in enumerate(inp.ranges)]
-    parts = _compute(tasks, client, scheduler, [b - a for a, b in inp.ranges], progress)
-    table = np.concatenate([t for t, _ in parts])
-    settings = {"search_range": list(search_range(inp.frame_shape, opts.max_shift)),
-                "device": device, "chunk_frames": chunk_frames, "max_memory": budget,
-                "notes": inp.notes, "dask": {"tasks": len(tasks),
-                                             "task_frames": [b - a for a, b in inp.ranges]}}
-    settings["prefilter_auto"] = why
-    res = result_from_table(opts, table, inp.sources, settings, parts[0][1] or None,
-                            stack_or_path)
-    res.notes[:0] = auto_notes(opts, why)
-    if opts.refined:  # (said, not silent: the result is not the one-device run's)
-        res.notes.append(REFINED_NOTE)
-    if patches is not None:
-        res.set_field(_patch_field(opts, inp, res.shifts, (patches, patch_overlap, max_deviation),
-                                   int(patch_template_passes), (device, chunk_frames, budget),
-                                   client, scheduler))
-        res.settings["patches"]["template_passes"] = int(patch_template_passes)
-    return res
+    opts = AlignOptions.from_arguments(reference, **options)
+    return run_alignment(opts, stack_or_path, DaskExecutor(client, scheduler, task_frames),
+                         progress=progress)
 
 
-def _patch_field(opts, inp, rigid, grid_args, passes, run, client, scheduler):
-    """The patch pass of :func:`align` (one process: :func:`~xcorr_app.alignment._patch_pass.
-    measure_field`): the grid on the client; the template in one task (``refined``: of the
-    tasks' aligned sums, added up in frame order); every pass one task per range of frames
-    (:func:`patch_task`), whose warped sums (``passes``) are added up in frame order into the
-    next pass's template (:func:`patch_setup_task`); one graph, computed at once."""
-    from dask import delayed
-
-    from ..alignment._patch_pass import fold_parts, patch_grid
-    from ..alignment._patch_rows import field_from_rows
-
-    grid = delayed(patch_grid(inp.frame_shape, rigid, *grid_args), pure=True)
-    shared = delayed(rigid, pure=True)  # one node of the graph, sent once to each worker
-    sums = None
-    if opts.refined:
-        for k, (a, b) in enumerate(inp.ranges):
-            sums = delayed(fold_parts)(sums, delayed(aligned_sum_task)(
-                opts, inp.source(k), a, b, shared, *run))
-    image = None if opts.refined else _reference_image(opts, inp)
-    setup = delayed(patch_setup_task)(opts, inp.source(0), grid, image, None, sums, *run)
-    for k in range(passes + 1):
-        rows, sums = [], None
-        for j, (a, b) in enumerate(inp.ranges):
-            r, parts = delayed(patch_task, nout=2)(opts, inp.source(j), a, b, setup, shared,
-                                                  k < passes, *run)
-            rows.append(r)
-            if k < passes:
-                sums = delayed(fold_parts)(sums, parts)
-        if k < passes:
-            setup = delayed(patch_setup_task)(opts, inp.source(0), grid, None, setup, sums,
-                                              *run)
-    *rows, setup = _compute([*rows, setup], client, scheduler)
-    return field_from_rows(np.concatenate(rows), setup)
-
-
-def _resolve_auto(opts, stack_or_path, inp, channel):
-    """``prefilter="auto"`` decided on the client from a few frames, as :func:`xcorr_app.align`
-    does (:func:`xcorr_app.alignment._options.resolve_auto`): ``(opts, why)``."""
-    from ..alignment._options import resolve_auto
-    from ..io import ArraySource, open_source
-
-    if opts.prefilter != "auto":
-        return opts, None
-    src = open_source(stack_or_path, channel) if inp.array is None else ArraySource(inp.array)
-    with src:
-        return resolve_auto(opts, src)
+align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
+                                        ("client", "scheduler", "task_frames", "progress"))
 
 
 def _as_array(inp, task, frame_shape, *args):
@@ -420,6 +353,14 @@ def local_client(workers=None, scheduler=None):
     n = None if workers is None else int(workers)
     if n is not None and n < 1:
         raise InputError(f"--workers must be >= 1, got {workers}")
+    import tempfile
+
+    import dask
+
+    # the scratch space of the scheduler and workers (dask-scratch-space, its lock files) in a
+    # folder of this run, removed at the end (the setting applies now, undone at the end)
+    scratch = tempfile.TemporaryDirectory(prefix="xcorr-dask-", ignore_cleanup_errors=True)
+    scratch_config = dask.config.set({"temporary-directory": scratch.name})
     cluster = None
     if backend.gpu_available():
         try:
@@ -434,7 +375,7 @@ def local_client(workers=None, scheduler=None):
     if cluster is None:
         cluster = LocalCluster(n_workers=n or 2, threads_per_worker=1, processes=True,
                                dashboard_address=":0", env={WORKER_GPU_ENV: "1"})
-    with cluster, Client(cluster) as client:
+    with scratch, scratch_config, cluster, Client(cluster) as client:
         # a task's user error (say, a NaN frame) reaches the client as one error; the
         # workers of our own cluster need not log it with its traceback too
         client.run(_quiet_worker_logs)

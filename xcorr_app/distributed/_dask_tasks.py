@@ -4,8 +4,9 @@ pick the worker's device, and compute a chunk of the run at a time.
 Examples
 --------
 >>> import numpy as np
->>> frame_sum((np.ones((4, 2, 2)), None, 4), 0, 3).tolist()
-[[3.0, 3.0], [3.0, 3.0]]
+>>> range_task(lambda src, xp, a, b, _: src.read(a, b).sum(), (np.ones((4, 2, 2)), None, 4),
+...            1, 3, "cpu")
+8.0
 """
 
 from __future__ import annotations
@@ -128,108 +129,21 @@ def _like_block(result, source):
     return backend.to_numpy(result)
 
 
-def _chunk(opts, src, xp, chunk_frames, budget):
-    """Frames per chunk on this worker: one frame checked against ``budget`` and the worker's
-    free memory first (an :class:`InputError` saying what helps when it does not fit)."""
-    from ..alignment._pipeline import Measurer
-    from ..errors import InputError
-
-    chunk, bands = Measurer.memory_plan(opts, src, xp, chunk_frames, budget)
-    if bands is not None:
-        h, w = src.frame_shape
-        raise InputError(f"frames of {h}x{w} need a search in bands of rows on this worker "
-                         "(their whole-frame correlation does not fit its memory), which Dask "
-                         "runs do not do; run without --workers/--scheduler, or give the "
-                         "workers more memory")
-    return chunk
-
-
-def frame_sum(source, start, stop, chunk_frames=16):
-    """float64 sum of frames ``start:stop`` (a part of ``reference="mean"``), read a few frames
-    at a time."""
-    with _open(source, start) as src:
-        acc = np.zeros(src.frame_shape, np.float64)
-        for a, b in chunk_bounds(start, stop, chunk_frames):
-            acc += np.asarray(src.read(a, b), np.float64).sum(axis=0)
-        return acc
-
-
-def mean_of_sums(sums, n):
-    """The mean of per-task frame sums, added up in frame order."""
-    acc = np.zeros_like(sums[0])
-    for s in sums:  # in frame order, as the single-process pass adds them
-        acc += s
-    return acc / n
-
-
-def reference_task(opts, source, image, device, chunk_frames, budget):
-    """The prepared reference (host copies) and the run's plan, computed once."""
-    from ..alignment._pipeline import prepared_reference, shared_plan
-
-    with _on_device(device, source) as xp, _open(source, 0, xp) as src:
-        chunk = _chunk(opts, src, xp, chunk_frames, budget)
-        ref = prepared_reference(opts, src, xp, chunk, image=image)
-        plan = shared_plan(opts, xp, src.frame_shape, min(chunk, src.n_frames), ref)
-        return (None if ref is None else tuple(backend.to_numpy(a) for a in ref)), plan
-
-
-def measure_task(opts, source, start, stop, reference, device, chunk_frames, budget):
-    """Rows ``start:stop`` of the run's table."""
-    from ..alignment._pipeline import measure_frames
-
-    ref, plan = reference
+def range_task(fn, source, start, stop, device):
+    """An executor's unit of work on a worker: ``fn(src, xp, start, stop, None)`` with the
+    task's frames opened on the worker's device (:meth:`DaskExecutor.map`)."""
     with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        table, plan = measure_frames(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget),
-                                     ref, plan=plan, start=start, stop=stop)
-        return table, str(plan) if plan is not None else ""
+        return fn(src, xp, start, stop, None)
 
 
-def aligned_sum_task(opts, source, start, stop, rigid, device, chunk_frames, budget):
-    """``reference="refined"`` with patches: per chunk of frames ``start:stop``, the sum of its
-    rigidly aligned frames and their count (host, frame order)."""
-    from ..alignment._patch_pass import aligned_sums
+def plan_task(opts, frame_shape, chunk_frames, device):
+    """The run's correlation plan, chosen once on a worker's device for every task (``None``
+    where the measuring loop decides by a fixed rule: the CPU, FFT, phase)."""
+    from ..alignment._pipeline import shared_plan
 
-    with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        return aligned_sums(src, xp, _chunk(opts, src, xp, chunk_frames, budget), rigid, start,
-                            stop)
-
-
-def patch_setup_task(opts, source, grid, image, previous, sums, device, chunk_frames, budget):
-    """The :class:`~xcorr_app.alignment._patch_pass.PatchSetup` of a patch pass (host arrays),
-    made once: against ``image`` (``None``: the reference as this task reads it); with
-    ``reference="refined"`` the mean of the aligned frames (``sums``: ``fold_parts`` of
-    :func:`aligned_sum_task`); after a pass with ``previous`` (its setup), the mean of the
-    warped frames (``sums``: ``(2, H, W)`` total and coverage)."""
-    from ..alignment._patch_pass import PatchSetup, next_image, refined_image
-    from ..alignment._references import reference_frame
-
-    with _on_device(device, source) as xp, _open(source, 0, xp) as src:
-        chunk = _chunk(opts, src, xp, chunk_frames, budget)
-        if previous is not None:  # the next template (as :func:`measure_field` makes it)
-            image = next_image(xp, src.frame_shape, [sums], previous.image)
-        elif sums is not None:
-            image = refined_image(sums, src.frame_shape)
-        elif image is None:
-            image = reference_frame(opts.reference, src, xp, chunk, opts.channel)
-        return PatchSetup.make(opts, src, xp, chunk, grid, image).on_host()
-
-
-def patch_task(opts, source, start, stop, setup, rigid, accumulate, device, chunk_frames,
-               budget):
-    """Rows ``start:stop`` ``(n, P, 5)`` of a patch pass against ``setup``, and with
-    ``accumulate`` the warped frames' sums per chunk (``(2, H, W)`` total and coverage, host,
-    frame order) for the next template, else ``None``."""
-    from ..alignment._patch_pass import measure_range
-
-    parts = [] if accumulate else None
-
-    def add(total, count):
-        parts.append(np.stack([backend.to_numpy(total), backend.to_numpy(count)]))
-
-    with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        rows = measure_range(opts, src, xp, _chunk(opts, src, xp, chunk_frames, budget), setup,
-                             rigid, start, stop, add if accumulate else None)
-        return rows, parts
+    with _on_device(device) as xp:
+        return shared_plan(opts, xp, frame_shape, chunk_frames,
+                           (xp.zeros(frame_shape, xp.float32),))
 
 
 def _in_chunks(start, stop, chunk_frames, fn):
@@ -262,9 +176,3 @@ def shift_task(source, start, stop, shifts, fill, resample, box, device,
             return _like_block(out[:, y0:y1, x0:x1], source)
 
         return _in_chunks(start, stop, chunk_frames, part)
-
-
-def read_frame(source, i):
-    """Frame ``i`` of a task's source, as NumPy (a reference frame)."""
-    with _open(source, i) as src:
-        return np.asarray(src.read(i, i + 1)[0])

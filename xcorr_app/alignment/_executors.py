@@ -1,0 +1,230 @@
+"""Where the ranges of frames of a run are measured: in this process (:class:`InProcess`) or on
+several GPUs of this host (:class:`OnGpus`); Dask's executor lives in
+:mod:`xcorr_app.distributed`.  The pipeline (:func:`~._run.run_alignment`) is the same for
+every one of them; an executor only says where work runs.
+
+An executor offers:
+
+- ``open(stack_or_path, opts)``: the input as the pipeline reads it (a context);
+- ``start(opts, src, out)``: its device, chunk and plan once the options are resolved;
+- ``map(fn, progress, before=False, upto=None)``: ``fn(source, xp, start, stop, progress)``
+  over its ranges of frames, the results in frame order (``before``: a range needs the frames
+  just before it; ``upto``: only the ranges that start below it);
+- ``xp``: the array module of the steps that read a few frames (the pipeline's device),
+  ``portable(a)``: an array of it as another range's device can take it;
+- ``field(opts, rigid, out)``, ``fill_out(res, out)``: the patch pass and the aligned stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .. import backend
+from ..errors import InputError
+from ..io import open_source
+from ..streaming import (Cancelled, DEFAULT_CHUNK, StashedSource, auto_chunk_frames,
+                         frame_ranges, keep_on_gpu, parse_gpus, run_on_gpus)
+
+__all__ = ["Executor", "InProcess", "OnGpus"]
+
+
+class Executor:
+    """The common part: the input opened once by the pipeline, the run's plan and notes."""
+
+    name = "process"
+    remote = False  # ranges run on other devices than ``xp``'s
+    fills_out_in_field = False  # the last patch pass warps ``out`` as it measures
+
+    def __init__(self):
+        self.stack = self.src = None
+        self.xp, self.device = np, "cpu"
+        self.chunk = self.fixed_chunk = None
+        self.budget_per_range = None
+        self.plan = self.prepared = None
+        self.notes = []
+
+    @contextlib.contextmanager
+    def open(self, stack_or_path, opts):
+        if opts.channel is not None and not isinstance(stack_or_path, (str, Path)):
+            raise InputError(f"channel {opts.channel} picks a channel of a multi-channel file; "
+                             "an array in memory is one channel: pass stack[:, channel]")
+        self.stack, self.opts = stack_or_path, opts
+        with open_source(stack_or_path, opts.channel) as src:
+            self.src = src
+            yield src
+
+    def check_out(self, out, shape):
+        """``out`` where this executor cannot fill it: refused (here: every ``out`` goes)."""
+
+    def portable(self, a):
+        return backend.to_numpy(a) if self.remote else a
+
+    def settings(self) -> dict:
+        return {"device": self.device, "chunk_frames": self.chunk,
+                "max_memory": self.opts.max_memory, "executor": self.name}
+
+    def finish(self):
+        if self.prepared is not None:  # (their memory back to CuPy's pool)
+            self.prepared.release()
+
+
+class InProcess(Executor):
+    """One range, every frame, on this process's device (``device`` auto: the GPU where it
+    pays, see :mod:`._device_choice`)."""
+
+    fills_out_in_field = True
+
+    def start(self, opts, src, out):
+        from ._device_choice import auto_device, small_job_note
+        from ._pipeline import Measurer, shared_plan
+        from ._prebuild import kernels_built
+        from ._prepared import PreparedFrames
+
+        stack = self.stack
+        on_gpu = backend.is_cupy_array(stack)
+        # device auto and a small job: the CPU, without importing CuPy to look at the GPU
+        note = small_job_note(src.n_frames, src.frame_shape) \
+            if opts.device == "auto" and not on_gpu else None
+        dev = "cpu" if note is not None else backend.compute_device(
+            *([stack] if not isinstance(stack, (str, Path)) else []), device=opts.device)
+        if opts.device == "auto" and dev == "gpu" and not on_gpu:
+            dev, note = auto_device(src.n_frames, src.frame_shape,
+                                    kernels_built(opts, src.frame_shape, src.dtype))
+        self.device_note = note
+        self.device, self.xp = dev, backend.xp_for(dev)
+        xp = self.xp
+        chunk = opts.chunk_frames or auto_chunk_frames(src.frame_shape, dev)
+        self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory)
+        self.fixed_chunk = self.chunk
+        # the passes certain to read the stack again (patches, out, templates) read it from
+        # the GPU where it fits; those "auto" may add read it as before (most runs need none)
+        again = opts.patches is not None or out is not None or opts.refined \
+            or opts.lucas_kanade == "on"
+        self.src = StashedSource(src, keep_on_gpu(src, xp) if again and opts.max_memory is None
+                                 and dev == "gpu" and not on_gpu else None)
+        if opts.max_memory is None and (opts.patches is not None or opts.refined
+                                        or opts.lucas_kanade == "on"):
+            self.prepared = PreparedFrames.for_run(opts, self.src, xp)
+        if dev == "gpu" and self.plan is None:  # the plan from the shapes (the cost model)
+            passes = 1 + (opts.refined or 0)
+            self.plan = shared_plan(opts, xp, src.frame_shape, self.chunk,
+                                    (xp.zeros(src.frame_shape, xp.float32),),
+                                    n_frames=passes * src.n_frames)
+            _prebuild_later_stages(opts, src, self.plan)
+
+    def map(self, fn, progress, before=False, upto=None):
+        return [fn(self.src, self.xp, 0, self.src.n_frames, progress)]
+
+    def settings(self) -> dict:
+        return {**super().settings(), "device_note": self.device_note}
+
+    def field(self, opts, rigid, out):
+        from ._patch_pass import measure_field
+
+        src = self.src
+        kept = src.stack if src.stash is not None and src.stash.complete else self.stack
+        return measure_field(opts, kept, rigid, self.xp, self.chunk, out=out,
+                             prepared=self.prepared)
+
+    def fill_out(self, res, out):
+        from ._aligned_out import fill_out
+
+        src = self.src
+        kept = src.stack if src.stash is not None and src.stash.complete else self.stack
+        fill_out(res, out, kept, self.device)
+
+
+def _prebuild_later_stages(opts, src, plan):
+    """The later stages' kernels built by helper processes while this one starts (with the
+    kernels shipped built, only the aligned stack's warp is left to build)."""
+    from .._cuda.loader import shipped_kernels_usable
+    from ._prebuild import EXIT_GRACE, RUN_STAGES, prebuild
+
+    import cupy
+
+    cc = cupy.cuda.Device().compute_capability
+    shipped = shipped_kernels_usable((int(cc[:-1]), int(cc[-1])))
+    prebuild(opts, src.frame_shape, src.dtype, plan,
+             stages=("apply",) if shipped else RUN_STAGES, device=cupy.cuda.Device().id,
+             exit_grace=0.0 if shipped else EXIT_GRACE)
+
+
+class OnGpus(Executor):
+    """One contiguous range of frames per GPU of this host, each on a worker thread with its
+    own reader (file handle, read-ahead, pinned buffers) and CUDA streams; the pipeline's own
+    steps (reference, templates, the few frames' tests) run on the first GPU."""
+
+    name = "gpus"
+    remote = True
+
+    def __init__(self, gpus):
+        super().__init__()
+        self.spec = gpus
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def open(self, stack_or_path, opts):
+        if backend.is_cupy_array(stack_or_path):
+            raise InputError("gpus shares out frames read from a file or a NumPy stack; this "
+                             "CuPy stack is already on one GPU")
+        with contextlib.ExitStack() as self._context, \
+                super().open(stack_or_path, opts) as src:
+            yield src
+
+    def start(self, opts, src, out):
+        import cupy
+
+        from ._pipeline import Measurer, shared_plan
+
+        self.ids = parse_gpus(self.spec)  # (the input and its options checked first)
+        self._context.enter_context(cupy.cuda.Device(self.ids[0]))
+        self.device, self.xp = "gpu", cupy
+        self.ranges = frame_ranges(src.n_frames, len(self.ids))
+        self.ids = self.ids[:len(self.ranges)]
+        budget = opts.max_memory
+        self.budget_per_range = None if budget is None else max(1, budget // len(self.ids))
+        chunk = opts.chunk_frames or DEFAULT_CHUNK
+        self.chunk, bands = Measurer.memory_plan(opts, src, cupy, chunk, self.budget_per_range)
+        self.plan = bands if bands is not None else shared_plan(
+            opts, cupy, src.frame_shape, min(self.chunk, src.n_frames),
+            (cupy.zeros(src.frame_shape, cupy.float32),))
+
+    def map(self, fn, progress, before=False, upto=None):
+        ranges = [r for r in self.ranges if upto is None or r[0] < upto]
+
+        def work(k, stop):
+            def tick(done):
+                if stop.is_set():
+                    raise Cancelled
+                if progress is not None:
+                    with self._lock:
+                        progress(done)
+
+            # a memory-mapped file is shared (reads are copies out of one map); others are
+            # opened again, one reader per GPU
+            own = contextlib.nullcontext(self.src) if getattr(self.src, "concurrent_reads",
+                                                              False) \
+                else open_source(self.stack, self.opts.channel)
+            import cupy
+
+            with own as frames:
+                return fn(frames, cupy, *ranges[k], tick)
+
+        return run_on_gpus(self.ids[:len(ranges)], work)
+
+    def settings(self) -> dict:
+        return {**super().settings(), "gpus": list(self.ids)}
+
+    def field(self, opts, rigid, out):
+        from ._patch_pass import measure_field
+
+        return measure_field(opts, self.stack, rigid, self.xp, self.chunk, executor=self)
+
+    def fill_out(self, res, out):
+        from ._aligned_out import fill_out
+
+        fill_out(res, out, self.stack, "gpu", self.ids)

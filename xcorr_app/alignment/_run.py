@@ -1,0 +1,227 @@
+"""One alignment run, stated once: which steps run, in which order, for every executor.
+
+:func:`run_alignment` is the pipeline of :func:`xcorr_app.align`, ``xcorr align``, ``gpus``
+and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone:
+
+1. the options (:class:`~._options.AlignOptions`, checked when built) and the executor's
+   limits (:meth:`~._options.AlignOptions.check_executor`);
+2. the input opened and checked (frame size, the patch grid, ``out``); the device chosen;
+3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`);
+4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~._template.decide_lucas_kanade`);
+5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
+   ``boundary="auto"`` the wrap-around test (:func:`~._template.periodic_frames`) and, for
+   periodic stacks, a circular pass; the template passes of ``refined`` and Lucas-Kanade, the
+   last one refining every shift against the template;
+6. the result (:func:`~._result.result_from_table`), the patch pass (``patches``) and the
+   aligned stack (``out``).
+
+What differs between executors (:mod:`._executors`, :mod:`xcorr_app.distributed`) is only where
+the ranges of frames are measured: :meth:`Executor.map` runs a function of ``(source, xp,
+start, stop, progress)`` over the executor's ranges, in this process, on one thread per GPU,
+or as Dask tasks.  Every step that reads a few frames, and every template, is made here, on
+the executor's ``xp``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from .. import backend
+from ..streaming import DEFAULT_CHUNK
+from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto, search_range
+from ._pipeline import frames_per_chunk, measure_frames, prepared_reference
+from ._references import mean_count, reference_frame
+from ._result import COLUMN, result_from_table
+from ._template import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows,
+                        periodic_frames, relative_to_first, template_of)
+
+__all__ = ["run_alignment", "measure_passes"]
+
+
+def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
+    """The :class:`~._result.AlignResult` of ``stack_or_path`` aligned with ``opts`` on
+    ``executor`` (an :class:`~._executors.Executor`)."""
+    from ._aligned_out import check_aligned_out
+    from ._patch_pass import check_grid
+
+    if progress is not None and not callable(progress):
+        from ..errors import InputError
+
+        raise InputError(f"progress must be a callable(int), got {progress!r}")
+    opts.check_executor(executor.name)
+    stack_or_path = as_stack(stack_or_path)
+    with executor.open(stack_or_path, opts) as src:
+        check_frame_shape(src.frame_shape)
+        if opts.patches is not None:
+            check_grid(opts, src.frame_shape)
+        executor.check_out(out, (src.n_frames, *src.frame_shape))
+        opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
+        choices = auto_notes(opts, why)
+        executor.start(opts, src, out)  # the device, the chunk, the plan
+        check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
+        table, opts, more = measure_passes(opts, src, executor, progress)
+        settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
+                    "notes": list(src.notes), "prefilter_auto": why,
+                    "lucas_kanade": opts.lucas_kanade, **executor.settings()}
+        res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
+                                stack_or_path)
+        res.notes[:0] = choices + more
+        filled = False
+        if opts.patches is not None:
+            filled = executor.fills_out_in_field and out is not None
+            res.set_field(executor.field(opts, res.shifts, out if filled else None))
+            res.settings["patches"]["template_passes"] = opts.patch_template_passes
+        if out is not None and not filled:
+            executor.fill_out(res, out)
+        res.notes += executor.notes
+    executor.finish()
+    return res
+
+
+def measure_passes(opts, src, executor, progress=None):
+    """The result table of every frame, the options the last pass measured with (``boundary``
+    and ``lucas_kanade`` decided) and the notes of those decisions.
+
+    The first pass measures against the reference (``first`` where template passes follow).
+    ``boundary="auto"`` is decided after it (:func:`~._template.periodic_frames`): periodic
+    frames are measured once more with the circular refinement against the same reference,
+    and nothing else follows; other stacks go on with the template passes, if any.  A template
+    pass accumulates every frame measured with a distinct peak, shifted by its shift, into
+    sums added up over the ranges in frame order; the next pass measures against their
+    template, the last one (``lucas_kanade`` on) refining each shift by a Lucas-Kanade fit
+    against it (:class:`~._template.LucasKanadeFit`).  Shifts after template passes are
+    relative to frame 0's.  ``progress`` sees every frame once, spread over the passes.
+    """
+    opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
+    lk = opts.lucas_kanade == "on"
+    passes = max(opts.refined or 0, 1 if lk else 0)
+    image = reference_image("first" if passes else opts.reference, opts, src, executor)
+    boundary = opts.boundary
+    if opts.normalization == "phase" or (opts.previous and boundary == "auto"):
+        boundary = "linear"
+    notes = [lk_note] if lk_note else []
+    report = _Progress(progress, src.n_frames, passes + 1)
+    k, fit = 0, None
+    while True:
+        run = dataclasses.replace(opts, boundary="circular" if boundary == "circular"
+                                  else "linear").measuring()
+        ref = None if run.previous else prepared_reference(run, src, executor.xp,
+                                                           executor.chunk, image=image)
+        hook = TemplateSums(opts.min_confidence) if k < passes else fit
+        table, sums = measure_pass(run, ref, executor, hook, report)
+        if k == 0 and boundary == "auto":
+            boundary = "circular" if periodic_frames(run, src, executor.xp, table, ref) \
+                else "linear"
+            if boundary == "circular":
+                notes.append("boundary auto: circular (the frames wrap around: circular "
+                             "shifts); measured again with the circular refinement")
+                report.plan_one_more()
+                passes, lk, notes = k, False, [n for n in notes if n is not lk_note]
+                opts = dataclasses.replace(opts, lucas_kanade="off")
+                continue
+        if k >= passes:
+            break
+        total, coverage = sums
+        image = template_of(executor.xp, total, coverage, image)
+        k += 1
+        if lk and k == passes:
+            built = np.where(kept_rows(table, np, opts.min_confidence)[:, None],
+                             table[:, COLUMN["dy"]:COLUMN["dx"] + 1], np.nan)
+            fit = LucasKanadeFit(*(executor.portable(a) for a in (total, coverage, image)),
+                                 built)
+    report.finish()
+    run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
+    return (relative_to_first(table) if passes else table), run, notes
+
+
+def measure_pass(run, reference, executor, hook=None, progress=None):
+    """One measuring pass over every range of the executor: the table, and the hook's template
+    sums ``(total, coverage)`` added up in frame order (``None`` without a template hook)."""
+    part = functools.partial(
+        measure_part, run=run, plan=executor.plan, hook=hook, chunk=executor.fixed_chunk,
+        budget=executor.budget_per_range, prepared=executor.prepared, host=executor.remote,
+        reference=None if reference is None else tuple(executor.portable(a)
+                                                       for a in reference))
+    parts = executor.map(part, progress, before=run.previous)
+    table = np.concatenate([t for t, _, _ in parts])
+    if parts[0][1] is not None:  # (chosen by the first batch where no plan was given)
+        executor.plan = parts[0][1]
+    if not isinstance(hook, TemplateSums):
+        return table, None
+    xp = executor.xp
+    total, coverage = (xp.asarray(a) for a in parts[0][2])
+    for _, _, (t, c) in parts[1:]:  # in frame order
+        total = total + xp.asarray(t)
+        coverage = coverage + xp.asarray(c)
+    return table, (total, coverage)
+
+
+def measure_part(src, xp, start, stop, progress, *, run, reference, plan, hook, chunk, budget,
+                 prepared=None, host=False):
+    """Rows ``start:stop`` of a pass on ``xp``'s device (an executor's unit of work): the
+    table, the plan it measured with, and the hook's result (NumPy arrays with ``host``: the
+    range runs apart from the pipeline's device)."""
+    if chunk is None:  # this device's own chunk: one frame checked against its memory first
+        chunk = frames_per_chunk(run, src, xp, budget)
+    on_chunk = None if hook is None else hook.make(xp, src.frame_shape, start)
+    table, plan = measure_frames(run, src, xp, chunk, reference, plan=plan, start=start,
+                                 stop=stop, progress=progress, on_chunk=on_chunk,
+                                 prepared=prepared)
+    result = None if hook is None else hook.result(on_chunk)
+    if host and result is not None:
+        result = tuple(backend.to_numpy(a) for a in result)
+    return table, plan, result
+
+
+def reference_image(spec, opts, src, executor):
+    """The reference image on the executor's ``xp`` (``None`` for ``previous``); a mean is
+    summed range by range where the executor reads (Dask: by its workers), in frame order."""
+    if opts.previous:
+        return None
+    count = mean_count(spec, src.n_frames)
+    if count is None:
+        return reference_frame(spec, src, executor.xp, executor.chunk or DEFAULT_CHUNK,
+                               opts.channel)
+    part = functools.partial(frame_sums, count=count, chunk=executor.chunk or DEFAULT_CHUNK)
+    parts = executor.map(part, None, upto=count)
+    xp = executor.xp
+    acc = xp.asarray(parts[0])
+    for s in parts[1:]:  # in frame order
+        acc = acc + xp.asarray(s)
+    return acc / count
+
+
+def frame_sums(src, xp, start, stop, progress, *, count, chunk):
+    """float64 sum of frames ``start:min(stop, count)``, a chunk at a time (a part of a mean
+    reference; on ``xp``'s device)."""
+    stop = min(stop, count)
+    acc = xp.zeros(src.frame_shape, xp.float64)
+    for a in range(start, stop, chunk):
+        acc += xp.asarray(src.read(a, min(a + chunk, stop))).astype(xp.float64).sum(axis=0)
+    return acc if xp is np else backend.to_numpy(acc)
+
+
+class _Progress:
+    """``progress`` of the stack's frames from the frames measured over all passes."""
+
+    def __init__(self, progress, n, passes):
+        self.progress, self.n = progress, n
+        self.planned, self.measured, self.reported = passes * n, 0, 0
+
+    def __call__(self, k):
+        self.measured += k
+        step = min(self.measured * self.n // self.planned, self.n) - self.reported
+        if step > 0 and self.progress is not None:
+            self.progress(step)
+        self.reported += max(step, 0)
+
+    def plan_one_more(self):
+        self.planned = self.measured + self.n
+
+    def finish(self):
+        if self.reported < self.n and self.progress is not None:
+            self.progress(self.n - self.reported)
+
