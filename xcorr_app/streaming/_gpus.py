@@ -14,7 +14,7 @@ from .. import backend
 from ..errors import InputError
 
 
-def _need_gpus():
+def need_gpus():
     """InputError unless CuPy is importable and a GPU usable (before CuPy is imported)."""
     if not backend.gpu_available():
         raise InputError(f"--gpus needs CUDA GPUs, but none is usable here "
@@ -32,7 +32,7 @@ def parse_gpus(spec) -> tuple[int, ...]:
     >>> parse_gpus("0,1")  # doctest: +SKIP
     (0, 1)
     """
-    _need_gpus()
+    need_gpus()
     import cupy
 
     count = cupy.cuda.runtime.getDeviceCount()
@@ -81,7 +81,7 @@ def run_on_gpus(ids, work, meanwhile=None, on_abort=None):
     ``meanwhile()`` in this one, ``on_abort()`` if that fails or is interrupted); re-raise the
     first failure in GPU order (not a :class:`Cancelled` caused by it).  ``work`` raises
     :class:`Cancelled` to stop once ``stop_event`` is set."""
-    _need_gpus()  # (else every worker would fail importing CuPy)
+    need_gpus()  # (else every worker would fail importing CuPy)
     stop = threading.Event()
 
     def guarded(k):
