@@ -5,7 +5,9 @@
 //   ys = y - dy (float64), y0 = floor(ys), wy = (float)(ys - y0); the same along x;
 //   out = sum over the taps (y0 + a, x0 + b), a, b in {0, 1}, in the order (0,0) (0,1) (1,0)
 //         (1,1), of wgt * f[clamp(y0 + a), clamp(x0 + b)], wgt = (wy_a * wx_b) * inside,
-//         wy_0 = 1 - wy, wy_1 = wy (float32); plus (1 - sum of wgt) * fill
+//         wy_0 = 1 - wy, wy_1 = wy (float32); plus (1 - sum of wgt) * fill only where a tap
+//         of non-zero weight wy_a * wx_b lies outside (elsewhere no fill term: a NaN or
+//         infinite fill would poison every pixel)
 //
 // each step a float32 operation rounded on its own (the definition's array operations: no
 // fused multiply-add); a NaN shift counts as 0 and an infinite one as one far outside the
@@ -29,11 +31,12 @@ __device__ __forceinline__ double finite_shift(double s) {
 
 // The definition's bilinear sample of frame f at the source ys (a row) and xs (a column), the
 // shift's NaN and Inf already made finite: the four taps' weighted pixels (.x) and the sum of
-// the inside taps' weights (.y), each step a float32 operation rounded on its own.  FINITE:
-// non-finite pixels read as 0 (the template's sums).
+// the inside taps' weights (.y), each step a float32 operation rounded on its own; `edge`: a
+// tap of non-zero weight lies outside.  FINITE: non-finite pixels read as 0 (the template's
+// sums).
 template <bool FINITE, typename T>
 __device__ __forceinline__ float2 bilinear_taps(const T* __restrict__ f, int h, int w, double ys,
-                                                double xs) {
+                                                double xs, bool& edge) {
     const double fy = floor(ys), fx = floor(xs);
     const float wy = (float)(ys - fy), wx = (float)(xs - fx);
     const long long y0 = (long long)fy, x0 = (long long)fx;
@@ -42,12 +45,14 @@ __device__ __forceinline__ float2 bilinear_taps(const T* __restrict__ f, int h, 
     const bool vy[2] = {y0 >= 0 && y0 < h, y0 + 1 >= 0 && y0 + 1 < h};
     const bool vx[2] = {x0 >= 0 && x0 < w, x0 + 1 >= 0 && x0 + 1 < w};
     float acc = 0.0f, weight = 0.0f;
+    edge = false;
 #pragma unroll
     for (int a = 0; a < 2; ++a)
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-            const float wgt = __fmul_rn(__fmul_rn(wy_[a], wx_[b]),
-                                        (vy[a] && vx[b]) ? 1.0f : 0.0f);
+            const float tap = __fmul_rn(wy_[a], wx_[b]);
+            const float wgt = __fmul_rn(tap, (vy[a] && vx[b]) ? 1.0f : 0.0f);
+            edge = edge || (tap != 0.0f && !(vy[a] && vx[b]));
             float v = pixel(f, y0 + a, x0 + b, h, w);
             if (FINITE && !isfinite(v)) v = 0.0f;
             acc = __fadd_rn(acc, __fmul_rn(wgt, v));
@@ -68,8 +73,9 @@ __global__ void __launch_bounds__(THREADS) warp_shift(
     const T* f = frames + (size_t)n * fstep * h * w;
     float* dst = out + ((size_t)n * h + y) * w;
     for (int x = threadIdx.x; x < w; x += THREADS) {
-        const float2 t = bilinear_taps<false>(f, h, w, ys, (double)x - sx);
-        dst[x] = __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill));
+        bool edge;
+        const float2 t = bilinear_taps<false>(f, h, w, ys, (double)x - sx, edge);
+        dst[x] = edge ? __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill)) : t.x;
     }
 }
 
@@ -90,9 +96,10 @@ __global__ void __launch_bounds__(THREADS) warp_sum(
         double t = 0.0, c = 0.0;
         for (int k = 0; k < count; ++k) {
             const double* s = shifts + 2 * (size_t)k;
+            bool edge;  // (the fill 0 adds nothing either way)
             const float2 v = bilinear_taps<true>(frames + (size_t)idx[k] * h * w, h, w,
                                                  (double)y - finite_shift(s[0]),
-                                                 (double)x - finite_shift(s[1]));
+                                                 (double)x - finite_shift(s[1]), edge);
             const float rest = __fmul_rn(__fsub_rn(1.0f, v.y), 0.0f);  // the fill's term
             t += (double)__fadd_rn(v.x, rest);
             c += (double)__fadd_rn(v.y, rest);  // (a frame of ones: the taps' sum is the weight)

@@ -176,11 +176,13 @@ class OnGpus(Executor):
             yield src
 
     def start(self, opts, src, out):
+        # (the input and its options checked first; without CuPy parse_gpus says what to
+        # install, where the import would raise ModuleNotFoundError)
+        self.ids = parse_gpus(self.spec)
         import cupy
 
         from ._pipeline import Measurer, shared_plan
 
-        self.ids = parse_gpus(self.spec)  # (the input and its options checked first)
         self._context.enter_context(cupy.cuda.Device(self.ids[0]))
         self.device, self.xp = "gpu", cupy
         self.ranges = frame_ranges(src.n_frames, len(self.ids))
