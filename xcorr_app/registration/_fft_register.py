@@ -214,6 +214,30 @@ def periodic_spectrum(images, spectrum):
     return spectrum
 
 
+def gaussian_weights(xp, shape, sigma, half=True, dtype=np.float32):
+    """The transfer function of a gaussian of ``sigma`` px applied to both images of a
+    cross-power spectrum of ``shape`` (H, W): ``exp(-4 pi^2 sigma^2 (fy^2 + fx^2))`` over its
+    frequencies, ``(H, W // 2 + 1)`` with ``half`` (``rfft2`` layout) else ``(H, W)``, on
+    ``xp``'s device, kept per shape, sigma and type.
+
+    >>> g = gaussian_weights(np, (4, 6), 1.0)
+    >>> g.shape, float(g[0, 0]), bool(g[0, 1] < 1)
+    ((4, 4), 1.0, True)
+    """
+    device = None if xp is np else xp.cuda.Device().id
+    return _weights(xp, tuple(int(v) for v in shape), float(sigma), bool(half),
+                    np.dtype(dtype).name, device)
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(xp, shape, sigma, half, dtype, device):
+    h, w = shape
+    fy = np.fft.fftfreq(h)[:, None]
+    fx = (np.fft.rfftfreq(w) if half else np.fft.fftfreq(w))[None, :]
+    g = np.exp(-4.0 * np.pi ** 2 * sigma ** 2 * (fy * fy + fx * fx)).astype(dtype)
+    return g if xp is np else xp.asarray(g)
+
+
 def signed_shifts(index, size):
     """Wrap circular peak indices into signed shifts (above half the size means negative)."""
     xp = array_module_of(index)
@@ -254,46 +278,9 @@ def refine_peak(product, shifts, upsample_factor, full_width=None, coarse=None):
     return shifts, peak
 
 
-def refine_upsampled(reference, frames, shifts, upsample_factor, normalization="phase", window=True):
-    """Refine shifts measured by any correlation with the upsampled DFT (Guizar-Sicairos).
-
-    Parameters
-    ----------
-    reference : (H, W) or (N, H, W) ndarray
-        Reference image(s), mean-subtracted as for the measurement.
-    frames : (N, H, W) ndarray
-    shifts : (N, 2) ndarray
-        Integer (or coarse) shifts in xcorr's convention.
-    upsample_factor : int
-        Resolution ``1 / upsample_factor`` px.
-    normalization : {"phase", None}
-        Normalize the cross-power spectrum to unit magnitude first (a sharper peak, less biased
-        by the frame edges).
-    window : bool
-        Multiply both (mean-subtracted) images by a Hann window first, so the edges of
-        non-periodic frames do not bias the circular correlation.
-
-    Returns
-    -------
-    (N, 2) float64 ndarray of the module of ``frames``.
-    """
-    xp = array_module_of(reference, frames)
-    if upsample_factor <= 1:
-        return to_xp(shifts, xp)
-    reference, frames = to_xp(reference, xp), to_xp(frames, xp)
-    if window:
-        h, w = frames.shape[-2:]
-        win = xp.asarray(np.outer(np.hanning(h), np.hanning(w)), dtype=frames.dtype)
-        reference = (reference - reference.mean(axis=(-2, -1), keepdims=True)) * win
-        frames = (frames - frames.mean(axis=(-2, -1), keepdims=True)) * win
-    product = fft_of(xp).fft2(reference) * fft_of(xp).fft2(frames).conj()
-    if normalization == "phase":
-        whiten(product)
-    return refine_peak(product, to_xp(shifts, xp).astype(xp.float64), upsample_factor)[0]
-
-
 def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
-               periodic=False, reference_is_fft=False, return_integer=False, coarse=None):
+               periodic=False, reference_is_fft=False, return_integer=False, coarse=None,
+               lowpass=None):
     """Shift of every frame against a reference by circular FFT cross-correlation.
 
     Parameters
@@ -319,6 +306,13 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
         Also return the integer peak (before refinement) of every frame.
     coarse : int, optional
         Refine in two stages, first at ``1 / coarse`` px (see :func:`refine_peak`).
+    lowpass : float, optional
+        Correlate both images as filtered by a gaussian of this sigma (px), circularly: the
+        cross-power weighted by :func:`gaussian_weights` (the plain product through the
+        reference's spectrum, at no cost per frame; a phase one after its whitening).  A
+        reference that is the mean of drifting frames keeps little but its low frequencies, and
+        the frames' noise above them scattered the plain correlation of the moon sample's
+        periodic components 0.40 px RMS (0.05 with sigma 1).
 
     Returns
     -------
@@ -386,7 +380,12 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
         product = periodic_spectrum(frames, product)
         if not reference_is_fft:
             ref_fft = periodic_spectrum(reference, ref_fft.astype(cplx, copy=False))
+    weights = None if not lowpass else gaussian_weights(xp, (h, w), lowpass, halves, real)
+    if weights is not None and normalization != "phase":
+        ref_fft = ref_fft * weights  # (a new array: the caller's spectrum stays as it was)
     cross_power(ref_fft, product, normalization == "phase")
+    if weights is not None and normalization == "phase":
+        product *= weights
 
     if xp is not np and n:  # |x|, its peak and the signed shifts in one kernel (peak_math.cu)
         corr = fft.irfft2(product, s=(h, w)) if halves else fft.ifft2(product)
