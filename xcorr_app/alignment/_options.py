@@ -26,7 +26,7 @@ from .. import backend
 from ..backend import DEVICES
 from ..correlate._shifts import normalize_max_shift, output_shape
 from ..errors import InputError
-from ..io._reader import SUPPORTED_DTYPES
+from ..io import SUPPORTED_DTYPES
 from ..streaming import parse_memory
 from ._preprocess import AUTO_LOWPASS, choose_prefilter, parse_prefilter, prepare
 from ._preprocess import window as make_window

@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import InputError
-from ..io._tiff import plural
+from ..io import plural
 from ._options import fft_reference
 
 #: columns of the per-frame result block copied back from the device once per chunk

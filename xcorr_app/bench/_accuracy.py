@@ -279,7 +279,7 @@ def main(quick=False, seeds=(0, 1, 2), kinds=None, echo=print, json_path=None,
     >>> main(quick=True, kinds=["plain"], echo=lambda s: None)  # doctest: +SKIP
     0
     """
-    from ..io._writer import prepare_outputs, write_text
+    from ..io import prepare_outputs, write_text
 
     kinds = list(kinds) if kinds else list(KINDS)
     bad = [k for k in kinds if k not in KINDS]

@@ -344,7 +344,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         without ``force``.
     """
     from .. import backend
-    from ..io._writer import prepare_outputs, write_text
+    from ..io import prepare_outputs, write_text
     from .._cuda.timing import device_name
 
     if patches is not None:
@@ -430,7 +430,7 @@ def _main_cpu(stack, path, written, workers, echo, json_path, keep) -> int:
     import os
     import platform
 
-    from ..io._writer import write_text
+    from ..io import write_text
     from ._align_table import VERSIONS
     from ._common import utc_now, versions_line
 

@@ -152,7 +152,7 @@ class SyntheticStack:
     def write(self, path, chunk_frames=WRITE_CHUNK, workers=None) -> None:
         """Write the stack to the TIFF file ``path`` chunk by chunk (uncompressed, contiguous,
         BigTIFF above 4 GiB: tifffile can memory-map it); never more than two chunks in memory."""
-        from ..io._writer import TiffStackWriter
+        from ..io import TiffStackWriter
 
         workers = default_workers() if workers is None else workers
         with TiffStackWriter(path, self.shape, np.uint16, self.n_frames, imagej=False) as w, \

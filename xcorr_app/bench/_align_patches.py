@@ -285,7 +285,7 @@ def main(patches, *, quick=False, frames=None, size=None, repeat=1, seed=0, json
     from .. import backend
     from .._cuda.timing import device_name
     from ..alignment._patches import parse_patches
-    from ..io._writer import prepare_outputs, write_text
+    from ..io import prepare_outputs, write_text
     from ._common import utc_now
 
     grid = parse_patches(patches)

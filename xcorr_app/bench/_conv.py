@@ -248,7 +248,7 @@ def summary_lines(rows) -> list:
 def main(*, quick=False, only=None, check=True, json_path=None, force=False, echo=print,
          repeat=10) -> int:
     from .. import backend
-    from ..io._writer import prepare_outputs, write_text
+    from ..io import prepare_outputs, write_text
     from .._cuda.timing import device_name
 
     if not backend.gpu_available():

@@ -431,7 +431,7 @@ def main(quick=False, frames=None, size=None, only=None, check=True, json_path=N
         For a bad option, no usable GPU, or an existing ``json_path`` without ``force``.
     """
     from .. import backend
-    from ..io._writer import prepare_outputs, write_text
+    from ..io import prepare_outputs, write_text
 
     names = select(only)
     shape = QUICK_SHAPE if quick else DEFAULT_SHAPE

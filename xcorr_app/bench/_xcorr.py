@@ -474,7 +474,7 @@ def main(*, quick=False, only=None, explain=False, check=True, json_path=None, f
         ``force``.
     """
     from .. import backend
-    from ..io._writer import prepare_outputs, write_text
+    from ..io import prepare_outputs, write_text
 
     if not backend.gpu_available():
         raise XcorrError(f"xcorr bench needs a GPU: {backend.gpu_unavailable_reason()}")

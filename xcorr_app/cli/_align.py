@@ -141,9 +141,7 @@ def align(path, **options):
 
 def _align(o):
     """``xcorr align`` once its options are parsed (``o``)."""
-    from ..io._outputs import OutputRun
-    from ..io._writer import write_text
-    from ..io._plot import plot_drift
+    from ..io import OutputRun, plot_drift, write_text
 
     path = o.path
     out_dir = o.out_dir or default_out(path, "_xcorr")
@@ -190,7 +188,7 @@ def _align(o):
         write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {res.settings['reference']}")
         if o.patches is not None:
-            from ..io._field_outputs import plot_motion_field, write_motion_field
+            from ..io import plot_motion_field, write_motion_field
 
             write_motion_field(outputs["motion_field.npz"], res)
             plot_motion_field(outputs["motion_field.png"], res,
@@ -233,7 +231,7 @@ def _check(o):
     """Check every option before a cluster starts or an output folder is made (``o.opts``,
     the run's :class:`AlignOptions`); open the input once.  Returns ``(frame_shape, itemsize,
     n_frames)``."""
-    from ..io._reader import open_stack
+    from ..io import open_stack
 
     try:
         o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
@@ -332,8 +330,7 @@ def _aligned_file(out_shape, n, out_path):
     """``write(frames)``: float32 chunks appended to the TIFF ``out_path`` by a writer thread
     (the chunks must be fresh arrays: apply_shifts', apply_field's, the Dask blocks',
     ``align(out=)``'s)."""
-    from ..io._background import BackgroundWrites
-    from ..io._writer import TiffStackWriter
+    from ..io import BackgroundWrites, TiffStackWriter
 
     with TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer, \
             BackgroundWrites(writer) as background:

@@ -46,7 +46,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     """
     from ..filters._api import parse_kernel_spec
     from ..filters._validation import check_radius
-    from ..io._reader import open_stack
+    from ..io import open_stack
     from ..streaming import DEFAULT_CHUNK
 
     chunk_frames = chunk_frames or DEFAULT_CHUNK
@@ -95,8 +95,7 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
     ``--scheduler``), stream the filtered chunks into a float32 TIFF, commit it, and say what
     was done (``describe(src, n_out, where, seconds)``).  ``plan(src)`` gives the number of output
     channels and ``chunks(dev, client, gpu_ids)``, the ``(start, filtered chunk)`` pairs."""
-    from ..io._background import BackgroundWrites
-    from ..io._writer import TiffStackWriter
+    from ..io import BackgroundWrites, TiffStackWriter
 
     dev = note_device(device, quiet)
     with open_src() as src, output_run(path, out_path, force) as run, \
@@ -147,8 +146,7 @@ def interruptible(fn, chunk, *args):
 def output_run(path, out_path, force):
     """The output file's :class:`~xcorr_app.io._outputs.OutputRun`: apart from the input, locked
     by ``.NAME.lock`` beside it, and written only when the whole stack is done."""
-    from ..io._outputs import OutputRun
-    from ..io._reader import TIFF_SUFFIXES
+    from ..io import OutputRun, TIFF_SUFFIXES
 
     if out_path.suffix.lower() not in TIFF_SUFFIXES:  # the writer writes TIFF whatever the name
         raise InputError(f"xcorr filter writes a TIFF stack: give --out a .tif or .tiff name, "
@@ -172,7 +170,7 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
     """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise, on this
     GPU, several (``--gpus``) or a Dask cluster."""
     from ..filters._banks import channel_filter
-    from ..io._reader import ChannelStack
+    from ..io import ChannelStack
 
     def plan(src):
         n_out, fn = channel_filter(bank, mix, src.n_channels)

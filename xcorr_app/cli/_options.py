@@ -275,7 +275,7 @@ def readable_frames_of(path, readable, workers, scheduler):
     if workers is not None or scheduler:
         raise InputError("--readable-frames reads the file in this process only; drop "
                          "--workers/--scheduler (--gpus works)")
-    from ..io._tiff import readable_frames
+    from ..io import readable_frames
 
     return readable_frames(path)
 

@@ -3,14 +3,20 @@ outputs apart from its inputs, locked, and committed together), and the drift pl
 other subpackage: it imports none of them.
 """
 
+from ._background import BackgroundWrites
+from ._field_outputs import plot_motion_field, write_motion_field
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
-from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, open_source, open_stack,
-                      read_image)
+from ._plot import plot_drift
+from ._reader import (TIFF_SUFFIXES, ArraySource, ChannelStack, FrameRange, OffsetFrames,
+                      open_source, open_stack, read_image)
+from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)
 
-__all__ = ["ArraySource", "ChannelStack", "FrameRange", "OffsetFrames", "open_source", "open_stack",
-           "read_image", "TiffStackWriter", "atomic_path", "prepare_outputs", "write_text", "write_tiff",
-           "Interrupted", "OutputLock", "OutputRun", "StagedOutputs", "check_apart",
-           "remove_stale_temps"]
+__all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "ArraySource", "BackgroundWrites", "ChannelStack",
+           "FrameRange", "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs",
+           "TiffStackWriter", "atomic_path", "check_apart", "open_source", "open_stack",
+           "plot_drift", "plot_motion_field", "plural", "prepare_outputs", "read_image",
+           "readable_frames", "remove_stale_temps", "write_motion_field", "write_text",
+           "write_tiff"]
