@@ -106,7 +106,7 @@ def test_lowpass_is_both_images_filtered_circularly(xp):
 
 def test_lowpass_keeps_the_check_of_a_mean_reference_on_the_moon_sample():
     """The mean of a drifting stack keeps little but low frequencies: the frames' noise above
-    them scattered the plain correlation of the periodic components (issue 48)."""
+    them scattered the plain correlation of the periodic components."""
     import tifffile
 
     from sample_paths import stack_path, truth

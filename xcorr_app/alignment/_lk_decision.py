@@ -35,7 +35,7 @@ from ..backend import is_cupy_array, to_numpy
 from ..filters import gaussian_light
 from ..streaming import copy_to_host_async, host_buffer
 from ._frame_stats import converted_stats, precision_sums
-from ._preprocess import parse_prefilter, spread_frames
+from ._preprocess import parse_prefilter, scale_free, spread_frames
 
 __all__ = ["noisy_stack", "noisy_stack_later", "noisy_stack_on_gpu", "predicted_precision",
            "precision_from_sums", "NOISE_FRAMES", "NOISY_PRECISION"]
@@ -63,6 +63,7 @@ def predicted_precision(frame) -> float:
     f = np.asarray(to_numpy(frame), dtype=np.float64)
     if f.ndim != 2 or min(f.shape) < 3 or not bool(np.isfinite(f).all()):
         return float("inf")
+    f = scale_free(f[None], np)[0]  # (the squares of frames of 1e300 overflow)
     lap = (f[:-2, :-2] - 2 * f[:-2, 1:-1] + f[:-2, 2:] - 2 * f[1:-1, :-2] + 4 * f[1:-1, 1:-1]
            - 2 * f[1:-1, 2:] + f[2:, :-2] - 2 * f[2:, 1:-1] + f[2:, 2:])
     # (without SciPy: importing it costs a GPU run's process about 0.9 s)
@@ -196,7 +197,7 @@ def noisy_stack_on_gpu(src):
         stack = cp.empty((len(crops), ch, cw), crops[0].dtype)
         for j, c in enumerate(crops):
             stack[j] = cp.asarray(c)
-    f = converted_stats(stack)[0]  # float32 (a copy of the crops)
+    f = converted_stats(scale_free(stack, cp))[0]  # float32 (a copy of the crops), scale-free
     sums = precision_sums(f, cp.ascontiguousarray(smooth(f), cp.float32))
     host = host_buffer(sums.shape, np.float64, pinned=True)
     stream = cp.cuda.get_current_stream()

@@ -222,8 +222,8 @@ def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
         From :func:`window`.
     """
     if xp is not np:
-        return _prepare_gpu(xp.asarray(frames), xp, prefilter, win)
-    f = xp.asarray(frames).astype(xp.float32)
+        return _prepare_gpu(scale_free(xp.asarray(frames), xp), xp, prefilter, win)
+    f = scale_free(xp.asarray(frames), xp).astype(xp.float32)
     finite = xp.isfinite(f).all(axis=-1).all(axis=-1)  # two stages, as in _frame_means
     constant = (f == f[:, :1, :1]).all(axis=-1).all(axis=-1)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf frames: flagged, not warned
@@ -234,6 +234,42 @@ def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
         if win is not None:
             g = _demean(g * win, xp)
     return Prepared(g, raw, constant, finite)
+
+
+def scale_free(frames, xp):
+    """float32 and float64 frames each multiplied by the power of two that brings its largest
+    magnitude into ``[0.5, 1)``; other pixel types (integers, float16: at most 65504) as they
+    are.
+
+    The correlation's sums and spectra of float32 frames of magnitude 1e17 overflow (of 1e-25
+    underflow), and phase correlation's whitening floors the cross-power at a fixed 100 eps; a
+    power of two is exact, so every other number of a run is the same, only scaled (the peak of
+    ``normalization="none"`` is that of the scaled frames).  Frames with NaN or Inf pixels, or
+    all zero, stay as they are.
+
+    >>> f = np.stack([np.full((2, 2), 3 * 2.0 ** 100), np.full((2, 2), -5 * 2.0 ** -100)])
+    >>> scale_free(f.astype(np.float32), np)[:, 0, 0].tolist()
+    [0.75, -0.625]
+    >>> scale_free(np.ones((1, 2, 2), np.uint16), np).dtype.name
+    'uint16'
+    """
+    if frames.dtype.kind != "f" or frames.dtype.itemsize < 4 or frames.ndim != 3 \
+            or 0 in frames.shape:
+        return frames
+    if xp is not np:  # one kernel of ours for the largest magnitudes (registration/_peak_math)
+        from ..registration._peak_math import surface_argmax
+
+        peak = surface_argmax(frames, absolute=True)[2]
+    else:
+        with np.errstate(invalid="ignore"):
+            peak = np.maximum(frames.max(axis=(-2, -1)), -frames.min(axis=(-2, -1)))
+        peak = peak.astype(np.float64)
+    usable = xp.isfinite(peak) & (peak > 0)
+    exponent = xp.where(usable, xp.frexp(xp.where(usable, peak, 1.0))[1], 0)
+    if xp is np and not exponent.any():
+        return frames  # (on the CPU the copy is saved; on the GPU nothing waits to know)
+    scale = xp.ldexp(xp.ones(len(frames), frames.dtype), -exponent.astype(xp.int32))
+    return frames * scale[:, None, None]
 
 
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:

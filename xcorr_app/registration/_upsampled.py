@@ -13,16 +13,17 @@ What is correlated depends on how the frames meet at their edges:
 
 - ``circular`` (wrap-around content: circular shifts of one image): the images as they are.
   Their circular correlation is the exact one; a window or the periodic decomposition only
-  takes content away (a Hann window made the circular stacks of issue 49 4.5x worse than
-  scikit-image's plain call);
+  takes content away (a Hann window weights the centre and drops the edges' content);
 - ``linear`` (frames cut from a larger scene): the periodic components of the images (Moisan's
   decomposition, :func:`~._fft_register.periodic_spectrum`), so that the seams the FFT's
-  wrap-around makes at the frame edges do not pull the peak towards zero; a Hann window did
-  the same and weighted the centre only (0.3-0.8 px RMS on the sample stacks against 0.02-0.05).
+  wrap-around makes at the frame edges do not pull the peak towards zero (a Hann window does
+  the same, and weights the centre only: several times the error on the sample stacks).
 
 ``normalization=None`` is the plain cross-correlation (what every non-phase run refines:
-phase whitening amplifies the photon noise of smooth content, 0.6-0.8 px on the cell sample),
+phase whitening amplifies the photon noise of smooth content, such as the cell sample's),
 ``"phase"`` phase correlation (the runs of ``normalization="phase"``).
+
+Measured against scikit-image and the sample stacks: docs/how-align-works.md.
 
 Examples
 --------
@@ -109,9 +110,8 @@ def best_neighbour(product, shifts, full_width=None):
     :func:`~._fft_register.upsampled_dft` at factor 1).
 
     The shifts given come from another surface (the linear-overlap ZNCC of the prefiltered
-    frames), whose peak on wrap-around content can lie a pixel off the circular correlation's
-    (issue 49's circular stacks: 0.26 px on a frame whose ZNCC peak was at dx 7 for a true
-    5.97); the refinement looks only 0.75 px around its start."""
+    frames), whose peak on wrap-around content can lie a pixel off the circular correlation's;
+    the refinement looks only 0.75 px around its start."""
     xp = array_module_of(product)
     local = xp.abs(upsampled_dft(product.conj(), 3, 1, 1.0 - shifts, full_width))
     iy, ix = peak_index(local)
