@@ -27,7 +27,9 @@ def fake_gpu(tmp_path, monkeypatch):
     monkeypatch.delenv(planner.MODE_ENV, raising=False)
     monkeypatch.setattr(planner, "_device_id", lambda: 0)
     monkeypatch.setattr(planner, "_device", lambda: H100)
-    monkeypatch.setattr(tuning, "device_fingerprint", lambda: ["FAKE H100", "90", "code"])
+    fingerprint = lambda: ["FAKE H100", "90", "code"]  # noqa: E731
+    monkeypatch.setattr(tuning, "device_fingerprint", fingerprint)
+    monkeypatch.setattr(planner, "device_fingerprint", fingerprint)
     planner.forget()
     tuning.forget_memory()
     yield tmp_path

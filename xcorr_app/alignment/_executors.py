@@ -141,7 +141,7 @@ class InProcess(Executor):
 def _prebuild_later_stages(opts, src, plan):
     """The later stages' kernels built by helper processes while this one starts (with the
     kernels shipped built, only the aligned stack's warp is left to build)."""
-    from .._cuda.loader import shipped_kernels_usable
+    from .._cuda import shipped_kernels_usable
     from ._prebuild import EXIT_GRACE, RUN_STAGES, prebuild
 
     import cupy

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.device import kept_on_device
-from .._cuda.launch import stride_blocks
-from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
+from .._cuda import (KernelFamily, PIXEL_C_TYPES, compile_together, kept_on_device, kernel_pixels,
+                     stride_blocks)
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError
 from ..registration._surfaces import table_layout

@@ -22,8 +22,7 @@ import functools
 
 import numpy as np
 
-from .._cuda.launch import stride_blocks
-from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels
+from .._cuda import KernelFamily, PIXEL_C_TYPES, compile_together, kernel_pixels, stride_blocks
 from ..errors import InputError
 
 SOURCE = "frame_stats.cu"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 
 FILL = KernelFamily("patch_field.cu", "fill_low_patches",
                     [(scores, rows) for scores in (True, False) for rows in (False, True)])

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.device import kept_on_device
-from .._cuda.loader import KernelFamily, compile_together
+from .._cuda import KernelFamily, compile_together, kept_on_device
 from ..backend import to_numpy
 from ..errors import InputError
 from ._field_resample import (MAX_GRID, check_windows, column_weights32, output_array,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import PIXEL_C_TYPES, KernelFamily, kernel_pixels
+from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
 from ..backend import array_module_of, is_cupy_array, to_numpy, to_xp
 from ..correlate._fft import fft_of
 from ..errors import InputError

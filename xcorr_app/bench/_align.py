@@ -345,7 +345,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     """
     from .. import backend
     from ..io import prepare_outputs, write_text
-    from .._cuda.timing import device_name
+    from .._cuda import device_name
 
     if patches is not None:
         if device != "gpu" or gpus is not None or max_memory is not None or keep \

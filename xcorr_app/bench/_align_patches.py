@@ -283,7 +283,7 @@ def main(patches, *, quick=False, frames=None, size=None, repeat=1, seed=0, json
     """``xcorr bench align --patches``: make the stack, run, print; 1 when a patch row failed
     or its field is off the truth by more than :data:`TARGET_FIELD_PX` px RMS."""
     from .. import backend
-    from .._cuda.timing import device_name
+    from .._cuda import device_name
     from ..alignment._patches import parse_patches
     from ..io import prepare_outputs, write_text
     from ._common import utc_now

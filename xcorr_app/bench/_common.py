@@ -83,7 +83,7 @@ def measure_paths(makers, wants, missing, rounds=None):
         failed (``na`` says why); ``rel_error`` is None without a reference.  Exceptions do
         not propagate: a failing peer is a table entry.
     """
-    from .._cuda.timing import time_gpu
+    from .._cuda import time_gpu
 
     fns, ms, errs, nas = {}, {}, {}, {}
     for path, make in makers.items():

@@ -151,7 +151,7 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
     import cupy as cp
 
     from ..conv._api import chosen_method, conv2d
-    from .._cuda.timing import time_gpu
+    from .._cuda import time_gpu
 
     rng = cp.random.default_rng(0)
     x = rng.standard_normal((n, c, h, w), dtype=cp.float32)
@@ -249,7 +249,7 @@ def main(*, quick=False, only=None, check=True, json_path=None, force=False, ech
          repeat=10) -> int:
     from .. import backend
     from ..io import prepare_outputs, write_text
-    from .._cuda.timing import device_name
+    from .._cuda import device_name
 
     if not backend.gpu_available():
         raise XcorrError(f"xcorr bench conv needs a GPU: {backend.gpu_unavailable_reason()}")

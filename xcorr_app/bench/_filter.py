@@ -202,7 +202,7 @@ def copy_bandwidth(stack) -> float:
     """GB/s (1e9 bytes/s) of ``cupy.copyto`` of the stack: ``2 * stack.nbytes`` moved."""
     import cupy as cp
 
-    from .._cuda.timing import time_gpu
+    from .._cuda import time_gpu
 
     dst = cp.empty_like(stack)
     ms = time_gpu(lambda: cp.copyto(dst, stack), **TIMING)
@@ -383,7 +383,7 @@ def run(names=PROBLEMS, frames=DEFAULT_SHAPE[0], size=DEFAULT_SHAPE[1:], check=T
     """
     import cupy as cp
 
-    from .._cuda.timing import device_name
+    from .._cuda import device_name
 
     h, w = size
     stack = make_stack(frames, h, w, seed)

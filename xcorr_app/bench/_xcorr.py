@@ -418,7 +418,7 @@ def run(problems, explain=False, echo=print, check=True) -> list:
         ``model_ratio`` (ours / tuned), ``peak_share``, ``status``; and for the rows of
         :func:`~._xcorr_plans.pipelined`, ``pipeline`` (:func:`~._xcorr_plans.pipeline_figures`).
     """
-    from .._cuda.timing import device_name, fp32_fma_peak_flops
+    from .._cuda import device_name, fp32_fma_peak_flops
 
     try:
         peak = fp32_fma_peak_flops()

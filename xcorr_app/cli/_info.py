@@ -26,8 +26,7 @@ COMPILE_SHAPE = (1024, 1024)
                    "not compile them; kept in the kernel cache.")
 def info(build):
     """Show the backend, the GPU, CuPy and the CUDA kernel sources found."""
-    from .._cuda.loader import kernel_sources, kernels_dir
-    from .._cuda.shipped import summary as shipped_summary
+    from .._cuda import PlanCallBase, fastlaunch, kernel_sources, kernels_dir, shipped_summary
 
     click.echo(f"xcorr {__version__} (Python {sys.version.split()[0]})")
     if backend.gpu_available():
@@ -57,7 +56,6 @@ def info(build):
     else:
         click.echo("kernels shipped built: none (compiled at first use; where nvcc is installed, "
                    "python -m xcorr_app._cuda.compile_check --keep builds them)")
-    from .._cuda.launch import PlanCallBase, fastlaunch
 
     click.echo(f"compiled launch path of plans: {fastlaunch()[1]}; their call: "
                f"{'compiled' if PlanCallBase.__name__ == 'PlanCall' else 'Python'}")

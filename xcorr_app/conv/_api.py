@@ -188,7 +188,7 @@ def _fastest_gpu_method(x, w, stride, padding) -> str:
     """The faster of the GPU kernels for this problem (each tuned first), measured on its first
     call on this GPU and remembered by the autotuner (:func:`xcorr_app._cuda.tuning.fastest`:
     in memory and on disk; batches of similar size share the choice)."""
-    from .._cuda.tuning import fastest
+    from .._cuda import fastest
 
     key = _choice_key(x, w, stride, padding)
     best = _remembered(key)
@@ -202,7 +202,7 @@ def _fastest_gpu_method(x, w, stride, padding) -> str:
 
 def _remembered(key):
     """The kernel the autotuner remembers for ``key`` on this GPU, or ``None``."""
-    from .._cuda.tuning import device_fingerprint, recall
+    from .._cuda import device_fingerprint, recall
 
     entry = recall(METHOD_NAMESPACE, [*device_fingerprint(), key])
     choice = None if entry is None else entry.get("choice")

@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import math
 
-from .._cuda.device import Limits, device_limits
+from .._cuda import Limits, device_limits
 from ..errors import InputError, XcorrError
 
 WARPS = 4

@@ -17,9 +17,7 @@ import math
 
 import numpy as np
 
-from .._cuda.device import device_limits
-from .._cuda.launch import PreparedLaunch
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily, PreparedLaunch, device_limits
 from ..errors import InputError
 from ._dynamic_blocking import THREADS as POINTWISE_THREADS
 from ._dynamic_blocking import configurations, plan
@@ -181,7 +179,7 @@ def tuned_plan(x, w, stride, padding, layout="direct", win_bytes=WIN_BYTES, wave
     ``padding`` are (y, x) pairs."""
     import cupy as cp
 
-    from .._cuda.tuning import fastest
+    from .._cuda import fastest
 
     n = x.shape[0]
     shape = (n, w.shape[0], output_size(x.shape[2], w.shape[2], stride[0], padding[0]),

@@ -24,9 +24,7 @@ import functools
 
 import numpy as np
 
-from .._cuda.device import device_limits
-from .._cuda.launch import PreparedLaunch
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily, PreparedLaunch, device_limits
 from ..errors import InputError
 from ._im2win import blocks_per_sm, split_k_locks, split_plan, split_steps, tuning_key
 from ._validation import pair
@@ -125,7 +123,7 @@ def tuned_plan(x, w, padding):
     disk); ``padding`` a (y, x) pair."""
     import cupy as cp
 
-    from .._cuda.tuning import fastest
+    from .._cuda import fastest
 
     shape = (x.shape[0], w.shape[0], x.shape[2] + 2 * padding[0] - 2,
              x.shape[3] + 2 * padding[1] - 2)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 from ..errors import InputError
 from ._forms import FORM_IDS
 from ._shifts import normalize_max_shift, output_shape

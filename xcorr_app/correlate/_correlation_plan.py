@@ -36,7 +36,7 @@ from threading import get_ident
 
 import numpy as np
 
-from .._cuda.launch import PlanCallBase, compiled_call, current_stream_ptr_getter, stream_pointer
+from .._cuda import PlanCallBase, compiled_call, current_stream_ptr_getter, stream_pointer
 from ..backend import resolve_device
 from ..errors import InputError
 from ._candidates import plan_fits

@@ -48,8 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._cuda.launch import stride_blocks
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily, stride_blocks
 from ..backend import array_module_of
 from ..errors import InputError
 from ._forms import form_layout

@@ -34,7 +34,7 @@ import functools
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 from ..errors import InputError
 
 SOURCE = "fft_window.cu"

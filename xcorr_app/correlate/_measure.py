@@ -63,7 +63,7 @@ def _output(left, right, form, max_shift):
 
 
 def _time_plan(plan, left, right, form, max_shift, out, best_ms):
-    from .._cuda.timing import time_gpu
+    from .._cuda import time_gpu
 
     run = _runner(plan, left, right, form, max_shift, out)
     first = time_gpu(run, warmup=1, repeat=1)  # compiles on the warm-up run
@@ -107,7 +107,7 @@ def _confirm(timings, left, right, form, max_shift, out):
     The first pass times each candidate once, minutes apart at worst; on a busy host a small
     problem's time (mostly the host's) drifts by more than the candidates differ.
     """
-    from .._cuda.timing import time_gpu
+    from .._cuda import time_gpu
 
     top = timings[:CONFIRM_TOP]
     samples = [[t] for _, t in top]
@@ -150,7 +150,7 @@ def time_candidates(ranked, run_of, budget_s=TUNE_BUDGET_S, clock=time.perf_coun
     run is :data:`EARLY_REJECT` times the best so far is not repeated.
     """
     if timer is None:
-        from .._cuda.timing import time_gpu as timer
+        from .._cuda import time_gpu as timer
     start = clock()
     timings, errors, skipped = [], [], []
     best = None

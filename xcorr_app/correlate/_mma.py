@@ -28,8 +28,7 @@ from ..errors import InputError
 from ._forms import FORM_IDS
 from ._tiled import MAX_GRID_YZ, PAIR_FORMS
 from ._warp_shuffle import geometry, launch
-from .._cuda.loader import KernelFamily
-from .._cuda.device import device_limits
+from .._cuda import KernelFamily, device_limits
 
 #: (tile_y, tile_x) compiled for every form with many right matrices; tile_x is 8 x-shifts
 #: per tensor-core block times the blocks of a warp

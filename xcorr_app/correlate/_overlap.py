@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from ._forms import FORMS, FORM_IDS, form_layout
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 from ._shifts import first_shift, output_shape
 
 OVERLAP = KernelFamily("overlap_xcorr.cu", "overlap_xcorr", [(FORM_IDS[f],) for f in FORMS])

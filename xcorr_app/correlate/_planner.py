@@ -44,8 +44,7 @@ from pathlib import Path
 
 from .._config import CACHE_DIR, PLANNER, TUNE, tune_requested
 from .._config import get as config_value
-from .._cuda import tuning
-from .._cuda.timing import device_name
+from .._cuda import cache_file, device_fingerprint, device_name, recall, remember
 from ..errors import InputError
 from ._candidates import (candidates, distribution_candidates, mma_candidates,
                           pair_tiled_candidates, plan_fits, rule_plan, tiled_candidates)
@@ -116,7 +115,7 @@ def forget() -> None:
 def cache_path() -> Path:
     """The file where decisions are kept: the one autotuner's cache
     (:func:`xcorr_app._cuda.tuning.cache_file`)."""
-    return tuning.cache_file()
+    return cache_file()
 
 
 def count_bucket(n: int) -> int:
@@ -130,7 +129,7 @@ def problem_key(lay, max_shift) -> list:
     and search range, no counts (those pick a bucket: :func:`bucket_of`)."""
     bound = normalize_max_shift(max_shift)
     bound = None if bound is None else list(bound)
-    return [*tuning.device_fingerprint(), lay.form, list(lay.left_shape),
+    return [*device_fingerprint(), lay.form, list(lay.left_shape),
             list(lay.right_shape), bound]
 
 
@@ -221,7 +220,7 @@ def _decision_from(entry, key_text) -> Decision:
 def _stored(key, key_text) -> dict:
     """``{bucket: Decision}`` of a key: in memory, with what the disk has added."""
     known = _BUCKETS.setdefault(key_text, {})
-    entry = tuning.recall(NAMESPACE, key) or {}
+    entry = recall(NAMESPACE, key) or {}
     for bucket, item in entry.get("buckets", {}).items():
         if bucket not in known or SOURCES.index(known[bucket].source) > \
                 SOURCES.index(item.get("source", "measured")):
@@ -235,13 +234,13 @@ def _store(key, key_text, bucket, d: Decision) -> None:
     _BUCKETS.setdefault(key_text, {})[bucket] = d
     if d.source == "heuristic":
         return  # answered at once next time too: only measurements go to the disk
-    entry = dict(tuning.recall(NAMESPACE, key) or {})
+    entry = dict(recall(NAMESPACE, key) or {})
     buckets = dict(entry.get("buckets", {}))
     buckets[bucket] = {
         "plan": str(d.plan), "timings": [[str(p), t] for p, t in d.timings],
         "reason": d.reason, "source": d.source,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    tuning.remember(NAMESPACE, key, {"buckets": buckets})
+    remember(NAMESPACE, key, {"buckets": buckets})
 
 
 def _reuse(known, bucket, lay, max_shift, want):

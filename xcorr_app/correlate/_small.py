@@ -31,8 +31,7 @@ from ._forms import FORMS, FORM_IDS
 from ._overlap import MAX_GRID_Z
 from ._shifts import output_shape
 from ._warp_shuffle import geometry, launch
-from .._cuda.device import device_limits
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily, device_limits
 
 __all__ = ["SMALL", "TILES", "WARPS", "MAX_RESULTS", "MAX_SHARED", "shared_bytes",
            "configure_small", "small_xcorr", "small_candidates"]

@@ -31,7 +31,7 @@ from ..errors import InputError
 from ._forms import FORMS, FORM_IDS
 from ._overlap import MAX_GRID_Z, as_float32, check_out
 from ._warp_shuffle import geometry, launch
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 
 #: (tile_y, tile_x, rights) compiled for every form; more right matrices where there are several
 _ONE_RIGHT = [(2, 2, 1), (3, 3, 1), (4, 4, 1), (6, 4, 1), (8, 2, 1)]

@@ -27,8 +27,7 @@ import numpy as np
 from ..errors import InputError
 from ._forms import FORMS, FORM_IDS, form_layout
 from ._overlap import MAX_GRID_Z, as_float32, c_contiguous, check_out
-from .._cuda.launch import PreparedLaunch
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily, PreparedLaunch
 from ._shifts import first_shift, normalize_max_shift, output_shape
 from ._work_distribution import schedule
 

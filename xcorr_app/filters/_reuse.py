@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.device import kept_on_device
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily, kept_on_device
 from ..errors import InputError
 from ._modes import MODE_IDS
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 from ..errors import InputError
 
 SOURCE = "peak_math.cu"

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
-from .._cuda.loader import KernelFamily
+from .._cuda import KernelFamily
 from ..correlate._fft import conj_product, fft_geometry, irfft2_unnormalized, padded_spectra
 from ..correlate._fft_window import correlation_window, window_applies
 from ..correlate._shifts import first_shift
