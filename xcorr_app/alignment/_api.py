@@ -16,7 +16,7 @@ Examples
 from __future__ import annotations
 
 from .. import backend
-from ..correlate._shifts import normalize_max_shift
+from ..correlate import normalize_max_shift
 from ..errors import InputError
 from ._executors import InProcess, OnGpus
 from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_choices, check_frame_shape,

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import backend
 from ..backend import DEVICES
-from ..correlate._shifts import normalize_max_shift, output_shape
+from ..correlate import normalize_max_shift, output_shape
 from ..errors import InputError
 from ..io import SUPPORTED_DTYPES
 from ..streaming import parse_memory

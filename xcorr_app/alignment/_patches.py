@@ -53,9 +53,7 @@ import numbers
 import numpy as np
 
 from .. import backend
-from ..correlate._api import cross_correlate
-from ..correlate._band import band_fits
-from ..correlate._shifts import first_shift
+from ..correlate import band_fits, cross_correlate, first_shift
 from ..errors import InputError
 from ..registration._normalize import ZnccLeft, zncc, zncc_left
 from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts

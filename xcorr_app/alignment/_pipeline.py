@@ -27,11 +27,8 @@ import threading
 import numpy as np
 
 from .. import backend
-from ..correlate._api import choose_method, cross_correlate
-from ..correlate._fft import fft_geometry, fft_of, padded_spectra, xcorr_fft
-from ..correlate._forms import form_layout
-from ..correlate._plans import Plan
-from ..correlate._shifts import shift_origin
+from ..correlate import (Plan, choose_method, cross_correlate, fft_geometry, fft_of, form_layout,
+                         padded_spectra, shift_origin, xcorr_fft)
 from ..errors import InputError
 from ..io import FrameRange
 from ..registration._fft_register import fft_shifts, periodic_spectrum, phase_surface

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
 from ..backend import array_module_of, is_cupy_array, to_numpy, to_xp
-from ..correlate._fft import fft_of
+from ..correlate import fft_of
 from ..errors import InputError
 
 

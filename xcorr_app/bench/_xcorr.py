@@ -39,9 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..correlate._forms import form_layout
-from ..correlate._cost_model import useful_macs
-from ..correlate._shifts import first_shift, output_shape
+from ..correlate import first_shift, form_layout, output_shape, useful_macs
 from ..errors import InputError, XcorrError
 from ._common import (cell, fmt_ms, free_gpu_memory, markdown_header, measure_paths,
                       torch_unavailable_reason, utc_now, versions_line)
@@ -165,7 +163,7 @@ def cupy_fft_peer(left, right, form="one_to_one", max_shift=None):
     there); CuPy caches the cuFFT plans, so the warm-up call pays for them.  Works on NumPy
     arrays too (the CPU tests use that).
     """
-    from ..correlate._fft import xcorr_fft
+    from ..correlate import xcorr_fft
 
     return lambda: xcorr_fft(left, right, form, max_shift, dtype=np.float32)
 
@@ -207,7 +205,7 @@ def torch_peer(left, right, form="one_to_one", max_shift=None):
     import torch
     import torch.nn.functional as F
 
-    from ..correlate._overlap import as_float32
+    from ..correlate import as_float32
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -238,7 +236,7 @@ def overlap_peer(left, right, form="one_to_one", max_shift=None):
     """The overlap-wise baseline kernel as a callable (writes one preallocated output)."""
     import cupy as cp
 
-    from ..correlate._overlap import overlap_xcorr
+    from ..correlate import overlap_xcorr
 
     lay = form_layout(form, left.shape, right.shape)
     out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
@@ -250,7 +248,7 @@ def planned(plan, left, right, form="one_to_one", max_shift=None):
     """Our path: a plan through ``run_plan`` (preallocated output)."""
     import cupy as cp
 
-    from ..correlate._planner import run_plan
+    from ..correlate import run_plan
 
     lay = form_layout(form, left.shape, right.shape)
     out = cp.empty(lay.batch_shape + output_shape(lay.left_shape, lay.right_shape, max_shift),
@@ -275,7 +273,7 @@ def _status(row, check) -> str:
 def bench_problem(problem: Problem, explain=False, check=True, peak=None, seed=0) -> dict:
     """Decide (the cost model's plan and the fully measured one), check and time one problem;
     returns its row (see :func:`run`)."""
-    from ..correlate._planner import decide, heuristic
+    from ..correlate import decide, heuristic
 
     left, right = make_inputs(problem, seed)
     form, bound = problem.form, problem.max_shift

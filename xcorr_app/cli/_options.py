@@ -305,6 +305,6 @@ def default_out(path: Path, suffix: str) -> Path:
 
 def planner_notes(quiet=False):
     """Print the planner's one line before a (slow, first-time) measurement, unless quiet."""
-    from ..correlate._planner import set_on_measure
+    from ..correlate import set_on_measure
 
     set_on_measure(None if quiet else (lambda line: click.echo(line, err=True)))

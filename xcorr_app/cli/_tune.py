@@ -76,7 +76,7 @@ def tune_cmd(frames, sizes, max_shifts, form, bench_problems, again):
     from .. import backend
     from ..bench._common import free_gpu_memory, parse_size
     from ..bench._xcorr import PROBLEMS, make_inputs
-    from ..correlate._planner import cache_path, decide, heuristic
+    from ..correlate import cache_path, decide, heuristic
 
     if bench_problems and (frames or sizes or max_shifts):
         raise InputError("--bench takes the problems of xcorr bench xcorr: leave out --frames, "

@@ -32,9 +32,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..backend import compute_device, xp_for
-from ..correlate._api import choose_method, cross_correlate
-from ..correlate._forms import form_layout
-from ..correlate._shifts import normalize_max_shift
+from ..correlate import choose_method, cross_correlate, form_layout, normalize_max_shift
 from ..errors import InputError
 from ._normalize import zncc
 

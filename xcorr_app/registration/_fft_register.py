@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ..backend import array_module_of, to_xp
-from ..correlate._fft import conj_product, fft_of
+from ..correlate import conj_product, fft_of
 from ..errors import InputError
 from ._peak_math import (COMPLEX, edge_differences, fits, phase_cross_power, subtract_smooth,
                          surface_argmax, upsampled_peaks)

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import array_module_of
-from ..correlate._shifts import first_shift, output_shape
+from ..correlate import first_shift, output_shape
 
 
 def _cumsum_rows(x, out, xp):

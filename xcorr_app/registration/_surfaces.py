@@ -42,9 +42,8 @@ import numpy as np
 
 from ..errors import InputError
 from .._cuda import KernelFamily
-from ..correlate._fft import conj_product, fft_geometry, irfft2_unnormalized, padded_spectra
-from ..correlate._fft_window import correlation_window, window_applies
-from ..correlate._shifts import first_shift
+from ..correlate import (conj_product, correlation_window, fft_geometry, first_shift,
+                         irfft2_unnormalized, padded_spectra, window_applies)
 
 #: the row segments of a ``sat_columns`` block (32 columns x SEGMENTS warps): :func:`sat_segments`
 SAT_SEGMENTS = (8, 16, 32)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import array_module_of, to_xp
-from ..correlate._fft import fft_of
+from ..correlate import fft_of
 from ..errors import InputError
 from ._fft_register import cross_power, periodic_spectrum, refine_peak, upsampled_dft
 from ._peaks import peak_index, subpixel_fit2d
