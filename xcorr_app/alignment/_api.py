@@ -27,8 +27,8 @@ from ._preprocess import window as make_window
 from ._run import run_alignment
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
-                    subpixel="gaussian", upsample=DEFAULT_UPSAMPLE, prefilter=None, window="none",
-                    device="auto"):
+                    subpixel="gaussian", upsample=DEFAULT_UPSAMPLE, prefilter=None,
+                    window="none", device="auto"):
     """Shifts of a batch of frames already in memory against one reference (or one each).
 
     Parameters

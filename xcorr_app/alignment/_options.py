@@ -265,8 +265,9 @@ class AlignOptions:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            out[f.name] = "array" if hasattr(v, "shape") else list(v) if isinstance(v, tuple) else \
-                v if v is None or isinstance(v, (str, bool, int, float)) else str(v)
+            plain = v is None or isinstance(v, (str, bool, int, float))
+            out[f.name] = "array" if hasattr(v, "shape") else list(v) \
+                if isinstance(v, tuple) else v if plain else str(v)
         return out
 
     def arguments(self) -> dict:

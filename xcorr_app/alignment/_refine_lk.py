@@ -4,7 +4,7 @@ leave-one-out template (``lucas_kanade="on"``, or ``"auto"``: on for noisy stack
 At low light (25 photons at the brightest pixel) the correlation peak of one noisy frame
 against another, or against the template of ``reference="refined"``, stays about twice above
 the Cramer-Rao bound.  After the template pass of
-:func:`~xcorr_app.alignment._template.passes_table`, the last measuring pass refines each
+:func:`~xcorr_app.alignment._run.measure_passes`, the last measuring pass refines each
 frame's correlation shift ``s`` by a few Gauss-Newton steps of the model
 ``frame(x) = a * T(x + s) + b`` (least squares over the pixels whose source lies inside the
 template; ``a``, ``b`` absorb brightness changes), where ``T`` is

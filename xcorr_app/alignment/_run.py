@@ -65,7 +65,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
         table, opts, more = measure_passes(opts, src, executor, progress)
         settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
                     "notes": list(src.notes), "prefilter_auto": why,
-                    "lucas_kanade": opts.lucas_kanade, **executor.settings()}
+                    "lucas_kanade": opts.lucas_kanade, "options": opts.settings(),
+                    **executor.settings()}
         res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
                                 stack_or_path)
         res.notes[:0] = choices + more

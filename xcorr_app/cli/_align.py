@@ -252,6 +252,10 @@ def _check(o):
         if given:
             raise InputError(f"{', '.join(given)} shape aligned.tif, which --no-aligned does "
                              "not write: drop one or the other")
+    if o.gpus is not None:
+        from ..streaming import need_gpus
+
+        need_gpus()
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
@@ -276,6 +280,8 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
     """The shifts of every frame: on a Dask cluster, on ``--gpus``, or in this process
     (``out``: :func:`xcorr_app.align`'s, on one device)."""
     opts = dataclasses.replace(o.opts, gpus=gpu_ids)
+    if o.gpus is not None and gpu_ids is None:  # --gpus all on a small stack: one GPU, as asked
+        opts = dataclasses.replace(opts, device="gpu")
     with progress_bar(n, "measuring", o.quiet) as bar:
         update = _rate_updater(bar, frame_gb)
         if client is not None:

@@ -191,10 +191,8 @@ def json_rows_option(what=""):
 # ------------------------------------------------------------------------- shared helpers
 
 #: ``align --gpus all`` and ``--workers N`` measure on one GPU in this process below this
-#: stack size, and say so: on 4 and 12 GiB stacks neither paid for its start (one-shot
-#: processes on 2 H200s, 2026-11-22, tools/device_gpus.sh: one GPU 3.7-4.7 s, ``--gpus all``
-#: 4.7-5.6 s, ``--workers 2`` 9.6-10.0 s; docs/performance.md).  A list of GPUs (``--gpus 0,1``)
-#: is always honoured.
+#: stack size, and say so: smaller stacks do not pay for starting more (docs/performance.md).
+#: A list of GPUs (``--gpus 0,1``) is always honoured.
 SCALE_OUT_MIN_BYTES = 16 * 2**30
 
 
@@ -224,7 +222,13 @@ def scale_out(gpus, workers, scheduler, device, stack_bytes=None, quiet=False):
                          "existing one), not both")
     if gpus is not None and device == "cpu":
         raise InputError("--gpus runs on GPUs; drop --device cpu")
-    note = None if device == "cpu" else one_gpu_instead(gpus, workers, stack_bytes)
+    if gpus is not None:
+        from ..streaming import need_gpus
+
+        need_gpus()
+    # (without a GPU, --workers N runs its Dask cluster on the CPU as asked)
+    note = None if device == "cpu" or not backend.gpu_available() \
+        else one_gpu_instead(gpus, workers, stack_bytes)
     if note is not None:
         if not quiet:
             click.echo(note, err=True)
