@@ -150,7 +150,7 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
     """One row: ms, TFLOPS and peak memory of ours and the peers, and our error."""
     import cupy as cp
 
-    from ..conv._api import chosen_method, conv2d
+    from ..conv import chosen_method, conv2d
     from .._cuda import time_gpu
 
     rng = cp.random.default_rng(0)
@@ -161,7 +161,7 @@ def run_problem(name, kind, n, c, h, w, f, k, s, check=True, repeat=10):
     methods = {"ours": lambda: conv2d(x, wt, stride=s),
                "im2col_cublas": lambda: im2col_matmul(x, wt, s)}
     if kind == "im2win":
-        from ..conv._im2win import im2win_conv2d
+        from ..conv import im2win_conv2d
 
         methods["ours_im2win"] = lambda: im2win_conv2d(x, wt, s, layout="im2win")
     no_torch = torch_unavailable_reason()

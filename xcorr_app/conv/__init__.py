@@ -10,5 +10,7 @@ Examples
 """
 
 from ._api import METHODS, chosen_method, conv2d, pointwise
+from ._im2win import im2win_conv2d
+from ._validation import REAL_KINDS
 
-__all__ = ["conv2d", "pointwise", "chosen_method", "METHODS"]
+__all__ = ["METHODS", "REAL_KINDS", "chosen_method", "conv2d", "im2win_conv2d", "pointwise"]

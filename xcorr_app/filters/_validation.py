@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend import is_cupy_array
-from ..conv._validation import REAL_KINDS
+from ..conv import REAL_KINDS
 from ..errors import InputError
 from ._modes import MODES
 
