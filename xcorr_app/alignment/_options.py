@@ -99,7 +99,7 @@ def prefilter_for(prefilter, normalization, features=None):
     ``features`` (a filter bank, :func:`xcorr_app.filters._banks.feature_prefilter`) replaces it: the
     frames are registered on the bank's local energy."""
     if features:
-        from ..filters._banks import feature_prefilter
+        from ..filters import feature_prefilter
 
         return feature_prefilter(features)
     fn = parse_prefilter(prefilter)
@@ -160,7 +160,7 @@ class AlignOptions:
                              "normalization other than phase")
         parse_prefilter(self.prefilter)  # a bad spec fails before anything is read
         if self.features:
-            from ..filters._banks import bank_weights
+            from ..filters import bank_weights
 
             bank_weights(self.features, 1)
         for flag in ("verify", "interpolate_low", "tune"):

@@ -69,7 +69,7 @@ def parse_prefilter(spec):
     name = str(spec).partition(":")[0]
     if name not in ("gaussian", "dog"):
         raise InputError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
-    from ..filters._api import gaussian_taps, parse_kernel_spec
+    from ..filters import gaussian_taps, parse_kernel_spec
 
     fn = parse_kernel_spec(str(spec))  # (its arguments checked)
     taps = gaussian_taps(float(str(spec).partition(":")[2])) if name == "gaussian" else None
@@ -275,7 +275,7 @@ def scale_free(frames, xp):
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
     """:func:`prepare` on the GPU by the kernels of :mod:`xcorr_app.alignment._frame_stats`
     (the same numbers, a few kernels compiled once instead of a chain of CuPy operations)."""
-    from ..filters._separable import SIZES, separable_correlate
+    from ..filters import SEPARABLE_SIZES as SIZES, separable_correlate
     from ._frame_stats import demeaned, filtered_mean_weights, frame_means, subtract_means
 
     taps = getattr(prefilter, "taps", None)

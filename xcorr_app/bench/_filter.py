@@ -75,7 +75,7 @@ def filter_shape(name) -> tuple:
 
 def gaussian_size() -> int:
     """Taps of the benchmark's gaussian (31 for sigma 3.75, truncate 4)."""
-    from ..filters._api import gaussian_taps
+    from ..filters import gaussian_taps
 
     return int(gaussian_taps(GAUSS_SIGMA, GAUSS_TRUNCATE).size)
 
@@ -84,7 +84,7 @@ def make_weights(name, seed=0) -> np.ndarray:
     """The float32 ``(fh, fw)`` filter of a problem: standard normal, seeded by ``seed`` and
     the size (the gaussian's is the outer product of its 1-D taps, for reference only)."""
     if name == GAUSS_NAME:
-        from ..filters._api import gaussian_taps
+        from ..filters import gaussian_taps
 
         taps = gaussian_taps(GAUSS_SIGMA, GAUSS_TRUNCATE)
         return np.outer(taps, taps).astype(np.float32)
@@ -103,7 +103,7 @@ def make_stack(frames, h, w, seed=0):
 
 def paper_allowed(name) -> bool:
     """True when the papers' configuration (``taps="shared"``) is compiled for this problem."""
-    from ..filters._reuse import PAPER_SIZES
+    from ..filters import PAPER_SIZES
 
     fh, fw = filter_shape(name)
     return name != GAUSS_NAME and fh == fw and fh in PAPER_SIZES
@@ -118,10 +118,10 @@ def ours(stack, name, weights, out=None):
     import cupy as cp
 
     if name == GAUSS_NAME:
-        from ..filters._api import gaussian
+        from ..filters import gaussian
 
         return lambda: gaussian(stack, GAUSS_SIGMA, truncate=GAUSS_TRUNCATE, mode=MODE)
-    from ..filters._reuse import reuse_correlate
+    from ..filters import reuse_correlate
 
     out = cp.empty(stack.shape, cp.float32) if out is None else out
     return lambda: reuse_correlate(stack, weights, mode=MODE, out=out)
@@ -134,7 +134,7 @@ def paper(stack, name, weights, out=None):
 
     if not paper_allowed(name):
         return None
-    from ..filters._reuse import reuse_correlate
+    from ..filters import reuse_correlate
 
     out = cp.empty(stack.shape, cp.float32) if out is None else out
     return lambda: reuse_correlate(stack, weights, mode=MODE, taps="shared", edges="direct",
@@ -178,7 +178,7 @@ def torch_peer(stack, name, weights):
     n, h, w = stack.shape
     x = torch.from_dlpack(stack).reshape(n, 1, h, w)
     if name == GAUSS_NAME:
-        from ..filters._api import gaussian_taps
+        from ..filters import gaussian_taps
 
         taps = torch.as_tensor(gaussian_taps(GAUSS_SIGMA, GAUSS_TRUNCATE), dtype=torch.float32,
                                device=x.device)

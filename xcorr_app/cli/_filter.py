@@ -44,8 +44,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     chunk, so it may be larger than the GPU's or the host's memory.  --bank and --mix read
     every channel of each frame and write an ImageJ hyperstack of the result's channels.
     """
-    from ..filters._api import parse_kernel_spec
-    from ..filters._validation import check_radius
+    from ..filters import check_radius, parse_kernel_spec
     from ..io import open_stack
     from ..streaming import DEFAULT_CHUNK
 
@@ -169,7 +168,7 @@ def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
 def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, quiet, scale):
     """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise, on this
     GPU, several (``--gpus``) or a Dask cluster."""
-    from ..filters._banks import channel_filter
+    from ..filters import channel_filter
     from ..io import ChannelStack
 
     def plan(src):

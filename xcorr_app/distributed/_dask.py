@@ -62,7 +62,7 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
     import dask.array as da
     from dask import delayed
 
-    from ..filters._banks import channel_filter
+    from ..filters import channel_filter
     from ..io import ChannelStack
 
     if isinstance(stack_or_path, (str, Path)):

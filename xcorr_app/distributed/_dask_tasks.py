@@ -89,7 +89,7 @@ class _Block:
 
 def channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAMES):
     """Frames ``start:stop`` of every channel through a bank or a mix: (n, F, H, W)."""
-    from ..filters._banks import channel_filter
+    from ..filters import channel_filter
     from ..io import ChannelStack
 
     with _on_device(device) as xp, ChannelStack(path) as src:
@@ -99,7 +99,7 @@ def channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAME
 
 
 def channels_block(block, bank, mix, device):
-    from ..filters._banks import channel_filter
+    from ..filters import channel_filter
 
     with _on_device(device, (block,)) as xp:
         _, fn = channel_filter(bank, mix, block.shape[1])
@@ -156,7 +156,7 @@ def _in_chunks(start, stop, chunk_frames, fn):
 
 
 def filter_task(source, start, stop, kernel, mode, cval, device, chunk_frames=CHUNK_FRAMES):
-    from ..filters._api import parse_kernel_spec
+    from ..filters import parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)
     with _on_device(device, source) as xp, _open(source, start, xp) as src:
