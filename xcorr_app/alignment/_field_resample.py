@@ -28,7 +28,7 @@ from .._cuda import (KernelFamily, PIXEL_C_TYPES, compile_together, kept_on_devi
                      stride_blocks)
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError
-from ..registration._surfaces import table_layout
+from ..registration import table_layout
 
 SOURCE = "patch_field.cu"
 THREADS = 128

@@ -55,9 +55,8 @@ import numpy as np
 from .. import backend
 from ..correlate import band_fits, cross_correlate, first_shift
 from ..errors import InputError
-from ..registration._normalize import ZnccLeft, zncc, zncc_left
-from ..registration._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
-from ..registration._surfaces import summed_area_tables, surface_peaks
+from ..registration import (SUBPIXEL_METHODS, ZnccLeft, find_shifts, on_border, refined_shifts,
+                            summed_area_tables, surface_peaks, zncc, zncc_left)
 from ..streaming import cpu_threads, one_blas_thread
 from ._field_resample import (add_fields, check_windows, cubic_sample, gather_windows_gpu,
                               windows_through_gpu)

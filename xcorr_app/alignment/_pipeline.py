@@ -31,13 +31,9 @@ from ..correlate import (Plan, choose_method, cross_correlate, fft_geometry, fft
                          padded_spectra, shift_origin, xcorr_fft)
 from ..errors import InputError
 from ..io import FrameRange
-from ..registration._fft_register import fft_shifts, periodic_spectrum, phase_surface
-from ..registration._upsampled import refine_upsampled
-from ..registration._bands import Bands, band_plan, banded_surface
-from ..registration._surfaces import GpuSurfaces
-from ..registration._normalize import zncc, zncc_left
-from ..registration._peaks import find_shifts, on_border, refined_shifts
-from ..registration._surfaces import surface_peaks
+from ..registration import (Bands, GpuSurfaces, band_plan, banded_surface, fft_shifts, find_shifts,
+                            on_border, periodic_spectrum, phase_surface, refine_upsampled,
+                            refined_shifts, surface_peaks, zncc, zncc_left)
 from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices, keep_freed_memory,
                          one_blas_thread, plan_memory)
 from ._options import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices,

@@ -79,8 +79,7 @@ def kernels_built(opts, frame_shape, dtype) -> bool:
 def run_stage(opts, stage, frame_shape, dtype, plan, xp):
     """Run one stage on :data:`FRAMES` frames of random data (its kernels compile on first use)."""
     from ..correlate import Plan
-    from ..registration._fft_register import fft_shifts, periodic_spectrum
-    from ..registration._peaks import refined_shifts
+    from ..registration import fft_shifts, periodic_spectrum, refined_shifts
     from ._options import FFT_REFERENCE_UPSAMPLE, fft_reference
     from ._pipeline import Measurer
 

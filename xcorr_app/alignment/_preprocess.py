@@ -257,7 +257,7 @@ def scale_free(frames, xp):
             or 0 in frames.shape:
         return frames
     if xp is not np:  # one kernel of ours for the largest magnitudes (registration/_peak_math)
-        from ..registration._peak_math import surface_argmax
+        from ..registration import surface_argmax
 
         peak = surface_argmax(frames, absolute=True)[2]
     else:

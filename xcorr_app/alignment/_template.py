@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 
 from .. import backend
-from ..registration._peak_math import wrapped_correlations
+from ..registration import wrapped_correlations
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
 from ._result import COLUMN

@@ -11,7 +11,17 @@ Examples
 [-3.0, 5.0]
 """
 
-from ._bands import banded_surface
+from ._bands import Bands, band_plan, banded_surface
+from ._fft_register import fft_shifts, periodic_spectrum, phase_surface
+from ._normalize import ZnccLeft, zncc, zncc_left
+from ._peak_math import surface_argmax, wrapped_correlations
+from ._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ._phase_cross_correlation import phase_cross_correlation
+from ._surfaces import GpuSurfaces, summed_area_tables, surface_peaks, table_layout
+from ._upsampled import refine_upsampled
 
-__all__ = ["phase_cross_correlation", "banded_surface"]
+__all__ = ["SUBPIXEL_METHODS", "Bands", "GpuSurfaces", "ZnccLeft", "band_plan", "banded_surface",
+           "fft_shifts", "find_shifts", "on_border", "periodic_spectrum", "phase_cross_correlation",
+           "phase_surface", "refine_upsampled", "refined_shifts", "summed_area_tables",
+           "surface_argmax", "surface_peaks", "table_layout", "wrapped_correlations", "zncc",
+           "zncc_left"]
