@@ -15,11 +15,23 @@ Examples
 """
 
 from ._api import align, estimate_shifts
-from ._apply import apply_shifts
+from ._apply import apply_shifts, common_area
 from ._executors import Executor
-from ._options import AlignOptions, options_signature
-from ._result import AlignResult
+from ._motion_field import FIELD_RESAMPLE, apply_field, field_area
+from ._options import (BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, NORMALIZATIONS, SUBPIXEL,
+                       AlignOptions, options_signature)
+from ._patch_pass import measure_field
+from ._patches import parse_patches
+from ._pipeline import shared_plan
+from ._prebuild import STAGES as PREBUILD_STAGES
+from ._prebuild import prebuild
+from ._preprocess import WINDOWS, parse_prefilter
+from ._result import AlignResult, strict_json
 from ._run import run_alignment
+from ._warp import RESAMPLE, shift_frames
 
-__all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "AlignOptions",
-           "Executor", "options_signature", "run_alignment"]
+__all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
+           "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",
+           "Executor", "align", "apply_field", "apply_shifts", "common_area", "estimate_shifts",
+           "field_area", "measure_field", "options_signature", "parse_patches", "parse_prefilter",
+           "prebuild", "run_alignment", "shared_plan", "shift_frames", "strict_json"]

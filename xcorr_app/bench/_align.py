@@ -68,7 +68,7 @@ WARMUP_FRAMES = 4
 
 def _align_kwargs(extra, max_memory):
     """``align()`` keywords: the row's, plus ``max_memory`` where ``align`` takes it."""
-    from ..alignment._api import align
+    from ..alignment import align
 
     kw = {"device": "gpu", **extra}
     if max_memory is not None and "max_memory" in inspect.signature(align).parameters:
@@ -79,7 +79,7 @@ def _align_kwargs(extra, max_memory):
 def _align_chunk_limit(frame_shape, device):
     """The most frames of a chunk ``align()`` picks by default for frames of ``frame_shape``
     on ``device`` (auto: as on the GPU, the larger), or None where its default is unknown."""
-    from ..alignment._api import align
+    from ..alignment import align
     from ..streaming import auto_chunk_frames
 
     p = inspect.signature(align).parameters.get("chunk_frames")
@@ -100,7 +100,7 @@ def warm_align(path, n, kwargs) -> str:
     chunk's; on the whole file when the chunking cannot be known.  Returns the note."""
     import tifffile
 
-    from ..alignment._api import align
+    from ..alignment import align
 
     mm = tifffile.memmap(path, mode="r")
     mm = mm.reshape((-1, *mm.shape[-2:]))
@@ -207,7 +207,7 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> lis
     list of dict
         The rows of :func:`make_row`, summarised (:func:`summarise`), in table order.
     """
-    from ..alignment._api import align
+    from ..alignment import align
 
     n = stack.n_frames
     frame_bytes = stack.shape[0] * stack.shape[1] * 2

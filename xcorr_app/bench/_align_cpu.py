@@ -57,7 +57,7 @@ def rows_for(path, stack, echo=print) -> list:
     """Time every row on ``path`` (the written ``stack``); print a line per row."""
     import tifffile
 
-    from ..alignment._api import align
+    from ..alignment import align
     from ._align_peers import skimage_loop
 
     n, truth = stack.n_frames, stack.shifts

@@ -136,7 +136,7 @@ def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
     (``oneshot``: with the one-shot process rows)."""
     import cupy as cp
 
-    from ..alignment._api import align
+    from ..alignment import align
 
     n, h, w = stack.shape
     kw = dict(max_shift=MAX_SHIFT, device="gpu", verify=False)
@@ -284,7 +284,7 @@ def main(patches, *, quick=False, frames=None, size=None, repeat=1, seed=0, json
     or its field is off the truth by more than :data:`TARGET_FIELD_PX` px RMS."""
     from .. import backend
     from .._cuda import device_name
-    from ..alignment._patches import parse_patches
+    from ..alignment import parse_patches
     from ..io import prepare_outputs, write_text
     from ._common import utc_now
 

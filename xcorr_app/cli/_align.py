@@ -15,8 +15,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
-from ..alignment._options import BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, AlignOptions
-from ..alignment._result import strict_json
+from ..alignment import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, strict_json
 from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
@@ -298,10 +297,10 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
 
 def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
-    from ..alignment._apply import apply_shifts, common_area
+    from ..alignment import apply_shifts, common_area
 
     if res.motion_field is not None:  # --patches: every frame warped by its motion field
-        from ..alignment._motion_field import apply_field, field_area
+        from ..alignment import apply_field, field_area
 
         box = field_area(res.motion_field, shape) if o.crop else (0, shape[0], 0, shape[1])
         # on the run's device (the GPU: one kernel per chunk, the field at each pixel)

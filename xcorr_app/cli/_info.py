@@ -67,8 +67,7 @@ def _compile():
     """``--compile``: every stage of the usual runs built by helper processes, in parallel."""
     import time
 
-    from ..alignment._options import AlignOptions
-    from ..alignment._prebuild import STAGES, prebuild
+    from ..alignment import AlignOptions, PREBUILD_STAGES as STAGES, prebuild
     from ..errors import InputError
 
     if not backend.gpu_available():
@@ -82,7 +81,7 @@ def _compile():
         opts = AlignOptions(**run)
         plan = None
         if opts.max_shift is not None:
-            from ..alignment._pipeline import shared_plan
+            from ..alignment import shared_plan
 
             shape = COMPILE_SHAPE
             plan = shared_plan(opts, cupy, shape, 16, (cupy.zeros(shape, cupy.float32),))

@@ -25,10 +25,7 @@ import click
 from .. import backend
 from ..errors import InputError
 # the choices of the command line, from their one home each
-from ..alignment._options import NORMALIZATIONS, SUBPIXEL
-from ..alignment._preprocess import WINDOWS
-from ..alignment._motion_field import FIELD_RESAMPLE
-from ..alignment._warp import RESAMPLE
+from ..alignment import FIELD_RESAMPLE, NORMALIZATIONS, RESAMPLE, SUBPIXEL, WINDOWS
 from ..filters import MODES
 
 __all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "RESAMPLE_ANY", "FIELD_RESAMPLE",
@@ -72,7 +69,7 @@ class PatchesType(click.ParamType):
         return "GYxGX"
 
     def convert(self, value, param, ctx):
-        from ..alignment._patches import parse_patches
+        from ..alignment import parse_patches
 
         if value is None or isinstance(value, tuple):
             return value
@@ -117,7 +114,7 @@ class Spec(click.ParamType):
 
 
 def _check_prefilter(spec):
-    from ..alignment._preprocess import parse_prefilter
+    from ..alignment import parse_prefilter
 
     parse_prefilter(spec)
 

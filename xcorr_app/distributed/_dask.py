@@ -211,7 +211,7 @@ class DaskExecutor(Executor):
                                                "task_frames": [b - a for a, b in ranges]}}
 
     def field(self, opts, rigid, out):
-        from ..alignment._patch_pass import measure_field
+        from ..alignment import measure_field
 
         return measure_field(opts, self.stack, rigid, np, self.chunk, executor=self)
 
@@ -294,7 +294,7 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
                  crop=False, device="auto", task_frames=None):
     """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
     block of frames."""
-    from ..alignment._apply import common_area
+    from ..alignment import common_area
 
     inp = _Input(stack_or_path, channel, task_frames)
     shifts = np.asarray(shifts, dtype=np.float64)

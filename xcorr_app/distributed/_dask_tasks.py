@@ -139,7 +139,7 @@ def range_task(fn, source, start, stop, device):
 def plan_task(opts, frame_shape, chunk_frames, device):
     """The run's correlation plan, chosen once on a worker's device for every task (``None``
     where the measuring loop decides by a fixed rule: the CPU, FFT, phase)."""
-    from ..alignment._pipeline import shared_plan
+    from ..alignment import shared_plan
 
     with _on_device(device) as xp:
         return shared_plan(opts, xp, frame_shape, chunk_frames,
@@ -166,7 +166,7 @@ def filter_task(source, start, stop, kernel, mode, cval, device, chunk_frames=CH
 
 def shift_task(source, start, stop, shifts, fill, resample, box, device,
                 chunk_frames=CHUNK_FRAMES):
-    from ..alignment._warp import shift_frames
+    from ..alignment import shift_frames
 
     y0, y1, x0, x1 = box
     with _on_device(device, source) as xp, _open(source, start, xp) as src:
