@@ -312,7 +312,7 @@ def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     out_shape = (box[1] - box[0], box[3] - box[2])
     shift_args = dict(channel=o.channel, fill=o.fill, resample=o.resample, crop=o.crop)
     if client is not None:
-        from ..distributed._dask import apply_shifts as dask_shifts, iter_blocks
+        from ..distributed import apply_shifts as dask_shifts, iter_blocks
 
         chunks = iter_blocks(dask_shifts(o.path, res.shifts, device=o.device, **shift_args),
                              client)

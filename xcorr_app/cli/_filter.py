@@ -71,7 +71,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
         check_radius(getattr(fn, "radius", 0), src.frame_shape, f"--kernel {spec}")
         def chunks(dev, client, gpu_ids):
             if client is not None:
-                from ..distributed._dask import filter as dask_filter, iter_blocks
+                from ..distributed import filter as dask_filter, iter_blocks
 
                 return iter_blocks(dask_filter(path, spec, mode=mode, cval=cval,
                                                channel=channel, device=device), client)
@@ -176,7 +176,7 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
 
         def chunks(dev, client, gpu_ids):
             if client is not None:
-                from ..distributed._dask import filter_channels, iter_blocks
+                from ..distributed import filter_channels, iter_blocks
 
                 return iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
                                    client)

@@ -239,7 +239,7 @@ def scale_out(gpus, workers, scheduler, device, stack_bytes=None, quiet=False):
     if workers is None and not scheduler:
         yield None, None
         return
-    from ..distributed._dask import local_client
+    from ..distributed import local_client
 
     # the cluster's processes log at INFO by default: keep the terminal to our progress bar
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
