@@ -33,7 +33,7 @@ def tune_problems(frames, sizes, max_shifts, form) -> list:
     >>> [p.name for p in tune_problems((64,), ((512, 512),), (16, None), "one_to_many")]
     ['one_to_many 1x64 at 512x512, max_shift 16', 'one_to_many 1x64 at 512x512, full']
     """
-    from ..bench._xcorr import Problem
+    from ..bench import Problem
 
     out = []
     for n, (h, w), bound in itertools.product(frames, sizes, max_shifts):
@@ -74,8 +74,7 @@ def tune_cmd(frames, sizes, max_shifts, form, bench_problems, again):
     Example: xcorr tune --frames 64 --size 1024x1024 --max-shift 8 --max-shift 16
     """
     from .. import backend
-    from ..bench._common import free_gpu_memory, parse_size
-    from ..bench._xcorr import PROBLEMS, make_inputs
+    from ..bench import PROBLEMS, free_gpu_memory, make_inputs, parse_size
     from ..correlate import cache_path, decide, heuristic
 
     if bench_problems and (frames or sizes or max_shifts):
