@@ -3,6 +3,9 @@
 - no import cycle between modules of ``xcorr_app``, counting imports inside functions;
 - no module imports a ``_private`` name from another module of the package (a name that other
   modules need is public in its one home);
+- a module imports another subpackage only through that package (``from ..correlate import
+  choose_method``), never one of its modules: each subpackage's ``__init__`` exports what the
+  others use (tests and tools may import private modules; the package may not);
 - no module is longer than :data:`MAX_LINES` lines;
 - data flows one way: the layers below never import the layers above (:data:`LAYERS`);
 - every CUDA source path (``*.cu``, ``*.cuh``) that the code or the docs name exists.
@@ -129,6 +132,29 @@ def test_no_private_names_imported_across_modules():
     assert bad == []
 
 
+def reaches_into(importer: str, target: str) -> bool:
+    """Whether ``importer`` imports ``target``, a module inside another subpackage than its own
+    (rather than that subpackage's package: ``xcorr_app.<sub>``)."""
+    inside = target.split(".")
+    return len(inside) > 2 and inside[1] != (importer.split(".") + [""])[1]
+
+
+def test_other_subpackages_are_imported_through_their_package():
+    mods = modules()
+    reaching = [f"{importer} imports {name or target} from {target}"
+                for importer, target, name in imports(mods)
+                if target in mods and reaches_into(importer, target)]
+    assert reaching == []
+
+
+def test_a_package_and_its_own_modules_may_be_imported():
+    assert not reaches_into("xcorr_app.alignment._a", "xcorr_app.correlate")
+    assert not reaches_into("xcorr_app.correlate", "xcorr_app.correlate._c")
+    assert not reaches_into("xcorr_app.correlate._c", "xcorr_app.correlate._d")
+    assert reaches_into("xcorr_app.dask", "xcorr_app.distributed._dask")
+    assert reaches_into("xcorr_app.conv._im2win", "xcorr_app._cuda.loader")
+
+
 def test_no_module_over_the_limit():
     long = {name: n for name, path in modules().items()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
@@ -152,9 +178,10 @@ def test_every_subpackage_module_is_private_or_a_package():
     assert public == []
 
 
-@pytest.mark.parametrize("rule", ["cycle", "private", "layer"])
+@pytest.mark.parametrize("rule", ["cycle", "private", "layer", "reach"])
 def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
-    """The checker finds a planted cycle, private import and upward import."""
+    """The checker finds a planted cycle, private import, upward import and import of another
+    subpackage's module."""
     pkg = tmp_path / "xcorr_app"
     (pkg / "correlate").mkdir(parents=True)
     (pkg / "alignment").mkdir()
@@ -162,7 +189,8 @@ def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
         (pkg / f).write_text("")
     body = {"cycle": ("from ..alignment._a import f\n", "from ..correlate._c import g\n"),
             "private": ("", "from ..correlate._c import _hidden\n"),
-            "layer": ("from ..alignment._a import f\n", "")}[rule]
+            "layer": ("from ..alignment._a import f\n", ""),
+            "reach": ("", "from ..correlate._c import g\n")}[rule]
     (pkg / "correlate/_c.py").write_text(body[0] + "def g(): pass\n_hidden = 1\n")
     (pkg / "alignment/_a.py").write_text(body[1] + "def f(): pass\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
@@ -171,6 +199,7 @@ def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
         "cycle": bool(cycles(graph(mods))),
         "private": any(n and n.startswith("_") for _, _, n in imports(mods)),
         "layer": any(layer_of(t) > layer_of(i) for i, t, _ in imports(mods) if t in mods),
+        "reach": any(reaches_into(i, t) for i, t, _ in imports(mods) if t in mods),
     }
     assert found[rule]
 
