@@ -96,7 +96,7 @@ MEASURE_OPTIONS = (
 
 #: what to write
 OUTPUT_OPTIONS = (
-    click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+    click.option("--out", "out_dir", type=str, default=None,
                  help="Output folder [default: PATH_xcorr beside the input]."),
     click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
                  show_default=True,
@@ -143,7 +143,10 @@ def _align(o):
     from ..io import OutputRun, plot_drift, write_text
 
     path = o.path
-    out_dir = o.out_dir or default_out(path, "_xcorr")
+    if o.out_dir is not None and not o.out_dir.strip():
+        raise InputError("--out is empty: name the folder for shifts.csv, shifts.json, "
+                         "drift.png and aligned.tif")
+    out_dir = Path(o.out_dir) if o.out_dir is not None else default_out(path, "_xcorr")
     if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
         raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "
                          f"and aligned.tif into, not a file: {out_dir}")

@@ -196,7 +196,7 @@ def cli():
 
     \b
     Quick start:
-      xcorr align sample_data/cell_drift.tif --out aligned_cell
+      xcorr align sample_data/cell_drift.tif --out cell_aligned
       xcorr filter stack.tif --kernel gaussian:2 --out smooth.tif
       xcorr info
     """

@@ -1,0 +1,87 @@
+"""The run's options (:class:`xcorr_app.alignment.AlignOptions`): every value checked once, up
+front, with one line naming the option; the same refusal through the API and the command line;
+the defaults stated once (the signature of ``align`` and the CLI's defaults come from it)."""
+
+import dataclasses
+import inspect
+
+import numpy as np
+import pytest
+
+from cli_helpers import assert_clean_error, xcorr
+from sample_paths import stack_path
+from xcorr_app import align
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.errors import InputError
+
+STACK = np.random.default_rng(3).random((3, 24, 28)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(upsample=0), "upsample must be a whole number from 1 to 100"),
+    (dict(upsample=-5), "upsample must be a whole number"),
+    (dict(upsample=1.5), "upsample must be a whole number"),
+    (dict(upsample=float("nan")), "upsample must be a whole number"),
+    (dict(upsample=10 ** 6), "from 1 to 100"),
+    (dict(upsample=50, subpixel="gaussian", boundary="linear"), "would be ignored"),
+    (dict(max_shift=True), "max_shift must be a number"),
+    (dict(chunk_frames=2.5), "chunk_frames must be a whole number >= 1"),
+    (dict(chunk_frames=0), "chunk_frames must be a whole number >= 1"),
+    (dict(reference=True), "reference must be one of"),
+    (dict(reference=""), "reference is empty"),
+    (dict(progress=5), "progress must be a callable"),
+    (dict(channel=5), "an array in memory is one channel"),
+    (dict(max_deviation=3), "max_deviation needs patches"),
+    (dict(patch_overlap=2), "patch_overlap needs patches"),
+    (dict(patch_template_passes=1), "patch_template_passes needs patches"),
+    (dict(patches="2x2", patch_overlap=-1), "patch_overlap must be a non-negative integer"),
+    (dict(patches="-1x2"), "at least 1x1"),
+    (dict(interpolate_low=True), "interpolate_low needs min_confidence"),
+    (dict(min_confidence=-1), "min_confidence must be a number >= 0"),
+    (dict(verify="yes"), "verify must be True or False"),
+    (dict(gpus="0", device="cpu"), "drop device cpu"),
+    (dict(gpus="0,x", device="auto"), "give GPU numbers"),
+    (dict(device="tpu"), "unknown device"),
+    (dict(max_shfit=3), "did you mean max_shift?"),
+])
+def test_bad_options_are_one_line_input_errors_before_anything_is_read(kwargs, words,
+                                                                        monkeypatch):
+    import xcorr_app.alignment._run as run
+
+    monkeypatch.setattr(run, "measure_passes", None)  # (nothing may be measured)
+    with pytest.raises(InputError) as err:
+        align(STACK, device=kwargs.pop("device", "cpu"), **kwargs)
+    assert "\n" not in str(err.value) and words in str(err.value)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--upsample", "0"], "--upsample must be a whole number from 1 to 100"),
+    (["--max-deviation", "3"], "--max-deviation needs patches"),
+    (["--interpolate-low"], "--interpolate-low needs --min-confidence"),
+    (["--reference", ""], "--reference is empty"),
+    (["--no-aligned", "--crop"], "--crop shape aligned.tif, which --no-aligned does not write"),
+    (["--out", ""], "--out is empty"),
+])
+def test_the_command_line_refuses_with_the_same_line(tmp_path, args, words):
+    args = args if "--out" in args else [*args, "--out", str(tmp_path / "o")]
+    assert_clean_error(xcorr("align", stack_path("cell"), "--device", "cpu", *args), words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_defaults_are_stated_once():
+    """``align``'s signature and the CLI's defaults are AlignOptions' fields."""
+    from xcorr_app.cli._align import DEFAULT
+
+    fields = {f.name: f.default for f in dataclasses.fields(AlignOptions)}
+    params = inspect.signature(align).parameters
+    assert {k: params[k].default for k in fields if k != "reference"} == \
+        {k: v for k, v in fields.items() if k != "reference"}
+    assert DEFAULT == fields
+
+
+def test_settings_record_the_resolved_options():
+    res = align(STACK, device="cpu", max_shift=4)
+    options = res.settings["options"]
+    assert options["max_shift"] == [4, 4] and options["prefilter"] != "auto"
+    assert options["boundary"] in ("linear", "circular") and options["lucas_kanade"] != "auto"
+    assert res.settings["executor"] == "process"
