@@ -25,7 +25,7 @@ def test_truth_is_what_a_plain_stack_aligns_to():
     assert bench.stack_errors(-s.truth, s.truth)[0] > 1.0  # the opposite sign is far off
 
 
-@pytest.mark.parametrize("kind", data.KINDS)
+@pytest.mark.parametrize("kind", data.ALL_KINDS)
 def test_same_seed_same_stack(kind):
     a, b = data.make_stack(kind, 1, quick=True), data.make_stack(kind, 1, quick=True)
     assert np.array_equal(a.frames, b.frames) and np.array_equal(a.truth, b.truth)
@@ -33,13 +33,44 @@ def test_same_seed_same_stack(kind):
     assert not np.array_equal(a.truth, c.truth)
 
 
-@pytest.mark.parametrize("kind", data.KINDS)
+@pytest.mark.parametrize("kind", data.ALL_KINDS)
 def test_shapes_and_dtype(kind):
-    s = data.make_stack(kind, 0)
     spec = data.SPECS[kind]
-    assert s.frames.shape == (spec["frames"], *spec["shape"]) and s.frames.dtype == np.float32
-    assert s.truth.shape == (spec["frames"], 2) and np.all(np.isfinite(s.frames))
-    assert np.abs(s.truth).max() <= spec["drift"]
+    s = data.make_stack(kind, 0, quick=kind == "piecewise")  # (its full size: a few seconds)
+    n, shape = spec["quick"] if kind == "piecewise" else (spec["frames"], spec["shape"])
+    assert s.frames.shape == (n, *shape) and s.frames.dtype == np.float32
+    assert s.truth.shape == (n, 2) and np.all(np.isfinite(s.frames))
+    assert np.abs(s.truth).max() <= spec["drift"] + spec.get("deform", 0.0)
+
+
+@pytest.mark.parametrize("kind", data.ALL_KINDS)
+def test_every_kind_is_drawn_from_four_images_at_two_sizes_and_five_seeds(kind):
+    got = data.cases(kind)
+    assert len({c[0] for c in got}) >= 4 and len({c[1] for c in got}) == 2
+    assert {c[2] for c in got} == {0, 1, 2, 3, 4}
+    assert len(got) == len(set(got)) >= 40
+    assert data.cases(kind, quick=True) == [(data.SPECS[kind]["bench_images"][0],
+                                             data.SPECS[kind]["quick"][1], 0)]
+
+
+def test_a_case_is_its_image_and_shape_and_the_default_stacks_stay():
+    a = data.make_stack("plain", 1, image="astronaut", shape=(64, 80))
+    assert a.image == "astronaut" and a.frames.shape == (20, 64, 80)
+    b = data.make_stack("plain", 1, image="camera", shape=(64, 80))
+    assert not np.array_equal(a.truth, b.truth)  # each case its own draws
+    # the stacks other tests draw do not move: the kind's image of the seed, its draws
+    assert data.make_stack("plain", 1).image == "moon"
+    assert np.array_equal(data.make_stack("plain", 1, quick=True).truth,
+                          data.make_stack("plain", 1, quick=True).truth)
+
+
+def test_noisy_circular_stacks_are_photon_counts_of_circular_shifts():
+    s = data.make_stack("circular_noisy", 0, image="microaneurysms", shape=(64, 64))
+    assert np.array_equal(s.frames, np.round(s.frames)) and s.frames.max() > 600
+    assert s.info["peak_photons"] == 800.0 and s.truth[0].tolist() == [0.0, 0.0]
+    assert np.abs(s.truth).max() <= 6.0 and np.abs(s.truth[1:]).min() > 0
+    # the expected frames are circular shifts: the same total in every frame
+    np.testing.assert_allclose(s.clean.sum(axis=(1, 2)), s.clean[0].sum(), rtol=1e-3)
 
 
 def test_large_drift_is_large_and_non_square_is_not_square():
@@ -106,49 +137,104 @@ def test_unknown_kind_is_an_input_error():
 
 # ------------------------------------------------------------------------------ the report
 
-def test_report_and_targets():
-    rows = [{"kind": k, "seed": s, "method": m, "shape": [4, 8, 8], "image": "x", "error": "",
-             "rms": rms, "max": 2 * rms}
-            for k, rms in (("plain", 0.02), ("circular", 0.2)) for s in (0, 1)
-            for m in (bench.DEFAULT, "skimage pcc phase")]
+def _rows(kind, default, peers, oracle=0.01, seeds=(0, 1)):
+    """Rows of a kind's stacks: the default's RMS and scikit-image's two, per seed."""
+    out = []
+    for s, d, (none, phase) in zip(seeds, default, peers):
+        for m, v in ((bench.DEFAULT, d), (bench.SKIMAGE[0], none), (bench.SKIMAGE[1], phase)):
+            out.append({"kind": kind, "seed": s, "method": m, "shape": [4, 8, 8], "image": "x",
+                        "error": "", "rms": v, "max": 2 * v, "oracle": oracle})
+    return out
+
+
+def test_report_compares_every_stack_with_scikit_images_better_normalization():
+    rows = _rows("plain", [0.02, 0.03], [(0.04, 0.021), (0.02, 0.5)]) \
+        + _rows("circular_noisy", [0.06, 0.01], [(0.07, 0.2), (0.0102, 0.3)])
     text = "\n".join(bench.report_lines(rows))
-    assert "### plain (4 frames of 8x8; seeds 0, 1)" in text
-    assert "| xcorr default | 0.020 | 0.020-0.020 | 0.040 |" in text
-    assert "on every kind: no (worst: circular 0.200)" in text
-    assert "mean over all stacks <= 0.04 px: no (0.110)" in text
-    assert "circular <= 0.05 px: no (0.200)" in text
+    # median / worst of the default and of scikit-image's better one; wins / ties / loses
+    assert "| plain | 2 | 0.025 / 0.030 | 0.021 / 0.021 | 0.010 | 0 / 1 / 1 |" in text
+    assert "| circular_noisy | 2 | 0.035 / 0.060 | 0.040 / 0.070 | 0.010 | 1 / 1 / 0 |" in text
+    assert "| plain | x | 8x8 | 1 | 0.030 | 0.020 | 0.500 | 1.500 | loses | 0.010 |" in text
+    assert "| plain | x | 8x8 | 0 | 0.020 | 0.040 | 0.021 | 0.952 | tie | 0.010 |" in text
+    assert "default median <= 0.1 px on every rigid kind: yes" in text
+    assert "every circular_noisy stack <= 0.05 px: no (1 of 2; worst 0.060, x 8x8 seed 0, " \
+           "whose oracle is 0.010)" in text
+    assert "on every stack: no (3 of 4)" in text
+    assert "  - loses: plain x 8x8 seed 1: 0.030 against 0.020" in text
+    assert "every method" not in text  # (only the compared ones ran)
     rows = [dict(r, rms=0.01) for r in rows]
     text = "\n".join(bench.report_lines(rows))
-    assert "every kind: yes" in text and "0.04 px: yes" in text and "0.05 px: yes" in text
+    assert "<= 0.05 px: yes" in text and "on every stack: yes (4 of 4)" in text
 
 
-def test_quick_bench_reports_every_method(tmp_path):
+def test_quick_bench_reports_every_kind_against_scikit_image(tmp_path):
     lines = []
     path = tmp_path / "acc.json"
-    assert bench.main(quick=True, kinds=["plain", "circular"], echo=lines.append,
+    assert bench.main(quick=True, kinds=["plain", "circular_noisy"], echo=lines.append,
                       json_path=path) == 0
     text = "\n".join(lines)
-    for m in bench.METHODS:
-        assert text.count(f"| {m} |") == 2, m
+    assert text.count("| plain | 1 |") == 1 and text.count("| circular_noisy | 1 |") == 1
     rows = json.loads(path.read_text())["rows"]
-    assert len(rows) == 2 * len(bench.METHODS) and all(r["error"] == "" for r in rows)
+    assert len(rows) == 2 * len(bench.COMPARED) and all(r["error"] == "" for r in rows)
     plain = {r["method"]: r["rms"] for r in rows if r["kind"] == "plain"}
     assert plain[bench.DEFAULT] < 0.2  # the truth's sign is xcorr's
+    assert plain[bench.SKIMAGE[0]] < 1.0  # and scikit-image's
     with pytest.raises(Exception, match="exists"):
         bench.main(quick=True, kinds=["plain"], echo=lines.append, json_path=path)
+
+
+def test_every_method_on_request():
+    lines = []
+    assert bench.main(quick=True, kinds=["plain"], echo=lines.append, methods="all") == 0
+    text = "\n".join(lines)
+    for m in bench.METHODS:
+        assert text.count(f"\n| {m} |") == 1, m
+    with pytest.raises(InputError, match="unknown method"):
+        bench.main(quick=True, methods=["nope"], echo=lines.append)
+
+
+def test_without_scikit_image_the_bench_says_what_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "skimage", None)  # (import skimage raises ImportError)
+    with pytest.raises(InputError, match="install scikit-image"):
+        bench.main(quick=True, kinds=["plain"], echo=lambda s: None)
+
+
+def test_piecewise_is_measured_on_the_motion_field():
+    rows = bench.measure("piecewise", 0, quick=True)
+    got = {r["method"]: r for r in rows}
+    assert all(r["error"] == "" for r in rows) and np.isnan(rows[0]["oracle"])
+    assert got[bench.DEFAULT]["rms"] < 0.5  # the field, not the rigid shift (a pixel off)
+    s = data.make_stack("piecewise", 0, quick=True)
+    rigid = np.asarray(align(s.frames, device="cpu").shifts)
+    assert bench.stack_errors(rigid, s.truth)[0] > got[bench.DEFAULT]["rms"]
+
+
+def test_skimage_field_finds_a_rigid_shift_on_every_patch():
+    from scipy import ndimage as ndi
+    from skimage import data as images
+
+    canvas = images.camera()[100:240, 200:350].astype(np.float64)
+    move = np.array([3.4, -2.2])  # the content's move; the shift to recover is minus it
+    moved = np.fft.ifft2(ndi.fourier_shift(np.fft.fft2(canvas), move)).real
+    frames = np.stack([canvas, moved])[:, 20:116, 20:124]
+    centres = np.stack(np.meshgrid([24.0, 48.0, 72.0], [26.0, 52.0, 78.0], indexing="ij"), -1)
+    for norm in (None, "phase"):
+        field = bench.skimage_field(frames, centres, (40, 44), norm)
+        assert field.shape == (2, 3, 3, 2) and np.abs(field[0]).max() == 0
+        np.testing.assert_allclose(field[1], np.broadcast_to(-move, (3, 3, 2)), atol=0.3)
 
 
 def test_cli_quick_and_errors(tmp_path):
     out = tmp_path / "a.json"
     res = xcorr("bench", "accuracy", "--quick", "--json", out)
     assert res.returncode == 0, res.stderr
-    for k in data.KINDS:
-        assert f"### {k} " in res.stdout
-    for m in bench.METHODS:
-        assert res.stdout.count(f"| {m} |") == len(data.KINDS), m
-    assert "- default <= 0.1 px RMS on every kind:" in res.stdout
-    assert res.stdout.count(f"| {bench.ORACLE} |") == len(data.KINDS)
-    assert "| kind | seed | image | default RMS px | oracle RMS px |" in res.stdout
+    for k in data.ALL_KINDS:
+        assert res.stdout.count(f"| {k} | 1 |") == 1, k
+    assert "| kind | image | shape | seed | default | skimage none | skimage phase |" in res.stdout
+    assert "- default median <= 0.1 px on every rigid kind:" in res.stdout
+    assert "- default on every circular_noisy stack <= 0.05 px:" in res.stdout
     before = digest(out)
     assert_clean_error(xcorr("bench", "accuracy", "--quick", "--json", out), "exists")
     assert digest(out) == before
@@ -174,7 +260,7 @@ def test_fourier_shift_gradient_is_the_exact_derivative():
     np.testing.assert_allclose(gx, -2 * (xx - 30.4) / 40.0 * want, atol=1e-9)
 
 
-@pytest.mark.parametrize("kind", data.KINDS)
+@pytest.mark.parametrize("kind", data.KINDS + ("circular_noisy",))
 def test_the_clean_scene_is_what_the_frames_were_drawn_from(kind):
     s = data.make_stack(kind, 0, quick=True)
     assert s.clean.shape == s.frames.shape and s.gradient.shape == (len(s.frames), 2,
@@ -214,12 +300,11 @@ def test_oracle_is_the_floor_of_the_low_light_stack():
 
 
 def test_report_has_the_oracle_per_kind_and_per_stack():
-    rows = [{"kind": "plain", "seed": s, "method": bench.DEFAULT, "shape": [4, 8, 8],
-             "image": "x", "error": "", "rms": 0.02, "max": 0.04, "oracle": o}
-            for s, o in ((0, 0.01), (1, 0.03))]
+    rows = _rows("plain", [0.02, 0.02], [(0.03, 0.04), (0.03, 0.04)], oracle=0.01)
+    rows[3]["oracle"] = rows[4]["oracle"] = rows[5]["oracle"] = 0.03
     text = "\n".join(bench.report_lines(rows))
-    assert f"| {bench.ORACLE} | 0.020 | 0.010-0.030 | |" in text
-    assert "| plain | 1 | x | 0.020 | 0.030 |" in text
+    assert "| plain | 2 | 0.020 / 0.020 | 0.030 / 0.030 | 0.020 | 2 / 0 / 0 |" in text
+    assert "| plain | x | 8x8 | 1 | 0.020 | 0.030 | 0.040 | 0.667 | wins | 0.030 |" in text
 
 
 # ------------------------------------------------------------------- the error's split
@@ -248,21 +333,18 @@ def test_measure_splits_the_default_and_the_oracle():
     assert abs(np.hypot(row["oracle_shared"], row["oracle_per_frame"]) - row["oracle"]) < 2e-4
 
 
-def test_report_shows_the_split_per_stack_and_its_mean_per_kind():
-    rows = [{"kind": "low_light", "seed": s, "method": bench.DEFAULT, "shape": [4, 8, 8],
-             "image": "x", "error": "", "rms": r, "max": 0.4, "shared": sh, "per_frame": pf,
-             "oracle": 0.08, "oracle_shared": 0.05, "oracle_per_frame": 0.06}
-            for s, r, sh, pf in ((0, 0.13, 0.05, 0.12), (1, 0.17, 0.13, 0.10))]
+def test_report_shows_the_split_per_stack():
+    rows = _rows("low_light", [0.13, 0.17], [(0.2, 0.3), (0.2, 0.3)], oracle=0.08)
+    rows[3].update(shared=0.13, per_frame=0.10)
     text = "\n".join(bench.stack_lines(rows))
-    assert "| low_light | 1 | x | 0.170 (0.130 / 0.100) | 0.080 (0.050 / 0.060) |" in text
-    assert "| low_light | mean |  | 0.150 (0.090 / 0.110) | 0.080 (0.050 / 0.060) |" in text
-    one = "\n".join(bench.stack_lines(rows[:1]))
-    assert "| mean |" not in one  # one seed: no mean row
+    assert "| low_light | x | 8x8 | 1 | 0.170 (0.130 / 0.100) | 0.200 | 0.300 | 0.850 | wins " \
+           "| 0.080 |" in text
+    assert "| low_light | x | 8x8 | 0 | 0.130 | 0.200 |" in text  # (no split given)
 
 
 def test_cli_seeds_take_ranges():
     res = xcorr("bench", "accuracy", "--quick", "--only", "plain", "--seeds", "2-4")
     assert res.returncode == 0, res.stderr
-    assert "plain seed 2 (" in res.stdout and "seed 3" not in res.stdout  # quick: the first
+    assert "plain camera 96x96 seed 2:" in res.stdout and "seed 3" not in res.stdout  # quick
     assert_clean_error(xcorr("bench", "accuracy", "--seeds", "4-2"), "--seeds")
     assert_clean_error(xcorr("bench", "accuracy", "--seeds", "1-x"), "--seeds")

@@ -1,11 +1,21 @@
 """The stacks of ``xcorr bench accuracy``: drifting stacks with exact ground truth, made from
 images shipped inside scikit-image (no network).
 
-Every kind but ``circular`` crops its frames from a larger canvas shifted by the subpixel drift
-(Fourier shift of the reflect-padded canvas, then crop: no wrap-around reaches the frame);
-``circular`` shifts one image circularly in Fourier space, as scikit-image's own tests do. The
-truth is in xcorr's convention: the ``(dy, dx)`` that :func:`xcorr_app.align` returns, the
-shift to apply to each frame to align it with frame 0 (the negative of the content's drift).
+Every kind but ``circular`` and ``circular_noisy`` crops its frames from a larger canvas
+shifted by the subpixel drift (Fourier shift of the reflect-padded canvas, then crop: no
+wrap-around reaches the frame); ``circular`` shifts one image circularly in Fourier space, as
+scikit-image's own tests do (no noise), ``circular_noisy`` too, by random shifts of up to 6 px
+under Poisson noise of 800 photons at the brightest pixel, in frames down to 64x64 (what a user
+makes of a small real image); ``piecewise`` deforms a canvas smoothly
+(:func:`~xcorr_app.bench._align_data.nonrigid_stack`: rigid drift plus a deformation of up to 3
+px across the frame), its truth a motion field. The truth is in xcorr's convention: the
+``(dy, dx)`` that :func:`xcorr_app.align` returns, the shift to apply to each frame to align it
+with frame 0 (the negative of the content's drift).
+
+:data:`KINDS` are the kinds other tests draw (``make_stack(kind, seed)`` gives the same stack
+as ever); :data:`ALL_KINDS` adds the bench's later ones.  Each kind is drawn from
+:data:`SPECS`' ``bench_images`` (at least four) at each of its two ``shapes``
+(:func:`cases`).
 
 Examples
 --------
@@ -14,38 +24,66 @@ Examples
 ((6, 96, 96), 'float32', (6, 2), [0.0, 0.0])
 >>> KINDS
 ('plain', 'low_light', 'bleaching_background', 'large_drift', 'non_square', 'circular')
+>>> ALL_KINDS[len(KINDS):], len(cases("plain", seeds=range(5)))
+(('piecewise', 'circular_noisy'), 40)
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["KINDS", "SPECS", "AccuracyStack", "make_stack", "grey_image"]
+__all__ = ["KINDS", "ALL_KINDS", "SPECS", "AccuracyStack", "make_stack", "grey_image", "cases"]
 
-#: the kinds of stack, in the order of the report
+#: the kinds of stack other tests draw, in the order of the report
 KINDS = ("plain", "low_light", "bleaching_background", "large_drift", "non_square", "circular")
+#: every kind of the bench: :data:`KINDS`, piecewise-rigid motion, and noisy wrap-around frames
+ALL_KINDS = KINDS + ("piecewise", "circular_noisy")
 
 #: per kind: frames, (height, width), largest drift (px per axis), random-walk step (px), the
-#: scikit-image images it is cut from (one per seed, in turn), and the quick (CI) version's
-#: frames and shape
+#: scikit-image images it is cut from (``make_stack(kind, seed)``: one per seed, in turn), and
+#: the quick (CI) version's frames and shape; the bench's cases (:func:`cases`): every one of
+#: ``bench_images`` at each of ``shapes`` (the first is ``shape``)
 SPECS = {
     "plain": dict(frames=20, shape=(256, 256), drift=8.0, step=1.5,
-                  images=("camera", "moon", "coins"), quick=(6, (96, 96))),
+                  images=("camera", "moon", "coins"), quick=(6, (96, 96)),
+                  bench_images=("camera", "moon", "coins", "astronaut"),
+                  shapes=((256, 256), (128, 128))),
     "low_light": dict(frames=20, shape=(256, 256), drift=8.0, step=1.5,
-                      images=("retina",), quick=(6, (96, 96))),
+                      images=("retina",), quick=(6, (96, 96)),
+                      bench_images=("retina", "camera", "coins", "astronaut"),
+                      shapes=((256, 256), (128, 128))),
     "bleaching_background": dict(frames=20, shape=(256, 256), drift=8.0, step=1.5,
-                                 images=("camera", "moon", "coins"), quick=(6, (96, 96))),
+                                 images=("camera", "moon", "coins"), quick=(6, (96, 96)),
+                                 bench_images=("camera", "moon", "coins", "retina"),
+                                 shapes=((256, 256), (128, 128))),
     "large_drift": dict(frames=16, shape=(512, 512), drift=30.0, step=8.0,
                         images=("retina", "hubble_deep_field", "immunohistochemistry"),
-                        quick=(4, (160, 160))),
+                        quick=(4, (160, 160)),
+                        bench_images=("retina", "hubble_deep_field", "immunohistochemistry",
+                                      "astronaut"),
+                        shapes=((512, 512), (256, 256))),
     "non_square": dict(frames=20, shape=(200, 320), drift=8.0, step=1.5,
-                       images=("coins", "camera", "astronaut"), quick=(6, (64, 112))),
+                       images=("coins", "camera", "astronaut"), quick=(6, (64, 112)),
+                       bench_images=("coins", "camera", "astronaut", "moon"),
+                       shapes=((200, 320), (96, 160))),
     "circular": dict(frames=20, shape=(256, 256), drift=8.0, step=1.5,
-                     images=("camera", "moon", "brick"), quick=(6, (96, 96))),
+                     images=("camera", "moon", "brick"), quick=(6, (96, 96)),
+                     bench_images=("camera", "moon", "brick", "astronaut"),
+                     shapes=((256, 256), (128, 128))),
+    "piecewise": dict(frames=12, shape=(192, 192), drift=8.0, step=0.0, deform=3.0,
+                      images=("camera", "coins", "moon", "brick"), quick=(4, (96, 96)),
+                      bench_images=("camera", "coins", "moon", "brick"),
+                      shapes=((192, 192), (128, 128))),
+    "circular_noisy": dict(frames=16, shape=(128, 128), drift=6.0, step=0.0,
+                           images=("microaneurysms", "retina", "camera", "moon", "coins"),
+                           quick=(6, (64, 64)),
+                           bench_images=("microaneurysms", "retina", "camera", "moon", "coins"),
+                           shapes=((128, 128), (64, 64))),
 }
 #: photons at the brightest pixel: low light, and the moderate noise of the other kinds
 LOW_LIGHT_PEAK = 25.0
@@ -55,6 +93,11 @@ PLAIN_PEAK = 1000.0
 BLEACH_END = 0.6
 BACKGROUND_PEAK = 1.0
 BACKGROUND_SIGMA = 0.25
+#: photons at the brightest pixel of ``circular_noisy`` and ``piecewise``
+CIRCULAR_PEAK = 800.0
+PIECEWISE_PEAK = 400.0
+#: ``piecewise``: the patch grid the bench measures the field on
+PIECEWISE_GRID = (3, 3)
 
 
 @dataclass
@@ -158,17 +201,39 @@ def _background(shape, rng) -> np.ndarray:
     return (bg - bg.min()) / max(bg.max() - bg.min(), 1e-12)
 
 
-def make_stack(kind: str, seed: int = 0, quick: bool = False) -> AccuracyStack:
+def cases(kind: str, seeds=(0, 1, 2, 3, 4), quick: bool = False) -> list:
+    """The bench's stacks of ``kind``: ``(image, shape, seed)`` for every one of its
+    ``bench_images`` at each of its ``shapes`` and every seed (``quick``: the first image at
+    the quick shape, the first seed).
+
+    >>> cases("circular_noisy", seeds=[0])[:2]
+    [('microaneurysms', (128, 128), 0), ('microaneurysms', (64, 64), 0)]
+    """
+    spec = SPECS[kind]
+    seeds = [int(s) for s in seeds]
+    if quick:
+        return [(spec["bench_images"][0], tuple(spec["quick"][1]), seeds[0])]
+    return [(image, tuple(shape), seed) for image in spec["bench_images"]
+            for shape in spec["shapes"] for seed in seeds]
+
+
+def make_stack(kind: str, seed: int = 0, quick: bool = False, image: str | None = None,
+               shape=None) -> AccuracyStack:
     """The stack of one kind and seed (deterministic: a seeded :class:`numpy.random.Generator`).
 
     Parameters
     ----------
     kind : str
-        One of :data:`KINDS`.
+        One of :data:`ALL_KINDS`.
     seed : int
-        Chooses the image (in turn from the kind's list), its region, the drift and the noise.
+        Chooses the image (in turn from the kind's ``images``, unless ``image`` is given), its
+        region, the drift and the noise.
     quick : bool
         The tiny version of the CI test (fewer, smaller frames).
+    image : str, optional
+        The scikit-image sample to draw from (:func:`cases`).
+    shape : (int, int), optional
+        The frame shape (default: the kind's ``shape``, or its quick one).
 
     Returns
     -------
@@ -179,21 +244,40 @@ def make_stack(kind: str, seed: int = 0, quick: bool = False) -> AccuracyStack:
     >>> s = make_stack("circular", seed=1, quick=True)
     >>> s.image, s.frames.shape, bool(abs(s.truth).max() <= 8.0)
     ('moon', (6, 96, 96), True)
+    >>> make_stack("circular_noisy", 0, image="camera", shape=(64, 64)).frames.shape
+    (16, 64, 64)
     """
     if kind not in SPECS:
-        raise InputError(f"unknown stack kind {kind!r} (one of {', '.join(KINDS)})")
+        raise InputError(f"unknown stack kind {kind!r} (one of {', '.join(ALL_KINDS)})")
     spec = SPECS[kind]
-    n, shape = spec["quick"] if quick else (spec["frames"], spec["shape"])
-    rng = np.random.default_rng([seed, KINDS.index(kind)])
-    image = spec["images"][seed % len(spec["images"])]
-    drift = _drift(n, spec["drift"], spec["step"], rng)
+    n, default_shape = spec["quick"] if quick else (spec["frames"], spec["shape"])
+    shape = tuple(int(v) for v in (default_shape if shape is None else shape))
+    chosen = image is not None or shape != tuple(default_shape)
+    key = [seed, ALL_KINDS.index(kind)]
+    if chosen:  # the bench's cases: each image and shape its own draws
+        key += [zlib.crc32(str(image).encode()), *shape]
+    rng = np.random.default_rng(key)
+    image = spec["images"][seed % len(spec["images"])] if image is None else image
+    if kind == "piecewise":
+        return _piecewise(seed, image, n, shape, spec, rng)
+    if kind == "circular_noisy":
+        drift = rng.uniform(-spec["drift"], spec["drift"], (n, 2))
+        drift[0] = 0.0
+    else:
+        drift = _drift(n, spec["drift"], spec["step"], rng)
     info = {}
     static = np.zeros(shape)
-    if kind == "circular":
+    if kind in ("circular", "circular_noisy"):
         base = _canvas(image, shape, 0, rng)
         moved = [_fourier_shift(base, d, gradient=True) for d in drift]
         clean = frames = np.stack([m for m, _ in moved])
         grad = np.asarray([g for _, g in moved])
+        if kind == "circular_noisy":
+            scale = CIRCULAR_PEAK / frames.max()
+            grad = grad * (frames > 0)[:, None] * scale
+            clean = np.clip(frames, 0.0, None) * scale
+            frames = rng.poisson(clean).astype(np.float64)
+            info["peak_photons"] = CIRCULAR_PEAK
     else:
         margin = int(np.ceil(spec["drift"])) + 8
         frames, grad = _cropped_frames(_canvas(image, shape, margin, rng), drift, shape, margin)
@@ -218,3 +302,16 @@ def make_stack(kind: str, seed: int = 0, quick: bool = False) -> AccuracyStack:
         frames = rng.poisson(clean).astype(np.float64)
     return AccuracyStack(kind, seed, image, frames.astype(np.float32), 0.0 - drift, info,
                          clean, static, grad.astype(np.float32))
+
+
+def _piecewise(seed, image, n, shape, spec, rng) -> AccuracyStack:
+    """A ``piecewise`` stack: :func:`~xcorr_app.bench._align_data.nonrigid_stack`'s frames; its
+    truth the field at the frame's centre, the whole field's parameters in
+    ``info["field_params"]`` (:func:`~xcorr_app.bench._align_data.truth_at`); no oracle."""
+    from ._align_data import nonrigid_stack, truth_at
+
+    frames, params = nonrigid_stack(rng, n=n, shape=shape, drift=spec["drift"],
+                                    deform=spec["deform"], peak=PIECEWISE_PEAK, image=image)
+    centre = np.array([(shape[0] - 1) / 2, (shape[1] - 1) / 2])
+    return AccuracyStack("piecewise", seed, image, frames.astype(np.float32),
+                         truth_at(params, centre), {"field_params": params})
