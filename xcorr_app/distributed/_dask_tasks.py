@@ -4,8 +4,8 @@ pick the worker's device, and compute a chunk of the run at a time.
 Examples
 --------
 >>> import numpy as np
->>> range_task(lambda src, xp, a, b, _: src.read(a, b).sum(), (np.ones((4, 2, 2)), None, 4),
-...            1, 3, "cpu")
+>>> range_task(lambda src, xp, a, b, _: float(src.read(a, b).sum()),
+...            (np.ones((4, 2, 2)), None, 4), 1, 3, "cpu")
 8.0
 """
 
