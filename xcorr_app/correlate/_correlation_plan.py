@@ -44,7 +44,7 @@ from ._forms import form_layout
 from ._overlap import c_contiguous
 from ._plan_arguments import check_method_device, choose_method, dtype_argument, shape_argument
 from ._plans import Plan, run_plan
-from ._shifts import normalize_max_shift, output_shape
+from ._shifts import check_max_shift, normalize_max_shift, output_shape
 
 __all__ = ["CorrelationPlan", "correlation_plan"]
 
@@ -110,6 +110,7 @@ class CorrelationPlan(PlanCallBase):
         lay = form_layout(form, self.left_shape, self.right_shape)
         self.form, self.layout = form, lay
         self.max_shift, self.dtype = normalize_max_shift(max_shift), dtype_argument(dtype)
+        check_max_shift(self.max_shift, lay.left_shape, lay.right_shape)  # (before out_shape)
         self.device = resolve_device(device)
         plan = None if method is None or (isinstance(method, str) and method == "auto") \
             else Plan.parse(method)

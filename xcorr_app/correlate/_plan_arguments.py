@@ -11,6 +11,8 @@ dtype('float32')
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from ..errors import InputError
@@ -44,12 +46,29 @@ def check_method_device(plan, device: str) -> None:
 
 
 def shape_argument(value, name) -> tuple:
-    """``value`` as a tuple of ints (:class:`~xcorr_app.errors.InputError` naming ``name``
-    otherwise)."""
+    """``value`` as a tuple of ints, none negative (:class:`~xcorr_app.errors.InputError`
+    naming ``name`` otherwise: ``int()`` would take ``8.5`` as 8 and ``True`` as 1).
+
+    >>> shape_argument((8, 8.5), "left_shape")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: left_shape must be a tuple of ints, got (8, 8.5)
+    >>> shape_argument((-8, 8), "left_shape")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: left_shape must not have a negative size, got (-8, 8)
+    """
     try:
-        return tuple(int(n) for n in value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a tuple of ints, got {value!r}") from None
+        items = tuple(value)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(n, numbers.Integral)
+                                and not isinstance(n, (bool, np.bool_)) for n in items):
+        raise InputError(f"{name} must be a tuple of ints, got {value!r}")
+    shape = tuple(int(n) for n in items)
+    if min(shape, default=0) < 0:
+        raise InputError(f"{name} must not have a negative size, got {value!r}")
+    return shape
 
 
 def dtype_argument(dtype) -> np.dtype:
