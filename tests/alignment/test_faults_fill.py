@@ -111,3 +111,22 @@ def test_gpu_fill_equals_the_cpu_bit_for_bit(rng, fill):
                                   if np.isnan(fill) else np.zeros(got.shape, bool))
     with pytest.raises(InputError, match="fill"):
         shift_frames(cp.asarray(frames), SHIFTS, fill=-1e308)
+
+
+@pytest.mark.parametrize("fill", [-1e308, "0"])
+def test_a_bad_fill_is_refused_when_asked_not_when_read(tmp_path, rng, fill):
+    """apply_shifts and AlignResult.apply raise on the call (their chunks come lazily), the
+    command line before it opens the input (it was checked after measuring)."""
+    from xcorr_app import align
+
+    frames = rng.random((2, 16, 16)).astype(np.float32)
+    with pytest.raises(InputError, match="fill"):
+        apply_shifts(frames, SHIFTS[:2], fill=fill, device="cpu")
+    res = align(frames, device="cpu", verify=False)
+    with pytest.raises(InputError, match="fill"):
+        res.apply(fill=fill)
+    if isinstance(fill, float):
+        missing = tmp_path / "missing.tif"  # (the fill is named, not the input)
+        assert_clean_error(xcorr("align", missing, "--out", tmp_path / "out", "--fill", fill),
+                           "--fill", "float32")
+        assert not (tmp_path / "out").exists()

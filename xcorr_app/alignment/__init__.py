@@ -28,10 +28,11 @@ from ._prebuild import prebuild
 from ._preprocess import WINDOWS, parse_prefilter
 from ._result import AlignResult, strict_json
 from ._run import run_alignment
-from ._warp import RESAMPLE, shift_frames
+from ._warp import RESAMPLE, check_fill, shift_frames
 
 __all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
            "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",
-           "Executor", "align", "apply_field", "apply_shifts", "common_area", "estimate_shifts",
+           "Executor", "align", "apply_field", "apply_shifts", "check_fill", "common_area",
+           "estimate_shifts",
            "field_area", "measure_field", "options_signature", "parse_patches", "parse_prefilter",
            "prebuild", "run_alignment", "shared_plan", "shift_frames", "strict_json"]

@@ -78,10 +78,18 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         the crop's): every chunk is written into it (from the GPU straight into it) and the
         chunks yielded are its views; iterate to the end to fill it.
     """
-    from ._warp import check_fill, shift_frames
+    from ._warp import check_fill
 
-    fill = check_fill(fill)  # (before the input is opened)
-    stack_or_path = as_stack(stack_or_path)
+    fill = check_fill(fill)  # (when called, before the input is opened)
+    return _shifted_chunks(as_stack(stack_or_path), shifts, channel, fill, resample, crop,
+                           chunk_frames, device, gpus, out)
+
+
+def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_frames, device,
+                    gpus, out):
+    """The generator of :func:`apply_shifts` (its ``fill`` checked)."""
+    from ._warp import shift_frames
+
     with open_source(stack_or_path, channel) as src:
         shifts = np.asarray(shifts, dtype=np.float64)
         if shifts.shape != (src.n_frames, 2):

@@ -257,6 +257,10 @@ class AlignResult:
         of the run unless another stack is given; yields ``(start, chunk)``."""
         from ._apply import apply_shifts
 
+        from ._warp import check_fill
+
+        if "fill" in kwargs:  # (now, not when the first chunk is asked for)
+            kwargs["fill"] = check_fill(kwargs["fill"])
         target = self.source if stack_or_path is None else stack_or_path
         if target is None:
             raise InputError("this result does not know its input; pass the stack or path")

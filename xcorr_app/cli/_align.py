@@ -15,7 +15,8 @@ import click
 
 from .. import backend
 from ..errors import InputError
-from ..alignment import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, strict_json
+from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, check_fill,
+                         strict_json)
 from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
@@ -254,6 +255,10 @@ def _check(o):
         if given:
             raise InputError(f"{', '.join(given)} shape aligned.tif, which --no-aligned does "
                              "not write: drop one or the other")
+    try:  # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
+        check_fill(o.fill)
+    except InputError as exc:
+        raise InputError(f"--{exc}") from None
     if o.gpus is not None:
         from ..streaming import need_gpus
 
