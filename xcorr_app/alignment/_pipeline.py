@@ -274,18 +274,17 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
                    progress=None, on_chunk=None, prepared=None):
     """The per-frame result table (rows ``start:stop``, columns :data:`COLUMNS`) and the plan.
 
-    The chunk loop of :func:`align`: frames are streamed from ``src`` in chunks of
-    ``chunk_frames``, prepared, measured against ``reference`` (from
-    :func:`prepared_reference`, or a future of ``(reference, plan)`` awaited once reading has
-    started; with ``reference="previous"`` each frame is measured against the last measurable
-    frame before it (not constant, no NaN or Inf: :func:`previous_references`), looked for up
-    to :data:`LOOK_BACK` frames before ``start``), and checked against the FFT reference.
-    Each frame's row depends only on the frame, its reference and ``plan``, so ranges measured
-    apart (other GPUs, Dask workers) give the rows one run gives.
+    The chunk loop of a measuring pass (:class:`ChunkPass`): frames are streamed from ``src``
+    in chunks of ``chunk_frames``, prepared, measured against ``reference`` (from
+    :func:`prepared_reference`; with ``reference="previous"`` each frame against the last
+    measurable frame before it (not constant, no NaN or Inf: :func:`previous_references`),
+    looked for up to :data:`LOOK_BACK` frames before ``start``), and checked against the FFT
+    reference.  Each frame's row depends only on the frame, its reference and ``plan``, so
+    ranges measured apart (other GPUs, Dask workers) give the rows one run gives.
 
     ``on_chunk(first, frames, block)``, if given, sees every chunk as read (on ``xp``'s
     device) with its result block (columns :data:`COLUMNS`, on the device, not waited for):
-    the template of ``reference="refined"`` is accumulated there
+    the template of a template pass is accumulated there
     (:class:`xcorr_app.alignment._template.TemplateAccumulator`).
 
     ``prepared`` (a :class:`~._prepared.PreparedFrames`, GPU): each chunk's prepared frames
@@ -297,77 +296,81 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     first = max(0, start - LOOK_BACK, getattr(src, "first_frame", 0))  # a block: what it holds
     before = np.array(backend.to_numpy(src.read(first, start))) \
         if opts.previous and start > first else None
+    run = ChunkPass(opts, src.frame_shape, xp, reference, plan, before, on_chunk, progress,
+                    part.n_frames)
     with DeviceChunks(part, chunk_frames, xp) as chunks:  # reading starts now
-        if isinstance(reference, concurrent.futures.Future):  # being prepared elsewhere
-            reference, plan = reference.result()
-        return _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress,
-                               before, on_chunk, prepared)
-
-
-def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progress, before,
-                    on_chunk=None, prepared=None):
-    prep = opts.preparer(xp, src.frame_shape)
-    measure = Measurer.of(opts, xp, src.frame_shape, plan)
-    fft_kwargs = fft_reference(opts.normalization)[0]
-    coarse = CPU_REFERENCE_COARSE if xp is np else None
-    ref = ref_fft = ref_raw = None
-    verified = {}  # the reference's half spectrum for the FFT reference, made at first use
-    last = None  # previous mode: (frame, raw frame, done event) before the chunk
-    if reference is not None:
-        ref, ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
-        ref_fft = fft_of(xp).fft2(ref) if opts.normalization == "phase" else None
-    elif before is not None:  # the last measurable of the frames before the range, if any
-        p = prep(xp.asarray(before))
-        usable = backend.to_numpy(p.finite & ~p.constant)
-        if usable.any():
-            k = int(np.flatnonzero(usable)[-1])
-            last = (p.frames[k], p.raw[k], None)
-    if xp is not np:
-        xp.cuda.Device().synchronize()  # the streams below read these
-    table = np.full((part.n_frames, len(COLUMNS)), np.nan)
-    inflight = collections.deque()  # (start, device block, done event, arrays to keep)
-
-    def finish(first, block, event, keep):
-        if isinstance(block, HostCopy):  # (waits for that copy alone)
-            block = block.result()
+        if xp is np:
+            run.on_cpu(chunks)
         else:
-            if event is not None:
-                event.synchronize()
-            block = backend.to_numpy(block)
-        table[first:first + len(block)] = block
-        if progress is not None:
-            progress(len(block))
+            run.on_gpu(chunks, prepared, pass_key(opts), start)
+    return run.table, run.measure.plan
 
-    def reference_spectrum():
+
+class ChunkPass:
+    """One measuring pass over a range's chunks, step by step: each chunk's frames prepared
+    (:meth:`prepare`), their references (:meth:`references`), their rows measured and
+    checked (:meth:`rows`), handed to ``on_chunk``, and written into :attr:`table` as they
+    come back (:meth:`finish`).  The CPU cuts every chunk into one slice per thread
+    (:meth:`on_cpu`); the GPU queues each chunk on its stream and fetches its rows one chunk
+    behind (:meth:`on_gpu`)."""
+
+    def __init__(self, opts, frame_shape, xp, reference, plan, before, on_chunk, progress,
+                 n_frames):
+        self.opts, self.xp = opts, xp
+        self.prepare = opts.preparer(xp, frame_shape)
+        self.measure = Measurer.of(opts, xp, frame_shape, plan)
+        self.fft_kwargs = fft_reference(opts.normalization)[0]
+        self.coarse = CPU_REFERENCE_COARSE if xp is np else None
+        self.on_chunk, self.progress = on_chunk, progress
+        self.table = np.full((n_frames, len(COLUMNS)), np.nan)
+        self.ref = self.ref_fft = self.ref_raw = None
+        self.spectrum = self.spectrum_made = None  # the FFT check's, made at first use
+        self.last = None  # previous mode: (frame, raw frame, done event) before the chunk
+        if reference is not None:
+            self.ref, self.ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
+            if opts.normalization == "phase":
+                self.ref_fft = fft_of(xp).fft2(self.ref)
+        elif before is not None:  # the last measurable of the frames before the range, if any
+            p = self.prepare(xp.asarray(before))
+            usable = backend.to_numpy(p.finite & ~p.constant)
+            if usable.any():
+                k = int(np.flatnonzero(usable)[-1])
+                self.last = (p.frames[k], p.raw[k], None)
+        if xp is not np:
+            xp.cuda.Device().synchronize()  # the streams read these
+
+    def reference_spectrum(self):
         """The half spectrum of the raw reference (``fft_shifts`` reads no more of a real
-        reference's), made at the first chunk's check (after the first chunk's correlation
-        is queued: on a fresh machine its cuFFT plans take a while to make)."""
-        if "fft" not in verified:
-            spectrum = fft_of(xp).rfft2(ref_raw)
-            if fft_kwargs["periodic"]:
-                spectrum = periodic_spectrum(ref_raw, spectrum)
-            verified["fft"] = spectrum
+        reference's), made at the first chunk's check (after that chunk's correlation is
+        queued: on a fresh machine its cuFFT plans take a while to make)."""
+        xp = self.xp
+        if self.spectrum is None:
+            spectrum = fft_of(xp).rfft2(self.ref_raw)
+            if self.fft_kwargs["periodic"]:
+                spectrum = periodic_spectrum(self.ref_raw, spectrum)
+            self.spectrum = spectrum
             if xp is not np:  # made on this chunk's stream; the other waits for it
-                verified["event"] = xp.cuda.get_current_stream().record()
+                self.spectrum_made = xp.cuda.get_current_stream().record()
         elif xp is not np:
-            xp.cuda.get_current_stream().wait_event(verified["event"])
-        return verified["fft"]
+            xp.cuda.get_current_stream().wait_event(self.spectrum_made)
+        return self.spectrum
 
-    def rows(p, refs, refs_raw):
+    def rows(self, p, refs=None, refs_raw=None):
         """The result block of the prepared frames ``p`` against their references (``None``:
         the run's reference)."""
+        xp, opts = self.xp, self.opts
         with quiet_if_nonfinite(xp, p.finite):
             if opts.previous:
-                s, pk, cf, border = measure(refs, p.frames, raw=(refs_raw, p.raw))
+                s, pk, cf, border = self.measure(refs, p.frames, raw=(refs_raw, p.raw))
             else:
-                s, pk, cf, border = measure(ref, p.frames, ref_fft, raw=(ref_raw, p.raw))
+                s, pk, cf, border = self.measure(self.ref, p.frames, self.ref_fft,
+                                                 raw=(self.ref_raw, p.raw))
+            fs = fi = None
             if opts.verify:
-                fr = refs_raw if opts.previous else reference_spectrum()
+                fr = refs_raw if opts.previous else self.reference_spectrum()
                 fs, _, fi = fft_shifts(fr, p.raw, upsample_factor=FFT_REFERENCE_UPSAMPLE,
-                                       **fft_kwargs, coarse=coarse,
+                                       **self.fft_kwargs, coarse=self.coarse,
                                        reference_is_fft=not opts.previous, return_integer=True)
-            else:
-                fs = fi = None
         pieces = (s, pk, cf, p.constant, p.finite, fs, fi, border)
         if xp is not np:  # one kernel of ours (CuPy's copies compiled on a first run)
             block = pack_rows(pieces, len(p.raw))
@@ -378,59 +381,73 @@ def _measure_chunks(opts, src, part, chunks, xp, reference, plan, start, progres
                                p.finite[:, None], fs, fi, border[:, None]],
                               axis=1).astype(xp.float64)
 
-    if xp is np:  # the CPU: every chunk cut into one slice per thread
-        if opts.verify and ref_raw is not None:
-            reference_spectrum()  # once, before the threads share it
+    def finish(self, first, block, event=None):
+        """A chunk's rows into the table (a :class:`HostCopy` waits for that copy alone)."""
+        if isinstance(block, HostCopy):
+            block = block.result()
+        else:
+            if event is not None:
+                event.synchronize()
+            block = backend.to_numpy(block)
+        self.table[first:first + len(block)] = block
+        if self.progress is not None:
+            self.progress(len(block))
+
+    def on_cpu(self, chunks):
+        """Every chunk cut into one slice per thread (``previous``: its references found over
+        the whole chunk, then cut like the frames)."""
+        if self.opts.verify and self.ref_raw is not None:
+            self.reference_spectrum()  # once, before the threads share it
         keep_freed_memory()
         threads = cpu_threads()
         with one_blas_thread(), \
                 concurrent.futures.ThreadPoolExecutor(threads, "xcorr-cpu") as pool:
             for first, frames in chunks:
                 slices = frame_slices(len(frames), threads)
-                preps = list(pool.map(lambda ab: prep(frames[ab[0]:ab[1]]), slices))
+                preps = list(pool.map(lambda ab: self.prepare(frames[ab[0]:ab[1]]), slices))
                 refs = [(None, None)] * len(preps)
-                if opts.previous:  # over the whole chunk, then cut like the frames
+                if self.opts.previous:
                     whole = Prepared(*(np.concatenate([getattr(q, f) for q in preps])
                                        for f in ("frames", "raw", "constant", "finite")))
-                    r, rr, carry = previous_references(whole, last and last[:2], np)
+                    r, rr, carry = previous_references(whole, self.last and self.last[:2], np)
                     refs = [(r[a:b], rr[a:b]) for a, b in slices]
-                    last = (*carry, None)
-                blocks = pool.map(lambda k: rows(preps[k], *refs[k]), range(len(preps)))
+                    self.last = (*carry, None)
+                blocks = pool.map(lambda k: self.rows(preps[k], *refs[k]), range(len(preps)))
                 block = np.concatenate(list(blocks))
-                if on_chunk is not None:
-                    on_chunk(first, frames, block)
-                finish(first, block, None, ())
-        return table, measure.plan
+                if self.on_chunk is not None:
+                    self.on_chunk(first, frames, block)
+                self.finish(first, block)
 
-    key = pass_key(opts)
-    for first, frames in chunks:
-        p = None if prepared is None else prepared.take(key, start + first, len(frames))
-        if p is None:
-            p = prep(frames)  # frames with NaN or Inf pixels: flagged, their shifts NaN (_result)
-            if prepared is not None:
-                prepared.keep(key, start + first, p)
-        keep = ()
-        refs = refs_raw = None
-        if opts.previous:
-            if last is not None:
-                if last[2] is not None:
-                    xp.cuda.get_current_stream().wait_event(last[2])
-                keep = last
-            refs, refs_raw, carry = previous_references(p, None if last is None else last[:2],
-                                                        xp)
-        block = rows(p, refs, refs_raw)
-        if on_chunk is not None:  # on this stream, before the event that frees the chunk
-            on_chunk(first, frames, block)
-        event = xp.cuda.get_current_stream().record()
-        if opts.previous:
-            last = (*carry, event)
-        # the block's copy to the host queued behind the chunk's work now: fetched one chunk
-        # behind, a copy on the stream (CuPy's get) waited for the next chunk's work too, and
-        # the GPU idled while the host queued the chunk after (16 gaps of about 0.3 ms in a
-        # 4096-frame GPU-resident run, H200 2026-11-25)
-        inflight.append((first, HostCopy(block), event, keep))
-        while len(inflight) > 1:  # results come back one chunk behind
-            finish(*inflight.popleft())
-    while inflight:
-        finish(*inflight.popleft())
-    return table, measure.plan
+    def on_gpu(self, chunks, prepared, key, start):
+        """Each chunk queued on its stream; its rows copied to the host behind its work and
+        fetched one chunk behind (a copy on the stream would wait for the next chunk's work
+        too, and the GPU would idle while the host queues the one after)."""
+        xp = self.xp
+        inflight = collections.deque()  # (start, rows on their way, done event)
+        for first, frames in chunks:
+            p = None if prepared is None else prepared.take(key, start + first, len(frames))
+            if p is None:
+                p = self.prepare(frames)  # NaN or Inf pixels: flagged, shifts NaN (_result)
+                if prepared is not None:
+                    prepared.keep(key, start + first, p)
+            refs = refs_raw = None
+            kept = ()
+            if self.opts.previous:
+                last = self.last
+                if last is not None:
+                    if last[2] is not None:
+                        xp.cuda.get_current_stream().wait_event(last[2])
+                    kept = last  # (alive until this chunk's rows are back)
+                refs, refs_raw, carry = previous_references(
+                    p, None if last is None else last[:2], xp)
+            block = self.rows(p, refs, refs_raw)
+            if self.on_chunk is not None:  # on this stream, before the event that frees it
+                self.on_chunk(first, frames, block)
+            event = xp.cuda.get_current_stream().record()
+            if self.opts.previous:
+                self.last = (*carry, event)
+            inflight.append((first, HostCopy(block), event, kept))
+            while len(inflight) > 1:
+                self.finish(*inflight.popleft()[:3])
+        while inflight:
+            self.finish(*inflight.popleft()[:3])
