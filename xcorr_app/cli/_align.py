@@ -21,6 +21,7 @@ from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIO
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
+from ._input import input_options, input_path
 
 __all__ = ["align", "note_late_signal"]
 
@@ -124,15 +125,18 @@ def _options(fn):
 @_options
 @scale_out_command
 @stack_command
-def align(path, **options):
+@input_options
+def align(path, dataset, z, **options):
     """Estimate the drift of every frame of PATH and write the aligned stack.
 
-    PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included) or a folder of TIFFs;
-    it is streamed, so it may be larger than the GPU's or the host's memory. Writes shifts.csv,
+    PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included), a folder of TIFFs,
+    a Zarr/OME-Zarr store, an HDF5 or NWB file (FILE:/DATASET or --dataset); it is streamed,
+    so it may be larger than the GPU's or the host's memory. Writes shifts.csv,
     shifts.json, aligned.tif and drift.png into the output folder (with --patches also
     motion_field.npz and motion_field.png). Shifts are (dy, dx) to apply to each frame to align
     it with the reference, as in scikit-image.
     """
+    path = input_path(path, dataset, z)  # FILE:/DATASET?z=K: every reader opens it so
     o = SimpleNamespace(path=path, **options)
     o.quiet = o.quiet or o.as_json
     with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
@@ -141,7 +145,7 @@ def align(path, **options):
 
 def _align(o):
     """``xcorr align`` once its options are parsed (``o``)."""
-    from ..io import OutputRun, plot_drift, write_text
+    from ..io import OutputRun, plot_drift, split_source, write_text
 
     path = o.path
     if o.out_dir is not None and not o.out_dir.strip():
@@ -159,7 +163,8 @@ def _align(o):
         outputs["aligned.tif"] = out_dir / "aligned.tif"
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
-    inputs = [path] + ([Path(o.reference)] if _is_file(o.reference) else [])  # --reference FILE
+    inputs = [split_source(path)[0]]  # (FILE of FILE:/DATASET)
+    inputs += [Path(o.reference)] if _is_file(o.reference) else []  # --reference FILE
     # all outputs appear together when everything succeeded, or none (and no folder it made)
     # with --no-aligned, an aligned.tif of an earlier run would no longer match shifts.csv
     stale = [out_dir / "aligned.tif"] if o.no_aligned else []

@@ -1,14 +1,17 @@
-"""``xcorr info``: the backend, the GPU, CuPy and the CUDA kernel sources found."""
+"""``xcorr info``: the backend, the GPU, CuPy and the CUDA kernel sources found; ``xcorr info
+PATH``: what a stack holds (format, shape, axes, pixel type, chunks, channels)."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from .._version import __version__
 from .. import backend
-from ..errors import XcorrError
+from ..errors import InputError, XcorrError
+from ._input import input_options, input_path
 
 __all__ = ["info"]
 
@@ -20,12 +23,24 @@ COMPILE_SHAPE = (1024, 1024)
 
 
 @click.command()
+@click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--compile", "build", is_flag=True,
               help="Build the GPU kernels of the usual align runs now (uint8, uint16 and "
                    "float32 stacks, unbounded and --max-shift 16), so that a first run does "
                    "not compile them; kept in the kernel cache.")
-def info(build):
-    """Show the backend, the GPU, CuPy and the CUDA kernel sources found."""
+@input_options
+def info(path, build, dataset, z):
+    """Show the backend, the GPU, CuPy and the CUDA kernel sources found.
+
+    With PATH (a stack in any format xcorr reads, FILE:/DATASET for one inside a file): its
+    format, shape, axes, pixel type, chunks, channels and pixel size instead.
+    """
+    if path is not None:
+        if build:
+            raise InputError("--compile builds the kernels, PATH describes a stack: give one")
+        return _describe(input_path(path, dataset, z))
+    if dataset is not None or z is not None:
+        raise InputError("--dataset and --z name what to read inside PATH: give PATH")
     from .._cuda import PlanCallBase, fastlaunch, kernel_sources, kernels_dir, shipped_summary
 
     click.echo(f"xcorr {__version__} (Python {sys.version.split()[0]})")
@@ -61,6 +76,26 @@ def info(build):
                f"{'compiled' if PlanCallBase.__name__ == 'PlanCall' else 'Python'}")
     if build:
         _compile()
+
+
+def _describe(path):
+    """``xcorr info PATH``: what the stack holds, one line each."""
+    from ..io import describe
+
+    d = describe(path)
+    click.echo(f"{d.get('name', path)}: {d['format']}")
+    click.echo(f"  shape {' x '.join(map(str, d['shape']))} (axes {d['axes']}), {d['dtype']}")
+    chunks = d["chunks"]
+    click.echo(f"  chunks {' x '.join(map(str, chunks)) if chunks else 'none (contiguous)'}")
+    names = ", ".join(n or "?" for n in d["channel_names"])
+    click.echo(f"  channels {d['channels']}" + (f" ({names})" if names else ""))
+    size = d["pixel_size"]
+    click.echo("  pixel size " + (f"{size[0]:g} x {size[1]:g} {size[2]}".rstrip() if size
+                                  else "unknown"))
+    click.echo(f"  frames {d['frames']} of {d['frame_shape'][0]}x{d['frame_shape'][1]}"
+               + (" (channel 0 of each; --channel picks one)" if d["channels"] > 1 else ""))
+    for note in d["notes"]:
+        click.echo(f"  note: {note}")
 
 
 def _compile():

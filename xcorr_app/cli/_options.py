@@ -299,8 +299,11 @@ def progress_bar(total, desc, quiet):
 
 
 def default_out(path: Path, suffix: str) -> Path:
-    """``PATH<suffix>`` beside the input (``stack.tif`` -> ``stack<suffix>``)."""
-    path = Path(path)
+    """``PATH<suffix>`` beside the input (``stack.tif`` -> ``stack<suffix>``; of a source path
+    ``FILE:/DATASET``, beside ``FILE``)."""
+    from ..io import split_source
+
+    path = split_source(path)[0]
     return path.parent / f"{path.stem if path.is_file() else path.name}{suffix}"
 
 

@@ -1,22 +1,25 @@
-"""Reading stacks (a folder of TIFFs or one multi-page TIFF), writing outputs safely (a run's
-outputs apart from its inputs, locked, and committed together), and the drift plot.  Below every
-other subpackage: it imports none of them.
+"""Reading stacks (a folder of TIFFs or one multi-page TIFF; Zarr, OME-Zarr, HDF5, NWB), writing
+outputs safely (a run's outputs apart from its inputs, locked, and committed together), and the
+drift plot.  Below every other subpackage: it imports none of them.
 """
 
 from ._background import BackgroundWrites
+from ._formats import EXTRAS as FORMAT_EXTRAS, ArrayFrames, source_path, split_source
 from ._field_outputs import plot_motion_field, write_motion_field
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
 from ._plot import plot_drift
+from ._describe import describe
 from ._reader import (TIFF_SUFFIXES, ArraySource, ChannelStack, FrameRange, OffsetFrames,
                       open_source, open_stack, read_image)
 from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)
 
-__all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "ArraySource", "BackgroundWrites", "ChannelStack",
-           "FrameRange", "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs",
-           "TiffStackWriter", "atomic_path", "check_apart", "open_source", "open_stack",
-           "plot_drift", "plot_motion_field", "plural", "prepare_outputs", "read_image",
-           "readable_frames", "remove_stale_temps", "write_motion_field", "write_text",
-           "write_tiff"]
+__all__ = ["FORMAT_EXTRAS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES", "ArrayFrames", "ArraySource",
+           "BackgroundWrites", "ChannelStack", "FrameRange", "Interrupted", "OffsetFrames",
+           "OutputLock", "OutputRun", "StagedOutputs", "TiffStackWriter", "atomic_path",
+           "check_apart", "describe", "open_source", "open_stack", "plot_drift",
+           "plot_motion_field", "plural", "prepare_outputs", "read_image", "readable_frames",
+           "remove_stale_temps", "source_path", "split_source", "write_motion_field",
+           "write_text", "write_tiff"]

@@ -201,7 +201,10 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     path : str or os.PathLike
         A TIFF file (multi-page, ImageJ hyperstack, OME-TIFF, RGB) or a folder of TIFF files,
         read in natural order (``frame_2.tif`` before ``frame_10.tif``); other files in the
-        folder are skipped with a note in :attr:`FrameSource.notes`.
+        folder are skipped with a note in :attr:`FrameSource.notes`.  Or a Zarr store or
+        OME-Zarr image, an HDF5 or NWB file (:mod:`xcorr_app.io._formats`: their optional
+        libraries), read chunk by chunk; ``FILE:/DATASET`` names a dataset inside one, and
+        ``?z=K`` at the end picks one Z plane (:func:`~xcorr_app.io.source_path`).
     channel : int, optional
         Channel (or RGB sample) to read from multi-channel files; required for them.
 
@@ -225,10 +228,23 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     (12, (120, 160), dtype('uint16'))
     >>> src.close()
     """
-    path = Path(path)
+    from ._formats import format_of, split_source
+
+    path, dataset, z = split_source(path)  # FILE, FILE:/DATASET, FILE?z=K
     if not path.exists():
         raise InputError(f"{path} does not exist; check the path")
+    fmt = format_of(path) if path.is_dir() or path.is_file() else "tiff"
+    if fmt != "tiff":
+        from ._sources import open_format
+
+        return open_format(fmt, path, dataset, channel, z)
+    if dataset:
+        raise InputError(f"{path} is TIFF: a dataset ({dataset}) names an array inside an "
+                         "HDF5, Zarr or NWB file; leave it out")
     if path.is_dir():
+        if z is not None:
+            raise InputError(f"--z {z}: {path} is a folder of TIFF files; --z picks a plane "
+                             "of one file")
         try:
             return _open_folder(path, channel)
         except PermissionError:
@@ -237,7 +253,12 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     if not path.is_file():  # reading a named pipe or a device would block or never end
         raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
                          "give a TIFF file or a folder of TIFF files")
-    return FrameSource([TiffFrames(path, channel)], [])
+    src = FrameSource([TiffFrames(path, channel)], [])
+    if z is not None:
+        from ._ome import PlaneFrames
+
+        return PlaneFrames(src, path, z)
+    return src
 
 
 def read_image(path, channel: int | None = None) -> np.ndarray:
@@ -412,7 +433,7 @@ class ChannelStack:
 
 
 def open_source(stack_or_path, channel=None):
-    """A frame source for a path (TIFF file or folder) or an in-memory array."""
+    """A frame source for a path (see :func:`open_stack`) or an in-memory array."""
     if isinstance(stack_or_path, (str, Path)):
         return open_stack(stack_or_path, channel=channel)
     return ArraySource(stack_or_path)

@@ -1,0 +1,149 @@
+"""Zarr, OME-Zarr, HDF5 and OME-TIFF stacks written by their own libraries: every reader gives
+the frames, and ``align`` the shifts, of the same frames given as a NumPy array (2-D + T,
+multi-channel, 5-D TCZYX), streamed in chunks; ``xcorr info`` describes each."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app import align
+from xcorr_app.io import describe, open_stack, source_path
+
+from cli_helpers import assert_clean_error, xcorr
+from synthetic import drift_stack
+
+zarr = pytest.importorskip("zarr")
+h5py = pytest.importorskip("h5py")
+
+
+@pytest.fixture(scope="module")
+def movie():
+    """``(T, C, Z, Y, X)`` uint16: channel 0 drifts (the truth), channel 1 its negative image,
+    plane 1 of Z the same frames rolled by 3 rows."""
+    stack, _ = drift_stack(np.random.default_rng(5), n=8, shape=(48, 56))
+    other = (stack.max() - stack).astype(np.uint16)
+    plane0 = np.stack([stack, other], axis=1)
+    return np.stack([plane0, np.roll(plane0, 3, axis=-2)], axis=2)
+
+
+def write_ome_zarr(path, data, version):
+    """An OME-Zarr image of two levels written with zarr itself (the OME-NGFF layout)."""
+    root = zarr.open_group(str(path), mode="w", zarr_format=version)
+    axes = [{"name": n, "type": t} for n, t in zip("tczyx", ("time", "channel", "space",
+                                                             "space", "space"))]
+    for a in axes[2:]:
+        a["unit"] = "micrometer"
+    datasets = []
+    for level, step in enumerate((1, 2)):
+        root.create_array(str(level), data=np.ascontiguousarray(data[..., ::step, ::step]),
+                          chunks=(3, 1, 1, *data.shape[-2:]))
+        datasets.append({"path": str(level), "coordinateTransformations": [
+            {"type": "scale", "scale": [1, 1, 2.0, 0.4 * step, 0.4 * step]}]})
+    meta = {"multiscales": [{"version": "0.4", "axes": axes, "datasets": datasets}],
+            "omero": {"channels": [{"label": "GCaMP"}, {"label": "tdTomato"}]}}
+    root.attrs.update(meta if version == 2 else {"ome": {"version": "0.5", **meta}})
+    return path
+
+
+def shifts(path_or_array, **kw):
+    return align(path_or_array, device="cpu", max_shift=8, chunk_frames=3, **kw).shifts
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_ome_zarr_channel_and_plane_as_the_array(tmp_path, movie, version):
+    path = write_ome_zarr(tmp_path / "movie.ome.zarr", movie, version)
+    with open_stack(source_path(path, z=1), channel=1) as src:
+        assert src.axes == "TCZYX" and src.n_frames == 8
+        np.testing.assert_array_equal(src.read(2, 7), movie[2:7, 1, 1])
+        assert src.channel_names == ["GCaMP", "tdTomato"]
+        assert src.pixel_size == (0.4, 0.4, "micrometer")
+        assert any("level 0" in n for n in src.notes)
+    # without --z every plane is a frame, T then Z as in the file
+    np.testing.assert_array_equal(shifts(str(path), channel=0),
+                                  shifts(movie[:, 0].reshape(16, 48, 56)))
+
+
+def test_plain_zarr_arrays_v2_and_v3(tmp_path, movie):
+    v2 = zarr.create_array(str(tmp_path / "v2.zarr"), data=movie[:, 0, 0], chunks=(3, 16, 56),
+                           zarr_format=2)
+    group = zarr.open_group(str(tmp_path / "g.zarr"), mode="w")
+    group.create_array("scan/raw", data=movie[:, :, 0], chunks=(2, 1, 48, 56),
+                       dimension_names=["t", "c", "y", "x"])
+    assert v2.metadata.zarr_format == 2
+    with open_stack(tmp_path / "v2.zarr") as src:
+        assert src.chunks == (3, 16, 56)
+        np.testing.assert_array_equal(src.read(0, 8), movie[:, 0, 0])
+    np.testing.assert_array_equal(shifts(str(tmp_path / "g.zarr") + ":/scan/raw", channel=1),
+                                  shifts(movie[:, 1, 0]))
+
+
+def test_hdf5_dataset_by_path_and_by_attributes(tmp_path, movie):
+    path = tmp_path / "movie.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("acq/data", data=movie[:, :, 0], chunks=(2, 1, 48, 56),
+                              compression="gzip")
+        ds.attrs["axes"] = "TCYX"
+        ds.attrs["element_size_um"] = [0.5, 0.25]
+        f["other/frames"] = movie[:, 0, 0]
+    with open_stack(f"{path}:/acq/data", channel=1) as src:
+        assert src.pixel_size == (0.5, 0.25, "µm") and src.chunks == (2, 1, 48, 56)
+        np.testing.assert_array_equal(src.read(1, 8), movie[1:, 1, 0])
+    np.testing.assert_array_equal(shifts(f"{path}:/other/frames"), shifts(movie[:, 0, 0]))
+
+
+def test_ome_tiff_five_d_by_channel_and_plane(tmp_path, movie):
+    path = tmp_path / "movie.ome.tif"
+    tifffile.imwrite(path, movie, ome=True, metadata={
+        "axes": "TCZYX", "PhysicalSizeX": 0.4, "PhysicalSizeY": 0.4,
+        "Channel": {"Name": ["GCaMP", "tdTomato"]}})
+    with open_stack(source_path(path, z=1), channel=0) as src:
+        assert src.n_frames == 8
+        np.testing.assert_array_equal(src.read(0, 8), movie[:, 0, 1])
+    d = describe(path)
+    assert (d["format"], d["axes"], d["channels"]) == ("OME-TIFF", "TCZYX", 2)
+    assert d["channel_names"] == ["GCaMP", "tdTomato"] and d["pixel_size"][:2] == (0.4, 0.4)
+    np.testing.assert_array_equal(shifts(source_path(path, z=1), channel=1),
+                                  shifts(movie[:, 1, 1]))
+
+
+def test_info_prints_what_a_file_holds(tmp_path, movie):
+    path = write_ome_zarr(tmp_path / "m.ome.zarr", movie, 3)
+    res = xcorr("info", path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "OME-Zarr" in out and "axes TCZYX" in out and "uint16" in out
+    assert "chunks 3 x 1 x 1 x 48 x 56" in out and "channels 2 (GCaMP, tdTomato)" in out
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("{h5}", ["2 datasets", "--dataset"]),
+    ("{h5}:/nope", ["no dataset /nope", "/a"]),
+    ("{zarr}:/scan/nope", ["no array /scan/nope"]),
+    ("{h5}:/a?z=0", ["no Z axis"]),
+    ("{cut}", ["cannot open", "cut.h5"]),
+    ("{junk}", ["cannot open", "junk.zarr"]),
+])
+def test_bad_files_are_one_line_and_write_nothing(tmp_path, movie, spec, words):
+    with h5py.File(tmp_path / "two.h5", "w") as f:
+        f["a"], f["b"] = movie[:, 0, 0], movie[:, 1, 0]
+    zarr.open_group(str(tmp_path / "g.zarr"), mode="w").create_array("scan/raw",
+                                                                      data=movie[:, 0, 0])
+    data = (tmp_path / "two.h5").read_bytes()
+    (tmp_path / "cut.h5").write_bytes(data[:len(data) // 3])
+    (tmp_path / "junk.zarr").mkdir()
+    (tmp_path / "junk.zarr" / "zarr.json").write_text("{not json")
+    path = spec.format(h5=tmp_path / "two.h5", zarr=tmp_path / "g.zarr",
+                       cut=tmp_path / "cut.h5", junk=tmp_path / "junk.zarr")
+    assert_clean_error(xcorr("align", path, "--device", "cpu", "--out", tmp_path / "o"),
+                       *words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_damaged_chunk_names_its_frames(tmp_path, movie):
+    arr = zarr.create_array(str(tmp_path / "d.zarr"), data=movie[:, 0, 0], chunks=(4, 48, 56),
+                            compressors=zarr.codecs.ZstdCodec())
+    (tmp_path / "d.zarr" / "c" / "1" / "0" / "0").write_bytes(b"broken")  # frames 4-7
+    assert arr.shape == (8, 48, 56)
+    assert_clean_error(xcorr("align", tmp_path / "d.zarr", "--device", "cpu", "--out",
+                             tmp_path / "o"), "cannot read frame", "d.zarr", "counted from 0")
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,55 @@
+"""The options naming what to read inside an input (``--dataset``, ``--z``) and the source path
+they make (``FILE:/DATASET?z=K``, :func:`xcorr_app.io.source_path`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+
+__all__ = ["input_options", "input_path"]
+
+#: ``--dataset`` and ``--z``: the array inside an HDF5, Zarr or NWB file, and one Z plane
+INPUT_OPTIONS = (
+    click.option("--dataset", default=None, metavar="PATH",
+                 help="The dataset to read inside an HDF5 or Zarr file (e.g. /acquisition/data), "
+                      "or an NWB image series by name; also written PATH:/DATASET."),
+    click.option("--z", "z", type=int, default=None, metavar="K",
+                 help="Read Z plane K (0-based) of a stack with a Z axis (OME-TIFF, ImageJ, "
+                      "OME-Zarr, HDF5 with axes); without it every plane is a frame."),
+)
+
+
+def input_options(fn):
+    """Add :data:`INPUT_OPTIONS` to a command."""
+    for option in reversed(INPUT_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def input_path(path, dataset, z):
+    """The source path of ``path`` with ``--dataset`` and ``--z`` (``path`` as given without).
+
+    Examples
+    --------
+    >>> input_path("movie.h5", "/data", None)
+    'movie.h5:/data'
+    >>> input_path(Path("movie.tif"), None, None)
+    PosixPath('movie.tif')
+    """
+    from ..io import source_path, split_source
+
+    if dataset is not None and not dataset.strip("/ "):
+        raise InputError("--dataset is empty: name the dataset, e.g. --dataset /data")
+    if z is not None and z < 0:
+        raise InputError(f"--z {z} is negative: Z planes count from 0")
+    if dataset is None and z is None:
+        return path
+    _, inside, plane = split_source(path)
+    if dataset is not None and inside:
+        raise InputError(f"{path} names its dataset already; drop --dataset {dataset}")
+    if z is not None and plane is not None:
+        raise InputError(f"{path} names its Z plane already; drop --z {z}")
+    return source_path(path, dataset, z)

@@ -1,0 +1,50 @@
+"""What a source holds (:func:`describe`, for ``xcorr info PATH``), in every format read.
+
+Examples
+--------
+>>> d = describe("sample_data/cell_drift.tif")
+>>> d["format"], d["axes"], d["frames"], d["frame_shape"]
+('ImageJ TIFF', 'TYX', 12, (120, 160))
+"""
+
+from __future__ import annotations
+
+from ._formats import format_of, split_source
+from ._ome import tiff_metadata
+from ._reader import open_stack
+
+__all__ = ["describe"]
+
+
+def describe(path, channel=None) -> dict:
+    """What the source ``path`` holds: ``format``, ``shape``, ``axes``, ``dtype``, ``chunks``,
+    ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None, and as
+    read: ``frames``, ``frame_shape``, ``notes``.
+
+    Raises
+    ------
+    InputError
+        What :func:`~xcorr_app.io.open_stack` raises (a bad path, file or layout), except that
+        several channels need no ``channel`` here.
+    """
+    file, dataset, z = split_source(path)
+    fmt = format_of(file) if file.exists() else None
+    pick = 0 if channel is None else channel  # (several channels: describe the first)
+    with open_stack(path, channel=pick) as src:
+        info = {"frames": src.n_frames, "frame_shape": tuple(src.frame_shape),
+                "dtype": str(src.dtype), "notes": list(src.notes),
+                "channels": getattr(src, "n_channels", 1)}
+        if fmt == "tiff" and file.is_file():
+            meta = tiff_metadata(file)
+            info.update(format=meta["format"], shape=meta["shape"], axes=meta["axes"],
+                        chunks=meta["chunks"], pixel_size=meta["pixel_size"],
+                        channel_names=meta["channel_names"])
+        elif fmt == "tiff":
+            info.update(format=f"folder of {len(src.paths)} TIFF files",
+                        shape=(src.n_frames, *src.frame_shape), axes="TYX",
+                        chunks=(1, *src.frame_shape), pixel_size=None, channel_names=[])
+        else:
+            info.update(format=src.format, shape=src.shape, axes=src.axes, chunks=src.chunks,
+                        pixel_size=src.pixel_size, channel_names=list(src.channel_names),
+                        name=src.name)
+    return info

@@ -1,0 +1,319 @@
+"""Stacks in other formats than TIFF: how a path names one (file, dataset, plane), which format
+it is, the optional library that reads it, and :class:`ArrayFrames`, the frame source over any
+N-D array read by slicing (a Zarr array, an HDF5 dataset), chunk by chunk.
+
+A source path is ``FILE``, ``FILE:/DATASET`` (an HDF5 dataset, a Zarr array in a group, an NWB
+series) and may end in ``?z=K`` (one Z plane of a stack with a Z axis); :func:`source_path`
+writes one, :func:`split_source` reads it.  Frames are all the axes other than Y, X, the
+channel axis (``C``, picked by ``channel``) and a picked Z, flattened in file order.
+
+Examples
+--------
+>>> split_source("sample_data/cell_drift.tif")
+(PosixPath('sample_data/cell_drift.tif'), None, None)
+>>> source_path("movie.h5", dataset="/data", z=2)
+'movie.h5:/data?z=2'
+>>> src = ArrayFrames(lambda: (np.arange(24, dtype=np.uint16).reshape(2, 3, 2, 2), None),
+...                   "TCYX", "mem", channel=1)
+>>> src.n_frames, src.frame_shape, src.read(0, 2)[:, 0, 0].tolist()
+(2, (2, 2), [4, 16])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError, XcorrError
+from ._tiff import SUPPORTED_DTYPES, plural
+
+__all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "EXTRAS",
+           "SUFFIXES", "UNREAD", "library_errors", "default_axes"]
+
+#: the optional libraries of each format: format -> (module, extra of pyproject.toml, name)
+EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
+          "nwb": ("h5py", "nwb", "NWB")}
+
+#: formats recognised but not read yet: format -> name
+UNREAD = {"nd2": "Nikon ND2", "czi": "Zeiss CZI"}
+
+#: file name endings of each format (a folder holding Zarr metadata is Zarr whatever its name)
+SUFFIXES = {"zarr": (".zarr",), "hdf5": (".h5", ".hdf5", ".hdf", ".he5"), "nwb": (".nwb",),
+            "nd2": (".nd2",), "czi": (".czi",), "tiff": (".tif", ".tiff")}
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_ZARR_MARKERS = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+_PLANE = re.compile(r"^(.*)\?z=(-?\d+)$")
+
+
+def split_source(path):
+    """``(file, dataset or None, z or None)`` of a source path (see the module's doc); a path
+    that exists is a file whatever its name holds."""
+    text = str(path)
+    if Path(text).exists():
+        return Path(text), None, None
+    z = None
+    match = _PLANE.match(text)
+    if match:
+        text, z = match.group(1), int(match.group(2))
+        if Path(text).exists():
+            return Path(text), None, z
+    for at in [i for i, ch in enumerate(text) if ch == ":"]:
+        if at and Path(text[:at]).exists():
+            return Path(text[:at]), text[at + 1:] or None, z
+    return Path(text), None, z
+
+
+def source_path(file, dataset=None, z=None) -> str:
+    """A source path naming ``dataset`` in ``file`` and plane ``z`` (see :func:`split_source`).
+
+    Examples
+    --------
+    >>> source_path("stack.ome.tif", z=0)
+    'stack.ome.tif?z=0'
+    """
+    text = str(file)
+    if dataset:
+        text += ":" + (dataset if dataset.startswith("/") else "/" + dataset)
+    if z is not None:
+        text += f"?z={int(z)}"
+    return text
+
+
+def format_of(file: Path) -> str:
+    """``"zarr"``, ``"hdf5"``, ``"nwb"``, ``"nd2"``, ``"czi"``, ``"tiff"`` (a TIFF file or a
+    folder of them) by the name, a folder's Zarr metadata, or an HDF5 file's first bytes."""
+    name = file.name.lower()
+    if file.is_dir():
+        if name.endswith(".zarr") or any((file / m).exists() for m in _ZARR_MARKERS):
+            return "zarr"
+        return "tiff"
+    for fmt, suffixes in SUFFIXES.items():
+        if name.endswith(suffixes):
+            return fmt
+    with contextlib.suppress(OSError):
+        with open(file, "rb") as fh:
+            if fh.read(8) == _HDF5_MAGIC:
+                return "hdf5"
+    return "tiff"
+
+
+def need(fmt: str):
+    """The module reading ``fmt``, or an :class:`InputError` naming the pip command."""
+    module, extra, name = EXTRAS[fmt]
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InputError(f"reading {name} files needs the {module} package: pip install "
+                         f"'xcorr-app[{extra}]'") from None
+
+
+@contextlib.contextmanager
+def library_errors(path, what="read"):
+    """A reading library's failure as one-line :class:`InputError` naming ``path``."""
+    try:
+        yield
+    except (XcorrError, MemoryError):
+        raise
+    except PermissionError:
+        raise InputError(f"{path}: permission denied; xcorr needs to read it") from None
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"cannot {what} {path} ({type(exc).__name__}: {reason}); check that it "
+                         "is a complete, uncorrupted file") from exc
+
+
+def default_axes(ndim: int) -> str:
+    """Axes of an array whose file names none: ``YX``, ``TYX``, ``TCYX``, ``TCZYX``."""
+    return {2: "YX", 3: "TYX", 4: "TCYX", 5: "TCZYX"}.get(ndim, "")
+
+
+class ArrayFrames:
+    """The 2-D frames of an N-D array read by slicing (frames ``start:stop`` are one slice of
+    the frame axis per run of it), with the interface of the TIFF frame sources.
+
+    Parameters
+    ----------
+    opener : callable
+        ``opener() -> (array, close)``: the array (sliced with integers and slices) and a
+        function closing its file (or None); called again to reopen after :meth:`close`.
+    axes : str
+        One letter per axis of the array: ``Y`` and ``X``, optionally ``C`` (or ``S``, colour
+        samples) and ``Z``; any other letter is a frame axis (``T``, ...).
+    name : str
+        The path named in messages.
+    channel, z : int, optional
+        The channel and Z plane to read; ``channel`` is required for several channels.
+    pixel_size : tuple, optional
+        ``(y, x, unit)`` of one pixel, as the file gives it.
+    channel_names : list of str, optional
+    fmt : str
+        The format's name (``xcorr info``).
+
+    Examples
+    --------
+    >>> src = ArrayFrames(lambda: (np.zeros((2, 3, 4, 5), np.float32), None), "TZYX", "mem", z=2)
+    >>> src.n_frames, src.frame_shape, src.read(0, 2).shape
+    (2, (4, 5), (2, 4, 5))
+    """
+
+    concurrent_reads = False  # (h5py serializes every call; a second thread gains nothing)
+    memory_mapped = False
+
+    def __init__(self, opener, axes, name, *, channel=None, z=None, pixel_size=None,
+                 channel_names=(), fmt="array", paths=(), notes=()):
+        self._opener, self.name, self.format = opener, str(name), fmt
+        self.paths = [Path(p) for p in paths]
+        self.notes = list(notes)
+        self._array, self._closer = None, None
+        array = self._open()
+        try:
+            self._layout(array, axes.upper(), channel, z)
+        except BaseException:
+            self.close()
+            raise
+        self.pixel_size = pixel_size
+        names = list(channel_names or ())
+        self.channel_names = names if len(names) == self.n_channels else []
+
+    def _open(self):
+        if self._array is None:
+            with library_errors(self.name, "open"):
+                self._array, self._closer = self._opener()
+        return self._array
+
+    def _layout(self, array, axes, channel, z):
+        shape = tuple(int(n) for n in array.shape)
+        self.shape, self.axes = shape, axes
+        chunks = getattr(array, "chunks", None)
+        self.chunks = tuple(int(c) for c in chunks) if chunks else None
+        if len(axes) != len(shape) or "Y" not in axes or "X" not in axes \
+                or len(set(axes)) != len(axes):
+            raise InputError(f"cannot interpret {self.name} as a stack of 2-D frames (axes "
+                             f"{axes or '?'}, shape {shape}); it needs one Y and one X axis")
+        dtype = np.dtype(array.dtype)
+        if dtype.newbyteorder("=") not in SUPPORTED_DTYPES:
+            raise InputError(f"{self.name} has pixel type {dtype}, which xcorr cannot read; "
+                             f"convert it to one of {', '.join(map(str, SUPPORTED_DTYPES))}")
+        self.dtype = dtype.newbyteorder("=")
+        if 0 in shape:
+            raise InputError(f"{self.name} holds a zero-size image (shape {shape}); give a "
+                             "file with image data")
+        colour = [a for a in axes if a in "CS"]
+        if len(colour) > 1:
+            raise InputError(f"{self.name} has both channels and color samples (axes {axes}); "
+                             "save one channel as a separate file")
+        self.n_channels = shape[axes.index(colour[0])] if colour else 1
+        if channel is None and self.n_channels > 1:
+            raise InputError(f"{self.name} has {self.n_channels} channels (axes {axes}); pass "
+                             f"--channel with a number from 0 to {self.n_channels - 1} to pick "
+                             "one")
+        if channel is not None and not 0 <= channel < self.n_channels:
+            valid = (f"0 to {self.n_channels - 1}" if self.n_channels > 1
+                     else "0 or leave --channel out")
+            raise InputError(f"--channel {channel} is out of range: {self.name} has "
+                             f"{plural(self.n_channels, 'channel')}; use {valid}")
+        fixed = {}
+        if colour:
+            fixed[axes.index(colour[0])] = channel or 0
+        if z is not None:
+            if "Z" not in axes:
+                raise InputError(f"--z {z}: {self.name} has no Z axis (axes {axes}); leave "
+                                 "--z out")
+            nz = shape[axes.index("Z")]
+            if not 0 <= z < nz:
+                raise InputError(f"--z {z} is out of range: {self.name} has "
+                                 f"{plural(nz, 'Z plane')}; use 0 to {nz - 1}")
+            fixed[axes.index("Z")] = z
+        elif "Z" in axes and shape[axes.index("Z")] > 1:
+            self.notes.append(f"{Path(self.name).name}: every Z plane is a frame (axes {axes}); "
+                              "pass --z to align one plane")
+        self._fixed = fixed
+        self._frame_axes = [i for i, a in enumerate(axes) if a not in "YX" and i not in fixed]
+        self._frame_shape_lead = tuple(shape[i] for i in self._frame_axes) or (1,)
+        self.frame_axes = "".join(axes[i] for i in self._frame_axes)
+        self.n_frames = math.prod(self._frame_shape_lead)
+        self.frame_shape = (shape[axes.index("Y")], shape[axes.index("X")])
+        # the order of the axes a slice keeps (the last frame axis, Y, X in file order)
+        kept = [i for i in range(len(axes)) if i not in fixed
+                and (axes[i] in "YX" or (self._frame_axes and i == self._frame_axes[-1]))]
+        want = ([self._frame_axes[-1]] if self._frame_axes else []) + [axes.index("Y"),
+                                                                       axes.index("X")]
+        self._order = [kept.index(i) for i in want]
+
+    def source_name(self, i):
+        return Path(self.name).name
+
+    def source_names(self):
+        return [Path(self.name).name] * self.n_frames
+
+    def _slice(self, array, lead, count):
+        """Frames ``lead`` (an index over the frame axes) and the ``count - 1`` after it along
+        the last frame axis: ``(count, H, W)``."""
+        key = []
+        for i, a in enumerate(self.axes):
+            if i in self._fixed:
+                key.append(self._fixed[i])
+            elif a in "YX":
+                key.append(slice(None))
+            else:
+                k = self._frame_axes.index(i)
+                last = k == len(self._frame_axes) - 1
+                key.append(slice(lead[k], lead[k] + count) if last else lead[k])
+        block = np.asarray(array[tuple(key)])
+        block = np.transpose(block, self._order)
+        return block if self._frame_axes else block[None]
+
+    def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Frames ``start`` to ``stop - 1``: ``(stop - start, H, W)`` of :attr:`dtype` (or
+        written into ``out``), read one slice per run of the last frame axis."""
+        if not 0 <= start <= stop <= self.n_frames:
+            raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
+                             f"{self.n_frames} frames")
+        if out is not None and out.shape != (stop - start, *self.frame_shape):
+            raise InputError(f"out of shape {out.shape} cannot hold frames {start}:{stop}")
+        result = out if out is not None else np.empty((stop - start, *self.frame_shape),
+                                                      self.dtype)
+        array = self._open()
+        run = self._frame_shape_lead[-1]
+        at = start
+        while at < stop:
+            lead = np.unravel_index(at, self._frame_shape_lead)
+            count = min(stop - at, run - int(lead[-1]))
+            try:
+                block = self._slice(array, [int(v) for v in lead], count)
+            except (XcorrError, MemoryError):
+                raise
+            except Exception as exc:
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                what = f"frame {at}" if count == 1 else f"frames {at} to {at + count - 1}"
+                raise InputError(f"cannot read {what} (counted from 0) of {self.name} "
+                                 f"({type(exc).__name__}: {reason}); check that it is a "
+                                 "complete, uncorrupted file") from exc
+            result[at - start:at - start + count] = block
+            at += count
+        return result
+
+    def close(self) -> None:
+        """Close the file (reading again reopens it)."""
+        closer, self._array, self._closer = self._closer, None, None
+        if closer is not None:
+            closer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __len__(self) -> int:
+        return self.n_frames
+
+    def __repr__(self) -> str:
+        return (f"<ArrayFrames {self.name}: {self.n_frames} frames of {self.frame_shape[0]}x"
+                f"{self.frame_shape[1]} {self.dtype} (axes {self.axes})>")

@@ -1,0 +1,151 @@
+"""The axes of a TIFF file (OME-TIFF, ImageJ hyperstacks): what it holds (axes, pixel size,
+channel names, from tifffile's OME and ImageJ metadata) and :class:`PlaneFrames`, one Z plane
+of a stack whose frames are T x Z (``--z``).
+
+Examples
+--------
+>>> tiff_metadata(Path("sample_data/cell_drift.tif"))["axes"]
+'TYX'
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import tifffile
+
+from ..errors import InputError
+from ._tiff import plural, tiff_errors
+
+__all__ = ["tiff_metadata", "PlaneFrames"]
+
+
+def _ome_pixels(tif):
+    """``(pixel size, channel names)`` of an OME-TIFF's first image."""
+    with_meta = tifffile.xml2dict(tif.ome_metadata).get("OME", {})
+    image = with_meta.get("Image", {})
+    image = image[0] if isinstance(image, list) else image
+    pixels = image.get("Pixels", {})
+    size = None
+    if "PhysicalSizeX" in pixels and "PhysicalSizeY" in pixels:
+        size = (float(pixels["PhysicalSizeY"]), float(pixels["PhysicalSizeX"]),
+                str(pixels.get("PhysicalSizeXUnit", "µm")))
+    channels = pixels.get("Channel", [])
+    channels = channels if isinstance(channels, list) else [channels]
+    return size, [str(c.get("Name", "")) for c in channels if isinstance(c, dict)]
+
+
+def _imagej_pixels(tif):
+    """``(pixel size, channel names)`` of an ImageJ TIFF (resolution tags, its ``unit``)."""
+    page, meta = tif.pages.first, tif.imagej_metadata or {}
+    size = None
+    xres, yres = page.tags.get("XResolution"), page.tags.get("YResolution")
+    if xres is not None and yres is not None:
+        (xn, xd), (yn, yd) = xres.value, yres.value
+        if xn and yn and (xn, xd) != (1, 1):
+            size = (yd / yn, xd / xn, str(meta.get("unit", "")))
+    labels = meta.get("Labels")
+    return size, list(labels) if isinstance(labels, (list, tuple)) else []
+
+
+def tiff_metadata(path: Path) -> dict:
+    """What a TIFF file's first series holds: ``shape``, ``axes`` (tifffile's letters: ``T``,
+    ``C``, ``Z``, ``Y``, ``X``, ``S`` samples, ``I``/``Q`` unnamed), ``dtype``, ``chunks``
+    (one page), ``pixel_size`` ``(y, x, unit)`` or None, ``channel_names``, ``format``."""
+    with tiff_errors(path), tifffile.TiffFile(path) as tif:
+        if not tif.series:
+            raise InputError(f"{path} contains no image; give a TIFF file with image data")
+        series = tif.series[0]
+        size, names, fmt = None, [], "TIFF"
+        if tif.is_ome and tif.ome_metadata:
+            size, names = _ome_pixels(tif)
+            fmt = "OME-TIFF"
+        elif tif.is_imagej:
+            size, names = _imagej_pixels(tif)
+            fmt = "ImageJ TIFF"
+        return {"shape": tuple(series.shape), "axes": series.axes,
+                "dtype": np.dtype(series.dtype), "chunks": tuple(series.keyframe.shape),
+                "pixel_size": size, "channel_names": names, "format": fmt}
+
+
+class PlaneFrames:
+    """Plane ``z`` of a TIFF source whose frames are every plane of a T x Z stack: frame ``i``
+    is the ``i``-th frame of the source with that Z index (same interface as the source).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from xcorr_app.io._reader import open_stack
+    >>> path = tempfile.mkdtemp() + "/tz.tif"
+    >>> tifffile.imwrite(path, np.arange(6, dtype=np.uint8).reshape(3, 2, 1, 1) *
+    ...                  np.ones((1, 1, 4, 4), np.uint8), imagej=True, metadata={"axes": "TZYX"})
+    >>> with PlaneFrames(open_stack(path), Path(path), 1) as src:
+    ...     src.n_frames, src.read(0, 3)[:, 0, 0].tolist()
+    (3, [1, 3, 5])
+    """
+
+    def __init__(self, src, path: Path, z: int):
+        self.src = src
+        try:
+            meta = tiff_metadata(path)
+        except BaseException:
+            src.close()
+            raise
+        axes, shape = meta["axes"], meta["shape"]
+        lead = [(a, n) for a, n in zip(axes, shape) if a not in "YXSC"]
+        if "Z" not in [a for a, _ in lead]:
+            src.close()
+            raise InputError(f"--z {z}: {path} has no Z axis (axes {axes}); leave --z out")
+        nz = dict(lead)["Z"]
+        if not 0 <= z < nz:
+            src.close()
+            raise InputError(f"--z {z} is out of range: {path} has {plural(nz, 'Z plane')}; use "
+                             f"0 to {nz - 1}")
+        if math.prod(n for _, n in lead) != src.n_frames:
+            src.close()
+            raise InputError(f"cannot pick a Z plane of {path} (axes {axes}, shape {shape}); "
+                             "save it as a T x Z stack")
+        index = np.unravel_index(np.arange(src.n_frames), [n for _, n in lead])
+        self._frames = np.flatnonzero(index[[a for a, _ in lead].index("Z")] == z)
+        self.n_frames = len(self._frames)
+        self.frame_shape, self.dtype = src.frame_shape, src.dtype
+        self.n_channels = getattr(src, "n_channels", 1)
+        self.paths, self.notes = src.paths, src.notes
+        self.concurrent_reads = getattr(src, "concurrent_reads", False)
+        self.memory_mapped = getattr(src, "memory_mapped", False)
+
+    def source_name(self, i):
+        return self.src.source_name(int(self._frames[i]))
+
+    def source_names(self):
+        return [self.src.source_name(int(i)) for i in self._frames]
+
+    def read(self, start, stop, out=None):
+        """Frames ``start:stop`` of the plane, one read per run of consecutive source frames."""
+        if not 0 <= start <= stop <= self.n_frames:
+            raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
+                             f"{self.n_frames} frames")
+        result = out if out is not None else np.empty((stop - start, *self.frame_shape),
+                                                      self.dtype)
+        wanted = self._frames[start:stop]
+        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
+        at = 0
+        for run in np.split(wanted, breaks):
+            if len(run):
+                result[at:at + len(run)] = self.src.read(int(run[0]), int(run[-1]) + 1)
+                at += len(run)
+        return result
+
+    def close(self):
+        self.src.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __len__(self):
+        return self.n_frames

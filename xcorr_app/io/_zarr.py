@@ -1,0 +1,139 @@
+"""Zarr (v2 and v3) arrays and OME-Zarr images as frame sources (the ``zarr`` extra): an array,
+an array of a group named by ``STORE.zarr:/path``, a group's only array, or an OME-Zarr
+image's level 0 with its axes, pixel size and channel names; read chunk by chunk.
+
+Examples
+--------
+>>> import tempfile, zarr
+>>> store = tempfile.mkdtemp() + "/movie.zarr"
+>>> zarr.create_array(store, data=np.ones((4, 8, 8), np.uint16), chunks=(2, 8, 8)) is not None
+True
+>>> with open_zarr(Path(store), None, None, None) as src:
+...     src.n_frames, src.axes, src.chunks
+(4, 'TYX', (2, 8, 8))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np  # noqa: F401  (the examples)
+
+from ..errors import InputError
+from ._formats import ArrayFrames, default_axes, library_errors, need
+
+__all__ = ["open_zarr", "ome_metadata"]
+
+
+def ome_metadata(attrs) -> dict | None:
+    """The OME-NGFF ``multiscales`` metadata of a group's attributes (v0.4: at the top,
+    v0.5: under ``ome``) with its ``omero`` channels, or None."""
+    attrs = dict(attrs)
+    ome = attrs.get("ome", attrs)
+    scales = ome.get("multiscales") if isinstance(ome, dict) else None
+    if not scales:
+        return None
+    return {"multiscales": scales[0], "omero": ome.get("omero") or attrs.get("omero") or {}}
+
+
+def _ome_layout(meta, name):
+    """``(level-0 path, axes, pixel size, channel names)`` of OME-Zarr metadata."""
+    scale = meta["multiscales"]
+    datasets = scale.get("datasets") or []
+    if not datasets:
+        raise InputError(f"{name}: its OME-Zarr metadata names no dataset; check the file")
+    axes_meta = scale.get("axes") or []
+    names = [a["name"] if isinstance(a, dict) else str(a) for a in axes_meta]
+    axes = "".join(n[:1].upper() for n in names)
+    pixel_size = None
+    for transform in datasets[0].get("coordinateTransformations") or []:
+        if transform.get("type") == "scale" and len(transform.get("scale", ())) == len(names):
+            units = {a.get("name"): a.get("unit") for a in axes_meta if isinstance(a, dict)}
+            s = dict(zip(names, transform["scale"]))
+            if "y" in s and "x" in s:
+                pixel_size = (float(s["y"]), float(s["x"]), units.get("x") or "")
+    labels = [c.get("label", "") for c in meta["omero"].get("channels", [])]
+    return datasets[0]["path"], axes, pixel_size, labels
+
+
+def _arrays(group, prefix=""):
+    """Every array of a group, recursively: ``{"/path": array}``."""
+    found = {}
+    for key in sorted(group.keys()):  # (zarr 2 and 3 alike)
+        item, path = group[key], f"{prefix}/{key}"
+        if hasattr(item, "dtype"):
+            found[path] = item
+        else:
+            found.update(_arrays(item, path))
+    return found
+
+
+def _axes_of(array):
+    """``(axes, guessed)``: named by the array's metadata (v3 ``dimension_names``, xarray's
+    ``_ARRAY_DIMENSIONS``), else :func:`default_axes` (guessed)."""
+    names = getattr(getattr(array, "metadata", None), "dimension_names", None) or \
+        array.attrs.get("_ARRAY_DIMENSIONS")
+    if names and all(names) and len(names) == array.ndim:
+        return "".join(str(n)[:1].upper() for n in names), False
+    return default_axes(array.ndim), True
+
+
+def open_zarr(file: Path, dataset, channel, z) -> ArrayFrames:
+    """A Zarr store (folder) as an :class:`ArrayFrames`; ``dataset`` names an array in a group.
+
+    Raises
+    ------
+    InputError
+        A missing ``zarr`` package (naming the pip command), a store that is no Zarr, a group
+        with several arrays and no ``dataset``, a missing dataset, a bad layout.
+    """
+    zarr = need("zarr")
+    name = str(file) + (f":{dataset}" if dataset else "")
+    with library_errors(file, "open"):
+        node = zarr.open(str(file), mode="r")
+    notes, pixel_size, labels, axes = [], None, [], None
+    if not hasattr(node, "dtype"):  # a group: OME-Zarr, a named array, or its only array
+        meta = ome_metadata(node.attrs)
+        if meta is not None and not dataset:
+            dataset, axes, pixel_size, labels = _ome_layout(meta, file)
+            levels = len(meta["multiscales"].get("datasets", []))
+            if levels > 1:
+                notes.append(f"{file.name}: OME-Zarr image of {levels} resolution levels; "
+                             "reading level 0 (full resolution)")
+        if dataset:
+            key = dataset.strip("/")
+            with library_errors(file, "open"):
+                try:
+                    node = node[key]
+                except KeyError:
+                    arrays = sorted(_arrays(node))
+                    raise InputError(f"{file} has no array {dataset}; it holds "
+                                     f"{', '.join(arrays) or 'no array'}") from None
+            if not hasattr(node, "dtype"):
+                raise InputError(f"{name} is a group, not an array; name one of "
+                                 f"{', '.join(sorted(_arrays(node)))}")
+        else:
+            arrays = _arrays(node)
+            if len(arrays) != 1:
+                raise InputError(f"{file} holds {plural_arrays(arrays)}; name one as "
+                                 f"{file}:/PATH (or --dataset PATH)")
+            dataset, node = next(iter(arrays.items()))
+    if axes is None:
+        axes, guessed = _axes_of(node)
+        if guessed and node.ndim > 3:  # (3-D: TYX is no guess)
+            notes.append(f"{Path(name).name}: no axes in its metadata; read as {axes}")
+    path = (dataset or "").strip("/")
+
+    def opener():
+        root = zarr.open(str(file), mode="r")
+        return (root[path] if path and not hasattr(root, "dtype") else root), None
+
+    return ArrayFrames(opener, axes, name, channel=channel, z=z, pixel_size=pixel_size,
+                       channel_names=labels, fmt="OME-Zarr" if labels or pixel_size else "Zarr",
+                       paths=[file], notes=notes)
+
+
+def plural_arrays(arrays) -> str:
+    names = sorted(arrays)
+    return "no array" if not names else f"{len(names)} arrays ({', '.join(names[:10])})"
+
