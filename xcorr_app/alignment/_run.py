@@ -107,8 +107,11 @@ def measure_passes(opts, src, executor, progress=None):
     report = _Progress(progress, src.n_frames, passes + 1)
     k, fit = 0, None
     while True:
-        run = dataclasses.replace(opts, boundary="circular" if boundary == "circular"
-                                  else "linear").measuring()
+        linear = boundary != "circular"  # (auto measures linear first)
+        # an upsample kept for a circular refinement that did not come is unused, not wrong
+        run = dataclasses.replace(opts, boundary="linear" if linear else "circular",
+                                  upsample=None if linear and opts.subpixel != "upsample"
+                                  else opts.upsample).measuring()
         ref = None if run.previous else prepared_reference(run, src, executor.xp,
                                                            executor.chunk, image=image)
         hook = TemplateSums(opts.min_confidence) if k < passes else fit

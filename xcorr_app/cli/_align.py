@@ -272,6 +272,16 @@ def _check(o):
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
     o.dev = "cpu" if o.device == "cpu" else note_device(o.device, o.quiet)
+    from ..streaming import check_frame_memory
+
+    devices = () if o.workers is not None or o.scheduler else ("cpu",) if o.dev == "cpu" \
+        else ("gpu",) if o.device == "gpu" or o.gpus is not None else ("gpu", "cpu")
+    try:  # (before a frame is read; Dask's workers check their own memory)
+        check_frame_memory(shape, itemsize, max_shift=o.opts.max_shift,
+                           normalization=o.opts.normalization, verify=o.opts.verify,
+                           budget=o.opts.max_memory, devices=devices)
+    except InputError as exc:
+        raise InputError(as_flags(str(exc))) from None
     planner_notes(o.quiet)
     return shape, itemsize, n
 

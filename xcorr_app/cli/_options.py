@@ -91,7 +91,8 @@ class MemoryType(click.ParamType):
         from ..streaming import parse_memory
 
         if value is not None:
-            parse_memory(value)  # a bad size fails before anything is read
+            # (a bad size fails before anything is read, naming the option)
+            parse_memory(value, f"--{param.name.replace('_', '-')}" if param else "size")
         return value
 
 

@@ -13,6 +13,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import mmap
 import os
@@ -310,7 +311,12 @@ class TiffFrames:
             return
         dtype = np.dtype(self._tif.byteorder + keyframe.dtype.char)
         with open(self.path, "rb") as fh:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except OSError as exc:
+                if exc.errno == errno.ENOMEM:  # no address space for the file (a ulimit -v)
+                    return  # read page by page
+                raise
             fd = os.dup(fh.fileno()) if dtype.isnative and hasattr(os, "preadv") else None
         whole = max(0, len(mm) - offset) // (page_size * dtype.itemsize)
         if whole < n_pages:

@@ -84,17 +84,24 @@ BAND_ROWS = 1024
 ADVISED_SHIFT = 32
 
 
-def parse_memory(spec) -> int:
-    """``"800M"``, ``"2G"``, ``"1.5G"``, ``"4096"`` (bytes; K, M, G, T are powers of 1024)."""
+def parse_memory(spec, name="max_memory") -> int:
+    """``"800M"``, ``"2G"``, ``"1.5G"``, ``"4096"`` (bytes; K, M, G, T are powers of 1024);
+    ``name``: the option the messages name.
+
+    >>> parse_memory("lots")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: max_memory 'lots' is not a memory size: use e.g. 512M, 2G or 1.5G
+    """
     if isinstance(spec, (int, float)):
         value = int(spec)
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)i?B?\s*", str(spec), re.IGNORECASE)
         if m is None:
-            raise InputError(f"cannot read memory size {spec!r}: use e.g. 512M, 2G or 1.5G")
+            raise InputError(f"{name} {spec!r} is not a memory size: use e.g. 512M, 2G or 1.5G")
         value = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
     if value <= 0:
-        raise InputError(f"memory size must be positive, got {spec!r}")
+        raise InputError(f"{name} must be a positive memory size, got {spec!r}")
     return value
 
 
@@ -297,6 +304,27 @@ def auto_chunk_frames(frame_shape, device) -> int:
     return int(min(MAX_AUTO_CHUNK, max(DEFAULT_CHUNK, AUTO_CHUNK_BYTES // max(frame, 1))))
 
 
+def check_bound(frame_shape, max_shift) -> None:
+    """InputError where the search bound ``(sy, sx)`` reaches past the frames (a shift of more
+    than their height or width leaves no overlap; its surface would be sized all the same).
+
+    >>> check_bound((120, 160), (10**9, 10**9))
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: max_shift 1000000000 reaches past frames of 120x160: a shift beyond 120 rows or 160 columns leaves no overlap; use at most 120,160
+    """
+    h, w = frame_shape
+    if max_shift is not None and (max_shift[0] > h or max_shift[1] > w):
+        raise InputError(f"max_shift {_pair(max_shift)} reaches past frames of {h}x{w}: a shift "
+                         f"beyond {h} rows or {w} columns leaves no overlap; use at most "
+                         f"{_pair((min(max_shift[0], h), min(max_shift[1], w)))}")
+
+
+def _pair(shift) -> str:
+    """``(4, 4) -> "4"``, ``(2, 5) -> "2,5"`` (as ``--max-shift`` takes them)."""
+    return str(shift[0]) if shift[0] == shift[1] else f"{shift[0]},{shift[1]}"
+
+
 def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", verify=True,
                 device="cpu", budget=None, limit=64, device_free=None,
                 host_free=None) -> MemoryPlan:
@@ -327,8 +355,10 @@ def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", 
     Raises
     ------
     InputError
-        When one frame does not fit (:func:`refusal` says what helps).
+        When one frame does not fit (:func:`refusal` says what helps), or ``max_shift``
+        reaches past the frame.
     """
+    check_bound(frame_shape, max_shift)
     limits = _limits(device, budget, device_free, host_free)
     found = _fitting(frame_shape, itemsize, max_shift, normalization, verify, device, limits)
     if found is None:
@@ -354,3 +384,42 @@ def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", 
         if n >= threads:  # every thread gets as many frames (a chunk waits for its slowest)
             n -= n % threads
     return MemoryPlan(max(1, n), None, need)
+
+
+def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc",
+                       verify=True, devices=("cpu",), budget=None) -> None:
+    """Refuse frames one of which fits none of ``devices`` ("cpu", "gpu"; none: only the
+    bound checked), before any frame is read: :func:`plan_memory`'s check of one frame
+    against ``budget`` and the memory free now (a run reads a few whole frames for its
+    automatic choices before its own check).
+
+    Raises
+    ------
+    InputError
+        :func:`refusal`'s line for the first of ``devices``.
+
+    Examples
+    --------
+    >>> check_frame_memory((64, 64), 2)
+    >>> check_frame_memory((40000, 40000), 2, budget=parse_memory("1G"))
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: --max-memory 1 GiB is too small for frames of 40000x40000: one frame needs at least 265 GiB; try --max-shift N (bound the search to the largest drift expected; with N = 32: 98.4 GiB), or --no-verify (218 GiB)
+    """
+    from .. import backend
+
+    check_bound(frame_shape, max_shift)
+    host_free = backend.host_available_bytes()
+    first = None
+    for device in devices:
+        device_free = backend.device_free_bytes(backend.xp_for(device)) \
+            if device == "gpu" else None
+        try:
+            plan_memory(frame_shape, itemsize, max_shift=max_shift, normalization=normalization,
+                        verify=verify, device=device, budget=budget, limit=1,
+                        device_free=device_free, host_free=host_free)
+            return
+        except InputError as exc:
+            first = first or exc
+    if first is not None:
+        raise first

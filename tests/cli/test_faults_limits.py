@@ -1,0 +1,133 @@
+"""Issue 48's extreme cases as a user runs them: every one a real ``xcorr`` process under an
+address-space limit of 2 GiB and a timeout of 10 s, refused with exit status 2 and one
+``error:`` line, nothing written (into the folder it runs in or beside the input) and the input
+unchanged.  The limit is set by a few lines of Python before the command runs (not
+``Popen(preexec_fn=)``, unsafe where the test process has threads)."""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tifffile
+
+from cli_helpers import ROOT, assert_clean_error
+from sample_paths import stack_path
+
+LIMIT_BYTES = 2 << 30
+TIMEOUT_S = 10
+
+#: the child's program: the limit, then the command as ``python -m xcorr_app.cli`` runs it
+_LIMITED = """
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]), int(sys.argv[1])))
+sys.argv[:] = ["xcorr", *sys.argv[2:]]
+runpy.run_module("xcorr_app.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def limited_xcorr(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("XCORR_DEBUG", None)
+    return subprocess.run([sys.executable, "-c", _LIMITED, str(LIMIT_BYTES), *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT_S)
+
+
+def fingerprint(folder):
+    """Names and contents of a folder's files (the size and modification time of files too
+    large to hash quickly: the sparse 9.6 GB stack)."""
+    h = hashlib.sha256()
+    for f in sorted(folder.rglob("*")):
+        h.update(str(f.relative_to(folder)).encode())
+        if f.is_file():
+            st = f.stat()
+            h.update(f.read_bytes() if st.st_size < 1 << 26 else
+                     f"{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def gpu_importable():
+    try:
+        import cupy  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure: no GPU to ask for
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The moon sample and a sparse TIFF of 3 pages of 40000x40000 uint16 (9.6 GB that take
+    no disk: its pages are never written)."""
+    folder = tmp_path_factory.mktemp("inputs")
+    shutil.copy(stack_path("moon"), folder / "moon.tif")
+    with tifffile.TiffWriter(folder / "huge.tif", bigtiff=True) as tif:
+        for _ in range(3):
+            tif.write(shape=(40000, 40000), dtype=np.uint16, photometric="minisblack")
+    return folder
+
+
+NO_GPU = pytest.mark.skipif(gpu_importable(), reason="the GPU options run where CuPy is")
+
+CASES = [
+    # the option list
+    (("align", "moon.tif", "--workers", "-1"), ("--workers",)),
+    (("align", "moon.tif", "--max-deviation", "2"), ("--max-deviation", "patches")),
+    (("align", "moon.tif", "--patch-overlap", "8"), ("--patch-overlap", "patches")),
+    (("align", "moon.tif", "--patches", "2x2", "--max-deviation", "-1"), ("--max-deviation",)),
+    (("align", "moon.tif", "--patches", "2x2", "--patch-overlap", "-8"), ("--patch-overlap",)),
+    (("align", "moon.tif", "--patches", "-1x2"), ("--patches",)),
+    (("align", "moon.tif", "--upsample", "10", "--boundary", "linear"),
+     ("--upsample", "would be ignored")),
+    (("align", "moon.tif", "--no-aligned", "--crop"), ("--crop", "--no-aligned")),
+    (("align", "moon.tif", "--no-aligned", "--resample", "fourier"), ("--resample",)),
+    (("align", "moon.tif", "--no-aligned", "--fill", "nan"), ("--fill",)),
+    (("align", "moon.tif", "--out", ""), ("--out",)),
+    (("align", "moon.tif", "--reference", ""), ("--reference",)),
+    (("align", "moon.tif", "--reference", "12"), ("reference", "12 frames")),
+    (("align", "moon.tif", "--chunk-frames", "2.5"), ("--chunk-frames",)),
+    (("align", "moon.tif", "--chunk-frames", "0"), ("--chunk-frames",)),
+    (("align", "moon.tif", "--max-memory", "lots"), ("--max-memory", "memory size")),
+    (("align", "moon.tif", "--max-memory", "1K"), ("--max-memory",)),
+    (("align", "moon.tif", "--channel", "5"), ("channel",)),
+    *[(("align", "moon.tif", "--subpixel", "upsample", "--upsample", v), ("--upsample",))
+      for v in ("0", "-5", "1.5", "nan")],
+    # items 1, 6 and 7
+    (("align", "moon.tif", "--fill", "-1e308"), ("--fill", "float32")),
+    (("align", "moon.tif", "--subpixel", "upsample", "--upsample", "1000000"), ("--upsample",)),
+    (("align", "moon.tif", "--max-shift", "1000000000"), ("--max-shift", "120x160")),
+    (("filter", "moon.tif", "--kernel", "gaussian:1e6", "--out", "f.tif"), ("gaussian",)),
+    (("filter", "moon.tif", "--kernel", "gaussian:1e9", "--out", "f.tif"), ("gaussian",)),
+    (("filter", "moon.tif", "--kernel", "box:100000", "--out", "f.tif"), ("box",)),
+    (("filter", "moon.tif", "--kernel", "gaussian:2", "--out", "f.png"), ("--out", ".tif")),
+    # a frame no memory holds: refused from the header, before a frame is read
+    (("align", "huge.tif"), ("40000x40000", "GiB")),
+    (("align", "huge.tif", "--max-shift", "8", "--max-memory", "1G"), ("40000x40000", "GiB")),
+    # GPUs asked for where there are none (item 8)
+    pytest.param(("align", "moon.tif", "--gpus", "0"), ("--gpus", "cupy"), marks=NO_GPU),
+    pytest.param(("align", "moon.tif", "--gpus", "all"), ("--gpus", "cupy"), marks=NO_GPU),
+    pytest.param(("align", "moon.tif", "--device", "gpu"), ("cupy",), marks=NO_GPU),
+]
+
+
+@pytest.mark.parametrize("args,words", CASES, ids=lambda v: " ".join(v) if v and isinstance(
+    v[0], str) and v[0] in ("align", "filter") else "")
+def test_an_extreme_case_is_refused_fast_and_small(inputs, tmp_path, args, words):
+    before = fingerprint(inputs)
+    args = [str(inputs / a) if a in ("moon.tif", "huge.tif") else a for a in args]
+    res = limited_xcorr(*args, cwd=tmp_path)  # (subprocess raises TimeoutExpired past 10 s)
+    assert res.returncode == 2, res.stderr
+    assert_clean_error(res, *words)
+    assert not any(tmp_path.iterdir()), sorted(p.name for p in tmp_path.iterdir())
+    assert fingerprint(inputs) == before
+
+
+def test_an_upsample_for_the_circular_refinement_is_not_refused_after_measuring(tmp_path):
+    """``--upsample`` with ``--boundary auto`` is kept for a circular refinement that may
+    come; on a stack measured linear it went unused, not refused after the first pass."""
+    res = limited_xcorr("align", stack_path("moon"), "--upsample", "10", "--no-aligned",
+                        "--device", "cpu", "-q", "--out", tmp_path / "o", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "o" / "shifts.csv").is_file()
