@@ -21,7 +21,8 @@ from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIO
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
-from ._input import input_options, input_path
+from ._input import aligned_as, input_options, input_path
+from ..io import OUT_FORMATS, aligned_name
 
 __all__ = ["align", "note_late_signal"]
 
@@ -110,6 +111,14 @@ OUTPUT_OPTIONS = (
                  help="Value for pixels shifted in from outside the frame (without --crop)."),
     click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster)."),
     click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif."),
+    click.option("--out-format", type=click.Choice(tuple(OUT_FORMATS)), default="tiff",
+                 show_default=True,
+                 help="Format of the aligned stack: tiff (aligned.tif), ome-zarr "
+                      "(aligned.ome.zarr, a folder), hdf5 (aligned.h5, dataset /aligned); "
+                      "chunked, with the input's pixel size and channel names."),
+    click.option("--keep-dtype", is_flag=True,
+                 help="Write the aligned stack in the input's pixel type (integers rounded "
+                      "and clipped) instead of float32."),
     click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout."),
 )
 
@@ -160,7 +169,7 @@ def _align(o):
         names += ("motion_field.npz", "motion_field.png")
     outputs = {k: out_dir / k for k in names}
     if not o.no_aligned:
-        outputs["aligned.tif"] = out_dir / "aligned.tif"
+        outputs["aligned.tif"] = out_dir / aligned_name(o.out_format)  # (--out-format)
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
     inputs = [split_source(path)[0]]  # (FILE of FILE:/DATASET)
@@ -175,7 +184,7 @@ def _align(o):
             t0 = time.perf_counter()
             by_run = _aligned_by_the_run(o, client, gpu_ids)
             if by_run:  # aligned.tif written as the run goes
-                with _aligned_file(shape, n, outputs["aligned.tif"]) as write:
+                with _aligned_file(shape, n, outputs["aligned.tif"], o.aligned_as) as write:
                     res = _measure(o, client, gpu_ids, n, frame_gb,
                                    out=lambda start, chunk: write(chunk))
             else:
@@ -256,7 +265,9 @@ def _check(o):
                          f"{' or '.join(FIELD_RESAMPLE)})")
     if o.no_aligned:
         given = [flag for flag, on in (("--crop", o.crop), ("--fill", o.fill != 0.0),
-                                       ("--resample", o.resample != "bilinear")) if on]
+                                       ("--resample", o.resample != "bilinear"),
+                                       ("--out-format", o.out_format != "tiff"),
+                                       ("--keep-dtype", o.keep_dtype)) if on]
         if given:
             raise InputError(f"{', '.join(given)} shape aligned.tif, which --no-aligned does "
                              "not write: drop one or the other")
@@ -271,6 +282,7 @@ def _check(o):
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
+        o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)
     o.dev = "cpu" if o.device == "cpu" else note_device(o.device, o.quiet)
     from ..streaming import check_frame_memory
 
@@ -354,13 +366,14 @@ def _aligned_by_the_run(o, client, gpu_ids) -> bool:
 
 
 @contextlib.contextmanager
-def _aligned_file(out_shape, n, out_path):
-    """``write(frames)``: float32 chunks appended to the TIFF ``out_path`` by a writer thread
+def _aligned_file(out_shape, n, out_path, aligned_as=None):
+    """``write(frames)``: float32 chunks appended to ``out_path`` (TIFF, OME-Zarr or HDF5 by
+    its name; ``aligned_as``: :func:`._input.aligned_as`) by a writer thread
     (the chunks must be fresh arrays: apply_shifts', apply_field's, the Dask blocks',
     ``align(out=)``'s)."""
-    from ..io import BackgroundWrites, TiffStackWriter
+    from ..io import BackgroundWrites, stack_writer
 
-    with TiffStackWriter(out_path, out_shape, "float32", n_frames=n) as writer, \
+    with stack_writer(out_path, out_shape, n, **(aligned_as or {})) as writer, \
             BackgroundWrites(writer) as background:
         yield background.write
 
@@ -369,7 +382,7 @@ def _write_chunks(o, chunks, out_shape, n, out_path):
     """Write the aligned chunks ``(start, frames)`` to ``out_path`` with a progress bar; the
     next chunk is read and shifted while this one is written."""
     with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
-            _aligned_file(out_shape, n, out_path) as write:
+            _aligned_file(out_shape, n, out_path, o.aligned_as) as write:
         for _, chunk in chunks:
             write(chunk)
             bar.update(len(chunk))

@@ -12,8 +12,9 @@ import click
 from .. import backend
 from ..errors import InputError
 from ._align import note_late_signal
-from ._options import (BANK, KERNEL, MIX, MODES, note_device, print_notes, progress_bar,
-                       readable_frames_of, scale_out, scale_out_command, stack_command, where)
+from ._options import (BANK, KERNEL, MIX, MODES, default_out, note_device, print_notes,
+                       progress_bar, readable_frames_of, scale_out, scale_out_command,
+                       stack_command, where)
 
 __all__ = ["filter_cmd", "output_run"]
 
@@ -31,8 +32,9 @@ __all__ = ["filter_cmd", "output_run"]
               default="reflect", show_default=True, help="Boundary mode (scipy.ndimage's names).")
 @click.option("--cval", type=float, default=0.0, show_default=True,
               help="Value outside the image for --mode constant.")
-@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True,
-              help="Output TIFF (float32, ImageJ-compatible).")
+@click.option("--out", "out_path", type=click.Path(path_type=Path), default=None,
+              help="Output TIFF (float32, ImageJ-compatible) [default: STEM_filtered.tif in "
+                   "the current folder].")
 @scale_out_command
 @stack_command
 def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, scheduler, channel,
@@ -49,6 +51,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     from ..streaming import DEFAULT_CHUNK
 
     chunk_frames = chunk_frames or DEFAULT_CHUNK
+    out_path = default_out(path, "_filtered.tif") if out_path is None else out_path
 
     given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
     if len(given) != 1:

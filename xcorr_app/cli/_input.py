@@ -3,7 +3,7 @@ they make (``FILE:/DATASET?z=K``, :func:`xcorr_app.io.source_path`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path  # noqa: F401
 
 import click
 
@@ -53,3 +53,18 @@ def input_path(path, dataset, z):
     if z is not None and plane is not None:
         raise InputError(f"{path} names its Z plane already; drop --z {z}")
     return source_path(path, dataset, z)
+
+
+def aligned_as(src, path, out_format, keep_dtype) -> dict:
+    """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
+    pixel type with ``--keep-dtype``, else float32) and the ``metadata`` carried into an
+    OME-Zarr or HDF5 output (pixel size, channel names, source)."""
+    out = {"keep": src.dtype if keep_dtype else None}
+    if out_format != "tiff":
+        from ..io import describe
+
+        d = describe(path)
+        names = d["channel_names"]
+        out["metadata"] = {"pixel_size": d["pixel_size"], "source": str(path),
+                           "channel_names": names}
+    return out

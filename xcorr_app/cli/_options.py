@@ -300,12 +300,18 @@ def progress_bar(total, desc, quiet):
 
 
 def default_out(path: Path, suffix: str) -> Path:
-    """``PATH<suffix>`` beside the input (``stack.tif`` -> ``stack<suffix>``; of a source path
-    ``FILE:/DATASET``, beside ``FILE``)."""
+    """``./STEM<suffix>`` in the current folder, whatever folder the input is in: results go
+    where the user runs the command, never into the input's folder (the bundled samples', a
+    shared or read-only one).  ``stack.tif`` -> ``stack<suffix>``, a folder of TIFFs
+    ``frames/`` -> ``frames<suffix>``, a source path ``FILE:/DATASET`` -> FILE's stem.
+
+    >>> default_out(Path("/data/run1/stack.ome.tif"), "_xcorr")
+    PosixPath('stack.ome_xcorr')
+    """
     from ..io import split_source
 
     path = split_source(path)[0]
-    return path.parent / f"{path.stem if path.is_file() else path.name}{suffix}"
+    return Path(f"{path.resolve().name if path.is_dir() else path.stem}{suffix}")
 
 
 def planner_notes(quiet=False):

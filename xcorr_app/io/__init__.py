@@ -12,14 +12,16 @@ from ._plot import plot_drift
 from ._describe import describe
 from ._reader import (TIFF_SUFFIXES, ArraySource, ChannelStack, FrameRange, OffsetFrames,
                       open_source, open_stack, read_image)
+from ._stack_writers import OUT_FORMATS, aligned_name, as_dtype, stack_writer
 from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)
 
-__all__ = ["FORMAT_EXTRAS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES", "ArrayFrames", "ArraySource",
-           "BackgroundWrites", "ChannelStack", "FrameRange", "Interrupted", "OffsetFrames",
-           "OutputLock", "OutputRun", "StagedOutputs", "TiffStackWriter", "atomic_path",
-           "check_apart", "describe", "open_source", "open_stack", "plot_drift",
-           "plot_motion_field", "plural", "prepare_outputs", "read_image", "readable_frames",
-           "remove_stale_temps", "source_path", "split_source", "write_motion_field",
-           "write_text", "write_tiff"]
+__all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES", "ArrayFrames",
+           "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange", "Interrupted",
+           "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs", "TiffStackWriter",
+           "aligned_name", "as_dtype", "atomic_path", "check_apart", "describe", "open_source",
+           "open_stack", "plot_drift", "plot_motion_field", "plural",
+           "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
+           "source_path", "split_source", "stack_writer", "write_motion_field", "write_text",
+           "write_tiff"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np  # noqa: F401  (the examples)
+import numpy as np  # noqa: F401
 
 from ..errors import InputError
 from ._formats import ArrayFrames, default_axes, library_errors, need
@@ -93,11 +93,12 @@ def open_hdf5(file: Path, dataset, channel, z) -> ArrayFrames:
                              "PATH)")
         axes, pixel_size, guessed = _hdf5_layout(f[path])
         ndim = f[path].ndim
+        names = [_text(n) for n in f[path].attrs.get("channel_names", [])]
     notes = [f"{file.name}:{path}: no axes in its attributes; read as {axes}"] \
         if guessed and ndim > 3 else []
     return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{path}",
-                       channel=channel, z=z, pixel_size=pixel_size, fmt="HDF5", paths=[file],
-                       notes=notes)
+                       channel=channel, z=z, pixel_size=pixel_size, channel_names=names,
+                       fmt="HDF5", paths=[file], notes=notes)
 
 
 def _opened(h5py, file, path):

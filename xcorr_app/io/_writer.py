@@ -22,8 +22,7 @@ import contextlib
 import contextvars
 import errno
 import os
-import re
-import secrets
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import tifffile
 
 from ..backend import to_numpy
 from ..errors import InputError, OutputError
+from ._temps import FOLDER_OUTPUTS, remove_path, remove_stale_temps, temp_name
 
 IMAGEJ_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.float32))
 """Pixel types ImageJ reads; ImageJ outputs of other types are stored as float32."""
@@ -77,7 +77,7 @@ def prepare_outputs(paths, force: bool) -> None:
 def check_outputs(paths, force: bool) -> None:
     """Raise :class:`OutputError` if an output is a folder, or exists and ``force`` is false."""
     for path in map(Path, paths):
-        if path.is_dir():
+        if path.is_dir() and not path.name.lower().endswith(FOLDER_OUTPUTS):
             raise OutputError(f"output {path} is a folder; give a file name")
         if path.exists() and not force:
             raise OutputError(f"{path} exists; pass --force to overwrite")
@@ -119,60 +119,7 @@ def make_folders(paths) -> list:
     return created
 
 
-def pid_running(pid: int) -> bool:
-    """Whether a process ``pid`` exists (of any user) on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True
-    return True
-
-
-def remove_stale_temps(paths) -> list:
-    """Delete the temporary files (:class:`AtomicTarget`'s ``.NAME.tmp-PID-RAND...``) of
-    ``paths`` whose writer process no longer runs; those of running processes are left.
-
-    Returns the files deleted.
-
-    Examples
-    --------
-    >>> remove_stale_temps(["out/aligned.tif"])  # doctest: +SKIP
-    [PosixPath('out/.aligned.tif.tmp-4242-0badcafe.tif')]
-    """
-    removed = []
-    for path in map(Path, paths):
-        pattern = re.compile(re.escape(f".{path.name}.tmp-") + r"(\d+)-[0-9a-f]+(\.old)?"
-                             + re.escape(path.suffix))
-        try:
-            names = os.listdir(path.parent if str(path.parent) else ".")
-        except OSError:
-            continue
-        for name in names:
-            m = pattern.fullmatch(name)
-            if m and not pid_running(int(m.group(1))):
-                with contextlib.suppress(OSError):
-                    (path.parent / name).unlink()
-                    removed.append(path.parent / name)
-    return removed
-
-
 _STAGING = contextvars.ContextVar("xcorr_staged_outputs", default=None)
-
-
-def temp_name(path, tag: str = "") -> Path:
-    """A new hidden name beside ``path``: ``.NAME.tmp-PID-RAND<tag><suffix>`` (what
-    :func:`remove_stale_temps` deletes once its writer is dead).
-
-    Examples
-    --------
-    >>> temp_name("out/aligned.tif", ".old").name  # doctest: +SKIP
-    '.aligned.tif.tmp-4242-0badcafe.old.tif'
-    """
-    path = Path(path)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}{tag}"
-                          f"{path.suffix}")
 
 
 class AtomicTarget:
@@ -215,7 +162,7 @@ class AtomicTarget:
 
     def discard(self) -> None:
         """Delete the temporary file; :attr:`path` is left untouched."""
-        self.tmp.unlink(missing_ok=True)
+        remove_path(self.tmp)
 
 
 class StagedOutputs:
@@ -269,7 +216,11 @@ class StagedOutputs:
         try:
             for target in self.staged:
                 backup = None
-                if target.path.exists():
+                if target.path.is_dir():  # a folder output: set aside whole, put back on undo
+                    backup = target.temp_name(".old")
+                    with _os_errors(target.path):
+                        os.replace(target.path, backup)
+                elif target.path.exists():
                     backup = target.temp_name(".old")
                     try:
                         os.link(target.path, backup)
@@ -288,16 +239,18 @@ class StagedOutputs:
             for path, tmp, backup in reversed(done):
                 with contextlib.suppress(OSError):
                     if backup is not None:
+                        if backup.is_dir() and path.is_dir():
+                            shutil.rmtree(path)  # (a folder is not replaced by a rename)
                         os.replace(backup, path)
                     elif tmp.exists():
                         continue  # not renamed yet
                     else:
-                        path.unlink()
+                        remove_path(path)
             raise
         finally:
             for _, _, backup in done:
                 if backup is not None:
-                    backup.unlink(missing_ok=True)
+                    remove_path(backup)
         self.committed = True
 
     def discard(self) -> None:

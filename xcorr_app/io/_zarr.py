@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np  # noqa: F401  (the examples)
+import numpy as np  # noqa: F401
 
 from ..errors import InputError
 from ._formats import ArrayFrames, default_axes, library_errors, need

@@ -1,0 +1,90 @@
+"""``xcorr align --out-format tiff|ome-zarr|hdf5 [--keep-dtype]``: the aligned stack in each
+format reads back equal to aligned.tif, with the input's pixel size and channel names, is
+replaced whole with --force, kept without it, and refused with --no-aligned."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app.io import as_dtype, describe, open_stack
+
+from cli_helpers import assert_clean_error, xcorr
+from synthetic import drift_stack
+
+zarr = pytest.importorskip("zarr")
+h5py = pytest.importorskip("h5py")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """An OME-Zarr input of two channels (0.4 µm pixels, named channels) and its aligned.tif
+    (channel 0, float32) from the default run."""
+    folder = tmp_path_factory.mktemp("in")
+    stack, _ = drift_stack(np.random.default_rng(3), n=10, shape=(40, 48))
+    data = np.stack([stack, stack // 2], axis=1)
+    root = zarr.open_group(str(folder / "in.ome.zarr"), mode="w", zarr_format=2)
+    root.create_array("0", data=data, chunks=(4, 1, 40, 48))
+    root.attrs["multiscales"] = [{"version": "0.4", "axes": [
+        {"name": "t", "type": "time"}, {"name": "c", "type": "channel"},
+        {"name": "y", "type": "space", "unit": "micrometer"},
+        {"name": "x", "type": "space", "unit": "micrometer"}],
+        "datasets": [{"path": "0", "coordinateTransformations": [
+            {"type": "scale", "scale": [1, 1, 0.4, 0.4]}]}]}]
+    root.attrs["omero"] = {"channels": [{"label": "GCaMP"}, {"label": "tdTomato"}]}
+    res = xcorr("align", folder / "in.ome.zarr", "--channel", "0", "--device", "cpu", "--out",
+                folder / "tiff", "--quiet")
+    assert res.returncode == 0, res.stderr
+    return folder / "in.ome.zarr", tifffile.imread(folder / "tiff" / "aligned.tif")
+
+
+def run(source, out, *args):
+    res = xcorr("align", source, "--channel", "0", "--device", "cpu", "--out", out, "--quiet",
+                *args)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+@pytest.mark.parametrize("fmt, name", [("ome-zarr", "aligned.ome.zarr"), ("hdf5", "aligned.h5")])
+def test_each_format_reads_back_equal_with_metadata(tmp_path, source, fmt, name):
+    path, want = source
+    run(path, tmp_path / "o", "--out-format", fmt)
+    out = tmp_path / "o" / name
+    with open_stack(out) as src:
+        assert src.dtype == np.float32 and src.chunks[1:] == (40, 48)
+        np.testing.assert_array_equal(src.read(0, src.n_frames), want)
+        assert src.pixel_size[:2] == (0.4, 0.4)
+        assert src.pixel_size[2] in ("micrometer", "µm")
+    assert not [p for p in (tmp_path / "o").iterdir() if p.name.startswith(".")]
+
+
+def test_keep_dtype_rounds_into_the_inputs_type(tmp_path, source):
+    path, want = source
+    run(path, tmp_path / "o", "--out-format", "hdf5", "--keep-dtype")
+    with h5py.File(tmp_path / "o" / "aligned.h5") as f:
+        got = f["aligned"][...]
+        assert f["aligned"].attrs["axes"] == "TYX"
+    assert got.dtype == np.uint16
+    np.testing.assert_array_equal(got, as_dtype(want, np.uint16))
+    run(path, tmp_path / "t", "--keep-dtype")
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "t" / "aligned.tif"), got)
+
+
+def test_a_folder_output_is_kept_without_force_and_replaced_whole_with_it(tmp_path, source):
+    path, want = source
+    out = tmp_path / "o" / "aligned.ome.zarr"
+    run(path, tmp_path / "o", "--out-format", "ome-zarr", "--keep-dtype")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    res = xcorr("align", path, "--channel", "0", "--device", "cpu", "--out", tmp_path / "o",
+                "--out-format", "ome-zarr")
+    assert_clean_error(res, "exists", "--force")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    run(path, tmp_path / "o", "--out-format", "ome-zarr", "--force")
+    assert describe(out)["dtype"] == "float32"
+    assert not [p for p in (tmp_path / "o").iterdir() if p.name.startswith(".aligned")]
+
+
+def test_out_format_without_the_aligned_stack_is_refused(tmp_path, source):
+    res = xcorr("align", source[0], "--channel", "0", "--out", tmp_path / "o", "--no-aligned",
+                "--out-format", "hdf5")
+    assert_clean_error(res, "--out-format", "--no-aligned")
+    assert not (tmp_path / "o").exists()

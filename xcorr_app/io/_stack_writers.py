@@ -1,0 +1,254 @@
+"""The aligned stack in the format asked (``--out-format tiff|ome-zarr|hdf5``): writers with the
+interface of :class:`~xcorr_app.io._writer.TiffStackWriter` (``write(chunk)``, ``close()``,
+``abort()``), each written under a hidden temporary name and renamed by the run's one commit
+(:class:`~xcorr_app.io._writer.AtomicTarget`: an OME-Zarr store is a folder), chunked, with the
+input's pixel size and channel names; :func:`as_dtype` for ``--keep-dtype``.
+
+Examples
+--------
+>>> import tempfile
+>>> path = Path(tempfile.mkdtemp()) / "aligned.h5"
+>>> with stack_writer(path, (4, 5), 3, keep=np.dtype("uint16")) as w:
+...     w.write(np.full((3, 4, 5), 2.6, np.float32))
+>>> import h5py
+>>> with h5py.File(path) as f:
+...     f["aligned"].dtype, int(f["aligned"][0, 0, 0]), f["aligned"].attrs["axes"]
+(dtype('uint16'), 3, 'TYX')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..backend import to_numpy
+from ..errors import InputError, OutputError
+from ._formats import need
+from ._writer import AtomicTarget, TiffStackWriter
+
+__all__ = ["OUT_FORMATS", "aligned_name", "as_dtype", "stack_writer", "ZarrStackWriter",
+           "Hdf5StackWriter"]
+
+#: ``--out-format``: the name of the aligned stack in each
+OUT_FORMATS = {"tiff": "aligned.tif", "ome-zarr": "aligned.ome.zarr", "hdf5": "aligned.h5"}
+
+#: frames in one chunk of a Zarr or HDF5 output (a few MiB for usual frames)
+CHUNK_FRAMES = 16
+
+
+@contextlib.contextmanager
+def _os_errors(path: Path):
+    """An operating-system failure while writing ``path`` as an :class:`OutputError` (as
+    :class:`TiffStackWriter` reports it)."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); check free disk space "
+                          "and permissions of the output folder") from exc
+
+
+def aligned_name(out_format: str) -> str:
+    """The file name of the aligned stack in ``out_format`` (see :data:`OUT_FORMATS`)."""
+    return OUT_FORMATS[out_format]
+
+
+def as_dtype(frames, dtype):
+    """``frames`` in ``dtype``: an integer type rounded to nearest and clipped to its range (NaN
+    as 0); floats as they are.
+
+    Examples
+    --------
+    >>> as_dtype(np.array([-3.0, 2.5, 3.5, 70000.0, np.nan]), np.dtype("uint16")).tolist()
+    [0, 2, 4, 65535, 0]
+    """
+    dtype = np.dtype(dtype)
+    frames = np.asarray(to_numpy(frames))
+    if dtype.kind not in "iu":
+        return frames.astype(dtype, copy=False)
+    info = np.iinfo(dtype)
+    out = np.rint(np.nan_to_num(frames, nan=0.0, posinf=info.max, neginf=info.min))
+    return np.clip(out, info.min, info.max).astype(dtype)
+
+
+class _Writer:
+    """What the Zarr and HDF5 writers share: the checks of every chunk and the frame count,
+    the temporary name and its commit, pages written ``channels`` per time frame."""
+
+    def __init__(self, path, frame_shape, dtype, n_frames, channels=1):
+        self.path = Path(path)
+        self.frame_shape = tuple(int(n) for n in frame_shape)
+        self.dtype, self.n_frames = np.dtype(dtype), int(n_frames)
+        self.channels, self.n_written = int(channels), 0
+        if self.n_frames % self.channels:
+            raise InputError(f"{self.n_frames} pages are no whole time frames of "
+                             f"{self.channels} channels")
+        self.shape = (self.n_frames // self.channels, *((self.channels,) if self.channels > 1
+                                                        else ()), *self.frame_shape)
+        self._target = AtomicTarget(self.path)
+        self._tmp = self._target.tmp
+        self._open = True
+
+    def write(self, chunk) -> None:
+        """Append pages: a ``(k, H, W)`` chunk or one ``(H, W)`` frame (``channels`` pages a
+        time frame, in order)."""
+        if not self._open:
+            raise ValueError(f"writer for {self.path} is already closed")
+        chunk = np.asarray(to_numpy(chunk))
+        chunk = chunk[None] if chunk.ndim == 2 else chunk
+        if chunk.shape[1:] != self.frame_shape:
+            raise InputError(f"chunk of shape {chunk.shape} does not hold frames of shape "
+                             f"{self.frame_shape}")
+        if self.n_written + len(chunk) > self.n_frames:
+            raise InputError(f"more than the {self.n_frames} announced frames written to "
+                             f"{self.path}")
+        chunk = as_dtype(chunk, self.dtype)
+        with _os_errors(self.path):
+            at, c = self.n_written, self.channels
+            if at % c == 0 and len(chunk) % c == 0:  # whole time frames: one slice
+                self._store[at // c:(at + len(chunk)) // c] = chunk.reshape(
+                    self._store.shape[:1] and (-1, *self.shape[1:]))
+            else:
+                for page in range(len(chunk)):
+                    t, k = divmod(at + page, c)
+                    self._store[t, k] = chunk[page]
+        self.n_written += len(chunk)
+
+    def close(self) -> None:
+        """Finish the output and hand it to the commit (renamed onto :attr:`path`)."""
+        if not self._open:
+            return
+        if self.n_written != self.n_frames:
+            self.abort()
+            raise InputError(f"{self.n_written} frames written to {self.path}, expected "
+                             f"{self.n_frames}")
+        try:
+            with _os_errors(self.path):
+                self._finish()
+                self._open = False
+                self._target.commit()
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Stop writing and delete the temporary output; :attr:`path` is left untouched."""
+        if self._open:
+            with contextlib.suppress(Exception):
+                self._finish()
+            self._open = False
+        if self._tmp.is_dir():
+            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._target.discard()
+
+    def _finish(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class ZarrStackWriter(_Writer):
+    """An OME-Zarr image (OME-NGFF 0.4, Zarr v2: read by napari, Fiji's N5/MoBIE, ome-zarr-py,
+    xcorr) of one level, ``TYX`` or ``TCYX``, chunks of :data:`CHUNK_FRAMES` frames."""
+
+    def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
+        zarr = need("zarr")
+        super().__init__(path, frame_shape, dtype, n_frames, channels)
+        meta = metadata or {}
+        axes = [{"name": "t", "type": "time"}]
+        if self.channels > 1:
+            axes.append({"name": "c", "type": "channel"})
+        size = meta.get("pixel_size")
+        unit = _ngff_unit(size[2]) if size else None
+        for name in "yx":
+            axes.append({"name": name, "type": "space", **({"unit": unit} if unit else {})})
+        scale = [1.0] * (len(axes) - 2) + ([float(size[0]), float(size[1])] if size
+                                           else [1.0, 1.0])
+        chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
+        with _os_errors(self.path):
+            root = zarr.open_group(str(self._tmp), mode="w", zarr_format=2)
+            self._store = root.create_array("0", shape=self.shape, chunks=chunks,
+                                            dtype=self.dtype, fill_value=0)
+            attrs = {"multiscales": [{"version": "0.4", "name": self.path.name, "axes": axes,
+                                      "datasets": [{"path": "0", "coordinateTransformations": [
+                                          {"type": "scale", "scale": scale}]}]}]}
+            names = meta.get("channel_names") or []
+            if self.channels > 1:
+                names = names if len(names) == self.channels else [f"channel {k}" for k in
+                                                                    range(self.channels)]
+                attrs["omero"] = {"channels": [{"label": str(n), "active": True}
+                                               for n in names]}
+            root.attrs.update({**attrs, "xcorr": {"source": str(meta.get("source", ""))}})
+
+
+def _ngff_unit(unit: str):
+    """The OME-NGFF name of a length unit (``µm`` -> ``micrometer``), or None."""
+    unit = str(unit).strip()
+    known = {"µm": "micrometer", "um": "micrometer", "micron": "micrometer",
+             "nm": "nanometer", "mm": "millimeter"}
+    return known.get(unit, unit if unit.endswith("meter") else None)
+
+
+class Hdf5StackWriter(_Writer):
+    """An HDF5 file with the dataset ``/aligned`` (``TYX`` or ``TCYX``; attributes ``axes``,
+    Fiji/ilastik ``element_size_um`` where the pixel size is in µm, ``channel_names``,
+    ``source``), chunks of :data:`CHUNK_FRAMES` frames."""
+
+    def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
+        h5py = need("hdf5")
+        super().__init__(path, frame_shape, dtype, n_frames, channels)
+        meta = metadata or {}
+        with _os_errors(self.path):
+            self._file = h5py.File(self._tmp, "w")
+            chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
+            self._store = self._file.create_dataset("aligned", shape=self.shape,
+                                                    dtype=self.dtype, chunks=chunks)
+            attrs = self._store.attrs
+            attrs["axes"] = "TCYX" if self.channels > 1 else "TYX"
+            size = meta.get("pixel_size")
+            if size and _ngff_unit(size[2]) == "micrometer":
+                attrs["element_size_um"] = [float(size[0]), float(size[1])]
+            names = meta.get("channel_names") or []
+            if self.channels > 1 and len(names) == self.channels:
+                attrs["channel_names"] = [str(n) for n in names]
+            attrs["source"] = str(meta.get("source", ""))
+
+    def _finish(self):
+        self._file.close()
+
+
+def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels=1):
+    """The writer of the aligned stack ``path`` by its name (``.ome.zarr``/``.zarr``: OME-Zarr,
+    ``.h5``: HDF5, else TIFF): float32 frames, or ``keep`` (the input's type, ``--keep-dtype``)
+    rounded and clipped.
+
+    Parameters
+    ----------
+    metadata : dict, optional
+        ``pixel_size`` ``(y, x, unit)``, ``channel_names``, ``source``: carried into the output.
+    channels : int
+        Pages per time frame (a hyperstack of every channel).
+    """
+    path = Path(path)
+    dtype = np.dtype(keep) if keep is not None else np.dtype(np.float32)
+    name = path.name.lower()
+    if name.endswith(".zarr"):
+        return ZarrStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
+    if name.endswith((".h5", ".hdf5")):
+        return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
+    writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels)
+    if writer.dtype != dtype:  # (ImageJ keeps uint8, uint16, float32: int16 as float32)
+        return writer
+    if dtype.kind in "iu":  # round and clip as the other formats do
+        write = writer.write
+        writer.write = lambda chunk: write(as_dtype(chunk, dtype))
+    return writer
