@@ -100,7 +100,8 @@ MEASURE_OPTIONS = (
 #: what to write
 OUTPUT_OPTIONS = (
     click.option("--out", "out_dir", type=str, default=None,
-                 help="Output folder [default: PATH_xcorr beside the input]."),
+                 help="Output folder [default: STEM_xcorr in the current folder, wherever "
+                      "the input is]."),
     click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
                  show_default=True,
                  help="How aligned.tif is resampled at subpixel shifts (fourier: rigid only; "
