@@ -1,0 +1,151 @@
+"""The dock widget on a ViewerModel: a run gives the aligned layer and the table of
+``xcorr_app.align`` on the same data; cancelling adds nothing; shifts apply to other layers."""
+
+import numpy as np
+import pytest
+
+import xcorr_app
+from conftest import wait_for
+from synthetic import drift_stack
+from xcorr_app.napari import _widget
+from xcorr_app.napari._widget import AlignWidget
+
+OPTIONS = {"max_shift": 10, "device": "cpu"}
+
+
+@pytest.fixture
+def stack(rng):
+    return drift_stack(rng, n=6, shape=(48, 56))[0]
+
+
+def _widget_for(viewer, data, **form):
+    viewer.add_image(data, name="cells")
+    w = AlignWidget(viewer)
+    w.form.device.value = "cpu"
+    w.form.max_shift.value = 10
+    for key, value in form.items():
+        getattr(w.form, key).value = value
+    return w
+
+
+def _aligned(stack, **options):
+    out = np.empty(stack.shape, np.float32)
+    return xcorr_app.align(stack, out=out, **options), out
+
+
+def test_a_run_gives_the_aligned_layer_and_the_table_of_align(viewer, stack):
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    res, out = _aligned(stack, **OPTIONS)
+    assert w.status.value.startswith("aligned 6 frames")
+    np.testing.assert_array_equal(viewer.layers["cells aligned"].data, out)
+    assert w.results.result.csv_text() == res.csv_text()
+    table = w.results.table.value["data"]
+    assert [row[1:3] for row in table] == [[r["dy"], r["dx"]] for r in res.frame_records()]
+    assert w.progress.value == w.progress.max > 0
+    assert w.results.plot.value.ndim == 3 and w.apply_button.enabled
+
+
+def test_cancel_adds_no_layer_and_leaves_no_file(viewer, stack, tmp_path, monkeypatch):
+    run_job = _widget.run_job
+
+    def cancelled_at_once(job, report, cancel):
+        cancel.set()  # as the button does, before the first chunk is through
+        return run_job(job, report, cancel)
+
+    monkeypatch.setattr(_widget, "run_job", cancelled_at_once)
+    w = _widget_for(viewer, stack)
+    w.out_file.value = tmp_path / "aligned.tif"
+    wait_for(w, w.start())
+    assert w.status.value == "cancelled"
+    assert [layer.name for layer in viewer.layers] == ["cells"]
+    assert list(tmp_path.iterdir()) == [] and w.run_button.enabled
+
+
+def test_cancel_stops_a_run_between_chunks(stack):
+    import threading
+
+    from xcorr_app.napari import Cancelled, Job, run_job
+
+    cancel, seen = threading.Event(), []
+
+    def report(done, total):
+        seen.append(done)
+        cancel.set()
+
+    with pytest.raises(Cancelled):
+        run_job(Job(data=stack, axes="TYX", options={**OPTIONS, "chunk_frames": 2}), report,
+                cancel)
+    assert len(seen) == 1 and 0 < seen[0] < 6  # the first chunk's report, then the stop
+
+
+def test_shifts_apply_to_another_layer_and_to_channels(viewer, stack, tmp_path):
+    other = np.flip(stack, axis=2).copy()
+    both = np.stack([other, stack], axis=1)  # (T, C, Y, X): measured on channel 1
+    w = _widget_for(viewer, both)
+    w.channel.value = 1
+    viewer.add_image(other, name="other")
+    w.apply_to.value = [viewer.layers["other"]]
+    wait_for(w, w.start())
+    res, _ = _aligned(stack, **OPTIONS)
+    np.testing.assert_array_equal(w.shifts.shifts, res.shifts)
+    expect = np.concatenate([c for _, c in xcorr_app.apply_shifts(other, res.shifts,
+                                                                  device="cpu")])
+    np.testing.assert_array_equal(viewer.layers["cells aligned"].data[:, 0], expect)
+    np.testing.assert_array_equal(viewer.layers["other aligned"].data, expect)
+    # later: the same shifts on a layer of its own, from the table saved
+    w.shifts = None
+    w.load(w.results.save_table(tmp_path / "shifts.csv"))
+    w.target.value = viewer.layers["other"]
+    wait_for(w, w.start_apply())
+    assert viewer.layers[-1].name.startswith("other aligned ")  # (napari numbers the second)
+    rounded = np.round(res.shifts, 4)  # (the table's 4 decimals)
+    expect = np.concatenate([c for _, c in xcorr_app.apply_shifts(other, rounded, device="cpu")])
+    np.testing.assert_allclose(viewer.layers[-1].data, expect, rtol=1e-6)
+
+
+def test_patches_add_the_motion_field_as_vectors(viewer, stack):
+    w = _widget_for(viewer, stack, patches="2x2")
+    wait_for(w, w.start())
+    res = xcorr_app.align(stack, patches="2x2", **OPTIONS)
+    vectors = viewer.layers["cells motion field"].data
+    assert vectors.shape == (6 * 4, 2, 3)
+    np.testing.assert_array_equal(vectors[:, 1, 1:], res.motion_field.reshape(-1, 2))
+    np.testing.assert_array_equal(vectors[:, 0, 0], np.repeat(np.arange(6), 4))
+
+
+def test_a_dask_layer_is_aligned_into_a_file_opened_lazily(viewer, stack, tmp_path):
+    import dask.array as da
+
+    w = _widget_for(viewer, da.from_array(stack, chunks=(2, -1, -1)))
+    assert w.is_streamed()
+    assert w.start() is None and "choose one" in w.status.value  # no file chosen yet
+    w.out_file.value = tmp_path / "big.npy"
+    wait_for(w, w.start())
+    res, out = _aligned(stack, **OPTIONS)
+    layer = viewer.layers["cells aligned"]
+    assert isinstance(layer.data, np.memmap) and (tmp_path / "big.npy").exists()
+    np.testing.assert_array_equal(w.shifts.shifts, res.shifts)
+    np.testing.assert_array_equal(np.asarray(layer.data), out)
+
+
+def test_low_confidence_frames_are_listed_and_a_click_jumps_there(viewer, stack):
+    stack = stack.copy()
+    stack[3] = 7  # a constant frame: no shift can be measured, flagged
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    assert list(w.results.low.choices) == [3]
+    assert viewer.dims.current_step[0] != 3
+    w.results.low.value = [3]
+    assert viewer.dims.current_step[0] == 3
+
+
+def test_the_table_saves_as_csv_and_json(viewer, stack, tmp_path):
+    import json
+
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    csv = w.results.save_table(tmp_path / "s.csv").read_text()
+    doc = json.loads(w.results.save_table(tmp_path / "s.json").read_text())
+    assert csv == w.results.result.csv_text() == w.results.copy_table()
+    assert doc["frames"] == w.results.result.frame_records()

@@ -1,0 +1,129 @@
+"""The results of a run in the dock widget: the shift table (copy, save as CSV or JSON), the
+drift plot (:func:`xcorr_app.io.plot_drift`: shifts and confidence, flagged frames shaded)
+and the low-confidence frames (a click jumps the viewer there); and the layers a run adds.
+
+Examples
+--------
+>>> import numpy as np, xcorr_app
+>>> res = xcorr_app.align(np.random.default_rng(0).random((3, 32, 32)), device="cpu")
+>>> panel = ResultsPanel(jump=print)
+>>> panel.show(res)
+>>> panel.table.shape[0], panel.plot.value.shape[-1]
+(3, 3)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from magicgui import widgets
+
+from ..io import plot_drift
+from ._run import table_text
+
+#: columns of the table shown (all of them are in the CSV and JSON saved)
+COLUMNS = ("frame", "dy", "dx", "confidence", "low_confidence", "agree")
+
+
+def drift_image(result) -> np.ndarray:
+    """The drift plot of ``result`` as an RGB array (drawn to a PNG by :func:`plot_drift`)."""
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "drift.png"
+        plot_drift(path, result, title=f"reference {result.settings.get('reference')}")
+        with Image.open(path) as im:
+            return np.asarray(im.convert("RGB"))
+
+
+def field_vectors(result, axes: str, shape) -> np.ndarray:
+    """napari vectors ``(M, 2, ndim)`` of the motion field in a layer of ``axes`` and
+    ``shape``: at every patch centre of every frame (and every channel and plane) the shift
+    ``(dy, dx)`` that moves that patch onto the reference.  None without patches."""
+    if result.motion_field is None:
+        return None
+    field, centres = result.motion_field, result.patch_centres
+    n, gy, gx, _ = field.shape
+    other = [(i, shape[i]) for i, a in enumerate(axes) if a in "CZ"]
+    reps = int(np.prod([k for _, k in other])) if other else 1
+    pos = np.zeros((n, gy, gx, reps, len(axes)))
+    pos[..., axes.index("T")] = np.arange(n)[:, None, None, None]
+    pos[..., -2:] = centres[None, :, :, None, :]
+    if other:
+        grid = np.stack(np.meshgrid(*[np.arange(k) for _, k in other], indexing="ij"), -1)
+        for j, (i, _) in enumerate(other):
+            pos[..., i] = grid.reshape(reps, -1)[:, j]
+    vec = np.zeros_like(pos)
+    vec[..., -2:] = field[:, :, :, None, :]
+    keep = np.isfinite(vec).all(axis=-1)  # (frames without a shift have none)
+    return np.stack([pos[keep], vec[keep]], axis=1)
+
+
+class ResultsPanel(widgets.Container):
+    """The table, its buttons, the plot and the low-confidence list of the last run.
+
+    Parameters
+    ----------
+    jump : callable(int)
+        Called with a frame's index when it is clicked in the low-confidence list.
+    """
+
+    def __init__(self, jump):
+        self.table = widgets.Table(columns=list(COLUMNS))
+        self.copy = widgets.PushButton(text="Copy table")
+        self.save = widgets.PushButton(text="Save table…")
+        self.plot = widgets.Image(value=np.full((2, 2, 3), 255, np.uint8))
+        self.low = widgets.Select(choices=[], label="low confidence")
+        self.summary = widgets.Label(value="")
+        buttons = widgets.Container(widgets=[self.copy, self.save], layout="horizontal",
+                                    labels=False)
+        super().__init__(widgets=[self.summary, self.table, buttons, self.plot, self.low],
+                         labels=False)
+        self.result, self._jump = None, jump
+        self.copy.changed.connect(self.copy_table)
+        self.save.changed.connect(self._ask_save)
+        self.low.changed.connect(self._clicked)
+
+    def show(self, result) -> None:
+        """Fill the panel from ``result`` (an :class:`~xcorr_app.alignment.AlignResult`)."""
+        self.result = result
+        rows = result.frame_records()
+        self.table.value = {"data": [[r[c] for c in COLUMNS] for r in rows],  # (split form)
+                            "index": list(range(len(rows))), "columns": list(COLUMNS)}
+        self.plot.value = drift_image(result)
+        flagged = np.flatnonzero(result.low_confidence).tolist()
+        self.low.choices = [(f"frame {i}", i) for i in flagged]
+        s = result.summary()
+        self.summary.value = (f"{s['frames']} frames, {s['flagged_frames']} low confidence, "
+                              f"max |shift| {s['max_abs_shift']:.2f} px, plan {s['plan']}")
+
+    def _clicked(self, chosen) -> None:
+        if chosen:
+            self._jump(int(chosen[-1]))
+
+    def copy_table(self, *_):
+        """The table as CSV on the clipboard (pastes into a spreadsheet); returns the text."""
+        from qtpy.QtWidgets import QApplication
+
+        text = self.result.csv_text() if self.result is not None else ""
+        QApplication.clipboard().setText(text)
+        return text
+
+    def save_table(self, path) -> Path:
+        """Write the table to ``path``: ``.json`` as JSON, anything else as CSV."""
+        path = Path(path)
+        fmt = "json" if path.suffix.lower() == ".json" else "csv"
+        path.write_text(table_text(self.result, fmt))
+        return path
+
+    def _ask_save(self, *_):
+        from qtpy.QtWidgets import QFileDialog
+
+        if self.result is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self.native, "Save the shift table",
+                                              "shifts.csv", "CSV (*.csv);;JSON (*.json)")
+        if path:
+            self.save_table(path)

@@ -1,0 +1,287 @@
+"""One run of the dock widget, without Qt: measure a layer's stack, then warp it (and other
+layers) into new arrays; cancellable between any two chunks.
+
+:func:`run_job` is what the widget's worker thread calls; tests call it directly too.  The
+aligned arrays are in memory, or written to a file (``.tif`` or ``.npy``) and opened again
+memory-mapped (napari then reads only the frames it shows); the file appears only when the
+run succeeds (:func:`xcorr_app.io.atomic_path`).
+
+Examples
+--------
+>>> import numpy as np
+>>> from scipy import ndimage as ndi
+>>> base = ndi.gaussian_filter(np.random.default_rng(0).random((40, 48)), 2)
+>>> data = np.stack([base, np.roll(base, (1, -2), axis=(0, 1))]).astype(np.float32)
+>>> job = Job(data=data, axes="TYX", options={"max_shift": 4, "device": "cpu"})
+>>> done = run_job(job)
+>>> np.round(done.result.shifts).tolist(), done.aligned["aligned"].shape
+([[0.0, 0.0], [-1.0, 2.0]], (2, 40, 48))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..alignment import align, apply_field, apply_shifts, strict_json
+from ..io import SUPPORTED_DTYPES, atomic_path
+from ._layers import MAX_PROJECTION, Cancelled, check_axes, is_lazy, measure_stack, planes
+
+#: frames read, warped and written per step of the warp (the cancel button is checked between)
+APPLY_FRAMES = 64
+#: file types the aligned stack can be written to (opened again memory-mapped)
+OUT_SUFFIXES = (".tif", ".tiff", ".npy")
+
+
+@dataclasses.dataclass
+class Job:
+    """What one run does.
+
+    Attributes
+    ----------
+    data : array
+        The selected layer's data (NumPy, Dask or Zarr), of axes ``axes``.
+    axes : str
+        One letter per dimension from T, C, Z, ending in YX (:func:`~._layers.check_axes`).
+    channel, plane : int
+        The channel (C axis) and the plane (Z axis; ``"max"``: their maximum) measured.
+    options : dict
+        Keywords of :func:`xcorr_app.align` (:class:`~xcorr_app.alignment.AlignOptions`).
+    apply_to : dict
+        name -> ``(data, axes)`` of other layers warped by the same shifts (the same number of
+        frames).
+    out_path : path, optional
+        Write the aligned layer here (``.tif``, ``.tiff`` or ``.npy``), opened again lazily;
+        required for a Dask or Zarr layer (streamed, never loaded whole).
+    name : str
+        The key of the selected layer's aligned array in :attr:`Output.aligned`.
+    """
+
+    data: object
+    axes: str
+    channel: int = 0
+    plane: object = MAX_PROJECTION
+    options: dict = dataclasses.field(default_factory=dict)
+    apply_to: dict = dataclasses.field(default_factory=dict)
+    out_path: object = None
+    name: str = "aligned"
+
+
+@dataclasses.dataclass
+class Output:
+    """A finished run: the :class:`~xcorr_app.alignment.AlignResult` and name -> aligned array
+    (float32, the shape of its layer; a read-only memory map where written to a file)."""
+
+    result: object
+    aligned: dict
+
+
+class Watch:
+    """The progress callback of a run: counts frames towards ``total`` for ``report(done,
+    total)`` and raises :class:`~._layers.Cancelled` once ``cancel`` is set."""
+
+    def __init__(self, total, report=None, cancel=None):
+        self.total, self.done = int(total), 0
+        self.report, self.cancel = report, cancel
+
+    def __call__(self, frames: int = 0) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled("cancelled")
+        self.done = min(self.total, self.done + int(frames))
+        if self.report is not None:
+            self.report(self.done, self.total)
+
+
+def _measure(job, stack, watch):
+    options = dict(job.options)
+    if not is_lazy(stack):
+        return align(np.asarray(stack), progress=watch, **options)
+    from dask.callbacks import Callback
+
+    from ..dask import align as dask_align
+
+    caller = threading.get_ident()
+
+    def posttask(key, result, dsk, state, worker_id):
+        # the local schedulers call it on the computing thread; napari's own slicing elsewhere
+        if threading.get_ident() == caller:
+            watch(0)
+
+    with Callback(posttask=posttask):
+        result = dask_align(stack, scheduler="threads", **options)
+    watch(len(result.shifts))
+    return result
+
+
+def _warp(result, frames, start, device):
+    """The frames ``start...`` of a plane warped by the result's shifts (or motion field)."""
+    frames = np.asarray(frames)
+    if frames.dtype not in SUPPORTED_DTYPES:
+        frames = frames.astype(np.float32)
+    stop = start + len(frames)
+    if result.motion_field is not None:
+        chunks = apply_field(frames, result.motion_field[start:stop], result.patch_centres,
+                             chunk_frames=len(frames), device=device)
+    else:
+        chunks = apply_shifts(frames, result.shifts[start:stop], chunk_frames=len(frames),
+                              device=device)
+    return np.concatenate([c for _, c in chunks]) if len(frames) else frames
+
+
+def _new_array(shape, path):
+    """A float32 array to fill: in memory, or a file's memory map (``.npy`` or TIFF)."""
+    if path is None:
+        return np.empty(shape, np.float32)
+    if Path(path).suffix.lower() == ".npy":
+        return np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+    import tifffile
+
+    big = np.prod(shape, dtype=np.int64) * 4 > 2**32 - 2**25  # classic TIFF ends at 4 GiB
+    return tifffile.memmap(path, shape=shape, dtype=np.float32, bigtiff=bool(big))
+
+
+def open_aligned(path):
+    """The aligned stack written by a run, memory-mapped read-only (napari reads what it
+    shows)."""
+    if Path(path).suffix.lower() == ".npy":
+        return np.load(path, mmap_mode="r")
+    import tifffile
+
+    return tifffile.memmap(path, mode="r")
+
+
+def check_out_path(path):
+    """``path`` as a Path, or ValueError for a type the aligned stack cannot be written as."""
+    path = Path(path)
+    if path.suffix.lower() not in OUT_SUFFIXES:
+        raise ValueError(f"the aligned stack is written as {', '.join(OUT_SUFFIXES)}; "
+                         f"{path.name} is none of them")
+    return path
+
+
+def _fill(result, data, axes, out, watch, device):
+    for index, stack in planes(data, axes):
+        view = out[index]
+        for a in range(0, stack.shape[0], APPLY_FRAMES):
+            watch(0)
+            view[a:a + APPLY_FRAMES] = _warp(result, stack[a:a + APPLY_FRAMES], a, device)
+            watch(min(APPLY_FRAMES, stack.shape[0] - a))
+
+
+def check_targets(targets: dict, n: int, out_path) -> dict:
+    """name -> ``(data, axes)`` checked: the axes fit, every stack has ``n`` frames, and lazy
+    data has a file to go to (ValueError otherwise)."""
+    checked = {}
+    for name, (data, ax) in targets.items():
+        ax = check_axes(ax, data.shape)
+        if data.shape[ax.index("T")] != n:
+            raise ValueError(f"{name} has {data.shape[ax.index('T')]} frames and the shifts "
+                             f"{n}: they apply to stacks of as many frames")
+        checked[name] = (data, ax)
+    if out_path is None and any(is_lazy(d) for d, _ in checked.values()):
+        raise ValueError("a Dask or Zarr layer is aligned into a file: choose one for the "
+                         "aligned stack (.tif or .npy)")
+    if out_path is not None:
+        check_out_path(out_path)
+    return checked
+
+
+def frames_of(targets) -> int:
+    """The frames of the targets ``(data, axes)``, every channel and plane counted."""
+    return sum(int(np.prod(d.shape[:-2])) for d, _ in targets.values())
+
+
+def warp_layers(result, targets: dict, out_path=None, watch=None, main=None) -> dict:
+    """name -> the aligned array of every target ``(data, axes)``: warped by ``result``'s
+    shifts (its motion field with patches), every channel and plane, :data:`APPLY_FRAMES` at a
+    time; with ``out_path`` written to it (``main``'s array) and beside it (the others:
+    ``<stem>_<name><suffix>``), all the files appearing together once all are done."""
+    watch = watch or Watch(frames_of(targets))
+    device = result.settings.get("device", "auto")
+    paths = {}
+    with contextlib.ExitStack() as files:  # every file appears together, only on success
+        for name, (data, ax) in targets.items():
+            tmp = None
+            if out_path is not None:
+                base = Path(out_path)
+                paths[name] = base if name == main else \
+                    base.with_name(f"{base.stem}_{name}{base.suffix}")
+                tmp = files.enter_context(atomic_path(paths[name]))
+            out = _new_array(data.shape, tmp)
+            _fill(result, data, ax, out, watch, device)
+            if tmp is None:
+                paths[name] = out
+            else:
+                out.flush()
+                del out  # (closes the map before the rename)
+    return {k: v if isinstance(v, np.ndarray) else open_aligned(v) for k, v in paths.items()}
+
+
+def run_job(job: Job, report=None, cancel: threading.Event | None = None) -> Output:
+    """Measure ``job``'s stack, then warp its layer and ``job.apply_to``
+    (:func:`warp_layers`).
+
+    Parameters
+    ----------
+    job : Job
+    report : callable(done, total), optional
+        Called with the frames measured and warped so far (on the calling thread).
+    cancel : threading.Event, optional
+        Once set, the run stops at its next chunk with :class:`~._layers.Cancelled`; nothing
+        is returned and no file is left behind.
+
+    Returns
+    -------
+    Output
+    """
+    axes = check_axes(job.axes, job.data.shape)
+    n = job.data.shape[axes.index("T")]
+    targets = check_targets({job.name: (job.data, axes), **job.apply_to}, n, job.out_path)
+    watch = Watch(n + frames_of(targets), report, cancel)
+    result = _measure(job, measure_stack(job.data, axes, job.channel, job.plane), watch)
+    return Output(result, warp_layers(result, targets, job.out_path, watch, main=job.name))
+
+
+@dataclasses.dataclass
+class SavedShifts:
+    """Shifts read back from a table (:func:`load_shifts`): what :func:`warp_layers` needs of
+    an :class:`~xcorr_app.alignment.AlignResult`."""
+
+    shifts: np.ndarray
+    settings: dict = dataclasses.field(default_factory=dict)
+    motion_field: object = None
+    patch_centres: object = None
+
+
+def load_shifts(path) -> SavedShifts:
+    """The ``(dy, dx)`` of every frame of a ``shifts.csv`` or ``shifts.json`` (``xcorr
+    align``'s, or the widget's :func:`table_text`); blank or null: NaN (left unshifted)."""
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        rows = json.loads(text)["frames"]
+    else:
+        rows = list(csv.DictReader(io.StringIO(text)))
+    try:
+        shifts = [[float("nan") if r[k] in (None, "") else float(r[k]) for k in ("dy", "dx")]
+                  for r in rows]
+    except (KeyError, ValueError, TypeError) as e:
+        raise ValueError(f"{path.name} is not a shift table (columns dy, dx): {e}") from None
+    return SavedShifts(np.asarray(shifts, np.float64).reshape(-1, 2))
+
+
+def table_text(result, fmt: str) -> str:
+    """The shift table of a run as ``csv`` (``shifts.csv``) or ``json`` (the summary and one
+    record per frame, standard JSON: ``shifts.json``'s keys)."""
+    if fmt == "csv":
+        return result.csv_text()
+    doc = strict_json({"settings": result.settings, "summary": result.summary(),
+                       "frames": result.frame_records()})
+    return json.dumps(doc, indent=1, allow_nan=False) + "\n"

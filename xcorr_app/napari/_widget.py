@@ -1,0 +1,273 @@
+"""The dock widget: align the selected image layer in a worker thread, show the results, apply
+the shifts to other layers.
+
+The run is :func:`~._run.run_job` in napari's worker thread (the viewer stays responsive); its
+progress comes back through a Qt signal (queued to the main thread) and the cancel button sets
+an event the progress callback checks (it raises :class:`~._layers.Cancelled`, which stops
+:func:`xcorr_app.align` between chunks; files are written under temporary names and renamed
+only at the end, so a cancelled run adds no layer and leaves no file).
+
+Examples
+--------
+>>> import numpy as np
+>>> from napari.components import ViewerModel
+>>> viewer = ViewerModel()
+>>> _ = viewer.add_image(np.zeros((4, 2, 16, 16), np.uint16), name="cells")
+>>> w = AlignWidget(viewer)
+>>> w.layer.value.name, w.axes.value, w.plane.visible, w.channel.max
+('cells', 'TCYX', False, 1)
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from magicgui import widgets
+from qtpy.QtCore import QObject, Signal
+
+from ._form import form_options, options_form
+from ._layers import MAX_PROJECTION, Cancelled, check_axes, default_axes, is_lazy
+from ._panels import ResultsPanel, field_vectors
+from ._run import Job, Watch, check_targets, frames_of, load_shifts, run_job, warp_layers
+
+
+class _Relay(QObject):
+    """Carries ``(done, total)`` from the worker thread to the main thread (a queued
+    signal: the widgets are touched only there)."""
+
+    step = Signal(int, int)
+
+
+def _image_layers(viewer):
+    from napari.layers import Image
+
+    return [layer for layer in viewer.layers if isinstance(layer, Image)]
+
+
+def _layer_data(layer):
+    return layer.data[0] if getattr(layer, "multiscale", False) else layer.data
+
+
+def _axes_of(layer) -> str:
+    return layer.metadata.get("xcorr_axes") or default_axes(_layer_data(layer).ndim)
+
+
+class AlignWidget(widgets.Container):
+    """Align the selected image layer (the dock widget of the ``xcorr-app`` plugin).
+
+    Parameters
+    ----------
+    napari_viewer : napari.viewer.Viewer or napari.components.ViewerModel
+    """
+
+    def __init__(self, napari_viewer):
+        self.viewer = napari_viewer
+        layers = lambda _w: [(lay.name, lay) for lay in _image_layers(self.viewer)]  # noqa: E731
+        self.layer = widgets.ComboBox(label="layer", choices=layers)
+        self.axes = widgets.LineEdit(label="axes", tooltip="one letter a dimension: T frames, "
+                                     "C channels, Z planes, then YX")
+        self.channel = widgets.SpinBox(label="measure channel", min=0, max=0)
+        self.plane = widgets.ComboBox(label="measure plane", choices=[MAX_PROJECTION])
+        self.form = options_form()
+        self.apply_to = widgets.Select(label="also apply to", choices=layers)
+        self.out_file = widgets.FileEdit(label="aligned file", mode="w",
+                                         filter="*.tif *.tiff *.npy",
+                                         tooltip="write the aligned stack here and open it "
+                                         "lazily (needed for Dask/Zarr layers)")
+        self.run_button = widgets.PushButton(text="Align")
+        self.cancel_button = widgets.PushButton(text="Cancel", enabled=False)
+        self.progress = widgets.ProgressBar(value=0, min=0, max=1, label="progress")
+        self.status = widgets.Label(value="")
+        self.results = ResultsPanel(jump=self.jump_to)
+        self.target = widgets.ComboBox(label="apply shifts to", choices=layers)
+        self.load_button = widgets.PushButton(text="Load shifts…")
+        self.apply_button = widgets.PushButton(text="Apply shifts", enabled=False)
+        run_row = widgets.Container(widgets=[self.run_button, self.cancel_button],
+                                    layout="horizontal", labels=False)
+        apply_row = widgets.Container(widgets=[self.load_button, self.apply_button],
+                                      layout="horizontal", labels=False)
+        super().__init__(widgets=[self.layer, self.axes, self.channel, self.plane, self.form,
+                                  self.apply_to, self.out_file, run_row, self.progress,
+                                  self.status, self.results, self.target, apply_row],
+                         scrollable=True)
+        self.shifts, self.worker, self._cancel, self._axes_shown = None, None, None, {}
+        self._relay = _Relay()
+        self._relay.step.connect(self._step)
+        self.layer.changed.connect(self._layer_changed)
+        self.axes.changed.connect(self._axes_changed)
+        self.run_button.changed.connect(self.start)
+        self.cancel_button.changed.connect(self.cancel)
+        self.load_button.changed.connect(self._ask_load)
+        self.apply_button.changed.connect(self.start_apply)
+        for event in (napari_viewer.layers.events.inserted, napari_viewer.layers.events.removed):
+            event.connect(self.reset_choices)
+        self.reset_choices()
+        if self.viewer.layers.selection.active in _image_layers(self.viewer):
+            self.layer.value = self.viewer.layers.selection.active
+        self._layer_changed(self.layer.value)
+
+    # -- the layer and its axes
+    def _layer_changed(self, layer) -> None:
+        if layer is not None:
+            self.axes.value = _axes_of(layer)
+            self._axes_changed(self.axes.value)
+
+    def _axes_changed(self, axes) -> None:
+        layer = self.layer.value
+        if layer is None:
+            return
+        shape = _layer_data(layer).shape
+        try:
+            axes = check_axes(axes, shape)
+        except ValueError as e:
+            self.status.value = str(e)
+            return
+        self.channel.visible = "C" in axes
+        self.channel.max = shape[axes.index("C")] - 1 if "C" in axes else 0
+        self.plane.visible = "Z" in axes
+        self.plane.choices = [MAX_PROJECTION] + (list(range(shape[axes.index("Z")]))
+                                                 if "Z" in axes else [])
+
+    def _out_path(self):
+        value = str(self.out_file.value or "")
+        return None if value in ("", ".") or Path(value).is_dir() else Path(value)
+
+    def job(self) -> Job:
+        """The run the widget is set up for (ValueError for settings that cannot run)."""
+        layer = self.layer.value
+        if layer is None:
+            raise ValueError("no image layer to align: open a stack first")
+        data = _layer_data(layer)
+        others = {lay.name: (_layer_data(lay), _axes_of(lay)) for lay in self.apply_to.value
+                  if lay is not layer}
+        axes = check_axes(self.axes.value, data.shape)
+        check_targets({layer.name: (data, axes), **others}, data.shape[axes.index("T")],
+                      self._out_path())  # (before the worker starts: the status line says)
+        return Job(data=data, axes=axes, channel=self.channel.value, plane=self.plane.value,
+                   options=form_options(self.form), apply_to=others,
+                   out_path=self._out_path(), name=layer.name)
+
+    # -- running
+    def start(self, *_):
+        """Start the run in a worker thread; returns the worker (None when the settings
+        cannot run: the status line says why)."""
+        try:
+            job = self.job()
+        except Exception as e:  # (a bad axes string, option or file name)
+            self.status.value = f"cannot run: {e}"
+            return None
+        self._axes_shown = {job.name: job.axes, **{k: a for k, (_, a) in job.apply_to.items()}}
+        return self._launch(run_job, job, self._aligned, "aligning")
+
+    def _launch(self, fn, job, done, what):
+        from napari.qt.threading import create_worker
+
+        self._cancel = threading.Event()
+        self.worker = create_worker(fn, job, report=self._relay.step.emit,
+                                    cancel=self._cancel, _start_thread=False,
+                                    _ignore_errors=True)  # (errors go to _failed)
+        self.worker.returned.connect(done)
+        self.worker.errored.connect(self._failed)
+        self.worker.finished.connect(self._finished)
+        self.run_button.enabled = self.apply_button.enabled = False
+        self.cancel_button.enabled = True
+        self.progress.value, self.status.value = 0, f"{what}…"
+        self.worker.start()
+        return self.worker
+
+    def cancel(self, *_) -> None:
+        """Stop the run at its next chunk: no layer is added, no file left."""
+        if self._cancel is not None:
+            self._cancel.set()
+            self.status.value = "cancelling…"
+
+    def _step(self, done, total) -> None:
+        self.progress.max = max(total, 1)
+        self.progress.value = done
+
+    def _failed(self, exc) -> None:
+        self.status.value = "cancelled" if isinstance(exc, Cancelled) else f"failed: {exc}"
+
+    def _finished(self) -> None:
+        self.run_button.enabled, self.cancel_button.enabled = True, False
+        self.apply_button.enabled = self.shifts is not None
+
+    def _add_aligned(self, aligned: dict) -> list:
+        added = []
+        for name, data in aligned.items():
+            source = self.viewer.layers[name] if name in self.viewer.layers else None
+            kwargs = {} if source is None else {"scale": source.scale,
+                                                "colormap": source.colormap.name,
+                                                "contrast_limits": source.contrast_limits}
+            added.append(self.viewer.add_image(
+                data, name=f"{name} aligned",
+                metadata={"xcorr_axes": self._axes_shown.get(name), "xcorr_aligned": True},
+                **kwargs))
+        return added
+
+    def _aligned(self, output) -> None:
+        result = output.result
+        self.shifts = result
+        added = self._add_aligned(output.aligned)
+        main = self.layer.value.name if self.layer.value is not None else None
+        vectors = field_vectors(result, self._axes_shown.get(main, "TYX"),
+                                added[0].data.shape) if added else None
+        if vectors is not None and len(vectors):
+            self.viewer.add_vectors(vectors, name=f"{main} motion field", edge_color="yellow",
+                                    edge_width=1, length=4, scale=added[0].scale)
+        self.results.show(result)
+        n = len(result.shifts)
+        self.status.value = (f"aligned {n} frames on {result.settings.get('device')}"
+                             + (f"; {'; '.join(result.notes)}" if result.notes else ""))
+
+    # -- applying saved shifts to another layer
+    def load(self, path) -> None:
+        """Take the shifts of a saved table (``shifts.csv`` or ``.json``) for
+        :meth:`start_apply`."""
+        self.shifts = load_shifts(path)
+        self.apply_button.enabled = True
+        self.status.value = f"{len(self.shifts.shifts)} shifts from {Path(path).name}"
+
+    def _ask_load(self, *_):
+        from qtpy.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getOpenFileName(self.native, "Shifts to apply", "",
+                                              "Shift tables (*.csv *.json)")
+        if path:
+            self.load(path)
+
+    def start_apply(self, *_):
+        """Warp the layer chosen in ``apply shifts to`` by the last run's (or the loaded)
+        shifts, in a worker; returns it (None when it cannot run)."""
+        layer = self.target.value
+        try:
+            if self.shifts is None or layer is None:
+                raise ValueError("align a layer or load shifts first, and pick a layer")
+            data, axes = _layer_data(layer), _axes_of(layer)
+            out = self._out_path()
+            targets = check_targets({layer.name: (data, axes)}, len(self.shifts.shifts), out)
+        except Exception as e:
+            self.status.value = f"cannot apply: {e}"
+            return None
+        self._axes_shown = {layer.name: axes}
+        shifts = self.shifts
+
+        def apply(targets, report, cancel):
+            watch = Watch(frames_of(targets), report, cancel)
+            return warp_layers(shifts, targets, out, watch, main=layer.name)
+
+        return self._launch(apply, targets, self._add_aligned, "applying")
+
+    def jump_to(self, frame: int) -> None:
+        """Show ``frame`` in the viewer (the T axis of the layer being aligned)."""
+        layer = self.layer.value
+        if layer is None:
+            return
+        axes = self.axes.value.upper()
+        dim = self.viewer.dims.ndim - layer.ndim + (axes.index("T") if "T" in axes else 0)
+        self.viewer.dims.set_current_step(dim, frame)
+
+    def is_streamed(self) -> bool:
+        """True when the selected layer is Dask or Zarr backed (streamed, aligned to a file)."""
+        return self.layer.value is not None and is_lazy(_layer_data(self.layer.value))
