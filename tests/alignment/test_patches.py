@@ -239,8 +239,8 @@ def test_cli_writes_the_field_outputs(stack_file, deformed, tmp_path):
                 "--patches", "4x4", "--no-verify", "--resample", "cubic")
     assert res.returncode == 0, res.stderr
     assert "patches 4x4" in res.stdout
-    names = {"shifts.csv", "shifts.json", "drift.png", "motion_field.npz", "motion_field.png",
-             "aligned.tif"}
+    names = {"shifts.csv", "shifts.json", "drift.png", "quality.png", "motion_field.npz",
+             "motion_field.png", "aligned.tif"}
     assert {p.name for p in out.iterdir() if not p.name.startswith(".xcorr")} == names
     assert not [p for p in out.iterdir() if ".tmp" in p.name]  # atomic: no temporaries left
     z = np.load(out / "motion_field.npz")

@@ -109,6 +109,8 @@ def assert_same(got, want, summed, what):
     assert got.notes == want.notes, what
     for key in ("boundary", "subpixel", "prefilter", "lucas_kanade", "reference"):
         assert got.settings[key] == want.settings[key], (what, key)
+    np.testing.assert_allclose(got.quality.after, want.quality.after, atol=1e-6, err_msg=what)
+    assert (got.quality.flagged == want.quality.flagged).all(), what
     if want.motion_field is not None:
         np.testing.assert_allclose(got.motion_field, want.motion_field,
                                    atol=1e-6 if summed else 0, err_msg=what)

@@ -21,8 +21,8 @@ def test_align_sample_writes_outputs_and_recovers_truth(tmp_path, name):
     assert res.returncode == 0, res.stderr
     assert "frames of 120x160" in res.stdout and "FFT reference" in res.stdout
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["aligned.tif", "drift.png", "shifts.csv",
-                                                      "shifts.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["aligned.tif", "drift.png", "quality.png",
+                                                      "shifts.csv", "shifts.json"]
     rows = list(csv.DictReader(open(out / "shifts.csv")))
     assert list(rows[0]) == ["frame", "source", "dy", "dx", "peak", "confidence", "low_confidence", "fft_dy",
                              "fft_dx", "agree"]

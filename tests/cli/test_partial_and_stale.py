@@ -34,7 +34,7 @@ def test_force_no_aligned_removes_the_aligned_tif_of_an_earlier_run(tmp_path):
                 "--max-shift", "4")
     assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == \
-        ["drift.png", "shifts.csv", "shifts.json"]
+        ["drift.png", "quality.png", "shifts.csv", "shifts.json"]
     assert (out / "shifts.csv").read_text() == first_csv
     assert "removed" in res.stdout and "aligned.tif" in res.stdout
     assert _hidden(out) == []  # no temporary file, no backup left

@@ -14,7 +14,7 @@ import tifffile
 from sample_paths import ROOT, folder_path, stack_path
 from cli_helpers import assert_clean_error, digest, from_a_terminal, xcorr
 
-OUTPUTS = ["aligned.tif", "drift.png", "shifts.csv", "shifts.json"]
+OUTPUTS = ["aligned.tif", "drift.png", "quality.png", "shifts.csv", "shifts.json"]
 
 
 def _env():

@@ -128,6 +128,7 @@ class AlignOptions:
     boundary: str = "auto"
     lucas_kanade: str = "auto"
     verify: bool = True
+    quality: bool = True
     min_confidence: float | None = None
     interpolate_low: bool = False
     patches: tuple | None = None
@@ -163,7 +164,7 @@ class AlignOptions:
             from ..filters import bank_weights
 
             bank_weights(self.features, 1)
-        for flag in ("verify", "interpolate_low", "tune"):
+        for flag in ("verify", "quality", "interpolate_low", "tune"):
             if not isinstance(getattr(self, flag), (bool, np.bool_)):
                 raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         if self.min_confidence is not None:

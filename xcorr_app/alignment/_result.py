@@ -130,6 +130,9 @@ class AlignResult:
         Patches whose shift was replaced by the median of their neighbours.
     patch_template : (H, W) float32 or None
         The reference image the patches were measured against (mean-subtracted).
+    quality : QualityReport or None
+        How much better the aligned frames match their template than the input
+        (:mod:`xcorr_app.alignment._quality`; ``quality=False``: None).
     """
 
     shifts: np.ndarray
@@ -150,6 +153,7 @@ class AlignResult:
     patch_confidence: np.ndarray = None
     patch_low: np.ndarray = None
     patch_template: np.ndarray = dataclasses.field(default=None, repr=False)
+    quality: object = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         for name in ("low_confidence", "border", "nonfinite"):
@@ -226,6 +230,7 @@ class AlignResult:
             "max_abs_shift": float(np.nanmax(np.abs(self.shifts))) if ok.any() else float("nan"),
             "plan": self.plan,
             "notes": list(self.notes),
+            **({} if self.quality is None else {"quality": self.quality.summary()}),
         }
 
     def csv_text(self) -> str:
@@ -244,12 +249,14 @@ class AlignResult:
         an infinite confidence the string ``"inf"`` as in ``shifts.csv``); ``peak_on_border``
         is :attr:`border`."""
         num = json_number
+        quality = None if self.quality is None else self.quality.records()
         return [{"frame": i, "source": self.sources[i], "dy": num(self.shifts[i, 0]),
                  "dx": num(self.shifts[i, 1]), "peak": num(self.peak[i]),
                  "confidence": num(self.confidence[i]),
                  "low_confidence": bool(self.low_confidence[i]),
                  "fft_dy": num(self.fft_shifts[i, 0]), "fft_dx": num(self.fft_shifts[i, 1]),
-                 "agree": bool(self.agree[i]), "peak_on_border": bool(self.border[i])}
+                 "agree": bool(self.agree[i]), "peak_on_border": bool(self.border[i]),
+                 **(quality[i] if quality else {})}
                 for i in range(self.n_frames)]
 
     def apply(self, stack_or_path=None, **kwargs):

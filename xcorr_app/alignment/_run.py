@@ -33,6 +33,7 @@ from .. import backend
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto, search_range
 from ._pipeline import frames_per_chunk, measure_frames, prepared_reference
+from ._quality import measure_quality
 from ._references import mean_count, reference_frame
 from ._result import COLUMN, result_from_table
 from ._template import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows,
@@ -77,6 +78,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
             res.settings["patches"]["template_passes"] = opts.patch_template_passes
         if out is not None and not filled:
             executor.fill_out(res, out)
+        if opts.quality:  # (the frames read again: the report trusts no shift it checks)
+            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape)
         res.notes += executor.notes
     executor.finish()
     return res

@@ -111,6 +111,9 @@ OUTPUT_OPTIONS = (
     click.option("--fill", type=float, default=0.0, show_default=True,
                  help="Value for pixels shifted in from outside the frame (without --crop)."),
     click.option("--no-verify", is_flag=True, help="Skip the FFT reference measurement (faster)."),
+    click.option("--no-quality", is_flag=True,
+                 help="Skip the quality report (quality.png and the correlation and residual "
+                      "columns of shifts.json: the stack is read twice more for it)."),
     click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif."),
     click.option("--out-format", type=click.Choice(tuple(OUT_FORMATS)), default="tiff",
                  show_default=True,
@@ -155,7 +158,7 @@ def align(path, dataset, z, **options):
 
 def _align(o):
     """``xcorr align`` once its options are parsed (``o``)."""
-    from ..io import OutputRun, plot_drift, split_source, write_text
+    from ..io import OutputRun, plot_drift, plot_quality, split_source, write_text
 
     path = o.path
     if o.out_dir is not None and not o.out_dir.strip():
@@ -165,7 +168,7 @@ def _align(o):
     if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
         raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "
                          f"and aligned.tif into, not a file: {out_dir}")
-    names = ("shifts.csv", "shifts.json", "drift.png")
+    names = ("shifts.csv", "shifts.json", "drift.png") + (() if o.no_quality else ("quality.png",))
     if o.patches is not None:
         names += ("motion_field.npz", "motion_field.png")
     outputs = {k: out_dir / k for k in names}
@@ -205,6 +208,11 @@ def _align(o):
         doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
         write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {res.settings['reference']}")
+        if res.quality is not None:
+            q = res.quality
+            plot_quality(outputs["quality.png"], q.before, q.after, q.residual, q.flagged,
+                         (q.sharpness_before, q.sharpness_after),
+                         title=f"{Path(path).name}: quality of the alignment")
         if o.patches is not None:
             from ..io import plot_motion_field, write_motion_field
 
@@ -242,7 +250,8 @@ def _is_file(name) -> bool:
 
 #: the options of :class:`AlignOptions` the command line gives as they are (``verify`` is
 #: ``--no-verify``)
-AS_GIVEN = tuple(f.name for f in dataclasses.fields(AlignOptions) if f.name != "verify")
+AS_GIVEN = tuple(f.name for f in dataclasses.fields(AlignOptions)
+                 if f.name not in ("verify", "quality"))
 
 
 def _check(o):
@@ -253,7 +262,8 @@ def _check(o):
 
     try:
         o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
-                                             verify=not o.no_verify)
+                                             verify=not o.no_verify,
+                                             quality=not o.no_quality)
         o.opts.check_executor("dask" if o.workers is not None or o.scheduler else
                               "gpus" if o.gpus is not None else "process")
     except InputError as exc:

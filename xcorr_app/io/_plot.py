@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_drift", "nice_ticks", "PLOT_SIZE", "PANELS", "COLORS", "SUPERSAMPLE", "Panel",
+__all__ = ["plot_drift", "plot_quality", "nice_ticks", "PLOT_SIZE", "PANELS", "COLORS", "SUPERSAMPLE", "Panel",
            "curve", "font", "frame_and_labels", "grid_lines"]
 
 #: ``(width, height)`` of ``drift.png`` in pixels
@@ -317,6 +317,62 @@ def plot_drift(path, result, title="") -> None:
                      "band")]
     if threshold is not None:
         entries += [(f"min confidence {threshold:g}", COLORS["threshold"], "dash")]
+    _legend(draw, entries, 40)
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG", compress_level=6)
+
+
+def plot_quality(path, before, after, residual, flagged, sharpness=None, title="") -> None:
+    """Write ``quality.png`` (:data:`PLOT_SIZE`), atomically: every frame's correlation with the
+    template before alignment and after it, the residual shift measured on the aligned frame
+    below, frames flagged (worse or poor) as light red bands; ``sharpness`` ``(before,
+    after)`` of the mean image in the legend.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "quality.png"
+    >>> plot_quality(path, np.linspace(0.5, 0.9, 8), np.full(8, 0.95), np.zeros((8, 2)),
+    ...              np.arange(8) == 3, (0.1, 0.2))
+    >>> path.read_bytes()[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
+    True
+    """
+    from PIL import Image, ImageDraw
+
+    from ._writer import atomic_path
+
+    before, after = np.asarray(before, float), np.asarray(after, float)
+    residual = np.asarray(residual, float).reshape(-1, 2)
+    flagged = np.asarray(flagged, bool)
+    n = len(after)
+    frames = np.arange(n)
+    xlim = (-0.5, 0.5) if n == 1 else (-0.02 * (n - 1), 1.02 * (n - 1))
+    top = Panel(PANELS["shifts"], xlim, _limits(before, after))
+    bottom = Panel(PANELS["confidence"], xlim, _limits(residual, [0.0]))
+    xticks = nice_ticks(max(0.0, xlim[0]), xlim[1], 8, integer=True)
+    yticks_top, yticks_bottom = nice_ticks(*top.ylim, 7), nice_ticks(*bottom.ylim, 4)
+    width, height = PLOT_SIZE
+    big = Image.new("RGB", (width * SUPERSAMPLE, height * SUPERSAMPLE), "white")
+    draw = ImageDraw.Draw(big)
+    for panel, yticks in ((top, yticks_top), (bottom, yticks_bottom)):
+        _bands(draw, panel, frames, flagged, SUPERSAMPLE)
+        grid_lines(draw, panel, xticks, yticks, SUPERSAMPLE)
+    curve(draw, top, frames, before, COLORS["axes"], 1, "o")
+    curve(draw, top, frames, after, COLORS["confidence"], 2, "o")
+    curve(draw, bottom, frames, residual[:, 0], COLORS["dy"], 1, "o")
+    curve(draw, bottom, frames, residual[:, 1], COLORS["dx"], 1, "s")
+    image = big.reduce(SUPERSAMPLE)
+    draw = ImageDraw.Draw(image)
+    frame_and_labels(image, draw, top, xticks, yticks_top, "correlation with the template")
+    frame_and_labels(image, draw, bottom, xticks, yticks_bottom, "residual (px)", "frame")
+    if title:
+        draw.text((width / 2, 8), title, fill=COLORS["text"], font=font(14), anchor="mt")
+    sharp = "" if sharpness is None else \
+        f" (mean image sharpness {sharpness[0]:.3g} -> {sharpness[1]:.3g})"
+    entries = [("before alignment", COLORS["axes"], "line"),
+               ("after" + sharp, COLORS["confidence"], "line"),
+               ("residual dy", COLORS["dy"], "line"), ("residual dx", COLORS["dx"], "line")]
+    if flagged.any():
+        entries += [(f"worse or poor ({int(flagged.sum())} of {n} frames)", COLORS["low"],
+                     "band")]
     _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG", compress_level=6)

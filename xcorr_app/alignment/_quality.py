@@ -1,0 +1,218 @@
+"""The quality report of a run: how much better the aligned stack is than the input, frame by
+frame, without trusting the shifts that made it.
+
+Measured on the area every rigidly shifted frame covers (:func:`~._patches.common_area`), in
+two streaming passes over the stack (on the run's executor, like the measuring passes):
+
+1. the template: the mean of the aligned frames (each shifted by its shift, bilinear, as
+   :meth:`AlignResult.apply` does; frames without a shift left out), and the mean of the
+   frames as they came;
+2. per frame: the zero-normalized correlation with the template before alignment (the frame as
+   it came) and after (the aligned frame), and the residual shift: the aligned frame measured
+   again against the template within :data:`RESIDUAL_WINDOW` px, with the run's prefilter and
+   subpixel fit (what is left: close to 0 for a frame the run aligned).
+
+For the run: the sharpness of the mean image before and after (gradient energy over
+variance: a drift blurs the mean) and the correlation's distribution.  A frame is flagged
+``worse`` where alignment lowered its correlation, and ``poor`` where its correlation after
+alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_LIMIT` px, or
+it could not be measured at all.
+
+Examples
+--------
+>>> import numpy as np
+>>> from scipy import ndimage as ndi
+>>> from xcorr_app import align
+>>> base = ndi.gaussian_filter(np.random.default_rng(0).random((60, 70)), 2)
+>>> stack = np.stack([np.roll(base, (k, -k), axis=(0, 1)) for k in range(4)])
+>>> q = align(stack, max_shift=6, device="cpu", boundary="linear").quality
+>>> bool(q.after.min() > 0.98), q.flagged.tolist()
+(True, [False, False, False, False])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from .. import backend
+from ._patches import common_area
+from ._warp import shift_frames
+
+__all__ = ["QualityReport", "measure_quality", "RESIDUAL_WINDOW", "RESIDUAL_LIMIT"]
+
+#: the residual shift is searched within this many pixels of the applied shift
+RESIDUAL_WINDOW = 3
+#: a residual larger than this (px, on either axis) flags the frame ``poor``
+RESIDUAL_LIMIT = 0.5
+#: a correlation after alignment this many robust deviations below the median flags it ``poor``
+#: (and at least :data:`POOR_DROP` below it: on clean stacks the deviation is tiny)
+POOR_DEVIATIONS = 5.0
+POOR_DROP = 0.05
+#: alignment "made it worse" when the correlation dropped by more than this
+WORSE_BY = 0.01
+#: the least common area (px per side) the report is measured on; else the whole frame
+MIN_SIDE = 8
+
+
+@dataclasses.dataclass
+class QualityReport:
+    """Per frame ``before``, ``after`` (correlation with the template), ``residual`` (N, 2) px,
+    ``worse`` and ``poor`` flags; for the run the mean image's ``sharpness_before`` and
+    ``sharpness_after`` and the ``area`` ``(y0, y1, x0, x1)`` measured on."""
+
+    before: np.ndarray
+    after: np.ndarray
+    residual: np.ndarray
+    worse: np.ndarray
+    poor: np.ndarray
+    sharpness_before: float
+    sharpness_after: float
+    area: tuple
+
+    @property
+    def flagged(self) -> np.ndarray:
+        return self.worse | self.poor
+
+    def summary(self) -> dict:
+        """The run's figures (``shifts.json``'s ``quality``)."""
+        after = self.after[np.isfinite(self.after)]
+        q = np.percentile(after, [5, 50, 95]).tolist() if after.size else [None] * 3
+        return {"sharpness_before": self.sharpness_before,
+                "sharpness_after": self.sharpness_after,
+                "correlation_after": {"p5": q[0], "median": q[1], "p95": q[2]},
+                "median_residual_px": float(np.nanmedian(np.abs(self.residual)))
+                if np.isfinite(self.residual).any() else None,
+                "worse_frames": np.flatnonzero(self.worse).tolist(),
+                "poor_frames": np.flatnonzero(self.poor).tolist(),
+                "area": list(self.area)}
+
+    def records(self) -> list:
+        """One dict a frame (``shifts.json``'s frames)."""
+        return [{"correlation_before": float(b), "correlation_after": float(a),
+                 "residual_dy": float(r[0]), "residual_dx": float(r[1]),
+                 "quality_flag": "worse" if w else "poor" if p else ""}
+                for b, a, r, w, p in zip(self.before, self.after, self.residual, self.worse,
+                                         self.poor)]
+
+
+def measure_quality(opts, shifts, executor, frame_shape):
+    """The :class:`QualityReport` of a run's ``shifts`` (N, 2), its frames read again through
+    ``executor`` (its ranges, where it reads)."""
+    shifts = np.asarray(shifts, np.float64)
+    area = _area(shifts, frame_shape)
+    sums = executor.map(functools.partial(_sums_part, shifts=shifts, area=area), None)
+    xp = executor.xp
+    raw, aligned, kept = (sum(xp.asarray(s[k]) if k < 2 else s[k] for s in sums)
+                          for k in range(3))
+    if not kept:
+        nan = np.full(len(shifts), np.nan)
+        return QualityReport(nan, nan, np.full((len(shifts), 2), np.nan),
+                             np.zeros(len(shifts), bool), np.ones(len(shifts), bool),
+                             float("nan"), float("nan"), area)
+    template = aligned / kept
+    part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area,
+                             template=executor.portable(template))
+    rows = np.concatenate(executor.map(part, None))
+    before, after, residual = rows[:, 0], rows[:, 1], rows[:, 2:4]
+    finite = np.isfinite(after)
+    med = np.median(after[finite]) if finite.any() else np.nan
+    mad = 1.4826 * np.median(np.abs(after[finite] - med)) if finite.any() else np.nan
+    low = after < med - max(POOR_DEVIATIONS * mad, POOR_DROP)
+    off = (np.abs(residual) > RESIDUAL_LIMIT).any(axis=1)
+    poor = ~finite | ~np.isfinite(residual).all(axis=1) | low | off
+    worse = finite & np.isfinite(before) & (after < before - WORSE_BY)
+    return QualityReport(before, after, residual, worse, poor,
+                         _sharpness(backend.to_numpy(raw / len(shifts))),
+                         _sharpness(backend.to_numpy(template)), area)
+
+
+def _area(shifts, frame_shape):
+    """The common area of the rigidly shifted frames, or the whole frame where it is small."""
+    try:
+        y0, y1, x0, x1 = common_area(shifts, frame_shape)
+    except ValueError:
+        y0, y1, x0, x1 = 0, 0, 0, 0
+    if y1 - y0 < MIN_SIDE or x1 - x0 < MIN_SIDE:
+        return (0, frame_shape[0], 0, frame_shape[1])
+    return (y0, y1, x0, x1)
+
+
+def _aligned(frames, shifts, xp, area):
+    """The chunk's frames as they came and aligned, float32, cut to ``area``."""
+    y0, y1, x0, x1 = area
+    f = xp.asarray(frames).astype(xp.float32)
+    s = xp.asarray(np.where(np.isfinite(shifts), shifts, 0.0))
+    return f[:, y0:y1, x0:x1], shift_frames(f, s)[:, y0:y1, x0:x1]
+
+
+def _sums_part(src, xp, start, stop, progress, *, shifts, area, chunk=32):
+    """float64 sums of frames ``start:stop`` as they came and aligned (frames with a shift),
+    and how many were summed (host arrays)."""
+    y0, y1, x0, x1 = area
+    raw = xp.zeros((y1 - y0, x1 - x0), xp.float64)
+    aligned = xp.zeros_like(raw)
+    kept = 0
+    for a in range(start, stop, chunk):
+        b = min(a + chunk, stop)
+        ok = np.isfinite(shifts[a:b]).all(axis=1)
+        f, g = _aligned(src.read(a, b), shifts[a:b], xp, area)
+        raw += f.astype(xp.float64).sum(axis=0)
+        if ok.any():
+            aligned += g[xp.asarray(ok)].astype(xp.float64).sum(axis=0)
+        kept += int(ok.sum())
+    return backend.to_numpy(raw), backend.to_numpy(aligned), kept
+
+
+def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk=32):
+    """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``."""
+    from ._pipeline import Measurer
+
+    t = xp.asarray(template, xp.float32)
+    y0, y1, x0, x1 = area
+    shape = (y1 - y0, x1 - x0)
+    window = (min(RESIDUAL_WINDOW, shape[0] // 2), min(RESIDUAL_WINDOW, shape[1] // 2))
+    subpixel = "gaussian" if opts.subpixel in ("upsample", "none") else opts.subpixel
+    measure = Measurer(xp, shape, window, "zncc", subpixel, opts.upsample_factor)
+    prepare = dataclasses.replace(opts, window="none").preparer(xp, shape)
+    ref = prepare(t[None])
+    out = []
+    for a in range(start, stop, chunk):
+        b = min(a + chunk, stop)
+        f, g = _aligned(src.read(a, b), shifts[a:b], xp, area)
+        before, after = _zncc(f, t, xp), _zncc(g, t, xp)
+        p = prepare(g)
+        usable = p.finite & ~p.constant
+        with np.errstate(invalid="ignore", divide="ignore"):
+            residual = measure(ref.frames[0], p.frames)[0]
+        residual = xp.where(usable[:, None], residual, xp.nan)
+        ok = xp.asarray(np.isfinite(shifts[a:b]).all(axis=1))
+        after = xp.where(ok, after, xp.nan)
+        residual = xp.where(ok[:, None], residual, xp.nan)
+        out.append(backend.to_numpy(xp.concatenate(
+            [before[:, None], after[:, None], residual], axis=1).astype(xp.float64)))
+    return np.concatenate(out) if out else np.zeros((0, 4))
+
+
+def _zncc(frames, template, xp):
+    """The zero-normalized correlation of each frame with the template (NaN where flat)."""
+    f = frames.astype(xp.float64)
+    t = template.astype(xp.float64)
+    f = f - f.mean(axis=(1, 2), keepdims=True)
+    t = t - t.mean()
+    num = (f * t).sum(axis=(1, 2))
+    den = xp.sqrt((f * f).sum(axis=(1, 2)) * (t * t).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
+
+
+def _sharpness(image) -> float:
+    """Gradient energy over variance of a mean image (scale-free; higher is sharper)."""
+    img = np.asarray(image, np.float64)
+    var = img.var()
+    if not np.isfinite(var) or var <= 0 or min(img.shape) < 3:
+        return float("nan")
+    gy, gx = np.gradient(img)
+    return float((gy * gy + gx * gx).mean() / var)
