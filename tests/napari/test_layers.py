@@ -1,0 +1,36 @@
+"""A layer's data as the stacks measured and warped: the axes, the channel, the planes."""
+
+import numpy as np
+import pytest
+
+from xcorr_app.napari._layers import check_axes, default_axes, measure_stack, planes
+
+
+def test_the_measured_stack_is_the_channel_and_the_plane_or_their_maximum():
+    data = np.random.default_rng(0).random((4, 3, 2, 6, 7))  # T Z C Y X
+    np.testing.assert_array_equal(measure_stack(data, "TZCYX", channel=1, plane=2),
+                                  data[:, 2, 1])
+    np.testing.assert_array_equal(measure_stack(data, "TZCYX", channel=0),
+                                  data[:, :, 0].max(axis=1))
+    assert measure_stack(data.astype(np.int64)[:, 0, 0], "TYX").dtype == np.float32
+
+
+def test_planes_cover_every_channel_once_whatever_the_order():
+    data = np.arange(2 * 3 * 4 * 5).reshape(2, 3, 4, 5)  # C T Y X
+    out = np.zeros_like(data)
+    for index, stack in planes(data, "CTYX"):
+        assert stack.shape == (3, 4, 5)
+        out[index] += stack
+    np.testing.assert_array_equal(out, data)
+
+
+@pytest.mark.parametrize("axes", ["TYXC", "TTYX", "TCY", "CZYX", "tqyx"])
+def test_axes_that_do_not_fit_are_refused(axes):
+    with pytest.raises(ValueError, match="do not fit"):
+        check_axes(axes, (2, 3, 4, 5))
+
+
+def test_default_axes():
+    assert [default_axes(n) for n in (3, 4, 5)] == ["TYX", "TCYX", "TZCYX"]
+    with pytest.raises(ValueError):
+        default_axes(2)

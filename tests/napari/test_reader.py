@@ -1,0 +1,52 @@
+"""The reader, the sample data and the manifest napari discovers the plugin by."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+
+import xcorr_app
+from sample_paths import SAMPLES, stack_path
+from xcorr_app.napari import _reader
+
+MANIFEST = Path(xcorr_app.__file__).parent / "napari" / "napari.yaml"
+
+
+def test_the_manifest_is_valid_and_names_what_exists():
+    from npe2 import PluginManifest
+
+    manifest = PluginManifest.from_file(MANIFEST)
+    for command in manifest.contributions.commands:
+        module, name = command.python_name.split(":")
+        assert callable(getattr(__import__(module, fromlist=[name]), name)), command.id
+    assert {s.key for s in manifest.contributions.sample_data} == set(SAMPLES)
+
+
+def test_tiff_stacks_and_folders_are_read_other_files_are_not(tmp_path):
+    assert _reader.napari_get_reader(str(tmp_path / "a.png")) is None
+    assert _reader.napari_get_reader(str(stack_path("moon"))) is _reader.read_stack
+    ((data, kwargs, kind),) = _reader.read_stack(str(stack_path("moon")))
+    with tifffile.TiffFile(stack_path("moon")) as tif:
+        np.testing.assert_array_equal(data, tif.asarray())
+    assert kind == "image" and kwargs["metadata"]["xcorr_axes"] == "TYX"
+
+
+def test_channels_become_a_c_axis_and_big_stacks_stay_lazy(tmp_path, monkeypatch):
+    stack = np.arange(3 * 2 * 8 * 9, dtype=np.uint16).reshape(3, 2, 8, 9)
+    path = tmp_path / "two.tif"
+    tifffile.imwrite(path, stack, imagej=True, metadata={"axes": "TCYX"})
+    ((data, kwargs, _),) = _reader.read_stack(path)
+    assert kwargs["metadata"]["xcorr_axes"] == "TCYX"
+    np.testing.assert_array_equal(data, stack)
+    monkeypatch.setattr(_reader, "LAZY_BYTES", 100)
+    monkeypatch.setattr(_reader, "BLOCK_FRAMES", 2)
+    ((lazy, _, _),) = _reader.read_stack(path)
+    assert type(lazy).__module__.startswith("dask") and lazy.chunks[0] == (2, 1)
+    np.testing.assert_array_equal(lazy.compute(), stack)
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_the_samples_are_the_sample_stacks(name):
+    ((data, kwargs, _),) = getattr(_reader, f"{name}_sample")()
+    assert data.shape[0] == 12 and kwargs["name"] == f"{name}_drift"
