@@ -102,6 +102,8 @@ CASES = [
     (("filter", "moon.tif", "--kernel", "gaussian:1e9", "--out", "f.tif"), ("gaussian",)),
     (("filter", "moon.tif", "--kernel", "box:100000", "--out", "f.tif"), ("box",)),
     (("filter", "moon.tif", "--kernel", "gaussian:2", "--out", "f.png"), ("--out", ".tif")),
+    (("align", "moon.tif", "--prefilter", "gaussian:1e9"), ("--prefilter", "120x160")),
+    (("align", "moon.tif", "--prefilter", "dog:1,1e9"), ("--prefilter", "120x160")),
     # a frame no memory holds: refused from the header, before a frame is read
     (("align", "huge.tif"), ("40000x40000", "GiB")),
     (("align", "huge.tif", "--max-shift", "8", "--max-memory", "1G"), ("40000x40000", "GiB")),
@@ -131,3 +133,23 @@ def test_an_upsample_for_the_circular_refinement_is_not_refused_after_measuring(
                         "--device", "cpu", "-q", "--out", tmp_path / "o", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "o" / "shifts.csv").is_file()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(prefilter="gaussian:1e9"), r"prefilter gaussian:1e9 makes a filter of radius"),
+    (dict(max_shift=10**9), r"max_shift 1000000000 reaches past frames of 40000x40000"),
+    (dict(max_memory="1G", max_shift=8), r"max-memory 1 GiB is too small for frames of 40000x"),
+    (dict(max_memory=True), r"max_memory must be a memory size, got True"),
+])
+def test_the_api_refuses_them_before_a_frame_is_read(inputs, kwargs, match):
+    """align(PATH) checks the same limits once the header is read (before the automatic
+    choices read whole frames of 3.2 GB)."""
+    import time
+
+    from xcorr_app import align
+    from xcorr_app.errors import InputError
+
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match=match):
+        align(inputs / "huge.tif", device="cpu", **kwargs)
+    assert time.perf_counter() - t0 < 5

@@ -17,6 +17,7 @@ Examples
 from ._api import align, estimate_shifts
 from ._apply import apply_shifts, common_area
 from ._executors import Executor
+from ._limits import check_limits, limit_devices
 from ._motion_field import FIELD_RESAMPLE, apply_field, field_area
 from ._options import (BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, NORMALIZATIONS, SUBPIXEL,
                        AlignOptions, options_signature)
@@ -32,7 +33,8 @@ from ._warp import RESAMPLE, check_fill, shift_frames
 
 __all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
            "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",
-           "Executor", "align", "apply_field", "apply_shifts", "check_fill", "common_area",
+           "Executor", "align", "apply_field", "apply_shifts", "check_fill", "check_limits",
+           "common_area", "limit_devices",
            "estimate_shifts",
            "field_area", "measure_field", "options_signature", "parse_patches", "parse_prefilter",
            "prebuild", "run_alignment", "shared_plan", "shift_frames", "strict_json"]

@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -69,11 +70,10 @@ def parse_prefilter(spec):
     name = str(spec).partition(":")[0]
     if name not in ("gaussian", "dog"):
         raise InputError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
-    from ..filters import gaussian_taps, parse_kernel_spec
+    from ..filters import parse_kernel_spec
 
     fn = parse_kernel_spec(str(spec))  # (its arguments checked)
-    taps = gaussian_taps(float(str(spec).partition(":")[2])) if name == "gaussian" else None
-    return Prefilter(fn, taps)
+    return Prefilter(fn, float(str(spec).partition(":")[2]) if name == "gaussian" else None)
 
 
 class Prefilter:
@@ -82,8 +82,15 @@ class Prefilter:
     with the same taps along both (gaussian), else None (:func:`_prepare_gpu` then knows the
     filtered frames' means before filtering)."""
 
-    def __init__(self, fn, taps=None):
-        self.fn, self.taps = fn, taps
+    def __init__(self, fn, sigma=None):
+        self.fn, self.sigma = fn, sigma
+
+    @functools.cached_property
+    def taps(self):
+        # (made when used: the options are checked before the frame bounds the radius)
+        from ..filters import gaussian_taps
+
+        return None if self.sigma is None else gaussian_taps(self.sigma)
 
     def __call__(self, frames):
         return self.fn(frames, "reflect", 0.0)

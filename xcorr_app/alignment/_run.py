@@ -32,6 +32,7 @@ import numpy as np
 from .. import backend
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto, search_range
+from ._limits import check_limits, limit_devices
 from ._pipeline import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import measure_quality
 from ._references import mean_count, reference_frame
@@ -56,6 +57,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
     stack_or_path = as_stack(stack_or_path)
     with executor.open(stack_or_path, opts) as src:
         check_frame_shape(src.frame_shape)
+        check_limits(opts, src.frame_shape, src.dtype.itemsize,
+                     limit_devices(opts.device, executor.name))  # (before a frame is read)
         if opts.patches is not None:
             check_grid(opts, src.frame_shape)
         executor.check_out(out, (src.n_frames, *src.frame_shape))

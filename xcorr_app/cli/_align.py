@@ -16,7 +16,7 @@ import click
 from .. import backend
 from ..errors import InputError
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, check_fill,
-                         strict_json)
+                         check_limits, limit_devices, strict_json)
 from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
@@ -295,14 +295,10 @@ def _check(o):
         print_notes(src, o.quiet)
         o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)
     o.dev = "cpu" if o.device == "cpu" else note_device(o.device, o.quiet)
-    from ..streaming import check_frame_memory
-
-    devices = () if o.workers is not None or o.scheduler else ("cpu",) if o.dev == "cpu" \
-        else ("gpu",) if o.device == "gpu" or o.gpus is not None else ("gpu", "cpu")
-    try:  # (before a frame is read; Dask's workers check their own memory)
-        check_frame_memory(shape, itemsize, max_shift=o.opts.max_shift,
-                           normalization=o.opts.normalization, verify=o.opts.verify,
-                           budget=o.opts.max_memory, devices=devices)
+    executor = "dask" if o.workers is not None or o.scheduler else \
+        "gpus" if o.gpus is not None else "process"
+    try:  # (in the options' words, before the run reads a frame for its automatic choices)
+        check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
     except InputError as exc:
         raise InputError(as_flags(str(exc))) from None
     planner_notes(o.quiet)

@@ -93,6 +93,8 @@ def parse_memory(spec, name="max_memory") -> int:
     ...
     xcorr_app.errors.InputError: max_memory 'lots' is not a memory size: use e.g. 512M, 2G or 1.5G
     """
+    if isinstance(spec, bool):
+        raise InputError(f"{name} must be a memory size, got {spec!r}")
     if isinstance(spec, (int, float)):
         value = int(spec)
     else:
@@ -412,6 +414,8 @@ def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="
     host_free = backend.host_available_bytes()
     first = None
     for device in devices:
+        if device == "gpu" and not backend.gpu_available():
+            continue  # (a GPU not usable here: the run says so itself)
         device_free = backend.device_free_bytes(backend.xp_for(device)) \
             if device == "gpu" else None
         try:
