@@ -128,10 +128,12 @@ def test_an_extreme_case_is_refused_fast_and_small(inputs, tmp_path, args, words
 
 def test_an_upsample_for_the_circular_refinement_is_not_refused_after_measuring(tmp_path):
     """``--upsample`` with ``--boundary auto`` is kept for a circular refinement that may
-    come; on a stack measured linear it went unused, not refused after the first pass."""
+    come; on a stack measured linear it goes unused, said in a note (it was refused after
+    the first pass)."""
     res = limited_xcorr("align", stack_path("moon"), "--upsample", "10", "--no-aligned",
-                        "--device", "cpu", "-q", "--out", tmp_path / "o", cwd=tmp_path)
+                        "--device", "cpu", "--out", tmp_path / "o", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
+    assert "upsample 10 unused: boundary auto measured the frames linear" in res.stdout
     assert (tmp_path / "o" / "shifts.csv").is_file()
 
 

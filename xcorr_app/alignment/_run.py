@@ -143,6 +143,10 @@ def measure_passes(opts, src, executor, progress=None):
             fit = LucasKanadeFit(*(executor.portable(a) for a in (total, coverage, image)),
                                  built)
     report.finish()
+    if boundary != "circular" and opts.upsample is not None and opts.subpixel != "upsample":
+        notes.append(f"upsample {opts.upsample} unused: boundary auto measured the frames "
+                     f"linear (they do not wrap around), where subpixel {opts.subpixel} does "
+                     "not upsample")
     run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
     return (relative_to_first(table) if passes else table), run, notes
 
