@@ -239,7 +239,9 @@ class AlignResult:
         for i in range(self.n_frames):
             dy, dx = self.shifts[i]
             fy, fx = self.fft_shifts[i]
-            rows.append(f"{i},{_csv_field(self.sources[i])},{dy:.4f},{dx:.4f},{self.peak[i]:.6g},"
+            # dy, dx as they are (shortest round trip): xcorr apply redoes aligned.tif from them
+            rows.append(f"{i},{_csv_field(self.sources[i])},{float(dy)!r},{float(dx)!r},"
+                        f"{self.peak[i]:.6g},"
                         f"{self.confidence[i]:.4g},{str(bool(self.low_confidence[i])).lower()},"
                         f"{fy:.4f},{fx:.4f},{str(bool(self.agree[i])).lower()}")
         return "\n".join(rows) + "\n"

@@ -33,6 +33,8 @@ COMMANDS = {
     "align": ("._align", "align",
               "Estimate the drift of every frame of PATH and write the aligned stack."),
     "filter": ("._filter", "filter_cmd", "Filter every frame of PATH and write a float32 stack."),
+    "apply": ("._apply", "apply_cmd",
+              "Apply the shifts of an earlier run to PATH and write the aligned stack."),
     "info": ("._info", "info",
              "Show the backend, the GPU, CuPy and the CUDA kernel sources found."),
     "bench": ("._bench", "bench",

@@ -1,0 +1,223 @@
+"""``xcorr apply SHIFTS PATH``: the shifts of an earlier run (``shifts.csv``, ``shifts.json``,
+or a ``--patches`` run's ``motion_field.npz``) applied to another stack, channel or recording,
+streamed chunk by chunk into one aligned stack (TIFF, OME-Zarr or HDF5 by its name); and
+:func:`write_aligned_channels`, what ``align --apply-to`` writes with the same shifts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import click
+import numpy as np
+
+from ..errors import InputError
+from ._input import aligned_as, input_options, input_path
+from ._options import (RESAMPLE_ANY, default_out, note_device, print_notes, progress_bar,
+                       readable_frames_of, stack_command)
+
+__all__ = ["apply_cmd", "load_saved", "write_aligned_channels"]
+
+#: the names ``--out`` may end in, and the format of each
+OUT_SUFFIXES = {".tif": "tiff", ".tiff": "tiff", ".zarr": "ome-zarr", ".h5": "hdf5",
+                ".hdf5": "hdf5"}
+
+
+def _number(value) -> float:
+    return float("nan") if value in (None, "") else float(value)
+
+
+def _frame_shape_beside(path: Path):
+    """The frame shape recorded in the ``shifts.json`` of the run folder of ``path``, if any."""
+    beside = path.with_name("shifts.json")
+    try:
+        return tuple(json.loads(beside.read_text())["frame_shape"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def load_saved(path) -> SimpleNamespace:
+    """An earlier run's shifts: ``shifts`` ``(N, 2)`` (``dy, dx``; blank or null: NaN), and for
+    ``motion_field.npz`` also ``field`` ``(N, gy, gx, 2)`` and ``centres``; ``frame_shape``
+    where the run recorded it (``shifts.json``, its own or beside the file), else None.
+
+    Raises
+    ------
+    InputError
+        A missing or unreadable file, or one that is not a table of ``dy, dx`` (or a motion
+        field), in one line.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "shifts.csv"
+    >>> _ = p.write_text("frame,dy,dx\\n0,0.0,0.0\\n1,1.25,-0.5\\n")
+    >>> load_saved(p).shifts.tolist()
+    [[0.0, 0.0], [1.25, -0.5]]
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path} does not exist or is not a file; give shifts.csv, "
+                         "shifts.json or motion_field.npz of an xcorr align run")
+    kind = path.suffix.lower()
+    saved = SimpleNamespace(field=None, centres=None, frame_shape=_frame_shape_beside(path))
+    try:
+        if kind == ".npz":
+            with np.load(path) as npz:
+                saved.field = np.asarray(npz["field"], np.float64)
+                saved.centres = np.asarray(npz["centres"], np.float64)
+                saved.shifts = np.asarray(npz["rigid"], np.float64)
+            if saved.field.ndim != 4 or saved.field.shape[-1] != 2:
+                raise ValueError(f"its field has shape {saved.field.shape}")
+        elif kind == ".json":
+            doc = json.loads(path.read_text())
+            saved.frame_shape = tuple(doc["frame_shape"]) if "frame_shape" in doc \
+                else saved.frame_shape
+            saved.shifts = np.array([[_number(r["dy"]), _number(r["dx"])]
+                                     for r in doc["frames"]], np.float64).reshape(-1, 2)
+        else:
+            rows = list(csv.DictReader(io.StringIO(path.read_text())))
+            saved.shifts = np.array([[_number(r["dy"]), _number(r["dx"])] for r in rows],
+                                    np.float64).reshape(-1, 2)
+    except PermissionError:
+        raise InputError(f"{path}: permission denied; xcorr needs to read it") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError,
+            UnicodeDecodeError) as exc:
+        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) \
+            else f"no {exc} column or key"
+        raise InputError(f"{path} is not a shift table of xcorr align (columns dy, dx) or a "
+                         f"motion_field.npz ({what})") from None
+    if not len(saved.shifts):
+        raise InputError(f"{path} holds no frame's shift")
+    return saved
+
+
+def check_fits(saved, shifts_path, src, path) -> None:
+    """Refuse ``saved`` shifts for a stack of another frame count or frame size, in one line."""
+    n = len(saved.shifts)
+    if n != src.n_frames:
+        raise InputError(f"{shifts_path} holds the shifts of {n} frames but {path} has "
+                         f"{src.n_frames}; give the stack those shifts were measured for (or "
+                         "one of as many frames)")
+    if saved.frame_shape is not None and tuple(saved.frame_shape) != tuple(src.frame_shape):
+        h, w = saved.frame_shape
+        raise InputError(f"{shifts_path} was measured on frames of {h}x{w} pixels but {path} "
+                         f"has {src.frame_shape[0]}x{src.frame_shape[1]}; give a stack of "
+                         "that frame size")
+
+
+def _chunks(path, saved, channel, fill, resample, crop, chunk_frames, device):
+    """``(start, aligned chunk)`` of one channel of ``path`` and the aligned frame shape."""
+    from ..alignment import apply_shifts, common_area
+    from ..io import open_stack
+
+    with open_stack(path, channel=channel) as src:
+        shape = src.frame_shape
+    if saved.field is not None:
+        from ..alignment import apply_field, field_area
+
+        box = field_area(saved.field, shape) if crop else (0, shape[0], 0, shape[1])
+        return apply_field(path, saved.field, saved.centres, channel=channel, fill=fill,
+                           resample=resample, crop=box, chunk_frames=chunk_frames,
+                           device=device), (box[1] - box[0], box[3] - box[2])
+    box = common_area(saved.shifts, shape) if crop else (0, shape[0], 0, shape[1])
+    return apply_shifts(path, saved.shifts, channel=channel, fill=fill, resample=resample,
+                        crop=crop, chunk_frames=chunk_frames, device=device), \
+        (box[1] - box[0], box[3] - box[2])
+
+
+def write_aligned_channels(path, saved, channels, out_path, *, fill=0.0, resample="bilinear",
+                           crop=False, chunk_frames=64, device="cpu", aligned=None,
+                           quiet=False, n_frames=None):
+    """Write every channel of ``channels`` (``[None]``: the stack's only one) of ``path``
+    aligned by ``saved`` (:func:`load_saved`, or a result's ``shifts``/``field``/``centres``)
+    into ``out_path``: one stack, or a T x C hyperstack of several channels, chunk by chunk
+    (one chunk of each channel in memory); ``aligned``: :func:`._input.aligned_as`."""
+    from ..io import BackgroundWrites, stack_writer
+
+    streams = [_chunks(path, saved, c, fill, resample, crop, chunk_frames, device)
+               for c in channels]
+    shape, n = streams[0][1], n_frames or len(saved.shifts)
+    c = len(channels)
+    with progress_bar(n, f"writing {Path(out_path).name}", quiet) as bar, \
+            stack_writer(out_path, shape, n * c, channels=c, **(aligned or {})) as writer, \
+            BackgroundWrites(writer) as background:
+        for parts in zip(*(s for s, _ in streams)):
+            pieces = [chunk for _, chunk in parts]
+            k = len(pieces[0])
+            # pages time frame by time frame, every channel of one frame together
+            background.write(np.stack(pieces, axis=1).reshape(k * c, *shape) if c > 1
+                             else pieces[0])
+            bar.update(k)
+
+
+@click.command("apply")
+@click.argument("shifts", type=click.Path(path_type=Path))
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--out", "out_path", type=str, default=None,
+              help="The aligned stack: NAME.tif, NAME.ome.zarr or NAME.h5 (the format by the "
+                   "name) [default: STEM_applied.tif in the current folder].")
+@click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
+              show_default=True,
+              help="Resampling at subpixel shifts (fourier: rigid only; cubic: a motion field "
+                   "only).")
+@click.option("--crop", is_flag=True, help="Crop to the area every shifted frame covers.")
+@click.option("--fill", type=float, default=0.0, show_default=True,
+              help="Value for pixels shifted in from outside the frame (without --crop).")
+@click.option("--keep-dtype", is_flag=True,
+              help="Write the input's pixel type (integers rounded and clipped), not float32.")
+@stack_command
+@input_options
+def apply_cmd(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, force,
+              readable_frames, chunk_frames, device, channel, dataset, z):
+    """Apply the shifts of an earlier run to PATH and write the aligned stack.
+
+    SHIFTS is shifts.csv or shifts.json of xcorr align (rigid shifts), or motion_field.npz of
+    an align --patches run; PATH any stack xcorr reads (another channel, another recording of
+    the same frames), streamed. Its frame count (and frame size, where the run recorded it)
+    must match the shifts'.
+    """
+    with readable_frames_of(path, readable_frames, None, None):
+        _apply(shifts, input_path(path, dataset, z), out_path, resample, crop, fill,
+               keep_dtype, quiet, force, chunk_frames, device, channel)
+
+
+def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, force,
+           chunk_frames, device, channel):
+    from ..alignment import FIELD_RESAMPLE, RESAMPLE, check_fill
+    from ..io import OutputRun, open_stack, split_source
+
+    if out_path is not None and not out_path.strip():
+        raise InputError("--out is empty: name the aligned stack, e.g. --out aligned.tif")
+    out = Path(out_path) if out_path else default_out(path, "_applied.tif")
+    fmt = next((f for s, f in OUT_SUFFIXES.items() if out.name.lower().endswith(s)), None)
+    if fmt is None:
+        raise InputError(f"--out {out}: name the aligned stack NAME.tif, NAME.ome.zarr or "
+                         "NAME.h5 (the format is chosen by the name)")
+    saved = load_saved(shifts)
+    allowed = RESAMPLE if saved.field is None else FIELD_RESAMPLE
+    if resample not in allowed:
+        raise InputError(f"--resample {resample} does not apply to "
+                         f"{'rigid shifts' if saved.field is None else 'a motion field'} "
+                         f"(use {' or '.join(allowed)})")
+    try:
+        fill = check_fill(fill)
+    except InputError as exc:
+        raise InputError(f"--{exc}") from None
+    with open_stack(path, channel=channel) as src:
+        check_fits(saved, shifts, src, path)
+        print_notes(src, quiet)
+        aligned = aligned_as(src, path, fmt, keep_dtype)
+    dev = "cpu" if device == "cpu" else note_device(device, quiet)
+    inputs = [split_source(path)[0], Path(shifts)]
+    with OutputRun([out], inputs, force, lock=out.parent / ".xcorr.lock") as run:
+        write_aligned_channels(path, saved, [channel], out, fill=fill, resample=resample,
+                               crop=crop, chunk_frames=chunk_frames or 64, device=dev,
+                               aligned=aligned, quiet=quiet)
+        run.commit()
+    if not quiet:
+        click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}; "
+                   f"wrote {out}")
