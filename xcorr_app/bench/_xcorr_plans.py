@@ -10,6 +10,9 @@ host time included):
 * **back-to-back**: :data:`CALLS` calls of a :func:`~xcorr_app.correlation_plan` of the cost
   model's plan in one stream between two CUDA events, divided by :data:`CALLS`
   (:func:`back_to_back`, the thesis's measurement);
+* **cross_correlate**: :data:`CALLS` calls of :func:`xcorr_app.cross_correlate` with the same
+  plan as ``method`` (no plan made by the caller, the result allocated by each call: the
+  convenience call in a loop) the same way, and its ratio to the plan's call;
 * **graph replay**: :data:`CALLS` replays of the plan's CUDA graph
   (:meth:`CorrelationPlan.graph <xcorr_app.correlate.CorrelationPlan.graph>`) the same way;
 * the peers (CuPy FFT with its cached cuFFT plans, torch) back-to-back the same way.
@@ -47,7 +50,7 @@ PIPE_ROUNDS = 9
 #: right matrices per left up to which a ``one_to_many`` row is "small"
 SMALL_M = 8
 #: the pipeline figures of a row: ours (a plan back-to-back, its graph replayed), the peers
-PIPE_PATHS = ("plan", "graph", "cupy_fft", "torch")
+PIPE_PATHS = ("plan", "cross_correlate", "graph", "cupy_fft", "torch")
 #: the peers measured back-to-back too
 PEERS_OF_PIPE = ("cupy_fft", "torch")
 
@@ -93,7 +96,7 @@ def pipeline_figures(problem, plan, left, right, peers, want=None, rounds=None) 
     """
     import cupy as cp
 
-    from ..correlate import correlation_plan
+    from ..correlate import correlation_plan, cross_correlate
 
     ms = {p: None for p in PIPE_PATHS}
     errs, nas, fns = dict(ms), {p: "" for p in PIPE_PATHS}, {}
@@ -103,10 +106,12 @@ def pipeline_figures(problem, plan, left, right, peers, want=None, rounds=None) 
                                  device="gpu", method=plan)
         out = cp.empty(cplan.out_shape, cp.float32)
         fns["plan"] = lambda: cplan(left, right, out)
+        fns["cross_correlate"] = lambda: cross_correlate(left, right, problem.form,
+                                                         problem.max_shift, method=plan)
         graph = cplan.graph(left, right, cp.empty(cplan.out_shape, cp.float32))
         fns["graph"] = graph.replay
     except Exception as exc:  # noqa: BLE001 - a table entry, not fatal
-        for path in ("plan", "graph"):
+        for path in ("plan", "cross_correlate", "graph"):
             if path not in fns:
                 nas[path] = reason(exc)
     for path in PEERS_OF_PIPE:
@@ -136,7 +141,8 @@ def pipeline_figures(problem, plan, left, right, peers, want=None, rounds=None) 
         ms[path] = statistics.median(times)
     return {"ms": ms, "rel_error": errs, "na": nas}
 
-COLUMNS = ("problem", "plan (cost model)", "one call ms", "back-to-back ms", "graph replay ms",
+COLUMNS = ("problem", "plan (cost model)", "one call ms", "back-to-back ms",
+           "cross_correlate back-to-back ms", "cross_correlate / plan", "graph replay ms",
            "CuPy FFT back-to-back ms", "torch back-to-back ms", "best peer / back-to-back",
            "notes")
 
@@ -147,11 +153,14 @@ def pipeline_row(row) -> str:
     ms = pipe["ms"]
     peers = [ms[p] for p in PEERS_OF_PIPE if ms.get(p)]
     ratio = f"{min(peers) / ms['plan']:.2f}" if peers and ms.get("plan") else "n/a"
+    conv = f"{ms['cross_correlate'] / ms['plan']:.2f}" \
+        if ms.get("cross_correlate") and ms.get("plan") else "n/a"
     notes = [f"{p}: {pipe['na'][p]}" for p in PIPE_PATHS if pipe["na"].get(p)]
     notes += [f"{p} error {e:.1e}" for p, e in pipe["rel_error"].items()
               if e is not None and not e <= 1e-3]
     cells = [row["problem"], f"`{row['plan']}`", fmt_ms(row["ms"].get("ours")),
-             fmt_ms(ms.get("plan")), fmt_ms(ms.get("graph")), fmt_ms(ms.get("cupy_fft")),
+             fmt_ms(ms.get("plan")), fmt_ms(ms.get("cross_correlate")), conv,
+             fmt_ms(ms.get("graph")), fmt_ms(ms.get("cupy_fft")),
              fmt_ms(ms.get("torch")), ratio, "; ".join(notes)]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
