@@ -21,7 +21,7 @@ from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIO
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
-from ._input import aligned_as, input_options, input_path
+from ._input import aligned_as, apply_channels, input_options, input_path
 from ..io import OUT_FORMATS, aligned_name
 
 __all__ = ["align", "note_late_signal"]
@@ -123,6 +123,9 @@ OUTPUT_OPTIONS = (
     click.option("--keep-dtype", is_flag=True,
                  help="Write the aligned stack in the input's pixel type (integers rounded "
                       "and clipped) instead of float32."),
+    click.option("--apply-to", default=None, metavar="all|LIST",
+                 help="With --channel K: measure on channel K and write these channels (all, "
+                      "or e.g. 0,2) aligned by the same shifts into one hyperstack."),
     click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout."),
 )
 
@@ -294,6 +297,7 @@ def _check(o):
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
         o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)
+        o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
     o.dev = "cpu" if o.device == "cpu" else note_device(o.device, o.quiet)
     executor = "dask" if o.workers is not None or o.scheduler else \
         "gpus" if o.gpus is not None else "process"
@@ -339,6 +343,10 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
 
 def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
     """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
+    if o.apply_channels is not None:  # --apply-to: every listed channel, one hyperstack
+        from ._apply import write_run_channels
+
+        return write_run_channels(o, res, out_path)
     from ..alignment import apply_shifts, common_area
 
     if res.motion_field is not None:  # --patches: every frame warped by its motion field
@@ -369,7 +377,7 @@ def _aligned_by_the_run(o, client, gpu_ids) -> bool:
     from the stack kept on the GPU): on one device, with the defaults of the aligned frames
     (no ``--crop``, which needs every frame's shifts first, bilinear, ``--fill 0``)."""
     return not o.no_aligned and client is None and gpu_ids is None and not o.crop \
-        and o.resample == "bilinear" and o.fill == 0.0
+        and o.resample == "bilinear" and o.fill == 0.0 and o.apply_to is None
 
 
 @contextlib.contextmanager

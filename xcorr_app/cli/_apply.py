@@ -221,3 +221,20 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     if not quiet:
         click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}; "
                    f"wrote {out}")
+
+
+def write_run_channels(o, res, out_path):
+    """``align --channel K --apply-to LIST``: the listed channels of the input aligned by the
+    run's shifts (or motion field) into one hyperstack ``out_path``, its channel names those
+    listed."""
+    saved = SimpleNamespace(shifts=res.shifts, field=res.motion_field, centres=res.patch_centres)
+    aligned = dict(o.aligned_as or {})
+    channels = o.apply_channels
+    if "metadata" in aligned:
+        names = aligned["metadata"].get("channel_names") or []
+        aligned["metadata"] = {**aligned["metadata"], "channel_names":
+                               [names[c] for c in channels] if names else []}
+    write_aligned_channels(o.path, saved, channels, out_path, fill=o.fill,
+                           resample=o.resample, crop=o.crop,
+                           chunk_frames=res.settings.get("chunk_frames") or 64, device=o.dev,
+                           aligned=aligned, quiet=o.quiet)

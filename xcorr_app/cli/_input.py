@@ -68,3 +68,38 @@ def aligned_as(src, path, out_format, keep_dtype) -> dict:
         out["metadata"] = {"pixel_size": d["pixel_size"], "source": str(path),
                            "channel_names": names}
     return out
+
+
+def apply_channels(apply_to, channel, src, no_aligned):
+    """The channels ``--apply-to`` names (``all`` or ``0,2``) of ``src``, checked against its
+    channels, ``--channel`` (the one measured, required) and ``--no-aligned``; None without it.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> apply_channels("all", 1, SimpleNamespace(n_channels=3), False)
+    [0, 1, 2]
+    >>> apply_channels("2,0", 0, SimpleNamespace(n_channels=3), False)
+    [2, 0]
+    """
+    if apply_to is None:
+        return None
+    if no_aligned:
+        raise InputError("--apply-to writes the aligned channels, which --no-aligned does not "
+                         "write: drop one or the other")
+    if channel is None:
+        raise InputError("--apply-to needs --channel K, the channel the shifts are measured on")
+    n = getattr(src, "n_channels", 1)
+    if apply_to.strip().lower() == "all":
+        return list(range(n))
+    try:
+        listed = [int(v) for v in apply_to.split(",")]
+    except ValueError:
+        raise InputError(f"--apply-to {apply_to}: give all or channel numbers such as 0,2") \
+            from None
+    bad = [c for c in listed if not 0 <= c < n]
+    if bad or not listed or len(set(listed)) != len(listed):
+        why = f"{bad[0]} is not one of its channels 0 to {n - 1}" if bad else \
+            "a channel is named twice"
+        raise InputError(f"--apply-to {apply_to}: {why}")
+    return listed
