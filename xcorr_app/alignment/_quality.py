@@ -38,6 +38,7 @@ import functools
 import numpy as np
 
 from .. import backend
+from ..streaming import DEFAULT_CHUNK
 from ._patches import common_area
 from ._warp import shift_frames
 
@@ -103,7 +104,9 @@ def measure_quality(opts, shifts, executor, frame_shape):
     ``executor`` (its ranges, where it reads)."""
     shifts = np.asarray(shifts, np.float64)
     area = _area(shifts, frame_shape)
-    sums = executor.map(functools.partial(_sums_part, shifts=shifts, area=area), None)
+    chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
+    sums = executor.map(functools.partial(_sums_part, shifts=shifts, area=area, chunk=chunk),
+                        None)
     xp = executor.xp
     raw, aligned, kept = (sum(xp.asarray(s[k]) if k < 2 else s[k] for s in sums)
                           for k in range(3))
@@ -113,7 +116,7 @@ def measure_quality(opts, shifts, executor, frame_shape):
                              np.zeros(len(shifts), bool), np.ones(len(shifts), bool),
                              float("nan"), float("nan"), area)
     template = aligned / kept
-    part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area,
+    part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
                              template=executor.portable(template))
     rows = np.concatenate(executor.map(part, None))
     before, after, residual = rows[:, 0], rows[:, 1], rows[:, 2:4]
@@ -148,7 +151,7 @@ def _aligned(frames, shifts, xp, area):
     return f[:, y0:y1, x0:x1], shift_frames(f, s)[:, y0:y1, x0:x1]
 
 
-def _sums_part(src, xp, start, stop, progress, *, shifts, area, chunk=32):
+def _sums_part(src, xp, start, stop, progress, *, shifts, area, chunk):
     """float64 sums of frames ``start:stop`` as they came and aligned (frames with a shift),
     and how many were summed (host arrays)."""
     y0, y1, x0, x1 = area
@@ -166,7 +169,7 @@ def _sums_part(src, xp, start, stop, progress, *, shifts, area, chunk=32):
     return backend.to_numpy(raw), backend.to_numpy(aligned), kept
 
 
-def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk=32):
+def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk):
     """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``."""
     from ._pipeline import Measurer
 
