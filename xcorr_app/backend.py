@@ -22,6 +22,7 @@ Examples
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 
 import numpy as np
@@ -35,9 +36,38 @@ class BackendFallbackWarning(UserWarning):
     """``device="auto"`` found no usable GPU and runs on the CPU."""
 
 
-@functools.lru_cache(maxsize=1)
+#: the thread of :func:`start_gpu_warm_up` (None: never started)
+_warm_up = None
+
+
+def start_gpu_warm_up() -> bool:
+    """Import CuPy and start the CUDA context (the probe of :func:`resolve_device`) in a
+    background thread, while the caller opens and reads its input; the probe, when the run
+    asks for it, waits for the thread instead of starting over.  Only where a GPU is likely
+    (:func:`gpu_likely`) and once a process; True when a thread was started.
+
+    >>> start_gpu_warm_up() in (True, False)
+    True
+    """
+    global _warm_up
+    if _warm_up is not None or _probe_gpu.cache_info().currsize or not gpu_likely():
+        return False
+    _warm_up = threading.Thread(target=_probe_gpu, name="xcorr-gpu-warm-up", daemon=True)
+    _warm_up.start()
+    return True
+
+
 def _probe_gpu() -> tuple[bool, str]:
-    """Return ``(usable, reason)``; imports CuPy and touches the device once."""
+    """Return ``(usable, reason)``; imports CuPy and touches the device once (the warm-up's
+    answer where one was started: waited for)."""
+    warm = _warm_up
+    if warm is not None and warm is not threading.current_thread():
+        warm.join()
+    return _probe_once()
+
+
+@functools.lru_cache(maxsize=1)
+def _probe_once() -> tuple[bool, str]:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
@@ -50,6 +80,9 @@ def _probe_gpu() -> tuple[bool, str]:
     except Exception as exc:
         return False, f"CuPy cannot use a CUDA device ({type(exc).__name__}: {exc})"
     return True, "CUDA device usable"
+
+
+_probe_gpu.cache_clear, _probe_gpu.cache_info = _probe_once.cache_clear, _probe_once.cache_info
 
 
 #: device nodes of an NVIDIA driver (Linux; ``/dev/dxg``: WSL)

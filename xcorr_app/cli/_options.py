@@ -139,8 +139,17 @@ MIX = Spec("luma|FILE.npy")
 
 # ------------------------------------------------------------------------- shared options
 
+def _warm_up(ctx, param, value):
+    """``--device``'s callback: start CuPy's import and the CUDA context in the background
+    before the command opens its input (the command's first GPU work then finds them ready)."""
+    if value != "cpu" and not ctx.resilient_parsing:
+        backend.start_gpu_warm_up()
+    return value
+
+
 DEVICE = click.option("--device", type=click.Choice(backend.DEVICES), default="auto",
-                      show_default=True, help="Where to compute: GPU when usable (auto), gpu or cpu.")
+                      show_default=True, callback=_warm_up,
+                      help="Where to compute: GPU when usable (auto), gpu or cpu.")
 CHANNEL = click.option("--channel", type=int, default=None,
                        help="Channel to use from multi-channel files (0-based).")
 FORCE = click.option("--force", is_flag=True, help="Overwrite existing outputs.")

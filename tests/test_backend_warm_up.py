@@ -1,0 +1,65 @@
+"""The GPU warm-up: CuPy's import and the CUDA context started in a background thread by the
+commands' ``--device`` option, the caller going on at once, the probe waiting for it."""
+
+import sys
+import threading
+import types
+
+import click
+from click.testing import CliRunner
+import pytest
+
+from xcorr_app import backend
+from xcorr_app.cli._options import DEVICE
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A CuPy whose device count waits for ``release`` and records the thread that asked."""
+    release, seen = threading.Event(), []
+
+    def count():
+        seen.append(threading.current_thread().name)
+        assert release.wait(10)
+        return 0  # no device: the probe says so, and nothing else of CuPy is touched
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=count))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(backend, "gpu_likely", lambda: True)
+    monkeypatch.setattr(backend, "_warm_up", None)
+    monkeypatch.setattr(backend, "_warned_fallback", True)  # (no warning to filter)
+    backend._probe_gpu.cache_clear()
+    yield release, seen
+    release.set()
+    if backend._warm_up is not None:
+        backend._warm_up.join(10)
+    backend._probe_gpu.cache_clear()
+
+
+def test_the_caller_goes_on_and_the_probe_waits_for_the_warm_up(fake_gpu):
+    release, seen = fake_gpu
+    assert backend.start_gpu_warm_up()  # returns while the warm-up is still in CuPy
+    assert not backend.start_gpu_warm_up()  # once a process
+    assert backend._warm_up.is_alive()
+    release.set()
+    assert backend.resolve_device("auto") == "cpu"
+    assert seen == ["xcorr-gpu-warm-up"]  # the probe's work was the thread's, not redone
+    assert "no CUDA device" in backend.gpu_unavailable_reason()
+
+
+def test_no_warm_up_where_no_gpu_is_likely(fake_gpu, monkeypatch):
+    monkeypatch.setattr(backend, "gpu_likely", lambda: False)
+    assert not backend.start_gpu_warm_up() and backend._warm_up is None
+
+
+@pytest.mark.parametrize("device, started", [("cpu", False), ("auto", True), ("gpu", True)])
+def test_the_device_option_starts_it(fake_gpu, device, started):
+    @click.command()
+    @DEVICE
+    def cmd(device):
+        click.echo(f"ran {device} warm-up={backend._warm_up is not None}")
+
+    fake_gpu[0].set()
+    out = CliRunner().invoke(cmd, ["--device", device]).output
+    assert out == f"ran {device} warm-up={started}\n"
