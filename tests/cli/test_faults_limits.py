@@ -104,6 +104,8 @@ CASES = [
     (("filter", "moon.tif", "--kernel", "gaussian:2", "--out", "f.png"), ("--out", ".tif")),
     (("align", "moon.tif", "--prefilter", "gaussian:1e9"), ("--prefilter", "120x160")),
     (("align", "moon.tif", "--prefilter", "dog:1,1e9"), ("--prefilter", "120x160")),
+    (("align", "moon.tif", "--features", "gabor:1,1000000000"), ("gabor", "from 1 to 64")),
+    (("filter", "moon.tif", "--bank", "gabor:1,1000000000", "--out", "f.tif"), ("from 1 to 64",)),
     # a frame no memory holds: refused from the header, before a frame is read
     (("align", "huge.tif"), ("40000x40000", "GiB")),
     (("align", "huge.tif", "--max-shift", "8", "--max-memory", "1G"), ("40000x40000", "GiB")),

@@ -104,3 +104,25 @@ def test_an_error_in_the_filter_thread_is_raised_in_the_caller():
     with pytest.raises(InputError, match="from the thread"):
         interruptible(bad, np.zeros(2))
     assert interruptible(lambda c, k: c + k, np.ones(2), 1).tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("sigma", [1e-300, 1e-160, 5e-324])
+def test_a_sigma_below_float_squares_is_the_identity(sigma):
+    """``-0.5 / sigma**2`` divided by zero (ZeroDivisionError) or overflowed (NaN taps)."""
+    from xcorr_app.filters import gaussian, gaussian_taps
+
+    assert gaussian_taps(sigma).tolist() == [1.0]
+    if sigma == 1e-300:  # (a radius of 1: the taps beside the centre underflow to 0)
+        assert gaussian_taps(sigma, truncate=1e300).tolist() == [0.0, 1.0, 0.0]
+    img = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(gaussian(img, sigma), img)
+
+
+@pytest.mark.parametrize("spec", ["gabor:1,1000000000", "gabor:2,65", "gabor:2,0"])
+def test_a_gabor_bank_of_too_many_orientations_is_refused(spec):
+    """A billion orientations built filters until the run was killed."""
+    from xcorr_app.filters import bank_weights
+
+    with pytest.raises(InputError, match="orientations must be a whole number from 1 to 64"):
+        bank_weights(spec, channels=1)
+    assert bank_weights("gabor:2,64", channels=1).shape[0] == 64

@@ -196,7 +196,10 @@ def gaussian_taps(sigma: float, truncate: float = 4.0) -> np.ndarray:
     """
     radius = gaussian_radius(sigma, truncate)
     x = np.arange(-radius, radius + 1, dtype=np.float64)
-    phi = np.exp(-0.5 / float(sigma) ** 2 * x * x)
+    s2 = float(sigma) ** 2
+    if s2 < 1e-300:  # (-0.5 / s2 overflows, or divides by 0: every tap but the centre is 0)
+        return (x == 0).astype(np.float64)
+    phi = np.exp(-0.5 / s2 * x * x)
     return phi / phi.sum()
 
 

@@ -29,6 +29,9 @@ from ..errors import InputError
 from ._validation import dog_sigmas, load_npy, positive
 
 MAX_SIZE = 31
+#: the most orientations of a gabor bank (a 31x31 filter tells about 50 apart; each costs a
+#: filter pass of every frame)
+MAX_ANGLES = 64
 #: filters of a feature bank applied at once (the responses held are this many frames)
 FEATURE_GROUP = 2
 LUMA = (0.299, 0.587, 0.114)
@@ -85,8 +88,9 @@ def bank_weights(spec: str, channels: int) -> np.ndarray:
                 positive(vals[2], "gabor wavelength")
         except InputError as exc:
             raise InputError(f"bank {spec!r}: {exc}") from None
-        if not np.isfinite(vals[1]) or int(vals[1]) != vals[1] or vals[1] < 1:
-            raise InputError(f"bank {spec!r}: the number of orientations must be a whole number")
+        if not np.isfinite(vals[1]) or int(vals[1]) != vals[1] or not 1 <= vals[1] <= MAX_ANGLES:
+            raise InputError(f"bank {spec!r}: the number of orientations must be a whole number "
+                             f"from 1 to {MAX_ANGLES}")
         n = int(vals[1])
         wavelength = vals[2] if len(vals) == 3 else 4 * sigma
         radius = min(MAX_SIZE // 2, int(4 * sigma + 0.5))
