@@ -109,6 +109,7 @@ CASES = [
     # a frame no memory holds: refused from the header, before a frame is read
     (("align", "huge.tif"), ("40000x40000", "GiB")),
     (("align", "huge.tif", "--max-shift", "8", "--max-memory", "1G"), ("40000x40000", "GiB")),
+    (("filter", "huge.tif", "--kernel", "gaussian:2"), ("40000x40000", "GiB")),
     # GPUs asked for where there are none (item 8)
     pytest.param(("align", "moon.tif", "--gpus", "0"), ("--gpus", "cupy"), marks=NO_GPU),
     pytest.param(("align", "moon.tif", "--gpus", "all"), ("--gpus", "cupy"), marks=NO_GPU),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from pathlib import Path
@@ -72,13 +73,13 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
 
     def plan(src):
         check_radius(getattr(fn, "radius", 0), src.frame_shape, f"--kernel {spec}")
-        def chunks(dev, client, gpu_ids):
+        def chunks(dev, client, gpu_ids, chunk):
             if client is not None:
                 from ..distributed import filter as dask_filter, iter_blocks
 
                 return iter_blocks(dask_filter(path, spec, mode=mode, cval=cval,
                                                channel=channel, device=device), client)
-            return _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered)
+            return _kernel_chunks(path, channel, src, dev, gpu_ids, chunk, filtered)
         return 1, chunks
 
     def describe(src, _, ran_on, seconds):
@@ -88,24 +89,29 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
 
     with readable_frames_of(path, readable_frames, workers, scheduler):
         _stream_to_tiff(lambda: open_stack(path, channel=channel), plan, describe, path,
-                        out_path, device, force, quiet, (gpus, workers, scheduler))
+                        out_path, device, force, quiet, (gpus, workers, scheduler),
+                        chunk_frames)
 
 
-def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, quiet, scale):
+def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, quiet, scale,
+                    chunk_frames):
     """What both filter commands do: open the input (``open_src()``), take the output
     (:func:`output_run`), start the GPUs or the cluster (``scale``: ``--gpus``, ``--workers``,
     ``--scheduler``), stream the filtered chunks into a float32 TIFF, commit it, and say what
     was done (``describe(src, n_out, where, seconds)``).  ``plan(src)`` gives the number of output
-    channels and ``chunks(dev, client, gpu_ids)``, the ``(start, filtered chunk)`` pairs."""
+    channels and ``chunks(dev, client, gpu_ids, chunk)``, the ``(start, filtered chunk)`` pairs
+    of chunks of at most ``chunk`` frames (``chunk_frames``, fewer where the host holds fewer:
+    :func:`host_chunk`)."""
     from ..io import BackgroundWrites, TiffStackWriter
 
     dev = note_device(device, quiet)
     with open_src() as src, output_run(path, out_path, force) as run, \
             scale_out(*scale, device) as (client, gpu_ids):
         n_out, chunks = plan(src)
+        chunk = chunk_frames if client is not None else host_chunk(src, n_out, chunk_frames)
         print_notes(src, quiet)
         t0 = time.perf_counter()
-        filtered = chunks(dev, client, gpu_ids)
+        filtered = chunks(dev, client, gpu_ids, chunk)
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32",
                                 n_frames=src.n_frames * n_out, channels=n_out) as w, \
@@ -118,6 +124,31 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
             click.echo(describe(src, n_out, where(dev, client, gpu_ids),
                                 time.perf_counter() - t0))
     note_late_signal(run)
+
+
+#: bytes per input pixel of a frame while it is filtered on the host: the pixels as read (up
+#: to 8), their float32 copy and SciPy's float64 work, besides 4 per output channel's pixel
+FILTER_BYTES_PER_PIXEL = 24
+
+
+def host_chunk(src, n_out, chunk_frames) -> int:
+    """Frames per chunk that half the host's available memory holds, at most
+    ``chunk_frames``; :class:`InputError` naming the frame and the figures where not even one
+    frame fits (refused before a frame is read)."""
+    from ..streaming import READ_AHEAD, host_free_bytes, human
+
+    pixels = math.prod(src.frame_shape) * getattr(src, "n_channels", 1)
+    need = pixels * FILTER_BYTES_PER_PIXEL + math.prod(src.frame_shape) * 4 * n_out
+    need += pixels * src.dtype.itemsize * READ_AHEAD  # (the chunks read ahead)
+    free = host_free_bytes()
+    if free is None:
+        return chunk_frames
+    if need > free:
+        h, w = src.frame_shape
+        raise InputError(f"frames of {h}x{w} do not fit in memory: filtering one needs about "
+                         f"{human(need)}, and {human(free)} is available; crop or bin them, or "
+                         "use a machine with more memory")
+    return max(1, min(chunk_frames, free // 2 // need))
 
 
 def interruptible(fn, chunk, *args):
@@ -177,13 +208,13 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
     def plan(src):
         n_out, fn = channel_filter(bank, mix, src.n_channels)
 
-        def chunks(dev, client, gpu_ids):
+        def chunks(dev, client, gpu_ids, chunk):
             if client is not None:
                 from ..distributed import filter_channels, iter_blocks
 
                 return iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
                                    client)
-            return _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn)
+            return _channel_chunks(path, src, dev, gpu_ids, chunk, fn)
         return n_out, chunks
 
     def describe(src, n_out, ran_on, seconds):
@@ -192,7 +223,7 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
                 f"wrote {out_path}")
 
     _stream_to_tiff(lambda: ChannelStack(path), plan, describe, path, out_path, device, force,
-                    quiet, scale)
+                    quiet, scale, chunk_frames)
 
 
 def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):

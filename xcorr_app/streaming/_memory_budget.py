@@ -388,12 +388,40 @@ def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", 
     return MemoryPlan(max(1, n), None, need)
 
 
+def host_free_bytes():
+    """Bytes of host memory this process may still take: the available memory
+    (:func:`xcorr_app.backend.host_available_bytes`), and under an address-space limit
+    (``ulimit -v``) at most what the limit leaves; None where neither is known.
+
+    >>> n = host_free_bytes()
+    >>> n is None or n >= 0
+    True
+    """
+    import os
+
+    from .. import backend
+
+    free = backend.host_available_bytes()
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft == resource.RLIM_INFINITY:
+            return free
+        with open("/proc/self/statm") as f:  # (the address space this process maps now)
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError):
+        return free
+    left = max(0, soft - mapped)
+    return left if free is None else min(free, left)
+
+
 def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc",
                        verify=True, devices=("cpu",), budget=None) -> None:
     """Refuse frames one of which fits none of ``devices`` ("cpu", "gpu"; none: only the
     bound checked), before any frame is read: :func:`plan_memory`'s check of one frame
-    against ``budget`` and the memory free now (a run reads a few whole frames for its
-    automatic choices before its own check).
+    against ``budget`` and the memory free now (:func:`host_free_bytes`; a run reads a few
+    whole frames for its automatic choices before its own check).
 
     Raises
     ------
@@ -411,7 +439,7 @@ def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="
     from .. import backend
 
     check_bound(frame_shape, max_shift)
-    host_free = backend.host_available_bytes()
+    host_free = host_free_bytes()
     first = None
     for device in devices:
         if device == "gpu" and not backend.gpu_available():
