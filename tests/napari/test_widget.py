@@ -43,7 +43,7 @@ def test_a_run_gives_the_aligned_layer_and_the_table_of_align(viewer, stack):
     table = w.results.table.value["data"]
     assert [row[1:3] for row in table] == [[r["dy"], r["dx"]] for r in res.frame_records()]
     assert w.progress.value == w.progress.max > 0
-    assert w.results.plot.value.ndim == 3 and w.apply_button.enabled
+    assert w.results.plot_image.ndim == 3 and w.apply_button.enabled
 
 
 def test_cancel_adds_no_layer_and_leaves_no_file(viewer, stack, tmp_path, monkeypatch):

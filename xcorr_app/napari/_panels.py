@@ -8,8 +8,8 @@ Examples
 >>> res = xcorr_app.align(np.random.default_rng(0).random((3, 32, 32)), device="cpu")
 >>> panel = ResultsPanel(jump=print)
 >>> panel.show(res)
->>> panel.table.shape[0], panel.plot.value.shape[-1]
-(3, 3)
+>>> panel.table.shape[0], panel.plot_image.shape[-1], panel.plot.native.pixmap().isNull()
+(3, 3, False)
 """
 
 from __future__ import annotations
@@ -27,15 +27,21 @@ from ._run import table_text
 COLUMNS = ("frame", "dy", "dx", "confidence", "low_confidence", "agree")
 
 
-def drift_image(result) -> np.ndarray:
-    """The drift plot of ``result`` as an RGB array (drawn to a PNG by :func:`plot_drift`)."""
+#: the width the drift plot is shown at in the dock (px)
+PLOT_WIDTH = 480
+
+
+def drift_image(result, width=PLOT_WIDTH) -> np.ndarray:
+    """The drift plot of ``result`` as an RGB array ``width`` pixels wide (drawn to a PNG by
+    :func:`plot_drift`, then scaled to fit a dock)."""
     from PIL import Image
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "drift.png"
         plot_drift(path, result, title=f"reference {result.settings.get('reference')}")
         with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
+            height = round(im.height * width / im.width)
+            return np.asarray(im.convert("RGB").resize((width, height), Image.LANCZOS))
 
 
 def field_vectors(result, axes: str, shape) -> np.ndarray:
@@ -61,6 +67,14 @@ def field_vectors(result, axes: str, shape) -> np.ndarray:
     return np.stack([pos[keep], vec[keep]], axis=1)
 
 
+def _pixmap(rgb: np.ndarray):
+    from qtpy.QtGui import QImage, QPixmap
+
+    rgb = np.ascontiguousarray(rgb)
+    h, w, _ = rgb.shape
+    return QPixmap.fromImage(QImage(rgb.data, w, h, 3 * w, QImage.Format_RGB888).copy())
+
+
 class ResultsPanel(widgets.Container):
     """The table, its buttons, the plot and the low-confidence list of the last run.
 
@@ -74,12 +88,16 @@ class ResultsPanel(widgets.Container):
         self.table = widgets.Table(columns=list(COLUMNS))
         self.copy = widgets.PushButton(text="Copy table")
         self.save = widgets.PushButton(text="Save table…")
-        self.plot = widgets.Image(value=np.full((2, 2, 3), 255, np.uint8))
-        self.low = widgets.Select(choices=[], label="low confidence")
+        self.plot = widgets.Label(value="")  # (its QLabel shows the plot's pixmap)
+        self.plot_image = None
+        self.low = widgets.Select(choices=[], tooltip="low-confidence frames: click to go there")
+        self.low_label = widgets.Label(value="low-confidence frames (click: go there)")
         self.summary = widgets.Label(value="")
+        self.table.min_height, self.table.max_height, self.low.max_height = 200, 260, 90
         buttons = widgets.Container(widgets=[self.copy, self.save], layout="horizontal",
                                     labels=False)
-        super().__init__(widgets=[self.summary, self.table, buttons, self.plot, self.low],
+        super().__init__(widgets=[self.summary, self.table, buttons, self.plot,
+                                  self.low_label, self.low],
                          labels=False)
         self.result, self._jump = None, jump
         self.copy.changed.connect(self.copy_table)
@@ -92,7 +110,8 @@ class ResultsPanel(widgets.Container):
         rows = result.frame_records()
         self.table.value = {"data": [[r[c] for c in COLUMNS] for r in rows],  # (split form)
                             "index": list(range(len(rows))), "columns": list(COLUMNS)}
-        self.plot.value = drift_image(result)
+        self.plot_image = drift_image(result)
+        self.plot.native.setPixmap(_pixmap(self.plot_image))
         flagged = np.flatnonzero(result.low_confidence).tolist()
         self.low.choices = [(f"frame {i}", i) for i in flagged]
         s = result.summary()
