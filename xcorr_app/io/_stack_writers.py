@@ -175,9 +175,12 @@ class ZarrStackWriter(_Writer):
                                            else [1.0, 1.0])
         chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
         with _os_errors(self.path):
-            root = zarr.open_group(str(self._tmp), mode="w", zarr_format=2)
-            self._store = root.create_array("0", shape=self.shape, chunks=chunks,
-                                            dtype=self.dtype, fill_value=0)
+            v3 = int(zarr.__version__.split(".")[0]) >= 3  # (zarr 2 on Python 3.10)
+            root = zarr.open_group(str(self._tmp), mode="w", **({"zarr_format": 2} if v3
+                                                                   else {}))
+            create = root.create_array if v3 else root.create_dataset
+            self._store = create("0", shape=self.shape, chunks=chunks, dtype=self.dtype,
+                                 fill_value=0)
             attrs = {"multiscales": [{"version": "0.4", "name": self.path.name, "axes": axes,
                                       "datasets": [{"path": "0", "coordinateTransformations": [
                                           {"type": "scale", "scale": scale}]}]}]}
