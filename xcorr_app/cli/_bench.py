@@ -120,9 +120,14 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
                    "frames on the GPU) against a per-patch CuPy FFT loop and the rigid-only "
                    "path, with the field error against the synthetic truth; 4096 frames of "
                    "512x512 by default.")
+@click.option("--floor", is_flag=True,
+              help="Rigid align in process against the hardware's floor: the pinned copy (a "
+                   "NumPy stack) and the batched FFT correlation (a CuPy stack), each align "
+                   "row's share of its floor; 128 and 1024 frames of 512, 1024 and 2048 px "
+                   "square by default (--frames and --size pick one).")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
-                    device, patches, force):
+                    device, patches, floor, force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -132,6 +137,15 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     skimage.registration.phase_cross_correlation; prints frames/s, GB/s, the share of the read
     throughput, the ratio to the per-pair loop and the RMS error against the known drift.
     """
+    if floor:
+        from ..bench import align_floor_bench, parse_size
+
+        side = None if size is None else [parse_size(size)[0]]
+        status = align_floor_bench(frames=None if frames is None else [frames], sides=side,
+                                   repeat=max(repeat, 3), echo=click.echo, json_path=json_path)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
     from ..bench import align_bench
 
     status = align_bench(quick=quick, frames=frames, size=size, workdir=workdir, keep=keep,

@@ -1,0 +1,148 @@
+"""``xcorr bench align --floor``: the rigid default run against the hardware's floor, in process.
+
+For stacks of uint16 frames already in memory (the drifting scene of
+:class:`~xcorr_app.bench._align_data.SyntheticStack`), measured in one run on one GPU:
+
+* **pinned copy** (the floor of a NumPy stack): the stack copied chunk by chunk from page-locked
+  host memory to the device, CUDA events; everything else can overlap with it;
+* **batched FFT correlation** (the floor of a CuPy stack): every chunk converted to float32,
+  ``rfft2``, multiplied by the reference's conjugate spectrum, ``irfft2``, cuFFT plans made once
+  (warm), CUDA events;
+* **xcorr_app.align** with the defaults (FFT verification on), from NumPy and from CuPy, and
+  ``max_shift=16`` from NumPy: wall clock, warm, the median of ``repeat`` runs;
+
+and each align row's share of its floor (frames/s over the floor's frames/s).
+
+Run it as ``xcorr bench align --floor [--frames N[,N...]] [--size H[,H...]] [--repeat K]``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+#: the default stacks: frames and square frame sides
+FLOOR_FRAMES = (128, 1024)
+FLOOR_SIDES = (512, 1024, 2048)
+#: frames per chunk of the floors (the run's own chunking is its own)
+FLOOR_CHUNK = 64
+
+
+def _events_seconds(cp, work, repeat):
+    """The median over ``repeat`` of ``work()``'s GPU time between two CUDA events (one
+    untimed warm-up first)."""
+    work()
+    times = []
+    for _ in range(repeat):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        work()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    return float(np.median(times))
+
+
+def pinned_copy_seconds(stack, repeat=5):
+    """Seconds to copy ``stack`` (host, uint16) to the device from page-locked memory, a chunk
+    of :data:`FLOOR_CHUNK` frames at a time (one device buffer a chunk, as a run uploads)."""
+    import cupy as cp
+
+    pinned = cp.cuda.alloc_pinned_memory(stack.nbytes)
+    host = np.frombuffer(pinned, stack.dtype, stack.size).reshape(stack.shape)
+    host[...] = stack
+    dev = cp.empty((FLOOR_CHUNK, *stack.shape[1:]), stack.dtype)
+
+    def work():
+        for a in range(0, len(stack), FLOOR_CHUNK):
+            part = host[a:a + FLOOR_CHUNK]
+            dev[:len(part)].set(part)
+
+    return _events_seconds(cp, work, repeat)
+
+
+def fft_correlation_seconds(stack_gpu, repeat=5):
+    """Seconds of the batched FFT correlation of a device stack against its first frame, a
+    chunk of :data:`FLOOR_CHUNK` frames at a time (cuFFT plans made by the warm-up)."""
+    import cupy as cp
+
+    ref = cp.fft.rfft2(stack_gpu[0].astype(cp.float32)).conj()
+
+    def work():
+        for a in range(0, len(stack_gpu), FLOOR_CHUNK):
+            f = stack_gpu[a:a + FLOOR_CHUNK].astype(cp.float32)
+            cp.fft.irfft2(cp.fft.rfft2(f) * ref, s=f.shape[-2:])
+
+    return _events_seconds(cp, work, repeat)
+
+
+def _wall(fn, repeat):
+    fn()  # warm: kernels, plans, the planner
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def floor_rows(frames=FLOOR_FRAMES, sides=FLOOR_SIDES, repeat=3, echo=print) -> list:
+    """The rows of every stack: dicts of ``stack``, ``row``, ``seconds``, ``fps`` and ``share``
+    (of the row's floor; None for the floors)."""
+    import cupy as cp
+
+    from ..alignment import align
+    from ._align_data import SyntheticStack
+
+    rows = []
+    for side in sides:
+        for n in frames:
+            stack = SyntheticStack(n, (side, side), seed=55).frames(0, n, workers=4)
+            label = f"{n}x{side}x{side}"
+            copy = pinned_copy_seconds(stack, max(repeat, 5))
+            gpu = cp.asarray(stack)
+            fft = fft_correlation_seconds(gpu, max(repeat, 5))
+            measured = {
+                "pinned copy (NumPy floor)": (copy, None),
+                "batched FFT correlation (CuPy floor)": (fft, None),
+                "align from NumPy": (_wall(lambda: align(stack, device="gpu"), repeat), copy),
+                "align from CuPy": (_wall(lambda: align(gpu, device="gpu"), repeat), fft),
+                "align max_shift=16 from NumPy":
+                    (_wall(lambda: align(stack, device="gpu", max_shift=16), repeat), copy),
+            }
+            for name, (seconds, floor) in measured.items():
+                row = {"stack": label, "row": name, "seconds": seconds, "fps": n / seconds,
+                       "share": None if floor is None else floor / seconds}
+                rows.append(row)
+                echo(format_floor_row(row))
+            del gpu
+            cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def format_floor_row(row) -> str:
+    share = "" if row["share"] is None else f"{100 * row['share']:5.1f}% of its floor"
+    return (f"| {row['stack']} | {row['row']} | {row['seconds'] * 1e3:9.2f} ms | "
+            f"{row['fps']:10.0f} frames/s | {share} |")
+
+
+def floor_main(frames=None, sides=None, repeat=3, echo=print, json_path=None) -> int:
+    """``xcorr bench align --floor``: print the table (and write it as JSON); 0.  Without a
+    usable GPU an :class:`~xcorr_app.errors.XcorrError` says why."""
+    from .. import backend
+    from ..errors import XcorrError
+
+    if not backend.gpu_available():
+        raise XcorrError(f"xcorr bench align --floor needs a GPU "
+                         f"({backend.gpu_unavailable_reason()})")
+    echo("| stack | row | time | rate | share |")
+    echo("| --- | --- | --- | --- | --- |")
+    rows = floor_rows(frames or FLOOR_FRAMES, sides or FLOOR_SIDES, repeat, echo)
+    if json_path is not None:
+        import json
+
+        from ..io import write_text
+
+        write_text(json_path, json.dumps(rows, indent=1) + "\n")
+    return 0
