@@ -34,3 +34,20 @@ def test_default_axes():
     assert [default_axes(n) for n in (3, 4, 5)] == ["TYX", "TCYX", "TZCYX"]
     with pytest.raises(ValueError):
         default_axes(2)
+
+
+def test_a_run_into_a_tiff_writes_every_layer_beside_it_and_maps_them(tmp_path):
+    from xcorr_app.napari import Job, run_job
+
+    rng = np.random.default_rng(3)
+    data = rng.random((4, 24, 28)).astype(np.float32)
+    other = rng.random((2, 4, 24, 28)).astype(np.float32)  # C T Y X
+    job = Job(data=data, axes="TYX", options={"device": "cpu", "max_shift": 4},
+              apply_to={"other": (other, "CTYX")}, name="main")
+    in_memory = run_job(job).aligned
+    job.out_path = tmp_path / "a.tif"
+    on_disk = run_job(job).aligned
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tif", "a_other.tif"]
+    for name in ("main", "other"):
+        assert isinstance(on_disk[name], np.memmap)
+        np.testing.assert_array_equal(on_disk[name], in_memory[name])
