@@ -66,7 +66,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
         choices = auto_notes(opts, why)
         executor.start(opts, src, out)  # the device, the chunk, the plan
         check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
-        table, opts, more = measure_passes(opts, src, executor, progress)
+        table, opts, more, image = measure_passes(opts, src, executor, progress)
         settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
                     "notes": list(src.notes), "prefilter_auto": why,
                     "lucas_kanade": opts.lucas_kanade, "options": opts.settings(),
@@ -82,7 +82,9 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
         if out is not None and not filled:
             executor.fill_out(res, out)
         if opts.quality:  # (the frames read again: the report trusts no shift it checks)
-            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape)
+            if image is None:  # ("previous": shifts relative to the first frame)
+                image = executor.xp.asarray(src.read(0, 1)[0])
+            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image)
         res.notes += executor.notes
     executor.finish()
     return res
@@ -90,7 +92,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
 
 def measure_passes(opts, src, executor, progress=None):
     """The result table of every frame, the options the last pass measured with (``boundary``
-    and ``lucas_kanade`` decided) and the notes of those decisions.
+    and ``lucas_kanade`` decided), the notes of those decisions and the image the last pass
+    measured against (``None`` for ``previous``).
 
     The first pass measures against the reference (``first`` where template passes follow).
     ``boundary="auto"`` is decided after it (:func:`~._template.periodic_frames`): periodic
@@ -148,7 +151,7 @@ def measure_passes(opts, src, executor, progress=None):
                      f"linear (they do not wrap around), where subpixel {opts.subpixel} does "
                      "not upsample")
     run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
-    return (relative_to_first(table) if passes else table), run, notes
+    return (relative_to_first(table) if passes else table), run, notes, image
 
 
 def measure_pass(run, reference, executor, hook=None, progress=None):
