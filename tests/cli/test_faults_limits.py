@@ -158,3 +158,19 @@ def test_the_api_refuses_them_before_a_frame_is_read(inputs, kwargs, match):
     with pytest.raises(InputError, match=match):
         align(inputs / "huge.tif", device="cpu", **kwargs)
     assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(max_shift=10**9), r"max_shift 1000000000 reaches past frames of 32x32"),
+    (dict(subpixel="upsample", upsample=10**6), r"upsample must be a whole number from 1 to 100"),
+    (dict(upsample=0), r"upsample must be a whole number from 1 to 100"),
+])
+def test_estimate_shifts_checks_as_align_does(rng, kwargs, match):
+    """estimate_shifts takes no AlignOptions: ``max_shift=10**9`` asked for 14.9 GiB and
+    ``upsample=10**6`` for 4.3 GiB (the process was killed)."""
+    from xcorr_app.alignment import estimate_shifts
+    from xcorr_app.errors import InputError
+
+    frames = rng.random((2, 32, 32)).astype(np.float32)
+    with pytest.raises(InputError, match=match):
+        estimate_shifts(frames[0], frames[1:], device="cpu", **kwargs)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import backend
 from ..correlate import normalize_max_shift
 from ..errors import InputError
+from ..streaming import check_bound
 from ._executors import InProcess, OnGpus
 from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_choices, check_frame_shape,
                        check_pixel_type, options_signature, prefilter_for)
@@ -76,6 +77,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     """
     xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
     max_shift = normalize_max_shift(max_shift)
+    upsample = AlignOptions(subpixel="upsample", upsample=upsample).upsample  # (align's check)
     check_choices(normalization, subpixel)
     pre = prefilter_for(prefilter, normalization)
     mov = xp.asarray(frames)
@@ -90,6 +92,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     check_pixel_type(mov.dtype, "frames")
     check_pixel_type(ref.dtype, "the reference")
     check_frame_shape(mov.shape[1:])
+    check_bound(mov.shape[1:], max_shift)  # (before its surface is sized)
     win = make_window(window, mov.shape[1:], xp)
     p = prepare(mov, xp, pre, win)
     rp = prepare(ref if ref.ndim == 3 else ref[None], xp, pre, win)
