@@ -37,10 +37,10 @@ __all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "E
 
 #: the optional libraries of each format: format -> (module, extra of pyproject.toml, name)
 EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
-          "nwb": ("h5py", "nwb", "NWB")}
+          "nwb": ("h5py", "nwb", "NWB"), "czi": ("pylibCZIrw.czi", "czi", "Zeiss CZI")}
 
 #: formats recognised but not read yet: format -> name
-UNREAD = {"nd2": "Nikon ND2", "czi": "Zeiss CZI"}
+UNREAD = {"nd2": "Nikon ND2"}
 
 #: file name endings of each format (a folder holding Zarr metadata is Zarr whatever its name)
 SUFFIXES = {"zarr": (".zarr",), "hdf5": (".h5", ".hdf5", ".hdf", ".he5"), "nwb": (".nwb",),
@@ -109,7 +109,8 @@ def need(fmt: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise InputError(f"reading {name} files needs the {module} package: pip install "
+        package = module.split(".")[0]
+        raise InputError(f"reading {name} files needs the {package} package: pip install "
                          f"'xcorr-app[{extra}]'") from None
 
 

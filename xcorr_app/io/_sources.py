@@ -2,9 +2,9 @@
 
 Examples
 --------
->>> open_format("czi", Path("scan.czi"), None, None, None)
+>>> open_format("nd2", Path("scan.nd2"), None, None, None)
 Traceback (most recent call last):
-xcorr_app.errors.InputError: scan.czi: Zeiss CZI files are not read by this version of xcorr; convert the file to OME-TIFF, OME-Zarr or HDF5 (e.g. with Fiji or bioformats2raw)
+xcorr_app.errors.InputError: scan.nd2: Nikon ND2 files are not read by this version of xcorr; convert the file to OME-TIFF, OME-Zarr or HDF5 (e.g. with Fiji or bioformats2raw)
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def open_format(fmt: str, file: Path, dataset, channel, z):
         from ._hdf5 import open_nwb
 
         return open_nwb(file, dataset, channel, z)
+    if fmt == "czi":
+        from ._czi import open_czi
+
+        return open_czi(file, dataset, channel, z)
     raise InputError(f"{file}: {UNREAD[fmt]} files are not read by this version of xcorr; "
                      "convert the file to OME-TIFF, OME-Zarr or HDF5 (e.g. with Fiji or "
                      "bioformats2raw)")
