@@ -8,7 +8,7 @@ import tifffile
 
 from xcorr_app.io import as_dtype, describe, open_stack
 
-from cli_helpers import assert_clean_error, xcorr
+from cli_helpers import assert_clean_error, digest, xcorr
 from synthetic import drift_stack
 
 zarr = pytest.importorskip("zarr")
@@ -47,7 +47,9 @@ def run(source, out, *args):
 @pytest.mark.parametrize("fmt, name", [("ome-zarr", "aligned.ome.zarr"), ("hdf5", "aligned.h5")])
 def test_each_format_reads_back_equal_with_metadata(tmp_path, source, fmt, name):
     path, want = source
+    before = digest(path)
     run(path, tmp_path / "o", "--out-format", fmt)
+    assert digest(path) == before  # the input store is only read
     out = tmp_path / "o" / name
     with open_stack(out) as src:
         assert src.dtype == np.float32 and src.chunks[1:] == (40, 48)
