@@ -174,3 +174,16 @@ def test_estimate_shifts_checks_as_align_does(rng, kwargs, match):
     frames = rng.random((2, 32, 32)).astype(np.float32)
     with pytest.raises(InputError, match=match):
         estimate_shifts(frames[0], frames[1:], device="cpu", **kwargs)
+
+
+def test_phase_cross_correlation_refuses_a_region_no_memory_holds(rng):
+    """``upsample_factor=10**6`` asked for terabytes (scikit-image's signature takes any
+    factor: one the memory holds still runs)."""
+    from xcorr_app import phase_cross_correlation
+    from xcorr_app.errors import InputError
+
+    img = rng.random((32, 32))
+    with pytest.raises(InputError, match=r"upsample_factor 1e\+06 needs an upsampled region of "
+                                         r"1500000x1500000"):
+        phase_cross_correlation(img, img, upsample_factor=10**6)
+    assert phase_cross_correlation(img, img, upsample_factor=20)[0].tolist() == [0.0, 0.0]

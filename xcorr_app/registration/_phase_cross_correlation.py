@@ -31,6 +31,7 @@ import numpy as np
 
 from ..backend import array_module_of, to_numpy, to_xp
 from ..errors import InputError
+from ..streaming import host_free_bytes, human
 from ._fft_register import NORMALIZATIONS, refine_peak, signed_shifts, upsampled_dft, whiten
 from ._peaks import peak_index
 
@@ -83,6 +84,19 @@ def _disambiguate_shift(reference, moving, shift, xp):
         return shift
     return np.array([p if sl.stop is None else p - n
                      for sl, p, n in zip(best, positive, reference.shape)])
+
+
+def _check_region(u, shape):
+    """:class:`InputError` where the upsampled region of ``upsample_factor`` ``u`` (its DFT
+    matrices and the region, complex128, with a temporary each) does not fit the memory left
+    (``10**6`` asked for terabytes until the process was killed)."""
+    side = int(np.ceil(1.5 * u))
+    need = 32 * (side * side + side * sum(shape))
+    free = host_free_bytes()
+    if u > 1 and free is not None and need > free:
+        raise InputError(f"upsample_factor {u:g} needs an upsampled region of {side}x{side} "
+                         f"({human(need)} with its DFT matrices), and {human(free)} is "
+                         "available; use a smaller upsample_factor")
 
 
 def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1, space="real",
@@ -162,6 +176,7 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     if reference.ndim != 2 or reference.shape != moving.shape:
         raise InputError(f"phase_cross_correlation needs two 2-D images of the same shape, got "
                          f"{reference.shape} and {moving.shape}")
+    _check_region(u, reference.shape)
 
     src_freq, target_freq = _spectrum(reference, space, xp), _spectrum(moving, space, xp)
     # scikit-image's own operations, in its order (full scipy.fft spectra, circular): the
