@@ -187,3 +187,14 @@ def test_phase_cross_correlation_refuses_a_region_no_memory_holds(rng):
                                          r"1500000x1500000"):
         phase_cross_correlation(img, img, upsample_factor=10**6)
     assert phase_cross_correlation(img, img, upsample_factor=20)[0].tolist() == [0.0, 0.0]
+
+
+def test_conv2d_refuses_a_padding_no_memory_holds(rng):
+    from xcorr_app import conv2d
+    from xcorr_app.errors import InputError
+
+    x = rng.random((1, 1, 8, 8)).astype(np.float32)
+    with pytest.raises(InputError, match=r"padding \(1000000000, 1000000000\) makes a "
+                                         r"2000000008x2000000008 padded input"):
+        conv2d(x, np.ones((1, 1, 3, 3), np.float32), padding=10**9)
+    assert conv2d(x, np.ones((1, 1, 3, 3), np.float32), padding=4).shape == (1, 1, 14, 14)

@@ -106,5 +106,21 @@ def output_shape(x_shape, w_shape, stride, padding) -> tuple:
     if ho < 1 or wo < 1:
         raise InputError(f"a {w_shape[2]}x{w_shape[3]} filter does not fit a {x_shape[2]}x"
                          f"{x_shape[3]} image with padding {(py, px)}")
+    _check_memory(x_shape, w_shape, (py, px), (ho, wo))
     return ho, wo
+
+
+def _check_memory(x_shape, w_shape, padding, out_hw):
+    """:class:`InputError` where the padded input and the output (float32) do not fit the
+    memory left (``padding=10**9`` made NumPy refuse an array of 10**18 pixels)."""
+    from ..streaming import host_free_bytes, human
+
+    n, c, h, w = (int(v) for v in x_shape)
+    padded = n * c * (h + 2 * padding[0]) * (w + 2 * padding[1])
+    need = 4 * (padded + n * int(w_shape[0]) * out_hw[0] * out_hw[1])
+    free = host_free_bytes()
+    if free is not None and need > free:
+        raise InputError(f"padding {tuple(padding)} makes a {h + 2 * padding[0]}x"
+                         f"{w + 2 * padding[1]} padded input and a {out_hw[0]}x{out_hw[1]} "
+                         f"output ({human(need)} in all), and {human(free)} is available")
 
