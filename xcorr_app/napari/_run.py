@@ -99,10 +99,10 @@ class Watch:
             self.report(self.done, self.total)
 
 
-def _measure(job, stack, watch):
+def _measure(job, stack, watch, out=None):
     options = dict(job.options)
     if not is_lazy(stack):
-        return align(np.asarray(stack), progress=watch, **options)
+        return align(np.asarray(stack), progress=watch, out=out, **options)
     from dask.callbacks import Callback
 
     from ..dask import align as dask_align
@@ -226,7 +226,8 @@ def warp_layers(result, targets: dict, out_path=None, watch=None, main=None) -> 
 
 def run_job(job: Job, report=None, cancel: threading.Event | None = None) -> Output:
     """Measure ``job``'s stack, then warp its layer and ``job.apply_to``
-    (:func:`warp_layers`).
+    (:func:`warp_layers`); a ``TYX`` layer in memory is warped by the run itself
+    (:func:`xcorr_app.align`'s ``out``: each chunk while it is on the device).
 
     Parameters
     ----------
@@ -244,9 +245,15 @@ def run_job(job: Job, report=None, cancel: threading.Event | None = None) -> Out
     axes = check_axes(job.axes, job.data.shape)
     n = job.data.shape[axes.index("T")]
     targets = check_targets({job.name: (job.data, axes), **job.apply_to}, n, job.out_path)
+    out = None
+    if axes == "TYX" and job.out_path is None and not is_lazy(job.data) \
+            and job.options.get("gpus") is None:  # the run warps the stack while it has it
+        out = np.empty(job.data.shape, np.float32)
+        del targets[job.name]
     watch = Watch(n + frames_of(targets), report, cancel)
-    result = _measure(job, measure_stack(job.data, axes, job.channel, job.plane), watch)
-    return Output(result, warp_layers(result, targets, job.out_path, watch, main=job.name))
+    result = _measure(job, measure_stack(job.data, axes, job.channel, job.plane), watch, out)
+    aligned = warp_layers(result, targets, job.out_path, watch, main=job.name)
+    return Output(result, aligned if out is None else {job.name: out, **aligned})
 
 
 @dataclasses.dataclass
