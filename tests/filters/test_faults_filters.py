@@ -126,3 +126,20 @@ def test_a_gabor_bank_of_too_many_orientations_is_refused(spec):
     with pytest.raises(InputError, match="orientations must be a whole number from 1 to 64"):
         bank_weights(spec, channels=1)
     assert bank_weights("gabor:2,64", channels=1).shape[0] == 64
+
+
+def test_the_gpu_filters_without_cupy_say_what_to_install():
+    """separable_correlate and reuse_correlate imported CuPy bare: a raw ModuleNotFoundError."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is importable here")
+    from xcorr_app.filters import reuse_correlate, separable_correlate
+
+    img = np.ones((8, 8), np.float32)
+    for call in (lambda: separable_correlate(img, np.ones(3), np.ones(3)),
+                 lambda: reuse_correlate(img, np.ones((3, 3)))):
+        with pytest.raises(InputError, match="pip install cupy"):
+            call()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._cuda import KernelFamily, kept_on_device
+from ..backend import xp_for
 from ..errors import InputError
 from ._modes import MODE_IDS
 
@@ -180,7 +181,7 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     cupy.ndarray
         float32, the shape of ``stack``.
     """
-    import cupy as cp
+    cp = xp_for("gpu")  # (without CuPy: an InputError saying what to install)
 
     w = np.asarray(weights, dtype=np.float32)
     fh, fw = w.shape

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._cuda import KernelFamily, kept_on_device
+from ..backend import xp_for
 from ..errors import InputError
 from ._modes import MODE_IDS
 
@@ -66,7 +67,7 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
     cupy.ndarray
         float32, the stack's shape.
     """
-    import cupy as cp
+    cp = xp_for("gpu")  # (without CuPy: an InputError saying what to install)
 
     x = cp.ascontiguousarray(stack)
     frames = x if x.ndim == 3 else x[None]
