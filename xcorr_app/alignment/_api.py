@@ -124,7 +124,10 @@ def align(stack_or_path, reference=None, *, out=None, progress=None, **options):
     ----------
     stack_or_path : ndarray (N, H, W), sequence of (H, W) ndarrays, str or Path
         A stack in memory (NumPy or CuPy; a list or tuple of equal-shape 2-D arrays is stacked)
-        or a TIFF file / folder of TIFFs (streamed).  Frames of at least 4x4 pixels, of the
+        or a file or folder streamed chunk by chunk: TIFF (a file or a folder; OME-TIFF and
+        ImageJ axes), Zarr / OME-Zarr, HDF5 (``FILE.h5:/dataset``), NWB, CZI, with
+        ``?z=K`` for one plane of a volume (docs/cli.md: the formats and their extras).
+        Frames of at least 4x4 pixels, of the
         pixel types the TIFF reader reads (uint8, uint16, int16, float16, float32, float64;
         int64, uint32, bool and others are an :class:`~xcorr_app.errors.InputError`, as for
         files).  A frame that is constant or has NaN or Inf pixels gets NaN shifts and is
