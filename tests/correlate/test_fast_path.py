@@ -7,6 +7,7 @@ import pytest
 from xcorr_app import cross_correlate
 from xcorr_app.correlate import _api, clear_plan_cache, correlation_plan
 from xcorr_app.correlate import _plan_cache as plan_cache
+from xcorr_app.correlate._plans import Plan
 from xcorr_app.errors import InputError
 
 RNG = np.random.default_rng(3)
@@ -54,6 +55,16 @@ def test_other_arguments_take_the_checked_path(monkeypatch, change):
     np.testing.assert_array_equal(cross_correlate(**kw), want)
 
 
+def test_a_plan_object_as_method_is_kept_by_identity(monkeypatch):
+    method = Plan.parse("fft")
+    want = cross_correlate(A, B, max_shift=3, method=method, device="cpu")
+    np.testing.assert_array_equal(  # an equal object: the checked path, the same plan
+        cross_correlate(A, B, max_shift=3, method=Plan.parse("fft"), device="cpu"), want)
+    _no_checks(monkeypatch)
+    np.testing.assert_array_equal(cross_correlate(A, B, max_shift=3, method=method,
+                                                  device="cpu"), want)
+
+
 def _error(**kw):
     with pytest.raises(ValueError) as excinfo:
         cross_correlate(**kw)
@@ -90,7 +101,7 @@ def test_the_table_is_bounded_and_cleared(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_fast_path_matches_the_plan_and_its_errors():
+def test_gpu_fast_path_matches_the_plan_and_its_errors(monkeypatch):
     cp = pytest.importorskip("cupy")
     left, right = cp.asarray(A), cp.asarray(B)
     plan = correlation_plan(A.shape, B.shape, max_shift=3, device="gpu")
@@ -100,7 +111,7 @@ def test_gpu_fast_path_matches_the_plan_and_its_errors():
         assert isinstance(got, cp.ndarray)
         np.testing.assert_array_equal(cp.asnumpy(got), want)
     key = plan_cache.call_key(left, right, "one_to_one", 3, "auto", "auto")
-    assert plan_cache.remembered(key)[1]  # the plan's own call runs these arrays
+    assert plan_cache.remembered(key).fast  # the compiled call runs these arrays
     wide = cp.asarray(np.pad(A, ((0, 0), (0, 4))))[:, :10]  # not C-contiguous: converted
     np.testing.assert_array_equal(cp.asnumpy(cross_correlate(wide, right, max_shift=3)), want)
     out = cp.empty(plan.out_shape, cp.float32)
@@ -109,3 +120,8 @@ def test_gpu_fast_path_matches_the_plan_and_its_errors():
     with pytest.raises(InputError):
         cross_correlate(left, right, max_shift=3, out=cp.empty((2, 2), cp.float32))
     np.testing.assert_array_equal(cross_correlate(A, B, max_shift=3, device="gpu"), want)
+    monkeypatch.setenv("XCORR_PLANNER", "rules")  # another planner: planned again
+    assert plan_cache.kept_call(left, right, "one_to_one", 3, "auto", "auto", None)[0] \
+        is NotImplemented
+    again = cp.asnumpy(cross_correlate(left, right, max_shift=3))  # (its kernel may differ)
+    np.testing.assert_allclose(again, want, rtol=1e-5, atol=1e-5)

@@ -18,7 +18,7 @@ import numpy as np
 from ..backend import compute_device, like_input, to_xp, xp_for
 from ..errors import InputError
 from ._plan_arguments import check_method_device, choose_method
-from ._plan_cache import cached_plan, call_key, remember, remembered
+from ._plan_cache import cached_plan, kept_call, remember
 from ._forms import form_layout
 from ._plans import METHODS, Plan
 from ._shifts import check_max_shift, normalize_max_shift
@@ -60,15 +60,9 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
         (a ``ValueError``) for an unknown form or method, shapes that do not fit the form, a bad
         ``max_shift`` (or one beyond the frames), or inputs that are not real numbers.
     """
-    try:  # a repeated call: the plan kept for these arguments, their checks passed before
-        key = call_key(left, right, form, max_shift, method, device)
-        kept = remembered(key)
-    except (AttributeError, TypeError):  # not arrays, or an unhashable argument
-        key = kept = None
-    if kept is not None:
-        got = _run_kept(*kept, left, right, out)
-        if got is not NotImplemented:
-            return got
+    got, key = kept_call(left, right, form, max_shift, method, device, out)
+    if got is not NotImplemented:  # a repeated call: the plan kept for these arguments
+        return got
     lay = form_layout(form, np.shape(left), np.shape(right))
     for name, a in (("left", left), ("right", right)):
         kind = getattr(getattr(a, "dtype", None), "kind", None) or np.asarray(a).dtype.kind
@@ -87,18 +81,6 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     cplan = cached_plan(lay, bound, dev, plan, L, R)
     res = cplan.execute(L, R, out=out)
     if key is not None:
-        remember(key, cplan, left, right)
+        remember(key, cplan, left, right, method)
     return like_input(res, left, right)
 
-
-def _run_kept(plan, direct, left, right, out):
-    """The fast path's run of a kept plan: what the checked path runs for these arguments, or
-    ``NotImplemented`` where the plan's own call refuses the arrays (the checked path then
-    converts them, or says what is wrong)."""
-    if direct:  # CuPy float32 arrays: the plan's call (its checks, then straight to the driver)
-        try:
-            return plan._call(left, right, out)
-        except InputError:
-            return NotImplemented
-    xp = plan._cp if plan.device == "gpu" else np
-    return like_input(plan.execute(to_xp(left, xp), to_xp(right, xp), out=out), left, right)

@@ -1,7 +1,7 @@
 """The plans :func:`xcorr_app.cross_correlate` keeps: a small LRU cache of
 :class:`~xcorr_app.correlate._correlation_plan.CorrelationPlan` keyed by the problem, so that
 a repeated problem skips the planner, the layout and the kernel's configuration; and in front
-of it, the fast path's table (:func:`call_key`, :func:`remembered`, :func:`remember`): the
+of it, the fast path's table (:func:`kept_call`, :func:`remember`): the
 plans of the last calls keyed by the arguments as given (array types, shapes, dtypes, form,
 shift range, method, device), so that a repeated call skips the argument checks too.
 
@@ -17,23 +17,28 @@ True
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from .._config import PLANNER, TUNE
 from .._config import get as config_value
-from ..backend import is_cupy_array
+from ..backend import is_cupy_array, like_input, to_xp
+from ..errors import InputError
 from ._correlation_plan import CorrelationPlan
 
 __all__ = ["cached_plan", "clear_plan_cache", "cache_size", "PLAN_CACHE_SIZE", "call_key",
-           "remembered", "remember"]
+           "kept_call", "remembered", "remember"]
 
 #: plans :func:`xcorr_app.cross_correlate` keeps (least recently used dropped first)
 PLAN_CACHE_SIZE = 64
 
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_LOCK = threading.Lock()
-#: call key -> (plan, direct, planner settings or None): the fast path's table
+#: call key -> (plan, its run, the planner's settings or None, the method argument): the fast
+#: path's table
 _CALLS: dict = {}
 
 
@@ -72,43 +77,102 @@ def _settings():
     return config_value(PLANNER), config_value(TUNE)
 
 
+# the settings' raw values as the fast path compares them: os.environ's own table where it
+# has one (os.environ.get of an unset name costs a microsecond, a KeyError raised and caught)
+_ENV_TABLE = getattr(os.environ, "_data", None)
+_ENV_KEYS = tuple(os.environ.encodekey(n) for n in (PLANNER, TUNE)) \
+    if _ENV_TABLE is not None and hasattr(os.environ, "encodekey") else None
+
+
+def _raw_settings():
+    if _ENV_KEYS is None:
+        return _settings()
+    get = _ENV_TABLE.get
+    return get(_ENV_KEYS[0]), get(_ENV_KEYS[1])
+
+
 def call_key(left, right, form, max_shift, method, device):
     """The fast path's key of a :func:`xcorr_app.cross_correlate` call: its arguments as given
-    (the inputs by array type, shape and dtype); raises AttributeError for inputs without a
+    (the inputs by array type, shape and dtype; a method that is not a string by identity: its
+    entry holds it, so the identity stays its own); raises AttributeError for inputs without a
     shape or dtype and TypeError for an unhashable argument (the checked path takes those)."""
-    key = (form, max_shift, method, device, type(left), left.shape, left.dtype, type(right),
-           right.shape, right.dtype)
+    key = (form, max_shift, method if type(method) is str else id(method), device,
+           type(left), left.shape, left.dtype, type(right), right.shape, right.dtype)
     hash(key)
     return key
 
 
-def remembered(key):
-    """``(plan, direct)`` kept for ``key`` by :func:`remember`, or ``None``: none kept, or
-    the current CUDA device or the planner's settings differ from the plan's (the checked
-    path then finds or makes the right plan).  ``direct``: the plan's own call runs these
-    inputs (CuPy float32, a kernel plan)."""
-    found = _CALLS.get(key)
+def kept_call(left, right, form, max_shift, method, device, out):
+    """``(result, key)`` of a :func:`xcorr_app.cross_correlate` call run by the plan kept for
+    its key (:func:`remember`), or ``(NotImplemented, key)``: nothing kept (``key`` None where
+    the call has none: :func:`call_key`), the current CUDA device or the planner's settings
+    differ from the plan's, or the plan's own call refused the arrays; the checked path then
+    runs the call (and says what is wrong, if anything)."""
+    try:
+        key = (form, max_shift, method if type(method) is str else id(method), device,
+               type(left), left.shape, left.dtype, type(right), right.shape, right.dtype)
+        found = _CALLS.get(key)
+    except (AttributeError, TypeError):  # not arrays, or an unhashable argument
+        return NotImplemented, None
     if found is None:
-        return None
-    plan, direct, settings = found
-    if plan.device_id is not None and plan._cp.cuda.runtime.getDevice() != plan.device_id:
-        return None
-    if settings is not None and settings != _settings():
-        return None
-    return plan, direct
+        return NotImplemented, key
+    run, settings = found[1], found[2]
+    if settings is not None and settings != _raw_settings():
+        return NotImplemented, key
+    return run(left, right, out), key
 
 
-def remember(key, plan, left, right) -> None:
-    """Keep ``plan`` for the calls of ``key`` (its arrays ``left`` and ``right`` as given) in
-    the fast path's table (the last :data:`PLAN_CACHE_SIZE` keys)."""
-    direct = bool(plan.fast and is_cupy_array(left) and is_cupy_array(right)
-                  and right.dtype == plan.dtype)
-    settings = _settings() if plan._auto and plan.device == "gpu" else None
+def remembered(key):
+    """The plan kept for ``key`` by :func:`remember`, or ``None``."""
+    found = _CALLS.get(key)
+    return None if found is None else found[0]
+
+
+def remember(key, plan, left, right, method) -> None:
+    """Keep ``plan`` for the calls of ``key`` (its arrays ``left`` and ``right`` as given, its
+    ``method`` argument held with it) in the fast path's table (the last
+    :data:`PLAN_CACHE_SIZE` keys)."""
+    settings = _raw_settings() if plan._auto and plan.device == "gpu" else None
     with _CACHE_LOCK:
         _CALLS.pop(key, None)  # (re-inserted last: the oldest key goes first)
-        _CALLS[key] = (plan, direct, settings)
+        _CALLS[key] = (plan, _runner(plan, left, right), settings, method)
         while len(_CALLS) > PLAN_CACHE_SIZE:
             del _CALLS[next(iter(_CALLS))]
+
+
+def _runner(plan, left, right):
+    """``run(left, right, out)``: what the checked path runs for arrays like ``left`` and
+    ``right`` with ``plan``, or NotImplemented where the plan's call refuses them."""
+    direct = plan.fast and is_cupy_array(left) and is_cupy_array(right) \
+        and right.dtype == plan.dtype
+    if not direct:
+        xp = plan._cp if plan.device == "gpu" else np
+
+        def run(left, right, out):
+            res = plan.execute(to_xp(left, xp), to_xp(right, xp), out=out)
+            return like_input(res, left, right)
+        return run
+    get_device, device_id = plan._cp.cuda.runtime.getDevice, plan.device_id
+    fc = plan.fast_call
+    if fc is None or plan._arrange is not None:  # the plan's call in Python (its checks)
+        def run(left, right, out):
+            if get_device() != device_id:
+                return NotImplemented
+            try:
+                return plan._call(left, right, out)
+            except InputError:
+                return NotImplemented
+        return run
+    empty, shape, f32, stream_ptr = plan._empty, plan.out_shape, np.float32, plan._stream_ptr
+
+    def run(left, right, out):  # the compiled call: its checks, then straight to the driver
+        if get_device() != device_id:
+            return NotImplemented
+        try:
+            return fc(left, right, empty(shape, f32) if out is None else out, stream_ptr())
+        except RuntimeError:  # the driver refused: the checked path says why, or runs it
+            return NotImplemented
+    return run
 
 
 def clear_plan_cache() -> None:
