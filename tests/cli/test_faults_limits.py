@@ -198,3 +198,18 @@ def test_conv2d_refuses_a_padding_no_memory_holds(rng):
                                          r"2000000008x2000000008 padded input"):
         conv2d(x, np.ones((1, 1, 3, 3), np.float32), padding=10**9)
     assert conv2d(x, np.ones((1, 1, 3, 3), np.float32), padding=4).shape == (1, 1, 14, 14)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda xd, st: xd.filter(st, "gaussian:1e9"), "kernel gaussian:1e9 makes a filter"),
+    (lambda xd, st: xd.apply_shifts(st, np.zeros((2, 2)), fill=1e39), "fill 1e"),
+    (lambda xd, st: xd.apply_shifts(st, np.zeros((2, 2)), resample="x"), "unknown resampling"),
+])
+def test_the_dask_graphs_check_before_their_tasks(rng, call, match):
+    """Checked when the graph is made, not in every task (a gaussian of 59.6 GiB each)."""
+    pytest.importorskip("dask")
+    from xcorr_app import dask as xd
+    from xcorr_app.errors import InputError
+
+    with pytest.raises(InputError, match=match):
+        call(xd, rng.random((2, 16, 16)).astype(np.float32))

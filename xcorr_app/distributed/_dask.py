@@ -281,12 +281,13 @@ def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, dev
     ``dog:1,4``, ``FILE.npy``...); each task runs the reuse kernels on its worker's GPU, or
     scipy.ndimage on the CPU, on its own frames.
     """
-    from ..filters import MODES, parse_kernel_spec
+    from ..filters import MODES, check_radius, parse_kernel_spec
 
-    parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
+    fn = parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     inp = _Input(stack_or_path, channel, task_frames)
+    check_radius(getattr(fn, "radius", 0), inp.frame_shape, f"kernel {kernel}")
     return _as_array(inp, filter_task, inp.frame_shape, kernel, mode, cval, device)
 
 
@@ -294,8 +295,11 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
                  crop=False, device="auto", task_frames=None):
     """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
     block of frames."""
-    from ..alignment import common_area
+    from ..alignment import RESAMPLE, check_fill, common_area
 
+    fill = check_fill(fill)  # (here, not in every task)
+    if resample not in RESAMPLE:
+        raise InputError(f"unknown resampling {resample!r}; use {' or '.join(RESAMPLE)}")
     inp = _Input(stack_or_path, channel, task_frames)
     shifts = np.asarray(shifts, dtype=np.float64)
     if shifts.shape != (inp.n, 2):
