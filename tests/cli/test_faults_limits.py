@@ -213,3 +213,13 @@ def test_the_dask_graphs_check_before_their_tasks(rng, call, match):
 
     with pytest.raises(InputError, match=match):
         call(xd, rng.random((2, 16, 16)).astype(np.float32))
+
+
+@pytest.mark.parametrize("chunk", [2.5, True, 0])
+def test_apply_shifts_takes_whole_chunks(rng, chunk):
+    from xcorr_app import apply_shifts
+    from xcorr_app.errors import InputError
+
+    stack = rng.random((3, 8, 8)).astype(np.float32)
+    with pytest.raises(InputError, match="chunk_frames must be a whole number >= 1"):
+        list(apply_shifts(stack, np.zeros((3, 2)), chunk_frames=chunk, device="cpu"))

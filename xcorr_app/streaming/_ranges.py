@@ -14,15 +14,18 @@ Examples
 
 from __future__ import annotations
 
+import numbers
+
 from ..errors import InputError
 
 
 def chunk_bounds(start: int, stop: int, chunk_frames: int) -> list[tuple[int, int]]:
     """``(a, b)`` of the chunks of frames ``start:stop``, ``chunk_frames`` each (the last may
     be shorter)."""
+    whole = isinstance(chunk_frames, numbers.Integral) and not isinstance(chunk_frames, bool)
+    if not whole or chunk_frames < 1:  # (int() took 2.5 as 2 and True as 1)
+        raise InputError(f"chunk_frames must be a whole number >= 1, got {chunk_frames!r}")
     step = int(chunk_frames)
-    if step < 1:
-        raise InputError(f"chunk size must be at least 1 frame, got {chunk_frames}")
     return [(a, min(a + step, stop)) for a in range(start, stop, step)]
 
 
