@@ -105,6 +105,8 @@ CASES = [
     (("align", "moon.tif", "--prefilter", "gaussian:1e9"), ("--prefilter", "120x160")),
     (("align", "moon.tif", "--prefilter", "dog:1,1e9"), ("--prefilter", "120x160")),
     (("align", "moon.tif", "--features", "gabor:1,1000000000"), ("gabor", "from 1 to 64")),
+    (("align", "moon.tif", "--features", "dog:1,1e9"), ("--features", "120x160")),
+    (("filter", "moon.tif", "--bank", "dog:1,1e9", "--out", "f.tif"), ("bank", "120x160")),
     (("filter", "moon.tif", "--bank", "gabor:1,1000000000", "--out", "f.tif"), ("from 1 to 64",)),
     # a frame no memory holds: refused from the header, before a frame is read
     (("align", "huge.tif"), ("40000x40000", "GiB")),

@@ -1,8 +1,8 @@
 """What a run's options ask of its frames, checked once the input is open and before any frame
 is read (:func:`check_limits`): the search bound and one frame's memory
-(:func:`xcorr_app.streaming.check_frame_memory`), the prefilter's filter radius against the
-frame.  The automatic choices read whole frames first: a frame no memory holds, or a
-prefilter of billions of taps, was refused (or ran out of memory) only after them.
+(:func:`xcorr_app.streaming.check_frame_memory`), the prefilter's and the features' filter
+radius against the frame.  The automatic choices read whole frames first: a frame no memory
+holds, or a prefilter of billions of taps, was refused (or ran out of memory) only after them.
 
 Examples
 --------
@@ -40,15 +40,19 @@ def check_limits(opts, frame_shape, itemsize=2, devices=("cpu",)) -> None:
     """:class:`InputError` where ``opts`` (an :class:`~._options.AlignOptions`) asks more of
     frames of ``frame_shape`` (``itemsize`` bytes a pixel) than they allow: a prefilter
     sigma whose filter reaches far past the frame, a ``max_shift`` past the frame, one frame
-    that fits none of ``devices`` (a GPU not usable here is skipped)."""
-    name, _, arg = str(opts.prefilter).partition(":")
-    if name in ("gaussian", "dog"):
-        for text in arg.split(","):
+    that fits none of ``devices`` (a GPU not usable here is skipped).  The features' sigmas
+    too: their bank is cut at 31x31 taps, so a sigma far past the frame filters nothing it
+    names."""
+    for option, names, spec in (("prefilter", ("gaussian", "dog"), opts.prefilter),
+                                ("features", ("dog", "gabor"), opts.features)):
+        name, _, arg = str(spec).partition(":")
+        sigmas = arg.split(",")[:1] if name == "gabor" else arg.split(",")  # (its sigma)
+        for text in sigmas if name in names else ():
             try:
                 sigma = float(text)
             except ValueError:
                 continue  # (AlignOptions names a spec that is not numbers)
-            check_radius(TRUNCATE * sigma + 0.5, frame_shape, f"prefilter {opts.prefilter}")
+            check_radius(TRUNCATE * sigma + 0.5, frame_shape, f"{option} {spec}")
     check_frame_memory(frame_shape, itemsize, max_shift=opts.max_shift,
                        normalization=opts.normalization, verify=opts.verify,
                        budget=opts.max_memory, devices=devices)

@@ -206,7 +206,7 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
     from ..io import ChannelStack
 
     def plan(src):
-        n_out, fn = channel_filter(bank, mix, src.n_channels)
+        n_out, fn = channel_filter(bank, mix, src.n_channels, src.frame_shape)
 
         def chunks(dev, client, gpu_ids, chunk):
             if client is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
-from ._validation import dog_sigmas, load_npy, positive
+from ._validation import check_radius, dog_sigmas, load_npy, positive
 
 MAX_SIZE = 31
 #: the most orientations of a gabor bank (a 31x31 filter tells about 50 apart; each costs a
@@ -65,9 +65,16 @@ def _per_channel(filters, channels):
     return np.repeat(f[:, None] / channels, channels, axis=1).astype(np.float32)
 
 
-def bank_weights(spec: str, channels: int) -> np.ndarray:
-    """The (F, C, K, K) float32 weights of a bank spec for ``channels`` input channels."""
+def bank_weights(spec: str, channels: int, frame_shape=None) -> np.ndarray:
+    """The (F, C, K, K) float32 weights of a bank spec for ``channels`` input channels; with
+    ``frame_shape``, a sigma whose gaussian reaches far past the frame is refused
+    (:func:`check_radius`: the filters are cut at :data:`MAX_SIZE` taps, so it would filter
+    nothing it names)."""
     name, _, arg = str(spec).partition(":")
+    if name in ("dog", "gabor") and frame_shape is not None:
+        sigmas = _numbers(spec, arg)
+        for sigma in sigmas[:1] if name == "gabor" else sigmas:
+            check_radius(4 * sigma + 0.5, frame_shape, f"bank {spec}")
     if name == "dog":
         sig = _numbers(spec, arg)
         if len(sig) < 2:
@@ -167,16 +174,17 @@ def feature_prefilter(spec):
     return features
 
 
-def channel_filter(bank=None, mix=None, channels=1):
+def channel_filter(bank=None, mix=None, channels=1, frame_shape=None):
     """``(F, fn)`` for ``xcorr filter --bank/--mix``: ``fn`` maps float32 (n, C, H, W) frames
-    (NumPy or CuPy) to (n, F, H, W)."""
+    (NumPy or CuPy) to (n, F, H, W); ``frame_shape``: the bank checked against the frames
+    (:func:`bank_weights`)."""
     from ..backend import array_module_of
     from ..conv import pointwise
 
     if (bank is None) == (mix is None):
         raise InputError("give exactly one of a bank and a mix")
     if bank is not None:
-        weights = bank_weights(bank, channels)
+        weights = bank_weights(bank, channels, frame_shape)
         return weights.shape[0], lambda x: apply_bank(x, weights)
     weights = mix_weights(mix, channels)
     return weights.shape[0], lambda x: pointwise(x, array_module_of(x).asarray(weights))
