@@ -204,6 +204,8 @@ def test_conv2d_refuses_a_padding_no_memory_holds(rng):
 
 @pytest.mark.parametrize("call,match", [
     (lambda xd, st: xd.filter(st, "gaussian:1e9"), "kernel gaussian:1e9 makes a filter"),
+    (lambda xd, st: xd.filter_channels(st[:, None], bank="dog:1,1e9"),
+     "bank dog:1,1e9 makes a filter"),
     (lambda xd, st: xd.apply_shifts(st, np.zeros((2, 2)), fill=1e39), "fill 1e"),
     (lambda xd, st: xd.apply_shifts(st, np.zeros((2, 2)), resample="x"), "unknown resampling"),
 ])

@@ -68,7 +68,7 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
     if isinstance(stack_or_path, (str, Path)):
         with ChannelStack(stack_or_path) as src:  # the header only
             n, shape, channels = src.n_frames, src.frame_shape, src.n_channels
-        n_out, _ = channel_filter(bank, mix, channels)
+        n_out, _ = channel_filter(bank, mix, channels, shape)  # (checked against the frames)
         step = max(1, int(task_frames or TASK_FRAMES))
         blocks = [da.from_delayed(delayed(channels_task)(stack_or_path, a, b, bank, mix, device),
                                   shape=(b - a, n_out, *shape), dtype=np.float32)
@@ -77,7 +77,7 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
     arr = stack_or_path if is_dask_array(stack_or_path) else da.from_array(stack_or_path)
     if arr.ndim != 4:
         raise InputError(f"a multi-channel stack must be (N, C, H, W), got shape {arr.shape}")
-    n_out, _ = channel_filter(bank, mix, arr.shape[1])
+    n_out, _ = channel_filter(bank, mix, arr.shape[1], arr.shape[2:])
     arr = arr.rechunk((task_frames or arr.chunks[0], -1, -1, -1))
     return arr.map_blocks(channels_block, bank, mix, device, dtype=np.float32,
                           chunks=(arr.chunks[0], (n_out,), (arr.shape[2],), (arr.shape[3],)))
