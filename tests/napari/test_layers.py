@@ -51,3 +51,24 @@ def test_a_run_into_a_tiff_writes_every_layer_beside_it_and_maps_them(tmp_path):
     for name in ("main", "other"):
         assert isinstance(on_disk[name], np.memmap)
         np.testing.assert_array_equal(on_disk[name], in_memory[name])
+
+
+def test_a_dask_stack_is_measured_in_blocks_of_whole_frames():
+    da = pytest.importorskip("dask.array")
+    data = da.zeros((6, 2, 16, 16), chunks=(2, 1, 8, 8), dtype=np.uint16)
+    stack = measure_stack(data, "TCYX", channel=1)
+    assert stack.chunks == ((2, 2, 2), (16,), (16,))
+
+
+def test_a_zarr_layer_is_streamed_into_a_file(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    from xcorr_app.napari import Job, run_job
+
+    data = np.random.default_rng(5).random((4, 20, 24)).astype(np.float32)
+    z = zarr.zeros(data.shape, chunks=(2, 10, 24), dtype=np.float32)
+    z[:] = data
+    options = {"device": "cpu", "max_shift": 3}
+    done = run_job(Job(data=z, axes="TYX", options=options, out_path=tmp_path / "z.npy"))
+    expect = run_job(Job(data=data, axes="TYX", options=options))
+    np.testing.assert_array_equal(done.result.shifts, expect.result.shifts)
+    np.testing.assert_array_equal(done.aligned["aligned"], expect.aligned["aligned"])

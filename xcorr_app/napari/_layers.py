@@ -84,6 +84,8 @@ def measure_stack(data, axes: str, channel: int = 0, plane=MAX_PROJECTION):
         stack = stack.max(axis=rest.index("Z"))
     if np.dtype(stack.dtype) not in SUPPORTED_DTYPES:
         stack = stack.astype(np.float32)
+    if is_lazy(stack):  # blocks of whole frames: the tasks of xcorr_app.dask.align
+        stack = stack.rechunk({1: -1, 2: -1})
     return stack
 
 
@@ -91,6 +93,8 @@ def planes(data, axes: str):
     """Yield ``(index, stack)``: every ``(N, H, W)`` stack of the layer (one per channel and
     plane), ``index`` the tuple of the layer's data it is (slices on T, Y and X)."""
     axes = check_axes(axes, data.shape)
+    if type(data).__module__.startswith("zarr"):  # (indexing a Zarr array reads it)
+        data = as_dask(data)
     extra = [i for i, a in enumerate(axes) if a in "CZ"]
     for combo in itertools.product(*(range(data.shape[i]) for i in extra)):
         index = [slice(None)] * len(axes)
