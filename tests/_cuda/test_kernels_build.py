@@ -82,6 +82,9 @@ def test_parse_resource_usage():
         """)
     assert compile_check.parse_resource_usage(text) == {"_Z3fooILi1EEvPf": (0, 0, 0),
                                                         "_Z3barv": (64, 8, 4)}
+    # one kernel built for two architectures: its worst figures
+    again = text.replace("64 bytes stack frame, 8", "0 bytes stack frame, 16")
+    assert compile_check.parse_resource_usage(text + again)["_Z3barv"] == (64, 16, 4)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

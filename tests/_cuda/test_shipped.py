@@ -65,19 +65,30 @@ def test_no_index_means_nothing_ships(tmp_path):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_keep_indexes_every_instantiation(tmp_path):
     from xcorr_app.correlate._fft import CONJ_PRODUCT, FFT_CROP, FFT_PAD
+    from xcorr_app.filters._separable import SEPARABLE
 
     families = [CONJ_PRODUCT, FFT_PAD, FFT_CROP]
-    assert compile_check.check(families=families, keep=tmp_path) == 0
+    assert compile_check.check(families=families + [SEPARABLE], keep=tmp_path,
+                               portable=shipped.PORTABLE_CODES) == 0
     index = json.loads((tmp_path / shipped.INDEX).read_text())
     entry = index["sources"]["fft_steps.cu"]
     assert entry["digest"] == shipped.source_digest(loader.read_source("fft_steps.cu"),
                                                     loader.COMPILE_OPTIONS)
+    assert sorted(entry["kernels"]) == sorted(shipped.WHEEL_ARCHS)
     table = entry["kernels"]["sm_90"]
     assert set(table) == {shipped.normalized(e) for f in families for e in f.expressions()}
     for cubin, mangled in table.values():
         assert (tmp_path / cubin).is_file() and mangled.startswith("_Z")
+    for arch in shipped.PORTABLE_CODES:  # one fatbin of every code, the same kernels
+        files = {f for f, _ in entry["kernels"][arch].values()}
+        assert len(files) == 1 and files.pop().endswith(".portable.fatbin")
+        assert set(entry["kernels"][arch]) == set(table)
+    # a filter's source (not the planner's or the pipeline's) ships for sm_90 only
+    assert list(index["sources"]["separable_conv.cu"]["kernels"]) == ["sm_90"]
     with pytest.raises(ValueError, match="no kdir"):
         compile_check.check(kdir=tmp_path, keep=tmp_path)
+    with pytest.raises(ValueError, match="give keep"):
+        compile_check.check(portable=shipped.PORTABLE_CODES)
 
 
 @pytest.mark.gpu
@@ -159,6 +170,45 @@ def test_summary_counts_the_index(index):
     (folder / "a.cubin").write_bytes(b"x" * 10)
     assert shipped.summary(folder) == (2, ["sm_80", "sm_90"], 10)
     assert shipped.summary(folder / "none") == (0, [], 0)
+
+
+def test_ptx_serves_newer_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(shipped, "_module", lambda path, dev: FakeModule(path))
+    text = loader.read_source("frame_stats.cu")
+    hit = ["p.portable.fatbin", "_Z12frame_totalsILi256EEv"]
+    entry = {"digest": shipped.source_digest(text, loader.COMPILE_OPTIONS),
+             "kernels": {a: {"frame_totals<256>": hit} for a in ("sm_80", "compute_80")}}
+    shipped.write_index(tmp_path, {"frame_stats.cu": entry})
+    try:
+        for cc in ((8, 6), (10, 0), (12, 0)):  # sm_80's SASS, then the PTX for Blackwell
+            assert lookup(tmp_path, text, cc)["frame_totals<256>"][0] == hit[0]
+        assert lookup(tmp_path, text, (7, 5)) == {}
+    finally:
+        shipped.load_index.cache_clear()
+
+
+def test_info_lists_the_architectures_the_wheel_ships(tmp_path, monkeypatch):
+    """The lines of ``xcorr info`` from a wheel's index (every kernel for sm_90, the planner's
+    and the pipeline's for the portable codes), and CI's check of them in the built wheel."""
+    sources = {"a.cu": {"digest": "x", "kernels": {
+        "sm_90": {"k<1>": ["a.0.sm_90.cubin", "_Z1kILi1EEv"],
+                  "k<2>": ["a.0.sm_90.cubin", "_Z1kILi2EEv"]},
+        **{c: {"k<1>": ["a.1.portable.fatbin", "_Z1kILi1EEv"]} for c in shipped.PORTABLE_CODES}}}}
+    shipped.write_index(tmp_path, sources)
+    (tmp_path / "a.1.portable.fatbin").write_bytes(b"x" * 2**20)
+    try:
+        lines = shipped.describe(tmp_path)
+    finally:
+        shipped.load_index.cache_clear()
+    assert lines[0].startswith("kernels shipped built: 2 for sm_90; 1 for sm_80, sm_86, sm_89; "
+                               "1 as PTX of compute_80 (newer GPUs")
+    assert "(1.0 MiB;" in lines[0]
+    assert lines[1] == "architectures shipped: " + ", ".join(shipped.WHEEL_ARCHS)
+    assert shipped.describe(tmp_path / "none") == []
+    assert sorted(shipped.WHEEL_ARCHS) == sorted(("sm_90",) + shipped.PORTABLE_CODES)
+    ci = (loader.PACKAGE_DIR.parent / ".ci" / "run").read_text()
+    assert f"--portable {','.join(shipped.PORTABLE_CODES)}" in ci
+    assert f'"architectures shipped: {", ".join(shipped.WHEEL_ARCHS)}"' in ci
 
 
 def test_a_missing_cubin_is_left_to_nvrtc(tmp_path):

@@ -7,6 +7,7 @@ from .launch import (PlanCallBase, PreparedLaunch, compiled_call, current_stream
                      fastlaunch, stream_pointer, stride_blocks)
 from .loader import (PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels, kernel_sources,
                      kernels_dir, shipped_kernels_usable)
+from .shipped import describe as describe_shipped
 from .shipped import summary as shipped_summary
 from .timing import device_name, fp32_fma_peak_flops, time_gpu
 from .tuning import cache_file, device_fingerprint, fastest, recall, remember
@@ -16,4 +17,4 @@ __all__ = ["PIXEL_C_TYPES", "KernelFamily", "Limits", "PlanCallBase", "PreparedL
            "device_fingerprint", "device_limits", "device_name", "fastest", "fastlaunch",
            "fp32_fma_peak_flops", "kept_on_device", "kernel_pixels", "kernel_sources",
            "kernels_dir", "recall", "remember", "shipped_kernels_usable", "shipped_summary",
-           "stream_pointer", "stride_blocks", "time_gpu"]
+           "describe_shipped", "stream_pointer", "stride_blocks", "time_gpu"]

@@ -4,14 +4,19 @@ A first run on a fresh machine otherwise compiles every kernel it launches with 
 s each).  CI's compile check (:mod:`xcorr_app._cuda.compile_check`) compiles every registered
 instantiation with ``nvcc -cubin`` anyway; with ``--keep DIR`` it keeps those cubins and writes
 :data:`INDEX` (for each source: the digest of the text it compiled, and for each instantiation
-its cubin and mangled name), and the wheel carries them in ``xcorr_app/_cuda/built/``.  Where
+its cubin and mangled name), and the wheel carries them in ``xcorr_app/_cuda/built/``: every
+kernel for ``sm_90``, and those the correlation planner and the alignment pipeline launch in
+fatbins for the other architectures of :data:`WHEEL_ARCHS` (SASS for ``sm_80``, ``sm_86`` and
+``sm_89``: A100, RTX 30 and 40, L4, L40; PTX of ``compute_80`` that the driver compiles on
+newer GPUs at first load).  Where
 nvcc is installed, ``python -m xcorr_app._cuda.compile_check --keep`` builds them in place for a
 source checkout (the "install time" build).
 
 :func:`shipped_functions` is what :func:`xcorr_app._cuda.loader.compile_together` asks first:
 a kernel is loaded from a shipped cubin when the index lists it for an architecture the GPU can
 run (the same major version, a minor version no higher than the GPU's: a ``sm_90`` cubin runs
-on every compute capability 9.x) and the source text it was built from is the text the package
+on every compute capability 9.x; else PTX of a ``compute_XY`` no higher than the GPU's) and the
+source text it was built from is the text the package
 holds now (an edited source or ``$XCORR_KERNEL_DIR`` falls back to NVRTC).  Set
 ``XCORR_SHIPPED_KERNELS=0`` to compile everything with NVRTC instead.
 
@@ -19,6 +24,8 @@ Examples
 --------
 >>> usable_arch(["sm_80", "sm_90"], (9, 0)), usable_arch(["sm_80"], (8, 9)), usable_arch(["sm_90"], (8, 6))
 ('sm_90', 'sm_80', None)
+>>> usable_arch(["sm_80", "sm_90", "compute_80"], (12, 0)), usable_arch(["compute_80"], (7, 5))
+('compute_80', None)
 >>> normalized("zncc_peaks<false, true, 256>")
 'zncc_peaks<false,true,256>'
 """
@@ -36,6 +43,12 @@ from pathlib import Path
 BUILT_DIR = Path(__file__).resolve().parent / "built"
 INDEX = "index.json"
 ENV = "XCORR_SHIPPED_KERNELS"
+#: what CI's wheel ships: every kernel for sm_90 (the compile check's architecture) and the
+#: portable sources' (compile_check.PORTABLE_DIRS) for :data:`PORTABLE_CODES` too
+WHEEL_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "compute_80")
+#: the codes of the portable build (``compile_check --portable``): SASS of each 8.x generation
+#: and compute_80's PTX, from one front-end pass
+PORTABLE_CODES = ("sm_80", "sm_86", "sm_89", "compute_80")
 _UNSIGNED = re.compile(r"\b(\d+)u\b")
 
 _MODULES: dict = {}
@@ -88,12 +101,16 @@ def mangled_pattern(expression: str):
 
 
 def usable_arch(archs, capability) -> str | None:
-    """The architecture among ``archs`` (``"sm_XY"``) whose cubins run on a GPU of compute
-    capability ``(major, minor)``: same major, the highest minor not above the GPU's."""
+    """The architecture among ``archs`` (``"sm_XY"``, ``"compute_XY"``) whose code runs on a
+    GPU of compute capability ``(major, minor)``: SASS of the same major, the highest minor not
+    above the GPU's; else the highest PTX not above the GPU's (compiled by the driver)."""
     major, minor = capability
     fits = [a for a in archs if a.startswith("sm_") and a[3:].isdigit()
             and int(a[3:]) // 10 == major and int(a[3:]) % 10 <= minor]
-    return max(fits, key=lambda a: int(a[3:]), default=None)
+    ptx = [a for a in archs if a.startswith("compute_") and a[8:].isdigit()
+           and int(a[8:]) <= 10 * major + minor]
+    return max(fits, key=lambda a: int(a[3:]), default=None) or \
+        max(ptx, key=lambda a: int(a[8:]), default=None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -162,9 +179,46 @@ def write_index(folder: Path, sources: dict) -> Path:
 
 
 def summary(folder: Path = BUILT_DIR) -> tuple:
-    """``(kernels, architectures, bytes)`` of the kernels that ship built in ``folder``."""
-    sources = load_index(str(folder)).get("sources", {})
-    archs = sorted({a for e in sources.values() for a in e.get("kernels", {})})
-    count = sum(len(t) for e in sources.values() for t in e.get("kernels", {}).values())
-    size = sum(p.stat().st_size for p in Path(folder).glob("*.cubin")) if count else 0
-    return count, archs, size
+    """``(kernels, architectures, bytes)`` of the kernels that ship built in ``folder``
+    (kernels counted once per architecture; the architectures as :func:`arch_order` sorts)."""
+    counts = arch_counts(folder)
+    size = sum(p.stat().st_size for pattern in ("*.cubin", "*.fatbin")
+               for p in Path(folder).glob(pattern)) if counts else 0
+    return sum(counts.values()), arch_order(counts), size
+
+
+def arch_counts(folder: Path = BUILT_DIR) -> dict:
+    """``{architecture: kernels}`` that ship built in ``folder``."""
+    counts: dict = {}
+    for entry in load_index(str(folder)).get("sources", {}).values():
+        for arch, table in entry.get("kernels", {}).items():
+            counts[arch] = counts.get(arch, 0) + len(table)
+    return counts
+
+
+def arch_order(archs) -> list:
+    """SASS architectures by number, then PTX ones.
+
+    >>> arch_order(["compute_80", "sm_90", "sm_80"])
+    ['sm_80', 'sm_90', 'compute_80']
+    """
+    return sorted(archs, key=lambda a: (a.startswith("compute_"), int(re.sub(r"\D", "", a) or 0)))
+
+
+def describe(folder: Path = BUILT_DIR) -> list:
+    """The lines ``xcorr info`` prints of the kernels that ship built in ``folder`` (empty when
+    none do): the kernels per architecture (those of equal counts together) and the list of
+    architectures."""
+    counts = arch_counts(folder)
+    if not counts:
+        return []
+    _, archs, size = summary(folder)
+    groups: dict = {}
+    for arch in archs:
+        groups.setdefault((arch.startswith("compute_"), counts[arch]), []).append(arch)
+    parts = [f"{n} as PTX of {', '.join(a)} (newer GPUs: the driver compiles it at first load)"
+             if ptx else f"{n} for {', '.join(a)}"
+             for (ptx, n), a in sorted(groups.items(), key=lambda g: (g[0][0], -g[0][1]))]
+    return [f"kernels shipped built: {'; '.join(parts)} ({size / 2**20:.1f} MiB; other kernels "
+            "and GPUs compile them at first use)",
+            f"architectures shipped: {', '.join(archs)}"]

@@ -41,7 +41,8 @@ def info(path, build, dataset, z):
         return _describe(input_path(path, dataset, z))
     if dataset is not None or z is not None:
         raise InputError("--dataset and --z name what to read inside PATH: give PATH")
-    from .._cuda import PlanCallBase, fastlaunch, kernel_sources, kernels_dir, shipped_summary
+    from .._cuda import (PlanCallBase, describe_shipped, fastlaunch, kernel_sources,
+                         kernels_dir)
 
     click.echo(f"xcorr {__version__} (Python {sys.version.split()[0]})")
     if backend.gpu_available():
@@ -64,11 +65,10 @@ def info(path, build, dataset, z):
         click.echo(f"  {p.relative_to(where).as_posix() if p.is_relative_to(where) else p}")
     if not sources:
         raise XcorrError(f"no CUDA kernel sources found in {where}; reinstall xcorr-app")
-    count, archs, size = shipped_summary()
-    if count:
-        click.echo(f"kernels shipped built: {count} for {', '.join(archs)} ({size / 2**20:.1f} MiB; "
-                   "other GPUs compile them at first use)")
-    else:
+    shipped = describe_shipped()
+    for line in shipped:
+        click.echo(line)
+    if not shipped:
         click.echo("kernels shipped built: none (compiled at first use; where nvcc is installed, "
                    "python -m xcorr_app._cuda.compile_check --keep builds them)")
 
