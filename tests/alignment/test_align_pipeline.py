@@ -14,7 +14,7 @@ from xcorr_app.errors import XcorrError
 from xcorr_app.streaming import parse_memory
 from xcorr_app.streaming import ChunkPrefetcher
 from xcorr_app.io._reader import ArraySource, open_stack
-from xcorr_app.alignment._warp import shift_frames
+from xcorr_app.alignment.warp._warp import shift_frames
 
 
 def rms(a, b):

@@ -76,7 +76,7 @@ def test_two_stage_refinement_same_grid(rng):
 
 def test_tune_reaches_the_measurer_and_changes_nothing_on_the_cpu(rng):
     from xcorr_app.alignment._options import AlignOptions
-    from xcorr_app.alignment._pipeline import Measurer
+    from xcorr_app.alignment.rigid._measure import Measurer
 
     assert Measurer.of(AlignOptions(tune=True, max_shift=3), np, (20, 24)).tune is True
     assert Measurer.of(AlignOptions(max_shift=3), np, (20, 24)).tune is False

@@ -9,7 +9,7 @@ from sample_paths import folder_path, stack_path
 from synthetic import drift_stack, write_damaged_tiff, write_stack
 from xcorr_app import align
 from xcorr_app.alignment._options import AlignOptions
-from xcorr_app.alignment._pipeline import measure_frames, prepared_reference
+from xcorr_app.alignment.rigid._measure import measure_frames, prepared_reference
 from xcorr_app.streaming import frame_ranges
 from xcorr_app.io._reader import ArraySource, FrameRange, open_source
 
@@ -56,7 +56,7 @@ def test_ranges_measured_apart_equal_one_run(reference, cuts, path):
 def test_nan_frame_in_a_later_range_is_flagged_at_its_stack_index():
     """A frame with a NaN pixel is not an error: its row says so (``finite`` 0), at its
     place in the stack, and the rows of a range are those of the whole run."""
-    from xcorr_app.alignment._result import COLUMN
+    from xcorr_app.alignment.rigid import COLUMN
 
     stack = tifffile.imread(stack_path("cell")).astype(np.float32)
     stack[9, 0, 0] = np.nan

@@ -243,7 +243,7 @@ def test_cli_quick_and_errors(tmp_path):
 
 
 def test_the_band_pass_row_is_prefilter_autos_band_pass():
-    from xcorr_app.alignment._preprocess import AUTO_BANDPASS
+    from xcorr_app.alignment.rigid._preprocess import AUTO_BANDPASS
 
     assert bench.METHODS[f"xcorr prefilter={AUTO_BANDPASS} alone"]["prefilter"] == AUTO_BANDPASS
 

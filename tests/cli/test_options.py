@@ -4,9 +4,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from xcorr_app.alignment._options import NORMALIZATIONS, SUBPIXEL
-from xcorr_app.alignment._motion_field import FIELD_RESAMPLE
-from xcorr_app.alignment._warp import RESAMPLE
+from xcorr_app.alignment import NORMALIZATIONS, SUBPIXEL
+from xcorr_app.alignment.piecewise._motion_field import FIELD_RESAMPLE
+from xcorr_app.alignment.warp._warp import RESAMPLE
 from xcorr_app.cli._main import cli
 from xcorr_app.cli._options import MAX_SHIFT, MEMORY, PREFILTER
 from xcorr_app.errors import InputError, XcorrError

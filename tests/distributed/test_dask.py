@@ -255,7 +255,7 @@ def test_prefilter_auto_is_decided_on_the_client_as_align_decides(tmp_path, as_p
     kw = dict(device="cpu", max_shift=8)
     got = xdask.align(stack, task_frames=5, scheduler="sync", **kw)
     one = align(frames, **kw)
-    from xcorr_app.alignment._preprocess import AUTO_BANDPASS
+    from xcorr_app.alignment.rigid._preprocess import AUTO_BANDPASS
 
     assert one.settings["prefilter"] == got.settings["prefilter"] == AUTO_BANDPASS
     assert got.settings["prefilter_auto"] and any(AUTO_BANDPASS in n for n in got.notes)

@@ -44,7 +44,7 @@ def patches_and_views(rng, p, n, shape, d, flat=False):
 
 def cpu_zncc(corr, left, right, d):
     """The definition in float64: normalize.zncc of patch ``p`` against its views (the left
-    part per patch, broadcast over the views, as alignment/_patches.py does on the CPU)."""
+    part per patch, broadcast over the views, as alignment/piecewise/_patches.py does on the CPU)."""
     left, right = left.astype(np.float64), right.astype(np.float64)
     part = zncc_left(left, right.shape, d)
     per = ZnccLeft(part.n, part.mean[:, None], part.var[:, None], part.bad[:, None])

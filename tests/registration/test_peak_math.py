@@ -218,7 +218,7 @@ def test_align_gpu_matches_cpu_every_subpixel(rng, subpixel, max_shift):
 @pytest.mark.parametrize("shape", [(1, 1), (5, 3), (40, 300), (67, 33)])
 def test_wrapped_correlations_match_numpy(rng, shape):
     import cupy as cp
-    from xcorr_app.alignment._template import _correlation
+    from xcorr_app.alignment.refine._template import _correlation
     from xcorr_app.registration._peak_math import wrapped_correlations
 
     h, w = shape

@@ -15,21 +15,22 @@ Examples
 """
 
 from ._api import align, estimate_shifts
-from ._apply import apply_shifts, common_area
+from ._apply import apply_shifts
+from .warp import common_area
 from ._executors import Executor
 from ._limits import check_limits, limit_devices
-from ._motion_field import FIELD_RESAMPLE, apply_field, field_area
-from ._options import (BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, NORMALIZATIONS, SUBPIXEL,
-                       AlignOptions, options_signature)
-from ._patch_pass import measure_field
-from ._patches import parse_patches
-from ._pipeline import shared_plan
+from .piecewise import FIELD_RESAMPLE, apply_field, field_area
+from ._options import BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, AlignOptions, options_signature
+from .rigid import NORMALIZATIONS, SUBPIXEL
+from .piecewise import measure_field
+from .piecewise import parse_patches
+from .rigid import shared_plan
 from ._prebuild import STAGES as PREBUILD_STAGES
 from ._prebuild import prebuild
-from ._preprocess import WINDOWS, parse_prefilter
+from .rigid import WINDOWS, parse_prefilter
 from ._result import AlignResult, strict_json
 from ._run import run_alignment
-from ._warp import RESAMPLE, check_fill, shift_frames
+from .warp import RESAMPLE, check_fill, shift_frames
 
 __all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
            "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",

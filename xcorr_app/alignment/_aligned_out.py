@@ -1,7 +1,7 @@
 """``align(out=)``: the aligned frames of a run, delivered by the run itself.
 
 With ``patches`` the last patch pass warps every chunk by its field while the chunk is on the
-device (:func:`~xcorr_app.alignment._patch_pass.measure_range`); rigid runs, and runs on
+device (:func:`~xcorr_app.alignment.piecewise._patch_pass.measure_range`); rigid runs, and runs on
 several GPUs, apply the result once it is known (:func:`fill_out`: ``interpolate_low`` and
 ``lucas_kanade`` change shifts after the pass that measured them).  On the GPU a run that keeps
 its stack on the device (:mod:`xcorr_app.streaming._stash`) reads it from there: the stack
@@ -47,7 +47,7 @@ def check_aligned_out(out, shape, device):
 def fill_out(res, out, target, device, gpus=None):
     """``out`` (checked) filled with ``res.apply(target)``'s frames, chunk by chunk (a CuPy
     ``out`` from a CuPy ``target``: the shifts applied on the device)."""
-    from ._warp import shift_frames
+    from .warp import shift_frames
 
     kwargs = {} if res.motion_field is not None or gpus is None else {"gpus": gpus}
     if backend.is_cupy_array(out) and backend.is_cupy_array(target) \

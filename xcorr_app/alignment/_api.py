@@ -20,11 +20,12 @@ from ..correlate import normalize_max_shift
 from ..errors import InputError
 from ..streaming import check_bound
 from ._executors import InProcess, OnGpus
-from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_choices, check_frame_shape,
-                       check_pixel_type, options_signature, prefilter_for)
-from ._pipeline import Measurer, quiet_if_nonfinite
-from ._preprocess import prepare
-from ._preprocess import window as make_window
+from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_frame_shape, check_pixel_type,
+                       options_signature)
+from .rigid import check_choices, prefilter_for
+from .rigid import Measurer, quiet_if_nonfinite
+from .rigid import prepare
+from .rigid import window as make_window
 from ._run import run_alignment
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
@@ -139,7 +140,7 @@ path or ndarray
         first frame.  ``refined`` aligns to the first frame, averages the aligned frames (those
         with a distinct peak) into a template and measures every frame again against it
         (``refined:2``: two template passes); shifts stay relative to frame 0
-        (:mod:`xcorr_app.alignment._template`): best on noisy (low-light) stacks, at one
+        (:mod:`xcorr_app.alignment.refine._template`): best on noisy (low-light) stacks, at one
         measuring pass more per template pass.  ``mean`` averages
         all frames (``mean:N`` the first N) in one streaming pass first; ``previous``
         correlates each frame with the one before and accumulates the shifts; an int is a
@@ -163,7 +164,7 @@ path or ndarray
         reuse convolution kernels); not used by phase correlation.  ``auto`` (default):
         ``dog:1,4`` (band-pass) for stacks whose brightness changes by more than 10% (bleaching
         over a static background), else ``gaussian:1``
-        (:func:`~xcorr_app.alignment._preprocess.choose_prefilter`); the result's
+        (:func:`~xcorr_app.alignment.rigid._preprocess.choose_prefilter`); the result's
         ``settings["prefilter"]`` and ``notes`` say what was chosen.
     window : {"none", "hann", "tukey", "tukey:ALPHA"}
         Apodization of every frame and the reference before correlation.
@@ -211,13 +212,13 @@ path or ndarray
         ``linear``: frames are views of a larger scene (correlation over the overlap);
         ``circular``: frames wrap around (circular shifts, periodic test data), the peak is
         refined on the circular correlation (upsampled DFT); ``auto`` (default): decided after
-        the first pass (:func:`~xcorr_app.alignment._template.periodic_frames` reads a few
+        the first pass (:func:`~xcorr_app.alignment.refine._template.periodic_frames` reads a few
         frames again); periodic stacks are then measured once more, circularly.  ``auto`` is
         ``linear`` with ``reference="previous"``.
     lucas_kanade : {"auto", "on", "off"}
         ``on``: after a template pass (as ``reference="refined"``), every frame's shift is
         refined by a Lucas-Kanade (Gauss-Newton) fit against the template without the frame
-        itself, smoothed (:mod:`xcorr_app.alignment._refine_lk`): best at low light; needs
+        itself, smoothed (:mod:`xcorr_app.alignment.refine._refine_lk`): best at low light; needs
         ``reference`` ``first`` or ``refined``.  ``auto`` (default): on where
         a few frames spread over the stack are noisy (their noise allows a precision worse
         than 0.05 px), else off; ``settings["lucas_kanade"]`` and a note say so.
@@ -227,9 +228,9 @@ path or ndarray
         the same patch of the reference within ``max_deviation`` px of the frame's rigid shift
         (ZNCC, the same subpixel fit and confidence; low-confidence patches take the median of
         their neighbours), the result's ``motion_field`` ``(N, gy, gx, 2)`` (rules:
-        :mod:`xcorr_app.alignment._patches`, :mod:`xcorr_app.alignment._patch_pass`; the field at
+        :mod:`xcorr_app.alignment.piecewise._patches`, :mod:`xcorr_app.alignment.piecewise._patch_pass`; the field at
         every pixel and the warp:
-        :mod:`xcorr_app.alignment._motion_field`).  With ``gpus`` the patch pass shares out the
+        :mod:`xcorr_app.alignment.piecewise._motion_field`).  With ``gpus`` the patch pass shares out the
         rigid pass's ranges of frames.  Not
         available with ``reference="previous"``.  ``shifts`` stay the rigid shifts.
     patch_overlap : int or (int, int), optional
@@ -241,7 +242,7 @@ path or ndarray
         With ``patches``: after a patch pass, the frames warped by their motion fields are
         averaged into a new template (accumulated as the pass streams) and the patches are
         measured again against it, this many times (as NoRMCorre refines its template;
-        :func:`~xcorr_app.alignment._patch_pass.measure_field`).  Default 0: on the benchmark
+        :func:`~xcorr_app.alignment.piecewise._patch_pass.measure_field`).  Default 0: on the benchmark
         stack the field's error is not the template's noise (docs/how-align-works.md).
     out : ndarray or callable(start, chunk), optional
         The aligned stack, made by the run: a C-contiguous float32 ``(N, H, W)`` array (NumPy,

@@ -21,38 +21,8 @@ from .. import backend
 from ..errors import InputError
 from ..io import open_source
 from ..streaming import map_chunks
+from .warp import check_out, common_area
 from ._options import as_stack
-
-def common_area(shifts, frame_shape):
-    """``(y0, y1, x0, x1)``: the region every shifted frame covers (NaN shifts ignored)."""
-    h, w = frame_shape
-    s = np.asarray(shifts, dtype=np.float64)
-    s = s[~np.isnan(s).any(axis=1)]
-    if not len(s):
-        return 0, h, 0, w
-    y0 = max(0, int(np.ceil(s[:, 0].max() - 1e-9)))
-    y1 = min(h, int(np.floor(h - 1 + s[:, 0].min() + 1e-9)) + 1)
-    x0 = max(0, int(np.ceil(s[:, 1].max() - 1e-9)))
-    x1 = min(w, int(np.floor(w - 1 + s[:, 1].min() + 1e-9)) + 1)
-    if y1 <= y0 or x1 <= x0:
-        raise InputError("the shifted frames have no area in common; pad with --fill instead "
-                         "of --crop")
-    return y0, y1, x0, x1
-
-
-def check_out(out, shape):
-    """InputError unless ``out`` is None or a writeable C-contiguous float32 NumPy array of
-    ``shape`` (the aligned frames of :func:`apply_shifts` and
-    :func:`~xcorr_app.alignment._motion_field.apply_field`)."""
-    if out is None:
-        return
-    if not isinstance(out, np.ndarray) or out.dtype != np.float32 \
-            or out.shape != tuple(shape) or not out.flags.c_contiguous \
-            or not out.flags.writeable:
-        got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
-        raise InputError(f"out must be a writeable C-contiguous float32 NumPy array of shape "
-                         f"{tuple(shape)}, got {got}")
-
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
                  crop=False, chunk_frames=64, device="auto", gpus=None, out=None):
@@ -78,7 +48,7 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         the crop's): every chunk is written into it (from the GPU straight into it) and the
         chunks yielded are its views; iterate to the end to fill it.
     """
-    from ._warp import check_fill
+    from .warp import check_fill
 
     fill = check_fill(fill)  # (when called, before the input is opened)
     return _shifted_chunks(as_stack(stack_or_path), shifts, channel, fill, resample, crop,
@@ -88,7 +58,7 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
 def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_frames, device,
                     gpus, out):
     """The generator of :func:`apply_shifts` (its ``fill`` checked)."""
-    from ._warp import shift_frames
+    from .warp import shift_frames
 
     with open_source(stack_or_path, channel) as src:
         shifts = np.asarray(shifts, dtype=np.float64)

@@ -80,9 +80,9 @@ class InProcess(Executor):
 
     def start(self, opts, src, out):
         from ._device_choice import auto_device, small_job_note
-        from ._pipeline import Measurer, shared_plan
+        from .rigid import Measurer, shared_plan
         from ._prebuild import kernels_built
-        from ._prepared import PreparedFrames
+        from .rigid import PreparedFrames
 
         stack = self.stack
         on_gpu = backend.is_cupy_array(stack)
@@ -123,7 +123,7 @@ class InProcess(Executor):
         return {**super().settings(), "device_note": self.device_note}
 
     def field(self, opts, rigid, out):
-        from ._patch_pass import measure_field
+        from .piecewise import measure_field
 
         src = self.src
         kept = src.stack if src.stash is not None and src.stash.complete else self.stack
@@ -181,7 +181,7 @@ class OnGpus(Executor):
         self.ids = parse_gpus(self.spec)
         import cupy
 
-        from ._pipeline import Measurer, shared_plan
+        from .rigid import Measurer, shared_plan
 
         self._context.enter_context(cupy.cuda.Device(self.ids[0]))
         self.device, self.xp = "gpu", cupy
@@ -222,7 +222,7 @@ class OnGpus(Executor):
         return {**super().settings(), "gpus": list(self.ids)}
 
     def field(self, opts, rigid, out):
-        from ._patch_pass import measure_field
+        from .piecewise import measure_field
 
         return measure_field(opts, self.stack, rigid, self.xp, self.chunk, executor=self)
 

@@ -28,82 +28,26 @@ from ..correlate import normalize_max_shift, output_shape
 from ..errors import InputError
 from ..io import SUPPORTED_DTYPES
 from ..streaming import parse_memory
-from ._preprocess import AUTO_LOWPASS, choose_prefilter, parse_prefilter, prepare
-from ._preprocess import window as make_window
-from ._references import CHOICES, is_previous, mean_count, refined_passes
+from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_previous,
+                    mean_count, parse_prefilter, prefilter_for, prepare, refined_passes,
+                    search_range)
+from .rigid import window as make_window
 
-SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
-NORMALIZATIONS = ("zncc", "none", "phase")
 #: how frames meet at their edges: ``linear`` (the overlap: frames cropped from a larger
 #: scene), ``circular`` (wrap-around content: circular shifts, periodic test data), ``auto``
-#: (decided after the first pass: :func:`xcorr_app.alignment._template.periodic_frames`)
+#: (decided after the first pass: :func:`xcorr_app.alignment.refine._template.periodic_frames`)
 BOUNDARIES = ("auto", "linear", "circular")
 #: ``lucas_kanade``: the Lucas-Kanade refinement against a denoised template
-#: (:mod:`xcorr_app.alignment._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
+#: (:mod:`xcorr_app.alignment.refine._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
 LUCAS_KANADE = ("auto", "on", "off")
-#: upsampling of the FFT reference measurement (resolution 1/20 px)
-FFT_REFERENCE_UPSAMPLE = 20
-#: the FFT reference's plain correlation low-passed by a gaussian of this sigma (px) on both
-#: images (:func:`~xcorr_app.registration._fft_register.fft_shifts`' ``lowpass``)
-FFT_REFERENCE_LOWPASS = 1.0
 #: the upsampled DFT's factor where ``upsample`` is not given (resolution 1/20 px)
 DEFAULT_UPSAMPLE = 20
 #: the largest ``upsample``: 1/100 px is finer than any correlation peak is located, and the
 #: upsampled region's memory grows with the factor squared
 MAX_UPSAMPLE = 100
-#: on the CPU the FFT reference refines in two stages, first at 1/4 px (the same 1/20 px grid
-#: at about half the work: :func:`~xcorr_app.registration._fft_register.refine_peak`)
-CPU_REFERENCE_COARSE = 4
 #: the smallest frame side registered (see :func:`check_frame_shape`)
 MIN_FRAME_SIDE = 4
 
-
-def fft_reference(normalization):
-    """How the FFT reference measures the frames of a run of ``normalization``: keyword
-    arguments of :func:`~xcorr_app.registration._fft_register.fft_shifts`, and a description.
-
-    Phase runs are checked by phase correlation.  Others by plain cross-correlation of the
-    frames' periodic components (Moisan's decomposition): phase correlation is fooled by photon
-    noise over smooth content (the cell sample: up to 1.2 px off, 3 of 12 integer peaks wrong)
-    and plain correlation of the raw frames by their FFT seams (pulled up to 0.96 px towards
-    zero, 40 of 816 generated and sample frames off by a whole pixel); the periodic components'
-    plain correlation found every one of those integer peaks (2026-11-22).
-    """
-    if normalization == "phase":
-        return {"normalization": "phase", "periodic": False}, \
-            f"phase correlation, upsample {FFT_REFERENCE_UPSAMPLE}"
-    return {"normalization": None, "periodic": True, "lowpass": FFT_REFERENCE_LOWPASS}, \
-        (f"cross-correlation of the periodic components, gaussian {FFT_REFERENCE_LOWPASS:g} px, "
-         f"upsample {FFT_REFERENCE_UPSAMPLE}")
-
-def search_range(frame_shape, max_shift):
-    """The bound actually searched: ``max_shift``, or half the frame (what the FFT can tell
-    apart) when there is none."""
-    if max_shift is not None:
-        return max_shift
-    return (frame_shape[0] // 2, frame_shape[1] // 2)
-
-
-def check_choices(normalization, subpixel):
-    """Refuse an unknown subpixel method or normalization (:class:`InputError`)."""
-    if subpixel not in SUBPIXEL:
-        raise InputError(f"unknown subpixel method {subpixel!r}; use one of {', '.join(SUBPIXEL)}")
-    if normalization not in NORMALIZATIONS:
-        raise InputError(f"unknown normalization {normalization!r}; use one of "
-                         f"{', '.join(NORMALIZATIONS)}")
-
-
-def prefilter_for(prefilter, normalization, features=None):
-    """The prefilter function; none for phase correlation, which whitens the spectrum (a
-    linear filter cancels out, and smoothing only makes the whitening amplify the edges).
-    ``features`` (a filter bank, :func:`xcorr_app.filters._banks.feature_prefilter`) replaces it: the
-    frames are registered on the bank's local energy."""
-    if features:
-        from ..filters import feature_prefilter
-
-        return feature_prefilter(features)
-    fn = parse_prefilter(prefilter)
-    return None if normalization == "phase" else fn
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AlignOptions:
@@ -194,7 +138,7 @@ class AlignOptions:
                     raise InputError(f"{name} needs patches (piecewise-rigid): give patches "
                                      "too")
             return
-        from ._patches import check_deviation, check_template_passes, parse_patches
+        from .piecewise import check_deviation, check_template_passes, parse_patches
 
         put("patches", parse_patches(self.patches))
         put("max_deviation", check_deviation(self.max_deviation))
@@ -231,7 +175,7 @@ class AlignOptions:
 
     @property
     def lk_possible(self) -> bool:
-        """Whether the Lucas-Kanade refinement (:mod:`~xcorr_app.alignment._refine_lk`) can
+        """Whether the Lucas-Kanade refinement (:mod:`~xcorr_app.alignment.refine._refine_lk`) can
         run: a template built from the first frame (``first`` or ``refined``), not phase."""
         first = isinstance(self.reference, str) and (self.reference == "first"
                                                       or self.refined is not None)
@@ -348,7 +292,7 @@ def _gpu_spec(gpus):
 
 def resolve_auto(opts, src):
     """``(opts, why)``: ``opts`` with ``prefilter="auto"`` decided for the open source ``src``
-    (:func:`~xcorr_app.alignment._preprocess.choose_prefilter`) and the reason of the choice;
+    (:func:`~xcorr_app.alignment.rigid._preprocess.choose_prefilter`) and the reason of the choice;
     unchanged (``why`` None) where the prefilter is given, or unused (phase correlation,
     ``features``)."""
     if opts.prefilter != "auto" or opts.features or opts.normalization == "phase":

@@ -80,8 +80,8 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
     """Run one stage on :data:`FRAMES` frames of random data (its kernels compile on first use)."""
     from ..correlate import Plan
     from ..registration import fft_shifts, periodic_spectrum, refined_shifts
-    from ._options import FFT_REFERENCE_UPSAMPLE, fft_reference
-    from ._pipeline import Measurer
+    from .rigid import FFT_REFERENCE_UPSAMPLE, fft_reference
+    from .rigid import Measurer
 
     h, w = frame_shape
     rs = xp.random.RandomState(0)
@@ -89,8 +89,8 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
     if stage == "prepare":
         opts.preparer(xp, frame_shape)((f * 100 + 1000).astype(dtype))
     elif stage == "prefilter":
-        from ._options import prefilter_for
-        from ._preprocess import window
+        from .rigid import prefilter_for
+        from .rigid import window
 
         fn = prefilter_for(opts.prefilter, opts.normalization, opts.features)
         g = f if fn is None else fn(f).astype(xp.float32, copy=False)
@@ -98,7 +98,7 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
         if win is not None:
             g = g * win
     elif stage == "apply":
-        from ._warp import shift_frames
+        from .warp import shift_frames
 
         shift_frames(f, xp.asarray([[0.25, -1.5], [2.0, 0.5]]), fill=0.0, method="bilinear")
     elif stage == "measure":

@@ -37,8 +37,8 @@ import numpy as np
 
 from .. import backend
 from ..streaming import DEFAULT_CHUNK
-from ._patches import common_area
-from ._warp import shift_frames
+from .piecewise import common_area
+from .warp import shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "RESIDUAL_LIMIT"]
 

@@ -16,13 +16,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..io import plural
-from ._options import fft_reference
+from .rigid import COLUMN, fft_reference
 
-#: columns of the per-frame result block copied back from the device once per chunk
-#: (``border``: the integer peak lies on the border of the searched window)
-COLUMNS = ("dy", "dx", "peak", "confidence", "constant", "finite", "fft_dy", "fft_dx",
-            "fft_iy", "fft_ix", "border")
-COLUMN = {name: i for i, name in enumerate(COLUMNS)}
 
 CSV_COLUMNS = ("frame", "source", "dy", "dx", "peak", "confidence", "low_confidence",
                "fft_dy", "fft_dx", "agree")
@@ -129,7 +124,8 @@ class AlignResult:
     patch_low : (N, gy, gx) bool or None
         Patches whose shift was replaced by the median of their neighbours.
     patch_template : (H, W) float32 or None
-        The reference image the patches were measured against (mean-subtracted).
+        The reference image the patches were measured against (mean-subtracted; float input
+        frames multiplied by a power of two, as every frame is prepared: scale-free).
     quality : QualityReport or None
         How much better the aligned frames match their template than the input
         (:mod:`xcorr_app.alignment._quality`; ``quality=False``: None).
@@ -161,7 +157,7 @@ class AlignResult:
                 setattr(self, name, np.zeros(len(self.shifts), bool))
 
     def set_field(self, mf) -> None:
-        """Keep the :class:`~xcorr_app.alignment._motion_field.MotionField` of a patch pass:
+        """Keep the :class:`~xcorr_app.alignment.piecewise._motion_field.MotionField` of a patch pass:
         its arrays, its grid in :attr:`settings` ``["patches"]`` and a note on replaced
         patches."""
         self.motion_field, self.patch_centres = mf.field, mf.centres
@@ -266,7 +262,7 @@ class AlignResult:
         of the run unless another stack is given; yields ``(start, chunk)``."""
         from ._apply import apply_shifts
 
-        from ._warp import check_fill
+        from .warp import check_fill
 
         if "fill" in kwargs:  # (now, not when the first chunk is asked for)
             kwargs["fill"] = check_fill(kwargs["fill"])
@@ -277,7 +273,7 @@ class AlignResult:
         if self.settings.get("chunk_frames"):  # the run's chunk (auto: larger for small frames)
             kwargs.setdefault("chunk_frames", self.settings["chunk_frames"])
         if self.motion_field is not None:  # patches: every frame warped by its field
-            from ._motion_field import apply_field
+            from .piecewise import apply_field
 
             kwargs.setdefault("device", self.settings.get("device", "auto"))
             return apply_field(target, self.motion_field, self.patch_centres, **kwargs)
@@ -304,7 +300,7 @@ def _accumulate(steps, const):
     """Frame-to-frame steps -> shifts against the first frame; an unmeasurable frame
     (constant, NaN or Inf pixels) contributes no step: the frame after it was measured against
     the last measurable frame before it
-    (:func:`~xcorr_app.alignment._pipeline.previous_references`), so its step spans both."""
+    (:func:`~xcorr_app.alignment.rigid._measure.previous_references`), so its step spans both."""
     steps = np.where(const[:, None] | np.isnan(steps), 0.0, steps)
     usable = np.flatnonzero(~const)
     steps[:usable[0] + 1 if len(usable) else len(steps)] = 0.0  # the chain's start: itself

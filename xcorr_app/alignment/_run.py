@@ -31,14 +31,16 @@ import numpy as np
 
 from .. import backend
 from ..streaming import DEFAULT_CHUNK
-from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto, search_range
+from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
+from .rigid import search_range
 from ._limits import check_limits, limit_devices
-from ._pipeline import frames_per_chunk, measure_frames, prepared_reference
+from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import measure_quality
-from ._references import mean_count, reference_frame
-from ._result import COLUMN, result_from_table
-from ._template import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows,
-                        periodic_frames, relative_to_first, template_of)
+from .rigid import mean_count, reference_frame
+from .rigid import COLUMN
+from ._result import result_from_table
+from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows, periodic_frames,
+                     relative_to_first, template_of)
 
 __all__ = ["run_alignment", "measure_passes"]
 
@@ -47,7 +49,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
     """The :class:`~._result.AlignResult` of ``stack_or_path`` aligned with ``opts`` on
     ``executor`` (an :class:`~._executors.Executor`)."""
     from ._aligned_out import check_aligned_out
-    from ._patch_pass import check_grid
+    from .piecewise import check_grid
 
     if progress is not None and not callable(progress):
         from ..errors import InputError

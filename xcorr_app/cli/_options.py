@@ -61,7 +61,7 @@ class MaxShiftType(click.ParamType):
 
 class PatchesType(click.ParamType):
     """``GYxGX`` (or ``N``: N x N) patches -> ``(gy, gx)``
-    (:func:`~xcorr_app.alignment._patches.parse_patches`)."""
+    (:func:`~xcorr_app.alignment.piecewise._patches.parse_patches`)."""
 
     name = "patches"
 

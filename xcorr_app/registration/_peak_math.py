@@ -17,7 +17,7 @@ same order of operations, the same NaN, inf and border rules (see the source's c
 - :func:`upsampled_peaks`: ``refine_peak`` (``upsampled_dft``'s matrices, its peak and the
   shift arithmetic) around cuBLAS products;
 - :func:`wrapped_correlations`: the two correlations of
-  :func:`xcorr_app.alignment._template.periodic_frames` (its ``_correlation`` over the pixels
+  :func:`xcorr_app.alignment.refine._template.periodic_frames` (its ``_correlation`` over the pixels
   that did not and did wrap around), without the rolled copy and the masks;
 - :func:`edge_differences`, :func:`subtract_smooth`: ``periodic_spectrum``'s edge differences
   and its subtraction of the smooth component;

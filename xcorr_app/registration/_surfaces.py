@@ -4,7 +4,7 @@ passes, and :class:`GpuSurfaces`, the GPU measurement of the align pipeline.
 The CPU (and reference) definitions are :func:`xcorr_app.registration._normalize.zncc` and
 :func:`xcorr_app.registration._peaks.find_shifts`; on the GPU, for a batch of frames against one reference (or
 one each, or batched: ``L`` references, each against its own run of frames, as the patch pass
-of :mod:`xcorr_app.alignment._patches` measures its patches), the same results come from
+of :mod:`xcorr_app.alignment.piecewise._patches` measures its patches), the same results come from
 
 1. :func:`summed_area_tables` of the frames and of their squares (float64, two passes);
 2. :func:`surface_peaks`: one pass that turns raw correlation sums into ZNCC from eight table

@@ -1,0 +1,132 @@
+"""The fill value of the warp (alignment/warp/_warp.py, _apply.py, _motion_field.py): a NaN or
+infinite fill lands only on the pixels shifted in from outside the frame (bilinear weights
+times NaN poisoned every pixel); a finite fill float32 cannot hold is refused, on the API and
+the command line; CPU and GPU agree bit for bit."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from cli_helpers import assert_clean_error, xcorr
+from synthetic import write_stack
+from xcorr_app.alignment._apply import apply_shifts
+from xcorr_app.alignment.piecewise._motion_field import apply_field
+from xcorr_app.alignment.warp._warp import check_fill, shift_frames
+from xcorr_app.errors import InputError
+
+SHIFTS = np.array([[0.0, 0.0], [1.5, -2.25], [-3.0, 0.5], [0.25, 0.0]])
+
+
+def border(shape, shifts, method="bilinear"):
+    """``(N, H, W)`` bool: the pixels whose bilinear taps (of non-zero weight) leave the
+    frame, from the float64 coordinates (``fourier``: whose source lies a pixel or more
+    outside)."""
+    n, (h, w) = len(shifts), shape
+    out = np.zeros((n, h, w), bool)
+    for k, (dy, dx) in enumerate(shifts):
+        ys, xs = np.arange(h) - dy, np.arange(w) - dx
+        if method == "fourier":
+            row, col = (ys <= -1) | (ys >= h), (xs <= -1) | (xs >= w)
+        else:
+            row, col = (ys < 0) | (ys > h - 1), (xs < 0) | (xs > w - 1)
+        out[k] = row[:, None] | col[None, :]
+    return out
+
+
+@pytest.mark.parametrize("method", ["bilinear", "fourier"])
+def test_nan_fill_marks_only_the_border(rng, method):
+    frames = rng.random((4, 12, 15)).astype(np.float32)
+    plain = shift_frames(frames, SHIFTS, fill=0.0, method=method)
+    got = shift_frames(frames, SHIFTS, fill=np.nan, method=method)
+    edge = border(frames.shape[1:], SHIFTS, method)
+    np.testing.assert_array_equal(np.isnan(got), edge)
+    np.testing.assert_array_equal(got[~edge], plain[~edge])
+    assert not np.isnan(got[0]).any()  # (frame 0 is not shifted: nothing comes from outside)
+
+
+@pytest.mark.parametrize("fill", [np.inf, -np.inf])
+def test_infinite_fill_gives_no_nan(rng, fill):
+    frames = rng.random((4, 12, 15)).astype(np.float32)
+    with np.errstate(all="raise"):  # (no warning either)
+        got = shift_frames(frames, SHIFTS, fill=fill)
+    edge = border(frames.shape[1:], SHIFTS)
+    assert not np.isnan(got).any()
+    np.testing.assert_array_equal(got[edge], np.float32(fill))
+    np.testing.assert_array_equal(got[~edge], shift_frames(frames, SHIFTS)[~edge])
+
+
+@pytest.mark.parametrize("fill", [-1e308, 3.5e38, 10**400, "0", True, None])
+def test_a_fill_float32_cannot_hold_is_refused(rng, fill):
+    frames = rng.random((2, 8, 8)).astype(np.float32)
+    with pytest.raises(InputError, match="fill"):
+        shift_frames(frames, SHIFTS[:2], fill=fill)
+    with pytest.raises(InputError, match="fill"):
+        list(apply_shifts(frames, SHIFTS[:2], fill=fill, device="cpu"))
+    field = np.zeros((2, 1, 1, 2))
+    with pytest.raises(InputError, match="fill"):
+        list(apply_field(frames, field, np.array([[[4.0, 4.0]]]), fill=fill, device="cpu"))
+
+
+def test_check_fill_keeps_what_float32_holds():
+    assert check_fill(np.float32(3.4028235e38)) == float(np.float32(3.4028235e38))
+    assert check_fill(-7) == -7.0 and check_fill(np.inf) == np.inf
+    assert np.isnan(check_fill(np.nan))
+
+
+def test_nan_fill_of_a_motion_field_marks_only_the_border(rng):
+    frames = rng.random((2, 16, 16)).astype(np.float32)
+    field = np.zeros((2, 1, 1, 2))
+    field[1] = [2.0, -3.0]
+    got = np.concatenate([c for _, c in apply_field(frames, field, np.array([[[8.0, 8.0]]]),
+                                                      fill=np.nan, device="cpu")])
+    np.testing.assert_array_equal(np.isnan(got), border((16, 16), field[:, 0, 0]))
+
+
+def test_cli_nan_fill_leaves_the_inside_and_refuses_what_float32_cannot_hold(tmp_path, rng):
+    frames = (rng.random((4, 32, 40)) * 1000).astype(np.uint16)
+    src = write_stack(tmp_path / "plain.tif", frames)
+    res = xcorr("align", src, "--out", tmp_path / "nan", "--fill", "nan", "--device", "cpu",
+                "-q")
+    assert res.returncode == 0, res.stderr
+    shifts = np.loadtxt(tmp_path / "nan" / "shifts.csv", delimiter=",", skiprows=1,
+                        usecols=(2, 3))
+    aligned = tifffile.imread(tmp_path / "nan" / "aligned.tif")
+    np.testing.assert_array_equal(np.isnan(aligned), border((32, 40), shifts))
+    assert np.isfinite(aligned).sum() > aligned.size // 2
+    assert_clean_error(xcorr("align", src, "--out", tmp_path / "big", "--fill", "-1e308",
+                             "--device", "cpu"), "fill", "float32")
+    assert not (tmp_path / "big" / "aligned.tif").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fill", [np.nan, np.inf, -np.inf, -3.5])
+def test_gpu_fill_equals_the_cpu_bit_for_bit(rng, fill):
+    import cupy as cp
+
+    frames = (rng.random((4, 20, 37)) * 250).astype(np.float32)
+    want = shift_frames(frames, SHIFTS, fill=fill)
+    got = shift_frames(cp.asarray(frames), SHIFTS, fill=fill).get()
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.isnan(got), border(frames.shape[1:], SHIFTS)
+                                  if np.isnan(fill) else np.zeros(got.shape, bool))
+    with pytest.raises(InputError, match="fill"):
+        shift_frames(cp.asarray(frames), SHIFTS, fill=-1e308)
+
+
+@pytest.mark.parametrize("fill", [-1e308, "0"])
+def test_a_bad_fill_is_refused_when_asked_not_when_read(tmp_path, rng, fill):
+    """apply_shifts and AlignResult.apply raise on the call (their chunks come lazily), the
+    command line before it opens the input (it was checked after measuring)."""
+    from xcorr_app import align
+
+    frames = rng.random((2, 16, 16)).astype(np.float32)
+    with pytest.raises(InputError, match="fill"):
+        apply_shifts(frames, SHIFTS[:2], fill=fill, device="cpu")
+    res = align(frames, device="cpu", verify=False)
+    with pytest.raises(InputError, match="fill"):
+        res.apply(fill=fill)
+    if isinstance(fill, float):
+        missing = tmp_path / "missing.tif"  # (the fill is named, not the input)
+        assert_clean_error(xcorr("align", missing, "--out", tmp_path / "out", "--fill", fill),
+                           "--fill", "float32")
+        assert not (tmp_path / "out").exists()

@@ -1,0 +1,167 @@
+"""alignment/warp/_warp.py: ``shift_frames``, the bilinear shift of every frame. On the CPU its NumPy
+lines are the definition (checked here against a float64 loop); on the GPU one kernel of ours
+(``kernels/alignment/warp_shift.cu``) does the same float32 operations: equal bit for bit, on odd,
+non-square frames smaller than a warp and larger than a block, every pixel type it reads, NaN,
+infinite and far shifts, one shift for all frames, a fill value, NaN pixels, a poisoned memory
+pool."""
+
+import numpy as np
+import pytest
+
+from xcorr_app.alignment.warp._warp import shift_frames
+from xcorr_app.errors import InputError
+
+
+def loop_definition(frames, shifts, fill):
+    """float64 loop: out = sum of the inside taps' weights x pixels + (1 - their sum) x fill."""
+    n, h, w = frames.shape
+    out = np.empty((n, h, w))
+    for k in range(n):
+        dy, dx = np.nan_to_num(np.asarray(shifts, np.float64)[k if len(shifts) > 1 else 0])
+        for y in range(h):
+            for x in range(w):
+                ys, xs = y - dy, x - dx
+                y0, x0 = int(np.floor(ys)), int(np.floor(xs))
+                ty, tx = ys - y0, xs - x0
+                acc = wsum = 0.0
+                for a, wy in ((0, 1 - ty), (1, ty)):
+                    for b, wx in ((0, 1 - tx), (1, tx)):
+                        yy, xx = y0 + a, x0 + b
+                        if 0 <= yy < h and 0 <= xx < w:
+                            acc += wy * wx * frames[k, yy, xx]
+                            wsum += wy * wx
+                out[k, y, x] = acc + (1 - wsum) * fill
+    return out
+
+
+def test_cpu_bilinear_is_the_loop_definition(rng):
+    frames = rng.random((3, 7, 9)) * 100
+    shifts = np.array([[0.3, -1.7], [-2.25, 4.5], [8.0, 0.0]])
+    got = shift_frames(frames, shifts, fill=5.0)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, loop_definition(frames.astype(np.float32), shifts, 5.0),
+                               rtol=1e-5, atol=1e-4)
+
+
+CASES = [((1, 5, 7), [[0.25, -1.5]]),                       # smaller than a warp
+         ((3, 37, 301), [[0.3, -1.7], [-2.25, 4.5], [36.5, -300.25]]),  # wider than a block
+         ((4, 20, 13), [[np.nan, 0.5], [np.inf, 0.0], [-0.0, -np.inf], [1e9, 2.0]]),
+         ((5, 16, 16), [[0.75, -0.125]])]                     # one shift for every frame
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, shifts", CASES)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64,
+                                   np.int32])
+def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
+    import cupy as cp
+
+    frames = (rng.random(shape) * 250).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        frames[0, shape[1] // 2, shape[2] // 2] = np.nan  # spreads to its taps, as on the CPU
+    shifts = np.array(shifts, np.float64)
+    # the shifts as NumPy and CuPy float64, and as CuPy float32 (the CPU given the same values)
+    for s, as_given in ((shifts, shifts), (cp.asarray(shifts), shifts),
+                        (cp.asarray(shifts, cp.float32), shifts.astype(np.float32))):
+        with np.errstate(invalid="ignore"):  # (NumPy casts the infinite shifts' floors)
+            want = shift_frames(frames, as_given, fill=-3.5)
+        poison = cp.full(frames.size * 8, np.nan, cp.float32)  # freed into the output's pool
+        del poison
+        got = shift_frames(cp.asarray(frames), s, fill=-3.5)
+        assert isinstance(got, cp.ndarray) and got.dtype == cp.float32
+        np.testing.assert_array_equal(got.get(), want)
+    if np.dtype(dtype).kind == "f":
+        assert np.isnan(want).any()  # (the NaN pixel is in the comparison)
+
+
+@pytest.mark.gpu
+def test_gpu_bilinear_of_many_frames_and_bad_shifts(rng):
+    """More frames than a launch's grid holds are split; shifts that fit no frame count are an
+    InputError."""
+    import cupy as cp
+
+    from xcorr_app.alignment.warp import _warp
+
+    frames = cp.asarray(rng.random((7, 6, 5)).astype(np.float32))
+    shifts = rng.normal(0, 2, (7, 2))
+    want = shift_frames(frames.get(), shifts)
+    old = _warp.MAX_GRID
+    try:
+        _warp.MAX_GRID = 3
+        np.testing.assert_array_equal(shift_frames(frames, shifts).get(), want)
+    finally:
+        _warp.MAX_GRID = old
+    for bad in (np.zeros((3, 2)), np.zeros((7, 3)), np.zeros(2)):
+        with pytest.raises(InputError):
+            shift_frames(frames, bad)
+
+
+# ------------------------------------------------------------- add_shifted: a template's sums
+
+def sums_definition(frames, shifts, idx):
+    """float64 loop of the definition: the chosen frames (non-finite pixels as 0) shifted by
+    the float64 loop above, summed; the coverage, the same of frames of ones."""
+    f = np.nan_to_num(np.asarray(frames, np.float64)[idx], nan=0.0, posinf=0.0, neginf=0.0)
+    total = loop_definition(f, shifts, 0.0).sum(axis=0)
+    cover = loop_definition(np.ones_like(f), shifts, 0.0).sum(axis=0)
+    return total, cover
+
+
+def test_add_shifted_on_the_cpu_is_the_loop_definition(rng):
+    frames = rng.random((12, 9, 11)) * 100
+    frames[3, 4, 5] = np.nan
+    idx = np.array([0, 3, 4, 5, 6, 7, 8, 9, 10, 11])  # more than a batch, frame 1 and 2 left out
+    shifts = rng.uniform(-4, 4, (len(idx), 2))
+    total, cover = np.full((9, 11), 2.0), np.full((9, 11), 1.0)  # it adds to what is there
+    from xcorr_app.alignment.warp._warp import add_shifted
+
+    add_shifted(total, cover, frames, shifts, idx)
+    want_t, want_c = sums_definition(frames.astype(np.float32), shifts, idx)
+    np.testing.assert_allclose(total, want_t + 2.0, rtol=1e-5)
+    np.testing.assert_allclose(cover, want_c + 1.0, rtol=1e-6)
+    with pytest.raises(InputError, match="shifts"):
+        add_shifted(total, cover, frames, shifts[:2], idx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 5, 7), (9, 37, 301), (4, 20, 13)])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64, np.int32])
+def test_gpu_add_shifted_matches_the_cpu(rng, shape, dtype):
+    """The kernel against the CPU's lines (the same float32 warps; float64 sums, in another
+    order) and the float64 loop: odd sizes under a warp and over a block, NaN and infinite
+    pixels, far shifts, frames left out, totals that already hold sums."""
+    import cupy as cp
+
+    from xcorr_app.alignment.warp._warp import add_shifted
+
+    n, h, w = shape
+    frames = (rng.random(shape) * 250).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        frames[0, h // 2, w // 2] = np.nan
+        frames[-1, 0, 0] = np.inf
+    idx = np.arange(n)[::-1][: max(1, n - 1)]  # the last frame first, one left out
+    shifts = rng.uniform(-3, 3, (len(idx), 2))
+    shifts[0] = (h + 0.5, -0.25)  # entirely outside along y
+    start_t, start_c = rng.random((h, w)), rng.random((h, w))
+    want_t, want_c = start_t.copy(), start_c.copy()
+    add_shifted(want_t, want_c, frames, shifts, idx)
+    got_t, got_c = cp.asarray(start_t), cp.asarray(start_c)
+    add_shifted(got_t, got_c, cp.asarray(frames), cp.asarray(shifts), idx)
+    np.testing.assert_allclose(got_t.get(), want_t, rtol=1e-13, atol=1e-9)
+    np.testing.assert_allclose(got_c.get(), want_c, rtol=1e-13, atol=1e-12)
+    loop_t, loop_c = sums_definition(frames.astype(np.float32), shifts, idx)
+    np.testing.assert_allclose(got_t.get() - start_t, loop_t, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(got_c.get() - start_c, loop_c, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_add_shifted_checks_its_operands():
+    import cupy as cp
+
+    from xcorr_app.alignment.warp._warp import add_shifted
+
+    frames = cp.ones((2, 4, 5), cp.float32)
+    with pytest.raises(InputError, match="float64"):
+        add_shifted(cp.zeros((4, 5), cp.float32), cp.zeros((4, 5)), frames, np.zeros((2, 2)))
+    with pytest.raises(InputError, match="indices"):
+        add_shifted(cp.zeros((4, 5)), cp.zeros((4, 5)), frames, np.zeros((1, 2)), [2])

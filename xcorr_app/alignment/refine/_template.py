@@ -1,0 +1,286 @@
+"""Template refinement (``reference="refined[:ITER]"``) and the detection of wrap-around
+(periodic) frames (``boundary="auto"``).
+
+A single frame is a noisy reference: every frame's shift inherits its noise, mostly as one
+offset shared by all frames (at 25 photons per pixel most of the error of the first-frame
+reference).  As NoRMCorre and suite2p do, :func:`~._run.measure_passes` aligns the stack against the
+first frame, averages the frames measured with a distinct peak, shifted by their measured
+subpixel shifts, into a template, and measures every frame again against that template (``ITER`` template passes,
+1 or 2, so 2 or 3 measuring passes in all):
+
+- the template is accumulated chunk by chunk inside the streaming measuring pass
+  (:class:`TemplateAccumulator`, the ``on_chunk`` hook of
+  :func:`~xcorr_app.alignment.rigid._measure.measure_frames`), on the device that measures: the
+  stack is read once per measuring pass, never once more just for the template;
+- which frames: every frame measured with a distinct peak: frames that could not be
+  measured (constant, NaN or Inf pixels), whose peak lies on the border of the search, or
+  whose confidence (peak over second peak) is below ``min_confidence`` when one is given, are
+  left out.  A rule of each frame alone, so that the template does not depend on the
+  chunking (a per-chunk "better half by confidence" did, and was no better: on the low-light
+  stacks of ``xcorr bench accuracy`` all frames gave 0.19 px RMS against 0.22 for the better
+  half);
+- how: each frame is shifted by its measured shift with the bilinear warp of
+  :func:`~xcorr_app.alignment.warp._warp.shift_frames` (as ``apply_shifts`` does) and summed with its
+  coverage (the warp of a frame of ones; :func:`~xcorr_app.alignment.warp._warp.add_shifted`, on
+  the GPU one kernel a chunk), so the template is in frame 0's coordinates; pixels
+  no kept frame covers (at the edges, where all frames drifted away) take the first frame's
+  value;
+- the convention: the template has an offset of its own (the noise of the first pass), so the
+  shifts of the last pass are reported relative to frame 0's (frame 0's shift is exactly 0,
+  as with ``reference="first"``), and so are the FFT reference's.
+
+The cost is one more measuring pass per ``ITER`` (the warp and sum of the kept frames is small
+beside it).
+
+Wrap-around frames (circular shifts of one image: periodic test data) are told apart from
+frames cropped from a larger scene after the first pass by :func:`periodic_frames`: the strips
+a shift wrapped around match the reference's opposite edge only if the content is periodic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ... import backend
+from ...registration import wrapped_correlations
+from ._lk_decision import noisy_stack, noisy_stack_on_gpu
+from ._refine_lk import LucasKanade
+from ..rigid import COLUMN
+from ..warp import add_shifted
+
+__all__ = ["TemplateAccumulator", "TemplateSums", "LucasKanadeFit", "template_of", "kept_rows",
+           "periodic_frames", "relative_to_first", "decide_lucas_kanade", "lucas_kanade_choice"]
+
+#: ``boundary="auto"``: frames tested for wrap-around, the least shift (px, on either axis)
+#: a tested frame needs, and the ratio of the wrapped strip's correlation to the overlap's
+#: above which the content is periodic (and the overlap's least correlation to trust it)
+PERIODIC_FRAMES = 8
+PERIODIC_MIN_SHIFT = 2
+PERIODIC_RATIO = 0.75
+PERIODIC_MIN_CORRELATION = 0.2
+
+
+class TemplateAccumulator:
+    """The ``on_chunk`` hook of a measuring pass that sums every frame measured with a distinct
+    peak (confidence at least ``min_confidence`` when given), shifted by its measured shift,
+    into a template on ``xp``'s device.
+
+    Examples
+    --------
+    >>> from xcorr_app.alignment.rigid import COLUMNS
+    >>> acc = TemplateAccumulator(np, (4, 5))
+    >>> block = np.zeros((3, len(COLUMNS))); block[:, COLUMN["finite"]] = 1
+    >>> block[2, COLUMN["border"]] = 1  # no distinct peak: left out
+    >>> acc(0, np.stack([np.ones((4, 5)), 3 * np.ones((4, 5)), 9 * np.ones((4, 5))]), block)
+    >>> float(acc.template(np.zeros((4, 5)))[0, 0])
+    2.0
+    """
+
+    def __init__(self, xp, frame_shape, min_confidence=None):
+        self.xp = xp
+        self.min_confidence = min_confidence
+        self.total = xp.zeros(frame_shape, xp.float64)
+        self.coverage = xp.zeros(frame_shape, xp.float64)
+        self._done = None  # GPU: the event after the last chunk's sums
+
+    def __call__(self, first, frames, block):
+        """Add a chunk: ``frames`` as read and its result ``block`` (both on ``xp``'s device).
+        Which rows go in (:func:`kept_rows`) is judged on the host (on the GPU the block goes
+        there right after anyway); their frames are warped and summed by
+        :func:`~._warp.add_shifted` (on the GPU one kernel).  On the GPU the chunks come on
+        two alternating CUDA streams: each chunk's sums wait for the previous chunk's (an
+        event), so that the two streams never add to the template at once."""
+        xp = self.xp
+        if self._done is not None:
+            xp.cuda.get_current_stream().wait_event(self._done)
+        c = COLUMN
+        block = backend.to_numpy(block)
+        keep = np.flatnonzero(kept_rows(block, np, self.min_confidence))
+        add_shifted(self.total, self.coverage, frames,
+                    block[keep, c["dy"]:c["dx"] + 1], keep)
+        if xp is not np:
+            self._done = xp.cuda.get_current_stream().record()
+
+    def add_sums(self, total, coverage):
+        """Add sums made elsewhere (the patch pass's warped frames, on the chunk's stream),
+        after the previous chunk's, as :meth:`__call__` adds its own."""
+        xp = self.xp
+        if self._done is not None:
+            xp.cuda.get_current_stream().wait_event(self._done)
+        self.total += total
+        self.coverage += coverage
+        if xp is not np:
+            self._done = xp.cuda.get_current_stream().record()
+
+    def sums(self):
+        """``(total, coverage)`` once the last chunk's sums are in."""
+        if self._done is not None:
+            self._done.synchronize()
+        return self.total, self.coverage
+
+    def template(self, fallback):
+        """The template of the sums so far (:func:`template_of`)."""
+        return template_of(self.xp, *self.sums(), fallback)
+
+
+def template_of(xp, total, coverage, fallback):
+    """The template (float32, frame 0's coordinates) of a template pass's sums: the weighted
+    mean of the kept frames, and ``fallback`` (the first frame) where less than half a frame
+    covers."""
+    covered = coverage >= 0.5
+    mean = total / xp.where(covered, coverage, 1.0)
+    return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
+
+
+class TemplateSums:
+    """The hook of a template pass, as a measuring range makes it on its device: each range
+    sums its kept frames (:class:`TemplateAccumulator`); the pipeline adds the ranges' sums
+    up in frame order.  Plain values, so it travels to other processes."""
+
+    def __init__(self, min_confidence=None):
+        self.min_confidence = min_confidence
+
+    def make(self, xp, frame_shape, start):
+        return TemplateAccumulator(xp, frame_shape, self.min_confidence)
+
+    @staticmethod
+    def result(hook):
+        return hook.sums()
+
+
+class LucasKanadeFit:
+    """The hook of the last pass with ``lucas_kanade`` on: every range refines its frames'
+    shifts against the template (:class:`~._refine_lk.LucasKanade`) from the last template
+    pass's sums ``total``, ``coverage``, its ``template`` and ``built`` (N, 2): each frame's
+    shift in that pass, NaN for frames left out of it."""
+
+    def __init__(self, total, coverage, template, built):
+        self.total, self.coverage, self.template = total, coverage, template
+        self.built = np.asarray(built, np.float64)
+
+    def make(self, xp, frame_shape, start):
+        return LucasKanade(xp, xp.asarray(self.total), xp.asarray(self.coverage),
+                           xp.asarray(self.template), self.built[start:])
+
+    @staticmethod
+    def result(hook):
+        return None
+
+
+def kept_rows(block, xp, min_confidence=None):
+    """Which rows of a result block go into the template: measured (finite, not constant),
+    with a distinct peak (not on the border), finite shifts, and a confidence of at least
+    ``min_confidence`` when given."""
+    c = COLUMN
+    keep = (block[:, c["finite"]] == 1) & (block[:, c["constant"]] == 0) \
+        & (block[:, c["border"]] == 0) & xp.isfinite(block[:, c["dy"]:c["dx"] + 1]).all(axis=1)
+    if min_confidence is not None:
+        keep &= block[:, c["confidence"]] >= min_confidence
+    return keep
+
+
+def relative_to_first(table):
+    """``table`` with every shift made relative to frame 0's (the measured ones and the FFT
+    reference's, its integer peaks by frame 0's integer peak), so that frame 0's is 0."""
+    c = COLUMN
+    out = table.copy()
+    for a, b in (("dy", "dx"), ("fft_dy", "fft_dx"), ("fft_iy", "fft_ix")):
+        cols = slice(c[a], c[b] + 1)
+        if np.isfinite(table[0, cols]).all():
+            out[:, cols] = table[:, cols] - table[0, cols]
+    return out
+
+
+def periodic_frames(opts, src, xp, table, reference) -> bool:
+    """Whether the frames of ``src`` are circular shifts of one another (wrap-around content),
+    from a first pass's ``table`` against ``reference`` (the prepared ``(frame, raw)``).
+
+    Up to :data:`PERIODIC_FRAMES` frames shifted by at least :data:`PERIODIC_MIN_SHIFT` px are
+    read again (a few frames, whatever the stack's length) and compared with the reference
+    moved by their integer shift, circularly: over the overlap, and over the strips that
+    wrapped around.  Frames cropped from a larger scene bring new content into those strips
+    (it does not match the reference's opposite edge); wrap-around frames bring the opposite
+    edge itself.  Periodic when the median over the tested frames of the strips' correlation
+    is at least :data:`PERIODIC_RATIO` of the overlap's (which must reach
+    :data:`PERIODIC_MIN_CORRELATION`).
+    """
+    c = COLUMN
+    shifts = table[:, c["dy"]:c["dx"] + 1]
+    ok = np.isfinite(shifts).all(axis=1) & (table[:, c["border"]] == 0)
+    big = np.abs(np.round(np.where(ok[:, None], shifts, 0.0))).max(axis=1)
+    order = [int(i) for i in np.argsort(-big, kind="stable") if big[i] >= PERIODIC_MIN_SHIFT]
+    ratios = []
+    ref = reference[0]
+    h, w = src.frame_shape
+    order = order[:PERIODIC_FRAMES]
+    if not order:
+        return False
+    # the frames read and prepared together, their flags fetched once (one by one they took
+    # 10.5 ms of a 0.23 s GPU run, H100 2026-11-23: each preparation's launches and waits)
+    frames = opts.preparer(xp, src.frame_shape)(
+        xp.stack([xp.asarray(src.read(i, i + 1))[0] for i in order]))
+    on_gpu = xp is not np and frames.frames.dtype == ref.dtype == np.float32
+    # every frame's sums in 4 launches, queued before the flags are fetched (the unusable
+    # frames' are not read); a frame at a time, 32 launches and a wait for the flags first:
+    # a 2.8 ms gap of the GPU in a 4096-frame GPU-resident run, H200 2026-11-25
+    sums = wrapped_correlations(frames.frames, ref, np.round(shifts[order])) if on_gpu \
+        else None
+    usable = backend.to_numpy(frames.finite & ~frames.constant)
+    sums = None if sums is None else backend.to_numpy(sums)
+    for k, i in enumerate(order):
+        iy, ix = (int(v) for v in np.round(shifts[i]))
+        if not usable[k]:
+            continue
+        f = frames.frames[k]
+        if on_gpu:
+            inside, strips = (float(v) for v in sums[k])
+        else:
+            moved = xp.roll(ref, (-iy, -ix), axis=(0, 1))  # the frame holds ref[y + iy, x + ix]
+            ys = xp.arange(h)[:, None] + iy
+            xs = xp.arange(w)[None, :] + ix
+            wrapped = (ys < 0) | (ys >= h) | (xs < 0) | (xs >= w)
+            inside = _correlation(f, moved, ~wrapped, xp)
+            strips = _correlation(f, moved, wrapped, xp)
+        if inside >= PERIODIC_MIN_CORRELATION:
+            ratios.append(strips / inside)
+    return bool(ratios) and float(np.median(ratios)) >= PERIODIC_RATIO
+
+
+def _correlation(a, b, mask, xp) -> float:
+    """The zero-normalized correlation of ``a`` and ``b`` over ``mask`` (0 where flat)."""
+    m = mask.astype(xp.float64)
+    k = float(m.sum())
+    if k < 2:
+        return 0.0
+    a = a.astype(xp.float64)
+    b = b.astype(xp.float64)
+    am = a - (a * m).sum() / k
+    bm = b - (b * m).sum() / k
+    num = (am * bm * m).sum()
+    den = xp.sqrt((am * am * m).sum() * (bm * bm * m).sum())
+    return float(num / den) if float(den) > 0 else 0.0
+
+
+def decide_lucas_kanade(opts, src, xp):
+    """``(opts, note)``: ``opts`` with ``lucas_kanade="auto"`` decided for the open source
+    ``src`` (on for noisy frames: :mod:`~xcorr_app.alignment.refine._lk_decision`, on ``xp``'s
+    device; off where it cannot run), and a note when auto turned it on."""
+    if opts.lucas_kanade != "auto":
+        return opts, None
+    if not opts.lk_possible:
+        return dataclasses.replace(opts, lucas_kanade="off"), None
+    judged = noisy_stack(src) if xp is np else noisy_stack_on_gpu(src).result()
+    return lucas_kanade_choice(opts, *judged)
+
+
+def lucas_kanade_choice(opts, noisy, precision):
+    """``(opts, note)`` of :func:`decide_lucas_kanade` from the judgement of the frames,
+    ``(noisy, precision)`` (:func:`~xcorr_app.alignment.refine._refine_lk.noisy_stack`)."""
+    opts = dataclasses.replace(opts, lucas_kanade="on" if noisy else "off")
+    if not noisy:
+        return opts, None
+    return opts, (f"lucas_kanade auto: on (noisy frames: their noise allows about "
+                  f"{precision:.2f} px); refined template, then a Lucas-Kanade fit of every "
+                  "frame against it, leaving the frame out and smoothed")

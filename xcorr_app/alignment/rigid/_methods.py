@@ -1,0 +1,70 @@
+"""The measuring methods of a pass: the subpixel fits and normalizations, the search range,
+the prefilter a normalization takes, and how the FFT check measures.
+
+>>> search_range((64, 80), None), fft_reference("phase")[1]
+((32, 40), 'phase correlation, upsample 20')
+"""
+
+from __future__ import annotations
+
+from ...errors import InputError
+from ._preprocess import parse_prefilter
+
+SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
+NORMALIZATIONS = ("zncc", "none", "phase")
+#: upsampling of the FFT reference measurement (resolution 1/20 px)
+FFT_REFERENCE_UPSAMPLE = 20
+#: the FFT reference's plain correlation low-passed by a gaussian of this sigma (px) on both
+#: images (:func:`~xcorr_app.registration._fft_register.fft_shifts`' ``lowpass``)
+FFT_REFERENCE_LOWPASS = 1.0
+#: on the CPU the FFT reference refines in two stages, first at 1/4 px (the same 1/20 px grid
+#: at about half the work: :func:`~xcorr_app.registration._fft_register.refine_peak`)
+CPU_REFERENCE_COARSE = 4
+
+
+def fft_reference(normalization):
+    """How the FFT reference measures the frames of a run of ``normalization``: keyword
+    arguments of :func:`~xcorr_app.registration._fft_register.fft_shifts`, and a description.
+
+    Phase runs are checked by phase correlation.  Others by plain cross-correlation of the
+    frames' periodic components (Moisan's decomposition): phase correlation is fooled by photon
+    noise over smooth content (the cell sample: up to 1.2 px off, 3 of 12 integer peaks wrong)
+    and plain correlation of the raw frames by their FFT seams (pulled up to 0.96 px towards
+    zero, 40 of 816 generated and sample frames off by a whole pixel); the periodic components'
+    plain correlation found every one of those integer peaks (2026-11-22).
+    """
+    if normalization == "phase":
+        return {"normalization": "phase", "periodic": False}, \
+            f"phase correlation, upsample {FFT_REFERENCE_UPSAMPLE}"
+    return {"normalization": None, "periodic": True, "lowpass": FFT_REFERENCE_LOWPASS}, \
+        (f"cross-correlation of the periodic components, gaussian {FFT_REFERENCE_LOWPASS:g} px, "
+         f"upsample {FFT_REFERENCE_UPSAMPLE}")
+
+def search_range(frame_shape, max_shift):
+    """The bound actually searched: ``max_shift``, or half the frame (what the FFT can tell
+    apart) when there is none."""
+    if max_shift is not None:
+        return max_shift
+    return (frame_shape[0] // 2, frame_shape[1] // 2)
+
+
+def check_choices(normalization, subpixel):
+    """Refuse an unknown subpixel method or normalization (:class:`InputError`)."""
+    if subpixel not in SUBPIXEL:
+        raise InputError(f"unknown subpixel method {subpixel!r}; use one of {', '.join(SUBPIXEL)}")
+    if normalization not in NORMALIZATIONS:
+        raise InputError(f"unknown normalization {normalization!r}; use one of "
+                         f"{', '.join(NORMALIZATIONS)}")
+
+
+def prefilter_for(prefilter, normalization, features=None):
+    """The prefilter function; none for phase correlation, which whitens the spectrum (a
+    linear filter cancels out, and smoothing only makes the whitening amplify the edges).
+    ``features`` (a filter bank, :func:`xcorr_app.filters._banks.feature_prefilter`) replaces it: the
+    frames are registered on the bank's local energy."""
+    if features:
+        from ...filters import feature_prefilter
+
+        return feature_prefilter(features)
+    fn = parse_prefilter(prefilter)
+    return None if normalization == "phase" else fn

@@ -1,0 +1,305 @@
+"""What happens to frames before they are correlated: float32, checks, prefilter, window.
+
+:func:`prepare` works on a whole chunk at once and never waits for the GPU: the checks (NaN or
+Inf pixels, constant frames) come back as per-frame flags that the caller reads with the
+results.
+
+Examples
+--------
+>>> import numpy as np
+>>> frames = np.stack([np.arange(12.0).reshape(3, 4), np.ones((3, 4))])
+>>> p = prepare(frames, np)
+>>> p.frames.shape, p.constant.tolist(), p.finite.tolist()
+((2, 3, 4), [False, True], [True, True])
+>>> window("tukey:0.5", (4, 6), np).shape
+(4, 6)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from ...backend import to_numpy
+from ...errors import InputError
+
+WINDOWS = ("none", "hann", "tukey")
+#: ``prefilter="auto"``: the low-pass of ordinary stacks, the band-pass (difference of
+#: gaussians) of stacks whose brightness changes, and the change of the frame means (relative
+#: to the brightest sampled frame) from which the band-pass is chosen
+AUTO_LOWPASS = "gaussian:1"
+AUTO_BANDPASS = "dog:1,4"
+AUTO_BRIGHTNESS_CHANGE = 0.10
+#: frames sampled (evenly over the stack, the first and the last included) to decide
+AUTO_SAMPLES = 8
+#: Tukey window taper fraction when ``tukey`` is given without one
+TUKEY_ALPHA = 0.25
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A chunk ready for correlation.
+
+    Attributes
+    ----------
+    frames : (N, H, W) float32
+        Mean subtracted, prefiltered and windowed: what the correlation sees.
+    raw : (N, H, W) float32
+        Mean subtracted only: what the FFT reference measurement sees.
+    constant, finite : (N,) bool
+        Frames whose pixels are all equal; frames without NaN or Inf.
+    """
+
+    frames: object
+    raw: object
+    constant: object
+    finite: object
+
+
+def parse_prefilter(spec):
+    """``None | "none" | "gaussian:S" | "dog:S1,S2" | "auto"`` -> a function of a float32 stack,
+    or None.  ``auto`` is decided from the stack by :func:`choose_prefilter` before frames are
+    prepared; where no stack decides (:func:`~xcorr_app.alignment.estimate_shifts`, the
+    workers of a distributed run) it is :data:`AUTO_LOWPASS`."""
+    if spec in (None, "none"):
+        return None
+    if spec == "auto":
+        spec = AUTO_LOWPASS
+    name = str(spec).partition(":")[0]
+    if name not in ("gaussian", "dog"):
+        raise InputError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
+    from ...filters import parse_kernel_spec
+
+    fn = parse_kernel_spec(str(spec))  # (its arguments checked)
+    return Prefilter(fn, float(str(spec).partition(":")[2]) if name == "gaussian" else None)
+
+
+class Prefilter:
+    """A prefilter of :func:`parse_prefilter`: ``prefilter(frames)`` filters a float32 stack
+    (mode ``reflect``); ``taps``: the 1-D taps of both axes where it is one separable filter
+    with the same taps along both (gaussian), else None (:func:`_prepare_gpu` then knows the
+    filtered frames' means before filtering)."""
+
+    def __init__(self, fn, sigma=None):
+        self.fn, self.sigma = fn, sigma
+
+    @functools.cached_property
+    def taps(self):
+        # (made when used: the options are checked before the frame bounds the radius)
+        from ...filters import gaussian_taps
+
+        return None if self.sigma is None else gaussian_taps(self.sigma)
+
+    def __call__(self, frames):
+        return self.fn(frames, "reflect", 0.0)
+
+
+def spread_frames(n_frames, count) -> list:
+    """Indices of up to ``count`` frames spread evenly over ``n_frames`` (first and last
+    included): the frames the ``auto`` choices read.
+
+    >>> spread_frames(100, 4), spread_frames(3, 8)
+    ([0, 33, 66, 99], [0, 1, 2])
+    """
+    return sorted({int(round(i)) for i in np.linspace(0, n_frames - 1, min(count, n_frames))})
+
+
+def choose_prefilter(src):
+    """``prefilter="auto"``: ``(spec, reason)`` for the stack ``src`` (an open source).
+
+    A stack whose brightness changes (bleaching, a lamp drifting) by more than
+    :data:`AUTO_BRIGHTNESS_CHANGE` between the means of :data:`AUTO_SAMPLES` frames spread over
+    it gets the band-pass :data:`AUTO_BANDPASS`; others the low-pass :data:`AUTO_LOWPASS`.
+    Why: a static background (uneven illumination, autofluorescence) does not move with the
+    content, and while the brightness of the content changes it pulls the correlation peak
+    towards zero shift; the band-pass removes it (on ``xcorr bench accuracy``'s bleaching
+    stacks 0.40 -> 0.03 px RMS).  Its outer sigma is 4 px, not 8: what a band-pass leaves of
+    the scene that does not move with it is static too and pulls the same way, and both parts
+    shrink with the outer sigma: the background's residual (about ``sigma**2 / 2`` times its
+    curvature) and the filter's response to the frame's edges (``reflect`` mode: a band about
+    2 sigma wide along every edge).  On the low-contrast ``moon`` stacks (seeds 1, 4, 7) dog:1,8
+    gave 0.086 / 0.133 / 0.083 px with a background and 0.068 / 0.072 / 0.034 even without one;
+    dog:1,4 0.076 / 0.068 / 0.051 (bleaching stacks, seeds 0-8: mean 0.045 -> 0.030 px; plain
+    0.024 -> 0.017, large drift 0.010 -> 0.008, non-square 0.011 -> 0.010).  The low-pass
+    stays the choice of steady stacks (no background to remove; gaussian:1 measured the
+    issue's baseline).  The decision reads those few frames only (cheap even for huge
+    stacks); the sampled means of the accuracy stacks change by at most 0.05 without bleaching
+    and at least 0.16 with it (seeds 0-5).
+
+    >>> from xcorr_app.io import ArraySource
+    >>> f = np.eye(8)[None] * np.linspace(1, 0.5, 10)[:, None, None]  # fading to half
+    >>> choose_prefilter(ArraySource(f))[0], choose_prefilter(ArraySource(f[:1]))[0]
+    ('dog:1,4', 'gaussian:1')
+    """
+    idx = spread_frames(src.n_frames, AUTO_SAMPLES)
+    frames = [src.read(i, i + 1) for i in idx]
+    means = _means_on_device(frames)
+    if means is None:
+        means = []
+        for f in frames:  # frames that cannot be measured (NaN, Inf, constant) do not count
+            f = np.asarray(to_numpy(f))
+            # on the pixels as read (a float64 copy of each 2048x2048 frame was 0.15 s of a
+            # one-shot run's 0.2 s here); the mean is summed in float64 all the same
+            usable = (f.dtype.kind != "f" or bool(np.isfinite(f).all())) and f.max() > f.min()
+            means.append(float(f.mean(dtype=np.float64)) if usable else np.nan)
+    means = np.asarray(means)
+    means = means[np.isfinite(means)]
+    top = float(np.abs(means).max()) if means.size else 0.0
+    change = float(means.max() - means.min()) / top if top > 0 else 0.0
+    if change > AUTO_BRIGHTNESS_CHANGE:
+        return AUTO_BANDPASS, (f"prefilter auto: {AUTO_BANDPASS} (band-pass: the brightness "
+                               f"changes by {100 * change:.0f}% over the stack)")
+    return AUTO_LOWPASS, (f"prefilter auto: {AUTO_LOWPASS} (brightness steady: "
+                          f"{100 * change:.0f}% change)")
+
+
+def _means_on_device(frames):
+    """:func:`choose_prefilter`'s frame means (NaN for a frame with NaN or Inf pixels or a
+    constant one) of frames already on the GPU (CuPy, of a type float32 holds exactly: the
+    same test), by the preparation's statistics kernels, fetched once; None for others (on
+    the host, a copy and four NumPy passes a frame left the GPU idle)."""
+    from ...backend import is_cupy_array
+
+    if not frames or not all(is_cupy_array(f) and f.dtype in EXACT_IN_FLOAT32 for f in frames):
+        return None
+    import cupy as cp
+
+    from ._frame_stats import frame_stats
+
+    stats = [frame_stats(f) for f in frames]  # queued: nothing waits until all are
+    cp.cuda.get_current_stream().synchronize()
+    return [float(m.get()[0]) if bool(ok.get()[0]) and not bool(flat.get()[0]) else np.nan
+            for m, ok, flat in stats]
+
+
+#: pixel types whose values float32 holds exactly (their statistics are those of the pixels)
+EXACT_IN_FLOAT32 = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.int16, np.float16,
+                                              np.float32))
+
+
+def window(spec, shape, xp):
+    """The 2-D apodization window ``none | hann | tukey[:ALPHA]`` of ``shape`` (None for none).
+
+    ``hann`` is zero at the frame edges; ``tukey:ALPHA`` tapers only the outer ``ALPHA / 2`` of
+    each side (``tukey:1`` is ``hann``), keeping more of the frame at full weight.
+    """
+    if spec in (None, "none"):
+        return None
+    name, _, arg = str(spec).partition(":")
+    if name not in WINDOWS[1:] or (name == "hann" and arg):
+        raise InputError(f"unknown window {spec!r}; use none, hann or tukey[:ALPHA]")
+    alpha = 1.0
+    if name == "tukey":
+        try:
+            alpha = float(arg) if arg else TUKEY_ALPHA
+        except ValueError:
+            alpha = -1.0
+        if not 0.0 <= alpha <= 1.0:
+            raise InputError(f"the Tukey window's ALPHA must be in [0, 1], got {arg!r}")
+    from scipy.signal.windows import tukey
+
+    h, w = shape
+    win = np.outer(tukey(h, alpha), tukey(w, alpha))
+    return xp.asarray(win, dtype=xp.float32)
+
+
+def _frame_means(f, xp):
+    """Mean of every frame, (N, 1, 1) float32; summed row by row first, so that the reduction
+    has N x H outputs to spread over the GPU rather than one long reduction per frame."""
+    sums = f.sum(axis=-1, dtype=xp.float64).sum(axis=-1)
+    return (sums / (f.shape[-2] * f.shape[-1])).astype(xp.float32)[:, None, None]
+
+
+def _demean(f, xp):
+    return f - _frame_means(f, xp)
+
+
+def prepare(frames, xp, prefilter=None, win=None) -> Prepared:
+    """Convert a chunk to float32 on ``xp``'s device and make it ready for correlation.
+
+    Parameters
+    ----------
+    frames : (N, H, W) array of any supported pixel type
+    xp : numpy or cupy
+    prefilter : callable, optional
+        From :func:`parse_prefilter`.
+    win : (H, W) float32 array, optional
+        From :func:`window`.
+    """
+    if xp is not np:
+        return _prepare_gpu(scale_free(xp.asarray(frames), xp), xp, prefilter, win)
+    f = scale_free(xp.asarray(frames), xp).astype(xp.float32)
+    finite = xp.isfinite(f).all(axis=-1).all(axis=-1)  # two stages, as in _frame_means
+    constant = (f == f[:, :1, :1]).all(axis=-1).all(axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf frames: flagged, not warned
+        raw = _demean(f, xp)
+        g = raw
+        if prefilter is not None:
+            g = _demean(prefilter(raw).astype(xp.float32, copy=False), xp)
+        if win is not None:
+            g = _demean(g * win, xp)
+    return Prepared(g, raw, constant, finite)
+
+
+def scale_free(frames, xp):
+    """float32 and float64 frames each multiplied by the power of two that brings its largest
+    magnitude into ``[0.5, 1)``; other pixel types (integers, float16: at most 65504) as they
+    are.
+
+    The correlation's sums and spectra of float32 frames of magnitude 1e17 overflow (of 1e-25
+    underflow), and phase correlation's whitening floors the cross-power at a fixed 100 eps; a
+    power of two is exact, so every other number of a run is the same, only scaled (the peak of
+    ``normalization="none"`` is that of the scaled frames).  Frames with NaN or Inf pixels, or
+    all zero, stay as they are.
+
+    >>> f = np.stack([np.full((2, 2), 3 * 2.0 ** 100), np.full((2, 2), -5 * 2.0 ** -100)])
+    >>> scale_free(f.astype(np.float32), np)[:, 0, 0].tolist()
+    [0.75, -0.625]
+    >>> scale_free(np.ones((1, 2, 2), np.uint16), np).dtype.name
+    'uint16'
+    """
+    if frames.dtype.kind != "f" or frames.dtype.itemsize < 4 or frames.ndim != 3 \
+            or 0 in frames.shape:
+        return frames
+    if xp is not np:  # one kernel of ours for the largest magnitudes (registration/_peak_math)
+        from ...registration import surface_argmax
+
+        peak = surface_argmax(frames, absolute=True)[2]
+    else:
+        with np.errstate(invalid="ignore"):
+            peak = np.maximum(frames.max(axis=(-2, -1)), -frames.min(axis=(-2, -1)))
+        peak = peak.astype(np.float64)
+    usable = xp.isfinite(peak) & (peak > 0)
+    exponent = xp.where(usable, xp.frexp(xp.where(usable, peak, 1.0))[1], 0)
+    if xp is np and not exponent.any():
+        return frames  # (on the CPU the copy is saved; on the GPU nothing waits to know)
+    scale = xp.ldexp(xp.ones(len(frames), frames.dtype), -exponent.astype(xp.int32))
+    return frames * scale[:, None, None]
+
+
+def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
+    """:func:`prepare` on the GPU by the kernels of :mod:`xcorr_app.alignment.rigid._frame_stats`
+    (the same numbers, a few kernels compiled once instead of a chain of CuPy operations)."""
+    from ...filters import SEPARABLE_SIZES as SIZES, separable_correlate
+    from ._frame_stats import demeaned, filtered_mean_weights, frame_means, subtract_means
+
+    taps = getattr(prefilter, "taps", None)
+    if taps is not None and frames.ndim == 3 and len(taps) in SIZES:
+        # a gaussian in the fused kernel: the mean of its output is known from the frames'
+        # statistics (filtered_mean_weights) and subtracted as the output is stored: two
+        # passes over the filtered frames fewer
+        raw, _, finite, constant, fmean = demeaned(
+            frames, filtered_mean_weights(taps, frames.shape[-2:]))
+        g = separable_correlate(raw, taps, taps, "reflect", 0.0, subtract=fmean)
+    else:
+        raw, _, finite, constant, _ = demeaned(frames)  # a new array
+        g = raw
+        if prefilter is not None:  # a filter's output is a new array, demeaned in place
+            g = xp.ascontiguousarray(prefilter(raw).astype(xp.float32, copy=False))
+            g = subtract_means(g, frame_means(g))
+    if win is not None:
+        g = g * win
+        g = subtract_means(g, frame_means(g))
+    return Prepared(g, raw, constant, finite)

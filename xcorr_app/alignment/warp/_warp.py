@@ -1,0 +1,246 @@
+"""Applying shifts to frames (batched, NumPy or CuPy).
+
+Examples
+--------
+>>> import numpy as np
+>>> f = np.zeros((1, 5, 5)); f[0, 2, 2] = 1.0
+>>> out = shift_frames(f, np.array([[1.0, -1.0]]))
+>>> np.argwhere(out[0] == 1.0).tolist()
+[[3, 1]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
+from ...backend import array_module_of, is_cupy_array, to_numpy, to_xp
+from ...correlate import fft_of
+from ...errors import InputError
+
+
+RESAMPLE = ("bilinear", "fourier")
+THREADS = 128
+#: the bilinear shift on the GPU in one kernel of ours (it ships built): its NumPy lines below
+#: as about twenty CuPy operations cost a first run on a fresh machine as many NVRTC
+#: compilations
+WARP_SHIFT = KernelFamily("warp_shift.cu", "warp_shift",
+                         [(t, THREADS) for t in PIXEL_C_TYPES.values()])
+#: the template's sums on the GPU in one kernel a chunk (:func:`add_shifted`)
+WARP_SUM = KernelFamily("warp_shift.cu", "warp_sum",
+                       [(t, THREADS) for t in PIXEL_C_TYPES.values()])
+#: frames per launch (the grid's y extent is at most 65535)
+MAX_GRID = 65535
+#: frames warped at once by :func:`add_shifted` on the CPU (its temporaries)
+SUM_BATCH = 8
+
+
+def check_fill(fill):
+    """``fill`` as a float: InputError unless a real number the float32 aligned frames hold
+    (NaN and the infinities included; a finite value beyond float32's range is refused).
+
+    >>> check_fill(-3), check_fill(float("nan")) != check_fill(float("nan"))
+    (-3.0, True)
+    """
+    if isinstance(fill, (bool, np.bool_)) or not isinstance(fill, (int, float, np.integer,
+                                                                   np.floating)):
+        raise InputError(f"fill must be a number, got {fill!r}")
+    try:
+        value = float(fill)
+    except OverflowError:  # (an int beyond float64)
+        value = float("inf") if fill > 0 else float("-inf")
+        finite = True
+    else:
+        finite = np.isfinite(value)
+    with np.errstate(over="ignore"):
+        fits = not finite or np.isfinite(np.float32(value))
+    if not fits:
+        raise InputError(f"fill {fill!r} does not fit the aligned frames' float32: at most "
+                         f"{float(np.finfo(np.float32).max):.6g} in magnitude (or nan, inf, "
+                         "-inf)")
+    return value
+
+
+def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
+    """Shift every frame by its ``(dy, dx)`` (bilinear interpolation or a Fourier phase ramp).
+
+    ``out[n, y, x] = frames[n, y - dy, x - dx]``: applying the shifts that
+    :func:`xcorr_app.align` returns aligns the frames with the reference.  Pixels whose source
+    lies outside the frame get ``fill`` (those whose bilinear taps are partly outside blend
+    towards it; the others never see it, so a NaN fill marks only the border); NaN shifts
+    are treated as 0.
+
+    Parameters
+    ----------
+    frames : (N, H, W) ndarray
+    shifts : (N, 2) ndarray
+    fill : float
+        A number float32 holds, or NaN or an infinity (:func:`check_fill`).
+    method : {"bilinear", "fourier"}
+        ``fourier`` multiplies each frame's spectrum by the phase ramp of its shift: exact for
+        band-limited frames, no smoothing; the area shifted in from outside gets ``fill``.
+
+    Returns
+    -------
+    (N, H, W) float32 ndarray of the module of ``frames``.
+    """
+    if method not in RESAMPLE:
+        raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
+    fill = check_fill(fill)
+    xp = array_module_of(frames)
+    if method == "bilinear" and is_cupy_array(frames):
+        return _shift_bilinear_gpu(frames, shifts, fill)
+    frames = frames.astype(xp.float32, copy=False)
+    shifts = xp.nan_to_num(to_xp(shifts, xp).astype(xp.float64), nan=0.0)
+    if method == "fourier":
+        return _shift_fourier(frames, shifts, fill, xp)
+    n, h, w = frames.shape
+    ys = xp.arange(h, dtype=xp.float64)[None, :, None] - shifts[:, 0, None, None]
+    xs = xp.arange(w, dtype=xp.float64)[None, None, :] - shifts[:, 1, None, None]
+    y0, x0 = xp.floor(ys), xp.floor(xs)
+    wy, wx = (ys - y0).astype(xp.float32), (xs - x0).astype(xp.float32)
+    y0, x0 = y0.astype(xp.int64), x0.astype(xp.int64)
+    batch = xp.arange(n)[:, None, None]
+    out = xp.zeros((n, h, w), dtype=xp.float32)
+    weight = xp.zeros((n, h, w), dtype=xp.float32)
+    edge = xp.zeros((n, h, w), dtype=bool)
+    for dy, wy_ in ((0, 1 - wy), (1, wy)):
+        yy = y0 + dy
+        vy = (yy >= 0) & (yy < h)
+        yy = xp.clip(yy, 0, h - 1)
+        for dx, wx_ in ((0, 1 - wx), (1, wx)):
+            xx = x0 + dx
+            vx = (xx >= 0) & (xx < w)
+            xx = xp.clip(xx, 0, w - 1)
+            tap = wy_ * wx_
+            wgt = tap * (vy & vx)
+            out += wgt * frames[batch, yy, xx]
+            weight += wgt
+            edge |= (tap != 0) & ~(vy & vx)
+    # the fill blends in only where a tap of weight lies outside: a NaN or infinite fill
+    # times the (0 or rounding) rest of an inside pixel would poison every pixel
+    with np.errstate(invalid="ignore"):  # (an infinite fill times the 0 rest of inside pixels)
+        return xp.where(edge, out + (1 - weight) * np.float32(fill), out)
+
+
+def add_shifted(total, coverage, frames, shifts, idx=None):
+    """Add the frames ``idx`` (default all) of ``frames`` ``(N, H, W)``, each shifted by its
+    row of ``shifts`` ``(len(idx), 2)`` (:func:`shift_frames`, bilinear, fill 0; non-finite
+    pixels count as 0), to ``total`` ``(H, W)`` float64, and the same shift of a frame of
+    ones to ``coverage``: the sums of a template (in place, on their device).
+
+    On the GPU one kernel (``kernels/alignment/warp_shift.cu`` ``warp_sum``: the float32 operations
+    of the lines below, summed in float64 in frame order; the CPU sums batches pairwise, so the
+    two agree to float64 rounding).
+
+    >>> total, cover = np.zeros((2, 3)), np.zeros((2, 3))
+    >>> add_shifted(total, cover, np.ones((2, 2, 3)), np.array([[0.0, 1.0], [0.0, 0.0]]))
+    >>> total.tolist(), cover.tolist()
+    ([[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]], [[1.0, 2.0, 2.0], [1.0, 2.0, 2.0]])
+    """
+    idx = np.arange(len(frames)) if idx is None else np.asarray(idx, np.int64)
+    shifts = np.asarray(to_numpy(shifts), np.float64).reshape(-1, 2)
+    if len(shifts) != len(idx):
+        raise InputError(f"{len(shifts)} shifts for {len(idx)} frames")
+    if not len(idx):
+        return
+    if is_cupy_array(total):
+        _add_shifted_gpu(total, coverage, frames, idx, shifts)
+        return
+    for a in range(0, len(idx), SUM_BATCH):  # (NumPy)
+        f = np.asarray(frames[idx[a:a + SUM_BATCH]]).astype(np.float32)
+        f = np.where(np.isfinite(f), f, 0.0)
+        s = shifts[a:a + SUM_BATCH]
+        total += shift_frames(f, s).sum(axis=0, dtype=np.float64)
+        coverage += shift_frames(np.ones_like(f), s).sum(axis=0, dtype=np.float64)
+
+
+def _add_shifted_gpu(total, coverage, frames, idx, shifts):
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    for a in (total, coverage):
+        if not (isinstance(a, cp.ndarray) and a.dtype == cp.float64 and a.shape == (h, w)
+                and a.flags.c_contiguous):
+            raise InputError(f"total and coverage must be C-contiguous float64 CuPy arrays of "
+                             f"shape {(h, w)}")
+    if idx.min() < 0 or idx.max() >= n:
+        raise InputError(f"frame indices must lie in 0..{n - 1}")
+    WARP_SUM.get(c_type, THREADS)((h,), (THREADS,), (
+        frames, cp.asarray(idx.astype(np.int32)), cp.asarray(shifts), np.int32(len(idx)),
+        np.int32(h), np.int32(w), total, coverage))
+
+
+def _shift_bilinear_gpu(frames, shifts, fill):
+    """The bilinear lines of :func:`shift_frames` as one kernel
+    (``kernels/alignment/warp_shift.cu``: the same float32 operations, so the same bits)."""
+    import cupy as cp
+
+    if frames.ndim != 3:
+        raise InputError(f"frames must be (N, H, W), got shape {tuple(frames.shape)}")
+    frames, c_type = kernel_pixels(frames)
+    nf, h, w = frames.shape
+    if isinstance(shifts, cp.ndarray) and shifts.dtype == cp.float64:
+        s = cp.ascontiguousarray(shifts)
+    else:  # (NaN and Inf are the kernel's to treat, as nan_to_num does)
+        s = cp.asarray(np.ascontiguousarray(to_numpy(shifts), dtype=np.float64))
+    ns = s.shape[0] if s.ndim == 2 else 0
+    n = max(nf, ns)
+    if s.ndim != 2 or s.shape[1] != 2 or (nf != n and nf != 1) or (ns != n and ns != 1):
+        raise InputError(f"shifts of shape {tuple(s.shape)} do not fit {nf} frames: (N, 2), "
+                         "N the frames' count or 1")
+    out = cp.empty((n, h, w), cp.float32)
+    if out.size == 0:
+        return out
+    kernel = WARP_SHIFT.get(c_type, THREADS)
+    for a in range(0, n, MAX_GRID):
+        b = min(n, a + MAX_GRID)
+        kernel((h, b - a), (THREADS,),
+               (frames, out, s, np.int32(a), np.int32(nf > 1), np.int32(ns > 1), np.int32(h),
+                np.int32(w), np.float32(fill)))
+    return out
+
+
+def _shift_fourier(frames, shifts, fill, xp):
+    n, h, w = frames.shape
+    ky = xp.fft.fftfreq(h)[None, :, None]
+    kx = xp.fft.fftfreq(w)[None, None, :]
+    ramp = xp.exp(-2j * np.pi * (ky * shifts[:, 0, None, None] + kx * shifts[:, 1, None, None]))
+    fft = fft_of(xp)
+    out = fft.ifft2(fft.fft2(frames) * ramp.astype(xp.complex64)).real.astype(xp.float32)
+    ys = xp.arange(h)[None, :, None] - shifts[:, 0, None, None]
+    xs = xp.arange(w)[None, None, :] - shifts[:, 1, None, None]
+    inside = (ys > -1) & (ys < h) & (xs > -1) & (xs < w)  # the source lies in the frame
+    return xp.where(inside, out, np.float32(fill)).astype(xp.float32)
+
+
+def common_area(shifts, frame_shape):
+    """``(y0, y1, x0, x1)``: the region every shifted frame covers (NaN shifts ignored)."""
+    h, w = frame_shape
+    s = np.asarray(shifts, dtype=np.float64)
+    s = s[~np.isnan(s).any(axis=1)]
+    if not len(s):
+        return 0, h, 0, w
+    y0 = max(0, int(np.ceil(s[:, 0].max() - 1e-9)))
+    y1 = min(h, int(np.floor(h - 1 + s[:, 0].min() + 1e-9)) + 1)
+    x0 = max(0, int(np.ceil(s[:, 1].max() - 1e-9)))
+    x1 = min(w, int(np.floor(w - 1 + s[:, 1].min() + 1e-9)) + 1)
+    if y1 <= y0 or x1 <= x0:
+        raise InputError("the shifted frames have no area in common; pad with --fill instead "
+                         "of --crop")
+    return y0, y1, x0, x1
+
+
+def check_out(out, shape):
+    """InputError unless ``out`` is None or a writeable C-contiguous float32 NumPy array of
+    ``shape`` (the aligned frames of :func:`apply_shifts` and
+    :func:`~xcorr_app.alignment.piecewise._motion_field.apply_field`)."""
+    if out is None:
+        return
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 \
+            or out.shape != tuple(shape) or not out.flags.c_contiguous \
+            or not out.flags.writeable:
+        got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise InputError(f"out must be a writeable C-contiguous float32 NumPy array of shape "
+                         f"{tuple(shape)}, got {got}")
