@@ -112,8 +112,10 @@ def measure_passes(opts, src, executor, progress=None):
     passes = max(opts.refined or 0, 1 if lk else 0)
     image = reference_image("first" if passes else opts.reference, opts, src, executor)
     boundary = opts.boundary
-    if opts.normalization == "phase" or (opts.previous and boundary == "auto"):
+    if opts.previous and boundary == "auto":
         boundary = "linear"
+    if opts.normalization == "phase" and opts.subpixel != "upsample":
+        boundary = "linear"  # (phase surfaces are circular already: only the refinement differs)
     notes = [lk_note] if lk_note else []
     report = _Progress(progress, src.n_frames, passes + 1)
     k, fit = 0, None
