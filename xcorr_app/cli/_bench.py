@@ -125,9 +125,13 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
                    "NumPy stack) and the batched FFT correlation (a CuPy stack), each align "
                    "row's share of its floor; 128 and 1024 frames of 512, 1024 and 2048 px "
                    "square by default (--frames and --size pick one).")
+@click.option("--formats", is_flag=True,
+              help="One-shot xcorr align processes of the stack written as OME-Zarr and as "
+                   "HDF5 (a frame per chunk, uncompressed) against each library's plain read "
+                   "(in process and one-shot); 512 frames of 2048x2048 by default.")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
-                    device, patches, floor, force):
+                    device, patches, floor, formats, force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -143,6 +147,18 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
         side = None if size is None else [parse_size(size)[0]]
         status = align_floor_bench(frames=None if frames is None else [frames], sides=side,
                                    repeat=max(repeat, 3), echo=click.echo, json_path=json_path)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
+    if formats:
+        from ..bench import align_formats_bench
+
+        if floor or patches is not None or gpus is not None or max_memory is not None:
+            raise click.UsageError("--formats takes --quick, --frames, --size, --repeat, "
+                                   "--device, --workdir, --keep and --json only")
+        status = align_formats_bench(quick=quick, frames=frames, size=size, workdir=workdir,
+                                     keep=keep, repeat=repeat, device=device,
+                                     json_path=json_path, force=force, echo=click.echo)
         if status:
             raise click.exceptions.Exit(status)
         return
