@@ -31,10 +31,12 @@ from .rigid import WINDOWS, parse_prefilter
 from ._result import AlignResult, strict_json
 from ._run import run_alignment
 from .warp import RESAMPLE, check_fill, shift_frames
+from .volume import VolumeResult, align_volumes
 
 __all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
            "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",
-           "Executor", "align", "apply_field", "apply_shifts", "check_fill", "check_limits",
+           "VolumeResult", "Executor", "align", "align_volumes", "apply_field", "apply_shifts",
+           "check_fill", "check_limits",
            "common_area", "limit_devices",
            "estimate_shifts",
            "field_area", "measure_field", "options_signature", "parse_patches", "parse_prefilter",

@@ -1,0 +1,108 @@
+"""align_volumes on volumes built from real images: accuracy against the known shifts and
+against scikit-image's 3-D phase_cross_correlation, the options, and bad inputs."""
+
+import numpy as np
+import pytest
+from skimage.registration import phase_cross_correlation
+
+from xcorr_app.alignment import align_volumes
+from xcorr_app.alignment.volume import parse_max_shift
+from xcorr_app.errors import InputError
+
+from volume_samples import random_shifts, shifted_stack, volume
+
+STACKS = [("camera", "coins"), ("moon", "astronaut"), ("brick", "camera")]
+
+
+def rms(error):
+    return np.sqrt((error[1:] ** 2).mean(axis=0))  # (volume 0 is the reference)
+
+
+@pytest.mark.parametrize("names", STACKS)
+def test_accuracy_real_volumes(names):
+    true = random_shifts(8, seed=len(names[0]))
+    stack = shifted_stack(volume(names), true, photons=50.0, seed=3)
+    result = align_volumes(stack, max_shift=(5, 8, 8), device="cpu")
+    ours = rms(result.shifts + true)  # the shift to apply undoes the one made
+    theirs = rms(np.array([phase_cross_correlation(stack[0], v, upsample_factor=20)[0]
+                           for v in stack]) + true)
+    assert (ours <= 0.1).all(), ours
+    assert (ours <= 1.05 * theirs).all(), (ours, theirs)
+    assert result.verified.all() and not result.at_bound.any()
+    assert result.peak[0] == pytest.approx(1.0) and (result.peak[1:] > 0.5).all()
+
+
+def test_chunks_and_references_agree():
+    true = random_shifts(5, seed=4)
+    stack = shifted_stack(volume(depth=16, size=32), true, photons=200.0)
+    whole = align_volumes(stack, device="cpu")
+    voxels = 16 * 32 * 32
+    chunked = align_volumes(stack, device="cpu", memory_limit=40 * voxels)  # 1 per chunk
+    assert "1 volume(s) per chunk" in chunked.notes[1]
+    np.testing.assert_allclose(chunked.shifts, whole.shifts, atol=1e-9)
+    # another reference moves every shift by the same amount (nearly noise-free: the mean of
+    # unaligned volumes is a blurred template, whose peak noise moves by tenths of a voxel)
+    stack = shifted_stack(volume(depth=16, size=32), true, photons=1e5)
+    for reference, name in [(2, "volume 2"), ("mean", "the mean of the 5 volumes")]:
+        other = align_volumes(stack, reference=reference, device="cpu")
+        assert other.notes[0] == f"reference: {name}"
+        np.testing.assert_allclose(other.shifts - other.shifts[0], -true, atol=0.01)
+
+
+def test_bound_voxel_size_and_table():
+    true = np.array([[0, 0, 0], [2.3, 0.5, -1.0]])
+    stack = shifted_stack(volume(depth=16, size=32), true, photons=500.0)
+    result = align_volumes(stack, max_shift=(1, 3, 3), voxel_size=(2.0, 0.5, 0.5),
+                           device="cpu")
+    assert result.at_bound.tolist() == [False, True]
+    assert abs(result.shifts[1, 0]) <= 1.75  # never searched past the bound (+ subvoxel)
+    assert any("border" in n for n in result.notes)
+    np.testing.assert_allclose(result.shifts_um, result.shifts * [2.0, 0.5, 0.5])
+    lines = result.to_csv().splitlines()
+    assert lines[0] == "t,dz,dy,dx,peak,confidence,at_bound,verified,dz_um,dy_um,dx_um"
+    assert len(lines) == 3
+
+
+def test_input_is_not_modified():
+    stack = shifted_stack(volume(depth=8, size=16), random_shifts(2), photons=100.0)
+    before = stack.copy()
+    align_volumes(stack, device="cpu")
+    np.testing.assert_array_equal(stack, before)
+
+
+def test_path_input(tmp_path):
+    stack = shifted_stack(volume(depth=8, size=16), [[0, 0, 0], [1, 0, 0]], photons=1e4)
+    np.save(tmp_path / "v.npy", stack)
+    result = align_volumes(tmp_path / "v.npy", upsample=1, device="cpu")
+    assert result.shifts[1].tolist() == [-1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"stack": np.zeros((4, 8, 8))}, "expected (T, Z, Y, X)"),
+    ({"stack": np.zeros((2, 1, 8, 8))}, "2 or more samples"),
+    ({"stack": np.zeros((2, 4, 8, 8), complex)}, "real numbers"),
+    ({"reference": 5}, "outside the stack's 2 volumes"),
+    ({"reference": "last"}, "use 'first', 'mean'"),
+    ({"max_shift": (1, 2)}, "three (dz, dy, dx)"),
+    ({"max_shift": -1}, "whole number >= 0"),
+    ({"voxel_size": (1, 0, 1)}, "three positive sizes"),
+    ({"upsample": 0.5}, "a number >= 1"),
+    ({"device": "tpu"}, "unknown device"),
+    ({"stack": "/nonexistent/v.npy"}, "no such file"),
+    ({"memory_limit": 1000}, "needs about 0 MiB to register, 0 MiB allowed"),
+])
+def test_bad_inputs(kwargs, message):
+    args = {"stack": np.ones((2, 4, 8, 8)), "device": "cpu", **kwargs}
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        align_volumes(**args)
+
+
+def test_non_finite_volume_is_named():
+    stack = np.ones((3, 4, 8, 8), np.float32)
+    stack[2, 1, 1, 1] = np.nan
+    with pytest.raises(InputError, match="volume 2 of the stack has NaN"):
+        align_volumes(stack, device="cpu")
+
+
+def test_parse_max_shift_per_axis():
+    assert parse_max_shift((0, None, 4)) == (0, None, 4)

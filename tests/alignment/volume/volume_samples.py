@@ -1,0 +1,52 @@
+"""Volumes built from real 2-D images (scikit-image's samples): two images blended along z by
+smooth profiles, a point-spread blur (wider in z), known subvoxel 3-D Fourier shifts, and
+Poisson noise."""
+
+import numpy as np
+from scipy import ndimage as ndi
+from skimage import data
+
+IMAGES = {"camera": data.camera, "moon": data.moon, "coins": data.coins,
+          "astronaut": lambda: data.astronaut()[..., 1], "brick": data.brick}
+
+
+def plane_images(names, size):
+    """The named images block-averaged to about ``size`` pixels and cropped to (size, size)."""
+    out = []
+    for name in names:
+        img = np.asarray(IMAGES[name](), np.float64)
+        k = max(1, min(img.shape) // size)
+        h, w = (img.shape[0] // k) * k, (img.shape[1] // k) * k
+        img = img[:h, :w].reshape(h // k, k, w // k, k).mean(axis=(1, 3))
+        out.append(img[:size, :size] / img.max())
+    return out
+
+
+def volume(names=("camera", "coins"), depth=24, size=64, psf=(1.5, 0.8, 0.8)):
+    """A (depth, size, size) volume: the first image fading in and out along z, the second
+    the other way, blurred by a Gaussian point-spread function (sigma z, y, x)."""
+    a, b = plane_images(names, size)
+    z = np.arange(depth)[:, None, None]
+    pa = 0.5 + 0.5 * np.cos(2 * np.pi * z / depth)  # smooth and periodic along z
+    pb = 0.5 + 0.5 * np.sin(2 * np.pi * z / depth)
+    return ndi.gaussian_filter(pa * a + pb * b, psf, mode="wrap")
+
+
+def shifted_stack(vol, shifts, photons=300.0, seed=0):
+    """``vol`` moved by each of ``shifts`` (T, 3) (a Fourier shift: content moves by +shift),
+    scaled to ``photons`` at its brightest voxel and Poisson-sampled."""
+    rng = np.random.default_rng(seed)
+    spec = np.fft.fftn(vol)
+    out = []
+    for s in shifts:
+        moved = np.fft.ifftn(ndi.fourier_shift(spec, s)).real
+        out.append(rng.poisson(np.clip(moved, 0, None) * photons / vol.max()))
+    return np.stack(out).astype(np.float32)
+
+
+def random_shifts(n, seed=1, bound=(2.5, 4.5, 4.5)):
+    """``n`` subvoxel shifts, the first zero (the reference)."""
+    rng = np.random.default_rng(seed)
+    s = rng.uniform(-1, 1, (n, 3)) * np.asarray(bound)
+    s[0] = 0
+    return s

@@ -1,0 +1,19 @@
+"""Volumes (T, Z, Y, X): rigid 3-D registration (:func:`align_volumes`, its
+:class:`VolumeResult`).
+
+Examples
+--------
+>>> import numpy as np
+>>> from xcorr_app.alignment.volume import align_volumes
+>>> vol = np.random.default_rng(3).random((6, 12, 12))
+>>> stack = np.stack([vol, np.roll(vol, 2, axis=0)])
+>>> align_volumes(stack, upsample=1, device="cpu").shifts[1].tolist()
+[-2.0, 0.0, 0.0]
+"""
+
+from ._api import align_volumes, parse_max_shift, parse_voxel_size
+from ._result import VolumeResult
+from ._source import Volumes, open_volumes
+
+__all__ = ["VolumeResult", "Volumes", "align_volumes", "open_volumes", "parse_max_shift",
+           "parse_voxel_size"]

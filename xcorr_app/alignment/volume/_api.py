@@ -1,0 +1,209 @@
+"""Rigid 3-D registration of a (T, Z, Y, X) stack: :func:`align_volumes`.
+
+How it works: the reference volume's spectrum (``rfftn`` over the last three axes) is made
+once; then the volumes stream through in chunks sized to the memory at hand: each chunk's
+spectra times the reference's conjugate, the inverse transform, the integer peak within the
+``max_shift`` window, and the subvoxel peak by the 3-D upsampled DFT around it
+(:mod:`._dft3`).  The same code runs on NumPy (SciPy's FFT) and CuPy (cuFFT).
+
+Examples
+--------
+>>> import numpy as np
+>>> from scipy import ndimage as ndi
+>>> vol = ndi.gaussian_filter(np.random.default_rng(0).random((12, 20, 18)), 1.5)
+>>> moved = np.fft.ifftn(ndi.fourier_shift(np.fft.fftn(vol), (1.5, -0.25, 2.0))).real
+>>> result = align_volumes(np.stack([vol, moved]), max_shift=(3, 4, 4), device="cpu")
+>>> (np.round(result.shifts, 2) + 0.0).tolist()  # (+ 0.0: no -0.0)
+[[0.0, 0.0, 0.0], [-1.5, 0.25, -2.0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...backend import compute_device, device_free_bytes, host_available_bytes, xp_for
+from ...errors import InputError
+from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
+from ._result import VolumeResult
+from ._source import open_volumes
+
+#: bytes per voxel a volume of a chunk takes (float32 copy, half spectrum, correlation,
+#: window copy, FFT work area)
+PER_VOXEL_CHUNK = 20
+#: bytes per voxel held once (reference spectrum, one complex128 spectrum for the refinement,
+#: the mean reference)
+PER_VOXEL_FIXED = 16
+#: share of the free memory a run plans to use
+MEMORY_SHARE = 0.6
+MAX_CHUNK = 64
+
+
+def parse_max_shift(max_shift):
+    """``None``, or a non-negative int for all three axes, or one per axis (dz, dy, dx), in
+    voxels, as a 3-tuple (``None`` entries: the whole axis).
+
+    >>> parse_max_shift(3), parse_max_shift((1, 5, 5)), parse_max_shift(None)
+    ((3, 3, 3), (1, 5, 5), None)
+    """
+    if max_shift is None:
+        return None
+    values = (max_shift,) * 3 if np.ndim(max_shift) == 0 else tuple(max_shift)
+    if len(values) != 3:
+        raise InputError(f"max_shift {max_shift!r}: give one number or three (dz, dy, dx)")
+    out = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, bool) or float(v) != int(v) or int(v) < 0:
+            raise InputError(f"max_shift {max_shift!r}: each bound is a whole number >= 0 "
+                             "of voxels")
+        out.append(int(v))
+    return tuple(out)
+
+
+def parse_voxel_size(voxel_size):
+    """``None`` or three positive sizes (z, y, x) as floats."""
+    if voxel_size is None:
+        return None
+    try:
+        values = tuple(float(v) for v in voxel_size)
+    except (TypeError, ValueError):
+        raise InputError(f"voxel_size {voxel_size!r}: give three sizes (z, y, x)") from None
+    if len(values) != 3 or not all(np.isfinite(v) and v > 0 for v in values):
+        raise InputError(f"voxel_size {voxel_size!r}: give three positive sizes (z, y, x)")
+    return values
+
+
+def plan_chunk(shape, xp, memory_limit=None):
+    """How many volumes of ``shape`` (T, Z, Y, X) one chunk holds; InputError, with the
+    figures, where not even one fits beside the reference."""
+    voxels = int(np.prod(shape[1:]))
+    if memory_limit is not None:
+        budget, where = float(memory_limit), "allowed"
+    else:
+        free = device_free_bytes(xp) if xp is not np else host_available_bytes()
+        where = "free on the GPU" if xp is not np else "available on the host"
+        budget = None if free is None else MEMORY_SHARE * free
+    if budget is None:
+        return min(shape[0], MAX_CHUNK)
+    fixed, per = PER_VOXEL_FIXED * voxels, PER_VOXEL_CHUNK * voxels
+    if fixed + per > budget:
+        mib = 2 ** 20
+        raise InputError(f"a volume of {shape[1]}x{shape[2]}x{shape[3]} needs about "
+                         f"{(fixed + per) / mib:.0f} MiB to register, {budget / mib:.0f} MiB "
+                         f"{where}; crop or bin the volumes, or use the other device")
+    return int(max(1, min(shape[0], MAX_CHUNK, (budget - fixed) // per)))
+
+
+def _reference(source, reference, xp, chunk):
+    t = source.shape[0]
+    if isinstance(reference, str):
+        if reference == "first":
+            return xp.asarray(source.read(0, 1)[0]), "the first volume"
+        if reference == "mean":
+            total = None
+            for start in range(0, t, chunk):
+                part = xp.asarray(source.read(start, min(t, start + chunk))).sum(
+                    axis=0, dtype=xp.float64)
+                total = part if total is None else total + part
+            return (total / t).astype(xp.float32), f"the mean of the {t} volumes"
+    elif isinstance(reference, (int, np.integer)) and not isinstance(reference, bool):
+        if not -t <= int(reference) < t:
+            raise InputError(f"reference {reference} is outside the stack's {t} volumes")
+        i = int(reference) % t
+        return xp.asarray(source.read(i, i + 1)[0]), f"volume {i}"
+    raise InputError(f"reference {reference!r}: use 'first', 'mean' or a volume index")
+
+
+def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, upsample=20,
+                  device="auto", memory_limit=None):
+    """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume.
+
+    Parameters
+    ----------
+    stack : (T, Z, Y, X) array_like or path
+        NumPy, CuPy, memory-mapped, Zarr or Dask array; or a ``.npy``, TIFF or Zarr path.
+        Read a chunk at a time, never modified.
+    reference : {"first", "mean"} or int
+        The first volume, the mean of all, or the volume of that index.
+    max_shift : None, int or (dz, dy, dx)
+        Largest shift searched per axis, in voxels (anisotropic volumes: per axis); None:
+        the whole volume (lags up to half its size).
+    voxel_size : None or (z, y, x)
+        Only scales the micrometre columns (:attr:`VolumeResult.shifts_um`).
+    upsample : float
+        Subvoxel refinement: the correlation sampled every ``1 / upsample`` voxel around the
+        peak, then a parabola through the best sample; 1: integer shifts.
+    device : {"auto", "cpu", "gpu"}
+    memory_limit : int, optional
+        Bytes the run may use (default: a share of the free GPU or host memory).
+
+    Returns
+    -------
+    VolumeResult
+
+    Raises
+    ------
+    InputError
+        Bad arguments or data, or a volume too large for the memory (with the figures).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> vol = np.random.default_rng(2).random((8, 16, 16))
+    >>> stack = np.stack([vol, np.roll(vol, (1, -2, 3), axis=(0, 1, 2))])
+    >>> align_volumes(stack, upsample=1, device="cpu").shifts[1].tolist()
+    [-1.0, 2.0, -3.0]
+    """
+    source = open_volumes(stack)
+    bounds = parse_max_shift(max_shift)
+    voxel_size = parse_voxel_size(voxel_size)
+    try:
+        upsample = float(upsample)
+    except (TypeError, ValueError):
+        raise InputError(f"upsample {upsample!r}: give a number >= 1") from None
+    if not np.isfinite(upsample) or upsample < 1:
+        raise InputError(f"upsample {upsample!r}: give a number >= 1")
+    dev = compute_device(source.data, device=device)
+    xp = xp_for(dev)
+    t, shape = source.shape[0], source.shape[1:]
+    chunk = plan_chunk(source.shape, xp, memory_limit)
+    ref, ref_name = _reference(source, reference, xp, chunk)
+    ref_spec, (ref_norm,) = spectrum(ref[None], xp, norms=True)
+    ref_spec = ref_spec[0]
+    del ref
+    shifts, peak = np.zeros((t, 3)), np.zeros(t)
+    second, verified = np.zeros(t), np.zeros(t, bool)
+    for start in range(0, t, chunk):
+        stop = min(t, start + chunk)
+        product, norms = cross_spectra(ref_spec, xp.asarray(source.read(start, stop)),
+                                       norms=True)
+        corr = correlate(product, shape)
+        coarse, top, rest = bounded_peak(corr, bounds)
+        del corr
+        direct = np.array([float(samples3d(product[i:i + 1], shape, coarse[i:i + 1], 1.0, 1,
+                                           nyquist=True)
+                                 .reshape(-1)[0]) for i in range(stop - start)])
+        verified[start:stop] = np.abs(direct - top) <= 1e-3 * np.maximum(np.abs(direct), 1e-30)
+        shifts[start:stop] = refine3d(product, coarse, shape, upsample)
+        scale = np.maximum(norms * ref_norm, 1e-30)
+        peak[start:stop], second[start:stop] = top / scale, rest / scale
+        del product
+    with np.errstate(divide="ignore", invalid="ignore"):
+        confidence = np.where(peak > 0, np.clip(1.0 - second / peak, 0.0, 1.0), 0.0)
+    at_bound = np.zeros(t, bool)
+    if bounds is not None:
+        for a, b in enumerate(bounds):
+            if b is not None and 2 * b + 1 < shape[a]:
+                at_bound |= np.abs(np.round(shifts[:, a])) >= b
+    notes = [f"reference: {ref_name}", f"device: {dev}, {chunk} volume(s) per chunk",
+             f"search: {'whole volume' if bounds is None else f'max_shift (dz, dy, dx) = {bounds}'}"
+             f", subvoxel by the upsampled DFT at {upsample:g}"]
+    if at_bound.any():
+        notes.append(f"{int(at_bound.sum())} volume(s) peak on the max_shift border: the true "
+                     "shift may lie beyond it")
+    if not verified.all():
+        notes.append(f"{int((~verified).sum())} volume(s) whose FFT peak the direct sum does not "
+                     "confirm")
+    return VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev)

@@ -1,0 +1,93 @@
+"""What :func:`~._api.align_volumes` returns: per time point the (dz, dy, dx) shift, its
+correlation peak and confidence, its flags, and the run's notes; as a table or a CSV file.
+
+Examples
+--------
+>>> import numpy as np
+>>> r = VolumeResult(np.array([[0.0, 0, 0], [0.5, -1, 2]]), np.ones(2), np.ones(2),
+...                  np.zeros(2, bool), np.ones(2, bool), voxel_size=(2.0, 0.5, 0.5))
+>>> r.shifts_um.tolist()
+[[0.0, 0.0, 0.0], [1.0, -0.5, 1.0]]
+>>> r.rows()[1]["dz"], r.rows()[1]["dz_um"]
+(0.5, 1.0)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: the columns of :meth:`VolumeResult.rows` (the micrometre ones only with a voxel size)
+COLUMNS = ("t", "dz", "dy", "dx", "peak", "confidence", "at_bound", "verified")
+UM_COLUMNS = ("dz_um", "dy_um", "dx_um")
+
+
+@dataclass
+class VolumeResult:
+    """The shifts of a (T, Z, Y, X) stack's volumes onto their reference.
+
+    Attributes
+    ----------
+    shifts : (T, 3) float64 ndarray
+        (dz, dy, dx) in voxels that moves each volume onto the reference (scikit-image's
+        convention: ``scipy.ndimage.shift(volume, shift)`` aligns it).
+    peak : (T,) float64 ndarray
+        The normalized correlation at the integer peak (1: identical up to the shift).
+    confidence : (T,) float64 ndarray
+        ``1 - second / peak``, 0..1: how far the peak stands above the search window's next
+        highest value away from it.
+    at_bound : (T,) bool ndarray
+        The peak lies on the ``max_shift`` border: the true shift may lie beyond it.
+    verified : (T,) bool ndarray
+        The FFT's correlation at its peak agrees (1e-3 relative) with the direct sum the
+        subvoxel refinement computes in double precision.
+    voxel_size : (z, y, x) or None
+        Only scales :attr:`shifts_um`.
+    notes : list of str
+        How the run went (reference, device, chunk size, flagged volumes).
+    """
+
+    shifts: np.ndarray
+    peak: np.ndarray
+    confidence: np.ndarray
+    at_bound: np.ndarray
+    verified: np.ndarray
+    voxel_size: tuple | None = None
+    notes: list = field(default_factory=list)
+    device: str = "cpu"
+
+    @property
+    def shifts_um(self):
+        """(T, 3) shifts in micrometres (``shifts * voxel_size``), or None without a voxel
+        size."""
+        if self.voxel_size is None:
+            return None
+        return self.shifts * np.asarray(self.voxel_size, np.float64)
+
+    def rows(self) -> list:
+        """One dict per time point with :data:`COLUMNS` (and :data:`UM_COLUMNS`)."""
+        um = self.shifts_um
+        out = []
+        for t in range(len(self.shifts)):
+            row = {"t": t, "dz": float(self.shifts[t, 0]), "dy": float(self.shifts[t, 1]),
+                   "dx": float(self.shifts[t, 2]), "peak": float(self.peak[t]),
+                   "confidence": float(self.confidence[t]),
+                   "at_bound": bool(self.at_bound[t]), "verified": bool(self.verified[t])}
+            if um is not None:
+                row.update(zip(UM_COLUMNS, (float(v) for v in um[t])))
+            out.append(row)
+        return out
+
+    def to_csv(self) -> str:
+        """The table as CSV text (header first)."""
+        columns = COLUMNS + (UM_COLUMNS if self.voxel_size is not None else ())
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows():
+            writer.writerow({k: (f"{v:.6f}" if isinstance(v, float) else v)
+                             for k, v in row.items()})
+        return buf.getvalue()

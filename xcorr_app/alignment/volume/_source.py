@@ -1,0 +1,98 @@
+"""Volumes to register: an array (NumPy, CuPy, memory-mapped, Zarr or Dask: anything with a
+shape that slices) or a path (``.npy``, a TIFF hyperstack, Zarr), read a chunk at a time.
+
+Examples
+--------
+>>> import numpy as np
+>>> src = open_volumes(np.zeros((3, 4, 5, 6), np.uint16))
+>>> src.shape, src.read(1, 3).dtype, src.read(1, 3).shape
+((3, 4, 5, 6), dtype('float32'), (2, 4, 5, 6))
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...backend import is_cupy_array
+from ...errors import InputError
+
+
+class Volumes:
+    """A (T, Z, Y, X) source read a chunk at a time as float32 (NumPy, or CuPy for a CuPy
+    array): the caller's data is never written."""
+
+    def __init__(self, data, name="the stack"):
+        self.data, self.name = data, name
+        self.shape = tuple(int(n) for n in data.shape)
+
+    def read(self, start, stop):
+        """Volumes ``start:stop`` as float32; InputError where one holds NaN or infinity."""
+        chunk = self.data[start:stop]
+        if is_cupy_array(chunk):
+            import cupy as xp
+        else:
+            xp = np
+            chunk = np.asarray(chunk)
+        out = chunk.astype(xp.float32)  # a copy: the input stays as it is
+        bad = ~xp.isfinite(out).reshape(out.shape[0], -1).all(axis=1)
+        if bool(bad.any()):
+            t = start + int(xp.argmax(bad))
+            raise InputError(f"volume {t} of {self.name} has NaN or infinite values; "
+                             "replace them (e.g. numpy.nan_to_num) first")
+        return out
+
+
+def _read_path(path: Path):
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return np.load(path, mmap_mode="r")
+        if suffix in (".tif", ".tiff"):
+            import tifffile
+
+            try:
+                return tifffile.memmap(path, mode="r")  # no copy where the file allows
+            except (ValueError, OSError):
+                return tifffile.imread(path)
+        if suffix == ".zarr" or path.is_dir():
+            import zarr
+
+            return zarr.open(str(path), mode="r")
+    except InputError:
+        raise
+    except Exception as exc:  # a broken file: one line for the user
+        raise InputError(f"{path}: cannot read it as volumes ({exc})") from exc
+    raise InputError(f"{path}: unknown volume format {suffix!r}; use .npy, .tif or .zarr")
+
+
+def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
+    """A :class:`Volumes` for an array or a path of ``ndim`` dimensions.
+
+    Raises
+    ------
+    InputError
+        A missing or unreadable path, another number of dimensions, an axis shorter than 2
+        (the time axis may be 1), a complex or non-numeric type.
+    """
+    name = "the stack"
+    if isinstance(stack, (str, Path)):
+        name = str(stack)
+        stack = _read_path(Path(stack))
+    elif isinstance(stack, (list, tuple)):
+        stack = np.asarray(stack)
+    if not hasattr(stack, "shape") or not hasattr(stack, "dtype"):
+        raise InputError(f"expected a {what} array or a path, got {type(stack).__name__}")
+    shape = tuple(int(n) for n in stack.shape)
+    if len(shape) != ndim:
+        raise InputError(f"{name} has shape {shape}; expected {what} ({ndim} dimensions)")
+    kind = np.dtype(stack.dtype).kind
+    if kind not in "biuf":
+        raise InputError(f"{name} has dtype {stack.dtype}; expected real numbers")
+    if shape[0] < 1 or min(shape[1:]) < 2:
+        raise InputError(f"{name} has shape {shape}; each of its {what[1:-1]} axes after the "
+                         "first needs 2 or more samples")
+    return Volumes(stack, name)
