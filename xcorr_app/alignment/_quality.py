@@ -7,8 +7,8 @@ against the template the run's last pass measured against (the first frame, the 
 refined template): per frame, the zero-normalized correlation with the template before
 alignment (the frame as it came) and after it (shifted by its shift, bilinear, as
 :meth:`AlignResult.apply` does), and the residual shift: the aligned frame measured again
-against the template at the 3x3 shifts around zero, with the run's prefilter, its peak placed
-by parabolas (what is left: close to 0 for a frame the run aligned).
+against the template by one Gauss-Newton step, with the run's prefilter (what is left: close to
+0 for a frame the run aligned).
 
 For the run: the sharpness of the mean image before and after alignment (gradient energy over
 variance: a drift blurs the mean) and the correlation's distribution.  A frame is flagged
@@ -36,7 +36,8 @@ import functools
 import numpy as np
 
 from .. import backend
-from ..streaming import DEFAULT_CHUNK
+from ..io import FrameRange
+from ..streaming import DEFAULT_CHUNK, DeviceChunks
 from .piecewise import common_area
 from .warp import shift_frames
 
@@ -47,7 +48,7 @@ RESIDUAL_LIMIT = 0.5
 #: a correlation after alignment this many robust deviations below the median flags it ``poor``
 #: (and at least :data:`POOR_DROP` below it: on clean stacks the deviation is tiny)
 POOR_DEVIATIONS = 5.0
-POOR_DROP = 0.05
+POOR_DROP = 0.03
 #: alignment "made it worse" when the correlation dropped by more than this
 WORSE_BY = 0.01
 #: the least common area (px per side) the report is measured on; else the whole frame
@@ -135,74 +136,112 @@ def _area(shifts, frame_shape):
 
 
 def _aligned(frames, shifts, xp, area):
-    """The chunk's frames as they came and aligned, float32, cut to ``area``."""
+    """The chunk's frames as they came and aligned, float32, cut to ``area`` (contiguous)."""
     y0, y1, x0, x1 = area
     f = xp.asarray(frames).astype(xp.float32)
     s = xp.asarray(np.where(np.isfinite(shifts), shifts, 0.0))
-    return f[:, y0:y1, x0:x1], shift_frames(f, s)[:, y0:y1, x0:x1]
+    g = shift_frames(f, s)
+    return (xp.ascontiguousarray(f[:, y0:y1, x0:x1]),
+            xp.ascontiguousarray(g[:, y0:y1, x0:x1]))
 
 
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk):
     """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``, and the
     float64 sums of those frames as they came and aligned (those with a shift) with their
-    count (host arrays)."""
+    count (host arrays).  Frames are streamed as a pass streams them (on the GPU: pinned
+    copies on two streams, overlapped with the work)."""
     t = xp.asarray(template, xp.float32)
-    shape = t.shape
-    prepare = dataclasses.replace(opts, window="none").preparer(xp, shape)
-    ref = prepare(t[None]).frames[0]
-    raw = xp.zeros(shape, xp.float64)
-    aligned = xp.zeros_like(raw)
-    kept, out = 0, []
-    for a in range(start, stop, chunk):
-        b = min(a + chunk, stop)
-        f, g = _aligned(src.read(a, b), shifts[a:b], xp, area)
-        ok_host = np.isfinite(shifts[a:b]).all(axis=1)
-        ok = xp.asarray(ok_host)
-        raw += f.sum(axis=0, dtype=xp.float64)
-        if ok_host.any():
-            aligned += g[ok].sum(axis=0, dtype=xp.float64)
-        kept += int(ok_host.sum())
-        before, after = _zncc(f, t, xp), _zncc(g, t, xp)
-        p = prepare(g)
-        usable = p.finite & ~p.constant & ok
-        residual = xp.where(usable[:, None], _residual(p.frames, ref, xp), xp.nan)
-        after = xp.where(ok, after, xp.nan)
-        out.append(backend.to_numpy(xp.concatenate(
-            [before[:, None], after[:, None], residual], axis=1).astype(xp.float64)))
-    rows = np.concatenate(out) if out else np.zeros((0, 4))
-    return rows, backend.to_numpy(raw), backend.to_numpy(aligned), kept
+    prepare = dataclasses.replace(opts, window="none").preparer(xp, t.shape)
+    fit = _Residual(prepare(t[None]).frames[0], xp)
+    sums = _Sums(xp, t.shape)
+    out = []
+    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+        for first, frames in chunks:
+            a = start + first
+            b = a + len(frames)
+            f, g = _aligned(frames, shifts[a:b], xp, area)
+            ok = xp.asarray(np.isfinite(shifts[a:b]).all(axis=1))
+            sums.add(f, g, ok)
+            before, after = _zncc(f, t, xp), _zncc(g, t, xp)
+            p = prepare(g)
+            usable = p.finite & ~p.constant & ok
+            residual = xp.where(usable[:, None], fit(p.frames), xp.nan)
+            after = xp.where(ok, after, xp.nan)
+            out.append(xp.concatenate([before[:, None], after[:, None], residual], axis=1))
+    if xp is not np:
+        xp.cuda.Device().synchronize()  # (the chunks' streams)
+    rows = np.concatenate([backend.to_numpy(r).astype(np.float64) for r in out]) if out \
+        else np.zeros((0, 4))
+    raw, aligned = sums.result()
+    return rows, raw, aligned, int(np.isfinite(shifts[start:stop]).all(axis=1).sum())
 
 
-def _residual(frames, template, xp):
-    """The shift that would align each (prepared) frame with the (prepared) template, from
-    the zero-normalized correlation at the 3x3 shifts around zero, a 3-point parabola along
-    each axis; NaN where the peak is not at the centre (more than :data:`RESIDUAL_LIMIT` px
-    is flagged anyway).  Nine products a pixel: far less than a search."""
-    h, w = template.shape
-    inner = template[1:h - 1, 1:w - 1]
-    c = xp.stack([_zncc(frames[:, 1 + dy:h - 1 + dy, 1 + dx:w - 1 + dx], inner, xp)
-                  for dy in (-1, 0, 1) for dx in (-1, 0, 1)], axis=1).reshape(-1, 3, 3)
-    centre = c[:, 1, 1]
-    peak = (centre >= c.reshape(-1, 9).max(axis=1)) & xp.isfinite(centre)
+class _Sums:
+    """float64 sums of the frames as they came and aligned over the chunks (added in chunk
+    order: on the GPU each chunk's sums wait for the previous chunk's, on its own stream)."""
 
-    def vertex(lo, mid, hi):
-        den = lo - 2 * mid + hi
-        return xp.where(den < 0, 0.5 * (lo - hi) / xp.where(den < 0, den, -1.0), 0.0)
+    def __init__(self, xp, shape):
+        self.xp = xp
+        self.raw = xp.zeros(shape, xp.float64)
+        self.aligned = xp.zeros(shape, xp.float64)
+        self._done = None
 
-    off = xp.stack([vertex(c[:, 0, 1], centre, c[:, 2, 1]),
-                    vertex(c[:, 1, 0], centre, c[:, 1, 2])], axis=1)
-    return xp.where(peak[:, None], -off, xp.nan)  # content at +off aligns by -off
+    def add(self, f, g, ok):
+        xp = self.xp
+        if self._done is not None:
+            xp.cuda.get_current_stream().wait_event(self._done)
+        self.raw += f.sum(axis=0, dtype=xp.float64)
+        self.aligned += (g * ok[:, None, None]).sum(axis=0, dtype=xp.float64)
+        if xp is not np:
+            self._done = xp.cuda.get_current_stream().record()
+
+    def result(self):
+        return backend.to_numpy(self.raw), backend.to_numpy(self.aligned)
+
+
+class _Residual:
+    """The shift that would align each (prepared) frame with the (prepared) template: one
+    Gauss-Newton step of ``frame(x) = a * template(x + s) + b`` from ``s = 0`` (each image
+    centred and scaled to unit norm; the template's gradient products made once), so a chunk
+    costs a centring, a matrix product and a norm, not a search."""
+
+    def __init__(self, template, xp):
+        self.xp = xp
+        t = template.astype(xp.float64)
+        t = t - t.mean()
+        t = t / max(float(xp.sqrt((t * t).sum())), 1e-300)
+        gy, gx = xp.gradient(t)
+        self.t = t.astype(xp.float32).ravel()
+        self.g = xp.stack([gy.ravel(), gx.ravel()]).astype(xp.float32)  # (2, P)
+        h = np.array([[float((gy * gy).sum()), float((gy * gx).sum())],
+                      [float((gy * gx).sum()), float((gx * gx).sum())]])
+        self.inverse = xp.asarray(np.linalg.inv(h)) if np.linalg.det(h) > 0 else None
+
+    def __call__(self, frames):
+        xp = self.xp
+        n = len(frames)
+        if self.inverse is None:
+            return xp.full((n, 2), xp.nan)
+        f = frames.reshape(n, -1)
+        f = f - f.mean(axis=1, keepdims=True)
+        norm = xp.sqrt((f * f).sum(axis=1, dtype=xp.float64)).astype(xp.float32)
+        f = f / xp.where(norm > 0, norm, 1.0)[:, None]
+        # the error's projection on the template's gradient, through the normal equations
+        b = ((f - self.t[None]) @ self.g.T).astype(xp.float64)  # (n, 2)
+        step = b @ self.inverse.T
+        return xp.where((norm > 0)[:, None], -step, xp.nan)
 
 
 def _zncc(frames, template, xp):
-    """The zero-normalized correlation of each frame with the template (NaN where flat;
-    float32 products summed in float64)."""
-    f = frames
-    t = template
-    f = f - f.mean(axis=(1, 2), keepdims=True)
+    """The zero-normalized correlation of each (contiguous) frame with the template (NaN where
+    flat): rows centred, a matrix-vector product and the rows' norms."""
+    n = len(frames)
+    f = frames.reshape(n, -1)
+    f = f - f.mean(axis=1, keepdims=True)
+    t = template.reshape(-1).astype(xp.float32)
     t = t - t.mean()
-    num = (f * t).sum(axis=(1, 2), dtype=xp.float64)
-    den = xp.sqrt((f * f).sum(axis=(1, 2), dtype=xp.float64) * (t * t).sum(dtype=xp.float64))
+    num = (f @ t).astype(xp.float64)
+    den = xp.sqrt((f * f).sum(axis=1, dtype=xp.float64) * float((t.astype(xp.float64) ** 2).sum()))
     with np.errstate(invalid="ignore", divide="ignore"):
         return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
 
