@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from xcorr_app.alignment import align_volumes
+from xcorr_app.alignment.volume import zlocate
 
 from volume_samples import random_shifts, shifted_stack, volume
 
@@ -32,3 +33,17 @@ def test_cupy_array_in_chunks():
     chunked = align_volumes(cp.asarray(stack), memory_limit=40 * 16 * 32 * 32)
     assert chunked.device == "gpu" and "1 volume(s) per chunk" in chunked.notes[1]
     np.testing.assert_allclose(chunked.shifts, whole.shifts, atol=1e-3)
+
+
+def test_zlocate_gpu_matches_cpu():
+    from test_zlocate import depth_movie
+
+    depths = np.linspace(3.2, 19.7, 12)
+    offsets = np.random.default_rng(3).integers(-3, 4, (12, 2))
+    frames, zstack = depth_movie(("camera", "coins", "moon", "astronaut"), depths, offsets,
+                                 photons=100.0)
+    cpu = zlocate(frames, zstack, max_shift=5, device="cpu")
+    gpu = zlocate(frames, zstack, max_shift=5, device="gpu")
+    assert gpu.device == "gpu"
+    np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=1e-3)
+    np.testing.assert_allclose(gpu.depth, cpu.depth, atol=1e-3)

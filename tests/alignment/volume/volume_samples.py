@@ -50,3 +50,16 @@ def random_shifts(n, seed=1, bound=(2.5, 4.5, 4.5)):
     s = rng.uniform(-1, 1, (n, 3)) * np.asarray(bound)
     s[0] = 0
     return s
+
+
+def layered_volume(names=("camera", "coins", "moon", "astronaut"), depth=24, size=64,
+                   psf=(1.0, 0.8, 0.8)):
+    """A (depth, size, size) volume of layers: each image brightest at its own depth (a
+    Gaussian profile along z, the layers spread over the depth), so that every plane has
+    its own mixture; blurred by a Gaussian point-spread function."""
+    images = plane_images(names, size)
+    z = np.arange(depth)[:, None, None]
+    centres = (np.arange(len(images)) + 0.5) * depth / len(images)
+    width = depth / len(images) / 1.5
+    vol = sum(np.exp(-0.5 * ((z - c) / width) ** 2) * img for c, img in zip(centres, images))
+    return ndi.gaussian_filter(vol, psf, mode="nearest")
