@@ -41,6 +41,8 @@ COMMANDS = {
               "Time xcorr's kernels against the peers on this GPU (CUDA events, medians)."),
     "tune": ("._tune", "tune_cmd",
              "Measure the planner's likeliest kernels for these problems and cache the choices."),
+    "zlocate": ("._zlocate", "zlocate_cmd",
+                "Find the depth of each frame of MOVIE in a z-stack (zlocate.csv, zlocate.png)."),
 }
 
 

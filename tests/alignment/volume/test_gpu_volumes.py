@@ -6,7 +6,7 @@ import pytest
 from xcorr_app.alignment import align_volumes
 from xcorr_app.alignment.volume import zlocate
 
-from volume_samples import random_shifts, shifted_stack, volume
+from volume_samples import depth_movie, random_shifts, shifted_stack, volume
 
 pytestmark = pytest.mark.gpu
 
@@ -36,8 +36,6 @@ def test_cupy_array_in_chunks():
 
 
 def test_zlocate_gpu_matches_cpu():
-    from test_zlocate import depth_movie
-
     depths = np.linspace(3.2, 19.7, 12)
     offsets = np.random.default_rng(3).integers(-3, 4, (12, 2))
     frames, zstack = depth_movie(("camera", "coins", "moon", "astronaut"), depths, offsets,

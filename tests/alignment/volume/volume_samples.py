@@ -63,3 +63,24 @@ def layered_volume(names=("camera", "coins", "moon", "astronaut"), depth=24, siz
     width = depth / len(images) / 1.5
     vol = sum(np.exp(-0.5 * ((z - c) / width) ** 2) * img for c, img in zip(centres, images))
     return ndi.gaussian_filter(vol, psf, mode="nearest")
+
+
+MARGIN = 6
+
+
+def depth_movie(names, depths, offsets, photons, seed=0, depth=24, size=64):
+    """A z-stack (the centre of a larger volume) and frames of that volume at ``depths``
+    (planes interpolated linearly between neighbours), cut ``offsets`` (dy, dx) px from the
+    z-stack's field (content entering at one edge, leaving at the other), Poisson noise."""
+    big = layered_volume(names, depth=depth, size=size + 2 * MARGIN)
+    m = MARGIN
+    zstack = big[:, m:m + size, m:m + size]
+    rng = np.random.default_rng(seed)
+    frames = []
+    for d, (dy, dx) in zip(depths, offsets):
+        k = int(np.floor(d))
+        f = d - k
+        plane = (1 - f) * big[k] + f * big[min(k + 1, depth - 1)]
+        crop = plane[m + dy:m + dy + size, m + dx:m + dx + size]
+        frames.append(rng.poisson(crop * photons / big.max()))
+    return np.stack(frames).astype(np.float32), zstack * photons / big.max()

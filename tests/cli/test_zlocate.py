@@ -1,0 +1,57 @@
+"""``xcorr zlocate MOVIE --zstack STACK --out DIR``: the table and the plot, its errors."""
+
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import xcorr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "alignment" / "volume"))
+from volume_samples import depth_movie  # noqa: E402  (the API tests' z-stack and frames)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("zlocate")
+    depths = np.array([3.0, 4.25, 6.5, 8.75, 10.0])
+    frames, zstack = depth_movie(("camera", "coins", "moon"), depths, [(1, -2)] * 5,
+                                 photons=1e3, depth=12, size=32)
+    np.save(folder / "movie.npy", frames)
+    np.save(folder / "zstack.npy", zstack.astype(np.float32))
+    return folder, depths
+
+
+def test_writes_table_and_plot(inputs):
+    folder, depths = inputs
+    out = folder / "out"
+    res = xcorr("zlocate", folder / "movie.npy", "--zstack", folder / "zstack.npy",
+                "--out", out, "--max-shift", "4", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert "xcorr zlocate: 5 frames against 12 planes on CPU" in res.stdout
+    rows = list(csv.DictReader((out / "zlocate.csv").open()))
+    assert list(rows[0]) == ["frame", "depth", "plane", "dy", "dx", "score", "confidence",
+                             "at_edge"]
+    got = np.array([float(r["depth"]) for r in rows])
+    assert np.abs(got - depths).max() < 0.2, got
+    assert (out / "zlocate.png").read_bytes()[:4] == b"\x89PNG"
+    again = xcorr("zlocate", folder / "movie.npy", "--zstack", folder / "zstack.npy",
+                  "--out", out, "--device", "cpu")
+    assert again.returncode == 2 and again.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-shift", "1,2,3"], "--max-shift '1,2,3': give N or DY,DX"),
+    (["--zstack", "missing.npy"], "--zstack missing.npy: no such file"),
+    (["--out", "table.csv"], "--out is the folder zlocate writes"),
+])
+def test_errors_are_one_line(inputs, args, message):
+    folder, _ = inputs
+    zstack = [] if "--zstack" in args else ["--zstack", folder / "zstack.npy"]
+    res = xcorr("zlocate", folder / "movie.npy", *zstack, *args, "--device", "cpu",
+                cwd=folder)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
