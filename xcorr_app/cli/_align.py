@@ -17,11 +17,12 @@ from .. import backend
 from ..errors import InputError
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, check_fill,
                          check_limits, limit_devices, strict_json)
-from ._options import (FEATURES, FIELD_RESAMPLE, MAX_SHIFT, MEMORY, NORMALIZATIONS, PATCHES,
+from ._options import (FEATURES, FIELD_RESAMPLE, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
 from ._input import aligned_as, apply_channels, input_options, input_path
+from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
 from ..io import OUT_FORMATS, aligned_name
 
 __all__ = ["align", "note_late_signal"]
@@ -36,9 +37,10 @@ MEASURE_OPTIONS = (
                       "frame measured again: noisy stacks; ITER 1 or 2 passes) | mean | mean:N "
                       "(of the first N frames) | previous (frame to frame, accumulated) | a "
                       f"frame INDEX | an image FILE.  [default: {DEFAULT['reference']}]"),
-    click.option("--max-shift", type=MAX_SHIFT, default=None,
+    click.option("--max-shift", type=MAX_SHIFT_ZYX, default=None,
                  help="Search shifts only up to N pixels (the planner picks the warp-shuffle "
-                      "kernels or FFT); default: up to half the frame, by FFT."),
+                      "kernels or FFT); default: up to half the frame, by FFT.  SZ,SY,SX "
+                      "voxels with --volumes."),
     click.option("--normalization", type=click.Choice(NORMALIZATIONS),
                  default=DEFAULT["normalization"],
                  show_default=True,
@@ -131,7 +133,7 @@ OUTPUT_OPTIONS = (
 
 
 def _options(fn):
-    for option in reversed(MEASURE_OPTIONS + OUTPUT_OPTIONS):
+    for option in reversed(MEASURE_OPTIONS + OUTPUT_OPTIONS + VOLUME_OPTIONS):
         fn = option(fn)
     return fn
 
@@ -152,9 +154,14 @@ def align(path, dataset, z, **options):
     motion_field.npz and motion_field.png). Shifts are (dy, dx) to apply to each frame to align
     it with the reference, as in scikit-image.
     """
+    check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
     path = input_path(path, dataset, z)  # FILE:/DATASET?z=K: every reader opens it so
     o = SimpleNamespace(path=path, **options)
     o.quiet = o.quiet or o.as_json
+    if o.volumes:  # (T, Z, Y, X): 3-D registration
+        from ._volumes import align_volumes_cli
+
+        return align_volumes_cli(o)
     with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
         _align(o)
 

@@ -1,0 +1,53 @@
+"""``xcorr align STACK --volumes``: shifts.csv with dz from a (T, Z, Y, X) stack."""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli_helpers import xcorr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "alignment" / "volume"))
+from volume_samples import shifted_stack, volume  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def stack_path(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("volumes")
+    true = np.array([[0, 0, 0], [1.25, -0.5, 2.0], [-0.75, 1.5, -1.0]])
+    np.save(folder / "stack.npy", shifted_stack(volume(depth=16, size=32), true,
+                                                photons=1e4))
+    return folder / "stack.npy", true
+
+
+def test_writes_shifts_with_dz(stack_path):
+    path, true = stack_path
+    out = path.parent / "out"
+    res = xcorr("align", path, "--volumes", "--out", out, "--max-shift", "3,5,5",
+                "--voxel-size", "2,0.5,0.5", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert "xcorr align --volumes: 3 volumes on CPU" in res.stdout
+    rows = list(csv.DictReader((out / "shifts.csv").open()))
+    got = np.array([[float(r[k]) for k in ("dz", "dy", "dx")] for r in rows])
+    np.testing.assert_allclose(got, -true, atol=0.05)
+    assert float(rows[1]["dz_um"]) == pytest.approx(2 * got[1, 0], abs=1e-5)
+    doc = json.loads((out / "shifts.json").read_text())
+    assert doc["notes"][0] == "reference: the first volume" and len(doc["volumes"]) == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--volumes", "--reference", "previous"], "use first, mean or a volume INDEX"),
+    (["--volumes", "--voxel-size", "1,2"], "--voxel-size takes Z,Y,X"),
+    (["--volumes", "--patches", "2x2"], "--patches does not apply to --volumes"),
+    (["--max-shift", "1,2,3"], "--max-shift takes N or SY,SX (SZ,SY,SX with --volumes)"),
+    (["--voxel-size", "1,1,1"], "--voxel-size is for --volumes"),
+])
+def test_errors_are_one_line(stack_path, args, message):
+    path, _ = stack_path
+    res = xcorr("align", path, *args, "--device", "cpu", cwd=path.parent)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines

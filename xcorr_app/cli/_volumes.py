@@ -1,0 +1,146 @@
+"""``xcorr align --volumes``: rigid 3-D registration of a (T, Z, Y, X) stack
+(:func:`~xcorr_app.alignment.align_volumes`), writing shifts.csv (with dz) and shifts.json;
+and the ``--max-shift`` type that takes a third (z) bound for it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import InputError
+from ._options import MaxShiftType, default_out, note_device
+
+__all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "align_volumes_cli", "check_volume_options",
+           "parse_voxel_size_text"]
+
+OUTPUTS = ("shifts.csv", "shifts.json")
+
+
+class MaxShiftZYXType(MaxShiftType):
+    """``N``, ``SY,SX`` or (for ``--volumes``) ``SZ,SY,SX`` -> int or tuple.
+
+    >>> MAX_SHIFT_ZYX.convert("2,8,8", None, None), MAX_SHIFT_ZYX.convert("3", None, None)
+    ((2, 8, 8), 3)
+    """
+
+    def get_metavar(self, param, ctx=None):
+        return "N|SY,SX|SZ,SY,SX"
+
+    def convert(self, value, param, ctx):
+        parts = str(value).split(",") if isinstance(value, str) else []
+        if len(parts) == 3:
+            try:
+                values = tuple(int(v) for v in parts)
+            except ValueError:
+                values = (-1,)
+            if min(values) < 0:
+                raise InputError(f"--max-shift takes N or SY,SX (SZ,SY,SX with --volumes; "
+                                 f"non-negative integers), got {value!r}")
+            return values
+        return super().convert(value, param, ctx)
+
+
+MAX_SHIFT_ZYX = MaxShiftZYXType()
+
+#: the options ``xcorr align`` adds for volumes
+VOLUME_OPTIONS = (
+    click.option("--volumes", is_flag=True,
+                 help="PATH is a (T, Z, Y, X) stack (.tif hyperstack, .npy, .zarr): register "
+                      "whole volumes in 3-D; writes shifts.csv (t, dz, dy, dx, ...) and "
+                      "shifts.json (docs/volumes.md)."),
+    click.option("--voxel-size", default=None, metavar="Z,Y,X",
+                 help="With --volumes: voxel size in micrometres; adds the dz_um, dy_um, "
+                      "dx_um columns (the search bounds stay in voxels)."),
+)
+
+
+def parse_voxel_size_text(text):
+    """``Z,Y,X`` (positive numbers) -> a tuple of three floats; None for None.
+
+    >>> parse_voxel_size_text("2,0.5,0.5")
+    (2.0, 0.5, 0.5)
+    """
+    if text is None:
+        return None
+    try:
+        values = tuple(float(v) for v in str(text).split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or not all(v > 0 and v != float("inf") for v in values):
+        raise InputError(f"--voxel-size takes Z,Y,X (three positive sizes), got {text!r}")
+    return values
+
+
+def check_volume_options(options):
+    """InputError where a volumes-only option (``--max-shift SZ,SY,SX``, ``--voxel-size``) is
+    given without ``--volumes`` (before the input is opened)."""
+    if options.get("volumes"):
+        return
+    bound = options.get("max_shift")
+    if isinstance(bound, tuple) and len(bound) == 3:
+        raise InputError(f"--max-shift takes N or SY,SX (SZ,SY,SX with --volumes), got "
+                         f"'{','.join(map(str, bound))}'")
+    if options.get("voxel_size") is not None:
+        raise InputError("--voxel-size is for --volumes (a (T, Z, Y, X) stack)")
+
+
+def _reference(text):
+    if text is None or text in ("first", "mean"):
+        return text or "first"
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"--reference {text!r} with --volumes: use first, mean or a volume "
+                         "INDEX") from None
+
+
+#: options of the 2-D run that --volumes does not take (name, the value that means unset)
+_NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("scheduler", None),
+                     ("channel", None), ("apply_to", None), ("features", None))
+
+
+def align_volumes_cli(o):
+    """``xcorr align PATH --volumes`` once its options are parsed (``o``)."""
+    from ..alignment import align_volumes
+    from ..io import OutputRun, write_text
+    from ..streaming import parse_memory
+
+    for name, unset in _NOT_WITH_VOLUMES:
+        if getattr(o, name, unset) != unset:
+            raise InputError(f"--{name.replace('_', '-')} does not apply to --volumes")
+    voxel_size = parse_voxel_size_text(o.voxel_size)
+    reference = _reference(o.reference)
+    if o.out_dir is not None and not o.out_dir.strip():
+        raise InputError("--out is empty: name the folder for shifts.csv and shifts.json")
+    path = Path(o.path)
+    out = Path(o.out_dir) if o.out_dir is not None else default_out(path, "_xcorr")
+    if out.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out.is_file():
+        raise InputError(f"--out is the folder align writes shifts.csv and shifts.json into, "
+                         f"not a file: {out}")
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    outputs = [out / name for name in OUTPUTS]
+    dev = note_device(o.device, o.quiet)
+    upsample = o.upsample if o.upsample is not None else 20
+    with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock") as run:
+        t0 = time.perf_counter()
+        res = align_volumes(path, reference=reference, max_shift=o.max_shift,
+                            voxel_size=voxel_size, upsample=upsample, device=dev,
+                            memory_limit=None if o.max_memory is None else
+                            parse_memory(o.max_memory, "--max-memory"))
+        seconds = time.perf_counter() - t0
+        doc = {"input": str(path), "device": res.device, "seconds": round(seconds, 3),
+               "notes": res.notes, "volumes": res.rows()}
+        write_text(outputs[0], res.to_csv())
+        write_text(outputs[1], json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        run.commit()
+    if o.as_json:
+        click.echo(json.dumps(doc, allow_nan=False))
+    elif not o.quiet:
+        click.echo(f"xcorr align --volumes: {len(res.shifts)} volumes on {res.device.upper()} "
+                   f"in {seconds:.2f} s; wrote {outputs[0]} and {outputs[1]}")
+        for note in res.notes[3:]:
+            click.echo(f"note: {note}", err=True)
