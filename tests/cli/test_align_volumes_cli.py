@@ -34,6 +34,7 @@ def test_writes_shifts_with_dz(stack_path):
     got = np.array([[float(r[k]) for k in ("dz", "dy", "dx")] for r in rows])
     np.testing.assert_allclose(got, -true, atol=0.05)
     assert float(rows[1]["dz_um"]) == pytest.approx(2 * got[1, 0], abs=1e-5)
+    assert (out / "drift.png").read_bytes()[:4] == b"\x89PNG"
     doc = json.loads((out / "shifts.json").read_text())
     assert doc["notes"][0] == "reference: the first volume" and len(doc["volumes"]) == 3
 

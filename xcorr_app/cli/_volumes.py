@@ -1,5 +1,6 @@
 """``xcorr align --volumes``: rigid 3-D registration of a (T, Z, Y, X) stack
-(:func:`~xcorr_app.alignment.align_volumes`), writing shifts.csv (with dz) and shifts.json;
+(:func:`~xcorr_app.alignment.align_volumes`), writing shifts.csv (with dz), shifts.json and
+drift.png;
 and the ``--max-shift`` type that takes a third (z) bound for it."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ._options import MaxShiftType, default_out, note_device
 __all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "align_volumes_cli", "check_volume_options",
            "parse_voxel_size_text"]
 
-OUTPUTS = ("shifts.csv", "shifts.json")
+OUTPUTS = ("shifts.csv", "shifts.json", "drift.png")
 
 
 class MaxShiftZYXType(MaxShiftType):
@@ -74,6 +75,17 @@ def parse_voxel_size_text(text):
     return values
 
 
+def plot_drift3d(path, result, title=""):
+    """drift.png of ``align --volumes``: dz, dy, dx (voxels) and the confidence against time
+    point; volumes whose peak lies on the --max-shift border marked red."""
+    from ._zlocate import plot_series
+
+    s = result.shifts
+    plot_series(path, [("shift (voxels)", {"dz": s[:, 0], "dy": s[:, 1], "dx": s[:, 2]}, None),
+                       ("confidence", {"confidence": result.confidence}, (0.0, 1.0))],
+                len(s), title, marked=result.at_bound, xlabel="time point")
+
+
 def check_volume_options(options):
     """InputError where a volumes-only option (``--max-shift SZ,SY,SX``, ``--voxel-size``) is
     given without ``--volumes`` (before the input is opened)."""
@@ -114,12 +126,13 @@ def align_volumes_cli(o):
     voxel_size = parse_voxel_size_text(o.voxel_size)
     reference = _reference(o.reference)
     if o.out_dir is not None and not o.out_dir.strip():
-        raise InputError("--out is empty: name the folder for shifts.csv and shifts.json")
+        raise InputError("--out is empty: name the folder for shifts.csv, shifts.json and "
+                         "drift.png")
     path = Path(o.path)
     out = Path(o.out_dir) if o.out_dir is not None else default_out(path, "_xcorr")
     if out.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out.is_file():
-        raise InputError(f"--out is the folder align writes shifts.csv and shifts.json into, "
-                         f"not a file: {out}")
+        raise InputError(f"--out is the folder align writes shifts.csv, shifts.json and "
+                         f"drift.png into, not a file: {out}")
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
     outputs = [out / name for name in OUTPUTS]
@@ -136,11 +149,12 @@ def align_volumes_cli(o):
                "notes": res.notes, "volumes": res.rows()}
         write_text(outputs[0], res.to_csv())
         write_text(outputs[1], json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        plot_drift3d(outputs[2], res, title=f"{path.name}: reference {res.notes[0][11:]}")
         run.commit()
     if o.as_json:
         click.echo(json.dumps(doc, allow_nan=False))
     elif not o.quiet:
         click.echo(f"xcorr align --volumes: {len(res.shifts)} volumes on {res.device.upper()} "
-                   f"in {seconds:.2f} s; wrote {outputs[0]} and {outputs[1]}")
+                   f"in {seconds:.2f} s; wrote shifts.csv, shifts.json and drift.png in {out}")
         for note in res.notes[3:]:
             click.echo(f"note: {note}", err=True)

@@ -11,7 +11,7 @@ import click
 from ..errors import InputError
 from ._options import DEVICE, FORCE, QUIET, default_out, note_device
 
-__all__ = ["zlocate_cmd", "parse_xy_bound", "plot_depth"]
+__all__ = ["zlocate_cmd", "parse_xy_bound", "plot_depth", "plot_series"]
 
 OUTPUTS = ("zlocate.csv", "zlocate.png")
 
@@ -31,43 +31,73 @@ def parse_xy_bound(text):
     return values[0] if len(values) == 1 else values
 
 
-def plot_depth(path, result, title=""):
-    """zlocate.png: each frame's depth (planes) and, below, its score, drawn with Pillow
-    (no matplotlib start-up); frames at the z-stack's first or last plane marked red."""
+#: the curves' colours (matplotlib's default cycle, as drift.png's)
+COLORS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189))
+TEXT, MARK = (30, 30, 30), (214, 39, 40)
+
+
+def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
+    """A PNG of curves against frame (0..n-1), drawn with Pillow (no matplotlib start-up):
+    ``panels`` is a list of ``(label, {name: values}, (lo, hi) or None)``, one panel each
+    (the range None: the values' own); points of ``marked`` frames are red; ``xlabel``
+    names the horizontal axis.
+
+    >>> import tempfile, numpy as np
+    >>> p = Path(tempfile.mkdtemp()) / "p.png"
+    >>> plot_series(p, [("x", {"a": np.arange(3.0)}, None)], 3)
+    >>> p.read_bytes()[:4] == b"\\x89PNG"
+    True
+    """
     import numpy as np
     from PIL import Image, ImageDraw
 
     from ..io import atomic_path
 
-    width, height, left, right = 880, 520, 70, 860
-    panels = {"depth": (50, 330), "score": (370, 490)}
+    width, left, right, top = 880, 70, 860, 40
+    tall = 280 if len(panels) > 1 else 420
+    heights = [tall] + [130] * (len(panels) - 1)
+    height = top + sum(h + 30 for h in heights) + 20
     img = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(img)
-    draw.text((left, 15), title, fill=(30, 30, 30))
-    n = len(result.depth)
+    draw.text((left, 12), title, fill=TEXT)
     xs = left + (np.arange(n) + 0.5) * (right - left) / max(n, 1)
-    nz = result.profile.shape[1]
-    for name, values, lo, hi in (("depth", result.depth, -0.5, nz - 0.5),
-                                 ("score", result.score, min(0.0, float(result.score.min())),
-                                  1.0)):
-        top, bottom = panels[name]
-        draw.rectangle((left, top, right, bottom), outline=(60, 60, 60))
+    marked = np.zeros(n, bool) if marked is None else np.asarray(marked, bool)
+    y0 = top
+    for (label, curves, span), h in zip(panels, heights):
+        values = np.concatenate([np.asarray(v, float).ravel() for v in curves.values()])
+        lo, hi = span if span is not None else (float(values.min()), float(values.max()))
+        if hi - lo < 1e-9:
+            lo, hi = lo - 0.5, hi + 0.5
+        bottom = y0 + h
+        draw.rectangle((left, y0, right, bottom), outline=(60, 60, 60))
         for v in (lo, (lo + hi) / 2, hi):
-            y = bottom - (v - lo) / (hi - lo) * (bottom - top)
-            draw.text((8, y - 6), f"{v:.1f}", fill=(30, 30, 30))
-        draw.text((left + 5, top + 4), "depth (plane)" if name == "depth" else "score",
-                  fill=(30, 30, 30))
-        ys = bottom - (np.clip(values, lo, hi) - lo) / (hi - lo) * (bottom - top)
-        points = list(zip(xs.tolist(), ys.tolist()))
-        if len(points) > 1:
-            draw.line(points, fill=(31, 119, 180), width=2)
-        for (x, y), edge in zip(points, result.at_edge):
+            draw.text((6, bottom - (v - lo) / (hi - lo) * h - 6), f"{v:.2f}", fill=TEXT)
+        legend = left + 5
+        for (name, v), colour in zip(curves.items(), COLORS):
+            ys = bottom - (np.clip(np.asarray(v, float), lo, hi) - lo) / (hi - lo) * h
+            points = list(zip(xs.tolist(), ys.tolist()))
+            if len(points) > 1:
+                draw.line(points, fill=colour, width=2)
             r = 3 if n <= 150 else 1
-            draw.ellipse((x - r, y - r, x + r, y + r),
-                         fill=(214, 39, 40) if edge else (31, 119, 180))
-    draw.text((left, height - 22), f"frame (0..{n - 1})", fill=(30, 30, 30))
+            for (x, y), m in zip(points, marked):
+                draw.ellipse((x - r, y - r, x + r, y + r), fill=MARK if m else colour)
+            draw.text((legend, y0 + 4), name, fill=colour)
+            legend += 8 * len(name) + 16
+        draw.text((right - 8 * len(label), y0 + 4), label, fill=TEXT)
+        y0 = bottom + 30
+    draw.text((left, height - 22), f"{xlabel} (0..{n - 1})", fill=TEXT)
     with atomic_path(Path(path)) as tmp:
         img.save(tmp, format="PNG")
+
+
+def plot_depth(path, result, title=""):
+    """zlocate.png: each frame's depth (planes) and its score; frames at the z-stack's
+    first or last plane marked red."""
+    nz = result.profile.shape[1]
+    plot_series(path, [("depth (plane)", {"depth": result.depth}, (-0.5, nz - 0.5)),
+                       ("score", {"score": result.score},
+                        (min(0.0, float(result.score.min())), 1.0))],
+                len(result.depth), title, marked=result.at_edge)
 
 
 @click.command(name="zlocate")
