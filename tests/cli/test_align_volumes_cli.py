@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tifffile
 
 from cli_helpers import xcorr
 
@@ -37,12 +38,32 @@ def test_writes_shifts_with_dz(stack_path):
     assert (out / "drift.png").read_bytes()[:4] == b"\x89PNG"
     doc = json.loads((out / "shifts.json").read_text())
     assert doc["notes"][0] == "reference: the first volume" and len(doc["volumes"]) == 3
+    with tifffile.TiffFile(out / "aligned.tif") as tif:
+        assert tif.series[0].axes == "TZYX"
+        aligned = tif.asarray()
+    assert aligned.shape == (3, 16, 32, 32) and aligned.dtype == np.float32
+    inner = (slice(None), slice(3, -3), slice(3, -3), slice(3, -3))  # (moved-in edges: 0)
+    stack = np.load(path)
+    for t in (1, 2):  # trilinear: a blur of a few percent, far below the moved volume's
+        assert (np.abs(aligned[t][inner[1:]] - stack[0][inner[1:]]).mean()
+                < 0.3 * np.abs(stack[t][inner[1:]] - stack[0][inner[1:]]).mean())
+
+
+def test_no_aligned(stack_path):
+    path, _ = stack_path
+    out = path.parent / "out2"
+    res = xcorr("align", path, "--volumes", "--out", out, "--no-aligned", "--upsample", "1",
+                "--device", "cpu", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
+        "drift.png", "shifts.csv", "shifts.json"]
 
 
 @pytest.mark.parametrize("args, message", [
     (["--volumes", "--reference", "previous"], "use first, mean or a volume INDEX"),
     (["--volumes", "--voxel-size", "1,2"], "--voxel-size takes Z,Y,X"),
     (["--volumes", "--patches", "2x2"], "--patches does not apply to --volumes"),
+    (["--volumes", "--out-format", "hdf5"], "--out-format does not apply to --volumes"),
     (["--max-shift", "1,2,3"], "--max-shift takes N or SY,SX (SZ,SY,SX with --volumes)"),
     (["--voxel-size", "1,1,1"], "--voxel-size is for --volumes"),
 ])

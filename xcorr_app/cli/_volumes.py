@@ -1,6 +1,6 @@
 """``xcorr align --volumes``: rigid 3-D registration of a (T, Z, Y, X) stack
-(:func:`~xcorr_app.alignment.align_volumes`), writing shifts.csv (with dz), shifts.json and
-drift.png;
+(:func:`~xcorr_app.alignment.align_volumes`), writing shifts.csv (with dz), shifts.json,
+drift.png and aligned.tif;
 and the ``--max-shift`` type that takes a third (z) bound for it."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ._options import MaxShiftType, default_out, note_device
 __all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "align_volumes_cli", "check_volume_options",
            "parse_voxel_size_text"]
 
-OUTPUTS = ("shifts.csv", "shifts.json", "drift.png")
+OUTPUTS = ("shifts.csv", "shifts.json", "drift.png", "aligned.tif")
 
 
 class MaxShiftZYXType(MaxShiftType):
@@ -75,6 +75,23 @@ def parse_voxel_size_text(text):
     return values
 
 
+def write_aligned(path, source, shifts, fill, device):
+    """aligned.tif: the volumes moved by their shifts (trilinear), streamed one volume at a
+    time into an ImageJ hyperstack (T, Z, Y, X) float32, written atomically."""
+    import numpy as np
+    import tifffile
+
+    from ..alignment.volume import open_volumes, shift_volumes
+    from ..io import atomic_path
+
+    shape = open_volumes(source).shape
+    pages = (page for vol in shift_volumes(source, shifts, fill=fill, device=device)
+             for page in vol)  # tifffile pulls a page at a time
+    with atomic_path(Path(path)) as tmp:
+        with tifffile.TiffWriter(tmp, imagej=True, bigtiff=False) as tw:
+            tw.write(pages, shape=shape, dtype=np.float32, metadata={"axes": "TZYX"})
+
+
 def plot_drift3d(path, result, title=""):
     """drift.png of ``align --volumes``: dz, dy, dx (voxels) and the confidence against time
     point; volumes whose peak lies on the --max-shift border marked red."""
@@ -111,7 +128,9 @@ def _reference(text):
 
 #: options of the 2-D run that --volumes does not take (name, the value that means unset)
 _NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("scheduler", None),
-                     ("channel", None), ("apply_to", None), ("features", None))
+                     ("channel", None), ("apply_to", None), ("features", None), ("crop", False),
+                     ("out_format", "tiff"),
+                     ("keep_dtype", False))
 
 
 def align_volumes_cli(o):
@@ -135,10 +154,12 @@ def align_volumes_cli(o):
                          f"drift.png into, not a file: {out}")
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
-    outputs = [out / name for name in OUTPUTS]
+    names = OUTPUTS[:-1] if o.no_aligned else OUTPUTS
+    outputs = [out / name for name in names]
     dev = note_device(o.device, o.quiet)
     upsample = o.upsample if o.upsample is not None else 20
-    with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock") as run:
+    stale = [out / OUTPUTS[-1]] if o.no_aligned else []  # (it would not match shifts.csv)
+    with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock", remove=stale) as run:
         t0 = time.perf_counter()
         res = align_volumes(path, reference=reference, max_shift=o.max_shift,
                             voxel_size=voxel_size, upsample=upsample, device=dev,
@@ -150,11 +171,13 @@ def align_volumes_cli(o):
         write_text(outputs[0], res.to_csv())
         write_text(outputs[1], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift3d(outputs[2], res, title=f"{path.name}: reference {res.notes[0][11:]}")
+        if not o.no_aligned:
+            write_aligned(outputs[3], path, res.shifts, o.fill, dev)
         run.commit()
     if o.as_json:
         click.echo(json.dumps(doc, allow_nan=False))
     elif not o.quiet:
         click.echo(f"xcorr align --volumes: {len(res.shifts)} volumes on {res.device.upper()} "
-                   f"in {seconds:.2f} s; wrote shifts.csv, shifts.json and drift.png in {out}")
+                   f"in {seconds:.2f} s; wrote {', '.join(names)} in {out}")
         for note in res.notes[3:]:
             click.echo(f"note: {note}", err=True)
