@@ -30,9 +30,8 @@ from ._source import open_volumes
 #: bytes per voxel a volume of a chunk takes (float32 copy, half spectrum, correlation,
 #: window copy, FFT work area)
 PER_VOXEL_CHUNK = 20
-#: bytes per voxel held once (reference spectrum, one complex128 spectrum for the refinement,
-#: the mean reference)
-PER_VOXEL_FIXED = 16
+#: bytes per voxel held once (the reference spectrum, the mean reference, slack)
+PER_VOXEL_FIXED = 12
 #: share of the free memory a run plans to use
 MEMORY_SHARE = 0.6
 MAX_CHUNK = 64

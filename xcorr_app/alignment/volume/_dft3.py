@@ -120,7 +120,9 @@ def _kernel(xp, n, positions, half_width=None, nyquist=False):
 def samples3d(product, shape, centres, step, count, nyquist=False):
     """The correlation (B, r, r, r) at the lags ``centres + (i - count // 2) * step`` per
     axis (``i = 0..count - 1``) from the half spectra ``product`` (B, Z, Y, X//2+1), by three
-    matrix products in double precision (one volume at a time: its complex128 copy only).
+    matrix products, one volume at a time: the first (over x, the large one) in the
+    spectrum's precision (no double copy of a volume's spectrum: sums of X/2 terms lose
+    about 1e-6 relative in single precision), the others in double.
     ``nyquist``: with the Nyquist bins (whole lags only: the FFT's values)."""
     xp = array_module_of(product)
     z, y, x = shape
@@ -128,9 +130,8 @@ def samples3d(product, shape, centres, step, count, nyquist=False):
     out = []
     for b in range(product.shape[0]):
         pos = [xp.asarray(float(c) + offs) for c in centres[b]]
-        p = product[b].astype(xp.complex128)
         kx = _kernel(xp, x, pos[2], product.shape[-1], nyquist)   # (r, Xh)
-        a = p.reshape(z * y, -1) @ kx.T                                # (Z*Y, r)
+        a = (product[b].reshape(z * y, -1) @ kx.T.astype(product.dtype)).astype(xp.complex128)
         ky = _kernel(xp, y, pos[1], nyquist=nyquist)  # (r, Y)
         a = xp.einsum("qy,zyr->zqr", ky, a.reshape(z, y, count))
         kz = _kernel(xp, z, pos[0], nyquist=nyquist)  # (r, Z)
