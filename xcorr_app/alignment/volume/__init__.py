@@ -1,6 +1,6 @@
 """Volumes (T, Z, Y, X): rigid 3-D registration (:func:`align_volumes`, its
-:class:`VolumeResult`; the aligned volumes: :func:`shift_volumes`) and the depth of 2-D
-frames in a z-stack (:func:`zlocate`).
+:class:`VolumeResult`; the aligned volumes: :func:`shift_volumes`; each plane's residual
+(dy, dx): :func:`refine_planes`) and the depth of 2-D frames in a z-stack (:func:`zlocate`).
 
 Examples
 --------
@@ -13,10 +13,12 @@ Examples
 """
 
 from ._api import align_volumes, parse_max_shift, parse_voxel_size
+from ._planes import refine_planes
 from ._result import VolumeResult
 from ._shift import shift_volumes
 from ._zlocate import ZLOCATE_COLUMNS, ZlocateResult, zlocate
 from ._source import Volumes, open_volumes
 
 __all__ = ["ZLOCATE_COLUMNS", "VolumeResult", "Volumes", "ZlocateResult", "align_volumes",
-           "open_volumes", "parse_max_shift", "parse_voxel_size", "shift_volumes", "zlocate"]
+           "open_volumes", "parse_max_shift", "parse_voxel_size", "refine_planes", "shift_volumes",
+           "zlocate"]

@@ -95,6 +95,13 @@ def plan_chunk(shape, xp, memory_limit=None):
     return int(max(1, min(shape[0], MAX_CHUNK, (budget - fixed) // per)))
 
 
+def reference_volume(source, reference, device="auto", chunk=8):
+    """The reference volume of a :class:`~._source.Volumes` (``"first"``, ``"mean"`` or an
+    index) on its device: ``(volume, its description, the device)``."""
+    dev = compute_device(source.data, device=device)
+    return (*_reference(source, reference, xp_for(dev), chunk), dev)
+
+
 def _reference(source, reference, xp, chunk):
     t = source.shape[0]
     if isinstance(reference, str):
