@@ -5,6 +5,7 @@ import pytest
 from xcorr_app.correlate._forms import FORMS
 from xcorr_app.correlate._tiled import TILES
 
+from conftest import poisoned, rel_error
 from test_gpu_warp_shuffle import BOUNDS, SIZES, bounded_and_unequal, counts_for
 from test_gpu_warp_shuffle import check as shuffle_check
 
@@ -82,7 +83,6 @@ def test_pair_tiled_many_rights(rng, form, m, tile):
     from xcorr_app.correlate import _direct as reference
     from xcorr_app.correlate._tiled import pair_tiled_xcorr
 
-    from conftest import poisoned, rel_error
 
     lh, lw, rh, rw = 19, 23, 17, 26
     left = rng.standard_normal((lh, lw) if form == "one_to_many" else (3, lh, lw))
@@ -124,8 +124,6 @@ def test_arranged_rights_layout(rng, form, lshape, rshape, tile_x):
 
     from xcorr_app.correlate._forms import form_layout
     from xcorr_app.correlate._tiled import PAIR_PAD_LEFT, arranged_rights, pair_row_chunks
-
-    from conftest import poisoned
 
     lay = form_layout(form, lshape, rshape)
     right = rng.standard_normal(rshape).astype(np.float32)

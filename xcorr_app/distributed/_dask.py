@@ -163,7 +163,7 @@ class DaskExecutor(Executor):
 
     @contextlib.contextmanager
     def open(self, stack_or_path, opts):
-        from ..io import ArraySource, open_source
+        from ..io import open_source
 
         self.stack, self.opts = stack_or_path, opts
         if opts.channel is not None and not isinstance(stack_or_path, (str, Path)):
@@ -171,7 +171,7 @@ class DaskExecutor(Executor):
                              "an array is one channel: pass stack[:, channel]")
         self.inp = _Input(stack_or_path, opts.channel, self.task_frames)
         src = open_source(stack_or_path, opts.channel) if self.inp.array is None \
-            else ArraySource(self.inp.array)
+            else _ClientFrames(self.inp.array)
         with src:  # (the client reads a few frames: the reference, the auto decisions)
             self.src = src
             yield src
@@ -214,6 +214,24 @@ class DaskExecutor(Executor):
         from ..alignment import measure_field
 
         return measure_field(opts, self.stack, rigid, np, self.chunk, executor=self)
+
+
+class _ClientFrames:
+    """The few frames the client reads of a dask array (the reference, the decisions), as
+    NumPy arrays whatever its blocks are (CuPy blocks too)."""
+
+    def __new__(cls, array):
+        from ..io import ArraySource
+
+        class Frames(ArraySource):
+            def read(self, start, stop, out=None):
+                frames = backend.to_numpy(self.stack[start:stop].compute())
+                if out is None:
+                    return frames
+                out[...] = frames
+                return out
+
+        return Frames(array)
 
 
 def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_frames=None,
