@@ -100,10 +100,10 @@ class InProcess(Executor):
         chunk = opts.chunk_frames or auto_chunk_frames(src.frame_shape, dev)
         self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory)
         self.fixed_chunk = self.chunk
-        # the passes certain to read the stack again (patches, out, templates) read it from
-        # the GPU where it fits; those "auto" may add read it as before (most runs need none)
+        # the passes certain to read the stack again (patches, out, templates, the quality
+        # report) read it from the GPU where it fits; those "auto" may add read it as before
         again = opts.patches is not None or out is not None or opts.refined \
-            or opts.lucas_kanade == "on"
+            or opts.lucas_kanade == "on" or opts.quality
         self.src = StashedSource(src, keep_on_gpu(src, xp) if again and opts.max_memory is None
                                  and dev == "gpu" and not on_gpu else None)
         if opts.max_memory is None and (opts.patches is not None or opts.refined
