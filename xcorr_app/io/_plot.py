@@ -268,7 +268,7 @@ def plot_drift(path, result, title="") -> None:
     title : str
         A line above the plot.
     """
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
     from ._writer import atomic_path
 
@@ -279,19 +279,10 @@ def plot_drift(path, result, title="") -> None:
     conf = np.where(np.isfinite(conf), conf, np.nan)  # inf: a peak without a rival
     flagged = np.asarray(result.low_confidence, bool)
     threshold = (getattr(result, "settings", None) or {}).get("min_confidence")
-    frames = np.arange(n)
-    xlim = (-0.5, 0.5) if n == 1 else (-0.02 * (n - 1), 1.02 * (n - 1))
-    top = Panel(PANELS["shifts"], xlim, _limits(shifts, fft))
-    bottom = Panel(PANELS["confidence"], xlim, _limits(conf, [] if threshold is None else [threshold]))
-    xticks = nice_ticks(max(0.0, xlim[0]), xlim[1], 8, integer=True)
-    yticks_top, yticks_bottom = nice_ticks(*top.ylim, 7), nice_ticks(*bottom.ylim, 4)
-
+    frames, top, bottom, xticks, (yticks_top, yticks_bottom), big, draw = _two_panels(
+        n, _limits(shifts, fft), _limits(conf, [] if threshold is None else [threshold]), flagged)
     width, height = PLOT_SIZE
-    big = Image.new("RGB", (width * SUPERSAMPLE, height * SUPERSAMPLE), "white")
-    draw = ImageDraw.Draw(big)
-    for panel, yticks in ((top, yticks_top), (bottom, yticks_bottom)):
-        _bands(draw, panel, frames, flagged, SUPERSAMPLE)
-        grid_lines(draw, panel, xticks, yticks, SUPERSAMPLE)
+    xlim = top.xlim
     curve(draw, top, frames, shifts[:, 0], COLORS["dy"], 2, "o")
     curve(draw, top, frames, shifts[:, 1], COLORS["dx"], 2, "s")
     has_fft = bool(np.isfinite(fft).any())
@@ -322,6 +313,26 @@ def plot_drift(path, result, title="") -> None:
         image.save(tmp, format="PNG", compress_level=6)
 
 
+def _two_panels(n, top_ylim, bottom_ylim, flagged):
+    """The supersampled canvas of a plot against frame: its two panels (``PANELS``), the
+    ticks, flagged frames' bands and the grid drawn; the curves are the caller's."""
+    from PIL import Image, ImageDraw
+
+    frames = np.arange(n)
+    xlim = (-0.5, 0.5) if n == 1 else (-0.02 * (n - 1), 1.02 * (n - 1))
+    top = Panel(PANELS["shifts"], xlim, top_ylim)
+    bottom = Panel(PANELS["confidence"], xlim, bottom_ylim)
+    xticks = nice_ticks(max(0.0, xlim[0]), xlim[1], 8, integer=True)
+    yticks = (nice_ticks(*top.ylim, 7), nice_ticks(*bottom.ylim, 4))
+    width, height = PLOT_SIZE
+    big = Image.new("RGB", (width * SUPERSAMPLE, height * SUPERSAMPLE), "white")
+    draw = ImageDraw.Draw(big)
+    for panel, ticks in zip((top, bottom), yticks):
+        _bands(draw, panel, frames, flagged, SUPERSAMPLE)
+        grid_lines(draw, panel, xticks, ticks, SUPERSAMPLE)
+    return frames, top, bottom, xticks, yticks, big, draw
+
+
 def plot_quality(path, before, after, residual, flagged, sharpness=None, title="") -> None:
     """Write ``quality.png`` (:data:`PLOT_SIZE`), atomically: every frame's correlation with the
     template before alignment and after it, the residual shift measured on the aligned frame
@@ -335,7 +346,7 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
     >>> path.read_bytes()[:8] == b"\\x89PNG\\r\\n\\x1a\\n"
     True
     """
-    from PIL import Image, ImageDraw
+    from PIL import ImageDraw
 
     from ._writer import atomic_path
 
@@ -343,18 +354,9 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
     residual = np.asarray(residual, float).reshape(-1, 2)
     flagged = np.asarray(flagged, bool)
     n = len(after)
-    frames = np.arange(n)
-    xlim = (-0.5, 0.5) if n == 1 else (-0.02 * (n - 1), 1.02 * (n - 1))
-    top = Panel(PANELS["shifts"], xlim, _limits(before, after))
-    bottom = Panel(PANELS["confidence"], xlim, _limits(residual, [0.0]))
-    xticks = nice_ticks(max(0.0, xlim[0]), xlim[1], 8, integer=True)
-    yticks_top, yticks_bottom = nice_ticks(*top.ylim, 7), nice_ticks(*bottom.ylim, 4)
+    frames, top, bottom, xticks, (yticks_top, yticks_bottom), big, draw = _two_panels(
+        n, _limits(before, after), _limits(residual, [0.0]), flagged)
     width, height = PLOT_SIZE
-    big = Image.new("RGB", (width * SUPERSAMPLE, height * SUPERSAMPLE), "white")
-    draw = ImageDraw.Draw(big)
-    for panel, yticks in ((top, yticks_top), (bottom, yticks_bottom)):
-        _bands(draw, panel, frames, flagged, SUPERSAMPLE)
-        grid_lines(draw, panel, xticks, yticks, SUPERSAMPLE)
     curve(draw, top, frames, before, COLORS["axes"], 1, "o")
     curve(draw, top, frames, after, COLORS["confidence"], 2, "o")
     curve(draw, bottom, frames, residual[:, 0], COLORS["dy"], 1, "o")
