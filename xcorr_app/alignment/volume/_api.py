@@ -78,6 +78,16 @@ def plan_chunk(shape, xp, memory_limit=None):
     """How many volumes of ``shape`` (T, Z, Y, X) one chunk holds; InputError, with the
     figures, where not even one fits beside the reference."""
     voxels = int(np.prod(shape[1:]))
+    return fitting_chunk(shape[0], PER_VOXEL_FIXED * voxels, PER_VOXEL_CHUNK * voxels,
+                         MAX_CHUNK, xp, memory_limit,
+                         f"a volume of {shape[1]}x{shape[2]}x{shape[3]} needs about {{}} MiB "
+                         "to register", "crop or bin the volumes")
+
+
+def fitting_chunk(n, fixed, per, most, xp, memory_limit, need, remedy):
+    """How many of ``n`` items (``per`` bytes each, beside ``fixed`` bytes) one chunk holds,
+    at most ``most``, within ``memory_limit`` or a share of the device's free memory; an
+    InputError (``need`` with its MiB, the budget, ``remedy``) where not even one fits."""
     if memory_limit is not None:
         budget, where = float(memory_limit), "allowed"
     else:
@@ -85,14 +95,12 @@ def plan_chunk(shape, xp, memory_limit=None):
         where = "free on the GPU" if xp is not np else "available on the host"
         budget = None if free is None else MEMORY_SHARE * free
     if budget is None:
-        return min(shape[0], MAX_CHUNK)
-    fixed, per = PER_VOXEL_FIXED * voxels, PER_VOXEL_CHUNK * voxels
+        return min(n, most)
     if fixed + per > budget:
         mib = 2 ** 20
-        raise InputError(f"a volume of {shape[1]}x{shape[2]}x{shape[3]} needs about "
-                         f"{(fixed + per) / mib:.0f} MiB to register, {budget / mib:.0f} MiB "
-                         f"{where}; crop or bin the volumes, or use the other device")
-    return int(max(1, min(shape[0], MAX_CHUNK, (budget - fixed) // per)))
+        raise InputError(f"{need.format(f'{(fixed + per) / mib:.0f}')}, {budget / mib:.0f} MiB "
+                         f"{where}; {remedy}, or use the other device")
+    return int(max(1, min(n, most, (budget - fixed) // per)))
 
 
 def reference_volume(source, reference, device="auto", chunk=8):

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...backend import compute_device, device_free_bytes, host_available_bytes, xp_for
+from ...backend import compute_device, xp_for
 from ...correlate import fft_of
 from ...errors import InputError
 from ...registration import refine_upsampled
-from ._api import MEMORY_SHARE
+from ._api import fitting_chunk
 from ._dft3 import window_lags
 from ._source import open_volumes
 
@@ -99,22 +99,10 @@ def _centred(xp, images):
 
 
 def _chunk(n, planes, h, w, xp, memory_limit):
-    pair = PER_PAIR_PIXEL * planes * h * w
-    fixed = 12 * planes * h * w  # the planes, their spectra
-    if memory_limit is not None:
-        budget, where = float(memory_limit), "allowed"
-    else:
-        free = device_free_bytes(xp) if xp is not np else host_available_bytes()
-        where = "free on the GPU" if xp is not np else "available on the host"
-        budget = None if free is None else MEMORY_SHARE * free
-    if budget is None:
-        return min(n, 64)
-    if fixed + pair > budget:
-        mib = 2 ** 20
-        raise InputError(f"a frame against {planes} planes of {h}x{w} needs about "
-                         f"{(fixed + pair) / mib:.0f} MiB, {budget / mib:.0f} MiB {where}; "
-                         "crop or bin them, or use the other device")
-    return int(max(1, min(n, 64, (budget - fixed) // pair)))
+    return fitting_chunk(n, 12 * planes * h * w,  # the planes, their spectra
+                         PER_PAIR_PIXEL * planes * h * w, 64, xp, memory_limit,
+                         f"a frame against {planes} planes of {h}x{w} needs about {{}} MiB",
+                         "crop or bin them")
 
 
 def _aligned(xp, spec, shifts, h, w):
