@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, XcorrError
-from ._tiff import SUPPORTED_DTYPES, plural
+from ._tiff import SUPPORTED_DTYPES, one_line_errors, plural
 
 __all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "EXTRAS",
            "SUFFIXES", "UNREAD", "library_errors", "default_axes"]
@@ -114,19 +114,11 @@ def need(fmt: str):
                          f"'xcorr-app[{extra}]'") from None
 
 
-@contextlib.contextmanager
 def library_errors(path, what="read"):
     """A reading library's failure as one-line :class:`InputError` naming ``path``."""
-    try:
-        yield
-    except (XcorrError, MemoryError):
-        raise
-    except PermissionError:
-        raise InputError(f"{path}: permission denied; xcorr needs to read it") from None
-    except Exception as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"cannot {what} {path} ({type(exc).__name__}: {reason}); check that it "
-                         "is a complete, uncorrupted file") from exc
+    return one_line_errors(path, lambda exc, reason: (
+        f"cannot {what} {path} ({type(exc).__name__}: {reason}); check that it is a complete, "
+        "uncorrupted file"))
 
 
 def default_axes(ndim: int) -> str:

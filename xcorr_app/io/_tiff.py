@@ -38,8 +38,10 @@ def plural(n: int, word: str) -> str:
 
 
 @contextlib.contextmanager
-def tiff_errors(path: Path):
-    """Turn a failure of tifffile (or of the memory map) into a one-line :class:`InputError`."""
+def one_line_errors(path, message):
+    """A reading library's failure as one :class:`InputError` line naming ``path``:
+    ``message(exc, reason)`` (the first line of the library's own message) says what failed;
+    our own errors and running out of memory pass through."""
     try:
         yield
     except (XcorrError, MemoryError):
@@ -48,10 +50,14 @@ def tiff_errors(path: Path):
         raise InputError(f"{path}: permission denied; xcorr needs to read it") from None
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(
-            f"cannot read {path} as a TIFF image ({reason}); check that it is a complete, "
-            "uncorrupted TIFF file"
-        ) from exc
+        raise InputError(message(exc, reason)) from exc
+
+
+def tiff_errors(path: Path):
+    """Turn a failure of tifffile (or of the memory map) into a one-line :class:`InputError`."""
+    return one_line_errors(path, lambda exc, reason: (
+        f"cannot read {path} as a TIFF image ({reason}); check that it is a complete, "
+        "uncorrupted TIFF file"))
 
 
 # ------------------------------------------------------------------ whole-file check
