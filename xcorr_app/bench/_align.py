@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, XcorrError
-from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, check_disk_space, default_workers
+from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, default_workers, work_folder
 from ._align_peers import (READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_chunks,
                            read_memmap_parallel, skimage_loop)
 from ._align_table import (ALIGN_ROWS, LOOP, MAX_SHIFT, READ_IMREAD, READ_MEMMAP, SKIMAGE,
@@ -380,13 +380,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         gpus = parse_gpus(gpus)
     if json_path is not None:
         prepare_outputs([json_path], force)
-    base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise XcorrError(f"cannot create --workdir {base} ({exc.strerror or exc})") from exc
-    check_disk_space(base, n * h * w * 2)
-    folder = Path(tempfile.mkdtemp(prefix="xcorr-bench-align-", dir=base))
+    folder = work_folder(workdir, n * h * w * 2, "align")
     try:
         path = folder / "stack.tif"
         workers = default_workers()

@@ -20,13 +20,15 @@ import concurrent.futures
 import math
 import os
 import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import XcorrError
 
 __all__ = ["MAX_DRIFT", "MIN_SIDE", "SyntheticStack", "drift_walk", "make_scene",
-           "default_workers", "rms_error", "check_disk_space", "filesystem_of", "field_at",
+           "default_workers", "rms_error", "check_disk_space", "work_folder", "filesystem_of", "field_at",
            "nonrigid_stack", "truth_at"]
 
 #: the drift of the synthetic stack: |shift| <= MAX_DRIFT px on each axis, relative to frame 0
@@ -191,6 +193,19 @@ def check_disk_space(folder, nbytes) -> None:
         raise XcorrError(f"not enough free disk space in {folder} for the benchmark stack: "
                          f"{need / 2**30:.2f} GiB needed, {free / 2**30:.2f} GiB free; pass "
                          "--workdir on a larger disk, or fewer --frames or a smaller --size")
+
+
+def work_folder(workdir, nbytes, name) -> Path:
+    """A new folder ``xcorr-bench-NAME-*`` for a benchmark stack of ``nbytes``, in ``workdir``
+    (made if needed) or the temporary folder, after checking the disk has room
+    (:class:`XcorrError` otherwise)."""
+    base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise XcorrError(f"cannot create --workdir {base} ({exc.strerror or exc})") from exc
+    check_disk_space(base, nbytes)
+    return Path(tempfile.mkdtemp(prefix=f"xcorr-bench-{name}-", dir=base))
 
 
 def filesystem_of(path) -> str:

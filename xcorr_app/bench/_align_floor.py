@@ -116,7 +116,7 @@ def floor_rows(frames=FLOOR_FRAMES, sides=FLOOR_SIDES, repeat=3, echo=print) -> 
                        "share": None if floor is None else floor / seconds}
                 rows.append(row)
                 echo(format_floor_row(row))
-            del gpu
+            gpu = None  # (its memory back to the pool below)
             cp.get_default_memory_pool().free_all_blocks()
     return rows
 

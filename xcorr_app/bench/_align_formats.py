@@ -37,14 +37,13 @@ import concurrent.futures
 import importlib
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError, XcorrError
-from ._align_data import (MAX_DRIFT, MIN_SIDE, WRITE_CHUNK, SyntheticStack, check_disk_space,
+from ._align_data import (MAX_DRIFT, MIN_SIDE, WRITE_CHUNK, SyntheticStack, work_folder,
                           default_workers, filesystem_of, rms_error)
 from ._align_table import ACCURACY_PX
 from ._common import cell, markdown_header, parse_size, reason, utc_now, versions_line
@@ -412,13 +411,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, repea
         _library(fmt)
     if json_path is not None:
         prepare_outputs([json_path], force)
-    base = Path(workdir) if workdir is not None else Path(tempfile.gettempdir())
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise XcorrError(f"cannot create --workdir {base} ({exc.strerror or exc})") from exc
-    check_disk_space(base, 2 * n * h * w * 2)
-    folder = Path(tempfile.mkdtemp(prefix="xcorr-bench-formats-", dir=base))
+    folder = work_folder(workdir, 2 * n * h * w * 2, "formats")
     caches = Caches()
     try:
         workers = default_workers()
