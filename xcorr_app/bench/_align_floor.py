@@ -29,19 +29,12 @@ FLOOR_SIDES = (512, 1024, 2048)
 FLOOR_CHUNK = 64
 
 
-def _events_seconds(cp, work, repeat):
-    """The median over ``repeat`` of ``work()``'s GPU time between two CUDA events (one
-    untimed warm-up first)."""
-    work()
-    times = []
-    for _ in range(repeat):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        work()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+def _events_seconds(work, repeat):
+    """The median over ``repeat`` of ``work()``'s GPU time between CUDA events (one untimed
+    warm-up first), in seconds."""
+    from .._cuda import time_gpu
+
+    return time_gpu(work, warmup=1, repeat=repeat) / 1e3
 
 
 def pinned_copy_seconds(stack, repeat=5):
@@ -59,7 +52,7 @@ def pinned_copy_seconds(stack, repeat=5):
             part = host[a:a + FLOOR_CHUNK]
             dev[:len(part)].set(part)
 
-    return _events_seconds(cp, work, repeat)
+    return _events_seconds(work, repeat)
 
 
 def fft_correlation_seconds(stack_gpu, repeat=5):
@@ -74,7 +67,7 @@ def fft_correlation_seconds(stack_gpu, repeat=5):
             f = stack_gpu[a:a + FLOOR_CHUNK].astype(cp.float32)
             cp.fft.irfft2(cp.fft.rfft2(f) * ref, s=f.shape[-2:])
 
-    return _events_seconds(cp, work, repeat)
+    return _events_seconds(work, repeat)
 
 
 def _wall(fn, repeat):
