@@ -33,7 +33,7 @@ __all__ = ["Executor", "InProcess", "OnGpus"]
 
 
 class Executor:
-    """The common part: the input opened once by the pipeline, the run's plan and notes."""
+    """The common part: the input opened once by the pipeline, and the run's plan."""
 
     name = "process"
     remote = False  # ranges run on other devices than ``xp``'s
@@ -45,7 +45,6 @@ class Executor:
         self.chunk = self.fixed_chunk = None
         self.budget_per_range = None
         self.plan = self.prepared = None
-        self.notes = []
 
     @contextlib.contextmanager
     def open(self, stack_or_path, opts):

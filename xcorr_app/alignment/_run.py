@@ -87,7 +87,6 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
             res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image)
-        res.notes += executor.notes
     executor.finish()
     return res
 

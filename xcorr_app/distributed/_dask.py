@@ -85,7 +85,8 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
 # ----------------------------------------------------------------------------- on the client
 
 class _Input:
-    """What the client knows of the input: size, frame names, and one source per task."""
+    """What the client knows of the input: its size, its ranges of frames and one source per
+    task."""
 
     def __init__(self, stack_or_path, channel, task_frames):
         from ..io import open_source
@@ -94,8 +95,6 @@ class _Input:
         if isinstance(stack_or_path, (str, Path)):
             with open_source(stack_or_path, channel) as src:  # the header only
                 self.n, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
-                self.sources = [src.source_name(i) for i in range(self.n)]
-                self.notes = list(src.notes)
             step = max(1, int(task_frames or TASK_FRAMES))
             self.ranges = chunk_bounds(0, self.n, step)
             self._path = ("path", stack_or_path, channel)
@@ -115,7 +114,6 @@ class _Input:
             arr = arr.rechunk((int(task_frames), -1, -1))
         self.array = arr = arr.rechunk({1: -1, 2: -1})  # whole frames per block
         self.n, self.frame_shape, self.dtype = arr.shape[0], tuple(arr.shape[1:]), arr.dtype
-        self.sources, self.notes = ["array"] * self.n, []
         bounds = np.cumsum((0,) + arr.chunks[0])
         self.ranges = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
         self._blocks = arr.to_delayed().ravel()
