@@ -7,9 +7,9 @@ and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone
    limits (:meth:`~._options.AlignOptions.check_executor`);
 2. the input opened and checked (frame size, the patch grid, ``out``); the device chosen;
 3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`);
-4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~._template.decide_lucas_kanade`);
+4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~.refine.decide_lucas_kanade`);
 5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
-   ``boundary="auto"`` the wrap-around test (:func:`~._template.periodic_frames`) and, for
+   ``boundary="auto"`` the wrap-around test (:func:`~.refine.periodic_frames`) and, for
    periodic stacks, a circular pass; the template passes of ``refined`` and Lucas-Kanade, the
    last one refining every shift against the template;
 6. the result (:func:`~._result.result_from_table`), the patch pass (``patches``) and the
@@ -97,13 +97,13 @@ def measure_passes(opts, src, executor, progress=None):
     measured against (``None`` for ``previous``).
 
     The first pass measures against the reference (``first`` where template passes follow).
-    ``boundary="auto"`` is decided after it (:func:`~._template.periodic_frames`): periodic
+    ``boundary="auto"`` is decided after it (:func:`~.refine.periodic_frames`): periodic
     frames are measured once more with the circular refinement against the same reference,
     and nothing else follows; other stacks go on with the template passes, if any.  A template
     pass accumulates every frame measured with a distinct peak, shifted by its shift, into
     sums added up over the ranges in frame order; the next pass measures against their
     template, the last one (``lucas_kanade`` on) refining each shift by a Lucas-Kanade fit
-    against it (:class:`~._template.LucasKanadeFit`).  Shifts after template passes are
+    against it (:class:`~.refine.LucasKanadeFit`).  Shifts after template passes are
     relative to frame 0's.  ``progress`` sees every frame once, spread over the passes.
     """
     opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
