@@ -9,7 +9,8 @@
 // and the DFT's phases may differ from the host's by an ulp.
 //
 //  * subpixel_shifts: _peaks.refined_shifts (and subpixel_fit2d, subpixel_parabolic,
-//    subpixel_gaussian): the 3x3 (or 3-point) fit around each integer peak, one thread per frame.
+//    subpixel_gaussian): the 3x3 fit (or the 3-point fits) around each integer peak, one thread
+//    per frame.
 //  * peaks_on_border: _peaks.on_border.
 //  * surface_argmax: _peaks.peak_index (first maximum in row-major order, the first NaN if any,
 //    as NumPy's argmax), with the value at the peak and, for _fft_register.fft_shifts, |x| of
@@ -70,15 +71,14 @@ __device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo,
     return vertex(cm, c0, cp, inside);
 }
 
-// _peaks.subpixel_fit2d: least-squares paraboloid over the 3x3 neighbourhood (of log(corr)
-// with lg), falling back to the 3-point fits
+// _peaks._window: the 3x3 neighbourhood of the peak (of log(corr) with lg); returns whether it
+// lies inside the surface (and, with lg, is positive)
 template <typename T>
-__device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, long long ix,
-                      bool lg, double& fy, double& fx) {
+__device__ bool window3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
+                        bool lg, double (&w)[3][3]) {
     bool inside = iy >= 1 && iy <= ho - 2 && ix >= 1 && ix <= wo - 2;
     const long long cy = clip_ll(iy, 1, ho - 2 > 1 ? ho - 2 : 1);
     const long long cx = clip_ll(ix, 1, wo - 2 > 1 ? wo - 2 : 1);
-    double w[3][3];
 #pragma unroll
     for (int dy = 0; dy < 3; ++dy) {
 #pragma unroll
@@ -92,6 +92,51 @@ __device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, 
             w[dy][dx] = v;
         }
     }
+    return inside;
+}
+
+// _peaks._free_vertex: the parabola's vertex, not clipped; ok narrowed to a finite maximum
+__device__ __forceinline__ double free_vertex(double cm, double c0, double cp, bool& ok) {
+    const double denom = (cm - M(2.0, c0)) + cp;
+    ok = ok && denom < 0 && isfinite(denom);
+    return M(0.5, cm - cp) / (ok ? denom : -1.0);
+}
+
+// _peaks._ridge_fit: the 3-point fits along the three rows and three columns, their lines
+// intersected, falling back to the fits through the middle row and column
+template <typename T>
+__device__ void ridge3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
+                       bool lg, double& fy, double& fx) {
+    double w[3][3];
+    bool ok = window3(c, size, ho, wo, iy, ix, lg, w);
+    double rx[3], cy[3];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        rx[k] = free_vertex(w[k][0], w[k][1], w[k][2], ok);
+        cy[k] = free_vertex(w[0][k], w[1][k], w[2][k], ok);
+    }
+    const double sx = (rx[2] - rx[0]) / 2, sy = (cy[2] - cy[0]) / 2;
+    const double den = 1.0 - M(sx, sy);
+    ok = ok && den > 0.1;
+    const double px = (rx[1] + M(sx, cy[1])) / (ok ? den : 1.0);
+    const double py = cy[1] + M(sy, px);
+    ok = ok && fabs(px) <= 1 && fabs(py) <= 1;
+    if (ok) {
+        fy = py + 0.0;
+        fx = px + 0.0;
+    } else {
+        fy = axis3(c, size, ho, wo, iy, ix, true, lg) + 0.0;
+        fx = axis3(c, size, ho, wo, iy, ix, false, lg) + 0.0;
+    }
+}
+
+// _peaks.subpixel_fit2d: least-squares paraboloid over the 3x3 neighbourhood (of log(corr)
+// with lg), falling back to the 3-point fits through the middle row and column
+template <typename T>
+__device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, long long ix,
+                      bool lg, double& fy, double& fx) {
+    double w[3][3];
+    const bool inside = window3(c, size, ho, wo, iy, ix, lg, w);
     double col[3], row[3];
 #pragma unroll
     for (int k = 0; k < 3; ++k) {
@@ -132,8 +177,7 @@ __global__ void subpixel_shifts(const T* __restrict__ corr, const long long* __r
     const long long y = iy[f], x = ix[f];
     double fy = 0.0, fx = 0.0;
     if (method == 1 || method == 2) {
-        fy = axis3(c, size, ho, wo, y, x, true, method == 2);
-        fx = axis3(c, size, ho, wo, y, x, false, method == 2);
+        ridge3(c, size, ho, wo, y, x, method == 2, fy, fx);
     } else if (method >= 3) {
         fit2d(c, size, ho, wo, y, x, method == 4, fy, fx);
     }

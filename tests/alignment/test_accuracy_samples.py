@@ -3,11 +3,10 @@ truth with the offset that the reference brings removed (a mean or another frame
 0), on the CPU; and the documented example through the command line with its FFT check.
 
 Per frame, the Euclidean error after removing the mean error over the frames must be within
-0.1 px, but for the two modes that cannot be: ``none`` (whole pixels: up to half a pixel per
-axis, and with ``previous`` the rounding of every step adds up) and the separable 3-point fits
-``gaussian3`` / ``parabolic3`` on the moon sample, whose correlation peak is elongated along a
-diagonal (a fit along each axis through the integer row and column is biased by it: up to
-0.25 px there; the 2-D fits ``gaussian`` / ``parabolic`` follow the diagonal).
+0.1 px, but for ``none``, which cannot be (whole pixels: up to half a pixel per axis, and with
+``previous`` the rounding of every step adds up).  The moon sample's correlation peak is
+elongated along a diagonal: the 3-point fits ``gaussian3`` / ``parabolic3`` through the peak's
+middle row and column alone were 0.25 px off there.
 """
 
 import csv
@@ -26,8 +25,6 @@ SUBPIXEL = ["gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "non
 def tolerance(name, reference, subpixel) -> float:
     if subpixel == "none":
         return 1.25 if reference == "previous" else 0.75
-    if subpixel in ("gaussian3", "parabolic3") and name == "moon":
-        return 0.3
     return 0.1
 
 

@@ -5,8 +5,8 @@ import pytest
 
 from xcorr_app.backend import to_numpy
 from xcorr_app.errors import XcorrError
-from xcorr_app.registration._peaks import (confidence, find_shifts, on_border, peak_index,
-                                           subpixel_gaussian, subpixel_parabolic)
+from xcorr_app.registration._peaks import (_axis_fits, confidence, find_shifts, on_border,
+                                           peak_index, subpixel_gaussian, subpixel_parabolic)
 
 BATCH, H, W = (3, 5), 15, 17
 
@@ -81,6 +81,43 @@ def test_gaussian_recovers_exact_gaussian(xp):
     gy, _ = subpixel_parabolic(c, iy, ix)
     assert np.all(np.abs(to_numpy(gy)) <= 0.5)
     assert np.max(np.abs(to_numpy(iy + gy) - py)) > 1e-4
+
+
+def _tilted(seed):
+    """Gaussians elongated along a diagonal (correlation 0.6-0.8 between the axes) and the
+    paraboloids of their logarithms."""
+    py, px, rng = _centres(seed)
+    yy, xx = _grid(py, px)
+    rho = rng.uniform(0.6, 0.8, BATCH)[..., None, None] * rng.choice([-1, 1], BATCH)[..., None, None]
+    q = (yy**2 - 2 * rho * yy * xx + xx**2) / (2 * 1.5**2 * (1 - rho**2))
+    return np.exp(-q), 50.0 - q, py, px
+
+
+def test_three_point_fits_follow_a_peak_elongated_along_a_diagonal(xp):
+    """The rows' and the columns' 3-point fits, intersected, are exact on a tilted Gaussian
+    (and on a tilted paraboloid); the classic fits through the middle row and column, the
+    fallback, are biased there."""
+    gauss, para, py, px = _tilted(5)
+    for corr, fit, log in ((gauss, subpixel_gaussian, True), (para, subpixel_parabolic, False)):
+        c = xp.asarray(corr)
+        iy, ix = peak_index(c)
+        fy, fx = fit(c, iy, ix)
+        np.testing.assert_allclose(to_numpy(iy + fy), py, atol=1e-6)
+        np.testing.assert_allclose(to_numpy(ix + fx), px, atol=1e-6)
+        by, bx = _axis_fits(corr, *peak_index(corr), log)
+        assert np.hypot(to_numpy(iy) + by - py, to_numpy(ix) + bx - px).max() > 0.05
+
+
+def test_three_point_fits_fall_back_to_the_middle_row_and_column(xp):
+    """Lines near parallel (a ridge along the diagonal): the classic fits, within half a pixel."""
+    yy, xx = np.mgrid[:H, :W] - np.array([7.2, 8.3])[:, None, None]
+    corr = np.exp(-((yy - xx) ** 2 / 0.5 + (yy + xx) ** 2 / 400.0))[None]
+    iy, ix = peak_index(corr)
+    for fit, log in ((subpixel_gaussian, True), (subpixel_parabolic, False)):
+        got = fit(xp.asarray(corr), xp.asarray(iy), xp.asarray(ix))
+        for g, want in zip(got, _axis_fits(corr, iy, ix, log)):
+            np.testing.assert_allclose(to_numpy(g), want, atol=1e-12)
+            assert np.all(np.abs(want) <= 0.5)
 
 
 def test_gaussian_falls_back_to_parabolic_on_non_positive_values(xp):

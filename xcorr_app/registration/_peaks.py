@@ -105,7 +105,14 @@ def _vertex(cm, c0, cp, ok):
 
 
 def subpixel_parabolic(corr, iy, ix):
-    """Sub-pixel peak offsets from a 3-point parabola along each axis.
+    """Sub-pixel peak offsets from 3-point parabolas along the rows and columns of the peak.
+
+    A parabola through three values along each of the three rows and three columns of the
+    peak's 3x3 neighbourhood; the rows' vertices lie on a line, the columns' on another, and
+    the offset is where they cross (on a peak elongated along a diagonal the vertex of the
+    middle row alone is biased towards the diagonal).  Where that does not hold (a border, a
+    fit that is not a maximum, lines near parallel, a crossing beyond one pixel) it is the
+    classic fit through the middle row and column.
 
     Parameters
     ----------
@@ -117,9 +124,9 @@ def subpixel_parabolic(corr, iy, ix):
     Returns
     -------
     fy, fx : float64 ndarrays of shape ``corr.shape[:-2]``
-        Offsets in ``[-0.5, 0.5]`` to add to ``iy`` and ``ix``.  The offset along an axis is 0
-        where the peak lies on the border of that axis, or where the three values do not make a
-        maximum (flat or convex: denominator ``>= 0``).
+        Offsets in ``[-1, 1]`` to add to ``iy`` and ``ix`` (``[-0.5, 0.5]`` from the classic
+        fit).  The offset along an axis is 0 where the peak lies on the border of that axis, or
+        where the three values do not make a maximum (flat or convex: denominator ``>= 0``).
 
     Examples
     --------
@@ -134,9 +141,7 @@ def subpixel_parabolic(corr, iy, ix):
     if array_module_of(corr) is not np and fits(corr, iy, ix):
         out = subpixel_shifts(corr, iy, ix, "parabolic3")  # one kernel: peak_math.cu
         return out[..., 0], out[..., 1]
-    fy = _vertex(*_neighbours(corr, iy, ix, -2))
-    fx = _vertex(*_neighbours(corr, iy, ix, -1))
-    return fy, fx
+    return _ridge_fit(corr, iy, ix, log=False)
 
 
 def _gaussian_axis(corr, iy, ix, axis):
@@ -147,12 +152,75 @@ def _gaussian_axis(corr, iy, ix, axis):
     return xp.where(positive, _vertex(*logs, inside), _vertex(cm, c0, cp, inside))
 
 
-def subpixel_gaussian(corr, iy, ix):
-    """Sub-pixel peak offsets from a 3-point Gaussian fit along each axis.
+def _axis_fits(corr, iy, ix, log):
+    """The classic 3-point fits through the integer row and column of the peak (Gaussian with
+    ``log``, falling back to the parabola where a value is ``<= 0``)."""
+    if log:
+        return _gaussian_axis(corr, iy, ix, -2), _gaussian_axis(corr, iy, ix, -1)
+    return _vertex(*_neighbours(corr, iy, ix, -2)), _vertex(*_neighbours(corr, iy, ix, -1))
 
-    The parabola of :func:`subpixel_parabolic` is fitted through the logarithms of the three
-    values, which is exact for a Gaussian peak.  Where any of the three values is ``<= 0`` the
-    plain parabolic offset is used instead.
+
+def _window(corr, iy, ix, log):
+    """The 3x3 neighbourhood ``w[dy, dx]`` of each peak (of ``log(corr)`` with ``log``), and
+    where it lies inside the surface (and, with ``log``, is positive)."""
+    xp = array_module_of(corr)
+    ho, wo = corr.shape[-2:]
+    inside = (iy >= 1) & (iy <= ho - 2) & (ix >= 1) & (ix <= wo - 2)
+    cy, cx = xp.clip(iy, 1, max(ho - 2, 1)), xp.clip(ix, 1, max(wo - 2, 1))
+    w = {}
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            v = _gather(corr, xp.clip(cy + dy, 0, ho - 1), xp.clip(cx + dx, 0, wo - 1))
+            if log:
+                inside &= v > 0
+                v = xp.log(xp.where(v > 0, v, 1.0))
+            w[dy, dx] = v
+    return w, inside
+
+
+def _free_vertex(cm, c0, cp, ok):
+    """Vertex offset of the parabola through (-1, cm), (0, c0), (1, cp), not clipped, and
+    ``ok`` narrowed to where it is a maximum."""
+    xp = array_module_of(c0)
+    denom = cm - 2.0 * c0 + cp
+    ok = ok & (denom < 0) & xp.isfinite(denom)
+    return 0.5 * (cm - cp) / xp.where(ok, denom, -1.0), ok
+
+
+def _ridge_fit(corr, iy, ix, log):
+    """3-point fits along the three rows and the three columns of the peak's 3x3 neighbourhood,
+    intersected.
+
+    On a peak elongated along a diagonal the vertex of a row's fit moves with the row (on a
+    line, for a 2-D quadratic or Gaussian), so the classic fits through the integer row and
+    column are biased (0.25 px on the moon sample); the rows' vertices give that line
+    ``x = rx + sx * y``, the columns' ``y = cy + sy * x``, and their crossing is the peak.
+    Falls back to the classic fits where the window does not fit, a fit is not a maximum, the
+    lines are near parallel or the crossing lies beyond one pixel.
+    """
+    xp = array_module_of(corr)
+    w, ok = _window(corr, iy, ix, log)
+    rx, cy = {}, {}
+    for k in (-1, 0, 1):
+        rx[k], ok = _free_vertex(w[k, -1], w[k, 0], w[k, 1], ok)
+        cy[k], ok = _free_vertex(w[-1, k], w[0, k], w[1, k], ok)
+    sx, sy = (rx[1] - rx[-1]) / 2, (cy[1] - cy[-1]) / 2
+    den = 1.0 - sx * sy
+    ok &= den > 0.1  # within 0.1 of parallel: the crossing is noise
+    fx = (rx[0] + sx * cy[0]) / xp.where(ok, den, 1.0)
+    fy = cy[0] + sy * fx
+    ok &= (xp.abs(fx) <= 1) & (xp.abs(fy) <= 1)
+    gy, gx = _axis_fits(corr, iy, ix, log)
+    return xp.where(ok, fy, gy) + 0.0, xp.where(ok, fx, gx) + 0.0
+
+
+def subpixel_gaussian(corr, iy, ix):
+    """Sub-pixel peak offsets from 3-point Gaussian fits along the rows and columns of the peak.
+
+    The parabolas of :func:`subpixel_parabolic` are fitted through the logarithms of the
+    values, which is exact for a Gaussian peak, also one elongated along a diagonal.  Where a
+    value of the 3x3 neighbourhood is ``<= 0`` the classic fit through the middle row and
+    column is used, with the plain parabola where one of its three values is ``<= 0``.
 
     Parameters
     ----------
@@ -164,7 +232,7 @@ def subpixel_gaussian(corr, iy, ix):
     Returns
     -------
     fy, fx : float64 ndarrays of shape ``corr.shape[:-2]``
-        Offsets in ``[-0.5, 0.5]``; 0 at a border or for a degenerate fit.
+        Offsets in ``[-1, 1]``; 0 at a border or for a degenerate fit.
 
     Examples
     --------
@@ -179,17 +247,17 @@ def subpixel_gaussian(corr, iy, ix):
     if array_module_of(corr) is not np and fits(corr, iy, ix):
         out = subpixel_shifts(corr, iy, ix, "gaussian3")  # one kernel: peak_math.cu
         return out[..., 0], out[..., 1]
-    return _gaussian_axis(corr, iy, ix, -2), _gaussian_axis(corr, iy, ix, -1)
+    return _ridge_fit(corr, iy, ix, log=True)
 
 
 def subpixel_fit2d(corr, iy, ix, log=False):
     """Sub-pixel offsets from a least-squares paraboloid over the 3x3 neighbourhood of the peak.
 
     Fits ``f(y, x) = a + b x + c y + d x**2 + e x y + g y**2`` (to ``log(corr)`` with ``log=True``:
-    a 2-D gaussian) and returns its vertex.  Unlike the 3-point fits along each axis, the cross
-    term ``e`` follows peaks that are elongated along a diagonal, which biases separable fits by
-    a tenth of a pixel or more on textured images.  Where the 3x3 window does not fit (border,
-    non-positive values with ``log``) or the fit is not a maximum, the 3-point fits are used.
+    a 2-D gaussian) and returns its vertex.  Like :func:`subpixel_gaussian`, it follows peaks
+    that are elongated along a diagonal (its cross term ``e``), by least squares over the nine
+    values.  Where the 3x3 window does not fit (border, non-positive values with ``log``) or the
+    fit is not a maximum, the classic 3-point fits through the peak's row and column are used.
 
     Returns
     -------
@@ -210,17 +278,7 @@ def subpixel_fit2d(corr, iy, ix, log=False):
     if xp is not np and fits(corr, iy, ix):
         out = subpixel_shifts(corr, iy, ix, "gaussian" if log else "parabolic")  # one kernel
         return out[..., 0], out[..., 1]
-    ho, wo = corr.shape[-2:]
-    inside = (iy >= 1) & (iy <= ho - 2) & (ix >= 1) & (ix <= wo - 2)
-    cy, cx = xp.clip(iy, 1, max(ho - 2, 1)), xp.clip(ix, 1, max(wo - 2, 1))
-    w = {}
-    for dy in (-1, 0, 1):
-        for dx in (-1, 0, 1):
-            v = _gather(corr, xp.clip(cy + dy, 0, ho - 1), xp.clip(cx + dx, 0, wo - 1))
-            if log:
-                inside &= v > 0
-                v = xp.log(xp.where(v > 0, v, 1.0))
-            w[dy, dx] = v
+    w, inside = _window(corr, iy, ix, log)
     col = {dx: w[-1, dx] + w[0, dx] + w[1, dx] for dx in (-1, 0, 1)}
     row = {dy: w[dy, -1] + w[dy, 0] + w[dy, 1] for dy in (-1, 0, 1)}
     b, c = (col[1] - col[-1]) / 6, (row[1] - row[-1]) / 6
@@ -232,7 +290,7 @@ def subpixel_fit2d(corr, iy, ix, log=False):
     fx = (e * c - 2 * g * b) / safe
     fy = (e * b - 2 * d * c) / safe
     ok &= (xp.abs(fx) <= 1) & (xp.abs(fy) <= 1)
-    fy3, fx3 = (subpixel_gaussian if log else subpixel_parabolic)(corr, iy, ix)
+    fy3, fx3 = _axis_fits(corr, iy, ix, log)
     return xp.where(ok, fy, fy3) + 0.0, xp.where(ok, fx, fx3) + 0.0
 
 
@@ -335,8 +393,8 @@ def find_shifts(corr, origin, subpixel="gaussian", exclusion=2, return_index=Fal
         Index ``(oy, ox)`` of zero shift in each surface.
     subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "none"}, optional
         Sub-pixel refinement of the integer peak: ``gaussian`` / ``parabolic`` fit the 3x3
-        neighbourhood in 2-D (:func:`subpixel_fit2d`), the ``...3`` variants are the classic
-        3-point fits along each axis.
+        neighbourhood in 2-D (:func:`subpixel_fit2d`), the ``...3`` variants intersect 3-point
+        fits along its rows and columns (:func:`subpixel_gaussian`).
     exclusion : int, optional
         Half width of the window left out around the peak for :func:`confidence`.
     return_index : bool, optional
