@@ -18,7 +18,8 @@
 //  * dft_matrices + upsampled_peaks: _fft_register.refine_peak (upsampled_dft, peak_index,
 //    the shift arithmetic) around cuBLAS matrix products (no compilation).
 //  * wrap_row_sums + wrap_totals: the two masked correlations of _template.periodic_frames
-//    (every tested frame in one launch each).
+//    (every tested frame in one launch each); phase_ramps: its references moved by a fraction
+//    of a pixel (spectra for cuFFT's inverse).
 //  * edge_differences, periodic_smooth: _fft_register.periodic_spectrum (its edge differences, the
 //    subtraction of the smooth component); phase_cross_power: _fft_register.cross_power (phase).
 
@@ -425,17 +426,20 @@ __global__ void upsampled_peaks(const C* __restrict__ a, const C* __restrict__ b
 
 // The sums of _template._correlation(a, b, mask) for both masks at once, for frame f =
 // blockIdx.y of a (F, H, W) against b[y, x] = ref[(y + iy) mod H, (x + ix) mod W]
-// (np.roll(ref, (-iy, -ix))), (iy, ix) = shifts[2 f], shifts[2 f + 1]: mask 0 the pixels whose
+// (np.roll(ref, (-iy, -ix))), (iy, ix) = shifts[2 f], shifts[2 f + 1], ref starting at
+// f * ref_stride (0: one reference for every frame): mask 0 the pixels whose
 // (y + iy, x + ix) lies inside the frame, mask 1 those that wrapped around.  Per row (grid
 // (H, F)): stage 0 writes [count, sum a, sum b] of each mask, stage 1 (means + 6 f = [ma0,
 // mb0, ma1, mb1]) [sum am bm, sum am^2, sum bm^2] with am = a - ma; rows[(f H + y) * 6 + 3 *
 // mask + q], float64.
 template <int THREADS>
-__global__ void wrap_row_sums(const float* __restrict__ frames, const float* __restrict__ ref,
-                              int h, int w, const int* __restrict__ shifts, int stage,
-                              const double* __restrict__ means, double* __restrict__ rows) {
+__global__ void wrap_row_sums(const float* __restrict__ frames, const float* __restrict__ refs,
+                              long long ref_stride, int h, int w, const int* __restrict__ shifts,
+                              int stage, const double* __restrict__ means,
+                              double* __restrict__ rows) {
     const int y = blockIdx.x, f = blockIdx.y;
     const float* a = frames + (long long)f * h * w;
+    const float* ref = refs + f * ref_stride;
     const int iy = shifts[2 * f], ix = shifts[2 * f + 1];
     const int yy = y + iy;
     const bool row_wraps = yy < 0 || yy >= h;
@@ -523,6 +527,33 @@ __global__ void wrap_totals(const double* __restrict__ rows, int h, int stage,
             out[2 * f + m] = (counts[6 * f + 4 + m] < 2 || !(den > 0)) ? 0.0 : t[3 * m] / den;
         }
     }
+}
+
+// _template.fractional_references: the reference's half spectrum spec (H, W2 = W / 2 + 1, of
+// rfft2) times exp(2 pi i ky fy) exp(2 pi i kx fx) for frame f = blockIdx.y, (fy, fx) =
+// frac[2 f], frac[2 f + 1], ky and kx the frequencies of np.fft.fftfreq(H) and rfftfreq(W),
+// at a Nyquist frequency (even H or W) cos(pi f) instead: the spectrum of the reference moved
+// circularly by that fraction of a pixel, kept Hermitian (a real image).  out (F, H, W2).
+__global__ void phase_ramps(const float2* __restrict__ spec, int h, int w, int w2,
+                            const double* __restrict__ frac, float2* __restrict__ out) {
+    const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const int f = blockIdx.y;
+    if (k >= (long long)h * w2) return;
+    const int y = (int)(k / w2), x = (int)(k % w2);
+    const double fy = frac[2 * f], fx = frac[2 * f + 1];
+    double sy = 0.0, cy, sx = 0.0, cx;
+    if (h % 2 == 0 && 2 * y == h)
+        cy = cospi(fy);
+    else
+        sincospi(M(2.0, M((double)(y < (h + 1) / 2 ? y : y - h) / h, fy)), &sy, &cy);
+    if (w % 2 == 0 && 2 * x == w)
+        cx = cospi(fx);
+    else
+        sincospi(M(2.0, M((double)x / w, fx)), &sx, &cx);
+    const double re = M(cy, cx) - M(sy, sx), im = M(sy, cx) + M(cy, sx);
+    const float2 v = spec[k];
+    const float c = (float)re, sn = (float)im;
+    out[(long long)f * h * w2 + k] = make_float2(v.x * c - v.y * sn, v.x * sn + v.y * c);
 }
 
 // _fft_register.periodic_spectrum's edge differences of images (N, H, W):

@@ -264,6 +264,51 @@ def test_wrapped_correlations_of_many_frames_at_once(rng):
     np.testing.assert_array_equal(out.get(), want)
 
 
+def test_wrapped_correlations_with_one_reference_per_frame(rng):
+    """A reference per frame (F, H, W): each frame's pair as the call with its own reference."""
+    import cupy as cp
+    from xcorr_app.registration._peak_math import wrapped_correlations
+
+    h, w = 37, 41
+    refs = rng.standard_normal((4, h, w)).astype(np.float32)
+    shifts = np.array([[0, 0], [-2, 3], [5, -7], [1, 0]])
+    frames = np.stack([(0.5 * np.roll(r, (-dy, -dx), axis=(0, 1))
+                        + rng.standard_normal((h, w))).astype(np.float32)
+                       for r, (dy, dx) in zip(refs, shifts)])
+    want = np.array([wrapped_correlations(cp.asarray(f), cp.asarray(r), s)
+                     for f, r, s in zip(frames, refs, shifts)])
+    got = wrapped_correlations(cp.asarray(frames), cp.asarray(refs), shifts)
+    np.testing.assert_array_equal(got.get(), want)
+    assert (want[:, 0] > 0.3).all()
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (9, 11), (40, 300), (67, 34)])
+def test_phase_ramps_move_a_reference_as_numpy_does(rng, shape):
+    """cuFFT and the ramps' kernel against the float64 NumPy definition
+    (``fractional_references``), odd and even sizes, fractions of both signs."""
+    import cupy as cp
+    from xcorr_app.alignment.refine._template import fractional_references
+
+    ref = rng.standard_normal(shape).astype(np.float32)
+    frac = np.array([[0.0, 0.0], [0.3, -0.45], [-0.5, 0.5], [0.49, 0.01]])
+    want = fractional_references(ref, frac, np)
+    got = fractional_references(cp.asarray(ref), frac, cp)
+    assert got.dtype == cp.float32 and got.shape == (4,) + shape
+    np.testing.assert_allclose(got.get(), want, atol=2e-5 * np.abs(ref).max())
+
+
+def test_phase_ramps_refuse_a_mismatched_width():
+    import cupy as cp
+    from xcorr_app.errors import InputError
+    from xcorr_app.registration._peak_math import phase_ramps
+
+    spec = cp.ones((5, 4), cp.complex64)
+    with pytest.raises(InputError, match="half spectrum of width 4"):
+        phase_ramps(spec, 8, [(0.1, 0.1)])
+    with pytest.raises(InputError, match="finite"):
+        phase_ramps(spec, 7, [(np.nan, 0.1)])
+
+
 def test_wrapped_correlations_refuse_a_bad_out():
     import cupy as cp
     from xcorr_app.errors import InputError

@@ -14,7 +14,7 @@ Examples
 from ._bands import Bands, band_plan, banded_surface
 from ._fft_register import fft_shifts, periodic_spectrum, phase_surface
 from ._normalize import ZnccLeft, zncc, zncc_left
-from ._peak_math import surface_argmax, wrapped_correlations
+from ._peak_math import phase_ramps, surface_argmax, wrapped_correlations
 from ._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ._phase_cross_correlation import phase_cross_correlation
 from ._surfaces import GpuSurfaces, summed_area_tables, surface_peaks, table_layout
@@ -23,5 +23,5 @@ from ._upsampled import refine_upsampled
 __all__ = ["SUBPIXEL_METHODS", "Bands", "GpuSurfaces", "ZnccLeft", "band_plan", "banded_surface",
            "fft_shifts", "find_shifts", "on_border", "periodic_spectrum", "phase_cross_correlation",
            "phase_surface", "refine_upsampled", "refined_shifts", "summed_area_tables",
-           "surface_argmax", "surface_peaks", "table_layout", "wrapped_correlations", "zncc",
+           "phase_ramps", "surface_argmax", "surface_peaks", "table_layout", "wrapped_correlations", "zncc",
            "zncc_left"]

@@ -19,6 +19,7 @@ same order of operations, the same NaN, inf and border rules (see the source's c
 - :func:`wrapped_correlations`: the two correlations of
   :func:`xcorr_app.alignment.refine._template.periodic_frames` (its ``_correlation`` over the pixels
   that did not and did wrap around), without the rolled copy and the masks;
+  :func:`phase_ramps`: its references' spectra moved by a fraction of a pixel;
 - :func:`edge_differences`, :func:`subtract_smooth`: ``periodic_spectrum``'s edge differences
   and its subtraction of the smooth component;
 - :func:`phase_cross_power`: ``cross_power`` with ``phase``.
@@ -57,13 +58,14 @@ UPSAMPLED_PEAKS = KernelFamily(SOURCE, "upsampled_peaks",
                                [(t, THREADS) for t in COMPLEX.values()])
 WRAP_ROWS = KernelFamily(SOURCE, "wrap_row_sums", [(THREADS,)])
 WRAP_TOTALS = KernelFamily(SOURCE, "wrap_totals", [()])
+RAMPS = KernelFamily(SOURCE, "phase_ramps", [()])
 EDGES = KernelFamily(SOURCE, "edge_differences", [(t,) for t in REAL.values()])
 _PAIRS = [(COMPLEX[np.dtype(c)], REAL[np.dtype(r)])
           for c, r in ((np.complex64, np.float32), (np.complex128, np.float64))]
 PERIODIC = KernelFamily(SOURCE, "periodic_smooth", _PAIRS)
 PHASE = KernelFamily(SOURCE, "phase_cross_power", _PAIRS)
 _ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
-                                WRAP_ROWS, WRAP_TOTALS, EDGES, PERIODIC, PHASE)
+                                WRAP_ROWS, WRAP_TOTALS, RAMPS, EDGES, PERIODIC, PHASE)
         for args in fam.instantiations]
 #: the kernels compiled together on first use, in two groups: those of single precision (what
 #: the align pipeline launches), and those of double precision (float64 surfaces, complex128
@@ -220,7 +222,8 @@ def wrapped_correlations(frame, reference, shift, out=None):
     ``out`` (a C-contiguous float64 CuPy array of 2) written there instead, not waited for.
 
     Frames ``(F, H, W)`` with shifts ``(F, 2)``: every frame's pair in the same launches, an
-    ``(F, 2)`` float64 CuPy array (into ``out`` of that shape if given), not waited for."""
+    ``(F, 2)`` float64 CuPy array (into ``out`` of that shape if given), not waited for; the
+    ``reference`` is one (H, W) for all, or one per frame (F, H, W)."""
     import cupy as cp
 
     a = cp.ascontiguousarray(frame, dtype=cp.float32)
@@ -232,9 +235,9 @@ def wrapped_correlations(frame, reference, shift, out=None):
     moves = moves.reshape(-1, 2)
     given = out is not None
     want = (2,) if one else (f, 2)
-    if len(moves) != f or b.shape != (h, w):
+    if len(moves) != f or b.shape not in ((h, w), (f, h, w)) or (one and b.ndim == 3):
         raise InputError(f"{f} frames of {h}x{w} take {f} shifts and a reference of their "
-                         f"size, got {len(moves)} and {b.shape}")
+                         f"size (or one per frame), got {len(moves)} and {b.shape}")
     if not np.isfinite(moves).all() or f > MAX_GRID_Y:
         raise InputError(f"the shifts must be finite integers, at most {MAX_GRID_Y} frames "
                          f"a call; got {f} frames")
@@ -246,8 +249,8 @@ def wrapped_correlations(frame, reference, shift, out=None):
     moves = cp.asarray(moves.astype(np.int32))  # (a copy from pageable memory: no wait)
     row_sums, totals = _kernel(WRAP_ROWS, THREADS), _kernel(WRAP_TOTALS)
     for stage, result in ((0, first), (1, out)):
-        row_sums((h, f), (THREADS,), (a, b, np.int32(h), np.int32(w), moves, np.int32(stage),
-                                      first, rows))
+        row_sums((h, f), (THREADS,), (a, b, np.int64(h * w if b.ndim == 3 else 0), np.int32(h),
+                                      np.int32(w), moves, np.int32(stage), first, rows))
         totals((f,), (32,), (rows, np.int32(h), np.int32(stage), first, result))
     if given:
         return None
@@ -255,6 +258,25 @@ def wrapped_correlations(frame, reference, shift, out=None):
         return out
     inside, strips = out.get().tolist()
     return inside, strips
+
+
+def phase_ramps(spectrum, width, fractions):
+    """The half spectrum ``spectrum`` (H, W // 2 + 1) complex64 of an image of width ``width``
+    times ``exp(2j pi (ky fy + kx fx))`` for each row ``(fy, fx)`` of ``fractions`` (F, 2):
+    ``(F, H, W // 2 + 1)`` complex64 CuPy array, the spectra of the image moved circularly by
+    those fractions of a pixel (``alignment.refine._template.fractional_references``)."""
+    import cupy as cp
+
+    spec = cp.ascontiguousarray(spectrum, dtype=cp.complex64)
+    frac = np.ascontiguousarray(fractions, np.float64).reshape(-1, 2)
+    h, w2 = spec.shape
+    if w2 != int(width) // 2 + 1 or not np.isfinite(frac).all() or len(frac) > MAX_GRID_Y:
+        raise InputError(f"phase_ramps: a half spectrum of width {int(width) // 2 + 1} and at "
+                         f"most {MAX_GRID_Y} finite fractions, got {spec.shape} and {frac.shape}")
+    out = cp.empty((len(frac), h, w2), cp.complex64)
+    _kernel(RAMPS)((_blocks(h * w2)[0], len(frac)), (THREADS,),
+                   (spec, np.int32(h), np.int32(width), np.int32(w2), cp.asarray(frac), out))
+    return out
 
 
 def _complex_pair(spectrum):

@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 
 from ... import backend
-from ...registration import wrapped_correlations
+from ...registration import phase_ramps, wrapped_correlations
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
 from ..rigid import COLUMN
@@ -198,13 +198,16 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     from a first pass's ``table`` against ``reference`` (the prepared ``(frame, raw)``).
 
     Up to :data:`PERIODIC_FRAMES` frames shifted by at least :data:`PERIODIC_MIN_SHIFT` px are
-    read again (a few frames, whatever the stack's length) and compared with the reference
-    moved by their integer shift, circularly: over the overlap, and over the strips that
+    read again (a few frames, whatever the stack's length) and compared, unfiltered, with the
+    raw reference moved circularly by their measured shift (the fraction of a pixel by its
+    Fourier phase: :func:`fractional_references`): over the overlap, and over the strips that
     wrapped around.  Frames cropped from a larger scene bring new content into those strips
     (it does not match the reference's opposite edge); wrap-around frames bring the opposite
     edge itself.  Periodic when the median over the tested frames of the strips' correlation
     is at least :data:`PERIODIC_RATIO` of the overlap's (which must reach
-    :data:`PERIODIC_MIN_CORRELATION`).
+    :data:`PERIODIC_MIN_CORRELATION`).  The strips lie at the seam of the wrap, where the
+    prefilter's border and a whole-pixel move's half-pixel error hurt most: compared that way,
+    circular stacks of the accuracy bench fell to 0.58 and cropped ones reached 0.78.
     """
     c = COLUMN
     shifts = table[:, c["dy"]:c["dx"] + 1]
@@ -212,7 +215,7 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     big = np.abs(np.round(np.where(ok[:, None], shifts, 0.0))).max(axis=1)
     order = [int(i) for i in np.argsort(-big, kind="stable") if big[i] >= PERIODIC_MIN_SHIFT]
     ratios = []
-    ref = reference[0]
+    ref = reference[1]
     h, w = src.frame_shape
     order = order[:PERIODIC_FRAMES]
     if not order:
@@ -221,23 +224,24 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     # 10.5 ms of a 0.23 s GPU run, H100 2026-11-23: each preparation's launches and waits)
     frames = opts.preparer(xp, src.frame_shape)(
         xp.stack([xp.asarray(src.read(i, i + 1))[0] for i in order]))
-    on_gpu = xp is not np and frames.frames.dtype == ref.dtype == np.float32
+    on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
+    whole = np.round(shifts[order])
+    refs = fractional_references(ref, shifts[order] - whole, xp)
     # every frame's sums in 4 launches, queued before the flags are fetched (the unusable
     # frames' are not read); a frame at a time, 32 launches and a wait for the flags first:
     # a 2.8 ms gap of the GPU in a 4096-frame GPU-resident run, H200 2026-11-25
-    sums = wrapped_correlations(frames.frames, ref, np.round(shifts[order])) if on_gpu \
-        else None
+    sums = wrapped_correlations(frames.raw, refs, whole) if on_gpu else None
     usable = backend.to_numpy(frames.finite & ~frames.constant)
     sums = None if sums is None else backend.to_numpy(sums)
     for k, i in enumerate(order):
-        iy, ix = (int(v) for v in np.round(shifts[i]))
+        iy, ix = (int(v) for v in whole[k])
         if not usable[k]:
             continue
-        f = frames.frames[k]
+        f = frames.raw[k]
         if on_gpu:
             inside, strips = (float(v) for v in sums[k])
-        else:
-            moved = xp.roll(ref, (-iy, -ix), axis=(0, 1))  # the frame holds ref[y + iy, x + ix]
+        else:  # the frame holds ref[y + iy + fy, x + ix + fx]
+            moved = xp.roll(refs[k], (-iy, -ix), axis=(0, 1))
             ys = xp.arange(h)[:, None] + iy
             xs = xp.arange(w)[None, :] + ix
             wrapped = (ys < 0) | (ys >= h) | (xs < 0) | (xs >= w)
@@ -246,6 +250,33 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
         if inside >= PERIODIC_MIN_CORRELATION:
             ratios.append(strips / inside)
     return bool(ratios) and float(np.median(ratios)) >= PERIODIC_RATIO
+
+
+def fractional_references(ref, fractions, xp):
+    """``ref`` (H, W) moved circularly by each row ``(fy, fx)`` of ``fractions`` (F, 2), a
+    fraction of a pixel, by its Fourier phase: ``(F, H, W)``, where ``[k][y, x]`` is ``ref`` at
+    ``(y + fy, x + fx)`` (float64 on the CPU, float32 on the GPU: cuFFT and
+    :func:`~xcorr_app.registration.phase_ramps`).
+
+    >>> import numpy as np
+    >>> ref = np.cos(2 * np.pi * np.arange(8) / 8)[None, :] * np.ones((4, 1))
+    >>> moved = fractional_references(ref, np.array([[0.0, 0.5]]), np)[0]
+    >>> bool(np.allclose(moved[0], np.cos(2 * np.pi * (np.arange(8) + 0.5) / 8)))
+    True
+    """
+    h, w = ref.shape
+    fractions = np.asarray(fractions, np.float64).reshape(-1, 2)
+    if xp is not np:
+        spec = xp.fft.rfft2(xp.asarray(ref, xp.float32))
+        return xp.fft.irfft2(phase_ramps(spec, w, fractions), s=(h, w)).astype(xp.float32)
+    ry = np.exp(2j * np.pi * np.fft.fftfreq(h)[None, :] * fractions[:, :1])
+    rx = np.exp(2j * np.pi * np.fft.rfftfreq(w)[None, :] * fractions[:, 1:])
+    if h % 2 == 0:  # the Nyquist frequency's own cosine: the spectrum stays a real image's
+        ry[:, h // 2] = np.cos(np.pi * fractions[:, 0])
+    if w % 2 == 0:
+        rx[:, w // 2] = np.cos(np.pi * fractions[:, 1])
+    spec = np.fft.rfft2(np.asarray(ref, np.float64))
+    return np.fft.irfft2(spec[None] * ry[:, :, None] * rx[:, None, :], s=(h, w))
 
 
 def _correlation(a, b, mask, xp) -> float:
