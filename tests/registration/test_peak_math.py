@@ -303,7 +303,7 @@ def test_phase_ramps_refuse_a_mismatched_width():
     from xcorr_app.registration._peak_math import phase_ramps
 
     spec = cp.ones((5, 4), cp.complex64)
-    with pytest.raises(InputError, match="half spectrum of width 4"):
+    with pytest.raises(InputError, match="half spectrum of width 5"):
         phase_ramps(spec, 8, [(0.1, 0.1)])
     with pytest.raises(InputError, match="finite"):
         phase_ramps(spec, 7, [(np.nan, 0.1)])
