@@ -47,31 +47,29 @@ def cupy_pair_shift(reference, frame) -> np.ndarray:
     """One call of cuCIM's ``phase_cross_correlation(reference, frame)`` (``upsample_factor=1``,
     ``normalization="phase"``), as a loop over pairs makes it: both FFTs every call, the
     normalized cross-power spectrum, its inverse FFT, argmax, and the error terms cuCIM
-    computes (image amplitudes, peak value); the shift comes back to the host.
+    computes (image amplitudes, peak value); the shift comes back to the host.  Images of any
+    number of dimensions (frames, volumes).
 
     The inputs are float32 CuPy arrays: a generous peer, since cuCIM given the uint16 frames
     would compute in complex128 (CuPy's FFT promotes integer input to double precision).
-    Returns ``(dy, dx)`` to apply to ``frame``, NumPy float64.
+    Returns the shift to apply to ``frame`` (``(dy, dx)``, ``(dz, dy, dx)``), NumPy float64.
     """
     import cupy as cp
 
-    src_freq = cp.fft.fft2(reference)
-    target_freq = cp.fft.fft2(frame)
+    src_freq = cp.fft.fftn(reference)
+    target_freq = cp.fft.fftn(frame)
     product = src_freq * target_freq.conj()
     eps = np.finfo(product.real.dtype).eps
     product /= cp.maximum(cp.abs(product), 100 * eps)
-    cc = cp.fft.ifft2(product)
+    cc = cp.fft.ifftn(product)
     idx = cp.argmax(cp.abs(cc))
     peak = cc.ravel()[idx]
     src_amp = cp.sum(cp.real(src_freq * src_freq.conj())) / src_freq.size
     target_amp = cp.sum(cp.real(target_freq * target_freq.conj())) / target_freq.size
-    h, w = cc.shape
     host = cp.stack([idx.astype(cp.float64), src_amp.astype(cp.float64),
                      target_amp.astype(cp.float64), cp.abs(peak).astype(cp.float64)]).get()
-    iy, ix = divmod(int(host[0]), w)
-    dy = iy - h if iy > h // 2 else iy
-    dx = ix - w if ix > w // 2 else ix
-    return np.array([dy, dx], np.float64)
+    index = np.unravel_index(int(host[0]), cc.shape)
+    return np.array([i - n if i > n // 2 else i for i, n in zip(index, cc.shape)], np.float64)
 
 
 def cupy_pair_loop(path, stop=None) -> np.ndarray:

@@ -129,9 +129,14 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
               help="One-shot xcorr align processes of the stack written as OME-Zarr and as "
                    "HDF5 (a frame per chunk, uncompressed) against each library's plain read "
                    "(in process and one-shot); 512 frames of 2048x2048 by default.")
+@click.option("--volumes", is_flag=True,
+              help="3-D registration of a (T, Z, Y, X) uint16 stack on the GPU against "
+                   "scikit-image's 3-D phase_cross_correlation and a per-volume CuPy FFT loop, "
+                   "in process and as one-shot processes; 64 volumes of 64x512x512 by default "
+                   "(--frames: volumes).")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
-                    device, patches, floor, formats, force):
+                    device, patches, floor, formats, volumes, force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -147,6 +152,19 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
         side = None if size is None else [parse_size(size)[0]]
         status = align_floor_bench(frames=None if frames is None else [frames], sides=side,
                                    repeat=max(repeat, 3), echo=click.echo, json_path=json_path)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
+    if volumes:
+        from ..bench import align_volumes_bench
+
+        if floor or formats or patches is not None or gpus is not None or size is not None \
+                or max_memory is not None or device != "gpu":
+            raise click.UsageError("--volumes takes --quick, --frames, --repeat, --workdir and "
+                                   "--json only")
+        status = align_volumes_bench(quick=quick, frames=frames, repeat=repeat,
+                                     workdir=workdir, json_path=json_path, force=force,
+                                     echo=click.echo)
         if status:
             raise click.exceptions.Exit(status)
         return

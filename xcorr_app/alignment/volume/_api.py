@@ -19,9 +19,12 @@ Examples
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 
-from ...backend import compute_device, device_free_bytes, host_available_bytes, xp_for
+from ...backend import (compute_device, device_free_bytes, host_available_bytes, to_numpy,
+                       xp_for)
 from ...errors import InputError
 from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
 from ._result import VolumeResult
@@ -35,6 +38,9 @@ PER_VOXEL_FIXED = 12
 #: share of the free memory a run plans to use
 MEMORY_SHARE = 0.6
 MAX_CHUNK = 64
+#: voxels of a chunk at most: batches this large keep cuFFT busy, and smaller chunks let the
+#: next one be read from the file while the device works (64x512x512 volumes: 8 a chunk)
+CHUNK_VOXELS = 2 ** 27
 
 
 def parse_max_shift(max_shift):
@@ -79,7 +85,7 @@ def plan_chunk(shape, xp, memory_limit=None):
     figures, where not even one fits beside the reference."""
     voxels = int(np.prod(shape[1:]))
     return fitting_chunk(shape[0], PER_VOXEL_FIXED * voxels, PER_VOXEL_CHUNK * voxels,
-                         MAX_CHUNK, xp, memory_limit,
+                         max(1, min(MAX_CHUNK, CHUNK_VOXELS // voxels)), xp, memory_limit,
                          f"a volume of {shape[1]}x{shape[2]}x{shape[3]} needs about {{}} MiB "
                          "to register", "crop or bin the volumes")
 
@@ -114,11 +120,11 @@ def _reference(source, reference, xp, chunk):
     t = source.shape[0]
     if isinstance(reference, str):
         if reference == "first":
-            return xp.asarray(source.read(0, 1)[0]), "the first volume"
+            return source.read(0, 1, xp)[0], "the first volume"
         if reference == "mean":
             total = None
             for start in range(0, t, chunk):
-                part = xp.asarray(source.read(start, min(t, start + chunk))).sum(
+                part = source.read(start, min(t, start + chunk), xp).sum(
                     axis=0, dtype=xp.float64)
                 total = part if total is None else total + part
             return (total / t).astype(xp.float32), f"the mean of the {t} volumes"
@@ -126,7 +132,7 @@ def _reference(source, reference, xp, chunk):
         if not -t <= int(reference) < t:
             raise InputError(f"reference {reference} is outside the stack's {t} volumes")
         i = int(reference) % t
-        return xp.asarray(source.read(i, i + 1)[0]), f"volume {i}"
+        return source.read(i, i + 1, xp)[0], f"volume {i}"
     raise InputError(f"reference {reference!r}: use 'first', 'mean' or a volume index")
 
 
@@ -189,21 +195,29 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     del ref
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
     second, verified = np.zeros(t), np.zeros(t, bool)
-    for start in range(0, t, chunk):
-        stop = min(t, start + chunk)
-        product, norms = cross_spectra(ref_spec, xp.asarray(source.read(start, stop)),
-                                       norms=True)
-        corr = correlate(product, shape)
-        coarse, top, rest = bounded_peak(corr, bounds)
-        del corr
-        direct = np.array([float(samples3d(product[i:i + 1], shape, coarse[i:i + 1], 1.0, 1,
-                                           nyquist=True)
-                                 .reshape(-1)[0]) for i in range(stop - start)])
-        verified[start:stop] = np.abs(direct - top) <= 1e-3 * np.maximum(np.abs(direct), 1e-30)
-        shifts[start:stop] = refine3d(product, coarse, shape, upsample)
-        scale = np.maximum(norms * ref_norm, 1e-30)
-        peak[start:stop], second[start:stop] = top / scale, rest / scale
-        del product
+    starts = range(0, t, chunk)
+    # the next chunk is read from the file (or memory map) by a thread while the device
+    # works on this one; the upload and conversion stay on this thread (the device's stream)
+    with concurrent.futures.ThreadPoolExecutor(1) as reader:
+        ahead = reader.submit(source.fetch, 0, min(t, chunk))
+        for start in starts:
+            stop = min(t, start + chunk)
+            data = ahead.result()
+            if stop < t:
+                ahead = reader.submit(source.fetch, stop, min(t, stop + chunk))
+            product, norms = cross_spectra(ref_spec, source.read(start, stop, xp, data),
+                                           norms=True)
+            del data
+            corr = correlate(product, shape)
+            coarse, top, rest = bounded_peak(corr, bounds)
+            del corr
+            direct = to_numpy(samples3d(product, shape, coarse, 1.0, 1, nyquist=True)).reshape(-1)
+            verified[start:stop] = np.abs(direct - top) <= 1e-3 * np.maximum(np.abs(direct),
+                                                                              1e-30)
+            shifts[start:stop] = refine3d(product, coarse, shape, upsample)
+            scale = np.maximum(norms * ref_norm, 1e-30)
+            peak[start:stop], second[start:stop] = top / scale, rest / scale
+            del product
     with np.errstate(divide="ignore", invalid="ignore"):
         confidence = np.where(peak > 0, np.clip(1.0 - second / peak, 0.0, 1.0), 0.0)
     at_bound = np.zeros(t, bool)

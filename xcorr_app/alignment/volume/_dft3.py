@@ -38,7 +38,8 @@ def spectrum(volumes, xp, norms=False):
     spec = fft_of(xp).rfftn(v, axes=AXES)
     if not norms:
         return spec
-    return spec, _np(xp.sqrt((v.astype(xp.float64) ** 2).sum(axis=AXES))).reshape(-1)
+    # float64 sums of the float32 squares: no float64 copy of the volumes
+    return spec, _np(xp.sqrt(xp.square(v).sum(axis=AXES, dtype=xp.float64))).reshape(-1)
 
 
 def cross_spectra(reference_spectrum, volumes, norms=False):

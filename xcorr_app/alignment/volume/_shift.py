@@ -45,7 +45,7 @@ def shift_volumes(stack, shifts, fill=0.0, device="auto"):
     else:
         from cupyx.scipy import ndimage
     for t in range(source.shape[0]):
-        vol = xp.asarray(source.read(t, t + 1)[0])
+        vol = source.read(t, t + 1, xp)[0]
         # grid-constant: a voxel half outside blends with fill (constant drops it whole)
         yield to_numpy(ndimage.shift(vol, tuple(shifts[t]), order=1, mode="grid-constant",
                                      cval=float(fill)))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...backend import is_cupy_array
+from ...backend import array_module_of, is_cupy_array, to_numpy
 from ...errors import InputError
 
 
@@ -27,15 +27,26 @@ class Volumes:
         self.data, self.name = data, name
         self.shape = tuple(int(n) for n in data.shape)
 
-    def read(self, start, stop):
-        """Volumes ``start:stop`` as float32; InputError where one holds NaN or infinity."""
+    def fetch(self, start, stop):
+        """Volumes ``start:stop`` as stored, in memory (read from a file or memory map; a
+        device array stays on its device): the part of :meth:`read` a reader thread can do
+        while the device computes."""
         chunk = self.data[start:stop]
-        if is_cupy_array(chunk):
-            import cupy as xp
-        else:
-            xp = np
-            chunk = np.asarray(chunk)
-        out = chunk.astype(xp.float32)  # a copy: the input stays as it is
+        return chunk if is_cupy_array(chunk) else np.asarray(chunk)
+
+    def read(self, start, stop, xp=None, chunk=None):
+        """Volumes ``start:stop`` (or the ``chunk`` :meth:`fetch` gave for them) as float32 on
+        ``xp``'s device (default: where the data lies); InputError where one holds NaN or
+        infinity.  Integers go to the device as they are (half the bytes of float32 for
+        uint16) and are converted there; they need no finiteness check."""
+        chunk = self.fetch(start, stop) if chunk is None else chunk
+        if xp is None:
+            xp = array_module_of(chunk)
+        moved = array_module_of(chunk) is not xp
+        data = to_numpy(chunk) if xp is np else xp.asarray(chunk)
+        out = data.astype(xp.float32, copy=not moved)  # a copy: the input stays as it is
+        if np.dtype(chunk.dtype).kind != "f":
+            return out
         bad = ~xp.isfinite(out).reshape(out.shape[0], -1).all(axis=1)
         if bool(bad.any()):
             t = start + int(xp.argmax(bad))

@@ -256,7 +256,7 @@ def zlocate(movie, zstack, max_shift=None, upsample=20, subplane="projection", d
     fft = fft_of(xp)
     (n, h, w), nz = frames.shape, planes.shape[0]
     chunk = _chunk(n, nz, h, w, xp, memory_limit)
-    plane_img, plane_norm = _centred(xp, planes.read(0, nz))
+    plane_img, plane_norm = _centred(xp, planes.read(0, nz, xp))
     plane_spec = fft.rfft2(plane_img)
     planes64 = plane_img.astype(xp.float64)
     lags = [window_lags(size, b) for size, b in zip((h, w), bounds)]
@@ -264,7 +264,7 @@ def zlocate(movie, zstack, max_shift=None, upsample=20, subplane="projection", d
     shifts, profile = np.zeros((n, 2)), np.zeros((n, nz))
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
-        img, norm = _centred(xp, frames.read(start, stop))
+        img, norm = _centred(xp, frames.read(start, stop, xp))
         spec = fft.rfft2(img)
         product = plane_spec[None] * xp.conj(spec)[:, None]                  # (B, Z, H, Wh)
         surf = fft.irfft2(product, s=(h, w))

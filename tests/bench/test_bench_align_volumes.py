@@ -1,0 +1,67 @@
+"""``xcorr bench align --volumes``: the stack, the ratios and their verdicts, the refusals
+(CPU); the whole quick bench on the GPU."""
+
+import numpy as np
+import pytest
+
+from cli_helpers import xcorr
+from xcorr_app import backend
+from xcorr_app.bench import _align_volumes as bench
+
+
+def test_layered_volume_has_each_image_at_its_own_depth():
+    pytest.importorskip("skimage")
+    vol = bench.layered_volume((16, 40, 36))
+    assert vol.shape == (16, 40, 36) and vol.dtype == np.float32 and vol.min() >= 0
+    # four layers: the planes at the layers' centres differ from one another
+    planes = [vol[int((k + 0.5) * 16 / 4)].ravel() for k in range(4)]
+    assert max(np.corrcoef(planes)[np.triu_indices(4, 1)]) < 0.9
+
+
+def _rows(ours_np, loop_np, ours_cp, loop_cp, sk, one=None):
+    rows = [{"row": "xcorr align_volumes from NumPy", "vps": ours_np},
+            {"row": "per-volume CuPy FFT loop from NumPy", "vps": loop_np},
+            {"row": "xcorr align_volumes from CuPy", "vps": ours_cp},
+            {"row": "per-volume CuPy FFT loop from CuPy", "vps": loop_cp},
+            {"row": "scikit-image phase_cross_correlation (CPU), 4 volumes", "vps": sk}]
+    for state, (a, b) in (one or {}).items():
+        rows += [{"row": f"xcorr align --volumes, one-shot, {state}", "seconds": a, "vps": 64 / a},
+                 {"row": f"per-volume CuPy FFT loop script, one-shot, {state}", "seconds": b}]
+    return rows
+
+
+def test_ratio_lines_name_each_target_and_verdict():
+    lines = bench.ratio_lines(_rows(100.0, 40.0, 300.0, 50.0, 2.0, {"warm": (4.0, 6.0)}))
+    assert lines[0] == "- in process from NumPy: 50.0x scikit-image (target 20x: met)"
+    assert lines[1] == "- in process from NumPy: 2.5x the CuPy loop (target 3x: not met)"
+    assert lines[3] == "- in process from CuPy: 6.0x the CuPy loop (target 3x: met)"
+    assert lines[4].startswith("- one-shot, warm: 1.50x the CuPy loop's script (target 3x: "
+                               "not met); 8.0x scikit-image")
+
+
+def test_refuses_other_options_in_one_line():
+    res = xcorr("bench", "align", "--volumes", "--patches", "2x2")
+    assert res.returncode == 2 and "--volumes takes --quick" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.skipif(backend.gpu_available(), reason="the message of a machine without a GPU")
+def test_without_a_gpu_one_line():
+    res = xcorr("bench", "align", "--volumes")
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "needs a GPU" in res.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.gpu
+def test_the_quick_bench_on_the_gpu(tmp_path):
+    lines = []
+    assert bench.main(quick=True, repeat=1, workdir=tmp_path, echo=lines.append,
+                      json_path=tmp_path / "v.json") == 0
+    text = "\n".join(lines)
+    for row in ("xcorr align_volumes from NumPy", "per-volume CuPy FFT loop from CuPy",
+                "xcorr align --volumes, one-shot, cold", "one-shot, warm"):
+        assert f"| {row}" in text
+    rows = __import__("json").loads((tmp_path / "v.json").read_text())["rows"]
+    ours = [r for r in rows if r["row"].startswith("xcorr")]
+    assert len(ours) == 4 and all(r["rms"] < 0.15 for r in ours), ours
+    assert "target 20x" in text and "target 3x" in text
