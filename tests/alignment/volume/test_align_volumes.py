@@ -106,3 +106,20 @@ def test_non_finite_volume_is_named():
 
 def test_parse_max_shift_per_axis():
     assert parse_max_shift((0, None, 4)) == (0, None, 4)
+
+
+def test_bounded_peak_reads_whole_axes_in_place_and_wraps_the_knock_out():
+    """Whole axes: the circular index is the lag (negative past the positive lags), the peak's
+    neighbourhood is knocked out around the circle; a bounded axis: a window, as before."""
+    from xcorr_app.alignment.volume._dft3 import bounded_peak
+
+    corr = np.zeros((2, 7, 8, 9))
+    corr[0, 6, 0, 8] = 5.0          # lags (-1, 0, -1)
+    corr[0, 0, 1, 0] = 4.0          # across the wrap, within 2 of the peak: knocked out
+    corr[0, 3, 4, 4] = 2.0          # the runner-up
+    corr[1, 2, 3, 1] = 3.0          # lags (2, 3, 1)
+    shifts, peak, rest = bounded_peak(corr.copy(), None)
+    assert shifts.tolist() == [[-1, 0, -1], [2, 3, 1]]
+    assert peak.tolist() == [5.0, 3.0] and rest.tolist() == [2.0, 0.0]
+    shifts, peak, _ = bounded_peak(corr.copy(), (1, None, 1))  # window on z and x
+    assert shifts.tolist()[0] == [-1, 0, -1] and peak[1] < 3.0
