@@ -19,13 +19,12 @@ Examples
 
 from __future__ import annotations
 
-import concurrent.futures
-
 import numpy as np
 
 from ...backend import (compute_device, device_free_bytes, host_available_bytes, to_numpy,
                        xp_for)
 from ...errors import InputError
+from ...streaming import DeviceChunks
 from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
 from ._result import VolumeResult
 from ._source import open_volumes
@@ -195,16 +194,11 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     del ref
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
     second, verified = np.zeros(t), np.zeros(t, bool)
-    starts = range(0, t, chunk)
-    # the next chunk is read from the file (or memory map) by a thread while the device
-    # works on this one; the upload and conversion stay on this thread (the device's stream)
-    with concurrent.futures.ThreadPoolExecutor(1) as reader:
-        ahead = reader.submit(source.fetch, 0, min(t, chunk))
-        for start in starts:
-            stop = min(t, start + chunk)
-            data = ahead.result()
-            if stop < t:
-                ahead = reader.submit(source.fetch, stop, min(t, stop + chunk))
+    # read ahead by threads (on the GPU into page-locked buffers, uploaded on two streams)
+    # while the device works on the chunk before
+    with DeviceChunks(source.frames(), chunk, xp) as chunks:
+        for start, data in chunks:
+            stop = start + len(data)
             product, norms = cross_spectra(ref_spec, source.read(start, stop, xp, data),
                                            norms=True)
             del data

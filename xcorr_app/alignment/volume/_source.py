@@ -27,19 +27,15 @@ class Volumes:
         self.data, self.name = data, name
         self.shape = tuple(int(n) for n in data.shape)
 
-    def fetch(self, start, stop):
-        """Volumes ``start:stop`` as stored, in memory (read from a file or memory map; a
-        device array stays on its device): the part of :meth:`read` a reader thread can do
-        while the device computes."""
-        chunk = self.data[start:stop]
-        return chunk if is_cupy_array(chunk) else np.asarray(chunk)
-
     def read(self, start, stop, xp=None, chunk=None):
-        """Volumes ``start:stop`` (or the ``chunk`` :meth:`fetch` gave for them) as float32 on
-        ``xp``'s device (default: where the data lies); InputError where one holds NaN or
-        infinity.  Integers go to the device as they are (half the bytes of float32 for
-        uint16) and are converted there; they need no finiteness check."""
-        chunk = self.fetch(start, stop) if chunk is None else chunk
+        """Volumes ``start:stop`` (or ``chunk``, those volumes as stored, already read: from
+        :meth:`frames`) as float32 on ``xp``'s device (default: where the data lies);
+        InputError where one holds NaN or infinity.  Integers go to the device as they are
+        (half the bytes of float32 for uint16) and are converted there; they need no
+        finiteness check."""
+        if chunk is None:
+            chunk = self.data[start:stop]
+            chunk = chunk if is_cupy_array(chunk) else np.asarray(chunk)
         if xp is None:
             xp = array_module_of(chunk)
         moved = array_module_of(chunk) is not xp
@@ -52,6 +48,33 @@ class Volumes:
             t = start + int(xp.argmax(bad))
             raise InputError(f"volume {t} of {self.name} has NaN or infinite values; "
                              "replace them (e.g. numpy.nan_to_num) first")
+        return out
+
+
+    def frames(self):
+        """The volumes as the streaming layer's frames, one volume an item, as stored
+        (:class:`~xcorr_app.streaming.DeviceChunks` reads them ahead into page-locked buffers
+        and uploads them on two streams while the device works)."""
+        return _VolumeItems(self.data)
+
+
+class _VolumeItems:
+    """A (T, Z, Y, X) array as a frame source of T items (``read(start, stop, out)``); a device
+    array or one in memory is handed out as it is (``stack``)."""
+
+    def __init__(self, data):
+        self.n_frames, self.frame_shape = int(data.shape[0]), tuple(data.shape[1:])
+        self.dtype = np.dtype(data.dtype)
+        self._data = data
+        if is_cupy_array(data) or (type(data) is np.ndarray):
+            self.stack = data
+        self.concurrent_reads = isinstance(data, np.ndarray)  # (memory maps too)
+
+    def read(self, start, stop, out=None):
+        part = self._data[start:stop]
+        if out is None:
+            return np.asarray(part)
+        np.copyto(out, part)
         return out
 
 
