@@ -123,3 +123,32 @@ def test_bounded_peak_reads_whole_axes_in_place_and_wraps_the_knock_out():
     assert peak.tolist() == [5.0, 3.0] and rest.tolist() == [2.0, 0.0]
     shifts, peak, _ = bounded_peak(corr.copy(), (1, None, 1))  # window on z and x
     assert shifts.tolist()[0] == [-1, 0, -1] and peak[1] < 3.0
+
+
+@pytest.mark.parametrize("shape", [(5, 6, 7), (4, 9, 8)])
+def test_samples3d_equal_the_correlation_by_its_definition(shape):
+    """All volumes at once, each at its own centres: the circular correlation of the half
+    spectra summed directly over every frequency (float64), at subvoxel lags."""
+    from xcorr_app.alignment.volume._dft3 import cross_spectra, samples3d, spectrum
+
+    rng = np.random.default_rng(7)
+    ref, vols = rng.random(shape), rng.random((2,) + shape)
+    product = cross_spectra(spectrum(ref[None], np)[0], vols)
+    full = np.conj(np.fft.fftn(vols - vols.mean(axis=(1, 2, 3), keepdims=True), axes=(1, 2, 3))) \
+        * np.fft.fftn(ref - ref.mean())
+    centres = np.array([[1.0, -2.0, 0.0], [-1.0, 0.0, 2.0]])
+    got = samples3d(product, shape, centres, 0.3, 3)
+    freqs = np.meshgrid(*[np.fft.fftfreq(n) for n in shape], indexing="ij")
+    for b in range(2):
+        for i, j, k in np.ndindex(3, 3, 3):
+            lag = centres[b] + (np.array([i, j, k]) - 1) * 0.3
+            if any(n % 2 == 0 for n in shape):  # (the half spectrum leaves Nyquist out)
+                keep = np.ones(shape, bool)
+                for a, n in enumerate(shape):
+                    if n % 2 == 0:
+                        keep &= np.abs(freqs[a]) != 0.5
+            else:
+                keep = np.ones(shape, bool)
+            phase = np.exp(2j * np.pi * sum(f * s for f, s in zip(freqs, lag)))
+            want = (full[b] * phase * keep).sum().real / np.prod(shape)
+            assert got[b, i, j, k] == pytest.approx(want, abs=1e-5)
