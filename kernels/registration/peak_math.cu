@@ -72,6 +72,22 @@ __device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo,
     return vertex(cm, c0, cp, inside);
 }
 
+// (fy, fx) = (py, px) where ok and within a pixel, else the 3-point fits through the peak's
+// row and column (_peaks._axis_fits)
+template <typename T>
+__device__ void fitted_or_axis3(const T* c, long long size, int ho, int wo, long long iy,
+                                long long ix, bool lg, bool ok, double py, double px,
+                                double& fy, double& fx) {
+    ok = ok && fabs(px) <= 1 && fabs(py) <= 1;
+    if (ok) {
+        fy = py + 0.0;
+        fx = px + 0.0;
+    } else {
+        fy = axis3(c, size, ho, wo, iy, ix, true, lg) + 0.0;
+        fx = axis3(c, size, ho, wo, iy, ix, false, lg) + 0.0;
+    }
+}
+
 // _peaks._window: the 3x3 neighbourhood of the peak (of log(corr) with lg); returns whether it
 // lies inside the surface (and, with lg, is positive)
 template <typename T>
@@ -121,14 +137,7 @@ __device__ void ridge3(const T* c, long long size, int ho, int wo, long long iy,
     ok = ok && den > 0.1;
     const double px = (rx[1] + M(sx, cy[1])) / (ok ? den : 1.0);
     const double py = cy[1] + M(sy, px);
-    ok = ok && fabs(px) <= 1 && fabs(py) <= 1;
-    if (ok) {
-        fy = py + 0.0;
-        fx = px + 0.0;
-    } else {
-        fy = axis3(c, size, ho, wo, iy, ix, true, lg) + 0.0;
-        fx = axis3(c, size, ho, wo, iy, ix, false, lg) + 0.0;
-    }
+    fitted_or_axis3(c, size, ho, wo, iy, ix, lg, ok, py, px, fy, fx);
 }
 
 // _peaks.subpixel_fit2d: least-squares paraboloid over the 3x3 neighbourhood (of log(corr)
@@ -153,14 +162,7 @@ __device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, 
     const double safe = ok ? det : 1.0;
     const double px = (M(e, cc) - M(M(2.0, g), b)) / safe;
     const double py = (M(e, b) - M(M(2.0, d), cc)) / safe;
-    ok = ok && fabs(px) <= 1 && fabs(py) <= 1;
-    if (ok) {
-        fy = py + 0.0;
-        fx = px + 0.0;
-    } else {
-        fy = axis3(c, size, ho, wo, iy, ix, true, lg) + 0.0;
-        fx = axis3(c, size, ho, wo, iy, ix, false, lg) + 0.0;
-    }
+    fitted_or_axis3(c, size, ho, wo, iy, ix, lg, ok, py, px, fy, fx);
 }
 
 // _peaks.refined_shifts: out[f] = (iy - oy + fy, ix - ox + fx) with absolute, else the offsets
