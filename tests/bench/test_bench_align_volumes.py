@@ -66,3 +66,9 @@ def test_the_quick_bench_on_the_gpu(tmp_path):
     ours = [r for r in rows if r["row"].startswith("xcorr")]
     assert len(ours) == 4 and all(r["rms"] < 0.15 for r in ours), ours
     assert "target 20x" in text and "target 3x" in text
+
+
+@pytest.mark.parametrize("other", ["--floor", "--formats", "--keep"])
+def test_volumes_refuses_the_other_benches_and_keep(other):
+    res = xcorr("bench", "align", "--volumes", other)
+    assert res.returncode == 2 and "--volumes takes --quick" in res.stderr

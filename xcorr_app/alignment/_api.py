@@ -154,8 +154,8 @@ path or ndarray
         correlation (circular, by FFT).
     subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
         ``gaussian`` (default) and ``parabolic`` fit the 3x3 neighbourhood of the peak in 2-D,
-        the ``...3`` variants fit 3 points along each axis, ``upsample`` refines by the
-        upsampled DFT (Guizar-Sicairos) to ``1 / upsample`` px.
+        the ``...3`` variants intersect 3-point fits along the rows and columns, ``upsample``
+        refines by the upsampled DFT (Guizar-Sicairos) to ``1 / upsample`` px.
     upsample : int, optional
         Upsampling factor (1 to 100) of the upsampled DFT: ``subpixel="upsample"`` and the
         circular refinement (``boundary``); default 20.

@@ -49,7 +49,8 @@ MEASURE_OPTIONS = (
     click.option("--subpixel", type=click.Choice(SUBPIXEL), default=DEFAULT["subpixel"],
                  show_default=True,
                  help="Subpixel refinement: 2-D fit on the 3x3 peak neighbourhood (gaussian, "
-                      "parabolic), 3-point fits per axis (...3), or upsampled DFT (upsample)."),
+                      "parabolic), 3-point fits along rows and columns (...3), or upsampled "
+                      "DFT (upsample)."),
     click.option("--upsample", type=int, default=DEFAULT["upsample"], metavar="K",
                  help="Upsampling factor (1-100) of --subpixel upsample and the circular "
                       f"refinement (resolution 1/K px).  [default: {DEFAULT_UPSAMPLE}]"),

@@ -146,6 +146,9 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     skimage.registration.phase_cross_correlation; prints frames/s, GB/s, the share of the read
     throughput, the ratio to the per-pair loop and the RMS error against the known drift.
     """
+    if volumes and (floor or formats or keep):
+        raise click.UsageError("--volumes takes --quick, --frames, --repeat, --workdir and "
+                               "--json only")
     if floor:
         from ..bench import align_floor_bench, parse_size
 
@@ -158,7 +161,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     if volumes:
         from ..bench import align_volumes_bench
 
-        if floor or formats or patches is not None or gpus is not None or size is not None \
+        if patches is not None or gpus is not None or size is not None \
                 or max_memory is not None or device != "gpu":
             raise click.UsageError("--volumes takes --quick, --frames, --repeat, --workdir and "
                                    "--json only")

@@ -152,3 +152,27 @@ def test_samples3d_equal_the_correlation_by_its_definition(shape):
             phase = np.exp(2j * np.pi * sum(f * s for f, s in zip(freqs, lag)))
             want = (full[b] * phase * keep).sum().real / np.prod(shape)
             assert got[b, i, j, k] == pytest.approx(want, abs=1e-5)
+
+
+def test_samples3d_in_sub_batches_equal_one_batch(monkeypatch):
+    """Thin volumes: the samples are made a few volumes at a time, the same numbers."""
+    from xcorr_app.alignment.volume import _dft3
+    from xcorr_app.alignment.volume._dft3 import cross_spectra, samples3d, spectrum
+
+    rng = np.random.default_rng(3)
+    shape = (6, 7, 5)
+    product = cross_spectra(spectrum(rng.random(shape)[None], np)[0], rng.random((5,) + shape))
+    centres = rng.integers(-2, 3, (5, 3)).astype(float)
+    whole = samples3d(product, shape, centres, 0.25, 3)
+    monkeypatch.setattr(_dft3, "SAMPLE_BYTES", 24 * 6 * 7 * 3 * 2)  # two volumes a batch
+    np.testing.assert_array_equal(samples3d(product, shape, centres, 0.25, 3), whole)
+
+
+def test_big_endian_volumes_stream_as_native(tmp_path):
+    """A big-endian .npy (memory-mapped): read in native byte order, the same shifts."""
+    vol = np.random.default_rng(5).random((8, 12, 10))
+    stack = np.stack([vol, np.roll(vol, (1, -2, 1), axis=(0, 1, 2))]) * 1000
+    np.save(tmp_path / "be.npy", stack.astype(">u2"))
+    want = align_volumes(stack.astype(np.uint16), upsample=1, device="cpu").shifts
+    got = align_volumes(tmp_path / "be.npy", upsample=1, device="cpu").shifts
+    np.testing.assert_array_equal(got, want)

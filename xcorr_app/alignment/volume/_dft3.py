@@ -28,6 +28,8 @@ from ...backend import array_module_of, item_sums
 from ...correlate import fft_of
 
 AXES = (-3, -2, -1)
+#: bytes the batched subvoxel samples of one call hold at most (:func:`samples3d`)
+SAMPLE_BYTES = 2 ** 28
 
 
 def spectrum(volumes, xp, norms=False):
@@ -78,7 +80,8 @@ def bounded_peak(corr, max_shift, exclusion=2):
     An axis searched whole is read in place, in the FFT's circular order (index ``i`` is lag
     ``i``, or ``i - n`` past the positive lags), and its knock-out wraps around; only bounded
     axes are gathered into a window (three copies of a 64x512x512 correlation took more time
-    than its FFT, H100 2026-11-25)."""
+    than its FFT, H100 2026-11-25).  Equal maxima: the first in that order (on a whole axis lag
+    0 before the positive lags, then the negative ones; on a bounded axis the most negative)."""
     xp = array_module_of(corr)
     bounds = (None,) * 3 if max_shift is None else max_shift
     shape = corr.shape[1:]
@@ -159,6 +162,12 @@ def samples3d(product, shape, centres, step, count, nyquist=False):
     xp = array_module_of(product)
     b = product.shape[0]
     z, y, x = shape
+    # the first product's (B, Z*Y, r) complex128 at most SAMPLE_BYTES a batch (thin volumes)
+    per = 24 * z * y * count
+    if b > 1 and b * per > SAMPLE_BYTES:
+        k = max(1, SAMPLE_BYTES // per)
+        return xp.concatenate([samples3d(product[i:i + k], shape, centres[i:i + k], step, count,
+                                         nyquist) for i in range(0, b, k)])
     offs = (np.arange(count) - count // 2) * float(step)
     pos = np.asarray(centres, np.float64)[:, :, None] + offs  # (B, 3, r)
     kx = _kernel(xp, x, xp.asarray(pos[:, 2]), product.shape[-1], nyquist)  # (B, r, Xh)

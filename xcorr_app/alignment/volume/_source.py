@@ -64,7 +64,8 @@ class _VolumeItems:
 
     def __init__(self, data):
         self.n_frames, self.frame_shape = int(data.shape[0]), tuple(data.shape[1:])
-        self.dtype = np.dtype(data.dtype)
+        # native byte order: the device copies raw bytes (np.copyto swaps into the buffer)
+        self.dtype = np.dtype(data.dtype).newbyteorder("=")
         self._data = data
         if is_cupy_array(data) or (type(data) is np.ndarray):
             self.stack = data
