@@ -66,6 +66,21 @@ def parse_max_shift(max_shift):
     return tuple(out)
 
 
+def parse_upsample(upsample) -> float:
+    """The upsampling factor of a subvoxel (or subpixel) refinement as a float >= 1.
+
+    >>> parse_upsample(20), parse_upsample("2.5")
+    (20.0, 2.5)
+    """
+    try:
+        value = float(upsample)
+    except (TypeError, ValueError):
+        raise InputError(f"upsample {upsample!r}: give a number >= 1") from None
+    if not np.isfinite(value) or value < 1:
+        raise InputError(f"upsample {upsample!r}: give a number >= 1")
+    return value
+
+
 def parse_voxel_size(voxel_size):
     """``None`` or three positive sizes (z, y, x) as floats."""
     if voxel_size is None:
@@ -178,12 +193,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     source = open_volumes(stack)
     bounds = parse_max_shift(max_shift)
     voxel_size = parse_voxel_size(voxel_size)
-    try:
-        upsample = float(upsample)
-    except (TypeError, ValueError):
-        raise InputError(f"upsample {upsample!r}: give a number >= 1") from None
-    if not np.isfinite(upsample) or upsample < 1:
-        raise InputError(f"upsample {upsample!r}: give a number >= 1")
+    upsample = parse_upsample(upsample)
     dev = compute_device(source.data, device=device)
     xp = xp_for(dev)
     t, shape = source.shape[0], source.shape[1:]

@@ -40,7 +40,7 @@ from ...backend import compute_device, xp_for
 from ...correlate import fft_of
 from ...errors import InputError
 from ...registration import refine_upsampled
-from ._api import fitting_chunk
+from ._api import fitting_chunk, parse_upsample
 from ._dft3 import window_lags
 from ._source import open_volumes
 
@@ -245,12 +245,7 @@ def zlocate(movie, zstack, max_shift=None, upsample=20, subplane="projection", d
         raise InputError(f"unknown subplane {subplane!r}; use one of {', '.join(SUBPLANE)}")
     if planes.shape[0] < 2:
         raise InputError(f"{planes.name} has {planes.shape[0]} plane; a depth needs 2 or more")
-    try:
-        upsample = float(upsample)
-    except (TypeError, ValueError):
-        raise InputError(f"upsample {upsample!r}: give a number >= 1") from None
-    if not np.isfinite(upsample) or upsample < 1:
-        raise InputError(f"upsample {upsample!r}: give a number >= 1")
+    upsample = parse_upsample(upsample)
     dev = compute_device(frames.data, planes.data, device=device)
     xp = xp_for(dev)
     fft = fft_of(xp)
