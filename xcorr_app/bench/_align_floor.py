@@ -18,9 +18,9 @@ Run it as ``xcorr bench align --floor [--frames N[,N...]] [--size H[,H...]] [--r
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+
+from ._common import warm_median
 
 #: the default stacks: frames and square frame sides
 FLOOR_FRAMES = (128, 1024)
@@ -70,16 +70,6 @@ def fft_correlation_seconds(stack_gpu, repeat=5):
     return _events_seconds(work, repeat)
 
 
-def _wall(fn, repeat):
-    fn()  # warm: kernels, plans, the planner
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
-
-
 def floor_rows(frames=FLOOR_FRAMES, sides=FLOOR_SIDES, repeat=3, echo=print) -> list:
     """The rows of every stack: dicts of ``stack``, ``row``, ``seconds``, ``fps`` and ``share``
     (of the row's floor; None for the floors)."""
@@ -99,10 +89,13 @@ def floor_rows(frames=FLOOR_FRAMES, sides=FLOOR_SIDES, repeat=3, echo=print) -> 
             measured = {
                 "pinned copy (NumPy floor)": (copy, None),
                 "batched FFT correlation (CuPy floor)": (fft, None),
-                "align from NumPy": (_wall(lambda: align(stack, device="gpu"), repeat), copy),
-                "align from CuPy": (_wall(lambda: align(gpu, device="gpu"), repeat), fft),
+                "align from NumPy":
+                    (warm_median(lambda: align(stack, device="gpu"), repeat)[0], copy),
+                "align from CuPy":
+                    (warm_median(lambda: align(gpu, device="gpu"), repeat)[0], fft),
                 "align max_shift=16 from NumPy":
-                    (_wall(lambda: align(stack, device="gpu", max_shift=16), repeat), copy),
+                    (warm_median(lambda: align(stack, device="gpu", max_shift=16), repeat)[0],
+                     copy),
             }
             for name, (seconds, floor) in measured.items():
                 row = {"stack": label, "row": name, "seconds": seconds, "fps": n / seconds,

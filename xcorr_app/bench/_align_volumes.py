@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from ..errors import InputError, XcorrError
+from ._common import warm_median
 
 #: (T, Z, Y, X) of the default and the quick stack
 DEFAULT_SHAPE = (64, 64, 512, 512)
@@ -110,17 +111,6 @@ def _rms(shifts, truth) -> float:
     return float(np.sqrt(np.mean((d ** 2).sum(axis=1))))
 
 
-def _wall(fn, repeat):
-    """``(median seconds, last result)`` of ``repeat`` calls after an untimed warm-up."""
-    result = fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)), result
-
-
 def _loop(stack):
     import cupy as cp
 
@@ -153,7 +143,7 @@ def in_process_rows(stack, truth, repeat, echo):
                       lambda: align_volumes(gpu, device="gpu").shifts),
                      ("per-volume CuPy FFT loop from NumPy", lambda: _loop(stack)),
                      ("per-volume CuPy FFT loop from CuPy", lambda: _loop(gpu))):
-        add(name, *_wall(fn, repeat))
+        add(name, *warm_median(fn, repeat))
     gpu = None  # (its memory back to the pool)
     cp.get_default_memory_pool().free_all_blocks()
     k = min(SKIMAGE_VOLUMES, t)

@@ -45,6 +45,17 @@ def timed(fn):
     return time.perf_counter() - t, out
 
 
+def warm_median(fn, repeat):
+    """``(median seconds, last result)`` of ``repeat`` calls of ``fn`` by wall clock, after an
+    untimed first call (kernels, plans, the planner warm)."""
+    result = fn()
+    times = []
+    for _ in range(repeat):
+        seconds, result = timed(fn)
+        times.append(seconds)
+    return float(statistics.median(times)), result
+
+
 def relative_error(got, want) -> float:
     """``max |got - want| / max |want|`` on the device (inf for a shape mismatch, NaN stays)."""
     import cupy as cp
