@@ -94,6 +94,17 @@ def test_one_frame_and_inf_confidence(tmp_path):
     _pixels(path)
 
 
+def test_frames_without_a_rival_peak_are_said_not_left_blank(tmp_path):
+    """inf confidence is not drawn; a line in the panel says how many frames have it."""
+    said, blank = tmp_path / "inf.png", tmp_path / "nan.png"
+    plot_drift(said, _result(np.zeros((6, 2)), confidence=np.full(6, np.inf)))
+    plot_drift(blank, _result(np.zeros((6, 2)), confidence=np.full(6, np.nan)))
+    x0, y0, x1, y1 = PANELS["confidence"]
+    top_right = (slice(y0 + 4, y0 + 24), slice((x0 + x1) // 2, x1 - 4))
+    assert (_pixels(said)[top_right] < 128).any()  # dark text
+    assert not (_pixels(blank)[top_right] < 128).any()
+
+
 def test_many_frames_draw_quickly_as_an_envelope(tmp_path, rng):
     """A million frames: the curves are drawn per pixel column (their extremes kept)."""
     n = 1_000_000

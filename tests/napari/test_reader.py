@@ -50,3 +50,45 @@ def test_channels_become_a_c_axis_and_big_stacks_stay_lazy(tmp_path, monkeypatch
 def test_the_samples_are_the_sample_stacks(name):
     ((data, kwargs, _),) = getattr(_reader, f"{name}_sample")()
     assert data.shape[0] == 12 and kwargs["name"] == f"{name}_drift"
+
+
+def test_other_formats_are_read_and_unread_ones_left_to_napari(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"\x89PNG")
+    (tmp_path / "scan.nd2").write_bytes(b"nd2")
+    assert _reader.napari_get_reader(str(tmp_path / "a.png")) is None
+    assert _reader.napari_get_reader(str(tmp_path / "scan.nd2")) is None
+    assert _reader.napari_get_reader(str(tmp_path / "absent.h5")) is None
+    h5py = pytest.importorskip("h5py")
+    stack = np.arange(4 * 8 * 9, dtype=np.uint16).reshape(4, 8, 9)
+    with h5py.File(tmp_path / "movie.h5", "w") as f:
+        f["data"] = stack
+    assert _reader.napari_get_reader(str(tmp_path / "movie.h5")) is _reader.read_stack
+    ((data, kwargs, _),) = _reader.read_stack(str(tmp_path / "movie.h5"))
+    assert kwargs["name"] == "movie" and kwargs["metadata"]["xcorr_axes"] == "TYX"
+    np.testing.assert_array_equal(data, stack)
+
+
+def test_t_and_z_axes_stay_apart_eagerly_and_lazily(tmp_path, monkeypatch):
+    zarr = pytest.importorskip("zarr")
+    movie = np.arange(3 * 2 * 2 * 8 * 9, dtype=np.uint16).reshape(3, 2, 2, 8, 9)  # T Z C Y X
+    path = tmp_path / "movie.ome.zarr"
+    zarr.create_array(str(path), data=movie, chunks=(1, 1, 1, 8, 9),
+                      dimension_names=["t", "z", "c", "y", "x"])
+    assert _reader.napari_get_reader(str(path)) is _reader.read_stack
+    ((data, kwargs, _),) = _reader.read_stack(str(path))
+    assert kwargs["name"] == "movie" and kwargs["metadata"]["xcorr_axes"] == "TZCYX"
+    np.testing.assert_array_equal(data, movie)
+    monkeypatch.setattr(_reader, "LAZY_BYTES", 100)
+    monkeypatch.setattr(_reader, "BLOCK_FRAMES", 3)  # (rounded down to whole rows of Z: 2)
+    ((lazy, _, _),) = _reader.read_stack(str(path))
+    assert type(lazy).__module__.startswith("dask") and lazy.chunks[:2] == ((1, 1, 1), (2,))
+    np.testing.assert_array_equal(lazy.compute(), movie)
+
+
+def test_the_files_pixel_size_is_the_layers_scale(tmp_path):
+    stack = np.zeros((3, 8, 9), np.uint16)
+    path = tmp_path / "scaled.tif"
+    tifffile.imwrite(path, stack, imagej=True, resolution=(1 / 0.25, 1 / 0.5),
+                     metadata={"axes": "TYX", "unit": "um"})
+    ((_, kwargs, _),) = _reader.read_stack(path)
+    assert kwargs["scale"] == (1.0, 0.5, 0.25)

@@ -4,7 +4,8 @@ drift plot.  Below every other subpackage: it imports none of them.
 """
 
 from ._background import BackgroundWrites
-from ._formats import EXTRAS as FORMAT_EXTRAS, ArrayFrames, source_path, split_source
+from ._formats import EXTRAS as FORMAT_EXTRAS, UNREAD as UNREAD_FORMATS, ArrayFrames, format_of, \
+    source_path, split_source
 from ._field_outputs import plot_motion_field, write_motion_field
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
@@ -17,10 +18,11 @@ from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)
 
-__all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES", "ArrayFrames",
-           "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange", "Interrupted",
-           "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs", "TiffStackWriter",
-           "aligned_name", "as_dtype", "atomic_path", "check_apart", "describe", "open_source",
+__all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES", "UNREAD_FORMATS",
+           "ArrayFrames", "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange",
+           "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs",
+           "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",
+           "describe", "format_of", "open_source",
            "open_stack", "plot_drift", "plot_quality", "plot_motion_field", "plural",
            "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
            "source_path", "split_source", "stack_writer", "write_motion_field", "write_text",

@@ -276,6 +276,7 @@ def plot_drift(path, result, title="") -> None:
     n = len(shifts)
     fft = np.asarray(result.fft_shifts, float).reshape(-1, 2)
     conf = np.asarray(result.confidence, float)
+    rivalless = int(np.isposinf(conf).sum())
     conf = np.where(np.isfinite(conf), conf, np.nan)  # inf: a peak without a rival
     flagged = np.asarray(result.low_confidence, bool)
     threshold = (getattr(result, "settings", None) or {}).get("min_confidence")
@@ -298,6 +299,10 @@ def plot_drift(path, result, title="") -> None:
     draw = ImageDraw.Draw(image)
     frame_and_labels(image, draw, top, xticks, yticks_top, "shift to align (px)")
     frame_and_labels(image, draw, bottom, xticks, yticks_bottom, "confidence", "frame")
+    if rivalless:  # (an empty panel would read as a failure)
+        x0, y0, x1, _ = PANELS["confidence"]
+        draw.text((x1 - 8, y0 + 8), f"{rivalless} of {n} frames: no other peak (confidence "
+                  "inf), not drawn", fill=COLORS["text"], font=font(11), anchor="rt")
     if title:
         draw.text((width / 2, 8), title, fill=COLORS["text"], font=font(14), anchor="mt")
     entries = [("dy", COLORS["dy"], "line"), ("dx", COLORS["dx"], "line")]

@@ -1,9 +1,10 @@
-"""The napari reader of the TIFF stacks xcorr reads (a multi-page file, an ImageJ hyperstack,
-OME-TIFF, a folder of TIFFs), through :func:`xcorr_app.io.open_stack`, and the sample stacks.
+"""The napari reader of the stacks xcorr reads (a multi-page TIFF, an ImageJ hyperstack,
+OME-TIFF, a folder of TIFFs; Zarr and OME-Zarr, HDF5, NWB and CZI with their extras), through
+:func:`xcorr_app.io.open_stack`, and the sample stacks.
 
 A stack larger than :data:`LAZY_BYTES` becomes a dask array read a block of frames at a time
 (napari reads what it shows; the widget streams it).  Channels become a C axis: ``(T, C, Y,
-X)``.
+X)``; a stack with T and Z axes keeps both: ``(T, Z, Y, X)`` or ``(T, Z, C, Y, X)``.
 
 Examples
 --------
@@ -14,12 +15,13 @@ Examples
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import XcorrError
-from ..io import TIFF_SUFFIXES, open_stack
+from ..io import TIFF_SUFFIXES, UNREAD_FORMATS, describe, format_of, open_stack
 
 #: stacks at least this large are opened lazily (dask), not read whole
 LAZY_BYTES = 1 << 30
@@ -30,23 +32,46 @@ SAMPLES = ("cell", "moon", "hubble")
 
 
 def napari_get_reader(path):
-    """The reader function for ``path`` (a TIFF file or a folder), or None for other paths
-    (napari then asks the next reader)."""
+    """The reader function for ``path`` (a stack xcorr reads: a TIFF file or folder, a Zarr
+    store, an HDF5, NWB or CZI file), or None for other paths (napari then asks the next
+    reader)."""
     if isinstance(path, list):
         path = path[0] if len(path) == 1 else None
     if path is None:
         return None
     p = Path(path)
-    if p.suffix.lower() in TIFF_SUFFIXES or p.is_dir():
-        return read_stack
-    return None
+    if not p.exists():
+        return None
+    fmt = format_of(p)
+    if fmt in UNREAD_FORMATS or (fmt == "tiff" and p.is_file()
+                                 and p.suffix.lower() not in TIFF_SUFFIXES):
+        return None
+    return read_stack
 
 
-def _channel(path, c, n, dtype, shape):
-    """One channel's frames: all of them in memory, or a lazy dask array for a big stack."""
+def frame_layout(axes, shape, n):
+    """The frame axes of a source as napari shows them: ``("TZ", (T, Z))`` where the file's
+    frames are its T x Z planes (in file order), else ``("T", (n,))``.
+
+    >>> frame_layout("TZCYX", (4, 3, 2, 8, 8), 12)
+    ('TZ', (4, 3))
+    >>> frame_layout("QYX", (5, 8, 8), 5)
+    ('T', (5,))
+    """
+    lead = [(a, int(k)) for a, k in zip(axes or "", shape or ()) if a not in "YXCS"]
+    letters = "".join(a for a, _ in lead)
+    sizes = tuple(k for _, k in lead)
+    if sorted(letters) == ["T", "Z"] and math.prod(sizes) == n:
+        return letters, sizes
+    return "T", (n,)
+
+
+def _channel(path, c, n, dtype, shape, lead):
+    """One channel's frames ``(*lead, H, W)``: all of them in memory, or a lazy dask array
+    for a big stack (blocks of whole rows of the last frame axis)."""
     with open_stack(path, channel=c) as src:
         if n * np.prod(shape) * dtype.itemsize < LAZY_BYTES:
-            return src.read(0, n)
+            return src.read(0, n).reshape(*lead, *shape)
     import dask.array as da
     from dask import delayed
 
@@ -54,31 +79,42 @@ def _channel(path, c, n, dtype, shape):
         with open_stack(path, channel=c) as s:
             return s.read(a, b)
 
-    return da.concatenate([da.from_delayed(delayed(block)(a, min(a + BLOCK_FRAMES, n)),
-                                           (min(a + BLOCK_FRAMES, n) - a, *shape), dtype)
-                           for a in range(0, n, BLOCK_FRAMES)])
+    row = math.prod(lead[1:])
+    step = max(BLOCK_FRAMES // row, 1) * row
+    flat = da.concatenate([da.from_delayed(delayed(block)(a, min(a + step, n)),
+                                           (min(a + step, n) - a, *shape), dtype)
+                           for a in range(0, n, step)])
+    return flat.reshape(*lead, *shape)
 
 
 def read_stack(path):
-    """napari layer data ``[(data, {"name", "metadata"}, "image")]`` of a TIFF stack or folder:
-    ``(T, Y, X)``, or ``(T, C, Y, X)`` for several channels; ``metadata["xcorr_axes"]`` says
-    which (the widget starts from it)."""
+    """napari layer data ``[(data, {"name", "metadata"[, "scale"]}, "image")]`` of a stack:
+    ``(T, Y, X)``, ``(T, C, Y, X)`` for several channels, ``(T, Z[, C], Y, X)`` with a Z axis;
+    ``metadata["xcorr_axes"]`` says which (the widget starts from it), ``scale`` is the file's
+    pixel size where it gives one."""
     if isinstance(path, list):
         path = path[0]
     path = Path(path)
     try:
+        info = describe(path)
         with open_stack(path, channel=0) as src:
             n, shape, dtype, channels = src.n_frames, src.frame_shape, src.dtype, src.n_channels
     except XcorrError as e:  # napari shows the message
         raise ValueError(str(e)) from None
-    stacks = [_channel(path, c, n, dtype, shape) for c in range(channels)]
+    letters, lead = frame_layout(info.get("axes"), info.get("shape"), n)
+    stacks = [_channel(path, c, n, dtype, shape, lead) for c in range(channels)]
     if channels == 1:
-        data, axes = stacks[0], "TYX"
+        data, axes = stacks[0], letters + "YX"
     else:
         stack = np.stack if all(isinstance(s, np.ndarray) for s in stacks) else _dask_stack
-        data, axes = stack(stacks, axis=1), "TCYX"
-    meta = {"xcorr_axes": axes, "xcorr_source": str(path)}
-    return [(data, {"name": path.stem, "metadata": meta}, "image")]
+        data, axes = stack(stacks, axis=len(lead)), letters + "CYX"
+    name = path.stem[:-4] if path.stem.lower().endswith(".ome") else path.stem
+    kwargs = {"name": name,
+              "metadata": {"xcorr_axes": axes, "xcorr_source": str(path)}}
+    size = info.get("pixel_size")
+    if size and all(isinstance(v, (int, float)) and v > 0 for v in size[:2]):
+        kwargs["scale"] = (1.0,) * (data.ndim - 2) + (float(size[0]), float(size[1]))
+    return [(data, kwargs, "image")]
 
 
 def _dask_stack(arrays, axis):
