@@ -147,3 +147,28 @@ def test_a_damaged_chunk_names_its_frames(tmp_path, movie):
     assert_clean_error(xcorr("align", tmp_path / "d.zarr", "--device", "cpu", "--out",
                              tmp_path / "o"), "cannot read frame", "d.zarr", "counted from 0")
     assert not (tmp_path / "o").exists()
+
+
+def test_hdf5_and_zarr_frames_are_read_straight_into_the_buffer(tmp_path, movie, monkeypatch):
+    """h5py's read_direct and zarr's out= fill the caller's buffer (no block allocated and
+    copied: most of a one-shot run's reading); axes that need a transpose still read."""
+    from xcorr_app.io._formats import ArrayFrames
+
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        f["movie"] = movie
+        f["movie"].attrs["axes"] = "TCZYX"
+        f["swapped"] = np.ascontiguousarray(np.swapaxes(movie[:, 0, 0], 1, 2)).astype(">u2")
+        f["swapped"].attrs["axes"] = "TXY"
+    zarr.create_array(str(tmp_path / "m.zarr"), data=movie, chunks=(2, 1, 1, 48, 56),
+                      dimension_names=list("tczyx"))
+    sliced = ArrayFrames._slice
+    monkeypatch.setattr(ArrayFrames, "_slice", lambda *a: pytest.fail("read by a block"))
+    for path in (source_path(tmp_path / "m.h5", "/movie", z=1), source_path(tmp_path / "m.zarr",
+                                                                           z=1)):
+        with open_stack(path, channel=1) as src:
+            out = np.full((5, 48, 56), 7, np.uint16)
+            assert src.read(2, 7, out=out) is out
+            np.testing.assert_array_equal(out, movie[2:7, 1, 1])
+    monkeypatch.setattr(ArrayFrames, "_slice", sliced)
+    with open_stack(source_path(tmp_path / "m.h5", "/swapped")) as src:
+        np.testing.assert_array_equal(src.read(0, 8), movie[:, 0, 0])
