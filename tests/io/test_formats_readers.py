@@ -154,8 +154,8 @@ def test_hdf5_and_zarr_frames_are_read_straight_into_the_buffer(tmp_path, movie,
     copied: most of a one-shot run's reading); axes that need a transpose still read."""
     from xcorr_app.io._formats import ArrayFrames
 
-    with h5py.File(tmp_path / "m.h5", "w") as f:
-        f["movie"] = movie
+    with h5py.File(tmp_path / "m.h5", "w") as f:  # (compressed: not memory-mapped)
+        f.create_dataset("movie", data=movie, compression="gzip")
         f["movie"].attrs["axes"] = "TCZYX"
         f["swapped"] = np.ascontiguousarray(np.swapaxes(movie[:, 0, 0], 1, 2)).astype(">u2")
         f["swapped"].attrs["axes"] = "TXY"
@@ -172,3 +172,31 @@ def test_hdf5_and_zarr_frames_are_read_straight_into_the_buffer(tmp_path, movie,
     monkeypatch.setattr(ArrayFrames, "_slice", sliced)
     with open_stack(source_path(tmp_path / "m.h5", "/swapped")) as src:
         np.testing.assert_array_equal(src.read(0, 8), movie[:, 0, 0])
+
+
+@pytest.mark.parametrize("chunks", [None, (1, 2, 2, 48, 56), (3, 2, 2, 48, 56)])
+def test_hdf5_frames_in_file_order_are_memory_mapped_and_read_on_two_threads(tmp_path, movie,
+                                                                              chunks):
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("movie", data=movie, chunks=chunks)
+        f["movie"].attrs["axes"] = "TCZYX"
+    with open_stack(source_path(path, "/movie", z=1), channel=1) as src:
+        assert src.concurrent_reads and src.chunks == chunks
+        np.testing.assert_array_equal(src.read(1, 8), movie[1:8, 1, 1])
+
+
+def test_hdf5_chunks_out_of_order_or_partial_frames_are_read_by_h5py(tmp_path, movie):
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        f.create_dataset("partial", data=movie, chunks=(2, 1, 2, 48, 56))
+        f.create_dataset("sparse", shape=movie.shape, dtype=movie.dtype, chunks=(1, 2, 2, 48, 56))
+        f["sparse"][5] = movie[5]  # (other chunks never written: the fill value)
+        for name in ("partial", "sparse"):
+            f[name].attrs["axes"] = "TCZYX"
+    with open_stack(source_path(tmp_path / "m.h5", "/partial", z=0), channel=0) as src:
+        assert not src.concurrent_reads
+        np.testing.assert_array_equal(src.read(0, 8), movie[:, 0, 0])
+    with open_stack(source_path(tmp_path / "m.h5", "/sparse", z=0), channel=0) as src:
+        assert not src.concurrent_reads
+        np.testing.assert_array_equal(src.read(4, 6), [np.zeros_like(movie[4, 0, 0]),
+                                                       movie[5, 0, 0]])

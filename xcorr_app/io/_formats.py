@@ -178,6 +178,8 @@ class ArrayFrames:
         if self._array is None:
             with library_errors(self.name, "open"):
                 self._array, self._closer = self._opener()
+            # (a memory map is copied out on several threads, as a TIFF's)
+            self.memory_mapped = self.concurrent_reads = isinstance(self._array, np.ndarray)
         return self._array
 
     def _layout(self, array, axes, channel, z):
