@@ -14,8 +14,8 @@ from xcorr_app import backend
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools"
-PYTHON_TOOLS = ("ab_align.py", "align_timeline.py", "oneshot.py", "plan_host_time.py",
-                "planner_data.py", "planner_fit.py")
+PYTHON_TOOLS = ("ab_align.py", "align_timeline.py", "napari_screenshot.py", "oneshot.py",
+                "plan_host_time.py", "planner_data.py", "planner_fit.py")
 CELL = ROOT / "sample_data" / "cell_drift.tif"
 
 
@@ -54,12 +54,19 @@ def test_help(name):
     ("ab_align.py", (CELL, "16,fast"), "only 'noverify'"),
     ("ab_align.py", (CELL, "-3"), "positive integer"),
     ("align_timeline.py", ("--patches", "4by4"), "GYxGX"),
+    ("napari_screenshot.py", ("--frames", 3), "at least 16"),
     ("oneshot.py", (ROOT / "no_such_stack.tif",), "no such stack"),
     ("plan_host_time.py", ("--only", "no such row"), "no row matches"),
     ("planner_fit.py", (ROOT / "no_such_data.json", "--dry-run"), "cannot read"),
 ])
 def test_bad_arguments_are_one_error_line(name, args, words):
     assert_refused(tool(name, *args), words)
+
+
+def test_napari_screenshot_refuses_without_napari_or_a_display(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert_refused(tool("napari_screenshot.py", "--device", "cpu"), "napari")
 
 
 @pytest.mark.skipif(backend.gpu_available(), reason="a GPU is usable here")
