@@ -153,3 +153,23 @@ def test_the_table_saves_as_csv_and_json(viewer, stack, tmp_path):
     assert csv == w.results.result.csv_text() == w.results.copy_table()
     records = json.loads(json.dumps(strict_json(w.results.result.frame_records())))
     assert doc["frames"] == records
+
+
+def test_the_quality_plot_is_shown_and_its_flagged_frames_listed(viewer, stack):
+    from xcorr_app.napari._panels import flagged_frames
+
+    stack = stack.copy()
+    stack[4] = stack[4][:, ::-1]  # (mirrored: correlates poorly whatever its shift)
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    result = w.results.result
+    assert result.quality.flagged[4] and not result.low_confidence[4]
+    assert not w.results.quality_plot.native.isHidden()
+    assert w.results.quality_image.ndim == 3
+    listed = flagged_frames(result)
+    assert (f"frame 4 ({'worse' if result.quality.worse[4] else 'poor'})", 4) in listed
+    assert list(w.results.low.choices) == [i for _, i in listed]
+    off = _widget_for(viewer, stack, quality=False)
+    wait_for(off, off.start())
+    assert off.results.result.quality is None and off.results.quality_plot.native.isHidden()
+    assert list(off.results.low.choices) == []

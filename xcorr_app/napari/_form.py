@@ -29,7 +29,7 @@ from ..backend import DEVICES
 REFERENCES = ("first", "mean", "refined", "frame")
 #: the options the form shows, in its order
 SHOWN = ("device", "max_shift", "patches", "normalization", "subpixel", "prefilter", "window",
-         "boundary", "lucas_kanade", "verify", "min_confidence", "interpolate_low")
+         "boundary", "lucas_kanade", "verify", "min_confidence", "interpolate_low", "quality")
 #: option -> its choices (a drop-down)
 CHOICES = {"device": DEVICES, "normalization": NORMALIZATIONS, "subpixel": SUBPIXEL,
            "boundary": BOUNDARIES, "lucas_kanade": LUCAS_KANADE}
@@ -41,7 +41,9 @@ TIPS = {"max_shift": "largest shift searched, px (0: up to half the frame, by FF
         "min_confidence": "flag frames whose peak / second peak is below it (0: off)",
         "prefilter": "auto, none, gaussian:S or dog:S1,S2",
         "window": "none, hann, tukey or tukey:ALPHA",
-        "device": "auto: the GPU where CuPy sees one"}
+        "device": "auto: the GPU where CuPy sees one",
+        "quality": "the quality report: each frame's correlation before and after, the residual "
+                   "shift (one more pass over the stack)"}
 
 
 def defaults() -> dict:

@@ -1,6 +1,8 @@
 """The results of a run in the dock widget: the shift table (copy, save as CSV or JSON), the
-drift plot (:func:`xcorr_app.io.plot_drift`: shifts and confidence, flagged frames shaded)
-and the low-confidence frames (a click jumps the viewer there); and the layers a run adds.
+drift plot (:func:`xcorr_app.io.plot_drift`: shifts and confidence, flagged frames shaded), the
+quality plot (:func:`xcorr_app.io.plot_quality`: each frame's correlation with the template
+before and after, the residual shift) and the flagged frames, low confidence or worse or poor
+after alignment (a click jumps the viewer there); and the layers a run adds.
 
 Examples
 --------
@@ -10,6 +12,8 @@ Examples
 >>> panel.show(res)
 >>> panel.table.shape[0], panel.plot_image.shape[-1], panel.plot.native.pixmap().isNull()
 (3, 3, False)
+>>> panel.quality_image.shape[-1], panel.quality_plot.native.isHidden()
+(3, False)
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from magicgui import widgets
 
-from ..io import plot_drift
+from ..io import plot_drift, plot_quality
 from ._run import table_text
 
 #: columns of the table shown (all of them are in the CSV and JSON saved)
@@ -31,17 +35,47 @@ COLUMNS = ("frame", "dy", "dx", "confidence", "low_confidence", "agree")
 PLOT_WIDTH = 480
 
 
-def drift_image(result, width=PLOT_WIDTH) -> np.ndarray:
-    """The drift plot of ``result`` as an RGB array ``width`` pixels wide (drawn to a PNG by
-    :func:`plot_drift`, then scaled to fit a dock)."""
+def _drawn(plot, width) -> np.ndarray:
+    """What ``plot(path)`` draws to a PNG, as an RGB array ``width`` pixels wide (scaled to fit
+    a dock)."""
     from PIL import Image
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "drift.png"
-        plot_drift(path, result, title=f"reference {result.settings.get('reference')}")
+        path = Path(tmp) / "plot.png"
+        plot(path)
         with Image.open(path) as im:
             height = round(im.height * width / im.width)
             return np.asarray(im.convert("RGB").resize((width, height), Image.LANCZOS))
+
+
+def drift_image(result, width=PLOT_WIDTH) -> np.ndarray:
+    """The drift plot of ``result`` (:func:`plot_drift`) as an RGB array ``width`` px wide."""
+    return _drawn(lambda path: plot_drift(
+        path, result, title=f"reference {result.settings.get('reference')}"), width)
+
+
+def quality_image(result, width=PLOT_WIDTH):
+    """The quality plot of ``result`` (:func:`plot_quality`, as ``xcorr align`` writes
+    ``quality.png``) as an RGB array ``width`` px wide; None for a run without the report."""
+    q = result.quality
+    if q is None:
+        return None
+    return _drawn(lambda path: plot_quality(
+        path, q.before, q.after, q.residual, q.flagged, (q.sharpness_before, q.sharpness_after),
+        title="quality of the alignment"), width)
+
+
+def flagged_frames(result) -> list:
+    """``[(label, frame)]`` of the frames to look at: low confidence, or flagged by the quality
+    report (worse after alignment, or poor), in frame order."""
+    why = {}
+    for i in np.flatnonzero(result.low_confidence):
+        why.setdefault(int(i), []).append("low confidence")
+    q = result.quality
+    if q is not None:
+        for i in np.flatnonzero(q.flagged):
+            why.setdefault(int(i), []).append("worse" if q.worse[i] else "poor")
+    return [(f"frame {i} ({', '.join(why[i])})", i) for i in sorted(why)]
 
 
 def field_vectors(result, axes: str, shape) -> np.ndarray:
@@ -76,12 +110,13 @@ def _pixmap(rgb: np.ndarray):
 
 
 class ResultsPanel(widgets.Container):
-    """The table, its buttons, the plot and the low-confidence list of the last run.
+    """The table, its buttons, the drift and quality plots and the flagged frames of the last
+    run.
 
     Parameters
     ----------
     jump : callable(int)
-        Called with a frame's index when it is clicked in the low-confidence list.
+        Called with a frame's index when it is clicked in the list of flagged frames.
     """
 
     def __init__(self, jump):
@@ -89,15 +124,17 @@ class ResultsPanel(widgets.Container):
         self.copy = widgets.PushButton(text="Copy table")
         self.save = widgets.PushButton(text="Save table…")
         self.plot = widgets.Label(value="")  # (its QLabel shows the plot's pixmap)
-        self.plot_image = None
-        self.low = widgets.Select(choices=[], tooltip="low-confidence frames: click to go there")
-        self.low_label = widgets.Label(value="low-confidence frames (click: go there)")
+        self.quality_plot = widgets.Label(value="", visible=False)
+        self.plot_image = self.quality_image = None
+        self.low = widgets.Select(choices=[], tooltip="flagged frames: click to go there")
+        self.low_label = widgets.Label(value="flagged frames: low confidence, worse or poor "
+                                       "after alignment (click: go there)")
         self.summary = widgets.Label(value="")
         self.table.min_height, self.table.max_height, self.low.max_height = 200, 260, 90
         buttons = widgets.Container(widgets=[self.copy, self.save], layout="horizontal",
                                     labels=False)
         super().__init__(widgets=[self.summary, self.table, buttons, self.plot,
-                                  self.low_label, self.low],
+                                  self.quality_plot, self.low_label, self.low],
                          labels=False)
         self.result, self._jump = None, jump
         self.copy.changed.connect(self.copy_table)
@@ -112,8 +149,11 @@ class ResultsPanel(widgets.Container):
                             "index": list(range(len(rows))), "columns": list(COLUMNS)}
         self.plot_image = drift_image(result)
         self.plot.native.setPixmap(_pixmap(self.plot_image))
-        flagged = np.flatnonzero(result.low_confidence).tolist()
-        self.low.choices = [(f"frame {i}", i) for i in flagged]
+        self.quality_image = quality_image(result)
+        if self.quality_image is not None:
+            self.quality_plot.native.setPixmap(_pixmap(self.quality_image))
+        self.quality_plot.visible = self.quality_image is not None
+        self.low.choices = flagged_frames(result)
         s = result.summary()
         self.summary.value = (f"{s['frames']} frames, {s['flagged_frames']} low confidence, "
                               f"max |shift| {s['max_abs_shift']:.2f} px, plan {s['plan']}")
