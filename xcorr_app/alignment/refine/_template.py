@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 
 from ... import backend
-from ...registration import phase_ramps, wrapped_correlations
+from ...registration import fft_shifts, phase_ramps, wrapped_correlations
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
 from ..rigid import COLUMN
@@ -198,10 +198,11 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     from a first pass's ``table`` against ``reference`` (the prepared ``(frame, raw)``).
 
     Up to :data:`PERIODIC_FRAMES` frames shifted by at least :data:`PERIODIC_MIN_SHIFT` px are
-    read again (a few frames, whatever the stack's length) and compared, unfiltered, with the
-    raw reference moved circularly by their measured shift (the fraction of a pixel by its
-    Fourier phase: :func:`fractional_references`): over the overlap, and over the strips that
-    wrapped around.  Frames cropped from a larger scene bring new content into those strips
+    read again (a few frames, whatever the stack's length), their shifts measured again
+    circularly (phase correlation upsampled 20 times: the linear pass's can be a pixel off on
+    wrap-around frames, whose wrapped edges pull its peak), and compared, unfiltered, with the
+    raw reference moved circularly by that shift (the fraction of a pixel by its Fourier phase:
+    :func:`fractional_references`): over the overlap, and over the strips that wrapped around.  Frames cropped from a larger scene bring new content into those strips
     (it does not match the reference's opposite edge); wrap-around frames bring the opposite
     edge itself.  Periodic when the median over the tested frames of the strips' correlation
     is at least :data:`PERIODIC_RATIO` of the overlap's (which must reach
@@ -225,8 +226,14 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     frames = opts.preparer(xp, src.frame_shape)(
         xp.stack([xp.asarray(src.read(i, i + 1))[0] for i in order]))
     on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
-    whole = np.round(shifts[order])
-    refs = fractional_references(ref, shifts[order] - whole, xp)
+    # the tested frames' shifts measured again circularly (plain cross-correlation, upsampled):
+    # a wrap-around frame's linear shift can be off by a pixel (its wrapped edges pull the
+    # peak), and the strips at the seam then fail to match; a cropped frame's is the same
+    # either way (its new strips match nothing whatever the shift)
+    shifts = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=20,
+                                                    normalization="phase")[0]), np.float64)
+    whole = np.round(shifts)
+    refs = fractional_references(ref, shifts - whole, xp)
     # every frame's sums in 4 launches, queued before the flags are fetched (the unusable
     # frames' are not read); a frame at a time, 32 launches and a wait for the flags first:
     # a 2.8 ms gap of the GPU in a 4096-frame GPU-resident run, H200 2026-11-25
