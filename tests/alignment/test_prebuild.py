@@ -77,20 +77,20 @@ def test_exit_waits_for_the_longest_grace_then_stops(monkeypatch):
     import subprocess
     import sys
 
-    from xcorr_app.alignment import _prebuild
+    from xcorr_app._cuda import helpers
 
     seen = []
-    monkeypatch.setattr(_prebuild, "stop", lambda procs, grace: seen.append(grace))
-    monkeypatch.setattr(_prebuild, "_RUNNING", [])
-    monkeypatch.setattr(_prebuild, "_GRACES", [])
-    monkeypatch.setattr(_prebuild, "_marker", lambda key: _prebuild.Path("/nonexistent") / key)
-    monkeypatch.setattr(_prebuild.atexit, "register", lambda fn: None)
+    monkeypatch.setattr(helpers, "stop", lambda procs, grace: seen.append(grace))
+    monkeypatch.setattr(helpers, "_RUNNING", [])
+    monkeypatch.setattr(helpers, "_GRACES", [])
+    monkeypatch.setattr(helpers, "marker", lambda key: helpers.Path("/nonexistent") / key)
+    monkeypatch.setattr(helpers.atexit, "register", lambda fn: None)
     started = []
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a) or object())
     opts = AlignOptions(verify=False)
     prebuild(opts, (32, 32), "uint16", stages=("apply",), exit_grace=0.0)
-    _prebuild._finish_at_exit()
+    helpers._finish_at_exit()
     prebuild(opts, (32, 32), "uint16", stages=("refine",), exit_grace=15.0)
-    _prebuild._finish_at_exit()
+    helpers._finish_at_exit()
     assert seen == [0.0, 15.0] and len(started) == 2
     assert sys.executable in started[0][0]

@@ -1,8 +1,10 @@
 """CUDA plumbing shared by every kernel family: the loader (sources, instantiations, per-device
-cache), prepared launches, GPU timing, and the CI compile check.  The kernel sources live in the
+cache), prepared launches, GPU timing, helper processes that build a run's later kernels
+ahead, and the CI compile check.  The kernel sources live in the
 top-level ``kernels/`` (``kernels/<family>/*.cu``, shared headers in ``kernels/include/``)."""
 
 from .device import Limits, device_limits, kept_on_device
+from .helpers import EXIT_GRACE as HELPER_EXIT_GRACE, marker as built_marker, start_helpers
 from .launch import (PlanCallBase, PreparedLaunch, compiled_call, current_stream_ptr_getter,
                      fastlaunch, stream_pointer, stride_blocks)
 from .loader import (PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels, kernel_sources,
@@ -12,8 +14,8 @@ from .shipped import summary as shipped_summary
 from .timing import device_name, fp32_fma_peak_flops, time_gpu
 from .tuning import cache_file, device_fingerprint, fastest, recall, remember
 
-__all__ = ["PIXEL_C_TYPES", "KernelFamily", "Limits", "PlanCallBase", "PreparedLaunch",
-           "cache_file", "compile_together", "compiled_call", "current_stream_ptr_getter",
+__all__ = ["HELPER_EXIT_GRACE", "PIXEL_C_TYPES", "KernelFamily", "Limits", "PlanCallBase",
+           "PreparedLaunch", "built_marker", "start_helpers", "cache_file", "compile_together", "compiled_call", "current_stream_ptr_getter",
            "device_fingerprint", "device_limits", "device_name", "fastest", "fastlaunch",
            "fp32_fma_peak_flops", "kept_on_device", "kernel_pixels", "kernel_sources",
            "kernels_dir", "recall", "remember", "shipped_kernels_usable", "shipped_summary",

@@ -1,18 +1,12 @@
-"""Kernels built before they are needed: a GPU run's later stages compiled in helper processes.
+"""Kernels built before they are needed: the 2-D pipeline's later stages compiled in helper
+processes (:mod:`xcorr_app._cuda.helpers`: why, and how a helper runs).
 
-A first run on a fresh machine compiles every kernel it launches at first use, one after the
-other: many NVRTC compilations (CuPy's elementwise and reduction kernels, one per operation
-and type, and xcorr's own), most of a cold run's time (docs/how-align-works.md, measurements).
-Compiled in threads of one process they serialize; compiled in other processes they do not.  So at the start
-of a run whose kernels were never built (no marker in the cache folder), :func:`prebuild` starts
-one short-lived process per later stage of the run -- the prefilter, the correlation and its
-surfaces, the subpixel refinement, the FFT reference check, the warp of the aligned stack --
-each running its stage once on two small frames of the run's pixel type; they write CuPy's
-kernel cache on disk, where the run finds the kernels it reaches after them instead of
-compiling them (a kernel the run reaches first it compiles itself, as before: nothing waits).
-Each helper leaves a marker, so later runs start none; a process waits for its helpers at exit
-(at most :data:`EXIT_GRACE` seconds, then stops them).  ``xcorr info --compile`` builds the
-kernels of the usual runs ahead, in the same way.
+At the start of a GPU run whose kernels were never built (no marker in the cache folder),
+:func:`prebuild` starts one helper per later stage of the run -- the prefilter, the correlation
+and its surfaces, the subpixel refinement, the FFT reference check, the warp of the aligned
+stack -- each running its stage once on two small frames of the run's pixel type
+(:func:`run_stage`).  ``xcorr info --compile`` builds the kernels of the usual runs ahead, in
+the same way.
 
 Examples
 --------
@@ -23,18 +17,12 @@ Examples
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 
-from .._config import cache_dir
+from .._cuda import HELPER_EXIT_GRACE as EXIT_GRACE, built_marker as marker, start_helpers
 from .._version import __version__
 
 #: the stages a helper process can build: ``prepare`` whole (``xcorr info --compile``), or its
@@ -43,8 +31,6 @@ from .._version import __version__
 STAGES = ("prepare", "prefilter", "measure", "refine", "verify", "apply")
 #: the stages a run starts helpers for
 RUN_STAGES = ("prefilter", "measure", "refine", "verify", "apply")
-#: at exit, how long a process waits for its helpers before stopping them (seconds)
-EXIT_GRACE = 15.0
 #: frames each stage runs on (the kernels are the same for any count)
 FRAMES = 2
 
@@ -65,14 +51,10 @@ def stage_key(opts, stage, frame_shape, dtype, plan) -> str:
     return f"{stage}-{digest[:16]}"
 
 
-def _marker(key) -> Path:
-    return cache_dir() / "prebuilt" / key
-
-
 def kernels_built(opts, frame_shape, dtype) -> bool:
     """Whether helper processes built this run's kernels on this machine (the markers of its
     stages; ``measure``, whose marker needs the plan, is left out)."""
-    return all(_marker(stage_key(opts, s, frame_shape, dtype, None)).exists()
+    return all(marker(stage_key(opts, s, frame_shape, dtype, None)).exists()
                for s in RUN_STAGES if s != "measure" and (s != "verify" or opts.verify))
 
 
@@ -121,20 +103,14 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
         xp.cuda.get_current_stream().synchronize()
 
 
-def _child(payload: str) -> None:
-    """A helper process: build one stage, then leave its marker."""
+def run_payload(args) -> None:
+    """A helper's work (:func:`xcorr_app._cuda.helpers.child`): one stage of the payload."""
     import cupy
 
     from ._options import AlignOptions
 
-    args = json.loads(payload)
-    opts = AlignOptions(**args["opts"])
-    with cupy.cuda.Device(args["device"]):
-        run_stage(opts, args["stage"], tuple(args["shape"]), args["dtype"], args["plan"], cupy)
-    marker = _marker(args["key"])
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(args))
-    _marker(args["key"] + ".log").unlink(missing_ok=True)  # its errors, kept only on failure
+    run_stage(AlignOptions(**args["opts"]), args["stage"], tuple(args["shape"]), args["dtype"],
+              args["plan"], cupy)
 
 
 def _payload(opts, stage, frame_shape, dtype, plan, device) -> dict:
@@ -146,14 +122,6 @@ def _payload(opts, stage, frame_shape, dtype, plan, device) -> dict:
             "device": int(device), "key": stage_key(opts, stage, frame_shape, dtype, plan)}
 
 
-_RUNNING: list = []
-_GRACES: list = []  # each prebuild's exit grace; the process waits for the longest
-
-
-def _finish_at_exit():
-    stop(_RUNNING, grace=max(_GRACES, default=0.0))
-
-
 def prebuild(opts, frame_shape, dtype, plan=None, *, stages=RUN_STAGES, device=0,
              wait=False, exit_grace=EXIT_GRACE) -> list:
     """Start a helper process per stage of ``stages`` whose kernels were not built yet for
@@ -162,46 +130,6 @@ def prebuild(opts, frame_shape, dtype, plan=None, *, stages=RUN_STAGES, device=0
     At exit the process waits at most ``exit_grace`` seconds for them, then stops them.
     """
     todo = [s for s in stages if s != "verify" or opts.verify]
-    procs = []
-    for stage in todo:
-        payload = _payload(opts, stage, frame_shape, dtype, plan, device)
-        if _marker(payload["key"]).exists():
-            continue
-        code = ("import sys; from xcorr_app.alignment._prebuild import _child; "
-                "_child(sys.argv[1])")
-        log = _marker(payload["key"] + ".log")  # a helper's traceback, if it fails
-        try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            err = open(log, "wb")
-        except OSError:
-            err = subprocess.DEVNULL
-        try:
-            procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(payload)],
-                                          stdout=subprocess.DEVNULL, stderr=err,
-                                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                              p for p in sys.path if p)}))
-        finally:
-            if err is not subprocess.DEVNULL:
-                err.close()
-    if wait:
-        return [p.wait() for p in procs]
-    if procs and not _RUNNING:
-        atexit.register(_finish_at_exit)  # helpers finish (or stop) before the process ends
-    _RUNNING.extend(procs)
-    _GRACES.extend([float(exit_grace)] * bool(procs))
-    return procs
-
-
-def stop(procs, grace=0.0) -> None:
-    """Stop helper processes still running after ``grace`` seconds."""
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    runner = f"{__name__}:run_payload"
+    return start_helpers([(runner, _payload(opts, s, frame_shape, dtype, plan, device))
+                          for s in todo], wait=wait, exit_grace=exit_grace)

@@ -14,11 +14,12 @@ Examples
 
 from ._api import align_volumes, parse_max_shift, parse_voxel_size
 from ._planes import refine_planes
+from ._prebuild import prebuild_volumes
 from ._result import VolumeResult
 from ._shift import shift_volumes
 from ._zlocate import ZLOCATE_COLUMNS, ZlocateResult, zlocate
 from ._source import Volumes, open_volumes
 
 __all__ = ["ZLOCATE_COLUMNS", "VolumeResult", "Volumes", "ZlocateResult", "align_volumes",
-           "open_volumes", "parse_max_shift", "parse_voxel_size", "refine_planes", "shift_volumes",
-           "zlocate"]
+           "open_volumes", "parse_max_shift", "parse_voxel_size", "prebuild_volumes",
+           "refine_planes", "shift_volumes", "zlocate"]

@@ -26,6 +26,7 @@ from ...backend import (compute_device, device_free_bytes, host_available_bytes,
 from ...errors import InputError
 from ...streaming import DeviceChunks
 from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
+from ._prebuild import prebuild_volumes
 from ._result import VolumeResult
 from ._source import open_volumes
 
@@ -196,6 +197,8 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     upsample = parse_upsample(upsample)
     dev = compute_device(source.data, device=device)
     xp = xp_for(dev)
+    if xp is not np:  # (a machine's first run: the later stages' kernels built meanwhile)
+        prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)
     t, shape = source.shape[0], source.shape[1:]
     chunk = plan_chunk(source.shape, xp, memory_limit)
     ref, ref_name = _reference(source, reference, xp, chunk)
