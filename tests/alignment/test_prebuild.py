@@ -83,6 +83,7 @@ def test_exit_waits_for_the_longest_grace_then_stops(monkeypatch):
     monkeypatch.setattr(helpers, "stop", lambda procs, grace: seen.append(grace))
     monkeypatch.setattr(helpers, "_RUNNING", [])
     monkeypatch.setattr(helpers, "_GRACES", [])
+    monkeypatch.setattr(helpers, "_STARTED", set())
     monkeypatch.setattr(helpers, "marker", lambda key: helpers.Path("/nonexistent") / key)
     monkeypatch.setattr(helpers.atexit, "register", lambda fn: None)
     started = []

@@ -92,3 +92,13 @@ def test_the_files_pixel_size_is_the_layers_scale(tmp_path):
                      metadata={"axes": "TYX", "unit": "um"})
     ((_, kwargs, _),) = _reader.read_stack(path)
     assert kwargs["scale"] == (1.0, 0.5, 0.25)
+
+
+def test_one_time_points_z_planes_are_the_frames(tmp_path):
+    """t = 1, z = 5 (a CZI or OME file's usual TCZYX): five frames, as xcorr align takes them."""
+    zarr = pytest.importorskip("zarr")
+    movie = np.arange(1 * 5 * 8 * 9, dtype=np.uint16).reshape(1, 1, 5, 8, 9)
+    zarr.create_array(str(tmp_path / "z.zarr"), data=movie, dimension_names=list("tczyx"))
+    ((data, kwargs, _),) = _reader.read_stack(str(tmp_path / "z.zarr"))
+    assert kwargs["metadata"]["xcorr_axes"] == "TYX"
+    np.testing.assert_array_equal(data, movie[0, 0])

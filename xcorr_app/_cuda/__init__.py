@@ -4,7 +4,9 @@ ahead, and the CI compile check.  The kernel sources live in the
 top-level ``kernels/`` (``kernels/<family>/*.cu``, shared headers in ``kernels/include/``)."""
 
 from .device import Limits, device_limits, kept_on_device
-from .helpers import EXIT_GRACE as HELPER_EXIT_GRACE, marker as built_marker, start_helpers
+from .helpers import EXIT_GRACE as HELPER_EXIT_GRACE
+from .helpers import marker as built_marker
+from .helpers import start_helpers
 from .launch import (PlanCallBase, PreparedLaunch, compiled_call, current_stream_ptr_getter,
                      fastlaunch, stream_pointer, stride_blocks)
 from .loader import (PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels, kernel_sources,
@@ -15,8 +17,9 @@ from .timing import device_name, fp32_fma_peak_flops, time_gpu
 from .tuning import cache_file, device_fingerprint, fastest, recall, remember
 
 __all__ = ["HELPER_EXIT_GRACE", "PIXEL_C_TYPES", "KernelFamily", "Limits", "PlanCallBase",
-           "PreparedLaunch", "built_marker", "start_helpers", "cache_file", "compile_together", "compiled_call", "current_stream_ptr_getter",
-           "device_fingerprint", "device_limits", "device_name", "fastest", "fastlaunch",
-           "fp32_fma_peak_flops", "kept_on_device", "kernel_pixels", "kernel_sources",
-           "kernels_dir", "recall", "remember", "shipped_kernels_usable", "shipped_summary",
-           "describe_shipped", "stream_pointer", "stride_blocks", "time_gpu"]
+           "PreparedLaunch", "built_marker", "cache_file", "compile_together", "compiled_call",
+           "current_stream_ptr_getter", "describe_shipped", "device_fingerprint",
+           "device_limits", "device_name", "fastest", "fastlaunch", "fp32_fma_peak_flops",
+           "kept_on_device", "kernel_pixels", "kernel_sources", "kernels_dir", "recall",
+           "remember", "shipped_kernels_usable", "shipped_summary", "start_helpers",
+           "stream_pointer", "stride_blocks", "time_gpu"]

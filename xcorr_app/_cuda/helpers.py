@@ -56,8 +56,9 @@ def _finish_at_exit():
 
 def start_helpers(jobs, *, wait=False, exit_grace=EXIT_GRACE) -> list:
     """Start a helper process for each ``(runner, payload)`` of ``jobs`` whose marker
-    (``payload["key"]``) is absent and that this process did not start before; returns the processes (``wait``: waits for them, returning
-    their exit codes).  A failing helper's traceback is kept beside its marker (``KEY.log``)."""
+    (``payload["key"]``) is absent and that this process did not start before; returns the
+    processes (``wait``: waits for them, returning their exit codes).  A failing helper's
+    traceback is kept beside its marker (``KEY.log``)."""
     procs = []
     for runner, payload in jobs:
         if payload["key"] in _STARTED or marker(payload["key"]).exists():

@@ -159,11 +159,11 @@ def align_volumes_cli(o):
     dev = note_device(o.device, o.quiet)
     upsample = o.upsample if o.upsample is not None else 20
     stale = [out / OUTPUTS[-1]] if o.no_aligned else []  # (it would not match shifts.csv)
-    if not o.no_aligned and dev != "cpu":  # (the aligned volumes' warp built meanwhile too)
-        from ..alignment.volume import parse_max_shift, prebuild_volumes
-
-        prebuild_volumes(parse_max_shift(o.max_shift), upsample, aligned=True)
     with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock", remove=stale) as run:
+        if not o.no_aligned and dev != "cpu":  # (the aligned volumes' warp built meanwhile)
+            from ..alignment.volume import parse_max_shift, prebuild_volumes
+
+            prebuild_volumes(parse_max_shift(o.max_shift), upsample, aligned=True)
         t0 = time.perf_counter()
         res = align_volumes(path, reference=reference, max_shift=o.max_shift,
                             voxel_size=voxel_size, upsample=upsample, device=dev,

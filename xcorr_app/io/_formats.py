@@ -282,10 +282,12 @@ class ArrayFrames:
             array.read_direct(dest, source_sel=key)
             return True
         if type(array).__module__.startswith("zarr") and np.dtype(array.dtype) == dest.dtype:
-            from zarr.core.buffer import default_buffer_prototype
-
-            array.get_basic_selection(key, out=default_buffer_prototype().nd_buffer
-                                      .from_numpy_array(dest))
+            try:  # zarr 3: an NDBuffer over dest (the CPU one: zarr's GPU mode would copy)
+                from zarr.core.buffer.cpu import NDBuffer
+            except ImportError:  # zarr 2 (Python 3.10): the array itself
+                array.get_basic_selection(key, out=dest)
+            else:
+                array.get_basic_selection(key, out=NDBuffer.from_numpy_array(dest))
             return True
         return False
 

@@ -106,7 +106,10 @@ def _opened(h5py, file, path):
     """``(array, close)``: the dataset's bytes memory-mapped where they lie in the file as one
     run (:func:`memory_map`), else the h5py dataset."""
     f = h5py.File(file, "r")
-    mapped = memory_map(file, f[path])
+    try:
+        mapped = memory_map(file, f[path])
+    except (OSError, ValueError):  # (a file system without memory maps: h5py reads it)
+        mapped = None
     if mapped is not None:
         f.close()
         return mapped, None
@@ -158,17 +161,22 @@ def _chunks_in_order(ds):
     if ds.id.get_num_chunks() != n:
         return None
     size = ds.dtype.itemsize * math.prod(chunk)
+    infos = []
+    if hasattr(ds.id, "chunk_iter"):  # one pass (get_chunk_info(i) walks the index each call)
+        ds.id.chunk_iter(infos.append)
+    else:
+        infos = [ds.id.get_chunk_info(i) for i in range(n)]
     first = None
-    for i in range(n):
-        info = ds.id.get_chunk_info(i)
+    for info in infos:
         at = info.chunk_offset[0] // chunk[0]
-        if info.filter_mask or info.size != size or info.chunk_offset[1:] != (0,) * (ds.ndim - 1):
+        if info.filter_mask or info.size != size \
+                or tuple(info.chunk_offset[1:]) != (0,) * (ds.ndim - 1):
             return None
         if first is None:
             first = info.byte_offset - at * size
         if info.byte_offset != first + at * size:
             return None
-    return first
+    return first if len(infos) == n else None
 
 
 def _series(f):

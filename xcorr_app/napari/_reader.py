@@ -51,17 +51,18 @@ def napari_get_reader(path):
 
 def frame_layout(axes, shape, n):
     """The frame axes of a source as napari shows them: ``("TZ", (T, Z))`` where the file's
-    frames are its T x Z planes (in file order), else ``("T", (n,))``.
+    frames are its T x Z planes (in file order, several of each), else ``("T", (n,))`` (a
+    single time point's Z planes are the frames, as ``xcorr align`` takes them).
 
     >>> frame_layout("TZCYX", (4, 3, 2, 8, 8), 12)
     ('TZ', (4, 3))
-    >>> frame_layout("QYX", (5, 8, 8), 5)
-    ('T', (5,))
+    >>> frame_layout("TCZYX", (1, 2, 5, 8, 8), 5), frame_layout("QYX", (5, 8, 8), 5)
+    (('T', (5,)), ('T', (5,)))
     """
     lead = [(a, int(k)) for a, k in zip(axes or "", shape or ()) if a not in "YXCS"]
     letters = "".join(a for a, _ in lead)
     sizes = tuple(k for _, k in lead)
-    if sorted(letters) == ["T", "Z"] and math.prod(sizes) == n:
+    if sorted(letters) == ["T", "Z"] and math.prod(sizes) == n and min(sizes) > 1:
         return letters, sizes
     return "T", (n,)
 

@@ -198,14 +198,17 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     from a first pass's ``table`` against ``reference`` (the prepared ``(frame, raw)``).
 
     Up to :data:`PERIODIC_FRAMES` frames shifted by at least :data:`PERIODIC_MIN_SHIFT` px are
-    read again (a few frames, whatever the stack's length), their shifts measured again
-    circularly (phase correlation upsampled 20 times: the linear pass's can be a pixel off on
-    wrap-around frames, whose wrapped edges pull its peak), and compared, unfiltered, with the
-    raw reference moved circularly by that shift (the fraction of a pixel by its Fourier phase:
-    :func:`fractional_references`): over the overlap, and over the strips that wrapped around.  Frames cropped from a larger scene bring new content into those strips
-    (it does not match the reference's opposite edge); wrap-around frames bring the opposite
-    edge itself.  Periodic when the median over the tested frames of the strips' correlation
-    is at least :data:`PERIODIC_RATIO` of the overlap's (which must reach
+    read again (a few frames, whatever the stack's length) and compared, unfiltered, with the
+    raw reference moved circularly by their shift (the fraction of a pixel by its Fourier
+    phase: :func:`fractional_references`): over the overlap, and over the strips that wrapped
+    around.  Each frame at the shift of the two whose overlap matches better: the linear
+    pass's, or measured again circularly (phase correlation upsampled 20 times: the linear
+    pass's can be 1.4 px off on wrap-around frames, whose wrapped edges pull its peak; a
+    cropped frame's circular peak can lie on the cross of the FFT's seams).
+    Frames cropped from a larger scene bring new content into those strips (it does not match
+    the reference's opposite edge); wrap-around frames bring the opposite edge itself.
+    Periodic when the median over the tested frames of the strips' correlation is at least
+    :data:`PERIODIC_RATIO` of the overlap's (which must reach
     :data:`PERIODIC_MIN_CORRELATION`).  The strips lie at the seam of the wrap, where the
     prefilter's border and a whole-pixel move's half-pixel error hurt most: compared that way,
     circular stacks of the accuracy bench fell to 0.58 and cropped ones reached 0.78.
@@ -215,9 +218,7 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     ok = np.isfinite(shifts).all(axis=1) & (table[:, c["border"]] == 0)
     big = np.abs(np.round(np.where(ok[:, None], shifts, 0.0))).max(axis=1)
     order = [int(i) for i in np.argsort(-big, kind="stable") if big[i] >= PERIODIC_MIN_SHIFT]
-    ratios = []
     ref = reference[1]
-    h, w = src.frame_shape
     order = order[:PERIODIC_FRAMES]
     if not order:
         return False
@@ -226,37 +227,40 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     frames = opts.preparer(xp, src.frame_shape)(
         xp.stack([xp.asarray(src.read(i, i + 1))[0] for i in order]))
     on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
-    # the tested frames' shifts measured again circularly (plain cross-correlation, upsampled):
-    # a wrap-around frame's linear shift can be off by a pixel (its wrapped edges pull the
-    # peak), and the strips at the seam then fail to match; a cropped frame's is the same
-    # either way (its new strips match nothing whatever the shift)
-    shifts = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=20,
-                                                    normalization="phase")[0]), np.float64)
+    usable = backend.to_numpy(frames.finite & ~frames.constant)
+    # each tested frame compared at two shifts: the linear pass's, and measured again
+    # circularly (phase correlation, upsampled): a wrap-around frame's linear shift can be
+    # 1.4 px off (its wrapped edges pull the peak), and its strips then fail to match; a
+    # cropped frame's circular peak can lie on the seams' cross, a pixel or more off.  The
+    # shift whose overlap matches better is the frame's (both hypotheses agree there)
+    circular = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=20,
+                                                      normalization="phase")[0]), np.float64)
+    pairs = [_wrap_sums(frames.raw, ref, s, xp, on_gpu) for s in (shifts[order], circular)]
+    best = np.where((pairs[1][:, :1] > pairs[0][:, :1]), pairs[1], pairs[0])
+    ratios = [strips / inside for (inside, strips), ok in zip(best, usable)
+              if ok and inside >= PERIODIC_MIN_CORRELATION]
+    return bool(ratios) and float(np.median(ratios)) >= PERIODIC_RATIO
+
+
+def _wrap_sums(frames, ref, shifts, xp, on_gpu) -> np.ndarray:
+    """``(F, 2)`` NumPy: each frame's correlation with ``ref`` moved circularly by its row of
+    ``shifts`` (the fraction of a pixel by its Fourier phase), over the overlap and over the
+    strips that wrapped around."""
+    h, w = frames.shape[1:]
     whole = np.round(shifts)
     refs = fractional_references(ref, shifts - whole, xp)
-    # every frame's sums in 4 launches, queued before the flags are fetched (the unusable
-    # frames' are not read); a frame at a time, 32 launches and a wait for the flags first:
-    # a 2.8 ms gap of the GPU in a 4096-frame GPU-resident run, H200 2026-11-25
-    sums = wrapped_correlations(frames.raw, refs, whole) if on_gpu else None
-    usable = backend.to_numpy(frames.finite & ~frames.constant)
-    sums = None if sums is None else backend.to_numpy(sums)
-    for k, i in enumerate(order):
-        iy, ix = (int(v) for v in whole[k])
-        if not usable[k]:
-            continue
-        f = frames.raw[k]
-        if on_gpu:
-            inside, strips = (float(v) for v in sums[k])
-        else:  # the frame holds ref[y + iy + fy, x + ix + fx]
-            moved = xp.roll(refs[k], (-iy, -ix), axis=(0, 1))
-            ys = xp.arange(h)[:, None] + iy
-            xs = xp.arange(w)[None, :] + ix
-            wrapped = (ys < 0) | (ys >= h) | (xs < 0) | (xs >= w)
-            inside = _correlation(f, moved, ~wrapped, xp)
-            strips = _correlation(f, moved, wrapped, xp)
-        if inside >= PERIODIC_MIN_CORRELATION:
-            ratios.append(strips / inside)
-    return bool(ratios) and float(np.median(ratios)) >= PERIODIC_RATIO
+    if on_gpu:  # every frame's sums in 4 launches (a frame at a time: 32 launches and waits,
+        # a 2.8 ms gap of the GPU in a 4096-frame GPU-resident run, H200 2026-11-25)
+        return backend.to_numpy(wrapped_correlations(frames, refs, whole)).astype(np.float64)
+    out = np.zeros((len(frames), 2))
+    for k, (iy, ix) in enumerate(whole.astype(int)):  # frame k holds ref[y + iy + fy, ...]
+        moved = xp.roll(refs[k], (-iy, -ix), axis=(0, 1))
+        ys = xp.arange(h)[:, None] + iy
+        xs = xp.arange(w)[None, :] + ix
+        wrapped = (ys < 0) | (ys >= h) | (xs < 0) | (xs >= w)
+        out[k] = (_correlation(frames[k], moved, ~wrapped, xp),
+                  _correlation(frames[k], moved, wrapped, xp))
+    return out
 
 
 def fractional_references(ref, fractions, xp):
