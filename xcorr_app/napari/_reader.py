@@ -98,10 +98,10 @@ def read_stack(path):
     path = Path(path)
     try:
         info = describe(path)
-        with open_stack(path, channel=0) as src:
-            n, shape, dtype, channels = src.n_frames, src.frame_shape, src.dtype, src.n_channels
     except XcorrError as e:  # napari shows the message
         raise ValueError(str(e)) from None
+    n, shape, channels = info["frames"], tuple(info["frame_shape"]), info["channels"]
+    dtype = np.dtype(info["dtype"])
     letters, lead = frame_layout(info.get("axes"), info.get("shape"), n)
     stacks = [_channel(path, c, n, dtype, shape, lead) for c in range(channels)]
     if channels == 1:
