@@ -227,7 +227,6 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     frames = opts.preparer(xp, src.frame_shape)(
         xp.stack([xp.asarray(src.read(i, i + 1))[0] for i in order]))
     on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
-    usable = backend.to_numpy(frames.finite & ~frames.constant)
     # each tested frame compared at two shifts: the linear pass's, and measured again
     # circularly (phase correlation, upsampled): a wrap-around frame's linear shift can be
     # 1.4 px off (its wrapped edges pull the peak), and its strips then fail to match; a
@@ -236,6 +235,7 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     circular = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=20,
                                                       normalization="phase")[0]), np.float64)
     pairs = [_wrap_sums(frames.raw, ref, s, xp, on_gpu) for s in (shifts[order], circular)]
+    usable = backend.to_numpy(frames.finite & ~frames.constant)  # (fetched behind the sums)
     best = np.where((pairs[1][:, :1] > pairs[0][:, :1]), pairs[1], pairs[0])
     ratios = [strips / inside for (inside, strips), ok in zip(best, usable)
               if ok and inside >= PERIODIC_MIN_CORRELATION]
