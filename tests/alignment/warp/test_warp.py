@@ -123,6 +123,64 @@ def test_add_shifted_on_the_cpu_is_the_loop_definition(rng):
         add_shifted(total, cover, frames, shifts[:2], idx)
 
 
+def circular_sums_definition(frames, shifts, idx):
+    """float64: each frame moved circularly by scipy's Fourier shift (NaN pixels as 0)."""
+    from scipy import ndimage as ndi
+
+    f = np.nan_to_num(np.asarray(frames, np.float64)[idx], nan=0.0, posinf=0.0, neginf=0.0)
+    moved = [np.fft.ifft2(ndi.fourier_shift(np.fft.fft2(a), s)).real for a, s in zip(f, shifts)]
+    return np.sum(moved, axis=0), np.full(frames.shape[1:], float(len(idx)))
+
+
+@pytest.mark.parametrize("shape", [(12, 9, 11), (10, 16, 24)])
+def test_add_shifted_circularly_is_scipys_fourier_shift(rng, shape):
+    """Wrap-around frames (``circular``): moved by their Fourier phase, what leaves one edge
+    comes in at the other, every pixel covered by every frame; odd and even sizes (the
+    Nyquist terms), whole and fractional shifts, a NaN pixel, frames left out."""
+    from xcorr_app.alignment.warp._warp import add_shifted
+
+    frames = rng.random(shape) * 100
+    frames[3, 4, 5] = np.nan
+    idx = np.array([0, 3, 4, 5, 6, 7, 8, 9])  # more than a batch, frames 1 and 2 left out
+    shifts = rng.uniform(-4, 4, (len(idx), 2))
+    shifts[1] = (2.0, -3.0)
+    total, cover = np.full(shape[1:], 2.0), np.full(shape[1:], 1.0)
+    add_shifted(total, cover, frames.astype(np.float32), shifts, idx, circular=True)
+    want_t, want_c = circular_sums_definition(frames.astype(np.float32), shifts, idx)
+    np.testing.assert_allclose(total, want_t + 2.0, rtol=1e-5, atol=1e-3)
+    np.testing.assert_array_equal(cover, want_c + 1.0)
+    # a whole-pixel shift is np.roll: the content wrapped, none lost
+    one, c1 = np.zeros(shape[1:]), np.zeros(shape[1:])
+    add_shifted(one, c1, frames[[4]].astype(np.float32), [(2.0, -3.0)], circular=True)
+    np.testing.assert_allclose(one, np.roll(frames[4], (2, -3), axis=(0, 1)), atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 5, 7), (70, 37, 30)])
+def test_gpu_add_shifted_circularly_matches_the_cpu(rng, shape):
+    """The circular sums on the GPU (cuFFT, float32) against the CPU's and scipy's: odd sizes
+    under a warp, more frames than a GPU batch, NaN pixels."""
+    import cupy as cp
+
+    from xcorr_app.alignment.warp._warp import add_shifted
+
+    n, h, w = shape
+    frames = (rng.random(shape) * 250).astype(np.float32)
+    frames[0, h // 2, w // 2] = np.nan
+    idx = np.arange(n)[::-1][: max(1, n - 1)]
+    shifts = rng.uniform(-3, 3, (len(idx), 2))
+    start_t, start_c = rng.random((h, w)), rng.random((h, w))  # it adds to what is there
+    want_t, want_c = start_t.copy(), start_c.copy()
+    add_shifted(want_t, want_c, frames, shifts, idx, circular=True)
+    got_t, got_c = cp.asarray(start_t), cp.asarray(start_c)
+    add_shifted(got_t, got_c, cp.asarray(frames), cp.asarray(shifts), idx, circular=True)
+    scale = np.abs(want_t).max()
+    np.testing.assert_allclose(got_t.get(), want_t, atol=2e-6 * scale)
+    np.testing.assert_allclose(got_c.get(), want_c, rtol=1e-15)
+    loop_t, _ = circular_sums_definition(frames, shifts, idx)
+    np.testing.assert_allclose(got_t.get() - start_t, loop_t, atol=2e-6 * scale)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(3, 5, 7), (9, 37, 301), (4, 20, 13)])
 @pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64, np.int32])

@@ -78,9 +78,10 @@ class TemplateAccumulator:
     2.0
     """
 
-    def __init__(self, xp, frame_shape, min_confidence=None):
+    def __init__(self, xp, frame_shape, min_confidence=None, circular=False):
         self.xp = xp
         self.min_confidence = min_confidence
+        self.circular = circular  # wrap-around frames: moved circularly (add_shifted)
         self.total = xp.zeros(frame_shape, xp.float64)
         self.coverage = xp.zeros(frame_shape, xp.float64)
         self._done = None  # GPU: the event after the last chunk's sums
@@ -99,7 +100,7 @@ class TemplateAccumulator:
         block = backend.to_numpy(block)
         keep = np.flatnonzero(kept_rows(block, np, self.min_confidence))
         add_shifted(self.total, self.coverage, frames,
-                    block[keep, c["dy"]:c["dx"] + 1], keep)
+                    block[keep, c["dy"]:c["dx"] + 1], keep, self.circular)
         if xp is not np:
             self._done = xp.cuda.get_current_stream().record()
 
@@ -139,11 +140,12 @@ class TemplateSums:
     sums its kept frames (:class:`TemplateAccumulator`); the pipeline adds the ranges' sums
     up in frame order.  Plain values, so it travels to other processes."""
 
-    def __init__(self, min_confidence=None):
+    def __init__(self, min_confidence=None, circular=False):
         self.min_confidence = min_confidence
+        self.circular = circular
 
     def make(self, xp, frame_shape, start):
-        return TemplateAccumulator(xp, frame_shape, self.min_confidence)
+        return TemplateAccumulator(xp, frame_shape, self.min_confidence, self.circular)
 
     @staticmethod
     def result(hook):

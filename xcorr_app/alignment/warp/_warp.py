@@ -33,6 +33,8 @@ WARP_SUM = KernelFamily("warp_shift.cu", "warp_sum",
 MAX_GRID = 65535
 #: frames warped at once by :func:`add_shifted` on the CPU (its temporaries)
 SUM_BATCH = 8
+#: frames moved circularly at once by :func:`add_shifted` on the GPU (their spectra)
+CIRCULAR_GPU_BATCH = 64
 
 
 def check_fill(fill):
@@ -123,11 +125,15 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
         return xp.where(edge, out + (1 - weight) * np.float32(fill), out)
 
 
-def add_shifted(total, coverage, frames, shifts, idx=None):
+def add_shifted(total, coverage, frames, shifts, idx=None, circular=False):
     """Add the frames ``idx`` (default all) of ``frames`` ``(N, H, W)``, each shifted by its
     row of ``shifts`` ``(len(idx), 2)`` (:func:`shift_frames`, bilinear, fill 0; non-finite
     pixels count as 0), to ``total`` ``(H, W)`` float64, and the same shift of a frame of
     ones to ``coverage``: the sums of a template (in place, on their device).
+
+    ``circular``: wrap-around frames, each moved circularly by the Fourier phase of its shift
+    (nothing leaves the frame, so every pixel is covered once per frame): a bilinear shift
+    would smooth the template and leave its edges to the first frame.
 
     On the GPU one kernel (``kernels/alignment/warp_shift.cu`` ``warp_sum``: the float32 operations
     of the lines below, summed in float64 in frame order; the CPU sums batches pairwise, so the
@@ -144,6 +150,9 @@ def add_shifted(total, coverage, frames, shifts, idx=None):
         raise InputError(f"{len(shifts)} shifts for {len(idx)} frames")
     if not len(idx):
         return
+    if circular:
+        _add_circular(total, coverage, frames, idx, shifts)
+        return
     if is_cupy_array(total):
         _add_shifted_gpu(total, coverage, frames, idx, shifts)
         return
@@ -153,6 +162,17 @@ def add_shifted(total, coverage, frames, shifts, idx=None):
         s = shifts[a:a + SUM_BATCH]
         total += shift_frames(f, s).sum(axis=0, dtype=np.float64)
         coverage += shift_frames(np.ones_like(f), s).sum(axis=0, dtype=np.float64)
+
+
+def _add_circular(total, coverage, frames, idx, shifts):
+    xp = array_module_of(total)
+    batch = SUM_BATCH if xp is np else CIRCULAR_GPU_BATCH
+    for a in range(0, len(idx), batch):
+        f = xp.asarray(frames[to_xp(idx[a:a + batch], xp)]).astype(xp.float32)
+        f = xp.where(xp.isfinite(f), f, xp.float32(0))
+        s = to_xp(shifts[a:a + batch], xp)
+        total += _shift_fourier(f, s, 0.0, xp, wrap=True).sum(axis=0, dtype=xp.float64)
+        coverage += len(f)
 
 
 def _add_shifted_gpu(total, coverage, frames, idx, shifts):
@@ -202,13 +222,15 @@ def _shift_bilinear_gpu(frames, shifts, fill):
     return out
 
 
-def _shift_fourier(frames, shifts, fill, xp):
+def _shift_fourier(frames, shifts, fill, xp, wrap=False):
     n, h, w = frames.shape
     ky = xp.fft.fftfreq(h)[None, :, None]
     kx = xp.fft.fftfreq(w)[None, None, :]
     ramp = xp.exp(-2j * np.pi * (ky * shifts[:, 0, None, None] + kx * shifts[:, 1, None, None]))
     fft = fft_of(xp)
     out = fft.ifft2(fft.fft2(frames) * ramp.astype(xp.complex64)).real.astype(xp.float32)
+    if wrap:  # (moved circularly: what leaves one edge comes in at the other)
+        return out
     ys = xp.arange(h)[None, :, None] - shifts[:, 0, None, None]
     xs = xp.arange(w)[None, None, :] - shifts[:, 1, None, None]
     inside = (ys > -1) & (ys < h) & (xs > -1) & (xs < w)  # the source lies in the frame
