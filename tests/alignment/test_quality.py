@@ -74,3 +74,85 @@ def test_cpu_and_gpu_reports_agree(planted):
         np.testing.assert_allclose(getattr(gpu, name), getattr(cpu, name), atol=1e-4,
                                    err_msg=name)
     assert (gpu.flagged == cpu.flagged).all()
+
+
+# ------------------------------------------------------------------------ per patch region
+
+@pytest.fixture(scope="module")
+def planted_patches():
+    """A deforming stack (3x3 patches) with one patch region blurred (frame 4, patch 0,0),
+    one blank (frame 7, patch 2,1) and one scrambled (frame 9, patch 1,2); the grid's
+    patch starts and size from a run on the clean stack."""
+    from xcorr_app.bench._align_data import nonrigid_stack
+
+    frames = nonrigid_stack(np.random.default_rng(3), 12, (160, 160), 5.0, 2.0, 400.0,
+                            "coins")[0].astype(np.float32)
+    clean = align(frames, device="cpu", patches="3x3", max_shift=8, quality=False)
+    ph, pw = clean.settings["patches"]["size"]
+    starts = np.rint(clean.patch_centres - (np.array([ph, pw]) - 1) / 2).astype(int)
+
+    def region(r, c):
+        y, x = starts[r, c]
+        return slice(y, y + ph), slice(x, x + pw)
+
+    bad = frames.copy()
+    ys, xs = region(0, 0)
+    bad[4, ys, xs] = ndi.gaussian_filter(bad[4, ys, xs], 8)
+    ys, xs = region(2, 1)
+    bad[7, ys, xs] = bad[7, ys, xs].mean()
+    ys, xs = region(1, 2)
+    part = bad[9, ys, xs]
+    bad[9, ys, xs] = np.random.default_rng(1).permutation(part.ravel()).reshape(part.shape)
+    return bad, {(4, 0, 0), (7, 2, 1), (9, 1, 2)}
+
+
+def _neighbours(planted):
+    """The planted regions and the patches that overlap them (the 8 around each)."""
+    return {(f, r + dr, c + dc) for f, r, c in planted for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
+
+
+def test_planted_bad_patch_regions_are_flagged_and_others_are_not(planted_patches):
+    frames, planted = planted_patches
+    q = align(frames, device="cpu", patches="3x3", max_shift=8).quality
+    flagged = {tuple(v) for v in np.argwhere(q.patch_flagged).tolist()}
+    assert planted <= flagged, q.summary()["patches"]
+    assert flagged <= _neighbours(planted), q.summary()["patches"]
+    assert not q.flagged[4]  # the blurred patch: its frame as a whole still correlates well
+    for f, r, c in planted:  # each well below the same patch in the other frames
+        assert q.patch_after[f, r, c] < np.median(q.patch_after[:, r, c]) - 0.03
+    good = np.setdiff1d(np.arange(len(frames)), [4, 7, 9])
+    assert np.abs(q.patch_residual[good]).max() < 0.2
+    # the frames are judged as the field warps them: better than their rigid shifts
+    rigid = align(frames, device="cpu", max_shift=8).quality
+    assert np.median(q.after[good]) > np.median(rigid.after[good])
+
+
+def test_patch_regions_travel_into_shifts_json_and_the_npz(planted_patches, tmp_path):
+    frames, planted = planted_patches
+    path = write_stack(tmp_path / "p.tif", np.clip(frames, 0, None).astype(np.uint16))
+    res = xcorr("align", path, "--patches", "3x3", "--max-shift", "8", "--device", "cpu",
+                "--no-aligned", "-q", "--out", tmp_path / "o")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "o" / "shifts.json").read_text())
+    patches = doc["summary"]["quality"]["patches"]
+    listed = {tuple(v) for v in patches["worse"] + patches["poor"]}
+    assert planted <= listed
+    assert np.array(patches["correlation_after_median"]).shape == (3, 3)
+    assert doc["frames"][4]["patches_worse"] + doc["frames"][4]["patches_poor"] >= 1
+    assert doc["frames"][0]["patches_worse"] == doc["frames"][0]["patches_poor"] == 0
+    npz = np.load(tmp_path / "o" / "motion_field.npz")
+    assert npz["quality_after"].shape == (len(frames), 3, 3)
+    assert npz["quality_residual"].shape == (len(frames), 3, 3, 2)
+    assert all(npz["quality_flag"][f, r, c] > 0 for f, r, c in planted)
+
+
+@pytest.mark.gpu
+def test_cpu_and_gpu_patch_reports_agree(planted_patches):
+    frames, _ = planted_patches
+    cpu = align(frames, device="cpu", patches="3x3", max_shift=8).quality
+    gpu = align(frames, device="gpu", patches="3x3", max_shift=8).quality
+    for name in ("before", "after", "residual", "patch_before", "patch_after",
+                 "patch_residual"):
+        np.testing.assert_allclose(getattr(gpu, name), getattr(cpu, name), atol=1e-4,
+                                   err_msg=name)
+    assert (gpu.patch_flagged == cpu.patch_flagged).all()

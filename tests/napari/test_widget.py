@@ -5,12 +5,20 @@ import numpy as np
 import pytest
 
 import xcorr_app
-from conftest import wait_for
+from qt_helpers import wait_for
 from synthetic import drift_stack
 from xcorr_app.napari import _widget
 from xcorr_app.napari._widget import AlignWidget
 
 OPTIONS = {"max_shift": 10, "device": "cpu"}
+
+
+@pytest.fixture
+def viewer():
+    """A ``ViewerModel``: the viewer without a canvas."""
+    from napari.components import ViewerModel
+
+    return ViewerModel()
 
 
 @pytest.fixture

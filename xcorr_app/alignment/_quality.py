@@ -16,6 +16,12 @@ variance: a drift blurs the mean) and the correlation's distribution.  A frame i
 alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_LIMIT` px, or
 it could not be measured at all.
 
+Piecewise-rigid runs (patches) are judged as their output is made: every frame warped by its
+motion field (not its rigid shift), on the area every patch shift covers; and the same figures
+and flags per patch region (:class:`_PatchQuality`: each patch of the grid, the frame's
+before and after against the template's, its residual, flagged against the same patch in the
+other frames), so that a region the field did not fix shows where the frame's whole does not.
+
 Examples
 --------
 >>> import numpy as np
@@ -38,7 +44,7 @@ import numpy as np
 from .. import backend
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
-from .piecewise import common_area
+from .piecewise import common_area, field_weights, warp_chunk
 from .warp import shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "RESIDUAL_LIMIT"]
@@ -59,7 +65,9 @@ MIN_SIDE = 8
 class QualityReport:
     """Per frame ``before``, ``after`` (correlation with the template), ``residual`` (N, 2) px,
     ``worse`` and ``poor`` flags; for the run the mean image's ``sharpness_before`` and
-    ``sharpness_after`` and the ``area`` ``(y0, y1, x0, x1)`` measured on."""
+    ``sharpness_after`` and the ``area`` ``(y0, y1, x0, x1)`` measured on.  Piecewise runs
+    also per patch region: ``patch_before``, ``patch_after``, ``patch_worse``, ``patch_poor``
+    (N, gy, gx) and ``patch_residual`` (N, gy, gx, 2); None otherwise."""
 
     before: np.ndarray
     after: np.ndarray
@@ -69,10 +77,20 @@ class QualityReport:
     sharpness_before: float
     sharpness_after: float
     area: tuple
+    patch_before: np.ndarray = None
+    patch_after: np.ndarray = None
+    patch_residual: np.ndarray = None
+    patch_worse: np.ndarray = None
+    patch_poor: np.ndarray = None
 
     @property
     def flagged(self) -> np.ndarray:
         return self.worse | self.poor
+
+    @property
+    def patch_flagged(self):
+        """(N, gy, gx): patch regions flagged worse or poor (None without patches)."""
+        return None if self.patch_after is None else self.patch_worse | self.patch_poor
 
     def summary(self) -> dict:
         """The run's figures (``shifts.json``'s ``quality``)."""
@@ -85,43 +103,92 @@ class QualityReport:
                 if np.isfinite(self.residual).any() else None,
                 "worse_frames": np.flatnonzero(self.worse).tolist(),
                 "poor_frames": np.flatnonzero(self.poor).tolist(),
-                "area": list(self.area)}
+                "area": list(self.area),
+                **({} if self.patch_after is None else {"patches": self._patch_summary()})}
+
+    def _patch_summary(self) -> dict:
+        """Per patch region the median correlation after alignment (gy x gx), and the
+        ``[frame, row, column]`` of every patch region flagged worse or poor."""
+        after = np.where(np.isfinite(self.patch_after), self.patch_after, np.nan)
+        seen = np.isfinite(after).any(axis=0)
+        median = np.full(after.shape[1:], np.nan)
+        median[seen] = np.nanmedian(after[:, seen], axis=0)
+        return {"correlation_after_median": [[None if not np.isfinite(v) else float(v)
+                                              for v in row] for row in median],
+                "worse": np.argwhere(self.patch_worse).tolist(),
+                "poor": np.argwhere(self.patch_poor & ~self.patch_worse).tolist()}
 
     def records(self) -> list:
-        """One dict a frame (``shifts.json``'s frames)."""
-        return [{"correlation_before": float(b), "correlation_after": float(a),
-                 "residual_dy": float(r[0]), "residual_dx": float(r[1]),
-                 "quality_flag": "worse" if w else "poor" if p else ""}
-                for b, a, r, w, p in zip(self.before, self.after, self.residual, self.worse,
-                                         self.poor)]
+        """One dict a frame (``shifts.json``'s frames; piecewise runs: how many of the frame's
+        patch regions are flagged worse and poor)."""
+        out = [{"correlation_before": float(b), "correlation_after": float(a),
+                "residual_dy": float(r[0]), "residual_dx": float(r[1]),
+                "quality_flag": "worse" if w else "poor" if p else ""}
+               for b, a, r, w, p in zip(self.before, self.after, self.residual, self.worse,
+                                        self.poor)]
+        if self.patch_after is not None:
+            worse = self.patch_worse.reshape(len(out), -1)
+            poor = self.patch_poor.reshape(len(out), -1) & ~worse
+            for rec, w, p in zip(out, worse.sum(axis=1), poor.sum(axis=1)):
+                rec.update(patches_worse=int(w), patches_poor=int(p))
+        return out
 
 
-def measure_quality(opts, shifts, executor, frame_shape, template):
+def measure_quality(opts, shifts, executor, frame_shape, template, patches=None):
     """The :class:`QualityReport` of a run's ``shifts`` (N, 2) against ``template`` (the image
     the run's last pass measured against, as it came: the first frame, the mean, the refined
-    template), its frames read once more through ``executor`` (its ranges, where it reads)."""
+    template), its frames read once more through ``executor`` (its ranges, where it reads).
+    ``patches``: a piecewise run's ``(motion_field, patch_centres, patch_size)``, by which its
+    frames are warped, and the per-patch figures."""
     shifts = np.asarray(shifts, np.float64)
-    area = _area(shifts, frame_shape)
-    y0, y1, x0, x1 = area
+    if patches is not None:
+        patches = (np.asarray(patches[0], np.float64), np.asarray(patches[1], np.float64),
+                   tuple(int(v) for v in patches[2]))
+    area = _area(shifts if patches is None else patches[0].reshape(-1, 2), frame_shape)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
-    t = executor.xp.asarray(template, executor.xp.float32)[y0:y1, x0:x1]
+    t = executor.xp.asarray(template, executor.xp.float32)
     part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
-                             template=executor.portable(t))
+                             template=executor.portable(t), patches=patches)
     parts = executor.map(part, None)
     rows = np.concatenate([p[0] for p in parts])
     raw, aligned = (sum(p[k] for p in parts) for k in (1, 2))
     kept = sum(p[3] for p in parts)
-    before, after, residual = rows[:, 0], rows[:, 1], rows[:, 2:4]
+    worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
+    report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor,
+                           _sharpness(raw / max(len(shifts), 1)),
+                           _sharpness(aligned / kept) if kept else float("nan"), area)
+    if patches is not None:
+        grid = patches[1].shape[:2]
+        prow = np.concatenate([p[4] for p in parts])  # (N, P, 4)
+        pworse, ppoor = _flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
+        n = len(prow)
+        report.patch_before, report.patch_after = (prow[..., k].reshape(n, *grid)
+                                                   for k in (0, 1))
+        report.patch_residual = prow[..., 2:4].reshape(n, *grid, 2)
+        report.patch_worse, report.patch_poor = (f.reshape(n, *grid) for f in (pworse, ppoor))
+    return report
+
+
+def _flags(before, after, residual):
+    """``(worse, poor)`` of rows (N,) or patch regions (N, P): worse where alignment lowered
+    the correlation; poor where it is an outlier below the others' (of the same region), the
+    residual is large, or nothing could be measured."""
     finite = np.isfinite(after)
-    med = np.median(after[finite]) if finite.any() else np.nan
-    mad = 1.4826 * np.median(np.abs(after[finite] - med)) if finite.any() else np.nan
-    low = after < med - max(POOR_DEVIATIONS * mad, POOR_DROP)
-    off = (np.abs(residual) > RESIDUAL_LIMIT).any(axis=1)
-    poor = ~finite | ~np.isfinite(residual).all(axis=1) | low | off
+    columns = after.reshape(len(after), -1)  # (a region a column; frames: one)
+    med = np.full(columns.shape[1], np.nan)
+    mad = np.full(columns.shape[1], np.nan)
+    seen = np.isfinite(columns).any(axis=0)
+    if seen.any():
+        kept = columns[:, seen]
+        med[seen] = np.nanmedian(kept, axis=0)
+        mad[seen] = 1.4826 * np.nanmedian(np.abs(kept - med[seen]), axis=0)
+    bound = (med - np.maximum(POOR_DEVIATIONS * mad, POOR_DROP)).reshape(after.shape[1:])
+    with np.errstate(invalid="ignore"):
+        low = after < bound
+        off = (np.abs(residual) > RESIDUAL_LIMIT).any(axis=-1)
+    poor = ~finite | ~np.isfinite(residual).all(axis=-1) | low | off
     worse = finite & np.isfinite(before) & (after < before - WORSE_BY)
-    return QualityReport(before, after, residual, worse, poor,
-                         _sharpness(raw / max(len(shifts), 1)),
-                         _sharpness(aligned / kept) if kept else float("nan"), area)
+    return worse, poor
 
 
 def _area(shifts, frame_shape):
@@ -145,22 +212,35 @@ def _aligned(frames, shifts, xp, area):
             xp.ascontiguousarray(g[:, y0:y1, x0:x1]))
 
 
-def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk):
+def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
+               patches=None):
     """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``, and the
     float64 sums of those frames as they came and aligned (those with a shift) with their
-    count (host arrays).  Frames are streamed as a pass streams them (on the GPU: pinned
-    copies on two streams, overlapped with the work)."""
-    t = xp.asarray(template, xp.float32)
+    count (host arrays); with ``patches``, also those rows per patch region (n, P, 4).  Frames
+    are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
+    with the work)."""
+    y0, y1, x0, x1 = area
+    whole = xp.asarray(template, xp.float32)
+    t = xp.ascontiguousarray(whole[y0:y1, x0:x1])
     prepare = dataclasses.replace(opts, window="none").preparer(xp, t.shape)
     fit = _Residual(prepare(t[None]).frames[0], xp)
+    regions = None if patches is None else _PatchQuality(whole, patches, opts, xp)
     sums = _Sums(xp, t.shape)
-    out = []
+    out, out_patches = [], []
+    ok_of = (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)) if patches is None else \
+        (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)
+         & np.isfinite(patches[0][a:b]).all(axis=(1, 2, 3)))
     with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
-            f, g = _aligned(frames, shifts[a:b], xp, area)
-            ok = xp.asarray(np.isfinite(shifts[a:b]).all(axis=1))
+            ok = xp.asarray(ok_of(a, b))
+            if regions is None:
+                f, g = _aligned(frames, shifts[a:b], xp, area)
+            else:
+                full, warped = regions.aligned(frames, a, b)
+                f, g = (xp.ascontiguousarray(v[:, y0:y1, x0:x1]) for v in (full, warped))
+                out_patches.append(regions.rows(full, warped, ok))
             sums.add(f, g, ok)
             before, after = _zncc(f, t, xp), _zncc(g, t, xp)
             p = prepare(g)
@@ -173,7 +253,104 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     rows = np.concatenate([backend.to_numpy(r).astype(np.float64) for r in out]) if out \
         else np.zeros((0, 4))
     raw, aligned = sums.result()
-    return rows, raw, aligned, int(np.isfinite(shifts[start:stop]).all(axis=1).sum())
+    counted = int(ok_of(start, stop).sum())
+    if regions is None:
+        return rows, raw, aligned, counted
+    per_patch = np.concatenate([backend.to_numpy(r).astype(np.float64) for r in out_patches]) \
+        if out_patches else np.zeros((0, len(regions.starts), 4))
+    return rows, raw, aligned, counted, per_patch
+
+
+class _PatchQuality:
+    """The per-patch-region figures of a piecewise run: each frame warped by its motion field
+    (``patches``: ``(field (N, gy, gx, 2), centres (gy, gx, 2), size (ph, pw))``, the warp of
+    the run's output), then, on each patch of the grid, its correlation before and after with
+    the template's same patch and its residual (:class:`_Residual`'s Gauss-Newton step, on the
+    patches prepared as frames): a few batched products a chunk, every patch at once."""
+
+    def __init__(self, template, patches, opts, xp):
+        field, centres, size = patches
+        self.xp, self.field, self.size = xp, field, size
+        half = (np.asarray(size, np.float64) - 1) / 2.0
+        self.starts = np.rint(np.asarray(centres).reshape(-1, 2) - half).astype(np.int64)
+        self.weights = field_weights(centres, template.shape, xp)
+        self.prepare = dataclasses.replace(opts, window="none").preparer(xp, size)
+        tp = self.cut(template[None])[0]  # (P, ph, pw)
+        k = size[0] * size[1]
+        self.t = tp.reshape(len(tp), k) - tp.reshape(len(tp), k).mean(axis=1, keepdims=True)
+        self.t_norm2 = xp.square(self.t.astype(xp.float64)).sum(axis=1)
+        self.fit = _PatchResidual(self.prepare(tp).frames, xp)
+
+    def cut(self, frames):
+        """``(n, P, ph, pw)``: every patch region of every frame."""
+        ph, pw = self.size
+        return self.xp.stack([frames[:, y:y + ph, x:x + pw] for y, x in self.starts], axis=1)
+
+    def aligned(self, frames, a, b):
+        """The chunk's frames (float32) as they came and warped by their fields (frames
+        without a field: as they came)."""
+        xp = self.xp
+        full = xp.asarray(frames).astype(xp.float32)
+        fld = self.field[a:b]
+        fld = np.where(np.isfinite(fld), fld, 0.0)
+        return full, warp_chunk(full, xp.asarray(fld), self.weights)
+
+    def rows(self, full, warped, ok):
+        """``(n, P, 4)``: before, after, residual dy, dx of every patch region."""
+        xp = self.xp
+        n, (ph, pw), np_ = len(full), self.size, len(self.starts)
+        before = self._zncc(self.cut(full).reshape(n, np_, -1))
+        moved = self.cut(warped)
+        after = self._zncc(moved.reshape(n, np_, -1))
+        p = self.prepare(moved.reshape(n * np_, ph, pw))
+        usable = (p.finite & ~p.constant).reshape(n, np_) & ok[:, None]
+        residual = xp.where(usable[..., None], self.fit(p.frames.reshape(n, np_, -1)), xp.nan)
+        after = xp.where(ok[:, None], after, xp.nan)
+        return xp.concatenate([before[..., None], after[..., None], residual], axis=2)
+
+    def _zncc(self, patches):
+        """(n, P): each patch region's zero-normalized correlation with the template's."""
+        xp = self.xp
+        f = patches - patches.mean(axis=2, keepdims=True)
+        num = xp.matmul(f.transpose(1, 0, 2), self.t[:, :, None])[..., 0].T.astype(xp.float64)
+        den = xp.sqrt(xp.square(f).sum(axis=2, dtype=xp.float64) * self.t_norm2[None])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
+
+
+class _PatchResidual:
+    """:class:`_Residual` for every patch region at once: ``templates`` (P, ph, pw) prepared;
+    called with the prepared patches (n, P, K), it gives (n, P, 2) px (NaN for a patch whose
+    template has no gradient to fit along)."""
+
+    def __init__(self, templates, xp):
+        self.xp = xp
+        t = templates.astype(xp.float64)
+        t = t - t.mean(axis=(1, 2), keepdims=True)
+        norm = xp.sqrt(xp.square(t).sum(axis=(1, 2), keepdims=True))
+        t = t / xp.maximum(norm, 1e-300)
+        gy, gx = xp.gradient(t, axis=(1, 2))
+        p = len(t)
+        g = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
+        self.g = g.astype(xp.float32)
+        self.tg = xp.matmul(t.reshape(p, 1, -1).astype(xp.float32),
+                            self.g.transpose(0, 2, 1))[:, 0].astype(xp.float64)  # (P, 2)
+        h = backend.to_numpy(xp.matmul(g, g.transpose(0, 2, 1)))  # (P, 2, 2) float64
+        det = np.linalg.det(h)
+        inv = np.full_like(h, np.nan)
+        good = det > 0
+        inv[good] = np.linalg.inv(h[good])
+        self.inverse = xp.asarray(inv)
+
+    def __call__(self, patches):
+        xp = self.xp
+        f = patches - patches.mean(axis=2, keepdims=True)
+        norm = xp.sqrt(xp.square(f).sum(axis=2, dtype=xp.float64))  # (n, P)
+        proj = xp.matmul(f.transpose(1, 0, 2), self.g.transpose(0, 2, 1))  # (P, n, 2)
+        proj = proj.transpose(1, 0, 2).astype(xp.float64)
+        b = proj / xp.where(norm > 0, norm, 1.0)[..., None] - self.tg[None]
+        step = xp.matmul(b.transpose(1, 0, 2), self.inverse.transpose(0, 2, 1))  # (P, n, 2)
+        return xp.where((norm > 0)[..., None], -step.transpose(1, 0, 2), xp.nan)
 
 
 class _Sums:

@@ -86,7 +86,10 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
         if opts.quality:  # (the frames read again: the report trusts no shift it checks)
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
-            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image)
+            patches = None if res.motion_field is None else \
+                (res.motion_field, res.patch_centres, res.settings["patches"]["size"])
+            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image,
+                                          patches)
     executor.finish()
     return res
 

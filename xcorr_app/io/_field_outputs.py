@@ -54,7 +54,10 @@ def write_motion_field(path, result) -> None:
     shift ``(dy, dx)``, align's sign: rigid plus deviation), ``deviation`` (the field minus the
     rigid shift), ``rigid`` ``(frames, 2)``, ``centres`` ``(gy, gx, 2)`` (patch centres
     ``(y, x)`` in pixels), ``confidence`` and ``low`` ``(frames, gy, gx)`` (patches that took
-    their neighbours' median), ``patch_size`` and ``max_deviation``."""
+    their neighbours' median), ``patch_size`` and ``max_deviation``; with the quality report,
+    per patch region ``quality_before``, ``quality_after`` ``(frames, gy, gx)`` (correlation
+    with the template), ``quality_residual`` ``(frames, gy, gx, 2)`` px and ``quality_flag``
+    (0: fine, 1: worse, 2: poor)."""
     settings = getattr(result, "settings", None) or {}
     grid = settings.get("patches") or {}
     arrays = {"field": np.asarray(result.motion_field, np.float64),
@@ -65,6 +68,12 @@ def write_motion_field(path, result) -> None:
               "low": np.asarray(result.patch_low, bool),
               "patch_size": np.asarray(grid.get("size", []), np.int64),
               "max_deviation": np.asarray(grid.get("max_deviation", -1), np.int64)}
+    q = getattr(result, "quality", None)
+    if q is not None and q.patch_after is not None:
+        arrays.update(quality_before=q.patch_before, quality_after=q.patch_after,
+                      quality_residual=q.patch_residual,
+                      quality_flag=np.where(q.patch_worse, 1, np.where(q.patch_poor, 2, 0)
+                                            ).astype(np.int8))
     with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file: savez adds no suffix
         np.savez_compressed(f, **arrays)
 

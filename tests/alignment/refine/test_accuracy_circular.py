@@ -9,7 +9,6 @@ correlation's own whole-pixel peak, and places the peak between the upsampled sa
 every frame is measured again against a template of the frames moved circularly.
 """
 
-import numpy as np
 import pytest
 from skimage.registration import phase_cross_correlation
 

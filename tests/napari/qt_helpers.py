@@ -1,13 +1,10 @@
-"""The plugin's tests need napari and Qt (``pip install 'xcorr-app[napari]'``); without them
-this folder is skipped.  Widgets are made offscreen (no display: the checkout's
-``conftest.py``) on a ``ViewerModel`` (no canvas)."""
+"""Helpers of the plugin's tests: the Qt event loop run until a widget's worker is done (Qt
+offscreen where there is no display: the checkout's ``conftest.py``).  A module, not a ``conftest.py``: a second ``conftest`` on
+``sys.path`` shadowed the tests' own (``from conftest import poisoned`` failed wherever napari
+was installed).  The checkout's ``conftest.py`` leaves this folder out without napari and Qt
+(``pip install 'xcorr-app[napari]'``)."""
 
 import time
-
-import pytest
-
-pytest.importorskip("napari", reason="the napari extra is not installed")
-pytest.importorskip("qtpy", reason="the napari extra is not installed (no Qt binding)")
 
 
 def wait_for(widget, worker, timeout=60.0):
@@ -21,10 +18,3 @@ def wait_for(widget, worker, timeout=60.0):
         QApplication.processEvents()
         assert time.monotonic() < end, "the worker did not finish"
         time.sleep(0.005)
-
-
-@pytest.fixture
-def viewer():
-    from napari.components import ViewerModel
-
-    return ViewerModel()
