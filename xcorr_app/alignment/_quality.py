@@ -42,6 +42,7 @@ import functools
 import numpy as np
 
 from .. import backend
+from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
 from .piecewise import common_area, field_weights, warp_chunk
@@ -59,6 +60,13 @@ POOR_DROP = 0.03
 WORSE_BY = 0.01
 #: the least common area (px per side) the report is measured on; else the whole frame
 MIN_SIDE = 8
+#: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
+#: the most blocks a frame (each warp then takes every (blocks * 8)-th row of the area)
+MOMENT_THREADS = 256
+MOMENT_BLOCKS = 64
+AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
+                            [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
+                             for j in (1, 2)])
 
 
 @dataclasses.dataclass
@@ -151,15 +159,18 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
                              template=executor.portable(t), patches=patches)
     parts = executor.map(part, None)
     rows = np.concatenate([p[0] for p in parts])
-    raw, aligned = (sum(p[k] for p in parts) for k in (1, 2))
-    kept = sum(p[3] for p in parts)
+    if len(parts) == 1:  # (the part measured the mean images' sharpness where they lay)
+        sharpness = parts[0][1]
+    else:
+        raw, aligned = (sum(p[1][k] for p in parts) for k in (0, 1))
+        kept = sum(p[2] for p in parts)
+        sharpness = (_sharpness(raw / max(len(shifts), 1)),
+                     _sharpness(aligned / kept) if kept else float("nan"))
     worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
-    report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor,
-                           _sharpness(raw / max(len(shifts), 1)),
-                           _sharpness(aligned / kept) if kept else float("nan"), area)
+    report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharpness, area)
     if patches is not None:
         grid = patches[1].shape[:2]
-        prow = np.concatenate([p[4] for p in parts])  # (N, P, 4)
+        prow = np.concatenate([p[3] for p in parts])  # (N, P, 4)
         pworse, ppoor = _flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
         n = len(prow)
         report.patch_before, report.patch_after = (prow[..., k].reshape(n, *grid)
@@ -203,10 +214,16 @@ def _area(shifts, frame_shape):
 
 
 def _aligned(frames, shifts, xp, area):
-    """The chunk's frames as they came and aligned, float32, cut to ``area`` (contiguous)."""
+    """The chunk's frames as they came and aligned, float32, cut to ``area`` (contiguous); on
+    the GPU the shift reads the pixels as they are, and only the area is converted."""
     y0, y1, x0, x1 = area
-    f = xp.asarray(frames).astype(xp.float32)
     s = xp.asarray(np.where(np.isfinite(shifts), shifts, 0.0))
+    if xp is not np:
+        frames = xp.asarray(frames)
+        g = shift_frames(frames, s)
+        f = xp.ascontiguousarray(frames[:, y0:y1, x0:x1].astype(xp.float32))
+        return f, xp.ascontiguousarray(g[:, y0:y1, x0:x1])
+    f = xp.asarray(frames).astype(xp.float32)
     g = shift_frames(f, s)
     return (xp.ascontiguousarray(f[:, y0:y1, x0:x1]),
             xp.ascontiguousarray(g[:, y0:y1, x0:x1]))
@@ -214,18 +231,20 @@ def _aligned(frames, shifts, xp, area):
 
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
                patches=None):
-    """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``, and the
-    float64 sums of those frames as they came and aligned (those with a shift) with their
-    count (host arrays); with ``patches``, also those rows per patch region (n, P, 4).  Frames
-    are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
-    with the work)."""
+    """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``; the
+    sharpness of the mean of those frames as they came and aligned (those with a shift) where
+    they are the whole stack, else those means' float64 sums (host arrays), with the count of
+    the aligned ones; with ``patches``, also the rows per patch region (n, P, 4).  Frames are
+    streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped with
+    the work); nothing waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
     whole = xp.asarray(template, xp.float32)
-    t = xp.ascontiguousarray(whole[y0:y1, x0:x1])
-    prepare = dataclasses.replace(opts, window="none").preparer(xp, t.shape)
-    fit = _Residual(prepare(t[None]).frames[0], xp)
+    inside = xp.ascontiguousarray(whole[y0:y1, x0:x1])
+    t = _Centred(inside, xp)
+    prepare = dataclasses.replace(opts, window="none").preparer(xp, inside.shape)
+    fit = _Residual(prepare(inside[None]).frames[0], xp)
     regions = None if patches is None else _PatchQuality(whole, patches, opts, xp)
-    sums = _Sums(xp, t.shape)
+    sums = _Sums(xp, inside.shape)
     out, out_patches = [], []
     ok_of = (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)) if patches is None else \
         (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)
@@ -234,15 +253,16 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
-            ok = xp.asarray(ok_of(a, b))
+            host_ok = ok_of(a, b)
+            ok = xp.asarray(host_ok)
             if regions is None:
                 f, g = _aligned(frames, shifts[a:b], xp, area)
             else:
                 full, warped = regions.aligned(frames, a, b)
                 f, g = (xp.ascontiguousarray(v[:, y0:y1, x0:x1]) for v in (full, warped))
                 out_patches.append(regions.rows(full, warped, ok))
-            sums.add(f, g, ok)
-            before, after = _zncc(f, t, xp), _zncc(g, t, xp)
+            sums.add(f, g, None if host_ok.all() else ok)
+            before, after = t.zncc(f), t.zncc(g)
             p = prepare(g)
             usable = p.finite & ~p.constant & ok
             residual = xp.where(usable[:, None], fit(p.frames), xp.nan)
@@ -250,15 +270,19 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             out.append(xp.concatenate([before[:, None], after[:, None], residual], axis=1))
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
-    rows = np.concatenate([backend.to_numpy(r).astype(np.float64) for r in out]) if out \
-        else np.zeros((0, 4))
-    raw, aligned = sums.result()
     counted = int(ok_of(start, stop).sum())
-    if regions is None:
-        return rows, raw, aligned, counted
-    per_patch = np.concatenate([backend.to_numpy(r).astype(np.float64) for r in out_patches]) \
-        if out_patches else np.zeros((0, len(regions.starts), 4))
-    return rows, raw, aligned, counted, per_patch
+    rows = backend.to_numpy(xp.concatenate(out)).astype(np.float64) if out \
+        else np.zeros((0, 4))
+    if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
+        n = max(stop - start, 1)
+        means = (_sharpness(sums.raw / n),
+                 _sharpness(sums.aligned / counted) if counted else float("nan"))
+    else:
+        means = sums.result()
+    per_patch = None if regions is None else \
+        backend.to_numpy(xp.concatenate(out_patches)).astype(np.float64) if out_patches \
+        else np.zeros((0, len(regions.starts), 4))
+    return rows, means, counted, per_patch
 
 
 class _PatchQuality:
@@ -363,12 +387,14 @@ class _Sums:
         self.aligned = xp.zeros(shape, xp.float64)
         self._done = None
 
-    def add(self, f, g, ok):
+    def add(self, f, g, ok=None):
+        """Add a chunk: ``f`` as the frames came, ``g`` aligned, those of ``ok`` (None: all)."""
         xp = self.xp
         if self._done is not None:
             xp.cuda.get_current_stream().wait_event(self._done)
         self.raw += f.sum(axis=0, dtype=xp.float64)
-        self.aligned += (g * ok[:, None, None]).sum(axis=0, dtype=xp.float64)
+        self.aligned += (g if ok is None else g * ok[:, None, None]).sum(axis=0,
+                                                                         dtype=xp.float64)
         if xp is not np:
             self._done = xp.cuda.get_current_stream().record()
 
@@ -386,28 +412,76 @@ class _Residual:
         self.xp = xp
         t = template.astype(xp.float64)
         t = t - t.mean()
-        t = t / max(float(xp.sqrt((t * t).sum())), 1e-300)
+        t = t / xp.maximum(xp.sqrt((t * t).sum()), 1e-300)
         gy, gx = xp.gradient(t)
         self.g = xp.stack([gy.ravel(), gx.ravel()]).astype(xp.float32)  # (2, P)
         # the template's own projection: (t @ g.T), subtracted from each frame's
         self.tg = (t.astype(xp.float32).ravel() @ self.g.T).astype(xp.float64)
-        h = np.array([[float((gy * gy).sum()), float((gy * gx).sum())],
-                      [float((gy * gx).sum()), float((gx * gx).sum())]])
+        g64 = xp.stack([gy.ravel(), gx.ravel()])
+        h = backend.to_numpy(g64 @ g64.T)  # (the one wait of the template's figures)
         self.inverse = xp.asarray(np.linalg.inv(h)) if np.linalg.det(h) > 0 else None
+        self.shape = template.shape
+        self.g_total = self.g.sum(axis=1, dtype=xp.float64)  # (2,)
 
     def __call__(self, frames):
         xp = self.xp
         n = len(frames)
         if self.inverse is None:
             return xp.full((n, 2), xp.nan)
-        f = _centred(frames)
-        norm = xp.sqrt(backend.item_sums(xp.square(f)))
         # the error's projection on the template's gradient, through the normal equations:
         # ((f / norm - t) @ g.T), the division after the product (no scaled copy)
-        proj = (f.reshape(n, -1) @ self.g.T).astype(xp.float64)
+        if xp is not np:  # from the frames' moments (area_moments: one read)
+            s = area_moments(frames, self.g.reshape(2, *self.shape))
+            count = float(self.g.shape[1])
+            mean = s[:, :1] / count
+            norm = xp.sqrt(_spread(s, count, xp))
+            proj = s[:, 2:] - mean * self.g_total[None]
+        else:
+            f = _centred(frames)
+            norm = xp.sqrt(backend.item_sums(xp.square(f)))
+            proj = (f.reshape(n, -1) @ self.g.T).astype(xp.float64)
         b = proj / xp.where(norm > 0, norm, 1.0)[:, None] - self.tg[None]
         step = b @ self.inverse.T
         return xp.where((norm > 0)[:, None], -step, xp.nan)
+
+
+def area_moments(frames, refs, area=None):
+    """``(n, 2 + J)`` float64 CuPy: per frame of ``frames`` (n, h, w) over ``area`` ``(y0, y1,
+    x0, x1)`` (default the frame), the sums of v, v * v and v * ``refs[j]`` for the J (1 or 2)
+    float32 images ``refs`` (J, y1 - y0, x1 - x0), v each pixel as float32: one read of the
+    chunk (``kernels/alignment/quality_moments.cu``), the blocks' sums added up in a fixed
+    order."""
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    y0, y1, x0, x1 = area or (0, h, 0, w)
+    rows, cols = y1 - y0, x1 - x0
+    refs = cp.ascontiguousarray(refs, cp.float32)
+    j = len(refs)
+    if refs.shape != (j, rows, cols) or j not in (1, 2) or not (0 <= y0 < y1 <= h
+                                                                and 0 <= x0 < x1 <= w):
+        raise ValueError(f"area_moments: {j} references of {refs.shape[1:]} for the area "
+                         f"{(y0, y1, x0, x1)} of {h}x{w} frames")
+    warps = MOMENT_THREADS // 32
+    blocks = max(1, min(MOMENT_BLOCKS, -(-rows // (4 * warps))))
+    partial = cp.empty((n, blocks, 2 + j), cp.float64)
+    kernel = AREA_MOMENTS.get(c_type, j, MOMENT_THREADS)
+    for a in range(0, n, 65535):  # (the grid's y extent)
+        b = min(n, a + 65535)
+        kernel((blocks, b - a), (MOMENT_THREADS,),
+               (frames[a:b], np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
+                np.int32(rows), np.int32(cols), refs, partial[a:b]))
+    return partial.sum(axis=1)
+
+
+def _spread(moments, count, xp):
+    """Each frame's sum of squares about its mean from its moments (sum, sum of squares), 0
+    where it is within rounding of 0 (a constant frame: flat, as the CPU's centred frames are
+    exactly)."""
+    s1, s2 = moments[:, 0], moments[:, 1]
+    spread = s2 - s1 * s1 / count
+    return xp.where(spread > 1e-9 * xp.abs(s2), spread, 0.0)
 
 
 def _centred(frames):
@@ -417,27 +491,48 @@ def _centred(frames):
     return frames - mean[:, None, None]
 
 
-def _zncc(frames, template, xp):
-    """The zero-normalized correlation of each (contiguous) frame with the template (NaN where
-    flat): frames centred, a matrix-vector product and the frames' norms."""
-    n = len(frames)
-    f = _centred(frames)
-    t = template.reshape(-1).astype(xp.float32)
-    t = t - t.mean()
-    num = (f.reshape(n, -1) @ t).astype(xp.float64)
-    den = xp.sqrt(backend.item_sums(xp.square(f)) * float((t.astype(xp.float64) ** 2).sum()))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
+class _Centred:
+    """The template (area) centred, with its squared norm, kept on the device (no wait)."""
+
+    def __init__(self, template, xp):
+        self.xp, self.shape = xp, template.shape
+        t = template.reshape(-1).astype(xp.float32)
+        self.t = t - t.mean()
+        self.norm2 = xp.square(self.t.astype(xp.float64)).sum()
+        self.total = self.t.sum(dtype=xp.float64)  # (0 but for float32 rounding)
+
+    def zncc(self, frames):
+        """The zero-normalized correlation of each (contiguous) frame with the template (NaN
+        where flat): frames centred, a matrix-vector product and the frames' norms; on the GPU
+        from the frames' moments (:func:`area_moments`: one read)."""
+        xp = self.xp
+        n = len(frames)
+        if xp is not np:
+            s = area_moments(frames, self.t.reshape(1, *self.shape))
+            count = float(self.t.size)
+            num = s[:, 2] - s[:, 0] * (self.total / count)
+            den = xp.sqrt(_spread(s, count, xp) * self.norm2)
+        else:
+            f = _centred(frames)
+            num = (f.reshape(n, -1) @ self.t).astype(xp.float64)
+            den = xp.sqrt(backend.item_sums(xp.square(f)) * self.norm2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
 
 
 def _sharpness(image) -> float:
-    """Gradient energy over variance of a mean image (scale-free; higher is sharper); the
-    gradient in float32, summed in float64 (a third of the float64 gradient's time: 4 ms a
-    1024x1024 image on one core, twice a run)."""
-    img = np.asarray(image, np.float32)
-    var = float(img.var(dtype=np.float64))
-    if not np.isfinite(var) or var <= 0 or min(img.shape) < 3:
+    """Gradient energy over variance of a mean image (scale-free; higher is sharper), on the
+    image's device (a GPU run's means stay there: on the host the two took 22 ms of a 114 ms
+    run of 128 frames of 1024x1024, H100 2026-11-25); the gradient in float32, summed in
+    float64."""
+    xp = backend.array_module_of(image)
+    img = image.astype(xp.float32)
+    if min(img.shape) < 3:
         return float("nan")
-    gy, gx = np.gradient(img)
-    energy = np.square(gy).sum(dtype=np.float64) + np.square(gx).sum(dtype=np.float64)
+    gy, gx = xp.gradient(img)
+    figures = xp.stack([img.var(dtype=xp.float64),
+                        xp.square(gy).sum(dtype=xp.float64) + xp.square(gx).sum(dtype=xp.float64)])
+    var, energy = backend.to_numpy(figures).tolist()
+    if not np.isfinite(var) or var <= 0:
+        return float("nan")
     return float(energy / img.size / var)

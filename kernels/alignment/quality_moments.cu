@@ -1,0 +1,55 @@
+// Per-frame moments over an area, for the quality report (xcorr_app/alignment/_quality.py): for
+// frame n of a chunk (n, h, w) of pixels T, over the rows [y0, y0 + rows) and the columns
+// [x0, x0 + cols), the double sums of v, v * v and v * ref_j for J float32 reference images
+// (J, rows, cols), v each pixel as float32 (as the CPU's lines convert it), in one read of the
+// frame: the correlations with the template and the residual's projections on its gradient
+// follow from them.  (As CuPy passes and matrix products, two correlations and the residual
+// took 3.4 ms a chunk of 64 frames of 1024x1024 on an H100, 2026-11-25.)
+//
+// Grid (blocks, n), THREADS threads: block b takes the area's rows b * WARPS + warp, then every
+// (blocks * WARPS)-th, a warp a row; it writes its sums to partial[(n * blocks + b) * (2 + J)
+// + m], which the host adds up over the blocks in a fixed order (no atomics: the same sums every
+// run).
+
+template <typename V>
+__device__ __forceinline__ V moments_warp_sum(V v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <typename T, int J, int THREADS>
+__global__ void __launch_bounds__(THREADS) area_moments(
+        const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
+        const float* __restrict__ refs, double* __restrict__ partial) {
+    constexpr int M = 2 + J;
+    constexpr int WARPS = THREADS / 32;
+    __shared__ double part[M][WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t plane = (size_t)rows * cols;
+    const T* frame = frames + (size_t)blockIdx.y * h * w;
+    double acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0;
+    for (int r = blockIdx.x * WARPS + warp; r < rows; r += gridDim.x * WARPS) {
+        const T* row = frame + (size_t)(y0 + r) * w + x0;
+        const float* ref = refs + (size_t)r * cols;
+        for (int x = lane; x < cols; x += 32) {
+            const double v = (double)(float)row[x];
+            acc[0] += v;
+            acc[1] += v * v;
+#pragma unroll
+            for (int j = 0; j < J; ++j) acc[2 + j] += v * (double)ref[j * plane + x];
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const double s = moments_warp_sum(acc[m]);
+        if (lane == 0) part[m][warp] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < M) {  // the warps' sums in a fixed order, a thread a moment
+        double s = 0.0;
+        for (int i = 0; i < WARPS; ++i) s += part[threadIdx.x][i];
+        partial[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * M + threadIdx.x] = s;
+    }
+}
