@@ -6,16 +6,7 @@
 // element-wise and CUB reduction kernels, each compiled on first use (about 6 s of NVRTC on a
 // fresh machine, two CUB reductions alone 5 s): the three kernels here compile together once.
 
-template <typename V>
-__device__ __forceinline__ V warp_sum(V v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ int warp_or(int v) {
-    for (int o = 16; o > 0; o >>= 1) v |= __shfl_down_sync(0xffffffffu, v, o);
-    return v;
-}
+#include "warp_reduce.cuh"
 
 // Block-wide sum and or of (s, flags); the result is valid in thread 0.  THREADS is a multiple
 // of 32 and at most 1024.

@@ -111,6 +111,10 @@ def assert_same(got, want, summed, what):
         assert got.settings[key] == want.settings[key], (what, key)
     np.testing.assert_allclose(got.quality.after, want.quality.after, atol=1e-6, err_msg=what)
     assert (got.quality.flagged == want.quality.flagged).all(), what
+    if want.quality.patch_after is not None:  # (piecewise: per patch region too)
+        np.testing.assert_allclose(got.quality.patch_after, want.quality.patch_after,
+                                   atol=1e-6, err_msg=what)
+        assert (got.quality.patch_flagged == want.quality.patch_flagged).all(), what
     if want.motion_field is not None:
         np.testing.assert_allclose(got.motion_field, want.motion_field,
                                    atol=1e-6 if summed else 0, err_msg=what)

@@ -213,15 +213,18 @@ path or ndarray
         ``circular``: frames wrap around (circular shifts, periodic test data), the peak is
         refined on the circular correlation (upsampled DFT); ``auto`` (default): decided after
         the first pass (:func:`~xcorr_app.alignment.refine._template.periodic_frames` reads a few
-        frames again); periodic stacks are then measured once more, circularly.  ``auto`` is
-        ``linear`` with ``reference="previous"``.
+        frames again); periodic stacks are then measured once more, circularly, and with
+        ``reference`` ``first`` or ``refined`` once more against a template of the frames moved
+        circularly (``circular`` makes the same passes).  ``auto`` is ``linear`` with
+        ``reference="previous"``.
     lucas_kanade : {"auto", "on", "off"}
         ``on``: after a template pass (as ``reference="refined"``), every frame's shift is
         refined by a Lucas-Kanade (Gauss-Newton) fit against the template without the frame
         itself, smoothed (:mod:`xcorr_app.alignment.refine._refine_lk`): best at low light; needs
         ``reference`` ``first`` or ``refined``.  ``auto`` (default): on where
         a few frames spread over the stack are noisy (their noise allows a precision worse
-        than 0.05 px), else off; ``settings["lucas_kanade"]`` and a note say so.
+        than 0.05 px), else off; ``settings["lucas_kanade"]`` and a note say so; off for
+        frames that wrap around (``boundary`` circular, or detected so).
     patches : int, (int, int) or "GYxGX", optional
         Piecewise-rigid registration after the rigid pass: the frame's area common to all
         rigidly shifted frames cut into ``gy x gx`` overlapping patches, each measured against

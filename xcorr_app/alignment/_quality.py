@@ -42,9 +42,9 @@ import functools
 import numpy as np
 
 from .. import backend
-from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
+from ._quality_figures import AreaFigures, RegionFigures, sharpness
 from .piecewise import common_area, field_weights, warp_chunk
 from .warp import shift_frames
 
@@ -60,13 +60,6 @@ POOR_DROP = 0.03
 WORSE_BY = 0.01
 #: the least common area (px per side) the report is measured on; else the whole frame
 MIN_SIDE = 8
-#: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
-#: the most blocks a frame (each warp then takes every (blocks * 8)-th row of the area)
-MOMENT_THREADS = 256
-MOMENT_BLOCKS = 64
-AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
-                            [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
-                             for j in (1, 2)])
 
 
 @dataclasses.dataclass
@@ -116,7 +109,8 @@ class QualityReport:
 
     def _patch_summary(self) -> dict:
         """Per patch region the median correlation after alignment (gy x gx), and the
-        ``[frame, row, column]`` of every patch region flagged worse or poor."""
+        ``[frame, row, column]`` of every patch region flagged worse, and poor (a region may
+        be both, as the frames' lists)."""
         after = np.where(np.isfinite(self.patch_after), self.patch_after, np.nan)
         seen = np.isfinite(after).any(axis=0)
         median = np.full(after.shape[1:], np.nan)
@@ -124,7 +118,7 @@ class QualityReport:
         return {"correlation_after_median": [[None if not np.isfinite(v) else float(v)
                                               for v in row] for row in median],
                 "worse": np.argwhere(self.patch_worse).tolist(),
-                "poor": np.argwhere(self.patch_poor & ~self.patch_worse).tolist()}
+                "poor": np.argwhere(self.patch_poor).tolist()}
 
     def records(self) -> list:
         """One dict a frame (``shifts.json``'s frames; piecewise runs: how many of the frame's
@@ -136,7 +130,7 @@ class QualityReport:
                                         self.poor)]
         if self.patch_after is not None:
             worse = self.patch_worse.reshape(len(out), -1)
-            poor = self.patch_poor.reshape(len(out), -1) & ~worse
+            poor = self.patch_poor.reshape(len(out), -1)
             for rec, w, p in zip(out, worse.sum(axis=1), poor.sum(axis=1)):
                 rec.update(patches_worse=int(w), patches_poor=int(p))
         return out
@@ -159,15 +153,16 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
                              template=executor.portable(t), patches=patches)
     parts = executor.map(part, None)
     rows = np.concatenate([p[0] for p in parts])
-    if len(parts) == 1:  # (the part measured the mean images' sharpness where they lay)
-        sharpness = parts[0][1]
+    whole = [p[1]["sharpness"] for p in parts if "sharpness" in p[1]]
+    if whole:  # (a part of the whole stack measured its means' sharpness where they lay)
+        sharp = whole[0]
     else:
-        raw, aligned = (sum(p[1][k] for p in parts) for k in (0, 1))
+        raw, aligned = (sum(p[1]["sums"][k] for p in parts) for k in (0, 1))
         kept = sum(p[2] for p in parts)
-        sharpness = (_sharpness(raw / max(len(shifts), 1)),
-                     _sharpness(aligned / kept) if kept else float("nan"))
+        sharp = (sharpness(raw / max(len(shifts), 1)),
+                 sharpness(aligned / kept) if kept else float("nan"))
     worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
-    report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharpness, area)
+    report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharp, area)
     if patches is not None:
         grid = patches[1].shape[:2]
         prow = np.concatenate([p[3] for p in parts])  # (N, P, 4)
@@ -233,16 +228,15 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
                patches=None):
     """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``; the
     sharpness of the mean of those frames as they came and aligned (those with a shift) where
-    they are the whole stack, else those means' float64 sums (host arrays), with the count of
-    the aligned ones; with ``patches``, also the rows per patch region (n, P, 4).  Frames are
+    they are the whole stack (``{"sharpness": (before, after)}``), else those means' float64
+    sums (``{"sums": (raw, aligned)}``, host arrays), with the count of the aligned ones; with ``patches``, also the rows per patch region (n, P, 4).  Frames are
     streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped with
     the work); nothing waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
     whole = xp.asarray(template, xp.float32)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1])
-    t = _Centred(inside, xp)
     prepare = dataclasses.replace(opts, window="none").preparer(xp, inside.shape)
-    fit = _Residual(prepare(inside[None]).frames[0], xp)
+    t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
     regions = None if patches is None else _PatchQuality(whole, patches, opts, xp)
     sums = _Sums(xp, inside.shape)
     out, out_patches = [], []
@@ -265,7 +259,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             before, after = t.zncc(f), t.zncc(g)
             p = prepare(g)
             usable = p.finite & ~p.constant & ok
-            residual = xp.where(usable[:, None], fit(p.frames), xp.nan)
+            residual = xp.where(usable[:, None], t.residual(p.frames), xp.nan)
             after = xp.where(ok, after, xp.nan)
             out.append(xp.concatenate([before[:, None], after[:, None], residual], axis=1))
     if xp is not np:
@@ -275,10 +269,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         else np.zeros((0, 4))
     if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
         n = max(stop - start, 1)
-        means = (_sharpness(sums.raw / n),
-                 _sharpness(sums.aligned / counted) if counted else float("nan"))
+        means = {"sharpness": (sharpness(sums.raw / n), sharpness(sums.aligned / counted)
+                               if counted else float("nan"))}
     else:
-        means = sums.result()
+        means = {"sums": sums.result()}
     per_patch = None if regions is None else \
         backend.to_numpy(xp.concatenate(out_patches)).astype(np.float64) if out_patches \
         else np.zeros((0, len(regions.starts), 4))
@@ -289,8 +283,8 @@ class _PatchQuality:
     """The per-patch-region figures of a piecewise run: each frame warped by its motion field
     (``patches``: ``(field (N, gy, gx, 2), centres (gy, gx, 2), size (ph, pw))``, the warp of
     the run's output), then, on each patch of the grid, its correlation before and after with
-    the template's same patch and its residual (:class:`_Residual`'s Gauss-Newton step, on the
-    patches prepared as frames): a few batched products a chunk, every patch at once."""
+    the template's same patch and its residual (:class:`~._quality_figures.RegionFigures`, on the patches prepared as
+    frames): a few batched products a chunk, every patch at once."""
 
     def __init__(self, template, patches, opts, xp):
         field, centres, size = patches
@@ -300,10 +294,7 @@ class _PatchQuality:
         self.weights = field_weights(centres, template.shape, xp)
         self.prepare = dataclasses.replace(opts, window="none").preparer(xp, size)
         tp = self.cut(template[None])[0]  # (P, ph, pw)
-        k = size[0] * size[1]
-        self.t = tp.reshape(len(tp), k) - tp.reshape(len(tp), k).mean(axis=1, keepdims=True)
-        self.t_norm2 = xp.square(self.t.astype(xp.float64)).sum(axis=1)
-        self.fit = _PatchResidual(self.prepare(tp).frames, xp)
+        self.regions = RegionFigures(tp, self.prepare(tp).frames, xp)
 
     def cut(self, frames):
         """``(n, P, ph, pw)``: every patch region of every frame."""
@@ -322,59 +313,16 @@ class _PatchQuality:
     def rows(self, full, warped, ok):
         """``(n, P, 4)``: before, after, residual dy, dx of every patch region."""
         xp = self.xp
-        n, (ph, pw), np_ = len(full), self.size, len(self.starts)
-        before = self._zncc(self.cut(full).reshape(n, np_, -1))
+        n, (ph, pw), count = len(full), self.size, len(self.starts)
+        before = self.regions.zncc(self.cut(full).reshape(n, count, -1))
         moved = self.cut(warped)
-        after = self._zncc(moved.reshape(n, np_, -1))
-        p = self.prepare(moved.reshape(n * np_, ph, pw))
-        usable = (p.finite & ~p.constant).reshape(n, np_) & ok[:, None]
-        residual = xp.where(usable[..., None], self.fit(p.frames.reshape(n, np_, -1)), xp.nan)
+        after = self.regions.zncc(moved.reshape(n, count, -1))
+        p = self.prepare(moved.reshape(n * count, ph, pw))
+        usable = (p.finite & ~p.constant).reshape(n, count) & ok[:, None]
+        residual = self.regions.residual(p.frames.reshape(n, count, -1))
+        residual = xp.where(usable[..., None], residual, xp.nan)
         after = xp.where(ok[:, None], after, xp.nan)
         return xp.concatenate([before[..., None], after[..., None], residual], axis=2)
-
-    def _zncc(self, patches):
-        """(n, P): each patch region's zero-normalized correlation with the template's."""
-        xp = self.xp
-        f = patches - patches.mean(axis=2, keepdims=True)
-        num = xp.matmul(f.transpose(1, 0, 2), self.t[:, :, None])[..., 0].T.astype(xp.float64)
-        den = xp.sqrt(xp.square(f).sum(axis=2, dtype=xp.float64) * self.t_norm2[None])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
-
-
-class _PatchResidual:
-    """:class:`_Residual` for every patch region at once: ``templates`` (P, ph, pw) prepared;
-    called with the prepared patches (n, P, K), it gives (n, P, 2) px (NaN for a patch whose
-    template has no gradient to fit along)."""
-
-    def __init__(self, templates, xp):
-        self.xp = xp
-        t = templates.astype(xp.float64)
-        t = t - t.mean(axis=(1, 2), keepdims=True)
-        norm = xp.sqrt(xp.square(t).sum(axis=(1, 2), keepdims=True))
-        t = t / xp.maximum(norm, 1e-300)
-        gy, gx = xp.gradient(t, axis=(1, 2))
-        p = len(t)
-        g = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
-        self.g = g.astype(xp.float32)
-        self.tg = xp.matmul(t.reshape(p, 1, -1).astype(xp.float32),
-                            self.g.transpose(0, 2, 1))[:, 0].astype(xp.float64)  # (P, 2)
-        h = backend.to_numpy(xp.matmul(g, g.transpose(0, 2, 1)))  # (P, 2, 2) float64
-        det = np.linalg.det(h)
-        inv = np.full_like(h, np.nan)
-        good = det > 0
-        inv[good] = np.linalg.inv(h[good])
-        self.inverse = xp.asarray(inv)
-
-    def __call__(self, patches):
-        xp = self.xp
-        f = patches - patches.mean(axis=2, keepdims=True)
-        norm = xp.sqrt(xp.square(f).sum(axis=2, dtype=xp.float64))  # (n, P)
-        proj = xp.matmul(f.transpose(1, 0, 2), self.g.transpose(0, 2, 1))  # (P, n, 2)
-        proj = proj.transpose(1, 0, 2).astype(xp.float64)
-        b = proj / xp.where(norm > 0, norm, 1.0)[..., None] - self.tg[None]
-        step = xp.matmul(b.transpose(1, 0, 2), self.inverse.transpose(0, 2, 1))  # (P, n, 2)
-        return xp.where((norm > 0)[..., None], -step.transpose(1, 0, 2), xp.nan)
 
 
 class _Sums:
@@ -400,139 +348,3 @@ class _Sums:
 
     def result(self):
         return backend.to_numpy(self.raw), backend.to_numpy(self.aligned)
-
-
-class _Residual:
-    """The shift that would align each (prepared) frame with the (prepared) template: one
-    Gauss-Newton step of ``frame(x) = a * template(x + s) + b`` from ``s = 0`` (each image
-    centred and scaled to unit norm; the template's gradient products made once), so a chunk
-    costs a centring, a matrix product and a norm, not a search."""
-
-    def __init__(self, template, xp):
-        self.xp = xp
-        t = template.astype(xp.float64)
-        t = t - t.mean()
-        t = t / xp.maximum(xp.sqrt((t * t).sum()), 1e-300)
-        gy, gx = xp.gradient(t)
-        self.g = xp.stack([gy.ravel(), gx.ravel()]).astype(xp.float32)  # (2, P)
-        # the template's own projection: (t @ g.T), subtracted from each frame's
-        self.tg = (t.astype(xp.float32).ravel() @ self.g.T).astype(xp.float64)
-        g64 = xp.stack([gy.ravel(), gx.ravel()])
-        h = backend.to_numpy(g64 @ g64.T)  # (the one wait of the template's figures)
-        self.inverse = xp.asarray(np.linalg.inv(h)) if np.linalg.det(h) > 0 else None
-        self.shape = template.shape
-        self.g_total = self.g.sum(axis=1, dtype=xp.float64)  # (2,)
-
-    def __call__(self, frames):
-        xp = self.xp
-        n = len(frames)
-        if self.inverse is None:
-            return xp.full((n, 2), xp.nan)
-        # the error's projection on the template's gradient, through the normal equations:
-        # ((f / norm - t) @ g.T), the division after the product (no scaled copy)
-        if xp is not np:  # from the frames' moments (area_moments: one read)
-            s = area_moments(frames, self.g.reshape(2, *self.shape))
-            count = float(self.g.shape[1])
-            mean = s[:, :1] / count
-            norm = xp.sqrt(_spread(s, count, xp))
-            proj = s[:, 2:] - mean * self.g_total[None]
-        else:
-            f = _centred(frames)
-            norm = xp.sqrt(backend.item_sums(xp.square(f)))
-            proj = (f.reshape(n, -1) @ self.g.T).astype(xp.float64)
-        b = proj / xp.where(norm > 0, norm, 1.0)[:, None] - self.tg[None]
-        step = b @ self.inverse.T
-        return xp.where((norm > 0)[:, None], -step, xp.nan)
-
-
-def area_moments(frames, refs, area=None):
-    """``(n, 2 + J)`` float64 CuPy: per frame of ``frames`` (n, h, w) over ``area`` ``(y0, y1,
-    x0, x1)`` (default the frame), the sums of v, v * v and v * ``refs[j]`` for the J (1 or 2)
-    float32 images ``refs`` (J, y1 - y0, x1 - x0), v each pixel as float32: one read of the
-    chunk (``kernels/alignment/quality_moments.cu``), the blocks' sums added up in a fixed
-    order."""
-    import cupy as cp
-
-    frames, c_type = kernel_pixels(frames)
-    n, h, w = frames.shape
-    y0, y1, x0, x1 = area or (0, h, 0, w)
-    rows, cols = y1 - y0, x1 - x0
-    refs = cp.ascontiguousarray(refs, cp.float32)
-    j = len(refs)
-    if refs.shape != (j, rows, cols) or j not in (1, 2) or not (0 <= y0 < y1 <= h
-                                                                and 0 <= x0 < x1 <= w):
-        raise ValueError(f"area_moments: {j} references of {refs.shape[1:]} for the area "
-                         f"{(y0, y1, x0, x1)} of {h}x{w} frames")
-    warps = MOMENT_THREADS // 32
-    blocks = max(1, min(MOMENT_BLOCKS, -(-rows // (4 * warps))))
-    partial = cp.empty((n, blocks, 2 + j), cp.float64)
-    kernel = AREA_MOMENTS.get(c_type, j, MOMENT_THREADS)
-    for a in range(0, n, 65535):  # (the grid's y extent)
-        b = min(n, a + 65535)
-        kernel((blocks, b - a), (MOMENT_THREADS,),
-               (frames[a:b], np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
-                np.int32(rows), np.int32(cols), refs, partial[a:b]))
-    return partial.sum(axis=1)
-
-
-def _spread(moments, count, xp):
-    """Each frame's sum of squares about its mean from its moments (sum, sum of squares), 0
-    where it is within rounding of 0 (a constant frame: flat, as the CPU's centred frames are
-    exactly)."""
-    s1, s2 = moments[:, 0], moments[:, 1]
-    spread = s2 - s1 * s1 / count
-    return xp.where(spread > 1e-9 * xp.abs(s2), spread, 0.0)
-
-
-def _centred(frames):
-    """Each frame (N, H, W) less its mean, float32 (a new array)."""
-    xp = backend.array_module_of(frames)
-    mean = (backend.item_sums(frames) / int(np.prod(frames.shape[1:]))).astype(xp.float32)
-    return frames - mean[:, None, None]
-
-
-class _Centred:
-    """The template (area) centred, with its squared norm, kept on the device (no wait)."""
-
-    def __init__(self, template, xp):
-        self.xp, self.shape = xp, template.shape
-        t = template.reshape(-1).astype(xp.float32)
-        self.t = t - t.mean()
-        self.norm2 = xp.square(self.t.astype(xp.float64)).sum()
-        self.total = self.t.sum(dtype=xp.float64)  # (0 but for float32 rounding)
-
-    def zncc(self, frames):
-        """The zero-normalized correlation of each (contiguous) frame with the template (NaN
-        where flat): frames centred, a matrix-vector product and the frames' norms; on the GPU
-        from the frames' moments (:func:`area_moments`: one read)."""
-        xp = self.xp
-        n = len(frames)
-        if xp is not np:
-            s = area_moments(frames, self.t.reshape(1, *self.shape))
-            count = float(self.t.size)
-            num = s[:, 2] - s[:, 0] * (self.total / count)
-            den = xp.sqrt(_spread(s, count, xp) * self.norm2)
-        else:
-            f = _centred(frames)
-            num = (f.reshape(n, -1) @ self.t).astype(xp.float64)
-            den = xp.sqrt(backend.item_sums(xp.square(f)) * self.norm2)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
-
-
-def _sharpness(image) -> float:
-    """Gradient energy over variance of a mean image (scale-free; higher is sharper), on the
-    image's device (a GPU run's means stay there: on the host the two took 22 ms of a 114 ms
-    run of 128 frames of 1024x1024, H100 2026-11-25); the gradient in float32, summed in
-    float64."""
-    xp = backend.array_module_of(image)
-    img = image.astype(xp.float32)
-    if min(img.shape) < 3:
-        return float("nan")
-    gy, gx = xp.gradient(img)
-    figures = xp.stack([img.var(dtype=xp.float64),
-                        xp.square(gy).sum(dtype=xp.float64) + xp.square(gx).sum(dtype=xp.float64)])
-    var, energy = backend.to_numpy(figures).tolist()
-    if not np.isfinite(var) or var <= 0:
-        return float("nan")
-    return float(energy / img.size / var)

@@ -115,15 +115,19 @@ def measure_passes(opts, src, executor, progress=None):
     opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
     lk = opts.lucas_kanade == "on"
     passes = max(opts.refined or 0, 1 if lk else 0)
+    notes = [lk_note] if lk_note else []
     if opts.boundary == "circular":
-        passes = circular_passes(opts, passes)
+        more = circular_passes(opts, passes)
+        if more > passes:
+            notes.append("boundary circular: measured against the first frame, then against "
+                         "a template of the frames moved circularly")
+        passes = more
     image = reference_image("first" if passes else opts.reference, opts, src, executor)
     boundary = opts.boundary
     if opts.previous and boundary == "auto":
         boundary = "linear"
     if opts.normalization == "phase" and opts.subpixel != "upsample":
         boundary = "linear"  # (phase surfaces are circular already: only the refinement differs)
-    notes = [lk_note] if lk_note else []
     report = _Progress(progress, src.n_frames, passes + 1)
     k, fit = 0, None
     while True:
@@ -134,7 +138,9 @@ def measure_passes(opts, src, executor, progress=None):
                                   else opts.upsample).measuring()
         ref = None if run.previous else prepared_reference(run, src, executor.xp,
                                                            executor.chunk, image=image)
-        hook = TemplateSums(opts.min_confidence, not linear) if k < passes else fit
+        # (circular sums, but linear ones where Lucas-Kanade fits against them: its
+        # leave-one-out template takes each frame's own share back by a bilinear warp)
+        hook = TemplateSums(opts.min_confidence, not linear and not lk) if k < passes else fit
         table, sums = measure_pass(run, ref, executor, hook, report)
         if k == 0 and boundary == "auto":
             boundary = "circular" if periodic_frames(run, src, executor.xp, table, ref) \
@@ -172,8 +178,8 @@ def circular_passes(opts, passes):
     """The template passes of a run whose frames wrap around: at least one where the frames
     are measured against the first frame (``first`` or ``refined``, not phase): a template of
     the frames moved circularly is exact there, and against it the noise of one frame no
-    longer enters every shift (the accuracy bench's noisy wrap-around stacks: median error
-    0.65x scikit-image's, 0.88x against frame 0)."""
+    longer enters every shift (the accuracy bench's noisy wrap-around stacks: the median of
+    the stacks' errors over scikit-image's 0.65, against frame 0 alone 0.88)."""
     return max(passes, 1) if opts.lk_possible else passes
 
 

@@ -52,7 +52,8 @@ SKIMAGE = ("skimage pcc none", "skimage pcc phase")
 #: The bench measures the default and scikit-image; ``methods="all"`` adds the others: the
 #: default before issue 23 (one pass against the first frame, gaussian:1, linear) and rows
 #: that change one thing of it ("alone"), so each shows that option's own effect
-#: (``boundary=circular`` is the circular refinement; no Lucas-Kanade step); the refined rows
+#: (``boundary=circular`` is the circular refinement and its pass against a template of the
+#: frames moved circularly; no Lucas-Kanade step); the refined rows
 #: show the template alone (``lucas_kanade`` off)
 BEFORE = {"reference": "first", "prefilter": "gaussian:1", "boundary": "linear",
           "lucas_kanade": "off"}

@@ -57,7 +57,7 @@ def write_motion_field(path, result) -> None:
     their neighbours' median), ``patch_size`` and ``max_deviation``; with the quality report,
     per patch region ``quality_before``, ``quality_after`` ``(frames, gy, gx)`` (correlation
     with the template), ``quality_residual`` ``(frames, gy, gx, 2)`` px and ``quality_flag``
-    (0: fine, 1: worse, 2: poor)."""
+    (0: fine, 1: worse (poor or not), 2: poor, as ``shifts.json``'s ``quality_flag``)."""
     settings = getattr(result, "settings", None) or {}
     grid = settings.get("patches") or {}
     arrays = {"field": np.asarray(result.motion_field, np.float64),

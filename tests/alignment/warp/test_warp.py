@@ -133,18 +133,21 @@ def circular_sums_definition(frames, shifts, idx):
 
 
 @pytest.mark.parametrize("shape", [(12, 9, 11), (10, 16, 24)])
-def test_add_shifted_circularly_is_scipys_fourier_shift(rng, shape):
+def test_add_shifted_circularly_is_scipys_fourier_shift(rng, shape, monkeypatch):
     """Wrap-around frames (``circular``): moved by their Fourier phase, what leaves one edge
     comes in at the other, every pixel covered by every frame; odd and even sizes (the
     Nyquist terms), whole and fractional shifts, a NaN pixel, frames left out."""
+    from xcorr_app.alignment.warp import _warp
     from xcorr_app.alignment.warp._warp import add_shifted
 
     frames = rng.random(shape) * 100
     frames[3, 4, 5] = np.nan
-    idx = np.array([0, 3, 4, 5, 6, 7, 8, 9])  # more than a batch, frames 1 and 2 left out
+    idx = np.array([0, 3, 4, 5, 6, 7, 8, 9])  # frames 1 and 2 left out
     shifts = rng.uniform(-4, 4, (len(idx), 2))
     shifts[1] = (2.0, -3.0)
     total, cover = np.full(shape[1:], 2.0), np.full(shape[1:], 1.0)
+    # batches of 3 frames: the sums over several batches
+    monkeypatch.setattr(_warp, "CIRCULAR_BATCH", 3)
     add_shifted(total, cover, frames.astype(np.float32), shifts, idx, circular=True)
     want_t, want_c = circular_sums_definition(frames.astype(np.float32), shifts, idx)
     np.testing.assert_allclose(total, want_t + 2.0, rtol=1e-5, atol=1e-3)

@@ -64,8 +64,9 @@ PERIODIC_MIN_CORRELATION = 0.2
 
 class TemplateAccumulator:
     """The ``on_chunk`` hook of a measuring pass that sums every frame measured with a distinct
-    peak (confidence at least ``min_confidence`` when given), shifted by its measured shift,
-    into a template on ``xp``'s device.
+    peak (confidence at least ``min_confidence`` when given), shifted by its measured shift
+    (bilinear; ``circular``: moved circularly by its Fourier phase, for frames that wrap
+    around), into a template on ``xp``'s device.
 
     Examples
     --------
@@ -137,8 +138,9 @@ def template_of(xp, total, coverage, fallback):
 
 class TemplateSums:
     """The hook of a template pass, as a measuring range makes it on its device: each range
-    sums its kept frames (:class:`TemplateAccumulator`); the pipeline adds the ranges' sums
-    up in frame order.  Plain values, so it travels to other processes."""
+    sums its kept frames (:class:`TemplateAccumulator`, moved circularly with ``circular``);
+    the pipeline adds the ranges' sums up in frame order.  Plain values, so it travels to
+    other processes."""
 
     def __init__(self, min_confidence=None, circular=False):
         self.min_confidence = min_confidence

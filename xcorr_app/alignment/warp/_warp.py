@@ -33,8 +33,10 @@ WARP_SUM = KernelFamily("warp_shift.cu", "warp_sum",
 MAX_GRID = 65535
 #: frames warped at once by :func:`add_shifted` on the CPU (its temporaries)
 SUM_BATCH = 8
-#: frames moved circularly at once by :func:`add_shifted` on the GPU (their spectra)
-CIRCULAR_GPU_BATCH = 64
+#: bytes of the temporaries of the frames moved circularly at once by :func:`add_shifted`
+#: (their spectra and phase ramps: about 56 bytes a pixel), and the most frames at once
+CIRCULAR_BATCH_BYTES = 1 << 30
+CIRCULAR_BATCH = 64
 
 
 def check_fill(fill):
@@ -166,7 +168,7 @@ def add_shifted(total, coverage, frames, shifts, idx=None, circular=False):
 
 def _add_circular(total, coverage, frames, idx, shifts):
     xp = array_module_of(total)
-    batch = SUM_BATCH if xp is np else CIRCULAR_GPU_BATCH
+    batch = max(1, min(CIRCULAR_BATCH, CIRCULAR_BATCH_BYTES // (56 * total.size)))
     for a in range(0, len(idx), batch):
         f = xp.asarray(frames[to_xp(idx[a:a + batch], xp)]).astype(xp.float32)
         f = xp.where(xp.isfinite(f), f, xp.float32(0))
