@@ -214,7 +214,7 @@ path or ndarray
         refined on the circular correlation (upsampled DFT); ``auto`` (default): decided after
         the first pass (:func:`~xcorr_app.alignment.refine._template.periodic_frames` reads a few
         frames again); periodic stacks are then measured once more, circularly, and with
-        ``reference`` ``first`` or ``refined`` once more against a template of the frames moved
+        ``reference`` ``first`` or ``refined`` twice more against a template of the frames moved
         circularly (``circular`` makes the same passes).  ``auto`` is ``linear`` with
         ``reference="previous"``.
     lucas_kanade : {"auto", "on", "off"}
