@@ -140,6 +140,7 @@ def test_patch_regions_travel_into_shifts_json_and_the_npz(planted_patches, tmp_
     assert np.array(patches["correlation_after_median"]).shape == (3, 3)
     assert doc["frames"][4]["patches_worse"] + doc["frames"][4]["patches_poor"] >= 1
     assert doc["frames"][0]["patches_worse"] == doc["frames"][0]["patches_poor"] == 0
+    assert (tmp_path / "o" / "quality.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     npz = np.load(tmp_path / "o" / "motion_field.npz")
     assert npz["quality_after"].shape == (len(frames), 3, 3)
     assert npz["quality_residual"].shape == (len(frames), 3, 3, 2)

@@ -139,3 +139,26 @@ def test_no_matplotlib_and_no_font_discovery():
                                             (0.9, 5.1, [1, 2, 3, 4, 5])])
 def test_nice_ticks(lo, hi, expect):
     assert nice_ticks(lo, hi, 6).tolist() == expect
+
+
+def test_quality_plot_draws_the_worst_patch_region_of_piecewise_runs(tmp_path, rng):
+    """quality.png of a piecewise run: each frame's worst patch region after alignment, dashed
+    in the threshold's colour across the frames; none without patch regions (and none where
+    no region was measured)."""
+    from xcorr_app.io._plot import plot_quality
+
+    n = 40
+    after = np.full(n, 0.95)
+    regions = 0.9 + 0.05 * rng.random((n, 3, 3))
+    regions[17, 1, 2] = 0.4  # a bad region: the curve dips there
+    args = (np.linspace(0.5, 0.9, n), after, np.zeros((n, 2)), np.zeros(n, bool))
+    plain, patched, unmeasured = (tmp_path / f"{k}.png" for k in ("p", "q", "u"))
+    plot_quality(plain, *args)
+    plot_quality(patched, *args, patch_after=regions, patch_flagged=regions < 0.5)
+    plot_quality(unmeasured, *args, patch_after=np.full((n, 3, 3), np.nan))
+    red = _columns_of(_pixels(patched), "shifts", COLORS["threshold"])
+    width = PANELS["shifts"][2] - PANELS["shifts"][0]
+    assert len(red) > 0.3 * width  # (dashed: about half the columns)
+    assert red[0] <= _frame_column(0, n) + 10 and red[-1] >= _frame_column(n - 1, n) - 10
+    for path in (plain, unmeasured):
+        assert len(_columns_of(_pixels(path), "shifts", COLORS["threshold"])) == 0

@@ -223,7 +223,8 @@ def _align(o):
             q = res.quality
             plot_quality(outputs["quality.png"], q.before, q.after, q.residual, q.flagged,
                          (q.sharpness_before, q.sharpness_after),
-                         title=f"{Path(path).name}: quality of the alignment")
+                         title=f"{Path(path).name}: quality of the alignment",
+                         patch_after=q.patch_after, patch_flagged=q.patch_flagged)
         if o.patches is not None:
             from ..io import plot_motion_field, write_motion_field
 

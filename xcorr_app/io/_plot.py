@@ -231,9 +231,21 @@ def _vertical_text(image, text, font, x, y_centre):
 
 
 def _legend(draw, entries, y):
-    """One row of entries ``(label, color, style)`` centred above the shift panel."""
+    """Entries ``(label, color, style)`` centred above the shift panel: one row at ``y``, or
+    two, 16 px apart around it, where one does not fit the picture's width."""
     small = font(12)
     widths = [34 + small.getlength(label) + 18 for label, _, _ in entries]
+    rows, room = [[]], PLOT_SIZE[0] - 24
+    for k, w in enumerate(widths):
+        if rows[-1] and sum(widths[i] for i in rows[-1]) + w > room:
+            rows.append([])
+        rows[-1].append(k)
+    for r, row in enumerate(rows[:2]):  # (the few entries a plot has fit in two)
+        _legend_row(draw, [entries[i] for i in row], [widths[i] for i in row],
+                    y if len(rows) == 1 else y - 8 + 16 * r, small)
+
+
+def _legend_row(draw, entries, widths, y, small):
     x0, _, x1, _ = PANELS["shifts"]
     x = (x0 + x1 - sum(widths)) / 2
     for (label, color, style), w in zip(entries, widths):
@@ -338,11 +350,14 @@ def _two_panels(n, top_ylim, bottom_ylim, flagged):
     return frames, top, bottom, xticks, yticks, big, draw
 
 
-def plot_quality(path, before, after, residual, flagged, sharpness=None, title="") -> None:
+def plot_quality(path, before, after, residual, flagged, sharpness=None, title="",
+                 patch_after=None, patch_flagged=None) -> None:
     """Write ``quality.png`` (:data:`PLOT_SIZE`), atomically: every frame's correlation with the
     template before alignment and after it, the residual shift measured on the aligned frame
     below, frames flagged (worse or poor) as light red bands; ``sharpness`` ``(before,
-    after)`` of the mean image in the legend.
+    after)`` of the mean image in the legend.  A piecewise run's report per patch region
+    (``patch_after``, ``patch_flagged``: (N, gy, gx)) adds each frame's worst region after
+    alignment, dashed, and how many regions are flagged in how many frames.
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "quality.png"
@@ -359,11 +374,20 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
     residual = np.asarray(residual, float).reshape(-1, 2)
     flagged = np.asarray(flagged, bool)
     n = len(after)
+    worst = None
+    if patch_after is not None:
+        regions = np.asarray(patch_after, float).reshape(n, -1)
+        seen = np.isfinite(regions).any(axis=1)
+        worst = np.full(n, np.nan)
+        worst[seen] = np.nanmin(regions[seen], axis=1)
     frames, top, bottom, xticks, (yticks_top, yticks_bottom), big, draw = _two_panels(
-        n, _limits(before, after), _limits(residual, [0.0]), flagged)
+        n, _limits(before, after, *([] if worst is None else [worst])),
+        _limits(residual, [0.0]), flagged)
     width, height = PLOT_SIZE
     curve(draw, top, frames, before, COLORS["axes"], 1, "o")
     curve(draw, top, frames, after, COLORS["confidence"], 2, "o")
+    if worst is not None:
+        _dashed(big, top, frames, worst, COLORS["threshold"], 2)
     curve(draw, bottom, frames, residual[:, 0], COLORS["dy"], 1, "o")
     curve(draw, bottom, frames, residual[:, 1], COLORS["dx"], 1, "s")
     image = big.reduce(SUPERSAMPLE)
@@ -380,6 +404,11 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
     if flagged.any():
         entries += [(f"worse or poor ({int(flagged.sum())} of {n} frames)", COLORS["low"],
                      "band")]
+    if worst is not None:
+        marked = np.asarray(patch_flagged, bool).reshape(n, -1) if patch_flagged is not None \
+            else np.zeros((n, 1), bool)
+        entries += [(f"worst patch region after ({int(marked.sum())} regions flagged in "
+                     f"{int(marked.any(axis=1).sum())} frames)", COLORS["threshold"], "dash")]
     _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG", compress_level=6)

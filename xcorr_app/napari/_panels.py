@@ -62,7 +62,8 @@ def quality_image(result, width=PLOT_WIDTH):
         return None
     return _drawn(lambda path: plot_quality(
         path, q.before, q.after, q.residual, q.flagged, (q.sharpness_before, q.sharpness_after),
-        title="quality of the alignment"), width)
+        title="quality of the alignment", patch_after=q.patch_after,
+        patch_flagged=q.patch_flagged), width)
 
 
 def flagged_frames(result) -> list:
