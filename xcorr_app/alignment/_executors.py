@@ -97,17 +97,24 @@ class InProcess(Executor):
         self.device, self.xp = dev, backend.xp_for(dev)
         xp = self.xp
         chunk = opts.chunk_frames or auto_chunk_frames(src.frame_shape, dev)
-        self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory)
+        # the device's free memory asked once for the run's decisions (a cudaMemGetInfo took
+        # about 3 ms, three times a run: H100 2026-11-25), less what the stash takes of it
+        free = backend.device_free_bytes(xp)
+        self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory,
+                                                     free)
         self.fixed_chunk = self.chunk
         # the passes certain to read the stack again (patches, out, templates, the quality
         # report) read it from the GPU where it fits; those "auto" may add read it as before
         again = opts.patches is not None or out is not None or opts.refined \
             or opts.lucas_kanade == "on" or opts.quality
-        self.src = StashedSource(src, keep_on_gpu(src, xp) if again and opts.max_memory is None
-                                 and dev == "gpu" and not on_gpu else None)
+        stash = keep_on_gpu(src, xp, free) if again and opts.max_memory is None \
+            and dev == "gpu" and not on_gpu else None
+        self.src = StashedSource(src, stash)
         if opts.max_memory is None and (opts.patches is not None or opts.refined
                                         or opts.lucas_kanade == "on"):
-            self.prepared = PreparedFrames.for_run(opts, self.src, xp)
+            kept = 0 if stash is None else stash.base.nbytes
+            self.prepared = PreparedFrames.for_run(opts, self.src, xp,
+                                                   None if free is None else free - kept)
         if dev == "gpu" and self.plan is None:  # the plan from the shapes (the cost model)
             passes = 1 + (opts.refined or 0)
             self.plan = shared_plan(opts, xp, src.frame_shape, self.chunk,

@@ -40,11 +40,15 @@ def stash_fits(n_frames, frame_shape, dtype, device_free) -> bool:
     return device_free is not None and need <= STASH_SHARE * device_free
 
 
-def keep_on_gpu(src, xp):
+def keep_on_gpu(src, xp, device_free=None):
     """A :class:`DeviceStash` for every frame of ``src`` on ``xp``'s current device where the
-    stack fits (:func:`stash_fits`), else None (NumPy: None)."""
-    if xp is np or not stash_fits(src.n_frames, src.frame_shape, src.dtype,
-                                  backend.device_free_bytes(xp)):
+    stack fits (:func:`stash_fits`) in ``device_free`` bytes (else asked now), else None
+    (NumPy: None)."""
+    if xp is np:
+        return None
+    if device_free is None:
+        device_free = backend.device_free_bytes(xp)
+    if not stash_fits(src.n_frames, src.frame_shape, src.dtype, device_free):
         return None
     return DeviceStash.allocate(src.n_frames, src.frame_shape, src.dtype)
 

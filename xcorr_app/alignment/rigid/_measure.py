@@ -155,16 +155,19 @@ class Measurer:
         return shifts, peak, conf, border
 
     @staticmethod
-    def memory_plan(opts, src, xp, chunk_frames, budget):
+    def memory_plan(opts, src, xp, chunk_frames, budget, device_free=None):
         """Frames per chunk, and the plan to start from (a :class:`Bands` plan for frames
         whose whole-frame correlation does not fit, else None), of a run of ``opts`` on
         ``xp``'s device: one frame of ``src`` checked up front against ``budget`` (bytes) and
-        the free memory of the device and the host (:func:`xcorr_app.streaming.plan_memory`:
-        an :class:`InputError` saying what helps when it does not fit)."""
+        the free memory of the device (``device_free``, else asked now) and the host
+        (:func:`xcorr_app.streaming.plan_memory`: an :class:`InputError` saying what helps when
+        it does not fit)."""
+        if device_free is None:
+            device_free = backend.device_free_bytes(xp)
         mp = plan_memory(src.frame_shape, src.dtype.itemsize, max_shift=opts.max_shift,
                          normalization=opts.normalization, verify=opts.verify,
                          device="cpu" if xp is np else "gpu", budget=budget,
-                         limit=chunk_frames, device_free=backend.device_free_bytes(xp),
+                         limit=chunk_frames, device_free=device_free,
                          host_free=backend.host_available_bytes())
         return mp.chunk_frames, None if mp.band_rows is None else Bands(mp.band_rows)
 

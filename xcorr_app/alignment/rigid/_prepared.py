@@ -55,16 +55,18 @@ class PreparedFrames:
         self._chunks: dict = {}
 
     @classmethod
-    def for_run(cls, opts, src, xp):
+    def for_run(cls, opts, src, xp, device_free=None):
         """A store for a run of ``opts`` over ``src`` on ``xp``'s current device (the key of
         its rigid passes), or ``None``: the CPU, or a prepared stack (two float32 arrays a
         frame where a prefilter or window makes the correlated frames differ from the
-        demeaned ones) over the share of free memory a run may keep."""
+        demeaned ones) over the share of free memory (``device_free``, else asked now) a run
+        may keep."""
         if xp is np:
             return None
         arrays = 1 if opts.prefilter in (None, "none") and opts.window in (None, "none") else 2
-        if not stash_fits(src.n_frames * arrays, src.frame_shape, np.float32,
-                          backend.device_free_bytes(xp)):
+        if device_free is None:
+            device_free = backend.device_free_bytes(xp)
+        if not stash_fits(src.n_frames * arrays, src.frame_shape, np.float32, device_free):
             return None
         return cls(pass_key(opts), xp.cuda.Device().id)
 
