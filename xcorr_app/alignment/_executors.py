@@ -97,8 +97,9 @@ class InProcess(Executor):
         self.device, self.xp = dev, backend.xp_for(dev)
         xp = self.xp
         chunk = opts.chunk_frames or auto_chunk_frames(src.frame_shape, dev)
-        # the device's free memory asked once for the run's decisions (a cudaMemGetInfo took
-        # about 3 ms, three times a run: H100 2026-11-25), less what the stash takes of it
+        # the device's free memory asked once for the run's decisions, less what the stash
+        # takes of it (6 us on an idle GPU, but 3 ms a call behind queued work in a profiled
+        # run of 128 frames, three calls a run: H100/H200 2026-11-25)
         free = backend.device_free_bytes(xp)
         self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory,
                                                      free)
