@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tifffile
 
+from cli_helpers import xcorr
 from xcorr_app import align
 from xcorr_app import backend
 from xcorr_app.bench import _align as bench
@@ -465,3 +466,11 @@ def test_bench_align_cpu_smoke(tmp_path):
             assert r["peak_bytes"] > 10e6
     assert len(doc["targets"]) == 4 and all("skimage loop" in t for t in doc["targets"])
     assert not list(tmp_path.glob("xcorr-bench-align-*"))  # the stack was removed
+
+
+@pytest.mark.skipif(backend.gpu_available(), reason="the message of a machine without a GPU")
+@pytest.mark.parametrize("mode", ["--floor", "--volumes"])
+def test_gpu_only_modes_say_so_in_one_line_without_a_gpu(mode):
+    res = xcorr("bench", "align", mode)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "needs a GPU" in res.stderr.strip().splitlines()[-1]

@@ -1,17 +1,8 @@
-"""``xcorr bench align --floor``: the rows and their shares (GPU), one line without a GPU."""
+"""``xcorr bench align --floor``: the rows and their shares (GPU; without one:
+``test_bench_align.py``)."""
 
 import numpy as np
 import pytest
-
-from cli_helpers import xcorr
-from xcorr_app import backend
-
-
-@pytest.mark.skipif(backend.gpu_available(), reason="the message of a machine without a GPU")
-def test_without_a_gpu_one_line():
-    res = xcorr("bench", "align", "--floor")
-    assert res.returncode != 0 and "Traceback" not in res.stderr
-    assert "needs a GPU" in res.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.gpu
