@@ -85,3 +85,17 @@ def test_settings_record_the_resolved_options():
     assert options["max_shift"] == [4, 4] and options["prefilter"] != "auto"
     assert options["boundary"] in ("linear", "circular") and options["lucas_kanade"] != "auto"
     assert res.settings["executor"] == "process"
+
+
+@pytest.mark.parametrize("options,why", [
+    ({"normalization": "phase"}, "phase correlation is refined on its own surface"),
+    ({"reference": "previous", "max_shift": 8}, "reference previous measures the frames linear"),
+    ({}, "boundary auto measured the frames linear (they do not wrap around)")])
+def test_an_unused_upsample_says_why(options, why, rng):
+    """The note of an upsample no circular refinement used gives the reason the frames were
+    measured linear: detected so, or decided by the options before any pass."""
+    from synthetic import drift_stack
+
+    stack = drift_stack(rng, n=6, shape=(64, 72))[0]
+    res = align(stack, device="cpu", upsample=10, **options)
+    assert f"upsample 10 unused: {why}, where subpixel gaussian does not upsample" in res.notes

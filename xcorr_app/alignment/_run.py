@@ -124,10 +124,12 @@ def measure_passes(opts, src, executor, progress=None):
         passes = more
     image = reference_image("first" if passes else opts.reference, opts, src, executor)
     boundary = opts.boundary
+    linear_why = "boundary auto measured the frames linear (they do not wrap around)"
     if opts.previous and boundary == "auto":
-        boundary = "linear"
+        boundary, linear_why = "linear", "reference previous measures the frames linear"
     if opts.normalization == "phase" and opts.subpixel != "upsample":
-        boundary = "linear"  # (phase surfaces are circular already: only the refinement differs)
+        # (phase surfaces are circular already: only the refinement differs)
+        boundary, linear_why = "linear", "phase correlation is refined on its own surface"
     report = _Progress(progress, src.n_frames, passes + 1)
     k, fit = 0, None
     while True:
@@ -167,9 +169,8 @@ def measure_passes(opts, src, executor, progress=None):
                                  built)
     report.finish()
     if boundary != "circular" and opts.upsample is not None and opts.subpixel != "upsample":
-        notes.append(f"upsample {opts.upsample} unused: boundary auto measured the frames "
-                     f"linear (they do not wrap around), where subpixel {opts.subpixel} does "
-                     "not upsample")
+        notes.append(f"upsample {opts.upsample} unused: {linear_why}, where subpixel "
+                     f"{opts.subpixel} does not upsample")
     run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
     return (relative_to_first(table) if passes else table), run, notes, image
 
