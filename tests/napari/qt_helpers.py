@@ -1,8 +1,9 @@
 """Helpers of the plugin's tests: the Qt event loop run until a widget's worker is done (Qt
-offscreen where there is no display: the checkout's ``conftest.py``).  A module, not a ``conftest.py``: a second ``conftest`` on
-``sys.path`` shadowed the tests' own (``from conftest import poisoned`` failed wherever napari
-was installed).  The checkout's ``conftest.py`` leaves this folder out without napari and Qt
-(``pip install 'xcorr-app[napari]'``)."""
+offscreen where there is no display: the checkout's ``conftest.py``).  A module, not a
+``conftest.py``: a second ``conftest`` on ``sys.path`` shadowed the tests' own (``from
+conftest import poisoned`` failed wherever napari was installed).  The checkout's
+``conftest.py`` leaves this folder out without napari and Qt (``pip install
+'xcorr-app[napari]'``)."""
 
 import time
 

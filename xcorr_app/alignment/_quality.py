@@ -229,9 +229,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``; the
     sharpness of the mean of those frames as they came and aligned (those with a shift) where
     they are the whole stack (``{"sharpness": (before, after)}``), else those means' float64
-    sums (``{"sums": (raw, aligned)}``, host arrays), with the count of the aligned ones; with ``patches``, also the rows per patch region (n, P, 4).  Frames are
-    streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped with
-    the work); nothing waits for the device before the last chunk is queued."""
+    sums (``{"sums": (raw, aligned)}``, host arrays), with the count of the aligned ones; with
+    ``patches``, also the rows per patch region (n, P, 4).  Frames are streamed as a pass
+    streams them (on the GPU: pinned copies on two streams, overlapped with the work); nothing
+    waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
     whole = xp.asarray(template, xp.float32)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1])
@@ -283,8 +284,8 @@ class _PatchQuality:
     """The per-patch-region figures of a piecewise run: each frame warped by its motion field
     (``patches``: ``(field (N, gy, gx, 2), centres (gy, gx, 2), size (ph, pw))``, the warp of
     the run's output), then, on each patch of the grid, its correlation before and after with
-    the template's same patch and its residual (:class:`~._quality_figures.RegionFigures`, on the patches prepared as
-    frames): a few batched products a chunk, every patch at once."""
+    the template's same patch and its residual (:class:`~._quality_figures.RegionFigures`, on
+    the patches prepared as frames): a few batched products a chunk, every patch at once."""
 
     def __init__(self, template, patches, opts, xp):
         field, centres, size = patches

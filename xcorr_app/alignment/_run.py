@@ -102,13 +102,14 @@ def measure_passes(opts, src, executor, progress=None):
     The first pass measures against the reference (``first`` where template passes follow).
     ``boundary="auto"`` is decided after it (:func:`~.refine.periodic_frames`): periodic
     frames are measured once more with the circular refinement against the same reference,
-    then, where template passes or Lucas-Kanade were due, against templates of the frames
-    moved circularly (no Lucas-Kanade); other stacks go on with the template passes, if any.
-    A template pass accumulates every frame measured with a distinct peak, shifted by its shift, into
-    sums added up over the ranges in frame order; the next pass measures against their
-    template, the last one (``lucas_kanade`` on) refining each shift by a Lucas-Kanade fit
-    against it (:class:`~.refine.LucasKanadeFit`).  Shifts after template passes are
-    relative to frame 0's.  ``progress`` sees every frame once, spread over the passes.
+    then, with a first-frame reference, twice against templates of the frames moved circularly
+    (:func:`circular_passes`; no Lucas-Kanade); other stacks go on with the template passes,
+    if any.  A template pass accumulates every frame measured with a distinct peak, shifted by
+    its shift, into sums added up over the ranges in frame order; the next pass measures
+    against their template, the last one (``lucas_kanade`` on) refining each shift by a
+    Lucas-Kanade fit against it (:class:`~.refine.LucasKanadeFit`).  Shifts after template
+    passes are relative to frame 0's.  ``progress`` sees every frame once, spread over the
+    passes.
     """
     if opts.boundary == "circular" and opts.lucas_kanade == "auto":
         opts = dataclasses.replace(opts, lucas_kanade="off")  # (a circular template instead)
