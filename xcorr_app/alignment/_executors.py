@@ -107,7 +107,8 @@ class InProcess(Executor):
         # the passes certain to read the stack again (patches, out, templates, the quality
         # report) read it from the GPU where it fits; those "auto" may add read it as before
         again = opts.patches is not None or out is not None or opts.refined \
-            or opts.lucas_kanade == "on" or opts.quality
+            or opts.lucas_kanade == "on" or opts.quality \
+            or (opts.boundary == "circular" and opts.lk_possible)
         stash = keep_on_gpu(src, xp, free) if again and opts.max_memory is None \
             and dev == "gpu" and not on_gpu else None
         self.src = StashedSource(src, stash)

@@ -117,8 +117,8 @@ def measure_passes(opts, src, executor, progress=None):
     lk = opts.lucas_kanade == "on"
     passes = max(opts.refined or 0, 1 if lk else 0)
     notes = [lk_note] if lk_note else []
-    if opts.boundary == "circular":
-        more = circular_passes(opts, passes)
+    if opts.boundary == "circular":  # (Lucas-Kanade asked for: its own template passes)
+        more = passes if lk else circular_passes(opts, passes)
         if more > passes:
             notes.append("boundary circular: measured against the first frame, then against "
                          "a template of the frames moved circularly (twice)")

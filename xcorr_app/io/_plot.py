@@ -232,17 +232,18 @@ def _vertical_text(image, text, font, x, y_centre):
 
 def _legend(draw, entries, y):
     """Entries ``(label, color, style)`` centred above the shift panel: one row at ``y``, or
-    two, 16 px apart around it, where one does not fit the picture's width."""
+    more, 16 px apart around it, where one does not fit the picture's width."""
     small = font(12)
     widths = [34 + small.getlength(label) + 18 for label, _, _ in entries]
-    rows, room = [[]], PLOT_SIZE[0] - 24
+    x0, _, x1, _ = PANELS["shifts"]
+    rows, room = [[]], 2 * (PLOT_SIZE[0] - (x0 + x1) / 2) - 24  # (centred on the panel)
     for k, w in enumerate(widths):
         if rows[-1] and sum(widths[i] for i in rows[-1]) + w > room:
             rows.append([])
         rows[-1].append(k)
-    for r, row in enumerate(rows[:2]):  # (the few entries a plot has fit in two)
+    for r, row in enumerate(rows):  # (the entries a plot has fit in two)
         _legend_row(draw, [entries[i] for i in row], [widths[i] for i in row],
-                    y if len(rows) == 1 else y - 8 + 16 * r, small)
+                    y - 8 * (len(rows) - 1) + 16 * r, small)
 
 
 def _legend_row(draw, entries, widths, y, small):
@@ -404,11 +405,12 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
     if flagged.any():
         entries += [(f"worse or poor ({int(flagged.sum())} of {n} frames)", COLORS["low"],
                      "band")]
-    if worst is not None:
+    if worst is not None and np.isfinite(worst).any():
         marked = np.asarray(patch_flagged, bool).reshape(n, -1) if patch_flagged is not None \
             else np.zeros((n, 1), bool)
-        entries += [(f"worst patch region after ({int(marked.sum())} regions flagged in "
-                     f"{int(marked.any(axis=1).sum())} frames)", COLORS["threshold"], "dash")]
+        k, m = int(marked.sum()), int(marked.any(axis=1).sum())
+        entries += [(f"worst patch region after ({k} region{'' if k == 1 else 's'} flagged in "
+                     f"{m} frame{'' if m == 1 else 's'})", COLORS["threshold"], "dash")]
     _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG", compress_level=6)

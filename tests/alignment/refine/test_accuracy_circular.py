@@ -54,6 +54,16 @@ def test_the_circular_template_pass_beats_frame_0_as_the_reference(seed):
     assert stack_errors(res.shifts, s.truth)[0] < 0.8 * stack_errors(first.shifts, s.truth)[0]
 
 
+def test_lucas_kanade_asked_for_keeps_its_own_template_passes():
+    """``boundary="circular"`` with ``lucas_kanade="on"``: its template (linear sums, which its
+    leave-one-out warp takes back) and no circular template passes added."""
+    s = make_stack("circular_noisy", 2, image="microaneurysms", shape=(64, 64))
+    res = align(s.frames, device="cpu", boundary="circular", lucas_kanade="on")
+    assert not any("moved circularly" in n for n in res.notes)
+    auto = align(s.frames, device="cpu", boundary="circular")
+    assert any("moved circularly (twice)" in n for n in auto.notes)
+
+
 def test_phase_refinement_of_wrap_around_frames_is_scikit_images():
     """Phase correlation refined on the frames as they are (``boundary="circular"``) is
     scikit-image's phase call; on their periodic components (``linear``) it loses what wrapped
