@@ -63,3 +63,16 @@ def test_the_device_option_starts_it(fake_gpu, device, started):
     fake_gpu[0].set()
     out = CliRunner().invoke(cmd, ["--device", device]).output
     assert out == f"ran {device} warm-up={started}\n"
+
+
+@pytest.mark.parametrize("args, started", [
+    (["align", "s.tif"], True), (["zlocate", "m.tif", "--zstack", "z.tif"], True),
+    (["align", "s.tif", "--device", "cpu"], False), (["align", "s.tif", "--device=cpu"], False),
+    (["align", "--help"], False), (["info"], False), (["bench", "align"], False), ([], False)])
+def test_a_gpu_command_starts_it_before_its_imports(fake_gpu, monkeypatch, args, started):
+    from xcorr_app.cli import _main
+
+    calls = []
+    monkeypatch.setattr(backend, "start_gpu_warm_up", lambda: calls.append(1))
+    _main._warm_up_early(args)
+    assert calls == ([1] if started else [])

@@ -260,21 +260,6 @@ def to_xp(a, xp):
     return xp.asarray(a)
 
 
-def item_sums(a):
-    """float64 sums (N,) of each item of ``a`` (N, ..., X) over its other axes, NumPy or CuPy:
-    row by row, then over the rows' sums.  One sum per item reduced over all its elements
-    runs on a handful of GPU blocks (the sums of 8 volumes of 64x512x512 took 8 ms instead of
-    well under 1, and a quality report's per-frame sums 38 ms of a 103 ms run: H100,
-    2026-11-25).
-
-    >>> import numpy as np
-    >>> item_sums(np.arange(24, dtype=np.float32).reshape(2, 3, 4)).tolist()
-    [66.0, 210.0]
-    """
-    n = a.shape[0]
-    return a.reshape(-1, a.shape[-1]).sum(axis=1, dtype=np.float64).reshape(n, -1).sum(axis=1)
-
-
 def like_input(result, *inputs):
     """Return ``result`` as the array type of ``inputs`` (NumPy in, NumPy out; CuPy in, CuPy out)."""
     return to_xp(result, array_module_of(*inputs))

@@ -4,7 +4,7 @@ sharpness of a mean image, on the CPU and the GPU.
 
 On the GPU the whole area's figures come from each frame's moments over it
 (:func:`area_moments`, ``kernels/alignment/quality_moments.cu``: one read of a chunk a figure),
-the patch regions' from batched matrix products, as on the CPU.
+the patch regions' from batched matrix products, as on the CPU (a rigid run's need none).
 
 Examples
 --------
@@ -62,10 +62,15 @@ class RegionFigures:
         g64 = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
         self.g = g64.astype(xp.float32)
         self.g_total = self.g.sum(axis=2, dtype=xp.float64)  # (P, 2)
-        # the template's own projection (t @ g.T), subtracted from each region's
-        self.tg = xp.matmul(q.reshape(p, 1, -1).astype(xp.float32),
-                            self.g.transpose(0, 2, 1))[:, 0].astype(xp.float64)  # (P, 2)
-        h = backend.to_numpy(xp.matmul(g64, g64.transpose(0, 2, 1)))  # (the one wait)
+        # the template's own projection (t @ g.T), subtracted from each region's, and the
+        # normal equations' matrix, as sums of products: a rigid run on the GPU then makes no
+        # matrix product (cuBLAS's load took ~0.1 s of a one-shot process, H100)
+        qf = q.reshape(p, 1, -1).astype(xp.float32)
+        self.tg = (qf * self.g).sum(axis=2, dtype=xp.float64)  # (P, 2)
+        h01 = (g64[:, 0] * g64[:, 1]).sum(axis=1)
+        h = backend.to_numpy(xp.stack([xp.square(g64[:, 0]).sum(axis=1), h01,  # (the one wait)
+                                       h01, xp.square(g64[:, 1]).sum(axis=1)], axis=1))
+        h = h.reshape(p, 2, 2)
         inverse = np.full_like(h, np.nan)
         good = np.linalg.det(h) > 0
         inverse[good] = np.linalg.inv(h[good])
@@ -93,8 +98,8 @@ class RegionFigures:
         xp = self.xp
         norm = xp.sqrt(norm2)
         b = proj / xp.where(norm > 0, norm, 1.0)[..., None] - self.tg[None]
-        step = xp.matmul(b.transpose(1, 0, 2), self.inverse.transpose(0, 2, 1))  # (P, n, 2)
-        return xp.where((norm > 0)[..., None], -step.transpose(1, 0, 2), xp.nan)
+        step = (b[..., None, :] * self.inverse[None]).sum(axis=3)  # (n, P, 2): no cuBLAS
+        return xp.where((norm > 0)[..., None], -step, xp.nan)
 
 
 class AreaFigures(RegionFigures):

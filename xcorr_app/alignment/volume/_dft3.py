@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...backend import array_module_of, item_sums
+from ...backend import array_module_of
 from ...correlate import fft_of
+from ._rows import item_sums, row_first_max
 
 AXES = (-3, -2, -1)
 #: bytes the batched subvoxel samples of one call hold at most (:func:`samples3d`)
@@ -104,7 +105,7 @@ def bounded_peak(corr, max_shift, exclusion=2):
             else:
                 near.append(xp.arange(max(i - e, 0), min(i + e + 1, n)))
         win[k][xp.ix_(*near)] = -np.inf
-    rest = win.reshape(-1, win.shape[-1]).max(axis=1).reshape(b, -1).max(axis=1)
+    rest = row_first_max(row_first_max(win.reshape(-1, win.shape[-1]))[1].reshape(b, -1))[1]
     rest = _np(rest).astype(np.float64)
     rest = np.where(np.isfinite(rest), rest, 0.0)
     shifts = np.stack([np.where(index[:, a] < n - n // 2, index[:, a], index[:, a] - n)
@@ -117,16 +118,12 @@ def _first_max(win):
     """The flat index (B,) of each volume's first maximum (row-major, as ``argmax``) and its
     value (NumPy float64): row by row, then over the rows' maxima (many rows reduce in
     parallel on a GPU, one volume's 16M voxels on a handful of blocks)."""
-    xp = array_module_of(win)
     b, x = win.shape[0], win.shape[-1]
-    rows = win.reshape(-1, x)
-    col = rows.argmax(axis=1)
-    best = xp.take_along_axis(rows, col[:, None], axis=1)[:, 0].reshape(b, -1)
-    row = best.argmax(axis=1)
-    col = _np(col.reshape(b, -1))
-    row = _np(row)
-    value = _np(best)[np.arange(b), row].astype(np.float64)
-    return row * x + col[np.arange(b), row], value
+    col, best = row_first_max(win.reshape(-1, x))
+    row, value = row_first_max(best.reshape(b, -1))
+    row = _np(row).astype(np.int64)
+    col = _np(col.reshape(b, -1))[np.arange(b), row]
+    return row * x + col, _np(value).astype(np.float64)
 
 
 def _np(a):

@@ -1,0 +1,57 @@
+// Per-row reductions of a C-contiguous (rows, cols) array of T, a warp a row, for the 3-D path
+// (xcorr_app/alignment/volume/_rows.py): row_sums, each row's double sum; row_first_max, the
+// column and value of each row's first maximum as NumPy's argmax finds it (NaN above every
+// number).  Shipped built: CuPy's reductions along an axis compile at first use (CUB's block
+// reduction by NVRTC, 2.0-2.5 s each: 7 s of a cold 8 s `xcorr align --volumes`, H100
+// 2026-11-25).
+//
+// Grid ceil(rows / (THREADS / 32)), THREADS threads; lane 0 of each warp writes its row's result.
+
+#include "warp_reduce.cuh"
+
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) row_sums(
+        const T* __restrict__ a, long long rows, int cols, double* __restrict__ sums) {
+    const int lane = threadIdx.x & 31;
+    const long long r = (long long)blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+    if (r >= rows) return;  // (a whole warp at once: the shuffles see every lane)
+    const T* row = a + r * cols;
+    double s = 0.0;
+    for (int x = lane; x < cols; x += 32) s += (double)row[x];
+    s = warp_sum(s);
+    if (lane == 0) sums[r] = s;
+}
+
+// Whether (c at column ic) comes before (b at ib) as argmax's answer: NaN first, then the larger,
+// then the earlier of equals.
+__device__ __forceinline__ bool comes_first(float c, int ic, float b, int ib) {
+    const bool cn = isnan(c), bn = isnan(b);
+    if (cn != bn) return cn;
+    if (cn || c == b) return ic < ib;
+    return c > b;
+}
+
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) row_first_max(
+        const T* __restrict__ a, long long rows, int cols, int* __restrict__ column,
+        T* __restrict__ value) {
+    const int lane = threadIdx.x & 31;
+    const long long r = (long long)blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const T* row = a + r * cols;
+    float best = -INFINITY;
+    int at = 0x7fffffff;  // (a lane without a column never comes first: any column is earlier)
+    for (int x = lane; x < cols; x += 32) {
+        const float v = (float)row[x];
+        if (comes_first(v, x, best, at)) { best = v; at = x; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_down_sync(0xffffffffu, best, o);
+        const int x = __shfl_down_sync(0xffffffffu, at, o);
+        if (comes_first(v, x, best, at)) { best = v; at = x; }
+    }
+    if (lane == 0) {
+        column[r] = at;
+        value[r] = (T)best;
+    }
+}

@@ -1,0 +1,74 @@
+"""The 3-D path's reductions along the last axis: each item's sum and each row's first maximum,
+NumPy's answers on the CPU and, by xcorr's kernels (kernels/alignment/row_reduce.cu), on the
+GPU: against a float64 reference on odd sizes below a warp and above a block, NaN, ties and
+-inf, into poisoned outputs."""
+
+import numpy as np
+import pytest
+
+from xcorr_app.alignment.volume._rows import item_sums, row_first_max
+
+
+def _rows(shape, seed):
+    """float32 rows with ties (values on a coarse grid), -inf and NaN in some rows."""
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.normal(size=shape) * 4).astype(np.float32)
+    a[::7, ::3] = -np.inf
+    a[1::11, rng.integers(0, shape[1], size=a[1::11].shape[0])] = np.nan
+    a[2::13] = -np.inf  # whole rows
+    return a
+
+
+def _first_max_reference(a):
+    a = np.asarray(a, np.float64)
+    col = np.argmax(a, axis=1)  # (NumPy: the first NaN, else the first of the maxima)
+    return col, a[np.arange(len(a)), col]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (37, 31), (300, 33), (1029, 517)])
+def test_row_first_max_cpu(shape):
+    a = _rows(shape, seed=shape[0])
+    col, value = row_first_max(a)
+    ref_col, ref_value = _first_max_reference(a)
+    np.testing.assert_array_equal(col, ref_col)
+    np.testing.assert_array_equal(value, ref_value)
+
+
+def test_item_sums_cpu():
+    a = np.random.default_rng(1).normal(size=(3, 5, 7, 9)).astype(np.float32)
+    np.testing.assert_allclose(item_sums(a), a.astype(np.float64).sum(axis=(1, 2, 3)),
+                               rtol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (37, 31), (300, 33), (1029, 517),
+                                   (9, 4099)])
+def test_row_first_max_gpu(shape, monkeypatch):
+    import cupy as cp
+
+    a = _rows(shape, seed=shape[1])
+    poison = {"int32": lambda n, t: cp.full(n, -7, t), "float32": lambda n, t: cp.full(n, 5e30, t)}
+    empty = cp.empty
+    monkeypatch.setattr(cp, "empty", lambda n, t: poison[np.dtype(t).name](n, t)
+                        if np.dtype(t).name in poison else empty(n, t))
+    col, value = row_first_max(cp.asarray(a))
+    ref_col, ref_value = _first_max_reference(a)
+    assert col.dtype == cp.int32 and value.dtype == cp.float32
+    np.testing.assert_array_equal(col.get(), ref_col)
+    np.testing.assert_array_equal(value.get(), ref_value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, dtype", [((2, 3, 5, 7), np.float32), ((3, 1, 1, 31), np.float64),
+                                          ((2, 17, 33, 513), np.float32), ((1, 1, 1, 1), np.float32)])
+def test_item_sums_gpu(shape, dtype, monkeypatch):
+    import cupy as cp
+
+    a = (np.random.default_rng(2).normal(size=shape) * 1e3 + 7).astype(dtype)
+    empty = cp.empty
+    monkeypatch.setattr(cp, "empty", lambda n, t: cp.full(n, np.nan, t)
+                        if np.dtype(t) == np.float64 else empty(n, t))
+    got = item_sums(cp.asarray(a))
+    assert got.dtype == cp.float64
+    ref = a.astype(np.float64).sum(axis=tuple(range(1, a.ndim)))
+    np.testing.assert_allclose(got.get(), ref, rtol=1e-12, atol=1e-9)
