@@ -1,4 +1,4 @@
-"""On the GPU: Zarr, HDF5 and OME-TIFF stacks streamed through the GPU pipeline (pinned
+"""On the GPU: Zarr, HDF5, OME-TIFF and ND2 stacks streamed through the GPU pipeline (pinned
 buffers, read-ahead) give the shifts of the same frames as an array."""
 
 import numpy as np
@@ -42,3 +42,12 @@ def test_readers_on_the_gpu_as_the_array(tmp_path, frames):
     for path in (str(tmp_path / "m.zarr"), f"{tmp_path / 'm.h5'}:/scan/data",
                  f"{tmp_path / 'm.ome.tif'}?z=0"):
         np.testing.assert_allclose(shifts(path), want, atol=1e-4, rtol=0, err_msg=path)
+
+
+def test_nd2_on_the_gpu_as_the_array(tmp_path, frames):
+    pytest.importorskip("nd2")
+    from nd2_files import write_nd2
+
+    write_nd2(tmp_path / "m.nd2", np.stack([frames[:, ::-1], frames], axis=1), ["a", "b"])
+    got = align(tmp_path / "m.nd2", channel=1, device="gpu", max_shift=8, chunk_frames=5).shifts
+    np.testing.assert_allclose(got, shifts(frames), atol=1e-4, rtol=0)

@@ -1,10 +1,10 @@
-"""Reading stacks (a folder of TIFFs or one multi-page TIFF; Zarr, OME-Zarr, HDF5, NWB), writing
+"""Reading stacks (a folder of TIFFs or one multi-page TIFF; Zarr, OME-Zarr, HDF5, NWB, CZI, ND2), writing
 outputs safely (a run's outputs apart from its inputs, locked, and committed together), and the
 drift plot.  Below every other subpackage: it imports none of them.
 """
 
 from ._background import BackgroundWrites
-from ._formats import EXTRAS as FORMAT_EXTRAS, UNREAD as UNREAD_FORMATS, ArrayFrames, format_of, \
+from ._formats import EXTRAS as FORMAT_EXTRAS, ArrayFrames, format_of, \
     source_path, split_source
 from ._field_outputs import plot_motion_field, write_motion_field
 from ._lock import OutputLock
@@ -18,7 +18,7 @@ from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)
 
-__all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES", "UNREAD_FORMATS",
+__all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "ArrayFrames", "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange",
            "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs",
            "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",

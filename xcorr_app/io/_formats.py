@@ -33,14 +33,12 @@ from ..errors import InputError, XcorrError
 from ._tiff import SUPPORTED_DTYPES, one_line_errors, plural
 
 __all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "EXTRAS",
-           "SUFFIXES", "UNREAD", "library_errors", "default_axes"]
+           "SUFFIXES", "library_errors", "default_axes"]
 
 #: the optional libraries of each format: format -> (module, extra of pyproject.toml, name)
 EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
-          "nwb": ("h5py", "nwb", "NWB"), "czi": ("pylibCZIrw.czi", "czi", "Zeiss CZI")}
-
-#: formats recognised but not read yet: format -> name
-UNREAD = {"nd2": "Nikon ND2"}
+          "nwb": ("h5py", "nwb", "NWB"), "czi": ("pylibCZIrw.czi", "czi", "Zeiss CZI"),
+          "nd2": ("nd2", "nd2", "Nikon ND2")}
 
 #: file name endings of each format (a folder holding Zarr metadata is Zarr whatever its name)
 SUFFIXES = {"zarr": (".zarr",), "hdf5": (".h5", ".hdf5", ".hdf", ".he5"), "nwb": (".nwb",),

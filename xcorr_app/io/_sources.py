@@ -1,18 +1,8 @@
-"""Which reader opens a source path of another format than TIFF (:func:`open_format`).
-
-Examples
---------
->>> open_format("nd2", Path("scan.nd2"), None, None, None)
-Traceback (most recent call last):
-xcorr_app.errors.InputError: scan.nd2: Nikon ND2 files are not read by this version of xcorr; convert the file to OME-TIFF, OME-Zarr or HDF5 (e.g. with Fiji or bioformats2raw)
-"""
+"""Which reader opens a source path of another format than TIFF (:func:`open_format`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from ..errors import InputError
-from ._formats import UNREAD
 
 __all__ = ["open_format"]
 
@@ -35,6 +25,8 @@ def open_format(fmt: str, file: Path, dataset, channel, z):
         from ._czi import open_czi
 
         return open_czi(file, dataset, channel, z)
-    raise InputError(f"{file}: {UNREAD[fmt]} files are not read by this version of xcorr; "
-                     "convert the file to OME-TIFF, OME-Zarr or HDF5 (e.g. with Fiji or "
-                     "bioformats2raw)")
+    if fmt == "nd2":
+        from ._nd2 import open_nd2
+
+        return open_nd2(file, dataset, channel, z)
+    raise ValueError(f"no reader of format {fmt!r}")  # (format_of names only the above)

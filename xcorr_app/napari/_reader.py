@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import XcorrError
-from ..io import TIFF_SUFFIXES, UNREAD_FORMATS, describe, format_of, open_stack
+from ..io import TIFF_SUFFIXES, describe, format_of, open_stack
 
 #: stacks at least this large are opened lazily (dask), not read whole
 LAZY_BYTES = 1 << 30
@@ -33,7 +33,7 @@ SAMPLES = ("cell", "moon", "hubble")
 
 def napari_get_reader(path):
     """The reader function for ``path`` (a stack xcorr reads: a TIFF file or folder, a Zarr
-    store, an HDF5, NWB or CZI file), or None for other paths (napari then asks the next
+    store, an HDF5, NWB, CZI or ND2 file), or None for other paths (napari then asks the next
     reader)."""
     if isinstance(path, list):
         path = path[0] if len(path) == 1 else None
@@ -43,8 +43,7 @@ def napari_get_reader(path):
     if not p.exists():
         return None
     fmt = format_of(p)
-    if fmt in UNREAD_FORMATS or (fmt == "tiff" and p.is_file()
-                                 and p.suffix.lower() not in TIFF_SUFFIXES):
+    if fmt == "tiff" and p.is_file() and p.suffix.lower() not in TIFF_SUFFIXES:
         return None
     return read_stack
 
