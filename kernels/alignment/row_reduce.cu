@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(THREADS) row_first_max(
     const long long r = (long long)blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
     if (r >= rows) return;
     const T* row = a + r * cols;
-    float best = -INFINITY;
+    float best = __int_as_float(0xff800000);  // -inf (NVRTC has no math.h: no INFINITY)
     int at = 0x7fffffff;  // (a lane without a column never comes first: any column is earlier)
     for (int x = lane; x < cols; x += 32) {
         const float v = (float)row[x];

@@ -222,3 +222,22 @@ def test_a_missing_cubin_is_left_to_nvrtc(tmp_path):
         assert lookup(tmp_path, text) == {}
     finally:
         shipped.load_index.cache_clear()
+
+
+@pytest.mark.gpu
+def test_every_source_compiles_with_nvrtc():
+    """Where no cubin ships for the GPU (another architecture, a checkout without nvcc), NVRTC
+    compiles the sources, without the host headers nvcc brings (math.h's INFINITY, say): each
+    source's families, one instantiation each, in one RawModule."""
+    import cupy as cp
+
+    by_source = {}
+    for fam in loader.all_families():
+        by_source.setdefault(fam.source, []).append(fam.expression(*fam.instantiations[0]))
+    for source, exprs in sorted(by_source.items()):
+        mod = cp.RawModule(code=loader.read_source(source),
+                           options=loader.COMPILE_OPTIONS
+                           + loader.include_options(loader.source_path(source)),
+                           name_expressions=exprs)
+        for expr in exprs:
+            assert mod.get_function(expr) is not None, (source, expr)  # (compiles the module)

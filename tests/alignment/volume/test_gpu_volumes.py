@@ -56,3 +56,28 @@ def test_refine_planes_gpu_matches_cpu():
     cpu = refine_planes(stack, rigid.shifts, max_shift=3, device="cpu")
     gpu = refine_planes(stack, rigid.shifts, max_shift=3, device="gpu")
     np.testing.assert_allclose(gpu, cpu, atol=1e-3)  # (NaN where the CPU has NaN)
+
+
+@pytest.mark.parametrize("reference", ["first", "mean"])
+def test_a_gpu_run_imports_no_cupyx(reference):
+    """CuPy imports cupyx and SciPy (0.45 s of a one-shot process on an H100) the first time a
+    NumPy ufunc meets a CuPy array (``array / 2`` is one): the 3-D path never asks for it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, traceback\n"
+        "first = []\n"
+        "def audit(event, args):\n"
+        "    if event == 'import' and args[0].startswith('cupyx') and not first:\n"
+        "        first.append(''.join(traceback.format_stack(limit=12)))\n"
+        "sys.addaudithook(audit)\n"
+        "import numpy as np\n"
+        "from xcorr_app.alignment import align_volumes\n"
+        "stack = np.random.default_rng(0).random((3, 8, 16, 16)).astype(np.float32)\n"
+        f"align_volumes(stack, reference={reference!r}, device='gpu')\n"
+        "print(first[0] if first else 'no cupyx')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().endswith("no cupyx"), res.stdout

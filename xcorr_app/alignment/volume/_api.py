@@ -142,7 +142,8 @@ def _reference(source, reference, xp, chunk):
                 part = source.read(start, min(t, start + chunk), xp).sum(
                     axis=0, dtype=xp.float64)
                 total = part if total is None else total + part
-            return (total / t).astype(xp.float32), f"the mean of the {t} volumes"
+            # (xp.divide, not "/": see _dft3.spectrum)
+            return xp.divide(total, t).astype(xp.float32), f"the mean of the {t} volumes"
     elif isinstance(reference, (int, np.integer)) and not isinstance(reference, bool):
         if not -t <= int(reference) < t:
             raise InputError(f"reference {reference} is outside the stack's {t} volumes")
