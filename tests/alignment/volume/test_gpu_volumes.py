@@ -60,8 +60,8 @@ def test_refine_planes_gpu_matches_cpu():
 
 @pytest.mark.parametrize("reference", ["first", "mean"])
 def test_a_gpu_run_imports_no_cupyx(reference):
-    """CuPy imports cupyx and SciPy (0.45 s of a one-shot process on an H100) the first time a
-    NumPy ufunc meets a CuPy array (``array / 2`` is one): the 3-D path never asks for it."""
+    """CuPy imports cupyx and SciPy (some 500 modules) the first time a NumPy ufunc meets a
+    CuPy array (``array / 2`` is one): the 3-D path never asks for them."""
     import subprocess
     import sys
 

@@ -39,7 +39,7 @@ def spectrum(volumes, xp, norms=False):
     v = xp.array(volumes, dtype=xp.float32)  # (a copy, centred in place)
     n = int(np.prod(v.shape[1:]))
     # (xp.divide, not "/": a CuPy array over a Python number goes through NumPy's ufunc
-    # protocol, whose first use imports cupyx and SciPy: 0.45 s of a one-shot run, H100)
+    # protocol, whose first use imports cupyx and SciPy, some 500 modules, into the run)
     v -= xp.divide(item_sums(v), n).astype(xp.float32)[:, None, None, None]
     spec = fft_of(xp).rfftn(v, axes=AXES)
     if not norms:
