@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ._formats import ArrayFrames, library_errors, need
+from ._formats import ArrayFrames, document_frames, need
 
 __all__ = ["open_czi", "CziPlanes"]
 
@@ -35,6 +35,8 @@ PIXEL_TYPES = {"Gray8": np.dtype(np.uint8), "Gray16": np.dtype(np.uint16),
 class CziPlanes:
     """An open CZI document as a read-only ``(T, C, Z, Y, X)`` array: indexing with integers
     and slices reads the planes asked for (each the whole image's bounding box)."""
+
+    axes = "TCZYX"
 
     def __init__(self, doc, name):
         self._doc, self.name = doc, name
@@ -101,20 +103,6 @@ def open_czi(file: Path, dataset, channel, z) -> ArrayFrames:
         colour or complex pixel type, a ``dataset`` (CZI has none), a bad channel or plane.
     """
     pyczi = need("czi")
-    if dataset:
-        raise InputError(f"{file} is CZI: a dataset ({dataset}) names an array inside an HDF5, "
-                         "Zarr or NWB file; leave it out")
-    with library_errors(file, "open"), pyczi.open_czi(str(file)) as doc:
-        size, names = _metadata(doc)
-        CziPlanes(doc, file)  # (the pixel types checked now)
-
-    def opener():
-        doc = pyczi.CziReader(str(file))
-        try:
-            return CziPlanes(doc, file), doc.close
-        except BaseException:
-            doc.close()
-            raise
-
-    return ArrayFrames(opener, "TCZYX", file, channel=channel, z=z, pixel_size=size,
-                       channel_names=names, fmt="CZI", paths=[file])
+    return document_frames(file, dataset, channel, z, fmt="CZI",
+                           open_document=lambda: pyczi.CziReader(str(file)), planes=CziPlanes,
+                           metadata=_metadata)

@@ -33,7 +33,7 @@ from ..errors import InputError, XcorrError
 from ._tiff import SUPPORTED_DTYPES, one_line_errors, plural
 
 __all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "EXTRAS",
-           "SUFFIXES", "library_errors", "default_axes"]
+           "SUFFIXES", "library_errors", "default_axes", "document_frames"]
 
 #: the optional libraries of each format: format -> (module, extra of pyproject.toml, name)
 EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
@@ -117,6 +117,30 @@ def library_errors(path, what="read"):
     return one_line_errors(path, lambda exc, reason: (
         f"cannot {what} {path} ({type(exc).__name__}: {reason}); check that it is a complete, "
         "uncorrupted file"))
+
+
+def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, metadata):
+    """An :class:`ArrayFrames` over a file of a format that holds one image and no datasets
+    (CZI, ND2): ``open_document()`` opens the file (an object with ``close``), ``planes(doc,
+    file)`` views it as an array with ``axes``, ``metadata(doc)`` gives ``(pixel size,
+    channel names)``; opened once now to check it, and again whenever the frames are read."""
+    if dataset:
+        raise InputError(f"{file} is {fmt}: a dataset ({dataset}) names an array inside an "
+                         "HDF5, Zarr or NWB file; leave it out")
+    with library_errors(file, "open"), contextlib.closing(open_document()) as doc:
+        size, names = metadata(doc)
+        axes = planes(doc, file).axes  # (the file's pixel types and layout checked now)
+
+    def opener():
+        doc = open_document()
+        try:
+            return planes(doc, file), doc.close
+        except BaseException:
+            doc.close()
+            raise
+
+    return ArrayFrames(opener, axes, file, channel=channel, z=z, pixel_size=size,
+                       channel_names=names, fmt=fmt, paths=[file])
 
 
 def default_axes(ndim: int) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ._formats import ArrayFrames, library_errors, need
+from ._formats import ArrayFrames, document_frames, need
 
 __all__ = ["open_nd2", "Nd2Planes"]
 
@@ -82,20 +82,6 @@ def open_nd2(file: Path, dataset, channel, z) -> ArrayFrames:
         damaged, an RGB file, a ``dataset`` (ND2 has none), a bad channel or plane.
     """
     nd2 = need("nd2")
-    if dataset:
-        raise InputError(f"{file} is ND2: a dataset ({dataset}) names an array inside an HDF5, "
-                         "Zarr or NWB file; leave it out")
-    with library_errors(file, "open"), nd2.ND2File(str(file)) as f:
-        size, names = _metadata(f)
-        axes = Nd2Planes(f, file).axes  # (an RGB file refused now)
-
-    def opener():
-        f = nd2.ND2File(str(file))
-        try:
-            return Nd2Planes(f, file), f.close
-        except BaseException:
-            f.close()
-            raise
-
-    return ArrayFrames(opener, axes, file, channel=channel, z=z, pixel_size=size,
-                       channel_names=names, fmt="ND2", paths=[file])
+    return document_frames(file, dataset, channel, z, fmt="ND2",
+                           open_document=lambda: nd2.ND2File(str(file)), planes=Nd2Planes,
+                           metadata=_metadata)
