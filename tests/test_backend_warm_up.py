@@ -68,11 +68,27 @@ def test_the_device_option_starts_it(fake_gpu, device, started):
 @pytest.mark.parametrize("args, started", [
     (["align", "s.tif"], True), (["zlocate", "m.tif", "--zstack", "z.tif"], True),
     (["align", "s.tif", "--device", "cpu"], False), (["align", "s.tif", "--device=cpu"], False),
-    (["align", "--help"], False), (["info"], False), (["bench", "align"], False), ([], False)])
+    (["align", "--help"], False), (["info"], False), (["bench", "align", "--help"], False)])
 def test_a_gpu_command_starts_it_before_its_imports(fake_gpu, monkeypatch, args, started):
     from xcorr_app.cli import _main
 
-    calls = []
-    monkeypatch.setattr(backend, "start_gpu_warm_up", lambda: calls.append(1))
-    _main._warm_up_early(args)
-    assert calls == ([1] if started else [])
+    events = []
+    monkeypatch.setattr(backend, "start_gpu_warm_up", lambda: events.append("warm-up"))
+    get_command = _main.XcorrGroup.get_command
+
+    def recorded(self, ctx, name):
+        events.append(f"import {name}")
+        return get_command(self, ctx, name)
+
+    monkeypatch.setattr(_main.XcorrGroup, "get_command", recorded)
+    fake_gpu[0].set()  # (the command's own probe: no device, at once)
+    CliRunner().invoke(_main.cli, args)
+    assert events[:2] == (["warm-up", f"import {args[0]}"] if started else [f"import {args[0]}"])
+
+
+def test_the_gpu_commands_are_those_with_a_device_option():
+    from xcorr_app.cli import _main
+
+    with_device = {name for name in _main.COMMANDS
+                   if any(p.name == "device" for p in _main.cli.get_command(None, name).params)}
+    assert set(_main.GPU_COMMANDS) == with_device

@@ -206,7 +206,7 @@ def test_run_small_stack():
         assert errors and max(errors) <= bench.TOLERANCE, r["rel_error"]
         # (a few percent over it: two timings of a 67x101 stack, each within a few us; an
         # H100 run once gave 1.015, 2026-11-25)
-        assert 0 < r["roofline_share"] <= 1.1, r["roofline_share"]
+        assert 0 < r["roofline_share"] <= 1.05, r["roofline_share"]
     assert lines[0].startswith("xcorr bench filter on") and "GB/s" in lines[2]
     assert sum(line.startswith("| 11x11 |") for line in lines) == 1
     json.dumps(rows)

@@ -71,15 +71,18 @@ def _spectrum(nm):
 
 
 def write_nd2(path, data, channel_names, pixel_um=0.5, z_step_um=None, period_ms=100.0,
-              rgb=False):
-    """Write ``data`` (T, C, Y, X), or (T, Z, C, Y, X) with ``z_step_um``, uint16 or float32,
-    as an ND2 file of a time loop (and a z-stack inside it) with these channels (``rgb``: C is
-    3, the colour components of one channel)."""
+              positions=None, components=1, stored=None):
+    """Write ``data`` (T, C, Y, X), or (T, Z, C, Y, X) with ``z_step_um``, or (T, P, C, Y, X)
+    with ``positions``, uint16 or float32, as an ND2 file of a time loop (and a z-stack or
+    an XY-position loop inside it) with these channels; ``components``: C is the components
+    of one channel (3: RGB); ``stored``: only the first frames are in the file, as when an
+    acquisition is stopped early."""
     data = np.asarray(data)
-    volumes = z_step_um is not None
-    t, z = data.shape[0], data.shape[1] if volumes else 1
+    inner = z_step_um is not None or positions is not None
+    t, z = data.shape[0], data.shape[1] if inner else 1
     c, h, w = data.shape[-3:]
     frames = data.reshape(t * z, c, h, w).transpose(0, 2, 3, 1)  # (frame, Y, X, C) interleaved
+    frames = frames[:stored]
     bits = 8 * data.dtype.itemsize
     chunks = [(None, _chunk(FILE_SIGNATURE, b"Ver3.0".ljust(64, b"\0")))]
     for i, frame in enumerate(frames):
@@ -88,20 +91,22 @@ def write_nd2(path, data, channel_names, pixel_um=0.5, z_step_um=None, period_ms
                        _chunk(f"ImageDataSeq|{i}!".encode(), time + frame.tobytes(), 4072)))
     attributes = {"SLxImageAttributes": {
         "uiWidth": w, "uiWidthBytes": w * c * data.dtype.itemsize, "uiHeight": h, "uiComp": c,
-        "uiBpcInMemory": bits, "uiBpcSignificant": bits, "uiSequenceCount": t * z,
+        "uiBpcInMemory": bits, "uiBpcSignificant": bits, "uiSequenceCount": len(frames),
         "eCompression": 2, "uiTileWidth": w, "uiTileHeight": h}}
-    z_loop = None if not volumes else _loop(4, z, {"dZStep": float(z_step_um), "dZLow": 0.0,
-                                                   "dZHigh": float(z_step_um * (z - 1)),
-                                                   "iType": 0})
+    inner_loop = None
+    if z_step_um is not None:
+        inner_loop = _loop(4, z, {"dZStep": float(z_step_um), "dZLow": 0.0,
+                                  "dZHigh": float(z_step_um * (z - 1)), "iType": 0})
+    elif positions is not None:
+        points = {f"a{k}": {"dPosX": 100.0 * k, "dPosY": 0.0, "dPosZ": 0.0} for k in range(z)}
+        inner_loop = _loop(2, z, {"Points": points})
     experiment = {"SLxExperiment": _loop(1, t, {"dStart": 0.0, "dPeriod": period_ms,
-                                                "dDuration": period_ms * t}, z_loop)}
-    planes = {f"a{k}": {"sDescription": name, "uiCompCount": 1, "uiSampleIndex": k,
+                                                "dDuration": period_ms * t}, inner_loop)}
+    planes = {f"a{k}": {"sDescription": name, "uiCompCount": components, "uiSampleIndex": k,
                         "uiColor": 0xFFFFFF, "pFluorescentProbe": {
                             "m_ExcitationSpectrum": _spectrum(488.0 + 100 * k),
                             "m_EmissionSpectrum": _spectrum(520.0 + 100 * k)}}
               for k, name in enumerate(channel_names)}
-    if rgb:
-        planes = {"a0": {**planes["a0"], "uiCompCount": 3}}
     metadata = {"SLxPictureMetadata": {"bCalibrated": True, "dCalibration": float(pixel_um),
                                        "sPicturePlanes": {"uiCount": len(planes),
                                                           "sPlaneNew": planes}}}

@@ -1,7 +1,8 @@
 """Nikon ND2 files (laid out as version 3.0 files are: nd2_files.py), read by the nd2 package:
 every frame read as written, the shifts of a channel those of the same frames as an array, the
-Z planes of a 5-D file, the pixel size and channel names of its metadata, the command line;
-damaged and RGB files and a missing library are one error line."""
+Z planes of a 5-D file, an acquisition stopped early, the pixel size and channel names of its
+metadata, the command line; damaged, RGB and multi-position files and a missing library are
+one error line."""
 
 import subprocess
 import sys
@@ -56,6 +57,18 @@ def test_nd2_z_planes(nd2_file):
         np.testing.assert_array_equal(src.read(4, 11), volumes[:, :, 1].reshape(18, 40, 48)[4:11])
 
 
+def test_an_acquisition_stopped_early_keeps_its_whole_time_points(tmp_path, nd2_file):
+    _, data, volumes = nd2_file
+    write_nd2(tmp_path / "cut.nd2", data, ["GCaMP", "red"], stored=5)
+    with open_stack(tmp_path / "cut.nd2", channel=0) as src:
+        assert src.n_frames == 5 and "stopped early" in src.notes[0]
+        np.testing.assert_array_equal(src.read(0, 5), data[:5, 0])
+    write_nd2(tmp_path / "cutz.nd2", volumes, ["GCaMP", "red"], z_step_um=1.0, stored=8)
+    with open_stack(source_path(tmp_path / "cutz.nd2", z=1), channel=1) as src:
+        assert src.n_frames == 2  # (the third time point has 2 of its 3 planes)
+        np.testing.assert_array_equal(src.read(0, 2), volumes[:2, 1, 1])
+
+
 def test_nd2_on_the_command_line(tmp_path, nd2_file):
     folder, data, _ = nd2_file
     res = xcorr("align", folder / "scan.nd2", "--channel", "0", "--device", "cpu", "--out",
@@ -75,9 +88,13 @@ def test_bad_nd2_is_one_line(tmp_path, nd2_file):
         assert_clean_error(xcorr("align", tmp_path / name, "--device", "cpu", "--out",
                                  tmp_path / "o"), name)
         assert not (tmp_path / "o").exists()
-    rgb = tmp_path / "rgb.nd2"
-    write_nd2(rgb, np.zeros((2, 3, 8, 9), np.uint16), ["colour"], rgb=True)
-    assert_clean_error(xcorr("align", rgb, "--device", "cpu", "--out", tmp_path / "o"), "RGB")
+    for k in (3, 4):  # RGB, and four components (which nd2 lists as channels)
+        write_nd2(tmp_path / "rgb.nd2", np.zeros((2, k, 8, 9), np.uint16), ["c"], components=k)
+        assert_clean_error(xcorr("align", tmp_path / "rgb.nd2", "--device", "cpu", "--out",
+                                 tmp_path / "o"), f"{k} components per channel")
+    write_nd2(tmp_path / "fields.nd2", np.zeros((2, 3, 1, 8, 9), np.uint16), ["c"], positions=3)
+    assert_clean_error(xcorr("align", tmp_path / "fields.nd2", "--device", "cpu", "--out",
+                             tmp_path / "o"), "3 positions (P)")
     assert_clean_error(xcorr("align", f"{nd2_file[0] / 'scan.nd2'}:/data", "--channel", "0",
                              "--device", "cpu", "--out", tmp_path / "o"), "is ND2")
     code = ("import sys; sys.modules['nd2'] = None; sys.argv[0] = 'xcorr'\n"

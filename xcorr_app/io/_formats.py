@@ -122,14 +122,16 @@ def library_errors(path, what="read"):
 def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, metadata):
     """An :class:`ArrayFrames` over a file of a format that holds one image and no datasets
     (CZI, ND2): ``open_document()`` opens the file (an object with ``close``), ``planes(doc,
-    file)`` views it as an array with ``axes``, ``metadata(doc)`` gives ``(pixel size,
-    channel names)``; opened once now to check it, and again whenever the frames are read."""
+    file)`` views it as an array with ``axes`` (and ``notes``, if any), ``metadata(doc)``
+    gives ``(pixel size, channel names)``; opened once now to check it, and again whenever the
+    frames are read."""
     if dataset:
         raise InputError(f"{file} is {fmt}: a dataset ({dataset}) names an array inside an "
                          "HDF5, Zarr or NWB file; leave it out")
     with library_errors(file, "open"), contextlib.closing(open_document()) as doc:
         size, names = metadata(doc)
-        axes = planes(doc, file).axes  # (the file's pixel types and layout checked now)
+        view = planes(doc, file)  # (the file's pixel types and layout checked now)
+        axes, notes = view.axes, getattr(view, "notes", ())
 
     def opener():
         doc = open_document()
@@ -140,7 +142,7 @@ def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, me
             raise
 
     return ArrayFrames(opener, axes, file, channel=channel, z=z, pixel_size=size,
-                       channel_names=names, fmt=fmt, paths=[file])
+                       channel_names=names, fmt=fmt, paths=[file], notes=notes)
 
 
 def default_axes(ndim: int) -> str:

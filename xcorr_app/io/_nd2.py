@@ -2,7 +2,7 @@
 without Nikon's SDK): each point of the file's loops (T, P, Z) holds one frame of every channel,
 read as the file stores it (:class:`Nd2Planes`, sliced like an array by
 :class:`~xcorr_app.io._formats.ArrayFrames`), with the pixel size and channel names of its
-metadata; grayscale channels (an RGB file is refused).
+metadata; grayscale channels of one field of view (an RGB or multi-position file is refused).
 
 Examples
 --------
@@ -25,18 +25,36 @@ __all__ = ["open_nd2", "Nd2Planes"]
 
 
 class Nd2Planes:
-    """An open :class:`nd2.ND2File` as a read-only ``(loops..., C, Y, X)`` array (its loops in
-    the file's order, outermost first, as its ``sizes`` list them): indexing with integers and
-    slices of the loop axes reads one stored frame (all channels) per point."""
+    """An open :class:`nd2.ND2File` as a read-only ``(T, Z, C, Y, X)`` array (its T and Z
+    loops as the file has them, outermost first): indexing with integers and slices of the
+    loop axes reads one stored frame per point, keeping only the channels asked for.
+
+    Refused: several positions (P) or any other loop of several points (their frames are no
+    time series of one field of view) and more than one component per channel (RGB).  An
+    acquisition stopped early keeps its complete time points (:attr:`notes` says so)."""
 
     def __init__(self, nd2file, name):
         sizes = dict(nd2file.sizes)
-        if "S" in sizes:
-            raise InputError(f"{name} holds RGB images, which xcorr does not align; export "
-                             "a grayscale channel (or convert it to grayscale)")
+        if nd2file.components_per_channel != 1:
+            raise InputError(f"{name} holds {nd2file.components_per_channel} components per "
+                             "channel (RGB or spectral), which xcorr does not align; export a "
+                             "grayscale channel")
+        other = {a: n for a, n in sizes.items() if a not in "TZCYXS" and n > 1}
+        if other:
+            what = ", ".join(f"{n} {'positions' if a == 'P' else 'points of loop ' + a} ({a})"
+                             for a, n in other.items())
+            raise InputError(f"{name} holds {what}: xcorr aligns the frames of one field of "
+                             "view; export each position on its own (e.g. as OME-TIFF)")
         self._file = nd2file
-        self._loops = tuple(int(n) for a, n in sizes.items() if a not in "CYX")
-        self.axes = "".join(a for a in sizes if a not in "CYX") + "CYX"
+        self.axes = "".join(a for a in sizes if a in "TZ") + "CYX"
+        self._full = tuple(int(sizes[a]) for a in self.axes[:-3])  # (as stored)
+        self._loops = list(self._full)
+        self.notes = []
+        stored, inner = int(nd2file.attributes.sequenceCount), int(np.prod(self._loops[1:]))
+        if self.axes[0] == "T" and stored < int(np.prod(self._loops)):
+            self._loops[0] = max(1, stored // inner)  # (the frames after are zeros in the file)
+            self.notes.append(f"{name}: the acquisition stopped early: its first "
+                              f"{self._loops[0]} of {sizes['T']} time points are read")
         self.shape = (*self._loops, int(sizes.get("C", 1)), int(sizes["Y"]), int(sizes["X"]))
         self.dtype = np.dtype(nd2file.dtype)
         self.chunks = (1,) * len(self._loops) + self.shape[-3:]  # (a stored frame a point)
@@ -48,13 +66,14 @@ class Nd2Planes:
         n = len(self._loops)
         points = [range(size)[k] if isinstance(k, slice) else [range(size)[k]]
                   for k, size in zip(key[:n], self._loops)]
-        out = np.empty((*map(len, points), *self.shape[n:]), self.dtype)
+        tail = key[n:]  # (the channels and the area asked for, taken frame by frame)
+        out = np.empty((*map(len, points), *np.empty(self.shape[n:], np.uint8)[tail].shape),
+                       self.dtype)
         for at in itertools.product(*(range(len(p)) for p in points)):
             point = tuple(p[i] for p, i in zip(points, at))
-            seq = int(np.ravel_multi_index(point, self._loops)) if n else 0
-            out[at] = self._file.read_frame(seq).reshape(self.shape[n:])
-        picked = tuple(slice(None) if isinstance(k, slice) else 0 for k in key[:n])
-        return out[picked + key[n:]]
+            seq = int(np.ravel_multi_index(point, self._full)) if n else 0
+            out[at] = self._file.read_frame(seq).reshape(self.shape[n:])[tail]
+        return out[tuple(slice(None) if isinstance(k, slice) else 0 for k in key[:n])]
 
 
 def _metadata(nd2file):
@@ -67,7 +86,7 @@ def _metadata(nd2file):
         if volume is not None and all(volume.axesCalibrated[:2]):
             x, y = volume.axesCalibration[:2]
             size = (float(y), float(x), "µm") if x > 0 and y > 0 else None
-    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+    except Exception:  # (the metadata are a bonus: a file whose frames read is read)
         pass
     return size, names if any(names) else []
 

@@ -1,7 +1,7 @@
-"""The 3-D path's reductions along the last axis: each item's sum and each row's first maximum,
-NumPy's answers on the CPU and, by xcorr's kernels (kernels/alignment/row_reduce.cu), on the
-GPU: against a float64 reference on odd sizes below a warp and above a block, NaN, ties and
--inf, into poisoned outputs."""
+"""The 3-D path's reductions along the last axis: each item's sum and each row's first maximum.
+On the GPU xcorr's kernels (kernels/alignment/row_reduce.cu) against a float64 reference on odd
+sizes below a warp and above a block, NaN, ties and -inf, into poisoned outputs; on the CPU
+(NumPy's own reductions) only that the fallback answers the same."""
 
 import numpy as np
 import pytest
