@@ -1,8 +1,8 @@
 """Nikon ND2 files (laid out as version 3.0 files are: nd2_files.py), read by the nd2 package:
 every frame read as written, the shifts of a channel those of the same frames as an array, the
-Z planes of a 5-D file, an acquisition stopped early, the pixel size and channel names of its
-metadata, the command line; damaged, RGB and multi-position files and a missing library are
-one error line."""
+Z planes of a 5-D file, positions by name, an acquisition stopped early, the pixel size and
+channel names of its metadata, the command line; damaged and RGB files, several positions and
+none named, and a missing library are one error line."""
 
 import subprocess
 import sys
@@ -57,6 +57,22 @@ def test_nd2_z_planes(nd2_file):
         np.testing.assert_array_equal(src.read(4, 11), volumes[:, :, 1].reshape(18, 40, 48)[4:11])
 
 
+def test_positions_by_name(tmp_path, nd2_file):
+    _, data, _ = nd2_file
+    fields = np.stack([data, data[:, ::-1], np.roll(data, 5, axis=-1)], axis=1)  # (T, P, C, ..)
+    path = tmp_path / "fields.nd2"
+    write_nd2(path, fields, ["a", "b"], positions=3)
+    for k in range(3):
+        with open_stack(source_path(path, dataset=f"P{k}"), channel=1) as src:
+            assert (src.axes, src.n_frames) == ("TCYX", 8)
+            np.testing.assert_array_equal(src.read(1, 6), fields[1:6, k, 1])
+    res = xcorr("align", path, "--dataset", "P2", "--channel", "0", "--device", "cpu",
+                "--out", tmp_path / "o", "-q")
+    assert res.returncode == 0, res.stderr
+    got = np.loadtxt(tmp_path / "o" / "shifts.csv", delimiter=",", skiprows=1, usecols=(2, 3))
+    np.testing.assert_allclose(got, align(fields[:, 2, 0], device="cpu").shifts, atol=1e-4)
+
+
 def test_an_acquisition_stopped_early_keeps_its_whole_time_points(tmp_path, nd2_file):
     _, data, volumes = nd2_file
     write_nd2(tmp_path / "cut.nd2", data, ["GCaMP", "red"], stored=5)
@@ -93,8 +109,11 @@ def test_bad_nd2_is_one_line(tmp_path, nd2_file):
         assert_clean_error(xcorr("align", tmp_path / "rgb.nd2", "--device", "cpu", "--out",
                                  tmp_path / "o"), f"{k} components per channel")
     write_nd2(tmp_path / "fields.nd2", np.zeros((2, 3, 1, 8, 9), np.uint16), ["c"], positions=3)
-    assert_clean_error(xcorr("align", tmp_path / "fields.nd2", "--device", "cpu", "--out",
-                             tmp_path / "o"), "3 positions (P)")
+    for name, message in (("fields.nd2", "fields.nd2:/P0 or --dataset P0 (0 to 2)"),
+                          ("fields.nd2:/P3", "P3 is not one of them (P0 to P2)"),
+                          ("fields.nd2:/Q1", "its only datasets are its positions")):
+        assert_clean_error(xcorr("align", tmp_path / name, "--device", "cpu", "--out",
+                                 tmp_path / "o"), message)
     assert_clean_error(xcorr("align", f"{nd2_file[0] / 'scan.nd2'}:/data", "--channel", "0",
                              "--device", "cpu", "--out", tmp_path / "o"), "is ND2")
     code = ("import sys; sys.modules['nd2'] = None; sys.argv[0] = 'xcorr'\n"

@@ -2,7 +2,8 @@
 without Nikon's SDK): each point of the file's loops (T, P, Z) holds one frame of every channel,
 read as the file stores it (:class:`Nd2Planes`, sliced like an array by
 :class:`~xcorr_app.io._formats.ArrayFrames`), with the pixel size and channel names of its
-metadata; grayscale channels of one field of view (an RGB or multi-position file is refused).
+metadata; grayscale channels of one position (``FILE.nd2:/P<k>`` or ``--dataset P<k>`` where
+the file has several; an RGB file is refused).
 
 Examples
 --------
@@ -13,7 +14,9 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,33 +29,44 @@ __all__ = ["open_nd2", "Nd2Planes"]
 
 class Nd2Planes:
     """An open :class:`nd2.ND2File` as a read-only ``(T, Z, C, Y, X)`` array (its T and Z
-    loops as the file has them, outermost first): indexing with integers and slices of the
-    loop axes reads one stored frame per point, keeping only the channels asked for.
+    loops as the file has them, outermost first) of one position (``position``: the P loop's
+    index, required where it has several): indexing with integers and slices of the loop axes
+    reads one stored frame per point, keeping only the channels asked for.
 
-    Refused: several positions (P) or any other loop of several points (their frames are no
-    time series of one field of view) and more than one component per channel (RGB).  An
-    acquisition stopped early keeps its complete time points (:attr:`notes` says so)."""
+    Refused: several positions and none named, any other loop of several points and more than
+    one component per channel (RGB).  An acquisition stopped early keeps its complete time
+    points (:attr:`notes` says so)."""
 
-    def __init__(self, nd2file, name):
+    def __init__(self, nd2file, name, position=None):
         sizes = dict(nd2file.sizes)
         if nd2file.components_per_channel != 1:
             raise InputError(f"{name} holds {nd2file.components_per_channel} components per "
                              "channel (RGB or spectral), which xcorr does not align; export a "
                              "grayscale channel")
-        other = {a: n for a, n in sizes.items() if a not in "TZCYXS" and n > 1}
+        other = {a: n for a, n in sizes.items() if a not in "TPZCYXS" and n > 1}
         if other:
-            what = ", ".join(f"{n} {'positions' if a == 'P' else 'points of loop ' + a} ({a})"
-                             for a, n in other.items())
+            what = ", ".join(f"{n} points of loop {a}" for a, n in other.items())
             raise InputError(f"{name} holds {what}: xcorr aligns the frames of one field of "
-                             "view; export each position on its own (e.g. as OME-TIFF)")
+                             "view a run; export them one by one (e.g. as OME-TIFF)")
+        positions = int(sizes.get("P", 1))
+        if position is None and positions > 1:
+            raise InputError(f"{name} holds {positions} positions (P): name one, e.g. "
+                             f"{Path(str(name)).name}:/P0 or --dataset P0 (0 to {positions - 1})")
+        if position is not None and not 0 <= position < positions:
+            raise InputError(f"{name} has {positions} position(s) (P): P{position} is not one "
+                             f"of them (P0 to P{positions - 1})")
         self._file = nd2file
         self.axes = "".join(a for a in sizes if a in "TZ") + "CYX"
-        self._full = tuple(int(sizes[a]) for a in self.axes[:-3])  # (as stored)
-        self._loops = list(self._full)
+        stored = [a for a in sizes if a not in "CYXS"]  # (the loops, outermost first)
+        self._full = tuple(int(sizes[a]) for a in stored)
+        self._where = [stored.index(a) for a in self.axes[:-3]]  # (each axis among the loops)
+        self._fixed = {i: (position or 0) if a == "P" else 0  # (the other loops: one point)
+                       for i, a in enumerate(stored) if a not in "TZ"}
+        self._loops = [self._full[i] for i in self._where]
         self.notes = []
-        stored, inner = int(nd2file.attributes.sequenceCount), int(np.prod(self._loops[1:]))
-        if self.axes[0] == "T" and stored < int(np.prod(self._loops)):
-            self._loops[0] = max(1, stored // inner)  # (the frames after are zeros in the file)
+        done = int(nd2file.attributes.sequenceCount)
+        if stored and stored[0] == "T" and done < int(np.prod(self._full)):
+            self._loops[0] = max(1, done // int(np.prod(self._full[1:])))  # (zeros after)
             self.notes.append(f"{name}: the acquisition stopped early: its first "
                               f"{self._loops[0]} of {sizes['T']} time points are read")
         self.shape = (*self._loops, int(sizes.get("C", 1)), int(sizes["Y"]), int(sizes["X"]))
@@ -70,8 +84,12 @@ class Nd2Planes:
         out = np.empty((*map(len, points), *np.empty(self.shape[n:], np.uint8)[tail].shape),
                        self.dtype)
         for at in itertools.product(*(range(len(p)) for p in points)):
-            point = tuple(p[i] for p, i in zip(points, at))
-            seq = int(np.ravel_multi_index(point, self._full)) if n else 0
+            point = [0] * len(self._full)
+            for axis, (p, i) in zip(self._where, zip(points, at)):
+                point[axis] = p[i]
+            for axis, k in self._fixed.items():
+                point[axis] = k
+            seq = int(np.ravel_multi_index(point, self._full)) if self._full else 0
             out[at] = self._file.read_frame(seq).reshape(self.shape[n:])[tail]
         return out[tuple(slice(None) if isinstance(k, slice) else 0 for k in key[:n])]
 
@@ -98,9 +116,18 @@ def open_nd2(file: Path, dataset, channel, z) -> ArrayFrames:
     ------
     InputError
         A missing ``nd2`` package (naming the pip command), a file that is no ND2 or is
-        damaged, an RGB file, a ``dataset`` (ND2 has none), a bad channel or plane.
+        damaged, an RGB file, several positions and none named (``dataset`` ``P<k>``), a
+        ``dataset`` that names no position, a bad channel or plane.
     """
     nd2 = need("nd2")
-    return document_frames(file, dataset, channel, z, fmt="ND2",
-                           open_document=lambda: nd2.ND2File(str(file)), planes=Nd2Planes,
+    position = None
+    if dataset:
+        match = re.fullmatch(r"/?[Pp](\d+)", dataset.strip())
+        if not match:
+            raise InputError(f"{file} is ND2: its only datasets are its positions, P0, P1, ...; "
+                             f"{dataset} is not one (e.g. {file.name}:/P0 or --dataset P0)")
+        position = int(match.group(1))
+    return document_frames(file, None, channel, z, fmt="ND2",
+                           open_document=lambda: nd2.ND2File(str(file)),
+                           planes=functools.partial(Nd2Planes, position=position),
                            metadata=_metadata)
