@@ -121,7 +121,7 @@ def library_errors(path, what="read"):
 
 def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, metadata):
     """An :class:`ArrayFrames` over a file of a format that holds one image and no datasets
-    (CZI, ND2): ``open_document()`` opens the file (an object with ``close``), ``planes(doc,
+    (CZI; ND2 once its position is picked): ``open_document()`` opens the file (an object with ``close``), ``planes(doc,
     file)`` views it as an array with ``axes`` (and ``notes``, if any), ``metadata(doc)``
     gives ``(pixel size, channel names)``; opened once now to check it, and again whenever the
     frames are read."""

@@ -60,8 +60,8 @@ class Nd2Planes:
         stored = [a for a in sizes if a not in "CYXS"]  # (the loops, outermost first)
         self._full = tuple(int(sizes[a]) for a in stored)
         self._where = [stored.index(a) for a in self.axes[:-3]]  # (each axis among the loops)
-        self._fixed = {i: (position or 0) if a == "P" else 0  # (the other loops: one point)
-                       for i, a in enumerate(stored) if a not in "TZ"}
+        # the point of the loops that are no axis: the position named, 0 on one-point loops
+        self._base = [(position or 0) if a == "P" else 0 for a in stored]
         self._loops = [self._full[i] for i in self._where]
         self.notes = []
         done = int(nd2file.attributes.sequenceCount)
@@ -84,11 +84,9 @@ class Nd2Planes:
         out = np.empty((*map(len, points), *np.empty(self.shape[n:], np.uint8)[tail].shape),
                        self.dtype)
         for at in itertools.product(*(range(len(p)) for p in points)):
-            point = [0] * len(self._full)
-            for axis, (p, i) in zip(self._where, zip(points, at)):
+            point = list(self._base)
+            for axis, p, i in zip(self._where, points, at):
                 point[axis] = p[i]
-            for axis, k in self._fixed.items():
-                point[axis] = k
             seq = int(np.ravel_multi_index(point, self._full)) if self._full else 0
             out[at] = self._file.read_frame(seq).reshape(self.shape[n:])[tail]
         return out[tuple(slice(None) if isinstance(k, slice) else 0 for k in key[:n])]
