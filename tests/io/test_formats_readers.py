@@ -7,6 +7,7 @@ import pytest
 import tifffile
 
 from xcorr_app import align
+from xcorr_app.errors import InputError
 from xcorr_app.io import describe, open_stack, source_path
 
 from cli_helpers import assert_clean_error, xcorr
@@ -174,9 +175,9 @@ def test_hdf5_and_zarr_frames_are_read_straight_into_the_buffer(tmp_path, movie,
         np.testing.assert_array_equal(src.read(0, 8), movie[:, 0, 0])
 
 
-@pytest.mark.parametrize("chunks", [None, (1, 2, 2, 48, 56), (3, 2, 2, 48, 56)])
-def test_hdf5_frames_in_file_order_are_memory_mapped_and_read_on_two_threads(tmp_path, movie,
-                                                                              chunks):
+@pytest.mark.parametrize("chunks", [None, (1, 2, 2, 48, 56), (3, 2, 2, 48, 56),
+                                    (1, 1, 1, 48, 56)])
+def test_hdf5_stored_uncompressed_is_read_by_pread_on_two_threads(tmp_path, movie, chunks):
     path = tmp_path / "m.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("movie", data=movie, chunks=chunks)
@@ -186,7 +187,37 @@ def test_hdf5_frames_in_file_order_are_memory_mapped_and_read_on_two_threads(tmp
         np.testing.assert_array_equal(src.read(1, 8), movie[1:8, 1, 1])
 
 
-def test_hdf5_chunks_out_of_order_or_partial_frames_are_read_by_h5py(tmp_path, movie):
+def test_hdf5_chunks_anywhere_in_the_file_are_read_at_their_offsets(tmp_path, monkeypatch):
+    """Many chunks: HDF5 puts its chunk index's nodes between them (and a second dataset's
+    chunks, written in turn), so frames are no one run of the file; each is read by pread at
+    its chunk's offset."""
+    import os
+
+    from xcorr_app.io._hdf5 import stored_offsets
+
+    frames = np.random.default_rng(2).integers(0, 60000, (300, 12, 10)).astype(np.uint16)
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        a = f.create_dataset("a", shape=frames.shape, dtype=np.uint16, chunks=(1, 12, 10))
+        b = f.create_dataset("b", shape=frames.shape, dtype=np.uint16, chunks=(2, 12, 10))
+        for i in range(300):
+            a[i], b[i] = frames[i], frames[i] // 2
+    with h5py.File(tmp_path / "m.h5", "r") as f:
+        steps = np.diff(stored_offsets(f["a"]))
+    assert (steps != frames[0].nbytes).any()  # (not one run: what the reader is for)
+    calls = []
+    preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or preadv(*a))
+    for name, want in (("a", frames), ("b", frames // 2)):
+        with open_stack(source_path(tmp_path / "m.h5", "/" + name)) as src:
+            assert src.concurrent_reads
+            out = np.empty_like(want)
+            src.read(0, 300, out=out)
+            np.testing.assert_array_equal(out, want)
+            np.testing.assert_array_equal(src.read(7, 9), want[7:9])
+    assert calls
+
+
+def test_hdf5_chunks_of_partial_frames_or_never_written_are_read_by_h5py(tmp_path, movie):
     with h5py.File(tmp_path / "m.h5", "w") as f:
         f.create_dataset("partial", data=movie, chunks=(2, 1, 2, 48, 56))
         f.create_dataset("sparse", shape=movie.shape, dtype=movie.dtype, chunks=(1, 2, 2, 48, 56))
@@ -200,3 +231,43 @@ def test_hdf5_chunks_out_of_order_or_partial_frames_are_read_by_h5py(tmp_path, m
         assert not src.concurrent_reads
         np.testing.assert_array_equal(src.read(4, 6), [np.zeros_like(movie[4, 0, 0]),
                                                        movie[5, 0, 0]])
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_hdf5_runs_of_frames_are_read_with_pread_into_the_buffer(tmp_path, movie, order,
+                                                                 monkeypatch):
+    """A memory-mapped dataset's frames go into the caller's buffer by ``os.preadv`` where
+    they are one run of the file in the machine's byte order (else out of the map), from
+    several threads; the frames either way."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = []
+    preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or preadv(*a))
+    frames = movie[:, 0, 1]
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        f.create_dataset("tyx", data=frames.astype(order + "u2"))
+    with open_stack(source_path(tmp_path / "m.h5", "/tyx")) as src:
+        out = np.full((9, 48, 56), 5, np.uint16)
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(lambda ab: src.read(*ab, out=out[ab[0] + 1:ab[1] + 1]),
+                          [(0, 3), (3, 4), (4, 8)]))
+    np.testing.assert_array_equal(out[1:], frames)
+    np.testing.assert_array_equal(out[0], 5)  # untouched
+    assert len(calls) == (3 if order == "<" else 0)
+
+
+def test_an_hdf5_file_cut_while_it_is_read_is_one_line(tmp_path, movie):
+    frames = movie[:, 0, 0]
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("tyx", data=frames)
+    with open_stack(source_path(path, "/tyx")) as src:
+        with open(path, "r+b") as fh:
+            fh.truncate(path.stat().st_size - frames[0].nbytes // 2)
+        out = np.empty((8, 48, 56), np.uint16)
+        src.read(0, 4, out=out[:4])
+        np.testing.assert_array_equal(out[:4], frames[:4])
+        with pytest.raises(InputError, match="ended while it was read .*; copy it again from the source"):
+            src.read(4, 8, out=out[4:])

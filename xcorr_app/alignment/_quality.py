@@ -270,7 +270,8 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         else np.zeros((0, 4))
     if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
         n = max(stop - start, 1)
-        means = {"sharpness": (sharpness(sums.raw / n), sharpness(sums.aligned / counted)
+        means = {"sharpness": (sharpness(xp.divide(sums.raw, n)),
+                               sharpness(xp.divide(sums.aligned, counted))
                                if counted else float("nan"))}
     else:
         means = {"sums": sums.result()}

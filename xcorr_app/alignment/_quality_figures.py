@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import backend
 from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
+from ..filters import gradient
 
 __all__ = ["RegionFigures", "AreaFigures", "area_moments", "sharpness"]
 
@@ -58,7 +59,7 @@ class RegionFigures:
         q = prepared.reshape(p, *prepared.shape[-2:]).astype(xp.float64)
         q = q - q.mean(axis=(1, 2), keepdims=True)
         q = q / xp.maximum(xp.sqrt(xp.square(q).sum(axis=(1, 2), keepdims=True)), 1e-300)
-        gy, gx = xp.gradient(q, axis=(1, 2))
+        gy, gx = gradient(q, axis=(1, 2))
         g64 = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
         self.g = g64.astype(xp.float32)
         self.g_total = self.g.sum(axis=2, dtype=xp.float64)  # (P, 2)
@@ -97,10 +98,11 @@ class RegionFigures:
         ((f / norm - t) @ g.T), the division after the product (no scaled copy)."""
         xp = self.xp
         norm = xp.sqrt(norm2)
-        b = proj / xp.where(norm > 0, norm, 1.0)[..., None] - self.tg[None]
+        some = xp.greater(norm, 0)  # (a function, not ``>``: see filters.gradient)
+        b = proj / xp.where(some, norm, 1.0)[..., None] - self.tg[None]
         # (n, P, 2) = b @ inverse.T written out: no cuBLAS, no reduction kernel of its own
         step = b[..., :1] * self.inverse[None, :, :, 0] + b[..., 1:] * self.inverse[None, :, :, 1]
-        return xp.where((norm > 0)[..., None], -step, xp.nan)
+        return xp.where(some[..., None], -step, xp.nan)
 
 
 class AreaFigures(RegionFigures):
@@ -115,9 +117,10 @@ class AreaFigures(RegionFigures):
 
     def _moments(self, frames, refs):
         """The moments, each frame's mean (about the pivot) and its sum of squares about it."""
+        xp = self.xp
         s = area_moments(frames, refs.reshape(len(refs), *self.shape))
-        mean = s[:, :1] / float(self.t.shape[1])
-        return s, mean, self.xp.maximum(s[:, 1] - s[:, 0] * mean[:, 0], 0.0)
+        mean = xp.divide(s[:, :1], float(self.t.shape[1]))
+        return s, mean, xp.maximum(s[:, 1] - s[:, 0] * mean[:, 0], 0.0)
 
     def zncc(self, frames):
         """(n,) from the frames' areas (n, H, W)."""
@@ -140,14 +143,15 @@ class AreaFigures(RegionFigures):
 def _ratio(num, den2, xp):
     """``num / sqrt(den2)``, NaN where ``den2`` is 0 (a flat region or template)."""
     den = xp.sqrt(den2)
+    some = xp.greater(den, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return xp.where(den > 0, num / xp.where(den > 0, den, 1.0), xp.nan)
+        return xp.where(some, num / xp.where(some, den, 1.0), xp.nan)
 
 
 def _centred(a):
     """``a`` (..., K) less the mean of its last axis (summed in float64), float32 (new)."""
     xp = backend.array_module_of(a)
-    mean = (a.sum(axis=-1, dtype=xp.float64) / a.shape[-1]).astype(xp.float32)
+    mean = xp.divide(a.sum(axis=-1, dtype=xp.float64), a.shape[-1]).astype(xp.float32)
     return a.astype(xp.float32) - mean[..., None]
 
 
@@ -190,7 +194,7 @@ def sharpness(image) -> float:
     img = image.astype(xp.float32)
     if min(img.shape) < 3:
         return float("nan")
-    gy, gx = xp.gradient(img)
+    gy, gx = gradient(img)
     figures = xp.stack([img.var(dtype=xp.float64),
                         xp.square(gy).sum(dtype=xp.float64) + xp.square(gx).sum(dtype=xp.float64)])
     var, energy = backend.to_numpy(figures).tolist()

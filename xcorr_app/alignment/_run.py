@@ -245,7 +245,7 @@ def reference_image(spec, opts, src, executor):
     acc = xp.asarray(parts[0])
     for s in parts[1:]:  # in frame order
         acc = acc + xp.asarray(s)
-    return acc / count
+    return xp.divide(acc, count)  # (not ``/``: see filters.gradient)
 
 
 def frame_sums(src, xp, start, stop, progress, *, count, chunk):

@@ -9,8 +9,8 @@ Examples
 1.0
 """
 
-from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_light, gaussian_taps, laplace,
-                   parse_kernel_spec, sobel)
+from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_light, gaussian_taps,
+                   gradient, laplace, parse_kernel_spec, sobel)
 from ._banks import bank_weights, channel_filter, feature_prefilter
 from ._modes import MODES
 from ._reuse import PAPER_SIZES, reuse_correlate
@@ -18,7 +18,8 @@ from ._separable import SIZES as SEPARABLE_SIZES
 from ._separable import separable_correlate
 from ._validation import check_radius
 
-__all__ = ["MODES", "PAPER_SIZES", "SEPARABLE_SIZES", "bank_weights", "box", "channel_filter",
-           "check_radius", "convolve2d", "correlate2d", "dog", "feature_prefilter", "gaussian",
-           "gaussian_light", "gaussian_taps", "laplace", "parse_kernel_spec", "reuse_correlate",
+__all__ = ["MODES", "PAPER_SIZES", "SEPARABLE_SIZES", "bank_weights", "box",
+           "channel_filter", "check_radius", "convolve2d", "correlate2d", "dog",
+           "feature_prefilter", "gaussian", "gaussian_light", "gaussian_taps",
+           "gradient", "laplace", "parse_kernel_spec", "reuse_correlate",
            "separable_correlate", "sobel"]

@@ -202,8 +202,11 @@ class ArrayFrames:
         if self._array is None:
             with library_errors(self.name, "open"):
                 self._array, self._closer = self._opener()
-            # (a memory map is copied out on several threads, as a TIFF's)
-            self.memory_mapped = self.concurrent_reads = isinstance(self._array, np.ndarray)
+            # (a memory map is copied out on several threads, as a TIFF's; HDF5 stored
+            # uncompressed is read by pread on them: io/_hdf5.py)
+            self.memory_mapped = isinstance(self._array, np.ndarray)
+            self.concurrent_reads = self.memory_mapped or \
+                getattr(self._array, "concurrent_reads", False)
         return self._array
 
     def _layout(self, array, axes, channel, z):

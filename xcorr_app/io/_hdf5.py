@@ -22,8 +22,9 @@ import numpy as np
 
 from ..errors import InputError
 from ._formats import ArrayFrames, default_axes, library_errors, need
+from ._pread import PreadFile, StoredArray, preadable
 
-__all__ = ["open_hdf5", "open_nwb", "memory_map", "NWB_SERIES"]
+__all__ = ["open_hdf5", "open_nwb", "stored_offsets", "PreadDataset", "NWB_SERIES"]
 
 #: the NWB types whose ``data`` are frames
 NWB_SERIES = ("ImageSeries", "TwoPhotonSeries", "OnePhotonSeries")
@@ -103,80 +104,125 @@ def open_hdf5(file: Path, dataset, channel, z) -> ArrayFrames:
 
 
 def _opened(h5py, file, path):
-    """``(array, close)``: the dataset's bytes memory-mapped where they lie in the file as one
-    run (:func:`memory_map`), else the h5py dataset."""
+    """``(array, close)``: the dataset read by ``os.preadv`` where h5py stores it uncompressed
+    (:class:`PreadDataset`), else the h5py dataset itself."""
     f = h5py.File(file, "r")
+    ds = f[path]
     try:
-        mapped = memory_map(file, f[path])
-    except (OSError, ValueError):  # (a file system without memory maps: h5py reads it)
-        mapped = None
-    if mapped is not None:
-        f.close()
-        return mapped, None
-    return f[path], f.close
+        offsets = stored_offsets(ds)
+        stored = None if offsets is None else StoredArray(PreadFile.open(file), ds.dtype,
+                                                          ds.shape, offsets)
+    except OSError:  # (a file that cannot be opened twice: h5py reads it)
+        stored = None
+    if stored is None:
+        return ds, f.close
+    dataset = PreadDataset(ds, stored)
+    return dataset, dataset.close
 
 
-def memory_map(file, ds):
-    """The h5py dataset ``ds`` of ``file`` as a read-only ``np.memmap``, where its elements lie
-    in the file in order, unfiltered: a contiguous dataset, or chunks of whole frames stored
-    one after the other (h5py's chunk index says where); else None.
+def stored_offsets(ds):
+    """The file offsets of the slabs of an h5py dataset ``ds`` stored uncompressed in the
+    machine's byte order (see :class:`~._pread.StoredArray`): contiguous, or in chunks of
+    whole frames (each chunk a run of whole slabs), every chunk written, wherever h5py put
+    them; else None.
 
     Why: h5py serializes its calls, so a stack is read on one thread (about 3.5 GB/s from the
-    page cache on an H100 host); a memory map is copied out on two, as the TIFF reader does.
+    page cache on an H100 host, 2026-11-25), and HDF5 puts its chunk index's nodes between the
+    chunks of a large dataset, so its frames are rarely one run of the file; read by
+    ``os.preadv`` at each chunk's offset, on the prefetcher's threads, as a TIFF is.
 
     >>> import tempfile, h5py
     >>> path = tempfile.mkdtemp() + "/m.h5"
     >>> with h5py.File(path, "w") as f:
     ...     f["a"] = np.arange(24, dtype=np.uint16).reshape(2, 3, 4)
+    ...     _ = f.create_dataset("c", data=np.ones((3, 2, 2), "u2"), chunks=(2, 2, 2))
     ...     _ = f.create_dataset("z", data=np.ones((2, 3, 4)), compression="gzip")
     >>> with h5py.File(path, "r") as f:
-    ...     memory_map(path, f["a"])[1, 2].tolist(), memory_map(path, f["z"])
-    ([20, 21, 22, 23], None)
+    ...     a, c = stored_offsets(f["a"]), stored_offsets(f["c"])
+    ...     len(a), int(c[1] - c[0]), stored_offsets(f["z"])
+    (2, 8, None)
     """
     try:
         plist = ds.id.get_create_plist()
-        if ds.dtype.kind not in "uif" or ds.size == 0 or plist.get_nfilters() \
-                or plist.get_external_count() or getattr(ds, "is_virtual", False):
+        if ds.dtype.kind not in "uif" or not preadable(ds.dtype) or ds.size == 0 \
+                or ds.ndim < 2 or plist.get_nfilters() or plist.get_external_count() \
+                or getattr(ds, "is_virtual", False):
             return None
+        shape, size = ds.shape, ds.dtype.itemsize
         if ds.chunks is None:
             offset = ds.id.get_offset()
-        else:
-            offset = _chunks_in_order(ds)
+            if offset is None:  # (never written)
+                return None
+            frame = math.prod(shape[1:]) * size
+            return offset + frame * np.arange(shape[0], dtype=np.int64)
+        return _chunk_offsets(ds, shape, tuple(ds.chunks), size)
     except (AttributeError, KeyError, RuntimeError, TypeError, ValueError):
         return None  # (an h5py without chunk queries, or a layout it cannot tell)
-    if offset is None:
-        return None
-    mapped = np.memmap(file, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
-    mapped.chunks = ds.chunks  # (what ``xcorr info`` shows, as for the dataset)
-    return mapped
 
 
-def _chunks_in_order(ds):
-    """The file offset of a chunked dataset's first chunk where every chunk holds whole
-    frames, is written, unfiltered and follows the one before it in the file; else None."""
-    chunk = ds.chunks
-    if tuple(chunk[1:]) != tuple(ds.shape[1:]):
+def _chunk_offsets(ds, shape, chunk, size):
+    """:func:`stored_offsets` of a chunked dataset: its chunks hold whole frames (the last two
+    axes whole) and take one index on each axis before the one they span several of (``a``),
+    so each chunk is ``chunk[a]`` slabs of the array's axes after ``a``."""
+    if tuple(chunk[-2:]) != tuple(shape[-2:]):
         return None
-    n = -(-ds.shape[0] // chunk[0])
-    if ds.id.get_num_chunks() != n:
+    wide = [i for i, (c, n) in enumerate(zip(chunk, shape)) if c != n]
+    a = wide[-1] if wide else 0
+    if any(c != 1 for c in chunk[:a]):
         return None
-    size = ds.dtype.itemsize * math.prod(chunk)
+    per = chunk[a]
+    slab = math.prod(shape[a + 1:]) * size
+    grid = (*shape[:a], -(-shape[a] // per))
+    if ds.id.get_num_chunks() != math.prod(grid):
+        return None  # (chunks never written: h5py gives their fill value)
     infos = []
     if hasattr(ds.id, "chunk_iter"):  # one pass (get_chunk_info(i) walks the index each call)
         ds.id.chunk_iter(infos.append)
     else:
-        infos = [ds.id.get_chunk_info(i) for i in range(n)]
-    first = None
+        infos = [ds.id.get_chunk_info(i) for i in range(ds.id.get_num_chunks())]
+    offsets = np.full(math.prod(shape[:a + 1]), -1, np.int64)
+    whole = math.prod(chunk) * size
     for info in infos:
-        at = info.chunk_offset[0] // chunk[0]
-        if info.filter_mask or info.size != size \
-                or tuple(info.chunk_offset[1:]) != (0,) * (ds.ndim - 1):
+        at = info.chunk_offset
+        if info.filter_mask or info.size != whole or any(at[a + 1:]):
             return None
-        if first is None:
-            first = info.byte_offset - at * size
-        if info.byte_offset != first + at * size:
-            return None
-    return first if len(infos) == n else None
+        first = int(np.ravel_multi_index(at[:a + 1], shape[:a + 1]))
+        k = min(per, shape[a] - at[a])
+        offsets[first:first + k] = info.byte_offset + slab * np.arange(k, dtype=np.int64)
+    return None if (offsets < 0).any() else offsets
+
+
+class PreadDataset:
+    """An h5py dataset whose :meth:`read_direct` reads by ``os.preadv`` (:func:`stored_offsets`,
+    :class:`~._pread.StoredArray`): from several threads at once (``concurrent_reads``);
+    slices and other selections through h5py."""
+
+    concurrent_reads = True
+
+    def __init__(self, ds, stored):
+        self.ds, self.stored = ds, stored
+        self.shape, self.dtype, self.chunks, self.ndim = ds.shape, ds.dtype, ds.chunks, ds.ndim
+        self.id = ds.id
+
+    def __getitem__(self, key):
+        return self.ds[key]
+
+    def read_direct(self, dest, source_sel=None):
+        """h5py's ``read_direct`` (``dest`` whole): the stored bytes where ``source_sel`` is a
+        tuple of ints and step-1 slices and ``dest`` C-contiguous of the dataset's type."""
+        key = source_sel if isinstance(source_sel, tuple) else (source_sel,)
+        if dest.flags.c_contiguous and dest.dtype == self.dtype and len(key) == self.ndim:
+            try:
+                if self.stored.read(dest, key):
+                    return
+            except EOFError as exc:
+                raise InputError(f"{self.ds.file.filename} ended while it was read ({exc}); "
+                                 "copy it again from the source") from None
+        self.ds.read_direct(dest, source_sel)
+
+    def close(self):
+        self.stored.close()
+        self.ds.file.close()
 
 
 def _series(f):

@@ -17,7 +17,6 @@ import errno
 import math
 import mmap
 import os
-import weakref
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ import tifffile
 
 from ..errors import InputError, XcorrError
 from ._pages import check_page_sizes, whole_pages
+from ._pread import PreadFile, preadable
 
 SUPPORTED_DTYPES = tuple(
     np.dtype(t) for t in ("uint8", "uint16", "int16", "float16", "float32", "float64")
@@ -193,7 +193,7 @@ class TiffFrames:
         self._mmap = None  # read-only memory map of the file
         self._pages = None  # (n_pages, *page_shape) view into the memory map
         self._offset = None  # the pixels' file offset, where pread may copy them (_read_into)
-        self._fd = None  # the file, opened for pread
+        self._file = None  # the file, opened for pread (a PreadFile)
         self._readable = _readable_allowed(path)  # a truncated file: use its whole frames
         self._cut = None  # the TruncatedError of such a file
         try:
@@ -323,12 +323,12 @@ class TiffFrames:
                 if exc.errno == errno.ENOMEM:  # no address space for the file (a ulimit -v)
                     return  # read page by page
                 raise
-            fd = os.dup(fh.fileno()) if dtype.isnative and hasattr(os, "preadv") else None
+            file = PreadFile(os.dup(fh.fileno())) if preadable(dtype) else None
         whole = max(0, len(mm) - offset) // (page_size * dtype.itemsize)
         if whole < n_pages:
             mm.close()
-            if fd is not None:
-                os.close(fd)
+            if file is not None:
+                file.close()
             per_frame = self.n_channels if self._lead_c is not None else 1
             why = "the file ends inside its pixel data"
             raise TruncatedError(f"{self.path} is truncated or damaged after frame "
@@ -339,10 +339,8 @@ class TiffFrames:
             (-1, *self._page_shape))
         # where whole pages in the machine's byte order are copied into a caller's buffer by
         # pread instead (see _read_into), from the file that was mapped
-        self._offset = offset if fd is not None else None
-        if fd is not None:
-            self._fd = fd
-            self._fd_closer = weakref.finalize(self, os.close, fd)
+        self._offset = offset if file is not None else None
+        self._file = file
         self._tif.close()
         self._tif = None
 
@@ -376,28 +374,17 @@ class TiffFrames:
         return data.astype(self.dtype, copy=False)  # native byte order
 
     def _read_into(self, out, start, stop) -> bool:
-        """Copy pages ``start:stop`` into the C-contiguous ``out`` with ``os.preadv``; False
-        where that does not apply (byte-swapped pixels, no ``preadv``, another layout of out).
-
-        Faster than copying out of the memory map in a new process: a map's first touch of
-        each 4 KiB page faults (a million faults for a 4 GiB stack), while one read system call
-        copies from the page cache into a buffer that is already mapped (page-locked buffers
-        are; docs/how-align-works.md, measurements).  Thread-safe
-        (the file is opened once, with the map; each call names its offset), so the
-        prefetcher's copy threads split a chunk."""
-        if (self._offset is None or self._fd is None or not out.flags.c_contiguous
+        """Copy pages ``start:stop`` into the C-contiguous ``out`` with ``os.preadv``
+        (:mod:`._pread`: faster than out of the map in a new process); False where that does
+        not apply (byte-swapped pixels, no ``preadv``, another layout of out)."""
+        if (self._offset is None or self._file is None or not out.flags.c_contiguous
                 or out.dtype != self._pages.dtype):
             return False
-        view = memoryview(out).cast("B")
-        at = self._offset + start * self._pages[0].nbytes
-        done = 0
-        while done < len(view):
-            n = os.preadv(self._fd, [view[done:]], at + done)
-            if n <= 0:  # the file shrank under us
-                raise TruncatedError(f"{self.path} ended while frames {start}:{stop} were read; "
-                                     "copy it again from the source", start, self.n_frames,
-                                     "the file ends inside its pixel data")
-            done += n
+        if self._file.read_into(out, self._offset + start * self._pages[0].nbytes) \
+                < out.nbytes:  # the file shrank under us
+            raise TruncatedError(f"{self.path} ended while frames {start}:{stop} were read; "
+                                 "copy it again from the source", start, self.n_frames,
+                                 "the file ends inside its pixel data")
         return True
 
     def _decode(self, frames, pages):
@@ -423,9 +410,9 @@ class TiffFrames:
 
     def close(self):
         self._pages = None
-        if self._fd is not None:
-            self._fd_closer()  # closes it, once
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         if self._mmap is not None:
             with contextlib.suppress(BufferError):  # a view still alive: the GC closes it
                 self._mmap.close()

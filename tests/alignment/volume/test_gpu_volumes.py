@@ -6,6 +6,7 @@ import pytest
 from xcorr_app.alignment import align_volumes
 from xcorr_app.alignment.volume import zlocate
 
+from fresh_process import first_cupyx_import
 from volume_samples import depth_movie, random_shifts, shifted_stack, volume
 
 pytestmark = pytest.mark.gpu
@@ -60,24 +61,9 @@ def test_refine_planes_gpu_matches_cpu():
 
 @pytest.mark.parametrize("reference", ["first", "mean"])
 def test_a_gpu_run_imports_no_cupyx(reference):
-    """CuPy imports cupyx and SciPy (some 500 modules) the first time a NumPy ufunc meets a
-    CuPy array (``array / 2`` is one): the 3-D path never asks for them."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, traceback\n"
-        "first = []\n"
-        "def audit(event, args):\n"
-        "    if event == 'import' and args[0].startswith('cupyx') and not first:\n"
-        "        first.append(''.join(traceback.format_stack(limit=12)))\n"
-        "sys.addaudithook(audit)\n"
+    """The 3-D path never hands a CuPy array to a NumPy ufunc (tests/fresh_process.py)."""
+    assert first_cupyx_import(
         "import numpy as np\n"
         "from xcorr_app.alignment import align_volumes\n"
         "stack = np.random.default_rng(0).random((3, 8, 16, 16)).astype(np.float32)\n"
-        f"align_volumes(stack, reference={reference!r}, device='gpu')\n"
-        "print(first[0] if first else 'no cupyx')\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip().endswith("no cupyx"), res.stdout
+        f"align_volumes(stack, reference={reference!r}, device='gpu')\n") == ""

@@ -271,7 +271,7 @@ def scale_free(frames, xp):
         with np.errstate(invalid="ignore"):
             peak = np.maximum(frames.max(axis=(-2, -1)), -frames.min(axis=(-2, -1)))
         peak = peak.astype(np.float64)
-    usable = xp.isfinite(peak) & (peak > 0)
+    usable = xp.isfinite(peak) & xp.greater(peak, 0)  # (see filters.gradient: no ``>``)
     exponent = xp.where(usable, xp.frexp(xp.where(usable, peak, 1.0))[1], 0)
     if xp is np and not exponent.any():
         return frames  # (on the CPU the copy is saved; on the GPU nothing waits to know)
