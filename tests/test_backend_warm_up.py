@@ -92,3 +92,31 @@ def test_the_gpu_commands_are_those_with_a_device_option():
     with_device = {name for name in _main.COMMANDS
                    if any(p.name == "device" for p in _main.cli.get_command(None, name).params)}
     assert set(_main.GPU_COMMANDS) == with_device
+
+
+def test_align_decides_its_automatic_choices_while_cuda_starts(fake_gpu, monkeypatch, tmp_path):
+    """``xcorr align`` (device auto) opens the stack and makes its automatic choices before it
+    waits for the warm-up (here the warm-up waits for them: a run that waited first would
+    hang); a GPU found unusable is noted once, after the run."""
+    from xcorr_app.alignment import _run
+    from xcorr_app.cli import _main
+
+    from sample_paths import stack_path
+
+    release, seen = fake_gpu
+    decided = []
+    resolve_auto = _run.resolve_auto
+
+    def first_the_choices(opts, src):
+        decided.append(backend.gpu_pending())
+        release.set()
+        return resolve_auto(opts, src)
+
+    monkeypatch.setattr(_run, "resolve_auto", first_the_choices)
+    res = CliRunner().invoke(_main.cli, ["align", str(stack_path("cell")), "--out",
+                                         str(tmp_path / "out"), "--no-aligned"])
+    assert res.exit_code == 0, res.output
+    assert decided == [True] and seen == ["xcorr-gpu-warm-up"]
+    assert res.output.count("note: no usable GPU (CuPy found no CUDA device); running on the "
+                            "CPU") == 1
+    assert (tmp_path / "out" / "shifts.csv").exists()

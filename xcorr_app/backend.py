@@ -57,6 +57,13 @@ def start_gpu_warm_up() -> bool:
     return True
 
 
+def gpu_pending() -> bool:
+    """Whether the warm-up thread (:func:`start_gpu_warm_up`) is still importing CuPy or
+    starting the CUDA context: a decision that would wait for it may wait for the run to
+    start on the device, and the work before overlaps the start."""
+    return _warm_up is not None and _warm_up.is_alive()
+
+
 def _probe_gpu() -> tuple[bool, str]:
     """Return ``(usable, reason)``; imports CuPy and touches the device once (the warm-up's
     answer where one was started: waited for)."""

@@ -64,3 +64,18 @@ def test_options_it_does_not_take_are_one_line():
     res = xcorr("bench", "align", "--formats", "--gpus", "0")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "--formats takes" in res.stderr
+
+
+def test_a_run_that_computed_elsewhere_is_found(tmp_path):
+    """The GPU rows run ``xcorr align`` without ``--device``, as a user does: each run's
+    shifts.json must say it computed on the GPU."""
+    outs = []
+    for k, where in enumerate(["gpu: NVIDIA H100 80GB HBM3", "cpu", None]):
+        out = tmp_path / str(k)
+        out.mkdir()
+        if where is not None:
+            (out / "shifts.json").write_text(json.dumps({"device": where}))
+        outs.append(out)
+    assert formats._ran_elsewhere(outs[:1], "gpu") == []
+    assert formats._ran_elsewhere(outs, "gpu") == ["cpu", "an unknown device"]
+    assert formats._ran_elsewhere(outs[1:2], "cpu") == []

@@ -17,10 +17,12 @@ reads memory, none the disk.  Timed by wall clock (``time.perf_counter``), for e
   one call) after an untimed read of a few frames; the fastest way is the baseline;
 * **plain read, one-shot**: that fastest way as a fresh ``python -c`` process (start, imports,
   the read), one untimed run first: what a user's own reading script costs;
-* **xcorr align, one-shot**: ``xcorr align PATH --no-aligned -q --out DIR`` processes (with
-  ``--device``), one untimed run first (it fills CuPy's kernel cache and xcorr's tuning cache,
-  kept for the timed runs), the shifts checked against the known drift; and the same with
-  ``--no-quality`` (no quality report: one streaming pass over the stack fewer).
+* **xcorr align, one-shot**: ``xcorr align PATH --no-aligned -q --out DIR`` processes as a
+  user runs them (no ``--device``: ``auto`` picks the GPU for a stack this size; each run's
+  shifts.json must say it computed there; ``--device cpu`` with the CPU bench), one untimed run
+  first (it fills CuPy's kernel cache and xcorr's tuning cache, kept for the timed runs), the
+  shifts checked against the known drift; and the same with ``--no-quality`` (no quality
+  report: one streaming pass over the stack fewer).
 
 GB/s are 1e9 bytes of uint16 pixels per second.  The issue's target: the one-shot align at
 least :data:`TARGET_VS_READ` of the one-shot plain read (like for like: both pay Python's
@@ -281,24 +283,46 @@ def run_format(fmt, path, stack, device, work, caches, repeat=1, echo=print) -> 
                                         nbytes, repeat, echo)
     else:
         row["read_oneshot"] = {"gbps": None, "runs": [], "error": "no plain read succeeded"}
+    # on the GPU as a user runs it: no --device (auto picks the GPU for a stack this size;
+    # shifts.json says where each run computed, checked below)
+    flag = [] if device == "gpu" else ["--device", device]
     for i, (command, extra) in enumerate(ALIGN_COMMANDS.items()):
-        def argv(k, extra=extra, i=i):
+        outs = []
+
+        def argv(k, extra=extra, i=i, outs=outs):
             out = Path(work) / f"{fmt.lower()}-out{i}-{k}"
             shutil.rmtree(out, ignore_errors=True)
-            return (xcorr_argv("align", path, "--no-aligned", "-q", "--out", out, "--device",
-                               device, *extra), caches.env("warm"), out)
+            outs.append(out)
+            return (xcorr_argv("align", path, "--no-aligned", "-q", "--out", out, *flag,
+                               *extra), caches.env("warm"), out)
 
         # (the caches are warm after the first command: its untimed run serves the others)
-        one = _oneshots(f"{fmt} xcorr align {command} --device {device}, one-shot process",
-                        argv, nbytes, repeat, echo, truth=stack.shifts, warm=i == 0)
+        one = _oneshots(f"{fmt} xcorr align {command} {' '.join(flag)}".rstrip()
+                        + ", one-shot process", argv, nbytes, repeat, echo, truth=stack.shifts,
+                        warm=i == 0)
         a, r1, r0 = one["gbps"], row["read_oneshot"]["gbps"], row["read_gbps"]
         one.update(command=command, vs_read_oneshot=a / r1 if a and r1 else None,
                    vs_read_in_process=a / r0 if a and r0 else None)
         rms = one["rms_px"]
+        elsewhere = [] if one["error"] else _ran_elsewhere(outs, device)
         one["status"] = ("ERROR" if one["error"] or a is None else
+                         f"ERROR (ran on {elsewhere[0]})" if elsewhere else
                          "ok" if rms is not None and rms <= ACCURACY_PX else "INACCURATE")
         row["aligns"].append(one)
     return row
+
+
+def _ran_elsewhere(outs, device) -> list:
+    """Where the runs writing ``outs`` computed (their shifts.json), those not on ``device``."""
+    found = []
+    for out in outs:
+        try:
+            where = json.loads((Path(out) / "shifts.json").read_text())["device"]
+        except (OSError, ValueError, KeyError):
+            where = "an unknown device"
+        if not where.startswith(device):
+            found.append(where)
+    return found
 
 
 COLUMNS = ("format", "xcorr align FILE ...", "plain read GB/s (one-shot process)",

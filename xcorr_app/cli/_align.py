@@ -307,9 +307,14 @@ def _check(o):
         print_notes(src, o.quiet)
         o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
-    o.dev = "cpu" if o.device == "cpu" else note_device(o.device, o.quiet)
     executor = "dask" if o.workers is not None or o.scheduler else \
         "gpus" if o.gpus is not None else "process"
+    # auto while CUDA still starts: the run picks the device where it starts on it, and what
+    # comes before (checks, frames read for the automatic choices) overlaps the start (0.3 s
+    # of a one-shot run, H100 2026-11-25); a GPU found unusable is noted after it (_measure)
+    deferred = o.device == "auto" and executor == "process" and backend.gpu_pending()
+    o.dev = "cpu" if o.device == "cpu" else None if deferred else \
+        note_device(o.device, o.quiet)
     try:  # (in the options' words, before the run reads a frame for its automatic choices)
         check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
     except InputError as exc:
@@ -346,6 +351,8 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
 
         res = run_align(o.path, out=out, progress=update, **opts.arguments())
     if gpu_ids is None:
+        if o.dev is None and res.settings["device"] == "cpu" and not backend.gpu_available():
+            note_device(o.device, o.quiet)  # (the note of _check, deferred)
         o.dev = res.settings["device"]
     return res
 

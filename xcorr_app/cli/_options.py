@@ -234,8 +234,8 @@ def scale_out(gpus, workers, scheduler, device, stack_bytes=None, quiet=False):
 
         need_gpus()
     # (without a GPU, --workers N runs its Dask cluster on the CPU as asked)
-    note = None if device == "cpu" or not backend.gpu_available() \
-        else one_gpu_instead(gpus, workers, stack_bytes)
+    note = None if device == "cpu" or (gpus is None and workers is None) \
+        or not backend.gpu_available() else one_gpu_instead(gpus, workers, stack_bytes)
     if note is not None:
         if not quiet:
             click.echo(note, err=True)
