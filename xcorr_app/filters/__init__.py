@@ -10,8 +10,9 @@ Examples
 """
 
 from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_light, gaussian_taps,
-                   gradient, laplace, parse_kernel_spec, sobel)
+                   laplace, parse_kernel_spec, sobel)
 from ._banks import bank_weights, channel_filter, feature_prefilter
+from ._gradient import gradient
 from ._modes import MODES
 from ._reuse import PAPER_SIZES, reuse_correlate
 from ._separable import SIZES as SEPARABLE_SIZES
