@@ -30,6 +30,7 @@ def test_files_hold_the_stack_a_frame_per_chunk_uncompressed(tmp_path):
         src = open_source(path)
         try:
             assert src.n_frames == 5 and src.frame_shape == (64, 72)
+            assert src.concurrent_reads, fmt  # (each chunk's bytes read by pread)
             np.testing.assert_array_equal(src.read(0, 5), want, err_msg=fmt)
         finally:
             src.close()

@@ -271,3 +271,72 @@ def test_an_hdf5_file_cut_while_it_is_read_is_one_line(tmp_path, movie):
         np.testing.assert_array_equal(out[:4], frames[:4])
         with pytest.raises(InputError, match="ended while it was read .*; copy it again from the source"):
             src.read(4, 8, out=out[4:])
+
+
+@pytest.mark.parametrize("version, chunks", [(3, (1, 2, 2, 48, 56)), (3, (3, 2, 2, 48, 56)),
+                                             (3, (1, 1, 1, 48, 56)), (2, (2, 2, 2, 48, 56))])
+def test_zarr_chunks_stored_as_they_are_are_read_by_pread(tmp_path, movie, version, chunks,
+                                                          monkeypatch):
+    """Uncompressed chunks of whole frames: each chunk file's bytes read by pread into the
+    caller's buffer, on several threads; the frames as zarr gives them."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    arr = zarr.create_array(str(tmp_path / "m.zarr"), shape=movie.shape, dtype=movie.dtype,
+                            chunks=chunks, compressors=None, zarr_format=version,
+                            dimension_names=list("tczyx") if version == 3 else None)
+    arr[:] = movie
+    if version == 2:
+        arr.attrs["_ARRAY_DIMENSIONS"] = list("tczyx")
+    calls = []
+    preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or preadv(*a))
+    with open_stack(source_path(tmp_path / "m.zarr", z=1), channel=1) as src:
+        assert src.concurrent_reads
+        out = np.full((9, 48, 56), 5, np.uint16)
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(lambda ab: src.read(*ab, out=out[ab[0] + 1:ab[1] + 1]),
+                          [(0, 3), (3, 4), (4, 8)]))
+        np.testing.assert_array_equal(src.read(2, 5), movie[2:5, 1, 1])
+    np.testing.assert_array_equal(out[1:], movie[:, 1, 1])
+    np.testing.assert_array_equal(out[0], 5)
+    assert calls
+
+
+def test_zarr_chunks_zarr_must_decode_are_read_by_zarr(tmp_path, movie):
+    """Compressed, big-endian, partly written or frame-splitting chunks: no pread."""
+    frames = movie[:, 0, 0]
+    cases = {
+        "zstd": dict(chunks=(1, 48, 56)),
+        "big": dict(chunks=(1, 48, 56), compressors=None, dtype=">u2", zarr_format=2),
+        "half": dict(chunks=(1, 24, 56), compressors=None),
+        "sparse": dict(chunks=(1, 48, 56), compressors=None),
+    }
+    for name, kw in cases.items():
+        kw.setdefault("dtype", frames.dtype)
+        arr = zarr.create_array(str(tmp_path / f"{name}.zarr"), shape=frames.shape, **kw)
+        if name == "sparse":
+            arr[5] = frames[5]  # (the others never written: the fill value)
+            want = np.zeros_like(frames)
+            want[5] = frames[5]
+        else:
+            arr[:] = frames
+            want = frames
+        with open_stack(str(tmp_path / f"{name}.zarr")) as src:
+            assert not src.concurrent_reads, name
+            out = np.empty_like(frames)
+            np.testing.assert_array_equal(src.read(0, 8, out=out), want, err_msg=name)
+
+
+def test_a_zarr_chunk_cut_while_it_is_read_is_one_line(tmp_path, movie):
+    frames = movie[:, 0, 0]
+    arr = zarr.create_array(str(tmp_path / "m.zarr"), data=frames, chunks=(1, 48, 56),
+                            compressors=None)
+    with open_stack(str(tmp_path / "m.zarr")) as src:
+        chunk = tmp_path / "m.zarr" / arr.metadata.encode_chunk_key((6, 0, 0))
+        chunk.write_bytes(chunk.read_bytes()[:100])
+        out = np.empty((8, 48, 56), np.uint16)
+        src.read(0, 6, out=out[:6])
+        np.testing.assert_array_equal(out[:6], frames[:6])
+        with pytest.raises(InputError, match="ended while it was read .*copy it again"):
+            src.read(6, 8, out=out[6:])

@@ -171,6 +171,11 @@ class ArrayFrames:
     channel_names : list of str, optional
     fmt : str
         The format's name (``xcorr info``).
+    stored : callable, optional
+        ``stored(array) -> StoredArray | None`` (:mod:`._pread`): where the array's bytes lie
+        uncompressed in files, runs of frames are read from them by ``os.preadv`` straight
+        into the caller's buffer, from several threads at once (HDF5 serializes its calls;
+        Zarr reads into a new buffer first); the library reads the rest.
 
     Examples
     --------
@@ -183,8 +188,9 @@ class ArrayFrames:
     memory_mapped = False
 
     def __init__(self, opener, axes, name, *, channel=None, z=None, pixel_size=None,
-                 channel_names=(), fmt="array", paths=(), notes=()):
-        self._opener, self.name, self.format = opener, str(name), fmt
+                 channel_names=(), fmt="array", paths=(), notes=(), stored=None):
+        self._opener, self.name, self.format, self._store_of = opener, str(name), fmt, stored
+        self._stored = None
         self.paths = [Path(p) for p in paths]
         self.notes = list(notes)
         self._array, self._closer = None, None
@@ -202,11 +208,12 @@ class ArrayFrames:
         if self._array is None:
             with library_errors(self.name, "open"):
                 self._array, self._closer = self._opener()
-            # (a memory map is copied out on several threads, as a TIFF's; HDF5 stored
-            # uncompressed is read by pread on them: io/_hdf5.py)
+            if self._store_of is not None:
+                self._stored = self._store_of(self._array)
+            # (a memory map is copied out on several threads, as a TIFF's; stored bytes are
+            # read by pread on them)
             self.memory_mapped = isinstance(self._array, np.ndarray)
-            self.concurrent_reads = self.memory_mapped or \
-                getattr(self._array, "concurrent_reads", False)
+            self.concurrent_reads = self.memory_mapped or self._stored is not None
         return self._array
 
     def _layout(self, array, axes, channel, z):
@@ -297,7 +304,8 @@ class ArrayFrames:
 
     def _read_into(self, array, lead, dest) -> bool:
         """Read ``len(dest)`` frames from ``lead`` straight into ``dest`` where the library can
-        (h5py's ``read_direct``, zarr's ``out=``) and the file's axes need no transpose; False
+        (its stored bytes by ``os.preadv``, h5py's ``read_direct``, zarr's ``out=``) and the
+        file's axes need no transpose; False
         where it cannot.  A block read into a new array first costs its allocation's page
         faults and a second copy: 2.8 s instead of ~1.2 s for a 4 GiB HDF5 stack (H100 host,
         2026-11-25), the most of a one-shot run's reading."""
@@ -305,6 +313,14 @@ class ArrayFrames:
                 or not dest.flags.c_contiguous:
             return False
         key = self._key(lead, len(dest))
+        stored = self._stored
+        if stored is not None and stored.dtype == dest.dtype:
+            try:
+                if stored.read(dest, key):
+                    return True
+            except EOFError as exc:
+                raise InputError(f"{self.name} ended while it was read ({exc}); copy it "
+                                 "again from the source") from None
         if hasattr(array, "read_direct") and hasattr(array, "id"):  # an h5py Dataset
             array.read_direct(dest, source_sel=key)
             return True
@@ -352,6 +368,9 @@ class ArrayFrames:
     def close(self) -> None:
         """Close the file (reading again reopens it)."""
         closer, self._array, self._closer = self._closer, None, None
+        stored, self._stored = self._stored, None
+        if stored is not None:
+            stored.close()
         if closer is not None:
             closer()
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import InputError
 from ._formats import ArrayFrames, default_axes, library_errors, need
-from ._pread import PreadFile, StoredArray, preadable
+from ._pread import PreadFile, StoredArray, chunk_slabs, preadable
 
-__all__ = ["open_hdf5", "open_nwb", "stored_offsets", "PreadDataset", "NWB_SERIES"]
+__all__ = ["open_hdf5", "open_nwb", "stored_offsets", "stored_dataset", "NWB_SERIES"]
 
 #: the NWB types whose ``data`` are frames
 NWB_SERIES = ("ImageSeries", "TwoPhotonSeries", "OnePhotonSeries")
@@ -100,24 +100,25 @@ def open_hdf5(file: Path, dataset, channel, z) -> ArrayFrames:
         if guessed and ndim > 3 else []
     return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{path}",
                        channel=channel, z=z, pixel_size=pixel_size, channel_names=names,
-                       fmt="HDF5", paths=[file], notes=notes)
+                       fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset)
 
 
 def _opened(h5py, file, path):
-    """``(array, close)``: the dataset read by ``os.preadv`` where h5py stores it uncompressed
-    (:class:`PreadDataset`), else the h5py dataset itself."""
+    """``(dataset, close)``: the h5py dataset of the open file."""
     f = h5py.File(file, "r")
-    ds = f[path]
+    return f[path], f.close
+
+
+def stored_dataset(ds):
+    """A :class:`~._pread.StoredArray` of an h5py dataset stored uncompressed
+    (:func:`stored_offsets`), else None: :class:`~._formats.ArrayFrames` reads it by
+    ``os.preadv``, from several threads at once."""
     try:
         offsets = stored_offsets(ds)
-        stored = None if offsets is None else StoredArray(PreadFile.open(file), ds.dtype,
-                                                          ds.shape, offsets)
+        return None if offsets is None else StoredArray(PreadFile.open(ds.file.filename),
+                                                        ds.dtype, ds.shape, offsets)
     except OSError:  # (a file that cannot be opened twice: h5py reads it)
-        stored = None
-    if stored is None:
-        return ds, f.close
-    dataset = PreadDataset(ds, stored)
-    return dataset, dataset.close
+        return None
 
 
 def stored_offsets(ds):
@@ -161,16 +162,12 @@ def stored_offsets(ds):
 
 
 def _chunk_offsets(ds, shape, chunk, size):
-    """:func:`stored_offsets` of a chunked dataset: its chunks hold whole frames (the last two
-    axes whole) and take one index on each axis before the one they span several of (``a``),
-    so each chunk is ``chunk[a]`` slabs of the array's axes after ``a``."""
-    if tuple(chunk[-2:]) != tuple(shape[-2:]):
+    """:func:`stored_offsets` of a chunked dataset whose chunks are runs of whole slabs
+    (:func:`~._pread.chunk_slabs`), each where h5py's chunk index says."""
+    layout = chunk_slabs(shape, chunk)
+    if layout is None:
         return None
-    wide = [i for i, (c, n) in enumerate(zip(chunk, shape)) if c != n]
-    a = wide[-1] if wide else 0
-    if any(c != 1 for c in chunk[:a]):
-        return None
-    per = chunk[a]
+    a, per = layout
     slab = math.prod(shape[a + 1:]) * size
     grid = (*shape[:a], -(-shape[a] // per))
     if ds.id.get_num_chunks() != math.prod(grid):
@@ -190,39 +187,6 @@ def _chunk_offsets(ds, shape, chunk, size):
         k = min(per, shape[a] - at[a])
         offsets[first:first + k] = info.byte_offset + slab * np.arange(k, dtype=np.int64)
     return None if (offsets < 0).any() else offsets
-
-
-class PreadDataset:
-    """An h5py dataset whose :meth:`read_direct` reads by ``os.preadv`` (:func:`stored_offsets`,
-    :class:`~._pread.StoredArray`): from several threads at once (``concurrent_reads``);
-    slices and other selections through h5py."""
-
-    concurrent_reads = True
-
-    def __init__(self, ds, stored):
-        self.ds, self.stored = ds, stored
-        self.shape, self.dtype, self.chunks, self.ndim = ds.shape, ds.dtype, ds.chunks, ds.ndim
-        self.id = ds.id
-
-    def __getitem__(self, key):
-        return self.ds[key]
-
-    def read_direct(self, dest, source_sel=None):
-        """h5py's ``read_direct`` (``dest`` whole): the stored bytes where ``source_sel`` is a
-        tuple of ints and step-1 slices and ``dest`` C-contiguous of the dataset's type."""
-        key = source_sel if isinstance(source_sel, tuple) else (source_sel,)
-        if dest.flags.c_contiguous and dest.dtype == self.dtype and len(key) == self.ndim:
-            try:
-                if self.stored.read(dest, key):
-                    return
-            except EOFError as exc:
-                raise InputError(f"{self.ds.file.filename} ended while it was read ({exc}); "
-                                 "copy it again from the source") from None
-        self.ds.read_direct(dest, source_sel)
-
-    def close(self):
-        self.stored.close()
-        self.ds.file.close()
 
 
 def _series(f):
@@ -271,5 +235,6 @@ def open_nwb(file: Path, dataset, channel, z) -> ArrayFrames:
         kind = _text(group.attrs.get("neurodata_type"))
         path = data.name
     return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{match[0]}",
-                       channel=channel, z=z, fmt=f"NWB {kind}", paths=[file])
+                       channel=channel, z=z, fmt=f"NWB {kind}", paths=[file],
+                       stored=stored_dataset)
 

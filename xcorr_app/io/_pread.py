@@ -36,7 +36,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["PreadFile", "StoredArray", "element_run", "preadable"]
+__all__ = ["PreadFile", "StoredArray", "chunk_slabs", "element_run", "preadable"]
 
 
 def preadable(dtype) -> bool:
@@ -78,13 +78,13 @@ class PreadFile:
     """A file opened for positioned reads: thread-safe (each call names its offset), so the
     prefetcher's copy threads split a chunk; closed by :meth:`close` or when collected."""
 
-    def __init__(self, fd: int):
-        self.fd = fd
+    def __init__(self, fd: int, name=None):
+        self.fd, self.name = fd, name
         self._closer = weakref.finalize(self, os.close, fd)
 
     @classmethod
     def open(cls, path) -> PreadFile:
-        return cls(os.open(path, os.O_RDONLY))
+        return cls(os.open(path, os.O_RDONLY), str(path))
 
     def read_into(self, out, at: int) -> int:
         """Copy the file's bytes from offset ``at`` into ``out`` (a C-contiguous array or
@@ -102,15 +102,41 @@ class PreadFile:
         self._closer()  # (closes it once)
 
 
-class StoredArray:
-    """An array of ``shape`` and ``dtype`` (the machine's byte order) stored uncompressed in
-    ``file`` (a :class:`PreadFile`, closed with it) as slabs in C order: slab ``s`` holds the
-    array's elements ``s * k`` to ``s * k + k - 1`` (``k``: its size over ``len(offsets)``) at
-    file offset ``offsets[s]``; slabs stored one after the other are read by one call."""
+def chunk_slabs(shape, chunk):
+    """``(a, per)`` where chunks of ``chunk`` hold whole frames (the last two axes whole) and
+    take one index on every axis before the one they span several of (``a``): each chunk is
+    then ``per = chunk[a]`` slabs of the array's axes after ``a``, in C order; else None.
 
-    def __init__(self, file: PreadFile, dtype, shape, offsets):
-        self.file, self.dtype, self.shape = file, np.dtype(dtype), tuple(int(n) for n in shape)
+    >>> chunk_slabs((10, 3, 64, 64), (1, 1, 64, 64)), chunk_slabs((10, 64, 64), (4, 64, 64))
+    ((1, 1), (0, 4))
+    >>> chunk_slabs((10, 3, 64, 64), (2, 3, 64, 64)), chunk_slabs((10, 64, 64), (1, 32, 64))
+    ((0, 2), None)
+    >>> chunk_slabs((10, 3, 64, 64), (2, 1, 64, 64)) is None  # (two frames a chunk, apart)
+    True
+    """
+    shape, chunk = tuple(int(n) for n in shape), tuple(int(c) for c in chunk)
+    if len(shape) < 2 or len(chunk) != len(shape) or chunk[-2:] != shape[-2:]:
+        return None
+    wide = [i for i, (c, n) in enumerate(zip(chunk, shape)) if c != n]
+    a = wide[-1] if wide else 0
+    if any(c != 1 for c in chunk[:a]):
+        return None
+    return a, chunk[a]
+
+
+class StoredArray:
+    """An array of ``shape`` and ``dtype`` (the machine's byte order) stored uncompressed as
+    slabs in C order: slab ``s`` holds the array's elements ``s * k`` to ``s * k + k - 1``
+    (``k``: its size over ``len(offsets)``) at offset ``offsets[s]`` of ``files[file_of[s]]``
+    (``files``: one :class:`PreadFile`, closed with this, or paths, each opened as it is
+    read: a Zarr store's chunks); slabs stored one after the other are read by one call."""
+
+    def __init__(self, files, dtype, shape, offsets, file_of=None):
+        self.files = list(files) if isinstance(files, (list, tuple)) else [files]
+        self.dtype, self.shape = np.dtype(dtype), tuple(int(n) for n in shape)
         self.offsets = np.asarray(offsets, np.int64)
+        self.file_of = np.zeros(len(self.offsets), np.int64) if file_of is None \
+            else np.asarray(file_of, np.int64)
         self.slab = math.prod(self.shape) // max(len(self.offsets), 1)
         if self.slab * len(self.offsets) != math.prod(self.shape):
             raise ValueError(f"{len(self.offsets)} slabs do not divide an array of {self.shape}")
@@ -144,17 +170,27 @@ class StoredArray:
     def _read_run(self, view, first, count):
         size, k = self.dtype.itemsize, self.slab
         s0, s1 = first // k, (first + count - 1) // k + 1
-        offs = self.offsets[s0:s1]
-        breaks = (np.flatnonzero(np.diff(offs) != k * size) + 1).tolist()
+        offs, owner = self.offsets[s0:s1], self.file_of[s0:s1]
+        breaks = (np.flatnonzero((np.diff(offs) != k * size) | (np.diff(owner) != 0))
+                  + 1).tolist()
         pos = 0
         for g0, g1 in zip([0] + breaks, breaks + [len(offs)]):
             e0 = max(first, (s0 + g0) * k)
             e1 = min(first + count, (s0 + g1) * k)
             n = (e1 - e0) * size
             at = int(offs[g0]) + (e0 - (s0 + g0) * k) * size
-            if self.file.read_into(view[pos:pos + n], at) < n:
-                raise EOFError(f"the file ends before byte {at + n}")
+            file = self.files[int(owner[g0])]
+            opened = None if isinstance(file, PreadFile) else PreadFile.open(file)
+            try:
+                got = (opened or file).read_into(view[pos:pos + n], at)
+            finally:
+                if opened is not None:
+                    opened.close()
+            if got < n:
+                raise EOFError(f"{getattr(file, 'name', file)} ends before byte {at + n}")
             pos += n
 
     def close(self) -> None:
-        self.file.close()
+        for file in self.files:
+            if isinstance(file, PreadFile):
+                file.close()

@@ -15,14 +15,21 @@ True
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 from pathlib import Path
 
-import numpy as np  # noqa: F401
+import numpy as np
 
 from ..errors import InputError
 from ._formats import ArrayFrames, default_axes, library_errors, need
+from ._pread import StoredArray, chunk_slabs
 
-__all__ = ["open_zarr", "ome_metadata"]
+__all__ = ["open_zarr", "ome_metadata", "stored_chunks"]
+
+#: the most chunk files :func:`stored_chunks` looks at (each is checked once, at open)
+MAX_STORED_CHUNKS = 200_000
 
 
 def ome_metadata(attrs) -> dict | None:
@@ -130,7 +137,70 @@ def open_zarr(file: Path, dataset, channel, z) -> ArrayFrames:
 
     return ArrayFrames(opener, axes, name, channel=channel, z=z, pixel_size=pixel_size,
                        channel_names=labels, fmt="OME-Zarr" if labels or pixel_size else "Zarr",
-                       paths=[file], notes=notes)
+                       paths=[file], notes=notes, stored=stored_chunks)
+
+
+def stored_chunks(array):
+    """A :class:`~._pread.StoredArray` of a Zarr array (zarr 3) in a local store whose chunks
+    are its bytes as they are (v3: the ``bytes`` codec alone, in the machine's byte order;
+    v2: no compressor, no filters, C order), hold whole frames (:func:`~._pread.chunk_slabs`),
+    no shards, every chunk file written whole; else None (zarr reads it).
+
+    Why: zarr reads each chunk file into a new buffer, then copies it into the caller's
+    (4 GiB of one-frame chunks: a one-shot ``xcorr align`` 3.6-4.1 s against HDF5's 2.7 s read
+    this way, H100 2026-11-25); a chunk file's bytes are read straight into the page-locked
+    buffers here, on the prefetcher's threads.
+
+    >>> import tempfile, zarr
+    >>> a = zarr.create_array(tempfile.mkdtemp() + "/s.zarr", data=np.ones((3, 4, 5), "u2"),
+    ...                       chunks=(2, 4, 5), compressors=None)
+    >>> stored = stored_chunks(a)
+    >>> stored.offsets.tolist(), stored.file_of.tolist()
+    ([0, 40, 0], [0, 0, 1])
+    >>> stored_chunks(zarr.create_array(tempfile.mkdtemp() + "/z.zarr", data=np.ones((3, 4, 5)),
+    ...                                 chunks=(2, 4, 5))) is None  # (compressed)
+    True
+    """
+    try:
+        meta, store = array.metadata, array.store_path.store
+        root, dtype = getattr(store, "root", None), np.dtype(array.dtype)
+        if root is None or getattr(array, "shards", None) is not None \
+                or dtype.kind not in "uif":
+            return None
+        if meta.zarr_format == 3:
+            codecs = tuple(meta.codecs)
+            endian = getattr(getattr(codecs[0], "endian", None), "value", None) \
+                if len(codecs) == 1 and type(codecs[0]).__name__ == "BytesCodec" else "?"
+            if endian != sys.byteorder and (endian == "?" or dtype.itemsize > 1):
+                return None
+        elif meta.zarr_format != 2 or meta.compressor is not None or meta.filters \
+                or meta.order != "C" or not dtype.isnative:
+            return None
+        shape, chunk = tuple(array.shape), tuple(array.chunks)
+        layout = chunk_slabs(shape, chunk)
+        if layout is None:
+            return None
+        a, per = layout
+        grid = (*shape[:a], -(-shape[a] // per))
+        if math.prod(grid) > MAX_STORED_CHUNKS:
+            return None
+        whole, slab = math.prod(chunk) * dtype.itemsize, math.prod(shape[a + 1:]) * dtype.itemsize
+        base = Path(root) / array.store_path.path
+        files = []
+        offsets = np.empty(math.prod(shape[:a + 1]), np.int64)
+        file_of = np.empty_like(offsets)
+        for index, coords in enumerate(np.ndindex(*grid)):
+            path = base / meta.encode_chunk_key((*coords, *(0,) * (len(shape) - a - 1)))
+            if os.stat(path).st_size != whole:
+                return None
+            files.append(str(path))
+            first = int(np.ravel_multi_index((*coords[:a], coords[a] * per), shape[:a + 1]))
+            k = min(per, shape[a] - coords[a] * per)
+            offsets[first:first + k] = slab * np.arange(k)
+            file_of[first:first + k] = index
+        return StoredArray(files, dtype, shape, offsets, file_of)
+    except (AttributeError, TypeError, ValueError, OSError):
+        return None  # (zarr 2, another store, a chunk never written: zarr reads it)
 
 
 def plural_arrays(arrays) -> str:
