@@ -117,4 +117,3 @@ def test_parse_kernel_spec(tmp_path, rng):
     for bad in ("gaussian", "box:x", "median:3", str(tmp_path / "missing.npy")):
         with pytest.raises(XcorrError):
             filters.parse_kernel_spec(bad)
-

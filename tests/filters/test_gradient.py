@@ -15,7 +15,7 @@ def test_gradient_is_numpys(rng, dtype):
         a = (rng.standard_normal(shape) * 100).astype(dtype)
         for axis in axes:
             got, want = filters.gradient(a, axis=axis), np.gradient(a, axis=axis)
-            assert type(got) is type(want) or isinstance(want, tuple)
+            assert type(got) is type(want)
             got, want = (got, want) if isinstance(want, (list, tuple)) else ([got], [want])
             assert len(got) == len(want)
             for g, w in zip(got, want):
@@ -24,7 +24,7 @@ def test_gradient_is_numpys(rng, dtype):
 
 
 def test_gradient_refuses_a_single_element_axis():
-    with pytest.raises(XcorrError, match="axis 0 has 1 element; it needs 2"):
+    with pytest.raises(XcorrError, match="axis 0 has 1 element\\(s\\); it needs 2"):
         filters.gradient(np.ones((1, 4)))
 
 

@@ -177,14 +177,39 @@ def test_hdf5_and_zarr_frames_are_read_straight_into_the_buffer(tmp_path, movie,
 
 @pytest.mark.parametrize("chunks", [None, (1, 2, 2, 48, 56), (3, 2, 2, 48, 56),
                                     (1, 1, 1, 48, 56)])
-def test_hdf5_stored_uncompressed_is_read_by_pread_on_two_threads(tmp_path, movie, chunks):
+def test_hdf5_stored_uncompressed_is_read_by_pread_on_two_threads(tmp_path, movie, chunks,
+                                                                  monkeypatch):
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     path = tmp_path / "m.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("movie", data=movie, chunks=chunks)
         f["movie"].attrs["axes"] = "TCZYX"
+    calls = []
+    preadv = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda *a: calls.append(a[2]) or preadv(*a))
     with open_stack(source_path(path, "/movie", z=1), channel=1) as src:
         assert src.concurrent_reads and src.chunks == chunks
-        np.testing.assert_array_equal(src.read(1, 8), movie[1:8, 1, 1])
+        out = np.empty((7, 48, 56), np.uint16)
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda ab: src.read(*ab, out=out[ab[0] - 1:ab[1] - 1]),
+                          [(1, 4), (4, 8)]))
+        np.testing.assert_array_equal(out, movie[1:8, 1, 1])
+    assert len(calls) >= 7  # (a frame a call: the channel and plane picked within each)
+
+
+def test_hdf5_types_h5py_converts_are_read_by_h5py(tmp_path):
+    """A stored type h5py reads as another (12 bits at an offset of 4, here) is h5py's."""
+    t = h5py.h5t.STD_U16LE.copy()
+    t.set_precision(12)
+    t.set_offset(4)
+    frames = np.random.default_rng(1).integers(0, 4096, (3, 8, 10)).astype(np.uint16)
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        f.create_dataset("odd", shape=frames.shape, dtype=t)[...] = frames
+    with open_stack(source_path(tmp_path / "m.h5", "/odd")) as src:
+        assert not src.concurrent_reads
+        np.testing.assert_array_equal(src.read(0, 3, out=np.empty_like(frames)), frames)
 
 
 def test_hdf5_chunks_anywhere_in_the_file_are_read_at_their_offsets(tmp_path, monkeypatch):
@@ -236,9 +261,9 @@ def test_hdf5_chunks_of_partial_frames_or_never_written_are_read_by_h5py(tmp_pat
 @pytest.mark.parametrize("order", ["<", ">"])
 def test_hdf5_runs_of_frames_are_read_with_pread_into_the_buffer(tmp_path, movie, order,
                                                                  monkeypatch):
-    """A memory-mapped dataset's frames go into the caller's buffer by ``os.preadv`` where
-    they are one run of the file in the machine's byte order (else out of the map), from
-    several threads; the frames either way."""
+    """A dataset's frames go into the caller's buffer by ``os.preadv`` where they are stored
+    in the machine's byte order (big-endian ones through h5py), from several threads; the
+    frames either way."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
@@ -269,7 +294,8 @@ def test_an_hdf5_file_cut_while_it_is_read_is_one_line(tmp_path, movie):
         out = np.empty((8, 48, 56), np.uint16)
         src.read(0, 4, out=out[:4])
         np.testing.assert_array_equal(out[:4], frames[:4])
-        with pytest.raises(InputError, match="ended while it was read .*; copy it again from the source"):
+        with pytest.raises(InputError,
+                           match="ended while it was read .*; copy it again from the source"):
             src.read(4, 8, out=out[4:])
 
 
@@ -304,7 +330,8 @@ def test_zarr_chunks_stored_as_they_are_are_read_by_pread(tmp_path, movie, versi
 
 
 def test_zarr_chunks_zarr_must_decode_are_read_by_zarr(tmp_path, movie):
-    """Compressed, big-endian, partly written or frame-splitting chunks: no pread."""
+    """Compressed, big-endian or frame-splitting chunks: no pread; chunks never written (the
+    fill value): zarr reads the reads that meet one."""
     frames = movie[:, 0, 0]
     cases = {
         "zstd": dict(chunks=(1, 48, 56)),
@@ -323,7 +350,8 @@ def test_zarr_chunks_zarr_must_decode_are_read_by_zarr(tmp_path, movie):
             arr[:] = frames
             want = frames
         with open_stack(str(tmp_path / f"{name}.zarr")) as src:
-            assert not src.concurrent_reads, name
+            assert src.concurrent_reads == (name == "sparse"), name
+            np.testing.assert_array_equal(src.read(5, 6), want[5:6], err_msg=name)
             out = np.empty_like(frames)
             np.testing.assert_array_equal(src.read(0, 8, out=out), want, err_msg=name)
 

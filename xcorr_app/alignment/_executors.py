@@ -214,8 +214,8 @@ class OnGpus(Executor):
                     with self._lock:
                         progress(done)
 
-            # a memory-mapped file is shared (reads are copies out of one map); others are
-            # opened again, one reader per GPU
+            # a source several threads may read is shared (a memory map, stored bytes read by
+            # pread); others are opened again, one reader per GPU
             own = contextlib.nullcontext(self.src) if getattr(self.src, "concurrent_reads",
                                                               False) \
                 else open_source(self.stack, self.opts.channel)

@@ -20,8 +20,8 @@ __all__ = ["gradient"]
 
 def gradient(array, axis=None):
     """``numpy.gradient(array, axis=axis)`` of unit spacing (central differences inside,
-    one-sided at the edges), the same numbers, on the array's device: a list of arrays, one
-    an axis (one array where one axis is differentiated).
+    one-sided at the edges), the same numbers, on the array's device: a tuple of arrays, one
+    an axis, as NumPy's (one array where one axis is differentiated).
 
     Not ``cupy.gradient``: it divides a CuPy array by a Python number, which CuPy hands to
     NumPy's ufunc protocol, whose first use in a process imports cupyx and SciPy (0.35 s of
@@ -49,8 +49,8 @@ def gradient(array, axis=None):
     for ax in axes:
         ax = int(ax) % array.ndim
         if array.shape[ax] < 2:
-            raise InputError(f"gradient: axis {ax} has {array.shape[ax]} element; it needs 2 "
-                             "or more")
+            raise InputError(f"gradient: axis {ax} has {array.shape[ax]} element(s); it needs "
+                             "2 or more")
 
         def cut(part, ax=ax):
             return tuple(part if i == ax else slice(None) for i in range(array.ndim))
@@ -62,4 +62,4 @@ def gradient(array, axis=None):
         xp.subtract(array[cut(slice(-1, None))], array[cut(slice(-2, -1))],
                     out=g[cut(slice(-1, None))])
         out.append(g)
-    return out[0] if len(out) == 1 else out
+    return out[0] if len(out) == 1 else tuple(out)

@@ -184,7 +184,6 @@ class ArrayFrames:
     (2, (4, 5), (2, 4, 5))
     """
 
-    concurrent_reads = False  # (h5py serializes every call; a second thread gains nothing)
     memory_mapped = False
 
     def __init__(self, opener, axes, name, *, channel=None, z=None, pixel_size=None,
@@ -209,12 +208,21 @@ class ArrayFrames:
             with library_errors(self.name, "open"):
                 self._array, self._closer = self._opener()
             if self._store_of is not None:
-                self._stored = self._store_of(self._array)
-            # (a memory map is copied out on several threads, as a TIFF's; stored bytes are
-            # read by pread on them)
+                try:
+                    self._stored = self._store_of(self._array)
+                except Exception:  # noqa: BLE001 (a speed-up only: the library reads it)
+                    self._stored = None
             self.memory_mapped = isinstance(self._array, np.ndarray)
-            self.concurrent_reads = self.memory_mapped or self._stored is not None
         return self._array
+
+    @property
+    def concurrent_reads(self) -> bool:
+        """Whether several threads may read at once and gain by it: a memory map copied out
+        (as a TIFF's), or stored bytes read by pread straight into the buffers (h5py
+        serializes its calls; a second thread gains nothing from it)."""
+        direct = bool(getattr(self, "_frame_axes", None)) and \
+            list(getattr(self, "_order", ())) == list(range(len(getattr(self, "_order", ()))))
+        return self.memory_mapped or (self._stored is not None and direct)
 
     def _layout(self, array, axes, channel, z):
         shape = tuple(int(n) for n in array.shape)
@@ -303,9 +311,9 @@ class ArrayFrames:
         return block if self._frame_axes else block[None]
 
     def _read_into(self, array, lead, dest) -> bool:
-        """Read ``len(dest)`` frames from ``lead`` straight into ``dest`` where the library can
-        (its stored bytes by ``os.preadv``, h5py's ``read_direct``, zarr's ``out=``) and the
-        file's axes need no transpose; False
+        """Read ``len(dest)`` frames from ``lead`` straight into ``dest`` (its stored bytes by
+        ``os.preadv``, h5py's ``read_direct``, zarr's ``out=``) where the file's axes need no
+        transpose; False
         where it cannot.  A block read into a new array first costs its allocation's page
         faults and a second copy: 2.8 s instead of ~1.2 s for a 4 GiB HDF5 stack (H100 host,
         2026-11-25), the most of a one-shot run's reading."""

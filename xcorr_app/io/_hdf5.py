@@ -144,11 +144,14 @@ def stored_offsets(ds):
     (2, 8, None)
     """
     try:
+        from h5py import h5t
+
         plist = ds.id.get_create_plist()
         if ds.dtype.kind not in "uif" or not preadable(ds.dtype) or ds.size == 0 \
                 or ds.ndim < 2 or plist.get_nfilters() or plist.get_external_count() \
-                or getattr(ds, "is_virtual", False):
-            return None
+                or getattr(ds, "is_virtual", False) \
+                or not ds.id.get_type().equal(h5t.py_create(ds.dtype)):
+            return None  # (a stored type h5py converts, e.g. 12 bits at an offset: h5py)
         shape, size = ds.shape, ds.dtype.itemsize
         if ds.chunks is None:
             offset = ds.id.get_offset()

@@ -1,6 +1,7 @@
-"""Pixels stored uncompressed in a file, copied into a caller's buffer with ``os.preadv``
-(:class:`PreadFile`): the TIFF reader's memory-mapped files, and HDF5 datasets stored
-contiguous or in chunks of whole frames, wherever the chunks lie (:class:`StoredArray`).
+"""Pixels stored uncompressed in files, copied into a caller's buffer with ``os.preadv``
+(:class:`PreadFile`): the TIFF reader's memory-mapped files, HDF5 datasets stored contiguous or
+in chunks of whole frames wherever the chunks lie, and Zarr chunk files holding their bytes as
+they are (:class:`StoredArray`).
 
 Why not copy out of the memory map: in a new process a map's first touch of each 4 KiB page
 faults (a million faults for a 4 GiB stack), while one read system call copies from the page
@@ -128,11 +129,12 @@ class StoredArray:
     """An array of ``shape`` and ``dtype`` (the machine's byte order) stored uncompressed as
     slabs in C order: slab ``s`` holds the array's elements ``s * k`` to ``s * k + k - 1``
     (``k``: its size over ``len(offsets)``) at offset ``offsets[s]`` of ``files[file_of[s]]``
-    (``files``: one :class:`PreadFile`, closed with this, or paths, each opened as it is
-    read: a Zarr store's chunks); slabs stored one after the other are read by one call."""
+    (``files``: one :class:`PreadFile`, closed with this, or a sequence of paths, each opened
+    as it is read: a Zarr store's chunks, a file missing then read by its library); slabs
+    stored one after the other are read by one call."""
 
     def __init__(self, files, dtype, shape, offsets, file_of=None):
-        self.files = list(files) if isinstance(files, (list, tuple)) else [files]
+        self.files = [files] if isinstance(files, PreadFile) else files
         self.dtype, self.shape = np.dtype(dtype), tuple(int(n) for n in shape)
         self.offsets = np.asarray(offsets, np.int64)
         self.file_of = np.zeros(len(self.offsets), np.int64) if file_of is None \
@@ -143,8 +145,8 @@ class StoredArray:
 
     def read(self, dest: np.ndarray, key) -> bool:
         """``self[key]`` (an int or a step-1 slice per axis) into the C-contiguous ``dest`` of
-        as many elements; False where ``key`` is of another kind.  Raises ``EOFError`` where the
-        file ends first."""
+        as many elements; False where ``key`` is of another kind or a file named is missing
+        (``dest`` then partly written).  Raises ``EOFError`` where a file ends first."""
         if len(key) != len(self.shape) or not all(isinstance(k, slice) and k.step in (None, 1)
                                                    or isinstance(k, (int, np.integer))
                                                    for k in key):
@@ -158,13 +160,17 @@ class StoredArray:
                       if isinstance(k, slice) and len(range(*k.indices(n))) > 1)
             pos = sum(isinstance(k, slice) for k in key[:ax])  # (those before take one index)
             for j, i in enumerate(range(*key[ax].indices(self.shape[ax]))):
-                self.read(view[(0,) * pos + (j, ...)], key[:ax] + (i,) + key[ax + 1:])
+                if not self.read(view[(0,) * pos + (j, ...)], key[:ax] + (i,) + key[ax + 1:]):
+                    return False
             return True
         first, count = run
         if count != dest.size:
             raise ValueError(f"{dest.size} elements cannot hold {count}")
         if count:
-            self._read_run(memoryview(dest).cast("B"), first, count)
+            try:
+                self._read_run(memoryview(dest).cast("B"), first, count)
+            except FileNotFoundError:  # (a Zarr chunk never written: its fill value)
+                return False
         return True
 
     def _read_run(self, view, first, count):
@@ -191,6 +197,7 @@ class StoredArray:
             pos += n
 
     def close(self) -> None:
-        for file in self.files:
-            if isinstance(file, PreadFile):
-                file.close()
+        if isinstance(self.files, list):
+            for file in self.files:
+                if isinstance(file, PreadFile):
+                    file.close()

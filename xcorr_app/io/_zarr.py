@@ -24,12 +24,9 @@ import numpy as np
 
 from ..errors import InputError
 from ._formats import ArrayFrames, default_axes, library_errors, need
-from ._pread import StoredArray, chunk_slabs
+from ._pread import StoredArray, chunk_slabs, preadable
 
 __all__ = ["open_zarr", "ome_metadata", "stored_chunks"]
-
-#: the most chunk files :func:`stored_chunks` looks at (each is checked once, at open)
-MAX_STORED_CHUNKS = 200_000
 
 
 def ome_metadata(attrs) -> dict | None:
@@ -140,11 +137,17 @@ def open_zarr(file: Path, dataset, channel, z) -> ArrayFrames:
                        paths=[file], notes=notes, stored=stored_chunks)
 
 
+def plural_arrays(arrays) -> str:
+    names = sorted(arrays)
+    return "no array" if not names else f"{len(names)} arrays ({', '.join(names[:10])})"
+
+
 def stored_chunks(array):
     """A :class:`~._pread.StoredArray` of a Zarr array (zarr 3) in a local store whose chunks
     are its bytes as they are (v3: the ``bytes`` codec alone, in the machine's byte order;
-    v2: no compressor, no filters, C order), hold whole frames (:func:`~._pread.chunk_slabs`),
-    no shards, every chunk file written whole; else None (zarr reads it).
+    v2: no compressor, no filters, C order), hold whole frames (:func:`~._pread.chunk_slabs`)
+    and no shards; else None (zarr reads it).  A chunk file missing when read (never written:
+    the fill value) is read by zarr; one cut short is an error.
 
     Why: zarr reads each chunk file into a new buffer, then copies it into the caller's
     (4 GiB of one-frame chunks: a one-shot ``xcorr align`` 3.6-4.1 s against HDF5's 2.7 s read
@@ -155,8 +158,8 @@ def stored_chunks(array):
     >>> a = zarr.create_array(tempfile.mkdtemp() + "/s.zarr", data=np.ones((3, 4, 5), "u2"),
     ...                       chunks=(2, 4, 5), compressors=None)
     >>> stored = stored_chunks(a)
-    >>> stored.offsets.tolist(), stored.file_of.tolist()
-    ([0, 40, 0], [0, 0, 1])
+    >>> stored.offsets.tolist(), stored.file_of.tolist(), stored.files[1].endswith("c/1/0/0")
+    ([0, 40, 0], [0, 0, 1], True)
     >>> stored_chunks(zarr.create_array(tempfile.mkdtemp() + "/z.zarr", data=np.ones((3, 4, 5)),
     ...                                 chunks=(2, 4, 5))) is None  # (compressed)
     True
@@ -165,7 +168,7 @@ def stored_chunks(array):
         meta, store = array.metadata, array.store_path.store
         root, dtype = getattr(store, "root", None), np.dtype(array.dtype)
         if root is None or getattr(array, "shards", None) is not None \
-                or dtype.kind not in "uif":
+                or dtype.kind not in "uif" or not hasattr(os, "preadv"):
             return None
         if meta.zarr_format == 3:
             codecs = tuple(meta.codecs)
@@ -174,7 +177,7 @@ def stored_chunks(array):
             if endian != sys.byteorder and (endian == "?" or dtype.itemsize > 1):
                 return None
         elif meta.zarr_format != 2 or meta.compressor is not None or meta.filters \
-                or meta.order != "C" or not dtype.isnative:
+                or meta.order != "C" or not preadable(dtype):
             return None
         shape, chunk = tuple(array.shape), tuple(array.chunks)
         layout = chunk_slabs(shape, chunk)
@@ -182,28 +185,27 @@ def stored_chunks(array):
             return None
         a, per = layout
         grid = (*shape[:a], -(-shape[a] // per))
-        if math.prod(grid) > MAX_STORED_CHUNKS:
-            return None
-        whole, slab = math.prod(chunk) * dtype.itemsize, math.prod(shape[a + 1:]) * dtype.itemsize
-        base = Path(root) / array.store_path.path
-        files = []
-        offsets = np.empty(math.prod(shape[:a + 1]), np.int64)
-        file_of = np.empty_like(offsets)
-        for index, coords in enumerate(np.ndindex(*grid)):
-            path = base / meta.encode_chunk_key((*coords, *(0,) * (len(shape) - a - 1)))
-            if os.stat(path).st_size != whole:
-                return None
-            files.append(str(path))
-            first = int(np.ravel_multi_index((*coords[:a], coords[a] * per), shape[:a + 1]))
-            k = min(per, shape[a] - coords[a] * per)
-            offsets[first:first + k] = slab * np.arange(k)
-            file_of[first:first + k] = index
+        # slab s: index i along axis a of the leading index r over the axes before it
+        r, i = np.divmod(np.arange(math.prod(shape[:a + 1]), dtype=np.int64), shape[a])
+        offsets = (i % per) * (math.prod(shape[a + 1:]) * dtype.itemsize)
+        file_of = r * grid[-1] + i // per
+        files = _ChunkPaths(Path(root) / array.store_path.path, meta, grid, len(shape))
         return StoredArray(files, dtype, shape, offsets, file_of)
-    except (AttributeError, TypeError, ValueError, OSError):
-        return None  # (zarr 2, another store, a chunk never written: zarr reads it)
+    except (AttributeError, TypeError, ValueError):
+        return None  # (zarr 2, another store or metadata: zarr reads it)
 
 
-def plural_arrays(arrays) -> str:
-    names = sorted(arrays)
-    return "no array" if not names else f"{len(names)} arrays ({', '.join(names[:10])})"
+class _ChunkPaths:
+    """The file of each chunk of :func:`stored_chunks` (in C order over its chunk grid),
+    named as it is read: a store of many chunks opens at once."""
 
+    def __init__(self, base, meta, grid, ndim):
+        self.base, self.meta, self.grid, self.ndim = base, meta, grid, ndim
+
+    def __len__(self):
+        return math.prod(self.grid)
+
+    def __getitem__(self, index):
+        coords = tuple(int(c) for c in np.unravel_index(index, self.grid))
+        return str(self.base / self.meta.encode_chunk_key(
+            coords + (0,) * (self.ndim - len(self.grid))))

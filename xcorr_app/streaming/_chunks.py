@@ -36,7 +36,8 @@ from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
 from ._ranges import chunk_bounds, piece_bounds
 
-#: threads copying one chunk (one piece on the GPU) out of a memory-mapped file into its buffer
+#: threads copying one chunk (one piece on the GPU) into its buffer from a source several threads
+#: may read (a memory map, a file's stored bytes by pread)
 COPY_THREADS = 4
 #: on the GPU a chunk is read and copied to the device in pieces of at most this many bytes
 #: (at least a frame), so the page-locked ring is small: page-locking a ring of whole chunks

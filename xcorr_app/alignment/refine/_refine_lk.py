@@ -33,6 +33,7 @@ import concurrent.futures
 
 import numpy as np
 
+from ...filters import gradient
 from ...streaming import cpu_threads
 from ..rigid import parse_prefilter
 from ..rigid import COLUMN
@@ -109,7 +110,7 @@ def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS,
     eye = xp.broadcast_to(xp.eye(4, dtype=xp.float64), (n, 4, 4))
     for _ in range(iterations):
         tw = shift_frames(t, -s)  # T(x + s)
-        gy, gx = xp.gradient(tw, axis=(1, 2))
+        gy, gx = gradient(tw, axis=(1, 2))
         raw = xp.stack([tw, xp.ones_like(tw), gy, gx], axis=1).reshape(n, 4, h * w)
         raw = raw.astype(xp.float64)
         # the masked sums of every pair of [T, 1, dT/dy, dT/dx], and of each with the frame

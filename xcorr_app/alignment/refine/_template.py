@@ -131,7 +131,7 @@ def template_of(xp, total, coverage, fallback):
     """The template (float32, frame 0's coordinates) of a template pass's sums: the weighted
     mean of the kept frames, and ``fallback`` (the first frame) where less than half a frame
     covers."""
-    covered = coverage >= 0.5
+    covered = xp.greater_equal(coverage, 0.5)  # (a function, not ``>=``: filters.gradient)
     mean = total / xp.where(covered, coverage, 1.0)
     return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
 
