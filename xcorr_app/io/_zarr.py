@@ -16,7 +16,6 @@ True
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -168,7 +167,7 @@ def stored_chunks(array):
         meta, store = array.metadata, array.store_path.store
         root, dtype = getattr(store, "root", None), np.dtype(array.dtype)
         if root is None or getattr(array, "shards", None) is not None \
-                or dtype.kind not in "uif" or not hasattr(os, "preadv"):
+                or dtype.kind not in "uif" or not preadable(dtype):  # (v3: always native)
             return None
         if meta.zarr_format == 3:
             codecs = tuple(meta.codecs)
@@ -177,7 +176,7 @@ def stored_chunks(array):
             if endian != sys.byteorder and (endian == "?" or dtype.itemsize > 1):
                 return None
         elif meta.zarr_format != 2 or meta.compressor is not None or meta.filters \
-                or meta.order != "C" or not preadable(dtype):
+                or meta.order != "C":
             return None
         shape, chunk = tuple(array.shape), tuple(array.chunks)
         layout = chunk_slabs(shape, chunk)
