@@ -235,5 +235,10 @@ def test_winograd_applicability_and_method_errors():
         conv2d(x, w, method="fft")
     with pytest.raises(XcorrError, match="3x3 filters at stride 1"):
         conv2d(x, w, method="winograd")
+    with pytest.raises(XcorrError, match="1x1 filters at stride 1 without padding"):
+        conv2d(x, w, method="pointwise")
+    with pytest.raises(XcorrError, match="1x1 filters at stride 1 without padding"):
+        conv2d(x, w[:, :, :1, :1], padding=1, method="pointwise")
+    assert conv2d(x, w[:, :, :1, :1], method="pointwise").shape == (1, 1, 6, 6)
     assert conv2d(x, w[:, :, :3, :3], method="winograd").shape == (1, 1, 4, 4)
     assert chosen_method(x, w[:, :, :3, :3]) == "reference"  # NumPy in: no GPU needed

@@ -178,6 +178,31 @@ def test_pointwise_mobilenet_layers_planned(rng, layer, batch):
     assert _run_pointwise(rng, batch, c, hw, hw, f) <= 1e-5
 
 
+def test_conv2d_measures_pointwise_against_im2win(rng, monkeypatch, tmp_path):
+    """1x1 filters at stride 1 without padding: the pointwise and im2win kernels measured on
+    the first call, the faster kept (and remembered); every method gives the reference's."""
+    import cupy as cp
+
+    from xcorr_app._cuda import tuning
+    from xcorr_app.conv import _api as conv
+
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))  # nothing measured yet
+    tuning.forget_memory()
+    x = rng.standard_normal((3, 37, 9, 7)).astype(np.float32)
+    w = rng.standard_normal((19, 37, 1, 1)).astype(np.float32)
+    ref = conv2d_reference(x, w)
+    xg, wg = cp.asarray(x), cp.asarray(w)
+    assert conv.chosen_method(xg, wg) == "auto: not measured yet"
+    assert conv.chosen_method(xg, wg, padding=1) == "im2win"  # padded: not pointwise
+    got = {m: cp.asnumpy(conv.conv2d(xg, wg, method=m)) for m in ("auto", "im2win", "pointwise")}
+    chosen = conv.chosen_method(xg, wg)
+    assert chosen in ("im2win", "pointwise")
+    assert all(rel_error(g, ref) <= 1e-5 for g in got.values())
+    tuning.forget_memory()  # from disk in a later process
+    assert conv.chosen_method(xg, wg) == chosen
+    assert rel_error(cp.asnumpy(conv.conv2d(xg, wg)), ref) <= 1e-5
+
+
 def test_api_on_cupy(rng):
     import cupy as cp
 

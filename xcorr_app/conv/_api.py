@@ -2,12 +2,12 @@
 
 :func:`conv2d` applies a bank of ``F`` filters of ``C`` channels (deep-learning convention:
 cross-correlation, zero padding, a stride); :func:`pointwise` mixes channels (a 1x1
-convolution).  CuPy in: the im2win kernel (``kernels/conv/im2win_conv.cu``), for 3x3 filters at
-stride 1 the fused Winograd kernel where it is faster (``kernels/conv/winograd_conv.cu``, measured
-on the first call of each problem) or, for 1x1 filters at stride 1 without padding, the
-pointwise kernel with dynamic blocking (``kernels/conv/pointwise_conv.cu``); float32 out.  NumPy
-in: the float64 reference (``xcorr_app.conv._reference.conv2d_reference``), cast to the
-input's float type.
+convolution).  CuPy in: the im2win kernel (``kernels/conv/im2win_conv.cu``) or, where it is
+faster (measured on the first call of each problem), for 3x3 filters at stride 1 the fused
+Winograd kernel (``kernels/conv/winograd_conv.cu``) and for 1x1 filters at stride 1 without
+padding the pointwise kernel with dynamic blocking (``kernels/conv/pointwise_conv.cu``);
+float32 out.  NumPy in: the float64 reference (``xcorr_app.conv._reference.conv2d_reference``),
+cast to the input's float type.
 
 Examples
 --------
@@ -28,7 +28,7 @@ from ..errors import InputError
 from ._validation import check_arrays, output_shape, pair
 
 #: ``method`` of :func:`conv2d`: the fastest GPU kernel for the problem, or one by name
-METHODS = ("auto", "im2win", "winograd")
+METHODS = ("auto", "im2win", "winograd", "pointwise")
 
 
 def _out_dtype(x):
@@ -45,10 +45,10 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
         ``F`` filters over the ``C`` channels of ``x``.
     stride, padding : int or (int, int)
         As ``torch.nn.functional.conv2d`` (zero padding).
-    method : {"auto", "im2win", "winograd"}
+    method : {"auto", "im2win", "winograd", "pointwise"}
         The GPU kernel: ``"auto"`` measures, on the first call of each problem, the im2win
-        kernel against the Winograd kernel where that applies (3x3 filters at stride 1) and
-        keeps the faster (1x1 filters at stride 1 without padding take the pointwise kernel);
+        kernel against the Winograd kernel where that applies (3x3 filters at stride 1) or the
+        pointwise kernel (1x1 filters at stride 1 without padding) and keeps the faster;
         NumPy input always takes the float64 reference.
 
     Returns
@@ -61,7 +61,7 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     InputError
         (a ``ValueError``) for a bad ``method``, ``stride`` or ``padding``, arrays of the wrong
         dimensions, channels or dtype, empty ones, a filter larger than the padded image, or
-        ``method="winograd"`` where that kernel does not apply.
+        ``method="winograd"`` or ``"pointwise"`` where that kernel does not apply.
 
     Examples
     --------
@@ -89,22 +89,19 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     from ._winograd import unsupported
 
     why_not = unsupported(x.shape, w.shape, (sy, sx), (py, px))
-    winograd = why_not is None
-    if method == "winograd" and not winograd:
+    if method == "winograd" and why_not is not None:
         raise InputError(f"method='winograd' cannot compute this convolution: {why_not}")
+    if method == "pointwise" and not _is_pointwise(w.shape, (sy, sx), (py, px)):
+        raise InputError("method='pointwise' computes 1x1 filters at stride 1 without padding "
+                         f"only, got {w.shape[2]}x{w.shape[3]} filters, stride {(sy, sx)}, "
+                         f"padding {(py, px)}")
     if xp is np:
         from ._reference import conv2d_reference
 
         return conv2d_reference(x, w, (sy, sx), (py, px)).astype(_out_dtype(x))
-    if method == "auto" and _is_pointwise(w, (sy, sx), (py, px)):
-        from ._im2win import pointwise_conv2d
-
-        out = pointwise_conv2d(x, w)
-        method = "pointwise"
-    else:
-        if method == "auto":
-            method = _fastest_gpu_method(x, w, (sy, sx), (py, px)) if winograd else "im2win"
-        out = _GPU_METHODS[method](x, w, (sy, sx), (py, px))
+    if method == "auto":
+        method = _fastest_gpu_method(x, w, (sy, sx), (py, px))
+    out = _GPU_METHODS[method](x, w, (sy, sx), (py, px))
     if key is not None:
         _remember(key, x, w, (sy, sx), (py, px), method, out.shape)
     return out
@@ -122,7 +119,13 @@ def _winograd(x, w, stride, padding):
     return winograd_conv2d(x, w, padding)
 
 
-_GPU_METHODS = {"im2win": _im2win, "winograd": _winograd}
+def _pointwise(x, w, stride, padding):
+    from ._im2win import pointwise_conv2d
+
+    return pointwise_conv2d(x, w)
+
+
+_GPU_METHODS = {"im2win": _im2win, "winograd": _winograd, "pointwise": _pointwise}
 #: the autotuner's namespace of conv2d's choice between the GPU kernels
 METHOD_NAMESPACE = "conv2d.method"
 #: prepared calls of the problems run so far: (x, w) -> out with nothing left to check
@@ -153,15 +156,29 @@ def _prepared_key(x, w, stride, padding, method):
 
 
 def _remember(key, x, w, stride, padding, method, out_shape):
+    run = _prepared_call(method, x, w, stride, padding, out_shape)
+    if run is None:
+        return  # the pointwise kernel reads 16-byte vectors: an odd view takes the copying path
+    if len(_PREPARED) >= _PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[key] = run
+
+
+def _prepared_call(method, x, w, stride, padding, out_shape):
+    """``(x, w) -> out`` of ``method`` for C-contiguous float32 arrays of these shapes, its
+    tuning and packed launch done once (the first call measures); ``None`` for the pointwise
+    kernel on an ``x`` not aligned to 16 bytes."""
     import cupy as cp
 
     if method == "pointwise":
         if x.data.ptr % 16:
-            return  # the kernel reads 16-byte vectors: an odd view takes the copying path
+            return None
         from ._im2win import prepared_pointwise
 
         run = prepared_pointwise(x, w)
-    elif method == "winograd":
+        return lambda x, w: (run(x, w, cp.empty(out_shape, cp.float32))
+                             if x.data.ptr % 16 == 0 else _slow_pointwise(x, w))
+    if method == "winograd":
         from ._winograd import prepared
 
         run = prepared(x, w, padding)
@@ -169,13 +186,7 @@ def _remember(key, x, w, stride, padding, method, out_shape):
         from ._im2win import prepared_direct
 
         run = prepared_direct(x, w, stride, padding)
-    if len(_PREPARED) >= _PREPARED_MAX:
-        _PREPARED.clear()
-    if method == "pointwise":
-        _PREPARED[key] = lambda x, w: (run(x, w, cp.empty(out_shape, cp.float32))
-                                       if x.data.ptr % 16 == 0 else _slow_pointwise(x, w))
-    else:
-        _PREPARED[key] = lambda x, w: run(x, w, cp.empty(out_shape, cp.float32))
+    return lambda x, w: run(x, w, cp.empty(out_shape, cp.float32))
 
 
 def _slow_pointwise(x, w):
@@ -184,29 +195,53 @@ def _slow_pointwise(x, w):
     return pointwise_conv2d(x, w)
 
 
+def _applicable(x_shape, w_shape, stride, padding) -> list:
+    """The GPU kernels that compute this problem: im2win always, Winograd for 3x3 filters at
+    stride 1, the pointwise kernel for 1x1 filters at stride 1 without padding."""
+    from ._winograd import applicable
+
+    out = ["im2win"]
+    if applicable(x_shape, w_shape, stride, padding):
+        out.append("winograd")
+    if _is_pointwise(w_shape, stride, padding):
+        out.append("pointwise")
+    return out
+
+
 def _fastest_gpu_method(x, w, stride, padding) -> str:
-    """The faster of the GPU kernels for this problem (each tuned first), measured on its first
-    call on this GPU and remembered by the autotuner (:func:`xcorr_app._cuda.tuning.fastest`:
-    in memory and on disk; batches of similar size share the choice)."""
+    """The fastest of the GPU kernels that compute this problem (each tuned first), measured
+    on its first call on this GPU and remembered by the autotuner
+    (:func:`xcorr_app._cuda.tuning.fastest`: in memory and on disk; batches of similar size
+    share the choice); the only one where one applies."""
     from .._cuda import fastest
 
+    methods = _applicable(x.shape, w.shape, stride, padding)
+    if len(methods) == 1:
+        return methods[0]
     key = _choice_key(x, w, stride, padding)
-    best = _remembered(key)
-    if best is None:
-        runs = {m: (lambda f=f: f(x, w, stride, padding)) for m, f in _GPU_METHODS.items()}
-        for run in runs.values():  # the tuning of each, outside the comparison
-            run()
+    best = _remembered(key, methods)
+    if best is None:  # each kernel's prepared call (tuned as it is made), as later calls run
+        import cupy as cp
+
+        xc, wc = cp.ascontiguousarray(x, cp.float32), cp.ascontiguousarray(w, cp.float32)
+        shape = (x.shape[0], w.shape[0], *output_shape(x.shape, w.shape, stride, padding))
+        runs = {}
+        for m in methods:
+            call = _prepared_call(m, xc, wc, stride, padding, shape)
+            runs[m] = (lambda f=_GPU_METHODS[m]: f(xc, wc, stride, padding)) if call is None \
+                else (lambda call=call: call(xc, wc))
         best = fastest(runs, METHOD_NAMESPACE, key)
     return best
 
 
-def _remembered(key):
-    """The kernel the autotuner remembers for ``key`` on this GPU, or ``None``."""
+def _remembered(key, methods):
+    """The kernel among ``methods`` the autotuner remembers for ``key`` on this GPU, or
+    ``None``."""
     from .._cuda import device_fingerprint, recall
 
     entry = recall(METHOD_NAMESPACE, [*device_fingerprint(), key])
     choice = None if entry is None else entry.get("choice")
-    return choice if choice in _GPU_METHODS else None
+    return choice if choice in methods else None
 
 
 def chosen_method(x, w, stride=1, padding=0) -> str:
@@ -220,9 +255,9 @@ def chosen_method(x, w, stride=1, padding=0) -> str:
     Returns
     -------
     str
-        ``"reference"`` for NumPy input, else ``"pointwise"``, ``"im2win"`` or ``"winograd"``
-        (for the measured choice: once measured, on this GPU, by this or an earlier process),
-        or ``"auto: not measured yet"``.
+        ``"reference"`` for NumPy input, else ``"im2win"``, ``"winograd"`` or
+        ``"pointwise"`` (where several apply, the measured choice: once measured, on this GPU,
+        by this or an earlier process), or ``"auto: not measured yet"``.
 
     Examples
     --------
@@ -233,17 +268,14 @@ def chosen_method(x, w, stride=1, padding=0) -> str:
     if backend.array_module_of(x) is np:
         return "reference"
     stride, padding = pair(stride, "stride", 1), pair(padding, "padding", 0)
-    if _is_pointwise(w, stride, padding):
-        return "pointwise"
-    from ._winograd import applicable
-
-    if not applicable(x.shape, w.shape, stride, padding):
-        return "im2win"
-    return _remembered(_choice_key(x, w, stride, padding)) or "auto: not measured yet"
+    methods = _applicable(x.shape, w.shape, stride, padding)
+    if len(methods) == 1:
+        return methods[0]
+    return _remembered(_choice_key(x, w, stride, padding), methods) or "auto: not measured yet"
 
 
-def _is_pointwise(w, stride, padding) -> bool:
-    return w.shape[2:] == (1, 1) and stride == (1, 1) and padding == (0, 0)
+def _is_pointwise(w_shape, stride, padding) -> bool:
+    return tuple(w_shape[2:]) == (1, 1) and stride == (1, 1) and padding == (0, 0)
 
 
 def _choice_key(x, w, stride, padding):

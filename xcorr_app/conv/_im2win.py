@@ -23,9 +23,12 @@ from ._dynamic_blocking import THREADS as POINTWISE_THREADS
 from ._dynamic_blocking import configurations, plan
 from ._validation import pair
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES) of the im2win convolution
+#: (BLOCK_M, BLOCK_N, BLOCK_K, THREAD_M, THREAD_N, STAGES) of the im2win convolution; the
+#: last three, of 128 threads with 4x4 and 4x8 register tiles, fill the GPU on problems of few
+#: filters or columns and deep K (measured: MobileNetV2's 7x7 pointwise layers)
 IM2WIN_TILES = ((128, 128, 8, 8, 8, 4), (128, 64, 8, 8, 8, 4), (64, 128, 8, 8, 8, 4),
-                (64, 64, 8, 8, 8, 4))
+                (64, 64, 8, 8, 8, 4), (32, 64, 8, 4, 4, 4), (64, 64, 8, 4, 8, 4),
+                (32, 128, 8, 4, 8, 4))
 #: where the convolution reads its windows: the input, or the im2win tensor
 LAYOUTS = ("direct", "im2win")
 #: the offset tables are padded with -1 to a multiple of this (the largest BLOCK_K, 16 bytes)
@@ -105,7 +108,7 @@ def im2win_tiles(m: int, q: int, sms: int = 132) -> tuple:
     ``m``, then the largest.
 
     >>> im2win_tiles(64, 100000)[:2], im2win_tiles(512, 100000)[:2], im2win_tiles(512, 784)[:2]
-    ((64, 128), (128, 128), (64, 64))
+    ((64, 128), (128, 128), (32, 64))
     """
     def blocks(t):
         return -(-m // t[0]) * -(-q // t[1])
@@ -205,7 +208,7 @@ def _candidates(x_shape, w_shape, stride, padding, layout, limits):
     >>> from xcorr_app._cuda.device import H100_LIMITS
     >>> len(_candidates((16, 512, 7, 7), (512, 512, 3, 3), (1, 1), (0, 0), "direct",
     ...                 H100_LIMITS))
-    20
+    35
     >>> {s for _, s in _candidates((128, 64, 112, 112), (128, 64, 3, 3), (1, 1), (0, 0),
     ...                            "direct", H100_LIMITS)}
     {1}
