@@ -41,6 +41,12 @@ def test_report_and_targets():
     assert summary[0].startswith("im2win layers: geometric mean 1.00x cuDNN (target >= 1x: yes)")
     assert "more memory than cuDNN on 1 of 2 rows" in summary[0]
     assert "2.00x im2col+cuBLAS (target >= 1x: yes)" in summary[1]
+    assert summary[2] == ("pointwise layers: geometric mean 1.00x cuDNN, the slowest x 1.00x "
+                          "(target >= 1x, none below 0.8x: yes)")
+    rows += [row("pointwise", 1.0, 1.5, 2.0), row("pointwise", 1.0, 0.7, 2.0)]
+    rows[-1]["name"] = "pw9"
+    assert bench.summary_lines(rows)[2].endswith("the slowest pw9 0.70x (target >= 1x, none "
+                                                 "below 0.8x: no)")
 
 
 def test_needs_a_gpu(monkeypatch):
