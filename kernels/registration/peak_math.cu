@@ -269,18 +269,40 @@ __device__ __forceinline__ void block_argmax(V& v, long long& i) {
 
 // _peaks.peak_index (iy, ix) and the value there as float64; with copies > 0 also
 // _fft_register.signed_shifts of (iy, ix) for sizes (h, w) as float64 (N, 2), written `copies`
-// times (shifts[c * 2N + 2f + axis]).  grid (N), block THREADS.
+// times (shifts[c * 2N + 2f + axis]).  grid (SLICES, G), block THREADS: block (s, g) scans
+// slice s of surface f = first + g (one block per surface left 68 of 132 SMs idle on a 64-frame
+// chunk, at a fifth of the memory's bandwidth); with SLICES > 1 each block's best goes to
+// part[2 (g SLICES + s) ..] (the value's bits, the index) and the surface's last block to
+// finish (counted in done[g], set back to 0) takes the best of them: better() orders (value,
+// index) totally, so the answer does not depend on which block is last.
 template <typename T, bool ABS, int THREADS>
 __global__ void surface_argmax(const T* __restrict__ corr, int h, int w,
                                long long* __restrict__ iy, long long* __restrict__ ix,
                                double* __restrict__ value, double* __restrict__ shifts,
-                               int copies) {
+                               int copies, long long first, long long n,
+                               long long* __restrict__ part, int* __restrict__ done) {
     typedef typename Real<T>::type V;
-    const long long size = (long long)h * w;
-    const T* c = corr + (long long)blockIdx.x * size;
+    const long long size = (long long)h * w, g = blockIdx.y, f = first + g;
+    const int slices = gridDim.x;
+    const long long per = (size + slices - 1) / slices;
+    const long long begin = per * blockIdx.x, end = min(size, begin + per);
+    const T* c = corr + f * size;
     V best = neg_inf(V());
     long long at = NO_INDEX;
-    for (long long k = threadIdx.x; k < size; k += THREADS) {
+    long long k = begin + threadIdx.x;
+    for (; k + 3 * THREADS < end; k += 4 * THREADS) {  // four loads in flight a thread
+        V v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = value_of<ABS>(c[k + u * THREADS]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            if (better(v[u], k + u * THREADS, best, at)) {
+                best = v[u];
+                at = k + u * THREADS;
+            }
+        }
+    }
+    for (; k < end; k += THREADS) {
         const V v = value_of<ABS>(c[k]);
         if (better(v, k, best, at)) {
             best = v;
@@ -288,8 +310,32 @@ __global__ void surface_argmax(const T* __restrict__ corr, int h, int w,
         }
     }
     block_argmax<V, THREADS>(best, at);
+    if (slices > 1) {
+        __shared__ bool last;
+        if (threadIdx.x == 0) {
+            long long* mine = part + 2 * (g * slices + blockIdx.x);
+            __stcg(mine, __double_as_longlong((double)best));
+            __stcg(mine + 1, at);
+            __threadfence();  // the slice's best reaches L2 before the count says it is there
+            last = atomicAdd(done + g, 1) == slices - 1;
+            if (last) done[g] = 0;
+        }
+        __syncthreads();
+        if (!last) return;
+        if (threadIdx.x == 0) {
+            __threadfence();
+            const long long* all = part + 2 * g * slices;
+            for (int s = 0; s < slices; ++s) {
+                const V v = (V)__longlong_as_double(__ldcg(all + 2 * s));
+                const long long i = __ldcg(all + 2 * s + 1);
+                if (better(v, i, best, at)) {
+                    best = v;
+                    at = i;
+                }
+            }
+        }
+    }
     if (threadIdx.x == 0) {
-        const long long f = blockIdx.x, n = gridDim.x;
         const long long y = at / w, x = at % w;
         iy[f] = y;
         ix[f] = x;

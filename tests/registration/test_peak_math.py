@@ -112,6 +112,44 @@ def test_peak_index_kernel_matches_numpy(rng, shape, dtype):
         np.testing.assert_array_equal(b.get(), a)
 
 
+@pytest.mark.parametrize("shape", [(3, 301, 517), (1, 700, 900), (66000, 1, 2)])
+@pytest.mark.parametrize("kind", ["float32", "abs float64", "complex64"])
+def test_surface_argmax_in_slices_matches_numpy(rng, shape, kind):
+    """Surfaces scanned by several blocks each (the first two shapes: 9 and 38 slices) or in
+    launches of at most 65535 (the third): NumPy's first maximum of x, |x| or a magnitude, ties
+    across slices, the first NaN, -inf and inf surfaces, the value and the signed shifts."""
+    import cupy as cp
+
+    from xcorr_app.registration._peak_math import argmax_slices, surface_argmax
+
+    n, h, w = shape
+    if n < 10:
+        assert argmax_slices(n, h * w, 132) > 1
+    corr = rng.integers(-3, 4, shape).astype(np.float64)  # ties everywhere
+    corr[0].flat[[h * w - 1, h * w // 2]] = 9  # the same maximum in a late and a middle slice
+    if n > 1:
+        corr[1].flat[[h * w - 2, h * w // 3 + 1]] = np.nan  # the first NaN wins
+    corr[-1] = -np.inf
+    if n > 2:
+        corr[2].flat[(h * w // 2 + 7) % (h * w)] = np.inf
+    absolute = kind.startswith("abs")
+    if kind == "complex64":
+        corr = (corr + 1j * rng.integers(-3, 4, shape)).astype(np.complex64)
+    else:
+        corr = corr.astype(kind.split()[-1])
+    mag = np.abs(corr) if absolute or corr.dtype.kind == "c" else corr
+    want = mag.reshape(n, -1).argmax(axis=1)
+    iy, ix, value, shifts = surface_argmax(cp.asarray(corr), absolute=absolute, copies=2)
+    np.testing.assert_array_equal(iy.get() * w + ix.get(), want)
+    np.testing.assert_allclose(value.get(), mag.reshape(n, -1)[np.arange(n), want],
+                               rtol=1e-6 if kind == "complex64" else 0)  # hypotf: an ulp
+    wy, wx = np.divmod(want, w)
+    signed = np.stack([np.where(wy > h // 2, wy - h, wy), np.where(wx > w // 2, wx - w, wx)], -1)
+    np.testing.assert_array_equal(shifts.get(), np.stack([signed, signed]))
+    iy2 = surface_argmax(cp.asarray(corr), absolute=absolute)[0]  # counters back at 0
+    np.testing.assert_array_equal(iy2.get(), iy.get())
+
+
 def test_on_border_kernel_matches_numpy(rng):
     import cupy as cp
 

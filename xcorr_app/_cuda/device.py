@@ -70,6 +70,23 @@ def _limits_of(device_id: int) -> Limits:
         return H100_LIMITS
 
 
+_COUNTERS: dict = {}
+
+
+def stream_counters(count):
+    """Zeroed int32 counters on the current device for the current stream's kernels, at least
+    ``count`` (4096 or more), kept: a kernel that counts in them (split-K's turns, the blocks
+    of a frame done) sets the ones it used back to 0 before it ends, so the next kernel on the
+    stream finds zeros.  One buffer per stream: kernels on other streams never share it."""
+    import cupy as cp
+
+    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.size < count:
+        buf = _COUNTERS[key] = cp.zeros(max(count, 4096), cp.int32)
+    return buf
+
+
 _KEPT: dict = {}
 #: the most arrays :func:`kept_on_device` keeps (all of them are dropped when it is reached)
 KEPT_MAX = 64

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .._cuda import KernelFamily, PreparedLaunch, device_limits
+from .._cuda import KernelFamily, PreparedLaunch, device_limits, stream_counters
 from ..errors import InputError
 from ._dynamic_blocking import THREADS as POINTWISE_THREADS
 from ._dynamic_blocking import configurations, plan
@@ -170,7 +170,6 @@ WIN_BYTES = 64 << 20
 WAVES = 4
 
 
-_LOCKS: dict = {}
 #: the autotuner's namespace of the im2win kernel's ``(tiles, splits)``
 TUNING_NAMESPACE = "conv.im2win"
 
@@ -246,17 +245,6 @@ def _default_splits(tiles, x_shape, w_shape, stride, padding, layout):
     return -(-steps // per)
 
 
-def split_k_locks(count):
-    """Split-K turn counters of the current device and stream: zeros, at least ``count``."""
-    import cupy as cp
-
-    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
-    buf = _LOCKS.get(key)
-    if buf is None or buf.size < count:
-        buf = _LOCKS[key] = cp.zeros(max(count, 4096), cp.int32)
-    return buf
-
-
 @functools.lru_cache(maxsize=256)
 def _im2win_launch(device, tiles, padded, grid, scalars):
     """The convolution's launch with its scalars packed once per problem (a few microseconds
@@ -315,7 +303,7 @@ def im2win_conv2d(x, w, stride=1, padding=0, out=None, tiles=None, splits=None,
     def gemm(src, dst, g, sn, sh, sw):
         q = g * ho * wo
         grid = (-(-q // bn), -(-f // bm), splits)
-        locks = split_k_locks(grid[0] * grid[1]) if splits > 1 else off
+        locks = stream_counters(grid[0] * grid[1]) if splits > 1 else off
         _im2win_launch(cp.cuda.Device().id, tiles, False, grid,
                        (f, k, ho, wo, q, sn, sh, sw, 0, sy, sx, py, px, h, wd, per_split))(
             filt, src, off, pos, dst, locks)
@@ -363,7 +351,7 @@ def _direct_runner(device, x_shape, w_shape, stride, padding, tiles, splits, max
 
     def run(x, filt, out):
         for n0, g, count, launch in launches:
-            locks = split_k_locks(count) if splits > 1 else off
+            locks = stream_counters(count) if splits > 1 else off
             if g == n:
                 launch(filt, x, off, pos, out, locks)
             else:

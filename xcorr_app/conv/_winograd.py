@@ -24,9 +24,9 @@ import functools
 
 import numpy as np
 
-from .._cuda import KernelFamily, PreparedLaunch, device_limits
+from .._cuda import KernelFamily, PreparedLaunch, device_limits, stream_counters
 from ..errors import InputError
-from ._im2win import blocks_per_sm, split_k_locks, split_plan, split_steps, tuning_key
+from ._im2win import blocks_per_sm, split_plan, split_steps, tuning_key
 from ._validation import pair
 
 #: (BLOCK_M filters, BLOCK_N tiles, BLOCK_K channels, THREAD_M, THREAD_N, GROUPS): GROUPS
@@ -166,7 +166,7 @@ def _runner(device, x_shape, w_shape, padding, tiles, splits):
     count = grid[0] * grid[1]
 
     def run(x, w, out):
-        launch(w, x, out, split_k_locks(count) if splits > 1 else out)
+        launch(w, x, out, stream_counters(count) if splits > 1 else out)
         return out
     return run
 

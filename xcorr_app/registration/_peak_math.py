@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._cuda import KernelFamily
+from .._cuda import KernelFamily, device_limits, stream_counters
 from ..errors import InputError
 
 SOURCE = "peak_math.cu"
@@ -149,9 +149,36 @@ def surface_argmax(corr, absolute=False, copies=0):
     value = cp.empty(batch, cp.float64)
     shifts = cp.empty((copies,) + batch + (2,), cp.float64) if copies else value
     if n:
-        _kernel(ARGMAX, *args, THREADS)((n,), (THREADS,), (corr, np.int32(h), np.int32(w), iy,
-                                                         ix, value, shifts, np.int32(copies)))
+        slices = argmax_slices(n, h * w, device_limits().sms)
+        done = stream_counters(min(n, MAX_GRID_Y))
+        part = cp.empty(2 * min(n, MAX_GRID_Y) * slices, cp.int64) if slices > 1 else done
+        kernel = _kernel(ARGMAX, *args, THREADS)
+        for first in range(0, n, MAX_GRID_Y):  # (the grid's y limit)
+            g = min(MAX_GRID_Y, n - first)
+            kernel((slices, g), (THREADS,), (corr, np.int32(h), np.int32(w), iy, ix, value,
+                                             shifts, np.int32(copies), np.int64(first),
+                                             np.int64(n), part, done))
     return iy, ix, value, (shifts if copies else None)
+
+
+#: blocks of :func:`surface_argmax` in flight per SM, and the fewest values a block scans
+ARGMAX_BLOCKS_PER_SM = 4
+ARGMAX_MIN_SLICE = 16384
+ARGMAX_MAX_SLICES = 64
+
+
+def argmax_slices(n, size, sms):
+    """Blocks per surface of :func:`surface_argmax`: enough for :data:`ARGMAX_BLOCKS_PER_SM`
+    blocks on every SM over the ``n`` surfaces, each scanning at least
+    :data:`ARGMAX_MIN_SLICE` of its ``size`` values (one block for small surfaces).
+
+    >>> argmax_slices(64, 1024 * 1024, 132), argmax_slices(1, 2048 * 2048, 132)
+    (9, 64)
+    >>> argmax_slices(2000, 1024 * 1024, 132), argmax_slices(4, 100 * 100, 132)
+    (1, 1)
+    """
+    want = -(-ARGMAX_BLOCKS_PER_SM * sms // n)
+    return int(max(1, min(want, ARGMAX_MAX_SLICES, size // ARGMAX_MIN_SLICE)))
 
 
 def upsampled_peaks(product, shifts, upsample_factor, region, dftshift, full_width=None):
