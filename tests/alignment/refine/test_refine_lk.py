@@ -7,7 +7,7 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align
-from xcorr_app.alignment.refine._refine_lk import gauss_newton_shifts
+from xcorr_app.alignment.refine._refine_lk import det4, gauss_newton_shifts
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
@@ -57,6 +57,17 @@ def test_gauss_newton_recovers_a_subpixel_shift_with_a_brightness_change(rng):
     got = gauss_newton_shifts(frames, np.stack([t, t]), start, np, iterations=4)
     np.testing.assert_allclose(got, truth, atol=0.02)
     assert np.abs(np.round(truth) - truth).max() > 0.3  # the start was far enough off
+
+
+def test_det4_is_numpys_determinant_and_exact_zero_when_singular(rng):
+    m = rng.standard_normal((500, 4, 4)) * rng.uniform(0.1, 1e3, (500, 1, 1))
+    want = np.linalg.det(m)
+    np.testing.assert_allclose(det4(m), want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+    m[:, 3] = m[:, 2]  # a repeated row, a zero column, a NaN: singular or not finite
+    m[:10, :, 2] = 0
+    m[20, 0, 0] = np.nan
+    d = det4(m)
+    assert (d[:20] == 0).all() and np.isnan(d[20])
 
 
 def test_gauss_newton_flat_template_is_nan():

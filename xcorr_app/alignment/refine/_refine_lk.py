@@ -83,6 +83,26 @@ def _eroded(mask, r, xp):
     return m
 
 
+def det4(m):
+    """The determinants of the (N, 4, 4) matrices ``m`` by their 2x2 minors (Laplace along the
+    first two rows), in element-wise operations of ``m``'s module on both devices:
+    ``cupy.linalg.det`` compares with numbers inside (see ``greater`` below), and one formula
+    on both devices keeps their singular systems the same.
+
+    >>> m = np.array([[[2., 1, 0, 0], [1, 3, 0, 0], [0, 0, 4, 1], [0, 0, 2, 5]]])
+    >>> det4(m).tolist(), round(float(np.linalg.det(m)[0]), 9)
+    ([90.0], 90.0)
+    """
+    a = [[m[:, i, j] for j in range(4)] for i in range(4)]
+    s = [a[0][i] * a[1][j] - a[1][i] * a[0][j] for i, j in _PAIRS4]
+    c = [a[2][i] * a[3][j] - a[3][i] * a[2][j] for i, j in _PAIRS4]
+    return s[0] * c[5] - s[1] * c[4] + s[2] * c[3] + s[3] * c[2] - s[4] * c[1] + s[5] * c[0]
+
+
+#: the column pairs of :func:`det4`'s minors
+_PAIRS4 = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
+
+
 def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS, valid=None):
     """Refine ``shifts`` (N, 2; xcorr's convention: ``frames[n](x) ~ templates[n](x + s)``) by
     Gauss-Newton steps of ``frame = a * T(x + s) + b``, the template warped bilinearly
@@ -104,7 +124,9 @@ def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS,
     s = xp.asarray(shifts, dtype=xp.float64)
     n, h, w = f.shape
     trusted = xp.ones_like(t) if valid is None else xp.asarray(valid).astype(xp.float32)
-    m = _eroded(shift_frames(trusted, -s) >= 1 - 1e-4, LK_MARGIN, xp)
+    # (xp.greater & co. below: CuPy hands ``array > number`` to NumPy's ufunc protocol, which
+    # imports cupyx and SciPy on a first use, 0.35 s of a one-shot run)
+    m = _eroded(xp.greater_equal(shift_frames(trusted, -s), 1 - 1e-4), LK_MARGIN, xp)
     m = m.reshape(n, 1, h * w).astype(xp.float64)
     fv = f.reshape(n, h * w, 1).astype(xp.float64)
     eye = xp.broadcast_to(xp.eye(4, dtype=xp.float64), (n, 4, 4))
@@ -120,16 +142,16 @@ def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS,
         k, st, stt = g[:, 1, 1], g[:, 0, 1], g[:, 0, 0]
         sf, stf = g[:, 1, 4], g[:, 0, 4]
         var = stt - st * st / xp.maximum(k, 1)
-        good = (k >= 16) & (var > 0)
+        good = xp.greater_equal(k, 16) & xp.greater(var, 0)
         a = xp.where(good, (stf - st * sf / xp.maximum(k, 1)) / xp.where(good, var, 1), 0.0)
         b = (sf - a * st) / xp.maximum(k, 1)
         scale = xp.stack([xp.ones_like(a), xp.ones_like(a), a, a], axis=1)  # J = raw * scale
         jtj = g[:, :, :4] * scale[:, :, None] * scale[:, None, :]
         jtr = scale * (g[:, :, 4] - a[:, None] * g[:, :, 0] - b[:, None] * g[:, :, 1])
-        ok = good & xp.isfinite(jtj).all(axis=(1, 2)) & (xp.abs(a) > 0)
+        ok = good & xp.isfinite(jtj).all(axis=(1, 2)) & xp.greater(xp.abs(a), 0)
         jtj = xp.where(ok[:, None, None], jtj, eye)
-        det = xp.linalg.det(jtj)
-        ok &= xp.isfinite(det) & (xp.abs(det) > 0)
+        det = det4(jtj)
+        ok &= xp.isfinite(det) & xp.not_equal(det, 0)
         jtj = xp.where(ok[:, None, None], jtj, eye)
         step = xp.linalg.solve(jtj, xp.where(ok[:, None], jtr, 0.0)[..., None])[..., 0]
         s = xp.where(ok[:, None], s + step[:, 2:], xp.nan)
@@ -166,7 +188,7 @@ class LucasKanade:
         w = inb.astype(xp.float32)[:, None, None]
         total = self.total[None] - shift_frames(frames, sb) * w
         cov = self.coverage[None] - _coverage(sb, frames.shape, xp) * w
-        covered = cov >= 0.5
+        covered = xp.greater_equal(cov, 0.5)
         t = xp.where(covered, total / xp.where(covered, cov, 1.0), self.template[None])
         trusted = cov >= LK_MIN_COVERAGE * cov.max(axis=(1, 2), keepdims=True)
         return self.smooth(t.astype(xp.float32)), trusted
@@ -190,8 +212,8 @@ class LucasKanade:
         cols = slice(c["dy"], c["dx"] + 1)
         rows = block[a:a + batch]
         s0 = rows[:, cols]
-        usable = (rows[:, c["finite"]] == 1) & (rows[:, c["constant"]] == 0) \
-            & (rows[:, c["border"]] == 0) & xp.isfinite(s0).all(axis=1)
+        usable = xp.equal(rows[:, c["finite"]], 1) & xp.equal(rows[:, c["constant"]], 0) \
+            & xp.equal(rows[:, c["border"]], 0) & xp.isfinite(s0).all(axis=1)
         f = xp.asarray(frames[a:a + batch]).astype(xp.float32)
         f = xp.where(xp.isfinite(f), f, 0.0)  # unusable frames keep their row anyway
         built = xp.asarray(self.built[first + a:first + a + len(f)])
@@ -199,5 +221,5 @@ class LucasKanade:
         t, trusted = self.templates(f, built)
         s = gauss_newton_shifts(f, t, start, xp, valid=trusted)
         ok = usable & xp.isfinite(s).all(axis=1) \
-            & (xp.abs(s - start) <= LK_MAX_STEP).all(axis=1)
+            & xp.less_equal(xp.abs(s - start), LK_MAX_STEP).all(axis=1)
         block[a:a + batch, cols] = xp.where(ok[:, None], s, s0)
