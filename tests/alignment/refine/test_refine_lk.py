@@ -7,7 +7,7 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align
-from xcorr_app.alignment.refine._refine_lk import det4, gauss_newton_shifts
+from xcorr_app.alignment.refine._refine_lk import det4, gauss_newton_shifts, solve4
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
@@ -68,6 +68,16 @@ def test_det4_is_numpys_determinant_and_exact_zero_when_singular(rng):
     m[20, 0, 0] = np.nan
     d = det4(m)
     assert (d[:20] == 0).all() and np.isnan(d[20])
+
+
+def test_solve4_is_numpys_solve_on_normal_equations(rng):
+    """Gauss-Newton's normal matrices: symmetric, entries of very different scales (the
+    template's values, 1, its gradients)."""
+    j = rng.standard_normal((300, 4, 50)) * np.array([1e3, 1, 10, 10])[None, :, None]
+    m = j @ j.transpose(0, 2, 1)
+    r = rng.standard_normal((300, 4)) * 100
+    want = np.linalg.solve(m, r[..., None])[..., 0]
+    np.testing.assert_allclose(solve4(m, r), want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
 
 
 def test_gauss_newton_flat_template_is_nan():

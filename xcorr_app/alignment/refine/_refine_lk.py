@@ -33,6 +33,7 @@ import concurrent.futures
 
 import numpy as np
 
+from ... import backend
 from ...filters import gradient
 from ...streaming import cpu_threads
 from ..rigid import parse_prefilter
@@ -86,17 +87,56 @@ def _eroded(mask, r, xp):
 def det4(m):
     """The determinants of the (N, 4, 4) matrices ``m`` by their 2x2 minors (Laplace along the
     first two rows), in element-wise operations of ``m``'s module on both devices:
-    ``cupy.linalg.det`` compares with numbers inside (see ``greater`` below), and one formula
-    on both devices keeps their singular systems the same.
+    ``cupy.linalg.det`` compares with numbers inside (see ``greater`` below) and
+    ``cupy.linalg.solve`` imports cupyx, and one formula on both devices keeps their singular
+    systems the same.
 
     >>> m = np.array([[[2., 1, 0, 0], [1, 3, 0, 0], [0, 0, 4, 1], [0, 0, 2, 5]]])
     >>> det4(m).tolist(), round(float(np.linalg.det(m)[0]), 9)
     ([90.0], 90.0)
     """
+    return _minors4(m)[3]
+
+
+def solve4(m, r):
+    """``x`` (N, 4) with ``m @ x = r`` for (N, 4, 4) ``m`` and (N, 4) ``r``: the adjugate of
+    :func:`det4`'s minors over the determinant (NaN or inf where ``m`` is singular).
+
+    >>> m = np.array([[[2., 1, 0, 0], [1, 3, 0, 0], [0, 0, 4, 1], [0, 0, 2, 5]]])
+    >>> solve4(m, np.array([[3., 4, 5, 7]])).tolist()
+    [[1.0, 1.0, 1.0, 1.0]]
+    """
+    a, s, c, det = _minors4(m)
+    # the adjugate's rows, each a combination of one row's entries and the other pair's minors
+    adj = [[a[1][1] * c[5] - a[1][2] * c[4] + a[1][3] * c[3],
+            -a[0][1] * c[5] + a[0][2] * c[4] - a[0][3] * c[3],
+            a[3][1] * s[5] - a[3][2] * s[4] + a[3][3] * s[3],
+            -a[2][1] * s[5] + a[2][2] * s[4] - a[2][3] * s[3]],
+           [-a[1][0] * c[5] + a[1][2] * c[2] - a[1][3] * c[1],
+            a[0][0] * c[5] - a[0][2] * c[2] + a[0][3] * c[1],
+            -a[3][0] * s[5] + a[3][2] * s[2] - a[3][3] * s[1],
+            a[2][0] * s[5] - a[2][2] * s[2] + a[2][3] * s[1]],
+           [a[1][0] * c[4] - a[1][1] * c[2] + a[1][3] * c[0],
+            -a[0][0] * c[4] + a[0][1] * c[2] - a[0][3] * c[0],
+            a[3][0] * s[4] - a[3][1] * s[2] + a[3][3] * s[0],
+            -a[2][0] * s[4] + a[2][1] * s[2] - a[2][3] * s[0]],
+           [-a[1][0] * c[3] + a[1][1] * c[1] - a[1][2] * c[0],
+            a[0][0] * c[3] - a[0][1] * c[1] + a[0][2] * c[0],
+            -a[3][0] * s[3] + a[3][1] * s[1] - a[3][2] * s[0],
+            a[2][0] * s[3] - a[2][1] * s[1] + a[2][2] * s[0]]]
+    rows = [adj[i][0] * r[:, 0] + adj[i][1] * r[:, 1] + adj[i][2] * r[:, 2] + adj[i][3] * r[:, 3]
+            for i in range(4)]
+    return backend.array_module_of(m).stack(rows, axis=1) / det[:, None]
+
+
+def _minors4(m):
+    """The entries of (N, 4, 4) ``m`` as ``a[i][j]``, the 2x2 minors of its rows 0-1 and of
+    its rows 2-3 (column pairs :data:`_PAIRS4`), and the determinants."""
     a = [[m[:, i, j] for j in range(4)] for i in range(4)]
     s = [a[0][i] * a[1][j] - a[1][i] * a[0][j] for i, j in _PAIRS4]
     c = [a[2][i] * a[3][j] - a[3][i] * a[2][j] for i, j in _PAIRS4]
-    return s[0] * c[5] - s[1] * c[4] + s[2] * c[3] + s[3] * c[2] - s[4] * c[1] + s[5] * c[0]
+    det = s[0] * c[5] - s[1] * c[4] + s[2] * c[3] + s[3] * c[2] - s[4] * c[1] + s[5] * c[0]
+    return a, s, c, det
 
 
 #: the column pairs of :func:`det4`'s minors
@@ -153,7 +193,7 @@ def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS,
         det = det4(jtj)
         ok &= xp.isfinite(det) & xp.not_equal(det, 0)
         jtj = xp.where(ok[:, None, None], jtj, eye)
-        step = xp.linalg.solve(jtj, xp.where(ok[:, None], jtr, 0.0)[..., None])[..., 0]
+        step = solve4(jtj, xp.where(ok[:, None], jtr, 0.0))
         s = xp.where(ok[:, None], s + step[:, 2:], xp.nan)
     return s
 
