@@ -47,6 +47,11 @@ def test_report_and_targets():
     rows[-1]["name"] = "pw9"
     assert bench.summary_lines(rows)[2].endswith("the slowest pw9 0.70x (target >= 1x, none "
                                                  "below 0.8x: no)")
+    rows[-1]["vs_cudnn"] = 2.0
+    rows.append(row("pointwise", 1.0, 1.5, 2.0))
+    rows[-1]["vs_cudnn"] = None  # a failed row: no ratio
+    assert bench.summary_lines(rows)[2].endswith(", 1 not measured (target >= 1x, none below "
+                                                 "0.8x: no)")
 
 
 def test_needs_a_gpu(monkeypatch):

@@ -203,6 +203,34 @@ def test_conv2d_measures_pointwise_against_im2win(rng, monkeypatch, tmp_path):
     assert rel_error(cp.asnumpy(conv.conv2d(xg, wg)), ref) <= 1e-5
 
 
+@pytest.mark.parametrize("first", ["misaligned view", "float64"])
+def test_conv2d_pointwise_choice_from_an_odd_first_call(rng, monkeypatch, tmp_path, first):
+    """The measurement on a first call whose input is a view off 16-byte alignment or not
+    float32 (both kernels measured on an aligned float32 copy); later calls of either kind
+    agree with the reference."""
+    import cupy as cp
+
+    from xcorr_app._cuda import tuning
+    from xcorr_app.conv import _api as conv
+
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    tuning.forget_memory()
+    x = rng.standard_normal((2, 24, 11, 9)).astype(np.float32)
+    w = rng.standard_normal((13, 24, 1, 1)).astype(np.float32)
+    ref = conv2d_reference(x, w)
+    buf = cp.empty(x.size + 1, cp.float32)
+    odd = buf[1:].reshape(x.shape)  # C-contiguous, 4 bytes past an aligned start
+    odd[...] = cp.asarray(x)
+    assert odd.data.ptr % 16
+    inputs = {"misaligned view": odd, "float64": cp.asarray(x, cp.float64)}
+    wg = cp.asarray(w)
+    got = conv.conv2d(inputs[first], wg)  # measures
+    assert conv.chosen_method(inputs[first], wg) in ("im2win", "pointwise")
+    for xin in (inputs[first], odd, cp.asarray(x), inputs[first]):
+        assert rel_error(cp.asnumpy(conv.conv2d(xin, wg)), ref) <= 1e-5
+    assert rel_error(cp.asnumpy(got), ref) <= 1e-5
+
+
 def test_api_on_cupy(rng):
     import cupy as cp
 

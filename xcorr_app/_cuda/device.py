@@ -1,10 +1,12 @@
-"""The current GPU's resource limits, which the kernel planners size their tiles by, and the
-small constant arrays the kernels read, uploaded once per device.
+"""The current GPU's resource limits, which the kernel planners size their tiles by, the
+small constant arrays the kernels read, uploaded once per device, and the counters kernels
+count their blocks in.
 
 :func:`device_limits` reads the SM count, registers and shared memory of the current device
 once (CuPy); without CuPy or a GPU it answers :data:`H100_LIMITS`, so the planners (and their
 tests) run anywhere.  :func:`kept_on_device` uploads a small host array (filter taps, a
-taper, window starts) once per content and device.
+taper, window starts) once per content and device.  :func:`stream_counters`: zeroed counters
+per stream (split-K's turns, the last block of a surface).
 
 Examples
 --------
@@ -71,16 +73,22 @@ def _limits_of(device_id: int) -> Limits:
 
 
 _COUNTERS: dict = {}
+#: cudaStreamPerThread: the handle of every thread's own default stream
+PER_THREAD_STREAM = 2
 
 
 def stream_counters(count):
     """Zeroed int32 counters on the current device for the current stream's kernels, at least
     ``count`` (4096 or more), kept: a kernel that counts in them (split-K's turns, the blocks
     of a frame done) sets the ones it used back to 0 before it ends, so the next kernel on the
-    stream finds zeros.  One buffer per stream: kernels on other streams never share it."""
+    stream finds zeros.  One buffer per stream: kernels on other streams never share it (the
+    per-thread default stream has one handle for every thread: one buffer per thread)."""
+    import threading
+
     import cupy as cp
 
-    key = (cp.cuda.Device().id, cp.cuda.get_current_stream().ptr)
+    ptr = cp.cuda.get_current_stream().ptr
+    key = (cp.cuda.Device().id, ptr, threading.get_ident() if ptr == PER_THREAD_STREAM else 0)
     buf = _COUNTERS.get(key)
     if buf is None or buf.size < count:
         buf = _COUNTERS[key] = cp.zeros(max(count, 4096), cp.int32)

@@ -177,7 +177,7 @@ def _prepared_call(method, x, w, stride, padding, out_shape):
 
         run = prepared_pointwise(x, w)
         return lambda x, w: (run(x, w, cp.empty(out_shape, cp.float32))
-                             if x.data.ptr % 16 == 0 else _slow_pointwise(x, w))
+                             if x.data.ptr % 16 == 0 else _pointwise(x, w, stride, padding))
     if method == "winograd":
         from ._winograd import prepared
 
@@ -187,12 +187,6 @@ def _prepared_call(method, x, w, stride, padding, out_shape):
 
         run = prepared_direct(x, w, stride, padding)
     return lambda x, w: run(x, w, cp.empty(out_shape, cp.float32))
-
-
-def _slow_pointwise(x, w):
-    from ._im2win import pointwise_conv2d
-
-    return pointwise_conv2d(x, w)
 
 
 def _applicable(x_shape, w_shape, stride, padding) -> list:
@@ -212,7 +206,7 @@ def _fastest_gpu_method(x, w, stride, padding) -> str:
     """The fastest of the GPU kernels that compute this problem (each tuned first), measured
     on its first call on this GPU and remembered by the autotuner
     (:func:`xcorr_app._cuda.tuning.fastest`: in memory and on disk; batches of similar size
-    share the choice); the only one where one applies."""
+    share the choice).  A problem only one kernel computes takes it without a measurement."""
     from .._cuda import fastest
 
     methods = _applicable(x.shape, w.shape, stride, padding)
@@ -224,13 +218,12 @@ def _fastest_gpu_method(x, w, stride, padding) -> str:
         import cupy as cp
 
         xc, wc = cp.ascontiguousarray(x, cp.float32), cp.ascontiguousarray(w, cp.float32)
+        if xc.data.ptr % 16:  # (an odd view: aligned, as most calls are, for the comparison)
+            xc = xc.copy()
         shape = (x.shape[0], w.shape[0], *output_shape(x.shape, w.shape, stride, padding))
-        runs = {}
-        for m in methods:
-            call = _prepared_call(m, xc, wc, stride, padding, shape)
-            runs[m] = (lambda f=_GPU_METHODS[m]: f(xc, wc, stride, padding)) if call is None \
-                else (lambda call=call: call(xc, wc))
-        best = fastest(runs, METHOD_NAMESPACE, key)
+        calls = {m: _prepared_call(m, xc, wc, stride, padding, shape) for m in methods}
+        best = fastest({m: (lambda c=c: c(xc, wc)) for m, c in calls.items()},
+                       METHOD_NAMESPACE, key)
     return best
 
 

@@ -42,7 +42,8 @@ from ..errors import InputError
 
 SOURCE = "peak_math.cu"
 THREADS = 256
-#: the most frames of one :func:`wrapped_correlations` call (its launches' grid y)
+#: the most frames of one launch of :func:`wrapped_correlations` or :func:`surface_argmax`
+#: (the grid's y)
 MAX_GRID_Y = 65535
 #: the ``method`` argument of ``subpixel_shifts`` in the source
 SUBPIXEL_CODES = {"none": 0, "parabolic3": 1, "gaussian3": 2, "parabolic": 3, "gaussian": 4}

@@ -7,7 +7,7 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align
-from xcorr_app.alignment.refine._refine_lk import det4, gauss_newton_shifts, solve4
+from xcorr_app.alignment.refine._refine_lk import gauss_newton_shifts, solve4
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
@@ -59,25 +59,28 @@ def test_gauss_newton_recovers_a_subpixel_shift_with_a_brightness_change(rng):
     assert np.abs(np.round(truth) - truth).max() > 0.3  # the start was far enough off
 
 
-def test_det4_is_numpys_determinant_and_exact_zero_when_singular(rng):
+def test_solve4_is_numpys_solve_and_det(rng):
+    """Non-symmetric systems, Gauss-Newton's normal matrices (symmetric, entries of very
+    different scales: the template's values, 1, its gradients), and singular ones."""
     m = rng.standard_normal((500, 4, 4)) * rng.uniform(0.1, 1e3, (500, 1, 1))
+    r = rng.standard_normal((500, 4))
+    x, det = solve4(m, r)
     want = np.linalg.det(m)
-    np.testing.assert_allclose(det4(m), want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
-    m[:, 3] = m[:, 2]  # a repeated row, a zero column, a NaN: singular or not finite
-    m[:10, :, 2] = 0
-    m[20, 0, 0] = np.nan
-    d = det4(m)
-    assert (d[:20] == 0).all() and np.isnan(d[20])
-
-
-def test_solve4_is_numpys_solve_on_normal_equations(rng):
-    """Gauss-Newton's normal matrices: symmetric, entries of very different scales (the
-    template's values, 1, its gradients)."""
+    np.testing.assert_allclose(det, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+    np.testing.assert_allclose(x, np.linalg.solve(m, r[..., None])[..., 0], rtol=1e-6,
+                               atol=1e-9)
     j = rng.standard_normal((300, 4, 50)) * np.array([1e3, 1, 10, 10])[None, :, None]
     m = j @ j.transpose(0, 2, 1)
     r = rng.standard_normal((300, 4)) * 100
     want = np.linalg.solve(m, r[..., None])[..., 0]
-    np.testing.assert_allclose(solve4(m, r), want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+    np.testing.assert_allclose(solve4(m, r)[0], want, rtol=1e-8,
+                               atol=1e-10 * np.abs(want).max())
+    m[:, 3] = m[:, 2]  # a repeated row, a zero column, a NaN: singular or not finite
+    m[:10, :, 2] = 0
+    m[20, 0, 0] = np.nan
+    with np.errstate(divide="raise"):  # singular systems divide by no 0
+        x, det = solve4(m, r)
+    assert (det[:20] == 0).all() and np.isnan(det[20])
 
 
 def test_gauss_newton_flat_template_is_nan():

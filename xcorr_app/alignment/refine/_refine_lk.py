@@ -84,27 +84,18 @@ def _eroded(mask, r, xp):
     return m
 
 
-def det4(m):
-    """The determinants of the (N, 4, 4) matrices ``m`` by their 2x2 minors (Laplace along the
-    first two rows), in element-wise operations of ``m``'s module on both devices:
-    ``cupy.linalg.det`` compares with numbers inside (see ``greater`` below) and
-    ``cupy.linalg.solve`` imports cupyx, and one formula on both devices keeps their singular
-    systems the same.
-
-    >>> m = np.array([[[2., 1, 0, 0], [1, 3, 0, 0], [0, 0, 4, 1], [0, 0, 2, 5]]])
-    >>> det4(m).tolist(), round(float(np.linalg.det(m)[0]), 9)
-    ([90.0], 90.0)
-    """
-    return _minors4(m)[3]
-
-
 def solve4(m, r):
-    """``x`` (N, 4) with ``m @ x = r`` for (N, 4, 4) ``m`` and (N, 4) ``r``: the adjugate of
-    :func:`det4`'s minors over the determinant (NaN or inf where ``m`` is singular).
+    """``(x, det)``: ``x`` (N, 4) with ``m @ x = r`` for (N, 4, 4) ``m`` and (N, 4) ``r``, and
+    the determinants of ``m``, both from its 2x2 minors (Laplace along the first two rows; the
+    adjugate over the determinant; ``x`` undefined where ``det`` is 0 or not finite), in
+    element-wise operations of ``m``'s module: ``cupy.linalg.solve`` imports cupyx (0.35 s of a
+    one-shot run) and ``det`` compares with numbers inside, and one formula on both devices
+    keeps their singular systems the same.
 
     >>> m = np.array([[[2., 1, 0, 0], [1, 3, 0, 0], [0, 0, 4, 1], [0, 0, 2, 5]]])
-    >>> solve4(m, np.array([[3., 4, 5, 7]])).tolist()
-    [[1.0, 1.0, 1.0, 1.0]]
+    >>> x, det = solve4(m, np.array([[3., 4, 5, 7]]))
+    >>> x.tolist(), det.tolist(), round(float(np.linalg.det(m)[0]), 9)
+    ([[1.0, 1.0, 1.0, 1.0]], [90.0], 90.0)
     """
     a, s, c, det = _minors4(m)
     # the adjugate's rows, each a combination of one row's entries and the other pair's minors
@@ -126,7 +117,9 @@ def solve4(m, r):
             a[2][0] * s[3] - a[2][1] * s[1] + a[2][2] * s[0]]]
     rows = [adj[i][0] * r[:, 0] + adj[i][1] * r[:, 1] + adj[i][2] * r[:, 2] + adj[i][3] * r[:, 3]
             for i in range(4)]
-    return backend.array_module_of(m).stack(rows, axis=1) / det[:, None]
+    xp = backend.array_module_of(m)
+    usable = xp.isfinite(det) & xp.not_equal(det, 0)  # (no division by 0 for NumPy to warn of)
+    return xp.stack(rows, axis=1) / xp.where(usable, det, 1.0)[:, None], det
 
 
 def _minors4(m):
@@ -139,7 +132,7 @@ def _minors4(m):
     return a, s, c, det
 
 
-#: the column pairs of :func:`det4`'s minors
+#: the column pairs of :func:`solve4`'s minors
 _PAIRS4 = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
 
 
@@ -190,10 +183,8 @@ def gauss_newton_shifts(frames, templates, shifts, xp, iterations=LK_ITERATIONS,
         jtr = scale * (g[:, :, 4] - a[:, None] * g[:, :, 0] - b[:, None] * g[:, :, 1])
         ok = good & xp.isfinite(jtj).all(axis=(1, 2)) & xp.greater(xp.abs(a), 0)
         jtj = xp.where(ok[:, None, None], jtj, eye)
-        det = det4(jtj)
+        step, det = solve4(jtj, xp.where(ok[:, None], jtr, 0.0))
         ok &= xp.isfinite(det) & xp.not_equal(det, 0)
-        jtj = xp.where(ok[:, None, None], jtj, eye)
-        step = solve4(jtj, xp.where(ok[:, None], jtr, 0.0))
         s = xp.where(ok[:, None], s + step[:, 2:], xp.nan)
     return s
 
