@@ -98,10 +98,15 @@ def test_prefetcher_ring_gives_every_chunk(tmp_path, rng, pinned):
 
 @pytest.mark.parametrize("n, chunk, piece", [(23, 5, 2), (23, 5, 5), (23, 5, 9), (7, 3, 2),
                                              (1, 4, 1), (12, 4, 3)])
-def test_piece_bounds_tile_the_chunks(n, chunk, piece):
-    pieces = piece_bounds(n, chunk, piece)
+@pytest.mark.parametrize("first", [None, 1, 2, 7])
+def test_piece_bounds_tile_the_chunks(n, chunk, piece, first):
+    pieces = piece_bounds(n, chunk, piece, first)
     assert [a for a, _ in pieces] == [0] + [b for _, b in pieces[:-1]] and pieces[-1][1] == n
     assert all(0 < b - a <= min(piece, chunk) for a, b in pieces)
+    if first is not None:  # the first piece no longer than asked; the other chunks as before
+        assert pieces[0][1] == min(first, piece, chunk, n)
+        later = [p for p in pieces if p[0] >= chunk]
+        assert later == [p for p in piece_bounds(n, chunk, piece) if p[0] >= chunk]
     for a, b in chunk_bounds(0, n, chunk):  # no piece straddles two chunks
         assert all(q <= a or p >= b or (a <= p and q <= b) for p, q in pieces)
 

@@ -29,17 +29,26 @@ def chunk_bounds(start: int, stop: int, chunk_frames: int) -> list[tuple[int, in
     return [(a, min(a + step, stop)) for a in range(start, stop, step)]
 
 
-def piece_bounds(n_frames: int, chunk_frames: int, piece_frames: int) -> list[tuple[int, int]]:
+def piece_bounds(n_frames: int, chunk_frames: int, piece_frames: int,
+                 first_frames: int | None = None) -> list[tuple[int, int]]:
     """``(a, b)`` of pieces of at most ``piece_frames`` frames that tile the chunks of
-    ``0:n_frames`` (:func:`chunk_bounds`): no piece straddles two chunks.
+    ``0:n_frames`` (:func:`chunk_bounds`): no piece straddles two chunks.  ``first_frames``:
+    the first piece at most that many frames (the rest of its chunk in pieces as the others).
 
     Examples
     --------
     >>> piece_bounds(7, 3, 2)
     [(0, 2), (2, 3), (3, 5), (5, 6), (6, 7)]
+    >>> piece_bounds(7, 5, 4, first_frames=1)
+    [(0, 1), (1, 5), (5, 7)]
     """
-    return [p for a, b in chunk_bounds(0, n_frames, chunk_frames)
-            for p in chunk_bounds(a, b, min(int(piece_frames), int(chunk_frames)))]
+    out = []
+    for a, b in chunk_bounds(0, n_frames, chunk_frames):
+        if not out and first_frames is not None and b - a > first_frames >= 1:
+            out.append((a, a + int(first_frames)))
+            a += int(first_frames)
+        out += chunk_bounds(a, b, min(int(piece_frames), int(chunk_frames)))
+    return out
 
 
 def frame_ranges(n_frames: int, parts: int) -> list[tuple[int, int]]:
