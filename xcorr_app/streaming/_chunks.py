@@ -47,7 +47,7 @@ PIECE_BYTES = 64 * 2**20
 PIECES_AHEAD = 3
 #: the first piece at most this many bytes (at least a frame): it is read into ordinary memory
 #: while the ring is page-locked, and such a copy blocks the run before any work is queued
-#: (64 MiB: 9.5 ms of a 37 ms warm run of 128 frames of 512x512 on an H100)
+#: (docs/how-align-works.md, measurements)
 FIRST_PIECE_BYTES = 4 * 2**20
 
 
