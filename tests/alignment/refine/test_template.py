@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import ndimage as ndi
 
-from xcorr_app import align
+from xcorr_app import align, backend
 from xcorr_app.alignment.rigid._preprocess import AUTO_BANDPASS, choose_prefilter
 from xcorr_app.alignment.rigid import COLUMN, COLUMNS
 from xcorr_app.alignment.refine._template import (TemplateAccumulator, fractional_references,
@@ -235,7 +235,9 @@ def test_cli_refined_and_circular_notes(small_tif, tmp_path):
     assert digest(small_tif) == before
 
 
-def test_cli_refined_with_gpus_is_one_line(small_tif, tmp_path):
+@pytest.mark.skipif(backend.gpu_available(),
+                    reason="a GPU runs it (test_run_equality: refined through gpus)")
+def test_cli_refined_with_gpus_but_no_gpu_is_one_line(small_tif, tmp_path):
     res = xcorr("align", small_tif, "--out", tmp_path / "o", "--reference", "refined",
                 "--gpus", "0")
     assert res.returncode == 2
