@@ -28,6 +28,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setattr(backend, "gpu_likely", lambda: True)
     monkeypatch.setattr(backend, "_warm_up", None)
+    monkeypatch.setattr(backend, "_warm_up_held", False)
     monkeypatch.setattr(backend, "_warned_fallback", True)  # (no warning to filter)
     backend._probe_gpu.cache_clear()
     yield release, seen
@@ -86,6 +87,41 @@ def test_a_gpu_command_starts_it_before_its_imports(fake_gpu, monkeypatch, args,
     assert events[:2] == (["warm-up", f"import {args[0]}"] if started else [f"import {args[0]}"])
 
 
+def _small_and_large(tmp_path):
+    small, large = tmp_path / "small.tif", tmp_path / "large.tif"
+    small.write_bytes(b"\0" * 1000)
+    with open(large, "wb") as f:  # (sparse: no disk written)
+        f.truncate(2 * backend.SMALL_JOB_PIXELS + 1)
+    return str(small), str(large)
+
+
+@pytest.mark.parametrize("which, extra, started", [
+    ("small", [], False), ("small", ["--device", "auto"], False), ("small", ["--device=auto"], False),
+    ("small", ["--device", "gpu"], True), ("small", ["--device=gpu"], True),
+    ("small", ["--volumes"], True), ("large", [], True)])
+def test_align_of_a_small_file_under_auto_starts_none(fake_gpu, monkeypatch, tmp_path, which,
+                                                      extra, started):
+    """Device auto aligns a small job on the CPU: the warm-up would only slow it down, so an
+    ``align`` of a file of at most 2 bytes a pixel of such a job starts none (nor does its
+    ``--device`` option later); ``--device gpu``, 3-D runs and larger files do."""
+    from xcorr_app.cli import _main
+
+    small, large = _small_and_large(tmp_path)
+    started_now = []
+    monkeypatch.setattr(backend, "start_gpu_warm_up",
+                        lambda start=backend.start_gpu_warm_up: started_now.append(start()))
+    _main._warm_up_early(["align", small if which == "small" else large, *extra])
+    assert started_now == ([True] if started else [])
+    assert backend.start_gpu_warm_up.__defaults__[0]() is False  # held, or started once
+    assert (backend._warm_up is not None) == started
+
+
+def test_small_job_file(tmp_path):
+    small, large = _small_and_large(tmp_path)
+    assert backend.small_job_file(small) and not backend.small_job_file(large)
+    assert not backend.small_job_file(str(tmp_path)) and not backend.small_job_file(None)
+
+
 def test_the_gpu_commands_are_those_with_a_device_option():
     from xcorr_app.cli import _main
 
@@ -97,7 +133,8 @@ def test_the_gpu_commands_are_those_with_a_device_option():
 def test_align_decides_its_automatic_choices_while_cuda_starts(fake_gpu, monkeypatch, tmp_path):
     """``xcorr align`` (device auto) opens the stack and makes its automatic choices before it
     waits for the warm-up (here the warm-up waits for them: a run that waited first would
-    hang); a GPU found unusable is noted once, after the run."""
+    hang); a GPU found unusable is noted once, after the run.  (The sample stands in for a
+    stack too large for the CPU, whose align starts the warm-up.)"""
     from xcorr_app.alignment import _run
     from xcorr_app.cli import _main
 
@@ -113,6 +150,7 @@ def test_align_decides_its_automatic_choices_while_cuda_starts(fake_gpu, monkeyp
         return resolve_auto(opts, src)
 
     monkeypatch.setattr(_run, "resolve_auto", first_the_choices)
+    monkeypatch.setattr(backend, "small_job_file", lambda path: False)
     res = CliRunner().invoke(_main.cli, ["align", str(stack_path("cell")), "--out",
                                          str(tmp_path / "out"), "--no-aligned"])
     assert res.exit_code == 0, res.output

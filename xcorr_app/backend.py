@@ -38,6 +38,8 @@ class BackendFallbackWarning(UserWarning):
 
 #: the thread of :func:`start_gpu_warm_up` (None: never started)
 _warm_up = None
+#: set by :func:`hold_gpu_warm_up`: this process starts no warm-up
+_warm_up_held = False
 
 
 def start_gpu_warm_up() -> bool:
@@ -50,11 +52,43 @@ def start_gpu_warm_up() -> bool:
     True
     """
     global _warm_up
-    if _warm_up is not None or _probe_gpu.cache_info().currsize or not gpu_likely():
+    if _warm_up is not None or _warm_up_held or _probe_gpu.cache_info().currsize \
+            or not gpu_likely():
         return False
     _warm_up = threading.Thread(target=_probe_gpu, name="xcorr-gpu-warm-up", daemon=True)
     _warm_up.start()
     return True
+
+
+def hold_gpu_warm_up() -> None:
+    """Start no warm-up in this process: its job will likely run on the CPU (a small stack
+    under device auto), where CuPy's import in a thread would only slow it down (0.4-0.7 s of
+    a one-shot run of the cell sample, H100 host 2026-11-25).  A GPU run still probes when it
+    needs to, without the overlap."""
+    global _warm_up_held
+    _warm_up_held = True
+
+
+#: frames x pixels up to which ``device="auto"`` aligns on the CPU (about 0.4 s there on 2
+#: cores): :mod:`xcorr_app.alignment._device_choice`
+SMALL_JOB_PIXELS = 4 * 2**20
+
+
+def small_job_file(path) -> bool:
+    """Whether ``path`` is a file small enough to hold only a small job (:data:`SMALL_JOB_PIXELS`
+    pixels of 2 bytes: uint16, the usual camera's), told from its size before anything opens
+    it: ``xcorr align`` then starts no warm-up (a compressed file that holds more only starts
+    the GPU later).
+
+    >>> small_job_file("no/such/file.tif")
+    False
+    """
+    import os
+
+    try:
+        return os.path.isfile(path) and os.path.getsize(path) <= 2 * SMALL_JOB_PIXELS
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def gpu_pending() -> bool:

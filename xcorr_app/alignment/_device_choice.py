@@ -20,8 +20,8 @@ Examples
 
 from __future__ import annotations
 
-#: frames x pixels up to which ``auto`` measures on the CPU (about 0.4 s there on 2 cores)
-SMALL_JOB_PIXELS = 4 * 2**20
+from ..backend import SMALL_JOB_PIXELS  # (its home: the CLI reads it before importing this)
+
 #: the same when this run's GPU kernels are not built yet (about 3 s on 2 cores, against 5-14 s
 #: of compiling on a first GPU run)
 FIRST_RUN_PIXELS = 32 * 2**20

@@ -208,14 +208,26 @@ GPU_COMMANDS = ("align", "apply", "filter", "zlocate")
 def _warm_up_early(args):
     """Start the GPU warm-up (:func:`~xcorr_app.backend.start_gpu_warm_up`: CuPy's import and
     the CUDA context) before a GPU command imports its own modules (0.15-0.45 s of them, which
-    it then overlaps), unless the command is asked for its help or for ``--device cpu``."""
+    it then overlaps), unless the command is asked for its help or for ``--device cpu``, or is
+    an ``align`` under device auto of a file small enough for the CPU (none then either)."""
     from .. import backend
 
     if not args or args[0] not in GPU_COMMANDS or {"-h", "--help", "--device=cpu"} & set(args):
         return
     if any(a == "--device" and b == "cpu" for a, b in zip(args, args[1:])):
         return
+    if args[0] == "align" and len(args) > 1 and _auto_device(args) and "--volumes" not in args:
+        if backend.small_job_file(args[1]):  # (device auto runs a small job on the CPU)
+            backend.hold_gpu_warm_up()
+            return
     backend.start_gpu_warm_up()
+
+
+def _auto_device(args) -> bool:
+    """Whether the arguments leave ``--device`` at its default (auto)."""
+    return not any(a.startswith("--device=") or a == "--device" for a in args) \
+        or "--device=auto" in args or any(a == "--device" and b == "auto"
+                                          for a, b in zip(args, args[1:]))
 
 
 @click.group(cls=XcorrGroup, context_settings={"help_option_names": ["-h", "--help"]})
