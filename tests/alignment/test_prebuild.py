@@ -95,3 +95,13 @@ def test_exit_waits_for_the_longest_grace_then_stops(monkeypatch):
     helpers._finish_at_exit()
     assert seen == [0.0, 15.0] and len(started) == 2
     assert sys.executable in started[0][0]
+
+
+def test_the_stages_a_run_goes_through():
+    from xcorr_app.alignment._prebuild import CUPY_STAGES, RUN_STAGES, helper_stages, wanted
+
+    assert wanted(AlignOptions(), RUN_STAGES) == list(RUN_STAGES)
+    assert wanted(AlignOptions(verify=False, quality=False), CUPY_STAGES) == ["apply"]
+    # where xcorr's kernels ship built, the stages of CuPy's operations are left to build
+    assert helper_stages(True) == CUPY_STAGES and helper_stages(False) == RUN_STAGES
+    assert set(CUPY_STAGES) <= set(RUN_STAGES) and "quality" in CUPY_STAGES

@@ -32,9 +32,16 @@ def test_gradient_refuses_a_single_element_axis():
 def test_gradient_on_the_gpu_is_numpys(rng):
     import cupy as cp
 
-    a = rng.standard_normal((3, 17, 40)).astype(np.float32)
-    for axis in [None, (1, 2), 2]:
-        got, want = filters.gradient(cp.asarray(a), axis=axis), np.gradient(a, axis=axis)
-        for g, w in zip(got if axis != 2 else [got], want if axis != 2 else [want]):
-            assert isinstance(g, cp.ndarray)
-            np.testing.assert_array_equal(g.get(), w)
+    for shape, dtype in [((3, 17, 40), np.float32), ((2, 5), np.float64), ((7,), np.float32),
+                         ((4, 2, 3), np.float64)]:
+        a = (rng.standard_normal(shape) * 100).astype(dtype)
+        c = cp.asarray(a)
+        views = [(a, c)] + ([(a[:, ::2], c[:, ::2])] if a.ndim > 1 and a.shape[1] > 3 else [])
+        for v, cv in views:  # (strided too)
+            for axis in [None, -1, 0] + ([(1, 2), (2, 1)] if v.ndim == 3 else []):
+                got = filters.gradient(cv, axis=axis)
+                want = np.gradient(v, axis=axis)
+                got, want = (got, want) if isinstance(want, (list, tuple)) else ([got], [want])
+                for g, w in zip(got, want):
+                    assert isinstance(g, cp.ndarray) and g.dtype == w.dtype
+                    np.testing.assert_array_equal(g.get(), w)

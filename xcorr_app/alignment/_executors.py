@@ -80,7 +80,7 @@ class InProcess(Executor):
     def start(self, opts, src, out):
         from ._device_choice import auto_device, small_job_note
         from .rigid import Measurer, shared_plan
-        from ._prebuild import kernels_built
+        from ._prebuild import helper_stages, kernels_built
         from .rigid import PreparedFrames
 
         stack = self.stack
@@ -91,8 +91,9 @@ class InProcess(Executor):
         dev = "cpu" if note is not None else backend.compute_device(
             *([stack] if not isinstance(stack, (str, Path)) else []), device=opts.device)
         if opts.device == "auto" and dev == "gpu" and not on_gpu:
-            dev, note = auto_device(src.n_frames, src.frame_shape,
-                                    kernels_built(opts, src.frame_shape, src.dtype))
+            built = kernels_built(opts, src.frame_shape, src.dtype,
+                                  helper_stages(_shipped_here()))
+            dev, note = auto_device(src.n_frames, src.frame_shape, built)
         self.device_note = note
         self.device, self.xp = dev, backend.xp_for(dev)
         xp = self.xp
@@ -148,17 +149,24 @@ class InProcess(Executor):
 
 def _prebuild_later_stages(opts, src, plan):
     """The later stages' kernels built by helper processes while this one starts (with the
-    kernels shipped built, only the aligned stack's warp is left to build)."""
+    kernels shipped built, only the stages of CuPy's operations are left to build)."""
+    from ._prebuild import EXIT_GRACE, helper_stages, prebuild
+
+    import cupy
+
+    shipped = _shipped_here()
+    prebuild(opts, src.frame_shape, src.dtype, plan, stages=helper_stages(shipped),
+             device=cupy.cuda.Device().id, exit_grace=0.0 if shipped else EXIT_GRACE)
+
+
+def _shipped_here() -> bool:
+    """Whether xcorr's kernels ship built for the current GPU."""
     from .._cuda import shipped_kernels_usable
-    from ._prebuild import EXIT_GRACE, RUN_STAGES, prebuild
 
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
-    shipped = shipped_kernels_usable((int(cc[:-1]), int(cc[-1])))
-    prebuild(opts, src.frame_shape, src.dtype, plan,
-             stages=("apply",) if shipped else RUN_STAGES, device=cupy.cuda.Device().id,
-             exit_grace=0.0 if shipped else EXIT_GRACE)
+    return shipped_kernels_usable((int(cc[:-1]), int(cc[-1])))
 
 
 class OnGpus(Executor):

@@ -28,9 +28,12 @@ from .._version import __version__
 #: the stages a helper process can build: ``prepare`` whole (``xcorr info --compile``), or its
 #: prefilter and window alone (a run prepares its reference first itself: the helper builds the
 #: filter's kernels meanwhile), ``apply`` the warp of the aligned stack (default resampling)
-STAGES = ("prepare", "prefilter", "measure", "refine", "verify", "apply")
+STAGES = ("prepare", "prefilter", "measure", "refine", "verify", "apply", "quality")
 #: the stages a run starts helpers for
-RUN_STAGES = ("prefilter", "measure", "refine", "verify", "apply")
+RUN_STAGES = ("prefilter", "measure", "refine", "verify", "apply", "quality")
+#: those whose kernels are CuPy's own operations (compiled at first use) even where xcorr's
+#: kernels ship built: a run with shipped kernels starts helpers for these only
+CUPY_STAGES = ("verify", "apply", "quality")
 #: frames each stage runs on (the kernels are the same for any count)
 FRAMES = 2
 
@@ -51,11 +54,24 @@ def stage_key(opts, stage, frame_shape, dtype, plan) -> str:
     return f"{stage}-{digest[:16]}"
 
 
-def kernels_built(opts, frame_shape, dtype) -> bool:
+def wanted(opts, stages) -> list:
+    """Those of ``stages`` this run goes through (the FFT check and the quality report are
+    optional)."""
+    return [s for s in stages if (s != "verify" or opts.verify)
+            and (s != "quality" or opts.quality)]
+
+
+def helper_stages(shipped: bool) -> tuple:
+    """The stages a run starts helpers for: where xcorr's kernels ship built for the GPU
+    (``shipped``), only those of CuPy's operations."""
+    return CUPY_STAGES if shipped else RUN_STAGES
+
+
+def kernels_built(opts, frame_shape, dtype, stages=RUN_STAGES) -> bool:
     """Whether helper processes built this run's kernels on this machine (the markers of its
-    stages; ``measure``, whose marker needs the plan, is left out)."""
+    ``stages``; ``measure``, whose marker needs the plan, is left out)."""
     return all(marker(stage_key(opts, s, frame_shape, dtype, None)).exists()
-               for s in RUN_STAGES if s != "measure" and (s != "verify" or opts.verify))
+               for s in wanted(opts, stages) if s != "measure")
 
 
 def run_stage(opts, stage, frame_shape, dtype, plan, xp):
@@ -92,6 +108,8 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
         iy = xp.full(FRAMES, ho // 2, xp.int64)
         refined_shifts(corr, iy, iy * 0 + wo // 2, (ho // 2, wo // 2),
                        "none" if opts.subpixel == "upsample" else opts.subpixel)
+    elif stage == "quality" and opts.quality:
+        _run_quality(opts, (f * 100 + 1000).astype(dtype), xp)
     elif stage == "verify" and opts.verify:
         kw = fft_reference(opts.normalization)[0]
         spectrum = xp.fft.fft2(f[0])
@@ -101,6 +119,16 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
                    reference_is_fft=True, return_integer=True)
     if xp is not np:
         xp.cuda.get_current_stream().synchronize()
+
+
+def _run_quality(opts, frames, xp):
+    """The quality report of a run of ``frames`` (NumPy, read as a file's are) on ``xp``'s
+    device, with subpixel shifts."""
+    from ._quality import quality_of_frames
+
+    shifts = np.zeros((len(frames), 2))
+    shifts[1:] = (0.25, -0.5)
+    quality_of_frames(opts, frames, shifts, xp)
 
 
 def run_payload(args) -> None:
@@ -129,7 +157,7 @@ def prebuild(opts, frame_shape, dtype, plan=None, *, stages=RUN_STAGES, device=0
     codes).  Nothing is started where the markers say the stages were built, or without a GPU.
     At exit the process waits at most ``exit_grace`` seconds for them, then stops them.
     """
-    todo = [s for s in stages if s != "verify" or opts.verify]
+    todo = wanted(opts, stages)
     runner = f"{__name__}:run_payload"
     return start_helpers([(runner, _payload(opts, s, frame_shape, dtype, plan, device))
                           for s in todo], wait=wait, exit_grace=exit_grace)

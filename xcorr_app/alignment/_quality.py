@@ -175,6 +175,30 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
     return report
 
 
+def quality_of_frames(opts, frames, shifts, xp):
+    """The :class:`QualityReport` of ``frames`` in memory (NumPy, read as a file's are) against
+    the first, measured on ``xp``'s device in one range (what a helper process runs to build
+    the report's kernels: :mod:`._prebuild`)."""
+    from ..io import open_source
+
+    with open_source(frames, None) as src:
+        return measure_quality(opts, shifts, _OneRange(src, xp, len(frames)), src.frame_shape,
+                               xp.asarray(frames[0]))
+
+
+class _OneRange:
+    """What the report asks of an executor: every frame in one range on ``xp``'s device."""
+
+    def __init__(self, src, xp, chunk):
+        self.src, self.xp, self.chunk = src, xp, chunk
+
+    def map(self, fn, progress):
+        return [fn(self.src, self.xp, 0, self.src.n_frames, progress)]
+
+    def portable(self, a):
+        return a
+
+
 def _flags(before, after, residual):
     """``(worse, poor)`` of rows (N,) or patch regions (N, P): worse where alignment lowered
     the correlation; poor where it is an outlier below the others' (of the same region), the
@@ -241,6 +265,8 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     regions = None if patches is None else _PatchQuality(whole, patches, opts, xp)
     sums = _Sums(xp, inside.shape)
     out, out_patches = [], []
+    # a rigid GPU pass: each chunk's moments and masks, its figures made on the host at the end
+    moments = None if regions is not None or xp is np else []
     ok_of = (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)) if patches is None else \
         (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)
          & np.isfinite(patches[0][a:b]).all(axis=(1, 2, 3)))
@@ -257,8 +283,12 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
                 f, g = (xp.ascontiguousarray(v[:, y0:y1, x0:x1]) for v in (full, warped))
                 out_patches.append(regions.rows(full, warped, ok))
             sums.add(f, g, None if host_ok.all() else ok)
-            before, after = t.zncc(f), t.zncc(g)
             p = prepare(g)
+            if moments is not None:
+                moments.append((t.zncc_moments(f), t.zncc_moments(g),
+                                t.residual_moments(p.frames), p.finite, p.constant, host_ok))
+                continue
+            before, after = t.zncc(f), t.zncc(g)
             usable = p.finite & ~p.constant & ok
             residual = xp.where(usable[:, None], t.residual(p.frames), xp.nan)
             after = xp.where(ok, after, xp.nan)
@@ -266,8 +296,13 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
     counted = int(ok_of(start, stop).sum())
-    rows = backend.to_numpy(xp.concatenate(out)).astype(np.float64) if out \
-        else np.zeros((0, 4))
+    if moments:  # (three copies to the host, then NumPy)
+        host = [backend.to_numpy(xp.concatenate([m[k] for m in moments])) for k in range(3)]
+        masks = [np.concatenate([backend.to_numpy(m[k]) for m in moments]) for k in (3, 4)]
+        rows = _rows_of(t, *host, *masks, np.concatenate([m[5] for m in moments]))
+    else:
+        rows = backend.to_numpy(xp.concatenate(out)).astype(np.float64) if out \
+            else np.zeros((0, 4))
     if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
         n = max(stop - start, 1)
         means = {"sharpness": (sharpness(xp.divide(sums.raw, n)),
@@ -279,6 +314,14 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         backend.to_numpy(xp.concatenate(out_patches)).astype(np.float64) if out_patches \
         else np.zeros((0, len(regions.starts), 4))
     return rows, means, counted, per_patch
+
+
+def _rows_of(t, before, after, residual, finite, constant, ok):
+    """The rows (n, 4), NumPy, from the frames' moments (:class:`AreaFigures`) and masks."""
+    usable = finite & ~constant & ok
+    return np.concatenate([t.zncc_of(before)[:, None],
+                           np.where(ok, t.zncc_of(after), np.nan)[:, None],
+                           np.where(usable[:, None], t.residual_of(residual), np.nan)], axis=1)
 
 
 class _PatchQuality:

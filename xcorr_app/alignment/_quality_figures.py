@@ -62,12 +62,12 @@ class RegionFigures:
         gy, gx = gradient(q, axis=(1, 2))
         g64 = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
         self.g = g64.astype(xp.float32)
-        self.g_total = self.g.sum(axis=2, dtype=xp.float64)  # (P, 2)
+        self.g_total = _sum64(self.g, 2)  # (P, 2)
         # the template's own projection (t @ g.T), subtracted from each region's, and the
         # normal equations' matrix, as sums of products: a rigid run on the GPU then makes no
         # matrix product (cuBLAS's load took ~0.1 s of a one-shot process, H100)
         qf = q.reshape(p, 1, -1).astype(xp.float32)
-        self.tg = (qf * self.g).sum(axis=2, dtype=xp.float64)  # (P, 2)
+        self.tg = _sum64(qf * self.g, 2)  # (P, 2)
         h01 = (g64[:, 0] * g64[:, 1]).sum(axis=1)
         h = backend.to_numpy(xp.stack([xp.square(g64[:, 0]).sum(axis=1), h01,  # (the one wait)
                                        h01, xp.square(g64[:, 1]).sum(axis=1)], axis=1))
@@ -82,7 +82,7 @@ class RegionFigures:
         xp = self.xp
         f = _centred(regions)
         num = xp.matmul(f.transpose(1, 0, 2), self.t[:, :, None])[..., 0].T.astype(xp.float64)
-        return _ratio(num, xp.square(f).sum(axis=2, dtype=xp.float64) * self.t_norm2[None], xp)
+        return _ratio(num, _sum64(xp.square(f), 2) * self.t_norm2[None], xp)
 
     def residual(self, regions):
         """(n, P, 2) px from the prepared regions (n, P, K)."""
@@ -90,54 +90,101 @@ class RegionFigures:
         f = _centred(regions)
         proj = xp.matmul(f.transpose(1, 0, 2), self.g.transpose(0, 2, 1))  # (P, n, 2)
         return self.step(proj.transpose(1, 0, 2).astype(xp.float64),
-                         xp.square(f).sum(axis=2, dtype=xp.float64))
+                         _sum64(xp.square(f), 2))
 
     def step(self, proj, norm2):
         """The Gauss-Newton step (n, P, 2) from each centred region's projection on the
         template's gradient (n, P, 2) and its squared norm (n, P), through the normal equations:
         ((f / norm - t) @ g.T), the division after the product (no scaled copy)."""
-        xp = self.xp
-        norm = xp.sqrt(norm2)
-        some = xp.greater(norm, 0)  # (a function, not ``>``: see filters.gradient)
-        b = proj / xp.where(some, norm, 1.0)[..., None] - self.tg[None]
-        # (n, P, 2) = b @ inverse.T written out: no cuBLAS, no reduction kernel of its own
-        step = b[..., :1] * self.inverse[None, :, :, 0] + b[..., 1:] * self.inverse[None, :, :, 1]
-        return xp.where(some[..., None], -step, xp.nan)
+        return _step(proj, norm2, self.tg, self.inverse, self.xp)
 
 
 class AreaFigures(RegionFigures):
     """:class:`RegionFigures` of one region, the frames' area (n, H, W): on the CPU as any region;
     on the GPU from each frame's moments over it (:func:`area_moments`: one read of the chunk
     a figure, no centred copy; about a pivot, so a flat frame's spread is exactly 0 there as
-    it is on the CPU)."""
+    it is on the CPU).  A GPU pass keeps each chunk's moments (:meth:`zncc_moments`,
+    :meth:`residual_moments`) and makes the figures of them on the host at its end
+    (:meth:`zncc_of`, :meth:`residual_of`): a few numbers a frame, where a chain of CuPy
+    operations a chunk would launch a dozen kernels and compile each on a first run."""
 
     def __init__(self, template, prepared, xp):
         super().__init__(template[None], prepared[None], xp)
         self.shape = template.shape
-
-    def _moments(self, frames, refs):
-        """The moments, each frame's mean (about the pivot) and its sum of squares about it."""
-        xp = self.xp
-        s = area_moments(frames, refs.reshape(len(refs), *self.shape))
-        mean = xp.divide(s[:, :1], float(self.t.shape[1]))
-        return s, mean, xp.maximum(s[:, 1] - s[:, 0] * mean[:, 0], 0.0)
+        self._host = None
 
     def zncc(self, frames):
         """(n,) from the frames' areas (n, H, W)."""
-        xp = self.xp
-        if xp is np:
+        if self.xp is np:
             return super().zncc(frames.reshape(len(frames), 1, -1))[:, 0]
-        s, mean, spread = self._moments(frames, self.t)
-        return _ratio(s[:, 2] - mean[:, 0] * self.t_total[0], spread * self.t_norm2[0], xp)
+        return self.xp.asarray(self.zncc_of(backend.to_numpy(self.zncc_moments(frames))))
 
     def residual(self, frames):
         """(n, 2) px from the prepared frames (n, H, W)."""
-        xp = self.xp
-        if xp is np:
+        if self.xp is np:
             return super().residual(frames.reshape(len(frames), 1, -1))[:, 0]
-        s, mean, spread = self._moments(frames, self.g[0])
-        return self.step((s[:, 2:] - mean * self.g_total[0][None])[:, None],
-                         spread[:, None])[:, 0]
+        return self.xp.asarray(self.residual_of(backend.to_numpy(
+            self.residual_moments(frames))))
+
+    def zncc_moments(self, frames):
+        """(n, 3) float64 on the GPU: the moments :meth:`zncc_of` takes."""
+        return area_moments(frames, self.t.reshape(1, *self.shape))
+
+    def residual_moments(self, frames):
+        """(n, 4) float64 on the GPU: the moments of the prepared frames :meth:`residual_of`
+        takes."""
+        return area_moments(frames, self.g[0].reshape(2, *self.shape))
+
+    def zncc_of(self, s):
+        """(n,) NumPy from :meth:`zncc_moments` (on the host)."""
+        c = self._constants()
+        mean, spread = self._spread(s)
+        return _ratio(s[:, 2] - mean[:, 0] * c["t_total"], spread * c["t_norm2"], np)
+
+    def residual_of(self, s):
+        """(n, 2) px NumPy from :meth:`residual_moments` (on the host)."""
+        c = self._constants()
+        mean, spread = self._spread(s)
+        return _step((s[:, 2:] - mean * c["g_total"][None])[:, None], spread[:, None],
+                     c["tg"], c["inverse"], np)[:, 0]
+
+    def _spread(self, s):
+        """Each frame's mean (about the pivot) and its sum of squares about it."""
+        mean = s[:, :1] / float(self.t.shape[1])
+        return mean, np.maximum(s[:, 1] - s[:, 0] * mean[:, 0], 0.0)
+
+    def _constants(self) -> dict:
+        """The template's figures on the host (fetched once)."""
+        if self._host is None:
+            self._host = {"t_total": float(backend.to_numpy(self.t_total)[0]),
+                          "t_norm2": float(backend.to_numpy(self.t_norm2)[0]),
+                          "g_total": backend.to_numpy(self.g_total)[0],
+                          "tg": backend.to_numpy(self.tg), "inverse": backend.to_numpy(self.inverse)}
+        return self._host
+
+
+def _step(proj, norm2, tg, inverse, xp):
+    """:meth:`RegionFigures.step` of the template's ``tg`` (P, 2) and ``inverse`` (P, 2, 2)."""
+    norm = xp.sqrt(norm2)
+    some = xp.greater(norm, 0)  # (a function, not ``>``: see filters.gradient)
+    b = proj / xp.where(some, norm, 1.0)[..., None] - tg[None]
+    # (n, P, 2) = b @ inverse.T written out: no cuBLAS, no reduction kernel of its own
+    step = b[..., :1] * inverse[None, :, :, 0] + b[..., 1:] * inverse[None, :, :, 1]
+    return xp.where(some[..., None], -step, xp.nan)
+
+
+def _sum64(a, axis=None):
+    """``a.sum(axis, dtype=float64)`` (``axis``: None or one axis), on the GPU by CuPy's own
+    reduction kernel: a contiguous array summed over its trailing axes goes to CUB's, which
+    NVRTC compiles at first use in 1.6-3 s each (three were 7 s of a first GPU run's 15 s of
+    compiling, H100 2026-11-25); with a trailing axis of one the sum is not over trailing axes,
+    and CuPy's own kernel compiles in 0.1 s."""
+    xp = backend.array_module_of(a)
+    if xp is np:
+        return a.sum(axis=axis, dtype=np.float64)
+    if axis is None:
+        return a.reshape(1, -1, 1).sum(axis=1, dtype=xp.float64)[0, 0]
+    return a[..., None].sum(axis=axis % a.ndim, dtype=xp.float64)[..., 0]
 
 
 def _ratio(num, den2, xp):
@@ -151,7 +198,7 @@ def _ratio(num, den2, xp):
 def _centred(a):
     """``a`` (..., K) less the mean of its last axis (summed in float64), float32 (new)."""
     xp = backend.array_module_of(a)
-    mean = xp.divide(a.sum(axis=-1, dtype=xp.float64), a.shape[-1]).astype(xp.float32)
+    mean = xp.divide(_sum64(a, -1), a.shape[-1]).astype(xp.float32)
     return a.astype(xp.float32) - mean[..., None]
 
 
@@ -196,7 +243,7 @@ def sharpness(image) -> float:
         return float("nan")
     gy, gx = gradient(img)
     figures = xp.stack([img.var(dtype=xp.float64),
-                        xp.square(gy).sum(dtype=xp.float64) + xp.square(gx).sum(dtype=xp.float64)])
+                        _sum64(xp.square(gy)) + _sum64(xp.square(gx))])
     var, energy = backend.to_numpy(figures).tolist()
     if not np.isfinite(var) or var <= 0:
         return float("nan")

@@ -68,6 +68,26 @@ def test_scale_free_is_a_power_of_two_per_frame():
     assert np.isnan(out[0]).all() and (out[1] == 0).all() and 0.5 <= out[2, 0, 0] < 1
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_scale_free_is_the_cpus(dtype):
+    """The GPU's scales (one kernel of the peaks) are the CPU's powers of two, bit for bit:
+    tiny, huge, subnormal-making, NaN, Inf and zero frames included."""
+    import cupy as cp
+
+    rng = np.random.default_rng(6)
+    big = 1e300 if dtype == np.float64 else 3e38
+    f = rng.normal(size=(7, 5, 9)).astype(dtype) * np.array(
+        [1e20, 1.0, 3e-28, big, 0.75, 1.0, 1.0], dtype)[:, None, None]
+    f[4] = 0.0
+    f[5, 2, 3] = np.nan
+    f[6, 0, 0] = np.inf
+    want = scale_free(f, np)
+    got = scale_free(cp.asarray(f), cp).get()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_float64_beyond_float32_is_measured():
     """float64 frames of 1e300 are brought into range before float32 (they became Inf)."""
     frames = tifffile.imread(stack_path("cell")).astype(np.float64)

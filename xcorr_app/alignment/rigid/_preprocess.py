@@ -266,17 +266,33 @@ def scale_free(frames, xp):
     if xp is not np:  # one kernel of ours for the largest magnitudes (registration/_peak_math)
         from ...registration import surface_argmax
 
-        peak = surface_argmax(frames, absolute=True)[2]
-    else:
-        with np.errstate(invalid="ignore"):
-            peak = np.maximum(frames.max(axis=(-2, -1)), -frames.min(axis=(-2, -1)))
-        peak = peak.astype(np.float64)
-    usable = xp.isfinite(peak) & xp.greater(peak, 0)  # (see filters.gradient: no ``>``)
-    exponent = xp.where(usable, xp.frexp(xp.where(usable, peak, 1.0))[1], 0)
-    if xp is np and not exponent.any():
+        # and one for the scales: as a chain of CuPy operations on the (n,) peaks they were
+        # eight kernels compiled on a first run (0.8 s) and launched every chunk
+        scale = _power_of_two_scale()(surface_argmax(frames, absolute=True)[2],
+                                      xp.empty(len(frames), frames.dtype))
+        return frames * scale[:, None, None]
+    with np.errstate(invalid="ignore"):
+        peak = np.maximum(frames.max(axis=(-2, -1)), -frames.min(axis=(-2, -1)))
+    peak = peak.astype(np.float64)
+    usable = np.isfinite(peak) & (peak > 0)
+    exponent = np.where(usable, np.frexp(np.where(usable, peak, 1.0))[1], 0)
+    if not exponent.any():
         return frames  # (on the CPU the copy is saved; on the GPU nothing waits to know)
-    scale = xp.ldexp(xp.ones(len(frames), frames.dtype), -exponent.astype(xp.int32))
+    scale = np.ldexp(np.ones(len(frames), frames.dtype), -exponent.astype(np.int32))
     return frames * scale[:, None, None]
+
+
+@functools.cache
+def _power_of_two_scale():
+    """``scale = 2 ** -e`` of each frame's largest magnitude ``peak = m * 2 ** e`` (``m`` in
+    ``[0.5, 1)``; 1 where the peak is not finite or 0), as :func:`scale_free` on the CPU."""
+    import cupy as cp
+
+    return cp.ElementwiseKernel(
+        "P peak", "T scale",
+        "int e = 0; const double p = (double)peak;"
+        " if (isfinite(p) && p > 0.0) frexp(p, &e); scale = (T)ldexp(1.0, -e);",
+        "xcorr_power_of_two_scale")
 
 
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
