@@ -5,7 +5,7 @@ Examples
 --------
 >>> caches = Caches()
 >>> sorted(caches.env("cold"))
-['CUPY_CACHE_DIR', 'XCORR_CACHE_DIR']
+['CUDA_CACHE_PATH', 'CUPY_CACHE_DIR', 'XCORR_CACHE_DIR']
 >>> caches.close()
 """
 
@@ -26,18 +26,19 @@ __all__ = ["Caches", "OneShot", "run_process", "xcorr_argv", "python_argv", "rea
 
 
 class Caches:
-    """Folders for CuPy's kernel cache and xcorr's tuning cache: ``env("cold")`` empties them
-    first, ``env("warm")`` keeps what the runs before left."""
+    """Folders for CuPy's kernel cache, xcorr's tuning cache and the CUDA driver's JIT cache:
+    ``env("cold")`` empties them first, ``env("warm")`` keeps what the runs before left."""
 
     def __init__(self):
         self.root = Path(tempfile.mkdtemp(prefix="xcorr-bench-caches-"))
 
     def env(self, state) -> dict:
-        cupy, xcorr = self.root / "cupy", self.root / "xcorr"
+        folders = {"CUPY_CACHE_DIR": self.root / "cupy", "XCORR_CACHE_DIR": self.root / "xcorr",
+                   "CUDA_CACHE_PATH": self.root / "cuda"}
         if state == "cold":
-            shutil.rmtree(cupy, ignore_errors=True)
-            shutil.rmtree(xcorr, ignore_errors=True)
-        return {"CUPY_CACHE_DIR": str(cupy), "XCORR_CACHE_DIR": str(xcorr)}
+            for folder in folders.values():
+                shutil.rmtree(folder, ignore_errors=True)
+        return {k: str(v) for k, v in folders.items()}
 
     def close(self):
         shutil.rmtree(self.root, ignore_errors=True)

@@ -134,9 +134,14 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
                    "scikit-image's 3-D phase_cross_correlation and a per-volume CuPy FFT loop, "
                    "in process and as one-shot processes; 64 volumes of 64x512x512 by default "
                    "(--frames: volumes).")
+@click.option("--first-runs", is_flag=True,
+              help="Whole xcorr align processes as first run: the cell sample on the CPU, on "
+                   "the GPU and with the default device, first with fresh caches then warm; "
+                   "and a stack (64 frames of 2048x2048 by default) warm against one-shot "
+                   "tifffile read + write and the CUDA start.")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
-                    device, patches, floor, formats, volumes, force):
+                    device, patches, floor, formats, volumes, first_runs, force):
     """End to end: xcorr align on a uint16 TIFF vs tifffile reading, a per-pair CuPy FFT loop
     and scikit-image.
 
@@ -146,6 +151,19 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     skimage.registration.phase_cross_correlation; prints frames/s, GB/s, the share of the read
     throughput, the ratio to the per-pair loop and the RMS error against the known drift.
     """
+    if first_runs:
+        from ..bench import align_first_runs_bench
+
+        if quick or keep or floor or formats or volumes or patches is not None \
+                or gpus is not None or max_memory is not None or device != "gpu":
+            raise click.UsageError("--first-runs takes --frames, --size, --repeat, --workdir "
+                                   "and --json only")
+        status = align_first_runs_bench(frames=frames, size=size, repeat=max(repeat, 3),
+                                        workdir=workdir, json_path=json_path, force=force,
+                                        echo=click.echo)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
     if volumes and (floor or formats or keep):
         raise click.UsageError("--volumes takes --quick, --frames, --repeat, --workdir and "
                                "--json only")

@@ -1,0 +1,73 @@
+"""``xcorr bench align --first-runs``: its processes, table and targets (the whole bench on the
+GPU; its parts and refusals on the CPU)."""
+
+import sys
+
+import pytest
+
+from cli_helpers import assert_clean_error, xcorr
+from xcorr_app.bench import _align_first_runs as fr
+from xcorr_app.bench._oneshot import python_argv
+
+
+def test_runs_times_first_then_warm_and_reports_a_failure():
+    lines = []
+    row = fr._runs("quick", python_argv("-c", "pass"), None, None, 2, lines.append,
+                   first={})
+    assert row["first"] > 0 and len(row["runs"]) == 2 and row["seconds"] in row["runs"]
+    assert row["error"] == "" and lines[0].startswith("  quick: first ")
+    bad = fr._runs("bad", python_argv("-c", "import sys; sys.exit('no luck')"), None, None, 2,
+                   lines.append)
+    assert bad["error"] == "no luck" and bad["seconds"] is None
+    assert lines[-1] == "  bad: failed: no luck"
+
+
+def _row(name, first=None, seconds=None, error=""):
+    return {"name": name, "first": first, "runs": [], "seconds": seconds, "error": error}
+
+
+@pytest.mark.parametrize("gpu_first, align, met", [(1.5, 1.05, ("yes", "yes")),
+                                                     (6.7, 2.5, ("no", "no"))])
+def test_targets(gpu_first, align, met):
+    rows = [_row("cell, --device cpu", seconds=1.6), _row("cell, --device gpu", gpu_first, 2.0),
+            _row("cell, default device (auto)", 1.7, 1.6), _row("stack, xcorr align", None, align),
+            _row("stack, tifffile read + write", None, 0.8),
+            _row("CUDA start (import cupy, first allocation)", None, 0.9)]
+    lines = fr._targets(rows)
+    assert len(lines) == 3
+    assert lines[0].endswith(f"(target <= 1.0x: {met[0]})")
+    assert f"{gpu_first / 1.6:.2f}x" in lines[0] and "1.06x the CPU's" in lines[1]
+    assert "= 0.90 s" in lines[2] and lines[2].endswith(f"(target <= 1.2x: {met[1]})")
+    table = fr._table(rows[:2] + [_row("x", error="boom")])
+    assert table[2] == "| cell, --device cpu |  | 1.60 |" and table[-1] == "| x |  | failed |"
+
+
+def test_cli_refusals_are_one_line(tmp_path):
+    r = xcorr("bench", "align", "--first-runs", "--quick")
+    assert r.returncode == 2
+    assert_clean_error(r, "--first-runs takes --frames, --size, --repeat, --workdir and --json")
+    with pytest.raises(fr.InputError, match="--repeat at least 1"):
+        fr.main(repeat=0)
+    with pytest.raises(fr.InputError, match="is not there"):
+        fr.main(sample=tmp_path / "none.tif")
+
+
+def test_without_a_gpu_it_says_so(monkeypatch):
+    from xcorr_app import backend
+
+    monkeypatch.setattr(backend, "gpu_available", lambda: False)
+    monkeypatch.setattr(backend, "gpu_unavailable_reason", lambda: "no device here")
+    with pytest.raises(fr.XcorrError, match="needs a GPU: no device here"):
+        fr.main()
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_whole_bench_on_a_small_stack(tmp_path):
+    lines = []
+    status = fr.main(frames=4, size="128", repeat=1, workdir=tmp_path, echo=lines.append,
+                     json_path=tmp_path / "rows.json")
+    assert status == 0, "\n".join(lines)
+    assert any("first GPU run" in line for line in lines)
+    assert any("one-shot align" in line for line in lines)
+    assert (tmp_path / "rows.json").exists() and sys.executable

@@ -1,0 +1,199 @@
+"""``xcorr bench align --first-runs``: whole ``xcorr align`` processes as a user first runs them,
+against what the same machine does anyway.
+
+One-shot processes (:mod:`._oneshot`), wall clock, each command's default outputs written
+(``shifts.csv``, ``shifts.json``, ``aligned.tif``, ``drift.png``, ``quality.png``):
+
+* **the cell sample** (``sample_data/cell_drift.tif`` of the checkout, or ``sample=PATH``): on
+  the CPU (``--device cpu``, the median of ``repeat`` runs after an untimed one); on the GPU
+  (``--device gpu``) and with the default device (auto) each first with fresh caches (CuPy's
+  kernel cache, xcorr's cache and the CUDA driver's JIT cache in empty folders: a fresh
+  machine's first run), then warm.  Target: the first GPU run at most the CPU's time.
+* **a stack of** ``frames`` **of** ``size`` (default 64 of 2048x2048 uint16, written to
+  ``workdir``, in the page cache): ``xcorr align STACK`` warm, against a one-shot process that
+  reads it and writes it again with tifffile (``imread`` + ``imwrite``) and one that starts
+  CUDA (``import cupy`` and a first allocation), each the median of ``repeat``.  Target: the
+  align at most :data:`TARGET_VS_START` times the larger of those two.
+
+Run it as ``xcorr bench align --first-runs [--frames N] [--size HxW] [--repeat K] [--workdir
+DIR] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import InputError, XcorrError
+from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, default_workers, work_folder
+from ._common import parse_size, utc_now, versions_line
+from ._oneshot import Caches, python_argv, run_process, xcorr_argv
+
+__all__ = ["TARGET_VS_START", "DEFAULT_STACK", "sample_path", "main"]
+
+#: the one-shot align of the stack, at most this many times max(read + write, CUDA start)
+TARGET_VS_START = 1.2
+#: the stack: (frames, height, width)
+DEFAULT_STACK = (64, 2048, 2048)
+#: the one-shot peers, as ``python -c`` source (``{src}``, ``{dst}``: the files)
+READ_WRITE = ("import tifffile\n"
+              "tifffile.imwrite({dst!r}, tifffile.imread({src!r}))\n")
+CUDA_START = ("import cupy\n"
+              "cupy.empty(8, dtype=cupy.float32)\n"
+              "cupy.cuda.Device().synchronize()\n")
+
+
+def sample_path() -> Path:
+    """The cell sample of the checkout the package runs from."""
+    return Path(__file__).resolve().parents[2] / "sample_data" / "cell_drift.tif"
+
+
+def _median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
+def _runs(name, argv, env, out, repeat, echo, first=None):
+    """``{name, first, runs, seconds, error}``: with ``first`` (an environment of fresh
+    caches) one timed first run, then ``repeat`` timed warm runs after an untimed one."""
+    row = {"name": name, "first": None, "runs": [], "seconds": None, "error": ""}
+    plan = ([("first", first)] if first is not None else []) + \
+        ([("untimed", env)] if first is None else []) + [("warm", env)] * repeat
+    for state, environ in plan:
+        r = run_process(argv, env=environ, out=out)
+        if r["returncode"] != 0:
+            row["error"] = r["stderr"] or f"exit status {r['returncode']}"
+            break
+        if state == "first":
+            row["first"] = r["seconds"]
+        elif state == "warm":
+            row["runs"].append(r["seconds"])
+    row["seconds"] = _median(row["runs"])
+    shown = (f"first {row['first']:.2f} s, " if row["first"] is not None else "") + \
+        "warm " + ", ".join(f"{s:.2f}" for s in row["runs"]) + " s"
+    echo(f"  {name}: " + (shown if not row["error"] else f"failed: {row['error']}"))
+    return row
+
+
+def _cell(v):
+    return "" if v is None else f"{v:.2f}"
+
+
+def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_path=None,
+         force=False, echo=print, seed=0) -> int:
+    """What ``xcorr bench align --first-runs`` does; returns 1 when a process failed (a missed
+    target is reported, not an error).
+
+    Raises
+    ------
+    XcorrError
+        For a bad option, no usable GPU, no sample file, too little disk space, or an existing
+        ``json_path`` without ``force``.
+    """
+    from .. import backend
+    from .._cuda import device_name
+    from ..io import prepare_outputs, write_text
+
+    n, h, w = DEFAULT_STACK
+    n = n if frames is None else int(frames)
+    h, w = (h, w) if size is None else parse_size(size)
+    if n < 2 or int(repeat) < 1 or min(h, w) < MIN_SIDE:
+        raise InputError(f"--frames must be at least 2, --repeat at least 1 and --size at least "
+                         f"{MIN_SIDE} px per side (the drift is up to {MAX_DRIFT:g} px); got "
+                         f"{n}, {repeat} and {h}x{w}")
+    sample = Path(sample) if sample is not None else sample_path()
+    if not sample.is_file():
+        raise InputError(f"the cell sample {sample} is not there: run from a checkout "
+                         "(sample_data/) or pass the sample's path")
+    if not backend.gpu_available():
+        raise XcorrError("xcorr bench align --first-runs needs a GPU: "
+                         f"{backend.gpu_unavailable_reason()}")
+    if json_path is not None:
+        prepare_outputs([json_path], force)
+    repeat = int(repeat)
+    header = [f"xcorr bench align --first-runs on {device_name()}, {utc_now()}",
+              f"versions: {versions_line(('numpy', 'tifffile', 'cupy'))}",
+              "one-shot processes, wall clock, default outputs written; 'first': CuPy's, "
+              "xcorr's and the CUDA driver's caches in empty folders (a fresh machine); warm: "
+              f"the median of {repeat} after an untimed run"]
+    for line in header:
+        echo(line)
+    folder = work_folder(workdir, 3 * n * h * w * 2 + 2 * n * h * w * 4, "first-runs")
+    caches = Caches()
+    rows = []
+    try:
+        def fresh():
+            return caches.env("cold")
+
+        warm = caches.env("warm")
+        outs = Path(tempfile.mkdtemp(prefix="out-", dir=folder))
+
+        def out(k):
+            return outs / f"o{k}"
+
+        echo(f"the cell sample ({sample}):")
+        common = ["--out", None, "--force", "-q"]
+        for k, (name, extra) in enumerate([("cell, --device cpu", ["--device", "cpu"]),
+                                            ("cell, --device gpu", ["--device", "gpu"]),
+                                            ("cell, default device (auto)", [])]):
+            argv = xcorr_argv("align", sample, *[out(k) if a is None else a for a in common],
+                              *extra)
+            first = None if k == 0 else fresh()
+            rows.append(_runs(name, argv, warm, out(k), repeat, echo, first))
+        stack_path = folder / "stack.tif"
+        echo(f"a stack of {n} frames of {h}x{w} uint16 ({n * h * w * 2 / 2**30:.2f} GiB), "
+             f"written to {stack_path} ({default_workers()} threads):")
+        SyntheticStack(n, (h, w), seed=seed).write(stack_path)
+        argv = xcorr_argv("align", stack_path, "--out", out(3), "--force", "-q")
+        rows.append(_runs("stack, xcorr align", argv, warm, out(3), repeat, echo))
+        rw = python_argv("-c", READ_WRITE.format(src=str(stack_path),
+                                                 dst=str(folder / "copy.tif")))
+        rows.append(_runs("stack, tifffile read + write", rw, None, None, repeat, echo))
+        rows.append(_runs("CUDA start (import cupy, first allocation)",
+                          python_argv("-c", CUDA_START), warm, None, repeat, echo))
+    finally:
+        caches.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    table, targets = _table(rows), _targets(rows)
+    echo("")
+    for line in table + [""] + targets:
+        echo(line)
+    if json_path is not None:
+        write_text(json_path, json.dumps({"header": header, "stack": [n, h, w], "rows": rows,
+                                          "targets": targets}, indent=1))
+    return 1 if any(r["error"] for r in rows) else 0
+
+
+def _table(rows) -> list:
+    lines = ["| process | first run s | warm s (median) |", "| --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {_cell(r['first'])} | "
+                     f"{_cell(r['seconds']) if not r['error'] else 'failed'} |")
+    return lines
+
+
+def _targets(rows) -> list:
+    by = {r["name"]: r for r in rows}
+    cpu, gpu, auto = (by.get(k, {}) for k in ("cell, --device cpu", "cell, --device gpu",
+                                               "cell, default device (auto)"))
+    out = []
+    if cpu.get("seconds") and gpu.get("first"):
+        met = gpu["first"] <= cpu["seconds"]
+        out.append(f"the cell sample's first GPU run {gpu['first']:.2f} s vs the CPU's "
+                   f"{cpu['seconds']:.2f} s: {gpu['first'] / cpu['seconds']:.2f}x (target "
+                   f"<= 1.0x: {'yes' if met else 'no'})")
+    if cpu.get("seconds") and auto.get("first"):
+        out.append(f"its first run with the default device {auto['first']:.2f} s: "
+                   f"{auto['first'] / cpu['seconds']:.2f}x the CPU's")
+    align, rw = by.get("stack, xcorr align", {}), by.get("stack, tifffile read + write", {})
+    start = by.get("CUDA start (import cupy, first allocation)", {})
+    if align.get("seconds") and rw.get("seconds") and start.get("seconds"):
+        floor = max(rw["seconds"], start["seconds"])
+        ratio = align["seconds"] / floor
+        out.append(f"the stack's warm one-shot align {align['seconds']:.2f} s vs max(read + "
+                   f"write {rw['seconds']:.2f}, CUDA start {start['seconds']:.2f}) = "
+                   f"{floor:.2f} s: {ratio:.2f}x (target <= {TARGET_VS_START}x: "
+                   f"{'yes' if ratio <= TARGET_VS_START else 'no'})")
+    return out
