@@ -135,7 +135,7 @@ def test_align_decides_its_automatic_choices_while_cuda_starts(fake_gpu, monkeyp
     waits for the warm-up (here the warm-up waits for them: a run that waited first would
     hang); a GPU found unusable is noted once, after the run.  (The sample stands in for a
     stack too large for the CPU, whose align starts the warm-up.)"""
-    from xcorr_app.alignment import _run
+    from xcorr_app.alignment import _device_choice, _run
     from xcorr_app.cli import _main
 
     from sample_paths import stack_path
@@ -151,6 +151,7 @@ def test_align_decides_its_automatic_choices_while_cuda_starts(fake_gpu, monkeyp
 
     monkeypatch.setattr(_run, "resolve_auto", first_the_choices)
     monkeypatch.setattr(backend, "small_job_file", lambda path: False)
+    monkeypatch.setattr(_device_choice, "small_job_note", lambda n, shape: None)
     res = CliRunner().invoke(_main.cli, ["align", str(stack_path("cell")), "--out",
                                          str(tmp_path / "out"), "--no-aligned"])
     assert res.exit_code == 0, res.output
@@ -158,3 +159,21 @@ def test_align_decides_its_automatic_choices_while_cuda_starts(fake_gpu, monkeyp
     assert res.output.count("note: no usable GPU (CuPy found no CUDA device); running on the "
                             "CPU") == 1
     assert (tmp_path / "out" / "shifts.csv").exists()
+
+
+def test_a_small_job_under_auto_never_probes_the_gpu(fake_gpu, tmp_path):
+    """The cell sample under device auto where a GPU is likely: measured on the CPU by choice,
+    with neither the warm-up nor the probe after the run (each imports CuPy and starts CUDA:
+    0.3-0.5 s of the whole run)."""
+    from xcorr_app.cli import _main
+
+    from sample_paths import stack_path
+
+    release, seen = fake_gpu
+    release.set()
+    res = CliRunner().invoke(_main.cli, ["align", str(stack_path("cell")), "--out",
+                                         str(tmp_path / "out"), "--no-aligned"])
+    assert res.exit_code == 0, res.output
+    assert seen == [] and backend._warm_up is None
+    assert "no usable GPU" not in res.output
+    assert "measured on the CPU" in (tmp_path / "out" / "shifts.json").read_text()

@@ -91,6 +91,12 @@ def small_job_file(path) -> bool:
         return False
 
 
+def warm_up_held() -> bool:
+    """Whether :func:`hold_gpu_warm_up` was called: the job is likely the CPU's, and nothing
+    should probe the GPU before the run decides."""
+    return _warm_up_held
+
+
 def gpu_pending() -> bool:
     """Whether the warm-up thread (:func:`start_gpu_warm_up`) is still importing CuPy or
     starting the CUDA context: a decision that would wait for it may wait for the run to

@@ -312,7 +312,9 @@ def _check(o):
     # auto while CUDA still starts: the run picks the device where it starts on it, and what
     # comes before (checks, frames read for the automatic choices) overlaps the start (0.3 s
     # of a one-shot run, H100 2026-11-25); a GPU found unusable is noted after it (_measure)
-    deferred = o.device == "auto" and executor == "process" and backend.gpu_pending()
+    # (and where a small file's job is likely the CPU's: no probe at all, see hold_gpu_warm_up)
+    deferred = o.device == "auto" and executor == "process" \
+        and (backend.gpu_pending() or backend.warm_up_held())
     o.dev = "cpu" if o.device == "cpu" else None if deferred else \
         note_device(o.device, o.quiet)
     try:  # (in the options' words, before the run reads a frame for its automatic choices)
@@ -351,8 +353,11 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
 
         res = run_align(o.path, out=out, progress=update, **opts.arguments())
     if gpu_ids is None:
-        if o.dev is None and res.settings["device"] == "cpu" and not backend.gpu_available():
-            note_device(o.device, o.quiet)  # (the note of _check, deferred)
+        # (the note of _check, deferred; not where auto chose the CPU for a small job: the
+        # probe would import CuPy and start CUDA, 0.3-0.5 s of the cell sample's run)
+        if o.dev is None and res.settings["device"] == "cpu" \
+                and not res.settings.get("device_note") and not backend.gpu_available():
+            note_device(o.device, o.quiet)
         o.dev = res.settings["device"]
     return res
 
