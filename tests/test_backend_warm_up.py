@@ -98,7 +98,9 @@ def _small_and_large(tmp_path):
 @pytest.mark.parametrize("which, extra, started", [
     ("small", [], False), ("small", ["--device", "auto"], False), ("small", ["--device=auto"], False),
     ("small", ["--device", "gpu"], True), ("small", ["--device=gpu"], True),
-    ("small", ["--volumes"], True), ("large", [], True)])
+    ("small", ["--volumes"], True), ("small", ["--gpus", "0"], True), ("large", [], True),
+    ("small", ["--device", "gpu", "--device", "auto"], False),  # (click: the last one)
+    ("small", ["--device", "auto", "--device=gpu"], True)])
 def test_align_of_a_small_file_under_auto_starts_none(fake_gpu, monkeypatch, tmp_path, which,
                                                       extra, started):
     """Device auto aligns a small job on the CPU: the warm-up would only slow it down, so an
@@ -175,5 +177,6 @@ def test_a_small_job_under_auto_never_probes_the_gpu(fake_gpu, tmp_path):
                                          str(tmp_path / "out"), "--no-aligned"])
     assert res.exit_code == 0, res.output
     assert seen == [] and backend._warm_up is None
+    assert not backend.warm_up_held()  # (held for that command only)
     assert "no usable GPU" not in res.output
     assert "measured on the CPU" in (tmp_path / "out" / "shifts.json").read_text()

@@ -60,13 +60,13 @@ def start_gpu_warm_up() -> bool:
     return True
 
 
-def hold_gpu_warm_up() -> None:
-    """Start no warm-up in this process: its job will likely run on the CPU (a small stack
-    under device auto), where CuPy's import in a thread would only slow it down (0.4-0.7 s of
-    a one-shot run of the cell sample, H100 host 2026-11-25).  A GPU run still probes when it
-    needs to, without the overlap."""
+def hold_gpu_warm_up(held: bool = True) -> None:
+    """Start no warm-up in this process (``held=False``: again allowed): its job will likely
+    run on the CPU (a small stack under device auto), where CuPy's import in a thread would
+    only slow it down (0.4-0.7 s of a one-shot run of the cell sample, H100 host 2026-11-25).
+    A GPU run still probes when it needs to, without the overlap."""
     global _warm_up_held
-    _warm_up_held = True
+    _warm_up_held = bool(held)
 
 
 #: frames x pixels up to which ``device="auto"`` aligns on the CPU (about 0.4 s there on 2
@@ -137,12 +137,14 @@ NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg")
 
 
 def gpu_likely() -> bool:
-    """A hint without importing CuPy (about 0.5-1 s) or touching a device: CuPy is installed and
-    an NVIDIA driver's device node exists.  Not a probe: :func:`gpu_available` says for sure."""
+    """A hint without importing CuPy (about 0.5-1 s) or touching a device: CuPy is installed,
+    an NVIDIA driver's device node exists and ``CUDA_VISIBLE_DEVICES`` does not hide every
+    device (empty or ``-1``).  Not a probe: :func:`gpu_available` says for sure."""
     import importlib.util
     import os
 
-    return importlib.util.find_spec("cupy") is not None and any(
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1")
+    return not hidden and importlib.util.find_spec("cupy") is not None and any(
         os.path.exists(p) for p in NVIDIA_DEVICE_NODES)
 
 

@@ -80,6 +80,12 @@ def test_gpu_likely_needs_cupy_and_a_device_node(monkeypatch, tmp_path):
     monkeypatch.setattr(backend, "NVIDIA_DEVICE_NODES", (str(tmp_path / "nvidiactl"),))
     assert backend.gpu_likely() is False
     (tmp_path / "nvidiactl").write_text("")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert backend.gpu_likely() is True
+    for hidden in ("", "-1", " "):  # every device hidden: no GPU to expect
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert backend.gpu_likely() is False
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert backend.gpu_likely() is True
 
 

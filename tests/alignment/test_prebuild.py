@@ -102,6 +102,7 @@ def test_the_stages_a_run_goes_through():
 
     assert wanted(AlignOptions(), RUN_STAGES) == list(RUN_STAGES)
     assert wanted(AlignOptions(verify=False, quality=False), CUPY_STAGES) == ["apply"]
+    assert "quality" not in wanted(AlignOptions(patches=(4, 4)), RUN_STAGES)  # (a rigid one)
     # where xcorr's kernels ship built, the stages of CuPy's operations are left to build
     assert helper_stages(True) == CUPY_STAGES and helper_stages(False) == RUN_STAGES
     assert set(CUPY_STAGES) <= set(RUN_STAGES) and "quality" in CUPY_STAGES

@@ -4,9 +4,10 @@ processes (:mod:`xcorr_app._cuda.helpers`: why, and how a helper runs).
 At the start of a GPU run whose kernels were never built (no marker in the cache folder),
 :func:`prebuild` starts one helper per later stage of the run -- the prefilter, the correlation
 and its surfaces, the subpixel refinement, the FFT reference check, the warp of the aligned
-stack -- each running its stage once on two small frames of the run's pixel type
-(:func:`run_stage`).  ``xcorr info --compile`` builds the kernels of the usual runs ahead, in
-the same way.
+stack, the quality report -- each running its stage once on two small frames of the run's
+pixel type (:func:`run_stage`); where xcorr's kernels ship built for the GPU, only the stages
+of CuPy's own operations (:data:`CUPY_STAGES`).  ``xcorr info --compile`` builds the kernels of
+the usual runs ahead, in the same way.
 
 Examples
 --------
@@ -27,7 +28,8 @@ from .._version import __version__
 
 #: the stages a helper process can build: ``prepare`` whole (``xcorr info --compile``), or its
 #: prefilter and window alone (a run prepares its reference first itself: the helper builds the
-#: filter's kernels meanwhile), ``apply`` the warp of the aligned stack (default resampling)
+#: filter's kernels meanwhile), ``apply`` the warp of the aligned stack (default resampling),
+#: ``quality`` a rigid run's quality report
 STAGES = ("prepare", "prefilter", "measure", "refine", "verify", "apply", "quality")
 #: the stages a run starts helpers for
 RUN_STAGES = ("prefilter", "measure", "refine", "verify", "apply", "quality")
@@ -55,10 +57,11 @@ def stage_key(opts, stage, frame_shape, dtype, plan) -> str:
 
 
 def wanted(opts, stages) -> list:
-    """Those of ``stages`` this run goes through (the FFT check and the quality report are
-    optional)."""
+    """Those of ``stages`` this run goes through and a helper can build (the FFT check and the
+    quality report are optional; the helper's report is a rigid run's, so a piecewise run's
+    builds in the run)."""
     return [s for s in stages if (s != "verify" or opts.verify)
-            and (s != "quality" or opts.quality)]
+            and (s != "quality" or (opts.quality and opts.patches is None))]
 
 
 def helper_stages(shipped: bool) -> tuple:

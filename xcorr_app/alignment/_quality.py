@@ -265,8 +265,8 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     regions = None if patches is None else _PatchQuality(whole, patches, opts, xp)
     sums = _Sums(xp, inside.shape)
     out, out_patches = [], []
-    # a rigid GPU pass: each chunk's moments and masks, its figures made on the host at the end
-    moments = None if regions is not None or xp is np else []
+    # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
+    moments = None if xp is np else []
     ok_of = (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)) if patches is None else \
         (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)
          & np.isfinite(patches[0][a:b]).all(axis=(1, 2, 3)))
@@ -296,7 +296,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
     counted = int(ok_of(start, stop).sum())
-    if moments:  # (three copies to the host, then NumPy)
+    if moments:  # (the moments in three copies to the host, the masks a chunk's at a time)
         host = [backend.to_numpy(xp.concatenate([m[k] for m in moments])) for k in range(3)]
         masks = [np.concatenate([backend.to_numpy(m[k]) for m in moments]) for k in (3, 4)]
         rows = _rows_of(t, *host, *masks, np.concatenate([m[5] for m in moments]))

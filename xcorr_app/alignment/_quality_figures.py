@@ -54,11 +54,11 @@ class RegionFigures:
         self.xp = xp
         p = len(templates)
         self.t = _centred(templates.reshape(p, -1).astype(xp.float32))  # (P, K)
-        self.t_norm2 = xp.square(self.t.astype(xp.float64)).sum(axis=1)
-        self.t_total = self.t.sum(axis=1, dtype=xp.float64)  # (0 but for float32 rounding)
+        self.t_norm2 = _sum64(xp.square(self.t.astype(xp.float64)), 1)
+        self.t_total = _sum64(self.t, 1)  # (0 but for float32 rounding)
         q = prepared.reshape(p, *prepared.shape[-2:]).astype(xp.float64)
-        q = q - q.mean(axis=(1, 2), keepdims=True)
-        q = q / xp.maximum(xp.sqrt(xp.square(q).sum(axis=(1, 2), keepdims=True)), 1e-300)
+        q = q - (_sum64(q, (1, 2)) / (q.shape[1] * q.shape[2]))[:, None, None]
+        q = q / xp.maximum(xp.sqrt(_sum64(xp.square(q), (1, 2))), 1e-300)[:, None, None]
         gy, gx = gradient(q, axis=(1, 2))
         g64 = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
         self.g = g64.astype(xp.float32)
@@ -136,17 +136,21 @@ class AreaFigures(RegionFigures):
         return area_moments(frames, self.g[0].reshape(2, *self.shape))
 
     def zncc_of(self, s):
-        """(n,) NumPy from :meth:`zncc_moments` (on the host)."""
+        """(n,) NumPy from :meth:`zncc_moments` (on the host; NaN from a frame's NaN or Inf
+        pixels, quietly, as on the GPU before)."""
         c = self._constants()
-        mean, spread = self._spread(s)
-        return _ratio(s[:, 2] - mean[:, 0] * c["t_total"], spread * c["t_norm2"], np)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean, spread = self._spread(s)
+            return _ratio(s[:, 2] - mean[:, 0] * c["t_total"], spread * c["t_norm2"], np)
 
     def residual_of(self, s):
-        """(n, 2) px NumPy from :meth:`residual_moments` (on the host)."""
+        """(n, 2) px NumPy from :meth:`residual_moments` (on the host, quietly as
+        :meth:`zncc_of`)."""
         c = self._constants()
-        mean, spread = self._spread(s)
-        return _step((s[:, 2:] - mean * c["g_total"][None])[:, None], spread[:, None],
-                     c["tg"], c["inverse"], np)[:, 0]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            mean, spread = self._spread(s)
+            return _step((s[:, 2:] - mean * c["g_total"][None])[:, None], spread[:, None],
+                         c["tg"], c["inverse"], np)[:, 0]
 
     def _spread(self, s):
         """Each frame's mean (about the pivot) and its sum of squares about it."""
@@ -174,17 +178,18 @@ def _step(proj, norm2, tg, inverse, xp):
 
 
 def _sum64(a, axis=None):
-    """``a.sum(axis, dtype=float64)`` (``axis``: None or one axis), on the GPU by CuPy's own
-    reduction kernel: a contiguous array summed over its trailing axes goes to CUB's, which
-    NVRTC compiles at first use in 1.6-3 s each (three were 7 s of a first GPU run's 15 s of
-    compiling, H100 2026-11-25); with a trailing axis of one the sum is not over trailing axes,
-    and CuPy's own kernel compiles in 0.1 s."""
+    """``a.sum(axis, dtype=float64)`` (``axis``: None, an axis or a tuple of them), on the GPU
+    by CuPy's own reduction kernel: a contiguous array summed over its trailing axes goes to
+    CUB's, which NVRTC compiles at first use in 1.6-3 s each (three were 7 s of a first GPU
+    run's 15 s of compiling, H100 2026-11-25); with a trailing axis of one the sum is not over
+    trailing axes, and CuPy's own kernel compiles in 0.1 s."""
     xp = backend.array_module_of(a)
     if xp is np:
         return a.sum(axis=axis, dtype=np.float64)
-    if axis is None:
+    if axis is None or a.ndim == 1:  # ((K, 1) would be F-contiguous: CUB again)
         return a.reshape(1, -1, 1).sum(axis=1, dtype=xp.float64)[0, 0]
-    return a[..., None].sum(axis=axis % a.ndim, dtype=xp.float64)[..., 0]
+    axes = tuple(k % a.ndim for k in (axis if isinstance(axis, tuple) else (axis,)))
+    return a[..., None].sum(axis=axes, dtype=xp.float64)[..., 0]
 
 
 def _ratio(num, den2, xp):

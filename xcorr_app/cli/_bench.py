@@ -138,7 +138,7 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
               help="Whole xcorr align processes as first run: the cell sample on the CPU, on "
                    "the GPU and with the default device, first with fresh caches then warm; "
                    "and a stack (64 frames of 2048x2048 by default) warm against one-shot "
-                   "tifffile read + write and the CUDA start.")
+                   "tifffile read + write and the CUDA start (--repeat at least 3).")
 @FORCE
 def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json_path, gpus,
                     device, patches, floor, formats, volumes, first_runs, force):

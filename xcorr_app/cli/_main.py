@@ -181,9 +181,14 @@ class XcorrGroup(click.Group):
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx):
+        from .. import backend
+
         with one_line_usage(), user_errors(quiet=_asks_quiet(ctx)):
-            _warm_up_early(_arguments(ctx))
-            return super().invoke(ctx)
+            try:
+                _warm_up_early(_arguments(ctx))
+                return super().invoke(ctx)
+            finally:  # (a process that runs commands in turn: the next one decides anew)
+                backend.hold_gpu_warm_up(False)
 
 
 def _arguments(ctx) -> list:
@@ -212,22 +217,28 @@ def _warm_up_early(args):
     an ``align`` under device auto of a file small enough for the CPU (none then either)."""
     from .. import backend
 
-    if not args or args[0] not in GPU_COMMANDS or {"-h", "--help", "--device=cpu"} & set(args):
+    if not args or args[0] not in GPU_COMMANDS or {"-h", "--help"} & set(args) \
+            or _device_asked(args) == "cpu":
         return
-    if any(a == "--device" and b == "cpu" for a, b in zip(args, args[1:])):
+    # device auto runs a small job on the CPU (the path: right after the command, as usual)
+    if args[0] == "align" and len(args) > 1 and _device_asked(args) == "auto" \
+            and not {"--volumes", "--gpus", "--workers", "--scheduler"} & set(args) \
+            and backend.small_job_file(args[1]):
+        backend.hold_gpu_warm_up()
         return
-    if args[0] == "align" and len(args) > 1 and _auto_device(args) and "--volumes" not in args:
-        if backend.small_job_file(args[1]):  # (device auto runs a small job on the CPU)
-            backend.hold_gpu_warm_up()
-            return
     backend.start_gpu_warm_up()
 
 
-def _auto_device(args) -> bool:
-    """Whether the arguments leave ``--device`` at its default (auto)."""
-    return not any(a.startswith("--device=") or a == "--device" for a in args) \
-        or "--device=auto" in args or any(a == "--device" and b == "auto"
-                                          for a, b in zip(args, args[1:]))
+def _device_asked(args) -> str:
+    """``--device``'s value in the arguments (the last one given, as click takes it), or
+    ``"auto"``."""
+    asked = "auto"
+    for a, b in zip(args, [*args[1:], ""]):
+        if a == "--device":
+            asked = b
+        elif a.startswith("--device="):
+            asked = a.partition("=")[2]
+    return asked
 
 
 @click.group(cls=XcorrGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -48,6 +48,8 @@ def gradient(array, axis=None):
     axes = tuple(range(array.ndim)) if axis is None else \
         (axis,) if np.ndim(axis) == 0 else tuple(axis)
     out = []
+    if xp is not np:
+        array = xp.ascontiguousarray(array)  # (the kernel's index arithmetic; once)
     for ax in axes:
         ax = int(ax) % array.ndim
         if array.shape[ax] < 2:
@@ -55,7 +57,7 @@ def gradient(array, axis=None):
                              "2 or more")
 
         if xp is not np:
-            out.append(_gpu_axis(xp.ascontiguousarray(array), ax))
+            out.append(_gpu_axis(array, ax))
             continue
 
         def cut(part, ax=ax):
