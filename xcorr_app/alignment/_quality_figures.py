@@ -57,7 +57,9 @@ class RegionFigures:
         self.t_norm2 = _sum64(xp.square(self.t.astype(xp.float64)), 1)
         self.t_total = _sum64(self.t, 1)  # (0 but for float32 rounding)
         q = prepared.reshape(p, *prepared.shape[-2:]).astype(xp.float64)
-        q = q - (_sum64(q, (1, 2)) / (q.shape[1] * q.shape[2]))[:, None, None]
+        # (xp.divide: a CuPy array / a number goes through NumPy's ufunc protocol, whose
+        # first use imports cupyx and SciPy; see filters.gradient)
+        q = q - xp.divide(_sum64(q, (1, 2)), float(q.shape[1] * q.shape[2]))[:, None, None]
         q = q / xp.maximum(xp.sqrt(_sum64(xp.square(q), (1, 2))), 1e-300)[:, None, None]
         gy, gx = gradient(q, axis=(1, 2))
         g64 = xp.stack([gy.reshape(p, -1), gx.reshape(p, -1)], axis=1)  # (P, 2, K)
