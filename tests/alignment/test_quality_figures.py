@@ -75,3 +75,23 @@ def test_gpu_area_moments_refuse_what_they_cannot_read():
         area_moments(cp.zeros((2, 8, 9)), cp.zeros((3, 8, 9), cp.float32))
     with pytest.raises(ValueError, match="area_moments"):
         area_moments(cp.zeros((2, 8, 9)), cp.zeros((1, 4, 4), cp.float32), (6, 10, 0, 4))
+
+
+def test_the_figures_from_moments_are_the_cpus(rng):
+    """What a GPU pass makes on the host at its end (zncc_of, residual_of of each frame's
+    moments, here the float64 definition's) equals the CPU's figures of the same frames, a
+    flat frame's NaN included."""
+    from xcorr_app.alignment._quality_figures import AreaFigures
+
+    template = rng.random((31, 43)).astype(np.float32)
+    frames = np.stack([np.roll(template, 1, axis=1) + 0.1 * rng.random((31, 43)),
+                       2 * template + 3, np.full((31, 43), 7.5)]).astype(np.float32)
+    fig = AreaFigures(template, template, np)
+    whole = (0, 31, 0, 43)
+    zncc = fig.zncc_of(_moments_definition(frames, fig.t.reshape(1, 31, 43), whole))
+    want = fig.zncc(frames)
+    assert np.isnan(zncc[2]) and np.isnan(want[2])
+    np.testing.assert_allclose(zncc[:2], want[:2], atol=1e-6)
+    residual = fig.residual_of(_moments_definition(frames, fig.g[0].reshape(2, 31, 43), whole))
+    np.testing.assert_allclose(residual[:2], fig.residual(frames)[:2], atol=1e-5)
+    assert np.isnan(residual[2]).all() and np.isnan(fig.residual(frames)[2]).all()

@@ -288,21 +288,17 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
                 moments.append((t.zncc_moments(f), t.zncc_moments(g),
                                 t.residual_moments(p.frames), p.finite, p.constant, host_ok))
                 continue
-            before, after = t.zncc(f), t.zncc(g)
-            usable = p.finite & ~p.constant & ok
-            residual = xp.where(usable[:, None], t.residual(p.frames), xp.nan)
-            after = xp.where(ok, after, xp.nan)
-            out.append(xp.concatenate([before[:, None], after[:, None], residual], axis=1))
+            out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite, p.constant,
+                             host_ok))
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
     counted = int(ok_of(start, stop).sum())
     if moments:  # (the moments in three copies to the host, the masks a chunk's at a time)
-        host = [backend.to_numpy(xp.concatenate([m[k] for m in moments])) for k in range(3)]
+        b, a, r = (backend.to_numpy(xp.concatenate([m[k] for m in moments])) for k in range(3))
         masks = [np.concatenate([backend.to_numpy(m[k]) for m in moments]) for k in (3, 4)]
-        rows = _rows_of(t, *host, *masks, np.concatenate([m[5] for m in moments]))
-    else:
-        rows = backend.to_numpy(xp.concatenate(out)).astype(np.float64) if out \
-            else np.zeros((0, 4))
+        out = [_rows(t.zncc_of(b), t.zncc_of(a), t.residual_of(r), *masks,
+                     np.concatenate([m[5] for m in moments]))]
+    rows = np.concatenate(out).astype(np.float64) if out else np.zeros((0, 4))
     if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
         n = max(stop - start, 1)
         means = {"sharpness": (sharpness(xp.divide(sums.raw, n)),
@@ -316,12 +312,12 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     return rows, means, counted, per_patch
 
 
-def _rows_of(t, before, after, residual, finite, constant, ok):
-    """The rows (n, 4), NumPy, from the frames' moments (:class:`AreaFigures`) and masks."""
+def _rows(before, after, residual, finite, constant, ok):
+    """The rows (n, 4), NumPy, of the frames' figures: after alignment NaN where a frame has
+    no shift (``ok``), the residual NaN where its prepared frame is unusable."""
     usable = finite & ~constant & ok
-    return np.concatenate([t.zncc_of(before)[:, None],
-                           np.where(ok, t.zncc_of(after), np.nan)[:, None],
-                           np.where(usable[:, None], t.residual_of(residual), np.nan)], axis=1)
+    return np.concatenate([before[:, None], np.where(ok, after, np.nan)[:, None],
+                           np.where(usable[:, None], residual, np.nan)], axis=1)
 
 
 class _PatchQuality:
