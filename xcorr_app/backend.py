@@ -309,6 +309,42 @@ def to_xp(a, xp):
     return xp.asarray(a)
 
 
+def device_copy(a):
+    """A C-contiguous copy of a C-contiguous CuPy array by a device-to-device copy on the
+    current stream (CuPy's ``copy`` launches an element-wise kernel, compiled at first use for
+    each type and layout); other arrays by ``copy``."""
+    if not is_cupy_array(a) or not a.flags.c_contiguous:
+        return a.copy()
+    import cupy
+
+    out = cupy.empty_like(a)
+    if a.nbytes:
+        out.data.copy_from_device_async(a.data, a.nbytes, cupy.cuda.get_current_stream())
+    return out
+
+
+def stack_frames(frames, xp):
+    """``xp.stack`` of 2-D frames of one shape and type (NumPy or CuPy, C-contiguous) as a new
+    array on ``xp``'s device, each frame copied into place (on the GPU by memory copies:
+    ``cupy.stack`` launches a kernel compiled at first use)."""
+    frames = list(frames)
+    if xp is np or not frames:
+        return xp.stack([to_xp(f, xp) for f in frames])
+    import cupy
+
+    out = cupy.empty((len(frames), *frames[0].shape), frames[0].dtype)
+    stream = cupy.cuda.get_current_stream()
+    for k, f in enumerate(frames):
+        if f.shape != out.shape[1:] or f.dtype != out.dtype:
+            raise ValueError(f"stack_frames: a {f.dtype} frame {f.shape} among {out.dtype} "
+                             f"{out.shape[1:]}")
+        if is_cupy_array(f):
+            out[k].data.copy_from_device_async(cupy.ascontiguousarray(f).data, f.nbytes, stream)
+        else:
+            out[k].set(np.ascontiguousarray(f), stream=stream)
+    return out
+
+
 def like_input(result, *inputs):
     """Return ``result`` as the array type of ``inputs`` (NumPy in, NumPy out; CuPy in, CuPy out)."""
     return to_xp(result, array_module_of(*inputs))

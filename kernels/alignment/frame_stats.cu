@@ -239,3 +239,25 @@ __global__ void pack_rows(const void* s, const void* pk, const void* cf, const v
         }
     }
 }
+
+// out[n] = in[n] * 2^-e, e the exponent of frame n's largest magnitude peak[n] (peak = m * 2^e,
+// m in [0.5, 1), by frexp; e = 0 where the peak is not finite or 0), frame n = n0 + blockIdx.y:
+// scale_free's exact power-of-two scale on the GPU, the CPU's numbers (its ldexp of a T one,
+// then a T multiply).  (As an ElementwiseKernel and a CuPy multiply: two compilations at first
+// use.)
+template <typename T>
+__global__ void scale_by_power_of_two(const T* __restrict__ in, T* __restrict__ out,
+                                      const double* __restrict__ peak, long long plane,
+                                      long long n0) {
+    const long long n = n0 + blockIdx.y;
+    const double p = peak[n];
+    int e = 0;
+    if (isfinite(p) && p > 0.0) frexp(p, &e);
+    const T scale = (T)ldexp(1.0, -e);
+    const T* a = in + n * plane;
+    T* g = out + n * plane;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+#pragma unroll 4
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += stride)
+        g[i] = a[i] * scale;
+}

@@ -581,9 +581,11 @@ __global__ void wrap_totals(const double* __restrict__ rows, int h, int stage,
 // rfft2) times exp(2 pi i ky fy) exp(2 pi i kx fx) for frame f = blockIdx.y, (fy, fx) =
 // frac[2 f], frac[2 f + 1], ky and kx the frequencies of np.fft.fftfreq(H) and rfftfreq(W),
 // at a Nyquist frequency (even H or W) cos(pi f) instead: the spectrum of the reference moved
-// circularly by that fraction of a pixel, kept Hermitian (a real image).  out (F, H, W2).
+// circularly by that fraction of a pixel, kept Hermitian (a real image), times scale (the
+// unnormalized inverse's 1/n).  out (F, H, W2).
 __global__ void phase_ramps(const float2* __restrict__ spec, int h, int w, int w2,
-                            const double* __restrict__ frac, float2* __restrict__ out) {
+                            const double* __restrict__ frac, double scale,
+                            float2* __restrict__ out) {
     const long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const int f = blockIdx.y;
     if (k >= (long long)h * w2) return;
@@ -600,7 +602,7 @@ __global__ void phase_ramps(const float2* __restrict__ spec, int h, int w, int w
         sincospi(M(2.0, M((double)x / w, fx)), &sx, &cx);
     const double re = M(cy, cx) - M(sy, sx), im = M(sy, cx) + M(cy, sx);
     const float2 v = spec[k];
-    const float c = (float)re, sn = (float)im;
+    const float c = (float)M(re, scale), sn = (float)M(im, scale);  // (scale: an inverse's 1/n)
     out[(long long)f * h * w2 + k] = make_float2(v.x * c - v.y * sn, v.x * sn + v.y * c);
 }
 
@@ -656,11 +658,13 @@ __global__ void periodic_smooth(const C* __restrict__ a, const C* __restrict__ b
     }
 }
 
-// _fft_register.cross_power with phase: f = ref * conj(f), divided by max(|f|, floor); ref is
-// broadcast over the leading axes of f (ref_size elements repeat).
+// _fft_register.cross_power with phase: f = ref * conj(f), divided by max(|f|, floor), then
+// times weights (where not null: the FFT check's low-pass, as the CPU's later "*="); ref and
+// weights are broadcast over the leading axes of f (ref_size elements repeat).
 template <typename C, typename R>
 __global__ void phase_cross_power(const C* __restrict__ ref, long long ref_size,
-                                  C* __restrict__ f, long long total, R floor) {
+                                  C* __restrict__ f, long long total, R floor,
+                                  const R* __restrict__ weights) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const C r = ref[i % ref_size];
@@ -670,6 +674,11 @@ __global__ void phase_cross_power(const C* __restrict__ ref, long long ref_size,
         const R d = mag > floor ? mag : floor;
         v.x = re / d;
         v.y = im / d;
+        if (weights != nullptr) {
+            const R wgt = weights[i % ref_size];
+            v.x *= wgt;
+            v.y *= wgt;
+        }
         f[i] = v;
     }
 }

@@ -1,6 +1,7 @@
 """The quality report's figures (:mod:`xcorr_app.alignment._quality_figures`): the GPU's
-moments kernel (``kernels/alignment/quality_moments.cu``) against a float64 definition, and the
-GPU's correlations from moments against the CPU's centred frames on flat and faint frames."""
+moments kernel (``kernels/alignment/quality_moments.cu``) and its image kernels
+(``kernels/alignment/quality_images.cu``) against float64 definitions or the CPU's figures, and
+the GPU's correlations from moments against the CPU's centred frames on flat and faint frames."""
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ def test_gpu_area_moments_match_the_float64_definition(rng, shape, area, dtype, 
     one and two references, a NaN pixel; the pool's memory poisoned with NaN first."""
     import cupy as cp
 
-    from xcorr_app.alignment._quality_figures import area_moments
+    from xcorr_app.alignment._quality_figures import area_moments, moments_of
 
     n, h, w = shape
     y0, y1, x0, x1 = area or (0, h, 0, w)
@@ -37,7 +38,7 @@ def test_gpu_area_moments_match_the_float64_definition(rng, shape, area, dtype, 
     refs = rng.standard_normal((j, y1 - y0, x1 - x0)).astype(np.float32)
     junk = cp.full(1 << 22, np.nan)  # the pool's next blocks hold NaN
     del junk
-    got = area_moments(cp.asarray(frames), cp.asarray(refs), area).get()
+    got = moments_of(area_moments(cp.asarray(frames), cp.asarray(refs), area))
     want = _moments_definition(frames, refs, (y0, y1, x0, x1))
     finite = np.isfinite(want).all(axis=1)
     assert (np.isnan(got[~finite]).any(axis=1)).all()  # the NaN pixel's frame: NaN
@@ -95,3 +96,124 @@ def test_the_figures_from_moments_are_the_cpus(rng):
     residual = fig.residual_of(_moments_definition(frames, fig.g[0].reshape(2, 31, 43), whole))
     np.testing.assert_allclose(residual[:2], fig.residual(frames)[:2], atol=1e-5)
     assert np.isnan(residual[2]).all() and np.isnan(fig.residual(frames)[2]).all()
+
+
+#: odd, non-square sizes: under a warp, over a block, more rows than the blocks take at once
+ODD_SHAPES = [(5, 7), (37, 45), (2100, 259)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ODD_SHAPES)
+@pytest.mark.parametrize("kind", ["noise", "flat", "nan"])
+def test_gpu_template_figures_are_the_cpus(rng, shape, kind):
+    """``template_figures`` (the template's centred copy, its prepared copy's gradient and their
+    sums) against the CPU's RegionFigures, whose float64 sums are the definition: the arrays
+    and every figure, a flat template's NaN/zero figures and a NaN pixel's NaN sums included;
+    the pool's memory poisoned with NaN first."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import AreaFigures
+
+    template = (1000 + 50 * rng.standard_normal(shape)).astype(np.float32)
+    prepared = rng.standard_normal(shape).astype(np.float32)
+    if kind == "flat":
+        template[:], prepared[:] = 321.5, 0.0
+    elif kind == "nan":
+        template[shape[0] // 2, -1] = np.nan
+    junk = cp.full(1 << 22, np.nan)
+    del junk
+    cpu = AreaFigures(template, prepared, np)
+    gpu = AreaFigures(cp.asarray(template), cp.asarray(prepared), cp)
+    np.testing.assert_allclose(gpu.t.get(), cpu.t, rtol=1e-6, atol=1e-3)
+    np.testing.assert_allclose(gpu.g.get(), cpu.g, rtol=1e-5, atol=1e-9)
+    host = gpu._constants()
+    scale = max(float(np.nanmax(np.abs(template - np.nanmean(template)))), 1.0)
+    np.testing.assert_allclose(host["t_total"], cpu.t_total[0], atol=1e-6 * scale * cpu.t.size)
+    np.testing.assert_allclose(host["t_norm2"], cpu.t_norm2[0], rtol=1e-9)
+    np.testing.assert_allclose(host["g_total"], cpu.g_total[0], atol=1e-9)
+    np.testing.assert_allclose(host["tg"], cpu.tg, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(host["inverse"], cpu.inverse, rtol=1e-6)
+    if kind == "flat":
+        assert np.isnan(host["inverse"]).all() and host["t_norm2"] == 0.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ODD_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_sharpness_is_the_cpus(rng, shape, dtype):
+    """``image_figures`` (a mean image's variance and gradient energy) against the CPU's, the
+    image divided by a count as a run's sums are; a constant image and one with a NaN or an
+    infinite pixel give NaN on both."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import sharpness
+
+    image = (37 * (500 + rng.standard_normal(shape))).astype(dtype)
+    for divisor in (1.0, 37.0):
+        want = sharpness(image, divisor)
+        assert np.isfinite(want)
+        assert sharpness(cp.asarray(image), divisor) == pytest.approx(want, rel=1e-6)
+    for bad in (np.full(shape, 4.25, dtype), np.where(np.arange(image.size).reshape(shape) == 3,
+                                                      np.nan, image), np.where(
+            np.arange(image.size).reshape(shape) == 5, np.inf, image)):
+        assert np.isnan(sharpness(bad)) and np.isnan(sharpness(cp.asarray(bad)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
+@pytest.mark.parametrize("shape,area", [((3, 5, 7), (0, 5, 0, 7)), ((2, 13, 29), (1, 12, 3, 28)),
+                                        ((4, 300, 411), (4, 299, 0, 407))])
+def test_gpu_area_float_cuts_and_converts_as_numpy(rng, dtype, shape, area):
+    """``area_float`` against NumPy's slice and ``astype``, exactly, into an output poisoned
+    with NaN (every pixel written)."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import AREA_FLOAT, MOMENT_THREADS, area_float
+    from xcorr_app._cuda import stride_blocks
+
+    frames = (rng.random(shape) * 250).astype(dtype)
+    y0, y1, x0, x1 = area
+    want = frames[:, y0:y1, x0:x1].astype(np.float32)
+    np.testing.assert_array_equal(area_float(cp.asarray(frames), area).get(), want)
+    out = cp.full(want.shape, np.nan, cp.float32)
+    ctype = {np.uint8: "unsigned char", np.uint16: "unsigned short", np.int16: "short",
+             np.float32: "float", np.float64: "double"}[dtype]
+    AREA_FLOAT.get(ctype, MOMENT_THREADS)(
+        (min(3, stride_blocks(out.size, MOMENT_THREADS)),), (MOMENT_THREADS,),
+        (cp.asarray(frames), np.int64(shape[0]), np.int32(shape[1]), np.int32(shape[2]),
+         np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0), out))
+    np.testing.assert_array_equal(out.get(), want)  # (three blocks: the grid-stride loop)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 5, 7), (9, 37, 45), (3, 300, 259)])
+def test_gpu_frame_sums_add_the_frames_in_float64(rng, shape):
+    """``frame_sums`` against NumPy's float64 sums, all frames and those of a mask, added onto
+    what the sums held; a frame outside the mask with NaN does not reach them."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import frame_sums
+
+    frames = rng.standard_normal(shape).astype(np.float32) * 1e3
+    start = rng.standard_normal(shape[1:])
+    ok = np.arange(shape[0]) % 2 == 0
+    frames[~ok] = np.nan
+    got = frame_sums(cp.asarray(start), cp.asarray(frames), cp.asarray(ok)).get()
+    np.testing.assert_allclose(got, start + frames[ok].astype(np.float64).sum(axis=0),
+                               rtol=1e-12, atol=1e-9)
+    clean = np.nan_to_num(frames)
+    got = frame_sums(cp.asarray(start), cp.asarray(clean)).get()
+    np.testing.assert_allclose(got, start + clean.astype(np.float64).sum(axis=0), rtol=1e-12,
+                               atol=1e-9)
+    with pytest.raises(ValueError, match="frame_sums"):
+        frame_sums(cp.zeros(shape[1:]), cp.zeros(shape))  # float64 frames
+
+
+def test_sharpness_of_a_divided_image_is_that_of_the_quotient(rng):
+    """The CPU's ``sharpness(image, divisor)`` is ``sharpness(image / divisor)``; an image
+    under 3 pixels a side has none."""
+    from xcorr_app.alignment._quality_figures import sharpness
+
+    image = rng.random((21, 17)) * 90
+    assert sharpness(image, 9.0) == sharpness(image / 9.0)
+    assert np.isnan(sharpness(np.ones((2, 9))))

@@ -207,6 +207,15 @@ def test_periodic_spectrum_of_one_image_and_phase_cross_power(xp, rng, dtype):
     for r in (ref, np.stack([ref, ref])):
         got = to_numpy(cross_power(xp.asarray(r), xp.asarray(spec.copy()), phase=True))
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    # the low-pass weights of the FFT check, in the same pass on the GPU (as the CPU's "*=")
+    weights = rng.random(ref.shape).astype(dtype)
+    got = to_numpy(cross_power(xp.asarray(ref), xp.asarray(spec.copy()), phase=True,
+                               weights=xp.asarray(weights)))
+    np.testing.assert_allclose(got, want * weights, rtol=tol, atol=tol)
+    plain = to_numpy(cross_power(xp.asarray(ref), xp.asarray(spec.copy()),
+                                 weights=xp.asarray(weights)))
+    np.testing.assert_allclose(plain, ref * np.conj(spec) * weights, rtol=tol,
+                               atol=tol * np.abs(ref * np.conj(spec)).max())
 
 
 def test_periodic_components_find_shifts_of_non_periodic_crops(xp, rng):

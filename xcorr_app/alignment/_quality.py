@@ -44,7 +44,8 @@ import numpy as np
 from .. import backend
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
-from ._quality_figures import AreaFigures, RegionFigures, sharpness
+from ._quality_figures import (AreaFigures, RegionFigures, area_float, frame_sums, moments_of,
+                               sharpness)
 from .piecewise import common_area, field_weights, warp_chunk
 from .warp import shift_frames
 
@@ -148,7 +149,7 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
                    tuple(int(v) for v in patches[2]))
     area = _area(shifts if patches is None else patches[0].reshape(-1, 2), frame_shape)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
-    t = executor.xp.asarray(template, executor.xp.float32)
+    t = executor.xp.asarray(template)  # (as it came: the GPU's pass converts its area)
     part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
                              template=executor.portable(t), patches=patches)
     parts = executor.map(part, None)
@@ -239,9 +240,7 @@ def _aligned(frames, shifts, xp, area):
     s = xp.asarray(np.where(np.isfinite(shifts), shifts, 0.0))
     if xp is not np:
         frames = xp.asarray(frames)
-        g = shift_frames(frames, s)
-        f = xp.ascontiguousarray(frames[:, y0:y1, x0:x1].astype(xp.float32))
-        return f, xp.ascontiguousarray(g[:, y0:y1, x0:x1])
+        return area_float(frames, area), area_float(shift_frames(frames, s), area)
     f = xp.asarray(frames).astype(xp.float32)
     g = shift_frames(f, s)
     return (xp.ascontiguousarray(f[:, y0:y1, x0:x1]),
@@ -258,11 +257,13 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     streams them (on the GPU: pinned copies on two streams, overlapped with the work); nothing
     waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
-    whole = xp.asarray(template, xp.float32)
-    inside = xp.ascontiguousarray(whole[y0:y1, x0:x1])
+    whole = xp.asarray(template)
+    inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
+        else area_float(whole[None], area)[0]
     prepare = dataclasses.replace(opts, window="none").preparer(xp, inside.shape)
     t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
-    regions = None if patches is None else _PatchQuality(whole, patches, opts, xp)
+    regions = None if patches is None else _PatchQuality(xp.asarray(whole, xp.float32),
+                                                         patches, opts, xp)
     sums = _Sums(xp, inside.shape)
     out, out_patches = [], []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
@@ -293,17 +294,16 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
     counted = int(ok_of(start, stop).sum())
-    if moments:  # (the moments in three copies to the host, the masks a chunk's at a time)
-        b, a, r = (backend.to_numpy(xp.concatenate([m[k] for m in moments])) for k in range(3))
+    if moments:  # (to the host a chunk's at a time: CuPy's concatenate compiles at first use)
+        b, a, r = (np.concatenate([moments_of(m[k]) for m in moments]) for k in range(3))
         masks = [np.concatenate([backend.to_numpy(m[k]) for m in moments]) for k in (3, 4)]
         out = [_rows(t.zncc_of(b), t.zncc_of(a), t.residual_of(r), *masks,
                      np.concatenate([m[5] for m in moments]))]
     rows = np.concatenate(out).astype(np.float64) if out else np.zeros((0, 4))
     if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
         n = max(stop - start, 1)
-        means = {"sharpness": (sharpness(xp.divide(sums.raw, n)),
-                               sharpness(xp.divide(sums.aligned, counted))
-                               if counted else float("nan"))}
+        means = {"sharpness": (sharpness(sums.raw, n),
+                               sharpness(sums.aligned, counted) if counted else float("nan"))}
     else:
         means = {"sums": sums.result()}
     per_patch = None if regions is None else \
@@ -381,11 +381,14 @@ class _Sums:
         xp = self.xp
         if self._done is not None:
             xp.cuda.get_current_stream().wait_event(self._done)
-        self.raw += f.sum(axis=0, dtype=xp.float64)
-        self.aligned += (g if ok is None else g * ok[:, None, None]).sum(axis=0,
-                                                                         dtype=xp.float64)
-        if xp is not np:
-            self._done = xp.cuda.get_current_stream().record()
+        if xp is np:
+            self.raw += f.sum(axis=0, dtype=xp.float64)
+            self.aligned += (g if ok is None else g * ok[:, None, None]).sum(axis=0,
+                                                                             dtype=xp.float64)
+            return
+        frame_sums(self.raw, f)
+        frame_sums(self.aligned, g, ok)
+        self._done = xp.cuda.get_current_stream().record()
 
     def result(self):
         return backend.to_numpy(self.raw), backend.to_numpy(self.aligned)

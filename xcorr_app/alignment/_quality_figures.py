@@ -4,7 +4,10 @@ sharpness of a mean image, on the CPU and the GPU.
 
 On the GPU the whole area's figures come from each frame's moments over it
 (:func:`area_moments`, ``kernels/alignment/quality_moments.cu``: one read of a chunk a figure),
-the patch regions' from batched matrix products, as on the CPU (a rigid run's need none).
+the template's and a mean image's from a pass of a kernel each, the area's cut and the mean
+images' sums from kernels too (``kernels/alignment/quality_images.cu``: shipped built, where
+CuPy's operations compiled some 20 kernels at a first run); the patch regions' figures from
+batched matrix products, as on the CPU (a rigid run's need none).
 
 Examples
 --------
@@ -22,10 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
+from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..filters import gradient
 
-__all__ = ["RegionFigures", "AreaFigures", "area_moments", "sharpness"]
+__all__ = ["RegionFigures", "AreaFigures", "area_moments", "moments_of", "area_float",
+           "frame_sums", "sharpness"]
 
 #: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
 #: the most blocks a frame (each warp then takes every (blocks * 8)-th row of the area)
@@ -34,6 +38,13 @@ MOMENT_BLOCKS = 64
 AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
                             [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
                              for j in (1, 2)])
+#: kernels/alignment/quality_images.cu
+TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
+IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
+                             [(t, MOMENT_THREADS) for t in ("float", "double")])
+AREA_FLOAT = KernelFamily("quality_images.cu", "area_float",
+                          [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
+FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums", [(MOMENT_THREADS,)])
 
 
 class RegionFigures:
@@ -111,42 +122,85 @@ class AreaFigures(RegionFigures):
     operations a chunk would launch a dozen kernels and compile each on a first run."""
 
     def __init__(self, template, prepared, xp):
-        super().__init__(template[None], prepared[None], xp)
         self.shape = template.shape
         self._host = None
+        if xp is np:
+            super().__init__(template[None], prepared[None], xp)
+        else:
+            self._on_gpu(template, prepared)
+
+    def _on_gpu(self, template, prepared):
+        """The figures :class:`RegionFigures` makes, of one region on the GPU, by two passes of
+        :func:`area_moments` (the means, the prepared template's spread) and one of
+        ``template_figures`` (the centred template, the gradient and their sums): the CPU's
+        formulas, summed in float64 in another order."""
+        import cupy as cp
+
+        self.xp = cp
+        tmpl = cp.ascontiguousarray(template, cp.float32)
+        prep = cp.ascontiguousarray(prepared, cp.float32)
+        rows, cols = tmpl.shape
+        if min(rows, cols) < 2:
+            raise ValueError(f"AreaFigures: a {rows}x{cols} area has no gradient")
+        k = float(rows * cols)
+        # each image's sums about its first pixel p: the mean p + sum / k, the spread
+        # sum(d * d) - sum(d) ** 2 / k
+        (dt, _, _), (dq, dq2, _) = (moments_of(area_moments(a[None], prep[None]))[0]
+                                    for a in (tmpl, prep))
+        t_mean = float(tmpl[0, 0]) + dt / k
+        q_mean = float(prep[0, 0]) + dq / k
+        q_den = max(np.sqrt(max(dq2 - dq * dq / k, 0.0)), 1e-300)
+        t, g = cp.empty((1, rows * cols), cp.float32), cp.empty((1, 2, rows * cols), cp.float32)
+        blocks = _row_blocks(rows)
+        partial = cp.empty((blocks, 9), cp.float64)
+        TEMPLATE_FIGURES.get(MOMENT_THREADS)(
+            (blocks,), (MOMENT_THREADS,), (tmpl, prep, np.int32(rows), np.int32(cols),
+                                           np.float32(t_mean), np.float64(q_mean),
+                                           np.float64(q_den), t, g, partial))
+        s = moments_of(partial[None])[0]
+        h = np.array([[s[6], s[7]], [s[7], s[8]]])[None]
+        inverse = np.full_like(h, np.nan)
+        if np.linalg.det(h[0]) > 0:
+            inverse[0] = np.linalg.inv(h[0])
+        self.t, self.g = t, g
+        self._host = {"t_total": float(s[0]), "t_norm2": float(s[1]), "g_total": s[2:4].copy(),
+                      "tg": s[None, 4:6].copy(), "inverse": inverse}
+        self.t_total, self.t_norm2 = cp.asarray(s[:1]), cp.asarray(s[1:2])
+        self.g_total, self.tg = cp.asarray(s[None, 2:4]), cp.asarray(s[None, 4:6])
+        self.inverse = cp.asarray(inverse)
 
     def zncc(self, frames):
         """(n,) from the frames' areas (n, H, W)."""
         if self.xp is np:
             return super().zncc(frames.reshape(len(frames), 1, -1))[:, 0]
-        return self.xp.asarray(self.zncc_of(backend.to_numpy(self.zncc_moments(frames))))
+        return self.xp.asarray(self.zncc_of(moments_of(self.zncc_moments(frames))))
 
     def residual(self, frames):
         """(n, 2) px from the prepared frames (n, H, W)."""
         if self.xp is np:
             return super().residual(frames.reshape(len(frames), 1, -1))[:, 0]
-        return self.xp.asarray(self.residual_of(backend.to_numpy(
-            self.residual_moments(frames))))
+        return self.xp.asarray(self.residual_of(moments_of(self.residual_moments(frames))))
 
-    def zncc_moments(self, frames):
-        """(n, 3) float64 on the GPU: the moments :meth:`zncc_of` takes."""
-        return area_moments(frames, self.t.reshape(1, *self.shape))
+    def zncc_moments(self, frames, area=None):
+        """(n, blocks, 3) float64 on the GPU: the blocks' moments of ``frames`` over ``area``
+        (default: the whole frame) whose sums (:func:`moments_of`) :meth:`zncc_of` takes."""
+        return area_moments(frames, self.t.reshape(1, *self.shape), area)
 
     def residual_moments(self, frames):
-        """(n, 4) float64 on the GPU: the moments of the prepared frames :meth:`residual_of`
-        takes."""
+        """(n, blocks, 4) float64 on the GPU: the blocks' moments of the prepared frames,
+        whose sums :meth:`residual_of` takes."""
         return area_moments(frames, self.g[0].reshape(2, *self.shape))
 
     def zncc_of(self, s):
-        """(n,) NumPy from :meth:`zncc_moments` (on the host; NaN from a frame's NaN or Inf
-        pixels, quietly, as on the GPU before)."""
+        """(n,) NumPy from the sums of :meth:`zncc_moments` (on the host; NaN from a frame's
+        NaN or Inf pixels, quietly, as on the GPU before)."""
         c = self._constants()
         with np.errstate(invalid="ignore", over="ignore"):
             mean, spread = self._spread(s)
             return _ratio(s[:, 2] - mean[:, 0] * c["t_total"], spread * c["t_norm2"], np)
 
     def residual_of(self, s):
-        """(n, 2) px NumPy from :meth:`residual_moments` (on the host, quietly as
+        """(n, 2) px NumPy from the sums of :meth:`residual_moments` (on the host, quietly as
         :meth:`zncc_of`)."""
         c = self._constants()
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -210,11 +264,11 @@ def _centred(a):
 
 
 def area_moments(frames, refs, area=None):
-    """``(n, 2 + J)`` float64 CuPy: per frame of ``frames`` (n, h, w) over ``area`` ``(y0, y1,
-    x0, x1)`` (default the frame), the sums of v, v * v and v * ``refs[j]`` for the J (1 or 2)
-    float32 images ``refs`` (J, y1 - y0, x1 - x0), v each pixel as float32: one read of the
-    chunk (``kernels/alignment/quality_moments.cu``), the blocks' sums added up in a fixed
-    order."""
+    """``(n, blocks, 2 + J)`` float64 CuPy: per frame of ``frames`` (n, h, w) over ``area``
+    ``(y0, y1, x0, x1)`` (default the frame), each block's sums of d, d * d and d * ``refs[j]``
+    for the J (1 or 2) float32 images ``refs`` (J, y1 - y0, x1 - x0), d each pixel as float32
+    less the area's first pixel: one read of the chunk (``kernels/alignment/quality_moments.cu``).
+    The host adds the blocks up (:func:`moments_of`): CuPy's sum would compile at first use."""
     import cupy as cp
 
     frames, c_type = kernel_pixels(frames)
@@ -227,8 +281,7 @@ def area_moments(frames, refs, area=None):
                                                                 and 0 <= x0 < x1 <= w):
         raise ValueError(f"area_moments: {j} references of {refs.shape[1:]} for the area "
                          f"{(y0, y1, x0, x1)} of {h}x{w} frames")
-    warps = MOMENT_THREADS // 32
-    blocks = max(1, min(MOMENT_BLOCKS, -(-rows // (4 * warps))))
+    blocks = _row_blocks(rows)
     partial = cp.empty((n, blocks, 2 + j), cp.float64)
     kernel = AREA_MOMENTS.get(c_type, j, MOMENT_THREADS)
     for a in range(0, n, 65535):  # (the grid's y extent)
@@ -236,22 +289,95 @@ def area_moments(frames, refs, area=None):
         kernel((blocks, b - a), (MOMENT_THREADS,),
                (frames[a:b], np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
                 np.int32(rows), np.int32(cols), refs, partial[a:b]))
-    return partial.sum(axis=1)
+    return partial
 
 
-def sharpness(image) -> float:
-    """Gradient energy over variance of a mean image (scale-free; higher is sharper), on the
-    image's device (a GPU run's means stay there: on the host the two took 22 ms of a 114 ms
-    run of 128 frames of 1024x1024, H100 2026-11-25); the gradient in float32, summed in
-    float64."""
+def moments_of(partial) -> np.ndarray:
+    """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M), added in order."""
+    return backend.to_numpy(partial).sum(axis=1)
+
+
+
+def _row_blocks(rows) -> int:
+    """Blocks of the row-wise kernels (a warp a row, the rows of a block every blocks-th)."""
+    return max(1, min(MOMENT_BLOCKS, -(-rows // (4 * (MOMENT_THREADS // 32)))))
+
+
+def area_float(frames, area):
+    """The ``area`` ``(y0, y1, x0, x1)`` of CuPy ``frames`` (n, h, w) as float32 (n, y1 - y0,
+    x1 - x0), C-contiguous, by a kernel shipped built (``kernels/alignment/quality_images.cu``;
+    ``astype`` and ``ascontiguousarray`` of a slice compile a kernel per type and layout)."""
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    y0, y1, x0, x1 = area
+    out = cp.empty((n, y1 - y0, x1 - x0), cp.float32)
+    if out.size:
+        AREA_FLOAT.get(c_type, MOMENT_THREADS)(
+            (stride_blocks(out.size, MOMENT_THREADS),), (MOMENT_THREADS,),
+            (frames, np.int64(n), np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
+             np.int32(y1 - y0), np.int32(x1 - x0), out))
+    return out
+
+
+def frame_sums(acc, frames, ok=None):
+    """``acc`` (h, w) float64 CuPy, in place, plus each of ``frames`` (n, h, w) float32 CuPy
+    (C-contiguous) with ``ok`` (n,) bool CuPy (None: all), added a frame at a time in order."""
+    import cupy as cp
+
+    n = len(frames)
+    plane = acc.size
+    if frames.dtype != cp.float32 or not frames.flags.c_contiguous or acc.dtype != cp.float64 \
+            or frames[0].size != plane or (ok is not None and ok.dtype != cp.bool_):
+        raise ValueError(f"frame_sums: {frames.dtype} frames {frames.shape} into {acc.dtype} "
+                         f"{acc.shape}")
+    if n:
+        FRAME_SUMS.get(MOMENT_THREADS)(
+            (stride_blocks(plane, MOMENT_THREADS),), (MOMENT_THREADS,),
+            (frames, np.int32(n), np.int64(plane), ok, acc))
+    return acc
+
+
+def sharpness(image, divisor=1.0) -> float:
+    """Gradient energy over variance of a mean image ``image / divisor`` (scale-free; higher
+    is sharper), on the image's device (a GPU run's means stay there: on the host the two took
+    22 ms of a 114 ms run of 128 frames of 1024x1024, H100 2026-11-25; there one kernel,
+    ``image_figures``, makes its sums); the image as float32, its gradient in float32, summed
+    in float64."""
     xp = backend.array_module_of(image)
-    img = image.astype(xp.float32)
-    if min(img.shape) < 3:
+    if min(image.shape) < 3:
         return float("nan")
-    gy, gx = gradient(img)
-    figures = xp.stack([img.var(dtype=xp.float64),
-                        _sum64(xp.square(gy)) + _sum64(xp.square(gx))])
-    var, energy = backend.to_numpy(figures).tolist()
+    if xp is not np:
+        var, energy = _image_figures(image, float(divisor))
+    else:
+        with np.errstate(invalid="ignore", over="ignore"):  # (NaN/Inf pixels: NaN, quietly)
+            img = (image / divisor if divisor != 1 else image).astype(np.float32)
+            gy, gx = gradient(img)
+            var = float(img.var(dtype=np.float64))
+            energy = float(_sum64(np.square(gy)) + _sum64(np.square(gx)))
     if not np.isfinite(var) or var <= 0:
         return float("nan")
-    return float(energy / img.size / var)
+    return float(energy / image.size / var)
+
+
+def _image_figures(image, divisor):
+    """``(variance, gradient energy)`` of a 2-D CuPy image ``/ divisor`` (as float32; times
+    its reciprocal: a division in the kernel spilled registers)."""
+    import cupy as cp
+
+    c_type = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(
+        np.dtype(image.dtype))
+    if c_type is None:
+        image, c_type = image.astype(cp.float64), "double"
+    image = cp.ascontiguousarray(image)
+    rows, cols = image.shape
+    blocks = _row_blocks(rows)
+    partial = cp.empty((blocks, 4), cp.float64)
+    IMAGE_FIGURES.get(c_type, MOMENT_THREADS)(
+        (blocks,), (MOMENT_THREADS,), (image, np.int32(rows), np.int32(cols),
+                                       np.float64(1.0 / divisor), partial))
+    d, d2, gy2, gx2 = moments_of(partial[None])[0]
+    k = float(rows * cols)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return max(d2 - d * d / k, 0.0) / k if np.isfinite(d2) else float("nan"), gy2 + gx2

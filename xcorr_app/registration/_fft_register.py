@@ -30,8 +30,8 @@ import math
 
 import numpy as np
 
-from ..backend import array_module_of, to_xp
-from ..correlate import conj_product, fft_of
+from ..backend import array_module_of, device_copy, to_xp
+from ..correlate import conj_product, fft_of, irfft2_unnormalized
 from ..errors import InputError
 from ._peak_math import (COMPLEX, edge_differences, fits, phase_cross_power, subtract_smooth,
                          surface_argmax, upsampled_peaks)
@@ -115,26 +115,30 @@ def whiten(product, real_dtype=None):
     return product
 
 
-def cross_power(reference_spectrum, spectrum, phase=False):
+def cross_power(reference_spectrum, spectrum, phase=False, weights=None):
     """``spectrum = reference_spectrum * conj(spectrum)`` in place (``reference_spectrum``
-    broadcast), divided by its magnitude as :func:`whiten` does when ``phase``; on the GPU one
-    fused kernel.  Returns ``spectrum``.
+    broadcast), divided by its magnitude as :func:`whiten` does when ``phase``, then times
+    ``weights`` (real, broadcast as the reference) where given; on the GPU one fused kernel
+    (the phase's weights in it).  Returns ``spectrum``.
 
     The plain product is the FFT home's :func:`xcorr_app.correlate._fft.conj_product`; phase
     correlation whitens every bin in the same pass (its own kernel on the GPU).
     """
-    if not phase:
-        return conj_product(reference_spectrum, spectrum, out=spectrum)
     xp = array_module_of(spectrum)
-    if xp is np:
+    if not phase or xp is np:
         conj_product(reference_spectrum, spectrum, out=spectrum)
-        return whiten(spectrum)
-    real = np.dtype(spectrum.real.dtype)
-    floor = 100 * np.finfo(real).eps
-    ref = reference_spectrum.astype(spectrum.dtype, copy=False)
-    if not phase_cross_power(ref, spectrum, floor):  # other layouts: CuPy's operations
-        conj_product(ref, spectrum, out=spectrum)
+        if phase:
+            whiten(spectrum)
+    else:
+        real = np.dtype(spectrum.real.dtype)
+        floor = 100 * np.finfo(real).eps
+        ref = reference_spectrum.astype(spectrum.dtype, copy=False)
+        if phase_cross_power(ref, spectrum, floor, weights):
+            return spectrum
+        conj_product(ref, spectrum, out=spectrum)  # other layouts: CuPy's operations
         spectrum /= xp.maximum(xp.abs(spectrum), real.type(floor))
+    if weights is not None:
+        spectrum *= weights
     return spectrum
 
 
@@ -383,12 +387,17 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
     weights = None if not lowpass else gaussian_weights(xp, (h, w), lowpass, halves, real)
     if weights is not None and normalization != "phase":
         ref_fft = ref_fft * weights  # (a new array: the caller's spectrum stays as it was)
-    cross_power(ref_fft, product, normalization == "phase")
-    if weights is not None and normalization == "phase":
-        product *= weights
+    cross_power(ref_fft, product, normalization == "phase",
+                weights if normalization == "phase" else None)
 
     if xp is not np and n:  # |x|, its peak and the signed shifts in one kernel (peak_math.cu)
-        corr = fft.irfft2(product, s=(h, w)) if halves else fft.ifft2(product)
+        if halves and upsample_factor > 1:
+            # the inverse of a copy (refine_peak reads the product), without its 1/n: the
+            # integer peak's place does not depend on it, and refine_peak measures the peak
+            # anew (cupy.fft.irfft2's own copy and division compiled two kernels at first use)
+            corr = irfft2_unnormalized(device_copy(product), (h, w))
+        else:
+            corr = fft.irfft2(product, s=(h, w)) if halves else fft.ifft2(product)
         _, _, peak, both = surface_argmax(corr, absolute=True, copies=2)
         shifts, integer = both[0], both[1]
     else:

@@ -288,11 +288,12 @@ def wrapped_correlations(frame, reference, shift, out=None):
     return inside, strips
 
 
-def phase_ramps(spectrum, width, fractions):
+def phase_ramps(spectrum, width, fractions, scale=1.0):
     """The half spectrum ``spectrum`` (H, W // 2 + 1) complex64 of an image of width ``width``
-    times ``exp(2j pi (ky fy + kx fx))`` for each row ``(fy, fx)`` of ``fractions`` (F, 2):
-    ``(F, H, W // 2 + 1)`` complex64 CuPy array, the spectra of the image moved circularly by
-    those fractions of a pixel (``alignment.refine._template.fractional_references``)."""
+    times ``scale * exp(2j pi (ky fy + kx fx))`` for each row ``(fy, fx)`` of ``fractions``
+    (F, 2): ``(F, H, W // 2 + 1)`` complex64 CuPy array, the spectra of the image moved
+    circularly by those fractions of a pixel (``alignment.refine._template.
+    fractional_references``; ``scale``: an unnormalized inverse's 1/n)."""
     import cupy as cp
 
     spec = cp.ascontiguousarray(spectrum, dtype=cp.complex64)
@@ -303,7 +304,8 @@ def phase_ramps(spectrum, width, fractions):
                          f"most {MAX_GRID_Y} finite fractions, got {spec.shape} and {frac.shape}")
     out = cp.empty((len(frac), h, w2), cp.complex64)
     _kernel(RAMPS)((_blocks(h * w2)[0], len(frac)), (THREADS,),
-                   (spec, np.int32(h), np.int32(width), np.int32(w2), cp.asarray(frac), out))
+                   (spec, np.int32(h), np.int32(width), np.int32(w2), cp.asarray(frac),
+                    np.float64(scale), out))
     return out
 
 
@@ -337,21 +339,25 @@ def subtract_smooth(a, b, shape, spectrum) -> bool:
     return True
 
 
-def phase_cross_power(reference_spectrum, spectrum, floor) -> bool:
+def phase_cross_power(reference_spectrum, spectrum, floor, weights=None) -> bool:
     """``cross_power(..., phase=True)`` on the GPU: ``spectrum = reference_spectrum *
-    conj(spectrum) / max(|.|, floor)`` in place, ``reference_spectrum`` of the shape of
-    ``spectrum`` or of its trailing axes.  False where the kernel does not take them."""
+    conj(spectrum) / max(|.|, floor)`` in place, then times ``weights`` (real, the shape of
+    ``reference_spectrum``) where given; ``reference_spectrum`` of the shape of ``spectrum``
+    or of its trailing axes.  False where the kernel does not take them."""
     import cupy as cp
 
     pair = _complex_pair(spectrum)
     ref = reference_spectrum
+    real = np.dtype(spectrum.real.dtype)
     if pair is None or not spectrum.flags.c_contiguous or spectrum.size == 0 \
             or ref.dtype != spectrum.dtype or ref.size == 0 \
-            or tuple(ref.shape) != tuple(spectrum.shape[spectrum.ndim - ref.ndim:]):
+            or tuple(ref.shape) != tuple(spectrum.shape[spectrum.ndim - ref.ndim:]) \
+            or (weights is not None and (weights.dtype != real or weights.shape != ref.shape)):
         return False
     ref = cp.ascontiguousarray(ref)
+    weights = None if weights is None else cp.ascontiguousarray(weights)
     total = spectrum.size
-    real = np.dtype(spectrum.real.dtype).type
     _kernel(PHASE, *pair)((min(_blocks(total)[0], MAX_BLOCKS),), (THREADS,),
-                          (ref, np.int64(ref.size), spectrum, np.int64(total), real(floor)))
+                          (ref, np.int64(ref.size), spectrum, np.int64(total), real.type(floor),
+                           weights))
     return True

@@ -44,6 +44,7 @@ import dataclasses
 import numpy as np
 
 from ... import backend
+from ...correlate import irfft2_unnormalized
 from ...registration import fft_shifts, phase_ramps, wrapped_correlations
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
@@ -229,7 +230,7 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     # the frames read and prepared together, their flags fetched once (one by one they took
     # 10.5 ms of a 0.23 s GPU run, H100 2026-11-23: each preparation's launches and waits)
     frames = opts.preparer(xp, src.frame_shape)(
-        xp.stack([xp.asarray(src.read(i, i + 1))[0] for i in order]))
+        backend.stack_frames([src.read(i, i + 1)[0] for i in order], xp))
     on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
     # each tested frame compared at two shifts: the linear pass's, and measured again
     # circularly (phase correlation, upsampled): a wrap-around frame's linear shift can be
@@ -239,7 +240,8 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     circular = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=20,
                                                       normalization="phase")[0]), np.float64)
     pairs = [_wrap_sums(frames.raw, ref, s, xp, on_gpu) for s in (shifts[order], circular)]
-    usable = backend.to_numpy(frames.finite & ~frames.constant)  # (fetched behind the sums)
+    # (fetched behind the sums; combined on the host: CuPy's & and ~ compile at first use)
+    usable = backend.to_numpy(frames.finite) & ~backend.to_numpy(frames.constant)
     best = np.where((pairs[1][:, :1] > pairs[0][:, :1]), pairs[1], pairs[0])
     ratios = [strips / inside for (inside, strips), ok in zip(best, usable)
               if ok and inside >= PERIODIC_MIN_CORRELATION]
@@ -283,7 +285,9 @@ def fractional_references(ref, fractions, xp):
     fractions = np.asarray(fractions, np.float64).reshape(-1, 2)
     if xp is not np:
         spec = xp.fft.rfft2(xp.asarray(ref, xp.float32))
-        return xp.fft.irfft2(phase_ramps(spec, w, fractions), s=(h, w)).astype(xp.float32)
+        # (the inverse's 1/n in the ramps: cupy.fft.irfft2's copy and division compiled two
+        # kernels at first use)
+        return irfft2_unnormalized(phase_ramps(spec, w, fractions, 1.0 / (h * w)), (h, w))
     ry = np.exp(2j * np.pi * np.fft.fftfreq(h)[None, :] * fractions[:, :1])
     rx = np.exp(2j * np.pi * np.fft.rfftfreq(w)[None, :] * fractions[:, 1:])
     if h % 2 == 0:  # the Nyquist frequency's own cosine: the spectrum stays a real image's

@@ -35,6 +35,7 @@ CONVERT_SUBTRACT = KernelFamily(SOURCE, "convert_subtract",
                                 [(t,) for t in PIXEL_C_TYPES.values()])
 PACK_ROWS = KernelFamily(SOURCE, "pack_rows", [()])
 PRECISION = KernelFamily(SOURCE, "precision_sums", [(THREADS,)])
+POWER_OF_TWO = KernelFamily(SOURCE, "scale_by_power_of_two", [("float",), ("double",)])
 #: pack_rows' pieces: their widths, and the type codes of the source
 ROW_WIDTHS = (2, 1, 1, 1, 1, 2, 2, 1)
 ROW_CODES = {np.dtype(np.float64): 0, np.dtype(np.bool_): 1, np.dtype(np.float32): 2,
@@ -187,6 +188,22 @@ def subtract_means(f, mean):
     if n and h * w:
         _each_frame(_kernels()[2], h * w, n, lambda a: (f, mean, np.int64(h * w), np.int64(a)))
     return f
+
+
+def power_of_two_scaled(frames, peak):
+    """A new C-contiguous copy of float32 or float64 CuPy ``frames`` (N, H, W), each frame
+    times the power of two that brings its largest magnitude ``peak`` (N,) float64 into
+    ``[0.5, 1)`` (1 where it is not finite or 0): :func:`~._preprocess.scale_free`'s scale."""
+    import cupy as cp
+
+    frames = cp.ascontiguousarray(frames)
+    n, h, w = frames.shape
+    out = cp.empty_like(frames)
+    peak = cp.ascontiguousarray(peak, cp.float64)
+    kernel = POWER_OF_TWO.get(PIXEL_C_TYPES[np.dtype(frames.dtype)])
+    if n and h * w:
+        _each_frame(kernel, h * w, n, lambda a: (frames, out, peak, np.int64(h * w), np.int64(a)))
+    return out
 
 
 def _each_frame(kernel, plane, n, args):

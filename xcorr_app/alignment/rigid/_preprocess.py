@@ -265,12 +265,12 @@ def scale_free(frames, xp):
         return frames
     if xp is not np:  # one kernel of ours for the largest magnitudes (registration/_peak_math)
         from ...registration import surface_argmax
+        from ._frame_stats import power_of_two_scaled
 
-        # and one for the scales: as a chain of CuPy operations on the (n,) peaks they were
-        # eight kernels compiled on a first run (0.8 s) and launched every chunk
-        scale = _power_of_two_scale()(surface_argmax(frames, absolute=True)[2],
-                                      xp.empty(len(frames), frames.dtype))
-        return frames * scale[:, None, None]
+        # and one for the scaled copy (kernels/alignment/frame_stats.cu, shipped built): as
+        # CuPy operations on the (n,) peaks and a multiply they were kernels compiled on a
+        # first run (eight, 0.8 s; then two) and launched every chunk
+        return power_of_two_scaled(frames, surface_argmax(frames, absolute=True)[2])
     with np.errstate(invalid="ignore"):
         peak = np.maximum(frames.max(axis=(-2, -1)), -frames.min(axis=(-2, -1)))
     peak = peak.astype(np.float64)
@@ -280,19 +280,6 @@ def scale_free(frames, xp):
         return frames  # (on the CPU the copy is saved; on the GPU nothing waits to know)
     scale = np.ldexp(np.ones(len(frames), frames.dtype), -exponent.astype(np.int32))
     return frames * scale[:, None, None]
-
-
-@functools.cache
-def _power_of_two_scale():
-    """``scale = 2 ** -e`` of each frame's largest magnitude ``peak = m * 2 ** e`` (``m`` in
-    ``[0.5, 1)``; 1 where the peak is not finite or 0), as :func:`scale_free` on the CPU."""
-    import cupy as cp
-
-    return cp.ElementwiseKernel(
-        "P peak", "T scale",
-        "int e = 0; const double p = (double)peak;"
-        " if (isfinite(p) && p > 0.0) frexp(p, &e); scale = (T)ldexp(1.0, -e);",
-        "xcorr_power_of_two_scale")
 
 
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
