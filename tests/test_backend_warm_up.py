@@ -74,7 +74,7 @@ def test_a_gpu_command_starts_it_before_its_imports(fake_gpu, monkeypatch, args,
     from xcorr_app.cli import _main
 
     events = []
-    monkeypatch.setattr(backend, "start_gpu_warm_up", lambda: events.append("warm-up"))
+    monkeypatch.setattr(backend, "start_gpu_warm_up", lambda **k: events.append("warm-up"))
     get_command = _main.XcorrGroup.get_command
 
     def recorded(self, ctx, name):
@@ -110,11 +110,12 @@ def test_align_of_a_small_file_under_auto_starts_none(fake_gpu, monkeypatch, tmp
 
     small, large = _small_and_large(tmp_path)
     started_now = []
+    real = backend.start_gpu_warm_up
     monkeypatch.setattr(backend, "start_gpu_warm_up",
-                        lambda start=backend.start_gpu_warm_up: started_now.append(start()))
+                        lambda **k: started_now.append((real(**k), k)))
     _main._warm_up_early(["align", small if which == "small" else large, *extra])
-    assert started_now == ([True] if started else [])
-    assert backend.start_gpu_warm_up.__defaults__[0]() is False  # held, or started once
+    assert started_now == ([(True, {"fft": True})] if started else [])  # (align: cuFFT too)
+    assert real() is False  # held, or started once
     assert (backend._warm_up is not None) == started
 
 
@@ -180,3 +181,41 @@ def test_a_small_job_under_auto_never_probes_the_gpu(fake_gpu, tmp_path):
     assert not backend.warm_up_held()  # (held for that command only)
     assert "no usable GPU" not in res.output
     assert "measured on the CPU" in (tmp_path / "out" / "shifts.json").read_text()
+
+
+@pytest.mark.parametrize("devices", [0, 1])
+def test_an_align_warm_up_also_loads_cufft_where_a_device_is_usable(monkeypatch, devices):
+    """``start_gpu_warm_up(fft=True)`` (``xcorr align``'s) loads cuFFT in the thread after
+    the probe, and the probe's answer waits for it; without a usable device it is not
+    touched."""
+    loaded = []
+
+    class _One:
+        def sum(self):
+            return self
+
+        def item(self):
+            return 0.0
+
+    cufft = types.ModuleType("cupy.cuda.cufft")
+    cufft.getVersion = lambda: loaded.append(threading.current_thread().name) or 11000
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.ModuleType("cupy.cuda")
+    cupy.cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: devices)
+    cupy.cuda.cufft = cufft
+    cupy.float32 = "float32"
+    cupy.zeros = lambda *a, **k: _One()
+    for name, mod in (("cupy", cupy), ("cupy.cuda", cupy.cuda), ("cupy.cuda.cufft", cufft)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(backend, "gpu_likely", lambda: True)
+    monkeypatch.setattr(backend, "_warm_up", None)
+    monkeypatch.setattr(backend, "_warm_up_held", False)
+    monkeypatch.setattr(backend, "_warned_fallback", True)
+    backend._probe_gpu.cache_clear()
+    try:
+        assert backend.start_gpu_warm_up(fft=True)
+        backend._warm_up.join(10)
+        assert backend.gpu_available() is bool(devices)
+        assert loaded == (["xcorr-gpu-warm-up"] if devices else [])
+    finally:
+        backend._probe_gpu.cache_clear()

@@ -21,7 +21,8 @@
 //    (every tested frame in one launch each); phase_ramps: its references moved by a fraction
 //    of a pixel (spectra for cuFFT's inverse).
 //  * edge_differences, periodic_smooth: _fft_register.periodic_spectrum (its edge differences, the
-//    subtraction of the smooth component); phase_cross_power: _fft_register.cross_power (phase).
+//    subtraction of the smooth component); phase_cross_power: _fft_register.cross_power (phase);
+//    weighted_spectrum: fft_shifts' low-pass of a reference spectrum.
 
 #define NO_INDEX 0x7fffffffffffffffLL
 
@@ -680,5 +681,22 @@ __global__ void phase_cross_power(const C* __restrict__ ref, long long ref_size,
             v.y *= wgt;
         }
         f[i] = v;
+    }
+}
+
+// out = spec * weights (real weights, the spectrum's trailing elements, broadcast over its
+// leading axes): _fft_register.fft_shifts' low-pass of the reference spectrum (the CPU's
+// complex-times-real product).
+template <typename C, typename R>
+__global__ void weighted_spectrum(const C* __restrict__ spec, long long total,
+                                  const R* __restrict__ weights, long long size,
+                                  C* __restrict__ out) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const R w = weights[i % size];
+        C v = spec[i];
+        v.x *= w;
+        v.y *= w;
+        out[i] = v;
     }
 }

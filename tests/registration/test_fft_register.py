@@ -264,3 +264,23 @@ def test_a_half_spectrum_reference_gives_the_full_one_s_shifts(xp, rng, periodic
             np.testing.assert_allclose(to_numpy(y), to_numpy(x), rtol=tol, atol=tol)
     with pytest.raises(XcorrError):  # a half spectrum of another width
         fft_shifts(xp.fft.rfft2(r)[:, :-1], f, reference_is_fft=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_gpu_weighted_spectrum_is_the_cpus_product(rng, dtype):
+    """``weighted_spectrum`` (the FFT check's low-pass of a reference spectrum) against
+    NumPy's complex-times-real product, bit for bit, one spectrum and a batch sharing the
+    weights, odd sizes; weights of another shape or type are left to CuPy (None)."""
+    import cupy as cp
+
+    from xcorr_app.registration._peak_math import weighted_spectrum
+
+    real = np.float32 if dtype == np.complex64 else np.float64
+    for shape in [(7, 5), (3, 131, 67)]:
+        spec = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+        weights = rng.random(shape[-2:]).astype(real)
+        got = weighted_spectrum(cp.asarray(spec), cp.asarray(weights))
+        np.testing.assert_array_equal(got.get(), spec * weights)
+    assert weighted_spectrum(cp.asarray(spec), cp.asarray(weights[:2])) is None
+    assert weighted_spectrum(cp.asarray(spec), cp.asarray(weights.astype(np.float16))) is None

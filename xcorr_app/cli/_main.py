@@ -226,7 +226,7 @@ def _warm_up_early(args):
             and backend.small_job_file(args[1]):
         backend.hold_gpu_warm_up()
         return
-    backend.start_gpu_warm_up()
+    backend.start_gpu_warm_up(fft=args[0] == "align")
 
 
 def _device_asked(args) -> str:

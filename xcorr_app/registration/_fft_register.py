@@ -34,7 +34,7 @@ from ..backend import array_module_of, device_copy, to_xp
 from ..correlate import conj_product, fft_of, irfft2_unnormalized
 from ..errors import InputError
 from ._peak_math import (COMPLEX, edge_differences, fits, phase_cross_power, subtract_smooth,
-                         surface_argmax, upsampled_peaks)
+                         surface_argmax, upsampled_peaks, weighted_spectrum)
 from ._peaks import peak_index
 
 NORMALIZATIONS = ("phase", None)
@@ -385,8 +385,10 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
         if not reference_is_fft:
             ref_fft = periodic_spectrum(reference, ref_fft.astype(cplx, copy=False))
     weights = None if not lowpass else gaussian_weights(xp, (h, w), lowpass, halves, real)
-    if weights is not None and normalization != "phase":
-        ref_fft = ref_fft * weights  # (a new array: the caller's spectrum stays as it was)
+    if weights is not None and normalization != "phase":  # (a new array: the caller's
+        # spectrum stays as it was; on the GPU one kernel of ours, where CuPy's compiles)
+        weighted = None if xp is np else weighted_spectrum(ref_fft, weights)
+        ref_fft = ref_fft * weights if weighted is None else weighted
     cross_power(ref_fft, product, normalization == "phase",
                 weights if normalization == "phase" else None)
 

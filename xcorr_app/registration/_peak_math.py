@@ -65,8 +65,9 @@ _PAIRS = [(COMPLEX[np.dtype(c)], REAL[np.dtype(r)])
           for c, r in ((np.complex64, np.float32), (np.complex128, np.float64))]
 PERIODIC = KernelFamily(SOURCE, "periodic_smooth", _PAIRS)
 PHASE = KernelFamily(SOURCE, "phase_cross_power", _PAIRS)
+WEIGHTED = KernelFamily(SOURCE, "weighted_spectrum", _PAIRS)
 _ALL = [(fam, args) for fam in (SUBPIXEL, ON_BORDER, ARGMAX, DFT_MATRICES, UPSAMPLED_PEAKS,
-                                WRAP_ROWS, WRAP_TOTALS, RAMPS, EDGES, PERIODIC, PHASE)
+                                WRAP_ROWS, WRAP_TOTALS, RAMPS, EDGES, PERIODIC, PHASE, WEIGHTED)
         for args in fam.instantiations]
 #: the kernels compiled together on first use, in two groups: those of single precision (what
 #: the align pipeline launches), and those of double precision (float64 surfaces, complex128
@@ -306,6 +307,25 @@ def phase_ramps(spectrum, width, fractions, scale=1.0):
     _kernel(RAMPS)((_blocks(h * w2)[0], len(frac)), (THREADS,),
                    (spec, np.int32(h), np.int32(width), np.int32(w2), cp.asarray(frac),
                     np.float64(scale), out))
+    return out
+
+
+def weighted_spectrum(spectrum, weights):
+    """``spectrum * weights`` (a new array) for a complex CuPy ``spectrum`` and real
+    ``weights`` of its trailing shape and real type, by one kernel (CuPy's product compiles
+    at first use); None where the kernel does not take them."""
+    import cupy as cp
+
+    pair = _complex_pair(spectrum)
+    if pair is None or spectrum.size == 0 or weights.size == 0 \
+            or weights.dtype != np.dtype(spectrum.real.dtype) \
+            or tuple(weights.shape) != tuple(spectrum.shape[spectrum.ndim - weights.ndim:]):
+        return None
+    spectrum, weights = cp.ascontiguousarray(spectrum), cp.ascontiguousarray(weights)
+    out = cp.empty_like(spectrum)
+    _kernel(WEIGHTED, *pair)((min(_blocks(out.size)[0], MAX_BLOCKS),), (THREADS,),
+                             (spectrum, np.int64(out.size), weights, np.int64(weights.size),
+                              out))
     return out
 
 
