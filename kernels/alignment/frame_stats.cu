@@ -261,3 +261,19 @@ __global__ void scale_by_power_of_two(const T* __restrict__ in, T* __restrict__ 
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += stride)
         g[i] = a[i] * scale;
 }
+
+// The area [y0, y0 + rows) x [x0, x0 + cols) of frames (n, h, w) of pixels T as float32
+// (n, rows, cols), contiguous (astype and a slice's copy as CuPy operations compile a kernel
+// per type and layout at first use); a thread a pixel of the output, grid-strided.
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) area_float(
+        const T* __restrict__ frames, long long n, int h, int w, int y0, int x0, int rows,
+        int cols, float* __restrict__ out) {
+    const long long total = n * rows * cols;
+    for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < total;
+         i += (long long)gridDim.x * THREADS) {
+        const long long k = i / ((long long)rows * cols);
+        const int r = (int)((i / cols) % rows), x = (int)(i % cols);
+        out[i] = (float)frames[(k * h + y0 + r) * w + x0 + x];
+    }
+}

@@ -1,6 +1,5 @@
-// The quality report's images (xcorr_app/alignment/_quality_figures.py): an area of frames cut
-// out as float32 (area_float), frames added up a pixel at a time (frame_sums), and the figures
-// of one image, a pass each: the template's (template_figures) and a mean image's for its
+// The quality report's images (xcorr_app/alignment/_quality_figures.py): frames added up a
+// pixel at a time (frame_sums), and the figures of one image, a pass each: the template's (template_figures) and a mean image's for its
 // sharpness (image_figures).  As chains of CuPy operations they were some 20 kernels that NVRTC
 // compiled at first use, 1.5-2 s of a first GPU run's 4.2 s (H100, 2026-11-25); these ship
 // built.
@@ -127,21 +126,6 @@ __global__ void __launch_bounds__(THREADS) image_figures(
         }
     }
     store_block_sums<M, THREADS>(acc, partial);
-}
-
-// The area [y0, y0 + rows) x [x0, x0 + cols) of frames (n, h, w) of pixels T as float32
-// (n, rows, cols), contiguous; a thread a pixel of the output, grid-strided.
-template <typename T, int THREADS>
-__global__ void __launch_bounds__(THREADS) area_float(
-        const T* __restrict__ frames, long long n, int h, int w, int y0, int x0, int rows,
-        int cols, float* __restrict__ out) {
-    const long long total = n * rows * cols;
-    for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < total;
-         i += (long long)gridDim.x * THREADS) {
-        const long long k = i / ((long long)rows * cols);
-        const int r = (int)((i / cols) % rows), x = (int)(i % cols);
-        out[i] = (float)frames[(k * h + y0 + r) * w + x0 + x];
-    }
 }
 
 // acc[i] += frames[k][i] for each frame k of n (plane pixels each, float32) in order, those with

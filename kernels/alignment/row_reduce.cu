@@ -1,7 +1,8 @@
 // Per-row reductions of a C-contiguous (rows, cols) array of T, a warp a row, for the 3-D path
-// (xcorr_app/alignment/volume/_rows.py): row_sums, each row's double sum; row_first_max, the
-// column and value of each row's first maximum as NumPy's argmax finds it (NaN above every
-// number).  Shipped built: CuPy's reductions along an axis compile at first use (CUB's block
+// (xcorr_app/alignment/volume/_rows.py): row_sums, each row's double sum (or of squares);
+// row_first_max, the column and value of each row's first maximum as NumPy's argmax finds it
+// (NaN above every number); and knock_out, the boxes around the peaks that bounded_peak clears
+// before it looks for the runner-up.  Shipped built: CuPy's reductions along an axis compile at first use (CUB's block
 // reduction by NVRTC, 2.0-2.5 s each: 7 s of a cold 8 s `xcorr align --volumes`, H100
 // 2026-11-25).
 //
@@ -9,7 +10,8 @@
 
 #include "warp_reduce.cuh"
 
-template <typename T, int THREADS>
+// (SQUARES: the sums of the squares, each squared in T as NumPy's square gives it)
+template <typename T, bool SQUARES, int THREADS>
 __global__ void __launch_bounds__(THREADS) row_sums(
         const T* __restrict__ a, long long rows, int cols, double* __restrict__ sums) {
     const int lane = threadIdx.x & 31;
@@ -17,7 +19,10 @@ __global__ void __launch_bounds__(THREADS) row_sums(
     if (r >= rows) return;  // (a whole warp at once: the shuffles see every lane)
     const T* row = a + r * cols;
     double s = 0.0;
-    for (int x = lane; x < cols; x += 32) s += (double)row[x];
+    for (int x = lane; x < cols; x += 32) {
+        const T v = row[x];
+        s += SQUARES ? (double)(v * v) : (double)v;
+    }
     s = warp_sum(s);
     if (lane == 0) sums[r] = s;
 }
@@ -54,4 +59,34 @@ __global__ void __launch_bounds__(THREADS) row_first_max(
         column[r] = at;
         value[r] = (T)best;
     }
+}
+
+// _dft3.bounded_peak's knock-out: in volume b = blockIdx.y of win (B, z, y, x), every voxel
+// within e of its peak at[3 b .. 3 b + 2] along each axis set to value; along an axis searched
+// whole (wrap bit a of `wraps`, z = 4, y = 2, x = 1) around the circle, along a bounded one only
+// inside the window (as CuPy's fancy indexing of bounded_peak's np.unique / clipped ranges did).
+// A thread a voxel of the (2 e + 1)^3 box, grid (ceil(box / THREADS), B).
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) knock_out(
+        float* __restrict__ win, int z, int y, int x, const long long* __restrict__ at, int e,
+        int wraps, float value) {
+    const int side = 2 * e + 1;
+    const int k = blockIdx.x * THREADS + threadIdx.x;
+    if (k >= side * side * side) return;
+    const long long b = blockIdx.y;
+    const int n[3] = {z, y, x};
+    long long idx[3];
+    const int d[3] = {k / (side * side) - e, (k / side) % side - e, k % side - e};
+#pragma unroll
+    for (int a = 0; a < 3; ++a) {
+        long long i = at[3 * b + a] + d[a];
+        if (wraps & (4 >> a)) {
+            i %= n[a];
+            if (i < 0) i += n[a];
+        } else if (i < 0 || i >= n[a]) {
+            return;
+        }
+        idx[a] = i;
+    }
+    win[((b * z + idx[0]) * y + idx[1]) * x + idx[2]] = value;
 }

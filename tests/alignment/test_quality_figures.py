@@ -160,32 +160,6 @@ def test_gpu_sharpness_is_the_cpus(rng, shape, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
-@pytest.mark.parametrize("shape,area", [((3, 5, 7), (0, 5, 0, 7)), ((2, 13, 29), (1, 12, 3, 28)),
-                                        ((4, 300, 411), (4, 299, 0, 407))])
-def test_gpu_area_float_cuts_and_converts_as_numpy(rng, dtype, shape, area):
-    """``area_float`` against NumPy's slice and ``astype``, exactly, into an output poisoned
-    with NaN (every pixel written)."""
-    import cupy as cp
-
-    from xcorr_app.alignment._quality_figures import AREA_FLOAT, MOMENT_THREADS, area_float
-    from xcorr_app._cuda import stride_blocks
-
-    frames = (rng.random(shape) * 250).astype(dtype)
-    y0, y1, x0, x1 = area
-    want = frames[:, y0:y1, x0:x1].astype(np.float32)
-    np.testing.assert_array_equal(area_float(cp.asarray(frames), area).get(), want)
-    out = cp.full(want.shape, np.nan, cp.float32)
-    ctype = {np.uint8: "unsigned char", np.uint16: "unsigned short", np.int16: "short",
-             np.float32: "float", np.float64: "double"}[dtype]
-    AREA_FLOAT.get(ctype, MOMENT_THREADS)(
-        (min(3, stride_blocks(out.size, MOMENT_THREADS)),), (MOMENT_THREADS,),
-        (cp.asarray(frames), np.int64(shape[0]), np.int32(shape[1]), np.int32(shape[2]),
-         np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0), out))
-    np.testing.assert_array_equal(out.get(), want)  # (three blocks: the grid-stride loop)
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 5, 7), (9, 37, 45), (3, 300, 259)])
 def test_gpu_frame_sums_add_the_frames_in_float64(rng, shape):
     """``frame_sums`` against NumPy's float64 sums, all frames and those of a mask, added onto

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._fft import conj_product, irfft2_unnormalized, zero_padded
+from xcorr_app.correlate._fft import conj_product, irfftn_unnormalized, zero_padded
 from xcorr_app.errors import InputError
 
 pytestmark = pytest.mark.gpu
@@ -68,21 +68,22 @@ def test_conj_product_scales(rng, dtype, scale):
     np.testing.assert_allclose(t.get(), want, rtol=rtol, atol=rtol)
 
 
-@pytest.mark.parametrize("size", [(7, 9), (12, 10), (31, 33)])
-def test_irfft2_unnormalized_is_n_times_the_inverse(rng, size):
-    """The unnormalized inverse of (poisoned-free) spectra of odd and even sizes against
-    float64 NumPy: n times ``irfft2``; its input may be overwritten."""
+@pytest.mark.parametrize("size", [(7, 9), (12, 10), (31, 33), (5, 12, 9), (8, 7, 16)])
+def test_irfftn_unnormalized_is_n_times_the_inverse(rng, size):
+    """The unnormalized inverse of spectra of odd and even sizes, planes and volumes, against
+    float64 NumPy: n times ``irfftn``; its input may be overwritten."""
     import cupy as cp
 
     planes = rng.standard_normal((3, *size))
-    spec = np.fft.rfft2(planes)
-    got = irfft2_unnormalized(cp.asarray(spec.astype(np.complex64)), size).get()
+    axes = tuple(range(-len(size), 0))
+    spec = np.fft.rfftn(planes, axes=axes)
+    got = irfftn_unnormalized(cp.asarray(spec.astype(np.complex64)), size).get()
+    n = float(np.prod(size))
     assert got.shape == (3, *size) and got.dtype == np.float32
-    np.testing.assert_allclose(got, planes * size[0] * size[1], rtol=0,
-                               atol=1e-4 * size[0] * size[1])
+    np.testing.assert_allclose(got, planes * n, rtol=0, atol=1e-4 * n)
 
 
-def test_irfft2_unnormalized_without_the_overwriting_transform(rng, monkeypatch):
+def test_irfftn_unnormalized_without_the_overwriting_transform(rng, monkeypatch):
     """Where CuPy has no ``_fftn`` of the expected signature, ``cupy.fft.irfft2``: the same
     numbers as the overwriting transform."""
     import cupy as cp
@@ -91,10 +92,10 @@ def test_irfft2_unnormalized_without_the_overwriting_transform(rng, monkeypatch)
 
     size = (12, 10)
     spec = np.fft.rfft2(rng.standard_normal((2, *size))).astype(np.complex64)
-    fast = irfft2_unnormalized(cp.asarray(spec), size).get()
+    fast = irfftn_unnormalized(cp.asarray(spec), size).get()
     assert _fft._overwriting_c2r() is not None  # CuPy 13-14: the private function is there
     monkeypatch.setattr(_fft, "_overwriting_c2r", lambda: None)
-    slow = irfft2_unnormalized(cp.asarray(spec), size).get()
+    slow = irfftn_unnormalized(cp.asarray(spec), size).get()
     np.testing.assert_allclose(fast, slow, rtol=1e-6, atol=1e-5)
 
 

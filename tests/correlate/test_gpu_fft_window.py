@@ -62,10 +62,10 @@ def test_correlation_window_matches_float64(rng, frame, size, first, shape, fram
     err = np.abs(got.get() - want).max(axis=(-2, -1))
     assert np.all(err <= 2e-6 * scale), (err / scale).max()
     # the same numbers as the whole inverse (the plan's other path) to float32 rounding
-    from xcorr_app.correlate._fft import conj_product, irfft2_unnormalized
+    from xcorr_app.correlate._fft import conj_product, irfftn_unnormalized
 
     prod = conj_product(fl if per_frame else fl[0], fr.copy(), scale=1.0 / (size[0] * size[1]))
-    circ = irfft2_unnormalized(prod, size).get()
+    circ = irfftn_unnormalized(prod, size).get()
     rows = (first[0] + np.arange(shape[0])) % size[0]
     cols = (first[1] + np.arange(shape[1])) % size[1]
     np.testing.assert_allclose(got.get(), circ[:, rows[:, None], cols[None, :]],

@@ -10,7 +10,7 @@ from .helpers import start_helpers
 from .launch import (PlanCallBase, PreparedLaunch, compiled_call, current_stream_ptr_getter,
                      fastlaunch, stream_pointer, stride_blocks)
 from .loader import (PIXEL_C_TYPES, KernelFamily, compile_together, kernel_pixels, kernel_sources,
-                     kernels_dir, shipped_kernels_usable)
+                     kernels_dir, shipped_here, shipped_kernels_usable)
 from .shipped import describe as describe_shipped
 from .shipped import summary as shipped_summary
 from .timing import device_name, fp32_fma_peak_flops, time_gpu
@@ -21,5 +21,5 @@ __all__ = ["HELPER_EXIT_GRACE", "PIXEL_C_TYPES", "KernelFamily", "Limits", "Plan
            "current_stream_ptr_getter", "describe_shipped", "device_fingerprint",
            "device_limits", "device_name", "fastest", "fastlaunch", "fp32_fma_peak_flops",
            "kept_on_device", "kernel_pixels", "kernel_sources", "kernels_dir", "recall",
-           "remember", "shipped_kernels_usable", "shipped_summary", "start_helpers",
+           "remember", "shipped_here", "shipped_kernels_usable", "shipped_summary", "start_helpers",
            "stream_counters", "stream_pointer", "stride_blocks", "time_gpu"]

@@ -238,6 +238,14 @@ def shipped_kernels_usable(capability) -> bool:
         and entries[name].get("digest") == _source_digest_now(name) for name in names)
 
 
+def shipped_here() -> bool:
+    """:func:`shipped_kernels_usable` for the current CUDA device (CuPy's)."""
+    import cupy
+
+    cc = cupy.cuda.Device().compute_capability
+    return shipped_kernels_usable((int(cc[:-1]), int(cc[-1])))
+
+
 @functools.lru_cache(maxsize=None)
 def _source_digest_now(name: str) -> str:
     """The digest of source ``name`` as :func:`read_source` gives it, read once a process:

@@ -161,12 +161,9 @@ def _prebuild_later_stages(opts, src, plan):
 
 def _shipped_here() -> bool:
     """Whether xcorr's kernels ship built for the current GPU."""
-    from .._cuda import shipped_kernels_usable
+    from .._cuda import shipped_here
 
-    import cupy
-
-    cc = cupy.cuda.Device().compute_capability
-    return shipped_kernels_usable((int(cc[:-1]), int(cc[-1])))
+    return shipped_here()
 
 
 class OnGpus(Executor):

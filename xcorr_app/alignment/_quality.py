@@ -44,9 +44,9 @@ import numpy as np
 from .. import backend
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
-from ._quality_figures import (AreaFigures, RegionFigures, area_float, frame_sums, moments_of,
-                               sharpness)
+from ._quality_figures import AreaFigures, RegionFigures, frame_sums, moments_of, sharpness
 from .piecewise import common_area, field_weights, warp_chunk
+from .rigid import area_float
 from .warp import shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "RESIDUAL_LIMIT"]

@@ -4,8 +4,8 @@ sharpness of a mean image, on the CPU and the GPU.
 
 On the GPU the whole area's figures come from each frame's moments over it
 (:func:`area_moments`, ``kernels/alignment/quality_moments.cu``: one read of a chunk a figure),
-the template's and a mean image's from a pass of a kernel each, the area's cut and the mean
-images' sums from kernels too (``kernels/alignment/quality_images.cu``: shipped built, where
+the template's and a mean image's from a pass of a kernel each, the mean images' sums from
+a kernel too (``kernels/alignment/quality_images.cu``: shipped built, where
 CuPy's operations compiled some 20 kernels at a first run); the patch regions' figures from
 batched matrix products, as on the CPU (a rigid run's need none).
 
@@ -28,8 +28,8 @@ from .. import backend
 from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..filters import gradient
 
-__all__ = ["RegionFigures", "AreaFigures", "area_moments", "moments_of", "area_float",
-           "frame_sums", "sharpness"]
+__all__ = ["RegionFigures", "AreaFigures", "area_moments", "moments_of", "frame_sums",
+           "sharpness"]
 
 #: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
 #: the most blocks a frame (each warp then takes every (blocks * 8)-th row of the area)
@@ -42,8 +42,6 @@ AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
                              [(t, MOMENT_THREADS) for t in ("float", "double")])
-AREA_FLOAT = KernelFamily("quality_images.cu", "area_float",
-                          [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
 FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums", [(MOMENT_THREADS,)])
 
 
@@ -301,24 +299,6 @@ def moments_of(partial) -> np.ndarray:
 def _row_blocks(rows) -> int:
     """Blocks of the row-wise kernels (a warp a row, the rows of a block every blocks-th)."""
     return max(1, min(MOMENT_BLOCKS, -(-rows // (4 * (MOMENT_THREADS // 32)))))
-
-
-def area_float(frames, area):
-    """The ``area`` ``(y0, y1, x0, x1)`` of CuPy ``frames`` (n, h, w) as float32 (n, y1 - y0,
-    x1 - x0), C-contiguous, by a kernel shipped built (``kernels/alignment/quality_images.cu``;
-    ``astype`` and ``ascontiguousarray`` of a slice compile a kernel per type and layout)."""
-    import cupy as cp
-
-    frames, c_type = kernel_pixels(frames)
-    n, h, w = frames.shape
-    y0, y1, x0, x1 = area
-    out = cp.empty((n, y1 - y0, x1 - x0), cp.float32)
-    if out.size:
-        AREA_FLOAT.get(c_type, MOMENT_THREADS)(
-            (stride_blocks(out.size, MOMENT_THREADS),), (MOMENT_THREADS,),
-            (frames, np.int64(n), np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
-             np.int32(y1 - y0), np.int32(x1 - x0), out))
-    return out
 
 
 def frame_sums(acc, frames, ok=None):

@@ -19,7 +19,7 @@ from ._api import METHODS, choose_method, cross_correlate
 from ._band import band_fits
 from ._correlation_plan import CorrelationPlan, correlation_plan
 from ._cost_model import useful_macs
-from ._fft import (conj_product, fft_geometry, fft_of, irfft2_unnormalized, padded_spectra,
+from ._fft import (conj_product, fft_geometry, fft_of, irfftn_unnormalized, padded_spectra,
                    xcorr_fft)
 from ._fft_window import correlation_window, window_applies
 from ._forms import FORMS, form_layout
@@ -33,6 +33,6 @@ from ._shifts import first_shift, normalize_max_shift, output_shape, shift_origi
 __all__ = ["FORMS", "METHODS", "CorrelationGraph", "CorrelationPlan", "Plan", "as_float32",
            "band_fits", "cache_path", "choose_method", "clear_plan_cache", "conj_product",
            "correlation_plan", "correlation_window", "cross_correlate", "decide", "fft_geometry",
-           "fft_of", "first_shift", "form_layout", "heuristic", "irfft2_unnormalized",
+           "fft_of", "first_shift", "form_layout", "heuristic", "irfftn_unnormalized",
            "normalize_max_shift", "output_shape", "overlap_xcorr", "padded_spectra", "run_plan",
            "set_on_measure", "shift_origin", "useful_macs", "window_applies", "xcorr_fft"]

@@ -56,7 +56,8 @@ from ._overlap import as_float32, check_out
 from ._shifts import first_shift, normalize_max_shift, output_shape
 
 __all__ = ["fft_of", "next_smooth", "fft_length", "FftGeometry", "fft_geometry", "PAIRING",
-           "crop_indices", "padded_spectra", "conj_product", "irfft2_unnormalized", "xcorr_fft", "fft_xcorr"]
+           "crop_indices", "padded_spectra", "conj_product", "irfftn_unnormalized", "xcorr_fft",
+           "fft_xcorr"]
 
 
 # ------------------------------------------------------------------------ the library
@@ -347,7 +348,7 @@ def zero_padded(a, size, out=None):
 def conj_product(left, right, out=None, scale=1.0):
     """``left * conj(right)`` (spectra that broadcast; NumPy or CuPy), into ``out`` if given
     (``out`` may be ``right``: the product then replaces the right spectra), times ``scale``
-    (the 1/n of :func:`irfft2_unnormalized`'s inverse).
+    (the 1/n of :func:`irfftn_unnormalized`'s inverse).
 
     On CuPy one fused kernel (``left`` cast to the type of ``right``); on NumPy, in place of
     ``right`` it is ``conj`` then ``*=`` (no temporary), else ``left * conj(right)``.
@@ -380,29 +381,30 @@ def conj_product(left, right, out=None, scale=1.0):
     return out
 
 
-def irfft2_unnormalized(product, size):
-    """The inverse real FFT (CuPy) of spectra ``product`` to real planes of ``size`` without
-    its 1/n (``norm="forward"``), which :func:`conj_product`'s ``scale`` applies instead:
-    ``cupy.fft.irfft2`` divides its result by n, one more pass over the surfaces (and a CuPy
-    kernel to compile on a first run).  ``product`` is overwritten (the callers' temporary):
-    cuFFT's C2R overwrites its input, so ``cupy.fft.irfft2`` copies it first (a pass over the
-    spectra); CuPy's own ``_fftn`` with ``overwrite_x=True`` (what
-    ``cupyx.scipy.fft.irfft2(overwrite_x=True)`` calls, without that module's slow import)
-    does not.  Where that private function is
-    missing or differs (another CuPy), ``cupy.fft.irfft2`` as before."""
+def irfftn_unnormalized(product, size):
+    """The inverse real FFT (CuPy) of spectra ``product`` to real arrays of ``size`` (over the
+    last 2 or 3 axes: planes, or the 3-D path's volumes) without its 1/n (``norm="forward"``),
+    which the callers apply elsewhere (:func:`conj_product`'s ``scale``, the host):
+    ``cupy.fft.irfftn`` divides by n, one more pass (and a kernel compiled at first use).
+    ``product`` is overwritten (the callers' temporary): cuFFT's C2R overwrites its input, so
+    ``cupy.fft.irfftn`` copies it first; CuPy's own ``_fftn(overwrite_x=True)`` (what
+    ``cupyx.scipy.fft`` calls, without that module's slow import) does not.  Where that
+    private function is missing or differs (another CuPy), ``cupy.fft.irfftn``."""
     import cupy
 
+    size = tuple(int(n) for n in size)
+    axes = tuple(range(-len(size), 0))
     fn = _overwriting_c2r()
     if fn is None:
-        return fft_in_turn(cupy.fft.irfft2, product, s=tuple(size), norm="forward")
-    return fft_in_turn(fn, product, tuple(size))
+        return fft_in_turn(cupy.fft.irfftn, product, s=size, axes=axes, norm="forward")
+    return fft_in_turn(fn, product, size, axes)
 
 
 @functools.lru_cache(maxsize=None)
 def _overwriting_c2r():
-    """``f(a, size)``: CuPy's ``_fftn`` C2R over the last two axes, ``norm="forward"``,
-    overwriting ``a``; None where CuPy has no such function of that signature (looked up
-    once)."""
+    """``f(a, size, axes)``: CuPy's ``_fftn`` C2R over ``axes`` (the last ones),
+    ``norm="forward"``, overwriting ``a``; None where CuPy has no such function of that
+    signature (looked up once)."""
     try:
         import inspect
 
@@ -414,8 +416,8 @@ def _overwriting_c2r():
                 and "overwrite_x" in params:
             inverse = cupy.cuda.cufft.CUFFT_INVERSE
 
-            def fn(a, size, _f=_fft._fftn, _inv=inverse):
-                return _f(a, size, (-2, -1), "forward", _inv, "C2R", overwrite_x=True)
+            def fn(a, size, axes, _f=_fft._fftn, _inv=inverse):
+                return _f(a, size, axes, "forward", _inv, "C2R", overwrite_x=True)
             return fn
     except (ImportError, AttributeError, TypeError, ValueError):
         pass
@@ -493,6 +495,6 @@ def fft_xcorr(left, right, form="one_to_one", max_shift=None, out=None):
     inplace = np.broadcast_shapes(a.shape, b.shape) == f_right.shape
     scale = 1.0 / (size[0] * size[1])
     product = conj_product(a, b, f_right, scale) if inplace else conj_product(a, b, None, scale)
-    circ = irfft2_unnormalized(product, size)  # sum_n left[n + c] right[n], c circular
+    circ = irfftn_unnormalized(product, size)  # sum_n left[n + c] right[n], c circular
     _launch(FFT_CROP, (idx,), out.size, (circ, *_crop_scalars(geo), scalar(out.size), out))
     return out

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ..backend import array_module_of, device_copy, to_xp
-from ..correlate import conj_product, fft_of, irfft2_unnormalized
+from ..correlate import conj_product, fft_of, irfftn_unnormalized
 from ..errors import InputError
 from ._peak_math import (COMPLEX, edge_differences, fits, phase_cross_power, subtract_smooth,
                          surface_argmax, upsampled_peaks, weighted_spectrum)
@@ -397,7 +397,7 @@ def fft_shifts(reference, frames, *, upsample_factor=1, normalization="phase",
             # the inverse of a copy (refine_peak reads the product), without its 1/n: the
             # integer peak's place does not depend on it, and refine_peak measures the peak
             # anew (cupy.fft.irfft2's own copy and division compiled two kernels at first use)
-            corr = irfft2_unnormalized(device_copy(product), (h, w))
+            corr = irfftn_unnormalized(device_copy(product), (h, w))
         else:
             corr = fft.irfft2(product, s=(h, w)) if halves else fft.ifft2(product)
         _, _, peak, both = surface_argmax(corr, absolute=True, copies=2)

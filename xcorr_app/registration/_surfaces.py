@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import InputError
 from .._cuda import KernelFamily
 from ..correlate import (conj_product, correlation_window, fft_geometry, first_shift,
-                         irfft2_unnormalized, padded_spectra, window_applies)
+                         irfftn_unnormalized, padded_spectra, window_applies)
 
 #: the row segments of a ``sat_columns`` block (32 columns x SEGMENTS warps): :func:`sat_segments`
 SAT_SEGMENTS = (8, 16, 32)
@@ -305,7 +305,7 @@ class GpuSurfaces:
                 corr = correlation_window(spectrum, spectra, size, self.k0, self.surface)
             else:
                 conj_product(spectrum, spectra, out=spectra, scale=1.0 / (size[0] * size[1]))
-                corr = irfft2_unnormalized(spectra, size)  # c[k] at k mod fft_size
+                corr = irfftn_unnormalized(spectra, size)  # c[k] at k mod fft_size
         else:
             corr = correlate()
         return surface_peaks(corr, self.shape, self.k0, self.surface, left_tables=left_tables,

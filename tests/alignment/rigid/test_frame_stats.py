@@ -191,3 +191,30 @@ def test_choose_prefilter_on_device_frames_as_on_host(rng, dtype, fade):
         np.testing.assert_allclose(means, host, rtol=1e-6)
     assert choose_prefilter(ArraySource(cp.asarray(a))) == on_host
     assert on_host[0] == ("dog:1,4" if fade < 1 else "gaussian:1")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
+@pytest.mark.parametrize("shape,area", [((3, 5, 7), (0, 5, 0, 7)), ((2, 13, 29), (1, 12, 3, 28)),
+                                        ((4, 300, 411), (4, 299, 0, 407))])
+def test_gpu_area_float_cuts_and_converts_as_numpy(rng, dtype, shape, area):
+    """``area_float`` against NumPy's slice and ``astype``, exactly, into an output poisoned
+    with NaN (every pixel written)."""
+    import cupy as cp
+
+    from xcorr_app._cuda import stride_blocks
+    from xcorr_app.alignment.rigid._frame_stats import AREA_FLOAT, THREADS, area_float
+
+    frames = (rng.random(shape) * 250).astype(dtype)
+    y0, y1, x0, x1 = area
+    want = frames[:, y0:y1, x0:x1].astype(np.float32)
+    np.testing.assert_array_equal(area_float(cp.asarray(frames), area).get(), want)
+    np.testing.assert_array_equal(area_float(cp.asarray(frames)).get(), frames.astype(np.float32))
+    out = cp.full(want.shape, np.nan, cp.float32)
+    ctype = {np.uint8: "unsigned char", np.uint16: "unsigned short", np.int16: "short",
+             np.float32: "float", np.float64: "double"}[dtype]
+    AREA_FLOAT.get(ctype, THREADS)(
+        (min(3, stride_blocks(out.size, THREADS)),), (THREADS,),
+        (cp.asarray(frames), np.int64(shape[0]), np.int32(shape[1]), np.int32(shape[2]),
+         np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0), out))
+    np.testing.assert_array_equal(out.get(), want)  # (three blocks: the grid-stride loop)

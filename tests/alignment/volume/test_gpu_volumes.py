@@ -67,3 +67,29 @@ def test_a_gpu_run_imports_no_cupyx(reference):
         "from xcorr_app.alignment import align_volumes\n"
         "stack = np.random.default_rng(0).random((3, 8, 16, 16)).astype(np.float32)\n"
         f"align_volumes(stack, reference={reference!r}, device='gpu')\n") == ""
+
+
+@pytest.mark.parametrize("shape", [(5, 12, 9), (16, 40, 33), (8, 64, 70)])
+@pytest.mark.parametrize("count, step, nyquist", [(1, 1.0, True), (7, 0.05, False)])
+def test_gpu_subvoxel_samples_are_the_cpus(monkeypatch, shape, count, step, nyquist):
+    """``samples3d`` on the GPU (``kernels/alignment/dft3.cu`` and a cuBLAS product a volume)
+    against the CPU's batched products, complex64 spectra of odd and even sizes, whole lags
+    with the Nyquist bins and fractional ones around them, several volumes at once and a
+    volume a slice (as SAMPLE_BYTES cuts large ones); the pool poisoned first."""
+    import cupy as cp
+
+    from xcorr_app.alignment.volume import _dft3
+
+    rng = np.random.default_rng(shape[1])
+    vols = rng.normal(size=(3, *shape))
+    spec = np.fft.rfftn(vols, axes=(-3, -2, -1)).astype(np.complex64)
+    centres = rng.uniform(-3, 3, (3, 3)).round()
+    want = _dft3.samples3d(spec, shape, centres, step, count, nyquist)
+    junk = cp.full(1 << 20, np.nan)
+    del junk
+    got = _dft3.samples3d(cp.asarray(spec), shape, centres, step, count, nyquist)
+    assert got.dtype == cp.float64 and got.shape == (3, count, count, count)
+    np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    monkeypatch.setattr(_dft3, "SAMPLE_BYTES", 1)
+    sliced = _dft3.samples3d(cp.asarray(spec), shape, centres, step, count, nyquist)
+    np.testing.assert_array_equal(sliced.get(), got.get())

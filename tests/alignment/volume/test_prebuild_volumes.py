@@ -28,6 +28,26 @@ def test_no_helper_without_a_gpu(monkeypatch):
     assert prebuild_volumes(None, 20.0, aligned=True) == []
 
 
+@pytest.mark.parametrize("shipped", [False, True])
+@pytest.mark.parametrize("bounds, aligned", [(None, False), ([2, None, 3], True)])
+def test_shipped_kernels_leave_helpers_only_what_cupy_compiles(monkeypatch, shipped, bounds,
+                                                                aligned):
+    """Where xcorr's kernels ship built, the subvoxel samples and an unbounded peak need no
+    helper (they launch only those); a bounded peak (CuPy's gather) and the warp still do."""
+    import xcorr_app._cuda as cuda
+
+    started = []
+    monkeypatch.setattr(_prebuild, "gpu_available", lambda: True)
+    monkeypatch.setattr(cuda, "shipped_here", lambda: shipped)
+    monkeypatch.setattr(_prebuild, "start_helpers",
+                        lambda jobs: started.extend(j[1]["stage"] for j in jobs) or [])
+    prebuild_volumes(bounds, 20.0, aligned=aligned)
+    if not shipped:
+        assert started == (["peak", "refine"] if not aligned else list(VOLUME_STAGES))
+    else:
+        assert started == ([] if bounds is None else ["peak", "apply"])
+
+
 @pytest.mark.gpu
 def test_helpers_build_once_then_align_volumes_runs(tmp_path, monkeypatch):
     from xcorr_app._cuda import built_marker, helpers
@@ -35,9 +55,12 @@ def test_helpers_build_once_then_align_volumes_runs(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(helpers, "_STARTED", set())
+    from xcorr_app._cuda import shipped_here
+
     procs = prebuild_volumes([2, 2, 2], 20.0, aligned=True)
-    assert len(procs) == 3 and [p.wait() for p in procs] == [0, 0, 0]
-    for stage in VOLUME_STAGES:
+    stages = [s for s in VOLUME_STAGES if not (shipped_here() and s == "refine")]
+    assert len(procs) == len(stages) and [p.wait() for p in procs] == [0] * len(stages)
+    for stage in stages:
         assert built_marker(volume_key(stage, [2, 2, 2], 20.0)).exists(), stage
     assert prebuild_volumes([2, 2, 2], 20.0, aligned=True) == []  # (built: none again)
     vol = np.random.default_rng(1).random((8, 16, 16))

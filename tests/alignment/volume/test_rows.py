@@ -1,12 +1,13 @@
-"""The 3-D path's reductions along the last axis: each item's sum and each row's first maximum.
-On the GPU xcorr's kernels (kernels/alignment/row_reduce.cu) against a float64 reference on odd
-sizes below a warp and above a block, NaN, ties and -inf, into poisoned outputs; on the CPU
-(NumPy's own reductions) only that the fallback answers the same."""
+"""The 3-D path's reductions along the last axis: each item's sum (or of squares) and each row's
+first maximum, and the knock-out of the peaks' boxes.  On the GPU xcorr's kernels
+(kernels/alignment/row_reduce.cu) against a float64 reference on odd sizes below a warp and
+above a block, NaN, ties and -inf, into poisoned outputs; on the CPU (NumPy's own reductions)
+only that the fallback answers the same."""
 
 import numpy as np
 import pytest
 
-from xcorr_app.alignment.volume._rows import item_sums, row_first_max
+from xcorr_app.alignment.volume._rows import item_sums, knock_out, row_first_max
 
 
 def _rows(shape, seed):
@@ -72,3 +73,48 @@ def test_item_sums_gpu(shape, dtype, monkeypatch):
     assert got.dtype == cp.float64
     ref = a.astype(np.float64).sum(axis=tuple(range(1, a.ndim)))
     np.testing.assert_allclose(got.get(), ref, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_item_sums_of_squares(xp_name, dtype):
+    """The sums of the squares, each squared in the items' type (as ``square``), summed in
+    float64, on odd sizes under a warp and over a block."""
+    import importlib
+
+    xp = importlib.import_module(xp_name)
+    for shape in [(2, 3, 5, 7), (3, 4, 9, 301)]:
+        a = np.random.default_rng(shape[-1]).normal(size=shape).astype(dtype) * 30
+        want = np.square(a).astype(np.float64).sum(axis=(1, 2, 3))
+        got = item_sums(xp.asarray(a), squares=True)
+        np.testing.assert_allclose(got.get() if hasattr(got, "get") else got, want, rtol=1e-12)
+
+
+def _knocked_reference(win, at, e, whole):
+    """bounded_peak's CuPy knock-out, in NumPy: fancy indexing of the wrapped (np.unique) or
+    clipped ranges."""
+    out = win.copy()
+    for k, a in enumerate(at):
+        near = [np.unique((i + np.arange(-e, e + 1)) % n) if w
+                else np.arange(max(i - e, 0), min(i + e + 1, n))
+                for i, n, w in zip(a, win.shape[1:], whole)]
+        out[k][np.ix_(*near)] = -np.inf
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (3, 9, 40, 37)])
+@pytest.mark.parametrize("whole", [(True, True, True), (False, True, False),
+                                   (False, False, False)])
+def test_gpu_knock_out_is_the_fancy_indexing(shape, whole):
+    """``knock_out`` against the fancy indexing it replaces: boxes across the edges (wrapped
+    around the circle on whole axes, clipped on bounded ones), an axis shorter than the box
+    (its voxels set once each), and the voxels outside the boxes untouched."""
+    import cupy as cp
+
+    rng = np.random.default_rng(shape[-1])
+    win = rng.normal(size=shape).astype(np.float32)
+    at = np.stack([rng.integers(0, n, shape[0]) for n in shape[1:]], axis=1)
+    at[0] = (0, shape[2] - 1, 1)  # at the edges
+    got = knock_out(cp.asarray(win), at, 2, whole).get()
+    np.testing.assert_array_equal(got, _knocked_reference(win, at, 2, whole))

@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 
 from ... import backend
-from ...correlate import irfft2_unnormalized
+from ...correlate import irfftn_unnormalized
 from ...registration import fft_shifts, phase_ramps, wrapped_correlations
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
@@ -287,7 +287,7 @@ def fractional_references(ref, fractions, xp):
         spec = xp.fft.rfft2(xp.asarray(ref, xp.float32))
         # (the inverse's 1/n in the ramps: cupy.fft.irfft2's copy and division compiled two
         # kernels at first use)
-        return irfft2_unnormalized(phase_ramps(spec, w, fractions, 1.0 / (h * w)), (h, w))
+        return irfftn_unnormalized(phase_ramps(spec, w, fractions, 1.0 / (h * w)), (h, w))
     ry = np.exp(2j * np.pi * np.fft.fftfreq(h)[None, :] * fractions[:, :1])
     rx = np.exp(2j * np.pi * np.fft.rfftfreq(w)[None, :] * fractions[:, 1:])
     if h % 2 == 0:  # the Nyquist frequency's own cosine: the spectrum stays a real image's

@@ -36,6 +36,7 @@ CONVERT_SUBTRACT = KernelFamily(SOURCE, "convert_subtract",
 PACK_ROWS = KernelFamily(SOURCE, "pack_rows", [()])
 PRECISION = KernelFamily(SOURCE, "precision_sums", [(THREADS,)])
 POWER_OF_TWO = KernelFamily(SOURCE, "scale_by_power_of_two", [("float",), ("double",)])
+AREA_FLOAT = KernelFamily(SOURCE, "area_float", [(t, THREADS) for t in PIXEL_C_TYPES.values()])
 #: pack_rows' pieces: their widths, and the type codes of the source
 ROW_WIDTHS = (2, 1, 1, 1, 1, 2, 2, 1)
 ROW_CODES = {np.dtype(np.float64): 0, np.dtype(np.bool_): 1, np.dtype(np.float32): 2,
@@ -188,6 +189,24 @@ def subtract_means(f, mean):
     if n and h * w:
         _each_frame(_kernels()[2], h * w, n, lambda a: (f, mean, np.int64(h * w), np.int64(a)))
     return f
+
+
+def area_float(frames, area=None):
+    """The ``area`` ``(y0, y1, x0, x1)`` (None: the whole frame) of CuPy ``frames`` (n, h, w)
+    as float32 (n, y1 - y0, x1 - x0), C-contiguous, by one kernel (``astype`` and
+    ``ascontiguousarray`` of a slice compile a kernel per type and layout at first use)."""
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    y0, y1, x0, x1 = area or (0, h, 0, w)
+    out = cp.empty((n, y1 - y0, x1 - x0), cp.float32)
+    if out.size:
+        AREA_FLOAT.get(c_type, THREADS)(
+            (stride_blocks(out.size, THREADS),), (THREADS,),
+            (frames, np.int64(n), np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
+             np.int32(y1 - y0), np.int32(x1 - x0), out))
+    return out
 
 
 def power_of_two_scaled(frames, peak):

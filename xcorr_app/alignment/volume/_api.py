@@ -206,6 +206,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     ref_spec, (ref_norm,) = spectrum(ref[None], xp, norms=True)
     ref_spec = ref_spec[0]
     del ref
+    size = float(np.prod(shape))
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
     second, verified = np.zeros(t), np.zeros(t, bool)
     # read ahead by threads (on the GPU into page-locked buffers, uploaded on two streams)
@@ -216,8 +217,9 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
             product, norms = cross_spectra(ref_spec, source.read(start, stop, xp, data),
                                            norms=True)
             del data
-            corr = correlate(product, shape)
+            corr = correlate(product, shape, normalized=False)  # (the 1/n on the host)
             coarse, top, rest = bounded_peak(corr, bounds)
+            top, rest = top / size, rest / size
             del corr
             direct = to_numpy(samples3d(product, shape, coarse, 1.0, 1, nyquist=True)).reshape(-1)
             verified[start:stop] = np.abs(direct - top) <= 1e-3 * np.maximum(np.abs(direct),

@@ -24,27 +24,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...backend import array_module_of
-from ...correlate import fft_of
-from ._rows import item_sums, row_first_max
+from ..._cuda import KernelFamily, stride_blocks
+from ...backend import array_module_of, device_copy
+from ...correlate import conj_product, fft_of, irfftn_unnormalized
+from ._rows import item_sums, knock_out, row_first_max
 
 AXES = (-3, -2, -1)
+#: kernels/alignment/dft3.cu (the GPU's subvoxel samples): threads a block
+DFT_THREADS = 256
+DFT_AXIS = KernelFamily("dft3.cu", "dft_axis",
+                        [(c, t) for c in ("float2", "double2") for t in (False, True)])
+CONTRACT_Y = KernelFamily("dft3.cu", "contract_y", [()])
+CONTRACT_Z = KernelFamily("dft3.cu", "contract_z", [()])
 #: bytes the batched subvoxel samples of one call hold at most (:func:`samples3d`)
 SAMPLE_BYTES = 2 ** 28
 
 
 def spectrum(volumes, xp, norms=False):
-    """``rfftn`` over the last three axes of mean-subtracted float32 ``volumes``; with
-    ``norms``, also their root sums of squares (NumPy float64)."""
-    v = xp.array(volumes, dtype=xp.float32)  # (a copy, centred in place)
-    n = int(np.prod(v.shape[1:]))
-    # (xp.divide, not "/": a CuPy array over a Python number goes through NumPy's ufunc
-    # protocol, whose first use imports cupyx and SciPy, some 500 modules, into the run)
-    v -= xp.divide(item_sums(v), n).astype(xp.float32)[:, None, None, None]
+    """``rfftn`` over the last three axes of mean-subtracted float32 ``volumes`` (the mean
+    summed in float64, subtracted in float32); with ``norms``, also their root sums of squares
+    (NumPy float64).  On the GPU the centred copy is the 2-D path's (``demeaned``: each volume
+    a frame of its rows), the sums xcorr's kernels (CuPy's operations compiled six kernels at
+    first use)."""
+    if xp is np:
+        v = np.array(volumes, dtype=np.float32)  # (a copy, centred in place)
+        v -= (item_sums(v) / v[0].size).astype(np.float32)[:, None, None, None]
+    else:
+        from ..rigid import demeaned
+
+        b, x = volumes.shape[0], volumes.shape[-1]
+        v = demeaned(volumes.reshape(b, -1, x))[0].reshape(volumes.shape)
     spec = fft_of(xp).rfftn(v, axes=AXES)
     if not norms:
         return spec
-    return spec, _np(xp.sqrt(item_sums(xp.square(v)))).reshape(-1)
+    return spec, np.sqrt(_np(item_sums(v, squares=True))).reshape(-1)
 
 
 def cross_spectra(reference_spectrum, volumes, norms=False):
@@ -53,14 +66,20 @@ def cross_spectra(reference_spectrum, volumes, norms=False):
     ``norms``, also the volumes' (:func:`spectrum`)."""
     xp = array_module_of(reference_spectrum, volumes)
     product, n = spectrum(volumes, xp, norms=True)
-    xp.conj(product, out=product)
-    product *= reference_spectrum.astype(product.dtype, copy=False)
+    conj_product(reference_spectrum.astype(product.dtype, copy=False), product, out=product)
     return (product, n) if norms else product
 
 
-def correlate(product, shape):
-    """The circular cross-correlations (B, Z, Y, X) of the cross-power spectra ``product``."""
-    return fft_of(array_module_of(product)).irfftn(product, s=tuple(shape), axes=AXES)
+def correlate(product, shape, normalized=True):
+    """The circular cross-correlations (B, Z, Y, X) of the cross-power spectra ``product``;
+    without ``normalized``, times the volume's size (the inverse's 1/n left out: on the GPU
+    then a copy's transform, CuPy's own copy and division compiled two kernels at first use)."""
+    xp = array_module_of(product)
+    if normalized:
+        return fft_of(xp).irfftn(product, s=tuple(shape), axes=AXES)
+    if xp is np:
+        return fft_of(np).irfftn(product, s=tuple(shape), axes=AXES, norm="forward")
+    return irfftn_unnormalized(device_copy(product), shape)
 
 
 def window_lags(size, bound):
@@ -99,14 +118,17 @@ def bounded_peak(corr, max_shift, exclusion=2):
     idx, peak = _first_max(win)
     index = np.stack(np.unravel_index(idx, win.shape[1:]), axis=1)
     e = exclusion
-    for k, at in enumerate(index):
-        near = []
-        for a, (i, n) in enumerate(zip(at, win.shape[1:])):
-            if whole[a]:  # around the circle
-                near.append(xp.asarray(np.unique((i + np.arange(-e, e + 1)) % n)))
-            else:
-                near.append(xp.arange(max(i - e, 0), min(i + e + 1, n)))
-        win[k][xp.ix_(*near)] = -np.inf
+    if xp is not np and win.dtype == np.float32:
+        knock_out(win, index, e, whole)
+    else:
+        for k, at in enumerate(index):
+            near = []
+            for a, (i, n) in enumerate(zip(at, win.shape[1:])):
+                if whole[a]:  # around the circle
+                    near.append(xp.asarray(np.unique((i + np.arange(-e, e + 1)) % n)))
+                else:
+                    near.append(xp.arange(max(i - e, 0), min(i + e + 1, n)))
+            win[k][xp.ix_(*near)] = -np.inf
     rest = row_first_max(row_first_max(win.reshape(-1, win.shape[-1]))[1].reshape(b, -1))[1]
     rest = _np(rest).astype(np.float64)
     rest = np.where(np.isfinite(rest), rest, 0.0)
@@ -137,6 +159,13 @@ def _kernel(xp, n, positions, half_width=None, nyquist=False):
     (its first ``half_width`` of the ``rfft`` layout, doubled where the mirror is missing) and
     the lags ``positions`` (B, r); the Nyquist bin of an even axis only with ``nyquist``
     (whole lags: there it is +-1)."""
+    f, weight = _frequencies(n, half_width, nyquist)
+    f, weight = xp.asarray(f), xp.asarray(weight)
+    return weight * xp.exp(2j * np.pi * positions[..., None] * f)
+
+
+def _frequencies(n, half_width=None, nyquist=False):
+    """``(f, weight)`` of :func:`_kernel`, NumPy float64."""
     if half_width is None:
         f = np.fft.fftfreq(n)
         weight = np.ones(n)
@@ -147,8 +176,7 @@ def _kernel(xp, n, positions, half_width=None, nyquist=False):
     if n % 2 == 0:
         # the Nyquist bin: +-1 at whole lags, its sign between them undefined
         weight[n // 2] = 1.0 if nyquist else 0.0
-    f, weight = xp.asarray(f), xp.asarray(weight)
-    return weight * xp.exp(2j * np.pi * positions[..., None] * f)
+    return f, weight
 
 
 def samples3d(product, shape, centres, step, count, nyquist=False):
@@ -161,14 +189,18 @@ def samples3d(product, shape, centres, step, count, nyquist=False):
     xp = array_module_of(product)
     b = product.shape[0]
     z, y, x = shape
-    # the first product's (B, Z*Y, r) complex128 at most SAMPLE_BYTES a batch (thin volumes)
-    per = 24 * z * y * count
-    if b > 1 and b * per > SAMPLE_BYTES:
-        k = max(1, SAMPLE_BYTES // per)
-        return xp.concatenate([samples3d(product[i:i + k], shape, centres[i:i + k], step, count,
-                                         nyquist) for i in range(0, b, k)])
     offs = (np.arange(count) - count // 2) * float(step)
     pos = np.asarray(centres, np.float64)[:, :, None] + offs  # (B, 3, r)
+    # the first product's (B, Z*Y, r) complex128 at most SAMPLE_BYTES a batch (thin volumes)
+    k = max(1, SAMPLE_BYTES // (24 * z * y * count))
+    if xp is not np and product.dtype == np.complex64:
+        out = xp.empty((b, count, count, count), xp.float64)
+        for i in range(0, b, k):  # (slices written in place: concatenate would compile)
+            _samples_gpu(product[i:i + k], shape, pos[i:i + k], nyquist, out[i:i + k])
+        return out
+    if b > k:
+        return xp.concatenate([samples3d(product[i:i + k], shape, centres[i:i + k], step, count,
+                                         nyquist) for i in range(0, b, k)])
     kx = _kernel(xp, x, xp.asarray(pos[:, 2]), product.shape[-1], nyquist)  # (B, r, Xh)
     a = xp.matmul(product.reshape(b, z * y, -1),
                   kx.transpose(0, 2, 1).astype(product.dtype)).astype(xp.complex128)
@@ -177,6 +209,54 @@ def samples3d(product, shape, centres, step, count, nyquist=False):
     kz = _kernel(xp, z, xp.asarray(pos[:, 0]), nyquist=nyquist)  # (B, r, Z)
     a = xp.matmul(kz, a.reshape(b, z, count * count)).reshape(b, count, count, count)
     return xp.divide(a.real, z * y * x)  # (not "/": see spectrum)
+
+
+def _samples_gpu(product, shape, pos, nyquist, out):
+    """:func:`samples3d` of complex64 spectra on the GPU (``pos`` (B, 3, r) the lags) into
+    ``out`` (B, r, r, r) float64: the matrices of the three axes by one kernel each, the
+    product over x by cuBLAS a volume at a time (complex64, as CuPy's batched product, whose
+    pointer arrays a kernel compiled at first use), the contractions over y and z in double
+    by two kernels (``kernels/alignment/dft3.cu``)."""
+    import cupy as cp
+
+    b, r = pos.shape[0], pos.shape[2]
+    z, y, x = shape
+    xh = product.shape[-1]
+    product = cp.ascontiguousarray(product).reshape(b, z * y, xh)
+    kx = _axis_matrix(x, pos[:, 2], xh, nyquist, cp.complex64, transpose=True)  # (B, Xh, r)
+    a = cp.empty((b, z * y, r), cp.complex64)
+    for k in range(b):
+        cp.matmul(product[k], kx[k], out=a[k])
+    ky = _axis_matrix(y, pos[:, 1], None, nyquist, cp.complex128)  # (B, r, Y)
+    kz = _axis_matrix(z, pos[:, 0], None, nyquist, cp.complex128)  # (B, r, Z)
+    t = cp.empty((b, z, r, r), cp.complex128)
+    _launch(CONTRACT_Y, t.size, (a, ky, np.int32(b), np.int32(z), np.int32(y), np.int32(r), t))
+    _launch(CONTRACT_Z, out.size, (t, kz, np.int32(b), np.int32(z), np.int32(r),
+                                   np.float64(z * y * x), out))
+    return out
+
+
+def _axis_matrix(n, positions, half_width, nyquist, dtype, transpose=False):
+    """:func:`_kernel` of ``positions`` (B, r) on the GPU by ``dft_axis``, of ``dtype``;
+    ``transpose``: (B, n', r)."""
+    import cupy as cp
+
+    f, weight = _frequencies(n, half_width, nyquist)
+    b, r = positions.shape
+    shape = (b, len(f), r) if transpose else (b, r, len(f))
+    out = cp.empty(shape, dtype)
+    kernel = DFT_AXIS.get("float2" if dtype == np.complex64 else "double2", bool(transpose))
+    _launch(kernel, out.size, (cp.asarray(np.ascontiguousarray(positions, np.float64)),
+                               np.int32(b), np.int32(r), np.int32(len(f)), cp.asarray(f),
+                               cp.asarray(weight), out), family=False)
+    return out
+
+
+def _launch(kernel, total, args, family=True):
+    """A grid-stride launch of ``kernel`` (a family of ``dft3.cu`` without template arguments,
+    or a kernel) over ``total`` elements."""
+    fn = kernel.get() if family else kernel
+    fn((stride_blocks(total, DFT_THREADS),), (DFT_THREADS,), args)
 
 
 def _vertex(cm, c0, cp):

@@ -72,10 +72,16 @@ def run_volume_stage(args, xp=None) -> None:
 def prebuild_volumes(bounds, upsample, *, aligned=False, device=0) -> list:
     """Start the helpers of a 3-D run's later stages whose markers are absent (``aligned``:
     also the warp of the aligned volumes); returns the processes (none without a usable
-    GPU)."""
+    GPU).  Where xcorr's kernels ship built for the GPU, the subvoxel samples and an unbounded
+    peak launch only those (nothing for a helper to build: each helper is a process and a
+    CUDA context, 0.1-0.15 s of a cold one-shot run beside it, H100 2026-11-25)."""
     if not gpu_available():
         return []
-    stages = [s for s in VOLUME_STAGES if s != "apply" or aligned]
+    from ..._cuda import shipped_here
+
+    shipped = shipped_here()
+    stages = [s for s in VOLUME_STAGES if (s != "apply" or aligned)
+              and not (shipped and (s == "refine" or (s == "peak" and bounds is None)))]
     bounds = None if bounds is None else [None if b is None else int(b) for b in bounds]
     runner = f"{__name__}:run_volume_stage"
     return start_helpers([(runner, {"stage": s, "bounds": bounds, "upsample": float(upsample),

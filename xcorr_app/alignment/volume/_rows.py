@@ -23,25 +23,28 @@ import numpy as np
 from ..._cuda import KernelFamily
 from ...backend import array_module_of
 
-__all__ = ["item_sums", "row_first_max"]
+__all__ = ["item_sums", "knock_out", "row_first_max"]
 
 #: threads a block of the row kernels (a warp a row)
 ROW_THREADS = 256
 ROW_SUMS = KernelFamily("row_reduce.cu", "row_sums",
-                        [("float", ROW_THREADS), ("double", ROW_THREADS)])
+                        [(t, sq, ROW_THREADS) for t in ("float", "double") for sq in (False, True)])
 ROW_FIRST_MAX = KernelFamily("row_reduce.cu", "row_first_max", [("float", ROW_THREADS)])
+KNOCK_OUT = KernelFamily("row_reduce.cu", "knock_out", [(ROW_THREADS,)])
 _C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
 
-def item_sums(a):
-    """float64 sums (N,) of each item of ``a`` (N, ..., X) over its other axes: row by row,
-    then over the rows' sums (many rows reduce in parallel on a GPU)."""
+def item_sums(a, squares=False):
+    """float64 sums (N,) of each item of ``a`` (N, ..., X) over its other axes (``squares``:
+    of their squares, in ``a``'s type as ``square`` gives them): row by row, then over the
+    rows' sums (many rows reduce in parallel on a GPU)."""
     n = a.shape[0]
     rows = a.reshape(-1, a.shape[-1])
     xp = array_module_of(a)
     if xp is np or np.dtype(a.dtype) not in _C_TYPES:
+        rows = xp.square(rows) if squares else rows
         return rows.sum(axis=1, dtype=np.float64).reshape(n, -1).sum(axis=1)
-    return _row_sums(_row_sums(rows).reshape(n, -1))
+    return _row_sums(_row_sums(rows, squares).reshape(n, -1))
 
 
 def row_first_max(rows):
@@ -59,12 +62,31 @@ def row_first_max(rows):
     return column, value
 
 
-def _row_sums(rows):
+def knock_out(win, at, exclusion, whole, value=-np.inf):
+    """In place, in each volume ``b`` of ``win`` (B, Z, Y, X) float32 CuPy (C-contiguous),
+    every voxel within ``exclusion`` of ``at[b]`` (B, 3) integers along each axis set to
+    ``value``: around the circle along the axes of ``whole`` (3 bools), inside the volume along
+    the others (one kernel: CuPy's fancy indexing compiles four at first use)."""
+    import cupy as cp
+
+    b, z, y, x = win.shape
+    side = 2 * int(exclusion) + 1
+    wraps = sum(4 >> a for a in range(3) if whole[a])
+    if b:
+        KNOCK_OUT.get(ROW_THREADS)(
+            (-(-side ** 3 // ROW_THREADS), b), (ROW_THREADS,),
+            (win, np.int32(z), np.int32(y), np.int32(x),
+             cp.asarray(np.ascontiguousarray(at, np.int64).reshape(b, 3)), np.int32(exclusion),
+             np.int32(wraps), np.float32(value)))
+    return win
+
+
+def _row_sums(rows, squares=False):
     xp = array_module_of(rows)
     rows = xp.ascontiguousarray(rows)
     r, c = rows.shape
     sums = xp.empty(r, xp.float64)
-    kernel = ROW_SUMS.get(_C_TYPES[np.dtype(rows.dtype)], ROW_THREADS)
+    kernel = ROW_SUMS.get(_C_TYPES[np.dtype(rows.dtype)], bool(squares), ROW_THREADS)
     kernel((_blocks(r),), (ROW_THREADS,), (rows, np.int64(r), np.int32(c), sums))
     return sums
 

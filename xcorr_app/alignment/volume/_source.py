@@ -40,7 +40,12 @@ class Volumes:
             xp = array_module_of(chunk)
         moved = array_module_of(chunk) is not xp
         data = to_numpy(chunk) if xp is np else xp.asarray(chunk)
-        out = data.astype(xp.float32, copy=not moved)  # a copy: the input stays as it is
+        if xp is np or (moved and data.dtype == np.float32):
+            out = data.astype(xp.float32, copy=not moved)  # a copy: the input stays as it is
+        else:  # (one kernel of ours: CuPy's astype compiles one at first use)
+            from ..rigid import area_float
+
+            out = area_float(data.reshape(len(data), -1, data.shape[-1])).reshape(data.shape)
         if np.dtype(chunk.dtype).kind != "f":
             return out
         bad = ~xp.isfinite(out).reshape(out.shape[0], -1).all(axis=1)
