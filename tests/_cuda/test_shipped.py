@@ -146,8 +146,9 @@ def test_mangled_patterns_find_their_kernel_only(expr, mangled):
 
 
 def test_usable_only_when_every_source_ships_for_the_gpu(tmp_path, monkeypatch):
-    """shipped_kernels_usable: every family's source listed with its current text and a cubin
-    the GPU runs (then a run starts no helper for xcorr's own kernels)."""
+    """shipped_kernels_usable: every kernel source (each a family's: test_kernels_build) listed
+    with its current text and a cubin the GPU runs (then a run starts no helper for xcorr's
+    own kernels)."""
     names = {fam.source for fam in loader.all_families()}
     entries = {n: {"digest": shipped.source_digest(loader.read_source(n), loader.COMPILE_OPTIONS),
                    "kernels": {"sm_90": {}}} for n in names}

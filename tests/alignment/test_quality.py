@@ -111,6 +111,25 @@ def _neighbours(planted):
     return {(f, r + dr, c + dc) for f, r, c in planted for dr in (-1, 0, 1) for dc in (-1, 0, 1)}
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_a_frame_without_a_shift_is_left_out_of_the_aligned_mean(device):
+    """A NaN frame gets no shift and no figures after alignment, and is left out of the
+    aligned mean whose sharpness is reported (not multiplied by 0: NaN times 0 is NaN), on
+    both devices alike; the mean as the frames came holds it (NaN)."""
+    import tifffile
+
+    from sample_paths import stack_path
+
+    frames = tifffile.imread(stack_path("cell")).astype(np.float32)
+    frames[3] = np.nan
+    r = align(frames, device=device)
+    assert np.isnan(r.shifts[3]).all() and np.isnan(r.quality.after[3])
+    assert np.isnan(r.quality.sharpness_before) and np.isfinite(r.quality.sharpness_after)
+    if device == "gpu":
+        cpu = align(frames, device="cpu").quality
+        assert r.quality.sharpness_after == pytest.approx(cpu.sharpness_after, rel=1e-5)
+
+
 def test_planted_bad_patch_regions_are_flagged_and_others_are_not(planted_patches):
     frames, planted = planted_patches
     q = align(frames, device="cpu", patches="3x3", max_shift=8).quality

@@ -84,7 +84,7 @@ def test_irfftn_unnormalized_is_n_times_the_inverse(rng, size):
 
 
 def test_irfftn_unnormalized_without_the_overwriting_transform(rng, monkeypatch):
-    """Where CuPy has no ``_fftn`` of the expected signature, ``cupy.fft.irfft2``: the same
+    """Where CuPy has no ``_fftn`` of the expected signature, ``cupy.fft.irfftn``: the same
     numbers as the overwriting transform."""
     import cupy as cp
 

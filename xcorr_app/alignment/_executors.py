@@ -91,8 +91,9 @@ class InProcess(Executor):
         dev = "cpu" if note is not None else backend.compute_device(
             *([stack] if not isinstance(stack, (str, Path)) else []), device=opts.device)
         if opts.device == "auto" and dev == "gpu" and not on_gpu:
-            built = kernels_built(opts, src.frame_shape, src.dtype,
-                                  helper_stages(_shipped_here()))
+            from .._cuda import shipped_here
+
+            built = kernels_built(opts, src.frame_shape, src.dtype, helper_stages(shipped_here()))
             dev, note = auto_device(src.n_frames, src.frame_shape, built)
         self.device_note = note
         self.device, self.xp = dev, backend.xp_for(dev)
@@ -154,16 +155,13 @@ def _prebuild_later_stages(opts, src, plan):
 
     import cupy
 
-    shipped = _shipped_here()
+    from .._cuda import shipped_here
+
+    shipped = shipped_here()
     prebuild(opts, src.frame_shape, src.dtype, plan, stages=helper_stages(shipped),
              device=cupy.cuda.Device().id, exit_grace=0.0 if shipped else EXIT_GRACE)
 
 
-def _shipped_here() -> bool:
-    """Whether xcorr's kernels ship built for the current GPU."""
-    from .._cuda import shipped_here
-
-    return shipped_here()
 
 
 class OnGpus(Executor):

@@ -383,8 +383,9 @@ class _Sums:
             xp.cuda.get_current_stream().wait_event(self._done)
         if xp is np:
             self.raw += f.sum(axis=0, dtype=xp.float64)
-            self.aligned += (g if ok is None else g * ok[:, None, None]).sum(axis=0,
-                                                                             dtype=xp.float64)
+            # (left out, not times 0: a frame without a shift may hold NaN, as the GPU's)
+            kept = g if ok is None else np.where(ok[:, None, None], g, 0.0)
+            self.aligned += kept.sum(axis=0, dtype=xp.float64)
             return
         frame_sums(self.raw, f)
         frame_sums(self.aligned, g, ok)

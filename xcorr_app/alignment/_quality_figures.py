@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import backend
 from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
+from ..errors import InputError
 from ..filters import gradient
 
 __all__ = ["RegionFigures", "AreaFigures", "area_moments", "moments_of", "frame_sums",
@@ -42,7 +43,8 @@ AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
                              [(t, MOMENT_THREADS) for t in ("float", "double")])
-FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums", [(MOMENT_THREADS,)])
+FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums",
+                          [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
 
 
 class RegionFigures:
@@ -138,8 +140,9 @@ class AreaFigures(RegionFigures):
         tmpl = cp.ascontiguousarray(template, cp.float32)
         prep = cp.ascontiguousarray(prepared, cp.float32)
         rows, cols = tmpl.shape
-        if min(rows, cols) < 2:
-            raise ValueError(f"AreaFigures: a {rows}x{cols} area has no gradient")
+        if min(rows, cols) < 2:  # (as the CPU's gradient says)
+            raise InputError(f"gradient: a {rows}x{cols} area has an axis of fewer than 2 "
+                             "elements")
         k = float(rows * cols)
         # each image's sums about its first pixel p: the mean p + sum / k, the spread
         # sum(d * d) - sum(d) ** 2 / k
@@ -293,7 +296,6 @@ def area_moments(frames, refs, area=None):
 def moments_of(partial) -> np.ndarray:
     """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M), added in order."""
     return backend.to_numpy(partial).sum(axis=1)
-
 
 
 def _row_blocks(rows) -> int:

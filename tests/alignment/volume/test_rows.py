@@ -106,7 +106,8 @@ def _knocked_reference(win, at, e, whole):
 @pytest.mark.parametrize("shape", [(2, 3, 5, 7), (3, 9, 40, 37)])
 @pytest.mark.parametrize("whole", [(True, True, True), (False, True, False),
                                    (False, False, False)])
-def test_gpu_knock_out_is_the_fancy_indexing(shape, whole):
+@pytest.mark.parametrize("e", [2, 3])  # (3: a box of 343 voxels, more than a block's threads)
+def test_gpu_knock_out_is_the_fancy_indexing(shape, whole, e):
     """``knock_out`` against the fancy indexing it replaces: boxes across the edges (wrapped
     around the circle on whole axes, clipped on bounded ones), an axis shorter than the box
     (its voxels set once each), and the voxels outside the boxes untouched."""
@@ -116,5 +117,5 @@ def test_gpu_knock_out_is_the_fancy_indexing(shape, whole):
     win = rng.normal(size=shape).astype(np.float32)
     at = np.stack([rng.integers(0, n, shape[0]) for n in shape[1:]], axis=1)
     at[0] = (0, shape[2] - 1, 1)  # at the edges
-    got = knock_out(cp.asarray(win), at, 2, whole).get()
-    np.testing.assert_array_equal(got, _knocked_reference(win, at, 2, whole))
+    got = knock_out(cp.asarray(win), at, e, whole).get()
+    np.testing.assert_array_equal(got, _knocked_reference(win, at, e, whole))

@@ -62,7 +62,7 @@ def run_volume_stage(args, xp=None) -> None:
     bounds = args["bounds"]
     bounds = None if bounds is None else tuple(1 if b is not None else None for b in bounds)
     if stage == "peak":
-        bounded_peak(correlate(product, shape), bounds)
+        bounded_peak(correlate(product, shape, normalized=False), bounds)  # (as the run)
     elif stage == "refine":
         coarse = np.zeros((SHAPE[0], 3))
         samples3d(product, shape, coarse, 1.0, 1, nyquist=True)

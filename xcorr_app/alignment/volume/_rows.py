@@ -72,12 +72,13 @@ def knock_out(win, at, exclusion, whole, value=-np.inf):
     b, z, y, x = win.shape
     side = 2 * int(exclusion) + 1
     wraps = sum(4 >> a for a in range(3) if whole[a])
-    if b:
+    at = np.ascontiguousarray(at, np.int64).reshape(b, 3)
+    for a in range(0, b, 65535):  # (the grid's y extent)
+        n = min(b, a + 65535) - a
         KNOCK_OUT.get(ROW_THREADS)(
-            (-(-side ** 3 // ROW_THREADS), b), (ROW_THREADS,),
-            (win, np.int32(z), np.int32(y), np.int32(x),
-             cp.asarray(np.ascontiguousarray(at, np.int64).reshape(b, 3)), np.int32(exclusion),
-             np.int32(wraps), np.float32(value)))
+            (-(-side ** 3 // ROW_THREADS), n), (ROW_THREADS,),
+            (win[a:a + n], np.int32(z), np.int32(y), np.int32(x), cp.asarray(at[a:a + n]),
+             np.int32(exclusion), np.int32(wraps), np.float32(value)))
     return win
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...backend import array_module_of, is_cupy_array, to_numpy
 from ...errors import InputError
+from ._rows import item_sums
 
 
 class Volumes:
@@ -48,9 +49,11 @@ class Volumes:
             out = area_float(data.reshape(len(data), -1, data.shape[-1])).reshape(data.shape)
         if np.dtype(chunk.dtype).kind != "f":
             return out
-        bad = ~xp.isfinite(out).reshape(out.shape[0], -1).all(axis=1)
+        # a volume's float64 sum is finite where every voxel is (float32 cannot overflow it):
+        # xcorr's row sums on the GPU, where CuPy's isfinite and all compiled at first use
+        bad = ~np.isfinite(to_numpy(item_sums(out)))
         if bool(bad.any()):
-            t = start + int(xp.argmax(bad))
+            t = start + int(np.argmax(bad))
             raise InputError(f"volume {t} of {self.name} has NaN or infinite values; "
                              "replace them (e.g. numpy.nan_to_num) first")
         return out
