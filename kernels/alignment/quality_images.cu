@@ -128,11 +128,11 @@ __global__ void __launch_bounds__(THREADS) image_figures(
     store_block_sums<M, THREADS>(acc, partial);
 }
 
-// acc[i] += frames[k][i] for each frame k of n (plane pixels each, of type T) in order, those
-// with ok[k] (ok: null for all): a thread a pixel.  (Also a mean reference's sums: _run.)
-template <typename T, int THREADS>
+// acc[i] += frames[k][i] for each frame k of n (plane pixels each, float32) in order, those with
+// ok[k] (ok: null for all): a thread a pixel.
+template <int THREADS>
 __global__ void __launch_bounds__(THREADS) frame_sums(
-        const T* __restrict__ frames, int n, long long plane, const bool* __restrict__ ok,
+        const float* __restrict__ frames, int n, long long plane, const bool* __restrict__ ok,
         double* __restrict__ acc) {
     for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < plane;
          i += (long long)gridDim.x * THREADS) {

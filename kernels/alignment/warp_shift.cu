@@ -108,18 +108,3 @@ __global__ void __launch_bounds__(THREADS) warp_sum(
         coverage[(size_t)y * w + x] += c;
     }
 }
-
-// _template.template_of: out = float32(coverage >= 0.5 ? total / coverage : fallback), a
-// template pass's weighted mean of its frames and the fallback (the first frame, pixels T)
-// where less than half a frame covers: the CPU's float64 division and float32 rounding.
-// (As CuPy's operations: six kernels compiled at first use.)  Grid-stride, a thread a pixel.
-template <typename T>
-__global__ void template_mean(const double* __restrict__ total,
-                              const double* __restrict__ coverage, const T* __restrict__ fallback,
-                              long long n, float* __restrict__ out) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        const double c = coverage[i];
-        out[i] = (float)(c >= 0.5 ? total[i] / c : (double)fallback[i]);
-    }
-}

@@ -162,8 +162,6 @@ def _prebuild_later_stages(opts, src, plan):
              device=cupy.cuda.Device().id, exit_grace=0.0 if shipped else EXIT_GRACE)
 
 
-
-
 class OnGpus(Executor):
     """One contiguous range of frames per GPU of this host, each on a worker thread with its
     own reader (file handle, read-ahead, pinned buffers) and CUDA streams; the pipeline's own

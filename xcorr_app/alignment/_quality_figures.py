@@ -43,8 +43,7 @@ AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
                              [(t, MOMENT_THREADS) for t in ("float", "double")])
-FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums",
-                          [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
+FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums", [(MOMENT_THREADS,)])
 
 
 class RegionFigures:
@@ -304,22 +303,20 @@ def _row_blocks(rows) -> int:
 
 
 def frame_sums(acc, frames, ok=None):
-    """``acc`` (h, w) float64 CuPy (C-contiguous), in place, plus each of ``frames`` (n, h, w)
-    CuPy (C-contiguous, a pixel type of :data:`PIXEL_C_TYPES`, each value as float64) with
-    ``ok`` (n,) bool CuPy (None: all), added a frame at a time in order; also the sums of a
-    mean reference (CuPy's ``astype``, ``sum`` and ``+`` compiled three kernels at first use)."""
+    """``acc`` (h, w) float64 CuPy, in place, plus each of ``frames`` (n, h, w) float32 CuPy
+    (C-contiguous) with ``ok`` (n,) bool CuPy (None: all), added a frame at a time in order."""
     import cupy as cp
 
-    c_type = PIXEL_C_TYPES.get(np.dtype(frames.dtype))
-    if c_type is None or frames.ndim != 3 or not frames.flags.c_contiguous \
-            or acc.dtype != cp.float64 or not acc.flags.c_contiguous \
-            or frames.shape[1:] != acc.shape or (ok is not None and ok.dtype != cp.bool_):
+    n = len(frames)
+    plane = acc.size
+    if frames.dtype != cp.float32 or not frames.flags.c_contiguous or acc.dtype != cp.float64 \
+            or frames[0].size != plane or (ok is not None and ok.dtype != cp.bool_):
         raise ValueError(f"frame_sums: {frames.dtype} frames {frames.shape} into {acc.dtype} "
                          f"{acc.shape}")
-    if len(frames):
-        FRAME_SUMS.get(c_type, MOMENT_THREADS)(
-            (stride_blocks(acc.size, MOMENT_THREADS),), (MOMENT_THREADS,),
-            (frames, np.int32(len(frames)), np.int64(acc.size), ok, acc))
+    if n:
+        FRAME_SUMS.get(MOMENT_THREADS)(
+            (stride_blocks(plane, MOMENT_THREADS),), (MOMENT_THREADS,),
+            (frames, np.int32(n), np.int64(plane), ok, acc))
     return acc
 
 

@@ -30,14 +30,12 @@ import functools
 import numpy as np
 
 from .. import backend
-from .._cuda import kernel_pixels
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
 from .rigid import search_range
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import measure_quality
-from ._quality_figures import frame_sums as add_frames
 from .rigid import mean_count, reference_frame
 from .rigid import COLUMN
 from ._result import result_from_table
@@ -242,25 +240,21 @@ def reference_image(spec, opts, src, executor):
         return reference_frame(spec, src, executor.xp, executor.chunk or DEFAULT_CHUNK,
                                opts.channel)
     part = functools.partial(frame_sums, count=count, chunk=executor.chunk or DEFAULT_CHUNK)
-    parts = executor.map(part, None, upto=count)  # (host arrays)
-    acc = parts[0]
+    parts = executor.map(part, None, upto=count)
+    xp = executor.xp
+    acc = xp.asarray(parts[0])
     for s in parts[1:]:  # in frame order
-        acc = acc + s
-    return executor.xp.asarray(acc / count)  # (added and divided on the host: one frame)
+        acc = acc + xp.asarray(s)
+    return xp.divide(acc, count)  # (not ``/``: see filters.gradient)
 
 
 def frame_sums(src, xp, start, stop, progress, *, count, chunk):
-    """float64 sum (NumPy) of frames ``start:min(stop, count)``, a chunk at a time, on ``xp``'s
-    device (a part of a mean reference; on the GPU by ``_quality_figures.frame_sums``, CuPy's
-    operations compiled at first use)."""
+    """float64 sum of frames ``start:min(stop, count)``, a chunk at a time (a part of a mean
+    reference; on ``xp``'s device)."""
     stop = min(stop, count)
     acc = xp.zeros(src.frame_shape, xp.float64)
     for a in range(start, stop, chunk):
-        frames = xp.asarray(src.read(a, min(a + chunk, stop)))
-        if xp is np:
-            acc += frames.astype(np.float64).sum(axis=0)
-        else:
-            add_frames(acc, kernel_pixels(frames)[0])
+        acc += xp.asarray(src.read(a, min(a + chunk, stop))).astype(xp.float64).sum(axis=0)
     return acc if xp is np else backend.to_numpy(acc)
 
 

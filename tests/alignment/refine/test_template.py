@@ -10,7 +10,7 @@ from xcorr_app import align, backend
 from xcorr_app.alignment.rigid._preprocess import AUTO_BANDPASS, choose_prefilter
 from xcorr_app.alignment.rigid import COLUMN, COLUMNS
 from xcorr_app.alignment.refine._template import (TemplateAccumulator, fractional_references,
-                                                  relative_to_first, template_of)
+                                                  relative_to_first)
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
@@ -287,24 +287,3 @@ def test_gpu_template_accumulator_matches_numpy():
     got(0, cp.asarray(frames), cp.asarray(block))
     np.testing.assert_allclose(got.template(cp.asarray(frames[0])).get(),
                                want.template(frames[0]), atol=1e-5)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(5, 7), (37, 45), (300, 259)])
-@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64])
-def test_gpu_template_of_is_the_cpus(shape, dtype):
-    """``template_of`` on the GPU (``template_mean``) against the CPU's, bit for bit: the
-    weighted mean where at least half a frame covers (0.5 exactly included), the fallback of
-    any pixel type (a host or a device array) elsewhere, NaN sums kept."""
-    import cupy as cp
-
-    rng = np.random.default_rng(shape[0])
-    coverage = rng.choice([0.0, 0.25, 0.4999999, 0.5, 0.75, 3.0], size=shape)
-    total = rng.normal(size=shape) * 1000 * coverage
-    total.flat[::17] = np.nan
-    fallback = (rng.random(shape) * 4000).astype(dtype)
-    want = template_of(np, total, coverage, fallback)
-    for fb in (fallback, cp.asarray(fallback)):
-        got = template_of(cp, cp.asarray(total), cp.asarray(coverage), fb)
-        assert got.dtype == cp.float32
-        np.testing.assert_array_equal(got.get(), want)

@@ -44,7 +44,6 @@ import dataclasses
 import numpy as np
 
 from ... import backend
-from ..._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ...correlate import irfftn_unnormalized
 from ...registration import fft_shifts, phase_ramps, wrapped_correlations
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
@@ -62,9 +61,6 @@ PERIODIC_FRAMES = 8
 PERIODIC_MIN_SHIFT = 2
 PERIODIC_RATIO = 0.75
 PERIODIC_MIN_CORRELATION = 0.2
-#: :func:`template_of` on the GPU (kernels/alignment/warp_shift.cu)
-TEMPLATE_MEAN = KernelFamily("warp_shift.cu", "template_mean",
-                             [(t,) for t in PIXEL_C_TYPES.values()])
 
 
 class TemplateAccumulator:
@@ -135,29 +131,10 @@ class TemplateAccumulator:
 def template_of(xp, total, coverage, fallback):
     """The template (float32, frame 0's coordinates) of a template pass's sums: the weighted
     mean of the kept frames, and ``fallback`` (the first frame) where less than half a frame
-    covers.  On the GPU one kernel (``template_mean`` of ``kernels/alignment/warp_shift.cu``)."""
-    if xp is not np:
-        return _template_mean(total, coverage, fallback)
+    covers."""
     covered = xp.greater_equal(coverage, 0.5)  # (a function, not ``>=``: filters.gradient)
     mean = total / xp.where(covered, coverage, 1.0)
     return xp.where(covered, mean, xp.asarray(fallback, xp.float64)).astype(xp.float32)
-
-
-def _template_mean(total, coverage, fallback):
-    """:func:`template_of` on the GPU: float64 ``total`` and ``coverage`` CuPy (H, W), the
-    fallback of any pixel type, anywhere."""
-    import cupy as cp
-
-    total, coverage = (cp.ascontiguousarray(a, cp.float64) for a in (total, coverage))
-    fallback, c_type = kernel_pixels(cp.asarray(fallback)[None])
-    if fallback.shape[1:] != total.shape or coverage.shape != total.shape:
-        raise ValueError(f"template_of: sums {total.shape}, {coverage.shape} and a fallback "
-                         f"{fallback.shape[1:]}")
-    out = cp.empty(total.shape, cp.float32)
-    if out.size:
-        TEMPLATE_MEAN.get(c_type)((stride_blocks(out.size, 256),), (256,),
-                                  (total, coverage, fallback, np.int64(out.size), out))
-    return out
 
 
 class TemplateSums:
