@@ -162,12 +162,10 @@ class AreaFigures(RegionFigures):
         inverse = np.full_like(h, np.nan)
         if np.linalg.det(h[0]) > 0:
             inverse[0] = np.linalg.inv(h[0])
+        # (the figures the GPU pass uses, on the host: zncc_of and residual_of read no others)
         self.t, self.g = t, g
         self._host = {"t_total": float(s[0]), "t_norm2": float(s[1]), "g_total": s[2:4].copy(),
                       "tg": s[None, 4:6].copy(), "inverse": inverse}
-        self.t_total, self.t_norm2 = cp.asarray(s[:1]), cp.asarray(s[1:2])
-        self.g_total, self.tg = cp.asarray(s[None, 2:4]), cp.asarray(s[None, 4:6])
-        self.inverse = cp.asarray(inverse)
 
     def zncc(self, frames):
         """(n,) from the frames' areas (n, H, W)."""
@@ -181,10 +179,10 @@ class AreaFigures(RegionFigures):
             return super().residual(frames.reshape(len(frames), 1, -1))[:, 0]
         return self.xp.asarray(self.residual_of(moments_of(self.residual_moments(frames))))
 
-    def zncc_moments(self, frames, area=None):
-        """(n, blocks, 3) float64 on the GPU: the blocks' moments of ``frames`` over ``area``
-        (default: the whole frame) whose sums (:func:`moments_of`) :meth:`zncc_of` takes."""
-        return area_moments(frames, self.t.reshape(1, *self.shape), area)
+    def zncc_moments(self, frames):
+        """(n, blocks, 3) float64 on the GPU: the blocks' moments of ``frames``, whose sums
+        (:func:`moments_of`) :meth:`zncc_of` takes."""
+        return area_moments(frames, self.t.reshape(1, *self.shape))
 
     def residual_moments(self, frames):
         """(n, blocks, 4) float64 on the GPU: the blocks' moments of the prepared frames,
@@ -214,7 +212,8 @@ class AreaFigures(RegionFigures):
         return mean, np.maximum(s[:, 1] - s[:, 0] * mean[:, 0], 0.0)
 
     def _constants(self) -> dict:
-        """The template's figures on the host (fetched once)."""
+        """The template's figures on the host (made there on the GPU; on the CPU taken from
+        :class:`RegionFigures`' arrays once)."""
         if self._host is None:
             self._host = {"t_total": float(backend.to_numpy(self.t_total)[0]),
                           "t_norm2": float(backend.to_numpy(self.t_norm2)[0]),

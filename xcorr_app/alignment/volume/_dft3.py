@@ -230,9 +230,10 @@ def _samples_gpu(product, shape, pos, nyquist, out):
     ky = _axis_matrix(y, pos[:, 1], None, nyquist, cp.complex128)  # (B, r, Y)
     kz = _axis_matrix(z, pos[:, 0], None, nyquist, cp.complex128)  # (B, r, Z)
     t = cp.empty((b, z, r, r), cp.complex128)
-    _launch(CONTRACT_Y, t.size, (a, ky, np.int32(b), np.int32(z), np.int32(y), np.int32(r), t))
-    _launch(CONTRACT_Z, out.size, (t, kz, np.int32(b), np.int32(z), np.int32(r),
-                                   np.float64(z * y * x), out))
+    _launch(CONTRACT_Y.get(), t.size,
+            (a, ky, np.int32(b), np.int32(z), np.int32(y), np.int32(r), t))
+    _launch(CONTRACT_Z.get(), out.size,
+            (t, kz, np.int32(b), np.int32(z), np.int32(r), np.float64(z * y * x), out))
     return out
 
 
@@ -248,15 +249,13 @@ def _axis_matrix(n, positions, half_width, nyquist, dtype, transpose=False):
     kernel = DFT_AXIS.get("float2" if dtype == np.complex64 else "double2", bool(transpose))
     _launch(kernel, out.size, (cp.asarray(np.ascontiguousarray(positions, np.float64)),
                                np.int32(b), np.int32(r), np.int32(len(f)), cp.asarray(f),
-                               cp.asarray(weight), out), family=False)
+                               cp.asarray(weight), out))
     return out
 
 
-def _launch(kernel, total, args, family=True):
-    """A grid-stride launch of ``kernel`` (a family of ``dft3.cu`` without template arguments,
-    or a kernel) over ``total`` elements."""
-    fn = kernel.get() if family else kernel
-    fn((stride_blocks(total, DFT_THREADS),), (DFT_THREADS,), args)
+def _launch(kernel, total, args):
+    """A grid-stride launch of a kernel of ``dft3.cu`` over ``total`` elements."""
+    kernel((stride_blocks(total, DFT_THREADS),), (DFT_THREADS,), args)
 
 
 def _vertex(cm, c0, cp):
