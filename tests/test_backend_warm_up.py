@@ -219,3 +219,58 @@ def test_an_align_warm_up_also_loads_cufft_where_a_device_is_usable(monkeypatch,
         assert loaded == (["xcorr-gpu-warm-up"] if devices else [])
     finally:
         backend._probe_gpu.cache_clear()
+
+
+class FakeDriver:
+    """libcuda's three calls of :func:`backend.start_cuda_driver`, each answering ``codes``'
+    value (0: success) and recording its arguments."""
+
+    def __init__(self, **codes):
+        self.codes, self.calls = codes, []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append((name, [getattr(a, "_obj", a) for a in args]))
+            return self.codes.get(name, 0)
+        return call
+
+
+@pytest.mark.parametrize("codes, started, last", [
+    ({}, True, "cuDevicePrimaryCtxRetain"),
+    ({"cuInit": 100}, False, "cuInit"),  # (CUDA_ERROR_NO_DEVICE)
+    ({"cuDevicePrimaryCtxRetain": 2}, False, "cuDevicePrimaryCtxRetain"),
+])
+def test_the_driver_start_retains_the_devices_primary_context(monkeypatch, codes, started,
+                                                              last):
+    import ctypes
+
+    driver = FakeDriver(**codes)
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: driver)
+    assert backend.start_cuda_driver(1) is started
+    assert driver.calls[-1][0] == last
+    assert driver.calls[0] == ("cuInit", [0])
+    if started:
+        assert driver.calls[1][1][1] == 1  # device ordinal 1's context
+
+
+def test_no_driver_library_is_no_start(monkeypatch):
+    import ctypes
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    assert backend.start_cuda_driver() is False
+
+
+def test_the_warm_up_starts_the_driver_beside_cupys_import(fake_gpu, monkeypatch):
+    release, seen = fake_gpu
+    started = threading.Event()
+    monkeypatch.setattr(backend, "start_cuda_driver",
+                        lambda: (seen.append(threading.current_thread().name), started.set()))
+    assert backend.start_gpu_warm_up()
+    assert started.wait(10)  # while the warm-up still waits in CuPy
+    assert backend._warm_up.is_alive()
+    release.set()
+    backend._warm_up.join(10)
+    assert sorted(seen) == ["xcorr-cuda-driver", "xcorr-gpu-warm-up"]
