@@ -10,6 +10,7 @@ from ._field_outputs import plot_motion_field, write_motion_field
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
 from ._plot import plot_drift, plot_quality
+from ._pread import PreadFile, preadable
 from ._describe import describe
 from ._reader import (TIFF_SUFFIXES, ArraySource, ChannelStack, FrameRange, OffsetFrames,
                       open_source, open_stack, read_image)
@@ -20,10 +21,11 @@ from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outpu
 
 __all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "ArrayFrames", "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange",
-           "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "StagedOutputs",
+           "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "PreadFile",
+           "StagedOutputs",
            "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",
            "describe", "format_of", "open_source",
            "open_stack", "plot_drift", "plot_quality", "plot_motion_field", "plural",
-           "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
+           "preadable", "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
            "source_path", "split_source", "stack_writer", "write_motion_field", "write_text",
            "write_tiff"]

@@ -176,3 +176,31 @@ def test_big_endian_volumes_stream_as_native(tmp_path):
     want = align_volumes(stack.astype(np.uint16), upsample=1, device="cpu").shifts
     got = align_volumes(tmp_path / "be.npy", upsample=1, device="cpu").shifts
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".tif"])
+def test_volume_files_are_read_by_read_calls(tmp_path, monkeypatch, suffix):
+    """A .npy or TIFF of volumes is copied out of the file by positioned reads (no page
+    faults on a memory map), each volume's bytes where the memory map has them; the shifts
+    equal those of the array."""
+    import tifffile
+
+    from xcorr_app.alignment.volume._source import open_volumes
+    from xcorr_app.io import PreadFile
+
+    stack = shifted_stack(volume(depth=6, size=16), random_shifts(5, seed=3), photons=1e3)
+    stack = np.round(stack).astype(np.uint16)
+    path = tmp_path / f"v{suffix}"
+    np.save(path, stack) if suffix == ".npy" else tifffile.imwrite(path, stack)
+    items = open_volumes(path).frames()
+    out = np.full((3, *stack.shape[1:]), 7, np.uint16)
+    assert items.read(1, 4, out) is out
+    np.testing.assert_array_equal(out, stack[1:4])
+    calls = []
+    original = PreadFile.read_into
+    monkeypatch.setattr(PreadFile, "read_into",
+                        lambda self, o, at: calls.append(at) or original(self, o, at))
+    got = align_volumes(path, upsample=1, device="cpu").shifts
+    want = align_volumes(stack, upsample=1, device="cpu").shifts
+    np.testing.assert_array_equal(got, want)
+    assert calls and calls[0] == items._at  # (the first chunk from the array's first byte)

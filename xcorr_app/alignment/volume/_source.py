@@ -17,6 +17,7 @@ import numpy as np
 
 from ...backend import array_module_of, is_cupy_array, to_numpy
 from ...errors import InputError
+from ...io import PreadFile, preadable
 from ._rows import item_sums
 
 
@@ -24,9 +25,12 @@ class Volumes:
     """A (T, Z, Y, X) source read a chunk at a time as float32 (NumPy, or CuPy for a CuPy
     array): the caller's data is never written."""
 
-    def __init__(self, data, name="the stack"):
+    def __init__(self, data, name="the stack", stored=None):
         self.data, self.name = data, name
         self.shape = tuple(int(n) for n in data.shape)
+        # (path, byte offset) where ``data`` is a file's memory map of all its volumes, in C
+        # order and the machine's byte order: read with positioned reads (io.PreadFile)
+        self.stored = stored
 
     def read(self, start, stop, xp=None, chunk=None):
         """Volumes ``start:stop`` (or ``chunk``, those volumes as stored, already read: from
@@ -63,14 +67,14 @@ class Volumes:
         """The volumes as the streaming layer's frames, one volume an item, as stored
         (:class:`~xcorr_app.streaming.DeviceChunks` reads them ahead into page-locked buffers
         and uploads them on two streams while the device works)."""
-        return _VolumeItems(self.data)
+        return _VolumeItems(self.data, self.stored)
 
 
 class _VolumeItems:
     """A (T, Z, Y, X) array as a frame source of T items (``read(start, stop, out)``); a device
     array or one in memory is handed out as it is (``stack``)."""
 
-    def __init__(self, data):
+    def __init__(self, data, stored=None):
         self.n_frames, self.frame_shape = int(data.shape[0]), tuple(data.shape[1:])
         # native byte order: the device copies raw bytes (np.copyto swaps into the buffer)
         self.dtype = np.dtype(data.dtype).newbyteorder("=")
@@ -78,13 +82,31 @@ class _VolumeItems:
         if is_cupy_array(data) or (type(data) is np.ndarray):
             self.stack = data
         self.concurrent_reads = isinstance(data, np.ndarray)  # (memory maps too)
+        # a file's bytes copied by read system calls rather than out of the memory map, whose
+        # first touch of each 4 KiB page faults (half a million faults for 2 GiB)
+        self._file = None
+        if stored is not None and preadable(data.dtype):
+            self._file, self._at = PreadFile.open(stored[0]), int(stored[1])
+            self._item_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
 
     def read(self, start, stop, out=None):
+        if out is not None and self._file is not None and out.flags.c_contiguous:
+            want = (stop - start) * self._item_bytes
+            if self._file.read_into(out, self._at + start * self._item_bytes) == want:
+                return out
         part = self._data[start:stop]
         if out is None:
             return np.asarray(part)
         np.copyto(out, part)
         return out
+
+
+def _stored(data):
+    """``(path, offset)`` of a memory map that holds a whole file's array in C order (a fresh
+    ``np.load(mmap_mode="r")`` or ``tifffile.memmap``), else None."""
+    if isinstance(data, np.memmap) and data.filename and data.flags.c_contiguous:
+        return data.filename, int(data.offset)
+    return None
 
 
 def _read_path(path: Path):
@@ -121,10 +143,11 @@ def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
         A missing or unreadable path, another number of dimensions, an axis shorter than 2
         (the time axis may be 1), a complex or non-numeric type.
     """
-    name = "the stack"
+    name, stored = "the stack", None
     if isinstance(stack, (str, Path)):
         name = str(stack)
         stack = _read_path(Path(stack))
+        stored = _stored(stack)
     elif isinstance(stack, (list, tuple)):
         stack = np.asarray(stack)
     if not hasattr(stack, "shape") or not hasattr(stack, "dtype"):
@@ -138,4 +161,4 @@ def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
     if shape[0] < 1 or min(shape[1:]) < 2:
         raise InputError(f"{name} has shape {shape}; each of its {what[1:-1]} axes after the "
                          "first needs 2 or more samples")
-    return Volumes(stack, name)
+    return Volumes(stack, name, stored)
