@@ -19,6 +19,8 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ...backend import (compute_device, device_free_bytes, host_available_bytes, to_numpy,
@@ -202,16 +204,21 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
         prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)
     t, shape = source.shape[0], source.shape[1:]
     chunk = plan_chunk(source.shape, xp, memory_limit)
-    ref, ref_name = _reference(source, reference, xp, chunk)
-    ref_spec, (ref_norm,) = spectrum(ref[None], xp, norms=True)
-    ref_spec = ref_spec[0]
-    del ref
     size = float(np.prod(shape))
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
     second, verified = np.zeros(t), np.zeros(t, bool)
-    # read ahead by threads (on the GPU into page-locked buffers, uploaded on two streams)
-    # while the device works on the chunk before
-    with DeviceChunks(source.frames(), chunk, xp) as chunks:
+    with contextlib.ExitStack() as held:
+        # read ahead by threads (on the GPU into page-locked buffers, uploaded on two streams)
+        # while the device works on the chunk before; started before the reference's
+        # spectrum, which the first reads then overlap (after it for the mean: a pass itself)
+        late = isinstance(reference, str) and reference == "mean"
+        chunks = None if late else held.enter_context(DeviceChunks(source.frames(), chunk, xp))
+        ref, ref_name = _reference(source, reference, xp, chunk)
+        ref_spec, (ref_norm,) = spectrum(ref[None], xp, norms=True)
+        ref_spec = ref_spec[0]
+        del ref
+        if chunks is None:
+            chunks = held.enter_context(DeviceChunks(source.frames(), chunk, xp))
         for start, data in chunks:
             stop = start + len(data)
             product, norms = cross_spectra(ref_spec, source.read(start, stop, xp, data),
