@@ -123,7 +123,7 @@ def test_prefetcher_reads_on_while_page_locking_is_slow(tmp_path, rng, monkeypat
             chunks.release(slot)
             if start == 8:  # (five chunks read without a page-locked buffer)
                 release.set()
-                while not all(f.done() for f in chunks._pins.values()):
+                while not all(f.done() for f in tuple(chunks._pins.values())):
                     time.sleep(0.01)
     assert not any(into[:5]) and all(into[-5:]) and len(made) == 3
 
