@@ -90,6 +90,12 @@ class FrameSource:
         return all(p.memory_mapped for p in self._parts)
 
     @property
+    def stored(self):
+        """Where the frames lie in the one file, uncompressed in one run (``(path, byte
+        offset)``, :attr:`TiffFrames.stored`); None for a folder of files or another layout."""
+        return self._parts[0].stored if len(self._parts) == 1 else None
+
+    @property
     def concurrent_reads(self) -> bool:
         """True when several threads may :meth:`read` at once (one memory-mapped file)."""
         return len(self._parts) == 1 and self.memory_mapped

@@ -344,6 +344,15 @@ class TiffFrames:
         self._tif.close()
         self._tif = None
 
+    @property
+    def stored(self):
+        """``(path, byte offset)`` where the frames lie uncompressed in one run, a page each, in
+        the machine's byte order (what :class:`~xcorr_app.streaming.DeviceChunks` copies to
+        the GPU straight from the file's pages), else None."""
+        if self._offset is None or self._lead_c is not None or self._sample_axis is not None:
+            return None
+        return str(self.path), int(self._offset)
+
     def read(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         if self._tif is None and self._pages is None:  # closed: reopen
             with tiff_errors(self.path):

@@ -35,6 +35,7 @@ from ._into_out import Downloads, FaultAhead, join_threads, out_view
 from ._memory_budget import READ_AHEAD
 from ._prefetch import ChunkPrefetcher
 from ._ranges import chunk_bounds, piece_bounds
+from ._registered import RegisteredFile
 
 #: threads copying one chunk (one piece on the GPU) into its buffer from a source several threads
 #: may read (a memory map, a file's stored bytes by pread)
@@ -88,8 +89,9 @@ class DeviceChunks:
     """Iterate over ``(start, frames on xp's device)``; a reader thread starts reading at once
     (while the caller prepares), and :meth:`close` stops it.
 
-    On the GPU the chunks alternate between two CUDA streams: each is read in pieces of at
-    most :data:`PIECE_BYTES` into a small ring of pinned buffers, each piece copied to the
+    On the GPU the chunks alternate between two CUDA streams: a file that allows it is copied
+    to the device straight from its cached pages (:class:`RegisteredFile`); otherwise each
+    chunk is read in pieces of at most :data:`PIECE_BYTES` into a small ring of pinned buffers, each piece copied to the
     chunk's device array as it comes, and the chunk is yielded inside its stream's context, so
     the consumer's kernels for it queue on that stream while the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk
     read from a file is a view of a reused buffer, valid until the consumer asks for the next.
@@ -105,7 +107,11 @@ class DeviceChunks:
         # a stack being kept on the GPU (streaming/_stash.py): the chunks uploaded into it
         self._stash = getattr(src, "stash", None) if xp is not np and not self._direct else None
         self._prefetch = None
-        if not self._direct:
+        # a file's frames copied straight out of its cached pages where it allows
+        self._mapped = RegisteredFile.open(src) \
+            if xp is not np and not self._direct and self._stash is None else None
+        self._copied = []  # (the last copy out of the mapped file on each stream)
+        if not self._direct and self._mapped is None:
             if xp is np:
                 self._prefetch = ChunkPrefetcher(src, chunk_frames, READ_AHEAD).start()
             else:
@@ -127,6 +133,9 @@ class DeviceChunks:
             for start, stop in chunk_bounds(0, self.src.n_frames, self.chunk_frames):
                 chunk = self.src.stack[start:stop]
                 yield start, (np.asarray(chunk) if xp is np else chunk)
+            return
+        if self._mapped is not None:
+            yield from self._from_mapped(xp)
             return
         chunks = self._prefetch
         if xp is np:
@@ -173,6 +182,21 @@ class DeviceChunks:
                 with streams[k % 2]:
                     yield start, self.src.stack[start:stop]
 
+    def _from_mapped(self, xp):
+        """The chunks copied from the registered file (:class:`RegisteredFile`) on the two
+        streams in turn, each handed out inside its stream's context."""
+        host = self._mapped.array
+        with caller_ordered_streams(xp) as streams:
+            self._copied = [None] * len(streams)
+            for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,
+                                                           self.chunk_frames)):
+                stream = streams[k % 2]
+                with stream:
+                    frames = xp.empty(host[start:stop].shape, host.dtype)
+                    frames.set(host[start:stop], stream=stream)
+                    self._copied[k % 2] = stream.record()
+                    yield start, frames
+
     def __iter__(self):
         return self._gen
 
@@ -180,6 +204,12 @@ class DeviceChunks:
         self._gen.close()
         if self._prefetch is not None:
             self._prefetch.close()
+        if self._mapped is not None:
+            for event in self._copied:  # (the file's pages are read until these are done)
+                if event is not None:
+                    event.synchronize()
+            self._mapped.close()
+            self._mapped = None
 
     def __enter__(self):
         return self

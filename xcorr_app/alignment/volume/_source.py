@@ -84,8 +84,10 @@ class _VolumeItems:
         self.concurrent_reads = isinstance(data, np.ndarray)  # (memory maps too)
         # a file's bytes copied by read system calls rather than out of the memory map, whose
         # first touch of each 4 KiB page faults (half a million faults for 2 GiB)
-        self._file = None
+        self._file = self.stored = None
         if stored is not None and preadable(data.dtype):
+            # (streaming.RegisteredFile: the GPU copies straight out of the file's pages)
+            self.stored = stored
             self._file, self._at = PreadFile.open(stored[0]), int(stored[1])
             self._item_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
 

@@ -1,0 +1,141 @@
+"""streaming.RegisteredFile: a file's frames copied to the GPU straight from its cached pages
+(a read-only memory map registered with CUDA), where it applies, and the reads as before
+elsewhere."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app import backend
+from xcorr_app.alignment.volume._source import open_volumes
+from xcorr_app.io import ArraySource
+from xcorr_app.streaming import DeviceChunks
+from xcorr_app.streaming._registered import RegisteredFile
+
+
+def volumes_file(tmp_path, rng, dtype=np.uint16, shape=(7, 5, 33, 47)):
+    stack = rng.integers(0, 60000, shape).astype(dtype)
+    tifffile.imwrite(tmp_path / "v.tif", stack)
+    return stack, open_volumes(tmp_path / "v.tif").frames()
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A CuPy whose host registration records its calls (no GPU needed)."""
+    import sys
+    import types
+
+    calls = []
+    runtime = types.SimpleNamespace(
+        hostRegister=lambda p, n, flags: calls.append(("register", p, n, flags)),
+        hostUnregister=lambda p: calls.append(("unregister", p)))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=runtime)))
+    return calls
+
+
+def test_the_files_frames_are_mapped_registered_read_only_and_released(tmp_path, rng,
+                                                                         monkeypatch,
+                                                                         fake_cuda):
+    stack, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    registered = RegisteredFile.open(items)
+    np.testing.assert_array_equal(registered.array, stack)  # (the frames where the file has them)
+    assert not registered.array.flags.writeable
+    (what, pointer, length, flags), = fake_cuda
+    assert what == "register" and flags == 8 and length >= stack.nbytes  # (read-only)
+    registered.close()
+    registered.close()  # (once)
+    assert fake_cuda[1:] == [("unregister", pointer)] and registered.array is None
+
+
+@pytest.mark.parametrize("case", ["no file", "no gpu", "too large", "big-endian"])
+def test_it_applies_only_to_a_native_file_that_fits_with_a_gpu(tmp_path, rng, monkeypatch,
+                                                                fake_cuda, case):
+    stack, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: case != "no gpu")
+    if case == "no file":
+        items = ArraySource(stack[:, 0])
+    if case == "too large":  # (a quarter of what is available: less than the file)
+        monkeypatch.setattr(backend, "host_available_bytes", lambda: 4 * stack.nbytes - 4)
+    if case == "big-endian":
+        np.save(tmp_path / "be.npy", stack.astype(">u2"))
+        items = open_volumes(tmp_path / "be.npy").frames()
+        assert items.stored is None
+    assert RegisteredFile.open(items) is None and fake_cuda == []
+
+
+def test_a_failed_registration_reads_as_before(tmp_path, rng, monkeypatch, fake_cuda):
+    import sys
+
+    def refuse(*args):
+        raise RuntimeError("cudaErrorNotSupported")
+
+    monkeypatch.setattr(sys.modules["cupy"].cuda.runtime, "hostRegister", refuse)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    _, items = volumes_file(tmp_path, rng)
+    assert RegisteredFile.open(items) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["volumes", "frames"])
+def test_chunks_come_from_the_registered_file_and_it_is_released(tmp_path, rng, kind):
+    import cupy
+
+    from xcorr_app.io import open_stack
+
+    stack, items = volumes_file(tmp_path, rng)
+    if kind == "frames":  # (a 2-D TIFF stack)
+        stack = stack[:, 0]
+        tifffile.imwrite(tmp_path / "s.tif", stack)
+        items = open_stack(tmp_path / "s.tif")
+    chunks = DeviceChunks(items, 3, cupy)
+    registered = chunks._mapped
+    assert registered is not None and chunks._prefetch is None
+    starts = []
+    with chunks:
+        for start, frames in chunks:
+            np.testing.assert_array_equal(frames.get(), stack[start:start + len(frames)])
+            starts.append(start)
+    assert starts == [0, 3, 6] and chunks._mapped is None and registered._mm is None
+    with pytest.raises(cupy.cuda.runtime.CUDARuntimeError):  # (no longer registered)
+        cupy.cuda.runtime.hostUnregister(registered._pointer)
+
+
+@pytest.mark.gpu
+def test_volumes_from_the_registered_file_give_the_arrays_shifts(tmp_path):
+    from xcorr_app.alignment import align_volumes
+
+    from volume_samples import random_shifts, shifted_stack, volume
+
+    stack = shifted_stack(volume(depth=12, size=40), random_shifts(6, seed=4), photons=1e3)
+    stack = np.round(stack).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "v.tif", stack)
+    got = align_volumes(tmp_path / "v.tif", device="gpu")
+    want = align_volumes(stack, device="gpu")
+    np.testing.assert_array_equal(got.shifts, want.shifts)
+    np.testing.assert_array_equal(got.peak, want.peak)
+
+
+def test_a_tiff_stack_says_where_its_frames_lie(tmp_path, rng, monkeypatch, fake_cuda):
+    """A contiguous TIFF of frames is registered whole (its frames equal the file's); a channel
+    of a hyperstack, a folder of files and a compressed file are read as before."""
+    from xcorr_app.io import open_stack
+
+    stack = rng.integers(0, 60000, (9, 31, 45)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    with open_stack(tmp_path / "s.tif") as src:
+        registered = RegisteredFile.open(src)
+        np.testing.assert_array_equal(registered.array, stack)
+        registered.close()
+    (tmp_path / "folder").mkdir()
+    for k in range(2):
+        tifffile.imwrite(tmp_path / "folder" / f"f{k}.tif", stack[k])
+    tifffile.imwrite(tmp_path / "zip.tif", stack, compression="zlib")
+    tifffile.imwrite(tmp_path / "tc.tif", rng.integers(0, 9, (4, 2, 31, 45)).astype(np.uint16),
+                     imagej=True, metadata={"axes": "TCYX"})
+    for path, channel in ((tmp_path / "folder", None), (tmp_path / "zip.tif", None),
+                          (tmp_path / "tc.tif", 1)):
+        with open_stack(path, channel=channel) as src:
+            assert src.stored is None and RegisteredFile.open(src) is None
