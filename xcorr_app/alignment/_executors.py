@@ -149,17 +149,16 @@ class InProcess(Executor):
 
 
 def _prebuild_later_stages(opts, src, plan):
-    """The later stages' kernels built by helper processes while this one starts (with the
-    kernels shipped built, only the stages of CuPy's operations are left to build)."""
-    from ._prebuild import EXIT_GRACE, helper_stages, prebuild
+    """The later stages' kernels built by helper processes while this one starts (none where
+    the kernels ship built: :func:`~._prebuild.helper_stages`)."""
+    from ._prebuild import helper_stages, prebuild
 
     import cupy
 
     from .._cuda import shipped_here
 
-    shipped = shipped_here()
-    prebuild(opts, src.frame_shape, src.dtype, plan, stages=helper_stages(shipped),
-             device=cupy.cuda.Device().id, exit_grace=0.0 if shipped else EXIT_GRACE)
+    prebuild(opts, src.frame_shape, src.dtype, plan, stages=helper_stages(shipped_here()),
+             device=cupy.cuda.Device().id)
 
 
 class OnGpus(Executor):
