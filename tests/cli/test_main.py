@@ -53,28 +53,93 @@ def test_otherwise_python_ends_it(spied, monkeypatch, case):
     assert spied == []
 
 
-def test_a_real_process_keeps_its_output_atexit_work_and_threads(tmp_path):
-    """A fresh process with a stand-in CuPy: ``xcorr --version`` through ``main``; the output
-    written before, an atexit handler's file and a thread pool's last task all come through."""
-    (tmp_path / "cupy").mkdir()
+def _run_process(tmp_path, body, extra_env=None):
+    """``body`` in a fresh process with a stand-in CuPy on the path; its CompletedProcess."""
+    (tmp_path / "cupy").mkdir(exist_ok=True)
     (tmp_path / "cupy" / "__init__.py").write_text("")
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import atexit, sys, time
-        from concurrent.futures import ThreadPoolExecutor
         import cupy
+
+        class Teardown:  # (its __del__ runs only in the interpreter's teardown)
+            def __del__(self):
+                sys.stderr.write("torn down")
+        keep = Teardown()
+    """) + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    env.pop("XCORR_DEBUG", None)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**env, **(extra_env or {})}, timeout=60)
+
+
+def test_a_real_process_keeps_its_output_atexit_work_and_threads(tmp_path):
+    """``xcorr --version`` through ``run`` with a stand-in CuPy: the output written before, an
+    atexit handler's file and a thread pool's last task all come through, and the interpreter's
+    teardown is skipped (with ``XCORR_DEBUG`` it is not)."""
+    body = f"""
+        from concurrent.futures import ThreadPoolExecutor
         sys.stdout.write("before ")  # (no newline: still buffered at the exit)
         atexit.register(lambda: open({str(tmp_path / 'atexit')!r}, 'w').write('ran'))
         pool = ThreadPoolExecutor(1)
         pool.submit(lambda: (time.sleep(0.3), open({str(tmp_path / 'task')!r}, 'w').write('ran')))
         sys.argv = ["xcorr", "--version"]
-        from xcorr_app.cli import main
-        main()
-    """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    env.pop("XCORR_DEBUG", None)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=60)
+        from xcorr_app.cli import run
+        run()
+    """
+    proc = _run_process(tmp_path, body)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("before xcorr, version")
     assert (tmp_path / "atexit").read_text() == "ran"
     assert (tmp_path / "task").read_text() == "ran"
+    assert "torn down" not in proc.stderr
+    debug = _run_process(tmp_path, body, {"XCORR_DEBUG": "1"})
+    assert debug.returncode == 0 and "torn down" in debug.stderr
+
+
+def test_an_error_keeps_its_status_and_what_its_frames_held_is_closed(tmp_path):
+    """A command that fails (exit 2) while a generator of its frames is open: the generator
+    is closed before the process ends (the exception's frames are gone by then)."""
+    body = f"""
+        from xcorr_app.cli import _main
+
+        def chunks():
+            try:
+                yield 1
+            finally:
+                open({str(tmp_path / 'closed')!r}, 'w').write('yes')
+
+        def failing(**kwargs):
+            it = chunks()
+            next(it)
+            sys.exit(2)
+
+        _main.cli = failing
+        _main.run()
+    """
+    proc = _run_process(tmp_path, body)
+    assert proc.returncode == 2, proc.stderr
+    assert (tmp_path / "closed").read_text() == "yes"
+
+
+def test_an_output_that_cannot_be_flushed_fails_the_run(tmp_path):
+    """stdout closed under the process (``xcorr ... | head``): status 120 and a note, as
+    Python's own exit gives, not 0."""
+    body = """
+        from xcorr_app.cli import _main
+
+        class Gone:  # (the reader went away: what is buffered cannot be written)
+            name = "<stdout>"
+            def write(self, text):
+                return len(text)
+            def flush(self):
+                raise BrokenPipeError(32, "Broken pipe")
+
+        def prints(**kwargs):
+            sys.stdout = Gone()
+            sys.stdout.write("x" * 10)
+
+        _main.cli = prints
+        _main.run()
+    """
+    proc = _run_process(tmp_path, body)
+    assert proc.returncode == 120 and "Exception ignored" in proc.stderr

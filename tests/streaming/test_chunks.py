@@ -128,6 +128,33 @@ def test_prefetcher_reads_on_while_page_locking_is_slow(tmp_path, rng, monkeypat
     assert not any(into[:5]) and all(into[-5:]) and len(made) == 3
 
 
+def test_page_locking_not_begun_is_cancelled_at_close(monkeypatch):
+    """A prefetcher closed while its page-locker is still on the first buffer: the others are
+    never made."""
+    import threading
+
+    from xcorr_app.streaming import _prefetch
+
+    release, made = threading.Event(), []
+
+    def slow_pin(shape, dtype, pinned):
+        assert release.wait(10)
+        made.append(shape)
+        return np.empty(shape, dtype)
+
+    monkeypatch.setattr(_prefetch, "host_buffer", slow_pin)
+    with ChunkPrefetcher(ArraySource(np.zeros((12, 4, 5), np.uint16)), chunk_frames=2,
+                         depth=2, pinned=True) as chunks:
+        for _, _, slot in chunks:
+            chunks.release(slot)
+            break
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name.startswith("xcorr-pin"):
+            thread.join(10)
+    assert len(made) == 1 and chunks._pins == {}
+
+
 @pytest.mark.parametrize("n, chunk, piece", [(23, 5, 2), (23, 5, 5), (23, 5, 9), (7, 3, 2),
                                              (1, 4, 1), (12, 4, 3)])
 @pytest.mark.parametrize("first", [None, 1, 2, 7])

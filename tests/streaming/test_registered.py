@@ -2,6 +2,9 @@
 (a read-only memory map registered with CUDA), where it applies, and the reads as before
 elsewhere."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tifffile
@@ -10,7 +13,10 @@ from xcorr_app import backend
 from xcorr_app.alignment.volume._source import open_volumes
 from xcorr_app.io import ArraySource
 from xcorr_app.streaming import DeviceChunks
+from xcorr_app.streaming import _registered
 from xcorr_app.streaming._registered import RegisteredFile
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "alignment" / "volume"))  # volume_samples
 
 
 def volumes_file(tmp_path, rng, dtype=np.uint16, shape=(7, 5, 33, 47)):
@@ -98,6 +104,8 @@ def test_chunks_come_from_the_registered_file_and_it_is_released(tmp_path, rng, 
             np.testing.assert_array_equal(frames.get(), stack[start:start + len(frames)])
             starts.append(start)
     assert starts == [0, 3, 6] and chunks._mapped is None and registered._mm is None
+    if kind == "frames":
+        items.close()
     with pytest.raises(cupy.cuda.runtime.CUDARuntimeError):  # (no longer registered)
         cupy.cuda.runtime.hostUnregister(registered._pointer)
 
@@ -139,3 +147,26 @@ def test_a_tiff_stack_says_where_its_frames_lie(tmp_path, rng, monkeypatch, fake
                           (tmp_path / "tc.tif", 1)):
         with open_stack(path, channel=channel) as src:
             assert src.stored is None and RegisteredFile.open(src) is None
+
+
+def test_a_file_not_in_the_page_cache_is_read_as_before(tmp_path, rng, monkeypatch, fake_cuda):
+    """Registering would read it whole from the disk before the first chunk."""
+    _, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    shares = []
+    monkeypatch.setattr(_registered, "_cached_share",
+                        lambda pointer, length: shares.append(length) or 0.5)
+    assert RegisteredFile.open(items) is None and fake_cuda == [] and shares
+
+
+def test_a_file_just_written_is_in_the_page_cache(tmp_path, rng):
+    import mmap
+
+    stack, _ = volumes_file(tmp_path, rng)
+    with open(tmp_path / "v.tif", "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    whole = np.frombuffer(mm, np.uint8)
+    assert _registered._cached_share(whole.ctypes.data, len(whole)) >= _registered.CACHED_SHARE
+    assert _registered._cached_share(0, 4096) == 0.0  # (not a mapping: mincore refuses)
+    del whole
+    mm.close()

@@ -1,5 +1,6 @@
-"""The ``xcorr`` command-line app (entry point :func:`main`)."""
+"""The ``xcorr`` command-line app (entry points: :func:`run`, the process; :func:`main`, the
+command in this process)."""
 
-from ._main import main
+from ._main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

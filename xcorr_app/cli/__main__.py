@@ -1,5 +1,5 @@
 """``python -m xcorr_app.cli``: the same as the ``xcorr`` command."""
 
-from ._main import main
+from ._main import run
 
-main()
+run()

@@ -22,7 +22,7 @@ from .._config import debug
 from .._version import __version__
 from ..errors import XcorrError
 
-__all__ = ["cli", "main", "leave", "user_errors", "one_line_usage", "UsageLine", "COMMANDS"]
+__all__ = ["cli", "main", "run", "leave", "user_errors", "one_line_usage", "UsageLine", "COMMANDS"]
 
 #: every command of ``xcorr``: name -> (module beside this one, the click command in it, the
 #: one-line help ``xcorr --help`` lists).  A command's module is imported only when that command
@@ -256,14 +256,22 @@ def cli():
 
 
 def main():
-    """The ``xcorr`` command; a process that imported CuPy ends without its teardown
-    (:func:`leave`)."""
+    """The ``xcorr`` command (raises :class:`SystemExit` with its status, as click does)."""
+    cli(prog_name="xcorr")
+
+
+def run():
+    """The ``xcorr`` process (the console script and ``python -m xcorr_app.cli``): :func:`main`,
+    then :func:`leave` where CuPy was imported."""
     try:
-        cli(prog_name="xcorr")
+        main()
+        code = 0
     except SystemExit as exc:
-        leave(exc.code)
-        raise
-    leave(0)
+        code = exc.code
+    # (here, outside the except: the exception and the frames it held are gone, so what they
+    # kept open, generators of chunks among them, has been closed)
+    leave(code)
+    sys.exit(code)
 
 
 def leave(code) -> None:
@@ -272,7 +280,8 @@ def leave(code) -> None:
     ``os._exit``.  CuPy's pools, plans and modules freed one by one at teardown cost a GPU
     process 0.08-0.1 s of its exit (H200 2026-11-26); the driver frees them all with the
     process.  Nothing to do (a normal exit) without CuPy, with ``XCORR_DEBUG`` or where the
-    exit code is not a number."""
+    exit code is not a number.  An output that cannot be flushed (a closed pipe, a full disk)
+    is noted on stderr and ends a successful run with status 120, as Python's own exit does."""
     import os
     import threading
 
@@ -283,7 +292,14 @@ def leave(code) -> None:
 
     threading._shutdown()  # (what the interpreter does first: the thread pools' end, joins)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code or 0)
+    status = code or 0
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception as exc:  # noqa: BLE001 - (reported as Python reports it)
+            with contextlib.suppress(Exception):
+                os.write(2, f"Exception ignored on flushing {getattr(stream, 'name', 'a stream')}: "
+                            f"{exc!r}\n".encode())
+            status = status or 120
+    os._exit(status)

@@ -201,15 +201,19 @@ class DeviceChunks:
         return self._gen
 
     def close(self):
-        self._gen.close()
-        if self._prefetch is not None:
-            self._prefetch.close()
-        if self._mapped is not None:
-            for event in self._copied:  # (the file's pages are read until these are done)
-                if event is not None:
-                    event.synchronize()
-            self._mapped.close()
-            self._mapped = None
+        try:
+            self._gen.close()
+            if self._prefetch is not None:
+                self._prefetch.close()
+        finally:
+            if self._mapped is not None:
+                mapped, self._mapped = self._mapped, None
+                try:
+                    for event in self._copied:  # (the file's pages are read until these end)
+                        if event is not None:
+                            event.synchronize()
+                finally:
+                    mapped.close()
 
     def __enter__(self):
         return self

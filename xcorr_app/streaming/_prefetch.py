@@ -250,6 +250,7 @@ class ChunkPrefetcher:
         # page-locking not begun is not needed any more
         for future in self._pins.values():
             future.cancel()
+        self._pins = {}  # (those made hold page-locked buffers: back to their pool now)
         # hand the (pinned) buffers back to their pool now, not when a cycle is collected
         self._buffers = [None] * len(self._buffers)
         self._plain = [None] * len(self._buffers)
