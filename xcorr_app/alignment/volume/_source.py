@@ -84,10 +84,9 @@ class _VolumeItems:
         self.concurrent_reads = isinstance(data, np.ndarray)  # (memory maps too)
         # a file's bytes copied by read system calls rather than out of the memory map, whose
         # first touch of each 4 KiB page faults (half a million faults for 2 GiB)
-        self._file = self.stored = None
-        if stored is not None and preadable(data.dtype):
-            # (streaming.RegisteredFile: the GPU copies straight out of the file's pages)
-            self.stored = stored
+        # (streaming.RegisteredFile: the GPU copies straight out of the file's pages)
+        self.stored, self._file = stored, None
+        if stored is not None:
             self._file, self._at = PreadFile.open(stored[0]), int(stored[1])
             self._item_bytes = int(np.prod(self.frame_shape)) * self.dtype.itemsize
 
@@ -104,9 +103,11 @@ class _VolumeItems:
 
 
 def _stored(data):
-    """``(path, offset)`` of a memory map that holds a whole file's array in C order (a fresh
-    ``np.load(mmap_mode="r")`` or ``tifffile.memmap``), else None."""
-    if isinstance(data, np.memmap) and data.filename and data.flags.c_contiguous:
+    """``(path, offset)`` of a memory map that holds a whole file's array in C order and the
+    machine's byte order (a fresh ``np.load(mmap_mode="r")`` or ``tifffile.memmap``), else
+    None."""
+    if isinstance(data, np.memmap) and data.filename and data.flags.c_contiguous \
+            and preadable(data.dtype):
         return data.filename, int(data.offset)
     return None
 
