@@ -34,25 +34,116 @@ def fake_cuda(monkeypatch):
     calls = []
     runtime = types.SimpleNamespace(
         hostRegister=lambda p, n, flags: calls.append(("register", p, n, flags)),
-        hostUnregister=lambda p: calls.append(("unregister", p)))
+        hostUnregister=lambda p: calls.append(("unregister", p)),
+        memcpyHostToDevice=1,
+        memcpyAsync=lambda dst, src, n, kind, stream: calls.append(("copy", dst, src, n, kind,
+                                                                     stream)))
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
         cuda=types.SimpleNamespace(runtime=runtime)))
     return calls
 
 
-def test_the_files_frames_are_mapped_registered_read_only_and_released(tmp_path, rng,
-                                                                         monkeypatch,
-                                                                         fake_cuda):
+def test_the_files_frames_are_mapped_read_only_and_registered_a_run_at_a_time(
+        tmp_path, rng, monkeypatch, fake_cuda):
+    """The first frame's pages at open, each pin the pages after those up to its frame, whole
+    pages, contiguous, none twice; a release the runs that end before its frame; close the
+    rest, once."""
+    import mmap
+
     stack, items = volumes_file(tmp_path, rng)
     monkeypatch.setattr(backend, "gpu_available", lambda: True)
     registered = RegisteredFile.open(items)
     np.testing.assert_array_equal(registered.array, stack)  # (the frames where the file has them)
     assert not registered.array.flags.writeable
-    (what, pointer, length, flags), = fake_cuda
-    assert what == "register" and flags == 8 and length >= stack.nbytes  # (read-only)
+    (what, first, length, flags), = fake_cuda
+    assert what == "register" and flags == 8  # (read-only)
+    frame0 = registered.array.ctypes.data
+    assert first % mmap.PAGESIZE == 0 and first + length >= frame0 + stack[0].nbytes
+    assert registered.pin(4) and registered.pin(3) and registered.pin(7)
+    runs = [(p, n) for what, p, n, _ in fake_cuda]
+    assert len(runs) == 3 and all(p % mmap.PAGESIZE == 0 for p, _ in runs)
+    assert [p for p, _ in runs[1:]] == [p + n for p, n in runs[:-1]]  # (contiguous)
+    assert runs[1][0] + runs[1][1] >= frame0 + 4 * stack[0].nbytes
+    assert runs[2][0] + runs[2][1] == registered._pointer + registered._length
+    registered.release(4)  # (frames 0-3 copied: the run up to frame 4 may hold frame 4's start)
+    assert fake_cuda[3:] == [("unregister", first)]
     registered.close()
     registered.close()  # (once)
-    assert fake_cuda[1:] == [("unregister", pointer)] and registered.array is None
+    assert fake_cuda[4:] == [("unregister", runs[1][0]), ("unregister", runs[2][0])]
+    assert registered.array is None
+
+
+def test_a_chunks_copy_is_cut_where_a_registered_run_ends(tmp_path, rng, monkeypatch,
+                                                           fake_cuda):
+    """CUDA refuses a copy that spans two registrations: frames 1-5 after pin(4) are copied as
+    the parts in the first frame's run, in pin(4)'s and in the run the upload registers for
+    the frames after, back to back."""
+    import types
+
+    stack, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    registered = RegisteredFile.open(items)
+    registered.pin(4)
+    out = types.SimpleNamespace(data=types.SimpleNamespace(ptr=10**6))
+    registered.upload(out, 1, 6, types.SimpleNamespace(ptr=77))
+    runs = [(c[1], c[1] + c[2]) for c in fake_cuda if c[0] == "register"]
+    copies = [c[1:] for c in fake_cuda if c[0] == "copy"]
+    assert len(runs) == 3 and len(copies) == 3
+    assert all(c[3:] == (1, 77) for c in copies)  # (host to device, on the stream)
+    assert copies[0][:2] == (10**6, registered.array[1].ctypes.data)
+    for (dst, src, n, *_), (dst2, src2, *_) in zip(copies, copies[1:]):  # (back to back)
+        assert (dst + n, src + n) == (dst2, src2)
+    assert sum(c[2] for c in copies) == 5 * stack[0].nbytes
+    for _, src, n, *_ in copies:  # (each within one run)
+        assert any(a <= src and src + n <= b for a, b in runs)
+    registered.close()
+
+
+def test_pages_registered_ahead_in_a_thread_are_waited_for(tmp_path, rng, monkeypatch,
+                                                            fake_cuda):
+    """pin_ahead registers in a thread of its own; the next upload copies only after it."""
+    import sys
+    import threading
+    import time
+    import types
+
+    _, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    registered = RegisteredFile.open(items)
+    runtime = sys.modules["cupy"].cuda.runtime
+    plain = runtime.hostRegister
+
+    def slow(p, n, flags):
+        time.sleep(0.2)
+        plain(p, n, flags)
+        fake_cuda.append(("by", threading.current_thread().name))
+
+    monkeypatch.setattr(runtime, "hostRegister", slow)
+    registered.pin_ahead(5)
+    out = types.SimpleNamespace(data=types.SimpleNamespace(ptr=0))
+    registered.upload(out, 1, 5, types.SimpleNamespace(ptr=0))
+    what = [c[0] for c in fake_cuda]
+    assert what[:3] == ["register", "register", "by"] and set(what[3:]) == {"copy"}
+    assert fake_cuda[2][1].startswith("xcorr-register")
+    registered.close()
+    assert registered._worker is None and [c[0] for c in fake_cuda].count("unregister") == 2
+
+
+def test_a_refused_later_run_leaves_its_frames_to_ordinary_copies(tmp_path, rng, monkeypatch,
+                                                                   fake_cuda):
+    import sys
+
+    _, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    registered = RegisteredFile.open(items)
+
+    def refuse(*args):
+        raise RuntimeError("cudaErrorHostMemoryAlreadyRegistered")
+
+    monkeypatch.setattr(sys.modules["cupy"].cuda.runtime, "hostRegister", refuse)
+    assert not registered.pin(5) and len(registered._pieces) == 1
+    registered.close()
+    assert [c[0] for c in fake_cuda] == ["register", "unregister"]
 
 
 @pytest.mark.parametrize("case", ["no file", "no gpu", "too large", "big-endian"])
@@ -98,12 +189,18 @@ def test_chunks_come_from_the_registered_file_and_it_is_released(tmp_path, rng, 
     chunks = DeviceChunks(items, 3, cupy)
     registered = chunks._mapped
     assert registered is not None and chunks._prefetch is None
-    starts = []
+    starts, held = [], []
     with chunks:
         for start, frames in chunks:
             np.testing.assert_array_equal(frames.get(), stack[start:start + len(frames)])
             starts.append(start)
+            held.append([stop for stop, _ in registered._pieces])
     assert starts == [0, 3, 6] and chunks._mapped is None and registered._mm is None
+    if kind == "volumes":  # (frames of several pages: a run for each pin)
+        # the next chunk's pages registered before a chunk is handed out (the one after
+        # perhaps too, by the thread); the first frame's run (from the open) let go once
+        # chunk 0 was copied
+        assert held[0][:3] == [1, 3, 6] and held[1:] == [[3, 6, 7], [3, 6, 7]]
     if kind == "frames":
         items.close()
     with pytest.raises(cupy.cuda.runtime.CUDARuntimeError):  # (no longer registered)

@@ -51,7 +51,7 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
     import numpy as np
     from PIL import Image, ImageDraw
 
-    from ..io import atomic_path
+    from ..io import PNG_LEVEL, atomic_path
 
     width, left, right, top = 880, 70, 860, 40
     tall = 280 if len(panels) > 1 else 420
@@ -87,7 +87,7 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
         y0 = bottom + 30
     draw.text((left, height - 22), f"{xlabel} (0..{n - 1})", fill=TEXT)
     with atomic_path(Path(path)) as tmp:
-        img.save(tmp, format="PNG")
+        img.save(tmp, format="PNG", compress_level=PNG_LEVEL)
 
 
 def plot_depth(path, result, title=""):

@@ -9,7 +9,7 @@ from ._formats import EXTRAS as FORMAT_EXTRAS, ArrayFrames, format_of, \
 from ._field_outputs import plot_motion_field, write_motion_field
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
-from ._plot import plot_drift, plot_quality
+from ._plot import PNG_LEVEL, plot_drift, plot_quality
 from ._pread import PreadFile, preadable
 from ._describe import describe
 from ._reader import (TIFF_SUFFIXES, ArraySource, ChannelStack, FrameRange, OffsetFrames,
@@ -25,7 +25,7 @@ __all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "StagedOutputs",
            "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",
            "describe", "format_of", "open_source",
-           "open_stack", "plot_drift", "plot_quality", "plot_motion_field", "plural",
+           "open_stack", "PNG_LEVEL", "plot_drift", "plot_quality", "plot_motion_field", "plural",
            "preadable", "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
            "source_path", "split_source", "stack_writer", "write_motion_field", "write_text",
            "write_tiff"]

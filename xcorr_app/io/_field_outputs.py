@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._plot import (COLORS, SUPERSAMPLE, Panel, curve, font, frame_and_labels, grid_lines,
-                    nice_ticks)
+from ._plot import (COLORS, PNG_LEVEL, SUPERSAMPLE, Panel, curve, font, frame_and_labels,
+                    grid_lines, nice_ticks)
 from ._writer import atomic_path
 
 __all__ = ["write_motion_field", "plot_motion_field", "FIELD_PLOT_SIZE"]
@@ -171,4 +171,4 @@ def plot_motion_field(path, result, frame=None, title="") -> None:
     if title:
         draw.text((width / 2, 8), title, fill=COLORS["text"], font=font(14), anchor="mt")
     with atomic_path(Path(path)) as tmp:
-        image.save(tmp, format="PNG", compress_level=6)
+        image.save(tmp, format="PNG", compress_level=PNG_LEVEL)

@@ -30,7 +30,11 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["plot_drift", "plot_quality", "nice_ticks", "PLOT_SIZE", "PANELS", "COLORS", "SUPERSAMPLE", "Panel",
-           "curve", "font", "frame_and_labels", "grid_lines"]
+           "curve", "font", "frame_and_labels", "grid_lines", "PNG_LEVEL"]
+
+#: zlib level of the PNGs: 1 encodes an 880x605 plot in 10-16 ms against 15-27 ms at 6, for
+#: files 30% larger (30 KB); part of every one-shot run
+PNG_LEVEL = 1
 
 #: ``(width, height)`` of ``drift.png`` in pixels
 PLOT_SIZE = (880, 605)
@@ -328,7 +332,7 @@ def plot_drift(path, result, title="") -> None:
         entries += [(f"min confidence {threshold:g}", COLORS["threshold"], "dash")]
     _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
-        image.save(tmp, format="PNG", compress_level=6)
+        image.save(tmp, format="PNG", compress_level=PNG_LEVEL)
 
 
 def _two_panels(n, top_ylim, bottom_ylim, flagged):
@@ -413,4 +417,4 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
                      f"{m} frame{'' if m == 1 else 's'})", COLORS["threshold"], "dash")]
     _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
-        image.save(tmp, format="PNG", compress_level=6)
+        image.save(tmp, format="PNG", compress_level=PNG_LEVEL)

@@ -184,18 +184,34 @@ class DeviceChunks:
 
     def _from_mapped(self, xp):
         """The chunks copied from the registered file (:class:`RegisteredFile`) on the two
-        streams in turn, each handed out inside its stream's context."""
-        host = self._mapped.array
+        streams in turn, each handed out inside its stream's context.  The next chunk's copy
+        is queued before a chunk is handed out, so it overlaps the consumer's work on it (the
+        device holds two chunks' uploads, as the memory plans count), and the pages of the
+        chunk after that are registered meanwhile, in a thread; a chunk's pages are
+        unregistered once the chunk after it is copied."""
+        mapped, bounds = self._mapped, chunk_bounds(0, self.src.n_frames, self.chunk_frames)
         with caller_ordered_streams(xp) as streams:
             self._copied = [None] * len(streams)
-            for k, (start, stop) in enumerate(chunk_bounds(0, self.src.n_frames,
-                                                           self.chunk_frames)):
-                stream = streams[k % 2]
-                with stream:
-                    frames = xp.empty(host[start:stop].shape, host.dtype)
-                    frames.set(host[start:stop], stream=stream)
-                    self._copied[k % 2] = stream.record()
+
+            def upload(k):
+                start, stop = bounds[k]
+                stream, earlier = streams[k % 2], self._copied[k % 2]
+                if earlier is not None:  # (chunk k - 2's copy: the pages before chunk k - 1)
+                    earlier.synchronize()
+                    mapped.release(bounds[k - 1][0])
+                frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype)
+                mapped.upload(frames, start, stop, stream)
+                self._copied[k % 2] = stream.record()
+                if k + 1 < len(bounds):  # (the chunk after: registered while this one works)
+                    mapped.pin_ahead(bounds[k + 1][1])
+                return frames
+
+            ahead = upload(0) if bounds else None
+            for k, (start, _) in enumerate(bounds):
+                frames, ahead = ahead, (upload(k + 1) if k + 1 < len(bounds) else None)
+                with streams[k % 2]:
                     yield start, frames
+                del frames
 
     def __iter__(self):
         return self._gen

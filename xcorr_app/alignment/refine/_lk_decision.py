@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import statistics
 
 import numpy as np
 
@@ -132,7 +133,7 @@ def verdict(values) -> tuple:
     values = [v for v in values if np.isfinite(v)]
     if not values:
         return False, float("inf")
-    p = float(np.median(values))
+    p = float(statistics.median(values))  # (np.median imports numpy.ma: 30-60 ms)
     return p > NOISY_PRECISION, p
 
 

@@ -33,8 +33,8 @@ from ._result import VolumeResult
 from ._source import open_volumes
 
 #: bytes per voxel a volume of a chunk takes (float32 copy, half spectrum, correlation,
-#: window copy, FFT work area)
-PER_VOXEL_CHUNK = 20
+#: window copy, FFT work area, and the upload of the chunk and of the next, uint16)
+PER_VOXEL_CHUNK = 24
 #: bytes per voxel held once (the reference spectrum, the mean reference, slack)
 PER_VOXEL_FIXED = 12
 #: share of the free memory a run plans to use
