@@ -69,6 +69,25 @@ def imports(mods: dict):
                 for alias in node.names:
                     sub = f"{target}.{alias.name}"
                     yield name, (sub if sub in mods else target), alias.name
+            elif is_package and _is_lazy_attach(node):  # (a package's names at first use)
+                for key, names in _lazy_names(node):
+                    for attr in names:
+                        yield name, f"{name}.{key}", attr
+
+
+def _is_lazy_attach(node) -> bool:
+    """``lazy_loader.attach(__name__, submod_attrs={...})``: the package imports each module's
+    names when first asked for them, as ``from .module import names`` would at once."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        and node.func.attr == "attach" and getattr(node.func.value, "id", "") == "lazy_loader"
+
+
+def _lazy_names(node):
+    """``(module, names)`` of a :func:`_is_lazy_attach` call's ``submod_attrs``."""
+    for kw in node.keywords:
+        if kw.arg == "submod_attrs":
+            for key, value in zip(kw.value.keys, kw.value.values):
+                yield key.value, [e.value for e in value.elts]
 
 
 def graph(mods: dict) -> dict:
@@ -187,10 +206,10 @@ def test_every_subpackage_module_is_private_or_a_package():
     assert public == []
 
 
-@pytest.mark.parametrize("rule", ["cycle", "private", "layer", "reach", "nested"])
+@pytest.mark.parametrize("rule", ["cycle", "private", "layer", "reach", "nested", "lazy cycle"])
 def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
-    """The checker finds a planted cycle, private import, upward import and import of another
-    subpackage's module."""
+    """The checker finds a planted cycle (also through a package's names imported at first
+    use), private import, upward import and import of another subpackage's module."""
     pkg = tmp_path / "xcorr_app"
     (pkg / "correlate").mkdir(parents=True)
     (pkg / "alignment").mkdir()
@@ -203,13 +222,19 @@ def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
             "private": ("", "from ..correlate._c import _hidden\n"),
             "layer": ("from ..alignment._a import f\n", ""),
             "reach": ("", "from ..correlate._c import g\n"),
-            "nested": ("", "from .rigid._m import h\n")}[rule]
+            "nested": ("", "from .rigid._m import h\n"),
+            "lazy cycle": ("from ..alignment._a import f\n", "from ..correlate import g\n")}[rule]
+    if rule == "lazy cycle":
+        (pkg / "correlate/__init__.py").write_text(
+            "import lazy_loader\n\n__getattr__, __dir__, _ = lazy_loader.attach(\n"
+            "    __name__, submod_attrs={\"_c\": [\"g\"]})\n")
     (pkg / "correlate/_c.py").write_text(body[0] + "def g(): pass\n_hidden = 1\n")
     (pkg / "alignment/_a.py").write_text(body[1] + "def f(): pass\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
     mods = {module_name(p): p for p in sorted(pkg.rglob("*.py"))}
     found = {
         "cycle": bool(cycles(graph(mods))),
+        "lazy cycle": bool(cycles(graph(mods))),
         "private": any(n and n.startswith("_") for _, _, n in imports(mods)),
         "layer": any(layer_of(t) > layer_of(i) for i, t, _ in imports(mods) if t in mods),
         "reach": any(reaches_into(i, t) for i, t, _ in imports(mods) if t in mods),

@@ -176,3 +176,19 @@ def test_cpu_and_gpu_patch_reports_agree(planted_patches):
         np.testing.assert_allclose(getattr(gpu, name), getattr(cpu, name), atol=1e-4,
                                    err_msg=name)
     assert (gpu.patch_flagged == cpu.patch_flagged).all()
+
+
+def test_the_sorted_median_and_percentiles_are_numpys():
+    """_quality's own (NumPy's import numpy.ma at first use): equal to np.nanmedian (columns
+    with NaNs, odd and even counts) and np.percentile, bit for bit."""
+    from xcorr_app.alignment._quality import _nanmedian, _percentiles
+
+    rng = np.random.default_rng(3)
+    for shape in [(1, 4), (2, 3), (7, 5), (8, 3, 2)]:
+        a = rng.random(shape)
+        a[rng.random(shape) < 0.3] = np.nan
+        a[0] = rng.random(shape[1:])  # (a finite value in every column)
+        assert np.array_equal(_nanmedian(a), np.nanmedian(a, axis=0))
+    for n in (1, 2, 3, 10, 101):
+        a = rng.random(n) * 1e3
+        assert _percentiles(a, (5, 50, 95)) == np.percentile(a, [5, 50, 95]).tolist()

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import poisoned, rel_error
 from xcorr_app.filters._modes import MODE_IDS
-from xcorr_app.filters._separable import SIZES, fused_fits
+from xcorr_app.filters._separable import SEPARABLE_SIZES as SIZES, fused_fits
 
 TOL = 1e-5
 SHAPES = [(1, 1, 1), (3, 7, 5), (2, 70, 131), (1, 129, 64), (2, 263, 37)]

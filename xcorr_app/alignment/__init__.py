@@ -14,24 +14,24 @@ Examples
 [[0.0, 0.0], [-2.0, 1.0]]
 """
 
-from ._api import align, estimate_shifts
-from ._apply import apply_shifts
-from .warp import common_area
-from ._executors import Executor
-from ._limits import check_limits, limit_devices
-from .piecewise import FIELD_RESAMPLE, apply_field, field_area
-from ._options import BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, AlignOptions, options_signature
-from .rigid import NORMALIZATIONS, SUBPIXEL
-from .piecewise import measure_field
-from .piecewise import parse_patches
-from .rigid import shared_plan
-from ._prebuild import STAGES as PREBUILD_STAGES
-from ._prebuild import prebuild
-from .rigid import WINDOWS, parse_prefilter
-from ._result import AlignResult, strict_json
-from ._run import run_alignment
-from .warp import RESAMPLE, check_fill, shift_frames
-from .volume import VolumeResult, align_volumes
+import lazy_loader
+
+# the names are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_api": ["align", "estimate_shifts"],
+    "_apply": ["apply_shifts"],
+    "warp": ["RESAMPLE", "check_fill", "common_area", "shift_frames"],
+    "_executors": ["Executor"],
+    "_limits": ["check_limits", "limit_devices"],
+    "piecewise": ["FIELD_RESAMPLE", "apply_field", "field_area", "measure_field", "parse_patches"],
+    "_options": ["AlignOptions", "BOUNDARIES", "DEFAULT_UPSAMPLE", "LUCAS_KANADE",
+                 "options_signature"],
+    "rigid": ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "parse_prefilter", "shared_plan"],
+    "_prebuild": ["PREBUILD_STAGES", "prebuild"],
+    "_result": ["AlignResult", "strict_json"],
+    "_run": ["run_alignment"],
+    "volume": ["VolumeResult", "align_volumes"],
+})
 
 __all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
            "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",

@@ -30,7 +30,7 @@ from .._version import __version__
 #: prefilter and window alone (a run prepares its reference first itself: the helper builds the
 #: filter's kernels meanwhile), ``apply`` the warp of the aligned stack (default resampling),
 #: ``quality`` a rigid run's quality report
-STAGES = ("prepare", "prefilter", "measure", "refine", "verify", "apply", "quality")
+PREBUILD_STAGES = ("prepare", "prefilter", "measure", "refine", "verify", "apply", "quality")
 #: the stages a run starts helpers for
 RUN_STAGES = ("prefilter", "measure", "refine", "verify", "apply", "quality")
 #: frames each stage runs on (the kernels are the same for any count)

@@ -97,11 +97,11 @@ class QualityReport:
     def summary(self) -> dict:
         """The run's figures (``shifts.json``'s ``quality``)."""
         after = self.after[np.isfinite(self.after)]
-        q = np.percentile(after, [5, 50, 95]).tolist() if after.size else [None] * 3
+        q = _percentiles(after, (5, 50, 95)) if after.size else [None] * 3
         return {"sharpness_before": self.sharpness_before,
                 "sharpness_after": self.sharpness_after,
                 "correlation_after": {"p5": q[0], "median": q[1], "p95": q[2]},
-                "median_residual_px": float(np.nanmedian(np.abs(self.residual)))
+                "median_residual_px": float(_nanmedian(np.abs(self.residual).reshape(-1)))
                 if np.isfinite(self.residual).any() else None,
                 "worse_frames": np.flatnonzero(self.worse).tolist(),
                 "poor_frames": np.flatnonzero(self.poor).tolist(),
@@ -115,7 +115,7 @@ class QualityReport:
         after = np.where(np.isfinite(self.patch_after), self.patch_after, np.nan)
         seen = np.isfinite(after).any(axis=0)
         median = np.full(after.shape[1:], np.nan)
-        median[seen] = np.nanmedian(after[:, seen], axis=0)
+        median[seen] = _nanmedian(after[:, seen])
         return {"correlation_after_median": [[None if not np.isfinite(v) else float(v)
                                               for v in row] for row in median],
                 "worse": np.argwhere(self.patch_worse).tolist(),
@@ -200,6 +200,29 @@ class _OneRange:
         return a
 
 
+# NumPy's median and percentile import numpy.ma at their first call: 30-60 ms of a one-shot
+# GPU run, which imports nothing else that needs it (H200 2026-11-26); these are theirs, sorted
+def _nanmedian(a):
+    """``np.nanmedian(a, axis=0)`` of a (N, ...) array with a finite value in every column."""
+    s = np.sort(a, axis=0)  # (NaNs sort last)
+    n = np.isfinite(s).sum(axis=0)
+    lo = np.take_along_axis(s, ((n - 1) // 2)[None], axis=0)[0]
+    hi = np.take_along_axis(s, (n // 2)[None], axis=0)[0]
+    return (lo + hi) / 2
+
+
+def _percentiles(a, qs) -> list:
+    """``np.percentile(a, qs)`` (linear) of a 1-D finite array, as floats."""
+    s = np.sort(a)
+    out = []
+    for q in qs:
+        at = q / 100.0 * (len(s) - 1)
+        i = min(int(at), len(s) - 1)
+        a, b, t = s[i], s[min(i + 1, len(s) - 1)], at - i
+        out.append(float(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t))
+    return out
+
+
 def _flags(before, after, residual):
     """``(worse, poor)`` of rows (N,) or patch regions (N, P): worse where alignment lowered
     the correlation; poor where it is an outlier below the others' (of the same region), the
@@ -211,8 +234,8 @@ def _flags(before, after, residual):
     seen = np.isfinite(columns).any(axis=0)
     if seen.any():
         kept = columns[:, seen]
-        med[seen] = np.nanmedian(kept, axis=0)
-        mad[seen] = 1.4826 * np.nanmedian(np.abs(kept - med[seen]), axis=0)
+        med[seen] = _nanmedian(kept)
+        mad[seen] = 1.4826 * _nanmedian(np.abs(kept - med[seen]))
     bound = (med - np.maximum(POOR_DEVIATIONS * mad, POOR_DROP)).reshape(after.shape[1:])
     with np.errstate(invalid="ignore"):
         low = after < bound

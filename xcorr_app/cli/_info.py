@@ -102,7 +102,7 @@ def _compile():
     """``--compile``: every stage of the usual runs built by helper processes, in parallel."""
     import time
 
-    from ..alignment import AlignOptions, PREBUILD_STAGES as STAGES, prebuild
+    from ..alignment import AlignOptions, PREBUILD_STAGES, prebuild
     from ..errors import InputError
 
     if not backend.gpu_available():
@@ -121,7 +121,7 @@ def _compile():
             shape = COMPILE_SHAPE
             plan = shared_plan(opts, cupy, shape, 16, (cupy.zeros(shape, cupy.float32),))
         for dtype in COMPILE_DTYPES:
-            codes += prebuild(opts, COMPILE_SHAPE, dtype, plan, stages=STAGES,
+            codes += prebuild(opts, COMPILE_SHAPE, dtype, plan, stages=PREBUILD_STAGES,
                               device=cupy.cuda.Device().id, wait=True)
     failed = sum(1 for c in codes if c)
     click.echo(f"compiled: {len(codes) - failed} stage builds in {time.perf_counter() - t:.1f} s"

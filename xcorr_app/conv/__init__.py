@@ -9,8 +9,13 @@ Examples
 (1, 3, 3, 3)
 """
 
-from ._api import METHODS, chosen_method, conv2d, pointwise
-from ._im2win import im2win_conv2d
-from ._validation import REAL_KINDS
+import lazy_loader
+
+# the names are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_api": ["METHODS", "chosen_method", "conv2d", "pointwise"],
+    "_im2win": ["im2win_conv2d"],
+    "_validation": ["REAL_KINDS"],
+})
 
 __all__ = ["METHODS", "REAL_KINDS", "chosen_method", "conv2d", "im2win_conv2d", "pointwise"]

@@ -15,20 +15,25 @@ Examples
 True
 """
 
-from ._api import METHODS, choose_method, cross_correlate
-from ._band import band_fits
-from ._correlation_plan import CorrelationPlan, correlation_plan
-from ._cost_model import useful_macs
-from ._fft import (conj_product, fft_geometry, fft_of, irfftn_unnormalized, padded_spectra,
-                   xcorr_fft)
-from ._fft_window import correlation_window, window_applies
-from ._forms import FORMS, form_layout
-from ._overlap import as_float32, overlap_xcorr
-from ._plan_cache import clear_plan_cache
-from ._plan_graph import CorrelationGraph
-from ._planner import cache_path, decide, heuristic, run_plan, set_on_measure
-from ._plans import Plan
-from ._shifts import first_shift, normalize_max_shift, output_shape, shift_origin
+import lazy_loader
+
+# the names are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_api": ["METHODS", "choose_method", "cross_correlate"],
+    "_band": ["band_fits"],
+    "_correlation_plan": ["CorrelationPlan", "correlation_plan"],
+    "_cost_model": ["useful_macs"],
+    "_fft": ["conj_product", "fft_geometry", "fft_of", "irfftn_unnormalized", "padded_spectra",
+             "xcorr_fft"],
+    "_fft_window": ["correlation_window", "window_applies"],
+    "_forms": ["FORMS", "form_layout"],
+    "_overlap": ["as_float32", "overlap_xcorr"],
+    "_plan_cache": ["clear_plan_cache"],
+    "_plan_graph": ["CorrelationGraph"],
+    "_planner": ["cache_path", "decide", "heuristic", "run_plan", "set_on_measure"],
+    "_plans": ["Plan"],
+    "_shifts": ["first_shift", "normalize_max_shift", "output_shape", "shift_origin"],
+})
 
 __all__ = ["FORMS", "METHODS", "CorrelationGraph", "CorrelationPlan", "Plan", "as_float32",
            "band_fits", "cache_path", "choose_method", "clear_plan_cache", "conj_product",

@@ -9,15 +9,19 @@ Examples
 1.0
 """
 
-from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_light, gaussian_taps,
-                   laplace, parse_kernel_spec, sobel)
-from ._banks import bank_weights, channel_filter, feature_prefilter
-from ._gradient import gradient
-from ._modes import MODES
-from ._reuse import PAPER_SIZES, reuse_correlate
-from ._separable import SIZES as SEPARABLE_SIZES
-from ._separable import separable_correlate
-from ._validation import check_radius
+import lazy_loader
+
+# the names are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_api": ["box", "convolve2d", "correlate2d", "dog", "gaussian", "gaussian_light",
+             "gaussian_taps", "laplace", "parse_kernel_spec", "sobel"],
+    "_banks": ["bank_weights", "channel_filter", "feature_prefilter"],
+    "_gradient": ["gradient"],
+    "_modes": ["MODES"],
+    "_reuse": ["PAPER_SIZES", "reuse_correlate"],
+    "_separable": ["SEPARABLE_SIZES", "separable_correlate"],
+    "_validation": ["check_radius"],
+})
 
 __all__ = ["MODES", "PAPER_SIZES", "SEPARABLE_SIZES", "bank_weights", "box",
            "channel_filter", "check_radius", "convolve2d", "correlate2d", "dog",

@@ -7,7 +7,7 @@ every frame, a pass more over memory than the preparation of frames before corre
 (``prefilter="gaussian:1"``) needs (docs/kernels.md).  Here
 each 64 x 64 tile of outputs is staged once with its halo (the boundary mode applied while
 staging), filtered vertically, then horizontally: float32 frames, the same count of odd taps
-along both axes (:data:`SIZES`), origin 0; other cases keep the two passes.
+along both axes (:data:`SEPARABLE_SIZES`), origin 0; other cases keep the two passes.
 
 Examples
 --------
@@ -27,19 +27,20 @@ from ..errors import InputError
 from ._modes import MODE_IDS
 
 #: taps along each axis compiled (odd: the filter centred, origin 0)
-SIZES = (3, 5, 7, 9, 11)
+SEPARABLE_SIZES = (3, 5, 7, 9, 11)
 TILE = 64  # kernels/filters/separable_conv.cu: SEP_TILE_W, SEP_TILE_H
 TILES = 4  # SEP_TILES: tiles a block, one below the other
 THREADS = (32, 8)
 MAX_GRID_Z = 65535
-SEPARABLE = KernelFamily("separable_conv.cu", "separable_correlate", [(f,) for f in SIZES])
+SEPARABLE = KernelFamily("separable_conv.cu", "separable_correlate",
+                         [(f,) for f in SEPARABLE_SIZES])
 
 
 def fused_fits(stack, taps_y, taps_x, origin=(0, 0)) -> bool:
     """Whether the fused kernel filters ``stack``: float32 CuPy, the same odd count of taps
-    along both axes (:data:`SIZES`), origin 0."""
+    along both axes (:data:`SEPARABLE_SIZES`), origin 0."""
     return (not isinstance(stack, np.ndarray) and stack.dtype == np.float32
-            and len(taps_y) == len(taps_x) and len(taps_y) in SIZES
+            and len(taps_y) == len(taps_x) and len(taps_y) in SEPARABLE_SIZES
             and tuple(origin) == (0, 0))
 
 
@@ -53,7 +54,7 @@ def separable_correlate(stack, taps_y, taps_x, mode="reflect", cval=0.0, out=Non
     stack : cupy.ndarray
         ``(H, W)`` or ``(N, H, W)`` float32.
     taps_y, taps_x : array_like
-        The 1-D filters (one odd length of :data:`SIZES`).
+        The 1-D filters (one odd length of :data:`SEPARABLE_SIZES`).
     mode, cval
         As ``scipy.ndimage``.
     out : cupy.ndarray, optional

@@ -3,21 +3,25 @@ outputs safely (a run's outputs apart from its inputs, locked, and committed tog
 drift plot.  Below every other subpackage: it imports none of them.
 """
 
-from ._background import BackgroundWrites
-from ._formats import EXTRAS as FORMAT_EXTRAS, ArrayFrames, format_of, \
-    source_path, split_source
-from ._field_outputs import plot_motion_field, write_motion_field
-from ._lock import OutputLock
-from ._outputs import Interrupted, OutputRun, check_apart
-from ._plot import PNG_LEVEL, plot_drift, plot_quality
-from ._pread import PreadFile, preadable
-from ._describe import describe
-from ._reader import (TIFF_SUFFIXES, ArraySource, ChannelStack, FrameRange, OffsetFrames,
-                      open_source, open_stack, read_image)
-from ._stack_writers import OUT_FORMATS, aligned_name, as_dtype, stack_writer
-from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
-from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
-                      remove_stale_temps, write_text, write_tiff)
+import lazy_loader
+
+# the names are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_background": ["BackgroundWrites"],
+    "_formats": ["ArrayFrames", "FORMAT_EXTRAS", "format_of", "source_path", "split_source"],
+    "_field_outputs": ["plot_motion_field", "write_motion_field"],
+    "_lock": ["OutputLock"],
+    "_outputs": ["Interrupted", "OutputRun", "check_apart"],
+    "_plot": ["PNG_LEVEL", "plot_drift", "plot_quality"],
+    "_pread": ["PreadFile", "preadable"],
+    "_describe": ["describe"],
+    "_reader": ["ArraySource", "ChannelStack", "FrameRange", "OffsetFrames", "TIFF_SUFFIXES",
+                "open_source", "open_stack", "read_image"],
+    "_stack_writers": ["OUT_FORMATS", "aligned_name", "as_dtype", "stack_writer"],
+    "_tiff": ["SUPPORTED_DTYPES", "plural", "readable_frames"],
+    "_writer": ["StagedOutputs", "TiffStackWriter", "atomic_path", "prepare_outputs",
+                "remove_stale_temps", "write_text", "write_tiff"],
+})
 
 __all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "ArrayFrames", "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange",

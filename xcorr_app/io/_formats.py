@@ -32,11 +32,11 @@ import numpy as np
 from ..errors import InputError, XcorrError
 from ._tiff import SUPPORTED_DTYPES, one_line_errors, plural
 
-__all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "EXTRAS",
+__all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "FORMAT_EXTRAS",
            "SUFFIXES", "library_errors", "default_axes", "document_frames"]
 
 #: the optional libraries of each format: format -> (module, extra of pyproject.toml, name)
-EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
+FORMAT_EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
           "nwb": ("h5py", "nwb", "NWB"), "czi": ("pylibCZIrw.czi", "czi", "Zeiss CZI"),
           "nd2": ("nd2", "nd2", "Nikon ND2")}
 
@@ -103,7 +103,7 @@ def format_of(file: Path) -> str:
 
 def need(fmt: str):
     """The module reading ``fmt``, or an :class:`InputError` naming the pip command."""
-    module, extra, name = EXTRAS[fmt]
+    module, extra, name = FORMAT_EXTRAS[fmt]
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -11,14 +11,19 @@ Examples
 [-3.0, 5.0]
 """
 
-from ._bands import Bands, band_plan, banded_surface
-from ._fft_register import fft_shifts, periodic_spectrum, phase_surface
-from ._normalize import ZnccLeft, zncc, zncc_left
-from ._peak_math import phase_ramps, surface_argmax, wrapped_correlations
-from ._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
-from ._phase_cross_correlation import phase_cross_correlation
-from ._surfaces import GpuSurfaces, summed_area_tables, surface_peaks, table_layout
-from ._upsampled import refine_upsampled
+import lazy_loader
+
+# the names are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
+    "_bands": ["Bands", "band_plan", "banded_surface"],
+    "_fft_register": ["fft_shifts", "periodic_spectrum", "phase_surface"],
+    "_normalize": ["ZnccLeft", "zncc", "zncc_left"],
+    "_peak_math": ["phase_ramps", "surface_argmax", "wrapped_correlations"],
+    "_peaks": ["SUBPIXEL_METHODS", "find_shifts", "on_border", "refined_shifts"],
+    "_phase_cross_correlation": ["phase_cross_correlation"],
+    "_surfaces": ["GpuSurfaces", "summed_area_tables", "surface_peaks", "table_layout"],
+    "_upsampled": ["refine_upsampled"],
+})
 
 __all__ = ["SUBPIXEL_METHODS", "Bands", "GpuSurfaces", "ZnccLeft", "band_plan", "banded_surface",
            "fft_shifts", "find_shifts", "on_border", "periodic_spectrum", "phase_cross_correlation",

@@ -285,11 +285,11 @@ def scale_free(frames, xp):
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:
     """:func:`prepare` on the GPU by the kernels of :mod:`xcorr_app.alignment.rigid._frame_stats`
     (the same numbers, a few kernels compiled once instead of a chain of CuPy operations)."""
-    from ...filters import SEPARABLE_SIZES as SIZES, separable_correlate
+    from ...filters import SEPARABLE_SIZES, separable_correlate
     from ._frame_stats import demeaned, filtered_mean_weights, frame_means, subtract_means
 
     taps = getattr(prefilter, "taps", None)
-    if taps is not None and frames.ndim == 3 and len(taps) in SIZES:
+    if taps is not None and frames.ndim == 3 and len(taps) in SEPARABLE_SIZES:
         # a gaussian in the fused kernel: the mean of its output is known from the frames'
         # statistics (filtered_mean_weights) and subtracted as the output is stored: two
         # passes over the filtered frames fewer

@@ -154,6 +154,13 @@ def _reference(source, reference, xp, chunk):
     raise InputError(f"reference {reference!r}: use 'first', 'mean' or a volume index")
 
 
+def _reference_spectrum(ref, name, xp):
+    """``(spectrum, norm, name)`` of the reference volume ``ref``; the norm's fetch ends the
+    spectrum's work, so the chunks' other stream may read it."""
+    spec, (norm,) = spectrum(ref[None], xp, norms=True)
+    return spec[0], norm, name
+
+
 def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, upsample=20,
                   device="auto", memory_limit=None):
     """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume.
@@ -208,18 +215,20 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
     second, verified = np.zeros(t), np.zeros(t, bool)
     with contextlib.ExitStack() as held:
-        # read ahead by threads (on the GPU into page-locked buffers, uploaded on two streams)
-        # while the device works on the chunk before; started before the reference's
-        # spectrum, which the first reads then overlap (after it for the mean: a pass itself)
+        # read ahead (on the GPU copied on two streams) while the device works on the chunk
+        # before; the reference's spectrum made at the first chunk (the mean's: a pass before)
         late = isinstance(reference, str) and reference == "mean"
-        chunks = None if late else held.enter_context(DeviceChunks(source.frames(), chunk, xp))
-        ref, ref_name = _reference(source, reference, xp, chunk)
-        ref_spec, (ref_norm,) = spectrum(ref[None], xp, norms=True)
-        ref_spec = ref_spec[0]
-        del ref
-        if chunks is None:
-            chunks = held.enter_context(DeviceChunks(source.frames(), chunk, xp))
+        first = isinstance(reference, str) and reference == "first"
+        ref_spec = ref_norm = ref_name = None
+        if late:  # (the mean: a pass over the volumes itself, before theirs)
+            ref_spec, ref_norm, ref_name = _reference_spectrum(
+                *_reference(source, reference, xp, chunk), xp)
+        chunks = held.enter_context(DeviceChunks(source.frames(), chunk, xp))
         for start, data in chunks:
+            if ref_spec is None:  # (volume 0 from the first chunk: no read and copy of its own)
+                ref_spec, ref_norm, ref_name = _reference_spectrum(
+                    *((source.read(0, 1, xp, data[:1])[0], "the first volume") if first
+                      else _reference(source, reference, xp, chunk)), xp)
             stop = start + len(data)
             product, norms = cross_spectra(ref_spec, source.read(start, stop, xp, data),
                                            norms=True)
