@@ -187,7 +187,8 @@ def test_the_sorted_median_and_percentiles_are_numpys():
     for shape in [(1, 4), (2, 3), (7, 5), (8, 3, 2)]:
         a = rng.random(shape)
         a[rng.random(shape) < 0.3] = np.nan
-        a[0] = rng.random(shape[1:])  # (a finite value in every column)
+        a[0] = rng.random(shape[1:])  # (a number in every column)
+        a[-1] = np.where(rng.random(shape[1:]) < 0.3, np.inf, a[-1])  # (infinities count)
         assert np.array_equal(_nanmedian(a), np.nanmedian(a, axis=0))
     for n in (1, 2, 3, 10, 101):
         a = rng.random(n) * 1e3

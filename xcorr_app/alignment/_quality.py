@@ -203,16 +203,16 @@ class _OneRange:
 # NumPy's median and percentile import numpy.ma at their first call: 30-60 ms of a one-shot
 # GPU run, which imports nothing else that needs it (H200 2026-11-26); these are theirs, sorted
 def _nanmedian(a):
-    """``np.nanmedian(a, axis=0)`` of a (N, ...) array with a finite value in every column."""
-    s = np.sort(a, axis=0)  # (NaNs sort last)
-    n = np.isfinite(s).sum(axis=0)
+    """``np.nanmedian(a, axis=0)`` of a (N, ...) float array with a number in every column."""
+    s = np.sort(a, axis=0)  # (NaNs sort last, infinities where they belong)
+    n = (~np.isnan(s)).sum(axis=0)
     lo = np.take_along_axis(s, ((n - 1) // 2)[None], axis=0)[0]
     hi = np.take_along_axis(s, (n // 2)[None], axis=0)[0]
     return (lo + hi) / 2
 
 
 def _percentiles(a, qs) -> list:
-    """``np.percentile(a, qs)`` (linear) of a 1-D finite array, as floats."""
+    """``np.percentile(a, qs)`` (linear) of a 1-D finite float64 array, as floats."""
     s = np.sort(a)
     out = []
     for q in qs:

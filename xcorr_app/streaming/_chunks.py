@@ -187,8 +187,8 @@ class DeviceChunks:
         streams in turn, each handed out inside its stream's context.  The next chunk's copy
         is queued before a chunk is handed out, so it overlaps the consumer's work on it (the
         device holds two chunks' uploads, as the memory plans count), and the pages of the
-        chunk after that are registered meanwhile, in a thread; a chunk's pages are
-        unregistered once the chunk after it is copied."""
+        chunk after that are registered meanwhile, in a thread; a run of pages is unregistered
+        once every chunk it holds is copied (checked two chunks on)."""
         mapped, bounds = self._mapped, chunk_bounds(0, self.src.n_frames, self.chunk_frames)
         with caller_ordered_streams(xp) as streams:
             self._copied = [None] * len(streams)

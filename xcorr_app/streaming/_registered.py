@@ -36,7 +36,8 @@ from .. import backend
 
 __all__ = ["RegisteredFile", "MAX_REGISTERED_BYTES", "CACHED_SHARE"]
 
-#: the most bytes of a file registered at once (and at most a quarter of the available memory)
+#: the largest file registered (and at most a quarter of the available memory): a consumer
+#: that holds chunks back could keep much of it page-locked at once
 MAX_REGISTERED_BYTES = 8 * 2**30
 #: cudaHostRegisterReadOnly: the device only reads the pages (a read-only mapping needs it)
 _READ_ONLY = 8
@@ -79,12 +80,13 @@ class RegisteredFile:
     copy, :meth:`release` after it); :meth:`close` (after the copies from it are done)
     unregisters what is left and unmaps the file."""
 
-    def __init__(self, mm, pointer, length, array, frame_bytes):
+    def __init__(self, mm, pointer, length, array, frame_bytes, device=0):
         self._mm, self._pointer, self._length, self.array = mm, pointer, length, array
         self._frames_at = array.ctypes.data  # (frame 0's address in the mapping)
         self._frame_bytes = frame_bytes
+        self._device = device  # (registered in its context, whichever thread registers)
         self._end = pointer  # the first byte not registered (a page boundary)
-        self._pieces = []  # (frames before this one end in it, its address), in file order
+        self._pieces = []  # (start, end) addresses of the registered runs, in file order
         self._lock = threading.Lock()  # (pin_ahead's thread registers beside the copies)
         self._worker, self._ahead = None, []
 
@@ -120,7 +122,9 @@ class RegisteredFile:
         # disk a page at a time (1 GiB 0.53 s against 0.02 s cached, H200), where the reader's
         # threads read it faster and the progress shows
         array = whole[offset:offset + nbytes].view(dtype).reshape(shape)
-        registered = cls(mm, pointer, length, array, nbytes // shape[0])
+        import cupy
+
+        registered = cls(mm, pointer, length, array, nbytes // shape[0], cupy.cuda.Device().id)
         del whole, array
         if _cached_share(pointer, length) < CACHED_SHARE or not registered.pin(1):
             registered.close()
@@ -138,10 +142,11 @@ class RegisteredFile:
             try:
                 import cupy
 
-                cupy.cuda.runtime.hostRegister(self._end, end - self._end, _READ_ONLY)
+                with cupy.cuda.Device(self._device):
+                    cupy.cuda.runtime.hostRegister(self._end, end - self._end, _READ_ONLY)
             except Exception:  # noqa: BLE001 - (a driver or platform without it: as before)
                 return False
-            self._pieces.append((int(stop), self._end))
+            self._pieces.append((self._end, end))
             self._end = end
         return True
 
@@ -166,31 +171,34 @@ class RegisteredFile:
         lo = self._frames_at + int(start) * self._frame_bytes
         hi = lo + (int(stop) - int(start)) * self._frame_bytes
         with self._lock:
-            ends = [p for _, p in self._pieces] + [self._end]
+            ends = [a for a, _ in self._pieces] + [self._end]
         cuts = sorted({lo, hi} | {a for a in ends if lo < a < hi})
         for a, b in zip(cuts, cuts[1:]):
             cupy.cuda.runtime.memcpyAsync(out.data.ptr + (a - lo), a, b - a,
                                           cupy.cuda.runtime.memcpyHostToDevice, stream.ptr)
 
-    def release(self, stop) -> None:
-        """Unregister the pages that hold only frames before ``stop`` (their copies done)."""
+    def release(self, stop=None) -> None:
+        """Unregister the runs that hold only frames before ``stop`` (their copies done; a
+        run's last page may hold later frames, as many as a page holds); None: every run."""
         import cupy
 
+        at = None if stop is None else self._frames_at + int(stop) * self._frame_bytes
         with self._lock:
-            while self._pieces and self._pieces[0][0] < stop:  # (its last page may hold 'stop')
-                _, pointer = self._pieces.pop(0)
+            while self._pieces and (at is None or self._pieces[0][1] <= at):
+                start, _ = self._pieces.pop(0)
                 with contextlib.suppress(Exception):  # (the device already gone at exit)
-                    cupy.cuda.runtime.hostUnregister(pointer)
+                    with cupy.cuda.Device(self._device):
+                        cupy.cuda.runtime.hostUnregister(start)
 
     def close(self) -> None:
         """Unregister and unmap (the copies out of it must be done)."""
         if self._mm is None:
             return
         if self._worker is not None:
-            self._worker.shutdown(wait=True)
+            self._worker.shutdown(wait=True, cancel_futures=True)
             self._worker, self._ahead = None, []
         if self._pieces:
-            self.release(float("inf"))
+            self.release()
         self.array = None
         with contextlib.suppress(BufferError):  # (a view still held: unmapped when collected)
             self._mm.close()

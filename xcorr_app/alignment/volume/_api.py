@@ -33,8 +33,9 @@ from ._result import VolumeResult
 from ._source import open_volumes
 
 #: bytes per voxel a volume of a chunk takes (float32 copy, half spectrum, correlation,
-#: window copy, FFT work area, and the upload of the chunk and of the next, uint16)
-PER_VOXEL_CHUNK = 24
+#: window copy, FFT work area), besides the uploads of the chunk and of the next (the input's
+#: pixel type: :func:`plan_chunk`)
+PER_VOXEL_CHUNK = 20
 #: bytes per voxel held once (the reference spectrum, the mean reference, slack)
 PER_VOXEL_FIXED = 12
 #: share of the free memory a run plans to use
@@ -97,11 +98,12 @@ def parse_voxel_size(voxel_size):
     return values
 
 
-def plan_chunk(shape, xp, memory_limit=None):
-    """How many volumes of ``shape`` (T, Z, Y, X) one chunk holds; InputError, with the
-    figures, where not even one fits beside the reference."""
+def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
+    """How many volumes of ``shape`` (T, Z, Y, X) of ``itemsize`` bytes a voxel one chunk
+    holds; InputError, with the figures, where not even one fits beside the reference."""
     voxels = int(np.prod(shape[1:]))
-    return fitting_chunk(shape[0], PER_VOXEL_FIXED * voxels, PER_VOXEL_CHUNK * voxels,
+    per = PER_VOXEL_CHUNK + 2 * int(itemsize)
+    return fitting_chunk(shape[0], PER_VOXEL_FIXED * voxels, per * voxels,
                          max(1, min(MAX_CHUNK, CHUNK_VOXELS // voxels)), xp, memory_limit,
                          f"a volume of {shape[1]}x{shape[2]}x{shape[3]} needs about {{}} MiB "
                          "to register", "crop or bin the volumes")
@@ -210,7 +212,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     if xp is not np:  # (a machine's first run: the later stages' kernels built meanwhile)
         prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)
     t, shape = source.shape[0], source.shape[1:]
-    chunk = plan_chunk(source.shape, xp, memory_limit)
+    chunk = plan_chunk(source.shape, xp, memory_limit, np.dtype(source.data.dtype).itemsize)
     size = float(np.prod(shape))
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
     second, verified = np.zeros(t), np.zeros(t, bool)

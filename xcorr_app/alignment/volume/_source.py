@@ -65,8 +65,9 @@ class Volumes:
 
     def frames(self):
         """The volumes as the streaming layer's frames, one volume an item, as stored
-        (:class:`~xcorr_app.streaming.DeviceChunks` reads them ahead into page-locked buffers
-        and uploads them on two streams while the device works)."""
+        (:class:`~xcorr_app.streaming.DeviceChunks` copies them to the device on two streams
+        while it works: from the file's registered pages, or read ahead into page-locked
+        buffers)."""
         return _VolumeItems(self.data, self.stored)
 
 
