@@ -4,7 +4,8 @@ import lazy_loader
 
 # the names are imported at first use: a run imports only the modules it needs
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_motion_field": ["FIELD_RESAMPLE", "apply_field", "field_area", "warp_chunk"],
+    "_field_resample": ["FIELD_RESAMPLE"],
+    "_motion_field": ["apply_field", "field_area", "warp_chunk"],
     "_patch_pass": ["check_grid", "measure_field"],
     "_patches": ["check_deviation", "check_template_passes", "common_area", "parse_patches"],
     "_spline": ["field_weights"],

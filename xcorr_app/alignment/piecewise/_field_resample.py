@@ -30,6 +30,9 @@ from ...backend import array_module_of, to_numpy
 from ...errors import InputError
 from ...registration import table_layout
 
+#: the resamplings of the warp
+FIELD_RESAMPLE = ("bilinear", "cubic")
+
 SOURCE = "patch_field.cu"
 THREADS = 128
 GATHER = KernelFamily(SOURCE, "patch_windows", [(THREADS,)])

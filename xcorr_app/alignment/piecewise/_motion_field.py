@@ -30,7 +30,7 @@ from ... import backend
 from ...errors import InputError
 from ...io import open_source
 from ...streaming import map_chunks
-from ._field_resample import bilinear_sample, cubic_sample, warp_gpu
+from ._field_resample import FIELD_RESAMPLE, bilinear_sample, cubic_sample, warp_gpu
 from ._spline import dense_field, field_weights, spline_weights
 from ..warp import check_out
 from ..warp import check_fill
@@ -38,10 +38,6 @@ from ._patches import PatchGrid
 
 __all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
            "spline_weights", "warp_chunk", "warp_frames", "warped_sum"]
-
-#: the resamplings of the warp
-FIELD_RESAMPLE = ("bilinear", "cubic")
-
 
 @dataclasses.dataclass
 class MotionField:
