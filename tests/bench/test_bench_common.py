@@ -55,3 +55,21 @@ def test_measure_paths_takes_turns_and_reports_medians(monkeypatch):
     assert err["a"] == 0.0 and err["b"] == 0.5 and err["c"] is None
     assert na["none"] == "no torch" and na["c"] == "RuntimeError: out of memory"
     assert na["broken"] == "ValueError: cannot build" and na["a"] == ""
+
+
+def test_the_one_shot_rows_say_whether_xcorr_was_compiled(tmp_path, monkeypatch):
+    """An installed xcorr imports compiled bytecode; a checkout without it, where the
+    environment forbids writing it, compiles every module in every process."""
+    import py_compile
+
+    from xcorr_app.bench._oneshot import bytecode_line
+
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("x = 1\n")
+    py_compile.compile(str(tmp_path / "a.py"))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert "1 of 2 without bytecode and PYTHONDONTWRITEBYTECODE set" in bytecode_line(tmp_path)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert "written by the first process" in bytecode_line(tmp_path)
+    py_compile.compile(str(tmp_path / "b.py"))
+    assert bytecode_line(tmp_path).endswith("compiled bytecode, as an installed xcorr has")

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..errors import InputError, XcorrError
 from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, default_workers, work_folder
 from ._common import parse_size, utc_now, versions_line
-from ._oneshot import Caches, python_argv, run_process, xcorr_argv
+from ._oneshot import Caches, bytecode_line, python_argv, run_process, xcorr_argv
 
 __all__ = ["TARGET_VS_START", "DEFAULT_STACK", "sample_path", "main"]
 
@@ -114,7 +114,7 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
         prepare_outputs([json_path], force)
     repeat = int(repeat)
     header = [f"xcorr bench align --first-runs on {device_name()}, {utc_now()}",
-              f"versions: {versions_line(('numpy', 'tifffile', 'cupy'))}",
+              f"versions: {versions_line(('numpy', 'tifffile', 'cupy'))}", bytecode_line(),
               "one-shot processes, wall clock, default outputs written; 'first': CuPy's, "
               "xcorr's and the CUDA driver's caches in empty folders (a fresh machine); warm: "
               f"the median of {repeat} after an untimed run"]

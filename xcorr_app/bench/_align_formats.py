@@ -49,7 +49,7 @@ from ._align_data import (MAX_DRIFT, MIN_SIDE, WRITE_CHUNK, SyntheticStack, work
                           default_workers, filesystem_of, rms_error)
 from ._align_table import ACCURACY_PX
 from ._common import cell, markdown_header, parse_size, reason, utc_now, versions_line
-from ._oneshot import Caches, python_argv, run_process, xcorr_argv
+from ._oneshot import Caches, bytecode_line, python_argv, run_process, xcorr_argv
 
 __all__ = ["FORMATS", "READ_WAYS", "TARGET_VS_READ", "write_stores", "read_way", "format_rows",
            "format_table", "main"]
@@ -445,6 +445,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, repea
         written = time.perf_counter() - t
         header = [f"xcorr bench align --formats on {_device_line(device)}, {utc_now()}",
                   f"versions: {versions_line(('zarr', 'h5py', 'numpy', 'cupy'))}",
+                  bytecode_line(),
                   f"stack: {n} frames of {h}x{w} uint16 ({stack.nbytes / 2**30:.2f} GiB), "
                   f"drift within +-{MAX_DRIFT:g} px, Poisson noise; made and written as both "
                   f"files in {written:.1f} s ({workers} threads)"]

@@ -231,6 +231,7 @@ def main(*, quick=False, frames=None, repeat=3, workdir=None, json_path=None, fo
     from ..io import prepare_outputs, write_text
     from ._align_data import work_folder
     from ._common import utc_now, versions_line
+    from ._oneshot import bytecode_line
 
     shape = QUICK_SHAPE if quick else DEFAULT_SHAPE
     if frames is not None:
@@ -252,7 +253,7 @@ def main(*, quick=False, frames=None, repeat=3, workdir=None, json_path=None, fo
         t0 = time.perf_counter()
         stack, truth = make_stack(shape)
         header = [f"xcorr bench align --volumes on {backend.gpu_name()}, {utc_now()}",
-                  f"versions: {versions_line(('cupy', 'scipy', 'skimage'))}",
+                  f"versions: {versions_line(('cupy', 'scipy', 'skimage'))}", bytecode_line(),
                   f"stack: {shape[0]} volumes of {shape[1]}x{shape[2]}x{shape[3]} uint16 "
                   f"({nbytes / 2**30:.2f} GiB), shifts within +-{BOUND} voxels (z, y, x), "
                   f"{PHOTONS:g} photons; made in {time.perf_counter() - t0:.1f} s",
