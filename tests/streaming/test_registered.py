@@ -25,6 +25,13 @@ def volumes_file(tmp_path, rng, dtype=np.uint16, shape=(7, 5, 33, 47)):
     return stack, open_volumes(tmp_path / "v.tif").frames()
 
 
+def registered_file(tmp_path, rng, monkeypatch):
+    """A volumes file and its :class:`RegisteredFile` (with a GPU, as far as it asks)."""
+    stack, items = volumes_file(tmp_path, rng)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    return stack, RegisteredFile.open(items)
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """A CuPy whose host registration records its calls (no GPU needed)."""
@@ -61,9 +68,7 @@ def test_the_files_frames_are_mapped_read_only_and_registered_a_run_at_a_time(
     rest, once."""
     import mmap
 
-    stack, items = volumes_file(tmp_path, rng)
-    monkeypatch.setattr(backend, "gpu_available", lambda: True)
-    registered = RegisteredFile.open(items)
+    stack, registered = registered_file(tmp_path, rng, monkeypatch)
     np.testing.assert_array_equal(registered.array, stack)  # (the frames where the file has them)
     assert not registered.array.flags.writeable
     (what, first, length, flags), = fake_cuda
@@ -91,9 +96,7 @@ def test_a_chunks_copy_is_cut_where_a_registered_run_ends(tmp_path, rng, monkeyp
     the frames after, back to back."""
     import types
 
-    stack, items = volumes_file(tmp_path, rng)
-    monkeypatch.setattr(backend, "gpu_available", lambda: True)
-    registered = RegisteredFile.open(items)
+    stack, registered = registered_file(tmp_path, rng, monkeypatch)
     registered.pin(4)
     out = types.SimpleNamespace(data=types.SimpleNamespace(ptr=10**6))
     registered.upload(out, 1, 6, types.SimpleNamespace(ptr=77))
@@ -118,9 +121,7 @@ def test_pages_registered_ahead_in_a_thread_are_waited_for(tmp_path, rng, monkey
     import time
     import types
 
-    _, items = volumes_file(tmp_path, rng)
-    monkeypatch.setattr(backend, "gpu_available", lambda: True)
-    registered = RegisteredFile.open(items)
+    _, registered = registered_file(tmp_path, rng, monkeypatch)
     runtime = sys.modules["cupy"].cuda.runtime
     plain = runtime.hostRegister
 
@@ -168,9 +169,7 @@ def test_a_refused_later_run_leaves_its_frames_to_ordinary_copies(tmp_path, rng,
                                                                    fake_cuda):
     import sys
 
-    _, items = volumes_file(tmp_path, rng)
-    monkeypatch.setattr(backend, "gpu_available", lambda: True)
-    registered = RegisteredFile.open(items)
+    _, registered = registered_file(tmp_path, rng, monkeypatch)
 
     def refuse(*args):
         raise RuntimeError("cudaErrorHostMemoryAlreadyRegistered")

@@ -92,9 +92,10 @@ class DeviceChunks:
     On the GPU the chunks alternate between two CUDA streams: a file that allows it is copied
     to the device straight from its cached pages (:class:`RegisteredFile`); otherwise each
     chunk is read in pieces of at most :data:`PIECE_BYTES` into a small ring of pinned
-    buffers, each piece copied to the chunk's device array as it comes, and the chunk is yielded inside its stream's context, so
-    the consumer's kernels for it queue on that stream while the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk
-    read from a file is a view of a reused buffer, valid until the consumer asks for the next.
+    buffers, each piece copied to the chunk's device array as it comes.  The chunk is yielded
+    inside its stream's context, so the consumer's kernels for it queue on that stream while
+    the next chunk is read and copied.  On the CPU (``xp`` NumPy) a chunk read from a file is
+    a view of a reused buffer, valid until the consumer asks for the next.
     Frames already on the GPU are handed out as views, on the caller's stream, or with
     ``streams`` on the two streams in turn (:meth:`_on_streams`).
     """
