@@ -14,7 +14,7 @@
 // frame (NumPy's nan_to_num).  Output frame n reads frame n * fstep and shift n * sstep (a
 // step 0: one frame, or one shift, for all, as the definition broadcasts them).  Grid (rows,
 // frames of this launch), THREADS over the columns; at most 65535 frames per launch (the
-// launcher offsets n0).
+// launcher offsets n0).  O: float, or the frames' integer type (--keep-dtype: stored_as).
 
 template <typename T>
 __device__ __forceinline__ float pixel(const T* __restrict__ f, long long y, long long x, int h,
@@ -61,9 +61,27 @@ __device__ __forceinline__ float2 bilinear_taps(const T* __restrict__ f, int h, 
     return make_float2(acc, weight);
 }
 
-template <typename T, int THREADS>
+// An aligned pixel as O: a float as it is; an integer type rounded to nearest (ties to even,
+// as NumPy's rint), clipped to its range, NaN as 0: xcorr_app/io as_dtype, in the warp itself
+// so that a --keep-dtype chunk needs no float32 copy on the device nor a pass on the host.
+template <typename O> struct integer_range;
+template <> struct integer_range<unsigned char> { static constexpr float lo = 0.0f, hi = 255.0f; };
+template <> struct integer_range<unsigned short> {
+    static constexpr float lo = 0.0f, hi = 65535.0f;
+};
+template <> struct integer_range<short> { static constexpr float lo = -32768.0f, hi = 32767.0f; };
+
+template <typename O>
+__device__ __forceinline__ O stored_as(float v) {
+    if (isnan(v)) return (O)0;
+    return (O)rintf(fminf(fmaxf(v, integer_range<O>::lo), integer_range<O>::hi));
+}
+template <>
+__device__ __forceinline__ float stored_as<float>(float v) { return v; }
+
+template <typename T, typename O, int THREADS>
 __global__ void __launch_bounds__(THREADS) warp_shift(
-        const T* __restrict__ frames, float* __restrict__ out,
+        const T* __restrict__ frames, O* __restrict__ out,
         const double* __restrict__ shifts, int n0, int fstep, int sstep, int h, int w,
         float fill) {
     const int y = blockIdx.x, n = n0 + blockIdx.y;
@@ -71,11 +89,11 @@ __global__ void __launch_bounds__(THREADS) warp_shift(
     const double ys = (double)y - finite_shift(shift[0]);
     const double sx = finite_shift(shift[1]);
     const T* f = frames + (size_t)n * fstep * h * w;
-    float* dst = out + ((size_t)n * h + y) * w;
+    O* dst = out + ((size_t)n * h + y) * w;
     for (int x = threadIdx.x; x < w; x += THREADS) {
         bool edge;
         const float2 t = bilinear_taps<false>(f, h, w, ys, (double)x - sx, edge);
-        dst[x] = edge ? __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill)) : t.x;
+        dst[x] = stored_as<O>(edge ? __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill)) : t.x);
     }
 }
 

@@ -53,6 +53,38 @@ def test_a_callable_out_gets_every_chunk_in_order(deformed, tmp_path, patches):
     np.testing.assert_array_equal(np.concatenate([c for _, c in got]), applied(res, deformed))
 
 
+class Sink:
+    """A callable out that states the type it stores (``align(out=)``'s ``dtype``)."""
+
+    def __init__(self, dtype):
+        self.dtype, self.got = dtype, []
+
+    def __call__(self, start, chunk):
+        self.got.append((start, chunk.copy()))
+
+    def frames(self):
+        assert [a for a, _ in self.got] == sorted(a for a, _ in self.got)
+        return np.concatenate([c for _, c in self.got])
+
+
+@pytest.mark.parametrize("patches", [None, (2, 2)])
+def test_a_callable_out_with_a_dtype_gets_the_frames_rounded(deformed, patches):
+    from xcorr_app.io import as_dtype
+
+    extra = {} if patches is None else dict(patches=patches)
+    sink = Sink(np.dtype(np.int16))
+    res = align(deformed, device="cpu", chunk_frames=3, out=sink, **KW, **extra)
+    got = sink.frames()
+    assert got.dtype == np.int16 and len(got) == len(deformed)
+    np.testing.assert_array_equal(got, as_dtype(applied(res, deformed), np.int16))
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "float64", "no type"])
+def test_a_callable_out_of_another_type_is_an_input_error(deformed, dtype):
+    with pytest.raises(InputError, match="dtype must be float32 or an integer type"):
+        align(deformed, device="cpu", out=Sink(dtype), **KW)
+
+
 @pytest.mark.parametrize("out", [np.zeros((7, 96, 112)), np.zeros((6, 96, 112), np.float32),
                                  np.zeros((7, 112, 96), np.float32), "frames.tif",
                                  np.zeros((7, 96, 224), np.float32)[:, :, ::2]])
@@ -161,6 +193,40 @@ def test_gpu_out_holds_the_frames_apply_gives(deformed, tmp_path, patches):
     got = []
     align(deformed, device="gpu", chunk_frames=4, out=lambda a, c: got.append(a), **KW, **extra)
     assert got == [0, 4]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("patches", [None, (3, 2)])
+def test_gpu_callable_out_in_pieces_and_in_its_dtype(deformed, patches, monkeypatch):
+    """From the stack kept on the GPU a callable is handed each chunk in pieces (two frames'
+    bytes here: 3-frame chunks as 2 + 1), in frame order, rounded on the device into its
+    ``dtype`` bit for bit as ``as_dtype`` rounds the float32 frames."""
+    from xcorr_app.alignment import _aligned_out
+    from xcorr_app.io import as_dtype
+
+    monkeypatch.setattr(_aligned_out, "PIECE_BYTES", 2 * 96 * 112 * 4)
+    extra = {} if patches is None else dict(patches=patches)
+    floats, rounded = Sink(np.float32), Sink(np.uint16)
+    res = align(deformed, device="gpu", chunk_frames=3, out=floats, **KW, **extra)
+    if patches is None:
+        assert [a for a, _ in floats.got] == [0, 2, 3, 5, 6]
+    got = floats.frames()
+    assert got.dtype == np.float32 and got.shape == deformed.shape
+    np.testing.assert_allclose(got, applied(res, deformed, device="gpu"), rtol=0,
+                               atol=1e-5 * float(deformed.max()))
+    if patches is None:  # (the field's warp: the same float32 frames; the shifts' are bits)
+        np.testing.assert_array_equal(got, applied(res, deformed, device="gpu"))
+    # (another run: the GPU's shifts of a run differ from the last one's by ~1e-5 px)
+    again = align(deformed, device="gpu", chunk_frames=3, out=rounded, **KW, **extra)
+    got = rounded.frames()
+    assert got.dtype == np.uint16 and got.shape == deformed.shape
+    if patches is None:
+        np.testing.assert_array_equal(got, as_dtype(applied(again, deformed, device="gpu"),
+                                                    np.uint16))
+    else:  # the field warped on the device, then rounded there as on the host
+        diff = got.astype(np.int64) - as_dtype(applied(again, deformed, device="gpu"),
+                                               np.uint16)
+        assert np.abs(diff).max() <= 1 and (diff != 0).mean() < 1e-3
 
 
 @pytest.mark.parametrize("extra", [dict(min_confidence=50.0, interpolate_low=True),

@@ -38,6 +38,12 @@ def test_targets(gpu_first, align, met):
     assert lines[0].endswith(f"(target <= 1.0x: {met[0]})")
     assert f"{gpu_first / 1.6:.2f}x" in lines[0] and "1.06x the CPU's" in lines[1]
     assert "= 0.90 s" in lines[2] and lines[2].endswith(f"(target <= 1.2x: {met[1]})")
+    more = fr._targets(rows + [_row("stack, xcorr align --keep-dtype", None, 0.99),
+                               _row("stack, tifffile read + write as float32", None, 1.25)])
+    assert more[:3] == lines and len(more) == 5
+    assert more[3].endswith("(uint16 written, as the copy) 0.99 s: 1.10x")
+    assert "as float32 1.25, CUDA start) = 1.25 s" in more[4]
+    assert more[4].endswith(f": {align / 1.25:.2f}x")
     table = fr._table(rows[:2] + [_row("x", error="boom")])
     assert table[2] == "| cell, --device cpu |  | 1.60 |" and table[-1] == "| x |  | failed |"
 
@@ -70,4 +76,5 @@ def test_the_whole_bench_on_a_small_stack(tmp_path):
     assert status == 0, "\n".join(lines)
     assert any("first GPU run" in line for line in lines)
     assert any("one-shot align" in line for line in lines)
+    assert any("with --keep-dtype" in line for line in lines)
     assert (tmp_path / "rows.json").exists() and sys.executable

@@ -27,6 +27,16 @@ def _applied(chunks):
     return np.concatenate([c for _, c in chunks])
 
 
+def _applied_by_the_run(stack_file, out, device, patches):
+    """The float32 frames of the result in ``out`` (its field, or its shifts) applied."""
+    if patches:
+        z = np.load(out / "motion_field.npz")
+        return _applied(apply_field(stack_file, z["field"], z["centres"], device=device))
+    doc = json.loads((out / "shifts.json").read_text())
+    shifts = np.array([[f["dy"], f["dx"]] for f in doc["frames"]], np.float64)
+    return _applied(apply_shifts(stack_file, shifts, device=device))
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("patches", [None, "2x2"])
 def test_aligned_tif_of_the_run_is_the_applied_result(stack_file, tmp_path, device, patches):
@@ -37,13 +47,25 @@ def test_aligned_tif_of_the_run_is_the_applied_result(stack_file, tmp_path, devi
     res = xcorr(*args)
     assert res.returncode == 0, res.stderr
     aligned = tifffile.imread(out / "aligned.tif")
-    if patches:
-        z = np.load(out / "motion_field.npz")
-        want = _applied(apply_field(stack_file, z["field"], z["centres"], device=device))
-    else:
-        doc = json.loads((out / "shifts.json").read_text())
-        shifts = np.array([[f["dy"], f["dx"]] for f in doc["frames"]], np.float64)
-        want = _applied(apply_shifts(stack_file, shifts, device=device))
+    want = _applied_by_the_run(stack_file, out, device, patches)
     assert aligned.shape == want.shape == (6, 96, 104) and aligned.dtype == np.float32
     np.testing.assert_array_equal(aligned, want)
     assert digest(stack_file) == before
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("patches", [None, "2x2"])
+def test_keep_dtype_is_the_applied_result_rounded(stack_file, tmp_path, device, patches):
+    """``--keep-dtype`` (rounded on the GPU, in the warp's kernel or after the field's, where
+    the run writes the stack): the run's own result applied in float32, rounded."""
+    from xcorr_app.io import as_dtype
+
+    out = tmp_path / "o"
+    res = xcorr("align", stack_file, "--max-shift", "14", "--device", device, "--out", out,
+                "--no-verify", "--chunk-frames", "4", "--quiet", "--keep-dtype",
+                *(["--patches", patches] if patches else []))
+    assert res.returncode == 0, res.stderr
+    kept = tifffile.imread(out / "aligned.tif")
+    want = _applied_by_the_run(stack_file, out, device, patches)
+    assert kept.dtype == tifffile.imread(stack_file).dtype == np.uint16
+    np.testing.assert_array_equal(kept, as_dtype(want, np.uint16))

@@ -71,6 +71,44 @@ def test_keep_dtype_rounds_into_the_inputs_type(tmp_path, source):
     np.testing.assert_array_equal(tifffile.imread(tmp_path / "t" / "aligned.tif"), got)
 
 
+def rounded_loop(values, dtype):
+    """The definition, a value at a time in Python: NaN as 0, clipped to the type's range,
+    rounded to nearest with ties to even (Python's round)."""
+    info = np.iinfo(dtype)
+    return np.array([0 if v != v else round(min(max(float(v), info.min), info.max))
+                     for v in np.ravel(values)], dtype).reshape(np.shape(values))
+
+
+VALUES = [-np.inf, -70000.5, -32768.5, -3.5, -2.5, -0.5, -0.0, 0.5, 1.5, 2.4999, 2.5, 254.5,
+          255.5, 32767.5, 65534.5, 65535.5, 3e9, np.inf, np.nan, 4294967295.0]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.int32,
+                                   np.uint32])
+@pytest.mark.parametrize("source_type", [np.float32, np.float64])
+def test_as_dtype_rounds_to_nearest_even_clips_and_makes_nan_0(dtype, source_type):
+    values = np.array(VALUES, source_type).reshape(4, 5)
+    before = values.copy()
+    got = as_dtype(values, dtype)
+    assert got.dtype == dtype and got.shape == values.shape
+    np.testing.assert_array_equal(got, rounded_loop(values, dtype))
+    np.testing.assert_array_equal(values, before)  # (the input is left as it was)
+    ints = np.array([-70000, -3, 0, 7, 300, 70000], np.int64)
+    np.testing.assert_array_equal(as_dtype(ints, dtype), rounded_loop(ints, dtype))
+    assert as_dtype(got, dtype) is got  # (already the type: as it is)
+    assert as_dtype(values, np.float32).dtype == np.float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint16, np.int32])
+def test_as_dtype_on_the_gpu_is_the_hosts(dtype):
+    cp = pytest.importorskip("cupy")
+    values = np.array(VALUES * 3, np.float32).reshape(6, 10)
+    got = as_dtype(cp.asarray(values), dtype)
+    assert isinstance(got, cp.ndarray) and got.dtype == dtype
+    np.testing.assert_array_equal(got.get(), as_dtype(values, dtype))
+
+
 def test_a_folder_output_is_kept_without_force_and_replaced_whole_with_it(tmp_path, source):
     path, want = source
     out = tmp_path / "o" / "aligned.ome.zarr"

@@ -10,10 +10,12 @@ One-shot processes (:mod:`._oneshot`), wall clock, each command's default output
   kernel cache, xcorr's cache and the CUDA driver's JIT cache in empty folders: a fresh
   machine's first run), then warm.  Target: the first GPU run at most the CPU's time.
 * **a stack of** ``frames`` **of** ``size`` (default 64 of 2048x2048 uint16, written to
-  ``workdir``, in the page cache): ``xcorr align STACK`` warm, against a one-shot process that
-  reads it and writes it again with tifffile (``imread`` + ``imwrite``) and one that starts
-  CUDA (``import cupy`` and a first allocation), each the median of ``repeat``.  Target: the
-  align at most :data:`TARGET_VS_START` times the larger of those two.
+  ``workdir``, in the page cache): ``xcorr align STACK`` warm (``aligned.tif`` float32) and
+  with ``--keep-dtype`` (uint16), against a one-shot process that reads it and writes it again
+  with tifffile (``imread`` + ``imwrite``; also as float32, the bytes of the default
+  ``aligned.tif``) and one that starts CUDA (``import cupy`` and a first allocation), each
+  the median of ``repeat``.  Target: the default align at most :data:`TARGET_VS_START` times
+  the larger of the uint16 copy and the CUDA start.
 
 Run it as ``xcorr bench align --first-runs [--frames N] [--size HxW] [--repeat K] [--workdir
 DIR] [--json FILE]``.
@@ -40,6 +42,12 @@ DEFAULT_STACK = (64, 2048, 2048)
 #: the one-shot peers, as ``python -c`` source (``{src}``, ``{dst}``: the files)
 READ_WRITE = ("import tifffile\n"
               "tifffile.imwrite({dst!r}, tifffile.imread({src!r}))\n")
+READ_WRITE_FLOAT32 = ("import numpy, tifffile\n"
+                      "tifffile.imwrite({dst!r}, tifffile.imread({src!r}).astype(numpy.float32))\n")
+#: the stack's rows: the two aligns, the two copies, the CUDA start
+STACK_ROWS = ("stack, xcorr align", "stack, xcorr align --keep-dtype",
+              "stack, tifffile read + write", "stack, tifffile read + write as float32",
+              "CUDA start (import cupy, first allocation)")
 CUDA_START = ("import cupy\n"
               "cupy.empty(8, dtype=cupy.float32)\n"
               "cupy.cuda.Device().synchronize()\n")
@@ -120,7 +128,7 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
               f"the median of {repeat} after an untimed run"]
     for line in header:
         echo(line)
-    folder = work_folder(workdir, 3 * n * h * w * 2 + 2 * n * h * w * 4, "first-runs")
+    folder = work_folder(workdir, 4 * n * h * w * 2 + 3 * n * h * w * 4, "first-runs")
     caches = Caches()
     rows = []
     try:
@@ -146,13 +154,15 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
         echo(f"a stack of {n} frames of {h}x{w} uint16 ({n * h * w * 2 / 2**30:.2f} GiB), "
              f"written to {stack_path} ({default_workers()} threads):")
         SyntheticStack(n, (h, w), seed=seed).write(stack_path)
-        argv = xcorr_argv("align", stack_path, "--out", out(3), "--force", "-q")
-        rows.append(_runs("stack, xcorr align", argv, warm, out(3), repeat, echo))
-        rw = python_argv("-c", READ_WRITE.format(src=str(stack_path),
+        align, keep, copy, copy32, start = STACK_ROWS
+        for k, name, extra in ((3, align, []), (4, keep, ["--keep-dtype"])):
+            argv = xcorr_argv("align", stack_path, "--out", out(k), "--force", "-q", *extra)
+            rows.append(_runs(name, argv, warm, out(k), repeat, echo))
+        for name, source in ((copy, READ_WRITE), (copy32, READ_WRITE_FLOAT32)):
+            rw = python_argv("-c", source.format(src=str(stack_path),
                                                  dst=str(folder / "copy.tif")))
-        rows.append(_runs("stack, tifffile read + write", rw, None, None, repeat, echo))
-        rows.append(_runs("CUDA start (import cupy, first allocation)",
-                          python_argv("-c", CUDA_START), warm, None, repeat, echo))
+            rows.append(_runs(name, rw, None, None, repeat, echo))
+        rows.append(_runs(start, python_argv("-c", CUDA_START), warm, None, repeat, echo))
     finally:
         caches.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -187,8 +197,7 @@ def _targets(rows) -> list:
     if cpu.get("seconds") and auto.get("first"):
         out.append(f"its first run with the default device {auto['first']:.2f} s: "
                    f"{auto['first'] / cpu['seconds']:.2f}x the CPU's")
-    align, rw = by.get("stack, xcorr align", {}), by.get("stack, tifffile read + write", {})
-    start = by.get("CUDA start (import cupy, first allocation)", {})
+    align, keep, rw, rw32, start = (by.get(k, {}) for k in STACK_ROWS)
     if align.get("seconds") and rw.get("seconds") and start.get("seconds"):
         floor = max(rw["seconds"], start["seconds"])
         ratio = align["seconds"] / floor
@@ -196,4 +205,12 @@ def _targets(rows) -> list:
                    f"write {rw['seconds']:.2f}, CUDA start {start['seconds']:.2f}) = "
                    f"{floor:.2f} s: {ratio:.2f}x (target <= {TARGET_VS_START}x: "
                    f"{'yes' if ratio <= TARGET_VS_START else 'no'})")
+        if keep.get("seconds"):
+            out.append(f"with --keep-dtype (uint16 written, as the copy) {keep['seconds']:.2f} "
+                       f"s: {keep['seconds'] / floor:.2f}x")
+        if rw32.get("seconds"):
+            floor32 = max(rw32["seconds"], start["seconds"])
+            out.append(f"the default align vs max(read + write as float32 "
+                       f"{rw32['seconds']:.2f}, CUDA start) = {floor32:.2f} s (the bytes it "
+                       f"writes): {align['seconds'] / floor32:.2f}x")
     return out

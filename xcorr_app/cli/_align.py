@@ -193,15 +193,16 @@ def _align(o):
     # with --no-aligned, an aligned.tif of an earlier run would no longer match shifts.csv
     stale = [out_dir / "aligned.tif"] if o.no_aligned else []
     with OutputRun(outputs.values(), inputs, o.force, lock=out_dir / ".xcorr.lock",
-                   remove=stale) as run:
+                   remove=stale) as run, contextlib.ExitStack() as aligned:
         with scale_out(o.gpus, o.workers, o.scheduler, o.device, stack_bytes=n * frame_gb * 1e9,
                        quiet=o.quiet) as (client, gpu_ids):
             t0 = time.perf_counter()
             by_run = _aligned_by_the_run(o, client, gpu_ids)
-            if by_run:  # aligned.tif written as the run goes
-                with _aligned_file(shape, n, outputs["aligned.tif"], o.aligned_as) as write:
-                    res = _measure(o, client, gpu_ids, n, frame_gb,
-                                   out=lambda start, chunk: write(chunk))
+            if by_run:  # aligned.tif written as the run goes, and finished while the other
+                # outputs are written (closed before the commit)
+                sink = aligned.enter_context(
+                    _aligned_file(shape, n, outputs["aligned.tif"], o.aligned_as))
+                res = _measure(o, client, gpu_ids, n, frame_gb, out=sink)
             else:
                 res = _measure(o, client, gpu_ids, n, frame_gb)
             t_measure = time.perf_counter() - t0
@@ -231,6 +232,7 @@ def _align(o):
             write_motion_field(outputs["motion_field.npz"], res)
             plot_motion_field(outputs["motion_field.png"], res,
                               title=f"{Path(path).name}: motion field")
+        aligned.close()  # (the aligned stack's last chunks written, its writer finished)
         removed = [p for p in stale if p.is_file()]
         run.commit()
         if o.as_json:
@@ -401,26 +403,37 @@ def _aligned_by_the_run(o, client, gpu_ids) -> bool:
         and o.resample == "bilinear" and o.fill == 0.0 and o.apply_to is None
 
 
+class _AlignedSink:
+    """The aligned stack's chunks handed to a writer thread: ``write(frames)`` (float32 or
+    :attr:`dtype` chunks, which must be fresh arrays: apply_shifts', apply_field's, the Dask
+    blocks', ``align(out=)``'s), and ``align(out=)``'s ``(start, frames)`` with ``dtype``,
+    the type stored (chunks the run rounds into it on the GPU are stored as they are)."""
+
+    def __init__(self, background, dtype):
+        self.write, self.dtype = background.write, dtype
+
+    def __call__(self, start, frames):
+        self.write(frames)
+
+
 @contextlib.contextmanager
 def _aligned_file(out_shape, n, out_path, aligned_as=None):
-    """``write(frames)``: float32 chunks appended to ``out_path`` (TIFF, OME-Zarr or HDF5 by
-    its name; ``aligned_as``: :func:`._input.aligned_as`) by a writer thread
-    (the chunks must be fresh arrays: apply_shifts', apply_field's, the Dask blocks',
-    ``align(out=)``'s)."""
+    """An :class:`_AlignedSink` appending to ``out_path`` (TIFF, OME-Zarr or HDF5 by its name;
+    ``aligned_as``: :func:`._input.aligned_as`) by a writer thread."""
     from ..io import BackgroundWrites, stack_writer
 
     with stack_writer(out_path, out_shape, n, **(aligned_as or {})) as writer, \
             BackgroundWrites(writer) as background:
-        yield background.write
+        yield _AlignedSink(background, writer.dtype)
 
 
 def _write_chunks(o, chunks, out_shape, n, out_path):
     """Write the aligned chunks ``(start, frames)`` to ``out_path`` with a progress bar; the
     next chunk is read and shifted while this one is written."""
     with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
-            _aligned_file(out_shape, n, out_path, o.aligned_as) as write:
+            _aligned_file(out_shape, n, out_path, o.aligned_as) as sink:
         for _, chunk in chunks:
-            write(chunk)
+            sink.write(chunk)
             bar.update(len(chunk))
 
 

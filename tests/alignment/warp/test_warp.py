@@ -74,6 +74,47 @@ def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
         assert np.isnan(want).any()  # (the NaN pixel is in the comparison)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16])
+def test_shifted_into_an_integer_type_are_the_float32_frames_rounded(rng, dtype):
+    from xcorr_app.io import as_dtype
+
+    frames = rng.random((2, 9, 7)) * 300 - 20
+    shifts = np.array([[0.5, -1.5], [3.25, 0.0]])
+    for fill in (0.0, -3.5, np.nan, 1e6):
+        want = as_dtype(shift_frames(frames, shifts, fill=fill), dtype)
+        got = shift_frames(frames, shifts, fill=fill, dtype=dtype)
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(InputError, match="float32 or an integer type"):
+        shift_frames(frames, shifts, dtype=np.float64)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, shifts", CASES)
+@pytest.mark.parametrize("frame_type, dtype", [(np.uint8, np.uint8), (np.uint16, np.uint16),
+                                               (np.int16, np.int16), (np.float32, np.uint16),
+                                               (np.uint16, np.int16)])
+def test_gpu_bilinear_into_an_integer_type_equals_the_cpu(rng, shape, shifts, frame_type,
+                                                          dtype):
+    """Rounded in the kernel where the type is the frames' own (the others after it): the
+    CPU's float32 frames rounded, bit for bit, with fills that clip, round to even and are
+    NaN (as 0), on frames that hold the type's extremes."""
+    import cupy as cp
+
+    info = np.iinfo(frame_type) if np.dtype(frame_type).kind in "iu" else np.iinfo(np.uint16)
+    frames = rng.integers(info.min, int(info.max) + 1, shape).astype(frame_type)
+    frames.reshape(-1)[:2] = info.min, info.max
+    shifts = np.array(shifts, np.float64)
+    for fill in (0.0, -3.5, 2.5, np.nan, 1e6):
+        with np.errstate(invalid="ignore"):
+            want = shift_frames(frames, shifts, fill=fill, dtype=dtype)
+        poison = cp.full(frames.size * 8, 0x5A, cp.uint8)  # freed into the output's pool
+        del poison
+        got = shift_frames(cp.asarray(frames), cp.asarray(shifts), fill=fill, dtype=dtype)
+        assert isinstance(got, cp.ndarray) and got.dtype == dtype
+        np.testing.assert_array_equal(got.get(), want)
+
+
 @pytest.mark.gpu
 def test_gpu_bilinear_of_many_frames_and_bad_shifts(rng):
     """More frames than a launch's grid holds are split; shifts that fit no frame count are an

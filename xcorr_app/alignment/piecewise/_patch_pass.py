@@ -14,7 +14,7 @@ import numpy as np
 
 from ... import backend
 from ...errors import InputError
-from ...io import FrameRange, open_source
+from ...io import FrameRange, as_dtype, open_source
 from ...streaming import HostCopy, cpu_threads, map_chunks
 from ._field_resample import add_fields
 from ._motion_field import warp_chunk, warped_sum
@@ -234,8 +234,9 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     of :meth:`AlignResult.apply`, :func:`~._motion_field.warp_chunk`) while the chunk is on the
     device, into ``out`` (float32 ``(stop - start, H, W)``: NumPy, from the device as
     :func:`~xcorr_app.streaming.map_chunks` writes its ``out``, or CuPy on the GPU) or handed to
-    ``out(start, chunk)`` (a callable: float32 NumPy chunks in frame order, frames numbered
-    from ``start``): the aligned stack without reading the stack once more.  ``prepared``: the
+    ``out(start, chunk)`` (a callable: NumPy chunks in frame order, frames numbered from
+    ``start``, float32 or rounded on the device to the callable's ``dtype`` as ``align(out=)``
+    says): the aligned stack without reading the stack once more.  ``prepared``: the
     chunks' prepared frames where an earlier pass kept them (:class:`~._prepared.PreparedFrames`).
     ``flags`` (a dict): given ``"low"``, the rows' low flags ``(n, P)`` bool, where the GPU
     pass kept them apart (:meth:`~._patch_rows.KeptRows.low_flags`).
@@ -284,6 +285,8 @@ class _Warper:
     def __init__(self, out, weights):
         self.out, self.weights, self.rows = out, weights, {}
         self.returns = not backend.is_cupy_array(out)
+        dtype = getattr(out, "dtype", None) if callable(out) else None  # (checked by the run)
+        self.dtype = np.dtype(np.float32 if dtype is None else dtype)
 
     def __call__(self, first, frames, field, rows):
         """The chunk's result: its rows, or its warped frames (rows kept)."""
@@ -292,7 +295,10 @@ class _Warper:
             warp_chunk(frames, field, self.weights, out=self.out[first:first + n])
             return rows
         self.rows[first] = rows
-        return warp_chunk(frames, field, self.weights)
+        warped = warp_chunk(frames, field, self.weights)
+        if self.dtype == np.float32:
+            return warped
+        return as_dtype(warped, self.dtype)  # (on the chunk's device: fewer bytes copied back)
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,

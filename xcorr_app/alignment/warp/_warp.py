@@ -25,7 +25,8 @@ THREADS = 128
 #: as about twenty CuPy operations cost a first run on a fresh machine as many NVRTC
 #: compilations
 WARP_SHIFT = KernelFamily("warp_shift.cu", "warp_shift",
-                         [(t, THREADS) for t in PIXEL_C_TYPES.values()])
+                         [(t, "float", THREADS) for t in PIXEL_C_TYPES.values()]
+                         + [(t, t, THREADS) for d, t in PIXEL_C_TYPES.items() if d.kind in "iu"])
 #: the template's sums on the GPU in one kernel a chunk (:func:`add_shifted`)
 WARP_SUM = KernelFamily("warp_shift.cu", "warp_sum",
                        [(t, THREADS) for t in PIXEL_C_TYPES.values()])
@@ -65,7 +66,7 @@ def check_fill(fill):
     return value
 
 
-def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
+def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
     """Shift every frame by its ``(dy, dx)`` (bilinear interpolation or a Fourier phase ramp).
 
     ``out[n, y, x] = frames[n, y - dy, x - dx]``: applying the shifts that
@@ -83,17 +84,36 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear"):
     method : {"bilinear", "fourier"}
         ``fourier`` multiplies each frame's spectrum by the phase ramp of its shift: exact for
         band-limited frames, no smoothing; the area shifted in from outside gets ``fill``.
+    dtype : dtype, optional
+        The type of the result: float32 (default), or an integer type, the float32 frames
+        rounded to nearest and clipped to its range (:func:`xcorr_app.io.as_dtype`; on the
+        GPU, bilinear, in the kernel itself where it is the frames' own type).
 
     Returns
     -------
-    (N, H, W) float32 ndarray of the module of ``frames``.
+    (N, H, W) ndarray of ``dtype`` (float32) of the module of ``frames``.
     """
     if method not in RESAMPLE:
         raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
     fill = check_fill(fill)
-    xp = array_module_of(frames)
+    out_type = np.dtype(np.float32 if dtype is None else dtype)
+    if out_type.kind not in "iu" and out_type != np.float32:
+        raise InputError(f"shifted frames are float32 or an integer type, got {out_type}")
     if method == "bilinear" and is_cupy_array(frames):
-        return _shift_bilinear_gpu(frames, shifts, fill)
+        fused = out_type in (np.float32, frames.dtype) and out_type in PIXEL_C_TYPES
+        moved = _shift_bilinear_gpu(frames, shifts, fill, out_type if fused else None)
+    else:
+        moved = _shift_float32(frames, shifts, fill, method)
+    if moved.dtype == out_type:
+        return moved
+    from ...io import as_dtype  # (the writers' module: imported only where it is needed)
+
+    return as_dtype(moved, out_type)
+
+
+def _shift_float32(frames, shifts, fill, method):
+    """:func:`shift_frames` in float32 by array operations (the definition; the CPU's)."""
+    xp = array_module_of(frames)
     frames = frames.astype(xp.float32, copy=False)
     shifts = xp.nan_to_num(to_xp(shifts, xp).astype(xp.float64), nan=0.0)
     if method == "fourier":
@@ -194,14 +214,17 @@ def _add_shifted_gpu(total, coverage, frames, idx, shifts):
         np.int32(h), np.int32(w), total, coverage))
 
 
-def _shift_bilinear_gpu(frames, shifts, fill):
+def _shift_bilinear_gpu(frames, shifts, fill, dtype=None):
     """The bilinear lines of :func:`shift_frames` as one kernel
-    (``kernels/alignment/warp_shift.cu``: the same float32 operations, so the same bits)."""
+    (``kernels/alignment/warp_shift.cu``: the same float32 operations, so the same bits);
+    ``dtype``: float32 (None) or the frames' own integer type, rounded in the kernel."""
     import cupy as cp
 
     if frames.ndim != 3:
         raise InputError(f"frames must be (N, H, W), got shape {tuple(frames.shape)}")
     frames, c_type = kernel_pixels(frames)
+    out_type = np.dtype(np.float32 if dtype is None else dtype)
+    o_type = PIXEL_C_TYPES[out_type]
     nf, h, w = frames.shape
     if isinstance(shifts, cp.ndarray) and shifts.dtype == cp.float64:
         s = cp.ascontiguousarray(shifts)
@@ -212,10 +235,10 @@ def _shift_bilinear_gpu(frames, shifts, fill):
     if s.ndim != 2 or s.shape[1] != 2 or (nf != n and nf != 1) or (ns != n and ns != 1):
         raise InputError(f"shifts of shape {tuple(s.shape)} do not fit {nf} frames: (N, 2), "
                          "N the frames' count or 1")
-    out = cp.empty((n, h, w), cp.float32)
+    out = cp.empty((n, h, w), out_type)
     if out.size == 0:
         return out
-    kernel = WARP_SHIFT.get(c_type, THREADS)
+    kernel = WARP_SHIFT.get(c_type, o_type, THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
         kernel((h, b - a), (THREADS,),
