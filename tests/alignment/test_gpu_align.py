@@ -6,6 +6,7 @@ import pytest
 from xcorr_app import align, estimate_shifts, filters
 
 from sample_paths import SAMPLES, stack_path, truth
+from synthetic import drift_stack
 
 pytestmark = pytest.mark.gpu
 
@@ -139,3 +140,32 @@ def test_gpu_fourier_resampling_matches_cpu(rng):
         got = shift_frames(cp.asarray(frames), cp.asarray(shifts), method=method, fill=2.0).get()
         want = shift_frames(frames, shifts, method=method, fill=2.0)
         np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_gpu_unbounded_first_run_of_small_frames_takes_a_direct_kernel(rng, tmp_path,
+                                                                       monkeypatch):
+    """Unbounded, the planner weighs cuFFT's first plans too (over the half frame): a short
+    first run of small frames, on a machine that never planned the padded size, takes a
+    direct kernel (shipped built) and finds the shifts the FFT does; the size is built for the
+    next run, and the next decision of the process plans the FFT."""
+    from xcorr_app.correlate import _fft_plans, _planner
+
+    monkeypatch.setenv("XCORR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_fft_plans, "_CHARGED", set())
+    later = []
+    monkeypatch.setattr(_fft_plans, "build_later", lambda specs: later.append(specs))
+    _planner.forget()
+    try:
+        stack, want = drift_stack(rng, n=12, shape=(60, 72))
+        first = align(stack, device="gpu")
+        assert not str(first.plan).startswith("fft") and len(later) == 1
+        assert np.abs(first.shifts - want).max() <= 0.2
+        cpu = align(stack, device="cpu")
+        assert str(cpu.plan).startswith("fft")
+        np.testing.assert_allclose(first.shifts, cpu.shifts, atol=2e-3)
+        _planner.forget()
+        again = align(stack, device="gpu")
+        assert str(again.plan).startswith("fft")
+        np.testing.assert_allclose(again.shifts, cpu.shifts, atol=2e-3)
+    finally:
+        _planner.forget()

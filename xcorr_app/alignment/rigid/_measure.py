@@ -78,9 +78,10 @@ class Measurer:
         """The run's correlation plan, chosen on the first batch and kept (``calls``: the
         run's batches, where known: see :func:`~xcorr_app.correlate.choose_method`)."""
         if self.plan is None:
-            if self.unbounded:
+            if self.unbounded and self.dev != "gpu":
                 self.plan = Plan("fft")  # without a bound: FFT
-            elif self.dev == "gpu":
+            elif self.dev == "gpu":  # (unbounded: the half frame, where a first run on small
+                # frames takes a direct kernel over cuFFT's first plans; charge_once)
                 self.plan = choose_method(form_layout(form, ref.shape, mov.shape), self.bound,
                                           "gpu", ref, mov, tune=self.tune, calls=calls)
             else:  # a per-frame rule: the same for any chunk size
@@ -220,10 +221,11 @@ def quiet_if_nonfinite(xp, finite):
 def shared_plan(opts, xp, frame_shape, chunk_frames, reference, n_frames=None):
     """The correlation plan of a run whose chunks are shared out (GPUs, Dask workers), chosen
     once so that every worker computes the same way; ``None`` where :class:`Measurer` decides
-    by a fixed rule anyway (CPU, FFT, phase).  ``n_frames``: the frames the run measures (its
-    calls then let the planner weigh a cold FFT's first plans)."""
+    by a fixed rule anyway (CPU, phase).  ``n_frames``: the frames the run measures (its
+    calls then let the planner weigh a cold FFT's first plans: unbounded too, over the half
+    frame, so that a short first run on small frames takes a direct kernel)."""
     measure = Measurer.of(opts, xp, frame_shape)
-    if xp is np or measure.unbounded or opts.normalization == "phase":
+    if xp is np or opts.normalization == "phase":
         return None
     n = max(1, int(chunk_frames))
     calls = None if n_frames is None else -(-int(n_frames) // n)
