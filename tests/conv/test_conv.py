@@ -239,6 +239,9 @@ def test_winograd_applicability_and_method_errors():
         conv2d(x, w, method="pointwise")
     with pytest.raises(XcorrError, match="1x1 filters at stride 1 without padding"):
         conv2d(x, w[:, :, :1, :1], padding=1, method="pointwise")
+    with pytest.raises(XcorrError, match="'mma' computes 1x1 filters at stride 1"):
+        conv2d(x, w[:, :, :1, :1], stride=2, method="mma")
     assert conv2d(x, w[:, :, :1, :1], method="pointwise").shape == (1, 1, 6, 6)
+    assert conv2d(x, w[:, :, :1, :1], method="mma").shape == (1, 1, 6, 6)  # (the reference)
     assert conv2d(x, w[:, :, :3, :3], method="winograd").shape == (1, 1, 4, 4)
     assert chosen_method(x, w[:, :, :3, :3]) == "reference"  # NumPy in: no GPU needed

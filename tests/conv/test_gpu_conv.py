@@ -179,8 +179,8 @@ def test_pointwise_mobilenet_layers_planned(rng, layer, batch):
 
 
 def test_conv2d_measures_pointwise_against_im2win(rng, monkeypatch, tmp_path):
-    """1x1 filters at stride 1 without padding: the pointwise and im2win kernels measured on
-    the first call, the faster kept (and remembered); every method gives the reference's."""
+    """1x1 filters at stride 1 without padding: the two pointwise kernels and im2win's measured
+    on the first call, the fastest kept (and remembered); every method gives the reference's."""
     import cupy as cp
 
     from xcorr_app._cuda import tuning
@@ -194,9 +194,10 @@ def test_conv2d_measures_pointwise_against_im2win(rng, monkeypatch, tmp_path):
     xg, wg = cp.asarray(x), cp.asarray(w)
     assert conv.chosen_method(xg, wg) == "auto: not measured yet"
     assert conv.chosen_method(xg, wg, padding=1) == "im2win"  # padded: not pointwise
-    got = {m: cp.asnumpy(conv.conv2d(xg, wg, method=m)) for m in ("auto", "im2win", "pointwise")}
+    got = {m: cp.asnumpy(conv.conv2d(xg, wg, method=m))
+           for m in ("auto", "im2win", "pointwise", "mma")}
     chosen = conv.chosen_method(xg, wg)
-    assert chosen in ("im2win", "pointwise")
+    assert chosen in ("im2win", "pointwise", "mma")
     assert all(rel_error(g, ref) <= 1e-5 for g in got.values())
     tuning.forget_memory()  # from disk in a later process
     assert conv.chosen_method(xg, wg) == chosen
@@ -225,7 +226,7 @@ def test_conv2d_pointwise_choice_from_an_odd_first_call(rng, monkeypatch, tmp_pa
     inputs = {"misaligned view": odd, "float64": cp.asarray(x, cp.float64)}
     wg = cp.asarray(w)
     got = conv.conv2d(inputs[first], wg)  # measures
-    assert conv.chosen_method(inputs[first], wg) in ("im2win", "pointwise")
+    assert conv.chosen_method(inputs[first], wg) in ("im2win", "pointwise", "mma")
     for xin in (inputs[first], odd, cp.asarray(x), inputs[first]):
         assert rel_error(cp.asnumpy(conv.conv2d(xin, wg)), ref) <= 1e-5
     assert rel_error(cp.asnumpy(got), ref) <= 1e-5

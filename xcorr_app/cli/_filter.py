@@ -28,8 +28,9 @@ __all__ = ["filter_cmd", "output_run"]
               help="A bank of filters over all channels of each frame (im2win or, for 3x3 "
                    "filters, Winograd kernel): writes one channel per filter.")
 @click.option("--mix", type=MIX, default=None,
-              help="Mix the channels of each frame (a 1x1 convolution: the pointwise or im2win "
-                   "kernel, whichever measures faster): luma, or (F, C) weights.")
+              help="Mix the channels of each frame (a 1x1 convolution: the pointwise, "
+                   "tensor-core or im2win kernel, whichever measures faster): luma, or (F, C) "
+                   "weights.")
 @click.option("--mode", type=click.Choice(MODES),
               default="reflect", show_default=True, help="Boundary mode (scipy.ndimage's names).")
 @click.option("--cval", type=float, default=0.0, show_default=True,

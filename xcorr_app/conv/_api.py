@@ -5,9 +5,10 @@ cross-correlation, zero padding, a stride); :func:`pointwise` mixes channels (a 
 convolution).  CuPy in: the im2win kernel (``kernels/conv/im2win_conv.cu``) or, where it is
 faster (measured on the first call of each problem), for 3x3 filters at stride 1 the fused
 Winograd kernel (``kernels/conv/winograd_conv.cu``) and for 1x1 filters at stride 1 without
-padding the pointwise kernel with dynamic blocking (``kernels/conv/pointwise_conv.cu``);
-float32 out.  NumPy in: the float64 reference (``xcorr_app.conv._reference.conv2d_reference``),
-cast to the input's float type.
+padding the pointwise kernel with dynamic blocking (``kernels/conv/pointwise_conv.cu``) or the
+tensor cores' 3xTF32 one (``kernels/conv/pointwise_mma.cu``); float32 out.  NumPy in: the
+float64 reference (``xcorr_app.conv._reference.conv2d_reference``), cast to the input's float
+type.
 
 Examples
 --------
@@ -28,7 +29,7 @@ from ..errors import InputError
 from ._validation import check_arrays, output_shape, pair
 
 #: ``method`` of :func:`conv2d`: the fastest GPU kernel for the problem, or one by name
-METHODS = ("auto", "im2win", "winograd", "pointwise")
+METHODS = ("auto", "im2win", "winograd", "pointwise", "mma")
 
 
 def _out_dtype(x):
@@ -45,10 +46,11 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
         ``F`` filters over the ``C`` channels of ``x``.
     stride, padding : int or (int, int)
         As ``torch.nn.functional.conv2d`` (zero padding).
-    method : {"auto", "im2win", "winograd", "pointwise"}
+    method : {"auto", "im2win", "winograd", "pointwise", "mma"}
         The GPU kernel: ``"auto"`` measures, on the first call of each problem, the im2win
         kernel against the Winograd kernel where that applies (3x3 filters at stride 1) or the
-        pointwise kernel (1x1 filters at stride 1 without padding) and keeps the faster;
+        pointwise kernels (1x1 filters at stride 1 without padding: ``"pointwise"``, FFMAs with
+        dynamic blocking, and ``"mma"``, the tensor cores in 3xTF32) and keeps the fastest;
         NumPy input always takes the float64 reference.
 
     Returns
@@ -61,7 +63,7 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     InputError
         (a ``ValueError``) for a bad ``method``, ``stride`` or ``padding``, arrays of the wrong
         dimensions, channels or dtype, empty ones, a filter larger than the padded image, or
-        ``method="winograd"`` or ``"pointwise"`` where that kernel does not apply.
+        ``method="winograd"``, ``"pointwise"`` or ``"mma"`` where that kernel does not apply.
 
     Examples
     --------
@@ -91,8 +93,8 @@ def conv2d(x, w, stride=1, padding=0, method="auto"):
     why_not = unsupported(x.shape, w.shape, (sy, sx), (py, px))
     if method == "winograd" and why_not is not None:
         raise InputError(f"method='winograd' cannot compute this convolution: {why_not}")
-    if method == "pointwise" and not _is_pointwise(w.shape, (sy, sx), (py, px)):
-        raise InputError("method='pointwise' computes 1x1 filters at stride 1 without padding "
+    if method in ("pointwise", "mma") and not _is_pointwise(w.shape, (sy, sx), (py, px)):
+        raise InputError(f"method={method!r} computes 1x1 filters at stride 1 without padding "
                          f"only, got {w.shape[2]}x{w.shape[3]} filters, stride {(sy, sx)}, "
                          f"padding {(py, px)}")
     if xp is np:
@@ -125,7 +127,13 @@ def _pointwise(x, w, stride, padding):
     return pointwise_conv2d(x, w)
 
 
-_GPU_METHODS = {"im2win": _im2win, "winograd": _winograd, "pointwise": _pointwise}
+def _mma(x, w, stride, padding):
+    from ._pointwise_mma import pointwise_mma_conv2d
+
+    return pointwise_mma_conv2d(x, w)
+
+
+_GPU_METHODS = {"im2win": _im2win, "winograd": _winograd, "pointwise": _pointwise, "mma": _mma}
 #: the autotuner's namespace of conv2d's choice between the GPU kernels
 METHOD_NAMESPACE = "conv2d.method"
 #: prepared calls of the problems run so far: (x, w) -> out with nothing left to check
@@ -178,7 +186,11 @@ def _prepared_call(method, x, w, stride, padding, out_shape):
         run = prepared_pointwise(x, w)
         return lambda x, w: (run(x, w, cp.empty(out_shape, cp.float32))
                              if x.data.ptr % 16 == 0 else _pointwise(x, w, stride, padding))
-    if method == "winograd":
+    if method == "mma":
+        from ._pointwise_mma import prepared_mma
+
+        run = prepared_mma(x, w)
+    elif method == "winograd":
         from ._winograd import prepared
 
         run = prepared(x, w, padding)
@@ -191,14 +203,14 @@ def _prepared_call(method, x, w, stride, padding, out_shape):
 
 def _applicable(x_shape, w_shape, stride, padding) -> list:
     """The GPU kernels that compute this problem: im2win always, Winograd for 3x3 filters at
-    stride 1, the pointwise kernel for 1x1 filters at stride 1 without padding."""
+    stride 1, the two pointwise kernels for 1x1 filters at stride 1 without padding."""
     from ._winograd import applicable
 
     out = ["im2win"]
     if applicable(x_shape, w_shape, stride, padding):
         out.append("winograd")
     if _is_pointwise(w_shape, stride, padding):
-        out.append("pointwise")
+        out += ["pointwise", "mma"]
     return out
 
 
@@ -248,8 +260,8 @@ def chosen_method(x, w, stride=1, padding=0) -> str:
     Returns
     -------
     str
-        ``"reference"`` for NumPy input, else ``"im2win"``, ``"winograd"`` or
-        ``"pointwise"`` (where several apply, the measured choice: once measured, on this GPU,
+        ``"reference"`` for NumPy input, else ``"im2win"``, ``"winograd"``, ``"pointwise"``
+        or ``"mma"`` (where several apply, the measured choice: once measured, on this GPU,
         by this or an earlier process), or ``"auto: not measured yet"``.
 
     Examples
