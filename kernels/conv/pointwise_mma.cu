@@ -11,30 +11,29 @@
 // Tiling: a block computes BLOCK_M x BLOCK_N outputs with WARPS_M x WARPS_N warps, each a
 // (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N) tile of m16n8 fragments.  K is staged BLOCK_K = 16
 // at a time through STAGES shared-memory buffers filled by cp.async (4-byte copies, zero past
-// the problem), STAGES - 1 ahead.  The pitches make the fragments' loads conflict-free: A is
-// stored k-major with BLOCK_M + 4 floats a row (lane (g, t4) reads bank 4 t4 + g), B k-major with
-// BLOCK_N + 8 (bank 8 t4 + g).  Split-K as im2win_conv: serial, in order (split_k.cuh).
+// the problem), STAGES - 1 ahead.  Both are stored k-major, rows padded so that lane (g, t4) of
+// a fragment load reads bank 8 t4 + g (no conflict): B with BLOCK_N + 8 floats a row, A with
+// BLOCK_M + POINTWISE_MMA_A_PAD (8; 4, which trades the loads' conflicts for fewer in A's
+// 4-byte fills, measured the same on MobileNetV2's layers, H200 2026-11-26).  Split-K as
+// im2win_conv: serial, in order (split_k.cuh).
 
 #include "async_copy.cuh"
 #include "int_math.cuh"
 #include "split_k.cuh"
+#include "tf32_mma.cuh"
+
+#ifndef POINTWISE_MMA_A_PAD  // development probes compare 4
+#define POINTWISE_MMA_A_PAD 8
+#endif
 
 namespace pointwise_mma_detail {
 
 constexpr int BLOCK_K = 16;
 
-// v as hi + lo (hi: v rounded to TF32 by two integer operations; lo: the rest, exact)
-__device__ __forceinline__ void split_tf32(float v, unsigned& hi, unsigned& lo) {
-    hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
-    lo = __float_as_uint(v - __uint_as_float(hi));
-}
-
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                         unsigned b1) {
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+__device__ __forceinline__ void split(float v, unsigned& hi, unsigned& lo) {
+    const uint2 p = xcorr::split_tf32(v);
+    hi = p.x;
+    lo = p.y;
 }
 
 }  // namespace pointwise_mma_detail
@@ -50,7 +49,7 @@ pointwise_mma(const float* __restrict__ filt,  // (M, K)
     constexpr int THREADS = WARPS_M * WARPS_N * 32;
     constexpr int WM = BLOCK_M / WARPS_M, WN = BLOCK_N / WARPS_N;
     constexpr int MT = WM / 16, NT = WN / 8;  // m16n8 fragments of a warp's tile
-    constexpr int LDA = BLOCK_M + 4, LDB = BLOCK_N + 8;
+    constexpr int LDA = BLOCK_M + POINTWISE_MMA_A_PAD, LDB = BLOCK_N + 8;
     constexpr int A_COPIES = BLOCK_M * BLOCK_K / THREADS, B_COPIES = BLOCK_K * BLOCK_N / THREADS;
     static_assert(WM % 16 == 0 && WN % 8 == 0, "whole m16n8 fragments per warp");
     static_assert(THREADS % BLOCK_K == 0 && THREADS % BLOCK_N == 0, "copies split evenly");
@@ -126,24 +125,24 @@ pointwise_mma(const float* __restrict__ filt,  // (M, K)
 #pragma unroll
             for (int i = 0; i < MT; ++i) {
                 const int m = wm0 + i * 16 + g;
-                split_tf32(As[stage][kk + t4][m], ahi[i][0], alo[i][0]);
-                split_tf32(As[stage][kk + t4][m + 8], ahi[i][1], alo[i][1]);
-                split_tf32(As[stage][kk + t4 + 4][m], ahi[i][2], alo[i][2]);
-                split_tf32(As[stage][kk + t4 + 4][m + 8], ahi[i][3], alo[i][3]);
+                split(As[stage][kk + t4][m], ahi[i][0], alo[i][0]);
+                split(As[stage][kk + t4][m + 8], ahi[i][1], alo[i][1]);
+                split(As[stage][kk + t4 + 4][m], ahi[i][2], alo[i][2]);
+                split(As[stage][kk + t4 + 4][m + 8], ahi[i][3], alo[i][3]);
             }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const int q = wn0 + j * 8 + g;
-                split_tf32(Bs[stage][kk + t4][q], bhi[j][0], blo[j][0]);
-                split_tf32(Bs[stage][kk + t4 + 4][q], bhi[j][1], blo[j][1]);
+                split(Bs[stage][kk + t4][q], bhi[j][0], blo[j][0]);
+                split(Bs[stage][kk + t4 + 4][q], bhi[j][1], blo[j][1]);
             }
 #pragma unroll
             for (int i = 0; i < MT; ++i)
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
-                    mma_tf32(part[i][j], alo[i], bhi[j][0], bhi[j][1]);
-                    mma_tf32(part[i][j], ahi[i], blo[j][0], blo[j][1]);
-                    mma_tf32(part[i][j], ahi[i], bhi[j][0], bhi[j][1]);
+                    xcorr::mma_tf32(part[i][j], alo[i], bhi[j][0], bhi[j][1]);
+                    xcorr::mma_tf32(part[i][j], ahi[i], blo[j][0], blo[j][1]);
+                    xcorr::mma_tf32(part[i][j], ahi[i], bhi[j][0], bhi[j][1]);
                 }
         }
 #pragma unroll

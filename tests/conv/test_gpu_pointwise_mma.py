@@ -57,6 +57,10 @@ def test_tuned_choice_batches_in_several_launches_and_repeats(rng, monkeypatch, 
     assert rel_error(cp.asnumpy(first), ref) <= 1e-5
     for _ in range(3):
         cp.testing.assert_array_equal(pm.pointwise_mma_conv2d(xg, wg), first)
+    split = pm.pointwise_mma_conv2d(xg, wg, tiles=MMA_TILES[0], splits=4)
+    for _ in range(3):  # the splits add in order
+        cp.testing.assert_array_equal(
+            pm.pointwise_mma_conv2d(xg, wg, tiles=MMA_TILES[0], splits=4), split)
     monkeypatch.setattr(pm, "MAX_COLUMNS", 2 * 42)  # two images a launch: 2 + 2 + 1
     pm._runner.cache_clear()
     try:

@@ -72,11 +72,18 @@ def test_keep_dtype_rounds_into_the_inputs_type(tmp_path, source):
 
 
 def rounded_loop(values, dtype):
-    """The definition, a value at a time in Python: NaN as 0, clipped to the type's range,
-    rounded to nearest with ties to even (Python's round)."""
+    """The definition, a value at a time in Python's integers: NaN as 0, rounded to nearest
+    with ties to even (Python's round), clipped to the type's range."""
     info = np.iinfo(dtype)
-    return np.array([0 if v != v else round(min(max(float(v), info.min), info.max))
-                     for v in np.ravel(values)], dtype).reshape(np.shape(values))
+
+    def one(v):
+        if v != v:
+            return 0
+        if abs(v) == float("inf"):
+            return info.max if v > 0 else info.min
+        return min(max(round(float(v)), info.min), info.max)
+
+    return np.array([one(v) for v in np.ravel(values)], dtype).reshape(np.shape(values))
 
 
 VALUES = [-np.inf, -70000.5, -32768.5, -3.5, -2.5, -0.5, -0.0, 0.5, 1.5, 2.4999, 2.5, 254.5,
@@ -84,10 +91,11 @@ VALUES = [-np.inf, -70000.5, -32768.5, -3.5, -2.5, -0.5, -0.0, 0.5, 1.5, 2.4999,
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.int32,
-                                   np.uint32])
-@pytest.mark.parametrize("source_type", [np.float32, np.float64])
+                                   np.uint32, np.int64, np.uint64])
+@pytest.mark.parametrize("source_type", [np.float16, np.float32, np.float64])
 def test_as_dtype_rounds_to_nearest_even_clips_and_makes_nan_0(dtype, source_type):
-    values = np.array(VALUES, source_type).reshape(4, 5)
+    with np.errstate(over="ignore"):  # (float16: the large values are its infinities)
+        values = np.array(VALUES, source_type).reshape(4, 5)
     before = values.copy()
     got = as_dtype(values, dtype)
     assert got.dtype == dtype and got.shape == values.shape
@@ -128,3 +136,20 @@ def test_out_format_without_the_aligned_stack_is_refused(tmp_path, source):
                 "--out-format", "hdf5")
     assert_clean_error(res, "--out-format", "--no-aligned")
     assert not (tmp_path / "o").exists()
+
+
+def test_keep_dtype_of_a_float64_input_writes_float64(tmp_path):
+    """A float type kept (HDF5 holds float64): the float32 frames of the run, widened."""
+    stack, _ = drift_stack(np.random.default_rng(4), n=6, shape=(40, 44))
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f.create_dataset("data", data=stack.astype(np.float64))
+    src = f"{tmp_path / 'in.h5'}:/data"
+    outs = {}
+    for name, extra in (("f", []), ("k", ["--keep-dtype"])):
+        res = xcorr("align", src, "--device", "cpu", "--out", tmp_path / name, "--quiet",
+                    "--out-format", "hdf5", *extra)
+        assert res.returncode == 0, res.stderr
+        with h5py.File(tmp_path / name / "aligned.h5") as f:
+            outs[name] = f["aligned"][...]
+    assert outs["f"].dtype == np.float32 and outs["k"].dtype == np.float64
+    np.testing.assert_array_equal(outs["k"], outs["f"].astype(np.float64))

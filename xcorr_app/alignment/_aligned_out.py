@@ -8,7 +8,8 @@ its stack on the device (:mod:`xcorr_app.streaming._stash`) reads it from there:
 crosses the bus once, and a callable is handed the chunk in pieces (:data:`PIECE_BYTES`), so
 that it writes one while the next is copied.  Either way the frames are those of
 :meth:`AlignResult.apply` with its defaults (bilinear, fill 0, the whole frame), in the
-callable's ``dtype`` where it has one (:func:`chunk_type`: rounded on the device).
+callable's ``dtype`` where that is an integer type (:func:`chunk_type`: rounded on the
+device).
 
 Examples
 --------
@@ -34,22 +35,17 @@ PIECE_BYTES = 64 << 20
 
 
 def chunk_type(out) -> np.dtype:
-    """The type of the chunks a callable ``out`` is given: its ``dtype`` attribute (float32, or
-    an integer type: the frames rounded to nearest and clipped, :func:`xcorr_app.io.as_dtype`),
-    float32 without one; InputError for any other.
+    """The type of the chunks a callable ``out`` is given: its ``dtype`` attribute where that is
+    an integer type (the frames rounded to nearest and clipped, :func:`xcorr_app.io.as_dtype`),
+    else float32 (:func:`~xcorr_app.alignment.warp.frames_type`; InputError for a type that is
+    neither).
 
     >>> chunk_type(print), chunk_type(type("Sink", (), {"dtype": "uint16"})())
     (dtype('float32'), dtype('uint16'))
     """
-    dtype = getattr(out, "dtype", None)
-    try:
-        dtype = np.dtype(np.float32 if dtype is None else dtype)
-    except TypeError:
-        dtype = None
-    if dtype is None or (dtype.kind not in "iu" and dtype != np.float32):
-        raise InputError(f"a callable out's dtype must be float32 or an integer type, got "
-                         f"{getattr(out, 'dtype', None)!r}")
-    return dtype
+    from .warp import frames_type
+
+    return frames_type(getattr(out, "dtype", None))
 
 
 def check_aligned_out(out, shape, device):

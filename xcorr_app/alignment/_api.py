@@ -252,7 +252,7 @@ path or ndarray
         or CuPy on a GPU run) filled with the frames :meth:`AlignResult.apply` gives with its
         defaults (bilinear, fill 0, not cropped), or a callable given every float32 NumPy
         chunk ``(start, frames)`` in frame order (in the callable's ``dtype`` where it has that
-        attribute: an integer type, the frames rounded to nearest and clipped as
+        attribute and it is an integer type: the frames rounded to nearest and clipped as
         :func:`xcorr_app.io.as_dtype`, on the GPU before they are copied back).  With
         ``patches`` the last patch pass warps each chunk while it is on the device; on a GPU
         the stack is kept there between the passes where it takes at most a quarter of the

@@ -1,9 +1,9 @@
 """The pointwise (1x1, stride 1, unpadded) convolution on the tensor cores in 3xTF32
 (``kernels/conv/pointwise_mma.cu``): the layers of many input channels and few pixels, where
-the FFMA kernels (im2win's, dynamic blocking's) leave the GPU waiting on their K loop.  On
-MobileNetV2's pw9-pw19 at batch 32 it measured 1.01-1.46x cuDNN where the im2win kernel gave
-0.78-1.13x (H200, 2026-11-26); :func:`xcorr_app.conv.conv2d` measures it against the others
-on a problem's first call and keeps the fastest.
+the FFMA kernels (im2win's, dynamic blocking's) leave the GPU waiting on their K loop
+(MobileNetV2's deep-input 1x1 layers at batch 32: 0.87-1.49x cuDNN where the im2win kernel
+gave 0.78-1.13x; H200, 2026-11-26, docs/kernels.md).  :func:`xcorr_app.conv.conv2d` measures
+it against the others on a problem's first call and keeps the fastest.
 
 Examples
 --------
@@ -24,7 +24,7 @@ from ..errors import InputError
 from ._im2win import MAX_COLUMNS, split_plan, tuning_key
 
 #: (BLOCK_M, BLOCK_N, WARPS_M, WARPS_N, STAGES): every warp a 32x32 tile of outputs (2 x 4
-#: m16n8 fragments), in blocks of 1x2 to 4x2 warps (48 KiB of static shared memory at most)
+#: m16n8 fragments), in blocks of 2 to 8 warps (48 KiB of static shared memory at most)
 MMA_TILES = ((32, 64, 1, 2, 3), (64, 32, 2, 1, 3), (64, 64, 2, 2, 3), (128, 64, 4, 2, 3),
              (64, 128, 2, 4, 3))
 #: channels a K step stages (the kernel's BLOCK_K)
@@ -119,8 +119,11 @@ def pointwise_mma_conv2d(x, w, out=None, tiles=None, splits=1):
     n, c, h, wd = x.shape
     w = cp.ascontiguousarray(cp.asarray(w, dtype=cp.float32).reshape(w.shape[0], c))
     x = cp.ascontiguousarray(x, dtype=cp.float32)
+    shape = (n, w.shape[0], h, wd)
     if out is None:
-        out = cp.empty((n, w.shape[0], h, wd), cp.float32)
-    if not out.flags.c_contiguous or out.dtype != cp.float32:
-        raise InputError("out must be a C-contiguous float32 array")
+        out = cp.empty(shape, cp.float32)
+    if tuple(out.shape) != shape or not out.flags.c_contiguous or out.dtype != cp.float32:
+        raise InputError(f"out must be a C-contiguous float32 array of shape {shape}")
+    if tiles is not None and tuple(tiles) not in MMA_TILES:
+        raise InputError(f"tiles must be one of {MMA_TILES}, got {tiles!r}")
     return prepared_mma(x, w, tiles, splits)(x, w, out)

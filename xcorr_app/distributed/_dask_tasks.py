@@ -138,7 +138,7 @@ def range_task(fn, source, start, stop, device):
 
 def plan_task(opts, frame_shape, chunk_frames, device):
     """The run's correlation plan, chosen once on a worker's device for every task (``None``
-    where the measuring loop decides by a fixed rule: the CPU, FFT, phase)."""
+    where the measuring loop decides by a fixed rule: the CPU, phase)."""
     from ..alignment import shared_plan
 
     with _on_device(device) as xp:

@@ -76,17 +76,19 @@ def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16])
 def test_shifted_into_an_integer_type_are_the_float32_frames_rounded(rng, dtype):
-    from xcorr_app.io import as_dtype
-
     frames = rng.random((2, 9, 7)) * 300 - 20
     shifts = np.array([[0.5, -1.5], [3.25, 0.0]])
+    info = np.iinfo(dtype)
     for fill in (0.0, -3.5, np.nan, 1e6):
-        want = as_dtype(shift_frames(frames, shifts, fill=fill), dtype)
+        floats = shift_frames(frames, shifts, fill=fill)
+        want = np.rint(np.clip(np.nan_to_num(floats, nan=0.0), info.min, info.max))
         got = shift_frames(frames, shifts, fill=fill, dtype=dtype)
         assert got.dtype == dtype
-        np.testing.assert_array_equal(got, want)
-    with pytest.raises(InputError, match="float32 or an integer type"):
-        shift_frames(frames, shifts, dtype=np.float64)
+        np.testing.assert_array_equal(got, want.astype(dtype))
+    assert shift_frames(frames, shifts, dtype=np.float64).dtype == np.float32
+    for bad in (np.complex64, "no type"):
+        with pytest.raises(InputError, match="float32 or an integer type"):
+            shift_frames(frames, shifts, dtype=bad)
 
 
 @pytest.mark.gpu

@@ -30,7 +30,7 @@ from ..rigid import prepare
 from ._spline import field_weights
 from ..rigid import reference_frame
 from ..refine import TemplateAccumulator
-from ..warp import shift_frames
+from ..warp import frames_type, shift_frames
 
 
 class PatchSetup:
@@ -285,8 +285,7 @@ class _Warper:
     def __init__(self, out, weights):
         self.out, self.weights, self.rows = out, weights, {}
         self.returns = not backend.is_cupy_array(out)
-        dtype = getattr(out, "dtype", None) if callable(out) else None  # (checked by the run)
-        self.dtype = np.dtype(np.float32 if dtype is None else dtype)
+        self.dtype = frames_type(getattr(out, "dtype", None) if callable(out) else None)
 
     def __call__(self, first, frames, field, rows):
         """The chunk's result: its rows, or its warped frames (rows kept)."""

@@ -58,7 +58,7 @@ class Measurer:
         self.unbounded = max_shift is None
         self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
         self.plan = "phase" if normalization == "phase" else plan
-        self.tune = tune  # GPU: measure the likeliest kernels (bounded) instead of the model
+        self.tune = tune  # GPU: measure the likeliest kernels instead of the model
         self._surfaces = None  # GPU: the run's GpuSurfaces
         self._kept = {}  # CPU: what a 2-D reference gives every frame (see _of_reference)
         self._lock = threading.Lock()

@@ -66,6 +66,25 @@ def check_fill(fill):
     return value
 
 
+def frames_type(dtype) -> np.dtype:
+    """The type shifted frames are given in for ``dtype``: an integer type as it is (the frames
+    rounded to nearest and clipped, :func:`xcorr_app.io.as_dtype`), float32 for None or any
+    float type (the frames are computed in float32); InputError for any other.
+
+    >>> frames_type(None), frames_type("float64"), frames_type("uint16")
+    (dtype('float32'), dtype('float32'), dtype('uint16'))
+    """
+    try:
+        kind = None if dtype is None else np.dtype(dtype)
+    except TypeError:
+        kind = False
+    if kind is None or (kind is not False and kind.kind == "f"):
+        return np.dtype(np.float32)
+    if kind is False or kind.kind not in "iu":
+        raise InputError(f"shifted frames are given as float32 or an integer type, got {dtype!r}")
+    return kind
+
+
 def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
     """Shift every frame by its ``(dy, dx)`` (bilinear interpolation or a Fourier phase ramp).
 
@@ -85,9 +104,10 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
         ``fourier`` multiplies each frame's spectrum by the phase ramp of its shift: exact for
         band-limited frames, no smoothing; the area shifted in from outside gets ``fill``.
     dtype : dtype, optional
-        The type of the result: float32 (default), or an integer type, the float32 frames
-        rounded to nearest and clipped to its range (:func:`xcorr_app.io.as_dtype`; on the
-        GPU, bilinear, in the kernel itself where it is the frames' own type).
+        The type of the result (:func:`frames_type`): float32 (default, and for any float
+        type), or an integer type, the float32 frames rounded to nearest and clipped to its
+        range (:func:`xcorr_app.io.as_dtype`; on the GPU, bilinear, in the kernel itself where
+        it is the frames' own type).
 
     Returns
     -------
@@ -96,9 +116,7 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
     if method not in RESAMPLE:
         raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
     fill = check_fill(fill)
-    out_type = np.dtype(np.float32 if dtype is None else dtype)
-    if out_type.kind not in "iu" and out_type != np.float32:
-        raise InputError(f"shifted frames are float32 or an integer type, got {out_type}")
+    out_type = frames_type(dtype)
     if method == "bilinear" and is_cupy_array(frames):
         fused = out_type in (np.float32, frames.dtype) and out_type in PIXEL_C_TYPES
         moved = _shift_bilinear_gpu(frames, shifts, fill, out_type if fused else None)
