@@ -69,3 +69,26 @@ def test_keep_dtype_is_the_applied_result_rounded(stack_file, tmp_path, device, 
     want = _applied_by_the_run(stack_file, out, device, patches)
     assert kept.dtype == tifffile.imread(stack_file).dtype == np.uint16
     np.testing.assert_array_equal(kept, as_dtype(want, np.uint16))
+
+
+def test_a_failure_after_the_run_leaves_no_output(stack_file, tmp_path, monkeypatch):
+    """An error while the aligned stack's writer is still open (here the drift plot, drawn
+    while it writes) aborts the writer and the run: no output, no temporary file, no folder;
+    the input as it was."""
+    from click.testing import CliRunner
+
+    from xcorr_app import io
+    from xcorr_app.cli._main import cli
+
+    def broken_plot(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io, "plot_drift", broken_plot)
+    before = digest(stack_file)
+    out = tmp_path / "o"
+    res = CliRunner().invoke(cli, ["align", str(stack_file), "--device", "cpu", "--max-shift",
+                                   "14", "--out", str(out), "--quiet"])
+    assert res.exit_code != 0
+    assert not out.exists() or not list(out.iterdir())
+    assert not [p for p in tmp_path.iterdir() if p.name not in ("o",)]
+    assert digest(stack_file) == before
