@@ -75,14 +75,14 @@ def frames_type(dtype) -> np.dtype:
     (dtype('float32'), dtype('float32'), dtype('uint16'))
     """
     try:
-        kind = None if dtype is None else np.dtype(dtype)
+        got = np.dtype(np.float32 if dtype is None else dtype)
     except TypeError:
-        kind = False
-    if kind is None or (kind is not False and kind.kind == "f"):
+        got = None
+    if got is not None and got.kind == "f":
         return np.dtype(np.float32)
-    if kind is False or kind.kind not in "iu":
+    if got is None or got.kind not in "iu":
         raise InputError(f"shifted frames are given as float32 or an integer type, got {dtype!r}")
-    return kind
+    return got
 
 
 def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
