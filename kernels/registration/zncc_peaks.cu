@@ -2,10 +2,11 @@
 // memory instead of the dozens a chain of array operations needs (the align pipeline's step
 // after the correlation kernels or the FFT).
 //
-//  * sat_columns + sat_rows: summed-area tables T[f][y][x] = sum_{r < y, c < x} x[f][r][c] of
-//    the frames and of their squares, in float64, with a zero first row and column.  Columns
-//    first (a block scans 32 columns, its warps own row segments and combine their sums in
-//    shared memory), then rows in place (a warp per row, a shuffle scan).  A bounded search
+//  * strip_sums + sat_tables: summed-area tables T[f][y][x] = sum_{r < y, c < x} x[f][r][c] of
+//    the frames and of their squares, in float64, with a zero first row and column.  Each
+//    row's sums left of every 32-column strip first, then a block per strip runs down its
+//    columns and its left edge (its warps own row segments and combine their sums in shared
+//    memory) and scans each row across its lanes, writing every entry once.  A bounded search
 //    only looks up rows y <= top and y >= top + 1 + gap: the table keeps just those
 //    (table row j holds y = j for j <= top, y = j + gap after; gap = 0 keeps all H + 1).
 //  * zncc_peaks: per shift k, ZNCC from the raw correlation sum c[k] and eight table look-ups
@@ -25,55 +26,113 @@
 #include "float_keys.cuh"
 #include "summed_area.cuh"
 
-// Column prefix sums of x and x*x.  grid (ceil(w / 32), frames), block (32, SEGMENTS).
+// Per row, the sums of x and x*x left of each 32-column strip: left[f][y][s] =
+// sum_{c < 32 s} x[f][y][c] (exclusive), a warp per row.  rows = frames * h.  (A lane per
+// strip, summing its 32 columns, measured slower: each load touched 32 lines.)
+template <int WARPS>
+__global__ void strip_sums(const float* __restrict__ x, double* __restrict__ left1,
+                           double* __restrict__ left2, int rows, int w, int strips) {
+    const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // whole warps leave together
+    const float* xr = x + (size_t)row * w;
+    double* l1 = left1 + (size_t)row * strips;
+    double* l2 = left2 + (size_t)row * strips;
+    double run1 = 0.0, run2 = 0.0;
+#pragma unroll 4
+    for (int s = 0; s < strips; ++s) {
+        if (lane == 0) {
+            l1[s] = run1;
+            l2[s] = run2;
+        }
+        const int c = s * 32 + lane;
+        const double v = c < w ? (double)xr[c] : 0.0;
+        double a = v, aa = v * v;
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) {  // (a butterfly: every lane gets the sum)
+            a += __shfl_xor_sync(0xffffffffu, a, off);
+            aa += __shfl_xor_sync(0xffffffffu, aa, off);
+        }
+        run1 += a;
+        run2 += aa;
+    }
+}
+
+// The tables of x and x*x in one pass over each 32-column strip.  grid (strips, frames), block
+// (32, SEGMENTS): a lane a column, a warp a segment of rows.  The column prefix sums C[y][c]
+// run down the rows (each segment starting from the sums of the segments above it, added in
+// shared memory), and so does the strip's left edge T[y][32 s] from strip_sums; a row's table
+// entries are then T[y][32 s] plus a shuffle scan of C[y][.] across the lanes, written once
+// (a column pass and a row pass in place read and wrote the tables twice).
 template <int SEGMENTS>
-__global__ void sat_columns(const float* __restrict__ x, double* __restrict__ s1,
-                            double* __restrict__ s2, int h, int w, int top, int gap) {
-    __shared__ double part1[SEGMENTS][33], part2[SEGMENTS][33];
+__global__ void sat_tables(const float* __restrict__ x, const double* __restrict__ left1,
+                           const double* __restrict__ left2, double* __restrict__ s1,
+                           double* __restrict__ s2, int h, int w, int top, int gap,
+                           int strips) {
+    __shared__ double part1[SEGMENTS][33], part2[SEGMENTS][33];  // [32]: the left edge's
     const int tx = threadIdx.x, ty = threadIdx.y;
-    const int col = blockIdx.x * 32 + tx;
+    const int strip = blockIdx.x;
+    const int col = strip * 32 + tx;
+    const bool in = col < w;
     const int w1 = w + 1;
     const int rows = h + 1 - gap;
     const float* xf = x + (size_t)blockIdx.y * h * w;
+    const double* e1 = left1 + (size_t)blockIdx.y * h * strips + strip;
+    const double* e2 = left2 + (size_t)blockIdx.y * h * strips + strip;
     double* t1 = s1 + (size_t)blockIdx.y * rows * w1;
     double* t2 = s2 + (size_t)blockIdx.y * rows * w1;
     const int seg = (h + SEGMENTS - 1) / SEGMENTS;
     const int y0 = min(h, ty * seg), y1 = min(h, y0 + seg);
-    double a = 0.0, aa = 0.0;
-    if (col < w) {
+    double a = 0.0, aa = 0.0, l = 0.0, ll = 0.0;
 #pragma unroll 4
-        for (int y = y0; y < y1; ++y) {
-            const double v = xf[(size_t)y * w + col];
-            a += v;
-            aa += v * v;
-        }
+    for (int y = y0; y < y1; ++y) {
+        const double v = in ? (double)xf[(size_t)y * w + col] : 0.0;
+        a += v;
+        aa += v * v;
+        l += e1[(size_t)y * strips];  // (the same address in every lane: one load)
+        ll += e2[(size_t)y * strips];
     }
     part1[ty][tx] = a;
     part2[ty][tx] = aa;
+    if (tx == 0) {
+        part1[ty][32] = l;
+        part2[ty][32] = ll;
+    }
     __syncthreads();
-    double run1 = 0.0, run2 = 0.0;  // sums of the segments above this one
+    double run1 = 0.0, run2 = 0.0, edge1 = 0.0, edge2 = 0.0;  // the segments above this one
     for (int s = 0; s < ty; ++s) {
         run1 += part1[s][tx];
         run2 += part2[s][tx];
+        edge1 += part1[s][32];
+        edge2 += part2[s][32];
     }
     // table rows y0 + 1 .. y1 of this segment that are kept: (y0, top] and [top + 1 + gap, y1]
     const int keep_lo = max(y0 + 1, top + 1 + gap);
     const int last = y1 <= top ? y1 : (keep_lo <= y1 ? y1 : min(y1, top));
-    if (col < w) {
-        if (ty == 0) {
-            t1[col + 1] = 0.0;
-            t2[col + 1] = 0.0;
-        }
-#pragma unroll 4
-        for (int y = y0; y < last; ++y) {  // rows past the last kept one are not needed
-            const double v = xf[(size_t)y * w + col];
-            run1 += v;
-            run2 += v * v;
-            if (y + 1 <= top || y + 1 >= keep_lo) {
-                const size_t j = (size_t)table_row(y + 1, top, gap) * w1 + col + 1;
-                t1[j] = run1;
-                t2[j] = run2;
+    if (ty == 0 && in) {
+        t1[col + 1] = 0.0;
+        t2[col + 1] = 0.0;
+    }
+    for (int y = y0; y < last; ++y) {  // rows past the last kept one are not needed
+        const double v = in ? (double)xf[(size_t)y * w + col] : 0.0;
+        run1 += v;
+        run2 += v * v;
+        edge1 += e1[(size_t)y * strips];
+        edge2 += e2[(size_t)y * strips];
+        double r1 = run1, r2 = run2;  // inclusive scan across the strip's columns
+#pragma unroll
+        for (int off = 1; off < 32; off *= 2) {
+            const double u1 = __shfl_up_sync(0xffffffffu, r1, off);
+            const double u2 = __shfl_up_sync(0xffffffffu, r2, off);
+            if (tx >= off) {
+                r1 += u1;
+                r2 += u2;
             }
+        }
+        if (in && (y + 1 <= top || y + 1 >= keep_lo)) {
+            const size_t j = (size_t)table_row(y + 1, top, gap) * w1 + col + 1;
+            t1[j] = edge1 + r1;
+            t2[j] = edge2 + r2;
         }
     }
     if (blockIdx.x == 0 && tx == 0) {  // the zero first column
@@ -86,20 +145,16 @@ __global__ void sat_columns(const float* __restrict__ x, double* __restrict__ s1
     }
 }
 
-// Row prefix sums in place, one warp per row of the (frames * (h + 1)) x w1 tables.
-template <int WARPS>
-__global__ void sat_rows(double* __restrict__ s1, double* __restrict__ s2, int rows, int w1) {
-    const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;  // whole warps leave together
-    scan_row_pair(s1 + (size_t)row * w1, s2 + (size_t)row * w1, w1, lane);
-}
-
-// Sum over [y0, y1) x [x0, x1) from a table whose rows j0, j1 hold image rows y0, y1.
+// Sum over [y0, y1) x [x0, x1) from a table whose rows j0, j1 hold image rows y0, y1.  The
+// table's first row and column are zero: those entries are not read (half the look-ups of a
+// search whose overlaps touch the frame's top or left edge), the arithmetic is the same.
 __device__ __forceinline__ double rect_sum(const double* t, int w1, int j0, int j1, int x0,
                                            int x1) {
-    return t[(size_t)j1 * w1 + x1] - t[(size_t)j0 * w1 + x1] - t[(size_t)j1 * w1 + x0]
-           + t[(size_t)j0 * w1 + x0];
+    const double t11 = t[(size_t)j1 * w1 + x1];
+    const double t01 = j0 == 0 ? 0.0 : t[(size_t)j0 * w1 + x1];
+    const double t10 = x0 == 0 ? 0.0 : t[(size_t)j1 * w1 + x0];
+    const double t00 = j0 == 0 || x0 == 0 ? 0.0 : t[(size_t)j0 * w1 + x0];
+    return t11 - t01 - t10 + t00;
 }
 
 template <int THREADS>
@@ -213,45 +268,70 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
 // The same maximum and minimum keys over an existing surface (phase correlation).
 template <int THREADS>
 __global__ void surface_extrema(const float* __restrict__ z, unsigned long long* peak_key,
-                                unsigned int* min_key, int ho, int wo, int f0) {
-    const int iy = blockIdx.x, f = f0 + (int)blockIdx.y;
-    const float* z_row = z + ((size_t)f * ho + iy) * wo;
+                                unsigned int* min_key, int ho, int wo, int rows, int f0) {
+    const int f = f0 + (int)blockIdx.y;
     unsigned long long best = 0ull;
     unsigned int low = 0xffffffffu;
-    for (int ix = threadIdx.x; ix < wo; ix += THREADS) {
-        const unsigned int k = ordered_key(z_row[ix]);
-        const unsigned long long key =
-            ((unsigned long long)k << 32) | (0xffffffffu - (unsigned int)(iy * wo + ix));
-        best = key > best ? key : best;
-        low = k < low ? k : low;
+    const int row1 = min(ho, ((int)blockIdx.x + 1) * rows);
+    for (int iy = (int)blockIdx.x * rows + (threadIdx.x >> 5); iy < row1; iy += THREADS / 32) {
+        const float* z_row = z + ((size_t)f * ho + iy) * wo;
+        for (int ix = threadIdx.x & 31; ix < wo; ix += 32) {
+            const unsigned int k = ordered_key(z_row[ix]);
+            const unsigned long long key =
+                ((unsigned long long)k << 32) | (0xffffffffu - (unsigned int)(iy * wo + ix));
+            best = key > best ? key : best;
+            low = k < low ? k : low;
+        }
     }
     reduce_to_frame<THREADS>(best, low, peak_key + f, min_key + f);
 }
 
-// Highest strict local maximum outside the window around each surface's peak.
+// Highest strict local maximum outside the window around each surface's peak.  A lane's row
+// neighbours come from the lanes beside it (a shuffle); the rows above and below are read only
+// where the row neighbours and the best so far leave the pixel a candidate (the same result).
 template <int THREADS>
 __global__ void second_peaks(const float* __restrict__ z,
                              const unsigned long long* __restrict__ peak_key,
                              unsigned int* __restrict__ second_key, int ho, int wo,
                              int exclusion, int f0) {
     const int iy = blockIdx.x, f = f0 + (int)blockIdx.y;
+    const int lane = threadIdx.x & 31;
     const unsigned int flat = 0xffffffffu - (unsigned int)(peak_key[f] & 0xffffffffull);
     const int py = (int)(flat / (unsigned int)wo), px = (int)(flat - (unsigned int)py * wo);
     const float* zf = z + (size_t)f * ho * wo;
+    const float* zr = zf + (size_t)iy * wo;
     const bool row_in_window = abs(iy - py) <= exclusion;
     unsigned int best = 0u;
-    for (int ix = threadIdx.x; ix < wo; ix += THREADS) {
-        if (row_in_window && abs(ix - px) <= exclusion) continue;
-        const float c = zf[(size_t)iy * wo + ix];
+    for (int x0 = threadIdx.x & ~31; x0 < wo; x0 += THREADS) {  // (whole warps: the shuffles)
+        const int ix = x0 + lane;
+        const bool valid = ix < wo;
+        const float c = valid ? zr[ix] : 0.0f;
+        float left = __shfl_up_sync(0xffffffffu, c, 1);
+        float right = __shfl_down_sync(0xffffffffu, c, 1);
+        if (lane == 0 && valid && ix > 0) left = zr[ix - 1];
+        if (lane == 31 && valid && ix + 1 < wo) right = zr[ix + 1];
         bool geq = true, gt = false;
+        if (ix > 0) {
+            geq = c >= left;
+            gt = c > left;
+        } else {
+            gt = true;  // outside is -inf
+        }
+        if (ix + 1 < wo) {
+            geq = geq && c >= right;
+            gt = gt || c > right;
+        } else {
+            gt = true;
+        }
+        const unsigned int k = ordered_key(c);
+        if (!valid || !geq || k <= best || (row_in_window && abs(ix - px) <= exclusion)) continue;
 #pragma unroll
-        for (int dy = -1; dy <= 1; ++dy) {
+        for (int dy = -1; dy <= 1; dy += 2) {
 #pragma unroll
             for (int dx = -1; dx <= 1; ++dx) {
-                if (dy == 0 && dx == 0) continue;
                 const int y = iy + dy, x = ix + dx;
                 if (y < 0 || y >= ho || x < 0 || x >= wo) {
-                    gt = true;  // outside is -inf
+                    gt = true;
                 } else {
                     const float nb = zf[(size_t)y * wo + x];
                     geq = geq && c >= nb;
@@ -259,10 +339,7 @@ __global__ void second_peaks(const float* __restrict__ z,
                 }
             }
         }
-        if (geq && gt) {
-            const unsigned int k = ordered_key(c);
-            best = k > best ? k : best;
-        }
+        if (geq && gt) best = k;
     }
     __shared__ unsigned int best_w[THREADS / 32];
 #pragma unroll

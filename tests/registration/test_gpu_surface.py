@@ -155,7 +155,7 @@ def test_circular_reads_the_fft_correlation_modulo_its_size(rng, shape, normaliz
     _check(got, want)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (6, 1), (9, 11), (40, 300)])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (6, 1), (9, 11), (3, 33), (40, 300), (7, 513)])
 def test_peaks_and_confidence_on_ties_plateaus_and_borders(rng, shape):
     """Small integers make ties, plateaus and border maxima common: the first maximum in
     row-major order and the strict-local-maximum rule must match peaks.py exactly."""
@@ -167,6 +167,23 @@ def test_peaks_and_confidence_on_ties_plateaus_and_borders(rng, shape):
     z[2] = 0.0
     z[2, 0, 0] = 1.0  # a single peak at a corner
     _check(surface_peaks(cp.asarray(z), normalize=False), z, exact_values=True)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 17, 64])
+def test_extrema_blocks_of_any_rows_give_the_same_peaks(rng, monkeypatch, rows):
+    """A ``surface_extrema`` block covers ``block_rows`` surface rows, a warp one at a time:
+    counts that leave warps idle, that do not divide the surface's rows and that exceed them,
+    on surfaces whose ties, peaks and minima fall in different blocks."""
+    import cupy as cp
+    from xcorr_app.registration import _surfaces
+
+    monkeypatch.setattr(_surfaces, "block_rows", lambda threads, ho, count: rows)
+    for shape in ((41, 37), (70, 300), (9, 20)):
+        z = rng.integers(0, 4, (4,) + shape).astype(np.float32)
+        z[1] = 2.0
+        z[2] = 0.0
+        z[2, -1, -1] = 1.0  # a single peak in the last block
+        _check(_surfaces.surface_peaks(cp.asarray(z), normalize=False), z, exact_values=True)
 
 
 def test_gpu_estimate_shifts_match_cpu_for_every_normalization(rng):

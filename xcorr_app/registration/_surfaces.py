@@ -6,7 +6,8 @@ The CPU (and reference) definitions are :func:`xcorr_app.registration._normalize
 one each, or batched: ``L`` references, each against its own run of frames, as the patch pass
 of :mod:`xcorr_app.alignment.piecewise._patches` measures its patches), the same results come from
 
-1. :func:`summed_area_tables` of the frames and of their squares (float64, two passes);
+1. :func:`summed_area_tables` of the frames and of their squares (float64: each row's sums
+   left of every 32-column strip, then one pass writing the tables);
 2. :func:`surface_peaks`: one pass that turns raw correlation sums into ZNCC from eight table
    look-ups per shift, writes the surface and reduces its maximum (first in row-major order)
    and minimum per frame; with ``circular`` the sums are read straight from an un-cropped
@@ -45,7 +46,7 @@ from .._cuda import KernelFamily
 from ..correlate import (conj_product, correlation_window, fft_geometry, first_shift,
                          irfftn_unnormalized, padded_spectra, window_applies)
 
-#: the row segments of a ``sat_columns`` block (32 columns x SEGMENTS warps): :func:`sat_segments`
+#: the row segments of a ``sat_tables`` block (32 columns x SEGMENTS warps): :func:`sat_segments`
 SAT_SEGMENTS = (8, 16, 32)
 #: at most this many rows a thread before a frame's columns take more segments (the fastest
 #: per frame height measured: docs/kernels.md, ZNCC and peaks)
@@ -58,8 +59,8 @@ NARROW = 32
 SOURCE = "zncc_peaks.cu"
 #: the most frames one launch takes (the grid's y dimension; larger batches: several launches)
 MAX_GRID_Y = 65535
-SAT_COLUMNS = KernelFamily(SOURCE, "sat_columns", [(s,) for s in SAT_SEGMENTS])
-SAT_ROWS = KernelFamily(SOURCE, "sat_rows", [(WARPS,)])
+STRIP_SUMS = KernelFamily(SOURCE, "strip_sums", [(WARPS,)])
+SAT_TABLES = KernelFamily(SOURCE, "sat_tables", [(s,) for s in SAT_SEGMENTS])
 ZNCC_PEAKS = KernelFamily(SOURCE, "zncc_peaks", [(c, n, t) for c in (False, True)
                                                   for n in (False, True)
                                                   for t in (THREADS, NARROW)])
@@ -68,10 +69,30 @@ SECOND_PEAKS = KernelFamily(SOURCE, "second_peaks", [(t,) for t in (THREADS, NAR
 DECODE_PEAKS = KernelFamily(SOURCE, "decode_peaks", [()])
 #: every kernel of the source, compiled together on first use (one NVRTC call instead of one
 #: per kernel: a first run's compilations are mostly NVRTC's fixed cost)
-_ALL = ([(SAT_COLUMNS, (s,)) for s in SAT_SEGMENTS] + [(SAT_ROWS, (WARPS,))]
+_ALL = ([(STRIP_SUMS, (WARPS,))] + [(SAT_TABLES, (s,)) for s in SAT_SEGMENTS]
         + [(fam, args) for fam in (ZNCC_PEAKS, SURFACE_EXTREMA, SECOND_PEAKS)
            for args in fam.instantiations]
         + [(DECODE_PEAKS, ())])
+
+
+#: surface rows a ``surface_extrema`` block covers, a warp a row at a time (one reduction and
+#: one atomic per block), keeping at least about this many blocks a launch
+BLOCKS_WANTED = 4096
+#: ... and at most this many rows a warp.  (zncc_peaks and second_peaks keep a block a row: the
+#: same layout made them 5-7x slower on 1024x1024 frames, H200, 2026-11-26, where a block's
+#: rows spread the blocks in flight over many frames' tables and surfaces)
+ROWS_PER_WARP = 4
+
+
+def block_rows(threads, ho, count):
+    """Surface rows a ``surface_extrema`` block of ``threads`` covers in ``count`` surfaces of
+    ``ho`` rows.
+
+    >>> block_rows(256, 1025, 64), block_rows(256, 1025, 1), block_rows(32, 9, 4096)
+    (16, 8, 4)
+    """
+    warps = threads // 32
+    return warps * max(1, min(ROWS_PER_WARP, ho * count // (warps * BLOCKS_WANTED)))
 
 
 def _kernel(family, *args):
@@ -89,7 +110,7 @@ def _tables_out(out, shape, cp):
 
 
 def sat_segments(h) -> int:
-    """The row segments of ``sat_columns``' blocks for frames of ``h`` rows: the fewest of
+    """The row segments of ``sat_tables``' blocks for frames of ``h`` rows: the fewest of
     :data:`SAT_SEGMENTS` that leave at most :data:`SEGMENT_ROWS` rows a thread (32 for tall
     frames).  A block adds its segments' sums in a loop over the segments above each one, so
     short frames (the patch pass's windows) with 32 segments of 5 rows spent more on that loop
@@ -141,14 +162,16 @@ def summed_area_tables(frames, out=None, bound_rows=None):
     s1, s2 = _tables_out(out, (n, h + 1 - gap, w + 1), cp)
     if n == 0:
         return s1, s2
+    strips = -(-w // 32)
+    left1, left2 = cp.empty((n, h, strips), cp.float64), cp.empty((n, h, strips), cp.float64)
+    _kernel(STRIP_SUMS, WARPS)((-(-(n * h) // WARPS),), (32 * WARPS,),
+                               (x, left1, left2, np.int32(n * h), np.int32(w), np.int32(strips)))
     for f0 in range(0, n, MAX_GRID_Y):  # (slices of C-contiguous arrays: contiguous views)
         f1 = min(n, f0 + MAX_GRID_Y)
-        _kernel(SAT_COLUMNS, segments)((-(-w // 32), f1 - f0), (32, segments),
-                                       (x[f0:f1], s1[f0:f1], s2[f0:f1], np.int32(h),
-                                        np.int32(w), np.int32(top), np.int32(gap)))
-    rows = n * (h + 1 - gap)
-    _kernel(SAT_ROWS, WARPS)((-(-rows // WARPS),), (32 * WARPS,), (s1, s2, np.int32(rows),
-                                                             np.int32(w + 1)))
+        _kernel(SAT_TABLES, segments)((strips, f1 - f0), (32, segments),
+                                      (x[f0:f1], left1[f0:f1], left2[f0:f1], s1[f0:f1],
+                                       s2[f0:f1], np.int32(h), np.int32(w), np.int32(top),
+                                       np.int32(gap), np.int32(strips)))
     return s1, s2
 
 
@@ -231,10 +254,12 @@ def surface_peaks(corr, frame_shape=None, first_shift=None, surface_shape=None, 
                     np.int32(gap), np.int32(per_left), np.int32(f0)))
     else:
         z = corr
+        rows = block_rows(threads, ho, min(n, MAX_GRID_Y))
+        blocks = -(-ho // rows)
         for f0, count in batches:
-            _kernel(SURFACE_EXTREMA, threads)((ho, count), (threads,),
+            _kernel(SURFACE_EXTREMA, threads)((blocks, count), (threads,),
                                               (z, peak_key, min_key, np.int32(ho), np.int32(wo),
-                                               np.int32(f0)))
+                                               np.int32(rows), np.int32(f0)))
     second_key = cp.zeros(n, cp.uint32)
     for f0, count in batches:
         _kernel(SECOND_PEAKS, threads)((ho, count), (threads,),
