@@ -79,21 +79,24 @@ __device__ __forceinline__ O stored_as(float v) {
 template <>
 __device__ __forceinline__ float stored_as<float>(float v) { return v; }
 
+// Grid (oh rows, frames): the window [oy, oy + oh) x [ox, ox + ow) of every shifted frame
+// (the whole frame, or the area the quality report reads: the crop costs nothing), written
+// C-contiguous (n, oh, ow).
 template <typename T, typename O, int THREADS>
 __global__ void __launch_bounds__(THREADS) warp_shift(
         const T* __restrict__ frames, O* __restrict__ out,
         const double* __restrict__ shifts, int n0, int fstep, int sstep, int h, int w,
-        float fill) {
-    const int y = blockIdx.x, n = n0 + blockIdx.y;
+        int oy, int ox, int oh, int ow, float fill) {
+    const int y = oy + (int)blockIdx.x, n = n0 + blockIdx.y;
     const double* shift = shifts + 2 * (size_t)n * sstep;
     const double ys = (double)y - finite_shift(shift[0]);
     const double sx = finite_shift(shift[1]);
     const T* f = frames + (size_t)n * fstep * h * w;
-    O* dst = out + ((size_t)n * h + y) * w;
-    for (int x = threadIdx.x; x < w; x += THREADS) {
+    O* dst = out + ((size_t)n * oh + blockIdx.x) * ow;
+    for (int j = threadIdx.x; j < ow; j += THREADS) {
         bool edge;
-        const float2 t = bilinear_taps<false>(f, h, w, ys, (double)x - sx, edge);
-        dst[x] = stored_as<O>(edge ? __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill)) : t.x);
+        const float2 t = bilinear_taps<false>(f, h, w, ys, (double)(ox + j) - sx, edge);
+        dst[j] = stored_as<O>(edge ? __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill)) : t.x);
     }
 }
 

@@ -263,7 +263,7 @@ def _aligned(frames, shifts, xp, area):
     s = xp.asarray(np.where(np.isfinite(shifts), shifts, 0.0))
     if xp is not np:
         frames = xp.asarray(frames)
-        return area_float(frames, area), area_float(shift_frames(frames, s), area)
+        return area_float(frames, area), shift_frames(frames, s, area=area)
     f = xp.asarray(frames).astype(xp.float32)
     g = shift_frames(f, s)
     return (xp.ascontiguousarray(f[:, y0:y1, x0:x1]),

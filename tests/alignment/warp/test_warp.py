@@ -74,6 +74,41 @@ def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
         assert np.isnan(want).any()  # (the NaN pixel is in the comparison)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("shape, shifts", CASES)
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_an_area_is_that_region_of_the_whole_result(rng, device, shape, shifts, dtype):
+    """``area``: the same values as the whole shifted frames cut to it, C-contiguous (on the
+    GPU only the area is computed): whole frames, inner regions, empty ones, one corner; into
+    the frames' integer type too."""
+    frames = (rng.random(shape) * 250).astype(dtype)
+    shifts = np.array(shifts, np.float64)
+    n, h, w = shape
+    areas = [(0, h, 0, w), (1, h - 1, 2, w - 1), (h // 2, h // 2, 0, w), (0, 1, w - 1, w),
+             (h // 3, h, w // 4, w // 2 + 1)]
+    if device == "gpu":
+        import cupy as cp
+
+        frames = cp.asarray(frames)
+    for out in (None, dtype):
+        with np.errstate(invalid="ignore"):
+            whole = shift_frames(frames, shifts, fill=-3.5, dtype=out)
+        for y0, y1, x0, x1 in areas:
+            with np.errstate(invalid="ignore"):
+                got = shift_frames(frames, shifts, fill=-3.5, dtype=out, area=(y0, y1, x0, x1))
+            assert type(got) is type(whole) and got.dtype == whole.dtype
+            assert got.shape == (n, y1 - y0, x1 - x0) and got.flags.c_contiguous
+            np.testing.assert_array_equal(np.asarray(got.tolist()),
+                                          np.asarray(whole[:, y0:y1, x0:x1].tolist()))
+
+
+@pytest.mark.parametrize("area", [(0, 6, 0, 7), (-1, 3, 0, 7), (3, 2, 0, 7), (0, 5, 0, 8),
+                                  (0, 5, 0), "all"])
+def test_an_area_outside_the_frames_is_refused(rng, area):
+    with pytest.raises(InputError, match="area"):
+        shift_frames(rng.random((2, 5, 7)), np.zeros((2, 2)), area=area)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16])
 def test_shifted_into_an_integer_type_are_the_float32_frames_rounded(rng, dtype):
     frames = rng.random((2, 9, 7)) * 300 - 20

@@ -85,7 +85,7 @@ def frames_type(dtype) -> np.dtype:
     return got
 
 
-def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
+def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None, area=None):
     """Shift every frame by its ``(dy, dx)`` (bilinear interpolation or a Fourier phase ramp).
 
     ``out[n, y, x] = frames[n, y - dy, x - dx]``: applying the shifts that
@@ -108,20 +108,28 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None):
         type), or an integer type, the float32 frames rounded to nearest and clipped to its
         range (:func:`xcorr_app.io.as_dtype`; on the GPU, bilinear, in the kernel itself where
         it is the frames' own type).
+    area : (y0, y1, x0, x1), optional
+        Only this region of the result (C-contiguous, the same values); on the GPU (bilinear)
+        only it is computed.
 
     Returns
     -------
-    (N, H, W) ndarray of ``dtype`` (float32) of the module of ``frames``.
+    (N, H, W) ndarray of ``dtype`` (float32) of the module of ``frames``, or
+    (N, y1 - y0, x1 - x0) with ``area``.
     """
     if method not in RESAMPLE:
         raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
     fill = check_fill(fill)
     out_type = frames_type(dtype)
+    window = _window(area, frames.shape)
     if method == "bilinear" and is_cupy_array(frames):
         fused = out_type in (np.float32, frames.dtype) and out_type in PIXEL_C_TYPES
-        moved = _shift_bilinear_gpu(frames, shifts, fill, out_type if fused else None)
+        moved = _shift_bilinear_gpu(frames, shifts, fill, out_type if fused else None, window)
     else:
         moved = _shift_float32(frames, shifts, fill, method)
+        if area is not None:
+            y0, y1, x0, x1 = window
+            moved = array_module_of(moved).ascontiguousarray(moved[:, y0:y1, x0:x1])
     if moved.dtype == out_type:
         return moved
     from ...io import as_dtype  # (the writers' module: imported only where it is needed)
@@ -232,10 +240,26 @@ def _add_shifted_gpu(total, coverage, frames, idx, shifts):
         np.int32(h), np.int32(w), total, coverage))
 
 
-def _shift_bilinear_gpu(frames, shifts, fill, dtype=None):
+def _window(area, shape):
+    """``area`` ``(y0, y1, x0, x1)`` of frames of ``shape`` (N, H, W) checked (None: the whole
+    frame)."""
+    h, w = shape[-2:]
+    if area is None:
+        return 0, h, 0, w
+    try:
+        y0, y1, x0, x1 = (int(v) for v in area)
+    except (TypeError, ValueError):
+        raise InputError(f"area must be (y0, y1, x0, x1), got {area!r}") from None
+    if not (0 <= y0 <= y1 <= h and 0 <= x0 <= x1 <= w):
+        raise InputError(f"area {(y0, y1, x0, x1)} does not lie in frames of {h}x{w}")
+    return y0, y1, x0, x1
+
+
+def _shift_bilinear_gpu(frames, shifts, fill, dtype=None, window=None):
     """The bilinear lines of :func:`shift_frames` as one kernel
     (``kernels/alignment/warp_shift.cu``: the same float32 operations, so the same bits);
-    ``dtype``: float32 (None) or the frames' own integer type, rounded in the kernel."""
+    ``dtype``: float32 (None) or the frames' own integer type, rounded in the kernel;
+    ``window``: ``(y0, y1, x0, x1)``, the region computed (None: the whole frame)."""
     import cupy as cp
 
     if frames.ndim != 3:
@@ -253,15 +277,17 @@ def _shift_bilinear_gpu(frames, shifts, fill, dtype=None):
     if s.ndim != 2 or s.shape[1] != 2 or (nf != n and nf != 1) or (ns != n and ns != 1):
         raise InputError(f"shifts of shape {tuple(s.shape)} do not fit {nf} frames: (N, 2), "
                          "N the frames' count or 1")
-    out = cp.empty((n, h, w), out_type)
+    y0, y1, x0, x1 = window or (0, h, 0, w)
+    out = cp.empty((n, y1 - y0, x1 - x0), out_type)
     if out.size == 0:
         return out
     kernel = WARP_SHIFT.get(c_type, o_type, THREADS)
     for a in range(0, n, MAX_GRID):
         b = min(n, a + MAX_GRID)
-        kernel((h, b - a), (THREADS,),
+        kernel((y1 - y0, b - a), (THREADS,),
                (frames, out, s, np.int32(a), np.int32(nf > 1), np.int32(ns > 1), np.int32(h),
-                np.int32(w), np.float32(fill)))
+                np.int32(w), np.int32(y0), np.int32(x0), np.int32(y1 - y0), np.int32(x1 - x0),
+                np.float32(fill)))
     return out
 
 
