@@ -120,15 +120,7 @@ __global__ void sat_tables(const float* __restrict__ x, const double* __restrict
         edge1 += e1[(size_t)y * strips];
         edge2 += e2[(size_t)y * strips];
         double r1 = run1, r2 = run2;  // inclusive scan across the strip's columns
-#pragma unroll
-        for (int off = 1; off < 32; off *= 2) {
-            const double u1 = __shfl_up_sync(0xffffffffu, r1, off);
-            const double u2 = __shfl_up_sync(0xffffffffu, r2, off);
-            if (tx >= off) {
-                r1 += u1;
-                r2 += u2;
-            }
-        }
+        warp_scan_pair(r1, r2, tx);
         if (in && (y + 1 <= top || y + 1 >= keep_lo)) {
             const size_t j = (size_t)table_row(y + 1, top, gap) * w1 + col + 1;
             t1[j] = edge1 + r1;
