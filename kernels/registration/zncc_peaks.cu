@@ -69,7 +69,7 @@ __global__ void sat_tables(const float* __restrict__ x, const double* __restrict
                            const double* __restrict__ left2, double* __restrict__ s1,
                            double* __restrict__ s2, int h, int w, int top, int gap,
                            int strips) {
-    __shared__ double part1[SEGMENTS][33], part2[SEGMENTS][33];  // [32]: the left edge's
+    __shared__ double part1[SEGMENTS][33], part2[SEGMENTS][33];  // [.][32]: the left edge
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int strip = blockIdx.x;
     const int col = strip * 32 + tx;

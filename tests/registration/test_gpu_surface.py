@@ -43,7 +43,7 @@ def test_summed_area_tables(rng, shape, n, bound_rows):
 
 @pytest.mark.parametrize("segments", [8, 16, 32])
 def test_summed_area_tables_with_every_segment_count(rng, monkeypatch, segments):
-    """Each block shape ``sat_columns`` is launched with (``sat_segments`` picks by height),
+    """Each block shape ``sat_tables`` is launched with (``sat_segments`` picks by height),
     on heights that leave some of its segments empty and some short."""
     import cupy as cp
     from xcorr_app.registration import _surfaces
@@ -167,6 +167,28 @@ def test_peaks_and_confidence_on_ties_plateaus_and_borders(rng, shape):
     z[2] = 0.0
     z[2, 0, 0] = 1.0  # a single peak at a corner
     _check(surface_peaks(cp.asarray(z), normalize=False), z, exact_values=True)
+
+
+@pytest.mark.parametrize("wo", [300, 513])
+def test_second_peaks_across_the_lanes_of_a_warp_and_the_block(rng, wo):
+    """``second_peaks`` takes a pixel's row neighbours from the lanes beside it and reads them
+    at a warp's edges (columns 31 | 32) and the block's (255 | 256): a value beside a higher
+    one there is no local maximum. Planted: the peak 100, a 50 in its exclusion window, a 40
+    just across the edge beside the 50; the second peak is then the background's (< 0.1), and
+    a 40 taken for a local maximum would make the confidence 2.5."""
+    import cupy as cp
+    from xcorr_app.registration._surfaces import surface_peaks
+
+    cases = [(b, side) for b in (32, 256) for side in ("right", "left")]
+    z = (rng.random((len(cases), 5, wo)) * 0.1).astype(np.float32)
+    for f, (b, side) in enumerate(cases):
+        if side == "right":  # column b - 1 (a warp's last lane) beside b
+            z[f, 2, b + 2], z[f, 2, b], z[f, 2, b - 1] = 100.0, 50.0, 40.0
+        else:  # column b (a warp's first lane) beside b - 1
+            z[f, 2, b - 3], z[f, 2, b - 1], z[f, 2, b] = 100.0, 50.0, 40.0
+    got = surface_peaks(cp.asarray(z), normalize=False)
+    _check(got, z, exact_values=True)
+    assert (got[4].get() > 1000).all()
 
 
 @pytest.mark.parametrize("rows", [1, 3, 8, 17, 64])

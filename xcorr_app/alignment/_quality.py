@@ -265,9 +265,7 @@ def _aligned(frames, shifts, xp, area):
         frames = xp.asarray(frames)
         return area_float(frames, area), shift_frames(frames, s, area=area)
     f = xp.asarray(frames).astype(xp.float32)
-    g = shift_frames(f, s)
-    return (xp.ascontiguousarray(f[:, y0:y1, x0:x1]),
-            xp.ascontiguousarray(g[:, y0:y1, x0:x1]))
+    return xp.ascontiguousarray(f[:, y0:y1, x0:x1]), shift_frames(f, s, area=area)
 
 
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,

@@ -164,10 +164,13 @@ def summed_area_tables(frames, out=None, bound_rows=None):
         return s1, s2
     strips = -(-w // 32)
     left1, left2 = cp.empty((n, h, strips), cp.float64), cp.empty((n, h, strips), cp.float64)
-    _kernel(STRIP_SUMS, WARPS)((-(-(n * h) // WARPS),), (32 * WARPS,),
-                               (x, left1, left2, np.int32(n * h), np.int32(w), np.int32(strips)))
     for f0 in range(0, n, MAX_GRID_Y):  # (slices of C-contiguous arrays: contiguous views)
         f1 = min(n, f0 + MAX_GRID_Y)
+        rows = (f1 - f0) * h
+        if rows:  # (frames of no rows: sat_tables writes their one zero row alone)
+            _kernel(STRIP_SUMS, WARPS)((-(-rows // WARPS),), (32 * WARPS,),
+                                       (x[f0:f1], left1[f0:f1], left2[f0:f1], np.int32(rows),
+                                        np.int32(w), np.int32(strips)))
         _kernel(SAT_TABLES, segments)((strips, f1 - f0), (32, segments),
                                       (x[f0:f1], left1[f0:f1], left2[f0:f1], s1[f0:f1],
                                        s2[f0:f1], np.int32(h), np.int32(w), np.int32(top),

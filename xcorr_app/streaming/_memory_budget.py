@@ -61,7 +61,10 @@ CORRELATION_BYTES_PER_PIXEL = 32
 #: bytes per frame pixel of an unbounded search's zero-padded FFT (about 2H x 2W: the padded
 #: inputs, their half spectra, the product and its inverse)
 UNBOUNDED_FFT_BYTES_PER_PIXEL = 48
-#: bytes per frame pixel of the float64 squares the ZNCC's rectangle sums read
+#: bytes per frame pixel of the float64 squares the ZNCC's rectangle sums read (the GPU keeps
+#: two float64 tables instead, 16 bytes a pixel without a bound, and their row sums by strip,
+#: 0.5, while they are made: covered by BYTES_PER_OUTPUT, whose float64 normalization
+#: temporaries the GPU does not make)
 ZNCC_BYTES_PER_PIXEL = 8
 #: bytes per correlation output: the float32 surface, its float64 normalization temporaries
 #: and the local-maximum masks of the confidence measure

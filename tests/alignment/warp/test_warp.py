@@ -79,8 +79,8 @@ def test_gpu_bilinear_equals_the_cpu_bit_for_bit(rng, shape, shifts, dtype):
 @pytest.mark.parametrize("dtype", [np.uint16, np.float32])
 def test_an_area_is_that_region_of_the_whole_result(rng, device, shape, shifts, dtype):
     """``area``: the same values as the whole shifted frames cut to it, C-contiguous (on the
-    GPU only the area is computed): whole frames, inner regions, empty ones, one corner; into
-    the frames' integer type too."""
+    GPU only the area is computed, the check that matters): whole frames, inner regions, empty
+    ones, one corner; into the frames' integer type (in the kernel) and another (after it)."""
     frames = (rng.random(shape) * 250).astype(dtype)
     shifts = np.array(shifts, np.float64)
     n, h, w = shape
@@ -90,7 +90,7 @@ def test_an_area_is_that_region_of_the_whole_result(rng, device, shape, shifts, 
         import cupy as cp
 
         frames = cp.asarray(frames)
-    for out in (None, dtype):
+    for out in (None, dtype, np.uint8):  # (uint8 from either: converted after the warp)
         with np.errstate(invalid="ignore"):
             whole = shift_frames(frames, shifts, fill=-3.5, dtype=out)
         for y0, y1, x0, x1 in areas:
@@ -102,8 +102,16 @@ def test_an_area_is_that_region_of_the_whole_result(rng, device, shape, shifts, 
                                           np.asarray(whole[:, y0:y1, x0:x1].tolist()))
 
 
+def test_an_area_of_the_fourier_shift_is_that_region_of_it(rng):
+    frames = rng.random((3, 12, 10)).astype(np.float32)
+    shifts = np.array([[0.5, -1.25], [2.0, 3.5], [-4.75, 0.0]])
+    whole = shift_frames(frames, shifts, fill=1.5, method="fourier")
+    got = shift_frames(frames, shifts, fill=1.5, method="fourier", area=(2, 9, 1, 10))
+    np.testing.assert_array_equal(got, whole[:, 2:9, 1:10])
+
+
 @pytest.mark.parametrize("area", [(0, 6, 0, 7), (-1, 3, 0, 7), (3, 2, 0, 7), (0, 5, 0, 8),
-                                  (0, 5, 0), "all"])
+                                  (0, 5, 0), "all", (0, 2.5, 0, 7), (0, True, 0, 7), "0123"])
 def test_an_area_outside_the_frames_is_refused(rng, area):
     with pytest.raises(InputError, match="area"):
         shift_frames(rng.random((2, 5, 7)), np.zeros((2, 2)), area=area)

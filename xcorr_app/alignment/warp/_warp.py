@@ -11,6 +11,8 @@ Examples
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from ..._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels
@@ -121,7 +123,7 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None, area=N
         raise InputError(f"unknown resampling {method!r}; use bilinear or fourier")
     fill = check_fill(fill)
     out_type = frames_type(dtype)
-    window = _window(area, frames.shape)
+    window = None if area is None else _window(area, frames.shape)
     if method == "bilinear" and is_cupy_array(frames):
         fused = out_type in (np.float32, frames.dtype) and out_type in PIXEL_C_TYPES
         moved = _shift_bilinear_gpu(frames, shifts, fill, out_type if fused else None, window)
@@ -241,15 +243,14 @@ def _add_shifted_gpu(total, coverage, frames, idx, shifts):
 
 
 def _window(area, shape):
-    """``area`` ``(y0, y1, x0, x1)`` of frames of ``shape`` (N, H, W) checked (None: the whole
-    frame)."""
+    """``area`` ``(y0, y1, x0, x1)`` of frames of ``shape`` (N, H, W), checked."""
     h, w = shape[-2:]
-    if area is None:
-        return 0, h, 0, w
     try:
-        y0, y1, x0, x1 = (int(v) for v in area)
+        if any(isinstance(v, (bool, np.bool_)) for v in area):
+            raise TypeError
+        y0, y1, x0, x1 = (operator.index(v) for v in area)
     except (TypeError, ValueError):
-        raise InputError(f"area must be (y0, y1, x0, x1), got {area!r}") from None
+        raise InputError(f"area must be four integers (y0, y1, x0, x1), got {area!r}") from None
     if not (0 <= y0 <= y1 <= h and 0 <= x0 <= x1 <= w):
         raise InputError(f"area {(y0, y1, x0, x1)} does not lie in frames of {h}x{w}")
     return y0, y1, x0, x1
