@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (100, 37), (257, 129)]
 
 
-@pytest.mark.parametrize("shape", SIZES + [(3, 2100), (70, 1030), (1100, 45), (145, 150)])
+@pytest.mark.parametrize("shape", SIZES + [(3, 2100), (70, 1030), (1100, 45), (145, 150), (0, 40)])
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("bound_rows", [None, 0, 2, 16])
 def test_summed_area_tables(rng, shape, n, bound_rows):
