@@ -35,7 +35,7 @@ def fake_gpu(monkeypatch):
     """A "GPU" whose :func:`bench.run` times the reads for real and makes up the GPU rows."""
     calls = []
 
-    def fake_run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None):
+    def fake_run(stack, path, *, max_memory=None, echo=print, repeat=1):
         calls.append((stack, path, max_memory, os.path.exists(path), repeat))
         fb = stack.shape[0] * stack.shape[1] * 2
         n = stack.n_frames
@@ -428,20 +428,6 @@ def test_parallel_read_copies_every_frame(tmp_path, monkeypatch):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
-
-
-def test_multi_gpu_target_lines():
-    read, multi = table.gpu_rows_names((0, 1))
-    rows = [table.make_row(table.ALIGN_FULL, "xcorr", 10, 100, 1.0),
-            table.make_row(read, "read_multi", 10, 100, 0.5),
-            table.make_row(multi, "xcorr", 10, 100, 0.8)]
-    line, = table.multi_gpu_lines(rows, (0, 1))
-    assert "1.25x one GPU (target >= 1.7x: no)" in line
-    assert "62% of the 2-reader plain read (target >= 90%: no)" in line
-    assert table.multi_gpu_lines(rows[:2], (0, 1)) == []
-    summarised = table.summarise(rows + [table.make_row(table.READ_MEMMAP, "read", 10, 100, 1.0)])
-    assert summarised[1]["vs_read"] == pytest.approx(2.0)  # not the baseline of the 1-GPU rows
-    assert summarised[0]["vs_read"] == pytest.approx(1.0)
 
 
 def test_bench_align_cpu_smoke(tmp_path):

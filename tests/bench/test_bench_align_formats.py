@@ -62,7 +62,7 @@ def test_cpu_smoke_run_prints_the_table(tmp_path):
 
 
 def test_options_it_does_not_take_are_one_line():
-    res = xcorr("bench", "align", "--formats", "--gpus", "0")
+    res = xcorr("bench", "align", "--formats", "--patches", "4x4")
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "--formats takes" in res.stderr
 

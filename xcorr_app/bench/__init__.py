@@ -10,6 +10,7 @@ from ._align import main as align_bench
 from ._align_first_runs import main as align_first_runs_bench
 from ._align_floor import floor_main as align_floor_bench
 from ._align_formats import main as align_formats_bench
+from ._align_gpus import main as align_gpus_bench
 from ._align_volumes import main as align_volumes_bench
 from ._common import free_gpu_memory, parse_size
 from ._conv import main as conv_bench
@@ -18,7 +19,7 @@ from ._xcorr import PROBLEMS, Problem, make_inputs
 from ._xcorr import main as xcorr_bench
 
 __all__ = ["PROBLEMS", "Problem", "accuracy_bench", "align_bench", "align_first_runs_bench",
-           "align_floor_bench", "align_formats_bench",
+           "align_floor_bench", "align_formats_bench", "align_gpus_bench",
            "align_volumes_bench",
            "conv_bench", "filter_bench",
            "free_gpu_memory", "make_inputs", "parse_size", "xcorr_bench"]

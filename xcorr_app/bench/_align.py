@@ -48,11 +48,10 @@ import numpy as np
 
 from ..errors import InputError, XcorrError
 from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, default_workers, work_folder
-from ._align_peers import (READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_chunks,
-                           read_memmap_parallel, skimage_loop)
+from ._align_peers import READ_CHUNK, cupy_pair_loop, read_imread, read_memmap_chunks, skimage_loop
 from ._align_table import (ALIGN_ROWS, LOOP, MAX_SHIFT, READ_IMREAD, READ_MEMMAP, SKIMAGE,
-                           format_table, gpu_rows_names, header_lines, make_row, multi_gpu_lines,
-                           seconds_text, summarise, target_lines)
+                           format_table, header_lines, make_row, seconds_text, summarise,
+                           target_lines)
 from ._align_cpu import CPU_QUICK_SHAPE, CPU_SHAPE, format_rows, rows_for
 from ._align_cpu import target_lines as cpu_target_lines
 from ._common import free_gpu_memory, parse_size, reason, timed
@@ -86,12 +85,6 @@ def _align_chunk_limit(frame_shape, device):
     if p is not None and p.default is None:
         return auto_chunk_frames(frame_shape, "cpu" if device == "cpu" else "gpu")
     return p.default if p is not None and isinstance(p.default, int) else None
-
-
-def _gpu(device_id):
-    import cupy
-
-    return cupy.cuda.Device(device_id)
 
 
 def warm_align(path, n, kwargs) -> str:
@@ -197,10 +190,9 @@ def skimage_row(path, n, frame_bytes, truth, echo=print, repeat=1) -> dict:
                             truth, repeat), echo)
 
 
-def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> list:
+def run(stack, path, *, max_memory=None, echo=print, repeat=1) -> list:
     """Time every row on the written file ``path`` of ``stack`` (``repeat`` times each, the
-    median reported); print progress lines.  With ``gpus``, also the parallel read and the
-    unbounded run over those GPUs (:func:`multi_gpu_lines`).
+    median reported); print progress lines.
 
     Returns
     -------
@@ -220,28 +212,6 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> lis
                                      lambda: np.asarray(align(path, **kw).shifts), truth,
                                      repeat), echo))
         free_gpu_memory()
-    if gpus:
-        read_name, multi_name = gpu_rows_names(gpus)
-        few = min(WARMUP_FRAMES * len(gpus), n)
-        rows.append(_report(_measure(read_name, "read_multi", n, frame_bytes,
-                                     lambda: read_memmap_parallel(path, len(gpus)) and None,
-                                     lambda: read_memmap_parallel(path, len(gpus)),
-                                     repeat=repeat), echo))
-        kw = _align_kwargs({"max_shift": None, "gpus": list(gpus)}, max_memory)
-
-        def warm_multi():
-            for g in gpus:  # free every GPU's pool, then one untimed pass
-                with _gpu(g):
-                    free_gpu_memory()
-            align(path, **kw)
-            return "one untimed pass over the whole file"
-
-        rows.append(_report(_measure(multi_name, "xcorr", n, frame_bytes, warm_multi,
-                                     lambda: np.asarray(align(path, **kw).shifts), truth,
-                                     repeat), echo))
-        for g in gpus:
-            with _gpu(g):
-                free_gpu_memory()
     few = min(WARMUP_FRAMES, n)
 
     def warm_loop():
@@ -252,22 +222,20 @@ def run(stack, path, *, max_memory=None, echo=print, repeat=1, gpus=None) -> lis
                                  lambda: cupy_pair_loop(path), truth, repeat), echo))
     free_gpu_memory()
     rows.append(skimage_row(path, n, frame_bytes, truth, echo, repeat))
-    rows.extend(oneshot_rows(path, n, frame_bytes, truth, echo, gpus))
+    rows.extend(oneshot_rows(path, n, frame_bytes, truth, echo))
     return summarise(rows)
 
 
-def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
+def oneshot_rows(path, n, frame_bytes, truth, echo=print) -> list:
     """One-shot ``xcorr align PATH --no-aligned -q`` processes, as a user runs them: unbounded
     and ``--max-shift 16``, each with cold caches (empty CuPy kernel and xcorr tuning caches)
-    then warm (the caches the cold run left); with ``gpus`` also ``--gpus``, and ``--workers
-    2`` where Dask is installed (warm only).  The whole process is timed: start, imports,
+    then warm (the caches the cold run left); and ``--workers 2`` where Dask is installed (warm
+    only; several GPUs: :mod:`._align_gpus`).  The whole process is timed: start, imports,
     planning, compiling, reading, measuring and writing the shifts, the CSV/JSON and the plot."""
     from ._oneshot import Caches, run_process, xcorr_argv
 
     configs = [("", []), (f" --max-shift {MAX_SHIFT}", ["--max-shift", MAX_SHIFT])]
     extra = []
-    if gpus:
-        extra.append((f" --gpus {','.join(map(str, gpus))}", ["--gpus", ",".join(map(str, gpus))]))
     if importlib.util.find_spec("distributed") is not None:
         extra.append((" --workers 2", ["--workers", 2]))
     caches, rows = Caches(), []
@@ -293,7 +261,7 @@ def oneshot_rows(path, n, frame_bytes, truth, echo=print, gpus=None) -> list:
 
 
 def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_path=None,
-         force=False, echo=print, max_memory=None, repeat=1, seed=0, gpus=None,
+         force=False, echo=print, max_memory=None, repeat=1, seed=0,
          device="gpu", patches=None) -> int:
     """What ``xcorr bench align`` does: check the options, write the stack, run, report.
 
@@ -321,9 +289,6 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         Timed runs of every row (after one warm-up); the table gives the median.
     seed : int
         Seeds the scene, the drift and the noise.
-    gpus : str or sequence of int, optional
-        Also time the unbounded run shared out over these GPUs (``"0,1"``, ``"all"``) and a
-        read by as many threads.
     device : {"gpu", "cpu"}
         ``"cpu"``: the CPU benchmark of :mod:`xcorr_app.bench._align_cpu` instead (default
         300 frames of 1024x1024; ``--quick`` 24 of 256x256).
@@ -348,7 +313,7 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     from .._cuda import device_name
 
     if patches is not None:
-        if device != "gpu" or gpus is not None or max_memory is not None or keep \
+        if device != "gpu" or max_memory is not None or keep \
                 or workdir is not None:
             raise InputError("--patches times the GPU in process: it takes --quick, --frames, "
                              "--size, --repeat and --json only")
@@ -359,8 +324,6 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
     cpu = device == "cpu"
     if device not in ("gpu", "cpu"):
         raise InputError(f"--device must be gpu or cpu, got {device!r}")
-    if cpu and gpus is not None:
-        raise InputError("--gpus needs --device gpu")
     shape = (CPU_QUICK_SHAPE if quick else CPU_SHAPE) if cpu else \
         (QUICK_SHAPE if quick else DEFAULT_SHAPE)
     h, w = shape[1:] if size is None else parse_size(size)
@@ -374,10 +337,6 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
                          f"{MAX_DRIFT:g} px), got {h}x{w}")
     if not cpu and not backend.gpu_available():
         raise XcorrError(f"xcorr bench align needs a GPU: {backend.gpu_unavailable_reason()}")
-    if gpus is not None:
-        from ..streaming import parse_gpus
-
-        gpus = parse_gpus(gpus)
     if json_path is not None:
         prepare_outputs([json_path], force)
     folder = work_folder(workdir, n * h * w * 2, "align")
@@ -396,14 +355,13 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         for line in header:
             echo(line)
         echo("measuring:")
-        rows = run(stack, path, max_memory=max_memory, echo=echo, repeat=int(repeat),
-                   gpus=gpus)
+        rows = run(stack, path, max_memory=max_memory, echo=echo, repeat=int(repeat))
         device = device_name()
         for r in rows:
             r["device"] = device
         echo("")
         echo(format_table(rows))
-        targets = target_lines(rows) + (multi_gpu_lines(rows, gpus) if gpus else [])
+        targets = target_lines(rows)
         for line in targets:
             echo(line)
         if keep:

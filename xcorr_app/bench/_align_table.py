@@ -29,20 +29,10 @@ LOOP = "per-pair CuPy FFT loop"
 SKIMAGE = "skimage phase_cross_correlation (CPU)"
 #: the rows the issue's targets apply to
 TARGET_ROWS = (ALIGN_BOUNDED, ALIGN_FULL)
-#: ``--gpus``: the unbounded run over several GPUs against one GPU and against parallel reads
-TARGET_MULTI_SPEEDUP = 1.7
-TARGET_MULTI_VS_READ = 0.90
 #: ``align()`` keyword arguments of the three xcorr rows
 ALIGN_ROWS = {ALIGN_BOUNDED: {"max_shift": MAX_SHIFT},
               ALIGN_FULL: {"max_shift": None},
               ALIGN_NO_VERIFY: {"max_shift": MAX_SHIFT, "verify": False}}
-
-
-def gpu_rows_names(gpus):
-    """Names of the ``--gpus`` rows: the parallel read and the unbounded run."""
-    label = ",".join(map(str, gpus))
-    return (f"tifffile.memmap, {len(gpus)} readers in threads",
-            f"{ALIGN_FULL} --gpus {label}")
 
 
 def make_row(name, kind, frames, frame_bytes, seconds, shifts=None, truth=None, note="",
@@ -127,31 +117,6 @@ def format_table(rows, header=()) -> str:
     | per-pair CuPy FFT loop | 10 | 5.000 | 2.0 | 0.00 | 20% | 1.0x | n/a | - |  |
     """
     return "\n".join(list(header) + [table_header()] + [format_row(r) for r in rows])
-
-
-def multi_gpu_lines(rows, gpus) -> list:
-    """The ``--gpus`` target: the unbounded run on ``gpus`` at least
-    :data:`TARGET_MULTI_SPEEDUP` times one GPU's, or, where reading is the limit, within 10% of
-    the plain read by as many reader threads.
-
-    >>> rows = [make_row(ALIGN_FULL, "xcorr", 10, 100, 2.0),
-    ...         make_row("tifffile.memmap, 2 readers in threads", "read_multi", 10, 100, 0.9),
-    ...         make_row(f"{ALIGN_FULL} --gpus 0,1", "xcorr", 10, 100, 1.0)]
-    >>> print(multi_gpu_lines(rows, (0, 1))[0])
-    xcorr align (unbounded) --gpus 0,1: 2.00x one GPU (target >= 1.7x: yes); 90% of the 2-reader plain read (target >= 90%: yes)
-    """
-    read_name, multi_name = gpu_rows_names(gpus)
-    by_name = {r["name"]: r for r in rows}
-    one, multi, read = (by_name.get(k, {}).get("fps") for k in (ALIGN_FULL, multi_name,
-                                                                 read_name))
-    if not multi:
-        return []
-    speedup = f"{multi / one:.2f}x one GPU (target >= {TARGET_MULTI_SPEEDUP:g}x: " \
-              f"{'yes' if multi / one >= TARGET_MULTI_SPEEDUP else 'no'})" if one else "n/a"
-    share = f"{100 * multi / read:.0f}% of the {len(gpus)}-reader plain read (target >= " \
-            f"{100 * TARGET_MULTI_VS_READ:.0f}%: " \
-            f"{'yes' if multi / read >= TARGET_MULTI_VS_READ else 'no'})" if read else "n/a"
-    return [f"{multi_name}: {speedup}; {share}"]
 
 
 def target_lines(rows) -> list:

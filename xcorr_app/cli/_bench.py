@@ -109,8 +109,10 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
               help="Time every row this many times and report the median.")
 @json_rows_option()
 @click.option("--gpus", type=GPUS_LIST, default=None,
-              help="Also time the unbounded run shared out over these GPUs, and a read by as "
-                   "many threads.")
+              help="Several GPUs: one-shot xcorr align processes on 1, 2, 4, ... of these GPUs "
+                   "(--gpus, and --workers N with Dask), rigid and --patches (default 8x8), "
+                   "against one GPU and a read by as many threads; 4096 frames of 2048x2048 "
+                   "(32 GiB) by default.")
 @click.option("--device", type=click.Choice(["gpu", "cpu"]), default="gpu", show_default=True,
               help="cpu: the CPU path against a scikit-image loop (upsample 20), in process "
                    "and as one-shot processes with their peak memory; 300 frames of "
@@ -151,11 +153,25 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     skimage.registration.phase_cross_correlation; prints frames/s, GB/s, the share of the read
     throughput, the ratio to the per-pair loop and the RMS error against the known drift.
     """
+    if gpus is not None:
+        from ..bench import align_gpus_bench
+
+        if quick or floor or formats or volumes or first_runs \
+                or max_memory is not None or device != "gpu":
+            raise click.UsageError("--gpus takes --frames, --size, --patches, --repeat, "
+                                   "--workdir, --keep and --json only")
+        status = align_gpus_bench(gpus, frames=frames, size=size,
+                                  patches=patches if patches is not None else (8, 8),
+                                  repeat=repeat, workdir=workdir, keep=keep,
+                                  json_path=json_path, force=force, echo=click.echo)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
     if first_runs:
         from ..bench import align_first_runs_bench
 
         if quick or keep or floor or formats or volumes or patches is not None \
-                or gpus is not None or max_memory is not None or device != "gpu":
+                or max_memory is not None or device != "gpu":
             raise click.UsageError("--first-runs takes --frames, --size, --repeat, --workdir "
                                    "and --json only")
         status = align_first_runs_bench(frames=frames, size=size, repeat=max(repeat, 3),
@@ -179,7 +195,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     if volumes:
         from ..bench import align_volumes_bench
 
-        if patches is not None or gpus is not None or size is not None \
+        if patches is not None or size is not None \
                 or max_memory is not None or device != "gpu":
             raise click.UsageError("--volumes takes --quick, --frames, --repeat, --workdir and "
                                    "--json only")
@@ -192,7 +208,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     if formats:
         from ..bench import align_formats_bench
 
-        if floor or patches is not None or gpus is not None or max_memory is not None:
+        if floor or patches is not None or max_memory is not None:
             raise click.UsageError("--formats takes --quick, --frames, --size, --repeat, "
                                    "--device, --workdir, --keep and --json only")
         status = align_formats_bench(quick=quick, frames=frames, size=size, workdir=workdir,
@@ -205,7 +221,7 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
 
     status = align_bench(quick=quick, frames=frames, size=size, workdir=workdir, keep=keep,
                               json_path=json_path, force=force, echo=click.echo,
-                              max_memory=max_memory, repeat=repeat, gpus=gpus,
+                              max_memory=max_memory, repeat=repeat,
                               device=device, patches=patches)
     if status:
         raise click.exceptions.Exit(status)
