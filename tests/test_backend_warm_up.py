@@ -274,3 +274,31 @@ def test_the_warm_up_starts_the_driver_beside_cupys_import(fake_gpu, monkeypatch
     release.set()
     backend._warm_up.join(10)
     assert sorted(seen) == ["xcorr-cuda-driver", "xcorr-gpu-warm-up"]
+
+
+@pytest.mark.parametrize("extra, want", [
+    (["--gpus", "0,2"], [[0, 2]]), (["--gpus=3"], [[3]]), (["--gpus", "a,b"], []),
+    (["--gpus", "all"], "large"), ([], [])])
+def test_gpus_named_start_their_contexts_too(monkeypatch, tmp_path, extra, want):
+    """``--gpus`` starts the contexts of the GPUs it names beside the warm-up's; ``all`` only
+    for a file large enough to be shared out (a bad list: the option's own check says so)."""
+    from xcorr_app.cli import _main
+    from xcorr_app.cli._options import SCALE_OUT_MIN_BYTES
+
+    calls = []  # (None: every device)
+    monkeypatch.setattr(backend, "start_cuda_drivers", lambda *a: calls.append(*a or [None]))
+    small = tmp_path / "small.tif"
+    small.write_bytes(b"\0" * 1000)
+    large = tmp_path / "large.tif"
+    with open(large, "wb") as f:  # (sparse: no disk written)
+        f.truncate(SCALE_OUT_MIN_BYTES)
+    for path in (small, large):
+        calls.clear()
+        _main._start_named_gpus(["align", str(path), *extra])
+        expected = want if want != "large" else ([None] if path == large else [])
+        assert calls == expected, (path, extra)
+
+
+def test_start_cuda_drivers_without_a_driver_returns_quietly():
+    backend.start_cuda_drivers([0, 1, 1])  # (threads that find no libcuda here, or start GPU 1)
+    backend.start_cuda_drivers()

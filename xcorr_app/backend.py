@@ -89,6 +89,34 @@ def start_cuda_driver(ordinal: int = 0) -> bool:
         return False
 
 
+def start_cuda_drivers(ordinals=None) -> None:
+    """:func:`start_cuda_driver` for each of ``ordinals`` (None: every device) other than 0
+    (the warm-up's), each in a thread of its own, while the command imports and opens its
+    input: a run on several GPUs then finds their contexts made instead of making them one
+    after the other in its first pass (0.1-0.25 s a GPU, 4x H100 2026-11-26)."""
+
+    def start(ordinal):
+        threading.Thread(target=start_cuda_driver, args=(ordinal,), daemon=True,
+                         name=f"xcorr-cuda-driver-{ordinal}").start()
+
+    def every_device():
+        import ctypes
+
+        try:
+            cuda, count = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
+            if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0:
+                for k in range(1, count.value):
+                    start(k)
+        except (OSError, AttributeError):
+            pass
+
+    if ordinals is None:
+        threading.Thread(target=every_device, name="xcorr-cuda-drivers", daemon=True).start()
+        return
+    for k in dict.fromkeys(int(k) for k in ordinals if int(k) > 0):
+        start(k)
+
+
 def _warm_up_with_fft() -> None:
     """The warm-up's probe, then cuFFT loaded (a failure there is the run's to report)."""
     if _probe_gpu()[0]:

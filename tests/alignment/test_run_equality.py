@@ -182,17 +182,21 @@ def test_cli_workers_on_a_periodic_stack_match_one_process(stacks, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,options,summed", CASES, ids=IDS)
 def test_gpu_paths_give_one_answer(stacks, name, options, summed):
-    """On the GPU: one GPU through ``gpus`` (its ranges on worker threads) and Dask with the
-    GPU, against the API on one GPU (bitwise where the arithmetic is the same; 1e-4 px where
+    """On the GPU: one GPU through ``gpus`` (its ranges on worker threads), every GPU of the
+    machine, and Dask with the GPU, against the API on one GPU (bitwise where the arithmetic is the same; 1e-4 px where
     ranges group the sums otherwise), and the CPU within 1e-3 px."""
     path, stack = stacks[name]
     kw = dict(chunk_frames=CHUNK, **options)
     want = align(path, device="gpu", **kw)
     assert want.settings["device"] == "gpu"
-    got = align(path, gpus=[0], **kw)
-    assert got.settings["executor"] == "gpus"
-    np.testing.assert_allclose(got.shifts, want.shifts, atol=1e-4, err_msg="gpus")
-    assert got.notes == want.notes and _flags(got)["low"] == _flags(want)["low"]
+    import cupy
+
+    # GPU 0 through the executor of several, and every GPU of a machine that has more
+    for gpus in [[0]] + (["all"] if cupy.cuda.runtime.getDeviceCount() > 1 else []):
+        got = align(path, gpus=gpus, **kw)
+        assert got.settings["executor"] == "gpus"
+        np.testing.assert_allclose(got.shifts, want.shifts, atol=1e-4, err_msg=f"gpus={gpus}")
+        assert got.notes == want.notes and _flags(got)["low"] == _flags(want)["low"]
     dask = xdask.align(path, device="gpu", task_frames=TASK_FRAMES, scheduler="threads", **kw)
     np.testing.assert_allclose(dask.shifts, want.shifts, atol=1e-4, err_msg="Dask on the GPU")
     assert dask.notes == want.notes

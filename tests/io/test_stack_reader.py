@@ -413,3 +413,26 @@ def test_source_names_of_an_array_and_a_stashed_source_are_one_list():
             return f"f{i}"
 
     assert StashedSource(Named(), None).source_names() == ["f0", "f1", "f2"]
+
+
+def test_a_range_kept_on_the_device_serves_its_frames_only():
+    """One GPU's range of a ``gpus`` run (frames 4:8 of 10) kept in a stash: a window inside it
+    is filled by the first pass and read from there once complete; a window reaching outside
+    it reads the source (NumPy arrays stand in for the device)."""
+    from xcorr_app.io import ArraySource, FrameRange
+    from xcorr_app.streaming import DeviceStash, StashedSource
+
+    stack = np.arange(10, dtype=np.float32)[:, None, None] * np.ones((10, 2, 3), np.float32)
+    stash = DeviceStash(np.full((4, 2, 3), -1, np.float32), first=4, n=10)
+    src = StashedSource(ArraySource(stack), stash)
+    assert src.stack is stack  # (never the whole stack: the source's)
+    part = FrameRange(src, 4, 8)
+    assert part.stack is not None and part.stash is not None and not part.stash.complete
+    part.stash.rows(0, 4)[...] = stack[4:8]  # the first pass's copies
+    part.stash.mark(0, 4)
+    again = FrameRange(src, 5, 8)
+    assert again.stash.complete and again.stack.base is stash.base
+    np.testing.assert_array_equal(again.stack, stack[5:8])
+    outside = FrameRange(src, 2, 6)
+    assert outside.stash is None and outside.stack[0, 0, 0] == 2
+    assert FrameRange(src, 8, 10).stash is None

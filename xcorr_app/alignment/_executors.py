@@ -106,13 +106,8 @@ class InProcess(Executor):
         self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory,
                                                      free)
         self.fixed_chunk = self.chunk
-        # the passes certain to read the stack again (patches, out, templates, the quality
-        # report) read it from the GPU where it fits; those "auto" may add read it as before
-        again = opts.patches is not None or out is not None or opts.refined \
-            or opts.lucas_kanade == "on" or opts.quality \
-            or (opts.boundary == "circular" and opts.lk_possible)
-        stash = keep_on_gpu(src, xp, free) if again and opts.max_memory is None \
-            and dev == "gpu" and not on_gpu else None
+        stash = keep_on_gpu(src, xp, free) if reads_again(opts, out) and dev == "gpu" \
+            and not on_gpu else None
         self.src = StashedSource(src, stash)
         if opts.max_memory is None and (opts.patches is not None or opts.refined
                                         or opts.lucas_kanade == "on"):
@@ -148,6 +143,16 @@ class InProcess(Executor):
         fill_out(res, out, kept, self.device)
 
 
+def reads_again(opts, out) -> bool:
+    """Whether a run's passes are certain to read the stack again (patches, ``out``,
+    templates, the quality report): then the first pass keeps it on the GPU where it fits
+    (those "auto" may add read it as before); not under a ``max_memory`` budget."""
+    return opts.max_memory is None and (
+        opts.patches is not None or out is not None or opts.refined
+        or opts.lucas_kanade == "on" or opts.quality
+        or (opts.boundary == "circular" and opts.lk_possible))
+
+
 def _prebuild_later_stages(opts, src, plan):
     """The later stages' kernels built by helper processes while this one starts (none where
     the kernels ship built: :func:`~._prebuild.helper_stages`)."""
@@ -164,7 +169,9 @@ def _prebuild_later_stages(opts, src, plan):
 class OnGpus(Executor):
     """One contiguous range of frames per GPU of this host, each on a worker thread with its
     own reader (file handle, read-ahead, pinned buffers) and CUDA streams; the pipeline's own
-    steps (reference, templates, the few frames' tests) run on the first GPU."""
+    steps (reference, templates, the few frames' tests) run on the first GPU.  Where the run
+    reads the stack again (:func:`reads_again`), each GPU keeps its range, where it fits,
+    from the first pass on (as one GPU keeps the stack)."""
 
     name = "gpus"
     remote = True
@@ -173,6 +180,7 @@ class OnGpus(Executor):
         super().__init__()
         self.spec = gpus
         self._lock = threading.Lock()
+        self._stashes = {}  # range k -> its DeviceStash on GPU k, or None (does not fit)
 
     @contextlib.contextmanager
     def open(self, stack_or_path, opts):
@@ -198,6 +206,7 @@ class OnGpus(Executor):
         budget = opts.max_memory
         self.budget_per_range = None if budget is None else max(1, budget // len(self.ids))
         chunk = opts.chunk_frames or DEFAULT_CHUNK
+        self.keep = reads_again(opts, out)
         self.chunk, bands = Measurer.memory_plan(opts, src, cupy, chunk, self.budget_per_range)
         self.plan = bands if bands is not None else shared_plan(
             opts, cupy, src.frame_shape, min(self.chunk, src.n_frames),
@@ -222,9 +231,18 @@ class OnGpus(Executor):
             import cupy
 
             with own as frames:
-                return fn(frames, cupy, *ranges[k], tick)
+                if k not in self._stashes:  # (range k is only ever on GPU k's thread)
+                    self._stashes[k] = keep_on_gpu(frames, cupy, None, *self.ranges[k]) \
+                        if self.keep else None
+                stash = self._stashes[k]
+                return fn(frames if stash is None else StashedSource(frames, stash), cupy,
+                          *ranges[k], tick)
 
         return run_on_gpus(self.ids[:len(ranges)], work)
+
+    def finish(self):
+        self._stashes.clear()  # (their memory back to each GPU's pool)
+        super().finish()
 
     def settings(self) -> dict:
         return {**super().settings(), "gpus": list(self.ids)}

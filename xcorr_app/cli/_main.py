@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import signal
 import sys
 import warnings
@@ -226,19 +227,50 @@ def _warm_up_early(args):
             and backend.small_job_file(args[1]):
         backend.hold_gpu_warm_up()
         return
-    backend.start_gpu_warm_up(fft=args[0] == "align")
+    if backend.start_gpu_warm_up(fft=args[0] == "align"):
+        _start_named_gpus(args)
+
+
+def _start_named_gpus(args):
+    """``--gpus``: the contexts of the GPUs it names started too (``all``: where the file is
+    large enough for ``align`` to use them all: :data:`~._options.SCALE_OUT_MIN_BYTES`)."""
+    from .. import backend
+    from ._options import SCALE_OUT_MIN_BYTES
+
+    spec = _value_of("--gpus", args)
+    if spec is None:
+        return
+    if spec.strip() == "all":
+        try:
+            small = args[0] == "align" and os.path.getsize(args[1]) < SCALE_OUT_MIN_BYTES
+        except (OSError, IndexError, TypeError, ValueError):
+            small = True  # (a folder or a store: its size is not told so cheaply)
+        if not small:
+            backend.start_cuda_drivers()
+        return
+    try:
+        backend.start_cuda_drivers([int(t) for t in spec.split(",") if t.strip()])
+    except ValueError:  # (the option's own check says what is wrong)
+        pass
+
+
+def _value_of(option, args):
+    """The value of ``option`` in the arguments (the last one given, as click takes it), or
+    None."""
+    value = None
+    for a, b in zip(args, [*args[1:], None]):
+        if a == option:
+            value = b
+        elif a.startswith(option + "="):
+            value = a.partition("=")[2]
+    return value
 
 
 def _device_asked(args) -> str:
     """``--device``'s value in the arguments (the last one given, as click takes it), or
     ``"auto"``."""
-    asked = "auto"
-    for a, b in zip(args, [*args[1:], ""]):
-        if a == "--device":
-            asked = b
-        elif a.startswith("--device="):
-            asked = a.partition("=")[2]
-    return asked
+    asked = _value_of("--device", args)
+    return "auto" if asked is None else asked
 
 
 @click.group(cls=XcorrGroup, context_settings={"help_option_names": ["-h", "--help"]})

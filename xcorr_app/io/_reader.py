@@ -381,6 +381,9 @@ class FrameRange:
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
         stash = getattr(src, "stash", None)  # (a stack kept on the GPU: streaming/_stash.py)
         self.stash = None if stash is None else stash.window(start, stop)
+        # (kept there: the whole stack, or one GPU's range of a gpus run)
+        if self.stash is not None and self.stash.complete:
+            self.stack = self.stash.frames
 
     def source_name(self, i):
         return self.src.source_name(self.start + i)

@@ -18,6 +18,12 @@ Examples
 (4, (2, 3), True, False)
 >>> src.stash.mark(0, 4); int(src.stack.sum())  # complete: the stash's frames
 24
+
+One GPU's range of a stack (frames 4:8 of 10), a window of it, and one beyond it:
+
+>>> part = DeviceStash(np.zeros((4, 2, 3)), first=4, n=10)
+>>> w = part.window(5, 7); w.mark(0, 2); w.complete, part.complete, part.window(6, 9)
+(True, False, None)
 """
 
 from __future__ import annotations
@@ -40,50 +46,65 @@ def stash_fits(n_frames, frame_shape, dtype, device_free) -> bool:
     return device_free is not None and need <= STASH_SHARE * device_free
 
 
-def keep_on_gpu(src, xp, device_free=None):
-    """A :class:`DeviceStash` for every frame of ``src`` on ``xp``'s current device where the
-    stack fits (:func:`stash_fits`) in ``device_free`` bytes (else asked now), else None
-    (NumPy: None)."""
+def keep_on_gpu(src, xp, device_free=None, start=0, stop=None):
+    """A :class:`DeviceStash` for frames ``start:stop`` (default: every frame) of ``src`` on
+    ``xp``'s current device where they fit (:func:`stash_fits`) in ``device_free`` bytes (else
+    asked now), else None (NumPy: None)."""
     if xp is np:
         return None
+    stop = src.n_frames if stop is None else stop
     if device_free is None:
         device_free = backend.device_free_bytes(xp)
-    if not stash_fits(src.n_frames, src.frame_shape, src.dtype, device_free):
+    if not stash_fits(stop - start, src.frame_shape, src.dtype, device_free):
         return None
-    return DeviceStash.allocate(src.n_frames, src.frame_shape, src.dtype)
+    return DeviceStash.allocate(stop - start, src.frame_shape, src.dtype, first=start,
+                                stack_frames=src.n_frames)
 
 
 class DeviceStash:
-    """Rows ``offset:offset + n`` of one device array ``frames`` ``(N, H, W)`` and which of
-    the whole array's frames hold their pixels (``filled``, shared by every window)."""
+    """Frames ``offset:offset + n`` of a stack (a window) kept in one device array ``frames``
+    whose rows hold frames ``first:first + len(frames)`` (``first`` > 0: one range of the stack,
+    as each GPU of a ``gpus`` run keeps its own), and which of those rows hold their pixels
+    (``filled``, shared by every window)."""
 
-    def __init__(self, frames, filled=None, offset=0, n=None):
-        self.base, self.offset = frames, int(offset)
-        self.n = len(frames) - self.offset if n is None else int(n)
+    def __init__(self, frames, filled=None, offset=0, n=None, first=0):
+        self.base, self.offset, self.first = frames, int(offset), int(first)
+        self.n = len(frames) + self.first - self.offset if n is None else int(n)
         self.filled = np.zeros(len(frames), bool) if filled is None else filled
 
     @classmethod
-    def allocate(cls, n_frames, frame_shape, dtype):
-        """A stash of the current device (from CuPy's memory pool, as every array of a run)."""
+    def allocate(cls, n_frames, frame_shape, dtype, first=0, stack_frames=None):
+        """A stash of the current device (from CuPy's memory pool, as every array of a run)
+        for frames ``first:first + n_frames`` of a stack of ``stack_frames`` (default: those
+        frames alone)."""
         import cupy
 
-        return cls(cupy.empty((int(n_frames), *map(int, frame_shape)), dtype))
+        return cls(cupy.empty((int(n_frames), *map(int, frame_shape)), dtype), first=first,
+                   n=stack_frames)
 
     def window(self, start, stop):
-        """Frames ``start:stop`` of this window, as a window."""
-        return DeviceStash(self.base, self.filled, self.offset + start, stop - start)
+        """Frames ``start:stop`` of this window, as a window; None where some of them are not
+        among the rows kept."""
+        a = self.offset + start - self.first
+        if a < 0 or a + (stop - start) > len(self.base):
+            return None
+        return DeviceStash(self.base, self.filled, self.offset + start, stop - start, self.first)
+
+    def _row(self, start):
+        return self.offset + start - self.first
 
     def rows(self, start, stop):
         """The device rows of frames ``start:stop`` (to be filled, or read once filled)."""
-        return self.base[self.offset + start:self.offset + stop]
+        return self.base[self._row(start):self._row(stop)]
 
     def mark(self, start, stop):
         """Frames ``start:stop`` hold their pixels (their copies have ended)."""
-        self.filled[self.offset + start:self.offset + stop] = True
+        self.filled[self._row(start):self._row(stop)] = True
 
     @property
     def complete(self) -> bool:
-        return bool(self.filled[self.offset:self.offset + self.n].all())
+        a = self._row(0)
+        return 0 <= a and a + self.n <= len(self.base) and bool(self.filled[a:a + self.n].all())
 
     @property
     def frames(self):
