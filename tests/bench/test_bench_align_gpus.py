@@ -9,6 +9,7 @@ import pytest
 
 from cli_helpers import assert_clean_error, xcorr
 from xcorr_app import backend, streaming
+from xcorr_app.errors import InputError
 from xcorr_app.bench import _align_gpus as ag
 from xcorr_app.bench._oneshot import OneShot
 
@@ -144,7 +145,7 @@ def test_cli_refusals_are_one_line():
     assert r.returncode == 2
     assert_clean_error(r, "--gpus takes --frames, --size, --patches, --repeat, --workdir, "
                           "--keep and --json only")
-    with pytest.raises(ag.InputError, match="--repeat at least 1"):
+    with pytest.raises(InputError, match="--repeat at least 1"):
         ag.main(repeat=0)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import XcorrError
+from ..errors import InputError, XcorrError
 
 __all__ = ["MAX_DRIFT", "MIN_SIDE", "SyntheticStack", "drift_walk", "make_scene",
            "default_workers", "rms_error", "check_disk_space", "work_folder", "filesystem_of", "field_at",
@@ -167,6 +167,25 @@ class SyntheticStack:
                     w.write(pending.result())
                 pending = nxt
             w.write(pending.result())
+
+
+def stack_shape(default, frames=None, size=None, repeat=1) -> tuple:
+    """``(frames, height, width)`` of a benchmark's stack: ``default`` with ``--frames`` and
+    ``--size`` (``"H"`` or ``"HxW"``) given, checked with ``--repeat`` (an InputError).
+
+    >>> stack_shape((64, 2048, 2048), size="512x256")
+    (64, 512, 256)
+    """
+    from ._common import parse_size
+
+    n, h, w = default
+    n = n if frames is None else int(frames)
+    h, w = (h, w) if size is None else parse_size(size)
+    if n < 2 or int(repeat) < 1 or min(h, w) < MIN_SIDE:
+        raise InputError(f"--frames must be at least 2, --repeat at least 1 and --size at least "
+                         f"{MIN_SIDE} px per side (the drift is up to {MAX_DRIFT:g} px); got "
+                         f"{n}, {repeat} and {h}x{w}")
+    return n, h, w
 
 
 def default_workers() -> int:

@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 from ..errors import InputError, XcorrError
-from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, default_workers, work_folder
-from ._common import parse_size, utc_now, versions_line
+from ._align_data import SyntheticStack, default_workers, stack_shape, work_folder
+from ._common import utc_now, versions_line
 from ._oneshot import Caches, bytecode_line, python_argv, run_process, xcorr_argv
 
 __all__ = ["TARGET_VS_START", "DEFAULT_STACK", "sample_path", "main"]
@@ -104,13 +104,7 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
     from .._cuda import device_name
     from ..io import prepare_outputs, write_text
 
-    n, h, w = DEFAULT_STACK
-    n = n if frames is None else int(frames)
-    h, w = (h, w) if size is None else parse_size(size)
-    if n < 2 or int(repeat) < 1 or min(h, w) < MIN_SIDE:
-        raise InputError(f"--frames must be at least 2, --repeat at least 1 and --size at least "
-                         f"{MIN_SIDE} px per side (the drift is up to {MAX_DRIFT:g} px); got "
-                         f"{n}, {repeat} and {h}x{w}")
+    n, h, w = stack_shape(DEFAULT_STACK, frames, size, repeat)
     sample = Path(sample) if sample is not None else sample_path()
     if not sample.is_file():
         raise InputError(f"the cell sample {sample} is not there: run from a checkout "

@@ -34,11 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, XcorrError
-from ._align_data import MAX_DRIFT, MIN_SIDE, SyntheticStack, default_workers, rms_error, \
-    work_folder
+from ..errors import XcorrError
+from ._align_data import SyntheticStack, default_workers, rms_error, stack_shape, work_folder
 from ._align_peers import read_memmap_parallel
-from ._common import parse_size, timed, utc_now, versions_line
+from ._common import timed, utc_now, versions_line
 from ._oneshot import Caches, bytecode_line, run_process, xcorr_argv
 
 __all__ = ["DEFAULT_STACK", "TARGET_SPEEDUP", "TARGET_DASK", "EQUAL_PX", "gpu_counts",
@@ -251,13 +250,7 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
     from ..io import prepare_outputs, write_text
     from ..streaming import parse_gpus
 
-    n, h, w = DEFAULT_STACK
-    n = n if frames is None else int(frames)
-    h, w = (h, w) if size is None else parse_size(size)
-    if n < 2 or int(repeat) < 1 or min(h, w) < MIN_SIDE:
-        raise InputError(f"--frames must be at least 2, --repeat at least 1 and --size at least "
-                         f"{MIN_SIDE} px per side (the drift is up to {MAX_DRIFT:g} px); got "
-                         f"{n}, {repeat} and {h}x{w}")
+    n, h, w = stack_shape(DEFAULT_STACK, frames, size, repeat)
     if not backend.gpu_available():
         raise XcorrError("xcorr bench align --gpus needs a GPU: "
                          f"{backend.gpu_unavailable_reason()}")
