@@ -23,14 +23,13 @@ DIR] [--json FILE]``.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 from ..errors import InputError, XcorrError
 from ._align_data import SyntheticStack, default_workers, stack_shape, work_folder
-from ._common import utc_now, versions_line
+from ._common import report, utc_now, versions_line
 from ._oneshot import Caches, bytecode_line, python_argv, run_process, xcorr_argv
 
 __all__ = ["TARGET_VS_START", "DEFAULT_STACK", "sample_path", "main"]
@@ -102,7 +101,7 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
     """
     from .. import backend
     from .._cuda import device_name
-    from ..io import prepare_outputs, write_text
+    from ..io import prepare_outputs
 
     n, h, w = stack_shape(DEFAULT_STACK, frames, size, repeat)
     sample = Path(sample) if sample is not None else sample_path()
@@ -160,13 +159,8 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
     finally:
         caches.close()
         shutil.rmtree(folder, ignore_errors=True)
-    table, targets = _table(rows), _targets(rows)
-    echo("")
-    for line in table + [""] + targets:
-        echo(line)
-    if json_path is not None:
-        write_text(json_path, json.dumps({"header": header, "stack": [n, h, w], "rows": rows,
-                                          "targets": targets}, indent=1))
+    report(echo, *(_table(rows), _targets(rows)), json_path,
+           {"header": header, "stack": [n, h, w], "rows": rows})
     return 1 if any(r["error"] for r in rows) else 0
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import XcorrError
 from ._align_data import SyntheticStack, default_workers, rms_error, stack_shape, work_folder
 from ._align_peers import read_memmap_parallel
-from ._common import timed, utc_now, versions_line
+from ._common import report, timed, utc_now, versions_line
 from ._oneshot import Caches, bytecode_line, run_process, xcorr_argv
 
 __all__ = ["DEFAULT_STACK", "TARGET_SPEEDUP", "TARGET_DASK", "EQUAL_PX", "gpu_counts",
@@ -247,7 +247,7 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
     """
     from .. import backend
     from .._cuda import device_name
-    from ..io import prepare_outputs, write_text
+    from ..io import prepare_outputs
     from ..streaming import parse_gpus
 
     n, h, w = stack_shape(DEFAULT_STACK, frames, size, repeat)
@@ -325,11 +325,6 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
             echo(f"stack kept: {kept}")
         shutil.rmtree(folder, ignore_errors=True)
     summarise(rows)
-    table, targets = format_table(rows), target_lines(rows)
-    echo("")
-    for line in table + [""] + targets:
-        echo(line)
-    if json_path is not None:
-        write_text(json_path, json.dumps({"header": header, "stack": [n, h, w], "rows": rows,
-                                          "targets": targets}, indent=1))
+    report(echo, *(format_table(rows), target_lines(rows)), json_path,
+           {"header": header, "stack": [n, h, w], "rows": rows})
     return 1 if any(r["status"] in ("ERROR", "DIFFERS") for r in rows) else 0

@@ -190,3 +190,17 @@ def parse_size(text, min_side=1) -> tuple:
     if len(parts) not in (1, 2) or min(parts) < min_side:
         raise InputError(f"--size takes H or HxW (integers >= {min_side}), got {text!r}")
     return (parts[0], parts[-1])
+
+
+def report(echo, table, targets, json_path=None, doc=None) -> None:
+    """Print a benchmark's ``table`` and ``targets`` lines (after a blank line); with
+    ``json_path``, write ``doc`` (with the targets) there as JSON."""
+    import json
+
+    from ..io import write_text
+
+    echo("")
+    for line in [*table, "", *targets]:
+        echo(line)
+    if json_path is not None:
+        write_text(json_path, json.dumps({**(doc or {}), "targets": targets}, indent=1))
