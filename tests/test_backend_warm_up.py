@@ -98,7 +98,8 @@ def _small_and_large(tmp_path):
 @pytest.mark.parametrize("which, extra, started", [
     ("small", [], False), ("small", ["--device", "auto"], False), ("small", ["--device=auto"], False),
     ("small", ["--device", "gpu"], True), ("small", ["--device=gpu"], True),
-    ("small", ["--volumes"], True), ("small", ["--gpus", "0"], True), ("large", [], True),
+    ("small", ["--volumes"], True), ("small", ["--gpus", "0"], True), ("small", ["--gpus=0,1"], True),
+    ("large", [], True),
     ("small", ["--device", "gpu", "--device", "auto"], False),  # (click: the last one)
     ("small", ["--device", "auto", "--device=gpu"], True)])
 def test_align_of_a_small_file_under_auto_starts_none(fake_gpu, monkeypatch, tmp_path, which,
@@ -283,7 +284,7 @@ def test_gpus_named_start_their_contexts_too(monkeypatch, tmp_path, extra, want)
     """``--gpus`` starts the contexts of the GPUs it names beside the warm-up's; ``all`` only
     for a file large enough to be shared out (a bad list: the option's own check says so)."""
     from xcorr_app.cli import _main
-    from xcorr_app.cli._options import SCALE_OUT_MIN_BYTES
+    from xcorr_app.streaming import SCALE_OUT_MIN_BYTES
 
     calls = []  # (None: every device)
     monkeypatch.setattr(backend, "start_cuda_drivers", lambda *a: calls.append(*a or [None]))
@@ -299,6 +300,13 @@ def test_gpus_named_start_their_contexts_too(monkeypatch, tmp_path, extra, want)
         assert calls == expected, (path, extra)
 
 
-def test_start_cuda_drivers_without_a_driver_returns_quietly():
-    backend.start_cuda_drivers([0, 1, 1])  # (threads that find no libcuda here, or start GPU 1)
-    backend.start_cuda_drivers()
+def test_start_cuda_drivers_starts_each_named_gpu_but_0_once(monkeypatch):
+    import threading
+
+    seen = []
+    monkeypatch.setattr(backend, "start_cuda_driver", seen.append)
+    backend.start_cuda_drivers([0, 2, 2, 1])
+    for t in threading.enumerate():
+        if t.name.startswith("xcorr-cuda-driver-"):
+            t.join(5)
+    assert sorted(seen) == [1, 2]

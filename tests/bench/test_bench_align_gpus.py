@@ -21,13 +21,26 @@ def test_runs_cover_every_count_kind_and_executor():
                          "xcorr align --gpus 0,1", "xcorr align --gpus all"]
     assert names[4:6] == ["xcorr align --workers 2", "xcorr align --workers 4"]
     assert names[6] == "xcorr align --patches 8x8 (one GPU)" and len(runs) == 12
-    assert runs[3][1:] == ("rigid", 4, ["--gpus", "all"])
-    assert runs[6][3] == ["--patches", "8x8", "--device", "gpu"]
-    # GPUs named out of order or not from 0: a list, never "all"
-    assert ag.runs_of((2, 3), (4, 4), dask=False)[2][3] == ["--gpus", "2,3"]
+    assert runs[3][1:] == ("rigid", 4, ["--gpus", "all"], None)
+    assert runs[6][3:] == (["--patches", "8x8", "--device", "gpu"], (0,))
+    assert runs[5][4] == (0, 1, 2, 3)  # (Dask's workers shown the GPUs named)
+    # GPUs named out of order or not from 0: a list, never "all"; one GPU: the first named
+    named = ag.runs_of((2, 3), (4, 4), dask=False)
+    assert named[2][3] == ["--gpus", "2,3"] and named[0][4] == (2,)
+    # a stack below 16 GiB: every GPU named (all would run on one), no Dask runs
+    small = ag.runs_of((0, 1, 2, 3), (8, 8), shared=False)
+    assert [r[0] for r in small][3] == "xcorr align --gpus 0,1,2,3" and len(small) == 8
     assert [r[0] for r in ag.runs_of((0,), (4, 4), dask=False)] == [
         "xcorr align (one GPU)", "xcorr align --gpus 0",
         "xcorr align --patches 4x4 (one GPU)", "xcorr align --patches 4x4 --gpus 0"]
+
+
+def test_each_process_is_shown_the_gpus_it_uses(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert ag._shown({"A": "1"}, None) == {"A": "1"}
+    assert ag._shown({}, (2, 3)) == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4, 6,7")  # (this process's own numbering)
+    assert ag._shown({}, (1, 2)) == {"CUDA_VISIBLE_DEVICES": "6,7"}
 
 
 def test_largest_difference_counts_nan_on_one_side_only():
@@ -73,15 +86,20 @@ def test_targets_and_table():
     assert table[-1] == "| bad | 2 | failed |  |  |  |  |  | ERROR |"
 
 
+class _Calls(list):
+    """The processes' command lines (and ``envs``, their environments)."""
+
+
 @pytest.fixture
 def stand_in(monkeypatch):
     """Two "GPUs" whose ``xcorr align`` processes write the true shifts (the ``--gpus 0,1``
     patch run a little off) and a motion field; the reads are real."""
-    calls = []
+    calls, envs = _Calls(), []
 
     def fake_run(argv, env=None, out=None):
         argv = list(map(str, argv))
         calls.append(argv)
+        envs.append(env)
         folder = Path(argv[argv.index("--out") + 1])
         folder.mkdir(parents=True, exist_ok=True)
         n = 12 if "warm.tif" not in argv[argv.index("align") + 1] else 6
@@ -100,6 +118,9 @@ def stand_in(monkeypatch):
     monkeypatch.setattr(ag, "run_process", fake_run)
     monkeypatch.setattr(ag.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(ag, "WARM_FRAMES", 6)
+    monkeypatch.setattr(ag, "SCALE_OUT_MIN_BYTES", 0)  # (the stack counts as large)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    calls.envs = envs
     return calls
 
 
@@ -112,6 +133,9 @@ def test_the_whole_flow_with_stand_in_processes(stand_in, tmp_path):
     timed = [c for c in stand_in if c not in warm]
     assert len(warm) == 6 and len(timed) == 2 * 6  # 6 runs (no Dask), each timed twice
     assert all("--no-aligned" in c and "--force" in c for c in stand_in)
+    shown = {tuple(c[c.index("-q") + 1:]): e.get("CUDA_VISIBLE_DEVICES")
+             for c, e in zip(stand_in, stand_in.envs)}
+    assert shown[("--device", "gpu")] == "0" and shown[("--gpus", "all")] is None
     doc = json.loads((tmp_path / "rows.json").read_text())
     by = {r["name"]: r for r in doc["rows"]}
     assert by["tifffile.memmap, 2 reader threads"]["seconds"] > 0

@@ -2,7 +2,8 @@
 
 import pytest
 
-from xcorr_app.cli._options import SCALE_OUT_MIN_BYTES, one_gpu_instead
+from xcorr_app.cli._options import one_gpu_instead
+from xcorr_app.streaming import SCALE_OUT_MIN_BYTES
 
 from cli_helpers import xcorr
 

@@ -206,7 +206,7 @@ class OnGpus(Executor):
         budget = opts.max_memory
         self.budget_per_range = None if budget is None else max(1, budget // len(self.ids))
         chunk = opts.chunk_frames or DEFAULT_CHUNK
-        self.keep = reads_again(opts, out)
+        self.keep = reads_again(opts, None)  # (its fill_out reads the file, not the ranges)
         self.chunk, bands = Measurer.memory_plan(opts, src, cupy, chunk, self.budget_per_range)
         self.plan = bands if bands is not None else shared_plan(
             opts, cupy, src.frame_shape, min(self.chunk, src.n_frames),

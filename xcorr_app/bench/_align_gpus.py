@@ -10,11 +10,15 @@ first on the stack's first :data:`WARM_FRAMES` frames):
 
 * **read**: ``tifffile.memmap`` copied out by ``k`` threads, each its own contiguous range (in
   this process, :func:`~._align_peers.read_memmap_parallel`): what ``k`` readers can get;
-* **rigid**: ``xcorr align STACK --device gpu`` on one GPU (``k`` = 1), ``--gpus 0`` (the
-  executor of several GPUs on one), ``--gpus ids[:k]`` (``--gpus all`` for every GPU);
+* **rigid**: ``xcorr align STACK --device gpu`` on one GPU (``k`` = 1, the first named), ``--gpus
+  0`` (the executor of several GPUs on one), ``--gpus ids[:k]`` (``--gpus all`` for every GPU);
 * **patches**: the same with ``--patches GYxGX`` (default 8x8);
-* **Dask**: ``--workers k`` (a local cluster, one worker process per GPU), rigid and patches,
-  for ``k`` >= 2, where ``distributed`` is installed.
+* **Dask**: ``--workers k`` (a local cluster, one worker process per GPU, shown the first ``k``
+  named), rigid and patches, for ``k`` >= 2, where ``distributed`` is installed.
+
+Below :data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES` (16 GiB) ``xcorr align`` runs ``--gpus
+all`` and ``--workers N`` on one GPU: then ``--gpus`` lists the GPUs and no ``--workers`` run is
+timed.
 
 Each row: seconds (the median of ``repeat``), GB/s of the uint16 pixels, the speed-up over the
 one-GPU run of its kind, its share of the ``k``-reader read, the largest difference of its
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import XcorrError
+from ..streaming import SCALE_OUT_MIN_BYTES
 from ._align_data import SyntheticStack, default_workers, rms_error, stack_shape, work_folder
 from ._align_peers import read_memmap_parallel
 from ._common import report, timed, utc_now, versions_line
@@ -70,29 +76,47 @@ def gpu_counts(n) -> list:
     return counts + [n]
 
 
-def runs_of(gpus, grid, dask=True) -> list:
-    """The one-shot runs, in order: ``(name, kind, k, extra argv)`` (``kind``: ``rigid`` or
-    ``patches``; ``k``: the GPUs it uses).
+def runs_of(gpus, grid, dask=True, shared=True) -> list:
+    """The one-shot runs, in order: ``(name, kind, k, extra argv, visible)`` (``kind``:
+    ``rigid`` or ``patches``; ``k``: the GPUs it uses; ``visible``: the GPUs its process is
+    shown, or None: all).  ``shared``: the stack is large enough for ``--gpus all`` and
+    ``--workers N`` to share it out (:data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES`);
+    below, a list names every GPU, and there are no ``--workers`` runs (one GPU's).
 
     >>> [r[0] for r in runs_of((0, 1), (8, 8))][:3]
     ['xcorr align (one GPU)', 'xcorr align --gpus 0', 'xcorr align --gpus all']
-    >>> runs_of((0, 1), (8, 8))[-1]
-    ('xcorr align --patches 8x8 --workers 2', 'patches', 2, ['--patches', '8x8', '--workers', '2'])
+    >>> runs_of((0, 1), (8, 8))[-1][2:]
+    (2, ['--patches', '8x8', '--workers', '2'], (0, 1))
+    >>> [r[0] for r in runs_of((0, 1), (8, 8), shared=False)][2:4]
+    ['xcorr align --gpus 0,1', 'xcorr align --patches 8x8 (one GPU)']
     """
     counts = gpu_counts(len(gpus))
     patches = f"{grid[0]}x{grid[1]}"
     runs = []
     for kind, extra in (("rigid", []), ("patches", ["--patches", patches])):
         label = "xcorr align" + ("" if kind == "rigid" else f" --patches {patches}")
-        runs.append((f"{label} (one GPU)", kind, 1, [*extra, "--device", "gpu"]))
+        # (one GPU and Dask's workers on the GPUs named: worker k takes the k-th it is shown)
+        runs.append((f"{label} (one GPU)", kind, 1, [*extra, "--device", "gpu"],
+                     tuple(gpus[:1])))
         for k in counts:
-            spec = "all" if k == len(gpus) and list(gpus) == list(range(k)) and k > 1 \
-                else ",".join(map(str, gpus[:k]))
-            runs.append((f"{label} --gpus {spec}", kind, k, [*extra, "--gpus", spec]))
-        if dask:
-            runs += [(f"{label} --workers {k}", kind, k, [*extra, "--workers", str(k)])
-                     for k in counts if k >= 2]
+            spec = "all" if shared and k == len(gpus) and list(gpus) == list(range(k)) \
+                and k > 1 else ",".join(map(str, gpus[:k]))
+            runs.append((f"{label} --gpus {spec}", kind, k, [*extra, "--gpus", spec], None))
+        if dask and shared:
+            runs += [(f"{label} --workers {k}", kind, k, [*extra, "--workers", str(k)],
+                      tuple(gpus[:k])) for k in counts if k >= 2]
     return runs
+
+
+def _shown(env, visible):
+    """``env`` with ``CUDA_VISIBLE_DEVICES`` showing only ``visible`` (this process's numbers,
+    through its own ``CUDA_VISIBLE_DEVICES`` where set)."""
+    if visible is None:
+        return env
+    mine = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [n.strip() for n in mine.split(",")] if mine else None
+    return {**env, "CUDA_VISIBLE_DEVICES": ",".join(names[i] if names else str(i)
+                                                    for i in visible)}
 
 
 def _read_result(out):
@@ -259,7 +283,8 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
         prepare_outputs([json_path], force)
     repeat = int(repeat)
     dask = importlib.util.find_spec("distributed") is not None
-    runs = runs_of(ids, tuple(patches), dask)
+    shared = n * h * w * 2 >= SCALE_OUT_MIN_BYTES
+    runs = runs_of(ids, tuple(patches), dask, shared)
     warm_n = min(WARM_FRAMES, n)
     stack = SyntheticStack(n, (h, w), seed=seed)
     folder = work_folder(workdir, stack.nbytes + warm_n * h * w * 2, "gpus")
@@ -270,10 +295,14 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
               f"stack: {n} frames of {h}x{w} uint16 ({stack.nbytes / 2**30:.2f} GiB) in "
               f"{folder}, just written (in the page cache)",
               "one-shot processes (--no-aligned: shifts, the quality report and plots written), "
-              f"wall clock, warm caches (each command ran untimed on the first {warm_n} frames"
+              f"wall clock, warm caches (each command but --workers ran untimed on the first "
+              f"{warm_n} frames"
               f"{'' if not dask else '; --workers runs: their kernels from the same caches'})"
               f"{'' if repeat == 1 else f', the median of {repeat} runs'}"
-              + ("" if dask else "; no --workers rows: distributed is not installed")]
+              + ("" if dask else "; no --workers rows: distributed is not installed")
+              + ("" if shared or not dask else
+                 f"; below {SCALE_OUT_MIN_BYTES // 2**30} GiB: --gpus names each GPU, no "
+                 "--workers rows (xcorr align runs them on one GPU)")]
     for line in header:
         echo(line)
     caches = Caches()
@@ -285,11 +314,11 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
         echo(f"written in {written:.1f} s ({default_workers()} threads); warming up:")
         env = caches.env("warm")
         outs = Path(tempfile.mkdtemp(prefix="out-", dir=folder))
-        for name, _, _, extra in runs:
+        for name, _, _, extra, visible in runs:
             if "--workers" in extra:  # (below 16 GiB it would run on one GPU anyway)
                 continue
             r = run_process(xcorr_argv("align", warm_path, "--out", outs / "warm", "--force",
-                                       "--no-aligned", "-q", *extra), env=env)
+                                       "--no-aligned", "-q", *extra), env=_shown(env, visible))
             if r["returncode"] != 0:
                 raise XcorrError(f"the warm-up of {name} failed: {r['stderr']}")
         echo("measuring:")
@@ -303,13 +332,13 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
             echo(f"  {row['name']}: " + ", ".join(f"{s:.2f}" for s in row["runs"]) + " s")
             rows.append(row)
         ones = {}
-        for j, (name, kind, k, extra) in enumerate(runs):
+        for j, (name, kind, k, extra, visible) in enumerate(runs):
             out = outs / f"o{j}"
             row = {"name": name, "kind": kind, "k": k, "bytes": stack.nbytes, "runs": [],
                    "error": "", "one": "--device" in extra, "dask": "--workers" in extra}
             argv = xcorr_argv("align", path, "--out", out, "--force", "--no-aligned", "-q",
                               *extra)
-            _timed_process(row, argv, env, out, stack.shifts, repeat, echo)
+            _timed_process(row, argv, _shown(env, visible), out, stack.shifts, repeat, echo)
             result = row.pop("result", None)
             if row["one"] and result is not None:
                 ones[kind] = result

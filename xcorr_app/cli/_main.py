@@ -223,7 +223,8 @@ def _warm_up_early(args):
         return
     # device auto runs a small job on the CPU (the path: right after the command, as usual)
     if args[0] == "align" and len(args) > 1 and _device_asked(args) == "auto" \
-            and not {"--volumes", "--gpus", "--workers", "--scheduler"} & set(args) \
+            and not any(a == o or a.startswith(o + "=") for a in args
+                        for o in ("--volumes", "--gpus", "--workers", "--scheduler")) \
             and backend.small_job_file(args[1]):
         backend.hold_gpu_warm_up()
         return
@@ -233,9 +234,10 @@ def _warm_up_early(args):
 
 def _start_named_gpus(args):
     """``--gpus``: the contexts of the GPUs it names started too (``all``: where the file is
-    large enough for ``align`` to use them all: :data:`~._options.SCALE_OUT_MIN_BYTES`)."""
+    large enough for ``align`` to use them all, :data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES`;
+    the path is taken to follow the command, as for :func:`~xcorr_app.backend.small_job_file`)."""
     from .. import backend
-    from ._options import SCALE_OUT_MIN_BYTES
+    from ..streaming import SCALE_OUT_MIN_BYTES
 
     spec = _value_of("--gpus", args)
     if spec is None:

@@ -24,6 +24,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
+from ..streaming import SCALE_OUT_MIN_BYTES
 # the choices of the command line, from their one home each
 from ..alignment import FIELD_RESAMPLE, NORMALIZATIONS, RESAMPLE, SUBPIXEL, WINDOWS
 from ..filters import MODES
@@ -197,10 +198,6 @@ def json_rows_option(what=""):
 
 # ------------------------------------------------------------------------- shared helpers
 
-#: ``align --gpus all`` and ``--workers N`` measure on one GPU in this process below this
-#: stack size, and say so: smaller stacks do not pay for starting more (docs/performance.md).
-#: A list of GPUs (``--gpus 0,1``) is always honoured.
-SCALE_OUT_MIN_BYTES = 16 * 2**30
 
 
 def one_gpu_instead(gpus, workers, stack_bytes):

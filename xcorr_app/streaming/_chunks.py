@@ -108,10 +108,9 @@ class DeviceChunks:
         # a stack being kept on the GPU (streaming/_stash.py): the chunks uploaded into it
         self._stash = getattr(src, "stash", None) if xp is not np and not self._direct else None
         self._prefetch = None
-        # a file's frames copied straight out of its cached pages where it allows (into the
-        # stash where one is kept: with a GPU per range, 2x the pinned ring's first pass on
-        # 4 GPUs, H100 2026-11-26)
-        self._mapped = RegisteredFile.open(src) if xp is not np and not self._direct else None
+        # a file's frames copied straight out of its cached pages where it allows
+        self._mapped = RegisteredFile.open(src) \
+            if xp is not np and not self._direct and self._stash is None else None
         self._copied = []  # (the last copy out of the mapped file on each stream)
         if not self._direct and self._mapped is None:
             if xp is np:
@@ -192,8 +191,6 @@ class DeviceChunks:
         chunk after that are registered meanwhile, in a thread; a run of pages is unregistered
         once every chunk it holds is copied (checked two chunks on)."""
         mapped, bounds = self._mapped, chunk_bounds(0, self.src.n_frames, self.chunk_frames)
-        stash = self._stash if self._stash is not None and self._stash.base.dtype == \
-            mapped.array.dtype and self._stash.base.shape[1:] == mapped.array.shape[1:] else None
         with caller_ordered_streams(xp) as streams:
             self._copied = [None] * len(streams)
 
@@ -203,8 +200,7 @@ class DeviceChunks:
                 if earlier is not None:  # (chunk k - 2's copy: the pages before chunk k - 1)
                     earlier.synchronize()
                     mapped.release(bounds[k - 1][0])
-                frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype) \
-                    if stash is None else stash.rows(start, stop)
+                frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype)
                 mapped.upload(frames, start, stop, stream)
                 self._copied[k % 2] = stream.record()
                 if k + 1 < len(bounds):  # (the chunk after: registered while this one works)
@@ -217,10 +213,6 @@ class DeviceChunks:
                 with streams[k % 2]:
                     yield start, frames
                 del frames
-            if stash is not None:  # every chunk copied in: the stash holds them
-                for s in streams:
-                    s.synchronize()
-                stash.mark(0, self.src.n_frames)
 
     def __iter__(self):
         return self._gen

@@ -13,6 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import backend
 from ..errors import InputError
 
+#: ``align --gpus all`` and ``--workers N`` measure on one GPU in this process below this
+#: stack size, and say so: smaller stacks do not pay for starting more (docs/performance.md).
+#: A list of GPUs (``--gpus 0,1``) is always honoured.
+SCALE_OUT_MIN_BYTES = 16 * 2**30
+
 
 def need_gpus():
     """InputError unless CuPy is importable and a GPU usable (before CuPy is imported)."""

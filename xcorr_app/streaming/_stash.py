@@ -24,6 +24,9 @@ One GPU's range of a stack (frames 4:8 of 10), a window of it, and one beyond it
 >>> part = DeviceStash(np.zeros((4, 2, 3)), first=4, n=10)
 >>> w = part.window(5, 7); w.mark(0, 2); w.complete, part.complete, part.window(6, 9)
 (True, False, None)
+>>> part.mark(0, 10)
+Traceback (most recent call last):
+IndexError: frame 0 is not among the frames kept (4:8)
 """
 
 from __future__ import annotations
@@ -91,7 +94,11 @@ class DeviceStash:
         return DeviceStash(self.base, self.filled, self.offset + start, stop - start, self.first)
 
     def _row(self, start):
-        return self.offset + start - self.first
+        row = self.offset + start - self.first
+        if not 0 <= row <= len(self.base):  # (a range's stash: only its windows are read)
+            raise IndexError(f"frame {self.offset + start} is not among the frames kept "
+                             f"({self.first}:{self.first + len(self.base)})")
+        return row
 
     def rows(self, start, stop):
         """The device rows of frames ``start:stop`` (to be filled, or read once filled)."""
@@ -103,7 +110,7 @@ class DeviceStash:
 
     @property
     def complete(self) -> bool:
-        a = self._row(0)
+        a = self.offset - self.first
         return 0 <= a and a + self.n <= len(self.base) and bool(self.filled[a:a + self.n].all())
 
     @property
