@@ -198,8 +198,6 @@ def json_rows_option(what=""):
 
 # ------------------------------------------------------------------------- shared helpers
 
-
-
 def one_gpu_instead(gpus, workers, stack_bytes):
     """The note saying why ``--gpus all`` / ``--workers N`` run on one GPU here, or None."""
     if stack_bytes is None or stack_bytes >= SCALE_OUT_MIN_BYTES:

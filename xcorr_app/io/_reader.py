@@ -376,14 +376,15 @@ class FrameRange:
         self.n_frames = self.stop - self.start
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
         self.notes, self.paths = src.notes, src.paths
-        stack = getattr(src, "stack", None)
-        self.stack = None if stack is None else _window(stack, start, stop)
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
         stash = getattr(src, "stash", None)  # (a stack kept on the GPU: streaming/_stash.py)
         self.stash = None if stash is None else stash.window(start, stop)
-        # (kept there: the whole stack, or one GPU's range of a gpus run)
+        # (the whole stack kept there, or one GPU's range of a gpus run)
         if self.stash is not None and self.stash.complete:
             self.stack = self.stash.frames
+        else:
+            stack = getattr(src, "stack", None)
+            self.stack = None if stack is None else _window(stack, start, stop)
 
     def source_name(self, i):
         return self.src.source_name(self.start + i)

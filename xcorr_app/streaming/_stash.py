@@ -26,7 +26,7 @@ One GPU's range of a stack (frames 4:8 of 10), a window of it, and one beyond it
 (True, False, None)
 >>> part.mark(0, 10)
 Traceback (most recent call last):
-IndexError: frame 0 is not among the frames kept (4:8)
+IndexError: frames 0:10 are not among the frames kept (4:8)
 """
 
 from __future__ import annotations
@@ -85,33 +85,39 @@ class DeviceStash:
         return cls(cupy.empty((int(n_frames), *map(int, frame_shape)), dtype), first=first,
                    n=stack_frames)
 
+    def _kept(self, start, stop):
+        """The rows of ``frames`` holding frames ``start:stop`` of this window, or None where
+        some of them are not kept there."""
+        a = self.offset + start - self.first
+        b = a + stop - start
+        return (a, b) if 0 <= a <= b <= len(self.base) else None
+
+    def _rows(self, start, stop):
+        kept = self._kept(start, stop)
+        if kept is None:  # (a range's stash: only its windows are read)
+            raise IndexError(f"frames {self.offset + start}:{self.offset + stop} are not among "
+                             f"the frames kept ({self.first}:{self.first + len(self.base)})")
+        return slice(*kept)
+
     def window(self, start, stop):
         """Frames ``start:stop`` of this window, as a window; None where some of them are not
         among the rows kept."""
-        a = self.offset + start - self.first
-        if a < 0 or a + (stop - start) > len(self.base):
+        if self._kept(start, stop) is None:
             return None
         return DeviceStash(self.base, self.filled, self.offset + start, stop - start, self.first)
 
-    def _row(self, start):
-        row = self.offset + start - self.first
-        if not 0 <= row <= len(self.base):  # (a range's stash: only its windows are read)
-            raise IndexError(f"frame {self.offset + start} is not among the frames kept "
-                             f"({self.first}:{self.first + len(self.base)})")
-        return row
-
     def rows(self, start, stop):
         """The device rows of frames ``start:stop`` (to be filled, or read once filled)."""
-        return self.base[self._row(start):self._row(stop)]
+        return self.base[self._rows(start, stop)]
 
     def mark(self, start, stop):
         """Frames ``start:stop`` hold their pixels (their copies have ended)."""
-        self.filled[self._row(start):self._row(stop)] = True
+        self.filled[self._rows(start, stop)] = True
 
     @property
     def complete(self) -> bool:
-        a = self.offset - self.first
-        return 0 <= a and a + self.n <= len(self.base) and bool(self.filled[a:a + self.n].all())
+        kept = self._kept(0, self.n)
+        return kept is not None and bool(self.filled[slice(*kept)].all())
 
     @property
     def frames(self):
