@@ -235,6 +235,33 @@ def test_gpu_callable_out_in_pieces_and_in_its_dtype(deformed, patches, monkeypa
         assert np.abs(diff).max() <= 1 and (diff != 0).mean() < 1e-3
 
 
+class DeviceSink(Sink):
+    """A callable out that ``takes_device``: handed the CuPy chunks themselves."""
+
+    takes_device = True
+
+    def __call__(self, start, chunk):
+        assert type(chunk).__module__.startswith("cupy")
+        self.got.append((start, chunk.get()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16])
+def test_gpu_callable_out_that_takes_device_gets_whole_chunks(deformed, dtype):
+    """A callable that ``takes_device`` (the command line's writer thread) is handed each chunk
+    whole, as a CuPy array, holding the frames of ``apply`` in its type (rounded on the
+    device bit for bit as ``as_dtype`` rounds them)."""
+    from xcorr_app.io import as_dtype
+
+    sink = DeviceSink(dtype)
+    res = align(deformed, device="gpu", chunk_frames=3, out=sink, **KW)
+    assert [a for a, _ in sink.got] == [0, 3, 6]
+    assert [len(c) for _, c in sink.got] == [3, 3, len(deformed) - 6]
+    got = sink.frames()
+    assert got.dtype == dtype and got.shape == deformed.shape
+    np.testing.assert_array_equal(got, as_dtype(applied(res, deformed, device="gpu"), dtype))
+
+
 @pytest.mark.parametrize("extra", [dict(min_confidence=50.0, interpolate_low=True),
                                    dict(reference="refined", lucas_kanade="on"),
                                    dict(reference="previous"),

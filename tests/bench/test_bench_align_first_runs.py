@@ -22,6 +22,21 @@ def test_runs_times_first_then_warm_and_reports_a_failure():
     assert lines[-1] == "  bad: failed: no luck"
 
 
+@pytest.mark.parametrize("folder", [False, True])
+def test_runs_write_into_a_new_output_each_time(tmp_path, folder):
+    """With ``written``, what the process writes is gone before each run: each run finds no
+    output of the one before (the process fails if it does)."""
+    out = tmp_path / ("out" if folder else "copy.tif")
+    source = ("import os, sys\np = sys.argv[1]\nif os.path.exists(p): sys.exit('exists')\n"
+              + ("os.makedirs(p)\nopen(os.path.join(p, 'a'), 'w').close()\n" if folder
+                 else "open(p, 'w').close()\n"))
+    row = fr._runs("fresh", python_argv("-c", source, out), None, None, 3, [].append,
+                   written=out)
+    assert row["error"] == "" and len(row["runs"]) == 3 and out.exists()
+    again = fr._runs("again", python_argv("-c", source, out), None, None, 1, [].append)
+    assert again["error"] == "exists"
+
+
 def _row(name, first=None, seconds=None, error=""):
     return {"name": name, "first": first, "runs": [], "seconds": seconds, "error": error}
 
@@ -39,8 +54,11 @@ def test_targets(gpu_first, align, met):
     assert f"{gpu_first / 1.6:.2f}x" in lines[0] and "1.06x the CPU's" in lines[1]
     assert "= 0.90 s" in lines[2] and lines[2].endswith(f"(target <= 1.2x: {met[1]})")
     more = fr._targets(rows + [_row("stack, xcorr align --keep-dtype", None, 0.99),
-                               _row("stack, tifffile read + write as float32", None, 1.25)])
-    assert more[:3] == lines and len(more) == 5
+                               _row("stack, tifffile read + write as float32", None, 1.25),
+                               _row("stack, xcorr align --force over the previous run's "
+                                    "outputs", None, 1.8)])
+    assert more[:3] == lines and len(more) == 6
+    assert more[5] == "the default align over its previous outputs (--force) 1.80 s: 2.00x"
     assert more[3].endswith("(uint16 written, as the copy) 0.99 s: 1.10x")
     assert "as float32 1.25, CUDA start) = 1.25 s" in more[4]
     assert more[4].endswith(f": {align / 1.25:.2f}x")

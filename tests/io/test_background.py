@@ -96,3 +96,69 @@ def test_ctrl_c_at_any_line_of_writing_or_closing_stops_cleanly():
             assert sink.chunks == [0, 1, 2, 3]
 
     assert each_line(trial) > 10
+
+
+@pytest.mark.gpu
+def test_cupy_chunks_are_copied_and_written_in_pieces_by_the_thread(monkeypatch):
+    """A CuPy chunk reaches the writer as NumPy pieces of PIECE_BYTES (3 frames here: 7 frames
+    as 3 + 3 + 1), in order, bit for bit; chunks of another type, a larger one and a strided view
+    pass through the same page-locked bytes; an empty chunk is written empty."""
+    import cupy as cp
+    import numpy as np
+
+    from xcorr_app.io import _background
+
+    monkeypatch.setattr(_background, "PIECE_BYTES", 3 * 33 * 45 * 4)
+    rng = np.random.default_rng(3)
+    chunks = [rng.random((7, 33, 45), np.float32),
+              rng.integers(0, 65535, (5, 33, 45), dtype=np.uint16),
+              rng.random((11, 33, 45), np.float32),
+              rng.random((4, 33, 90), np.float32)[:, :, ::2], np.zeros((0, 33, 45), np.float32)]
+
+    class Pieces:
+        def __init__(self):
+            self.got = []
+
+        def write(self, chunk):
+            assert isinstance(chunk, np.ndarray)
+            self.got.append(chunk.copy())
+
+    sink = Pieces()
+    with BackgroundWrites(sink) as bg:
+        for c in chunks:
+            bg.write(cp.asarray(c))
+    assert [len(c) for c in sink.got] == [3, 3, 1, 5, 3, 3, 3, 2, 3, 1, 0]
+    assert [c.dtype for c in sink.got[3:5]] == [np.uint16, np.float32]
+    np.testing.assert_array_equal(np.concatenate(sink.got[:3]), chunks[0])
+    np.testing.assert_array_equal(sink.got[3], chunks[1])
+    np.testing.assert_array_equal(np.concatenate(sink.got[4:8]), chunks[2])
+    np.testing.assert_array_equal(np.concatenate(sink.got[8:10]), chunks[3])
+    assert sink.got[10].shape == (0, 33, 45)
+
+
+@pytest.mark.gpu
+def test_a_stop_ends_a_cupy_chunk_after_the_piece_in_progress(monkeypatch):
+    import cupy as cp
+
+    from xcorr_app.io import _background
+
+    monkeypatch.setattr(_background, "PIECE_BYTES", 4 * 8 * 4 * 4)  # 4 frames a piece
+    started, gate = threading.Event(), threading.Event()
+
+    class Slow:
+        def __init__(self):
+            self.got = []
+
+        def write(self, chunk):
+            started.set()
+            gate.wait(5)
+            self.got.append(len(chunk))
+
+    sink = Slow()
+    with pytest.raises(RuntimeError, match="stop"):
+        with BackgroundWrites(sink) as bg:
+            bg.write(cp.zeros((12, 8, 4), cp.float32))
+            assert started.wait(5)
+            threading.Timer(0.2, gate.set).start()
+            raise RuntimeError("stop")
+    assert sink.got == [4]

@@ -6,7 +6,9 @@ several GPUs, apply the result once it is known (:func:`fill_out`: ``interpolate
 ``lucas_kanade`` change shifts after the pass that measured them).  On the GPU a run that keeps
 its stack on the device (:mod:`xcorr_app.streaming._stash`) reads it from there: the stack
 crosses the bus once, and a callable is handed the chunk in pieces (:data:`PIECE_BYTES`), so
-that it writes one while the next is copied.  Either way the frames are those of
+that it writes one while the next is copied; one with a true ``takes_device`` attribute (the
+command line's writer thread) is handed the CuPy chunk itself and copies it while the run goes
+on.  Either way the frames are those of
 :meth:`AlignResult.apply` with its defaults (bilinear, fill 0, the whole frame), in the
 callable's ``dtype`` where that is an integer type (:func:`chunk_type`: rounded on the
 device).
@@ -72,7 +74,7 @@ def check_aligned_out(out, shape, device):
 def fill_out(res, out, target, device, gpus=None):
     """``out`` (checked) filled with ``res.apply(target)``'s frames, chunk by chunk (from a
     CuPy ``target`` the shifts applied on the device: into a CuPy ``out``, or to a callable's
-    type there and copied in pieces)."""
+    type there and copied in pieces, or handed as they are where it ``takes_device``)."""
     from .warp import shift_frames
 
     kwargs = {} if res.motion_field is not None or gpus is None else {"gpus": gpus}
@@ -86,6 +88,10 @@ def fill_out(res, out, target, device, gpus=None):
             moved = shift_frames(target[a:a + c], cupy.asarray(res.shifts[a:a + c]), dtype=dtype)
             if not callable(out):
                 out[a:a + len(moved)] = moved
+                continue
+            if getattr(out, "takes_device", False):  # (it copies them to the host itself)
+                cupy.cuda.get_current_stream().synchronize()
+                out(a, moved)
                 continue
             piece = max(1, PIECE_BYTES // (moved[0].nbytes or 1))
             for p in range(0, len(moved), piece):

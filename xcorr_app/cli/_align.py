@@ -407,7 +407,10 @@ class _AlignedSink:
     """The aligned stack's chunks handed to a writer thread: ``write(frames)`` (float32 or
     :attr:`dtype` chunks, which must be fresh arrays: apply_shifts', apply_field's, the Dask
     blocks', ``align(out=)``'s), and ``align(out=)``'s ``(start, frames)`` with ``dtype``,
-    the type stored (chunks the run rounds into it on the GPU are stored as they are)."""
+    the type stored (chunks the run rounds into it on the GPU are stored as they are), CuPy
+    chunks among them (:attr:`takes_device`: the thread copies them to the host)."""
+
+    takes_device = True
 
     def __init__(self, background, dtype):
         self.write, self.dtype = background.write, dtype

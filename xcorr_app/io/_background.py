@@ -22,7 +22,16 @@ from __future__ import annotations
 import queue
 import threading
 
+import numpy as np
+
+from ..backend import is_cupy_array
+
 _STOP = object()
+
+#: bytes of a CuPy chunk the thread copies to the host at once, into its one page-locked
+#: buffer, and writes from there: 2.7 GB/s copied into fresh pageable arrays made the copy,
+#: not the disk, set the pace of a 1 GiB aligned stack (H100, 2026-11-26)
+PIECE_BYTES = 64 << 20
 
 
 class BackgroundWrites:
@@ -36,7 +45,11 @@ class BackgroundWrites:
         Chunks that may wait for the thread besides the one it writes (each is held in memory
         until written: one chunk more than writing in the caller's thread, by default).
 
-    The chunks must not change after :meth:`write` (hand over fresh arrays).  An error of the
+    The chunks must not change after :meth:`write` (hand over fresh arrays).  A CuPy chunk
+    (complete on the device: its stream synchronized) is copied to the host by the thread,
+    :data:`PIECE_BYTES` at a time into one page-locked buffer, and written piece by piece
+    (``writer.write`` must not keep the array it is given), so the caller need not wait for
+    the copy.  An error of the
     thread (a full disk) is raised by the next :meth:`write` or by :meth:`close`; later chunks
     are dropped.  As a context manager it waits for the queued writes on success; on an
     exception in the block (or one that stops the wait) it drops the chunks not written yet and
@@ -59,6 +72,7 @@ class BackgroundWrites:
         for _ in range(max(1, int(depth))):
             self._room.put(None)
         self._error = None
+        self._host = None  # the page-locked bytes of CuPy chunks' pieces
         self._cancel = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="xcorr-writer", daemon=True)
@@ -68,13 +82,37 @@ class BackgroundWrites:
         while True:
             item = self._chunks.get()
             if item is _STOP:
+                self._host = None
                 return
             self._room.put(None)  # the next chunk may wait while this one is written
             if self._error is None and not self._cancel:
                 try:
-                    self._writer.write(item)
+                    if is_cupy_array(item):
+                        self._write_from_device(item)
+                    else:
+                        self._writer.write(item)
                 except BaseException as exc:  # raised in the caller's thread
                     self._error = exc
+
+    def _write_from_device(self, chunk):
+        import cupy
+
+        with chunk.device:
+            if not chunk.size:
+                self._writer.write(chunk.get())
+                return
+            chunk = cupy.ascontiguousarray(chunk)
+            rows = max(1, PIECE_BYTES // max(1, chunk[:1].nbytes))
+            size = min(rows, len(chunk)) * chunk[:1].nbytes
+            if self._host is None or self._host.size < size:
+                self._host = np.frombuffer(cupy.cuda.alloc_pinned_memory(size), np.uint8, size)
+            for start in range(0, len(chunk), rows):
+                if self._cancel:  # (a stop: the piece in progress was the last)
+                    return
+                piece = chunk[start:start + rows]
+                host = self._host[:piece.nbytes].view(piece.dtype).reshape(piece.shape)
+                piece.get(out=host)
+                self._writer.write(host)
 
     def write(self, chunk) -> None:
         """Queue ``chunk`` (blocks while ``depth`` chunks wait)."""
