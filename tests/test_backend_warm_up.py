@@ -120,6 +120,20 @@ def test_align_of_a_small_file_under_auto_starts_none(fake_gpu, monkeypatch, tmp
     assert (backend._warm_up is not None) == started
 
 
+def test_a_small_file_named_after_the_options_starts_none(fake_gpu, monkeypatch, tmp_path):
+    from xcorr_app.cli import _main
+
+    small, large = _small_and_large(tmp_path)
+    started_now = []
+    monkeypatch.setattr(backend, "start_gpu_warm_up", lambda **k: started_now.append(k))
+    _main._warm_up_early(["align", "--out", str(tmp_path / "o"), "-q", "--max-shift", "8", small])
+    assert started_now == []
+    _main._warm_up_early(["align", "--out", str(tmp_path / "o"), large])
+    assert started_now == [{"fft": True}]
+    assert _main._input_file(["align", "--max-shift", "8", "no-such.tif", large]) == large
+    assert _main._input_file(["align", "-q"]) is None
+
+
 def test_small_job_file(tmp_path):
     small, large = _small_and_large(tmp_path)
     assert backend.small_job_file(small) and not backend.small_job_file(large)
@@ -294,10 +308,11 @@ def test_gpus_named_start_their_contexts_too(monkeypatch, tmp_path, extra, want)
     with open(large, "wb") as f:  # (sparse: no disk written)
         f.truncate(SCALE_OUT_MIN_BYTES)
     for path in (small, large):
-        calls.clear()
-        _main._start_named_gpus(["align", str(path), *extra])
         expected = want if want != "large" else ([None] if path == large else [])
-        assert calls == expected, (path, extra)
+        for args in (["align", str(path), *extra], ["align", *extra, str(path)]):  # (any order)
+            calls.clear()
+            _main._start_named_gpus(args)
+            assert calls == expected, args
 
 
 def test_start_cuda_drivers_starts_each_named_gpu_but_0_once(monkeypatch):

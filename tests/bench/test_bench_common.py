@@ -73,3 +73,14 @@ def test_the_one_shot_rows_say_whether_xcorr_was_compiled(tmp_path, monkeypatch)
     assert "written by the first process" in bytecode_line(tmp_path)
     py_compile.compile(str(tmp_path / "b.py"))
     assert bytecode_line(tmp_path).endswith("compiled bytecode, as an installed xcorr has")
+
+
+def test_a_one_shot_process_that_hangs_is_stopped_and_reported():
+    from xcorr_app.bench._oneshot import python_argv, run_process
+
+    r = run_process(python_argv("-c", "import sys, time\nsys.stderr.write('started\\n')\n"
+                                      "sys.stderr.flush()\ntime.sleep(60)"), timeout=2)
+    assert r["returncode"] == -9 and r["stderr"] == "stopped after 2 s"
+    assert 2 <= r["seconds"] < 30 and r["shifts"] is None
+    ok = run_process(python_argv("-c", "pass"))
+    assert ok["returncode"] == 0 and ok["stderr"] == ""

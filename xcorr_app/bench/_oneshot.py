@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Caches", "OneShot", "run_process", "xcorr_argv", "python_argv", "read_shifts_csv",
+__all__ = ["TIMEOUT_S", "Caches", "OneShot", "run_process", "xcorr_argv", "python_argv", "read_shifts_csv",
            "bytecode_line"]
 
 
@@ -112,17 +112,27 @@ def python_argv(*args) -> list:
     return [sys.executable, "-c", _PEAK_HOOK + body, argv0, *map(str, rest)]
 
 
-def run_process(argv, env=None, out=None) -> OneShot:
+#: seconds a one-shot process may run before the bench stops it (a failed row, not a hang):
+#: the longest, 32 GiB on one GPU with patches, takes about 20 s
+TIMEOUT_S = 900
+
+
+def run_process(argv, env=None, out=None, timeout=TIMEOUT_S) -> OneShot:
     """Run ``argv`` (from :func:`xcorr_argv` or :func:`python_argv`) in a fresh process and
-    wait for it; ``env`` is added to the environment; ``out``: the output folder whose
+    wait for it, at most ``timeout`` seconds (then it is killed: return code -9, the last line
+    says so); ``env`` is added to the environment; ``out``: the output folder whose
     ``shifts.csv`` is read back.  ``peak_bytes``: the child's own high-water mark (None where
     /proc is missing)."""
     with tempfile.TemporaryDirectory(prefix="xcorr-bench-peak-") as tmp:
         peak_file = Path(tmp) / "peak"
         full_env = {**os.environ, **(env or {}), "XCORR_BENCH_PEAK": str(peak_file)}
         start = time.perf_counter()
-        proc = subprocess.run(list(map(str, argv)), env=full_env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+        try:
+            proc = subprocess.run(list(map(str, argv)), env=full_env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:  # (run() killed it and waited)
+            proc = subprocess.CompletedProcess(exc.cmd, -9, None, (exc.stderr or b"")
+                                               + f"\nstopped after {timeout:g} s".encode())
         seconds = time.perf_counter() - start
         peak = int(peak_file.read_text()) * 1024 if peak_file.exists() else None
     err = proc.stderr.decode(errors="replace")

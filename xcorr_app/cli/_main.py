@@ -221,11 +221,11 @@ def _warm_up_early(args):
     if not args or args[0] not in GPU_COMMANDS or {"-h", "--help"} & set(args) \
             or _device_asked(args) == "cpu":
         return
-    # device auto runs a small job on the CPU (the path: right after the command, as usual)
-    if args[0] == "align" and len(args) > 1 and _device_asked(args) == "auto" \
+    # device auto runs a small job on the CPU
+    if args[0] == "align" and _device_asked(args) == "auto" \
             and not any(a == o or a.startswith(o + "=") for a in args
                         for o in ("--volumes", "--gpus", "--workers", "--scheduler")) \
-            and backend.small_job_file(args[1]):
+            and backend.small_job_file(_input_file(args)):
         backend.hold_gpu_warm_up()
         return
     if backend.start_gpu_warm_up(fft=args[0] == "align"):
@@ -235,7 +235,7 @@ def _warm_up_early(args):
 def _start_named_gpus(args):
     """``--gpus``: the contexts of the GPUs it names started too (``all``: where the file is
     large enough for ``align`` to use them all, :data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES`;
-    the path is taken to follow the command, as for :func:`~xcorr_app.backend.small_job_file`)."""
+    the file: :func:`_input_file`)."""
     from .. import backend
     from ..streaming import SCALE_OUT_MIN_BYTES
 
@@ -244,8 +244,8 @@ def _start_named_gpus(args):
         return
     if spec.strip() == "all":
         try:
-            small = args[0] == "align" and os.path.getsize(args[1]) < SCALE_OUT_MIN_BYTES
-        except (OSError, IndexError, TypeError, ValueError):
+            small = args[0] == "align" and os.path.getsize(_input_file(args)) < SCALE_OUT_MIN_BYTES
+        except (OSError, TypeError, ValueError):
             small = True  # (a folder or a store: its size is not told so cheaply)
         if not small:
             backend.start_cuda_drivers()
@@ -254,6 +254,13 @@ def _start_named_gpus(args):
         backend.start_cuda_drivers([int(t) for t in spec.split(",") if t.strip()])
     except ValueError:  # (the option's own check says what is wrong)
         pass
+
+
+def _input_file(args):
+    """The command's input file, before click has parsed the arguments: the first one after
+    the command that names an existing file and is no option (``xcorr align --gpus all STACK``
+    as ``xcorr align STACK --gpus all``), or None (a folder or a store: told later)."""
+    return next((a for a in args[1:] if not a.startswith("-") and os.path.isfile(a)), None)
 
 
 def _value_of(option, args):
