@@ -151,18 +151,7 @@ im2win_conv(const float* __restrict__ filt,  // (M, K): the filter in its own la
 
     const int first = blockIdx.z * SPLIT_STEPS;
     const int steps = min((K + BLOCK_K - 1) / BLOCK_K - first, SPLIT_STEPS);  // this split's
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < steps) issue(first + s, s);
-        cp_async_commit();
-    }
-    for (int t = 0; t < steps; ++t) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();  // step t has landed for all; step t - 1's buffer is free
-        const int next = t + STAGES - 1;
-        if (next < steps) issue(first + next, next % STAGES);
-        cp_async_commit();
-        const int stage = t % STAGES;
+    staged_steps<STAGES>(first, steps, issue, [&](const int stage) {
 #pragma unroll
         for (int kk = 0; kk < BLOCK_K; ++kk) {
             float a[THREAD_M], b[THREAD_N];
@@ -181,7 +170,7 @@ im2win_conv(const float* __restrict__ filt,  // (M, K): the filter in its own la
 #pragma unroll
                 for (int j = 0; j < THREAD_N; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
-    }
+    });
 
     int* lock = locks + (blockIdx.y * gridDim.x + blockIdx.x);
     const bool add = blockIdx.z > 0;  // split-K: add to the splits before this one

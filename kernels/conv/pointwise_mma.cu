@@ -100,18 +100,7 @@ pointwise_mma(const float* __restrict__ filt,  // (M, K)
 
     const int first = blockIdx.z * SPLIT_STEPS;
     const int steps = min((K + BLOCK_K - 1) / BLOCK_K - first, SPLIT_STEPS);  // this split's
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < steps) issue(first + s, s);
-        cp_async_commit();
-    }
-    for (int t = 0; t < steps; ++t) {
-        cp_async_wait<STAGES - 2>();
-        __syncthreads();  // step t has landed for all; step t - 1's buffer is free
-        const int next = t + STAGES - 1;
-        if (next < steps) issue(first + next, next % STAGES);
-        cp_async_commit();
-        const int stage = t % STAGES;
+    staged_steps<STAGES>(first, steps, issue, [&](const int stage) {
         float part[MT][NT][4];  // this stage's sums, added to acc with FADD
 #pragma unroll
         for (int i = 0; i < MT; ++i)
@@ -151,7 +140,7 @@ pointwise_mma(const float* __restrict__ filt,  // (M, K)
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int r = 0; r < 4; ++r) acc[i][j][r] += part[i][j][r];
-    }
+    });
 
     int* lock = locks + (blockIdx.y * gridDim.x + blockIdx.x);
     const bool add = blockIdx.z > 0;  // split-K: add to the splits before this one

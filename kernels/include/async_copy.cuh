@@ -44,3 +44,25 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
                  ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0) : "memory");
 }
+
+// The steps [first, first + steps) of a loop over K through STAGES shared-memory buffers:
+// issue(step, stage) queues that step's cp.async copies into buffer `stage`, compute(stage)
+// reads a buffer once its copies have landed for the whole block, while the copies of the next
+// STAGES - 1 steps are in flight (the loop of the pointwise and im2win GEMMs)
+template <int STAGES, typename Issue, typename Compute>
+__device__ __forceinline__ void staged_steps(int first, int steps, Issue&& issue,
+                                             Compute&& compute) {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < steps) issue(first + s, s);
+        cp_async_commit();
+    }
+    for (int t = 0; t < steps; ++t) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // step t has landed for all; step t - 1's buffer is free
+        const int next = t + STAGES - 1;
+        if (next < steps) issue(first + next, next % STAGES);
+        cp_async_commit();
+        compute(t % STAGES);
+    }
+}
