@@ -89,6 +89,30 @@ def test_the_files_frames_are_mapped_read_only_and_registered_a_run_at_a_time(
     assert registered.array is None
 
 
+def test_releases_ahead_run_in_the_pinning_thread_in_order(tmp_path, rng, monkeypatch,
+                                                             fake_cuda):
+    """release_ahead unregisters in pin_ahead's thread, after the pins queued before it, what
+    release would; the run's thread does not wait for it."""
+    import threading
+
+    stack, registered = registered_file(tmp_path, rng, monkeypatch)
+    threads = []
+    runtime = sys.modules["cupy"].cuda.runtime
+    unregister = runtime.hostUnregister
+    monkeypatch.setattr(runtime, "hostUnregister", lambda p: threads.append(
+        threading.current_thread().name) or unregister(p))
+    first = fake_cuda[0][1]
+    registered.pin_ahead(4)
+    registered.release_ahead(4)
+    registered.pin_ahead(7)
+    registered._thread().submit(lambda: None).result()
+    assert [c[0] for c in fake_cuda] == ["register", "register", "unregister", "register"]
+    assert fake_cuda[2] == ("unregister", first) and len(registered._pieces) == 2
+    assert threads and all(t.startswith("xcorr-register") for t in threads)
+    registered.close()
+    assert [c[0] for c in fake_cuda[4:]] == ["unregister", "unregister"]
+
+
 def test_a_chunks_copy_is_cut_where_a_registered_run_ends(tmp_path, rng, monkeypatch,
                                                            fake_cuda):
     """CUDA refuses a copy that spans two registrations: frames 1-5 after pin(4) are copied as
@@ -229,13 +253,14 @@ def test_chunks_come_from_the_registered_file_and_it_is_released(tmp_path, rng, 
         for start, frames in chunks:
             np.testing.assert_array_equal(frames.get(), stack[start:start + len(frames)])
             starts.append(start)
+            registered._thread().submit(lambda: None).result()  # (its pins and releases done)
             held.append(list(registered._pieces))
     assert starts == [0, 3, 6] and chunks._mapped is None and registered._mm is None
     if kind == "volumes":  # (frames of several pages: a run for each pin)
         # the first frame's run (from the open), chunk 0's and chunk 1's (registered before
-        # chunk 0 is handed out), perhaps chunk 2's (by the thread); the first frame's run let
-        # go once chunk 0 was copied
-        assert held[0][0] == first_run and len(held[0]) in (3, 4)
+        # chunk 0 is handed out), chunk 2's (by the thread); the first frame's run let go (by
+        # the thread) once chunk 0 was copied
+        assert held[0][0] == first_run and len(held[0]) == 4
         assert first_run not in held[1] and len(held[1]) == 3 and held[2] == held[1]
     if kind == "frames":
         items.close()
@@ -303,3 +328,46 @@ def test_a_file_just_written_is_in_the_page_cache(tmp_path, rng):
     assert _registered._cached_share(0, 4096) == 0.0  # (not a mapping: mincore refuses)
     del whole
     mm.close()
+
+
+def test_a_frame_range_says_where_its_frames_lie(tmp_path, rng, monkeypatch, fake_cuda):
+    """A range of a contiguous TIFF (as the rigid and patch passes read one) is registered
+    from its own first frame on; a range of a source with no file stored has none."""
+    from xcorr_app.io import FrameRange, open_stack
+
+    stack = rng.integers(0, 60000, (9, 31, 45)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    with open_stack(tmp_path / "s.tif") as src:
+        path, offset = FrameRange(src, 2, 7).stored
+        assert (path, offset) == (src.stored[0], src.stored[1] + 2 * 31 * 45 * 2)
+        registered = RegisteredFile.open(FrameRange(src, 2, 7))
+        np.testing.assert_array_equal(registered.array, stack[2:7])
+        registered.close()
+    assert FrameRange(ArraySource(stack), 2, 7).stored is None
+
+
+@pytest.mark.gpu
+def test_the_stash_is_filled_from_the_registered_file(tmp_path, rng):
+    """A range of a cached TIFF whose stack is kept on the GPU: its chunks are copied out of
+    the file's pages into the stash's rows, which then hold the frames, complete; a later pass
+    reads them there."""
+    import cupy
+
+    from xcorr_app.io import FrameRange, open_stack
+    from xcorr_app.streaming import StashedSource, keep_on_gpu
+
+    stack = rng.integers(0, 60000, (11, 31, 45)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    with open_stack(tmp_path / "s.tif") as plain:
+        src = StashedSource(plain, keep_on_gpu(plain, cupy))
+        part = FrameRange(src, 2, 9)
+        chunks = DeviceChunks(part, 3, cupy)
+        assert chunks._mapped is not None and chunks._prefetch is None
+        with chunks:
+            for start, frames in chunks:
+                np.testing.assert_array_equal(frames.get(), stack[2 + start:2 + start + len(frames)])
+        assert part.stash.complete and not src.stash.complete
+        np.testing.assert_array_equal(part.stash.frames.get(), stack[2:9])
+        again = FrameRange(src, 2, 9)
+        assert again.stack is not None and DeviceChunks(again, 3, cupy)._direct

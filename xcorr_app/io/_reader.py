@@ -389,6 +389,17 @@ class FrameRange:
     def source_name(self, i):
         return self.src.source_name(self.start + i)
 
+    @property
+    def stored(self):
+        """Where the range's frames lie in the source's file (``(path, byte offset)``, the
+        source's :attr:`TiffFrames.stored` moved on by ``start`` frames), else None."""
+        stored = getattr(self.src, "stored", None)
+        if stored is None:
+            return None
+        frame_bytes = int(np.prod(getattr(self.src, "item_shape", self.frame_shape))) \
+            * np.dtype(self.dtype).itemsize
+        return stored[0], stored[1] + self.start * frame_bytes
+
     def read(self, start, stop, out=None):
         return self.src.read(self.start + start, self.start + stop, out=out)
 

@@ -90,7 +90,8 @@ class DeviceChunks:
     (while the caller prepares), and :meth:`close` stops it.
 
     On the GPU the chunks alternate between two CUDA streams: a file that allows it is copied
-    to the device straight from its cached pages (:class:`RegisteredFile`); otherwise each
+    to the device straight from its cached pages (:class:`RegisteredFile`; into the rows of
+    the stack kept on the GPU, where one is); otherwise each
     chunk is read in pieces of at most :data:`PIECE_BYTES` into a small ring of pinned
     buffers, each piece copied to the chunk's device array as it comes.  The chunk is yielded
     inside its stream's context, so the consumer's kernels for it queue on that stream while
@@ -108,9 +109,9 @@ class DeviceChunks:
         # a stack being kept on the GPU (streaming/_stash.py): the chunks uploaded into it
         self._stash = getattr(src, "stash", None) if xp is not np and not self._direct else None
         self._prefetch = None
-        # a file's frames copied straight out of its cached pages where it allows
-        self._mapped = RegisteredFile.open(src) \
-            if xp is not np and not self._direct and self._stash is None else None
+        # a file's frames copied straight out of its cached pages where it allows, into the
+        # stash where one is kept
+        self._mapped = RegisteredFile.open(src) if xp is not np and not self._direct else None
         self._copied = []  # (the last copy out of the mapped file on each stream)
         if not self._direct and self._mapped is None:
             if xp is np:
@@ -191,6 +192,8 @@ class DeviceChunks:
         chunk after that are registered meanwhile, in a thread; a run of pages is unregistered
         once every chunk it holds is copied (checked two chunks on)."""
         mapped, bounds = self._mapped, chunk_bounds(0, self.src.n_frames, self.chunk_frames)
+        stash = self._stash if self._stash is not None and self._stash.base.dtype == \
+            mapped.array.dtype and self._stash.base.shape[1:] == mapped.array.shape[1:] else None
         with caller_ordered_streams(xp) as streams:
             self._copied = [None] * len(streams)
 
@@ -199,12 +202,14 @@ class DeviceChunks:
                 stream, earlier = streams[k % 2], self._copied[k % 2]
                 if earlier is not None:  # (chunk k - 2's copy: the pages before chunk k - 1)
                     earlier.synchronize()
-                    mapped.release(bounds[k - 1][0])
-                frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype)
+                frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype) \
+                    if stash is None else stash.rows(start, stop)
                 mapped.upload(frames, start, stop, stream)
                 self._copied[k % 2] = stream.record()
                 if k + 1 < len(bounds):  # (the chunk after: registered while this one works)
                     mapped.pin_ahead(bounds[k + 1][1])
+                if earlier is not None:  # (after that pin: the next upload waits for it alone)
+                    mapped.release_ahead(bounds[k - 1][0])
                 return frames
 
             ahead = upload(0) if bounds else None
@@ -213,6 +218,10 @@ class DeviceChunks:
                 with streams[k % 2]:
                     yield start, frames
                 del frames
+            if stash is not None:  # every chunk copied in: the stash holds them
+                for s in streams:
+                    s.synchronize()
+                stash.mark(0, self.src.n_frames)
 
     def __iter__(self):
         return self._gen
