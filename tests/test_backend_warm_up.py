@@ -131,7 +131,22 @@ def test_a_small_file_named_after_the_options_starts_none(fake_gpu, monkeypatch,
     _main._warm_up_early(["align", "--out", str(tmp_path / "o"), large])
     assert started_now == [{"fft": True}]
     assert _main._input_file(["align", "--max-shift", "8", "no-such.tif", large]) == large
-    assert _main._input_file(["align", "-q"]) is None
+    assert _main._input_file(["align", "--reference", small, large]) == large
+    assert _main._input_file(["align", large, "--reference", small]) == large
+    assert _main._input_file(["align", "-q"]) is None and _main._input_file([]) is None
+
+
+def test_the_file_options_are_those_of_align_that_take_a_file():
+    """FILE_OPTIONS against align's options whose help names a FILE (but --dataset's
+    FILE:/DATASET and --channel's, which name no file of their own)."""
+    import click
+
+    from xcorr_app.cli import _main
+
+    align = _main.cli.get_command(None, "align")
+    named = {o for p in align.params if isinstance(p, click.Option) and not p.is_flag
+             and "FILE" in f"{p.metavar} {p.help}".upper() for o in p.opts}
+    assert named - {"--dataset", "--channel"} == set(_main.FILE_OPTIONS)
 
 
 def test_small_job_file(tmp_path):

@@ -84,3 +84,30 @@ def test_a_one_shot_process_that_hangs_is_stopped_and_reported():
     assert 2 <= r["seconds"] < 30 and r["shifts"] is None
     ok = run_process(python_argv("-c", "pass"))
     assert ok["returncode"] == 0 and ok["stderr"] == ""
+
+
+def test_a_stopped_one_shot_process_takes_the_processes_it_started_along(tmp_path):
+    import os
+    import time
+
+    from xcorr_app.bench._oneshot import python_argv, run_process
+
+    pid_file = tmp_path / "child"
+    source = ("import subprocess, sys, time\n"
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+              "time.sleep(60)")
+    r = run_process(python_argv("-c", source), timeout=3)
+    assert r["returncode"] == -9
+    child = int(pid_file.read_text())
+    for _ in range(50):  # (killed: gone once its parent, this test's init, reaps it)
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the grandchild outlived the stop")

@@ -102,7 +102,8 @@ def test_ctrl_c_at_any_line_of_writing_or_closing_stops_cleanly():
 def test_cupy_chunks_are_copied_and_written_in_pieces_by_the_thread(monkeypatch):
     """A CuPy chunk reaches the writer as NumPy pieces of PIECE_BYTES (3 frames here: 7 frames
     as 3 + 3 + 1), in order, bit for bit; chunks of another type, a larger one and a strided view
-    pass through the same page-locked bytes; an empty chunk is written empty."""
+    pass through the same page-locked bytes; an empty chunk is written empty, a frame as a chunk of
+    one."""
     import cupy as cp
     import numpy as np
 
@@ -113,7 +114,8 @@ def test_cupy_chunks_are_copied_and_written_in_pieces_by_the_thread(monkeypatch)
     chunks = [rng.random((7, 33, 45), np.float32),
               rng.integers(0, 65535, (5, 33, 45), dtype=np.uint16),
               rng.random((11, 33, 45), np.float32),
-              rng.random((4, 33, 90), np.float32)[:, :, ::2], np.zeros((0, 33, 45), np.float32)]
+              rng.random((4, 33, 90), np.float32)[:, :, ::2], np.zeros((0, 33, 45), np.float32),
+              rng.random((33, 45), np.float32)]
 
     class Pieces:
         def __init__(self):
@@ -127,13 +129,14 @@ def test_cupy_chunks_are_copied_and_written_in_pieces_by_the_thread(monkeypatch)
     with BackgroundWrites(sink) as bg:
         for c in chunks:
             bg.write(cp.asarray(c))
-    assert [len(c) for c in sink.got] == [3, 3, 1, 5, 3, 3, 3, 2, 3, 1, 0]
+    assert [len(c) for c in sink.got] == [3, 3, 1, 5, 3, 3, 3, 2, 3, 1, 0, 1]
     assert [c.dtype for c in sink.got[3:5]] == [np.uint16, np.float32]
     np.testing.assert_array_equal(np.concatenate(sink.got[:3]), chunks[0])
     np.testing.assert_array_equal(sink.got[3], chunks[1])
     np.testing.assert_array_equal(np.concatenate(sink.got[4:8]), chunks[2])
     np.testing.assert_array_equal(np.concatenate(sink.got[8:10]), chunks[3])
     assert sink.got[10].shape == (0, 33, 45)
+    np.testing.assert_array_equal(sink.got[11], chunks[5][None])  # (a frame: a chunk of one)
 
 
 @pytest.mark.gpu
@@ -159,6 +162,11 @@ def test_a_stop_ends_a_cupy_chunk_after_the_piece_in_progress(monkeypatch):
         with BackgroundWrites(sink) as bg:
             bg.write(cp.zeros((12, 8, 4), cp.float32))
             assert started.wait(5)
-            threading.Timer(0.2, gate.set).start()
+            stop = bg._stop
+
+            def stopping():  # (the piece in progress ends once the stop is under way)
+                gate.set()
+                stop()
+            bg._stop = stopping
             raise RuntimeError("stop")
     assert sink.got == [4]

@@ -347,6 +347,26 @@ def test_a_frame_range_says_where_its_frames_lie(tmp_path, rng, monkeypatch, fak
     assert FrameRange(ArraySource(stack), 2, 7).stored is None
 
 
+def test_a_range_at_the_end_maps_and_registers_only_its_own_frames(tmp_path, rng, monkeypatch,
+                                                                    fake_cuda):
+    """The frames of a file before a range (another GPU's) are neither mapped nor page-locked:
+    the first registration holds the range's first frame, within a page either side."""
+    import mmap
+
+    from xcorr_app.io import FrameRange, open_stack
+
+    stack = rng.integers(0, 60000, (64, 256, 256)).astype(np.uint16)
+    tifffile.imwrite(tmp_path / "s.tif", stack)
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    with open_stack(tmp_path / "s.tif") as src:
+        registered = RegisteredFile.open(FrameRange(src, 60, 64))
+        (what, start, length, _), = fake_cuda
+        assert length <= stack[0].nbytes + 2 * mmap.PAGESIZE
+        assert registered._length <= 4 * stack[0].nbytes + mmap.ALLOCATIONGRANULARITY
+        np.testing.assert_array_equal(registered.array, stack[60:])
+        registered.close()
+
+
 @pytest.mark.gpu
 def test_the_stash_is_filled_from_the_registered_file(tmp_path, rng):
     """A range of a cached TIFF whose stack is kept on the GPU: its chunks are copied out of
@@ -366,7 +386,8 @@ def test_the_stash_is_filled_from_the_registered_file(tmp_path, rng):
         assert chunks._mapped is not None and chunks._prefetch is None
         with chunks:
             for start, frames in chunks:
-                np.testing.assert_array_equal(frames.get(), stack[2 + start:2 + start + len(frames)])
+                want = stack[2 + start:2 + start + len(frames)]
+                np.testing.assert_array_equal(frames.get(), want)
         assert part.stash.complete and not src.stash.complete
         np.testing.assert_array_equal(part.stash.frames.get(), stack[2:9])
         again = FrameRange(src, 2, 9)

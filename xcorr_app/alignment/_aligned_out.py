@@ -29,11 +29,10 @@ import numpy as np
 
 from .. import backend
 from ..errors import InputError
+# (the bytes of aligned frames a callable is given at once from a stack kept on the GPU, as
+# the writer thread copies them: it writes one piece while the next is copied)
+from ..io import PIECE_BYTES
 
-#: bytes of aligned frames a callable ``out`` is given at once from a stack kept on the GPU:
-#: the next piece is copied while the caller writes this one (a whole chunk at once made a
-#: writer wait for all of it: 1 GiB copied in 0.28 s, then written in 0.32 s; H200)
-PIECE_BYTES = 64 << 20
 
 
 def chunk_type(out) -> np.dtype:

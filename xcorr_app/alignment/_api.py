@@ -253,7 +253,9 @@ path or ndarray
         defaults (bilinear, fill 0, not cropped), or a callable given every float32 NumPy
         chunk ``(start, frames)`` in frame order (in the callable's ``dtype`` where it has that
         attribute and it is an integer type: the frames rounded to nearest and clipped as
-        :func:`xcorr_app.io.as_dtype`, on the GPU before they are copied back).  With
+        :func:`xcorr_app.io.as_dtype`, on the GPU before they are copied back; one with a true
+        ``takes_device`` attribute is given a GPU run's chunks as CuPy arrays, complete on the
+        device, to copy back itself).  With
         ``patches`` the last patch pass warps each chunk while it is on the device; on a GPU
         the stack is kept there between the passes where it takes at most a quarter of the
         free memory (without ``max_memory``), so it is read and uploaded once

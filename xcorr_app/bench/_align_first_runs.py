@@ -150,7 +150,9 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
         # (CuPy's libraries read into the OS's file cache, as the CPU row's untimed run does
         # NumPy's and as pip leaves them after an install: 'first' is of xcorr's, CuPy's and
         # the driver's caches, not of the disk)
-        run_process(python_argv("-c", CUDA_START), env=fresh())
+        warmed = run_process(python_argv("-c", CUDA_START), env=fresh())
+        if warmed["returncode"] != 0:
+            echo(f"  (CuPy's import before the cold rows failed: {warmed['stderr']})")
         common = ["--out", None, "--force", "-q"]
         for k, (name, extra) in enumerate([("cell, --device cpu", ["--device", "cpu"]),
                                             ("cell, --device gpu", ["--device", "gpu"]),

@@ -11,8 +11,10 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -22,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TIMEOUT_S", "Caches", "OneShot", "run_process", "xcorr_argv", "python_argv", "read_shifts_csv",
-           "bytecode_line"]
+__all__ = ["TIMEOUT_S", "Caches", "OneShot", "run_process", "xcorr_argv", "python_argv",
+           "read_shifts_csv", "bytecode_line"]
 
 
 def bytecode_line(root=None) -> str:
@@ -119,26 +121,33 @@ TIMEOUT_S = 900
 
 def run_process(argv, env=None, out=None, timeout=TIMEOUT_S) -> OneShot:
     """Run ``argv`` (from :func:`xcorr_argv` or :func:`python_argv`) in a fresh process and
-    wait for it, at most ``timeout`` seconds (then it is killed: return code -9, the last line
-    says so); ``env`` is added to the environment; ``out``: the output folder whose
-    ``shifts.csv`` is read back.  ``peak_bytes``: the child's own high-water mark (None where
+    wait for it, at most ``timeout`` seconds (then it and the processes it started are killed:
+    return code -9, the last line says so; so on Ctrl-C, which is raised again); ``env`` is
+    added to the environment; ``out``: the output folder whose ``shifts.csv`` is read back.  ``peak_bytes``: the child's own high-water mark (None where
     /proc is missing)."""
     with tempfile.TemporaryDirectory(prefix="xcorr-bench-peak-") as tmp:
         peak_file = Path(tmp) / "peak"
         full_env = {**os.environ, **(env or {}), "XCORR_BENCH_PEAK": str(peak_file)}
         start = time.perf_counter()
+        # (a session of its own: a stop ends the helper processes xcorr starts too)
+        proc = subprocess.Popen(list(map(str, argv)), env=full_env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
-            proc = subprocess.run(list(map(str, argv)), env=full_env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:  # (run() killed it and waited)
-            proc = subprocess.CompletedProcess(exc.cmd, -9, None, (exc.stderr or b"")
-                                               + f"\nstopped after {timeout:g} s".encode())
+            _, stderr = proc.communicate(timeout=timeout)
+            code = proc.returncode
+        except BaseException as exc:  # the timeout, or Ctrl-C of the bench
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, stderr = proc.communicate()
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            code, stderr = -9, stderr + f"\nstopped after {timeout:g} s".encode()
         seconds = time.perf_counter() - start
         peak = int(peak_file.read_text()) * 1024 if peak_file.exists() else None
-    err = proc.stderr.decode(errors="replace")
+    err = stderr.decode(errors="replace")
     lines = [ln for ln in err.splitlines() if ln.strip()]
     shifts = None
-    if out is not None and proc.returncode == 0 and (Path(out) / "shifts.csv").exists():
+    if out is not None and code == 0 and (Path(out) / "shifts.csv").exists():
         shifts = read_shifts_csv(Path(out) / "shifts.csv")
-    return OneShot(seconds=seconds, peak_bytes=peak, returncode=proc.returncode,
+    return OneShot(seconds=seconds, peak_bytes=peak, returncode=code,
                    stderr=lines[-1] if lines else "", shifts=shifts)

@@ -256,11 +256,19 @@ def _start_named_gpus(args):
         pass
 
 
+#: ``align``'s options whose value may name an existing file that is not the input
+FILE_OPTIONS = ("--reference",)
+
+
 def _input_file(args):
     """The command's input file, before click has parsed the arguments: the first one after
-    the command that names an existing file and is no option (``xcorr align --gpus all STACK``
-    as ``xcorr align STACK --gpus all``), or None (a folder or a store: told later)."""
-    return next((a for a in args[1:] if not a.startswith("-") and os.path.isfile(a)), None)
+    the command that names an existing file and is neither an option nor the value of one of
+    :data:`FILE_OPTIONS` (``xcorr align --gpus all STACK`` as ``xcorr align STACK --gpus
+    all``), or None (a folder or a store: told later)."""
+    for before, a in zip(args[:-1], args[1:]):
+        if not a.startswith("-") and before not in FILE_OPTIONS and os.path.isfile(a):
+            return a
+    return None
 
 
 def _value_of(option, args):

@@ -7,7 +7,7 @@ import lazy_loader
 
 # the names are imported at first use: a run imports only the modules it needs
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_background": ["BackgroundWrites"],
+    "_background": ["BackgroundWrites", "PIECE_BYTES"],
     "_formats": ["ArrayFrames", "FORMAT_EXTRAS", "format_of", "source_path", "split_source"],
     "_field_outputs": ["plot_motion_field", "write_motion_field"],
     "_lock": ["OutputLock"],
@@ -25,7 +25,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
 
 __all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "ArrayFrames", "ArraySource", "BackgroundWrites", "ChannelStack", "FrameRange",
-           "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "PreadFile",
+           "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "PIECE_BYTES", "PreadFile",
            "StagedOutputs",
            "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",
            "describe", "format_of", "open_source",

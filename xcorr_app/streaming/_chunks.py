@@ -190,7 +190,9 @@ class DeviceChunks:
         is queued before a chunk is handed out, so it overlaps the consumer's work on it (the
         device holds two chunks' uploads, as the memory plans count), and the pages of the
         chunk after that are registered meanwhile, in a thread; a run of pages is unregistered
-        once every chunk it holds is copied (checked two chunks on)."""
+        once every chunk it holds is copied (checked two chunks on), by that thread.  Where the
+        stack is kept on the GPU the chunks are copied into its rows, marked as holding their
+        frames once every chunk has been copied (a loop left early marks none)."""
         mapped, bounds = self._mapped, chunk_bounds(0, self.src.n_frames, self.chunk_frames)
         stash = self._stash if self._stash is not None and self._stash.base.dtype == \
             mapped.array.dtype and self._stash.base.shape[1:] == mapped.array.shape[1:] else None

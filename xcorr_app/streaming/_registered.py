@@ -106,12 +106,15 @@ class RegisteredFile:
                 or available is None or nbytes > available // 4 or shape[0] < 1:
             return None
         path, offset = stored
+        # the mapping starts at the frames' first page (a range of frames: not the file's
+        # frames before it, which nothing copies)
+        base = offset - offset % mmap.ALLOCATIONGRANULARITY
         try:
             fd = os.open(path, os.O_RDONLY)
             try:
                 if os.fstat(fd).st_size < offset + nbytes:
                     return None
-                mm = mmap.mmap(fd, offset + nbytes, prot=mmap.PROT_READ)
+                mm = mmap.mmap(fd, offset + nbytes - base, prot=mmap.PROT_READ, offset=base)
             finally:
                 os.close(fd)
         except (OSError, ValueError):
@@ -121,7 +124,7 @@ class RegisteredFile:
         # registering faults the pages in: a file not in the page cache would be read from the
         # disk a page at a time (1 GiB 0.53 s against 0.02 s cached, H200), where the reader's
         # threads read it faster and the progress shows
-        array = whole[offset:offset + nbytes].view(dtype).reshape(shape)
+        array = whole[offset - base:offset - base + nbytes].view(dtype).reshape(shape)
         import cupy
 
         registered = cls(mm, pointer, length, array, nbytes // shape[0], cupy.cuda.Device().id)
