@@ -29,10 +29,7 @@ import numpy as np
 
 from .. import backend
 from ..errors import InputError
-# (the bytes of aligned frames a callable is given at once from a stack kept on the GPU, as
-# the writer thread copies them: it writes one piece while the next is copied)
-from ..io import PIECE_BYTES
-
+from ..io import PIECE_BYTES  # (the pieces a callable is given from a stack kept on the GPU)
 
 
 def chunk_type(out) -> np.dtype:

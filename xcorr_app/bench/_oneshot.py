@@ -123,8 +123,8 @@ def run_process(argv, env=None, out=None, timeout=TIMEOUT_S) -> OneShot:
     """Run ``argv`` (from :func:`xcorr_argv` or :func:`python_argv`) in a fresh process and
     wait for it, at most ``timeout`` seconds (then it and the processes it started are killed:
     return code -9, the last line says so; so on Ctrl-C, which is raised again); ``env`` is
-    added to the environment; ``out``: the output folder whose ``shifts.csv`` is read back.  ``peak_bytes``: the child's own high-water mark (None where
-    /proc is missing)."""
+    added to the environment; ``out``: the output folder whose ``shifts.csv`` is read back.
+    ``peak_bytes``: the child's own high-water mark (None where /proc is missing)."""
     with tempfile.TemporaryDirectory(prefix="xcorr-bench-peak-") as tmp:
         peak_file = Path(tmp) / "peak"
         full_env = {**os.environ, **(env or {}), "XCORR_BENCH_PEAK": str(peak_file)}

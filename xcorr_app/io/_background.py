@@ -28,10 +28,9 @@ from ..backend import is_cupy_array
 
 _STOP = object()
 
-#: bytes of GPU frames copied back at once to be written (a whole 1 GiB chunk at once made a
-#: writer wait for all of it: copied in 0.28 s, then written in 0.32 s; H200).  The thread
-#: copies them into its one page-locked buffer: 2.7 GB/s into fresh pageable arrays made the
-#: copy, not the disk, set the pace (H100, 2026-11-26)
+#: bytes of GPU frames copied back at once: the thread's page-locked buffer (it copies a piece,
+#: then writes it); a callable of ``align(out=)`` gets pieces of it, one copied while it writes
+#: the one before
 PIECE_BYTES = 64 << 20
 
 
