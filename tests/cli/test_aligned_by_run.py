@@ -77,13 +77,13 @@ def test_a_failure_after_the_run_leaves_no_output(stack_file, tmp_path, monkeypa
     the input as it was."""
     from click.testing import CliRunner
 
-    from xcorr_app import io
+    from xcorr_app.alignment.outputs import _plots
     from xcorr_app.cli._main import cli
 
     def broken_plot(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(io, "plot_drift", broken_plot)
+    monkeypatch.setattr(_plots, "plot_drift", broken_plot)
     before = digest(stack_file)
     out = tmp_path / "o"
     res = CliRunner().invoke(cli, ["align", str(stack_file), "--device", "cpu", "--max-shift",

@@ -113,7 +113,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     conf = xp.where(unusable | border, 0.0, conf)
     return tuple(backend.like_input(a, reference, frames) for a in (shifts, peak, conf))
 
-def align(stack_or_path, reference=None, *, out=None, progress=None, **options):
+def align(stack_or_path, reference=None, *, out=None, progress=None, options=None, **keywords):
     """Measure the shift of every frame of a stack against a reference.
 
     Every option and its default lives in :class:`~xcorr_app.alignment._options.AlignOptions`
@@ -204,6 +204,9 @@ path or ndarray
         GPU.
     progress : callable(int), optional
         Called with the number of frames finished after each chunk.
+    options : AlignOptions, optional
+        The run's options built before (``AlignOptions(max_shift=8, patches=(4, 4))``, reused
+        over many stacks), instead of the keywords: checked once, when built.
     tune : bool, optional
         On the GPU, measure the likeliest kernels for this problem (at most about 2 s, the
         choice cached for later runs) instead of choosing from the planner's cost model
@@ -268,10 +271,10 @@ path or ndarray
         the frame) are flagged ``low_confidence`` and ``border``; the result's ``notes`` and
         ``summary()["notes"]`` say how many.
     """
-    opts = AlignOptions.from_arguments(reference, **options)
+    opts = AlignOptions.from_arguments(reference, options, **keywords)
     executor = InProcess() if opts.gpus is None else OnGpus(opts.gpus)
     return run_alignment(opts, stack_or_path, executor, out=out, progress=progress)
 
 
 align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
-                                        ("out", "progress"))
+                                        ("out", "progress", "options"))

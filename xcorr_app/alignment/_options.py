@@ -13,6 +13,7 @@ xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussia
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -157,6 +158,22 @@ class AlignOptions:
             raise InputError("patches are measured against one reference: reference 'previous' "
                              "is not available with patches")
 
+    def decided(self, **changes) -> "AlignOptions":
+        """These options with the run's own decisions in place (``prefilter="auto"`` resolved,
+        ``lucas_kanade``, the boundary of a pass, the GPUs found): a copy, not checked again.
+
+        The options are checked once, when the run's entry point builds them; what the
+        pipeline decides afterwards is one of the values they allow, so a copy that ran
+        :meth:`__post_init__` again would only repeat the checks (and ``dataclasses.replace``
+        would).
+        """
+        new = copy.copy(self)
+        for name, value in changes.items():
+            if name not in self.__dataclass_fields__:
+                raise AttributeError(f"AlignOptions has no option {name!r}")
+            object.__setattr__(new, name, value)
+        return new
+
     def check_executor(self, executor):
         """Refuse what ``executor`` (``"process"``, ``"gpus"``, ``"dask"``) cannot run, with the
         same line on every path."""
@@ -193,7 +210,7 @@ class AlignOptions:
         the linear-overlap surface, which wrap-around content biases (the strips that wrapped
         do not match, and the fit leans away from them)."""
         if self.boundary == "circular" and self.normalization != "phase":
-            return dataclasses.replace(self, subpixel="upsample")
+            return self.decided(subpixel="upsample")
         return self
 
     def surface_shape(self, frame_shape):
@@ -220,18 +237,29 @@ class AlignOptions:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_arguments(cls, reference=None, **options):
-        """The options of a call such as ``align(stack, reference, **options)``: an unknown
-        keyword is an :class:`InputError` that names the nearest option."""
+    def from_arguments(cls, reference=None, options=None, **keywords):
+        """The options of a call such as ``align(stack, reference, **keywords)``, or
+        ``options``, an :class:`AlignOptions` built before (as they are: checked once, when
+        built); an unknown keyword is an :class:`InputError` that names the nearest option."""
+        if options is not None:
+            if not isinstance(options, cls):
+                raise InputError(f"options must be an AlignOptions, got "
+                                 f"{type(options).__name__}")
+            if reference is not None or keywords:
+                given = ", ".join((["reference"] if reference is not None else [])
+                                  + sorted(keywords))
+                raise InputError(f"give the run's options either as options= or as keywords, "
+                                 f"not both ({given})")
+            return options
         names = {f.name for f in dataclasses.fields(cls)}
-        for key in options:
+        for key in keywords:
             if key not in names:
                 near = difflib.get_close_matches(key, sorted(names), 1)
                 hint = f"; did you mean {near[0]}?" if near else ""
                 raise InputError(f"unknown option {key!r}{hint}")
         if reference is not None:
-            options["reference"] = reference
-        return cls(**options)
+            keywords["reference"] = reference
+        return cls(**keywords)
 
 
 def options_signature(fn, leading, trailing=()):
@@ -298,7 +326,7 @@ def resolve_auto(opts, src):
     if opts.prefilter != "auto" or opts.features or opts.normalization == "phase":
         return opts, None
     spec, why = choose_prefilter(src)
-    return dataclasses.replace(opts, prefilter=spec), why
+    return opts.decided(prefilter=spec), why
 
 
 def auto_notes(opts, why) -> list:

@@ -200,8 +200,8 @@ class _OneRange:
         return a
 
 
-# NumPy's median and percentile import numpy.ma at their first call: 30-60 ms of a one-shot
-# GPU run, which imports nothing else that needs it (H200 2026-11-26); these are theirs, sorted
+# NumPy's median and percentile import numpy.ma at their first call, a cost of its own in a
+# one-shot GPU run, which imports nothing else that needs it; these are theirs, sorted
 def _nanmedian(a):
     """``np.nanmedian(a, axis=0)`` of a (N, ...) float array with a number in every column."""
     s = np.sort(a, axis=0)  # (NaNs sort last, infinities where they belong)
@@ -281,7 +281,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     whole = xp.asarray(template)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
         else area_float(whole[None], area)[0]
-    prepare = dataclasses.replace(opts, window="none").preparer(xp, inside.shape)
+    prepare = opts.decided(window="none").preparer(xp, inside.shape)
     t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
     regions = None if patches is None else _PatchQuality(xp.asarray(whole, xp.float32),
                                                          patches, opts, xp)
@@ -354,7 +354,7 @@ class _PatchQuality:
         half = (np.asarray(size, np.float64) - 1) / 2.0
         self.starts = np.rint(np.asarray(centres).reshape(-1, 2) - half).astype(np.int64)
         self.weights = field_weights(centres, template.shape, xp)
-        self.prepare = dataclasses.replace(opts, window="none").preparer(xp, size)
+        self.prepare = opts.decided(window="none").preparer(xp, size)
         tp = self.cut(template[None])[0]  # (P, ph, pw)
         self.regions = RegionFigures(tp, self.prepare(tp).frames, xp)
 

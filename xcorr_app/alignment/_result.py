@@ -129,6 +129,11 @@ class AlignResult:
     quality : QualityReport or None
         How much better the aligned frames match their template than the input
         (:mod:`xcorr_app.alignment._quality`; ``quality=False``: None).
+    frame_shape : (int, int) or None
+        ``(H, W)`` of the frames measured.
+    seconds : float or None
+        How long the run took, from its start to its result (``shifts.json``'s
+        ``seconds_measuring``).
     """
 
     shifts: np.ndarray
@@ -150,6 +155,8 @@ class AlignResult:
     patch_low: np.ndarray = None
     patch_template: np.ndarray = dataclasses.field(default=None, repr=False)
     quality: object = dataclasses.field(default=None, repr=False)
+    frame_shape: tuple = None
+    seconds: float = None
 
     def __post_init__(self):
         for name in ("low_confidence", "border", "nonfinite"):
@@ -256,6 +263,64 @@ class AlignResult:
                  "agree": bool(self.agree[i]), "peak_on_border": bool(self.border[i]),
                  **(quality[i] if quality else {})}
                 for i in range(self.n_frames)]
+
+    def save(self, folder, *, aligned=True, format="tiff", plots=True, force=False,
+             resample="bilinear", crop=False, fill=0.0, keep_dtype=False, channels=None,
+             frames=None, progress=None) -> dict:
+        """Write what ``xcorr align`` writes into ``folder``, together or not at all.
+
+        ``shifts.csv``, ``shifts.json``, ``drift.png``, ``quality.png`` (with the quality
+        report), ``motion_field.npz`` and ``motion_field.png`` (with ``patches``) and the
+        aligned stack, warped from the run's input on the run's device.  The guards of the
+        command hold: no output replaces an input, existing outputs are kept without
+        ``force``, one writer at a time, and a run that fails or is interrupted leaves nothing.
+
+        Parameters
+        ----------
+        folder : str or Path
+            The outputs folder (made if missing).
+        aligned : bool
+            Write the aligned stack (``--no-aligned``: False; an aligned stack of an earlier
+            run in ``folder`` is then removed, as it no longer matches the shifts).
+        format : {"tiff", "ome-zarr", "hdf5"}
+            The aligned stack's format: ``aligned.tif``, ``aligned.ome.zarr`` or ``aligned.h5``
+            (``--out-format``), with the input's pixel size and channel names.
+        plots : bool
+            Write ``drift.png``, ``quality.png`` and ``motion_field.png``.
+        force : bool
+            Replace existing outputs.
+        resample, crop, fill, keep_dtype
+            How the aligned stack is warped and stored (``--resample``, ``--crop``, ``--fill``,
+            ``--keep-dtype``).
+        channels : sequence of int, optional
+            Channels of a multi-channel input written aligned by these shifts into one
+            hyperstack (``--apply-to``).
+        frames : iterable of (start, chunk), optional
+            The aligned frames where they are warped elsewhere (a Dask cluster's
+            :func:`xcorr_app.dask.apply_shifts` blocks); default: warped here.
+        progress : callable(int), optional
+            Called with the number of aligned frames written after each chunk.
+
+        Returns
+        -------
+        dict
+            Output name -> path written.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from xcorr_app import align
+        >>> res = align("sample_data/moon_drift.tif", max_shift=8, device="cpu")  # doctest: +SKIP
+        >>> res.save(Path(tempfile.mkdtemp()) / "moon")  # doctest: +SKIP
+        {'shifts.csv': ..., 'aligned.tif': PosixPath('.../moon/aligned.tif')}
+        """
+        from .outputs import save_result
+
+        return save_result(self, folder, aligned=aligned, format=format, plots=plots,
+                           force=force, resample=resample, crop=crop, fill=fill,
+                           keep_dtype=keep_dtype, channels=channels, frames=frames,
+                           progress=progress)
 
     def apply(self, stack_or_path=None, **kwargs):
         """The aligned frames: :func:`xcorr_app.apply_shifts` with these shifts, on the input

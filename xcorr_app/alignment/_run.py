@@ -24,8 +24,8 @@ the executor's ``xp``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import time
 
 import numpy as np
 
@@ -55,6 +55,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
         from ..errors import InputError
 
         raise InputError(f"progress must be a callable(int), got {progress!r}")
+    t0 = time.perf_counter()
     opts.check_executor(executor.name)
     stack_or_path = as_stack(stack_or_path)
     with executor.open(stack_or_path, opts) as src:
@@ -91,6 +92,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
             res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image,
                                           patches)
     executor.finish()
+    res.frame_shape = tuple(src.frame_shape)
+    res.seconds = time.perf_counter() - t0
     return res
 
 
@@ -112,7 +115,7 @@ def measure_passes(opts, src, executor, progress=None):
     passes.
     """
     if opts.boundary == "circular" and opts.lucas_kanade == "auto":
-        opts = dataclasses.replace(opts, lucas_kanade="off")  # (a circular template instead)
+        opts = opts.decided(lucas_kanade="off")  # (a circular template instead)
     opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
     lk = opts.lucas_kanade == "on"
     passes = max(opts.refined or 0, 1 if lk else 0)
@@ -136,9 +139,9 @@ def measure_passes(opts, src, executor, progress=None):
     while True:
         linear = boundary != "circular"  # (auto measures linear first)
         # an upsample kept for a circular refinement that did not come is unused, not wrong
-        run = dataclasses.replace(opts, boundary="linear" if linear else "circular",
-                                  upsample=None if linear and opts.subpixel != "upsample"
-                                  else opts.upsample).measuring()
+        run = opts.decided(boundary="linear" if linear else "circular",
+                           upsample=None if linear and opts.subpixel != "upsample"
+                           else opts.upsample).measuring()
         ref = None if run.previous else prepared_reference(run, src, executor.xp,
                                                            executor.chunk, image=image)
         # (circular sums, but linear ones where Lucas-Kanade fits against them: its
@@ -156,7 +159,7 @@ def measure_passes(opts, src, executor, progress=None):
                                 f" ({'twice' if passes > 1 else 'once'})" if passes else ""))
                 report.plan_more(passes + 1)
                 lk, notes = False, [n for n in notes if n is not lk_note]
-                opts = dataclasses.replace(opts, lucas_kanade="off")
+                opts = opts.decided(lucas_kanade="off")
                 continue
         if k >= passes:
             break
@@ -172,7 +175,7 @@ def measure_passes(opts, src, executor, progress=None):
     if boundary != "circular" and opts.upsample is not None and opts.subpixel != "upsample":
         notes.append(f"upsample {opts.upsample} unused: {linear_why}, where subpixel "
                      f"{opts.subpixel} does not upsample")
-    run = dataclasses.replace(run, lucas_kanade=opts.lucas_kanade)
+    run = run.decided(lucas_kanade=opts.lucas_kanade)
     return (relative_to_first(table) if passes else table), run, notes, image
 
 

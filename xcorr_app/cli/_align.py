@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import re
@@ -15,15 +14,16 @@ import click
 
 from .. import backend
 from ..errors import InputError
-from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, check_fill,
-                         check_limits, limit_devices, strict_json)
-from ._options import (FEATURES, FIELD_RESAMPLE, MEMORY, NORMALIZATIONS, PATCHES,
-                       PREFILTER, RESAMPLE, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
+from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
+                         check_limits, limit_devices)
+from ..alignment.outputs import aligned_as, check_save
+from ._options import (FEATURES, MEMORY, NORMALIZATIONS, PATCHES,
+                       PREFILTER, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
-from ._input import aligned_as, apply_channels, input_options, input_path
+from ._input import apply_channels, input_options, input_path
 from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
-from ..io import OUT_FORMATS, aligned_name
+from ..io import OUT_FORMATS
 
 __all__ = ["align", "note_late_signal"]
 
@@ -168,81 +168,55 @@ def align(path, dataset, z, **options):
 
 
 def _align(o):
-    """``xcorr align`` once its options are parsed (``o``)."""
-    from ..io import OutputRun, plot_drift, plot_quality, split_source, write_text
+    """``xcorr align`` once its options are parsed (``o``): the run, its outputs written by
+    :class:`~xcorr_app.alignment.outputs.RunOutputs` (as :meth:`AlignResult.save` writes
+    them)."""
+    from ..alignment.outputs import RunOutputs
+    from ..io import split_source
 
     path = o.path
-    if o.out_dir is not None and not o.out_dir.strip():
-        raise InputError("--out is empty: name the folder for shifts.csv, shifts.json, "
-                         "drift.png and aligned.tif")
-    out_dir = Path(o.out_dir) if o.out_dir is not None else default_out(path, "_xcorr")
-    if out_dir.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out_dir.is_file():
-        raise InputError(f"--out is the folder align writes shifts.csv, shifts.json, drift.png "
-                         f"and aligned.tif into, not a file: {out_dir}")
-    names = ("shifts.csv", "shifts.json", "drift.png") + (() if o.no_quality else ("quality.png",))
-    if o.patches is not None:
-        names += ("motion_field.npz", "motion_field.png")
-    outputs = {k: out_dir / k for k in names}
-    if not o.no_aligned:
-        outputs["aligned.tif"] = out_dir / aligned_name(o.out_format)  # (--out-format)
+    out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
+    try:
+        outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
+                             quality=not o.no_quality, patches=o.patches is not None,
+                             force=o.force, inputs=[split_source(path)[0]] + (
+                                 [Path(o.reference)] if _is_file(o.reference) else []))
+    except InputError as exc:
+        raise InputError(save_flags(str(exc))) from None
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
-    inputs = [split_source(path)[0]]  # (FILE of FILE:/DATASET)
-    inputs += [Path(o.reference)] if _is_file(o.reference) else []  # --reference FILE
     # all outputs appear together when everything succeeded, or none (and no folder it made)
-    # with --no-aligned, an aligned.tif of an earlier run would no longer match shifts.csv
-    stale = [out_dir / "aligned.tif"] if o.no_aligned else []
-    with OutputRun(outputs.values(), inputs, o.force, lock=out_dir / ".xcorr.lock",
-                   remove=stale) as run, contextlib.ExitStack() as aligned:
+    with outputs:
         with scale_out(o.gpus, o.workers, o.scheduler, o.device, stack_bytes=n * frame_gb * 1e9,
                        quiet=o.quiet) as (client, gpu_ids):
-            t0 = time.perf_counter()
-            by_run = _aligned_by_the_run(o, client, gpu_ids)
-            if by_run:  # aligned.tif written as the run goes, and finished while the other
-                # outputs are written (closed before the commit)
-                sink = aligned.enter_context(
-                    _aligned_file(shape, n, outputs["aligned.tif"], o.aligned_as))
-                res = _measure(o, client, gpu_ids, n, frame_gb, out=sink)
-            else:
-                res = _measure(o, client, gpu_ids, n, frame_gb)
-            t_measure = time.perf_counter() - t0
-            if not o.no_aligned and not by_run:
-                _write_aligned(o, res, client, gpu_ids, shape, n, outputs["aligned.tif"])
+            # aligned.tif written as the run goes where it can, and finished while the other
+            # outputs are written (closed before the commit)
+            sink = outputs.aligned_sink(shape, n, o.aligned_as) \
+                if _aligned_by_the_run(o, client, gpu_ids) else None
+            res = _measure(o, client, gpu_ids, n, frame_gb, out=sink)
             ran_on = where(o.dev, client, gpu_ids)
-        summary = res.summary()
-        settings = dict(res.settings, resample=o.resample, crop=o.crop, fill=o.fill)
-        doc = {"input": str(path), "frame_shape": list(shape), "settings": settings,
-               "summary": summary, **backend.environment(o.dev),
-               "seconds_measuring": round(t_measure, 4),
-               "frames_per_second": round(n / max(t_measure, 1e-9), 2),
-               "frames": res.frame_records()}
-        write_text(outputs["shifts.csv"], res.csv_text())
-        doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
-        write_text(outputs["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
-        plot_drift(outputs["drift.png"], res, title=f"{Path(path).name}: reference {res.settings['reference']}")
-        if res.quality is not None:
-            q = res.quality
-            plot_quality(outputs["quality.png"], q.before, q.after, q.residual, q.flagged,
-                         (q.sharpness_before, q.sharpness_after),
-                         title=f"{Path(path).name}: quality of the alignment",
-                         patch_after=q.patch_after, patch_flagged=q.patch_flagged)
-        if o.patches is not None:
-            from ..io import plot_motion_field, write_motion_field
+            frames = None
+            if client is not None and not o.no_aligned and o.apply_channels is None:
+                from ..distributed import aligned_blocks
 
-            write_motion_field(outputs["motion_field.npz"], res)
-            plot_motion_field(outputs["motion_field.png"], res,
-                              title=f"{Path(path).name}: motion field")
-        aligned.close()  # (the aligned stack's last chunks written, its writer finished)
-        removed = [p for p in stale if p.is_file()]
-        run.commit()
+                frames = aligned_blocks(res, client, channel=o.channel, fill=o.fill,
+                                        resample=o.resample, crop=o.crop, device=o.device)
+            quiet = o.quiet or sink is not None or o.no_aligned
+            with progress_bar(n, "writing aligned.tif", quiet) as bar:
+                written = outputs.write(res, resample=o.resample, crop=o.crop, fill=o.fill,
+                                        aligned=o.aligned_as, channels=o.apply_channels,
+                                        frames=frames, progress=bar.update)
         if o.as_json:
-            click.echo(json.dumps(doc))
+            from ..alignment.outputs import result_document
+
+            click.echo(json.dumps(result_document(res, resample=o.resample, crop=o.crop,
+                                                  fill=o.fill)))
         elif not o.quiet:
-            _print_summary(path, shape, ran_on, res, summary, t_measure, frame_gb,
-                           outputs.values())
-            for p in removed:
+            _print_summary(path, shape, ran_on, res, res.summary(), res.seconds, frame_gb,
+                           written.values())
+            for p in outputs.removed:
                 click.echo(f"  removed {p} of an earlier run (--no-aligned)")
-    note_late_signal(run)
+    note_late_signal(outputs)
 
 
 def note_late_signal(run):
@@ -282,24 +256,12 @@ def _check(o):
                               "gpus" if o.gpus is not None else "process")
     except InputError as exc:
         raise InputError(as_flags(str(exc))) from None
-    if o.patches is None and o.resample not in RESAMPLE:
-        raise InputError(f"--resample {o.resample} needs --patches (rigid shifts: "
-                         f"{' or '.join(RESAMPLE)})")
-    if o.patches is not None and o.resample not in FIELD_RESAMPLE:
-        raise InputError(f"--resample {o.resample} is not available with --patches (use "
-                         f"{' or '.join(FIELD_RESAMPLE)})")
-    if o.no_aligned:
-        given = [flag for flag, on in (("--crop", o.crop), ("--fill", o.fill != 0.0),
-                                       ("--resample", o.resample != "bilinear"),
-                                       ("--out-format", o.out_format != "tiff"),
-                                       ("--keep-dtype", o.keep_dtype)) if on]
-        if given:
-            raise InputError(f"{', '.join(given)} shape aligned.tif, which --no-aligned does "
-                             "not write: drop one or the other")
     try:  # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
-        check_fill(o.fill)
+        o.fill = check_save(patches=o.patches is not None, aligned=not o.no_aligned,
+                            format=o.out_format, resample=o.resample, crop=o.crop,
+                            fill=o.fill, keep_dtype=o.keep_dtype)
     except InputError as exc:
-        raise InputError(f"--{exc}") from None
+        raise InputError(save_flags(str(exc))) from None
     if o.gpus is not None:
         from ..streaming import need_gpus
 
@@ -327,6 +289,20 @@ def _check(o):
     return shape, itemsize, n
 
 
+#: the names of :meth:`AlignResult.save`'s options in an error, and the flags that give them
+SAVE_FLAGS = {"out": "--out", "aligned=False": "--no-aligned", "the aligned stack": "aligned.tif",
+              "keep_dtype": "--keep-dtype", "format": "--out-format", "resample": "--resample",
+              "crop": "--crop", "fill": "--fill", "patches": "--patches"}
+
+
+def save_flags(message: str) -> str:
+    """A message of :func:`~xcorr_app.alignment.outputs.check_save` in the command line's
+    words."""
+    for name, flag in SAVE_FLAGS.items():
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", flag, message)
+    return message
+
+
 def as_flags(message: str) -> str:
     """An :class:`AlignOptions` message in the command line's words: option names as flags."""
     names = sorted((f.name for f in dataclasses.fields(AlignOptions)), key=len, reverse=True)
@@ -342,18 +318,18 @@ def as_flags(message: str) -> str:
 def _measure(o, client, gpu_ids, n, frame_gb, out=None):
     """The shifts of every frame: on a Dask cluster, on ``--gpus``, or in this process
     (``out``: :func:`xcorr_app.align`'s, on one device)."""
-    opts = dataclasses.replace(o.opts, gpus=gpu_ids)
+    opts = o.opts.decided(gpus=gpu_ids)  # (the GPUs found for --gpus)
     if o.gpus is not None and gpu_ids is None:  # --gpus all on a small stack: one GPU, as asked
-        opts = dataclasses.replace(opts, device="gpu")
+        opts = opts.decided(device="gpu")
     with progress_bar(n, "measuring", o.quiet) as bar:
         update = _rate_updater(bar, frame_gb)
         if client is not None:
             from ..distributed import align as dask_align
 
-            return dask_align(o.path, client=client, progress=update, **opts.arguments())
+            return dask_align(o.path, client=client, progress=update, options=opts)
         from ..alignment import align as run_align
 
-        res = run_align(o.path, out=out, progress=update, **opts.arguments())
+        res = run_align(o.path, out=out, progress=update, options=opts)
     if gpu_ids is None:
         # (the note of _check, deferred; not where auto chose the CPU for a small job: the
         # probe would import CuPy and start CUDA, 0.3-0.5 s of the cell sample's run)
@@ -364,80 +340,12 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
     return res
 
 
-def _write_aligned(o, res, client, gpu_ids, shape, n, out_path):
-    """Write aligned.tif: every frame shifted by its measured shift (cropped with ``--crop``)."""
-    if o.apply_channels is not None:  # --apply-to: every listed channel, one hyperstack
-        from ._apply import write_run_channels
-
-        return write_run_channels(o, res, out_path)
-    from ..alignment import apply_shifts, common_area
-
-    if res.motion_field is not None:  # --patches: every frame warped by its motion field
-        from ..alignment import apply_field, field_area
-
-        box = field_area(res.motion_field, shape) if o.crop else (0, shape[0], 0, shape[1])
-        # on the run's device (the GPU: one kernel per chunk, the field at each pixel)
-        chunks = apply_field(o.path, res.motion_field, res.patch_centres, channel=o.channel,
-                             fill=o.fill, resample=o.resample, crop=box,
-                             chunk_frames=res.settings["chunk_frames"], device=o.dev)
-        return _write_chunks(o, chunks, (box[1] - box[0], box[3] - box[2]), n, out_path)
-    box = common_area(res.shifts, shape) if o.crop else (0, shape[0], 0, shape[1])
-    out_shape = (box[1] - box[0], box[3] - box[2])
-    shift_args = dict(channel=o.channel, fill=o.fill, resample=o.resample, crop=o.crop)
-    if client is not None:
-        from ..distributed import apply_shifts as dask_shifts, iter_blocks
-
-        chunks = iter_blocks(dask_shifts(o.path, res.shifts, device=o.device, **shift_args),
-                             client)
-    else:
-        chunks = apply_shifts(o.path, res.shifts, chunk_frames=res.settings["chunk_frames"],
-                              device=o.dev, gpus=gpu_ids, **shift_args)
-    _write_chunks(o, chunks, out_shape, n, out_path)
-
-
 def _aligned_by_the_run(o, client, gpu_ids) -> bool:
     """aligned.tif written by the run itself (``align(out=)``: during the last patch pass, or
     from the stack kept on the GPU): on one device, with the defaults of the aligned frames
     (no ``--crop``, which needs every frame's shifts first, bilinear, ``--fill 0``)."""
     return not o.no_aligned and client is None and gpu_ids is None and not o.crop \
         and o.resample == "bilinear" and o.fill == 0.0 and o.apply_to is None
-
-
-class _AlignedSink:
-    """The aligned stack's chunks handed to a writer thread: ``write(frames)`` (float32 or
-    :attr:`dtype` chunks, which must be fresh arrays: apply_shifts', apply_field's, the Dask
-    blocks', ``align(out=)``'s), and ``align(out=)``'s ``(start, frames)`` with ``dtype``,
-    the type stored (chunks the run rounds into it on the GPU are stored as they are), CuPy
-    chunks among them (:attr:`takes_device`: the thread copies them to the host)."""
-
-    takes_device = True
-
-    def __init__(self, background, dtype):
-        self.write, self.dtype = background.write, dtype
-
-    def __call__(self, start, frames):
-        self.write(frames)
-
-
-@contextlib.contextmanager
-def _aligned_file(out_shape, n, out_path, aligned_as=None):
-    """An :class:`_AlignedSink` appending to ``out_path`` (TIFF, OME-Zarr or HDF5 by its name;
-    ``aligned_as``: :func:`._input.aligned_as`) by a writer thread."""
-    from ..io import BackgroundWrites, stack_writer
-
-    with stack_writer(out_path, out_shape, n, **(aligned_as or {})) as writer, \
-            BackgroundWrites(writer) as background:
-        yield _AlignedSink(background, writer.dtype)
-
-
-def _write_chunks(o, chunks, out_shape, n, out_path):
-    """Write the aligned chunks ``(start, frames)`` to ``out_path`` with a progress bar; the
-    next chunk is read and shifted while this one is written."""
-    with progress_bar(n, "writing aligned.tif", o.quiet) as bar, \
-            _aligned_file(out_shape, n, out_path, o.aligned_as) as sink:
-        for _, chunk in chunks:
-            sink.write(chunk)
-            bar.update(len(chunk))
 
 
 def _rate_updater(bar, frame_gb):

@@ -1,7 +1,7 @@
 """``xcorr apply SHIFTS PATH``: the shifts of an earlier run (``shifts.csv``, ``shifts.json``,
 or a ``--patches`` run's ``motion_field.npz``) applied to another stack, channel or recording,
-streamed chunk by chunk into one aligned stack (TIFF, OME-Zarr or HDF5 by its name); and
-:func:`write_aligned_channels`, what ``align --apply-to`` writes with the same shifts."""
+streamed chunk by chunk into one aligned stack (TIFF, OME-Zarr or HDF5 by its name) by
+:func:`xcorr_app.alignment.outputs.write_aligned_channels`, as ``align --apply-to`` writes it."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import click
 import numpy as np
 
 from ..errors import InputError
-from ._input import aligned_as, input_options, input_path
+from ._input import input_options, input_path
 from ._options import (RESAMPLE_ANY, default_out, note_device, print_notes, progress_bar,
                        readable_frames_of, stack_command)
 
-__all__ = ["apply_cmd", "load_saved", "write_aligned_channels"]
+__all__ = ["apply_cmd", "load_saved"]
 
 #: the names ``--out`` may end in, and the format of each
 OUT_SUFFIXES = {".tif": "tiff", ".tiff": "tiff", ".zarr": "ome-zarr", ".h5": "hdf5",
@@ -109,51 +109,6 @@ def check_fits(saved, shifts_path, src, path) -> None:
                          "that frame size")
 
 
-def _chunks(path, saved, channel, fill, resample, crop, chunk_frames, device):
-    """``(start, aligned chunk)`` of one channel of ``path`` and the aligned frame shape."""
-    from ..alignment import apply_shifts, common_area
-    from ..io import open_stack
-
-    with open_stack(path, channel=channel) as src:
-        shape = src.frame_shape
-    if saved.field is not None:
-        from ..alignment import apply_field, field_area
-
-        box = field_area(saved.field, shape) if crop else (0, shape[0], 0, shape[1])
-        return apply_field(path, saved.field, saved.centres, channel=channel, fill=fill,
-                           resample=resample, crop=box, chunk_frames=chunk_frames,
-                           device=device), (box[1] - box[0], box[3] - box[2])
-    box = common_area(saved.shifts, shape) if crop else (0, shape[0], 0, shape[1])
-    return apply_shifts(path, saved.shifts, channel=channel, fill=fill, resample=resample,
-                        crop=crop, chunk_frames=chunk_frames, device=device), \
-        (box[1] - box[0], box[3] - box[2])
-
-
-def write_aligned_channels(path, saved, channels, out_path, *, fill=0.0, resample="bilinear",
-                           crop=False, chunk_frames=64, device="cpu", aligned=None,
-                           quiet=False, n_frames=None):
-    """Write every channel of ``channels`` (``[None]``: the stack's only one) of ``path``
-    aligned by ``saved`` (:func:`load_saved`, or a result's ``shifts``/``field``/``centres``)
-    into ``out_path``: one stack, or a T x C hyperstack of several channels, chunk by chunk
-    (one chunk of each channel in memory); ``aligned``: :func:`._input.aligned_as`."""
-    from ..io import BackgroundWrites, stack_writer
-
-    streams = [_chunks(path, saved, c, fill, resample, crop, chunk_frames, device)
-               for c in channels]
-    shape, n = streams[0][1], n_frames or len(saved.shifts)
-    c = len(channels)
-    with progress_bar(n, f"writing {Path(out_path).name}", quiet) as bar, \
-            stack_writer(out_path, shape, n * c, channels=c, **(aligned or {})) as writer, \
-            BackgroundWrites(writer) as background:
-        for parts in zip(*(s for s, _ in streams)):
-            pieces = [chunk for _, chunk in parts]
-            k = len(pieces[0])
-            # pages time frame by time frame, every channel of one frame together
-            background.write(np.stack(pieces, axis=1).reshape(k * c, *shape) if c > 1
-                             else pieces[0])
-            bar.update(k)
-
-
 @click.command("apply")
 @click.argument("shifts", type=click.Path(path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
@@ -188,6 +143,7 @@ def apply_cmd(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, f
 def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, force,
            chunk_frames, device, channel):
     from ..alignment import FIELD_RESAMPLE, RESAMPLE, check_fill
+    from ..alignment.outputs import aligned_as, write_aligned_channels
     from ..io import OutputRun, open_stack, split_source
 
     if out_path is not None and not out_path.strip():
@@ -214,27 +170,12 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     dev = "cpu" if device == "cpu" else note_device(device, quiet)
     inputs = [split_source(path)[0], Path(shifts)]
     with OutputRun([out], inputs, force, lock=out.parent / ".xcorr.lock") as run:
-        write_aligned_channels(path, saved, [channel], out, fill=fill, resample=resample,
-                               crop=crop, chunk_frames=chunk_frames or 64, device=dev,
-                               aligned=aligned, quiet=quiet)
+        with progress_bar(len(saved.shifts), f"writing {out.name}", quiet) as bar:
+            write_aligned_channels(path, saved.shifts, [channel], out, field=saved.field,
+                                   centres=saved.centres, fill=fill, resample=resample,
+                                   crop=crop, chunk_frames=chunk_frames or 64, device=dev,
+                                   aligned=aligned, progress=bar.update)
         run.commit()
     if not quiet:
         click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}; "
                    f"wrote {out}")
-
-
-def write_run_channels(o, res, out_path):
-    """``align --channel K --apply-to LIST``: the listed channels of the input aligned by the
-    run's shifts (or motion field) into one hyperstack ``out_path``, its channel names those
-    listed."""
-    saved = SimpleNamespace(shifts=res.shifts, field=res.motion_field, centres=res.patch_centres)
-    aligned = dict(o.aligned_as or {})
-    channels = o.apply_channels
-    if "metadata" in aligned:
-        names = aligned["metadata"].get("channel_names") or []
-        aligned["metadata"] = {**aligned["metadata"], "channel_names":
-                               [names[c] for c in channels] if names else []}
-    write_aligned_channels(o.path, saved, channels, out_path, fill=o.fill,
-                           resample=o.resample, crop=o.crop,
-                           chunk_frames=res.settings.get("chunk_frames") or 64, device=o.dev,
-                           aligned=aligned, quiet=o.quiet)

@@ -56,21 +56,6 @@ def input_path(path, dataset, z):
     return source_path(path, dataset, z)
 
 
-def aligned_as(src, path, out_format, keep_dtype) -> dict:
-    """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
-    pixel type with ``--keep-dtype``, else float32) and the ``metadata`` carried into an
-    OME-Zarr or HDF5 output (pixel size, channel names, source)."""
-    out = {"keep": src.dtype if keep_dtype else None}
-    if out_format != "tiff":
-        from ..io import describe
-
-        d = describe(path)
-        names = d["channel_names"]
-        out["metadata"] = {"pixel_size": d["pixel_size"], "source": str(path),
-                           "channel_names": names}
-    return out
-
-
 def apply_channels(apply_to, channel, src, no_aligned):
     """The channels ``--apply-to`` names (``all`` or ``0,2``) of ``src``, checked against its
     channels, ``--channel`` (the one measured, required) and ``--no-aligned``; None without it.

@@ -51,7 +51,8 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
     import numpy as np
     from PIL import Image, ImageDraw
 
-    from ..io import PNG_LEVEL, atomic_path
+    from ..alignment.outputs import PNG_LEVEL
+    from ..io import atomic_path
 
     width, left, right, top = 880, 70, 860, 40
     tall = 280 if len(panels) > 1 else 420

@@ -19,7 +19,7 @@ import lazy_loader
 
 # the names are imported at first use: a run imports only the modules it needs
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_api": ["METHODS", "choose_method", "cross_correlate"],
+    "_api": ["METHODS", "choose_method", "correlate_checked", "cross_correlate"],
     "_band": ["band_fits"],
     "_correlation_plan": ["CorrelationPlan", "correlation_plan"],
     "_cost_model": ["useful_macs"],
@@ -37,7 +37,7 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
 
 __all__ = ["FORMS", "METHODS", "CorrelationGraph", "CorrelationPlan", "Plan", "as_float32",
            "band_fits", "cache_path", "choose_method", "clear_plan_cache", "conj_product",
-           "correlation_plan", "correlation_window", "cross_correlate", "decide", "fft_geometry",
+           "correlation_plan", "correlation_window", "correlate_checked", "cross_correlate", "decide", "fft_geometry",
            "fft_of", "first_shift", "form_layout", "heuristic", "irfftn_unnormalized",
            "normalize_max_shift", "output_shape", "overlap_xcorr", "padded_spectra", "run_plan",
            "set_on_measure", "shift_origin", "useful_macs", "window_applies", "xcorr_fft"]

@@ -23,7 +23,7 @@ from ._forms import form_layout
 from ._plans import METHODS, Plan
 from ._shifts import check_max_shift, normalize_max_shift
 
-__all__ = ["cross_correlate", "choose_method", "METHODS"]
+__all__ = ["cross_correlate", "correlate_checked", "choose_method", "METHODS"]
 
 
 def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto",
@@ -84,3 +84,21 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
         remember(key, cplan, left, right, method)
     return like_input(res, left, right)
 
+
+
+def correlate_checked(left, right, form, bound, plan, device, out=None):
+    """:func:`cross_correlate` for a caller that checked its arguments once already (the
+    alignment pipeline: ``bound`` as :func:`~._shifts.normalize_max_shift` returns it and
+    within the frames, ``plan`` a :class:`Plan`, ``device`` ``"gpu"`` or ``"cpu"`` decided):
+    the same plans and the same fast path, without checking them again for every chunk."""
+    got, key = kept_call(left, right, form, bound, plan, device, out)
+    if got is not NotImplemented:
+        return got
+    lay = form_layout(form, np.shape(left), np.shape(right))
+    xp = xp_for(device)
+    L, R = to_xp(left, xp), to_xp(right, xp)
+    cplan = cached_plan(lay, bound, device, plan, L, R)
+    res = cplan.execute(L, R, out=out)
+    if key is not None:
+        remember(key, cplan, left, right, plan)
+    return like_input(res, left, right)

@@ -104,13 +104,18 @@ class CorrelationPlan(PlanCallBase):
     """
 
     def __init__(self, left_shape, right_shape, form="one_to_one", max_shift=None,
-                 dtype="float32", device="auto", method="auto", *, sample=None):
+                 dtype="float32", device="auto", method="auto", *, sample=None,
+                 bound_checked=False):
         self.left_shape = shape_argument(left_shape, "left_shape")
         self.right_shape = shape_argument(right_shape, "right_shape")
         lay = form_layout(form, self.left_shape, self.right_shape)
         self.form, self.layout = form, lay
-        self.max_shift, self.dtype = normalize_max_shift(max_shift), dtype_argument(dtype)
-        check_max_shift(self.max_shift, lay.left_shape, lay.right_shape)  # (before out_shape)
+        self.dtype = dtype_argument(dtype)
+        if bound_checked:  # (a caller that checked it once: cross_correlate, the pipeline)
+            self.max_shift = max_shift
+        else:
+            self.max_shift = normalize_max_shift(max_shift)
+            check_max_shift(self.max_shift, lay.left_shape, lay.right_shape)  # (before out_shape)
         self.device = resolve_device(device)
         plan = None if method is None or (isinstance(method, str) and method == "auto") \
             else Plan.parse(method)

@@ -29,7 +29,7 @@ import numpy as np
 from ..backend import array_module_of
 from ._fft import xcorr_fft
 from ._forms import form_layout
-from ._shifts import first_shift, output_shape
+from ._shifts import as_bound, first_shift, output_shape
 
 #: size above which :func:`xcorr` switches from the direct sum to the FFT (multiply-adds)
 DIRECT_LIMIT = 2e7
@@ -67,6 +67,7 @@ def xcorr_direct(left, right, form="one_to_one", max_shift=None, dtype=np.float6
         ``batch_shape + output_shape(...)``.
     """
     xp = array_module_of(left, right)
+    max_shift = as_bound(max_shift)
     lay, L, R = _flat_inputs(left, right, form)
     L, R = L.astype(dtype, copy=False), R.astype(dtype, copy=False)
     li, ri = lay.pairs()

@@ -53,7 +53,7 @@ from ..backend import array_module_of
 from ..errors import InputError
 from ._forms import form_layout
 from ._overlap import as_float32, check_out
-from ._shifts import first_shift, normalize_max_shift, output_shape
+from ._shifts import as_bound, first_shift, output_shape
 
 __all__ = ["fft_of", "next_smooth", "fft_length", "FftGeometry", "fft_geometry", "PAIRING",
            "crop_indices", "padded_spectra", "conj_product", "irfftn_unnormalized", "xcorr_fft",
@@ -205,8 +205,7 @@ def _geometry(left_shape, right_shape, bound):
 def fft_geometry(left_shape, right_shape, max_shift=None) -> FftGeometry:
     """The :class:`FftGeometry` of correlating ``left_shape`` with ``right_shape`` matrices
     over ``max_shift`` (as :func:`xcorr_app.cross_correlate`; cached)."""
-    bound = None if max_shift is None else normalize_max_shift(max_shift)
-    return _geometry(tuple(left_shape), tuple(right_shape), bound)
+    return _geometry(tuple(left_shape), tuple(right_shape), as_bound(max_shift))
 
 
 #: how each form pairs the batch axes of the left and right spectra (indices that broadcast)
@@ -446,7 +445,7 @@ def xcorr_fft(left, right, form="one_to_one", max_shift=None, dtype=np.float64,
     """
     xp = array_module_of(left, right)
     lay = form_layout(form, left.shape, right.shape)
-    geo = fft_geometry(lay.left_shape, lay.right_shape, max_shift)
+    geo = fft_geometry(lay.left_shape, lay.right_shape, as_bound(max_shift))
     rows, cols, mask = crop_indices(xp, geo)
     size = geo.size
     ctype = np.float64 if np.dtype(dtype) == np.float64 else np.float32

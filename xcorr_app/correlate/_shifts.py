@@ -56,6 +56,14 @@ def normalize_max_shift(max_shift) -> tuple[int, int] | None:
     return pair
 
 
+def as_bound(max_shift):
+    """``max_shift`` as a bound of :func:`normalize_max_shift`: a bound already normalized
+    (``None`` or a tuple) passes as it is, without a second check; another form (an int, as a
+    test or a user of the reference functions writes it) is normalized here."""
+    return max_shift if max_shift is None or type(max_shift) is tuple \
+        else normalize_max_shift(max_shift)
+
+
 def check_max_shift(max_shift, reference_shape, moving_shape) -> None:
     """InputError when a bound ``(sy, sx)`` (of :func:`normalize_max_shift`) reaches past
     what matrices of these shapes can tell apart: a shift of more than the larger of their
@@ -81,16 +89,18 @@ def check_max_shift(max_shift, reference_shape, moving_shape) -> None:
 
 
 def shift_origin(reference_shape, moving_shape, max_shift=None) -> tuple[int, int]:
-    """Index of the zero shift in the correlation output."""
-    ms = normalize_max_shift(max_shift)
+    """Index of the zero shift in the correlation output.  ``max_shift`` here and in the
+    layout functions below: a bound as :func:`normalize_max_shift` returns it (``None`` or
+    ``(sy, sx)``), which the entry points make once and these trust (:func:`as_bound`)."""
+    ms = as_bound(max_shift)
     if ms is None:
         return (int(moving_shape[-2]) - 1, int(moving_shape[-1]) - 1)
-    return ms
+    return (int(ms[0]), int(ms[1]))
 
 
 def output_shape(reference_shape, moving_shape, max_shift=None) -> tuple[int, int]:
     """Shape ``(Ho, Wo)`` of one correlation surface."""
-    ms = normalize_max_shift(max_shift)
+    ms = as_bound(max_shift)
     if ms is None:
         return (int(reference_shape[-2]) + int(moving_shape[-2]) - 1,
                 int(reference_shape[-1]) + int(moving_shape[-1]) - 1)

@@ -238,7 +238,7 @@ class _ClientFrames:
 
 
 def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_frames=None,
-          progress=None, **options):
+          progress=None, options=None, **keywords):
     """:func:`xcorr_app.align` on a Dask cluster: the same options, the same pipeline, the
     same shifts (on the CPU bit for bit where no template sums are added up over tasks; else
     within float64 rounding).
@@ -270,13 +270,14 @@ def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_fr
         With ``settings["dask"]`` set; ``apply`` of it reads the input again.
     """
     _require_dask()
-    opts = AlignOptions.from_arguments(reference, **options)
+    opts = AlignOptions.from_arguments(reference, options, **keywords)
     return run_alignment(opts, stack_or_path, DaskExecutor(client, scheduler, task_frames),
                          progress=progress)
 
 
 align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
-                                        ("client", "scheduler", "task_frames", "progress"))
+                                        ("client", "scheduler", "task_frames", "progress",
+                                         "options"))
 
 
 def _as_array(inp, task, frame_shape, *args):
@@ -332,6 +333,36 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     shared = delayed(shifts, pure=True)  # one node of the graph, sent once to each worker
     return _as_array(inp, shift_task, (box[1] - box[0], box[3] - box[2]), shared, fill,
                      resample, box, device)
+
+
+def aligned_blocks(result, client=None, *, channel=None, fill=0.0, resample="bilinear",
+                   crop=False, device="auto", task_frames=None):
+    """The aligned frames of ``result`` warped by ``client``'s cluster, as ``(start, chunk)``
+    in order (:func:`iter_blocks` of :func:`apply_shifts`), or ``None`` where its cluster does
+    not warp them (a motion field: warped where they are written)."""
+    if result.motion_field is not None:
+        return None
+    return iter_blocks(apply_shifts(result.source, result.shifts, channel=channel, fill=fill,
+                                    resample=resample, crop=crop, device=device,
+                                    task_frames=task_frames), client)
+
+
+def save(result, folder, *, client=None, **options):
+    """:meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>` with the aligned stack
+    warped on ``client``'s cluster (rigid shifts; a motion field is warped here).
+
+    Examples
+    --------
+    >>> res = xcorr_app.dask.align("movie.tif", client=client)  # doctest: +SKIP
+    >>> xcorr_app.dask.save(res, "movie_xcorr", client=client)  # doctest: +SKIP
+    """
+    frames = None
+    if options.get("aligned", True) and options.get("channels") is None:
+        frames = aligned_blocks(result, client, channel=result.settings.get("channel"),
+                                fill=options.get("fill", 0.0),
+                                resample=options.get("resample", "bilinear"),
+                                crop=options.get("crop", False))
+    return result.save(folder, frames=frames, **options)
 
 
 def iter_blocks(array, client=None, window=4):

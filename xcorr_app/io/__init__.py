@@ -1,6 +1,5 @@
 """Reading stacks (a folder of TIFFs or one multi-page TIFF; Zarr, OME-Zarr, HDF5, NWB, CZI, ND2), writing
-outputs safely (a run's outputs apart from its inputs, locked, and committed together), and the
-drift plot.  Below every other subpackage: it imports none of them.
+outputs safely (a run's outputs apart from its inputs, locked, and committed together).  Below every other subpackage: it imports none of them.
 """
 
 import lazy_loader
@@ -9,10 +8,8 @@ import lazy_loader
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "_background": ["BackgroundWrites", "PIECE_BYTES"],
     "_formats": ["ArrayFrames", "FORMAT_EXTRAS", "format_of", "source_path", "split_source"],
-    "_field_outputs": ["plot_motion_field", "write_motion_field"],
     "_lock": ["OutputLock"],
     "_outputs": ["Interrupted", "OutputRun", "check_apart"],
-    "_plot": ["PNG_LEVEL", "plot_drift", "plot_quality"],
     "_pread": ["PreadFile", "preadable"],
     "_describe": ["describe"],
     "_reader": ["ArraySource", "ChannelStack", "FrameRange", "OffsetFrames", "TIFF_SUFFIXES",
@@ -29,7 +26,7 @@ __all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "StagedOutputs",
            "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",
            "describe", "format_of", "open_source",
-           "open_stack", "PNG_LEVEL", "plot_drift", "plot_quality", "plot_motion_field", "plural",
+           "open_stack", "plural",
            "preadable", "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
-           "source_path", "split_source", "stack_writer", "write_motion_field", "write_text",
+           "source_path", "split_source", "stack_writer", "write_text",
            "write_tiff"]

@@ -1,6 +1,6 @@
 """The results of a run in the dock widget: the shift table (copy, save as CSV or JSON), the
-drift plot (:func:`xcorr_app.io.plot_drift`: shifts and confidence, flagged frames shaded), the
-quality plot (:func:`xcorr_app.io.plot_quality`: each frame's correlation with the template
+drift plot (:func:`xcorr_app.alignment.outputs.plot_drift`: shifts and confidence, flagged frames shaded), the
+quality plot (:func:`xcorr_app.alignment.outputs.plot_quality`: each frame's correlation with the template
 before and after, the residual shift) and the flagged frames, low confidence or worse or poor
 after alignment (a click jumps the viewer there); and the layers a run adds.
 
@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 from magicgui import widgets
 
-from ..io import plot_drift, plot_quality
+from ..alignment.outputs import plot_drift, plot_quality
+from ..errors import XcorrError
 from ._run import table_text
 
 #: columns of the table shown (all of them are in the CSV and JSON saved)
@@ -124,6 +125,9 @@ class ResultsPanel(widgets.Container):
         self.table = widgets.Table(columns=list(COLUMNS))
         self.copy = widgets.PushButton(text="Copy table")
         self.save = widgets.PushButton(text="Save table…")
+        self.save_all = widgets.PushButton(
+            text="Save outputs…", tooltip="shifts.csv, shifts.json and the plots into a "
+            "folder, as xcorr align writes them (the aligned layer: napari's File > Save)")
         self.plot = widgets.Label(value="")  # (its QLabel shows the plot's pixmap)
         self.quality_plot = widgets.Label(value="", visible=False)
         self.plot_image = self.quality_image = None
@@ -132,7 +136,8 @@ class ResultsPanel(widgets.Container):
                                        "after alignment (click: go there)")
         self.summary = widgets.Label(value="")
         self.table.min_height, self.table.max_height, self.low.max_height = 200, 260, 90
-        buttons = widgets.Container(widgets=[self.copy, self.save], layout="horizontal",
+        buttons = widgets.Container(widgets=[self.copy, self.save, self.save_all],
+                                    layout="horizontal",
                                     labels=False)
         super().__init__(widgets=[self.summary, self.table, buttons, self.plot,
                                   self.quality_plot, self.low_label, self.low],
@@ -140,6 +145,7 @@ class ResultsPanel(widgets.Container):
         self.result, self._jump = None, jump
         self.copy.changed.connect(self.copy_table)
         self.save.changed.connect(self._ask_save)
+        self.save_all.changed.connect(self._ask_save_all)
         self.low.changed.connect(self._clicked)
 
     def show(self, result) -> None:
@@ -177,6 +183,24 @@ class ResultsPanel(widgets.Container):
         fmt = "json" if path.suffix.lower() == ".json" else "csv"
         path.write_text(table_text(self.result, fmt))
         return path
+
+    def save_outputs(self, folder, force=False) -> dict:
+        """Write the run's outputs into ``folder`` by :meth:`AlignResult.save
+        <xcorr_app.alignment.AlignResult.save>` (the aligned stack is the layer: not
+        written again); returns ``{name: path}``."""
+        return self.result.save(folder, aligned=False, force=force)
+
+    def _ask_save_all(self, *_):
+        from qtpy.QtWidgets import QFileDialog, QMessageBox
+
+        if self.result is None:
+            return
+        folder = QFileDialog.getExistingDirectory(self.native, "Save the outputs into")
+        if folder:
+            try:
+                self.save_outputs(folder)
+            except XcorrError as exc:  # (an existing output, a folder in use)
+                QMessageBox.warning(self.native, "xcorr", str(exc))
 
     def _ask_save(self, *_):
         from qtpy.QtWidgets import QFileDialog

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..alignment import align, apply_field, apply_shifts, strict_json
+from ..alignment import align, apply_field, apply_shifts
 from ..io import SUPPORTED_DTYPES, atomic_path
 from ._layers import MAX_PROJECTION, Cancelled, check_axes, is_lazy, measure_stack, planes
 
@@ -289,6 +289,6 @@ def table_text(result, fmt: str) -> str:
     record per frame, standard JSON: ``shifts.json``'s keys)."""
     if fmt == "csv":
         return result.csv_text()
-    doc = strict_json({"settings": result.settings, "summary": result.summary(),
-                       "frames": result.frame_records()})
-    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    from ..alignment.outputs import result_document
+
+    return json.dumps(result_document(result), indent=1, allow_nan=False) + "\n"

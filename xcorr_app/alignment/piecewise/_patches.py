@@ -53,7 +53,7 @@ import numbers
 import numpy as np
 
 from ... import backend
-from ...correlate import band_fits, cross_correlate, first_shift
+from ...correlate import Plan, band_fits, correlate_checked, first_shift
 from ...errors import InputError
 from ...registration import (SUBPIXEL_METHODS, ZnccLeft, find_shifts, on_border, refined_shifts,
                             summed_area_tables, surface_peaks, zncc, zncc_left)
@@ -300,7 +300,11 @@ def patch_left(tpatches, bound):
     up), on the CPU :func:`~xcorr_app.registration._normalize.zncc_left`."""
     if backend.array_module_of(tpatches) is not np:
         return summed_area_tables(tpatches, bound_rows=int(bound))
-    return zncc_left(tpatches, (1, *tpatches.shape[-2:]), int(bound))
+    return zncc_left(tpatches, (1, *tpatches.shape[-2:]), (int(bound), int(bound)))
+
+
+#: the warp-per-result plan of small patch bounds (one object: the fast path keys on it)
+BAND = Plan.parse("band")
 
 
 def patch_peaks(tpatches, right, bound, subpixel, device, left, right_tables=None):
@@ -317,21 +321,22 @@ def patch_peaks(tpatches, right, bound, subpixel, device, left, right_tables=Non
     for this bound where already made (:func:`windows` with ``tables``)."""
     xp = backend.array_module_of(right)
     band = xp is not np and band_fits("n_to_mn", tpatches.shape, right.shape, bound)
-    corr = cross_correlate(tpatches, right, "n_to_mn", max_shift=bound, device=device,
-                           method="band" if band else "auto")
+    # (the run's arguments, checked when it started: not again for every chunk)
+    corr = correlate_checked(tpatches, right, "n_to_mn", (int(bound), int(bound)),
+                             BAND if band else None, "cpu" if xp is np else "gpu")
     method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
     if left is None:
         left = patch_left(tpatches, bound)
     if xp is np:
         per = ZnccLeft(left.n, left.mean[:, None], left.var[:, None], left.bad[:, None])
-        corr = zncc(corr, tpatches, right, bound, left_part=per)  # (P, N, 2d+1, 2d+1)
+        corr = zncc(corr, tpatches, right, (bound, bound), left_part=per)  # (P, N, 2d+1, 2d+1)
         return find_shifts(corr, (bound, bound), method, return_index=True)
     p, n, ph, pw = right.shape
     ho, wo = corr.shape[-2:]
     rt = summed_area_tables(right.reshape(p * n, ph, pw), bound_rows=int(bound)) \
         if right_tables is None else right_tables
     z, iy, ix, peak, conf = surface_peaks(corr.reshape(p * n, ho, wo), (ph, pw),
-                                          first_shift((ph, pw), (ph, pw), bound),
+                                          first_shift((ph, pw), (ph, pw), (bound, bound)),
                                           left_tables=left, right_tables=rt)
     s = refined_shifts(z, iy, ix, (bound, bound), method)
     return tuple(a.reshape((p, n) + a.shape[1:]) for a in (s, peak, conf, iy, ix))

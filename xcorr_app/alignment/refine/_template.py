@@ -39,7 +39,6 @@ a shift wrapped around match the reference's opposite edge only if the content i
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 
 import numpy as np
@@ -228,8 +227,8 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     order = order[:PERIODIC_FRAMES]
     if not order:
         return False
-    # the frames read and prepared together, their flags fetched once (one by one they took
-    # 10.5 ms of a 0.23 s GPU run, H100 2026-11-23: each preparation's launches and waits)
+    # the frames read and prepared together, their flags fetched once (one by one, each
+    # preparation's launches and waits added up in a short GPU run)
     frames = opts.preparer(xp, src.frame_shape)(
         backend.stack_frames([src.read(i, i + 1)[0] for i in order], xp))
     on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
@@ -246,7 +245,7 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     best = np.where((pairs[1][:, :1] > pairs[0][:, :1]), pairs[1], pairs[0])
     ratios = [strips / inside for (inside, strips), ok in zip(best, usable)
               if ok and inside >= PERIODIC_MIN_CORRELATION]
-    # (statistics, not np.median: that imports numpy.ma, 30-60 ms of a one-shot process)
+    # (statistics, not np.median: that imports numpy.ma, a cost in a one-shot process)
     return bool(ratios) and float(statistics.median(ratios)) >= PERIODIC_RATIO
 
 
@@ -258,7 +257,7 @@ def _wrap_sums(frames, ref, shifts, xp, on_gpu) -> np.ndarray:
     whole = np.round(shifts)
     refs = fractional_references(ref, shifts - whole, xp)
     if on_gpu:  # every frame's sums in 4 launches (a frame at a time: 32 launches and waits,
-        # a 2.8 ms gap of the GPU in a 4096-frame GPU-resident run, H200 2026-11-25)
+        # a gap of the GPU in a GPU-resident run)
         return backend.to_numpy(wrapped_correlations(frames, refs, whole)).astype(np.float64)
     out = np.zeros((len(frames), 2))
     for k, (iy, ix) in enumerate(whole.astype(int)):  # frame k holds ref[y + iy + fy, ...]
@@ -322,7 +321,7 @@ def decide_lucas_kanade(opts, src, xp):
     if opts.lucas_kanade != "auto":
         return opts, None
     if not opts.lk_possible:
-        return dataclasses.replace(opts, lucas_kanade="off"), None
+        return opts.decided(lucas_kanade="off"), None
     judged = noisy_stack(src) if xp is np else noisy_stack_on_gpu(src).result()
     return lucas_kanade_choice(opts, *judged)
 
@@ -330,7 +329,7 @@ def decide_lucas_kanade(opts, src, xp):
 def lucas_kanade_choice(opts, noisy, precision):
     """``(opts, note)`` of :func:`decide_lucas_kanade` from the judgement of the frames,
     ``(noisy, precision)`` (:func:`~xcorr_app.alignment.refine._refine_lk.noisy_stack`)."""
-    opts = dataclasses.replace(opts, lucas_kanade="on" if noisy else "off")
+    opts = opts.decided(lucas_kanade="on" if noisy else "off")
     if not noisy:
         return opts, None
     return opts, (f"lucas_kanade auto: on (noisy frames: their noise allows about "

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from ... import backend
-from ...correlate import (Plan, choose_method, cross_correlate, fft_geometry, fft_of, form_layout,
+from ...correlate import (Plan, choose_method, correlate_checked, fft_geometry, fft_of, form_layout,
                          padded_spectra, shift_origin, xcorr_fft)
 from ...errors import InputError
 from ...io import FrameRange
@@ -120,7 +120,7 @@ class Measurer:
             plan = self.choose_plan(ref, right, form)
 
             def correlate():
-                c = cross_correlate(ref, right, form, self.bound, method=plan, device=self.dev)
+                c = correlate_checked(ref, right, form, self.bound, plan, self.dev)
                 return c[:, 0] if form == "n_to_mn" else c
 
             origin = shift_origin(ref.shape, mov.shape, self.bound)

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from cli_helpers import ROOT
-from xcorr_app.io._plot import COLORS, PANELS, PLOT_SIZE, nice_ticks, plot_drift
+from xcorr_app.alignment.outputs._plots import COLORS, PANELS, PLOT_SIZE, nice_ticks, plot_drift
 
 
 def _result(shifts, confidence=None, low=None, fft=None, settings=None):
@@ -109,7 +109,8 @@ def test_many_frames_draw_quickly_as_an_envelope(tmp_path, rng):
     """A million frames: the curves are drawn per pixel column (their extremes kept)."""
     n = 1_000_000
     shifts = np.cumsum(rng.normal(size=(n, 2)), 0)
-    shifts[n // 2, 0] = shifts[:, 0].max() + 100  # one spike must stay visible
+    # one spike, as far above the walk as the walk spans, must stay visible
+    shifts[n // 2, 0] = 2 * shifts[:, 0].max() - shifts[:, 0].min()
     path = tmp_path / "drift.png"
     plot_drift(path, _result(shifts, confidence=rng.uniform(1, 5, n)))
     pixels = _pixels(path)
@@ -123,7 +124,7 @@ def test_no_matplotlib_and_no_font_discovery():
     """Drawing imports neither matplotlib nor pyplot (whose first figure builds a font cache
     on a fresh machine: seconds)."""
     code = ("import sys, tempfile, numpy as np; from types import SimpleNamespace; "
-            "from xcorr_app.io._plot import plot_drift; "
+            "from xcorr_app.alignment.outputs._plots import plot_drift; "
             "r = SimpleNamespace(shifts=np.zeros((5, 2)), fft_shifts=np.zeros((5, 2)), "
             "confidence=np.ones(5), low_confidence=np.zeros(5, bool), settings={}); "
             "plot_drift(tempfile.mkdtemp() + '/d.png', r, title='t'); "
@@ -145,7 +146,7 @@ def test_quality_plot_draws_the_worst_patch_region_of_piecewise_runs(tmp_path, r
     """quality.png of a piecewise run: each frame's worst patch region after alignment, dashed
     in the threshold's colour across the frames; none without patch regions (and none where
     no region was measured)."""
-    from xcorr_app.io._plot import plot_quality
+    from xcorr_app.alignment.outputs._plots import plot_quality
 
     n = 40
     after = np.full(n, 0.95)

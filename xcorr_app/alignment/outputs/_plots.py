@@ -287,7 +287,7 @@ def plot_drift(path, result, title="") -> None:
     """
     from PIL import ImageDraw
 
-    from ._writer import atomic_path
+    from ...io import atomic_path
 
     shifts = np.asarray(result.shifts, float).reshape(-1, 2)
     n = len(shifts)
@@ -373,7 +373,7 @@ def plot_quality(path, before, after, residual, flagged, sharpness=None, title="
     """
     from PIL import ImageDraw
 
-    from ._writer import atomic_path
+    from ...io import atomic_path
 
     before, after = np.asarray(before, float), np.asarray(after, float)
     residual = np.asarray(residual, float).reshape(-1, 2)

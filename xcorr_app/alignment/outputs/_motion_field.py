@@ -2,7 +2,7 @@
 (:func:`write_motion_field`) and the picture ``motion_field.png`` (:func:`plot_motion_field`:
 the deviations of one frame's patches from its rigid shift as arrows over the template, and
 the mean |deviation| per frame over time), both written atomically.  Drawn with Pillow, as the
-drift plot (:mod:`xcorr_app.io._plot` says why not matplotlib).
+drift plot (:mod:`xcorr_app.alignment.outputs._plots` says why not matplotlib).
 
 Examples
 --------
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._plot import (COLORS, PNG_LEVEL, SUPERSAMPLE, Panel, curve, font, frame_and_labels,
+from ._plots import (COLORS, PNG_LEVEL, SUPERSAMPLE, Panel, curve, font, frame_and_labels,
                     grid_lines, nice_ticks)
-from ._writer import atomic_path
+from ...io import atomic_path
 
 __all__ = ["write_motion_field", "plot_motion_field", "FIELD_PLOT_SIZE"]
 

@@ -1,0 +1,143 @@
+"""The run as one object: its options built and checked once on every entry point, and its
+outputs written by the package (:meth:`AlignResult.save`) exactly as ``xcorr align`` writes
+them."""
+
+import json
+import sys
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import xcorr_app
+from sample_paths import stack_path
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.cli._main import cli
+
+#: the functions whose calls are counted over one run: the options' construction (its checks)
+#: and every normalization or check of ``max_shift``
+COUNTED = ("__post_init__", "normalize_max_shift", "check_bound")
+
+
+class Calls:
+    """Calls of :data:`COUNTED` in xcorr's code during a block, on every thread."""
+
+    def __init__(self):
+        self.counts = Counter()
+
+    def _profile(self, frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_name in COUNTED and "xcorr_app" in code.co_filename:
+            if code.co_name != "__post_init__" or type(frame.f_locals.get("self")) is AlignOptions:
+                self.counts[code.co_name] += 1
+
+    def __enter__(self):
+        sys.setprofile(self._profile)
+        threading.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+
+RUNS = {"rigid": ["--max-shift", "8"], "patches": ["--max-shift", "8", "--patches", "2x2"]}
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_the_cli_builds_the_options_once(kind, tmp_path):
+    with Calls() as calls:
+        res = CliRunner().invoke(cli, ["align", str(stack_path("cell")), "--device", "cpu",
+                                       "--quiet", "--out", str(tmp_path / "o"), *RUNS[kind]])
+    assert res.exit_code == 0, res.output
+    assert calls.counts["__post_init__"] == 1
+    assert calls.counts["normalize_max_shift"] == 1, calls.counts  # (the options' own)
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_the_api_builds_the_options_once_and_takes_them_built(kind):
+    keywords = {"max_shift": 8, "device": "cpu"}
+    if kind == "patches":
+        keywords["patches"] = (2, 2)
+    with Calls() as calls:
+        res = xcorr_app.align(str(stack_path("cell")), **keywords)
+    assert calls.counts["__post_init__"] == 1
+    assert calls.counts["normalize_max_shift"] == 1, calls.counts
+    opts = AlignOptions(**keywords)
+    with Calls() as calls:
+        again = xcorr_app.align(str(stack_path("cell")), options=opts)
+    assert calls.counts["__post_init__"] == 0  # (built before: not checked again)
+    np.testing.assert_array_equal(again.shifts, res.shifts)
+
+
+def test_options_or_keywords_not_both():
+    with pytest.raises(xcorr_app.InputError, match="either as options= or as keywords"):
+        xcorr_app.align(np.zeros((2, 8, 8), np.float32), options=AlignOptions(), max_shift=2)
+    with pytest.raises(xcorr_app.InputError, match="must be an AlignOptions"):
+        xcorr_app.align(np.zeros((2, 8, 8), np.float32), options={"max_shift": 2})
+
+
+def test_decided_copies_without_a_second_check():
+    opts = AlignOptions(max_shift=4)
+    with Calls() as calls:
+        run = opts.decided(prefilter="gaussian:1", boundary="linear")
+    assert calls.counts["__post_init__"] == 0
+    assert (run.prefilter, run.boundary, run.max_shift) == ("gaussian:1", "linear", (4, 4))
+    assert opts.prefilter == "auto"  # (a copy)
+    with pytest.raises(AttributeError):
+        opts.decided(max_shfit=3)
+
+
+#: shifts.json's values that depend on the moment the run was timed
+TIMED = ("seconds_measuring", "frames_per_second")
+
+
+def _files(folder):
+    return {p.name: p for p in folder.iterdir() if not p.name.startswith(".")}
+
+
+@pytest.mark.parametrize("kind", sorted(RUNS))
+def test_save_writes_what_the_cli_writes(kind, tmp_path):
+    """Byte for byte: every output but shifts.json's times; motion_field.npz by its arrays
+    (a zip's entries carry the time they were written)."""
+    path = str(stack_path("cell"))
+    res = CliRunner().invoke(cli, ["align", path, "--device", "cpu", "--quiet", "--out",
+                                   str(tmp_path / "cli"), *RUNS[kind]])
+    assert res.exit_code == 0, res.output
+    keywords = {"max_shift": 8, "device": "cpu"}
+    if kind == "patches":
+        keywords["patches"] = "2x2"
+    written = xcorr_app.align(path, **keywords).save(tmp_path / "api")
+    cli_files, api_files = _files(tmp_path / "cli"), _files(tmp_path / "api")
+    assert sorted(cli_files) == sorted(api_files) == sorted(p.name for p in written.values())
+    for name, p in cli_files.items():
+        if name == "shifts.json":
+            a, b = (json.loads(f.read_text()) for f in (p, api_files[name]))
+            for key in TIMED:
+                a.pop(key), b.pop(key)
+            assert a == b
+        elif name.endswith(".npz"):
+            with np.load(p) as a, np.load(api_files[name]) as b:
+                assert sorted(a.files) == sorted(b.files)
+                for k in a.files:
+                    np.testing.assert_array_equal(a[k], b[k])
+        else:
+            assert p.read_bytes() == api_files[name].read_bytes(), name
+
+
+def test_save_keeps_existing_outputs_and_writes_nothing_on_a_bad_option(tmp_path):
+    res = xcorr_app.align(str(stack_path("cell")), max_shift=8, device="cpu",
+                          quality=False)
+    folder = tmp_path / "run"
+    res.save(folder, aligned=False)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(xcorr_app.errors.OutputError, match="exist"):
+        res.save(folder, aligned=False)
+    with pytest.raises(xcorr_app.InputError, match="crop"):
+        res.save(tmp_path / "other", aligned=False, crop=True)
+    assert not (tmp_path / "other").exists()
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    res.save(folder, force=True, format="hdf5")
+    assert (folder / "aligned.h5").is_file() and not (folder / "quality.png").exists()

@@ -1,0 +1,372 @@
+"""A run's outputs folder: ``shifts.csv``, ``shifts.json``, ``drift.png``, ``quality.png``, with
+``patches`` ``motion_field.npz`` and ``motion_field.png``, and the aligned stack (TIFF, OME-Zarr
+or HDF5), written together or not at all.
+
+:meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>` writes them for a finished
+result; ``xcorr align`` opens the same :class:`RunOutputs` before its run, so the run itself can
+write the aligned stack as it goes (:meth:`RunOutputs.aligned_sink`), and then writes the rest
+through the same :meth:`RunOutputs.write`: the command and the package write the same bytes.
+
+Examples
+--------
+>>> import tempfile
+>>> import numpy as np
+>>> from scipy import ndimage as ndi
+>>> from xcorr_app import align
+>>> base = ndi.gaussian_filter(np.random.default_rng(0).random((40, 48)), 2)
+>>> stack = np.stack([base, np.roll(base, (1, -2), axis=(0, 1))]).astype(np.float32)
+>>> res = align(stack, max_shift=4, device="cpu", quality=False)
+>>> folder = Path(tempfile.mkdtemp()) / "run"
+>>> sorted(p.name for p in res.save(folder).values())
+['aligned.tif', 'drift.png', 'shifts.csv', 'shifts.json']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ... import backend
+from ...errors import InputError
+from ...io import OUT_FORMATS, aligned_name
+from ..warp import RESAMPLE, check_fill
+
+__all__ = ["RunOutputs", "AlignedSink", "aligned_as", "check_save", "save_result",
+           "write_aligned_channels", "output_names", "result_document"]
+
+#: what the outputs folder holds at least (the folder is refused if it is named like one)
+TABLES = ("shifts.csv", "shifts.json", "drift.png")
+
+
+def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patches=False):
+    """The files of an outputs folder, name -> file name (the aligned stack under
+    ``"aligned.tif"`` whatever its format).
+
+    >>> output_names(format="ome-zarr", quality=False)
+    {'shifts.csv': 'shifts.csv', 'shifts.json': 'shifts.json', 'drift.png': 'drift.png', \
+'aligned.tif': 'aligned.ome.zarr'}
+    """
+    names = ["shifts.csv", "shifts.json"] + (["drift.png"] if plots else [])
+    names += ["quality.png"] if quality and plots else []
+    names += ["motion_field.npz"] if patches else []
+    names += ["motion_field.png"] if patches and plots else []
+    out = {k: k for k in names}
+    if aligned:
+        out["aligned.tif"] = aligned_name(format)
+    return out
+
+
+def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", crop=False,
+               fill=0.0, keep_dtype=False, channels=None):
+    """The options of the aligned stack, checked before anything is read or written (an
+    :class:`InputError` in the API's names; ``xcorr align`` says them as flags).  Returns the
+    fill value, checked (:func:`~xcorr_app.alignment.warp.check_fill`)."""
+    from ..piecewise import FIELD_RESAMPLE
+
+    if format not in OUT_FORMATS:
+        raise InputError(f"unknown format {format!r}; use one of {', '.join(OUT_FORMATS)}")
+    if not patches and resample not in RESAMPLE:
+        raise InputError(f"resample {resample} needs patches (rigid shifts: "
+                         f"{' or '.join(RESAMPLE)})")
+    if patches and resample not in FIELD_RESAMPLE:
+        raise InputError(f"resample {resample} is not available with patches (use "
+                         f"{' or '.join(FIELD_RESAMPLE)})")
+    if not aligned:
+        given = [name for name, on in (("crop", crop), ("fill", fill != 0.0),
+                                       ("resample", resample != "bilinear"),
+                                       ("format", format != "tiff"),
+                                       ("keep_dtype", keep_dtype),
+                                       ("channels", channels is not None)) if on]
+        if given:
+            raise InputError(f"{', '.join(given)} shape the aligned stack, which aligned=False "
+                             "does not write: drop one or the other")
+    return check_fill(fill)
+
+
+def aligned_as(src, path, format, keep_dtype) -> dict:
+    """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
+    pixel type with ``keep_dtype``, else float32) and the ``metadata`` carried into an
+    OME-Zarr or HDF5 output (pixel size, channel names, source)."""
+    out = {"keep": src.dtype if keep_dtype else None}
+    if format != "tiff":
+        from ...io import describe
+
+        d = describe(path) if isinstance(path, (str, Path)) else \
+            {"pixel_size": None, "channel_names": []}
+        out["metadata"] = {"pixel_size": d["pixel_size"], "source": _input_name(path),
+                           "channel_names": d["channel_names"]}
+    return out
+
+
+class AlignedSink:
+    """The aligned stack's chunks handed to a writer thread: ``write(frames)`` (float32 or
+    :attr:`dtype` chunks, which must be fresh arrays: apply_shifts', apply_field's, the Dask
+    blocks', ``align(out=)``'s), and ``align(out=)``'s ``(start, frames)`` with ``dtype``,
+    the type stored (chunks the run rounds into it on the GPU are stored as they are), CuPy
+    chunks among them (:attr:`takes_device`: the thread copies them to the host)."""
+
+    takes_device = True
+
+    def __init__(self, background, dtype):
+        self.write, self.dtype = background.write, dtype
+
+    def __call__(self, start, frames):
+        self.write(frames)
+
+
+@contextlib.contextmanager
+def aligned_file(out_shape, n, out_path, aligned=None, channels=1):
+    """An :class:`AlignedSink` appending to ``out_path`` (TIFF, OME-Zarr or HDF5 by its name;
+    ``aligned``: :func:`aligned_as`) by a writer thread."""
+    from ...io import BackgroundWrites, stack_writer
+
+    with stack_writer(out_path, out_shape, n * channels, channels=channels,
+                      **(aligned or {})) as writer, BackgroundWrites(writer) as background:
+        yield AlignedSink(background, writer.dtype)
+
+
+def _frames_of(source, shifts, field, centres, channel, fill, resample, crop, chunk_frames,
+               device, gpus=None):
+    """``(start, aligned chunk)`` of one channel of ``source`` and the aligned frame shape."""
+    from .._apply import apply_shifts
+    from ..piecewise import apply_field, field_area
+    from ..warp import common_area
+
+    shape = _frame_shape(source, channel)
+    full = (0, shape[0], 0, shape[1])
+    if field is not None:  # every frame warped by its motion field
+        box = field_area(field, shape) if crop else full
+        return apply_field(source, field, centres, channel=channel, fill=fill,
+                           resample=resample, crop=box, chunk_frames=chunk_frames,
+                           device=device), (box[1] - box[0], box[3] - box[2])
+    box = common_area(shifts, shape) if crop else full
+    return apply_shifts(source, shifts, channel=channel, fill=fill, resample=resample,
+                        crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus), \
+        (box[1] - box[0], box[3] - box[2])
+
+
+def _frame_shape(source, channel):
+    if hasattr(source, "shape"):
+        return tuple(source.shape[-2:])
+    from ...io import open_stack
+
+    with open_stack(source, channel=channel) as src:
+        return src.frame_shape
+
+
+def write_aligned_channels(source, shifts, channels, out_path, *, field=None, centres=None,
+                           fill=0.0, resample="bilinear", crop=False, chunk_frames=64,
+                           device="cpu", gpus=None, aligned=None, progress=None):
+    """Write every channel of ``channels`` (``[None]``: the stack's only one) of ``source``
+    aligned by ``shifts`` (or by the motion ``field`` at ``centres``) into ``out_path``: one
+    stack, or a T x C hyperstack of several channels, chunk by chunk (one chunk of each channel
+    in memory); ``aligned``: :func:`aligned_as`; ``progress(k)`` after every chunk."""
+    streams = [_frames_of(source, shifts, field, centres, c, fill, resample, crop,
+                          chunk_frames, device, gpus) for c in channels]
+    _write_chunks(zip(*(s for s, _ in streams)), streams[0][1], len(shifts), out_path,
+                  aligned, len(channels), progress)
+
+
+def _write_chunks(parts, shape, n, out_path, aligned, c, progress):
+    with aligned_file(shape, n, out_path, aligned, channels=c) as sink:
+        for part in parts:
+            pieces = [chunk for _, chunk in part]
+            k = len(pieces[0])
+            # pages time frame by time frame, every channel of one frame together
+            sink.write(np.stack(pieces, axis=1).reshape(k * c, *shape) if c > 1
+                       else pieces[0])
+            if progress is not None:
+                progress(k)
+
+
+def _input_name(source) -> str:
+    return str(source) if isinstance(source, (str, Path)) else \
+        f"array {'x'.join(map(str, getattr(source, 'shape', ())))}"
+
+
+def _title_name(source) -> str:
+    return Path(source).name if isinstance(source, (str, Path)) else "stack"
+
+
+def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
+    """``shifts.json`` of ``res``: its input, settings (with those of the aligned stack),
+    summary, environment, time and one record per frame, as standard JSON values."""
+    from .._result import strict_json
+
+    seconds = res.seconds if res.seconds is not None else float("nan")
+    settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
+    doc = {"input": _input_name(res.source), "frame_shape": list(res.frame_shape), "settings": settings,
+           "summary": res.summary(), **backend.environment(res.settings.get("device", "cpu")),
+           "seconds_measuring": round(seconds, 4),
+           "frames_per_second": round(res.n_frames / max(seconds, 1e-9), 2),
+           "frames": res.frame_records()}
+    return strict_json(doc)  # no bare NaN: shifts.json is standard JSON
+
+
+class RunOutputs:
+    """The outputs folder of one alignment run, written together or not at all.
+
+    Parameters
+    ----------
+    folder : str or Path
+        The folder (made if missing; refused if it is a file or named like one).
+    aligned, format, plots, force
+        As :meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>`.
+    quality, patches : bool
+        Whether the run makes a quality report and a motion field (their files).
+    inputs : sequence of paths
+        What the run reads: no output may be one or lie inside one.
+
+    On entering, the guards of :class:`~xcorr_app.io.OutputRun` (outputs apart from the
+    inputs, existing ones kept without ``force``, one writer at a time); an aligned stack of an
+    earlier run is removed with ``aligned=False`` (it would no longer match ``shifts.csv``).
+    """
+
+    def __init__(self, folder, *, aligned=True, format="tiff", plots=True, quality=True,
+                 patches=False, force=False, inputs=()):
+        if isinstance(folder, str) and not folder.strip():
+            raise InputError("out is empty: name the folder for shifts.csv, shifts.json, "
+                             "drift.png and aligned.tif")
+        folder = Path(folder)
+        if folder.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") \
+                or folder.is_file():
+            raise InputError(f"out is the folder align writes shifts.csv, shifts.json, "
+                             f"drift.png and aligned.tif into, not a file: {folder}")
+        self.folder, self.plots, self.force = folder, plots, force
+        self.paths = {k: folder / v for k, v in output_names(
+            aligned=aligned, format=format, plots=plots, quality=quality,
+            patches=patches).items()}
+        self.stale = [] if aligned else [folder / "aligned.tif"]
+        self.inputs = list(inputs)
+        self.removed = []
+        self._aligned = contextlib.ExitStack()
+        self._by_run = False
+        self._run = None
+
+    def __enter__(self):
+        from ...io import OutputRun
+
+        self._run = OutputRun(self.paths.values(), self.inputs, self.force,
+                              lock=self.folder / ".xcorr.lock", remove=self.stale)
+        self._run.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:  # (the exception too: a writer that failed with the run checks nothing more)
+            self._aligned.__exit__(*exc)
+        finally:
+            self._run.__exit__(*exc)
+
+    @property
+    def late_signal(self):
+        """A stop signal that came while the outputs were renamed (they are kept)."""
+        return self._run.late_signal
+
+    def aligned_sink(self, out_shape, n, aligned=None):
+        """An :class:`AlignedSink` the run fills as it goes (``align(out=)``): the aligned
+        stack is then written by the run, not by :meth:`write`."""
+        self._by_run = True
+        return self._aligned.enter_context(
+            aligned_file(out_shape, n, self.paths["aligned.tif"], aligned))
+
+    def write(self, res, *, resample="bilinear", crop=False, fill=0.0, aligned=None,
+              channels=None, frames=None, progress=None):
+        """Write every output of ``res`` and commit them; returns ``{name: path}``.
+
+        ``aligned``: :func:`aligned_as`; ``channels``: the channels of the input written
+        aligned into one hyperstack (the run measured one); ``frames``: the aligned
+        ``(start, chunk)`` pairs where they are warped elsewhere (a Dask cluster), else they
+        are warped here on the run's device; ``progress(k)`` as frames are written."""
+        from ._motion_field import plot_motion_field, write_motion_field
+        from ._plots import plot_drift, plot_quality
+        from ...io import write_text
+
+        paths, name = self.paths, _title_name(res.source)
+        if "aligned.tif" in paths and not self._by_run:
+            self._write_aligned(res, resample, crop, fill, aligned, channels, frames, progress)
+        write_text(paths["shifts.csv"], res.csv_text())
+        doc = result_document(res, resample=resample, crop=crop, fill=fill)
+        write_text(paths["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        if self.plots:
+            plot_drift(paths["drift.png"], res,
+                       title=f"{name}: reference {res.settings['reference']}")
+        if res.quality is not None and "quality.png" in paths:
+            q = res.quality
+            plot_quality(paths["quality.png"], q.before, q.after, q.residual, q.flagged,
+                         (q.sharpness_before, q.sharpness_after),
+                         title=f"{name}: quality of the alignment",
+                         patch_after=q.patch_after, patch_flagged=q.patch_flagged)
+        if "motion_field.npz" in paths:
+            write_motion_field(paths["motion_field.npz"], res)
+        if "motion_field.png" in paths:
+            plot_motion_field(paths["motion_field.png"], res, title=f"{name}: motion field")
+        self._aligned.close()  # (the aligned stack's last chunks written, its writer finished)
+        self.removed = [p for p in self.stale if p.is_file()]
+        self._run.commit()
+        return dict(paths)
+
+    def _write_aligned(self, res, resample, crop, fill, aligned, channels, frames, progress):
+        out_path = self.paths["aligned.tif"]
+        chunk = res.settings.get("chunk_frames") or 64
+        if frames is not None:
+            shape = res.frame_shape
+            if crop:
+                from ..warp import common_area
+
+                box = common_area(res.shifts, shape)
+                shape = (box[1] - box[0], box[3] - box[2])
+            return _write_chunks(((part,) for part in frames), shape, res.n_frames, out_path,
+                                 aligned, 1, progress)
+        if channels is not None and aligned and "metadata" in aligned:
+            names = aligned["metadata"].get("channel_names") or []
+            aligned = dict(aligned, metadata={**aligned["metadata"], "channel_names":
+                                              [names[c] for c in channels] if names else []})
+        gpus = res.settings.get("gpus")
+        write_aligned_channels(res.source, res.shifts,
+                               [res.settings.get("channel")] if channels is None else channels,
+                               out_path, field=res.motion_field, centres=res.patch_centres,
+                               fill=fill, resample=resample, crop=crop, chunk_frames=chunk,
+                               device=res.settings.get("device", "cpu"),
+                               gpus=None if res.motion_field is not None else gpus,
+                               aligned=aligned, progress=progress)
+
+
+def save_result(res, folder, *, aligned=True, format="tiff", plots=True, force=False,
+                resample="bilinear", crop=False, fill=0.0, keep_dtype=False, channels=None,
+                frames=None, progress=None):
+    """:meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>`."""
+    if res.source is None:
+        raise InputError("this result does not know its input; align a path or an array "
+                         "with xcorr_app.align to save it")
+    fill = check_save(patches=res.motion_field is not None, aligned=aligned, format=format,
+                      resample=resample, crop=crop, fill=fill, keep_dtype=keep_dtype,
+                      channels=channels)
+    inputs = []
+    if isinstance(res.source, (str, Path)):
+        from ...io import split_source
+
+        inputs.append(split_source(res.source)[0])
+    how = None
+    if aligned:
+        how = _aligned_of(res, format, keep_dtype)
+    with RunOutputs(folder, aligned=aligned, format=format, plots=plots,
+                    quality=res.quality is not None, patches=res.motion_field is not None,
+                    force=force, inputs=inputs) as outs:
+        return outs.write(res, resample=resample, crop=crop, fill=fill, aligned=how,
+                          channels=channels, frames=frames, progress=progress)
+
+
+def _aligned_of(res, format, keep_dtype) -> dict:
+    """:func:`aligned_as` of the result's input (opened again: its type and metadata)."""
+    if hasattr(res.source, "dtype"):
+        from types import SimpleNamespace
+
+        return aligned_as(SimpleNamespace(dtype=np.dtype(res.source.dtype)), res.source,
+                          format, keep_dtype)
+    from ...io import open_stack
+
+    with open_stack(res.source, channel=res.settings.get("channel")) as src:
+        return aligned_as(src, res.source, format, keep_dtype)
