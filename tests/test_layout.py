@@ -6,13 +6,22 @@
 - a module imports another subpackage only through that package (``from ..correlate import
   choose_method``), never one of its modules: each subpackage's ``__init__`` exports what the
   others use (tests and tools may import private modules; the package may not);
-- no module is longer than :data:`MAX_LINES` lines;
+- no function's body is longer than :data:`MAX_FUNCTION_LINES` lines (its docstring left out)
+  unless :data:`LONG_FUNCTIONS` says why; modules are cut by concept, never to a line count;
 - data flows one way: the layers below never import the layers above (:data:`LAYERS`);
-- every CUDA source path (``*.cu``, ``*.cuh``) that the code or the docs name exists.
+- every CUDA source path (``*.cu``, ``*.cuh``) that the code or the docs name exists;
+- every Python file a kernel's comment names exists, and so does the name it points at there
+  (:func:`python_pointers`);
+- comments and docstrings say why, without dates or device-and-figure lines: those go to
+  ``docs/performance.md`` (:func:`dated_or_device_figures`; :data:`PENDING_FIGURES` lists the
+  files not cleaned yet).
 """
 
 import ast
+import bisect
+import io
 import re
+import tokenize
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -22,7 +31,10 @@ ROOT = PACKAGE.parent
 #: a CUDA source named in a text: a path or a file name ending in .cu or .cuh (``<x>`` and
 #: ``*`` stand for any name)
 CUDA_NAME = re.compile(r"(?<![\w./<>*-])[\w<>*-][\w./<>*-]*\.cuh?(?![\w-])")
-MAX_LINES = 500
+#: the longest function body (lines from its first statement after the docstring to its end)
+MAX_FUNCTION_LINES = 150
+#: ``"module:function"`` -> why it may be longer than :data:`MAX_FUNCTION_LINES` (none today)
+LONG_FUNCTIONS: dict = {}
 #: subpackage -> its layer; a module may import only from its own layer or those below
 LAYERS = {"napari": 7, "cli": 6, "bench": 6, "distributed": 5, "dask": 5, "alignment": 4,
           "filters": 3, "conv": 3, "registration": 3, "correlate": 2, "io": 1, "_cuda": 1,
@@ -183,10 +195,36 @@ def test_a_package_and_its_own_modules_may_be_imported():
     assert reaches_into("xcorr_app.conv._im2win", "xcorr_app._cuda.loader")
 
 
-def test_no_module_over_the_limit():
-    long = {name: n for name, path in modules().items()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    assert long == {}
+def body_lines(node) -> int:
+    """Lines of a function from its first statement after the docstring to its end."""
+    body = node.body
+    first = body[1] if len(body) > 1 and isinstance(body[0], ast.Expr) \
+        and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str) \
+        else body[0]
+    return node.end_lineno - first.lineno + 1
+
+
+def long_functions(mods: dict) -> dict:
+    """``{"module:function": body lines}`` of the functions (methods and nested ones too) whose
+    body is longer than :data:`MAX_FUNCTION_LINES`."""
+    return {f"{name}:{node.name}": n for name, path in mods.items()
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (n := body_lines(node)) > MAX_FUNCTION_LINES}
+
+
+def test_no_function_over_the_limit():
+    """A function too long to read at once does more than one thing: split it by concept, or
+    say in :data:`LONG_FUNCTIONS` why not."""
+    assert {k: n for k, n in long_functions(modules()).items() if k not in LONG_FUNCTIONS} == {}
+    assert all(LONG_FUNCTIONS.values())  # every exception says why
+
+
+def test_the_function_check_can_fail(tmp_path):
+    doc = '    """A docstring does not count."""\n' + "    x = 1\n" * 10
+    (tmp_path / "m.py").write_text("def short():\n" + doc + "\n\ndef long():\n" + doc
+                                   + "    y = 2\n" * MAX_FUNCTION_LINES)
+    assert long_functions({"m": tmp_path / "m.py"}) == {"m:long": MAX_FUNCTION_LINES + 10}
 
 
 def test_data_flows_one_way():
@@ -287,3 +325,206 @@ def test_the_cuda_name_check_can_fail(tmp_path):
     files = tree_files(tmp_path)
     assert [n for n in CUDA_NAME.findall(text) if missing_cuda_name(n, files)] == [
         "fam/cuda/k.cu", "fam/k.cu", "old.cuh", "<family>/cuda/*.cu"]
+
+
+def kernel_sources(root: Path) -> list:
+    return sorted(p for p in (root / "kernels").rglob("*") if p.suffix in (".cu", ".cuh"))
+
+
+def kernel_comments(text: str) -> list:
+    """``(line, text, starts)`` of every comment of a CUDA source, by its first line: a ``/* */``
+    block (its lines joined, ``starts`` ``[0]``), or a run of ``//`` comments on consecutive lines
+    joined by spaces, as a pointer may wrap onto the next line (``starts``: where each line's
+    part begins in ``text``).  Simple on purpose: ``//`` and ``/*`` inside string literals count
+    as comments too."""
+    out, run = [], None
+    for m in re.finditer(r"/\*.*?\*/", text, re.S):
+        out.append((text.count("\n", 0, m.start()) + 1, " ".join(m.group()[2:-2].split()), [0]))
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group().count("\n"), text, flags=re.S)
+    for n, line in enumerate(text.splitlines(), 1):
+        k = line.find("//")
+        if k < 0:
+            run = None
+        elif run is not None and run[0] + len(run[2]) == n:
+            run[2].append(len(run[1]) + 1)
+            run[1] += " " + line[k + 2:].strip()
+        else:
+            run = [n, line[k + 2:].strip(), [0]]
+            out.append(run)
+    return sorted(tuple(c) for c in out)
+
+
+def line_at(comment, offset: int) -> int:
+    """The source line of ``offset`` in a :func:`kernel_comments` comment's text."""
+    line, _, starts = comment
+    return line + bisect.bisect_right(starts, offset) - 1
+
+
+def comment_lines(comment) -> list:
+    """``(line, text)`` of each source line's part of a :func:`kernel_comments` comment."""
+    line, text, starts = comment
+    ends = starts[1:] + [len(text)]
+    return [(line + i, text[a:b].strip()) for i, (a, b) in enumerate(zip(starts, ends))]
+
+
+#: a Python file named in a kernel's comment, from the repository's root
+#: (``xcorr_app/alignment/warp/_warp.py``), and what follows it
+PY_POINTER = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.py)\b((?:'s)?\s+[A-Za-z_]\w*(?:\(\))?"
+                        r"(?:(?:,\s*|\s+and\s+|\s*\+\s*)[A-Za-z_]\w*(?:\(\))?)*)?")
+#: a pointer to Python code written as a dotted name (``_peaks._gather``,
+#: ``alignment/_template.periodic_frames``, ``xcorr_app.conv._dynamic_blocking``): write
+#: ``path NAME`` instead, which the check can follow
+DOTTED_POINTER = re.compile(r"(?<![\w./])(?:xcorr_app\.\w+|(?:\w+/)*_[a-z]\w*\.(?!py\b|cuh?\b)"
+                            r"[A-Za-z_]\w*)")
+
+
+def is_code_name(word: str) -> bool:
+    """Whether a word after a path names code rather than being prose: it has an underscore,
+    a digit or a capital, or ends in ``()`` (``rows()``, ``samples3d``, ``FORM_IDS``; not
+    ``launches``)."""
+    return word.endswith("()") or any(c == "_" or c.isdigit() or c.isupper() for c in word)
+
+
+def python_pointers(comment: str) -> list:
+    """``(offset, path, [names])`` of each Python file a kernel comment names.  The pointer
+    forms: ``path``, ``path NAME``, ``path's NAME``, ``path NAME()`` and lists after the path
+    (``path NAME, NAME and NAME``, ``path NAME + NAME``); the names are those words right after
+    the path that look like code (:func:`is_code_name`), up to the first that does not."""
+    found = []
+    for m in PY_POINTER.finditer(comment):
+        words = [w for w in re.findall(r"[A-Za-z_]\w*(?:\(\))?", m.group(2) or "")
+                 if w not in ("s", "and")]
+        names = []
+        for w in words:
+            if not is_code_name(w):
+                break
+            names.append(w.removesuffix("()"))
+        found.append((m.start(), m.group(1), names))
+    return found
+
+
+def defined_names(path: Path) -> set:
+    """Names a module defines anywhere (functions, classes, methods, assigned names)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def stale_kernel_pointers(root: Path) -> list:
+    """Each kernel comment's pointer to Python code that leads nowhere: a ``*.py`` path missing
+    from the repository's root, a name not defined in the file it names, or a dotted pointer."""
+    stale = []
+    for src in kernel_sources(root):
+        where = src.relative_to(root)
+        for comment in kernel_comments(src.read_text()):
+            for offset, path, names in python_pointers(comment[1]):
+                at = f"{where}:{line_at(comment, offset)}"
+                if not (root / path).is_file():
+                    stale.append(f"{at}: {path} does not exist")
+                    continue
+                missing = set(names) - defined_names(root / path)
+                stale += [f"{at}: {path} defines no {n}" for n in sorted(missing)]
+            stale += [f"{where}:{line_at(comment, m.start())}: {m.group()}: write it as `path NAME`"
+                      for m in DOTTED_POINTER.finditer(comment[1])]
+    return stale
+
+
+def test_kernel_comments_point_at_existing_code():
+    """A kernel's comment that names the Python code launching it or defining its arithmetic
+    (``xcorr_app/alignment/warp/_warp.py shift_frames``) points at a file that exists and at a
+    name defined there; the reverse direction is :func:`test_every_named_cuda_source_exists`."""
+    assert stale_kernel_pointers(ROOT) == []
+
+
+def test_the_kernel_pointer_check_can_fail(tmp_path):
+    (tmp_path / "kernels" / "fam").mkdir(parents=True)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "_m.py").write_text("class C:\n    def rows(self): pass\n\n"
+                                             "def f_1(): pass\nIDS, OTHER = {}, 1\n")
+    (tmp_path / "kernels" / "fam" / "k.cu").write_text(
+        "// launched by pkg/_m.py f_1 and rows(); ids: pkg/_m.py's IDS, OTHER (pkg/_m.py\n"
+        "// launches it; pkg/_m.py f_1,\n// IDS + rows())\n"
+        "/* pkg/_m.py gone_name */ int x;  // gone: pkg/_old.py, tools/probe.py f_1\n"
+        "// dotted: _m.f_1, pkg/_m.rows, xcorr_app.pkg._m; not pointers: np.fft, cp.async\n")
+    assert python_pointers("a/_m.py's IDS, f_1() and x_2 then y; a/_m.py launches F_3") == [
+        (0, "a/_m.py", ["IDS", "f_1", "x_2"]), (37, "a/_m.py", [])]
+    assert sorted(stale_kernel_pointers(tmp_path)) == [
+        "kernels/fam/k.cu:4: pkg/_m.py defines no gone_name",
+        "kernels/fam/k.cu:4: pkg/_old.py does not exist",
+        "kernels/fam/k.cu:4: tools/probe.py does not exist",
+        "kernels/fam/k.cu:5: _m.f_1: write it as `path NAME`",
+        "kernels/fam/k.cu:5: pkg/_m.rows: write it as `path NAME`",
+        "kernels/fam/k.cu:5: xcorr_app.pkg: write it as `path NAME`"]
+
+
+#: a date (``2026-11-25``)
+DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+#: a device model
+DEVICE = re.compile(r"\b(?:H100|H200|A100|V100|RTX)\b")
+#: a measured figure: a time, a rate, a speed-up or a share (``0.3 s``, ``55 GB/s``, ``1.2x``)
+FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:\s?(?:ns|us|ms|s)|x|\s?[KMGT]i?B/s|\s?frames/s|%)(?![\w/])")
+#: files not cleaned yet (path from the repository's root -> why)
+PENDING_FIGURES: dict = {}
+
+
+def python_comment_lines(path: Path) -> list:
+    """``(line, text)`` of a module's comments and of its docstrings' lines (a string that is a
+    statement of its own: a module's, class's or function's docstring, or an attribute's)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    out = [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(text).readline)
+           if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) \
+                and isinstance(node.value.value, str):
+            out += [(n, lines[n - 1]) for n in range(node.lineno, node.end_lineno + 1)]
+    return sorted(out)
+
+
+def dated_or_device_figures(root: Path) -> list:
+    """The comment and docstring lines of the package (but its benches, whose figures are what
+    they print) and of the kernels that carry a date, or a device model with a measured figure:
+    a comment says why in a line; the figures, their device and date go to
+    ``docs/performance.md``.  A hardware limit given as the reason stays (``sm_90 has 228 KiB
+    of shared memory``, ``an H100's FP32 rate``): it has no date and no measured figure."""
+    found = []
+    sources = [(p, python_comment_lines(p)) for p in sorted((root / "xcorr_app").rglob("*.py"))
+               if "bench" not in p.relative_to(root).parts[1:2]]
+    sources += [(p, [x for c in kernel_comments(p.read_text()) for x in comment_lines(c)])
+                for p in kernel_sources(root)]
+    for path, comments in sources:
+        where = path.relative_to(root).as_posix()
+        if where in PENDING_FIGURES:
+            continue
+        found += [f"{where}:{n}: {text.strip()}" for n, text in comments
+                  if DATE.search(text) or (DEVICE.search(text) and FIGURE.search(text))]
+    return found
+
+
+def test_comments_carry_no_dates_or_device_figures():
+    assert dated_or_device_figures(ROOT) == []
+    assert all(PENDING_FIGURES.values())  # every pending file says why
+
+
+def test_the_figure_check_can_fail(tmp_path):
+    (tmp_path / "xcorr_app" / "bench").mkdir(parents=True)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "xcorr_app" / "m.py").write_text(
+        '"""Why: a reason.\n\n(measured 2026-11-25)."""\n\nX = 1  # 0.3 s of a run, H100\n'
+        'Y = "H100 2026-11-25"  # a string, not a comment\n\n\ndef f():\n'
+        '    """sm_90 has 228 KiB of shared memory (an H100\'s); default 20."""\n'
+        '    # fine: the H100 default of 132 SMs\n')
+    (tmp_path / "xcorr_app" / "bench" / "_b.py").write_text("# 795 frames/s, H100 2026-11-22\n")
+    (tmp_path / "kernels" / "k.cu").write_text(
+        "// a reason (measured, H200\n// 2026-11-24)\nint x;  /* 1.9 TB/s on an\nH200 */\n"
+        "// faster on an H100\n")
+    assert dated_or_device_figures(tmp_path) == [
+        "xcorr_app/m.py:3: (measured 2026-11-25).\"\"\"",
+        "xcorr_app/m.py:5: # 0.3 s of a run, H100",
+        "kernels/k.cu:2: 2026-11-24)",
+        "kernels/k.cu:3: 1.9 TB/s on an H200"]

@@ -46,8 +46,8 @@ def start_gpu_warm_up(fft: bool = False) -> bool:
     """Import CuPy and start the CUDA context (the probe of :func:`resolve_device`) in a
     background thread, while the caller opens and reads its input; the probe, when the run
     asks for it, waits for the thread instead of starting over.  With ``fft``, the thread
-    also loads cuFFT (its library's load, about 0.1 s, was the first transform's in the run:
-    a one-shot GPU run of the cell sample 1.31 -> 1.19 s, median of 6, H100 2026-11-25).
+    also loads cuFFT (its library's load was the first transform's in the run; the figures:
+    docs/performance.md, first runs).
     Only where a GPU is likely (:func:`gpu_likely`) and once a process; True when a thread
     was started.
 
@@ -70,9 +70,8 @@ def start_gpu_warm_up(fft: bool = False) -> bool:
 def start_cuda_driver(ordinal: int = 0) -> bool:
     """Initialize the CUDA driver and retain device ``ordinal``'s primary context (the one
     CuPy's runtime then uses) through libcuda itself: ctypes releases the GIL for the driver's
-    0.15-0.2 s, so imports in other threads go on, and CuPy's first allocation then finds the
-    context made (0.19 -> 0.001 s; a one-shot GPU process 0.76-0.81 -> 0.60-0.73 s to its first
-    allocation, H100 2026-11-26).  The context is kept for the process.  False where there is
+    start, so imports in other threads go on, and CuPy's first allocation then finds the
+    context made (docs/performance.md, first runs).  The context is kept for the process.  False where there is
     no driver or it fails (the probe then says why).
 
     >>> start_cuda_driver() in (True, False)
@@ -93,7 +92,7 @@ def start_cuda_drivers(ordinals=None) -> None:
     """:func:`start_cuda_driver` for each of ``ordinals`` (None: every device) other than 0
     (the warm-up's), each in a thread of its own, while the command imports and opens its
     input: a run on several GPUs then finds their contexts made instead of making them one
-    after the other in its first pass (0.1-0.25 s a GPU, 4x H100 2026-11-26)."""
+    after the other in its first pass (docs/performance.md, several GPUs)."""
 
     def start(ordinal):
         threading.Thread(target=start_cuda_driver, args=(ordinal,), daemon=True,
@@ -131,7 +130,7 @@ def _warm_up_with_fft() -> None:
 def hold_gpu_warm_up(held: bool = True) -> None:
     """Start no warm-up in this process (``held=False``: again allowed): its job will likely
     run on the CPU (a small stack under device auto), where CuPy's import in a thread would
-    only slow it down (0.4-0.7 s of a one-shot run of the cell sample, H100 host 2026-11-25).
+    only slow it down (a large share of the cell sample's one-shot run).
     A GPU run still probes when it needs to, without the overlap."""
     global _warm_up_held
     _warm_up_held = bool(held)

@@ -4,7 +4,7 @@
 // cuBLAS product per volume (complex64: the spectrum's precision); these kernels make the
 // matrices of the three axes (dft_axis) and the two later contractions in double (contract_y,
 // contract_z).  As CuPy's operations and batched products they compiled 11 kernels at first
-// use, a second of a cold `xcorr align --volumes` (H100, 2026-11-25); these ship built.
+// use, on a cold `xcorr align --volumes`; these ship built.
 
 // out (B, r, n) or, with TRANSPOSE, (B, n, r): weight[k] * exp(2 pi i pos[b, i] f[k]) (by
 // sincospi: no argument reduction of large angles, which sincos does in local memory; within

@@ -1,6 +1,6 @@
 // Per-frame statistics of a chunk of frames in two short passes, for the preparation of every
-// frame before correlation (xcorr_app/alignment/_frame_stats.py): the float32 copy of the
-// pixels, each frame's mean (summed in double, row by row, then over the rows in a fixed order:
+// frame before correlation (xcorr_app/alignment/rigid/_frame_stats.py): the float32 copy of
+// the pixels, each frame's mean (summed in double, row by row, then over the rows in a fixed order:
 // the result does not depend on the launch), whether a frame has NaN or Inf pixels, and whether
 // it is constant; then the subtraction of each frame's mean.  These replace a chain of CuPy
 // element-wise and CUB reduction kernels, each compiled on first use (about 6 s of NVRTC on a
@@ -36,8 +36,7 @@ __device__ __forceinline__ void block_reduce(double& s, int& flags) {
 // to row_sum and row_flags at n * h + y; with `weighted` also the row's sum of the pixels
 // weighted by wx[x] (double) to row_wsum (the filtered frame's mean: frame_totals).  The
 // comparisons are those of the float32 values (NaN differs).  (A block of 256 threads a row, as
-// before, spent its time on the block's reduction: 4.0 + 3.5 ms for the two passes over 4096
-// frames of 512x512, H200 2026-11-24.)
+// before, spent its time on the block's reduction.)
 template <typename T, bool WRITE, int THREADS>
 __global__ void __launch_bounds__(THREADS) frame_row_stats(
         const T* __restrict__ in, float* __restrict__ out, double* __restrict__ row_sum,
@@ -106,13 +105,14 @@ __global__ void __launch_bounds__(THREADS) frame_totals(
     }
 }
 
-// The sums behind the predicted precision of lucas_kanade="auto" (alignment/_lk_decision.py,
-// predicted_precision) of float32 frames f and their gaussian-smoothed copies `smooth`, both
-// (n, h, w), h and w at least 3.  One block per row: grid (h, n), THREADS threads.  Writes, at
-// sums[(n * h + y) * 3]: the row's sum of |Laplacian| (Immerkaer's 3x3 difference kernel in
-// double, in NumPy's order of the expression; the edge rows and columns have none), its sum of
-// gy^2 + gx^2 of `smooth` (np.gradient's differences: central inside, one-sided on the edges;
-// double) and its count of NaN or Inf pixels of f.  The host adds the rows up.
+// The sums behind the predicted precision of lucas_kanade="auto"
+// (xcorr_app/alignment/refine/_lk_decision.py predicted_precision) of float32 frames f and their
+// gaussian-smoothed copies `smooth`, both (n, h, w), h and w at least 3.  One block per row: grid
+// (h, n), THREADS threads.  Writes, at sums[(n * h + y) * 3]: the row's sum of |Laplacian|
+// (Immerkaer's 3x3 difference kernel in double, in NumPy's order of the expression; the edge rows
+// and columns have none), its sum of gy^2 + gx^2 of `smooth` (np.gradient's differences: central
+// inside, one-sided on the edges; double) and its count of NaN or Inf pixels of f.  The host adds
+// the rows up.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) precision_sums(
         const float* __restrict__ f, const float* __restrict__ smooth, double* __restrict__ sums,
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(THREADS) precision_sums(
 
 // f[n, :, :] -= mean[n] for every pixel of frame n = n0 + blockIdx.y (grid-stride over the
 // frame's plane pixels).  (A grid-stride over every pixel of the chunk, the frame found by a
-// 64-bit division a pixel, took 6.1 ms for 4096 frames of 512x512, H200 2026-11-24.)
+// 64-bit division a pixel, was slower: that division is an emulated subroutine.)
 // (Unrolled by 4: the loads of four iterations in flight together.)
 __global__ void subtract_frame_means(float* __restrict__ f, const float* __restrict__ mean,
                                      long long plane, long long n0) {
@@ -206,7 +206,8 @@ __global__ void convert_subtract(const T* __restrict__ in, float* __restrict__ o
         g[i] = (float)a[i] - m;
 }
 
-// The measuring pass's result rows (alignment/_pipeline.py rows(), COLUMNS of _result.py):
+// The measuring pass's result rows (xcorr_app/alignment/rigid/_measure.py rows(); the columns:
+// xcorr_app/alignment/rigid/_columns.py COLUMNS):
 // [dy dx | peak | confidence | constant | finite | fft_dy fft_dx | fft_iy fft_ix | border] as
 // float64, from eight C-contiguous pieces of N rows (widths 2 1 1 1 1 2 2 1) of the types
 // coded 3 bits each in `codes` (0 double, 1 bool, 2 float, 3 long long, 7 absent: NaN), in

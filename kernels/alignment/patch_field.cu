@@ -1,5 +1,6 @@
-// The GPU side of piecewise-rigid registration (xcorr_app/alignment/_field_resample.py launches
-// these; the NumPy definitions there are the reference, equal to float rounding):
+// The GPU side of piecewise-rigid registration (launched by
+// xcorr_app/alignment/piecewise/_field_resample.py; the NumPy definitions there are the
+// reference, equal to float rounding):
 //
 //   patch_windows    the patch windows of every frame of a chunk, moved by the frame's integer
 //                    rigid shift: (P, N, ph, pw) float32 gathered from (N, H, W) float32
@@ -9,13 +10,13 @@
 //                    convolution), pixels whose source lies outside the frame get `fill`
 //
 // The field at a pixel is evaluated in the kernel from the patch shifts, never stored per
-// pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic
-// spline weights wy (H, gy) and wx (W, gx) of _spline.spline_weights (float64; wx
-// passed transposed, wxt (gx, W): field_sample.cuh along_row), the
-// patch field S (N, gy, gx, 2) float64 (NaN already 0).  One block per output row (warp_field:
-// per tile of rows): the row's 2 * gx coefficients (the bracket) are computed once into shared
-// memory, then each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`,
-// associated the same way.
+// pixel: s(y, x) = sum_j (sum_i wy[y, i] * S[n, i, j, a]) * wx[x, j], the natural cubic spline
+// weights wy (H, gy) and wx (W, gx) of xcorr_app/alignment/piecewise/_spline.py spline_weights
+// (float64; wx passed transposed, wxt (gx, W): field_sample.cuh along_row), the patch field
+// S (N, gy, gx, 2) float64 (NaN already 0).  One block per output row (warp_field: per tile of
+// rows): the row's 2 * gx coefficients (the bracket) are computed once into shared memory, then
+// each thread evaluates its pixels: the sums of the CPU's `wy @ S @ wx.T`, associated the same
+// way.
 // Coordinates and weights are float64, the pixels are read as float32 (the CPU converts the
 // frames to float32 first) and summed in float64.
 //
@@ -55,8 +56,7 @@ __global__ void finite_field(const double* __restrict__ field, double* __restric
 // out[p, n, r, c] = frames[n, sy[p / gx] + r - shift[n, 0], sx[p % gx] + c - shift[n, 1]]
 // for n = n0 + blockIdx.z; the windows lie inside the frames (the grid's margin).  Grid
 // (ceil(ph / (THREADS / 32)), P, frames): a warp a window row, lanes over its columns.  (A block
-// a row, 145 columns over 128 threads, took 5.8 ms for 4096 frames' 16 windows of 145x145,
-// 1.9 TB/s, H200 2026-11-24.)
+// a row, 145 columns over 128 threads, was slower.)
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) patch_windows(
         const float* __restrict__ frames, float* __restrict__ out,
@@ -75,11 +75,11 @@ __global__ void __launch_bounds__(THREADS) patch_windows(
 
 // patch_windows, and with them the summed-area tables of every window and of its squares
 // (s1, s2: (P * n_total, ph + 1 - gap, pw + 1) float64, window p * n_total + n) as
-// registration/_surfaces.summed_area_tables makes them for the search's bound (top, gap:
-// table_layout), in one pass over the window: a thread a column, walking down it, writes the
-// pixels and the column's running sums at the kept rows; then a warp a kept row adds them up
-// along the row.  (The gather, then the tables' two kernels over the windows once more: 4.6 ms
-// + 4.6 ms + about 2 ms for 4096 frames of 8x8 windows of 73x73, H200 2026-11-24.)
+// xcorr_app/registration/_surfaces.py summed_area_tables makes them for the search's bound
+// (top, gap: table_layout), in one pass over the window: a thread a column, walking down it,
+// writes the pixels and the column's running sums at the kept rows; then a warp a kept row adds
+// them up along the row.  (In place of the gather, then the tables' two kernels over the
+// windows once more.)
 // Grid (P, frames of this launch); blockDim.x a multiple of 32, at most THREADS.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) patch_windows_tables(
@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(THREADS) windows_through(
 // whose `finite[n]` is 0 (NaN or Inf pixels: bilinear, so those pixels do not spread);
 // `finite` is read only when `check_finite` is non-zero (else every frame counts as finite).
 // GX: the grid's width at compile time (0: any, read from gx): the field's sums a pixel
-// unrolled, the column's weights in registers (with the width read at run time, 7.6 ms for
-// 4096 frames of 512x512 at 4x4 and 20.2 ms at 8x8, H200 2026-11-24).
+// unrolled, the column's weights in registers (the width read at run time was slower, the
+// more so the wider the grid).
 template <typename T, bool CUBIC, int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS) warp_field(
         const T* __restrict__ frames, float* __restrict__ out, const double* __restrict__ wy,
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(THREADS) warp_field(
     // a block a tile of THREADS output columns by `band` rows, a thread a column walking down
     // it: the tile's rows' coefficients (coef[r][2 j + a], the sums along_row takes, in its
     // order) made once into shared memory, the column's weights wx[x, j] held in registers
-    // (GX > 0).  (A warp a row, its lanes reading the row's gx weights of every pixel: 8.6 ms
-    // for 4096 frames of 512x512 at 8x8; a block a row before that, 11.7 ms, H200 2026-11-24.)
+    // (GX > 0).  (Slower before it: a warp a row, its lanes reading the row's gx weights of
+    // every pixel; before that, a block a row.)
     extern __shared__ double coef_all[];  // band * 2 * gx
     const int tiles = (ow + THREADS - 1) / THREADS;
     const int tile = blockIdx.x % tiles, r0 = (blockIdx.x / tiles) * band;
@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(THREADS) warp_field(
     }
 }
 
-// ---- The patch pass's untrusted patches, on the device (alignment/_patches.py low_patches and
-// fill_low, the NumPy definitions) ----------------------------------------------------------------
+// ---- The patch pass's untrusted patches, on the device (the NumPy definitions:
+// xcorr_app/alignment/piecewise/_low_patches.py low_patches and fill_low) -------------------------
 //
 // One block per frame n, one thread per patch p (P = gy * gx <= blockDim.x <= 1024); dynamic
 // shared memory: 4 * P doubles and P ints.

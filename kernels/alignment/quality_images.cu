@@ -1,8 +1,8 @@
 // The quality report's images (xcorr_app/alignment/_quality_figures.py): frames added up a
-// pixel at a time (frame_sums), and the figures of one image, a pass each: the template's (template_figures) and a mean image's for its
-// sharpness (image_figures).  As chains of CuPy operations they were some 20 kernels that NVRTC
-// compiled at first use, 1.5-2 s of a first GPU run's 4.2 s (H100, 2026-11-25); these ship
-// built.
+// pixel at a time (frame_sums), and the figures of one image, a pass each: the template's
+// (template_figures) and a mean image's for its sharpness (image_figures).  As chains of CuPy
+// operations they were some 20 kernels that NVRTC compiled at first use, a large share of a
+// first GPU run; these ship built.
 //
 // The figures' grid (blocks), THREADS threads: block b takes the image's rows b * WARPS + warp, then every
 // (blocks * WARPS)-th, a warp a row; it writes its M sums to partial[b * M + m], which the host

@@ -1,11 +1,12 @@
-// Per-frame moments over an area, for the quality report (xcorr_app/alignment/_quality.py): for
-// frame n of a chunk (n, h, w) of pixels T, over the rows [y0, y0 + rows) and the columns
-// [x0, x0 + cols), the double sums of d, d * d and d * ref_j for J float32 reference images
-// (J, rows, cols), d = v - p each pixel v as float32 (as the CPU's lines convert it) less the
-// area's first pixel p, in one read of the frame: the correlations with the template and the
-// residual's projections on its gradient follow from them.  (About p, a constant frame's
-// spread is exactly 0, and a faint one's is not lost to the cancellation of large sums.)  (As CuPy passes and matrix products, two correlations and the residual
-// took 3.4 ms a chunk of 64 frames of 1024x1024 on an H100, 2026-11-25.)
+// Per-frame moments over an area, for the quality report (launched by
+// xcorr_app/alignment/_quality_figures.py area_moments): for frame n of a chunk (n, h, w) of
+// pixels T, over the rows [y0, y0 + rows) and the columns [x0, x0 + cols), the double sums of
+// d, d * d and d * ref_j for J float32 reference images (J, rows, cols), d = v - p each pixel v
+// as float32 (as the CPU's lines convert it) less the area's first pixel p, in one read of the
+// frame: the correlations with the template and the residual's projections on its gradient
+// follow from them.  (About p, a constant frame's spread is exactly 0, and a faint one's is not
+// lost to the cancellation of large sums.)  (In place of CuPy passes and matrix products: a
+// read of the chunk for each correlation and for the residual.)
 //
 // Grid (blocks, n), THREADS threads: block b takes the area's rows b * WARPS + warp, then every
 // (blocks * WARPS)-th, a warp a row; it writes its sums to partial[(n * blocks + b) * (2 + J)

@@ -1,10 +1,10 @@
-// The patch pass's refinement, fused (alignment/_patches.refine_shifts; launched by
-// alignment/_refine_gpu.refine_surfaces_gpu).
+// The patch pass's refinement, fused (xcorr_app/alignment/piecewise/_patches.py refine_shifts;
+// launched by xcorr_app/alignment/piecewise/_refine_gpu.py refine_surfaces_gpu).
 //
-// Per window (p, n), one block: what windows_through, _patches.tapered, the n_to_mn correlation
-// within +-1 px, normalize.zncc and the peak search did in five launches and four CuPy
-// operations over (P, N, ph, pw) arrays, in one pass over the window (written once to `win`,
-// read back by the same block, from L2):
+// Per window (p, n), one block: what xcorr_app/alignment/piecewise/_patches.py windows_through()
+// and tapered(), the n_to_mn correlation within +-1 px, xcorr_app/registration/_normalize.py zncc()
+// and the peak search did in five launches and four CuPy operations over (P, N, ph, pw) arrays, in
+// one pass over the window (written once to `win`, read back by the same block, from L2):
 //   v = the window sampled through the field as windows_through, its taps in float32, the
 //       field's sums and the sample's position in float32 too (cubic_shifted<float>: within
 //       about 1e-6 px of the float64 position; written to win)
@@ -14,7 +14,7 @@
 //     column, float64 across; rounded to float32 as the correlation kernels' output is), the
 //     right side's sum and sum of squares over the overlap (float64: the window's total less
 //     its edge rows and columns, plus the corners), the left side's mean, variance and bad
-//     flag given per patch and shift (normalize.zncc_left, host)
+//     flag given per patch and shift (xcorr_app/registration/_normalize.py zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
 // Grid (P, frames of this launch).  Sampling, a strip of `strip` rows at a time: the threads
 // over the strip's items (a column, a band of consecutive rows: refine_bands), each walking its
@@ -26,16 +26,15 @@
 // Dynamic shared memory: strip * 2 * gx floats (the strip's row coefficients, interleaved,
 // rounded to float32 from `rows`: field_rows below, made by one launch before); the column
 // weights wxt (gx, w) float32.
-// (Measured, H100, 2026-11-23: 0.87 ms a launch of 1024 windows of 143x143 with float64 taps
-// and 27 float64 sums a thread in one loop (88 registers, two blocks an SM); the five launches
-// it replaced took about 1.3 ms.  Then the taps in float32 and the edges' sums in a loop of
-// their own, the cross sums of a row in float32: 64 registers, four blocks an SM, 97 ms for
-// 4096 frames of 4x4 windows; under Nsight Compute bound by its 560 instructions a pixel.)
+// (Float64 taps and 27 float64 sums a thread in one loop took 88 registers, two blocks an SM;
+// the taps in float32, the edges' sums in a loop of their own and the cross sums of a row in
+// float32 take 64 registers, four blocks an SM: faster, bound by its instructions a pixel.)
 
 #include "field_sample.cuh"
 #include "float_keys.cuh"
 
-// normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
+// xcorr_app/registration/_normalize.py FLAT: an overlap with variance at most this share of its
+// sum of squares is constant
 #define REFINE_FLAT 1e-12
 #define REFINE_SUMS 27  // 9 cross sums, the total, four edges and four corners (each x and x^2)
 // the rows of a column summed in float32 before they are added to the float64 sums (the
@@ -44,7 +43,7 @@
 #define BAND_ROWS 16
 #endif
 // warps an SM the registers must allow (32: 64 registers a thread; at 24, 80 registers, and at
-// 48 spills: slower, H100 2026-11-23)
+// 48 spills: slower)
 #ifndef REFINE_SM_WARPS
 #define REFINE_SM_WARPS 32
 #endif
@@ -114,7 +113,7 @@ __device__ __forceinline__ void block_sums(double (&v)[V], double* red, double* 
 // the field's row coefficients, interleaved as along_row2_fixed reads them, of every row of the
 // frames n0 .. n0 + gridDim.y - 1; grid (ceil(h * 2 gx / 128), frames), 128 threads.  Made once
 // for the refinement's launch: its blocks computed them per warp and window row, 7-9% of its
-// instructions and a wait on dependent loads a row (Nsight Compute, H200 2026-11-24).
+// instructions and a wait on dependent loads a row.
 __global__ void field_rows(const double* __restrict__ wy, const double* __restrict__ s,
                            double* __restrict__ rows, int n0, int h, int gy, int gx) {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
@@ -161,10 +160,9 @@ struct ColumnWeights {
     }
 };
 
-// GX: the grid's width at compile time (1 to 8: _refine_gpu.REFINE_GX; 0: any, read from gx):
-// the field's sums a pixel unrolled (Nsight Compute, H200 2026-11-24: with the width read at
-// run time the loop's control and set-up were 40 of the sampling's 200 instructions a pixel,
-// the sampling 69% of the kernel's)
+// GX: the grid's width at compile time (1 to 8: xcorr_app/alignment/piecewise/_refine_gpu.py
+// REFINE_GX; 0: any, read from gx): the field's sums a pixel unrolled (with the width read at
+// run time the loop's control and set-up were a fifth of the sampling's instructions a pixel)
 template <int THREADS, int GX>
 __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refine_surfaces(
         const float* __restrict__ frames, float* win, const double* __restrict__ rows,
@@ -193,9 +191,8 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     // each holding its column's weights of the field in registers (ColumnWeights) while it
     // walks down the band.  (The threads over the pixels in row-major order read the column's
     // gx weights a pixel: 8 loads and their addresses of the sampling's 165 instructions a
-    // pixel at 8x8, Nsight Compute, H200 2026-11-25.  A warp a row, lanes over its columns,
-    // left a quarter of a 74-px row's lanes idle and paid the row's set-up every 2.3 pixels a
-    // lane: 1.8 times 4x4's time a pixel, H200 2026-11-24.)
+    // pixel at 8x8.  A warp a row, lanes over its columns, left a quarter of a 74-px row's
+    // lanes idle and paid the row's set-up every 2.3 pixels a lane.)
     double one[1] = {0.0};
     for (int r0 = 0; r0 < ph; r0 += strip) {
         const int rn = min(strip, ph - r0);
@@ -249,7 +246,8 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     const float* L = tpl + (size_t)p * ph * pw;
     // the window's sums in float32 are of t less the window's mean (0 when tapered: t is
     // centred already): float32 sums of an untapered t's squares lose its variance (a flat
-    // window's must stay 0 to within the float64 sums' rounding: normalize.FLAT)
+    // window's must stay 0 to within the float64 sums' rounding:
+    // xcorr_app/registration/_normalize.py FLAT)
     const float shift = has_taper ? 0.0f : mean;
     {
         // each thread's float64 sums in shared memory between the columns (in registers they
@@ -375,19 +373,21 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
 
 
 // The template's side of the refinement, made on the device once per pass (launched by
-// alignment/_refine_gpu.refine_template_gpu): for template patch p = blockIdx.x of
-// tpl (P, ph, pw) float32,
-//   out[p] = (tpl[p] - mean) * taper, the float32 operations of _patches.tapered (mean: the
-//            patch's float64 mean rounded to float32; tpl[p] itself where has_taper is 0)
-//   lmean, lvar, lbad[p, ky + 1, kx + 1] for ky, kx in -1..1: normalize.zncc_left of out[p] for
-//            a window of its own size within +-1 px: the overlap (the patch less its last row
-//            for ky = -1, its first for ky = 1, columns likewise) n = (ph - |ky|)(pw - |kx|),
+// xcorr_app/alignment/piecewise/_refine_gpu.py refine_template_gpu): for template patch
+// p = blockIdx.x of tpl (P, ph, pw) float32,
+//   out[p] = (tpl[p] - mean) * taper, the float32 operations of
+//            xcorr_app/alignment/piecewise/_patches.py tapered() (mean: the patch's float64 mean
+//            rounded to float32; tpl[p] itself where has_taper is 0)
+//   lmean, lvar, lbad[p, ky + 1, kx + 1] for ky, kx in -1..1:
+//            xcorr_app/registration/_normalize.py zncc_left of out[p] for a window of its own
+//            size within +-1 px: the overlap (the patch less its last row for ky = -1, its
+//            first for ky = 1, columns likewise) n = (ph - |ky|)(pw - |kx|),
 //            its sum and sum of squares in float64 (the total less the edge row and column,
 //            plus their corner), mean = sum / max(n, 1), var = max(sum2 - sum^2 / max(n, 1), 0),
 //            bad = n < max(0.25 ph pw, 1) or the variance at most REFINE_FLAT of sum2.
 // The same numbers as NumPy's up to float64 rounding (its sums run in another order).  These
-// were made on the host (a wait for the device and 5 ms of NumPy while the GPU idled at the
-// start of every patch pass, H200 2026-11-24).  Grid (P,), THREADS threads.
+// were made on the host (a wait for the device and NumPy's work while the GPU idled at the
+// start of every patch pass).  Grid (P,), THREADS threads.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) refine_template(
         const float* __restrict__ tpl, const float* __restrict__ taper, int has_taper,

@@ -2,9 +2,8 @@
 // (xcorr_app/alignment/volume/_rows.py): row_sums, each row's double sum (or of squares);
 // row_first_max, the column and value of each row's first maximum as NumPy's argmax finds it
 // (NaN above every number); and knock_out, the boxes around the peaks that bounded_peak clears
-// before it looks for the runner-up.  Shipped built: CuPy's reductions along an axis compile at first use (CUB's block
-// reduction by NVRTC, 2.0-2.5 s each: 7 s of a cold 8 s `xcorr align --volumes`, H100
-// 2026-11-25).
+// before it looks for the runner-up.  Shipped built: CuPy's reductions along an axis compile at
+// first use (CUB's block reduction by NVRTC: most of a cold `xcorr align --volumes`).
 //
 // Grid ceil(rows / (THREADS / 32)), THREADS threads; lane 0 of each warp writes its row's result.
 
@@ -61,10 +60,11 @@ __global__ void __launch_bounds__(THREADS) row_first_max(
     }
 }
 
-// _dft3.bounded_peak's knock-out: in volume b = blockIdx.y of win (B, z, y, x), every voxel
-// within e of its peak at[3 b .. 3 b + 2] along each axis set to value; along an axis searched
-// whole (wrap bit a of `wraps`, z = 4, y = 2, x = 1) around the circle, along a bounded one only
-// inside the window (as CuPy's fancy indexing of bounded_peak's np.unique / clipped ranges did).
+// xcorr_app/alignment/volume/_dft3.py bounded_peak's knock-out: in volume b = blockIdx.y of
+// win (B, z, y, x), every voxel within e of its peak at[3 b .. 3 b + 2] along each axis set to
+// value; along an axis searched whole (wrap bit a of `wraps`, z = 4, y = 2, x = 1) around the
+// circle, along a bounded one only inside the window (as CuPy's fancy indexing of
+// bounded_peak's np.unique / clipped ranges did).
 // A thread a voxel of the (2 e + 1)^3 box, grid (ceil(box / THREADS), B).
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) knock_out(

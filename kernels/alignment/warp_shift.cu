@@ -1,4 +1,4 @@
-// Every frame of a chunk shifted by its (dy, dx), bilinear (xcorr_app/alignment/_warp.py
+// Every frame of a chunk shifted by its (dy, dx), bilinear (xcorr_app/alignment/warp/_warp.py
 // shift_frames launches it on the GPU; its NumPy lines are the definition, and this is the
 // same arithmetic, so both devices give the same float32 bits):
 //
@@ -100,13 +100,13 @@ __global__ void __launch_bounds__(THREADS) warp_shift(
     }
 }
 
-// The template's sums (xcorr_app/alignment/_warp.py add_shifted; its NumPy lines are the
+// The template's sums (xcorr_app/alignment/warp/_warp.py add_shifted; its NumPy lines are the
 // definition): for every pixel, over the frames idx[0..count) in that order, the frame's
 // value shifted as warp_shift does with fill 0 (non-finite pixels read as 0, a float32
 // conversion first, as the definition's astype), added in float64 to total, and the
 // coverage (the same warp of a frame of ones: the float32 sum of the taps' weights) to
 // coverage.  One launch a chunk instead of about sixteen CuPy operations per eight frames
-// (0.5 s of host time a 4096-frame run, H100 2026-11-23).  Grid (rows), THREADS over columns.
+// (their host time added up over a long run).  Grid (rows), THREADS over columns.
 template <typename T, int THREADS>
 __global__ void __launch_bounds__(THREADS) warp_sum(
         const T* __restrict__ frames, const int* __restrict__ idx,

@@ -10,7 +10,8 @@
 // come in steps of BLOCK_K through shared memory, double-buffered (the next step's global loads
 // in flight while this one is computed); at the end a segmented reduction (xor shuffles inside
 // each group of C_NUM lanes) adds the slots up and slot 0 writes.  The tile sizes are chosen on
-// the host by xcorr_app.conv._dynamic_blocking under the device's register and shared-memory limits.
+// the host by xcorr_app/conv/_dynamic_blocking.py plan() under the device's register and
+// shared-memory limits.
 
 template <int BLOCK_F, int BLOCK_P, int THREAD_F, int THREAD_P, int C_NUM, int LAYOUT>
 __global__ void __launch_bounds__(128)

@@ -14,7 +14,7 @@
 // the problem), STAGES - 1 ahead.  Both are stored k-major, rows padded so that lane (g, t4) of
 // a fragment load reads bank 8 t4 + g (no conflict): B with BLOCK_N + 8 floats a row, A with
 // BLOCK_M + POINTWISE_MMA_A_PAD (8; 4, which trades the loads' conflicts for fewer in A's
-// 4-byte fills, measured the same on MobileNetV2's layers, H200 2026-11-26).  Split-K as
+// 4-byte fills, measured the same on MobileNetV2's layers).  Split-K as
 // im2win_conv: serial, in order (split_k.cuh).
 
 #include "async_copy.cuh"

@@ -1,8 +1,8 @@
-// The element-wise steps of the GPU fft plan (correlate/_fft.py), as kernels of ours so that
-// they ship built (_cuda/shipped.py) instead of compiling as CuPy ElementwiseKernels on a
-// first run: the zero padding before rfft2, the conjugate product of the spectra, the crop of
-// the circular correlation.  I is the element index type: unsigned int while the arrays
-// allow (a 64-bit division per element is an emulated subroutine), else unsigned long long.
+// The element-wise steps of the GPU fft plan (xcorr_app/correlate/_fft.py), as kernels of ours so
+// that they ship built (xcorr_app/_cuda/shipped.py) instead of compiling as CuPy ElementwiseKernels
+// on a first run: the zero padding before rfft2, the conjugate product of the spectra, the crop of
+// the circular correlation.  I is the element index type: unsigned int while the arrays allow (a
+// 64-bit division per element is an emulated subroutine), else unsigned long long.
 //
 //  * conj_product: out[b0, b1, j] = scale * left[b0, b1, j] * conj(right[b0, b1, j]) over
 //    batch axes (n0, n1) of planes of p elements, each operand's batch strides in elements (0
@@ -37,8 +37,7 @@ __global__ void conj_product(const typename Complex<R>::type* __restrict__ left,
 
 // V: the elements a thread moves at once (4: float4 loads and stores, where w and fx are
 // multiples of 4 and both arrays 16-byte aligned; total counts vectors).  (One element a thread,
-// its two divisions made a pass of 4096 padded 540x540 planes instruction-bound: 0.216 ms a
-// chunk of 256, 2.45 TB/s, Nsight Compute, H200 2026-11-25.)
+// its two divisions made a pass over the padded planes instruction-bound.)
 template <int V> struct PadVector { typedef float type; };
 template <> struct PadVector<4> { typedef float4 type; };
 __device__ __forceinline__ void set_zero(float& v) { v = 0.0f; }

@@ -1,7 +1,7 @@
 // The circular cross-correlation of the GPU fft plan at a small window of shifts only
-// (correlate/_fft_window.py), in place of the conjugate product and the whole inverse rfft2:
-// an aligner searching +-14 px of 512x512 frames reads 29x29 of the 540x540 values the inverse
-// makes.  For spectra of the zero-padded fy x fx planes (the half spectrum, wh = fx / 2 + 1
+// (xcorr_app/correlate/_fft_window.py), in place of the conjugate product and the whole inverse
+// rfft2: an aligner searching +-14 px of 512x512 frames reads 29x29 of the 540x540 values the
+// inverse makes.  For spectra of the zero-padded fy x fx planes (the half spectrum, wh = fx / 2 + 1
 // columns), Q = scale * left * conj(right) and
 //     c[y, x] = Re sum_u e^{2 pi i u y / fy} H[u, x],
 //     H[u, x] = sum_{v < wh} w_v Q[u, v] e^{2 pi i v x / fx}
@@ -18,10 +18,9 @@
 //    float32 from the highest frequency down: the low frequencies' large terms (a frame's
 //    mean, padded) come last, so they do not set the rounding of all the rest (summed from v =
 //    0 up, ZNCC surfaces of frames with a mean of 0.5 and a deviation of 0.04 were 1.5e-4 off
-//    the whole inverse's; in float64, 1.8 ms a launch of 1024 spectra of 540x271 against the
-//    whole inverse's 3.0 ms, H100 2026-11-24).  Out: h[(b fy + u) * 2X + j] = Re H[u, j -
-//    xmax], + X: Im (X = 2 xmax + 1), float64.  tw: (wh, groups * PAIRS)
-//    float2 (w_v cos, w_v sin of 2 pi v x / fx).
+//    the whole inverse's; in float64 the sums took more than half the whole inverse's time).
+//    Out: h[(b fy + u) * 2X + j] = Re H[u, j - xmax], + X: Im (X = 2 xmax + 1), float64.
+//    tw: (wh, groups * PAIRS) float2 (w_v cos, w_v sin of 2 pi v x / fx).
 //  * window_columns: out[b, i, j] = c[y0 + i, x0 + j] = sum_u cos H_re - sin H_im (float64) for
 //    the window's ho x wo shifts, y and -y from the same two sums.  step: (fy,) double2 (cos,
 //    sin of 2 pi u / fy).
@@ -136,8 +135,7 @@ __global__ void __launch_bounds__(32 * WINDOW_GROUPS) window_rows(
 // B_k = sum sin(...) H_im[u, j] give both c[k, j] = A_k - B_k and c[-k, j] = A_k + B_k; the
 // twiddles of row u are the powers of its step e^{2 pi i u / fy} (step[u], float64: within
 // about 20 ulp at k = 19), the warps' sums added in shared memory.  (A warp a plane down all fy
-// rows, the twiddles loaded: 0.87 ms a launch of 256 or of 1024 planes, a load's latency a row,
-// H100 2026-11-25.)
+// rows, the twiddles loaded, waited a load's latency a row.)
 template <int WARPS, int YP>
 __global__ void __launch_bounds__(WARPS * 32) window_columns(
         const double* __restrict__ h, const double2* __restrict__ step, float* __restrict__ out,

@@ -22,7 +22,7 @@
 // error of about 2^-21 of the product, against the 1e-5 the tests ask of the sum.  The tensor
 // cores add a product's terms in FP32 without the round-to-nearest of FFMA, so each right row's
 // hi * hi sums are kept apart and added to the total with FADD; without that, positive inputs
-// (images) drift by up to 4e-5 on 64x64 matrices (tools/mma_probe.py check0).
+// (images) drift by up to 4e-5 on 64x64 matrices.
 //
 // Shared memory: the left matrix once per block, padded with zeros (TY - 1 rows above and
 // below, mma_pad columns on each side), as uint4 (hi(u), hi(u + 1), lo(u), lo(u + 1)) per
@@ -35,7 +35,7 @@
 #include "async_copy.cuh"
 #include "tf32_mma.cuh"
 
-#ifndef XCORR_MMA_ROW_SUMS  // development probes (tools/mma_probe.py) turn it off
+#ifndef XCORR_MMA_ROW_SUMS  // development probes turn it off
 #define XCORR_MMA_ROW_SUMS 1
 #endif
 

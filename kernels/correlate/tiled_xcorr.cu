@@ -178,7 +178,7 @@ __device__ __forceinline__ int pair_col_chunks(int left_w, int shift_x0) {
 }
 }  // namespace xcorr
 
-#ifndef XCORR_PAIR_BLOCKS  // development probes (tools/pair_probe.py variants) override it
+#ifndef XCORR_PAIR_BLOCKS  // development probes override it
 #define XCORR_PAIR_BLOCKS 4
 #endif
 template <int FORM, int TY, int TX>

@@ -158,12 +158,12 @@ __host__ __device__ constexpr int loads_per_row(int fw) {
 // register ring, so a warp has several rows of memory requests outstanding while it computes),
 // a multiple of FH where the code stays small, so the shift of acc[] is register renaming.
 __host__ __device__ constexpr int reuse_prefetch(int fh, int fw, int vec) {
-#ifdef XCORR_REUSE_PREFETCH  // development probes (tools/filter_probe.py) override the choice
+#ifdef XCORR_REUSE_PREFETCH  // development probes override the choice
     return XCORR_REUSE_PREFETCH;
 #endif
     if (vec == 4) return fh * fw <= 25 ? fh * ((2 + fh - 1) / fh) : 2;  // 512-byte rows
     if (fh * fw > 121) return 1;  // compute-bound: registers go to acc[] and v[]
-    if (fh * fw <= 9 && fw > 1) return 2;  // measured best for 3x3 (H200, 2026-11-22)
+    if (fh * fw <= 9 && fw > 1) return 2;  // measured best for 3x3 (sm_90)
     if (fw == 1) return fh * ((8 + fh - 1) / fh);
     // about 16 (64-register kernels, see reuse_min_blocks) or 24 registers of loaded values,
     // whole multiples of FH where FH fits
@@ -339,10 +339,10 @@ __device__ __forceinline__ void reuse_sub_block_vec4(const float* frame, float* 
 // an edge (MAPPED) fills the same ring element by element through boundary_index, so both kinds
 // share the compute loop and the kernel stays at 40-64 registers.
 __host__ __device__ constexpr int staged_ahead(int fh) {
-#ifdef XCORR_STAGED_AHEAD  // development probes (tools/filter_probe.py) override the choice
+#ifdef XCORR_STAGED_AHEAD  // development probes override the choice
     return XCORR_STAGED_AHEAD;
 #endif
-    return fh <= 3 ? 8 : (fh <= 5 ? 10 : 7);  // measured best (H100, H200, 2026-11-22)
+    return fh <= 3 ? 8 : (fh <= 5 ? 10 : 7);  // measured best (sm_90)
 }
 
 // Rows per commit group: a multiple of FH where that stays small, so the shift of acc[] after
@@ -495,15 +495,15 @@ __device__ __forceinline__ float direct_output(const typename Pixel<DTYPE>::type
 
 }  // namespace xcorr
 
-// Host: xcorr_app/gpu_reuse_conv.py.  The sub-blocks cover output rows [y_first, y_first +
-// n_rows) and columns x_first + 32 * VEC * sb for sb < n_sub_blocks (VEC: columns per lane in
-// the plain sub-blocks, 1 or 4; VEC = 4 only for float32, w % 4 == 0, cx = FW / 2, up to 7x7,
-// with ours edges; its edge sub-blocks run as four mapped 32-column ones; ASYNC: every
-// sub-block, 32 VEC columns wide, goes through reuse_sub_block_staged).  Ours (n_edge = 0): the whole
-// frame, x_first = y_first = 0, sub-blocks that touch an edge map their columns.  The papers'
-// (n_edge > 0): only the interior, y_first = cy, x_first = cx, n_rows = interior rows; the
-// n_edge other outputs of each frame (top band, bottom band, then the left and right columns of
-// the interior rows) go to the direct path of the trailing edge blocks.
+// Host: xcorr_app/filters/_reuse.py reuse_correlate.  The sub-blocks cover output rows
+// [y_first, y_first + n_rows) and columns x_first + 32 * VEC * sb for sb < n_sub_blocks (VEC:
+// columns per lane in the plain sub-blocks, 1 or 4; VEC = 4 only for float32, w % 4 == 0,
+// cx = FW / 2, up to 7x7, with ours edges; its edge sub-blocks run as four mapped 32-column ones;
+// ASYNC: every sub-block, 32 VEC columns wide, goes through reuse_sub_block_staged).
+// Ours (n_edge = 0): the whole frame, x_first = y_first = 0, sub-blocks that touch an edge map
+// their columns.  The papers' (n_edge > 0): only the interior, y_first = cy, x_first = cx,
+// n_rows = interior rows; the n_edge other outputs of each frame (top band, bottom band, then the
+// left and right columns of the interior rows) go to the direct path of the trailing edge blocks.
 template <int DTYPE, int FH, int FW, bool TAPS_SHARED, int VEC, bool ASYNC>
 __global__ void __launch_bounds__(128, xcorr::reuse_min_blocks(FH, FW, TAPS_SHARED, VEC, ASYNC))
 reuse_correlate(const typename xcorr::Pixel<DTYPE>::type* __restrict__ in,

@@ -1,8 +1,8 @@
 // Separable correlation of float32 frames in one pass over memory: the vertical taps, then the
-// horizontal ones (filters/_api.py _separable's order: each scipy.ndimage.correlate1d), through
-// shared memory.  Ours, for the preparation's gaussian prefilter: the two 1-D passes of the
-// reuse kernels read and wrote every frame twice (9.4 ms for 4096 frames of 512x512 with
-// 9 taps, H200 2026-11-24), the horizontal one with column reuse by shuffles.
+// horizontal ones (xcorr_app/filters/_api.py _separable's order: each
+// scipy.ndimage.correlate1d), through shared memory.  Ours, for the preparation's gaussian
+// prefilter: the two 1-D passes of the reuse kernels read and wrote every frame twice, the
+// horizontal one with column reuse by shuffles.
 //
 // Block (32, 8): SEP_TILES tiles of 64 x 64 outputs of one frame, one below the other (grid:
 // x tiles, groups of SEP_TILES y tiles, frames).  A tile's input rows y0 - cy .. y0 + TILE_H -
@@ -16,10 +16,9 @@
 // second 1-D pass would read the first's output.  F: the taps of each axis (odd, at most 11;
 // the same count both ways).  With has_sub, sub[frame] is subtracted from every
 // output of the frame as it is stored (float32: the numbers of a subtraction after the filter).
-// Dynamic shared memory: _separable.py shared_bytes(F).
-// (A tile a block, staged by plain loads and then filtered, waited on its loads: 6.1 ms for
-// 4096 frames of 512x512 with 9 taps, 1.35 TB/s, 56% of its cycles stalled on them, Nsight
-// Compute, H200 2026-11-24.)
+// Dynamic shared memory: xcorr_app/filters/_separable.py shared_bytes(F).
+// (A tile a block, staged by plain loads and then filtered, waited on its loads: over half of
+// its cycles stalled on them.)
 #include "async_copy.cuh"
 #include "boundary.cuh"
 

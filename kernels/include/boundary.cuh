@@ -1,5 +1,5 @@
 // scipy.ndimage's boundary modes for the filter kernels (kernels/filters/*.cu; the ids are
-// filters/_modes.py's MODE_IDS, in the same order).
+// xcorr_app/filters/_modes.py's MODE_IDS, in the same order).
 #pragma once
 
 namespace xcorr {

@@ -1,6 +1,6 @@
 // The motion field at a pixel and the samplers of piecewise-rigid registration, shared by
-// kernels/alignment/patch_field.cu and kernels/alignment/refine_surfaces.cu (the definitions:
-// alignment/_field_resample.py, NumPy).
+// kernels/alignment/patch_field.cu and kernels/alignment/refine_surfaces.cu (the definitions,
+// NumPy: xcorr_app/alignment/piecewise/_field_resample.py cubic_sample and bilinear_sample).
 #pragma once
 
 // Coefficient k of row y of frame n: (a = k / gx, j = k % gx) sum_i wy[y, i] S[n, i, j, a].
@@ -33,8 +33,8 @@ __device__ __forceinline__ void row_coefficients(const double* __restrict__ wy,
 
 // sum_j coef[j] * wx[x, j], the weights transposed: wxt (gx, w) = wx.T, so that the lanes of
 // a warp (consecutive x) read consecutive doubles.  (In wx's own (w, gx) layout a lane's read
-// of one weight took a sector of its own: 52% of the fused refinement's global sectors at 4x4,
-// and at 8x8 it was bound by L1, Nsight Compute, H200 2026-11-24.)
+// of one weight took a sector of its own: half the fused refinement's global sectors at 4x4,
+// and at 8x8 it was bound by L1.)
 __device__ __forceinline__ double along_row(const double* coef, const double* __restrict__ wxt,
                                             int x, int w, int gx) {
     double acc = 0.0;
@@ -164,8 +164,7 @@ __device__ __forceinline__ void shifted_position(int y, float d, int& i, float& 
 // its conversions, quarter-rate on the GPU, took a fifth of the refinement's instructions a
 // pixel).  Where the 16 taps lie inside the image, cubic_at's sums in its order without the
 // clamps (one address, the rows w apart; the clamps and the taps' 16 64-bit addresses were
-// about 240 of the refinement's 560 instructions a window pixel, Nsight Compute, H100
-// 2026-11-23); elsewhere cubic_at itself.
+// about 240 of the refinement's 560 instructions a window pixel); elsewhere cubic_at itself.
 template <typename A, typename T>
 __device__ __forceinline__ A cubic_shifted(const T* __restrict__ f, int h, int w, int y, int x,
                                            float dy, float dx) {

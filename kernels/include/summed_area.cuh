@@ -1,5 +1,5 @@
-// Summed-area tables as registration/_surfaces.summed_area_tables makes them (float64, a zero
-// first row and column; a bounded search keeps only the rows it looks up: table row j holds
+// Summed-area tables as xcorr_app/registration/_surfaces.py summed_area_tables makes them (float64,
+// a zero first row and column; a bounded search keeps only the rows it looks up: table row j holds
 // image row y = j for j <= top, y = j + gap after), shared by kernels/registration/zncc_peaks.cu
 // (sat_tables) and kernels/alignment/patch_field.cu (patch_windows_tables).
 #pragma once

@@ -15,10 +15,11 @@
 //              memory, one plain store per output: warp_shuffle_block_xcorr, which needs none
 //              of the arithmetic below.
 //
-// The host (xcorr_app/work_distribution.py, which also ports this arithmetic for the CPU tests)
-// describes the task profile as at most MAX_PIECES linear pieces: group g_start + i of a piece
-// has a domain of alpha + beta * i rows (beta in {-SHIFTS, 0, SHIFTS}), i < length, and
-// tasks_before tasks precede the piece.  Fields per piece, in this order:
+// The host (xcorr_app/correlate/_work_distribution.py schedule(); its assign() ports this
+// arithmetic for the CPU tests) describes the task profile as at most MAX_PIECES linear pieces:
+// group g_start + i of a piece has a domain of alpha + beta * i rows
+// (beta in {-SHIFTS, 0, SHIFTS}), i < length, and tasks_before tasks precede the piece.  Fields
+// per piece, in this order:
 #pragma once
 #include "int_math.cuh"
 

@@ -1,28 +1,33 @@
 // Per-frame peak arithmetic on small arrays (N or N x 2 values, or one small surface per frame),
-// for registration/_peak_math.py.  Each kernel replaces a chain of CuPy operations of
-// registration/_peaks.py, registration/_fft_register.py or alignment/_template.py that, on a
-// fresh machine, compiled one NVRTC kernel per operation (tens of them, ~0.1 s each) before a
-// first run measured anything; this source compiles in one NVRTC call per precision
-// (_peak_math.GROUPS).  The NumPy code of those modules stays the reference: the same float64
-// arithmetic in the same order (products through __dmul_rn so that the compiler cannot contract
-// them into FMAs, which NumPy does not do), the same NaN, inf and border rules.  Only log, hypot
-// and the DFT's phases may differ from the host's by an ulp.
+// for xcorr_app/registration/_peak_math.py.  Each kernel replaces a chain of CuPy operations of
+// xcorr_app/registration/_peaks.py, xcorr_app/registration/_fft_register.py or
+// xcorr_app/alignment/refine/_template.py that, on a fresh machine, compiled one NVRTC kernel per
+// operation (tens of them, ~0.1 s each) before a first run measured anything; this source compiles
+// in one NVRTC call per precision (xcorr_app/registration/_peak_math.py GROUPS).  The NumPy code of
+// those modules stays the reference: the same float64 arithmetic in the same order (products
+// through __dmul_rn so that the compiler cannot contract them into FMAs, which NumPy does not do),
+// the same NaN, inf and border rules.  Only log, hypot and the DFT's phases may differ from the
+// host's by an ulp.
 //
-//  * subpixel_shifts: _peaks.refined_shifts (and subpixel_fit2d, subpixel_parabolic,
-//    subpixel_gaussian): the 3x3 fit (or the 3-point fits) around each integer peak, one thread
-//    per frame.
-//  * peaks_on_border: _peaks.on_border.
-//  * surface_argmax: _peaks.peak_index (first maximum in row-major order, the first NaN if any,
-//    as NumPy's argmax), with the value at the peak and, for _fft_register.fft_shifts, |x| of
-//    the circular correlation taken on the fly and the signed (wrapped) shifts of signed_shifts.
-//  * dft_matrices + upsampled_peaks: _fft_register.refine_peak (upsampled_dft, peak_index,
-//    the shift arithmetic) around cuBLAS matrix products (no compilation).
-//  * wrap_row_sums + wrap_totals: the two masked correlations of _template.periodic_frames
-//    (every tested frame in one launch each); phase_ramps: its references moved by a fraction
-//    of a pixel (spectra for cuFFT's inverse).
-//  * edge_differences, periodic_smooth: _fft_register.periodic_spectrum (its edge differences, the
-//    subtraction of the smooth component); phase_cross_power: _fft_register.cross_power (phase);
-//    weighted_spectrum: fft_shifts' low-pass of a reference spectrum.
+//  * subpixel_shifts: xcorr_app/registration/_peaks.py refined_shifts (and subpixel_fit2d,
+//    subpixel_parabolic, subpixel_gaussian): the 3x3 fit (or the 3-point fits) around each integer
+//    peak, one thread per frame.
+//  * peaks_on_border: xcorr_app/registration/_peaks.py on_border.
+//  * surface_argmax: xcorr_app/registration/_peaks.py peak_index (first maximum in row-major order,
+//    the first NaN if any, as NumPy's argmax), with the value at the peak and, for
+//    xcorr_app/registration/_fft_register.py fft_shifts, |x| of the circular correlation taken on
+//    the fly and the signed (wrapped) shifts of signed_shifts.
+//  * dft_matrices + upsampled_peaks: xcorr_app/registration/_fft_register.py refine_peak
+//    (upsampled_dft, peak_index, the shift arithmetic) around cuBLAS matrix products (no
+//    compilation).
+//  * wrap_row_sums + wrap_totals: the two masked correlations of
+//    xcorr_app/alignment/refine/_template.py periodic_frames (every tested frame in one launch
+//    each); phase_ramps: its references moved by a fraction of a pixel (spectra for cuFFT's
+//    inverse).
+//  * edge_differences, periodic_smooth: xcorr_app/registration/_fft_register.py periodic_spectrum
+//    (its edge differences, the subtraction of the smooth component); phase_cross_power:
+//    xcorr_app/registration/_fft_register.py cross_power (phase); weighted_spectrum: fft_shifts'
+//    low-pass of a reference spectrum.
 
 #define NO_INDEX 0x7fffffffffffffffLL
 
@@ -32,8 +37,8 @@ __device__ __forceinline__ long long clip_ll(long long v, long long lo, long lon
     return v < lo ? lo : (v > hi ? hi : v);  // np.clip (lo <= hi here)
 }
 
-// corr[y, x] of one surface as float64 (_peaks._gather); like CuPy's fancy indexing the flat
-// index wraps around (it is always in range for the peaks the code finds)
+// corr[y, x] of one surface as float64 (xcorr_app/registration/_peaks.py _gather); like CuPy's
+// fancy indexing the flat index wraps around (it is always in range for the peaks the code finds)
 template <typename T>
 __device__ __forceinline__ double gather(const T* c, long long size, int wo, long long y,
                                          long long x) {
@@ -42,8 +47,9 @@ __device__ __forceinline__ double gather(const T* c, long long size, int wo, lon
     return (double)c[k];
 }
 
-// _peaks._vertex: 0.5 * (cm - cp) / (cm - 2 c0 + cp) clipped to [-0.5, 0.5] where ok and the
-// denominator is finite and negative, else 0; + 0.0 turns -0.0 into 0.0
+// xcorr_app/registration/_peaks.py _vertex: 0.5 * (cm - cp) / (cm - 2 c0 + cp) clipped to
+// [-0.5, 0.5] where ok and the denominator is finite and negative, else 0; + 0.0 turns -0.0
+// into 0.0
 __device__ __forceinline__ double vertex(double cm, double c0, double cp, bool ok) {
     const double denom = (cm - M(2.0, c0)) + cp;
     ok = ok && denom < 0 && isfinite(denom);
@@ -56,8 +62,8 @@ __device__ __forceinline__ double vertex(double cm, double c0, double cp, bool o
 // of the double-precision log costs NVRTC time on a first run
 __device__ __noinline__ double log_d(double v) { return log(v); }
 
-// _peaks._neighbours + _vertex / _gaussian_axis along rows (axis_rows) or columns (not
-// inlined either, for the same reason)
+// xcorr_app/registration/_peaks.py _neighbours + _vertex / _gaussian_axis along rows (axis_rows) or
+// columns (not inlined either, for the same reason)
 template <typename T>
 __device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo, long long iy,
                                      long long ix, bool axis_rows, bool gaussian) {
@@ -74,7 +80,7 @@ __device__ __noinline__ double axis3(const T* c, long long size, int ho, int wo,
 }
 
 // (fy, fx) = (py, px) where ok and within a pixel, else the 3-point fits through the peak's
-// row and column (_peaks._axis_fits)
+// row and column (xcorr_app/registration/_peaks.py _axis_fits)
 template <typename T>
 __device__ void fitted_or_axis3(const T* c, long long size, int ho, int wo, long long iy,
                                 long long ix, bool lg, bool ok, double py, double px,
@@ -89,8 +95,8 @@ __device__ void fitted_or_axis3(const T* c, long long size, int ho, int wo, long
     }
 }
 
-// _peaks._window: the 3x3 neighbourhood of the peak (of log(corr) with lg); returns whether it
-// lies inside the surface (and, with lg, is positive)
+// xcorr_app/registration/_peaks.py _window: the 3x3 neighbourhood of the peak (of log(corr) with
+// lg); returns whether it lies inside the surface (and, with lg, is positive)
 template <typename T>
 __device__ bool window3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
                         bool lg, double (&w)[3][3]) {
@@ -113,15 +119,16 @@ __device__ bool window3(const T* c, long long size, int ho, int wo, long long iy
     return inside;
 }
 
-// _peaks._free_vertex: the parabola's vertex, not clipped; ok narrowed to a finite maximum
+// xcorr_app/registration/_peaks.py _free_vertex: the parabola's vertex, not clipped; ok narrowed to
+// a finite maximum
 __device__ __forceinline__ double free_vertex(double cm, double c0, double cp, bool& ok) {
     const double denom = (cm - M(2.0, c0)) + cp;
     ok = ok && denom < 0 && isfinite(denom);
     return M(0.5, cm - cp) / (ok ? denom : -1.0);
 }
 
-// _peaks._ridge_fit: the 3-point fits along the three rows and three columns, their lines
-// intersected, falling back to the fits through the middle row and column
+// xcorr_app/registration/_peaks.py _ridge_fit: the 3-point fits along the three rows and three
+// columns, their lines intersected, falling back to the fits through the middle row and column
 template <typename T>
 __device__ void ridge3(const T* c, long long size, int ho, int wo, long long iy, long long ix,
                        bool lg, double& fy, double& fx) {
@@ -141,8 +148,9 @@ __device__ void ridge3(const T* c, long long size, int ho, int wo, long long iy,
     fitted_or_axis3(c, size, ho, wo, iy, ix, lg, ok, py, px, fy, fx);
 }
 
-// _peaks.subpixel_fit2d: least-squares paraboloid over the 3x3 neighbourhood (of log(corr)
-// with lg), falling back to the 3-point fits through the middle row and column
+// xcorr_app/registration/_peaks.py subpixel_fit2d: least-squares paraboloid over the 3x3
+// neighbourhood (of log(corr) with lg), falling back to the 3-point fits through the middle row and
+// column
 template <typename T>
 __device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, long long ix,
                       bool lg, double& fy, double& fx) {
@@ -166,9 +174,10 @@ __device__ void fit2d(const T* c, long long size, int ho, int wo, long long iy, 
     fitted_or_axis3(c, size, ho, wo, iy, ix, lg, ok, py, px, fy, fx);
 }
 
-// _peaks.refined_shifts: out[f] = (iy - oy + fy, ix - ox + fx) with absolute, else the offsets
-// (fy, fx) of the subpixel_* functions.  method: 0 none, 1 parabolic3, 2 gaussian3,
-// 3 parabolic (fit2d), 4 gaussian (fit2d of the logs).  One thread per surface.
+// xcorr_app/registration/_peaks.py refined_shifts: out[f] = (iy - oy + fy, ix - ox + fx) with
+// absolute, else the offsets (fy, fx) of the subpixel_* functions.  method: 0 none,
+// 1 parabolic3, 2 gaussian3, 3 parabolic (fit2d), 4 gaussian (fit2d of the logs).  One thread
+// per surface.
 template <typename T>
 __global__ void subpixel_shifts(const T* __restrict__ corr, const long long* __restrict__ iy,
                                 const long long* __restrict__ ix, long long n, int ho, int wo,
@@ -194,7 +203,8 @@ __global__ void subpixel_shifts(const T* __restrict__ corr, const long long* __r
     }
 }
 
-// _peaks.on_border: (|iy - oy| >= by and by > 0) or (|ix - ox| >= bx and bx > 0)
+// xcorr_app/registration/_peaks.py on_border:
+// (|iy - oy| >= by and by > 0) or (|ix - ox| >= bx and bx > 0)
 __global__ void peaks_on_border(const long long* __restrict__ iy,
                                 const long long* __restrict__ ix, long long n, long long oy,
                                 long long ox, long long by, long long bx,
@@ -268,14 +278,15 @@ __device__ __forceinline__ void block_argmax(V& v, long long& i) {
     }
 }
 
-// _peaks.peak_index (iy, ix) and the value there as float64; with copies > 0 also
-// _fft_register.signed_shifts of (iy, ix) for sizes (h, w) as float64 (N, 2), written `copies`
-// times (shifts[c * 2N + 2f + axis]).  grid (SLICES, G), block THREADS: block (s, g) scans
-// slice s of surface f = first + g (one block per surface left 68 of 132 SMs idle on a 64-frame
-// chunk, at a fifth of the memory's bandwidth); with SLICES > 1 each block's best goes to
-// part[2 (g SLICES + s) ..] (the value's bits, the index) and the surface's last block to
-// finish (counted in done[g], set back to 0) takes the best of them: better() orders (value,
-// index) totally, so the answer does not depend on which block is last.
+// xcorr_app/registration/_peaks.py peak_index (iy, ix) and the value there as float64; with
+// copies > 0 also xcorr_app/registration/_fft_register.py signed_shifts of (iy, ix) for sizes
+// (h, w) as float64 (N, 2), written `copies` times (shifts[c * 2N + 2f + axis]).  grid
+// (SLICES, G), block THREADS: block (s, g) scans slice s of surface f = first + g (one block per
+// surface left 68 of 132 SMs idle on a 64-frame chunk, at a fifth of the memory's bandwidth);
+// with SLICES > 1 each block's best goes to part[2 (g SLICES + s) ..] (the value's bits, the
+// index) and the surface's last block to finish (counted in done[g], set back to 0) takes the
+// best of them: better() orders (value, index) totally, so the answer does not depend on which
+// block is last.
 template <typename T, bool ABS, int THREADS>
 __global__ void surface_argmax(const T* __restrict__ corr, int h, int w,
                                long long* __restrict__ iy, long long* __restrict__ ix,
@@ -382,8 +393,9 @@ __device__ __forceinline__ C phasor(double t, bool conj) {
     return make_c<C>(co, conj ? -s : s);
 }
 
-// The matrices of _fft_register.upsampled_dft(conj(P), region, u, offsets, full_width) for the
-// cross-power spectra P (N, H, WC), built for products with P itself (no conj(P) pass):
+// The matrices of xcorr_app/registration/_fft_register.py upsampled_dft(conj(P), region, u,
+// offsets, full_width) for the cross-power spectra P (N, H, WC), built for products with P itself
+// (no conj(P) pass):
 //   ky[r, k] = exp(-2 pi i (r - oy) fy[k]),  kx[k, c] = exp(-2 pi i fx[k] (c - ox)),
 //   fy = fftfreq(H, u), fx = fftfreq(W, u), (oy, ox) = dftshift - round(s * u) / u * u,
 // upsampled_dft = ky conj(P) kx[:WC] (+ the mirrored columns of a half spectrum)
@@ -471,16 +483,17 @@ __global__ void upsampled_peaks(const C* __restrict__ a, const C* __restrict__ b
     }
 }
 
-// ---- alignment/_template.periodic_frames: a frame against the reference moved circularly ----
+// ---- xcorr_app/alignment/refine/_template.py periodic_frames: a frame against the reference
+// moved circularly ----------------------------------------------------------------------------
 
-// The sums of _template._correlation(a, b, mask) for both masks at once, for frame f =
-// blockIdx.y of a (F, H, W) against b[y, x] = ref[(y + iy) mod H, (x + ix) mod W]
-// (np.roll(ref, (-iy, -ix))), (iy, ix) = shifts[2 f], shifts[2 f + 1], ref starting at
-// f * ref_stride (0: one reference for every frame): mask 0 the pixels whose
-// (y + iy, x + ix) lies inside the frame, mask 1 those that wrapped around.  Per row (grid
-// (H, F)): stage 0 writes [count, sum a, sum b] of each mask, stage 1 (means + 6 f = [ma0,
-// mb0, ma1, mb1]) [sum am bm, sum am^2, sum bm^2] with am = a - ma; rows[(f H + y) * 6 + 3 *
-// mask + q], float64.
+// The sums of xcorr_app/alignment/refine/_template.py _correlation(a, b, mask) for both masks at
+// once, for frame f = blockIdx.y of a (F, H, W) against
+// b[y, x] = ref[(y + iy) mod H, (x + ix) mod W] (np.roll(ref, (-iy, -ix))),
+// (iy, ix) = shifts[2 f], shifts[2 f + 1], ref starting at f * ref_stride (0: one reference for
+// every frame): mask 0 the pixels whose (y + iy, x + ix) lies inside the frame, mask 1 those that
+// wrapped around.  Per row (grid (H, F)): stage 0 writes [count, sum a, sum b] of each mask,
+// stage 1 (means + 6 f = [ma0, mb0, ma1, mb1]) [sum am bm, sum am^2, sum bm^2] with am = a - ma;
+// rows[(f H + y) * 6 + 3 * mask + q], float64.
 template <int THREADS>
 __global__ void wrap_row_sums(const float* __restrict__ frames, const float* __restrict__ refs,
                               long long ref_stride, int h, int w, const int* __restrict__ shifts,
@@ -543,11 +556,10 @@ __global__ void wrap_row_sums(const float* __restrict__ frames, const float* __r
 
 // The rows' sums of frame f = blockIdx.x, one warp (32 threads): lane l sums the rows l, l +
 // 32, ... in order, then the lanes' sums are added across the warp.  (One thread over the 512
-// rows in order: 70 us a launch, 1.1 ms of the periodic test in a GPU-resident run, H200
-// 2026-11-25.)  Stage 0: out + 6 f = [ma0, mb0, ma1, mb1, k0, k1] (the masked means and
-// counts).  Stage 1 (counts = stage 0's out): out[2 f], out[2 f + 1] = the masks'
+// rows in order was slower.)  Stage 0: out + 6 f = [ma0, mb0, ma1, mb1, k0, k1] (the masked
+// means and counts).  Stage 1 (counts = stage 0's out): out[2 f], out[2 f + 1] = the masks'
 // correlations num / sqrt(saa sbb), 0 where the mask has fewer than 2 pixels or the
-// denominator is not > 0 (_template._correlation).
+// denominator is not > 0 (xcorr_app/alignment/refine/_template.py _correlation).
 __global__ void wrap_totals(const double* __restrict__ rows, int h, int stage,
                             const double* __restrict__ counts, double* __restrict__ out) {
     const int f = blockIdx.x, lane = threadIdx.x;
@@ -578,12 +590,12 @@ __global__ void wrap_totals(const double* __restrict__ rows, int h, int stage,
     }
 }
 
-// _template.fractional_references: the reference's half spectrum spec (H, W2 = W / 2 + 1, of
-// rfft2) times exp(2 pi i ky fy) exp(2 pi i kx fx) for frame f = blockIdx.y, (fy, fx) =
-// frac[2 f], frac[2 f + 1], ky and kx the frequencies of np.fft.fftfreq(H) and rfftfreq(W),
-// at a Nyquist frequency (even H or W) cos(pi f) instead: the spectrum of the reference moved
-// circularly by that fraction of a pixel, kept Hermitian (a real image), times scale (the
-// unnormalized inverse's 1/n).  out (F, H, W2).
+// xcorr_app/alignment/refine/_template.py fractional_references: the reference's half spectrum spec
+// (H, W2 = W / 2 + 1, of rfft2) times exp(2 pi i ky fy) exp(2 pi i kx fx) for frame f = blockIdx.y,
+// (fy, fx) = frac[2 f], frac[2 f + 1], ky and kx the frequencies of np.fft.fftfreq(H) and
+// rfftfreq(W), at a Nyquist frequency (even H or W) cos(pi f) instead: the spectrum of the
+// reference moved circularly by that fraction of a pixel, kept Hermitian (a real image), times
+// scale (the unnormalized inverse's 1/n).  out (F, H, W2).
 __global__ void phase_ramps(const float2* __restrict__ spec, int h, int w, int w2,
                             const double* __restrict__ frac, double scale,
                             float2* __restrict__ out) {
@@ -607,7 +619,7 @@ __global__ void phase_ramps(const float2* __restrict__ spec, int h, int w, int w
     out[(long long)f * h * w2 + k] = make_float2(v.x * c - v.y * sn, v.x * sn + v.y * c);
 }
 
-// _fft_register.periodic_spectrum's edge differences of images (N, H, W):
+// xcorr_app/registration/_fft_register.py periodic_spectrum's edge differences of images (N, H, W):
 // a[f, x] = img[f, H - 1, x] - img[f, 0, x] and b[f, y] = img[f, y, W - 1] - img[f, y, 0].
 // Element-wise, grid-stride.
 template <typename T>
@@ -627,10 +639,10 @@ __global__ void edge_differences(const T* __restrict__ img, long long n, int h, 
     }
 }
 
-// _fft_register.periodic_spectrum: f -= the spectrum of the smooth component, from the half
-// spectra (rfft) of the edge differences, a (rows n * (w/2+1) + r) and b (n * (h/2+1) + q), the
-// other halves by conjugate symmetry (real edges); one element of f (n, h, wk) per step;
-// f[n, 0, 0] is kept (the smooth component has no mean).
+// xcorr_app/registration/_fft_register.py periodic_spectrum: f -= the spectrum of the smooth
+// component, from the half spectra (rfft) of the edge differences, a (rows n * (w/2+1) + r)
+// and b (n * (h/2+1) + q), the other halves by conjugate symmetry (real edges); one element of
+// f (n, h, wk) per step; f[n, 0, 0] is kept (the smooth component has no mean).
 template <typename C, typename R>
 __global__ void periodic_smooth(const C* __restrict__ a, const C* __restrict__ b, int h, int w,
                                 int wk, long long total, C* __restrict__ f) {
@@ -659,9 +671,9 @@ __global__ void periodic_smooth(const C* __restrict__ a, const C* __restrict__ b
     }
 }
 
-// _fft_register.cross_power with phase: f = ref * conj(f), divided by max(|f|, floor), then
-// times weights (where not null: the FFT check's low-pass, as the CPU's later "*="); ref and
-// weights are broadcast over the leading axes of f (ref_size elements repeat).
+// xcorr_app/registration/_fft_register.py cross_power with phase: f = ref * conj(f), divided by
+// max(|f|, floor), then times weights (where not null: the FFT check's low-pass, as the CPU's later
+// "*="); ref and weights are broadcast over the leading axes of f (ref_size elements repeat).
 template <typename C, typename R>
 __global__ void phase_cross_power(const C* __restrict__ ref, long long ref_size,
                                   C* __restrict__ f, long long total, R floor,
@@ -684,9 +696,9 @@ __global__ void phase_cross_power(const C* __restrict__ ref, long long ref_size,
     }
 }
 
-// out = spec * weights (real weights, the spectrum's trailing elements, broadcast over its
-// leading axes): _fft_register.fft_shifts' low-pass of the reference spectrum (the CPU's
-// complex-times-real product).
+// out = spec * weights (real weights, the spectrum's trailing elements, broadcast over its leading
+// axes): xcorr_app/registration/_fft_register.py fft_shifts' low-pass of the reference spectrum
+// (the CPU's complex-times-real product).
 template <typename C, typename R>
 __global__ void weighted_spectrum(const C* __restrict__ spec, long long total,
                                   const R* __restrict__ weights, long long size,

@@ -20,7 +20,8 @@
 // Float keys: ordered(v) maps IEEE floats to unsigned ints of the same order, so atomicMax /
 // atomicMin on the keys are max / min on the values; 0 is below every key of a number.
 
-// normalize.FLAT: an overlap with variance at most this share of its sum of squares is constant
+// xcorr_app/registration/_normalize.py FLAT: an overlap with variance at most this share of its
+// sum of squares is constant
 #define FLAT 1e-12
 
 #include "float_keys.cuh"
@@ -347,11 +348,11 @@ __global__ void second_peaks(const float* __restrict__ z,
     }
 }
 
-// One thread per surface: the peak's position (first maximum in row-major order), its value,
-// and the confidence of registration/_peaks.py's confidence_ratio from the peak, second-peak
-// and minimum keys (a constant surface: 1; no second peak: inf; second equal to the peak: 1;
-// else peak / max(|second|, tiny), NaN propagating as NumPy's maximum does).  One kernel for
-// what took a dozen CuPy operations, each compiled on a first run.
+// One thread per surface: the peak's position (first maximum in row-major order), its value, and
+// the confidence of xcorr_app/registration/_peaks.py's confidence_ratio from the peak, second-peak
+// and minimum keys (a constant surface: 1; no second peak: inf; second equal to the peak: 1; else
+// peak / max(|second|, tiny), NaN propagating as NumPy's maximum does).  One kernel for what took a
+// dozen CuPy operations, each compiled on a first run.
 __global__ void decode_peaks(const unsigned long long* __restrict__ peak_key,
                              const unsigned int* __restrict__ min_key,
                              const unsigned int* __restrict__ second_key, int wo, int n,

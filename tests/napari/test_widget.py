@@ -152,7 +152,7 @@ def test_low_confidence_frames_are_listed_and_a_click_jumps_there(viewer, stack)
 def test_the_table_saves_as_csv_and_json(viewer, stack, tmp_path):
     import json
 
-    from xcorr_app.alignment import strict_json
+    from xcorr_app.io import strict_json
 
     w = _widget_for(viewer, stack)
     wait_for(w, w.start())

@@ -19,7 +19,7 @@ import lazy_loader
 # the names are imported at first use: a run imports only the modules it needs
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "_api": ["align", "estimate_shifts"],
-    "_apply": ["apply_shifts"],
+    "_apply": ["aligned_channels", "apply_shifts"],
     "warp": ["RESAMPLE", "check_fill", "common_area", "shift_frames"],
     "_executors": ["Executor"],
     "_limits": ["check_limits", "limit_devices"],
@@ -28,16 +28,17 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
                  "options_signature"],
     "rigid": ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "parse_prefilter", "shared_plan"],
     "_prebuild": ["PREBUILD_STAGES", "prebuild"],
-    "_result": ["AlignResult", "strict_json"],
+    "_result": ["AlignResult"],
     "_run": ["run_alignment"],
     "volume": ["VolumeResult", "align_volumes"],
 })
 
 __all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
            "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",
-           "VolumeResult", "Executor", "align", "align_volumes", "apply_field", "apply_shifts",
+           "VolumeResult", "Executor", "align", "align_volumes", "aligned_channels", "apply_field",
+           "apply_shifts",
            "check_fill", "check_limits",
            "common_area", "limit_devices",
            "estimate_shifts",
            "field_area", "measure_field", "options_signature", "parse_patches", "parse_prefilter",
-           "prebuild", "run_alignment", "shared_plan", "shift_frames", "strict_json"]
+           "prebuild", "run_alignment", "shared_plan", "shift_frames"]

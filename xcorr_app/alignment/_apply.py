@@ -81,3 +81,35 @@ def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_
         xp = backend.xp_for(backend.resolve_device(device))
         yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, shifted, xp=xp,
                               out=out)
+
+
+def aligned_channels(source, shifts, channels, *, field=None, centres=None, fill=0.0,
+                     resample="bilinear", crop=False, chunk_frames=64, device="cpu", gpus=None):
+    """``(parts, frame_shape)``: every channel of ``channels`` (``[None]``: the stack's only one)
+    of ``source`` aligned by ``shifts`` (or warped by the motion ``field`` at ``centres``), as
+    one tuple a chunk of ``(start, chunk)`` a channel, and the aligned frames' shape (the crop's
+    with ``crop``): what :func:`xcorr_app.alignment.outputs.write_chunks` writes."""
+    streams = [_channel_chunks(source, shifts, field, centres, c, fill, resample, crop,
+                               chunk_frames, device, gpus) for c in channels]
+    return zip(*(s for s, _ in streams)), streams[0][1]
+
+
+def _channel_chunks(source, shifts, field, centres, channel, fill, resample, crop, chunk_frames,
+                    device, gpus):
+    from .piecewise import apply_field, field_area
+
+    if hasattr(source, "shape"):
+        shape = tuple(source.shape[-2:])
+    else:
+        with open_source(source, channel) as src:
+            shape = src.frame_shape
+    full = (0, shape[0], 0, shape[1])
+    if field is not None:  # every frame warped by its motion field
+        box = field_area(field, shape) if crop else full
+        return apply_field(source, field, centres, channel=channel, fill=fill,
+                           resample=resample, crop=box, chunk_frames=chunk_frames,
+                           device=device), (box[1] - box[0], box[3] - box[2])
+    box = common_area(shifts, shape) if crop else full
+    return apply_shifts(source, shifts, channel=channel, fill=fill, resample=resample,
+                        crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus), \
+        (box[1] - box[0], box[3] - box[2])

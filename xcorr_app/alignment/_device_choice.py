@@ -1,10 +1,10 @@
 """Where ``device="auto"`` measures a stack: on the GPU, unless the whole job is so small that the
 CPU is done before a GPU run would be.
 
-A GPU run first pays for CuPy, the CUDA context and loading its kernels (one-shot ``xcorr
-align`` of the cell sample, 12 frames of 120x160, on an H100 host, 2026-11-22: 2.7 s on the GPU
-against 2.0 s on the CPU), and on a machine where its kernels were never built, for compiling
-them (14 s).  The CPU path measures about 10 million pixels a second on 2 cores, more on more.
+A GPU run first pays for CuPy, the CUDA context and loading its kernels (a one-shot ``xcorr
+align`` of the cell sample, 12 frames of 120x160, is no faster on the GPU than on the CPU:
+docs/performance.md, first runs), and on a machine where its kernels were never built, for
+compiling them.  The CPU path measures about 10 million pixels a second on 2 cores, more on more.
 So ``auto`` measures on the CPU a job of at most :data:`SMALL_JOB_PIXELS` pixels, or of at most
 :data:`FIRST_RUN_PIXELS` when this run's GPU kernels are not built yet
 (:func:`xcorr_app.alignment._prebuild.kernels_built`), and says so in the result's notes.

@@ -100,8 +100,7 @@ class InProcess(Executor):
         xp = self.xp
         chunk = opts.chunk_frames or auto_chunk_frames(src.frame_shape, dev)
         # the device's free memory asked once for the run's decisions, less what the stash
-        # takes of it (6 us on an idle GPU, but 3 ms a call behind queued work in a profiled
-        # run of 128 frames, three calls a run: H100/H200 2026-11-25)
+        # takes of it (cheap on an idle GPU, but a call waits behind queued work)
         free = backend.device_free_bytes(xp)
         self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory,
                                                      free)

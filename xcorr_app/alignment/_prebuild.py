@@ -67,8 +67,8 @@ def helper_stages(shipped: bool) -> tuple:
     compiled only the helpers' own test data with the default, phase and upsample options
     (the options' other compilations are the measuring pass's, in the run), and a run shorter
     than a helper's start stopped them at its exit, markerless, so that every such run
-    started them again: the cell sample's first GPU runs 1.60-1.94 s with them, 1.54-1.76 s
-    without (H200, 2026-11-26)."""
+    started them again: the cell sample's first GPU runs were slower with them than
+    without."""
     return () if shipped else RUN_STAGES
 
 

@@ -77,7 +77,7 @@ class RegionFigures:
         self.g_total = _sum64(self.g, 2)  # (P, 2)
         # the template's own projection (t @ g.T), subtracted from each region's, and the
         # normal equations' matrix, as sums of products: a rigid run on the GPU then makes no
-        # matrix product (cuBLAS's load took ~0.1 s of a one-shot process, H100)
+        # matrix product (loading cuBLAS is a cost of its own in a one-shot process)
         qf = q.reshape(p, 1, -1).astype(xp.float32)
         self.tg = _sum64(qf * self.g, 2)  # (P, 2)
         h01 = (g64[:, 0] * g64[:, 1]).sum(axis=1)
@@ -233,11 +233,11 @@ def _step(proj, norm2, tg, inverse, xp):
 
 
 def _sum64(a, axis=None):
-    """``a.sum(axis, dtype=float64)`` (``axis``: None, an axis or a tuple of them), on the GPU
-    by CuPy's own reduction kernel: a contiguous array summed over its trailing axes goes to
-    CUB's, which NVRTC compiles at first use in 1.6-3 s each (three were 7 s of a first GPU
-    run's 15 s of compiling, H100 2026-11-25); with a trailing axis of one the sum is not over
-    trailing axes, and CuPy's own kernel compiles in 0.1 s."""
+    """``a.sum(axis, dtype=float64)`` (``axis``: None, an axis or a tuple of them), on the GPU by
+    CuPy's own reduction kernel: a contiguous array summed over its trailing axes goes to CUB's,
+    which NVRTC compiles at first use, seconds each (docs/how-align-works.md, measurements); with a
+    trailing axis of one the sum is not over trailing axes, and CuPy's own kernel compiles in a
+    small part of that."""
     xp = backend.array_module_of(a)
     if xp is np:
         return a.sum(axis=axis, dtype=np.float64)
@@ -322,9 +322,8 @@ def frame_sums(acc, frames, ok=None):
 def sharpness(image, divisor=1.0) -> float:
     """Gradient energy over variance of a mean image ``image / divisor`` (scale-free; higher
     is sharper), on the image's device (a GPU run's means stay there: on the host the two took
-    22 ms of a 114 ms run of 128 frames of 1024x1024, H100 2026-11-25; there one kernel,
-    ``image_figures``, makes its sums); the image as float32, its gradient in float32, summed
-    in float64."""
+    a fifth of a short run; there one kernel, ``image_figures``, makes its sums); the image as
+    float32, its gradient in float32, summed in float64."""
     xp = backend.array_module_of(image)
     if min(image.shape) < 3:
         return float("nan")

@@ -11,11 +11,12 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
-from ..io import plural
+from ..io import json_number, plural
 from .rigid import COLUMN, fft_reference
 
 
@@ -36,39 +37,6 @@ def interpolate_flagged(shifts, flagged):
     for axis in range(2):
         shifts[todo, axis] = np.interp(idx[todo], idx[good], shifts[good, axis])
     return shifts
-
-
-def json_number(v):
-    """A number for ``shifts.json``: NaN (nothing measured) -> ``None`` (``null``), and
-    infinity (a confidence with no second peak) -> the string ``"inf"`` (``"-inf"``), as
-    ``shifts.csv`` writes it; standard JSON has no infinity.
-
-    >>> json_number(2.5), json_number(float("nan")), json_number(float("inf"))
-    (2.5, None, 'inf')
-    """
-    v = float(v)
-    if np.isnan(v):
-        return None
-    if np.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
-
-
-def strict_json(obj):
-    """``obj`` with every float made standard JSON by :func:`json_number` (dicts, lists and
-    tuples walked), so that ``json.dumps(..., allow_nan=False)`` never writes a bare ``NaN``
-    (``agreement`` with ``--no-verify``, for one).
-
-    >>> strict_json({"a": [1.0, float("nan")], "b": (float("inf"),), "c": "x"})
-    {'a': [1.0, None], 'b': ['inf'], 'c': 'x'}
-    """
-    if isinstance(obj, dict):
-        return {k: strict_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [strict_json(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return json_number(obj)
-    return obj
 
 
 def _csv_field(text: str) -> str:
@@ -315,12 +283,55 @@ class AlignResult:
         >>> res.save(Path(tempfile.mkdtemp()) / "moon")  # doctest: +SKIP
         {'shifts.csv': ..., 'aligned.tif': PosixPath('.../moon/aligned.tif')}
         """
-        from .outputs import save_result
+        from .outputs import RunOutputs, aligned_of, channel_metadata, check_save
 
-        return save_result(self, folder, aligned=aligned, format=format, plots=plots,
-                           force=force, resample=resample, crop=crop, fill=fill,
-                           keep_dtype=keep_dtype, channels=channels, frames=frames,
-                           progress=progress)
+        if self.source is None:
+            raise InputError("this result does not know its input; align a path or an array "
+                             "with xcorr_app.align to save it")
+        fill = check_save(patches=self.motion_field is not None, aligned=aligned,
+                          format=format, resample=resample, crop=crop, fill=fill,
+                          keep_dtype=keep_dtype, channels=channels)
+        inputs, how, made = [], None, None
+        if isinstance(self.source, (str, Path)):
+            from ..io import split_source
+
+            inputs.append(split_source(self.source)[0])
+        with RunOutputs(folder, aligned=aligned, format=format, plots=plots,
+                        quality=self.quality is not None,
+                        patches=self.motion_field is not None, force=force,
+                        inputs=inputs) as outs:
+            if aligned:
+                how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
+                                                  format, keep_dtype), channels)
+                made = self.aligned_frames(channels=channels, resample=resample, crop=crop,
+                                           fill=fill, frames=frames)
+            return outs.write(self, frames=made, resample=resample, crop=crop, fill=fill,
+                              aligned=how, progress=progress)
+
+    def aligned_frames(self, *, channels=None, resample="bilinear", crop=False, fill=0.0,
+                       frames=None):
+        """``(parts, frame_shape, channels)`` of the aligned stack that :meth:`save` writes
+        (:func:`~xcorr_app.alignment.outputs.write_chunks`): warped here on the run's device
+        (its GPUs with ``gpus``), or ``frames``, ``(start, chunk)`` warped elsewhere (a Dask
+        cluster's blocks)."""
+        from ._apply import aligned_channels
+
+        if frames is not None:
+            shape = self.frame_shape
+            if crop:
+                from .warp import common_area
+
+                y0, y1, x0, x1 = common_area(self.shifts, shape)
+                shape = (y1 - y0, x1 - x0)
+            return ((part,) for part in frames), shape, 1
+        field = self.motion_field
+        parts, shape = aligned_channels(
+            self.source, self.shifts, [self.settings.get("channel")] if channels is None
+            else channels, field=field, centres=self.patch_centres, fill=fill,
+            resample=resample, crop=crop, chunk_frames=self.settings.get("chunk_frames") or 64,
+            device=self.settings.get("device", "cpu"),
+            gpus=None if field is not None else self.settings.get("gpus"))
+        return parts, shape, 1 if channels is None else len(channels)
 
     def apply(self, stack_or_path=None, **kwargs):
         """The aligned frames: :func:`xcorr_app.apply_shifts` with these shifts, on the input

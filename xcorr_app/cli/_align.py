@@ -16,7 +16,7 @@ from .. import backend
 from ..errors import InputError
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
-from ..alignment.outputs import aligned_as, check_save
+from ..alignment.outputs import aligned_as, channel_metadata, check_save
 from ._options import (FEATURES, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
@@ -196,16 +196,21 @@ def _align(o):
             res = _measure(o, client, gpu_ids, n, frame_gb, out=sink)
             ran_on = where(o.dev, client, gpu_ids)
             frames = None
-            if client is not None and not o.no_aligned and o.apply_channels is None:
-                from ..distributed import aligned_blocks
+            if sink is None and not o.no_aligned:  # (warped here, on the run's GPUs, or by Dask)
+                blocks = None
+                if client is not None and o.apply_channels is None:
+                    from ..distributed import aligned_blocks
 
-                frames = aligned_blocks(res, client, channel=o.channel, fill=o.fill,
-                                        resample=o.resample, crop=o.crop, device=o.device)
-            quiet = o.quiet or sink is not None or o.no_aligned
+                    blocks = aligned_blocks(res, client, channel=o.channel, fill=o.fill,
+                                            resample=o.resample, crop=o.crop, device=o.device)
+                frames = res.aligned_frames(channels=o.apply_channels, resample=o.resample,
+                                            crop=o.crop, fill=o.fill, frames=blocks)
+            quiet = o.quiet or frames is None
             with progress_bar(n, "writing aligned.tif", quiet) as bar:
-                written = outputs.write(res, resample=o.resample, crop=o.crop, fill=o.fill,
-                                        aligned=o.aligned_as, channels=o.apply_channels,
-                                        frames=frames, progress=bar.update)
+                written = outputs.write(res, frames=frames, resample=o.resample, crop=o.crop,
+                                        fill=o.fill, progress=bar.update,
+                                        aligned=channel_metadata(o.aligned_as,
+                                                                 o.apply_channels))
         if o.as_json:
             from ..alignment.outputs import result_document
 
@@ -274,8 +279,8 @@ def _check(o):
     executor = "dask" if o.workers is not None or o.scheduler else \
         "gpus" if o.gpus is not None else "process"
     # auto while CUDA still starts: the run picks the device where it starts on it, and what
-    # comes before (checks, frames read for the automatic choices) overlaps the start (0.3 s
-    # of a one-shot run, H100 2026-11-25); a GPU found unusable is noted after it (_measure)
+    # comes before (checks, frames read for the automatic choices) overlaps the start (a
+    # large share of a one-shot run); a GPU found unusable is noted after it (_measure)
     # (and where a small file's job is likely the CPU's: no probe at all, see hold_gpu_warm_up)
     deferred = o.device == "auto" and executor == "process" \
         and (backend.gpu_pending() or backend.warm_up_held())

@@ -1,7 +1,7 @@
 """``xcorr apply SHIFTS PATH``: the shifts of an earlier run (``shifts.csv``, ``shifts.json``,
 or a ``--patches`` run's ``motion_field.npz``) applied to another stack, channel or recording,
 streamed chunk by chunk into one aligned stack (TIFF, OME-Zarr or HDF5 by its name) by
-:func:`xcorr_app.alignment.outputs.write_aligned_channels`, as ``align --apply-to`` writes it."""
+:func:`xcorr_app.alignment.outputs.write_chunks`, as ``align --apply-to`` writes it."""
 
 from __future__ import annotations
 
@@ -143,7 +143,8 @@ def apply_cmd(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, f
 def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, force,
            chunk_frames, device, channel):
     from ..alignment import FIELD_RESAMPLE, RESAMPLE, check_fill
-    from ..alignment.outputs import aligned_as, write_aligned_channels
+    from ..alignment import aligned_channels
+    from ..alignment.outputs import aligned_as, write_chunks
     from ..io import OutputRun, open_stack, split_source
 
     if out_path is not None and not out_path.strip():
@@ -170,11 +171,11 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     dev = "cpu" if device == "cpu" else note_device(device, quiet)
     inputs = [split_source(path)[0], Path(shifts)]
     with OutputRun([out], inputs, force, lock=out.parent / ".xcorr.lock") as run:
+        parts, shape = aligned_channels(path, saved.shifts, [channel], field=saved.field,
+                                        centres=saved.centres, fill=fill, resample=resample,
+                                        crop=crop, chunk_frames=chunk_frames or 64, device=dev)
         with progress_bar(len(saved.shifts), f"writing {out.name}", quiet) as bar:
-            write_aligned_channels(path, saved.shifts, [channel], out, field=saved.field,
-                                   centres=saved.centres, fill=fill, resample=resample,
-                                   crop=crop, chunk_frames=chunk_frames or 64, device=dev,
-                                   aligned=aligned, progress=bar.update)
+            write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update)
         run.commit()
     if not quiet:
         click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}; "

@@ -327,7 +327,7 @@ def leave(code) -> None:
     """End a process that imported CuPy the way Python would, less the interpreter's teardown:
     the threads' end and the ``atexit`` handlers run, the output is flushed, then
     ``os._exit``.  CuPy's pools, plans and modules freed one by one at teardown cost a GPU
-    process 0.08-0.1 s of its exit (H200 2026-11-26); the driver frees them all with the
+    process a noticeable part of its exit; the driver frees them all with the
     process.  Nothing to do (a normal exit) without CuPy, with ``XCORR_DEBUG`` or where the
     exit code is not a number.  An output that cannot be flushed (a closed pipe, a full disk)
     is noted on stderr and ends a successful run with status 120, as Python's own exit does."""

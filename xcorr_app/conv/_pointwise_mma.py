@@ -1,9 +1,9 @@
 """The pointwise (1x1, stride 1, unpadded) convolution on the tensor cores in 3xTF32
-(``kernels/conv/pointwise_mma.cu``): the layers of many input channels and few pixels, where
-the FFMA kernels (im2win's, dynamic blocking's) leave the GPU waiting on their K loop
-(MobileNetV2's deep-input 1x1 layers at batch 32: 0.87-1.49x cuDNN where the im2win kernel
-gave 0.78-1.13x; H200, 2026-11-26, docs/kernels.md).  :func:`xcorr_app.conv.conv2d` measures
-it against the others on a problem's first call and keeps the fastest.
+(``kernels/conv/pointwise_mma.cu``): the layers of many input channels and few pixels, where the
+FFMA kernels (im2win's, dynamic blocking's) leave the GPU waiting on their K loop (MobileNetV2's
+deep-input 1x1 layers at batch 32, where it measured faster than the im2win kernel:
+docs/kernels.md).  :func:`xcorr_app.conv.conv2d` measures it against the others on a problem's first
+call and keeps the fastest.
 
 Examples
 --------

@@ -184,8 +184,8 @@ class DaskExecutor(Executor):
 
         self.device = opts.device
         # the client's own steps (a few frames: the reference, the wrap-around test) on its
-        # GPU where it has one: on the CPU they took 6.7 of a 4-worker run's 11 s (32 GiB of
-        # 2048x2048 frames, 4x H100 2026-11-26); a client without one keeps NumPy
+        # GPU where it has one: on the CPU they took most of a 4-worker run (docs/performance.md,
+        # several GPUs); a client without one keeps NumPy
         if opts.device != "cpu" and backend.gpu_available():
             self.xp = backend.xp_for("gpu")
         self.chunk = opts.chunk_frames or DEFAULT_CHUNK

@@ -26,8 +26,8 @@ def gradient(array, axis=None):
     an axis, as NumPy's (one array where one axis is differentiated).
 
     Not ``cupy.gradient``: it divides a CuPy array by a Python number, which CuPy hands to
-    NumPy's ufunc protocol, whose first use in a process imports cupyx and SciPy (0.35 s of
-    a one-shot ``xcorr align``'s quality report, H100 2026-11-25).
+    NumPy's ufunc protocol, whose first use in a process imports cupyx and SciPy (a large
+    share of a one-shot ``xcorr align``'s quality report).
 
     Parameters
     ----------

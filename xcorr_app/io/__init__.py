@@ -8,6 +8,7 @@ import lazy_loader
 __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
     "_background": ["BackgroundWrites", "PIECE_BYTES"],
     "_formats": ["ArrayFrames", "FORMAT_EXTRAS", "format_of", "source_path", "split_source"],
+    "_json": ["json_number", "strict_json"],
     "_lock": ["OutputLock"],
     "_outputs": ["Interrupted", "OutputRun", "check_apart"],
     "_pread": ["PreadFile", "preadable"],
@@ -25,8 +26,8 @@ __all__ = ["FORMAT_EXTRAS", "OUT_FORMATS", "SUPPORTED_DTYPES", "TIFF_SUFFIXES",
            "Interrupted", "OffsetFrames", "OutputLock", "OutputRun", "PIECE_BYTES", "PreadFile",
            "StagedOutputs",
            "TiffStackWriter", "aligned_name", "as_dtype", "atomic_path", "check_apart",
-           "describe", "format_of", "open_source",
+           "describe", "format_of", "json_number", "open_source",
            "open_stack", "plural",
            "preadable", "prepare_outputs", "read_image", "readable_frames", "remove_stale_temps",
-           "source_path", "split_source", "stack_writer", "write_text",
+           "source_path", "split_source", "stack_writer", "strict_json", "write_text",
            "write_tiff"]

@@ -315,8 +315,8 @@ class ArrayFrames:
         ``os.preadv``, h5py's ``read_direct``, zarr's ``out=``) where the file's axes need no
         transpose; False
         where it cannot.  A block read into a new array first costs its allocation's page
-        faults and a second copy: 2.8 s instead of ~1.2 s for a 4 GiB HDF5 stack (H100 host,
-        2026-11-25), the most of a one-shot run's reading."""
+        faults and a second copy, which more than doubled a one-shot run's reading of an HDF5
+        stack."""
         if not self._direct or not dest.flags.c_contiguous:
             return False
         key = self._key(lead, len(dest))

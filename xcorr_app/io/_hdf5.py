@@ -127,8 +127,8 @@ def stored_offsets(ds):
     whole frames (each chunk a run of whole slabs), every chunk written, wherever h5py put
     them; else None.
 
-    Why: h5py serializes its calls, so a stack is read on one thread (about 3.5 GB/s from the
-    page cache on an H100 host, 2026-11-25), and HDF5 puts its chunk index's nodes between the
+    Why: h5py serializes its calls, so a stack is read on one thread (docs/performance.md,
+    OME-Zarr and HDF5 inputs), and HDF5 puts its chunk index's nodes between the
     chunks of a large dataset, so its frames are rarely one run of the file; read by
     ``os.preadv`` at each chunk's offset, on the prefetcher's threads, as a TIFF is.
 

@@ -148,10 +148,11 @@ def stored_chunks(array):
     and no shards; else None (zarr reads it).  A chunk file missing when read (never written:
     the fill value) is read by zarr; one cut short is an error.
 
-    Why: zarr reads each chunk file into a new buffer, then copies it into the caller's
-    (4 GiB of one-frame chunks: a one-shot ``xcorr align`` 3.6-4.1 s against HDF5's 2.7 s read
-    this way, H100 2026-11-25); a chunk file's bytes are read straight into the page-locked
-    buffers here, on the prefetcher's threads.
+    Why: zarr reads each chunk file into a new buffer, then copies it into the caller's (a
+    one-shot ``xcorr align`` of a Zarr stack read that way was much slower than of the same
+    stack as HDF5 read by ``pread``: docs/performance.md, OME-Zarr and HDF5 inputs); a chunk
+    file's bytes are read straight into the page-locked buffers here, on the prefetcher's
+    threads.
 
     >>> import tempfile, zarr
     >>> a = zarr.create_array(tempfile.mkdtemp() + "/s.zarr", data=np.ones((3, 4, 5), "u2"),

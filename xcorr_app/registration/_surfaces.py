@@ -79,8 +79,8 @@ _ALL = ([(STRIP_SUMS, (WARPS,))] + [(SAT_TABLES, (s,)) for s in SAT_SEGMENTS]
 #: one atomic per block), keeping at least about this many blocks a launch
 BLOCKS_WANTED = 4096
 #: ... and at most this many rows a warp.  (zncc_peaks and second_peaks keep a block a row: the
-#: same layout made them 5-7x slower on 1024x1024 frames, H200, 2026-11-26, where a block's
-#: rows spread the blocks in flight over many frames' tables and surfaces)
+#: same layout made them several times slower on large frames, where a block's rows spread the
+#: blocks in flight over many frames' tables and surfaces)
 ROWS_PER_WARP = 4
 
 

@@ -188,8 +188,8 @@ class ChunkPrefetcher:
                     self._buffers[slot] = pins.pop(slot).result()
                 if slot in pins or self._buffers[slot] is None:
                     # ordinary memory until the slot's page-locked buffer is made (its copy
-                    # to the device is then synchronous) rather than wait for page-locking:
-                    # 2 GiB/s, slower than the reads (H200, 2026-11-26)
+                    # to the device is then synchronous) rather than wait for page-locking,
+                    # which is slower than the reads
                     if self._plain[slot] is None:
                         self._plain[slot] = np.empty(self._shape, self.src.dtype)
                     buffer = self._plain[slot]

@@ -2,17 +2,17 @@
 the file registered with CUDA (``cudaHostRegister``, read-only), so that each chunk's copy to
 the device is a DMA from the file's cached pages, with no read into a buffer first.
 
-Why: 2 GiB of volumes from a TIFF were registered in 0.05-0.08 s and copied at 55 GB/s, where
-four threads' ``pread`` into a page-locked ring and its copies reached 13 GB/s alone and about
-6 GB/s in a run, its ring's page-locking (2 GiB/s) and the reads sharing the host (H200,
-2026-11-26).  The pages are registered a chunk at a time, just ahead of the chunk's copy, and
-unregistered once copied (:meth:`RegisteredFile.pin`, :meth:`RegisteredFile.release`): the
-page-locking of the next chunk then overlaps the device's work on this one, where the whole
-file's took 0.04 s before the first copy.  Only for a source that says where its frames lie in a
-file, in C order and the machine's byte order (``stored``: ``(path, byte offset)``), that fits a
-quarter of the host's available memory, whose pages are in the page cache already (registering a
-file on the disk would read it from there a page at a time, without the progress of the reads)
-and whose first frame registers; elsewhere the reads go on as before.
+Why: registered pages are copied several times faster than four threads' ``pread`` into a
+page-locked ring and its copies reach, more so in a run, where the ring's page-locking and the reads
+share the host (docs/how-align-works.md, measurements behind the design).  The pages are registered
+a chunk at a time, just ahead of the chunk's copy, and unregistered once copied
+(:meth:`RegisteredFile.pin`, :meth:`RegisteredFile.release`): the page-locking of the next chunk
+then overlaps the device's work on this one, where the whole file's came before the first copy.
+Only for a source that says where its frames lie in a file, in C order and the machine's byte order
+(``stored``: ``(path, byte offset)``), that fits a quarter of the host's available memory, whose
+pages are in the page cache already (registering a file on the disk would read it from there a page
+at a time, without the progress of the reads) and whose first frame registers; elsewhere the reads
+go on as before.
 
 Examples
 --------
@@ -43,8 +43,8 @@ MAX_REGISTERED_BYTES = 8 * 2**30
 _READ_ONLY = 8
 #: the share of the file's pages that must be in the page cache (``mincore``) to register it
 CACHED_SHARE = 0.9
-#: pages ``mincore`` looks at, in windows spread evenly over the file (all of a 2 GiB file's
-#: took 12 ms of a 1.1 s one-shot run, H200 2026-11-26; a file is read whole or in runs)
+#: pages ``mincore`` looks at, in windows spread evenly over the file (all of a large file's
+#: were a cost of their own in a one-shot run; a file is read whole or in runs)
 SAMPLED_WINDOWS, WINDOW_PAGES = 256, 16
 
 
@@ -122,7 +122,7 @@ class RegisteredFile:
         whole = np.frombuffer(mm, np.uint8)
         pointer, length = whole.ctypes.data, len(whole)
         # registering faults the pages in: a file not in the page cache would be read from the
-        # disk a page at a time (1 GiB 0.53 s against 0.02 s cached, H200), where the reader's
+        # disk a page at a time (many times slower than cached pages), where the reader's
         # threads read it faster and the progress shows
         array = whole[offset - base:offset - base + nbytes].view(dtype).reshape(shape)
         import cupy
@@ -156,13 +156,13 @@ class RegisteredFile:
     def pin_ahead(self, stop) -> None:
         """:meth:`pin` in a thread of its own (the next :meth:`upload` waits for it): the
         page-locking of the next chunk overlaps the device's work on this one and the host's
-        waits for it, where on the run's thread it added 0.04 s a 2 GiB run (H200)."""
+        waits for it, where on the run's thread it added to the run's time."""
         self._ahead.append(self._thread().submit(self.pin, stop))
 
     def release_ahead(self, stop) -> None:
         """:meth:`release` in :meth:`pin_ahead`'s thread, after the pins queued before it
-        (nothing waits for it): unregistering a chunk's run took 9 ms of the run's thread, half
-        its time a chunk (4 GiB in chunks of 128 MiB, H100 2026-11-26)."""
+        (nothing waits for it): on the run's thread, unregistering a chunk's run took half the
+        thread's time a chunk."""
         self._thread().submit(self.release, stop)
 
     def _thread(self):

@@ -10,10 +10,10 @@ __getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
                "PLOT_SIZE", "SUPERSAMPLE", "Panel", "curve", "font", "frame_and_labels",
                "grid_lines"],
     "_motion_field": ["plot_motion_field", "write_motion_field"],
-    "_save": ["AlignedSink", "RunOutputs", "aligned_as", "check_save", "output_names",
-              "result_document", "save_result", "write_aligned_channels"],
+    "_save": ["AlignedSink", "RunOutputs", "aligned_as", "aligned_of", "channel_metadata",
+              "check_save", "output_names", "result_document", "write_chunks"],
 })
 
-__all__ = ["PNG_LEVEL", "AlignedSink", "RunOutputs", "aligned_as", "check_save",
-           "output_names", "plot_drift", "plot_motion_field", "plot_quality", "result_document",
-           "save_result", "write_aligned_channels", "write_motion_field"]
+__all__ = ["PNG_LEVEL", "AlignedSink", "RunOutputs", "aligned_as", "aligned_of",
+           "channel_metadata", "check_save", "output_names", "plot_drift", "plot_motion_field",
+           "plot_quality", "result_document", "write_chunks", "write_motion_field"]

@@ -34,8 +34,8 @@ from ...errors import InputError
 from ...io import OUT_FORMATS, aligned_name
 from ..warp import RESAMPLE, check_fill
 
-__all__ = ["RunOutputs", "AlignedSink", "aligned_as", "check_save", "save_result",
-           "write_aligned_channels", "output_names", "result_document"]
+__all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
+           "check_save", "output_names", "result_document", "write_chunks"]
 
 #: what the outputs folder holds at least (the folder is refused if it is named like one)
 TABLES = ("shifts.csv", "shifts.json", "drift.png")
@@ -128,55 +128,17 @@ def aligned_file(out_shape, n, out_path, aligned=None, channels=1):
         yield AlignedSink(background, writer.dtype)
 
 
-def _frames_of(source, shifts, field, centres, channel, fill, resample, crop, chunk_frames,
-               device, gpus=None):
-    """``(start, aligned chunk)`` of one channel of ``source`` and the aligned frame shape."""
-    from .._apply import apply_shifts
-    from ..piecewise import apply_field, field_area
-    from ..warp import common_area
-
-    shape = _frame_shape(source, channel)
-    full = (0, shape[0], 0, shape[1])
-    if field is not None:  # every frame warped by its motion field
-        box = field_area(field, shape) if crop else full
-        return apply_field(source, field, centres, channel=channel, fill=fill,
-                           resample=resample, crop=box, chunk_frames=chunk_frames,
-                           device=device), (box[1] - box[0], box[3] - box[2])
-    box = common_area(shifts, shape) if crop else full
-    return apply_shifts(source, shifts, channel=channel, fill=fill, resample=resample,
-                        crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus), \
-        (box[1] - box[0], box[3] - box[2])
-
-
-def _frame_shape(source, channel):
-    if hasattr(source, "shape"):
-        return tuple(source.shape[-2:])
-    from ...io import open_stack
-
-    with open_stack(source, channel=channel) as src:
-        return src.frame_shape
-
-
-def write_aligned_channels(source, shifts, channels, out_path, *, field=None, centres=None,
-                           fill=0.0, resample="bilinear", crop=False, chunk_frames=64,
-                           device="cpu", gpus=None, aligned=None, progress=None):
-    """Write every channel of ``channels`` (``[None]``: the stack's only one) of ``source``
-    aligned by ``shifts`` (or by the motion ``field`` at ``centres``) into ``out_path``: one
-    stack, or a T x C hyperstack of several channels, chunk by chunk (one chunk of each channel
-    in memory); ``aligned``: :func:`aligned_as`; ``progress(k)`` after every chunk."""
-    streams = [_frames_of(source, shifts, field, centres, c, fill, resample, crop,
-                          chunk_frames, device, gpus) for c in channels]
-    _write_chunks(zip(*(s for s, _ in streams)), streams[0][1], len(shifts), out_path,
-                  aligned, len(channels), progress)
-
-
-def _write_chunks(parts, shape, n, out_path, aligned, c, progress):
-    with aligned_file(shape, n, out_path, aligned, channels=c) as sink:
+def write_chunks(parts, shape, n, out_path, aligned=None, channels=1, progress=None):
+    """Write the aligned chunks ``parts`` (a tuple a chunk of ``(start, frames)`` a channel, as
+    :func:`xcorr_app.alignment._apply.aligned_channels` makes them) of ``n`` frames of ``shape``
+    into ``out_path`` by a writer thread: one stack, or a T x C hyperstack of several channels
+    (every channel of one frame together); ``aligned``: :func:`aligned_as`; ``progress(k)``
+    after every chunk."""
+    with aligned_file(shape, n, out_path, aligned, channels=channels) as sink:
         for part in parts:
             pieces = [chunk for _, chunk in part]
             k = len(pieces[0])
-            # pages time frame by time frame, every channel of one frame together
-            sink.write(np.stack(pieces, axis=1).reshape(k * c, *shape) if c > 1
+            sink.write(np.stack(pieces, axis=1).reshape(k * channels, *shape) if channels > 1
                        else pieces[0])
             if progress is not None:
                 progress(k)
@@ -194,7 +156,7 @@ def _title_name(source) -> str:
 def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
     """``shifts.json`` of ``res``: its input, settings (with those of the aligned stack),
     summary, environment, time and one record per frame, as standard JSON values."""
-    from .._result import strict_json
+    from ...io import strict_json
 
     seconds = res.seconds if res.seconds is not None else float("nan")
     settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
@@ -272,21 +234,26 @@ class RunOutputs:
         return self._aligned.enter_context(
             aligned_file(out_shape, n, self.paths["aligned.tif"], aligned))
 
-    def write(self, res, *, resample="bilinear", crop=False, fill=0.0, aligned=None,
-              channels=None, frames=None, progress=None):
+    def write(self, res, *, frames=None, resample="bilinear", crop=False, fill=0.0,
+              aligned=None, progress=None):
         """Write every output of ``res`` and commit them; returns ``{name: path}``.
 
-        ``aligned``: :func:`aligned_as`; ``channels``: the channels of the input written
-        aligned into one hyperstack (the run measured one); ``frames``: the aligned
-        ``(start, chunk)`` pairs where they are warped elsewhere (a Dask cluster), else they
-        are warped here on the run's device; ``progress(k)`` as frames are written."""
+        ``frames``: ``(parts, frame_shape, channels)``, the aligned stack's chunks
+        (:func:`~xcorr_app.alignment._apply.aligned_channels`, or a Dask cluster's blocks)
+        where the run did not write it (:meth:`aligned_sink`); ``resample``, ``crop``,
+        ``fill``: how they were made (recorded in ``shifts.json``); ``aligned``:
+        :func:`aligned_as`; ``progress(k)`` as frames are written."""
         from ._motion_field import plot_motion_field, write_motion_field
         from ._plots import plot_drift, plot_quality
         from ...io import write_text
 
         paths, name = self.paths, _title_name(res.source)
         if "aligned.tif" in paths and not self._by_run:
-            self._write_aligned(res, resample, crop, fill, aligned, channels, frames, progress)
+            if frames is None:
+                raise ValueError("RunOutputs.write: the aligned stack's frames are needed")
+            parts, shape, channels = frames
+            write_chunks(parts, shape, res.n_frames, paths["aligned.tif"], aligned, channels,
+                         progress)
         write_text(paths["shifts.csv"], res.csv_text())
         doc = result_document(res, resample=resample, crop=crop, fill=fill)
         write_text(paths["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
@@ -308,65 +275,26 @@ class RunOutputs:
         self._run.commit()
         return dict(paths)
 
-    def _write_aligned(self, res, resample, crop, fill, aligned, channels, frames, progress):
-        out_path = self.paths["aligned.tif"]
-        chunk = res.settings.get("chunk_frames") or 64
-        if frames is not None:
-            shape = res.frame_shape
-            if crop:
-                from ..warp import common_area
 
-                box = common_area(res.shifts, shape)
-                shape = (box[1] - box[0], box[3] - box[2])
-            return _write_chunks(((part,) for part in frames), shape, res.n_frames, out_path,
-                                 aligned, 1, progress)
-        if channels is not None and aligned and "metadata" in aligned:
-            names = aligned["metadata"].get("channel_names") or []
-            aligned = dict(aligned, metadata={**aligned["metadata"], "channel_names":
-                                              [names[c] for c in channels] if names else []})
-        gpus = res.settings.get("gpus")
-        write_aligned_channels(res.source, res.shifts,
-                               [res.settings.get("channel")] if channels is None else channels,
-                               out_path, field=res.motion_field, centres=res.patch_centres,
-                               fill=fill, resample=resample, crop=crop, chunk_frames=chunk,
-                               device=res.settings.get("device", "cpu"),
-                               gpus=None if res.motion_field is not None else gpus,
-                               aligned=aligned, progress=progress)
+def channel_metadata(aligned, channels):
+    """``aligned`` (:func:`aligned_as`) with the channel names of ``channels`` alone (a
+    hyperstack of those channels)."""
+    if channels is None or not aligned or "metadata" not in aligned:
+        return aligned
+    names = aligned["metadata"].get("channel_names") or []
+    return dict(aligned, metadata={**aligned["metadata"], "channel_names":
+                                   [names[c] for c in channels] if names else []})
 
 
-def save_result(res, folder, *, aligned=True, format="tiff", plots=True, force=False,
-                resample="bilinear", crop=False, fill=0.0, keep_dtype=False, channels=None,
-                frames=None, progress=None):
-    """:meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>`."""
-    if res.source is None:
-        raise InputError("this result does not know its input; align a path or an array "
-                         "with xcorr_app.align to save it")
-    fill = check_save(patches=res.motion_field is not None, aligned=aligned, format=format,
-                      resample=resample, crop=crop, fill=fill, keep_dtype=keep_dtype,
-                      channels=channels)
-    inputs = []
-    if isinstance(res.source, (str, Path)):
-        from ...io import split_source
-
-        inputs.append(split_source(res.source)[0])
-    how = None
-    if aligned:
-        how = _aligned_of(res, format, keep_dtype)
-    with RunOutputs(folder, aligned=aligned, format=format, plots=plots,
-                    quality=res.quality is not None, patches=res.motion_field is not None,
-                    force=force, inputs=inputs) as outs:
-        return outs.write(res, resample=resample, crop=crop, fill=fill, aligned=how,
-                          channels=channels, frames=frames, progress=progress)
-
-
-def _aligned_of(res, format, keep_dtype) -> dict:
-    """:func:`aligned_as` of the result's input (opened again: its type and metadata)."""
-    if hasattr(res.source, "dtype"):
+def aligned_of(source, channel, format, keep_dtype) -> dict:
+    """:func:`aligned_as` of a run's input ``source`` (a path: opened again for its pixel type
+    and metadata; an array: its pixel type)."""
+    if hasattr(source, "dtype"):
         from types import SimpleNamespace
 
-        return aligned_as(SimpleNamespace(dtype=np.dtype(res.source.dtype)), res.source,
-                          format, keep_dtype)
+        return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, format,
+                          keep_dtype)
     from ...io import open_stack
 
-    with open_stack(res.source, channel=res.settings.get("channel")) as src:
-        return aligned_as(src, res.source, format, keep_dtype)
+    with open_stack(source, channel=channel) as src:
+        return aligned_as(src, source, format, keep_dtype)

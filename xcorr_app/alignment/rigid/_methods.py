@@ -31,7 +31,7 @@ def fft_reference(normalization):
     noise over smooth content (the cell sample: up to 1.2 px off, 3 of 12 integer peaks wrong)
     and plain correlation of the raw frames by their FFT seams (pulled up to 0.96 px towards
     zero, 40 of 816 generated and sample frames off by a whole pixel); the periodic components'
-    plain correlation found every one of those integer peaks (2026-11-22).
+    plain correlation found every one of those integer peaks.
     """
     if normalization == "phase":
         return {"normalization": "phase", "periodic": False}, \

@@ -102,7 +102,7 @@ def bounded_peak(corr, max_shift, exclusion=2):
     An axis searched whole is read in place, in the FFT's circular order (index ``i`` is lag
     ``i``, or ``i - n`` past the positive lags), and its knock-out wraps around; only bounded
     axes are gathered into a window (three copies of a 64x512x512 correlation took more time
-    than its FFT, H100 2026-11-25).  Equal maxima: the first in that order (on a whole axis lag
+    than its FFT).  Equal maxima: the first in that order (on a whole axis lag
     0 before the positive lags, then the negative ones; on a bounded axis the most negative)."""
     xp = array_module_of(corr)
     bounds = (None,) * 3 if max_shift is None else max_shift

@@ -1,12 +1,12 @@
 """The 3-D path's later kernels built in helper processes on a machine that never ran it
 (:mod:`xcorr_app._cuda.helpers`: why, and how a helper runs).
 
-A first GPU :func:`~._api.align_volumes` compiled some 12 s of CuPy kernels one after the other
-(H100, 2026-11-25: a cold one-shot `xcorr align --volumes` 15.6 s, warm 2.9 s).  The run
-builds its first stage itself (the upload, the spectra and their product); helpers build the
-later ones meanwhile, each on a tiny stack (the kernels are the same for any size): ``peak``
-(the bounded integer peak and its runner-up), ``refine`` (the subvoxel samples and the direct
-check of the FFT's peak), ``apply`` (the aligned volumes' warp, where they are written).
+A first GPU :func:`~._api.align_volumes` compiled CuPy kernels one after the other, most of a
+cold one-shot `xcorr align --volumes`.  The run builds its first stage itself (the upload, the
+spectra and their product); helpers build the later ones meanwhile, each on a tiny stack (the
+kernels are the same for any size): ``peak`` (the bounded integer peak and its runner-up),
+``refine`` (the subvoxel samples and the direct check of the FFT's peak), ``apply`` (the
+aligned volumes' warp, where they are written).
 
 Examples
 --------
@@ -74,7 +74,7 @@ def prebuild_volumes(bounds, upsample, *, aligned=False, device=0) -> list:
     also the warp of the aligned volumes); returns the processes (none without a usable
     GPU).  Where xcorr's kernels ship built for the GPU, the subvoxel samples and an unbounded
     peak launch only those (nothing for a helper to build: each helper is a process and a
-    CUDA context, 0.1-0.15 s of a cold one-shot run beside it, H100 2026-11-25)."""
+    CUDA context, a cost of its own beside a cold one-shot run)."""
     if not gpu_available():
         return []
     from ..._cuda import shipped_here

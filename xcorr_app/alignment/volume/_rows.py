@@ -2,9 +2,9 @@
 each row's first maximum (:func:`row_first_max`), NumPy or CuPy.
 
 On the GPU they run xcorr's own kernels (``kernels/alignment/row_reduce.cu``, a warp a row),
-shipped built: CuPy's reductions along an axis compile at first use (CUB's block reduction, 2.0
-to 2.5 s each, three of them 7 s of a cold 8 s ``xcorr align --volumes``, H100 2026-11-25), and
-one sum per item over all its elements would run on a handful of blocks.
+shipped built: CuPy's reductions along an axis compile at first use (CUB's block reduction,
+seconds each: most of a cold ``xcorr align --volumes``), and one sum per item over all its
+elements would run on a handful of blocks.
 
 Examples
 --------
