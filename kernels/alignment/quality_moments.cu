@@ -15,16 +15,19 @@
 
 #include "warp_reduce.cuh"
 
+// One block's sums over its rows of a region: d, d * d and d * ref_j (J references of the
+// region's shape), d each pixel as float32 less the pivot; then the block's warps added up in a
+// fixed order into out[0 .. 2 + J) (no atomics: the same sums every run).
 template <typename T, int J, int THREADS>
-__global__ void __launch_bounds__(THREADS) area_moments(
-        const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
-        const float* __restrict__ refs, double* __restrict__ partial) {
+__device__ __forceinline__ void block_moments(const T* __restrict__ frame, int w, int y0, int x0,
+                                              int rows, int cols,
+                                              const float* __restrict__ refs,
+                                              double* __restrict__ out) {
     constexpr int M = 2 + J;
     constexpr int WARPS = THREADS / 32;
     __shared__ double part[M][WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t plane = (size_t)rows * cols;
-    const T* frame = frames + (size_t)blockIdx.y * h * w;
     const double pivot = (double)(float)frame[(size_t)y0 * w + x0];
     double acc[M];
 #pragma unroll
@@ -49,6 +52,35 @@ __global__ void __launch_bounds__(THREADS) area_moments(
     if (threadIdx.x < M) {  // the warps' sums in a fixed order, a thread a moment
         double s = 0.0;
         for (int i = 0; i < WARPS; ++i) s += part[threadIdx.x][i];
-        partial[((size_t)blockIdx.y * gridDim.x + blockIdx.x) * M + threadIdx.x] = s;
+        out[threadIdx.x] = s;
     }
+}
+
+template <typename T, int J, int THREADS>
+__global__ void __launch_bounds__(THREADS) area_moments(
+        const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
+        const float* __restrict__ refs, double* __restrict__ partial) {
+    block_moments<T, J, THREADS>(frames + (size_t)blockIdx.y * h * w, w, y0, x0, rows, cols,
+                                 refs, partial + ((size_t)blockIdx.y * gridDim.x + blockIdx.x)
+                                 * (2 + J));
+}
+
+// The same moments for P regions of every frame at once (launched by
+// xcorr_app/alignment/_quality_figures.py region_moments): region p of frame n is the block
+// rows [starts[2p], + rows) by columns [starts[2p + 1], + cols) (inside the frame), its J
+// references refs[(p * J + j) * rows * cols ...], its pivot its own first pixel.  The per-patch
+// figures of a piecewise run's quality report, read in place from the chunk (no copy of the
+// regions cut out: they overlap).
+//
+// Grid (blocks, n, P), THREADS threads: as area_moments; the sums go to
+// partial[((n * P + p) * blocks + b) * (2 + J) + m].
+template <typename T, int J, int THREADS>
+__global__ void __launch_bounds__(THREADS) region_moments(
+        const T* __restrict__ frames, int h, int w, const int* __restrict__ starts, int rows,
+        int cols, const float* __restrict__ refs, double* __restrict__ partial) {
+    const int p = blockIdx.z;
+    block_moments<T, J, THREADS>(
+        frames + (size_t)blockIdx.y * h * w, w, starts[2 * p], starts[2 * p + 1], rows, cols,
+        refs + (size_t)p * J * rows * cols,
+        partial + (((size_t)blockIdx.y * gridDim.z + p) * gridDim.x + blockIdx.x) * (2 + J));
 }

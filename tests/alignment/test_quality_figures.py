@@ -47,6 +47,83 @@ def test_gpu_area_moments_match_the_float64_definition(rng, shape, area, dtype, 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape,size,count", [((3, 9, 11), (5, 7), 3), ((2, 61, 47), (33, 21), 5),
+                                              ((40, 300, 83), (270, 31), 4)])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64])
+@pytest.mark.parametrize("j", [1, 2])
+def test_gpu_region_moments_match_the_float64_definition(rng, shape, size, count, dtype, j):
+    """``region_moments`` (P overlapping regions of every frame in one launch) against the
+    definition region by region: odd, non-square frames and regions under a warp and over a
+    block, more rows than the blocks take at once, regions touching the frame's last row and
+    column, one and two references each, a NaN pixel; the pool poisoned with NaN first."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import moments_of, region_moments
+
+    n, h, w = shape
+    rows, cols = size
+    starts = np.stack([rng.integers(0, h - rows + 1, count), rng.integers(0, w - cols + 1, count)],
+                      axis=1)
+    starts[-1] = (h - rows, w - cols)
+    frames = (rng.random(shape) * 200).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        frames[-1, h - 1, w - 1] = np.nan
+    refs = rng.standard_normal((count, j, rows, cols)).astype(np.float32)
+    junk = cp.full(1 << 22, np.nan)
+    del junk
+    got = moments_of(region_moments(cp.asarray(frames), cp.asarray(starts, cp.int32), size,
+                                    cp.asarray(refs)))
+    assert got.shape == (n, count, 2 + j)
+    for p, (y, x) in enumerate(starts):
+        want = _moments_definition(frames, refs[p], (y, y + rows, x, x + cols))
+        finite = np.isfinite(want).all(axis=1)
+        assert np.isnan(got[~finite, p]).any(axis=1).all()
+        np.testing.assert_allclose(got[finite, p], want[finite], rtol=1e-12,
+                                   atol=1e-9 * np.abs(want[finite]).max())
+
+
+@pytest.mark.gpu
+def test_gpu_region_moments_refuse_what_they_cannot_read():
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import region_moments
+
+    starts = cp.zeros((2, 2), cp.int32)
+    with pytest.raises(ValueError, match="region_moments"):  # references of another size
+        region_moments(cp.zeros((2, 8, 9)), starts, (4, 4), cp.zeros((2, 1, 4, 5), cp.float32))
+    with pytest.raises(ValueError, match="region_moments"):  # starts of another count
+        region_moments(cp.zeros((2, 8, 9)), starts, (4, 4), cp.zeros((3, 1, 4, 4), cp.float32))
+    with pytest.raises(ValueError, match="region_moments"):  # starts not int32
+        region_moments(cp.zeros((2, 8, 9)), starts.astype(cp.int64), (4, 4),
+                       cp.zeros((2, 1, 4, 4), cp.float32))
+
+
+def test_region_figures_from_moments_are_the_products(rng):
+    """What a GPU pass makes of the regions' sums on the host (zncc_from, residual_from, here
+    of the float64 definition's sums) equals the CPU's batched products of the same regions, a
+    flat region's NaN included."""
+    from xcorr_app.alignment._quality_figures import RegionFigures
+
+    templates = rng.random((3, 13, 17)).astype(np.float32)
+    fig = RegionFigures(templates, templates, np)
+    regions = np.stack([np.roll(templates, 1, axis=2) + 0.1 * rng.random((3, 13, 17)),
+                        2 * templates + 3, np.full((3, 13, 17), 7.5)]).astype(np.float32)
+    whole = (0, 13, 0, 17)
+    sums = np.stack([_moments_definition(regions[:, p], fig.t[p].reshape(1, 13, 17), whole)
+                     for p in range(3)], axis=1)
+    zncc = fig.zncc_from(sums)
+    want = fig.zncc(regions.reshape(3, 3, -1))
+    assert np.isnan(zncc[2]).all() and np.isnan(want[2]).all()
+    np.testing.assert_allclose(zncc[:2], want[:2], atol=1e-6)
+    sums = np.stack([_moments_definition(regions[:, p], fig.g[p].reshape(2, 13, 17), whole)
+                     for p in range(3)], axis=1)
+    residual = fig.residual_from(sums)
+    np.testing.assert_allclose(residual[:2], fig.residual(regions.reshape(3, 3, -1))[:2],
+                               atol=1e-5)
+    assert np.isnan(residual[2]).all()
+
+
+@pytest.mark.gpu
 def test_gpu_flat_and_faint_frames_are_judged_as_on_the_cpu(rng):
     """About the pivot a constant frame's spread is exactly 0 (NaN correlation, as the CPU's
     centred frame gives) and a faint one's (mean 1e5, deviation 1) is kept, not lost to the

@@ -163,6 +163,22 @@ def test_the_table_saves_as_csv_and_json(viewer, stack, tmp_path):
     assert doc["frames"] == records
 
 
+def test_save_outputs_writes_what_align_writes(viewer, stack, tmp_path):
+    """The widget's "Save outputs…" is AlignResult.save: the tables and plots of the run,
+    the same bytes as the result saved from Python; an existing folder is kept."""
+    from xcorr_app.errors import OutputError
+
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    written = w.results.save_outputs(tmp_path / "w")
+    assert sorted(written) == ["drift.png", "quality.png", "shifts.csv", "shifts.json"]
+    again = w.results.result.save(tmp_path / "py", aligned=False)
+    for name in ("shifts.csv", "drift.png", "quality.png"):
+        assert written[name].read_bytes() == again[name].read_bytes()
+    with pytest.raises(OutputError):
+        w.results.save_outputs(tmp_path / "w")
+
+
 def test_the_quality_plot_is_shown_and_its_flagged_frames_listed(viewer, stack):
     from xcorr_app.napari._panels import flagged_frames
 

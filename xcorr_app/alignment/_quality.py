@@ -44,7 +44,8 @@ import numpy as np
 from .. import backend
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
-from ._quality_figures import AreaFigures, RegionFigures, frame_sums, moments_of, sharpness
+from ._quality_figures import (AreaFigures, RegionFigures, area_blocks, frame_sums,
+                               moments_of, region_moments, sharpness)
 from .piecewise import common_area, field_weights, warp_chunk
 from .rigid import area_float
 from .warp import shift_frames
@@ -284,11 +285,11 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     prepare = opts.decided(window="none").preparer(xp, inside.shape)
     t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
     regions = None if patches is None else _PatchQuality(xp.asarray(whole, xp.float32),
-                                                         patches, opts, xp)
+                                                         patches, opts, xp, stop - start)
     sums = _Sums(xp, inside.shape)
-    out, out_patches = [], []
+    out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
-    moments = None if xp is np else []
+    moments = None if xp is np else _AreaMoments(xp, stop - start, inside.shape[0])
     ok_of = (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)) if patches is None else \
         (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)
          & np.isfinite(patches[0][a:b]).all(axis=(1, 2, 3)))
@@ -303,23 +304,19 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             else:
                 full, warped = regions.aligned(frames, a, b)
                 f, g = (xp.ascontiguousarray(v[:, y0:y1, x0:x1]) for v in (full, warped))
-                out_patches.append(regions.rows(full, warped, ok))
+                regions.add(first, full, warped, host_ok)
             sums.add(f, g, None if host_ok.all() else ok)
             p = prepare(g)
             if moments is not None:
-                moments.append((t.zncc_moments(f), t.zncc_moments(g),
-                                t.residual_moments(p.frames), p.finite, p.constant, host_ok))
+                moments.add(first, t, f, g, p)
                 continue
             out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite, p.constant,
                              host_ok))
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
     counted = int(ok_of(start, stop).sum())
-    if moments:  # (to the host a chunk's at a time: CuPy's concatenate compiles at first use)
-        b, a, r = (np.concatenate([moments_of(m[k]) for m in moments]) for k in range(3))
-        masks = [np.concatenate([backend.to_numpy(m[k]) for m in moments]) for k in (3, 4)]
-        out = [_rows(t.zncc_of(b), t.zncc_of(a), t.residual_of(r), *masks,
-                     np.concatenate([m[5] for m in moments]))]
+    if moments is not None:
+        out = [moments.rows(t, ok_of(start, stop))]
     rows = np.concatenate(out).astype(np.float64) if out else np.zeros((0, 4))
     if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
         n = max(stop - start, 1)
@@ -327,10 +324,35 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
                                sharpness(sums.aligned, counted) if counted else float("nan"))}
     else:
         means = {"sums": sums.result()}
-    per_patch = None if regions is None else \
-        backend.to_numpy(xp.concatenate(out_patches)).astype(np.float64) if out_patches \
-        else np.zeros((0, len(regions.starts), 4))
+    per_patch = None if regions is None else regions.finish()
     return rows, means, counted, per_patch
+
+
+class _AreaMoments:
+    """A GPU pass's moments of every frame's area (as it came, aligned, and aligned and
+    prepared) and its prepared frames' masks, written chunk by chunk into buffers of the range
+    (the chunks' streams write apart), copied to the host once at the end."""
+
+    def __init__(self, xp, n, rows):
+        blocks = area_blocks(rows)
+        self.moments = [xp.empty((n, blocks, m), xp.float64) for m in (3, 3, 4)]
+        self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
+
+    def add(self, i, figures, f, g, p):
+        """The chunk of frames ``i:i + len(f)``: ``f`` as they came, ``g`` aligned, ``p``
+        its prepared copy (:func:`~.rigid.prepare`'s)."""
+        at = slice(i, i + len(f))
+        b, a, r = (m[at] for m in self.moments)
+        figures.zncc_moments(f, out=b)
+        figures.zncc_moments(g, out=a)
+        figures.residual_moments(p.frames, out=r)
+        self.finite[at], self.constant[at] = p.finite, p.constant
+
+    def rows(self, figures, ok):
+        """The range's rows (n, 4) NumPy (after the device finished)."""
+        b, a, r = (moments_of(m) for m in self.moments)
+        return _rows(figures.zncc_of(b), figures.zncc_of(a), figures.residual_of(r),
+                     backend.to_numpy(self.finite), backend.to_numpy(self.constant), ok)
 
 
 def _rows(before, after, residual, finite, constant, ok):
@@ -345,18 +367,31 @@ class _PatchQuality:
     """The per-patch-region figures of a piecewise run: each frame warped by its motion field
     (``patches``: ``(field (N, gy, gx, 2), centres (gy, gx, 2), size (ph, pw))``, the warp of
     the run's output), then, on each patch of the grid, its correlation before and after with
-    the template's same patch and its residual (:class:`~._quality_figures.RegionFigures`, on
-    the patches prepared as frames): a few batched products a chunk, every patch at once."""
+    the template's same patch and its residual (:class:`~._quality_figures.RegionFigures`),
+    the residual on the regions of the warped frame prepared whole (as the template: one
+    prefilter a frame, no edge of its own a region).  On the CPU a few batched products a
+    chunk; on the GPU one read of the chunk a figure for every region at once
+    (:func:`~._quality_figures.region_moments`, the regions read in place), the figures made
+    of their sums on the host at the end (:meth:`finish`)."""
 
-    def __init__(self, template, patches, opts, xp):
+    def __init__(self, template, patches, opts, xp, n):
         field, centres, size = patches
         self.xp, self.field, self.size = xp, field, size
         half = (np.asarray(size, np.float64) - 1) / 2.0
         self.starts = np.rint(np.asarray(centres).reshape(-1, 2) - half).astype(np.int64)
         self.weights = field_weights(centres, template.shape, xp)
-        self.prepare = opts.decided(window="none").preparer(xp, size)
+        self.prepare = opts.decided(window="none").preparer(xp, template.shape)
         tp = self.cut(template[None])[0]  # (P, ph, pw)
-        self.regions = RegionFigures(tp, self.prepare(tp).frames, xp)
+        self.regions = RegionFigures(tp, self.cut(self.prepare(template[None]).frames)[0], xp)
+        self.parts, self.ok = [], np.zeros(n, bool)
+        if xp is not np:
+            ph, pw = size
+            count = len(self.starts)
+            self.starts_dev = xp.asarray(self.starts, xp.int32)
+            self.t_refs = self.regions.t.reshape(count, 1, ph, pw)
+            self.g_refs = xp.ascontiguousarray(self.regions.g.reshape(count, 2, ph, pw))
+            # (the range's sums, a chunk's written in place: one copy to the host at the end)
+            self.moments = [xp.empty((n, count, 1, m), xp.float64) for m in (3, 3, 4)]
 
     def cut(self, frames):
         """``(n, P, ph, pw)``: every patch region of every frame."""
@@ -372,19 +407,45 @@ class _PatchQuality:
         fld = np.where(np.isfinite(fld), fld, 0.0)
         return full, warp_chunk(full, xp.asarray(fld), self.weights)
 
-    def rows(self, full, warped, ok):
-        """``(n, P, 4)``: before, after, residual dy, dx of every patch region."""
+    def add(self, i, full, warped, ok):
+        """The chunk of frames ``i:i + len(full)``: ``full`` as they came (float32) and
+        ``warped``; ``ok`` (NumPy) which have a field.  On the CPU its rows (n, P, 4) now; on
+        the GPU the regions' sums, into the range's buffers (nothing waits for the device)."""
         xp = self.xp
-        n, (ph, pw), count = len(full), self.size, len(self.starts)
+        n, count = len(full), len(self.starts)
+        self.ok[i:i + n] = ok
+        prepared = self.prepare(warped).frames
+        if xp is not np:
+            b, a, r = (m[i:i + n] for m in self.moments)
+            region_moments(full, self.starts_dev, self.size, self.t_refs, out=b)
+            region_moments(warped, self.starts_dev, self.size, self.t_refs, out=a)
+            region_moments(prepared, self.starts_dev, self.size, self.g_refs, out=r)
+            return
         before = self.regions.zncc(self.cut(full).reshape(n, count, -1))
-        moved = self.cut(warped)
-        after = self.regions.zncc(moved.reshape(n, count, -1))
-        p = self.prepare(moved.reshape(n * count, ph, pw))
-        usable = (p.finite & ~p.constant).reshape(n, count) & ok[:, None]
-        residual = self.regions.residual(p.frames.reshape(n, count, -1))
-        residual = xp.where(usable[..., None], residual, xp.nan)
-        after = xp.where(ok[:, None], after, xp.nan)
-        return xp.concatenate([before[..., None], after[..., None], residual], axis=2)
+        after = self.regions.zncc(self.cut(warped).reshape(n, count, -1))
+        residual = self.regions.residual(self.cut(prepared).reshape(n, count, -1))
+        self.parts.append(_region_rows(before, after, residual, self.ok[i:i + n]))
+
+    def finish(self):
+        """``(N, P, 4)`` NumPy of the range's chunks (after the device finished)."""
+        count = len(self.starts)
+        if self.xp is np:
+            return np.concatenate(self.parts).astype(np.float64) if self.parts \
+                else np.zeros((0, count, 4))
+        r = self.regions
+        b, a, p = (moments_of(m) for m in self.moments)
+        return _region_rows(r.zncc_from(b), r.zncc_from(a), r.residual_from(p), self.ok)
+
+
+def _region_rows(before, after, residual, ok):
+    """``(n, P, 4)`` NumPy: after alignment NaN where a frame has no shift (``ok``), the residual
+    NaN where its warped region cannot be measured (flat or not finite: its correlation NaN)."""
+    before, after, residual = (np.asarray(backend.to_numpy(v), np.float64)
+                               for v in (before, after, residual))
+    ok = np.asarray(ok, bool)[:, None]
+    after = np.where(ok, after, np.nan)
+    residual = np.where(np.isfinite(after)[..., None], residual, np.nan)
+    return np.concatenate([before[..., None], after[..., None], residual], axis=2)
 
 
 class _Sums:

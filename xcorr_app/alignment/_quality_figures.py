@@ -29,8 +29,8 @@ from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..errors import InputError
 from ..filters import gradient
 
-__all__ = ["RegionFigures", "AreaFigures", "area_moments", "moments_of", "frame_sums",
-           "sharpness"]
+__all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "region_moments",
+           "moments_of", "frame_sums", "sharpness"]
 
 #: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
 #: the most blocks a frame (each warp then takes every (blocks * 8)-th row of the area)
@@ -39,6 +39,9 @@ MOMENT_BLOCKS = 64
 AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
                             [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
                              for j in (1, 2)])
+REGION_MOMENTS = KernelFamily("quality_moments.cu", "region_moments",
+                              [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
+                               for j in (1, 2)])
 #: kernels/alignment/quality_images.cu
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
@@ -110,6 +113,31 @@ class RegionFigures:
         ((f / norm - t) @ g.T), the division after the product (no scaled copy)."""
         return _step(proj, norm2, self.tg, self.inverse, self.xp)
 
+    def zncc_from(self, s):
+        """(n, P) NumPy from the regions' sums (n, P, 3) of :func:`region_moments` against
+        the centred template regions (:attr:`t`): the GPU's way to :meth:`zncc`."""
+        c = self.host()
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean, spread = _spread_of(s, self.t.shape[-1])
+            return _ratio(s[..., 2] - mean * c["t_total"][None], spread * c["t_norm2"][None],
+                          np)
+
+    def residual_from(self, s):
+        """(n, P, 2) px NumPy from the prepared regions' sums (n, P, 4) against the template's
+        gradient (:attr:`g`): the GPU's way to :meth:`residual`."""
+        c = self.host()
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            mean, spread = _spread_of(s, self.t.shape[-1])
+            return _step(s[..., 2:] - mean[..., None] * c["g_total"][None], spread, c["tg"],
+                         c["inverse"], np)
+
+    def host(self) -> dict:
+        """The template's figures as NumPy arrays (copied once)."""
+        if getattr(self, "_host_arrays", None) is None:
+            self._host_arrays = {k: np.asarray(backend.to_numpy(getattr(self, k)))
+                                 for k in ("t_total", "t_norm2", "g_total", "tg", "inverse")}
+        return self._host_arrays
+
 
 class AreaFigures(RegionFigures):
     """:class:`RegionFigures` of one region, the frames' area (n, H, W): on the CPU as any region;
@@ -179,15 +207,15 @@ class AreaFigures(RegionFigures):
             return super().residual(frames.reshape(len(frames), 1, -1))[:, 0]
         return self.xp.asarray(self.residual_of(moments_of(self.residual_moments(frames))))
 
-    def zncc_moments(self, frames):
+    def zncc_moments(self, frames, out=None):
         """(n, blocks, 3) float64 on the GPU: the blocks' moments of ``frames``, whose sums
-        (:func:`moments_of`) :meth:`zncc_of` takes."""
-        return area_moments(frames, self.t.reshape(1, *self.shape))
+        (:func:`moments_of`) :meth:`zncc_of` takes (``out``: as :func:`area_moments`')."""
+        return area_moments(frames, self.t.reshape(1, *self.shape), out=out)
 
-    def residual_moments(self, frames):
+    def residual_moments(self, frames, out=None):
         """(n, blocks, 4) float64 on the GPU: the blocks' moments of the prepared frames,
         whose sums :meth:`residual_of` takes."""
-        return area_moments(frames, self.g[0].reshape(2, *self.shape))
+        return area_moments(frames, self.g[0].reshape(2, *self.shape), out=out)
 
     def zncc_of(self, s):
         """(n,) NumPy from the sums of :meth:`zncc_moments` (on the host; NaN from a frame's
@@ -220,6 +248,13 @@ class AreaFigures(RegionFigures):
                           "g_total": backend.to_numpy(self.g_total)[0],
                           "tg": backend.to_numpy(self.tg), "inverse": backend.to_numpy(self.inverse)}
         return self._host
+
+
+def _spread_of(s, k):
+    """Each frame's (region's) mean about its pivot and its sum of squares about its mean,
+    from its sums (..., >= 2) over ``k`` pixels."""
+    mean = s[..., 0] / float(k)
+    return mean, np.maximum(s[..., 1] - s[..., 0] * mean, 0.0)
 
 
 def _step(proj, norm2, tg, inverse, xp):
@@ -262,12 +297,14 @@ def _centred(a):
     return a.astype(xp.float32) - mean[..., None]
 
 
-def area_moments(frames, refs, area=None):
+def area_moments(frames, refs, area=None, out=None):
     """``(n, blocks, 2 + J)`` float64 CuPy: per frame of ``frames`` (n, h, w) over ``area``
     ``(y0, y1, x0, x1)`` (default the frame), each block's sums of d, d * d and d * ``refs[j]``
     for the J (1 or 2) float32 images ``refs`` (J, y1 - y0, x1 - x0), d each pixel as float32
     less the area's first pixel: one read of the chunk (``kernels/alignment/quality_moments.cu``).
-    The host adds the blocks up (:func:`moments_of`): CuPy's sum would compile at first use."""
+    The host adds the blocks up (:func:`moments_of`): CuPy's sum would compile at first use.
+    ``out``: where to write them (a C-contiguous view of a pass's buffer of
+    ``(frames, area_blocks(rows), 2 + J)``: the pass then copies them to the host once)."""
     import cupy as cp
 
     frames, c_type = kernel_pixels(frames)
@@ -281,7 +318,7 @@ def area_moments(frames, refs, area=None):
         raise ValueError(f"area_moments: {j} references of {refs.shape[1:]} for the area "
                          f"{(y0, y1, x0, x1)} of {h}x{w} frames")
     blocks = _row_blocks(rows)
-    partial = cp.empty((n, blocks, 2 + j), cp.float64)
+    partial = _partial(out, (n, blocks, 2 + j))
     kernel = AREA_MOMENTS.get(c_type, j, MOMENT_THREADS)
     for a in range(0, n, 65535):  # (the grid's y extent)
         b = min(n, a + 65535)
@@ -291,9 +328,58 @@ def area_moments(frames, refs, area=None):
     return partial
 
 
+def region_moments(frames, starts, size, refs, out=None):
+    """``(n, P, blocks, 2 + J)`` float64 CuPy: :func:`area_moments` of P regions of every frame
+    at once: region p of ``frames`` (n, h, w) starts at ``starts[p]`` (``(y, x)``, an (P, 2)
+    int32 CuPy array; inside the frame) and is ``size`` ``(rows, cols)``, its J references
+    ``refs[p]`` (P, J, rows, cols) float32; one launch a chunk
+    (``kernels/alignment/quality_moments.cu`` region_moments), a block a region of a frame
+    (``blocks`` 1: a chunk's regions are blocks enough, and the host adds up a sum each).
+    ``out``: as :func:`area_moments`' (a view of ``(frames, P, 1, 2 + J)``)."""
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    rows, cols = size
+    refs = cp.ascontiguousarray(refs, cp.float32)
+    p, j = refs.shape[:2]
+    if refs.shape[2:] != (rows, cols) or j not in (1, 2) or starts.shape != (p, 2) \
+            or starts.dtype != cp.int32 or rows > h or cols > w:
+        raise ValueError(f"region_moments: {refs.shape} references, starts {starts.shape} "
+                         f"{starts.dtype}, regions of {rows}x{cols} in {h}x{w} frames")
+    blocks = 1
+    partial = _partial(out, (n, p, blocks, 2 + j))
+    if n and p:
+        kernel = REGION_MOMENTS.get(c_type, j, MOMENT_THREADS)
+        for a in range(0, n, 65535):  # (the grid's y extent)
+            b = min(n, a + 65535)
+            kernel((blocks, b - a, p), (MOMENT_THREADS,),
+                   (frames[a:b], np.int32(h), np.int32(w), starts, np.int32(rows),
+                    np.int32(cols), refs, partial[a:b]))
+    return partial
+
+
+def _partial(out, shape):
+    """``out`` checked to be a C-contiguous float64 CuPy array of ``shape``, or a new one."""
+    import cupy as cp
+
+    if out is None:
+        return cp.empty(shape, cp.float64)
+    if out.shape != shape or out.dtype != cp.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"moments: out {out.shape} {out.dtype} for {shape} float64")
+    return out
+
+
+def area_blocks(rows) -> int:
+    """The blocks :func:`area_moments` sums an area of ``rows`` rows in (its ``out``'s second
+    axis)."""
+    return _row_blocks(rows)
+
+
 def moments_of(partial) -> np.ndarray:
-    """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M), added in order."""
-    return backend.to_numpy(partial).sum(axis=1)
+    """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M) (of
+    :func:`region_moments`': (n, P, M) of (n, P, blocks, M)), added in order."""
+    return backend.to_numpy(partial).sum(axis=-2)
 
 
 def _row_blocks(rows) -> int:
