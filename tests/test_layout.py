@@ -6,6 +6,9 @@
 - a module imports another subpackage only through that package (``from ..correlate import
   choose_method``), never one of its modules: each subpackage's ``__init__`` exports what the
   others use (tests and tools may import private modules; the package may not);
+- a package that imports its names at first use declares them once, in its type stub
+  ``__init__.pyi`` (``from .module import name``, read by ``lazy_loader.attach_stub``), and
+  every name there exists in the module it names (:func:`stub_problems`);
 - no function's body is longer than :data:`MAX_FUNCTION_LINES` lines (its docstring left out)
   unless :data:`LONG_FUNCTIONS` says why; modules are cut by concept, never to a line count;
 - data flows one way: the layers below never import the layers above (:data:`LAYERS`);
@@ -63,13 +66,21 @@ def resolve(current: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def stub_of(path: Path):
+    """A package's type stub (``__init__.pyi`` beside its ``__init__.py``), or None."""
+    stub = path.with_suffix(".pyi")
+    return stub if path.name == "__init__.py" and stub.is_file() else None
+
+
 def imports(mods: dict):
     """Yield ``(importer, imported module, imported name or None)`` for every import statement
-    of the package, top level and inside functions alike."""
+    of the package, top level and inside functions alike.  A package's type stub counts as its
+    own source: its ``from .module import names`` are the names the package imports at first
+    use (``lazy_loader.attach_stub``), as those lines would at once."""
     for name, path in mods.items():
-        tree = ast.parse(path.read_text())
         is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
+        sources = [path] + ([stub_of(path)] if stub_of(path) else [])
+        for node in (n for src in sources for n in ast.walk(ast.parse(src.read_text()))):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.startswith("xcorr_app"):
@@ -81,25 +92,6 @@ def imports(mods: dict):
                 for alias in node.names:
                     sub = f"{target}.{alias.name}"
                     yield name, (sub if sub in mods else target), alias.name
-            elif is_package and _is_lazy_attach(node):  # (a package's names at first use)
-                for key, names in _lazy_names(node):
-                    for attr in names:
-                        yield name, f"{name}.{key}", attr
-
-
-def _is_lazy_attach(node) -> bool:
-    """``lazy_loader.attach(__name__, submod_attrs={...})``: the package imports each module's
-    names when first asked for them, as ``from .module import names`` would at once."""
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-        and node.func.attr == "attach" and getattr(node.func.value, "id", "") == "lazy_loader"
-
-
-def _lazy_names(node):
-    """``(module, names)`` of a :func:`_is_lazy_attach` call's ``submod_attrs``."""
-    for kw in node.keywords:
-        if kw.arg == "submod_attrs":
-            for key, value in zip(kw.value.keys, kw.value.values):
-                yield key.value, [e.value for e in value.elts]
 
 
 def graph(mods: dict) -> dict:
@@ -263,9 +255,8 @@ def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
             "nested": ("", "from .rigid._m import h\n"),
             "lazy cycle": ("from ..alignment._a import f\n", "from ..correlate import g\n")}[rule]
     if rule == "lazy cycle":
-        (pkg / "correlate/__init__.py").write_text(
-            "import lazy_loader\n\n__getattr__, __dir__, _ = lazy_loader.attach(\n"
-            "    __name__, submod_attrs={\"_c\": [\"g\"]})\n")
+        (pkg / "correlate/__init__.py").write_text(ATTACH_STUB)
+        (pkg / "correlate/__init__.pyi").write_text("from ._c import g\n")
     (pkg / "correlate/_c.py").write_text(body[0] + "def g(): pass\n_hidden = 1\n")
     (pkg / "alignment/_a.py").write_text(body[1] + "def f(): pass\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
@@ -279,6 +270,177 @@ def test_the_checks_can_fail(tmp_path, rule, monkeypatch):
         "nested": any(reaches_into(i, t) for i, t, _ in imports(mods) if t in mods),
     }
     assert found[rule]
+
+
+#: what a package that imports its names at first use holds besides its docstring
+ATTACH_STUB = ("import lazy_loader\n\n"
+               "__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)\n")
+
+
+def top_level_statements(body: list):
+    """The statements of a module's top level, those inside its top-level ``if``, ``try`` and
+    ``with`` blocks too (not those of its functions and classes)."""
+    for node in body:
+        yield node
+        for block in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, block, None)
+            if isinstance(inner, list) and not isinstance(
+                    node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from top_level_statements(inner)
+
+
+def top_level_names(path: Path) -> set:
+    """The names a module defines or imports at its top level; a package with a type stub: the
+    names of its stub (those it imports at first use)."""
+    stub = stub_of(path)
+    if stub is not None:
+        return {alias.asname or alias.name for node in ast.parse(stub.read_text()).body
+                if isinstance(node, ast.ImportFrom) for alias in node.names}
+    names = set()
+    for node in top_level_statements(ast.parse(path.read_text()).body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def source_of(package: Path, module: str):
+    """The file of ``module`` (dotted, relative to ``package``): ``m.py`` or ``m/__init__.py``,
+    or None."""
+    base = package.joinpath(*module.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+def is_attach_stub_call(node) -> bool:
+    """``lazy_loader.attach_stub(__name__, __file__)``."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        and node.func.attr == "attach_stub" and getattr(node.func.value, "id", "") == "lazy_loader"
+
+
+def init_problems(init: Path, stub, root: Path) -> list:
+    """What is wrong with a package's ``__init__.py`` in the light of its stub (or its lack);
+    paths from ``root``."""
+    where = init.relative_to(root)
+    tree = ast.parse(init.read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    out = [f"{where}: lazy_loader.attach: declare the names in __init__.pyi and call "
+           "lazy_loader.attach_stub(__name__, __file__)"
+           for n in calls if isinstance(n.func, ast.Attribute) and n.func.attr == "attach"
+           and getattr(n.func.value, "id", "") == "lazy_loader"]
+    stub_calls = [n for n in calls if is_attach_stub_call(n)]
+    if stub is None:
+        return out + [f"{where}: lazy_loader.attach_stub without __init__.pyi"] * bool(stub_calls)
+    if not stub_calls:
+        out.append(f"{where}: has __init__.pyi but does not call lazy_loader.attach_stub")
+    for node in top_level_statements(tree.body):
+        targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                   if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id == "__all__":
+                out.append(f"{where}:{node.lineno}: hand-written __all__ beside __init__.pyi")
+            elif is_attach_stub_call(node.value) and not (
+                    isinstance(target, ast.Tuple) and [getattr(e, "id", None) for e in
+                                                      target.elts][2:] == ["__all__"]):
+                out.append(f"{where}:{node.lineno}: unpack lazy_loader.attach_stub into "
+                           "__getattr__, __dir__, __all__")
+    return out
+
+
+def stub_problems(package: Path) -> list:
+    """Each package's type stub (``__init__.pyi``), checked against the code: its ``__init__.py``
+    calls ``lazy_loader.attach_stub`` and writes no ``__all__`` of its own (the stub's names are
+    the package's ``__all__``); every line of the stub is ``from .module import names`` (what
+    ``attach_stub`` reads: no other levels, no ``*``, no renaming, which it would ignore) or
+    ``from . import submodule``; the module exists and defines or imports each name at its top
+    level.  Also: no ``__init__.py`` uses ``lazy_loader.attach``, whose names the layout checks
+    would not see."""
+    out = []
+    for init in sorted(package.rglob("__init__.py")):
+        stub = stub_of(init)
+        out += init_problems(init, stub, package.parent)
+        if stub is None:
+            continue
+        where = stub.relative_to(package.parent)
+        for node in ast.walk(ast.parse(stub.read_text())):
+            if isinstance(node, ast.Import) or isinstance(node, ast.ImportFrom) and node.level != 1:
+                out.append(f"{where}:{node.lineno}: only `from .module import names` lines")
+                continue
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    out.append(f"{where}:{node.lineno}: lazy_loader reads no `import *`")
+                elif alias.asname not in (None, alias.name):
+                    out.append(f"{where}:{node.lineno}: {alias.name} as {alias.asname}: "
+                               f"lazy_loader would export it as {alias.name}")
+                elif node.module is None:
+                    if source_of(init.parent, alias.name) is None:
+                        out.append(f"{where}:{node.lineno}: no submodule {alias.name}")
+                elif (src := source_of(init.parent, node.module)) is None:
+                    out.append(f"{where}:{node.lineno}: no module .{node.module}")
+                elif alias.name not in top_level_names(src):
+                    out.append(f"{where}:{node.lineno}: .{node.module} has no {alias.name}")
+    return out
+
+
+def test_package_stubs_declare_existing_names_once():
+    """A package's public names are written once, in its ``__init__.pyi``, and exist where the
+    stub says they are: a name renamed or moved fails here, not at its first use."""
+    stubs = sorted(PACKAGE.rglob("__init__.pyi"))
+    assert stubs  # (the check runs on something)
+    assert stub_problems(PACKAGE) == []
+
+
+def test_the_stub_check_can_fail(tmp_path, monkeypatch):
+    pkg = tmp_path / "xcorr_app"
+    for sub in ("good", "bad", "old", "hand", "nostub", "deep/_inner"):
+        (pkg / sub).mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "deep" / "_inner" / "__init__.py").write_text("from ._x import y\n")
+    (pkg / "deep" / "__init__.py").write_text('"""Doc."""\n\n' + ATTACH_STUB)
+    (pkg / "deep" / "__init__.pyi").write_text("from ._inner import y\nfrom . import _inner\n")
+    (pkg / "good" / "_m.py").write_text(
+        "import os.path\nfrom ._n import b as c\nA, (B, C) = 1, (2, 3)\n"
+        "try:\n    D = 1\nexcept ImportError:\n    pass\n\n\ndef f():\n    inner = 1\n")
+    (pkg / "good" / "__init__.py").write_text(ATTACH_STUB)
+    (pkg / "good" / "__init__.pyi").write_text("from ._m import (os, c, A, B, C, D,\n    f)\n")
+    (pkg / "bad" / "_m.py").write_text("def f():\n    inner = 1\n")
+    (pkg / "bad" / "__init__.py").write_text(
+        "import lazy_loader\n\n__getattr__, __dir__, _ = lazy_loader.attach_stub(__name__, "
+        "__file__)\n__all__ = ['f']\n")
+    (pkg / "bad" / "__init__.pyi").write_text(
+        "from ._m import f, inner, g as h\nfrom ._gone import x\nfrom ..good import A\n"
+        "from . import _nope\nfrom ._m import *\n")
+    (pkg / "old" / "__init__.py").write_text(
+        "import lazy_loader\n\n__getattr__, __dir__, __all__ = lazy_loader.attach(\n"
+        "    __name__, submod_attrs={'_m': ['f']})\n")
+    (pkg / "hand" / "__init__.py").write_text("from ._m import f\n\n__all__ = ['f']\n")
+    (pkg / "hand" / "__init__.pyi").write_text("from ._m import f\n")
+    (pkg / "hand" / "_m.py").write_text("def f(): pass\n")
+    (pkg / "nostub" / "__init__.py").write_text(ATTACH_STUB)
+    assert stub_problems(pkg) == [
+        "xcorr_app/bad/__init__.py:3: unpack lazy_loader.attach_stub into __getattr__, __dir__, "
+        "__all__",
+        "xcorr_app/bad/__init__.py:4: hand-written __all__ beside __init__.pyi",
+        "xcorr_app/bad/__init__.pyi:1: ._m has no inner",
+        "xcorr_app/bad/__init__.pyi:1: g as h: lazy_loader would export it as g",
+        "xcorr_app/bad/__init__.pyi:2: no module ._gone",
+        "xcorr_app/bad/__init__.pyi:3: only `from .module import names` lines",
+        "xcorr_app/bad/__init__.pyi:4: no submodule _nope",
+        "xcorr_app/bad/__init__.pyi:5: lazy_loader reads no `import *`",
+        "xcorr_app/hand/__init__.py: has __init__.pyi but does not call lazy_loader.attach_stub",
+        "xcorr_app/hand/__init__.py:3: hand-written __all__ beside __init__.pyi",
+        "xcorr_app/nostub/__init__.py: lazy_loader.attach_stub without __init__.pyi",
+        "xcorr_app/old/__init__.py: lazy_loader.attach: declare the names in __init__.pyi and "
+        "call lazy_loader.attach_stub(__name__, __file__)"]
+    # the layout checks read a stub's lines as the package's imports
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
+    mods = {module_name(p): p for p in sorted(pkg.rglob("*.py"))}
+    assert ("xcorr_app.good", "xcorr_app.good._m", "f") in set(imports(mods))
 
 
 def texts_naming_kernels() -> list:

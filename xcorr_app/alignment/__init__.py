@@ -16,29 +16,5 @@ Examples
 
 import lazy_loader
 
-# the names are imported at first use: a run imports only the modules it needs
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_api": ["align", "estimate_shifts"],
-    "_apply": ["aligned_channels", "apply_shifts"],
-    "warp": ["RESAMPLE", "check_fill", "common_area", "shift_frames"],
-    "_executors": ["Executor"],
-    "_limits": ["check_limits", "limit_devices"],
-    "piecewise": ["FIELD_RESAMPLE", "apply_field", "field_area", "measure_field", "parse_patches"],
-    "_options": ["AlignOptions", "BOUNDARIES", "DEFAULT_UPSAMPLE", "LUCAS_KANADE",
-                 "options_signature"],
-    "rigid": ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "parse_prefilter", "shared_plan"],
-    "_prebuild": ["PREBUILD_STAGES", "prebuild"],
-    "_result": ["AlignResult"],
-    "_run": ["run_alignment"],
-    "volume": ["VolumeResult", "align_volumes"],
-})
-
-__all__ = ["BOUNDARIES", "DEFAULT_UPSAMPLE", "FIELD_RESAMPLE", "LUCAS_KANADE", "NORMALIZATIONS",
-           "PREBUILD_STAGES", "RESAMPLE", "SUBPIXEL", "WINDOWS", "AlignOptions", "AlignResult",
-           "VolumeResult", "Executor", "align", "align_volumes", "aligned_channels", "apply_field",
-           "apply_shifts",
-           "check_fill", "check_limits",
-           "common_area", "limit_devices",
-           "estimate_shifts",
-           "field_area", "measure_field", "options_signature", "parse_patches", "parse_prefilter",
-           "prebuild", "run_alignment", "shared_plan", "shift_frames"]
+# the names (__init__.pyi) are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

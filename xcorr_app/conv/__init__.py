@@ -11,11 +11,5 @@ Examples
 
 import lazy_loader
 
-# the names are imported at first use: a run imports only the modules it needs
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_api": ["METHODS", "chosen_method", "conv2d", "pointwise"],
-    "_im2win": ["im2win_conv2d"],
-    "_validation": ["REAL_KINDS"],
-})
-
-__all__ = ["METHODS", "REAL_KINDS", "chosen_method", "conv2d", "im2win_conv2d", "pointwise"]
+# the names (__init__.pyi) are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -17,27 +17,5 @@ True
 
 import lazy_loader
 
-# the names are imported at first use: a run imports only the modules it needs
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_api": ["METHODS", "choose_method", "correlate_checked", "cross_correlate"],
-    "_band": ["band_fits"],
-    "_correlation_plan": ["CorrelationPlan", "correlation_plan"],
-    "_cost_model": ["useful_macs"],
-    "_fft": ["conj_product", "fft_geometry", "fft_of", "irfftn_unnormalized", "padded_spectra",
-             "xcorr_fft"],
-    "_fft_window": ["correlation_window", "window_applies"],
-    "_forms": ["FORMS", "form_layout"],
-    "_overlap": ["as_float32", "overlap_xcorr"],
-    "_plan_cache": ["clear_plan_cache"],
-    "_plan_graph": ["CorrelationGraph"],
-    "_planner": ["cache_path", "decide", "heuristic", "run_plan", "set_on_measure"],
-    "_plans": ["Plan"],
-    "_shifts": ["first_shift", "normalize_max_shift", "output_shape", "shift_origin"],
-})
-
-__all__ = ["FORMS", "METHODS", "CorrelationGraph", "CorrelationPlan", "Plan", "as_float32",
-           "band_fits", "cache_path", "choose_method", "clear_plan_cache", "conj_product",
-           "correlation_plan", "correlation_window", "correlate_checked", "cross_correlate", "decide", "fft_geometry",
-           "fft_of", "first_shift", "form_layout", "heuristic", "irfftn_unnormalized",
-           "normalize_max_shift", "output_shape", "overlap_xcorr", "padded_spectra", "run_plan",
-           "set_on_measure", "shift_origin", "useful_macs", "window_applies", "xcorr_fft"]
+# the names (__init__.pyi) are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

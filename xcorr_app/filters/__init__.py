@@ -11,20 +11,5 @@ Examples
 
 import lazy_loader
 
-# the names are imported at first use: a run imports only the modules it needs
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_api": ["box", "convolve2d", "correlate2d", "dog", "gaussian", "gaussian_light",
-             "gaussian_taps", "laplace", "parse_kernel_spec", "sobel"],
-    "_banks": ["bank_weights", "channel_filter", "feature_prefilter"],
-    "_gradient": ["gradient"],
-    "_modes": ["MODES"],
-    "_reuse": ["PAPER_SIZES", "reuse_correlate"],
-    "_separable": ["SEPARABLE_SIZES", "separable_correlate"],
-    "_validation": ["check_radius"],
-})
-
-__all__ = ["MODES", "PAPER_SIZES", "SEPARABLE_SIZES", "bank_weights", "box",
-           "channel_filter", "check_radius", "convolve2d", "correlate2d", "dog",
-           "feature_prefilter", "gaussian", "gaussian_light", "gaussian_taps",
-           "gradient", "laplace", "parse_kernel_spec", "reuse_correlate",
-           "separable_correlate", "sobel"]
+# the names (__init__.pyi) are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

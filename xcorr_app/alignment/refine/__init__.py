@@ -3,11 +3,5 @@ around test, the noise judgement of lucas_kanade auto."""
 
 import lazy_loader
 
-# the names are imported at first use: a run imports only the modules it needs
-__getattr__, __dir__, _ = lazy_loader.attach(__name__, submod_attrs={
-    "_template": ["LucasKanadeFit", "TemplateAccumulator", "TemplateSums", "decide_lucas_kanade",
-                  "kept_rows", "periodic_frames", "relative_to_first", "template_of"],
-})
-
-__all__ = ["LucasKanadeFit", "TemplateAccumulator", "TemplateSums", "decide_lucas_kanade",
-           "kept_rows", "periodic_frames", "relative_to_first", "template_of"]
+# the names (__init__.pyi) are imported at first use: a run imports only the modules it needs
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

@@ -1,0 +1,15 @@
+# The public names of xcorr_app.alignment, each imported at its first use (__init__.py:
+# lazy_loader.attach_stub reads the `from .module import name` lines below).
+
+from ._api import align, estimate_shifts
+from ._apply import aligned_channels, apply_shifts
+from .warp import RESAMPLE, check_fill, common_area, shift_frames
+from ._executors import Executor
+from ._limits import check_limits, limit_devices
+from .piecewise import FIELD_RESAMPLE, apply_field, field_area, measure_field, parse_patches
+from ._options import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, options_signature
+from .rigid import NORMALIZATIONS, SUBPIXEL, WINDOWS, parse_prefilter, shared_plan
+from ._prebuild import PREBUILD_STAGES, prebuild
+from ._result import AlignResult
+from ._run import run_alignment
+from .volume import VolumeResult, align_volumes

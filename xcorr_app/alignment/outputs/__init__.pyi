@@ -1,0 +1,7 @@
+# The public names of xcorr_app.alignment.outputs, each imported at its first use (__init__.py:
+# lazy_loader.attach_stub reads the `from .module import name` lines below).
+
+from ._plots import PNG_LEVEL, plot_drift, plot_quality
+from ._motion_field import plot_motion_field, write_motion_field
+from ._save import (AlignedSink, RunOutputs, aligned_as, aligned_of, channel_metadata, check_save,
+                    output_names, result_document, write_chunks)

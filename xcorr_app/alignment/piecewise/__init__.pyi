@@ -1,0 +1,8 @@
+# The public names of xcorr_app.alignment.piecewise, each imported at its first use (__init__.py:
+# lazy_loader.attach_stub reads the `from .module import name` lines below).
+
+from ._field_resample import FIELD_RESAMPLE
+from ._motion_field import apply_field, field_area, warp_chunk
+from ._patch_pass import check_grid, measure_field
+from ._patches import check_deviation, check_template_passes, common_area, parse_patches
+from ._spline import field_weights

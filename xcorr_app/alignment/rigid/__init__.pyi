@@ -1,0 +1,14 @@
+# The public names of xcorr_app.alignment.rigid, each imported at its first use (__init__.py:
+# lazy_loader.attach_stub reads the `from .module import name` lines below).
+
+from ._columns import COLUMN, COLUMNS
+from ._frame_stats import area_float, converted_stats, demeaned, precision_sums
+from ._measure import (Measurer, frames_per_chunk, measure_frames, prepared_reference,
+                       quiet_if_nonfinite, shared_plan)
+from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_LOWPASS, FFT_REFERENCE_UPSAMPLE,
+                       NORMALIZATIONS, SUBPIXEL, check_choices, fft_reference, prefilter_for,
+                       search_range)
+from ._prepared import PreparedFrames, patch_key
+from ._preprocess import (AUTO_LOWPASS, WINDOWS, choose_prefilter, parse_prefilter, prepare,
+                          scale_free, spread_frames, window)
+from ._references import CHOICES, is_previous, mean_count, reference_frame, refined_passes

@@ -1,0 +1,16 @@
+# The public names of xcorr_app.io, each imported at its first use (__init__.py:
+# lazy_loader.attach_stub reads the `from .module import name` lines below).
+
+from ._background import BackgroundWrites, PIECE_BYTES
+from ._formats import ArrayFrames, FORMAT_EXTRAS, format_of, source_path, split_source
+from ._json import json_number, strict_json
+from ._lock import OutputLock
+from ._outputs import Interrupted, OutputRun, check_apart
+from ._pread import PreadFile, preadable
+from ._describe import describe
+from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, TIFF_SUFFIXES,
+                      open_source, open_stack, read_image)
+from ._stack_writers import OUT_FORMATS, aligned_name, as_dtype, stack_writer
+from ._tiff import SUPPORTED_DTYPES, plural, readable_frames
+from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
+                      remove_stale_temps, write_text, write_tiff)
