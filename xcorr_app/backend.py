@@ -304,8 +304,8 @@ def resolve_device(device: str = "auto") -> str:
     if ok:
         return "gpu"
     if device == "gpu":  # (an InputError: a ValueError to the API's callers)
-        raise InputError(f"--device gpu was asked for but {reason}; {gpu_remedy()}, or use "
-                         "--device cpu")
+        raise InputError(f"device='gpu' was asked for but {reason}; {gpu_remedy()}, or use "
+                         "device='cpu'")
     if not _warned_fallback:
         _warned_fallback = True
         warnings.warn(f"no usable GPU ({reason}); running on the CPU", BackendFallbackWarning,

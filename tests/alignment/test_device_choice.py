@@ -10,7 +10,7 @@ from xcorr_app.alignment._prebuild import RUN_STAGES, kernels_built, stage_key
 
 def test_small_jobs_go_to_the_cpu_with_a_note():
     dev, note = auto_device(12, (120, 160), kernels_built=True)
-    assert dev == "cpu" and "12 frames of 120x160" in note and "--device gpu" in note
+    assert dev == "cpu" and "12 frames of 120x160" in note and "device='gpu'" in note
     dev, note = auto_device(1, (64, 64), kernels_built=False)
     assert dev == "cpu" and "not built yet" in note and "xcorr info --compile" in note
 

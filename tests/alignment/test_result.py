@@ -29,9 +29,9 @@ def test_max_shift_below_the_drift_is_flagged_not_agreeing():
     s = res.summary()
     assert s["border_frames"] == int(pinned.sum()) == s["flagged_frames"]
     assert s["agreement"] <= 1 - beyond.mean() + 1e-9
-    assert any(f"{int(pinned.sum())} frames peaked on the border of the --max-shift window" in n
+    assert any(f"{int(pinned.sum())} frames peaked on the border of the max_shift window" in n
                and "drift may exceed it" in n for n in s["notes"])
-    assert any("outside --max-shift" in n for n in s["notes"])
+    assert any("outside max_shift" in n for n in s["notes"])
     assert [r["peak_on_border"] for r in res.frame_records()] == pinned.tolist()
     # a bound the drift fits in: nothing flagged, nothing noted
     ok = align(stack_path("cell"), max_shift=10, device="cpu")

@@ -59,7 +59,7 @@ def test_bad_options_are_one_line_input_errors_before_anything_is_read(kwargs, w
     (["--max-deviation", "3"], "--max-deviation needs patches"),
     (["--interpolate-low"], "--interpolate-low needs --min-confidence"),
     (["--reference", ""], "--reference is empty"),
-    (["--no-aligned", "--crop"], "--crop shape aligned.tif, which --no-aligned does not write"),
+    (["--no-aligned", "--crop"], "--crop shape the aligned stack, which --no-aligned does not write"),
     (["--out", ""], "--out is empty"),
 ])
 def test_the_command_line_refuses_with_the_same_line(tmp_path, args, words):

@@ -146,7 +146,7 @@ def test_an_upsample_for_the_circular_refinement_is_not_refused_after_measuring(
 @pytest.mark.parametrize("kwargs,match", [
     (dict(prefilter="gaussian:1e9"), r"prefilter gaussian:1e9 makes a filter of radius"),
     (dict(max_shift=10**9), r"max_shift 1000000000 reaches past frames of 40000x40000"),
-    (dict(max_memory="1G", max_shift=8), r"max-memory 1 GiB is too small for frames of 40000x"),
+    (dict(max_memory="1G", max_shift=8), r"max_memory 1 GiB is too small for frames of 40000x"),
     (dict(max_memory=True), r"max_memory must be a memory size, got True"),
 ])
 def test_the_api_refuses_them_before_a_frame_is_read(inputs, kwargs, match):

@@ -30,7 +30,7 @@ def test_prepare_outputs_creates_missing_folders(tmp_path):
 def test_prepare_outputs_existing_file_needs_force(tmp_path):
     target = tmp_path / "shifts.csv"
     target.write_text("old")
-    with pytest.raises(OutputError, match=r"shifts\.csv exists; pass --force to overwrite"):
+    with pytest.raises(OutputError, match=r"shifts\.csv exists; pass force=True to overwrite"):
         prepare_outputs([target], force=False)
     prepare_outputs([target], force=True)
     assert target.read_text() == "old"  # checking never touches the file
@@ -339,7 +339,7 @@ def test_output_run_commits_on_a_clean_exit_and_refuses_a_second_writer(tmp_path
                 pass
         assert os.listdir(out)[0].startswith(".")
     assert run.late_signal is None and os.listdir(out) == ["x.csv"]
-    with pytest.raises(OutputError, match="exists; pass --force"):
+    with pytest.raises(OutputError, match="exists; pass force=True"):
         with OutputRun([out / "x.csv"]):
             pass
     assert os.listdir(out) == ["x.csv"]

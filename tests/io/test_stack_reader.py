@@ -168,9 +168,9 @@ def test_imagej_hyperstack_channels(tmp_path, compression):
         np.testing.assert_array_equal(read_all(path, c), data[:, c])
     with open_stack(path, 1) as src:
         np.testing.assert_array_equal(src.read(1, 3), data[1:3, 1])
-    with pytest.raises(InputError, match=r"hyper\.tif has 2 channels .*pass --channel"):
+    with pytest.raises(InputError, match=r"hyper\.tif has 2 channels .*pass channel=K"):
         open_stack(path)
-    with pytest.raises(InputError, match="--channel 2 is out of range"):
+    with pytest.raises(InputError, match="channel 2 is out of range"):
         open_stack(path, 2)
 
 
@@ -204,7 +204,7 @@ def test_rgb_samples_are_channels(tmp_path, planar, compression):
     tifffile.imwrite(path, stored, photometric="rgb", compression=compression,
                      planarconfig="separate" if planar else "contig")
     np.testing.assert_array_equal(read_all(path, 2), data[..., 2])
-    with pytest.raises(InputError, match="3 channels .*--channel"):
+    with pytest.raises(InputError, match="3 channels .*channel=K"):
         open_stack(path)
 
 

@@ -80,7 +80,7 @@ def test_a_bounded_search_that_does_not_fit_whole_runs_in_bands():
 @pytest.mark.parametrize("kw", [dict(max_shift=None), dict(max_shift=(6, 6), normalization="phase")])
 def test_unbounded_and_phase_searches_have_no_bands(kw):
     whole = frame_need(SHAPE, 2, max_shift=kw["max_shift"]).total
-    with pytest.raises(InputError, match="--max-memory"):
+    with pytest.raises(InputError, match="max_memory"):
         plan_memory(SHAPE, 2, budget=whole - 1, **kw)
 
 
@@ -93,11 +93,11 @@ def test_the_max_memory_refusal_names_what_helps_and_nothing_given(max_shift, ve
     assert "\n" not in msg
     least = frame_need(SHAPE, 2, max_shift=max_shift, verify=verify,
                        band_rows=None if max_shift is None else 1)
-    assert msg.startswith(f"--max-memory {human(100_000)} is too small for frames of 301x257: "
+    assert msg.startswith(f"max_memory {human(100_000)} is too small for frames of 301x257: "
                           f"one frame needs at least {human(least.total)}")
-    assert ("--max-shift" in msg) == (max_shift is None)
-    assert ("--no-verify" in msg) == verify
-    assert f"--max-memory {human(least.total)} or more" in msg
+    assert ("max_shift=N" in msg) == (max_shift is None)
+    assert ("verify=False" in msg) == verify
+    assert f"max_memory={human(least.total)} or more" in msg
     assert "--device" not in msg
 
 
@@ -106,11 +106,11 @@ def test_the_gpu_refusal_advises_the_cpu_only_when_the_host_has_the_memory():
     cpu = frame_need(SHAPE, 2, max_shift=(6, 6), verify=False, band_rows=1).total
     with pytest.raises(InputError, match="do not fit on the GPU") as err:
         plan_memory(SHAPE, 2, host_free=10 * cpu, **kw)
-    assert "--device cpu" in str(err.value) and "--max-memory" not in str(err.value)
+    assert "device='cpu'" in str(err.value) and "max_memory" not in str(err.value)
     assert "1000 B is free" in str(err.value)
     with pytest.raises(InputError) as err:
         plan_memory(SHAPE, 2, host_free=cpu // 2, **kw)
-    assert "--device cpu" not in str(err.value)
+    assert "device='cpu'" not in str(err.value)
     assert "a machine with more memory" in str(err.value)
 
 
@@ -120,7 +120,7 @@ def test_the_host_refusal_gives_both_figures():
         plan_memory(SHAPE, 2, host_free=4096)
     assert str(err.value).startswith(f"frames of 301x257 do not fit in memory: one frame needs "
                                      f"at least {human(need)}, and 4 KiB is available; try ")
-    assert "--max-memory" not in str(err.value)
+    assert "max_memory" not in str(err.value)
 
 
 def test_host_available_bytes_reads_memavailable(tmp_path):

@@ -50,4 +50,4 @@ def auto_device(n_frames, frame_shape, kernels_built) -> tuple:
            "than compiling this run's GPU kernels, not built yet on this machine "
            "(xcorr info --compile builds them ahead)")
     return "cpu", (f"measured on the CPU: {n_frames} frame{'s' if n_frames != 1 else ''} of "
-                   f"{h}x{w} take less there {why}; --device gpu (device='gpu') uses the GPU")
+                   f"{h}x{w} take less there {why}; device='gpu' uses the GPU")

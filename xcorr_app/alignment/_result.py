@@ -386,13 +386,13 @@ def result_notes(border, const, nonfinite, fft_outside, bound, bounded):
     """The notes of a result: peaks on the border of the window, unmeasured frames."""
     notes = []
     if border.any():
-        window = (f"the --max-shift window (+-{bound[0]}, +-{bound[1]} px)" if bounded else
+        window = (f"the max_shift window (+-{bound[0]}, +-{bound[1]} px)" if bounded else
                   f"the search window (half the frame, +-{bound[0]}, +-{bound[1]} px)")
         notes.append(f"{plural(int(border.sum()), 'frame')} peaked on the border of {window}: "
                      "the drift may exceed it (flagged low_confidence"
-                     + ("; widen --max-shift)" if bounded else ")"))
+                     + ("; widen max_shift)" if bounded else ")"))
     if fft_outside.any():
-        notes.append(f"the FFT reference found a shift outside --max-shift on "
+        notes.append(f"the FFT reference found a shift outside max_shift on "
                      f"{plural(int(fft_outside.sum()), 'frame')} (counted as not agreeing)")
     if const.any():
         notes.append(f"{plural(int(const.sum()), 'constant frame')}: shift undefined (NaN), "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import signal
 import time
 from pathlib import Path
@@ -13,7 +12,6 @@ from types import SimpleNamespace
 import click
 
 from .. import backend
-from ..errors import InputError
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
 from ..alignment.outputs import aligned_as, channel_metadata, check_save
@@ -21,6 +19,7 @@ from ._options import (FEATURES, MEMORY, NORMALIZATIONS, PATCHES,
                        PREFILTER, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
+from ._flags import as_flags
 from ._input import apply_channels, input_options, input_path
 from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
 from ..io import OUT_FORMATS
@@ -176,13 +175,10 @@ def _align(o):
 
     path = o.path
     out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
-    try:
-        outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
-                             quality=not o.no_quality, patches=o.patches is not None,
-                             force=o.force, inputs=[split_source(path)[0]] + (
-                                 [Path(o.reference)] if _is_file(o.reference) else []))
-    except InputError as exc:
-        raise InputError(save_flags(str(exc))) from None
+    outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
+                         quality=not o.no_quality, patches=o.patches is not None, force=o.force,
+                         inputs=[split_source(path)[0]] + ([Path(o.reference)]
+                                                           if _is_file(o.reference) else []))
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
     # all outputs appear together when everything succeeded, or none (and no folder it made)
@@ -253,20 +249,15 @@ def _check(o):
     n_frames)``."""
     from ..io import open_stack
 
-    try:
-        o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
-                                             verify=not o.no_verify,
-                                             quality=not o.no_quality)
-        o.opts.check_executor("dask" if o.workers is not None or o.scheduler else
-                              "gpus" if o.gpus is not None else "process")
-    except InputError as exc:
-        raise InputError(as_flags(str(exc))) from None
-    try:  # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
-        o.fill = check_save(patches=o.patches is not None, aligned=not o.no_aligned,
-                            format=o.out_format, resample=o.resample, crop=o.crop,
-                            fill=o.fill, keep_dtype=o.keep_dtype)
-    except InputError as exc:
-        raise InputError(save_flags(str(exc))) from None
+    # (the errors in the API's words: the command prints them as flags, cli._flags)
+    o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
+                                         verify=not o.no_verify, quality=not o.no_quality)
+    o.opts.check_executor("dask" if o.workers is not None or o.scheduler else
+                          "gpus" if o.gpus is not None else "process")
+    # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
+    o.fill = check_save(patches=o.patches is not None, aligned=not o.no_aligned,
+                        format=o.out_format, resample=o.resample, crop=o.crop, fill=o.fill,
+                        keep_dtype=o.keep_dtype)
     if o.gpus is not None:
         from ..streaming import need_gpus
 
@@ -286,38 +277,10 @@ def _check(o):
         and (backend.gpu_pending() or backend.warm_up_held())
     o.dev = "cpu" if o.device == "cpu" else None if deferred else \
         note_device(o.device, o.quiet)
-    try:  # (in the options' words, before the run reads a frame for its automatic choices)
-        check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
-    except InputError as exc:
-        raise InputError(as_flags(str(exc))) from None
+    # (before the run reads a frame for its automatic choices)
+    check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
     planner_notes(o.quiet)
     return shape, itemsize, n
-
-
-#: the names of :meth:`AlignResult.save`'s options in an error, and the flags that give them
-SAVE_FLAGS = {"out": "--out", "aligned=False": "--no-aligned", "the aligned stack": "aligned.tif",
-              "keep_dtype": "--keep-dtype", "format": "--out-format", "resample": "--resample",
-              "crop": "--crop", "fill": "--fill", "patches": "--patches"}
-
-
-def save_flags(message: str) -> str:
-    """A message of :func:`~xcorr_app.alignment.outputs.check_save` in the command line's
-    words."""
-    for name, flag in SAVE_FLAGS.items():
-        message = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", flag, message)
-    return message
-
-
-def as_flags(message: str) -> str:
-    """An :class:`AlignOptions` message in the command line's words: option names as flags."""
-    names = sorted((f.name for f in dataclasses.fields(AlignOptions)), key=len, reverse=True)
-    for name in names:
-        if "_" in name:
-            message = re.sub(rf"\b{name}\b", "--" + name.replace("_", "-"), message)
-    first = message.split(" ", 1)[0]
-    if first in names:
-        message = "--" + message
-    return message.replace("----", "--")
 
 
 def _measure(o, client, gpu_ids, n, frame_gb, out=None):
@@ -387,7 +350,7 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
                    f"shift mean {mag.mean() if mag.size else float('nan'):.3f} px, max "
                    f"{mag.max() if mag.size else float('nan'):.3f} px")
     for note in s.get("notes", []):  # border peaks, constant and NaN frames, ...
-        click.echo(f"  note: {note}")
+        click.echo(f"  note: {as_flags(note)}")
     if s["low_confidence_frames"]:
         what = ("flagged in shifts.csv" if not res.settings["interpolate_low"]
                 else "shifts interpolated from neighbours" if s.get("interpolated_frames")

@@ -160,10 +160,7 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
         raise InputError(f"--resample {resample} does not apply to "
                          f"{'rigid shifts' if saved.field is None else 'a motion field'} "
                          f"(use {' or '.join(allowed)})")
-    try:
-        fill = check_fill(fill)
-    except InputError as exc:
-        raise InputError(f"--{exc}") from None
+    fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
         check_fits(saved, shifts, src, path)
         print_notes(src, quiet)

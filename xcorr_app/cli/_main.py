@@ -96,7 +96,9 @@ def user_errors(quiet: bool = False):
     except XcorrError as exc:
         if tracebacks:
             raise
-        click.echo(f"error: {exc}", err=True)
+        from ._flags import as_flags
+
+        click.echo(f"error: {as_flags(str(exc))}", err=True)  # (the API's names as flags)
         sys.exit(2)
     except KeyboardInterrupt as exc:
         # SIGINT, SIGTERM and SIGHUP (io.Interrupted carries the number): exit 128 + signal,

@@ -74,10 +74,7 @@ class PatchesType(click.ParamType):
 
         if value is None or isinstance(value, tuple):
             return value
-        try:
-            return parse_patches(int(value) if str(value).isdigit() else str(value))
-        except InputError as exc:
-            raise InputError(f"--{exc}") from None
+        return parse_patches(int(value) if str(value).isdigit() else str(value))
 
 
 class MemoryType(click.ParamType):
@@ -266,11 +263,13 @@ def where(dev, client, gpu_ids) -> str:
 def print_notes(src, quiet):
     """Tell the user what the reader noticed (skipped files, extra series); a warning (the
     frames of a truncated file left out) is said even with ``--quiet``."""
+    from ._flags import as_flags
+
     for note in src.notes:
         if note.startswith("warning: "):
-            click.echo(note, err=True)
+            click.echo(as_flags(note), err=True)
         elif not quiet:
-            click.echo(f"note: {note}", err=True)
+            click.echo(f"note: {as_flags(note)}", err=True)
 
 
 def readable_frames_of(path, readable, workers, scheduler):

@@ -396,7 +396,7 @@ def local_client(workers=None, scheduler=None):
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise XcorrError(f"--workers and --scheduler need Dask's distributed scheduler; "
+        raise XcorrError(f"workers and scheduler need Dask's distributed scheduler; "
                          f"{INSTALL_HINT}") from None
     if scheduler:
         try:
@@ -408,7 +408,7 @@ def local_client(workers=None, scheduler=None):
         return
     n = None if workers is None else int(workers)
     if n is not None and n < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
+        raise InputError(f"workers must be >= 1, got {workers}")
     import tempfile
 
     import dask

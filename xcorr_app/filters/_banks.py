@@ -129,7 +129,7 @@ def mix_weights(spec: str, channels: int) -> np.ndarray:
     """The (F, C) float32 weights of a mix spec."""
     if spec == "luma":
         if channels != 3:
-            raise InputError(f"--mix luma needs 3 channels (RGB); these frames have {channels}")
+            raise InputError(f"mix=luma needs 3 channels (RGB); these frames have {channels}")
         return np.asarray([LUMA], np.float32)
     if str(spec).endswith(".npy"):
         w = _load(spec)

@@ -123,7 +123,7 @@ def check_whole(tif, path: Path) -> None:
     total = declared // per_frame if declared else None
     of = f" of {total}" if total else ""
     raise TruncatedError(f"{path} is truncated or damaged after frame {found // per_frame}{of} "
-                         f"({why}); copy it again from the source (or pass --readable-frames "
+                         f"({why}); copy it again from the source (or pass readable_frames=True "
                          "to use the frames before it)", found // per_frame, total, why,
                          per_frame, contiguous)
 
@@ -225,7 +225,7 @@ class TiffFrames:
                 if total else f"frame {n} and later cannot be read")
         self.notes.append(f"warning: {self.path} is truncated or damaged ({self._cut.why}): "
                           f"{lost}; using frames 0 to {n - 1} (counted from 0; "
-                          "--readable-frames)")
+                          "readable_frames)")
 
     def _parse(self, channel):
         """The layout: from the first image series, or for a truncated file (under
@@ -279,12 +279,12 @@ class TiffFrames:
         n_channels = shape[channel_axes[0]] if channel_axes else 1
         if channel is None and n_channels > 1:
             raise InputError(
-                f"{self.path} has {n_channels} channels (axes {axes}); pass --channel with a "
+                f"{self.path} has {n_channels} channels (axes {axes}); pass channel=K with K a "
                 f"number from 0 to {n_channels - 1} to pick one"
             )
         if channel is not None and not 0 <= channel < n_channels:
-            valid = f"0 to {n_channels - 1}" if n_channels > 1 else "0 or leave --channel out"
-            raise InputError(f"--channel {channel} is out of range: {self.path} has "
+            valid = f"0 to {n_channels - 1}" if n_channels > 1 else "0 or leave channel out"
+            raise InputError(f"channel {channel} is out of range: {self.path} has "
                              f"{plural(n_channels, 'channel')}; use {valid}")
         self._channel = channel or 0
         self.n_channels = n_channels

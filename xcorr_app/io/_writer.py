@@ -80,7 +80,7 @@ def check_outputs(paths, force: bool) -> None:
         if path.is_dir() and not path.name.lower().endswith(FOLDER_OUTPUTS):
             raise OutputError(f"output {path} is a folder; give a file name")
         if path.exists() and not force:
-            raise OutputError(f"{path} exists; pass --force to overwrite")
+            raise OutputError(f"{path} exists; pass force=True to overwrite")
 
 
 def make_folders(paths) -> list:

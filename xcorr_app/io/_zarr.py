@@ -119,7 +119,7 @@ def open_zarr(file: Path, dataset, channel, z) -> ArrayFrames:
             arrays = _arrays(node)
             if len(arrays) != 1:
                 raise InputError(f"{file} holds {plural_arrays(arrays)}; name one as "
-                                 f"{file}:/PATH (or --dataset PATH)")
+                                 f"{file}:/PATH (or dataset=PATH)")
             dataset, node = next(iter(arrays.items()))
     if axes is None:
         axes, guessed = _axes_of(node)

@@ -22,7 +22,7 @@ SCALE_OUT_MIN_BYTES = 16 * 2**30
 def need_gpus():
     """InputError unless CuPy is importable and a GPU usable (before CuPy is imported)."""
     if not backend.gpu_available():
-        raise InputError(f"--gpus needs CUDA GPUs, but none is usable here "
+        raise InputError(f"gpus needs CUDA GPUs, but none is usable here "
                          f"({backend.gpu_unavailable_reason()}); {backend.gpu_remedy()}")
 
 
@@ -48,17 +48,17 @@ def parse_gpus(spec) -> tuple[int, ...]:
         try:
             ids = [int(t) for t in text.split(",") if t.strip()]
         except ValueError:
-            raise InputError(f"--gpus {spec!r}: give GPU numbers separated by commas, e.g. 0,1, "
+            raise InputError(f"gpus {spec!r}: give GPU numbers separated by commas, e.g. 0,1, "
                              "or 'all'") from None
     else:
         ids = [int(t) for t in spec]
     if not ids:
-        raise InputError("--gpus: name at least one GPU, e.g. 0,1, or 'all'")
+        raise InputError("gpus: name at least one GPU, e.g. 0,1, or 'all'")
     if len(set(ids)) != len(ids):
-        raise InputError(f"--gpus {spec!r} names a GPU twice")
+        raise InputError(f"gpus {spec!r} names a GPU twice")
     bad = [i for i in ids if not 0 <= i < count]
     if bad:
-        raise InputError(f"--gpus: GPU {bad[0]} does not exist; this host has {count} "
+        raise InputError(f"gpus: GPU {bad[0]} does not exist; this host has {count} "
                          f"(0 to {count - 1})")
     return tuple(ids)
 

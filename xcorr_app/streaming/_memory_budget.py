@@ -253,7 +253,7 @@ def refusal(frame_shape, itemsize, *, max_shift, normalization, verify, device, 
     least = _least(frame_shape, itemsize, *args, device)
     name, avail, part = _broken(least, limits)
     figure = getattr(least, part)
-    text = {"max-memory": f"--max-memory {human(avail)} is too small for frames of {h}x{w}: "
+    text = {"max-memory": f"max_memory {human(avail)} is too small for frames of {h}x{w}: "
                           f"one frame needs at least {human(figure)}",
             "gpu": f"frames of {h}x{w} do not fit on the GPU: one frame needs at least "
                    f"{human(figure)} there, and {human(avail)} is free",
@@ -271,16 +271,16 @@ def refusal(frame_shape, itemsize, *, max_shift, normalization, verify, device, 
     if max_shift is None and normalization != "phase":
         n = min(ADVISED_SHIFT, h // 2, w // 2)
         bounded = _least(frame_shape, itemsize, (n, n), normalization, verify, device)
-        helps.append(f"--max-shift N (bound the search to the largest drift expected; with N = "
+        helps.append(f"max_shift=N (bound the search to the largest drift expected; with N = "
                      f"{n}: {human(getattr(bounded, part))})")
     if verify:
         lean = _least(frame_shape, itemsize, max_shift, normalization, False, device)
-        helps.append(f"--no-verify ({human(getattr(lean, part))})")
+        helps.append(f"verify=False ({human(getattr(lean, part))})")
     if device == "gpu" and name == "gpu" \
             and fits(device="cpu", limits=_limits("cpu", budget, None, host_free)):
-        helps.append("--device cpu (the host has the memory)")
+        helps.append("device='cpu' (the host has the memory)")
     if name == "max-memory" and fits(limits=[lim for lim in limits if lim[0] != name]):
-        helps.append(f"--max-memory {human(figure)} or more")
+        helps.append(f"max_memory={human(figure)} or more")
     if not helps:
         helps.append("a machine with more memory, or smaller frames (crop or bin them)")
     return f"{text}; try {', or '.join(helps)}"
@@ -437,7 +437,7 @@ def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="
     >>> check_frame_memory((40000, 40000), 2, budget=parse_memory("1G"))
     Traceback (most recent call last):
     ...
-    xcorr_app.errors.InputError: --max-memory 1 GiB is too small for frames of 40000x40000: one frame needs at least 265 GiB; try --max-shift N (bound the search to the largest drift expected; with N = 32: 98.4 GiB), or --no-verify (218 GiB)
+    xcorr_app.errors.InputError: max_memory 1 GiB is too small for frames of 40000x40000: one frame needs at least 265 GiB; try max_shift=N (bound the search to the largest drift expected; with N = 32: 98.4 GiB), or verify=False (218 GiB)
     """
     from .. import backend
 

@@ -219,8 +219,8 @@ def stack_file(tmp_path_factory, deformed):
     (["--patches", "3x3", "--max-deviation", "-1"], ["--max-deviation must be >= 0"]),
     (["--patches", "3x3", "--patch-overlap", "500"], ["smaller than the patch size"]),
     (["--patches", "3x3", "--patch-overlap", "-2"], ["--patch-overlap must be a non-negative integer"]),
-    (["--patches", "3x3", "--resample", "fourier"], ["not available with --patches"]),
-    (["--resample", "cubic"], ["needs --patches"]),
+    (["--patches", "3x3", "--resample", "fourier"], ["--resample fourier is not available with patches"]),
+    (["--resample", "cubic"], ["--resample cubic warps by a motion field (patches)"]),
 ])
 def test_cli_patch_errors_are_one_line(stack_file, tmp_path, args, words):
     before = digest(stack_file)

@@ -69,17 +69,17 @@ def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", cro
     if format not in OUT_FORMATS:
         raise InputError(f"unknown format {format!r}; use one of {', '.join(OUT_FORMATS)}")
     if not patches and resample not in RESAMPLE:
-        raise InputError(f"resample {resample} needs patches (rigid shifts: "
-                         f"{' or '.join(RESAMPLE)})")
+        raise InputError(f"resample={resample} warps by a motion field (patches): use "
+                         f"resample={' or resample='.join(RESAMPLE)} for rigid shifts")
     if patches and resample not in FIELD_RESAMPLE:
-        raise InputError(f"resample {resample} is not available with patches (use "
-                         f"{' or '.join(FIELD_RESAMPLE)})")
+        raise InputError(f"resample={resample} is not available with patches (use "
+                         f"resample={' or resample='.join(FIELD_RESAMPLE)})")
     if not aligned:
-        given = [name for name, on in (("crop", crop), ("fill", fill != 0.0),
-                                       ("resample", resample != "bilinear"),
-                                       ("format", format != "tiff"),
-                                       ("keep_dtype", keep_dtype),
-                                       ("channels", channels is not None)) if on]
+        given = [f"{name}={value}" for name, value, on in (
+            ("crop", True, crop), ("fill", fill, fill != 0.0), ("resample", resample,
+                                                               resample != "bilinear"),
+            ("format", format, format != "tiff"), ("keep_dtype", True, keep_dtype),
+            ("channels", channels, channels is not None)) if on]
         if given:
             raise InputError(f"{', '.join(given)} shape the aligned stack, which aligned=False "
                              "does not write: drop one or the other")

@@ -184,7 +184,7 @@ class PatchGrid:
             if p > a:
                 raise InputError(f"patches of {p} px along the {name} are larger than the "
                                  f"frame's area every shifted frame covers ({a} px of "
-                                 f"{frame_shape[axis]}): use a smaller --patch-overlap")
+                                 f"{frame_shape[axis]}): use a smaller patch_overlap")
             if p < max(MIN_PATCH_SIDE, 2 * dev + 1):
                 raise InputError(f"patches of {p} px along the {name} are too small for "
                                  f"max_deviation {dev} (at least {max(MIN_PATCH_SIDE, 2 * dev + 1)}"

@@ -205,7 +205,7 @@ def prepared_reference(opts, src, xp, chunk_frames, image=None):
     if not bool(p.finite[0]):
         raise InputError("the reference image has NaN or Inf pixels; replace them first")
     if bool(p.constant[0]):
-        raise InputError("the reference image is constant; choose another --reference")
+        raise InputError("the reference image is constant; choose another reference")
     return p.frames[0], p.raw[0]
 
 

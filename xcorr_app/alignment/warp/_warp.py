@@ -319,8 +319,8 @@ def common_area(shifts, frame_shape):
     x0 = max(0, int(np.ceil(s[:, 1].max() - 1e-9)))
     x1 = min(w, int(np.floor(w - 1 + s[:, 1].min() + 1e-9)) + 1)
     if y1 <= y0 or x1 <= x0:
-        raise InputError("the shifted frames have no area in common; pad with --fill instead "
-                         "of --crop")
+        raise InputError("the shifted frames have no area in common; pad with fill=VALUE "
+                         "instead of crop=True")
     return y0, y1, x0, x1
 
 
