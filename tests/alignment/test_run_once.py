@@ -54,6 +54,7 @@ def test_the_cli_builds_the_options_once(kind, tmp_path):
     assert res.exit_code == 0, res.output
     assert calls.counts["__post_init__"] == 1
     assert calls.counts["normalize_max_shift"] == 1, calls.counts  # (the options' own)
+    assert calls.counts["check_bound"] == 1, calls.counts  # (against the frames, once open)
 
 
 @pytest.mark.parametrize("kind", sorted(RUNS))
@@ -65,6 +66,7 @@ def test_the_api_builds_the_options_once_and_takes_them_built(kind):
         res = xcorr_app.align(str(stack_path("cell")), **keywords)
     assert calls.counts["__post_init__"] == 1
     assert calls.counts["normalize_max_shift"] == 1, calls.counts
+    assert calls.counts["check_bound"] == 1, calls.counts
     opts = AlignOptions(**keywords)
     with Calls() as calls:
         again = xcorr_app.align(str(stack_path("cell")), options=opts)

@@ -17,7 +17,7 @@ xcorr_app.errors.InputError: prefilter gaussian:1e9 makes a filter of radius 400
 from __future__ import annotations
 
 from ..filters import check_radius
-from ..streaming import check_frame_memory
+from ..streaming import check_bound, check_frame_memory
 
 __all__ = ["check_limits", "limit_devices"]
 
@@ -43,6 +43,7 @@ def check_limits(opts, frame_shape, itemsize=2, devices=("cpu",)) -> None:
     that fits none of ``devices`` (a GPU not usable here is skipped).  The features' sigmas
     too: their bank is cut at 31x31 taps, so a sigma far past the frame filters nothing it
     names."""
+    check_bound(frame_shape, opts.max_shift)  # (the one check of the bound a run makes)
     for option, names, spec in (("prefilter", ("gaussian", "dog"), opts.prefilter),
                                 ("features", ("dog", "gabor"), opts.features)):
         name, _, arg = str(spec).partition(":")

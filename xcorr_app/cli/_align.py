@@ -277,8 +277,8 @@ def _check(o):
         and (backend.gpu_pending() or backend.warm_up_held())
     o.dev = "cpu" if o.device == "cpu" else None if deferred else \
         note_device(o.device, o.quiet)
-    # (before the run reads a frame for its automatic choices)
-    check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
+    if executor == "dask":  # (before a cluster starts; the run checks them itself otherwise)
+        check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
     planner_notes(o.quiet)
     return shape, itemsize, n
 

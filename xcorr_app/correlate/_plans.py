@@ -25,7 +25,6 @@ Examples
 from __future__ import annotations
 
 import functools
-import importlib
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -36,18 +35,34 @@ from ._work_distribution import DISTRIBUTIONS
 #: methods a plan may name; ``direct`` and ``fft`` run on either array module
 METHODS = ("direct", "fft", "overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled",
            "mma", "small", "band")
-#: the GPU method's module and its ``configure`` function for
-#: :func:`xcorr_app.correlate._warp_shuffle.launch` (whose parameters are the plan's, named as in
-#: ``_PARAMS``), or its launcher function (``overlap``, no parameters)
-_GPU_LAUNCHERS = {"overlap": ("._overlap", "overlap_xcorr"),
-                  "warp_shuffle": ("._warp_shuffle", "configure_shuffle"),
-                  "warp_per_shift": ("._warp_shuffle", "configure_per_shift"),
-                  "tiled": ("._tiled", "configure_tiled"),
-                  "pair_tiled": ("._tiled", "configure_pairs"),
-                  "mma": ("._mma", "configure_mma"),
-                  "small": ("._small", "configure_small"),
-                  "band": ("._band", "configure_band")}
-GPU_METHODS = tuple(_GPU_LAUNCHERS)
+#: the methods of the GPU's kernels (:func:`gpu_function`)
+GPU_METHODS = ("overlap", "warp_shuffle", "warp_per_shift", "tiled", "pair_tiled", "mma", "small",
+               "band")
+
+
+def gpu_function(method):
+    """A GPU method's ``configure`` function for :func:`xcorr_app.correlate._warp_shuffle.launch`
+    (whose parameters are the plan's, named as in ``_PARAMS``), or its launcher (``overlap``, no
+    parameters); imported at first use, so a run imports only its own kernels' modules."""
+    if method == "overlap":
+        from ._overlap import overlap_xcorr
+        return overlap_xcorr
+    if method in ("warp_shuffle", "warp_per_shift"):
+        from ._warp_shuffle import configure_per_shift, configure_shuffle
+        return configure_shuffle if method == "warp_shuffle" else configure_per_shift
+    if method in ("tiled", "pair_tiled"):
+        from ._tiled import configure_pairs, configure_tiled
+        return configure_tiled if method == "tiled" else configure_pairs
+    if method == "mma":
+        from ._mma import configure_mma
+        return configure_mma
+    if method == "small":
+        from ._small import configure_small
+        return configure_small
+    if method == "band":
+        from ._band import configure_band
+        return configure_band
+    raise ValueError(f"{method!r} is not a GPU method")
 _PARAMS = {"warp_shuffle": ("lefts", "rights", "shifts", "left_rows", "distribution",
                             "rows_per_worker"),
            "warp_per_shift": ("shared",),
@@ -125,9 +140,7 @@ class Plan:
         the launch of the method's ``configure`` with the plan's parameters, with no wrapper in
         between (a small problem's run is a few microseconds of host time: the layers would be
         a fair share of it)."""
-        module, name = _GPU_LAUNCHERS[self.method]
-        mod = importlib.import_module(module, __package__)
-        fn = getattr(mod, name)
+        fn = gpu_function(self.method)
         if self.method == "overlap":
             return lambda left, right, form, max_shift, out: fn(left, right, form, max_shift,
                                                                 out=out)
@@ -148,10 +161,9 @@ class Plan:
         one (``direct``, ``fft``, ``overlap``): configured once and kept, as a call of
         :meth:`gpu_launcher` keeps them.  A plan that cannot run the problem raises
         :class:`~xcorr_app.errors.InputError` saying why."""
-        if self.method not in _GPU_LAUNCHERS or self.method == "overlap":
+        if self.method not in GPU_METHODS or self.method == "overlap":
             return None
-        module, name = _GPU_LAUNCHERS[self.method]
-        configure = getattr(importlib.import_module(module, __package__), name)
+        configure = gpu_function(self.method)
         from ._warp_shuffle import prepare
 
         try:
@@ -168,7 +180,7 @@ def run_plan(plan, left, right, form="one_to_one", max_shift=None, out=None):
     :func:`xcorr_app.correlate._fft.fft_xcorr`); ``out`` receives the result.
     """
     plan = Plan.parse(plan)
-    if plan.method in _GPU_LAUNCHERS:
+    if plan.method in GPU_METHODS:
         try:
             return plan.gpu_launcher(left, right, form, max_shift, out)
         except ValueError as exc:

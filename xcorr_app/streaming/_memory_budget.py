@@ -360,10 +360,9 @@ def plan_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc", 
     Raises
     ------
     InputError
-        When one frame does not fit (:func:`refusal` says what helps), or ``max_shift``
-        reaches past the frame.
+        When one frame does not fit (:func:`refusal` says what helps).  ``max_shift`` within
+        the frame is the caller's to check, once a run (:func:`check_bound`).
     """
-    check_bound(frame_shape, max_shift)
     limits = _limits(device, budget, device_free, host_free)
     found = _fitting(frame_shape, itemsize, max_shift, normalization, verify, device, limits)
     if found is None:
@@ -421,8 +420,8 @@ def host_free_bytes():
 
 def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="zncc",
                        verify=True, devices=("cpu",), budget=None) -> None:
-    """Refuse frames one of which fits none of ``devices`` ("cpu", "gpu"; none: only the
-    bound checked), before any frame is read: :func:`plan_memory`'s check of one frame
+    """Refuse frames one of which fits none of ``devices`` ("cpu", "gpu"; none: nothing
+    checked), before any frame is read: :func:`plan_memory`'s check of one frame
     against ``budget`` and the memory free now (:func:`host_free_bytes`; a run reads a few
     whole frames for its automatic choices before its own check).
 
@@ -441,7 +440,6 @@ def check_frame_memory(frame_shape, itemsize, *, max_shift=None, normalization="
     """
     from .. import backend
 
-    check_bound(frame_shape, max_shift)
     host_free = host_free_bytes()
     first = None
     for device in devices:
