@@ -74,6 +74,49 @@ def test_the_api_builds_the_options_once_and_takes_them_built(kind):
     np.testing.assert_array_equal(again.shifts, res.shifts)
 
 
+def test_the_volumes_options_are_built_once(tmp_path):
+    """``xcorr align --volumes``: one VolumeOptions, max_shift parsed once, on the command line
+    and in the API (which takes the options built)."""
+    import tifffile
+
+    from xcorr_app.alignment import VolumeOptions, align_volumes
+
+    vol = np.random.default_rng(3).random((6, 20, 24)).astype(np.float32)
+    stack = np.stack([vol, np.roll(vol, (1, 2, -1), axis=(0, 1, 2))])
+    path = tmp_path / "v.tif"
+    tifffile.imwrite(path, stack, imagej=True, metadata={"axes": "TZYX"})
+    counts = Counter()
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and "xcorr_app" in code.co_filename:
+            if code.co_name == "__post_init__" and type(frame.f_locals.get("self")) is VolumeOptions:
+                counts["options"] += 1
+            elif code.co_name == "parse_max_shift":
+                counts["max_shift"] += 1
+
+    sys.setprofile(profile)
+    try:
+        res = CliRunner().invoke(cli, ["align", str(path), "--volumes", "--device", "cpu",
+                                       "--max-shift", "2,3,3", "--quiet", "--no-aligned",
+                                       "--out", str(tmp_path / "o")])
+    finally:
+        sys.setprofile(None)
+    assert res.exit_code == 0, res.output
+    assert counts == {"options": 1, "max_shift": 1}, counts
+    opts = VolumeOptions(max_shift=(2, 3, 3), upsample=1, device="cpu")
+    counts.clear()
+    sys.setprofile(profile)
+    try:
+        got = align_volumes(stack, options=opts)
+    finally:
+        sys.setprofile(None)
+    assert counts == {}, counts
+    np.testing.assert_array_equal(got.shifts[1], [-1, -2, 1])
+    with pytest.raises(xcorr_app.InputError, match="either as options= or as keywords"):
+        align_volumes(stack, options=opts, max_shift=2)
+
+
 def test_options_or_keywords_not_both():
     with pytest.raises(xcorr_app.InputError, match="either as options= or as keywords"):
         xcorr_app.align(np.zeros((2, 8, 8), np.float32), options=AlignOptions(), max_shift=2)

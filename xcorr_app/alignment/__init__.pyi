@@ -12,4 +12,4 @@ from .rigid import NORMALIZATIONS, SUBPIXEL, WINDOWS, parse_prefilter, shared_pl
 from ._prebuild import PREBUILD_STAGES, prebuild
 from ._result import AlignResult
 from ._run import run_alignment
-from .volume import VolumeResult, align_volumes
+from .volume import VolumeOptions, VolumeResult, align_volumes

@@ -28,6 +28,7 @@ from ..backend import DEVICES
 from ..correlate import normalize_max_shift, output_shape
 from ..errors import InputError
 from ..io import SUPPORTED_DTYPES
+from ..registration import DEFAULT_UPSAMPLE
 from ..streaming import parse_memory
 from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_previous,
                     mean_count, parse_prefilter, prefilter_for, prepare, refined_passes,
@@ -41,8 +42,6 @@ BOUNDARIES = ("auto", "linear", "circular")
 #: ``lucas_kanade``: the Lucas-Kanade refinement against a denoised template
 #: (:mod:`xcorr_app.alignment.refine._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
 LUCAS_KANADE = ("auto", "on", "off")
-#: the upsampled DFT's factor where ``upsample`` is not given (resolution 1/20 px)
-DEFAULT_UPSAMPLE = 20
 #: the largest ``upsample``: 1/100 px is finer than any correlation peak is located, and the
 #: upsampled region's memory grows with the factor squared
 MAX_UPSAMPLE = 100

@@ -135,15 +135,15 @@ _NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("sch
 
 def align_volumes_cli(o):
     """``xcorr align PATH --volumes`` once its options are parsed (``o``)."""
-    from ..alignment import align_volumes
+    from ..alignment import VolumeOptions, align_volumes
     from ..io import OutputRun, write_text
-    from ..streaming import parse_memory
 
     for name, unset in _NOT_WITH_VOLUMES:
         if getattr(o, name, unset) != unset:
             raise InputError(f"--{name.replace('_', '-')} does not apply to --volumes")
-    voxel_size = parse_voxel_size_text(o.voxel_size)
-    reference = _reference(o.reference)
+    opts = VolumeOptions(reference=_reference(o.reference), max_shift=o.max_shift,
+                         voxel_size=parse_voxel_size_text(o.voxel_size), upsample=o.upsample,
+                         device=o.device, memory_limit=o.max_memory)  # (checked once)
     if o.out_dir is not None and not o.out_dir.strip():
         raise InputError("--out is empty: name the folder for shifts.csv, shifts.json and "
                          "drift.png")
@@ -157,18 +157,14 @@ def align_volumes_cli(o):
     names = OUTPUTS[:-1] if o.no_aligned else OUTPUTS
     outputs = [out / name for name in names]
     dev = note_device(o.device, o.quiet)
-    upsample = o.upsample if o.upsample is not None else 20
     stale = [out / OUTPUTS[-1]] if o.no_aligned else []  # (it would not match shifts.csv)
     with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock", remove=stale) as run:
         if not o.no_aligned and dev != "cpu":  # (the aligned volumes' warp built meanwhile)
-            from ..alignment.volume import parse_max_shift, prebuild_volumes
+            from ..alignment.volume import prebuild_volumes
 
-            prebuild_volumes(parse_max_shift(o.max_shift), upsample, aligned=True)
+            prebuild_volumes(opts.max_shift, opts.upsample, aligned=True)
         t0 = time.perf_counter()
-        res = align_volumes(path, reference=reference, max_shift=o.max_shift,
-                            voxel_size=voxel_size, upsample=upsample, device=dev,
-                            memory_limit=None if o.max_memory is None else
-                            parse_memory(o.max_memory, "--max-memory"))
+        res = align_volumes(path, options=opts)
         seconds = time.perf_counter() - t0
         doc = {"input": str(path), "device": res.device, "seconds": round(seconds, 3),
                "notes": res.notes, "volumes": res.rows()}

@@ -46,6 +46,10 @@ from ..errors import InputError
 from ._fft_register import cross_power, periodic_spectrum, refine_peak, upsampled_dft
 from ._peaks import peak_index, subpixel_fit2d
 
+#: the upsampled DFT's factor where none is given: a resolution of 1/20 px, finer than the
+#: accuracy of any stack's peaks (the one default of align's ``upsample``, its FFT check, the
+#: volumes' and z-location's refinement)
+DEFAULT_UPSAMPLE = 20
 BOUNDARIES = ("linear", "circular")
 
 

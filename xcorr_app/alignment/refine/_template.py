@@ -45,7 +45,8 @@ import numpy as np
 
 from ... import backend
 from ...correlate import irfftn_unnormalized
-from ...registration import fft_shifts, phase_ramps, wrapped_correlations
+from ...registration import (DEFAULT_UPSAMPLE, fft_shifts, phase_ramps,
+                             wrapped_correlations)
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
 from ..rigid import COLUMN
@@ -237,7 +238,7 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     # 1.4 px off (its wrapped edges pull the peak), and its strips then fail to match; a
     # cropped frame's circular peak can lie on the seams' cross, a pixel or more off.  The
     # shift whose overlap matches better is the frame's (both hypotheses agree there)
-    circular = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=20,
+    circular = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=DEFAULT_UPSAMPLE,
                                                       normalization="phase")[0]), np.float64)
     pairs = [_wrap_sums(frames.raw, ref, s, xp, on_gpu) for s in (shifts[order], circular)]
     # (fetched behind the sums; combined on the host: CuPy's & and ~ compile at first use)

@@ -8,12 +8,13 @@ the prefilter a normalization takes, and how the FFT check measures.
 from __future__ import annotations
 
 from ...errors import InputError
+from ...registration import DEFAULT_UPSAMPLE
 from ._preprocess import parse_prefilter
 
 SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
 NORMALIZATIONS = ("zncc", "none", "phase")
-#: upsampling of the FFT reference measurement (resolution 1/20 px)
-FFT_REFERENCE_UPSAMPLE = 20
+#: upsampling of the FFT reference measurement (the upsampled DFT's default)
+FFT_REFERENCE_UPSAMPLE = DEFAULT_UPSAMPLE
 #: the FFT reference's plain correlation low-passed by a gaussian of this sigma (px) on both
 #: images (:func:`~xcorr_app.registration._fft_register.fft_shifts`' ``lowpass``)
 FFT_REFERENCE_LOWPASS = 1.0

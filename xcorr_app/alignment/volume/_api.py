@@ -20,13 +20,16 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 
 import numpy as np
 
 from ...backend import (compute_device, device_free_bytes, host_available_bytes, to_numpy,
                        xp_for)
 from ...errors import InputError
-from ...streaming import DeviceChunks
+from ...registration import DEFAULT_UPSAMPLE
+from ...streaming import DeviceChunks, parse_memory
 from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
 from ._prebuild import prebuild_volumes
 from ._result import VolumeResult
@@ -98,6 +101,40 @@ def parse_voxel_size(voxel_size):
     return values
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VolumeOptions:
+    """Every option of one 3-D run (:func:`align_volumes`), checked and normalized once, when
+    built: ``max_shift`` a 3-tuple (or None), ``voxel_size`` three floats (or None),
+    ``upsample`` a float >= 1 (None: :data:`~xcorr_app.registration.DEFAULT_UPSAMPLE`),
+    ``memory_limit`` bytes (or a size such as ``"2G"``).  What runs below takes it as it is.
+
+    >>> VolumeOptions(max_shift=3, upsample=None).max_shift
+    (3, 3, 3)
+    """
+
+    reference: object = "first"
+    max_shift: object = None
+    voxel_size: object = None
+    upsample: object = DEFAULT_UPSAMPLE
+    device: str = "auto"
+    memory_limit: object = None
+
+    def __post_init__(self):
+        put = functools.partial(object.__setattr__, self)
+        ref = self.reference
+        if not (ref in ("first", "mean") if isinstance(ref, str) else
+                isinstance(ref, (int, np.integer)) and not isinstance(ref, bool)):
+            raise InputError(f"reference {ref!r}: use 'first', 'mean' or a volume index")
+        put("max_shift", parse_max_shift(self.max_shift))
+        put("voxel_size", parse_voxel_size(self.voxel_size))
+        put("upsample", parse_upsample(DEFAULT_UPSAMPLE if self.upsample is None
+                                       else self.upsample))
+        if self.device not in ("auto", "cpu", "gpu"):
+            raise InputError(f"unknown device {self.device!r}; use one of auto, cpu, gpu")
+        if self.memory_limit is not None:
+            put("memory_limit", parse_memory(self.memory_limit))
+
+
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
     """How many volumes of ``shape`` (T, Z, Y, X) of ``itemsize`` bytes a voxel one chunk
     holds; InputError, with the figures, where not even one fits beside the reference."""
@@ -163,8 +200,8 @@ def _reference_spectrum(ref, name, xp):
     return spec[0], norm, name
 
 
-def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, upsample=20,
-                  device="auto", memory_limit=None):
+def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
+                  upsample=DEFAULT_UPSAMPLE, device="auto", memory_limit=None, *, options=None):
     """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume.
 
     Parameters
@@ -183,8 +220,10 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
         Subvoxel refinement: the correlation sampled every ``1 / upsample`` voxel around the
         peak, then a parabola through the best sample; 1: integer shifts.
     device : {"auto", "cpu", "gpu"}
-    memory_limit : int, optional
+    memory_limit : int or str, optional
         Bytes the run may use (default: a share of the free GPU or host memory).
+    options : VolumeOptions, optional
+        The options built before, instead of the keywords (checked once, when built).
 
     Returns
     -------
@@ -203,11 +242,16 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None, ups
     >>> align_volumes(stack, upsample=1, device="cpu").shifts[1].tolist()
     [-1.0, 2.0, -3.0]
     """
+    given = dict(reference=reference, max_shift=max_shift, voxel_size=voxel_size,
+                 upsample=upsample, device=device, memory_limit=memory_limit)
+    if options is None:
+        options = VolumeOptions(**given)
+    elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)):
+        raise InputError("give the run's options either as options= or as keywords, not both")
     source = open_volumes(stack)
-    bounds = parse_max_shift(max_shift)
-    voxel_size = parse_voxel_size(voxel_size)
-    upsample = parse_upsample(upsample)
-    dev = compute_device(source.data, device=device)
+    bounds, upsample, reference = options.max_shift, options.upsample, options.reference
+    voxel_size, memory_limit = options.voxel_size, options.memory_limit
+    dev = compute_device(source.data, device=options.device)
     xp = xp_for(dev)
     if xp is not np:  # (a machine's first run: the later stages' kernels built meanwhile)
         prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)

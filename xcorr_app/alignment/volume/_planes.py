@@ -20,15 +20,15 @@ import numpy as np
 from ...backend import xp_for
 from ...correlate import fft_of
 from ...errors import InputError
-from ...registration import refine_upsampled
+from ...registration import DEFAULT_UPSAMPLE, refine_upsampled
 from ._api import parse_max_shift, reference_volume
 from ._dft3 import window_lags
 from ._shift import shift_volumes
 from ._source import open_volumes
 
 
-def refine_planes(stack, shifts, reference="first", max_shift=None, upsample=20,
-                  device="auto"):
+def refine_planes(stack, shifts, reference="first", max_shift=None,
+                  upsample=DEFAULT_UPSAMPLE, device="auto"):
     """The residual (dy, dx) of every plane of every volume beyond its rigid ``shifts``:
     the volume moved along z by its dz (linear interpolation; none in x and y, which would
     blur the planes and fill their edges), each plane's (dy, dx) measured against the same

@@ -39,7 +39,7 @@ import numpy as np
 from ...backend import compute_device, xp_for
 from ...correlate import fft_of
 from ...errors import InputError
-from ...registration import refine_upsampled
+from ...registration import DEFAULT_UPSAMPLE, refine_upsampled
 from ._api import fitting_chunk, parse_upsample
 from ._dft3 import window_lags
 from ._source import open_volumes
@@ -203,8 +203,8 @@ def _projection(overlap, profile, best, nz):
     return np.where(first == best, other, first)
 
 
-def zlocate(movie, zstack, max_shift=None, upsample=20, subplane="projection", device="auto",
-            memory_limit=None):
+def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="projection",
+            device="auto", memory_limit=None):
     """The depth of each frame of ``movie`` in ``zstack``, between planes.
 
     Parameters
