@@ -417,44 +417,6 @@ def like_input(result, *inputs):
     return to_xp(result, array_module_of(*inputs))
 
 
-def versions(libraries=("numpy", "scipy", "tifffile", "cupy")) -> dict:
-    """``{name: version}`` of xcorr, Python and each library of ``libraries`` that imports
-    (a missing one is ``"missing"``): the one place versions are collected.
-
-    Examples
-    --------
-    >>> sorted(versions(("numpy",)))
-    ['numpy', 'python', 'xcorr']
-    """
-    import sys
-
-    from ._version import __version__
-
-    found = {"xcorr": __version__, "python": sys.version.split()[0]}
-    for name in libraries:
-        try:
-            module = sys.modules.get(name)
-            # a library the run did not import is read from its metadata, not imported
-            # (importing SciPy cost a GPU run 0.9 s when it wrote shifts.json)
-            found[name] = module.__version__ if module is not None else _installed(name)
-        except Exception:  # noqa: BLE001 - a missing optional library
-            found[name] = "missing"
-    return found
-
-
-def _installed(name: str) -> str:
-    """The installed version of the import package ``name`` (CuPy's distribution is named
-    for its CUDA version, e.g. ``cupy-cuda12x``)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        for dist in metadata.packages_distributions().get(name, []):
-            return metadata.version(dist)
-        raise
-
-
 @functools.lru_cache(maxsize=None)
 def _gpu_name_of(device_id: int) -> str:
     import cupy
@@ -478,17 +440,3 @@ def gpu_name(device_id=None) -> str:
         return _gpu_name_of(cupy.cuda.Device().id if device_id is None else int(device_id))
     except Exception:  # noqa: BLE001 - no CuPy, no device
         return "cpu"
-
-
-def environment(device: str) -> dict:
-    """What a result was computed with: the device (GPU name) and the library versions.
-
-    Examples
-    --------
-    >>> sorted(environment("cpu"))
-    ['device', 'versions']
-    """
-    libs = ("numpy", "scipy", "tifffile") + (("cupy",) if device == "gpu" else ())
-    found = {k: v for k, v in versions(libs).items() if v != "missing"}
-    where = f"gpu: {gpu_name()}" if device == "gpu" else "cpu"
-    return {"device": where, "versions": found}

@@ -72,6 +72,16 @@ def test_table_and_targets():
     assert "missed" in slow[0] and "field 0.200 px RMS <= 0.1 (missed)" in slow[0]
 
 
+def test_the_quality_reports_cost_against_each_runs_twin_without_it():
+    rows = fake_rows()
+    rows += [bp._row("xcorr --patches, on the GPU" + bp.NO_QUALITY, 100, 1.0,
+                     [100 / 40000 / 1.05] * 3, 0.05),
+             bp._row("rigid only, on the GPU" + bp.NO_QUALITY, 100, 1.0, [0.0025] * 3, 0.6)]
+    lines = [t for t in bp.target_lines(rows) if t.startswith("quality")]
+    assert lines == ["quality report's cost, xcorr --patches, on the GPU: 5% <= 10% (met)",
+                     "quality report's cost, rigid only, on the GPU: 100% <= 10% (missed)"]
+
+
 def test_main_needs_a_gpu(monkeypatch):
     monkeypatch.setattr(backend, "gpu_available", lambda: False)
     monkeypatch.setattr(backend, "gpu_unavailable_reason", lambda: "CuPy is not installed")

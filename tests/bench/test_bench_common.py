@@ -1,7 +1,7 @@
 """What the benchmarks share (:mod:`xcorr_app.bench._common`): timing in turns, cells, the
 header's versions."""
 
-from xcorr_app import backend
+from xcorr_app._environment import versions
 from xcorr_app.bench import _common as common
 
 
@@ -11,7 +11,7 @@ def test_cells_and_versions():
     assert common.cell("a|b") == "a\\|b"
     assert common.reason(RuntimeError("")) == "RuntimeError"
     line = common.versions_line(("numpy", "skimage"))
-    found = backend.versions(("numpy",))
+    found = versions(("numpy",))
     assert line.startswith(f"xcorr {found['xcorr']}, numpy {found['numpy']}, scikit-image ")
     assert common.markdown_header(("a", "b")) == "| a | b |\n| --- | --- |"
 

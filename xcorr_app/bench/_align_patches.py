@@ -15,6 +15,8 @@ median of ``repeat`` (at least 3) runs:
   warped frames left there (``out=`` a CuPy array; CUDA events);
 * **rigid only, host in/out** and **rigid only, on the GPU**: the same without patches (the
   frames shifted by their rigid shifts), the cost of the patch pass by difference;
+* each of those four again with ``quality=False`` (**..., quality off**): the quality report's
+  cost by difference (:data:`TARGET_QUALITY_COST`);
 * **per-patch CuPy FFT loop** (on :data:`LOOP_FRAMES` frames): what a user would write without
   batching (:func:`fft_patch_loop`): for every frame and every patch, ``cupy.fft`` phase
   correlation of the template's patch with the frame's patch, argmax, the shift to the host;
@@ -60,6 +62,10 @@ TARGET_END_TO_END = 5000.0
 TARGET_ON_GPU = 30000.0
 TARGET_VS_LOOP = 10.0
 TARGET_FIELD_PX = 0.1
+#: the largest cost of the quality report (issue 72): quality on over quality off, less 1
+TARGET_QUALITY_COST = 0.10
+#: the name of a row's twin without the quality report
+NO_QUALITY = ", quality off"
 
 
 def make_stack(n, shape, seed=0):
@@ -173,6 +179,15 @@ def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
         return field_rms(np.broadcast_to(res.shifts[:, None, None, :],
                                          (n, *centres.shape[:2], 2)), params, centres)
 
+    def without_quality(work):  # (the same run with quality=False: the report's cost)
+        def run_it():
+            pk["quality"] = kw["quality"] = False
+            try:
+                return work()
+            finally:
+                del pk["quality"], kw["quality"]
+        return run_it
+
     rows = []
     for name, work, err, events in (
             ("xcorr --patches, host in/out", host_patches, patch_err, False),
@@ -181,6 +196,9 @@ def run(stack, params, patches, repeat=1, echo=print, oneshot=True) -> list:
             ("rigid only, on the GPU", gpu_rigid, lambda o: rigid_err(o[0]), True)):
         rows.append(_timed_row(name, n, work, err, repeat, events))
         echo(f"  {name}: {_seconds(rows[-1])}")
+        rows.append(_timed_row(f"{name}{NO_QUALITY}", n, without_quality(work), err, repeat,
+                               events))
+        echo(f"  {rows[-1]['name']}: {_seconds(rows[-1])}")
     sy = np.round(centres[:, 0, 0] - (size[0] - 1) / 2).astype(int)
     sx = np.round(centres[0, :, 1] - (size[1] - 1) / 2).astype(int)
     k = min(n, LOOP_FRAMES)
@@ -275,6 +293,14 @@ def target_lines(rows) -> list:
                    f"({'met' if (row.get('vs_loop') or 0) >= TARGET_VS_LOOP else 'missed'}); "
                    f"field {row['field_rms_px']:.3f} px RMS <= {TARGET_FIELD_PX} "
                    f"({'met' if row['field_rms_px'] <= TARGET_FIELD_PX else 'missed'})")
+    for name, row in by.items():  # the report's cost: each run against its twin without it
+        off = by.get(name + NO_QUALITY)
+        if name.endswith(NO_QUALITY) or off is None or row["error"] or off["error"]:
+            continue
+        cost = row["seconds"] / off["seconds"] - 1
+        out.append(f"quality report's cost, {name}: {100 * cost:.0f}% <= "
+                   f"{100 * TARGET_QUALITY_COST:.0f}% "
+                   f"({'met' if cost <= TARGET_QUALITY_COST else 'missed'})")
     return out
 
 

@@ -1,7 +1,7 @@
 """What the benchmarks share: timing several paths in turns, the torch check, table cells,
 the header's date and versions, and freeing GPU memory between rows.
 
-Versions come from :func:`xcorr_app.backend.versions` and device names from
+Versions come from :func:`xcorr_app._environment.versions` and device names from
 :func:`xcorr_app._cuda.timing.device_name` (that is, :func:`xcorr_app.backend.gpu_name`).
 
 Examples
@@ -169,7 +169,7 @@ def markdown_header(columns) -> str:
 
 def versions_line(libraries=("cupy", "torch")) -> str:
     """``xcorr 1.2, cupy 13.3, torch missing``: xcorr's and the libraries' versions."""
-    from ..backend import versions
+    from .._environment import versions
 
     found = versions(tuple(libraries))
     return ", ".join(f"{LABELS.get(name, name)} {found[name]}"

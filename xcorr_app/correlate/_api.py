@@ -74,15 +74,7 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     dev = compute_device(left, right, device=device)
     plan = None if isinstance(method, str) and method == "auto" else Plan.parse(method)
     check_method_device(plan, dev)
-    xp = xp_for(dev)
-    L, R = to_xp(left, xp), to_xp(right, xp)
-    # the problem's plan (planned, configured and its launches prepared once: a repeated
-    # problem goes straight to its launch)
-    cplan = cached_plan(lay, bound, dev, plan, L, R)
-    res = cplan.execute(L, R, out=out)
-    if key is not None:
-        remember(key, cplan, left, right, method)
-    return like_input(res, left, right)
+    return _planned(lay, left, right, bound, dev, plan, out, key, method)
 
 
 
@@ -95,10 +87,16 @@ def correlate_checked(left, right, form, bound, plan, device, out=None):
     if got is not NotImplemented:
         return got
     lay = form_layout(form, np.shape(left), np.shape(right))
-    xp = xp_for(device)
+    return _planned(lay, left, right, bound, device, plan, out, key, plan)
+
+
+def _planned(lay, left, right, bound, dev, plan, out, key, method):
+    """The call run by the problem's plan (planned, configured and its launches prepared once:
+    a repeated problem goes straight to its launch), kept for the fast path under ``key``."""
+    xp = xp_for(dev)
     L, R = to_xp(left, xp), to_xp(right, xp)
-    cplan = cached_plan(lay, bound, device, plan, L, R)
+    cplan = cached_plan(lay, bound, dev, plan, L, R)
     res = cplan.execute(L, R, out=out)
     if key is not None:
-        remember(key, cplan, left, right, plan)
+        remember(key, cplan, left, right, method)
     return like_input(res, left, right)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import backend
+from ..._environment import environment
 from ...errors import InputError
 from ...io import OUT_FORMATS, aligned_name
 from ..warp import RESAMPLE, check_fill
@@ -161,7 +161,7 @@ def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
     seconds = res.seconds if res.seconds is not None else float("nan")
     settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
     doc = {"input": _input_name(res.source), "frame_shape": list(res.frame_shape), "settings": settings,
-           "summary": res.summary(), **backend.environment(res.settings.get("device", "cpu")),
+           "summary": res.summary(), **environment(res.settings.get("device", "cpu")),
            "seconds_measuring": round(seconds, 4),
            "frames_per_second": round(res.n_frames / max(seconds, 1e-9), 2),
            "frames": res.frame_records()}
