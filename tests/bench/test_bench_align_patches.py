@@ -170,5 +170,5 @@ def test_quick_run_on_the_gpu(monkeypatch):
     lines = []
     status = bp.main("4x4", frames=24, size="256", echo=lines.append)
     table = [x for x in lines if x.startswith("| ")]
-    assert len(table) == 2 + 5 + 3 and not any("ERROR" in x for x in table), "\n".join(lines)
+    assert len(table) == 2 + 9 + 3 and not any("ERROR" in x for x in table), "\n".join(lines)
     assert status == 0, "\n".join(lines)
