@@ -186,3 +186,30 @@ def test_save_keeps_existing_outputs_and_writes_nothing_on_a_bad_option(tmp_path
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     res.save(folder, force=True, format="hdf5")
     assert (folder / "aligned.h5").is_file() and not (folder / "quality.png").exists()
+
+
+def test_save_writes_other_channels_only_of_a_channel_run(tmp_path):
+    """``channels`` (``--apply-to``): a hyperstack of the input's listed channels aligned by the
+    shifts of the channel measured; a run of a stack without channels, or a channel the input
+    lacks, is an InputError (never channel 0 written under another's name)."""
+    import tifffile
+
+    rng = np.random.default_rng(5)
+    frames = rng.random((4, 40, 48)).astype(np.float32)
+    plain = xcorr_app.align(frames, max_shift=4, device="cpu", quality=False)
+    with pytest.raises(xcorr_app.InputError, match="must measure one channel"):
+        plain.save(tmp_path / "a", channels=[0])
+    hyper = np.stack([frames, frames[:, ::-1]], axis=1)
+    tifffile.imwrite(tmp_path / "h.tif", hyper, imagej=True, metadata={"axes": "TCYX"})
+    res = xcorr_app.align(str(tmp_path / "h.tif"), channel=0, max_shift=4, device="cpu",
+                          quality=False)
+    with pytest.raises(xcorr_app.InputError, match="2 is not one of its channels 0 to 1"):
+        res.save(tmp_path / "b", channels=[2])
+    res.save(tmp_path / "c", channels=[1, 0])
+    got = tifffile.imread(tmp_path / "c" / "aligned.tif")
+    assert got.shape == (4, 2, 40, 48)
+    for k, channel in enumerate((1, 0)):
+        want = np.concatenate([c for _, c in xcorr_app.apply_shifts(hyper[:, channel],
+                                                                    res.shifts)])
+        np.testing.assert_array_equal(got[:, k], want)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -283,7 +283,8 @@ class AlignResult:
         >>> res.save(Path(tempfile.mkdtemp()) / "moon")  # doctest: +SKIP
         {'shifts.csv': ..., 'aligned.tif': PosixPath('.../moon/aligned.tif')}
         """
-        from .outputs import RunOutputs, aligned_of, channel_metadata, check_save
+        from .outputs import (RunOutputs, aligned_of, channel_metadata, channels_of,
+                              check_channels, check_save)
 
         if self.source is None:
             raise InputError("this result does not know its input; align a path or an array "
@@ -291,6 +292,9 @@ class AlignResult:
         fill = check_save(patches=self.motion_field is not None, aligned=aligned,
                           format=format, resample=resample, crop=crop, fill=fill,
                           keep_dtype=keep_dtype, channels=channels)
+        if channels is not None:
+            measured = self.settings.get("channel")
+            channels = check_channels(channels, channels_of(self.source, measured), measured)
         inputs, how, made = [], None, None
         if isinstance(self.source, (str, Path)):
             from ..io import split_source

@@ -35,7 +35,7 @@ from ...io import OUT_FORMATS, aligned_name
 from ..warp import RESAMPLE, check_fill
 
 __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
-           "check_save", "output_names", "result_document", "write_chunks"]
+           "check_channels", "check_save", "output_names", "result_document", "write_chunks"]
 
 #: what the outputs folder holds at least (the folder is refused if it is named like one)
 TABLES = ("shifts.csv", "shifts.json", "drift.png")
@@ -84,6 +84,31 @@ def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", cro
             raise InputError(f"{', '.join(given)} shape the aligned stack, which aligned=False "
                              "does not write: drop one or the other")
     return check_fill(fill)
+
+
+def check_channels(channels, n_channels, measured):
+    """``channels`` (a sequence of channel numbers, or None) checked against the input's
+    ``n_channels`` and the channel the shifts were measured on (``measured``): a list of ints,
+    or None.
+
+    >>> check_channels((2, 0), 3, 1)
+    [2, 0]
+    """
+    if channels is None:
+        return None
+    if measured is None:
+        raise InputError("channels writes other channels aligned by the shifts of one: the run "
+                         "must measure one channel of a multi-channel input (channel=K)")
+    try:
+        listed = [int(c) for c in channels]
+    except (TypeError, ValueError):
+        raise InputError(f"channels {channels!r}: give channel numbers such as [0, 2]") from None
+    bad = [c for c in listed if not 0 <= c < n_channels]
+    if bad or not listed or len(set(listed)) != len(listed):
+        why = f"{bad[0]} is not one of its channels 0 to {n_channels - 1}" if bad else \
+            "a channel is named twice" if listed else "no channel is named"
+        raise InputError(f"channels {list(channels)}: {why}")
+    return listed
 
 
 def aligned_as(src, path, format, keep_dtype) -> dict:
@@ -298,3 +323,11 @@ def aligned_of(source, channel, format, keep_dtype) -> dict:
 
     with open_stack(source, channel=channel) as src:
         return aligned_as(src, source, format, keep_dtype)
+
+
+def channels_of(source, channel) -> int:
+    """How many channels the run's input ``source`` has (1 for a stack of frames)."""
+    from ...io import open_source
+
+    with open_source(source, channel) as src:
+        return int(getattr(src, "n_channels", 1))
