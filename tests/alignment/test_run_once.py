@@ -213,3 +213,21 @@ def test_save_writes_other_channels_only_of_a_channel_run(tmp_path):
                                                                     res.shifts)])
         np.testing.assert_array_equal(got[:, k], want)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.gpu
+def test_save_of_a_cupy_run_writes_what_a_numpy_run_writes(tmp_path):
+    """CuPy in: the result saves the same shifts and aligned stack (warped on the GPU from the
+    CuPy input) as the same frames given as NumPy."""
+    import cupy as cp
+    import tifffile
+
+    frames = tifffile.imread(stack_path("moon"))
+    host = xcorr_app.align(frames, max_shift=8, device="gpu")
+    dev = xcorr_app.align(cp.asarray(frames), max_shift=8)
+    a, b = host.save(tmp_path / "np"), dev.save(tmp_path / "cp", keep_dtype=True)
+    assert a["shifts.csv"].read_text() == b["shifts.csv"].read_text()
+    np.testing.assert_allclose(tifffile.imread(b["aligned.tif"]),
+                               np.clip(np.rint(tifffile.imread(a["aligned.tif"])), 0, 65535),
+                               atol=1)
+    assert tifffile.imread(b["aligned.tif"]).dtype == frames.dtype
