@@ -43,17 +43,20 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field
 
 
 class BuildWithKernels(build_py):
-    """``build_py`` that also puts every ``kernels/<family>/*.cu`` and ``kernels/include/*.cuh``
-    into the built package's ``kernels/`` folder (the wheel's copy of the sources)."""
+    """``build_py`` that also puts the kernel sources and headers that ``kernels/manifest.json``
+    lists, and the manifest, into the built package's ``kernels/`` folder (the wheel's copy)."""
 
     def kernel_files(self) -> list:
-        """``[(source, destination)]`` of the kernel sources."""
-        found = sorted(p for pattern in ("*/*.cu", "*/*.cuh") for p in KERNELS.glob(pattern))
-        if not found:
-            raise FileError(f"no CUDA kernel sources in {KERNELS}: build from a checkout or an "
+        """``[(source, destination)]`` of the kernel sources the manifest lists
+        (``kernels/manifest.json``), and the manifest."""
+        listed = KERNELS / "manifest.json"
+        if not listed.is_file():
+            raise FileError(f"no kernels/manifest.json in {ROOT}: build from a checkout or an "
                             "sdist that carries kernels/")
+        doc = json.loads(listed.read_text())
+        found = [KERNELS / rel for rel in [*doc["families"], *doc["headers"]]] + [listed]
         target = Path(self.build_lib, "xcorr_app", "kernels")
-        return [(str(p), str(target / p.relative_to(KERNELS))) for p in found]
+        return [(str(p), str(target / p.relative_to(KERNELS))) for p in sorted(found)]
 
     def fatbin_files(self) -> list:
         """``[(source, destination)]`` of the kernels built for several architectures."""

@@ -18,36 +18,77 @@ def test_sources_found_and_registered():
         assert fam.instantiations
 
 
-def test_every_module_that_declares_kernels_is_found():
-    """The compile check and the shipped cubins see the families of the modules that discovery
-    finds: a module declaring one that discovery missed would be checked by nobody."""
+def _declared() -> dict:
+    """``{module: {(source file name, kernel name)}}`` of every ``KernelFamily(...)`` call in
+    the package's source (read as text: no import)."""
     root = kernel_loader.PACKAGE_DIR
-    declaring = sorted(
-        ".".join(("xcorr_app", *p.relative_to(root).with_suffix("").parts))
-        for p in root.rglob("*.py") if p.name != "loader.py" and any(
-            isinstance(n, ast.Call) and getattr(n.func, "id", None) == "KernelFamily"
-            for n in ast.walk(ast.parse(p.read_text()))))
-    assert "xcorr_app.correlate._overlap" in declaring
-    assert list(kernel_loader.family_modules()) == declaring
+    found = {}
+    for p in root.rglob("*.py"):
+        if p.name == "loader.py" or "built" in p.parts:
+            continue
+        tree = ast.parse(p.read_text())
+        strings = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                   and isinstance(n.value, ast.Constant) for t in n.targets
+                   if isinstance(t, ast.Name)}  # (a source named by a module constant)
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "KernelFamily":
+                mod = ".".join(("xcorr_app", *p.relative_to(root).with_suffix("").parts))
+                src, name = (a.value if isinstance(a, ast.Constant) else strings.get(a.id, "?")
+                             for a in n.args[:2])
+                found.setdefault(mod, set()).add((src, name))
+    return found
 
 
-def test_a_new_family_module_is_discovered(tmp_path, monkeypatch):
-    """A module that declares a family anywhere in the package is found, with no list to edit;
-    a folder without ``__init__.py`` (the built cubins') is not walked."""
-    pkg = tmp_path / "xcorr_app"
-    (pkg / "newfam").mkdir(parents=True)
-    (pkg / "built").mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "newfam" / "__init__.py").write_text("")
-    (pkg / "newfam" / "_kern.py").write_text('K = KernelFamily("k.cu", "k", [()])\n')
-    (pkg / "newfam" / "_other.py").write_text("X = 1\n")
-    (pkg / "built" / "_stray.py").write_text('K = KernelFamily("k.cu", "k", [()])\n')
-    monkeypatch.setattr(kernel_loader, "PACKAGE_DIR", pkg)
-    kernel_loader.family_modules.cache_clear()
-    try:
-        assert kernel_loader.family_modules() == ("xcorr_app.newfam._kern",)
-    finally:
-        kernel_loader.family_modules.cache_clear()
+def manifest_problems(manifest, declared, on_disk) -> list:
+    """What the kernels' manifest gets wrong against the families the package declares
+    (``declared``: :func:`_declared`'s) and the files of ``kernels/`` (``on_disk``: relative
+    paths): every source and header listed, each source's modules and kernels exactly the
+    declaring ones."""
+    problems = []
+    listed = set(manifest["families"]) | set(manifest["headers"])
+    problems += [f"not in the manifest: {p}" for p in sorted(on_disk - listed)]
+    problems += [f"listed but missing: {p}" for p in sorted(listed - on_disk)]
+    want = {}
+    for mod, fams in declared.items():
+        for src, name in fams:
+            rel = next((p for p in on_disk if p.endswith("/" + src)), src)
+            entry = want.setdefault(rel, {"kernels": set(), "modules": set()})
+            entry["kernels"].add(name)
+            entry["modules"].add(mod)
+    for rel in sorted(set(want) | set(manifest["families"])):
+        got = manifest["families"].get(rel, {"kernels": [], "modules": []})
+        w = want.get(rel, {"kernels": set(), "modules": set()})
+        for key in ("kernels", "modules"):
+            if set(got[key]) != w[key]:
+                problems.append(f"{rel} {key}: manifest {sorted(got[key])}, code {sorted(w[key])}")
+    return problems
+
+
+def test_the_manifest_lists_every_kernel_and_the_modules_that_declare_it():
+    """kernels/manifest.json, read by the loader (the modules it imports), the compile check
+    and setup.py (the wheel's files), against the sources on disk and the package's
+    ``KernelFamily`` declarations."""
+    root = kernel_loader.CHECKOUT_KERNELS
+    on_disk = {p.relative_to(root).as_posix() for pattern in ("*/*.cu", "*/*.cuh")
+               for p in root.glob(pattern)}
+    declared = _declared()
+    assert "xcorr_app.correlate._overlap" in declared
+    assert manifest_problems(kernel_loader.manifest(), declared, on_disk) == []
+    assert list(kernel_loader.family_modules()) == sorted(declared)
+
+
+def test_the_manifest_check_can_fail():
+    good = {"families": {"a/k.cu": {"kernels": ["k"], "modules": ["xcorr_app.a._k"]}},
+            "headers": ["include/h.cuh"]}
+    declared = {"xcorr_app.a._k": {("k.cu", "k")}}
+    disk = {"a/k.cu", "include/h.cuh"}
+    assert manifest_problems(good, declared, disk) == []
+    assert manifest_problems(good, declared, disk | {"a/new.cu"}) == [
+        "not in the manifest: a/new.cu"]
+    assert manifest_problems(good, {"xcorr_app.a._k": {("k.cu", "k"), ("k.cu", "k2")}},
+                             disk) == ["a/k.cu kernels: manifest ['k'], code ['k', 'k2']"]
+    assert manifest_problems(good, {"xcorr_app.b._k": {("k.cu", "k")}}, disk) == [
+        "a/k.cu modules: manifest ['xcorr_app.a._k'], code ['xcorr_app.b._k']"]
 
 
 def test_kernels_live_in_one_folder_per_family():

@@ -11,9 +11,12 @@ Each templated kernel is described once by a :class:`KernelFamily` (source file,
 the template instantiations the code can launch).  :meth:`KernelFamily.get` compiles one
 instantiation through ``cupy.RawModule`` with a name expression and caches the compiled
 function per (source, template arguments, device), in the spirit of ``cupyx.scipy.ndimage``.
-The modules that declare families are found by walking the package (:func:`family_modules`),
-and the same instantiations drive the CI compile check (:mod:`xcorr_app._cuda.compile_check`),
-so exactly what can be launched is checked for spills and stack frames.
+The kernels' one manifest, ``kernels/manifest.json`` (:func:`manifest`), lists every source
+with its kernels and the modules that declare their families, and the shared headers: the
+loader imports those modules (:func:`family_modules`), the CI compile check
+(:mod:`xcorr_app._cuda.compile_check`) checks exactly the instantiations they can launch, and
+``setup.py`` copies the listed files into the wheel; ``tests/_cuda/test_kernels_build.py`` holds
+it against the sources on disk and the families the package declares.
 
 Examples
 --------
@@ -30,7 +33,6 @@ import functools
 import hashlib
 import importlib
 import os
-import re
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +48,8 @@ INSTALLED_KERNELS = PACKAGE_DIR / "kernels"
 CHECKOUT_KERNELS = PACKAGE_DIR.parent / "kernels"
 #: the folder of shared headers inside a kernels folder
 INCLUDE = "include"
-#: what a module that declares kernel families holds (:func:`family_modules` looks for it)
-_DECLARES = re.compile(r"\bKernelFamily\(")
+#: the kernels' manifest, in a kernels folder (:func:`manifest`)
+MANIFEST = "manifest.json"
 COMPILE_OPTIONS = ("-std=c++17",)
 #: the pixel types the frame kernels read as they are (NumPy dtype -> C type); others are
 #: converted to float32 first (:func:`kernel_pixels`)
@@ -272,18 +274,21 @@ def kernel_pixels(frames):
 
 
 @functools.lru_cache(maxsize=1)
+def manifest() -> dict:
+    """The kernels' manifest: ``{"families": {source: {"kernels": [...], "modules": [...]}},
+    "headers": [...]}``, sources and headers relative to the kernels folder; the wheel's copy,
+    else the checkout's (not ``$XCORR_KERNEL_DIR``'s: a development folder of sources)."""
+    import json
+
+    folder = INSTALLED_KERNELS if (INSTALLED_KERNELS / MANIFEST).is_file() else CHECKOUT_KERNELS
+    return json.loads((folder / MANIFEST).read_text())
+
+
+@functools.lru_cache(maxsize=1)
 def family_modules() -> tuple:
-    """The modules of the package that declare kernel families, found by walking its packages
-    (a folder without ``__init__.py``, such as the built cubins', is not walked)."""
-    found = []
-    for folder, dirs, files in os.walk(PACKAGE_DIR):
-        dirs[:] = sorted(d for d in dirs if (Path(folder, d) / "__init__.py").is_file())
-        for f in sorted(files):
-            path = Path(folder, f)
-            if f.endswith(".py") and path != Path(__file__).resolve() and _DECLARES.search(path.read_text()):
-                parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
-                found.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return tuple(found)
+    """The modules of the package that declare kernel families, as the manifest lists them."""
+    return tuple(sorted({m for entry in manifest()["families"].values()
+                         for m in entry["modules"]}))
 
 
 def all_families() -> list[KernelFamily]:
