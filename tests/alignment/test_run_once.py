@@ -127,12 +127,12 @@ def test_options_or_keywords_not_both():
 def test_decided_copies_without_a_second_check():
     opts = AlignOptions(max_shift=4)
     with Calls() as calls:
-        run = opts.decided(prefilter="gaussian:1", boundary="linear")
+        run = opts._decided(prefilter="gaussian:1", boundary="linear")
     assert calls.counts["__post_init__"] == 0
     assert (run.prefilter, run.boundary, run.max_shift) == ("gaussian:1", "linear", (4, 4))
     assert opts.prefilter == "auto"  # (a copy)
     with pytest.raises(AttributeError):
-        opts.decided(max_shfit=3)
+        opts._decided(max_shfit=3)
 
 
 #: shifts.json's values that depend on the moment the run was timed

@@ -233,7 +233,7 @@ def shipped_kernels_usable(capability) -> bool:
         return False
     entries = load_index(str(BUILT_DIR)).get("sources", {})
     # the sources as files (every one a family's: tests/_cuda/test_kernels_build.py), not the
-    # families, whose modules a walk of the package finds and imports (30 ms of a GPU run)
+    # families, whose modules the manifest names and importing them costs a GPU run
     names = {p.name for p in kernel_sources() if p.suffix == ".cu"}
     return bool(names) and all(
         name in entries and usable_arch(entries[name].get("kernels", {}), capability)

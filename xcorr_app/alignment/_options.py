@@ -157,7 +157,7 @@ class AlignOptions:
             raise InputError("patches are measured against one reference: reference 'previous' "
                              "is not available with patches")
 
-    def decided(self, **changes) -> "AlignOptions":
+    def _decided(self, **changes) -> "AlignOptions":
         """These options with the run's own decisions in place (``prefilter="auto"`` resolved,
         ``lucas_kanade``, the boundary of a pass, the GPUs found): a copy, not checked again.
 
@@ -209,7 +209,7 @@ class AlignOptions:
         the linear-overlap surface, which wrap-around content biases (the strips that wrapped
         do not match, and the fit leans away from them)."""
         if self.boundary == "circular" and self.normalization != "phase":
-            return self.decided(subpixel="upsample")
+            return self._decided(subpixel="upsample")
         return self
 
     def surface_shape(self, frame_shape):
@@ -325,7 +325,7 @@ def resolve_auto(opts, src):
     if opts.prefilter != "auto" or opts.features or opts.normalization == "phase":
         return opts, None
     spec, why = choose_prefilter(src)
-    return opts.decided(prefilter=spec), why
+    return opts._decided(prefilter=spec), why
 
 
 def auto_notes(opts, why) -> list:

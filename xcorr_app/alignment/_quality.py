@@ -282,7 +282,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     whole = xp.asarray(template)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
         else area_float(whole[None], area)[0]
-    prepare = opts.decided(window="none").preparer(xp, inside.shape)
+    prepare = opts._decided(window="none").preparer(xp, inside.shape)
     t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
     regions = None if patches is None else _PatchQuality(xp.asarray(whole, xp.float32),
                                                          patches, opts, xp, stop - start)
@@ -380,7 +380,7 @@ class _PatchQuality:
         half = (np.asarray(size, np.float64) - 1) / 2.0
         self.starts = np.rint(np.asarray(centres).reshape(-1, 2) - half).astype(np.int64)
         self.weights = field_weights(centres, template.shape, xp)
-        self.prepare = opts.decided(window="none").preparer(xp, template.shape)
+        self.prepare = opts._decided(window="none").preparer(xp, template.shape)
         tp = self.cut(template[None])[0]  # (P, ph, pw)
         self.regions = RegionFigures(tp, self.cut(self.prepare(template[None]).frames)[0], xp)
         self.parts, self.ok = [], np.zeros(n, bool)

@@ -115,7 +115,7 @@ def measure_passes(opts, src, executor, progress=None):
     passes.
     """
     if opts.boundary == "circular" and opts.lucas_kanade == "auto":
-        opts = opts.decided(lucas_kanade="off")  # (a circular template instead)
+        opts = opts._decided(lucas_kanade="off")  # (a circular template instead)
     opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
     lk = opts.lucas_kanade == "on"
     passes = max(opts.refined or 0, 1 if lk else 0)
@@ -139,7 +139,7 @@ def measure_passes(opts, src, executor, progress=None):
     while True:
         linear = boundary != "circular"  # (auto measures linear first)
         # an upsample kept for a circular refinement that did not come is unused, not wrong
-        run = opts.decided(boundary="linear" if linear else "circular",
+        run = opts._decided(boundary="linear" if linear else "circular",
                            upsample=None if linear and opts.subpixel != "upsample"
                            else opts.upsample).measuring()
         ref = None if run.previous else prepared_reference(run, src, executor.xp,
@@ -159,7 +159,7 @@ def measure_passes(opts, src, executor, progress=None):
                                 f" ({'twice' if passes > 1 else 'once'})" if passes else ""))
                 report.plan_more(passes + 1)
                 lk, notes = False, [n for n in notes if n is not lk_note]
-                opts = opts.decided(lucas_kanade="off")
+                opts = opts._decided(lucas_kanade="off")
                 continue
         if k >= passes:
             break
@@ -175,7 +175,7 @@ def measure_passes(opts, src, executor, progress=None):
     if boundary != "circular" and opts.upsample is not None and opts.subpixel != "upsample":
         notes.append(f"upsample {opts.upsample} unused: {linear_why}, where subpixel "
                      f"{opts.subpixel} does not upsample")
-    run = run.decided(lucas_kanade=opts.lucas_kanade)
+    run = run._decided(lucas_kanade=opts.lucas_kanade)
     return (relative_to_first(table) if passes else table), run, notes, image
 
 

@@ -177,6 +177,7 @@ def _align(o):
     out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
     outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
                          quality=not o.no_quality, patches=o.patches is not None, force=o.force,
+                         name="--out",
                          inputs=[split_source(path)[0]] + ([Path(o.reference)]
                                                            if _is_file(o.reference) else []))
     shape, itemsize, n = _check(o)
@@ -244,8 +245,10 @@ AS_GIVEN = tuple(f.name for f in dataclasses.fields(AlignOptions)
 
 
 def _check(o):
-    """Check every option before a cluster starts or an output folder is made (``o.opts``,
-    the run's :class:`AlignOptions`); open the input once.  Returns ``(frame_shape, itemsize,
+    """Check every option before a cluster starts (``o.opts``, the run's
+    :class:`AlignOptions`); open the input once.  What the options ask of the frames (the
+    bound, one frame's memory, the filters' radius) the run checks itself before it reads a
+    frame (on Dask: here, before the cluster starts).  Returns ``(frame_shape, itemsize,
     n_frames)``."""
     from ..io import open_stack
 
@@ -286,9 +289,9 @@ def _check(o):
 def _measure(o, client, gpu_ids, n, frame_gb, out=None):
     """The shifts of every frame: on a Dask cluster, on ``--gpus``, or in this process
     (``out``: :func:`xcorr_app.align`'s, on one device)."""
-    opts = o.opts.decided(gpus=gpu_ids)  # (the GPUs found for --gpus)
+    opts = o.opts._decided(gpus=gpu_ids)  # (the GPUs found for --gpus)
     if o.gpus is not None and gpu_ids is None:  # --gpus all on a small stack: one GPU, as asked
-        opts = opts.decided(device="gpu")
+        opts = opts._decided(device="gpu")
     with progress_bar(n, "measuring", o.quiet) as bar:
         update = _rate_updater(bar, frame_gb)
         if client is not None:
@@ -300,7 +303,7 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
         res = run_align(o.path, out=out, progress=update, options=opts)
     if gpu_ids is None:
         # (the note of _check, deferred; not where auto chose the CPU for a small job: the
-        # probe would import CuPy and start CUDA, 0.3-0.5 s of the cell sample's run)
+        # probe would import CuPy and start CUDA, a large share of a small run)
         if o.dev is None and res.settings["device"] == "cpu" \
                 and not res.settings.get("device_note") and not backend.gpu_available():
             note_device(o.device, o.quiet)

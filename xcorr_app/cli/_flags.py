@@ -13,6 +13,8 @@ Examples
 'shifts.csv exists; pass --force to overwrite'
 >>> as_flags("channel 3 is out of range: the reference is a file")
 '--channel 3 is out of range: the reference is a file'
+>>> print(as_flags("C:\\\\data\\\\chunk_frames\\\\a.tif is damaged"))  # (a path keeps its names)
+C:\\data\\chunk_frames\\a.tif is damaged
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ __all__ = ["as_flags"]
 #: options whose flag says the opposite of their name (``verify=False`` is ``--no-verify``)
 NEGATED = {"verify": "--no-verify", "quality": "--no-quality", "aligned": "--no-aligned"}
 #: options whose flag has another name than the API's keyword (:meth:`AlignResult.save`'s)
-RENAMED = {"format": "--out-format", "channels": "--apply-to", "folder": "--out"}
-#: the other options of the commands that the package's messages name
-OTHERS = ("max_memory", "chunk_frames", "force", "out", "resample", "crop", "fill",
-          "keep_dtype", "workers", "scheduler", "task_frames", "readable_frames", "dataset",
-          "mix", "kernel", "bank")
+RENAMED = {"format": "--out-format", "channels": "--apply-to"}
+#: the other options of the commands that the package's messages name (as ``name=value``, or a
+#: message's first word)
+OTHERS = ("max_memory", "chunk_frames", "force", "resample", "crop", "fill", "keep_dtype",
+          "workers", "scheduler", "readable_frames", "dataset", "mix")
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,9 +63,9 @@ def as_flags(message: str) -> str:
     forms, names with an underscore anywhere, and a message's first word where it is an
     option (``channel 3 is out of range``)."""
     names = _names()
-    message = re.sub(r"(?<![\w.-])([a-z][a-z_]*)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)",
+    message = re.sub(r"(?<![\w.\\/-])([a-z][a-z_]*)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)",
                      _assignment, message)
-    message = re.sub(r"(?<![\w.`/-])([a-z]+(?:_[a-z]+)+)(?![\w(/-])",
+    message = re.sub(r"(?<![\w.`/\\-])([a-z]+(?:_[a-z]+)+)(?![\w(/\\-])",
                      lambda m: _flag(m.group(1)) if m.group(1) in names else m.group(0),
                      message)
     first = message.split(" ", 1)[0]

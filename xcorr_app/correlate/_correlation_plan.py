@@ -105,13 +105,13 @@ class CorrelationPlan(PlanCallBase):
 
     def __init__(self, left_shape, right_shape, form="one_to_one", max_shift=None,
                  dtype="float32", device="auto", method="auto", *, sample=None,
-                 bound_checked=False):
+                 _bound_checked=False):
         self.left_shape = shape_argument(left_shape, "left_shape")
         self.right_shape = shape_argument(right_shape, "right_shape")
         lay = form_layout(form, self.left_shape, self.right_shape)
         self.form, self.layout = form, lay
         self.dtype = dtype_argument(dtype)
-        if bound_checked:  # (a caller that checked it once: cross_correlate, the pipeline)
+        if _bound_checked:  # (cached_plan, for callers that checked it once: not public)
             self.max_shift = max_shift
         else:
             self.max_shift = normalize_max_shift(max_shift)

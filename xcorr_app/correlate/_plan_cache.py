@@ -64,7 +64,7 @@ def cached_plan(layout, max_shift, device: str, plan, left, right) -> Correlatio
             _CACHE.move_to_end(key)
             return found
     made = CorrelationPlan(left.shape, right.shape, layout.form, max_shift, left.dtype,
-                           device, plan, sample=(left, right), bound_checked=True)
+                           device, plan, sample=(left, right), _bound_checked=True)
     with _CACHE_LOCK:
         _CACHE[key] = made
         while len(_CACHE) > PLAN_CACHE_SIZE:

@@ -58,10 +58,14 @@ def normalize_max_shift(max_shift) -> tuple[int, int] | None:
 
 def as_bound(max_shift):
     """``max_shift`` as a bound of :func:`normalize_max_shift`: a bound already normalized
-    (``None`` or a tuple) passes as it is, without a second check; another form (an int, as a
-    test or a user of the reference functions writes it) is normalized here."""
-    return max_shift if max_shift is None or type(max_shift) is tuple \
-        else normalize_max_shift(max_shift)
+    (``None``, or a tuple of two ints >= 0, as the entry points make it once) passes as it is;
+    another form (an int, as a test or a user of the reference functions writes it; a pair of
+    floats, a negative one) goes through :func:`normalize_max_shift`, which says what is
+    wrong."""
+    if max_shift is None or (type(max_shift) is tuple and len(max_shift) == 2
+                             and all(type(v) is int and v >= 0 for v in max_shift)):
+        return max_shift
+    return normalize_max_shift(max_shift)
 
 
 def check_max_shift(max_shift, reference_shape, moving_shape) -> None:

@@ -210,7 +210,10 @@ class DaskExecutor(Executor):
 
     def settings(self) -> dict:
         ranges = self.inp.ranges
-        return {**super().settings(), "dask": {"tasks": len(ranges),
+        # the device as resolved (device auto: the GPU where the client has one, as its
+        # workers do), which shifts.json's environment and the aligned stack's warp read
+        resolved = "gpu" if self.xp is not np else "cpu" if self.device == "auto" else self.device
+        return {**super().settings(), "device": resolved, "dask": {"tasks": len(ranges),
                                                "task_frames": [b - a for a, b in ranges]}}
 
     def field(self, opts, rigid, out):

@@ -25,7 +25,7 @@ import numpy as np
 from magicgui import widgets
 
 from ..alignment.outputs import plot_drift, plot_quality
-from ..errors import XcorrError
+from ..errors import OutputError, XcorrError
 from ._run import table_text
 
 #: columns of the table shown (all of them are in the CSV and JSON saved)
@@ -199,7 +199,10 @@ class ResultsPanel(widgets.Container):
         if folder:
             try:
                 self.save_outputs(folder)
-            except XcorrError as exc:  # (an existing output, a folder in use)
+            except OutputError as exc:  # (outputs there already: nothing is replaced)
+                QMessageBox.warning(self.native, "xcorr", f"{str(exc).split(';')[0]}: nothing "
+                                    "was written; choose another folder, or an empty one")
+            except XcorrError as exc:  # (a folder in use, not writable)
                 QMessageBox.warning(self.native, "xcorr", str(exc))
 
     def _ask_save(self, *_):

@@ -206,6 +206,8 @@ class RunOutputs:
         Whether the run makes a quality report and a motion field (their files).
     inputs : sequence of paths
         What the run reads: no output may be one or lie inside one.
+    name : str
+        The argument that named ``folder``, as its errors say it (``xcorr align``: ``out``).
 
     On entering, the guards of :class:`~xcorr_app.io.OutputRun` (outputs apart from the
     inputs, existing ones kept without ``force``, one writer at a time); an aligned stack of an
@@ -213,14 +215,15 @@ class RunOutputs:
     """
 
     def __init__(self, folder, *, aligned=True, format="tiff", plots=True, quality=True,
-                 patches=False, force=False, inputs=()):
+                 patches=False, force=False, inputs=(), name="folder"):
+        # (``name``: the argument that gave the folder, as the messages say it)
         if isinstance(folder, str) and not folder.strip():
-            raise InputError("out is empty: name the folder for shifts.csv, shifts.json, "
+            raise InputError(f"{name} is empty: name the folder for shifts.csv, shifts.json, "
                              "drift.png and aligned.tif")
         folder = Path(folder)
         if folder.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") \
                 or folder.is_file():
-            raise InputError(f"out is the folder align writes shifts.csv, shifts.json, "
+            raise InputError(f"{name} is the folder align writes shifts.csv, shifts.json, "
                              f"drift.png and aligned.tif into, not a file: {folder}")
         self.folder, self.plots, self.force = folder, plots, force
         self.paths = {k: folder / v for k, v in output_names(

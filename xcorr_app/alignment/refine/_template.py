@@ -322,7 +322,7 @@ def decide_lucas_kanade(opts, src, xp):
     if opts.lucas_kanade != "auto":
         return opts, None
     if not opts.lk_possible:
-        return opts.decided(lucas_kanade="off"), None
+        return opts._decided(lucas_kanade="off"), None
     judged = noisy_stack(src) if xp is np else noisy_stack_on_gpu(src).result()
     return lucas_kanade_choice(opts, *judged)
 
@@ -330,7 +330,7 @@ def decide_lucas_kanade(opts, src, xp):
 def lucas_kanade_choice(opts, noisy, precision):
     """``(opts, note)`` of :func:`decide_lucas_kanade` from the judgement of the frames,
     ``(noisy, precision)`` (:func:`~xcorr_app.alignment.refine._refine_lk.noisy_stack`)."""
-    opts = opts.decided(lucas_kanade="on" if noisy else "off")
+    opts = opts._decided(lucas_kanade="on" if noisy else "off")
     if not noisy:
         return opts, None
     return opts, (f"lucas_kanade auto: on (noisy frames: their noise allows about "

@@ -132,7 +132,7 @@ class VolumeOptions:
         if self.device not in ("auto", "cpu", "gpu"):
             raise InputError(f"unknown device {self.device!r}; use one of auto, cpu, gpu")
         if self.memory_limit is not None:
-            put("memory_limit", parse_memory(self.memory_limit))
+            put("memory_limit", parse_memory(self.memory_limit, "memory_limit"))
 
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
