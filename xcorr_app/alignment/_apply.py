@@ -83,33 +83,35 @@ def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_
                               out=out)
 
 
-def aligned_channels(source, shifts, channels, *, field=None, centres=None, fill=0.0,
-                     resample="bilinear", crop=False, chunk_frames=64, device="cpu", gpus=None):
+def aligned_box(frame_shape, shifts, crop=False, field=None) -> tuple:
+    """``(y0, y1, x0, x1)`` of the aligned frames in the input's: the whole frame, or with
+    ``crop`` the area every shifted frame covers (every warped one: a motion ``field``)."""
+    if not crop:
+        return (0, frame_shape[0], 0, frame_shape[1])
+    if field is not None:
+        from .piecewise import field_area
+
+        return field_area(field, frame_shape)
+    return common_area(shifts, frame_shape)
+
+
+def aligned_channels(source, shifts, channels, frame_shape, *, field=None, centres=None,
+                     fill=0.0, resample="bilinear", crop=False, chunk_frames=64, device="cpu",
+                     gpus=None):
     """``(parts, frame_shape)``: every channel of ``channels`` (``[None]``: the stack's only one)
-    of ``source`` aligned by ``shifts`` (or warped by the motion ``field`` at ``centres``), as
-    one tuple a chunk of ``(start, chunk)`` a channel, and the aligned frames' shape (the crop's
-    with ``crop``): what :func:`xcorr_app.alignment.outputs.write_chunks` writes."""
-    streams = [_channel_chunks(source, shifts, field, centres, c, fill, resample, crop,
-                               chunk_frames, device, gpus) for c in channels]
-    return zip(*(s for s, _ in streams)), streams[0][1]
+    of ``source`` (frames of ``frame_shape``) aligned by ``shifts`` (or warped by the motion
+    ``field`` at ``centres``), as one tuple a chunk of ``(start, chunk)`` a channel, and the
+    aligned frames' shape (the crop's with ``crop``): what
+    :func:`xcorr_app.alignment.outputs.write_chunks` writes."""
+    from .piecewise import apply_field
 
-
-def _channel_chunks(source, shifts, field, centres, channel, fill, resample, crop, chunk_frames,
-                    device, gpus):
-    from .piecewise import apply_field, field_area
-
-    if hasattr(source, "shape"):
-        shape = tuple(source.shape[-2:])
-    else:
-        with open_source(source, channel) as src:
-            shape = src.frame_shape
-    full = (0, shape[0], 0, shape[1])
+    y0, y1, x0, x1 = box = aligned_box(frame_shape, shifts, crop, field)
     if field is not None:  # every frame warped by its motion field
-        box = field_area(field, shape) if crop else full
-        return apply_field(source, field, centres, channel=channel, fill=fill,
-                           resample=resample, crop=box, chunk_frames=chunk_frames,
-                           device=device), (box[1] - box[0], box[3] - box[2])
-    box = common_area(shifts, shape) if crop else full
-    return apply_shifts(source, shifts, channel=channel, fill=fill, resample=resample,
-                        crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus), \
-        (box[1] - box[0], box[3] - box[2])
+        streams = [apply_field(source, field, centres, channel=c, fill=fill, resample=resample,
+                               crop=box, chunk_frames=chunk_frames, device=device)
+                   for c in channels]
+    else:
+        streams = [apply_shifts(source, shifts, channel=c, fill=fill, resample=resample,
+                                crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus)
+                   for c in channels]
+    return zip(*streams), (y1 - y0, x1 - x0)

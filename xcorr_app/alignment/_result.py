@@ -234,7 +234,7 @@ class AlignResult:
 
     def save(self, folder, *, aligned=True, format="tiff", plots=True, force=False,
              resample="bilinear", crop=False, fill=0.0, keep_dtype=False, channels=None,
-             frames=None, progress=None) -> dict:
+             warp=None, progress=None) -> dict:
         """Write what ``xcorr align`` writes into ``folder``, together or not at all.
 
         ``shifts.csv``, ``shifts.json``, ``drift.png``, ``quality.png`` (with the quality
@@ -263,9 +263,10 @@ class AlignResult:
         channels : sequence of int, optional
             Channels of a multi-channel input written aligned by these shifts into one
             hyperstack (``--apply-to``).
-        frames : iterable of (start, chunk), optional
-            The aligned frames where they are warped elsewhere (a Dask cluster's
-            :func:`xcorr_app.dask.apply_shifts` blocks); default: warped here.
+        warp : callable, optional
+            ``warp(resample=, crop=, fill=)`` (the options as checked here): the aligned
+            frames' ``(start, chunk)`` warped elsewhere, or None where it does not warp them
+            (a Dask cluster: :func:`xcorr_app.dask.aligned_blocks`); default: warped here.
         progress : callable(int), optional
             Called with the number of aligned frames written after each chunk.
 
@@ -308,30 +309,26 @@ class AlignResult:
                 how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
                                                   format, keep_dtype), channels)
                 made = self.aligned_frames(channels=channels, resample=resample, crop=crop,
-                                           fill=fill, frames=frames)
+                                           fill=fill, warp=warp)
             return outs.write(self, frames=made, resample=resample, crop=crop, fill=fill,
                               aligned=how, progress=progress)
 
     def aligned_frames(self, *, channels=None, resample="bilinear", crop=False, fill=0.0,
-                       frames=None):
+                       warp=None):
         """``(parts, frame_shape, channels)`` of the aligned stack that :meth:`save` writes
-        (:func:`~xcorr_app.alignment.outputs.write_chunks`): warped here on the run's device
-        (its GPUs with ``gpus``), or ``frames``, ``(start, chunk)`` warped elsewhere (a Dask
-        cluster's blocks)."""
-        from ._apply import aligned_channels
+        (:func:`~xcorr_app.alignment.outputs.write_chunks`): by ``warp`` (:meth:`save`'s) where
+        it warps them, else here on the run's device (its GPUs with ``gpus``)."""
+        from ._apply import aligned_box, aligned_channels
 
+        frames = None if warp is None or channels is not None else \
+            warp(resample=resample, crop=crop, fill=fill)
         if frames is not None:
-            shape = self.frame_shape
-            if crop:
-                from .warp import common_area
-
-                y0, y1, x0, x1 = common_area(self.shifts, shape)
-                shape = (y1 - y0, x1 - x0)
-            return ((part,) for part in frames), shape, 1
+            y0, y1, x0, x1 = aligned_box(self.frame_shape, self.shifts, crop)
+            return ((part,) for part in frames), (y1 - y0, x1 - x0), 1
         field = self.motion_field
         parts, shape = aligned_channels(
             self.source, self.shifts, [self.settings.get("channel")] if channels is None
-            else channels, field=field, centres=self.patch_centres, fill=fill,
+            else channels, self.frame_shape, field=field, centres=self.patch_centres, fill=fill,
             resample=resample, crop=crop, chunk_frames=self.settings.get("chunk_frames") or 64,
             device=self.settings.get("device", "cpu"),
             gpus=None if field is not None else self.settings.get("gpus"))

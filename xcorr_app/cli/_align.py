@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import signal
 import time
@@ -194,14 +195,13 @@ def _align(o):
             ran_on = where(o.dev, client, gpu_ids)
             frames = None
             if sink is None and not o.no_aligned:  # (warped here, on the run's GPUs, or by Dask)
-                blocks = None
-                if client is not None and o.apply_channels is None:
+                warp = None
+                if client is not None:
                     from ..distributed import aligned_blocks
 
-                    blocks = aligned_blocks(res, client, channel=o.channel, fill=o.fill,
-                                            resample=o.resample, crop=o.crop, device=o.device)
+                    warp = functools.partial(aligned_blocks, res, client, device=o.device)
                 frames = res.aligned_frames(channels=o.apply_channels, resample=o.resample,
-                                            crop=o.crop, fill=o.fill, frames=blocks)
+                                            crop=o.crop, fill=o.fill, warp=warp)
             quiet = o.quiet or frames is None
             with progress_bar(n, "writing aligned.tif", quiet) as bar:
                 written = outputs.write(res, frames=frames, resample=o.resample, crop=o.crop,
@@ -209,10 +209,7 @@ def _align(o):
                                         aligned=channel_metadata(o.aligned_as,
                                                                  o.apply_channels))
         if o.as_json:
-            from ..alignment.outputs import result_document
-
-            click.echo(json.dumps(result_document(res, resample=o.resample, crop=o.crop,
-                                                  fill=o.fill)))
+            click.echo(json.dumps(outputs.document))  # (shifts.json's, as written)
         elif not o.quiet:
             _print_summary(path, shape, ran_on, res, res.summary(), res.seconds, frame_gb,
                            written.values())

@@ -165,12 +165,14 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
         check_fits(saved, shifts, src, path)
         print_notes(src, quiet)
         aligned = aligned_as(src, path, fmt, keep_dtype)
+        frame_shape = src.frame_shape
     dev = "cpu" if device == "cpu" else note_device(device, quiet)
     inputs = [split_source(path)[0], Path(shifts)]
     with OutputRun([out], inputs, force, lock=out.parent / ".xcorr.lock") as run:
-        parts, shape = aligned_channels(path, saved.shifts, [channel], field=saved.field,
-                                        centres=saved.centres, fill=fill, resample=resample,
-                                        crop=crop, chunk_frames=chunk_frames or 64, device=dev)
+        parts, shape = aligned_channels(path, saved.shifts, [channel], frame_shape,
+                                        field=saved.field, centres=saved.centres, fill=fill,
+                                        resample=resample, crop=crop,
+                                        chunk_frames=chunk_frames or 64, device=dev)
         with progress_bar(len(saved.shifts), f"writing {out.name}", quiet) as bar:
             write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update)
         run.commit()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import importlib
 from pathlib import Path
 
@@ -338,14 +339,16 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
                      resample, box, device)
 
 
-def aligned_blocks(result, client=None, *, channel=None, fill=0.0, resample="bilinear",
-                   crop=False, device="auto", task_frames=None):
-    """The aligned frames of ``result`` warped by ``client``'s cluster, as ``(start, chunk)``
-    in order (:func:`iter_blocks` of :func:`apply_shifts`), or ``None`` where its cluster does
-    not warp them (a motion field: warped where they are written)."""
+def aligned_blocks(result, client=None, *, resample, crop, fill, device="auto",
+                   task_frames=None):
+    """The aligned frames of ``result`` (its channel) warped by ``client``'s cluster, as
+    ``(start, chunk)`` in order (:func:`iter_blocks` of :func:`apply_shifts`), or ``None``
+    where its cluster does not warp them (a motion field: warped where they are written);
+    :meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>`'s ``warp``."""
     if result.motion_field is not None:
         return None
-    return iter_blocks(apply_shifts(result.source, result.shifts, channel=channel, fill=fill,
+    return iter_blocks(apply_shifts(result.source, result.shifts,
+                                    channel=result.settings.get("channel"), fill=fill,
                                     resample=resample, crop=crop, device=device,
                                     task_frames=task_frames), client)
 
@@ -359,13 +362,8 @@ def save(result, folder, *, client=None, **options):
     >>> res = xcorr_app.dask.align("movie.tif", client=client)  # doctest: +SKIP
     >>> xcorr_app.dask.save(res, "movie_xcorr", client=client)  # doctest: +SKIP
     """
-    frames = None
-    if options.get("aligned", True) and options.get("channels") is None:
-        frames = aligned_blocks(result, client, channel=result.settings.get("channel"),
-                                fill=options.get("fill", 0.0),
-                                resample=options.get("resample", "bilinear"),
-                                crop=options.get("crop", False))
-    return result.save(folder, frames=frames, **options)
+    return result.save(folder, warp=functools.partial(aligned_blocks, result, client),
+                       **options)
 
 
 def iter_blocks(array, client=None, window=4):

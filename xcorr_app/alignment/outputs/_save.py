@@ -37,10 +37,6 @@ from ..warp import RESAMPLE, check_fill
 __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
            "check_channels", "check_save", "output_names", "result_document", "write_chunks"]
 
-#: what the outputs folder holds at least (the folder is refused if it is named like one)
-TABLES = ("shifts.csv", "shifts.json", "drift.png")
-
-
 def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patches=False):
     """The files of an outputs folder, name -> file name (the aligned stack under
     ``"aligned.tif"`` whatever its format).
@@ -185,8 +181,9 @@ def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
 
     seconds = res.seconds if res.seconds is not None else float("nan")
     settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
-    doc = {"input": _input_name(res.source), "frame_shape": list(res.frame_shape), "settings": settings,
-           "summary": res.summary(), **environment(res.settings.get("device", "cpu")),
+    doc = {"input": _input_name(res.source), "frame_shape": list(res.frame_shape),
+           "settings": settings, "summary": res.summary(),
+           **environment(res.settings.get("device", "cpu")),
            "seconds_measuring": round(seconds, 4),
            "frames_per_second": round(res.n_frames / max(seconds, 1e-9), 2),
            "frames": res.frame_records()}
@@ -232,6 +229,7 @@ class RunOutputs:
         self.stale = [] if aligned else [folder / "aligned.tif"]
         self.inputs = list(inputs)
         self.removed = []
+        self.document = None  # (shifts.json's, once written)
         self._aligned = contextlib.ExitStack()
         self._by_run = False
         self._run = None
@@ -283,7 +281,7 @@ class RunOutputs:
             write_chunks(parts, shape, res.n_frames, paths["aligned.tif"], aligned, channels,
                          progress)
         write_text(paths["shifts.csv"], res.csv_text())
-        doc = result_document(res, resample=resample, crop=crop, fill=fill)
+        self.document = doc = result_document(res, resample=resample, crop=crop, fill=fill)
         write_text(paths["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         if self.plots:
             plot_drift(paths["drift.png"], res,

@@ -25,8 +25,8 @@ import functools
 
 import numpy as np
 
-from ...backend import (compute_device, device_free_bytes, host_available_bytes, to_numpy,
-                       xp_for)
+from ...backend import (DEVICES, compute_device, device_free_bytes, host_available_bytes,
+                       to_numpy, xp_for)
 from ...errors import InputError
 from ...registration import DEFAULT_UPSAMPLE
 from ...streaming import DeviceChunks, parse_memory
@@ -129,8 +129,8 @@ class VolumeOptions:
         put("voxel_size", parse_voxel_size(self.voxel_size))
         put("upsample", parse_upsample(DEFAULT_UPSAMPLE if self.upsample is None
                                        else self.upsample))
-        if self.device not in ("auto", "cpu", "gpu"):
-            raise InputError(f"unknown device {self.device!r}; use one of auto, cpu, gpu")
+        if self.device not in DEVICES:
+            raise InputError(f"unknown device {self.device!r}; use one of {', '.join(DEVICES)}")
         if self.memory_limit is not None:
             put("memory_limit", parse_memory(self.memory_limit, "memory_limit"))
 
