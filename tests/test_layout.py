@@ -41,7 +41,8 @@ LONG_FUNCTIONS: dict = {}
 #: subpackage -> its layer; a module may import only from its own layer or those below
 LAYERS = {"napari": 7, "cli": 6, "bench": 6, "distributed": 5, "dask": 5, "alignment": 4,
           "filters": 3, "conv": 3, "registration": 3, "correlate": 2, "io": 1, "_cuda": 1,
-          "backend": 0, "_environment": 0, "errors": 0, "_version": 0, "_config": 0, "__init__": 7,
+          "backend": 0, "_first_run": 0, "_environment": 0, "errors": 0, "_version": 0,
+          "_config": 0, "__init__": 7,
           "__main__": 7,
           "streaming": 2}
 

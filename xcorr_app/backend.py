@@ -10,7 +10,9 @@
 
 Array type rule of the Python API: NumPy in gives NumPy out, CuPy in gives CuPy out.  Functions
 call :func:`array_module_of` on their inputs to know which module to return, and
-:func:`compute_device` to know where to compute.
+:func:`compute_device` to know where to compute; a whole run (:func:`xcorr_app.align`) asks
+:func:`decide_device` once, which also weighs the GPU's first use against the job
+(:mod:`xcorr_app._first_run`: the probe, the warm-up, small jobs).
 
 Examples
 --------
@@ -22,11 +24,11 @@ Examples
 from __future__ import annotations
 
 import functools
-import threading
 import warnings
 
 import numpy as np
 
+from ._first_run import auto_device, probe_gpu, small_job_note
 from .errors import InputError
 
 DEVICES = ("auto", "gpu", "cpu")
@@ -36,193 +38,14 @@ class BackendFallbackWarning(UserWarning):
     """``device="auto"`` found no usable GPU and runs on the CPU."""
 
 
-#: the thread of :func:`start_gpu_warm_up` (None: never started)
-_warm_up = None
-#: set by :func:`hold_gpu_warm_up`: this process starts no warm-up
-_warm_up_held = False
-
-
-def start_gpu_warm_up(fft: bool = False) -> bool:
-    """Import CuPy and start the CUDA context (the probe of :func:`resolve_device`) in a
-    background thread, while the caller opens and reads its input; the probe, when the run
-    asks for it, waits for the thread instead of starting over.  With ``fft``, the thread
-    also loads cuFFT (its library's load was the first transform's in the run; the figures:
-    docs/performance.md, first runs).
-    Only where a GPU is likely (:func:`gpu_likely`) and once a process; True when a thread
-    was started.
-
-    >>> start_gpu_warm_up() in (True, False)
-    True
-    """
-    global _warm_up
-    if _warm_up is not None or _warm_up_held or _probe_gpu.cache_info().currsize \
-            or not gpu_likely():
-        return False
-    # the driver's context in a thread of its own: CuPy's import (0.3-0.5 s, the GIL held)
-    # goes on beside it instead of after it
-    threading.Thread(target=start_cuda_driver, name="xcorr-cuda-driver", daemon=True).start()
-    _warm_up = threading.Thread(target=_warm_up_with_fft if fft else _probe_gpu,
-                                name="xcorr-gpu-warm-up", daemon=True)
-    _warm_up.start()
-    return True
-
-
-def start_cuda_driver(ordinal: int = 0) -> bool:
-    """Initialize the CUDA driver and retain device ``ordinal``'s primary context (the one
-    CuPy's runtime then uses) through libcuda itself: ctypes releases the GIL for the driver's
-    start, so imports in other threads go on, and CuPy's first allocation then finds the
-    context made (docs/performance.md, first runs).  The context is kept for the process.  False where there is
-    no driver or it fails (the probe then says why).
-
-    >>> start_cuda_driver() in (True, False)
-    True
-    """
-    import ctypes
-
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-        return (cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), int(ordinal)) == 0
-                and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0)
-    except (OSError, AttributeError):  # no NVIDIA driver's library here (or another platform)
-        return False
-
-
-def start_cuda_drivers(ordinals=None) -> None:
-    """:func:`start_cuda_driver` for each of ``ordinals`` (None: every device) other than 0
-    (the warm-up's), each in a thread of its own, while the command imports and opens its
-    input: a run on several GPUs then finds their contexts made instead of making them one
-    after the other in its first pass (docs/performance.md, several GPUs)."""
-
-    def start(ordinal):
-        threading.Thread(target=start_cuda_driver, args=(ordinal,), daemon=True,
-                         name=f"xcorr-cuda-driver-{ordinal}").start()
-
-    def every_device():
-        import ctypes
-
-        try:
-            cuda, count = ctypes.CDLL("libcuda.so.1"), ctypes.c_int()
-            if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0:
-                for k in range(1, count.value):
-                    start(k)
-        except (OSError, AttributeError):
-            pass
-
-    if ordinals is None:
-        threading.Thread(target=every_device, name="xcorr-cuda-drivers", daemon=True).start()
-        return
-    for k in dict.fromkeys(int(k) for k in ordinals if int(k) > 0):
-        start(k)
-
-
-def _warm_up_with_fft() -> None:
-    """The warm-up's probe, then cuFFT loaded (a failure there is the run's to report)."""
-    if _probe_gpu()[0]:
-        try:
-            from cupy.cuda import cufft
-
-            cufft.getVersion()
-        except Exception:  # noqa: BLE001 - (the transform that needs it raises in the run)
-            pass
-
-
-def hold_gpu_warm_up(held: bool = True) -> None:
-    """Start no warm-up in this process (``held=False``: again allowed): its job will likely
-    run on the CPU (a small stack under device auto), where CuPy's import in a thread would
-    only slow it down (a large share of the cell sample's one-shot run).
-    A GPU run still probes when it needs to, without the overlap."""
-    global _warm_up_held
-    _warm_up_held = bool(held)
-
-
-#: frames x pixels up to which ``device="auto"`` aligns on the CPU (about 0.4 s there on 2
-#: cores): :mod:`xcorr_app.alignment._device_choice`
-SMALL_JOB_PIXELS = 4 * 2**20
-
-
-def small_job_file(path) -> bool:
-    """Whether ``path`` is a file small enough to hold only a small job (:data:`SMALL_JOB_PIXELS`
-    pixels of 2 bytes: uint16, the usual camera's), told from its size before anything opens
-    it: ``xcorr align`` then starts no warm-up (a compressed file that holds more only starts
-    the GPU later).
-
-    >>> small_job_file("no/such/file.tif")
-    False
-    """
-    import os
-
-    try:
-        return os.path.isfile(path) and os.path.getsize(path) <= 2 * SMALL_JOB_PIXELS
-    except (OSError, TypeError, ValueError):
-        return False
-
-
-def warm_up_held() -> bool:
-    """Whether :func:`hold_gpu_warm_up` was called: the job is likely the CPU's, and nothing
-    should probe the GPU before the run decides."""
-    return _warm_up_held
-
-
-def gpu_pending() -> bool:
-    """Whether the warm-up thread (:func:`start_gpu_warm_up`) is still importing CuPy or
-    starting the CUDA context: a decision that would wait for it may wait for the run to
-    start on the device, and the work before overlaps the start."""
-    return _warm_up is not None and _warm_up.is_alive()
-
-
-def _probe_gpu() -> tuple[bool, str]:
-    """Return ``(usable, reason)``; imports CuPy and touches the device once (the warm-up's
-    answer where one was started: waited for)."""
-    warm = _warm_up
-    if warm is not None and warm is not threading.current_thread():
-        warm.join()
-    return _probe_once()
-
-
-@functools.lru_cache(maxsize=1)
-def _probe_once() -> tuple[bool, str]:
-    try:
-        import cupy
-    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-        return False, f"CuPy is not importable ({type(exc).__name__}: {exc})"
-    try:
-        n = cupy.cuda.runtime.getDeviceCount()
-        if n < 1:
-            return False, "CuPy found no CUDA device"
-        cupy.zeros(1, dtype=cupy.float32).sum().item()  # a real allocation and launch
-    except Exception as exc:
-        return False, f"CuPy cannot use a CUDA device ({type(exc).__name__}: {exc})"
-    return True, "CUDA device usable"
-
-
-_probe_gpu.cache_clear, _probe_gpu.cache_info = _probe_once.cache_clear, _probe_once.cache_info
-
-
-#: device nodes of an NVIDIA driver (Linux; ``/dev/dxg``: WSL)
-NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/dxg")
-
-
-def gpu_likely() -> bool:
-    """A hint without importing CuPy (about 0.5-1 s) or touching a device: CuPy is installed,
-    an NVIDIA driver's device node exists and ``CUDA_VISIBLE_DEVICES`` does not hide every
-    device (empty or ``-1``).  Not a probe: :func:`gpu_available` says for sure."""
-    import importlib.util
-    import os
-
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1")
-    return not hidden and importlib.util.find_spec("cupy") is not None and any(
-        os.path.exists(p) for p in NVIDIA_DEVICE_NODES)
-
-
 def gpu_available() -> bool:
     """True when CuPy is installed and a CUDA device can run a kernel."""
-    return _probe_gpu()[0]
+    return probe_gpu()[0]
 
 
 def gpu_unavailable_reason() -> str:
     """Why :func:`gpu_available` is False (empty when a GPU is usable)."""
-    ok, reason = _probe_gpu()
+    ok, reason = probe_gpu()
     return "" if ok else reason
 
 
@@ -237,7 +60,7 @@ def gpu_remedy() -> str:
     >>> gpu_remedy() if not gpu_available() else "ok"  # doctest: +ELLIPSIS
     '...'
     """
-    if _probe_gpu()[1].startswith("CuPy is not importable"):
+    if probe_gpu()[1].startswith("CuPy is not importable"):
         return f"install the CuPy wheel for your CUDA version ({INSTALL_CUPY})"
     return "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES"
 
@@ -300,7 +123,7 @@ def resolve_device(device: str = "auto") -> str:
         raise InputError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
     if device == "cpu":
         return "cpu"
-    ok, reason = _probe_gpu()
+    ok, reason = probe_gpu()
     if ok:
         return "gpu"
     if device == "gpu":  # (an InputError: a ValueError to the API's callers)
@@ -346,6 +169,31 @@ def compute_device(*arrays, device: str = "auto") -> str:
             raise InputError("device='cpu' was given CuPy arrays; pass NumPy arrays (cupy.asnumpy)")
         return "gpu"
     return resolve_device(device)
+
+
+def decide_device(device, n_frames, frame_shape, *arrays, kernels_built=None) -> tuple:
+    """``(device, note)``: where a run of ``n_frames`` frames of ``frame_shape`` computes,
+    ``device`` (``"auto"``, ``"gpu"``, ``"cpu"``) asked; the one decision of a run, which its
+    entry point makes once and passes down.  CuPy ``arrays`` stay on the GPU.  Under ``"auto"``
+    a small job goes to the CPU without a look at the GPU where one is likely
+    (:func:`~xcorr_app._first_run.small_job_note`); any other to the GPU where one is usable
+    (:func:`resolve_device`: else the CPU, warned once), unless it is small enough for the
+    CPU while this run's GPU kernels are not built (``kernels_built``: a callable, asked only
+    then; :func:`~xcorr_app._first_run.auto_device`).  ``note`` says why ``auto`` chose the
+    CPU for a job (None otherwise).
+
+    >>> decide_device("cpu", 12, (120, 160))
+    ('cpu', None)
+    """
+    on_gpu = any(is_cupy_array(a) for a in arrays)
+    if device == "auto" and not on_gpu:
+        note = small_job_note(n_frames, frame_shape)
+        if note is not None:
+            return "cpu", note
+    dev = compute_device(*arrays, device=device)
+    if device == "auto" and dev == "gpu" and not on_gpu and kernels_built is not None:
+        return auto_device(n_frames, frame_shape, kernels_built())
+    return dev, None
 
 
 def to_numpy(a, out=None) -> np.ndarray:

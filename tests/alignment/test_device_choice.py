@@ -1,29 +1,15 @@
-"""device="auto" measures small jobs on the CPU (alignment/_device_choice.py)."""
+"""The device of a run, decided once (backend.decide_device, asked by the pipeline where it
+starts on its device): device="auto" measures small jobs on the CPU (xcorr_app/_first_run.py)."""
 
 import numpy as np
 import pytest
 
-from xcorr_app.alignment._device_choice import FIRST_RUN_PIXELS, SMALL_JOB_PIXELS, auto_device
+from xcorr_app import _first_run, backend
+from xcorr_app._first_run import SMALL_JOB_PIXELS
 from xcorr_app.alignment._options import AlignOptions
 from xcorr_app.alignment._prebuild import RUN_STAGES, kernels_built, stage_key
-
-
-def test_small_jobs_go_to_the_cpu_with_a_note():
-    dev, note = auto_device(12, (120, 160), kernels_built=True)
-    assert dev == "cpu" and "12 frames of 120x160" in note and "device='gpu'" in note
-    dev, note = auto_device(1, (64, 64), kernels_built=False)
-    assert dev == "cpu" and "not built yet" in note and "xcorr info --compile" in note
-
-
-def test_limits_depend_on_whether_the_kernels_are_built():
-    side = 1024
-    n_small = SMALL_JOB_PIXELS // side ** 2
-    assert auto_device(n_small, (side, side), True)[0] == "cpu"
-    assert auto_device(n_small + 1, (side, side), True) == ("gpu", None)
-    assert auto_device(n_small + 1, (side, side), False)[0] == "cpu"
-    n_first = FIRST_RUN_PIXELS // side ** 2
-    assert auto_device(n_first, (side, side), False)[0] == "cpu"
-    assert auto_device(n_first + 1, (side, side), False) == ("gpu", None)
+from xcorr_app.backend import decide_device
+from xcorr_app.errors import InputError
 
 
 def test_kernels_built_reads_the_helpers_markers(tmp_path, monkeypatch):
@@ -58,35 +44,43 @@ def test_auto_measures_a_small_stack_on_the_cpu_and_gpu_when_asked(rng):
     assert on_gpu.settings["device"] == "gpu"
 
 
-def test_small_job_note_only_where_a_gpu_is_likely(monkeypatch):
-    from xcorr_app import backend
-    from xcorr_app.alignment._device_choice import small_job_note
-
-    monkeypatch.setattr(backend, "gpu_likely", lambda: True)
-    assert "measured on the CPU: 12 frames of 120x160" in small_job_note(12, (120, 160))
-    assert small_job_note(64, (512, 512)) is None  # larger than SMALL_JOB_PIXELS: look first
-    monkeypatch.setattr(backend, "gpu_likely", lambda: False)
-    assert small_job_note(12, (120, 160)) is None  # no GPU likely: the ordinary fallback
+@pytest.fixture
+def gpu_likely_unusable(monkeypatch):
+    """A GPU likely (CuPy installed, a device node) but none usable: the probe's answer."""
+    monkeypatch.setattr(_first_run, "gpu_likely", lambda: True)
+    monkeypatch.setattr(_first_run, "_probe_once", lambda: (False, "CuPy found no CUDA device"))
+    monkeypatch.setattr(backend, "_warned_fallback", True)  # (no warning to filter)
 
 
-def test_gpu_likely_needs_cupy_and_a_device_node(monkeypatch, tmp_path):
-    import importlib.util
+def test_cpu_and_small_jobs_are_decided_without_a_look_at_the_gpu(monkeypatch):
+    def no_probe():
+        raise AssertionError("probed")
 
-    from xcorr_app import backend
+    monkeypatch.setattr(_first_run, "gpu_likely", lambda: True)
+    monkeypatch.setattr(_first_run, "_probe_once", no_probe)
+    built = []
+    assert decide_device("cpu", 512, (2048, 2048), kernels_built=built.append) == ("cpu", None)
+    dev, note = decide_device("auto", 12, (120, 160), kernels_built=built.append)
+    assert dev == "cpu" and "measured on the CPU: 12 frames of 120x160" in note
+    assert built == []  # (the kernels' markers are read only where they decide)
 
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert backend.gpu_likely() is False
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(backend, "NVIDIA_DEVICE_NODES", (str(tmp_path / "nvidiactl"),))
-    assert backend.gpu_likely() is False
-    (tmp_path / "nvidiactl").write_text("")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert backend.gpu_likely() is True
-    for hidden in ("", "-1", " "):  # every device hidden: no GPU to expect
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
-        assert backend.gpu_likely() is False
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert backend.gpu_likely() is True
+
+def test_auto_without_a_usable_gpu_runs_on_the_cpu_and_gpu_refuses(gpu_likely_unusable):
+    assert decide_device("auto", 512, (2048, 2048), kernels_built=lambda: 1 / 0) == ("cpu", None)
+    with pytest.raises(InputError, match="device='gpu' was asked for but CuPy found no CUDA"):
+        decide_device("gpu", 12, (120, 160))
+
+
+@pytest.mark.parametrize("built, want", [(True, "gpu"), (False, "cpu")])
+def test_auto_on_a_usable_gpu_weighs_the_kernels_not_built(monkeypatch, built, want):
+    monkeypatch.setattr(_first_run, "gpu_likely", lambda: True)
+    monkeypatch.setattr(_first_run, "_probe_once", lambda: (True, "CUDA device usable"))
+    side, asked = 1024, []
+    n = SMALL_JOB_PIXELS // side ** 2 + 1  # (more than a small job)
+    dev, note = decide_device("auto", n, (side, side),
+                              kernels_built=lambda: asked.append(1) or built)
+    assert dev == want and asked == [1] and (note is None) == built
+    assert decide_device("gpu", 1, (side, side), kernels_built=lambda: 1 / 0) == ("gpu", None)
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """The command's end (``cli._main.leave``): a process that imported CuPy exits without the
 interpreter's teardown, after what Python runs at exit (the threads' end, atexit), its output
-flushed, with the command's exit status."""
+flushed, with the command's exit status; and its warnings as notes (``warnings_as_notes``)."""
 
 import os
 import subprocess
@@ -143,3 +143,27 @@ def test_an_output_that_cannot_be_flushed_fails_the_run(tmp_path):
     """
     proc = _run_process(tmp_path, body)
     assert proc.returncode == 120 and "Exception ignored" in proc.stderr
+
+
+@pytest.mark.parametrize("user", [None, "default"])
+def test_a_commands_quiet_notes_sit_inside_the_groups(monkeypatch, user):
+    """The group's notes (before the command's options are parsed), then the command's own
+    with its parsed ``--quiet``: the processes it starts print no warnings, the group's
+    setting comes back after it, and a ``PYTHONWARNINGS`` of the user's is left alone."""
+    import warnings
+
+    if user is None:
+        monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONWARNINGS", user)
+    shown = []
+    monkeypatch.setattr(_main.click, "echo", lambda text, err=False: shown.append(text))
+    with _main.warnings_as_notes(False):
+        group = os.environ.get("PYTHONWARNINGS")
+        with _main.warnings_as_notes(True):
+            assert os.environ.get("PYTHONWARNINGS") == (user or "ignore")
+            warnings.warn("hidden", UserWarning)
+        assert os.environ.get("PYTHONWARNINGS") == group == (user or "ignore:no usable GPU")
+        warnings.warn("said", UserWarning)
+    assert os.environ.get("PYTHONWARNINGS") == user
+    assert shown == ["note: UserWarning: said"]

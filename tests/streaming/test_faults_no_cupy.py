@@ -11,6 +11,7 @@ import pytest
 
 from cli_helpers import ROOT, assert_clean_error
 from xcorr_app import align, backend, cross_correlate
+from xcorr_app._first_run import probe_gpu
 from xcorr_app.errors import InputError
 from xcorr_app.streaming import map_chunks, parse_gpus, run_on_gpus
 
@@ -26,9 +27,9 @@ def no_cupy(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", importing)
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
-    backend._probe_gpu.cache_clear()
+    probe_gpu.cache_clear()
     yield
-    backend._probe_gpu.cache_clear()
+    probe_gpu.cache_clear()
 
 
 STACK = np.zeros((3, 16, 16), np.float32)

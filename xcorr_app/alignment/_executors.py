@@ -73,28 +73,26 @@ class Executor:
 
 class InProcess(Executor):
     """One range, every frame, on this process's device (``device`` auto: the GPU where it
-    pays, see :mod:`._device_choice`)."""
+    pays: :func:`~xcorr_app.backend.decide_device`, asked once)."""
 
     fills_out_in_field = True
 
     def start(self, opts, src, out):
-        from ._device_choice import auto_device, small_job_note
         from .rigid import Measurer, shared_plan
         from ._prebuild import helper_stages, kernels_built
         from .rigid import PreparedFrames
 
         stack = self.stack
         on_gpu = backend.is_cupy_array(stack)
-        # device auto and a small job: the CPU, without importing CuPy to look at the GPU
-        note = small_job_note(src.n_frames, src.frame_shape) \
-            if opts.device == "auto" and not on_gpu else None
-        dev = "cpu" if note is not None else backend.compute_device(
-            *([stack] if not isinstance(stack, (str, Path)) else []), device=opts.device)
-        if opts.device == "auto" and dev == "gpu" and not on_gpu:
+
+        def built():  # (asked only where device auto weighs a first run's compilations)
             from .._cuda import shipped_here
 
-            built = kernels_built(opts, src.frame_shape, src.dtype, helper_stages(shipped_here()))
-            dev, note = auto_device(src.n_frames, src.frame_shape, built)
+            return kernels_built(opts, src.frame_shape, src.dtype, helper_stages(shipped_here()))
+
+        dev, note = backend.decide_device(
+            opts.device, src.n_frames, src.frame_shape,
+            *([stack] if not isinstance(stack, (str, Path)) else []), kernels_built=built)
         self.device_note = note
         self.device, self.xp = dev, backend.xp_for(dev)
         xp = self.xp

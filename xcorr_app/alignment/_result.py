@@ -460,7 +460,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
     bound = settings.get("search_range") or opts.max_shift
     notes = result_notes(border, const, nonfinite, fft_outside, bound, opts.max_shift is not None)
     notes += stuck
-    if settings.get("device_note"):  # device="auto" chose the CPU (alignment/_device_choice.py)
+    if settings.get("device_note"):  # device="auto" chose the CPU (backend.decide_device)
         notes.append(settings["device_note"])
     if opts.previous and (const | nonfinite).any():
         notes.append("reference previous: a frame after an unmeasurable one was measured against "

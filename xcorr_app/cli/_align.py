@@ -12,16 +12,15 @@ from types import SimpleNamespace
 
 import click
 
-from .. import backend
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
-from ..alignment.outputs import aligned_as, channel_metadata, check_save
-from ._options import (FEATURES, MEMORY, NORMALIZATIONS, PATCHES,
-                       PREFILTER, RESAMPLE_ANY, SUBPIXEL, WINDOW, default_out, note_device, planner_notes, print_notes,
-                       progress_bar, readable_frames_of, scale_out, scale_out_command,
-                       stack_command, where)
+from ._options import (FEATURES, MEMORY, NORMALIZATIONS, PATCHES, PREFILTER, RESAMPLE_ANY,
+                       SUBPIXEL, WINDOW, default_out, note_cpu_fallback, note_device,
+                       planner_notes, print_notes, progress_bar, readable_frames_of, scale_out,
+                       scale_out_command, stack_command, where)
 from ._flags import as_flags
 from ._input import apply_channels, input_options, input_path
+from ._main import DeviceCommand
 from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
 from ..io import OUT_FORMATS
 
@@ -139,7 +138,7 @@ def _options(fn):
     return fn
 
 
-@click.command()
+@click.command(cls=DeviceCommand)
 @click.argument("path", type=click.Path(path_type=Path))
 @_options
 @scale_out_command
@@ -171,7 +170,7 @@ def _align(o):
     """``xcorr align`` once its options are parsed (``o``): the run, its outputs written by
     :class:`~xcorr_app.alignment.outputs.RunOutputs` (as :meth:`AlignResult.save` writes
     them)."""
-    from ..alignment.outputs import RunOutputs
+    from ..alignment.outputs import RunOutputs, channel_metadata
     from ..io import split_source
 
     path = o.path
@@ -247,6 +246,7 @@ def _check(o):
     bound, one frame's memory, the filters' radius) the run checks itself before it reads a
     frame (on Dask: here, before the cluster starts).  Returns ``(frame_shape, itemsize,
     n_frames)``."""
+    from ..alignment.outputs import aligned_as, check_save
     from ..io import open_stack
 
     # (the errors in the API's words: the command prints them as flags, cli._flags)
@@ -267,18 +267,12 @@ def _check(o):
         print_notes(src, o.quiet)
         o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
-    executor = "dask" if o.workers is not None or o.scheduler else \
-        "gpus" if o.gpus is not None else "process"
-    # auto while CUDA still starts: the run picks the device where it starts on it, and what
-    # comes before (checks, frames read for the automatic choices) overlaps the start (a
-    # large share of a one-shot run); a GPU found unusable is noted after it (_measure)
-    # (and where a small file's job is likely the CPU's: no probe at all, see hold_gpu_warm_up)
-    deferred = o.device == "auto" and executor == "process" \
-        and (backend.gpu_pending() or backend.warm_up_held())
-    o.dev = "cpu" if o.device == "cpu" else None if deferred else \
-        note_device(o.device, o.quiet)
-    if executor == "dask":  # (before a cluster starts; the run checks them itself otherwise)
-        check_limits(o.opts, shape, itemsize, limit_devices(o.device, executor))
+    # in this process the run decides the device, once, where it starts on it
+    # (backend.decide_device): what comes before it overlaps CUDA's start
+    o.dev = None
+    if o.workers is not None or o.scheduler:  # (before a cluster starts: its workers decide)
+        o.dev = note_device(o.device, o.quiet)
+        check_limits(o.opts, shape, itemsize, limit_devices(o.device, "dask"))
     planner_notes(o.quiet)
     return shape, itemsize, n
 
@@ -299,11 +293,9 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
 
         res = run_align(o.path, out=out, progress=update, options=opts)
     if gpu_ids is None:
-        # (the note of _check, deferred; not where auto chose the CPU for a small job: the
-        # probe would import CuPy and start CUDA, a large share of a small run)
-        if o.dev is None and res.settings["device"] == "cpu" \
-                and not res.settings.get("device_note") and not backend.gpu_available():
-            note_device(o.device, o.quiet)
+        if o.dev is None and o.device == "auto" and res.settings["device"] == "cpu" \
+                and not res.settings.get("device_note"):  # (auto on the CPU by choice: noted)
+            note_cpu_fallback(o.quiet)
         o.dev = res.settings["device"]
     return res
 

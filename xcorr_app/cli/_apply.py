@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import InputError
 from ._input import input_options, input_path
+from ._main import DeviceCommand
 from ._options import (RESAMPLE_ANY, default_out, note_device, print_notes, progress_bar,
                        readable_frames_of, stack_command)
 
@@ -109,7 +110,7 @@ def check_fits(saved, shifts_path, src, path) -> None:
                          "that frame size")
 
 
-@click.command("apply")
+@click.command("apply", cls=DeviceCommand)
 @click.argument("shifts", type=click.Path(path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_path", type=str, default=None,

@@ -23,7 +23,8 @@ from .._config import debug
 from .._version import __version__
 from ..errors import XcorrError
 
-__all__ = ["cli", "main", "run", "leave", "user_errors", "one_line_usage", "UsageLine", "COMMANDS"]
+__all__ = ["cli", "main", "run", "leave", "user_errors", "warnings_as_notes", "one_line_usage",
+           "UsageLine", "COMMANDS", "DeviceCommand", "start_first_run"]
 
 #: every command of ``xcorr``: name -> (module beside this one, the click command in it, the
 #: one-line help ``xcorr --help`` lists).  A command's module is imported only when that command
@@ -58,38 +59,59 @@ def warning_as_note(quiet: bool):
     return show
 
 
+#: the values of ``PYTHONWARNINGS`` this process set for the processes it starts, the
+#: innermost block's last
+_CHILDREN_WARNINGS = []
+
+
 @contextlib.contextmanager
 def _children_quiet(quiet: bool):
     """The Python processes the run starts (Dask's workers) print no warnings with
     ``--quiet``, and never the CPU fallback's, which this process notes once (unless the user
-    set ``PYTHONWARNINGS``); restored at the end."""
+    set ``PYTHONWARNINGS``); the value before is restored at the end (a command's own block
+    sits inside the group's)."""
     import os
 
-    if "PYTHONWARNINGS" in os.environ:
-        yield
+    before = os.environ.get("PYTHONWARNINGS")
+    if before is not None and before != (_CHILDREN_WARNINGS or [None])[-1]:
+        yield  # (the user's)
         return
-    os.environ["PYTHONWARNINGS"] = "ignore" if quiet else "ignore:no usable GPU"
+    _CHILDREN_WARNINGS.append("ignore" if quiet else "ignore:no usable GPU")
+    os.environ["PYTHONWARNINGS"] = _CHILDREN_WARNINGS[-1]
     try:
         yield
     finally:
-        os.environ.pop("PYTHONWARNINGS", None)
+        _CHILDREN_WARNINGS.pop()
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
+
+
+@contextlib.contextmanager
+def warnings_as_notes(quiet: bool = False):
+    """Inside the block, warnings are notes (:func:`warning_as_note`; none with ``quiet``), in
+    this process and in the Python processes it starts; the CPU fallback's warning is left to
+    the command, which says it its own way."""
+    from .. import backend  # NumPy: only once a command runs
+
+    with warnings.catch_warnings(), _children_quiet(quiet):
+        warnings.simplefilter("ignore", category=backend.BackendFallbackWarning)
+        warnings.filterwarnings("ignore", module="tifffile")
+        if not debug():  # (a raw warning is two lines: file, line, then the source)
+            warnings.showwarning = warning_as_note(quiet)
+        yield
 
 
 @contextlib.contextmanager
 def user_errors(quiet: bool = False):
     """Turn user errors, interrupts and unexpected failures into one line and an exit code;
-    warnings become notes (:func:`warning_as_note`; none with ``quiet``)."""
-    from .. import backend  # NumPy: only once a command runs
-
+    warnings become notes (:func:`warnings_as_notes`; none with ``quiet``)."""
     tracebacks = debug()
     if not tracebacks:  # tifffile logs damaged files itself; our error line says it once
         logging.getLogger("tifffile").setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings(), _children_quiet(quiet):
-            warnings.simplefilter("ignore", category=backend.BackendFallbackWarning)
-            warnings.filterwarnings("ignore", module="tifffile")
-            if not tracebacks:  # (a raw warning is two lines: file, line, then the source)
-                warnings.showwarning = warning_as_note(quiet)
+        with warnings_as_notes(quiet):
             yield
     except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         raise  # click's own: usage errors and exit codes
@@ -184,112 +206,70 @@ class XcorrGroup(click.Group):
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx):
-        from .. import backend
+        with one_line_usage(), user_errors():
+            return super().invoke(ctx)
 
-        with one_line_usage(), user_errors(quiet=_asks_quiet(ctx)):
+
+class DeviceCommand(click.Command):
+    """A command that computes on the GPU where one is usable (``--device``, ``--quiet``): once
+    click has parsed its options, and before its callback imports the modules of its run, the
+    GPU's first use starts from them (:func:`start_first_run`), and its warnings are notes
+    (none with ``--quiet``)."""
+
+    def invoke(self, ctx):
+        from .._first_run import hold_gpu_warm_up
+
+        with warnings_as_notes(ctx.params.get("quiet", False)):
             try:
-                _warm_up_early(_arguments(ctx))
+                start_first_run(self.name, ctx.params)
                 return super().invoke(ctx)
             finally:  # (a process that runs commands in turn: the next one decides anew)
-                backend.hold_gpu_warm_up(False)
+                hold_gpu_warm_up(False)
 
 
-def _arguments(ctx) -> list:
-    """The command's name and its arguments, before click parses them (up to ``--``)."""
-    protected = (ctx._protected_args if hasattr(ctx, "_protected_args")  # (click >= 8.2)
-                 else getattr(ctx, "protected_args", []))
-    args = [*protected, *ctx.args]
-    return args[:args.index("--")] if "--" in args else args
+def start_first_run(command: str, params: dict) -> None:
+    """Start what the GPU's first use needs (:mod:`xcorr_app._first_run`) from ``command``'s
+    parsed options ``params``, so that it overlaps the imports of the command's run and the
+    opening of its input: nothing for ``--device cpu``; for an ``align`` under device auto of a
+    file small enough for a small job (:func:`~xcorr_app._first_run.small_job_file`; not 3-D,
+    not spread out), the warm-up held, as the run will give that job to the CPU
+    (:func:`~xcorr_app.backend.decide_device`); otherwise the warm-up (``align``: cuFFT too)
+    and the contexts of the GPUs ``--gpus`` names."""
+    from .._first_run import hold_gpu_warm_up, small_job_file, start_gpu_warm_up
 
-
-def _asks_quiet(ctx) -> bool:
-    """Whether the subcommand's arguments hold ``--quiet`` (``-q``), read before click parses
-    them: a warning may come while it runs, from any thread."""
-    args = _arguments(ctx)
-    return "-q" in args or "--quiet" in args
-
-
-#: the commands that compute on the GPU where one is usable (their ``--device`` option)
-GPU_COMMANDS = ("align", "apply", "filter", "zlocate")
-
-
-def _warm_up_early(args):
-    """Start the GPU warm-up (:func:`~xcorr_app.backend.start_gpu_warm_up`: CuPy's import and
-    the CUDA context) before a GPU command imports its own modules (0.15-0.45 s of them, which
-    it then overlaps), unless the command is asked for its help or for ``--device cpu``, or is
-    an ``align`` under device auto of a file small enough for the CPU (none then either)."""
-    from .. import backend
-
-    if not args or args[0] not in GPU_COMMANDS or {"-h", "--help"} & set(args) \
-            or _device_asked(args) == "cpu":
+    device, path = params.get("device", "auto"), params.get("path")
+    if device == "cpu":
         return
-    # device auto runs a small job on the CPU
-    if args[0] == "align" and _device_asked(args) == "auto" \
-            and not any(a == o or a.startswith(o + "=") for a in args
-                        for o in ("--volumes", "--gpus", "--workers", "--scheduler")) \
-            and backend.small_job_file(_input_file(args)):
-        backend.hold_gpu_warm_up()
+    spread = params.get("volumes") or params.get("gpus") is not None \
+        or params.get("workers") is not None or params.get("scheduler")
+    if command == "align" and device == "auto" and not spread and small_job_file(path):
+        hold_gpu_warm_up()
         return
-    if backend.start_gpu_warm_up(fft=args[0] == "align"):
-        _start_named_gpus(args)
+    if start_gpu_warm_up(fft=command == "align"):
+        _start_named_gpus(command, params.get("gpus"), path)
 
 
-def _start_named_gpus(args):
+def _start_named_gpus(command, spec, path):
     """``--gpus``: the contexts of the GPUs it names started too (``all``: where the file is
-    large enough for ``align`` to use them all, :data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES`;
-    the file: :func:`_input_file`)."""
-    from .. import backend
+    large enough for ``align`` to use them all,
+    :data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES`)."""
+    from .._first_run import start_cuda_drivers
     from ..streaming import SCALE_OUT_MIN_BYTES
 
-    spec = _value_of("--gpus", args)
     if spec is None:
         return
     if spec.strip() == "all":
         try:
-            small = args[0] == "align" and os.path.getsize(_input_file(args)) < SCALE_OUT_MIN_BYTES
+            small = command == "align" and os.path.getsize(path) < SCALE_OUT_MIN_BYTES
         except (OSError, TypeError, ValueError):
             small = True  # (a folder or a store: its size is not told so cheaply)
         if not small:
-            backend.start_cuda_drivers()
+            start_cuda_drivers()
         return
     try:
-        backend.start_cuda_drivers([int(t) for t in spec.split(",") if t.strip()])
+        start_cuda_drivers([int(t) for t in spec.split(",") if t.strip()])
     except ValueError:  # (the option's own check says what is wrong)
         pass
-
-
-#: ``align``'s options whose value may name an existing file that is not the input
-FILE_OPTIONS = ("--reference",)
-
-
-def _input_file(args):
-    """The command's input file, before click has parsed the arguments: the first one after
-    the command that names an existing file and is neither an option nor the value of one of
-    :data:`FILE_OPTIONS` (``xcorr align --gpus all STACK`` as ``xcorr align STACK --gpus
-    all``), or None (a folder or a store: told later)."""
-    for before, a in zip(args[:-1], args[1:]):
-        if not a.startswith("-") and before not in FILE_OPTIONS and os.path.isfile(a):
-            return a
-    return None
-
-
-def _value_of(option, args):
-    """The value of ``option`` in the arguments (the last one given, as click takes it), or
-    None."""
-    value = None
-    for a, b in zip(args, [*args[1:], None]):
-        if a == option:
-            value = b
-        elif a.startswith(option + "="):
-            value = a.partition("=")[2]
-    return value
-
-
-def _device_asked(args) -> str:
-    """``--device``'s value in the arguments (the last one given, as click takes it), or
-    ``"auto"``."""
-    asked = _value_of("--device", args)
-    return "auto" if asked is None else asked
 
 
 @click.group(cls=XcorrGroup, context_settings={"help_option_names": ["-h", "--help"]})

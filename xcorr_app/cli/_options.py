@@ -33,8 +33,8 @@ __all__ = ["NORMALIZATIONS", "SUBPIXEL", "WINDOWS", "RESAMPLE", "RESAMPLE_ANY", 
            "MODES", "MAX_SHIFT", "MEMORY", "PATCHES",
            "GPUS_LIST", "Spec", "DEVICE", "CHANNEL", "FORCE", "QUIET", "CHUNK", "stack_command",
            "scale_out_command", "json_rows_option", "scale_out", "where", "print_notes",
-           "note_device", "progress_bar", "default_out", "planner_notes", "READABLE",
-           "readable_frames_of"]
+           "note_device", "note_cpu_fallback", "progress_bar", "default_out", "planner_notes",
+           "READABLE", "readable_frames_of"]
 
 
 # ------------------------------------------------------------------------- parameter types
@@ -137,16 +137,10 @@ MIX = Spec("luma|FILE.npy")
 
 # ------------------------------------------------------------------------- shared options
 
-def _warm_up(ctx, param, value):
-    """``--device``'s callback: start CuPy's import and the CUDA context in the background
-    before the command opens its input (the command's first GPU work then finds them ready)."""
-    if value != "cpu" and not ctx.resilient_parsing:
-        backend.start_gpu_warm_up()
-    return value
-
-
+#: ``--device``: a command with it is a :class:`~xcorr_app.cli._main.DeviceCommand` (the GPU's
+#: first use started from its parsed value)
 DEVICE = click.option("--device", type=click.Choice(backend.DEVICES), default="auto",
-                      show_default=True, callback=_warm_up,
+                      show_default=True,
                       help="Where to compute: GPU when usable (auto), gpu or cpu.")
 CHANNEL = click.option("--channel", type=int, default=None,
                        help="Channel to use from multi-channel files (0-based).")
@@ -288,10 +282,17 @@ def readable_frames_of(path, readable, workers, scheduler):
 def note_device(device: str, quiet: bool) -> str:
     """Resolve the device; say once when ``auto`` falls back to the CPU."""
     dev = backend.resolve_device(device)
-    if device == "auto" and dev == "cpu" and not quiet:
+    if device == "auto" and dev == "cpu":
+        note_cpu_fallback(quiet)
+    return dev
+
+
+def note_cpu_fallback(quiet: bool) -> None:
+    """Say that device ``auto`` runs on the CPU for want of a usable GPU, and why (the
+    probe's answer), unless quiet."""
+    if not quiet:
         click.echo(f"note: no usable GPU ({backend.gpu_unavailable_reason()}); running on the CPU",
                    err=True)
-    return dev
 
 
 def progress_bar(total, desc, quiet):

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ._main import DeviceCommand
 from ._options import DEVICE, FORCE, QUIET, default_out, note_device
 
 __all__ = ["zlocate_cmd", "parse_xy_bound", "plot_depth", "plot_series"]
@@ -101,7 +102,7 @@ def plot_depth(path, result, title=""):
                 len(result.depth), title, marked=result.at_edge)
 
 
-@click.command(name="zlocate")
+@click.command(name="zlocate", cls=DeviceCommand)
 @click.argument("movie", type=click.Path(path_type=Path))
 @click.option("--zstack", type=click.Path(path_type=Path), required=True,
               help="The reference z-stack (Z, Y, X): .tif, .npy or .zarr, planes in order.")
