@@ -128,17 +128,20 @@ __global__ void __launch_bounds__(THREADS) image_figures(
     store_block_sums<M, THREADS>(acc, partial);
 }
 
-// acc[i] += frames[k][i] for each frame k of n (plane pixels each, float32) in order, those with
-// ok[k] (ok: null for all): a thread a pixel.
-template <int THREADS>
+// acc[i] += frames[k][y0 + i / cols][x0 + i % cols] (as float32) for each frame k of n (h x w
+// pixels of T each) in order, those with ok[k] (ok: null for all), over the rows x cols area at
+// (y0, x0): a thread a pixel of the area.
+template <typename T, int THREADS>
 __global__ void __launch_bounds__(THREADS) frame_sums(
-        const float* __restrict__ frames, int n, long long plane, const bool* __restrict__ ok,
-        double* __restrict__ acc) {
+        const T* __restrict__ frames, int n, int h, int w, int y0, int x0, int rows, int cols,
+        const bool* __restrict__ ok, double* __restrict__ acc) {
+    const long long plane = (long long)rows * cols, frame = (long long)h * w;
     for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < plane;
          i += (long long)gridDim.x * THREADS) {
+        const long long at = (long long)(y0 + i / cols) * w + x0 + i % cols;
         double s = acc[i];
         for (int k = 0; k < n; ++k)
-            if (ok == nullptr || ok[k]) s += (double)frames[(long long)k * plane + i];
+            if (ok == nullptr || ok[k]) s += (double)(float)frames[k * frame + at];
         acc[i] = s;
     }
 }

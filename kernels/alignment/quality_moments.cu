@@ -15,32 +15,33 @@
 
 #include "warp_reduce.cuh"
 
-// One block's sums over its rows of a region: d, d * d and d * ref_j (J references of the
-// region's shape), d each pixel as float32 less the pivot; then the block's warps added up in a
-// fixed order into out[0 .. 2 + J) (no atomics: the same sums every run).
+// One block's sums over its rows of a region: d, d * d and d * ref_j (J references, rows of
+// ref_stride floats, planes ref_plane apart, from the region's first pixel), d each pixel as
+// float32 less the pivot; the block's warps take the rows first_row, first_row + row_step, ...
+// (a warp a row); then the warps added up in a fixed order into out[0 .. 2 + J) (no atomics:
+// the same sums every run).
 template <typename T, int J, int THREADS>
 __device__ __forceinline__ void block_moments(const T* __restrict__ frame, int w, int y0, int x0,
-                                              int rows, int cols,
-                                              const float* __restrict__ refs,
+                                              int rows, int cols, double pivot,
+                                              const float* __restrict__ refs, int ref_stride,
+                                              size_t ref_plane, int first_row, int row_step,
                                               double* __restrict__ out) {
     constexpr int M = 2 + J;
     constexpr int WARPS = THREADS / 32;
     __shared__ double part[M][WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const size_t plane = (size_t)rows * cols;
-    const double pivot = (double)(float)frame[(size_t)y0 * w + x0];
     double acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.0;
-    for (int r = blockIdx.x * WARPS + warp; r < rows; r += gridDim.x * WARPS) {
+    for (int r = first_row + warp; r < rows; r += row_step) {
         const T* row = frame + (size_t)(y0 + r) * w + x0;
-        const float* ref = refs + (size_t)r * cols;
+        const float* ref = refs + (size_t)r * ref_stride;
         for (int x = lane; x < cols; x += 32) {
             const double v = (double)(float)row[x] - pivot;
             acc[0] += v;
             acc[1] += v * v;
 #pragma unroll
-            for (int j = 0; j < J; ++j) acc[2 + j] += v * (double)ref[j * plane + x];
+            for (int j = 0; j < J; ++j) acc[2 + j] += v * (double)ref[j * ref_plane + x];
         }
     }
 #pragma unroll
@@ -60,27 +61,91 @@ template <typename T, int J, int THREADS>
 __global__ void __launch_bounds__(THREADS) area_moments(
         const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
         const float* __restrict__ refs, double* __restrict__ partial) {
-    block_moments<T, J, THREADS>(frames + (size_t)blockIdx.y * h * w, w, y0, x0, rows, cols,
-                                 refs, partial + ((size_t)blockIdx.y * gridDim.x + blockIdx.x)
+    constexpr int WARPS = THREADS / 32;
+    const T* frame = frames + (size_t)blockIdx.y * h * w;
+    block_moments<T, J, THREADS>(frame, w, y0, x0, rows, cols,
+                                 (double)(float)frame[(size_t)y0 * w + x0], refs, cols,
+                                 (size_t)rows * cols, blockIdx.x * WARPS, gridDim.x * WARPS,
+                                 partial + ((size_t)blockIdx.y * gridDim.x + blockIdx.x)
                                  * (2 + J));
 }
 
-// The same moments for P regions of every frame at once (launched by
-// xcorr_app/alignment/_quality_figures.py region_moments): region p of frame n is the block
-// rows [starts[2p], + rows) by columns [starts[2p + 1], + cols) (inside the frame), its J
-// references refs[(p * J + j) * rows * cols ...], its pivot its own first pixel.  The per-patch
-// figures of a piecewise run's quality report, read in place from the chunk (no copy of the
-// regions cut out: they overlap).
+// The same moments over the tiles of an area (launched by
+// xcorr_app/alignment/_quality_figures.py TileRegions.moments): the area starts at (oy, ox) of
+// each h x w frame; its tiles are the rows [ys[a], ys[a + 1]) by the columns [xs[b], xs[b + 1])
+// (area coordinates, a < ty, b < tx), its J references (J, ys[ty], xs[tx]) float32; every
+// tile's pivot the area's first pixel (pivoted 0: none, for the template's own sums), so that
+// the tiles of a region add up to the region's sums (tile_regions).  The per-patch figures of a
+// piecewise run's quality report: the patch regions overlap, their tiles do not, so each pixel
+// is read once.
 //
-// Grid (blocks, n, P), THREADS threads: as area_moments; the sums go to
-// partial[((n * P + p) * blocks + b) * (2 + J) + m].
+// Grid (ty, n), THREADS threads, (THREADS + tx) * (2 + J) doubles of dynamic shared memory: a
+// block a row of tiles of a frame.  A thread a column (coalesced rows), its sums over the tile
+// row's rows; then each (tile, moment) adds its columns' sums in order, a thread each (no
+// atomics: the same sums every run).  The sums go to partial[((n * ty + a) * tx + b) * (2 + J)
+// + m].
 template <typename T, int J, int THREADS>
-__global__ void __launch_bounds__(THREADS) region_moments(
-        const T* __restrict__ frames, int h, int w, const int* __restrict__ starts, int rows,
-        int cols, const float* __restrict__ refs, double* __restrict__ partial) {
-    const int p = blockIdx.z;
-    block_moments<T, J, THREADS>(
-        frames + (size_t)blockIdx.y * h * w, w, starts[2 * p], starts[2 * p + 1], rows, cols,
-        refs + (size_t)p * J * rows * cols,
-        partial + (((size_t)blockIdx.y * gridDim.z + p) * gridDim.x + blockIdx.x) * (2 + J));
+__global__ void __launch_bounds__(THREADS) tile_moments(
+        const T* __restrict__ frames, int h, int w, int oy, int ox, const int* __restrict__ ys,
+        int ty, const int* __restrict__ xs, int tx, const float* __restrict__ refs, int pivoted,
+        double* __restrict__ partial) {
+    constexpr int M = 2 + J;
+    extern __shared__ double shared[];
+    double* cols = shared;                 // [M][THREADS]: the columns' sums of this stretch
+    double* tiles = shared + M * THREADS;  // [tx * M]: the tiles' running sums
+    const int a = blockIdx.x, y0 = ys[a], y1 = ys[a + 1], width = xs[tx];
+    const size_t plane = (size_t)ys[ty] * width;
+    const T* frame = frames + (size_t)blockIdx.y * h * w;
+    const double pivot = pivoted ? (double)(float)frame[(size_t)oy * w + ox] : 0.0;
+    for (int i = threadIdx.x; i < tx * M; i += THREADS) tiles[i] = 0.0;
+    for (int c0 = 0; c0 < width; c0 += THREADS) {
+        const int x = c0 + threadIdx.x;
+        double acc[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m] = 0.0;
+        if (x < width) {
+#pragma unroll 4
+            for (int r = y0; r < y1; ++r) {  // (unrolled: several rows' loads in flight)
+                const double v = (double)(float)frame[(size_t)(oy + r) * w + ox + x] - pivot;
+                const float* ref = refs + (size_t)r * width + x;
+                acc[0] += v;
+                acc[1] += v * v;
+#pragma unroll
+                for (int j = 0; j < J; ++j) acc[2 + j] += v * (double)ref[j * plane];
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < M; ++m) cols[m * THREADS + threadIdx.x] = acc[m];
+        __syncthreads();
+        const int c1 = min(c0 + THREADS, width);
+        for (int i = threadIdx.x; i < tx * M; i += THREADS) {
+            const int b = i / M, m = i - b * M;
+            const int lo = max(xs[b], c0), hi = min(xs[b + 1], c1);
+            double s = tiles[i];
+            for (int c = lo; c < hi; ++c) s += cols[m * THREADS + c - c0];
+            tiles[i] = s;
+        }
+        __syncthreads();
+    }
+    double* out = partial + ((size_t)blockIdx.y * ty + a) * tx * M;
+    for (int i = threadIdx.x; i < tx * M; i += THREADS) out[i] = tiles[i];
+}
+
+// The sums of R regions of tiles (launched by tile_regions beside tile_moments): region r of
+// frame n is the tiles [spans[4r], spans[4r + 1]) by [spans[4r + 2], spans[4r + 3]) of its
+// (ty, tx, m) sums, added in row order (the same sums every run); out (n, R, m).
+// Grid (n), THREADS threads: a thread a (region, moment).
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) tile_regions(
+        const double* __restrict__ tiles, int ty, int tx, int m, const int* __restrict__ spans,
+        int regions, double* __restrict__ out) {
+    const double* t = tiles + (size_t)blockIdx.x * ty * tx * m;
+    for (int i = threadIdx.x; i < regions * m; i += THREADS) {
+        const int r = i / m, k = i - r * m;
+        const int* s = spans + 4 * r;
+        double sum = 0.0;
+        for (int a = s[0]; a < s[1]; ++a)
+            for (int b = s[2]; b < s[3]; ++b) sum += t[((size_t)a * tx + b) * m + k];
+        out[((size_t)blockIdx.x * regions + r) * m + k] = sum;
+    }
 }

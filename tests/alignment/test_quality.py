@@ -166,6 +166,34 @@ def test_patch_regions_travel_into_shifts_json_and_the_npz(planted_patches, tmp_
     assert all(npz["quality_flag"][f, r, c] > 0 for f, r, c in planted)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_the_report_of_the_last_patch_pass_is_that_of_a_pass_of_its_own(planted_patches, device):
+    """One device measures a piecewise run's report inside its last patch pass (the chunks it
+    holds: as they came, prepared, warped); other executors in a pass of their own over the
+    result's field (:func:`measure_quality`): the same figures, with and without ``out``."""
+    from xcorr_app.alignment._quality import _OneRange, measure_quality
+    from xcorr_app.alignment import AlignOptions
+    from xcorr_app.io import open_source
+
+    frames, _ = planted_patches
+    opts = AlignOptions(patches="3x3", max_shift=8, device=device)
+    xp = np if device == "cpu" else pytest.importorskip("cupy")
+    out = xp.full(frames.shape, np.nan, np.float32)
+    for res in (align(frames, options=opts), align(xp.asarray(frames), options=opts, out=out)):
+        with open_source(frames, None) as src:
+            apart = measure_quality(opts, res.shifts, _OneRange(src, xp, 5), src.frame_shape,
+                                    xp.asarray(frames[0]), (res.motion_field, res.patch_centres,
+                                                            res.settings["patches"]["size"]))
+        q = res.quality
+        assert q.area == apart.area
+        for name in ("before", "after", "residual", "patch_before", "patch_after",
+                     "patch_residual"):
+            np.testing.assert_allclose(getattr(q, name), getattr(apart, name), atol=1e-6,
+                                       err_msg=name)
+        assert (q.patch_flagged == apart.patch_flagged).all()
+        assert q.sharpness_after == pytest.approx(apart.sharpness_after, rel=1e-9)
+
+
 @pytest.mark.gpu
 def test_cpu_and_gpu_patch_reports_agree(planted_patches):
     frames, _ = planted_patches
@@ -190,6 +218,8 @@ def test_the_sorted_median_and_percentiles_are_numpys():
         a[0] = rng.random(shape[1:])  # (a number in every column)
         a[-1] = np.where(rng.random(shape[1:]) < 0.3, np.inf, a[-1])  # (infinities count)
         assert np.array_equal(_nanmedian(a), np.nanmedian(a, axis=0))
+        clean = np.nan_to_num(a, nan=0.5, posinf=np.inf)  # (no NaN: the middle found apart)
+        assert np.array_equal(_nanmedian(clean), np.median(clean, axis=0))
     for n in (1, 2, 3, 10, 101):
         a = rng.random(n) * 1e3
         assert _percentiles(a, (5, 50, 95)) == np.percentile(a, [5, 50, 95]).tolist()

@@ -46,81 +46,164 @@ def test_gpu_area_moments_match_the_float64_definition(rng, shape, area, dtype, 
                                atol=1e-9 * np.abs(want[finite]).max())
 
 
+def _regions(rng, h, w, count, area):
+    """``count`` random regions inside ``area`` (frame coordinates), one of them the area's
+    lower right corner, one a single pixel row."""
+    y0, y1, x0, x1 = area
+    out = []
+    for _ in range(count - 3):
+        a, b = sorted(rng.choice(np.arange(y0, y1 + 1), 2, replace=False))
+        c, d = sorted(rng.choice(np.arange(x0, x1 + 1), 2, replace=False))
+        out.append((a, b, c, d))
+    out += [(y1 - 3, y1, x1 - 5, x1), (y0, y0 + 1, x0, x1)]
+    return np.array([area, *out])
+
+
+def test_tile_regions_host_moments_match_the_float64_definition(rng):
+    """The CPU's sums of overlapping regions from their tiles (``np.add.reduceat``) equal the
+    definition region by region, with the area's first pixel as every region's pivot."""
+    from xcorr_app.alignment._quality_figures import TileRegions
+
+    frames = (rng.random((3, 23, 31)) * 200).astype(np.float32)
+    area = (2, 21, 3, 30)
+    regions = _regions(rng, 23, 31, 6, area)
+    tiles = TileRegions(area, regions)
+    refs = rng.standard_normal((2, 19, 27)).astype(np.float32)
+    got = tiles.host_moments(frames, refs)
+    assert got.shape == (3, 6, 4)
+    v = frames.astype(np.float64) - frames[:, 2:3, 3:4]
+    for r, (a, b, c, d) in enumerate(regions):
+        part = v[:, a:b, c:d]
+        ref = refs[:, a - 2:b - 2, c - 3:d - 3].astype(np.float64)
+        want = np.stack([part.sum(axis=(1, 2)), (part * part).sum(axis=(1, 2)),
+                         *((part * q).sum(axis=(1, 2)) for q in ref)], axis=1)
+        np.testing.assert_allclose(got[:, r], want, rtol=1e-12, atol=1e-9)
+
+
+def test_tile_regions_refuse_a_region_outside_the_area():
+    from xcorr_app.alignment._quality_figures import TileRegions
+
+    with pytest.raises(ValueError, match="outside the area"):
+        TileRegions((0, 10, 0, 10), [(0, 11, 0, 5)])
+    with pytest.raises(ValueError, match="outside the area"):  # empty
+        TileRegions((0, 10, 0, 10), [(3, 3, 0, 5)])
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,size,count", [((3, 9, 11), (5, 7), 3), ((2, 61, 47), (33, 21), 5),
-                                              ((40, 300, 83), (270, 31), 4)])
+@pytest.mark.parametrize("shape,area,count", [((3, 9, 11), (0, 9, 0, 11), 4),
+                                              ((2, 61, 47), (3, 60, 1, 46), 7),
+                                              ((40, 300, 83), (0, 300, 5, 83), 5)])
 @pytest.mark.parametrize("dtype", [np.uint16, np.float32, np.float64])
 @pytest.mark.parametrize("j", [1, 2])
-def test_gpu_region_moments_match_the_float64_definition(rng, shape, size, count, dtype, j):
-    """``region_moments`` (P overlapping regions of every frame in one launch) against the
-    definition region by region: odd, non-square frames and regions under a warp and over a
-    block, more rows than the blocks take at once, regions touching the frame's last row and
-    column, one and two references each, a NaN pixel; the pool poisoned with NaN first."""
+def test_gpu_tile_regions_match_the_cpus(rng, shape, area, count, dtype, j):
+    """``tile_moments`` and ``tile_regions`` (overlapping regions of every frame from one read)
+    against the CPU's sums: odd, non-square frames and regions under a warp and over a block,
+    regions touching the area's last row and column, the frames whole and cut to the area, one
+    and two references, a NaN pixel; the pool poisoned with NaN first."""
     import cupy as cp
 
-    from xcorr_app.alignment._quality_figures import moments_of, region_moments
+    from xcorr_app.alignment._quality_figures import TileRegions
 
     n, h, w = shape
-    rows, cols = size
-    starts = np.stack([rng.integers(0, h - rows + 1, count), rng.integers(0, w - cols + 1, count)],
-                      axis=1)
-    starts[-1] = (h - rows, w - cols)
+    y0, y1, x0, x1 = area
     frames = (rng.random(shape) * 200).astype(dtype)
     if np.dtype(dtype).kind == "f":
-        frames[-1, h - 1, w - 1] = np.nan
-    refs = rng.standard_normal((count, j, rows, cols)).astype(np.float32)
+        frames[-1, y1 - 1, x1 - 1] = np.nan
+    refs = rng.standard_normal((j, y1 - y0, x1 - x0)).astype(np.float32)
+    tiles = TileRegions(area, _regions(rng, h, w, count, area), cp)
+    cp.cuda.Device().synchronize()
     junk = cp.full(1 << 22, np.nan)
     del junk
-    got = moments_of(region_moments(cp.asarray(frames), cp.asarray(starts, cp.int32), size,
-                                    cp.asarray(refs)))
-    assert got.shape == (n, count, 2 + j)
-    for p, (y, x) in enumerate(starts):
-        want = _moments_definition(frames, refs[p], (y, y + rows, x, x + cols))
-        finite = np.isfinite(want).all(axis=1)
-        assert np.isnan(got[~finite, p]).any(axis=1).all()
-        np.testing.assert_allclose(got[finite, p], want[finite], rtol=1e-12,
+    want = tiles.host_moments(frames, refs)
+    cut = np.ascontiguousarray(frames[:, y0:y1, x0:x1])
+    for got in (tiles.moments(cp.asarray(frames), cp.asarray(refs)),
+                tiles.moments(cp.asarray(cut), cp.asarray(refs), (0, 0))):
+        got = got.get()
+        assert got.shape == (n, count, 2 + j)
+        finite = np.isfinite(want).all(axis=2)
+        assert np.isnan(got[~finite]).any(axis=-1).all()
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12,
                                    atol=1e-9 * np.abs(want[finite]).max())
 
 
 @pytest.mark.gpu
-def test_gpu_region_moments_refuse_what_they_cannot_read():
+def test_gpu_tile_moments_refuse_what_they_cannot_read():
     import cupy as cp
 
-    from xcorr_app.alignment._quality_figures import region_moments
+    from xcorr_app.alignment._quality_figures import TileRegions
 
-    starts = cp.zeros((2, 2), cp.int32)
-    with pytest.raises(ValueError, match="region_moments"):  # references of another size
-        region_moments(cp.zeros((2, 8, 9)), starts, (4, 4), cp.zeros((2, 1, 4, 5), cp.float32))
-    with pytest.raises(ValueError, match="region_moments"):  # starts of another count
-        region_moments(cp.zeros((2, 8, 9)), starts, (4, 4), cp.zeros((3, 1, 4, 4), cp.float32))
-    with pytest.raises(ValueError, match="region_moments"):  # starts not int32
-        region_moments(cp.zeros((2, 8, 9)), starts.astype(cp.int64), (4, 4),
-                       cp.zeros((2, 1, 4, 4), cp.float32))
+    tiles = TileRegions((0, 8, 0, 9), [(0, 8, 0, 9), (2, 6, 1, 5)], cp)
+    with pytest.raises(ValueError, match="tile_moments"):  # references of another size
+        tiles.moments(cp.zeros((2, 8, 9)), cp.zeros((1, 8, 8), cp.float32))
+    with pytest.raises(ValueError, match="tile_moments"):  # the area outside the frames
+        tiles.moments(cp.zeros((2, 8, 9)), cp.zeros((1, 8, 9), cp.float32), (1, 0))
 
 
-def test_region_figures_from_moments_are_the_products(rng):
-    """What a GPU pass makes of the regions' sums on the host (zncc_from, residual_from, here
-    of the float64 definition's sums) equals the CPU's batched products of the same regions, a
-    flat region's NaN included."""
-    from xcorr_app.alignment._quality_figures import RegionFigures
+def test_template_regions_figures_from_sums_are_the_direct_ones(rng):
+    """The correlations and residuals :class:`TemplateRegions` makes of the template's and the
+    frames' sums over the regions equal the float64 definitions made region by region (the
+    frame centred, the template's area gradient cut and scaled by the region's norm), a flat
+    region's NaN included; an aligned region's residual is 0, a shifted one's near its shift."""
+    from scipy import ndimage as ndi
 
-    templates = rng.random((3, 13, 17)).astype(np.float32)
-    fig = RegionFigures(templates, templates, np)
-    regions = np.stack([np.roll(templates, 1, axis=2) + 0.1 * rng.random((3, 13, 17)),
-                        2 * templates + 3, np.full((3, 13, 17), 7.5)]).astype(np.float32)
-    whole = (0, 13, 0, 17)
-    sums = np.stack([_moments_definition(regions[:, p], fig.t[p].reshape(1, 13, 17), whole)
-                     for p in range(3)], axis=1)
-    zncc = fig.zncc_from(sums)
-    want = fig.zncc(regions.reshape(3, 3, -1))
-    assert np.isnan(zncc[2]).all() and np.isnan(want[2]).all()
-    np.testing.assert_allclose(zncc[:2], want[:2], atol=1e-6)
-    sums = np.stack([_moments_definition(regions[:, p], fig.g[p].reshape(2, 13, 17), whole)
-                     for p in range(3)], axis=1)
-    residual = fig.residual_from(sums)
-    np.testing.assert_allclose(residual[:2], fig.residual(regions.reshape(3, 3, -1))[:2],
-                               atol=1e-5)
-    assert np.isnan(residual[2]).all()
+    from xcorr_app.alignment._quality_figures import (TemplateRegions, TileRegions,
+                                                      template_moments, template_refs)
+
+    base = (ndi.gaussian_filter(rng.random((40, 48)), 2) * 1000 + 3000).astype(np.float32)
+    prepared = base - base.mean()
+    area = (2, 38, 3, 45)
+    regions = np.array([area, (2, 20, 3, 25), (15, 38, 20, 45)])
+    tiles = TileRegions(area, regions)
+    t_ref, g_ref, q = template_refs(base, prepared, area, np)
+    fig = TemplateRegions(tiles, template_moments(tiles, t_ref, g_ref, q))
+    frames = np.stack([base, 2 * base + 3, ndi.shift(base, (0, 0.3), order=3),
+                       np.full_like(base, 7.5)]).astype(np.float32)
+    zncc = fig.zncc(tiles.host_moments(frames, t_ref))
+    residual = fig.residual(tiles.host_moments(frames - base.mean(), g_ref))
+    g = np.stack(np.gradient(prepared[2:38, 3:45].astype(np.float64)))
+    for r, (a, b, c, d) in enumerate(regions):
+        t = base[a:b, c:d].astype(np.float64)
+        t = t - t.mean()
+        for k in range(3):
+            f = frames[k, a:b, c:d].astype(np.float64)
+            f = f - f.mean()
+            want = (f * t).sum() / np.sqrt((f * f).sum() * (t * t).sum())
+            assert zncc[k, r] == pytest.approx(want, abs=1e-6)
+        gp = g[:, a - 2:b - 2, c - 3:d - 3] / np.sqrt((t * t).sum())
+        f = frames[2, a:b, c:d].astype(np.float64)
+        f = (f - f.mean()) / np.sqrt(((f - f.mean()) ** 2).sum())
+        h = np.einsum("iyx,jyx->ij", gp, gp)
+        q = t / np.sqrt((t * t).sum())
+        want = -np.linalg.solve(h, ((f - q)[None] * gp).sum(axis=(1, 2)))
+        np.testing.assert_allclose(residual[2, r], want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(residual[:2], 0, atol=1e-5)
+    # (the frame's content moved 0.3 px along x: the residual says so, as the rigid one does)
+    assert np.all(np.abs(residual[2, :, 1] - 0.3) < 0.05), residual[2]
+    assert np.all(np.abs(residual[2, :, 0]) < 0.05), residual[2]
+    assert np.isnan(zncc[3]).all() and np.isnan(residual[3]).all()
+
+
+@pytest.mark.gpu
+def test_gpu_template_regions_are_the_cpus(rng):
+    """The template's references and sums made on the GPU (shipped kernels, no pivot) equal
+    the CPU's."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import (TileRegions, template_moments,
+                                                      template_refs)
+
+    image = (rng.random((37, 53)) * 900 + 100).astype(np.float32)
+    prepared = rng.standard_normal((37, 53)).astype(np.float32)
+    area = (1, 36, 2, 51)
+    regions = _regions(rng, 37, 53, 6, area)
+    cpu = TileRegions(area, regions)
+    gpu = TileRegions(area, regions, cp)
+    want = template_refs(image, prepared, area, np)
+    got = template_refs(cp.asarray(image), cp.asarray(prepared), area, cp)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g.get(), w)
+    for w, g in zip(template_moments(cpu, *want), template_moments(gpu, *got)):
+        np.testing.assert_allclose(g.get(), w, rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.gpu
@@ -256,8 +339,14 @@ def test_gpu_frame_sums_add_the_frames_in_float64(rng, shape):
     got = frame_sums(cp.asarray(start), cp.asarray(clean)).get()
     np.testing.assert_allclose(got, start + clean.astype(np.float64).sum(axis=0), rtol=1e-12,
                                atol=1e-9)
-    with pytest.raises(ValueError, match="frame_sums"):
-        frame_sums(cp.zeros(shape[1:]), cp.zeros(shape))  # float64 frames
+    # an area of uint16 frames read in place, each pixel as float32
+    raw = (rng.random(shape) * 60000).astype(np.uint16)
+    y0, y1, x0, x1 = 1, shape[1], 0, shape[2] - 1
+    got = frame_sums(cp.zeros((y1 - y0, x1 - x0)), cp.asarray(raw), area=(y0, y1, x0, x1)).get()
+    np.testing.assert_allclose(got, raw[:, y0:y1, x0:x1].astype(np.float64).sum(axis=0),
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="frame_sums"):  # sums of another shape than the area
+        frame_sums(cp.zeros(shape[1:]), cp.zeros(shape), area=(y0, y1, x0, x1))
 
 
 def test_sharpness_is_its_definition(rng):

@@ -124,13 +124,13 @@ class InProcess(Executor):
     def settings(self) -> dict:
         return {**super().settings(), "device_note": self.device_note}
 
-    def field(self, opts, rigid, out):
+    def field(self, opts, rigid, out, quality=None):
         from .piecewise import measure_field
 
         src = self.src
         kept = src.stack if src.stash is not None and src.stash.complete else self.stack
         return measure_field(opts, kept, rigid, self.xp, self.chunk, out=out,
-                             prepared=self.prepared)
+                             prepared=self.prepared, quality=quality)
 
     def fill_out(self, res, out):
         from ._aligned_out import fill_out
@@ -244,10 +244,11 @@ class OnGpus(Executor):
     def settings(self) -> dict:
         return {**super().settings(), "gpus": list(self.ids)}
 
-    def field(self, opts, rigid, out):
+    def field(self, opts, rigid, out, quality=None):
         from .piecewise import measure_field
 
-        return measure_field(opts, self.stack, rigid, self.xp, self.chunk, executor=self)
+        return measure_field(opts, self.stack, rigid, self.xp, self.chunk, executor=self,
+                             quality=quality)
 
     def fill_out(self, res, out):
         from ._aligned_out import fill_out

@@ -17,10 +17,14 @@ alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_
 it could not be measured at all.
 
 Piecewise-rigid runs (patches) are judged as their output is made: every frame warped by its
-motion field (not its rigid shift), on the area every patch shift covers; and the same figures
-and flags per patch region (:class:`_PatchQuality`: each patch of the grid, the frame's
-before and after against the template's, its residual, flagged against the same patch in the
-other frames), so that a region the field did not fix shows where the frame's whole does not.
+motion field (not its rigid shift), on the area the patch regions span; and the same figures
+and flags per patch region (:class:`PatchQuality`: each patch of the grid, the frame's before
+and after against the template's, its residual, flagged against the same patch in the other
+frames), so that a region the field did not fix shows where the frame's whole does not.  On
+one device the last patch pass measures them as it goes (:class:`PatchReport`: the chunks it
+holds as they came, prepared and warped; the residual on the prepared frames warped, which the
+prefilter, a convolution, allows), against the template that pass measured against; other
+executors read the frames once more.
 
 Examples
 --------
@@ -44,13 +48,14 @@ import numpy as np
 from .. import backend
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks
-from ._quality_figures import (AreaFigures, RegionFigures, area_blocks, frame_sums,
-                               moments_of, region_moments, sharpness)
+from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
+                               frame_sums, moments_of, sharpness, template_moments,
+                               template_refs)
 from .piecewise import common_area, field_weights, warp_chunk
 from .rigid import area_float
 from .warp import shift_frames
 
-__all__ = ["QualityReport", "measure_quality", "RESIDUAL_LIMIT"]
+__all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
 
 #: a residual larger than this (px, on either axis) flags the frame ``poor``
 RESIDUAL_LIMIT = 0.5
@@ -143,17 +148,32 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
     the run's last pass measured against, as it came: the first frame, the mean, the refined
     template), its frames read once more through ``executor`` (its ranges, where it reads).
     ``patches``: a piecewise run's ``(motion_field, patch_centres, patch_size)``, by which its
-    frames are warped, and the per-patch figures."""
+    frames are warped, and the per-patch figures (:class:`PatchQuality`)."""
     shifts = np.asarray(shifts, np.float64)
-    if patches is not None:
-        patches = (np.asarray(patches[0], np.float64), np.asarray(patches[1], np.float64),
-                   tuple(int(v) for v in patches[2]))
-    area = _area(shifts if patches is None else patches[0].reshape(-1, 2), frame_shape)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
-    t = executor.xp.asarray(template)  # (as it came: the GPU's pass converts its area)
-    part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
-                             template=executor.portable(t), patches=patches)
+    t = executor.portable(executor.xp.asarray(template))  # (as it came)
+    if patches is None:
+        area = _area(shifts, frame_shape)
+        part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
+                                 template=t)
+        return report_of(executor.map(part, None), shifts, area)
+    field, centres, size = (np.asarray(patches[0], np.float64),
+                            np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
+    part = functools.partial(_patch_part, opts=opts, field=field, chunk=chunk, template=t,
+                             centres=centres, size=size)
     parts = executor.map(part, None)
+    return report_of([p[:4] for p in parts], shifts, parts[0][4], centres.shape[:2])
+
+
+def patch_ok(shifts, field):
+    """(N,) NumPy: the frames of a piecewise run with a shift and a whole field."""
+    return np.isfinite(shifts).all(axis=1) & np.isfinite(field.reshape(len(field), -1)).all(1)
+
+
+def report_of(parts, shifts, area, grid=None):
+    """The :class:`QualityReport` of the ranges' parts in frame order (each ``(rows, means,
+    counted, per-patch rows)``: :func:`_rows_part`, :meth:`PatchQuality.result`) of a run of
+    ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``."""
     rows = np.concatenate([p[0] for p in parts])
     whole = [p[1]["sharpness"] for p in parts if "sharpness" in p[1]]
     if whole:  # (a part of the whole stack measured its means' sharpness where they lay)
@@ -165,8 +185,7 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
                  sharpness(aligned / kept) if kept else float("nan"))
     worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
     report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharp, area)
-    if patches is not None:
-        grid = patches[1].shape[:2]
+    if grid is not None:
         prow = np.concatenate([p[3] for p in parts])  # (N, P, 4)
         pworse, ppoor = _flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
         n = len(prow)
@@ -177,15 +196,74 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
     return report
 
 
+class PatchReport:
+    """The quality report of a piecewise run, against the template its last patch pass measured
+    against: measured inside that pass where it runs on one device (the pass makes the
+    :class:`PatchQuality` of its template and grid, a call, and adds every chunk to it), else
+    in a pass of its own over the result's field (:func:`measure_quality`)."""
+
+    def __init__(self, opts, n_frames, frame_shape):
+        self.opts, self.n, self.frame_shape = opts, n_frames, frame_shape
+        self.quality = self.template = None
+
+    def __call__(self, xp, template, centres, size, in_pass):
+        """The last patch pass's template and grid: its :class:`PatchQuality` (``in_pass``),
+        else None."""
+        self.template = template
+        if in_pass:
+            self.quality = PatchQuality(self.opts, xp, template, centres, size, 0, self.n,
+                                        self.frame_shape, whole=True)
+        return self.quality
+
+    def report(self, res, executor):
+        """The :class:`QualityReport` of the run's result ``res`` (its shifts and field)."""
+        field = res.motion_field
+        q = self.quality
+        if q is not None:
+            return report_of([q.result(patch_ok(res.shifts, field))], res.shifts, q.area,
+                             field.shape[1:3])
+        return measure_quality(self.opts, res.shifts, executor, self.frame_shape, self.template,
+                               (field, res.patch_centres, res.settings["patches"]["size"]))
+
+
+def _patch_part(src, xp, start, stop, progress, *, opts, field, chunk, template, centres,
+                size):
+    """:meth:`PatchQuality.result` of frames ``start:stop`` read in a pass of their own (an
+    executor's unit of work), and the area it measured."""
+    q = PatchQuality(opts, xp, template, centres, size, start, stop - start, src.frame_shape,
+                     whole=start == 0 and stop == src.n_frames)
+    if xp is not np:
+        xp.cuda.Device().synchronize()  # (the chunks' streams read what was set up)
+    ok = np.isfinite(field).all(axis=(1, 2, 3))
+    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+        for first, frames in chunks:
+            a = start + first
+            b = a + len(frames)
+            q.add(a, frames, xp.asarray(np.where(ok[a:b, None, None, None], field[a:b], 0.0)),
+                  ok=ok[a:b])
+    if xp is not np:
+        xp.cuda.Device().synchronize()  # (the chunks' streams)
+    return (*q.result(ok[start:stop]), q.area)
+
+
 def quality_of_frames(opts, frames, shifts, xp):
     """The :class:`QualityReport` of ``frames`` in memory (NumPy, read as a file's are) against
     the first, measured on ``xp``'s device in one range (what a helper process runs to build
-    the report's kernels: :mod:`._prebuild`)."""
+    the report's kernels: :mod:`._prebuild`); with ``opts.patches``, warped by the field of
+    their shifts on the run's grid."""
     from ..io import open_source
+    from .piecewise import patch_grid
 
+    patches = None
     with open_source(frames, None) as src:
+        if opts.patches is not None:
+            grid = patch_grid(src.frame_shape, [[0.0, 0.0]], opts.patches, opts.patch_overlap,
+                              opts.max_deviation)
+            field = np.broadcast_to(np.asarray(shifts, np.float64)[:, None, None],
+                                    (len(shifts), *grid.grid, 2))
+            patches = (field, grid.centres, grid.size)
         return measure_quality(opts, shifts, _OneRange(src, xp, len(frames)), src.frame_shape,
-                               xp.asarray(frames[0]))
+                               xp.asarray(frames[0]), patches)
 
 
 class _OneRange:
@@ -205,10 +283,15 @@ class _OneRange:
 # one-shot GPU run, which imports nothing else that needs it; these are theirs, sorted
 def _nanmedian(a):
     """``np.nanmedian(a, axis=0)`` of a (N, ...) float array with a number in every column."""
-    s = np.sort(a, axis=0)  # (NaNs sort last, infinities where they belong)
-    n = (~np.isnan(s)).sum(axis=0)
-    lo = np.take_along_axis(s, ((n - 1) // 2)[None], axis=0)[0]
-    hi = np.take_along_axis(s, (n // 2)[None], axis=0)[0]
+    columns = np.ascontiguousarray(np.moveaxis(a, 0, -1))  # (a column a row: sorted in place)
+    n = (~np.isnan(columns)).sum(axis=-1)
+    if (n == columns.shape[-1]).all():  # (no NaN: the middle two found, not every order)
+        m = columns.shape[-1]
+        part = np.partition(columns, [(m - 1) // 2, m // 2], axis=-1)
+        return (part[..., (m - 1) // 2] + part[..., m // 2]) / 2
+    columns.sort(axis=-1)  # (NaNs sort last, infinities where they belong)
+    lo = np.take_along_axis(columns, ((n - 1) // 2)[..., None], axis=-1)[..., 0]
+    hi = np.take_along_axis(columns, (n // 2)[..., None], axis=-1)[..., 0]
     return (lo + hi) / 2
 
 
@@ -257,75 +340,51 @@ def _area(shifts, frame_shape):
     return (y0, y1, x0, x1)
 
 
-def _aligned(frames, shifts, xp, area):
-    """The chunk's frames as they came and aligned, float32, cut to ``area`` (contiguous); on
-    the GPU the shift reads the pixels as they are, and only the area is converted."""
-    y0, y1, x0, x1 = area
-    s = xp.asarray(np.where(np.isfinite(shifts), shifts, 0.0))
-    if xp is not np:
-        frames = xp.asarray(frames)
-        return area_float(frames, area), shift_frames(frames, s, area=area)
-    f = xp.asarray(frames).astype(xp.float32)
-    return xp.ascontiguousarray(f[:, y0:y1, x0:x1]), shift_frames(f, s, area=area)
-
-
-def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
-               patches=None):
-    """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop``; the
-    sharpness of the mean of those frames as they came and aligned (those with a shift) where
-    they are the whole stack (``{"sharpness": (before, after)}``), else those means' float64
-    sums (``{"sums": (raw, aligned)}``, host arrays), with the count of the aligned ones; with
-    ``patches``, also the rows per patch region (n, P, 4).  Frames are streamed as a pass
-    streams them (on the GPU: pinned copies on two streams, overlapped with the work); nothing
-    waits for the device before the last chunk is queued."""
+def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk):
+    """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop`` of a rigid
+    run; the sharpness of the mean of those frames as they came and aligned (those with a
+    shift) where they are the whole stack (``{"sharpness": (before, after)}``), else those
+    means' float64 sums (``{"sums": (raw, aligned)}``, host arrays), with the count of the
+    aligned ones.  Frames are streamed as a pass streams them (on the GPU: pinned copies on
+    two streams, overlapped with the work); nothing waits for the device before the last chunk
+    is queued."""
     y0, y1, x0, x1 = area
     whole = xp.asarray(template)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
         else area_float(whole[None], area)[0]
     prepare = opts._decided(window="none").preparer(xp, inside.shape)
     t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
-    regions = None if patches is None else _PatchQuality(xp.asarray(whole, xp.float32),
-                                                         patches, opts, xp, stop - start)
     sums = _Sums(xp, inside.shape)
     out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
     moments = None if xp is np else _AreaMoments(xp, stop - start, inside.shape[0])
-    ok_of = (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)) if patches is None else \
-        (lambda a, b: np.isfinite(shifts[a:b]).all(axis=1)
-         & np.isfinite(patches[0][a:b]).all(axis=(1, 2, 3)))
     with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
-            host_ok = ok_of(a, b)
-            ok = xp.asarray(host_ok)
-            if regions is None:
-                f, g = _aligned(frames, shifts[a:b], xp, area)
-            else:
-                full, warped = regions.aligned(frames, a, b)
-                f, g = (xp.ascontiguousarray(v[:, y0:y1, x0:x1]) for v in (full, warped))
-                regions.add(first, full, warped, host_ok)
-            sums.add(f, g, None if host_ok.all() else ok)
-            p = prepare(g)
-            if moments is not None:
-                moments.add(first, t, f, g, p)
+            host_ok = np.isfinite(shifts[a:b]).all(axis=1)
+            ok = None if host_ok.all() else xp.asarray(host_ok)
+            s = xp.asarray(np.where(host_ok[:, None], shifts[a:b], 0.0))
+            if xp is np:
+                f = frames[:, y0:y1, x0:x1].astype(np.float32)
+                g = shift_frames(frames.astype(np.float32), s, area=area)
+                sums.add(f, g, ok)
+                p = prepare(g)
+                out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite,
+                                 p.constant, host_ok))
                 continue
-            out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite, p.constant,
-                             host_ok))
+            frames = xp.asarray(frames)  # (read in place: only the shifted area converted)
+            g = shift_frames(frames, s, area=area)
+            sums.add(frames, g, ok, f_area=area)
+            moments.add(first, t, frames, g, prepare(g), area)
+    ok = np.isfinite(shifts[start:stop]).all(axis=1)
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
-    counted = int(ok_of(start, stop).sum())
-    if moments is not None:
-        out = [moments.rows(t, ok_of(start, stop))]
+        out = [moments.rows(t, ok)]
     rows = np.concatenate(out).astype(np.float64) if out else np.zeros((0, 4))
-    if start == 0 and stop == src.n_frames:  # the whole stack: its means judged here
-        n = max(stop - start, 1)
-        means = {"sharpness": (sharpness(sums.raw, n),
-                               sharpness(sums.aligned, counted) if counted else float("nan"))}
-    else:
-        means = {"sums": sums.result()}
-    per_patch = None if regions is None else regions.finish()
-    return rows, means, counted, per_patch
+    counted = int(ok.sum())
+    return rows, sums.means(start == 0 and stop == src.n_frames, stop - start, counted), \
+        counted, None
 
 
 class _AreaMoments:
@@ -338,12 +397,12 @@ class _AreaMoments:
         self.moments = [xp.empty((n, blocks, m), xp.float64) for m in (3, 3, 4)]
         self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
 
-    def add(self, i, figures, f, g, p):
-        """The chunk of frames ``i:i + len(f)``: ``f`` as they came, ``g`` aligned, ``p``
-        its prepared copy (:func:`~.rigid.prepare`'s)."""
+    def add(self, i, figures, f, g, p, area):
+        """The chunk of frames ``i:i + len(f)``: ``f`` as they came (whole: ``area`` read in
+        place), ``g`` aligned (the area), ``p`` its prepared copy (:func:`~.rigid.prepare`'s)."""
         at = slice(i, i + len(f))
         b, a, r = (m[at] for m in self.moments)
-        figures.zncc_moments(f, out=b)
+        figures.zncc_moments(f, out=b, area=area)
         figures.zncc_moments(g, out=a)
         figures.residual_moments(p.frames, out=r)
         self.finite[at], self.constant[at] = p.finite, p.constant
@@ -355,6 +414,16 @@ class _AreaMoments:
                      backend.to_numpy(self.finite), backend.to_numpy(self.constant), ok)
 
 
+def _on_host(arrays) -> list:
+    """NumPy copies of ``arrays`` (CuPy: queued at once into page-locked memory, then waited
+    for: a pageable copy of each in turn was slower)."""
+    if not arrays or isinstance(arrays[0], np.ndarray):
+        return list(arrays)
+    from ..streaming import HostCopy
+
+    return [c.result() for c in [HostCopy(a) for a in arrays]]
+
+
 def _rows(before, after, residual, finite, constant, ok):
     """The rows (n, 4), NumPy, of the frames' figures: after alignment NaN where a frame has
     no shift (``ok``), the residual NaN where its prepared frame is unusable."""
@@ -363,94 +432,94 @@ def _rows(before, after, residual, finite, constant, ok):
                            np.where(usable[:, None], residual, np.nan)], axis=1)
 
 
-class _PatchQuality:
-    """The per-patch-region figures of a piecewise run: each frame warped by its motion field
-    (``patches``: ``(field (N, gy, gx, 2), centres (gy, gx, 2), size (ph, pw))``, the warp of
-    the run's output), then, on each patch of the grid, its correlation before and after with
-    the template's same patch and its residual (:class:`~._quality_figures.RegionFigures`),
-    the residual on the regions of the warped frame prepared whole (as the template: one
-    prefilter a frame, no edge of its own a region).  On the CPU a few batched products a
-    chunk; on the GPU one read of the chunk a figure for every region at once
-    (:func:`~._quality_figures.region_moments`, the regions read in place), the figures made
-    of their sums on the host at the end (:meth:`finish`)."""
+class PatchQuality:
+    """The quality figures of a piecewise run's frames ``start:start + n``, chunk by chunk
+    (:meth:`add`): the frames as they came, warped by their fields (the run's output) and
+    their prepared copies warped the same way, each summed over the area the patch regions
+    span and over every patch region at once (:class:`~._quality_figures.TileRegions`: on the
+    GPU a kernel a figure, each pixel read once; the sums kept in buffers of the range, copied
+    to the host once), the figures made of the sums at the end (:meth:`result`,
+    :class:`~._quality_figures.TemplateRegions`), against ``template`` (the image the pass
+    measured against, as it came).
 
-    def __init__(self, template, patches, opts, xp, n):
-        field, centres, size = patches
-        self.xp, self.field, self.size = xp, field, size
+    The last patch pass adds each chunk while it holds it (its frames, prepared copies, fields
+    and warped frames): the report then reads the stack no more.  Other executors' runs
+    measure it in a pass of its own (:func:`measure_quality`).  The residual is measured on
+    the prepared frames warped (the prefilter is a convolution: it commutes with a shift)."""
+
+    def __init__(self, opts, xp, template, centres, size, start, n, frame_shape, whole):
         half = (np.asarray(size, np.float64) - 1) / 2.0
-        self.starts = np.rint(np.asarray(centres).reshape(-1, 2) - half).astype(np.int64)
-        self.weights = field_weights(centres, template.shape, xp)
-        self.prepare = opts._decided(window="none").preparer(xp, template.shape)
-        tp = self.cut(template[None])[0]  # (P, ph, pw)
-        self.regions = RegionFigures(tp, self.cut(self.prepare(template[None]).frames)[0], xp)
-        self.parts, self.ok = [], np.zeros(n, bool)
-        if xp is not np:
-            ph, pw = size
-            count = len(self.starts)
-            self.starts_dev = xp.asarray(self.starts, xp.int32)
-            self.t_refs = self.regions.t.reshape(count, 1, ph, pw)
-            self.g_refs = xp.ascontiguousarray(self.regions.g.reshape(count, 2, ph, pw))
-            # (the range's sums, a chunk's written in place: one copy to the host at the end)
-            self.moments = [xp.empty((n, count, 1, m), xp.float64) for m in (3, 3, 4)]
+        starts = np.rint(np.asarray(centres, np.float64).reshape(-1, 2) - half).astype(np.int64)
+        ph, pw = (int(v) for v in size)
+        boxes = np.stack([starts[:, 0], starts[:, 0] + ph, starts[:, 1], starts[:, 1] + pw], 1)
+        self.area = (int(boxes[:, 0].min()), int(boxes[:, 1].max()), int(boxes[:, 2].min()),
+                     int(boxes[:, 3].max()))
+        self.xp, self.start, self.n, self.whole = xp, start, n, whole
+        self.tiles = TileRegions(self.area, np.concatenate([[self.area], boxes]), xp)
+        self.weights = field_weights(centres, frame_shape, xp)
+        self.prepare = opts._decided(window="none").preparer(xp, frame_shape)
+        t = xp.asarray(template, xp.float32)[None]
+        self.t_ref, self.g_ref, q = template_refs(t[0], self.prepare(t).frames[0], self.area, xp)
+        self.template = template_moments(self.tiles, self.t_ref, self.g_ref, q)
+        y0, y1, x0, x1 = self.area
+        self.sums = _Sums(xp, (y1 - y0, x1 - x0))
+        count = self.tiles.count
+        self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
+        # (the chunks' streams read what is set up here: set up before the pass)
+        self.moments = [xp.empty((n, count, m), xp.float64) for m in (3, 3, 4)]
 
-    def cut(self, frames):
-        """``(n, P, ph, pw)``: every patch region of every frame."""
-        ph, pw = self.size
-        return self.xp.stack([frames[:, y:y + ph, x:x + pw] for y, x in self.starts], axis=1)
-
-    def aligned(self, frames, a, b):
-        """The chunk's frames (float32) as they came and warped by their fields (frames
-        without a field: as they came)."""
+    def add(self, at, frames, field, prepared=None, warped=None, ok=None):
+        """Frames ``at:at + len(frames)`` of the stack as they came, with their fields
+        ``(n, gy, gx, 2)`` (on the frames' device); ``prepared``: their
+        :func:`~.rigid.prepare` copies (made here where None), ``warped``: the frames warped by
+        their fields, whole (made here, the area alone, where None); ``ok`` (NumPy): which
+        have a field (None: all).  Nothing waits for the device."""
         xp = self.xp
-        full = xp.asarray(frames).astype(xp.float32)
-        fld = self.field[a:b]
-        fld = np.where(np.isfinite(fld), fld, 0.0)
-        return full, warp_chunk(full, xp.asarray(fld), self.weights)
+        i = at - self.start
+        n = len(frames)
+        at_ = slice(i, i + n)
+        if prepared is None:
+            prepared = self.prepare(frames)
+        box = None
+        if warped is None:
+            warped, box = warp_chunk(frames, field, self.weights, box=self.area), (0, 0)
+        moved = warp_chunk(prepared.frames, field, self.weights, box=self.area)
+        self.finite[at_], self.constant[at_] = prepared.finite, prepared.constant
+        before, after, residual = (m[at_] for m in self.moments)
+        if xp is np:
+            tiles = self.tiles
+            before[:] = tiles.host_moments(frames, self.t_ref)
+            after[:] = tiles.host_moments(warped, self.t_ref, box)
+            residual[:] = tiles.host_moments(moved, self.g_ref, (0, 0))
+        else:
+            self.tiles.moments(frames, self.t_ref, out=before)
+            self.tiles.moments(warped, self.t_ref, box, out=after)
+            self.tiles.moments(moved, self.g_ref, (0, 0), out=residual)
+        ok_dev = None if ok is None or ok.all() else xp.asarray(ok)
+        self.sums.add(frames, warped, ok_dev, self.area, None if box else self.area)
 
-    def add(self, i, full, warped, ok):
-        """The chunk of frames ``i:i + len(full)``: ``full`` as they came (float32) and
-        ``warped``; ``ok`` (NumPy) which have a field.  On the CPU its rows (n, P, 4) now; on
-        the GPU the regions' sums, into the range's buffers (nothing waits for the device)."""
-        xp = self.xp
-        n, count = len(full), len(self.starts)
-        self.ok[i:i + n] = ok
-        prepared = self.prepare(warped).frames
-        if xp is not np:
-            b, a, r = (m[i:i + n] for m in self.moments)
-            region_moments(full, self.starts_dev, self.size, self.t_refs, out=b)
-            region_moments(warped, self.starts_dev, self.size, self.t_refs, out=a)
-            region_moments(prepared, self.starts_dev, self.size, self.g_refs, out=r)
-            return
-        before = self.regions.zncc(self.cut(full).reshape(n, count, -1))
-        after = self.regions.zncc(self.cut(warped).reshape(n, count, -1))
-        residual = self.regions.residual(self.cut(prepared).reshape(n, count, -1))
-        self.parts.append(_region_rows(before, after, residual, self.ok[i:i + n]))
-
-    def finish(self):
-        """``(N, P, 4)`` NumPy of the range's chunks (after the device finished)."""
-        count = len(self.starts)
-        if self.xp is np:
-            return np.concatenate(self.parts).astype(np.float64) if self.parts \
-                else np.zeros((0, count, 4))
-        r = self.regions
-        b, a, p = (moments_of(m) for m in self.moments)
-        return _region_rows(r.zncc_from(b), r.zncc_from(a), r.residual_from(p), self.ok)
-
-
-def _region_rows(before, after, residual, ok):
-    """``(n, P, 4)`` NumPy: after alignment NaN where a frame has no shift (``ok``), the residual
-    NaN where its warped region cannot be measured (flat or not finite: its correlation NaN)."""
-    before, after, residual = (np.asarray(backend.to_numpy(v), np.float64)
-                               for v in (before, after, residual))
-    ok = np.asarray(ok, bool)[:, None]
-    after = np.where(ok, after, np.nan)
-    residual = np.where(np.isfinite(after)[..., None], residual, np.nan)
-    return np.concatenate([before[..., None], after[..., None], residual], axis=2)
+    def result(self, ok):
+        """What :func:`measure_quality`'s parts are, of this range (after the device
+        finished): the area's rows (n, 4), its means' sums (or their sharpness where the range
+        is the stack), the count of frames with a field (``ok`` (n,) NumPy), and the patch
+        regions' rows (n, P, 4)."""
+        host = _on_host([*self.moments, *self.template, self.finite, self.constant])
+        b, a, r = host[:3]
+        f = TemplateRegions(self.tiles, host[3:7])
+        finite, constant = host[7:]
+        before, after, residual = f.zncc(b), f.zncc(a), f.residual(r)
+        rows = _rows(before[:, 0], after[:, 0], residual[:, 0], finite, constant, ok)
+        after = np.where(ok[:, None], after[:, 1:], np.nan)
+        residual = np.where(np.isfinite(after)[..., None], residual[:, 1:], np.nan)
+        per_patch = np.concatenate([before[:, 1:, None], after[..., None], residual], axis=2)
+        counted = int(ok.sum())
+        return rows, self.sums.means(self.whole, self.n, counted), counted, per_patch
 
 
 class _Sums:
-    """float64 sums of the frames as they came and aligned over the chunks (added in chunk
-    order: on the GPU each chunk's sums wait for the previous chunk's, on its own stream)."""
+    """float64 sums of the frames as they came and aligned over the chunks, over an area of
+    ``shape`` (added in chunk order: on the GPU each chunk's sums wait for the previous
+    chunk's, on its own stream)."""
 
     def __init__(self, xp, shape):
         self.xp = xp
@@ -458,20 +527,29 @@ class _Sums:
         self.aligned = xp.zeros(shape, xp.float64)
         self._done = None
 
-    def add(self, f, g, ok=None):
-        """Add a chunk: ``f`` as the frames came, ``g`` aligned, those of ``ok`` (None: all)."""
+    def add(self, f, g, ok=None, f_area=None, g_area=None):
+        """Add a chunk: the ``f_area`` of ``f`` as the frames came, the ``g_area`` of ``g``
+        aligned (default: the whole frames), those of ``ok`` (None: all)."""
         xp = self.xp
         if self._done is not None:
             xp.cuda.get_current_stream().wait_event(self._done)
         if xp is np:
+            f, g = (v if a is None else v[:, a[0]:a[1], a[2]:a[3]]
+                    for v, a in ((f, f_area), (g, g_area)))
             self.raw += f.sum(axis=0, dtype=xp.float64)
             # (left out, not times 0: a frame without a shift may hold NaN, as the GPU's)
             kept = g if ok is None else np.where(ok[:, None, None], g, 0.0)
             self.aligned += kept.sum(axis=0, dtype=xp.float64)
             return
-        frame_sums(self.raw, f)
-        frame_sums(self.aligned, g, ok)
+        frame_sums(self.raw, f, area=f_area)
+        frame_sums(self.aligned, g, ok, area=g_area)
         self._done = xp.cuda.get_current_stream().record()
 
-    def result(self):
-        return backend.to_numpy(self.raw), backend.to_numpy(self.aligned)
+    def means(self, whole, n, counted) -> dict:
+        """The sharpness of the means (before, after) where the sums are of the whole stack
+        (``n`` frames, ``counted`` of them aligned), else the sums themselves (host arrays)."""
+        if whole:
+            return {"sharpness": (sharpness(self.raw, max(n, 1)),
+                                  sharpness(self.aligned, counted) if counted
+                                  else float("nan"))}
+        return {"sums": (backend.to_numpy(self.raw), backend.to_numpy(self.aligned))}

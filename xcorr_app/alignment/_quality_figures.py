@@ -6,8 +6,10 @@ On the GPU the whole area's figures come from each frame's moments over it
 (:func:`area_moments`, ``kernels/alignment/quality_moments.cu``: one read of a chunk a figure),
 the template's and a mean image's from a pass of a kernel each, the mean images' sums from
 a kernel too (``kernels/alignment/quality_images.cu``: shipped built, where
-CuPy's operations compiled some 20 kernels at a first run); the patch regions' figures from
-batched matrix products, as on the CPU (a rigid run's need none).
+CuPy's operations compiled some 20 kernels at a first run).  A piecewise run's regions (its
+area and every patch region, overlapping) from the sums of the tiles their edges cut the area
+into (:class:`TileRegions`: each pixel read once), the figures made of the sums on the host
+(:class:`TemplateRegions`), the same formulas on the CPU.
 
 Examples
 --------
@@ -29,7 +31,8 @@ from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..errors import InputError
 from ..filters import gradient
 
-__all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "region_moments",
+__all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "TileRegions",
+           "TemplateRegions", "template_refs", "template_moments",
            "moments_of", "frame_sums", "sharpness"]
 
 #: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
@@ -39,14 +42,18 @@ MOMENT_BLOCKS = 64
 AREA_MOMENTS = KernelFamily("quality_moments.cu", "area_moments",
                             [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
                              for j in (1, 2)])
-REGION_MOMENTS = KernelFamily("quality_moments.cu", "region_moments",
-                              [(t, j, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
-                               for j in (1, 2)])
+#: :class:`TileRegions`' kernel: threads a block (a row of tiles of a frame, a thread a column)
+TILE_THREADS = 256
+TILE_MOMENTS = KernelFamily("quality_moments.cu", "tile_moments",
+                            [(t, j, TILE_THREADS) for t in PIXEL_C_TYPES.values()
+                             for j in (1, 2)])
+TILE_REGIONS = KernelFamily("quality_moments.cu", "tile_regions", [(MOMENT_THREADS,)])
 #: kernels/alignment/quality_images.cu
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
                              [(t, MOMENT_THREADS) for t in ("float", "double")])
-FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums", [(MOMENT_THREADS,)])
+FRAME_SUMS = KernelFamily("quality_images.cu", "frame_sums",
+                          [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
 
 
 class RegionFigures:
@@ -112,31 +119,6 @@ class RegionFigures:
         template's gradient (n, P, 2) and its squared norm (n, P), through the normal equations:
         ((f / norm - t) @ g.T), the division after the product (no scaled copy)."""
         return _step(proj, norm2, self.tg, self.inverse, self.xp)
-
-    def zncc_from(self, s):
-        """(n, P) NumPy from the regions' sums (n, P, 3) of :func:`region_moments` against
-        the centred template regions (:attr:`t`): the GPU's way to :meth:`zncc`."""
-        c = self.host()
-        with np.errstate(invalid="ignore", over="ignore"):
-            mean, spread = _spread_of(s, self.t.shape[-1])
-            return _ratio(s[..., 2] - mean * c["t_total"][None], spread * c["t_norm2"][None],
-                          np)
-
-    def residual_from(self, s):
-        """(n, P, 2) px NumPy from the prepared regions' sums (n, P, 4) against the template's
-        gradient (:attr:`g`): the GPU's way to :meth:`residual`."""
-        c = self.host()
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            mean, spread = _spread_of(s, self.t.shape[-1])
-            return _step(s[..., 2:] - mean[..., None] * c["g_total"][None], spread, c["tg"],
-                         c["inverse"], np)
-
-    def host(self) -> dict:
-        """The template's figures as NumPy arrays (copied once)."""
-        if getattr(self, "_host_arrays", None) is None:
-            self._host_arrays = {k: np.asarray(backend.to_numpy(getattr(self, k)))
-                                 for k in ("t_total", "t_norm2", "g_total", "tg", "inverse")}
-        return self._host_arrays
 
 
 class AreaFigures(RegionFigures):
@@ -207,10 +189,11 @@ class AreaFigures(RegionFigures):
             return super().residual(frames.reshape(len(frames), 1, -1))[:, 0]
         return self.xp.asarray(self.residual_of(moments_of(self.residual_moments(frames))))
 
-    def zncc_moments(self, frames, out=None):
-        """(n, blocks, 3) float64 on the GPU: the blocks' moments of ``frames``, whose sums
-        (:func:`moments_of`) :meth:`zncc_of` takes (``out``: as :func:`area_moments`')."""
-        return area_moments(frames, self.t.reshape(1, *self.shape), out=out)
+    def zncc_moments(self, frames, out=None, area=None):
+        """(n, blocks, 3) float64 on the GPU: the blocks' moments of ``frames`` (of their
+        ``area`` where they are whole frames), whose sums (:func:`moments_of`) :meth:`zncc_of`
+        takes (``out``: as :func:`area_moments`')."""
+        return area_moments(frames, self.t.reshape(1, *self.shape), area=area, out=out)
 
     def residual_moments(self, frames, out=None):
         """(n, blocks, 4) float64 on the GPU: the blocks' moments of the prepared frames,
@@ -253,7 +236,7 @@ class AreaFigures(RegionFigures):
 def _spread_of(s, k):
     """Each frame's (region's) mean about its pivot and its sum of squares about its mean,
     from its sums (..., >= 2) over ``k`` pixels."""
-    mean = s[..., 0] / float(k)
+    mean = s[..., 0] / np.asarray(k, np.float64)
     return mean, np.maximum(s[..., 1] - s[..., 0] * mean, 0.0)
 
 
@@ -328,35 +311,224 @@ def area_moments(frames, refs, area=None, out=None):
     return partial
 
 
-def region_moments(frames, starts, size, refs, out=None):
-    """``(n, P, blocks, 2 + J)`` float64 CuPy: :func:`area_moments` of P regions of every frame
-    at once: region p of ``frames`` (n, h, w) starts at ``starts[p]`` (``(y, x)``, an (P, 2)
-    int32 CuPy array; inside the frame) and is ``size`` ``(rows, cols)``, its J references
-    ``refs[p]`` (P, J, rows, cols) float32; one launch a chunk
-    (``kernels/alignment/quality_moments.cu`` region_moments), a block a region of a frame
-    (``blocks`` 1: a chunk's regions are blocks enough, and the host adds up a sum each).
-    ``out``: as :func:`area_moments`' (a view of ``(frames, P, 1, 2 + J)``)."""
+class TemplateRegions:
+    """The template's figures of R regions of an area that may overlap (:class:`TileRegions`:
+    the area itself and a piecewise run's patch regions), and the frames' figures from their
+    sums over the regions (:meth:`TileRegions.moments` on the GPU, :meth:`TileRegions.host_moments`
+    on the CPU: the same formulas after):
+
+    - :meth:`zncc`: each region's zero-normalized correlation with the template's (NaN where
+      flat), from the sums of d, d * d and d * t (``t_ref``: the area of the template as it
+      came);
+    - :meth:`residual`: one Gauss-Newton step of ``frame(x) = a * template(x + s) + b`` from
+      ``s = 0`` on each region of the prepared frames, from the sums of d, d * d and d * g
+      (``g_ref``: the gradient of the prepared template's area, made once for every region:
+      inside a region it is the region's own, at its edges it looks across them); NaN for a
+      region whose template has no gradient to fit along.
+
+    Made of the template's own sums over the regions (:func:`template_moments`, host arrays):
+    no pass of the host over the template's pixels, no wait for the device before the end."""
+
+    def __init__(self, tiles, sums):
+        a, b, c, d = (np.asarray(v, np.float64).reshape(tiles.count, -1) for v in sums)
+        k = ((tiles.boxes[:, 1] - tiles.boxes[:, 0])
+             * (tiles.boxes[:, 3] - tiles.boxes[:, 2])).astype(np.float64)
+        self.pixels = k
+        self.t_mean = a[:, 0] / k
+        self.t_norm2 = np.maximum(a[:, 1] - a[:, 0] * self.t_mean, 0.0)
+        q_mean = b[:, 0] / k
+        norm = np.maximum(np.sqrt(np.maximum(b[:, 1] - b[:, 0] * q_mean, 0.0)), 1e-300)
+        self.q_norm = norm
+        g_sum = np.stack([c[:, 0], d[:, 0]], axis=1)
+        self.g_total = g_sum / norm[:, None]
+        self.tg = (b[:, 2:4] - q_mean[:, None] * g_sum) / norm[:, None] ** 2
+        h = np.stack([c[:, 2], c[:, 3], c[:, 3], d[:, 2]], axis=1).reshape(-1, 2, 2)
+        h = h / norm[:, None, None] ** 2
+        self.inverse = np.full_like(h, np.nan)
+        good = np.linalg.det(h) > 0
+        self.inverse[good] = np.linalg.inv(h[good])
+
+    def zncc(self, s):
+        """(n, R) from the regions' sums (n, R, 3) of d, d * d, d * t."""
+        d, dd, dt = _components(s)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            spread = _spread(d, dd, self.pixels)
+            dt -= self.t_mean * d  # (the numerator about the region's means)
+            spread *= self.t_norm2
+            return _over_root(dt, spread)
+
+    def residual(self, s):
+        """(n, R, 2) px from the prepared regions' sums (n, R, 4) of d, d * d, d * g."""
+        d, dd, dgy, dgx = _components(s)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            norm = np.sqrt(_spread(d, dd, self.pixels))
+            mean = d / self.pixels
+            # b = (projection on g / the norm) - tg: the frame's, less the template's own
+            by = (dgy / self.q_norm - mean * self.g_total[:, 0]) / norm - self.tg[:, 0]
+            bx = (dgx / self.q_norm - mean * self.g_total[:, 1]) / norm - self.tg[:, 1]
+            inv = self.inverse
+            out = np.empty((*d.shape, 2))
+            np.negative(by * inv[:, 0, 0] + bx * inv[:, 0, 1], out=out[..., 0])
+            np.negative(by * inv[:, 1, 0] + bx * inv[:, 1, 1], out=out[..., 1])
+            out[~(norm > 0)] = np.nan
+            return out
+
+
+def _components(s) -> list:
+    """The sums (..., M) as M contiguous arrays (...): the host's figures run on them."""
+    return list(np.ascontiguousarray(np.moveaxis(np.asarray(s, np.float64), -1, 0)))
+
+
+def _spread(d, dd, k):
+    """Each region's sum of squares about its mean from its sums of d and d * d about any
+    pivot, over ``k`` pixels (not below 0)."""
+    spread = d * d
+    spread /= k
+    np.subtract(dd, spread, out=spread)
+    return np.maximum(spread, 0.0, out=spread)
+
+
+def _over_root(num, den2):
+    """``num / sqrt(den2)``, NaN where ``den2`` is not above 0 (a flat region or template)."""
+    den = np.sqrt(den2)
+    flat = ~(den > 0)
+    den[flat] = 1.0
+    num /= den
+    num[flat] = np.nan
+    return num
+
+
+def template_refs(image, prepared, area, xp):
+    """``(t_ref (1, rows, cols), g_ref (2, rows, cols), q (1, rows, cols))`` float32 on
+    ``xp``'s device: the ``area`` of the template ``image`` (h, w) as it came, the gradient
+    (NumPy's, in float64) of the area of its ``prepared`` copy, and that area: the references
+    of the frames' sums and what :func:`template_moments` sums.  On the GPU by kernels that
+    ship built (``area_float``, ``template_figures``)."""
+    y0, y1, x0, x1 = area
+    rows, cols = y1 - y0, x1 - x0
+    if min(rows, cols) < 2:  # (as the gradient says)
+        raise InputError(f"gradient: a {rows}x{cols} area has an axis of fewer than 2 elements")
+    if xp is np:
+        t = np.ascontiguousarray(np.asarray(image, np.float32)[y0:y1, x0:x1])
+        q = np.ascontiguousarray(np.asarray(prepared, np.float32)[y0:y1, x0:x1])
+        return t[None], np.stack(np.gradient(q.astype(np.float64))).astype(np.float32), q[None]
     import cupy as cp
 
-    frames, c_type = kernel_pixels(frames)
-    n, h, w = frames.shape
-    rows, cols = size
-    refs = cp.ascontiguousarray(refs, cp.float32)
-    p, j = refs.shape[:2]
-    if refs.shape[2:] != (rows, cols) or j not in (1, 2) or starts.shape != (p, 2) \
-            or starts.dtype != cp.int32 or rows > h or cols > w:
-        raise ValueError(f"region_moments: {refs.shape} references, starts {starts.shape} "
-                         f"{starts.dtype}, regions of {rows}x{cols} in {h}x{w} frames")
-    blocks = 1
-    partial = _partial(out, (n, p, blocks, 2 + j))
-    if n and p:
-        kernel = REGION_MOMENTS.get(c_type, j, MOMENT_THREADS)
+    from .rigid import area_float
+
+    t, q = (area_float(a[None], area) for a in (image, prepared))
+    t_out, g = cp.empty((1, rows, cols), cp.float32), cp.empty((2, rows, cols), cp.float32)
+    blocks = _row_blocks(rows)
+    TEMPLATE_FIGURES.get(MOMENT_THREADS)(
+        (blocks,), (MOMENT_THREADS,), (t, q, np.int32(rows), np.int32(cols), np.float32(0.0),
+                                       np.float64(0.0), np.float64(1.0), t_out, g,
+                                       cp.empty((blocks, 9), cp.float64)))
+    return t, g, q
+
+
+def template_moments(tiles, t_ref, g_ref, q):
+    """The template's own sums over the regions (no pivot; on the references' device) that
+    :class:`TemplateRegions` is made of: of t with t, of the prepared template ``q`` with g, of
+    g_y with g and of g_x with g_x (:func:`template_refs`' arrays)."""
+    pairs = ((t_ref, t_ref), (q, g_ref), (g_ref[:1], g_ref), (g_ref[1:], g_ref[1:]))
+    if isinstance(t_ref, np.ndarray):
+        return [tiles.host_moments(f, r, (0, 0), pivoted=False)[0] for f, r in pairs]
+    return [tiles.moments(f, r, (0, 0), pivoted=False)[0] for f, r in pairs]
+
+
+class TileRegions:
+    """Sums of d, d * d and d * ref_j over R regions of an area that may overlap (the area
+    itself, a piecewise run's patch regions), from one read of a chunk: the area cut into the
+    tiles that the regions' edges make, a block a tile of a frame
+    (``kernels/alignment/quality_moments.cu`` tile_moments), then each region's tiles added up
+    (tile_regions): ``(n, R, 2 + J)`` float64 CuPy, d each pixel less the area's first pixel.
+
+    ``area`` ``(y0, y1, x0, x1)``; ``regions`` (R, 4) ``(y0, y1, x0, x1)`` inside it (frame
+    coordinates).
+
+    Examples
+    --------
+    >>> tiles = TileRegions((0, 10, 0, 12), [(0, 10, 0, 12), (0, 6, 0, 6), (4, 10, 5, 12)])
+    >>> tiles.ys.tolist(), tiles.xs.tolist()
+    ([0, 4, 6, 10], [0, 5, 6, 12])
+    >>> tiles.spans.tolist()[1]
+    [0, 2, 0, 2]
+    """
+
+    def __init__(self, area, regions, xp=np):
+        y0, y1, x0, x1 = (int(v) for v in area)
+        regions = np.asarray(regions, np.int64).reshape(-1, 4)
+        if not ((regions[:, 0] >= y0) & (regions[:, 1] <= y1) & (regions[:, 2] >= x0)
+                & (regions[:, 3] <= x1) & (regions[:, 0] < regions[:, 1])
+                & (regions[:, 2] < regions[:, 3])).all():
+            raise ValueError(f"TileRegions: regions {regions.tolist()} outside the area "
+                             f"{(y0, y1, x0, x1)}")
+        self.area = (y0, y1, x0, x1)
+        self.ys = np.unique(np.concatenate([[y0, y1], regions[:, 0], regions[:, 1]])) - y0
+        self.xs = np.unique(np.concatenate([[x0, x1], regions[:, 2], regions[:, 3]])) - x0
+        self.spans = np.stack([np.searchsorted(self.ys, regions[:, 0] - y0),
+                               np.searchsorted(self.ys, regions[:, 1] - y0),
+                               np.searchsorted(self.xs, regions[:, 2] - x0),
+                               np.searchsorted(self.xs, regions[:, 3] - x0)], axis=1)
+        self.boxes = regions - np.array([y0, y0, x0, x0])  # (area coordinates)
+        # (uploaded once here: the chunks' streams read them)
+        self._device = None if xp is np else tuple(xp.asarray(a, xp.int32)
+                                                   for a in (self.ys, self.xs, self.spans))
+
+    @property
+    def count(self) -> int:
+        return len(self.spans)
+
+    def moments(self, frames, refs, origin=None, out=None, pivoted=True):
+        """``(n, R, 2 + J)`` float64 CuPy of ``frames`` (n, h, w) whose area starts at
+        ``origin`` ``(y, x)`` (default: the area's own corner; ``(0, 0)`` for frames cut to
+        the area), against ``refs`` (J, rows, cols) float32 of the area; ``out``: where to
+        write (a C-contiguous view of a pass's buffer); ``pivoted`` False: d each pixel as it
+        is (the template's own sums)."""
+        import cupy as cp
+
+        ys, xs, spans = self._device
+        frames, c_type = kernel_pixels(frames)
+        n, h, w = frames.shape
+        oy, ox = self.area[0::2] if origin is None else origin
+        rows, cols = int(self.ys[-1]), int(self.xs[-1])
+        refs = cp.ascontiguousarray(refs, cp.float32)
+        j = len(refs)
+        if refs.shape != (j, rows, cols) or j not in (1, 2) or not (
+                0 <= oy and oy + rows <= h and 0 <= ox and ox + cols <= w):
+            raise ValueError(f"tile_moments: {j} references of {refs.shape[1:]} for an area of "
+                             f"{rows}x{cols} at {(oy, ox)} of {h}x{w} frames")
+        ty, tx = len(self.ys) - 1, len(self.xs) - 1
+        partial = _partial(out, (n, self.count, 2 + j))
+        if not n:
+            return partial
+        tiles = cp.empty((n, ty * tx, 2 + j), cp.float64)
+        kernel = TILE_MOMENTS.get(c_type, j, TILE_THREADS)
+        shared = (TILE_THREADS + tx) * (2 + j) * 8
         for a in range(0, n, 65535):  # (the grid's y extent)
             b = min(n, a + 65535)
-            kernel((blocks, b - a, p), (MOMENT_THREADS,),
-                   (frames[a:b], np.int32(h), np.int32(w), starts, np.int32(rows),
-                    np.int32(cols), refs, partial[a:b]))
-    return partial
+            kernel((ty, b - a), (TILE_THREADS,),
+                   (frames[a:b], np.int32(h), np.int32(w), np.int32(oy), np.int32(ox), ys,
+                    np.int32(ty), xs, np.int32(tx), refs, np.int32(bool(pivoted)),
+                    tiles[a:b]), shared_mem=shared)
+        TILE_REGIONS.get(MOMENT_THREADS)((n,), (MOMENT_THREADS,),
+                                         (tiles, np.int32(ty), np.int32(tx), np.int32(2 + j),
+                                          spans, np.int32(self.count), partial))
+        return partial
+
+    def host_moments(self, frames, refs, origin=None, pivoted=True):
+        """:meth:`moments` on the CPU: ``(n, R, 2 + J)`` float64 NumPy, the tiles' sums by
+        :func:`numpy.add.reduceat`, each region's added up from its tiles."""
+        oy, ox = self.area[0::2] if origin is None else origin
+        rows, cols = int(self.ys[-1]), int(self.xs[-1])
+        f = np.asarray(frames)[:, oy:oy + rows, ox:ox + cols].astype(np.float32)
+        d = f.astype(np.float64) - (f[:, :1, :1] if pivoted else 0.0)
+        with np.errstate(invalid="ignore", over="ignore"):  # (NaN/Inf pixels: NaN sums)
+            parts = [d, d * d, *(d * np.asarray(r, np.float64) for r in refs)]
+            tiles = np.stack([np.add.reduceat(np.add.reduceat(m, self.ys[:-1], axis=1),
+                                              self.xs[:-1], axis=2) for m in parts], axis=-1)
+            return np.stack([tiles[:, a:b, c:e].sum(axis=(1, 2))
+                             for a, b, c, e in self.spans], axis=1)
 
 
 def _partial(out, shape):
@@ -377,8 +549,8 @@ def area_blocks(rows) -> int:
 
 
 def moments_of(partial) -> np.ndarray:
-    """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M) (of
-    :func:`region_moments`': (n, P, M) of (n, P, blocks, M)), added in order."""
+    """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M), added in
+    order."""
     return backend.to_numpy(partial).sum(axis=-2)
 
 
@@ -387,21 +559,25 @@ def _row_blocks(rows) -> int:
     return max(1, min(MOMENT_BLOCKS, -(-rows // (4 * (MOMENT_THREADS // 32)))))
 
 
-def frame_sums(acc, frames, ok=None):
-    """``acc`` (h, w) float64 CuPy, in place, plus each of ``frames`` (n, h, w) float32 CuPy
-    (C-contiguous) with ``ok`` (n,) bool CuPy (None: all), added a frame at a time in order."""
+def frame_sums(acc, frames, ok=None, area=None):
+    """``acc`` (rows, cols) float64 CuPy, in place, plus the ``area`` ``(y0, y1, x0, x1)``
+    (default the frame) of each of ``frames`` (n, h, w) CuPy (as float32) with ``ok`` (n,) bool
+    CuPy (None: all), added a frame at a time in order."""
     import cupy as cp
 
-    n = len(frames)
-    plane = acc.size
-    if frames.dtype != cp.float32 or not frames.flags.c_contiguous or acc.dtype != cp.float64 \
-            or frames[0].size != plane or (ok is not None and ok.dtype != cp.bool_):
-        raise ValueError(f"frame_sums: {frames.dtype} frames {frames.shape} into {acc.dtype} "
-                         f"{acc.shape}")
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    y0, y1, x0, x1 = area or (0, h, 0, w)
+    if acc.dtype != cp.float64 or acc.shape != (y1 - y0, x1 - x0) or not acc.flags.c_contiguous \
+            or not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w) \
+            or (ok is not None and ok.dtype != cp.bool_):
+        raise ValueError(f"frame_sums: the area {(y0, y1, x0, x1)} of {frames.dtype} frames "
+                         f"{frames.shape} into {acc.dtype} {acc.shape}")
     if n:
-        FRAME_SUMS.get(MOMENT_THREADS)(
-            (stride_blocks(plane, MOMENT_THREADS),), (MOMENT_THREADS,),
-            (frames, np.int32(n), np.int64(plane), ok, acc))
+        FRAME_SUMS.get(c_type, MOMENT_THREADS)(
+            (stride_blocks(acc.size, MOMENT_THREADS),), (MOMENT_THREADS,),
+            (frames, np.int32(n), np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
+             np.int32(y1 - y0), np.int32(x1 - x0), ok, acc))
     return acc
 
 

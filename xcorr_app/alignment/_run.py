@@ -35,7 +35,7 @@ from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
 from .rigid import search_range
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
-from ._quality import measure_quality
+from ._quality import PatchReport, measure_quality
 from .rigid import mean_count, reference_frame
 from .rigid import COLUMN
 from ._result import result_from_table
@@ -78,19 +78,20 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
                                 stack_or_path)
         res.notes[:0] = choices + more
         filled = False
+        report = None
         if opts.patches is not None:
             filled = executor.fills_out_in_field and out is not None
-            res.set_field(executor.field(opts, res.shifts, out if filled else None))
+            report = PatchReport(opts, src.n_frames, src.frame_shape) if opts.quality else None
+            res.set_field(executor.field(opts, res.shifts, out if filled else None, report))
             res.settings["patches"]["template_passes"] = opts.patch_template_passes
         if out is not None and not filled:
             executor.fill_out(res, out)
-        if opts.quality:  # (the frames read again: the report trusts no shift it checks)
+        if report is not None:  # (on one device measured as the last patch pass warped)
+            res.quality = report.report(res, executor)
+        elif opts.quality:  # (the frames read again: the report trusts no shift it checks)
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
-            patches = None if res.motion_field is None else \
-                (res.motion_field, res.patch_centres, res.settings["patches"]["size"])
-            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image,
-                                          patches)
+            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image)
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)
     res.seconds = time.perf_counter() - t0

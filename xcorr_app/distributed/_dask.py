@@ -217,10 +217,11 @@ class DaskExecutor(Executor):
         return {**super().settings(), "device": resolved, "dask": {"tasks": len(ranges),
                                                "task_frames": [b - a for a, b in ranges]}}
 
-    def field(self, opts, rigid, out):
+    def field(self, opts, rigid, out, quality=None):
         from ..alignment import measure_field
 
-        return measure_field(opts, self.stack, rigid, np, self.chunk, executor=self)
+        return measure_field(opts, self.stack, rigid, np, self.chunk, executor=self,
+                             quality=quality)
 
 
 class _ClientFrames:

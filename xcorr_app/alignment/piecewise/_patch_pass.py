@@ -110,7 +110,7 @@ def _template_image(opts, src, xp, chunk, rigid):
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=None,
-                  prepared=None):
+                  prepared=None, quality=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
@@ -131,7 +131,10 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=N
     defaults gives them) of the last pass, each chunk warped by its field while it is on the
     device, as :func:`measure_range` says.  ``prepared`` (one device only, a
     :class:`~._prepared.PreparedFrames`): the rigid pass's prepared chunks, taken where they
-    were prepared as the patch pass prepares."""
+    were prepared as the patch pass prepares.  ``quality``: a callable ``(xp, template, centres,
+    size, in_pass)`` told the last pass's template and grid (the quality report's), which on one
+    device (``in_pass``) gives the collector that pass adds every chunk to
+    (:class:`~xcorr_app.alignment._quality.PatchQuality`)."""
     check_patch_reference(opts)
     passes = opts.patch_template_passes
     rigid = np.asarray(rigid, np.float64)
@@ -143,14 +146,17 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=N
                                 _template_image(opts, src, xp, chunk, rigid))
         for k in range(passes + 1):
             last = k == passes
+            collect = None
             if last:  # (the last pass's template: the result's picture)
                 setup.queue_host_copy()
+                if quality is not None:  # (in the pass on one device)
+                    collect = quality(xp, setup.image, grid.centres, grid.size, not shared)
             part = functools.partial(
                 field_part, opts=opts, chunk=executor.fixed_chunk if shared else chunk,
                 budget=executor.budget_per_range if shared else None,
                 setup=setup.on_host() if shared else setup, rigid=rigid, accumulate=not last,
                 host=shared, out=None if shared or not last else out,
-                prepared=None if shared else prepared)
+                prepared=None if shared else prepared, quality=collect)
             parts = executor.map(part, None) if shared \
                 else [part(src, xp, 0, src.n_frames, None)]
             if last:
@@ -167,17 +173,17 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=N
 
 
 def field_part(src, xp, start, stop, progress, *, opts, chunk, budget, setup, rigid,
-               accumulate, host, out=None, prepared=None):
+               accumulate, host, out=None, prepared=None, quality=None):
     """Rows of frames ``start:stop`` of a patch pass on ``xp``'s device (an executor's unit of
     work; ``chunk`` None: this device's own, checked against ``budget``)."""
     if chunk is None:
         chunk = frames_per_chunk(opts, src, xp, budget)
     return _measure_part(opts, src, xp, chunk, setup, rigid, (start, stop), accumulate, host,
-                         out, prepared)
+                         out, prepared, quality)
 
 
 def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
-                  prepared=None):
+                  prepared=None, quality=None):
     """Rows of frames ``bounds``, their low flags where kept apart (:func:`measure_range`'s
     ``flags``, else None) and, with ``accumulate``, their warped sums ``(total, coverage)``
     for the next template (NumPy with ``host``, else on ``xp``'s device)."""
@@ -185,7 +191,7 @@ def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, 
     flags = {}
     rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
                          None if acc is None else acc.add_sums, out=out, prepared=prepared,
-                         flags=flags)
+                         flags=flags, quality=quality)
     if acc is None:
         return rows, flags.get("low"), None
     sums = acc.sums()
@@ -223,7 +229,7 @@ def check_patch_reference(opts):
 
 
 def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None, out=None,
-                  prepared=None, flags=None):
+                  prepared=None, flags=None, quality=None):
     """Rows ``start:stop`` ``(n, P, 5)`` (host) of one patch pass against ``setup``, chunk by
     chunk; each frame's rows depend only on the frame, ``setup`` and its rigid shift, so ranges
     measured apart give the rows of one run.  ``add_sums(total, count)``, if given, sees each
@@ -239,7 +245,9 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     says): the aligned stack without reading the stack once more.  ``prepared``: the
     chunks' prepared frames where an earlier pass kept them (:class:`~._prepared.PreparedFrames`).
     ``flags`` (a dict): given ``"low"``, the rows' low flags ``(n, P)`` bool, where the GPU
-    pass kept them apart (:meth:`~._patch_rows.KeptRows.low_flags`).
+    pass kept them apart (:meth:`~._patch_rows.KeptRows.low_flags`).  ``quality``: the
+    quality report's collector (:func:`measure_field`), given each chunk as it came, its
+    prepared copy, its fields and its warped frames where they are made.
     """
     grid = setup.grid
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
@@ -251,7 +259,7 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     table = np.empty(shape) if kept is None else kept.table  # GPU: the rows left on the device
     work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
                      refine_taper(grid.size), weights, add_sums, start, warp, kept,
-                     prepared)
+                     prepared, quality)
     if xp is not np:  # the chunks' streams read what was set up on this one
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
@@ -288,20 +296,21 @@ class _Warper:
         self.dtype = frames_type(getattr(out, "dtype", None) if callable(out) else None)
 
     def __call__(self, first, frames, field, rows):
-        """The chunk's result: its rows, or its warped frames (rows kept)."""
+        """The chunk's result (its rows, or its warped frames: rows kept) and its warped
+        frames, float32."""
         if not self.returns:  # (a slice of C-contiguous frames: the kernel writes there)
             n = len(frames)
-            warp_chunk(frames, field, self.weights, out=self.out[first:first + n])
-            return rows
+            return rows, warp_chunk(frames, field, self.weights, out=self.out[first:first + n])
         self.rows[first] = rows
         warped = warp_chunk(frames, field, self.weights)
         if self.dtype == np.float32:
-            return warped
-        return as_dtype(warped, self.dtype)  # (on the chunk's device: fewer bytes copied back)
+            return warped, warped
+        # (on the chunk's device: fewer bytes copied back)
+        return as_dtype(warped, self.dtype), warped
 
 
 def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
-              offset=0, warp=None, kept=None, prepared=None):
+              offset=0, warp=None, kept=None, prepared=None, quality=None):
     """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
     (host); with ``add_sums`` the chunk's frames warped by their fields are handed to it (in
     the chunk's stream order).  ``offset``: the chunks' frame 0 in the stack.  ``warp`` (a
@@ -365,7 +374,13 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
             if len(keep):
                 idx = xp.asarray(keep)
                 add_sums(*warped_sum(frames[idx], field_of(d)[idx], weights))
-        return rows if warp is None else warp(first, frames, field_of(d), rows)
+        if warp is None and quality is None:
+            return rows
+        fld = field_of(d)
+        result, warped = (rows, None) if warp is None else warp(first, frames, fld, rows)
+        if quality is not None:
+            quality.add(start, frames, fld, p, warped, ok=~np.isnan(s).any(axis=1))
+        return result
 
     if xp is not np:
         return measure
