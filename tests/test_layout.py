@@ -12,6 +12,9 @@
 - no function's body is longer than :data:`MAX_FUNCTION_LINES` lines (its docstring left out)
   unless :data:`LONG_FUNCTIONS` says why; modules are cut by concept, never to a line count;
 - data flows one way: the layers below never import the layers above (:data:`LAYERS`);
+- a test imports a name a package exports from that package, not from the private module
+  behind it (:func:`privately_imported_public_names`; :data:`PRIVATE_ON_PURPOSE` says why a
+  file may do otherwise);
 - every CUDA source path (``*.cu``, ``*.cuh``) that the code or the docs name exists;
 - every Python file a kernel's comment names exists, and so does the name it points at there
   (:func:`python_pointers`);
@@ -443,6 +446,112 @@ def test_the_stub_check_can_fail(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
     mods = {module_name(p): p for p in sorted(pkg.rglob("*.py"))}
     assert ("xcorr_app.good", "xcorr_app.good._m", "f") in set(imports(mods))
+
+
+#: test files that import a public name from its private module on purpose (path from the
+#: repository's root -> why); every other test imports it from its public home
+PRIVATE_ON_PURPOSE = {}
+
+
+def is_private_module(module: str) -> bool:
+    return any(p.startswith("_") and not p.startswith("__") for p in module.split("."))
+
+
+def origin(mods: dict, module: str, name: str, seen=frozenset()) -> tuple:
+    """Where ``name`` of ``module`` is defined, ``(module, name)``: followed through the
+    ``from ... import`` lines of the modules' top level (a package's stub too); a module
+    imported as a name is ``(module, None)``."""
+    path = mods.get(module)
+    if path is None or (module, name) in seen:
+        return module, name
+    for src in filter(None, (stub_of(path), path)):
+        for node in top_level_statements(ast.parse(src.read_text()).body):
+            for alias in node.names if isinstance(node, ast.ImportFrom) else ():
+                if (alias.asname or alias.name) == name:
+                    target = resolve(module, path.name == "__init__.py", node)
+                    if f"{target}.{alias.name}" in mods:
+                        return f"{target}.{alias.name}", None
+                    return origin(mods, target, alias.name, seen | {(module, name)})
+    return module, name
+
+
+def exported_names(path: Path) -> set:
+    """The public names of a package (its stub's) or of a module (its ``__all__``)."""
+    if stub_of(path) is not None:
+        return top_level_names(path)
+    for node in top_level_statements(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__"
+                                                for t in node.targets):
+            return {e.value for e in getattr(node.value, "elts", ())
+                    if isinstance(e, ast.Constant)}
+    return set()
+
+
+def public_homes(mods: dict) -> dict:
+    """``{(defining module, name): {public packages that export it by that name}}``: the
+    packages and the modules outside the private ones (``xcorr_app.dask``), by their stub or
+    ``__all__``."""
+    homes = {}
+    for module, path in mods.items():
+        if not is_private_module(module) and module != "xcorr_app":
+            for name in exported_names(path):
+                found = origin(mods, module, name)
+                if found[1] == name:  # (not renamed: align_bench is bench._align's main)
+                    homes.setdefault(found, set()).add(module)
+    return homes
+
+
+def privately_imported_public_names(tests: Path, mods: dict) -> list:
+    """Each ``from xcorr_app.<...>._private import name`` of the test files where a public
+    package exports that same ``name`` (the one the private module defines or imports): the
+    test is then written against the private module rather than the package's interface."""
+    homes, found = public_homes(mods), []
+    for path in sorted(tests.rglob("*.py")):
+        where = path.relative_to(tests.parent).as_posix()
+        if where in PRIVATE_ON_PURPOSE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.startswith("xcorr_app") and is_private_module(node.module)):
+                continue
+            for alias in node.names:
+                home = homes.get(origin(mods, node.module, alias.name), set())
+                if home and not alias.name.startswith("_"):
+                    best = max(home, key=lambda h: (node.module.startswith(h + "."), len(h)))
+                    found.append(f"{where}:{node.lineno}: {alias.name} from {node.module}: "
+                                 f"import it from {best}")
+    return found
+
+
+def test_tests_import_public_names_from_their_public_home():
+    """A test imports what a package exports from the package (``from xcorr_app.correlate
+    import output_shape``), not from the private module behind it, so that moving a name
+    between a package's modules moves no test; private helpers are imported from their
+    module, and :data:`PRIVATE_ON_PURPOSE` says why a file may do otherwise."""
+    assert privately_imported_public_names(ROOT / "tests", modules()) == []
+    assert all(PRIVATE_ON_PURPOSE.values())  # every exception says why
+
+
+def test_the_public_name_check_can_fail(tmp_path, monkeypatch):
+    pkg, tests = tmp_path / "xcorr_app", tmp_path / "tests"
+    (pkg / "sub").mkdir(parents=True)
+    tests.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text(ATTACH_STUB)
+    (pkg / "sub" / "__init__.pyi").write_text("from ._a import f, g\n")
+    (pkg / "sub" / "_a.py").write_text("from ._b import g\n\ndef f(): pass\n\n"
+                                       "def h(): pass\n\ndef _p(): pass\n")
+    (pkg / "sub" / "_b.py").write_text("def g(): pass\n")
+    (tests / "test_x.py").write_text(
+        "from xcorr_app.sub import f\nfrom xcorr_app.sub._a import h, _p\n\n\n"
+        "def test():\n    from xcorr_app.sub._a import f as ff, g\n"
+        "    from xcorr_app.sub._b import g\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", pkg, raising=False)
+    mods = {module_name(p): p for p in sorted(pkg.rglob("*.py"))}
+    assert privately_imported_public_names(tests, mods) == [
+        "tests/test_x.py:6: f from xcorr_app.sub._a: import it from xcorr_app.sub",
+        "tests/test_x.py:6: g from xcorr_app.sub._a: import it from xcorr_app.sub",
+        "tests/test_x.py:7: g from xcorr_app.sub._b: import it from xcorr_app.sub"]
 
 
 def texts_naming_kernels() -> list:

@@ -8,13 +8,13 @@ import tifffile
 
 from synthetic import drift_stack, write_stack
 from xcorr_app import align, apply_shifts
+from xcorr_app.alignment import common_area
 from xcorr_app.alignment._result import interpolate_flagged
-from xcorr_app.alignment._apply import common_area
 from xcorr_app.errors import XcorrError
 from xcorr_app.streaming import parse_memory
 from xcorr_app.streaming import ChunkPrefetcher
-from xcorr_app.io._reader import ArraySource, open_stack
-from xcorr_app.alignment.warp._warp import shift_frames
+from xcorr_app.io import ArraySource, open_stack
+from xcorr_app.alignment.warp import shift_frames
 
 
 def rms(a, b):
@@ -278,9 +278,9 @@ def test_rect_sums_match_direct_sums(rng):
 def test_zncc_matches_its_definition(rng, shape, max_shift):
     """Per shift: Pearson correlation of the two overlapping parts; -1 for too little overlap
     (none at all when the bound reaches beyond the frame) or a constant part."""
-    from xcorr_app.registration._normalize import zncc
+    from xcorr_app.registration import zncc
+    from xcorr_app.correlate import first_shift
     from xcorr_app.correlate._direct import xcorr_direct
-    from xcorr_app.correlate._shifts import first_shift
 
     a = rng.random(shape).astype(np.float32)
     b = rng.random((2,) + shape).astype(np.float32)

@@ -6,9 +6,8 @@ import pytest
 from scipy import ndimage as ndi
 
 import xcorr_app
-from xcorr_app.correlate._fft import fft_geometry, padded_spectra, xcorr_fft
-from xcorr_app.registration._fft_register import fft_shifts
-from xcorr_app.registration._normalize import zncc, zncc_left
+from xcorr_app.correlate import fft_geometry, padded_spectra, xcorr_fft
+from xcorr_app.registration import fft_shifts, zncc, zncc_left
 
 
 def _drifting(rng, n, shape, pad=12):
@@ -75,8 +74,8 @@ def test_two_stage_refinement_same_grid(rng):
 
 
 def test_tune_reaches_the_measurer_and_changes_nothing_on_the_cpu(rng):
-    from xcorr_app.alignment._options import AlignOptions
-    from xcorr_app.alignment.rigid._measure import Measurer
+    from xcorr_app.alignment import AlignOptions
+    from xcorr_app.alignment.rigid import Measurer
 
     assert Measurer.of(AlignOptions(tune=True, max_shift=3), np, (20, 24)).tune is True
     assert Measurer.of(AlignOptions(max_shift=3), np, (20, 24)).tune is False

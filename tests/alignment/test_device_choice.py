@@ -6,7 +6,7 @@ import pytest
 
 from xcorr_app import _first_run, backend
 from xcorr_app._first_run import SMALL_JOB_PIXELS
-from xcorr_app.alignment._options import AlignOptions
+from xcorr_app.alignment import AlignOptions
 from xcorr_app.alignment._prebuild import RUN_STAGES, kernels_built, stage_key
 from xcorr_app.backend import decide_device
 from xcorr_app.errors import InputError

@@ -132,7 +132,7 @@ def test_gpu_nan_frame_is_flagged(tmp_path, rng):
 
 def test_gpu_fourier_resampling_matches_cpu(rng):
     import cupy as cp
-    from xcorr_app.alignment.warp._warp import shift_frames
+    from xcorr_app.alignment.warp import shift_frames
 
     frames = rng.random((3, 33, 47)).astype(np.float32)
     shifts = rng.uniform(-3, 3, (3, 2))

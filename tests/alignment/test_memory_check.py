@@ -151,8 +151,8 @@ def test_cli_memory_error_is_one_line_exit_2(stack_file):
 def test_ranges_run_apart_refuse_frames_that_need_bands(stack_file):
     """A range measured apart (a Dask worker, another GPU) checks one frame up front too; it
     does not measure in bands."""
-    from xcorr_app.alignment._options import AlignOptions
-    from xcorr_app.alignment.rigid._measure import frames_per_chunk
+    from xcorr_app.alignment import AlignOptions
+    from xcorr_app.alignment.rigid import frames_per_chunk
     from xcorr_app.io import open_source
 
     path, _, _ = stack_file

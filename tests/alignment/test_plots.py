@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from cli_helpers import ROOT
-from xcorr_app.alignment.outputs._plots import COLORS, PANELS, PLOT_SIZE, nice_ticks, plot_drift
+from xcorr_app.alignment.outputs import plot_drift
+from xcorr_app.alignment.outputs._plots import COLORS, PANELS, PLOT_SIZE, nice_ticks
 
 
 def _result(shifts, confidence=None, low=None, fft=None, settings=None):
@@ -146,7 +147,7 @@ def test_quality_plot_draws_the_worst_patch_region_of_piecewise_runs(tmp_path, r
     """quality.png of a piecewise run: each frame's worst patch region after alignment, dashed
     in the threshold's colour across the frames; none without patch regions (and none where
     no region was measured)."""
-    from xcorr_app.alignment.outputs._plots import plot_quality
+    from xcorr_app.alignment.outputs import plot_quality
 
     n = 40
     after = np.full(n, 0.95)

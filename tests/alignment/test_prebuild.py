@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from cli_helpers import assert_clean_error, xcorr
-from xcorr_app.alignment._options import AlignOptions
-from xcorr_app.alignment._prebuild import PREBUILD_STAGES as STAGES, prebuild, run_stage, stage_key
+from xcorr_app.alignment import AlignOptions, PREBUILD_STAGES as STAGES, prebuild
+from xcorr_app.alignment._prebuild import run_stage, stage_key
 
 
 @pytest.mark.parametrize("kw", [{}, {"max_shift": 5}, {"normalization": "phase"},

@@ -149,8 +149,8 @@ def test_previous_reference_chain_starts_at_the_first_measurable_frame(rng):
 def test_previous_reference_range_looks_back_for_a_measurable_frame(rng):
     """A range that starts after an unmeasurable frame (other GPUs, Dask workers) measures its
     first frame against the last measurable one before it: the rows the whole run gives."""
-    from xcorr_app.alignment._options import AlignOptions
-    from xcorr_app.alignment.rigid._measure import measure_frames
+    from xcorr_app.alignment import AlignOptions
+    from xcorr_app.alignment.rigid import measure_frames
     from xcorr_app.io import ArraySource
 
     stack, _ = _smooth_stack(rng, n=9)

@@ -74,6 +74,53 @@ def test_the_api_builds_the_options_once_and_takes_them_built(kind):
     np.testing.assert_array_equal(again.shifts, res.shifts)
 
 
+@pytest.fixture
+def in_process_cluster(monkeypatch):
+    """``xcorr align --workers N`` on a Dask cluster of threads in this process (its worker
+    threads are profiled too); the starts are listed."""
+    distributed = pytest.importorskip("dask.distributed")
+    import contextlib
+
+    import xcorr_app.distributed
+
+    started = []
+
+    @contextlib.contextmanager
+    def local_client(workers=None, scheduler=None):
+        started.append(workers)
+        with distributed.Client(processes=False, n_workers=1, threads_per_worker=2,
+                                dashboard_address=":0") as client:
+            yield client
+
+    monkeypatch.setattr(xcorr_app.distributed, "local_client", local_client)
+    return started
+
+
+def test_a_dask_run_checks_the_bound_once(tmp_path, in_process_cluster):
+    """:func:`xcorr_app.dask.align` checks the bound in its pipeline; ``xcorr align
+    --workers`` checks it before its cluster starts (one error line, no cluster for a bad
+    one), and its pipeline does not check it again."""
+    from xcorr_app.dask import align as dask_align
+
+    path = str(stack_path("cell"))
+    with Calls() as calls:
+        api = dask_align(path, max_shift=8, device="cpu", scheduler="threads", task_frames=4)
+    assert calls.counts == {"__post_init__": 1, "normalize_max_shift": 1, "check_bound": 1}
+    with Calls() as calls:
+        res = CliRunner().invoke(cli, ["align", path, "--device", "cpu", "--quiet",
+                                       "--max-shift", "8", "--workers", "2",
+                                       "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert in_process_cluster == [2]
+    assert calls.counts == {"__post_init__": 1, "normalize_max_shift": 1, "check_bound": 1}
+    assert (tmp_path / "o" / "shifts.csv").read_text() == api.csv_text()
+    res = CliRunner().invoke(cli, ["align", path, "--device", "cpu", "--max-shift", "500",
+                                   "--workers", "2", "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and in_process_cluster == [2]  # (no second cluster started)
+    lines = [ln for ln in res.output.splitlines() if not ln.startswith("note:")]
+    assert len(lines) == 1 and lines[0].startswith("error: --max-shift 500 reaches past"), lines
+
+
 def test_the_volumes_options_are_built_once(tmp_path):
     """``xcorr align --volumes``: one VolumeOptions, max_shift parsed once, on the command line
     and in the API (which takes the options built)."""
@@ -186,6 +233,37 @@ def test_save_keeps_existing_outputs_and_writes_nothing_on_a_bad_option(tmp_path
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     res.save(folder, force=True, format="hdf5")
     assert (folder / "aligned.h5").is_file() and not (folder / "quality.png").exists()
+
+
+def test_save_without_aligned_removes_only_an_earlier_runs_aligned_tif(tmp_path):
+    """``aligned=False`` (``--no-aligned``, napari's "Save outputs…") removes the aligned stack
+    of an earlier run with ``force``; an ``aligned.tif`` with no run's ``shifts.json`` beside it
+    is someone's file: refused, ``force`` or not, named, and kept."""
+    import tifffile
+
+    res = xcorr_app.align(str(stack_path("cell")), max_shift=8, device="cpu", quality=False)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    tifffile.imwrite(mine / "aligned.tif", np.arange(24, dtype=np.uint8).reshape(2, 3, 4))
+    before = (mine / "aligned.tif").read_bytes()
+    for force in (False, True):
+        with pytest.raises(xcorr_app.errors.OutputError,
+                           match=r"mine/aligned\.tif is not the aligned stack of an earlier "
+                                 r"xcorr run.*choose another folder"):
+            res.save(mine, aligned=False, force=force)
+        assert [p.name for p in mine.iterdir()] == ["aligned.tif"]
+        assert (mine / "aligned.tif").read_bytes() == before
+    cli_run = CliRunner().invoke(cli, ["align", str(stack_path("cell")), "--device", "cpu",
+                                       "--no-aligned", "--force", "--out", str(mine)])
+    assert cli_run.exit_code == 2 and cli_run.output.count("error: ") == 1, cli_run.output
+    assert "aligned.tif is not the aligned stack of an earlier xcorr run" in cli_run.output
+    assert [p.name for p in mine.iterdir()] == ["aligned.tif"]
+    assert (mine / "aligned.tif").read_bytes() == before
+    run = tmp_path / "run"
+    res.save(run, plots=False)
+    assert sorted(res.save(run, aligned=False, plots=False, force=True)) == [
+        "shifts.csv", "shifts.json"]
+    assert not (run / "aligned.tif").exists()
 
 
 def test_save_writes_other_channels_only_of_a_channel_run(tmp_path):

@@ -8,10 +8,10 @@ import tifffile
 from sample_paths import folder_path, stack_path
 from synthetic import drift_stack, write_damaged_tiff, write_stack
 from xcorr_app import align
-from xcorr_app.alignment._options import AlignOptions
-from xcorr_app.alignment.rigid._measure import measure_frames, prepared_reference
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.alignment.rigid import measure_frames, prepared_reference
 from xcorr_app.streaming import frame_ranges
-from xcorr_app.io._reader import ArraySource, FrameRange, open_source
+from xcorr_app.io import ArraySource, FrameRange, open_source
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 12, 100])
@@ -102,7 +102,7 @@ def test_map_chunks_over_gpus_keeps_frame_order(rng):
     """Chunks handed out to the GPUs in turn come back in frame order, each computed right."""
     import cupy
 
-    from xcorr_app.filters._api import gaussian
+    from xcorr_app.filters import gaussian
     from xcorr_app.streaming import map_chunks
 
     stack = rng.random((23, 33, 65)).astype(np.float32)
@@ -163,7 +163,7 @@ def test_dask_workers_on_gpus_equal_one_process(tmp_path, rng):
             xdask.filter(path, "gaussian:2", device="gpu", task_frames=6), client)])
     np.testing.assert_allclose(got.shifts, base.shifts, atol=5e-4)
     np.testing.assert_array_equal(np.round(got.fft_shifts * 20), np.round(base.fft_shifts * 20))
-    from xcorr_app.filters._api import gaussian
+    from xcorr_app.filters import gaussian
 
     import cupy
 
@@ -178,7 +178,7 @@ def test_dask_array_of_cupy_blocks_stays_on_the_gpu(rng):
 
     da = pytest.importorskip("dask.array")
     from xcorr_app import dask as xdask
-    from xcorr_app.filters._api import gaussian
+    from xcorr_app.filters import gaussian
 
     stack, _ = drift_stack(rng, n=11, shape=(64, 96), max_shift=4, peak_counts=500)
     on_gpu = cupy.asarray(stack)

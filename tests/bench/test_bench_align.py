@@ -17,7 +17,7 @@ from xcorr_app.bench import _align_data as data
 from xcorr_app.bench import _align_peers as peers
 from xcorr_app.bench import _align_table as table
 from xcorr_app.errors import OutputError, XcorrError
-from xcorr_app.io._reader import open_stack
+from xcorr_app.io import open_stack
 
 
 def fake_row(name, kind, seconds, frames=10, frame_bytes=100, shifts=None, truth=None, error=""):

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from xcorr_app import backend
 from xcorr_app.bench import _filter as bench
-from xcorr_app.bench._common import parse_size
+from xcorr_app.bench import parse_size
 from xcorr_app.cli._main import cli
 
 

@@ -8,8 +8,7 @@ import scipy.signal
 
 from xcorr_app.bench import _xcorr as bench
 from xcorr_app.correlate import _direct as reference
-from xcorr_app.correlate._forms import FORMS, form_layout
-from xcorr_app.correlate._shifts import first_shift, output_shape
+from xcorr_app.correlate import FORMS, first_shift, form_layout, output_shape
 
 from conftest import rel_error
 

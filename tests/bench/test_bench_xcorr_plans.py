@@ -5,7 +5,7 @@ import pytest
 
 from xcorr_app.bench import _xcorr as bench
 from xcorr_app.bench import _xcorr_plans as pipes  # the module under test
-from xcorr_app.correlate._planner import heuristic
+from xcorr_app.correlate import heuristic
 
 
 def test_pipelined_rows():

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tifffile
 
-from xcorr_app.alignment._apply import apply_shifts
-from xcorr_app.alignment.piecewise._motion_field import apply_field
+from xcorr_app.alignment import apply_shifts
+from xcorr_app.alignment.piecewise import apply_field
 from xcorr_app.bench._align_data import nonrigid_stack
 
 from cli_helpers import digest, xcorr

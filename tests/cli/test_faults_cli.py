@@ -76,7 +76,7 @@ def test_a_full_disk_while_writing_the_plot_names_it_and_leaves_nothing(tmp_path
 
 def test_atomic_path_names_its_file_on_an_os_error(tmp_path):
     from xcorr_app.errors import OutputError
-    from xcorr_app.io._writer import atomic_path
+    from xcorr_app.io import atomic_path
 
     with pytest.raises(OutputError, match="cannot write .*t.csv .No space left on device"):
         with atomic_path(tmp_path / "t.csv") as tmp:

@@ -5,8 +5,8 @@ import pytest
 from click.testing import CliRunner
 
 from xcorr_app.alignment import NORMALIZATIONS, SUBPIXEL
-from xcorr_app.alignment.piecewise._motion_field import FIELD_RESAMPLE
-from xcorr_app.alignment.warp._warp import RESAMPLE
+from xcorr_app.alignment.piecewise import FIELD_RESAMPLE
+from xcorr_app.alignment.warp import RESAMPLE
 from xcorr_app.cli._main import cli
 from xcorr_app.cli._options import MAX_SHIFT, MEMORY, PREFILTER
 from xcorr_app.errors import InputError, XcorrError

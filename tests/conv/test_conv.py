@@ -218,7 +218,7 @@ def test_winograd_port_fails_with_a_wrong_matrix(rng):
 
 
 def test_winograd_applicability_and_method_errors():
-    from xcorr_app.conv._api import chosen_method
+    from xcorr_app.conv import chosen_method
     from xcorr_app.conv._winograd import (WINOGRAD_TILES, applicable, shared_bytes, tile_threads,
                                         unsupported)
 

@@ -26,7 +26,7 @@ def _run_im2win(rng, n, c, h, w, f, kh, kw, stride, pad, tiles=None, win_bytes=N
                 layout="direct", splits=None):
     import cupy as cp
 
-    from xcorr_app.conv._im2win import im2win_conv2d
+    from xcorr_app.conv import im2win_conv2d
 
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((f, c, kh, kw)).astype(np.float32)
@@ -105,7 +105,7 @@ def test_split_k_is_deterministic_and_reusable(rng):
     back at zero after each launch (a later launch, another tile, still waits correctly)."""
     import cupy as cp
 
-    from xcorr_app.conv._im2win import im2win_conv2d
+    from xcorr_app.conv import im2win_conv2d
 
     x = cp.asarray(rng.standard_normal((2, 96, 12, 12)).astype(np.float32))
     w = cp.asarray(rng.standard_normal((40, 96, 3, 3)).astype(np.float32))
@@ -139,7 +139,7 @@ def test_direct_batch_in_launches(rng, monkeypatch, images_per_launch):
 def test_filter_and_input_are_not_modified(rng):
     import cupy as cp
 
-    from xcorr_app.conv._im2win import im2win_conv2d
+    from xcorr_app.conv import im2win_conv2d
 
     x = cp.asarray(rng.standard_normal((2, 3, 9, 8)).astype(np.float32))
     w = cp.asarray(rng.standard_normal((4, 3, 3, 2)).astype(np.float32))

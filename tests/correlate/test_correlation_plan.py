@@ -9,10 +9,9 @@ import pytest
 
 import xcorr_app
 from xcorr_app import cross_correlate
-from xcorr_app.correlate import CorrelationPlan, clear_plan_cache, correlation_plan
+from xcorr_app.correlate import CorrelationPlan, FORMS, clear_plan_cache, correlation_plan
 from xcorr_app.correlate import _direct as reference  # the definition, in float64
 from xcorr_app.correlate import _plan_cache as plan_cache  # the module under test
-from xcorr_app.correlate._forms import FORMS
 from xcorr_app.errors import InputError
 
 from conftest import in_threads, rel_error

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from xcorr_app.correlate import _cost_model as model  # the module under test
+from xcorr_app.correlate import Plan, form_layout
 from xcorr_app.correlate._candidates import candidates
-from xcorr_app.correlate._forms import form_layout
-from xcorr_app.correlate._plans import Plan
 
 H100 = {"sm_count": 132, "clock_khz": 1980000, "memory_clock_khz": 2619000, "bus_width": 5120,
         "compute_capability": "90"}

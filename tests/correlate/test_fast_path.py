@@ -7,7 +7,7 @@ import pytest
 from xcorr_app import cross_correlate
 from xcorr_app.correlate import _api, clear_plan_cache, correlation_plan
 from xcorr_app.correlate import _plan_cache as plan_cache
-from xcorr_app.correlate._plans import Plan
+from xcorr_app.correlate import Plan
 from xcorr_app.errors import InputError
 
 RNG = np.random.default_rng(3)

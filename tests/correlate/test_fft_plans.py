@@ -4,9 +4,7 @@ import pytest
 
 from xcorr_app.correlate import _fft_plans
 from xcorr_app.correlate import _planner
-from xcorr_app.correlate._fft import fft_geometry
-from xcorr_app.correlate._forms import form_layout
-from xcorr_app.correlate._plans import Plan
+from xcorr_app.correlate import Plan, fft_geometry, form_layout
 
 
 def test_specs_and_markers(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._fft import conj_product, irfftn_unnormalized, zero_padded
+from xcorr_app.correlate import conj_product, irfftn_unnormalized
+from xcorr_app.correlate._fft import zero_padded
 from xcorr_app.errors import InputError
 
 pytestmark = pytest.mark.gpu

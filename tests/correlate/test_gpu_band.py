@@ -4,7 +4,8 @@ float64 reference, into poisoned outputs; shapes smaller than a warp, wider than
 
 import pytest
 
-from xcorr_app.correlate._band import BAND_COLUMNS, BAND_SHIFTS, band_fits, lane_columns
+from xcorr_app.correlate import band_fits
+from xcorr_app.correlate._band import BAND_COLUMNS, BAND_SHIFTS, lane_columns
 from xcorr_app.errors import InputError
 
 from test_gpu_warp_shuffle import check as shuffle_check
@@ -77,7 +78,7 @@ def test_band_refuses(form, lshape, rshape, bound):
 
 
 def test_band_plan_string():
-    from xcorr_app.correlate._plans import Plan
+    from xcorr_app.correlate import Plan
 
     assert str(Plan.parse("band")) == "band" and Plan.parse("band").on_gpu_only
     with pytest.raises(InputError, match="takes no parameters"):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._forms import FORMS
+from xcorr_app.correlate import FORMS
 
 from conftest import poisoned, rel_error
 from test_gpu_warp_shuffle import bounded_and_unequal, counts_for
@@ -33,7 +33,7 @@ def test_through_the_plan_with_and_without_out(rng):
 
     from xcorr_app.correlate import _direct as reference
     from xcorr_app.errors import XcorrError
-    from xcorr_app.correlate._plans import run_plan
+    from xcorr_app.correlate import run_plan
 
     left = rng.integers(0, 4000, (20, 17)).astype(np.uint16)
     right = rng.integers(0, 255, (5, 20, 17)).astype(np.uint8)

@@ -4,8 +4,8 @@ kernels/correlate/fft_window.cu) against the float64 definition, and its limits.
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._fft_window import (MAX_HALF_WIDTH, correlation_window,
-                                              window_applies)
+from xcorr_app.correlate import correlation_window, window_applies
+from xcorr_app.correlate._fft_window import MAX_HALF_WIDTH
 from xcorr_app.errors import InputError
 
 
@@ -47,7 +47,7 @@ def test_correlation_window_matches_float64(rng, frame, size, first, shape, fram
                                             per_frame):
     import cupy as cp
 
-    from xcorr_app.correlate._fft import padded_spectra
+    from xcorr_app.correlate import conj_product, irfftn_unnormalized, padded_spectra
 
     left = rng.standard_normal((frames if per_frame else 1,) + frame).astype(np.float32) + 0.5
     right = rng.standard_normal((frames,) + frame).astype(np.float32) + 0.5
@@ -62,8 +62,6 @@ def test_correlation_window_matches_float64(rng, frame, size, first, shape, fram
     err = np.abs(got.get() - want).max(axis=(-2, -1))
     assert np.all(err <= 2e-6 * scale), (err / scale).max()
     # the same numbers as the whole inverse (the plan's other path) to float32 rounding
-    from xcorr_app.correlate._fft import conj_product, irfftn_unnormalized
-
     prod = conj_product(fl if per_frame else fl[0], fr.copy(), scale=1.0 / (size[0] * size[1]))
     circ = irfftn_unnormalized(prod, size).get()
     rows = (first[0] + np.arange(shape[0])) % size[0]

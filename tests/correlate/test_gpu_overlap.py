@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from xcorr_app.correlate import _direct as reference
-from xcorr_app.correlate._forms import FORMS
-from xcorr_app.correlate._shifts import output_shape
+from xcorr_app.correlate import FORMS, output_shape
 
 from conftest import poisoned, rel_error
 
@@ -30,7 +29,7 @@ def inputs(rng, form, shape, count, rshape=None):
 def run_and_check(rng, form, shape, count, max_shift, rshape=None):
     import cupy as cp
 
-    from xcorr_app.correlate._overlap import overlap_xcorr
+    from xcorr_app.correlate import overlap_xcorr
 
     left, right = inputs(rng, form, shape, count, rshape)
     want = reference.xcorr(left, right, form, max_shift)
@@ -71,7 +70,7 @@ def test_left_and_right_of_different_sizes(rng, lshape, rshape):
 def test_converts_integer_and_half_inputs(rng):
     import cupy as cp
 
-    from xcorr_app.correlate._overlap import overlap_xcorr
+    from xcorr_app.correlate import overlap_xcorr
 
     left = rng.integers(0, 4000, (20, 17)).astype(np.uint16)
     right = rng.integers(0, 255, (3, 20, 17)).astype(np.uint8)
@@ -86,7 +85,7 @@ def test_converts_integer_and_half_inputs(rng):
 def test_repeated_runs_identical(rng):
     import cupy as cp
 
-    from xcorr_app.correlate._overlap import overlap_xcorr
+    from xcorr_app.correlate import overlap_xcorr
 
     left, right = (cp.asarray(rng.standard_normal((3, 31, 33)), cp.float32) for _ in range(2))
     a = overlap_xcorr(left, right, "n_to_m")

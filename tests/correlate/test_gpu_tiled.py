@@ -2,7 +2,7 @@
 
 import pytest
 
-from xcorr_app.correlate._forms import FORMS
+from xcorr_app.correlate import FORMS
 from xcorr_app.correlate._tiled import TILES
 
 from conftest import poisoned, rel_error
@@ -122,7 +122,7 @@ def test_arranged_rights_layout(rng, form, lshape, rshape, tile_x):
     import numpy as np
     import cupy as cp
 
-    from xcorr_app.correlate._forms import form_layout
+    from xcorr_app.correlate import form_layout
     from xcorr_app.correlate._tiled import PAIR_PAD_LEFT, arranged_rights, pair_row_chunks
 
     lay = form_layout(form, lshape, rshape)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from xcorr_app.correlate import _direct as reference
-from xcorr_app.correlate._forms import FORMS
+from xcorr_app.correlate import FORMS
 from xcorr_app.correlate._warp_shuffle import VARIANTS
 
 from conftest import poisoned, rel_error
@@ -161,7 +161,7 @@ def test_every_dispatched_task_size(distribution, rows_per_worker):
 def test_block_warps(form, variant):
     """The block distribution with every warp count its rows_per_worker can give (all of 1 to 8
     on 31 rows), full and bounded ranges."""
-    from xcorr_app.correlate._shifts import first_shift, output_shape
+    from xcorr_app.correlate import first_shift, output_shape
     from xcorr_app.correlate._work_distribution import MAX_BLOCK_WARPS, schedule
 
     lefts, rights, shifts, left_rows = variant

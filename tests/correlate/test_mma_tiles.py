@@ -9,7 +9,7 @@ import pytest
 from xcorr_app.correlate._mma import (MATRICES, MMA_TILES, SHIFTS, buffers_for, matrix_stride,
                                shared_bytes, unsupported)
 from xcorr_app._cuda.device import H100_LIMITS
-from xcorr_app.correlate._shifts import first_shift, output_shape
+from xcorr_app.correlate import first_shift, output_shape
 
 H100_SHARED = H100_LIMITS.shared_per_block
 

@@ -9,7 +9,7 @@ import pytest
 from xcorr_app.correlate import _direct as reference
 from xcorr_app.correlate import _measure as measure
 from xcorr_app.correlate import _planner as planner  # the module under test
-from xcorr_app.correlate._plans import Plan
+from xcorr_app.correlate import Plan
 from xcorr_app._cuda import tuning
 from xcorr_app.errors import InputError
 

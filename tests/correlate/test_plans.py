@@ -8,15 +8,14 @@ import pytest
 from xcorr_app import cross_correlate
 from xcorr_app.correlate import _direct as reference  # the module under test's peer
 from xcorr_app.errors import XcorrError
-from xcorr_app.correlate._forms import FORM_IDS, FORMS, form_layout
+from xcorr_app.correlate import FORMS, Plan, first_shift, form_layout, output_shape
+from xcorr_app.correlate._forms import FORM_IDS
 from xcorr_app.correlate._mma import MMA, ROW_SPLITS, buffers_for
 from xcorr_app._cuda.device import H100_LIMITS
 from xcorr_app.correlate._tiled import PAIR_MAX_SHARED, PAIR_TILED, TILED, pair_shared_bytes
 from xcorr_app.correlate._warp_shuffle import VARIANTS, WARP_SHUFFLE
-from xcorr_app.correlate._plans import Plan
 from xcorr_app._cuda import tuning
 from xcorr_app.correlate import _planner as planner  # the module under test
-from xcorr_app.correlate._shifts import first_shift, output_shape
 from xcorr_app.correlate._work_distribution import MAX_BLOCK_WARPS, schedule
 
 from conftest import rel_error

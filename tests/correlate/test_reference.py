@@ -8,8 +8,8 @@ import scipy.signal
 
 from xcorr_app.correlate import _direct as reference
 from xcorr_app.errors import XcorrError
-from xcorr_app.correlate._forms import FORMS, form_layout
-from xcorr_app.correlate._shifts import first_shift, index_to_shift, output_shape
+from xcorr_app.correlate import FORMS, first_shift, form_layout, output_shape
+from xcorr_app.correlate._shifts import index_to_shift
 
 
 def brute_force(left, right, max_shift=None):

@@ -6,14 +6,12 @@ import numpy as np
 import pytest
 
 from xcorr_app import cross_correlate
-from xcorr_app.correlate import correlation_plan
+from xcorr_app.correlate import (FORMS, Plan, correlation_plan, first_shift, form_layout,
+                                 heuristic, output_shape)
 from xcorr_app.correlate import _small as small  # the module under test
 from xcorr_app.correlate._candidates import candidates, plan_fits
 from xcorr_app.correlate._cost_model import _small_tiles, small_cycles
-from xcorr_app.correlate._forms import FORM_IDS, FORMS, form_layout
-from xcorr_app.correlate._planner import heuristic
-from xcorr_app.correlate._plans import Plan
-from xcorr_app.correlate._shifts import first_shift, output_shape
+from xcorr_app.correlate._forms import FORM_IDS
 from xcorr_app.errors import InputError
 
 from conftest import poisoned, rel_error

@@ -63,7 +63,7 @@ def test_phase_and_upsample_on_the_threaded_scheduler():
 
 @pytest.mark.parametrize("kernel", ["gaussian:1.5", "dog:1,3", "sobel:1"])
 def test_filter_on_two_workers_equals_one_process(client, kernel):
-    from xcorr_app.filters._api import parse_kernel_spec
+    from xcorr_app.filters import parse_kernel_spec
 
     stack = tifffile.imread(stack_path("hubble"))
     want = parse_kernel_spec(kernel)(stack, "mirror", 0.0).astype(np.float32)
@@ -119,7 +119,7 @@ def test_a_worker_killed_mid_run_is_retried(client, tmp_path):
     got = np.concatenate([b for _, b in xdask.iter_blocks(
         xdask.filter(arr, "gaussian:2", device="cpu"), client)])
     assert marker2.exists()
-    from xcorr_app.filters._api import gaussian
+    from xcorr_app.filters import gaussian
 
     np.testing.assert_array_equal(got, gaussian(full, 2).astype(np.float32))
 
@@ -219,7 +219,7 @@ def test_first_failed_task_stops_the_run(client, tmp_path):
 def test_large_tasks_work_a_chunk_at_a_time(tmp_path, monkeypatch):
     """Tasks of 40 frames filter and shift 16 frames at a time; the output is the same."""
     from xcorr_app.alignment import apply_shifts
-    from xcorr_app.filters._api import parse_kernel_spec
+    from xcorr_app.filters import parse_kernel_spec
 
     stack = np.tile(tifffile.imread(stack_path("moon")), (4, 1, 1))
     path = tmp_path / "moon48.tif"

@@ -7,7 +7,8 @@ import tifffile
 from sample_paths import stack_path, truth
 from cli_helpers import assert_clean_error, xcorr
 from xcorr_app import align
-from xcorr_app.filters._banks import bank_weights, feature_prefilter, mix_weights
+from xcorr_app.filters import bank_weights, feature_prefilter
+from xcorr_app.filters._banks import mix_weights
 from xcorr_app.errors import XcorrError
 from xcorr_app.conv._reference import conv2d_reference
 
@@ -121,7 +122,7 @@ def test_cli_bank_on_two_dask_workers_equals_one_process(tmp_path, rng):
 
 def test_dask_filter_channels_of_a_dask_array(rng):
     da = pytest.importorskip("dask.array")
-    from xcorr_app.distributed._dask import filter_channels
+    from xcorr_app.dask import filter_channels
 
     x = rng.standard_normal((5, 2, 11, 13)).astype(np.float32)
     got = filter_channels(da.from_array(x, chunks=(2, 1, 11, 13)), bank="dog:1,2",

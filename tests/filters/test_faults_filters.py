@@ -17,7 +17,7 @@ from cli_helpers import ROOT, assert_clean_error, from_a_terminal, xcorr
 from sample_paths import stack_path
 from xcorr_app import filters
 from xcorr_app.errors import InputError
-from xcorr_app.filters._api import parse_kernel_spec
+from xcorr_app.filters import parse_kernel_spec
 
 
 @pytest.mark.parametrize("call, words", [

@@ -7,7 +7,8 @@ import scipy.ndimage as ndi
 
 from xcorr_app import filters
 from xcorr_app.errors import InputError
-from xcorr_app.filters._banks import bank_weights, channel_filter, mix_weights
+from xcorr_app.filters import bank_weights, channel_filter
+from xcorr_app.filters._banks import mix_weights
 
 STACK = np.ones((2, 10, 12), np.float32)
 W = np.ones((3, 3))

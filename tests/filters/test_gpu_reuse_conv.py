@@ -10,7 +10,8 @@ import pytest
 
 from conftest import poisoned, rel_error
 from xcorr_app.filters._modes import MODE_IDS
-from xcorr_app.filters._reuse import EDGES, PAPER_SIZES
+from xcorr_app.filters import PAPER_SIZES
+from xcorr_app.filters._reuse import EDGES
 from xcorr_app.filters._reference import correlate_reference
 
 pytestmark = pytest.mark.gpu
@@ -24,7 +25,7 @@ TOL = 1e-5
 def check(rng, shape, fshape, mode, *, dtype=np.float32, origin=(0, 0), cval=0.75, **kw):
     import cupy as cp
 
-    from xcorr_app.filters._reuse import reuse_correlate
+    from xcorr_app.filters import reuse_correlate
 
     if np.dtype(dtype).kind == "u":
         stack = rng.integers(0, np.iinfo(dtype).max, size=shape, endpoint=True).astype(dtype)
@@ -79,7 +80,7 @@ def test_four_columns_per_lane_refused_where_it_does_not_apply(rng):
     import cupy as cp
 
     from xcorr_app.errors import XcorrError
-    from xcorr_app.filters._reuse import reuse_correlate
+    from xcorr_app.filters import reuse_correlate
 
     w = np.ones((3, 3), np.float32)
     for stack, kw in [(cp.ones((2, 40, 130), cp.float32), {}),  # width not divisible by 4
@@ -119,7 +120,7 @@ def test_async_loads_refused_where_they_do_not_apply(rng):
     import cupy as cp
 
     from xcorr_app.errors import XcorrError
-    from xcorr_app.filters._reuse import reuse_correlate
+    from xcorr_app.filters import reuse_correlate
 
     w = np.ones((3, 3), np.float32)
     base = cp.asarray((rng.standard_normal(2 * 40 * 128 + 1) + 0.5).astype(np.float32))
@@ -192,7 +193,7 @@ def test_sub_block_heights(rng):
 def test_two_dimensional_input(rng):
     import cupy as cp
 
-    from xcorr_app.filters._reuse import reuse_correlate
+    from xcorr_app.filters import reuse_correlate
 
     img = rng.random((45, 77)).astype(np.float32)
     w = rng.random((3, 5)).astype(np.float32)
@@ -204,7 +205,7 @@ def test_two_dimensional_input(rng):
 def test_repeatable(rng):
     import cupy as cp
 
-    from xcorr_app.filters._reuse import reuse_correlate
+    from xcorr_app.filters import reuse_correlate
 
     stack = cp.asarray(rng.random((3, 200, 150)).astype(np.float32))
     w = rng.random((5, 5)).astype(np.float32)
@@ -254,7 +255,7 @@ def test_nan_outside_the_true_window(rng):
     """A padded capacity (13 -> 15 taps) never multiplies pixels outside the true window."""
     import cupy as cp
 
-    from xcorr_app.filters._reuse import reuse_correlate
+    from xcorr_app.filters import reuse_correlate
 
     stack = rng.random((1, 64, 96)).astype(np.float32)
     stack[0, 40, 50] = np.nan

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from xcorr_app.errors import InputError
-from xcorr_app.filters import parse_kernel_spec
-from xcorr_app.filters._banks import bank_weights, mix_weights
+from xcorr_app.filters import bank_weights, parse_kernel_spec
+from xcorr_app.filters._banks import mix_weights
 
 from sample_paths import stack_path
 from cli_helpers import assert_clean_error, xcorr

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from interrupts import each_line
-from xcorr_app.io._background import BackgroundWrites
+from xcorr_app.io import BackgroundWrites
 
 
 class Sink:

@@ -10,7 +10,7 @@ from PIL import Image
 
 from cli_helpers import assert_clean_error, xcorr
 from xcorr_app.errors import InputError
-from xcorr_app.io._reader import open_stack
+from xcorr_app.io import open_stack
 
 
 def pillow_stack(path, pages):

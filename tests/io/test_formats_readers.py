@@ -153,7 +153,7 @@ def test_a_damaged_chunk_names_its_frames(tmp_path, movie):
 def test_hdf5_and_zarr_frames_are_read_straight_into_the_buffer(tmp_path, movie, monkeypatch):
     """h5py's read_direct and zarr's out= fill the caller's buffer (no block allocated and
     copied: most of a one-shot run's reading); axes that need a transpose still read."""
-    from xcorr_app.io._formats import ArrayFrames
+    from xcorr_app.io import ArrayFrames
 
     with h5py.File(tmp_path / "m.h5", "w") as f:  # (compressed: not memory-mapped)
         f.create_dataset("movie", data=movie, compression="gzip")

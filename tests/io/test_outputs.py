@@ -13,11 +13,9 @@ import pytest
 import tifffile
 
 from xcorr_app.errors import OutputError
-from xcorr_app.io._lock import OutputLock
-from xcorr_app.io._outputs import Interrupted, OutputRun, check_apart
-from xcorr_app.io._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
-                                  remove_stale_temps, write_text, write_tiff)
-from xcorr_app.io._reader import open_stack
+from xcorr_app.io import (Interrupted, OutputLock, OutputRun, StagedOutputs, TiffStackWriter,
+                          atomic_path, check_apart, open_stack, prepare_outputs,
+                          remove_stale_temps, write_text, write_tiff)
 
 
 def test_prepare_outputs_creates_missing_folders(tmp_path):

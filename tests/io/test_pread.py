@@ -5,7 +5,8 @@ import itertools
 import numpy as np
 import pytest
 
-from xcorr_app.io._pread import PreadFile, element_run
+from xcorr_app.io import PreadFile
+from xcorr_app.io._pread import element_run
 
 
 def _keys(shape):

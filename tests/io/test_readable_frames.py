@@ -8,8 +8,8 @@ import tifffile
 
 from synthetic import write_cut_tiff, write_damaged_tiff
 from xcorr_app.errors import InputError
-from xcorr_app.io._reader import open_stack
-from xcorr_app.io._tiff import TruncatedError, readable_frames
+from xcorr_app.io import open_stack, readable_frames
+from xcorr_app.io._tiff import TruncatedError
 
 LAYOUTS = ["plain", "imagej", "zlib", "imagej-zlib", "imagej-2ch"]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from skimage.registration import phase_cross_correlation
 
-from xcorr_app.io._reader import open_stack
+from xcorr_app.io import open_stack
 
 SAMPLE_DATA = Path(__file__).resolve().parents[2] / "sample_data"
 NAMES = ("cell", "moon", "hubble")

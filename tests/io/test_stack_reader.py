@@ -8,7 +8,8 @@ import pytest
 import tifffile
 
 from xcorr_app.errors import InputError
-from xcorr_app.io._reader import SUPPORTED_DTYPES, natural_key, open_stack, read_image
+from xcorr_app.io import SUPPORTED_DTYPES, open_stack, read_image
+from xcorr_app.io._reader import natural_key
 from xcorr_app.streaming import map_chunks
 
 
@@ -399,7 +400,7 @@ def test_whole_file_check_runs_once_per_file_version(tmp_path, monkeypatch):
 
 
 def test_source_names_of_an_array_and_a_stashed_source_are_one_list():
-    from xcorr_app.io._reader import ArraySource
+    from xcorr_app.io import ArraySource
     from xcorr_app.streaming import StashedSource
 
     src = ArraySource(np.zeros((5, 4, 6), np.uint16), name="movie")

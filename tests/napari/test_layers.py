@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from xcorr_app.napari._layers import check_axes, default_axes, measure_stack, planes
+from xcorr_app.napari import default_axes, measure_stack, planes
+from xcorr_app.napari._layers import check_axes
 
 
 def test_the_measured_stack_is_the_channel_and_the_plane_or_their_maximum():

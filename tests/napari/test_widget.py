@@ -179,6 +179,35 @@ def test_save_outputs_writes_what_align_writes(viewer, stack, tmp_path):
         w.results.save_outputs(tmp_path / "w")
 
 
+def test_save_outputs_keeps_an_aligned_tif_of_no_run(viewer, stack, tmp_path, monkeypatch):
+    """"Save outputs…" into a folder holding an ``aligned.tif`` of the user's own (no run's
+    shifts.json beside it): nothing written or removed, and the message names the file and
+    says to choose another folder; a caller's ``force`` does not remove it either."""
+    import tifffile
+    from qtpy.QtWidgets import QFileDialog, QMessageBox
+
+    from xcorr_app.errors import OutputError
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    tifffile.imwrite(folder / "aligned.tif", stack)
+    before = (folder / "aligned.tif").read_bytes()
+    said = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda *args, **kwargs: str(folder)))
+    monkeypatch.setattr(QMessageBox, "warning",
+                        staticmethod(lambda parent, title, text: said.append(text)))
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    w.results.save_all.native.click()
+    assert len(said) == 1 and str(folder / "aligned.tif") in said[0], said
+    assert "nothing was written" in said[0] and "choose another folder" in said[0]
+    with pytest.raises(OutputError, match="not the aligned stack of an earlier xcorr run"):
+        w.results.save_outputs(folder, force=True)
+    assert [p.name for p in folder.iterdir()] == ["aligned.tif"]
+    assert (folder / "aligned.tif").read_bytes() == before
+
+
 def test_the_quality_plot_is_shown_and_its_flagged_frames_listed(viewer, stack):
     from xcorr_app.napari._panels import flagged_frames
 

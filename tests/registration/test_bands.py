@@ -5,11 +5,10 @@ height; phase correlation and unbounded searches have no bands."""
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._api import cross_correlate
+from xcorr_app.correlate import cross_correlate
 from xcorr_app.correlate._direct import xcorr_direct
 from xcorr_app.errors import InputError
-from xcorr_app.registration._bands import Bands, band_plan, banded_surface
-from xcorr_app.registration._normalize import zncc
+from xcorr_app.registration import Bands, band_plan, banded_surface, zncc
 
 SHAPE = (37, 29)
 BOUND = (4, 3)

@@ -8,7 +8,8 @@ from skimage.registration import phase_cross_correlation
 
 from xcorr_app.backend import to_numpy
 from xcorr_app.errors import XcorrError
-from xcorr_app.registration._fft_register import fft_shifts, periodic_spectrum, upsampled_dft
+from xcorr_app.registration import fft_shifts, periodic_spectrum
+from xcorr_app.registration._fft_register import upsampled_dft
 
 # content moves of the frames; the shift to recover is minus these
 MOVES = [(-4.6, 6.15)], [(0.0, 0.0), (3.3, -7.45), (-5.2, 2.65), (10.0, -12.0), (-0.35, 0.8)]

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from conftest import poisoned, rel_error
-from xcorr_app.registration._normalize import zncc
+from xcorr_app.registration import zncc
 from xcorr_app.registration._peaks import confidence, peak_index
-from xcorr_app.correlate._fft import crop_indices, fft_geometry
+from xcorr_app.correlate import fft_geometry, first_shift, output_shape
+from xcorr_app.correlate._fft import crop_indices
 from xcorr_app.correlate._direct import xcorr_direct
-from xcorr_app.correlate._shifts import first_shift, output_shape
 
 pytestmark = pytest.mark.gpu
 
@@ -21,7 +21,7 @@ SIZES = [(1, 1), (5, 3), (16, 16), (31, 33), (100, 37), (257, 129)]
 @pytest.mark.parametrize("bound_rows", [None, 0, 2, 16])
 def test_summed_area_tables(rng, shape, n, bound_rows):
     import cupy as cp
-    from xcorr_app.registration._surfaces import summed_area_tables, table_layout
+    from xcorr_app.registration import summed_area_tables, table_layout
 
     h, w = shape
     top, gap = table_layout(h, bound_rows)
@@ -79,7 +79,7 @@ def _drifting(rng, n, shape):
 
 
 def _tables(cp, a, bound_rows=None):
-    from xcorr_app.registration._surfaces import summed_area_tables
+    from xcorr_app.registration import summed_area_tables
 
     return summed_area_tables(cp.asarray(a), bound_rows=bound_rows)
 
@@ -107,7 +107,7 @@ def _check(got, z_want, exact_values=False):
 def test_zncc_dense_matches_normalize_zncc(rng, shape, n, per_frame_left, bound):
     """The dense path: the same float32 sums go into the kernel and into normalize.zncc."""
     import cupy as cp
-    from xcorr_app.registration._surfaces import surface_peaks
+    from xcorr_app.registration import surface_peaks
 
     h, w = shape
     ms = {"half": (h // 2, w // 2), "small": (min(2, h - 1), min(3, w - 1)),
@@ -134,7 +134,7 @@ def test_circular_reads_the_fft_correlation_modulo_its_size(rng, shape, normaliz
     """The circular path: the kernel reads an un-cropped FFT correlation at k mod size; the
     CPU gets the same values cropped (and masked) by the FFT path's own indices."""
     import cupy as cp
-    from xcorr_app.registration._surfaces import surface_peaks
+    from xcorr_app.registration import surface_peaks
 
     h, w = shape
     ms = {"half": (h // 2, w // 2), "small": (min(2, h - 1), min(3, w - 1)),
@@ -160,7 +160,7 @@ def test_peaks_and_confidence_on_ties_plateaus_and_borders(rng, shape):
     """Small integers make ties, plateaus and border maxima common: the first maximum in
     row-major order and the strict-local-maximum rule must match peaks.py exactly."""
     import cupy as cp
-    from xcorr_app.registration._surfaces import surface_peaks
+    from xcorr_app.registration import surface_peaks
 
     z = rng.integers(0, 4, (5,) + shape).astype(np.float32)
     z[1] = 2.0  # constant
@@ -177,7 +177,7 @@ def test_second_peaks_across_the_lanes_of_a_warp_and_the_block(rng, wo):
     just across the edge beside the 50; the second peak is then the background's (< 0.1), and
     a 40 taken for a local maximum would make the confidence 2.5."""
     import cupy as cp
-    from xcorr_app.registration._surfaces import surface_peaks
+    from xcorr_app.registration import surface_peaks
 
     cases = [(b, side) for b in (32, 256) for side in ("right", "left")]
     z = (rng.random((len(cases), 5, wo)) * 0.1).astype(np.float32)

@@ -12,10 +12,10 @@ import pytest
 from scipy import ndimage as ndi
 
 from conftest import poisoned, rel_error
+from xcorr_app.correlate import first_shift
 from xcorr_app.correlate._direct import xcorr_direct
-from xcorr_app.correlate._shifts import first_shift
-from xcorr_app.registration._normalize import ZnccLeft, zncc, zncc_left
-from xcorr_app.registration._peaks import confidence, find_shifts, refined_shifts
+from xcorr_app.registration import ZnccLeft, find_shifts, refined_shifts, zncc, zncc_left
+from xcorr_app.registration._peaks import confidence
 
 pytestmark = pytest.mark.gpu
 
@@ -58,7 +58,7 @@ def cpu_zncc(corr, left, right, d):
 def test_batched_zncc_peaks_match_the_float64_cpu(rng, monkeypatch, shape, d, p, n):
     import cupy as cp
     from xcorr_app.registration import _surfaces
-    from xcorr_app.registration._surfaces import summed_area_tables, surface_peaks
+    from xcorr_app.registration import summed_area_tables, surface_peaks
 
     if n > 256:  # several launches of at most MAX_GRID_Y frames (f0 > 0 read right)
         monkeypatch.setattr(_surfaces, "MAX_GRID_Y", 97)
@@ -96,7 +96,7 @@ def test_batched_zncc_peaks_match_the_float64_cpu(rng, monkeypatch, shape, d, p,
 def test_batched_tables_must_divide_the_surfaces(rng):
     import cupy as cp
     from xcorr_app.errors import InputError
-    from xcorr_app.registration._surfaces import summed_area_tables, surface_peaks
+    from xcorr_app.registration import summed_area_tables, surface_peaks
 
     left, right = patches_and_views(rng, 3, 4, (9, 9), 1)
     corr = cp.asarray(xcorr_direct(left, right, "n_to_mn", 1).astype(np.float32))

@@ -5,10 +5,8 @@ peaks."""
 import numpy as np
 import pytest
 
-from xcorr_app.correlate._fft import xcorr_fft
-from xcorr_app.correlate._plans import Plan
-from xcorr_app.registration._normalize import zncc
-from xcorr_app.registration._surfaces import GpuSurfaces
+from xcorr_app.correlate import Plan, xcorr_fft
+from xcorr_app.registration import GpuSurfaces, zncc
 
 pytestmark = pytest.mark.gpu
 

@@ -5,9 +5,9 @@ surfaces, peaks inside and on the border, NaN and constant surfaces, every subpi
 import numpy as np
 import pytest
 
-from xcorr_app.registration._fft_register import fft_shifts, refine_peak
-from xcorr_app.registration._peaks import (SUBPIXEL_METHODS, on_border, peak_index,
-                                           refined_shifts, subpixel_fit2d, subpixel_gaussian,
+from xcorr_app.registration import SUBPIXEL_METHODS, fft_shifts, on_border, refined_shifts
+from xcorr_app.registration._fft_register import refine_peak
+from xcorr_app.registration._peaks import (peak_index, subpixel_fit2d, subpixel_gaussian,
                                            subpixel_parabolic)
 
 pytestmark = pytest.mark.gpu
@@ -122,7 +122,8 @@ def test_surface_argmax_in_slices_matches_numpy(rng, shape, kind):
     import cupy as cp
 
     from xcorr_app._cuda import stream_counters
-    from xcorr_app.registration._peak_math import argmax_slices, surface_argmax
+    from xcorr_app.registration import surface_argmax
+    from xcorr_app.registration._peak_math import argmax_slices
 
     n, h, w = shape
     if n < 10:
@@ -261,7 +262,7 @@ def test_align_gpu_matches_cpu_every_subpixel(rng, subpixel, max_shift):
 def test_wrapped_correlations_match_numpy(rng, shape):
     import cupy as cp
     from xcorr_app.alignment.refine._template import _correlation
-    from xcorr_app.registration._peak_math import wrapped_correlations
+    from xcorr_app.registration import wrapped_correlations
 
     h, w = shape
     ref = rng.standard_normal(shape).astype(np.float32)
@@ -287,7 +288,7 @@ def test_wrapped_correlations_of_many_frames_at_once(rng):
     """Frames (F, H, W) with their shifts (F, 2): each frame's pair as the single call gives it
     (the same sums), into a poisoned ``out`` and a new array; flat and NaN frames included."""
     import cupy as cp
-    from xcorr_app.registration._peak_math import wrapped_correlations
+    from xcorr_app.registration import wrapped_correlations
 
     h, w = 37, 70  # (more than 32 rows: each lane of the totals' warp sums several)
     ref = rng.standard_normal((h, w)).astype(np.float32)
@@ -309,7 +310,7 @@ def test_wrapped_correlations_of_many_frames_at_once(rng):
 def test_wrapped_correlations_with_one_reference_per_frame(rng):
     """A reference per frame (F, H, W): each frame's pair as the call with its own reference."""
     import cupy as cp
-    from xcorr_app.registration._peak_math import wrapped_correlations
+    from xcorr_app.registration import wrapped_correlations
 
     h, w = 37, 41
     refs = rng.standard_normal((4, h, w)).astype(np.float32)
@@ -342,7 +343,7 @@ def test_phase_ramps_move_a_reference_as_numpy_does(rng, shape):
 def test_phase_ramps_refuse_a_mismatched_width():
     import cupy as cp
     from xcorr_app.errors import InputError
-    from xcorr_app.registration._peak_math import phase_ramps
+    from xcorr_app.registration import phase_ramps
 
     spec = cp.ones((5, 4), cp.complex64)
     with pytest.raises(InputError, match="half spectrum of width 5"):
@@ -354,7 +355,7 @@ def test_phase_ramps_refuse_a_mismatched_width():
 def test_wrapped_correlations_refuse_a_bad_out():
     import cupy as cp
     from xcorr_app.errors import InputError
-    from xcorr_app.registration._peak_math import wrapped_correlations
+    from xcorr_app.registration import wrapped_correlations
 
     a = cp.ones((5, 6), cp.float32)
     for out in (cp.empty(3), cp.empty(2, cp.float32), cp.empty((2, 2))[:, 0]):

@@ -5,8 +5,9 @@ import pytest
 
 from xcorr_app.backend import to_numpy
 from xcorr_app.errors import XcorrError
-from xcorr_app.registration._peaks import (_axis_fits, confidence, find_shifts, on_border,
-                                           peak_index, subpixel_gaussian, subpixel_parabolic)
+from xcorr_app.registration import find_shifts, on_border
+from xcorr_app.registration._peaks import (_axis_fits, confidence, peak_index, subpixel_gaussian,
+                                           subpixel_parabolic)
 
 BATCH, H, W = (3, 5), 15, 17
 

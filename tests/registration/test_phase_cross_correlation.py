@@ -10,7 +10,7 @@ from skimage import data
 from skimage.registration import phase_cross_correlation as sk_pcc
 
 from xcorr_app.errors import InputError, XcorrError
-from xcorr_app.registration._phase_cross_correlation import phase_cross_correlation
+from xcorr_app.registration import phase_cross_correlation
 
 TOL = 1e-9  # float64: the same algorithm, only the summation order differs
 

@@ -8,8 +8,9 @@ from skimage import data
 
 from xcorr_app.backend import to_numpy
 from xcorr_app.errors import InputError
-from xcorr_app.registration._fft_register import fft_shifts, gaussian_weights
-from xcorr_app.registration._upsampled import best_neighbour, refine_upsampled
+from xcorr_app.registration import fft_shifts, refine_upsampled
+from xcorr_app.registration._fft_register import gaussian_weights
+from xcorr_app.registration._upsampled import best_neighbour
 
 # content moves (subpixel, off the 1/20 grid); the shifts to recover are minus these
 MOVES = np.array([(0.0, 0.0), (2.337, -4.161), (-5.123, 1.049), (0.4711, 3.5555)])

@@ -10,7 +10,7 @@ import pytest
 import tifffile
 
 from xcorr_app import backend
-from xcorr_app.alignment.volume._source import open_volumes
+from xcorr_app.alignment.volume import open_volumes
 from xcorr_app.io import ArraySource
 from xcorr_app.streaming import DeviceChunks
 from xcorr_app.streaming import _registered

@@ -3,7 +3,7 @@
 import pytest
 
 from xcorr_app.errors import InputError
-from xcorr_app.streaming._threads import cpu_threads, frame_slices, keep_freed_memory
+from xcorr_app.streaming import cpu_threads, frame_slices, keep_freed_memory
 
 
 @pytest.mark.parametrize("n,parts", [(1, 1), (1, 4), (7, 2), (10, 3), (64, 16), (5, 5), (3, 8)])

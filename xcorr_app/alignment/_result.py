@@ -249,7 +249,9 @@ class AlignResult:
             The outputs folder (made if missing).
         aligned : bool
             Write the aligned stack (``--no-aligned``: False; an aligned stack of an earlier
-            run in ``folder`` is then removed, as it no longer matches the shifts).
+            run in ``folder``, one beside its ``shifts.json``, is then removed with ``force``,
+            as it no longer matches the shifts; any other ``aligned.tif`` there is someone's
+            file: refused, ``force`` or not).
         format : {"tiff", "ome-zarr", "hdf5"}
             The aligned stack's format: ``aligned.tif``, ``aligned.ome.zarr`` or ``aligned.h5``
             (``--out-format``), with the input's pixel size and channel names.

@@ -45,9 +45,14 @@ from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_row
 __all__ = ["run_alignment", "measure_passes"]
 
 
-def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
+def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
+                  limits_checked=None):
     """The :class:`~._result.AlignResult` of ``stack_or_path`` aligned with ``opts`` on
-    ``executor`` (an :class:`~._executors.Executor`)."""
+    ``executor`` (an :class:`~._executors.Executor`).
+
+    ``limits_checked``: the ``(frame_shape, itemsize, devices)`` that the caller already
+    checked ``opts`` against with :func:`~._limits.check_limits` (``xcorr align`` on Dask,
+    before its cluster starts); the run checks them itself unless its input's are those."""
     from ._aligned_out import check_aligned_out
     from .piecewise import check_grid
 
@@ -60,8 +65,10 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None):
     stack_or_path = as_stack(stack_or_path)
     with executor.open(stack_or_path, opts) as src:
         check_frame_shape(src.frame_shape)
-        check_limits(opts, src.frame_shape, src.dtype.itemsize,
-                     limit_devices(opts.device, executor.name))  # (before a frame is read)
+        limits = (tuple(src.frame_shape), src.dtype.itemsize,
+                  limit_devices(opts.device, executor.name))
+        if limits != limits_checked:  # (before a frame is read; once a run)
+            check_limits(opts, *limits)
         if opts.patches is not None:
             check_grid(opts, src.frame_shape)
         executor.check_out(out, (src.n_frames, *src.frame_shape))

@@ -269,10 +269,11 @@ def _check(o):
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
     # in this process the run decides the device, once, where it starts on it
     # (backend.decide_device): what comes before it overlaps CUDA's start
-    o.dev = None
+    o.dev, o.limits = None, None
     if o.workers is not None or o.scheduler:  # (before a cluster starts: its workers decide)
         o.dev = note_device(o.device, o.quiet)
-        check_limits(o.opts, shape, itemsize, limit_devices(o.device, "dask"))
+        o.limits = (tuple(shape), itemsize, limit_devices(o.device, "dask"))
+        check_limits(o.opts, *o.limits)  # (the run's check: the pipeline is told, o.limits)
     planner_notes(o.quiet)
     return shape, itemsize, n
 
@@ -288,7 +289,8 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
         if client is not None:
             from ..distributed import align as dask_align
 
-            return dask_align(o.path, client=client, progress=update, options=opts)
+            return dask_align(o.path, client=client, progress=update, options=opts,
+                              _limits_checked=o.limits)
         from ..alignment import align as run_align
 
         res = run_align(o.path, out=out, progress=update, options=opts)

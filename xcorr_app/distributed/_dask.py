@@ -243,7 +243,7 @@ class _ClientFrames:
 
 
 def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_frames=None,
-          progress=None, options=None, **keywords):
+          progress=None, options=None, _limits_checked=None, **keywords):
     """:func:`xcorr_app.align` on a Dask cluster: the same options, the same pipeline, the
     same shifts (on the CPU bit for bit where no template sums are added up over tasks; else
     within float64 rounding).
@@ -276,8 +276,9 @@ def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_fr
     """
     _require_dask()
     opts = AlignOptions.from_arguments(reference, options, **keywords)
+    # (_limits_checked: xcorr align's, checked before its cluster started; not public)
     return run_alignment(opts, stack_or_path, DaskExecutor(client, scheduler, task_frames),
-                         progress=progress)
+                         progress=progress, limits_checked=_limits_checked)
 
 
 align.__signature__ = options_signature(align, ("stack_or_path", "reference"),

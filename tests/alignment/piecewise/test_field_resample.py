@@ -9,7 +9,8 @@ from scipy import ndimage as ndi
 
 from xcorr_app.alignment.piecewise import _field_resample as fr
 from xcorr_app.alignment.piecewise._field_resample import KEYS_A, cubic_sample
-from xcorr_app.alignment.piecewise._spline import dense_field, field_weights
+from xcorr_app.alignment.piecewise import field_weights
+from xcorr_app.alignment.piecewise._spline import dense_field
 from xcorr_app.alignment.piecewise._motion_field import warp_frames
 from xcorr_app.alignment.piecewise._patches import PatchGrid, windows, windows_through
 from xcorr_app.errors import InputError
@@ -128,7 +129,7 @@ def test_gpu_gather_windows_equal_numpy(rng, shape, grid):
 def numpy_tables(win, bound):
     """Summed-area tables (float64) of ``win`` ``(K, ph, pw)`` and of its squares with the
     rows a search of ``-bound..bound`` keeps (registration/_surfaces.table_layout)."""
-    from xcorr_app.registration._surfaces import table_layout
+    from xcorr_app.registration import table_layout
 
     k, ph, pw = win.shape
     full = [np.zeros((k, ph + 1, pw + 1)) for _ in range(2)]

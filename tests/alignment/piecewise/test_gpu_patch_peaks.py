@@ -8,14 +8,14 @@ of the float64 CPU; peak values within 1e-5; confidences within 1e-4 relative.""
 import numpy as np
 import pytest
 
-from xcorr_app.alignment.piecewise._patches import (PatchGrid, common_area, patch_left, patch_peaks,
-                                          patch_shifts, refine_taper, tapered,
-                                          template_patches, windows)
-from xcorr_app.alignment.rigid._preprocess import prepare
+from xcorr_app.alignment.piecewise import common_area
+from xcorr_app.alignment.piecewise._patches import (PatchGrid, patch_left, patch_peaks,
+                                                    patch_shifts, refine_taper, tapered,
+                                                    template_patches, windows)
+from xcorr_app.alignment.rigid import prepare
 from xcorr_app.bench._align_data import nonrigid_stack
-from xcorr_app.correlate._api import cross_correlate
-from xcorr_app.registration._normalize import ZnccLeft, zncc, zncc_left
-from xcorr_app.registration._peaks import find_shifts
+from xcorr_app.correlate import cross_correlate
+from xcorr_app.registration import ZnccLeft, find_shifts, zncc, zncc_left
 
 pytestmark = pytest.mark.gpu
 

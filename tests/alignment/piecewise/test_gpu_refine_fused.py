@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from xcorr_app.alignment.piecewise import _patches, _refine_gpu
+from xcorr_app.alignment.piecewise import common_area, field_weights
 from xcorr_app.alignment.piecewise._refine_gpu import refine_surfaces_gpu
-from xcorr_app.alignment.piecewise._spline import field_weights
-from xcorr_app.alignment.piecewise._patches import (PatchGrid, common_area, refine_left, refine_shifts,
-                                          refine_taper, tapered, template_patches,
-                                          windows_through)
-from xcorr_app.alignment.rigid._preprocess import prepare
+from xcorr_app.alignment.piecewise._patches import (PatchGrid, refine_left, refine_shifts,
+                                                    refine_taper, tapered, template_patches,
+                                                    windows_through)
+from xcorr_app.alignment.rigid import prepare
 from xcorr_app.bench._align_data import nonrigid_stack
-from xcorr_app.correlate._api import cross_correlate
-from xcorr_app.registration._normalize import ZnccLeft, zncc, zncc_left
+from xcorr_app.correlate import cross_correlate
+from xcorr_app.registration import ZnccLeft, zncc, zncc_left
 
 pytestmark = pytest.mark.gpu
 

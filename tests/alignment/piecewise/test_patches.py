@@ -9,8 +9,9 @@ from scipy import ndimage as ndi
 from xcorr_app import align
 from xcorr_app.alignment.piecewise._motion_field import dense_field, spline_weights, warp_frames
 from xcorr_app.alignment.piecewise._low_patches import fill_low
-from xcorr_app.alignment.piecewise._patches import PatchGrid, common_area, parse_patches
-from xcorr_app.alignment.warp._warp import shift_frames
+from xcorr_app.alignment.piecewise import common_area, parse_patches
+from xcorr_app.alignment.piecewise._patches import PatchGrid
+from xcorr_app.alignment.warp import shift_frames
 from xcorr_app.bench._align_data import nonrigid_stack as make_nonrigid, truth_at
 from xcorr_app.errors import InputError
 
@@ -292,10 +293,10 @@ def test_gpu_patch_parts_equal_float64_cpu(deformed):
     windows through the field and the warp within 1e-3 of the data range."""
     import cupy as cp
 
-    from xcorr_app.alignment.piecewise._spline import field_weights
+    from xcorr_app.alignment.piecewise import field_weights
     from xcorr_app.alignment.piecewise._patches import (patch_shifts, refine_shifts, template_patches,
                                               windows, windows_through)
-    from xcorr_app.alignment.rigid._preprocess import prepare
+    from xcorr_app.alignment.rigid import prepare
 
     stack, params = deformed
     rigid = np.array([p[0] for p in params])
@@ -331,7 +332,7 @@ def test_gpu_patch_parts_equal_float64_cpu(deformed):
 @pytest.mark.parametrize("box", [(0, 0, 0, 10), (-1, 10, 0, 10), (0, 10, 5, 999), (0, 10, 0, None)])
 def test_a_crop_box_outside_the_frame_is_an_input_error(deformed, box):
     """Checked once for both devices (the GPU's kernel checked it, the CPU sliced silently)."""
-    from xcorr_app.alignment.piecewise._motion_field import apply_field
+    from xcorr_app.alignment.piecewise import apply_field
 
     stack, _ = deformed
     grid = PatchGrid.make((2, 2), None, 4, stack.shape[1:], common_area(np.zeros((1, 2)),

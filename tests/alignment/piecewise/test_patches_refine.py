@@ -80,7 +80,7 @@ def test_warped_sum_counts_only_covered_pixels(rng):
     field = np.zeros((3, 2, 2, 2))
     field[1, ..., 1] = 3.0  # frame 1 moved 3 px right: its first 3 columns come from outside
     centres = np.stack(np.meshgrid([10.0, 30.0], [10.0, 40.0], indexing="ij"), axis=-1)
-    from xcorr_app.alignment.piecewise._spline import field_weights
+    from xcorr_app.alignment.piecewise import field_weights
 
     total, count = warped_sum(frames, field, field_weights(centres, (40, 50), np))
     assert count[20, 0] == 2 and count[20, 10] == 3 and count[5, 5] == 2
@@ -150,7 +150,7 @@ def test_gpu_tapered_and_warped_sum_equal_cpu(small, monkeypatch):
     import cupy as cp
 
     from xcorr_app.alignment.piecewise import _motion_field
-    from xcorr_app.alignment.piecewise._spline import field_weights
+    from xcorr_app.alignment.piecewise import field_weights
 
     monkeypatch.setattr(_motion_field, "WARP_SUM_BATCH", 4)  # 6 frames: 4, then 2
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from xcorr_app import align
-from xcorr_app.alignment._options import AlignOptions
-from xcorr_app.alignment.piecewise._patch_pass import measure_field
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.alignment.piecewise import measure_field
 from xcorr_app.bench._align_data import nonrigid_stack
 from xcorr_app.io import open_source
 

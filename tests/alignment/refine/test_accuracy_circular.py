@@ -68,8 +68,7 @@ def test_phase_refinement_of_wrap_around_frames_is_scikit_images():
     """Phase correlation refined on the frames as they are (``boundary="circular"``) is
     scikit-image's phase call; on their periodic components (``linear``) it loses what wrapped
     around."""
-    from xcorr_app.registration._fft_register import fft_shifts
-    from xcorr_app.registration._upsampled import refine_upsampled
+    from xcorr_app.registration import fft_shifts, refine_upsampled
 
     s = make_stack("circular_noisy", 0, image="microaneurysms", shape=(128, 128))
     start = fft_shifts(s.frames[0], s.frames, normalization="phase")[0]

@@ -13,7 +13,7 @@ import pytest
 from xcorr_app.alignment.piecewise._refine_gpu import refine_template_gpu
 from xcorr_app.alignment.piecewise._patches import refine_left, refine_template, tapered
 from xcorr_app.errors import InputError
-from xcorr_app.registration._normalize import zncc_left
+from xcorr_app.registration import zncc_left
 
 pytestmark = pytest.mark.gpu
 

@@ -93,7 +93,7 @@ def test_the_host_judgement_skips_frames_with_nan_and_crops_large_frames():
 def test_gpu_precision_sums_match_the_float64_reference(shape):
     import cupy as cp
 
-    from xcorr_app.alignment.rigid._frame_stats import precision_sums
+    from xcorr_app.alignment.rigid import precision_sums
 
     rng = np.random.default_rng(sum(shape))
     f = (rng.random(shape) * 1000).astype(np.float32)
@@ -113,7 +113,7 @@ def test_gpu_precision_sums_match_the_float64_reference(shape):
 def test_gpu_precision_sums_refuse_bad_arrays():
     import cupy as cp
 
-    from xcorr_app.alignment.rigid._frame_stats import precision_sums
+    from xcorr_app.alignment.rigid import precision_sums
 
     with pytest.raises(ValueError):
         precision_sums(cp.zeros((1, 2, 9), cp.float32), cp.zeros((1, 2, 9), cp.float32))

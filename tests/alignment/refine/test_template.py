@@ -7,10 +7,11 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align, backend
-from xcorr_app.alignment.rigid._preprocess import AUTO_BANDPASS, choose_prefilter
+from xcorr_app.alignment.rigid import choose_prefilter
+from xcorr_app.alignment.rigid._preprocess import AUTO_BANDPASS
 from xcorr_app.alignment.rigid import COLUMN, COLUMNS
-from xcorr_app.alignment.refine._template import (TemplateAccumulator, fractional_references,
-                                                  relative_to_first)
+from xcorr_app.alignment.refine import TemplateAccumulator, relative_to_first
+from xcorr_app.alignment.refine._template import fractional_references
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError

@@ -12,7 +12,7 @@ import tifffile
 
 from sample_paths import stack_path, truth
 from xcorr_app import align, estimate_shifts
-from xcorr_app.alignment.rigid._preprocess import prepare, scale_free
+from xcorr_app.alignment.rigid import prepare, scale_free
 
 SCALES = (1e-30, 1.0, 1e30)
 OPTIONS = [{}, {"normalization": "phase"}, {"normalization": "none"},

@@ -38,7 +38,7 @@ def _special_frames(rng, shape, dtype):
 def test_converted_stats_match_float64_reference(rng, shape, dtype):
     import cupy as cp
 
-    from xcorr_app.alignment.rigid._frame_stats import converted_stats
+    from xcorr_app.alignment.rigid import converted_stats
 
     a = _special_frames(rng, shape, dtype)
     f, mean, finite, constant = converted_stats(cp.asarray(a))
@@ -57,7 +57,7 @@ def test_converted_stats_match_float64_reference(rng, shape, dtype):
 def test_demeaned_is_converted_stats_less_the_means(rng, shape, dtype):
     import cupy as cp
 
-    from xcorr_app.alignment.rigid._frame_stats import converted_stats, demeaned
+    from xcorr_app.alignment.rigid import converted_stats, demeaned
 
     a = _special_frames(rng, shape, dtype)
     raw, mean, finite, constant, fmean = demeaned(cp.asarray(a))
@@ -94,8 +94,7 @@ def test_subtract_means_in_place(rng, shape):
 def test_prepare_gpu_matches_cpu(rng, prefilter, window, dtype):
     import cupy as cp
 
-    from xcorr_app.alignment.rigid._preprocess import parse_prefilter, prepare
-    from xcorr_app.alignment.rigid._preprocess import window as make_window
+    from xcorr_app.alignment.rigid import parse_prefilter, prepare, window as make_window
 
     a = _frames(rng, (5, 37, 61), dtype)
     a[3] = a[3, 0, 0]
@@ -119,7 +118,8 @@ def test_prepare_gpu_gaussian_mean_known_before_the_filter(rng, shape, dtype, si
     subtracted after it; and every prepared frame's mean near 0 (float32 rounding)."""
     import cupy as cp
 
-    from xcorr_app.alignment.rigid._preprocess import Prefilter, parse_prefilter, prepare
+    from xcorr_app.alignment.rigid import parse_prefilter, prepare
+    from xcorr_app.alignment.rigid._preprocess import Prefilter
 
     a = _frames(rng, shape, dtype)
     a[1] = a[1, 0, 0]
@@ -170,7 +170,7 @@ def test_choose_prefilter_on_device_frames_as_on_host(rng, dtype, fade):
     import cupy as cp
 
     from xcorr_app.alignment.rigid import _preprocess
-    from xcorr_app.alignment.rigid._preprocess import choose_prefilter
+    from xcorr_app.alignment.rigid import choose_prefilter
     from xcorr_app.io import ArraySource
 
     n = 30
@@ -203,7 +203,8 @@ def test_gpu_area_float_cuts_and_converts_as_numpy(rng, dtype, shape, area):
     import cupy as cp
 
     from xcorr_app._cuda import stride_blocks
-    from xcorr_app.alignment.rigid._frame_stats import AREA_FLOAT, THREADS, area_float
+    from xcorr_app.alignment.rigid import area_float
+    from xcorr_app.alignment.rigid._frame_stats import AREA_FLOAT, THREADS
 
     frames = (rng.random(shape) * 250).astype(dtype)
     y0, y1, x0, x1 = area

@@ -11,9 +11,9 @@ from xcorr_app import align
 from xcorr_app.alignment import _options
 from xcorr_app.alignment.piecewise import _patch_pass
 from xcorr_app.alignment.rigid import _prepared
-from xcorr_app.alignment._options import AlignOptions
-from xcorr_app.alignment.rigid._prepared import PreparedFrames, pass_key, patch_key
-from xcorr_app.alignment.rigid._preprocess import prepare
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.alignment.rigid import PreparedFrames, patch_key, prepare
+from xcorr_app.alignment.rigid._prepared import pass_key
 from xcorr_app.bench._align_data import nonrigid_stack
 from xcorr_app.io import ArraySource
 

@@ -185,7 +185,7 @@ def test_volume_files_are_read_by_read_calls(tmp_path, monkeypatch, suffix):
     equal those of the array."""
     import tifffile
 
-    from xcorr_app.alignment.volume._source import open_volumes
+    from xcorr_app.alignment.volume import open_volumes
     from xcorr_app.io import PreadFile
 
     stack = shifted_stack(volume(depth=6, size=16), random_shifts(5, seed=3), photons=1e3)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from xcorr_app.alignment.volume import _prebuild
-from xcorr_app.alignment.volume._prebuild import (VOLUME_STAGES, prebuild_volumes,
-                                                  run_volume_stage, volume_key)
+from xcorr_app.alignment.volume import prebuild_volumes
+from xcorr_app.alignment.volume._prebuild import VOLUME_STAGES, run_volume_stage, volume_key
 
 
 @pytest.mark.parametrize("bounds", [None, [2, None, 3]])

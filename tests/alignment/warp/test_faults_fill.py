@@ -9,9 +9,9 @@ import tifffile
 
 from cli_helpers import assert_clean_error, xcorr
 from synthetic import write_stack
-from xcorr_app.alignment._apply import apply_shifts
-from xcorr_app.alignment.piecewise._motion_field import apply_field
-from xcorr_app.alignment.warp._warp import check_fill, shift_frames
+from xcorr_app.alignment import apply_shifts
+from xcorr_app.alignment.piecewise import apply_field
+from xcorr_app.alignment.warp import check_fill, shift_frames
 from xcorr_app.errors import InputError
 
 SHIFTS = np.array([[0.0, 0.0], [1.5, -2.25], [-3.0, 0.5], [0.25, 0.0]])

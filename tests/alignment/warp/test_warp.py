@@ -8,7 +8,7 @@ pool."""
 import numpy as np
 import pytest
 
-from xcorr_app.alignment.warp._warp import shift_frames
+from xcorr_app.alignment.warp import shift_frames
 from xcorr_app.errors import InputError
 
 
@@ -199,7 +199,7 @@ def test_add_shifted_on_the_cpu_is_the_loop_definition(rng):
     idx = np.array([0, 3, 4, 5, 6, 7, 8, 9, 10, 11])  # more than a batch, frame 1 and 2 left out
     shifts = rng.uniform(-4, 4, (len(idx), 2))
     total, cover = np.full((9, 11), 2.0), np.full((9, 11), 1.0)  # it adds to what is there
-    from xcorr_app.alignment.warp._warp import add_shifted
+    from xcorr_app.alignment.warp import add_shifted
 
     add_shifted(total, cover, frames, shifts, idx)
     want_t, want_c = sums_definition(frames.astype(np.float32), shifts, idx)
@@ -224,7 +224,7 @@ def test_add_shifted_circularly_is_scipys_fourier_shift(rng, shape, monkeypatch)
     comes in at the other, every pixel covered by every frame; odd and even sizes (the
     Nyquist terms), whole and fractional shifts, a NaN pixel, frames left out."""
     from xcorr_app.alignment.warp import _warp
-    from xcorr_app.alignment.warp._warp import add_shifted
+    from xcorr_app.alignment.warp import add_shifted
 
     frames = rng.random(shape) * 100
     frames[3, 4, 5] = np.nan
@@ -251,7 +251,7 @@ def test_gpu_add_shifted_circularly_matches_the_cpu(rng, shape):
     under a warp, more frames than a GPU batch, NaN pixels."""
     import cupy as cp
 
-    from xcorr_app.alignment.warp._warp import add_shifted
+    from xcorr_app.alignment.warp import add_shifted
 
     n, h, w = shape
     frames = (rng.random(shape) * 250).astype(np.float32)
@@ -279,7 +279,7 @@ def test_gpu_add_shifted_matches_the_cpu(rng, shape, dtype):
     pixels, far shifts, frames left out, totals that already hold sums."""
     import cupy as cp
 
-    from xcorr_app.alignment.warp._warp import add_shifted
+    from xcorr_app.alignment.warp import add_shifted
 
     n, h, w = shape
     frames = (rng.random(shape) * 250).astype(dtype)
@@ -305,7 +305,7 @@ def test_gpu_add_shifted_matches_the_cpu(rng, shape, dtype):
 def test_gpu_add_shifted_checks_its_operands():
     import cupy as cp
 
-    from xcorr_app.alignment.warp._warp import add_shifted
+    from xcorr_app.alignment.warp import add_shifted
 
     frames = cp.ones((2, 4, 5), cp.float32)
     with pytest.raises(InputError, match="float64"):

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._environment import environment
-from ...errors import InputError
+from ...errors import InputError, OutputError
 from ...io import OUT_FORMATS, aligned_name
 from ..warp import RESAMPLE, check_fill
 
@@ -190,6 +190,26 @@ def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
     return strict_json(doc)  # no bare NaN: shifts.json is standard JSON
 
 
+def beside_a_run(path) -> bool:
+    """Whether ``path`` lies in the outputs folder of an ``xcorr align`` run: beside it the
+    ``shifts.json`` that the run wrote (:func:`result_document`: its settings and frames).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> beside_a_run(folder / "aligned.tif")
+    False
+    >>> _ = (folder / "shifts.json").write_text('{"settings": {}, "frames": []}')
+    >>> beside_a_run(folder / "aligned.tif")
+    True
+    """
+    try:
+        doc = json.loads((Path(path).parent / "shifts.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get("settings"), dict) \
+        and isinstance(doc.get("frames"), list)
+
+
 class RunOutputs:
     """The outputs folder of one alignment run, written together or not at all.
 
@@ -208,7 +228,9 @@ class RunOutputs:
 
     On entering, the guards of :class:`~xcorr_app.io.OutputRun` (outputs apart from the
     inputs, existing ones kept without ``force``, one writer at a time); an aligned stack of an
-    earlier run is removed with ``aligned=False`` (it would no longer match ``shifts.csv``).
+    earlier run is removed with ``aligned=False`` and ``force`` (it would no longer match
+    ``shifts.csv``), and an ``aligned.tif`` that is not one (:func:`beside_a_run`) is refused,
+    ``force`` or not: it is someone's file, not a stale output.
     """
 
     def __init__(self, folder, *, aligned=True, format="tiff", plots=True, quality=True,
@@ -237,6 +259,11 @@ class RunOutputs:
     def __enter__(self):
         from ...io import OutputRun
 
+        for path in self.stale:
+            if path.exists() and not beside_a_run(path):
+                raise OutputError(f"{path} is not the aligned stack of an earlier xcorr run (no "
+                                  "shifts.json of one beside it); it is kept and nothing was "
+                                  "written: choose another folder, or move it")
         self._run = OutputRun(self.paths.values(), self.inputs, self.force,
                               lock=self.folder / ".xcorr.lock", remove=self.stale)
         self._run.__enter__()
