@@ -175,11 +175,14 @@ def test_imagej_hyperstack_channels(tmp_path, compression):
         open_stack(path, 2)
 
 
-def test_imagej_tzcyx_flattens_t_and_z_in_file_order(tmp_path):
+def test_imagej_tzcyx_is_volumes_and_a_plane_of_it_frames(tmp_path):
+    """(Its planes flattened T then Z were read as frames before: depth mixed with drift.)"""
     data = stack_of(np.float32, n=3 * 2 * 2).reshape(3, 2, 2, H, W)  # TZCYX
     path = tmp_path / "tz.tif"
     tifffile.imwrite(path, data, imagej=True, metadata={"axes": "TZCYX"})
-    np.testing.assert_array_equal(read_all(path, 1), data[:, :, 1].reshape(6, H, W))
+    with pytest.raises(InputError, match="holds volumes: 3 time points of 2 Z planes"):
+        open_stack(path, 1)
+    np.testing.assert_array_equal(read_all(f"{path}?z=1", 1), data[:, 1, 1])
 
 
 @pytest.mark.parametrize("axes", ["TCYX", "CTYX"])

@@ -22,7 +22,7 @@ from ._flags import as_flags
 from ._input import apply_channels, input_options, input_path
 from ._main import DeviceCommand
 from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
-from ..io import OUT_FORMATS
+from ..io import OUT_FORMATS, plural
 
 __all__ = ["align", "note_late_signal"]
 
@@ -162,8 +162,22 @@ def align(path, dataset, z, **options):
         from ._volumes import align_volumes_cli
 
         return align_volumes_cli(o)
-    with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
-        _align(o)
+    from ..io import HoldsVolumes
+
+    try:
+        with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
+            _align(o)
+    except HoldsVolumes as exc:  # (a T x Z file: its volumes, where the options allow it)
+        from ._volumes import align_volumes_cli, volumes_allowed
+
+        if not volumes_allowed(o):
+            raise
+        if not o.quiet:
+            click.echo(f"note: {path} holds volumes ({plural(exc.times, 'time point')} of "
+                       f"{plural(exc.planes, 'Z plane')}, axes {exc.axes}): registered in 3-D "
+                       "as with --volumes (--z K aligns one plane)", err=True)
+        o.volumes = True
+        return align_volumes_cli(o)
 
 
 def _align(o):

@@ -15,7 +15,7 @@ from ..errors import InputError
 from ._options import MaxShiftType, default_out, note_device
 
 __all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "align_volumes_cli", "check_volume_options",
-           "parse_voxel_size_text"]
+           "parse_voxel_size_text", "volumes_allowed"]
 
 OUTPUTS = ("shifts.csv", "shifts.json", "drift.png", "aligned.tif")
 
@@ -116,6 +116,19 @@ def check_volume_options(options):
         raise InputError("--voxel-size is for --volumes (a (T, Z, Y, X) stack)")
 
 
+def volumes_allowed(o) -> bool:
+    """Whether the options of a 2-D ``xcorr align`` (``o``) serve a run of volumes too: those
+    of a file that holds them (:class:`~xcorr_app.io.HoldsVolumes`) are then registered in 3-D;
+    otherwise the file is refused."""
+    if any(getattr(o, name, unset) != unset for name, unset in _NOT_WITH_VOLUMES):
+        return False
+    try:
+        _reference(o.reference)
+    except InputError:
+        return False
+    return True
+
+
 def _reference(text):
     if text is None or text in ("first", "mean"):
         return text or "first"
@@ -158,6 +171,10 @@ def align_volumes_cli(o):
     outputs = [out / name for name in names]
     dev = note_device(o.device, o.quiet)
     stale = [out / OUTPUTS[-1]] if o.no_aligned else []  # (it would not match shifts.csv)
+    if o.force:  # (a user's aligned.tif is kept: only a run's is stale)
+        from ..alignment.outputs import check_stale
+
+        check_stale(stale)
     with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock", remove=stale) as run:
         if not o.no_aligned and dev != "cpu":  # (the aligned volumes' warp built meanwhile)
             from ..alignment.volume import prebuild_volumes

@@ -45,9 +45,10 @@ def _text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _hdf5_layout(ds):
+def _hdf5_layout(ds, notes):
     """``(axes, pixel size, guessed)`` from a dataset's attributes (``axes``, dimension labels,
-    Fiji/ilastik ``element_size_um``)."""
+    Fiji/ilastik ``element_size_um``); an attribute that says nothing usable is a note in
+    ``notes``, not a failure (files carry many variants of them)."""
     axes = ds.attrs.get("axes")
     labels = [_text(d.label) for d in ds.dims] if hasattr(ds, "dims") else []
     if axes is not None:
@@ -56,10 +57,52 @@ def _hdf5_layout(ds):
         axes, guessed = "".join(label[:1].upper() for label in labels), False
     else:
         axes, guessed = default_axes(ds.ndim), True
-    size = ds.attrs.get("element_size_um")
-    pixel_size = (float(size[-2]), float(size[-1]), "µm") if size is not None and \
-        len(size) >= 2 else None
-    return axes, pixel_size, guessed
+    return axes, _pixel_size(ds.attrs.get("element_size_um"), notes), guessed
+
+
+def _pixel_size(size, notes):
+    """``(y, x, "µm")`` from an ``element_size_um`` attribute (one size per axis, the last two
+    Y and X; numbers, or their text), else None (a note where it was there but unusable).
+
+    >>> _pixel_size([2.0, 0.5, 0.25], []), _pixel_size(b"1.5 0.5 0.5", [])
+    ((0.5, 0.25, 'µm'), (0.5, 0.5, 'µm'))
+    >>> notes = []; _pixel_size(0.3, notes), notes
+    (None, ['element_size_um 0.3 holds no Y and X sizes: pixel size unknown'])
+    """
+    if size is None:
+        return None
+    try:
+        if isinstance(size, (bytes, str)):
+            values = [float(v) for v in _text(size).replace(",", " ").split()]
+        else:
+            values = [float(v) for v in np.atleast_1d(np.asarray(size)).ravel()]
+        y, x = values[-2:]
+        if len(values) >= 2 and all(np.isfinite((y, x))) and y > 0 and x > 0:
+            return y, x, "µm"
+    except (TypeError, ValueError):
+        pass
+    notes.append(f"element_size_um {_text(size)} holds no Y and X sizes: pixel size unknown")
+    return None
+
+
+def _channel_names(value, notes):
+    """The ``channel_names`` attribute as a list of texts (a single text: one name), or none
+    (a note) where it is not a list of names.
+
+    >>> _channel_names([b"GCaMP", "tdTomato"], []), _channel_names("GFP", [])
+    (['GCaMP', 'tdTomato'], ['GFP'])
+    >>> notes = []; _channel_names(3, notes), notes
+    ([], ['channel_names 3 is not a list of names: channels unnamed'])
+    """
+    if value is None:
+        return []
+    if isinstance(value, (bytes, str)):
+        return [_text(value)]
+    values = np.asarray(value)
+    if values.ndim == 1 and values.dtype.kind in "SUO":
+        return [_text(v) for v in values]
+    notes.append(f"channel_names {_text(value)} is not a list of names: channels unnamed")
+    return []
 
 
 def _open_file(h5py, file):
@@ -93,11 +136,13 @@ def open_hdf5(file: Path, dataset, channel, z) -> ArrayFrames:
                     else "no dataset of two or more dimensions")
             raise InputError(f"{file} holds {held}; name one as {file}:/PATH (or --dataset "
                              "PATH)")
-        axes, pixel_size, guessed = _hdf5_layout(f[path])
+        said = []
+        axes, pixel_size, guessed = _hdf5_layout(f[path], said)
         ndim = f[path].ndim
-        names = [_text(n) for n in f[path].attrs.get("channel_names", [])]
+        names = _channel_names(f[path].attrs.get("channel_names"), said)
     notes = [f"{file.name}:{path}: no axes in its attributes; read as {axes}"] \
         if guessed and ndim > 3 else []
+    notes += [f"{file.name}:{path}: {n}" for n in said]
     return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{path}",
                        channel=channel, z=z, pixel_size=pixel_size, channel_names=names,
                        fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset)

@@ -81,7 +81,7 @@ class PlaneFrames:
     >>> path = tempfile.mkdtemp() + "/tz.tif"
     >>> tifffile.imwrite(path, np.arange(6, dtype=np.uint8).reshape(3, 2, 1, 1) *
     ...                  np.ones((1, 1, 4, 4), np.uint8), imagej=True, metadata={"axes": "TZYX"})
-    >>> with PlaneFrames(open_stack(path), Path(path), 1) as src:
+    >>> with open_stack(path + "?z=1") as src:  # (a PlaneFrames)
     ...     src.n_frames, src.read(0, 3)[:, 0, 0].tolist()
     (3, [1, 3, 5])
     """

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from ..errors import InputError
-from ._tiff import SUPPORTED_DTYPES, TiffFrames, plural
+from ._tiff import SUPPORTED_DTYPES, TiffFrames, check_planes, plural
 
 __all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "natural_key", "FrameSource", "open_stack",
            "read_image", "ArraySource", "OffsetFrames", "FrameRange", "ChannelStack",
@@ -224,8 +224,9 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
         For a missing path, a path that is neither a regular file nor a folder (a named pipe,
         a device), an empty folder or one without TIFF files, files of mixed shapes, a file
         that cannot be read (permission denied), a truncated or damaged file (naming the
-        frame where it breaks), a zero-size image, an unsupported pixel type, or a bad
-        ``channel``.
+        frame where it breaks), a zero-size image, an unsupported pixel type, a bad
+        ``channel``, or a T x Z TIFF without ``?z=K`` (:class:`~xcorr_app.io.HoldsVolumes`:
+        its volumes are registered in 3-D by :func:`~xcorr_app.align_volumes`).
 
     Examples
     --------
@@ -259,7 +260,14 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     if not path.is_file():  # reading a named pipe or a device would block or never end
         raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
                          "give a TIFF file or a folder of TIFF files")
-    src = FrameSource([TiffFrames(path, channel)], [])
+    frames = TiffFrames(path, channel)
+    if z is None:  # (a T x Z stack's planes are not frames: --volumes, or --z picks one)
+        try:
+            check_planes(frames, path)
+        except BaseException:
+            frames.close()
+            raise
+    src = FrameSource([frames], [])
     if z is not None:
         from ._ome import PlaneFrames
 

@@ -90,6 +90,36 @@ class TruncatedError(InputError):
         self.per_frame, self.contiguous = per_frame, contiguous
 
 
+class HoldsVolumes(InputError):
+    """A file whose frames are volumes (:attr:`times` time points of :attr:`planes` Z planes,
+    its :attr:`axes`), given where 2-D frames are read: registering its planes as frames
+    would mix depth with drift."""
+
+    def __init__(self, path, times, planes, axes):
+        super().__init__(
+            f"{path} holds volumes: {plural(times, 'time point')} of {plural(planes, 'Z plane')} "
+            f"(axes {axes}); register them in 3-D (xcorr align --volumes, or "
+            "xcorr_app.align_volumes) or pick one plane (--z K, or PATH?z=K)")
+        self.times, self.planes, self.axes = times, planes, axes
+
+
+def _one_page_each(series_list) -> bool:
+    """Whether every image series is one page of the same shape, type and axes (a frame a
+    series)."""
+    first = series_list[0]
+    return all(len(s.pages) == 1 and s.shape == first.shape and s.dtype == first.dtype
+               and s.axes == first.axes and s.keyframe.shape == s.shape for s in series_list)
+
+
+def check_planes(frames, path) -> None:
+    """:class:`HoldsVolumes` where ``frames`` (:class:`TiffFrames`) are the planes of a T x Z
+    stack (both longer than 1: a Z stack alone, or a time series of single planes, are
+    frames)."""
+    times, planes = (frames.lead_sizes.get(a, 1) for a in "TZ")
+    if times > 1 and planes > 1:
+        raise HoldsVolumes(path, times, planes, frames.axes)
+
+
 def check_whole(tif, path: Path) -> None:
     """Raise :class:`TruncatedError` (an :class:`InputError`) naming the frame where ``path``
     breaks, when its pages end early or it holds fewer pages than its metadata announces; a
@@ -196,6 +226,7 @@ class TiffFrames:
         self._file = None  # the file, opened for pread (a PreadFile)
         self._readable = _readable_allowed(path)  # a truncated file: use its whole frames
         self._cut = None  # the TruncatedError of such a file
+        self._by_page = False  # frames are the file's pages (a series a frame: written one by one)
         try:
             with tiff_errors(path):
                 self._tif = tifffile.TiffFile(path)  # opens the file read-only
@@ -209,8 +240,10 @@ class TiffFrames:
                 self._map()
                 if self._pages is None:  # read page by page: no page may be of another size
                     cut = self._cut
-                    check_page_sizes(self._tif, self._tif.series[0] if cut is None else
-                                     self._tif.pages[:cut.readable * cut.per_frame], path)
+                    check_page_sizes(
+                        self._tif, self._tif.pages[:self._n_pages] if self._by_page
+                        else self._tif.series[0] if cut is None
+                        else self._tif.pages[:cut.readable * cut.per_frame], path)
                 if self._cut is not None:
                     self._keep_readable()
         except BaseException:
@@ -245,6 +278,15 @@ class TiffFrames:
         series_list = self._tif.series
         if not series_list:
             raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
+        if len(series_list) > 1 and _one_page_each(series_list):
+            # (tifffile's writer called once a frame, as an acquisition loop does: a stack)
+            self._by_page = True
+            page = series_list[0].keyframe
+            dtype = None if page.dtype is None else np.dtype(page.dtype)
+            n = self._n_pages = len(series_list)
+            self.notes.append(f"{self.path.name} holds {n} image series of one "
+                              f"{'x'.join(map(str, page.shape))} page each: read as {n} frames")
+            return (n, *page.shape), "T" + page.axes, tuple(page.shape), page.axes, dtype, n
         if len(series_list) > 1:
             self.notes.append(
                 f"{self.path.name} holds {len(series_list)} image series; read only the first"
@@ -288,6 +330,8 @@ class TiffFrames:
                              f"{plural(n_channels, 'channel')}; use {valid}")
         self._channel = channel or 0
         self.n_channels = n_channels
+        self.axes = axes
+        self.lead_sizes = dict(zip(axes[:n_lead], shape[:n_lead]))  # e.g. {"T": 12, "Z": 32}
         # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
         self._lead_shape = (1, *shape[:n_lead])
         self._lead_c = self._sample_axis = None
@@ -305,6 +349,8 @@ class TiffFrames:
     def _map(self):
         """Memory-map the pixels (dropping the TiffFile) when stored uncompressed in one run."""
         page_size = math.prod(self._page_shape)
+        if self._by_page:
+            return  # read page by page: the series' pages need not lie in one run
         if self._cut is None:
             series = self._tif.series[0]
             keyframe, offset, n_pages = series.keyframe, series.dataoffset, series.size // page_size
@@ -399,7 +445,8 @@ class TiffFrames:
     def _decode(self, frames, pages):
         """Decode ``pages`` (of ``frames``); a page whose data cannot be decoded (a damaged
         compressed strip in a file whose structure is whole) is named by its frame."""
-        series = 0 if self._cut is None else None  # a truncated file: its whole pages
+        # a truncated file, or one of a series a frame: its pages
+        series = None if self._cut is not None or self._by_page else 0
         try:
             data = self._tif.asarray(key=pages.tolist(), series=series)
         except (XcorrError, MemoryError, PermissionError):

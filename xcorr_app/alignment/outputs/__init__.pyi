@@ -4,5 +4,5 @@
 from ._plots import PNG_LEVEL, plot_drift, plot_quality
 from ._motion_field import plot_motion_field, write_motion_field
 from ._save import (AlignedSink, RunOutputs, aligned_as, aligned_of, channel_metadata,
-                    channels_of, check_channels, check_save,
+                    channels_of, check_channels, check_save, check_stale,
                     output_names, result_document, write_chunks)

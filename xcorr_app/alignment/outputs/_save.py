@@ -35,7 +35,8 @@ from ...io import OUT_FORMATS, aligned_name
 from ..warp import RESAMPLE, check_fill
 
 __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
-           "check_channels", "check_save", "output_names", "result_document", "write_chunks"]
+           "check_channels", "check_save", "check_stale", "output_names", "result_document",
+           "write_chunks"]
 
 def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patches=False):
     """The files of an outputs folder, name -> file name (the aligned stack under
@@ -192,7 +193,8 @@ def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
 
 def beside_a_run(path) -> bool:
     """Whether ``path`` lies in the outputs folder of an ``xcorr align`` run: beside it the
-    ``shifts.json`` that the run wrote (:func:`result_document`: its settings and frames).
+    ``shifts.json`` that the run wrote (:func:`result_document`: its settings and frames; a
+    run of volumes: its input and volumes).
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -206,8 +208,19 @@ def beside_a_run(path) -> bool:
         doc = json.loads((Path(path).parent / "shifts.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(doc, dict) and isinstance(doc.get("settings"), dict) \
-        and isinstance(doc.get("frames"), list)
+    return isinstance(doc, dict) and (
+        (isinstance(doc.get("settings"), dict) and isinstance(doc.get("frames"), list))
+        or (isinstance(doc.get("input"), str) and isinstance(doc.get("volumes"), list)))
+
+
+def check_stale(paths) -> None:
+    """:class:`OutputError` for an existing one of ``paths`` (outputs a run would remove as
+    stale) that is not an earlier run's (:func:`beside_a_run`): a user's file is kept."""
+    for path in paths:
+        if Path(path).exists() and not beside_a_run(path):
+            raise OutputError(f"{path} is not the aligned stack of an earlier xcorr run (no "
+                              "shifts.json of one beside it); it is kept and nothing was "
+                              "written: choose another folder, or move it")
 
 
 class RunOutputs:
@@ -259,11 +272,7 @@ class RunOutputs:
     def __enter__(self):
         from ...io import OutputRun
 
-        for path in self.stale:
-            if path.exists() and not beside_a_run(path):
-                raise OutputError(f"{path} is not the aligned stack of an earlier xcorr run (no "
-                                  "shifts.json of one beside it); it is kept and nothing was "
-                                  "written: choose another folder, or move it")
+        check_stale(self.stale)
         self._run = OutputRun(self.paths.values(), self.inputs, self.force,
                               lock=self.folder / ".xcorr.lock", remove=self.stale)
         self._run.__enter__()

@@ -1,0 +1,174 @@
+"""TIFF files read as they are meant (issue 74: a Fiji TZYX hyperstack was aligned as 384 2-D
+frames, and a TIFF written a frame at a time as one frame, both exit 0).
+
+A TIFF whose axes hold both T and Z (an ImageJ hyperstack, an OME-TIFF) is volumes: read as 2-D
+frames its planes would mix depth with drift.  The API refuses it with one line naming the ways
+on; ``xcorr align`` registers it in 3-D as ``--volumes`` does, with a note, where its options
+allow, else refuses the same way.  A TIFF of one-page series of one shape (tifffile's writer
+called once a frame, as an acquisition loop does) is a stack of those frames."""
+
+import numpy as np
+import pytest
+import tifffile
+
+from xcorr_app import align
+from xcorr_app.errors import InputError
+from xcorr_app.io import HoldsVolumes, open_stack
+
+from cli_helpers import assert_clean_error, xcorr
+
+
+def _periodic_volume(rng, shape):
+    """A smooth periodic texture (noise low-passed in Fourier space)."""
+    spectrum = np.fft.fftn(rng.standard_normal(shape))
+    k = np.meshgrid(*(np.fft.fftfreq(n) for n in shape), indexing="ij")
+    spectrum *= np.exp(-sum(q ** 2 for q in k) / (2 * 0.08 ** 2))
+    v = np.fft.ifftn(spectrum).real
+    return (v - v.min()) / (v.max() - v.min())
+
+
+def _shifted(v, shift):
+    """``v`` moved by ``shift`` (voxels) through its Fourier phase."""
+    k = np.meshgrid(*(np.fft.fftfreq(n) for n in v.shape), indexing="ij")
+    phase = np.exp(-2j * np.pi * sum(s * q for s, q in zip(shift, k)))
+    return np.fft.ifftn(np.fft.fftn(v) * phase).real
+
+
+@pytest.fixture(scope="module")
+def hyperstack(tmp_path_factory):
+    """A Fiji-style TZYX hyperstack: 4 time points of 6 planes, moved (0, 0.5t, -0.3t)."""
+    rng = np.random.default_rng(7)
+    vol = _periodic_volume(rng, (6, 40, 44))
+    stack = np.stack([_shifted(vol, (0, 0.5 * t, -0.3 * t)) for t in range(4)])
+    path = tmp_path_factory.mktemp("tz") / "tz.tif"
+    tifffile.imwrite(path, (stack * 5e4 + 1000).astype(np.uint16), imagej=True,
+                     metadata={"axes": "TZYX"})
+    return path
+
+
+def test_the_api_refuses_volumes_as_frames_and_names_the_ways_on(hyperstack):
+    with pytest.raises(HoldsVolumes, match=r"4 time points of 6 Z planes \(axes TZYX\)") as exc:
+        align(hyperstack, device="cpu")
+    assert isinstance(exc.value, InputError)
+    assert "--volumes" in str(exc.value) and "--z K" in str(exc.value)
+    with open_stack(f"{hyperstack}?z=2") as src:  # one plane: a time series of frames
+        assert (src.n_frames, src.frame_shape) == (4, (40, 44))
+    res = align(f"{hyperstack}?z=2", device="cpu", max_shift=4)
+    np.testing.assert_allclose(res.shifts, [[0, 0], [-0.5, 0.3], [-1.0, 0.6], [-1.5, 0.9]],
+                               atol=0.05)
+
+
+@pytest.mark.parametrize("axes,shape", [("ZYX", (6, 20, 22)), ("TYX", (4, 20, 22)),
+                                        ("TZYX", (1, 6, 20, 22)), ("TZYX", (4, 1, 20, 22))])
+def test_a_z_stack_or_a_time_series_of_single_planes_is_frames(tmp_path, axes, shape):
+    path = tmp_path / "s.tif"
+    tifffile.imwrite(path, np.zeros(shape, np.uint16), imagej=True, metadata={"axes": axes})
+    with open_stack(path) as src:
+        assert src.n_frames == int(np.prod(shape[:-2]))
+
+
+def test_the_command_registers_them_in_3d_as_volumes_does(hyperstack, tmp_path):
+    auto = xcorr("align", hyperstack, "--out", tmp_path / "auto", "--device", "cpu")
+    assert auto.returncode == 0, auto.stderr
+    assert "holds volumes (4 time points of 6 Z planes, axes TZYX): registered in 3-D" \
+        in auto.stderr
+    asked = xcorr("align", hyperstack, "--volumes", "--out", tmp_path / "asked", "--device",
+                  "cpu", "-q")
+    assert asked.returncode == 0, asked.stderr
+    table = (tmp_path / "auto" / "shifts.csv").read_text()
+    assert table.startswith("t,dz,dy,dx")
+    assert table == (tmp_path / "asked" / "shifts.csv").read_text()
+    rows = np.loadtxt(tmp_path / "auto" / "shifts.csv", delimiter=",", skiprows=1,
+                      usecols=(1, 2, 3))
+    np.testing.assert_allclose(rows, [[0, 0, 0], [0, -0.5, 0.3], [0, -1.0, 0.6],
+                                      [0, -1.5, 0.9]], atol=0.02)
+
+
+def test_the_command_refuses_them_with_options_volumes_do_not_take(hyperstack, tmp_path):
+    res = xcorr("align", hyperstack, "--patches", "2x2", "--out", tmp_path / "o", "--device",
+                "cpu")
+    assert res.returncode == 2
+    assert_clean_error(res, "holds volumes", "--volumes", "--z K")
+    assert "note:" not in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_tiff_written_a_frame_at_a_time_is_a_stack(tmp_path):
+    rng = np.random.default_rng(1)
+    base = _periodic_volume(rng, (1, 48, 56))[0]
+    path = tmp_path / "loop.tif"
+    with tifffile.TiffWriter(path) as w:  # (an acquisition loop: a write a frame)
+        for t in range(5):
+            w.write((np.roll(base, (t, -2 * t), axis=(0, 1)) * 6e4).astype(np.uint16))
+    with tifffile.TiffFile(path) as tif:
+        assert len(tif.series) == 5  # (what tifffile makes of it: a series a frame)
+    with open_stack(path) as src:
+        assert (src.n_frames, src.frame_shape) == (5, (48, 56))
+        assert any("5 image series of one 48x56 page each" in n for n in src.notes)
+        np.testing.assert_array_equal(src.read(1, 4), tifffile.imread(path, key=[1, 2, 3]))
+    res = align(path, device="cpu", max_shift=10)
+    np.testing.assert_allclose(res.shifts, [[-t, 2 * t] for t in range(5)], atol=0.02)
+
+
+def test_series_of_other_shapes_are_still_the_first_series_with_a_note(tmp_path):
+    path = tmp_path / "mixed.tif"
+    with tifffile.TiffWriter(path) as w:
+        w.write(np.zeros((4, 16, 18), np.uint16), photometric="minisblack")
+        w.write(np.zeros((8, 8), np.uint16))
+    with open_stack(path) as src:
+        assert src.n_frames == 4
+        assert any("holds 2 image series; read only the first" in n for n in src.notes)
+
+
+def test_info_describes_volumes_and_says_how_they_are_read(hyperstack):
+    from xcorr_app.io import describe
+
+    d = describe(hyperstack)
+    assert (d["axes"], d["shape"], d["frames"]) == ("TZYX", (4, 6, 40, 44), 4)
+    assert "4 volumes of 6 Z planes: xcorr align registers them in 3-D" in d["notes"][0]
+
+
+def test_volumes_without_aligned_keep_a_users_aligned_tif(hyperstack, tmp_path):
+    """``--no-aligned --force`` removes an earlier run's aligned.tif, never a user's file."""
+    out = tmp_path / "o"
+    out.mkdir()
+    mine = out / "aligned.tif"
+    mine.write_bytes(b"not a run's")
+    res = xcorr("align", hyperstack, "--volumes", "--no-aligned", "--force", "--out", out,
+                "--device", "cpu")
+    assert_clean_error(res, "not the aligned stack of an earlier xcorr run")
+    assert mine.read_bytes() == b"not a run's"
+    first = xcorr("align", hyperstack, "--volumes", "--out", tmp_path / "run", "--device", "cpu",
+                  "-q")
+    assert first.returncode == 0, first.stderr
+    again = xcorr("align", hyperstack, "--volumes", "--no-aligned", "--force", "--out",
+                  tmp_path / "run", "--device", "cpu", "-q")
+    assert again.returncode == 0, again.stderr
+    assert not (tmp_path / "run" / "aligned.tif").exists()
+
+
+@pytest.mark.parametrize("attrs, pixel, names, said", [
+    ({"element_size_um": 0.3}, None, [], "element_size_um 0.3 holds no Y and X sizes"),
+    ({"element_size_um": "1 0.5 0.25"}, (0.5, 0.25, "µm"), [], None),
+    ({"element_size_um": np.array([2.0, 0.4, 0.4])}, (0.4, 0.4, "µm"), [], None),
+    ({"channel_names": 3}, None, [], "channel_names 3 is not a list of names"),
+    ({"channel_names": "GFP"}, None, ["GFP"], None),
+])
+def test_hdf5_attributes_of_other_shapes_are_notes_not_failures(tmp_path, attrs, pixel, names,
+                                                                said):
+    """(``element_size_um`` as a scalar or a text, ``channel_names`` as a number: an internal
+    error before.)"""
+    h5py = pytest.importorskip("h5py")
+    from xcorr_app.io import describe
+
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("data", data=np.zeros((3, 16, 18), np.uint16))
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+    d = describe(path)
+    assert d["frames"] == 3 and d["pixel_size"] == pixel and d["channel_names"] == names
+    assert (said is None) == (not any("element_size_um" in n or "channel_names" in n
+                                      for n in d["notes"]))
+    if said:
+        assert any(said in n for n in d["notes"]), d["notes"]
