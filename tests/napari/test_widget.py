@@ -226,3 +226,30 @@ def test_the_quality_plot_is_shown_and_its_flagged_frames_listed(viewer, stack):
     wait_for(off, off.start())
     assert off.results.result.quality is None and off.results.quality_plot.native.isHidden()
     assert list(off.results.low.choices) == []
+
+
+def test_a_single_image_layer_is_told_not_a_traceback(viewer, stack):
+    """(A 2-D layer selected, a mean projection: the dock failed with a traceback.)"""
+    viewer.add_image(stack.mean(axis=0), name="mean")
+    w = AlignWidget(viewer)
+    assert w.layer.value.name == "mean"
+    assert w.status.value.startswith("mean: a layer of 2 dimensions cannot be aligned")
+    assert w.start() is None and w.status.value.startswith("cannot run")
+    viewer.add_image(stack, name="cells")
+    w.layer.value = viewer.layers["cells"]
+    assert (w.axes.value, w.status.value) == ("TYX", "")
+
+
+def test_the_layers_axis_labels_say_its_axes_and_the_plane_stays_chosen(viewer, rng):
+    """(Labelled t, z, y, x were read as T, C, Y, X by the dimensions alone.)"""
+    data = rng.random((4, 3, 20, 24)).astype(np.float32)
+    layer = viewer.add_image(data, name="tzyx")
+    if not hasattr(layer, "axis_labels"):
+        pytest.skip("this napari's layers have no axis labels")
+    layer.axis_labels = ("t", "z", "y", "x")
+    w = AlignWidget(viewer)
+    assert w.axes.value == "TZYX" and list(w.plane.choices) == ["max", 0, 1, 2]
+    w.plane.value = 2
+    viewer.add_image(data[:, 0], name="other")
+    w.layer.value = viewer.layers["tzyx"]  # (the choices made again)
+    assert w.plane.value == 2

@@ -50,7 +50,17 @@ def _layer_data(layer):
 
 
 def _axes_of(layer) -> str:
-    return layer.metadata.get("xcorr_axes") or default_axes(_layer_data(layer).ndim)
+    """The layer's axes: as a run set them, else its own axis labels where they are the
+    letters T, C, Z, Y, X (a layer napari read with labels), else by its dimensions
+    (:func:`~._layers.default_axes`; ValueError for a layer of no frames)."""
+    labels = [str(a).upper() for a in getattr(layer, "axis_labels", ()) or ()]
+    ndim = _layer_data(layer).ndim
+    if len(labels) == ndim and all(len(a) == 1 for a in labels) \
+            and set(labels) <= set("TCZYX") and "".join(labels).endswith("YX"):
+        by_labels = "".join(labels)
+    else:
+        by_labels = None
+    return layer.metadata.get("xcorr_axes") or by_labels or default_axes(ndim)
 
 
 class AlignWidget(widgets.Container):
@@ -92,10 +102,12 @@ class AlignWidget(widgets.Container):
                                   self.status, self.results, self.target, apply_row],
                          scrollable=True)
         self.shifts, self.worker, self._cancel, self._axes_shown = None, None, None, {}
+        self._planes, self._choosing = {}, False  # (each layer's plane, as the user chose it)
         self._relay = _Relay()
         self._relay.step.connect(self._step)
         self.layer.changed.connect(self._layer_changed)
         self.axes.changed.connect(self._axes_changed)
+        self.plane.changed.connect(self._plane_chosen)
         self.run_button.changed.connect(self.start)
         self.cancel_button.changed.connect(self.cancel)
         self.load_button.changed.connect(self._ask_load)
@@ -109,13 +121,21 @@ class AlignWidget(widgets.Container):
 
     # -- the layer and its axes
     def _layer_changed(self, layer) -> None:
-        if layer is not None:
-            self.axes.value = _axes_of(layer)
-            self._axes_changed(self.axes.value)
+        if layer is None:
+            return
+        try:
+            axes = _axes_of(layer)
+        except ValueError as e:  # (a single 2-D image, a projection: nothing to align)
+            self.axes.value = ""
+            self.status.value = f"{layer.name}: {e}"
+            return
+        self.status.value = ""
+        self.axes.value = axes
+        self._axes_changed(self.axes.value)
 
     def _axes_changed(self, axes) -> None:
         layer = self.layer.value
-        if layer is None:
+        if layer is None or not axes:  # (none: a layer of no frames, said on the status line)
             return
         shape = _layer_data(layer).shape
         try:
@@ -126,8 +146,29 @@ class AlignWidget(widgets.Container):
         self.channel.visible = "C" in axes
         self.channel.max = shape[axes.index("C")] - 1 if "C" in axes else 0
         self.plane.visible = "Z" in axes
+        chosen = self._planes.get(layer.name, self.plane.value)
+        self._choosing = True
         self.plane.choices = [MAX_PROJECTION] + (list(range(shape[axes.index("Z")]))
                                                  if "Z" in axes else [])
+        if chosen in self.plane.choices:  # (the layer's choice, where it still fits, kept)
+            self.plane.value = chosen
+        self._choosing = False
+
+    def _plane_chosen(self, value) -> None:
+        layer = self.layer.value
+        if layer is not None and not getattr(self, "_choosing", True):
+            self._planes[layer.name] = value
+
+    def reset_choices(self, *args) -> None:
+        """The layers' lists made again (a layer added or removed): magicgui resets every
+        list, the planes' too, which are made again for the layer (its chosen plane kept)."""
+        self._choosing = True
+        try:
+            super().reset_choices(*args)
+        finally:
+            self._choosing = False
+        if hasattr(self, "_planes"):
+            self._axes_changed(self.axes.value)
 
     def _out_path(self):
         value = str(self.out_file.value or "")
