@@ -253,3 +253,14 @@ def test_the_layers_axis_labels_say_its_axes_and_the_plane_stays_chosen(viewer, 
     viewer.add_image(data[:, 0], name="other")
     w.layer.value = viewer.layers["tzyx"]  # (the choices made again)
     assert w.plane.value == 2
+
+
+def test_the_dock_scrolls_to_fit_a_small_screen(viewer, stack):
+    """napari docks the widget's ``native``: the scroll area, not the whole form (whose height,
+    about 1200 px, pushed the dock's bottom off a 1000-px screen)."""
+    from qtpy.QtWidgets import QScrollArea
+
+    w = _widget_for(viewer, stack)
+    assert isinstance(w.native, QScrollArea)
+    assert w.native.minimumSizeHint().height() < 400
+    assert w.native.widget().minimumSizeHint().height() > 800  # (the form itself, scrolled)

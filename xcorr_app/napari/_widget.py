@@ -119,6 +119,13 @@ class AlignWidget(widgets.Container):
             self.layer.value = self.viewer.layers.selection.active
         self._layer_changed(self.layer.value)
 
+    @property
+    def native(self):
+        """The dock's widget: the scroll area around the form (napari docks ``native``, which
+        magicgui makes the form inside it: the dock then asked the form's whole height, about
+        1200 px, and pushed its bottom off a 1000-px screen)."""
+        return self.root_native_widget
+
     # -- the layer and its axes
     def _layer_changed(self, layer) -> None:
         if layer is None:
