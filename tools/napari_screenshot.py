@@ -8,7 +8,7 @@ the timing JSON gives the widget's run (Align to the result layers, table and pl
 ``xcorr_app.align`` alone on the same stack, the first run of the process (kernels built and
 loaded) and the RMS error against the drift; the aligned layer must equal ``align(..., out=)``.
 
-Needs napari with a Qt binding (``pip install '.[napari]' 'napari[pyqt5]'``) and a display with
+Needs napari with a Qt binding (``pip install '.[napari]' 'napari[pyqt6]'``) and a display with
 OpenGL (a desktop, or Xvfb with Mesa: ``Xvfb :99 -screen 0 1920x1200x24 +extension GLX`` and
 ``DISPLAY=:99``)::
 
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
         import qtpy  # noqa: F401
     except ImportError:
         parser.exit(2, "error: napari and a Qt binding are needed: pip install '.[napari]' "
-                    "'napari[pyqt5]'\n")
+                    "'napari[pyqt6]'\n")
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         parser.exit(2, "error: napari's canvas needs a display: start Xvfb (Xvfb :99 -screen 0 "
                     "1920x1200x24 +extension GLX) and set DISPLAY=:99\n")
