@@ -166,8 +166,10 @@ def test_patch_regions_travel_into_shifts_json_and_the_npz(planted_patches, tmp_
     assert all(npz["quality_flag"][f, r, c] > 0 for f, r, c in planted)
 
 
+@pytest.mark.parametrize("normalization", ["zncc", "phase"])
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
-def test_the_report_of_the_last_patch_pass_is_that_of_a_pass_of_its_own(planted_patches, device):
+def test_the_report_of_the_last_patch_pass_is_that_of_a_pass_of_its_own(planted_patches, device,
+                                                                         normalization):
     """One device measures a piecewise run's report inside its last patch pass (the chunks it
     holds: as they came, prepared, warped); other executors in a pass of their own over the
     result's field (:func:`measure_quality`): the same figures, with and without ``out``."""
@@ -176,7 +178,7 @@ def test_the_report_of_the_last_patch_pass_is_that_of_a_pass_of_its_own(planted_
     from xcorr_app.io import open_source
 
     frames, _ = planted_patches
-    opts = AlignOptions(patches="3x3", max_shift=8, device=device)
+    opts = AlignOptions(patches="3x3", max_shift=8, device=device, normalization=normalization)
     xp = np if device == "cpu" else pytest.importorskip("cupy")
     out = xp.full(frames.shape, np.nan, np.float32)
     for res in (align(frames, options=opts), align(xp.asarray(frames), options=opts, out=out)):

@@ -49,6 +49,10 @@ def hyperstack(tmp_path_factory):
 def test_the_api_refuses_volumes_as_frames_and_names_the_ways_on(hyperstack):
     with pytest.raises(HoldsVolumes, match=r"4 time points of 6 Z planes \(axes TZYX\)") as exc:
         align(hyperstack, device="cpu")
+    with pytest.raises(HoldsVolumes):
+        from xcorr_app import dask as xdask
+
+        xdask.align(hyperstack, device="cpu", scheduler="threads")
     assert isinstance(exc.value, InputError)
     assert "--volumes" in str(exc.value) and "--z K" in str(exc.value)
     with open_stack(f"{hyperstack}?z=2") as src:  # one plane: a time series of frames
@@ -124,8 +128,9 @@ def test_info_describes_volumes_and_says_how_they_are_read(hyperstack):
     from xcorr_app.io import describe
 
     d = describe(hyperstack)
-    assert (d["axes"], d["shape"], d["frames"]) == ("TZYX", (4, 6, 40, 44), 4)
-    assert "4 volumes of 6 Z planes: xcorr align registers them in 3-D" in d["notes"][0]
+    assert (d["axes"], d["shape"], d["frames"]) == ("TZYX", (4, 6, 40, 44), 24)
+    assert "holds 4 volumes of 6 Z planes: read plane by plane" in d["notes"][0]
+    assert "xcorr align registers these volumes in 3-D" in d["notes"][-1]
 
 
 def test_volumes_without_aligned_keep_a_users_aligned_tif(hyperstack, tmp_path):
@@ -172,3 +177,31 @@ def test_hdf5_attributes_of_other_shapes_are_notes_not_failures(tmp_path, attrs,
                                       for n in d["notes"]))
     if said:
         assert any(said in n for n in d["notes"]), d["notes"]
+
+
+def test_its_planes_are_read_where_frames_are_not_registered(hyperstack, tmp_path):
+    """Filtering or viewing a T x Z file plane by plane is fine (T then Z, with a note); only a
+    run that registers frames refuses it (check_planes)."""
+    from xcorr_app.io import check_planes
+
+    with open_stack(hyperstack) as src:
+        assert src.n_frames == 24 and isinstance(src.volumes, HoldsVolumes)
+        assert any("read plane by plane, T then Z" in n for n in src.notes)
+        with pytest.raises(HoldsVolumes):
+            check_planes(src)
+    res = xcorr("filter", hyperstack, "--kernel", "gaussian:1", "--out", tmp_path / "f.tif",
+                "--device", "cpu", "-q")
+    assert res.returncode == 0, res.stderr
+    assert tifffile.imread(tmp_path / "f.tif").shape[0] == 24
+
+
+def test_a_truncated_hyperstack_is_still_volumes(hyperstack, tmp_path):
+    """(Its whole pages were read as frames of T alone: the declared Z was lost.)"""
+    from xcorr_app.io import readable_frames
+
+    cut = tmp_path / "cut.tif"
+    data = hyperstack.read_bytes()
+    cut.write_bytes(data[:len(data) - 3 * 40 * 44 * 2])
+    with readable_frames(cut):
+        with pytest.raises(HoldsVolumes, match="4 time points of 6 Z planes"):
+            align(cut, device="cpu")

@@ -175,13 +175,18 @@ def test_imagej_hyperstack_channels(tmp_path, compression):
         open_stack(path, 2)
 
 
-def test_imagej_tzcyx_is_volumes_and_a_plane_of_it_frames(tmp_path):
-    """(Its planes flattened T then Z were read as frames before: depth mixed with drift.)"""
+def test_imagej_tzcyx_is_its_planes_t_then_z_marked_as_volumes(tmp_path):
+    """Read plane by plane, T then Z (for filter, apply, napari), marked as volumes: a run that
+    registers frames refuses them (check_planes); ``?z=K`` reads one plane."""
+    from xcorr_app.io import check_planes
+
     data = stack_of(np.float32, n=3 * 2 * 2).reshape(3, 2, 2, H, W)  # TZCYX
     path = tmp_path / "tz.tif"
     tifffile.imwrite(path, data, imagej=True, metadata={"axes": "TZCYX"})
-    with pytest.raises(InputError, match="holds volumes: 3 time points of 2 Z planes"):
-        open_stack(path, 1)
+    np.testing.assert_array_equal(read_all(path, 1), data[:, :, 1].reshape(6, H, W))
+    with open_stack(path, 1) as src, \
+            pytest.raises(InputError, match="holds volumes: 3 time points of 2 Z planes"):
+        check_planes(src)
     np.testing.assert_array_equal(read_all(f"{path}?z=1", 1), data[:, 1, 1])
 
 

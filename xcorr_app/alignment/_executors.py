@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import backend
 from ..errors import InputError
-from ..io import open_source
+from ..io import check_planes, open_source
 from ..streaming import (Cancelled, DEFAULT_CHUNK, StashedSource, auto_chunk_frames,
                          frame_ranges, keep_on_gpu, parse_gpus, run_on_gpus)
 
@@ -53,6 +53,7 @@ class Executor:
                              "an array in memory is one channel: pass stack[:, channel]")
         self.stack, self.opts = stack_or_path, opts
         with open_source(stack_or_path, opts.channel) as src:
+            check_planes(src)  # (a T x Z TIFF's planes are not frames to register)
             self.src = src
             yield src
 

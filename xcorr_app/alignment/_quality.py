@@ -51,7 +51,7 @@ from ..streaming import DEFAULT_CHUNK, DeviceChunks
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                frame_sums, moments_of, sharpness, template_moments,
                                template_refs)
-from .piecewise import common_area, field_weights, warp_chunk
+from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
 from .rigid import area_float
 from .warp import shift_frames
 
@@ -457,7 +457,7 @@ class PatchQuality:
         self.xp, self.start, self.n, self.whole = xp, start, n, whole
         self.tiles = TileRegions(self.area, np.concatenate([[self.area], boxes]), xp)
         self.weights = field_weights(centres, frame_shape, xp)
-        self.prepare = opts._decided(window="none").preparer(xp, frame_shape)
+        self.prepare = patch_preparer(opts, xp)  # (as the patch pass prepares its frames)
         t = xp.asarray(template, xp.float32)[None]
         self.t_ref, self.g_ref, q = template_refs(t[0], self.prepare(t).frames[0], self.area, xp)
         self.template = template_moments(self.tiles, self.t_ref, self.g_ref, q)
@@ -533,9 +533,9 @@ class _Sums:
         xp = self.xp
         if self._done is not None:
             xp.cuda.get_current_stream().wait_event(self._done)
-        if xp is np:
-            f, g = (v if a is None else v[:, a[0]:a[1], a[2]:a[3]]
-                    for v, a in ((f, f_area), (g, g_area)))
+        if xp is np:  # (each pixel as float32, as the GPU's kernel reads it)
+            f, g = ((v if a is None else v[:, a[0]:a[1], a[2]:a[3]])
+                    .astype(np.float32, copy=False) for v, a in ((f, f_area), (g, g_area)))
             self.raw += f.sum(axis=0, dtype=xp.float64)
             # (left out, not times 0: a frame without a shift may hold NaN, as the GPU's)
             kept = g if ok is None else np.where(ok[:, None, None], g, 0.0)

@@ -261,7 +261,7 @@ def _check(o):
     frame (on Dask: here, before the cluster starts).  Returns ``(frame_shape, itemsize,
     n_frames)``."""
     from ..alignment.outputs import aligned_as, check_save
-    from ..io import open_stack
+    from ..io import check_planes, open_stack
 
     # (the errors in the API's words: the command prints them as flags, cli._flags)
     o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
@@ -277,6 +277,7 @@ def _check(o):
 
         need_gpus()
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
+        check_planes(src)  # (a T x Z TIFF: align's caller registers it in 3-D, or refuses)
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
         o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)

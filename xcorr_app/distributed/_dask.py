@@ -162,7 +162,7 @@ class DaskExecutor(Executor):
 
     @contextlib.contextmanager
     def open(self, stack_or_path, opts):
-        from ..io import open_source
+        from ..io import check_planes, open_source
 
         self.stack, self.opts = stack_or_path, opts
         if opts.channel is not None and not isinstance(stack_or_path, (str, Path)):
@@ -171,7 +171,8 @@ class DaskExecutor(Executor):
         self.inp = _Input(stack_or_path, opts.channel, self.task_frames)
         src = open_source(stack_or_path, opts.channel) if self.inp.array is None \
             else _ClientFrames(self.inp.array)
-        with src:  # (the client reads a few frames: the reference, the auto decisions)
+        with src:
+            check_planes(src)  # (a T x Z TIFF's planes are not frames to register)  # (the client reads a few frames: the reference, the auto decisions)
             self.src = src
             yield src
 

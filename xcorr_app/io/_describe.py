@@ -9,10 +9,9 @@ Examples
 
 from __future__ import annotations
 
-from ._formats import format_of, source_path, split_source
+from ._formats import format_of, split_source
 from ._ome import tiff_metadata
 from ._reader import open_stack
-from ._tiff import HoldsVolumes
 
 __all__ = ["describe"]
 
@@ -31,16 +30,11 @@ def describe(path, channel=None) -> dict:
     file, dataset, z = split_source(path)
     fmt = format_of(file) if file.exists() else None
     pick = 0 if channel is None else channel  # (several channels: describe the first)
-    notes = []
-    try:
-        src = open_stack(path, channel=pick)
-    except HoldsVolumes as exc:  # (described by its first plane's frames, and said so)
-        src = open_stack(source_path(file, dataset, 0), channel=pick)
-        notes.append(f"{exc.times} volumes of {exc.planes} Z planes: xcorr align registers "
-                     "them in 3-D; --z K picks one plane (the frames below are of plane 0)")
-    with src:
+    with open_stack(path, channel=pick) as src:
+        notes = [] if getattr(src, "volumes", None) is None else [
+            "xcorr align registers these volumes in 3-D; --z K picks one plane"]
         info = {"frames": src.n_frames, "frame_shape": tuple(src.frame_shape),
-                "dtype": str(src.dtype), "notes": notes + list(src.notes),
+                "dtype": str(src.dtype), "notes": list(src.notes) + notes,
                 "channels": getattr(src, "n_channels", 1)}
         if fmt == "tiff" and file.is_file():
             meta = tiff_metadata(file)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from ..errors import InputError
-from ._tiff import SUPPORTED_DTYPES, TiffFrames, check_planes, plural
+from ._tiff import SUPPORTED_DTYPES, TiffFrames, plural, volumes_of
 
 __all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "natural_key", "FrameSource", "open_stack",
            "read_image", "ArraySource", "OffsetFrames", "FrameRange", "ChannelStack",
@@ -72,6 +72,8 @@ class FrameSource:
     >>> src.n_frames, src.source_name(1)
     (12, 'frame_2.tif')
     """
+
+    volumes = None  # a T x Z TIFF's HoldsVolumes (open_stack), else None
 
     def __init__(self, parts: list[TiffFrames], notes: list[str]):
         self._parts = parts
@@ -225,8 +227,9 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
         a device), an empty folder or one without TIFF files, files of mixed shapes, a file
         that cannot be read (permission denied), a truncated or damaged file (naming the
         frame where it breaks), a zero-size image, an unsupported pixel type, a bad
-        ``channel``, or a T x Z TIFF without ``?z=K`` (:class:`~xcorr_app.io.HoldsVolumes`:
-        its volumes are registered in 3-D by :func:`~xcorr_app.align_volumes`).
+        ``channel``.  A T x Z TIFF without ``?z=K`` is read plane by plane, T then Z, and says
+        so (``volumes``: what :func:`~xcorr_app.io.check_planes` refuses where frames are
+        registered).
 
     Examples
     --------
@@ -261,13 +264,13 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
         raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
                          "give a TIFF file or a folder of TIFF files")
     frames = TiffFrames(path, channel)
-    if z is None:  # (a T x Z stack's planes are not frames: --volumes, or --z picks one)
-        try:
-            check_planes(frames, path)
-        except BaseException:
-            frames.close()
-            raise
     src = FrameSource([frames], [])
+    if z is None:  # (a T x Z stack's planes, read as frames: align refuses them, check_planes)
+        src.volumes = volumes_of(frames, path)
+        if src.volumes is not None:
+            src.notes.append(f"{path.name} holds {plural(src.volumes.times, 'volume')} of "
+                             f"{plural(src.volumes.planes, 'Z plane')}: read plane by plane, "
+                             "T then Z")
     if z is not None:
         from ._ome import PlaneFrames
 

@@ -111,13 +111,21 @@ def _one_page_each(series_list) -> bool:
                and s.axes == first.axes and s.keyframe.shape == s.shape for s in series_list)
 
 
-def check_planes(frames, path) -> None:
-    """:class:`HoldsVolumes` where ``frames`` (:class:`TiffFrames`) are the planes of a T x Z
-    stack (both longer than 1: a Z stack alone, or a time series of single planes, are
-    frames)."""
+def volumes_of(frames, path):
+    """:class:`HoldsVolumes` (not raised) where ``frames`` (:class:`TiffFrames`) are the planes
+    of a T x Z stack (both longer than 1: a Z stack alone, or a time series of single planes,
+    are frames), else None."""
     times, planes = (frames.lead_sizes.get(a, 1) for a in "TZ")
-    if times > 1 and planes > 1:
-        raise HoldsVolumes(path, times, planes, frames.axes)
+    return HoldsVolumes(path, times, planes, frames.axes) if times > 1 and planes > 1 else None
+
+
+def check_planes(src) -> None:
+    """Raise the source's :class:`HoldsVolumes` where its frames are the planes of volumes
+    (:func:`volumes_of`): a run that registers frames (``align``) refuses them; filtering or
+    viewing them plane by plane is fine."""
+    volumes = getattr(src, "volumes", None)
+    if volumes is not None:
+        raise volumes
 
 
 def check_whole(tif, path: Path) -> None:
@@ -269,6 +277,11 @@ class TiffFrames:
 
     def _page_layout(self):
         cut, page = self._cut, self._tif.pages.first
+        with contextlib.suppress(Exception):  # (its T and Z as ImageJ declares them)
+            meta = self._tif.imagej_metadata or {} if self._tif.is_imagej else {}
+            times, planes = int(meta.get("frames", 1)), int(meta.get("slices", 1))
+            if times > 1 and planes > 1:
+                self._declared_tz = (times, planes)
         shape = (cut.readable, *((cut.per_frame,) if cut.per_frame > 1 else ()), *page.shape)
         axes = ("TC" if cut.per_frame > 1 else "T") + page.axes
         dtype = None if page.dtype is None else np.dtype(page.dtype)
@@ -332,6 +345,10 @@ class TiffFrames:
         self.n_channels = n_channels
         self.axes = axes
         self.lead_sizes = dict(zip(axes[:n_lead], shape[:n_lead]))  # e.g. {"T": 12, "Z": 32}
+        declared = getattr(self, "_declared_tz", None)  # (a truncated file's whole pages)
+        if declared is not None:
+            self.lead_sizes.update(T=declared[0], Z=declared[1])
+            self.axes = "TZ" + axes[n_lead:]
         # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
         self._lead_shape = (1, *shape[:n_lead])
         self._lead_c = self._sample_axis = None

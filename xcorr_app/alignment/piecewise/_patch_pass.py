@@ -221,6 +221,14 @@ def fold_parts(acc, parts):
     return acc
 
 
+def patch_preparer(opts, xp):
+    """``prepare`` of the patch pass's frames on ``xp``'s device: the run's prefilter as
+    zero-normalized correlation takes it (phase normalization's too: the patches are
+    measured by zncc), no window (the patches have their own taper)."""
+    prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)
+    return lambda frames: prepare(frames, xp, prefilter, None)
+
+
 def check_patch_reference(opts):
     """InputError for a reference the patches cannot be measured against."""
     if opts.previous:
@@ -250,14 +258,14 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     prepared copy, its fields and its warped frames where they are made.
     """
     grid = setup.grid
-    prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)  # no window on patches
     dev = "cpu" if xp is np else "gpu"
     weights = field_weights(grid.centres, src.frame_shape, xp)
     warp = None if out is None else _Warper(out, weights)
     shape = (stop - start, grid.n_patches, 5)
     kept = None if xp is np else KeptRows.for_range(xp, shape)
     table = np.empty(shape) if kept is None else kept.table  # GPU: the rows left on the device
-    work = _measurer(opts, xp, dev, prefilter, grid, rigid, xp.asarray(setup.tpatches),
+    work = _measurer(opts, xp, dev, patch_preparer(opts, xp), grid, rigid,
+                     xp.asarray(setup.tpatches),
                      refine_taper(grid.size), weights, add_sums, start, warp, kept,
                      prepared, quality)
     if xp is not np:  # the chunks' streams read what was set up on this one
@@ -309,7 +317,7 @@ class _Warper:
         return as_dtype(warped, self.dtype), warped
 
 
-def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, add_sums,
+def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, add_sums,
               offset=0, warp=None, kept=None, prepared=None, quality=None):
     """The work of one patch pass on a chunk: ``(N, P, 5)`` deviation, peak, confidence, low
     (host); with ``add_sums`` the chunk's frames warped by their fields are handed to it (in
@@ -342,7 +350,7 @@ def _measurer(opts, xp, dev, prefilter, grid, rigid, tpatches, taper, weights, a
         s_on, whole, off = (a[start:stop] for a in on_device)
         p = None if prepared is None else prepared.take(key, start, len(frames))
         if p is None:
-            p = prepare(frames, xp, prefilter, None)
+            p = preparer(frames)
 
         def field_of(d):  # rigid + deviation, float64: as the result's motion_field holds it
             return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
