@@ -88,13 +88,26 @@ def test_the_command_registers_them_in_3d_as_volumes_does(hyperstack, tmp_path):
                                       [0, -1.5, 0.9]], atol=0.02)
 
 
-def test_the_command_refuses_them_with_options_volumes_do_not_take(hyperstack, tmp_path):
-    res = xcorr("align", hyperstack, "--patches", "2x2", "--out", tmp_path / "o", "--device",
-                "cpu")
+@pytest.mark.parametrize("options, named", [(["--patches", "2x2"], "--patches"),
+                                            (["--normalization", "phase"], "--normalization"),
+                                            (["--prefilter", "none", "--no-verify"],
+                                             "--no-verify, --prefilter")])
+def test_the_command_refuses_them_with_options_volumes_do_not_use(hyperstack, tmp_path, options,
+                                                                  named):
+    """(Registered in 3-D, they would be dropped without a word.)"""
+    res = xcorr("align", hyperstack, *options, "--out", tmp_path / "o", "--device", "cpu")
     assert res.returncode == 2
-    assert_clean_error(res, "holds volumes", "--volumes", "--z K")
+    assert_clean_error(res, "holds volumes", "--volumes", "--z K", f"({named} do")
     assert "note:" not in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_options_volumes_use_keep_the_route_to_3d(hyperstack, tmp_path):
+    res = xcorr("align", hyperstack, "--max-shift", "4", "--upsample", "10", "--reference",
+                "mean", "--no-aligned", "--out", tmp_path / "o", "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    assert "registered in 3-D" in res.stderr
+    assert (tmp_path / "o" / "shifts.csv").read_text().startswith("t,dz,dy,dx")
 
 
 def test_a_tiff_written_a_frame_at_a_time_is_a_stack(tmp_path):

@@ -22,6 +22,7 @@ from ._flags import as_flags
 from ._input import apply_channels, input_options, input_path
 from ._main import DeviceCommand
 from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
+from ..errors import InputError
 from ..io import OUT_FORMATS, plural
 
 __all__ = ["align", "note_late_signal"]
@@ -168,10 +169,16 @@ def align(path, dataset, z, **options):
         with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
             _align(o)
     except HoldsVolumes as exc:  # (a T x Z file: its volumes, where the options allow it)
-        from ._volumes import align_volumes_cli, volumes_allowed
+        from ._volumes import align_volumes_cli, unused_by_volumes
 
-        if not volumes_allowed(o):
-            raise
+        ctx = click.get_current_context()
+        given = [n for n in ctx.params
+                 if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+        unused = unused_by_volumes(o, given)
+        if unused:
+            raise InputError(f"{exc} ({', '.join(unused)} "
+                             f"{'does' if len(unused) == 1 else 'do'} not apply to volumes)") \
+                from None
         if not o.quiet:
             click.echo(f"note: {path} holds volumes ({plural(exc.times, 'time point')} of "
                        f"{plural(exc.planes, 'Z plane')}, axes {exc.axes}): registered in 3-D "

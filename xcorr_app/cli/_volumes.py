@@ -14,8 +14,8 @@ import click
 from ..errors import InputError
 from ._options import MaxShiftType, default_out, note_device
 
-__all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "align_volumes_cli", "check_volume_options",
-           "parse_voxel_size_text", "volumes_allowed"]
+__all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "VOLUME_USES", "align_volumes_cli",
+           "check_volume_options", "parse_voxel_size_text", "unused_by_volumes"]
 
 OUTPUTS = ("shifts.csv", "shifts.json", "drift.png", "aligned.tif")
 
@@ -116,17 +116,24 @@ def check_volume_options(options):
         raise InputError("--voxel-size is for --volumes (a (T, Z, Y, X) stack)")
 
 
-def volumes_allowed(o) -> bool:
-    """Whether the options of a 2-D ``xcorr align`` (``o``) serve a run of volumes too: those
-    of a file that holds them (:class:`~xcorr_app.io.HoldsVolumes`) are then registered in 3-D;
-    otherwise the file is refused."""
-    if any(getattr(o, name, unset) != unset for name, unset in _NOT_WITH_VOLUMES):
-        return False
+#: the options of ``xcorr align`` that a run of volumes uses (or that ask it for less)
+VOLUME_USES = frozenset({"path", "dataset", "z", "volumes", "reference", "max_shift", "upsample",
+                         "voxel_size", "device", "max_memory", "out_dir", "force", "no_aligned",
+                         "fill", "quiet", "as_json", "no_quality"})
+
+
+def unused_by_volumes(o, given) -> list:
+    """The flags of a 2-D ``xcorr align`` (``o``; ``given``: the options named on its command
+    line) that a run of volumes would not use: a file that holds volumes
+    (:class:`~xcorr_app.io.HoldsVolumes`) is registered in 3-D only where there are none, as
+    it would otherwise drop what was asked without a word."""
+    names = {n for n in given if n not in VOLUME_USES}
+    names |= {n for n, unset in _NOT_WITH_VOLUMES if getattr(o, n, unset) != unset}
     try:
         _reference(o.reference)
     except InputError:
-        return False
-    return True
+        names.add("reference")
+    return sorted("--" + n.replace("_", "-") for n in names)
 
 
 def _reference(text):
