@@ -159,8 +159,8 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
         return report_of(executor.map(part, None), shifts, area)
     field, centres, size = (np.asarray(patches[0], np.float64),
                             np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
-    part = functools.partial(_patch_part, opts=opts, field=field, chunk=chunk, template=t,
-                             centres=centres, size=size)
+    part = functools.partial(_patch_part, opts=opts, field=field, ok=patch_ok(shifts, field),
+                             chunk=chunk, template=t, centres=centres, size=size)
     parts = executor.map(part, None)
     return report_of([p[:4] for p in parts], shifts, parts[0][4], centres.shape[:2])
 
@@ -226,15 +226,15 @@ class PatchReport:
                                (field, res.patch_centres, res.settings["patches"]["size"]))
 
 
-def _patch_part(src, xp, start, stop, progress, *, opts, field, chunk, template, centres,
+def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, template, centres,
                 size):
     """:meth:`PatchQuality.result` of frames ``start:stop`` read in a pass of their own (an
-    executor's unit of work), and the area it measured."""
+    executor's unit of work; ``ok``: :func:`patch_ok` of the run), and the area it
+    measured."""
     q = PatchQuality(opts, xp, template, centres, size, start, stop - start, src.frame_shape,
                      whole=start == 0 and stop == src.n_frames)
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams read what was set up)
-    ok = np.isfinite(field).all(axis=(1, 2, 3))
     with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first

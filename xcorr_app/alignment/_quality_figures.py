@@ -233,13 +233,6 @@ class AreaFigures(RegionFigures):
         return self._host
 
 
-def _spread_of(s, k):
-    """Each frame's (region's) mean about its pivot and its sum of squares about its mean,
-    from its sums (..., >= 2) over ``k`` pixels."""
-    mean = s[..., 0] / np.asarray(k, np.float64)
-    return mean, np.maximum(s[..., 1] - s[..., 0] * mean, 0.0)
-
-
 def _step(proj, norm2, tg, inverse, xp):
     """:meth:`RegionFigures.step` of the template's ``tg`` (P, 2) and ``inverse`` (P, 2, 2)."""
     norm = xp.sqrt(norm2)
