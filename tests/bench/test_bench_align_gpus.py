@@ -19,11 +19,15 @@ def test_runs_cover_every_count_kind_and_executor():
     names = [r[0] for r in runs]
     assert names[:4] == ["xcorr align (one GPU)", "xcorr align --gpus 0",
                          "xcorr align --gpus 0,1", "xcorr align --gpus all"]
-    assert names[4:6] == ["xcorr align --workers 2", "xcorr align --workers 4"]
-    assert names[6] == "xcorr align --patches 8x8 (one GPU)" and len(runs) == 12
+    assert names[4:8] == ["xcorr align --workers 2", "xcorr align --workers 4",
+                          "xcorr align --scheduler (2 workers)",
+                          "xcorr align --scheduler (4 workers)"]
+    assert names[8] == "xcorr align --patches 8x8 (one GPU)" and len(runs) == 16
     assert runs[3][1:] == ("rigid", 4, ["--gpus", "all"], None)
-    assert runs[6][3:] == (["--patches", "8x8", "--device", "gpu"], (0,))
+    assert runs[8][3:] == (["--patches", "8x8", "--device", "gpu"], (0,))
     assert runs[5][4] == (0, 1, 2, 3)  # (Dask's workers shown the GPUs named)
+    # (a cluster started before the run: its address put in for the placeholder)
+    assert runs[7][3] == ["--scheduler", ag.SCHEDULER] and runs[7][4] == (0, 1, 2, 3)
     # GPUs named out of order or not from 0: a list, never "all"; one GPU: the first named
     named = ag.runs_of((2, 3), (4, 4), dask=False)
     assert named[2][3] == ["--gpus", "2,3"] and named[0][4] == (2,)

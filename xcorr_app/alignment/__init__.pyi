@@ -4,7 +4,7 @@
 from ._api import align, estimate_shifts
 from ._apply import aligned_channels, apply_shifts
 from .warp import RESAMPLE, check_fill, common_area, shift_frames
-from ._executors import Executor
+from ._executors import Executor, reads_again
 from ._limits import check_limits, limit_devices
 from .piecewise import FIELD_RESAMPLE, apply_field, field_area, measure_field, parse_patches
 from ._options import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, options_signature

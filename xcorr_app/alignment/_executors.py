@@ -201,6 +201,7 @@ class OnGpus(Executor):
         self.device, self.xp = "gpu", cupy
         self.ranges = frame_ranges(src.n_frames, len(self.ids))
         self.ids = self.ids[:len(self.ranges)]
+        self.registered = len(self.ids) == 1
         budget = opts.max_memory
         self.budget_per_range = None if budget is None else max(1, budget // len(self.ids))
         chunk = opts.chunk_frames or DEFAULT_CHUNK
@@ -232,9 +233,10 @@ class OnGpus(Executor):
                 if k not in self._stashes:  # (range k is only ever on GPU k's thread)
                     self._stashes[k] = keep_on_gpu(frames, cupy, None, *self.ranges[k]) \
                         if self.keep else None
-                stash = self._stashes[k]
-                return fn(frames if stash is None else StashedSource(frames, stash), cupy,
-                          *ranges[k], tick)
+                # several GPUs' threads registering pages with CUDA at once (one process's
+                # address space) were slower than their reads into page-locked buffers
+                return fn(StashedSource(frames, self._stashes[k], registered=self.registered),
+                          cupy, *ranges[k], tick)
 
         return run_on_gpus(self.ids[:len(ranges)], work)
 

@@ -13,8 +13,10 @@ first on the stack's first :data:`WARM_FRAMES` frames):
 * **rigid**: ``xcorr align STACK --device gpu`` on one GPU (``k`` = 1, the first named), ``--gpus
   0`` (the executor of several GPUs on one), ``--gpus ids[:k]`` (``--gpus all`` for every GPU);
 * **patches**: the same with ``--patches GYxGX`` (default 8x8);
-* **Dask**: ``--workers k`` (a local cluster, one worker process per GPU, shown the first ``k``
-  named), rigid and patches, for ``k`` >= 2, where ``distributed`` is installed.
+* **Dask**: ``--workers k`` (a local cluster started by the run, one worker process per GPU,
+  shown the first ``k`` named) and ``--scheduler`` (the same cluster started before the timed
+  process, as a lab's cluster is, its workers' first run untimed), rigid and patches, for
+  ``k`` >= 2, where ``distributed`` is installed.
 
 Below :data:`~xcorr_app.streaming.SCALE_OUT_MIN_BYTES` (16 GiB) ``xcorr align`` runs ``--gpus
 all`` and ``--workers N`` on one GPU: then ``--gpus`` lists the GPUs and no ``--workers`` run is
@@ -30,6 +32,7 @@ Targets (issue 54): :data:`TARGET_SPEEDUP` over one GPU, or the ``k``-reader rea
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -61,6 +64,8 @@ TARGET_VS_READ = 0.90
 TARGET_DASK = 1.15
 #: the largest difference (px) of shifts and motion fields from one GPU's that counts equal
 EQUAL_PX = 1e-4
+#: stands for the address of the cluster a ``--scheduler`` row runs on (started untimed)
+SCHEDULER = "{scheduler}"
 
 
 def gpu_counts(n) -> list:
@@ -85,7 +90,9 @@ def runs_of(gpus, grid, dask=True, shared=True) -> list:
 
     >>> [r[0] for r in runs_of((0, 1), (8, 8))][:3]
     ['xcorr align (one GPU)', 'xcorr align --gpus 0', 'xcorr align --gpus all']
-    >>> runs_of((0, 1), (8, 8))[-1][2:]
+    >>> [r[0] for r in runs_of((0, 1), (8, 8))][-2:]
+    ['xcorr align --patches 8x8 --workers 2', 'xcorr align --patches 8x8 --scheduler (2 workers)']
+    >>> runs_of((0, 1), (8, 8))[-2][2:]
     (2, ['--patches', '8x8', '--workers', '2'], (0, 1))
     >>> [r[0] for r in runs_of((0, 1), (8, 8), shared=False)][2:4]
     ['xcorr align --gpus 0,1', 'xcorr align --patches 8x8 (one GPU)']
@@ -105,6 +112,10 @@ def runs_of(gpus, grid, dask=True, shared=True) -> list:
         if dask and shared:
             runs += [(f"{label} --workers {k}", kind, k, [*extra, "--workers", str(k)],
                       tuple(gpus[:k])) for k in counts if k >= 2]
+            # a cluster already running (as a lab's): the run without the cluster's start
+            runs += [(f"{label} --scheduler ({k} workers)", kind, k,
+                      [*extra, "--scheduler", SCHEDULER], tuple(gpus[:k]))
+                     for k in counts if k >= 2]
     return runs
 
 
@@ -117,6 +128,19 @@ def _shown(env, visible):
     names = [n.strip() for n in mine.split(",")] if mine else None
     return {**env, "CUDA_VISIBLE_DEVICES": ",".join(names[i] if names else str(i)
                                                     for i in visible)}
+
+
+@contextlib.contextmanager
+def _cluster(k, env):
+    """The address of a local Dask cluster of ``k`` worker processes (worker ``i`` on GPU ``i``
+    of those ``env`` shows), started before and closed after the row's runs."""
+    from distributed import LocalCluster
+
+    from ..distributed._dask_tasks import WORKER_GPU_ENV
+
+    with LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
+                      dashboard_address=":0", env={**env, WORKER_GPU_ENV: "1"}) as cluster:
+        yield cluster.scheduler_address
 
 
 def _read_result(out):
@@ -315,7 +339,7 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
         env = caches.env("warm")
         outs = Path(tempfile.mkdtemp(prefix="out-", dir=folder))
         for name, _, _, extra, visible in runs:
-            if "--workers" in extra:  # (below 16 GiB it would run on one GPU anyway)
+            if "--workers" in extra or "--scheduler" in extra:  # (Dask's: warmed below)
                 continue
             r = run_process(xcorr_argv("align", warm_path, "--out", outs / "warm", "--force",
                                        "--no-aligned", "-q", *extra), env=_shown(env, visible))
@@ -334,11 +358,20 @@ def main(gpus="all", *, frames=None, size=None, patches=(8, 8), repeat=1, workdi
         ones = {}
         for j, (name, kind, k, extra, visible) in enumerate(runs):
             out = outs / f"o{j}"
+            cluster = "--scheduler" in extra
             row = {"name": name, "kind": kind, "k": k, "bytes": stack.nbytes, "runs": [],
-                   "error": "", "one": "--device" in extra, "dask": "--workers" in extra}
-            argv = xcorr_argv("align", path, "--out", out, "--force", "--no-aligned", "-q",
-                              *extra)
-            _timed_process(row, argv, _shown(env, visible), out, stack.shifts, repeat, echo)
+                   "error": "", "one": "--device" in extra,
+                   "dask": "--workers" in extra or cluster}
+            with (_cluster(k, _shown(env, visible)) if cluster
+                  else contextlib.nullcontext(None)) as address:
+                extra = [address if a == SCHEDULER else a for a in extra]
+                if cluster:  # (its workers' first run, untimed, as the other rows had theirs)
+                    run_process(xcorr_argv("align", warm_path, "--out", outs / "warm",
+                                           "--force", "--no-aligned", "-q", *extra), env=env)
+                argv = xcorr_argv("align", path, "--out", out, "--force", "--no-aligned", "-q",
+                                  *extra)
+                _timed_process(row, argv, _shown(env, visible), out, stack.shifts, repeat,
+                               echo)
             result = row.pop("result", None)
             if row["one"] and result is not None:
                 ones[kind] = result

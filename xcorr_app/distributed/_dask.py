@@ -31,18 +31,19 @@ import collections
 import contextlib
 import functools
 import importlib
+import uuid
 from pathlib import Path
 
 import numpy as np
 
 from .. import backend
-from ..alignment import AlignOptions, Executor, options_signature, run_alignment
+from ..alignment import AlignOptions, Executor, options_signature, reads_again, run_alignment
 from ..errors import InputError, XcorrError
 from ..streaming import DEFAULT_CHUNK, chunk_bounds
-from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, filter_task, plan_task,
-                          range_task, shift_task)
+from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, drop_kept, filter_task,
+                          plan_task, range_task, shift_task)
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
-#: frames per task when the input is a path
+#: frames per task when the input is a path and no cluster says how many workers share it
 TASK_FRAMES = 128
 def _require_dask():
     try:
@@ -54,6 +55,19 @@ def _require_dask():
 def is_dask_array(a) -> bool:
     """True for a dask array (without importing Dask)."""
     return type(a).__module__.startswith("dask.array")
+
+def absolute_source(path) -> str:
+    """``path`` (``FILE``, ``FILE:/DATASET``, ``FILE?z=K``) with its file made absolute, as a
+    worker started elsewhere must open it.
+
+    >>> absolute_source("/data/movie.h5:/data?z=2")
+    '/data/movie.h5:/data?z=2'
+    """
+    from ..io import source_path, split_source
+
+    file, dataset, z = split_source(path)
+    return source_path(Path(file).absolute(), dataset=dataset, z=z)
+
 
 def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_frames=None):
     """A bank (``xcorr filter --bank``) or a mix (``--mix``) over every channel, as a lazy
@@ -89,16 +103,19 @@ class _Input:
     """What the client knows of the input: its size, its ranges of frames and one source per
     task."""
 
-    def __init__(self, stack_or_path, channel, task_frames):
+    def __init__(self, stack_or_path, channel, task_frames, workers=0):
         from ..io import open_source
 
         _require_dask()
         if isinstance(stack_or_path, (str, Path)):
             with open_source(stack_or_path, channel) as src:  # the header only
                 self.n, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
-            step = max(1, int(task_frames or TASK_FRAMES))
+            # one contiguous range per worker on a cluster, as --gpus gives each GPU one
+            step = max(1, int(task_frames or (-(-self.n // workers) if workers
+                                              else TASK_FRAMES)))
             self.ranges = chunk_bounds(0, self.n, step)
-            self._path = ("path", stack_or_path, channel)
+            # absolute: a worker opens it from its own working directory
+            self._path = ("path", absolute_source(stack_or_path), channel)
             self.array = None
             return
         if not is_dask_array(stack_or_path):
@@ -129,12 +146,13 @@ class _Input:
 
 
 def _compute(tasks, client, scheduler, sizes=None, progress=None):
-    """The tasks' results; with a client, ``progress(size)`` as each task finishes."""
+    """The tasks' results (delayed objects, or a client's futures); with a client,
+    ``progress(size)`` as each task finishes."""
     import dask
 
     if client is None:
         return dask.compute(*tasks, scheduler=scheduler)
-    futures = client.compute(list(tasks))
+    futures = [t if _is_future(t) else client.compute(t) for t in tasks]
     if progress is not None:
         from distributed import as_completed
 
@@ -148,6 +166,17 @@ def _compute(tasks, client, scheduler, sizes=None, progress=None):
     return client.gather(futures)
 
 
+def _is_future(t) -> bool:
+    return type(t).__name__ == "Future" and type(t).__module__.startswith("distributed")
+
+
+def _workers_of(client) -> list:
+    """The addresses of ``client``'s workers, in the order of their names (``local_client``'s
+    are 0, 1, ...: worker k uses GPU k)."""
+    info = client.scheduler_info(n_workers=-1).get("workers", {})
+    return [a for a, _ in sorted(info.items(), key=lambda kv: (str(kv[1].get("name")), kv[0]))]
+
+
 class DaskExecutor(Executor):
     """The ranges of a run as Dask tasks (:func:`~xcorr_app.distributed._dask_tasks.range_task`:
     each opens its own frames and runs on its worker's device); the pipeline's own steps run on
@@ -159,6 +188,8 @@ class DaskExecutor(Executor):
     def __init__(self, client=None, scheduler=None, task_frames=None):
         super().__init__()
         self.client, self.scheduler, self.task_frames = client, scheduler, task_frames
+        self.workers = []  # the client's workers' addresses: range k's task on worker k
+        self.run_id = uuid.uuid4().hex  # (the key of what its workers keep between passes)
 
     @contextlib.contextmanager
     def open(self, stack_or_path, opts):
@@ -168,13 +199,20 @@ class DaskExecutor(Executor):
         if opts.channel is not None and not isinstance(stack_or_path, (str, Path)):
             raise InputError(f"channel {opts.channel} picks a channel of a multi-channel file; "
                              "an array is one channel: pass stack[:, channel]")
-        self.inp = _Input(stack_or_path, opts.channel, self.task_frames)
+        if self.client is not None:
+            self.workers = _workers_of(self.client)
+        self.inp = _Input(stack_or_path, opts.channel, self.task_frames, len(self.workers))
         src = open_source(stack_or_path, opts.channel) if self.inp.array is None \
             else _ClientFrames(self.inp.array)
-        with src:
-            check_planes(src)  # (a T x Z TIFF's planes are not frames to register)  # (the client reads a few frames: the reference, the auto decisions)
-            self.src = src
-            yield src
+        try:
+            with src:
+                check_planes(src)  # (a T x Z TIFF's planes are not frames to register)
+                self.src = src  # (the client reads a few frames: the reference, decisions)
+                yield src
+        finally:
+            if self.workers:  # (the ranges its workers kept on their GPUs: given back)
+                with contextlib.suppress(Exception):
+                    self.client.run(drop_kept, self.run_id, workers=self.workers)
 
     def check_out(self, out, shape):
         if out is not None:
@@ -201,11 +239,24 @@ class DaskExecutor(Executor):
         from dask import delayed
 
         ks = [k for k, (a, _) in enumerate(self.inp.ranges) if upto is None or a < upto]
-        shared = delayed(fn, pure=True)  # one node of the graph, sent once to each worker
-        tasks = [delayed(range_task)(shared, self.inp.source(k, with_before=before),
-                                     *self.inp.ranges[k], self.opts.device) for k in ks]
-        return self._compute(tasks, [b - a for a, b in (self.inp.ranges[k] for k in ks)],
-                             progress)
+        sizes = [b - a for a, b in (self.inp.ranges[k] for k in ks)]
+        if not self.workers:
+            shared = delayed(fn, pure=True)  # one node of the graph, sent once to each worker
+            tasks = [delayed(range_task)(shared, self.inp.source(k, with_before=before),
+                                         *self.inp.ranges[k], self.opts.device) for k in ks]
+            return self._compute(tasks, sizes, progress)
+        # on every worker before the tasks: a task waiting for one worker's copy would be
+        # placed there, and the ranges ran one after the other
+        shared = self.client.scatter(fn, broadcast=True, hash=False)
+        # range k on the same worker every pass, so that a worker keeps its ranges on its GPU
+        # from the first pass on (a path's frames), as a GPU of --gpus does
+        keep = self.run_id if self.inp.array is None and reads_again(self.opts, None) else None
+        per = -(-len(self.inp.ranges) // len(self.workers))
+        tasks = [self.client.submit(range_task, shared, self.inp.source(k, with_before=before),
+                                    *self.inp.ranges[k], self.opts.device, keep,
+                                    workers=[self.workers[k // per]], allow_other_workers=True,
+                                    pure=False) for k in ks]
+        return self._compute(tasks, sizes, progress)
 
     def _compute(self, tasks, sizes=None, progress=None):
         return _compute(tasks, self.client, self.scheduler, sizes, progress)
@@ -253,14 +304,17 @@ def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_fr
     ----------
     stack_or_path : dask array, ndarray, str or Path
         A (N, H, W) dask array (its blocks along the first axis become tasks; NumPy blocks), an
-        in-memory stack, or a TIFF file / folder read by the workers themselves.
+        in-memory stack, or a file or folder (TIFF, OME-Zarr, HDF5...) that the workers read
+        themselves (a relative path is made absolute here).
     reference, **options
         As :func:`xcorr_app.align` (:class:`~xcorr_app.alignment.AlignOptions`);
         ``chunk_frames`` and ``max_memory`` apply to each task, and ``device`` is resolved on
         each worker (``auto``: the worker's GPU where it has one).  ``out`` and ``gpus`` are
         not available (``apply_shifts`` writes the aligned stack).
     task_frames : int, optional
-        Frames per task (default: 128 for a path, the array's own blocks otherwise).
+        Frames per task (default for a path: one contiguous range per worker of ``client``'s
+        cluster, each sent to its own worker every pass, which keeps it on its GPU between
+        passes; 128 without a client; an array's own blocks otherwise).
     client : distributed.Client, optional
         Run on this client's cluster; default: Dask's current scheduler (an active client, or
         ``scheduler``).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import numpy as np
 
@@ -129,11 +130,48 @@ def _like_block(result, source):
     return backend.to_numpy(result)
 
 
-def range_task(fn, source, start, stop, device):
+#: what this worker keeps between the passes of runs (:func:`range_task`'s ``keep``):
+#: ``{(run, start, stop): (the open source's context, the source as the passes read it)}``
+_KEPT: dict = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def range_task(fn, source, start, stop, device, keep=None):
     """An executor's unit of work on a worker: ``fn(src, xp, start, stop, None)`` with the
-    task's frames opened on the worker's device (:meth:`DaskExecutor.map`)."""
-    with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        return fn(src, xp, start, stop, None)
+    task's frames opened on the worker's device (:meth:`DaskExecutor.map`).
+
+    ``keep``: the run's id where its passes read a path's frames again; the worker then keeps
+    the range's source open and, on a GPU where they fit, its frames on the device
+    (:func:`~xcorr_app.streaming.keep_on_gpu`) for the run's later passes, which the executor
+    sends to the same worker, until :func:`drop_kept`."""
+    with _on_device(device, source) as xp:
+        if keep is None or xp is np or not isinstance(source[0], str):
+            with _open(source, start, xp) as src:
+                return fn(src, xp, start, stop, None)
+        with _KEPT_LOCK:
+            kept = _KEPT.get((keep, start, stop))
+        if kept is None:
+            from ..streaming import StashedSource, keep_on_gpu
+
+            context = contextlib.ExitStack()
+            with context:
+                src = context.enter_context(_open(source, start, xp))
+                kept = (context.pop_all(), StashedSource(src, keep_on_gpu(src, xp, None, start,
+                                                                          stop)))
+            with _KEPT_LOCK:
+                _KEPT[keep, start, stop] = kept
+        return fn(kept[1], xp, start, stop, None)
+
+
+def drop_kept(run) -> int:
+    """Close what this worker kept for ``run`` (:func:`range_task`): its sources, and its
+    frames' device memory back to CuPy's pool; the number of ranges dropped."""
+    with _KEPT_LOCK:
+        keys = [k for k in _KEPT if k[0] == run]
+        dropped = [_KEPT.pop(k) for k in keys]
+    for context, _ in dropped:
+        context.close()
+    return len(dropped)
 
 
 def plan_task(opts, frame_shape, chunk_frames, device):

@@ -128,13 +128,17 @@ class StashedSource:
     """A frame source (``src``) whose frames the GPU chunk loop uploads into ``stash`` (a
     :class:`DeviceStash`, or None: no stash); once every frame is there, :attr:`stack` is the
     device array, so later chunk loops read it directly.  Reads of a few frames
-    (:meth:`read`) still come from ``src``."""
+    (:meth:`read`) still come from ``src``.  ``registered=False``: the chunk loop reads its
+    file into page-locked buffers instead of registering the file's pages
+    (:class:`~xcorr_app.streaming.RegisteredFile`)."""
 
-    def __init__(self, src, stash):
+    def __init__(self, src, stash, registered=True):
         self.src, self.stash = src, stash
         self.n_frames, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
         self.notes, self.paths = src.notes, src.paths
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
+        if not registered:  # its file's pages read into buffers, never registered with CUDA
+            self.stored = None
 
     @property
     def stack(self):
