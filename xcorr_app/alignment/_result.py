@@ -206,15 +206,23 @@ class AlignResult:
 
     def csv_text(self) -> str:
         """The shifts table (``shifts.csv``), one row per frame."""
+        n = self.n_frames
+        # (columns as Python values at once: NumPy scalars indexed one by one are slow)
+        dy, dx = np.asarray(self.shifts, np.float64).reshape(n, 2).T.tolist()
+        fy, fx = np.asarray(self.fft_shifts, np.float64).reshape(n, 2).T.tolist()
+        peak = np.asarray(self.peak, np.float64).tolist()
+        conf = np.asarray(self.confidence, np.float64).tolist()
+        words = ("false", "true")
+        low = [words[v] for v in np.asarray(self.low_confidence, bool).tolist()]
+        agree = [words[v] for v in np.asarray(self.agree, bool).tolist()]
+        fields = {}  # (a file's frames share its field)
+        sources = [fields[s] if s in fields else fields.setdefault(s, _csv_field(s))
+                   for s in (self.sources[i] for i in range(n))]
         rows = [",".join(CSV_COLUMNS)]
-        for i in range(self.n_frames):
-            dy, dx = self.shifts[i]
-            fy, fx = self.fft_shifts[i]
-            # dy, dx as they are (shortest round trip): xcorr apply redoes aligned.tif from them
-            rows.append(f"{i},{_csv_field(self.sources[i])},{float(dy)!r},{float(dx)!r},"
-                        f"{self.peak[i]:.6g},"
-                        f"{self.confidence[i]:.4g},{str(bool(self.low_confidence[i])).lower()},"
-                        f"{fy:.4f},{fx:.4f},{str(bool(self.agree[i])).lower()}")
+        # dy, dx as they are (shortest round trip): xcorr apply redoes aligned.tif from them
+        rows += [f"{i},{s},{a!r},{b!r},{p:.6g},{c:.4g},{lo},{e:.4f},{f:.4f},{ag}"
+                 for i, (s, a, b, p, c, lo, e, f, ag)
+                 in enumerate(zip(sources, dy, dx, peak, conf, low, fy, fx, agree))]
         return "\n".join(rows) + "\n"
 
     def frame_records(self) -> list:

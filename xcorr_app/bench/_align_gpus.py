@@ -132,15 +132,21 @@ def _shown(env, visible):
 
 @contextlib.contextmanager
 def _cluster(k, env):
-    """The address of a local Dask cluster of ``k`` worker processes (worker ``i`` on GPU ``i``
-    of those ``env`` shows), started before and closed after the row's runs."""
-    from distributed import LocalCluster
+    """The address of a local Dask cluster of ``k`` worker processes (``xcorr align --workers
+    k``'s: worker ``i`` on GPU ``i`` of those ``env`` shows), started before and closed after
+    the row's runs."""
+    from ..distributed import local_client
 
-    from ..distributed._dask_tasks import WORKER_GPU_ENV
-
-    with LocalCluster(n_workers=k, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", env={**env, WORKER_GPU_ENV: "1"}) as cluster:
-        yield cluster.scheduler_address
+    before = dict(os.environ)
+    os.environ.update(env)  # (what its worker processes inherit: the caches, the GPUs shown)
+    try:
+        with local_client(k) as client:
+            os.environ.clear()
+            os.environ.update(before)
+            yield client.scheduler.address
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def _read_result(out):

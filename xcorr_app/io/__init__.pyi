@@ -3,7 +3,7 @@
 
 from ._background import BackgroundWrites, PIECE_BYTES
 from ._formats import ArrayFrames, FORMAT_EXTRAS, format_of, source_path, split_source
-from ._json import json_number, strict_json
+from ._json import json_number, json_numbers, json_text, strict_json
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
 from ._pread import PreadFile, preadable

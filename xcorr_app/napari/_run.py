@@ -290,5 +290,6 @@ def table_text(result, fmt: str) -> str:
     if fmt == "csv":
         return result.csv_text()
     from ..alignment.outputs import result_document
+    from ..io import json_text
 
-    return json.dumps(result_document(result), indent=1, allow_nan=False) + "\n"
+    return json_text(result_document(result), "frames")

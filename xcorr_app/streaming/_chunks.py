@@ -38,14 +38,16 @@ from ._ranges import chunk_bounds, piece_bounds
 from ._registered import RegisteredFile
 
 #: threads copying one chunk (one piece on the GPU) into its buffer from a source several threads
-#: may read (a memory map, a file's stored bytes by pread)
-COPY_THREADS = 4
+#: may read (a memory map, a file's stored bytes by pread); they wait in the read call, so more
+#: than the GPU needs costs little (docs/performance.md, several GPUs)
+COPY_THREADS = 8
 #: on the GPU a chunk is read and copied to the device in pieces of at most this many bytes
 #: (at least a frame), so the page-locked ring is small: page-locking a ring of whole chunks
 #: was on a one-shot run's path (docs/how-align-works.md, measurements)
 PIECE_BYTES = 64 * 2**20
-#: pieces read ahead on the GPU (the ring holds one more)
-PIECES_AHEAD = 3
+#: pieces read ahead on the GPU (the ring holds one more): enough that the reads keep ahead of a
+#: GPU measuring a large stack from the page cache (docs/performance.md, several GPUs)
+PIECES_AHEAD = 6
 #: the first piece at most this many bytes (at least a frame): it is read into ordinary memory
 #: while the ring is page-locked, and such a copy blocks the run before any work is queued
 #: (docs/how-align-works.md, measurements)

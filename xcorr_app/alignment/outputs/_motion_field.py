@@ -75,7 +75,8 @@ def write_motion_field(path, result) -> None:
                       quality_flag=np.where(q.patch_worse, 1, np.where(q.patch_poor, 2, 0)
                                             ).astype(np.int8))
     with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file: savez adds no suffix
-        np.savez_compressed(f, **arrays)
+        # stored, not deflated: deflate hardly shrinks float fields and was most of the write
+        np.savez(f, **arrays)
 
 
 def _template_image(template, box):

@@ -133,24 +133,29 @@ def _runs(mask):
     return zip(edges[::2], edges[1::2])
 
 
-def _envelope(px, py, panel):
-    """Many points per pixel column: each column's lowest and highest point, in turn (a
-    polyline through them draws the same envelope at the cost of the plot's width)."""
-    col = np.floor(px).astype(np.int64)
+def _envelope(px, py):
+    """Many points per pixel column (of the plot; ``px`` supersampled): each column's lowest
+    and highest point, in turn, at the column's centre (a polyline through them draws the same
+    envelope, once the plot is reduced, at the cost of the plot's width; Pillow inks a thin
+    line from the integer part of its x, so the centre inks the column's supersampled pixels
+    as the points did)."""
+    col = np.floor(px / SUPERSAMPLE).astype(np.int64)
     starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
     with np.errstate(invalid="ignore"):
         lo = np.fmin.reduceat(py, starts)
         hi = np.fmax.reduceat(py, starts)
-    x = np.repeat(col[starts] + 0.5, 2)
+    x = np.repeat(col[starts] * SUPERSAMPLE + (SUPERSAMPLE - 1) / 2, 2)
     y = np.c_[lo, hi].ravel()
     return x, y
 
 
 def curve(draw, panel, x, y, color, width, marker=None):
-    """A polyline through the finite points (broken at NaN), with markers for few points."""
+    """A polyline through the finite points (broken at NaN), with markers for few points;
+    more points than the plot's pixel columns are drawn as their envelope (:func:`_envelope`:
+    the same picture, and a million frames draw as fast as a thousand)."""
     px, py = panel.px(x, SUPERSAMPLE), panel.py(y, SUPERSAMPLE)
-    if len(px) > 2 * (panel.box[2] - panel.box[0]) * SUPERSAMPLE:
-        px, py = _envelope(px, py, panel)  # a million frames draw as fast as a thousand
+    if len(px) > 2 * (panel.box[2] - panel.box[0]):  # (the envelope: two points a column)
+        px, py = _envelope(px, py)
     for a, b in _runs(np.isfinite(py)):
         points = np.c_[px[a:b], py[a:b]].ravel().tolist()
         if b - a == 1:
@@ -168,10 +173,12 @@ def _dashed(image, panel, x, y, color, width):
     (a constant cost, whatever the number of frames)."""
     from PIL import Image, ImageDraw
 
-    mask = Image.new("L", image.size, 0)
-    curve(ImageDraw.Draw(mask), panel, x, y, 255, width)
     box = tuple(int(v) * SUPERSAMPLE for v in panel.box)
-    m = np.array(mask.crop(box))
+    mask = Image.new("L", (box[2] - box[0], box[3] - box[1]), 0)  # (the panel's pixels only)
+    x0, y0, x1, y1 = panel.box
+    curve(ImageDraw.Draw(mask), Panel((0, 0, x1 - x0, y1 - y0), panel.xlim, panel.ylim), x, y,
+          255, width)
+    m = np.array(mask)
     m[:, (np.arange(m.shape[1]) // (5 * SUPERSAMPLE)) % 2 == 1] = 0
     rows, cols = np.flatnonzero(m.any(1)), np.flatnonzero(m.any(0))
     if rows.size:  # paste only where the line is (a flat threshold line: a few rows)

@@ -31,12 +31,12 @@ import numpy as np
 
 from ..._environment import environment
 from ...errors import InputError, OutputError
-from ...io import OUT_FORMATS, aligned_name
+from ...io import OUT_FORMATS, aligned_name, json_numbers, json_text
 from ..warp import RESAMPLE, check_fill
 
 __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
-           "check_channels", "check_save", "check_stale", "output_names", "result_document",
-           "write_chunks"]
+           "check_channels", "check_save", "check_stale", "frame_columns", "output_names",
+           "result_document", "write_chunks"]
 
 def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patches=False):
     """The files of an outputs folder, name -> file name (the aligned stack under
@@ -175,9 +175,46 @@ def _title_name(source) -> str:
     return Path(source).name if isinstance(source, (str, Path)) else "stack"
 
 
+def frame_columns(res) -> dict:
+    """The records of :meth:`AlignResult.frame_records
+    <xcorr_app.alignment.AlignResult.frame_records>` as columns, key -> one standard JSON
+    value a frame, each column converted at once (a long run's records one value at a time
+    cost a large share of a one-shot run).
+
+    >>> from types import SimpleNamespace
+    >>> res = SimpleNamespace(n_frames=2, sources=["a.tif", "a.tif"], shifts=np.zeros((2, 2)),
+    ...                       peak=np.array([1.0, np.nan]), confidence=np.array([np.inf, 0]),
+    ...                       low_confidence=np.array([False, True]), fft_shifts=np.zeros((2, 2)),
+    ...                       agree=np.ones(2, bool), border=np.zeros(2, bool), quality=None)
+    >>> frame_columns(res)["confidence"], frame_columns(res)["peak"]
+    (['inf', 0.0], [1.0, None])
+    """
+    from ...io import strict_json
+
+    n = res.n_frames
+    shifts, fft = np.asarray(res.shifts).reshape(n, 2), np.asarray(res.fft_shifts).reshape(n, 2)
+
+    def flag(values):
+        return np.asarray(values, bool).reshape(n).tolist()
+
+    columns = {"frame": list(range(n)), "source": [res.sources[i] for i in range(n)],
+               "dy": json_numbers(shifts[:, 0]), "dx": json_numbers(shifts[:, 1]),
+               "peak": json_numbers(res.peak), "confidence": json_numbers(res.confidence),
+               "low_confidence": flag(res.low_confidence), "fft_dy": json_numbers(fft[:, 0]),
+               "fft_dx": json_numbers(fft[:, 1]), "agree": flag(res.agree),
+               "peak_on_border": flag(res.border)}
+    quality = None if res.quality is None else res.quality.records()
+    for key in quality[0] if quality else ():
+        values = [r[key] for r in quality]
+        columns[key] = json_numbers(values) if all(type(v) is float for v in values) \
+            else strict_json(values)
+    return columns
+
+
 def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
     """``shifts.json`` of ``res``: its input, settings (with those of the aligned stack),
-    summary, environment, time and one record per frame, as standard JSON values."""
+    summary, environment, time and one record per frame (:func:`frame_columns`), as standard
+    JSON values."""
     from ...io import strict_json
 
     seconds = res.seconds if res.seconds is not None else float("nan")
@@ -186,9 +223,11 @@ def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
            "settings": settings, "summary": res.summary(),
            **environment(res.settings.get("device", "cpu")),
            "seconds_measuring": round(seconds, 4),
-           "frames_per_second": round(res.n_frames / max(seconds, 1e-9), 2),
-           "frames": res.frame_records()}
-    return strict_json(doc)  # no bare NaN: shifts.json is standard JSON
+           "frames_per_second": round(res.n_frames / max(seconds, 1e-9), 2)}
+    doc = strict_json(doc)  # no bare NaN: shifts.json is standard JSON
+    columns = frame_columns(res)  # (standard JSON already)
+    doc["frames"] = [dict(zip(columns, row)) for row in zip(*columns.values())]
+    return doc
 
 
 def beside_a_run(path) -> bool:
@@ -318,7 +357,7 @@ class RunOutputs:
                          progress)
         write_text(paths["shifts.csv"], res.csv_text())
         self.document = doc = result_document(res, resample=resample, crop=crop, fill=fill)
-        write_text(paths["shifts.json"], json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        write_text(paths["shifts.json"], json_text(doc, "frames"))
         if self.plots:
             plot_drift(paths["drift.png"], res,
                        title=f"{name}: reference {res.settings['reference']}")
