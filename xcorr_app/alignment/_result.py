@@ -317,7 +317,7 @@ class AlignResult:
                         inputs=inputs) as outs:
             if aligned:
                 how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
-                                                  format, keep_dtype), channels)
+                                                  keep_dtype), channels)
                 made = self.aligned_frames(channels=channels, resample=resample, crop=crop,
                                            fill=fill, warp=warp)
             return outs.write(self, frames=made, resample=resample, crop=crop, fill=fill,

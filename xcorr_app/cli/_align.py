@@ -120,9 +120,10 @@ OUTPUT_OPTIONS = (
     click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif."),
     click.option("--out-format", type=click.Choice(tuple(OUT_FORMATS)), default="tiff",
                  show_default=True,
-                 help="Format of the aligned stack: tiff (aligned.tif), ome-zarr "
+                 help="Format of the aligned stack: tiff (aligned.tif, ImageJ), ome-zarr "
                       "(aligned.ome.zarr, a folder), hdf5 (aligned.h5, dataset /aligned); "
-                      "chunked, with the input's pixel size and channel names."),
+                      "each with the input's pixel size and channel names (tiff: and its "
+                      "frame interval)."),
     click.option("--keep-dtype", is_flag=True,
                  help="Write the aligned stack in the input's pixel type (integers rounded "
                       "and clipped) instead of float32."),
@@ -287,7 +288,7 @@ def _check(o):
         check_planes(src)  # (a T x Z TIFF: align's caller registers it in 3-D, or refuses)
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         print_notes(src, o.quiet)
-        o.aligned_as = aligned_as(src, o.path, o.out_format, o.keep_dtype)
+        o.aligned_as = aligned_as(src, o.path, o.keep_dtype)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
     # in this process the run decides the device, once, where it starts on it
     # (backend.decide_device): what comes before it overlaps CUDA's start

@@ -165,7 +165,7 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     with open_stack(path, channel=channel) as src:
         check_fits(saved, shifts, src, path)
         print_notes(src, quiet)
-        aligned = aligned_as(src, path, fmt, keep_dtype)
+        aligned = aligned_as(src, path, keep_dtype)
         frame_shape = src.frame_shape
     dev = "cpu" if device == "cpu" else note_device(device, quiet)
     inputs = [split_source(path)[0], Path(shifts)]

@@ -10,7 +10,7 @@ from ._pread import PreadFile, preadable
 from ._describe import describe
 from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, TIFF_SUFFIXES,
                       open_source, open_stack, read_image)
-from ._stack_writers import OUT_FORMATS, aligned_name, as_dtype, stack_writer
+from ._stack_writers import OUT_FORMATS, aligned_name, as_dtype, imagej_calibration, stack_writer
 from ._tiff import SUPPORTED_DTYPES, HoldsVolumes, check_planes, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)

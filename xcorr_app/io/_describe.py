@@ -18,8 +18,9 @@ __all__ = ["describe"]
 
 def describe(path, channel=None) -> dict:
     """What the source ``path`` holds: ``format``, ``shape``, ``axes``, ``dtype``, ``chunks``,
-    ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None, and as
-    read: ``frames``, ``frame_shape``, ``notes``.
+    ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None,
+    ``frame_interval`` (seconds, where a TIFF says) or None, and as read: ``frames``,
+    ``frame_shape``, ``notes``.
 
     Raises
     ------
@@ -35,12 +36,13 @@ def describe(path, channel=None) -> dict:
             "xcorr align registers these volumes in 3-D; --z K picks one plane"]
         info = {"frames": src.n_frames, "frame_shape": tuple(src.frame_shape),
                 "dtype": str(src.dtype), "notes": list(src.notes) + notes,
-                "channels": getattr(src, "n_channels", 1)}
+                "channels": getattr(src, "n_channels", 1), "frame_interval": None}
         if fmt == "tiff" and file.is_file():
             meta = tiff_metadata(file)
             info.update(format=meta["format"], shape=meta["shape"], axes=meta["axes"],
                         chunks=meta["chunks"], pixel_size=meta["pixel_size"],
-                        channel_names=meta["channel_names"])
+                        channel_names=meta["channel_names"],
+                        frame_interval=meta["frame_interval"])
         elif fmt == "tiff":
             info.update(format=f"folder of {len(src.paths)} TIFF files",
                         shape=(src.n_frames, *src.frame_shape), axes="TYX",

@@ -37,6 +37,24 @@ def _ome_pixels(tif):
     return size, [str(c.get("Name", "")) for c in channels if isinstance(c, dict)]
 
 
+def _frame_interval(tif) -> float | None:
+    """Seconds between frames as an ImageJ (``finterval``) or OME-TIFF (``TimeIncrement``) file
+    says, else None."""
+    try:
+        if tif.is_ome and tif.ome_metadata:
+            image = tifffile.xml2dict(tif.ome_metadata).get("OME", {}).get("Image", {})
+            pixels = (image[0] if isinstance(image, list) else image).get("Pixels", {})
+            value, unit = pixels.get("TimeIncrement"), pixels.get("TimeIncrementUnit", "s")
+            scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "min": 60.0, "h": 3600.0}
+            value = None if value is None or unit not in scale else float(value) * scale[unit]
+        else:
+            value = (tif.imagej_metadata or {}).get("finterval") if tif.is_imagej else None
+            value = None if value is None else float(value)
+    except (TypeError, ValueError, AttributeError):  # (an unusable value: not carried)
+        return None
+    return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
 def _imagej_pixels(tif):
     """``(pixel size, channel names)`` of an ImageJ TIFF (resolution tags, its ``unit``)."""
     page, meta = tif.pages.first, tif.imagej_metadata or {}
@@ -47,13 +65,19 @@ def _imagej_pixels(tif):
         if xn and yn and (xn, xd) != (1, 1):
             size = (yd / yn, xd / xn, str(meta.get("unit", "")))
     labels = meta.get("Labels")
-    return size, list(labels) if isinstance(labels, (list, tuple)) else []
+    labels = list(labels) if isinstance(labels, (list, tuple)) else []
+    # (a label a page, channels first: a hyperstack's channels are its first labels)
+    channels = meta.get("channels")
+    if isinstance(channels, int) and 1 < channels <= len(labels):
+        labels = labels[:channels]
+    return size, labels
 
 
 def tiff_metadata(path: Path) -> dict:
     """What a TIFF file's first series holds: ``shape``, ``axes`` (tifffile's letters: ``T``,
     ``C``, ``Z``, ``Y``, ``X``, ``S`` samples, ``I``/``Q`` unnamed), ``dtype``, ``chunks``
-    (one page), ``pixel_size`` ``(y, x, unit)`` or None, ``channel_names``, ``format``."""
+    (one page), ``pixel_size`` ``(y, x, unit)`` or None, ``channel_names``, ``format``,
+    ``frame_interval`` (seconds) or None."""
     with tiff_errors(path), tifffile.TiffFile(path) as tif:
         if not tif.series:
             raise InputError(f"{path} contains no image; give a TIFF file with image data")
@@ -67,7 +91,8 @@ def tiff_metadata(path: Path) -> dict:
             fmt = "ImageJ TIFF"
         return {"shape": tuple(series.shape), "axes": series.axes,
                 "dtype": np.dtype(series.dtype), "chunks": tuple(series.keyframe.shape),
-                "pixel_size": size, "channel_names": names, "format": fmt}
+                "pixel_size": size, "channel_names": names, "format": fmt,
+                "frame_interval": _frame_interval(tif)}
 
 
 class PlaneFrames:

@@ -19,6 +19,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 from pathlib import Path
 
@@ -219,6 +220,34 @@ class ZarrStackWriter(_Writer):
             root.attrs.update({**attrs, "xcorr": {"source": str(meta.get("source", ""))}})
 
 
+def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
+    """``metadata`` and ``resolution`` of :class:`~xcorr_app.io.TiffStackWriter` carrying
+    ``meta``'s pixel size, its unit and the frame interval into an ImageJ TIFF (what Fiji shows
+    as the image's calibration), and with several channels their names (a label a page).
+
+    >>> imagej_calibration({"pixel_size": (0.5, 0.25, "micrometer"), "frame_interval": 0.1})
+    {'metadata': {'unit': 'um', 'finterval': 0.1}, 'resolution': (4.0, 2.0)}
+    >>> imagej_calibration(None)
+    {}
+    """
+    meta = meta or {}
+    size, out, found = meta.get("pixel_size"), {}, {}
+    if size and all(v and math.isfinite(float(v)) and float(v) > 0 for v in size[:2]):
+        unit = _ngff_unit(size[2])
+        found["unit"] = _IMAGEJ_UNITS.get(unit, str(size[2]) or "pixel")
+        out["resolution"] = (1 / float(size[1]), 1 / float(size[0]))
+    if meta.get("frame_interval"):
+        found["finterval"] = float(meta["frame_interval"])
+    names = [str(n) for n in meta.get("channel_names") or []]
+    if channels > 1 and len(names) == channels and n_frames:
+        found["Labels"] = names * (int(n_frames) // channels)
+    return {"metadata": found, **out} if found else {}
+
+
+#: ImageJ's names of the OME-NGFF length units (``um``: shown as µm)
+_IMAGEJ_UNITS = {"micrometer": "um", "nanometer": "nm", "millimeter": "mm"}
+
+
 def _ngff_unit(unit: str):
     """The OME-NGFF name of a length unit (``µm`` -> ``micrometer``), or None."""
     unit = str(unit).strip()
@@ -274,7 +303,8 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
         return ZarrStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     if name.endswith((".h5", ".hdf5")):
         return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
-    writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels)
+    writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels,
+                             **imagej_calibration(metadata, n_frames, channels))
     if writer.dtype != dtype:  # (ImageJ keeps uint8, uint16, float32: int16 as float32)
         return writer
     if dtype.kind in "iu":  # round and clip as the other formats do

@@ -345,6 +345,9 @@ class TiffStackWriter:
     channels : int
         With ImageJ, pages are written time frame by time frame, ``channels`` pages each: an
         ImageJ hyperstack (T, C, Y, X).
+    resolution : (float, float), optional
+        Pixels per unit along x and y (the TIFF resolution tags; ImageJ's ``unit`` in
+        ``metadata``).
 
     Used as a context manager, it closes on success and aborts (deletes the temporary file)
     on an exception.
@@ -368,7 +371,8 @@ class TiffStackWriter:
     """
 
     def __init__(self, path, frame_shape, dtype, n_frames: int | None = None,
-                 imagej: bool = True, metadata: dict | None = None, channels: int = 1):
+                 imagej: bool = True, metadata: dict | None = None, channels: int = 1,
+                 resolution=None):
         self.path = Path(path)
         self.channels = int(channels)
         self.frame_shape = tuple(int(n) for n in frame_shape)
@@ -378,6 +382,7 @@ class TiffStackWriter:
         self.n_written = 0
         self._imagej = imagej
         self._metadata = {k: v for k, v in (metadata or {}).items() if k != "axes"}
+        self._resolution = resolution
         nbytes = (n_frames or 0) * self.dtype.itemsize * int(np.prod(self.frame_shape))
         bigtiff = not imagej and (n_frames is None or nbytes > 2**32 - 2**25)
         self._target = AtomicTarget(self.path)
@@ -401,7 +406,7 @@ class TiffStackWriter:
             for frame in chunk.astype(self.dtype, copy=False):
                 # one page per call: contiguous mode appends pages of the same shape
                 self._tw.write(frame, contiguous=True, photometric="minisblack",
-                               metadata=self._metadata)
+                               metadata=self._metadata, resolution=self._resolution)
         self.n_written += len(chunk)
 
     def close(self) -> None:

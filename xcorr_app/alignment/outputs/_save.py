@@ -108,19 +108,18 @@ def check_channels(channels, n_channels, measured):
     return listed
 
 
-def aligned_as(src, path, format, keep_dtype) -> dict:
+def aligned_as(src, path, keep_dtype) -> dict:
     """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
-    pixel type with ``keep_dtype``, else float32) and the ``metadata`` carried into an
-    OME-Zarr or HDF5 output (pixel size, channel names, source)."""
-    out = {"keep": src.dtype if keep_dtype else None}
-    if format != "tiff":
-        from ...io import describe
+    pixel type with ``keep_dtype``, else float32) and the ``metadata`` carried into it (pixel
+    size, channel names, frame interval, source)."""
+    from ...io import describe
 
-        d = describe(path) if isinstance(path, (str, Path)) else \
-            {"pixel_size": None, "channel_names": []}
-        out["metadata"] = {"pixel_size": d["pixel_size"], "source": _input_name(path),
-                           "channel_names": d["channel_names"]}
-    return out
+    d = describe(path) if isinstance(path, (str, Path)) else \
+        {"pixel_size": None, "channel_names": [], "frame_interval": None}
+    return {"keep": src.dtype if keep_dtype else None,
+            "metadata": {"pixel_size": d["pixel_size"], "source": _input_name(path),
+                         "channel_names": d["channel_names"],
+                         "frame_interval": d.get("frame_interval")}}
 
 
 class AlignedSink:
@@ -387,18 +386,17 @@ def channel_metadata(aligned, channels):
                                    [names[c] for c in channels] if names else []})
 
 
-def aligned_of(source, channel, format, keep_dtype) -> dict:
+def aligned_of(source, channel, keep_dtype) -> dict:
     """:func:`aligned_as` of a run's input ``source`` (a path: opened again for its pixel type
     and metadata; an array: its pixel type)."""
     if hasattr(source, "dtype"):
         from types import SimpleNamespace
 
-        return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, format,
-                          keep_dtype)
+        return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, keep_dtype)
     from ...io import open_stack
 
     with open_stack(source, channel=channel) as src:
-        return aligned_as(src, source, format, keep_dtype)
+        return aligned_as(src, source, keep_dtype)
 
 
 def channels_of(source, channel) -> int:

@@ -1,0 +1,89 @@
+"""The aligned stack keeps its input's calibration (issue 74: aligned.tif dropped the pixel size,
+its unit, the frame interval and the channel names, so Fiji showed pixels): an ImageJ or an
+OME-TIFF input, written by tifffile as Fiji and OME writers do, aligned by ``xcorr align`` and by
+``AlignResult.save``, gives an ImageJ aligned.tif whose resolution, unit, frame interval and
+channel labels say what the input said, read back by tifffile and by ``xcorr_app.io.describe``."""
+
+import numpy as np
+import pytest
+import tifffile
+from scipy import ndimage as ndi
+
+from xcorr_app import align
+from xcorr_app.io import describe, imagej_calibration
+
+from cli_helpers import xcorr
+
+
+def _frames(rng, n=6, shape=(64, 72)):
+    base = ndi.gaussian_filter(rng.random((shape[0] + 8, shape[1] + 8)), 2.0)
+    return np.stack([base[4 + i % 3:4 + i % 3 + shape[0], 4 - i % 2:4 - i % 2 + shape[1]]
+                     for i in range(n)]).astype(np.float32)
+
+
+def _calibration(path):
+    with tifffile.TiffFile(path) as tif:
+        page, meta = tif.pages.first, tif.imagej_metadata or {}
+        (xn, xd), (yn, yd) = page.tags["XResolution"].value, page.tags["YResolution"].value
+        return (yd / yn, xd / xn), meta.get("unit"), meta.get("finterval"), tif.series[0].axes
+
+
+@pytest.fixture
+def imagej_input(tmp_path):
+    path = tmp_path / "fiji.tif"
+    tifffile.imwrite(path, _frames(np.random.default_rng(3)), imagej=True,
+                     resolution=(1 / 0.25, 1 / 0.5),
+                     metadata={"axes": "TYX", "unit": "um", "finterval": 0.2})
+    return path
+
+
+def test_the_command_keeps_an_imagej_inputs_calibration(imagej_input, tmp_path):
+    r = xcorr("align", imagej_input, "--out", tmp_path / "out", "--device", "cpu", "-q")
+    assert r.returncode == 0, r.stderr
+    size, unit, interval, axes = _calibration(tmp_path / "out" / "aligned.tif")
+    assert size == pytest.approx((0.5, 0.25)) and unit == "um" and axes == "TYX"
+    assert interval == pytest.approx(0.2)
+    d = describe(tmp_path / "out" / "aligned.tif")
+    assert d["pixel_size"][:2] == pytest.approx((0.5, 0.25)) and d["pixel_size"][2] == "um"
+    assert d["frame_interval"] == pytest.approx(0.2)
+
+
+def test_save_keeps_an_ome_tiffs_calibration(tmp_path):
+    path = tmp_path / "scope.ome.tif"
+    tifffile.imwrite(path, _frames(np.random.default_rng(4)), ome=True,
+                     metadata={"axes": "TYX", "PhysicalSizeX": 0.3, "PhysicalSizeY": 0.3,
+                               "PhysicalSizeXUnit": "µm", "PhysicalSizeYUnit": "µm",
+                               "TimeIncrement": 50, "TimeIncrementUnit": "ms"})
+    res = align(path, device="cpu")
+    res.save(tmp_path / "out")
+    size, unit, interval, _ = _calibration(tmp_path / "out" / "aligned.tif")
+    assert size == pytest.approx((0.3, 0.3)) and unit == "um"
+    assert interval == pytest.approx(0.05)
+
+
+def test_channel_names_label_every_page_of_the_hyperstack(tmp_path):
+    one = _frames(np.random.default_rng(5))
+    path = tmp_path / "two.tif"
+    tifffile.imwrite(path, np.stack([one, one ** 2], axis=1), imagej=True,
+                     resolution=(4.0, 4.0),
+                     metadata={"axes": "TCYX", "unit": "um", "Labels": ["GCaMP", "tdTomato"] * 6})
+    assert describe(path)["channel_names"] == ["GCaMP", "tdTomato"]
+    r = xcorr("align", path, "--out", tmp_path / "out", "--device", "cpu", "-q", "--channel", "0",
+              "--apply-to", "all")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out" / "aligned.tif"
+    with tifffile.TiffFile(out) as tif:
+        assert tif.series[0].axes == "TCYX" and tif.imagej_metadata["Labels"][:4] == \
+            ["GCaMP", "tdTomato", "GCaMP", "tdTomato"]
+    assert describe(out)["channel_names"] == ["GCaMP", "tdTomato"]
+
+
+def test_an_uncalibrated_input_writes_no_calibration(tmp_path):
+    assert imagej_calibration({"pixel_size": None, "frame_interval": None}) == {}
+    assert imagej_calibration({"pixel_size": (0.0, 1.0, "um")}) == {}  # (unusable: not carried)
+    path = tmp_path / "plain.tif"
+    tifffile.imwrite(path, _frames(np.random.default_rng(6)))
+    r = xcorr("align", path, "--out", tmp_path / "out", "--device", "cpu", "-q")
+    assert r.returncode == 0, r.stderr
+    d = describe(tmp_path / "out" / "aligned.tif")
+    assert d["pixel_size"] is None and d["frame_interval"] is None
