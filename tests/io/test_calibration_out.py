@@ -87,3 +87,61 @@ def test_an_uncalibrated_input_writes_no_calibration(tmp_path):
     assert r.returncode == 0, r.stderr
     d = describe(tmp_path / "out" / "aligned.tif")
     assert d["pixel_size"] is None and d["frame_interval"] is None
+
+
+def _ome(path):
+    with tifffile.TiffFile(path) as tif:
+        assert tif.is_ome
+        return tif.series[0].axes, tif.series[0].shape, tif.series[0].dtype, \
+            tifffile.xml2dict(tif.ome_metadata)["OME"]["Image"]["Pixels"]
+
+
+def test_ome_tiff_out_keeps_the_calibration(imagej_input, tmp_path):
+    r = xcorr("align", imagej_input, "--out", tmp_path / "out", "--device", "cpu", "-q",
+              "--out-format", "ome-tiff", "--keep-dtype")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out" / "aligned.ome.tif"
+    axes, shape, dtype, pixels = _ome(out)
+    assert (axes, shape, dtype) == ("TYX", (6, 64, 72), np.float32)
+    assert (pixels["PhysicalSizeY"], pixels["PhysicalSizeX"]) == pytest.approx((0.5, 0.25))
+    assert pixels["PhysicalSizeXUnit"] == "µm" and pixels["TimeIncrement"] == pytest.approx(0.2)
+    # the frames are the ImageJ output's
+    ref = xcorr("align", imagej_input, "--out", tmp_path / "ref", "--device", "cpu", "-q")
+    assert ref.returncode == 0, ref.stderr
+    np.testing.assert_array_equal(tifffile.imread(out),
+                                  tifffile.imread(tmp_path / "ref" / "aligned.tif"))
+
+
+def test_ome_tiff_out_of_channels_and_by_apply(tmp_path):
+    one = (_frames(np.random.default_rng(5)) * 1000).astype(np.uint16)
+    path = tmp_path / "two.tif"
+    tifffile.imwrite(path, np.stack([one, one // 2], axis=1), imagej=True,
+                     metadata={"axes": "TCYX", "Labels": ["GCaMP", "tdTomato"] * 6})
+    res = align(path, channel=0, device="cpu")
+    res.save(tmp_path / "out", format="ome-tiff", channels=[0, 1], keep_dtype=True)
+    axes, shape, dtype, pixels = _ome(tmp_path / "out" / "aligned.ome.tif")
+    assert (axes, shape, dtype) == ("TCYX", (6, 2, 64, 72), np.uint16)
+    assert [c["Name"] for c in pixels["Channel"]] == ["GCaMP", "tdTomato"]
+    assert describe(tmp_path / "out" / "aligned.ome.tif")["channel_names"] == \
+        ["GCaMP", "tdTomato"]
+    r = xcorr("apply", tmp_path / "out" / "shifts.csv", path, "--channel", "0",
+              "--out", tmp_path / "applied.ome.tif", "--keep-dtype")
+    assert r.returncode == 0, r.stderr
+    assert _ome(tmp_path / "applied.ome.tif")[:2] == ("TYX", (6, 64, 72))
+
+
+def test_an_ome_tiff_writer_that_fails_leaves_nothing(tmp_path):
+    from xcorr_app.io import stack_writer
+
+    out = tmp_path / "aligned.ome.tif"
+    with pytest.raises(RuntimeError):
+        with stack_writer(out, (8, 9), 4) as w:
+            w.write(np.zeros((2, 8, 9), np.float32))
+            raise RuntimeError("a run stopped half way")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    from xcorr_app.errors import InputError
+
+    with pytest.raises(InputError, match="expected 4"):
+        with stack_writer(out, (8, 9), 4) as w:
+            w.write(np.zeros((3, 8, 9), np.float32))
+    assert list(tmp_path.iterdir()) == []

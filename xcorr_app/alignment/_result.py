@@ -260,9 +260,10 @@ class AlignResult:
             run in ``folder``, one beside its ``shifts.json``, is then removed with ``force``,
             as it no longer matches the shifts; any other ``aligned.tif`` there is someone's
             file: refused, ``force`` or not).
-        format : {"tiff", "ome-zarr", "hdf5"}
-            The aligned stack's format: ``aligned.tif``, ``aligned.ome.zarr`` or ``aligned.h5``
-            (``--out-format``), with the input's pixel size and channel names.
+        format : {"tiff", "ome-tiff", "ome-zarr", "hdf5"}
+            The aligned stack's format: ``aligned.tif`` (ImageJ), ``aligned.ome.tif``,
+            ``aligned.ome.zarr`` or ``aligned.h5`` (``--out-format``), with the input's pixel
+            size and channel names (the TIFFs: and its frame interval).
         plots : bool
             Write ``drift.png``, ``quality.png`` and ``motion_field.png``.
         force : bool

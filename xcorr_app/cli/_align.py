@@ -120,10 +120,10 @@ OUTPUT_OPTIONS = (
     click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif."),
     click.option("--out-format", type=click.Choice(tuple(OUT_FORMATS)), default="tiff",
                  show_default=True,
-                 help="Format of the aligned stack: tiff (aligned.tif, ImageJ), ome-zarr "
-                      "(aligned.ome.zarr, a folder), hdf5 (aligned.h5, dataset /aligned); "
-                      "each with the input's pixel size and channel names (tiff: and its "
-                      "frame interval)."),
+                 help="Format of the aligned stack: tiff (aligned.tif, ImageJ), ome-tiff "
+                      "(aligned.ome.tif), ome-zarr (aligned.ome.zarr, a folder), hdf5 "
+                      "(aligned.h5, dataset /aligned); each with the input's pixel size and "
+                      "channel names (the TIFFs: and its frame interval)."),
     click.option("--keep-dtype", is_flag=True,
                  help="Write the aligned stack in the input's pixel type (integers rounded "
                       "and clipped) instead of float32."),

@@ -22,9 +22,9 @@ from ._options import (RESAMPLE_ANY, default_out, note_device, print_notes, prog
 
 __all__ = ["apply_cmd", "load_saved"]
 
-#: the names ``--out`` may end in, and the format of each
-OUT_SUFFIXES = {".tif": "tiff", ".tiff": "tiff", ".zarr": "ome-zarr", ".h5": "hdf5",
-                ".hdf5": "hdf5"}
+#: the names ``--out`` may end in, and the format of each (the first that matches)
+OUT_SUFFIXES = {".ome.tif": "ome-tiff", ".ome.tiff": "ome-tiff", ".tif": "tiff", ".tiff": "tiff",
+                ".zarr": "ome-zarr", ".h5": "hdf5", ".hdf5": "hdf5"}
 
 
 def _number(value) -> float:
@@ -114,8 +114,8 @@ def check_fits(saved, shifts_path, src, path) -> None:
 @click.argument("shifts", type=click.Path(path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_path", type=str, default=None,
-              help="The aligned stack: NAME.tif, NAME.ome.zarr or NAME.h5 (the format by the "
-                   "name) [default: STEM_applied.tif in the current folder].")
+              help="The aligned stack: NAME.tif, NAME.ome.tif, NAME.ome.zarr or NAME.h5 (the "
+                   "format by the name) [default: STEM_applied.tif in the current folder].")
 @click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
               show_default=True,
               help="Resampling at subpixel shifts (fourier: rigid only; cubic: a motion field "
@@ -153,8 +153,8 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     out = Path(out_path) if out_path else default_out(path, "_applied.tif")
     fmt = next((f for s, f in OUT_SUFFIXES.items() if out.name.lower().endswith(s)), None)
     if fmt is None:
-        raise InputError(f"--out {out}: name the aligned stack NAME.tif, NAME.ome.zarr or "
-                         "NAME.h5 (the format is chosen by the name)")
+        raise InputError(f"--out {out}: name the aligned stack NAME.tif, NAME.ome.tif, "
+                         "NAME.ome.zarr or NAME.h5 (the format is chosen by the name)")
     saved = load_saved(shifts)
     allowed = RESAMPLE if saved.field is None else FIELD_RESAMPLE
     if resample not in allowed:

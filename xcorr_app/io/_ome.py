@@ -34,7 +34,8 @@ def _ome_pixels(tif):
                 str(pixels.get("PhysicalSizeXUnit", "µm")))
     channels = pixels.get("Channel", [])
     channels = channels if isinstance(channels, list) else [channels]
-    return size, [str(c.get("Name", "")) for c in channels if isinstance(c, dict)]
+    names = [str(c.get("Name", "")) for c in channels if isinstance(c, dict)]
+    return size, names if any(names) else []
 
 
 def _frame_interval(tif) -> float | None:

@@ -1,6 +1,6 @@
-"""The aligned stack in the format asked (``--out-format tiff|ome-zarr|hdf5``): writers with the
-interface of :class:`~xcorr_app.io._writer.TiffStackWriter` (``write(chunk)``, ``close()``,
-``abort()``), each written under a hidden temporary name and renamed by the run's one commit
+"""The aligned stack in the format asked (``--out-format tiff|ome-tiff|ome-zarr|hdf5``):
+writers with the interface of :class:`~xcorr_app.io._writer.TiffStackWriter` (``write(chunk)``,
+``close()``, ``abort()``), each written under a hidden temporary name and renamed by the run's one commit
 (:class:`~xcorr_app.io._writer.AtomicTarget`: an OME-Zarr store is a folder), chunked, with the
 input's pixel size and channel names; :func:`as_dtype` for ``--keep-dtype``.
 
@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import queue
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
+
+import tifffile
 
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError, OutputError
@@ -31,10 +35,11 @@ from ._formats import need
 from ._writer import AtomicTarget, TiffStackWriter
 
 __all__ = ["OUT_FORMATS", "aligned_name", "as_dtype", "stack_writer", "ZarrStackWriter",
-           "Hdf5StackWriter"]
+           "Hdf5StackWriter", "OmeTiffStackWriter", "imagej_calibration"]
 
 #: ``--out-format``: the name of the aligned stack in each
-OUT_FORMATS = {"tiff": "aligned.tif", "ome-zarr": "aligned.ome.zarr", "hdf5": "aligned.h5"}
+OUT_FORMATS = {"tiff": "aligned.tif", "ome-tiff": "aligned.ome.tif", "ome-zarr": "aligned.ome.zarr",
+               "hdf5": "aligned.h5"}
 
 #: frames in one chunk of a Zarr or HDF5 output (a few MiB for usual frames)
 CHUNK_FRAMES = 16
@@ -133,15 +138,19 @@ class _Writer:
                              f"{self.path}")
         chunk = as_dtype(chunk, self.dtype)
         with _os_errors(self.path):
-            at, c = self.n_written, self.channels
-            if at % c == 0 and len(chunk) % c == 0:  # whole time frames: one slice
-                self._store[at // c:(at + len(chunk)) // c] = chunk.reshape(
-                    self._store.shape[:1] and (-1, *self.shape[1:]))
-            else:
-                for page in range(len(chunk)):
-                    t, k = divmod(at + page, c)
-                    self._store[t, k] = chunk[page]
+            self._put(self.n_written, chunk)
         self.n_written += len(chunk)
+
+    def _put(self, at, chunk) -> None:
+        """Store pages ``at:at + len(chunk)`` (in order) in :attr:`_store`."""
+        c = self.channels
+        if at % c == 0 and len(chunk) % c == 0:  # whole time frames: one slice
+            self._store[at // c:(at + len(chunk)) // c] = chunk.reshape(
+                self._store.shape[:1] and (-1, *self.shape[1:]))
+        else:
+            for page in range(len(chunk)):
+                t, k = divmod(at + page, c)
+                self._store[t, k] = chunk[page]
 
     def close(self) -> None:
         """Finish the output and hand it to the commit (renamed onto :attr:`path`)."""
@@ -248,6 +257,71 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
 _IMAGEJ_UNITS = {"micrometer": "um", "nanometer": "nm", "millimeter": "mm"}
 
 
+class OmeTiffStackWriter(_Writer):
+    """An OME-TIFF (BigTIFF, ``TYX`` or ``TCYX``) with the input's pixel size, frame interval
+    and channel names in its OME-XML, written by tifffile's OME writer.  That writer takes a
+    series' pages from one iterator in one call (appended pages break its OME-XML), so a
+    thread of its own runs the call and :meth:`write` hands it the pages, a few chunks ahead
+    at most."""
+
+    def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
+        super().__init__(path, frame_shape, dtype, n_frames, channels)
+        meta = metadata or {}
+        ome = {"axes": "TCYX" if self.channels > 1 else "TYX"}
+        size, unit = meta.get("pixel_size"), None
+        if size and all(v and math.isfinite(float(v)) and float(v) > 0 for v in size[:2]):
+            unit = _OME_UNITS.get(_ngff_unit(size[2]))
+        if unit:  # (an unknown unit is not said: OME allows only its own)
+            ome.update(PhysicalSizeY=float(size[0]), PhysicalSizeX=float(size[1]),
+                       PhysicalSizeYUnit=unit, PhysicalSizeXUnit=unit)
+        if meta.get("frame_interval"):
+            ome.update(TimeIncrement=float(meta["frame_interval"]), TimeIncrementUnit="s")
+        names = [str(n) for n in meta.get("channel_names") or []]
+        if self.channels > 1 and len(names) == self.channels:
+            ome["Channel"] = {"Name": names}
+        self._pages: queue.Queue = queue.Queue(maxsize=4)  # (chunks waiting: bounded)
+        self._error = None
+        self._thread = threading.Thread(target=self._run, args=(ome,), daemon=True,
+                                        name="xcorr-ome-tiff")
+        self._thread.start()
+
+    def _run(self, ome):
+        try:
+            with tifffile.TiffWriter(self._tmp, bigtiff=True, ome=True) as tw:
+                tw.write(self._each_page(), shape=self.shape, dtype=self.dtype,
+                         photometric="minisblack", metadata=ome)
+        except BaseException as exc:  # (raised by the next write or by close)
+            self._error = exc
+
+    def _each_page(self):
+        while True:
+            chunk = self._pages.get()
+            if chunk is None:  # (the end, or an abort: tifffile then misses pages and stops)
+                return
+            yield from chunk
+
+    def _put(self, at, chunk) -> None:
+        while True:  # (the thread gone: its error, not a wait for room that never comes)
+            if self._error is not None:
+                raise self._error
+            try:
+                self._pages.put(chunk, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _finish(self):
+        if self._thread.is_alive():
+            self._pages.put(None)
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+#: OME's names of the OME-NGFF length units
+_OME_UNITS = {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm", "meter": "m"}
+
+
 def _ngff_unit(unit: str):
     """The OME-NGFF name of a length unit (``µm`` -> ``micrometer``), or None."""
     unit = str(unit).strip()
@@ -303,6 +377,8 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
         return ZarrStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     if name.endswith((".h5", ".hdf5")):
         return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
+    if name.endswith((".ome.tif", ".ome.tiff")):
+        return OmeTiffStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels,
                              **imagej_calibration(metadata, n_frames, channels))
     if writer.dtype != dtype:  # (ImageJ keeps uint8, uint16, float32: int16 as float32)
