@@ -145,3 +145,30 @@ def test_an_ome_tiff_writer_that_fails_leaves_nothing(tmp_path):
         with stack_writer(out, (8, 9), 4) as w:
             w.write(np.zeros((3, 8, 9), np.float32))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ome_zarr_out_of_channels_is_valid_ome_ngff(tmp_path):
+    """Every channel has a color and a display window (napari's OME-Zarr reader and the schema
+    need them), the time axis is in seconds by the frame interval; checked by ome-zarr-models."""
+    zarr = pytest.importorskip("zarr")
+    image = pytest.importorskip("ome_zarr_models.v04.image")
+    one = _frames(np.random.default_rng(8))
+    path = tmp_path / "two.tif"
+    tifffile.imwrite(path, np.stack([one, one * 2], axis=1), imagej=True, resolution=(4.0, 4.0),
+                     metadata={"axes": "TCYX", "unit": "um", "finterval": 0.5,
+                               "Labels": ["GCaMP", "tdTomato"] * 6})
+    r = xcorr("align", path, "--out", tmp_path / "out", "--device", "cpu", "-q", "--channel", "0",
+              "--apply-to", "all", "--out-format", "ome-zarr")
+    assert r.returncode == 0, r.stderr
+    group = zarr.open_group(str(tmp_path / "out" / "aligned.ome.zarr"), mode="r")
+    image.Image.from_zarr(group)  # (raises where the metadata break the schema)
+    channels = group.attrs["omero"]["channels"]
+    assert [c["label"] for c in channels] == ["GCaMP", "tdTomato"]
+    data = np.asarray(group["0"])
+    for k, c in enumerate(channels):
+        assert c["color"] and c["window"]["start"] == pytest.approx(float(data[:, k].min()))
+        assert c["window"]["end"] == pytest.approx(float(data[:, k].max()))
+    axes = group.attrs["multiscales"][0]["axes"]
+    scale = group.attrs["multiscales"][0]["datasets"][0]["coordinateTransformations"][0]["scale"]
+    assert axes[0] == {"name": "t", "type": "time", "unit": "second"}
+    assert scale == pytest.approx([0.5, 1.0, 0.25, 0.25])

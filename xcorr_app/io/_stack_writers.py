@@ -194,7 +194,9 @@ class _Writer:
 
 class ZarrStackWriter(_Writer):
     """An OME-Zarr image (OME-NGFF 0.4, Zarr v2: read by napari, Fiji's N5/MoBIE, ome-zarr-py,
-    xcorr) of one level, ``TYX`` or ``TCYX``, chunks of :data:`CHUNK_FRAMES` frames."""
+    xcorr) of one level, ``TYX`` or ``TCYX``, chunks of :data:`CHUNK_FRAMES` frames; the pixel
+    size and the frame interval as its axes' scale, several channels with their names, colors
+    and display windows (each channel's range of values written)."""
 
     def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
         zarr = need("zarr")
@@ -209,6 +211,8 @@ class ZarrStackWriter(_Writer):
             axes.append({"name": name, "type": "space", **({"unit": unit} if unit else {})})
         scale = [1.0] * (len(axes) - 2) + ([float(size[0]), float(size[1])] if size
                                            else [1.0, 1.0])
+        if meta.get("frame_interval"):  # (the time axis in seconds: the frame interval)
+            axes[0]["unit"], scale[0] = "second", float(meta["frame_interval"])
         chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
         with _os_errors(self.path):
             v3 = int(zarr.__version__.split(".")[0]) >= 3  # (zarr 2 on Python 3.10)
@@ -221,12 +225,42 @@ class ZarrStackWriter(_Writer):
                                       "datasets": [{"path": "0", "coordinateTransformations": [
                                           {"type": "scale", "scale": scale}]}]}]}
             names = meta.get("channel_names") or []
-            if self.channels > 1:
-                names = names if len(names) == self.channels else [f"channel {k}" for k in
-                                                                    range(self.channels)]
-                attrs["omero"] = {"channels": [{"label": str(n), "active": True}
-                                               for n in names]}
+            self._names = names if len(names) == self.channels else \
+                [f"channel {k}" for k in range(self.channels)] if self.channels > 1 else []
             root.attrs.update({**attrs, "xcorr": {"source": str(meta.get("source", ""))}})
+        self._root = root
+        self._range = np.full((self.channels, 2), np.nan)  # each channel's (min, max) so far
+
+    def _put(self, at, chunk) -> None:
+        super()._put(at, chunk)
+        if self._names:  # (the channels' display windows, written at the end)
+            which = (at + np.arange(len(chunk))) % self.channels
+            for k in range(self.channels):
+                pages = chunk[which == k]
+                finite = pages[np.isfinite(pages)] if pages.dtype.kind == "f" else pages
+                if finite.size:
+                    lo, hi = self._range[k]
+                    self._range[k] = (np.fmin(lo, finite.min()), np.fmax(hi, finite.max()))
+
+    def _finish(self):
+        """The channels' names, colors and display windows (``omero``: napari's OME-Zarr
+        reader and the OME-NGFF schema need a color and a window for each)."""
+        if not self._names:
+            return
+        channels = []
+        for k, name in enumerate(self._names):
+            lo, hi = (float(v) for v in self._range[k])
+            lo, hi = (0.0, 1.0) if not np.isfinite([lo, hi]).all() else (lo, max(hi, lo))
+            channels.append({"label": str(name), "active": True,
+                             "color": CHANNEL_COLORS[k % len(CHANNEL_COLORS)],
+                             "window": {"min": lo, "max": hi, "start": lo, "end": hi}})
+        with _os_errors(self.path):
+            self._root.attrs["omero"] = {"channels": channels,
+                                         "rdefs": {"model": "color"}}
+
+
+#: the colors of an OME-Zarr output's channels, in turn (green, magenta, cyan, yellow...)
+CHANNEL_COLORS = ("00FF00", "FF00FF", "00FFFF", "FFFF00", "FF0000", "0000FF", "FFFFFF")
 
 
 def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
