@@ -172,3 +172,44 @@ def test_ome_zarr_out_of_channels_is_valid_ome_ngff(tmp_path):
     scale = group.attrs["multiscales"][0]["datasets"][0]["coordinateTransformations"][0]["scale"]
     assert axes[0] == {"name": "t", "type": "time", "unit": "second"}
     assert scale == pytest.approx([0.5, 1.0, 0.25, 0.25])
+
+
+def test_an_imagej_frame_interval_is_read_in_its_time_unit(tmp_path):
+    path = tmp_path / "ms.tif"
+    tifffile.imwrite(path, _frames(np.random.default_rng(9)), imagej=True,
+                     metadata={"axes": "TYX", "finterval": 50, "tunit": "ms"})
+    assert describe(path)["frame_interval"] == pytest.approx(0.05)
+    res = align(path, device="cpu")
+    res.save(tmp_path / "out")
+    with tifffile.TiffFile(tmp_path / "out" / "aligned.tif") as tif:
+        meta = tif.imagej_metadata
+    assert meta["finterval"] == pytest.approx(0.05) and meta["tunit"] == "sec"
+
+
+def test_an_ome_tiff_writer_whose_disk_fills_fails_at_once(tmp_path, monkeypatch):
+    """The writer's thread fails (a full disk): the next write or the close says so in one
+    error instead of waiting for room in its queue, and nothing is left."""
+    from xcorr_app.errors import OutputError
+    from xcorr_app.io import _stack_writers, stack_writer
+
+    class FullDisk:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, pages, **kwargs):
+            next(iter(pages))
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_stack_writers.tifffile, "TiffWriter", FullDisk)
+    out = tmp_path / "aligned.ome.tif"
+    with pytest.raises(OutputError, match="No space left"):
+        with stack_writer(out, (8, 9), 400) as w:
+            for _ in range(100):  # (more chunks than the queue holds)
+                w.write(np.zeros((4, 8, 9), np.float32))
+    assert list(tmp_path.iterdir()) == []

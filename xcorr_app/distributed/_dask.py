@@ -85,7 +85,8 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
             n, shape, channels = src.n_frames, src.frame_shape, src.n_channels
         n_out, _ = channel_filter(bank, mix, channels, shape)  # (checked against the frames)
         step = max(1, int(task_frames or TASK_FRAMES))
-        blocks = [da.from_delayed(delayed(channels_task)(stack_or_path, a, b, bank, mix, device),
+        path = absolute_source(stack_or_path)  # (a worker opens it from its own folder)
+        blocks = [da.from_delayed(delayed(channels_task)(path, a, b, bank, mix, device),
                                   shape=(b - a, n_out, *shape), dtype=np.float32)
                   for a, b in chunk_bounds(0, n, step)]
         return da.concatenate(blocks, axis=0)
@@ -173,7 +174,10 @@ def _is_future(t) -> bool:
 def _workers_of(client) -> list:
     """The addresses of ``client``'s workers, in the order of their names (``local_client``'s
     are 0, 1, ...: worker k uses GPU k)."""
-    info = client.scheduler_info(n_workers=-1).get("workers", {})
+    try:
+        info = client.scheduler_info(n_workers=-1).get("workers", {})
+    except TypeError:  # (distributed before 2025.4: every worker without asking)
+        info = client.scheduler_info().get("workers", {})
     return [a for a, _ in sorted(info.items(), key=lambda kv: (str(kv[1].get("name")), kv[0]))]
 
 
@@ -212,7 +216,7 @@ class DaskExecutor(Executor):
         finally:
             if self.workers:  # (the ranges its workers kept on their GPUs: given back)
                 with contextlib.suppress(Exception):
-                    self.client.run(drop_kept, self.run_id, workers=self.workers)
+                    self.client.run(drop_kept, self.run_id, on_error="ignore")
 
     def check_out(self, out, shape):
         if out is not None:
@@ -240,7 +244,7 @@ class DaskExecutor(Executor):
 
         ks = [k for k, (a, _) in enumerate(self.inp.ranges) if upto is None or a < upto]
         sizes = [b - a for a, b in (self.inp.ranges[k] for k in ks)]
-        if not self.workers:
+        if not self.workers or self.inp.array is not None:  # (an array's blocks: the graph's)
             shared = delayed(fn, pure=True)  # one node of the graph, sent once to each worker
             tasks = [delayed(range_task)(shared, self.inp.source(k, with_before=before),
                                          *self.inp.ranges[k], self.opts.device) for k in ks]
@@ -250,8 +254,9 @@ class DaskExecutor(Executor):
         shared = self.client.scatter(fn, broadcast=True, hash=False)
         # range k on the same worker every pass, so that a worker keeps its ranges on its GPU
         # from the first pass on (a path's frames), as a GPU of --gpus does
-        keep = self.run_id if self.inp.array is None and reads_again(self.opts, None) else None
         per = -(-len(self.inp.ranges) // len(self.workers))
+        # (kept where each worker has one range: several would each take a share of its GPU)
+        keep = self.run_id if per == 1 and reads_again(self.opts, None) else None
         tasks = [self.client.submit(range_task, shared, self.inp.source(k, with_before=before),
                                     *self.inp.ranges[k], self.opts.device, keep,
                                     workers=[self.workers[k // per]], allow_other_workers=True,

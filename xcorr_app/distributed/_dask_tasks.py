@@ -133,6 +133,8 @@ def _like_block(result, source):
 #: what this worker keeps between the passes of runs (:func:`range_task`'s ``keep``):
 #: ``{(run, start, stop): (the open source's context, the source as the passes read it)}``
 _KEPT: dict = {}
+#: the runs whose kept ranges were dropped: a task of theirs still running keeps nothing
+_DROPPED: set = set()
 _KEPT_LOCK = threading.Lock()
 
 
@@ -159,7 +161,13 @@ def range_task(fn, source, start, stop, device, keep=None):
                 kept = (context.pop_all(), StashedSource(src, keep_on_gpu(src, xp, None, start,
                                                                           stop)))
             with _KEPT_LOCK:
-                _KEPT[keep, start, stop] = kept
+                late = keep in _DROPPED
+                if not late:
+                    _KEPT[keep, start, stop] = kept
+            if late:  # (its run ended, or failed, while this task opened the range)
+                kept[0].close()
+                with _open(source, start, xp) as src:
+                    return fn(src, xp, start, stop, None)
         return fn(kept[1], xp, start, stop, None)
 
 
@@ -167,6 +175,7 @@ def drop_kept(run) -> int:
     """Close what this worker kept for ``run`` (:func:`range_task`): its sources, and its
     frames' device memory back to CuPy's pool; the number of ranges dropped."""
     with _KEPT_LOCK:
+        _DROPPED.add(run)
         keys = [k for k in _KEPT if k[0] == run]
         dropped = [_KEPT.pop(k) for k in keys]
     for context, _ in dropped:

@@ -7,7 +7,7 @@ from ._json import json_number, json_numbers, json_text, strict_json
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart
 from ._pread import PreadFile, preadable
-from ._describe import describe
+from ._describe import calibration, describe
 from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, TIFF_SUFFIXES,
                       open_source, open_stack, read_image)
 from ._stack_writers import OUT_FORMATS, aligned_name, as_dtype, imagej_calibration, stack_writer

@@ -10,10 +10,10 @@ Examples
 from __future__ import annotations
 
 from ._formats import format_of, split_source
-from ._ome import tiff_metadata
+from ._ome import says_calibration, tiff_metadata
 from ._reader import open_stack
 
-__all__ = ["describe"]
+__all__ = ["describe", "calibration"]
 
 
 def describe(path, channel=None) -> dict:
@@ -52,3 +52,20 @@ def describe(path, channel=None) -> dict:
                         pixel_size=src.pixel_size, channel_names=list(src.channel_names),
                         name=src.name)
     return info
+
+
+#: a source that says nothing of its calibration
+UNCALIBRATED = {"pixel_size": None, "channel_names": [], "frame_interval": None}
+
+
+def calibration(path) -> dict:
+    """What an output of the source ``path`` carries of it: ``pixel_size`` ``(y, x, unit)``,
+    ``channel_names`` and ``frame_interval`` (None and ``[]`` where it says none), as
+    :func:`describe` reads them; a TIFF file that is neither ImageJ nor OME-TIFF is read no
+    further than its first page (it holds none: a generic multipage TIFF's series would be
+    walked again)."""
+    file, _, _ = split_source(path)
+    if file.is_file() and format_of(file) == "tiff" and not says_calibration(file):
+        return dict(UNCALIBRATED)
+    d = describe(path)
+    return {key: d.get(key, empty) for key, empty in UNCALIBRATED.items()}

@@ -19,7 +19,7 @@ import tifffile
 from ..errors import InputError
 from ._tiff import plural, tiff_errors
 
-__all__ = ["tiff_metadata", "PlaneFrames"]
+__all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
 
 
 def _ome_pixels(tif):
@@ -38,19 +38,25 @@ def _ome_pixels(tif):
     return size, names if any(names) else []
 
 
+#: seconds in a time unit as OME (``TimeIncrementUnit``) and ImageJ (``tunit``) write it
+_SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3,
+            "µs": 1e-6, "us": 1e-6, "usec": 1e-6, "min": 60.0, "h": 3600.0, "hr": 3600.0}
+
+
 def _frame_interval(tif) -> float | None:
-    """Seconds between frames as an ImageJ (``finterval``) or OME-TIFF (``TimeIncrement``) file
-    says, else None."""
+    """Seconds between frames as an ImageJ (``finterval`` in ``tunit``, seconds without it) or
+    OME-TIFF (``TimeIncrement`` in ``TimeIncrementUnit``) file says, else None (an unknown
+    unit, too)."""
     try:
         if tif.is_ome and tif.ome_metadata:
             image = tifffile.xml2dict(tif.ome_metadata).get("OME", {}).get("Image", {})
             pixels = (image[0] if isinstance(image, list) else image).get("Pixels", {})
             value, unit = pixels.get("TimeIncrement"), pixels.get("TimeIncrementUnit", "s")
-            scale = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "min": 60.0, "h": 3600.0}
-            value = None if value is None or unit not in scale else float(value) * scale[unit]
         else:
-            value = (tif.imagej_metadata or {}).get("finterval") if tif.is_imagej else None
-            value = None if value is None else float(value)
+            meta = (tif.imagej_metadata or {}) if tif.is_imagej else {}
+            value, unit = meta.get("finterval"), meta.get("tunit", "sec")
+        scale = _SECONDS.get(str(unit).strip())
+        value = None if value is None or scale is None else float(value) * scale
     except (TypeError, ValueError, AttributeError):  # (an unusable value: not carried)
         return None
     return value if value is not None and math.isfinite(value) and value > 0 else None
@@ -72,6 +78,16 @@ def _imagej_pixels(tif):
     if isinstance(channels, int) and 1 < channels <= len(labels):
         labels = labels[:channels]
     return size, labels
+
+
+def says_calibration(path: Path) -> bool:
+    """Whether the TIFF file ``path`` is an ImageJ or OME-TIFF file (the kinds whose pixel size,
+    frame interval and channel names :func:`tiff_metadata` reads), from its first page alone."""
+    try:
+        with tifffile.TiffFile(path) as tif:
+            return bool(tif.is_imagej or tif.is_ome)
+    except (OSError, ValueError, tifffile.TiffFileError):
+        return False
 
 
 def tiff_metadata(path: Path) -> dict:

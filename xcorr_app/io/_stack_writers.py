@@ -269,7 +269,7 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
     as the image's calibration), and with several channels their names (a label a page).
 
     >>> imagej_calibration({"pixel_size": (0.5, 0.25, "micrometer"), "frame_interval": 0.1})
-    {'metadata': {'unit': 'um', 'finterval': 0.1}, 'resolution': (4.0, 2.0)}
+    {'metadata': {'unit': 'um', 'finterval': 0.1, 'tunit': 'sec'}, 'resolution': (4.0, 2.0)}
     >>> imagej_calibration(None)
     {}
     """
@@ -280,7 +280,7 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
         found["unit"] = _IMAGEJ_UNITS.get(unit, str(size[2]) or "pixel")
         out["resolution"] = (1 / float(size[1]), 1 / float(size[0]))
     if meta.get("frame_interval"):
-        found["finterval"] = float(meta["frame_interval"])
+        found.update(finterval=float(meta["frame_interval"]), tunit="sec")
     names = [str(n) for n in meta.get("channel_names") or []]
     if channels > 1 and len(names) == channels and n_frames:
         found["Labels"] = names * (int(n_frames) // channels)
@@ -335,21 +335,31 @@ class OmeTiffStackWriter(_Writer):
             yield from chunk
 
     def _put(self, at, chunk) -> None:
-        while True:  # (the thread gone: its error, not a wait for room that never comes)
-            if self._error is not None:
-                raise self._error
+        if not self._hand(chunk):
+            raise self._error or OutputError(f"the writer of {self.path} stopped")
+
+    def _hand(self, item) -> bool:
+        """``item`` queued for the thread; False where the thread has ended (its error set)
+        instead of waiting for room that never comes."""
+        while self._thread.is_alive():
             try:
-                self._pages.put(chunk, timeout=0.5)
-                return
+                self._pages.put(item, timeout=0.5)
+                return True
             except queue.Full:
                 continue
+        return False
 
     def _finish(self):
-        if self._thread.is_alive():
-            self._pages.put(None)
-            self._thread.join()
+        self._hand(None)
+        self._thread.join()
         if self._error is not None:
             raise self._error
+
+    def abort(self) -> None:
+        with contextlib.suppress(queue.Empty):  # (the pages not written yet: dropped)
+            while True:
+                self._pages.get_nowait()
+        super().abort()
 
 
 #: OME's names of the OME-NGFF length units

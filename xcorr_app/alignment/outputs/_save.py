@@ -112,14 +112,13 @@ def aligned_as(src, path, keep_dtype) -> dict:
     """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
     pixel type with ``keep_dtype``, else float32) and the ``metadata`` carried into it (pixel
     size, channel names, frame interval, source)."""
-    from ...io import describe
+    from ...io import calibration
 
-    d = describe(path) if isinstance(path, (str, Path)) else \
-        {"pixel_size": None, "channel_names": [], "frame_interval": None}
+    said = calibration(path) if isinstance(path, (str, Path)) else {}
     return {"keep": src.dtype if keep_dtype else None,
-            "metadata": {"pixel_size": d["pixel_size"], "source": _input_name(path),
-                         "channel_names": d["channel_names"],
-                         "frame_interval": d.get("frame_interval")}}
+            "metadata": {"pixel_size": said.get("pixel_size"), "source": _input_name(path),
+                         "channel_names": said.get("channel_names") or [],
+                         "frame_interval": said.get("frame_interval")}}
 
 
 class AlignedSink:
