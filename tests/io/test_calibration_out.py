@@ -172,6 +172,14 @@ def test_ome_zarr_out_of_channels_is_valid_ome_ngff(tmp_path):
     scale = group.attrs["multiscales"][0]["datasets"][0]["coordinateTransformations"][0]["scale"]
     assert axes[0] == {"name": "t", "type": "time", "unit": "second"}
     assert scale == pytest.approx([0.5, 1.0, 0.25, 0.25])
+    # and read back: the store's calibration goes on into the next output
+    store = tmp_path / "out" / "aligned.ome.zarr"
+    assert describe(store)["frame_interval"] == pytest.approx(0.5)
+    again = align(store, channel=1, device="cpu")
+    again.save(tmp_path / "again")
+    size, unit, interval, _ = _calibration(tmp_path / "again" / "aligned.tif")
+    assert size == pytest.approx((0.25, 0.25)) and unit == "um"
+    assert interval == pytest.approx(0.5)
 
 
 def test_an_imagej_frame_interval_is_read_in_its_time_unit(tmp_path):

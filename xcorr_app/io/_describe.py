@@ -19,8 +19,8 @@ __all__ = ["describe", "calibration"]
 def describe(path, channel=None) -> dict:
     """What the source ``path`` holds: ``format``, ``shape``, ``axes``, ``dtype``, ``chunks``,
     ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None,
-    ``frame_interval`` (seconds, where a TIFF says) or None, and as read: ``frames``,
-    ``frame_shape``, ``notes``.
+    ``frame_interval`` (seconds, where an ImageJ or OME file says) or None, and as read:
+    ``frames``, ``frame_shape``, ``notes``.
 
     Raises
     ------
@@ -50,7 +50,7 @@ def describe(path, channel=None) -> dict:
         else:
             info.update(format=src.format, shape=src.shape, axes=src.axes, chunks=src.chunks,
                         pixel_size=src.pixel_size, channel_names=list(src.channel_names),
-                        name=src.name)
+                        name=src.name, frame_interval=getattr(src, "frame_interval", None))
     return info
 
 

@@ -200,6 +200,7 @@ class ArrayFrames:
             self.close()
             raise
         self.pixel_size = pixel_size
+        self.frame_interval = None  # (seconds, where the format says: OME-Zarr's time axis)
         names = list(channel_names or ())
         self.channel_names = names if len(names) == self.n_channels else []
 

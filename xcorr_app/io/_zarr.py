@@ -39,6 +39,41 @@ def ome_metadata(attrs) -> dict | None:
     return {"multiscales": scales[0], "omero": ome.get("omero") or attrs.get("omero") or {}}
 
 
+#: seconds in each OME-NGFF time unit
+_NGFF_SECONDS = {"second": 1.0, "millisecond": 1e-3, "microsecond": 1e-6, "nanosecond": 1e-9,
+                 "minute": 60.0, "hour": 3600.0}
+
+
+def frame_interval_of(meta) -> float | None:
+    """Seconds between frames as OME-Zarr metadata (:func:`ome_metadata`) say: the level-0
+    scale of its time axis in that axis's unit; None where it says none (no time axis, no
+    time unit, no positive scale).
+
+    >>> frame_interval_of({"multiscales": {"axes": [
+    ...     {"name": "t", "type": "time", "unit": "millisecond"}, {"name": "y"}, {"name": "x"}],
+    ...     "datasets": [{"path": "0", "coordinateTransformations": [
+    ...         {"type": "scale", "scale": [50.0, 1.0, 1.0]}]}]}})
+    0.05
+    """
+    scale = meta["multiscales"]
+    axes = [a for a in scale.get("axes") or [] if isinstance(a, dict)]
+    datasets = scale.get("datasets") or [{}]
+    for transform in datasets[0].get("coordinateTransformations") or []:
+        values = transform.get("scale", ())
+        if transform.get("type") != "scale" or len(values) != len(axes):
+            continue
+        for axis, value in zip(axes, values):
+            seconds = _NGFF_SECONDS.get(axis.get("unit")) if axis.get("type") == "time" \
+                else None
+            try:
+                value = float(value) * seconds if seconds else None
+            except (TypeError, ValueError):
+                value = None
+            if value is not None and math.isfinite(value) and value > 0:
+                return value
+    return None
+
+
 def _ome_layout(meta, name):
     """``(level-0 path, axes, pixel size, channel names)`` of OME-Zarr metadata."""
     scale = meta["multiscales"]
@@ -94,11 +129,12 @@ def open_zarr(file: Path, dataset, channel, z) -> ArrayFrames:
     name = str(file) + (f":{dataset}" if dataset else "")
     with library_errors(file, "open"):
         node = zarr.open(str(file), mode="r")
-    notes, pixel_size, labels, axes = [], None, [], None
+    notes, pixel_size, labels, axes, interval = [], None, [], None, None
     if not hasattr(node, "dtype"):  # a group: OME-Zarr, a named array, or its only array
         meta = ome_metadata(node.attrs)
         if meta is not None and not dataset:
             dataset, axes, pixel_size, labels = _ome_layout(meta, file)
+            interval = frame_interval_of(meta)
             levels = len(meta["multiscales"].get("datasets", []))
             if levels > 1:
                 notes.append(f"{file.name}: OME-Zarr image of {levels} resolution levels; "
@@ -131,9 +167,11 @@ def open_zarr(file: Path, dataset, channel, z) -> ArrayFrames:
         root = zarr.open(str(file), mode="r")
         return (root[path] if path and not hasattr(root, "dtype") else root), None
 
-    return ArrayFrames(opener, axes, name, channel=channel, z=z, pixel_size=pixel_size,
-                       channel_names=labels, fmt="OME-Zarr" if labels or pixel_size else "Zarr",
-                       paths=[file], notes=notes, stored=stored_chunks)
+    src = ArrayFrames(opener, axes, name, channel=channel, z=z, pixel_size=pixel_size,
+                      channel_names=labels, fmt="OME-Zarr" if labels or pixel_size else "Zarr",
+                      paths=[file], notes=notes, stored=stored_chunks)
+    src.frame_interval = interval
+    return src
 
 
 def plural_arrays(arrays) -> str:
