@@ -46,6 +46,12 @@ SUFFIXES = {"zarr": (".zarr",), "hdf5": (".h5", ".hdf5", ".hdf", ".he5"), "nwb":
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _ZARR_MARKERS = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
+#: seconds in a time unit as its formats name it: OME-TIFF's ``TimeIncrementUnit``, ImageJ's
+#: ``tunit``, OME-NGFF's axis units
+SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3,
+           "millisecond": 1e-3, "µs": 1e-6, "us": 1e-6, "usec": 1e-6, "microsecond": 1e-6,
+           "nanosecond": 1e-9, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0,
+           "hour": 3600.0}
 _PLANE = re.compile(r"^(.*)\?z=(-?\d+)$")
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import tifffile
 
 from ..errors import InputError
+from ._formats import SECONDS
 from ._tiff import plural, tiff_errors
 
 __all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
@@ -38,11 +39,6 @@ def _ome_pixels(tif):
     return size, names if any(names) else []
 
 
-#: seconds in a time unit as OME (``TimeIncrementUnit``) and ImageJ (``tunit``) write it
-_SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3,
-            "µs": 1e-6, "us": 1e-6, "usec": 1e-6, "min": 60.0, "h": 3600.0, "hr": 3600.0}
-
-
 def _frame_interval(tif) -> float | None:
     """Seconds between frames as an ImageJ (``finterval`` in ``tunit``, seconds without it) or
     OME-TIFF (``TimeIncrement`` in ``TimeIncrementUnit``) file says, else None (an unknown
@@ -55,7 +51,7 @@ def _frame_interval(tif) -> float | None:
         else:
             meta = (tif.imagej_metadata or {}) if tif.is_imagej else {}
             value, unit = meta.get("finterval"), meta.get("tunit", "sec")
-        scale = _SECONDS.get(str(unit).strip())
+        scale = SECONDS.get(str(unit).strip())
         value = None if value is None or scale is None else float(value) * scale
     except (TypeError, ValueError, AttributeError):  # (an unusable value: not carried)
         return None

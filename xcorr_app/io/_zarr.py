@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ._formats import ArrayFrames, default_axes, library_errors, need
+from ._formats import SECONDS, ArrayFrames, default_axes, library_errors, need
 from ._pread import StoredArray, chunk_slabs, preadable
 
 __all__ = ["open_zarr", "ome_metadata", "stored_chunks"]
@@ -37,11 +37,6 @@ def ome_metadata(attrs) -> dict | None:
     if not scales:
         return None
     return {"multiscales": scales[0], "omero": ome.get("omero") or attrs.get("omero") or {}}
-
-
-#: seconds in each OME-NGFF time unit
-_NGFF_SECONDS = {"second": 1.0, "millisecond": 1e-3, "microsecond": 1e-6, "nanosecond": 1e-9,
-                 "minute": 60.0, "hour": 3600.0}
 
 
 def frame_interval_of(meta) -> float | None:
@@ -63,7 +58,7 @@ def frame_interval_of(meta) -> float | None:
         if transform.get("type") != "scale" or len(values) != len(axes):
             continue
         for axis, value in zip(axes, values):
-            seconds = _NGFF_SECONDS.get(axis.get("unit")) if axis.get("type") == "time" \
+            seconds = SECONDS.get(axis.get("unit")) if axis.get("type") == "time" \
                 else None
             try:
                 value = float(value) * seconds if seconds else None
