@@ -37,6 +37,7 @@ class Executor:
 
     name = "process"
     remote = False  # ranges run on other devices than ``xp``'s
+    local = True  # ranges run in this process: their results may be on its devices
     fills_out_in_field = False  # the last patch pass warps ``out`` as it measures
 
     def __init__(self):

@@ -155,12 +155,13 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None)
     if patches is None:
         area = _area(shifts, frame_shape)
         part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
-                                 template=t)
+                                 template=t, host=not executor.local)
         return report_of(executor.map(part, None), shifts, area)
     field, centres, size = (np.asarray(patches[0], np.float64),
                             np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
     part = functools.partial(_patch_part, opts=opts, field=field, ok=patch_ok(shifts, field),
-                             chunk=chunk, template=t, centres=centres, size=size)
+                             chunk=chunk, template=t, centres=centres, size=size,
+                             host=not executor.local)
     parts = executor.map(part, None)
     return report_of([p[:4] for p in parts], shifts, parts[0][4], centres.shape[:2])
 
@@ -179,7 +180,7 @@ def report_of(parts, shifts, area, grid=None):
     if whole:  # (a part of the whole stack measured its means' sharpness where they lay)
         sharp = whole[0]
     else:
-        raw, aligned = (sum(p[1]["sums"][k] for p in parts) for k in (0, 1))
+        raw, aligned = (_total([p[1]["sums"][k] for p in parts]) for k in (0, 1))
         kept = sum(p[2] for p in parts)
         sharp = (sharpness(raw / max(len(shifts), 1)),
                  sharpness(aligned / kept) if kept else float("nan"))
@@ -227,7 +228,7 @@ class PatchReport:
 
 
 def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, template, centres,
-                size):
+                size, host=True):
     """:meth:`PatchQuality.result` of frames ``start:stop`` read in a pass of their own (an
     executor's unit of work; ``ok``: :func:`patch_ok` of the run), and the area it
     measured."""
@@ -243,7 +244,7 @@ def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, templ
                   ok=ok[a:b])
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
-    return (*q.result(ok[start:stop]), q.area)
+    return (*q.result(ok[start:stop], host), q.area)
 
 
 def quality_of_frames(opts, frames, shifts, xp):
@@ -268,6 +269,8 @@ def quality_of_frames(opts, frames, shifts, xp):
 
 class _OneRange:
     """What the report asks of an executor: every frame in one range on ``xp``'s device."""
+
+    local = True
 
     def __init__(self, src, xp, chunk):
         self.src, self.xp, self.chunk = src, xp, chunk
@@ -340,12 +343,13 @@ def _area(shifts, frame_shape):
     return (y0, y1, x0, x1)
 
 
-def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk):
+def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
+               host=True):
     """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop`` of a rigid
     run; the sharpness of the mean of those frames as they came and aligned (those with a
     shift) where they are the whole stack (``{"sharpness": (before, after)}``), else those
-    means' float64 sums (``{"sums": (raw, aligned)}``, host arrays), with the count of the
-    aligned ones.  Frames are streamed as a pass streams them (on the GPU: pinned copies on
+    means' float64 sums (``{"sums": (raw, aligned)}``: host arrays with ``host``, else on
+    the range's device), with the count of the aligned ones.  Frames are streamed as a pass streams them (on the GPU: pinned copies on
     two streams, overlapped with the work); nothing waits for the device before the last chunk
     is queued."""
     y0, y1, x0, x1 = area
@@ -383,7 +387,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         out = [moments.rows(t, ok)]
     rows = np.concatenate(out).astype(np.float64) if out else np.zeros((0, 4))
     counted = int(ok.sum())
-    return rows, sums.means(start == 0 and stop == src.n_frames, stop - start, counted), \
+    return rows, sums.means(start == 0 and stop == src.n_frames, stop - start, counted, host), \
         counted, None
 
 
@@ -498,22 +502,22 @@ class PatchQuality:
         ok_dev = None if ok is None or ok.all() else xp.asarray(ok)
         self.sums.add(frames, warped, ok_dev, self.area, None if box else self.area)
 
-    def result(self, ok):
+    def result(self, ok, host=True):
         """What :func:`measure_quality`'s parts are, of this range (after the device
-        finished): the area's rows (n, 4), its means' sums (or their sharpness where the range
-        is the stack), the count of frames with a field (``ok`` (n,) NumPy), and the patch
-        regions' rows (n, P, 4)."""
-        host = _on_host([*self.moments, *self.template, self.finite, self.constant])
-        b, a, r = host[:3]
-        f = TemplateRegions(self.tiles, host[3:7])
-        finite, constant = host[7:]
+        finished): the area's rows (n, 4), its means' sums (on the host with ``host``; or
+        their sharpness where the range is the stack), the count of frames with a field
+        (``ok`` (n,) NumPy), and the patch regions' rows (n, P, 4)."""
+        copied = _on_host([*self.moments, *self.template, self.finite, self.constant])
+        b, a, r = copied[:3]
+        f = TemplateRegions(self.tiles, copied[3:7])
+        finite, constant = copied[7:]
         before, after, residual = f.zncc(b), f.zncc(a), f.residual(r)
         rows = _rows(before[:, 0], after[:, 0], residual[:, 0], finite, constant, ok)
         after = np.where(ok[:, None], after[:, 1:], np.nan)
         residual = np.where(np.isfinite(after)[..., None], residual[:, 1:], np.nan)
         per_patch = np.concatenate([before[:, 1:, None], after[..., None], residual], axis=2)
         counted = int(ok.sum())
-        return rows, self.sums.means(self.whole, self.n, counted), counted, per_patch
+        return rows, self.sums.means(self.whole, self.n, counted, host), counted, per_patch
 
 
 class _Sums:
@@ -545,11 +549,31 @@ class _Sums:
         frame_sums(self.aligned, g, ok, area=g_area)
         self._done = xp.cuda.get_current_stream().record()
 
-    def means(self, whole, n, counted) -> dict:
+    def means(self, whole, n, counted, host=True) -> dict:
         """The sharpness of the means (before, after) where the sums are of the whole stack
-        (``n`` frames, ``counted`` of them aligned), else the sums themselves (host arrays)."""
+        (``n`` frames, ``counted`` of them aligned), else the sums themselves (host arrays
+        with ``host``, else on their device)."""
         if whole:
             return {"sharpness": (sharpness(self.raw, max(n, 1)),
                                   sharpness(self.aligned, counted) if counted
                                   else float("nan"))}
+        if not host:
+            return {"sums": (self.raw, self.aligned)}
         return {"sums": (backend.to_numpy(self.raw), backend.to_numpy(self.aligned))}
+
+
+def _total(sums):
+    """The sum of the ranges' sums: NumPy arrays on the host, CuPy ones (several GPUs of this
+    process) on the current device, where the sharpness is measured (on the host the adds and
+    the gradients took a tenth of a one-shot four-GPU run)."""
+    if isinstance(sums[0], np.ndarray):
+        return sum(sums)
+    import cupy
+
+    total = cupy.zeros(sums[0].shape, sums[0].dtype)
+    for s in sums:  # (a peer copy where it lies on another GPU: cupy.asarray would keep it there)
+        here = s if s.device.id == total.device.id else cupy.empty_like(total)
+        if here is not s:
+            here.data.copy_from_device(s.data, s.nbytes)
+        total += here
+    return total

@@ -188,6 +188,7 @@ class DaskExecutor(Executor):
 
     name = "dask"
     remote = True
+    local = False
 
     def __init__(self, client=None, scheduler=None, task_frames=None):
         super().__init__()
@@ -384,14 +385,13 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
     block of frames."""
     from ..alignment import RESAMPLE, check_fill, common_area
+    from ..alignment.warp import check_shifts
 
     fill = check_fill(fill)  # (here, not in every task)
     if resample not in RESAMPLE:
         raise InputError(f"unknown resampling {resample!r}; use {' or '.join(RESAMPLE)}")
     inp = _Input(stack_or_path, channel, task_frames)
-    shifts = np.asarray(shifts, dtype=np.float64)
-    if shifts.shape != (inp.n, 2):
-        raise InputError(f"shifts of shape {shifts.shape} do not match {inp.n} frames")
+    shifts = check_shifts(shifts, inp.n, inp.frame_shape)
     h, w = inp.frame_shape
     box = common_area(shifts, inp.frame_shape) if crop else (0, h, 0, w)
     from dask import delayed
