@@ -349,9 +349,9 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     run; the sharpness of the mean of those frames as they came and aligned (those with a
     shift) where they are the whole stack (``{"sharpness": (before, after)}``), else those
     means' float64 sums (``{"sums": (raw, aligned)}``: host arrays with ``host``, else on
-    the range's device), with the count of the aligned ones.  Frames are streamed as a pass streams them (on the GPU: pinned copies on
-    two streams, overlapped with the work); nothing waits for the device before the last chunk
-    is queued."""
+    the range's device), with the count of the aligned ones.  Frames are streamed as a pass
+    streams them (on the GPU: pinned copies on two streams, overlapped with the work); nothing
+    waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
     whole = xp.asarray(template)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
