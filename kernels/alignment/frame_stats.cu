@@ -244,8 +244,8 @@ __global__ void pack_rows(const void* s, const void* pk, const void* cf, const v
 // out[n] = in[n] * 2^-e, e the exponent of frame n's largest magnitude peak[n] (peak = m * 2^e,
 // m in [0.5, 1), by frexp; e = 0 where the peak is not finite or 0), frame n = n0 + blockIdx.y:
 // scale_free's exact power-of-two scale on the GPU, the CPU's numbers (its ldexp of a T one,
-// then a T multiply).  (As an ElementwiseKernel and a CuPy multiply: two compilations at first
-// use.)
+// then a T multiply; denormal frames, whose 2^-e overflows T, by two exact multiplies, halves
+// of -e).  (As an ElementwiseKernel and a CuPy multiply: two compilations at first use.)
 template <typename T>
 __global__ void scale_by_power_of_two(const T* __restrict__ in, T* __restrict__ out,
                                       const double* __restrict__ peak, long long plane,
@@ -254,13 +254,16 @@ __global__ void scale_by_power_of_two(const T* __restrict__ in, T* __restrict__ 
     const double p = peak[n];
     int e = 0;
     if (isfinite(p) && p > 0.0) frexp(p, &e);
-    const T scale = (T)ldexp(1.0, -e);
+    const int k = -e;
+    const bool split = k >= (sizeof(T) == 4 ? 128 : 1024);
+    const T scale = (T)ldexp(1.0, split ? k / 2 : k);
+    const T rest = (T)ldexp(1.0, split ? k - k / 2 : 0);
     const T* a = in + n * plane;
     T* g = out + n * plane;
     const long long stride = (long long)gridDim.x * blockDim.x;
 #pragma unroll 4
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += stride)
-        g[i] = a[i] * scale;
+        g[i] = split ? a[i] * scale * rest : a[i] * scale;
 }
 
 // The area [y0, y0 + rows) x [x0, x0 + cols) of frames (n, h, w) of pixels T as float32

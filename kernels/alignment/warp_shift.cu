@@ -4,10 +4,12 @@
 //
 //   ys = y - dy (float64), y0 = floor(ys), wy = (float)(ys - y0); the same along x;
 //   out = sum over the taps (y0 + a, x0 + b), a, b in {0, 1}, in the order (0,0) (0,1) (1,0)
-//         (1,1), of wgt * f[clamp(y0 + a), clamp(x0 + b)], wgt = (wy_a * wx_b) * inside,
+//         (1,1) (a tap of weight 0 left out: 0 * inf is NaN),
+//         of wgt * f[clamp(y0 + a), clamp(x0 + b)], wgt = (wy_a * wx_b) * inside,
 //         wy_0 = 1 - wy, wy_1 = wy (float32); plus (1 - sum of wgt) * fill only where a tap
 //         of non-zero weight wy_a * wx_b lies outside (elsewhere no fill term: a NaN or
-//         infinite fill would poison every pixel)
+//         infinite fill would poison every pixel); there a NaN or infinite fill is the pixel
+//         itself (the blend's limit: its rest may round to 0, and 0 * inf is NaN)
 //
 // each step a float32 operation rounded on its own (the definition's array operations: no
 // fused multiply-add); a NaN shift counts as 0 and an infinite one as one far outside the
@@ -55,7 +57,7 @@ __device__ __forceinline__ float2 bilinear_taps(const T* __restrict__ f, int h, 
             edge = edge || (tap != 0.0f && !(vy[a] && vx[b]));
             float v = pixel(f, y0 + a, x0 + b, h, w);
             if (FINITE && !isfinite(v)) v = 0.0f;
-            acc = __fadd_rn(acc, __fmul_rn(wgt, v));
+            if (wgt != 0.0f) acc = __fadd_rn(acc, __fmul_rn(wgt, v));  // (0 * inf: no NaN)
             weight = __fadd_rn(weight, wgt);
         }
     return make_float2(acc, weight);
@@ -93,10 +95,12 @@ __global__ void __launch_bounds__(THREADS) warp_shift(
     const double sx = finite_shift(shift[1]);
     const T* f = frames + (size_t)n * fstep * h * w;
     O* dst = out + ((size_t)n * oh + blockIdx.x) * ow;
+    const bool finite_fill = isfinite(fill);
     for (int j = threadIdx.x; j < ow; j += THREADS) {
         bool edge;
         const float2 t = bilinear_taps<false>(f, h, w, ys, (double)(ox + j) - sx, edge);
-        dst[j] = stored_as<O>(edge ? __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill)) : t.x);
+        const float blend = __fadd_rn(t.x, __fmul_rn(__fsub_rn(1.0f, t.y), fill));
+        dst[j] = stored_as<O>(edge ? (finite_fill ? blend : fill) : t.x);
     }
 }
 

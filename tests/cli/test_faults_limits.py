@@ -74,6 +74,12 @@ NO_GPU = pytest.mark.skipif(gpu_importable(), reason="the GPU options run where 
 CASES = [
     # the option list
     (("align", "moon.tif", "--workers", "-1"), ("--workers",)),
+    # more workers than the host runs: refused before a cluster starts (1000 processes hung)
+    (("align", "moon.tif", "--workers", "1000"), ("--workers 1000", "this machine has")),
+    (("align", "moon.tif", "--workers", "100000", "--device", "cpu"), ("this machine has",)),
+    (("filter", "moon.tif", "--kernel", "box:3", "--workers", "1000", "--out", "f.tif"),
+     ("--workers 1000", "this machine has")),
+    (("align", "moon.tif", "--workers", "2.5"), ("--workers", "whole number")),
     (("align", "moon.tif", "--max-deviation", "2"), ("--max-deviation", "patches")),
     (("align", "moon.tif", "--patch-overlap", "8"), ("--patch-overlap", "patches")),
     (("align", "moon.tif", "--patches", "2x2", "--max-deviation", "-1"), ("--max-deviation",)),
@@ -228,3 +234,38 @@ def test_apply_shifts_takes_whole_chunks(rng, chunk):
     stack = rng.random((3, 8, 8)).astype(np.float32)
     with pytest.raises(InputError, match="chunk_frames must be a whole number >= 1"):
         list(apply_shifts(stack, np.zeros((3, 2)), chunk_frames=chunk, device="cpu"))
+
+
+def test_workers_are_capped_by_the_cores_or_gpus(monkeypatch):
+    """One rule for ``--workers`` and :func:`xcorr_app.dask.local_client`: at most a worker
+    a CPU core (a GPU with dask-cuda), named in the message."""
+    from xcorr_app.errors import InputError
+    from xcorr_app.streaming import _gpus, check_workers
+
+    monkeypatch.setattr(_gpus, "cuda_cluster", lambda: False)
+    monkeypatch.setattr(_gpus, "machine_cpus", lambda: 3)
+    assert [check_workers(n) for n in (1, 3)] == [1, 3]
+    with pytest.raises(InputError, match=r"^workers 4: this machine has 3 CPU cores, .*give "
+                                         r"at most 3, or .* scheduler=ADDRESS$"):
+        check_workers(4)
+    monkeypatch.setattr(_gpus, "machine_cpus", lambda: 1)
+    with pytest.raises(InputError, match=r"has 1 CPU core, "):
+        check_workers(2)
+    for bad, match in ((0, ">= 1, got 0"), (-3, ">= 1, got -3"), (2.5, "whole number"),
+                       (True, "whole number"), ("2", "whole number")):
+        with pytest.raises(InputError, match=match):
+            check_workers(bad)
+
+
+def test_local_client_refuses_before_a_cluster_starts():
+    pytest.importorskip("distributed")
+    import time
+
+    from xcorr_app.dask import local_client
+    from xcorr_app.errors import InputError
+
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match=r"workers 1000000: this machine has"):
+        with local_client(workers=10**6):
+            pass
+    assert time.perf_counter() - t0 < 5

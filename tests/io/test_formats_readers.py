@@ -8,7 +8,7 @@ import tifffile
 
 from xcorr_app import align
 from xcorr_app.errors import InputError
-from xcorr_app.io import describe, open_stack, source_path
+from xcorr_app.io import HoldsVolumes, describe, open_stack, source_path
 
 from cli_helpers import assert_clean_error, xcorr
 from synthetic import drift_stack
@@ -59,9 +59,11 @@ def test_ome_zarr_channel_and_plane_as_the_array(tmp_path, movie, version):
         assert src.channel_names == ["GCaMP", "tdTomato"]
         assert src.pixel_size == (0.4, 0.4, "micrometer")
         assert any("level 0" in n for n in src.notes)
-    # without --z every plane is a frame, T then Z as in the file
-    np.testing.assert_array_equal(shifts(str(path), channel=0),
-                                  shifts(movie[:, 0].reshape(16, 48, 56)))
+    # without --z its T x Z planes are volumes: refused where frames are registered
+    with pytest.raises(HoldsVolumes, match="8 time points of 2 Z planes"):
+        shifts(str(path), channel=0)
+    np.testing.assert_array_equal(shifts(source_path(path, z=0), channel=0),
+                                  shifts(movie[:, 0, 0]))
 
 
 def test_plain_zarr_arrays_v2_and_v3(tmp_path, movie):

@@ -179,6 +179,14 @@ path or ndarray
         Replace the shifts of flagged frames by interpolation between their neighbours.
     channel : int, optional
         Channel of multi-channel files.
+    axes : str, optional
+        The file's axes, one letter each in its order, from ``T Z C S Y X`` (``"TYX"``,
+        ``"TZYX"``, ``"TCYX"``, ``"TZCYX"``), instead of those its reader infers (ImageJ and
+        OME metadata, Zarr ``dimension_names``, HDF5 labels, NWB's order): an NWB series stored
+        as (frames, rows, cols) is ``"TYX"``, a Zarr or HDF5 array without axes ``"TZYX"`` or
+        ``"TCYX"``; read as ``PATH?axes=...``, which a path may also say.  A file whose axes
+        hold T and Z (both longer than 1) is volumes: :class:`~xcorr_app.io.HoldsVolumes`
+        (``align_volumes``, or one plane with ``?z=K``).  A path only.
     chunk_frames : int, optional
         Most frames processed per step; default
         (:func:`~xcorr_app.streaming.auto_chunk_frames`) 64, and on the GPU as many small

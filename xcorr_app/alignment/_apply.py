@@ -18,14 +18,14 @@ import contextlib
 import numpy as np
 
 from .. import backend
-from ..errors import InputError
-from ..io import open_source
+from ..io import open_source, parse_axes, with_axes
 from ..streaming import map_chunks
-from .warp import check_out, common_area
+from .rigid import check_float32_range
+from .warp import check_out, check_shifts, common_area
 from ._options import as_stack
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
-                 crop=False, chunk_frames=64, device="auto", gpus=None, out=None):
+                 crop=False, chunk_frames=64, device="auto", gpus=None, out=None, axes=None):
     """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack.
 
     Parameters
@@ -33,7 +33,9 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     stack_or_path : ndarray, sequence of (H, W) ndarrays, str or Path
         As for :func:`~xcorr_app.align` (the same pixel types; a sequence is stacked).
     shifts : (N, 2) array
-        ``(dy, dx)`` per frame (NaN: left unshifted).
+        ``(dy, dx)`` per frame (NaN: left unshifted; a frame moved wholly out of its frame is
+        all ``fill``, as a drift chained by reference "previous" may move it); an infinite
+        shift raises InputError (:func:`~.warp.check_shifts`).
     fill : float
         Value of pixels shifted in from outside the frame (a number float32 holds, NaN or an
         infinity).
@@ -47,12 +49,15 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         A C-contiguous float32 NumPy array of the aligned stack's shape (``(N, H, W)``, or
         the crop's): every chunk is written into it (from the GPU straight into it) and the
         chunks yielded are its views; iterate to the end to fill it.
+    axes : str, optional
+        The file's axes, as for :func:`~xcorr_app.align` (a path only).
     """
     from .warp import check_fill
 
     fill = check_fill(fill)  # (when called, before the input is opened)
-    return _shifted_chunks(as_stack(stack_or_path), shifts, channel, fill, resample, crop,
-                           chunk_frames, device, gpus, out)
+    source = with_axes(as_stack(stack_or_path), parse_axes(axes))
+    return _shifted_chunks(source, shifts, channel, fill, resample, crop, chunk_frames, device,
+                           gpus, out)
 
 
 def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_frames, device,
@@ -61,9 +66,10 @@ def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_
     from .warp import shift_frames
 
     with open_source(stack_or_path, channel) as src:
-        shifts = np.asarray(shifts, dtype=np.float64)
-        if shifts.shape != (src.n_frames, 2):
-            raise InputError(f"shifts of shape {shifts.shape} do not match {src.n_frames} frames")
+        shifts = check_shifts(shifts, src.n_frames)
+        if src.dtype == np.float64:  # (shifted in float32)
+            check_float32_range(src.read(0, 1)[0], "the stack", "its frames are shifted",
+                                "scale the stack into that range first")
         y0, y1, x0, x1 = common_area(shifts, src.frame_shape) if crop else (0, None, 0, None)
         h, w = src.frame_shape
         check_out(out, (src.n_frames, (y1 or h) - y0, (x1 or w) - x0))

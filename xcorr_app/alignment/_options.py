@@ -27,8 +27,8 @@ from .. import backend
 from ..backend import DEVICES
 from ..correlate import normalize_max_shift, output_shape
 from ..errors import InputError
-from ..io import SUPPORTED_DTYPES
-from ..registration import DEFAULT_UPSAMPLE
+from ..io import SUPPORTED_DTYPES, parse_axes
+from ..registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ..streaming import parse_memory
 from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_previous,
                     mean_count, parse_prefilter, prefilter_for, prepare, refined_passes,
@@ -42,9 +42,6 @@ BOUNDARIES = ("auto", "linear", "circular")
 #: ``lucas_kanade``: the Lucas-Kanade refinement against a denoised template
 #: (:mod:`xcorr_app.alignment.refine._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
 LUCAS_KANADE = ("auto", "on", "off")
-#: the largest ``upsample``: 1/100 px is finer than any correlation peak is located, and the
-#: upsampled region's memory grows with the factor squared
-MAX_UPSAMPLE = 100
 #: the smallest frame side registered (see :func:`check_frame_shape`)
 MIN_FRAME_SIDE = 4
 
@@ -80,6 +77,7 @@ class AlignOptions:
     max_deviation: int = 4
     patch_template_passes: int = 0
     channel: int | None = None
+    axes: str | None = None
     chunk_frames: int | None = None
     max_memory: int | None = None
     device: str = "auto"
@@ -120,6 +118,7 @@ class AlignOptions:
                              "replace")
         if self.channel is not None:
             put("channel", _whole("channel", self.channel, 0))
+        put("axes", parse_axes(self.axes))  # (the run reads its path with them: with_axes)
         if self.chunk_frames is not None:
             put("chunk_frames", _whole("chunk_frames", self.chunk_frames, 1))
         if self.max_memory is not None:

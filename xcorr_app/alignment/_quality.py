@@ -52,7 +52,7 @@ from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_b
                                frame_sums, moments_of, sharpness, template_moments,
                                template_refs)
 from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
-from .rigid import area_float
+from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
 from .warp import shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
@@ -353,7 +353,9 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     streams them (on the GPU: pinned copies on two streams, overlapped with the work); nothing
     waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
-    whole = xp.asarray(template)
+    # frames and template at one safe scale (float32 figures of 1e-300 or 1e38 pixels: 0, inf)
+    k = stack_exponent(template)
+    whole = scaled_by(xp.asarray(template), k, xp)
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
         else area_float(whole[None], area)[0]
     prepare = opts._decided(window="none").preparer(xp, inside.shape)
@@ -366,6 +368,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
+            frames = scaled_by(frames, k, xp)
             host_ok = np.isfinite(shifts[a:b]).all(axis=1)
             ok = None if host_ok.all() else xp.asarray(host_ok)
             s = xp.asarray(np.where(host_ok[:, None], shifts[a:b], 0.0))
@@ -374,8 +377,9 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
                 g = shift_frames(frames.astype(np.float32), s, area=area)
                 sums.add(f, g, ok)
                 p = prepare(g)
-                out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite,
-                                 p.constant, host_ok))
+                with quiet_if_nonfinite(np, p.finite):  # (those frames' rows: NaN, poor)
+                    out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite,
+                                     p.constant, host_ok))
                 continue
             frames = xp.asarray(frames)  # (read in place: only the shifted area converted)
             g = shift_frames(frames, s, area=area)

@@ -95,7 +95,8 @@ class RegionFigures:
                                        h01, xp.square(g64[:, 1]).sum(axis=1)], axis=1))
         h = h.reshape(p, 2, 2)
         inverse = np.full_like(h, np.nan)
-        good = np.linalg.det(h) > 0
+        with np.errstate(invalid="ignore"):  # (a NaN template's: no inverse, NaN residuals)
+            good = np.linalg.det(h) > 0
         inverse[good] = np.linalg.inv(h[good])
         self.inverse = xp.asarray(inverse)
 

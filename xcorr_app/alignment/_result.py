@@ -308,6 +308,9 @@ class AlignResult:
             measured = self.settings.get("channel")
             channels = check_channels(channels, channels_of(self.source, measured), measured)
         inputs, how, made = [], None, None
+        if aligned:  # (a type the format cannot hold: refused before anything is written)
+            how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
+                                              keep_dtype, format), channels)
         if isinstance(self.source, (str, Path)):
             from ..io import split_source
 
@@ -317,8 +320,6 @@ class AlignResult:
                         patches=self.motion_field is not None, force=force,
                         inputs=inputs) as outs:
             if aligned:
-                how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
-                                                  keep_dtype), channels)
                 made = self.aligned_frames(channels=channels, resample=resample, crop=crop,
                                            fill=fill, warp=warp)
             return outs.write(self, frames=made, resample=resample, crop=crop, fill=fill,

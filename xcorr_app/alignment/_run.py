@@ -30,13 +30,14 @@ import time
 import numpy as np
 
 from .. import backend
+from ..io import with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
 from .rigid import search_range
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
-from .rigid import mean_count, reference_frame
+from .rigid import check_float32_range, mean_count, reference_frame, scaled_by, stack_exponent
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows, periodic_frames,
@@ -62,7 +63,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         raise InputError(f"progress must be a callable(int), got {progress!r}")
     t0 = time.perf_counter()
     opts.check_executor(executor.name)
-    stack_or_path = as_stack(stack_or_path)
+    # (a path naming its axes: every reader of the run, and of its result, opens it alike)
+    stack_or_path = with_axes(as_stack(stack_or_path), opts.axes)
     with executor.open(stack_or_path, opts) as src:
         check_frame_shape(src.frame_shape)
         limits = (tuple(src.frame_shape), src.dtype.itemsize,
@@ -71,6 +73,11 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
             check_limits(opts, *limits)
         if opts.patches is not None:
             check_grid(opts, src.frame_shape)
+        if src.dtype == np.float64 and (out is not None or opts.patches is not None):
+            # (warped in float32: pixels it cannot hold refused before a frame is measured)
+            check_float32_range(src.read(0, 1)[0], "the stack", "the aligned stack is computed"
+                                if opts.patches is None else "the patches' warped frames are "
+                                "computed")
         executor.check_out(out, (src.n_frames, *src.frame_shape))
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         choices = auto_notes(opts, why)
@@ -135,6 +142,10 @@ def measure_passes(opts, src, executor, progress=None):
                          "a template of the frames moved circularly (twice)")
         passes = more
     image = reference_image("first" if passes else opts.reference, opts, src, executor)
+    # templates are the frames' sums, unprepared: at one safe scale (the first frame's), and
+    # so every image of the passes; the reference prepared from it is the same
+    scale = 0 if image is None else stack_exponent(image)  # (None: reference previous)
+    image = scaled_by(image, scale, executor.xp)
     boundary = opts.boundary
     linear_why = "boundary auto measured the frames linear (they do not wrap around)"
     if opts.previous and boundary == "auto":
@@ -154,7 +165,8 @@ def measure_passes(opts, src, executor, progress=None):
                                                            executor.chunk, image=image)
         # (circular sums, but linear ones where Lucas-Kanade fits against them: its
         # leave-one-out template takes each frame's own share back by a bilinear warp)
-        hook = TemplateSums(opts.min_confidence, not linear and not lk) if k < passes else fit
+        hook = TemplateSums(opts.min_confidence, not linear and not lk, scale) \
+            if k < passes else fit
         table, sums = measure_pass(run, ref, executor, hook, report)
         if k == 0 and boundary == "auto":
             boundary = "circular" if periodic_frames(run, src, executor.xp, table, ref) \
@@ -178,12 +190,14 @@ def measure_passes(opts, src, executor, progress=None):
             built = np.where(kept_rows(table, np, opts.min_confidence)[:, None],
                              table[:, COLUMN["dy"]:COLUMN["dx"] + 1], np.nan)
             fit = LucasKanadeFit(*(executor.portable(a) for a in (total, coverage, image)),
-                                 built)
+                                 built, scale)
     report.finish()
     if boundary != "circular" and opts.upsample is not None and opts.subpixel != "upsample":
         notes.append(f"upsample {opts.upsample} unused: {linear_why}, where subpixel "
                      f"{opts.subpixel} does not upsample")
     run = run._decided(lucas_kanade=opts.lucas_kanade)
+    if scale:  # (the image in the frames' own units again)
+        image = scaled_by(executor.xp.asarray(image, executor.xp.float64), -scale, executor.xp)
     return (relative_to_first(table) if passes else table), run, notes, image
 
 

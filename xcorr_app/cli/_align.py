@@ -146,7 +146,7 @@ def _options(fn):
 @scale_out_command
 @stack_command
 @input_options
-def align(path, dataset, z, **options):
+def align(path, dataset, z, axes, **options):
     """Estimate the drift of every frame of PATH and write the aligned stack.
 
     PATH is a multi-page TIFF (ImageJ hyperstacks and OME-TIFF included), a folder of TIFFs,
@@ -157,7 +157,8 @@ def align(path, dataset, z, **options):
     it with the reference, as in scikit-image.
     """
     check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
-    path = input_path(path, dataset, z)  # FILE:/DATASET?z=K: every reader opens it so
+    path = input_path(path, dataset, z, axes)  # FILE:/DATASET?z=K&axes=A: every reader
+    # opens it so
     o = SimpleNamespace(path=path, **options)
     o.quiet = o.quiet or o.as_json
     if o.volumes:  # (T, Z, Y, X): 3-D registration
@@ -170,12 +171,9 @@ def align(path, dataset, z, **options):
         with readable_frames_of(path, o.readable_frames, o.workers, o.scheduler):
             _align(o)
     except HoldsVolumes as exc:  # (a T x Z file: its volumes, where the options allow it)
-        from ._volumes import align_volumes_cli, unused_by_volumes
+        from ._volumes import align_volumes_cli, given_options, unused_by_volumes
 
-        ctx = click.get_current_context()
-        given = [n for n in ctx.params
-                 if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
-        unused = unused_by_volumes(o, given)
+        unused = unused_by_volumes(o, given_options())
         if unused:
             raise InputError(f"{exc} ({', '.join(unused)} "
                              f"{'does' if len(unused) == 1 else 'do'} not apply to volumes)") \
@@ -235,7 +233,7 @@ def _align(o):
             _print_summary(path, shape, ran_on, res, res.summary(), res.seconds, frame_gb,
                            written.values())
             for p in outputs.removed:
-                click.echo(f"  removed {p} of an earlier run (--no-aligned)")
+                click.echo(f"  removed {p} of an earlier run (not written by this one)")
     note_late_signal(outputs)
 
 
@@ -259,7 +257,7 @@ def _is_file(name) -> bool:
 #: the options of :class:`AlignOptions` the command line gives as they are (``verify`` is
 #: ``--no-verify``)
 AS_GIVEN = tuple(f.name for f in dataclasses.fields(AlignOptions)
-                 if f.name not in ("verify", "quality"))
+                 if f.name not in ("verify", "quality", "axes"))  # (--axes: in the path)
 
 
 def _check(o):
@@ -286,9 +284,19 @@ def _check(o):
         need_gpus()
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         check_planes(src)  # (a T x Z TIFF: align's caller registers it in 3-D, or refuses)
+        if src.dtype.kind == "f" and src.dtype.itemsize == 8 \
+                and (not o.no_aligned or o.patches is not None):
+            from ..alignment.rigid import check_float32_range
+
+            what, fix = ("the aligned stack is computed", "run with --no-aligned") \
+                if o.patches is None else \
+                ("the patches' warped frames are computed", "run without --patches")
+            check_float32_range(src.read(0, 1)[0], Path(str(o.path)).name, what,
+                                f"the shifts are measured at any scale: {fix}, or scale the "
+                                "stack into that range")
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
+        o.aligned_as = aligned_as(src, o.path, o.keep_dtype, o.out_format)  # (notes too)
         print_notes(src, o.quiet)
-        o.aligned_as = aligned_as(src, o.path, o.keep_dtype)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
     # in this process the run decides the device, once, where it starts on it
     # (backend.decide_device): what comes before it overlaps CUDA's start

@@ -13,6 +13,7 @@ import click
 from .. import backend
 from ..errors import InputError
 from ._align import note_late_signal
+from ._input import input_options, input_path
 from ._main import DeviceCommand
 from ._options import (BANK, KERNEL, MIX, MODES, default_out, note_device, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
@@ -41,8 +42,9 @@ __all__ = ["filter_cmd", "output_run"]
                    "the current folder].")
 @scale_out_command
 @stack_command
+@input_options
 def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, scheduler, channel,
-               device, chunk_frames, readable_frames, force, quiet):
+               device, chunk_frames, readable_frames, force, quiet, dataset, z, axes):
     """Filter every frame of PATH and write a float32 stack.
 
     On a GPU the column/row-reuse kernels filter each chunk of frames in one launch (separable
@@ -55,6 +57,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     from ..streaming import DEFAULT_CHUNK
 
     chunk_frames = chunk_frames or DEFAULT_CHUNK
+    path = input_path(path, dataset, z, axes)  # FILE:/DATASET?z=K&axes=A: every reader opens it
     out_path = default_out(path, "_filtered.tif") if out_path is None else out_path
 
     given = [o for o, v in (("--kernel", spec), ("--bank", bank), ("--mix", mix)) if v]
@@ -111,6 +114,12 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
     with open_src() as src, output_run(path, out_path, force) as run, \
             scale_out(*scale, device) as (client, gpu_ids):
         n_out, chunks = plan(src)
+        if src.dtype.kind == "f" and src.dtype.itemsize == 8:  # (1e300 as float32: inf)
+            from ..alignment.rigid import check_float32_range
+
+            check_float32_range(src.read(0, 1)[0], Path(str(path)).name,
+                                "the filtered stack is computed and written",
+                                "scale the stack into that range")
         chunk = chunk_frames if client is not None else host_chunk(src, n_out, chunk_frames)
         print_notes(src, quiet)
         t0 = time.perf_counter()
@@ -182,12 +191,13 @@ def interruptible(fn, chunk, *args):
 def output_run(path, out_path, force):
     """The output file's :class:`~xcorr_app.io._outputs.OutputRun`: apart from the input, locked
     by ``.NAME.lock`` beside it, and written only when the whole stack is done."""
-    from ..io import OutputRun, TIFF_SUFFIXES
+    from ..io import OutputRun, TIFF_SUFFIXES, split_source
 
     if out_path.suffix.lower() not in TIFF_SUFFIXES:  # the writer writes TIFF whatever the name
         raise InputError(f"xcorr filter writes a TIFF stack: give --out a .tif or .tiff name, "
                          f"not {out_path.name}")
-    return OutputRun([out_path], [path], force, lock=out_path.with_name(f".{out_path.name}.lock"))
+    return OutputRun([out_path], [split_source(path)[0]], force,
+                     lock=out_path.with_name(f".{out_path.name}.lock"))
 
 
 def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):

@@ -15,6 +15,8 @@ Examples
 '--channel 3 is out of range: the reference is a file'
 >>> print(as_flags("C:\\\\data\\\\chunk_frames\\\\a.tif is damaged"))  # (a path keeps its names)
 C:\\data\\chunk_frames\\a.tif is damaged
+>>> as_flags("axes=TZYX names 4 axes but m.zarr?axes=TZYX has 3")
+'--axes TZYX names 4 axes but m.zarr?axes=TZYX has 3'
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def as_flags(message: str) -> str:
     forms, names with an underscore anywhere, and a message's first word where it is an
     option (``channel 3 is out of range``)."""
     names = _names()
-    message = re.sub(r"(?<![\w.\\/-])([a-z][a-z_]*)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)",
+    # (not a source path's PATH?z=K&axes=TZYX)
+    message = re.sub(r"(?<![\w.\\/?&-])([a-z][a-z_]*)=('[^']*'|\"[^\"]*\"|[^\s,;)]+)",
                      _assignment, message)
     message = re.sub(r"(?<![\w.`/\\-])([a-z]+(?:_[a-z]+)+)(?![\w(/\\-])",
                      lambda m: _flag(m.group(1)) if m.group(1) in names else m.group(0),

@@ -29,7 +29,7 @@ COMPILE_SHAPE = (1024, 1024)
                    "float32 stacks, unbounded and --max-shift 16), so that a first run does "
                    "not compile them; kept in the kernel cache.")
 @input_options
-def info(path, build, dataset, z):
+def info(path, build, dataset, z, axes):
     """Show the backend, the GPU, CuPy and the CUDA kernel sources found.
 
     With PATH (a stack in any format xcorr reads, FILE:/DATASET for one inside a file): its
@@ -38,9 +38,10 @@ def info(path, build, dataset, z):
     if path is not None:
         if build:
             raise InputError("--compile builds the kernels, PATH describes a stack: give one")
-        return _describe(input_path(path, dataset, z))
-    if dataset is not None or z is not None:
-        raise InputError("--dataset and --z name what to read inside PATH: give PATH")
+        return _describe(input_path(path, dataset, z, axes))
+    if dataset is not None or z is not None or axes is not None:
+        raise InputError("--dataset, --z and --axes name what to read inside PATH and how: "
+                         "give PATH")
     from .._cuda import (PlanCallBase, describe_shipped, fastlaunch, kernel_sources,
                          kernels_dir)
 

@@ -1,5 +1,6 @@
-"""The options naming what to read inside an input (``--dataset``, ``--z``) and the source path
-they make (``FILE:/DATASET?z=K``, :func:`xcorr_app.io.source_path`)."""
+"""The options naming what to read inside an input (``--dataset``, ``--z``) and how (``--axes``),
+and the source path they make (``FILE:/DATASET?z=K&axes=TZYX``, :func:`xcorr_app.io.source_path`),
+which every reader of the command opens."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ..errors import InputError
 
 __all__ = ["input_options", "input_path"]
 
-#: ``--dataset`` and ``--z``: the array inside an HDF5, Zarr or NWB file, and one Z plane
+#: ``--dataset``, ``--z`` and ``--axes``: the array inside an HDF5, Zarr or NWB file, one Z
+#: plane, and the input's axes
 INPUT_OPTIONS = (
     click.option("--dataset", default=None, metavar="PATH",
                  help="The dataset to read inside an HDF5 or Zarr file (e.g. /acquisition/data), "
@@ -20,6 +22,11 @@ INPUT_OPTIONS = (
     click.option("--z", "z", type=int, default=None, metavar="K",
                  help="Read Z plane K (0-based) of a stack with a Z axis (OME-TIFF, ImageJ, "
                       "OME-Zarr, HDF5 with axes); without it every plane is a frame."),
+    click.option("--axes", default=None, metavar="AXES",
+                 help="The input's axes, one letter each in its order from T Z C S Y X (e.g. "
+                      "TYX, TZYX, TCYX, TZCYX), instead of those its metadata say: an NWB "
+                      "series stored (frames, rows, cols) is TYX; a Zarr or HDF5 array without "
+                      "axes TZYX or TCYX.  Also written PATH?axes=TZYX."),
 )
 
 
@@ -30,30 +37,34 @@ def input_options(fn):
     return fn
 
 
-def input_path(path, dataset, z):
-    """The source path of ``path`` with ``--dataset`` and ``--z`` (``path`` as given without).
+def input_path(path, dataset, z, axes=None):
+    """The source path of ``path`` with ``--dataset``, ``--z`` and ``--axes`` (checked here,
+    once: :func:`xcorr_app.io.parse_axes`), ``path`` as given without them.
 
     Examples
     --------
     >>> input_path("movie.h5", "/data", None)
     'movie.h5:/data'
-    >>> input_path(Path("movie.tif"), None, None)
-    PosixPath('movie.tif')
+    >>> input_path(Path("movie.tif"), None, None), input_path("m.nwb", None, None, "tyx")
+    (PosixPath('movie.tif'), 'm.nwb?axes=TYX')
     """
-    from ..io import source_path, split_source
+    from ..io import parse_axes, source_parts, source_path
 
     if dataset is not None and not dataset.strip("/ "):
         raise InputError("--dataset is empty: name the dataset, e.g. --dataset /data")
     if z is not None and z < 0:
         raise InputError(f"--z {z} is negative: Z planes count from 0")
-    if dataset is None and z is None:
+    axes = parse_axes(axes)
+    if dataset is None and z is None and axes is None:
         return path
-    _, inside, plane = split_source(path)
+    file, inside, plane, named = source_parts(path)
     if dataset is not None and inside:
         raise InputError(f"{path} names its dataset already; drop --dataset {dataset}")
     if z is not None and plane is not None:
         raise InputError(f"{path} names its Z plane already; drop --z {z}")
-    return source_path(path, dataset, z)
+    if axes is not None and named is not None:
+        raise InputError(f"{path} names its axes already; drop --axes {axes}")
+    return source_path(file, dataset or inside, plane if z is None else z, named or axes)
 
 
 def apply_channels(apply_to, channel, src, no_aligned):

@@ -77,6 +77,21 @@ class PatchesType(click.ParamType):
         return parse_patches(int(value) if str(value).isdigit() else str(value))
 
 
+class WorkersType(click.ParamType):
+    """``--workers N``: a whole number (what this host can run is checked once, where the
+    cluster would start: :func:`~xcorr_app.streaming.check_workers`)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+
+
 class MemoryType(click.ParamType):
     """A memory size (``512M``, ``2G``, ``1.5G``): checked here, passed on as written."""
 
@@ -156,9 +171,10 @@ CHUNK = click.option("--chunk-frames", type=click.IntRange(min=1), default=None,
 GPUS = click.option("--gpus", type=GPUS_LIST, default=None,
                     help="Share the frames out over these GPUs of this host, e.g. 0,1 (one "
                          "reader per GPU; no cluster needed).")
-WORKERS = click.option("--workers", type=int, default=None, metavar="N",
+WORKERS = click.option("--workers", type=WorkersType(), default=None, metavar="N",
                        help="Run on a local Dask cluster of N workers (one per GPU with "
-                            "dask-cuda); needs xcorr-app[dask].")
+                            "dask-cuda, else at most one per CPU core); needs "
+                            "xcorr-app[dask].")
 SCHEDULER = click.option("--scheduler", default=None, metavar="ADDRESS",
                          help="Run on an existing Dask cluster, e.g. tcp://host:8786; every "
                               "worker must be able to read PATH.")
@@ -274,9 +290,9 @@ def readable_frames_of(path, readable, workers, scheduler):
     if workers is not None or scheduler:
         raise InputError("--readable-frames reads the file in this process only; drop "
                          "--workers/--scheduler (--gpus works)")
-    from ..io import readable_frames
+    from ..io import readable_frames, split_source
 
-    return readable_frames(path)
+    return readable_frames(split_source(path)[0])  # (FILE?z=K&axes=A: its file)
 
 
 def note_device(device: str, quiet: bool) -> str:

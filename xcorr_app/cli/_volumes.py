@@ -15,7 +15,8 @@ from ..errors import InputError
 from ._options import MaxShiftType, default_out, note_device
 
 __all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "VOLUME_USES", "align_volumes_cli",
-           "check_volume_options", "parse_voxel_size_text", "unused_by_volumes"]
+           "check_volume_options", "given_options", "ignored_by_volumes",
+           "parse_voxel_size_text", "unused_by_volumes"]
 
 OUTPUTS = ("shifts.csv", "shifts.json", "drift.png", "aligned.tif")
 
@@ -49,7 +50,8 @@ MAX_SHIFT_ZYX = MaxShiftZYXType()
 #: the options ``xcorr align`` adds for volumes
 VOLUME_OPTIONS = (
     click.option("--volumes", is_flag=True,
-                 help="PATH is a (T, Z, Y, X) stack (.tif hyperstack, .npy, .zarr): register "
+                 help="PATH is a (T, Z, Y, X) stack (.tif hyperstack, .npy, Zarr, HDF5, NWB; "
+                      "--axes names its T and Z): register "
                       "whole volumes in 3-D; writes shifts.csv (t, dz, dy, dx, ...) and "
                       "shifts.json (docs/volumes.md)."),
     click.option("--voxel-size", default=None, metavar="Z,Y,X",
@@ -85,6 +87,8 @@ def write_aligned(path, source, shifts, fill, device):
     from ..io import atomic_path
 
     shape = open_volumes(source).shape
+    # a constant volume (shift NaN) left unshifted, as 2-D align leaves a constant frame
+    shifts = np.nan_to_num(np.asarray(shifts, np.float64), nan=0.0)
     pages = (page for vol in shift_volumes(source, shifts, fill=fill, device=device)
              for page in vol)  # tifffile pulls a page at a time
     with atomic_path(Path(path)) as tmp:
@@ -117,9 +121,27 @@ def check_volume_options(options):
 
 
 #: the options of ``xcorr align`` that a run of volumes uses (or that ask it for less)
-VOLUME_USES = frozenset({"path", "dataset", "z", "volumes", "reference", "max_shift", "upsample",
-                         "voxel_size", "device", "max_memory", "out_dir", "force", "no_aligned",
-                         "fill", "quiet", "as_json", "no_quality"})
+VOLUME_USES = frozenset({"path", "dataset", "z", "axes", "volumes", "reference", "max_shift",
+                         "upsample", "voxel_size", "device", "max_memory", "out_dir", "force",
+                         "no_aligned", "fill", "quiet", "as_json", "no_quality"})
+
+
+def given_options() -> list:
+    """The parameters of the running command named on its command line (click's parameter
+    source: a default, however equal to its value, is not given); none outside a command."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return []
+    return [n for n in ctx.params
+            if ctx.get_parameter_source(n) is click.core.ParameterSource.COMMANDLINE]
+
+
+def ignored_by_volumes(o, given, uses=VOLUME_USES) -> list:
+    """The flags of ``xcorr align`` (``o``; ``given``: the options named on its command line)
+    that a run of volumes does not use (``uses``: those it does), as ``--name``, sorted."""
+    names = {n for n in given if n not in uses}
+    names |= {n for n, unset in _NOT_WITH_VOLUMES if getattr(o, n, unset) != unset}
+    return sorted("--" + n.replace("_", "-") for n in names)
 
 
 def unused_by_volumes(o, given) -> list:
@@ -127,13 +149,12 @@ def unused_by_volumes(o, given) -> list:
     line) that a run of volumes would not use: a file that holds volumes
     (:class:`~xcorr_app.io.HoldsVolumes`) is registered in 3-D only where there are none, as
     it would otherwise drop what was asked without a word."""
-    names = {n for n in given if n not in VOLUME_USES}
-    names |= {n for n, unset in _NOT_WITH_VOLUMES if getattr(o, n, unset) != unset}
+    names = ignored_by_volumes(o, given)
     try:
         _reference(o.reference)
     except InputError:
-        names.add("reference")
-    return sorted("--" + n.replace("_", "-") for n in names)
+        names = sorted(names + ["--reference"])
+    return names
 
 
 def _reference(text):
@@ -146,6 +167,8 @@ def _reference(text):
                          "INDEX") from None
 
 
+#: what an explicit --volumes uses: not --z (a plane is no volume)
+EXPLICIT_USES = VOLUME_USES - {"z"}
 #: options of the 2-D run that --volumes does not take (name, the value that means unset)
 _NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("scheduler", None),
                      ("channel", None), ("apply_to", None), ("features", None), ("crop", False),
@@ -156,18 +179,22 @@ _NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("sch
 def align_volumes_cli(o):
     """``xcorr align PATH --volumes`` once its options are parsed (``o``)."""
     from ..alignment import VolumeOptions, align_volumes
-    from ..io import OutputRun, write_text
+    from ..io import OutputRun, strict_json, write_text
 
-    for name, unset in _NOT_WITH_VOLUMES:
-        if getattr(o, name, unset) != unset:
-            raise InputError(f"--{name.replace('_', '-')} does not apply to --volumes")
+    # an option the run would drop is refused, not ignored (given: on the command line)
+    ignored = ignored_by_volumes(o, given_options(), EXPLICIT_USES)
+    if ignored:
+        raise InputError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not "
+                         "apply to --volumes")
     opts = VolumeOptions(reference=_reference(o.reference), max_shift=o.max_shift,
                          voxel_size=parse_voxel_size_text(o.voxel_size), upsample=o.upsample,
                          device=o.device, memory_limit=o.max_memory)  # (checked once)
     if o.out_dir is not None and not o.out_dir.strip():
         raise InputError("--out is empty: name the folder for shifts.csv, shifts.json and "
                          "drift.png")
-    path = Path(o.path)
+    from ..io import split_source
+
+    source, path = o.path, split_source(o.path)[0]  # (FILE:/DATASET?axes=TZYX, and its file)
     out = Path(o.out_dir) if o.out_dir is not None else default_out(path, "_xcorr")
     if out.suffix.lower() in (".csv", ".json", ".png", ".tif", ".tiff") or out.is_file():
         raise InputError(f"--out is the folder align writes shifts.csv, shifts.json and "
@@ -177,26 +204,33 @@ def align_volumes_cli(o):
     names = OUTPUTS[:-1] if o.no_aligned else OUTPUTS
     outputs = [out / name for name in names]
     dev = note_device(o.device, o.quiet)
-    stale = [out / OUTPUTS[-1]] if o.no_aligned else []  # (it would not match shifts.csv)
-    if o.force:  # (a user's aligned.tif is kept: only a run's is stale)
-        from ..alignment.outputs import check_stale
+    # (an earlier run's outputs this one does not write would not match shifts.csv)
+    from ..alignment.outputs import check_stale, stale_outputs
 
-        check_stale(stale)
+    stale = stale_outputs(out, outputs, [path])
+    check_stale(stale)  # (a user's file is kept, as 2-D align keeps it)
     with OutputRun(outputs, [path], o.force, lock=out / ".xcorr.lock", remove=stale) as run:
         if not o.no_aligned and dev != "cpu":  # (the aligned volumes' warp built meanwhile)
             from ..alignment.volume import prebuild_volumes
 
             prebuild_volumes(opts.max_shift, opts.upsample, aligned=True)
         t0 = time.perf_counter()
-        res = align_volumes(path, options=opts)
+        try:
+            res = align_volumes(source, options=opts)
+        except MemoryError as exc:  # (the command's own options: not --chunk-frames)
+            raise InputError(f"out of memory{f' ({exc})' if str(exc) else ''}: lower "
+                             "--max-memory, --upsample or bound the search with --max-shift, "
+                             "or crop or bin the volumes") from None
         seconds = time.perf_counter() - t0
-        doc = {"input": str(path), "device": res.device, "seconds": round(seconds, 3),
-               "notes": res.notes, "volumes": res.rows()}
+        # (a constant volume's NaN: null, as 2-D align's shifts.json)
+        doc = strict_json({"input": str(source), "device": res.device,
+                           "seconds": round(seconds, 3), "notes": res.notes,
+                           "volumes": res.rows()})
         write_text(outputs[0], res.to_csv())
         write_text(outputs[1], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift3d(outputs[2], res, title=f"{path.name}: reference {res.notes[0][11:]}")
         if not o.no_aligned:
-            write_aligned(outputs[3], path, res.shifts, o.fill, dev)
+            write_aligned(outputs[3], source, res.shifts, o.fill, dev)
         run.commit()
     if o.as_json:
         click.echo(json.dumps(doc, allow_nan=False))

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ._input import input_options, input_path
 from ._main import DeviceCommand
 from ._options import DEVICE, FORCE, QUIET, default_out, note_device
 
@@ -41,7 +42,8 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
     """A PNG of curves against frame (0..n-1), drawn with Pillow (no matplotlib start-up):
     ``panels`` is a list of ``(label, {name: values}, (lo, hi) or None)``, one panel each
     (the range None: the values' own); points of ``marked`` frames are red; ``xlabel``
-    names the horizontal axis.
+    names the horizontal axis.  NaN values (a frame or volume with nothing to measure) are
+    left out: the curve breaks there.
 
     >>> import tempfile, numpy as np
     >>> p = Path(tempfile.mkdtemp()) / "p.png"
@@ -67,7 +69,9 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
     y0 = top
     for (label, curves, span), h in zip(panels, heights):
         values = np.concatenate([np.asarray(v, float).ravel() for v in curves.values()])
-        lo, hi = span if span is not None else (float(values.min()), float(values.max()))
+        values = values[np.isfinite(values)]
+        lo, hi = span if span is not None else ((float(values.min()), float(values.max()))
+                                                if values.size else (0.0, 1.0))
         if hi - lo < 1e-9:
             lo, hi = lo - 0.5, hi + 0.5
         bottom = y0 + h
@@ -76,13 +80,19 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
             draw.text((6, bottom - (v - lo) / (hi - lo) * h - 6), f"{v:.2f}", fill=TEXT)
         legend = left + 5
         for (name, v), colour in zip(curves.items(), COLORS):
-            ys = bottom - (np.clip(np.asarray(v, float), lo, hi) - lo) / (hi - lo) * h
+            v = np.asarray(v, float)
+            ys = bottom - (np.clip(v, lo, hi) - lo) / (hi - lo) * h
+            known = np.isfinite(v)
             points = list(zip(xs.tolist(), ys.tolist()))
-            if len(points) > 1:
-                draw.line(points, fill=colour, width=2)
+            # runs of finite points, a line each (a NaN breaks the curve)
+            edges = np.flatnonzero(np.diff(np.r_[0, known.astype(int), 0]))
+            for a, b in zip(edges[::2], edges[1::2]):
+                if b - a > 1:
+                    draw.line(points[a:b], fill=colour, width=2)
             r = 3 if n <= 150 else 1
-            for (x, y), m in zip(points, marked):
-                draw.ellipse((x - r, y - r, x + r, y + r), fill=MARK if m else colour)
+            for (x, y), m, ok in zip(points, marked, known):
+                if ok:
+                    draw.ellipse((x - r, y - r, x + r, y + r), fill=MARK if m else colour)
             draw.text((legend, y0 + 4), name, fill=colour)
             legend += 8 * len(name) + 16
         draw.text((right - 8 * len(label), y0 + 4), label, fill=TEXT)
@@ -95,10 +105,13 @@ def plot_series(path, panels, n, title="", marked=None, xlabel="frame"):
 def plot_depth(path, result, title=""):
     """zlocate.png: each frame's depth (planes) and its score; frames at the z-stack's
     first or last plane marked red."""
+    import numpy as np
+
     nz = result.profile.shape[1]
+    known = result.score[np.isfinite(result.score)]  # (a constant frame's: NaN)
+    low = min(0.0, float(known.min())) if known.size else 0.0
     plot_series(path, [("depth (plane)", {"depth": result.depth}, (-0.5, nz - 0.5)),
-                       ("score", {"score": result.score},
-                        (min(0.0, float(result.score.min())), 1.0))],
+                       ("score", {"score": result.score}, (low, 1.0))],
                 len(result.depth), title, marked=result.at_edge)
 
 
@@ -119,34 +132,47 @@ def plot_depth(path, result, title=""):
 @DEVICE
 @FORCE
 @QUIET
-def zlocate_cmd(movie, zstack, out_dir, max_shift, upsample, subplane, device, force, quiet):
+@input_options
+def zlocate_cmd(movie, zstack, out_dir, max_shift, upsample, subplane, device, force, quiet,
+                dataset, z, axes):
     """Find the depth of each frame of MOVIE in a z-stack (zlocate.csv, zlocate.png).
 
     Each frame (a (N, Y, X) .tif, .npy or .zarr) is correlated with every plane of --zstack
     after its x/y alignment; the best plane, the depth between planes, the frame's (dy, dx),
     its score and confidence go to zlocate.csv, the depth against frame to zlocate.png.
+    --dataset, --z and --axes name what to read of MOVIE (the z-stack's: --zstack
+    FILE:/DATASET?axes=ZYX).
     """
-    from ..alignment.volume import zlocate
-    from ..io import OutputRun, write_text
+    from ..alignment.volume import parse_upsample, zlocate
+    from ..io import OutputRun, split_source, write_text
+
+    source = input_path(movie, dataset, z, axes)  # (MOVIE's FILE:/DATASET?z=K&axes=A)
+    movie, zfile = split_source(source)[0], split_source(zstack)[0]
 
     bound = parse_xy_bound(max_shift)
+    upsample = parse_upsample(upsample)  # (before anything is written: the API's check)
     if out_dir is not None and not out_dir.strip():
         raise InputError("--out is empty: name the folder for zlocate.csv and zlocate.png")
     out = Path(out_dir) if out_dir is not None else default_out(movie, "_zlocate")
     if out.suffix.lower() in (".csv", ".png", ".tif", ".tiff") or out.is_file():
         raise InputError(f"--out is the folder zlocate writes zlocate.csv and zlocate.png "
                          f"into, not a file: {out}")
-    for what, p in (("MOVIE", movie), ("--zstack", zstack)):
+    for what, p in (("MOVIE", movie), ("--zstack", zfile)):
         if not p.exists():
             raise InputError(f"{what} {p}: no such file or folder")
     outputs = [out / name for name in OUTPUTS]
     dev = note_device(device, quiet)
-    with OutputRun(outputs, [movie, zstack], force, lock=out / ".xcorr.lock") as run:
+    with OutputRun(outputs, [movie, zfile], force, lock=out / ".xcorr.lock") as run:
         t0 = time.perf_counter()
-        result = zlocate(movie, zstack, max_shift=bound, upsample=upsample,
-                         subplane=subplane, device=dev)
+        try:
+            result = zlocate(source, str(zstack), max_shift=bound, upsample=upsample,
+                             subplane=subplane, device=dev)
+        except MemoryError as exc:  # (the command's own options: no --max-memory here)
+            raise InputError(f"out of memory{f' ({exc})' if str(exc) else ''}: lower "
+                             "--upsample or --max-shift, or crop or bin the movie and the "
+                             "z-stack") from None
         write_text(outputs[0], result.to_csv())
-        plot_depth(outputs[1], result, title=f"{movie.name} in {zstack.name}")
+        plot_depth(outputs[1], result, title=f"{movie.name} in {zfile.name}")
         run.commit()
     if not quiet:
         n, nz = result.profile.shape

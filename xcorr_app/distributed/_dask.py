@@ -39,6 +39,7 @@ import numpy as np
 from .. import backend
 from ..alignment import AlignOptions, Executor, options_signature, reads_again, run_alignment
 from ..errors import InputError, XcorrError
+from ..io import parse_axes, with_axes
 from ..streaming import DEFAULT_CHUNK, chunk_bounds
 from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, drop_kept, filter_task,
                           plan_task, range_task, shift_task)
@@ -57,16 +58,16 @@ def is_dask_array(a) -> bool:
     return type(a).__module__.startswith("dask.array")
 
 def absolute_source(path) -> str:
-    """``path`` (``FILE``, ``FILE:/DATASET``, ``FILE?z=K``) with its file made absolute, as a
-    worker started elsewhere must open it.
+    """``path`` (``FILE``, ``FILE:/DATASET``, ``FILE?z=K&axes=TZYX``) with its file made
+    absolute, as a worker started elsewhere must open it.
 
     >>> absolute_source("/data/movie.h5:/data?z=2")
     '/data/movie.h5:/data?z=2'
     """
-    from ..io import source_path, split_source
+    from ..io import source_parts, source_path
 
-    file, dataset, z = split_source(path)
-    return source_path(Path(file).absolute(), dataset=dataset, z=z)
+    file, dataset, z, axes = source_parts(path)
+    return source_path(Path(file).absolute(), dataset=dataset, z=z, axes=axes)
 
 
 def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_frames=None):
@@ -363,27 +364,34 @@ def _as_array(inp, task, frame_shape, *args):
 
 
 def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, device="auto",
-           task_frames=None):
+           task_frames=None, axes=None):
     """The filtered stack as a lazy float32 dask array (one task per block of frames).
 
     ``kernel`` is a spec of :func:`xcorr_app.filters._api.parse_kernel_spec` (``gaussian:2``,
     ``dog:1,4``, ``FILE.npy``...); each task runs the reuse kernels on its worker's GPU, or
-    scipy.ndimage on the CPU, on its own frames.
+    scipy.ndimage on the CPU, on its own frames.  ``axes``: a file's axes, as for
+    :func:`xcorr_app.align`.
     """
     from ..filters import MODES, check_radius, parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
-    inp = _Input(stack_or_path, channel, task_frames)
+    inp = _Input(with_axes(stack_or_path, parse_axes(axes)), channel, task_frames)
     check_radius(getattr(fn, "radius", 0), inp.frame_shape, f"kernel {kernel}")
     return _as_array(inp, filter_task, inp.frame_shape, kernel, mode, cval, device)
 
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
-                 crop=False, device="auto", task_frames=None):
+                 crop=False, device="auto", task_frames=None, axes=None):
     """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
-    block of frames."""
+    block of frames (the same shifts refused; ``axes``: a file's, as there)."""
+    return _shifted_array(with_axes(stack_or_path, parse_axes(axes)), shifts, channel, fill,
+                          resample, crop, device, task_frames)
+
+
+def _shifted_array(stack_or_path, shifts, channel, fill, resample, crop, device, task_frames):
+    """:func:`apply_shifts` of a source already given its axes."""
     from ..alignment import RESAMPLE, check_fill, common_area
     from ..alignment.warp import check_shifts
 
@@ -391,7 +399,7 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     if resample not in RESAMPLE:
         raise InputError(f"unknown resampling {resample!r}; use {' or '.join(RESAMPLE)}")
     inp = _Input(stack_or_path, channel, task_frames)
-    shifts = check_shifts(shifts, inp.n, inp.frame_shape)
+    shifts = check_shifts(shifts, inp.n)
     h, w = inp.frame_shape
     box = common_area(shifts, inp.frame_shape) if crop else (0, h, 0, w)
     from dask import delayed
@@ -409,10 +417,9 @@ def aligned_blocks(result, client=None, *, resample, crop, fill, device="auto",
     :meth:`AlignResult.save <xcorr_app.alignment.AlignResult.save>`'s ``warp``."""
     if result.motion_field is not None:
         return None
-    return iter_blocks(apply_shifts(result.source, result.shifts,
-                                    channel=result.settings.get("channel"), fill=fill,
-                                    resample=resample, crop=crop, device=device,
-                                    task_frames=task_frames), client)
+    return iter_blocks(_shifted_array(result.source, result.shifts,
+                                      result.settings.get("channel"), fill, resample, crop,
+                                      device, task_frames), client)
 
 
 def save(result, folder, *, client=None, **options):
@@ -455,7 +462,8 @@ def local_client(workers=None, scheduler=None):
     to the scheduler at ``scheduler``, or on a new local cluster of ``workers`` processes
     (dask-cuda's LocalCUDACluster, one worker per GPU, where it is installed and there are
     GPUs; otherwise a LocalCluster of single-threaded processes, named 0, 1, ... so that each
-    uses its own GPU)."""
+    uses its own GPU).  More workers than GPUs, or CPU cores, are an InputError
+    (:func:`~xcorr_app.streaming.check_workers`), before anything starts."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -469,9 +477,10 @@ def local_client(workers=None, scheduler=None):
         with client:
             yield client
         return
-    n = None if workers is None else int(workers)
-    if n is not None and n < 1:
-        raise InputError(f"workers must be >= 1, got {workers}")
+    from ..streaming import check_workers, cuda_cluster, machine_cpus
+
+    # (before anything starts: more workers than this host runs are refused, not started)
+    n = None if workers is None else check_workers(workers)
     import tempfile
 
     import dask
@@ -480,20 +489,16 @@ def local_client(workers=None, scheduler=None):
     # folder of this run, removed at the end (the setting applies now, undone at the end)
     scratch = tempfile.TemporaryDirectory(prefix="xcorr-dask-", ignore_cleanup_errors=True)
     scratch_config = dask.config.set({"temporary-directory": scratch.name})
-    cluster = None
-    if backend.gpu_available():
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            pass
-        else:
-            import cupy
+    if cuda_cluster():  # (check_workers' rule: the same test)
+        from dask_cuda import LocalCUDACluster
+        import cupy
 
-            devices = list(range(cupy.cuda.runtime.getDeviceCount()))[:n]
-            cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, dashboard_address=":0")
-    if cluster is None:
-        cluster = LocalCluster(n_workers=n or 2, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", env={WORKER_GPU_ENV: "1"})
+        devices = list(range(cupy.cuda.runtime.getDeviceCount()))[:n]
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, dashboard_address=":0")
+    else:
+        cluster = LocalCluster(n_workers=n or min(2, machine_cpus()), threads_per_worker=1,
+                               processes=True, dashboard_address=":0",
+                               env={WORKER_GPU_ENV: "1"})
     with scratch, scratch_config, cluster, Client(cluster) as client:
         # a task's user error (say, a NaN frame) reaches the client as one error; the
         # workers of our own cluster need not log it with its traceback too

@@ -421,8 +421,9 @@ def dog(stack, sigma_low, sigma_high, truncate=4.0, mode="reflect", cval=0.0):
     True
     """
     dog_sigmas(sigma_low, sigma_high)
-    return (gaussian(stack, sigma_low, truncate, mode, cval)
-            - gaussian(stack, sigma_high, truncate, mode, cval))
+    low, high = (gaussian(stack, s, truncate, mode, cval) for s in (sigma_low, sigma_high))
+    with np.errstate(invalid="ignore"):  # (around an Inf pixel: inf - inf, NaN, as it is)
+        return low - high
 
 
 def parse_kernel_spec(spec: str):

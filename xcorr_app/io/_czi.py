@@ -93,8 +93,9 @@ def _metadata(doc):
     return size, names if any(names) else []
 
 
-def open_czi(file: Path, dataset, channel, z) -> ArrayFrames:
-    """A CZI file as an :class:`ArrayFrames` (axes ``TCZYX``).
+def open_czi(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
+    """A CZI file as an :class:`ArrayFrames` (axes ``TCZYX``, or ``axes`` as the caller names
+    them).
 
     Raises
     ------
@@ -105,4 +106,4 @@ def open_czi(file: Path, dataset, channel, z) -> ArrayFrames:
     pyczi = need("czi")
     return document_frames(file, dataset, channel, z, fmt="CZI",
                            open_document=lambda: pyczi.CziReader(str(file)), planes=CziPlanes,
-                           metadata=_metadata)
+                           metadata=_metadata, axes=axes)

@@ -9,7 +9,7 @@ Examples
 
 from __future__ import annotations
 
-from ._formats import format_of, split_source
+from ._formats import format_of, source_parts, split_source
 from ._ome import says_calibration, tiff_metadata
 from ._reader import open_stack
 
@@ -28,7 +28,7 @@ def describe(path, channel=None) -> dict:
         What :func:`~xcorr_app.io.open_stack` raises (a bad path, file or layout), except that
         several channels need no ``channel`` here.
     """
-    file, dataset, z = split_source(path)
+    file, dataset, z, named = source_parts(path)
     fmt = format_of(file) if file.exists() else None
     pick = 0 if channel is None else channel  # (several channels: describe the first)
     with open_stack(path, channel=pick) as src:
@@ -39,7 +39,7 @@ def describe(path, channel=None) -> dict:
                 "channels": getattr(src, "n_channels", 1), "frame_interval": None}
         if fmt == "tiff" and file.is_file():
             meta = tiff_metadata(file)
-            info.update(format=meta["format"], shape=meta["shape"], axes=meta["axes"],
+            info.update(format=meta["format"], shape=meta["shape"], axes=named or meta["axes"],
                         chunks=meta["chunks"], pixel_size=meta["pixel_size"],
                         channel_names=meta["channel_names"],
                         frame_interval=meta["frame_interval"])

@@ -3,9 +3,11 @@ it is, the optional library that reads it, and :class:`ArrayFrames`, the frame s
 N-D array read by slicing (a Zarr array, an HDF5 dataset), chunk by chunk.
 
 A source path is ``FILE``, ``FILE:/DATASET`` (an HDF5 dataset, a Zarr array in a group, an NWB
-series) and may end in ``?z=K`` (one Z plane of a stack with a Z axis); :func:`source_path`
-writes one, :func:`split_source` reads it.  Frames are all the axes other than Y, X, the
-channel axis (``C``, picked by ``channel``) and a picked Z, flattened in file order.
+series) and may end in ``?z=K`` (one Z plane of a stack with a Z axis), ``?axes=TZYX`` (the
+file's axes, as the caller names them: :mod:`._axes`) or both (``?z=K&axes=TZYX``);
+:func:`source_path` writes one, :func:`source_parts` reads it.  Frames are all the axes other
+than Y, X, the channel axis (``C``, picked by ``channel``) and a picked Z, flattened in file
+order.
 
 Examples
 --------
@@ -30,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, XcorrError
-from ._tiff import SUPPORTED_DTYPES, one_line_errors, plural
+from ._axes import given_axes, parse_axes
+from ._tiff import SUPPORTED_DTYPES, HoldsVolumes, one_line_errors, plural
 
-__all__ = ["ArrayFrames", "split_source", "source_path", "format_of", "need", "FORMAT_EXTRAS",
-           "SUFFIXES", "library_errors", "default_axes", "document_frames"]
+__all__ = ["ArrayFrames", "split_source", "source_parts", "source_path", "with_axes", "format_of",
+           "need", "FORMAT_EXTRAS", "SUFFIXES", "library_errors", "document_frames"]
 
 #: the optional libraries of each format: format -> (module, extra of pyproject.toml, name)
 FORMAT_EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py", "hdf5", "HDF5"),
@@ -52,41 +55,78 @@ SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "mse
            "millisecond": 1e-3, "µs": 1e-6, "us": 1e-6, "usec": 1e-6, "microsecond": 1e-6,
            "nanosecond": 1e-9, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0,
            "hour": 3600.0}
-_PLANE = re.compile(r"^(.*)\?z=(-?\d+)$")
+#: what a source path may end in: ``?z=K``, ``?axes=TZYX`` or both (``?z=K&axes=TZYX``)
+_QUERY = re.compile(r"^(.*)\?((?:z=-?\d+|axes=[^?&=]*)(?:&(?:z=-?\d+|axes=[^?&=]*))*)$")
+
+
+def source_parts(path):
+    """``(file, dataset or None, z or None, axes or None)`` of a source path (see the module's
+    doc; ``axes`` checked by :func:`~._axes.parse_axes`); a path that exists is a file whatever
+    its name holds.
+
+    >>> source_parts("movie.zarr?z=1&axes=tzyx")
+    (PosixPath('movie.zarr'), None, 1, 'TZYX')
+    """
+    text = str(path)
+    if Path(text).exists():
+        return Path(text), None, None, None
+    query = {}
+    match = _QUERY.match(text)
+    if match:
+        text = match.group(1)
+        for part in match.group(2).split("&"):
+            key, value = part.split("=", 1)
+            if key in query:
+                raise InputError(f"{path} names {key} twice; name it once")
+            query[key] = value
+    z = int(query["z"]) if "z" in query else None
+    axes = parse_axes(query["axes"]) if "axes" in query else None
+    if Path(text).exists():
+        return Path(text), None, z, axes
+    for at in [i for i, ch in enumerate(text) if ch == ":"]:
+        if at and Path(text[:at]).exists():
+            return Path(text[:at]), text[at + 1:] or None, z, axes
+    return Path(text), None, z, axes
 
 
 def split_source(path):
-    """``(file, dataset or None, z or None)`` of a source path (see the module's doc); a path
-    that exists is a file whatever its name holds."""
-    text = str(path)
-    if Path(text).exists():
-        return Path(text), None, None
-    z = None
-    match = _PLANE.match(text)
-    if match:
-        text, z = match.group(1), int(match.group(2))
-        if Path(text).exists():
-            return Path(text), None, z
-    for at in [i for i, ch in enumerate(text) if ch == ":"]:
-        if at and Path(text[:at]).exists():
-            return Path(text[:at]), text[at + 1:] or None, z
-    return Path(text), None, z
+    """``(file, dataset or None, z or None)`` of a source path (:func:`source_parts`)."""
+    return source_parts(path)[:3]
 
 
-def source_path(file, dataset=None, z=None) -> str:
-    """A source path naming ``dataset`` in ``file`` and plane ``z`` (see :func:`split_source`).
+def source_path(file, dataset=None, z=None, axes=None) -> str:
+    """A source path naming ``dataset`` in ``file``, plane ``z`` and the file's ``axes`` (see
+    :func:`source_parts`).
 
     Examples
     --------
-    >>> source_path("stack.ome.tif", z=0)
-    'stack.ome.tif?z=0'
+    >>> source_path("stack.ome.tif", z=0), source_path("m.h5", "/data", axes="TZYX")
+    ('stack.ome.tif?z=0', 'm.h5:/data?axes=TZYX')
     """
     text = str(file)
     if dataset:
         text += ":" + (dataset if dataset.startswith("/") else "/" + dataset)
-    if z is not None:
-        text += f"?z={int(z)}"
-    return text
+    query = ([f"z={int(z)}"] if z is not None else []) + ([f"axes={axes}"] if axes else [])
+    return text + ("?" + "&".join(query) if query else "")
+
+
+def with_axes(stack_or_path, axes):
+    """The source ``stack_or_path`` read with ``axes`` (:func:`~._axes.parse_axes`'s, or
+    None: as it is): a path naming them (``PATH?axes=TZYX``), so that every reader of the run
+    opens it alike; an array in memory is refused (its axes are the caller's to arrange).
+
+    >>> with_axes("m.nwb:/acquisition/TwoPhotonSeries", "TYX")
+    'm.nwb:/acquisition/TwoPhotonSeries?axes=TYX'
+    """
+    if axes is None:
+        return stack_or_path
+    if not isinstance(stack_or_path, (str, Path)):
+        raise InputError(f"axes={axes} names the axes of a file; an array in memory is "
+                         "arranged by its caller: (N, H, W) frames, or (T, Z, Y, X) volumes")
+    file, dataset, z, named = source_parts(stack_or_path)
+    if named is not None and named != axes:
+        raise InputError(f"{stack_or_path} names its axes already ({named}); drop axes={axes}")
+    return source_path(file, dataset, z, axes)
 
 
 def format_of(file: Path) -> str:
@@ -119,25 +159,45 @@ def need(fmt: str):
 
 
 def library_errors(path, what="read"):
-    """A reading library's failure as one-line :class:`InputError` naming ``path``."""
-    return one_line_errors(path, lambda exc, reason: (
-        f"cannot {what} {path} ({type(exc).__name__}: {reason}); check that it is a complete, "
-        "uncorrupted file"))
+    """A reading library's failure as one-line :class:`InputError` naming ``path`` (an HDF5
+    file another program holds open for writing said so, not called damaged).
+
+    >>> with library_errors("m.h5", "open"):  # doctest: +ELLIPSIS
+    ...     raise BlockingIOError(11, "Unable to synchronously open file (unable to lock file, "
+    ...                           "errno = 11, error message = 'Resource temporarily unavailable')")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: cannot open m.h5: another program holds it open for writing ...
+    """
+    def message(exc, reason):
+        text = str(exc).lower()
+        if "unable to lock file" in text:  # (HDF5's file locking: a writer has it open)
+            return (f"cannot {what} {path}: another program holds it open for writing (the "
+                    "file is locked); close that program, or set HDF5_USE_FILE_LOCKING=FALSE "
+                    "to read it anyway (frames it is still writing may be incomplete)")
+        if "already open for write" in text:  # (the superblock's mark of an open writer)
+            return (f"cannot {what} {path}: it is marked open for writing by another program, "
+                    "or by one that stopped without closing it; close that program, or clear "
+                    f"the mark with h5clear -s {path} once no program writes it")
+        return (f"cannot {what} {path} ({type(exc).__name__}: {reason}); check that it is a "
+                "complete, uncorrupted file")
+    return one_line_errors(path, message)
 
 
-def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, metadata):
+def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, metadata,
+                    axes=None):
     """An :class:`ArrayFrames` over a file of a format that holds one image and no datasets
     (CZI; ND2 once its position is picked): ``open_document()`` opens the file (an object with ``close``), ``planes(doc,
     file)`` views it as an array with ``axes`` (and ``notes``, if any), ``metadata(doc)``
     gives ``(pixel size, channel names)``; opened once now to check it, and again whenever the
-    frames are read."""
+    frames are read.  ``axes``: the caller's names of the view's axes (:mod:`._axes`)."""
     if dataset:
         raise InputError(f"{file} is {fmt}: a dataset ({dataset}) names an array inside an "
                          "HDF5, Zarr or NWB file; leave it out")
     with library_errors(file, "open"), contextlib.closing(open_document()) as doc:
         size, names = metadata(doc)
         view = planes(doc, file)  # (the file's pixel types and layout checked now)
-        axes, notes = view.axes, getattr(view, "notes", ())
+        axes, notes = given_axes(view.axes, axes, file, view.shape), getattr(view, "notes", ())
 
     def opener():
         doc = open_document()
@@ -151,9 +211,22 @@ def document_frames(file, dataset, channel, z, *, fmt, open_document, planes, me
                        channel_names=names, fmt=fmt, paths=[file], notes=notes)
 
 
-def default_axes(ndim: int) -> str:
-    """Axes of an array whose file names none: ``YX``, ``TYX``, ``TCYX``, ``TCZYX``."""
-    return {2: "YX", 3: "TYX", 4: "TCYX", 5: "TCZYX"}.get(ndim, "")
+def frame_ranges(flags, most=6) -> str:
+    """The frames set in ``flags`` (bool, one a frame) as ranges, the first ``most`` of them.
+
+    >>> frame_ranges(np.array([0, 1, 1, 1, 0, 1], bool)), frame_ranges(np.ones(9, bool), 1)
+    ('frames 1-3, 5', 'frames 0-8')
+    >>> frame_ranges(np.arange(20) % 3 == 0, 2)
+    'frames 0, 3 and 5 more'
+    """
+    at = np.flatnonzero(flags)
+    if not len(at):
+        return "no frame"
+    cuts = np.flatnonzero(np.diff(at) > 1) + 1
+    runs = [(int(r[0]), int(r[-1])) for r in np.split(at, cuts)]
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:most])
+    word = "frame" if len(at) == 1 else "frames"
+    return f"{word} {text}" + (f" and {len(runs) - most} more" if len(runs) > most else "")
 
 
 class ArrayFrames:
@@ -182,6 +255,11 @@ class ArrayFrames:
         uncompressed in files, runs of frames are read from them by ``os.preadv`` straight
         into the caller's buffer, from several threads at once (HDF5 serializes its calls;
         Zarr reads into a new buffer first); the library reads the rest.
+    absent : callable, optional
+        ``absent(array) -> (missing, block, fill) | None``: which stored blocks (chunks,
+        shards) of the array were never written (``missing``, bool over the grid of blocks of
+        shape ``block``), which read as ``fill``; the frames they hold are named in a note
+        (:attr:`frames_absent`: those frames, wholly or in part).
 
     Examples
     --------
@@ -191,13 +269,15 @@ class ArrayFrames:
     """
 
     memory_mapped = False
+    volumes = None  # a T x Z stack's HoldsVolumes (its planes read as frames), else None
 
     def __init__(self, opener, axes, name, *, channel=None, z=None, pixel_size=None,
-                 channel_names=(), fmt="array", paths=(), notes=(), stored=None):
+                 channel_names=(), fmt="array", paths=(), notes=(), stored=None, absent=None):
         self._opener, self.name, self.format, self._store_of = opener, str(name), fmt, stored
         self._stored = None
         self.paths = [Path(p) for p in paths]
-        self.notes = list(notes)
+        self._notes = list(notes)
+        self._absent, self._frames_absent = absent, None
         self._array, self._closer = None, None
         array = self._open()
         try:
@@ -272,14 +352,14 @@ class ArrayFrames:
                 raise InputError(f"--z {z} is out of range: {self.name} has "
                                  f"{plural(nz, 'Z plane')}; use 0 to {nz - 1}")
             fixed[axes.index("Z")] = z
-        elif "Z" in axes and shape[axes.index("Z")] > 1:
-            self.notes.append(f"{Path(self.name).name}: every Z plane is a frame (axes {axes}); "
-                              "pass --z to align one plane")
         self._fixed = fixed
         self._frame_axes = [i for i, a in enumerate(axes) if a not in "YX" and i not in fixed]
         self._frame_shape_lead = tuple(shape[i] for i in self._frame_axes) or (1,)
         self.frame_axes = "".join(axes[i] for i in self._frame_axes)
+        # (letter, size) of each frame axis, in the order frames are numbered
+        self.frame_layout = tuple(zip(self.frame_axes, self._frame_shape_lead))
         self.n_frames = math.prod(self._frame_shape_lead)
+        self._note_planes(axes, shape, z)
         self.frame_shape = (shape[axes.index("Y")], shape[axes.index("X")])
         # the order of the axes a slice keeps (the last frame axis, Y, X in file order)
         kept = [i for i in range(len(axes)) if i not in fixed
@@ -289,6 +369,108 @@ class ArrayFrames:
         self._order = [kept.index(i) for i in want]
         # frames a slice gives as they lie: read straight into a caller's buffer (_read_into)
         self._direct = bool(self._frame_axes) and self._order == list(range(len(self._order)))
+
+    @property
+    def short_name(self) -> str:
+        """The source's name in notes: ``FILE.h5:/dataset`` as the file's name and dataset."""
+        file = str(self.paths[0]) if self.paths else ""
+        return Path(file).name + self.name[len(file):] if self.name.startswith(file) and file \
+            else Path(self.name).name
+
+    def _note_planes(self, axes, shape, z):
+        """Z planes read as frames: said in a note; a T x Z stack's are volumes
+        (:attr:`volumes`, what :func:`~._tiff.check_planes` refuses where frames are
+        registered)."""
+        planes = shape[axes.index("Z")] if "Z" in axes and z is None else 1
+        if planes < 2:
+            return
+        name = self.short_name
+        times = shape[axes.index("T")] if "T" in axes else 1
+        if times < 2:
+            self._notes.append(f"{name}: every Z plane is a frame (axes {axes}); pass --z to "
+                               "align one plane")
+            return
+        self.volumes = HoldsVolumes(self.name, times, planes, axes)
+        first, then = ("T", "Z") if axes.index("T") < axes.index("Z") else ("Z", "T")
+        self._notes.append(f"{name} holds {plural(times, 'volume')} of "
+                           f"{plural(planes, 'Z plane')}: read plane by plane, {first} then "
+                           f"{then}")
+
+    @property
+    def notes(self) -> list:
+        """What the reader noticed (a list of lines), the frames of chunks never stored among
+        them (found at the first look: a task that only reads its frames pays nothing)."""
+        self._find_absent()
+        return self._notes
+
+    @notes.setter
+    def notes(self, value):
+        self._notes = list(value)
+
+    @property
+    def frames_absent(self) -> np.ndarray:
+        """(N,) bool: the frames some of whose stored chunks are missing (they read as the fill
+        value, wholly or in part)."""
+        self._find_absent()
+        return self._frames_absent
+
+    def _find_absent(self):
+        if self._frames_absent is not None:
+            return
+        self._frames_absent = np.zeros(self.n_frames, bool)
+        if self._absent is None:
+            return
+        was_open = self._array is not None
+        try:
+            self._note_absent(self._absent, self._open())
+        finally:
+            if not was_open:  # (a look after close: the file closed again)
+                self.close()
+
+    def _note_absent(self, absent, array):
+        """:attr:`frames_absent` and a note naming them, from ``absent(array)`` (see the
+        class's parameters); nothing where the format cannot tell (a diagnosis only)."""
+        try:
+            found = absent(array)
+        except Exception:  # noqa: BLE001 (a store that cannot list its chunks: read as it is)
+            found = None
+        if found is None or not np.asarray(found[0]).any():
+            return
+        missing, block, fill = found
+        missing = np.asarray(missing, bool)
+        yx = (self.axes.index("Y"), self.axes.index("X"))
+        wholly = missing.all(axis=yx)
+        partly = missing.any(axis=yx)
+        index = []  # the block of every frame along the axes left (the frame axes: open grids)
+        lead = [i for i in range(len(self.axes)) if i not in yx]
+        for i in lead:
+            if i in self._fixed:
+                index.append(self._fixed[i] // block[i])
+            else:
+                k = self._frame_axes.index(i)
+                shape = [1] * len(self._frame_axes)
+                shape[k] = self.shape[i]
+                index.append((np.arange(self.shape[i]) // block[i]).reshape(shape))
+        wholly, partly = (np.broadcast_to(np.asarray(m[tuple(index)]),
+                                          self._frame_shape_lead).reshape(-1)
+                          for m in (wholly, partly))
+        self._frames_absent = partly.copy()
+        name = self.short_name
+        try:
+            fill = f"{float(0 if fill is None else fill):g}"
+        except (TypeError, ValueError):
+            fill = repr(fill)
+        if wholly.any():
+            self._notes.append(
+                f"{name}: no data stored for {frame_ranges(wholly)} ({int(wholly.sum())} of "
+                f"{self.n_frames} frames; chunks never written, or lost): read as the fill "
+                f"value {fill}, not measured")
+        some = partly & ~wholly
+        if some.any():  # (a note only: a writer may leave out chunks of the fill value)
+            self._notes.append(
+                f"{name}: part of {frame_ranges(some)} is not stored (chunks never written, or "
+                f"lost) and reads as the fill value {fill} (a writer may leave out chunks of "
+                "the fill value alone: where those parts were blank, nothing is lost)")
 
     def source_name(self, i):
         return Path(self.name).name

@@ -21,10 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ._formats import ArrayFrames, default_axes, library_errors, need
+from ._axes import given_axes, guessed_axes
+from ._formats import ArrayFrames, library_errors, need
 from ._pread import PreadFile, StoredArray, chunk_slabs, preadable
 
-__all__ = ["open_hdf5", "open_nwb", "stored_offsets", "stored_dataset", "NWB_SERIES"]
+__all__ = ["open_hdf5", "open_nwb", "stored_offsets", "stored_dataset", "absent_chunks",
+           "NWB_SERIES"]
 
 #: the NWB types whose ``data`` are frames
 NWB_SERIES = ("ImageSeries", "TwoPhotonSeries", "OnePhotonSeries")
@@ -46,18 +48,16 @@ def _text(value):
 
 
 def _hdf5_layout(ds, notes):
-    """``(axes, pixel size, guessed)`` from a dataset's attributes (``axes``, dimension labels,
+    """``(axes or None, pixel size)`` from a dataset's attributes (``axes``, dimension labels,
     Fiji/ilastik ``element_size_um``); an attribute that says nothing usable is a note in
     ``notes``, not a failure (files carry many variants of them)."""
     axes = ds.attrs.get("axes")
     labels = [_text(d.label) for d in ds.dims] if hasattr(ds, "dims") else []
     if axes is not None:
-        axes, guessed = _text(axes).upper(), False
+        axes = _text(axes).upper()
     elif labels and all(labels):
-        axes, guessed = "".join(label[:1].upper() for label in labels), False
-    else:
-        axes, guessed = default_axes(ds.ndim), True
-    return axes, _pixel_size(ds.attrs.get("element_size_um"), notes), guessed
+        axes = "".join(label[:1].upper() for label in labels)
+    return axes, _pixel_size(ds.attrs.get("element_size_um"), notes)
 
 
 def _pixel_size(size, notes):
@@ -110,15 +110,18 @@ def _open_file(h5py, file):
         return h5py.File(file, "r")
 
 
-def open_hdf5(file: Path, dataset, channel, z) -> ArrayFrames:
-    """An HDF5 dataset as an :class:`ArrayFrames`.
+def open_hdf5(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
+    """An HDF5 dataset as an :class:`ArrayFrames`; ``axes`` (:mod:`._axes`) names its axes
+    instead of its attributes.
 
     Raises
     ------
     InputError
         A missing ``h5py`` (naming the pip command), a file that is no HDF5 or is truncated,
-        a missing dataset, several datasets and none named, a bad layout.
+        a missing dataset, several datasets and none named, a bad layout, a 4-D or 5-D
+        dataset whose attributes name no axes and none given (:class:`~._axes.AxesUnknown`).
     """
+    given = axes
     h5py = need("hdf5")
     with _open_file(h5py, file) as f:
         found = _datasets(f)
@@ -137,15 +140,22 @@ def open_hdf5(file: Path, dataset, channel, z) -> ArrayFrames:
             raise InputError(f"{file} holds {held}; name one as {file}:/PATH (or --dataset "
                              "PATH)")
         said = []
-        axes, pixel_size, guessed = _hdf5_layout(f[path], said)
-        ndim = f[path].ndim
+        axes, pixel_size = _hdf5_layout(f[path], said)
+        shape = f[path].shape
         names = _channel_names(f[path].attrs.get("channel_names"), said)
-    notes = [f"{file.name}:{path}: no axes in its attributes; read as {axes}"] \
-        if guessed and ndim > 3 else []
+    notes = []
+    if given is not None:
+        axes = given_axes(axes, given, f"{file.name}:{path}", shape, notes)
+    elif axes is None:
+        axes = guessed_axes(len(shape), f"{file}:{path}", shape, channel, z)
+        if len(shape) > 3:  # (3-D: TYX is no guess)
+            notes.append(f"{file.name}:{path}: no axes in its attributes; read as {axes} "
+                         "(axes=... names them otherwise)")
     notes += [f"{file.name}:{path}: {n}" for n in said]
     return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{path}",
                        channel=channel, z=z, pixel_size=pixel_size, channel_names=names,
-                       fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset)
+                       fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset,
+                       absent=absent_chunks)
 
 
 def _opened(h5py, file, path):
@@ -209,6 +219,48 @@ def stored_offsets(ds):
         return None  # (an h5py without chunk queries, or a layout it cannot tell)
 
 
+def absent_chunks(ds):
+    """``(missing, block, fill)`` of an h5py dataset (see :class:`~._formats.ArrayFrames`'
+    ``absent``): which of its chunks were never written (a contiguous dataset: all or none),
+    by HDF5's chunk index (its count first: a dataset missing none costs that alone); None
+    where none is missing, or where HDF5 cannot tell (external, virtual, compact storage).
+
+    >>> import tempfile, h5py
+    >>> path = tempfile.mkdtemp() + "/m.h5"
+    >>> with h5py.File(path, "w") as f:
+    ...     f.create_dataset("c", shape=(6, 4, 4), dtype="u2", chunks=(2, 4, 4))[:2] = 1
+    >>> with h5py.File(path, "r") as f:
+    ...     missing, block, fill = absent_chunks(f["c"])
+    >>> missing.ravel().tolist(), block, int(fill)
+    ([False, True, True], (2, 4, 4), 0)
+    """
+    from h5py import h5d
+
+    plist = ds.id.get_create_plist()
+    if ds.size == 0 or plist.get_external_count() or getattr(ds, "is_virtual", False) \
+            or plist.get_layout() not in (h5d.CONTIGUOUS, h5d.CHUNKED):
+        return None
+    shape = tuple(int(n) for n in ds.shape)
+    if ds.chunks is None:
+        if ds.id.get_offset() is not None:
+            return None
+        return np.ones((1,) * len(shape), bool), shape, ds.fillvalue
+    block = tuple(int(c) for c in ds.chunks)
+    grid = tuple(-(-n // c) for n, c in zip(shape, block))
+    count = ds.id.get_num_chunks()
+    if count >= math.prod(grid):
+        return None
+    missing = np.ones(grid, bool)
+    infos = []
+    if hasattr(ds.id, "chunk_iter"):  # one pass (get_chunk_info(i) walks the index each call)
+        ds.id.chunk_iter(infos.append)
+    else:
+        infos = [ds.id.get_chunk_info(i) for i in range(count)]
+    for info in infos:
+        missing[tuple(int(o) // c for o, c in zip(info.chunk_offset, block))] = False
+    return missing, block, ds.fillvalue
+
+
 def _chunk_offsets(ds, shape, chunk, size):
     """:func:`stored_offsets` of a chunked dataset whose chunks are runs of whole slabs
     (:func:`~._pread.chunk_slabs`), each where h5py's chunk index says."""
@@ -249,9 +301,29 @@ def _series(f):
     return found
 
 
-def open_nwb(file: Path, dataset, channel, z) -> ArrayFrames:
+def _nwb_axes(group, shape):
+    """``(axes, said)`` of an NWB series' ``data`` of ``shape``: the schema's (frames, x, y[,
+    z]), unless its ``dimension`` (pixels on x, y[, z]) names x and y the other way round, as
+    a series stored (frames, rows, cols) does (``said``: whether the file tells)."""
+    spec = "TXYZ"[:len(shape)]
+    try:
+        sizes = [int(v) for v in np.asarray(group["dimension"][()]).ravel()][:2]
+    except (KeyError, TypeError, ValueError, OSError):
+        sizes = []
+    if len(sizes) == 2 and sizes[0] != sizes[1]:
+        if tuple(shape[1:3]) == tuple(sizes):
+            return spec, True
+        if tuple(shape[1:3]) == tuple(sizes[::-1]):
+            return "TYX" + spec[3:], True
+    return spec, False
+
+
+def open_nwb(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
     """An NWB image series (``ImageSeries``, ``TwoPhotonSeries``, ``OnePhotonSeries``) by name
-    or path; its ``data`` are (frame, x, y[, z]) as the NWB schema has them.
+    or path; its ``data`` are (frame, x, y[, z]) as the NWB schema has them, (frame, y, x[,
+    z]) where its ``dimension`` says so, or ``axes`` as the caller names them (pynwb writes a
+    NumPy movie as it is given, usually (frames, rows, cols): ``axes="TYX"``); a note says
+    which order was read where neither tells.
 
     Raises
     ------
@@ -260,6 +332,7 @@ def open_nwb(file: Path, dataset, channel, z) -> ArrayFrames:
         several series and none named, a series whose frames are stored outside the file.
     """
     h5py = need("nwb")
+    given, notes = axes, []
     with _open_file(h5py, file) as f:
         series = _series(f)
         if dataset:
@@ -279,10 +352,19 @@ def open_nwb(file: Path, dataset, channel, z) -> ArrayFrames:
         if data.ndim < 3:
             raise InputError(f"{file}:{match[0]} stores its frames outside the file (external "
                              "files); align those files instead")
-        axes = "TXYZ"[:data.ndim]
+        axes, said = _nwb_axes(group, data.shape)
+        name = f"{file.name}:{match[0]}"
+        if given is not None:
+            axes = given_axes(axes if said else None, given, name, data.shape, notes)
+        elif said and axes.startswith("TYX"):
+            notes.append(f"{name}: stored as (frames, rows, cols), as its dimension says; "
+                         f"read as axes {axes}")
+        elif not said:
+            notes.append(f"{name}: read as (frames, x, y), NWB's order (the file does not say "
+                         "which); a series stored as (frames, rows, cols), as pynwb writes a "
+                         "NumPy movie, is read right with axes=TYX")
         kind = _text(group.attrs.get("neurodata_type"))
         path = data.name
     return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{match[0]}",
-                       channel=channel, z=z, fmt=f"NWB {kind}", paths=[file],
-                       stored=stored_dataset)
-
+                       channel=channel, z=z, fmt=f"NWB {kind}", paths=[file], notes=notes,
+                       stored=stored_dataset, absent=absent_chunks)

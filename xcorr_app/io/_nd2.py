@@ -107,8 +107,9 @@ def _metadata(nd2file):
     return size, names if any(names) else []
 
 
-def open_nd2(file: Path, dataset, channel, z) -> ArrayFrames:
-    """An ND2 file as an :class:`ArrayFrames` (axes: the file's loops, then ``CYX``).
+def open_nd2(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
+    """An ND2 file as an :class:`ArrayFrames` (axes: the file's loops, then ``CYX``; or
+    ``axes`` as the caller names them).
 
     Raises
     ------
@@ -128,4 +129,4 @@ def open_nd2(file: Path, dataset, channel, z) -> ArrayFrames:
     return document_frames(file, None, channel, z, fmt="ND2",
                            open_document=lambda: nd2.ND2File(str(file)),
                            planes=functools.partial(Nd2Planes, position=position),
-                           metadata=_metadata)
+                           metadata=_metadata, axes=axes)

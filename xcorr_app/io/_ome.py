@@ -124,15 +124,17 @@ class PlaneFrames:
     (3, [1, 3, 5])
     """
 
-    def __init__(self, src, path: Path, z: int):
+    def __init__(self, src, path: Path, z: int, axes=None):
         self.src = src
         try:
-            meta = tiff_metadata(path)
+            meta = tiff_metadata(path) if axes is None else {"axes": axes, "shape": None}
         except BaseException:
             src.close()
             raise
         axes, shape = meta["axes"], meta["shape"]
-        lead = [(a, n) for a, n in zip(axes, shape) if a not in "YXSC"]
+        # (the caller's axes: the source's frame axes, as they named them)
+        lead = [(a, n) for a, n in zip(axes, shape) if a not in "YXSC"] if shape is not None \
+            else list(src.frame_layout)
         if "Z" not in [a for a, _ in lead]:
             src.close()
             raise InputError(f"--z {z}: {path} has no Z axis (axes {axes}); leave --z out")

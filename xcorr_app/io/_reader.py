@@ -32,7 +32,7 @@ from ._tiff import SUPPORTED_DTYPES, TiffFrames, plural, volumes_of
 
 __all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "natural_key", "FrameSource", "open_stack",
            "read_image", "ArraySource", "OffsetFrames", "FrameRange", "ChannelStack",
-           "open_source"]
+           "open_source", "SourceArray", "open_array"]
 
 TIFF_SUFFIXES = (".tif", ".tiff")
 
@@ -85,6 +85,13 @@ class FrameSource:
         self.notes = list(notes) + [n for p in parts for n in p.notes]
         self._starts = list(itertools.accumulate((p.n_frames for p in parts), initial=0))
         self.n_frames = self._starts[-1]
+
+    @property
+    def frame_layout(self) -> tuple:
+        """``(letter, size)`` of each frame axis in the order frames are numbered (a folder's
+        files: one after another, ``T``)."""
+        return self._parts[0].frame_layout if len(self._parts) == 1 else \
+            (("T", self.n_frames),)
 
     @property
     def memory_mapped(self) -> bool:
@@ -163,7 +170,7 @@ class FrameSource:
                 f"{self.frame_shape[0]}x{self.frame_shape[1]} {self.dtype}>")
 
 
-def _open_folder(folder: Path, channel: int | None) -> FrameSource:
+def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
     entries = sorted(folder.iterdir(), key=lambda p: natural_key(p.name))
     if not entries:
         raise InputError(f"folder {folder} is empty; give a folder of TIFF files or a TIFF stack")
@@ -179,7 +186,7 @@ def _open_folder(folder: Path, channel: int | None) -> FrameSource:
     parts: list[TiffFrames] = []
     try:
         for path in tiffs:
-            part = TiffFrames(path, channel)
+            part = TiffFrames(path, channel, axes)
             part.close()  # reopened when read: a big folder must not hold all files open
             parts.append(part)
             first = parts[0]
@@ -212,7 +219,8 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
         folder are skipped with a note in :attr:`FrameSource.notes`.  Or a Zarr store or
         OME-Zarr image, an HDF5 or NWB file (:mod:`xcorr_app.io._formats`: their optional
         libraries), read chunk by chunk; ``FILE:/DATASET`` names a dataset inside one, and
-        ``?z=K`` at the end picks one Z plane (:func:`~xcorr_app.io.source_path`).
+        ``?z=K`` at the end picks one Z plane and ``?axes=TZYX`` names the file's axes
+        (:func:`~xcorr_app.io.source_path`; the letters: :func:`~xcorr_app.io.parse_axes`).
     channel : int, optional
         Channel (or RGB sample) to read from multi-channel files; required for them.
 
@@ -238,16 +246,16 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     (12, (120, 160), dtype('uint16'))
     >>> src.close()
     """
-    from ._formats import format_of, split_source
+    from ._formats import format_of, source_parts
 
-    path, dataset, z = split_source(path)  # FILE, FILE:/DATASET, FILE?z=K
+    path, dataset, z, axes = source_parts(path)  # FILE, FILE:/DATASET, FILE?z=K&axes=TZYX
     if not path.exists():
         raise InputError(f"{path} does not exist; check the path")
     fmt = format_of(path) if path.is_dir() or path.is_file() else "tiff"
     if fmt != "tiff":
         from ._sources import open_format
 
-        return open_format(fmt, path, dataset, channel, z)
+        return open_format(fmt, path, dataset, channel, z, axes)
     if dataset:
         raise InputError(f"{path} is TIFF: a dataset ({dataset}) names an array inside an "
                          "HDF5, Zarr or NWB file; leave it out")
@@ -256,14 +264,14 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
             raise InputError(f"--z {z}: {path} is a folder of TIFF files; --z picks a plane "
                              "of one file")
         try:
-            return _open_folder(path, channel)
+            return _open_folder(path, channel, axes)
         except PermissionError:
             raise InputError(f"{path}: permission denied; xcorr needs to read the folder "
                              "and its files") from None
     if not path.is_file():  # reading a named pipe or a device would block or never end
         raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
                          "give a TIFF file or a folder of TIFF files")
-    frames = TiffFrames(path, channel)
+    frames = TiffFrames(path, channel, axes)
     src = FrameSource([frames], [])
     if z is None:  # (a T x Z stack's planes, read as frames: align refuses them, check_planes)
         src.volumes = volumes_of(frames, path)
@@ -274,7 +282,7 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     if z is not None:
         from ._ome import PlaneFrames
 
-        return PlaneFrames(src, path, z)
+        return PlaneFrames(src, path, z, axes)
     return src
 
 
@@ -386,7 +394,7 @@ class FrameRange:
         self.src, self.start, self.stop = src, int(start), int(stop)
         self.n_frames = self.stop - self.start
         self.frame_shape, self.dtype = src.frame_shape, src.dtype
-        self.notes, self.paths = src.notes, src.paths
+        self.paths = src.paths
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
         stash = getattr(src, "stash", None)  # (a stack kept on the GPU: streaming/_stash.py)
         self.stash = None if stash is None else stash.window(start, stop)
@@ -399,6 +407,11 @@ class FrameRange:
 
     def source_name(self, i):
         return self.src.source_name(self.start + i)
+
+    @property
+    def notes(self):
+        """The source's (asked when read: a task reading its range looks for nothing more)."""
+        return self.src.notes
 
     @property
     def stored(self):
@@ -469,3 +482,107 @@ def open_source(stack_or_path, channel=None):
     if isinstance(stack_or_path, (str, Path)):
         return open_stack(stack_or_path, channel=channel)
     return ArraySource(stack_or_path)
+
+
+class SourceArray:
+    """A frame source (:func:`open_stack`'s) as an array sliced along its first axis, what a
+    3-D run reads (``data[start:stop]``): its frames ``(N, Y, X)``, or with ``volumes`` its
+    frames grouped by their T and Z axes into ``(T, Z, Y, X)`` volumes (in either order in
+    the file).  Make one with :func:`open_array`.
+
+    Examples
+    --------
+    >>> from xcorr_app.io._formats import ArrayFrames
+    >>> data = np.arange(24, dtype=np.uint16).reshape(2, 3, 2, 2)  # (Z, T, Y, X)
+    >>> vols = SourceArray(ArrayFrames(lambda: (data, None), "ZTYX", "mem"), volumes=True)
+    >>> vols.shape, vols[1:3, :, 0, 0].tolist()
+    ((3, 2, 2, 2), [[4, 16], [8, 20]])
+    """
+
+    def __init__(self, src, volumes=False, name=None):
+        self.src, self.name = src, str(name or getattr(src, "name", "the stack"))
+        self.dtype = np.dtype(src.dtype)
+        h, w = src.frame_shape
+        if not volumes:
+            if getattr(src, "volumes", None) is not None:
+                raise src.volumes  # (its planes are no frames of one time series)
+            self._index = None
+            self.shape = (src.n_frames, h, w)
+        else:
+            self._index = _volume_index(getattr(src, "frame_layout", (("T", src.n_frames),)),
+                                        self.name)
+            self.shape = (*self._index.shape, h, w)
+        self.ndim = len(self.shape)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        return self[:] if dtype is None else self[:].astype(dtype)
+
+    def __getitem__(self, key):
+        key, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if isinstance(key, (int, np.integer)):
+            i = range(len(self))[key]  # (IndexError out of range, as NumPy's)
+            return self._read(i, i + 1)[0][rest]
+        if not isinstance(key, slice):
+            raise TypeError(f"{type(self).__name__} is sliced along its first axis, not by "
+                            f"{type(key).__name__}")
+        start, stop, step = key.indices(len(self))
+        if step != 1:
+            raise TypeError(f"{type(self).__name__} is read in runs: a step of {step} is not "
+                            "supported")
+        return self._read(start, max(start, stop))[(slice(None), *rest)]
+
+    def _read(self, start, stop):
+        if self._index is None:
+            return self.src.read(start, stop)
+        frames = self._index[start:stop].ravel()
+        h, w = self.shape[2:]
+        if len(frames) and (np.diff(frames) == 1).all():  # (T before Z: one run)
+            out = self.src.read(int(frames[0]), int(frames[-1]) + 1)
+        else:
+            out = np.empty((len(frames), h, w), self.dtype)
+            for k, i in enumerate(frames.tolist()):
+                self.src.read(i, i + 1, out=out[k:k + 1])
+        return out.reshape(stop - start, self.shape[1], h, w)
+
+    def close(self):
+        self.src.close()
+
+
+def _volume_index(layout, name):
+    """``(T, Z)`` frame numbers of the planes of each volume, from a source's frame layout;
+    an InputError where its frames run over other axes than T and Z."""
+    letters, sizes = [a for a, _ in layout], [int(n) for _, n in layout]
+    other = [f"{a} ({n})" for a, n in layout if a not in "TZ" and n > 1]
+    if other or len(set(letters)) != len(letters):
+        raise InputError(f"{name} (frames over its axes {''.join(letters)}, sizes {sizes}) is "
+                         "no stack of (T, Z) volumes; name its axes, e.g. axes=TZYX")
+    size = dict(layout)
+    times, planes = size.get("T", 1), size.get("Z", 1)
+    if not layout:
+        return np.zeros((1, 1), np.int64)
+    grid = {"T": np.arange(times)[:, None], "Z": np.arange(planes)[None, :]}
+    coords = [np.broadcast_to(grid.get(a, 0), (times, planes)) for a in letters]
+    return np.ravel_multi_index(tuple(coords), sizes).astype(np.int64)
+
+
+def open_array(path, volumes=False) -> SourceArray:
+    """The source ``path`` (any :func:`open_stack` reads) as a :class:`SourceArray`:
+    ``(N, Y, X)`` frames, or with ``volumes`` ``(T, Z, Y, X)`` volumes, where a 4-D array
+    whose file names no axes is read as ``TZYX`` (the caller says it holds volumes)."""
+    from ._axes import AxesUnknown
+    from ._formats import with_axes
+
+    try:
+        src = open_stack(path)
+    except AxesUnknown as exc:
+        if not volumes or exc.ndim != 4:
+            raise
+        src = open_stack(with_axes(path, "TZYX"))
+    try:
+        return SourceArray(src, volumes, name=path)
+    except BaseException:
+        src.close()
+        raise

@@ -32,10 +32,11 @@ import tifffile
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError, OutputError
 from ._formats import need
-from ._writer import AtomicTarget, TiffStackWriter
+from ._writer import AtomicTarget, TiffStackWriter, os_errors
 
 __all__ = ["OUT_FORMATS", "aligned_name", "as_dtype", "stack_writer", "ZarrStackWriter",
-           "Hdf5StackWriter", "OmeTiffStackWriter", "imagej_calibration"]
+           "Hdf5StackWriter", "OmeTiffStackWriter", "imagej_calibration", "usable_pixel_size",
+           "check_keep", "out_format", "KEEP_DTYPES"]
 
 #: ``--out-format``: the name of the aligned stack in each
 OUT_FORMATS = {"tiff": "aligned.tif", "ome-tiff": "aligned.ome.tif", "ome-zarr": "aligned.ome.zarr",
@@ -43,17 +44,6 @@ OUT_FORMATS = {"tiff": "aligned.tif", "ome-tiff": "aligned.ome.tif", "ome-zarr":
 
 #: frames in one chunk of a Zarr or HDF5 output (a few MiB for usual frames)
 CHUNK_FRAMES = 16
-
-
-@contextlib.contextmanager
-def _os_errors(path: Path):
-    """An operating-system failure while writing ``path`` as an :class:`OutputError` (as
-    :class:`TiffStackWriter` reports it)."""
-    try:
-        yield
-    except OSError as exc:
-        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); check free disk space "
-                          "and permissions of the output folder") from exc
 
 
 def aligned_name(out_format: str) -> str:
@@ -137,7 +127,7 @@ class _Writer:
             raise InputError(f"more than the {self.n_frames} announced frames written to "
                              f"{self.path}")
         chunk = as_dtype(chunk, self.dtype)
-        with _os_errors(self.path):
+        with os_errors(self.path):
             self._put(self.n_written, chunk)
         self.n_written += len(chunk)
 
@@ -161,7 +151,7 @@ class _Writer:
             raise InputError(f"{self.n_written} frames written to {self.path}, expected "
                              f"{self.n_frames}")
         try:
-            with _os_errors(self.path):
+            with os_errors(self.path):
                 self._finish()
                 self._open = False
                 self._target.commit()
@@ -205,8 +195,8 @@ class ZarrStackWriter(_Writer):
         axes = [{"name": "t", "type": "time"}]
         if self.channels > 1:
             axes.append({"name": "c", "type": "channel"})
-        size = meta.get("pixel_size")
-        unit = _ngff_unit(size[2]) if size else None
+        size = usable_pixel_size(meta.get("pixel_size"))
+        unit = _ngff_unit(size[2]) if size and len(size) > 2 else None
         for name in "yx":
             axes.append({"name": name, "type": "space", **({"unit": unit} if unit else {})})
         scale = [1.0] * (len(axes) - 2) + ([float(size[0]), float(size[1])] if size
@@ -214,20 +204,25 @@ class ZarrStackWriter(_Writer):
         if meta.get("frame_interval"):  # (the time axis in seconds: the frame interval)
             axes[0]["unit"], scale[0] = "second", float(meta["frame_interval"])
         chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
-        with _os_errors(self.path):
-            v3 = int(zarr.__version__.split(".")[0]) >= 3  # (zarr 2 on Python 3.10)
-            root = zarr.open_group(str(self._tmp), mode="w", **({"zarr_format": 2} if v3
-                                                                   else {}))
-            create = root.create_array if v3 else root.create_dataset
-            self._store = create("0", shape=self.shape, chunks=chunks, dtype=self.dtype,
-                                 fill_value=0)
-            attrs = {"multiscales": [{"version": "0.4", "name": self.path.name, "axes": axes,
-                                      "datasets": [{"path": "0", "coordinateTransformations": [
-                                          {"type": "scale", "scale": scale}]}]}]}
-            names = meta.get("channel_names") or []
-            self._names = names if len(names) == self.channels else \
-                [f"channel {k}" for k in range(self.channels)] if self.channels > 1 else []
-            root.attrs.update({**attrs, "xcorr": {"source": str(meta.get("source", ""))}})
+        try:  # (a store begun and failed: removed)
+            with os_errors(self.path):
+                v3 = int(zarr.__version__.split(".")[0]) >= 3  # (zarr 2 on Python 3.10)
+                root = zarr.open_group(str(self._tmp), mode="w", **({"zarr_format": 2} if v3
+                                                                       else {}))
+                create = root.create_array if v3 else root.create_dataset
+                self._store = create("0", shape=self.shape, chunks=chunks, dtype=self.dtype,
+                                     fill_value=0)
+                level = {"path": "0", "coordinateTransformations": [
+                    {"type": "scale", "scale": scale}]}
+                attrs = {"multiscales": [{"version": "0.4", "name": self.path.name,
+                                          "axes": axes, "datasets": [level]}]}
+                names = meta.get("channel_names") or []
+                self._names = names if len(names) == self.channels else \
+                    [f"channel {k}" for k in range(self.channels)] if self.channels > 1 else []
+                root.attrs.update({**attrs, "xcorr": {"source": str(meta.get("source", ""))}})
+        except BaseException:
+            self.abort()
+            raise
         self._root = root
         self._range = np.full((self.channels, 2), np.nan)  # each channel's (min, max) so far
 
@@ -254,7 +249,7 @@ class ZarrStackWriter(_Writer):
             channels.append({"label": str(name), "active": True,
                              "color": CHANNEL_COLORS[k % len(CHANNEL_COLORS)],
                              "window": {"min": lo, "max": hi, "start": lo, "end": hi}})
-        with _os_errors(self.path):
+        with os_errors(self.path):
             self._root.attrs["omero"] = {"channels": channels,
                                          "rdefs": {"model": "color"}}
 
@@ -274,8 +269,8 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
     {}
     """
     meta = meta or {}
-    size, out, found = meta.get("pixel_size"), {}, {}
-    if size and all(v and math.isfinite(float(v)) and float(v) > 0 for v in size[:2]):
+    size, out, found = usable_pixel_size(meta.get("pixel_size")), {}, {}
+    if size:
         unit = _ngff_unit(size[2])
         found["unit"] = _IMAGEJ_UNITS.get(unit, str(size[2]) or "pixel")
         out["resolution"] = (1 / float(size[1]), 1 / float(size[0]))
@@ -302,8 +297,8 @@ class OmeTiffStackWriter(_Writer):
         super().__init__(path, frame_shape, dtype, n_frames, channels)
         meta = metadata or {}
         ome = {"axes": "TCYX" if self.channels > 1 else "TYX"}
-        size, unit = meta.get("pixel_size"), None
-        if size and all(v and math.isfinite(float(v)) and float(v) > 0 for v in size[:2]):
+        size, unit = usable_pixel_size(meta.get("pixel_size")), None
+        if size:
             unit = _OME_UNITS.get(_ngff_unit(size[2]))
         if unit:  # (an unknown unit is not said: OME allows only its own)
             ome.update(PhysicalSizeY=float(size[0]), PhysicalSizeX=float(size[1]),
@@ -366,6 +361,24 @@ class OmeTiffStackWriter(_Writer):
 _OME_UNITS = {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm", "meter": "m"}
 
 
+def usable_pixel_size(size):
+    """``size`` ``(y, x, unit)`` where its Y and X sizes are finite positive numbers, else
+    None: a NaN, zero or negative size is no calibration, and no output carries it.
+
+    >>> usable_pixel_size((0.5, 0.25, "µm")), usable_pixel_size((float("nan"), 1.0, "µm"))
+    ((0.5, 0.25, 'µm'), None)
+    >>> usable_pixel_size((0.0, 1.0, "µm")), usable_pixel_size((-1, -1, "µm"))
+    (None, None)
+    """
+    if not size or len(size) < 2:
+        return None
+    try:
+        yx = [float(v) for v in size[:2]]
+    except (TypeError, ValueError):
+        return None
+    return tuple(size) if all(math.isfinite(v) and v > 0 for v in yx) else None
+
+
 def _ngff_unit(unit: str):
     """The OME-NGFF name of a length unit (``µm`` -> ``micrometer``), or None."""
     unit = str(unit).strip()
@@ -374,38 +387,181 @@ def _ngff_unit(unit: str):
     return known.get(unit, unit if unit.endswith("meter") else None)
 
 
+class _Guarded:
+    """The temporary file of an HDF5 output as h5py's file object (its ``fileobj`` driver):
+    the first failed write (a full disk) is kept in :attr:`error` and every later write is
+    dropped, so HDF5 never sees a failure.  Why: after a failed write HDF5 cannot flush its
+    caches, so closing the file fails and h5py's clean-up crashes the process later (a
+    segmentation fault, at the latest when Python exits); the file is discarded anyway."""
+
+    def __init__(self, path):
+        self._file = open(path, "w+b", buffering=0)
+        self.error = None
+
+    def _kept(self, exc):
+        self.error = self.error or exc
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        if self.error is None:
+            try:
+                done = 0
+                while done < len(view):
+                    done += self._file.write(view[done:])
+            except BaseException as exc:  # (Ctrl-C too: raised by :meth:`check`)
+                self._kept(exc)
+        return len(view)
+
+    def truncate(self, size=None):
+        if self.error is None:
+            try:
+                self._file.truncate(size)
+            except BaseException as exc:
+                self._kept(exc)
+        return size
+
+    def flush(self):
+        if self.error is None:
+            try:
+                self._file.flush()
+            except BaseException as exc:
+                self._kept(exc)
+
+    def seek(self, *args):
+        return self._file.seek(*args)
+
+    def tell(self):
+        return self._file.tell()
+
+    def readinto(self, buffer):
+        return self._file.readinto(buffer)
+
+    def read(self, size=-1):  # (h5py takes an object with read and seek for a file)
+        return self._file.read(size)
+
+    def check(self):
+        """Raise the failure kept, if any."""
+        if self.error is not None:
+            raise self.error
+
+    def close(self):
+        self._file.close()
+
+
 class Hdf5StackWriter(_Writer):
     """An HDF5 file with the dataset ``/aligned`` (``TYX`` or ``TCYX``; attributes ``axes``,
     Fiji/ilastik ``element_size_um`` where the pixel size is in µm, ``channel_names``,
-    ``source``), chunks of :data:`CHUNK_FRAMES` frames."""
+    ``source``), chunks of :data:`CHUNK_FRAMES` frames.  A failed write (a full disk) is one
+    :class:`OutputError`; the file is closed on every path (:class:`_Guarded`)."""
 
     def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
         h5py = need("hdf5")
         super().__init__(path, frame_shape, dtype, n_frames, channels)
         meta = metadata or {}
-        with _os_errors(self.path):
-            self._file = h5py.File(self._tmp, "w")
-            chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
-            self._store = self._file.create_dataset("aligned", shape=self.shape,
-                                                    dtype=self.dtype, chunks=chunks)
-            attrs = self._store.attrs
-            attrs["axes"] = "TCYX" if self.channels > 1 else "TYX"
-            size = meta.get("pixel_size")
-            if size and _ngff_unit(size[2]) == "micrometer":
-                attrs["element_size_um"] = [float(size[0]), float(size[1])]
-            names = meta.get("channel_names") or []
-            if self.channels > 1 and len(names) == self.channels:
-                attrs["channel_names"] = [str(n) for n in names]
-            attrs["source"] = str(meta.get("source", ""))
+        self._guard = self._file = None
+        try:
+            with os_errors(self.path):
+                self._guard = _Guarded(self._tmp)
+                self._file = h5py.File(self._guard, "w")
+                chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
+                self._store = self._file.create_dataset("aligned", shape=self.shape,
+                                                        dtype=self.dtype, chunks=chunks)
+                attrs = self._store.attrs
+                attrs["axes"] = "TCYX" if self.channels > 1 else "TYX"
+                size = usable_pixel_size(meta.get("pixel_size"))
+                if size and len(size) > 2 and _ngff_unit(size[2]) == "micrometer":
+                    attrs["element_size_um"] = [float(size[0]), float(size[1])]
+                names = meta.get("channel_names") or []
+                if self.channels > 1 and len(names) == self.channels:
+                    attrs["channel_names"] = [str(n) for n in names]
+                attrs["source"] = str(meta.get("source", ""))
+                self._guard.check()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _put(self, at, chunk) -> None:
+        super()._put(at, chunk)
+        self._guard.check()
 
     def _finish(self):
-        self._file.close()
+        try:
+            if self._file is not None:
+                self._file.close()  # (whatever failed before: HDF5 saw no failure)
+        finally:
+            if self._guard is not None:
+                self._guard.close()
+        if self._guard is not None and self._open:
+            self._guard.check()
+
+    def abort(self) -> None:
+        self._open = False  # (closed without a check: whatever failed, it is discarded)
+        with contextlib.suppress(Exception):
+            self._finish()
+        super().abort()
+
+
+#: the pixel types ``--keep-dtype`` writes in each ``--out-format`` (what its writer and the
+#: programs that read it take: ImageJ no float16 or float64, tifffile's OME writer no
+#: float16); None: any integer or float type
+KEEP_DTYPES = {"tiff": ("uint8", "uint16", "int16", "float32"),
+               "ome-tiff": ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
+                            "float64"),
+               "ome-zarr": None, "hdf5": None}
+
+#: the formats' names as the messages say them
+FORMAT_NAMES = {"tiff": "ImageJ TIFF", "ome-tiff": "OME-TIFF", "ome-zarr": "OME-Zarr",
+                "hdf5": "HDF5"}
+
+
+def out_format(path) -> str:
+    """The ``--out-format`` of the aligned stack ``path`` by its name (``.ome.zarr``/``.zarr``:
+    OME-Zarr, ``.h5``/``.hdf5``: HDF5, ``.ome.tif``: OME-TIFF, else an ImageJ TIFF).
+
+    >>> out_format("a/x.OME.TIF"), out_format("aligned.h5"), out_format("y.tif")
+    ('ome-tiff', 'hdf5', 'tiff')
+    """
+    name = Path(path).name.lower()
+    return "ome-zarr" if name.endswith(".zarr") else "hdf5" if name.endswith((".h5", ".hdf5")) \
+        else "ome-tiff" if name.endswith((".ome.tif", ".ome.tiff")) else "tiff"
+
+
+def holds(fmt: str, dtype) -> bool:
+    """Whether an aligned stack in the format ``fmt`` (:data:`OUT_FORMATS`) holds ``dtype``."""
+    dtype, kept = np.dtype(dtype), KEEP_DTYPES[fmt]
+    return dtype.kind in "iuf" and (kept is None or dtype.name in kept)
+
+
+def check_keep(fmt: str, dtype) -> np.dtype:
+    """``dtype`` (``--keep-dtype``: the input's pixel type) where the format ``fmt`` holds it,
+    else an :class:`InputError` naming the format, the type and the formats that hold it.
+
+    >>> check_keep("tiff", "int16")
+    dtype('int16')
+    >>> check_keep("tiff", "float64")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: the ImageJ TIFF output cannot hold float64 pixels \
+(keep_dtype=True); write it as OME-TIFF, OME-Zarr or HDF5, or leave keep_dtype out (float32 pixels)
+    """
+    dtype = np.dtype(dtype)
+    if holds(fmt, dtype):
+        return dtype
+    others = [FORMAT_NAMES[f] for f in OUT_FORMATS if holds(f, dtype)]
+    where = f"write it as {_either(others)}, or " if others else ""
+    raise InputError(f"the {FORMAT_NAMES[fmt]} output cannot hold {dtype} pixels "
+                     f"(keep_dtype=True); {where}leave keep_dtype out (float32 pixels)")
+
+
+def _either(items) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
 def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels=1):
-    """The writer of the aligned stack ``path`` by its name (``.ome.zarr``/``.zarr``: OME-Zarr,
-    ``.h5``: HDF5, else TIFF): float32 frames, or ``keep`` (the input's type, ``--keep-dtype``)
-    rounded and clipped.
+    """The writer of the aligned stack ``path`` by its name (:func:`out_format`): float32
+    frames, or ``keep`` (the input's type, ``--keep-dtype``) rounded and clipped, where the
+    format holds it (:func:`check_keep`: an :class:`InputError` where not).
 
     Parameters
     ----------
@@ -415,18 +571,16 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
         Pages per time frame (a hyperstack of every channel).
     """
     path = Path(path)
-    dtype = np.dtype(keep) if keep is not None else np.dtype(np.float32)
-    name = path.name.lower()
-    if name.endswith(".zarr"):
+    fmt = out_format(path)
+    dtype = check_keep(fmt, keep) if keep is not None else np.dtype(np.float32)
+    if fmt == "ome-zarr":
         return ZarrStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
-    if name.endswith((".h5", ".hdf5")):
+    if fmt == "hdf5":
         return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
-    if name.endswith((".ome.tif", ".ome.tiff")):
+    if fmt == "ome-tiff":
         return OmeTiffStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels,
                              **imagej_calibration(metadata, n_frames, channels))
-    if writer.dtype != dtype:  # (ImageJ keeps uint8, uint16, float32: int16 as float32)
-        return writer
     if dtype.kind in "iu":  # round and clip as the other formats do
         write = writer.write
         writer.write = lambda chunk: write(as_dtype(chunk, dtype))

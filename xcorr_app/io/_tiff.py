@@ -23,6 +23,7 @@ import numpy as np
 import tifffile
 
 from ..errors import InputError, XcorrError
+from ._axes import AxesUnknown, given_axes
 from ._pages import check_page_sizes, whole_pages
 from ._pread import PreadFile, preadable
 
@@ -30,6 +31,8 @@ SUPPORTED_DTYPES = tuple(
     np.dtype(t) for t in ("uint8", "uint16", "int16", "float16", "float32", "float64")
 )
 """Pixel types xcorr reads (anything else is refused with an :class:`InputError`)."""
+#: tifffile's letters of an axis its file does not name (two of them: T x C? T x Z?)
+UNNAMED = "QI"
 
 
 def plural(n: int, word: str) -> str:
@@ -224,9 +227,10 @@ class TiffFrames:
     Opened once to learn the layout; :meth:`read` reopens it after :meth:`close`.
     """
 
-    def __init__(self, path: Path, channel: int | None):
+    def __init__(self, path: Path, channel: int | None, axes: str | None = None):
         self.path = path
         self.notes: list[str] = []
+        self._given = axes  # the caller's names of the series' axes (io._axes), else None
         self._tif = None  # open tifffile.TiffFile (page-by-page reading)
         self._mmap = None  # read-only memory map of the file
         self._pages = None  # (n_pages, *page_shape) view into the memory map
@@ -320,6 +324,16 @@ class TiffFrames:
             raise InputError(f"{self.path} holds a zero-size image (shape {shape}); "
                              "give a file with image data")
         n_lead = len(shape) - len(page_shape)
+        if self._given is not None:
+            said = None if set(axes) & set(UNNAMED) else axes  # (tifffile's Q: no claim)
+            axes = given_axes(said, self._given, self.path.name, shape, self.notes)
+            if n_lead >= 0 and axes[n_lead:] != page_axes:
+                raise InputError(f"axes={axes}: the pages of {self.path} are {page_axes} "
+                                 f"(shape {shape}); a TIFF's axes end in its pages' axes")
+        elif sum(a in UNNAMED and n > 1 for a, n in zip(axes[:max(n_lead, 0)], shape)) > 1:
+            raise AxesUnknown(f"{self.path} holds {len(shape)}-D data (shape {shape}) whose "
+                              f"file names no axes ({axes}); name them, e.g. axes=TZYX "
+                              "(volumes) or axes=TCYX (channels)", len(shape))
         if (n_lead < 0 or shape[n_lead:] != page_shape or axes[n_lead:] != page_axes
                 or math.prod(shape[:n_lead]) != n_pages
                 or page_axes.replace("S", "") != "YX"):
@@ -346,7 +360,7 @@ class TiffFrames:
         self.axes = axes
         self.lead_sizes = dict(zip(axes[:n_lead], shape[:n_lead]))  # e.g. {"T": 12, "Z": 32}
         declared = getattr(self, "_declared_tz", None)  # (a truncated file's whole pages)
-        if declared is not None:
+        if declared is not None and self._given is None:
             self.lead_sizes.update(T=declared[0], Z=declared[1])
             self.axes = "TZ" + axes[n_lead:]
         # Index arithmetic over the page axes; the leading 1 keeps it valid for a single page.
@@ -358,6 +372,9 @@ class TiffFrames:
             self._sample_axis = channel_axes[0] - n_lead  # axis within a page
         self._frame_lead_shape = tuple(
             n for i, n in enumerate(self._lead_shape) if i != self._lead_c)
+        # (letter, size) of each frame axis, in the order frames are numbered
+        self.frame_layout = tuple((a, n) for i, (a, n) in enumerate(zip(axes, shape[:n_lead]))
+                                  if i + 1 != self._lead_c)
         self._page_shape = page_shape
         self.n_frames = math.prod(self._frame_lead_shape)
         self.frame_shape = tuple(n for a, n in zip(page_axes, page_shape) if a != "S")

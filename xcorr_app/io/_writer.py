@@ -33,18 +33,20 @@ from ..backend import to_numpy
 from ..errors import InputError, OutputError
 from ._temps import FOLDER_OUTPUTS, remove_path, remove_stale_temps, temp_name
 
-IMAGEJ_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.float32))
-"""Pixel types ImageJ reads; ImageJ outputs of other types are stored as float32."""
+IMAGEJ_DTYPES = tuple(np.dtype(t) for t in ("uint8", "uint16", "int16", "float32"))
+"""Pixel types ImageJ reads (int16: as 16-bit with an offset calibration); ImageJ outputs of
+other types are stored as float32."""
 
 
 @contextlib.contextmanager
-def _os_errors(path: Path):
+def os_errors(path: Path):
     """Turn an operating-system failure while writing ``path`` into an :class:`OutputError`."""
     try:
         yield
     except OSError as exc:
-        raise OutputError(f"cannot write {path} ({exc.strerror or exc}); check free disk space "
-                          "and permissions of the output folder") from exc
+        why = " ".join(str(exc.strerror or exc).split())  # (HDF5's say several lines)
+        raise OutputError(f"cannot write {path} ({why}); check free disk space and "
+                          "permissions of the output folder") from exc
 
 
 def prepare_outputs(paths, force: bool) -> None:
@@ -179,9 +181,9 @@ class StagedOutputs:
     paths : iterable of str or os.PathLike
         The outputs of the run.
     remove : iterable of str or os.PathLike
-        Files of an earlier run that this run does not write again (e.g. ``aligned.tif`` of a
-        run with ``--no-aligned``): deleted by the same :meth:`commit` (and brought back if it
-        fails), so no stale output stays beside the new ones.
+        Files (or folder outputs) of an earlier run that this run does not write again (e.g.
+        ``aligned.tif`` of a run with ``--no-aligned``): deleted by the same :meth:`commit`
+        (and brought back if it fails), so no stale output stays beside the new ones.
 
     Examples
     --------
@@ -218,7 +220,7 @@ class StagedOutputs:
                 backup = None
                 if target.path.is_dir():  # a folder output: set aside whole, put back on undo
                     backup = target.temp_name(".old")
-                    with _os_errors(target.path):
+                    with os_errors(target.path):
                         os.replace(target.path, backup)
                 elif target.path.exists():
                     backup = target.temp_name(".old")
@@ -227,12 +229,12 @@ class StagedOutputs:
                     except OSError:
                         backup = None  # no hard links here: this one cannot be undone
                 done.append((target.path, target.tmp, backup))
-                with _os_errors(target.path):
+                with os_errors(target.path):
                     os.replace(target.tmp, target.path)
             for path in self.remove:
-                if path.is_file() or path.is_symlink():
+                if path.exists() or path.is_symlink():  # (a file, or a folder output)
                     backup = temp_name(path, ".old")  # a rename: undone by renaming back
-                    with _os_errors(path):
+                    with os_errors(path):
                         os.replace(path, backup)
                     done.append((path, None, backup))
         except BaseException:
@@ -284,7 +286,7 @@ def atomic_path(path):
     """
     target = AtomicTarget(path)
     try:
-        with _os_errors(target.path):  # (the writer's OSError names no path)
+        with os_errors(target.path):  # (the writer's OSError names no path)
             yield target.tmp
             target.commit()
     except BaseException:
@@ -307,8 +309,8 @@ def write_tiff(path, stack, *, imagej: bool = True, metadata: dict | None = None
     stack : array_like
         2-D or 3-D array (NumPy or CuPy).
     imagej : bool
-        Write an ImageJ-compatible file (axes ``TYX``; types other than uint8, uint16 and
-        float32 are stored as float32).  Otherwise a plain tifffile stack of the input type.
+        Write an ImageJ-compatible file (axes ``TYX``; types other than :data:`IMAGEJ_DTYPES`
+        are stored as float32).  Otherwise a plain tifffile stack of the input type.
     metadata : dict, optional
         Extra tifffile metadata (for ImageJ e.g. ``{"spacing": 0.1, "unit": "um"}``).
 
@@ -335,7 +337,8 @@ class TiffStackWriter:
     frame_shape : tuple of int
         ``(H, W)`` of every frame.
     dtype : numpy.dtype
-        Pixel type of the frames (for ImageJ, stored as float32 unless uint8, uint16, float32).
+        Pixel type of the frames (for ImageJ, stored as float32 unless one of
+        :data:`IMAGEJ_DTYPES`).
     n_frames : int, optional
         Number of frames that will be written, when known (checked on :meth:`close`).
     imagej : bool
@@ -387,7 +390,7 @@ class TiffStackWriter:
         bigtiff = not imagej and (n_frames is None or nbytes > 2**32 - 2**25)
         self._target = AtomicTarget(self.path)
         self._tmp = self._target.tmp
-        with _os_errors(self.path):
+        with os_errors(self.path):
             self._tw = tifffile.TiffWriter(self._tmp, bigtiff=bigtiff, imagej=imagej)
 
     def write(self, chunk) -> None:
@@ -402,7 +405,7 @@ class TiffStackWriter:
         if self.n_frames is not None and self.n_written + len(chunk) > self.n_frames:
             raise InputError(f"more than the {self.n_frames} announced frames written to "
                              f"{self.path}")
-        with _os_errors(self.path):
+        with os_errors(self.path):
             for frame in chunk.astype(self.dtype, copy=False):
                 # one page per call: contiguous mode appends pages of the same shape
                 self._tw.write(frame, contiguous=True, photometric="minisblack",
@@ -419,7 +422,7 @@ class TiffStackWriter:
             raise InputError(f"{self.n_written} frames written to {self.path}, expected "
                              f"{self.n_frames or 'at least 1'}")
         try:
-            with _os_errors(self.path):
+            with os_errors(self.path):
                 self._tw.close()
                 self._tw = None
                 if self._imagej and self.n_written > 1:

@@ -8,4 +8,4 @@ from ._peak_math import phase_ramps, surface_argmax, wrapped_correlations
 from ._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts
 from ._phase_cross_correlation import phase_cross_correlation
 from ._surfaces import GpuSurfaces, summed_area_tables, surface_peaks, table_layout
-from ._upsampled import DEFAULT_UPSAMPLE, refine_upsampled
+from ._upsampled import DEFAULT_UPSAMPLE, MAX_UPSAMPLE, refine_upsampled

@@ -50,6 +50,10 @@ from ._peaks import peak_index, subpixel_fit2d
 #: accuracy of any stack's peaks (the one default of align's ``upsample``, its FFT check, the
 #: volumes' and z-location's refinement)
 DEFAULT_UPSAMPLE = 20
+#: the largest upsampled DFT factor any command takes (2-D, volumes, z-location): 1/100 px
+#: is finer than any correlation peak is located, and the upsampled region's memory
+#: grows with the factor squared (cubed for volumes)
+MAX_UPSAMPLE = 100
 BOUNDARIES = ("linear", "circular")
 
 

@@ -14,7 +14,8 @@ Examples
 """
 
 from ._chunks import DeviceChunks, map_chunks
-from ._gpus import SCALE_OUT_MIN_BYTES, Cancelled, need_gpus, parse_gpus, run_on_gpus
+from ._gpus import (SCALE_OUT_MIN_BYTES, Cancelled, check_workers, cuda_cluster, machine_cpus,
+                    need_gpus, parse_gpus, run_on_gpus)
 from ._memory_budget import (DEFAULT_CHUNK, READ_AHEAD, FrameNeed, MemoryPlan,
                              auto_chunk_frames, check_bound, check_frame_memory, frame_need, host_free_bytes,
                              human, parse_memory, plan_memory)
@@ -26,6 +27,7 @@ from ._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thr
 __all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "HostCopy", "copy_to_host_async",
            "host_buffer", "chunk_bounds",
            "piece_bounds", "frame_ranges", "need_gpus", "parse_gpus", "run_on_gpus",
+           "check_workers", "cuda_cluster", "machine_cpus",
            "SCALE_OUT_MIN_BYTES", "Cancelled", "parse_memory",
            "check_bound", "check_frame_memory", "host_free_bytes", "frame_need", "plan_memory", "auto_chunk_frames", "DEFAULT_CHUNK", "FrameNeed", "MemoryPlan", "human", "READ_AHEAD",
            "cpu_threads", "frame_slices", "keep_freed_memory", "one_blas_thread",

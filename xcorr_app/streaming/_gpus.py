@@ -7,6 +7,9 @@ thread and device, so a thread that stays keeps them from one run to the next.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
+import operator
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -61,6 +64,56 @@ def parse_gpus(spec) -> tuple[int, ...]:
         raise InputError(f"gpus: GPU {bad[0]} does not exist; this host has {count} "
                          f"(0 to {count - 1})")
     return tuple(ids)
+
+
+def cuda_cluster() -> bool:
+    """Whether a new local Dask cluster is dask-cuda's (one worker a GPU): dask-cuda installed
+    and a GPU usable (:func:`xcorr_app.dask.local_client`)."""
+    return importlib.util.find_spec("dask_cuda") is not None and backend.gpu_available()
+
+
+def machine_cpus() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_workers(workers) -> int:
+    """The ``workers`` of a new local Dask cluster as an int, checked against this host: at
+    least 1, and at most one a GPU where the cluster is dask-cuda's (:func:`cuda_cluster`),
+    else one a CPU core (each worker a single-threaded process: more only wait for the cores,
+    each with its own start and memory; 1000 of them never came up).
+
+    >>> check_workers(1)
+    1
+    >>> check_workers(10 ** 6)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: workers 1000000: this machine has ...
+    """
+    try:
+        if isinstance(workers, bool):
+            raise TypeError
+        n = operator.index(workers)
+    except TypeError:
+        raise InputError(f"workers must be a whole number, got {workers!r}") from None
+    if n < 1:
+        raise InputError(f"workers must be >= 1, got {n}")
+    if cuda_cluster():
+        import cupy
+
+        count, what = cupy.cuda.runtime.getDeviceCount(), "GPU"
+        how = "dask-cuda's local cluster runs one worker a GPU"
+    else:
+        count, what = machine_cpus(), "CPU core"
+        how = "a local cluster runs one single-threaded worker process a core"
+    if n > count:
+        raise InputError(f"workers {n}: this machine has {count} {what}{'s' * (count != 1)}, "
+                         f"and {how}; give at most {count}, or run on a cluster of several "
+                         "machines with scheduler=ADDRESS")
+    return n
 
 
 class Cancelled(Exception):

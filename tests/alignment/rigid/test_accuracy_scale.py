@@ -13,6 +13,7 @@ import tifffile
 from sample_paths import stack_path, truth
 from xcorr_app import align, estimate_shifts
 from xcorr_app.alignment.rigid import prepare, scale_free
+from xcorr_app.errors import InputError
 
 SCALES = (1e-30, 1.0, 1e30)
 OPTIONS = [{}, {"normalization": "phase"}, {"normalization": "none"},
@@ -73,15 +74,16 @@ def test_scale_free_is_a_power_of_two_per_frame():
 @pytest.mark.parametrize("shape", [(5, 9), (301, 517)])
 def test_gpu_scale_free_is_the_cpus(dtype, shape):
     """The GPU's scaled frames (``kernels/alignment/frame_stats.cu``) are the CPU's, bit for
-    bit, on frames under a warp and over a frame's blocks: tiny, huge, subnormal-making, NaN,
-    Inf and zero frames included."""
+    bit, on frames under a warp and over a frame's blocks: tiny, huge, subnormal-making,
+    denormal, NaN, Inf and zero frames included."""
     import cupy as cp
 
     rng = np.random.default_rng(6)
     big = 1e300 if dtype == np.float64 else 3e38
-    with np.errstate(over="ignore"):  # (3e38 times a normal number: Inf pixels, wanted)
-        f = rng.normal(size=(7, *shape)).astype(dtype) * np.array(
-            [1e20, 1.0, 3e-28, big, 0.75, 1.0, 1.0], dtype)[:, None, None]
+    tiny = 1e-310 if dtype == np.float64 else 1e-40  # (denormal: 2**-e overflows the type)
+    with np.errstate(over="ignore", under="ignore"):  # (Inf and denormal pixels, wanted)
+        f = rng.normal(size=(8, *shape)).astype(dtype) * np.array(
+            [1e20, 1.0, 3e-28, big, 0.75, 1.0, 1.0, tiny], dtype)[:, None, None]
     f[4] = 0.0
     f[5, 2, 3] = np.nan
     f[6, 0, 0] = np.inf
@@ -108,3 +110,120 @@ def test_a_noisy_stack_takes_the_same_lucas_kanade_path_at_any_scale():
     assert all(r.settings["lucas_kanade"] == "on" for r in runs)
     for r in runs:
         np.testing.assert_allclose(np.asarray(r.shifts), np.asarray(runs[1].shifts), atol=2e-5)
+
+
+# -- denormal and beyond float32: the same shifts as at scale 1, or a true refusal ----------
+
+def _scene_stack(n=6, size=64):
+    """``n`` float64 frames of a smooth scene moved by known subpixel shifts (seed 11), in
+    [0, 1]."""
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(11)
+    base = ndi.gaussian_filter(rng.random((size + 16, size + 16)), 2.5)
+    moves = rng.uniform(-3, 3, (n, 2))
+    moves[0] = 0
+    frames = np.stack([ndi.shift(base, m, order=3, mode="reflect")[8:-8, 8:-8] for m in moves])
+    return (frames - frames.min()) / (frames.max() - frames.min())
+
+
+#: (pixel type, scale): float32 denormals (1e-40: about 17 bits left) and near its largest
+#: number; float64 denormals and beyond float32's range both ways
+EXTREMES = [(np.float32, 1e-40), (np.float32, 1e-30), (np.float32, 1e30), (np.float32, 3e38),
+            (np.float64, 1e-300), (np.float64, 1e-310), (np.float64, 1e300)]
+PASSES = [{}, {"reference": "refined"}, {"lucas_kanade": "on"}, {"boundary": "circular"},
+          {"reference": "mean", "normalization": "phase"},
+          {"reference": "refined:2", "normalization": "phase"}]  # (no Lucas-Kanade possible)
+
+
+@pytest.fixture(scope="module")
+def scene():
+    frames = _scene_stack()
+    return frames, {i: align(frames, device="cpu", **o) for i, o in enumerate(PASSES)}
+
+
+@pytest.mark.parametrize("dtype, scale", EXTREMES)
+@pytest.mark.parametrize("k", range(len(PASSES)), ids=lambda k: ",".join(
+    f"{a}={b}" for a, b in PASSES[k].items()) or "default")
+def test_extreme_scales_give_the_shifts_of_scale_one(scene, dtype, scale, k):
+    """Denormal float32 frames were refused as "NaN or Inf pixels" (2**-e of their peak
+    overflowed float32); float64 frames beyond float32's range made the template passes'
+    and the quality report's float32 sums 0 or Inf ("the reference image is constant")."""
+    import warnings
+
+    frames, runs = scene
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with np.errstate(under="ignore"):  # (the frames made: a denormal product)
+            stack = (frames * scale).astype(dtype) if scale >= 1e-38 or dtype == np.float64 \
+                else frames.astype(np.float32) * np.float32(scale)
+        got = align(stack, device="cpu", **PASSES[k])
+    want = runs[k]
+    tol = 0.05 if scale == 1e-40 else 1e-3
+    np.testing.assert_allclose(np.asarray(got.shifts), np.asarray(want.shifts), atol=tol)
+    assert got.settings["lucas_kanade"] == want.settings["lucas_kanade"]
+    np.testing.assert_allclose(got.quality.after, want.quality.after, atol=1e-3)
+    assert not got.low_confidence.any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, scale", [(np.float32, 1e-40), (np.float32, 3e38),
+                                          (np.float64, 1e-310), (np.float64, 1e300)])
+@pytest.mark.parametrize("k", [0, 1, 2], ids=["default", "refined", "lucas-kanade"])
+def test_gpu_extreme_scales_give_the_shifts_of_scale_one(scene, dtype, scale, k):
+    """The GPU's scale_free (kernels/alignment/frame_stats.cu: denormal frames in two exact
+    steps), template sums and fit at the stack's one scale: the CPU's shifts at scale 1."""
+    frames, runs = scene
+    with np.errstate(under="ignore"):
+        stack = (frames * scale).astype(dtype) if scale >= 1e-38 or dtype == np.float64 \
+            else frames.astype(np.float32) * np.float32(scale)
+    got = align(stack, device="gpu", **PASSES[k])
+    tol = 0.05 if scale == 1e-40 else 2e-3
+    np.testing.assert_allclose(np.asarray(got.shifts), np.asarray(runs[k].shifts), atol=tol)
+    assert not got.low_confidence.any()
+
+
+def test_scale_free_of_denormal_frames_is_exact():
+    f32 = np.stack([np.full((2, 3), 3 * 2.0 ** -142), np.full((2, 3), 2.0 ** 100)])
+    f64 = np.stack([np.full((2, 3), 5 * 2.0 ** -1065), np.full((2, 3), -3 * 2.0 ** 900)])
+    for f in (f32.astype(np.float32), f64):
+        with np.errstate(all="raise"):  # (no overflow on the way)
+            g = scale_free(f, np)
+        assert g.dtype == f.dtype
+        assert g[:, 0, 0].tolist() == ([0.75, 0.5] if f.dtype == np.float32 else [0.625, -0.75])
+
+
+def test_float64_beyond_float32_refuses_the_float32_outputs(tmp_path):
+    """Shifts at any scale; what is computed in float32 (the aligned stack, the patches'
+    warps, a filtered stack) is refused with the pixels' range, before anything is written."""
+    from cli_helpers import xcorr
+
+    frames = _scene_stack()
+    want = align(frames, device="cpu", quality=False).shifts
+    for scale in (1e-300, 1e300):
+        folder = tmp_path / f"{scale:.0e}"
+        folder.mkdir()
+        path = folder / "s.tif"
+        tifffile.imwrite(path, frames * scale)
+        res = xcorr("align", path, "--device", "cpu", "--out", folder / "a")
+        assert res.returncode == 2 and "Traceback" not in res.stderr
+        error = res.stderr.strip().splitlines()[-1]
+        assert error.startswith("error: ") and "outside float32's range" in error
+        assert "--no-aligned" in error and not (folder / "a").exists()
+        res = xcorr("align", path, "--device", "cpu", "--no-aligned", "--patches", "2x2",
+                    "--out", folder / "p")
+        assert res.returncode == 2 and "without --patches" in res.stderr
+        res = xcorr("filter", path, "--kernel", "gaussian:1", "--device", "cpu",
+                    "--out", folder / "f.tif")
+        assert res.returncode == 2 and "filtered stack" in res.stderr
+        assert not (folder / "f.tif").exists()
+        res = xcorr("align", path, "--device", "cpu", "--no-aligned", "--out", folder / "b")
+        assert res.returncode == 0, res.stderr
+        assert "RuntimeWarning" not in res.stderr
+        import csv
+
+        with open(folder / "b" / "shifts.csv") as f:
+            got = [[float(r["dy"]), float(r["dx"])] for r in csv.DictReader(f)]
+        np.testing.assert_allclose(got, want, atol=1e-3)
+        with pytest.raises(InputError, match="outside float32's range"):
+            align(frames * scale, device="cpu", out=np.empty(frames.shape, np.float32))

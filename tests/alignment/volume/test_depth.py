@@ -45,7 +45,7 @@ def test_edges_and_chunks():
     ({"movie": np.ones((2, 8, 9))}, "same size"),
     ({"zstack": np.ones((3, 3, 8, 8))}, r"expected \(Z, Y, X\)"),
     ({"max_shift": (1, 2, 3)}, r"two \(dy, dx\)"),
-    ({"upsample": "x"}, "a number >= 1"),
+    ({"upsample": "x"}, "a number from 1 to 100"),
     ({"subplane": "spline"}, "unknown subplane"),
     ({"zstack": np.ones((1, 8, 8))}, "a depth needs 2 or more"),
     ({"memory_limit": 10}, "MiB allowed"),

@@ -130,3 +130,107 @@ def test_a_bad_fill_is_refused_when_asked_not_when_read(tmp_path, rng, fill):
         assert_clean_error(xcorr("align", missing, "--out", tmp_path / "out", "--fill", fill),
                            "--fill", "float32")
         assert not (tmp_path / "out").exists()
+
+
+#: shifts whose outside taps weigh so little that the inside ones' weights sum to 1.0 in
+#: float32 (the fill's rest rounds to 0: 0 * inf was NaN), with ordinary ones
+TINY = np.array([[-1.7e-7, -1.6e-8], [1e-9, 0.0], [0.0, -3e-8], [2.5, 1e-12], [0.0, 0.0]])
+
+
+def float32_border(shape, shifts):
+    """:func:`border` by the warp's float32 weights: a tap outside whose weight rounds to 0
+    (a shift of 1e-9 towards the frame) leaves the pixel inside."""
+    n, (h, w) = len(shifts), shape
+    out = np.zeros((n, h, w), bool)
+    for k, (dy, dx) in enumerate(shifts):
+        sides = []
+        for size, d in ((h, dy), (w, dx)):
+            s = np.arange(size) - d
+            s0 = np.floor(s)
+            frac = (s - s0).astype(np.float32)
+            sides.append(((s0 < 0) & (np.float32(1) - frac != 0))
+                         | ((s0 + 1 > size - 1) & (frac != 0)))
+        out[k] = sides[0][:, None] | sides[1][None, :]
+    return out
+
+
+@pytest.mark.parametrize("shape", [(7, 9), (20, 37), (64, 5)])
+@pytest.mark.parametrize("fill", [np.inf, -np.inf, np.nan])
+def test_a_non_finite_fill_is_every_border_pixel_even_at_tiny_shifts(rng, shape, fill):
+    """A NaN or infinite fill is the pixel wherever a tap of weight lies outside (the blend's
+    limit), never NaN for an infinity; the other pixels are those of fill 0."""
+    frames = (rng.random((len(TINY), *shape)) * 300).astype(np.float32)
+    got = shift_frames(frames, TINY, fill=fill)
+    edge = float32_border(shape, TINY)
+    assert edge[[0, 2, 3]].any(axis=(1, 2)).all() and not edge[[1, 4]].any()
+    last = np.zeros(shape, bool)
+    last[-1], last[:, -1] = True, True
+    np.testing.assert_array_equal(edge[0], last)  # (1.7e-7 and 1.6e-8 px in from outside)
+    np.testing.assert_array_equal(got[edge], np.float32(fill))
+    np.testing.assert_array_equal(got[~edge], shift_frames(frames, TINY)[~edge])
+    if not np.isnan(fill):
+        assert not np.isnan(got).any()
+
+
+def test_a_finite_fill_still_blends_at_the_border(rng):
+    frames = rng.random((2, 9, 11)).astype(np.float32)
+    shifts = np.array([[0.5, 0.0], [0.0, -0.25]])
+    got = shift_frames(frames, shifts, fill=10.0)
+    plain = shift_frames(frames, shifts)
+    np.testing.assert_allclose(got[0, 0], plain[0, 0] + np.float32(0.5) * 10, rtol=1e-6)
+    np.testing.assert_allclose(got[1, :, -1], plain[1, :, -1] + np.float32(0.25) * 10,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("fill", [np.inf, -np.inf, np.nan])
+def test_a_non_finite_fill_of_volumes_is_every_border_voxel(rng, fill):
+    """3-D (``align --volumes``' aligned.tif): the same rule; at a zero shift no voxel is
+    fill (the blend with a weight of 0 made every border voxel NaN)."""
+    from xcorr_app.alignment.volume import shift_volumes
+
+    stack = rng.random((3, 5, 8, 9)).astype(np.float32)
+    shifts = [[0.0, 0.0, 0.0], [1e-8, 0.0, 0.0], [0.5, -1.0, 2.25]]
+    got = list(shift_volumes(stack, shifts, fill=fill, device="cpu"))
+    plain = list(shift_volumes(stack, shifts, fill=0.0, device="cpu"))
+    np.testing.assert_array_equal(got[0], plain[0])
+    np.testing.assert_array_equal(got[0], stack[0])
+    for (dz, dy, dx), g, p in zip(shifts[1:], got[1:], plain[1:]):
+        zs, ys, xs = (np.arange(n) - d for n, d in zip(g.shape, (dz, dy, dx)))
+        edge = (((zs < 0) | (zs > g.shape[0] - 1))[:, None, None]
+                | ((ys < 0) | (ys > g.shape[1] - 1))[None, :, None]
+                | ((xs < 0) | (xs > g.shape[2] - 1))[None, None, :])
+        assert edge.any() and not edge.all()
+        np.testing.assert_array_equal(g[edge], np.float32(fill))
+        np.testing.assert_array_equal(g[~edge], p[~edge])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fill", [np.nan, np.inf, -np.inf, 7.5])
+@pytest.mark.parametrize("dtype", [np.float32, np.uint16])
+def test_gpu_fill_at_tiny_shifts_equals_the_cpu(rng, fill, dtype):
+    """The kernel (``warp_shift.cu``): a non-finite fill is the border pixel, as on the CPU,
+    into float32 and into the frames' own type (rounded in the kernel: an infinity clipped)."""
+    import cupy as cp
+
+    frames = (rng.random((len(TINY), 20, 37)) * 250).astype(dtype)
+    for out in (None, dtype):
+        want = shift_frames(frames, TINY, fill=fill, dtype=out)
+        got = shift_frames(cp.asarray(frames), TINY, fill=fill, dtype=out).get()
+        np.testing.assert_array_equal(got, want)
+    got = shift_frames(cp.asarray(frames), TINY, fill=fill).get()
+    np.testing.assert_array_equal(np.isnan(got), float32_border((20, 37), TINY)
+                                  if np.isnan(fill) else np.zeros(got.shape, bool))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fill", [np.inf, np.nan])
+def test_gpu_non_finite_fill_of_volumes_marks_the_cpus_border(rng, fill):
+    from xcorr_app.alignment.volume import shift_volumes
+
+    stack = rng.random((2, 5, 8, 9)).astype(np.float32)
+    shifts = [[1e-8, 0.0, 0.0], [0.5, -1.0, 2.25]]
+    for cpu, gpu in zip(shift_volumes(stack, shifts, fill=fill, device="cpu"),
+                        shift_volumes(stack, shifts, fill=fill, device="gpu")):
+        np.testing.assert_array_equal(np.isfinite(gpu), np.isfinite(cpu))
+        np.testing.assert_allclose(gpu[np.isfinite(cpu)], cpu[np.isfinite(cpu)], atol=1e-5)
+        assert not np.isnan(gpu).any() or np.isnan(fill)

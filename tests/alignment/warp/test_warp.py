@@ -312,3 +312,31 @@ def test_gpu_add_shifted_checks_its_operands():
         add_shifted(cp.zeros((4, 5), cp.float32), cp.zeros((4, 5)), frames, np.zeros((2, 2)))
     with pytest.raises(InputError, match="indices"):
         add_shifted(cp.zeros((4, 5)), cp.zeros((4, 5)), frames, np.zeros((1, 2)), [2])
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_non_finite_pixel_stays_where_a_whole_pixel_shift_moves_it(device, bad, dtype):
+    """A tap of weight 0 on a NaN or Inf pixel adds nothing: at a whole-pixel shift the
+    pixel moves alone (0 * inf made NaN of its neighbours, and a RuntimeWarning); at a
+    fractional one it reaches the pixels it weighs in."""
+    import warnings
+
+    frames = np.arange(2 * 6 * 7, dtype=dtype).reshape(2, 6, 7)
+    frames[:, 2, 3] = bad
+    shifts = np.array([[1.0, -2.0], [0.0, 0.0]])
+    xp = np
+    if device == "gpu":
+        import cupy as xp
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = shift_frames(xp.asarray(frames), shifts)
+        half = shift_frames(xp.asarray(frames), [[0.5, 0.0], [0.0, 0.0]])
+    got, half = (a.get() if device == "gpu" else a for a in (got, half))
+    want = np.zeros((2, 6, 7), np.float32)
+    want[0, 1:, :5] = frames[0, :5, 2:]
+    want[1] = frames[1]
+    np.testing.assert_array_equal(got, want)
+    assert (~np.isfinite(got)).sum() == 2  # (the pixel itself, one a frame)
+    assert (~np.isfinite(half[0])).sum() == 2 and not np.isfinite(half[0, 2:4, 3]).any()

@@ -3,6 +3,7 @@
 
 from ._plots import PNG_LEVEL, plot_drift, plot_quality
 from ._motion_field import plot_motion_field, write_motion_field
-from ._save import (AlignedSink, RunOutputs, aligned_as, aligned_of, channel_metadata,
-                    channels_of, check_channels, check_save, check_stale,
-                    output_names, result_document, write_chunks)
+from ._saved import TABLE, check_fits, load_saved
+from ._save import (RUN_FILES, AlignedSink, RunOutputs, aligned_as, aligned_of,
+                    channel_metadata, channels_of, check_channels, check_save, check_stale,
+                    output_names, result_document, stale_outputs, write_chunks)

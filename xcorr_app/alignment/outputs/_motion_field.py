@@ -54,8 +54,9 @@ def write_motion_field(path, result) -> None:
     shift ``(dy, dx)``, align's sign: rigid plus deviation), ``deviation`` (the field minus the
     rigid shift), ``rigid`` ``(frames, 2)``, ``centres`` ``(gy, gx, 2)`` (patch centres
     ``(y, x)`` in pixels), ``confidence`` and ``low`` ``(frames, gy, gx)`` (patches that took
-    their neighbours' median), ``patch_size`` and ``max_deviation``; with the quality report,
-    per patch region ``quality_before``, ``quality_after`` ``(frames, gy, gx)`` (correlation
+    their neighbours' median), ``patch_size``, ``max_deviation`` and ``frame_shape`` ``(H, W)``
+    (where ``result`` has one: ``xcorr apply`` checks a stack against it); with the quality
+    report, per patch region ``quality_before``, ``quality_after`` ``(frames, gy, gx)`` (correlation
     with the template), ``quality_residual`` ``(frames, gy, gx, 2)`` px and ``quality_flag``
     (0: fine, 1: worse (poor or not), 2: poor, as ``shifts.json``'s ``quality_flag``)."""
     settings = getattr(result, "settings", None) or {}
@@ -68,6 +69,8 @@ def write_motion_field(path, result) -> None:
               "low": np.asarray(result.patch_low, bool),
               "patch_size": np.asarray(grid.get("size", []), np.int64),
               "max_deviation": np.asarray(grid.get("max_deviation", -1), np.int64)}
+    if getattr(result, "frame_shape", None) is not None:
+        arrays["frame_shape"] = np.asarray(result.frame_shape, np.int64)
     q = getattr(result, "quality", None)
     if q is not None and q.patch_after is not None:
         arrays.update(quality_before=q.patch_before, quality_after=q.patch_after,
@@ -108,8 +111,10 @@ def plot_motion_field(path, result, frame=None, title="") -> None:
     dev = _deviation(result)
     n = len(dev)
     mag = np.sqrt((dev ** 2).sum(axis=-1))  # (n, gy, gx)
-    with np.errstate(invalid="ignore"):
-        per_frame = np.nanmean(mag.reshape(n, -1), axis=1) if n else np.zeros(0)
+    flat = mag.reshape(n, -1) if n else np.zeros((0, 1))
+    seen = np.isfinite(flat).sum(axis=1)  # (a frame of no field: NaN, not nanmean's warning)
+    per_frame = np.where(seen > 0, np.where(np.isfinite(flat), flat, 0.0).sum(axis=1)
+                         / np.maximum(seen, 1), np.nan)
     if frame is None:
         finite = np.where(np.isfinite(per_frame), per_frame, -1.0)
         frame = int(finite.argmax()) if n else 0

@@ -36,6 +36,7 @@ from ..warp import RESAMPLE, check_fill
 
 __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
            "check_channels", "check_save", "check_stale", "frame_columns", "output_names",
+           "stale_outputs", "RUN_FILES",
            "result_document", "write_chunks"]
 
 def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patches=False):
@@ -108,15 +109,28 @@ def check_channels(channels, n_channels, measured):
     return listed
 
 
-def aligned_as(src, path, keep_dtype) -> dict:
+def aligned_as(src, path, keep_dtype, format=None) -> dict:
     """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
     pixel type with ``keep_dtype``, else float32) and the ``metadata`` carried into it (pixel
-    size, channel names, frame interval, source)."""
-    from ...io import calibration
+    size, channel names, frame interval, source).  A pixel size that is no calibration (NaN,
+    zero, negative) is dropped, with a note in ``src.notes`` (where it has them).  With
+    ``format`` (:data:`~xcorr_app.io.OUT_FORMATS`), an :class:`InputError` where it cannot
+    hold the kept type (:func:`~xcorr_app.io.check_keep`), before anything is written."""
+    from ...io import calibration, check_keep, usable_pixel_size
+
+    if keep_dtype and format is not None:
+        check_keep(format, src.dtype)
 
     said = calibration(path) if isinstance(path, (str, Path)) else {}
+    size = said.get("pixel_size")
+    if size and usable_pixel_size(size) is None:
+        note = (f"{_title_name(path)} says a pixel size of {size[0]} x {size[1]}, which is no "
+                "calibration: the aligned stack carries none")
+        if isinstance(getattr(src, "notes", None), list):
+            src.notes.append(note)
+        size = None
     return {"keep": src.dtype if keep_dtype else None,
-            "metadata": {"pixel_size": said.get("pixel_size"), "source": _input_name(path),
+            "metadata": {"pixel_size": size, "source": _input_name(path),
                          "channel_names": said.get("channel_names") or [],
                          "frame_interval": said.get("frame_interval")}}
 
@@ -250,14 +264,41 @@ def beside_a_run(path) -> bool:
         or (isinstance(doc.get("input"), str) and isinstance(doc.get("volumes"), list)))
 
 
+#: every file an ``xcorr align`` run may write into its outputs folder (2-D: :func:`output_names`
+#: of every option; ``--volumes``: shifts.csv, shifts.json, drift.png, aligned.tif)
+RUN_FILES = ("shifts.csv", "shifts.json", "drift.png", "quality.png", "motion_field.npz",
+             "motion_field.png", *OUT_FORMATS.values())
+
+
+def stale_outputs(folder, written, inputs=()) -> list:
+    """The files of :data:`RUN_FILES` in ``folder`` that a run writing ``written`` does not
+    write again, its ``inputs`` left out: an earlier run's outputs would no longer match its
+    shifts (its commit removes them, with ``force``: that run's shifts.json exists); a file of
+    such a name that no run wrote is refused by :func:`check_stale`.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "quality.png").write_bytes(b"")
+    >>> [p.name for p in stale_outputs(folder, [folder / "shifts.csv"])]
+    ['quality.png']
+    """
+    folder = Path(folder)
+    kept = {Path(p).absolute() for p in written} | {Path(p).absolute() for p in inputs}
+    return [folder / name for name in RUN_FILES if (folder / name).absolute() not in kept
+            and ((folder / name).exists() or (folder / name).is_symlink())]
+
+
 def check_stale(paths) -> None:
-    """:class:`OutputError` for an existing one of ``paths`` (outputs a run would remove as
-    stale) that is not an earlier run's (:func:`beside_a_run`): a user's file is kept."""
-    for path in paths:
-        if Path(path).exists() and not beside_a_run(path):
-            raise OutputError(f"{path} is not the aligned stack of an earlier xcorr run (no "
-                              "shifts.json of one beside it); it is kept and nothing was "
-                              "written: choose another folder, or move it")
+    """:class:`OutputError` for an existing one of ``paths`` (:func:`stale_outputs`) that no
+    earlier run wrote (:func:`beside_a_run`): a user's file is kept, and the run refused, for
+    its shifts.json beside that file would make a later run take it for its own."""
+    aligned = set(OUT_FORMATS.values())
+    for path in map(Path, paths):
+        if (path.exists() or path.is_symlink()) and not beside_a_run(path):
+            what = "the aligned stack" if path.name in aligned else "an output"
+            raise OutputError(f"{path} is not {what} of an earlier xcorr run (no shifts.json "
+                              "of one beside it); it is kept and nothing was written: choose "
+                              "another folder, or move it")
 
 
 class RunOutputs:
@@ -277,10 +318,13 @@ class RunOutputs:
         The argument that named ``folder``, as its errors say it (``xcorr align``: ``out``).
 
     On entering, the guards of :class:`~xcorr_app.io.OutputRun` (outputs apart from the
-    inputs, existing ones kept without ``force``, one writer at a time); an aligned stack of an
-    earlier run is removed with ``aligned=False`` and ``force`` (it would no longer match
-    ``shifts.csv``), and an ``aligned.tif`` that is not one (:func:`beside_a_run`) is refused,
-    ``force`` or not: it is someone's file, not a stale output.
+    inputs, existing ones kept without ``force``, one writer at a time); with ``force`` the
+    outputs of an earlier run that this one does not write (:func:`stale_outputs`: the aligned
+    stack with ``aligned=False`` or in another format, ``quality.png`` without quality, a
+    motion field without patches...) are removed by the same commit (they would no longer
+    match ``shifts.csv``), and a file of such a name that is not an earlier run's
+    (:func:`beside_a_run`) is refused, ``force`` or not: it is someone's file, not a stale
+    output.
     """
 
     def __init__(self, folder, *, aligned=True, format="tiff", plots=True, quality=True,
@@ -298,7 +342,7 @@ class RunOutputs:
         self.paths = {k: folder / v for k, v in output_names(
             aligned=aligned, format=format, plots=plots, quality=quality,
             patches=patches).items()}
-        self.stale = [] if aligned else [folder / "aligned.tif"]
+        self.stale = []  # (found on entering: :func:`stale_outputs`)
         self.inputs = list(inputs)
         self.removed = []
         self.document = None  # (shifts.json's, once written)
@@ -309,6 +353,7 @@ class RunOutputs:
     def __enter__(self):
         from ...io import OutputRun
 
+        self.stale = stale_outputs(self.folder, self.paths.values(), self.inputs)
         check_stale(self.stale)
         self._run = OutputRun(self.paths.values(), self.inputs, self.force,
                               lock=self.folder / ".xcorr.lock", remove=self.stale)
@@ -370,7 +415,7 @@ class RunOutputs:
         if "motion_field.png" in paths:
             plot_motion_field(paths["motion_field.png"], res, title=f"{name}: motion field")
         self._aligned.close()  # (the aligned stack's last chunks written, its writer finished)
-        self.removed = [p for p in self.stale if p.is_file()]
+        self.removed = [p for p in self.stale if p.exists() or p.is_symlink()]
         self._run.commit()
         return dict(paths)
 
@@ -385,17 +430,18 @@ def channel_metadata(aligned, channels):
                                    [names[c] for c in channels] if names else []})
 
 
-def aligned_of(source, channel, keep_dtype) -> dict:
+def aligned_of(source, channel, keep_dtype, format=None) -> dict:
     """:func:`aligned_as` of a run's input ``source`` (a path: opened again for its pixel type
     and metadata; an array: its pixel type)."""
     if hasattr(source, "dtype"):
         from types import SimpleNamespace
 
-        return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, keep_dtype)
+        return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, keep_dtype,
+                          format)
     from ...io import open_stack
 
     with open_stack(source, channel=channel) as src:
-        return aligned_as(src, source, keep_dtype)
+        return aligned_as(src, source, keep_dtype, format)
 
 
 def channels_of(source, channel) -> int:

@@ -2,7 +2,7 @@
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
 from ._field_resample import FIELD_RESAMPLE
-from ._motion_field import apply_field, field_area, warp_chunk
+from ._motion_field import apply_field, check_field, field_area, warp_chunk
 from ._patch_pass import check_grid, measure_field, patch_grid, patch_preparer
 from ._patches import check_deviation, check_template_passes, common_area, parse_patches
 from ._spline import field_weights

@@ -32,12 +32,12 @@ from ...io import open_source
 from ...streaming import map_chunks
 from ._field_resample import FIELD_RESAMPLE, bilinear_sample, cubic_sample, warp_gpu
 from ._spline import dense_field, field_weights, spline_weights
-from ..warp import check_out
-from ..warp import check_fill
+from ..rigid import check_float32_range
+from ..warp import check_fill, check_out
 from ._patches import PatchGrid
 
-__all__ = ["MotionField", "apply_field", "dense_field", "field_area", "field_weights",
-           "spline_weights", "warp_chunk", "warp_frames", "warped_sum"]
+__all__ = ["MotionField", "apply_field", "check_field", "dense_field", "field_area",
+           "field_weights", "spline_weights", "warp_chunk", "warp_frames", "warped_sum"]
 
 @dataclasses.dataclass
 class MotionField:
@@ -135,6 +135,51 @@ def check_resample(resample):
                          f"{' or '.join(FIELD_RESAMPLE)}")
 
 
+def check_field(patch_field, centres, n_frames, frame_shape):
+    """``(patch_field, centres)`` as float64 ``(N, gy, gx, 2)`` and ``(gy, gx, 2)``, or
+    InputError where they do not fit each other or the ``n_frames`` frames of
+    ``frame_shape``: another shape; centres that are not a grid (y the same along each row, x
+    along each column, both increasing) inside the frame; an infinite patch shift or one that
+    moves the frame wholly out of it; a frame NaN at some patches but not all.  A frame NaN at
+    every patch (no field measured) is kept: it is left unshifted."""
+    try:
+        f = np.asarray(patch_field, np.float64)
+        c = np.asarray(centres, np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"a motion field and its patch centres must be numbers: {exc}") from None
+    if f.ndim != 4 or f.shape[-1] != 2 or f.shape[0] != n_frames or 0 in f.shape:
+        raise InputError(f"a motion field of shape {f.shape} does not match {n_frames} frames "
+                         "(it is (frames, gy, gx, 2), gy, gx at least 1)")
+    gy, gx = f.shape[1:3]
+    if c.shape != (gy, gx, 2):
+        raise InputError(f"patch centres of shape {c.shape} do not match the motion field's "
+                         f"{gy}x{gx} patches (they are ({gy}, {gx}, 2))")
+    cy, cx = c[:, 0, 0], c[0, :, 1]
+    if not (np.isfinite(c).all() and (c[..., 0] == cy[:, None]).all()
+            and (c[..., 1] == cx[None, :]).all() and (np.diff(cy) > 0).all()
+            and (np.diff(cx) > 0).all()):
+        raise InputError("the patch centres are not a grid (y the same along each row, x along "
+                         "each column, both increasing)")
+    h, w = frame_shape
+    if cy[0] < 0 or cy[-1] > h - 1 or cx[0] < 0 or cx[-1] > w - 1:
+        raise InputError(f"the patch centres (y {cy[0]:g} to {cy[-1]:g}, x {cx[0]:g} to "
+                         f"{cx[-1]:g}) lie beyond the {h}x{w} frame: the field was measured "
+                         "on frames of another size")
+    nan = np.isnan(f).reshape(len(f), -1)
+    with np.errstate(invalid="ignore"):  # (NaN compares False)
+        out = (np.isinf(f).any(axis=-1) | (np.abs(f[..., 0]) >= h)
+               | (np.abs(f[..., 1]) >= w)).reshape(len(f), -1).any(axis=1)
+    for bad, what in ((nan.any(axis=1) & ~nan.all(axis=1), "is NaN at some of its patches "
+                       "but not all (a frame's field is measured at every patch or none)"),
+                      (out, f"moves patches wholly out of the {h}x{w} frame (infinite, or as "
+                       "large as the frame)")):
+        if bad.any():
+            k, more = int(np.flatnonzero(bad)[0]), int(bad.sum()) - 1
+            raise InputError(f"the motion field of frame {k}"
+                             f"{f' (and of {more} other frames)' if more else ''} {what}")
+    return f, c
+
+
 def field_area(patch_field, frame_shape):
     """``(y0, y1, x0, x1)``: the area every frame covers when shifted by any of its patch
     shifts (:func:`~xcorr_app.alignment._apply.common_area` of all of them: the field between
@@ -147,16 +192,17 @@ def field_area(patch_field, frame_shape):
 def apply_field(stack_or_path, patch_field, centres, *, channel=None, fill=0.0,
                 resample="bilinear", crop=None, chunk_frames=64, device="auto", out=None):
     """Yield ``(start, warped_chunk)`` (float32 NumPy) for every chunk of the stack, each
-    frame warped by its motion field (``patch_field`` ``(N, gy, gx, 2)`` at ``centres``);
+    frame warped by its motion field (``patch_field`` ``(N, gy, gx, 2)`` at ``centres``,
+    checked by :func:`check_field`: a frame NaN at every patch is left unshifted);
     ``crop``: True keeps the area every warped frame covers (:func:`field_area`), or a box
     ``(y0, y1, x0, x1)``; ``out``: as for :func:`~xcorr_app.alignment._apply.apply_shifts`
     (the chunks written into it)."""
     fill = check_fill(fill)  # (before the input is opened)
     with open_source(stack_or_path, channel) as src:
-        patch_field = np.asarray(patch_field, np.float64)
-        if patch_field.shape[0] != src.n_frames:
-            raise InputError(f"a motion field of {patch_field.shape[0]} frames does not match "
-                             f"{src.n_frames} frames")
+        patch_field, centres = check_field(patch_field, centres, src.n_frames, src.frame_shape)
+        if src.dtype == np.float64:  # (shifted in float32)
+            check_float32_range(src.read(0, 1)[0], "the stack", "its frames are shifted",
+                                "scale the stack into that range first")
         if crop is True:
             crop = field_area(patch_field, src.frame_shape)
         check_resample(resample)

@@ -37,7 +37,7 @@ from ... import backend
 from ...filters import gradient
 from ...streaming import cpu_threads
 from ..rigid import parse_prefilter
-from ..rigid import COLUMN
+from ..rigid import COLUMN, scaled_by
 from ..warp import shift_frames
 
 __all__ = ["LucasKanade", "gauss_newton_shifts", "LK_SIGMA"]
@@ -197,10 +197,12 @@ class LucasKanade:
     ``total``, ``coverage``: the sums of the template pass
     (:class:`~xcorr_app.alignment.refine._template.TemplateAccumulator`); ``template``: its template
     (with its fallback); ``built``: (N, 2) host array, each frame's shift in that pass, NaN
-    for the frames left out of the template."""
+    for the frames left out of the template; ``scale``: the frames in those sums were times
+    ``2**scale`` (:func:`~xcorr_app.alignment.rigid.stack_exponent`), and so is each chunk."""
 
-    def __init__(self, xp, total, coverage, template, built, sigma=LK_SIGMA):
+    def __init__(self, xp, total, coverage, template, built, sigma=LK_SIGMA, scale=0):
         self.xp = xp
+        self.scale = scale
         self.total = total.astype(xp.float32)
         self.coverage = coverage.astype(xp.float32)
         self.template = xp.asarray(template, xp.float32)
@@ -245,7 +247,7 @@ class LucasKanade:
         s0 = rows[:, cols]
         usable = xp.equal(rows[:, c["finite"]], 1) & xp.equal(rows[:, c["constant"]], 0) \
             & xp.equal(rows[:, c["border"]], 0) & xp.isfinite(s0).all(axis=1)
-        f = xp.asarray(frames[a:a + batch]).astype(xp.float32)
+        f = scaled_by(frames[a:a + batch], self.scale, xp).astype(xp.float32)
         f = xp.where(xp.isfinite(f), f, 0.0)  # unusable frames keep their row anyway
         built = xp.asarray(self.built[first + a:first + a + len(f)])
         start = xp.where(usable[:, None], s0, 0.0)

@@ -49,7 +49,7 @@ from ...registration import (DEFAULT_UPSAMPLE, fft_shifts, phase_ramps,
                              wrapped_correlations)
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
-from ..rigid import COLUMN
+from ..rigid import COLUMN, scaled_by
 from ..warp import add_shifted
 
 __all__ = ["TemplateAccumulator", "TemplateSums", "LucasKanadeFit", "template_of", "kept_rows",
@@ -81,10 +81,11 @@ class TemplateAccumulator:
     2.0
     """
 
-    def __init__(self, xp, frame_shape, min_confidence=None, circular=False):
+    def __init__(self, xp, frame_shape, min_confidence=None, circular=False, scale=0):
         self.xp = xp
         self.min_confidence = min_confidence
         self.circular = circular  # wrap-around frames: moved circularly (add_shifted)
+        self.scale = scale  # every frame times 2**scale (alignment.rigid.stack_exponent)
         self.total = xp.zeros(frame_shape, xp.float64)
         self.coverage = xp.zeros(frame_shape, xp.float64)
         self._done = None  # GPU: the event after the last chunk's sums
@@ -102,7 +103,7 @@ class TemplateAccumulator:
         c = COLUMN
         block = backend.to_numpy(block)
         keep = np.flatnonzero(kept_rows(block, np, self.min_confidence))
-        add_shifted(self.total, self.coverage, frames,
+        add_shifted(self.total, self.coverage, scaled_by(frames, self.scale, xp),
                     block[keep, c["dy"]:c["dx"] + 1], keep, self.circular)
         if xp is not np:
             self._done = xp.cuda.get_current_stream().record()
@@ -144,12 +145,14 @@ class TemplateSums:
     the pipeline adds the ranges' sums up in frame order.  Plain values, so it travels to
     other processes."""
 
-    def __init__(self, min_confidence=None, circular=False):
+    def __init__(self, min_confidence=None, circular=False, scale=0):
         self.min_confidence = min_confidence
         self.circular = circular
+        self.scale = scale
 
     def make(self, xp, frame_shape, start):
-        return TemplateAccumulator(xp, frame_shape, self.min_confidence, self.circular)
+        return TemplateAccumulator(xp, frame_shape, self.min_confidence, self.circular,
+                                   self.scale)
 
     @staticmethod
     def result(hook):
@@ -160,15 +163,17 @@ class LucasKanadeFit:
     """The hook of the last pass with ``lucas_kanade`` on: every range refines its frames'
     shifts against the template (:class:`~._refine_lk.LucasKanade`) from the last template
     pass's sums ``total``, ``coverage``, its ``template`` and ``built`` (N, 2): each frame's
-    shift in that pass, NaN for frames left out of it."""
+    shift in that pass, NaN for frames left out of it; ``scale``: the factor of the frames in
+    those sums (:func:`~xcorr_app.alignment.rigid.stack_exponent`: times ``2**scale``)."""
 
-    def __init__(self, total, coverage, template, built):
+    def __init__(self, total, coverage, template, built, scale=0):
         self.total, self.coverage, self.template = total, coverage, template
         self.built = np.asarray(built, np.float64)
+        self.scale = scale
 
     def make(self, xp, frame_shape, start):
         return LucasKanade(xp, xp.asarray(self.total), xp.asarray(self.coverage),
-                           xp.asarray(self.template), self.built[start:])
+                           xp.asarray(self.template), self.built[start:], scale=self.scale)
 
     @staticmethod
     def result(hook):

@@ -257,6 +257,8 @@ def scale_free(frames, xp):
     >>> f = np.stack([np.full((2, 2), 3 * 2.0 ** 100), np.full((2, 2), -5 * 2.0 ** -100)])
     >>> scale_free(f.astype(np.float32), np)[:, 0, 0].tolist()
     [0.75, -0.625]
+    >>> scale_free(np.full((1, 2, 2), 3 * 2.0 ** -142, np.float32), np)[:, 0, 0].tolist()
+    [0.75]
     >>> scale_free(np.ones((1, 2, 2), np.uint16), np).dtype.name
     'uint16'
     """
@@ -278,8 +280,79 @@ def scale_free(frames, xp):
     exponent = np.where(usable, np.frexp(np.where(usable, peak, 1.0))[1], 0)
     if not exponent.any():
         return frames  # (on the CPU the copy is saved; on the GPU nothing waits to know)
-    scale = np.ldexp(np.ones(len(frames), frames.dtype), -exponent.astype(np.int32))
-    return frames * scale[:, None, None]
+    k = -exponent.astype(np.int32)
+    if k.max() < np.finfo(frames.dtype).maxexp:
+        return frames * np.ldexp(np.ones(len(frames), frames.dtype), k)[:, None, None]
+    # denormal frames: 2**k overflows their type, so two exact steps (scaling up rounds nothing)
+    half = np.where(k < np.finfo(frames.dtype).maxexp, k, k // 2)
+    one = np.ones(len(frames), frames.dtype)
+    return frames * np.ldexp(one, half)[:, None, None] * np.ldexp(one, k - half)[:, None, None]
+
+
+#: :func:`stack_exponent`: images whose largest magnitude lies in ``[2**-SAFE, 2**SAFE]``
+#: keep their scale (their float32 sums, FFTs and products stay far from over- and underflow)
+SAFE_EXPONENT = 64
+
+
+def stack_exponent(image) -> int:
+    """The power of two ``k`` by which every frame of a stack is multiplied (``2**k``) where
+    frames are summed or fitted unprepared (the template passes, the Lucas-Kanade fit),
+    decided once from ``image`` (the run's first frame): 0 where its largest finite magnitude
+    lies in ``[2**-SAFE_EXPONENT, 2**SAFE_EXPONENT]`` (every ordinary stack: its numbers
+    unchanged), else the one that brings it into ``[0.5, 1)`` (float64 frames of 1e-300 would
+    be 0 as float32, of 1e300 infinite; float32 sums of 1e38 overflow).  One for the whole
+    stack, not each frame's own (:func:`scale_free`), so that frames keep their weights in a
+    template.
+
+    >>> stack_exponent(np.full((2, 2), 3e-300)), stack_exponent(np.full((2, 2), 1000.0))
+    (994, 0)
+    """
+    if np.dtype(image.dtype).kind != "f" or image.size == 0:
+        return 0
+    a = to_numpy(image)  # (one frame to the host: no CuPy kernel to compile on a first run)
+    finite = a[np.isfinite(a)]
+    peak = float(np.abs(finite).max()) if finite.size else 0.0
+    if peak == 0.0 or 2.0 ** -SAFE_EXPONENT <= peak <= 2.0 ** SAFE_EXPONENT:
+        return 0
+    return -int(np.frexp(peak)[1])
+
+
+def check_float32_range(frame, name, what="the aligned stack is computed",
+                        advice="the shifts are measured at any scale; scale the stack "
+                               "into that range to warp it"):
+    """InputError where ``frame`` (a stack's first frame) is float64 with values float32 cannot
+    hold (its largest finite magnitude above float32's largest, or not 0 and below its
+    smallest normal number), in which ``what`` (the shifts are measured at any scale, not the
+    float32 warps); ``advice``: what to do.
+
+    >>> check_float32_range(np.full((2, 2), 1e-3), "s.tif")
+    >>> check_float32_range(np.full((2, 2), 1e-300), "s.tif")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: s.tif's pixels reach at most 1e-300 (frame 0), outside ...
+    """
+    if frame.dtype != np.float64 or frame.size == 0:
+        return
+    a = to_numpy(frame)
+    finite = np.abs(a[np.isfinite(a)])
+    peak = float(finite.max()) if finite.size else 0.0
+    info = np.finfo(np.float32)
+    if peak == 0.0 or float(info.tiny) <= peak <= float(info.max):
+        return
+    raise InputError(f"{name}'s pixels reach at most {peak:.3g} (frame 0), outside float32's "
+                     f"range ({float(info.tiny):.3g} to {float(info.max):.3g}), in which {what}: "
+                     f"{advice}")
+
+
+def scaled_by(frames, k, xp):
+    """``frames`` times ``2**k`` (:func:`stack_exponent`; exact), as they are for 0; float32
+    where ``2**k`` is a float32 number, else float64."""
+    if k == 0:
+        return frames
+    f = xp.asarray(frames)
+    if f.dtype == np.float32 and -126 <= k < 127:
+        return f * np.float32(2.0 ** k)
+    return xp.ldexp(f.astype(xp.float64), k)
 
 
 def _prepare_gpu(frames, xp, prefilter, win) -> Prepared:

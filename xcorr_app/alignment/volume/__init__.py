@@ -12,7 +12,8 @@ Examples
 [-2.0, 0.0, 0.0]
 """
 
-from ._api import VolumeOptions, align_volumes, parse_max_shift, parse_voxel_size
+from ._api import (VolumeOptions, align_volumes, parse_max_shift, parse_upsample,
+                   parse_voxel_size)
 from ._planes import refine_planes
 from ._prebuild import prebuild_volumes
 from ._result import VolumeResult
@@ -21,5 +22,5 @@ from ._zlocate import ZLOCATE_COLUMNS, ZlocateResult, zlocate
 from ._source import Volumes, open_volumes
 
 __all__ = ["ZLOCATE_COLUMNS", "VolumeOptions", "VolumeResult", "Volumes", "ZlocateResult", "align_volumes",
-           "open_volumes", "parse_max_shift", "parse_voxel_size", "prebuild_volumes",
-           "refine_planes", "shift_volumes", "zlocate"]
+           "open_volumes", "parse_max_shift", "parse_upsample", "parse_voxel_size",
+           "prebuild_volumes", "refine_planes", "shift_volumes", "zlocate"]

@@ -28,10 +28,12 @@ import numpy as np
 from ...backend import (DEVICES, compute_device, device_free_bytes, host_available_bytes,
                        to_numpy, xp_for)
 from ...errors import InputError
-from ...registration import DEFAULT_UPSAMPLE
+from ...io import parse_axes, with_axes
+from ...registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ...streaming import DeviceChunks, parse_memory
 from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
 from ._prebuild import prebuild_volumes
+from ._rows import item_sums
 from ._result import VolumeResult
 from ._source import open_volumes
 
@@ -74,17 +76,20 @@ def parse_max_shift(max_shift):
 
 
 def parse_upsample(upsample) -> float:
-    """The upsampling factor of a subvoxel (or subpixel) refinement as a float >= 1.
+    """The upsampling factor of a subvoxel (or subpixel) refinement as a float from 1 to
+    :data:`~xcorr_app.registration.MAX_UPSAMPLE` (2-D align's limit: the samples around a
+    peak grow with its cube).
 
     >>> parse_upsample(20), parse_upsample("2.5")
     (20.0, 2.5)
     """
+    span = f"give a number from 1 to {MAX_UPSAMPLE}"
     try:
         value = float(upsample)
     except (TypeError, ValueError):
-        raise InputError(f"upsample {upsample!r}: give a number >= 1") from None
-    if not np.isfinite(value) or value < 1:
-        raise InputError(f"upsample {upsample!r}: give a number >= 1")
+        raise InputError(f"upsample {upsample!r}: {span}") from None
+    if isinstance(upsample, bool) or not 1 <= value <= MAX_UPSAMPLE:  # (NaN fails too)
+        raise InputError(f"upsample {upsample!r}: {span}")
     return value
 
 
@@ -118,6 +123,7 @@ class VolumeOptions:
     upsample: object = DEFAULT_UPSAMPLE
     device: str = "auto"
     memory_limit: object = None
+    axes: object = None
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -133,6 +139,7 @@ class VolumeOptions:
             raise InputError(f"unknown device {self.device!r}; use one of {', '.join(DEVICES)}")
         if self.memory_limit is not None:
             put("memory_limit", parse_memory(self.memory_limit, "memory_limit"))
+        put("axes", parse_axes(self.axes))
 
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
@@ -176,39 +183,58 @@ def _reference(source, reference, xp, chunk):
     t = source.shape[0]
     if isinstance(reference, str):
         if reference == "first":
-            return source.read(0, 1, xp)[0], "the first volume"
+            return source.read(0, 1, xp, scale="each")[0], "the first volume"
         if reference == "mean":
-            total = None
-            for start in range(0, t, chunk):
-                part = source.read(start, min(t, start + chunk), xp).sum(
-                    axis=0, dtype=xp.float64)
-                total = part if total is None else total + part
-            # (xp.divide, not "/": see _dft3.spectrum)
-            return xp.divide(total, t).astype(xp.float32), f"the mean of the {t} volumes"
+            return _mean_volume(source, xp, chunk), f"the mean of the {t} volumes"
     elif isinstance(reference, (int, np.integer)) and not isinstance(reference, bool):
         if not -t <= int(reference) < t:
             raise InputError(f"reference {reference} is outside the stack's {t} volumes")
         i = int(reference) % t
-        return source.read(i, i + 1, xp)[0], f"volume {i}"
+        return source.read(i, i + 1, xp, scale="each")[0], f"volume {i}"
     raise InputError(f"reference {reference!r}: use 'first', 'mean' or a volume index")
+
+
+def _mean_volume(source, xp, chunk):
+    """The mean of the volumes, summed as stored in float64 (float64 volumes past float32's
+    range too), scaled as :meth:`~._source.Volumes.read` scales a volume, float32;
+    InputError (:meth:`~._source.Volumes.read`'s) where a volume holds NaN or infinity."""
+    from ..rigid import scale_free
+
+    t, total = source.shape[0], None
+    for start in range(0, t, chunk):
+        part = source.raw(start, min(t, start + chunk), xp).sum(axis=0, dtype=xp.float64)
+        total = part if total is None else total + part
+    # (xp.divide, not "/": see _dft3.spectrum)
+    mean = scale_free(xp.divide(total, t).reshape(1, -1, total.shape[-1]), xp)
+    if not np.isfinite(to_numpy(item_sums(mean))).all():  # (scaled: finite sums where finite)
+        for start in range(0, t, chunk):  # (the volume to name: read's error)
+            source.read(start, min(t, start + chunk), xp, scale="each")
+        raise InputError(f"the mean of the volumes of {source.name} is past float64's range; "
+                         "scale the data down first")
+    return mean.reshape(total.shape).astype(xp.float32)
 
 
 def _reference_spectrum(ref, name, xp):
     """``(spectrum, norm, name)`` of the reference volume ``ref``; the norm's fetch ends the
-    spectrum's work, so the chunks' other stream may read it."""
+    spectrum's work, so the chunks' other stream may read it.  InputError where it is
+    constant (as 2-D align's reference)."""
     spec, (norm,) = spectrum(ref[None], xp, norms=True)
+    if not norm > 0:
+        raise InputError(f"the reference volume ({name}) is constant: no shift can be "
+                         "measured against it; choose another reference")
     return spec[0], norm, name
 
 
 def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
-                  upsample=DEFAULT_UPSAMPLE, device="auto", memory_limit=None, *, options=None):
+                  upsample=DEFAULT_UPSAMPLE, device="auto", memory_limit=None, *, axes=None,
+                  options=None):
     """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume.
 
     Parameters
     ----------
     stack : (T, Z, Y, X) array_like or path
-        NumPy, CuPy, memory-mapped, Zarr or Dask array; or a ``.npy``, TIFF or Zarr path.
-        Read a chunk at a time, never modified.
+        NumPy, CuPy, memory-mapped, Zarr or Dask array; or a ``.npy``, TIFF, Zarr, HDF5 or
+        NWB path (``FILE:/DATASET`` too).  Read a chunk at a time, never modified.
     reference : {"first", "mean"} or int
         The first volume, the mean of all, or the volume of that index.
     max_shift : None, int or (dz, dy, dx)
@@ -222,6 +248,10 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     device : {"auto", "cpu", "gpu"}
     memory_limit : int or str, optional
         Bytes the run may use (default: a share of the free GPU or host memory).
+    axes : str, optional
+        A path's axes, one letter each in its order (``"TZYX"``, ``"ZTYX"``; ``T Z C S Y X``),
+        instead of those its reader infers (:func:`xcorr_app.align`'s ``axes``): its volumes
+        are its frames grouped by T and Z.  A 4-D array whose file names none is ``TZYX``.
     options : VolumeOptions, optional
         The options built before, instead of the keywords (checked once, when built).
 
@@ -232,7 +262,9 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     Raises
     ------
     InputError
-        Bad arguments or data, or a volume too large for the memory (with the figures).
+        Bad arguments or data (NaN or infinite voxels, a constant reference volume), or a
+        volume too large for the memory (with the figures).  A constant volume other than
+        the reference gets NaN shifts (:class:`VolumeResult`).
 
     Examples
     --------
@@ -243,12 +275,12 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     [-1.0, 2.0, -3.0]
     """
     given = dict(reference=reference, max_shift=max_shift, voxel_size=voxel_size,
-                 upsample=upsample, device=device, memory_limit=memory_limit)
+                 upsample=upsample, device=device, memory_limit=memory_limit, axes=axes)
     if options is None:
         options = VolumeOptions(**given)
     elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)):
         raise InputError("give the run's options either as options= or as keywords, not both")
-    source = open_volumes(stack)
+    source = open_volumes(with_axes(stack, options.axes))
     bounds, upsample, reference = options.max_shift, options.upsample, options.reference
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
     dev = compute_device(source.data, device=options.device)
@@ -259,7 +291,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     chunk = plan_chunk(source.shape, xp, memory_limit, np.dtype(source.data.dtype).itemsize)
     size = float(np.prod(shape))
     shifts, peak = np.zeros((t, 3)), np.zeros(t)
-    second, verified = np.zeros(t), np.zeros(t, bool)
+    second, verified, constant = np.zeros(t), np.zeros(t, bool), np.zeros(t, bool)
     with contextlib.ExitStack() as held:
         # read ahead (on the GPU copied on two streams) while the device works on the chunk
         # before; the reference's spectrum made at the first chunk (the mean's: a pass before)
@@ -273,11 +305,12 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
         for start, data in chunks:
             if ref_spec is None:  # (volume 0 from the first chunk: no read and copy of its own)
                 ref_spec, ref_norm, ref_name = _reference_spectrum(
-                    *((source.read(0, 1, xp, data[:1])[0], "the first volume") if first
-                      else _reference(source, reference, xp, chunk)), xp)
+                    *((source.read(0, 1, xp, data[:1], scale="each")[0], "the first volume")
+                      if first else _reference(source, reference, xp, chunk)), xp)
             stop = start + len(data)
-            product, norms = cross_spectra(ref_spec, source.read(start, stop, xp, data),
-                                           norms=True)
+            product, norms = cross_spectra(
+                ref_spec, source.read(start, stop, xp, data, scale="each"), norms=True)
+            constant[start:stop] = norms == 0  # (nothing to correlate: NaN below)
             del data
             corr = correlate(product, shape, normalized=False)  # (the 1/n on the host)
             coarse, top, rest = bounded_peak(corr, bounds)
@@ -290,6 +323,8 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
             scale = np.maximum(norms * ref_norm, 1e-30)
             peak[start:stop], second[start:stop] = top / scale, rest / scale
             del product
+    # constant volumes: no shift (NaN), as 2-D align's constant frames; not verified
+    shifts[constant], peak[constant], verified[constant] = np.nan, np.nan, False
     with np.errstate(divide="ignore", invalid="ignore"):
         confidence = np.where(peak > 0, np.clip(1.0 - second / peak, 0.0, 1.0), 0.0)
     at_bound = np.zeros(t, bool)
@@ -303,7 +338,10 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     if at_bound.any():
         notes.append(f"{int(at_bound.sum())} volume(s) peak on the max_shift border: the true "
                      "shift may lie beyond it")
-    if not verified.all():
-        notes.append(f"{int((~verified).sum())} volume(s) whose FFT peak the direct sum does not "
-                     "confirm")
+    if constant.any():
+        notes.append(f"{int(constant.sum())} constant volume(s): shift undefined (NaN), "
+                     "confidence 0, not verified")
+    if not (verified | constant).all():
+        notes.append(f"{int((~verified & ~constant).sum())} volume(s) whose FFT peak the direct "
+                     "sum does not confirm")
     return VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev)

@@ -43,21 +43,29 @@ SAMPLE_BYTES = 2 ** 28
 def spectrum(volumes, xp, norms=False):
     """``rfftn`` over the last three axes of mean-subtracted float32 ``volumes`` (the mean
     summed in float64, subtracted in float32); with ``norms``, also their root sums of squares
-    (NumPy float64).  On the GPU the centred copy is the 2-D path's (``demeaned``: each volume
-    a frame of its rows), the sums xcorr's kernels (CuPy's operations compiled six kernels at
-    first use)."""
+    (NumPy float64), exactly 0 for a constant volume.  The volumes come scaled (largest
+    magnitude about 1: :meth:`~._source.Volumes.read`), so that neither the squares nor the
+    spectra's products leave float32's range.  On the GPU the centred copy is the 2-D path's
+    (``demeaned``: each volume a frame of its rows), the sums xcorr's kernels (CuPy's
+    operations compiled six kernels at first use)."""
+    constant = None
     if xp is np:
-        v = np.array(volumes, dtype=np.float32)  # (a copy, centred in place)
+        # (a copy, centred in place; a constant volume's float64 mean is exact: all zeros)
+        v = np.array(volumes, dtype=np.float32)
         v -= (item_sums(v) / v[0].size).astype(np.float32)[:, None, None, None]
     else:
         from ..rigid import demeaned
 
         b, x = volumes.shape[0], volumes.shape[-1]
-        v = demeaned(volumes.reshape(b, -1, x))[0].reshape(volumes.shape)
+        v, _, _, constant, _ = demeaned(volumes.reshape(b, -1, x))
+        v = v.reshape(volumes.shape)
     spec = fft_of(xp).rfftn(v, axes=AXES)
     if not norms:
         return spec
-    return spec, np.sqrt(_np(item_sums(v, squares=True))).reshape(-1)
+    n = np.sqrt(_np(item_sums(v, squares=True))).reshape(-1)
+    if constant is not None:  # (the kernel's flags: its float32 mean need not be exact)
+        n[_np(constant).astype(bool)] = 0.0
+    return spec, n
 
 
 def cross_spectra(reference_spectrum, volumes, norms=False):

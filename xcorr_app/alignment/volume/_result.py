@@ -33,7 +33,8 @@ class VolumeResult:
     ----------
     shifts : (T, 3) float64 ndarray
         (dz, dy, dx) in voxels that moves each volume onto the reference (scikit-image's
-        convention: ``scipy.ndimage.shift(volume, shift)`` aligns it).
+        convention: ``scipy.ndimage.shift(volume, shift)`` aligns it); NaN for a constant
+        volume (nothing to correlate: peak NaN, confidence 0, not verified; a note says so).
     peak : (T,) float64 ndarray
         The normalized correlation at the integer peak (1: identical up to the shift).
     confidence : (T,) float64 ndarray
@@ -58,6 +59,11 @@ class VolumeResult:
     voxel_size: tuple | None = None
     notes: list = field(default_factory=list)
     device: str = "cpu"
+
+    @property
+    def constant_volumes(self) -> np.ndarray:
+        """Indices of the constant volumes (shift NaN)."""
+        return np.flatnonzero(np.isnan(self.shifts).any(axis=1))
 
     @property
     def shifts_um(self):

@@ -44,8 +44,15 @@ def shift_volumes(stack, shifts, fill=0.0, device="auto"):
         from scipy import ndimage
     else:
         from cupyx.scipy import ndimage
+    finite = np.isfinite(float(fill))
     for t in range(source.shape[0]):
         vol = source.read(t, t + 1, xp)[0]
         # grid-constant: a voxel half outside blends with fill (constant drops it whole)
-        yield to_numpy(ndimage.shift(vol, tuple(shifts[t]), order=1, mode="grid-constant",
-                                     cval=float(fill)))
+        moved = ndimage.shift(vol, tuple(shifts[t]), order=1, mode="grid-constant",
+                              cval=float(fill) if finite else 0.0)
+        if not finite:  # (a NaN or infinite fill is the voxel where a tap of weight lies
+            # outside, as in 2-D: its blend with a weight of 0 would be NaN)
+            outside = ndimage.shift(xp.zeros(vol.shape, xp.float32), tuple(shifts[t]),
+                                    order=1, mode="grid-constant", cval=1.0)
+            moved = xp.where(outside > 0, xp.float32(fill), moved)
+        yield to_numpy(moved)

@@ -1,5 +1,6 @@
 """Volumes to register: an array (NumPy, CuPy, memory-mapped, Zarr or Dask: anything with a
-shape that slices) or a path (``.npy``, a TIFF hyperstack, Zarr), read a chunk at a time.
+shape that slices) or a path (``.npy``, a TIFF hyperstack, Zarr, HDF5, NWB; a source path
+naming a dataset or the file's axes), read a chunk at a time.
 
 Examples
 --------
@@ -32,21 +33,35 @@ class Volumes:
         # order and the machine's byte order: read with positioned reads (io.PreadFile)
         self.stored = stored
 
-    def read(self, start, stop, xp=None, chunk=None):
+    def read(self, start, stop, xp=None, chunk=None, scale=None):
         """Volumes ``start:stop`` (or ``chunk``, those volumes as stored, already read: from
         :meth:`frames`) as float32 on ``xp``'s device (default: where the data lies);
         InputError where one holds NaN or infinity.  Integers go to the device as they are
         (half the bytes of float32 for uint16) and are converted there; they need no
-        finiteness check."""
+        finiteness check.
+
+        ``scale``: ``"each"`` multiplies each float volume by the power of two that brings its
+        largest magnitude into ``[0.5, 1)``, ``"all"`` the whole chunk by one
+        (:func:`~xcorr_app.alignment.rigid.scale_free`, before the float32 conversion): the
+        float32 sums and spectra of volumes of 1e20 overflow, of 1e-30 underflow, and an exact
+        power of two changes no shift and no normalized correlation; None: values as stored."""
         if chunk is None:
             chunk = self.data[start:stop]
             chunk = chunk if is_cupy_array(chunk) else np.asarray(chunk)
         if xp is None:
             xp = array_module_of(chunk)
         moved = array_module_of(chunk) is not xp
-        data = to_numpy(chunk) if xp is np else xp.asarray(chunk)
-        if xp is np or (moved and data.dtype == np.float32):
-            out = data.astype(xp.float32, copy=not moved)  # a copy: the input stays as it is
+        data = self.raw(start, stop, xp, chunk)
+        own = moved  # (data a copy of its own: the input stays as it is)
+        if scale is not None and data.dtype.kind == "f" and data.dtype.itemsize >= 4:
+            from ..rigid import scale_free
+
+            items = data.reshape(len(data) if scale == "each" else 1, -1, data.shape[-1])
+            scaled = scale_free(items, xp)
+            own = own or scaled is not items
+            data = scaled.reshape(data.shape)
+        if xp is np or (own and data.dtype == np.float32):
+            out = data.astype(xp.float32, copy=not own)
         else:  # (one kernel of ours: CuPy's astype compiles one at first use)
             from ..rigid import area_float
 
@@ -57,11 +72,23 @@ class Volumes:
         # xcorr's row sums on the GPU, where CuPy's isfinite and all compiled at first use
         bad = ~np.isfinite(to_numpy(item_sums(out)))
         if bool(bad.any()):
-            t = start + int(np.argmax(bad))
-            raise InputError(f"volume {t} of {self.name} has NaN or infinite values; "
+            i = int(np.argmax(bad))
+            if np.isfinite(to_numpy(data[i])).all():  # (float64 past float32's range, unscaled)
+                raise InputError(f"volume {start + i} of {self.name} has values beyond "
+                                 "float32's range (3.4e38); scale the data down first")
+            raise InputError(f"volume {start + i} of {self.name} has NaN or infinite values; "
                              "replace them (e.g. numpy.nan_to_num) first")
         return out
 
+    def raw(self, start, stop, xp=None, chunk=None):
+        """Volumes ``start:stop`` (or ``chunk``, as :meth:`read`) as stored, on ``xp``'s device
+        (default: where the data lies): no conversion, no check; not to be written."""
+        if chunk is None:
+            chunk = self.data[start:stop]
+            chunk = chunk if is_cupy_array(chunk) else np.asarray(chunk)
+        if xp is None:
+            xp = array_module_of(chunk)
+        return to_numpy(chunk) if xp is np else xp.asarray(chunk)
 
     def frames(self):
         """The volumes as the streaming layer's frames, one volume an item, as stored
@@ -113,29 +140,40 @@ def _stored(data):
     return None
 
 
-def _read_path(path: Path):
-    if not path.exists():
+def _read_path(path, ndim):
+    """The array of a path: a ``.npy`` or TIFF file as it is (memory-mapped where it can be);
+    any other source path, or one naming a dataset, a plane or its axes
+    (:func:`~xcorr_app.io.source_parts`), by the frame readers, as frames (``ndim`` 3) or
+    volumes by its T and Z axes (:func:`~xcorr_app.io.open_array`)."""
+    from ...io import format_of, open_array, source_parts
+
+    file, dataset, z, axes = source_parts(path)
+    if not file.exists():
         raise InputError(f"{path}: no such file or folder")
-    suffix = path.suffix.lower()
+    if not file.is_file() and not file.is_dir():  # (open_stack's check: a read would block)
+        raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
+                         "give a .npy, TIFF or Zarr path")
+    suffix = file.suffix.lower()
+    as_it_is = dataset is None and z is None and axes is None
     try:
-        if suffix == ".npy":
-            return np.load(path, mmap_mode="r")
-        if suffix in (".tif", ".tiff"):
+        if suffix == ".npy" and as_it_is:
+            return np.load(file, mmap_mode="r")
+        if suffix in (".tif", ".tiff") and as_it_is and file.is_file():
             import tifffile
 
             try:
-                return tifffile.memmap(path, mode="r")  # no copy where the file allows
+                return tifffile.memmap(file, mode="r")  # no copy where the file allows
             except (ValueError, OSError):
-                return tifffile.imread(path)
-        if suffix == ".zarr" or path.is_dir():
-            import zarr
-
-            return zarr.open(str(path), mode="r")
+                return tifffile.imread(file)
     except InputError:
         raise
     except Exception as exc:  # a broken file: one line for the user
         raise InputError(f"{path}: cannot read it as volumes ({exc})") from exc
-    raise InputError(f"{path}: unknown volume format {suffix!r}; use .npy, .tif or .zarr")
+    if suffix == ".npy" or (file.is_file() and format_of(file) == "tiff"
+                            and suffix not in (".tif", ".tiff")):
+        raise InputError(f"{path}: unknown volume format {suffix!r}; use .npy, .tif, .zarr, "
+                         "HDF5 or NWB (a .npy file as it is)")
+    return open_array(str(path), volumes=ndim == 4)
 
 
 def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
@@ -150,7 +188,7 @@ def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
     name, stored = "the stack", None
     if isinstance(stack, (str, Path)):
         name = str(stack)
-        stack = _read_path(Path(stack))
+        stack = _read_path(stack, ndim)
         stored = _stored(stack)
     elif isinstance(stack, (list, tuple)):
         stack = np.asarray(stack)

@@ -55,7 +55,9 @@ class ZlocateResult:
     that move the frame onto that plane, ``score`` (normalized correlation there),
     ``confidence`` (``1 - second / score``, ``second`` the best score two or more planes
     away) and ``at_edge`` (best plane first or last: no depth beyond it); ``profile``
-    (N, Z) every plane's normalized correlation with the aligned frame over its region."""
+    (N, Z) every plane's normalized correlation with the aligned frame over its region.
+    A constant frame has nothing to locate: depth, shifts, score and profile NaN, plane -1,
+    confidence 0."""
 
     depth: np.ndarray
     plane: np.ndarray
@@ -73,7 +75,8 @@ class ZlocateResult:
         out = csv.writer(buf, lineterminator="\n")
         out.writerow(ZLOCATE_COLUMNS)
         for i in range(len(self.depth)):
-            out.writerow([i, f"{self.depth[i]:.6f}", int(self.plane[i]),
+            plane = int(self.plane[i])  # (-1: a constant frame, no plane; "nan" as its depth)
+            out.writerow([i, f"{self.depth[i]:.6f}", plane if plane >= 0 else "nan",
                           f"{self.shifts[i, 0]:.6f}", f"{self.shifts[i, 1]:.6f}",
                           f"{self.score[i]:.6f}", f"{self.confidence[i]:.6f}",
                           bool(self.at_edge[i])])
@@ -92,10 +95,11 @@ def _xy_bound(max_shift):
 
 
 def _centred(xp, images):
+    """``(images less their means, their root sums of squares)``: the norm exactly 0 for a
+    constant image (its float64 mean is exact)."""
     v = xp.asarray(images, dtype=xp.float32)
     v = v - v.mean(axis=(-2, -1), keepdims=True, dtype=xp.float64).astype(xp.float32)
-    norms = xp.sqrt((v.astype(xp.float64) ** 2).sum(axis=(-2, -1)))
-    return v, xp.maximum(norms, 1e-30)
+    return v, xp.sqrt((v.astype(xp.float64) ** 2).sum(axis=(-2, -1)))
 
 
 def _chunk(n, planes, h, w, xp, memory_limit):
@@ -226,6 +230,13 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
     Returns
     -------
     ZlocateResult
+        A constant frame's depth and shifts NaN, plane -1.
+
+    Raises
+    ------
+    InputError
+        Bad arguments or data (NaN or infinite pixels, a z-stack whose planes are all
+        constant), or a chunk too large for the memory.
 
     Examples
     --------
@@ -251,15 +262,22 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
     fft = fft_of(xp)
     (n, h, w), nz = frames.shape, planes.shape[0]
     chunk = _chunk(n, nz, h, w, xp, memory_limit)
-    plane_img, plane_norm = _centred(xp, planes.read(0, nz, xp))
+    # one scale for all planes (the depth weighs two planes against each other), one a frame
+    plane_img, plane_norm = _centred(xp, planes.read(0, nz, xp, scale="all"))
+    if not bool((plane_norm > 0).any()):
+        raise InputError(f"every plane of {planes.name} is constant: there is no pattern to "
+                         "locate frames by")
+    plane_norm = xp.maximum(plane_norm, 1e-30)  # (a constant plane: correlation 0)
     plane_spec = fft.rfft2(plane_img)
     planes64 = plane_img.astype(xp.float64)
     lags = [window_lags(size, b) for size, b in zip((h, w), bounds)]
-    depth, best = np.zeros(n), np.zeros(n, np.int64)
+    depth, best, constant = np.zeros(n), np.zeros(n, np.int64), np.zeros(n, bool)
     shifts, profile = np.zeros((n, 2)), np.zeros((n, nz))
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
-        img, norm = _centred(xp, frames.read(start, stop, xp))
+        img, norm = _centred(xp, frames.read(start, stop, xp, scale="each"))
+        constant[start:stop] = _np(norm) == 0  # (nothing to locate: NaN below)
+        norm = xp.maximum(norm, 1e-30)
         spec = fft.rfft2(img)
         product = plane_spec[None] * xp.conj(spec)[:, None]                  # (B, Z, H, Wh)
         surf = fft.irfft2(product, s=(h, w))
@@ -298,9 +316,15 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
     second = np.where(np.isfinite(second), np.maximum(second, 0.0), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         confidence = np.where(score > 0, np.clip(1.0 - second / score, 0.0, 1.0), 0.0)
-    at_edge = ~inner
+    at_edge = ~inner & ~constant
+    # constant frames: no depth nor shift (NaN, plane -1), as 2-D align's constant frames
+    depth[constant], best[constant], shifts[constant] = np.nan, -1, np.nan
+    score[constant], confidence[constant], profile[constant] = np.nan, 0.0, np.nan
     notes = [f"{n} frame(s) against {nz} plane(s) of {h}x{w} on the {dev.upper()}, "
              f"{chunk} frame(s) per chunk", f"subplane depth by {subplane}"]
+    if constant.any():
+        notes.append(f"{int(constant.sum())} constant frame(s): depth and shift undefined "
+                     "(NaN, plane -1), confidence 0")
     if at_edge.any():
         notes.append(f"{int(at_edge.sum())} frame(s) best match the first or last plane: "
                      "their depth may lie beyond the z-stack")

@@ -1,5 +1,5 @@
 # The public names of xcorr_app.alignment.warp, each imported at its first use (__init__.py:
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
-from ._warp import (RESAMPLE, add_shifted, check_fill, check_out, common_area, frames_type,
-                    shift_frames)
+from ._warp import (RESAMPLE, add_shifted, check_fill, check_out, check_shifts, common_area,
+                    frames_type, shift_frames)

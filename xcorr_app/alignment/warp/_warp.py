@@ -22,6 +22,8 @@ from ...errors import InputError
 
 
 RESAMPLE = ("bilinear", "fourier")
+#: the largest shift the bilinear warp computes with (larger ones: the frame is all fill)
+FAR_SHIFT = 1e15
 THREADS = 128
 #: the bilinear shift on the GPU in one kernel of ours (it ships built): its NumPy lines below
 #: as about twenty CuPy operations cost a first run on a fresh machine as many NVRTC
@@ -68,6 +70,38 @@ def check_fill(fill):
     return value
 
 
+def check_shifts(shifts, n_frames, frame_shape=None):
+    """``shifts`` as ``(n_frames, 2)`` float64 ``(dy, dx)``: InputError for another shape, a
+    value that is not a number, an infinite one, or (given ``frame_shape``) one that moves a
+    frame wholly out of its frame (it would be written blank).  NaN (no shift measured) is
+    kept: the frame is left unshifted.
+
+    >>> check_shifts([[0.5, float("nan")]], 1, (8, 8)).tolist()
+    [[0.5, nan]]
+    >>> check_shifts([[8.0, 0.0]], 1, (8, 8))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: the shift (dy, dx) = (8, 0) of frame 0 moves it wholly out ...
+    """
+    try:
+        s = np.asarray(shifts, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"shifts must be numbers (dy, dx) per frame: {exc}") from None
+    if s.shape != (n_frames, 2):
+        raise InputError(f"shifts of shape {s.shape} do not match {n_frames} frames")
+    h, w = (np.inf, np.inf) if frame_shape is None else frame_shape
+    with np.errstate(invalid="ignore"):  # (NaN compares False: kept)
+        out = np.isinf(s).any(axis=1) | (np.abs(s[:, 0]) >= h) | (np.abs(s[:, 1]) >= w)
+    if out.any():
+        k, more = int(np.flatnonzero(out)[0]), int(out.sum()) - 1
+        what = "is infinite" if np.isinf(s[k]).any() else \
+            f"moves it wholly out of its {h}x{w} frame"
+        raise InputError(f"the shift (dy, dx) = ({s[k, 0]:.6g}, {s[k, 1]:.6g}) of frame {k} "
+                         f"{what}{f' ({more} more frames too)' if more else ''}; a shift is "
+                         "finite and smaller than the frame")
+    return s
+
+
 def frames_type(dtype) -> np.dtype:
     """The type shifted frames are given in for ``dtype``: an integer type as it is (the frames
     rounded to nearest and clipped, :func:`xcorr_app.io.as_dtype`), float32 for None or any
@@ -93,8 +127,8 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None, area=N
     ``out[n, y, x] = frames[n, y - dy, x - dx]``: applying the shifts that
     :func:`xcorr_app.align` returns aligns the frames with the reference.  Pixels whose source
     lies outside the frame get ``fill`` (those whose bilinear taps are partly outside blend
-    towards it; the others never see it, so a NaN fill marks only the border); NaN shifts
-    are treated as 0.
+    towards a finite fill, and are a NaN or infinite fill itself; the others never see it, so
+    a NaN fill marks only the border); NaN shifts are treated as 0.
 
     Parameters
     ----------
@@ -142,10 +176,15 @@ def shift_frames(frames, shifts, fill=0.0, method="bilinear", dtype=None, area=N
 def _shift_float32(frames, shifts, fill, method):
     """:func:`shift_frames` in float32 by array operations (the definition; the CPU's)."""
     xp = array_module_of(frames)
+    floating = frames.dtype.kind == "f"
     frames = frames.astype(xp.float32, copy=False)
-    shifts = xp.nan_to_num(to_xp(shifts, xp).astype(xp.float64), nan=0.0)
+    # (NaN: 0; an infinite or huge shift far outside, as the kernel's finite_shift has it)
+    shifts = xp.clip(xp.nan_to_num(to_xp(shifts, xp).astype(xp.float64), nan=0.0),
+                     -FAR_SHIFT, FAR_SHIFT)
     if method == "fourier":
         return _shift_fourier(frames, shifts, fill, xp)
+    # a tap of weight 0 on a NaN or Inf pixel adds nothing (0 * inf, NaN, spread to neighbours)
+    skip_zero = floating and not bool(xp.isfinite(frames).all())
     n, h, w = frames.shape
     ys = xp.arange(h, dtype=xp.float64)[None, :, None] - shifts[:, 0, None, None]
     xs = xp.arange(w, dtype=xp.float64)[None, None, :] - shifts[:, 1, None, None]
@@ -166,13 +205,19 @@ def _shift_float32(frames, shifts, fill, method):
             xx = xp.clip(xx, 0, w - 1)
             tap = wy_ * wx_
             wgt = tap * (vy & vx)
-            out += wgt * frames[batch, yy, xx]
+            if skip_zero:
+                with np.errstate(invalid="ignore"):
+                    out += xp.where(wgt == 0, xp.float32(0), wgt * frames[batch, yy, xx])
+            else:
+                out += wgt * frames[batch, yy, xx]
             weight += wgt
             edge |= (tap != 0) & ~(vy & vx)
     # the fill blends in only where a tap of weight lies outside: a NaN or infinite fill
-    # times the (0 or rounding) rest of an inside pixel would poison every pixel
-    with np.errstate(invalid="ignore"):  # (an infinite fill times the 0 rest of inside pixels)
-        return xp.where(edge, out + (1 - weight) * np.float32(fill), out)
+    # times the (0 or rounding) rest of an inside pixel would poison every pixel; there a
+    # NaN or infinite fill is the pixel (the blend's limit; its rest may round to 0: 0 * inf)
+    if not np.isfinite(fill):
+        return xp.where(edge, np.float32(fill), out)
+    return xp.where(edge, out + (1 - weight) * np.float32(fill), out)
 
 
 def add_shifted(total, coverage, frames, shifts, idx=None, circular=False):
