@@ -12,7 +12,10 @@ package, or the checkout's for an editable install) unless they ship built for i
 where that cannot run (the package's requirements not installed yet, say) it prints the one
 line that does it after the install.  ``XCORR_BUILD_KERNELS=0`` skips it; without nvcc or a
 GPU it is skipped at once.  The kernels that CI builds (``.ci/run``) and their other
-architectures' files (``built/*.fatbin``) are copied into the wheel here too.
+architectures' files (``built/*.fatbin``) are copied into the wheel here too, and so are the
+three small sample stacks and their true shifts (``sample_data/<name>_drift.tif`` and
+``<name>_truth.csv``, into ``xcorr_app/sample_data/``: napari's sample data and ``xcorr bench
+align --first-runs`` find them there, :mod:`xcorr_app._samples`).
 
 The extensions are optional: ``pip install .`` builds them where a C compiler and Python's
 headers exist and goes on without them otherwise (plans then launch and are called from
@@ -35,6 +38,9 @@ from setuptools.errors import FileError
 
 ROOT = Path(__file__).resolve().parent
 KERNELS = ROOT / "kernels"
+SAMPLE_DATA = ROOT / "sample_data"
+#: the samples copied into the wheel (xcorr_app/_samples.py's SAMPLES)
+SAMPLES = ("cell", "moon", "hubble")
 BUILT = Path("xcorr_app", "_cuda", "built")
 
 SOURCES = [f"xcorr_app/_cuda/_fastlaunch{part}.c" for part in ("", "_steps", "_graph", "_layout")]
@@ -58,6 +64,17 @@ class BuildWithKernels(build_py):
         target = Path(self.build_lib, "xcorr_app", "kernels")
         return [(str(p), str(target / p.relative_to(KERNELS))) for p in sorted(found)]
 
+    def sample_files(self) -> list:
+        """``[(source, destination)]`` of the sample stacks and their true shifts."""
+        found = [SAMPLE_DATA / f"{name}_{part}" for name in SAMPLES
+                 for part in ("drift.tif", "truth.csv")]
+        missing = [p.name for p in found if not p.is_file()]
+        if missing:
+            raise FileError(f"no sample_data/{missing[0]} in {ROOT}: build from a checkout or "
+                            "an sdist that carries sample_data/")
+        target = Path(self.build_lib, "xcorr_app", "sample_data")
+        return [(str(p), str(target / p.name)) for p in found]
+
     def fatbin_files(self) -> list:
         """``[(source, destination)]`` of the kernels built for several architectures."""
         return [(str(p), str(Path(self.build_lib, BUILT, p.name)))
@@ -68,7 +85,7 @@ class BuildWithKernels(build_py):
         if not self.editable_mode:
             # a build folder kept from an earlier build must not ship a source since removed
             shutil.rmtree(Path(self.build_lib, "xcorr_app", "kernels"), ignore_errors=True)
-            for src, dst in self.kernel_files() + self.fatbin_files():
+            for src, dst in self.kernel_files() + self.fatbin_files() + self.sample_files():
                 self.mkpath(str(Path(dst).parent))
                 self.copy_file(src, dst)
         build_kernels_ahead(ROOT / BUILT if self.editable_mode else Path(self.build_lib, BUILT))
@@ -77,7 +94,8 @@ class BuildWithKernels(build_py):
         outputs = super().get_outputs(include_bytecode)
         if self.editable_mode:
             return outputs
-        return outputs + [dst for _, dst in self.kernel_files() + self.fatbin_files()]
+        return outputs + [dst for _, dst in
+                          self.kernel_files() + self.fatbin_files() + self.sample_files()]
 
 
 def local_gpu_arch():

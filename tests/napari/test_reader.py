@@ -52,6 +52,24 @@ def test_the_samples_are_the_sample_stacks(name):
     assert data.shape[0] == 12 and kwargs["name"] == f"{name}_drift"
 
 
+def test_the_samples_come_from_the_installed_package_first(tmp_path, monkeypatch):
+    """(After ``pip install .`` the sample-data menu failed: the samples were looked for in
+    a checkout only.)"""
+    from xcorr_app import _samples
+
+    packaged, checkout = tmp_path / "site", tmp_path / "checkout"
+    packaged.mkdir(), checkout.mkdir()
+    monkeypatch.setattr(_samples, "PACKAGED", packaged)
+    monkeypatch.setattr(_samples, "CHECKOUT", checkout)
+    with pytest.raises(ValueError, match="hubble_drift.tif is in neither"):
+        _reader.hubble_sample()
+    stack = np.arange(5 * 10 * 12, dtype=np.uint16).reshape(5, 10, 12)
+    tifffile.imwrite(packaged / "hubble_drift.tif", stack, photometric="minisblack")
+    ((data, kwargs, _),) = _reader.hubble_sample()
+    np.testing.assert_array_equal(data, stack)
+    assert kwargs["metadata"]["xcorr_source"] == str(packaged / "hubble_drift.tif")
+
+
 def test_other_formats_are_read_and_unknown_ones_left_to_napari(tmp_path):
     (tmp_path / "a.png").write_bytes(b"\x89PNG")
     assert _reader.napari_get_reader(str(tmp_path / "a.png")) is None

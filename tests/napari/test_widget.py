@@ -113,6 +113,38 @@ def test_shifts_apply_to_another_layer_and_to_channels(viewer, stack, tmp_path):
     np.testing.assert_array_equal(viewer.layers[-1].data, expect)
 
 
+def test_loaded_rows_are_matched_to_frames_and_a_bad_table_is_told(viewer, stack, tmp_path):
+    """A table's rows in another order give each frame its own shift (by the ``frame``
+    column); a file that is not a table, or a table that does not fit the layer (a frame
+    missing, another frame size), is one status line, no traceback, as ``xcorr apply``."""
+    import json
+
+    w = _widget_for(viewer, stack)
+    w.target.value = viewer.layers["cells"]
+    n, h, wd = stack.shape
+    shifts = np.random.default_rng(4).uniform(-3, 3, (n, 2)).round(3)
+    rows = [f"{k},{dy},{dx}" for k, (dy, dx) in enumerate(shifts)][::-1]
+    table = tmp_path / "shifts.csv"
+    table.write_text("frame,dy,dx\n" + "\n".join(rows) + "\n")
+    w.load(table)
+    np.testing.assert_array_equal(w.shifts.shifts, shifts)
+    w.shifts = None
+    table.write_text("not a table\n")
+    w.load(table)
+    assert w.shifts is None and w.status.value.startswith("cannot load shifts:")
+    gap = "\n".join(f"{k + (k == n - 1)},0,0" for k in range(n))  # (frame n-1 given as n)
+    table.write_text("frame,dy,dx\n" + gap + "\n")
+    other = tmp_path / "shifts.json"
+    other.write_text(json.dumps({"frame_shape": [2 * h, 2 * wd], "frames": [
+        {"frame": k, "dy": 0.5, "dx": 0.5} for k in range(n)]}))
+    for path, words in ((table, f"frame {n}"), (other, f"{2 * h}x{2 * wd}")):
+        w.load(path)
+        assert w.start_apply() is None
+        assert w.status.value.startswith("cannot apply:") and words in w.status.value, \
+            w.status.value
+        assert "\n" not in w.status.value
+
+
 def test_patches_add_the_motion_field_as_vectors(viewer, stack):
     w = _widget_for(viewer, stack, patches="2x2")
     wait_for(w, w.start())
@@ -264,3 +296,114 @@ def test_the_dock_scrolls_to_fit_a_small_screen(viewer, stack):
     assert isinstance(w.native, QScrollArea)
     assert w.native.minimumSizeHint().height() < 400
     assert w.native.widget().minimumSizeHint().height() > 800  # (the form itself, scrolled)
+
+
+def _rgb(stack, weights=(1.0, 0.6, 0.3)):
+    grey = stack.astype(np.float64) / stack.max()
+    return np.stack([grey * w * 255 for w in weights], -1).round().astype(np.uint8)
+
+
+def test_an_rgb_layer_is_aligned_into_an_rgb_layer(viewer, stack):
+    """(An RGB movie failed: "frames of 56x3 pixels".)"""
+    from xcorr_app.napari import measure_stack
+
+    rgb = _rgb(stack)
+    viewer.add_image(rgb, name="cells", rgb=True)
+    w = AlignWidget(viewer)
+    w.form.device.value, w.form.max_shift.value, w.form.patches.value = "cpu", 10, "2x2"
+    assert w.axes.value == "TYXS" and not w.colour.native.isHidden()
+    assert w.channel.native.isHidden() and w.plane.native.isHidden()
+    assert list(w.colour.choices) == ["luminance", "red", "green", "blue"]
+    wait_for(w, w.start())
+    assert w.status.value.startswith("aligned 6 frames"), w.status.value
+    res = xcorr_app.align(measure_stack(rgb, "TYXS"), patches="2x2", **OPTIONS)
+    np.testing.assert_array_equal(w.shifts.shifts, res.shifts)
+    layer = viewer.layers["cells aligned"]
+    assert layer.rgb and layer.data.shape == rgb.shape and layer.ndim == 3
+    blue = np.concatenate([c for _, c in xcorr_app.alignment.apply_field(
+        rgb[..., 2], res.motion_field, res.patch_centres, device="cpu")])
+    np.testing.assert_array_equal(layer.data[..., 2], blue)
+    assert viewer.layers["cells motion field"].data.shape == (6 * 4, 2, 3)
+    w.colour.value = "red"  # (one colour measures; all are aligned)
+    viewer.add_image(stack, name="grey")  # (the lists made again: the colour kept)
+    assert (w.layer.value.name, w.colour.value) == ("cells", "red")
+    wait_for(w, w.start())
+    red = xcorr_app.align(rgb[..., 0], patches="2x2", **OPTIONS)
+    np.testing.assert_array_equal(w.shifts.shifts, red.shifts)
+
+
+def test_a_channel_axis_labelled_c_is_measured_on_the_chosen_channel(viewer, stack):
+    """(Axis labels c, t, y, x: a channel axis first, read by the labels, not the dimensions.)"""
+    noise = np.random.default_rng(1).integers(0, 100, stack.shape).astype(stack.dtype)
+    data = np.stack([noise, stack])  # C T Y X
+    layer = viewer.add_image(data, name="cells")
+    layer.axis_labels = ("Channel", "time", "y", "x")
+    w = AlignWidget(viewer)
+    w.form.device.value, w.form.max_shift.value = "cpu", 10
+    assert w.axes.value == "CTYX" and not w.channel.native.isHidden() and w.channel.max == 1
+    assert w.colour.native.isHidden()
+    w.channel.value = 1
+    wait_for(w, w.start())
+    res, out = _aligned(stack, **OPTIONS)
+    np.testing.assert_array_equal(w.shifts.shifts, res.shifts)
+    aligned = viewer.layers["cells aligned"].data
+    np.testing.assert_array_equal(aligned[1], out)
+    np.testing.assert_array_equal(aligned[0], np.concatenate(
+        [c for _, c in xcorr_app.apply_shifts(noise, res.shifts, device="cpu")]))
+
+
+def test_layers_split_by_channel_axis_are_measured_on_one_and_all_aligned(viewer, stack):
+    """(``add_image(..., channel_axis=1)``: one layer a channel; pick one, apply to the rest.)"""
+    other = np.flip(stack, axis=2).copy()
+    viewer.add_image(np.stack([other, stack], axis=1), channel_axis=1, name=["red", "green"])
+    w = AlignWidget(viewer)
+    w.form.device.value, w.form.max_shift.value = "cpu", 10
+    w.layer.value = viewer.layers["green"]
+    w.apply_to.value = [viewer.layers["red"], viewer.layers["green"]]  # (itself: left out)
+    wait_for(w, w.start())
+    res, out = _aligned(stack, **OPTIONS)
+    np.testing.assert_array_equal(w.shifts.shifts, res.shifts)
+    np.testing.assert_array_equal(viewer.layers["green aligned"].data, out)
+    np.testing.assert_array_equal(viewer.layers["red aligned"].data, np.concatenate(
+        [c for _, c in xcorr_app.apply_shifts(other, res.shifts, device="cpu")]))
+    assert [lay.name for lay in viewer.layers].count("green aligned") == 1
+
+
+def _confidence_panel_pixels(image):
+    """Green pixels (the confidence's colour, antialiased) in the drift plot's confidence
+    panel, as the dock shows it."""
+    from xcorr_app.alignment.outputs._plots import PANELS, PLOT_SIZE
+
+    s = image.shape[1] / PLOT_SIZE[0]
+    x0, y0, x1, y1 = (round(v * s) for v in PANELS["confidence"])
+    r, g, b = np.moveaxis(image[y0:y1, x0:x1].astype(int), -1, 0)
+    return int(((g > r + 30) & (g > b + 30)).sum())
+
+
+@pytest.mark.parametrize("patches", ["", "4x4"])
+def test_confidence_without_a_second_peak_is_said_and_drawn_not_inf(viewer, patches):
+    """(The table showed ``inf`` for every frame, and the confidence plot was empty.)"""
+    from sample_paths import stack_path
+    from xcorr_app.napari._panels import NO_SECOND_PEAK
+    from xcorr_app.napari._reader import read_stack
+
+    ((data, _, _),) = read_stack(stack_path("moon"))
+    w = _widget_for(viewer, data, max_shift=16, patches=patches)
+    wait_for(w, w.start())
+    res = w.results.result
+    assert np.isposinf(res.confidence).all()  # (the run's own definition: no rival peak)
+    column = [row[3] for row in w.results.table.value["data"]]
+    assert column == [NO_SECOND_PEAK] * 12
+    assert "12 of 12 frames: no second peak" in w.results.summary.value
+    assert ("rigid pass" in w.results.summary.value) == bool(patches)
+    assert _confidence_panel_pixels(w.results.plot_image) > 50  # (a triangle a frame)
+
+
+def test_finite_confidence_is_a_number_in_the_table_and_a_curve(viewer, stack):
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    conf = w.results.result.confidence
+    assert np.isfinite(conf).all()
+    assert [row[3] for row in w.results.table.value["data"]] == np.round(conf, 3).tolist()
+    assert "no second peak" not in w.results.summary.value
+    assert _confidence_panel_pixels(w.results.plot_image) > 50

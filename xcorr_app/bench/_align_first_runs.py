@@ -4,12 +4,12 @@ against what the same machine does anyway.
 One-shot processes (:mod:`._oneshot`), wall clock, each command's default outputs written
 (``shifts.csv``, ``shifts.json``, ``aligned.tif``, ``drift.png``, ``quality.png``):
 
-* **the cell sample** (``sample_data/cell_drift.tif`` of the checkout, or ``sample=PATH``): on
-  the CPU (``--device cpu``, the median of ``repeat`` runs after an untimed one); on the GPU
-  (``--device gpu``) and with the default device (auto) each first with fresh caches (CuPy's
-  kernel cache, xcorr's cache and the CUDA driver's JIT cache in empty folders: a fresh
-  machine's first run; CuPy's libraries in the OS's file cache, as after their install),
-  then warm.  Target: the first GPU run at most the CPU's time.
+* **the cell sample** (``cell_drift.tif``, the installed package's or the checkout's, or
+  ``sample=PATH``): on the CPU (``--device cpu``, the median of ``repeat`` runs after an
+  untimed one); on the GPU (``--device gpu``) and with the default device (auto) each first
+  with fresh caches (CuPy's kernel cache, xcorr's cache and the CUDA driver's JIT cache in
+  empty folders: a fresh machine's first run; CuPy's libraries in the OS's file cache, as
+  after their install), then warm.  Target: the first GPU run at most the CPU's time.
 * **a stack of** ``frames`` **of** ``size`` (default 64 of 2048x2048 uint16, written to
   ``workdir``, in the page cache): ``xcorr align STACK`` warm (``aligned.tif`` float32) and
   with ``--keep-dtype`` (uint16), against a one-shot process that reads it and writes it again
@@ -59,8 +59,11 @@ CUDA_START = ("import cupy\n"
 
 
 def sample_path() -> Path:
-    """The cell sample of the checkout the package runs from."""
-    return Path(__file__).resolve().parents[2] / "sample_data" / "cell_drift.tif"
+    """The cell sample: the installed package's, else the checkout's
+    (:func:`xcorr_app._samples.sample_path`; InputError where neither has it)."""
+    from .._samples import sample_path as bundled
+
+    return bundled("cell")
 
 
 def _median(values):
@@ -117,8 +120,7 @@ def main(*, frames=None, size=None, repeat=3, workdir=None, sample=None, json_pa
     n, h, w = stack_shape(DEFAULT_STACK, frames, size, repeat)
     sample = Path(sample) if sample is not None else sample_path()
     if not sample.is_file():
-        raise InputError(f"the cell sample {sample} is not there: run from a checkout "
-                         "(sample_data/) or pass the sample's path")
+        raise InputError(f"the cell sample {sample} is not there: pass the sample's path")
     if not backend.gpu_available():
         raise XcorrError("xcorr bench align --first-runs needs a GPU: "
                          f"{backend.gpu_unavailable_reason()}")

@@ -30,6 +30,39 @@ from ._run import table_text
 
 #: columns of the table shown (all of them are in the CSV and JSON saved)
 COLUMNS = ("frame", "dy", "dx", "confidence", "low_confidence", "agree")
+#: the table's confidence of a frame whose peak has no rival (``inf`` in ``shifts.csv``)
+NO_SECOND_PEAK = "no 2nd peak"
+#: the table's confidence of a frame not measured (NaN; ``null`` in ``shifts.json``)
+NOT_MEASURED = "\u2014"
+
+
+def confidence_cell(value):
+    """What the table shows of a frame's confidence (``frame_records``' value): the number,
+    :data:`NO_SECOND_PEAK` for ``inf`` (peak over second peak with no second peak), or
+    :data:`NOT_MEASURED` for none.
+
+    >>> confidence_cell(2.345678), confidence_cell("inf"), confidence_cell(None)
+    (2.346, 'no 2nd peak', '\u2014')
+    """
+    if value is None:
+        return NOT_MEASURED
+    value = float(value)
+    return NO_SECOND_PEAK if value == float("inf") else round(value, 3)
+
+
+def confidence_note(result) -> str:
+    """The summary's words on the confidence column: how many frames have no second peak
+    (drawn as triangles at the top of the plot), and for a patch run that the column is its
+    rigid pass's (each patch's own is in ``motion_field.npz``)."""
+    conf = np.asarray(result.confidence, float)
+    words = []
+    if np.isposinf(conf).any():
+        words.append(f"{int(np.isposinf(conf).sum())} of {len(conf)} frames: no second peak "
+                     "(confidence inf, a triangle atop the plot)")
+    if result.motion_field is not None:
+        words.append("confidence of the rigid pass (each patch's: motion_field.npz of Save "
+                     "outputs)")
+    return "; ".join(words)
 
 
 #: the width the drift plot is shown at in the dock (px)
@@ -103,6 +136,15 @@ def field_vectors(result, axes: str, shape) -> np.ndarray:
     return np.stack([pos[keep], vec[keep]], axis=1)
 
 
+def wrap(label) -> None:
+    """A magicgui Label that wraps its words at the dock's width (it is one line of fixed
+    width otherwise: a long line widened the whole dock)."""
+    from qtpy.QtWidgets import QSizePolicy
+
+    label.native.setWordWrap(True)
+    label.native.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
+
+
 def _pixmap(rgb: np.ndarray):
     from qtpy.QtGui import QImage, QPixmap
 
@@ -135,6 +177,8 @@ class ResultsPanel(widgets.Container):
         self.low_label = widgets.Label(value="flagged frames: low confidence, worse or poor "
                                        "after alignment (click: go there)")
         self.summary = widgets.Label(value="")
+        for label in (self.summary, self.low_label):  # (a long line would widen the dock)
+            wrap(label)
         self.table.min_height, self.table.max_height, self.low.max_height = 200, 260, 90
         buttons = widgets.Container(widgets=[self.copy, self.save, self.save_all],
                                     layout="horizontal",
@@ -152,7 +196,8 @@ class ResultsPanel(widgets.Container):
         """Fill the panel from ``result`` (an :class:`~xcorr_app.alignment.AlignResult`)."""
         self.result = result
         rows = result.frame_records()
-        self.table.value = {"data": [[r[c] for c in COLUMNS] for r in rows],  # (split form)
+        cell = {c: (confidence_cell if c == "confidence" else lambda v: v) for c in COLUMNS}
+        self.table.value = {"data": [[cell[c](r[c]) for c in COLUMNS] for r in rows],  # (split)
                             "index": list(range(len(rows))), "columns": list(COLUMNS)}
         self.plot_image = drift_image(result)
         self.plot.native.setPixmap(_pixmap(self.plot_image))
@@ -162,8 +207,10 @@ class ResultsPanel(widgets.Container):
         self.quality_plot.visible = self.quality_image is not None
         self.low.choices = flagged_frames(result)
         s = result.summary()
+        note = confidence_note(result)
         self.summary.value = (f"{s['frames']} frames, {s['flagged_frames']} low confidence, "
-                              f"max |shift| {s['max_abs_shift']:.2f} px, plan {s['plan']}")
+                              f"max |shift| {s['max_abs_shift']:.2f} px, plan {s['plan']}"
+                              + (f"\n{note}" if note else ""))
 
     def _clicked(self, chosen) -> None:
         if chosen:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._samples import SAMPLES, sample_path
 from ..errors import XcorrError
 from ..io import TIFF_SUFFIXES, describe, format_of, open_stack
 
@@ -27,8 +28,6 @@ from ..io import TIFF_SUFFIXES, describe, format_of, open_stack
 LAZY_BYTES = 1 << 30
 #: frames per dask block of a lazy stack
 BLOCK_FRAMES = 64
-#: the bundled sample stacks (``sample_data/<name>_drift.tif`` of a checkout)
-SAMPLES = ("cell", "moon", "hubble")
 
 
 def napari_get_reader(path):
@@ -123,23 +122,12 @@ def _dask_stack(arrays, axis):
     return da.stack(arrays, axis=axis)
 
 
-def sample_path(name: str) -> Path:
-    """``sample_data/<name>_drift.tif`` of the checkout the package runs from (the samples are
-    not in the wheel); FileNotFoundError where there is none."""
-    import xcorr_app
-
-    path = Path(xcorr_app.__file__).resolve().parents[1] / "sample_data" / f"{name}_drift.tif"
-    if not path.is_file():
-        raise FileNotFoundError(f"the sample stacks come with a checkout of xcorr "
-                                f"(sample_data/); {path} is not there")
-    return path
-
-
 def _sample(name):
     def load():
         return read_stack(sample_path(name))
     load.__name__ = f"{name}_sample"
-    load.__doc__ = f"The {name} sample stack (``sample_data/{name}_drift.tif``)."
+    load.__doc__ = (f"The {name} sample stack (``{name}_drift.tif``, the installed package's "
+                    "or the checkout's: :func:`xcorr_app._samples.sample_path`).")
     return load
 
 

@@ -21,10 +21,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import io
-import json
 import threading
 from pathlib import Path
 
@@ -32,7 +29,8 @@ import numpy as np
 
 from ..alignment import align, apply_field, apply_shifts
 from ..io import SUPPORTED_DTYPES, atomic_path
-from ._layers import MAX_PROJECTION, Cancelled, check_axes, is_lazy, measure_stack, planes
+from ._layers import (LUMINANCE, MAX_PROJECTION, Cancelled, check_axes, frames_in, is_lazy,
+                      measure_stack, planes)
 
 #: frames read, warped and written per step of the warp (the cancel button is checked between)
 APPLY_FRAMES = 64
@@ -49,9 +47,13 @@ class Job:
     data : array
         The selected layer's data (NumPy, Dask or Zarr), of axes ``axes``.
     axes : str
-        One letter per dimension from T, C, Z, ending in YX (:func:`~._layers.check_axes`).
+        One letter per dimension from T, C, Z, ending in YX, or YXS for an RGB(A) layer
+        (:func:`~._layers.check_axes`).
     channel, plane : int
         The channel (C axis) and the plane (Z axis; ``"max"``: their maximum) measured.
+    colour : int or str
+        The colour of an RGB(A) layer measured (S axis: an index, ``"red"``...; or
+        ``"luminance"``); every colour is aligned.
     options : dict
         Keywords of :func:`xcorr_app.align` (:class:`~xcorr_app.alignment.AlignOptions`).
     apply_to : dict
@@ -68,6 +70,7 @@ class Job:
     axes: str
     channel: int = 0
     plane: object = MAX_PROJECTION
+    colour: object = LUMINANCE
     options: dict = dataclasses.field(default_factory=dict)
     apply_to: dict = dataclasses.field(default_factory=dict)
     out_path: object = None
@@ -135,8 +138,9 @@ def _warp(result, frames, start, device):
     return np.concatenate([c for _, c in chunks]) if len(frames) else frames
 
 
-def _new_array(shape, path):
-    """A float32 array to fill: in memory, or a file's memory map (``.npy`` or TIFF)."""
+def _new_array(shape, path, rgb=False):
+    """A float32 array to fill: in memory, or a file's memory map (``.npy`` or TIFF: pages of
+    one grey frame, or of one RGB(A) frame with ``rgb``)."""
     if path is None:
         return np.empty(shape, np.float32)
     if Path(path).suffix.lower() == ".npy":
@@ -144,7 +148,9 @@ def _new_array(shape, path):
     import tifffile
 
     big = np.prod(shape, dtype=np.int64) * 4 > 2**32 - 2**25  # classic TIFF ends at 4 GiB
-    return tifffile.memmap(path, shape=shape, dtype=np.float32, bigtiff=bool(big))
+    # (tifffile would take a stack of 3 or 4 frames for the colours of one picture)
+    return tifffile.memmap(path, shape=shape, dtype=np.float32, bigtiff=bool(big),
+                           photometric="rgb" if rgb else "minisblack")
 
 
 def open_aligned(path):
@@ -195,7 +201,7 @@ def check_targets(targets: dict, n: int, out_path) -> dict:
 
 def frames_of(targets) -> int:
     """The frames of the targets ``(data, axes)``, every channel and plane counted."""
-    return sum(int(np.prod(d.shape[:-2])) for d, _ in targets.values())
+    return sum(frames_in(d.shape, ax) for d, ax in targets.values())
 
 
 def warp_layers(result, targets: dict, out_path=None, watch=None, main=None) -> dict:
@@ -214,7 +220,7 @@ def warp_layers(result, targets: dict, out_path=None, watch=None, main=None) -> 
                 paths[name] = base if name == main else \
                     base.with_name(f"{base.stem}_{name}{base.suffix}")
                 tmp = files.enter_context(atomic_path(paths[name]))
-            out = _new_array(data.shape, tmp)
+            out = _new_array(data.shape, tmp, rgb=ax.endswith("S"))
             _fill(result, data, ax, out, watch, device)
             if tmp is None:
                 paths[name] = out
@@ -251,7 +257,8 @@ def run_job(job: Job, report=None, cancel: threading.Event | None = None) -> Out
         out = np.empty(job.data.shape, np.float32)
         del targets[job.name]
     watch = Watch(n + frames_of(targets), report, cancel)
-    result = _measure(job, measure_stack(job.data, axes, job.channel, job.plane), watch, out)
+    stack = measure_stack(job.data, axes, job.channel, job.plane, job.colour)
+    result = _measure(job, stack, watch, out)
     aligned = warp_layers(result, targets, job.out_path, watch, main=job.name)
     return Output(result, aligned if out is None else {job.name: out, **aligned})
 
@@ -259,29 +266,41 @@ def run_job(job: Job, report=None, cancel: threading.Event | None = None) -> Out
 @dataclasses.dataclass
 class SavedShifts:
     """Shifts read back from a table (:func:`load_shifts`): what :func:`warp_layers` needs of
-    an :class:`~xcorr_app.alignment.AlignResult`."""
+    an :class:`~xcorr_app.alignment.AlignResult`, once :meth:`fit` to a layer."""
 
     shifts: np.ndarray
     settings: dict = dataclasses.field(default_factory=dict)
     motion_field: object = None
     patch_centres: object = None
+    saved: object = None  # (:func:`~xcorr_app.alignment.outputs.load_saved`'s)
+    path: object = None
+
+    def fit(self, n_frames, frame_shape, layer) -> None:
+        """Refuse (InputError) shifts that do not fit a layer of ``n_frames`` frames of
+        ``frame_shape`` as ``xcorr apply`` refuses them (:func:`~xcorr_app.alignment.outputs.
+        check_fits`: the frame count and numbers, the frame size the run recorded, shifts
+        infinite or moving a frame wholly out)."""
+        from types import SimpleNamespace
+
+        from ..alignment.outputs import check_fits
+
+        check_fits(self.saved, Path(self.path).name,
+                   SimpleNamespace(n_frames=n_frames, frame_shape=tuple(frame_shape)), layer)
+        self.shifts, self.motion_field = self.saved.shifts, self.saved.field
+        self.patch_centres = self.saved.centres
 
 
 def load_shifts(path) -> SavedShifts:
     """The ``(dy, dx)`` of every frame of a ``shifts.csv`` or ``shifts.json`` (``xcorr
-    align``'s, or the widget's :func:`table_text`); blank or null: NaN (left unshifted)."""
-    path = Path(path)
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        rows = json.loads(text)["frames"]
-    else:
-        rows = list(csv.DictReader(io.StringIO(text)))
-    try:
-        shifts = [[float("nan") if r[k] in (None, "") else float(r[k]) for k in ("dy", "dx")]
-                  for r in rows]
-    except (KeyError, ValueError, TypeError) as e:
-        raise ValueError(f"{path.name} is not a shift table (columns dy, dx): {e}") from None
-    return SavedShifts(np.asarray(shifts, np.float64).reshape(-1, 2))
+    align``'s, or the widget's :func:`table_text`), or a ``--patches`` run's
+    ``motion_field.npz``, matched to frames by their ``frame`` numbers
+    (:func:`xcorr_app.alignment.outputs.load_saved`); blank or null: NaN (left unshifted).
+    InputError (a ValueError) for a file that is not one."""
+    from ..alignment.outputs import load_saved
+
+    saved = load_saved(path)
+    return SavedShifts(saved.shifts, motion_field=saved.field, patch_centres=saved.centres,
+                       saved=saved, path=path)
 
 
 def table_text(result, fmt: str) -> str:

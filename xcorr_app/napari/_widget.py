@@ -27,9 +27,11 @@ from magicgui import widgets
 from qtpy.QtCore import QObject, Signal
 
 from ._form import form_options, options_form
-from ._layers import MAX_PROJECTION, Cancelled, check_axes, default_axes, is_lazy
-from ._panels import ResultsPanel, field_vectors
-from ._run import Job, Watch, check_targets, frames_of, load_shifts, run_job, warp_layers
+from ._layers import (COLOURS, LUMINANCE, MAX_PROJECTION, Cancelled, axes_from_labels,
+                      check_axes, default_axes, is_lazy)
+from ._panels import ResultsPanel, field_vectors, wrap
+from ._run import (Job, SavedShifts, Watch, check_targets, frames_of, load_shifts, run_job,
+                   warp_layers)
 
 
 class _Relay(QObject):
@@ -50,17 +52,15 @@ def _layer_data(layer):
 
 
 def _axes_of(layer) -> str:
-    """The layer's axes: as a run set them, else its own axis labels where they are the
-    letters T, C, Z, Y, X (a layer napari read with labels), else by its dimensions
-    (:func:`~._layers.default_axes`; ValueError for a layer of no frames)."""
-    labels = [str(a).upper() for a in getattr(layer, "axis_labels", ()) or ()]
-    ndim = _layer_data(layer).ndim
-    if len(labels) == ndim and all(len(a) == 1 for a in labels) \
-            and set(labels) <= set("TCZYX") and "".join(labels).endswith("YX"):
-        by_labels = "".join(labels)
-    else:
-        by_labels = None
-    return layer.metadata.get("xcorr_axes") or by_labels or default_axes(ndim)
+    """The layer's axes: as a run set them, else its own axis labels where they name T, C, Z,
+    Y, X (:func:`~._layers.axes_from_labels`: a layer napari read with labels), else by its
+    dimensions (:func:`~._layers.default_axes`; ValueError for a layer of no frames); an
+    RGB(A) layer's colours are an S axis after them (napari's dimensions leave it out)."""
+    if layer.metadata.get("xcorr_axes"):
+        return layer.metadata["xcorr_axes"]
+    ndim = _layer_data(layer).ndim - bool(getattr(layer, "rgb", False))
+    axes = axes_from_labels(getattr(layer, "axis_labels", ()), ndim) or default_axes(ndim)
+    return axes + ("S" if getattr(layer, "rgb", False) else "")
 
 
 class AlignWidget(widgets.Container):
@@ -79,6 +79,9 @@ class AlignWidget(widgets.Container):
                                      "C channels, Z planes, then YX")
         self.channel = widgets.SpinBox(label="measure channel", min=0, max=0)
         self.plane = widgets.ComboBox(label="measure plane", choices=[MAX_PROJECTION])
+        self.colour = widgets.ComboBox(label="measure colour", choices=[LUMINANCE],
+                                       tooltip="an RGB layer: measured on the luminance or "
+                                       "one colour; every colour is aligned")
         self.form = options_form()
         self.apply_to = widgets.Select(label="also apply to", choices=layers)
         self.out_file = widgets.FileEdit(label="aligned file", mode="w",
@@ -89,6 +92,7 @@ class AlignWidget(widgets.Container):
         self.cancel_button = widgets.PushButton(text="Cancel", enabled=False)
         self.progress = widgets.ProgressBar(value=0, min=0, max=1, label="progress")
         self.status = widgets.Label(value="")
+        wrap(self.status)  # (a run's notes: a long line would widen the dock)
         self.results = ResultsPanel(jump=self.jump_to)
         self.target = widgets.ComboBox(label="apply shifts to", choices=layers)
         self.load_button = widgets.PushButton(text="Load shifts…")
@@ -97,9 +101,10 @@ class AlignWidget(widgets.Container):
                                     layout="horizontal", labels=False)
         apply_row = widgets.Container(widgets=[self.load_button, self.apply_button],
                                       layout="horizontal", labels=False)
-        super().__init__(widgets=[self.layer, self.axes, self.channel, self.plane, self.form,
-                                  self.apply_to, self.out_file, run_row, self.progress,
-                                  self.status, self.results, self.target, apply_row],
+        super().__init__(widgets=[self.layer, self.axes, self.channel, self.plane,
+                                  self.colour, self.form, self.apply_to, self.out_file,
+                                  run_row, self.progress, self.status, self.results,
+                                  self.target, apply_row],
                          scrollable=True)
         self.shifts, self.worker, self._cancel, self._axes_shown = None, None, None, {}
         self._planes, self._choosing = {}, False  # (each layer's plane, as the user chose it)
@@ -153,6 +158,8 @@ class AlignWidget(widgets.Container):
         self.channel.visible = "C" in axes
         self.channel.max = shape[axes.index("C")] - 1 if "C" in axes else 0
         self.plane.visible = "Z" in axes
+        self.colour.visible = "S" in axes
+        self.colour.choices = [LUMINANCE, *COLOURS[:shape[-1] if "S" in axes else 0]]
         chosen = self._planes.get(layer.name, self.plane.value)
         self._choosing = True
         self.plane.choices = [MAX_PROJECTION] + (list(range(shape[axes.index("Z")]))
@@ -168,7 +175,9 @@ class AlignWidget(widgets.Container):
 
     def reset_choices(self, *args) -> None:
         """The layers' lists made again (a layer added or removed): magicgui resets every
-        list, the planes' too, which are made again for the layer (its chosen plane kept)."""
+        list, the planes' and colours' too, which are made again for the layer (its chosen
+        plane and colour kept)."""
+        colour = self.colour.value if hasattr(self, "colour") else None
         self._choosing = True
         try:
             super().reset_choices(*args)
@@ -176,6 +185,8 @@ class AlignWidget(widgets.Container):
             self._choosing = False
         if hasattr(self, "_planes"):
             self._axes_changed(self.axes.value)
+            if colour in self.colour.choices:
+                self.colour.value = colour
 
     def _out_path(self):
         value = str(self.out_file.value or "")
@@ -193,7 +204,7 @@ class AlignWidget(widgets.Container):
         check_targets({layer.name: (data, axes), **others}, data.shape[axes.index("T")],
                       self._out_path())  # (before the worker starts: the status line says)
         return Job(data=data, axes=axes, channel=self.channel.value, plane=self.plane.value,
-                   options=form_options(self.form), apply_to=others,
+                   colour=self.colour.value, options=form_options(self.form), apply_to=others,
                    out_path=self._out_path(), name=layer.name)
 
     # -- running
@@ -246,8 +257,11 @@ class AlignWidget(widgets.Container):
         for name, data in aligned.items():
             source = self.viewer.layers[name] if name in self.viewer.layers else None
             kwargs = {} if source is None else {"scale": source.scale,
-                                                "colormap": source.colormap.name,
                                                 "contrast_limits": source.contrast_limits}
+            if source is not None and source.rgb:  # (an RGB layer stays one: no colormap)
+                kwargs["rgb"] = True
+            elif source is not None:
+                kwargs["colormap"] = source.colormap.name
             added.append(self.viewer.add_image(
                 data, name=f"{name} aligned",
                 metadata={"xcorr_axes": self._axes_shown.get(name), "xcorr_aligned": True},
@@ -259,8 +273,9 @@ class AlignWidget(widgets.Container):
         self.shifts = result
         added = self._add_aligned(output.aligned)
         main = self.layer.value.name if self.layer.value is not None else None
-        vectors = field_vectors(result, self._axes_shown.get(main, "TYX"),
-                                added[0].data.shape) if added else None
+        axes = self._axes_shown.get(main, "TYX")
+        vectors = field_vectors(result, axes.rstrip("S"), added[0].data.shape[:len(
+            axes.rstrip("S"))]) if added else None
         if vectors is not None and len(vectors):
             self.viewer.add_vectors(vectors, name=f"{main} motion field", edge_color="yellow",
                                     edge_width=1, length=4, scale=added[0].scale)
@@ -273,7 +288,11 @@ class AlignWidget(widgets.Container):
     def load(self, path) -> None:
         """Take the shifts of a saved table (``shifts.csv`` or ``.json``) for
         :meth:`start_apply`."""
-        self.shifts = load_shifts(path)
+        try:
+            self.shifts = load_shifts(path)
+        except ValueError as e:  # (InputError: one line on the status line)
+            self.status.value = f"cannot load shifts: {e}"
+            return
         self.apply_button.enabled = True
         self.status.value = f"{len(self.shifts.shifts)} shifts from {Path(path).name}"
 
@@ -281,7 +300,7 @@ class AlignWidget(widgets.Container):
         from qtpy.QtWidgets import QFileDialog
 
         path, _ = QFileDialog.getOpenFileName(self.native, "Shifts to apply", "",
-                                              "Shift tables (*.csv *.json)")
+                                              "Shift tables (*.csv *.json *.npz)")
         if path:
             self.load(path)
 
@@ -294,6 +313,9 @@ class AlignWidget(widgets.Container):
                 raise ValueError("align a layer or load shifts first, and pick a layer")
             data, axes = _layer_data(layer), _axes_of(layer)
             out = self._out_path()
+            if isinstance(self.shifts, SavedShifts):  # (as xcorr apply checks a table)
+                self.shifts.fit(data.shape[axes.index("T")],
+                                [data.shape[axes.index(a)] for a in "YX"], layer.name)
             targets = check_targets({layer.name: (data, axes)}, len(self.shifts.shifts), out)
         except Exception as e:
             self.status.value = f"cannot apply: {e}"

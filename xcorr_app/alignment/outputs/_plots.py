@@ -280,7 +280,8 @@ def plot_drift(path, result, title="") -> None:
     """Write ``drift.png`` (:data:`PLOT_SIZE`) for an
     :class:`~xcorr_app.alignment._result.AlignResult`, atomically: dy and dx against frame
     (the FFT reference dashed), the confidence below (the ``min_confidence`` threshold
-    dashed), frames flagged low confidence as light red bands.
+    dashed; an infinite confidence, no second peak, as a triangle at the panel's top), frames
+    flagged low confidence as light red bands.
 
     Parameters
     ----------
@@ -300,12 +301,16 @@ def plot_drift(path, result, title="") -> None:
     n = len(shifts)
     fft = np.asarray(result.fft_shifts, float).reshape(-1, 2)
     conf = np.asarray(result.confidence, float)
-    rivalless = int(np.isposinf(conf).sum())
+    rival = np.isposinf(conf)
+    rivalless = int(rival.sum())
     conf = np.where(np.isfinite(conf), conf, np.nan)  # inf: a peak without a rival
     flagged = np.asarray(result.low_confidence, bool)
     threshold = (getattr(result, "settings", None) or {}).get("min_confidence")
+    # (1: the least a peak over its rival can be; the panel keeps a scale when all are inf)
+    lo, hi = _limits(conf, [] if threshold is None else [threshold], [1.0] if rivalless else [])
+    hi += 0.12 * (hi - lo) if rivalless else 0.0  # (a row above the values for the triangles)
     frames, top, bottom, xticks, (yticks_top, yticks_bottom), big, draw = _two_panels(
-        n, _limits(shifts, fft), _limits(conf, [] if threshold is None else [threshold]), flagged)
+        n, _limits(shifts, fft), (lo, hi), flagged)
     width, height = PLOT_SIZE
     xlim = top.xlim
     curve(draw, top, frames, shifts[:, 0], COLORS["dy"], 2, "o")
@@ -318,6 +323,7 @@ def plot_drift(path, result, title="") -> None:
         _dashed(big, bottom, frames[[0, -1]] if n > 1 else xlim, [threshold] * 2,
                 COLORS["threshold"], 1)
     curve(draw, bottom, frames, conf, COLORS["confidence"], 1, "o")
+    _capped(draw, bottom, frames[rival], COLORS["confidence"])
     image = big.reduce(SUPERSAMPLE)
 
     draw = ImageDraw.Draw(image)
@@ -325,8 +331,8 @@ def plot_drift(path, result, title="") -> None:
     frame_and_labels(image, draw, bottom, xticks, yticks_bottom, "confidence", "frame")
     if rivalless:  # (an empty panel would read as a failure)
         x0, y0, x1, _ = PANELS["confidence"]
-        draw.text((x1 - 8, y0 + 8), f"{rivalless} of {n} frames: no other peak (confidence "
-                  "inf), not drawn", fill=COLORS["text"], font=font(11), anchor="rt")
+        draw.text((x1 - 8, y0 + 14), f"{rivalless} of {n} frames: no other peak (confidence "
+                  "inf), triangles at the top", fill=COLORS["text"], font=font(11), anchor="rt")
     if title:
         draw.text((width / 2, 8), title, fill=COLORS["text"], font=font(14), anchor="mt")
     entries = [("dy", COLORS["dy"], "line"), ("dx", COLORS["dx"], "line")]
@@ -340,6 +346,17 @@ def plot_drift(path, result, title="") -> None:
     _legend(draw, entries, 40)
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG", compress_level=PNG_LEVEL)
+
+
+def _capped(draw, panel, frames, color):
+    """Upward triangles at the top of ``panel`` over ``frames`` (values off its scale: an
+    infinite confidence); one a pixel column however many frames."""
+    if not len(frames):
+        return
+    r = 4 * SUPERSAMPLE
+    y = (panel.box[1] + 6) * SUPERSAMPLE
+    for x in np.unique(np.round(panel.px(frames, SUPERSAMPLE) / SUPERSAMPLE)) * SUPERSAMPLE:
+        draw.polygon([(x, y - r), (x - r, y + r), (x + r, y + r)], fill=color)
 
 
 def _two_panels(n, top_ylim, bottom_ylim, flagged):
