@@ -37,7 +37,8 @@ from .rigid import search_range
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
-from .rigid import check_float32_range, mean_count, reference_frame, scaled_by, stack_exponent
+from .rigid import (check_float32_range, check_gpu_float32, mean_count, reference_frame,
+                    scaled_by, stack_exponent)
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows, periodic_frames,
@@ -82,6 +83,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
         choices = auto_notes(opts, why)
         executor.start(opts, src, out)  # the device, the chunk, the plan
+        if executor.device == "gpu" and src.dtype == np.float32:
+            check_gpu_float32(src.read(0, 1)[0], "the stack")
         check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
         table, opts, more, image = measure_passes(opts, src, executor, progress)
         settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),

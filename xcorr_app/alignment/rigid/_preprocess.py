@@ -344,6 +344,36 @@ def check_float32_range(frame, name, what="the aligned stack is computed",
                      f"{advice}")
 
 
+#: the float32 magnitudes a GPU run measures: CuPy compiles every kernel with -ftz=true (a
+#: denormal pixel reads as 0), and float32 figures near the type's largest number overflow
+GPU_FLOAT32_RANGE = (2.0 ** -126, 2.0 ** 100)
+
+
+def check_gpu_float32(frame, name):
+    """InputError where ``frame`` (a stack's first frame or volume) is float32 with its largest
+    finite magnitude outside :data:`GPU_FLOAT32_RANGE`, which a GPU run cannot measure (the
+    CPU measures any scale; float64 frames are brought into range in float64 first).
+
+    >>> check_gpu_float32(np.full((2, 2), 1e-3, np.float32), "s.tif")
+    >>> check_gpu_float32(np.full((2, 2), 1e-40, np.float32), "s.tif")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: s.tif's float32 pixels reach at most 1e-40 (frame 0): ...
+    """
+    if frame.dtype != np.float32 or frame.size == 0:
+        return
+    a = to_numpy(frame)
+    finite = np.abs(a[np.isfinite(a)])
+    peak = float(finite.max()) if finite.size else 0.0
+    lo, hi = GPU_FLOAT32_RANGE
+    if peak == 0.0 or lo <= peak <= hi:
+        return
+    raise InputError(f"{name}'s float32 pixels reach at most {peak:.3g} (frame 0): on the GPU "
+                     f"float32 numbers below {lo:.3g} read as 0 and figures above {hi:.3g} "
+                     "overflow; scale the stack into that range, give it as float64, or run on "
+                     'the CPU (device="cpu"), which measures any scale')
+
+
 def scaled_by(frames, k, xp):
     """``frames`` times ``2**k`` (:func:`stack_exponent`; exact), as they are for 0; float32
     where ``2**k`` is a float32 number, else float64."""

@@ -28,6 +28,7 @@ import numpy as np
 from ...backend import (DEVICES, compute_device, device_free_bytes, host_available_bytes,
                        to_numpy, xp_for)
 from ...errors import InputError
+from ..rigid import check_gpu_float32
 from ...io import parse_axes, with_axes
 from ...registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ...streaming import DeviceChunks, parse_memory
@@ -284,6 +285,8 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     bounds, upsample, reference = options.max_shift, options.upsample, options.reference
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
     dev = compute_device(source.data, device=options.device)
+    if dev == "gpu" and np.dtype(source.data.dtype) == np.float32:
+        check_gpu_float32(np.asarray(source.data[0]), "the volumes")
     xp = xp_for(dev)
     if xp is not np:  # (a machine's first run: the later stages' kernels built meanwhile)
         prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)

@@ -39,6 +39,7 @@ import numpy as np
 from ...backend import compute_device, xp_for
 from ...correlate import fft_of
 from ...errors import InputError
+from ..rigid import check_gpu_float32
 from ...registration import DEFAULT_UPSAMPLE, refine_upsampled
 from ._api import fitting_chunk, parse_upsample
 from ._dft3 import window_lags
@@ -258,6 +259,10 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
         raise InputError(f"{planes.name} has {planes.shape[0]} plane; a depth needs 2 or more")
     upsample = parse_upsample(upsample)
     dev = compute_device(frames.data, planes.data, device=device)
+    if dev == "gpu":
+        for part in (frames, planes):
+            if np.dtype(part.data.dtype) == np.float32:
+                check_gpu_float32(np.asarray(part.data[0]), part.name)
     xp = xp_for(dev)
     fft = fft_of(xp)
     (n, h, w), nz = frames.shape, planes.shape[0]
