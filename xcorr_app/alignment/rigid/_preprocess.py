@@ -345,8 +345,9 @@ def check_float32_range(frame, name, what="the aligned stack is computed",
 
 
 #: the float32 magnitudes a GPU run measures: CuPy compiles every kernel with -ftz=true (a
-#: denormal pixel reads as 0), and float32 figures near the type's largest number overflow
-GPU_FLOAT32_RANGE = (2.0 ** -126, 2.0 ** 100)
+#: denormal pixel reads as 0: above the bottom, only pixels below float32's resolution of the
+#: peak are), and float32 figures near the type's largest number overflow
+GPU_FLOAT32_RANGE = (2.0 ** -100, 2.0 ** 120)
 
 
 def check_gpu_float32(frame, name):
@@ -368,10 +369,11 @@ def check_gpu_float32(frame, name):
     lo, hi = GPU_FLOAT32_RANGE
     if peak == 0.0 or lo <= peak <= hi:
         return
-    raise InputError(f"{name}'s float32 pixels reach at most {peak:.3g} (frame 0): on the GPU "
-                     f"float32 numbers below {lo:.3g} read as 0 and figures above {hi:.3g} "
-                     "overflow; scale the stack into that range, give it as float64, or run on "
-                     'the CPU (device="cpu"), which measures any scale')
+    raise InputError(f"{name}'s float32 pixels reach at most {peak:.3g} (frame 0): a GPU "
+                     f"measures float32 frames of {lo:.3g} to {hi:.3g} (its float32 numbers "
+                     "below 1.2e-38 read as 0, and figures near 3.4e38 overflow): scale the "
+                     'stack into that range, give it as float64, or run on the CPU '
+                     '(device="cpu"), which measures any scale')
 
 
 def scaled_by(frames, k, xp):

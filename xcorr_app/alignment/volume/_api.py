@@ -286,7 +286,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
     dev = compute_device(source.data, device=options.device)
     if dev == "gpu" and np.dtype(source.data.dtype) == np.float32:
-        check_gpu_float32(np.asarray(source.data[0]), "the volumes")
+        check_gpu_float32(source.data[0], "the first volume")
     xp = xp_for(dev)
     if xp is not np:  # (a machine's first run: the later stages' kernels built meanwhile)
         prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)

@@ -262,7 +262,7 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
     if dev == "gpu":
         for part in (frames, planes):
             if np.dtype(part.data.dtype) == np.float32:
-                check_gpu_float32(np.asarray(part.data[0]), part.name)
+                check_gpu_float32(part.data[0], part.name)
     xp = xp_for(dev)
     fft = fft_of(xp)
     (n, h, w), nz = frames.shape, planes.shape[0]
