@@ -260,10 +260,12 @@ class AlignResult:
             run in ``folder``, one beside its ``shifts.json``, is then removed with ``force``,
             as it no longer matches the shifts; any other ``aligned.tif`` there is someone's
             file: refused, ``force`` or not).
-        format : {"tiff", "ome-tiff", "ome-zarr", "hdf5"}
+        format : {"tiff", "ome-tiff", "ome-zarr", "hdf5", "hdf5:/NAME"}
             The aligned stack's format: ``aligned.tif`` (ImageJ), ``aligned.ome.tif``,
-            ``aligned.ome.zarr`` or ``aligned.h5`` (``--out-format``), with the input's pixel
-            size and channel names (the TIFFs: and its frame interval).
+            ``aligned.ome.zarr`` (OME-NGFF 0.5 on Zarr v3 for an OME-Zarr 0.5 input, else 0.4
+            on Zarr v2) or ``aligned.h5`` (``--out-format``; dataset ``/aligned``, or
+            ``/NAME`` with ``hdf5:/NAME``, e.g. ``hdf5:/data`` as suite2p reads), with the
+            input's pixel size, channel names and frame interval.
         plots : bool
             Write ``drift.png``, ``quality.png`` and ``motion_field.png``.
         force : bool
@@ -295,12 +297,14 @@ class AlignResult:
         >>> res.save(Path(tempfile.mkdtemp()) / "moon")  # doctest: +SKIP
         {'shifts.csv': ..., 'aligned.tif': PosixPath('.../moon/aligned.tif')}
         """
+        from ..io import parse_out_format
         from .outputs import (RunOutputs, aligned_of, channel_metadata, channels_of,
                               check_channels, check_save)
 
         if self.source is None:
             raise InputError("this result does not know its input; align a path or an array "
                              "with xcorr_app.align to save it")
+        format, dataset = parse_out_format(format)  # (hdf5:/NAME: its dataset)
         fill = check_save(patches=self.motion_field is not None, aligned=aligned,
                           format=format, resample=resample, crop=crop, fill=fill,
                           keep_dtype=keep_dtype, channels=channels)
@@ -310,7 +314,7 @@ class AlignResult:
         inputs, how, made = [], None, None
         if aligned:  # (a type the format cannot hold: refused before anything is written)
             how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
-                                              keep_dtype, format), channels)
+                                              keep_dtype, format, dataset), channels)
         if isinstance(self.source, (str, Path)):
             from ..io import split_source
 

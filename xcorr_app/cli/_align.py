@@ -118,12 +118,13 @@ OUTPUT_OPTIONS = (
                  help="Skip the quality report (quality.png and the correlation and residual "
                       "columns of shifts.json: the stack is read twice more for it)."),
     click.option("--no-aligned", is_flag=True, help="Do not write aligned.tif."),
-    click.option("--out-format", type=click.Choice(tuple(OUT_FORMATS)), default="tiff",
-                 show_default=True,
+    click.option("--out-format", default="tiff", show_default=True,
+                 metavar=f"[{'|'.join(OUT_FORMATS)}|hdf5:/NAME]",
                  help="Format of the aligned stack: tiff (aligned.tif, ImageJ), ome-tiff "
-                      "(aligned.ome.tif), ome-zarr (aligned.ome.zarr, a folder), hdf5 "
-                      "(aligned.h5, dataset /aligned); each with the input's pixel size and "
-                      "channel names (the TIFFs: and its frame interval)."),
+                      "(aligned.ome.tif), ome-zarr (aligned.ome.zarr, a folder: OME-NGFF 0.5 "
+                      "for a 0.5 input, else 0.4), hdf5 (aligned.h5, dataset /aligned; "
+                      "hdf5:/NAME names it, e.g. hdf5:/data as suite2p reads); each with the "
+                      "input's pixel size, channel names and frame interval."),
     click.option("--keep-dtype", is_flag=True,
                  help="Write the aligned stack in the input's pixel type (integers rounded "
                       "and clipped) instead of float32."),
@@ -178,12 +179,11 @@ def align(path, dataset, z, axes, **options):
             raise InputError(f"{exc} ({', '.join(unused)} "
                              f"{'does' if len(unused) == 1 else 'do'} not apply to volumes)") \
                 from None
-        if not o.quiet:
-            click.echo(f"note: {path} holds volumes ({plural(exc.times, 'time point')} of "
-                       f"{plural(exc.planes, 'Z plane')}, axes {exc.axes}): registered in 3-D "
-                       "as with --volumes (--z K aligns one plane)", err=True)
-        o.volumes = True
-        return align_volumes_cli(o)
+        o.volumes = True  # (the note: once the volumes' options pass, not before an error)
+        return align_volumes_cli(o, note=f"note: {path} holds volumes ("
+                                 f"{plural(exc.times, 'time point')} of "
+                                 f"{plural(exc.planes, 'Z plane')}, axes {exc.axes}): "
+                                 "registered in 3-D as with --volumes (--z K aligns one plane)")
 
 
 def _align(o):
@@ -191,8 +191,10 @@ def _align(o):
     :class:`~xcorr_app.alignment.outputs.RunOutputs` (as :meth:`AlignResult.save` writes
     them)."""
     from ..alignment.outputs import RunOutputs, channel_metadata
-    from ..io import split_source
+    from ..io import parse_out_format, split_source
 
+    # (once: the format's name, and an HDF5 output's dataset)
+    o.out_format, o.out_dataset = parse_out_format(o.out_format)
     path = o.path
     out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
     outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
@@ -295,7 +297,8 @@ def _check(o):
                                 f"the shifts are measured at any scale: {fix}, or scale the "
                                 "stack into that range")
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
-        o.aligned_as = aligned_as(src, o.path, o.keep_dtype, o.out_format)  # (notes too)
+        o.aligned_as = aligned_as(src, o.path, o.keep_dtype, o.out_format,  # (notes too)
+                                  o.out_dataset)
         print_notes(src, o.quiet)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
     # in this process the run decides the device, once, where it starts on it

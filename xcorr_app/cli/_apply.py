@@ -26,7 +26,8 @@ OUT_SUFFIXES = (".tif", ".tiff", ".zarr", ".h5", ".hdf5")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_path", type=str, default=None,
               help="The aligned stack: NAME.tif, NAME.ome.tif, NAME.ome.zarr or NAME.h5 (the "
-                   "format by the name) [default: STEM_applied.tif in the current folder].")
+                   "format by the name; NAME.h5:/DATA names its dataset, default /aligned) "
+                   "[default: STEM_applied.tif in the current folder].")
 @click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
               show_default=True,
               help="Resampling at subpixel shifts (fourier: rigid only; cubic: a motion field "
@@ -57,11 +58,12 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     from ..alignment import FIELD_RESAMPLE, RESAMPLE, check_fill
     from ..alignment import aligned_channels
     from ..alignment.outputs import aligned_as, check_fits, load_saved, write_chunks
-    from ..io import OutputRun, open_stack, out_format, split_source
+    from ..io import OutputRun, open_stack, out_format, parse_out_path, split_source
 
     if out_path is not None and not out_path.strip():
         raise InputError("--out is empty: name the aligned stack, e.g. --out aligned.tif")
-    out = Path(out_path) if out_path else default_out(path, "_applied.tif")
+    out, dataset = parse_out_path(out_path) if out_path else \
+        (default_out(path, "_applied.tif"), None)
     if not out.name.lower().endswith(OUT_SUFFIXES):
         raise InputError(f"--out {out}: name the aligned stack NAME.tif, NAME.ome.tif, "
                          "NAME.ome.zarr or NAME.h5 (the format is chosen by the name)")
@@ -75,7 +77,7 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
         unshifted = check_fits(saved, shifts, src, path)
-        aligned = aligned_as(src, path, keep_dtype, fmt)  # (its notes said too)
+        aligned = aligned_as(src, path, keep_dtype, fmt, dataset)  # (its notes said too)
         print_notes(src, quiet)
         frame_shape = src.frame_shape
     if unshifted:  # (said even with --quiet: those frames are written as they were)

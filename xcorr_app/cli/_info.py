@@ -84,7 +84,9 @@ def _describe(path):
     from ..io import describe
 
     d = describe(path)
-    click.echo(f"{d.get('name', path)}: {d['format']}")
+    version = d.get("ngff_version")
+    click.echo(f"{d.get('name', path)}: {d['format']}"
+               + (f" (OME-NGFF {version})" if version else ""))
     click.echo(f"  shape {' x '.join(map(str, d['shape']))} (axes {d['axes']}), {d['dtype']}")
     chunks = d["chunks"]
     click.echo(f"  chunks {' x '.join(map(str, chunks)) if chunks else 'none (contiguous)'}")

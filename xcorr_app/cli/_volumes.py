@@ -51,7 +51,8 @@ MAX_SHIFT_ZYX = MaxShiftZYXType()
 VOLUME_OPTIONS = (
     click.option("--volumes", is_flag=True,
                  help="PATH is a (T, Z, Y, X) stack (.tif hyperstack, .npy, Zarr, HDF5, NWB; "
-                      "--axes names its T and Z): register "
+                      "--axes names its T and Z; of a TCZYX or TZCYX file --channel K is "
+                      "measured, --apply-to writes more channels): register "
                       "whole volumes in 3-D; writes shifts.csv (t, dz, dy, dx, ...) and "
                       "shifts.json (docs/volumes.md)."),
     click.option("--voxel-size", default=None, metavar="Z,Y,X",
@@ -77,23 +78,34 @@ def parse_voxel_size_text(text):
     return values
 
 
-def write_aligned(path, source, shifts, fill, device):
-    """aligned.tif: the volumes moved by their shifts (trilinear), streamed one volume at a
-    time into an ImageJ hyperstack (T, Z, Y, X) float32, written atomically."""
+def write_aligned(path, source, shifts, fill, device, channel=None, channels=None):
+    """aligned.tif: the volumes (of ``channel``) moved by their shifts (trilinear), streamed
+    one volume at a time into an ImageJ hyperstack (T, Z, Y, X) float32, written atomically;
+    with ``channels`` (``--apply-to``) those channels, each moved by the same shifts, into one
+    (T, Z, C, Y, X) hyperstack."""
     import numpy as np
     import tifffile
 
     from ..alignment.volume import open_volumes, shift_volumes
     from ..io import atomic_path
 
-    shape = open_volumes(source).shape
+    shape = open_volumes(source, channel=channel).shape
     # a constant volume (shift NaN) left unshifted, as 2-D align leaves a constant frame
     shifts = np.nan_to_num(np.asarray(shifts, np.float64), nan=0.0)
-    pages = (page for vol in shift_volumes(source, shifts, fill=fill, device=device)
-             for page in vol)  # tifffile pulls a page at a time
+    if channels is None:
+        pages = (page for vol in shift_volumes(source, shifts, fill=fill, device=device,
+                                               channel=channel)
+                 for page in vol)  # tifffile pulls a page at a time
+        shape, axes = tuple(shape), "TZYX"
+    else:  # (a volume of each channel at a time: ImageJ's pages run C fastest, then Z)
+        moved = [shift_volumes(source, shifts, fill=fill, device=device, channel=c)
+                 for c in channels]
+        depth, n = shape[1], len(channels)
+        pages = (vols[c][z] for vols in zip(*moved) for z in range(depth) for c in range(n))
+        shape, axes = (shape[0], depth, n, *shape[2:]), "TZCYX"
     with atomic_path(Path(path)) as tmp:
         with tifffile.TiffWriter(tmp, imagej=True, bigtiff=False) as tw:
-            tw.write(pages, shape=shape, dtype=np.float32, metadata={"axes": "TZYX"})
+            tw.write(pages, shape=shape, dtype=np.float32, metadata={"axes": axes})
 
 
 def plot_drift3d(path, result, title=""):
@@ -123,7 +135,8 @@ def check_volume_options(options):
 #: the options of ``xcorr align`` that a run of volumes uses (or that ask it for less)
 VOLUME_USES = frozenset({"path", "dataset", "z", "axes", "volumes", "reference", "max_shift",
                          "upsample", "voxel_size", "device", "max_memory", "out_dir", "force",
-                         "no_aligned", "fill", "quiet", "as_json", "no_quality"})
+                         "no_aligned", "fill", "quiet", "as_json", "no_quality", "channel",
+                         "apply_to"})
 
 
 def given_options() -> list:
@@ -171,13 +184,14 @@ def _reference(text):
 EXPLICIT_USES = VOLUME_USES - {"z"}
 #: options of the 2-D run that --volumes does not take (name, the value that means unset)
 _NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("scheduler", None),
-                     ("channel", None), ("apply_to", None), ("features", None), ("crop", False),
+                     ("features", None), ("crop", False),
                      ("out_format", "tiff"),
                      ("keep_dtype", False))
 
 
-def align_volumes_cli(o):
-    """``xcorr align PATH --volumes`` once its options are parsed (``o``)."""
+def align_volumes_cli(o, note=None):
+    """``xcorr align PATH --volumes`` once its options are parsed (``o``); ``note``: printed
+    (unless quiet) once the options and the input pass their checks."""
     from ..alignment import VolumeOptions, align_volumes
     from ..io import OutputRun, strict_json, write_text
 
@@ -188,7 +202,8 @@ def align_volumes_cli(o):
                          "apply to --volumes")
     opts = VolumeOptions(reference=_reference(o.reference), max_shift=o.max_shift,
                          voxel_size=parse_voxel_size_text(o.voxel_size), upsample=o.upsample,
-                         device=o.device, memory_limit=o.max_memory)  # (checked once)
+                         device=o.device, memory_limit=o.max_memory,
+                         channel=o.channel)  # (checked once)
     if o.out_dir is not None and not o.out_dir.strip():
         raise InputError("--out is empty: name the folder for shifts.csv, shifts.json and "
                          "drift.png")
@@ -201,6 +216,15 @@ def align_volumes_cli(o):
                          f"drift.png into, not a file: {out}")
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
+    from ..alignment.volume import open_volumes
+    from ._input import apply_channels
+
+    # (before any output: a multi-channel file without --channel, a channel it lacks)
+    volumes = open_volumes(source, channel=opts.channel)
+    getattr(volumes.data, "close", lambda: None)()  # (a reader's file: opened again below)
+    channels = apply_channels(o.apply_to, opts.channel, volumes, o.no_aligned)
+    if note and not o.quiet:
+        click.echo(note, err=True)
     names = OUTPUTS[:-1] if o.no_aligned else OUTPUTS
     outputs = [out / name for name in names]
     dev = note_device(o.device, o.quiet)
@@ -223,14 +247,15 @@ def align_volumes_cli(o):
                              "or crop or bin the volumes") from None
         seconds = time.perf_counter() - t0
         # (a constant volume's NaN: null, as 2-D align's shifts.json)
-        doc = strict_json({"input": str(source), "device": res.device,
+        doc = strict_json({"input": str(source), "channel": opts.channel,
+                           "aligned_channels": channels, "device": res.device,
                            "seconds": round(seconds, 3), "notes": res.notes,
                            "volumes": res.rows()})
         write_text(outputs[0], res.to_csv())
         write_text(outputs[1], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift3d(outputs[2], res, title=f"{path.name}: reference {res.notes[0][11:]}")
         if not o.no_aligned:
-            write_aligned(outputs[3], source, res.shifts, o.fill, dev)
+            write_aligned(outputs[3], source, res.shifts, o.fill, dev, opts.channel, channels)
         run.commit()
     if o.as_json:
         click.echo(json.dumps(doc, allow_nan=False))

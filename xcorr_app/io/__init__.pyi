@@ -12,8 +12,9 @@ from ._pread import PreadFile, preadable
 from ._describe import calibration, describe
 from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, SourceArray,
                       TIFF_SUFFIXES, open_array, open_source, open_stack, read_image)
-from ._stack_writers import (OUT_FORMATS, aligned_name, as_dtype, check_keep, imagej_calibration,
-                             out_format, stack_writer, usable_pixel_size)
+from ._stack_writers import (HDF5_DATASET, OUT_FORMATS, aligned_name, as_dtype, check_keep,
+                             imagej_calibration, out_format, parse_out_format, parse_out_path,
+                             stack_writer, usable_pixel_size)
 from ._tiff import SUPPORTED_DTYPES, HoldsVolumes, check_planes, plural, readable_frames
 from ._writer import (StagedOutputs, TiffStackWriter, atomic_path, prepare_outputs,
                       remove_stale_temps, write_text, write_tiff)

@@ -19,8 +19,9 @@ __all__ = ["describe", "calibration"]
 def describe(path, channel=None) -> dict:
     """What the source ``path`` holds: ``format``, ``shape``, ``axes``, ``dtype``, ``chunks``,
     ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None,
-    ``frame_interval`` (seconds, where an ImageJ or OME file says) or None, and as read:
-    ``frames``, ``frame_shape``, ``notes``.
+    ``frame_interval`` (seconds, where an ImageJ or OME file says) or None, ``ngff_version``
+    (an OME-Zarr image's OME-NGFF version, e.g. ``"0.5"``) or None, and as read: ``frames``,
+    ``frame_shape``, ``notes``.
 
     Raises
     ------
@@ -32,11 +33,14 @@ def describe(path, channel=None) -> dict:
     fmt = format_of(file) if file.exists() else None
     pick = 0 if channel is None else channel  # (several channels: describe the first)
     with open_stack(path, channel=pick) as src:
+        several = getattr(src, "n_channels", 1) > 1  # (3-D: measured on the channel picked)
+        on = " (--channel K: measured on channel K)" if several else ""
         notes = [] if getattr(src, "volumes", None) is None else [
-            "xcorr align registers these volumes in 3-D; --z K picks one plane"]
+            f"xcorr align registers these volumes in 3-D{on}; --z K picks one plane"]
         info = {"frames": src.n_frames, "frame_shape": tuple(src.frame_shape),
                 "dtype": str(src.dtype), "notes": list(src.notes) + notes,
-                "channels": getattr(src, "n_channels", 1), "frame_interval": None}
+                "channels": getattr(src, "n_channels", 1), "frame_interval": None,
+                "ngff_version": getattr(src, "ngff_version", None)}
         if fmt == "tiff" and file.is_file():
             meta = tiff_metadata(file)
             info.update(format=meta["format"], shape=meta["shape"], axes=named or meta["axes"],
@@ -54,13 +58,15 @@ def describe(path, channel=None) -> dict:
     return info
 
 
-#: a source that says nothing of its calibration
-UNCALIBRATED = {"pixel_size": None, "channel_names": [], "frame_interval": None}
+#: a source that says nothing of its calibration (nor of its OME-NGFF version)
+UNCALIBRATED = {"pixel_size": None, "channel_names": [], "frame_interval": None,
+                "ngff_version": None}
 
 
 def calibration(path) -> dict:
     """What an output of the source ``path`` carries of it: ``pixel_size`` ``(y, x, unit)``,
-    ``channel_names`` and ``frame_interval`` (None and ``[]`` where it says none), as
+    ``channel_names``, ``frame_interval`` and ``ngff_version`` (an OME-Zarr output keeps its
+    OME-Zarr input's; None and ``[]`` where it says none), as
     :func:`describe` reads them; a TIFF file that is neither ImageJ nor OME-TIFF is read no
     further than its first page (it holds none: a generic multipage TIFF's series would be
     walked again)."""

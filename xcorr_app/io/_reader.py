@@ -568,19 +568,20 @@ def _volume_index(layout, name):
     return np.ravel_multi_index(tuple(coords), sizes).astype(np.int64)
 
 
-def open_array(path, volumes=False) -> SourceArray:
+def open_array(path, volumes=False, channel=None) -> SourceArray:
     """The source ``path`` (any :func:`open_stack` reads) as a :class:`SourceArray`:
     ``(N, Y, X)`` frames, or with ``volumes`` ``(T, Z, Y, X)`` volumes, where a 4-D array
-    whose file names no axes is read as ``TZYX`` (the caller says it holds volumes)."""
+    whose file names no axes is read as ``TZYX`` (the caller says it holds volumes); of a
+    multi-channel file, ``channel`` (:func:`open_stack`'s: only its planes are read)."""
     from ._axes import AxesUnknown
     from ._formats import with_axes
 
     try:
-        src = open_stack(path)
+        src = open_stack(path, channel=channel)
     except AxesUnknown as exc:
         if not volumes or exc.ndim != 4:
             raise
-        src = open_stack(with_axes(path, "TZYX"))
+        src = open_stack(with_axes(path, "TZYX"), channel=channel)
     try:
         return SourceArray(src, volumes, name=path)
     except BaseException:

@@ -1,4 +1,5 @@
-"""The aligned stack in the format asked (``--out-format tiff|ome-tiff|ome-zarr|hdf5``):
+"""The aligned stack in the format asked (``--out-format tiff|ome-tiff|ome-zarr|hdf5``, or
+``hdf5:/NAME`` naming the HDF5 dataset: :func:`parse_out_format`):
 writers with the interface of :class:`~xcorr_app.io._writer.TiffStackWriter` (``write(chunk)``,
 ``close()``, ``abort()``), each written under a hidden temporary name and renamed by the run's one commit
 (:class:`~xcorr_app.io._writer.AtomicTarget`: an OME-Zarr store is a folder), chunked, with the
@@ -36,11 +37,82 @@ from ._writer import AtomicTarget, TiffStackWriter, os_errors
 
 __all__ = ["OUT_FORMATS", "aligned_name", "as_dtype", "stack_writer", "ZarrStackWriter",
            "Hdf5StackWriter", "OmeTiffStackWriter", "imagej_calibration", "usable_pixel_size",
-           "check_keep", "out_format", "KEEP_DTYPES"]
+           "check_keep", "out_format", "KEEP_DTYPES", "HDF5_DATASET", "parse_out_format",
+           "parse_out_path"]
 
 #: ``--out-format``: the name of the aligned stack in each
 OUT_FORMATS = {"tiff": "aligned.tif", "ome-tiff": "aligned.ome.tif", "ome-zarr": "aligned.ome.zarr",
                "hdf5": "aligned.h5"}
+
+#: the dataset of an HDF5 aligned stack where ``hdf5:/NAME`` names none
+HDF5_DATASET = "/aligned"
+
+
+def parse_out_format(spec) -> tuple:
+    """``(format, dataset)`` of ``--out-format``/``format=`` ``spec``: a name of
+    :data:`OUT_FORMATS`, or ``hdf5:/NAME`` naming the HDF5 dataset (``/a/b/data``: in groups);
+    ``dataset``: the HDF5 output's (:data:`HDF5_DATASET` by default), else None.
+
+    >>> parse_out_format("hdf5:/data"), parse_out_format("hdf5"), parse_out_format("tiff")
+    (('hdf5', '/data'), ('hdf5', '/aligned'), ('tiff', None))
+    >>> parse_out_format("hdf5:/scan/")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: format='hdf5:/scan/': the dataset '/scan/' names a group (it \
+ends in /), not a dataset; write hdf5:/NAME, e.g. hdf5:/data
+    """
+    name, colon, dataset = spec.strip().partition(":") if isinstance(spec, str) else \
+        (spec, "", "")
+    if not isinstance(name, str) or name not in OUT_FORMATS:
+        raise InputError(f"format={spec!r} is no format of the aligned stack; use one of "
+                         f"{', '.join(OUT_FORMATS)} (hdf5:/NAME names the HDF5 dataset)")
+    if not colon:
+        return name, (HDF5_DATASET if name == "hdf5" else None)
+    if name != "hdf5":
+        raise InputError(f"format={spec!r}: only an HDF5 output holds a named dataset "
+                         f"(hdf5:/NAME); write format={name}")
+    return name, _dataset_name(dataset, f"format={spec!r}", "hdf5:/NAME, e.g. hdf5:/data")
+
+
+def parse_out_path(spec) -> tuple:
+    """``(path, dataset)`` of ``xcorr apply --out`` ``spec``: ``NAME.h5:/DATA`` names the
+    HDF5 dataset (as the readers read ``FILE.h5:/DATA``); ``dataset``: the HDF5 output's
+    (:data:`HDF5_DATASET` by default), else None.
+
+    >>> parse_out_path("out/day2.h5:/scan/data"), parse_out_path("day2.tif")
+    ((PosixPath('out/day2.h5'), '/scan/data'), (PosixPath('day2.tif'), None))
+    """
+    text = str(spec)
+    lower = text.lower()
+    for suffix in (".h5:", ".hdf5:", ".tif:", ".tiff:", ".zarr:"):
+        at = lower.rfind(suffix)
+        if at > 0:
+            path, dataset = Path(text[:at + len(suffix) - 1]), text[at + len(suffix):]
+            if suffix not in (".h5:", ".hdf5:"):
+                raise InputError(f"--out {spec}: only an HDF5 output holds a named dataset "
+                                 f"(NAME.h5:/DATA); write --out {path}")
+            return path, _dataset_name(dataset, f"--out {spec}", f"{path}:/NAME, e.g. "
+                                       f"{path}:/data")
+    path = Path(text)
+    return path, (HDF5_DATASET if out_format(path) == "hdf5" else None)
+
+
+def _dataset_name(name, given, form) -> str:
+    """``name`` (an HDF5 dataset's path) as ``/a/b`` where it names a dataset that a new file
+    can hold, else an :class:`InputError` saying ``given`` and the ``form`` to write."""
+    if not name.strip():
+        raise InputError(f"{given} names no dataset: write {form}")
+    path = name if name.startswith("/") else "/" + name
+    parts = path[1:].split("/")
+    why = ("names a group (it ends in /), not a dataset" if path.endswith("/") else
+           "has an empty group name (//)" if "" in parts else
+           "has a . or .. group name" if {".", ".."} & set(parts) else
+           "holds a control character" if any(ord(c) < 32 or ord(c) == 127 for c in path)
+           else None)
+    if why:
+        raise InputError(f"{given}: the dataset {name!r} {why}; write {form}")
+    return path
+
 
 #: frames in one chunk of a Zarr or HDF5 output (a few MiB for usual frames)
 CHUNK_FRAMES = 16
@@ -183,10 +255,11 @@ class _Writer:
 
 
 class ZarrStackWriter(_Writer):
-    """An OME-Zarr image (OME-NGFF 0.4, Zarr v2: read by napari, Fiji's N5/MoBIE, ome-zarr-py,
-    xcorr) of one level, ``TYX`` or ``TCYX``, chunks of :data:`CHUNK_FRAMES` frames; the pixel
-    size and the frame interval as its axes' scale, several channels with their names, colors
-    and display windows (each channel's range of values written)."""
+    """An OME-Zarr image (OME-NGFF 0.4 on Zarr v2: read by napari, Fiji's N5/MoBIE, ome-zarr-py,
+    xcorr; or 0.5 on Zarr v3 where ``metadata["ngff_version"]`` is ``"0.5"``: the input's) of
+    one level, ``TYX`` or ``TCYX``, chunks of :data:`CHUNK_FRAMES` frames; the pixel size and
+    the frame interval as its axes' scale, several channels with their names, colors and
+    display windows (each channel's range of values written)."""
 
     def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
         zarr = need("zarr")
@@ -204,18 +277,27 @@ class ZarrStackWriter(_Writer):
         if meta.get("frame_interval"):  # (the time axis in seconds: the frame interval)
             axes[0]["unit"], scale[0] = "second", float(meta["frame_interval"])
         chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
+        v3 = int(zarr.__version__.split(".")[0]) >= 3  # (zarr 2 on Python 3.10)
+        # (0.5 needs Zarr v3, which zarr 2 neither writes nor reads: its input was no 0.5)
+        self.ngff_version = "0.5" if v3 and meta.get("ngff_version") == "0.5" else "0.4"
         try:  # (a store begun and failed: removed)
             with os_errors(self.path):
-                v3 = int(zarr.__version__.split(".")[0]) >= 3  # (zarr 2 on Python 3.10)
-                root = zarr.open_group(str(self._tmp), mode="w", **({"zarr_format": 2} if v3
-                                                                       else {}))
-                create = root.create_array if v3 else root.create_dataset
-                self._store = create("0", shape=self.shape, chunks=chunks, dtype=self.dtype,
-                                     fill_value=0)
                 level = {"path": "0", "coordinateTransformations": [
                     {"type": "scale", "scale": scale}]}
-                attrs = {"multiscales": [{"version": "0.4", "name": self.path.name,
-                                          "axes": axes, "datasets": [level]}]}
+                image = {"name": self.path.name, "axes": axes, "datasets": [level]}
+                if self.ngff_version == "0.5":  # (the version once, under "ome"; named axes)
+                    root = zarr.open_group(str(self._tmp), mode="w", zarr_format=3)
+                    self._store = root.create_array(
+                        "0", shape=self.shape, chunks=chunks, dtype=self.dtype, fill_value=0,
+                        dimension_names=[a["name"] for a in axes])
+                    attrs = {"ome": {"version": "0.5", "multiscales": [image]}}
+                else:
+                    root = zarr.open_group(str(self._tmp), mode="w",
+                                           **({"zarr_format": 2} if v3 else {}))
+                    create = root.create_array if v3 else root.create_dataset
+                    self._store = create("0", shape=self.shape, chunks=chunks,
+                                         dtype=self.dtype, fill_value=0)
+                    attrs = {"multiscales": [{"version": "0.4", **image}]}
                 names = meta.get("channel_names") or []
                 self._names = names if len(names) == self.channels else \
                     [f"channel {k}" for k in range(self.channels)] if self.channels > 1 else []
@@ -249,9 +331,12 @@ class ZarrStackWriter(_Writer):
             channels.append({"label": str(name), "active": True,
                              "color": CHANNEL_COLORS[k % len(CHANNEL_COLORS)],
                              "window": {"min": lo, "max": hi, "start": lo, "end": hi}})
+        omero = {"channels": channels, "rdefs": {"model": "color"}}
         with os_errors(self.path):
-            self._root.attrs["omero"] = {"channels": channels,
-                                         "rdefs": {"model": "color"}}
+            if self.ngff_version == "0.5":
+                self._root.attrs["ome"] = {**self._root.attrs["ome"], "omero": omero}
+            else:
+                self._root.attrs["omero"] = omero
 
 
 #: the colors of an OME-Zarr output's channels, in turn (green, magenta, cyan, yellow...)
@@ -449,12 +534,14 @@ class _Guarded:
 
 
 class Hdf5StackWriter(_Writer):
-    """An HDF5 file with the dataset ``/aligned`` (``TYX`` or ``TCYX``; attributes ``axes``,
-    Fiji/ilastik ``element_size_um`` where the pixel size is in µm, ``channel_names``,
-    ``source``), chunks of :data:`CHUNK_FRAMES` frames.  A failed write (a full disk) is one
-    :class:`OutputError`; the file is closed on every path (:class:`_Guarded`)."""
+    """An HDF5 file with the dataset ``dataset`` (:data:`HDF5_DATASET` by default; its groups
+    made; ``TYX`` or ``TCYX``; attributes ``axes``, Fiji/ilastik ``element_size_um`` where the
+    pixel size is in µm, ``channel_names``, ``source``), chunks of :data:`CHUNK_FRAMES` frames.
+    A failed write (a full disk) is one :class:`OutputError`; the file is closed on every path
+    (:class:`_Guarded`)."""
 
-    def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
+    def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None,
+                 dataset=HDF5_DATASET):
         h5py = need("hdf5")
         super().__init__(path, frame_shape, dtype, n_frames, channels)
         meta = metadata or {}
@@ -464,7 +551,7 @@ class Hdf5StackWriter(_Writer):
                 self._guard = _Guarded(self._tmp)
                 self._file = h5py.File(self._guard, "w")
                 chunks = (min(CHUNK_FRAMES, self.shape[0]), *self.shape[1:])
-                self._store = self._file.create_dataset("aligned", shape=self.shape,
+                self._store = self._file.create_dataset(dataset.lstrip("/"), shape=self.shape,
                                                         dtype=self.dtype, chunks=chunks)
                 attrs = self._store.attrs
                 attrs["axes"] = "TCYX" if self.channels > 1 else "TYX"
@@ -558,7 +645,8 @@ def _either(items) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
 
 
-def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels=1):
+def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels=1,
+                 dataset=None):
     """The writer of the aligned stack ``path`` by its name (:func:`out_format`): float32
     frames, or ``keep`` (the input's type, ``--keep-dtype``) rounded and clipped, where the
     format holds it (:func:`check_keep`: an :class:`InputError` where not).
@@ -566,17 +654,25 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
     Parameters
     ----------
     metadata : dict, optional
-        ``pixel_size`` ``(y, x, unit)``, ``channel_names``, ``source``: carried into the output.
+        ``pixel_size`` ``(y, x, unit)``, ``channel_names``, ``frame_interval``, ``source``,
+        ``ngff_version`` (an OME-Zarr output's: ``"0.5"`` on Zarr v3, else 0.4 on Zarr v2):
+        carried into the output.
     channels : int
         Pages per time frame (a hyperstack of every channel).
+    dataset : str, optional
+        An HDF5 output's dataset (:func:`parse_out_format`'s, checked there), default
+        :data:`HDF5_DATASET`; no other format takes one.
     """
     path = Path(path)
     fmt = out_format(path)
+    if dataset is not None and fmt != "hdf5":
+        raise ValueError(f"{path.name}: only an HDF5 output holds a named dataset")
     dtype = check_keep(fmt, keep) if keep is not None else np.dtype(np.float32)
     if fmt == "ome-zarr":
         return ZarrStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     if fmt == "hdf5":
-        return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
+        return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata,
+                               dataset or HDF5_DATASET)
     if fmt == "ome-tiff":
         return OmeTiffStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels,

@@ -32,13 +32,23 @@ __all__ = ["open_zarr", "ome_metadata", "stored_chunks", "absent_chunks"]
 
 def ome_metadata(attrs) -> dict | None:
     """The OME-NGFF ``multiscales`` metadata of a group's attributes (v0.4: at the top,
-    v0.5: under ``ome``) with its ``omero`` channels, or None."""
+    v0.5: under ``ome``) with its ``omero`` channels and its ``version`` (0.5: the ``ome``
+    key's, else the image's; None where neither says one), or None.
+
+    >>> ome_metadata({"ome": {"version": "0.5", "multiscales": [{"axes": []}]}})["version"]
+    '0.5'
+    >>> ome_metadata({"multiscales": [{"version": "0.4", "axes": []}]})["version"]
+    '0.4'
+    """
     attrs = dict(attrs)
     ome = attrs.get("ome", attrs)
     scales = ome.get("multiscales") if isinstance(ome, dict) else None
     if not scales:
         return None
-    return {"multiscales": scales[0], "omero": ome.get("omero") or attrs.get("omero") or {}}
+    version = (ome.get("version") if ome is not attrs else None) or \
+        (scales[0].get("version") if isinstance(scales[0], dict) else None)
+    return {"multiscales": scales[0], "omero": ome.get("omero") or attrs.get("omero") or {},
+            "version": str(version) if version else None}
 
 
 def frame_interval_of(meta) -> float | None:
@@ -129,12 +139,12 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
     with library_errors(file, "open"):
         node = zarr.open(str(file), mode="r")
     given, axes = axes, None
-    notes, pixel_size, labels, interval = [], None, [], None
+    notes, pixel_size, labels, interval, version = [], None, [], None, None
     if not hasattr(node, "dtype"):  # a group: OME-Zarr, a named array, or its only array
         meta = ome_metadata(node.attrs)
         if meta is not None and not dataset:
             dataset, axes, pixel_size, labels = _ome_layout(meta, file)
-            interval = frame_interval_of(meta)
+            interval, version = frame_interval_of(meta), meta["version"]
             levels = len(meta["multiscales"].get("datasets", []))
             if levels > 1:
                 notes.append(f"{file.name}: OME-Zarr image of {levels} resolution levels; "
@@ -176,6 +186,7 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
                       channel_names=labels, fmt="OME-Zarr" if labels or pixel_size else "Zarr",
                       paths=[file], notes=notes, stored=stored_chunks, absent=absent_chunks)
     src.frame_interval = interval
+    src.ngff_version = version  # (an OME-Zarr output keeps it: 0.5 stays 0.5)
     return src
 
 

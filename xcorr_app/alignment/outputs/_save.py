@@ -109,13 +109,15 @@ def check_channels(channels, n_channels, measured):
     return listed
 
 
-def aligned_as(src, path, keep_dtype, format=None) -> dict:
+def aligned_as(src, path, keep_dtype, format=None, dataset=None) -> dict:
     """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
-    pixel type with ``keep_dtype``, else float32) and the ``metadata`` carried into it (pixel
-    size, channel names, frame interval, source).  A pixel size that is no calibration (NaN,
-    zero, negative) is dropped, with a note in ``src.notes`` (where it has them).  With
-    ``format`` (:data:`~xcorr_app.io.OUT_FORMATS`), an :class:`InputError` where it cannot
-    hold the kept type (:func:`~xcorr_app.io.check_keep`), before anything is written."""
+    pixel type with ``keep_dtype``, else float32), the ``metadata`` carried into it (pixel
+    size, channel names, frame interval, source, an OME-Zarr input's OME-NGFF version) and an
+    HDF5 output's ``dataset`` (:func:`~xcorr_app.io.parse_out_format`'s, where given).  A pixel
+    size that is no calibration (NaN, zero, negative) is dropped, with a note in ``src.notes``
+    (where it has them).  With ``format`` (:data:`~xcorr_app.io.OUT_FORMATS`), an
+    :class:`InputError` where it cannot hold the kept type (:func:`~xcorr_app.io.check_keep`),
+    before anything is written."""
     from ...io import calibration, check_keep, usable_pixel_size
 
     if keep_dtype and format is not None:
@@ -132,7 +134,9 @@ def aligned_as(src, path, keep_dtype, format=None) -> dict:
     return {"keep": src.dtype if keep_dtype else None,
             "metadata": {"pixel_size": size, "source": _input_name(path),
                          "channel_names": said.get("channel_names") or [],
-                         "frame_interval": said.get("frame_interval")}}
+                         "frame_interval": said.get("frame_interval"),
+                         "ngff_version": said.get("ngff_version")},
+            **({"dataset": dataset} if dataset is not None else {})}
 
 
 class AlignedSink:
@@ -223,15 +227,17 @@ def frame_columns(res) -> dict:
     return columns
 
 
-def result_document(res, *, resample="bilinear", crop=False, fill=0.0) -> dict:
-    """``shifts.json`` of ``res``: its input, settings (with those of the aligned stack),
-    summary, environment, time and one record per frame (:func:`frame_columns`), as standard
-    JSON values."""
+def result_document(res, *, resample="bilinear", crop=False, fill=0.0, aligned=None) -> dict:
+    """``shifts.json`` of ``res``: its input, the aligned stack ``aligned`` (its name in the
+    outputs folder as xcorr reads it, ``aligned.h5:/data``; left out where None), settings
+    (with those of the aligned stack), summary, environment, time and one record per frame
+    (:func:`frame_columns`), as standard JSON values."""
     from ...io import strict_json
 
     seconds = res.seconds if res.seconds is not None else float("nan")
     settings = dict(res.settings, resample=resample, crop=crop, fill=fill)
-    doc = {"input": _input_name(res.source), "frame_shape": list(res.frame_shape),
+    doc = {"input": _input_name(res.source), **({"aligned": aligned} if aligned else {}),
+           "frame_shape": list(res.frame_shape),
            "settings": settings, "summary": res.summary(),
            **environment(res.settings.get("device", "cpu")),
            "seconds_measuring": round(seconds, 4),
@@ -399,7 +405,10 @@ class RunOutputs:
             write_chunks(parts, shape, res.n_frames, paths["aligned.tif"], aligned, channels,
                          progress)
         write_text(paths["shifts.csv"], res.csv_text())
-        self.document = doc = result_document(res, resample=resample, crop=crop, fill=fill)
+        stack, dataset = paths.get("aligned.tif"), (aligned or {}).get("dataset")
+        self.document = doc = result_document(
+            res, resample=resample, crop=crop, fill=fill,
+            aligned=stack and stack.name + (f":{dataset}" if dataset else ""))
         write_text(paths["shifts.json"], json_text(doc, "frames"))
         if self.plots:
             plot_drift(paths["drift.png"], res,
@@ -430,18 +439,18 @@ def channel_metadata(aligned, channels):
                                    [names[c] for c in channels] if names else []})
 
 
-def aligned_of(source, channel, keep_dtype, format=None) -> dict:
+def aligned_of(source, channel, keep_dtype, format=None, dataset=None) -> dict:
     """:func:`aligned_as` of a run's input ``source`` (a path: opened again for its pixel type
     and metadata; an array: its pixel type)."""
     if hasattr(source, "dtype"):
         from types import SimpleNamespace
 
         return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, keep_dtype,
-                          format)
+                          format, dataset)
     from ...io import open_stack
 
     with open_stack(source, channel=channel) as src:
-        return aligned_as(src, source, keep_dtype, format)
+        return aligned_as(src, source, keep_dtype, format, dataset)
 
 
 def channels_of(source, channel) -> int:

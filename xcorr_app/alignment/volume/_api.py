@@ -112,7 +112,8 @@ class VolumeOptions:
     """Every option of one 3-D run (:func:`align_volumes`), checked and normalized once, when
     built: ``max_shift`` a 3-tuple (or None), ``voxel_size`` three floats (or None),
     ``upsample`` a float >= 1 (None: :data:`~xcorr_app.registration.DEFAULT_UPSAMPLE`),
-    ``memory_limit`` bytes (or a size such as ``"2G"``).  What runs below takes it as it is.
+    ``memory_limit`` bytes (or a size such as ``"2G"``), ``channel`` an int >= 0 (or None;
+    the file's channel count: checked by its reader).  What runs below takes it as it is.
 
     >>> VolumeOptions(max_shift=3, upsample=None).max_shift
     (3, 3, 3)
@@ -125,6 +126,7 @@ class VolumeOptions:
     device: str = "auto"
     memory_limit: object = None
     axes: object = None
+    channel: object = None
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -141,6 +143,11 @@ class VolumeOptions:
         if self.memory_limit is not None:
             put("memory_limit", parse_memory(self.memory_limit, "memory_limit"))
         put("axes", parse_axes(self.axes))
+        c = self.channel
+        if c is not None:
+            if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) or c < 0:
+                raise InputError(f"channel must be a whole number >= 0, got {c!r}")
+            put("channel", int(c))
 
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
@@ -228,7 +235,7 @@ def _reference_spectrum(ref, name, xp):
 
 def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
                   upsample=DEFAULT_UPSAMPLE, device="auto", memory_limit=None, *, axes=None,
-                  options=None):
+                  channel=None, options=None):
     """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume.
 
     Parameters
@@ -253,6 +260,9 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
         A path's axes, one letter each in its order (``"TZYX"``, ``"ZTYX"``; ``T Z C S Y X``),
         instead of those its reader infers (:func:`xcorr_app.align`'s ``axes``): its volumes
         are its frames grouped by T and Z.  A 4-D array whose file names none is ``TZYX``.
+    channel : int, optional
+        The channel measured of a path to a multi-channel file (``TCZYX``, ``TZCYX``:
+        required there; only its planes are read); an array in memory is one channel.
     options : VolumeOptions, optional
         The options built before, instead of the keywords (checked once, when built).
 
@@ -276,12 +286,13 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     [-1.0, 2.0, -3.0]
     """
     given = dict(reference=reference, max_shift=max_shift, voxel_size=voxel_size,
-                 upsample=upsample, device=device, memory_limit=memory_limit, axes=axes)
+                 upsample=upsample, device=device, memory_limit=memory_limit, axes=axes,
+                 channel=channel)
     if options is None:
         options = VolumeOptions(**given)
     elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)):
         raise InputError("give the run's options either as options= or as keywords, not both")
-    source = open_volumes(with_axes(stack, options.axes))
+    source = open_volumes(with_axes(stack, options.axes), channel=options.channel)
     bounds, upsample, reference = options.max_shift, options.upsample, options.reference
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
     dev = compute_device(source.data, device=options.device)

@@ -20,7 +20,7 @@ from ...errors import InputError
 from ._source import open_volumes
 
 
-def shift_volumes(stack, shifts, fill=0.0, device="auto"):
+def shift_volumes(stack, shifts, fill=0.0, device="auto", *, channel=None):
     """Yield each volume of ``stack`` (T, Z, Y, X) moved by ``shifts`` (T, 3) as a float32
     NumPy array (Z, Y, X): memory for one volume at a time, the input unchanged.
 
@@ -32,8 +32,10 @@ def shift_volumes(stack, shifts, fill=0.0, device="auto"):
     fill : float
         Value of voxels moved in from outside the volume.
     device : {"auto", "cpu", "gpu"}
+    channel : int, optional
+        The channel moved, of a path to a multi-channel file (:func:`align_volumes`'s).
     """
-    source = open_volumes(stack)
+    source = open_volumes(stack, channel=channel)
     shifts = np.asarray(shifts, np.float64)
     if shifts.shape != (source.shape[0], 3) or not np.isfinite(shifts).all():
         raise InputError(f"shifts of shape {shifts.shape} for {source.shape[0]} volumes: give "

@@ -1,6 +1,8 @@
 """Volumes to register: an array (NumPy, CuPy, memory-mapped, Zarr or Dask: anything with a
 shape that slices) or a path (``.npy``, a TIFF hyperstack, Zarr, HDF5, NWB; a source path
-naming a dataset or the file's axes), read a chunk at a time.
+naming a dataset or the file's axes), read a chunk at a time; of a multi-channel file
+(TCZYX, TZCYX) one channel, read alone where the format allows (its TIFF pages, a Zarr or
+HDF5 slice).
 
 Examples
 --------
@@ -26,9 +28,10 @@ class Volumes:
     """A (T, Z, Y, X) source read a chunk at a time as float32 (NumPy, or CuPy for a CuPy
     array): the caller's data is never written."""
 
-    def __init__(self, data, name="the stack", stored=None):
+    def __init__(self, data, name="the stack", stored=None, n_channels=1):
         self.data, self.name = data, name
         self.shape = tuple(int(n) for n in data.shape)
+        self.n_channels = int(n_channels)  # (the file's; ``data``: the one channel picked)
         # (path, byte offset) where ``data`` is a file's memory map of all its volumes, in C
         # order and the machine's byte order: read with positioned reads (io.PreadFile)
         self.stored = stored
@@ -140,11 +143,23 @@ def _stored(data):
     return None
 
 
-def _read_path(path, ndim):
-    """The array of a path: a ``.npy`` or TIFF file as it is (memory-mapped where it can be);
-    any other source path, or one naming a dataset, a plane or its axes
-    (:func:`~xcorr_app.io.source_parts`), by the frame readers, as frames (``ndim`` 3) or
-    volumes by its T and Z axes (:func:`~xcorr_app.io.open_array`)."""
+def _plain_tiff(file) -> bool:
+    """Whether a TIFF's first series is its volumes as stored: no channel axis (``C``, or
+    ``S`` samples) and T before Z where it names both (unnamed axes: ``TZYX``)."""
+    import tifffile
+
+    with tifffile.TiffFile(file) as tif:
+        axes = tif.series[0].axes if tif.series else ""
+    return not set(axes) & set("CS") and not ("T" in axes and "Z" in axes
+                                              and axes.index("Z") < axes.index("T"))
+
+
+def _read_path(path, ndim, channel=None):
+    """The array of a path: a ``.npy`` file, or a TIFF of one channel and T before Z, as it
+    is (memory-mapped where it can be); any other source path, one naming a dataset, a plane
+    or its axes (:func:`~xcorr_app.io.source_parts`), or a ``channel`` of a multi-channel
+    file, by the frame readers, as frames (``ndim`` 3) or volumes by its T and Z axes
+    (:func:`~xcorr_app.io.open_array`): the channel's planes alone are read."""
     from ...io import format_of, open_array, source_parts
 
     file, dataset, z, axes = source_parts(path)
@@ -155,10 +170,15 @@ def _read_path(path, ndim):
                          "give a .npy, TIFF or Zarr path")
     suffix = file.suffix.lower()
     as_it_is = dataset is None and z is None and axes is None
+    if channel is not None and suffix == ".npy":
+        raise InputError(f"channel {channel}: {path} is a .npy array of one channel; give its "
+                         "volumes (T, Z, Y, X) alone, or a TIFF, Zarr or HDF5 file")
     try:
         if suffix == ".npy" and as_it_is:
             return np.load(file, mmap_mode="r")
-        if suffix in (".tif", ".tiff") and as_it_is and file.is_file():
+        # (channel 0 of a file of one: as 2-D runs take it)
+        if suffix in (".tif", ".tiff") and as_it_is and file.is_file() \
+                and channel in (None, 0) and _plain_tiff(file):
             import tifffile
 
             try:
@@ -173,23 +193,29 @@ def _read_path(path, ndim):
                             and suffix not in (".tif", ".tiff")):
         raise InputError(f"{path}: unknown volume format {suffix!r}; use .npy, .tif, .zarr, "
                          "HDF5 or NWB (a .npy file as it is)")
-    return open_array(str(path), volumes=ndim == 4)
+    return open_array(str(path), volumes=ndim == 4, channel=channel)
 
 
-def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
-    """A :class:`Volumes` for an array or a path of ``ndim`` dimensions.
+def open_volumes(stack, ndim=4, what="(T, Z, Y, X)", channel=None):
+    """A :class:`Volumes` for an array or a path of ``ndim`` dimensions; of a path to a
+    multi-channel file (axes ``TCZYX``, ``TZCYX``), ``channel`` (required for several).
 
     Raises
     ------
     InputError
         A missing or unreadable path, another number of dimensions, an axis shorter than 2
-        (the time axis may be 1), a complex or non-numeric type.
+        (the time axis may be 1), a complex or non-numeric type; a multi-channel file without
+        ``channel``, a channel it does not have, a ``channel`` of an array in memory.
     """
-    name, stored = "the stack", None
+    name, stored, n_channels = "the stack", None, 1
     if isinstance(stack, (str, Path)):
         name = str(stack)
-        stack = _read_path(stack, ndim)
+        stack = _read_path(stack, ndim, channel)
         stored = _stored(stack)
+        n_channels = getattr(getattr(stack, "src", None), "n_channels", 1)
+    elif channel is not None:
+        raise InputError(f"channel {channel} picks a channel of a multi-channel file; an "
+                         "array in memory is one channel: pass stack[:, channel] (TCZYX)")
     elif isinstance(stack, (list, tuple)):
         stack = np.asarray(stack)
     if not hasattr(stack, "shape") or not hasattr(stack, "dtype"):
@@ -203,4 +229,4 @@ def open_volumes(stack, ndim=4, what="(T, Z, Y, X)"):
     if shape[0] < 1 or min(shape[1:]) < 2:
         raise InputError(f"{name} has shape {shape}; each of its {what[1:-1]} axes after the "
                          "first needs 2 or more samples")
-    return Volumes(stack, name, stored)
+    return Volumes(stack, name, stored, n_channels)
