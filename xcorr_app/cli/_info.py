@@ -95,6 +95,8 @@ def _describe(path):
     size = d["pixel_size"]
     click.echo("  pixel size " + (f"{size[0]:g} x {size[1]:g} {size[2]}".rstrip() if size
                                   else "unknown"))
+    interval = d.get("frame_interval")
+    click.echo("  frame interval " + (f"{interval:g} s" if interval else "unknown"))
     click.echo(f"  frames {d['frames']} of {d['frame_shape'][0]}x{d['frame_shape'][1]}"
                + (" (channel 0 of each; --channel picks one)" if d["channels"] > 1 else ""))
     for note in d["notes"]:

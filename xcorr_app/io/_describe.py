@@ -19,7 +19,8 @@ __all__ = ["describe", "calibration"]
 def describe(path, channel=None) -> dict:
     """What the source ``path`` holds: ``format``, ``shape``, ``axes``, ``dtype``, ``chunks``,
     ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None,
-    ``frame_interval`` (seconds, where an ImageJ or OME file says) or None, ``ngff_version``
+    ``frame_interval`` (seconds, where the file says: ImageJ, OME-TIFF, OME-Zarr, an HDF5
+    dataset's ``fr``, an NWB series' rate or regular timestamps) or None, ``ngff_version``
     (an OME-Zarr image's OME-NGFF version, e.g. ``"0.5"``) or None, and as read: ``frames``,
     ``frame_shape``, ``notes``.
 

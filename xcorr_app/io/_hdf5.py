@@ -1,6 +1,9 @@
 """HDF5 datasets and NWB image series as frame sources (the ``hdf5`` and ``nwb`` extras, both
 read with h5py): ``FILE.h5:/path`` (or ``--dataset``), a file's only image dataset, or an NWB
-``ImageSeries``/``TwoPhotonSeries``/``OnePhotonSeries`` by name or path; read chunk by chunk.
+``ImageSeries``/``TwoPhotonSeries``/``OnePhotonSeries`` by name or path; read chunk by chunk,
+with the calibration the file says: an HDF5 dataset's ``element_size_um`` and CaImAn's ``fr``
+(frames per second), an NWB series' rate or regular timestamps and its imaging plane's
+``grid_spacing``; an attribute that says nothing usable is a note, never a failure.
 
 Examples
 --------
@@ -85,6 +88,45 @@ def _pixel_size(size, notes):
     return None
 
 
+def _positive(value):
+    """``value`` as a finite positive number where it is one (a scalar number, or its text),
+    else None (zero, negative, NaN, an array, a text or type that is no number).
+
+    >>> _positive(30), _positive(b"2.5"), _positive(0.0), _positive("abc"), _positive([1, 2])
+    (30.0, 2.5, None, None, None)
+    """
+    try:
+        if isinstance(value, (bytes, str)):
+            value = float(_text(value))
+        array = np.asarray(value)
+        if array.ndim or array.dtype.kind not in "iuf":
+            return None
+        number = float(array)
+    except (TypeError, ValueError, UnicodeDecodeError):
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def _frame_interval(fr, notes):
+    """Seconds between frames from CaImAn's ``fr`` attribute (frames per second, as
+    ``movie.save`` writes it and xcorr's HDF5 output too): ``1 / fr``; None where there is
+    none, or it is no positive number (a note).
+
+    >>> _frame_interval(20.0, [])
+    0.05
+    >>> notes = []; _frame_interval(0, notes), notes
+    (None, ['fr 0 is no frame rate (frames per second): frame interval unknown'])
+    """
+    if fr is None:
+        return None
+    rate = _positive(fr)
+    if rate is None:
+        notes.append(f"fr {_text(fr)} is no frame rate (frames per second): frame interval "
+                     "unknown")
+        return None
+    return 1.0 / rate
+
+
 def _channel_names(value, notes):
     """The ``channel_names`` attribute as a list of texts (a single text: one name), or none
     (a note) where it is not a list of names.
@@ -143,6 +185,7 @@ def open_hdf5(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
         axes, pixel_size = _hdf5_layout(f[path], said)
         shape = f[path].shape
         names = _channel_names(f[path].attrs.get("channel_names"), said)
+        interval = _frame_interval(f[path].attrs.get("fr"), said)
     notes = []
     if given is not None:
         axes = given_axes(axes, given, f"{file.name}:{path}", shape, notes)
@@ -152,10 +195,12 @@ def open_hdf5(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
             notes.append(f"{file.name}:{path}: no axes in its attributes; read as {axes} "
                          "(axes=... names them otherwise)")
     notes += [f"{file.name}:{path}: {n}" for n in said]
-    return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{path}",
-                       channel=channel, z=z, pixel_size=pixel_size, channel_names=names,
-                       fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset,
-                       absent=absent_chunks)
+    src = ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{path}",
+                      channel=channel, z=z, pixel_size=pixel_size, channel_names=names,
+                      fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset,
+                      absent=absent_chunks)
+    src.frame_interval = interval
+    return src
 
 
 def _opened(h5py, file, path):
@@ -318,12 +363,107 @@ def _nwb_axes(group, shape):
     return spec, False
 
 
+#: micrometers in one of each length unit an NWB ``grid_spacing`` is given in (its ``unit``,
+#: ``meters`` by default)
+_MICROMETERS = {"meters": 1e6, "meter": 1e6, "m": 1e6, "millimeters": 1e3, "millimeter": 1e3,
+                "mm": 1e3, "micrometers": 1.0, "micrometer": 1.0, "microns": 1.0,
+                "micron": 1.0, "um": 1.0, "µm": 1.0, "\u03bcm": 1.0, "nanometers": 1e-3,
+                "nanometer": 1e-3, "nm": 1e-3}
+
+
+def _nwb_interval(group, notes):
+    """Seconds between frames of an NWB series: ``1 / rate`` of its ``starting_time`` (Hz),
+    else the median step of its ``timestamps`` where every step is within 1 % of it; None
+    otherwise (a note where a rate is there but is no positive number; irregular timestamps
+    have no one interval, and say so by themselves).
+
+    >>> import tempfile, h5py
+    >>> with h5py.File(tempfile.mkdtemp() + "/s.nwb", "w") as f:
+    ...     f["a/starting_time"] = 0.0; f["a/starting_time"].attrs["rate"] = 25.0
+    ...     f["b/timestamps"] = 3 + 0.04 * np.arange(6)
+    ...     _nwb_interval(f["a"], []), round(_nwb_interval(f["b"], []), 9)
+    (0.04, 0.04)
+    """
+    start = group.get("starting_time")
+    if start is not None:
+        rate = start.attrs.get("rate")
+        hz = _positive(rate)
+        if hz is None:
+            notes.append(f"starting_time rate {_text(rate)} is no frame rate (Hz): frame "
+                         "interval unknown")
+            return None
+        return 1.0 / hz
+    stamps = group.get("timestamps")
+    if stamps is None or not hasattr(stamps, "dtype") or stamps.dtype.kind not in "iuf" \
+            or stamps.size < 2:
+        return None
+    steps = np.diff(np.asarray(stamps[()], np.float64).ravel())
+    step = float(np.median(steps))
+    if math.isfinite(step) and step > 0 and np.all(np.abs(steps - step) <= 0.01 * step):
+        return step
+    return None
+
+
+def _nwb_pixel_size(group, notes):
+    """``(y, x, "µm")`` of an NWB series from its imaging plane's ``grid_spacing`` ((x, y[,
+    z]) in its ``unit``, ``meters`` by default; an ``ImageSeries`` has no plane), else None
+    (a note where a spacing is there but holds no usable x and y, or a unit xcorr does not
+    know).
+
+    >>> import tempfile, h5py
+    >>> with h5py.File(tempfile.mkdtemp() + "/s.nwb", "w") as f:
+    ...     f["plane/grid_spacing"] = [5e-7, 2.5e-7]
+    ...     f["s/imaging_plane"] = h5py.SoftLink("/plane")
+    ...     _nwb_pixel_size(f["s"], [])
+    (0.25, 0.5, 'µm')
+    """
+    plane = group.get("imaging_plane")
+    spacing = plane.get("grid_spacing") if hasattr(plane, "get") else None
+    if spacing is None or not hasattr(spacing, "dtype"):
+        return None
+    unit = _text(spacing.attrs.get("unit", "meters")).strip()
+    scale = _MICROMETERS.get(unit.lower(), _MICROMETERS.get(unit))
+    values = np.asarray(spacing[()])
+    xy = [_positive(v) for v in values.ravel()[:2]] if values.ndim == 1 else []
+    if len(xy) != 2 or None in xy or values.size > 3:
+        notes.append(f"imaging plane grid_spacing {_text(values)} holds no x and y spacing: "
+                     "pixel size unknown")
+        return None
+    if scale is None:
+        notes.append(f"imaging plane grid_spacing unit {unit!r} is no length unit xcorr "
+                     "reads (meters, millimeters, micrometers, nanometers): pixel size "
+                     "unknown")
+        return None
+    x, y = (float(f"{v * scale:.12g}") for v in xy)  # (1e-6 m: 1 µm, not 0.9999...)
+    return y, x, "µm"
+
+
+def _nwb_calibration(group, name, notes):
+    """``(frame interval, pixel size)`` of an NWB series (:func:`_nwb_interval`,
+    :func:`_nwb_pixel_size`); what a file holds in a form not read (a broken link) is a note,
+    never a failure."""
+    said = []
+    try:
+        interval = _nwb_interval(group, said)
+    except (KeyError, OSError, TypeError, ValueError, RuntimeError) as exc:
+        interval = None
+        said.append(f"its timing could not be read ({exc}): frame interval unknown")
+    try:
+        size = _nwb_pixel_size(group, said)
+    except (KeyError, OSError, TypeError, ValueError, RuntimeError) as exc:
+        size = None
+        said.append(f"its imaging plane could not be read ({exc}): pixel size unknown")
+    notes += [f"{name}: {n}" for n in said]
+    return interval, size
+
+
 def open_nwb(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
     """An NWB image series (``ImageSeries``, ``TwoPhotonSeries``, ``OnePhotonSeries``) by name
     or path; its ``data`` are (frame, x, y[, z]) as the NWB schema has them, (frame, y, x[,
     z]) where its ``dimension`` says so, or ``axes`` as the caller names them (pynwb writes a
     NumPy movie as it is given, usually (frames, rows, cols): ``axes="TYX"``); a note says
-    which order was read where neither tells.
+    which order was read where neither tells.  Its frame interval and pixel size as
+    :func:`_nwb_interval` and :func:`_nwb_pixel_size` read them.
 
     Raises
     ------
@@ -365,6 +505,9 @@ def open_nwb(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
                          "NumPy movie, is read right with axes=TYX")
         kind = _text(group.attrs.get("neurodata_type"))
         path = data.name
-    return ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{match[0]}",
-                       channel=channel, z=z, fmt=f"NWB {kind}", paths=[file], notes=notes,
-                       stored=stored_dataset, absent=absent_chunks)
+        interval, size = _nwb_calibration(group, name, notes)
+    src = ArrayFrames(lambda: _opened(h5py, file, path), axes, f"{file}:{match[0]}",
+                      channel=channel, z=z, fmt=f"NWB {kind}", paths=[file], notes=notes,
+                      stored=stored_dataset, absent=absent_chunks, pixel_size=size)
+    src.frame_interval = interval
+    return src

@@ -536,7 +536,8 @@ class _Guarded:
 class Hdf5StackWriter(_Writer):
     """An HDF5 file with the dataset ``dataset`` (:data:`HDF5_DATASET` by default; its groups
     made; ``TYX`` or ``TCYX``; attributes ``axes``, Fiji/ilastik ``element_size_um`` where the
-    pixel size is in µm, ``channel_names``, ``source``), chunks of :data:`CHUNK_FRAMES` frames.
+    pixel size is in µm, CaImAn's ``fr`` (frames per second) where the frame interval is known,
+    ``channel_names``, ``source``), chunks of :data:`CHUNK_FRAMES` frames.
     A failed write (a full disk) is one :class:`OutputError`; the file is closed on every path
     (:class:`_Guarded`)."""
 
@@ -558,6 +559,9 @@ class Hdf5StackWriter(_Writer):
                 size = usable_pixel_size(meta.get("pixel_size"))
                 if size and len(size) > 2 and _ngff_unit(size[2]) == "micrometer":
                     attrs["element_size_um"] = [float(size[0]), float(size[1])]
+                interval = meta.get("frame_interval")
+                if interval and math.isfinite(interval) and interval > 0:  # (as CaImAn reads it)
+                    attrs["fr"] = 1.0 / float(interval)
                 names = meta.get("channel_names") or []
                 if self.channels > 1 and len(names) == self.channels:
                     attrs["channel_names"] = [str(n) for n in names]
