@@ -182,8 +182,10 @@ def report_of(parts, shifts, area, grid=None):
     else:
         raw, aligned = (_total([p[1]["sums"][k] for p in parts]) for k in (0, 1))
         kept = sum(p[2] for p in parts)
-        sharp = (sharpness(raw / max(len(shifts), 1)),
-                 sharpness(aligned / kept) if kept else float("nan"))
+        # (divided in the figures' kernel: a CuPy array / a number would go through NumPy's
+        # ufunc protocol, whose first use imports cupyx and SciPy)
+        sharp = (sharpness(raw, max(len(shifts), 1)),
+                 sharpness(aligned, kept) if kept else float("nan"))
     worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
     report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharp, area)
     if grid is not None:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -311,10 +312,15 @@ def note_cpu_fallback(quiet: bool) -> None:
                    err=True)
 
 
+#: the bars' lock: threads share it (no bar is drawn from another process)
+_THREAD_LOCK = threading.RLock()
+
+
 def progress_bar(total, desc, quiet):
     """A tqdm bar on stderr counting frames (off with ``--quiet``)."""
     from tqdm import tqdm
 
+    tqdm.set_lock(_THREAD_LOCK)  # (its default lock starts multiprocessing's: 0.1 s)
     return tqdm(total=total, desc=desc, unit="frame", disable=quiet or None, leave=False,
                 file=sys.stderr, dynamic_ncols=True)
 
