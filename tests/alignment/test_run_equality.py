@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from cli_helpers import xcorr
+from cli_helpers import ROOT, xcorr
 from synthetic import drift_stack
 from xcorr_app import align
 from xcorr_app.bench._align_data import nonrigid_stack
@@ -206,3 +206,28 @@ def test_gpu_paths_give_one_answer(stacks, name, options, summed):
     assert dask.notes == want.notes
     cpu = align(path, device="cpu", **kw)
     np.testing.assert_allclose(cpu.shifts, want.shifts, atol=1e-3, err_msg="CPU")
+
+
+@pytest.mark.gpu
+def test_a_gpus_run_imports_no_cupyx(tmp_path):
+    """A one-shot ``gpus`` run (its report's mean images added and measured on the first GPU)
+    imports neither cupyx nor SciPy's sparse module: their import was most of a second of it."""
+    import os
+    import subprocess
+    import sys
+
+    stack, _ = drift_stack(np.random.default_rng(3), n=24, shape=(64, 80))
+    path = tmp_path / "s.tif"
+    tifffile.imwrite(path, stack.astype(np.float32))
+    # (several GPUs where the machine has them: their ranges' sums are added on the first)
+    code = ("import sys, cupy; from xcorr_app import align; "
+            "n = cupy.cuda.runtime.getDeviceCount(); "
+            "r = align(sys.argv[1], gpus=list(range(n))); "
+            "assert r.settings['executor'] == 'gpus' and r.quality is not None; "
+            "print(sorted(m for m in ('cupyx', 'scipy.sparse') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
