@@ -80,3 +80,23 @@ def write_cut_tiff(path, stack, layout, cut):
         second = tif.pages[1].offset
     path.write_bytes(whole[:second + 10] if cut == "page1" else whole[:int(len(whole) * cut)])
     return path
+
+
+def periodic_texture(rng, shape, width=0.08):
+    """Noise low-passed in Fourier space (a Gaussian of ``width`` cycles a sample): smooth,
+    periodic, in [0, 1], of any number of dimensions."""
+    spectrum = np.fft.fftn(rng.standard_normal(shape))
+    k = np.meshgrid(*(np.fft.fftfreq(n) for n in shape), indexing="ij")
+    spectrum *= np.exp(-sum(q ** 2 for q in k) / (2 * width ** 2))
+    v = np.fft.ifftn(spectrum).real
+    return (v - v.min()) / (v.max() - v.min())
+
+
+def fourier_moved(v, shift):
+    """``v`` moved by ``shift`` (one value an axis, in samples) along its last
+    ``len(shift)`` axes by a Fourier phase ramp (a periodic move: what leaves one edge comes in
+    at the other)."""
+    axes = tuple(range(v.ndim - len(shift), v.ndim))
+    k = np.meshgrid(*(np.fft.fftfreq(v.shape[a]) for a in axes), indexing="ij")
+    phase = np.exp(-2j * np.pi * sum(s * q for s, q in zip(shift, k)))
+    return np.fft.ifftn(np.fft.fftn(v, axes=axes) * phase, axes=axes).real

@@ -20,6 +20,8 @@ from xcorr_app.cli._main import cli
 from xcorr_app.errors import InputError
 from xcorr_app.io import AxesUnknown, HoldsVolumes, describe, open_stack
 
+from synthetic import fourier_moved, periodic_texture
+
 zarr = pytest.importorskip("zarr")
 h5py = pytest.importorskip("h5py")
 
@@ -29,21 +31,6 @@ TRUTH = -MOVES
 SIZE = (36, 44)
 
 
-def _texture(rng, shape):
-    """Noise low-passed in Fourier space: smooth, periodic, in [0, 1]."""
-    spectrum = np.fft.fftn(rng.standard_normal(shape))
-    k = np.meshgrid(*(np.fft.fftfreq(n) for n in shape), indexing="ij")
-    spectrum *= np.exp(-sum(q ** 2 for q in k) / (2 * 0.08 ** 2))
-    v = np.fft.ifftn(spectrum).real
-    return (v - v.min()) / (v.max() - v.min())
-
-
-def _moved(v, shift):
-    """``v`` moved by ``shift`` along its last axes, by a Fourier phase ramp."""
-    axes = tuple(range(v.ndim - len(shift), v.ndim))
-    k = np.meshgrid(*(np.fft.fftfreq(v.shape[a]) for a in axes), indexing="ij")
-    phase = np.exp(-2j * np.pi * sum(s * q for s, q in zip(shift, k)))
-    return np.fft.ifftn(np.fft.fftn(v, axes=axes) * phase, axes=axes).real
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +38,11 @@ def data():
     """``tyx`` (5, 36, 44); ``tcyx`` its frames and their negative as channel 1; ``tzyx``
     4 volumes of 5 planes moved (0, dy, dx); ``tczyx`` (channel 0: ``tzyx``)."""
     rng = np.random.default_rng(74)
-    base = _texture(rng, SIZE)
-    tyx = np.stack([_moved(base, m) for m in MOVES]).astype(np.float32)
+    base = periodic_texture(rng, SIZE)
+    tyx = np.stack([fourier_moved(base, m) for m in MOVES]).astype(np.float32)
     tcyx = np.stack([tyx, 1 - tyx], axis=1)
-    vol = _texture(rng, (5, 28, 32))
-    tzyx = np.stack([_moved(vol, m) for m in MOVES[:4]]).astype(np.float32)
+    vol = periodic_texture(rng, (5, 28, 32))
+    tzyx = np.stack([fourier_moved(vol, m) for m in MOVES[:4]]).astype(np.float32)
     tczyx = np.stack([tzyx, 1 - tzyx], axis=1)
     return {"TYX": tyx, "TCYX": tcyx, "TZYX": tzyx, "TCZYX": tczyx}
 

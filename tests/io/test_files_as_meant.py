@@ -16,30 +16,17 @@ from xcorr_app.errors import InputError
 from xcorr_app.io import HoldsVolumes, open_stack
 
 from cli_helpers import assert_clean_error, xcorr
+from synthetic import fourier_moved, periodic_texture
 
 
-def _periodic_volume(rng, shape):
-    """A smooth periodic texture (noise low-passed in Fourier space)."""
-    spectrum = np.fft.fftn(rng.standard_normal(shape))
-    k = np.meshgrid(*(np.fft.fftfreq(n) for n in shape), indexing="ij")
-    spectrum *= np.exp(-sum(q ** 2 for q in k) / (2 * 0.08 ** 2))
-    v = np.fft.ifftn(spectrum).real
-    return (v - v.min()) / (v.max() - v.min())
-
-
-def _shifted(v, shift):
-    """``v`` moved by ``shift`` (voxels) through its Fourier phase."""
-    k = np.meshgrid(*(np.fft.fftfreq(n) for n in v.shape), indexing="ij")
-    phase = np.exp(-2j * np.pi * sum(s * q for s, q in zip(shift, k)))
-    return np.fft.ifftn(np.fft.fftn(v) * phase).real
 
 
 @pytest.fixture(scope="module")
 def hyperstack(tmp_path_factory):
     """A Fiji-style TZYX hyperstack: 4 time points of 6 planes, moved (0, 0.5t, -0.3t)."""
     rng = np.random.default_rng(7)
-    vol = _periodic_volume(rng, (6, 40, 44))
-    stack = np.stack([_shifted(vol, (0, 0.5 * t, -0.3 * t)) for t in range(4)])
+    vol = periodic_texture(rng, (6, 40, 44))
+    stack = np.stack([fourier_moved(vol, (0, 0.5 * t, -0.3 * t)) for t in range(4)])
     path = tmp_path_factory.mktemp("tz") / "tz.tif"
     tifffile.imwrite(path, (stack * 5e4 + 1000).astype(np.uint16), imagej=True,
                      metadata={"axes": "TZYX"})
@@ -112,7 +99,7 @@ def test_options_volumes_use_keep_the_route_to_3d(hyperstack, tmp_path):
 
 def test_a_tiff_written_a_frame_at_a_time_is_a_stack(tmp_path):
     rng = np.random.default_rng(1)
-    base = _periodic_volume(rng, (1, 48, 56))[0]
+    base = periodic_texture(rng, (1, 48, 56))[0]
     path = tmp_path / "loop.tif"
     with tifffile.TiffWriter(path) as w:  # (an acquisition loop: a write a frame)
         for t in range(5):

@@ -18,6 +18,8 @@ from xcorr_app.cli._main import cli
 from xcorr_app.errors import InputError
 from xcorr_app.io import describe
 
+from synthetic import fourier_moved, periodic_texture
+
 zarr = pytest.importorskip("zarr")
 h5py = pytest.importorskip("h5py")
 
@@ -28,27 +30,14 @@ MOVES = np.array([[0, 0, 0], [1.25, -0.5, 2.0], [-0.75, 1.5, -1.25], [0.5, 2.25,
 TRUTH = -MOVES
 
 
-def _texture(rng, shape):
-    """Noise low-passed in Fourier space: smooth, periodic, in [0, 1]."""
-    spectrum = np.fft.fftn(rng.standard_normal(shape))
-    k = np.meshgrid(*(np.fft.fftfreq(n) for n in shape), indexing="ij")
-    spectrum *= np.exp(-sum(q ** 2 for q in k) / (2 * 0.1 ** 2))
-    v = np.fft.ifftn(spectrum).real
-    return (v - v.min()) / (v.max() - v.min())
-
-
-def _moved(v, shift):
-    k = np.meshgrid(*(np.fft.fftfreq(n) for n in v.shape), indexing="ij")
-    phase = np.exp(-2j * np.pi * sum(s * q for s, q in zip(shift, k)))
-    return np.fft.ifftn(np.fft.fftn(v) * phase).real
 
 
 @pytest.fixture(scope="module")
 def tczyx():
     """(T, C, Z, Y, X) float64 in [0.05, 0.95]: two independent textures, one drift."""
     rng = np.random.default_rng(74)
-    channels = [_texture(rng, (Z, Y, X)), _texture(rng, (Z, Y, X))]
-    data = np.stack([[_moved(v, m) for v in channels] for m in MOVES])
+    channels = [periodic_texture(rng, (Z, Y, X), 0.1), periodic_texture(rng, (Z, Y, X), 0.1)]
+    data = np.stack([[fourier_moved(v, m) for v in channels] for m in MOVES])
     return 0.05 + 0.9 * (data - data.min()) / (data.max() - data.min())
 
 
