@@ -107,10 +107,11 @@ def _positive(value):
     return number if math.isfinite(number) and number > 0 else None
 
 
-def _frame_interval(fr, notes):
-    """Seconds between frames from CaImAn's ``fr`` attribute (frames per second, as
-    ``movie.save`` writes it and xcorr's HDF5 output too): ``1 / fr``; None where there is
-    none, or it is no positive number (a note).
+def _frame_interval(fr, notes, name="fr", unit="frames per second"):
+    """Seconds between frames, ``1 / fr``, from a frame rate ``fr`` (``name`` in ``unit``:
+    CaImAn's ``fr`` attribute, as ``movie.save`` and xcorr's HDF5 output write it, or an NWB
+    series' ``starting_time`` rate); None where there is none, or it is no positive number (a
+    note).
 
     >>> _frame_interval(20.0, [])
     0.05
@@ -121,8 +122,7 @@ def _frame_interval(fr, notes):
         return None
     rate = _positive(fr)
     if rate is None:
-        notes.append(f"fr {_text(fr)} is no frame rate (frames per second): frame interval "
-                     "unknown")
+        notes.append(f"{name} {_text(fr)} is no frame rate ({unit}): frame interval unknown")
         return None
     return 1.0 / rate
 
@@ -386,13 +386,7 @@ def _nwb_interval(group, notes):
     """
     start = group.get("starting_time")
     if start is not None:
-        rate = start.attrs.get("rate")
-        hz = _positive(rate)
-        if hz is None:
-            notes.append(f"starting_time rate {_text(rate)} is no frame rate (Hz): frame "
-                         "interval unknown")
-            return None
-        return 1.0 / hz
+        return _frame_interval(start.attrs.get("rate"), notes, "starting_time rate", "Hz")
     stamps = group.get("timestamps")
     if stamps is None or not hasattr(stamps, "dtype") or stamps.dtype.kind not in "iuf" \
             or stamps.size < 2:
