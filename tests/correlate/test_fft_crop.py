@@ -6,8 +6,8 @@ tests check the kernel itself."""
 import numpy as np
 
 from xcorr_app.correlate import _direct as reference
-from xcorr_app.correlate import fft_geometry
-from xcorr_app.correlate._fft import _crop_scalars, fft_length, next_smooth
+from xcorr_app.correlate import fft_geometry, next_smooth
+from xcorr_app.correlate._fft import _crop_scalars, fft_length
 
 
 def crop_port(circ, scalars):

@@ -160,16 +160,13 @@ def _one_line(excinfo):
     return msg
 
 
-@pytest.mark.parametrize("masks", [dict(reference_mask=np.ones((8, 8), bool)),
-                                   dict(moving_mask=np.ones((8, 8), bool)),
-                                   dict(reference_mask=np.ones((8, 8), bool),
-                                        moving_mask=np.ones((8, 8), bool), overlap_ratio=0.5)])
-def test_masks_not_supported(masks):
-    img = np.ones((8, 8))
-    with pytest.raises(XcorrError) as excinfo:
-        phase_cross_correlation(img, img, **masks)
-    msg = _one_line(excinfo)
-    assert "not supported" in msg and "skimage.registration.phase_cross_correlation" in msg
+def test_masks_select_the_masked_registration():
+    """A mask gives scikit-image's masked result, ``(shift, nan, nan)`` (tests/registration/
+    test_masked.py has the cases); overlap_ratio is not read without one."""
+    img = np.random.default_rng(0).random((8, 8))
+    shift, error, phasediff = phase_cross_correlation(img, img, reference_mask=np.ones((8, 8)))
+    assert shift.tolist() == [0.0, 0.0] and np.isnan(error) and np.isnan(phasediff)
+    _assert_same(phase_cross_correlation(img, img, overlap_ratio=7), sk_pcc(img, img))
 
 
 @pytest.mark.parametrize("ref_shape, mov_shape", [((4, 8, 8), (4, 8, 8)), ((8,), (8,)),
@@ -226,7 +223,7 @@ def test_cupy_inputs_return_host_results(rng):
     (np.ones((8, 8)), np.full((8, 8), np.nan), {}),
     (np.ones((2, 8, 8)), np.ones((2, 8, 8)), {}),
     (np.ones(8), np.ones(8), {}),
-    (np.ones((8, 8)), np.ones((8, 8)), dict(reference_mask=np.ones((8, 8), bool))),
+    (np.ones((8, 8)), np.ones((8, 8)), dict(reference_mask=np.ones((8, 9), bool))),
 ], ids=["space", "normalization", "shapes", "nan", "3d", "1d", "mask"])
 def test_bad_input_is_a_value_error(ref, mov, kw):
     """Code written for scikit-image catches ValueError: InputError is one."""

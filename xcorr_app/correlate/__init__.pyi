@@ -5,8 +5,8 @@ from ._api import METHODS, choose_method, correlate_checked, cross_correlate
 from ._band import band_fits
 from ._correlation_plan import CorrelationPlan, correlation_plan
 from ._cost_model import useful_macs
-from ._fft import (conj_product, fft_geometry, fft_of, irfftn_unnormalized, padded_spectra,
-                   xcorr_fft)
+from ._fft import (conj_product, fft_geometry, fft_of, irfftn_unnormalized, next_smooth,
+                   padded_spectra, xcorr_fft)
 from ._fft_window import correlation_window, window_applies
 from ._forms import FORMS, form_layout
 from ._overlap import as_float32, overlap_xcorr

@@ -5,8 +5,9 @@
 types) for 2-D images, so code written for scikit-image can import it from xcorr instead.  CuPy
 inputs are registered on the GPU; the results always come back on the host, as scikit-image's do.
 The subpixel refinement is the matrix-multiply DFT of Guizar-Sicairos et al. shared with
-:mod:`xcorr_app.registration._fft_register` (reference there).  Masked registration (Padfield) is not
-implemented.
+:mod:`xcorr_app.registration._fft_register` (reference there).  With ``reference_mask`` or
+``moving_mask`` it registers by masked normalized cross-correlation (Padfield), in
+:mod:`xcorr_app.registration._masked`.
 
 Examples
 --------
@@ -20,6 +21,13 @@ Examples
 [-2.4, 3.7]
 >>> type(shift).__name__, shift.dtype, type(error).__name__, type(phasediff).__name__
 ('ndarray', dtype('float64'), 'float64', 'float64')
+
+With a mask (True: valid pixel), here leaving out what ``np.roll`` wrapped around:
+
+>>> moving = np.roll(reference, (3, 5), axis=(0, 1))
+>>> mask = np.ones(reference.shape, bool); mask[:3] = False; mask[:, :5] = False
+>>> phase_cross_correlation(reference, moving, reference_mask=mask)
+(array([-3., -5.]), nan, nan)
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from ..backend import array_module_of, to_numpy, to_xp
 from ..errors import InputError
 from ..streaming import host_free_bytes, human
 from ._fft_register import NORMALIZATIONS, refine_peak, signed_shifts, upsampled_dft, whiten
+from ._masked import masked_phase_cross_correlation
 from ._peaks import peak_index
 
 _SINGLE = (np.float16, np.float32, np.complex64)  # scipy.fft transforms these in single precision
@@ -99,13 +108,27 @@ def _check_region(u, shape):
                          "available; use a smaller upsample_factor")
 
 
+def _masked(reference_image, moving_image, reference_mask, moving_mask, overlap_ratio, u, space):
+    """scikit-image's masked result ``(shift, nan, nan)``: :class:`InputError` for a spectrum
+    or a moving mask alone (scikit-image fails on these without a message)."""
+    if space == "fourier":
+        raise InputError("masked registration needs real-space images (space='real'): a mask "
+                         "selects pixels, not frequencies")
+    if reference_mask is None:
+        raise InputError("moving_mask needs reference_mask too (np.ones(shape, bool) for a "
+                         "reference valid everywhere)")
+    shift = masked_phase_cross_correlation(reference_image, moving_image, reference_mask,
+                                           moving_mask, overlap_ratio, upsample_factor=u)
+    return shift, np.nan, np.nan
+
+
 def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1, space="real",
                             disambiguate=False, reference_mask=None, moving_mask=None,
                             overlap_ratio=0.3, normalization="phase"):
     """Subpixel translation between two 2-D images by (phase) cross-correlation.
 
     Same signature, results and return types as
-    ``skimage.registration.phase_cross_correlation`` for 2-D images without masks.
+    ``skimage.registration.phase_cross_correlation`` for 2-D images, with or without masks.
 
     Parameters
     ----------
@@ -114,37 +137,55 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     moving_image : (H, W) ndarray
         Image to register, same shape as ``reference_image``.
     upsample_factor : float, optional
-        Register to within ``1 / upsample_factor`` pixel (1: integer shifts only).
+        Register to within ``1 / upsample_factor`` pixel (1: integer shifts only).  With masks
+        scikit-image ignores it (integer shifts); here a factor above 1 refines the masked
+        correlation's peak by a Gaussian fit of its 3x3 neighbourhood, rounded to
+        ``1 / upsample_factor`` pixel.
     space : {"real", "fourier"}, optional
-        "fourier": the inputs are already ``fft2`` of the images.  Case insensitive.
+        "fourier": the inputs are already ``fft2`` of the images.  Case insensitive.  Masks
+        need "real" (pixels are masked, not frequencies).
     disambiguate : bool, optional
         Choose among the shifts equal modulo the image shape the one whose real-space overlap
-        correlates best (the FFT only knows the shift modulo the shape).
-    reference_mask, moving_mask : None
-        Masked registration is not supported: passing a mask raises :class:`InputError`.
+        correlates best (the FFT only knows the shift modulo the shape).  Not needed with
+        masks (their correlation is linear, not circular): ignored there, as in scikit-image.
+    reference_mask : (H, W) ndarray, optional
+        Register by masked normalized cross-correlation (Padfield): True (or 1) where
+        ``reference_image`` is valid, False (or 0) where it is not (NaN or infinite values
+        allowed there).
+    moving_mask : ndarray, optional
+        The same for ``moving_image``; None with ``reference_mask``: ``reference_mask``.  With
+        both masks the images may differ in shape (the shift is then relative to their
+        centres, as in scikit-image).
     overlap_ratio : float, optional
-        Only used with masks; accepted for compatibility.
+        With masks, in (0, 1]: translations whose overlap of valid pixels is below this fraction
+        of the largest overlap are not considered.  Ignored without masks.
     normalization : {"phase", None}, optional
         "phase" normalizes the cross-power spectrum to unit magnitude (phase correlation);
-        None keeps the plain cross-correlation.
+        None keeps the plain cross-correlation.  Ignored with masks.
 
     Returns
     -------
     shift : (2,) ndarray
         ``(dy, dx)`` to apply to ``moving_image`` to register it with ``reference_image``;
         a NumPy array (also for CuPy inputs), float32 when the inputs are single precision
-        and float64 otherwise, as in scikit-image.
+        and float64 otherwise, as in scikit-image (float64 always with masks).
     error : numpy.float64 or numpy.float32
-        Translation invariant normalized RMS error between the images.
+        Translation invariant normalized RMS error between the images; ``nan`` (a float)
+        with masks, as in scikit-image.
     phasediff : numpy.float64 or numpy.float32
-        Global phase difference between the images (zero for non-negative images).
+        Global phase difference between the images (zero for non-negative images); ``nan``
+        (a float) with masks.
 
     Raises
     ------
     InputError
-        (:class:`~xcorr_app.errors.InputError`, a ``ValueError`` as scikit-image raises) for a
-        mask, an unknown ``space`` or ``normalization``, ``upsample_factor < 1``, images that
-        are not 2-D or differ in shape, or NaN or infinite values in the inputs.
+        (:class:`~xcorr_app.errors.InputError`, a ``ValueError`` as scikit-image raises) for
+        an unknown ``space`` or ``normalization``, ``upsample_factor < 1``, images that are not
+        2-D or differ in shape, or NaN or infinite values in the inputs; with masks: a mask of
+        another shape than its image, with values other than 0 and 1 or no True pixel,
+        ``moving_mask`` without ``reference_mask``, ``overlap_ratio`` outside (0, 1],
+        ``space="fourier"``, complex images, NaN or infinite values where a mask is True (see
+        :func:`~xcorr_app.registration._masked.masked_phase_cross_correlation`).
 
     Notes
     -----
@@ -157,9 +198,6 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     exactly 0 on the CPU (integer images) may be ~1e-13 there, which phase normalization turns
     into a unit term, moving ``phasediff`` by about ``1 / (H * W)``.
     """
-    if reference_mask is not None or moving_mask is not None:
-        raise InputError("masked registration (reference_mask/moving_mask) is not supported; use "
-                         "skimage.registration.phase_cross_correlation for it")
     space = space.lower() if isinstance(space, str) else space
     if space not in ("real", "fourier"):
         raise InputError(f"space must be 'real' or 'fourier', got {space!r}")
@@ -171,6 +209,9 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
         u = float("nan")
     if not u >= 1:
         raise InputError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
+    if reference_mask is not None or moving_mask is not None:
+        return _masked(reference_image, moving_image, reference_mask, moving_mask, overlap_ratio,
+                       u, space)
     xp = array_module_of(reference_image, moving_image)
     reference, moving = to_xp(reference_image, xp), to_xp(moving_image, xp)
     if reference.ndim != 2 or reference.shape != moving.shape:
@@ -201,7 +242,7 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     cc_max, src_amp, target_amp = (to_numpy(v)[()] for v in (cc_max, src_amp, target_amp))
     if np.isnan(cc_max) or np.isnan(src_amp) or np.isnan(target_amp):
         raise InputError("NaN or infinite values in the images; remove them, or register "
-                         "with masks using skimage.registration.phase_cross_correlation")
+                         "with masks False there (reference_mask=, moving_mask=)")
 
     if disambiguate:
         if space == "fourier":
