@@ -8,6 +8,7 @@ import xcorr_app
 from qt_helpers import wait_for
 from synthetic import drift_stack
 from xcorr_app.napari import _widget
+from xcorr_app.napari._layers import VOLUMES
 from xcorr_app.napari._widget import AlignWidget
 
 OPTIONS = {"max_shift": 10, "device": "cpu"}
@@ -280,7 +281,7 @@ def test_the_layers_axis_labels_say_its_axes_and_the_plane_stays_chosen(viewer, 
         pytest.skip("this napari's layers have no axis labels")
     layer.axis_labels = ("t", "z", "y", "x")
     w = AlignWidget(viewer)
-    assert w.axes.value == "TZYX" and list(w.plane.choices) == ["max", 0, 1, 2]
+    assert w.axes.value == "TZYX" and list(w.plane.choices) == ["max", VOLUMES, 0, 1, 2]
     w.plane.value = 2
     viewer.add_image(data[:, 0], name="other")
     w.layer.value = viewer.layers["tzyx"]  # (the choices made again)

@@ -19,6 +19,7 @@ Examples
 
 from ._layers import Cancelled, default_axes, measure_stack, planes
 from ._run import Job, Output, open_aligned, run_job
+from ._volumes import run_volumes
 
 __all__ = ["Cancelled", "Job", "Output", "default_axes", "measure_stack", "open_aligned",
-           "planes", "run_job"]
+           "planes", "run_job", "run_volumes"]

@@ -32,6 +32,8 @@ from ..io import SUPPORTED_DTYPES
 DEFAULT_AXES = {3: "TYX", 4: "TCYX", 5: "TZCYX"}
 #: the choice of plane for stacks with a Z axis that measures on the maximum over Z
 MAX_PROJECTION = "max"
+#: the choice of plane that registers whole volumes in 3-D (:mod:`._volumes`): (dz, dy, dx)
+VOLUMES = "3-D (volumes)"
 #: the choice of colour of an RGB(A) layer that measures on the luminance (Rec. 601 weights of
 #: R, G, B; alpha left out)
 LUMINANCE = "luminance"

@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 from magicgui import widgets
 
+from ..alignment import VolumeResult
 from ..alignment.outputs import plot_drift, plot_quality
-from ..errors import OutputError, XcorrError
+from ..errors import InputError, OutputError, XcorrError
 from ._run import table_text
+from ._volumes import volume_table_text
 
 #: columns of the table shown (all of them are in the CSV and JSON saved)
 COLUMNS = ("frame", "dy", "dx", "confidence", "low_confidence", "agree")
@@ -65,6 +67,9 @@ def confidence_note(result) -> str:
     return "; ".join(words)
 
 
+#: the tooltip of "Save outputs…"
+SAVE_ALL_TIP = ("shifts.csv, shifts.json and the plots into a folder, as xcorr align writes "
+                "them (the aligned layer: napari's File > Save)")
 #: the width the drift plot is shown at in the dock (px)
 PLOT_WIDTH = 480
 
@@ -86,6 +91,73 @@ def drift_image(result, width=PLOT_WIDTH) -> np.ndarray:
     """The drift plot of ``result`` (:func:`plot_drift`) as an RGB array ``width`` px wide."""
     return _drawn(lambda path: plot_drift(
         path, result, title=f"reference {result.settings.get('reference')}"), width)
+
+
+#: the 3-D plot's curves and their colours
+VOLUME_CURVES = {"dz": (44, 160, 44), "dy": (31, 119, 180), "dx": (255, 127, 14),
+                 "peak": (148, 103, 189), "confidence": (80, 80, 80)}
+#: the tooltip of "Save outputs…" after a 3-D run (disabled: the table is what it has)
+NO_VOLUME_OUTPUTS = ("a 3-D run: Save table… writes shifts.csv or shifts.json (the aligned "
+                     "layer: napari's File > Save; drift.png: xcorr align --volumes)")
+
+
+def volume_drift_image(result, width=PLOT_WIDTH) -> np.ndarray:
+    """The drift plot of a 3-D run (a :class:`~xcorr_app.alignment.VolumeResult`) as an RGB
+    array ``width`` px wide: dz, dy, dx (voxels) against time point, below them the peak and
+    the confidence (0..1); volumes peaking on the ``max_shift`` border in red, NaN (a
+    constant volume) left out."""
+    from PIL import Image, ImageDraw
+
+    size, left, right = (880, 500), 70, 860
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    s, n = np.asarray(result.shifts, float), len(result.shifts)
+    xs = left + (np.arange(n) + 0.5) * (right - left) / max(n, 1)
+    marked = np.asarray(result.at_bound, bool)
+    panels = (((40, 300), "shift to align (voxels)", None,
+               {"dz": s[:, 0], "dy": s[:, 1], "dx": s[:, 2]}),
+              ((340, 460), "peak, confidence", (0.0, 1.0),
+               {"peak": result.peak, "confidence": result.confidence}))
+    for (top, bottom), label, span, curves in panels:
+        values = np.concatenate([np.asarray(v, float) for v in curves.values()])
+        values = values[np.isfinite(values)]
+        lo, hi = span or ((values.min(), values.max()) if values.size else (0.0, 1.0))
+        lo, hi = (lo - 0.5, hi + 0.5) if hi - lo < 1e-9 else (lo, hi)
+
+        def y(v, top=top, bottom=bottom, lo=lo, hi=hi):
+            return bottom - (v - lo) / (hi - lo) * (bottom - top)
+        draw.rectangle((left, top, right, bottom), outline=(60, 60, 60))
+        for v in (lo, (lo + hi) / 2, hi):
+            draw.text((6, y(v) - 6), f"{v:.2f}", fill=(0, 0, 0))
+        draw.text((left, top - 16), label, fill=(0, 0, 0))
+        for k, (name, vals) in enumerate(curves.items()):
+            colour, vals = VOLUME_CURVES[name], np.asarray(vals, float)
+            draw.text((right - 90 * (len(curves) - k), top - 16), name, fill=colour)
+            for i in range(n):
+                if not np.isfinite(vals[i]):
+                    continue
+                if i + 1 < n and np.isfinite(vals[i + 1]):
+                    draw.line((xs[i], y(vals[i]), xs[i + 1], y(vals[i + 1])), fill=colour,
+                              width=2)
+                dot = (220, 0, 0) if marked[i] else colour
+                draw.ellipse((xs[i] - 3, y(vals[i]) - 3, xs[i] + 3, y(vals[i]) + 3), fill=dot)
+    for i in np.unique(np.linspace(0, n - 1, min(n, 8)).round().astype(int)) if n else []:
+        draw.text((xs[i] - 4, 464), str(i), fill=(0, 0, 0))
+    draw.text(((left + right) / 2 - 30, 480), "time point", fill=(0, 0, 0))
+    height = round(size[1] * width / size[0])
+    return np.asarray(img.resize((width, height), Image.LANCZOS))
+
+
+def flagged_volumes(result) -> list:
+    """``[(label, time point)]`` of the volumes to look at: peaking on the ``max_shift``
+    border, constant (no shift) or unconfirmed by the direct sum."""
+    constant = np.isnan(np.asarray(result.shifts, float)).any(axis=1)
+    why = {}
+    for flags, text in ((result.at_bound, "on the max_shift border"), (constant, "constant"),
+                        (~np.asarray(result.verified, bool) & ~constant, "not verified")):
+        for i in np.flatnonzero(flags):
+            why.setdefault(int(i), []).append(text)
+    return [(f"time point {i} ({', '.join(why[i])})", i) for i in sorted(why)]
 
 
 def quality_image(result, width=PLOT_WIDTH):
@@ -167,9 +239,7 @@ class ResultsPanel(widgets.Container):
         self.table = widgets.Table(columns=list(COLUMNS))
         self.copy = widgets.PushButton(text="Copy table")
         self.save = widgets.PushButton(text="Save table…")
-        self.save_all = widgets.PushButton(
-            text="Save outputs…", tooltip="shifts.csv, shifts.json and the plots into a "
-            "folder, as xcorr align writes them (the aligned layer: napari's File > Save)")
+        self.save_all = widgets.PushButton(text="Save outputs…", tooltip=SAVE_ALL_TIP)
         self.plot = widgets.Label(value="")  # (its QLabel shows the plot's pixmap)
         self.quality_plot = widgets.Label(value="", visible=False)
         self.plot_image = self.quality_image = None
@@ -193,8 +263,14 @@ class ResultsPanel(widgets.Container):
         self.low.changed.connect(self._clicked)
 
     def show(self, result) -> None:
-        """Fill the panel from ``result`` (an :class:`~xcorr_app.alignment.AlignResult`)."""
+        """Fill the panel from ``result`` (an :class:`~xcorr_app.alignment.AlignResult`, or a
+        3-D run's :class:`~xcorr_app.alignment.VolumeResult`)."""
         self.result = result
+        self.save_all.enabled = not isinstance(result, VolumeResult)
+        self.save_all.tooltip = SAVE_ALL_TIP if self.save_all.enabled else NO_VOLUME_OUTPUTS
+        if isinstance(result, VolumeResult):
+            self._show_volumes(result)
+            return
         rows = result.frame_records()
         cell = {c: (confidence_cell if c == "confidence" else lambda v: v) for c in COLUMNS}
         self.table.value = {"data": [[cell[c](r[c]) for c in COLUMNS] for r in rows],  # (split)
@@ -212,6 +288,22 @@ class ResultsPanel(widgets.Container):
                               f"max |shift| {s['max_abs_shift']:.2f} px, plan {s['plan']}"
                               + (f"\n{note}" if note else ""))
 
+    def _show_volumes(self, result) -> None:
+        rows = result.rows()
+        columns = [c for c in rows[0] if c != "t"] if rows else []
+        self.table.value = {"data": [[round(r[c], 3) if isinstance(r[c], float) else r[c]
+                                      for c in columns] for r in rows],
+                            "index": [r["t"] for r in rows], "columns": columns}
+        self.plot_image = volume_drift_image(result)
+        self.plot.native.setPixmap(_pixmap(self.plot_image))
+        self.quality_image, self.quality_plot.visible = None, False
+        self.low.choices = flagged_volumes(result)
+        s = np.asarray(result.shifts, float)
+        biggest = float(np.nanmax(np.abs(s))) if np.isfinite(s).any() else float("nan")
+        self.summary.value = (f"{len(s)} volumes registered in 3-D, {len(self.low.choices)} "
+                              f"flagged, max |shift| {biggest:.2f} voxels; "
+                              f"{'; '.join(result.notes[:3])}")
+
     def _clicked(self, chosen) -> None:
         if chosen:
             self._jump(int(chosen[-1]))
@@ -220,7 +312,7 @@ class ResultsPanel(widgets.Container):
         """The table as CSV on the clipboard (pastes into a spreadsheet); returns the text."""
         from qtpy.QtWidgets import QApplication
 
-        text = self.result.csv_text() if self.result is not None else ""
+        text = "" if self.result is None else self._text("csv")
         QApplication.clipboard().setText(text)
         return text
 
@@ -228,19 +320,26 @@ class ResultsPanel(widgets.Container):
         """Write the table to ``path``: ``.json`` as JSON, anything else as CSV."""
         path = Path(path)
         fmt = "json" if path.suffix.lower() == ".json" else "csv"
-        path.write_text(table_text(self.result, fmt))
+        path.write_text(self._text(fmt))
         return path
+
+    def _text(self, fmt):
+        if isinstance(self.result, VolumeResult):
+            return volume_table_text(self.result, fmt)
+        return table_text(self.result, fmt)
 
     def save_outputs(self, folder, force=False) -> dict:
         """Write the run's outputs into ``folder`` by :meth:`AlignResult.save
         <xcorr_app.alignment.AlignResult.save>` (the aligned stack is the layer: not
         written again); returns ``{name: path}``."""
+        if isinstance(self.result, VolumeResult):  # (its button is off: the tooltip says)
+            raise InputError(NO_VOLUME_OUTPUTS)
         return self.result.save(folder, aligned=False, force=force)
 
     def _ask_save_all(self, *_):
         from qtpy.QtWidgets import QFileDialog, QMessageBox
 
-        if self.result is None:
+        if self.result is None or isinstance(self.result, VolumeResult):
             return
         folder = QFileDialog.getExistingDirectory(self.native, "Save the outputs into")
         if folder:

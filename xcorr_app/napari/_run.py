@@ -204,13 +204,17 @@ def frames_of(targets) -> int:
     return sum(frames_in(d.shape, ax) for d, ax in targets.values())
 
 
-def warp_layers(result, targets: dict, out_path=None, watch=None, main=None) -> dict:
+def warp_layers(result, targets: dict, out_path=None, watch=None, main=None, fill=None,
+                device=None) -> dict:
     """name -> the aligned array of every target ``(data, axes)``: warped by ``result``'s
     shifts (its motion field with patches), every channel and plane, :data:`APPLY_FRAMES` at a
     time; with ``out_path`` written to it (``main``'s array) and beside it (the others:
-    ``<stem>_<name><suffix>``), all the files appearing together once all are done."""
+    ``<stem>_<name><suffix>``), all the files appearing together once all are done.  ``fill``
+    (``fill(result, data, axes, out, watch, device)``) fills each target's array instead (3-D
+    shifts: :func:`~._volumes.fill_volumes`); ``device``: the run's, by default."""
     watch = watch or Watch(frames_of(targets))
-    device = result.settings.get("device", "auto")
+    device = device or result.settings.get("device", "auto")
+    fill = fill or _fill
     paths = {}
     with contextlib.ExitStack() as files:  # every file appears together, only on success
         for name, (data, ax) in targets.items():
@@ -221,7 +225,7 @@ def warp_layers(result, targets: dict, out_path=None, watch=None, main=None) -> 
                     base.with_name(f"{base.stem}_{name}{base.suffix}")
                 tmp = files.enter_context(atomic_path(paths[name]))
             out = _new_array(data.shape, tmp, rgb=ax.endswith("S"))
-            _fill(result, data, ax, out, watch, device)
+            fill(result, data, ax, out, watch, device)
             if tmp is None:
                 paths[name] = out
             else:

@@ -26,12 +26,16 @@ from pathlib import Path
 from magicgui import widgets
 from qtpy.QtCore import QObject, Signal
 
+from ..alignment import VolumeResult
+
 from ._form import form_options, options_form
-from ._layers import (COLOURS, LUMINANCE, MAX_PROJECTION, Cancelled, axes_from_labels,
-                      check_axes, default_axes, is_lazy)
+from ._layers import (COLOURS, LUMINANCE, MAX_PROJECTION, VOLUMES, Cancelled,
+                      axes_from_labels, check_axes, default_axes, is_lazy)
 from ._panels import ResultsPanel, field_vectors, wrap
 from ._run import (Job, SavedShifts, Watch, check_targets, frames_of, load_shifts, run_job,
                    warp_layers)
+from ._volumes import (can_register_volumes, check_volume_targets, run_volumes, volume_options,
+                       volumes_in, warp_volume_layers)
 
 
 class _Relay(QObject):
@@ -78,7 +82,9 @@ class AlignWidget(widgets.Container):
         self.axes = widgets.LineEdit(label="axes", tooltip="one letter a dimension: T frames, "
                                      "C channels, Z planes, then YX")
         self.channel = widgets.SpinBox(label="measure channel", min=0, max=0)
-        self.plane = widgets.ComboBox(label="measure plane", choices=[MAX_PROJECTION])
+        self.plane = widgets.ComboBox(label="measure plane", choices=[MAX_PROJECTION],
+                                      tooltip="max: the planes' maximum; a number: that plane; "
+                                      f"{VOLUMES}: whole volumes registered in 3-D (dz, dy, dx)")
         self.colour = widgets.ComboBox(label="measure colour", choices=[LUMINANCE],
                                        tooltip="an RGB layer: measured on the luminance or "
                                        "one colour; every colour is aligned")
@@ -162,8 +168,8 @@ class AlignWidget(widgets.Container):
         self.colour.choices = [LUMINANCE, *COLOURS[:shape[-1] if "S" in axes else 0]]
         chosen = self._planes.get(layer.name, self.plane.value)
         self._choosing = True
-        self.plane.choices = [MAX_PROJECTION] + (list(range(shape[axes.index("Z")]))
-                                                 if "Z" in axes else [])
+        self.plane.choices = [MAX_PROJECTION] + ([VOLUMES] if can_register_volumes(
+            shape, axes) else []) + (list(range(shape[axes.index("Z")])) if "Z" in axes else [])
         if chosen in self.plane.choices:  # (the layer's choice, where it still fits, kept)
             self.plane.value = chosen
         self._choosing = False
@@ -203,8 +209,12 @@ class AlignWidget(widgets.Container):
         axes = check_axes(self.axes.value, data.shape)
         check_targets({layer.name: (data, axes), **others}, data.shape[axes.index("T")],
                       self._out_path())  # (before the worker starts: the status line says)
+        options = form_options(self.form)
+        if self.plane.value == VOLUMES:  # (3-D: its options parsed once, here)
+            options = volume_options(options)
+            check_volume_targets(others)
         return Job(data=data, axes=axes, channel=self.channel.value, plane=self.plane.value,
-                   colour=self.colour.value, options=form_options(self.form), apply_to=others,
+                   colour=self.colour.value, options=options, apply_to=others,
                    out_path=self._out_path(), name=layer.name)
 
     # -- running
@@ -217,6 +227,8 @@ class AlignWidget(widgets.Container):
             self.status.value = f"cannot run: {e}"
             return None
         self._axes_shown = {job.name: job.axes, **{k: a for k, (_, a) in job.apply_to.items()}}
+        if job.plane == VOLUMES:
+            return self._launch(run_volumes, job, self._aligned, "aligning the volumes in 3-D")
         return self._launch(run_job, job, self._aligned, "aligning")
 
     def _launch(self, fn, job, done, what):
@@ -257,7 +269,10 @@ class AlignWidget(widgets.Container):
         for name, data in aligned.items():
             source = self.viewer.layers[name] if name in self.viewer.layers else None
             kwargs = {} if source is None else {"scale": source.scale,
+                                                "translate": source.translate,
                                                 "contrast_limits": source.contrast_limits}
+            if source is not None and hasattr(source, "axis_labels"):  # (napari >= 0.5)
+                kwargs["axis_labels"] = source.axis_labels
             if source is not None and source.rgb:  # (an RGB layer stays one: no colormap)
                 kwargs["rgb"] = True
             elif source is not None:
@@ -272,6 +287,12 @@ class AlignWidget(widgets.Container):
         result = output.result
         self.shifts = result
         added = self._add_aligned(output.aligned)
+        if isinstance(result, VolumeResult):
+            self.results.show(result)
+            flags = result.notes[3:]
+            self.status.value = (f"aligned {len(result.shifts)} volumes in 3-D on "
+                                 f"{result.device}" + (f"; {'; '.join(flags)}" if flags else ""))
+            return
         main = self.layer.value.name if self.layer.value is not None else None
         axes = self._axes_shown.get(main, "TYX")
         vectors = field_vectors(result, axes.rstrip("S"), added[0].data.shape[:len(
@@ -313,6 +334,8 @@ class AlignWidget(widgets.Container):
                 raise ValueError("align a layer or load shifts first, and pick a layer")
             data, axes = _layer_data(layer), _axes_of(layer)
             out = self._out_path()
+            if isinstance(self.shifts, VolumeResult):  # (3-D shifts: layers with a Z axis)
+                check_volume_targets({layer.name: (data, axes)})
             if isinstance(self.shifts, SavedShifts):  # (as xcorr apply checks a table)
                 self.shifts.fit(data.shape[axes.index("T")],
                                 [data.shape[axes.index(a)] for a in "YX"], layer.name)
@@ -324,6 +347,9 @@ class AlignWidget(widgets.Container):
         shifts = self.shifts
 
         def apply(targets, report, cancel):
+            if isinstance(shifts, VolumeResult):
+                return warp_volume_layers(shifts, targets, out,
+                                          Watch(volumes_in(targets), report, cancel), layer.name)
             watch = Watch(frames_of(targets), report, cancel)
             return warp_layers(shifts, targets, out, watch, main=layer.name)
 
