@@ -9,7 +9,10 @@ import pytest
 import tifffile
 from scipy import ndimage as ndi
 
+from click.testing import CliRunner
+
 from xcorr_app import align
+from xcorr_app.cli._main import cli
 from xcorr_app.io import describe, imagej_calibration
 
 from cli_helpers import xcorr
@@ -87,6 +90,25 @@ def test_an_uncalibrated_input_writes_no_calibration(tmp_path):
     assert r.returncode == 0, r.stderr
     d = describe(tmp_path / "out" / "aligned.tif")
     assert d["pixel_size"] is None and d["frame_interval"] is None
+
+
+@pytest.mark.parametrize("labels, names", [(["GCaMP"] * 6, ["GCaMP"]),
+                                            ([f"t{i}" for i in range(6)], [])])
+def test_one_channels_name_is_the_label_of_every_page(tmp_path, labels, names):
+    """(A one-channel ImageJ stack's slice labels were all its "channel names", and xcorr info
+    listed them; a one-channel name reached no aligned.tif.)  Labels that differ name slices."""
+    path = tmp_path / "one.tif"
+    tifffile.imwrite(path, _frames(np.random.default_rng(8)), imagej=True,
+                     metadata={"axes": "TYX", "Labels": labels})
+    assert describe(path)["channel_names"] == names
+    assert imagej_calibration({"channel_names": ["GCaMP"]}, 3) == {
+        "metadata": {"Labels": ["GCaMP"] * 3}}
+    r = CliRunner().invoke(cli, ["align", str(path), "--out", str(tmp_path / "out"), "--device",
+                                 "cpu", "-q", "--no-quality", "--no-verify"])
+    assert r.exit_code == 0, r.output
+    with tifffile.TiffFile(tmp_path / "out" / "aligned.tif") as tif:
+        assert tif.imagej_metadata.get("Labels") == (names * 6 or None)
+    assert describe(tmp_path / "out" / "aligned.tif")["channel_names"] == names
 
 
 def _ome(path):

@@ -312,7 +312,7 @@ def test_an_unusable_pixel_size_is_carried_into_no_output(tmp_path, fmt, size):
         if name == "good":
             assert said[:2] == (0.5, 0.25)
             continue
-        assert said is None or said[:2] == (1.0, 1.0) and not said[2], said
+        assert said is None, said
         if fmt == "ome-zarr":  # (standard JSON: a bare NaN is none)
             attrs = json.loads((path / ".zattrs").read_text(),
                                parse_constant=lambda c: pytest.fail(f"{c} in .zattrs"))

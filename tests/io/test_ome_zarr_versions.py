@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 import tifffile
 
+from click.testing import CliRunner
+
 from xcorr_app import align
+from xcorr_app.cli._main import cli
 from xcorr_app.io import describe
 
 from cli_helpers import xcorr
@@ -184,3 +187,46 @@ def test_other_inputs_keep_04_on_zarr_v2(tmp_path):
         v04.Image.from_zarr(group)
         assert describe(out)["ngff_version"] == "0.4"
     check_reads_back(tmp_path / "zarr" / "aligned.ome.zarr", "0.4")
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_a_scale_without_a_unit_is_no_pixel_size_and_the_output_invents_none(tmp_path,
+                                                                                version, scale):
+    """(A unitless 1 read back as a pixel size of (1.0, 1.0, ""): an uncalibrated input's
+    OME-Zarr output said it had one.)  OME-NGFF's units are optional: a scale without one is
+    in pixels."""
+    stack, _ = frames(n=5, shape=(32, 40), seed=11)
+    store = tmp_path / "in.ome.zarr"
+    if version == "0.5":
+        axes = [Axis(name="t", type="time"), Axis(name="y", type="space"),
+                Axis(name="x", type="space")]
+        spec = ArraySpec.from_array(stack, dimension_names=["t", "y", "x"])
+        group = v05.Image.new(array_specs=[spec], paths=["0"], axes=axes,
+                              scales=[[1.0, scale, scale]], translations=[None],
+                              name="in").to_zarr(zarr.storage.LocalStore(str(store)), path="")
+        group["0"][:] = stack
+    else:
+        root = zarr.open_group(str(store), mode="w", zarr_format=2)
+        root.create_array("0", data=stack, chunks=(2, 32, 40))
+        root.attrs["multiscales"] = [{"version": "0.4", "axes": [
+            {"name": "t", "type": "time"}, {"name": "y", "type": "space"},
+            {"name": "x", "type": "space"}], "datasets": [{"path": "0",
+            "coordinateTransformations": [{"type": "scale", "scale": [1.0, scale, scale]}]}]}]
+    d = describe(store)
+    assert (d["format"], d["ngff_version"], d["pixel_size"]) == ("OME-Zarr", version, None)
+    info = CliRunner().invoke(cli, ["info", str(store)])
+    assert info.exit_code == 0 and "pixel size unknown" in info.stdout, info.output
+    # an uncalibrated input, the TIFF and this store: no unit in the output, none read back
+    tifffile.imwrite(tmp_path / "plain.tif", stack)
+    for name, source in (("zarr", store), ("tif", tmp_path / "plain.tif")):
+        r = CliRunner().invoke(cli, ["align", str(source), "--out", str(tmp_path / name),
+                                     "--device", "cpu", "-q", "--out-format", "ome-zarr",
+                                     "--no-quality", "--no-verify"])
+        assert r.exit_code == 0, r.output
+        out = tmp_path / name / "aligned.ome.zarr"
+        attrs = zarr.open_group(str(out), mode="r").attrs.asdict()
+        image = attrs.get("ome", attrs)["multiscales"][0]
+        assert [a.get("unit") for a in image["axes"]] == [None, None, None]
+        assert image["datasets"][0]["coordinateTransformations"][0]["scale"] == [1.0, 1.0, 1.0]
+        assert describe(out)["pixel_size"] is None

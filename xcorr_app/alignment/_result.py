@@ -242,7 +242,7 @@ class AlignResult:
 
     def save(self, folder, *, aligned=True, format="tiff", plots=True, force=False,
              resample="bilinear", crop=False, fill=0.0, keep_dtype=False, channels=None,
-             warp=None, progress=None) -> dict:
+             warp=None, progress=None, in_place=False) -> dict:
         """Write what ``xcorr align`` writes into ``folder``, together or not at all.
 
         ``shifts.csv``, ``shifts.json``, ``drift.png``, ``quality.png`` (with the quality
@@ -260,12 +260,18 @@ class AlignResult:
             run in ``folder``, one beside its ``shifts.json``, is then removed with ``force``,
             as it no longer matches the shifts; any other ``aligned.tif`` there is someone's
             file: refused, ``force`` or not).
-        format : {"tiff", "ome-tiff", "ome-zarr", "hdf5", "hdf5:/NAME"}
+        format : {"tiff", "ome-tiff", "ome-zarr", "hdf5", "hdf5:/NAME", "nwb"}
             The aligned stack's format: ``aligned.tif`` (ImageJ), ``aligned.ome.tif``,
             ``aligned.ome.zarr`` (OME-NGFF 0.5 on Zarr v3 for an OME-Zarr 0.5 input, else 0.4
             on Zarr v2) or ``aligned.h5`` (``--out-format``; dataset ``/aligned``, or
             ``/NAME`` with ``hdf5:/NAME``, e.g. ``hdf5:/data`` as suite2p reads), with the
-            input's pixel size, channel names and frame interval.
+            input's pixel size, channel names and frame interval; ``aligned.nwb`` (an NWB
+            input only, needs pynwb): a copy of the input with a ``MotionCorrection`` in
+            ``processing["ophys"]`` (docs/cli.md, "NWB output").
+        in_place : bool
+            With ``format="nwb"``: write the ``MotionCorrection`` into the NWB input itself
+            (replaced by a completed copy) instead of ``aligned.nwb``; ``force`` replaces an
+            earlier xcorr run's.
         plots : bool
             Write ``drift.png``, ``quality.png`` and ``motion_field.png``.
         force : bool
@@ -307,14 +313,14 @@ class AlignResult:
         format, dataset = parse_out_format(format)  # (hdf5:/NAME: its dataset)
         fill = check_save(patches=self.motion_field is not None, aligned=aligned,
                           format=format, resample=resample, crop=crop, fill=fill,
-                          keep_dtype=keep_dtype, channels=channels)
+                          keep_dtype=keep_dtype, channels=channels, in_place=in_place)
         if channels is not None:
             measured = self.settings.get("channel")
             channels = check_channels(channels, channels_of(self.source, measured), measured)
         inputs, how, made = [], None, None
         if aligned:  # (a type the format cannot hold: refused before anything is written)
             how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
-                                              keep_dtype, format, dataset), channels)
+                                              keep_dtype, format, dataset, force), channels)
         if isinstance(self.source, (str, Path)):
             from ..io import split_source
 
@@ -322,7 +328,7 @@ class AlignResult:
         with RunOutputs(folder, aligned=aligned, format=format, plots=plots,
                         quality=self.quality is not None,
                         patches=self.motion_field is not None, force=force,
-                        inputs=inputs) as outs:
+                        inputs=inputs, in_place=inputs[0] if in_place else None) as outs:
             if aligned:
                 made = self.aligned_frames(channels=channels, resample=resample, crop=crop,
                                            fill=fill, warp=warp)

@@ -123,8 +123,14 @@ OUTPUT_OPTIONS = (
                  help="Format of the aligned stack: tiff (aligned.tif, ImageJ), ome-tiff "
                       "(aligned.ome.tif), ome-zarr (aligned.ome.zarr, a folder: OME-NGFF 0.5 "
                       "for a 0.5 input, else 0.4), hdf5 (aligned.h5, dataset /aligned; "
-                      "hdf5:/NAME names it, e.g. hdf5:/data as suite2p reads); each with the "
-                      "input's pixel size, channel names and frame interval."),
+                      "hdf5:/NAME names it, e.g. hdf5:/data as suite2p reads), nwb (an NWB "
+                      "input only: aligned.nwb, a copy of it with a MotionCorrection in "
+                      "processing/ophys); each with the input's pixel size, channel names and "
+                      "frame interval."),
+    click.option("--in-place", "in_place", is_flag=True,
+                 help="With --out-format nwb: write the MotionCorrection into the NWB input "
+                      "itself (replaced by a completed copy: room for a second copy needed) "
+                      "instead of aligned.nwb; --force replaces an earlier xcorr run's."),
     click.option("--keep-dtype", is_flag=True,
                  help="Write the aligned stack in the input's pixel type (integers rounded "
                       "and clipped) instead of float32."),
@@ -199,7 +205,7 @@ def _align(o):
     out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
     outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
                          quality=not o.no_quality, patches=o.patches is not None, force=o.force,
-                         name="--out",
+                         name="--out", in_place=split_source(path)[0] if o.in_place else None,
                          inputs=[split_source(path)[0]] + ([Path(o.reference)]
                                                            if _is_file(o.reference) else []))
     shape, itemsize, n = _check(o)
@@ -279,7 +285,7 @@ def _check(o):
     # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
     o.fill = check_save(patches=o.patches is not None, aligned=not o.no_aligned,
                         format=o.out_format, resample=o.resample, crop=o.crop, fill=o.fill,
-                        keep_dtype=o.keep_dtype)
+                        keep_dtype=o.keep_dtype, in_place=o.in_place)
     if o.gpus is not None:
         from ..streaming import need_gpus
 
@@ -298,7 +304,7 @@ def _check(o):
                                 "stack into that range")
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         o.aligned_as = aligned_as(src, o.path, o.keep_dtype, o.out_format,  # (notes too)
-                                  o.out_dataset)
+                                  o.out_dataset, o.force)
         print_notes(src, o.quiet)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
     # in this process the run decides the device, once, where it starts on it

@@ -34,7 +34,7 @@ RENAMED = {"format": "--out-format", "channels": "--apply-to"}
 #: the other options of the commands that the package's messages name (as ``name=value``, or a
 #: message's first word)
 OTHERS = ("max_memory", "chunk_frames", "force", "resample", "crop", "fill", "keep_dtype",
-          "workers", "scheduler", "readable_frames", "dataset", "mix")
+          "workers", "scheduler", "readable_frames", "dataset", "mix", "in_place")
 
 
 @functools.lru_cache(maxsize=1)

@@ -82,12 +82,14 @@ def write_aligned(path, source, shifts, fill, device, channel=None, channels=Non
     """aligned.tif: the volumes (of ``channel``) moved by their shifts (trilinear), streamed
     one volume at a time into an ImageJ hyperstack (T, Z, Y, X) float32, written atomically;
     with ``channels`` (``--apply-to``) those channels, each moved by the same shifts, into one
-    (T, Z, C, Y, X) hyperstack."""
+    (T, Z, C, Y, X) hyperstack; with the input's pixel size, frame interval and the names of
+    the channels written, as 2-D align's aligned.tif."""
     import numpy as np
     import tifffile
 
+    from ..alignment.outputs import aligned_of, channel_metadata
     from ..alignment.volume import open_volumes, shift_volumes
-    from ..io import atomic_path
+    from ..io import atomic_path, imagej_calibration, split_source
 
     shape = open_volumes(source, channel=channel).shape
     # a constant volume (shift NaN) left unshifted, as 2-D align leaves a constant frame
@@ -103,9 +105,14 @@ def write_aligned(path, source, shifts, fill, device, channel=None, channels=Non
         depth, n = shape[1], len(channels)
         pages = (vols[c][z] for vols in zip(*moved) for z in range(depth) for c in range(n))
         shape, axes = (shape[0], depth, n, *shape[2:]), "TZCYX"
+    written = channels if channels is not None else None if channel is None else [channel]
+    meta = {} if split_source(source)[0].suffix.lower() == ".npy" else \
+        channel_metadata(aligned_of(source, channel, False), written)["metadata"]  # (npy: none)
+    said = imagej_calibration(meta, int(np.prod(shape[:-2])), len(written or [0]))
     with atomic_path(Path(path)) as tmp:
         with tifffile.TiffWriter(tmp, imagej=True, bigtiff=False) as tw:
-            tw.write(pages, shape=shape, dtype=np.float32, metadata={"axes": axes})
+            tw.write(pages, shape=shape, dtype=np.float32, resolution=said.get("resolution"),
+                     metadata={**said.get("metadata", {}), "axes": axes})
 
 
 def plot_drift3d(path, result, title=""):
@@ -185,7 +192,7 @@ EXPLICIT_USES = VOLUME_USES - {"z"}
 #: options of the 2-D run that --volumes does not take (name, the value that means unset)
 _NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("scheduler", None),
                      ("features", None), ("crop", False),
-                     ("out_format", "tiff"),
+                     ("out_format", "tiff"), ("in_place", False),
                      ("keep_dtype", False))
 
 

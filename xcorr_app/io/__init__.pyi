@@ -12,6 +12,7 @@ from ._pread import PreadFile, preadable
 from ._describe import calibration, describe
 from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, SourceArray,
                       TIFF_SUFFIXES, open_array, open_source, open_stack, read_image)
+from ._nwb_out import check_nwb_out
 from ._stack_writers import (HDF5_DATASET, OUT_FORMATS, aligned_name, as_dtype, check_keep,
                              imagej_calibration, out_format, parse_out_format, parse_out_path,
                              stack_writer, usable_pixel_size)

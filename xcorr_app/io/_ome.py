@@ -73,6 +73,9 @@ def _imagej_pixels(tif):
     channels = meta.get("channels")
     if isinstance(channels, int) and 1 < channels <= len(labels):
         labels = labels[:channels]
+    elif not (isinstance(channels, int) and channels > 1):
+        # (one channel: its name is the label of every page; labels that differ name slices)
+        labels = labels[:1] if labels and len(set(labels)) == 1 else []
     return size, labels
 
 

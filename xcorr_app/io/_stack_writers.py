@@ -1,5 +1,5 @@
-"""The aligned stack in the format asked (``--out-format tiff|ome-tiff|ome-zarr|hdf5``, or
-``hdf5:/NAME`` naming the HDF5 dataset: :func:`parse_out_format`):
+"""The aligned stack in the format asked (``--out-format tiff|ome-tiff|ome-zarr|hdf5|nwb``, or
+``hdf5:/NAME`` naming the HDF5 dataset: :func:`parse_out_format`; NWB: :mod:`._nwb_out`):
 writers with the interface of :class:`~xcorr_app.io._writer.TiffStackWriter` (``write(chunk)``,
 ``close()``, ``abort()``), each written under a hidden temporary name and renamed by the run's one commit
 (:class:`~xcorr_app.io._writer.AtomicTarget`: an OME-Zarr store is a folder), chunked, with the
@@ -33,16 +33,17 @@ import tifffile
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError, OutputError
 from ._formats import need
+from ._nwb_out import NwbCopy
 from ._writer import AtomicTarget, TiffStackWriter, os_errors
 
 __all__ = ["OUT_FORMATS", "aligned_name", "as_dtype", "stack_writer", "ZarrStackWriter",
            "Hdf5StackWriter", "OmeTiffStackWriter", "imagej_calibration", "usable_pixel_size",
            "check_keep", "out_format", "KEEP_DTYPES", "HDF5_DATASET", "parse_out_format",
-           "parse_out_path"]
+           "parse_out_path", "NwbStackWriter"]
 
 #: ``--out-format``: the name of the aligned stack in each
 OUT_FORMATS = {"tiff": "aligned.tif", "ome-tiff": "aligned.ome.tif", "ome-zarr": "aligned.ome.zarr",
-               "hdf5": "aligned.h5"}
+               "hdf5": "aligned.h5", "nwb": "aligned.nwb"}
 
 #: the dataset of an HDF5 aligned stack where ``hdf5:/NAME`` names none
 HDF5_DATASET = "/aligned"
@@ -346,7 +347,8 @@ CHANNEL_COLORS = ("00FF00", "FF00FF", "00FFFF", "FFFF00", "FF0000", "0000FF", "F
 def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
     """``metadata`` and ``resolution`` of :class:`~xcorr_app.io.TiffStackWriter` carrying
     ``meta``'s pixel size, its unit and the frame interval into an ImageJ TIFF (what Fiji shows
-    as the image's calibration), and with several channels their names (a label a page).
+    as the image's calibration), and the channels' names (a label a page; one channel's name
+    too, on every page: ImageJ has no other place for it).
 
     >>> imagej_calibration({"pixel_size": (0.5, 0.25, "micrometer"), "frame_interval": 0.1})
     {'metadata': {'unit': 'um', 'finterval': 0.1, 'tunit': 'sec'}, 'resolution': (4.0, 2.0)}
@@ -362,7 +364,7 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
     if meta.get("frame_interval"):
         found.update(finterval=float(meta["frame_interval"]), tunit="sec")
     names = [str(n) for n in meta.get("channel_names") or []]
-    if channels > 1 and len(names) == channels and n_frames:
+    if names and len(names) == channels and n_frames:
         found["Labels"] = names * (int(n_frames) // channels)
     return {"metadata": found, **out} if found else {}
 
@@ -391,7 +393,7 @@ class OmeTiffStackWriter(_Writer):
         if meta.get("frame_interval"):
             ome.update(TimeIncrement=float(meta["frame_interval"]), TimeIncrementUnit="s")
         names = [str(n) for n in meta.get("channel_names") or []]
-        if self.channels > 1 and len(names) == self.channels:
+        if names and len(names) == self.channels:
             ome["Channel"] = {"Name": names}
         self._pages: queue.Queue = queue.Queue(maxsize=4)  # (chunks waiting: bounded)
         self._error = None
@@ -563,7 +565,7 @@ class Hdf5StackWriter(_Writer):
                 if interval and math.isfinite(interval) and interval > 0:  # (as CaImAn reads it)
                     attrs["fr"] = 1.0 / float(interval)
                 names = meta.get("channel_names") or []
-                if self.channels > 1 and len(names) == self.channels:
+                if names and len(names) == self.channels:
                     attrs["channel_names"] = [str(n) for n in names]
                 attrs["source"] = str(meta.get("source", ""))
                 self._guard.check()
@@ -592,29 +594,76 @@ class Hdf5StackWriter(_Writer):
         super().abort()
 
 
+class NwbStackWriter(_Writer):
+    """The aligned movie into an NWB file (:class:`~._nwb_out.NwbCopy`): ``path`` the NWB input
+    file itself (``--in-place``) or a new file (a copy of it, e.g. ``aligned.nwb``);
+    ``metadata["source"]`` the input series (``FILE.nwb[:/NAME]``), ``metadata["replace"]``
+    whether an earlier xcorr run's corrected movie of it is replaced.  :meth:`record` gives the
+    shifts and the provenance before :meth:`close`."""
+
+    def __init__(self, path, frame_shape, dtype, n_frames, channels=1, metadata=None):
+        self._nwb, self._record, self._aborting = None, None, False
+        super().__init__(path, frame_shape, dtype, n_frames, channels)
+        meta = metadata or {}
+        try:
+            if self.channels > 1:
+                raise InputError(f"channels: an NWB output holds the aligned movie of one "
+                                 f"channel, not {self.channels}")
+            with os_errors(self.path):
+                self._nwb = NwbCopy(self._tmp, self.path, meta.get("source"), self.frame_shape,
+                                    self.n_frames, self.dtype, CHUNK_FRAMES,
+                                    meta.get("replace", False))
+        except BaseException:
+            self.abort()
+            raise
+
+    def record(self, shifts, description, comments) -> None:
+        """The run's ``shifts`` ((dy, dx) a frame), the corrected series' ``description`` and
+        ``comments`` (the settings), written by :meth:`close`."""
+        self._record = shifts, description, comments
+
+    def _put(self, at, chunk) -> None:
+        self._nwb.put(at, chunk)
+
+    def _finish(self):
+        nwb, self._nwb = self._nwb, None
+        if nwb is None:
+            return
+        if not self._aborting and self._record is None:
+            nwb.finish(None)
+            raise ValueError("NwbStackWriter.record was not called: no shifts to write")
+        nwb.finish(None if self._aborting else self._record)
+
+    def abort(self) -> None:
+        self._aborting = True
+        super().abort()
+
+
 #: the pixel types ``--keep-dtype`` writes in each ``--out-format`` (what its writer and the
 #: programs that read it take: ImageJ no float16 or float64, tifffile's OME writer no
 #: float16); None: any integer or float type
 KEEP_DTYPES = {"tiff": ("uint8", "uint16", "int16", "float32"),
                "ome-tiff": ("uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
                             "float64"),
-               "ome-zarr": None, "hdf5": None}
+               "ome-zarr": None, "hdf5": None, "nwb": None}
 
 #: the formats' names as the messages say them
 FORMAT_NAMES = {"tiff": "ImageJ TIFF", "ome-tiff": "OME-TIFF", "ome-zarr": "OME-Zarr",
-                "hdf5": "HDF5"}
+                "hdf5": "HDF5", "nwb": "NWB"}
 
 
 def out_format(path) -> str:
     """The ``--out-format`` of the aligned stack ``path`` by its name (``.ome.zarr``/``.zarr``:
-    OME-Zarr, ``.h5``/``.hdf5``: HDF5, ``.ome.tif``: OME-TIFF, else an ImageJ TIFF).
+    OME-Zarr, ``.h5``/``.hdf5``: HDF5, ``.ome.tif``: OME-TIFF, ``.nwb``: NWB, else an ImageJ
+    TIFF).
 
     >>> out_format("a/x.OME.TIF"), out_format("aligned.h5"), out_format("y.tif")
     ('ome-tiff', 'hdf5', 'tiff')
     """
     name = Path(path).name.lower()
     return "ome-zarr" if name.endswith(".zarr") else "hdf5" if name.endswith((".h5", ".hdf5")) \
-        else "ome-tiff" if name.endswith((".ome.tif", ".ome.tiff")) else "tiff"
+        else "ome-tiff" if name.endswith((".ome.tif", ".ome.tiff")) else \
+        "nwb" if name.endswith(".nwb") else "tiff"
 
 
 def holds(fmt: str, dtype) -> bool:
@@ -638,7 +687,8 @@ def check_keep(fmt: str, dtype) -> np.dtype:
     dtype = np.dtype(dtype)
     if holds(fmt, dtype):
         return dtype
-    others = [FORMAT_NAMES[f] for f in OUT_FORMATS if holds(f, dtype)]
+    # (NWB: of an NWB input only)
+    others = [FORMAT_NAMES[f] for f in OUT_FORMATS if holds(f, dtype) and f != "nwb"]
     where = f"write it as {_either(others)}, or " if others else ""
     raise InputError(f"the {FORMAT_NAMES[fmt]} output cannot hold {dtype} pixels "
                      f"(keep_dtype=True); {where}leave keep_dtype out (float32 pixels)")
@@ -677,6 +727,8 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
     if fmt == "hdf5":
         return Hdf5StackWriter(path, frame_shape, dtype, n_frames, channels, metadata,
                                dataset or HDF5_DATASET)
+    if fmt == "nwb":  # (the NWB input's copy, or the input itself: :mod:`._nwb_out`)
+        return NwbStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     if fmt == "ome-tiff":
         return OmeTiffStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels,

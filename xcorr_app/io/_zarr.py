@@ -82,7 +82,19 @@ def frame_interval_of(meta) -> float | None:
 
 
 def _ome_layout(meta, name):
-    """``(level-0 path, axes, pixel size, channel names)`` of OME-Zarr metadata."""
+    """``(level-0 path, axes, pixel size, channel names)`` of OME-Zarr metadata: the pixel
+    size the level-0 scale of its ``y`` and ``x`` axes in their unit, None where neither axis
+    names a unit (a unit is optional in OME-NGFF: a scale without one is in pixels).
+
+    >>> meta = {"multiscales": {"axes": [{"name": "t"}, {"name": "y"}, {"name": "x"}],
+    ...     "datasets": [{"path": "0", "coordinateTransformations": [
+    ...         {"type": "scale", "scale": [1.0, 1.0, 1.0]}]}]}, "omero": {}}
+    >>> _ome_layout(meta, "s.zarr")
+    ('0', 'TYX', None, [])
+    >>> meta["multiscales"]["axes"][2]["unit"] = "micrometer"
+    >>> _ome_layout(meta, "s.zarr")[2]
+    (1.0, 1.0, 'micrometer')
+    """
     scale = meta["multiscales"]
     datasets = scale.get("datasets") or []
     if not datasets:
@@ -95,8 +107,9 @@ def _ome_layout(meta, name):
         if transform.get("type") == "scale" and len(transform.get("scale", ())) == len(names):
             units = {a.get("name"): a.get("unit") for a in axes_meta if isinstance(a, dict)}
             s = dict(zip(names, transform["scale"]))
-            if "y" in s and "x" in s:
-                pixel_size = (float(s["y"]), float(s["x"]), units.get("x") or "")
+            unit = units.get("x") or units.get("y")
+            if "y" in s and "x" in s and unit:
+                pixel_size = (float(s["y"]), float(s["x"]), str(unit))
     labels = [c.get("label", "") for c in meta["omero"].get("channels", [])]
     return datasets[0]["path"], axes, pixel_size, labels
 
@@ -139,12 +152,12 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
     with library_errors(file, "open"):
         node = zarr.open(str(file), mode="r")
     given, axes = axes, None
-    notes, pixel_size, labels, interval, version = [], None, [], None, None
+    notes, pixel_size, labels, interval, version, fmt = [], None, [], None, None, "Zarr"
     if not hasattr(node, "dtype"):  # a group: OME-Zarr, a named array, or its only array
         meta = ome_metadata(node.attrs)
         if meta is not None and not dataset:
             dataset, axes, pixel_size, labels = _ome_layout(meta, file)
-            interval, version = frame_interval_of(meta), meta["version"]
+            interval, version, fmt = frame_interval_of(meta), meta["version"], "OME-Zarr"
             levels = len(meta["multiscales"].get("datasets", []))
             if levels > 1:
                 notes.append(f"{file.name}: OME-Zarr image of {levels} resolution levels; "
@@ -183,7 +196,7 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
         return (root[path] if path and not hasattr(root, "dtype") else root), None
 
     src = ArrayFrames(opener, axes, name, channel=channel, z=z, pixel_size=pixel_size,
-                      channel_names=labels, fmt="OME-Zarr" if labels or pixel_size else "Zarr",
+                      channel_names=labels, fmt=fmt,
                       paths=[file], notes=notes, stored=stored_chunks, absent=absent_chunks)
     src.frame_interval = interval
     src.ngff_version = version  # (an OME-Zarr output keeps it: 0.5 stays 0.5)

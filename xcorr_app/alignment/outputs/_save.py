@@ -31,7 +31,7 @@ import numpy as np
 
 from ..._environment import environment
 from ...errors import InputError, OutputError
-from ...io import OUT_FORMATS, aligned_name, json_numbers, json_text
+from ...io import OUT_FORMATS, aligned_name, json_numbers, json_text, out_format
 from ..warp import RESAMPLE, check_fill
 
 __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_metadata",
@@ -58,7 +58,7 @@ def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patch
 
 
 def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", crop=False,
-               fill=0.0, keep_dtype=False, channels=None):
+               fill=0.0, keep_dtype=False, channels=None, in_place=False):
     """The options of the aligned stack, checked before anything is read or written (an
     :class:`InputError` in the API's names; ``xcorr align`` says them as flags).  Returns the
     fill value, checked (:func:`~xcorr_app.alignment.warp.check_fill`)."""
@@ -66,6 +66,12 @@ def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", cro
 
     if format not in OUT_FORMATS:
         raise InputError(f"unknown format {format!r}; use one of {', '.join(OUT_FORMATS)}")
+    if in_place and (format != "nwb" or not aligned):
+        raise InputError("in_place=True writes the aligned movie into the NWB input: it needs "
+                         "format='nwb'" + ("" if aligned else " and the aligned stack"))
+    if format == "nwb" and channels is not None:
+        raise InputError("an NWB output holds the aligned movie of one channel: leave "
+                         "channels out")
     if not patches and resample not in RESAMPLE:
         raise InputError(f"resample={resample} warps by a motion field (patches): use "
                          f"resample={' or resample='.join(RESAMPLE)} for rigid shifts")
@@ -109,7 +115,7 @@ def check_channels(channels, n_channels, measured):
     return listed
 
 
-def aligned_as(src, path, keep_dtype, format=None, dataset=None) -> dict:
+def aligned_as(src, path, keep_dtype, format=None, dataset=None, force=False) -> dict:
     """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
     pixel type with ``keep_dtype``, else float32), the ``metadata`` carried into it (pixel
     size, channel names, frame interval, source, an OME-Zarr input's OME-NGFF version) and an
@@ -117,11 +123,15 @@ def aligned_as(src, path, keep_dtype, format=None, dataset=None) -> dict:
     size that is no calibration (NaN, zero, negative) is dropped, with a note in ``src.notes``
     (where it has them).  With ``format`` (:data:`~xcorr_app.io.OUT_FORMATS`), an
     :class:`InputError` where it cannot hold the kept type (:func:`~xcorr_app.io.check_keep`),
-    before anything is written."""
-    from ...io import calibration, check_keep, usable_pixel_size
+    or, for NWB, where ``path`` is no NWB series or holds a corrected movie of it (an earlier
+    xcorr run's is replaced with ``force``: :func:`~xcorr_app.io.check_nwb_out`), before
+    anything is written."""
+    from ...io import calibration, check_keep, check_nwb_out, usable_pixel_size
 
     if keep_dtype and format is not None:
         check_keep(format, src.dtype)
+    if format == "nwb":
+        check_nwb_out(path, force)
 
     said = calibration(path) if isinstance(path, (str, Path)) else {}
     size = said.get("pixel_size")
@@ -135,7 +145,8 @@ def aligned_as(src, path, keep_dtype, format=None, dataset=None) -> dict:
             "metadata": {"pixel_size": size, "source": _input_name(path),
                          "channel_names": said.get("channel_names") or [],
                          "frame_interval": said.get("frame_interval"),
-                         "ngff_version": said.get("ngff_version")},
+                         "ngff_version": said.get("ngff_version"),
+                         **({"replace": bool(force)} if format == "nwb" else {})},
             **({"dataset": dataset} if dataset is not None else {})}
 
 
@@ -148,8 +159,9 @@ class AlignedSink:
 
     takes_device = True
 
-    def __init__(self, background, dtype):
+    def __init__(self, background, dtype, writer=None):
         self.write, self.dtype = background.write, dtype
+        self.writer = writer  # (an NWB writer's ``record``: the shifts, before it closes)
 
     def __call__(self, start, frames):
         self.write(frames)
@@ -163,16 +175,20 @@ def aligned_file(out_shape, n, out_path, aligned=None, channels=1):
 
     with stack_writer(out_path, out_shape, n * channels, channels=channels,
                       **(aligned or {})) as writer, BackgroundWrites(writer) as background:
-        yield AlignedSink(background, writer.dtype)
+        yield AlignedSink(background, writer.dtype, writer)
 
 
-def write_chunks(parts, shape, n, out_path, aligned=None, channels=1, progress=None):
+def write_chunks(parts, shape, n, out_path, aligned=None, channels=1, progress=None,
+                 record=None):
     """Write the aligned chunks ``parts`` (a tuple a chunk of ``(start, frames)`` a channel, as
     :func:`xcorr_app.alignment._apply.aligned_channels` makes them) of ``n`` frames of ``shape``
     into ``out_path`` by a writer thread: one stack, or a T x C hyperstack of several channels
     (every channel of one frame together); ``aligned``: :func:`aligned_as`; ``progress(k)``
-    after every chunk."""
+    after every chunk; ``record``: the arguments of an NWB writer's ``record`` (the shifts and
+    the provenance: :func:`nwb_record`)."""
     with aligned_file(shape, n, out_path, aligned, channels=channels) as sink:
+        if record is not None and hasattr(sink.writer, "record"):
+            sink.writer.record(*record)
         for part in parts:
             pieces = [chunk for _, chunk in part]
             k = len(pieces[0])
@@ -322,6 +338,9 @@ class RunOutputs:
         What the run reads: no output may be one or lie inside one.
     name : str
         The argument that named ``folder``, as its errors say it (``xcorr align``: ``out``).
+    in_place : path, optional
+        The NWB input file that the aligned movie is written into (``format="nwb"``,
+        ``--in-place``) instead of the folder: renamed onto it last, before the others.
 
     On entering, the guards of :class:`~xcorr_app.io.OutputRun` (outputs apart from the
     inputs, existing ones kept without ``force``, one writer at a time); with ``force`` the
@@ -334,7 +353,7 @@ class RunOutputs:
     """
 
     def __init__(self, folder, *, aligned=True, format="tiff", plots=True, quality=True,
-                 patches=False, force=False, inputs=(), name="folder"):
+                 patches=False, force=False, inputs=(), name="folder", in_place=None):
         # (``name``: the argument that gave the folder, as the messages say it)
         if isinstance(folder, str) and not folder.strip():
             raise InputError(f"{name} is empty: name the folder for shifts.csv, shifts.json, "
@@ -346,14 +365,18 @@ class RunOutputs:
                              f"drift.png and aligned.tif into, not a file: {folder}")
         self.folder, self.plots, self.force = folder, plots, force
         self.paths = {k: folder / v for k, v in output_names(
-            aligned=aligned, format=format, plots=plots, quality=quality,
+            aligned=aligned and in_place is None, format=format, plots=plots, quality=quality,
             patches=patches).items()}
+        self.in_place = in_place is not None and aligned
+        # (the aligned stack: in the folder, or the NWB input itself)
+        self.aligned_path = Path(in_place) if self.in_place else self.paths.get("aligned.tif")
         self.stale = []  # (found on entering: :func:`stale_outputs`)
         self.inputs = list(inputs)
         self.removed = []
         self.document = None  # (shifts.json's, once written)
         self._aligned = contextlib.ExitStack()
         self._by_run = False
+        self._sink = None  # (the run's :meth:`aligned_sink`)
         self._run = None
 
     def __enter__(self):
@@ -381,8 +404,9 @@ class RunOutputs:
         """An :class:`AlignedSink` the run fills as it goes (``align(out=)``): the aligned
         stack is then written by the run, not by :meth:`write`."""
         self._by_run = True
-        return self._aligned.enter_context(
-            aligned_file(out_shape, n, self.paths["aligned.tif"], aligned))
+        self._sink = self._aligned.enter_context(
+            aligned_file(out_shape, n, self.aligned_path, aligned))
+        return self._sink
 
     def write(self, res, *, frames=None, resample="bilinear", crop=False, fill=0.0,
               aligned=None, progress=None):
@@ -398,17 +422,14 @@ class RunOutputs:
         from ...io import write_text
 
         paths, name = self.paths, _title_name(res.source)
-        if "aligned.tif" in paths and not self._by_run:
-            if frames is None:
-                raise ValueError("RunOutputs.write: the aligned stack's frames are needed")
-            parts, shape, channels = frames
-            write_chunks(parts, shape, res.n_frames, paths["aligned.tif"], aligned, channels,
-                         progress)
+        if self.aligned_path is not None and not self._by_run and frames is None:
+            raise ValueError("RunOutputs.write: the aligned stack's frames are needed")
         write_text(paths["shifts.csv"], res.csv_text())
-        stack, dataset = paths.get("aligned.tif"), (aligned or {}).get("dataset")
+        stack, dataset = self.aligned_path, (aligned or {}).get("dataset")
         self.document = doc = result_document(
             res, resample=resample, crop=crop, fill=fill,
-            aligned=stack and stack.name + (f":{dataset}" if dataset else ""))
+            aligned=stack and (str(stack) if self.in_place else stack.name) +
+            (f":{dataset}" if dataset else ""))
         write_text(paths["shifts.json"], json_text(doc, "frames"))
         if self.plots:
             plot_drift(paths["drift.png"], res,
@@ -423,10 +444,29 @@ class RunOutputs:
             write_motion_field(paths["motion_field.npz"], res)
         if "motion_field.png" in paths:
             plot_motion_field(paths["motion_field.png"], res, title=f"{name}: motion field")
+        # the aligned stack last (an NWB input written in place is replaced when it closes)
+        record = nwb_record(res, doc) if out_format(stack or "") == "nwb" else None
+        if stack is not None and not self._by_run:
+            parts, shape, channels = frames
+            write_chunks(parts, shape, res.n_frames, stack, aligned, channels, progress,
+                         record)
+        elif record is not None and self._sink is not None:
+            self._sink.writer.record(*record)
         self._aligned.close()  # (the aligned stack's last chunks written, its writer finished)
         self.removed = [p for p in self.stale if p.exists() or p.is_symlink()]
         self._run.commit()
-        return dict(paths)
+        return {**paths, **({"aligned.tif": stack} if self.in_place else {})}
+
+
+def nwb_record(res, doc) -> tuple:
+    """The arguments of an NWB writer's ``record``: ``res``'s shifts, the corrected series'
+    description (xcorr's version, the input) and comments (shifts.json's ``settings``,
+    ``doc``'s, as JSON text)."""
+    from ..._version import __version__
+
+    return (np.asarray(res.shifts, np.float64).reshape(-1, 2),
+            f"{__version__} from {doc['input']} (shifts.json's settings in comments)",
+            json.dumps(doc["settings"]))
 
 
 def channel_metadata(aligned, channels):
@@ -439,18 +479,18 @@ def channel_metadata(aligned, channels):
                                    [names[c] for c in channels] if names else []})
 
 
-def aligned_of(source, channel, keep_dtype, format=None, dataset=None) -> dict:
+def aligned_of(source, channel, keep_dtype, format=None, dataset=None, force=False) -> dict:
     """:func:`aligned_as` of a run's input ``source`` (a path: opened again for its pixel type
     and metadata; an array: its pixel type)."""
     if hasattr(source, "dtype"):
         from types import SimpleNamespace
 
         return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, keep_dtype,
-                          format, dataset)
+                          format, dataset, force)
     from ...io import open_stack
 
     with open_stack(source, channel=channel) as src:
-        return aligned_as(src, source, keep_dtype, format, dataset)
+        return aligned_as(src, source, keep_dtype, format, dataset, force)
 
 
 def channels_of(source, channel) -> int:
