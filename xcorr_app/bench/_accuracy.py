@@ -12,8 +12,11 @@ mostly frame 0's own error: one draw per stack) and the per-frame part.
 Every stack is compared with scikit-image's better normalization on it (``none`` or
 ``phase``, upsample 100; on ``piecewise`` both the whole frame and then each patch,
 :func:`skimage_field`): the default wins, ties (within :data:`TIE`) or loses, per stack; the
-report gives each kind's median and worst, the oracle's floor (:func:`oracle_shifts`) and every
-stack's row.  The stacks come from scikit-image's sample images, so the bench needs it.
+report gives each kind's median and worst, the oracle's floor (:func:`oracle_shifts`), the
+Cramer-Rao bound of the stack's noise (:func:`stack_bound`: what no unbiased method can beat,
+given the noise-free scene), the default's frames more than :data:`OFF_BY` px off and how many
+of them it flagged, and every stack's row.  The stacks come from scikit-image's sample images,
+so the bench needs it.
 
 Examples
 --------
@@ -40,7 +43,8 @@ from ._accuracy_data import ALL_KINDS, PIECEWISE_GRID, cases, make_stack
 from ._common import reason, utc_now
 
 __all__ = ["METHODS", "DEFAULT", "BEFORE", "SKIMAGE", "TARGET_EVERY", "TARGET_CIRCULAR", "TIE",
-           "ORACLE", "stack_errors", "error_split", "spread", "oracle_shifts", "measure",
+           "ORACLE", "OFF_BY", "stack_errors", "error_split", "spread", "oracle_shifts",
+           "cramer_rao", "stack_bound", "measure",
            "verdict", "skimage_field", "report_lines", "stack_lines", "target_lines", "main"]
 
 #: the default: what ``xcorr align`` does without options
@@ -82,6 +86,9 @@ TARGET_CIRCULAR = 0.05
 #: the default ties with scikit-image within this fraction of scikit-image's error
 TIE = 0.05
 SKIMAGE_UPSAMPLE = 100
+#: a frame whose shift is this far off (px, Euclidean) counts as off in the report, beside
+#: how many of those the run flagged (``low_confidence`` or the quality report's flags)
+OFF_BY = 0.5
 
 
 def stack_errors(measured, truth) -> tuple:
@@ -129,9 +136,11 @@ def oracle_shifts(stack) -> np.ndarray:
 
     Per frame, one Gauss-Newton step from the true shift of the model ``frame = clean +
     gradient . ds + alpha * moving + beta`` (a gain and an offset that the fit does not know),
-    weighted by the Poisson variance (``clean``): the maximum-likelihood estimate to first
-    order, at the Cramer-Rao bound.  Frame 0's own noise stays in (its fit is subtracted),
-    which no method can remove; the circular stacks have no noise (0).
+    weighted by the Poisson variance (``clean``; the hard kinds: ``clean - offset`` plus the
+    read noise's): the maximum-likelihood estimate to first order, near the Cramer-Rao bound
+    (:func:`cramer_rao`; this fit also frees a gain and an offset).  Frame 0's own noise
+    stays in (its fit is subtracted), which no method can remove; the circular stacks have no
+    noise (0).
 
     >>> from xcorr_app.bench._accuracy_data import make_stack
     >>> s = make_stack("plain", 0, quick=True)
@@ -148,11 +157,75 @@ def oracle_shifts(stack) -> np.ndarray:
         cols = [stack.gradient[i, 0], stack.gradient[i, 1], lam - stack.static,
                 np.ones_like(lam)]
         jac = np.stack([np.asarray(c, np.float64).ravel() for c in cols], axis=1)
-        weighted = jac / np.maximum(lam, floor).ravel()[:, None]
+        var = lam if stack.offset is None else lam - stack.offset + stack.read_noise ** 2
+        weighted = jac / np.maximum(var, floor).ravel()[:, None]
         step = np.linalg.lstsq(weighted.T @ jac, weighted.T @ (frames[i] - lam).ravel(),
                                rcond=None)[0]
         out[i] += step[:2]
     return out - out[0]
+
+
+def cramer_rao(mean, gradient, read_noise=0.0) -> np.ndarray:
+    """The Cramer-Rao bound of a translation, per frame: (N, 2) the least standard deviation
+    (px) of any unbiased estimate of each component of the shift ``(dy, dx)``.
+
+    For frames of Poisson photons of mean ``mean`` (N, H, W) plus gaussian read noise of
+    ``read_noise`` electrons RMS, the Fisher information of the shift is
+    ``I = sum over pixels of g g^T / (mean + read_noise ** 2)``, ``g`` the derivative of the
+    mean with respect to the shift (``gradient``, (N, 2, H, W)): exact for Poisson alone, the
+    usual gaussian approximation with read noise.  The bound is ``sqrt(diag(I^-1))``; a frame
+    without information (no gradient) is bounded by infinity.
+
+    Examples
+    --------
+    A gaussian spot of sigma ``s`` px and ``n`` photons: ``s / sqrt(n)`` per axis.
+
+    >>> yy, xx = np.mgrid[:48, :48] - 23.5
+    >>> spot = 1e4 * np.exp(-(yy ** 2 + xx ** 2) / 8) / (8 * np.pi)
+    >>> grad = np.stack([yy, xx]) / 4 * spot
+    >>> cramer_rao(spot[None], grad[None]).round(4).tolist()
+    [[0.02, 0.02]]
+    """
+    mean = np.asarray(mean, np.float64)
+    g = np.asarray(gradient, np.float64)
+    var = mean + float(read_noise) ** 2
+    w = np.divide(1.0, var, out=np.zeros_like(var), where=var > 0)
+    info = np.einsum("nahw,nbhw->nab", g * w[:, None], g)
+    det = info[:, 0, 0] * info[:, 1, 1] - info[:, 0, 1] ** 2
+    ok = det > 1e-12 * np.maximum(info[:, 0, 0] * info[:, 1, 1], np.finfo(float).tiny)
+    det = np.where(ok, det, 1.0)
+    out = np.sqrt(np.stack([info[:, 1, 1], info[:, 0, 0]], axis=1) / det[:, None])
+    return np.where(ok[:, None], out, np.inf)
+
+
+def stack_bound(stack) -> tuple:
+    """``(rms, per_frame)``: the Cramer-Rao bound of a stack's error as the bench measures it.
+
+    ``per_frame`` (N,) px bounds the Euclidean error of each frame's shift relative to frame
+    0: ``sqrt(var_i + var_0)``, ``var`` the sum of :func:`cramer_rao`'s two variances of a
+    frame against the noise-free scene (the ``clean`` frames of
+    :class:`~xcorr_app.bench._accuracy_data.AccuracyStack`, ``clean - offset`` the Poisson
+    mean).  Every method reports shifts relative to frame 0, so frame 0's own noise enters
+    every shift whether the method measured against frame 0 or a template: with the scene
+    known, no unbiased estimate of the relative shift does better (a method that must learn
+    the scene from the frames does worse).  ``rms``: over frames 1.., rounded to 1e-4, as
+    :func:`stack_errors`; 0 for the noise-free ``circular`` kind, NaN without a noise-free
+    scene (``piecewise``)."""
+    n = len(stack.frames)
+    if stack.clean is None:
+        return math.nan, np.full(n, math.nan)
+    if stack.kind == "circular":
+        return 0.0, np.zeros(n)
+    mean = np.asarray(stack.clean, np.float64)
+    if stack.offset is not None:
+        mean = mean - stack.offset
+    var = (cramer_rao(mean, stack.gradient, stack.read_noise) ** 2).sum(axis=1)
+    rel = np.sqrt(var + var[0])
+    rel[0] = 0.0
+    if n < 2:
+        return 0.0, rel
+    rms = float(np.sqrt(np.mean(rel[1:] ** 2)))
+    return (round(rms, 4) if math.isfinite(rms) else math.inf), rel
 
 
 def verdict(default, best) -> str:
@@ -192,8 +265,10 @@ def skimage_field(frames, centres, size, normalization):
 
 
 def _measured(method, stack):
-    """The method's shifts (N, 2) of ``stack`` and the truth to compare them with; for
-    ``piecewise`` its motion field at the patch centres and the true field there."""
+    """The method's shifts (N, 2) of ``stack``, the truth to compare them with and the frames
+    xcorr flagged (``low_confidence`` or the quality report's ``worse`` / ``poor``; None for
+    scikit-image and ``piecewise``); for ``piecewise`` its motion field at the patch centres
+    and the true field there."""
     how = METHODS[method]
     frames = stack.frames
     if stack.kind == "piecewise":
@@ -207,17 +282,32 @@ def _measured(method, stack):
         want = truth_at(stack.info["field_params"], centres)
         got = np.asarray(res.motion_field, np.float64) if method == DEFAULT else \
             skimage_field(frames, centres, res.settings["patches"]["size"], how[1])
-        return got.reshape(len(frames), -1, 2), want.reshape(len(frames), -1, 2)
+        return got.reshape(len(frames), -1, 2), want.reshape(len(frames), -1, 2), None
     if isinstance(how, tuple):
         from skimage.registration import phase_cross_correlation
 
         ref = frames[0]
         return np.array([phase_cross_correlation(ref, f, upsample_factor=SKIMAGE_UPSAMPLE,
                                                  normalization=how[1])[0] for f in frames]), \
-            stack.truth
+            stack.truth, None
     from ..alignment import align
 
-    return np.asarray(align(frames, device="cpu", **how).shifts, np.float64), stack.truth
+    res = align(frames, device="cpu", **how)
+    flags = np.asarray(res.low_confidence, bool)
+    if res.quality is not None:
+        flags = flags | np.asarray(res.quality.flagged, bool)
+    return np.asarray(res.shifts, np.float64), stack.truth, flags
+
+
+def _off(got, want, flags) -> tuple:
+    """``(off, flagged)``: how many frames (frame 0 left out) are more than :data:`OFF_BY`
+    px off, and how many of those ``flags`` marks (None without flags); ``(None, None)`` for
+    a motion field."""
+    if got.ndim == 3:
+        return None, None
+    d = got[1:] - np.asarray(want, np.float64)[1:]
+    off = ~(np.hypot(d[:, 0], d[:, 1]) <= OFF_BY)  # (NaN counts as off)
+    return int(off.sum()), None if flags is None else int((off & flags[1:]).sum())
 
 
 def _errors(got, want):
@@ -233,9 +323,13 @@ def measure(kind, seed, quick=False, methods=None, image=None, shape=None) -> li
     """One row per method of the stack ``(kind, seed, image, shape)``: its RMS and max error
     (px) and the RMS's split (:func:`error_split`: ``shared``, ``per_frame``), and the stack's
     ``oracle`` (the RMS of :func:`oracle_shifts`; its split: ``oracle_shared``,
-    ``oracle_per_frame``; NaN for ``piecewise``); a method that fails gets NaN and ``error``
-    says why (a failing peer is a table entry)."""
+    ``oracle_per_frame``; NaN for ``piecewise``), its Cramer-Rao bound ``crb``
+    (:func:`stack_bound`'s RMS), and per method ``off``, the frames more than :data:`OFF_BY` px
+    off, and ``off_flagged``, how many of them xcorr flagged (None for scikit-image; both None
+    for ``piecewise``); a method that fails gets NaN and ``error`` says why (a failing peer is
+    a table entry)."""
     stack = make_stack(kind, seed, quick=quick, image=image, shape=shape)
+    crb = stack_bound(stack)[0]
     if stack.clean is not None:
         best = oracle_shifts(stack)
         oracle = stack_errors(best, stack.truth)[0]
@@ -246,10 +340,12 @@ def measure(kind, seed, quick=False, methods=None, image=None, shape=None) -> li
     for m in methods or COMPARED:
         row = {"kind": kind, "seed": seed, "image": stack.image,
                "shape": list(stack.frames.shape), "method": m, "error": "", "oracle": oracle,
-               "oracle_shared": o_shared, "oracle_per_frame": o_frame}
+               "oracle_shared": o_shared, "oracle_per_frame": o_frame, "crb": crb,
+               "off": None, "off_flagged": None}
         try:
-            got, want = _measured(m, stack)
+            got, want, flags = _measured(m, stack)
             row["rms"], row["max"], row["shared"], row["per_frame"] = _errors(got, want)
+            row["off"], row["off_flagged"] = _off(got, want, flags)
         except Exception as exc:  # noqa: BLE001 -- reported in the table
             row["rms"] = row["max"] = row["shared"] = row["per_frame"] = math.nan
             row["error"] = reason(exc)
@@ -267,15 +363,19 @@ def _stack_id(r) -> tuple:
 
 def comparisons(rows) -> list:
     """Per stack: ``{kind, image, shape, seed, default, skimage: {method: rms}, best, ratio,
-    verdict, oracle}`` (``best``: scikit-image's better error; NaN where it was not run)."""
+    verdict, oracle, crb, off, off_flagged}`` (``best``: scikit-image's better error; NaN where
+    it was not run; ``off``, ``off_flagged``: the default's, None where not counted)."""
     out = {}
     for r in rows:
         c = out.setdefault(_stack_id(r), {"kind": r["kind"], "image": r["image"],
                                           "shape": tuple(r["shape"][1:]), "seed": r["seed"],
                                           "default": math.nan, "skimage": {},
-                                          "oracle": r.get("oracle", math.nan)})
+                                          "oracle": r.get("oracle", math.nan),
+                                          "crb": r.get("crb", math.nan), "off": None,
+                                          "off_flagged": None})
         if r["method"] == DEFAULT:
             c["default"] = r["rms"]
+            c["off"], c["off_flagged"] = r.get("off"), r.get("off_flagged")
         elif r["method"] in SKIMAGE:
             c["skimage"][r["method"]] = r["rms"]
     for c in out.values():
@@ -292,9 +392,21 @@ def _median(values) -> float:
     return float(np.median(v)) if v else math.nan
 
 
+def _off_cell(stacks) -> str:
+    """``"OFF (FLAGGED)"``: the default's frames more than :data:`OFF_BY` px off over
+    ``stacks`` (comparisons) and how many of them it flagged; ``n/a`` where not counted."""
+    counted = [c for c in stacks if c.get("off") is not None]
+    if not counted:
+        return "n/a"
+    flagged = [c["off_flagged"] for c in counted if c.get("off_flagged") is not None]
+    return f"{sum(c['off'] for c in counted)} ({sum(flagged) if flagged else 'n/a'})"
+
+
 def report_lines(rows) -> list:
     """The report: per kind the default's and scikit-image's median and worst RMS error over
-    its stacks, the oracle's median and the count of stacks the default wins, ties or loses;
+    its stacks, the oracle's median, the count of stacks the default wins, ties or loses, the
+    median Cramer-Rao bound (:func:`stack_bound`) and the default's frames more than
+    :data:`OFF_BY` px off (in brackets: how many of them it flagged);
     per kind every method's median and worst (where more than the compared ones ran); every
     stack's row (:func:`stack_lines`); the targets (:func:`target_lines`)."""
     comp = comparisons(rows)
@@ -303,7 +415,8 @@ def report_lines(rows) -> list:
            "", f"RMS px over each kind's stacks (median / worst); a tie: within "
            f"{TIE:.0%} of scikit-image", "",
            "| kind | stacks | xcorr default | scikit-image best | oracle (median) | default "
-           "wins / ties / loses |", "| --- | --- | --- | --- | --- | --- |"]
+           f"wins / ties / loses | CRB (median) | frames > {OFF_BY} px off (flagged) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k in kinds:
         kc = [c for c in comp if c["kind"] == k]
         d = [c["default"] for c in kc]
@@ -311,7 +424,8 @@ def report_lines(rows) -> list:
         count = {v: sum(c["verdict"] == v for c in kc) for v in ("wins", "tie", "loses")}
         out.append(f"| {k} | {len(kc)} | {_fmt(_median(d))} / {_fmt(max(d))} | "
                    f"{_fmt(_median(b))} / {_fmt(max(b))} | {_fmt(_median(c['oracle'] for c in kc))}"
-                   f" | {count['wins']} / {count['tie']} / {count['loses']} |")
+                   f" | {count['wins']} / {count['tie']} / {count['loses']} | "
+                   f"{_fmt(_median(c.get('crb', math.nan) for c in kc))} | {_off_cell(kc)} |")
     methods = list(dict.fromkeys(r["method"] for r in rows))
     if set(methods) - set(COMPARED):
         out += ["", "### every method (RMS px: median / worst over the kind's stacks)", "",
@@ -331,7 +445,9 @@ def report_lines(rows) -> list:
 def stack_lines(rows) -> list:
     """A Markdown table of every stack: the default's RMS error (in brackets its split: the
     offset shared by all frames / the per-frame part), scikit-image's with each
-    normalization, the default over the better one and the verdict, and the oracle's RMS."""
+    normalization, the default over the better one and the verdict, the oracle's RMS, the
+    Cramer-Rao bound (:func:`stack_bound`) and the default's frames more than :data:`OFF_BY`
+    px off (flagged)."""
     comp = comparisons(rows)
     if not comp:
         return []
@@ -340,14 +456,16 @@ def stack_lines(rows) -> list:
            "RMS px; the default's split in brackets: the offset shared by all frames (mostly "
            "frame 0's own error) / the per-frame part", "",
            "| kind | image | shape | seed | default | skimage none | skimage phase | ratio | "
-           "verdict | oracle |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           f"verdict | oracle | CRB | > {OFF_BY} px off (flagged) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in comp:
         r = split.get((c["kind"], c["image"], c["shape"], c["seed"]), {})
         parts = f" ({_fmt(r['shared'])} / {_fmt(r['per_frame'])})" if "shared" in r else ""
         sk = [c["skimage"].get(m, math.nan) for m in SKIMAGE]
         out.append(f"| {c['kind']} | {c['image']} | {c['shape'][0]}x{c['shape'][1]} | "
                    f"{c['seed']} | {_fmt(c['default'])}{parts} | {_fmt(sk[0])} | {_fmt(sk[1])} "
-                   f"| {_fmt(c['ratio'])} | {c['verdict']} | {_fmt(c['oracle'])} |")
+                   f"| {_fmt(c['ratio'])} | {c['verdict']} | {_fmt(c['oracle'])} | "
+                   f"{_fmt(c.get('crb', math.nan))} | {_off_cell([c])} |")
     return out
 
 
@@ -446,7 +564,8 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
             d = next((r for r in rows[::-1] if r["method"] == DEFAULT), None)
             if d is not None:
                 echo(f"  {k} {image} {shape[0]}x{shape[1]} seed {s}: default RMS "
-                     f"{_fmt(d['rms'])} px, oracle {_fmt(d['oracle'])}")
+                     f"{_fmt(d['rms'])} px, oracle {_fmt(d['oracle'])}, CRB "
+                     f"{_fmt(d.get('crb', math.nan))}")
     report = report_lines(rows)
     for line in report:
         echo(line)

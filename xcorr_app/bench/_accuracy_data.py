@@ -8,7 +8,18 @@ scikit-image's own tests do (no noise), ``circular_noisy`` too, by random shifts
 under Poisson noise of 800 photons at the brightest pixel, in frames down to 64x64 (what a user
 makes of a small real image); ``piecewise`` deforms a canvas smoothly
 (:func:`~xcorr_app.bench._align_data.nonrigid_stack`: rigid drift plus a deformation of up to 3
-px across the frame), its truth a motion field. The truth is in xcorr's convention: the
+px across the frame), its truth a motion field.
+
+The hard kinds (:data:`HARD_KINDS`) are what microscopes add, over a cropped drifting scene
+(:mod:`~xcorr_app.bench._accuracy_sensor`: Poisson photons, an sCMOS camera's offset and read
+noise): ``static_blobs`` (bright blobs and hot pixels fixed on the sensor), ``dust_vignette``
+(dust shadows and a vignette fixed on the sensor, multiplicative), ``fixed_pattern`` (sCMOS
+column and pixel offsets and pixel gain, at 40 photons), ``deep_bleaching`` (20x exponential
+bleaching), ``rotation`` (a ramp to 1-2 degrees about the frame centre beside the drift) and
+``rotation_jitter`` (random rotations up to 0.5 degrees), ``shutter`` (half the frames behind
+a closed shutter: 1% of the light, the same camera noise).  A rotated frame's truth is the
+translation of the frame centre; its angle is ``AccuracyStack.angle``.  The truth is in
+xcorr's convention: the
 ``(dy, dx)`` that :func:`xcorr_app.align` returns, the shift to apply to each frame to align it
 with frame 0 (the negative of the content's drift).
 
@@ -24,8 +35,10 @@ Examples
 ((6, 96, 96), 'float32', (6, 2), [0.0, 0.0])
 >>> KINDS
 ('plain', 'low_light', 'bleaching_background', 'large_drift', 'non_square', 'circular')
->>> ALL_KINDS[len(KINDS):], len(cases("plain", seeds=range(5)))
+>>> ALL_KINDS[len(KINDS):len(KINDS) + 2], len(cases("plain", seeds=range(5)))
 (('piecewise', 'circular_noisy'), 40)
+>>> ALL_KINDS[len(KINDS) + 2:] == HARD_KINDS
+True
 """
 
 from __future__ import annotations
@@ -36,13 +49,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from ._accuracy_sensor import (CAMERA_OFFSET, READ_NOISE, camera, dust_vignette, fixed_pattern,
+                               rotate_about, static_glow)
 
-__all__ = ["KINDS", "ALL_KINDS", "SPECS", "AccuracyStack", "make_stack", "grey_image", "cases"]
+__all__ = ["KINDS", "HARD_KINDS", "ALL_KINDS", "SPECS", "AccuracyStack", "make_stack",
+           "grey_image", "cases"]
 
 #: the kinds of stack other tests draw, in the order of the report
 KINDS = ("plain", "low_light", "bleaching_background", "large_drift", "non_square", "circular")
-#: every kind of the bench: :data:`KINDS`, piecewise-rigid motion, and noisy wrap-around frames
-ALL_KINDS = KINDS + ("piecewise", "circular_noisy")
+#: what microscopes make hard: patterns fixed on the sensor, deep bleaching, rotation, a shutter
+HARD_KINDS = ("static_blobs", "dust_vignette", "fixed_pattern", "deep_bleaching", "rotation",
+              "rotation_jitter", "shutter")
+#: every kind of the bench: :data:`KINDS`, piecewise-rigid motion, noisy wrap-around frames and
+#: :data:`HARD_KINDS`
+ALL_KINDS = KINDS + ("piecewise", "circular_noisy") + HARD_KINDS
 
 #: per kind: frames, (height, width), largest drift (px per axis), random-walk step (px), the
 #: scikit-image images it is cut from (``make_stack(kind, seed)``: one per seed, in turn), and
@@ -85,6 +105,34 @@ SPECS = {
                            bench_images=("microaneurysms", "retina", "camera", "moon", "coins"),
                            shapes=((128, 128), (64, 64))),
 }
+#: the hard kinds: 20 frames like ``plain``'s, ``peak`` photons at the scene's brightest pixel
+_HARD = dict(frames=20, shape=(256, 256), drift=8.0, step=1.5, quick=(6, (96, 96)),
+             shapes=((256, 256), (128, 128)))
+SPECS.update({
+    "static_blobs": dict(_HARD, peak=400.0, images=("camera", "coins", "moon"),
+                         bench_images=("camera", "coins", "moon", "astronaut")),
+    "dust_vignette": dict(_HARD, peak=400.0, images=("retina", "camera", "coins"),
+                          bench_images=("retina", "camera", "coins", "astronaut")),
+    "fixed_pattern": dict(_HARD, peak=40.0, images=("camera", "coins", "moon"),
+                          bench_images=("camera", "coins", "moon", "retina")),
+    "deep_bleaching": dict(_HARD, peak=500.0, images=("camera", "moon", "coins"),
+                           bench_images=("camera", "moon", "coins", "retina")),
+    "rotation": dict(_HARD, peak=1000.0, images=("camera", "coins", "astronaut"),
+                     bench_images=("camera", "coins", "astronaut", "moon")),
+    "rotation_jitter": dict(_HARD, peak=1000.0, images=("camera", "coins", "astronaut"),
+                            bench_images=("camera", "coins", "astronaut", "retina")),
+    "shutter": dict(_HARD, peak=400.0, images=("camera", "coins", "moon"),
+                    bench_images=("camera", "coins", "moon", "astronaut")),
+})
+#: ``deep_bleaching``: the first frame this many times brighter than the last (exponential)
+DEEP_BLEACH = 20.0
+#: ``rotation``: the last frame's angle (degrees, either sense); ``rotation_jitter``: every
+#: frame's angle uniform within +-this (degrees)
+ROTATION_RAMP = (1.0, 2.0)
+ROTATION_JITTER = 0.5
+#: ``shutter``: the share of frames (not frame 0) behind the closed shutter, and its light
+SHUTTER_CLOSED = 0.5
+SHUTTER_LIGHT = 0.01
 #: photons at the brightest pixel: low light, and the moderate noise of the other kinds
 LOW_LIGHT_PEAK = 25.0
 PLAIN_PEAK = 1000.0
@@ -109,7 +157,16 @@ class AccuracyStack:
     move (the bleaching kind's background; zeros for the others), and ``gradient`` (N, 2, H, W)
     float32, the exact derivative of the moving part along y and x (from its spectrum), the
     derivative of ``clean`` with respect to the shift: what :func:`~xcorr_app.bench._accuracy.
-    oracle_shifts` fits with."""
+    oracle_shifts` fits with.
+
+    The hard kinds (:data:`HARD_KINDS`) also keep ``offset`` (H, W), the part of ``clean``
+    that is no light (the camera's electronic offset: ``clean - offset`` is the Poisson mean),
+    ``read_noise`` (electrons RMS; 0 for the other kinds, whose ``offset`` is None), ``scene``
+    (N, H, W) the specimen's light alone as it drifts (photons, bleaching and shutter
+    included), before the sensor's patterns, and ``angle`` (N,) the rotation (degrees) of each
+    frame's content about the frame centre
+    (:func:`~xcorr_app.bench._accuracy_sensor.rotation_matrix`; zeros but for the rotation
+    kinds)."""
 
     kind: str
     seed: int
@@ -120,6 +177,10 @@ class AccuracyStack:
     clean: np.ndarray = None
     static: np.ndarray = None
     gradient: np.ndarray = None
+    offset: np.ndarray = None
+    read_noise: float = 0.0
+    scene: np.ndarray = None
+    angle: np.ndarray = None
 
 
 def grey_image(name: str) -> np.ndarray:
@@ -191,15 +252,20 @@ def _canvas(name, shape, margin, rng, min_contrast=None) -> np.ndarray:
     return best
 
 
-def _cropped_frames(canvas, drift, shape, margin):
+def _cropped_frames(canvas, drift, shape, margin, angles=None):
     """Frames of ``shape`` cut from the middle of ``canvas`` moved by each drift, and their
     exact gradients (N, 2, H, W): the canvas is reflect-padded before its Fourier shift so
-    that its wrap-around stays outside the crop."""
+    that its wrap-around stays outside the crop.  With ``angles`` (degrees), each frame's
+    canvas is first rotated about the centre of the crop
+    (:func:`~xcorr_app.bench._accuracy_sensor.rotate_about`), so the drift is the translation
+    of the frame centre."""
     pad = np.pad(canvas, margin, mode="reflect")
     crop = (slice(2 * margin, 2 * margin + shape[0]), slice(2 * margin, 2 * margin + shape[1]))
+    centre = (2 * margin + (shape[0] - 1) / 2, 2 * margin + (shape[1] - 1) / 2)
     frames, grads = [], []
-    for d in drift:
-        moved, g = _fourier_shift(pad, d, gradient=True)
+    for i, d in enumerate(drift):
+        src = pad if angles is None else rotate_about(pad, centre, angles[i])
+        moved, g = _fourier_shift(src, d, gradient=True)
         frames.append(moved[crop])
         grads.append([g[0][crop], g[1][crop]])
     return np.stack(frames), np.asarray(grads)
@@ -275,6 +341,8 @@ def make_stack(kind: str, seed: int = 0, quick: bool = False, image: str | None 
     image = spec["images"][seed % len(spec["images"])] if image is None else image
     if kind == "piecewise":
         return _piecewise(seed, image, n, shape, spec, rng)
+    if kind in HARD_KINDS:
+        return _hard(kind, seed, image, n, shape, spec, rng, chosen)
     if kind == "circular_noisy":
         drift = rng.uniform(-spec["drift"], spec["drift"], (n, 2))
         drift[0] = 0.0
@@ -332,3 +400,54 @@ def _piecewise(seed, image, n, shape, spec, rng) -> AccuracyStack:
     centre = np.array([(shape[0] - 1) / 2, (shape[1] - 1) / 2])
     return AccuracyStack("piecewise", seed, image, frames.astype(np.float32),
                          truth_at(params, centre), {"field_params": params})
+
+
+def _hard_motion(kind, n, spec, rng) -> tuple:
+    """``(drift, angle)`` of a hard kind: the random walk of the others, and the rotation
+    (degrees; zeros but for the rotation kinds)."""
+    drift = _drift(n, spec["drift"], spec["step"], rng)
+    angle = np.zeros(n)
+    if kind == "rotation":
+        angle = np.linspace(0.0, 1.0, n) * rng.uniform(*ROTATION_RAMP) * rng.choice([-1.0, 1.0])
+    elif kind == "rotation_jitter":
+        angle = rng.uniform(-ROTATION_JITTER, ROTATION_JITTER, n)
+        angle[0] = 0.0
+    return drift, angle
+
+
+def _hard(kind, seed, image, n, shape, spec, rng, chosen) -> AccuracyStack:
+    """A stack of :data:`HARD_KINDS`: the drifting (and rotating) scene, in photons, seen
+    through a camera (:mod:`~xcorr_app.bench._accuracy_sensor`'s model) with the kind's
+    sensor patterns, bleaching or shutter."""
+    drift, angle = _hard_motion(kind, n, spec, rng)
+    # a rotation moves the crop's corners: the canvas reaches that much farther
+    turn = np.deg2rad(np.abs(angle).max()) * np.hypot(*shape) / 2
+    margin = int(np.ceil(spec["drift"] + turn)) + 8
+    canvas = _canvas(image, shape, margin, rng, MIN_CONTRAST if chosen else None)
+    scene, grad = _cropped_frames(canvas, drift, shape, margin, angle if angle.any() else None)
+    grad = grad * (scene > 0)[:, None]  # the clip below is flat where it cuts
+    scene = np.clip(scene, 0.0, None)
+    brightness = np.ones(n)
+    info = {"peak_photons": spec["peak"], "read_noise": READ_NOISE}
+    if kind == "deep_bleaching":
+        brightness = DEEP_BLEACH ** (-np.arange(n) / max(n - 1, 1))
+        info["brightness"] = [1.0, 1.0 / DEEP_BLEACH]
+    elif kind == "shutter":
+        closed = np.sort(rng.choice(np.arange(1, n), int(SHUTTER_CLOSED * n), replace=False))
+        brightness[closed] = SHUTTER_LIGHT
+        info["closed"] = closed.tolist()
+    gain, glow, offset = np.ones(shape), np.zeros(shape), np.full(shape, CAMERA_OFFSET)
+    if kind == "static_blobs":
+        glow = static_glow(shape, spec["peak"], rng)
+    elif kind == "dust_vignette":
+        gain = dust_vignette(shape, rng)
+    elif kind == "fixed_pattern":
+        offset, gain = fixed_pattern(shape, rng)
+    scale = spec["peak"] / max(float(scene.max()), 1e-12) * brightness[:, None, None]
+    scene = scene * scale
+    lam = gain * scene + glow
+    frames = camera(lam, offset, rng)
+    grad = grad * (gain * scale)[:, None]
+    return AccuracyStack(kind, seed, image, frames.astype(np.float32), 0.0 - drift, info,
+                         lam + offset, glow + offset, grad.astype(np.float32), offset,
+                         READ_NOISE, scene, angle)
