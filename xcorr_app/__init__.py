@@ -30,6 +30,7 @@ from .errors import InputError, OutputError, XcorrError
 #: public name -> the module that defines it (imported on first use, PEP 562)
 _LAZY = {
     "align": "xcorr_app.alignment",
+    "align_sessions": "xcorr_app.alignment",
     "apply_shifts": "xcorr_app.alignment",
     "estimate_shifts": "xcorr_app.alignment",
     "AlignResult": "xcorr_app.alignment",
@@ -43,8 +44,8 @@ _LAZY = {
 _SUBPACKAGES = ("filters", "conv", "correlate", "registration", "alignment", "io", "dask",
                 "distributed", "bench", "cli", "backend")
 
-__all__ = ["align", "apply_shifts", "estimate_shifts", "AlignResult", "cross_correlate",
-           "correlation_plan", "CorrelationPlan",
+__all__ = ["align", "align_sessions", "apply_shifts", "estimate_shifts", "AlignResult",
+           "cross_correlate", "correlation_plan", "CorrelationPlan",
            "phase_cross_correlation", "conv2d", "pointwise",
            "filters", "XcorrError", "InputError", "OutputError", "__version__"]
 

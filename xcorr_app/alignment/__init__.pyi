@@ -11,5 +11,7 @@ from ._options import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, 
 from .rigid import NORMALIZATIONS, SUBPIXEL, WINDOWS, parse_prefilter, shared_plan
 from ._prebuild import PREBUILD_STAGES, prebuild
 from ._result import AlignResult
+from ._sessions import (SAVE_OPTIONS, SESSION_COLUMNS, SESSIONS_TABLE, align_sessions,
+                        finished_run, is_pattern, session_folder, session_paths, sessions_csv)
 from ._run import run_alignment
 from .volume import VolumeOptions, VolumeResult, align_volumes

@@ -104,7 +104,8 @@ MEASURE_OPTIONS = (
 OUTPUT_OPTIONS = (
     click.option("--out", "out_dir", type=str, default=None,
                  help="Output folder [default: STEM_xcorr in the current folder, wherever "
-                      "the input is]."),
+                      "the input is]; with several PATHs, the folder of their STEM_xcorr "
+                      "folders and sessions.csv [default: the current folder]."),
     click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
                  show_default=True,
                  help="How aligned.tif is resampled at subpixel shifts (fourier: rigid only; "
@@ -148,7 +149,8 @@ def _options(fn):
 
 
 @click.command(cls=DeviceCommand)
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path),
+                metavar="PATH...")
 @_options
 @scale_out_command
 @stack_command
@@ -162,8 +164,20 @@ def align(path, dataset, z, axes, **options):
     shifts.json, aligned.tif and drift.png into the output folder (with --patches also
     motion_field.npz and motion_field.png). Shifts are (dy, dx) to apply to each frame to align
     it with the reference, as in scikit-image.
+
+    Several PATHs (or a quoted glob pattern, 'session/*.tif') are a session: each recording
+    into its own folder OUT/STEM_xcorr (--out: the parent, default the current folder), one
+    table OUT/sessions.csv; a finished recording is skipped unless --force; --gpus aligns one
+    recording a GPU at once.
     """
+    from ..alignment import is_pattern
+
     check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
+    if len(path) > 1 or is_pattern(path[0]):  # a session (docs/cli.md, "Many recordings")
+        from ._align_sessions import align_session_cli
+
+        return align_session_cli(path, dataset, z, axes, SimpleNamespace(**options), AS_GIVEN)
+    path = path[0]
     path = input_path(path, dataset, z, axes)  # FILE:/DATASET?z=K&axes=A: every reader
     # opens it so
     o = SimpleNamespace(path=path, **options)

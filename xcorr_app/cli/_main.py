@@ -238,6 +238,8 @@ def start_first_run(command: str, params: dict) -> None:
     from .._first_run import hold_gpu_warm_up, small_job_file, start_gpu_warm_up
 
     device, path = params.get("device", "auto"), params.get("path")
+    if isinstance(path, tuple):  # (align's PATH...: one recording, or a session of several)
+        path = path[0] if len(path) == 1 else None
     if device == "cpu":
         return
     spread = params.get("volumes") or params.get("gpus") is not None \
