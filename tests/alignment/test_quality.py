@@ -225,3 +225,28 @@ def test_the_sorted_median_and_percentiles_are_numpys():
     for n in (1, 2, 3, 10, 101):
         a = rng.random(n) * 1e3
         assert _percentiles(a, (5, 50, 95)) == np.percentile(a, [5, 50, 95]).tolist()
+    from xcorr_app.alignment._quality import _nanquantile
+
+    for shape in [(1, 3), (5, 4), (9, 2, 3)]:
+        a = rng.random(shape)
+        a[rng.random(shape) < 0.3] = np.nan
+        a[:, 0] = np.nan  # (a column of NaNs: NaN)
+        with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+            want = np.nanpercentile(a, 90, axis=0, method="lower")
+        np.testing.assert_array_equal(_nanquantile(a, 0.9), want)
+
+
+def test_frames_behind_a_closed_shutter_are_flagged_though_they_are_half():
+    """Half the frames at 1% of the light: the median of the correlations is theirs, so only
+    the share of the best frames' flags them; a steady stack keeps every frame unflagged."""
+    from xcorr_app.bench._accuracy_data import make_stack
+
+    stack = make_stack("shutter", 0, image="moon", shape=(256, 256))
+    res = align(stack.frames, device="cpu")
+    closed = np.zeros(len(stack.frames), bool)
+    closed[stack.info["closed"]] = True
+    assert closed.sum() >= len(closed) // 2 - 1
+    assert res.quality.poor[closed].all()
+    assert not res.quality.flagged[~closed].any()
+    steady = make_stack("low_light", 0, image="retina", shape=(128, 128))
+    assert not align(steady.frames, device="cpu").quality.flagged.any()

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from .. import backend
-from ..io import with_axes
+from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
 from .rigid import search_range
@@ -41,8 +41,8 @@ from .rigid import (check_float32_range, check_gpu_float32, mean_count, referenc
                     scaled_by, stack_exponent)
 from .rigid import COLUMN
 from ._result import result_from_table
-from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_rows, periodic_frames,
-                     relative_to_first, template_of)
+from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_from_first,
+                     kept_rows, periodic_frames, relative_to_first, template_of)
 
 __all__ = ["run_alignment", "measure_passes"]
 
@@ -184,6 +184,8 @@ def measure_passes(opts, src, executor, progress=None):
                 lk, notes = False, [n for n in notes if n is not lk_note]
                 opts = opts._decided(lucas_kanade="off")
                 continue
+        if k == 0:
+            first = table  # (against the first frame: kept_from_first's fallback)
         if k >= passes:
             break
         total, coverage = sums
@@ -201,7 +203,13 @@ def measure_passes(opts, src, executor, progress=None):
     run = run._decided(lucas_kanade=opts.lucas_kanade)
     if scale:  # (the image in the frames' own units again)
         image = scaled_by(executor.xp.asarray(image, executor.xp.float64), -scale, executor.xp)
-    return (relative_to_first(table) if passes else table), run, notes, image
+    if passes:
+        table, kept = kept_from_first(relative_to_first(table), first)
+        if kept:
+            notes.append(f"{plural(kept, 'frame')} moved away from their shift against the "
+                         "first frame by the template pass (a peak on the border or far off "
+                         "and weaker): their first pass's shift kept")
+    return table, run, notes, image
 
 
 #: template passes of frames that wrap around, at least (:func:`circular_passes`)

@@ -130,11 +130,12 @@ def test_gpu_judgement_is_the_cpus(kind, on_device):
     frames = make_stack(kind, 2, quick=True).frames
     src = ArraySource(cp.asarray(frames) if on_device else frames)
     judgement = lkd.noisy_stack_on_gpu(src)
-    noisy, p = judgement.result()
+    noisy, p, change = judgement.result()
     assert judgement.done() and judgement.exception() is None
     want = lkd.noisy_stack(ArraySource(frames))
     assert noisy == want[0]
     assert p == pytest.approx(want[1], rel=1e-5)  # the GPU's gaussian in float32
+    assert change == pytest.approx(want[2], rel=1e-5, abs=1e-7)
 
 
 @pytest.mark.gpu
@@ -147,5 +148,58 @@ def test_gpu_judgement_of_large_uint16_frames_and_tiny_ones():
     got = lkd.noisy_stack_on_gpu(ArraySource(cp.asarray(frames))).result()
     want = lkd.noisy_stack(ArraySource(frames))
     assert got[0] == want[0] and got[1] == pytest.approx(want[1], rel=1e-5)
+    assert got[2] == pytest.approx(want[2], rel=1e-5, abs=1e-7)
     tiny = lkd.noisy_stack_on_gpu(ArraySource(cp.ones((4, 2, 50), cp.float32))).result()
-    assert tiny == (False, float("inf")) == lkd.noisy_stack(ArraySource(np.ones((4, 2, 50))))
+    assert tiny == (False, float("inf"), 0.0) == lkd.noisy_stack(ArraySource(np.ones((4, 2, 50))))
+
+
+@pytest.mark.gpu
+def test_gpu_brightness_change_of_a_bleaching_uint16_stack_is_the_cpus():
+    import cupy as cp
+
+    rng = np.random.default_rng(5)
+    scene = ndi.gaussian_filter(rng.random((90, 70)), 2) * 400
+    fade = np.geomspace(1, 0.05, 9)[:, None, None]
+    frames = rng.poisson(scene * fade + 100).astype(np.uint16)
+    frames[4] = 7  # a constant frame does not count
+    got = lkd.noisy_stack_on_gpu(ArraySource(cp.asarray(frames))).result()[2]
+    want = lkd.noisy_stack(ArraySource(frames))[2]
+    assert got == pytest.approx(want, rel=1e-6) and 0.3 < want < 0.9
+
+
+def test_the_brightness_change_is_that_of_the_crops_means():
+    """(the brightness from the crops' means as read: each frame's own scale does not hide it,
+    a frame with NaN or a constant one does not count)"""
+    rng = np.random.default_rng(4)
+    base = ndi.gaussian_filter(rng.random((40, 50)), 2).astype(np.float32)
+    frames = np.stack([base * k for k in (1.0, 0.8, 0.5, 0.25)])
+    frames = np.concatenate([frames, np.full((1, 40, 50), 9.0, np.float32)])
+    frames[1, 3, 3] = np.nan
+    change = lkd.noisy_stack(ArraySource(frames))[2]
+    assert change == pytest.approx(0.75, rel=1e-6)
+
+
+def test_auto_stays_off_where_the_brightness_changes():
+    from xcorr_app.alignment import AlignOptions
+    from xcorr_app.alignment.refine import lucas_kanade_choice
+
+    opts = AlignOptions()
+    on, note = lucas_kanade_choice(opts, True, 0.2, 0.05)
+    assert on.lucas_kanade == "on" and "noisy frames" in note
+    off, note = lucas_kanade_choice(opts, True, 0.2, 0.6)
+    assert off.lucas_kanade == "off" and "brightness changes by 60%" in note
+    quiet, note = lucas_kanade_choice(opts, False, 0.01, 0.9)
+    assert quiet.lucas_kanade == "off" and note is None
+
+
+def test_a_deeply_bleached_noisy_stack_is_measured_without_the_fit():
+    """20-fold bleaching: Lucas-Kanade's template of bright and dim frames misled it (45 px
+    RMS on this stack, 0.2 px without it)."""
+    from xcorr_app import align
+
+    stack = make_stack("deep_bleaching", 1, image="moon", shape=(128, 128))
+    res = align(stack.frames, device="cpu")
+    assert res.settings["lucas_kanade"] == "off"
+    assert any("brightness changes by" in n for n in res.notes)
+    err = np.hypot(*(np.asarray(res.shifts) - stack.truth).T)
+    assert np.sqrt(np.mean(err ** 2)) < 0.3

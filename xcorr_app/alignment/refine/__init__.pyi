@@ -2,4 +2,5 @@
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
 from ._template import (LucasKanadeFit, TemplateAccumulator, TemplateSums, decide_lucas_kanade,
-                        kept_rows, periodic_frames, relative_to_first, template_of)
+                        kept_from_first, kept_rows, lucas_kanade_choice, periodic_frames,
+                        relative_to_first, template_of)

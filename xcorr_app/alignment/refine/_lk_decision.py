@@ -35,7 +35,7 @@ import numpy as np
 from ...backend import is_cupy_array, to_numpy
 from ...filters import gaussian_light
 from ...streaming import copy_to_host_async, host_buffer
-from ..rigid import converted_stats, precision_sums
+from ..rigid import brightness_change, converted_stats, frame_stats, precision_sums
 from ..rigid import parse_prefilter, scale_free, spread_frames
 
 __all__ = ["noisy_stack", "noisy_stack_later", "noisy_stack_on_gpu", "predicted_precision",
@@ -138,10 +138,12 @@ def verdict(values) -> tuple:
 
 
 def noisy_stack(src) -> tuple:
-    """``(noisy, precision)``: the median :func:`predicted_precision` (px) of up to
-    :data:`NOISE_FRAMES` frames spread over the open source ``src``, and whether it is worse
-    than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count), judged on
-    the CPU one frame at a time.  GPU runs: :func:`noisy_stack_on_gpu`."""
+    """``(noisy, precision, change)``: the median :func:`predicted_precision` (px) of up to
+    :data:`NOISE_FRAMES` frames spread over the open source ``src``, whether it is worse
+    than :data:`NOISY_PRECISION` (frames with NaN, Inf or no contrast do not count), and how
+    much their brightness changes (:func:`~xcorr_app.alignment.rigid.brightness_change` of
+    their crops' means), judged on the CPU one frame at a time.  GPU runs:
+    :func:`noisy_stack_on_gpu`."""
     return _judged(_noise_frames(src))
 
 
@@ -152,7 +154,20 @@ def _noise_frames(src):
 
 def _judged(frames) -> tuple:
     """:func:`noisy_stack` of the host ``frames`` (an iterable, read as they are judged)."""
-    return verdict([_precision_of(frame) for frame in frames])
+    precisions, means = [], []
+    for frame in frames:
+        precisions.append(_precision_of(frame))
+        means.append(_mean_of(frame))
+    return (*verdict(precisions), brightness_change(means))
+
+
+def _mean_of(frame) -> float:
+    """The mean of a frame's :func:`crop_box` (float64 sums), NaN where it has NaN or Inf
+    pixels or no contrast (as :func:`~xcorr_app.alignment.rigid.choose_prefilter` counts)."""
+    y0, x0, ch, cw = crop_box(frame.shape)
+    f = frame[y0:y0 + ch, x0:x0 + cw]
+    usable = (f.dtype.kind != "f" or bool(np.isfinite(f).all())) and f.max() > f.min()
+    return float(f.mean(dtype=np.float64)) if usable else float("nan")
 
 
 def noisy_stack_later(src):
@@ -184,7 +199,7 @@ def noisy_stack_on_gpu(src):
     shape = tuple(src.frame_shape)
     if len(shape) != 2 or min(shape) < 3:  # nothing to judge: as the CPU's inf
         done = concurrent.futures.Future()
-        done.set_result(verdict([]))
+        done.set_result((*verdict([]), 0.0))
         return done
     y0, x0, ch, cw = crop_box(shape)
     smooth = parse_prefilter(f"gaussian:{PRECISION_SIGMA:g}")
@@ -198,22 +213,24 @@ def noisy_stack_on_gpu(src):
         stack = cp.empty((len(crops), ch, cw), crops[0].dtype)
         for j, c in enumerate(crops):
             stack[j] = cp.asarray(c)
+    brightness = frame_stats(stack)  # (the crops' means as read: scale_free scales each)
     f = converted_stats(scale_free(stack, cp))[0]  # float32 (a copy of the crops), scale-free
     sums = precision_sums(f, cp.ascontiguousarray(smooth(f), cp.float32))
     host = host_buffer(sums.shape, np.float64, pinned=True)
     stream = cp.cuda.get_current_stream()
     copy_to_host_async(host, sums, stream)
-    return DeviceJudgement(host, stream.record(), shape, sums)
+    return DeviceJudgement(host, stream.record(), shape, sums, brightness)
 
 
 class DeviceJudgement:
     """The result of :func:`noisy_stack_on_gpu`, with the ``done``, ``exception`` and
     ``result`` of a :class:`concurrent.futures.Future`: ``result()`` waits for the sums'
-    copy (an event) and judges them on the host."""
+    copy (an event) and judges them on the host: ``(noisy, precision, change)``."""
 
-    def __init__(self, host_sums, event, frame_shape, device_sums):
+    def __init__(self, host_sums, event, frame_shape, device_sums, brightness):
         self.host, self.event, self.frame_shape = host_sums, event, frame_shape
         self._device = device_sums  # kept until the copy from it is done
+        self._brightness = brightness  # (the crops' mean, finite, constant: (K,) each)
         self._value = None
 
     def done(self) -> bool:
@@ -225,8 +242,10 @@ class DeviceJudgement:
     def result(self, timeout=None) -> tuple:
         if self._value is None:
             self.event.synchronize()
-            self._value = judged_sums(self.host, self.frame_shape)
-            self._device = None
+            mean, finite, constant = (a.get() for a in self._brightness)
+            change = brightness_change(np.where(finite & ~constant, mean, np.nan))
+            self._value = (*judged_sums(self.host, self.frame_shape), change)
+            self._device = self._brightness = None
         return self._value
 
 

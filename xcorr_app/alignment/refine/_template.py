@@ -53,7 +53,7 @@ from ..rigid import COLUMN, scaled_by
 from ..warp import add_shifted
 
 __all__ = ["TemplateAccumulator", "TemplateSums", "LucasKanadeFit", "template_of", "kept_rows",
-           "periodic_frames", "relative_to_first", "decide_lucas_kanade", "lucas_kanade_choice"]
+           "periodic_frames", "relative_to_first", "kept_from_first", "decide_lucas_kanade", "lucas_kanade_choice"]
 
 #: ``boundary="auto"``: frames tested for wrap-around, the least shift (px, on either axis)
 #: a tested frame needs, and the ratio of the wrapped strip's correlation to the overlap's
@@ -204,6 +204,44 @@ def relative_to_first(table):
     return out
 
 
+#: a template pass that moves a frame this far (px) from its first pass's shift, with a weaker
+#: peak than that pass's, is not refining it (:func:`kept_from_first`); on the accuracy bench's
+#: realistic stacks the two passes differ by at most 0.84 px
+KEPT_FROM_FIRST_PX = 2.0
+
+
+def kept_from_first(table, first):
+    """``(table, n)``: the last template pass's ``table`` (relative to frame 0) with the rows of
+    ``n`` frames replaced by their first pass's (``first``, against the first frame): those
+    whose peak lay on the search border against the template but inside it against the first
+    frame, and those moved more than :data:`KEPT_FROM_FIRST_PX` from their first pass's shift
+    with a weaker peak (a lower confidence) than it saw.  Where frame 0's row is one, every
+    shift hangs on it, and the first pass's table is kept whole.  Why: a template pass
+    refines; a frame that found its drift against frame 0 and jumps away from it against the
+    template met the template's artefacts (a stack bleached 20-fold: 45-60 px off against it,
+    0.2 px against frame 0).
+
+    >>> t = np.zeros((3, len(COLUMN))); f = t.copy(); f[:, COLUMN["dy"]] = [0, 1, 2]
+    >>> t[2, COLUMN["dy"]], t[2, COLUMN["border"]] = 60, 1
+    >>> out, n = kept_from_first(t, f); out[:, COLUMN["dy"]].tolist(), n
+    ([0.0, 0.0, 2.0], 1)
+    """
+    c = COLUMN
+    first = relative_to_first(first)
+    moved = np.hypot(table[:, c["dy"]] - first[:, c["dy"]], table[:, c["dx"]] - first[:, c["dx"]])
+    with np.errstate(invalid="ignore"):
+        jumped = (moved > KEPT_FROM_FIRST_PX) & (table[:, c["confidence"]] < first[:, c["confidence"]])
+    swap = (((table[:, c["border"]] > 0) & ~(first[:, c["border"]] > 0)) | jumped) \
+        & np.isfinite(first[:, c["dy"]])
+    if not swap.any():
+        return table, 0
+    if swap[0]:
+        return first, int(swap.sum())
+    out = table.copy()
+    out[swap] = first[swap]
+    return out, int(swap.sum())
+
+
 def periodic_frames(opts, src, xp, table, reference) -> bool:
     """Whether the frames of ``src`` are circular shifts of one another (wrap-around content),
     from a first pass's ``table`` against ``reference`` (the prepared ``(frame, raw)``).
@@ -332,9 +370,23 @@ def decide_lucas_kanade(opts, src, xp):
     return lucas_kanade_choice(opts, *judged)
 
 
-def lucas_kanade_choice(opts, noisy, precision):
+#: ``lucas_kanade="auto"`` stays off where the sampled frames' brightness changes by more than
+#: this (:func:`~xcorr_app.alignment.rigid.brightness_change`): a template of bright and dim
+#: frames misleads the fit.  The accuracy bench's 20-fold bleaching (0.52-0.76 here) gave a
+#: median 0.57 px with it, 0.12 without; its half-closed shutter stacks change by 0.33-0.70;
+#: its steady noisy stacks, which gain from the fit, by at most 0.08 (a bleaching background,
+#: 0.19-0.28)
+LK_MAX_BRIGHTNESS_CHANGE = 0.3
+
+
+def lucas_kanade_choice(opts, noisy, precision, change=0.0):
     """``(opts, note)`` of :func:`decide_lucas_kanade` from the judgement of the frames,
-    ``(noisy, precision)`` (:func:`~xcorr_app.alignment.refine._refine_lk.noisy_stack`)."""
+    ``(noisy, precision, change)`` (:func:`~xcorr_app.alignment.refine._lk_decision.noisy_stack`)."""
+    if noisy and change > LK_MAX_BRIGHTNESS_CHANGE:
+        return opts._decided(lucas_kanade="off"), (
+            f"lucas_kanade auto: off (noisy frames, but their brightness changes by "
+            f"{100 * change:.0f}% over the stack: a template of bright and dim frames "
+            "misleads the fit)")
     opts = opts._decided(lucas_kanade="on" if noisy else "off")
     if not noisy:
         return opts, None

@@ -2,14 +2,15 @@
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
 from ._columns import COLUMN, COLUMNS
-from ._frame_stats import area_float, converted_stats, demeaned, precision_sums
+from ._frame_stats import area_float, converted_stats, demeaned, frame_stats, precision_sums
 from ._measure import (Measurer, frames_per_chunk, measure_frames, prepared_reference,
                        quiet_if_nonfinite, shared_plan)
 from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_LOWPASS, FFT_REFERENCE_UPSAMPLE,
                        NORMALIZATIONS, SUBPIXEL, check_choices, fft_reference, prefilter_for,
                        search_range)
 from ._prepared import PreparedFrames, patch_key
-from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, check_float32_range,
-                          check_gpu_float32, choose_prefilter, parse_prefilter, prepare, scale_free, scaled_by, spread_frames,
+from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, brightness_change,
+                          check_float32_range, check_gpu_float32, choose_prefilter,
+                          parse_prefilter, prepare, scale_free, scaled_by, spread_frames,
                           stack_exponent, window)
 from ._references import CHOICES, is_previous, mean_count, reference_frame, refined_passes

@@ -144,15 +144,25 @@ def choose_prefilter(src):
             # one-shot run's 0.2 s here); the mean is summed in float64 all the same
             usable = (f.dtype.kind != "f" or bool(np.isfinite(f).all())) and f.max() > f.min()
             means.append(float(f.mean(dtype=np.float64)) if usable else np.nan)
-    means = np.asarray(means)
-    means = means[np.isfinite(means)]
-    top = float(np.abs(means).max()) if means.size else 0.0
-    change = float(means.max() - means.min()) / top if top > 0 else 0.0
+    change = brightness_change(means)
     if change > AUTO_BRIGHTNESS_CHANGE:
         return AUTO_BANDPASS, (f"prefilter auto: {AUTO_BANDPASS} (band-pass: the brightness "
                                f"changes by {100 * change:.0f}% over the stack)")
     return AUTO_LOWPASS, (f"prefilter auto: {AUTO_LOWPASS} (brightness steady: "
                           f"{100 * change:.0f}% change)")
+
+
+def brightness_change(means) -> float:
+    """How much the brightness changes over frames of these ``means`` (NaN ones do not count):
+    their range over the largest magnitude, 0 for none.
+
+    >>> brightness_change([100.0, 50.0, float("nan")]), brightness_change([])
+    (0.5, 0.0)
+    """
+    means = np.asarray(means, np.float64)
+    means = means[np.isfinite(means)]
+    top = float(np.abs(means).max()) if means.size else 0.0
+    return float(means.max() - means.min()) / top if top > 0 else 0.0
 
 
 def _means_on_device(frames):
