@@ -81,6 +81,20 @@ def test_channel_names_label_every_page_of_the_hyperstack(tmp_path):
     assert describe(out)["channel_names"] == ["GCaMP", "tdTomato"]
 
 
+def test_the_measured_channel_alone_keeps_its_name(tmp_path):
+    """``--channel 1`` without ``--apply-to`` writes channel 1: its name, in the command and in
+    ``save``."""
+    one = _frames(np.random.default_rng(6))
+    path = tmp_path / "two.tif"
+    tifffile.imwrite(path, np.stack([one, one ** 2], axis=1), imagej=True,
+                     metadata={"axes": "TCYX", "Labels": ["GCaMP", "tdTomato"] * 6})
+    r = xcorr("align", path, "--out", tmp_path / "out", "--device", "cpu", "-q", "--channel", "1")
+    assert r.returncode == 0, r.stderr
+    assert describe(tmp_path / "out" / "aligned.tif")["channel_names"] == ["tdTomato"]
+    align(path, device="cpu", channel=1).save(tmp_path / "saved")
+    assert describe(tmp_path / "saved" / "aligned.tif")["channel_names"] == ["tdTomato"]
+
+
 def test_an_uncalibrated_input_writes_no_calibration(tmp_path):
     assert imagej_calibration({"pixel_size": None, "frame_interval": None}) == {}
     assert imagej_calibration({"pixel_size": (0.0, 1.0, "um")}) == {}  # (unusable: not carried)

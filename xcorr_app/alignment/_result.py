@@ -319,8 +319,9 @@ class AlignResult:
             channels = check_channels(channels, channels_of(self.source, measured), measured)
         inputs, how, made = [], None, None
         if aligned:  # (a type the format cannot hold: refused before anything is written)
-            how = channel_metadata(aligned_of(self.source, self.settings.get("channel"),
-                                              keep_dtype, format, dataset, force), channels)
+            measured = self.settings.get("channel")
+            how = channel_metadata(aligned_of(self.source, measured, keep_dtype, format,
+                                              dataset, force), channels, measured)
         if isinstance(self.source, (str, Path)):
             from ..io import split_source
 

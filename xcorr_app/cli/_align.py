@@ -210,7 +210,7 @@ def _align(o):
     """``xcorr align`` once its options are parsed (``o``): the run, its outputs written by
     :class:`~xcorr_app.alignment.outputs.RunOutputs` (as :meth:`AlignResult.save` writes
     them)."""
-    from ..alignment.outputs import RunOutputs, channel_metadata
+    from ..alignment.outputs import RunOutputs
     from ..io import parse_out_format, split_source
 
     # (once: the format's name, and an HDF5 output's dataset)
@@ -247,8 +247,7 @@ def _align(o):
             with progress_bar(n, "writing aligned.tif", quiet) as bar:
                 written = outputs.write(res, frames=frames, resample=o.resample, crop=o.crop,
                                         fill=o.fill, progress=bar.update,
-                                        aligned=channel_metadata(o.aligned_as,
-                                                                 o.apply_channels))
+                                        aligned=o.aligned_as)
         if o.as_json:
             click.echo(json.dumps(outputs.document))  # (shifts.json's, as written)
         elif not o.quiet:
@@ -288,7 +287,7 @@ def _check(o):
     bound, one frame's memory, the filters' radius) the run checks itself before it reads a
     frame (on Dask: here, before the cluster starts).  Returns ``(frame_shape, itemsize,
     n_frames)``."""
-    from ..alignment.outputs import aligned_as, check_save
+    from ..alignment.outputs import aligned_as, channel_metadata, check_save
     from ..io import check_planes, open_stack
 
     # (the errors in the API's words: the command prints them as flags, cli._flags)
@@ -321,6 +320,8 @@ def _check(o):
                                   o.out_dataset, o.force)
         print_notes(src, o.quiet)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
+        # (the names of the channels written: those applied to, or the measured one alone)
+        o.aligned_as = channel_metadata(o.aligned_as, o.apply_channels, o.channel)
     # in this process the run decides the device, once, where it starts on it
     # (backend.decide_device): what comes before it overlaps CUDA's start
     o.dev, o.limits = None, None

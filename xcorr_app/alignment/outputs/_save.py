@@ -469,14 +469,18 @@ def nwb_record(res, doc) -> tuple:
             json.dumps(doc["settings"]))
 
 
-def channel_metadata(aligned, channels):
+def channel_metadata(aligned, channels, measured=None):
     """``aligned`` (:func:`aligned_as`) with the channel names of ``channels`` alone (a
-    hyperstack of those channels)."""
+    hyperstack of those channels), or without ``channels`` of the ``measured`` channel alone
+    (the one written; None: the input has no channels)."""
+    if channels is None and measured is not None:
+        channels = [measured]
     if channels is None or not aligned or "metadata" not in aligned:
         return aligned
     names = aligned["metadata"].get("channel_names") or []
     return dict(aligned, metadata={**aligned["metadata"], "channel_names":
-                                   [names[c] for c in channels] if names else []})
+                                   [names[c] for c in channels] if len(names) > max(channels)
+                                   else []})
 
 
 def aligned_of(source, channel, keep_dtype, format=None, dataset=None, force=False) -> dict:
