@@ -168,3 +168,22 @@ def test_one_recording_a_gpu(tmp_path, session):
         got = [[float(t["dy"]), float(t["dx"])]
                for t in read_table(Path(row["folder"]) / "shifts.csv")]
         np.testing.assert_allclose(got, res.shifts, atol=1e-3)
+
+
+def test_an_unexpected_failure_is_that_recordings_row(tmp_path, session, monkeypatch):
+    """An exception of another kind (a driver's RuntimeError, say) fails its recording alone:
+    the others are done and the table written."""
+    from xcorr_app.alignment import _api
+
+    real = _api.align
+
+    def flaky(path, *args, **kwargs):
+        if str(path).endswith("b.tif"):
+            raise RuntimeError("device lost")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(_api, "align", flaky)
+    rows = xcorr_app.align_sessions(session, tmp_path / "out", **OPTS)
+    assert [r["status"] for r in rows] == ["done", "failed", "done"]
+    assert rows[1]["reason"] == "internal error: RuntimeError: device lost"
+    assert read_table(tmp_path / "out" / "sessions.csv")[1]["status"] == "failed"

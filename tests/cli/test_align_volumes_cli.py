@@ -73,3 +73,21 @@ def test_errors_are_one_line(stack_path, args, message):
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@pytest.mark.parametrize("name", ["plain.tif", "plain.h5"])
+def test_a_4d_file_naming_no_axes_writes_its_aligned_volumes(tmp_path, name):
+    """A 4-D array naming no axes is read as TZYX by the volumes' reader, and so by the writer
+    of aligned.tif (it asked the file's axes again and failed after the measurement)."""
+    stack = np.random.default_rng(2).random((3, 6, 20, 24)).astype(np.float32)
+    path = tmp_path / name
+    if name.endswith(".h5"):
+        h5py = pytest.importorskip("h5py")
+        with h5py.File(path, "w") as f:
+            f["data"] = stack
+    else:
+        tifffile.imwrite(path, stack)
+    r = xcorr("align", path, "--volumes", "--device", "cpu", "-q", "--out", tmp_path / "o")
+    assert r.returncode == 0, r.stderr
+    with tifffile.TiffFile(tmp_path / "o" / "aligned.tif") as tif:
+        assert tif.series[0].shape == stack.shape

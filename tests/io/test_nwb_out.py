@@ -9,6 +9,9 @@ import json
 import subprocess
 import sys
 
+import os
+import stat
+
 import numpy as np
 import pytest
 import tifffile
@@ -204,3 +207,29 @@ def test_missing_pynwb_is_one_error_line(tmp_path, nwb_input):
     assert_clean_error(res, "writing NWB files needs the pynwb package: pip install "
                             "'xcorr-app[nwb]'")
     assert not (tmp_path / "o").exists()
+
+
+def test_an_input_with_an_empty_ophys_module_gets_the_correction_there(tmp_path):
+    """(an empty processing module is falsy: a second "ophys" was made, and pynwb refused it)"""
+    frames = movie(seed=3)
+    path = write_nwb(tmp_path / "e.nwb", np.ascontiguousarray(frames.transpose(0, 2, 1)))
+    with pynwb.NWBHDF5IO(str(path), "a") as io:
+        nwb = io.read()
+        nwb.create_processing_module("ophys", "processed later")
+        io.write(nwb)
+    res = run(path, "--out", tmp_path / "o", "--out-format", "nwb")
+    assert res.exit_code == 0, res.output
+    assert pynwb.validate(path=str(tmp_path / "o" / "aligned.nwb")) == []
+    assert read_stack(tmp_path / "o" / "aligned.nwb")[0].shape == (6, 30, 24)
+
+
+def test_in_place_keeps_the_inputs_mode_and_writes_through_a_link(tmp_path, nwb_input):
+    path, _ = nwb_input
+    os.chmod(path, 0o640)
+    link = tmp_path / "link.nwb"
+    link.symlink_to(path.name)
+    res = run(link, "--out", tmp_path / "o", "--out-format", "nwb", "--in-place")
+    assert res.exit_code == 0, res.output
+    assert link.is_symlink() and os.readlink(link) == path.name  # (the link kept)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    assert read_stack(path)[0].shape == (6, 30, 24)

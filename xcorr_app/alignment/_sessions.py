@@ -280,8 +280,11 @@ def _one(path, folder, opts, save, force) -> dict:
 
                 kw["channels"] = list(range(channels_of(path, opts.channel)))
             res.save(folder, force=force, **kw)
-        except (XcorrError, MemoryError) as exc:
-            reason = " ".join(str(exc).split()) or type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - (one recording's failure, whatever it is,
+            # is its row: the others go on and the table is written; Ctrl-C is no Exception)
+            said = " ".join(str(exc).split()) or type(exc).__name__
+            reason = said if isinstance(exc, (XcorrError, MemoryError)) else \
+                f"internal error: {type(exc).__name__}: {said}"
             row.update(status="failed", reason=reason)
         else:
             warned = [n for n in res.settings.get("notes", []) if n.startswith("warning: ")]

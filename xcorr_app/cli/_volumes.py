@@ -87,7 +87,7 @@ def write_aligned(path, source, shifts, fill, device, channel=None, channels=Non
     import numpy as np
     import tifffile
 
-    from ..alignment.outputs import aligned_of, channel_metadata
+    from ..alignment.outputs import channel_metadata
     from ..alignment.volume import open_volumes, shift_volumes
     from ..io import atomic_path, imagej_calibration, split_source
 
@@ -107,12 +107,24 @@ def write_aligned(path, source, shifts, fill, device, channel=None, channels=Non
         shape, axes = (shape[0], depth, n, *shape[2:]), "TZCYX"
     written = channels if channels is not None else None if channel is None else [channel]
     meta = {} if split_source(source)[0].suffix.lower() == ".npy" else \
-        channel_metadata(aligned_of(source, channel, False), written)["metadata"]  # (npy: none)
+        channel_metadata(_aligned_of_volumes(source, channel), written)["metadata"]
     said = imagej_calibration(meta, int(np.prod(shape[:-2])), len(written or [0]))
     with atomic_path(Path(path)) as tmp:
         with tifffile.TiffWriter(tmp, imagej=True, bigtiff=False) as tw:
             tw.write(pages, shape=shape, dtype=np.float32, resolution=said.get("resolution"),
                      metadata={**said.get("metadata", {}), "axes": axes})
+
+
+def _aligned_of_volumes(source, channel):
+    """:func:`~xcorr_app.alignment.outputs.aligned_of` of a volumes' file: one whose 4-D
+    array names no axes is read as the volumes' reader reads it, TZYX."""
+    from ..alignment.outputs import aligned_of
+    from ..io import AxesUnknown, with_axes
+
+    try:
+        return aligned_of(source, channel, False)
+    except AxesUnknown:
+        return aligned_of(with_axes(source, "TZYX"), channel, False)
 
 
 def plot_drift3d(path, result, title=""):

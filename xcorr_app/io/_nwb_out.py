@@ -15,6 +15,7 @@ copy of the input meanwhile).
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -136,9 +137,14 @@ class NwbCopy:
         h5py, pynwb = need("nwb"), need_pynwb()
         file, series_path = _input_series(h5py, source)
         self.frame_shape, self.n_frames, self.dtype = tuple(frame_shape), int(n_frames), dtype
-        self.in_place = Path(target).absolute() == file.absolute()
+        self.in_place = Path(target).resolve() == file.resolve()
         self._io = None
+        if self.in_place and not os.access(file, os.W_OK):
+            raise InputError(f"{file} is not writable: in_place=True (--in-place) writes into "
+                             "it; write a new file beside it instead (leave in_place out)")
         shutil.copyfile(file, tmp)
+        if self.in_place:  # (the input keeps its permissions)
+            shutil.copymode(file, tmp)
         with h5py.File(tmp, "r+") as f:
             earlier = _refuse_earlier(f, file, series_path, replace)
             if earlier:  # (the space it held stays in the file)
@@ -176,8 +182,9 @@ class NwbCopy:
             description="x, y (columns): the translation in pixels applied to each frame of "
                         "original to align it with the reference (xcorr's dx, dy: +x moves "
                         "the image towards higher x, +y towards higher y)")
-        module = nwb.processing.get(MODULE) or nwb.create_processing_module(
-            MODULE, "optical physiology processed data")
+        module = nwb.processing.get(MODULE)  # (an empty module is falsy: not "or")
+        if module is None:
+            module = nwb.create_processing_module(MODULE, "optical physiology processed data")
         motion = module.data_interfaces.get(INTERFACE)
         if motion is None:
             motion = MotionCorrection(name=INTERFACE)

@@ -203,3 +203,35 @@ def test_a_deeply_bleached_noisy_stack_is_measured_without_the_fit():
     assert any("brightness changes by" in n for n in res.notes)
     err = np.hypot(*(np.asarray(res.shifts) - stack.truth).T)
     assert np.sqrt(np.mean(err ** 2)) < 0.3
+
+
+def test_a_zero_centred_noisy_stack_keeps_the_fit():
+    """Frames less their mean: no brightness to compare (a range over means near zero read
+    as 196% and turned the fit off: 28 px RMS)."""
+    from xcorr_app import align
+
+    stack = make_stack("low_light", 0, image="retina", shape=(128, 128))
+    res = align(stack.frames - stack.frames.mean(), device="cpu")
+    assert res.settings["lucas_kanade"] == "on"
+    err = np.hypot(*(np.asarray(res.shifts) - stack.truth).T)
+    assert np.sqrt(np.mean(err[1:] ** 2)) < 0.3
+
+
+def test_the_template_pass_falls_back_to_the_first_in_one_frame_of_reference():
+    """Frame 0 jumping against the template (weaker): the first pass kept whole, not a mix of
+    two frames of reference; one frame jumping alone: that frame's first-pass shift."""
+    from xcorr_app.alignment.refine import kept_from_first
+    from xcorr_app.alignment.rigid import COLUMN
+
+    def table(dy, conf):
+        t = np.zeros((len(dy), len(COLUMN)))
+        t[:, COLUMN["dy"]], t[:, COLUMN["confidence"]] = dy, conf
+        return t
+
+    first = table([0, 1, 2, 3, 4], 0.8)
+    out, n = kept_from_first(table([3, 1, 2, 3, 4], [0.5, 0.9, 0.4, 0.9, 0.4]), first)
+    assert out[:, COLUMN["dy"]].tolist() == [0, 1, 2, 3, 4] and n == 1
+    out, n = kept_from_first(table([0.1, 1.1, 9, 3.1, 4.1], [0.9, 0.9, 0.5, 0.9, 0.9]), first)
+    assert np.allclose(out[:, COLUMN["dy"]], [0, 1, 2, 3, 4]) and n == 1
+    out, n = kept_from_first(table([0.1, 1.1, 9, 3.1, 4.1], [0.9, 0.9, 0.9, 0.9, 0.9]), first)
+    assert np.allclose(out[:, COLUMN["dy"]], [0, 1, 8.9, 3, 4]) and n == 0  # (a stronger peak)

@@ -211,34 +211,34 @@ KEPT_FROM_FIRST_PX = 2.0
 
 
 def kept_from_first(table, first):
-    """``(table, n)``: the last template pass's ``table`` (relative to frame 0) with the rows of
-    ``n`` frames replaced by their first pass's (``first``, against the first frame): those
-    whose peak lay on the search border against the template but inside it against the first
-    frame, and those moved more than :data:`KEPT_FROM_FIRST_PX` from their first pass's shift
-    with a weaker peak (a lower confidence) than it saw.  Where frame 0's row is one, every
-    shift hangs on it, and the first pass's table is kept whole.  Why: a template pass
-    refines; a frame that found its drift against frame 0 and jumps away from it against the
-    template met the template's artefacts (a stack bleached 20-fold: 45-60 px off against it,
-    0.2 px against frame 0).
+    """``(table, n)``: the last template pass's ``table`` made relative to frame 0
+    (:func:`relative_to_first`), with the rows of ``n`` frames replaced by their first pass's
+    (``first``, against the first frame): those whose peak lay on the search border against
+    the template but inside it against the first frame, and those the template moved more than
+    :data:`KEPT_FROM_FIRST_PX` from their first pass's shift with a weaker peak (a lower
+    confidence) than that pass saw.  Both tables as measured (a template is made in frame
+    0's place), so frame 0's own jump is seen: where frame 0's row is one, every shift hangs
+    on it, and the first pass's table is kept whole.  Why: a template pass refines; a frame
+    that found its drift against frame 0 and jumps away from it against the template met the
+    template's artefacts (a stack bleached 20-fold: 45-60 px off against it, 0.2 px against
+    frame 0).
 
     >>> t = np.zeros((3, len(COLUMN))); f = t.copy(); f[:, COLUMN["dy"]] = [0, 1, 2]
-    >>> t[2, COLUMN["dy"]], t[2, COLUMN["border"]] = 60, 1
+    >>> t[:, COLUMN["dy"]] = [0, 1, 60]; t[2, COLUMN["border"]] = 1
     >>> out, n = kept_from_first(t, f); out[:, COLUMN["dy"]].tolist(), n
-    ([0.0, 0.0, 2.0], 1)
+    ([0.0, 1.0, 2.0], 1)
     """
     c = COLUMN
-    first = relative_to_first(first)
     moved = np.hypot(table[:, c["dy"]] - first[:, c["dy"]], table[:, c["dx"]] - first[:, c["dx"]])
     with np.errstate(invalid="ignore"):
         jumped = (moved > KEPT_FROM_FIRST_PX) & (table[:, c["confidence"]] < first[:, c["confidence"]])
     swap = (((table[:, c["border"]] > 0) & ~(first[:, c["border"]] > 0)) | jumped) \
         & np.isfinite(first[:, c["dy"]])
-    if not swap.any():
-        return table, 0
-    if swap[0]:
-        return first, int(swap.sum())
-    out = table.copy()
-    out[swap] = first[swap]
+    if swap.any() and swap[0]:
+        return relative_to_first(first), int(swap.sum())
+    out = relative_to_first(table)
+    if swap.any():
+        out[swap] = relative_to_first(first)[swap]
     return out, int(swap.sum())
 
 

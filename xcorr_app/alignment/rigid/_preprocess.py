@@ -154,15 +154,20 @@ def choose_prefilter(src):
 
 def brightness_change(means) -> float:
     """How much the brightness changes over frames of these ``means`` (NaN ones do not count):
-    their range over the largest magnitude, 0 for none.
+    their range over the largest, 0 for none, and 0 where a mean is zero or negative (frames
+    less their mean or a background: no brightness to compare, and a range over a mean near
+    zero is no measure of one).
 
     >>> brightness_change([100.0, 50.0, float("nan")]), brightness_change([])
     (0.5, 0.0)
+    >>> brightness_change([-3.0, 2.0])
+    0.0
     """
     means = np.asarray(means, np.float64)
     means = means[np.isfinite(means)]
-    top = float(np.abs(means).max()) if means.size else 0.0
-    return float(means.max() - means.min()) / top if top > 0 else 0.0
+    if not means.size or means.min() <= 0:
+        return 0.0
+    return float(means.max() - means.min()) / float(means.max())
 
 
 def _means_on_device(frames):
