@@ -8,7 +8,8 @@ from ._executors import Executor, reads_again
 from ._limits import check_limits, limit_devices
 from .piecewise import FIELD_RESAMPLE, apply_field, field_area, measure_field, parse_patches
 from ._options import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, options_signature
-from .rigid import NORMALIZATIONS, SUBPIXEL, WINDOWS, parse_prefilter, shared_plan
+from .rigid import (MAX_BIDI, NORMALIZATIONS, SUBPIXEL, WINDOWS, correct_bidi, estimate_bidi,
+                    parse_bidi, parse_prefilter, shared_plan)
 from ._prebuild import PREBUILD_STAGES, prebuild
 from ._result import AlignResult
 from ._sessions import (SAVE_OPTIONS, SESSION_COLUMNS, SESSIONS_TABLE, align_sessions,

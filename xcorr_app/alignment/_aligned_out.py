@@ -67,10 +67,13 @@ def check_aligned_out(out, shape, device):
                          f"callable(start, chunk), got {got}")
 
 
-def fill_out(res, out, target, device, gpus=None):
+def fill_out(res, out, target, device, gpus=None, bidi=0.0):
     """``out`` (checked) filled with ``res.apply(target)``'s frames, chunk by chunk (from a
     CuPy ``target`` the shifts applied on the device: into a CuPy ``out``, or to a callable's
-    type there and copied in pieces, or handed as they are where it ``takes_device``)."""
+    type there and copied in pieces, or handed as they are where it ``takes_device``);
+    ``bidi``: the line offset still to remove from ``target``'s frames (0: read corrected,
+    or none)."""
+    from .rigid import correct_bidi
     from .warp import shift_frames
 
     kwargs = {} if res.motion_field is not None or gpus is None else {"gpus": gpus}
@@ -81,7 +84,8 @@ def fill_out(res, out, target, device, gpus=None):
         c = res.settings.get("chunk_frames") or 64
         dtype = chunk_type(out) if callable(out) else None
         for a in range(0, len(target), c):
-            moved = shift_frames(target[a:a + c], cupy.asarray(res.shifts[a:a + c]), dtype=dtype)
+            frames = correct_bidi(target[a:a + c], bidi) if bidi else target[a:a + c]
+            moved = shift_frames(frames, cupy.asarray(res.shifts[a:a + c]), dtype=dtype)
             if not callable(out):
                 out[a:a + len(moved)] = moved
                 continue
@@ -95,6 +99,8 @@ def fill_out(res, out, target, device, gpus=None):
         return
     into = out if isinstance(out, np.ndarray) else None
     dtype = chunk_type(out) if callable(out) else None
+    if res.motion_field is None:
+        kwargs["bidi"] = bidi
     for start, chunk in res.apply(target, out=into, device=device, **kwargs):
         if callable(out):
             if dtype != np.float32:

@@ -18,6 +18,7 @@ import contextlib
 import numpy as np
 
 from .. import backend
+from ..errors import InputError
 from ..io import open_source, parse_axes, with_axes
 from ..streaming import map_chunks
 from .rigid import check_float32_range
@@ -25,7 +26,8 @@ from .warp import check_out, check_shifts, common_area
 from ._options import as_stack
 
 def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bilinear",
-                 crop=False, chunk_frames=64, device="auto", gpus=None, out=None, axes=None):
+                 crop=False, chunk_frames=64, device="auto", gpus=None, out=None, axes=None,
+                 bidi=0.0):
     """Yield ``(start, aligned_chunk)`` (float32 NumPy) for every chunk of the stack.
 
     Parameters
@@ -51,21 +53,32 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         chunks yielded are its views; iterate to the end to fill it.
     axes : str, optional
         The file's axes, as for :func:`~xcorr_app.align` (a path only).
+    bidi : float
+        The line offset of a bidirectional scan (pixels) removed from every frame before it is
+        shifted (:func:`~xcorr_app.alignment.correct_bidi`; ``AlignResult.settings["bidi"]``
+        of a run with ``bidi``); 0: none.
     """
+    from .rigid import MAX_BIDI, parse_bidi
     from .warp import check_fill
 
     fill = check_fill(fill)  # (when called, before the input is opened)
+    bidi = parse_bidi(bidi)
+    if isinstance(bidi, str):
+        raise InputError(f"bidi must be a line offset in pixels from -{MAX_BIDI:g} to "
+                         f"{MAX_BIDI:g} (the run's settings[\"bidi\"]), got {bidi!r}")
     source = with_axes(as_stack(stack_or_path), parse_axes(axes))
     return _shifted_chunks(source, shifts, channel, fill, resample, crop, chunk_frames, device,
-                           gpus, out)
+                           gpus, out, bidi)
 
 
 def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_frames, device,
-                    gpus, out):
-    """The generator of :func:`apply_shifts` (its ``fill`` checked)."""
+                    gpus, out, bidi=0.0):
+    """The generator of :func:`apply_shifts` (its ``fill`` and ``bidi`` checked)."""
+    from .rigid import bidi_source
     from .warp import shift_frames
 
-    with open_source(stack_or_path, channel) as src:
+    with open_source(stack_or_path, channel) as raw:
+        src = bidi_source(raw, bidi)
         shifts = check_shifts(shifts, src.n_frames)
         if src.dtype == np.float64:  # (shifted in float32)
             check_float32_range(src.read(0, 1)[0], "the stack", "its frames are shifted",
@@ -81,8 +94,8 @@ def _shifted_chunks(stack_or_path, shifts, channel, fill, resample, crop, chunk_
             return moved[:, y0:y1, x0:x1]  # (map_chunks brings it to the host)
 
         if gpus is not None:  # each GPU opens the input again
-            yield from map_chunks(lambda: open_source(stack_or_path, channel), chunk_frames,
-                                  shifted, gpus=gpus, out=out)
+            yield from map_chunks(lambda: bidi_source(open_source(stack_or_path, channel), bidi),
+                                  chunk_frames, shifted, gpus=gpus, out=out)
             return
         xp = backend.xp_for(backend.resolve_device(device))
         yield from map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, shifted, xp=xp,
@@ -103,21 +116,26 @@ def aligned_box(frame_shape, shifts, crop=False, field=None) -> tuple:
 
 def aligned_channels(source, shifts, channels, frame_shape, *, field=None, centres=None,
                      fill=0.0, resample="bilinear", crop=False, chunk_frames=64, device="cpu",
-                     gpus=None):
+                     gpus=None, bidi=0.0):
     """``(parts, frame_shape)``: every channel of ``channels`` (``[None]``: the stack's only one)
     of ``source`` (frames of ``frame_shape``) aligned by ``shifts`` (or warped by the motion
     ``field`` at ``centres``), as one tuple a chunk of ``(start, chunk)`` a channel, and the
     aligned frames' shape (the crop's with ``crop``): what
-    :func:`xcorr_app.alignment.outputs.write_chunks` writes."""
+    :func:`xcorr_app.alignment.outputs.write_chunks` writes; ``bidi``: the line offset removed
+    from every channel's frames first (rigid shifts only)."""
     from .piecewise import apply_field
 
     y0, y1, x0, x1 = box = aligned_box(frame_shape, shifts, crop, field)
+    if field is not None and bidi:
+        raise InputError("bidi applies to rigid shifts; a motion field warps the frames as "
+                         "they were scanned")
     if field is not None:  # every frame warped by its motion field
         streams = [apply_field(source, field, centres, channel=c, fill=fill, resample=resample,
                                crop=box, chunk_frames=chunk_frames, device=device)
                    for c in channels]
     else:
         streams = [apply_shifts(source, shifts, channel=c, fill=fill, resample=resample,
-                                crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus)
+                                crop=crop, chunk_frames=chunk_frames, device=device, gpus=gpus,
+                                bidi=bidi)
                    for c in channels]
     return zip(*streams), (y1 - y0, x1 - x0)

@@ -6,6 +6,8 @@ every one of them; an executor only says where work runs.
 An executor offers:
 
 - ``open(stack_or_path, opts)``: the input as the pipeline reads it (a context);
+- ``correct_bidi(src, offset)``: the input as every later read takes it, its line offset
+  removed;
 - ``start(opts, src, out)``: its device, chunk and plan once the options are resolved;
 - ``map(fn, progress, before=False, upto=None)``: ``fn(source, xp, start, stop, progress)``
   over its ranges of frames, the results in frame order (``before``: a range needs the frames
@@ -46,6 +48,7 @@ class Executor:
         self.chunk = self.fixed_chunk = None
         self.budget_per_range = None
         self.plan = self.prepared = None
+        self.bidi = 0.0  # the line offset removed from every frame read (rigid.BidiSource)
 
     @contextlib.contextmanager
     def open(self, stack_or_path, opts):
@@ -60,6 +63,15 @@ class Executor:
 
     def check_out(self, out, shape):
         """``out`` where this executor cannot fill it: refused (here: every ``out`` goes)."""
+
+    def correct_bidi(self, src, offset):
+        """``src`` with the line offset ``offset`` of a bidirectional scan removed as it is
+        read (:func:`~.rigid.bidi_source`; 0: as it is), the source of every later step."""
+        from .rigid import bidi_source
+
+        self.bidi = float(offset)
+        self.src = bidi_source(src, offset)
+        return self.src
 
     def portable(self, a):
         return backend.to_numpy(a) if self.remote else a
@@ -138,8 +150,12 @@ class InProcess(Executor):
         from ._aligned_out import fill_out
 
         src = self.src
-        kept = src.stack if src.stash is not None and src.stash.complete else self.stack
-        fill_out(res, out, kept, self.device)
+        if src.stash is not None and src.stash.complete:  # (read corrected already)
+            fill_out(res, out, src.stack, self.device)
+        elif self.bidi and src.stack is not None:  # a CuPy stack's corrected copy
+            fill_out(res, out, src.stack, self.device)
+        else:
+            fill_out(res, out, self.stack, self.device, bidi=self.bidi)
 
 
 def reads_again(opts, out) -> bool:

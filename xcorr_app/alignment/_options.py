@@ -31,7 +31,8 @@ from ..io import SUPPORTED_DTYPES, parse_axes
 from ..registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ..streaming import parse_memory
 from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_previous,
-                    mean_count, parse_prefilter, prefilter_for, prepare, refined_passes,
+                    mean_count, parse_bidi, parse_prefilter, prefilter_for, prepare,
+                    refined_passes,
                     search_range)
 from .rigid import window as make_window
 
@@ -83,6 +84,7 @@ class AlignOptions:
     device: str = "auto"
     gpus: object = None
     tune: bool = False
+    bidi: object = "off"
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -124,6 +126,10 @@ class AlignOptions:
         if self.max_memory is not None:
             put("max_memory", parse_memory(self.max_memory))
         self._check_patches(put)
+        put("bidi", parse_bidi(self.bidi))
+        if self.bidi != "off" and self.patches is not None:
+            raise InputError(f"bidi {self.bidi} corrects the frames of a rigid run; patches "
+                             "read the stack as it is: run without patches, or give bidi off")
         if self.gpus is not None:
             if self.device == "cpu":
                 raise InputError("gpus shares the frames out over GPUs; drop device cpu")
@@ -178,6 +184,10 @@ class AlignOptions:
         if executor == "dask" and self.gpus is not None:
             raise InputError("gpus runs without Dask: give either gpus or a Dask cluster, "
                              "not both")
+        if executor != "process" and self.bidi != "off":
+            raise InputError(f"bidi {self.bidi} corrects the frames in one process: run "
+                             f"without {'gpus' if executor == 'gpus' else 'a Dask cluster'}, "
+                             "or give bidi off")
 
     @property
     def upsample_factor(self) -> int:

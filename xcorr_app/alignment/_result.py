@@ -353,13 +353,15 @@ class AlignResult:
             self.source, self.shifts, [self.settings.get("channel")] if channels is None
             else channels, self.frame_shape, field=field, centres=self.patch_centres, fill=fill,
             resample=resample, crop=crop, chunk_frames=self.settings.get("chunk_frames") or 64,
-            device=self.settings.get("device", "cpu"),
+            device=self.settings.get("device", "cpu"), bidi=self.settings.get("bidi") or 0.0,
             gpus=None if field is not None else self.settings.get("gpus"))
         return parts, shape, 1 if channels is None else len(channels)
 
     def apply(self, stack_or_path=None, **kwargs):
         """The aligned frames: :func:`xcorr_app.apply_shifts` with these shifts, on the input
-        of the run unless another stack is given; yields ``(start, chunk)``."""
+        of the run unless another stack is given; yields ``(start, chunk)``.  The line offset
+        the run removed (``settings["bidi"]``) is removed from the frames first, unless
+        ``bidi=`` says another (0: none)."""
         from ._apply import apply_shifts
 
         from .warp import check_fill
@@ -376,7 +378,11 @@ class AlignResult:
             from .piecewise import apply_field
 
             kwargs.setdefault("device", self.settings.get("device", "auto"))
+            if kwargs.pop("bidi", 0.0):
+                raise InputError("bidi applies to rigid shifts; this result holds a motion "
+                                 "field")
             return apply_field(target, self.motion_field, self.patch_centres, **kwargs)
+        kwargs.setdefault("bidi", self.settings.get("bidi") or 0.0)  # (the run's line offset)
         return apply_shifts(target, self.shifts, **kwargs)
 
 

@@ -5,7 +5,9 @@ and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone
 
 1. the options (:class:`~._options.AlignOptions`, checked when built) and the executor's
    limits (:meth:`~._options.AlignOptions.check_executor`);
-2. the input opened and checked (frame size, the patch grid, ``out``); the device chosen;
+2. the input opened and checked (frame size, the patch grid, ``out``); the line offset of a
+   bidirectional scan decided (``bidi``: :func:`~.rigid.decide_bidi`), every later read
+   corrected by it (:meth:`Executor.correct_bidi`); the device chosen;
 3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`);
 4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~.refine.decide_lucas_kanade`);
 5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
@@ -33,7 +35,7 @@ from .. import backend
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
-from .rigid import search_range
+from .rigid import decide_bidi, search_range
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
@@ -42,7 +44,7 @@ from .rigid import (check_float32_range, check_gpu_float32, mean_count, referenc
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_from_first,
-                     kept_rows, periodic_frames, relative_to_first, template_of)
+                     kept_rows, periodic_frames, template_of)
 
 __all__ = ["run_alignment", "measure_passes"]
 
@@ -80,15 +82,19 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                                 if opts.patches is None else "the patches' warped frames are "
                                 "computed")
         executor.check_out(out, (src.n_frames, *src.frame_shape))
+        # the line offset of a bidirectional scan, from a few frames as they were scanned:
+        # every later read (passes, templates, quality, the aligned stack) is corrected
+        bidi, bidi_note = decide_bidi(opts.bidi, src)
+        src = executor.correct_bidi(src, bidi)
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
-        choices = auto_notes(opts, why)
+        choices = ([bidi_note] if bidi_note else []) + auto_notes(opts, why)
         executor.start(opts, src, out)  # the device, the chunk, the plan
         if executor.device == "gpu" and src.dtype == np.float32:
             check_gpu_float32(src.read(0, 1)[0], "the stack")
         check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
         table, opts, more, image = measure_passes(opts, src, executor, progress)
         settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
-                    "notes": list(src.notes), "prefilter_auto": why,
+                    "notes": list(src.notes), "prefilter_auto": why, "bidi": bidi,
                     "lucas_kanade": opts.lucas_kanade, "options": opts.settings(),
                     **executor.settings()}
         res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
@@ -204,7 +210,7 @@ def measure_passes(opts, src, executor, progress=None):
     if scale:  # (the image in the frames' own units again)
         image = scaled_by(executor.xp.asarray(image, executor.xp.float64), -scale, executor.xp)
     if passes:
-        table, kept = kept_from_first(relative_to_first(table), first)
+        table, kept = kept_from_first(table, first)
         if kept:
             notes.append(f"{plural(kept, 'frame')} moved away from their shift against the "
                          "first frame by the template pass (a peak on the border or far off "

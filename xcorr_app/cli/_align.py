@@ -14,7 +14,7 @@ import click
 
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
-from ._options import (FEATURES, MEMORY, NORMALIZATIONS, PATCHES, PREFILTER, RESAMPLE_ANY,
+from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PATCHES, PREFILTER, RESAMPLE_ANY,
                        SUBPIXEL, WINDOW, default_out, note_cpu_fallback, note_device,
                        planner_notes, print_notes, progress_bar, readable_frames_of, scale_out,
                        scale_out_command, stack_command, where)
@@ -58,6 +58,11 @@ MEASURE_OPTIONS = (
                  help="Filter frames before correlating; auto: dog:1,4 (band-pass) when the "
                       "brightness changes by more than 10% over the stack (bleaching over a "
                       "background), else gaussian:1."),
+    click.option("--bidi", type=BIDI, default=DEFAULT["bidi"], show_default=True,
+                 help="Bidirectional (resonant) scan: remove the x offset of every other line "
+                      "before measuring and in aligned.tif; auto: estimated from a few frames "
+                      "and removed where it is at least 0.1 px; PX: that offset in pixels "
+                      "(recorded in shifts.json, which xcorr apply reads)."),
     click.option("--boundary", type=click.Choice(BOUNDARIES), default=DEFAULT["boundary"],
                  show_default=True,
                  help="linear: frames are views of a larger scene; circular: frames wrap "

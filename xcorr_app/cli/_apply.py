@@ -46,7 +46,9 @@ def apply_cmd(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, f
     SHIFTS is shifts.csv or shifts.json of xcorr align (rigid shifts), or motion_field.npz of
     an align --patches run; PATH any stack xcorr reads (another channel, another recording of
     the same frames), streamed. Rows are matched to frames by their frame column; the stack's
-    frame count (and frame size, where the run recorded it) must match the shifts'.
+    frame count (and frame size, where the run recorded it) must match the shifts'. The line
+    offset of a run with --bidi (its shifts.json, or the one beside shifts.csv) is removed
+    from the frames first.
     """
     with readable_frames_of(path, readable_frames, None, None):
         _apply(shifts, input_path(path, dataset, z, axes), out_path, resample, crop, fill,
@@ -91,10 +93,13 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
         parts, shape = aligned_channels(path, saved.shifts, [channel], frame_shape,
                                         field=saved.field, centres=saved.centres, fill=fill,
                                         resample=resample, crop=crop,
-                                        chunk_frames=chunk_frames or 64, device=dev)
+                                        chunk_frames=chunk_frames or 64, device=dev,
+                                        bidi=saved.bidi if saved.field is None else 0.0)
         with progress_bar(len(saved.shifts), f"writing {out.name}", quiet) as bar:
             write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update)
         run.commit()
     if not quiet:
-        click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}; "
-                   f"wrote {out}")
+        bidi = f" (the run's line offset {saved.bidi:g} px removed first)" \
+            if saved.bidi and saved.field is None else ""
+        click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}"
+                   f"{bidi}; wrote {out}")

@@ -134,6 +134,12 @@ def _check_prefilter(spec):
     parse_prefilter(spec)
 
 
+def _check_bidi(spec):
+    from ..alignment import parse_bidi
+
+    parse_bidi(spec)
+
+
 MAX_SHIFT = MaxShiftType()
 PATCHES = PatchesType()
 #: every resampling of aligned.tif: the rigid shifts' (bilinear, fourier) and the motion
@@ -144,6 +150,7 @@ MEMORY = MemoryType()
 GPUS_LIST = Spec("LIST|all")
 REFERENCE = Spec("first|mean[:N]|previous|INDEX|FILE")
 PREFILTER = Spec("auto|gaussian:S|dog:S1,S2|none", _check_prefilter)
+BIDI = Spec("auto|off|PX", _check_bidi)
 WINDOW = Spec("|".join(WINDOWS[:-1]) + f"|{WINDOWS[-1]}[:A]")
 FEATURES = Spec("dog:S1,S2,...|gabor:SIGMA,N|FILE.npy")
 KERNEL = Spec("gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy")

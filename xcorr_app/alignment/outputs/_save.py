@@ -369,7 +369,9 @@ class RunOutputs:
             patches=patches).items()}
         self.in_place = in_place is not None and aligned
         # (the aligned stack: in the folder, or the NWB input itself)
-        self.aligned_path = Path(in_place) if self.in_place else self.paths.get("aligned.tif")
+        # (a link's own file replaced, not the link)
+        self.aligned_path = Path(in_place).resolve() if self.in_place \
+            else self.paths.get("aligned.tif")
         self.stale = []  # (found on entering: :func:`stale_outputs`)
         self.inputs = list(inputs)
         self.removed = []

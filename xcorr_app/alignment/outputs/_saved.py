@@ -59,14 +59,19 @@ def _frame_shape(value, where):
 def _frame_shape_beside(path: Path):
     """The frame shape recorded in the ``shifts.json`` of the run folder of ``path``, if any
     (an unreadable one, or one without it: None; a damaged ``frame_shape``: InputError)."""
-    beside = path.with_name("shifts.json")
-    try:
-        doc = json.loads(beside.read_bytes())
-    except (OSError, ValueError):
-        return None
+    doc = _doc_beside(path)
     if not isinstance(doc, dict) or "frame_shape" not in doc:
         return None
-    return _frame_shape(doc["frame_shape"], f"{beside} (the run's, beside {path.name})")
+    return _frame_shape(doc["frame_shape"], f"{path.with_name('shifts.json')} (the run's, "
+                        f"beside {path.name})")
+
+
+def _doc_beside(path: Path):
+    """The ``shifts.json`` of the run folder of ``path`` (None where unreadable)."""
+    try:
+        return json.loads(path.with_name("shifts.json").read_bytes())
+    except (OSError, ValueError):
+        return None
 
 
 def _volumes_table(path):
@@ -110,7 +115,27 @@ def _json_rows(path, saved) -> list:
         raise ValueError("no list of frame records under \"frames\"")
     if "frame_shape" in doc:
         saved.frame_shape = _frame_shape(doc["frame_shape"], path)
+    saved.bidi = _bidi(doc, path)
     return doc["frames"]
+
+
+def _bidi(doc, where) -> float:
+    """The line offset a run removed from its frames (``settings["bidi"]`` of its
+    ``shifts.json``; 0.0 where it has none); InputError for one that is no such offset."""
+    from ..rigid import parse_bidi
+
+    settings = doc.get("settings") if isinstance(doc, dict) else None
+    value = settings.get("bidi") if isinstance(settings, dict) else None
+    if value is None:
+        return 0.0
+    try:
+        value = parse_bidi(value)
+    except InputError:
+        value = None
+    if not isinstance(value, float):
+        raise InputError(f"{where}: settings.bidi is {settings.get('bidi')!r}, not a line "
+                         "offset in pixels")
+    return value
 
 
 def _table(rows, path, saved) -> None:
@@ -140,7 +165,9 @@ def load_saved(path) -> SimpleNamespace:
     order of the table's ``frame`` column where it has one (``frames``: its numbers, sorted;
     else None); for ``motion_field.npz`` also ``field`` ``(N, gy, gx, 2)`` and ``centres``;
     ``frame_shape`` where the run recorded it (``shifts.json`` or ``motion_field.npz``, its own
-    or beside the file), else None.  :func:`check_fits` checks them against a stack.
+    or beside the file), else None; ``bidi``: the line offset the run removed from its frames
+    (``shifts.json``'s, its own or beside ``shifts.csv``; else 0.0).  :func:`check_fits`
+    checks them against a stack.
 
     Raises
     ------
@@ -163,7 +190,10 @@ def load_saved(path) -> SimpleNamespace:
                          "shifts.json or motion_field.npz of an xcorr align run")
     kind = path.suffix.lower()
     saved = SimpleNamespace(field=None, centres=None, frames=None,
-                            frame_shape=_frame_shape_beside(path))
+                            frame_shape=_frame_shape_beside(path), bidi=0.0)
+    if kind == ".csv":  # (the line offset of the run, beside its table)
+        saved.bidi = _bidi(_doc_beside(path),
+                           f"{path.with_name('shifts.json')} (the run's, beside {path.name})")
     try:
         if kind == ".npz":
             _load_field(path, saved)

@@ -1,6 +1,8 @@
 # The public names of xcorr_app.alignment.rigid, each imported at its first use (__init__.py:
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
+from ._bidi import (BIDI_THRESHOLD, MAX_BIDI, BidiSource, bidi_source, correct_bidi,
+                    decide_bidi, estimate_bidi, parse_bidi)
 from ._columns import COLUMN, COLUMNS
 from ._frame_stats import area_float, converted_stats, demeaned, frame_stats, precision_sums
 from ._measure import (Measurer, frames_per_chunk, measure_frames, prepared_reference,
