@@ -128,7 +128,12 @@ def test_cupy_chunks_are_copied_and_written_in_pieces_by_the_thread(monkeypatch)
     sink = Pieces()
     with BackgroundWrites(sink) as bg:
         for c in chunks:
-            bg.write(cp.asarray(c))
+            # (complete on the device, as write's callers hand them: the upload of a pageable
+            # array may still run when asarray returns, and the thread copies on a non-blocking
+            # stream of its own; under load it read the pool block's old bytes)
+            chunk = cp.asarray(c)
+            cp.cuda.get_current_stream().synchronize()
+            bg.write(chunk)
     assert [len(c) for c in sink.got] == [3, 3, 1, 5, 3, 3, 3, 2, 3, 1, 0, 1]
     assert [c.dtype for c in sink.got[3:5]] == [np.uint16, np.float32]
     np.testing.assert_array_equal(np.concatenate(sink.got[:3]), chunks[0])
