@@ -39,7 +39,7 @@ def rms(shifts, truth):
 
 
 def aligned(res, stack, **kw):
-    return np.concatenate([c for _, c in res.apply(stack, **kw)])
+    return np.concatenate([c for _, c in res.apply(stack, device="cpu", **kw)])
 
 
 def output_error(out, res, stack):
@@ -199,8 +199,8 @@ class _Shifts:
     def __init__(self, shifts):
         self.shifts = shifts
 
-    def apply(self, stack, bidi=0):
-        return xcorr_app.apply_shifts(stack, self.shifts, device="cpu", bidi=bidi)
+    def apply(self, stack, bidi=0, device="cpu"):
+        return xcorr_app.apply_shifts(stack, self.shifts, device=device, bidi=bidi)
 
 
 @pytest.mark.gpu
