@@ -51,9 +51,11 @@ def rms(shifts, truth=TRUTH):
     return float(np.sqrt(np.mean((np.asarray(shifts) - truth[:len(shifts)]) ** 2)))
 
 
-def write_nwb(path, frames, *, dimension=None):
+def write_nwb(path, frames, *, dimension=None, imaging_plane=None, **timing):
     """An NWB file of one TwoPhotonSeries whose ``data`` are ``frames`` as given: by pynwb
-    where it is installed (it writes a NumPy movie as it is), else by h5py in its layout."""
+    where it is installed (it writes a NumPy movie as it is), else by h5py in its layout;
+    ``imaging_plane``: more of its plane's fields (pynwb), ``timing``: ``rate=`` (30 Hz) or
+    ``timestamps=``."""
     try:
         import pynwb
     except ImportError:
@@ -74,9 +76,10 @@ def write_nwb(path, frames, *, dimension=None):
         name="plane", optical_channel=OpticalChannel(name="g", description="g",
                                                      emission_lambda=520.0),
         description="V1", device=device, excitation_lambda=920.0, indicator="GCaMP",
-        location="V1", imaging_rate=30.0)
-    nwb.add_acquisition(TwoPhotonSeries(name="TwoPhotonSeries", imaging_plane=plane, rate=30.0,
-                                        data=frames, unit="n.a.", dimension=dimension))
+        location="V1", imaging_rate=30.0, **(imaging_plane or {}))
+    nwb.add_acquisition(TwoPhotonSeries(name="TwoPhotonSeries", imaging_plane=plane,
+                                        data=frames, unit="n.a.", dimension=dimension,
+                                        **(timing or {"rate": 30.0})))
     with pynwb.NWBHDF5IO(str(path), "w") as io:
         io.write(nwb)
     return path

@@ -6,7 +6,6 @@ every ``--out-format``; the shifts are the drift's and the output says the input
 and frame interval (read by xcorr's ``calibration`` and by tifffile, h5py, zarr).  Attributes
 that say nothing usable are a note, never a failure."""
 
-from datetime import datetime, timezone
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from xcorr_app.cli._main import cli
 from xcorr_app.io import calibration, describe
 
 from synthetic import fourier_moved, periodic_texture
+from test_axes import write_nwb
 
 h5py = pytest.importorskip("h5py")
 
@@ -56,24 +56,10 @@ def suite2p_file(path, frames):
 def nwb_file(path, frames, *, grid_spacing=(0.5, 0.25), unit="micrometers", **timing):
     """A TwoPhotonSeries by pynwb, stored in NWB's (frames, x, y) order, ``timing``:
     ``rate=`` or ``timestamps=``; its imaging plane's ``grid_spacing`` is (x, y)."""
-    pynwb = pytest.importorskip("pynwb")
-    from pynwb.ophys import OpticalChannel, TwoPhotonSeries
-
-    nwb = pynwb.NWBFile(session_description="cal", identifier="cal",
-                        session_start_time=datetime(2026, 1, 1, tzinfo=timezone.utc))
-    device = nwb.create_device(name="scope")
-    plane = nwb.create_imaging_plane(
-        name="plane", optical_channel=OpticalChannel(name="g", description="g",
-                                                     emission_lambda=520.0),
-        description="V1", device=device, excitation_lambda=920.0, indicator="GCaMP",
-        location="V1", imaging_rate=30.0, grid_spacing=list(grid_spacing),
-        grid_spacing_unit=unit)
-    nwb.add_acquisition(TwoPhotonSeries(
-        name="TwoPhotonSeries", imaging_plane=plane, unit="n.a.",
-        data=np.ascontiguousarray(frames.transpose(0, 2, 1)), **timing))
-    with pynwb.NWBHDF5IO(str(path), "w") as io:
-        io.write(nwb)
-    return path
+    pytest.importorskip("pynwb")
+    return write_nwb(path, np.ascontiguousarray(frames.transpose(0, 2, 1)),
+                     imaging_plane=dict(grid_spacing=list(grid_spacing),
+                                        grid_spacing_unit=unit), **timing)
 
 
 #: each input: (how it is written, its pixel size (y, x) in µm, its frame interval)
