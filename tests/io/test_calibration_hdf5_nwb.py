@@ -6,7 +6,6 @@ every ``--out-format``; the shifts are the drift's and the output says the input
 and frame interval (read by xcorr's ``calibration`` and by tifffile, h5py, zarr).  Attributes
 that say nothing usable are a note, never a failure."""
 
-
 import numpy as np
 import pytest
 import tifffile
