@@ -6,11 +6,11 @@ the guards (an earlier run's movie, a failure while writing, a non-NWB input, py
 
 import csv
 import json
-import subprocess
-import sys
-
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,3 +233,25 @@ def test_in_place_keeps_the_inputs_mode_and_writes_through_a_link(tmp_path, nwb_
     assert link.is_symlink() and os.readlink(link) == path.name  # (the link kept)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
     assert read_stack(path)[0].shape == (6, 30, 24)
+
+
+def test_in_place_is_renamed_onto_the_input_with_the_other_outputs(tmp_path, nwb_input,
+                                                                    monkeypatch):
+    """The input is written in the one commit of the run's outputs: a rename of that commit
+    that fails leaves the input as it was and no output (it was replaced before the commit)."""
+    from xcorr_app.io import _writer
+
+    path, _ = nwb_input
+    before = digest(path)
+    real = _writer.os.replace
+
+    def failing(src, dst):
+        if Path(dst).name == "shifts.json":
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(_writer.os, "replace", failing)
+    res = run(path, "--out", tmp_path / "o", "--out-format", "nwb", "--in-place")
+    assert res.exit_code == 2 and "No space left" in res.stderr
+    assert digest(path) == before and not (tmp_path / "o").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nwb"]  # (no temporary file)

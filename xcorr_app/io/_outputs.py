@@ -118,6 +118,10 @@ class OutputRun:
         ``--no-aligned``): an existing one is refused without ``force`` like an output, and
         with ``force`` deleted by the same :meth:`commit`, so no output of an earlier run
         stays beside the new ones.
+    replaced : iterable of str or os.PathLike
+        Inputs the run writes anew in place (an NWB input with ``--in-place``): not checked
+        as outputs, but renamed onto by the same :meth:`commit` (and put back if it fails), so
+        the input is never written without the run's other outputs.
 
     Attributes
     ----------
@@ -138,9 +142,11 @@ class OutputRun:
     ...     run.commit()
     """
 
-    def __init__(self, outputs, inputs=(), force: bool = False, lock=None, remove=()):
+    def __init__(self, outputs, inputs=(), force: bool = False, lock=None, remove=(),
+                 replaced=()):
         self.outputs = [Path(p) for p in outputs]
         self.remove = [Path(p) for p in remove]
+        self.replaced = [Path(p) for p in replaced]
         self.inputs = [Path(p) for p in inputs]
         self.force = force
         lock = Path(lock) if lock is not None else self.outputs[0].parent / ".xcorr.lock"
@@ -148,7 +154,7 @@ class OutputRun:
                 else f"output {self.outputs[0]}")
         self.lock = OutputLock(lock, what)
         self.late_signal = None
-        self._staged = StagedOutputs(self.outputs, self.remove)
+        self._staged = StagedOutputs(self.outputs + self.replaced, self.remove)
         self._created = []
         self._staging = False
         self._handlers = {}
@@ -186,7 +192,7 @@ class OutputRun:
             self._created = make_folders(self.outputs + [self.lock.path])
             self.lock.acquire()
             check_outputs(every, self.force)  # what the last writer left
-            remove_stale_temps(every)
+            remove_stale_temps(every + self.replaced)
             self._staged.__enter__()
             self._staging = True
         except BaseException:

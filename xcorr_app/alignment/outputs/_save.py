@@ -340,7 +340,7 @@ class RunOutputs:
         The argument that named ``folder``, as its errors say it (``xcorr align``: ``out``).
     in_place : path, optional
         The NWB input file that the aligned movie is written into (``format="nwb"``,
-        ``--in-place``) instead of the folder: renamed onto it last, before the others.
+        ``--in-place``) instead of the folder: renamed onto it by the one commit of the outputs.
 
     On entering, the guards of :class:`~xcorr_app.io.OutputRun` (outputs apart from the
     inputs, existing ones kept without ``force``, one writer at a time); with ``force`` the
@@ -387,7 +387,8 @@ class RunOutputs:
         self.stale = stale_outputs(self.folder, self.paths.values(), self.inputs)
         check_stale(self.stale)
         self._run = OutputRun(self.paths.values(), self.inputs, self.force,
-                              lock=self.folder / ".xcorr.lock", remove=self.stale)
+                              lock=self.folder / ".xcorr.lock", remove=self.stale,
+                              replaced=[self.aligned_path] if self.in_place else ())
         self._run.__enter__()
         return self
 
@@ -446,7 +447,7 @@ class RunOutputs:
             write_motion_field(paths["motion_field.npz"], res)
         if "motion_field.png" in paths:
             plot_motion_field(paths["motion_field.png"], res, title=f"{name}: motion field")
-        # the aligned stack last (an NWB input written in place is replaced when it closes)
+        # the aligned stack last (an NWB input written in place: renamed onto by the commit)
         record = nwb_record(res, doc) if out_format(stack or "") == "nwb" else None
         if stack is not None and not self._by_run:
             parts, shape, channels = frames
