@@ -187,3 +187,10 @@ def test_an_unexpected_failure_is_that_recordings_row(tmp_path, session, monkeyp
     assert [r["status"] for r in rows] == ["done", "failed", "done"]
     assert rows[1]["reason"] == "internal error: RuntimeError: device lost"
     assert read_table(tmp_path / "out" / "sessions.csv")[1]["status"] == "failed"
+
+
+def test_every_channel_to_nwb_is_refused_once_before_anything_runs(tmp_path, session):
+    with pytest.raises(InputError, match="one channel"):
+        xcorr_app.align_sessions(session, tmp_path / "out", format="nwb", channels="all",
+                                 channel=0, **OPTS)
+    assert not (tmp_path / "out").exists()

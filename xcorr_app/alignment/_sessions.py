@@ -229,8 +229,9 @@ def _check_save(opts, save):
     if channels is not None and opts.channel is None:
         raise InputError("channels writes other channels aligned by the shifts of one: give "
                          "channel=K, the channel the shifts are measured on")
+    # ("all": every recording's channels, counted per recording; refused with NWB here, once)
     check_save(patches=opts.patches is not None, format=parse_out_format(
-        save.get("format", "tiff"))[0], channels=None if channels == "all" else channels, **kw)
+        save.get("format", "tiff"))[0], channels=channels, **kw)
 
 
 def _check_folders(recordings, folders):
