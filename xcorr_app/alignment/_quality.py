@@ -67,8 +67,7 @@ POOR_DROP = 0.03
 WORSE_BY = 0.01
 #: a correlation after alignment below this share of the stack's best frames' (its
 #: :data:`BEST_QUANTILE`) flags the frame ``poor`` where the median cannot: half the frames or
-#: more behind a closed shutter or bleached away (on the accuracy bench it flags none of the
-#: realistic stacks' frames, and 15 of the 16 shutter frames over 0.5 px off)
+#: more behind a closed shutter or bleached away (docs/performance.md, "Hard stacks")
 BEST_SHARE = 0.5
 BEST_QUANTILE = 0.9
 #: the least common area (px per side) the report is measured on; else the whole frame

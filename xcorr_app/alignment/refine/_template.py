@@ -205,8 +205,7 @@ def relative_to_first(table):
 
 
 #: a template pass that moves a frame this far (px) from its first pass's shift, with a weaker
-#: peak than that pass's, is not refining it (:func:`kept_from_first`); on the accuracy bench's
-#: realistic stacks the two passes differ by at most 0.84 px
+#: peak than that pass's, is not refining it (:func:`kept_from_first`; docs/performance.md)
 KEPT_FROM_FIRST_PX = 2.0
 
 
@@ -372,10 +371,7 @@ def decide_lucas_kanade(opts, src, xp):
 
 #: ``lucas_kanade="auto"`` stays off where the sampled frames' brightness changes by more than
 #: this (:func:`~xcorr_app.alignment.rigid.brightness_change`): a template of bright and dim
-#: frames misleads the fit.  The accuracy bench's 20-fold bleaching (0.52-0.76 here) gave a
-#: median 0.57 px with it, 0.12 without; its half-closed shutter stacks change by 0.33-0.70;
-#: its steady noisy stacks, which gain from the fit, by at most 0.08 (a bleaching background,
-#: 0.19-0.28)
+#: frames misleads the fit (the bench's figures: docs/performance.md, "Hard stacks")
 LK_MAX_BRIGHTNESS_CHANGE = 0.3
 
 
