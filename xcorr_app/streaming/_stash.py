@@ -124,6 +124,13 @@ class DeviceStash:
         return self.rows(0, self.n)
 
 
+def source_names_of(src) -> list:
+    """Every frame's source name of a frame source ``src`` (its own ``source_names`` where it
+    has one): what a wrapper of a source (:class:`StashedSource`, a corrected source) gives."""
+    names = getattr(src, "source_names", None)
+    return names() if names else [src.source_name(i) for i in range(src.n_frames)]
+
+
 class StashedSource:
     """A frame source (``src``) whose frames the GPU chunk loop uploads into ``stash`` (a
     :class:`DeviceStash`, or None: no stash); once every frame is there, :attr:`stack` is the
@@ -150,8 +157,7 @@ class StashedSource:
         return self.src.source_name(i)
 
     def source_names(self):
-        names = getattr(self.src, "source_names", None)
-        return names() if names else [self.src.source_name(i) for i in range(self.n_frames)]
+        return source_names_of(self.src)
 
     def read(self, start, stop, out=None):
         return self.src.read(start, stop, out=out)

@@ -33,6 +33,7 @@ import numpy as np
 
 from ... import backend
 from ...errors import InputError
+from ...streaming import source_names_of
 from ._preprocess import spread_frames
 
 #: the largest line offset (pixels) a run corrects, given or estimated
@@ -275,8 +276,7 @@ class BidiSource:
         return self.src.source_name(i)
 
     def source_names(self):
-        names = getattr(self.src, "source_names", None)
-        return names() if names else [self.src.source_name(i) for i in range(self.n_frames)]
+        return source_names_of(self.src)
 
     def read(self, start, stop, out=None):
         if self.stack is not None:
