@@ -255,3 +255,50 @@ def test_in_place_is_renamed_onto_the_input_with_the_other_outputs(tmp_path, nwb
     assert res.exit_code == 2 and "No space left" in res.stderr
     assert digest(path) == before and not (tmp_path / "o").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nwb"]  # (no temporary file)
+
+
+def apply_(*args):
+    return CliRunner().invoke(cli, ["apply", *map(str, args), "--device", "cpu", "-q"])
+
+
+def test_apply_writes_an_nwb_copy_with_the_shifts_applied(tmp_path, nwb_input):
+    """``xcorr apply SHIFTS IN.nwb --out X.nwb``: the same frames as its TIFF output, the
+    shifts applied as the translation, a valid file, the input unchanged."""
+    path, _ = nwb_input
+    assert run(path, "--out", tmp_path / "o", "--no-aligned").exit_code == 0
+    before = digest(path)
+    shifts = tmp_path / "o" / "shifts.csv"
+    res = apply_(shifts, path, "--out", tmp_path / "applied.nwb")
+    assert res.exit_code == 0, res.output
+    assert digest(path) == before
+    assert pynwb.validate(path=str(tmp_path / "applied.nwb")) == []
+    corrected, xy, description, comments, identifier = read_stack(tmp_path / "applied.nwb")
+    assert identifier != "axes" and description.startswith("aligned by xcorr ")
+    assert "xcorr apply of shifts.csv" in description
+    assert json.loads(comments)["applied"] == str(shifts)
+    assert apply_(shifts, path, "--out", tmp_path / "applied.tif").exit_code == 0
+    tif = tifffile.imread(tmp_path / "applied.tif")
+    np.testing.assert_array_equal(corrected, tif.transpose(0, 2, 1))
+    np.testing.assert_allclose(xy, shifts_csv(tmp_path / "o")[:, ::-1], atol=1e-6)
+    np.testing.assert_allclose(xy, -np.array(MOVES)[:, ::-1], atol=0.02)
+    # (an existing output is kept without --force; with it, replaced)
+    again = apply_(shifts, path, "--out", tmp_path / "applied.nwb")
+    assert again.exit_code == 2 and "error:" in again.output
+    assert apply_(shifts, path, "--out", tmp_path / "applied.nwb", "--force").exit_code == 0
+
+
+def test_apply_refuses_nwb_output_of_another_input_or_onto_the_input(tmp_path, nwb_input):
+    path, frames = nwb_input
+    assert run(path, "--out", tmp_path / "o", "--no-aligned").exit_code == 0
+    shifts = tmp_path / "o" / "shifts.csv"
+    tif = tmp_path / "m.tif"
+    tifffile.imwrite(tif, frames.transpose(0, 1, 2))
+    before = digest(path)
+    for args in ([shifts, tif, "--out", tmp_path / "x.nwb"],
+                 [shifts, path, "--out", path, "--force"]):
+        res = apply_(*args)
+        assert res.exit_code == 2, res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), res.output
+        assert not (tmp_path / "x.nwb").exists()
+    assert digest(path) == before

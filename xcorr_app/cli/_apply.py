@@ -18,15 +18,17 @@ from ._options import (RESAMPLE_ANY, default_out, note_device, print_notes, prog
 __all__ = ["apply_cmd"]
 
 #: the names ``--out`` may end in (the format by :func:`xcorr_app.io.out_format`)
-OUT_SUFFIXES = (".tif", ".tiff", ".zarr", ".h5", ".hdf5")
+OUT_SUFFIXES = (".tif", ".tiff", ".zarr", ".h5", ".hdf5", ".nwb")
 
 
 @click.command("apply", cls=DeviceCommand)
 @click.argument("shifts", type=click.Path(path_type=Path))
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--out", "out_path", type=str, default=None,
-              help="The aligned stack: NAME.tif, NAME.ome.tif, NAME.ome.zarr or NAME.h5 (the "
-                   "format by the name; NAME.h5:/DATA names its dataset, default /aligned) "
+              help="The aligned stack: NAME.tif, NAME.ome.tif, NAME.ome.zarr, NAME.h5 or, "
+                   "for an NWB input, NAME.nwb (a copy of the input with the corrected "
+                   "movie and the shifts in processing/ophys) (the format by the name; "
+                   "NAME.h5:/DATA names its dataset, default /aligned) "
                    "[default: STEM_applied.tif in the current folder].")
 @click.option("--resample", type=click.Choice(RESAMPLE_ANY), default="bilinear",
               show_default=True,
@@ -68,7 +70,8 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
         (default_out(path, "_applied.tif"), None)
     if not out.name.lower().endswith(OUT_SUFFIXES):
         raise InputError(f"--out {out}: name the aligned stack NAME.tif, NAME.ome.tif, "
-                         "NAME.ome.zarr or NAME.h5 (the format is chosen by the name)")
+                         "NAME.ome.zarr, NAME.h5 or NAME.nwb (the format is chosen by the "
+                         "name)")
     fmt = out_format(out)
     saved = load_saved(shifts)
     allowed = RESAMPLE if saved.field is None else FIELD_RESAMPLE
@@ -79,7 +82,7 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
         unshifted = check_fits(saved, shifts, src, path)
-        aligned = aligned_as(src, path, keep_dtype, fmt, dataset)  # (its notes said too)
+        aligned = aligned_as(src, path, keep_dtype, fmt, dataset, force)  # (notes said too)
         print_notes(src, quiet)
         frame_shape = src.frame_shape
     if unshifted:  # (said even with --quiet: those frames are written as they were)
@@ -95,11 +98,27 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
                                         resample=resample, crop=crop,
                                         chunk_frames=chunk_frames or 64, device=dev,
                                         bidi=saved.bidi if saved.field is None else 0.0)
+        record = _nwb_record(saved, shifts, path, resample, crop, fill) \
+            if fmt == "nwb" else None
         with progress_bar(len(saved.shifts), f"writing {out.name}", quiet) as bar:
-            write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update)
+            write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update, record)
         run.commit()
     if not quiet:
         bidi = f" (the run's line offset {saved.bidi:g} px removed first)" \
             if saved.bidi and saved.field is None else ""
         click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}"
                    f"{bidi}; wrote {out}")
+
+
+def _nwb_record(saved, shifts, path, resample, crop, fill) -> tuple:
+    """An NWB output's record (:func:`xcorr_app.alignment.outputs.nwb_record`'s form): the
+    rigid shifts applied (a motion field's run: its rigid part), what was applied, and how."""
+    import json
+
+    from .._version import __version__
+
+    how = {"applied": str(shifts), "resample": resample, "crop": crop, "fill": fill,
+           **({"motion_field": True} if saved.field is not None else {}),
+           **({"bidi": saved.bidi} if saved.bidi else {})}
+    return (saved.shifts, f"{__version__} from {path} (xcorr apply of {Path(shifts).name}; "
+            "settings in comments)", json.dumps(how))
