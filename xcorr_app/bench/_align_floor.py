@@ -3,15 +3,22 @@
 For stacks of uint16 frames already in memory (the drifting scene of
 :class:`~xcorr_app.bench._align_data.SyntheticStack`), measured in one run on one GPU:
 
-* **pinned copy** (the floor of a NumPy stack): the stack copied chunk by chunk from page-locked
-  host memory to the device, CUDA events; everything else can overlap with it;
-* **batched FFT correlation** (the floor of a CuPy stack): every chunk converted to float32,
-  ``rfft2``, multiplied by the reference's conjugate spectrum, ``irfft2``, cuFFT plans made once
-  (warm), CUDA events;
-* **xcorr_app.align** with the defaults (FFT verification on), from NumPy and from CuPy, and
-  ``max_shift=16`` from NumPy: wall clock, warm, the median of ``repeat`` runs;
+* **pinned copy**: the stack copied chunk by chunk from page-locked host memory to the device,
+  CUDA events;
+* **padded FFT correlation** (the floor of the unbounded default from CuPy): every chunk
+  converted to float32, ``rfft2`` zero-padded to the transform the exact search over shifts up
+  to half the frame needs (1.5 N per axis, rounded up to a 5-smooth size: ``fft_geometry``),
+  multiplied by the reference's conjugate spectrum, ``irfft2``; cuFFT plans made once (warm),
+  CUDA events;
+* **unpadded FFT correlation** (the floor of a bounded run: ``max_shift=16`` needs no padding
+  to speak of): the same at the frame's own size;
+* **xcorr_app.align** with the defaults (FFT verification and the quality report on), from NumPy
+  and from CuPy, and ``max_shift=16`` from both: wall clock, warm, the median of ``repeat``
+  runs;
 
-and each align row's share of its floor (frames/s over the floor's frames/s).
+and each align row's share of its floor (the floor's seconds over the row's): from CuPy the
+correlation its search needs (padded unbounded, unpadded bounded); from NumPy the larger of that
+and the pinned copy, which can overlap.
 
 Run it as ``xcorr bench align --floor [--frames N[,N...]] [--size H[,H...]] [--repeat K]``.
 """
@@ -55,19 +62,38 @@ def pinned_copy_seconds(stack, repeat=5):
     return _events_seconds(work, repeat)
 
 
-def fft_correlation_seconds(stack_gpu, repeat=5):
+def fft_correlation_seconds(stack_gpu, repeat=5, size=None):
     """Seconds of the batched FFT correlation of a device stack against its first frame, a
-    chunk of :data:`FLOOR_CHUNK` frames at a time (cuFFT plans made by the warm-up)."""
+    chunk of :data:`FLOOR_CHUNK` frames at a time, its transforms ``size`` (zero-padded; None:
+    the frame's own size); cuFFT plans made by the warm-up."""
     import cupy as cp
 
-    ref = cp.fft.rfft2(stack_gpu[0].astype(cp.float32)).conj()
+    size = tuple(size or stack_gpu.shape[-2:])
+    ref = cp.fft.rfft2(stack_gpu[0].astype(cp.float32), s=size).conj()
 
     def work():
         for a in range(0, len(stack_gpu), FLOOR_CHUNK):
             f = stack_gpu[a:a + FLOOR_CHUNK].astype(cp.float32)
-            cp.fft.irfft2(cp.fft.rfft2(f) * ref, s=f.shape[-2:])
+            cp.fft.irfft2(cp.fft.rfft2(f, s=size) * ref, s=size)
 
     return _events_seconds(work, repeat)
+
+
+def padded_size(frame_shape) -> tuple:
+    """The transform of the exact linear search over every shift up to half the frame (the
+    unbounded default), per axis: 1.5 N rounded up to a fast size.
+
+    >>> padded_size((1024, 1000))
+    (1536, 1500)
+    """
+    from ..correlate import fft_geometry
+
+    h, w = frame_shape
+    return tuple(fft_geometry((h, w), (h, w), (h // 2, w // 2)).size)
+
+
+#: the bounded rows' search
+BOUND = 16
 
 
 def floor_rows(frames=FLOOR_FRAMES, sides=FLOOR_SIDES, repeat=3, echo=print) -> list:
@@ -83,19 +109,26 @@ def floor_rows(frames=FLOOR_FRAMES, sides=FLOOR_SIDES, repeat=3, echo=print) -> 
         for n in frames:
             stack = SyntheticStack(n, (side, side), seed=55).frames(0, n, workers=4)
             label = f"{n}x{side}x{side}"
-            copy = pinned_copy_seconds(stack, max(repeat, 5))
+            reps = max(repeat, 5)
+            copy = pinned_copy_seconds(stack, reps)
             gpu = cp.asarray(stack)
-            fft = fft_correlation_seconds(gpu, max(repeat, 5))
+            size = padded_size(stack.shape[1:])
+            padded = fft_correlation_seconds(gpu, reps, size)
+            plain = fft_correlation_seconds(gpu, reps)
+
+            def timed(source, **kw):
+                return warm_median(lambda: align(source, device="gpu", **kw), repeat)[0]
+
             measured = {
-                "pinned copy (NumPy floor)": (copy, None),
-                "batched FFT correlation (CuPy floor)": (fft, None),
-                "align from NumPy":
-                    (warm_median(lambda: align(stack, device="gpu"), repeat)[0], copy),
-                "align from CuPy":
-                    (warm_median(lambda: align(gpu, device="gpu"), repeat)[0], fft),
-                "align max_shift=16 from NumPy":
-                    (warm_median(lambda: align(stack, device="gpu", max_shift=16), repeat)[0],
-                     copy),
+                "pinned copy": (copy, None),
+                f"FFT correlation padded to {size[0]}x{size[1]} (CuPy floor, unbounded)":
+                    (padded, None),
+                "FFT correlation unpadded (CuPy floor, bounded)": (plain, None),
+                "align from NumPy": (timed(stack), max(copy, padded)),
+                "align from CuPy": (timed(gpu), padded),
+                f"align max_shift={BOUND} from NumPy": (timed(stack, max_shift=BOUND),
+                                                        max(copy, plain)),
+                f"align max_shift={BOUND} from CuPy": (timed(gpu, max_shift=BOUND), plain),
             }
             for name, (seconds, floor) in measured.items():
                 row = {"stack": label, "row": name, "seconds": seconds, "fps": n / seconds,

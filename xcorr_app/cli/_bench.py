@@ -123,10 +123,12 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
                    "path, with the field error against the synthetic truth; 4096 frames of "
                    "512x512 by default.")
 @click.option("--floor", is_flag=True,
-              help="Rigid align in process against the hardware's floor: the pinned copy (a "
-                   "NumPy stack) and the batched FFT correlation (a CuPy stack), each align "
-                   "row's share of its floor; 128 and 1024 frames of 512, 1024 and 2048 px "
-                   "square by default (--frames and --size pick one).")
+              help="Rigid align in process against the hardware's floor: the pinned copy, "
+                   "the batched FFT correlation padded as the unbounded search needs (1.5x "
+                   "per axis) and unpadded (bounded runs); each align row's share of its "
+                   "floor (from NumPy: the larger of the copy and the correlation); 128 and "
+                   "1024 frames of 512, 1024 and 2048 px square by default (--frames and "
+                   "--size pick one).")
 @click.option("--formats", is_flag=True,
               help="One-shot xcorr align processes of the stack written as OME-Zarr and as "
                    "HDF5 (a frame per chunk, uncompressed) against each library's plain read "
