@@ -25,7 +25,9 @@
 //
 // FH x FW are compile-time capacities: sizes up to 11 are compiled exactly; larger filters use
 // the next compiled size, and the taps beyond (fh, fw) are skipped by warp-uniform tests, so a
-// NaN just outside the true window never reaches an output.
+// NaN just outside the true window never reaches an output.  2-D filters go up to 31 x 31, 1-D
+// ones (the passes of separable filters) up to 63: columns (FW = 1) at every height, rows
+// (FH = 1) at the capacities 35, 39, ..., 63 (xcorr_app/filters/_reuse.py LINE_CAPACITIES).
 //
 // Grid: x = interior column blocks (WARPS sub-blocks each) then edge blocks, y = row blocks,
 // z = frames.  Block (32, WARPS).  DTYPE: 0 float32, 1 float16, 2 uint16, 3 uint8 (converted on
@@ -73,6 +75,9 @@ __host__ __device__ constexpr int reuse_min_blocks(int fh, int fw, bool taps_sha
     return XCORR_REUSE_MIN_BLOCKS;
 #endif
     if (async && vec == 2) return fh * fw <= 25 ? 8 : 5;
+    // 1-D passes beyond 31 taps (up to 63): acc[FH] and the FH rows in flight, or v[FW] and
+    // two rows of loads, take up to 168 registers (the most blocks that compile without spills)
+    if ((fh == 1 || fw == 1) && fh * fw > 31) return fh * fw <= 35 ? 5 : (fh * fw <= 47 ? 4 : 3);
     if (async) return (fh == 3 || fh == 5) && fw == fh ? 12 : (fh * fw <= 25 && fw > 1 ? 10 : 8);
     return vec == 4 ? (fh * fw <= 9 ? 6 : (fh * fw <= 25 && fh <= 5 ? 5 : 4))
                     : ((fh * fw <= 9 && fw <= 5 && !taps_shared) ? 8 : (fh * fw <= 49 ? 5 : 4));

@@ -6,8 +6,9 @@ Every function takes one ``(H, W)`` image or an ``(N, H, W)`` stack and filters 
 reuse kernels (:mod:`xcorr_app.filters._reuse`) and give float32; separable filters (gaussian,
 box, sobel, dog) run as two 1-D passes of the same kernels (one fused kernel for float32
 stacks and equal odd tap counts up to 11: :mod:`xcorr_app.filters._separable`).  float64
-CuPy arrays and filters longer than 31 taps use :mod:`cupyx.scipy.ndimage`, which keeps their
-precision and size.
+CuPy arrays, 2-D filters longer than 31 taps and 1-D ones (the passes of separable filters, a
+filter of one row or one column) longer than 63 use :mod:`cupyx.scipy.ndimage`, which keeps
+their precision and size.
 Boundary modes have SciPy's names and meaning (:data:`~xcorr_app.filters.MODES`): ``reflect``
 (default), ``constant`` (with ``cval``), ``nearest``, ``mirror``, ``wrap``.  Bad arguments raise
 :class:`~xcorr_app.errors.InputError`, a :class:`ValueError`.
@@ -43,12 +44,14 @@ def _as_float(stack, xp):
     return stack if stack.dtype in (np.float32, np.float64) else stack.astype(xp.float32)
 
 
-def _on_reuse_kernels(stack, *extents) -> bool:
-    """True when the reuse kernels filter this stack (CuPy, not float64, taps that fit)."""
-    from ._reuse import MAX_TAPS
+def _on_reuse_kernels(stack, *extents, line=False) -> bool:
+    """True when the reuse kernels filter this stack (CuPy, not float64, taps that fit: up to
+    ``MAX_TAPS`` of a 2-D filter, ``LINE_MAX_TAPS`` with ``line``, a 1-D filter: the passes of
+    a separable one, or one row or one column)."""
+    from ._reuse import LINE_MAX_TAPS, MAX_TAPS
 
     return (not isinstance(stack, np.ndarray) and stack.dtype != np.float64
-            and max(extents) <= MAX_TAPS)
+            and max(extents) <= (LINE_MAX_TAPS if line else MAX_TAPS))
 
 
 def _reuse(stack, weights, mode, cval, origin):
@@ -110,7 +113,7 @@ def correlate2d(stack, weights, mode="reflect", cval=0.0, origin=0):
     xp = array_module_of(stack)
     w = fitting_weights(weights, stack)
     org = origin_pair(origin, w.shape)
-    if _on_reuse_kernels(stack, *w.shape):
+    if _on_reuse_kernels(stack, *w.shape, line=min(w.shape) == 1):
         return _reuse(stack, w, mode, cval, org)
     stack = _as_float(stack, xp)
     w = xp.asarray(w, dtype=stack.dtype)
@@ -267,7 +270,7 @@ def gaussian(stack, sigma, truncate=4.0, mode="reflect", cval=0.0):
     xp = array_module_of(stack)
     gaussian_radius(sigma, truncate, stack.shape)  # (before the taps are made)
     taps = gaussian_taps(sigma, truncate)
-    if _on_reuse_kernels(stack, taps.size):
+    if _on_reuse_kernels(stack, taps.size, line=True):
         return _separable(stack, taps, taps, mode, cval)
     stack = _as_float(stack, xp)
     return _ndimage(xp).gaussian_filter(stack, _per_frame(sigma, stack, 0), truncate=truncate,
@@ -306,7 +309,7 @@ def box(stack, size, mode="reflect", cval=0.0):
     xp = array_module_of(stack)
     size = box_size(size)
     check_radius(size // 2, stack.shape, f"box size {size}")
-    if _on_reuse_kernels(stack, size):
+    if _on_reuse_kernels(stack, size, line=True):
         taps = np.full(size, 1.0 / size)
         return _separable(stack, taps, taps, mode, cval)
     stack = _as_float(stack, xp)
@@ -353,7 +356,7 @@ def sobel(stack, axis=None, mode="reflect", cval=0.0):
         return xp.hypot(sobel(stack, 0, mode, cval), sobel(stack, 1, mode, cval))
     d, s = SOBEL_DERIVATIVE, SOBEL_SMOOTHING
     taps_y, taps_x = (d, s) if axis == 0 else (s, d)
-    if _on_reuse_kernels(stack, 3):
+    if _on_reuse_kernels(stack, 3, line=True):
         return _separable(stack, taps_y, taps_x, mode, cval)
     # Not ndimage.sobel on the stack: it would also smooth across frames.
     stack = _as_float(stack, xp)

@@ -11,9 +11,11 @@ float32 frames (filters up to 7x7) through a shared-memory ring per warp filled 
 requests in flight without registers; elsewhere each lane loads its columns into registers.
 
 Filter sizes up to 11 are compiled exactly; larger ones (up to 31) run on the next compiled
-capacity (:data:`CAPACITIES`) with the extra taps skipped.  float32, float16, uint16 and uint8
-frames are read as they are for filters up to :data:`NARROW_MAX` (where memory traffic is the
-limit); larger, compute-bound filters read a float32 copy.  Accumulation and output are float32.
+capacity (:data:`CAPACITIES`) with the extra taps skipped.  1-D filters (one row or one column:
+the passes of separable filters) go up to :data:`LINE_MAX_TAPS` (:data:`LINE_CAPACITIES`).
+float32, float16, uint16 and uint8 frames are read as they are for filters up to
+:data:`NARROW_MAX` (where memory traffic is the limit); larger, compute-bound filters read a
+float32 copy.  Accumulation and output are float32.
 
 Examples
 --------
@@ -39,6 +41,12 @@ EXACT_MAX = 11  # kernels/filters/reuse_conv.cu: EXACT_MAX
 #: compiled filter extents (rows or columns); larger filters use the next one up
 CAPACITIES = tuple(range(1, EXACT_MAX + 1)) + (15, 19, 23, 27, 31)
 MAX_TAPS = CAPACITIES[-1]
+#: the longest 1-D filter (``(1, fw)`` or ``(fh, 1)``: a separable filter's passes, e.g. a
+#: gaussian of sigma 7.75 at truncate 4); 2-D filters stop at MAX_TAPS (a 31 x 31 filter's taps
+#: already take 3.8 KB of kernel parameters, and each 2-D extent adds a row of instantiations)
+LINE_MAX_TAPS = 63
+#: compiled widths of rows beyond MAX_TAPS (column passes are compiled at every height)
+LINE_CAPACITIES = tuple(range(MAX_TAPS + 4, LINE_MAX_TAPS + 1, 4))
 #: filters up to this extent read uint8/uint16/float16 frames directly
 NARROW_MAX = 7
 #: square sizes compiled with the taps in shared memory, as in the papers (``taps="shared"``)
@@ -67,15 +75,25 @@ WARPS_PER_BLOCK = 4
 MAX_GRID_YZ = 65535
 
 
-def capacity(n: int, exact: bool = False) -> int:
-    """The compiled extent that holds a filter extent ``n`` (``1 <= n <= MAX_TAPS``); with
-    ``exact`` (the rows of a column pass, ``fw == 1``) every extent is compiled."""
-    if exact and 1 <= n <= MAX_TAPS:
+def capacity(n: int, exact: bool = False, line: bool = False) -> int:
+    """The compiled extent that holds a filter extent ``n`` (``1 <= n <= MAX_TAPS``, or
+    :data:`LINE_MAX_TAPS` with ``line``: a 1-D filter, one row or one column); with ``exact``
+    (the rows of a column pass, ``fw == 1``) every extent is compiled.
+
+    >>> capacity(13), capacity(33, line=True), capacity(33, exact=True, line=True)
+    (15, 35, 33)
+    """
+    limit = LINE_MAX_TAPS if line else MAX_TAPS
+    if exact and 1 <= n <= limit:
         return n
-    for c in CAPACITIES:
+    for c in CAPACITIES + (LINE_CAPACITIES if line else ()):
         if c >= n:
             return c
-    raise InputError(f"filter extent {n} is larger than the {MAX_TAPS} taps the GPU kernels hold")
+    if line:
+        raise InputError(f"filter extent {n} is larger than the {LINE_MAX_TAPS} taps the GPU "
+                         "kernels hold for a 1-D filter")
+    raise InputError(f"filter extent {n} is larger than the {MAX_TAPS} taps the GPU kernels hold "
+                     f"for a 2-D filter ({LINE_MAX_TAPS} for one row or one column)")
 
 
 def _instantiations():
@@ -89,7 +107,10 @@ def _instantiations():
                 out.append((0, fh, fw, False, 4, False))
                 out += [(0, fh, fw, False, q, True) for q in ASYNC_COLUMNS]
     # column passes of separable filters: every height, so the row loop has no skipped taps
-    out += [(0, fh, 1, False, 1, False) for fh in range(1, MAX_TAPS + 1) if fh not in CAPACITIES]
+    out += [(0, fh, 1, False, 1, False) for fh in range(1, LINE_MAX_TAPS + 1)
+            if fh not in CAPACITIES]
+    # row passes beyond MAX_TAPS (1-D only: no 2-D combinations of these extents)
+    out += [(0, 1, fw, False, 1, False) for fw in LINE_CAPACITIES]
     out += [(0, s, s, True, 1, False) for s in PAPER_SIZES]
     return out
 
@@ -149,7 +170,8 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
         ``(H, W)`` or ``(N, H, W)``; float32, float16, uint16 or uint8 (others are converted to
         float32 first).
     weights : array_like
-        ``(fh, fw)`` filter, at most ``MAX_TAPS`` in each extent.
+        ``(fh, fw)`` filter, at most ``MAX_TAPS`` in each extent (``LINE_MAX_TAPS`` for a
+        filter of one row or one column).
     mode, cval, origin
         As ``scipy.ndimage.correlate``; ``origin`` is a ``(row, column)`` pair already checked.
     rows_per_block : int, optional
@@ -196,7 +218,8 @@ def reuse_correlate(stack, weights, mode="reflect", cval=0.0, origin=(0, 0), *,
     shared = taps == "shared"
     if shared and not (fh == fw and fh in PAPER_SIZES):
         raise InputError(f"taps='shared' is compiled for square filters of {PAPER_SIZES} only")
-    fh_cap, fw_cap = capacity(fh, exact=fw == 1), capacity(fw)
+    line = fh == 1 or fw == 1
+    fh_cap, fw_cap = capacity(fh, exact=fw == 1, line=line), capacity(fw, line=line)
     frames = stack if stack.ndim == 3 else stack[None]
     narrow = fh_cap <= NARROW_MAX and fw_cap <= NARROW_MAX and not shared
     dt = DTYPE_IDS.get(frames.dtype) if narrow else (0 if frames.dtype == np.float32 else None)
