@@ -108,3 +108,19 @@ def test_the_stages_a_run_goes_through():
     # a machine counts as built (device auto needs no first-run allowance)
     assert helper_stages(True) == () and helper_stages(False) == RUN_STAGES
     assert kernels_built(AlignOptions(), (64, 80), "uint16", helper_stages(True))
+
+
+def test_a_payload_of_a_masked_run_is_json_and_builds_unmasked_stages():
+    """A helper process gets the options as JSON: a mask (an image) is left out, as are the
+    options' private fields (its read image)."""
+    import json
+
+    from xcorr_app.alignment._prebuild import _payload
+
+    mask = np.ones((20, 24), bool)
+    mask[:4] = False
+    opts = AlignOptions(mask=mask, device="cpu")
+    payload = json.loads(json.dumps(_payload(opts, "measure", (20, 24), np.uint16, None, 0)))
+    assert payload["opts"]["mask"] is None
+    assert not [k for k in payload["opts"] if k.startswith("_")]
+    assert AlignOptions(**payload["opts"]).mask is None

@@ -39,11 +39,16 @@ def limit_devices(device, executor="process") -> tuple:
 def check_limits(opts, frame_shape, itemsize=2, devices=("cpu",)) -> None:
     """:class:`InputError` where ``opts`` (an :class:`~._options.AlignOptions`) asks more of
     frames of ``frame_shape`` (``itemsize`` bytes a pixel) than they allow: a prefilter
-    sigma whose filter reaches far past the frame, a ``max_shift`` past the frame, one frame
+    sigma whose filter reaches far past the frame, a ``max_shift`` past the frame, a ``mask``
+    of another shape than the frames, one frame
     that fits none of ``devices`` (a GPU not usable here is skipped).  The features' sigmas
     too: their bank is cut at 31x31 taps, so a sigma far past the frame filters nothing it
     names."""
     check_bound(frame_shape, opts.max_shift)  # (the one check of the bound a run makes)
+    if opts.mask_image is not None:
+        from .rigid import check_mask_shape
+
+        check_mask_shape(opts.mask, opts.mask_image, frame_shape)
     for option, names, spec in (("prefilter", ("gaussian", "dog"), opts.prefilter),
                                 ("features", ("dog", "gabor"), opts.features)):
         name, _, arg = str(spec).partition(":")

@@ -147,7 +147,9 @@ def run_payload(args) -> None:
 
 
 def _payload(opts, stage, frame_shape, dtype, plan, device) -> dict:
-    fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(opts).items()}
+    fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(opts).items()
+              if not k.startswith("_")}
+    fields["mask"] = None  # (an image; the stages' kernels are those of an unmasked run)
     if not isinstance(fields.get("reference"), (str, int)) or fields["reference"] is None:
         fields["reference"] = "previous" if opts.previous else "first"
     return {"opts": fields, "stage": stage, "shape": list(frame_shape),

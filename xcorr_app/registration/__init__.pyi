@@ -3,6 +3,7 @@
 
 from ._bands import Bands, band_plan, banded_surface
 from ._fft_register import fft_shifts, periodic_spectrum, phase_surface
+from ._masked import masked_zncc_surfaces
 from ._normalize import ZnccLeft, zncc, zncc_left
 from ._peak_math import phase_ramps, surface_argmax, wrapped_correlations
 from ._peaks import SUBPIXEL_METHODS, find_shifts, on_border, refined_shifts

@@ -248,3 +248,107 @@ def masked_phase_cross_correlation(reference_image, moving_image, reference_mask
         # added last: whole pixels plus k / upsample_factor, as the unmasked shifts
         lag = lag + np.round(fraction * upsample_factor) / upsample_factor
     return -lag + (np.asarray(moving.shape) - np.asarray(reference.shape)) / 2
+
+
+#: :func:`masked_zncc_surfaces`: the most float elements its transforms of one batch of frames
+#: hold at once (about 256 MiB of float32); a chunk is measured in batches of this size
+MASKED_BATCH_ELEMENTS = 1 << 26
+
+
+def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3):
+    """The masked ZNCC surfaces of a stack's frames against a reference, within a search bound,
+    in the layout of the other surfaces of the run (:func:`~._peaks.find_shifts`).
+
+    Padfield's masked normalized cross-correlation (:func:`masked_ncc`) for a batch: all frames
+    and the reference share one mask (the sensor's pixels to use), so its spectrum, the
+    reference's sums and the overlap counts are transformed once per call, and each frame costs
+    two forward and three inverse real FFTs of ``(H + by, W + bx)`` (5-smooth): the size at
+    which the translations within the bound do not wrap around.
+
+    Parameters
+    ----------
+    reference : (H, W) or (N, H, W) float ndarray
+        The reference (NumPy or CuPy), or one per frame (``reference="previous"``).
+    frames : (N, H, W) float ndarray
+        The frames (float32 or float64; the surfaces in that precision).
+    mask : (H, W) bool ndarray
+        True where a pixel takes part, in the reference and in every frame.
+    bound : (int, int)
+        The largest shift ``(by, bx)`` searched, each below the frame's side.
+    overlap_ratio : float, optional
+        Shifts whose overlap of used pixels is below this fraction of the largest overlap within
+        the bound get 0 (a few pixels can correlate perfectly by chance).
+
+    Returns
+    -------
+    (N, 2 by + 1, 2 bx + 1) ndarray
+        ``out[i, by + ky, bx + kx]``: the ZNCC of ``reference[n + k]`` with ``frames[i][n]`` over
+        the pixels ``n`` with ``mask[n + k]`` and ``mask[n]``; the frame is aligned by the shift
+        ``k`` where it peaks.  0 where the overlap is too small or an image is flat over it; NaN
+        for a frame with NaN or Inf among its used pixels.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import ndimage as ndi
+    >>> rng = np.random.default_rng(2)
+    >>> scene = ndi.gaussian_filter(rng.random((50, 60)), 2)
+    >>> frames = np.stack([scene[5:35, 6:46], scene[7:37, 3:43]])
+    >>> frames[:, 10:14, :] = 50.0                  # a static bright bar
+    >>> mask = np.ones((30, 40), bool); mask[9:15] = False
+    >>> s = masked_zncc_surfaces(frames[0], frames, mask, (4, 4))
+    >>> [[int(v) - 4 for v in np.unravel_index(a.argmax(), a.shape)] for a in s]
+    [[0, 0], [2, -3]]
+    """
+    xp = array_module_of(reference, frames, mask)
+    fft = fft_of(xp)
+    dtype = np.float64 if frames.dtype == np.float64 else np.float32
+    h, w = frames.shape[-2:]
+    by, bx = (int(b) for b in bound)
+    size = (next_smooth(h + by), next_smooth(w + bx))
+    rows = xp.arange(-by, by + 1) % size[0]  # the shifts within the bound, wrapped
+    cols = xp.arange(-bx, bx + 1) % size[1]
+    weight = mask.astype(dtype)
+    used = weight.sum()  # (on the device: nothing waits for it)
+
+    def spectra(images):
+        """The spectra of the images less their mean over the mask (the ZNCC does not change;
+        the sums lose less), 0 outside it, and of their squares."""
+        images = xp.where(mask, images.astype(dtype, copy=False), 0)
+        means = images.sum(axis=(-2, -1), keepdims=True) / used
+        images = xp.where(mask, images - means, 0).astype(dtype, copy=False)
+        return fft.rfft2(images, s=size), fft.rfft2(images * images, s=size)
+
+    def sums(left, right):
+        """``sum_n a[n + k] b[n]`` at the shifts within the bound, from the spectra."""
+        c = fft.irfft2(left * right.conj(), s=size)
+        return c.take(rows, axis=-2).take(cols, axis=-1)
+
+    m = fft.rfft2(weight, s=size)
+    count = xp.maximum(xp.round(sums(m, m)), 1)  # the FFT's rounding off a whole count
+    small = count < overlap_ratio * count.max()
+    one_reference = reference.ndim == 2
+    if one_reference:
+        r, r2 = spectra(reference)
+        s_ref, s_ref2 = sums(r, m), sums(r2, m)
+    n = len(frames)
+    per_frame = 6 * size[0] * (size[1] // 2 + 1) * (1 if one_reference else 2)
+    batch = max(1, MASKED_BATCH_ELEMENTS // per_frame)
+    out = xp.empty((n, 2 * by + 1, 2 * bx + 1), dtype)
+    eps = np.finfo(dtype).eps
+    for a in range(0, n, batch):
+        g, g2 = spectra(frames[a:a + batch])
+        if not one_reference:
+            r, r2 = spectra(reference[a:a + batch])
+            s_ref, s_ref2 = sums(r, m), sums(r2, m)
+        s_mov, s_mov2, s_prod = sums(m, g), sums(m, g2), sums(r, g)
+        del g, g2
+        numerator = s_prod - s_ref * s_mov / count
+        var_ref = xp.maximum(s_ref2 - s_ref * s_ref / count, 0)
+        var_mov = xp.maximum(s_mov2 - s_mov * s_mov / count, 0)
+        denominator = xp.sqrt(var_ref * var_mov)
+        # where an image is flat over the overlap the ratio is rounding noise
+        flat = denominator <= 1e3 * eps * denominator.max(axis=(-2, -1), keepdims=True)
+        ncc = xp.clip(numerator / xp.where(flat, 1, denominator), -1, 1)
+        out[a:a + batch] = xp.where(flat | small, 0, ncc)
+    return out

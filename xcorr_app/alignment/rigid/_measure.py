@@ -32,13 +32,14 @@ from ...correlate import (Plan, choose_method, correlate_checked, fft_geometry, 
 from ...errors import InputError
 from ...io import FrameRange
 from ...registration import (Bands, GpuSurfaces, band_plan, banded_surface, fft_shifts, find_shifts,
-                            on_border, periodic_spectrum, phase_surface, refine_upsampled,
-                            refined_shifts, surface_peaks, zncc, zncc_left)
+                            masked_zncc_surfaces, on_border, periodic_spectrum, phase_surface,
+                            refine_upsampled, refined_shifts, surface_peaks, zncc, zncc_left)
 from ...streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices, keep_freed_memory,
                          one_blas_thread, plan_memory)
 from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference,
                        search_range)
 from ._frame_stats import pack_rows
+from ._mask import fill_masked, filter_reach, measured_mask
 from ._prepared import pass_key
 from ._preprocess import Prepared
 from ._references import reference_frame
@@ -48,16 +49,21 @@ class Measurer:
     """Correlation, normalization, peak and subpixel refinement of whole batches, with the plan
     chosen once (on the first batch) so that every chunk of a run is computed the same way.
     A :class:`~xcorr_app.registration._bands.Bands` plan measures frames too large to
-    correlate at once band by band (:func:`~xcorr_app.registration._bands.banded_surface`)."""
+    correlate at once band by band (:func:`~xcorr_app.registration._bands.banded_surface`).
+    With a ``mask`` ((H, W) bool, the pixels used) every surface is the masked ZNCC
+    (:func:`~xcorr_app.registration._masked.masked_zncc_surfaces`) instead."""
 
     def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None,
-                 tune=False, boundary="linear"):
+                 tune=False, boundary="linear", mask=None):
         check_choices(normalization, subpixel)
         self.xp, self.dev = xp, "cpu" if xp is np else "gpu"
         self.bound = search_range(frame_shape, max_shift)
         self.unbounded = max_shift is None
         self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
         self.plan = "phase" if normalization == "phase" else plan
+        self.mask = None if mask is None else xp.asarray(mask)
+        if mask is not None:
+            self.plan = MASKED_PLAN
         self.tune = tune  # GPU: measure the likeliest kernels instead of the model
         self._surfaces = None  # GPU: the run's GpuSurfaces
         self._kept = {}  # CPU: what a 2-D reference gives every frame (see _of_reference)
@@ -99,7 +105,15 @@ class Measurer:
         breaks the wrap-around)."""
         xp = self.xp
         gpu = self.dev == "gpu"
-        if self.normalization == "phase":
+        if self.mask is not None:
+            # the peak refined by the run's fit on this surface: the upsampled DFT refines an
+            # unmasked correlation, which the left-out pixels would pull again
+            corr = masked_zncc_surfaces(ref, mov, self.mask, self.bound)
+            origin = self.bound
+            if gpu:
+                corr, iy, ix, peak, conf = surface_peaks(
+                    xp.ascontiguousarray(corr, dtype=xp.float32), normalize=False)
+        elif self.normalization == "phase":
             if ref_fft is None:
                 ref_fft = fft_of(xp).fft2(ref.astype(xp.float32))
             corr, origin = phase_surface(ref_fft, mov, self.bound)
@@ -175,8 +189,26 @@ class Measurer:
     @classmethod
     def of(cls, opts, xp, frame_shape, plan=None):
         """The measurer of a run's :class:`~xcorr_app.alignment._options.AlignOptions`."""
+        mask = opts.mask_image
+        if mask is not None:  # (the prefilter decided: its reach from the left-out pixels)
+            mask = measured_mask(mask, filter_reach(opts.prefilter, opts.features))
         return cls(xp, frame_shape, opts.max_shift, opts.normalization, opts.subpixel,
-                   opts.upsample_factor, plan, opts.tune, opts.boundary)
+                   opts.upsample_factor, plan, opts.tune, opts.boundary, mask)
+
+
+#: the plan a run with a ``mask`` records: every surface the masked ZNCC (by FFT)
+MASKED_PLAN = "masked zncc (fft)"
+
+
+def pass_preparer(opts, xp, frame_shape):
+    """``opts.preparer``, and with a ``mask`` the left-out pixels of every frame first set to
+    its mean over the used ones (:func:`~._mask.fill_masked`): what the prefilter would spread
+    of a bright artefact into the used pixels is gone (the reference is prepared so too)."""
+    prepare = opts.preparer(xp, frame_shape)
+    if opts.mask_image is None:
+        return prepare
+    mask = xp.asarray(opts.mask_image)
+    return lambda frames: prepare(fill_masked(frames, mask, xp))
 
 
 def frames_per_chunk(run, src, xp, budget):
@@ -201,7 +233,7 @@ def prepared_reference(opts, src, xp, chunk_frames, image=None):
         return None
     if image is None:
         image = reference_frame(opts.reference, src, xp, chunk_frames, opts.channel)
-    p = opts.preparer(xp, src.frame_shape)(xp.asarray(image)[None])
+    p = pass_preparer(opts, xp, src.frame_shape)(xp.asarray(image)[None])
     if not bool(p.finite[0]):
         raise InputError("the reference image has NaN or Inf pixels; replace them first")
     if bool(p.constant[0]):
@@ -225,7 +257,7 @@ def shared_plan(opts, xp, frame_shape, chunk_frames, reference, n_frames=None):
     calls then let the planner weigh a cold FFT's first plans: unbounded too, over the half
     frame, so that a short first run on small frames takes a direct kernel)."""
     measure = Measurer.of(opts, xp, frame_shape)
-    if xp is np or opts.normalization == "phase":
+    if xp is np or opts.normalization == "phase" or opts.mask is not None:
         return None
     n = max(1, int(chunk_frames))
     calls = None if n_frames is None else -(-int(n_frames) // n)
@@ -322,7 +354,7 @@ class ChunkPass:
     def __init__(self, opts, frame_shape, xp, reference, plan, before, on_chunk, progress,
                  n_frames):
         self.opts, self.xp = opts, xp
-        self.prepare = opts.preparer(xp, frame_shape)
+        self.prepare = pass_preparer(opts, xp, frame_shape)
         self.measure = Measurer.of(opts, xp, frame_shape, plan)
         self.fft_kwargs = fft_reference(opts.normalization)[0]
         self.coarse = CPU_REFERENCE_COARSE if xp is np else None

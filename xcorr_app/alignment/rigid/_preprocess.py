@@ -106,8 +106,9 @@ def spread_frames(n_frames, count) -> list:
     return sorted({int(round(i)) for i in np.linspace(0, n_frames - 1, min(count, n_frames))})
 
 
-def choose_prefilter(src):
-    """``prefilter="auto"``: ``(spec, reason)`` for the stack ``src`` (an open source).
+def choose_prefilter(src, mask=None):
+    """``prefilter="auto"``: ``(spec, reason)`` for the stack ``src`` (an open source); with a
+    ``mask`` ((H, W) bool), the brightness of the pixels it uses.
 
     A stack whose brightness changes (bleaching, a lamp drifting) by more than
     :data:`AUTO_BRIGHTNESS_CHANGE` between the means of :data:`AUTO_SAMPLES` frames spread over
@@ -135,6 +136,12 @@ def choose_prefilter(src):
     """
     idx = spread_frames(src.n_frames, AUTO_SAMPLES)
     frames = [src.read(i, i + 1) for i in idx]
+    if mask is not None:  # (a static artefact's brightness hides the frames' change)
+        from ...backend import array_module_of
+        from ._mask import fill_masked
+
+        frames = [fill_masked(f, array_module_of(f).asarray(mask), array_module_of(f))
+                  for f in frames]
     means = _means_on_device(frames)
     if means is None:
         means = []
