@@ -62,7 +62,9 @@ def test_no_aligned(stack_path):
 @pytest.mark.parametrize("args, message", [
     (["--volumes", "--reference", "previous"], "use first, mean or a volume INDEX"),
     (["--volumes", "--voxel-size", "1,2"], "--voxel-size takes Z,Y,X"),
-    (["--volumes", "--patches", "2x2"], "--patches does not apply to --volumes"),
+    (["--volumes", "--patches", "2x2"], "--patches takes GZxGYxGX with volumes"),
+    (["--volumes", "--patch-template-passes", "1"],
+     "--patch-template-passes does not apply to --volumes"),
     (["--volumes", "--out-format", "hdf5"], "--out-format does not apply to --volumes"),
     (["--max-shift", "1,2,3"], "--max-shift takes N or SY,SX (SZ,SY,SX with --volumes)"),
     (["--voxel-size", "1,1,1"], "--voxel-size is for --volumes"),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from ._options import FORCE, GPUS_LIST, MEMORY, PATCHES, json_rows_option, planner_notes
+from ._options import FORCE, GPUS_LIST, MEMORY, json_rows_option, planner_notes
+from ._volumes import PATCHES_ZYX
 
 __all__ = ["bench"]
 
@@ -117,11 +118,12 @@ def bench_conv_cmd(quick, only, repeat, no_check, json_path, force):
               help="cpu: the CPU path against a scikit-image loop (upsample 20), in process "
                    "and as one-shot processes with their peak memory; 300 frames of "
                    "1024x1024 by default.")
-@click.option("--patches", type=PATCHES, default=None,
+@click.option("--patches", type=PATCHES_ZYX, default=None,
               help="Piecewise-rigid: time align --patches GYxGX in process (host in/out and "
                    "frames on the GPU) against a per-patch CuPy FFT loop and the rigid-only "
                    "path, with the field error against the synthetic truth; 4096 frames of "
-                   "512x512 by default.")
+                   "512x512 by default.  With --volumes, GZxGYxGX: 3-D patches against the "
+                   "rigid 3-D run on volumes deformed by a known field.")
 @click.option("--floor", is_flag=True,
               help="Rigid align in process against the hardware's floor: the pinned copy, "
                    "the batched FFT correlation padded as the unbounded search needs (1.5x "
@@ -155,6 +157,8 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
     skimage.registration.phase_cross_correlation; prints frames/s, GB/s, the share of the read
     throughput, the ratio to the per-pair loop and the RMS error against the known drift.
     """
+    if patches is not None and len(patches) == 3 and not volumes:
+        raise click.UsageError("--patches GZxGYxGX is for --volumes (3-D patches)")
     if gpus is not None:
         from ..bench import align_gpus_bench
 
@@ -194,11 +198,23 @@ def bench_align_cmd(quick, frames, size, workdir, keep, max_memory, repeat, json
         if status:
             raise click.exceptions.Exit(status)
         return
+    if volumes and patches is not None:  # (3-D patches: their own bench)
+        from ..bench import align_volumes_patches_bench
+
+        if len(patches) != 3 or size is not None or max_memory is not None \
+                or device != "gpu" or workdir is not None:
+            raise click.UsageError("--volumes --patches takes GZxGYxGX, --quick, --frames, "
+                                   "--repeat and --json only")
+        status = align_volumes_patches_bench(quick=quick, frames=frames, patches=patches,
+                                             repeat=repeat, json_path=json_path, force=force,
+                                             echo=click.echo)
+        if status:
+            raise click.exceptions.Exit(status)
+        return
     if volumes:
         from ..bench import align_volumes_bench
 
-        if patches is not None or size is not None \
-                or max_memory is not None or device != "gpu":
+        if size is not None or max_memory is not None or device != "gpu":
             raise click.UsageError("--volumes takes --quick, --frames, --repeat, --workdir and "
                                    "--json only")
         status = align_volumes_bench(quick=quick, frames=frames, repeat=repeat,
@@ -261,7 +277,7 @@ def _seeds(text):
               help="Only these kinds: plain, low_light, bleaching_background, large_drift, "
                    "non_square, circular, piecewise, circular_noisy; the hard ones: "
                    "static_blobs, dust_vignette, fixed_pattern, deep_bleaching, rotation, "
-                   "rotation_jitter, shutter.")
+                   "rotation_jitter, shutter; volumes (3-D, only when named).")
 @json_rows_option()
 @FORCE
 def bench_accuracy_cmd(quick, seeds, only, json_path, force):
@@ -279,7 +295,9 @@ def bench_accuracy_cmd(quick, seeds, only, json_path, force):
     the median and worst RMS error (px) of the default and of scikit-image, the oracle's floor,
     how many stacks the default wins, ties or loses, the Cramer-Rao bound and the frames more
     than 0.5 px off (how many of them flagged); every stack's row; the targets. Exits 1 if a
-    method failed.
+    method failed. `--kinds volumes`: 12 volumes cut from a drifting 3-D scene (anisotropic
+    voxels, drift in z) through the same camera, align_volumes against scikit-image's 3-D call
+    (voxels).
     """
     from ..bench import accuracy_bench
 

@@ -1,7 +1,7 @@
-"""``xcorr align --volumes``: rigid 3-D registration of a (T, Z, Y, X) stack
-(:func:`~xcorr_app.alignment.align_volumes`), writing shifts.csv (with dz), shifts.json,
-drift.png and aligned.tif;
-and the ``--max-shift`` type that takes a third (z) bound for it."""
+"""``xcorr align --volumes``: rigid (or with ``--patches GZxGYxGX`` piecewise-rigid) 3-D
+registration of a (T, Z, Y, X) stack (:func:`~xcorr_app.alignment.align_volumes`), writing
+shifts.csv (with dz), shifts.json (with the motion field), drift.png and aligned.tif;
+and the ``--max-shift`` and ``--patches`` types that take a third (z) value for it."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
-from ._options import MaxShiftType, default_out, note_device
+from ._options import MaxShiftType, PatchesType, default_out, note_device
 
-__all__ = ["MAX_SHIFT_ZYX", "VOLUME_OPTIONS", "VOLUME_USES", "align_volumes_cli",
+__all__ = ["MAX_SHIFT_ZYX", "PATCHES_ZYX", "VOLUME_OPTIONS", "VOLUME_USES", "align_volumes_cli",
            "check_volume_options", "given_options", "ignored_by_volumes",
            "parse_voxel_size_text", "unused_by_volumes"]
 
@@ -47,6 +47,28 @@ class MaxShiftZYXType(MaxShiftType):
 
 MAX_SHIFT_ZYX = MaxShiftZYXType()
 
+
+class PatchesZYXType(PatchesType):
+    """``GYxGX`` (or ``N``) -> ``(gy, gx)``, or (for ``--volumes``) ``GZxGYxGX`` ->
+    ``(gz, gy, gx)``; which a run takes is checked by its options.
+
+    >>> PATCHES_ZYX.convert("1x4x4", None, None), PATCHES_ZYX.convert("3", None, None)
+    ((1, 4, 4), (3, 3))
+    """
+
+    def get_metavar(self, param, ctx=None):
+        return "GYxGX|GZxGYxGX"
+
+    def convert(self, value, param, ctx):
+        from ..alignment.piecewise import parse_patches
+
+        if isinstance(value, str) and len(value.lower().replace(",", "x").split("x")) == 3:
+            return parse_patches(value, ndim=3)
+        return super().convert(value, param, ctx)
+
+
+PATCHES_ZYX = PatchesZYXType()
+
 #: the options ``xcorr align`` adds for volumes
 VOLUME_OPTIONS = (
     click.option("--volumes", is_flag=True,
@@ -78,9 +100,12 @@ def parse_voxel_size_text(text):
     return values
 
 
-def write_aligned(path, source, shifts, fill, device, channel=None, channels=None):
-    """aligned.tif: the volumes (of ``channel``) moved by their shifts (trilinear), streamed
-    one volume at a time into an ImageJ hyperstack (T, Z, Y, X) float32, written atomically;
+def write_aligned(path, source, shifts, fill, device, channel=None, channels=None,
+                  field=None):
+    """aligned.tif: the volumes (of ``channel``) moved by their shifts (trilinear; ``field``, a
+    piecewise-rigid :class:`~xcorr_app.alignment.VolumeResult`: warped by its motion field),
+    streamed one volume at a time into an ImageJ hyperstack (T, Z, Y, X) float32, written
+    atomically;
     with ``channels`` (``--apply-to``) those channels, each moved by the same shifts, into one
     (T, Z, C, Y, X) hyperstack; with the input's pixel size, frame interval and the names of
     the channels written, as 2-D align's aligned.tif."""
@@ -88,20 +113,24 @@ def write_aligned(path, source, shifts, fill, device, channel=None, channels=Non
     import tifffile
 
     from ..alignment.outputs import channel_metadata
-    from ..alignment.volume import open_volumes, shift_volumes
+    from ..alignment.volume import open_volumes, shift_volumes, warp_volumes
     from ..io import atomic_path, imagej_calibration, split_source
 
     shape = open_volumes(source, channel=channel).shape
     # a constant volume (shift NaN) left unshifted, as 2-D align leaves a constant frame
     shifts = np.nan_to_num(np.asarray(shifts, np.float64), nan=0.0)
+    if field is not None and field.motion_field is not None:
+        def move(c):  # (warp_volumes leaves a volume of NaN field as it is)
+            return warp_volumes(source, field.motion_field, field.patch_centres, fill=fill,
+                                device=device, channel=c)
+    else:
+        def move(c):
+            return shift_volumes(source, shifts, fill=fill, device=device, channel=c)
     if channels is None:
-        pages = (page for vol in shift_volumes(source, shifts, fill=fill, device=device,
-                                               channel=channel)
-                 for page in vol)  # tifffile pulls a page at a time
+        pages = (page for vol in move(channel) for page in vol)  # tifffile: a page at a time
         shape, axes = tuple(shape), "TZYX"
     else:  # (a volume of each channel at a time: ImageJ's pages run C fastest, then Z)
-        moved = [shift_volumes(source, shifts, fill=fill, device=device, channel=c)
-                 for c in channels]
+        moved = [move(c) for c in channels]
         depth, n = shape[1], len(channels)
         pages = (vols[c][z] for vols in zip(*moved) for z in range(depth) for c in range(n))
         shape, axes = (shape[0], depth, n, *shape[2:]), "TZCYX"
@@ -139,10 +168,15 @@ def plot_drift3d(path, result, title=""):
 
 
 def check_volume_options(options):
-    """InputError where a volumes-only option (``--max-shift SZ,SY,SX``, ``--voxel-size``) is
-    given without ``--volumes`` (before the input is opened)."""
+    """InputError where a volumes-only option (``--max-shift SZ,SY,SX``, ``--patches
+    GZxGYxGX``, ``--voxel-size``) is given without ``--volumes`` (before the input is
+    opened)."""
     if options.get("volumes"):
         return
+    grid = options.get("patches")
+    if isinstance(grid, tuple) and len(grid) == 3:
+        raise InputError(f"--patches takes GYxGX (GZxGYxGX with --volumes), got "
+                         f"'{'x'.join(map(str, grid))}'")
     bound = options.get("max_shift")
     if isinstance(bound, tuple) and len(bound) == 3:
         raise InputError(f"--max-shift takes N or SY,SX (SZ,SY,SX with --volumes), got "
@@ -155,7 +189,7 @@ def check_volume_options(options):
 VOLUME_USES = frozenset({"path", "dataset", "z", "axes", "volumes", "reference", "max_shift",
                          "upsample", "voxel_size", "device", "max_memory", "out_dir", "force",
                          "no_aligned", "fill", "quiet", "as_json", "no_quality", "channel",
-                         "apply_to"})
+                         "apply_to", "patches", "patch_overlap", "max_deviation", "boundary"})
 
 
 def given_options() -> list:
@@ -202,7 +236,7 @@ def _reference(text):
 #: what an explicit --volumes uses: not --z (a plane is no volume)
 EXPLICIT_USES = VOLUME_USES - {"z"}
 #: options of the 2-D run that --volumes does not take (name, the value that means unset)
-_NOT_WITH_VOLUMES = (("patches", None), ("gpus", None), ("workers", None), ("scheduler", None),
+_NOT_WITH_VOLUMES = (("gpus", None), ("workers", None), ("scheduler", None),
                      ("features", None), ("crop", False),
                      ("out_format", "tiff"), ("in_place", False),
                      ("keep_dtype", False))
@@ -219,10 +253,18 @@ def align_volumes_cli(o, note=None):
     if ignored:
         raise InputError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not "
                          "apply to --volumes")
+    grid = o.patches  # (a 2-D grid: its z count is not to be guessed)
+    if grid is not None and len(grid) != 3:
+        raise InputError(f"--patches takes GZxGYxGX with volumes (three whole numbers > 0; "
+                         f"1x{grid[0]}x{grid[1]}: no division along z), got "
+                         f"'{'x'.join(map(str, grid))}'")
     opts = VolumeOptions(reference=_reference(o.reference), max_shift=o.max_shift,
                          voxel_size=parse_voxel_size_text(o.voxel_size), upsample=o.upsample,
                          device=o.device, memory_limit=o.max_memory,
-                         channel=o.channel)  # (checked once)
+                         channel=o.channel, patches=o.patches,
+                         patch_overlap=o.patch_overlap,
+                         max_deviation=o.max_deviation,
+                         boundary=o.boundary)  # (checked once)
     if o.out_dir is not None and not o.out_dir.strip():
         raise InputError("--out is empty: name the folder for shifts.csv, shifts.json and "
                          "drift.png")
@@ -269,12 +311,15 @@ def align_volumes_cli(o, note=None):
         doc = strict_json({"input": str(source), "channel": opts.channel,
                            "aligned_channels": channels, "device": res.device,
                            "seconds": round(seconds, 3), "notes": res.notes,
-                           "volumes": res.rows()})
+                           "volumes": res.rows(),
+                           **({} if res.motion_field is None
+                              else {"patches": res.field_document()})})
         write_text(outputs[0], res.to_csv())
         write_text(outputs[1], json.dumps(doc, indent=1, allow_nan=False) + "\n")
         plot_drift3d(outputs[2], res, title=f"{path.name}: reference {res.notes[0][11:]}")
         if not o.no_aligned:
-            write_aligned(outputs[3], source, res.shifts, o.fill, dev, opts.channel, channels)
+            write_aligned(outputs[3], source, res.shifts, o.fill, dev, opts.channel, channels,
+                          field=res)
         run.commit()
     if o.as_json:
         click.echo(json.dumps(doc, allow_nan=False))

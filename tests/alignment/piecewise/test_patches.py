@@ -7,9 +7,9 @@ import pytest
 from scipy import ndimage as ndi
 
 from xcorr_app import align
-from xcorr_app.alignment.piecewise._motion_field import dense_field, spline_weights, warp_frames
+from xcorr_app.alignment.piecewise._motion_field import dense_field, warp_frames
 from xcorr_app.alignment.piecewise._low_patches import fill_low
-from xcorr_app.alignment.piecewise import common_area, parse_patches
+from xcorr_app.alignment.piecewise import common_area, parse_patches, spline_weights
 from xcorr_app.alignment.piecewise._patches import PatchGrid
 from xcorr_app.alignment.warp import shift_frames
 from xcorr_app.bench._align_data import nonrigid_stack as make_nonrigid, truth_at

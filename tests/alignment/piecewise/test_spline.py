@@ -3,8 +3,7 @@ spline, the GPU's kept weights."""
 import numpy as np
 import pytest
 
-from xcorr_app.alignment.piecewise import field_weights
-from xcorr_app.alignment.piecewise._spline import spline_weights
+from xcorr_app.alignment.piecewise import field_weights, spline_weights
 
 
 def _scipy_spline_weights(c, n):

@@ -84,3 +84,40 @@ def depth_movie(names, depths, offsets, photons, seed=0, depth=24, size=64):
         crop = plane[m + dy:m + dy + size, m + dx:m + dx + size]
         frames.append(rng.poisson(crop * photons / big.max()))
     return np.stack(frames).astype(np.float32), zstack * photons / big.max()
+
+
+def deformed_volumes(n=6, shape=(20, 48, 56), gradient=2.0, drift=(0.8, -1.2, 1.0), noise=0.05,
+                     seed=0, grain=1.5):
+    """``(stack (n, Z, Y, X) float32, moves)``: a smooth random texture (unit variance, Gaussian
+    grain of ``grain`` voxels) of which
+    volume ``t`` samples ``R(p + a_t + B_t p)`` (cubic spline): a rigid drift ``a_t = drift *
+    sin(t)`` and a shear whose dz grows along x and whose dx grows along z, up to ``gradient``
+    voxels across the volume in the last one (``B_t`` grows with t); Gaussian noise of
+    ``noise``.  ``moves``: the ``(a_t, B_t)`` for :func:`field_truth`; volume 0 is the texture
+    itself."""
+    rng = np.random.default_rng(seed)
+    m = 8
+    texture = ndi.gaussian_filter(rng.standard_normal(tuple(s + 2 * m for s in shape)), grain)
+    texture /= texture.std()
+    p = np.stack(np.meshgrid(*(np.arange(s) for s in shape), indexing="ij")).astype(float)
+    vols, moves = [], []
+    for t in range(n):
+        a = np.asarray(drift, float) * np.sin(t)
+        b = np.zeros((3, 3))
+        b[0, 2] = gradient * t / (n - 1) / shape[2]  # dz along x
+        b[2, 0] = gradient * t / (n - 1) / shape[0]  # dx along z
+        u = a[:, None, None, None] + np.einsum("ij,jzyx->izyx", b, p)
+        vols.append(ndi.map_coordinates(texture, p + u + m, order=3, mode="nearest"))
+        moves.append((a, b))
+    stack = np.stack(vols)
+    stack += noise * rng.standard_normal(stack.shape)
+    return stack.astype(np.float32), moves
+
+
+def field_truth(moves, centres):
+    """``(n, ..., 3)``: the shift (dz, dy, dx) that aligns each volume of
+    :func:`deformed_volumes` at ``centres`` (..., 3) (voxels of the reference): ``s(q)`` with
+    ``s = a + B (q - s)``, so ``s = (I + B)^-1 (a + B q)``."""
+    q = np.asarray(centres, float).reshape(-1, 3)
+    out = [(np.linalg.solve(np.eye(3) + b, (a[:, None] + b @ q.T))).T for a, b in moves]
+    return np.stack(out).reshape(len(moves), *np.shape(centres))

@@ -82,32 +82,51 @@ REFINE_FLAT = 64
 #: ``reference="refined:ITER"``)
 MAX_TEMPLATE_PASSES = 2
 
-def parse_patches(patches):
-    """``(gy, gx)`` from an int, a pair or ``"GYxGX"`` (positive integers), else InputError.
+def parse_patches(patches, ndim=2):
+    """``(gy, gx)`` from an int, a pair or ``"GYxGX"`` (positive integers), else InputError;
+    ``ndim=3``: ``(gz, gy, gx)`` of volumes (an int: that many along each axis).
 
     >>> parse_patches(3), parse_patches("4x6"), parse_patches((2, 5))
     ((3, 3), (4, 6), (2, 5))
+    >>> parse_patches("1x4x4", ndim=3), parse_patches(2, ndim=3)
+    ((1, 4, 4), (2, 2, 2))
     """
     if isinstance(patches, str):
         parts = patches.lower().replace(",", "x").split("x")
     elif isinstance(patches, numbers.Integral):
-        parts = [patches, patches]
+        parts = [patches] * ndim
     else:
         try:
             parts = list(patches)
         except TypeError:
             parts = []
     try:
-        pair = tuple(int(p) for p in parts)
+        grid = tuple(int(p) for p in parts)
         whole = all(float(p) == int(p) for p in parts)
     except (TypeError, ValueError):
-        pair, whole = (), False
-    if len(pair) != 2 or not whole:
-        raise InputError(f"patches must be GYxGX (two positive integers), got {patches!r}")
-    if min(pair) < 1:
-        raise InputError(f"patches must be at least 1x1 (0 patches cannot be measured), got "
-                         f"{patches!r}")
-    return pair
+        grid, whole = (), False
+    if len(grid) != ndim or not whole:
+        form, count = ("GYxGX", "two") if ndim == 2 else ("GZxGYxGX", "three")
+        raise InputError(f"patches must be {form} ({count} positive integers), got {patches!r}")
+    if min(grid) < 1:
+        raise InputError(f"patches must be at least {'x'.join('1' * ndim)} (0 patches cannot "
+                         f"be measured), got {patches!r}")
+    return grid
+
+
+def parse_overlap(patch_overlap, ndim=2):
+    """``patch_overlap``: None, or a non-negative int for every axis, or one per axis, as
+    ``ndim`` ints; else InputError."""
+    if patch_overlap is None:
+        return None
+    ov = patch_overlap
+    values = (ov,) * ndim if isinstance(ov, numbers.Integral) else tuple(ov) \
+        if isinstance(ov, (tuple, list)) else ()
+    if len(values) != ndim or any(isinstance(v, bool) or not isinstance(v, numbers.Integral)
+                                  or v < 0 for v in values):
+        raise InputError(f"patch_overlap must be a non-negative integer (or "
+                         f"{'a pair' if ndim == 2 else 'one per axis (z, y, x)'}), got {ov!r}")
+    return tuple(int(v) for v in values)
 
 
 def check_deviation(max_deviation):
@@ -162,38 +181,45 @@ class PatchGrid:
         of frames of ``frame_shape``; InputError for grids that do not fit."""
         grid = parse_patches(patches)
         dev = check_deviation(max_deviation)
-        if patch_overlap is not None:
-            ov = (patch_overlap,) * 2 if isinstance(patch_overlap, numbers.Integral) \
-                else tuple(patch_overlap)
-            if len(ov) != 2 or any(isinstance(o, bool) or int(o) != o or o < 0 for o in ov):
-                raise InputError(f"patch_overlap must be a non-negative integer (or a pair), "
-                                 f"got {patch_overlap!r}")
-        y0, y1, x0, x1 = area
-        extent = (y1 - y0, x1 - x0)
-        size, overlaps, starts = [], [], []
-        for axis, (g, a) in enumerate(zip(grid, extent)):
-            name = "rows" if axis == 0 else "columns"
-            o = a // g // 4 if patch_overlap is None else int(ov[axis])
-            if g > frame_shape[axis]:
-                raise InputError(f"{g} patches along the {name} are more than the frame's "
-                                 f"{frame_shape[axis]} pixels")
-            p = math.ceil((a + (g - 1) * o) / g) if g > 1 else a
-            if o >= p:
-                raise InputError(f"patch overlap {o} px must be smaller than the patch size "
-                                 f"({p} px along the {name})")
-            if p > a:
-                raise InputError(f"patches of {p} px along the {name} are larger than the "
-                                 f"frame's area every shifted frame covers ({a} px of "
-                                 f"{frame_shape[axis]}): use a smaller patch_overlap")
-            if p < max(MIN_PATCH_SIDE, 2 * dev + 1):
-                raise InputError(f"patches of {p} px along the {name} are too small for "
-                                 f"max_deviation {dev} (at least {max(MIN_PATCH_SIDE, 2 * dev + 1)}"
-                                 f" px): use fewer patches")
-            size.append(p)
-            overlaps.append(o)
-            lo = y0 if axis == 0 else x0
-            starts.append(lo + np.round(np.linspace(0, a - p, g)).astype(np.int64))
+        ov = parse_overlap(patch_overlap) or (None, None)
+        laid = [axis_patches(g, (lo, hi), o, dev, n, name)
+                for g, lo, hi, o, n, name in zip(grid, area[0::2], area[1::2], ov, frame_shape,
+                                                 ("rows", "columns"))]
+        size, overlaps, starts = zip(*laid)
         return cls(grid, tuple(size), tuple(overlaps), starts[0], starts[1], dev)
+
+
+def axis_patches(g, span, overlap, max_deviation, n, name, item="frame", unit="px"):
+    """``(size, overlap, starts)`` of ``g`` patches along an axis of ``n`` samples over
+    ``span`` ``(lo, hi)`` (the part every shifted frame or volume covers), overlapping by
+    ``overlap`` (None: a quarter of the stride); InputError, naming the axis (``name``),
+    where they do not fit.  One rule for frames (:class:`PatchGrid`) and volumes
+    (``item="volume"``, ``unit="voxels"``).
+
+    >>> size, overlap, starts = axis_patches(3, (2, 50), None, 4, 52, "rows")
+    >>> size, overlap, starts.tolist()
+    (19, 4, [2, 16, 31])
+    """
+    lo, hi = span
+    a = hi - lo
+    units = "pixels" if unit == "px" else unit
+    o = a // g // 4 if overlap is None else int(overlap)
+    if g > n:
+        raise InputError(f"{g} patches along the {name} are more than the {item}'s {n} {units}")
+    p = math.ceil((a + (g - 1) * o) / g) if g > 1 else a
+    if o >= p:
+        raise InputError(f"patch overlap {o} {unit} must be smaller than the patch size ({p} "
+                         f"{unit} along the {name})")
+    if p > a:
+        raise InputError(f"patches of {p} {unit} along the {name} are larger than the {item}'s "
+                         f"area every shifted {item} covers ({a} {unit} of {n}): use a smaller "
+                         "patch_overlap")
+    least = max(MIN_PATCH_SIDE, 2 * max_deviation + 1)
+    if p < least:
+        raise InputError(f"patches of {p} {unit} along the {name} are too small for "
+                         f"max_deviation {max_deviation} (at least {least} {unit}): use fewer "
+                         "patches or a smaller max_deviation")
+    return p, o, lo + np.round(np.linspace(0, a - p, g)).astype(np.int64)
 
 
 def common_area(shifts, frame_shape, margin=0):
@@ -205,18 +231,32 @@ def common_area(shifts, frame_shape, margin=0):
     >>> common_area([[0.0, 0.0], [2.4, -3.6]], (20, 30), margin=1)
     (3, 19, 1, 25)
     """
-    h, w = frame_shape
-    s = np.asarray(shifts, np.float64).reshape(-1, 2)
+    (y0, y1), (x0, x1) = common_box(shifts, frame_shape, margin)
+    return y0, y1, x0, x1
+
+
+def common_box(shifts, shape, margin=0, item="frame", unit="px"):
+    """:func:`common_area` along every axis of ``shape`` (frames, or volumes with
+    ``item="volume"``): ``((lo, hi), ...)``, one pair an axis.
+
+    >>> common_box([[0.0, 0.0, 0.0], [1.4, 2.4, -3.6]], (10, 20, 30), item="volume")
+    ((1, 10), (2, 20), (0, 26))
+    """
+    d = len(shape)
+    s = np.asarray(shifts, np.float64).reshape(-1, d)
     s = np.round(s[~np.isnan(s).any(axis=1)])
     if not len(s):
-        s = np.zeros((1, 2))
-    y0, x0 = max(0, int(s[:, 0].max())) + margin, max(0, int(s[:, 1].max())) + margin
-    y1, x1 = min(h, int(h + s[:, 0].min())) - margin, min(w, int(w + s[:, 1].min())) - margin
-    if y1 - y0 < 1 or x1 - x0 < 1:
-        raise InputError(f"the rigidly shifted frames have no area in common {margin} px away "
-                         f"from their edges: patches cannot be placed (a smaller max_deviation "
-                         f"helps)")
-    return y0, y1, x0, x1
+        s = np.zeros((1, d))
+    box = tuple((max(0, int(s[:, a].max())) + margin, min(n, int(n + s[:, a].min())) - margin)
+                for a, n in enumerate(shape))
+    if any(hi - lo < 1 for lo, hi in box):
+        if margin:
+            raise InputError(f"the rigidly shifted {item}s have no area in common {margin} "
+                             f"{unit} away from their edges: patches cannot be placed (a "
+                             "smaller max_deviation helps)")
+        raise InputError(f"the rigidly shifted {item}s have no region in common: patches "
+                         "cannot be placed")
+    return box
 
 
 def patch_margin(max_deviation) -> int:
@@ -403,13 +443,17 @@ def refine_taper(size, flat=REFINE_FLAT):
     """
     if max(size) <= flat:
         return None
-    axes = []
-    for n in size:
-        x = np.abs(np.arange(n) - (n - 1) / 2.0)
-        half = flat / 2.0
-        r = np.clip((x - half) / max(n / 2.0 - half, 1e-9), 0.0, 1.0)
-        axes.append(np.cos(0.5 * np.pi * r) ** 2)
-    return np.outer(*axes).astype(np.float32)
+    return np.outer(*(taper_axis(n, flat) for n in size)).astype(np.float32)
+
+
+def taper_axis(n, flat):
+    """``(n,)`` float64: the Tukey window of an axis of ``n`` samples, 1 over the central
+    ``flat`` samples, ``cos**2`` falling to 0 at the edge (:func:`refine_taper`'s, and the
+    3-D patches' template: ``xcorr_app.alignment.volume``)."""
+    x = np.abs(np.arange(n) - (n - 1) / 2.0)
+    half = flat / 2.0
+    r = np.clip((x - half) / max(n / 2.0 - half, 1e-9), 0.0, 1.0)
+    return np.cos(0.5 * np.pi * r) ** 2
 
 
 def tapered(patches, taper):

@@ -1,6 +1,7 @@
-"""Volumes (T, Z, Y, X): rigid 3-D registration (:func:`align_volumes`, its
-:class:`VolumeResult`; the aligned volumes: :func:`shift_volumes`; each plane's residual
-(dy, dx): :func:`refine_planes`) and the depth of 2-D frames in a z-stack (:func:`zlocate`).
+"""Volumes (T, Z, Y, X): rigid and piecewise-rigid 3-D registration (:func:`align_volumes`,
+its :class:`VolumeResult`; the aligned volumes: :func:`shift_volumes`, by a motion field
+:func:`warp_volumes` and :func:`warp_volume`; each plane's residual (dy, dx):
+:func:`refine_planes`) and the depth of 2-D frames in a z-stack (:func:`zlocate`).
 
 Examples
 --------
@@ -17,10 +18,11 @@ from ._api import (VolumeOptions, align_volumes, parse_max_shift, parse_upsample
 from ._planes import refine_planes
 from ._prebuild import prebuild_volumes
 from ._result import VolumeResult
-from ._shift import shift_volumes
+from ._shift import shift_volumes, warp_volume, warp_volumes
 from ._zlocate import ZLOCATE_COLUMNS, ZlocateResult, zlocate
 from ._source import Volumes, open_volumes
 
 __all__ = ["ZLOCATE_COLUMNS", "VolumeOptions", "VolumeResult", "Volumes", "ZlocateResult", "align_volumes",
            "open_volumes", "parse_max_shift", "parse_upsample", "parse_voxel_size",
-           "prebuild_volumes", "refine_planes", "shift_volumes", "zlocate"]
+           "prebuild_volumes", "refine_planes", "shift_volumes", "warp_volume", "warp_volumes",
+           "zlocate"]

@@ -3,8 +3,14 @@
 How it works: the reference volume's spectrum (``rfftn`` over the last three axes) is made
 once; then the volumes stream through in chunks sized to the memory at hand: each chunk's
 spectra times the reference's conjugate, the inverse transform, the integer peak within the
-``max_shift`` window, and the subvoxel peak by the 3-D upsampled DFT around it
-(:mod:`._dft3`).  The same code runs on NumPy (SciPy's FFT) and CuPy (cuFFT).
+``max_shift`` window (of the volumes' periodic components, where the boundary is not
+circular), and the subvoxel peak: for volumes cut from a larger scene by ZNCC over the overlap
+at the integer shifts around it and a quadratic fit (:mod:`._linear`), for wrap-around ones
+(``boundary="circular"``, or told by ``"auto"``) by the 3-D upsampled DFT (:mod:`._dft3`).
+The same code runs on NumPy (SciPy's FFT) and CuPy (cuFFT).  With
+``patches=(gz, gy, gx)``, piecewise-rigid: the volumes stream through once more, and every
+patch is measured within ``max_deviation`` voxels of its volume's rigid shift (ZNCC over the
+patch, as 2-D align's patches: :mod:`._piecewise`).
 
 Examples
 --------
@@ -13,7 +19,7 @@ Examples
 >>> vol = ndi.gaussian_filter(np.random.default_rng(0).random((12, 20, 18)), 1.5)
 >>> moved = np.fft.ifftn(ndi.fourier_shift(np.fft.fftn(vol), (1.5, -0.25, 2.0))).real
 >>> result = align_volumes(np.stack([vol, moved]), max_shift=(3, 4, 4), device="cpu")
->>> (np.round(result.shifts, 2) + 0.0).tolist()  # (+ 0.0: no -0.0)
+>>> (np.round(result.shifts, 2) + 0.0).tolist()  # (+ 0.0: no -0.0; a circular shift: told)
 [[0.0, 0.0, 0.0], [-1.5, 0.25, -2.0]]
 """
 
@@ -25,22 +31,28 @@ import functools
 
 import numpy as np
 
-from ...backend import (DEVICES, compute_device, device_free_bytes, host_available_bytes,
-                       to_numpy, xp_for)
+from ...backend import (DEVICES, array_module_of, compute_device, device_free_bytes,
+                       host_available_bytes, to_numpy, xp_for)
+from ...correlate import conj_product
 from ...errors import InputError
 from ..rigid import check_gpu_float32
 from ...io import parse_axes, with_axes
 from ...registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ...streaming import DeviceChunks, parse_memory
-from ._dft3 import bounded_peak, correlate, cross_spectra, refine3d, samples3d, spectrum
+from ._dft3 import bounded_peak, correlate, refine3d, samples3d, spectrum
+from ._linear import Reference, WrapVote, centred, circular_start, linear_refine, \
+    smooth_spectrum
+from ._piecewise import (PER_WINDOW_VOXEL, low_patches, measure_patches, template_spectra,
+                         volume_grid)
 from ._prebuild import prebuild_volumes
 from ._rows import item_sums
 from ._result import VolumeResult
 from ._source import open_volumes
 
-#: bytes per voxel a volume of a chunk takes (float32 copy, half spectrum, correlation,
-#: window copy, FFT work area), besides the uploads of the chunk and of the next (the input's
-#: pixel type: :func:`plan_chunk`)
+#: bytes per voxel a volume of a chunk takes (its float32 copy, kept for the linear
+#: refinement; the half spectrum; the periodic components' product; the correlation; the FFT
+#: work area), besides the uploads of the chunk and of the next (the input's pixel type:
+#: :func:`plan_chunk`)
 PER_VOXEL_CHUNK = 20
 #: bytes per voxel held once (the reference spectrum, the mean reference, slack)
 PER_VOXEL_FIXED = 12
@@ -50,6 +62,10 @@ MAX_CHUNK = 64
 #: voxels of a chunk at most: batches this large keep cuFFT busy, and smaller chunks let the
 #: next one be read from the file while the device works (64x512x512 volumes: 8 a chunk)
 CHUNK_VOXELS = 2 ** 27
+#: ``boundary``: ``linear`` (volumes cut from a larger scene: ZNCC over the overlap,
+#: :mod:`._linear`), ``circular`` (wrap-around volumes: the circular correlation and its
+#: upsampled DFT), ``auto`` (linear, but circular for a volume that wraps around)
+BOUNDARIES = ("auto", "linear", "circular")
 
 
 def parse_max_shift(max_shift):
@@ -113,10 +129,16 @@ class VolumeOptions:
     built: ``max_shift`` a 3-tuple (or None), ``voxel_size`` three floats (or None),
     ``upsample`` a float >= 1 (None: :data:`~xcorr_app.registration.DEFAULT_UPSAMPLE`),
     ``memory_limit`` bytes (or a size such as ``"2G"``), ``channel`` an int >= 0 (or None;
-    the file's channel count: checked by its reader).  What runs below takes it as it is.
+    the file's channel count: checked by its reader); ``patches`` ``(gz, gy, gx)`` (or None:
+    rigid only; an int N: N x N x N), ``patch_overlap`` None or three ints, ``max_deviation``
+    an int >= 0 (both only with patches, as 2-D align's); ``boundary`` one of
+    :data:`BOUNDARIES`.  What runs below takes it as it is;
+    whether a grid fits the volumes is checked once their shape is known, before any pass.
 
     >>> VolumeOptions(max_shift=3, upsample=None).max_shift
     (3, 3, 3)
+    >>> VolumeOptions(patches="2x4x4", patch_overlap=4).patch_overlap
+    (4, 4, 4)
     """
 
     reference: object = "first"
@@ -127,6 +149,10 @@ class VolumeOptions:
     memory_limit: object = None
     axes: object = None
     channel: object = None
+    patches: object = None
+    patch_overlap: object = None
+    max_deviation: object = 4
+    boundary: str = "auto"
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -148,6 +174,22 @@ class VolumeOptions:
             if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) or c < 0:
                 raise InputError(f"channel must be a whole number >= 0, got {c!r}")
             put("channel", int(c))
+        if not isinstance(self.boundary, str) or self.boundary not in BOUNDARIES:
+            raise InputError(f"boundary {self.boundary!r}: use one of {', '.join(BOUNDARIES)}")
+        self._check_patches(put)
+
+    def _check_patches(self, put):
+        from ..piecewise import check_deviation, parse_overlap, parse_patches
+
+        if self.patches is None:
+            for name, default in (("patch_overlap", None), ("max_deviation", 4)):
+                if getattr(self, name) != default:
+                    raise InputError(f"{name} needs patches (piecewise-rigid 3-D): give "
+                                     "patches too")
+            return
+        put("patches", parse_patches(self.patches, ndim=3))
+        put("max_deviation", check_deviation(self.max_deviation))
+        put("patch_overlap", parse_overlap(self.patch_overlap, ndim=3))
 
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
@@ -235,8 +277,10 @@ def _reference_spectrum(ref, name, xp):
 
 def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
                   upsample=DEFAULT_UPSAMPLE, device="auto", memory_limit=None, *, axes=None,
-                  channel=None, options=None):
-    """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume.
+                  channel=None, patches=None, patch_overlap=None, max_deviation=4,
+                  boundary="auto", options=None):
+    """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume (with
+    ``patches``, also each volume's piecewise-rigid motion field).
 
     Parameters
     ----------
@@ -251,8 +295,9 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     voxel_size : None or (z, y, x)
         Only scales the micrometre columns (:attr:`VolumeResult.shifts_um`).
     upsample : float
-        Subvoxel refinement: the correlation sampled every ``1 / upsample`` voxel around the
-        peak, then a parabola through the best sample; 1: integer shifts.
+        Subvoxel refinement of ``boundary="circular"`` (and of wrap-around volumes): the
+        correlation sampled every ``1 / upsample`` voxel around the peak, then a parabola
+        through the best sample; 1: integer shifts (every boundary).
     device : {"auto", "cpu", "gpu"}
     memory_limit : int or str, optional
         Bytes the run may use (default: a share of the free GPU or host memory).
@@ -263,6 +308,28 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     channel : int, optional
         The channel measured of a path to a multi-channel file (``TCZYX``, ``TZCYX``:
         required there; only its planes are read); an array in memory is one channel.
+    patches : None, int or (gz, gy, gx)
+        Piecewise-rigid: after the rigid pass, the shift of each of ``gz x gy x gx``
+        overlapping patches of every volume (over the region every rigidly shifted volume
+        covers, less ``max_deviation``) within ``max_deviation`` voxels of the volume's rigid
+        shift: zero-normalized cross-correlation over the patch, a Gaussian fit through the
+        peak (``upsample`` is the rigid pass's); the motion field in
+        :attr:`VolumeResult.motion_field` (:func:`~._shift.warp_volumes` warps the volumes
+        by it).  A patch with a low peak (below half its volume's median), on the
+        ``max_deviation`` border or constant takes the rigid shift.
+    patch_overlap : None, int or (oz, oy, ox)
+        Voxels neighbouring patches overlap (default: a quarter of the grid's stride).
+    max_deviation : int
+        Largest shift of a patch from its volume's rigid shift, in voxels (each axis).
+    boundary : {"auto", "linear", "circular"}
+        How the volumes meet at their faces.  ``linear`` (volumes cut from a larger scene,
+        content entering and leaving at the faces): the integer peak of the circular
+        correlation of the volumes' periodic components, then zero-normalized
+        cross-correlation over the overlap at the integer shifts around it and a quadratic
+        fitted to the 27 around the best (:mod:`._linear`); ``circular`` (wrap-around
+        volumes: circular shifts, test data): the circular correlation and its upsampled DFT;
+        ``auto``: linear, but circular for a volume whose wrapped-around part matches the
+        reference's other side.
     options : VolumeOptions, optional
         The options built before, instead of the keywords (checked once, when built).
 
@@ -287,7 +354,8 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     """
     given = dict(reference=reference, max_shift=max_shift, voxel_size=voxel_size,
                  upsample=upsample, device=device, memory_limit=memory_limit, axes=axes,
-                 channel=channel)
+                 channel=channel, patches=patches, patch_overlap=patch_overlap,
+                 max_deviation=max_deviation, boundary=boundary)
     if options is None:
         options = VolumeOptions(**given)
     elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)):
@@ -302,41 +370,46 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     if xp is not np:  # (a machine's first run: the later stages' kernels built meanwhile)
         prebuild_volumes(bounds, upsample, device=xp.cuda.Device().id)
     t, shape = source.shape[0], source.shape[1:]
+    if options.patches is not None:  # (a grid or its memory that cannot fit: refused before
+        # any pass; the grid of the rigid shifts' box is no larger)
+        _patch_chunk(source, volume_grid(shape, [[0.0, 0.0, 0.0]], options), options, xp)
     chunk = plan_chunk(source.shape, xp, memory_limit, np.dtype(source.data.dtype).itemsize)
-    size = float(np.prod(shape))
-    shifts, peak = np.zeros((t, 3)), np.zeros(t)
+    linear = options.boundary != "circular"
+    shifts, peak = np.zeros((t, 2, 3) if linear else (t, 3)), np.zeros(t)
     second, verified, constant = np.zeros(t), np.zeros(t, bool), np.zeros(t, bool)
+    lin_ref = None  # (the linear refinement's reference and its periodic spectrum)
     with contextlib.ExitStack() as held:
         # read ahead (on the GPU copied on two streams) while the device works on the chunk
         # before; the reference's spectrum made at the first chunk (the mean's: a pass before)
         late = isinstance(reference, str) and reference == "mean"
         first = isinstance(reference, str) and reference == "first"
         ref_spec = ref_norm = ref_name = None
+        ref = None  # (the reference volume and its name: the patches' template too)
         if late:  # (the mean: a pass over the volumes itself, before theirs)
-            ref_spec, ref_norm, ref_name = _reference_spectrum(
-                *_reference(source, reference, xp, chunk), xp)
+            ref = _reference(source, reference, xp, chunk)
+            ref_spec, ref_norm, ref_name = _reference_spectrum(*ref, xp)
+            lin_ref = _linear_reference(ref[0], ref_spec) if linear else None
+            ref = ref if options.patches is not None else None
         chunks = held.enter_context(DeviceChunks(source.frames(), chunk, xp))
         for start, data in chunks:
             if ref_spec is None:  # (volume 0 from the first chunk: no read and copy of its own)
-                ref_spec, ref_norm, ref_name = _reference_spectrum(
-                    *((source.read(0, 1, xp, data[:1], scale="each")[0], "the first volume")
-                      if first else _reference(source, reference, xp, chunk)), xp)
+                ref = ((source.read(0, 1, xp, data[:1], scale="each")[0], "the first volume")
+                       if first else _reference(source, reference, xp, chunk))
+                ref_spec, ref_norm, ref_name = _reference_spectrum(*ref, xp)
+                lin_ref = _linear_reference(ref[0], ref_spec) if linear else None
+                ref = ref if options.patches is not None else None
             stop = start + len(data)
-            product, norms = cross_spectra(
-                ref_spec, source.read(start, stop, xp, data, scale="each"), norms=True)
-            constant[start:stop] = norms == 0  # (nothing to correlate: NaN below)
+            vols = source.read(start, stop, xp, data, scale="each")
             del data
-            corr = correlate(product, shape, normalized=False)  # (the 1/n on the host)
-            coarse, top, rest = bounded_peak(corr, bounds)
-            top, rest = top / size, rest / size
-            del corr
-            direct = to_numpy(samples3d(product, shape, coarse, 1.0, 1, nyquist=True)).reshape(-1)
-            verified[start:stop] = np.abs(direct - top) <= 1e-3 * np.maximum(np.abs(direct),
-                                                                              1e-30)
-            shifts[start:stop] = refine3d(product, coarse, shape, upsample)
-            scale = np.maximum(norms * ref_norm, 1e-30)
-            peak[start:stop], second[start:stop] = top / scale, rest / scale
-            del product
+            at = slice(start, stop)
+            (shifts[at], peak[at], second[at], verified[at],
+             constant[at]) = _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample,
+                                           options.boundary)
+            del vols
+    vote = None if lin_ref is None else lin_ref[2]
+    wraps = options.boundary == "circular" or (options.boundary == "auto" and vote.wraps)
+    if linear:
+        shifts = shifts[:, 1 if wraps else 0]
     # constant volumes: no shift (NaN), as 2-D align's constant frames; not verified
     shifts[constant], peak[constant], verified[constant] = np.nan, np.nan, False
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -348,7 +421,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
                 at_bound |= np.abs(np.round(shifts[:, a])) >= b
     notes = [f"reference: {ref_name}", f"device: {dev}, {chunk} volume(s) per chunk",
              f"search: {'whole volume' if bounds is None else f'max_shift (dz, dy, dx) = {bounds}'}"
-             f", subvoxel by the upsampled DFT at {upsample:g}"]
+             f", {_subvoxel_note(options.boundary, upsample, wraps, vote)}"]
     if at_bound.any():
         notes.append(f"{int(at_bound.sum())} volume(s) peak on the max_shift border: the true "
                      "shift may lie beyond it")
@@ -358,4 +431,124 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     if not (verified | constant).all():
         notes.append(f"{int((~verified & ~constant).sum())} volume(s) whose FFT peak the direct "
                      "sum does not confirm")
-    return VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev)
+    result = VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev)
+    if options.patches is not None:
+        result.set_field(*_patch_pass(source, options, shifts, ref[0], xp))
+    return result
+
+
+def _linear_reference(volume, spec):
+    """The linear refinement's reference (:class:`~._linear.Reference`), the half spectrum
+    of the reference volume's periodic component (its ``spec`` less the smooth component's),
+    and the run's :class:`~._linear.WrapVote` (``boundary="auto"``)."""
+    return Reference(centred(volume)), spec - smooth_spectrum(volume[None])[0], WrapVote()
+
+
+def _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample, boundary):
+    """The shifts, peaks, runners-up, FFT checks and constant flags (B,) of a chunk of
+    volumes ``vols`` (B, Z, Y, X) (scaled, on the device) against the reference's spectrum
+    ``ref_spec`` (and norm; ``lin_ref``: :func:`_linear_reference`, None for
+    ``boundary="circular"``).  The shifts: (B, 3) circular ones; else (B, 2, 3), the linear
+    refinement's and (``auto``) the circular one's, of which the stack takes one
+    (:class:`~._linear.WrapVote`: once it is decided, only that one is measured).
+
+    The integer peak and its runner-up (the confidence) come from the circular correlation,
+    of the periodic components where the boundary is not circular (:mod:`._linear`; the
+    peak reported is the volumes' own circular correlation at it, 1 for identical volumes);
+    the FFT check compares the transform's value at the peak with the direct sum."""
+    shape = vols.shape[1:]
+    size = float(np.prod(shape))
+    spec, norms = spectrum(vols, array_module_of(vols), norms=True)
+    constant = norms == 0  # (nothing to correlate: NaN later)
+    search = None
+    if lin_ref is not None:  # (the periodic components' product: the seams left out)
+        search = smooth_spectrum(vols)
+        array_module_of(spec).subtract(spec, search, out=search)
+        conj_product(lin_ref[1], search, out=search)
+    conj_product(ref_spec.astype(spec.dtype, copy=False), spec, out=spec)  # (R * conj(M))
+    product, search = spec, (spec if search is None else search)
+    corr = correlate(search, shape, normalized=False)  # (the 1/n on the host)
+    coarse, top, rest = bounded_peak(corr, bounds)
+    top, rest = top / size, rest / size
+    del corr
+    direct = to_numpy(samples3d(search, shape, coarse, 1.0, 1, nyquist=True)).reshape(-1)
+    verified = np.abs(direct - top) <= 1e-3 * np.maximum(np.abs(direct), 1e-30)
+    scale = np.maximum(norms * ref_norm, 1e-30)
+    if lin_ref is None:
+        return refine3d(product, coarse, shape, upsample), top / scale, rest / scale, \
+            verified, constant
+    del search
+    own = to_numpy(samples3d(product, shape, coarse, 1.0, 1, nyquist=True)).reshape(-1)
+    peak = own / scale
+    second = np.where(top > 0, rest / np.maximum(top, 1e-300), 1.0) * peak
+    shifts = np.repeat(np.asarray(coarse, np.float64)[:, None], 2, axis=1)  # (B, 2, 3)
+    ref, vote = lin_ref[0], lin_ref[2]
+    live = np.flatnonzero(~constant)
+    start = {}  # (where each volume's circular refinement starts)
+    if boundary == "auto":  # (the vote first: the chunk then refined only the way it chose)
+        for b in live:
+            if vote.decided:
+                break
+            start[b] = circular_start(product[b:b + 1], shape, coarse[b], bounds)
+            vote.add(ref, vols[b], product[b:b + 1], start[b])
+    both = boundary == "auto" and not vote.decided  # (undecided: refined both ways)
+    for b in live:
+        one = product[b:b + 1]
+        if boundary == "linear" or both or not vote.wraps:
+            shifts[b, 0] = linear_refine(ref, vols[b], one, coarse[b], bounds,
+                                         subvoxel=upsample > 1)[0]
+        if boundary == "auto" and (both or vote.wraps):
+            at = start[b] if b in start else circular_start(one, shape, coarse[b], bounds)
+            shifts[b, 1] = refine3d(one, at.astype(np.float64)[None], shape, upsample)[0]
+    return shifts, peak, second, verified, constant
+
+
+def _subvoxel_note(boundary, upsample, wraps, vote):
+    """The note's words on how the shifts were refined (``wraps``: circularly; ``vote``: the
+    run's :class:`~._linear.WrapVote`, or None)."""
+    how = (("integer shifts" if upsample <= 1 else f"subvoxel by the upsampled DFT at "
+            f"{upsample:g}") + " (circular)" if wraps else
+           ("integer shifts" if upsample <= 1 else "subvoxel by a quadratic fit")
+           + " of ZNCC over the overlap (linear)")
+    if boundary == "auto" and vote.ratios:
+        how += (f"; boundary auto: {'wrap-around' if wraps else 'cropped'} volumes (their "
+                f"wrapped part matches {float(np.median(vote.ratios)):.2f} of the overlap)")
+    return how
+
+
+def _patch_chunk(source, grid, options, xp):
+    """Volumes a chunk of the patch pass holds (:func:`fitting_chunk`: the search windows of
+    a volume's patches, its upload and float32 copy, beside the template's spectra)."""
+    window = grid.n_patches * int(np.prod(grid.window))  # (a volume's search voxels)
+    itemsize = np.dtype(source.data.dtype).itemsize
+    return fitting_chunk(source.shape[0], PER_VOXEL_FIXED * window,
+                         PER_WINDOW_VOXEL * window
+                         + (4 + 2 * itemsize) * int(np.prod(source.shape[1:])),
+                         max(1, min(MAX_CHUNK, CHUNK_VOXELS // window)), xp,
+                         options.memory_limit, f"the {grid.n_patches} patches of a volume "
+                         "need about {} MiB to register", "use fewer or smaller patches")
+
+
+def _patch_pass(source, options, rigid, template, xp):
+    """The patch pass of a piecewise-rigid run (:mod:`._piecewise`): ``(grid, field (T, gz,
+    gy, gx, 3), peak (T, gz, gy, gx), low (T, gz, gy, gx), volumes a chunk)`` (NumPy), from
+    the rigid shifts ``rigid`` (T, 3) and the reference volume ``template`` (scaled, on the
+    device); the volumes read again a chunk at a time."""
+    t = source.shape[0]
+    grid = volume_grid(source.shape[1:], rigid, options)
+    chunk = _patch_chunk(source, grid, options, xp)
+    tspec, tnorm = template_spectra(template, grid)
+    del template
+    shifts, peak = np.empty((t, grid.n_patches, 3)), np.empty((t, grid.n_patches))
+    border = np.empty((t, grid.n_patches), bool)
+    with DeviceChunks(source.frames(), chunk, xp) as chunks:
+        for start, data in chunks:
+            stop = start + len(data)
+            vols = source.read(start, stop, xp, data, scale="each")
+            del data
+            shifts[start:stop], peak[start:stop], border[start:stop] = measure_patches(
+                vols, rigid[start:stop], grid, tspec, tnorm)
+    low = low_patches(peak, border)
+    field = np.where(low[..., None], rigid[:, None, :], shifts)  # (NaN rigid: NaN field)
+    g = grid.grid
+    return grid, field.reshape(t, *g, 3), peak.reshape(t, *g), low.reshape(t, *g), chunk

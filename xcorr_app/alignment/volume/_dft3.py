@@ -266,7 +266,7 @@ def _launch(kernel, total, args):
     kernel((stride_blocks(total, DFT_THREADS),), (DFT_THREADS,), args)
 
 
-def _vertex(cm, c0, cp):
+def parabola_vertex(cm, c0, cp):
     """The vertex of the parabola through (-1, cm), (0, c0), (1, cp), clipped to +-0.5; 0
     where the three are not a maximum."""
     den = cm - 2.0 * c0 + cp
@@ -296,6 +296,6 @@ def refine3d(product, coarse, shape, upsample):
             lo, hi = i.copy(), i.copy()
             lo[a] -= 1
             hi[a] += 1
-            step.append(_vertex(s[tuple(lo)], c0, s[tuple(hi)]))
+            step.append(parabola_vertex(s[tuple(lo)], c0, s[tuple(hi)]))
         out[b] = coarse[b] + (i - count // 2 + np.array(step)) / u
     return out

@@ -49,6 +49,18 @@ class VolumeResult:
         Only scales :attr:`shifts_um`.
     notes : list of str
         How the run went (reference, device, chunk size, flagged volumes).
+    motion_field : (T, gz, gy, gx, 3) float64 ndarray or None
+        Piecewise-rigid runs (``patches``): every patch's shift (dz, dy, dx), align's sign
+        (rigid plus deviation; the rigid shift where the patch was an outlier; NaN for a
+        constant volume); None for a rigid run.
+    patch_centres : (gz, gy, gx, 3) float64 ndarray or None
+        The patch centres (z, y, x) in voxels of the reference.
+    patch_peak, patch_low : (T, gz, gy, gx) ndarrays or None
+        Each patch's normalized correlation at its peak, and whether it took the rigid shift
+        (an outlier: :mod:`._piecewise`).
+    patches : dict or None
+        The grid: ``grid``, ``size``, ``overlap`` (voxels per axis), ``max_deviation`` and
+        ``centres``, as ``shifts.json`` records it.
     """
 
     shifts: np.ndarray
@@ -59,6 +71,43 @@ class VolumeResult:
     voxel_size: tuple | None = None
     notes: list = field(default_factory=list)
     device: str = "cpu"
+    motion_field: np.ndarray = None
+    patch_centres: np.ndarray = None
+    patch_peak: np.ndarray = None
+    patch_low: np.ndarray = None
+    patches: dict = None
+
+    def set_field(self, grid, motion_field, peak, low, chunk=None) -> None:
+        """Keep what a patch pass measured (:mod:`._piecewise`), with a note on the grid (and
+        the volumes a ``chunk`` of the pass held) and one on the outliers."""
+        self.motion_field, self.patch_peak, self.patch_low = motion_field, peak, low
+        self.patch_centres, self.patches = grid.centres, grid.settings()
+        g, size = grid.grid, grid.size
+        self.notes.append(f"patches: {g[0]}x{g[1]}x{g[2]} of {size[0]}x{size[1]}x{size[2]} "
+                          f"voxels within {grid.max_deviation} of the rigid shift"
+                          + ("" if chunk is None else f", {chunk} volume(s) per chunk"))
+        measured = ~np.isnan(self.shifts).any(axis=1)
+        k = int(low[measured].sum())
+        if k:
+            self.notes.append(f"{k} patch{'' if k == 1 else 'es'} of {low[measured].size} "
+                              "took their volume's rigid shift (low peak, on the max_deviation "
+                              "border or constant)")
+
+    def deviation(self):
+        """``(T, gz, gy, gx, 3)``: :attr:`motion_field` minus the rigid :attr:`shifts` (None
+        without patches)."""
+        if self.motion_field is None:
+            return None
+        return self.motion_field - self.shifts[:, None, None, None, :]
+
+    def field_document(self) -> dict:
+        """The piecewise-rigid run's part of ``shifts.json``: the grid (:attr:`patches`) with
+        ``field`` (T, gz, gy, gx, 3), ``peak`` and ``low`` (T, gz, gy, gx) as nested lists
+        (NaN as NaN: the writer makes it null); None for a rigid run."""
+        if self.motion_field is None:
+            return None
+        return {**self.patches, "field": self.motion_field.tolist(),
+                "peak": self.patch_peak.tolist(), "low": self.patch_low.tolist()}
 
     @property
     def constant_volumes(self) -> np.ndarray:
