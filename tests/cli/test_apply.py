@@ -50,7 +50,7 @@ def test_apply_to_another_format_and_channel(tmp_path, run):
     ("frames", ["holds the shifts of 12 frames", "has 8"]),
     ("size", ["measured on frames of 120x160", "has 120x150"]),
     ("table", ["not a shift table", "dy"]),
-    ("suffix", ["NAME.tif, NAME.ome.tif, NAME.ome.zarr or NAME.h5"]),
+    ("suffix", ["NAME.tif, NAME.ome.tif, NAME.ome.zarr, NAME.h5 or NAME.nwb"]),
     ("resample", ["--resample cubic", "rigid shifts"]),
     ("exists", ["exists", "--force"]),
 ])

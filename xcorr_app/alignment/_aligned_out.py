@@ -76,9 +76,10 @@ def fill_out(res, out, target, device, gpus=None, bidi=0.0):
     from .rigid import correct_bidi
     from .warp import shift_frames
 
-    kwargs = {} if res.motion_field is not None or gpus is None else {"gpus": gpus}
+    warped = res.motion_field is not None or res.rotation_deg is not None  # (a field's warp)
+    kwargs = {} if warped or gpus is None else {"gpus": gpus}
     if backend.is_cupy_array(target) and res.motion_field is None \
-            and not isinstance(out, np.ndarray):
+            and res.rotation_deg is None and not isinstance(out, np.ndarray):
         import cupy
 
         c = res.settings.get("chunk_frames") or 64
@@ -99,7 +100,7 @@ def fill_out(res, out, target, device, gpus=None, bidi=0.0):
         return
     into = out if isinstance(out, np.ndarray) else None
     dtype = chunk_type(out) if callable(out) else None
-    if res.motion_field is None:
+    if not warped:
         kwargs["bidi"] = bidi
     for start, chunk in res.apply(target, out=into, device=device, **kwargs):
         if callable(out):

@@ -236,6 +236,18 @@ path or ndarray
         a few frames spread over the stack are noisy (their noise allows a precision worse
         than 0.05 px), else off; ``settings["lucas_kanade"]`` and a note say so; off for
         frames that wrap around (``boundary`` circular, or detected so).
+    model : {"translation", "rigid-body"}
+        ``translation`` (default): a shift per frame.  ``rigid-body``: a rotation about the
+        frame's centre and a shift per frame, for stacks that rotate: after the translation
+        passes every frame is read once more, a 3x3 grid of its patches measured against the
+        template and the rotation and shift fitted and refined
+        (:mod:`xcorr_app.alignment._rotation`); the result's ``shifts`` are the shifts applied
+        before the rotation and its ``rotation_deg`` the angles (degrees, counter-clockwise as
+        shown), which ``apply``, ``out`` and ``save`` apply in one warp
+        (:func:`~xcorr_app.alignment.warp.rigid_body_field`).  Not with ``patches``,
+        ``reference="previous"``, ``bidi``, ``mask``, ``gpus`` or Dask.  Either model's quality
+        report flags ``rotated`` the frames it leaves rotated by enough to move their corners
+        over 0.5 px.
     patches : int, (int, int) or "GYxGX", optional
         Piecewise-rigid registration after the rigid pass: the frame's area common to all
         rigidly shifted frames cut into ``gy x gx`` overlapping patches, each measured against
@@ -258,6 +270,22 @@ path or ndarray
         measured again against it, this many times (as NoRMCorre refines its template;
         :func:`~xcorr_app.alignment.piecewise._patch_pass.measure_field`).  Default 0: on the benchmark
         stack the field's error is not the template's noise (docs/how-align-works.md).
+    mask : (H, W) ndarray, str or Path, optional
+        The pixels the measurement uses, one image for the whole stack: True (or nonzero) is
+        used, False (0) left out of every frame and of the reference (a static artefact, a
+        saturated bar, dead columns); an image file (TIFF, ``.npy``) is read once.  Every
+        frame's shift is then the peak of Padfield's masked ZNCC over the used pixels
+        (:func:`~xcorr_app.registration._masked.masked_zncc_surfaces`, on the GPU too), zero-
+        normalized over the overlap of used pixels at each shift, within ``max_shift``,
+        refined by ``subpixel``'s fit; the left-out pixels are set to each frame's mean over
+        the used ones before the prefilter, and the pixels within the prefilter's reach of
+        them (twice its largest sigma) are not measured
+        (:func:`~xcorr_app.alignment.rigid._mask.measured_mask`).  ``boundary`` is linear and
+        ``lucas_kanade`` off; no FFT check (``verify``) nor quality report is made (a note
+        says so).  Not available with another ``normalization``, ``subpixel="upsample"``,
+        ``upsample``, ``reference="refined"``, ``patches``, ``gpus`` or Dask.  The aligned
+        stack is every frame shifted as usual.  ``settings["options"]["mask"]``: the path, or
+        ``"array"``.
     out : ndarray or callable(start, chunk), optional
         The aligned stack, made by the run: a C-contiguous float32 ``(N, H, W)`` array (NumPy,
         or CuPy on a GPU run) filled with the frames :meth:`AlignResult.apply` gives with its

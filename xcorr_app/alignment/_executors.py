@@ -164,6 +164,7 @@ def reads_again(opts, out) -> bool:
     (those "auto" may add read it as before); not under a ``max_memory`` budget."""
     return opts.max_memory is None and (
         opts.patches is not None or out is not None or opts.refined
+        or opts.model != "translation"
         or opts.lucas_kanade == "on" or opts.quality
         or (opts.boundary == "circular" and opts.lk_possible))
 

@@ -31,7 +31,7 @@ from ..io import SUPPORTED_DTYPES, parse_axes
 from ..registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ..streaming import parse_memory
 from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_previous,
-                    mean_count, parse_bidi, parse_prefilter, prefilter_for, prepare,
+                    mean_count, parse_bidi, parse_prefilter, prefilter_for, prepare, read_mask,
                     refined_passes,
                     search_range)
 from .rigid import window as make_window
@@ -43,6 +43,9 @@ BOUNDARIES = ("auto", "linear", "circular")
 #: ``lucas_kanade``: the Lucas-Kanade refinement against a denoised template
 #: (:mod:`xcorr_app.alignment.refine._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
 LUCAS_KANADE = ("auto", "on", "off")
+#: ``model``: ``translation`` (a shift per frame) or ``rigid-body`` (a rotation about the
+#: frame's centre and a shift: :mod:`xcorr_app.alignment._rotation`)
+MODELS = ("translation", "rigid-body")
 #: the smallest frame side registered (see :func:`check_frame_shape`)
 MIN_FRAME_SIDE = 4
 
@@ -85,6 +88,8 @@ class AlignOptions:
     gpus: object = None
     tune: bool = False
     bidi: object = "off"
+    mask: object = None
+    model: str = "translation"
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -134,6 +139,8 @@ class AlignOptions:
             if self.device == "cpu":
                 raise InputError("gpus shares the frames out over GPUs; drop device cpu")
             put("gpus", _gpu_spec(self.gpus))
+        self._check_mask(put)
+        self._check_model()
 
     def _check_patches(self, put):
         if self.patches is None:
@@ -162,6 +169,58 @@ class AlignOptions:
             raise InputError("patches are measured against one reference: reference 'previous' "
                              "is not available with patches")
 
+    def _check_model(self):
+        """``model``: ``rigid-body`` measures 3x3 patches of every frame against one template
+        and warps by a rotation and a shift (:mod:`._rotation`); what it cannot take is
+        refused (the executors: :meth:`check_executor`)."""
+        _choice("model", self.model, MODELS)
+        if self.model == "translation":
+            return
+        for bad, what in ((self.patches is not None, "patches (a motion field of their own)"),
+                          (self.previous, "reference 'previous' (one reference for every "
+                           "frame)"),
+                          (self.bidi != "off", f"bidi {self.bidi}"),
+                          (self.mask is not None, "mask")):
+            if bad:
+                raise InputError(f"model rigid-body measures each frame's rotation and shift "
+                                 f"against one template: {what} is not available with it")
+
+    def _check_mask(self, put):
+        """``mask``: read and checked once (:func:`~.rigid.read_mask`; its shape against the
+        frames: :func:`~._limits.check_limits`); the image kept beside the option as given.
+        The masked ZNCC takes the place of the search of every pass, so what measures unmasked
+        (another normalization, the upsampled DFT, the circular and Lucas-Kanade refinements,
+        templates of moved frames, patches) is refused, ``auto`` decides ``linear`` and
+        Lucas-Kanade ``off``, and the FFT check and the quality report, which measure whole
+        frames, are not made (:data:`MASK_NOTE`)."""
+        object.__setattr__(self, "_mask_image", None)
+        if self.mask is None:
+            return
+        given, image = read_mask(self.mask)
+        if given != "array":
+            put("mask", given)
+        for bad, what in ((self.normalization != "zncc", f"normalization={self.normalization!r}"),
+                          (self.subpixel == "upsample", "subpixel='upsample'"),
+                          (self.upsample is not None, f"upsample={self.upsample}"),
+                          (self.boundary == "circular", "boundary='circular'"),
+                          (self.lucas_kanade == "on", "lucas_kanade='on'"),
+                          (self.refined is not None, f"reference={self.reference!r}"),
+                          (self.patches is not None, "patches")):
+            if bad:
+                raise InputError(f"mask measures every frame by masked zero-normalized "
+                                 f"cross-correlation, refined on its surface: {what} is not "
+                                 "available with a mask")
+        put("boundary", "linear")
+        put("lucas_kanade", "off")
+        put("verify", False)
+        put("quality", False)
+        object.__setattr__(self, "_mask_image", image)
+
+    @property
+    def mask_image(self):
+        """The ``mask`` as a 2-D NumPy bool image (True: the pixel is used), or ``None``."""
+        return self._mask_image
+
     def _decided(self, **changes) -> "AlignOptions":
         """These options with the run's own decisions in place (``prefilter="auto"`` resolved,
         ``lucas_kanade``, the boundary of a pass, the GPUs found): a copy, not checked again.
@@ -184,6 +243,14 @@ class AlignOptions:
         if executor == "dask" and self.gpus is not None:
             raise InputError("gpus runs without Dask: give either gpus or a Dask cluster, "
                              "not both")
+        if executor != "process" and self.mask is not None:
+            raise InputError(f"mask is measured in one process: run without "
+                             f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "
+                             "no mask")
+        if executor != "process" and self.model != "translation":
+            raise InputError(f"model {self.model} runs in one process: run without "
+                             f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "
+                             "model translation")
         if executor != "process" and self.bidi != "off":
             raise InputError(f"bidi {self.bidi} corrects the frames in one process: run "
                              f"without {'gpus' if executor == 'gpus' else 'a Dask cluster'}, "
@@ -333,14 +400,20 @@ def resolve_auto(opts, src):
     ``features``)."""
     if opts.prefilter != "auto" or opts.features or opts.normalization == "phase":
         return opts, None
-    spec, why = choose_prefilter(src)
+    spec, why = choose_prefilter(src, opts.mask_image)
     return opts._decided(prefilter=spec), why
+
+
+#: the note of a run with a ``mask``: what it does not make
+MASK_NOTE = ("mask: no FFT reference check and no quality report (both measure whole frames, "
+             "the left-out pixels too)")
 
 
 def auto_notes(opts, why) -> list:
     """The notes of what ``prefilter="auto"`` chose (:func:`resolve_auto`): the band-pass is
-    said, the ordinary low-pass goes unsaid."""
-    return [why] if why and opts.prefilter != AUTO_LOWPASS else []
+    said, the ordinary low-pass goes unsaid; and of what a ``mask`` turned off."""
+    return ([why] if why and opts.prefilter != AUTO_LOWPASS else []) + \
+        ([MASK_NOTE] if opts.mask is not None else [])
 
 
 def check_frame_shape(frame_shape):

@@ -14,7 +14,12 @@ For the run: the sharpness of the mean image before and after alignment (gradien
 variance: a drift blurs the mean) and the correlation's distribution.  A frame is flagged
 ``worse`` where alignment lowered its correlation, and ``poor`` where its correlation after
 alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_LIMIT` px, or
-it could not be measured at all.
+it could not be measured at all; ``rotated`` where the aligned frame is still rotated against
+the template by enough to move its corners more than 0.5 px (the rotation of every frame
+measured from a 3x3 grid of small patches of the aligned frames the pass holds:
+:class:`~.piecewise._rotation.RotationProbe`; the translation model cannot align such a frame,
+``model="rigid-body"`` does).  A rigid-body run's frames are judged rotated and shifted, as
+its aligned stack is made.
 
 Piecewise-rigid runs (patches) are judged as their output is made: every frame warped by its
 motion field (not its rigid shift), on the area the patch regions span; and the same figures
@@ -53,7 +58,8 @@ from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_b
                                template_refs)
 from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
 from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
-from .warp import shift_frames
+from .piecewise import RotationProbe
+from .warp import rigid_body_field, shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
 
@@ -80,7 +86,10 @@ class QualityReport:
     ``worse`` and ``poor`` flags; for the run the mean image's ``sharpness_before`` and
     ``sharpness_after`` and the ``area`` ``(y0, y1, x0, x1)`` measured on.  Piecewise runs
     also per patch region: ``patch_before``, ``patch_after``, ``patch_worse``, ``patch_poor``
-    (N, gy, gx) and ``patch_residual`` (N, gy, gx, 2); None otherwise."""
+    (N, gy, gx) and ``patch_residual`` (N, gy, gx, 2); None otherwise.  Rigid runs also
+    ``residual_rotation_deg`` (N,), each aligned frame's rotation against the template
+    (degrees, in the sense of ``AlignResult.rotation_deg``: the rotation that would still align
+    it; NaN where not measured) and the ``rotated`` flags; None for piecewise runs."""
 
     before: np.ndarray
     after: np.ndarray
@@ -95,10 +104,14 @@ class QualityReport:
     patch_residual: np.ndarray = None
     patch_worse: np.ndarray = None
     patch_poor: np.ndarray = None
+    residual_rotation_deg: np.ndarray = None
+    rotated: np.ndarray = None
 
     @property
     def flagged(self) -> np.ndarray:
-        return self.worse | self.poor
+        """(N,): frames flagged worse, poor or rotated."""
+        flags = self.worse | self.poor
+        return flags if self.rotated is None else flags | self.rotated
 
     @property
     def patch_flagged(self):
@@ -116,6 +129,11 @@ class QualityReport:
                 if np.isfinite(self.residual).any() else None,
                 "worse_frames": np.flatnonzero(self.worse).tolist(),
                 "poor_frames": np.flatnonzero(self.poor).tolist(),
+                **({} if self.rotated is None else
+                   {"rotated_frames": np.flatnonzero(self.rotated).tolist(),
+                    "max_abs_residual_rotation_deg":
+                    float(np.nanmax(np.abs(self.residual_rotation_deg)))
+                    if np.isfinite(self.residual_rotation_deg).any() else None}),
                 "area": list(self.area),
                 **({} if self.patch_after is None else {"patches": self._patch_summary()})}
 
@@ -135,11 +153,16 @@ class QualityReport:
     def records(self) -> list:
         """One dict a frame (``shifts.json``'s frames; piecewise runs: how many of the frame's
         patch regions are flagged worse and poor)."""
+        n = len(self.after)
+        rotated = np.zeros(n, bool) if self.rotated is None else self.rotated
         out = [{"correlation_before": float(b), "correlation_after": float(a),
                 "residual_dy": float(r[0]), "residual_dx": float(r[1]),
-                "quality_flag": "worse" if w else "poor" if p else ""}
-               for b, a, r, w, p in zip(self.before, self.after, self.residual, self.worse,
-                                        self.poor)]
+                "quality_flag": "worse" if w else "rotated" if t else "poor" if p else ""}
+               for b, a, r, w, p, t in zip(self.before, self.after, self.residual, self.worse,
+                                           self.poor, rotated)]
+        if self.residual_rotation_deg is not None:  # (NaN: null in shifts.json)
+            for rec, v in zip(out, self.residual_rotation_deg.tolist()):
+                rec["residual_rotation_deg"] = v if np.isfinite(v) else None
         if self.patch_after is not None:
             worse = self.patch_worse.reshape(len(out), -1)
             poor = self.patch_poor.reshape(len(out), -1)
@@ -148,19 +171,26 @@ class QualityReport:
         return out
 
 
-def measure_quality(opts, shifts, executor, frame_shape, template, patches=None):
+def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
+                    rotation=None):
     """The :class:`QualityReport` of a run's ``shifts`` (N, 2) against ``template`` (the image
     the run's last pass measured against, as it came: the first frame, the mean, the refined
     template), its frames read once more through ``executor`` (its ranges, where it reads).
     ``patches``: a piecewise run's ``(motion_field, patch_centres, patch_size)``, by which its
-    frames are warped, and the per-patch figures (:class:`PatchQuality`)."""
+    frames are warped, and the per-patch figures (:class:`PatchQuality`).  ``rotation``: a
+    rigid-body run's angles (N,) degrees: its frames rotated and shifted
+    (:func:`~.warp.rigid_body_field`)."""
     shifts = np.asarray(shifts, np.float64)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
     t = executor.portable(executor.xp.asarray(template))  # (as it came)
     if patches is None:
-        area = _area(shifts, frame_shape)
+        field = None if rotation is None else rigid_body_field(shifts, rotation, frame_shape)[0]
+        # (a rotated frame's corners: the area every frame covers, rotated too; a pixel in, as
+        # the field's warp fills a source past the edge pixel, where a shift blends)
+        area = _area(shifts if field is None else field.reshape(-1, 2), frame_shape,
+                     0 if field is None else 1)
         part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
-                                 template=t, host=not executor.local)
+                                 template=t, host=not executor.local, field=field)
         return report_of(executor.map(part, None), shifts, area)
     field, centres, size = (np.asarray(patches[0], np.float64),
                             np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
@@ -193,6 +223,9 @@ def report_of(parts, shifts, area, grid=None):
                  sharpness(aligned, kept) if kept else float("nan"))
     worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
     report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharp, area)
+    if rows.shape[1] > 4:  # (the rotation of rigid runs: RotationProbe.columns)
+        report.residual_rotation_deg, report.rotated = rows[:, 4], rows[:, 5] > 0
+        report.poor |= rows[:, 6] > 0  # (off by pixels at the centre: the patches say so)
     if grid is not None:
         prow = np.concatenate([p[3] for p in parts])  # (N, P, 4)
         pworse, ppoor = _flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
@@ -354,26 +387,31 @@ def _flags(before, after, residual):
     return worse, poor
 
 
-def _area(shifts, frame_shape):
-    """The common area of the rigidly shifted frames, or the whole frame where it is small."""
+def _area(shifts, frame_shape, inset=0):
+    """The common area of the rigidly shifted frames (``inset`` px less on each side), or the
+    whole frame where it is small."""
     try:
         y0, y1, x0, x1 = common_area(shifts, frame_shape)
     except ValueError:
         y0, y1, x0, x1 = 0, 0, 0, 0
+    y0, y1, x0, x1 = y0 + inset, y1 - inset, x0 + inset, x1 - inset
     if y1 - y0 < MIN_SIDE or x1 - x0 < MIN_SIDE:
         return (0, frame_shape[0], 0, frame_shape[1])
     return (y0, y1, x0, x1)
 
 
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
-               host=True):
-    """Rows ``(before, after, residual dy, residual dx)`` of frames ``start:stop`` of a rigid
-    run; the sharpness of the mean of those frames as they came and aligned (those with a
-    shift) where they are the whole stack (``{"sharpness": (before, after)}``), else those
-    means' float64 sums (``{"sums": (raw, aligned)}``: host arrays with ``host``, else on
-    the range's device), with the count of the aligned ones.  Frames are streamed as a pass
-    streams them (on the GPU: pinned copies on two streams, overlapped with the work); nothing
-    waits for the device before the last chunk is queued."""
+               host=True, field=None):
+    """Rows ``(before, after, residual dy, residual dx, rotation, rotated)`` of frames
+    ``start:stop`` of a rigid run (the rotation:
+    :class:`~.piecewise._rotation.RotationProbe`'s, of the aligned frames; ``field``: a
+    rigid-body run's :func:`~.warp.rigid_body_field`, by which they are aligned); the
+    sharpness of the mean of those frames as they came and aligned
+    (those with a shift) where they are the whole stack (``{"sharpness": (before,
+    after)}``), else those means' float64 sums (``{"sums": (raw, aligned)}``: host arrays
+    with ``host``, else on the range's device), with the count of the aligned ones.  Frames
+    are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
+    with the work); nothing waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
     # frames and template at one safe scale (float32 figures of 1e-300 or 1e38 pixels: 0, inf)
     k = stack_exponent(template)
@@ -381,7 +419,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     inside = xp.ascontiguousarray(whole[y0:y1, x0:x1].astype(xp.float32)) if xp is np \
         else area_float(whole[None], area)[0]
     prepare = opts._decided(window="none").preparer(xp, inside.shape)
-    t = AreaFigures(inside, prepare(inside[None]).frames[0], xp)
+    prepared = prepare(inside[None]).frames[0]
+    t = AreaFigures(inside, prepared, xp)
+    probe = RotationProbe(prepared, area, src.frame_shape, xp)
+    aligned = _aligner(shifts, field, area, src.frame_shape, xp)
     sums = _Sums(xp, inside.shape)
     out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
@@ -393,28 +434,52 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             frames = scaled_by(frames, k, xp)
             host_ok = np.isfinite(shifts[a:b]).all(axis=1)
             ok = None if host_ok.all() else xp.asarray(host_ok)
-            s = xp.asarray(np.where(host_ok[:, None], shifts[a:b], 0.0))
             if xp is np:
                 f = frames[:, y0:y1, x0:x1].astype(np.float32)
-                g = shift_frames(frames.astype(np.float32), s, area=area)
+                g = aligned(frames.astype(np.float32), a, host_ok)
                 sums.add(f, g, ok)
                 p = prepare(g)
                 with quiet_if_nonfinite(np, p.finite):  # (those frames' rows: NaN, poor)
                     out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite,
                                      p.constant, host_ok))
+                    probe.add(p.frames)
                 continue
             frames = xp.asarray(frames)  # (read in place: only the shifted area converted)
-            g = shift_frames(frames, s, area=area)
+            g = aligned(frames, a, host_ok)
             sums.add(frames, g, ok, f_area=area)
-            moments.add(first, t, frames, g, prepare(g), area)
+            p = prepare(g)
+            moments.add(first, t, frames, g, p, area)
+            probe.add(p.frames)
     ok = np.isfinite(shifts[start:stop]).all(axis=1)
     if xp is not np:
         xp.cuda.Device().synchronize()  # (the chunks' streams)
         out = [moments.rows(t, ok)]
     rows = np.concatenate(out).astype(np.float64) if out else np.zeros((0, 4))
+    rows = np.concatenate([rows, probe.columns(ok)], axis=1)
     counted = int(ok.sum())
     return rows, sums.means(start == 0 and stop == src.n_frames, stop - start, counted, host), \
         counted, None
+
+
+def _aligner(shifts, field, area, frame_shape, xp):
+    """``aligned(frames, a, ok)``: the ``area`` of frames ``a:a + len(frames)`` aligned as the
+    run's result aligns them: shifted by ``shifts`` (bilinear), or with a rigid-body ``field``
+    rotated and shifted in one warp (``ok``: the frames with a shift; the others as they
+    are)."""
+    if field is None:
+        def shifted(frames, a, ok):
+            s = xp.asarray(np.where(ok[:, None], shifts[a:a + len(frames)], 0.0))
+            return shift_frames(frames, s, area=area)
+
+        return shifted
+    weights = field_weights(np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0],
+                                                        frame_shape)[1]), frame_shape, xp)
+
+    def warped(frames, a, ok):
+        f = np.where(ok[:, None, None, None], field[a:a + len(frames)], 0.0)
+        return warp_chunk(frames, xp.asarray(f), weights, box=area)
+
+    return warped
 
 
 class _AreaMoments:

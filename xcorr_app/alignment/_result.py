@@ -102,6 +102,10 @@ class AlignResult:
     seconds : float or None
         How long the run took, from its start to its result (``shifts.json``'s
         ``seconds_measuring``).
+    rotation_deg : (N,) float64 or None
+        With ``model="rigid-body"``: the rotation (degrees, counter-clockwise as the image is
+        shown) applied about the frame's centre after its shift (:meth:`rigid_body_field`;
+        :mod:`xcorr_app.alignment.warp._rigid_body`); None for the translation model.
     """
 
     shifts: np.ndarray
@@ -125,6 +129,7 @@ class AlignResult:
     quality: object = dataclasses.field(default=None, repr=False)
     frame_shape: tuple = None
     seconds: float = None
+    rotation_deg: np.ndarray = None
 
     def __post_init__(self):
         for name in ("low_confidence", "border", "nonfinite"):
@@ -145,6 +150,18 @@ class AlignResult:
             k = int(mf.low.sum())
             self.notes.append(f"{k} patch{'' if k == 1 else 'es'} of {mf.low.size} without a distinct peak took the median shift "
                               "of their neighbours")
+
+    def rigid_body_field(self, frame_shape=None):
+        """``(field, centres)`` of a rigid-body result (:attr:`rotation_deg`): each frame's
+        rotation and shift as the motion field ``(N, 2, 2, 2)`` at the corners of frames of
+        ``frame_shape`` (default the run's), what
+        :func:`~xcorr_app.alignment.piecewise.apply_field` warps by; None for the translation
+        model."""
+        if self.rotation_deg is None:
+            return None
+        from .warp import rigid_body_field
+
+        return rigid_body_field(self.shifts, self.rotation_deg, frame_shape or self.frame_shape)
 
     def deviation(self):
         """``(N, gy, gx, 2)``: :attr:`motion_field` minus the rigid :attr:`shifts` (None
@@ -223,6 +240,10 @@ class AlignResult:
         rows += [f"{i},{s},{a!r},{b!r},{p:.6g},{c:.4g},{lo},{e:.4f},{f:.4f},{ag}"
                  for i, (s, a, b, p, c, lo, e, f, ag)
                  in enumerate(zip(sources, dy, dx, peak, conf, low, fy, fx, agree))]
+        if self.rotation_deg is not None:  # (rigid-body: a last column; xcorr apply reads it)
+            angles = np.asarray(self.rotation_deg, np.float64).tolist()
+            rows = [rows[0] + ",rotation_deg"] + [f"{r},{a!r}"
+                                                  for r, a in zip(rows[1:], angles)]
         return "\n".join(rows) + "\n"
 
     def frame_records(self) -> list:
@@ -237,6 +258,8 @@ class AlignResult:
                  "low_confidence": bool(self.low_confidence[i]),
                  "fft_dy": num(self.fft_shifts[i, 0]), "fft_dx": num(self.fft_shifts[i, 1]),
                  "agree": bool(self.agree[i]), "peak_on_border": bool(self.border[i]),
+                 **({} if self.rotation_deg is None
+                    else {"rotation_deg": num(self.rotation_deg[i])}),
                  **(quality[i] if quality else {})}
                 for i in range(self.n_frames)]
 
@@ -312,6 +335,7 @@ class AlignResult:
                              "with xcorr_app.align to save it")
         format, dataset = parse_out_format(format)  # (hdf5:/NAME: its dataset)
         fill = check_save(patches=self.motion_field is not None, aligned=aligned,
+                          model="translation" if self.rotation_deg is None else "rigid-body",
                           format=format, resample=resample, crop=crop, fill=fill,
                           keep_dtype=keep_dtype, channels=channels, in_place=in_place)
         if channels is not None:
@@ -348,10 +372,12 @@ class AlignResult:
         if frames is not None:
             y0, y1, x0, x1 = aligned_box(self.frame_shape, self.shifts, crop)
             return ((part,) for part in frames), (y1 - y0, x1 - x0), 1
-        field = self.motion_field
+        field, centres = self.motion_field, self.patch_centres
+        if self.rotation_deg is not None:  # (rigid-body: the field of its rotation and shift)
+            field, centres = self.rigid_body_field()
         parts, shape = aligned_channels(
             self.source, self.shifts, [self.settings.get("channel")] if channels is None
-            else channels, self.frame_shape, field=field, centres=self.patch_centres, fill=fill,
+            else channels, self.frame_shape, field=field, centres=centres, fill=fill,
             resample=resample, crop=crop, chunk_frames=self.settings.get("chunk_frames") or 64,
             device=self.settings.get("device", "cpu"), bidi=self.settings.get("bidi") or 0.0,
             gpus=None if field is not None else self.settings.get("gpus"))
@@ -361,7 +387,9 @@ class AlignResult:
         """The aligned frames: :func:`xcorr_app.apply_shifts` with these shifts, on the input
         of the run unless another stack is given; yields ``(start, chunk)``.  The line offset
         the run removed (``settings["bidi"]``) is removed from the frames first, unless
-        ``bidi=`` says another (0: none)."""
+        ``bidi=`` says another (0: none).  A rigid-body result (:attr:`rotation_deg`) rotates
+        and shifts every frame in one resampling (``resample`` bilinear or cubic; frames of
+        the run's size)."""
         from ._apply import apply_shifts
 
         from .warp import check_fill
@@ -374,16 +402,35 @@ class AlignResult:
         kwargs.setdefault("channel", self.settings.get("channel"))
         if self.settings.get("chunk_frames"):  # the run's chunk (auto: larger for small frames)
             kwargs.setdefault("chunk_frames", self.settings["chunk_frames"])
-        if self.motion_field is not None:  # patches: every frame warped by its field
+        if self.motion_field is not None or self.rotation_deg is not None:
             from .piecewise import apply_field
 
             kwargs.setdefault("device", self.settings.get("device", "auto"))
             if kwargs.pop("bidi", 0.0):
                 raise InputError("bidi applies to rigid shifts; this result holds a motion "
-                                 "field")
-            return apply_field(target, self.motion_field, self.patch_centres, **kwargs)
+                                 "field" if self.motion_field is not None else "bidi applies "
+                                 "to rigid shifts; this result holds rotations too")
+            if self.motion_field is not None:  # patches: every frame warped by its field
+                return apply_field(target, self.motion_field, self.patch_centres, **kwargs)
+            # rigid-body: every frame rotated and shifted, one resampling (its corners' field)
+            _check_frame_shape(target, kwargs.get("channel"), self.frame_shape)
+            return apply_field(target, *self.rigid_body_field(), **kwargs)
         kwargs.setdefault("bidi", self.settings.get("bidi") or 0.0)  # (the run's line offset)
         return apply_shifts(target, self.shifts, **kwargs)
+
+
+def _check_frame_shape(target, channel, frame_shape):
+    """InputError where ``target``'s frames are not of ``frame_shape`` (a rigid-body result
+    rotates about the centre of the frames it measured)."""
+    from ..io import open_source
+    from ._options import as_stack
+
+    with open_source(as_stack(target), channel) as src:
+        got = tuple(src.frame_shape)
+    if frame_shape is not None and got != tuple(frame_shape):
+        raise InputError(f"this rigid-body result rotates frames of {frame_shape[0]}x"
+                         f"{frame_shape[1]} px about their centre; the stack has frames of "
+                         f"{got[0]}x{got[1]}")
 
 
 def agreement(shifts, fft_shifts_, fft_int, max_shift):

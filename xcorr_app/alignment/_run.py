@@ -59,6 +59,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
     before its cluster starts); the run checks them itself unless its input's are those."""
     from ._aligned_out import check_aligned_out
     from .piecewise import check_grid
+    from ._rotation import check_rigid_body, rigid_body_result
 
     if progress is not None and not callable(progress):
         from ..errors import InputError
@@ -76,6 +77,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
             check_limits(opts, *limits)
         if opts.patches is not None:
             check_grid(opts, src.frame_shape)
+        if opts.model != "translation":
+            check_rigid_body(src.frame_shape)
         if src.dtype == np.float64 and (out is not None or opts.patches is not None):
             # (warped in float32: pixels it cannot hold refused before a frame is measured)
             check_float32_range(src.read(0, 1)[0], "the stack", "the aligned stack is computed"
@@ -100,6 +103,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
                                 stack_or_path)
         res.notes[:0] = choices + more
+        if opts.model != "translation":  # (every frame read once more: its rotation and shift)
+            image = rigid_body_result(res, opts, executor, src.frame_shape, image)
         filled = False
         report = None
         if opts.patches is not None:
@@ -114,7 +119,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         elif opts.quality:  # (the frames read again: the report trusts no shift it checks)
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
-            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image)
+            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image,
+                                          rotation=res.rotation_deg)
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)
     res.seconds = time.perf_counter() - t0

@@ -231,7 +231,7 @@ def _check_save(opts, save):
                          "channel=K, the channel the shifts are measured on")
     # ("all": every recording's channels, counted per recording; refused with NWB here, once)
     check_save(patches=opts.patches is not None, format=parse_out_format(
-        save.get("format", "tiff"))[0], channels=channels, **kw)
+        save.get("format", "tiff"))[0], channels=channels, model=opts.model, **kw)
 
 
 def _check_folders(recordings, folders):

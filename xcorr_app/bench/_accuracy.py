@@ -15,7 +15,10 @@ Every stack is compared with scikit-image's better normalization on it (``none``
 report gives each kind's median and worst, the oracle's floor (:func:`oracle_shifts`), the
 Cramer-Rao bound of the stack's noise (:func:`stack_bound`: what no unbiased method can beat,
 given the noise-free scene), the default's frames more than :data:`OFF_BY` px off and how many
-of them it flagged, and every stack's row.  The stacks come from scikit-image's sample images,
+of them it flagged, and every stack's row.  On the stacks that rotate (:data:`ROTATING`) a
+frame is off where any of its corners is (the rotation the translation model leaves moves them:
+:func:`corner_errors`), and the rigid-body model (:data:`RIGID_BODY`) is measured beside the
+default.  The stacks come from scikit-image's sample images,
 so the bench needs it.
 
 Examples
@@ -40,12 +43,15 @@ import numpy as np
 
 from ..errors import InputError
 from ._accuracy_data import ALL_KINDS, PIECEWISE_GRID, cases, make_stack
+from ._accuracy_volumes import (CIRCULAR, VOLUME_KINDS, VOLUME_METHODS, measure_volumes,
+                                volume_cases, volume_target_lines)
 from ._common import reason, utc_now
 
 __all__ = ["METHODS", "DEFAULT", "BEFORE", "SKIMAGE", "TARGET_EVERY", "TARGET_CIRCULAR", "TIE",
            "ORACLE", "OFF_BY", "stack_errors", "error_split", "spread", "oracle_shifts",
            "cramer_rao", "stack_bound", "measure",
-           "verdict", "skimage_field", "report_lines", "stack_lines", "target_lines", "main"]
+           "verdict", "skimage_field", "report_lines", "stack_lines", "target_lines", "main",
+           "RIGID_BODY", "ROTATING", "corner_errors"]
 
 #: the default: what ``xcorr align`` does without options
 DEFAULT = "xcorr default"
@@ -75,7 +81,15 @@ METHODS = {
     # prefilter auto's band-pass (alignment._preprocess.AUTO_BANDPASS; a test keeps them equal)
     "xcorr prefilter=dog:1,4 alone": {**BEFORE, "prefilter": "dog:1,4"},
     "xcorr normalization=phase": {**BEFORE, "normalization": "phase"},
+    "xcorr model=rigid-body": {"model": "rigid-body"},
 }
+#: the rigid-body model's row, which the bench adds on the stacks that rotate
+RIGID_BODY = "xcorr model=rigid-body"
+#: every kind the bench takes: the 2-D ones, and the volumes (3-D, voxels; only when named:
+#: ``--kinds volumes``, :mod:`~xcorr_app.bench._accuracy_volumes`)
+BENCH_KINDS = ALL_KINDS + VOLUME_KINDS
+#: the kinds whose frames rotate (their ``angle``): a frame's error is its corners'
+ROTATING = ("rotation", "rotation_jitter")
 #: what the bench measures unless told ``methods="all"``
 COMPARED = (DEFAULT,) + SKIMAGE
 #: the row of the floor in the report (:func:`oracle_shifts`)
@@ -296,17 +310,42 @@ def _measured(method, stack):
     flags = np.asarray(res.low_confidence, bool)
     if res.quality is not None:
         flags = flags | np.asarray(res.quality.flagged, bool)
-    return np.asarray(res.shifts, np.float64), stack.truth, flags
+    got = np.asarray(res.shifts, np.float64)
+    if stack.kind in ROTATING:  # (the off frames: by their corners)
+        turn = np.zeros(len(got)) if res.rotation_deg is None else res.rotation_deg
+        flags = (flags, corner_errors(got, turn, stack.truth, -np.asarray(stack.angle),
+                                      frames.shape[1:]))
+    return got, stack.truth, flags
+
+
+def corner_errors(shifts, rotation_deg, truth, true_deg, frame_shape) -> np.ndarray:
+    """(N,) px: the largest error over each frame's four corners of the rigid-body transform
+    measured (``shifts``, ``rotation_deg``; 0 for the translation model) against the true one
+    (:func:`~xcorr_app.alignment.warp.rigid_body_field`: the displacement at the corners).
+
+    >>> corner_errors([[0.0, 0.0]], [0.0], [[0.0, 0.3]], [1.0], (101, 101)).round(2).tolist()
+    [1.46]
+    """
+    from ..alignment.warp import rigid_body_field
+
+    got = rigid_body_field(shifts, rotation_deg, frame_shape)[0]
+    want = rigid_body_field(truth, true_deg, frame_shape)[0]
+    return np.sqrt(((got - want) ** 2).sum(-1)).reshape(len(got), -1).max(axis=1)
 
 
 def _off(got, want, flags) -> tuple:
     """``(off, flagged)``: how many frames (frame 0 left out) are more than :data:`OFF_BY`
     px off, and how many of those ``flags`` marks (None without flags); ``(None, None)`` for
-    a motion field."""
+    a motion field.  ``flags`` ``(flags, errors)``: the frames' errors are those given
+    (:func:`corner_errors`), not their shifts'."""
     if got.ndim == 3:
         return None, None
-    d = got[1:] - np.asarray(want, np.float64)[1:]
-    off = ~(np.hypot(d[:, 0], d[:, 1]) <= OFF_BY)  # (NaN counts as off)
+    if isinstance(flags, tuple):
+        flags, error = flags
+    else:
+        d = got[1:] - np.asarray(want, np.float64)[1:]
+        error = np.concatenate([[0.0], np.hypot(d[:, 0], d[:, 1])])
+    off = ~(error[1:] <= OFF_BY)  # (NaN counts as off)
     return int(off.sum()), None if flags is None else int((off & flags[1:]).sum())
 
 
@@ -327,7 +366,10 @@ def measure(kind, seed, quick=False, methods=None, image=None, shape=None) -> li
     (:func:`stack_bound`'s RMS), and per method ``off``, the frames more than :data:`OFF_BY` px
     off, and ``off_flagged``, how many of them xcorr flagged (None for scikit-image; both None
     for ``piecewise``); a method that fails gets NaN and ``error`` says why (a failing peer is
-    a table entry)."""
+    a table entry).  ``volumes``: :func:`~xcorr_app.bench._accuracy_volumes.measure_volumes`
+    (voxels)."""
+    if kind in VOLUME_KINDS:
+        return measure_volumes(seed, quick, methods, image, shape, OFF_BY)
     stack = make_stack(kind, seed, quick=quick, image=image, shape=shape)
     crb = stack_bound(stack)[0]
     if stack.clean is not None:
@@ -410,7 +452,7 @@ def report_lines(rows) -> list:
     per kind every method's median and worst (where more than the compared ones ran); every
     stack's row (:func:`stack_lines`); the targets (:func:`target_lines`)."""
     comp = comparisons(rows)
-    kinds = [k for k in ALL_KINDS if any(c["kind"] == k for c in comp)]
+    kinds = [k for k in BENCH_KINDS if any(c["kind"] == k for c in comp)]
     out = ["", "### every kind: the default and scikit-image's better normalization",
            "", f"RMS px over each kind's stacks (median / worst); a tie: within "
            f"{TIE:.0%} of scikit-image", "",
@@ -462,7 +504,7 @@ def stack_lines(rows) -> list:
         r = split.get((c["kind"], c["image"], c["shape"], c["seed"]), {})
         parts = f" ({_fmt(r['shared'])} / {_fmt(r['per_frame'])})" if "shared" in r else ""
         sk = [c["skimage"].get(m, math.nan) for m in SKIMAGE]
-        out.append(f"| {c['kind']} | {c['image']} | {c['shape'][0]}x{c['shape'][1]} | "
+        out.append(f"| {c['kind']} | {c['image']} | {_shape(c['shape'])} | "
                    f"{c['seed']} | {_fmt(c['default'])}{parts} | {_fmt(sk[0])} | {_fmt(sk[1])} "
                    f"| {_fmt(c['ratio'])} | {c['verdict']} | {_fmt(c['oracle'])} | "
                    f"{_fmt(c.get('crb', math.nan))} | {_off_cell([c])} |")
@@ -492,7 +534,7 @@ def target_lines(rows) -> list:
         within = sum(c["default"] <= TARGET_CIRCULAR for c in circ)
         out.append(f"- default on every circular_noisy stack <= {TARGET_CIRCULAR} px: "
                    f"{yes(within == len(circ))} ({within} of {len(circ)}; worst "
-                   f"{_fmt(w['default'])}, {w['image']} {w['shape'][0]}x{w['shape'][1]} seed "
+                   f"{_fmt(w['default'])}, {w['image']} {_shape(w['shape'])} seed "
                    f"{w['seed']}, whose oracle is {_fmt(w['oracle'])})")
     lost = [c for c in comp if c["verdict"] == "loses"]
     compared = [c for c in comp if c["verdict"] != "n/a"]
@@ -500,9 +542,14 @@ def target_lines(rows) -> list:
         out.append(f"- default at least as accurate as scikit-image's better normalization "
                    f"(within {TIE:.0%}) on every stack: {yes(not lost)} ({len(compared) - len(lost)}"
                    f" of {len(compared)})")
-        out += [f"  - loses: {c['kind']} {c['image']} {c['shape'][0]}x{c['shape'][1]} seed "
+        out += [f"  - loses: {c['kind']} {c['image']} {_shape(c['shape'])} seed "
                 f"{c['seed']}: {_fmt(c['default'])} against {_fmt(c['best'])}" for c in lost]
-    return out
+    return out + volume_target_lines(comp)
+
+
+def _shape(shape) -> str:
+    """A frame's or volume's shape as ``HxW`` / ``ZxYxX``."""
+    return "x".join(str(int(v)) for v in shape)
 
 
 def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=None,
@@ -517,7 +564,8 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
     seeds : sequence of int
         Seeds of the stacks (each seed: another image region, drift and noise).
     kinds : sequence of str, optional
-        Only these kinds (default: all of :data:`~xcorr_app.bench._accuracy_data.ALL_KINDS`).
+        Only these kinds (default: all of :data:`~xcorr_app.bench._accuracy_data.ALL_KINDS`;
+        ``volumes``, of :data:`BENCH_KINDS`, only when named).
     echo : callable
         Where the lines go.
     json_path : path, optional
@@ -533,9 +581,10 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
     from ..io import prepare_outputs, write_text
 
     kinds = list(kinds) if kinds else list(ALL_KINDS)
-    bad = [k for k in kinds if k not in ALL_KINDS]
+    bad = [k for k in kinds if k not in BENCH_KINDS]
     if bad:
-        raise InputError(f"unknown stack kind {bad[0]!r} (one of {', '.join(ALL_KINDS)})")
+        raise InputError(f"unknown stack kind {bad[0]!r} (one of {', '.join(BENCH_KINDS)})")
+    chosen = methods is not None
     methods = list(METHODS) if methods == "all" else list(methods or COMPARED)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -558,14 +607,27 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
         echo(line)
     rows = []
     for k in kinds:
-        for image, shape, s in cases(k, seeds, quick):
-            rows += measure(k, s, quick=quick, methods=methods, image=image,
+        # (the stacks that rotate: the rigid-body model beside the default, unless told)
+        these = methods + [RIGID_BODY] if k in ROTATING and not chosen \
+            and RIGID_BODY not in methods else methods
+        if k in VOLUME_KINDS:  # (the 3-D path's own methods, and the circular one before it)
+            these = [m for m in methods if m in VOLUME_METHODS] + [CIRCULAR]
+        for image, shape, s in (volume_cases(seeds, quick) if k in VOLUME_KINDS
+                                else cases(k, seeds, quick)):
+            rows += measure(k, s, quick=quick, methods=these, image=image,
                             shape=None if quick else shape)
             d = next((r for r in rows[::-1] if r["method"] == DEFAULT), None)
+            b = next((r for r in rows[::-1] if r["method"] == RIGID_BODY
+                      and r["kind"] == k and r["seed"] == s and r["image"] == image), None)
             if d is not None:
-                echo(f"  {k} {image} {shape[0]}x{shape[1]} seed {s}: default RMS "
-                     f"{_fmt(d['rms'])} px, oracle {_fmt(d['oracle'])}, CRB "
-                     f"{_fmt(d.get('crb', math.nan))}")
+                off = "" if d.get("off") is None else f" ({d['off']} frames off" + (
+                    ")" if d.get("off_flagged") is None else
+                    f", {d['off_flagged']} of them flagged)")
+                rigid = "" if b is None else \
+                    f"; rigid-body RMS {_fmt(b['rms'])} px, {b['off']} frames off"
+                echo(f"  {k} {image} {_shape(shape)} seed {s}: default RMS "
+                     f"{_fmt(d['rms'])} px{off}, oracle {_fmt(d['oracle'])}, CRB "
+                     f"{_fmt(d.get('crb', math.nan))}{rigid}")
     report = report_lines(rows)
     for line in report:
         echo(line)

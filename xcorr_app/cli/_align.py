@@ -14,14 +14,15 @@ import click
 
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
-from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PATCHES, PREFILTER, RESAMPLE_ANY,
+from ..alignment import MODELS
+from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE_ANY,
                        SUBPIXEL, WINDOW, default_out, note_cpu_fallback, note_device,
                        planner_notes, print_notes, progress_bar, readable_frames_of, scale_out,
                        scale_out_command, stack_command, where)
 from ._flags import as_flags
 from ._input import apply_channels, input_options, input_path
 from ._main import DeviceCommand
-from ._volumes import MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
+from ._volumes import MAX_SHIFT_ZYX, PATCHES_ZYX, VOLUME_OPTIONS, check_volume_options
 from ..errors import InputError
 from ..io import OUT_FORMATS, plural
 
@@ -72,6 +73,12 @@ MEASURE_OPTIONS = (
                  default=DEFAULT["lucas_kanade"], show_default=True,
                  help="on: refine every frame's shift by a Lucas-Kanade fit against a denoised "
                       "template of the other frames (low light); auto: on for noisy stacks."),
+    click.option("--model", type=click.Choice(MODELS), default=DEFAULT["model"],
+                 show_default=True,
+                 help="translation: a shift per frame; rigid-body: a rotation about the frame "
+                      "centre and a shift per frame (measured from 3x3 patches; aligned.tif and "
+                      "xcorr apply rotate and shift), for stacks that rotate.  Either way frames "
+                      "still rotated by enough to move their corners 0.5 px are flagged rotated."),
     click.option("--window", type=WINDOW, default=DEFAULT["window"], show_default=True,
                  help="Apodize frames before correlating (suppresses edge effects)."),
     click.option("--features", type=FEATURES, default=None,
@@ -84,10 +91,12 @@ MEASURE_OPTIONS = (
                  help="Flag frames whose peak / second peak is below this."),
     click.option("--interpolate-low", is_flag=True,
                  help="Give flagged frames shifts interpolated from their neighbours."),
-    click.option("--patches", type=PATCHES, default=None,
+    click.option("--patches", type=PATCHES_ZYX, default=None,
                  help="Piecewise-rigid: after the rigid pass, measure GYxGX overlapping patches "
                       "of every frame within --max-deviation of its rigid shift and warp by the "
-                      "smooth motion field (writes motion_field.npz and motion_field.png)."),
+                      "smooth motion field (writes motion_field.npz and motion_field.png); "
+                      "GZxGYxGX patches of every volume with --volumes (the field in "
+                      "shifts.json)."),
     click.option("--patch-overlap", type=int, default=DEFAULT["patch_overlap"], metavar="PX",
                  help="Overlap of neighbouring patches in pixels [default: a quarter of the "
                       "grid's stride]."),
@@ -100,6 +109,11 @@ MEASURE_OPTIONS = (
                  help="With --patches: N times (0-2), average the frames warped by their "
                       "fields into a new template and measure the patches again against it "
                       "(as NoRMCorre); one more read of the stack each."),
+    click.option("--mask", default=None, metavar="FILE",
+                 help="Measure on the pixels of this image that are nonzero only (TIFF or "
+                      ".npy, the frames' shape): a static artefact, a saturated bar or dead "
+                      "columns set to 0 take no part in any shift (masked ZNCC).  No FFT "
+                      "check nor quality report then."),
     click.option("--max-memory", type=MEMORY, default=None,
                  help="Cap on memory held at once, e.g. 2G (host buffers + GPU working set); "
                       "default: half the free GPU memory. Results do not depend on it."),
@@ -223,10 +237,11 @@ def _align(o):
     path = o.path
     out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
     outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
-                         quality=not o.no_quality, patches=o.patches is not None, force=o.force,
+                         quality=not o.no_quality and o.mask is None,  # (AlignOptions: none)
+                         patches=o.patches is not None, force=o.force,
                          name="--out", in_place=split_source(path)[0] if o.in_place else None,
-                         inputs=[split_source(path)[0]] + ([Path(o.reference)]
-                                                           if _is_file(o.reference) else []))
+                         inputs=[split_source(path)[0]] + [Path(f) for f in (o.reference, o.mask)
+                                                           if _is_file(f)])
     shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
     # all outputs appear together when everything succeeded, or none (and no folder it made)
@@ -303,7 +318,7 @@ def _check(o):
     # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
     o.fill = check_save(patches=o.patches is not None, aligned=not o.no_aligned,
                         format=o.out_format, resample=o.resample, crop=o.crop, fill=o.fill,
-                        keep_dtype=o.keep_dtype, in_place=o.in_place)
+                        keep_dtype=o.keep_dtype, in_place=o.in_place, model=o.model)
     if o.gpus is not None:
         from ..streaming import need_gpus
 
@@ -403,6 +418,17 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
                    f"(overlap {g['overlap'][0]},{g['overlap'][1]}): |deviation| from the rigid "
                    f"shift mean {mag.mean() if mag.size else float('nan'):.3f} px, max "
                    f"{mag.max() if mag.size else float('nan'):.3f} px")
+    if res.rotation_deg is not None:
+        import numpy as np
+
+        turn = np.abs(res.rotation_deg[np.isfinite(res.rotation_deg)])
+        click.echo(f"  model rigid-body: |rotation| mean {turn.mean() if turn.size else 0:.3f}, "
+                   f"max {turn.max() if turn.size else 0:.3f} degrees")
+    rotated = s.get("quality", {}).get("rotated_frames")
+    if rotated:
+        fix = "" if res.rotation_deg is not None else "; --model rigid-body aligns them"
+        click.echo(f"  {plural(len(rotated), 'frame')} flagged rotated (still rotated against the "
+                   f"template: corners moved over 0.5 px){fix}")
     for note in s.get("notes", []):  # border peaks, constant and NaN frames, ...
         click.echo(f"  note: {as_flags(note)}")
     if s["low_confidence_frames"]:

@@ -45,8 +45,9 @@ def apply_cmd(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, f
               readable_frames, chunk_frames, device, channel, dataset, z, axes):
     """Apply the shifts of an earlier run to PATH and write the aligned stack.
 
-    SHIFTS is shifts.csv or shifts.json of xcorr align (rigid shifts), or motion_field.npz of
-    an align --patches run; PATH any stack xcorr reads (another channel, another recording of
+    SHIFTS is shifts.csv or shifts.json of xcorr align (rigid shifts; with --model rigid-body
+    their rotation_deg too: each frame rotated and shifted), or motion_field.npz of an align
+    --patches run; PATH any stack xcorr reads (another channel, another recording of
     the same frames), streamed. Rows are matched to frames by their frame column; the stack's
     frame count (and frame size, where the run recorded it) must match the shifts'. The line
     offset of a run with --bidi (its shifts.json, or the one beside shifts.csv) is removed
@@ -74,10 +75,12 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
                          "name)")
     fmt = out_format(out)
     saved = load_saved(shifts)
-    allowed = RESAMPLE if saved.field is None else FIELD_RESAMPLE
+    rigid = saved.field is None and saved.rotation is None
+    allowed = RESAMPLE if rigid else FIELD_RESAMPLE
     if resample not in allowed:
-        raise InputError(f"--resample {resample} does not apply to "
-                         f"{'rigid shifts' if saved.field is None else 'a motion field'} "
+        what = "rigid shifts" if rigid else "a motion field" if saved.field is not None \
+            else "rotations (a rigid-body run)"
+        raise InputError(f"--resample {resample} does not apply to {what} "
                          f"(use {' or '.join(allowed)})")
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
@@ -118,7 +121,9 @@ def _nwb_record(saved, shifts, path, resample, crop, fill) -> tuple:
     from .._version import __version__
 
     how = {"applied": str(shifts), "resample": resample, "crop": crop, "fill": fill,
-           **({"motion_field": True} if saved.field is not None else {}),
+           **({"motion_field": True} if saved.field is not None and saved.rotation is None
+              else {}),
+           **({"rotation_deg": saved.rotation.tolist()} if saved.rotation is not None else {}),
            **({"bidi": saved.bidi} if saved.bidi else {})}
     return (saved.shifts, f"{__version__} from {path} (xcorr apply of {Path(shifts).name}; "
             "settings in comments)", json.dumps(how))

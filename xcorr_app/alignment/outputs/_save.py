@@ -58,10 +58,11 @@ def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patch
 
 
 def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", crop=False,
-               fill=0.0, keep_dtype=False, channels=None, in_place=False):
+               fill=0.0, keep_dtype=False, channels=None, in_place=False, model="translation"):
     """The options of the aligned stack, checked before anything is read or written (an
     :class:`InputError` in the API's names; ``xcorr align`` says them as flags).  Returns the
-    fill value, checked (:func:`~xcorr_app.alignment.warp.check_fill`)."""
+    fill value, checked (:func:`~xcorr_app.alignment.warp.check_fill`).  ``model``
+    ``rigid-body`` warps as a motion field does (``resample`` bilinear or cubic)."""
     from ..piecewise import FIELD_RESAMPLE
 
     if format not in OUT_FORMATS:
@@ -72,6 +73,12 @@ def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", cro
     if format == "nwb" and channels is not None:
         raise InputError("an NWB output holds the aligned movie of one channel: leave "
                          "channels out")
+    if model != "translation" and not patches and resample not in FIELD_RESAMPLE:
+        raise InputError(f"resample={resample} is not available with model {model}, which "
+                         f"rotates the frames (use resample="
+                         f"{' or resample='.join(FIELD_RESAMPLE)})")
+    if model != "translation":
+        patches = True  # (its warp: a motion field's)
     if not patches and resample not in RESAMPLE:
         raise InputError(f"resample={resample} warps by a motion field (patches): use "
                          f"resample={' or resample='.join(RESAMPLE)} for rigid shifts")
@@ -235,6 +242,8 @@ def frame_columns(res) -> dict:
                "low_confidence": flag(res.low_confidence), "fft_dy": json_numbers(fft[:, 0]),
                "fft_dx": json_numbers(fft[:, 1]), "agree": flag(res.agree),
                "peak_on_border": flag(res.border)}
+    if getattr(res, "rotation_deg", None) is not None:  # (rigid-body: xcorr apply reads it)
+        columns["rotation_deg"] = json_numbers(res.rotation_deg)
     quality = None if res.quality is None else res.quality.records()
     for key in quality[0] if quality else ():
         values = [r[key] for r in quality]

@@ -147,17 +147,23 @@ def _table(rows, path, saved) -> None:
     shifts = np.array([[_number(r["dy"], f"the dy of row {i + 1}"),
                         _number(r["dx"], f"the dx of row {i + 1}")] for i, r in enumerate(rows)],
                       np.float64).reshape(-1, 2)
+    # (a rigid-body run's angles: every row has one; blank or null counts as 0)
+    rotation = np.array([_number(r["rotation_deg"], f"the rotation_deg of row {i + 1}")
+                         for i, r in enumerate(rows)], np.float64) \
+        if rows and "rotation_deg" in rows[0] else None
     if numbered:
         frames = np.array([_frame_number(r.get("frame"), f"row {i + 1}")
                            for i, r in enumerate(rows)], np.int64)
         order = np.argsort(frames, kind="stable")
         frames, shifts = frames[order], shifts[order]
+        rotation = None if rotation is None else rotation[order]
         twice = frames[1:][frames[1:] == frames[:-1]]
         if len(twice):
             raise InputError(f"{path} gives frame {twice[0]} more than one shift; a table "
                              "gives each frame's once")
         saved.frames = frames
     saved.shifts = shifts
+    saved.rotation = rotation
 
 
 def load_saved(path) -> SimpleNamespace:
@@ -165,7 +171,9 @@ def load_saved(path) -> SimpleNamespace:
     order of the table's ``frame`` column where it has one (``frames``: its numbers, sorted;
     else None); for ``motion_field.npz`` also ``field`` ``(N, gy, gx, 2)`` and ``centres``;
     ``frame_shape`` where the run recorded it (``shifts.json`` or ``motion_field.npz``, its own
-    or beside the file), else None; ``bidi``: the line offset the run removed from its frames
+    or beside the file), else None; ``rotation``: a rigid-body run's angles ``(N,)`` (degrees,
+    its table's ``rotation_deg``; else None), made the field of its rotations and shifts by
+    :func:`check_fits`; ``bidi``: the line offset the run removed from its frames
     (``shifts.json``'s, its own or beside ``shifts.csv``; else 0.0).  :func:`check_fits`
     checks them against a stack.
 
@@ -189,7 +197,7 @@ def load_saved(path) -> SimpleNamespace:
         raise InputError(f"{path} does not exist or is not a file; give shifts.csv, "
                          "shifts.json or motion_field.npz of an xcorr align run")
     kind = path.suffix.lower()
-    saved = SimpleNamespace(field=None, centres=None, frames=None,
+    saved = SimpleNamespace(field=None, centres=None, frames=None, rotation=None,
                             frame_shape=_frame_shape_beside(path), bidi=0.0)
     if kind == ".csv":  # (the line offset of the run, beside its table)
         saved.bidi = _bidi(_doc_beside(path),
@@ -267,10 +275,13 @@ def check_fits(saved, shifts_path, src, path) -> int:
     line: another frame count, frame numbers beyond the stack's, another frame size where the
     run recorded it, a motion field whose patch centres lie beyond the frame, shifts infinite
     or moving a frame wholly out of it (:func:`~xcorr_app.alignment.warp.check_shifts`,
-    :func:`~xcorr_app.alignment.piecewise.check_field`).  Returns how many frames have no
+    :func:`~xcorr_app.alignment.piecewise.check_field`), an infinite rotation.  A rigid-body
+    run's shifts and rotations become ``saved.field`` and ``saved.centres``, the field of
+    each frame's rotation and shift at the stack's frame corners
+    (:func:`~xcorr_app.alignment.warp.rigid_body_field`).  Returns how many frames have no
     shift (NaN: left unshifted)."""
     from ..piecewise import check_field
-    from ..warp import check_shifts
+    from ..warp import check_rotation, check_shifts, rigid_body_field
 
     n, count = src.n_frames, len(saved.shifts)
     if count != n:
@@ -290,6 +301,10 @@ def check_fits(saved, shifts_path, src, path) -> int:
     try:
         if saved.field is None:
             saved.shifts = check_shifts(saved.shifts, n, src.frame_shape)
+            if saved.rotation is not None:  # (rigid-body: one warp of a rotation and a shift)
+                saved.rotation = check_rotation(saved.rotation, n)
+                saved.field, saved.centres = rigid_body_field(saved.shifts, saved.rotation,
+                                                              src.frame_shape)
             return int(np.isnan(saved.shifts).all(axis=1).sum())
         saved.field, saved.centres = check_field(saved.field, saved.centres, n,
                                                  src.frame_shape)

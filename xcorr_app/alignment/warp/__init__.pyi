@@ -3,3 +3,4 @@
 
 from ._warp import (RESAMPLE, add_shifted, check_fill, check_out, check_shifts, common_area,
                     frames_type, shift_frames)
+from ._rigid_body import check_rotation, corner_displacement, rigid_body_field, rotation_matrix

@@ -1,0 +1,279 @@
+"""The rotation of frames measured from a 3x3 grid of patches, one definition on both devices:
+the quality report's probe of every aligned frame (:class:`RotationProbe`) and the rigid-body
+model's measurement (:func:`rigid_body_part`; the run's pass:
+:mod:`xcorr_app.alignment._rotation`).
+
+Every patch of the frame is measured against the same patch of the template (ZNCC within a
+few pixels, the patch pass's :func:`~._patches.patch_shifts`), and the rigid-body displacement
+``s(q) = q - c - R(-phi) (q - c) + t`` (:mod:`xcorr_app.alignment.warp._rigid_body`) is
+fitted to the patch shifts by least squares (:func:`fit_rigid_body`: linear in ``sin phi``, ``cos
+phi`` and ``t``, so a change of scale does not pass for a rotation; each patch weighted by its
+texture).  Patches and a fit rather than the log-polar transform of the spectra: the patch
+pass's measurement is there on both devices and sees the frames as the run does (prefilter,
+template), and the fit's residual says how far the angle can be trusted.
+
+Examples
+--------
+>>> u = np.array([[-10.0, -10.0], [-10.0, 10.0], [10.0, -10.0], [10.0, 10.0]])
+>>> phi = np.deg2rad(2.0)
+>>> back = np.array([[np.cos(phi), np.sin(phi)], [-np.sin(phi), np.cos(phi)]])
+>>> s = u - u @ back.T + [1.5, -0.5]  # the displacement of 2 degrees and a shift
+>>> a, t, se = fit_rigid_body(s[None], u, np.ones((1, 4), bool), np)
+>>> round(float(np.rad2deg(a[0])), 6), t[0].round(6).tolist()
+(2.0, [1.5, -0.5])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import backend
+from ...io import FrameRange
+from ...streaming import DeviceChunks
+from ..warp import corner_displacement
+from ._patch_pass import patch_preparer
+from ._patches import (PatchGrid, patch_left, patch_shifts, refine_shifts, refine_taper,
+                       refine_template, template_patches)
+from ._spline import field_weights
+
+__all__ = ["ROTATED_PX", "ROTATED_SIGNIFICANCE", "RotationProbe", "fit_rigid_body",
+           "structure_tensors", "rigid_body_at", "probe_grid", "rigid_body_part"]
+
+#: a frame whose rotation moves its corners by more than this (px) is flagged ``rotated``...
+ROTATED_PX = 0.5
+#: ... where the probe's estimate exceeds it less this margin (px; the estimate's error on the
+#: bench's stacks that rotate: about 0.1 px at the corners of 128 px frames, less on larger)
+ROTATED_MARGIN = 0.1
+#: ... where its angle is also this many standard errors away from 0 (noise alone does not
+#: flag a frame; the error: the frame's fit's, at least the median of the range's frames', as
+#: nine patches' residuals estimate it loosely)
+ROTATED_SIGNIFICANCE = 4.0
+#: the probe's patches: a third of the area's side, at most this many px (the cost is the
+#: patches' pixels, the angle's precision their lever arm: the grid spans the area anyway)
+PROBE_SIDE = 40
+#: the probe's search around the frame's rigid shift (px): a rotation that moves the corner
+#: patches farther still shows, their peaks on the border of the search
+PROBE_DEVIATION = 4
+#: the rigid-body model's refinements through the fitted transform (:func:`rigid_body_part`)
+RIGID_BODY_REFINES = 2
+#: a patch this far (px, weighted by its texture) from the fit, and farther than 3 robust
+#: deviations of the patches', is left out and the fit made again (a patch without texture,
+#: a moving object)
+OUTLIER_PX = 0.5
+#: the fewest patches a fit takes
+MIN_PATCHES = 3
+GRID = (3, 3)
+#: the patches' subpixel fit where the run's is none (an integer shift a patch would make the
+#: angle of a still frame jump) or the upsampled DFT (not used by the patches)
+FIT_SUBPIXEL = "gaussian"
+FITS = ("gaussian", "parabolic", "gaussian3", "parabolic3")
+
+
+def peak_weights(peak, xp):
+    """(N, P): each patch's weight from its correlation peak ``peak`` ``(N, P)`` (ZNCC): the
+    signal-to-noise ratio ``rho / (1 - rho)`` of two noisy views of one scene (a patch of noise
+    that peaked at 0.3 counts for a fiftieth of a textured one at 0.95), 0 where it is not a
+    number."""
+    rho = xp.clip(xp.nan_to_num(xp.asarray(peak, xp.float64), nan=0.0), 0.0, 0.999)
+    return rho / (1.0 - rho)
+
+
+def fit_rigid_body(values, u, usable, xp, tensors=None):
+    """``(phi, t, se)``: the rotation (radians), shift ``(N, 2)`` and their standard errors
+    ``(N, 3)`` (of ``phi``, ``ty``, ``tx``) of the rigid-body displacement fitted to
+    ``values`` ``(N, P, 2)``, the displacement measured at the patch centres ``u`` ``(P, 2)``
+    (relative to the frame's centre), of the patches ``usable`` ``(N, P)`` (bool, or each
+    patch's weight, :func:`peak_weights`; 0 or False: left out, NaN or not).
+
+    Least squares, linear in ``(sin phi, cos phi, ty, tx)``, each patch's residual weighted by
+    its ``tensors`` ``(P, 2, 2)`` (:func:`structure_tensors`: a patch without texture counts
+    for nothing, an edge only across itself; default: all alike); a patch far from the fit
+    (:data:`OUTLIER_PX`, and 3 robust deviations of the others) is left out and the fit made
+    again, twice.  NaN for a frame with fewer than :data:`MIN_PATCHES` patches.  On ``xp``'s
+    device; nothing waits for it."""
+    u = xp.asarray(u, xp.float64)
+    p = u.shape[0]
+    uy, ux = u[:, 0], u[:, 1]
+    one, zero = xp.ones(p), xp.zeros(p)
+    a = xp.stack([xp.stack([-ux, -uy, one, zero], -1), xp.stack([uy, -ux, zero, one], -1)],
+                 1)  # (P, 2, 4): the rows of each patch
+    j = xp.broadcast_to(xp.eye(2), (p, 2, 2)) if tensors is None \
+        else xp.asarray(tensors, xp.float64)
+    b = xp.einsum("pki,pkl,plj->pij", a, j, a)
+    c = xp.einsum("pki,pkl->pil", a, j)
+    w = xp.asarray(usable).astype(xp.float64)
+    y = xp.where(w[..., None] > 0, xp.asarray(values, xp.float64) - u[None], 0.0)
+    eye = xp.eye(4)
+    for k in range(3):
+        count = (w > 0).sum(1)
+        ok = count >= MIN_PATCHES
+        m = xp.where(ok[:, None, None], xp.einsum("np,pij->nij", w, b), eye)
+        x = xp.linalg.solve(m, xp.einsum("np,pil,npl->ni", w, c, y)[..., None])[..., 0]
+        r = y - xp.einsum("pki,ni->npk", a, x)
+        q = xp.einsum("npk,pkl,npl->np", r, j, r)  # (the weighted square of each residual)
+        if k == 2:
+            break
+        dist = xp.sqrt(xp.maximum(q, 0.0))
+        ordered = xp.sort(xp.where(w > 0, dist, xp.inf), axis=1)
+        median = xp.take_along_axis(ordered, (xp.maximum(count, 1) - 1)[:, None] // 2, 1)[:, 0]
+        far = (w > 0) & (dist > xp.maximum(OUTLIER_PX, 3.0 * 1.4826 * median)[:, None])
+        keep = (count - far.sum(1)) >= max(MIN_PATCHES, 5)
+        w = xp.where(far & keep[:, None], 0.0, w)
+    dof = xp.maximum(2 * count - 4, 1)
+    s2 = (w * q).sum(1) / dof
+    var = s2[:, None] * xp.diagonal(xp.linalg.inv(m), axis1=1, axis2=2)
+    se = xp.sqrt(xp.maximum(var[:, [0, 2, 3]], 0.0))
+    se[:, 0] /= xp.maximum(xp.hypot(x[:, 0], x[:, 1]), 1e-12)
+    phi = xp.arctan2(x[:, 0], x[:, 1])
+    nan = xp.asarray(float("nan"))
+    return (xp.where(ok, phi, nan), xp.where(ok[:, None], x[:, 2:4], nan),
+            xp.where(ok[:, None], se, nan))
+
+
+def structure_tensors(patches, xp):
+    """``(P, 2, 2)`` float64: each patch's structure tensor (the sums of its gradient's
+    products, ``[[gy gy, gy gx], [gx gy, gx gx]]``: how precisely its shift is measured along
+    each direction), divided by the patches' mean of half its trace (a patch of the typical
+    texture weighs about 1)."""
+    f = xp.asarray(patches, xp.float64)
+    gy = f[:, 2:, 1:-1] - f[:, :-2, 1:-1]
+    gx = f[:, 1:-1, 2:] - f[:, 1:-1, :-2]
+    yy, xx, yx = ((g * h).sum((1, 2)) for g, h in ((gy, gy), (gx, gx), (gy, gx)))
+    t = xp.stack([xp.stack([yy, yx], -1), xp.stack([yx, xx], -1)], -2)
+    scale = (yy + xx).mean() / 2.0
+    return t / scale if float(scale) > 0 else t
+
+
+def rigid_body_at(points, phi, t, frame_shape, xp):
+    """``(N, P, 2)``: the displacement of rotations ``phi`` (N,) and shifts ``t`` (N, 2) at
+    ``points`` ``(P, 2)`` (frame pixels), on ``xp``'s device."""
+    h, w = frame_shape
+    u = xp.asarray(points, xp.float64) - xp.asarray([(h - 1) / 2.0, (w - 1) / 2.0])
+    c, s = xp.cos(phi)[:, None], xp.sin(phi)[:, None]
+    ry = c * u[None, :, 0] + s * u[None, :, 1]  # R(-phi) u
+    rx = -s * u[None, :, 0] + c * u[None, :, 1]
+    return xp.stack([u[None, :, 0] - ry + t[:, None, 0], u[None, :, 1] - rx + t[:, None, 1]],
+                    -1)
+
+
+def probe_grid(area_shape):
+    """The :class:`~._patches.PatchGrid` of the probe on an area of
+    ``area_shape`` (3x3 patches of a third of its side, at most :data:`PROBE_SIDE` px,
+    spread from edge to edge :data:`PROBE_DEVIATION` px inside it), or None where the area is
+    too small for them."""
+    inset = PROBE_DEVIATION  # (a rotated frame's corners bring in pixels from outside it)
+    inner = [a - 2 * inset for a in area_shape]
+    sizes = [min(PROBE_SIDE, a // 3) for a in inner]
+    if min(sizes) < 2 * PROBE_DEVIATION + 1:
+        return None
+    starts = [inset + np.round(np.linspace(0, a - p, GRID[0])).astype(np.int64)
+              for a, p in zip(inner, sizes)]
+    return PatchGrid(GRID, tuple(sizes), (0, 0), starts[0], starts[1], PROBE_DEVIATION)
+
+
+class RotationProbe:
+    """Each aligned frame's rotation about the frame's centre against the template, measured
+    in the quality report's pass (:func:`~._quality.measure_quality`) on the frames it holds
+    aligned and prepared on the common ``area`` ``(y0, y1, x0, x1)`` of frames of
+    ``frame_shape``: ``template`` is the template's area as prepared (on ``xp``'s device).
+    :meth:`add` each chunk (nothing waits for the device), :meth:`columns` at the end."""
+
+    def __init__(self, template, area, frame_shape, xp):
+        self.xp, self.frame_shape = xp, tuple(frame_shape)
+        y0, y1, x0, x1 = area
+        self.grid = probe_grid((y1 - y0, x1 - x0))
+        self.parts = []
+        if self.grid is None:
+            return
+        self.tpatches = template_patches(template, self.grid)
+        self.left = patch_left(self.tpatches, self.grid.max_deviation)
+        # (the fit on the host at the end: a few numbers a frame, and CuPy's linalg and
+        # reductions would import cupyx, a large share of a one-shot run)
+        self.tensors = structure_tensors(backend.to_numpy(self.tpatches), np)
+        centres = self.grid.centres.reshape(-1, 2) + [y0, x0]
+        self.u = centres - [(frame_shape[0] - 1) / 2.0, (frame_shape[1] - 1) / 2.0]
+
+    def add(self, frames):
+        """A chunk's aligned frames, prepared, on the area ``(n, y1 - y0, x1 - x0)``."""
+        if self.grid is None:
+            return
+        xp = self.xp
+        n = len(frames)
+        d, peak, _, _ = patch_shifts(self.tpatches, frames, np.zeros((n, 2)), self.grid,
+                                     FIT_SUBPIXEL, "cpu" if xp is np else "gpu", self.left)
+        self.parts.append(xp.concatenate([d.reshape(n, -1), peak.reshape(n, -1)], 1))
+
+    def columns(self, usable):
+        """``(n, 3)`` NumPy of the frames added: the rotation (degrees; NaN where not
+        measured: a frame not ``usable``, too few patches, an area too small, or a frame off
+        at its centre by more than half the search, whose corner patches' peaks lie on its
+        border), 1.0 where it flags the frame ``rotated`` (else 0.0), and 1.0 where the frame
+        is off at its centre by more than half the search (its residual: ``poor``)."""
+        n = len(usable)
+        if self.grid is None or not self.parts:
+            return np.column_stack([np.full(n, np.nan), np.zeros(n), np.zeros(n)])
+        parts = backend.to_numpy(self.xp.concatenate(self.parts)).astype(np.float64)
+        count = len(self.u)
+        d = parts[:, :2 * count].reshape(-1, count, 2)
+        ok = np.isfinite(d).all(-1)  # (the frames are aligned: d is what is left)
+        phi, t, se = fit_rigid_body(d, self.u, ok * peak_weights(parts[:, 2 * count:], np),
+                                    np, self.tensors)
+        got = np.concatenate([phi[:, None], t, se], 1)
+        got[~np.asarray(usable, bool)] = np.nan
+        phi, t, se = got[:, 0], got[:, 1:3], got[:, 3]
+        if np.isfinite(se).any():
+            se = np.maximum(se, np.median(se[np.isfinite(se)]))
+        with np.errstate(invalid="ignore"):
+            off = np.hypot(*t.T) > PROBE_DEVIATION / 2
+            phi = np.where(off, np.nan, phi)
+            moved = corner_displacement(np.rad2deg(phi), self.frame_shape)
+            rotated = (moved > ROTATED_PX - ROTATED_MARGIN) \
+                & (np.abs(phi) > ROTATED_SIGNIFICANCE * se)
+        return np.column_stack([np.rad2deg(phi), rotated, off]).astype(np.float64)
+
+
+def rigid_body_part(src, xp, start, stop, progress, *, opts, shifts, grid, chunk, template):
+    """Rows ``(phi, ty, tx)`` (radians, px) of the rigid-body model of frames ``start:stop``
+    (an executor's unit of work), on ``xp``'s device: the 3x3 ``grid``'s patches of each frame
+    measured against ``template``'s (the image the run's last pass measured against) within
+    the grid's search of the frame's rigid ``shifts``, the rotation and the shift fitted, then
+    refined :data:`RIGID_BODY_REFINES` times through the fitted transform (the patch pass's
+    refinement, within +-1 px).  NaN where a frame has no shift or too few patches."""
+    prepare = patch_preparer(opts, xp)  # (the patch pass's: the prefilter, no window)
+    t = prepare(xp.asarray(template)[None]).frames[0]
+    tpatches = template_patches(t, grid)
+    left = patch_left(tpatches, grid.max_deviation)
+    taper = refine_taper(grid.size)
+    tnear, near = refine_template(tpatches, taper)
+    tensors = structure_tensors(tpatches, xp)
+    weights = field_weights(grid.centres, src.frame_shape, xp)
+    points = grid.centres.reshape(-1, 2)
+    u = points - [(src.frame_shape[0] - 1) / 2.0, (src.frame_shape[1] - 1) / 2.0]
+    dev = "cpu" if xp is np else "gpu"
+    subpixel = opts.subpixel if opts.subpixel in FITS else FIT_SUBPIXEL
+    rows = []
+    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+        for first, frames in chunks:
+            a = start + first
+            s = shifts[a:a + len(frames)]
+            p = prepare(frames)
+            d, peak, _, border = patch_shifts(tpatches, p.frames, s, grid, subpixel, dev, left)
+            weight = peak_weights(peak, xp)
+            values = d + xp.asarray(s)[:, None, :]
+            ok = xp.isfinite(values).all(-1) & ~border
+            phi, tt, _ = fit_rigid_body(values, u, ok * weight, xp, tensors)
+            for _ in range(RIGID_BODY_REFINES):
+                good = xp.isfinite(phi)
+                phi0, t0 = xp.where(good, phi, 0.0), xp.where(good[:, None], tt, 0.0)
+                field = rigid_body_at(points, phi0, t0, src.frame_shape, xp)
+                rest = refine_shifts(tnear, p.frames, grid, field.reshape(len(s), *grid.grid, 2),
+                                     weights, subpixel, dev, near, taper)
+                values = field + rest
+                ok = xp.isfinite(values).all(-1) & good[:, None]
+                phi, tt, _ = fit_rigid_body(values, u, ok * weight, xp, tensors)
+            usable = xp.asarray(np.isfinite(s).all(axis=1)) & p.finite & ~p.constant
+            nan = xp.asarray(float("nan"))
+            rows.append(xp.where(usable[:, None], xp.concatenate([phi[:, None], tt], 1), nan))
+    if xp is not np:
+        xp.cuda.Device().synchronize()  # (the chunks' streams)
+    return xp.concatenate(rows) if rows else xp.zeros((0, 3))
