@@ -73,8 +73,10 @@ def test_the_quick_piecewise_bench_on_the_gpu(tmp_path):
             ["rows"]}
     ours = rows["xcorr align_volumes patches 2x2x2 from CuPy"]
     rigid = rows["xcorr align_volumes rigid from CuPy"]
-    # (the quick stack's few small volumes: 0.26 voxel on an H200, rigid 0.92)
-    assert ours["rms"] < 0.35 and rigid["rms"] > 2.5 * ours["rms"], rows
+    # (the quick stack's few small volumes: about 0.29 voxel on an H200; the rigid row, 0.31
+    # since the linear 3-D search, is no yardstick here: the CPU tests compare them on a
+    # stack made for it)
+    assert ours["rms"] < 0.35 and np.isfinite(rigid["rms"]), rows
     assert any("warpfield: not compared" in line for line in lines)
 
 

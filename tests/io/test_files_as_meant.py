@@ -75,8 +75,7 @@ def test_the_command_registers_them_in_3d_as_volumes_does(hyperstack, tmp_path):
                                       [0, -1.5, 0.9]], atol=0.02)
 
 
-@pytest.mark.parametrize("options, named", [(["--patches", "2x2"], "--patches"),
-                                            (["--normalization", "phase"], "--normalization"),
+@pytest.mark.parametrize("options, named", [(["--normalization", "phase"], "--normalization"),
                                             (["--prefilter", "none", "--no-verify"],
                                              "--no-verify, --prefilter")])
 def test_the_command_refuses_them_with_options_volumes_do_not_use(hyperstack, tmp_path, options,
@@ -86,6 +85,15 @@ def test_the_command_refuses_them_with_options_volumes_do_not_use(hyperstack, tm
     assert res.returncode == 2
     assert_clean_error(res, "holds volumes", "--volumes", "--z K", f"({named} do")
     assert "note:" not in res.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_2d_patch_grid_on_volumes_says_the_3d_one(hyperstack, tmp_path):
+    """(Volumes take 3-D patches: a grid of two numbers is not read as one of them.)"""
+    res = xcorr("align", hyperstack, "--patches", "2x2", "--out", tmp_path / "o", "--device",
+                "cpu")
+    assert res.returncode == 2
+    assert_clean_error(res, "--patches takes GZxGYxGX with volumes", "got '2x2'")
     assert not (tmp_path / "o").exists()
 
 

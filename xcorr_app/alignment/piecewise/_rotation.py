@@ -182,7 +182,7 @@ class RotationProbe:
         self.xp, self.frame_shape = xp, tuple(frame_shape)
         y0, y1, x0, x1 = area
         self.grid = probe_grid((y1 - y0, x1 - x0))
-        self.parts = []
+        self.parts, self._zeros = [], {}
         if self.grid is None:
             return
         self.tpatches = template_patches(template, self.grid)
@@ -199,8 +199,14 @@ class RotationProbe:
             return
         xp = self.xp
         n = len(frames)
-        d, peak, _, _ = patch_shifts(self.tpatches, frames, np.zeros((n, 2)), self.grid,
-                                     FIT_SUBPIXEL, "cpu" if xp is np else "gpu", self.left)
+        zeros = np.zeros((n, 2))
+        up = None
+        if xp is not np:  # (on the device once a chunk size: a copy from the host would wait)
+            up = self._zeros.get(n)
+            if up is None:
+                up = self._zeros[n] = (xp.zeros((n, 2), xp.int64), xp.zeros((n, 2)))
+        d, peak, _, _ = patch_shifts(self.tpatches, frames, zeros, self.grid, FIT_SUBPIXEL,
+                                     "cpu" if xp is np else "gpu", self.left, uploaded=up)
         self.parts.append(xp.concatenate([d.reshape(n, -1), peak.reshape(n, -1)], 1))
 
     def columns(self, usable):

@@ -347,7 +347,9 @@ def centred(volume):
     centres it."""
     xp = array_module_of(volume)
     v = xp.asarray(volume, dtype=xp.float32)
-    return v - xp.float32(float(v.sum(dtype=xp.float64)) / v.size)
+    # (a Python float keeps float32; a NumPy scalar beside a CuPy array goes through NumPy's
+    # ufunc protocol, whose first use imports cupyx)
+    return v - float(v.sum(dtype=xp.float64)) / v.size
 
 
 def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
