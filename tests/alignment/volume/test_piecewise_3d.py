@@ -53,8 +53,8 @@ def test_field_at_the_centres_matches_the_known_field(case, deformed, piecewise)
     truth = field_truth(moves, res.patch_centres)
     piece = rms(res.motion_field - truth)
     rigid = rms(res.shifts[:, None, None, None, :] - truth)
-    assert piece < 0.1, piece                       # measured: 0.067 deep, 0.050 thin
-    assert rigid > 0.3 and rigid > 4 * piece, (rigid, piece)  # measured: 0.37, 0.40
+    assert piece < 0.1, piece                       # measured: 0.077 deep, 0.055 thin
+    assert rigid > 0.3 and rigid > 4 * piece, (rigid, piece)  # measured: 0.31, 0.32
     np.testing.assert_allclose(res.deviation(), res.motion_field
                                - res.shifts[:, None, None, None, :])
     assert not res.patch_low.any() and (res.patch_peak > 0.9).all()
@@ -105,7 +105,7 @@ def test_outlier_and_constant_volumes():
     """A patch whose window is flat takes its volume's rigid shift; a constant volume's field is
     NaN (null in shifts.json) and its warp leaves it as it is."""
     stack, _ = deformed_volumes(n=4, shape=(28, 48, 56), seed=4)
-    stack[2, :22, :32, :36] = 0.0  # (patch 0, 0, 0's window and a margin)
+    stack[2, :23, :35, :39] = 0.0  # (patch 0, 0, 0's window and the smoothing's reach, 4)
     stack[3] = 1.5
     res = align_volumes(stack, patches=(2, 2, 2), device="cpu")
     assert res.patch_low[2, 0, 0, 0] and np.isnan(res.patch_peak[2, 0, 0, 0])
@@ -220,3 +220,43 @@ def test_gpu_field_matches_cpu(deformed, piecewise):
     assert isinstance(warped, cp.ndarray)  # CuPy in, CuPy out
     np.testing.assert_allclose(warped.get(), warp_volume(deformed[0][t], gpu.motion_field[t],
                                                          gpu.patch_centres), atol=1e-4)
+
+
+def bench_stack(t, shape, dtype, sheared=True, seed=0):
+    """The bench's stack (``xcorr bench align --volumes --patches``: its layered volume, its
+    moves, Poisson noise) made on the CPU: ``(stack, moves)``; ``sheared=False``: drift only."""
+    from xcorr_app.bench._align_volumes import layered_volume
+    from xcorr_app.bench._align_volumes_patches import MARGIN, PHOTONS, moves_of
+
+    base = layered_volume(tuple(n + 2 * MARGIN for n in shape)).astype(np.float64)
+    base = ndi.spline_filter(base, order=3)
+    p = np.indices(shape, dtype=np.float64)
+    moves = [(a, b if sheared else 0 * b) for a, b in moves_of(t, shape, seed)]
+    rng = np.random.default_rng(seed)
+    out = []
+    for a, b in moves:
+        at = p + MARGIN + a[:, None, None, None] + np.einsum("ij,jzyx->izyx", b, p)
+        moved = ndi.map_coordinates(base, at, order=3, prefilter=False)
+        out.append(rng.poisson(np.clip(moved, 0, None) * PHOTONS / base.max()))
+    return np.array(out).astype(dtype), moves
+
+
+@pytest.mark.parametrize("shape, grid, dtype, sheared, most", [
+    ((32, 64, 64), (2, 2, 2), np.uint16, True, 0.25),   # measured 0.18 (unsmoothed: 0.43)
+    ((28, 64, 80), (2, 2, 3), np.float32, True, 0.25),  # measured 0.18 (unsmoothed: 0.53)
+    ((32, 64, 64), (2, 2, 2), np.uint16, False, 0.15),  # drift only: 0.10 (unsmoothed: 0.37)
+])
+def test_bench_stack_field_beats_the_rigid_shift(shape, grid, dtype, sheared, most):
+    """The bench's layered volumes under Poisson noise (faint texture along z): the noise in
+    the windows' energy pulled the patches' z shift up to a voxel off (a field worse than the
+    rigid shift) before the volumes were smoothed for the patches; the truth is the bench's."""
+    from xcorr_app.bench._align_volumes_patches import field_truth
+
+    stack, moves = bench_stack(6, shape, dtype, sheared)
+    res = align_volumes(stack, patches=grid, device="cpu")
+    truth = field_truth(moves, res.patch_centres)
+    piece = rms(res.motion_field - truth)
+    rigid = rms(res.shifts[:, None, None, None, :] - truth)
+    assert piece < most, (piece, rigid)
+    if sheared:
+        assert piece < 0.7 * rigid, (piece, rigid)  # measured: rigid 0.28, 0.31

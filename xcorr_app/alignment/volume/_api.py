@@ -518,12 +518,13 @@ def _subvoxel_note(boundary, upsample, wraps, vote):
 
 def _patch_chunk(source, grid, options, xp):
     """Volumes a chunk of the patch pass holds (:func:`fitting_chunk`: the search windows of
-    a volume's patches, its upload and float32 copy, beside the template's spectra)."""
+    a volume's patches, its upload, float32 copy and smoothed copy (and the Gaussian's work
+    area), beside the template's spectra)."""
     window = grid.n_patches * int(np.prod(grid.window))  # (a volume's search voxels)
     itemsize = np.dtype(source.data.dtype).itemsize
     return fitting_chunk(source.shape[0], PER_VOXEL_FIXED * window,
                          PER_WINDOW_VOXEL * window
-                         + (4 + 2 * itemsize) * int(np.prod(source.shape[1:])),
+                         + (12 + 2 * itemsize) * int(np.prod(source.shape[1:])),
                          max(1, min(MAX_CHUNK, CHUNK_VOXELS // window)), xp,
                          options.memory_limit, f"the {grid.n_patches} patches of a volume "
                          "need about {} MiB to register", "use fewer or smaller patches")

@@ -17,7 +17,11 @@ the patch centres.
   window, once per run; the products transformed back give the numerators, summed-area
   tables of the windows (float64) the local sums.  The subvoxel peak: a Gaussian through the
   peak and its two neighbours along each axis (2-D align's ``subpixel="gaussian"``).  The
-  patch's shift is the window's integer shift plus that peak.
+  patch's shift is the window's integer shift plus that peak.  The volumes and the template
+  are smoothed first (a Gaussian of :data:`SMOOTH` voxels): the noise left in the windows'
+  energy pulled the peak along z of layered volumes, whose z texture is faint, by up to a
+  voxel towards the brighter lags (the bench's sheared stack: 0.56 voxel RMS against 0.32
+  rigid; 0.17 smoothed).
 
   Why not the rigid pass's circular correlation of the patches and its upsampled DFT: a
   patch's circular correlation matches its own edges (the wrap) at the window's integer
@@ -58,6 +62,10 @@ LOW_PEAK_SHARE = 0.5
 #: bytes per voxel of a chunk's search windows (the float32 windows, their half spectra, the
 #: correlation, the summed-area tables in float64, the FFT's work area)
 PER_WINDOW_VOXEL = 36
+#: sigma (voxels) of the Gaussian that smooths the volumes and the template before the patches
+#: are correlated: noise left in them biases ZNCC's peak along an axis with little texture
+#: (z of layered samples) towards the lags with more contrast
+SMOOTH = 1.0
 #: voxels of the dense field evaluated at once when a volume is warped (its coordinates)
 FIELD_VOXELS = 2 ** 22
 AXIS_NAMES = ("planes", "rows", "columns")
@@ -135,13 +143,27 @@ def patch_windows(volumes, grid, whole, reach=0):
     return out.reshape(b * grid.n_patches, *out.shape[4:])
 
 
+def smoothed(volumes):
+    """``volumes`` (..., Z, Y, X) float32, a new array smoothed by a Gaussian of
+    :data:`SMOOTH` voxels along the last three axes (edges: nearest), on their device."""
+    xp = array_module_of(volumes)
+    if xp is np:
+        from scipy import ndimage
+    else:
+        from cupyx.scipy import ndimage
+    out = volumes.astype(xp.float32, copy=False)
+    for axis in AXES:  # (one axis at a time: the batch axis is left alone on either module)
+        out = ndimage.gaussian_filter1d(out, SMOOTH, axis=axis, mode="nearest")
+    return out
+
+
 def template_spectra(template, grid):
     """``(spectra (P, wz, wy, wx//2+1), norms (P,) NumPy)`` of the template's patches (the
-    reference volume's, made once per run): each less its mean, zero-padded by
-    ``max_deviation`` on every side to the search window (no correlation wraps around), and
-    their root sums of squares."""
+    reference volume's, made once per run, :func:`smoothed`): each less its mean, zero-padded
+    by ``max_deviation`` on every side to the search window (no correlation wraps around),
+    and their root sums of squares."""
     xp = array_module_of(template)
-    patches = patch_windows(template[None], grid, np.zeros((1, 3), np.int64))
+    patches = patch_windows(smoothed(template)[None], grid, np.zeros((1, 3), np.int64))
     mean = item_sums(patches) / float(np.prod(grid.size))  # (float64; xcorr's kernel on GPU)
     patches = patches - mean.astype(xp.float32)[:, None, None, None]
     norms = np.sqrt(to_numpy(item_sums(patches, squares=True)))
@@ -182,7 +204,7 @@ def measure_patches(volumes, rigid, grid, tspec, tnorm):
     b, p, d = len(volumes), grid.n_patches, grid.max_deviation
     k, n = 2 * d + 1, float(np.prod(grid.size))
     whole, _ = integer_parts(rigid)
-    win = patch_windows(volumes, grid, whole, reach=d)  # (B * P, wz, wy, wx)
+    win = patch_windows(smoothed(volumes), grid, whole, reach=d)  # (B * P, wz, wy, wx)
     # the lag l reads the window's box at d - l (the rigid convention: l moves it onto the
     # template), so the box sums run backwards
     back = xp.arange(k - 1, -1, -1)
