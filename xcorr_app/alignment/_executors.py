@@ -7,7 +7,8 @@ An executor offers:
 
 - ``open(stack_or_path, opts)``: the input as the pipeline reads it (a context);
 - ``correct_bidi(src, offset)``: the input as every later read takes it, its line offset
-  removed;
+  removed; ``correct_static(src, pattern)``: as the passes read it, a pattern fixed on the
+  sensor removed;
 - ``start(opts, src, out)``: its device, chunk and plan once the options are resolved;
 - ``map(fn, progress, before=False, upto=None)``: ``fn(source, xp, start, stop, progress)``
   over its ranges of frames, the results in frame order (``before``: a range needs the frames
@@ -72,6 +73,15 @@ class Executor:
         self.bidi = float(offset)
         self.src = bidi_source(src, offset)
         return self.src
+
+    def correct_static(self, src, pattern):
+        """``src`` read less ``pattern`` (:func:`~.rigid.static_source`), and so every range's
+        source: what the passes, their templates and the quality report read (the aligned
+        stack reads the frames as they are)."""
+        from .rigid import static_source
+
+        self.src = static_source(self.src, pattern)
+        return static_source(src, pattern)
 
     def portable(self, a):
         return backend.to_numpy(a) if self.remote else a

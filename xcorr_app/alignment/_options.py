@@ -35,6 +35,7 @@ from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_p
                     refined_passes,
                     search_range)
 from .rigid import window as make_window
+from .rigid import parse_static, static_possible
 
 #: how frames meet at their edges: ``linear`` (the overlap: frames cropped from a larger
 #: scene), ``circular`` (wrap-around content: circular shifts, periodic test data), ``auto``
@@ -90,6 +91,7 @@ class AlignOptions:
     bidi: object = "off"
     mask: object = None
     model: str = "translation"
+    static: str = "auto"
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -141,6 +143,7 @@ class AlignOptions:
             put("gpus", _gpu_spec(self.gpus))
         self._check_mask(put)
         self._check_model()
+        self._check_static(put)
 
     def _check_patches(self, put):
         if self.patches is None:
@@ -168,6 +171,16 @@ class AlignOptions:
         if self.previous:
             raise InputError("patches are measured against one reference: reference 'previous' "
                              "is not available with patches")
+
+    def _check_static(self, put):
+        """``static``: ``auto``, ``on`` or ``off`` (:mod:`.rigid._static`); ``on`` where the
+        pattern cannot be removed (patches, a mask, rigid-body, a reference image of its own)
+        is refused, ``auto`` is not checked there."""
+        put("static", parse_static(self.static))
+        why_not = static_possible(self)
+        if self.static == "on" and why_not is not None:
+            raise InputError(f"static on removes a pattern fixed on the sensor from the frames "
+                             f"the rigid passes read: {why_not} is not available with it")
 
     def _check_model(self):
         """``model``: ``rigid-body`` measures 3x3 patches of every frame against one template
@@ -247,6 +260,10 @@ class AlignOptions:
             raise InputError(f"mask is measured in one process: run without "
                              f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "
                              "no mask")
+        if executor != "process" and self.static == "on":
+            raise InputError(f"static on is found and removed in one process: run without "
+                             f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "
+                             "static auto or off")
         if executor != "process" and self.model != "translation":
             raise InputError(f"model {self.model} runs in one process: run without "
                              f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "

@@ -72,7 +72,9 @@ class AlignResult:
         The parameters of the run.
     low_confidence : (N,) bool
         Confidence below ``min_confidence``, or a peak on the border of the searched window
-        (:attr:`border`), or a frame that could not be measured (constant, NaN or Inf pixels).
+        (:attr:`border`), or a frame that could not be measured (constant, NaN or Inf pixels);
+        every frame where ``static`` found a pattern fixed on the sensor it could not remove
+        (``settings["static"]["unresolved"]``: it may have locked any frame's peak).
     plan : str
         The correlation method the run used (the planner's choice, or ``fft`` / ``phase``).
     border : (N,) bool

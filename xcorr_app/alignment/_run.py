@@ -8,7 +8,9 @@ and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone
 2. the input opened and checked (frame size, the patch grid, ``out``); the line offset of a
    bidirectional scan decided (``bidi``: :func:`~.rigid.decide_bidi`), every later read
    corrected by it (:meth:`Executor.correct_bidi`); the device chosen;
-3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`);
+3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`); after
+   the device, a pattern fixed on the sensor found in a few frames and removed from what the
+   passes read (``static``: :func:`~.rigid.remove_static`);
 4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~.refine.decide_lucas_kanade`);
 5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
    ``boundary="auto"`` the wrap-around test (:func:`~.refine.periodic_frames`) and, for
@@ -35,7 +37,7 @@ from .. import backend
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
-from .rigid import decide_bidi, search_range
+from .rigid import decide_bidi, remove_static, search_range
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
@@ -95,14 +97,21 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         if executor.device == "gpu" and src.dtype == np.float32:
             check_gpu_float32(src.read(0, 1)[0], "the stack")
         check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
+        # a pattern fixed on the sensor, from a few frames: removed from what the passes read
+        opts, src, static, static_note, why = remove_static(opts, src, executor, why)
+        choices = ([bidi_note] if bidi_note else []) + ([static_note] if static_note else []) \
+            + auto_notes(opts, why)
         table, opts, more, image = measure_passes(opts, src, executor, progress)
         settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
                     "notes": list(src.notes), "prefilter_auto": why, "bidi": bidi,
+                    "static": static,
                     "lucas_kanade": opts.lucas_kanade, "options": opts.settings(),
                     **executor.settings()}
         res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
                                 stack_or_path)
         res.notes[:0] = choices + more
+        if static.get("unresolved"):  # (a pattern may have locked any frame: none trusted)
+            res.low_confidence[:] = True
         if opts.model != "translation":  # (every frame read once more: its rotation and shift)
             image = rigid_body_result(res, opts, executor, src.frame_shape, image)
         filled = False

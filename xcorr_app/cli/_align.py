@@ -15,6 +15,7 @@ import click
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
 from ..alignment import MODELS
+from ..alignment.rigid import STATIC
 from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE_ANY,
                        SUBPIXEL, WINDOW, default_out, note_cpu_fallback, note_device,
                        planner_notes, print_notes, progress_bar, readable_frames_of, scale_out,
@@ -64,6 +65,12 @@ MEASURE_OPTIONS = (
                       "before measuring and in aligned.tif; auto: estimated from a few frames "
                       "and removed where it is at least 0.1 px; PX: that offset in pixels "
                       "(recorded in shifts.json, which xcorr apply reads)."),
+    click.option("--static", type=click.Choice(STATIC), default=DEFAULT["static"],
+                 show_default=True,
+                 help="Patterns fixed on the sensor (hot pixels, stray light, dust, column "
+                      "offsets) that pull shifts to zero: auto finds them in a few frames and "
+                      "removes them from the frames it measures (aligned.tif: as read); on: "
+                      "always; off: never."),
     click.option("--boundary", type=click.Choice(BOUNDARIES), default=DEFAULT["boundary"],
                  show_default=True,
                  help="linear: frames are views of a larger scene; circular: frames wrap "

@@ -1,0 +1,198 @@
+"""``static``: a pattern fixed on the sensor (hot pixels and stray light, dust, column
+offsets) found in a few frames and removed from what the passes measure; stacks without one
+measured exactly as before; ``off`` means off; bad values refused in one line."""
+
+import numpy as np
+import pytest
+
+import xcorr_app
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.alignment.rigid import StaticSource, fit_static
+from xcorr_app.bench._accuracy import stack_errors
+from xcorr_app.bench._accuracy_data import make_stack
+from xcorr_app.errors import InputError
+from xcorr_app.io import ArraySource
+
+from cli_helpers import xcorr
+
+SHAPE = (96, 96)  # (20 frames: auto looks at stacks of 10 frames or more)
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    """Bright blobs and hot pixels fixed on the sensor lock every frame at zero shift."""
+    return make_stack("static_blobs", 0, shape=SHAPE)
+
+
+def test_blobs_locked_at_zero_are_freed(blobs):
+    off = xcorr_app.align(blobs.frames, device="cpu", static="off")
+    assert stack_errors(off.shifts, blobs.truth)[0] > 2.0  # (the frames lock on the pattern)
+    res = xcorr_app.align(blobs.frames, device="cpu")
+    rms, worst = stack_errors(res.shifts, blobs.truth)
+    assert rms < 0.2 and worst < 0.3
+    st = res.settings["static"]
+    assert st["mode"] == "auto" and st["removed"] and st["locked"] and st["frames"] == 20
+    assert res.settings["options"]["prefilter"] == "dog:1,4"
+    assert any(n.startswith("static auto: a pattern fixed on the sensor removed") for n in
+               res.notes)
+    assert not res.low_confidence.any()
+
+
+def test_on_removes_as_auto_does(blobs):
+    auto = xcorr_app.align(blobs.frames, device="cpu", quality=False)
+    on = xcorr_app.align(blobs.frames, device="cpu", quality=False, static="on")
+    np.testing.assert_array_equal(on.shifts, auto.shifts)
+    assert on.settings["static"]["mode"] == "on" and on.settings["static"]["removed"]
+
+
+def test_dust_shadows_are_removed():
+    s = make_stack("dust_vignette", 0, shape=SHAPE)
+    off = xcorr_app.align(s.frames, device="cpu", static="off", quality=False)
+    res = xcorr_app.align(s.frames, device="cpu", quality=False)
+    assert stack_errors(off.shifts, s.truth)[0] > 2.0
+    assert stack_errors(res.shifts, s.truth)[0] < 0.25
+    assert res.settings["static"]["removed"]
+
+
+@pytest.mark.parametrize("kind,seed", [("plain", 1), ("low_light", 0)])
+def test_a_stack_without_a_pattern_is_measured_as_before(kind, seed):
+    s = make_stack(kind, seed, shape=SHAPE)
+    auto = xcorr_app.align(s.frames, device="cpu")
+    off = xcorr_app.align(s.frames, device="cpu", static="off")
+    np.testing.assert_array_equal(auto.shifts, off.shifts)
+    np.testing.assert_array_equal(auto.low_confidence, off.low_confidence)
+    st = auto.settings["static"]
+    assert st["mode"] == "auto" and not st["removed"] and st["share"] < 0.04
+    assert not any(n.startswith("static") for n in auto.notes)
+    assert auto.settings["options"]["prefilter"] == off.settings["options"]["prefilter"]
+
+
+def test_off_means_off(blobs):
+    res = xcorr_app.align(blobs.frames, device="cpu", static="off", quality=False)
+    assert res.settings["static"] == {"mode": "off", "removed": False}
+    assert res.settings["options"]["static"] == "off"
+    assert not any(n.startswith("static") for n in res.notes)
+
+
+def test_few_frames_are_not_looked_at(blobs):
+    """Below 10 frames ``auto`` reads nothing (a fit of a few frames keeps too much of the
+    scene); ``on`` fits the pattern from as few as 3."""
+    few = blobs.frames[:6]
+    auto = xcorr_app.align(few, device="cpu", quality=False)
+    assert auto.settings["static"]["not_checked"].startswith("fewer than 10 frames")
+    on = xcorr_app.align(few, device="cpu", quality=False, static="on")
+    assert on.settings["static"]["removed"] and on.settings["static"]["frames"] == 6
+
+
+def test_a_pattern_that_cannot_be_removed_flags_every_frame():
+    """40 photons over sCMOS offsets in 128x128 frames: the frames less their temporal median
+    show no distinct peak, the first shifts are held by the pattern: nothing is removed, and
+    no frame is trusted (without ``static`` 16 frames were off by over 0.5 px, 9 flagged)."""
+    s = make_stack("fixed_pattern", 0, image="camera", shape=(128, 128))
+    res = xcorr_app.align(s.frames, device="cpu", quality=False)
+    st = res.settings["static"]
+    assert st["unresolved"] and not st["removed"] and st["share"] > 0.05
+    assert res.low_confidence.all()
+    assert any("could not be told from it" in n for n in res.notes)
+    off = xcorr_app.align(s.frames, device="cpu", quality=False, static="off")
+    np.testing.assert_array_equal(res.shifts, off.shifts)
+    assert not off.low_confidence.all()
+
+
+def test_bleaching_stacks_are_left_to_the_band_pass():
+    s = make_stack("bleaching_background", 0, shape=SHAPE)
+    res = xcorr_app.align(s.frames, device="cpu", quality=False)
+    assert res.settings["static"]["not_checked"].startswith("the brightness changes by")
+    assert not res.settings["static"]["removed"]
+
+
+def test_the_aligned_stack_is_the_frames_as_read(blobs):
+    """The pattern is removed from what is measured, not from the aligned output."""
+    frames = blobs.frames[:12]
+    out = np.empty(frames.shape, np.float32)
+    res = xcorr_app.align(frames, device="cpu", quality=False, out=out)
+    assert res.settings["static"]["removed"]
+    want = np.concatenate([chunk for _, chunk in res.apply(frames, device="cpu")])
+    np.testing.assert_allclose(out, want, atol=1e-3)
+
+
+def test_fit_static_recovers_column_offsets():
+    """sCMOS column offsets over a drifting scene: the fitted pattern's columns are the
+    offsets (its slow part aside, which the drift cannot tell from the scene)."""
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(3)
+    canvas = ndi.gaussian_filter(rng.normal(size=(120, 120)), 2.0) * 60.0
+    cols = rng.normal(0.0, 3.0, 64)
+    d = rng.integers(-10, 11, (16, 2)).astype(float)
+    d[0] = 0
+    frames = np.stack([canvas[20 + int(a):84 + int(a), 20 + int(b):84 + int(b)] for a, b in d])
+    frames = frames + cols[None, None, :] + 100.0
+    pattern, info = fit_static(frames, d, np)
+    got = pattern.mean(axis=0)
+    got, want = got - got.mean(), cols - cols.mean()
+    assert np.abs(np.diff(got) - np.diff(want)).max() < 0.5
+    assert info["share"] > 0.04 and info["covered"] > 0.5  # (auto would remove it)
+
+
+def test_static_source_reads_less_the_pattern():
+    frames = np.arange(24, dtype=np.uint16).reshape(2, 3, 4)
+    pattern = np.linspace(-1, 1, 12).reshape(3, 4)
+    src = StaticSource(ArraySource(frames), pattern)
+    assert src.dtype == np.float32 and src.stack is None
+    np.testing.assert_allclose(src.read(0, 2), frames - pattern.astype(np.float32))
+    out = np.zeros((1, 3, 4), np.float32)
+    src.read(1, 2, out=out)
+    np.testing.assert_allclose(out[0], frames[1] - pattern.astype(np.float32))
+    f64 = StaticSource(ArraySource(frames.astype(np.float64)), pattern)
+    assert f64.read(0, 1).dtype == np.float64
+
+
+@pytest.mark.parametrize("value", ["yes", "ON", True, 1, None])
+def test_bad_values_are_refused(value):
+    with pytest.raises(InputError, match="unknown static"):
+        AlignOptions(static=value)
+
+
+@pytest.mark.parametrize("options,what", [
+    ({"patches": (2, 2)}, "patches"), ({"mask": np.ones((8, 8), bool)}, "a mask"),
+    ({"model": "rigid-body"}, "model rigid-body"),
+    ({"reference": np.zeros((8, 8), np.float32)}, "a reference image of its own")])
+def test_on_where_it_cannot_act_is_refused(options, what):
+    with pytest.raises(InputError, match=f"static on .*: {what}"):
+        AlignOptions(static="on", **options)
+    assert AlignOptions(**options).static == "auto"  # (auto: not looked for there)
+
+
+def test_on_shared_out_is_refused():
+    opts = AlignOptions(static="on")
+    for executor in ("gpus", "dask"):
+        with pytest.raises(InputError, match="static on is found and removed in one process"):
+            opts.check_executor(executor)
+    AlignOptions().check_executor("gpus")
+
+
+def test_cli_static_choices(tmp_path):
+    r = xcorr("align", "sample_data/cell_drift.tif", "--static", "maybe",
+              "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "maybe" in r.stderr and "Traceback" not in r.stderr
+    r = xcorr("align", "sample_data/cell_drift.tif", "--static", "on", "--patches", "2x2",
+              "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "static on" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_mirrors_the_cpu(blobs):
+    import cupy
+
+    frames = blobs.frames
+    cpu = xcorr_app.align(frames, device="cpu", quality=False)
+    for given in (frames, cupy.asarray(frames)):
+        gpu = xcorr_app.align(given, device="gpu", quality=False)
+        assert gpu.settings["static"]["removed"]
+        assert gpu.settings["static"]["locked"] == cpu.settings["static"]["locked"]
+        assert stack_errors(gpu.shifts, blobs.truth)[0] < 0.2
+    pattern, _ = fit_static(cupy.asarray(frames), blobs.truth, cupy)
+    want, _ = fit_static(frames, blobs.truth, np)
+    np.testing.assert_allclose(cupy.asnumpy(pattern), want, atol=1e-6 * np.abs(want).max())

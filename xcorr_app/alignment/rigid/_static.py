@@ -1,0 +1,564 @@
+"""Patterns fixed on the sensor (``static``): found in a few frames, removed as the frames are
+read for measuring.
+
+What does not move with the drifting scene (stray light and hot pixels, dust shadows, an sCMOS
+camera's column and pixel offsets) correlates perfectly with itself at zero shift: where it is
+strong against the scene, every frame's peak is pulled to (or locked at) zero.  Each frame is
+modelled as
+
+    frame_t(x) = a_t * S(x + d_t) + c_t + P(x)
+
+a scene ``S`` seen at the frame's shift ``d_t`` (the shift that aligns it with frame 0), a
+brightness ``a_t`` and offset ``c_t`` of its own, and a pattern ``P`` fixed on the sensor.
+:func:`fit_static` estimates ``S`` and ``P`` for given shifts by alternation: ``S`` is the mean
+of the frames less ``P`` moved by their shifts (Fourier shifts on a padded canvas, the frames'
+edges tapered), ``P`` the frames' mean residual, updated through the exact least-squares answer
+of periodic frames (a Fourier multiplier ``1 / (1 - |phi|^2)``, ``phi`` the shifts'
+characteristic function), so that a few rounds converge; where the shifts do not tell the
+scene from the sensor (frequencies whose wavelength the drift does not span) ``P`` is held to
+its start (a regularization weighted by ``|phi|^2``): what a scene that did not move left there
+stays the scene's.
+
+:func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
+their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame), fits the
+model with those shifts, and judges whether a pattern is there and matters: its band-pass
+energy (the band registration reads, less what noise puts there) against the scene's
+(:data:`STATIC_SHARE`), or frames locked at zero shift (:data:`LOCK_SHARE` of them within
+:data:`LOCK_RADIUS` px).  Then the shifts are measured again with the pattern removed, from the
+first shifts and from the frames less their temporal median (which frees frames locked on the
+pattern), :data:`STATIC_ROUNDS` times each, and the start whose model explains the frames best
+gives the shifts of the last fit, on the whole frames; a start whose frames show no distinct
+peak (median confidence below :data:`MIN_CONFIDENCE`) or lock at zero cannot tell the scene
+from the sensor and is not taken; where none is left (``auto``), nothing is removed and the
+run flags every frame.  :class:`StaticSource` reads the frames less the pattern.
+
+``auto`` does not look at stacks of fewer than :data:`MIN_AUTO_FRAMES` frames, nor at stacks
+whose brightness changes (bleaching: the background is not bleached and the scene is, which
+the model cannot tell apart; the band-pass that ``prefilter="auto"`` chooses there removes the
+background), nor where the sample's peaks lie on the border of the search.
+
+On ``xcorr bench accuracy``'s stacks (seeds 0 and 1, median / worst RMS px): ``static_blobs``
+5.05 / 7.16 -> 0.05 / 0.25, ``dust_vignette`` 0.10 / 7.14 -> 0.06 / 0.27, ``fixed_pattern``
+0.88 / 6.38 -> 0.16 / 5.15 (two 128x128 stacks at 40 photons left as they are, flagged); on
+the other kinds ``auto`` removes nothing (their static share is at most 0.012, the threshold
+0.05; 6-frame stacks reached 0.06, hence :data:`MIN_AUTO_FRAMES`).
+
+Examples
+--------
+>>> from scipy import ndimage as ndi
+>>> rng = np.random.default_rng(0)
+>>> scene = 10 * ndi.gaussian_filter(rng.normal(size=(80, 80)), 1.5)
+>>> pattern = np.zeros((64, 64)); pattern[::7, ::5] = 8.0  # hot pixels
+>>> d = np.trunc(rng.uniform(-6, 6, (12, 2))); d[0] = 0
+>>> frames = np.stack([scene[8 + int(a):72 + int(a), 8 + int(b):72 + int(b)] for a, b in d])
+>>> P, info = fit_static(frames + pattern, d, np)  # frame t shows the scene at x + d_t
+>>> err = P - pattern
+>>> sharp = err - ndi.gaussian_filter(err, 4)  # (what the drift cannot tell: the slow part)
+>>> bool(np.abs(sharp[8:-8, 8:-8]).max() < 0.1), bool(abs(P[7, 5] - P[8, 5] - 8) < 0.1)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ... import backend
+from ...streaming import source_names_of
+from ._columns import COLUMN
+from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
+                          spread_frames, stack_exponent)
+
+__all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "StaticSource",
+           "static_source", "static_possible", "parse_static", "remove_static"]
+
+#: ``static``: find and remove a pattern fixed on the sensor (``auto``), always (``on``), never
+STATIC = ("auto", "on", "off")
+#: frames read to find the pattern (spread over the stack); the fewest ``on`` fits it with,
+#: and the fewest ``auto`` looks for it in (fewer frames leave more of the scene in the fit)
+STATIC_SAMPLES = 32
+MIN_STATIC_FRAMES = 3
+MIN_AUTO_FRAMES = 10
+#: the side (px) of the frames' middle that the pattern is found in and the shifts measured
+#: on (the whole frames: only the last fit)
+DETECT_SIDE = 256
+#: the sample's memory (bytes, float64 frames) at most: fewer frames of large ones
+STATIC_SAMPLE_BYTES = 512 * 2 ** 20
+#: a pattern matters where its band-pass energy (less its noise) is this share of the scene's
+STATIC_SHARE = 0.05
+#: frames "locked" at zero shift: this share of them within this radius (px) of it
+LOCK_SHARE = 1 / 3
+LOCK_RADIUS = 0.25
+#: a start of the refit whose frames' median confidence (peak over second peak) is below this
+#: shows no scene that moves, only noise: it is not taken
+MIN_CONFIDENCE = 1.2
+#: measure-and-refit rounds per start, alternation steps per fit
+STATIC_ROUNDS = 2
+FIT_STEPS = 3
+#: the pattern is fitted where at least this share of the frames see the scene
+MIN_SEEN = 0.25
+#: the regularization of frequencies the drift does not resolve, its largest gain, the taper
+#: (px) of the frames' edges on the canvas, and the band-pass (DoG sigmas, px) of the share
+EPSILON = 0.02
+MAX_GAIN = 20.0
+TAPER = 4
+SHARE_BAND = (1.0, 4.0)
+#: the prefilter of the passes that measure frames with the pattern removed: what the drift
+#: left of it (the slow part) is static too
+STATIC_PREFILTER = "dog:1,4"
+
+
+def static_possible(opts) -> str | None:
+    """Why ``static`` cannot act on a run with ``opts`` (a short phrase), or ``None``: the
+    pattern is removed from the frames the rigid passes read, against a reference made of
+    them."""
+    from ._references import mean_count, reference_index, refined_passes
+
+    ref = opts.reference
+    internal = reference_index(ref) is not None or (
+        isinstance(ref, str) and (ref in ("first", "previous") or refined_passes(ref) is not None
+                                  or mean_count(ref, 1) is not None))
+    for bad, what in ((opts.patches is not None, "patches (measured on the frames as read)"),
+                      (opts.mask is not None, "a mask"),
+                      (opts.model != "translation", f"model {opts.model}"),
+                      (not internal, "a reference image of its own (it holds no pattern)")):
+        if bad:
+            return what
+    return None
+
+
+def _taper(shape, r, xp):
+    """A window of ``shape``: 1 inside, a raised cosine over ``r`` px at every edge."""
+    def one(n):
+        t = np.ones(n)
+        k = min(r, n // 2)
+        ramp = 0.5 - 0.5 * np.cos(np.pi * (np.arange(k) + 0.5) / max(k, 1))
+        t[:k], t[n - k:] = ramp, ramp[::-1]
+        return t
+    return xp.asarray(one(shape[0])[:, None] * one(shape[1])[None, :])
+
+
+class _Canvas:
+    """Fourier shifts of images padded to a canvas ``margin`` px larger on every side."""
+
+    def __init__(self, frame_shape, margin, xp):
+        self.xp, self.m = xp, margin
+        self.h, self.w = frame_shape
+        self.shape = (self.h + 2 * margin, self.w + 2 * margin)
+        self.ky = xp.asarray(np.fft.fftfreq(self.shape[0])[:, None])
+        self.kx = xp.asarray(np.fft.rfftfreq(self.shape[1])[None, :])
+
+    def pad(self, img):
+        out = self.xp.zeros(self.shape, self.xp.float64)
+        out[self.m:self.m + self.h, self.m:self.m + self.w] = img
+        return out
+
+    def crop(self, img):
+        return img[self.m:self.m + self.h, self.m:self.m + self.w]
+
+    def spectrum(self, img):
+        return self.xp.fft.rfft2(img)
+
+    def moved(self, spectrum, d):
+        """The image of ``spectrum`` with its content moved by ``d`` (dy, dx) px."""
+        xp = self.xp  # (the ramp is separable: two 1-D exponentials)
+        ramp = xp.exp(-2j * math.pi * self.ky * float(d[0])) \
+            * xp.exp(-2j * math.pi * self.kx * float(d[1]))
+        return xp.fft.irfft2(spectrum * ramp, s=self.shape)
+
+
+def _phi2(shape, shifts, xp, mirror=True):
+    """``|phi(k)|^2`` on the (mirrored) frame grid: ``phi`` the mean of the shifts' phase
+    ramps, 1 where the shifts move nothing at that frequency, near 0 where they spread it."""
+    h, w = (2 * shape[0], 2 * shape[1]) if mirror else shape
+    ky = xp.asarray(np.fft.fftfreq(h)[:, None])
+    kx = xp.asarray(np.fft.rfftfreq(w)[None, :])
+    phi = xp.zeros((h, w // 2 + 1), xp.complex128)
+    for dy, dx in shifts:
+        phi += xp.exp(-2j * math.pi * ky * float(dy)) * xp.exp(-2j * math.pi * kx * float(dx))
+    phi /= len(shifts)
+    return (phi * phi.conj()).real
+
+
+def _band(shape, xp):
+    """The DoG band-pass :data:`SHARE_BAND` as a Fourier multiplier on the rfft grid."""
+    ky = np.fft.fftfreq(shape[0])[:, None]
+    kx = np.fft.rfftfreq(shape[1])[None, :]
+    k2 = (2 * np.pi) ** 2 * (ky ** 2 + kx ** 2)
+    s1, s2 = SHARE_BAND
+    return xp.asarray(np.exp(-k2 * s1 ** 2 / 2) - np.exp(-k2 * s2 ** 2 / 2))
+
+
+def fit_static(frames, shifts, xp, steps=FIT_STEPS):
+    """The pattern fixed on the sensor of ``frames`` at ``shifts``, and the fit's figures.
+
+    Parameters
+    ----------
+    frames : (K, H, W) array on ``xp``'s device
+        The frames (any real type; computed in float64).
+    shifts : (K, 2) array-like
+        Each frame's shift ``(dy, dx)`` that aligns it with frame 0 (xcorr's convention).
+    xp : module
+        NumPy or CuPy.
+    steps : int
+        Alternation steps.
+
+    Returns
+    -------
+    pattern : (H, W) float64 on ``xp``'s device
+        ``P`` of the model (see the module's docstring), its mean that of the frames' offset.
+    info : dict
+        ``residual`` (RMS of the frames less the model where the scene is seen by at least
+        half of them), ``covered`` (the share of those pixels), ``share`` (the pattern's
+        band-pass energy, less that of its noise, over the scene's) and ``brightness`` (K,).
+    """
+    f = xp.asarray(frames, xp.float64)
+    d = np.asarray(shifts, np.float64)
+    k, h, w = f.shape
+    margin = int(math.ceil(float(np.abs(d).max(initial=0.0)))) + TAPER + 2
+    cv = _Canvas((h, w), margin, xp)
+    taper = _taper((h, w), TAPER, xp)
+    weight = cv.spectrum(cv.pad(taper))
+    a2 = _phi2((h, w), d, xp)
+    reg = EPSILON * a2
+    gain = xp.minimum(1.0 / (1.0 - a2 + reg), MAX_GAIN)
+    p0 = float(xp.median(f))
+    pattern = xp.full((h, w), p0)
+    a, c = np.ones(k), np.zeros(k)
+
+    def scene(pattern, a, c):
+        base = float(xp.mean(f - pattern))
+        num = xp.zeros(cv.shape)
+        den = xp.zeros(cv.shape)
+        for t in range(k):
+            x = cv.pad((f[t] - pattern - base - c[t]) * taper)
+            num += a[t] * cv.moved(cv.spectrum(x), d[t])
+            den += a[t] ** 2 * cv.moved(weight, d[t])
+        seen = den >= 0.5 * float(np.max(a ** 2))
+        return xp.where(seen, num / xp.where(seen, den, 1.0), 0.0), seen, den, base
+
+    def mirrored(img):
+        return xp.pad(img, ((0, h), (0, w)), mode="symmetric")
+
+    for step in range(steps + 1):
+        s, seen, den, base = scene(pattern, a, c)
+        sf, seen_f = cv.spectrum(s), cv.spectrum(seen.astype(xp.float64))
+        total, count = xp.zeros((h, w)), xp.zeros((h, w))
+        last = step == steps
+        if last:
+            den_f = cv.spectrum(den)
+            sq, good_n = 0.0, 0
+        for t in range(k):
+            u = cv.crop(cv.moved(sf, -d[t]))
+            v = cv.crop(cv.moved(seen_f, -d[t])) > 0.99
+            y = f[t] - pattern - base
+            if step >= 1 and not last:  # the frame's brightness and offset, by least squares
+                n = float(v.sum())
+                if n > 2:
+                    um, ym = float(xp.sum(u * v)) / n, float(xp.sum(y * v)) / n
+                    var = float(xp.sum(((u - um) * v) ** 2))
+                    if var > 0:
+                        a[t] = float(xp.sum((u - um) * (y - ym) * v)) / var
+                        c[t] = ym - a[t] * um
+            r = xp.where(v, y - c[t] - a[t] * u, 0.0)
+            if last:
+                good = v & (cv.crop(cv.moved(den_f, -d[t])) >= 0.5 * k * float(np.mean(a ** 2)))
+                sq += float(xp.sum(xp.where(good, r, 0.0) ** 2))
+                good_n += int(good.sum())
+            total += r
+            count += v
+        if last:
+            break
+        if step >= 1:
+            a = np.where(np.isfinite(a) & (a > 0), a, 1.0)
+            a, c = a / math.sqrt(float(np.mean(a ** 2))), c - c.mean()
+        enough = count >= max(2.0, MIN_SEEN * k)  # (a few frames' mean: an edge of noise)
+        update = xp.fft.rfft2(mirrored(xp.where(enough, total / xp.maximum(count, 1), 0.0))) \
+            - reg * xp.fft.rfft2(mirrored(pattern - p0))
+        pattern = pattern + xp.fft.irfft2(update * gain, s=(2 * h, 2 * w))[:h, :w]
+    noise = _noise_variance(f, xp)
+    # where the scene is not seen, only what stands out of the temporal median (hot pixels):
+    # the median itself would leave a flat strip, an edge that does not move
+    enough = count >= max(2.0, MIN_SEEN * k)
+    pattern = pattern + xp.where(enough, 0.0, _outliers(xp.median(f, axis=0), noise, xp))
+    residual = math.sqrt(sq / max(good_n, 1))
+    return pattern, {"residual": residual, "covered": good_n / f.size,
+                     "share": _share(pattern, cv.crop(s), a2, gain, noise / k, xp),
+                     "brightness": a}
+
+
+def _outliers(img, noise, xp):
+    """``img`` less the median of its 3x3 neighbourhood where they differ by more than 5
+    noise sigmas (``noise``: a variance), else 0."""
+    h, w = img.shape
+    p = xp.pad(img, 1, mode="edge")
+    local = xp.median(xp.stack([p[i:i + h, j:j + w] for i in range(3) for j in range(3)]),
+                      axis=0)
+    out = img - local
+    return xp.where(xp.abs(out) > 5 * math.sqrt(noise), out, 0.0)
+
+
+def _noise_variance(frames, xp):
+    """The frames' mean noise variance per pixel, from their finest diagonal detail (Haar:
+    ``(a - b - c + d) / 2`` of each 2x2 block, which column and row offsets and smooth
+    structure leave out), its squares clipped at 20 times their median (edges, hot pixels)."""
+    f = frames[:, :frames.shape[1] // 2 * 2, :frames.shape[2] // 2 * 2]
+    hh = (f[:, 0::2, 0::2] - f[:, 1::2, 0::2] - f[:, 0::2, 1::2] + f[:, 1::2, 1::2]) / 2
+    sq = hh * hh
+    return float(xp.mean(xp.minimum(sq, 20 * xp.median(sq))))
+
+
+def _share(pattern, scene, a2, gain, noise, xp):
+    """The pattern's band-pass energy less what ``noise`` (the variance of its pixels' noise
+    before the fit's gain) puts there, over the scene's, inside the frame."""
+    h, w = pattern.shape
+    band = _band((h, w), xp)
+    by, bx = min(4 * TAPER, h // 4), min(4 * TAPER, w // 4)  # (the filter's wrap-around)
+    inner = (slice(by, h - by), slice(bx, w - bx))
+
+    def energy(img):
+        out = xp.fft.irfft2(xp.fft.rfft2(img - xp.mean(img)) * band, s=(h, w))
+        return float(xp.mean(out[inner] ** 2))
+
+    big = _band((2 * h, 2 * w), xp)
+    spread = (1.0 - a2) * gain ** 2  # the noise's gain through the fit, on the mirrored grid
+    # (the rfft grid counts the columns it leaves out twice, but for 0 and the Nyquist one)
+    dup = xp.ones(big.shape[1])
+    dup[1:w] = 2.0
+    ratio = float(xp.sum(big ** 2 * xp.minimum(spread, MAX_GAIN ** 2) * dup)) / (4 * h * w)
+    return (energy(pattern) - ratio * noise) / max(energy(scene), 1e-300)
+
+
+def _measure(frames, opts, xp, prefilter):
+    """``(shifts, confidence, bad)`` of ``frames`` (K, H, W) measured against the first of
+    them in one pass with the run's options (linear, no Lucas-Kanade) and ``prefilter``: the
+    shifts, their median confidence, and the frames with no distinct peak in the search."""
+    from ...io import ArraySource
+    from ._measure import measure_frames, prepared_reference
+
+    run = opts._decided(prefilter=prefilter, reference="first", boundary="linear",
+                        lucas_kanade="off", upsample=None if opts.subpixel != "upsample"
+                        else opts.upsample).measuring()
+    src = ArraySource(frames.astype(xp.float32))
+    ref = prepared_reference(run, src, xp, len(frames))
+    table, _ = measure_frames(run, src, xp, len(frames), ref)
+    shifts = table[:, COLUMN["dy"]:COLUMN["dx"] + 1].astype(np.float64)
+    conf = table[:, COLUMN["confidence"]]
+    # (a peak on the border of the search, or none: no shift to fit the model with)
+    bad = (table[:, COLUMN["border"]] > 0) | ~np.isfinite(shifts).all(axis=1)
+    return shifts, float(np.median(conf[1:])) if len(conf) > 1 else 0.0, bad
+
+
+def _middle(frames):
+    """``frames`` (K, H, W) cut to their middle :data:`DETECT_SIDE` px (a view), where larger:
+    what finds the pattern and measures the shifts (the fit's cost grows with the area)."""
+    h, w = frames.shape[1:]
+    y0, x0 = max(0, (h - DETECT_SIDE) // 2), max(0, (w - DETECT_SIDE) // 2)
+    return frames[:, y0:y0 + DETECT_SIDE, x0:x0 + DETECT_SIDE]
+
+
+def _locked(shifts) -> bool:
+    d = np.asarray(shifts)[1:]
+    return bool(np.mean(np.hypot(d[:, 0], d[:, 1]) < LOCK_RADIUS) >= LOCK_SHARE)
+
+
+def _removed(frames, pattern, xp):
+    return frames - (pattern - xp.mean(pattern))
+
+
+def _read_sample(src, xp, whole=False, index=None):
+    """``(frames, index)``: the sample's frames (K, h, w) float64 on ``xp``'s device, cut to
+    their middle (:func:`_middle`; ``whole``: as they are), the unusable (NaN, Inf, constant)
+    left out, and the indices of those read (``index``: these frames)."""
+    if index is None:
+        frame_bytes = 8 * src.frame_shape[0] * src.frame_shape[1]
+        count = max(MIN_AUTO_FRAMES, min(STATIC_SAMPLES, STATIC_SAMPLE_BYTES // frame_bytes))
+        index = spread_frames(src.n_frames, count)
+    out, kept = [], []
+    for i in index:
+        f = xp.asarray(src.read(i, i + 1)[0])
+        f = (f if whole else _middle(f[None])[0]).astype(xp.float64)
+        if bool(xp.isfinite(f).all()) and float(f.max()) > float(f.min()):
+            out.append(f)
+            kept.append(i)
+    return (xp.stack(out) if out else None), kept
+
+
+def decide_static(spec, src, opts, xp):
+    """``(pattern, note, settings)`` of ``static=spec`` for the open source ``src``: the
+    pattern to remove from every frame read (``(H, W)`` zero-mean float64 on ``xp``'s device)
+    or ``None``, the note of what was decided (``None`` where nothing was found), and the
+    figures for :attr:`AlignResult.settings` ``["static"]``.
+
+    ``opts``: the run's options, ``prefilter`` decided (the sample's first measure reads
+    with it)."""
+    settings = {"mode": spec, "removed": False}
+    if spec == "off":
+        return None, None, settings
+    why_not = static_possible(opts)
+    if why_not is not None:
+        settings["not_checked"] = why_not
+        return None, None, settings
+    least = MIN_AUTO_FRAMES if spec == "auto" else MIN_STATIC_FRAMES
+    frames, index = (None, []) if src.n_frames < least else _read_sample(src, xp)
+    if frames is None or len(frames) < least:
+        settings["not_checked"] = f"fewer than {least} frames that can be measured"
+        return None, (f"static on: fewer than {least} frames that can be measured: too few to "
+                      "tell a pattern fixed on the sensor from the scene; the frames are "
+                      "measured as they are" if spec == "on" else None), settings
+    scale = stack_exponent(frames[0])  # (float64 frames beyond float32's range)
+    frames = scaled_by(frames, scale, xp)
+    change = brightness_change([float(xp.mean(f)) for f in frames])
+    if spec == "auto" and change > AUTO_BRIGHTNESS_CHANGE:
+        # (a background that is not bleached and a scene that is: the model cannot tell
+        # them apart; the band-pass that prefilter auto chose there removes the background)
+        settings["not_checked"] = f"the brightness changes by {100 * change:.0f}%"
+        return None, None, settings
+    # (found, and its shifts measured, on the frames' middle; the whole frames fitted last)
+    shifts, conf, bad = _measure(frames, opts, xp, opts.prefilter)
+    if bad.any():  # (those frames' shifts would fit the model wrong: left out)
+        keep = np.flatnonzero(~bad)
+        if len(keep) < least or keep[0] != 0:
+            settings["not_checked"] = "the frames' peaks lie on the border of the search"
+            return None, None, settings
+        frames, shifts, index = frames[xp.asarray(keep)], shifts[keep], [index[k] for k in keep]
+    pattern, info = fit_static(frames, shifts, xp)
+    locked = _locked(shifts)
+    settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked)
+    if spec == "auto" and not locked and info["share"] < STATIC_SHARE:
+        return None, None, settings
+    starts = [] if locked else [(shifts, conf)]
+    starts.append(_measure(_removed(frames, xp.median(frames, axis=0), xp), opts, xp,
+                           STATIC_PREFILTER)[:2])
+    best = None
+    for d, c in starts:
+        if c < MIN_CONFIDENCE or _locked(d):
+            continue
+        for _ in range(STATIC_ROUNDS):
+            p, _ = fit_static(frames, d, xp)
+            d, c, bad = _measure(_removed(frames, p, xp), opts, xp, STATIC_PREFILTER)
+        p, fit = fit_static(frames, d, xp)
+        better = best is None or fit["residual"] < best[1]["residual"]
+        if not bad.any() and fit["covered"] > 0.25 and better:
+            best = (d, fit)
+    if best is None and spec == "auto":
+        settings["unresolved"] = True
+        return None, (f"static auto: a pattern fixed on the sensor is suspected (static share "
+                      f"{info['share']:.2f}{', frames locked at zero shift' if locked else ''})"
+                      " but the scene's motion could not be told from it: the frames are "
+                      "measured as they are, every one flagged low_confidence"), settings
+    d, fit = best if best is not None else (shifts, info)
+    if tuple(frames.shape[1:]) != tuple(src.frame_shape):
+        frames = scaled_by(_read_sample(src, xp, whole=True, index=index)[0], scale, xp)
+    pattern, _ = fit_static(frames, d, xp)
+    settings.update(removed=True, share_after=round(fit["share"], 4))
+    note = (f"static {spec}: a pattern fixed on the sensor removed before measuring (its "
+            f"band-pass energy {info['share']:.2f} of the scene's"
+            f"{'; frames locked at zero shift' if locked else ''}; estimated from "
+            f"{len(frames)} frames)")
+    return scaled_by(pattern - xp.mean(pattern), -scale, xp), note, settings
+
+
+def remove_static(opts, src, executor, why):
+    """The run's step ``static`` (after ``prefilter="auto"`` and the device are decided):
+    ``(opts, src, settings, note, why)``, the source every later read takes (the pattern
+    removed: :meth:`Executor.correct_static`, the aligned output excepted), the options with
+    ``prefilter="auto"`` now :data:`STATIC_PREFILTER` where a pattern was removed, and ``why``
+    of that prefilter (``why``: :func:`~xcorr_app.alignment._options.resolve_auto`'s, None where
+    the prefilter was given).  Runs shared out (GPUs, Dask) are not checked with ``auto``."""
+    if executor.name != "process":
+        return opts, src, {"mode": opts.static, "removed": False,
+                           **({} if opts.static == "off" else {"not_checked": "runs shared "
+                                                                               "out"})}, None, why
+    pattern, note, settings = decide_static(opts.static, src, opts, executor.xp)
+    if pattern is None:
+        return opts, src, settings, note, why
+    src = executor.correct_static(src, pattern)
+    if why is not None:
+        opts = opts._decided(prefilter=STATIC_PREFILTER)
+        why = (f"prefilter auto: {STATIC_PREFILTER} (band-pass: what the drift could not tell "
+               "of the pattern fixed on the sensor from the scene is static too)")
+    return opts, src, settings, note, why
+
+
+class StaticSource:
+    """A frame source whose frames are ``src``'s less ``pattern`` (float32; float64 frames
+    stay float64), as the measuring passes, their templates and the quality report read them;
+    the aligned output reads the frames as they are.  Read through :meth:`read` (no stack kept
+    on a device, no file pages read directly).
+
+    >>> from xcorr_app.io import ArraySource
+    >>> src = StaticSource(ArraySource(np.ones((2, 2, 3), np.uint16)), np.eye(2, 3))
+    >>> src.read(0, 1)[0].tolist(), src.dtype
+    ([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]], dtype('float32'))
+    """
+
+    stack = None  # (the chunks are read through read(): corrected)
+    stash = None
+    stored = None
+
+    def __init__(self, src, pattern):
+        self.src = src
+        self.dtype = np.dtype(np.float64 if src.dtype == np.float64 else np.float32)
+        self.pattern = np.asarray(backend.to_numpy(pattern), self.dtype)
+        self._on_device = {}
+        self.n_frames, self.frame_shape = src.n_frames, src.frame_shape
+        self.notes, self.paths = src.notes, src.paths
+
+    def _pattern_for(self, frames):
+        xp = backend.array_module_of(frames)
+        if xp is np:
+            return self.pattern
+        key = id(xp)
+        if key not in self._on_device:
+            self._on_device[key] = xp.asarray(self.pattern)
+        return self._on_device[key]
+
+    def source_name(self, i):
+        return self.src.source_name(i)
+
+    def source_names(self):
+        return source_names_of(self.src)
+
+    def read(self, start, stop, out=None):
+        frames = self.src.read(start, stop)
+        xp = backend.array_module_of(frames)
+        fixed = frames.astype(self.dtype, copy=True) if xp is np else \
+            frames.astype(self.dtype)
+        fixed -= self._pattern_for(fixed)
+        if out is None:
+            return fixed
+        out[...] = backend.to_numpy(fixed) if isinstance(out, np.ndarray) else fixed
+        return out
+
+    def close(self):
+        self.src.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getattr__(self, name):  # the source's other attributes (channel, first_frame, ...)
+        if name in ("src", "_on_device", "pattern"):
+            raise AttributeError(name)
+        return getattr(self.src, name)
+
+
+def static_source(src, pattern):
+    """``src`` read less ``pattern`` (:class:`StaticSource`), or ``src`` itself for ``None``."""
+    return src if pattern is None else StaticSource(src, pattern)
+
+
+def parse_static(value) -> str:
+    """``static`` checked: one of :data:`STATIC` (an :class:`~xcorr_app.errors.InputError`
+    otherwise)."""
+    from ...errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, str) or value not in STATIC:
+        shown = value if isinstance(value, (str, numbers.Number)) else type(value).__name__
+        raise InputError(f"unknown static {shown!r}; use one of {', '.join(STATIC)}")
+    return value
