@@ -178,7 +178,8 @@ def _phi2(shape, shifts, xp, mirror=True):
     phi = xp.zeros((h, w // 2 + 1), xp.complex128)
     for dy, dx in shifts:
         phi += xp.exp(-2j * math.pi * ky * float(dy)) * xp.exp(-2j * math.pi * kx * float(dx))
-    phi /= len(shifts)
+    # (xp.divide, not ``/=``: CuPy hands that to NumPy's ufunc protocol, which imports cupyx)
+    xp.divide(phi, len(shifts), out=phi)
     return (phi * phi.conj()).real
 
 

@@ -347,9 +347,9 @@ def centred(volume):
     centres it."""
     xp = array_module_of(volume)
     v = xp.asarray(volume, dtype=xp.float32)
-    # (a Python float keeps float32; a NumPy scalar beside a CuPy array goes through NumPy's
-    # ufunc protocol, whose first use imports cupyx)
-    return v - float(v.sum(dtype=xp.float64)) / v.size
+    # (xp.subtract: CuPy hands ``array - number`` to NumPy's ufunc protocol, whose first use
+    # imports cupyx)
+    return xp.subtract(v, float(v.sum(dtype=xp.float64)) / v.size, dtype=xp.float32)
 
 
 def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
