@@ -132,6 +132,8 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
         chunk = np.asarray(volumes[a:a + VOLUMES_PER_STEP])
         both = np.concatenate([ref[None].astype(np.result_type(ref, chunk)), chunk])
         parts.append(align_volumes(both, options=first))
+        if first.boundary == "auto":  # (the later steps as the first decided: one call's way)
+            first = dataclasses.replace(first, boundary=parts[0].boundary)
         watch(len(chunk))
     got = {k: np.concatenate([getattr(p, k)[1:] for p in parts])
            for k in ("shifts", "peak", "confidence", "at_bound", "verified")}

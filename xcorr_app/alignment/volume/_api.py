@@ -431,7 +431,8 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     if not (verified | constant).all():
         notes.append(f"{int((~verified & ~constant).sum())} volume(s) whose FFT peak the direct "
                      "sum does not confirm")
-    result = VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev)
+    result = VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev,
+                          boundary="circular" if wraps or not linear else "linear")
     if options.patches is not None:
         result.set_field(*_patch_pass(source, options, shifts, ref[0], xp))
     return result

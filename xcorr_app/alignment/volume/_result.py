@@ -61,6 +61,9 @@ class VolumeResult:
     patches : dict or None
         The grid: ``grid``, ``size``, ``overlap`` (voxels per axis), ``max_deviation`` and
         ``centres``, as ``shifts.json`` records it.
+    boundary : str
+        How the run treated the volumes' faces: ``"linear"`` (cropped) or ``"circular"``
+        (wrap-around), what ``boundary="auto"`` decided.
     """
 
     shifts: np.ndarray
@@ -76,6 +79,7 @@ class VolumeResult:
     patch_peak: np.ndarray = None
     patch_low: np.ndarray = None
     patches: dict = None
+    boundary: str = "linear"
 
     def set_field(self, grid, motion_field, peak, low, chunk=None) -> None:
         """Keep what a patch pass measured (:mod:`._piecewise`), with a note on the grid (and
