@@ -104,13 +104,20 @@ def fit_rigid_body(values, u, usable, xp, tensors=None):
     w = xp.asarray(usable).astype(xp.float64)
     y = xp.where(w[..., None] > 0, xp.asarray(values, xp.float64) - u[None], 0.0)
     eye = xp.eye(4)
+    flat_b, flat_a = b.reshape(p, 16), a.reshape(2 * p, 4).T
+    # (each axis of 2 written out and the sums over patches as matrix products: NumPy's
+    # einsum of three operands, and its reductions over short last axes, took most of the fit)
+    y0, y1 = y[..., 0], y[..., 1]
+    cy = c[None, :, :, 0] * y0[..., None] + c[None, :, :, 1] * y1[..., None]  # (N, P, 4)
+    j00, j01, j11 = j[:, 0, 0], j[:, 0, 1] + j[:, 1, 0], j[:, 1, 1]
     for k in range(3):
         count = (w > 0).sum(1)
         ok = count >= MIN_PATCHES
-        m = xp.where(ok[:, None, None], xp.einsum("np,pij->nij", w, b), eye)
-        x = xp.linalg.solve(m, xp.einsum("np,pil,npl->ni", w, c, y)[..., None])[..., 0]
-        r = y - xp.einsum("pki,ni->npk", a, x)
-        q = xp.einsum("npk,pkl,npl->np", r, j, r)  # (the weighted square of each residual)
+        m = xp.where(ok[:, None, None], (w @ flat_b).reshape(-1, 4, 4), eye)
+        x = xp.linalg.solve(m, (w[:, None, :] @ cy).transpose(0, 2, 1))[:, :, 0]
+        fit = (x @ flat_a).reshape(-1, p, 2)
+        r0, r1 = y0 - fit[..., 0], y1 - fit[..., 1]
+        q = j00 * r0 * r0 + j01 * r0 * r1 + j11 * r1 * r1  # (each residual's weighted square)
         if k == 2:
             break
         dist = xp.sqrt(xp.maximum(q, 0.0))

@@ -20,8 +20,9 @@ its start (a regularization weighted by ``|phi|^2``): what a scene that did not 
 stays the scene's.
 
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
-their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame), fits the
-model with those shifts, and judges whether a pattern is there and matters: its band-pass
+their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame),
+estimates the pattern's share in one step (:func:`quick_share`: ``auto`` stops there below
+:data:`QUICK_SHARE` unless frames lock at zero), fits the model with those shifts, and judges whether a pattern is there and matters: its band-pass
 energy (the band registration reads, less what noise puts there) against the scene's
 (:data:`STATIC_SHARE`), or frames locked at zero shift (:data:`LOCK_SHARE` of them within
 :data:`LOCK_RADIUS` px).  Then the shifts are measured again with the pattern removed, from the
@@ -71,7 +72,7 @@ from ._columns import COLUMN
 from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
                           spread_frames, stack_exponent)
 
-__all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "StaticSource",
+__all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "quick_share", "StaticSource",
            "static_source", "static_possible", "parse_static", "remove_static"]
 
 #: ``static``: find and remove a pattern fixed on the sensor (``auto``), always (``on``), never
@@ -88,6 +89,12 @@ DETECT_SIDE = 256
 STATIC_SAMPLE_BYTES = 512 * 2 ** 20
 #: a pattern matters where its band-pass energy (less its noise) is this share of the scene's
 STATIC_SHARE = 0.05
+#: ``auto`` fits the pattern only where :func:`quick_share` reaches this (half of
+#: :data:`STATIC_SHARE`: on the accuracy bench's stacks the one-step share is within a few
+#: per cent of the fit's but where frames lock at zero shift, which is checked apart; its
+#: lowest on a stack the fit removes a pattern from is 0.040, its highest on the realistic
+#: kinds 0.015)
+QUICK_SHARE = STATIC_SHARE / 2
 #: frames "locked" at zero shift: this share of them within this radius (px) of it
 LOCK_SHARE = 1 / 3
 LOCK_RADIUS = 0.25
@@ -104,6 +111,8 @@ MIN_SEEN = 0.25
 EPSILON = 0.02
 MAX_GAIN = 20.0
 TAPER = 4
+#: frames x canvas pixels a batch of the fit transforms at once (a few complex arrays of it)
+FIT_BATCH_ELEMENTS = 2 ** 23
 SHARE_BAND = (1.0, 4.0)
 #: the prefilter of the passes that measure frames with the pattern removed: what the drift
 #: left of it (the slow part) is static too
@@ -141,46 +150,78 @@ def _taper(shape, r, xp):
 
 
 class _Canvas:
-    """Fourier shifts of images padded to a canvas ``margin`` px larger on every side."""
+    """Fourier shifts of frames padded to a canvas ``margin`` px larger on every side, a batch
+    of them at once.  The phase ramps are made on the host from their separable factors (a
+    few numbers a frame) and the operators with numbers are CuPy's ufuncs: ``array * number``
+    goes through NumPy's ufunc protocol, whose first use imports cupyx (0.35 s of a one-shot
+    run)."""
 
     def __init__(self, frame_shape, margin, xp):
         self.xp, self.m = xp, margin
         self.h, self.w = frame_shape
         self.shape = (self.h + 2 * margin, self.w + 2 * margin)
-        self.ky = xp.asarray(np.fft.fftfreq(self.shape[0])[:, None])
-        self.kx = xp.asarray(np.fft.rfftfreq(self.shape[1])[None, :])
+        self.ky = np.fft.fftfreq(self.shape[0])
+        self.kx = np.fft.rfftfreq(self.shape[1])
+        #: frames a batch holds (a few complex canvases of that many frames at once)
+        self.batch = max(1, FIT_BATCH_ELEMENTS // (self.shape[0] * self.shape[1]))
 
-    def pad(self, img):
-        out = self.xp.zeros(self.shape, self.xp.float64)
-        out[self.m:self.m + self.h, self.m:self.m + self.w] = img
+    def batches(self, k):
+        return [slice(i, min(i + self.batch, k)) for i in range(0, k, self.batch)]
+
+    def pad(self, imgs):
+        out = self.xp.zeros((len(imgs),) + self.shape, self.xp.float64)
+        out[:, self.m:self.m + self.h, self.m:self.m + self.w] = imgs
         return out
 
-    def crop(self, img):
-        return img[self.m:self.m + self.h, self.m:self.m + self.w]
+    def crop(self, imgs):
+        return imgs[..., self.m:self.m + self.h, self.m:self.m + self.w]
 
-    def spectrum(self, img):
-        return self.xp.fft.rfft2(img)
+    def spectrum(self, imgs):
+        return self.xp.fft.rfft2(imgs)
 
-    def moved(self, spectrum, d):
-        """The image of ``spectrum`` with its content moved by ``d`` (dy, dx) px."""
-        xp = self.xp  # (the ramp is separable: two 1-D exponentials)
-        ramp = xp.exp(-2j * math.pi * self.ky * float(d[0])) \
-            * xp.exp(-2j * math.pi * self.kx * float(d[1]))
-        return xp.fft.irfft2(spectrum * ramp, s=self.shape)
+    def _factors(self, d, weights=None):
+        ey = np.exp(np.outer(d[:, 0], -2j * math.pi * self.ky))
+        ex = np.exp(np.outer(d[:, 1], -2j * math.pi * self.kx))
+        return ey if weights is None else ey * np.asarray(weights)[:, None], ex
+
+    def moved(self, spectra, d):
+        """The images (K, H, W) of ``spectra`` ((K or 1, H, W // 2 + 1)) with their content
+        moved by ``d`` ((K, 2): dy, dx px)."""
+        ey, ex = (self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64)))
+        return self.xp.fft.irfft2(spectra * ey[:, :, None] * ex[:, None, :], s=self.shape)
+
+    def summed(self, spectra, d, weights):
+        """The spectrum of ``sum_t weights_t * moved(spectra_t, d_t)`` (linear: the sum of the
+        frames' spectra, one transform back instead of one a frame)."""
+        ey, ex = (self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64), weights))
+        return (spectra * ey[:, :, None] * ex[:, None, :]).sum(axis=0)
+
+    def ramp_sum(self, d, weights):
+        """``sum_t weights_t * ramp(d_t)`` on the canvas's rfft grid: a product of the ramps'
+        separable factors, ``(H, K) @ (K, W // 2 + 1)``."""
+        ey, ex = self._factors(np.asarray(d, np.float64), weights)
+        return self.xp.asarray(np.ascontiguousarray(ey.T)) @ self.xp.asarray(ex)
 
 
 def _phi2(shape, shifts, xp, mirror=True):
     """``|phi(k)|^2`` on the (mirrored) frame grid: ``phi`` the mean of the shifts' phase
     ramps, 1 where the shifts move nothing at that frequency, near 0 where they spread it."""
     h, w = (2 * shape[0], 2 * shape[1]) if mirror else shape
-    ky = xp.asarray(np.fft.fftfreq(h)[:, None])
-    kx = xp.asarray(np.fft.rfftfreq(w)[None, :])
-    phi = xp.zeros((h, w // 2 + 1), xp.complex128)
-    for dy, dx in shifts:
-        phi += xp.exp(-2j * math.pi * ky * float(dy)) * xp.exp(-2j * math.pi * kx * float(dx))
-    # (xp.divide, not ``/=``: CuPy hands that to NumPy's ufunc protocol, which imports cupyx)
-    xp.divide(phi, len(shifts), out=phi)
+    d = np.asarray(shifts, np.float64)
+    ey = np.exp(np.outer(d[:, 0], -2j * math.pi * np.fft.fftfreq(h))) / len(d)
+    ex = np.exp(np.outer(d[:, 1], -2j * math.pi * np.fft.rfftfreq(w)))
+    phi = xp.asarray(np.ascontiguousarray(ey.T)) @ xp.asarray(ex)
     return (phi * phi.conj()).real
+
+
+def _median(x, xp, axis=None):
+    """``numpy.median(x, axis)`` (no NaN; ``axis`` None or 0), by a sort on CuPy (whose median
+    divides arrays by numbers: NumPy's ufunc protocol, which imports cupyx)."""
+    if xp is np:
+        return np.median(x, axis=axis)
+    s = xp.sort(x.ravel() if axis is None else x, axis=0)
+    n = s.shape[0]
+    return s[n // 2] if n % 2 else xp.multiply(xp.add(s[n // 2 - 1], s[n // 2]), 0.5)
 
 
 def _band(shape, xp):
@@ -190,6 +231,11 @@ def _band(shape, xp):
     k2 = (2 * np.pi) ** 2 * (ky ** 2 + kx ** 2)
     s1, s2 = SHARE_BAND
     return xp.asarray(np.exp(-k2 * s1 ** 2 / 2) - np.exp(-k2 * s2 ** 2 / 2))
+
+
+def _column(values, xp):
+    """Host numbers a frame as a ``(K, 1, 1)`` array on ``xp``'s device."""
+    return xp.asarray(np.asarray(values, np.float64)[:, None, None])
 
 
 def fit_static(frames, shifts, xp, steps=FIT_STEPS):
@@ -220,71 +266,79 @@ def fit_static(frames, shifts, xp, steps=FIT_STEPS):
     k, h, w = f.shape
     margin = int(math.ceil(float(np.abs(d).max(initial=0.0)))) + TAPER + 2
     cv = _Canvas((h, w), margin, xp)
+    batches = cv.batches(k)
     taper = _taper((h, w), TAPER, xp)
-    weight = cv.spectrum(cv.pad(taper))
+    weight = cv.spectrum(cv.pad(taper[None]))[0]
     a2 = _phi2((h, w), d, xp)
-    reg = EPSILON * a2
-    gain = xp.minimum(1.0 / (1.0 - a2 + reg), MAX_GAIN)
-    p0 = float(xp.median(f))
+    reg = xp.multiply(a2, EPSILON)
+    gain = xp.minimum(xp.reciprocal(xp.add(xp.subtract(1.0, a2), reg)), MAX_GAIN)
+    p0 = float(_median(f, xp))
+    f_mean = float(xp.mean(f))
     pattern = xp.full((h, w), p0)
     a, c = np.ones(k), np.zeros(k)
 
     def scene(pattern, a, c):
-        base = float(xp.mean(f - pattern))
-        num = xp.zeros(cv.shape)
-        den = xp.zeros(cv.shape)
-        for t in range(k):
-            x = cv.pad((f[t] - pattern - base - c[t]) * taper)
-            num += a[t] * cv.moved(cv.spectrum(x), d[t])
-            den += a[t] ** 2 * cv.moved(weight, d[t])
-        seen = den >= 0.5 * float(np.max(a ** 2))
+        base = f_mean - float(xp.mean(pattern))
+        num = xp.zeros(cv.shape[:1] + (cv.shape[1] // 2 + 1,), xp.complex128)
+        for b in batches:
+            x = xp.subtract(f[b] - pattern, base) - _column(c[b], xp)
+            num += cv.summed(cv.spectrum(cv.pad(x * taper)), d[b], a[b])
+        num = xp.fft.irfft2(num, s=cv.shape)
+        den = xp.fft.irfft2(weight * cv.ramp_sum(d, a ** 2), s=cv.shape)
+        seen = xp.greater_equal(den, 0.5 * float(np.max(a ** 2)))
         return xp.where(seen, num / xp.where(seen, den, 1.0), 0.0), seen, den, base
 
-    def mirrored(img):
-        return xp.pad(img, ((0, h), (0, w)), mode="symmetric")
+    def mirrored(img):  # (numpy.pad's "symmetric" by a whole side: the image flipped)
+        img = xp.concatenate([img, img[::-1]], axis=0)
+        return xp.concatenate([img, img[:, ::-1]], axis=1)
 
     for step in range(steps + 1):
         s, seen, den, base = scene(pattern, a, c)
-        sf, seen_f = cv.spectrum(s), cv.spectrum(seen.astype(xp.float64))
+        sf, seen_f = cv.spectrum(s[None]), cv.spectrum(seen.astype(xp.float64)[None])
         total, count = xp.zeros((h, w)), xp.zeros((h, w))
         last = step == steps
         if last:
-            den_f = cv.spectrum(den)
-            sq, good_n = 0.0, 0
-        for t in range(k):
-            u = cv.crop(cv.moved(sf, -d[t]))
-            v = cv.crop(cv.moved(seen_f, -d[t])) > 0.99
-            y = f[t] - pattern - base
-            if step >= 1 and not last:  # the frame's brightness and offset, by least squares
-                n = float(v.sum())
-                if n > 2:
-                    um, ym = float(xp.sum(u * v)) / n, float(xp.sum(y * v)) / n
-                    var = float(xp.sum(((u - um) * v) ** 2))
-                    if var > 0:
-                        a[t] = float(xp.sum((u - um) * (y - ym) * v)) / var
-                        c[t] = ym - a[t] * um
-            r = xp.where(v, y - c[t] - a[t] * u, 0.0)
+            den_f = cv.spectrum(den[None])
+            good_least = 0.5 * k * float(np.mean(a ** 2))
+            sq, good_n = xp.zeros(()), xp.zeros((), xp.int64)
+        for b in batches:
+            u = cv.crop(cv.moved(sf, -d[b]))
+            v = xp.greater(cv.crop(cv.moved(seen_f, -d[b])), 0.99)
+            y = xp.subtract(f[b] - pattern, base)
+            if step >= 1 and not last:  # the frames' brightness and offset, by least squares
+                vf = v.astype(xp.float64)
+                uv, yv = u * vf, y * vf
+                sums = xp.stack([x.sum(axis=(1, 2)) for x in (vf, uv, yv, u * uv, u * yv)])
+                n, su, sy, suu, suy = backend.to_numpy(sums)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    um, ym = su / n, sy / n
+                    var, cov = suu - n * um * um, suy - n * um * ym
+                    fit = (n > 2) & (var > 0)
+                    a[b] = np.where(fit, cov / var, a[b])
+                    c[b] = np.where(fit, ym - a[b] * um, c[b])
+            r = xp.where(v, y - _column(c[b], xp) - _column(a[b], xp) * u, 0.0)
             if last:
-                good = v & (cv.crop(cv.moved(den_f, -d[t])) >= 0.5 * k * float(np.mean(a ** 2)))
-                sq += float(xp.sum(xp.where(good, r, 0.0) ** 2))
-                good_n += int(good.sum())
-            total += r
-            count += v
+                good = v & xp.greater_equal(cv.crop(cv.moved(den_f, -d[b])), good_least)
+                sq += xp.square(xp.where(good, r, 0.0)).sum()
+                good_n += good.sum()
+            total += r.sum(axis=0)
+            count += v.sum(axis=0)
         if last:
             break
         if step >= 1:
             a = np.where(np.isfinite(a) & (a > 0), a, 1.0)
             a, c = a / math.sqrt(float(np.mean(a ** 2))), c - c.mean()
-        enough = count >= max(2.0, MIN_SEEN * k)  # (a few frames' mean: an edge of noise)
-        update = xp.fft.rfft2(mirrored(xp.where(enough, total / xp.maximum(count, 1), 0.0))) \
-            - reg * xp.fft.rfft2(mirrored(pattern - p0))
+        enough = xp.greater_equal(count, max(2.0, MIN_SEEN * k))  # (a few frames' mean: noise)
+        update = xp.fft.rfft2(mirrored(xp.where(enough, total / xp.maximum(count, 1.0), 0.0))) \
+            - reg * xp.fft.rfft2(mirrored(xp.subtract(pattern, p0)))
         pattern = pattern + xp.fft.irfft2(update * gain, s=(2 * h, 2 * w))[:h, :w]
     noise = _noise_variance(f, xp)
     # where the scene is not seen, only what stands out of the temporal median (hot pixels):
     # the median itself would leave a flat strip, an edge that does not move
-    enough = count >= max(2.0, MIN_SEEN * k)
-    pattern = pattern + xp.where(enough, 0.0, _outliers(xp.median(f, axis=0), noise, xp))
-    residual = math.sqrt(sq / max(good_n, 1))
+    enough = xp.greater_equal(count, max(2.0, MIN_SEEN * k))
+    pattern = pattern + xp.where(enough, 0.0, _outliers(_median(f, xp, axis=0), noise, xp))
+    good_n = int(good_n)
+    residual = math.sqrt(float(sq) / max(good_n, 1))
     return pattern, {"residual": residual, "covered": good_n / f.size,
                      "share": _share(pattern, cv.crop(s), a2, gain, noise / k, xp),
                      "brightness": a}
@@ -295,10 +349,10 @@ def _outliers(img, noise, xp):
     noise sigmas (``noise``: a variance), else 0."""
     h, w = img.shape
     p = xp.pad(img, 1, mode="edge")
-    local = xp.median(xp.stack([p[i:i + h, j:j + w] for i in range(3) for j in range(3)]),
-                      axis=0)
+    local = _median(xp.stack([p[i:i + h, j:j + w] for i in range(3) for j in range(3)]), xp,
+                    axis=0)
     out = img - local
-    return xp.where(xp.abs(out) > 5 * math.sqrt(noise), out, 0.0)
+    return xp.where(xp.greater(xp.abs(out), 5 * math.sqrt(noise)), out, 0.0)
 
 
 def _noise_variance(frames, xp):
@@ -306,14 +360,16 @@ def _noise_variance(frames, xp):
     ``(a - b - c + d) / 2`` of each 2x2 block, which column and row offsets and smooth
     structure leave out), its squares clipped at 20 times their median (edges, hot pixels)."""
     f = frames[:, :frames.shape[1] // 2 * 2, :frames.shape[2] // 2 * 2]
-    hh = (f[:, 0::2, 0::2] - f[:, 1::2, 0::2] - f[:, 0::2, 1::2] + f[:, 1::2, 1::2]) / 2
+    hh = xp.multiply(f[:, 0::2, 0::2] - f[:, 1::2, 0::2] - f[:, 0::2, 1::2] + f[:, 1::2, 1::2],
+                     0.5)
     sq = hh * hh
-    return float(xp.mean(xp.minimum(sq, 20 * xp.median(sq))))
+    return float(xp.mean(xp.minimum(sq, 20 * float(_median(sq, xp)))))
 
 
-def _share(pattern, scene, a2, gain, noise, xp):
+def _share(pattern, scene, a2, gain, noise, xp, grid=None):
     """The pattern's band-pass energy less what ``noise`` (the variance of its pixels' noise
-    before the fit's gain) puts there, over the scene's, inside the frame."""
+    before the fit's gain) puts there, over the scene's, inside the frame; ``a2`` and
+    ``gain`` on the rfft grid of ``grid`` (default: the mirrored frame, ``2H x 2W``)."""
     h, w = pattern.shape
     band = _band((h, w), xp)
     by, bx = min(4 * TAPER, h // 4), min(4 * TAPER, w // 4)  # (the filter's wrap-around)
@@ -321,15 +377,57 @@ def _share(pattern, scene, a2, gain, noise, xp):
 
     def energy(img):
         out = xp.fft.irfft2(xp.fft.rfft2(img - xp.mean(img)) * band, s=(h, w))
-        return float(xp.mean(out[inner] ** 2))
+        return float(xp.mean(xp.square(out[inner])))
 
-    big = _band((2 * h, 2 * w), xp)
-    spread = (1.0 - a2) * gain ** 2  # the noise's gain through the fit, on the mirrored grid
+    gh, gw = grid or (2 * h, 2 * w)
+    big = _band((gh, gw), xp)
+    # the noise's gain through the fit
+    spread = xp.subtract(1.0, a2) * xp.square(gain)
     # (the rfft grid counts the columns it leaves out twice, but for 0 and the Nyquist one)
-    dup = xp.ones(big.shape[1])
-    dup[1:w] = 2.0
-    ratio = float(xp.sum(big ** 2 * xp.minimum(spread, MAX_GAIN ** 2) * dup)) / (4 * h * w)
+    dup = np.ones(big.shape[1])
+    dup[1:(gw + 1) // 2] = 2.0
+    ratio = float(xp.sum(xp.square(big) * xp.minimum(spread, MAX_GAIN ** 2)
+                         * xp.asarray(dup))) / (gh * gw)
     return (energy(pattern) - ratio * noise) / max(energy(scene), 1e-300)
+
+
+def quick_share(frames, shifts, xp):
+    """The static share of :func:`fit_static`'s ``info`` estimated in one step, for ``auto``
+    to pass over the fit where nothing is there: the pattern and the scene solved per
+    frequency from the frames' mean and their aligned mean on the padded canvas
+    (``M = phi* S + P``, ``A = S + phi P``, the fit's first step without the brightness, the
+    offsets and the edges' weights), one batch of transforms instead of the fit's dozens.
+
+    >>> from scipy import ndimage as ndi
+    >>> rng = np.random.default_rng(0)
+    >>> scene = 10 * ndi.gaussian_filter(rng.normal(size=(80, 80)), 1.5)
+    >>> d = np.trunc(rng.uniform(-6, 6, (12, 2))); d[0] = 0
+    >>> frames = np.stack([scene[8 + int(a):72 + int(a), 8 + int(b):72 + int(b)] for a, b in d])
+    >>> pattern = np.zeros((64, 64)); pattern[::7, ::5] = 8.0
+    >>> quick_share(frames, d, np) < 0.01 < 0.05 < quick_share(frames + pattern, d, np)
+    True
+    """
+    f = xp.asarray(frames, xp.float64)
+    d = np.asarray(shifts, np.float64)
+    k, h, w = f.shape
+    margin = int(math.ceil(float(np.abs(d).max(initial=0.0)))) + TAPER + 2
+    cv = _Canvas((h, w), margin, xp)
+    taper = _taper((h, w), TAPER, xp)
+    base = float(xp.mean(f))
+    mean, aligned = 0, 0
+    for b in cv.batches(k):
+        x = cv.spectrum(cv.pad(xp.subtract(f[b], base) * taper))
+        mean = mean + x.sum(axis=0)
+        aligned = aligned + cv.summed(x, d[b], np.ones(len(x)))
+    phi = cv.ramp_sum(d, np.full(k, 1.0 / k))
+    mean, aligned = xp.multiply(mean, 1.0 / k), xp.multiply(aligned, 1.0 / k)
+    a2 = (phi * phi.conj()).real
+    gain = xp.minimum(xp.reciprocal(xp.add(xp.subtract(1.0, a2), xp.multiply(a2, EPSILON))),
+                      MAX_GAIN)
+    p = (mean - phi.conj() * aligned) * gain
+    pattern = cv.crop(xp.fft.irfft2(p, s=cv.shape)[None])[0]
+    scene = cv.crop(xp.fft.irfft2(aligned - phi * p, s=cv.shape)[None])[0]
+    return _share(pattern, scene, a2, gain, _noise_variance(f, xp) / k, xp, grid=cv.shape)
 
 
 def _measure(frames, opts, xp, prefilter):
@@ -377,14 +475,17 @@ def _read_sample(src, xp, whole=False, index=None):
         frame_bytes = 8 * src.frame_shape[0] * src.frame_shape[1]
         count = max(MIN_AUTO_FRAMES, min(STATIC_SAMPLES, STATIC_SAMPLE_BYTES // frame_bytes))
         index = spread_frames(src.n_frames, count)
-    out, kept = [], []
-    for i in index:
-        f = xp.asarray(src.read(i, i + 1)[0])
-        f = (f if whole else _middle(f[None])[0]).astype(xp.float64)
-        if bool(xp.isfinite(f).all()) and float(f.max()) > float(f.min()):
-            out.append(f)
-            kept.append(i)
-    return (xp.stack(out) if out else None), kept
+    frames = xp.stack([(lambda f: f if whole else _middle(f[None])[0])(
+        xp.asarray(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
+    # (one reduction a figure for the whole sample: a host wait a frame would cost more)
+    flat = frames.reshape(len(index), -1)
+    finite, top, low = (backend.to_numpy(x) for x in (
+        xp.isfinite(flat).all(axis=1), flat.max(axis=1), flat.min(axis=1)))
+    keep = np.flatnonzero(finite & (top > low))
+    if not keep.size:
+        return None, []
+    frames = frames if keep.size == len(index) else frames[xp.asarray(keep)]
+    return frames, [index[k] for k in keep]
 
 
 def decide_static(spec, src, opts, xp):
@@ -411,7 +512,7 @@ def decide_static(spec, src, opts, xp):
                       "measured as they are" if spec == "on" else None), settings
     scale = stack_exponent(frames[0])  # (float64 frames beyond float32's range)
     frames = scaled_by(frames, scale, xp)
-    change = brightness_change([float(xp.mean(f)) for f in frames])
+    change = brightness_change(backend.to_numpy(frames.mean(axis=(1, 2))))
     if spec == "auto" and change > AUTO_BRIGHTNESS_CHANGE:
         # (a background that is not bleached and a scene that is: the model cannot tell
         # them apart; the band-pass that prefilter auto chose there removes the background)
@@ -425,13 +526,19 @@ def decide_static(spec, src, opts, xp):
             settings["not_checked"] = "the frames' peaks lie on the border of the search"
             return None, None, settings
         frames, shifts, index = frames[xp.asarray(keep)], shifts[keep], [index[k] for k in keep]
-    pattern, info = fit_static(frames, shifts, xp)
     locked = _locked(shifts)
+    if spec == "auto" and not locked:
+        quick = quick_share(frames, shifts, xp)
+        if quick < QUICK_SHARE:  # (nothing there: the fit would say so at 10-20x the cost)
+            settings.update(frames=len(frames), share=round(quick, 4), locked=False,
+                            fitted=False)
+            return None, None, settings
+    pattern, info = fit_static(frames, shifts, xp)
     settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked)
     if spec == "auto" and not locked and info["share"] < STATIC_SHARE:
         return None, None, settings
     starts = [] if locked else [(shifts, conf)]
-    starts.append(_measure(_removed(frames, xp.median(frames, axis=0), xp), opts, xp,
+    starts.append(_measure(_removed(frames, _median(frames, xp, axis=0), xp), opts, xp,
                            STATIC_PREFILTER)[:2])
     best = None
     for d, c in starts:
