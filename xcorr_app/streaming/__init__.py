@@ -21,8 +21,8 @@ from ._memory_budget import (DEFAULT_CHUNK, READ_AHEAD, FrameNeed, MemoryPlan,
                              human, parse_memory, plan_memory)
 from ._prefetch import ChunkPrefetcher, HostCopy, copy_to_host_async, host_buffer
 from ._ranges import chunk_bounds, frame_ranges, piece_bounds
-from ._stash import (STASH_SHARE, DeviceStash, StashedSource, keep_on_gpu, source_names_of,
-                     stash_fits)
+from ._stash import (STASH_SHARE, DeviceStash, StashedSource, WrappedSource, keep_on_gpu,
+                     source_names_of, stash_fits)
 from ._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thread
 
 __all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "HostCopy", "copy_to_host_async",
@@ -32,5 +32,6 @@ __all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "HostCopy", "copy_to
            "SCALE_OUT_MIN_BYTES", "Cancelled", "parse_memory",
            "check_bound", "check_frame_memory", "host_free_bytes", "frame_need", "plan_memory", "auto_chunk_frames", "DEFAULT_CHUNK", "FrameNeed", "MemoryPlan", "human", "READ_AHEAD",
            "cpu_threads", "frame_slices", "keep_freed_memory", "one_blas_thread",
-           "DeviceStash", "StashedSource", "keep_on_gpu", "source_names_of", "stash_fits",
+           "DeviceStash", "StashedSource", "WrappedSource", "keep_on_gpu", "source_names_of",
+           "stash_fits",
            "STASH_SHARE"]

@@ -131,7 +131,42 @@ def source_names_of(src) -> list:
     return names() if names else [src.source_name(i) for i in range(src.n_frames)]
 
 
-class StashedSource:
+class WrappedSource:
+    """A frame source that reads another, ``src``, and changes some of what it gives (a
+    subclass's :meth:`read` and :attr:`stack`): the frames' count, shape, type, notes and
+    paths are ``src``'s (a subclass may set its own), and so are their source names, closing
+    and every other attribute but ``src`` and the subclass's own (:attr:`own`: set in its
+    ``__init__``, never looked up on ``src`` while they are not)."""
+
+    own = ()
+
+    def __init__(self, src):
+        self.src = src
+        self.n_frames, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
+        self.notes, self.paths = src.notes, src.paths
+
+    def source_name(self, i):
+        return self.src.source_name(i)
+
+    def source_names(self):
+        return source_names_of(self.src)
+
+    def close(self):
+        self.src.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getattr__(self, name):  # the source's other attributes (channel, first_frame, ...)
+        if name == "src" or name in type(self).own:
+            raise AttributeError(name)
+        return getattr(self.src, name)
+
+
+class StashedSource(WrappedSource):
     """A frame source (``src``) whose frames the GPU chunk loop uploads into ``stash`` (a
     :class:`DeviceStash`, or None: no stash); once every frame is there, :attr:`stack` is the
     device array, so later chunk loops read it directly.  Reads of a few frames
@@ -139,10 +174,11 @@ class StashedSource:
     file into page-locked buffers instead of registering the file's pages
     (:class:`~xcorr_app.streaming.RegisteredFile`)."""
 
+    own = ("stash",)
+
     def __init__(self, src, stash, registered=True):
-        self.src, self.stash = src, stash
-        self.n_frames, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
-        self.notes, self.paths = src.notes, src.paths
+        super().__init__(src)
+        self.stash = stash
         self.concurrent_reads = getattr(src, "concurrent_reads", False)
         if not registered:  # its file's pages read into buffers, never registered with CUDA
             self.stored = None
@@ -153,20 +189,9 @@ class StashedSource:
             return self.stash.frames
         return getattr(self.src, "stack", None)
 
-    def source_name(self, i):
-        return self.src.source_name(i)
-
-    def source_names(self):
-        return source_names_of(self.src)
-
     def read(self, start, stop, out=None):
         return self.src.read(start, stop, out=out)
 
     def release(self):
         """Give the device array back (the stack is read from ``src`` again)."""
         self.stash = None
-
-    def __getattr__(self, name):  # the source's other attributes (first_frame, channel, ...)
-        if name == "src":
-            raise AttributeError(name)
-        return getattr(self.src, name)

@@ -33,7 +33,7 @@ import numpy as np
 
 from ... import backend
 from ...errors import InputError
-from ...streaming import source_names_of
+from ...streaming import WrappedSource
 from ._preprocess import spread_frames
 
 #: the largest line offset (pixels) a run corrects, given or estimated
@@ -240,7 +240,7 @@ def bidi_source(src, offset):
     return BidiSource(src, offset) if offset else src
 
 
-class BidiSource:
+class BidiSource(WrappedSource):
     """A frame source whose frames are ``src``'s with the line offset ``offset`` removed
     (:func:`correct_bidi`), as every pass of a run, its quality report and its aligned output
     read them.  A file's frames are read and corrected on the host: the GPU's direct reads of
@@ -254,10 +254,11 @@ class BidiSource:
     ([[[0.0, 1.0, 2.0, 3.0], [5.0, 6.0, 7.0, 7.0]]], True)
     """
 
+    own = ("_stack",)
+
     def __init__(self, src, offset):
-        self.src, self.offset = src, float(offset)
-        self.n_frames, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
-        self.notes, self.paths = src.notes, src.paths
+        super().__init__(src)
+        self.offset = float(offset)
         self.stored = None  # (its file's pages are not the frames read)
         self._stack = None
 
@@ -272,12 +273,6 @@ class BidiSource:
             self._stack = correct_bidi(inner, self.offset)
         return self._stack
 
-    def source_name(self, i):
-        return self.src.source_name(i)
-
-    def source_names(self):
-        return source_names_of(self.src)
-
     def read(self, start, stop, out=None):
         if self.stack is not None:
             frames = self.stack[start:stop]
@@ -291,16 +286,3 @@ class BidiSource:
         out[...] = correct_bidi(out, self.offset)
         return out
 
-    def close(self):
-        self.src.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __getattr__(self, name):  # the source's other attributes (channel, first_frame, ...)
-        if name in ("src", "_stack"):
-            raise AttributeError(name)
-        return getattr(self.src, name)

@@ -22,9 +22,9 @@ stays the scene's.
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
 their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame),
 estimates the pattern's share in one step (:func:`quick_share`: ``auto`` stops there below
-:data:`QUICK_SHARE` unless frames lock at zero), fits the model with those shifts, and judges whether a pattern is there and matters: its band-pass
-energy (the band registration reads, less what noise puts there) against the scene's
-(:data:`STATIC_SHARE`), or frames locked at zero shift (:data:`LOCK_SHARE` of them within
+:data:`QUICK_SHARE` unless frames lock at zero), fits the model with those shifts, and
+judges whether a pattern is there and matters: its band-pass energy (the band registration
+reads, less what noise puts there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero shift (:data:`LOCK_SHARE` of them within
 :data:`LOCK_RADIUS` px).  Then the shifts are measured again with the pattern removed, from the
 first shifts and from the frames less their temporal median (which frees frames locked on the
 pattern), :data:`STATIC_ROUNDS` times each, and the start whose model explains the frames best
@@ -67,13 +67,13 @@ import numbers
 import numpy as np
 
 from ... import backend
-from ...streaming import source_names_of
+from ...streaming import WrappedSource
 from ._columns import COLUMN
 from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
                           spread_frames, stack_exponent)
 
-__all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "quick_share", "StaticSource",
-           "static_source", "static_possible", "parse_static", "remove_static"]
+__all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "quick_share",
+           "StaticSource", "static_source", "static_possible", "parse_static", "remove_static"]
 
 #: ``static``: find and remove a pattern fixed on the sensor (``auto``), always (``on``), never
 STATIC = ("auto", "on", "off")
@@ -591,7 +591,7 @@ def remove_static(opts, src, executor, why):
     return opts, src, settings, note, why
 
 
-class StaticSource:
+class StaticSource(WrappedSource):
     """A frame source whose frames are ``src``'s less ``pattern`` (float32; float64 frames
     stay float64), as the measuring passes, their templates and the quality report read them;
     the aligned output reads the frames as they are.  Read through :meth:`read` (no stack kept
@@ -606,14 +606,13 @@ class StaticSource:
     stack = None  # (the chunks are read through read(): corrected)
     stash = None
     stored = None
+    own = ("_on_device", "pattern")
 
     def __init__(self, src, pattern):
-        self.src = src
+        super().__init__(src)
         self.dtype = np.dtype(np.float64 if src.dtype == np.float64 else np.float32)
         self.pattern = np.asarray(backend.to_numpy(pattern), self.dtype)
         self._on_device = {}
-        self.n_frames, self.frame_shape = src.n_frames, src.frame_shape
-        self.notes, self.paths = src.notes, src.paths
 
     def _pattern_for(self, frames):
         xp = backend.array_module_of(frames)
@@ -623,12 +622,6 @@ class StaticSource:
         if key not in self._on_device:
             self._on_device[key] = xp.asarray(self.pattern)
         return self._on_device[key]
-
-    def source_name(self, i):
-        return self.src.source_name(i)
-
-    def source_names(self):
-        return source_names_of(self.src)
 
     def read(self, start, stop, out=None):
         frames = self.src.read(start, stop)
@@ -640,20 +633,6 @@ class StaticSource:
             return fixed
         out[...] = backend.to_numpy(fixed) if isinstance(out, np.ndarray) else fixed
         return out
-
-    def close(self):
-        self.src.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __getattr__(self, name):  # the source's other attributes (channel, first_frame, ...)
-        if name in ("src", "_on_device", "pattern"):
-            raise AttributeError(name)
-        return getattr(self.src, name)
 
 
 def static_source(src, pattern):
