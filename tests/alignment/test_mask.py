@@ -73,6 +73,67 @@ def test_nan_pixels_left_out_by_the_mask_are_measured_around():
     assert np.isnan(res.shifts[5]).all() and res.low_confidence.tolist() == (~ok).tolist()
 
 
+def nan_stack(seed=4):
+    """``(stack, clean, truth)``: 12 float32 frames of ``SHAPE`` with NaN pixels of their own
+    (a band and a blob that move from frame to frame, the first frame's too)."""
+    clean, truth = drift_stack(np.random.default_rng(seed), n=12, shape=SHAPE, max_shift=3.0,
+                               peak_counts=1000.0)
+    stack = clean.astype(np.float32)
+    for i in range(len(stack)):
+        stack[i, 5 + 3 * i:11 + 3 * i, :] = np.nan
+        stack[i, 40:44, 10 + 2 * i:16 + 2 * i] = np.nan
+    return stack, clean, truth
+
+
+def test_mask_nan_measures_each_frame_on_its_own_finite_pixels():
+    stack, clean, truth = nan_stack()
+    res = align(stack, device="cpu", mask="nan")
+    assert error(res, truth) <= 0.1 and not res.low_confidence.any()
+    assert res.settings["options"]["mask"] == "nan" and res.quality is None
+    # without it the reference's NaN pixels are one error that names the option
+    with pytest.raises(InputError, match="give mask='nan'"):
+        align(stack, device="cpu")
+    # frames with NaN pixels against a finite reference: unmasked, each one is flagged
+    some = clean.astype(np.float32)
+    some[1:, 20:30, 30:40] = np.nan
+    assert np.isnan(align(some, device="cpu", quality=False).shifts[1:]).all()
+    assert error(align(some, device="cpu", mask="nan"), truth) <= 0.1
+
+
+def test_mask_nan_without_nan_is_the_mask_of_every_pixel():
+    _, clean, _ = nan_stack(5)
+    np.testing.assert_array_equal(align(clean, device="cpu", mask="nan").shifts,
+                                  align(clean, device="cpu", mask=np.ones(SHAPE, bool)).shifts)
+
+
+def test_mask_nan_flags_a_frame_without_a_finite_pixel():
+    stack, _, truth = nan_stack()
+    stack[4] = np.nan
+    res = align(stack, device="cpu", mask="nan")
+    ok = np.arange(len(stack)) != 4
+    assert np.isnan(res.shifts[4]).all() and res.low_confidence.tolist() == (~ok).tolist()
+    assert np.abs(res.shifts[ok] - truth[ok]).max() <= 0.1
+
+
+def test_mask_nan_refuses_the_previous_reference():
+    with pytest.raises(InputError, match="reference='previous' is not available"):
+        AlignOptions(mask="nan", reference="previous")
+
+
+def test_the_command_line_aligns_with_mask_nan(tmp_path):
+    stack, _, truth = nan_stack()
+    write_stack(tmp_path / "s.tif", stack)
+    out = tmp_path / "o"
+    res = xcorr("align", tmp_path / "s.tif", "--mask", "nan", "--out", out, "--device", "cpu")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((out / "shifts.json").read_text())
+    shifts = np.array([[r["dy"], r["dx"]] for r in doc["frames"]])
+    assert np.abs(shifts - truth).max() <= 0.1 and doc["settings"]["options"]["mask"] == "nan"
+    res = xcorr("align", tmp_path / "s.tif", "--out", tmp_path / "u", "--device", "cpu")
+    assert_clean_error(res, "NaN", "--mask nan")
+    assert not (tmp_path / "u").exists()
+
+
 @pytest.mark.parametrize("options", [dict(max_shift=4, subpixel="parabolic"),
                                      dict(reference="mean:4"), dict(reference="previous"),
                                      dict(prefilter="dog:1,4"), dict(prefilter="none"),
@@ -215,3 +276,16 @@ def test_the_gpu_measures_the_mask_as_the_cpu(kind, seed, options):
     assert gpu.settings["device"] == "gpu"
     np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=2e-3)
     assert error(gpu, truth) <= (0.1 if not options else 0.2) < error(unmasked, truth)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [{}, dict(max_shift=4)])
+def test_the_gpu_measures_mask_nan_as_the_cpu(options):
+    import cupy as cp
+
+    stack, _, truth = nan_stack()
+    gpu = align(cp.asarray(stack), device="gpu", mask="nan", **options)
+    cpu = align(stack, device="cpu", mask="nan", **options)
+    assert gpu.settings["device"] == "gpu"
+    np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=2e-3)
+    assert error(gpu, truth) <= 0.1

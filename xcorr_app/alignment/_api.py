@@ -273,7 +273,10 @@ path or ndarray
     mask : (H, W) ndarray, str or Path, optional
         The pixels the measurement uses, one image for the whole stack: True (or nonzero) is
         used, False (0) left out of every frame and of the reference (a static artefact, a
-        saturated bar, dead columns); an image file (TIFF, ``.npy``) is read once.  Every
+        saturated bar, dead columns); an image file (TIFF, ``.npy``) is read once.  ``"nan"``:
+        each frame's own NaN or infinite pixels are left out (and the reference's), a mask a
+        frame whose reach from the left-out pixels is a square (not with
+        ``reference="previous"``).  Every
         frame's shift is then the peak of Padfield's masked ZNCC over the used pixels
         (:func:`~xcorr_app.registration._masked.masked_zncc_surfaces`, on the GPU too), zero-
         normalized over the overlap of used pixels at each shift, within ``max_shift``,
@@ -284,8 +287,8 @@ path or ndarray
         ``lucas_kanade`` off; no FFT check (``verify``) nor quality report is made (a note
         says so).  Not available with another ``normalization``, ``subpixel="upsample"``,
         ``upsample``, ``reference="refined"``, ``patches``, ``gpus`` or Dask.  The aligned
-        stack is every frame shifted as usual.  ``settings["options"]["mask"]``: the path, or
-        ``"array"``.
+        stack is every frame shifted as usual.  ``settings["options"]["mask"]``: the path,
+        ``"array"`` or ``"nan"``.
     out : ndarray or callable(start, chunk), optional
         The aligned stack, made by the run: a C-contiguous float32 ``(N, H, W)`` array (NumPy,
         or CuPy on a GPU run) filled with the frames :meth:`AlignResult.apply` gives with its

@@ -227,12 +227,21 @@ class AlignOptions:
         put("lucas_kanade", "off")
         put("verify", False)
         put("quality", False)
+        if image is None and self.previous:  # (mask "nan": a mask a frame)
+            raise InputError("mask nan measures each frame on its own finite pixels against "
+                             "one reference: reference='previous' is not available with it")
         object.__setattr__(self, "_mask_image", image)
 
     @property
     def mask_image(self):
-        """The ``mask`` as a 2-D NumPy bool image (True: the pixel is used), or ``None``."""
+        """The ``mask`` as a 2-D NumPy bool image (True: the pixel is used), or ``None``
+        (none, or ``"nan"``: :attr:`masks_nan`)."""
         return self._mask_image
+
+    @property
+    def masks_nan(self) -> bool:
+        """``mask="nan"``: each frame's NaN or infinite pixels left out, a mask a frame."""
+        return self.mask is not None and self._mask_image is None
 
     def _decided(self, **changes) -> "AlignOptions":
         """These options with the run's own decisions in place (``prefilter="auto"`` resolved,

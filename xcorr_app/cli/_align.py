@@ -116,11 +116,12 @@ MEASURE_OPTIONS = (
                  help="With --patches: N times (0-2), average the frames warped by their "
                       "fields into a new template and measure the patches again against it "
                       "(as NoRMCorre); one more read of the stack each."),
-    click.option("--mask", default=None, metavar="FILE",
+    click.option("--mask", default=None, metavar="FILE|nan",
                  help="Measure on the pixels of this image that are nonzero only (TIFF or "
                       ".npy, the frames' shape): a static artefact, a saturated bar or dead "
-                      "columns set to 0 take no part in any shift (masked ZNCC).  No FFT "
-                      "check nor quality report then."),
+                      "columns set to 0 take no part in any shift (masked ZNCC).  'nan': each "
+                      "frame's own NaN pixels left out.  No FFT check nor quality report "
+                      "then."),
     click.option("--max-memory", type=MEMORY, default=None,
                  help="Cap on memory held at once, e.g. 2G (host buffers + GPU working set); "
                       "default: half the free GPU memory. Results do not depend on it."),

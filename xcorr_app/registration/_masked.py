@@ -255,15 +255,17 @@ def masked_phase_cross_correlation(reference_image, moving_image, reference_mask
 MASKED_BATCH_ELEMENTS = 1 << 26
 
 
-def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3):
+def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3,
+                         reference_mask=None):
     """The masked ZNCC surfaces of a stack's frames against a reference, within a search bound,
     in the layout of the other surfaces of the run (:func:`~._peaks.find_shifts`).
 
-    Padfield's masked normalized cross-correlation (:func:`masked_ncc`) for a batch: all frames
-    and the reference share one mask (the sensor's pixels to use), so its spectrum, the
+    Padfield's masked normalized cross-correlation (:func:`masked_ncc`) for a batch.  Where all
+    frames and the reference share one mask (the sensor's pixels to use), its spectrum, the
     reference's sums and the overlap counts are transformed once per call, and each frame costs
     two forward and three inverse real FFTs of ``(H + by, W + bx)`` (5-smooth): the size at
-    which the translations within the bound do not wrap around.
+    which the translations within the bound do not wrap around.  A mask a frame (their NaN
+    pixels, say) costs each frame three forward and six inverse.
 
     Parameters
     ----------
@@ -271,19 +273,23 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3):
         The reference (NumPy or CuPy), or one per frame (``reference="previous"``).
     frames : (N, H, W) float ndarray
         The frames (float32 or float64; the surfaces in that precision).
-    mask : (H, W) bool ndarray
-        True where a pixel takes part, in the reference and in every frame.
+    mask : (H, W) or (N, H, W) bool ndarray
+        True where a pixel takes part: in every frame (and the reference, unless
+        ``reference_mask`` is given), or in each frame.
     bound : (int, int)
         The largest shift ``(by, bx)`` searched, each below the frame's side.
     overlap_ratio : float, optional
         Shifts whose overlap of used pixels is below this fraction of the largest overlap within
         the bound get 0 (a few pixels can correlate perfectly by chance).
+    reference_mask : (H, W) or (N, H, W) bool ndarray, optional
+        The reference's pixels that take part (one per reference where there are several);
+        default ``mask``, which must then be 2-D.
 
     Returns
     -------
     (N, 2 by + 1, 2 bx + 1) ndarray
         ``out[i, by + ky, bx + kx]``: the ZNCC of ``reference[n + k]`` with ``frames[i][n]`` over
-        the pixels ``n`` with ``mask[n + k]`` and ``mask[n]``; the frame is aligned by the shift
+        the pixels ``n`` with ``reference_mask[n + k]`` and ``mask[n]``; the frame is aligned by the shift
         ``k`` where it peaks.  0 where the overlap is too small or an image is flat over it; NaN
         for a frame with NaN or Inf among its used pixels.
 
@@ -308,15 +314,17 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3):
     size = (next_smooth(h + by), next_smooth(w + bx))
     rows = xp.arange(-by, by + 1) % size[0]  # the shifts within the bound, wrapped
     cols = xp.arange(-bx, bx + 1) % size[1]
-    weight = mask.astype(dtype)
-    used = weight.sum()  # (on the device: nothing waits for it)
+    if reference_mask is None:
+        reference_mask = mask
+    shared = mask.ndim == 2 and reference_mask is mask
 
-    def spectra(images):
-        """The spectra of the images less their mean over the mask (the ZNCC does not change;
-        the sums lose less), 0 outside it, and of their squares."""
-        images = xp.where(mask, images.astype(dtype, copy=False), 0)
-        means = images.sum(axis=(-2, -1), keepdims=True) / used
-        images = xp.where(mask, images - means, 0).astype(dtype, copy=False)
+    def spectra(images, used):
+        """The spectra of the images less their mean over ``used`` (their masks: the ZNCC
+        does not change; the sums lose less), 0 outside it, and of their squares."""
+        count = used.sum(axis=(-2, -1), keepdims=True)  # (on the device: nothing waits)
+        images = xp.where(used, images.astype(dtype, copy=False), 0)
+        means = images.sum(axis=(-2, -1), keepdims=True) / xp.maximum(count, 1)
+        images = xp.where(used, images - means, 0).astype(dtype, copy=False)
         return fft.rfft2(images, s=size), fft.rfft2(images * images, s=size)
 
     def sums(left, right):
@@ -324,24 +332,47 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3):
         c = fft.irfft2(left * right.conj(), s=size)
         return c.take(rows, axis=-2).take(cols, axis=-1)
 
-    m = fft.rfft2(weight, s=size)
-    count = xp.maximum(xp.round(sums(m, m)), 1)  # the FFT's rounding off a whole count
-    small = count < overlap_ratio * count.max()
+    def counts(left, right):
+        """The overlaps of used pixels (the FFT's rounding off whole counts), and where they
+        are too small."""
+        count = xp.maximum(xp.round(sums(left, right)), 1)
+        return count, count < overlap_ratio * count.max(axis=(-2, -1), keepdims=True)
+
+    def masks(m):
+        return fft.rfft2(m.astype(dtype), s=size)
+
     one_reference = reference.ndim == 2
+    one_reference_mask = reference_mask.ndim == 2
+    if one_reference_mask:
+        m_ref = masks(reference_mask)
+    if shared:
+        m_mov = m_ref
+        count, small = counts(m_ref, m_ref)
     if one_reference:
-        r, r2 = spectra(reference)
-        s_ref, s_ref2 = sums(r, m), sums(r2, m)
+        r, r2 = spectra(reference, reference_mask)
+        if shared:
+            s_ref, s_ref2 = sums(r, m_ref), sums(r2, m_ref)
     n = len(frames)
-    per_frame = 6 * size[0] * (size[1] // 2 + 1) * (1 if one_reference else 2)
+    per_frame = 6 * size[0] * (size[1] // 2 + 1) * (1 if one_reference else 2) \
+        * (1 if shared else 2)
     batch = max(1, MASKED_BATCH_ELEMENTS // per_frame)
     out = xp.empty((n, 2 * by + 1, 2 * bx + 1), dtype)
     eps = np.finfo(dtype).eps
     for a in range(0, n, batch):
-        g, g2 = spectra(frames[a:a + batch])
+        at = slice(a, min(a + batch, n))
+        used = mask if mask.ndim == 2 else mask[at]
+        g, g2 = spectra(frames[at], used)
+        if not one_reference_mask:
+            m_ref = masks(reference_mask[at])
         if not one_reference:
-            r, r2 = spectra(reference[a:a + batch])
-            s_ref, s_ref2 = sums(r, m), sums(r2, m)
-        s_mov, s_mov2, s_prod = sums(m, g), sums(m, g2), sums(r, g)
+            r, r2 = spectra(reference[at], reference_mask if one_reference_mask
+                            else reference_mask[at])
+        if not shared:
+            m_mov = masks(used)
+            count, small = counts(m_ref, m_mov)
+        if not (shared and one_reference):
+            s_ref, s_ref2 = sums(r, m_mov), sums(r2, m_mov)
+        s_mov, s_mov2, s_prod = sums(m_ref, g), sums(m_ref, g2), sums(r, g)
         del g, g2
         numerator = s_prod - s_ref * s_mov / count
         var_ref = xp.maximum(s_ref2 - s_ref * s_ref / count, 0)
@@ -350,5 +381,5 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3):
         # where an image is flat over the overlap the ratio is rounding noise
         flat = denominator <= 1e3 * eps * denominator.max(axis=(-2, -1), keepdims=True)
         ncc = xp.clip(numerator / xp.where(flat, 1, denominator), -1, 1)
-        out[a:a + batch] = xp.where(flat | small, 0, ncc)
+        out[at] = xp.where(flat | small, 0, ncc)
     return out

@@ -29,18 +29,26 @@ import numpy as np
 from ...backend import to_numpy
 from ...errors import InputError
 
-__all__ = ["read_mask", "check_mask_shape", "fill_masked", "measured_mask", "filter_reach"]
+__all__ = ["NAN_MASK", "read_mask", "check_mask_shape", "fill_masked", "measured_mask",
+           "measured_masks", "filter_reach"]
+
+#: ``mask="nan"``: each frame's NaN or infinite pixels left out (the reference's too), a mask
+#: a frame
+NAN_MASK = "nan"
 
 
 def read_mask(mask):
     """``(as_given, image)``: ``mask`` as the run records it (a path as a string; ``"array"``
-    otherwise) and as a 2-D NumPy bool image, True where a pixel is used.
+    for an array; :data:`NAN_MASK`) and as a 2-D NumPy bool image, True where a pixel is used
+    (``None`` for :data:`NAN_MASK`: each frame's own, :func:`measured_masks`).
 
-    ``mask`` is an image file (TIFF or any format of :func:`xcorr_app.io.read_image`; ``.npy``
+    ``mask`` is ``"nan"``, an image file (TIFF or any format of :func:`xcorr_app.io.read_image`; ``.npy``
     by NumPy) or a 2-D NumPy or CuPy array: boolean, or numbers whose nonzero pixels are used.
     Anything else, a file that cannot be read, an image that is not 2-D, NaN values or no pixel
     used is an :class:`InputError` that names the option.
     """
+    if isinstance(mask, str) and mask == NAN_MASK:
+        return NAN_MASK, None
     if isinstance(mask, (str, Path)):
         name = str(mask)
         if not name.strip():
@@ -101,13 +109,15 @@ def check_mask_shape(mask, image, frame_shape):
 
 
 def fill_masked(frames, mask, xp):
-    """``frames`` (N, H, W) with the pixels ``mask`` leaves out set to each frame's mean over
-    the used ones (a new float array: float64 frames stay float64, others float32); NaN or Inf
-    there are so replaced too."""
+    """``frames`` (N, H, W) with the pixels ``mask`` ((H, W), or (N, H, W): one a frame) leaves
+    out set to each frame's mean over the used ones (a new float array: float64 frames stay
+    float64, others float32); NaN or Inf there are so replaced too."""
     dtype = xp.float64 if frames.dtype == np.float64 else xp.float32
     f = xp.asarray(frames).astype(dtype)
     used = xp.where(mask, f, 0).sum(axis=(-2, -1), dtype=xp.float64, keepdims=True)
-    means = (used / mask.sum()).astype(dtype)  # (a count on the device: nothing waits)
+    # (counts on the device: nothing waits; a frame with no pixel used stays NaN: flagged)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = (used / mask.sum(axis=(-2, -1), keepdims=True)).astype(dtype)
     return xp.where(mask, f, means)
 
 
@@ -146,3 +156,31 @@ def measured_mask(mask, reach):
 
     kept = ndi.distance_transform_edt(mask) > reach
     return kept if kept.any() else mask
+
+
+def measured_masks(used, reach, xp):
+    """:func:`measured_mask` of each frame's mask ``used`` (N, H, W) bool on ``xp``'s device,
+    by a square of ``reach`` pixels (box sums of the left-out pixels: no distance transform a
+    frame), each frame's own mask where none would be left.
+
+    >>> m = np.ones((1, 5, 9), bool); m[0, 2, 4] = False
+    >>> measured_masks(m, 1, np).astype(int)[0, 1].tolist()
+    [1, 1, 1, 0, 0, 0, 1, 1, 1]
+    """
+    if reach <= 0:
+        return used
+    near = _box_sums(_box_sums((~used).astype(xp.int32), reach, 1, xp), reach, 2, xp)
+    kept = used & xp.equal(near, 0)
+    return xp.where(kept.any(axis=(1, 2), keepdims=True), kept, used)
+
+
+def _box_sums(a, r, axis, xp):
+    """The sums of ``a`` over ``[i - r, i + r]`` along ``axis`` (zero beyond its ends)."""
+    n = a.shape[axis]
+    pad = list(a.shape)
+    pad[axis] = r + 1
+    c = xp.cumsum(xp.concatenate([xp.zeros(pad, a.dtype), a,
+                                  xp.zeros(pad[:axis] + [r] + pad[axis + 1:], a.dtype)], axis),
+                  axis=axis)
+    return xp.take(c, xp.arange(2 * r + 1, 2 * r + 1 + n), axis=axis) \
+        - xp.take(c, xp.arange(n), axis=axis)

@@ -39,7 +39,7 @@ from ...streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, fr
 from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference,
                        search_range)
 from ._frame_stats import pack_rows
-from ._mask import fill_masked, filter_reach, measured_mask
+from ._mask import NAN_MASK, fill_masked, filter_reach, measured_mask, measured_masks
 from ._prepared import pass_key
 from ._preprocess import Prepared
 from ._references import reference_frame
@@ -61,7 +61,7 @@ class Measurer:
         self.unbounded = max_shift is None
         self.normalization, self.subpixel, self.upsample = normalization, subpixel, upsample
         self.plan = "phase" if normalization == "phase" else plan
-        self.mask = None if mask is None else xp.asarray(mask)
+        self.mask = mask if mask is None or isinstance(mask, str) else xp.asarray(mask)
         if mask is not None:
             self.plan = MASKED_PLAN
         self.tune = tune  # GPU: measure the likeliest kernels instead of the model
@@ -96,19 +96,23 @@ class Measurer:
                                           self.bound, "cpu")
         return self.plan
 
-    def __call__(self, ref, mov, ref_fft=None, raw=None):
+    def __call__(self, ref, mov, ref_fft=None, raw=None, masks=None):
         """Shifts, peaks, confidences of ``mov`` (N, H, W) against ``ref`` ((H, W) or one per
         frame), and whether each integer peak lies on the border of the searched window
         (:func:`~xcorr_app.registration._peaks.on_border`: the drift may exceed the window);
         ``ref_fft`` (``fft2(ref)``) is needed for phase normalization.  ``raw``: ``(ref, mov)``
         only mean-subtracted, which the circular refinement correlates (a prefilter or window
-        breaks the wrap-around)."""
+        breaks the wrap-around).  ``masks``: ``(reference's, frames')`` with ``mask="nan"``."""
         xp = self.xp
         gpu = self.dev == "gpu"
         if self.mask is not None:
             # the peak refined by the run's fit on this surface: the upsampled DFT refines an
             # unmasked correlation, which the left-out pixels would pull again
-            corr = masked_zncc_surfaces(ref, mov, self.mask, self.bound)
+            if isinstance(self.mask, str):  # (NAN_MASK: the frames' own)
+                corr = masked_zncc_surfaces(ref, mov, masks[1], self.bound,
+                                            reference_mask=masks[0])
+            else:
+                corr = masked_zncc_surfaces(ref, mov, self.mask, self.bound)
             origin = self.bound
             if gpu:
                 corr, iy, ix, peak, conf = surface_peaks(
@@ -189,8 +193,9 @@ class Measurer:
     @classmethod
     def of(cls, opts, xp, frame_shape, plan=None):
         """The measurer of a run's :class:`~xcorr_app.alignment._options.AlignOptions`."""
-        mask = opts.mask_image
-        if mask is not None:  # (the prefilter decided: its reach from the left-out pixels)
+        mask = NAN_MASK if opts.masks_nan else opts.mask_image
+        if opts.mask_image is not None:  # (the prefilter decided: its reach from the left-out
+            # pixels)
             mask = measured_mask(mask, filter_reach(opts.prefilter, opts.features))
         return cls(xp, frame_shape, opts.max_shift, opts.normalization, opts.subpixel,
                    opts.upsample_factor, plan, opts.tune, opts.boundary, mask)
@@ -205,6 +210,15 @@ def pass_preparer(opts, xp, frame_shape):
     its mean over the used ones (:func:`~._mask.fill_masked`): what the prefilter would spread
     of a bright artefact into the used pixels is gone (the reference is prepared so too)."""
     prepare = opts.preparer(xp, frame_shape)
+    if opts.masks_nan:  # (each frame's own mask: its finite pixels, kept with the chunk)
+        reach = filter_reach(opts.prefilter, opts.features)
+
+        def prepare_finite(frames):
+            used = xp.isfinite(xp.asarray(frames))
+            p = prepare(fill_masked(frames, used, xp))
+            p.mask = measured_masks(used, reach, xp)
+            return p
+        return prepare_finite
     if opts.mask_image is None:
         return prepare
     mask = xp.asarray(opts.mask_image)
@@ -235,10 +249,12 @@ def prepared_reference(opts, src, xp, chunk_frames, image=None):
         image = reference_frame(opts.reference, src, xp, chunk_frames, opts.channel)
     p = pass_preparer(opts, xp, src.frame_shape)(xp.asarray(image)[None])
     if not bool(p.finite[0]):
-        raise InputError("the reference image has NaN or Inf pixels; replace them first")
+        raise InputError("the reference image has NaN or Inf pixels; replace them first"
+                         + (" (with mask nan: it has no finite pixel)" if opts.masks_nan
+                            else ", or give mask='nan'"))
     if bool(p.constant[0]):
         raise InputError("the reference image is constant; choose another reference")
-    return p.frames[0], p.raw[0]
+    return (p.frames[0], p.raw[0]) + ((p.mask[0],) if opts.masks_nan else ())
 
 
 def quiet_if_nonfinite(xp, finite):
@@ -360,11 +376,13 @@ class ChunkPass:
         self.coarse = CPU_REFERENCE_COARSE if xp is np else None
         self.on_chunk, self.progress = on_chunk, progress
         self.table = np.full((n_frames, len(COLUMNS)), np.nan)
-        self.ref = self.ref_fft = self.ref_raw = None
+        self.ref = self.ref_fft = self.ref_raw = self.ref_mask = None
         self.spectrum = self.spectrum_made = None  # the FFT check's, made at first use
         self.last = None  # previous mode: (frame, raw frame, done event) before the chunk
         if reference is not None:
             self.ref, self.ref_raw = xp.asarray(reference[0]), xp.asarray(reference[1])
+            # (mask "nan": the reference's own mask)
+            self.ref_mask = xp.asarray(reference[2]) if len(reference) > 2 else None
             if opts.normalization == "phase":
                 self.ref_fft = fft_of(xp).fft2(self.ref)
         elif before is not None:  # the last measurable of the frames before the range, if any
@@ -401,7 +419,8 @@ class ChunkPass:
                 s, pk, cf, border = self.measure(refs, p.frames, raw=(refs_raw, p.raw))
             else:
                 s, pk, cf, border = self.measure(self.ref, p.frames, self.ref_fft,
-                                                 raw=(self.ref_raw, p.raw))
+                                                 raw=(self.ref_raw, p.raw),
+                                                 masks=(self.ref_mask, p.mask))
             fs = fi = None
             if opts.verify:
                 fr = refs_raw if opts.previous else self.reference_spectrum()

@@ -50,12 +50,16 @@ class Prepared:
         Mean subtracted only: what the FFT reference measurement sees.
     constant, finite : (N,) bool
         Frames whose pixels are all equal; frames without NaN or Inf.
+    mask : (N, H, W) bool, optional
+        ``mask="nan"``: each frame's pixels measured (its finite ones, out of the prefilter's
+        reach of the others); None otherwise.
     """
 
     frames: object
     raw: object
     constant: object
     finite: object
+    mask: object = None
 
 
 def parse_prefilter(spec):
