@@ -160,3 +160,19 @@ def test_an_aligned_tiff_holds_grey_frames_or_colour_frames(tmp_path, shape, axe
     with tifffile.TiffFile(job.out_path) as tif:
         assert tif.pages[0].photometric.name == photometric
         assert tif.series[0].shape == shape
+
+
+@pytest.mark.parametrize("options", [{"model": "rigid-body"}, {"bidi": 1.0}])
+def test_the_aligned_layer_is_what_the_result_applies(options):
+    """A layer the run does not warp itself (written to a file, another layer the shifts
+    apply to) is aligned as the result applies (a rigid-body or bidi run's was warped by its
+    shifts alone)."""
+    from xcorr_app.napari import Job, run_job
+
+    rng = np.random.default_rng(3)
+    data = rng.random((6, 48, 56)).astype(np.float32)
+    done = run_job(Job(data=data, axes="TYX", apply_to={"other": (data, "TYX")},
+                       options={"device": "cpu", "max_shift": 4, **options}))
+    want = np.concatenate([c for _, c in done.result.apply(data)])
+    for name in ("aligned", "other"):
+        np.testing.assert_allclose(done.aligned[name], want, atol=1e-5)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..alignment import align, apply_field, apply_shifts
+from ..alignment.warp import rigid_body_field
 from ..io import SUPPORTED_DTYPES, atomic_path
 from ._layers import (LUMINANCE, MAX_PROJECTION, Cancelled, check_axes, frames_in, is_lazy,
                       measure_stack, planes)
@@ -124,7 +125,9 @@ def _measure(job, stack, watch, out=None):
 
 
 def _warp(result, frames, start, device):
-    """The frames ``start...`` of a plane warped by the result's shifts (or motion field)."""
+    """The frames ``start...`` of a plane aligned as :meth:`AlignResult.apply` aligns them: by
+    the result's motion field, its rotations and shifts (rigid-body), or its shifts after the
+    line offset the run removed (bidi)."""
     frames = np.asarray(frames)
     if frames.dtype not in SUPPORTED_DTYPES:
         frames = frames.astype(np.float32)
@@ -132,9 +135,13 @@ def _warp(result, frames, start, device):
     if result.motion_field is not None:
         chunks = apply_field(frames, result.motion_field[start:stop], result.patch_centres,
                              chunk_frames=len(frames), device=device)
+    elif result.rotation_deg is not None:
+        field, centres = rigid_body_field(result.shifts[start:stop],
+                                          result.rotation_deg[start:stop], result.frame_shape)
+        chunks = apply_field(frames, field, centres, chunk_frames=len(frames), device=device)
     else:
         chunks = apply_shifts(frames, result.shifts[start:stop], chunk_frames=len(frames),
-                              device=device)
+                              device=device, bidi=result.settings.get("bidi") or 0.0)
     return np.concatenate([c for _, c in chunks]) if len(frames) else frames
 
 
