@@ -244,13 +244,14 @@ def _align(o):
     o.out_format, o.out_dataset = parse_out_format(o.out_format)
     path = o.path
     out_dir = o.out_dir if o.out_dir is not None else default_out(path, "_xcorr")
+    shape, itemsize, n = _check(o)  # (o.opts: the run's options, parsed once)
     outputs = RunOutputs(out_dir, aligned=not o.no_aligned, format=o.out_format,
-                         quality=not o.no_quality and o.mask is None,  # (AlignOptions: none)
-                         patches=o.patches is not None, force=o.force,
-                         name="--out", in_place=split_source(path)[0] if o.in_place else None,
-                         inputs=[split_source(path)[0]] + [Path(f) for f in (o.reference, o.mask)
+                         quality=o.opts.quality, patches=o.opts.patches is not None,
+                         force=o.force, name="--out",
+                         in_place=split_source(path)[0] if o.in_place else None,
+                         inputs=[split_source(path)[0]] + [Path(f) for f in
+                                                           (o.reference, o.opts.mask)
                                                            if _is_file(f)])
-    shape, itemsize, n = _check(o)
     frame_gb = shape[0] * shape[1] * itemsize / 1e9
     # all outputs appear together when everything succeeded, or none (and no folder it made)
     with outputs:
@@ -324,9 +325,9 @@ def _check(o):
     o.opts.check_executor("dask" if o.workers is not None or o.scheduler else
                           "gpus" if o.gpus is not None else "process")
     # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
-    o.fill = check_save(patches=o.patches is not None, aligned=not o.no_aligned,
+    o.fill = check_save(patches=o.opts.patches is not None, aligned=not o.no_aligned,
                         format=o.out_format, resample=o.resample, crop=o.crop, fill=o.fill,
-                        keep_dtype=o.keep_dtype, in_place=o.in_place, model=o.model)
+                        keep_dtype=o.keep_dtype, in_place=o.in_place, model=o.opts.model)
     if o.gpus is not None:
         from ..streaming import need_gpus
 
