@@ -128,18 +128,6 @@ class Spec(click.ParamType):
         return value
 
 
-def _check_prefilter(spec):
-    from ..alignment import parse_prefilter
-
-    parse_prefilter(spec)
-
-
-def _check_bidi(spec):
-    from ..alignment import parse_bidi
-
-    parse_bidi(spec)
-
-
 MAX_SHIFT = MaxShiftType()
 PATCHES = PatchesType()
 #: every resampling of aligned.tif: the rigid shifts' (bilinear, fourier) and the motion
@@ -149,8 +137,9 @@ MEMORY = MemoryType()
 #: ``--gpus``: checked against this host in :func:`scale_out` (after the device is known)
 GPUS_LIST = Spec("LIST|all")
 REFERENCE = Spec("first|mean[:N]|previous|INDEX|FILE")
-PREFILTER = Spec("auto|gaussian:S|dog:S1,S2|none", _check_prefilter)
-BIDI = Spec("auto|off|PX", _check_bidi)
+# (passed on as written: the run's options parse them, once)
+PREFILTER = Spec("auto|gaussian:S|dog:S1,S2|none")
+BIDI = Spec("auto|off|PX")
 WINDOW = Spec("|".join(WINDOWS[:-1]) + f"|{WINDOWS[-1]}[:A]")
 FEATURES = Spec("dog:S1,S2,...|gabor:SIGMA,N|FILE.npy")
 KERNEL = Spec("gaussian:SIGMA|box:N|sobel[:AXIS]|laplace|dog:S1,S2|FILE.npy")
