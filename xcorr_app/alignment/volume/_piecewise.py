@@ -51,7 +51,7 @@ import numpy as np
 
 from ...backend import array_module_of, to_numpy
 from ...correlate import conj_product, fft_of
-from ..piecewise import (axis_patches, check_deviation, common_box, integer_parts,
+from ..piecewise import (axis_patches, common_box, integer_parts,
                          spline_weights)
 from ._dft3 import AXES, correlate, parabola_vertex
 from ._rows import item_sums
@@ -104,15 +104,15 @@ class VolumeGrid:
 
     @classmethod
     def make(cls, patches, patch_overlap, max_deviation, shape, box):
-        """The grid of ``patches`` ``(gz, gy, gx)`` (checked by
-        :class:`~._api.VolumeOptions`) over ``box`` ``((z0, z1), (y0, y1), (x0, x1))`` of
-        volumes of ``shape``; InputError, naming the axis, for a grid that does not fit."""
-        dev = check_deviation(max_deviation)
+        """The grid of ``patches`` ``(gz, gy, gx)`` and ``max_deviation`` (voxels, an int; as
+        :class:`~._api.VolumeOptions` parsed them) over ``box``
+        ``((z0, z1), (y0, y1), (x0, x1))`` of volumes of ``shape``; InputError, naming the
+        axis, for a grid that does not fit."""
         ov = patch_overlap or (None,) * 3
-        laid = [axis_patches(g, span, o, dev, n, name, item="volume", unit="voxels")
+        laid = [axis_patches(g, span, o, max_deviation, n, name, item="volume", unit="voxels")
                 for g, span, o, n, name in zip(patches, box, ov, shape, AXIS_NAMES)]
         size, overlap, starts = zip(*laid)
-        return cls(tuple(patches), tuple(size), tuple(overlap), tuple(starts), dev)
+        return cls(tuple(patches), tuple(size), tuple(overlap), tuple(starts), max_deviation)
 
 
 def volume_grid(shape, rigid, options) -> VolumeGrid:
@@ -120,8 +120,7 @@ def volume_grid(shape, rigid, options) -> VolumeGrid:
     the region every volume of ``shape`` (Z, Y, X) covers after its integer rigid shift, less
     the search (``rigid`` (T, 3) of all volumes; ``[[0, 0, 0]]`` checks a grid before the
     rigid pass)."""
-    box = common_box(rigid, shape, check_deviation(options.max_deviation), item="volume",
-                     unit="voxels")
+    box = common_box(rigid, shape, options.max_deviation, item="volume", unit="voxels")
     return VolumeGrid.make(options.patches, options.patch_overlap, options.max_deviation,
                            shape, box)
 
