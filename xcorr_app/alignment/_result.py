@@ -406,9 +406,10 @@ class AlignResult:
             kwargs.setdefault("chunk_frames", self.settings["chunk_frames"])
         if self.motion_field is not None or self.rotation_deg is not None:
             from .piecewise import apply_field
+            from .rigid import parse_bidi
 
             kwargs.setdefault("device", self.settings.get("device", "auto"))
-            if kwargs.pop("bidi", 0.0):
+            if parse_bidi(kwargs.pop("bidi", 0.0)) not in (0.0, "off"):  # ("0": none too)
                 raise InputError("bidi applies to rigid shifts; this result holds a motion "
                                  "field" if self.motion_field is not None else "bidi applies "
                                  "to rigid shifts; this result holds rotations too")
