@@ -294,3 +294,52 @@ def test_rigid_body_on_cupy_input_matches_the_cpu(turning, runs):
     align(cp.asarray(frames), device="gpu", model="rigid-body", out=out)
     np.testing.assert_allclose(out.get(), np.concatenate([c for _, c in runs[1].apply()]),
                                atol=0.05)
+
+
+def fit_inputs(n=600, p=9, seed=5):
+    """Patch displacements of ``n`` frames (rotations, shifts, noise, outliers, NaN patches,
+    frames of too few patches), their peaks and the patches' tensors."""
+    rng = np.random.default_rng(seed)
+    side = int(round(np.sqrt(p)))
+    u = np.stack(np.meshgrid(np.linspace(-40, 40, side), np.linspace(-55, 55, p // side),
+                             indexing="ij"), -1).reshape(-1, 2)
+    phi = np.deg2rad(rng.uniform(-3, 3, n))
+    t = rng.uniform(-2, 2, (n, 2))
+    back = np.stack([[np.cos(phi), np.sin(phi)], [-np.sin(phi), np.cos(phi)]]).transpose(2, 0, 1)
+    d = u[None] - np.einsum("nij,pj->npi", back, u) + t[:, None]
+    d += rng.normal(0, 0.05, d.shape)
+    d[rng.random((n, p)) < 0.1] += rng.normal(0, 3, 2)  # (patches that matched elsewhere)
+    d[rng.random((n, p)) < 0.05] = np.nan
+    peak = rng.uniform(0.2, 1.0, (n, p))
+    peak[rng.random((n, p)) < 0.05] = np.nan
+    peak[:10, 2:] = 0.0  # (two patches left: no fit)
+    m = rng.normal(size=(p, 2, 2))
+    return d, u, peak, m @ m.transpose(0, 2, 1) + 0.5 * np.eye(2)
+
+
+def test_the_fit_from_peaks_weighs_them_and_leaves_nan_patches_out():
+    d, u, peak, tensors = fit_inputs()
+    from xcorr_app.alignment.piecewise._rotation import peak_weights
+
+    want = fit_rigid_body(d, u, np.isfinite(d).all(-1) * peak_weights(peak, np), np, tensors)
+    got = fit_rigid_body(d, u, peak, np, tensors, peaks=True)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert np.isnan(got[0][:10]).all() and np.isfinite(got[0][10:]).mean() > 0.9
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [9, 4])  # (9: the kernel; others on the host)
+@pytest.mark.parametrize("peaks", [False, True])
+def test_the_gpu_fit_is_the_host_fit(p, peaks):
+    import cupy as cp
+
+    from xcorr_app.alignment.piecewise._rotation import peak_weights
+
+    d, u, peak, tensors = fit_inputs(p=p)
+    weights = peak if peaks else np.isfinite(d).all(-1) * peak_weights(peak, np)
+    want = fit_rigid_body(d, u, weights, np, tensors, peaks=peaks)
+    got = fit_rigid_body(cp.asarray(d), u, cp.asarray(weights), cp, tensors, peaks=peaks)
+    for a, b in zip(got, want):
+        assert isinstance(a, cp.ndarray)
+        np.testing.assert_allclose(cp.asnumpy(a), b, rtol=1e-9, atol=1e-11)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import backend
+from ..._cuda import KernelFamily
 from ...io import FrameRange
 from ...streaming import DeviceChunks
 from ..warp import corner_displacement
@@ -69,6 +70,16 @@ FIT_SUBPIXEL = "gaussian"
 FITS = ("gaussian", "parabolic", "gaussian3", "parabolic3")
 
 
+#: kernels/alignment/rigid_body_fit.cu: :func:`fit_rigid_body` on the GPU, a frame a thread
+#: (weights given, or made of the patches' peaks), for the 3x3 grid's patches (others: on the
+#: host)
+FIT_THREADS = 128
+FIT_PATCHES = (9,)
+RIGID_BODY_FIT = KernelFamily("rigid_body_fit.cu", "rigid_body_fit",
+                              [(p, peaks, FIT_THREADS) for p in FIT_PATCHES
+                               for peaks in (False, True)])
+
+
 def peak_weights(peak, xp):
     """(N, P): each patch's weight from its correlation peak ``peak`` ``(N, P)`` (ZNCC): the
     signal-to-noise ratio ``rho / (1 - rho)`` of two noisy views of one scene (a patch of noise
@@ -78,7 +89,7 @@ def peak_weights(peak, xp):
     return rho / (1.0 - rho)
 
 
-def fit_rigid_body(values, u, usable, xp, tensors=None):
+def fit_rigid_body(values, u, usable, xp, tensors=None, peaks=False):
     """``(phi, t, se)``: the rotation (radians), shift ``(N, 2)`` and their standard errors
     ``(N, 3)`` (of ``phi``, ``ty``, ``tx``) of the rigid-body displacement fitted to
     ``values`` ``(N, P, 2)``, the displacement measured at the patch centres ``u`` ``(P, 2)``
@@ -90,7 +101,16 @@ def fit_rigid_body(values, u, usable, xp, tensors=None):
     for nothing, an edge only across itself; default: all alike); a patch far from the fit
     (:data:`OUTLIER_PX`, and 3 robust deviations of the others) is left out and the fit made
     again, twice.  NaN for a frame with fewer than :data:`MIN_PATCHES` patches.  On ``xp``'s
-    device; nothing waits for it."""
+    device; nothing waits for it.  ``peaks``: ``usable`` holds the patches' correlation peaks,
+    weighted by :func:`peak_weights` (a patch whose value is not a number weighs 0).
+
+    On the GPU, one thread a frame (``kernels/alignment/rigid_body_fit.cu``): the same fits in
+    double, a 4x4 elimination in place of LAPACK's (CuPy's batched solve imports cupyx, and
+    its launches a fit took most of a GPU run's quality report)."""
+    if xp is not np:
+        return _fit_on_gpu(values, u, usable, tensors, peaks)
+    if peaks:
+        usable = np.isfinite(np.asarray(values)).all(-1) * peak_weights(usable, np)
     u = xp.asarray(u, xp.float64)
     p = u.shape[0]
     uy, ux = u[:, 0], u[:, 1]
@@ -135,6 +155,31 @@ def fit_rigid_body(values, u, usable, xp, tensors=None):
     nan = xp.asarray(float("nan"))
     return (xp.where(ok, phi, nan), xp.where(ok[:, None], x[:, 2:4], nan),
             xp.where(ok[:, None], se, nan))
+
+
+def _fit_on_gpu(values, u, usable, tensors, peaks):
+    """:func:`fit_rigid_body` by :data:`RIGID_BODY_FIT` (CuPy in, CuPy out; another count of
+    patches than :data:`FIT_PATCHES` on the host)."""
+    import cupy as cp
+
+    n, p = values.shape[:2]
+    if p not in FIT_PATCHES:
+        got = fit_rigid_body(*(backend.to_numpy(a) for a in (values, u, usable)), np,
+                             None if tensors is None else backend.to_numpy(tensors), peaks)
+        return tuple(cp.asarray(a) for a in got)
+    values = cp.ascontiguousarray(cp.asarray(values), cp.float64)
+    weights = cp.ascontiguousarray(cp.asarray(usable), cp.float64)
+    if tensors is None:
+        tensors = np.broadcast_to(np.eye(2), (p, 2, 2))
+    u = cp.asarray(np.ascontiguousarray(backend.to_numpy(u), np.float64))
+    tensors = cp.asarray(np.ascontiguousarray(backend.to_numpy(tensors), np.float64))
+    out = cp.empty((n, 6), cp.float64)
+    if n:
+        RIGID_BODY_FIT.get(p, bool(peaks), FIT_THREADS)(
+            (-(-n // FIT_THREADS),), (FIT_THREADS,),
+            (values, weights, u, tensors, np.int64(n), np.float64(OUTLIER_PX),
+             np.int32(MIN_PATCHES), np.int32(max(MIN_PATCHES, 5)), out))
+    return out[:, 0], out[:, 1:3], out[:, 3:6]
 
 
 def structure_tensors(patches, xp):
@@ -194,8 +239,8 @@ class RotationProbe:
             return
         self.tpatches = template_patches(template, self.grid)
         self.left = patch_left(self.tpatches, self.grid.max_deviation)
-        # (the fit on the host at the end: a few numbers a frame, and CuPy's linalg and
-        # reductions would import cupyx, a large share of a one-shot run)
+        # (on the host: a few numbers; CuPy's reductions would import cupyx, a large share of a
+        # one-shot run)
         self.tensors = structure_tensors(backend.to_numpy(self.tpatches), np)
         centres = self.grid.centres.reshape(-1, 2) + [y0, x0]
         self.u = centres - [(frame_shape[0] - 1) / 2.0, (frame_shape[1] - 1) / 2.0]
@@ -225,13 +270,13 @@ class RotationProbe:
         n = len(usable)
         if self.grid is None or not self.parts:
             return np.column_stack([np.full(n, np.nan), np.zeros(n), np.zeros(n)])
-        parts = backend.to_numpy(self.xp.concatenate(self.parts)).astype(np.float64)
+        xp = self.xp
+        parts = xp.concatenate(self.parts)
         count = len(self.u)
-        d = parts[:, :2 * count].reshape(-1, count, 2)
-        ok = np.isfinite(d).all(-1)  # (the frames are aligned: d is what is left)
-        phi, t, se = fit_rigid_body(d, self.u, ok * peak_weights(parts[:, 2 * count:], np),
-                                    np, self.tensors)
-        got = np.concatenate([phi[:, None], t, se], 1)
+        d = parts[:, :2 * count].reshape(-1, count, 2)  # (the frames are aligned: what is left)
+        phi, t, se = fit_rigid_body(d, self.u, parts[:, 2 * count:], xp, self.tensors,
+                                    peaks=True)
+        got = backend.to_numpy(xp.concatenate([phi[:, None], t, se], 1)).astype(np.float64)
         got[~np.asarray(usable, bool)] = np.nan
         phi, t, se = got[:, 0], got[:, 1:3], got[:, 3]
         if np.isfinite(se).any():
