@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(THREADS) rigid_body_fit(
         // the used patches' median distance (the lower one, as the host's sort gives it): the
         // one with as many used below it, ties in patch order
         const int want = (max(count, 1) - 1) / 2;
-        double median = INFINITY;
+        double median = __longlong_as_double(0x7ff0000000000000LL);  // (inf: NVRTC has no math.h)
 #pragma unroll 1
         for (int q = 0; q < P; ++q) {
             double y0, y1;
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(THREADS) rigid_body_fit(
     double* o = out + f * 6;
     if (!solved || count < min_patches) {
 #pragma unroll
-        for (int i = 0; i < 6; ++i) o[i] = NAN;
+        for (int i = 0; i < 6; ++i) o[i] = __longlong_as_double(0x7ff8000000000000LL);  // (NaN)
         return;
     }
     s2 /= (double)max(2 * count - 4, 1);
