@@ -176,3 +176,21 @@ def test_the_aligned_layer_is_what_the_result_applies(options):
     want = np.concatenate([c for _, c in done.result.apply(data)])
     for name in ("aligned", "other"):
         np.testing.assert_allclose(done.aligned[name], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{"model": "rigid-body"}, {"bidi": 1.0}])
+def test_a_saved_table_applies_as_its_run(tmp_path, options):
+    """Shifts loaded from a run's shifts.csv (its shifts.json beside it) warp a layer as the
+    run's result does: the rotations (as a field) and the line offset it removed."""
+    from xcorr_app import align
+    from xcorr_app.napari._run import load_shifts, warp_layers
+
+    rng = np.random.default_rng(3)
+    data = rng.random((6, 48, 56)).astype(np.float32)
+    res = align(data, device="cpu", max_shift=4, **options)
+    res.save(tmp_path / "run", aligned=False, plots=False)
+    saved = load_shifts(tmp_path / "run" / "shifts.csv")
+    saved.fit(len(data), data.shape[1:], "layer")
+    got = warp_layers(saved, {"layer": (data, "TYX")}, device="cpu")["layer"]
+    want = np.concatenate([c for _, c in res.apply(data)])
+    np.testing.assert_allclose(got, want, atol=1e-4)

@@ -285,6 +285,7 @@ class SavedShifts:
     patch_centres: object = None
     saved: object = None  # (:func:`~xcorr_app.alignment.outputs.load_saved`'s)
     path: object = None
+    rotation_deg = None  # (a rigid-body run's: made its motion_field by fit)
 
     def fit(self, n_frames, frame_shape, layer) -> None:
         """Refuse (InputError) shifts that do not fit a layer of ``n_frames`` frames of
@@ -310,8 +311,8 @@ def load_shifts(path) -> SavedShifts:
     from ..alignment.outputs import load_saved
 
     saved = load_saved(path)
-    return SavedShifts(saved.shifts, motion_field=saved.field, patch_centres=saved.centres,
-                       saved=saved, path=path)
+    return SavedShifts(saved.shifts, {"bidi": saved.bidi}, motion_field=saved.field,
+                       patch_centres=saved.centres, saved=saved, path=path)
 
 
 def table_text(result, fmt: str) -> str:
