@@ -21,7 +21,6 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 
@@ -125,7 +124,7 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
     measured :data:`VOLUMES_PER_STEP` at a time (``watch`` called between)."""
     t = volumes.shape[0]
     ref, described = _reference(volumes, options.reference, watch)
-    first = dataclasses.replace(options, reference=0)
+    first = options._decided(reference=0)  # (each step: the reference, then its volumes)
     parts = []
     for a in range(0, t, VOLUMES_PER_STEP):
         watch(0)
@@ -133,7 +132,7 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
         both = np.concatenate([ref[None].astype(np.result_type(ref, chunk)), chunk])
         parts.append(align_volumes(both, options=first))
         if first.boundary == "auto":  # (the later steps as the first decided: one call's way)
-            first = dataclasses.replace(first, boundary=parts[0].boundary)
+            first = first._decided(boundary=parts[0].boundary)
         watch(len(chunk))
     got = {k: np.concatenate([getattr(p, k)[1:] for p in parts])
            for k in ("shifts", "peak", "confidence", "at_bound", "verified")}

@@ -26,6 +26,7 @@ Examples
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 
@@ -190,6 +191,17 @@ class VolumeOptions:
         put("patches", parse_patches(self.patches, ndim=3))
         put("max_deviation", check_deviation(self.max_deviation))
         put("patch_overlap", parse_overlap(self.patch_overlap, ndim=3))
+
+    def _decided(self, **changes) -> "VolumeOptions":
+        """These options with a decision of the run's in place (the reference made a volume of
+        the stack, what ``boundary="auto"`` decided): a copy, not checked again (as
+        :meth:`~xcorr_app.alignment.AlignOptions._decided`)."""
+        new = copy.copy(self)
+        for name, value in changes.items():
+            if name not in self.__dataclass_fields__:
+                raise AttributeError(f"VolumeOptions has no option {name!r}")
+            object.__setattr__(new, name, value)
+        return new
 
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
