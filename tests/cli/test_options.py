@@ -4,7 +4,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from xcorr_app.alignment import NORMALIZATIONS, SUBPIXEL
+from xcorr_app.alignment import NORMALIZATIONS, SUBPIXEL, AlignOptions
 from xcorr_app.alignment.piecewise import FIELD_RESAMPLE
 from xcorr_app.alignment.warp import RESAMPLE
 from xcorr_app.cli._main import cli
@@ -26,9 +26,12 @@ def test_spec_types_check_and_pass_on_as_written():
     assert MEMORY.convert("64M", None, None) == "64M"
     with pytest.raises(XcorrError, match="memory size"):
         MEMORY.convert("lots", None, None)
-    assert PREFILTER.convert("dog:1,4", None, None) == "dog:1,4"
+    # (a prefilter is parsed once, by the run's options: the command's line is theirs)
+    assert PREFILTER.convert("median:3", None, None) == "median:3"
     with pytest.raises(XcorrError, match="prefilter"):
-        PREFILTER.convert("median:3", None, None)
+        AlignOptions(prefilter="median:3")
+    res = CliRunner().invoke(cli, ["align", "x.tif", "--prefilter", "median:3"])
+    assert res.exit_code == 2 and "prefilter" in res.output
 
 
 def choices(command, name):
