@@ -115,9 +115,34 @@ def test_mask_nan_flags_a_frame_without_a_finite_pixel():
     assert np.abs(res.shifts[ok] - truth[ok]).max() <= 0.1
 
 
-def test_mask_nan_refuses_the_previous_reference():
-    with pytest.raises(InputError, match="reference='previous' is not available"):
-        AlignOptions(mask="nan", reference="previous")
+@pytest.mark.parametrize("reference", ["previous", "mean", "mean:4"])
+def test_mask_nan_refuses_the_previous_and_mean_references(reference):
+    with pytest.raises(InputError, match=f"reference={reference!r} is not available"):
+        AlignOptions(mask="nan", reference=reference)
+
+
+def test_mask_nan_decides_the_prefilter_and_the_line_offset_on_the_finite_pixels():
+    from xcorr_app.alignment import correct_bidi
+
+    stack, clean, truth = nan_stack()
+    fading = stack * np.linspace(1.0, 0.5, len(stack), dtype=np.float32)[:, None, None]
+    assert "dog:1,4" in " ".join(align(fading, device="cpu", mask="nan").notes)
+    scanned = correct_bidi(clean.astype(np.float32), -1.5)
+    scanned[:, 20:24, :] = np.nan
+    scanned[:, :, 60:64] = np.nan
+    res = align(scanned, device="cpu", mask="nan", bidi="auto")
+    assert abs(res.settings["bidi"] - 1.5) <= 0.1
+
+
+def test_masked_surfaces_refuse_masks_that_do_not_fit():
+    from xcorr_app.registration._masked import masked_zncc_surfaces
+
+    frames = np.zeros((3, 20, 24), np.float32)
+    per_frame = np.ones((3, 20, 24), bool)
+    with pytest.raises(ValueError, match="reference_mask"):
+        masked_zncc_surfaces(frames[0], frames, per_frame, (2, 2))
+    with pytest.raises(ValueError, match="one reference_mask"):
+        masked_zncc_surfaces(frames[0], frames, per_frame, (2, 2), reference_mask=per_frame)
 
 
 def test_the_command_line_aligns_with_mask_nan(tmp_path):

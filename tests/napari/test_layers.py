@@ -194,3 +194,16 @@ def test_a_saved_table_applies_as_its_run(tmp_path, options):
     got = warp_layers(saved, {"layer": (data, "TYX")}, device="cpu")["layer"]
     want = np.concatenate([c for _, c in res.apply(data)])
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_a_rigid_body_run_refuses_a_layer_of_another_frame_size():
+    """(It rotated a larger layer about the run's centre, silently.)"""
+    from xcorr_app.errors import InputError
+    from xcorr_app.napari import Job, run_job
+
+    rng = np.random.default_rng(3)
+    data = rng.random((6, 48, 56)).astype(np.float32)
+    larger = rng.random((6, 60, 70)).astype(np.float32)
+    with pytest.raises(InputError, match="rotates frames of 48x56"):
+        run_job(Job(data=data, axes="TYX", apply_to={"larger": (larger, "TYX")},
+                    options={"device": "cpu", "max_shift": 4, "model": "rigid-body"}))

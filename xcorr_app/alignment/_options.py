@@ -30,8 +30,8 @@ from ..errors import InputError
 from ..io import SUPPORTED_DTYPES, parse_axes
 from ..registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ..streaming import parse_memory
-from .rigid import (AUTO_LOWPASS, CHOICES, check_choices, choose_prefilter, is_previous,
-                    mean_count, parse_bidi, parse_prefilter, prefilter_for, prepare, read_mask,
+from .rigid import (AUTO_LOWPASS, CHOICES, NAN_MASK, check_choices, choose_prefilter,
+                    is_previous, mean_count, parse_bidi, parse_prefilter, prefilter_for, prepare, read_mask,
                     refined_passes,
                     search_range)
 from .rigid import window as make_window
@@ -227,9 +227,11 @@ class AlignOptions:
         put("lucas_kanade", "off")
         put("verify", False)
         put("quality", False)
-        if image is None and self.previous:  # (mask "nan": a mask a frame)
-            raise InputError("mask nan measures each frame on its own finite pixels against "
-                             "one reference: reference='previous' is not available with it")
+        if image is None and (self.previous or mean_count(self.reference, 1) is not None):
+            # (mask "nan": a mask a frame; a mean would add the frames' NaN pixels in)
+            raise InputError(f"mask nan measures each frame on its own finite pixels against "
+                             f"one frame: reference={self.reference!r} is not available with "
+                             f"it (use first or a frame's index)")
         object.__setattr__(self, "_mask_image", image)
 
     @property
@@ -426,7 +428,7 @@ def resolve_auto(opts, src):
     ``features``)."""
     if opts.prefilter != "auto" or opts.features or opts.normalization == "phase":
         return opts, None
-    spec, why = choose_prefilter(src, opts.mask_image)
+    spec, why = choose_prefilter(src, NAN_MASK if opts.masks_nan else opts.mask_image)
     return opts._decided(prefilter=spec), why
 
 

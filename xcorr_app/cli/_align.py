@@ -335,11 +335,11 @@ def _check(o):
     with open_stack(o.path, channel=o.channel) as src:  # fail early on a bad input
         check_planes(src)  # (a T x Z TIFF: align's caller registers it in 3-D, or refuses)
         if src.dtype.kind == "f" and src.dtype.itemsize == 8 \
-                and (not o.no_aligned or o.patches is not None):
+                and (not o.no_aligned or o.opts.patches is not None):
             from ..alignment.rigid import check_float32_range
 
             what, fix = ("the aligned stack is computed", "run with --no-aligned") \
-                if o.patches is None else \
+                if o.opts.patches is None else \
                 ("the patches' warped frames are computed", "run without --patches")
             check_float32_range(src.read(0, 1)[0], Path(str(o.path)).name, what,
                                 f"the shifts are measured at any scale: {fix}, or scale the "

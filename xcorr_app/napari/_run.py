@@ -29,6 +29,7 @@ import numpy as np
 
 from ..alignment import align, apply_field, apply_shifts
 from ..alignment.warp import rigid_body_field
+from ..errors import InputError
 from ..io import SUPPORTED_DTYPES, atomic_path
 from ._layers import (LUMINANCE, MAX_PROJECTION, Cancelled, check_axes, frames_in, is_lazy,
                       measure_stack, planes)
@@ -136,6 +137,10 @@ def _warp(result, frames, start, device):
         chunks = apply_field(frames, result.motion_field[start:stop], result.patch_centres,
                              chunk_frames=len(frames), device=device)
     elif result.rotation_deg is not None:
+        if tuple(frames.shape[1:]) != tuple(result.frame_shape):  # (as AlignResult.apply)
+            raise InputError(f"a rigid-body run rotates frames of {result.frame_shape[0]}x"
+                             f"{result.frame_shape[1]} about their centre; these frames are "
+                             f"{frames.shape[1]}x{frames.shape[2]}")
         field, centres = rigid_body_field(result.shifts[start:stop],
                                           result.rotation_deg[start:stop], result.frame_shape)
         chunks = apply_field(frames, field, centres, chunk_frames=len(frames), device=device)

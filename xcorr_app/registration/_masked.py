@@ -288,10 +288,10 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3,
     Returns
     -------
     (N, 2 by + 1, 2 bx + 1) ndarray
-        ``out[i, by + ky, bx + kx]``: the ZNCC of ``reference[n + k]`` with ``frames[i][n]`` over
-        the pixels ``n`` with ``reference_mask[n + k]`` and ``mask[n]``; the frame is aligned by the shift
-        ``k`` where it peaks.  0 where the overlap is too small or an image is flat over it; NaN
-        for a frame with NaN or Inf among its used pixels.
+        ``out[i, by + ky, bx + kx]``: the ZNCC of ``reference[n + k]`` with ``frames[i][n]``
+        over the pixels ``n`` with ``reference_mask[n + k]`` and ``mask[n]``; the frame is
+        aligned by the shift ``k`` where it peaks.  0 where the overlap is too small or an image
+        is flat over it; NaN for a frame with NaN or Inf among its used pixels.
 
     Examples
     --------
@@ -315,7 +315,12 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3,
     rows = xp.arange(-by, by + 1) % size[0]  # the shifts within the bound, wrapped
     cols = xp.arange(-bx, bx + 1) % size[1]
     if reference_mask is None:
+        if mask.ndim != 2:
+            raise ValueError("masked_zncc_surfaces: a mask a frame needs the reference's own "
+                             "(reference_mask)")
         reference_mask = mask
+    if reference.ndim == 2 and reference_mask.ndim != 2:
+        raise ValueError("masked_zncc_surfaces: one reference takes one reference_mask (H, W)")
     shared = mask.ndim == 2 and reference_mask is mask
 
     def spectra(images, used):
@@ -323,7 +328,7 @@ def masked_zncc_surfaces(reference, frames, mask, bound, overlap_ratio=0.3,
         does not change; the sums lose less), 0 outside it, and of their squares."""
         count = used.sum(axis=(-2, -1), keepdims=True)  # (on the device: nothing waits)
         images = xp.where(used, images.astype(dtype, copy=False), 0)
-        means = images.sum(axis=(-2, -1), keepdims=True) / xp.maximum(count, 1)
+        means = images.sum(axis=(-2, -1), keepdims=True) / xp.maximum(count, 1).astype(dtype)
         images = xp.where(used, images - means, 0).astype(dtype, copy=False)
         return fft.rfft2(images, s=size), fft.rfft2(images * images, s=size)
 

@@ -196,3 +196,24 @@ def test_gpu_mirrors_the_cpu(blobs):
     pattern, _ = fit_static(cupy.asarray(frames), blobs.truth, cupy)
     want, _ = fit_static(frames, blobs.truth, np)
     np.testing.assert_allclose(cupy.asnumpy(pattern), want, atol=1e-6 * np.abs(want).max())
+
+
+def test_the_one_step_share_is_the_fits_where_the_shifts_spread():
+    """``auto`` passes over the fit where :func:`quick_share` is below half the threshold: it
+    must agree with the fit's share, on a stack with a pattern and one without."""
+    from scipy import ndimage as ndi
+
+    from xcorr_app.alignment.rigid._static import STATIC_SHARE, quick_share
+
+    rng = np.random.default_rng(0)
+    scene = 10 * ndi.gaussian_filter(rng.normal(size=(110, 120)), 1.5)
+    d = np.trunc(rng.uniform(-9, 9, (16, 2)))
+    d[0] = 0
+    frames = np.stack([scene[12 + int(a):88 + int(a), 12 + int(b):100 + int(b)] for a, b in d])
+    frames = frames + rng.normal(0, 0.2, frames.shape)
+    pattern = np.zeros(frames.shape[1:])
+    pattern[::6, ::5] = 10.0
+    for f, has in ((frames, False), (frames + pattern, True)):
+        quick, fit = quick_share(f, d, np), fit_static(f, d, np)[1]["share"]
+        assert abs(quick - fit) <= 0.1 * abs(fit) + 0.003, (quick, fit)
+        assert (quick > STATIC_SHARE) == has

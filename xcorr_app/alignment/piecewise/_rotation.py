@@ -105,12 +105,13 @@ def fit_rigid_body(values, u, usable, xp, tensors=None, peaks=False):
     weighted by :func:`peak_weights` (a patch whose value is not a number weighs 0).
 
     On the GPU, one thread a frame (``kernels/alignment/rigid_body_fit.cu``): the same fits in
-    double, a 4x4 elimination in place of LAPACK's (CuPy's batched solve imports cupyx, and
-    its launches a fit took most of a GPU run's quality report)."""
+    double, by Cholesky in place of LAPACK's LU (CuPy's batched solve imports cupyx, and the
+    host's fit took most of a GPU run's quality report); NaN for a frame whose system is not
+    positive definite (LAPACK refuses the whole batch)."""
     if xp is not np:
         return _fit_on_gpu(values, u, usable, tensors, peaks)
     if peaks:
-        usable = np.isfinite(np.asarray(values)).all(-1) * peak_weights(usable, np)
+        usable = peak_weights(usable, np)
     u = xp.asarray(u, xp.float64)
     p = u.shape[0]
     uy, ux = u[:, 0], u[:, 1]
@@ -121,8 +122,10 @@ def fit_rigid_body(values, u, usable, xp, tensors=None, peaks=False):
         else xp.asarray(tensors, xp.float64)
     b = xp.einsum("pki,pkl,plj->pij", a, j, a)
     c = xp.einsum("pki,pkl->pil", a, j)
-    w = xp.asarray(usable).astype(xp.float64)
-    y = xp.where(w[..., None] > 0, xp.asarray(values, xp.float64) - u[None], 0.0)
+    values = xp.asarray(values, xp.float64)
+    # (a patch whose value is not a number weighs nothing, as on the GPU)
+    w = xp.where(xp.isfinite(values).all(-1), xp.asarray(usable).astype(xp.float64), 0.0)
+    y = xp.where(w[..., None] > 0, values - u[None], 0.0)
     eye = xp.eye(4)
     flat_b, flat_a = b.reshape(p, 16), a.reshape(2 * p, 4).T
     # (each axis of 2 written out and the sums over patches as matrix products: NumPy's

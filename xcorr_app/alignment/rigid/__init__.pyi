@@ -5,7 +5,8 @@ from ._bidi import (BIDI_THRESHOLD, MAX_BIDI, BidiSource, bidi_source, correct_b
                     decide_bidi, estimate_bidi, parse_bidi)
 from ._columns import COLUMN, COLUMNS
 from ._frame_stats import area_float, converted_stats, demeaned, frame_stats, precision_sums
-from ._mask import check_mask_shape, fill_masked, filter_reach, measured_mask, read_mask
+from ._mask import (NAN_MASK, check_mask_shape, fill_masked, filter_reach, measured_mask,
+                    measured_masks, read_mask)
 from ._measure import (Measurer, frames_per_chunk, measure_frames, prepared_reference,
                        quiet_if_nonfinite, shared_plan)
 from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_LOWPASS, FFT_REFERENCE_UPSAMPLE,

@@ -192,6 +192,8 @@ def decide_bidi(spec, src):
         return float(spec), f"bidi {spec:g} px: the odd rows moved back by it along x"
     idx = spread_frames(src.n_frames, BIDI_SAMPLES)
     frames = np.stack([np.asarray(backend.to_numpy(src.read(i, i + 1)[0])) for i in idx])
+    if frames.dtype.kind == "f" and not np.isfinite(frames).all():  # (NaN pixels, mask nan's)
+        frames = _rows_filled(frames)
     offset, error = estimate_bidi(frames)
     if not np.isfinite(offset) or abs(offset) < BIDI_THRESHOLD:
         return 0.0, None
@@ -202,6 +204,21 @@ def decide_bidi(spec, src):
     return offset, (f"bidi auto: the odd rows lay {offset:g} px along x from the even rows "
                     "(a bidirectional scan); moved back before measuring and in the aligned "
                     "stack")
+
+
+def _rows_filled(frames):
+    """``frames`` (K, H, W) float with each row's NaN or infinite pixels interpolated along
+    the row from its finite ones (a row of none: its frame's mean, or 0): a fill along x moves
+    with the row as the scan does, where one value would put one edge in odd and even rows."""
+    out = np.array(frames, np.float64)
+    x = np.arange(out.shape[-1])
+    for k, r in zip(*np.nonzero(~np.isfinite(out).all(axis=-1))):
+        row = out[k, r]
+        ok = np.isfinite(row)
+        finite = np.isfinite(out[k])
+        row[~ok] = np.interp(x[~ok], x[ok], row[ok]) if ok.any() else \
+            (float(out[k][finite].mean()) if finite.any() else 0.0)
+    return out
 
 
 def correct_bidi(frames, offset):

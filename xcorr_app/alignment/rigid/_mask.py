@@ -42,10 +42,10 @@ def read_mask(mask):
     for an array; :data:`NAN_MASK`) and as a 2-D NumPy bool image, True where a pixel is used
     (``None`` for :data:`NAN_MASK`: each frame's own, :func:`measured_masks`).
 
-    ``mask`` is ``"nan"``, an image file (TIFF or any format of :func:`xcorr_app.io.read_image`; ``.npy``
-    by NumPy) or a 2-D NumPy or CuPy array: boolean, or numbers whose nonzero pixels are used.
-    Anything else, a file that cannot be read, an image that is not 2-D, NaN values or no pixel
-    used is an :class:`InputError` that names the option.
+    ``mask`` is ``"nan"``, an image file (TIFF or any format of :func:`xcorr_app.io.read_image`;
+    ``.npy`` by NumPy) or a 2-D NumPy or CuPy array: boolean, or numbers whose nonzero pixels
+    are used. Anything else, a file that cannot be read, an image that is not 2-D, NaN values or
+    no pixel used is an :class:`InputError` that names the option.
     """
     if isinstance(mask, str) and mask == NAN_MASK:
         return NAN_MASK, None

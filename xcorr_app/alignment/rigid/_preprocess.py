@@ -112,7 +112,8 @@ def spread_frames(n_frames, count) -> list:
 
 def choose_prefilter(src, mask=None):
     """``prefilter="auto"``: ``(spec, reason)`` for the stack ``src`` (an open source); with a
-    ``mask`` ((H, W) bool), the brightness of the pixels it uses.
+    ``mask`` ((H, W) bool), the brightness of the pixels it uses (``"nan"``: each frame's
+    finite pixels).
 
     A stack whose brightness changes (bleaching, a lamp drifting) by more than
     :data:`AUTO_BRIGHTNESS_CHANGE` between the means of :data:`AUTO_SAMPLES` frames spread over
@@ -144,7 +145,8 @@ def choose_prefilter(src, mask=None):
         from ...backend import array_module_of
         from ._mask import fill_masked
 
-        frames = [fill_masked(f, array_module_of(f).asarray(mask), array_module_of(f))
+        frames = [fill_masked(f, array_module_of(f).isfinite(f) if isinstance(mask, str)
+                              else array_module_of(f).asarray(mask), array_module_of(f))
                   for f in frames]
     means = _means_on_device(frames)
     if means is None:

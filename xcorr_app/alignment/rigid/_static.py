@@ -20,18 +20,19 @@ its start (a regularization weighted by ``|phi|^2``): what a scene that did not 
 stays the scene's.
 
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
-their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame),
-estimates the pattern's share in one step (:func:`quick_share`: ``auto`` stops there below
-:data:`QUICK_SHARE` unless frames lock at zero), fits the model with those shifts, and
-judges whether a pattern is there and matters: its band-pass energy (the band registration
-reads, less what noise puts there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero shift (:data:`LOCK_SHARE` of them within
-:data:`LOCK_RADIUS` px).  Then the shifts are measured again with the pattern removed, from the
-first shifts and from the frames less their temporal median (which frees frames locked on the
-pattern), :data:`STATIC_ROUNDS` times each, and the start whose model explains the frames best
-gives the shifts of the last fit, on the whole frames; a start whose frames show no distinct
-peak (median confidence below :data:`MIN_CONFIDENCE`) or lock at zero cannot tell the scene
-from the sensor and is not taken; where none is left (``auto``), nothing is removed and the
-run flags every frame.  :class:`StaticSource` reads the frames less the pattern.
+their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame), estimates
+the pattern's share in one step (:func:`quick_share`: ``auto`` stops there below
+:data:`QUICK_SHARE` unless frames lock at zero), fits the model with those shifts, and judges
+whether a pattern is there and matters: its band-pass energy (the band registration reads, less
+what noise puts there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero
+shift (:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px).  Then the shifts are measured
+again with the pattern removed, from the first shifts and from the frames less their temporal
+median (which frees frames locked on the pattern), :data:`STATIC_ROUNDS` times each, and the
+start whose model explains the frames best gives the shifts of the last fit, on the whole
+frames; a start whose frames show no distinct peak (median confidence below
+:data:`MIN_CONFIDENCE`) or lock at zero cannot tell the scene from the sensor and is not taken;
+where none is left (``auto``), nothing is removed and the run flags every frame.
+:class:`StaticSource` reads the frames less the pattern.
 
 ``auto`` does not look at stacks of fewer than :data:`MIN_AUTO_FRAMES` frames, nor at stacks
 whose brightness changes (bleaching: the background is not bleached and the scene is, which
@@ -313,7 +314,8 @@ def fit_static(frames, shifts, xp, steps=FIT_STEPS):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     um, ym = su / n, sy / n
                     var, cov = suu - n * um * um, suy - n * um * ym
-                    fit = (n > 2) & (var > 0)
+                    # (one pass: a brightness flat over the frame leaves rounding, not 0)
+                    fit = (n > 2) & (var > 1e-12 * np.abs(suu)) & (var > 0)
                     a[b] = np.where(fit, cov / var, a[b])
                     c[b] = np.where(fit, ym - a[b] * um, c[b])
             r = xp.where(v, y - _column(c[b], xp) - _column(a[b], xp) * u, 0.0)
@@ -534,7 +536,8 @@ def decide_static(spec, src, opts, xp):
                             fitted=False)
             return None, None, settings
     pattern, info = fit_static(frames, shifts, xp)
-    settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked)
+    settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked,
+                    fitted=True)
     if spec == "auto" and not locked and info["share"] < STATIC_SHARE:
         return None, None, settings
     starts = [] if locked else [(shifts, conf)]
