@@ -135,7 +135,7 @@ def test_mask_nan_decides_the_prefilter_and_the_line_offset_on_the_finite_pixels
 
 
 def test_masked_surfaces_refuse_masks_that_do_not_fit():
-    from xcorr_app.registration._masked import masked_zncc_surfaces
+    from xcorr_app.registration import masked_zncc_surfaces
 
     frames = np.zeros((3, 20, 24), np.float32)
     per_frame = np.ones((3, 20, 24), bool)
