@@ -166,6 +166,13 @@ class _Canvas:
         #: frames a batch holds (a few complex canvases of that many frames at once)
         self.batch = max(1, FIT_BATCH_ELEMENTS // (self.shape[0] * self.shape[1]))
 
+    @classmethod
+    def for_shifts(cls, frame_shape, shifts, xp):
+        """The canvas of frames moved by ``shifts`` (K, 2): a margin of the largest shift, the
+        taper and two pixels."""
+        return cls(frame_shape, int(math.ceil(float(np.abs(shifts).max(initial=0.0))))
+                   + TAPER + 2, xp)
+
     def batches(self, k):
         return [slice(i, min(i + self.batch, k)) for i in range(0, k, self.batch)]
 
@@ -213,6 +220,14 @@ def _phi2(shape, shifts, xp, mirror=True):
     ex = np.exp(np.outer(d[:, 1], -2j * math.pi * np.fft.rfftfreq(w)))
     phi = xp.asarray(np.ascontiguousarray(ey.T)) @ xp.asarray(ex)
     return (phi * phi.conj()).real
+
+
+def _regularized_gain(a2, xp):
+    """``(reg, gain)`` of ``|phi|^2`` ``a2``: the regularization of the frequencies the drift
+    does not resolve, and the least-squares gain ``1 / (1 - |phi|^2 + reg)`` (at most
+    :data:`MAX_GAIN`)."""
+    reg = xp.multiply(a2, EPSILON)
+    return reg, xp.minimum(xp.reciprocal(xp.add(xp.subtract(1.0, a2), reg)), MAX_GAIN)
 
 
 def _median(x, xp, axis=None):
@@ -265,14 +280,12 @@ def fit_static(frames, shifts, xp, steps=FIT_STEPS):
     f = xp.asarray(frames, xp.float64)
     d = np.asarray(shifts, np.float64)
     k, h, w = f.shape
-    margin = int(math.ceil(float(np.abs(d).max(initial=0.0)))) + TAPER + 2
-    cv = _Canvas((h, w), margin, xp)
+    cv = _Canvas.for_shifts((h, w), d, xp)
     batches = cv.batches(k)
     taper = _taper((h, w), TAPER, xp)
     weight = cv.spectrum(cv.pad(taper[None]))[0]
     a2 = _phi2((h, w), d, xp)
-    reg = xp.multiply(a2, EPSILON)
-    gain = xp.minimum(xp.reciprocal(xp.add(xp.subtract(1.0, a2), reg)), MAX_GAIN)
+    reg, gain = _regularized_gain(a2, xp)
     p0 = float(_median(f, xp))
     f_mean = float(xp.mean(f))
     pattern = xp.full((h, w), p0)
@@ -412,8 +425,7 @@ def quick_share(frames, shifts, xp):
     f = xp.asarray(frames, xp.float64)
     d = np.asarray(shifts, np.float64)
     k, h, w = f.shape
-    margin = int(math.ceil(float(np.abs(d).max(initial=0.0)))) + TAPER + 2
-    cv = _Canvas((h, w), margin, xp)
+    cv = _Canvas.for_shifts((h, w), d, xp)
     taper = _taper((h, w), TAPER, xp)
     base = float(xp.mean(f))
     mean, aligned = 0, 0
@@ -424,8 +436,7 @@ def quick_share(frames, shifts, xp):
     phi = cv.ramp_sum(d, np.full(k, 1.0 / k))
     mean, aligned = xp.multiply(mean, 1.0 / k), xp.multiply(aligned, 1.0 / k)
     a2 = (phi * phi.conj()).real
-    gain = xp.minimum(xp.reciprocal(xp.add(xp.subtract(1.0, a2), xp.multiply(a2, EPSILON))),
-                      MAX_GAIN)
+    gain = _regularized_gain(a2, xp)[1]
     p = (mean - phi.conj() * aligned) * gain
     pattern = cv.crop(xp.fft.irfft2(p, s=cv.shape)[None])[0]
     scene = cv.crop(xp.fft.irfft2(aligned - phi * p, s=cv.shape)[None])[0]
