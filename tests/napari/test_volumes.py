@@ -9,7 +9,7 @@ import pytest
 
 from qt_helpers import wait_for
 from synthetic import fourier_moved, periodic_texture
-from xcorr_app.alignment import align_volumes
+from xcorr_app.alignment import VolumeOptions, align_volumes
 from xcorr_app.alignment.volume import shift_volumes
 from xcorr_app.napari import Cancelled, Job, run_volumes
 from xcorr_app.napari import _volumes
@@ -132,24 +132,30 @@ def test_a_layer_of_one_plane_or_one_time_point_has_no_3d_choice(viewer, rng, sh
         run_volumes(Job(data=data, axes="TZYX", plane=VOLUMES, options={"device": "cpu"}))
 
 
+@pytest.mark.parametrize("boundary", ["auto", "circular"])
 @pytest.mark.parametrize("reference", ["first", "mean", 3])
-def test_steps_measure_what_one_call_measures(rng, monkeypatch, reference):
+def test_steps_measure_what_one_call_measures(monkeypatch, reference, boundary):
     """Measured two volumes a step (the cancel button checked between), each against the
-    same reference: the shifts, peaks and flags of one ``align_volumes`` call."""
-    data, _ = _drifting(rng, n=5, shape=(8, 20, 24))
-    data = (data * 1000).astype(np.uint16)
+    same reference: the shifts, peaks, flags and boundary of one ``align_volumes`` call, over
+    several stacks (a step of few volumes once decided ``auto`` on them alone)."""
     monkeypatch.setattr(_volumes, "VOLUMES_PER_STEP", 2)
-    seen = []
-    done = run_volumes(Job(data=data, axes="TZYX", plane=VOLUMES,
-                           options={"device": "cpu", "reference": reference, "max_shift": 4}),
-                       report=lambda d, t: seen.append((d, t)))
-    one = align_volumes(data, reference=reference, max_shift=4, device="cpu")
-    np.testing.assert_allclose(done.result.shifts, one.shifts, atol=1e-9)
-    np.testing.assert_allclose(done.result.peak, one.peak, atol=1e-6)
-    np.testing.assert_array_equal(done.result.verified, one.verified)
-    measured = [d for d, _ in seen if d <= 5]  # (two a step, the bar moved after each)
-    assert sorted(set(measured)) == [0, 2, 4, 5] and measured == sorted(measured)
-    assert seen[-1] == (10, 10)
+    for seed in range(6):
+        data, _ = _drifting(np.random.default_rng(seed), n=5, shape=(8, 20, 24))
+        data = (data * 1000).astype(np.uint16)
+        seen = []
+        done = run_volumes(Job(data=data, axes="TZYX", plane=VOLUMES,
+                               options=VolumeOptions(device="cpu", reference=reference,
+                                                     max_shift=4, boundary=boundary)),
+                           report=lambda d, t: seen.append((d, t)))
+        one = align_volumes(data, reference=reference, max_shift=4, device="cpu",
+                            boundary=boundary)
+        assert done.result.boundary == one.boundary, seed
+        np.testing.assert_allclose(done.result.shifts, one.shifts, atol=1e-9)
+        np.testing.assert_allclose(done.result.peak, one.peak, atol=1e-6)
+        np.testing.assert_array_equal(done.result.verified, one.verified)
+        measured = [d for d, _ in seen if d <= 5]  # (two a step, the bar moved after each)
+        assert sorted(set(measured)) == [0, 2, 4, 5] and measured == sorted(measured)
+        assert seen[-1] == (10, 10)
 
 
 def test_cancel_stops_the_volumes_and_leaves_no_file(rng, tmp_path, monkeypatch):

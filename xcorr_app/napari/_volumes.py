@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from ..alignment import VolumeOptions, VolumeResult, align_volumes
-from ..alignment.volume import shift_volumes
+from ..alignment.volume import decide_boundary, shift_volumes
 from ..errors import InputError
 from ..io import strict_json
 from ._layers import VOLUMES, as_dask, check_axes
@@ -124,15 +124,21 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
     measured :data:`VOLUMES_PER_STEP` at a time (``watch`` called between)."""
     t = volumes.shape[0]
     ref, described = _reference(volumes, options.reference, watch)
+    import dask.array as da
+
     first = options._decided(reference=0)  # (each step: the reference, then its volumes)
+    dtype = np.result_type(ref, volumes.dtype)
+    # boundary "auto" decided once, as one call over the stack decides it (every step then
+    # measures that way; the reference against itself does not vote)
+    with_ref = da.concatenate([da.from_array(ref[None].astype(dtype)),
+                               as_dask(volumes).astype(dtype)])
+    first = decide_boundary(with_ref, first)
     parts = []
     for a in range(0, t, VOLUMES_PER_STEP):
         watch(0)
         chunk = np.asarray(volumes[a:a + VOLUMES_PER_STEP])
-        both = np.concatenate([ref[None].astype(np.result_type(ref, chunk)), chunk])
-        parts.append(align_volumes(both, options=first))
-        if first.boundary == "auto":  # (the later steps as the first decided: one call's way)
-            first = first._decided(boundary=parts[0].boundary)
+        parts.append(align_volumes(np.concatenate([ref[None].astype(dtype), chunk]),
+                                   options=first))
         watch(len(chunk))
     got = {k: np.concatenate([getattr(p, k)[1:] for p in parts])
            for k in ("shifts", "peak", "confidence", "at_bound", "verified")}
@@ -147,7 +153,7 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
         if count:
             notes.append(f"{int(count)} volume(s) {what}")
     return VolumeResult(**got, voxel_size=options.voxel_size, notes=notes,
-                        device=parts[0].device)
+                        device=parts[0].device, boundary=parts[0].boundary)
 
 
 def fill_volumes(result, data, axes, out, watch, device):

@@ -13,8 +13,8 @@ Examples
 [-2.0, 0.0, 0.0]
 """
 
-from ._api import (VolumeOptions, align_volumes, parse_max_shift, parse_upsample,
-                   parse_voxel_size)
+from ._api import (VolumeOptions, align_volumes, decide_boundary, parse_max_shift,
+                   parse_upsample, parse_voxel_size)
 from ._planes import refine_planes
 from ._prebuild import prebuild_volumes
 from ._result import VolumeResult
@@ -23,6 +23,6 @@ from ._zlocate import ZLOCATE_COLUMNS, ZlocateResult, zlocate
 from ._source import Volumes, open_volumes
 
 __all__ = ["ZLOCATE_COLUMNS", "VolumeOptions", "VolumeResult", "Volumes", "ZlocateResult", "align_volumes",
-           "open_volumes", "parse_max_shift", "parse_upsample", "parse_voxel_size",
+           "decide_boundary", "open_volumes", "parse_max_shift", "parse_upsample", "parse_voxel_size",
            "prebuild_volumes", "refine_planes", "shift_volumes", "warp_volume", "warp_volumes",
            "zlocate"]

@@ -154,6 +154,9 @@ class VolumeOptions:
     patch_overlap: object = None
     max_deviation: object = 4
     boundary: str = "auto"
+    #: ``boundary="auto"``'s decision made over the whole stack before it is measured in
+    #: parts (:func:`decide_boundary`), else None: each run votes
+    vote: object = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -370,8 +373,35 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
                  max_deviation=max_deviation, boundary=boundary)
     if options is None:
         options = VolumeOptions(**given)
-    elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)):
+    elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)
+             if f.init):
         raise InputError("give the run's options either as options= or as keywords, not both")
+    return _align(stack, options)
+
+
+def decide_boundary(stack, options: VolumeOptions) -> VolumeOptions:
+    """``options`` with ``boundary="auto"``'s decision for ``stack`` in place: the vote one
+    :func:`align_volumes` call over it would take (its first volumes that tell,
+    :class:`~._linear.WrapVote`), reading it a chunk at a time only until decided.  A caller
+    measuring the stack in parts gives every part these options, so the parts measure what
+    one call measures; ``options`` as they are where ``boundary`` is not ``auto``.
+
+    >>> import numpy as np
+    >>> vol = np.random.default_rng(2).random((8, 16, 16))
+    >>> stack = np.stack([vol, np.roll(vol, (1, -2, 3), axis=(0, 1, 2))])
+    >>> decided = decide_boundary(stack, VolumeOptions(device="cpu"))
+    >>> decided.vote.wraps, align_volumes(stack, options=decided).boundary
+    (True, 'circular')
+    """
+    if options.boundary != "auto" or options.vote is not None:
+        return options
+    vote = _align(stack, options._decided(patches=None), vote_only=True)
+    return options._decided(vote=vote.final())
+
+
+def _align(stack, options: VolumeOptions, vote_only=False):
+    """:func:`align_volumes` of the built ``options``; ``vote_only``: ``boundary="auto"``'s
+    decision only (:func:`decide_boundary`)."""
     source = open_volumes(with_axes(stack, options.axes), channel=options.channel)
     bounds, upsample, reference = options.max_shift, options.upsample, options.reference
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
@@ -400,7 +430,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
         if late:  # (the mean: a pass over the volumes itself, before theirs)
             ref = _reference(source, reference, xp, chunk)
             ref_spec, ref_norm, ref_name = _reference_spectrum(*ref, xp)
-            lin_ref = _linear_reference(ref[0], ref_spec) if linear else None
+            lin_ref = _linear_reference(ref[0], ref_spec, options.vote) if linear else None
             ref = ref if options.patches is not None else None
         chunks = held.enter_context(DeviceChunks(source.frames(), chunk, xp))
         for start, data in chunks:
@@ -408,7 +438,7 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
                 ref = ((source.read(0, 1, xp, data[:1], scale="each")[0], "the first volume")
                        if first else _reference(source, reference, xp, chunk))
                 ref_spec, ref_norm, ref_name = _reference_spectrum(*ref, xp)
-                lin_ref = _linear_reference(ref[0], ref_spec) if linear else None
+                lin_ref = _linear_reference(ref[0], ref_spec, options.vote) if linear else None
                 ref = ref if options.patches is not None else None
             stop = start + len(data)
             vols = source.read(start, stop, xp, data, scale="each")
@@ -418,8 +448,12 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
              constant[at]) = _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample,
                                            options.boundary)
             del vols
+            if vote_only and lin_ref[2].decided:
+                break
     vote = None if lin_ref is None else lin_ref[2]
     wraps = options.boundary == "circular" or (options.boundary == "auto" and vote.wraps)
+    if vote_only:
+        return vote
     if linear:
         shifts = shifts[:, 1 if wraps else 0]
     # constant volumes: no shift (NaN), as 2-D align's constant frames; not verified
@@ -450,11 +484,13 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     return result
 
 
-def _linear_reference(volume, spec):
+def _linear_reference(volume, spec, vote=None):
     """The linear refinement's reference (:class:`~._linear.Reference`), the half spectrum
     of the reference volume's periodic component (its ``spec`` less the smooth component's),
-    and the run's :class:`~._linear.WrapVote` (``boundary="auto"``)."""
-    return Reference(centred(volume)), spec - smooth_spectrum(volume[None])[0], WrapVote()
+    and the run's :class:`~._linear.WrapVote` (``boundary="auto"``: ``vote``, decided before
+    the run, or a new one)."""
+    return (Reference(centred(volume)), spec - smooth_spectrum(volume[None])[0],
+            WrapVote() if vote is None else vote)
 
 
 def _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample, boundary):

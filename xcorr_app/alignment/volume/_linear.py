@@ -509,6 +509,13 @@ class WrapVote:
     def wraps(self) -> bool:
         return bool(self.ratios) and float(np.median(self.ratios)) >= WRAP_SHARE
 
+    def final(self) -> "WrapVote":
+        """This vote as the run's decision, decided even where fewer volumes told (a stack
+        measured in parts: every part refined only the way the whole stack's vote chose)."""
+        done = WrapVote()
+        done.tried, done.ratios = max(self.tried, WRAP_VOLUMES), list(self.ratios)
+        return done
+
     def add(self, reference, volume, product, lag):
         """Count the volume's :func:`wrap_ratio` at ``lag`` (until decided)."""
         if self.decided:

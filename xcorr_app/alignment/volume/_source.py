@@ -126,9 +126,9 @@ class _VolumeItems:
             want = (stop - start) * self._item_bytes
             if self._file.read_into(out, self._at + start * self._item_bytes) == want:
                 return out
-        part = self._data[start:stop]
+        part = np.asarray(self._data[start:stop])  # (a Dask array computed: no copyto of its own)
         if out is None:
-            return np.asarray(part)
+            return part
         np.copyto(out, part)
         return out
 
