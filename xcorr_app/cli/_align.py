@@ -23,7 +23,7 @@ from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PREFILTER, RESAMP
 from ._flags import as_flags
 from ._input import apply_channels, input_options, input_path
 from ._main import DeviceCommand
-from ._volumes import MAX_SHIFT_ZYX, PATCHES_ZYX, VOLUME_OPTIONS, check_volume_options
+from ._volumes import GRID_TEXT, MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
 from ..errors import InputError
 from ..io import OUT_FORMATS, plural
 
@@ -98,7 +98,7 @@ MEASURE_OPTIONS = (
                  help="Flag frames whose peak / second peak is below this."),
     click.option("--interpolate-low", is_flag=True,
                  help="Give flagged frames shifts interpolated from their neighbours."),
-    click.option("--patches", type=PATCHES_ZYX, default=None,
+    click.option("--patches", type=GRID_TEXT, default=None,
                  help="Piecewise-rigid: after the rigid pass, measure GYxGX overlapping patches "
                       "of every frame within --max-deviation of its rigid shift and warp by the "
                       "smooth motion field (writes motion_field.npz and motion_field.png); "

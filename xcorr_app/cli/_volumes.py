@@ -14,9 +14,9 @@ import click
 from ..errors import InputError
 from ._options import MaxShiftType, PatchesType, default_out, note_device
 
-__all__ = ["MAX_SHIFT_ZYX", "PATCHES_ZYX", "VOLUME_OPTIONS", "VOLUME_USES", "align_volumes_cli",
-           "check_volume_options", "given_options", "ignored_by_volumes",
-           "parse_voxel_size_text", "unused_by_volumes"]
+__all__ = ["GRID_TEXT", "MAX_SHIFT_ZYX", "PATCHES_ZYX", "VOLUME_OPTIONS", "VOLUME_USES",
+           "align_volumes_cli", "check_volume_options", "given_options", "grid_parts",
+           "ignored_by_volumes", "parse_voxel_size_text", "unused_by_volumes"]
 
 OUTPUTS = ("shifts.csv", "shifts.json", "drift.png", "aligned.tif")
 
@@ -50,7 +50,7 @@ MAX_SHIFT_ZYX = MaxShiftZYXType()
 
 class PatchesZYXType(PatchesType):
     """``GYxGX`` (or ``N``) -> ``(gy, gx)``, or (for ``--volumes``) ``GZxGYxGX`` ->
-    ``(gz, gy, gx)``; which a run takes is checked by its options.
+    ``(gz, gy, gx)``: ``xcorr bench``'s (its runs are built of the grid).
 
     >>> PATCHES_ZYX.convert("1x4x4", None, None), PATCHES_ZYX.convert("3", None, None)
     ((1, 4, 4), (3, 3))
@@ -62,12 +62,34 @@ class PatchesZYXType(PatchesType):
     def convert(self, value, param, ctx):
         from ..alignment.piecewise import parse_patches
 
-        if isinstance(value, str) and len(value.lower().replace(",", "x").split("x")) == 3:
+        if isinstance(value, str) and len(grid_parts(value)) == 3:
             return parse_patches(value, ndim=3)
         return super().convert(value, param, ctx)
 
 
 PATCHES_ZYX = PatchesZYXType()
+
+
+class GridText(click.ParamType):
+    """``xcorr align --patches`` as given (``GYxGX``, ``N``; ``GZxGYxGX`` with ``--volumes``):
+    the run's options parse it, once (:class:`~xcorr_app.alignment.AlignOptions`,
+    :class:`~xcorr_app.alignment.VolumeOptions`)."""
+
+    name = "patches"
+
+    def get_metavar(self, param, ctx=None):
+        return "GYxGX|GZxGYxGX"
+
+    def convert(self, value, param, ctx):
+        return value if value is None else str(value).strip()
+
+
+GRID_TEXT = GridText()
+
+
+def grid_parts(text) -> list:
+    """The counts of a ``--patches`` text (``"2x4x4"`` -> three), not checked."""
+    return str(text).lower().replace(",", "x").split("x")
 
 #: the options ``xcorr align`` adds for volumes
 VOLUME_OPTIONS = (
@@ -174,9 +196,8 @@ def check_volume_options(options):
     if options.get("volumes"):
         return
     grid = options.get("patches")
-    if isinstance(grid, tuple) and len(grid) == 3:
-        raise InputError(f"--patches takes GYxGX (GZxGYxGX with --volumes), got "
-                         f"'{'x'.join(map(str, grid))}'")
+    if grid is not None and len(grid_parts(grid)) == 3:
+        raise InputError(f"--patches takes GYxGX (GZxGYxGX with --volumes), got {grid!r}")
     bound = options.get("max_shift")
     if isinstance(bound, tuple) and len(bound) == 3:
         raise InputError(f"--max-shift takes N or SY,SX (SZ,SY,SX with --volumes), got "
@@ -254,10 +275,10 @@ def align_volumes_cli(o, note=None):
         raise InputError(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not "
                          "apply to --volumes")
     grid = o.patches  # (a 2-D grid: its z count is not to be guessed)
-    if grid is not None and len(grid) != 3:
+    if grid is not None and len(grid_parts(grid)) == 2:
+        gy, gx = grid_parts(grid)
         raise InputError(f"--patches takes GZxGYxGX with volumes (three whole numbers > 0; "
-                         f"1x{grid[0]}x{grid[1]}: no division along z), got "
-                         f"'{'x'.join(map(str, grid))}'")
+                         f"1x{gy}x{gx}: no division along z), got {grid!r}")
     opts = VolumeOptions(reference=_reference(o.reference), max_shift=o.max_shift,
                          voxel_size=parse_voxel_size_text(o.voxel_size), upsample=o.upsample,
                          device=o.device, memory_limit=o.max_memory,

@@ -86,12 +86,14 @@ def parse_patches(patches, ndim=2):
     """``(gy, gx)`` from an int, a pair or ``"GYxGX"`` (positive integers), else InputError;
     ``ndim=3``: ``(gz, gy, gx)`` of volumes (an int: that many along each axis).
 
-    >>> parse_patches(3), parse_patches("4x6"), parse_patches((2, 5))
-    ((3, 3), (4, 6), (2, 5))
+    >>> parse_patches(3), parse_patches("3"), parse_patches("4x6"), parse_patches((2, 5))
+    ((3, 3), (3, 3), (4, 6), (2, 5))
     >>> parse_patches("1x4x4", ndim=3), parse_patches(2, ndim=3)
     ((1, 4, 4), (2, 2, 2))
     """
-    if isinstance(patches, str):
+    if isinstance(patches, str) and patches.strip().isdigit():  # ("3": the command line's N)
+        parts = [patches.strip()] * ndim
+    elif isinstance(patches, str):
         parts = patches.lower().replace(",", "x").split("x")
     elif isinstance(patches, numbers.Integral):
         parts = [patches] * ndim
