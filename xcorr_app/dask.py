@@ -4,8 +4,8 @@ The public home of :mod:`xcorr_app.distributed`'s functions: ``xcorr_app.dask.al
 ``xcorr_app.dask.filter``, ``xcorr_app.dask.apply_shifts`` and friends.
 """
 
-from .distributed import (align, aligned_blocks, apply_shifts, filter, filter_channels, is_dask_array, iter_blocks,
+from .distributed import (align, align_sessions, aligned_blocks, apply_shifts, filter, filter_channels, is_dask_array, iter_blocks,
                           local_client, save)
 
-__all__ = ["align", "aligned_blocks", "apply_shifts", "filter", "filter_channels", "is_dask_array", "iter_blocks",
+__all__ = ["align", "align_sessions", "aligned_blocks", "apply_shifts", "filter", "filter_channels", "is_dask_array", "iter_blocks",
            "local_client", "save"]

@@ -39,7 +39,7 @@ STACK = np.random.default_rng(3).random((3, 24, 28)).astype(np.float32)
     (dict(interpolate_low=True), "interpolate_low needs min_confidence"),
     (dict(min_confidence=-1), "min_confidence must be a number >= 0"),
     (dict(verify="yes"), "verify must be True or False"),
-    (dict(gpus="0", device="cpu"), "drop device cpu"),
+    (dict(gpus="0", device="cpu"), "drop device='cpu'"),
     (dict(gpus="0,x", device="auto"), "give GPU numbers"),
     (dict(device="tpu"), "unknown device"),
     (dict(max_shfit=3), "did you mean max_shift?"),

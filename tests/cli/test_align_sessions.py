@@ -104,7 +104,8 @@ def test_a_quoted_pattern_is_a_session(tmp_path, recordings):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (("--workers", "2"), ("--workers", "one PATH")),
+    (("--workers", "2", "--gpus", "0"), ("--gpus", "--device cpu")),
+    (("--workers", "2", "--readable-frames"), ("--readable-frames", "--workers")),
     (("--volumes",), ("--volumes", "one PATH")),
     (("--apply-to", "all"), ("--apply-to", "--channel K")),
 ])

@@ -26,7 +26,7 @@ def test_large_stacks_lists_and_no_request_keep_their_way():
 def test_cli_gpus_all_on_the_cpu_is_still_refused(tmp_path):
     r = xcorr("align", "sample_data/cell_drift.tif", "--gpus", "all", "--device", "cpu",
               "--out", str(tmp_path / "o"))
-    assert r.returncode == 2 and "--gpus shares the frames out over GPUs; drop device cpu" \
+    assert r.returncode == 2 and "--gpus shares the frames out over GPUs; drop --device cpu" \
         in r.stderr
 
 

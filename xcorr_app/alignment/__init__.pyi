@@ -13,7 +13,7 @@ from .rigid import (MAX_BIDI, NORMALIZATIONS, SUBPIXEL, WINDOWS, correct_bidi, e
                     parse_bidi, parse_prefilter, shared_plan)
 from ._prebuild import PREBUILD_STAGES, prebuild
 from ._result import AlignResult
-from ._sessions import (SAVE_OPTIONS, SESSION_COLUMNS, SESSIONS_TABLE, align_sessions,
+from ._sessions import (SAVE_OPTIONS, SESSION_COLUMNS, SESSIONS_TABLE, Session, align_sessions,
                         finished_run, is_pattern, session_folder, session_paths, sessions_csv)
 from ._run import run_alignment
 from .volume import VolumeOptions, VolumeResult, align_volumes

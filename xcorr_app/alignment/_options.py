@@ -139,7 +139,7 @@ class AlignOptions:
                              "read the stack as it is: run without patches, or give bidi off")
         if self.gpus is not None:
             if self.device == "cpu":
-                raise InputError("gpus shares the frames out over GPUs; drop device cpu")
+                raise InputError("gpus shares the frames out over GPUs; drop device='cpu'")
             put("gpus", _gpu_spec(self.gpus))
         self._check_mask(put)
         self._check_model()

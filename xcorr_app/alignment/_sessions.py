@@ -12,6 +12,7 @@ Examples
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob
 import io
 import json
@@ -24,7 +25,7 @@ import numpy as np
 from ..errors import InputError, OutputError, XcorrError
 from ._options import AlignOptions
 
-__all__ = ["align_sessions", "is_pattern", "session_folder", "session_paths", "finished_run",
+__all__ = ["Session", "align_sessions", "is_pattern", "session_folder", "session_paths", "finished_run",
            "sessions_csv", "SESSIONS_TABLE", "SESSION_COLUMNS", "SAVE_OPTIONS"]
 
 #: the summary table of :func:`align_sessions`, in ``out`` (or the current folder)
@@ -184,38 +185,77 @@ def align_sessions(paths, out=None, *, force=False, progress=None, options=None,
     >>> [r["status"] for r in align_sessions(str(folder / "*.tif"), folder / "out")]
     ['skipped', 'skipped']
     """
-    save = {k: keywords.pop(k) for k in SAVE_OPTIONS if k in keywords}
-    opts = AlignOptions.from_arguments(keywords.pop("reference", None), options, **keywords)
-    opts.check_executor("gpus" if opts.gpus is not None else "process")
-    _check_save(opts, save)
-    if out is not None and (not str(out).strip() or Path(out).is_file()):
-        raise InputError(f"out is the folder of the recordings' folders and {SESSIONS_TABLE}, "
-                         f"not {'a file' if str(out).strip() else 'empty'}: {out}")
-    recordings = session_paths(paths)
-    folders = [session_folder(p, out) for p in recordings]
-    _check_folders(recordings, folders)
-    table = Path(SESSIONS_TABLE) if out is None else Path(out) / SESSIONS_TABLE
-    _check_table(table)
+    session = Session.plan(paths, out, force, options, keywords)
     gpu_ids = None
-    if opts.gpus is not None:
+    if session.opts.gpus is not None:
         from ..streaming import parse_gpus
 
-        gpu_ids = parse_gpus(opts.gpus)  # (every GPU aligns recordings of its own)
-        opts = opts._decided(gpus=None, device="gpu")
+        gpu_ids = parse_gpus(session.opts.gpus)  # (every GPU aligns recordings of its own)
+        session.opts = session.opts._decided(gpus=None, device="gpu")
 
     def one(k):
-        row = _one(recordings[k], folders[k], opts, save, force)
+        row = session.align(k)
         if progress is not None:
             progress(1)
         return row
 
-    rows = _spread(len(recordings), one, gpu_ids)
-    if out is not None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-    from ..io import write_text
+    return session.finish(_spread(len(session.recordings), one, gpu_ids))
 
-    write_text(table, sessions_csv(rows))
-    return rows
+
+@dataclasses.dataclass
+class Session:
+    """A session checked before any recording runs (:meth:`plan`): the run's options, the
+    save options, the recordings and their folders; :meth:`align` runs one recording (in this
+    process, or as a Dask task on a worker: :func:`xcorr_app.dask.align_sessions`), and
+    :meth:`finish` writes the table of their rows."""
+
+    opts: AlignOptions
+    save: dict
+    recordings: list
+    folders: list
+    out: object
+    force: bool
+
+    @classmethod
+    def plan(cls, paths, out, force, options, keywords, executor="process") -> "Session":
+        """The session of :func:`align_sessions`' arguments, every option and path checked
+        (``executor``: ``"process"``, or ``"dask"``: its recordings spread over a cluster's
+        workers, each aligned in one worker's process)."""
+        keywords = dict(keywords)
+        save = {k: keywords.pop(k) for k in SAVE_OPTIONS if k in keywords}
+        opts = AlignOptions.from_arguments(keywords.pop("reference", None), options, **keywords)
+        if executor == "dask" and opts.gpus is not None:  # (gpus and a cluster: refused)
+            opts.check_executor("dask")
+        # (on a cluster too, each recording runs in one process: a worker's)
+        opts.check_executor("gpus" if opts.gpus is not None else "process")
+        _check_save(opts, save)
+        if out is not None and (not str(out).strip() or Path(out).is_file()):
+            raise InputError(f"out is the folder of the recordings' folders and "
+                             f"{SESSIONS_TABLE}, not {'a file' if str(out).strip() else 'empty'}"
+                             f": {out}")
+        recordings = session_paths(paths)
+        folders = [session_folder(p, out) for p in recordings]
+        _check_folders(recordings, folders)
+        session = cls(opts, save, recordings, folders, out, bool(force))
+        _check_table(session.table)
+        return session
+
+    @property
+    def table(self) -> Path:
+        return Path(SESSIONS_TABLE) if self.out is None else Path(self.out) / SESSIONS_TABLE
+
+    def align(self, k) -> dict:
+        """Recording ``k`` aligned and saved (or skipped, or failed): its row."""
+        return _one(self.recordings[k], self.folders[k], self.opts, self.save, self.force)
+
+    def finish(self, rows) -> list:
+        """``rows`` (one a recording, in order) written as the session's table; returned."""
+        if self.out is not None:
+            Path(self.out).mkdir(parents=True, exist_ok=True)
+        from ..io import write_text
+
+        write_text(self.table, sessions_csv(rows))
+        return rows
 
 
 def _check_save(opts, save):

@@ -12,7 +12,8 @@ import click
 
 from ._flags import as_flags
 from ._input import input_path
-from ._options import note_device, planner_notes, progress_bar, readable_frames_of
+from ._options import (note_device, planner_notes, progress_bar, readable_frames_of,
+                       scale_out)
 from ..errors import InputError
 
 __all__ = ["align_session_cli"]
@@ -23,14 +24,11 @@ def align_session_cli(paths, dataset, z, axes, o, as_given):
     ``as_given``: those passed to :class:`~xcorr_app.alignment.AlignOptions` as they are) with
     the same options; print the table on stderr (unless ``--quiet``; ``--json``: the rows on
     stdout) and exit 2 where a recording failed, after ``sessions.csv`` is written."""
-    from ..alignment import SESSIONS_TABLE, align_sessions, session_paths
+    from ..alignment import SESSIONS_TABLE, Session, align_sessions, session_paths
     from ..io import strict_json
 
     if o.volumes:
         raise InputError("--volumes registers one recording of volumes: give one PATH")
-    if o.workers is not None or o.scheduler:
-        raise InputError("several PATHs are aligned one after another, or one a GPU at once "
-                         "with --gpus; --workers and --scheduler (Dask) take one PATH")
     recordings = [input_path(p, dataset, z, axes)
                   for p in session_paths([str(p) for p in paths])]
     quiet = o.quiet or o.as_json
@@ -44,11 +42,20 @@ def align_session_cli(paths, dataset, z, axes, o, as_given):
     planner_notes(quiet)
     with contextlib.ExitStack() as stack:
         for p in recordings if o.readable_frames else ():  # (every open of these files)
-            stack.enter_context(readable_frames_of(p, True, None, None))
+            stack.enter_context(readable_frames_of(p, True, o.workers, o.scheduler))
+        on_cluster = o.workers is not None or o.scheduler
+        if on_cluster:  # (the session planned, so checked, before the cluster starts)
+            from ..distributed import run_session
+
+            session = Session.plan(recordings, o.out_dir, o.force, None, keywords,
+                                   executor="dask")
+            client = stack.enter_context(scale_out(None, o.workers, o.scheduler, o.device,
+                                                   quiet=quiet))[0]
         with progress_bar(len(recordings), "recordings", quiet) as bar:
             bar.unit = "recording"
-            rows = align_sessions(recordings, o.out_dir, force=o.force, progress=bar.update,
-                                  **keywords)
+            rows = run_session(session, client, progress=bar.update) if on_cluster else \
+                align_sessions(recordings, o.out_dir, force=o.force, progress=bar.update,
+                               **keywords)
     table = Path(o.out_dir or ".") / SESSIONS_TABLE
     for r in rows:  # (a warning is said even with --quiet, as for one PATH)
         if r["status"] == "done" and r["reason"]:

@@ -1,7 +1,7 @@
 """Work spread over a Dask cluster (``--workers``, ``--scheduler``, :mod:`xcorr_app.dask`)."""
 
-from ._dask import (align, aligned_blocks, apply_shifts, filter, filter_channels, is_dask_array, iter_blocks,
-                    local_client, save)
+from ._dask import (align, align_sessions, aligned_blocks, apply_shifts, filter, filter_channels, is_dask_array, iter_blocks,
+                    local_client, run_session, save)
 
-__all__ = ["align", "aligned_blocks", "apply_shifts", "filter", "filter_channels", "is_dask_array", "iter_blocks",
-           "local_client", "save"]
+__all__ = ["align", "align_sessions", "aligned_blocks", "apply_shifts", "filter", "filter_channels", "is_dask_array", "iter_blocks",
+           "local_client", "run_session", "save"]

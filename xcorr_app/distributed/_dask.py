@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import importlib
 import uuid
@@ -42,7 +43,7 @@ from ..errors import InputError, XcorrError
 from ..io import parse_axes, with_axes
 from ..streaming import DEFAULT_CHUNK, chunk_bounds
 from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, drop_kept, filter_task,
-                          plan_task, range_task, shift_task)
+                          plan_task, range_task, session_task, shift_task)
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path and no cluster says how many workers share it
 TASK_FRAMES = 128
@@ -346,6 +347,73 @@ def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_fr
 align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
                                         ("client", "scheduler", "task_frames", "progress",
                                          "options"))
+
+
+def align_sessions(paths, out=None, *, client=None, scheduler=None, force=False,
+                   progress=None, options=None, **keywords):
+    """:func:`xcorr_app.align_sessions` on a Dask cluster: each recording is a task that a
+    worker aligns and saves on its own device (one worker per GPU: several recordings at
+    once), reading the file itself; the same rows, folders and files as in one process, and
+    the table written here.  The recordings and ``out`` must be where every worker sees them
+    (a shared filesystem; relative paths are made absolute here).
+
+    Parameters
+    ----------
+    paths, out, force, options, **keywords
+        As :func:`xcorr_app.align_sessions`; ``device`` is resolved on each worker (``auto``:
+        its GPU where it has one); ``gpus`` is not available (the workers are the GPUs).
+    client : distributed.Client, optional
+        Run on this client's cluster (:func:`local_client` starts one); default: Dask's
+        current scheduler (an active client, or ``scheduler``).
+    scheduler : str, optional
+        A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
+        client.
+    progress : callable(int), optional
+        With a client: called with 1 as each recording is done, skipped or failed.
+
+    Returns
+    -------
+    list of dict
+        One row a recording, in order (:data:`~xcorr_app.alignment.SESSION_COLUMNS`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from scipy import ndimage as ndi
+    >>> from xcorr_app.io import write_tiff
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> base = ndi.gaussian_filter(np.random.default_rng(0).random((40, 48)), 2)
+    >>> for name in ("a", "b"):
+    ...     write_tiff(folder / f"{name}.tif", np.stack([base, np.roll(base, (1, -2), (0, 1))]))
+    >>> rows = align_sessions(str(folder / "*.tif"), folder / "out", max_shift=4,
+    ...                       device="cpu", quality=False, aligned=False, scheduler="sync")
+    >>> [(Path(r["folder"]).name, r["status"], r["frames"]) for r in rows]
+    [('a_xcorr', 'done', 2), ('b_xcorr', 'done', 2)]
+    """
+    _require_dask()
+    from ..alignment import Session
+
+    return run_session(Session.plan(paths, out, force, options, keywords, executor="dask"),
+                       client, scheduler, progress)
+
+
+def run_session(session, client=None, scheduler=None, progress=None) -> list:
+    """The rows of :func:`align_sessions` of a session planned before
+    (:meth:`Session.plan <xcorr_app.alignment.Session.plan>` with ``executor="dask"``: the
+    command line plans it before its cluster starts), its table written."""
+    import dask
+
+    # (a worker started elsewhere opens the files and writes the folders by absolute paths)
+    remote = dataclasses.replace(
+        session, recordings=[absolute_source(p) for p in session.recordings],
+        folders=[Path(f).absolute() for f in session.folders])
+    task = dask.delayed(session_task, pure=False)
+    n = len(session.recordings)
+    rows = list(_compute([task(remote, k, dask_key_name=f"xcorr-session-{uuid.uuid4().hex}")
+                          for k in range(n)], client, scheduler, [1] * n, progress))
+    for k, row in enumerate(rows):  # (the rows name them as given)
+        row.update(path=str(session.recordings[k]), folder=str(session.folders[k]))
+    return session.finish(rows)
 
 
 def _as_array(inp, task, frame_shape, *args):

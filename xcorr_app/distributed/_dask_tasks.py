@@ -223,3 +223,10 @@ def shift_task(source, start, stop, shifts, fill, resample, box, device,
             return _like_block(out[:, y0:y1, x0:x1], source)
 
         return _in_chunks(start, stop, chunk_frames, part)
+
+
+def session_task(session, k) -> dict:
+    """Recording ``k`` of ``session`` (:class:`~xcorr_app.alignment.Session`, its paths
+    absolute) aligned and saved by this worker, on its device: its row."""
+    with _on_device(session.opts.device):
+        return session.align(k)

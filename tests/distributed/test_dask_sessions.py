@@ -1,0 +1,98 @@
+"""Whole sessions on a Dask cluster (``xcorr_app.dask.align_sessions``, ``xcorr align A B
+--workers N``): each recording a task that a worker process aligns and saves itself, reading
+its own file; the rows, folders and files those of one process, the table written by the
+client, resumable."""
+
+import csv
+
+import h5py
+import numpy as np
+import pytest
+
+pytest.importorskip("distributed")
+xdask = pytest.importorskip("xcorr_app.dask")
+
+import xcorr_app  # noqa: E402
+from cli_helpers import assert_clean_error, xcorr  # noqa: E402
+from synthetic import drift_stack, write_stack  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+OPTS = dict(max_shift=4, device="cpu", quality=False)
+
+
+@pytest.fixture
+def recordings(tmp_path):
+    """Two TIFFs (two frame sizes) and an HDF5 dataset named by its source path."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    a, _ = drift_stack(np.random.default_rng(11), n=6, shape=(40, 48), max_shift=3)
+    b, _ = drift_stack(np.random.default_rng(12), n=5, shape=(36, 56), max_shift=3,
+                       image="coins")
+    c, _ = drift_stack(np.random.default_rng(13), n=7, shape=(32, 40), max_shift=3)
+    write_stack(folder / "a.tif", a)
+    write_stack(folder / "b.tif", b)
+    with h5py.File(folder / "c.h5", "w") as f:
+        f["data"] = c.astype(np.float32)
+    return [str(folder / "a.tif"), str(folder / "b.tif"), f"{folder / 'c.h5'}:/data"]
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
+            if p.name in ("shifts.csv", "aligned.tif")}
+
+
+def test_a_session_on_worker_processes_equals_one_process(client, tmp_path, recordings,
+                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (relative paths: made absolute for the workers)
+    given = [r.replace(str(tmp_path) + "/", "") for r in recordings]
+    want = xcorr_app.align_sessions(given, "one", **OPTS)
+    seen = []
+    got = xdask.align_sessions(given, "many", client=client, progress=seen.append, **OPTS)
+    assert seen == [1, 1, 1]
+    assert [r["status"] for r in got] == ["done"] * 3
+    assert [r["path"] for r in got] == given
+    assert [r["folder"] for r in got] == [f"many/{n}_xcorr" for n in "abc"]
+    for w, g in zip(want, got):
+        assert {k: v for k, v in g.items() if k not in ("folder", "seconds")} == \
+            {k: v for k, v in w.items() if k not in ("folder", "seconds")}
+    for n in "abc":
+        files = _files(tmp_path / "many" / f"{n}_xcorr")
+        assert set(files) == {"shifts.csv", "aligned.tif"}
+        assert files == _files(tmp_path / "one" / f"{n}_xcorr")
+    with open(tmp_path / "many" / "sessions.csv", newline="") as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["done"] * 3
+    again = xdask.align_sessions(given, "many", client=client, **OPTS)
+    assert [r["status"] for r in again] == ["skipped"] * 3
+
+
+def test_a_bad_recording_fails_alone_on_its_worker(client, tmp_path, recordings):
+    bad = tmp_path / "in" / "bad.tif"
+    bad.write_bytes(b"II*\x00 not a tiff")
+    rows = xdask.align_sessions([recordings[0], str(bad)], tmp_path / "out", client=client,
+                                **OPTS)
+    assert [r["status"] for r in rows] == ["done", "failed"]
+    assert "bad.tif" in rows[1]["reason"]
+
+
+def test_options_are_checked_before_any_task(tmp_path, recordings):
+    with pytest.raises(ValueError, match="gpus runs without Dask"):
+        xdask.align_sessions(recordings, tmp_path / "out", gpus="0", scheduler="sync",
+                             **{**OPTS, "device": "auto"})
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line_on_a_local_cluster(tmp_path, recordings):
+    out = tmp_path / "out"
+    res = xcorr("align", *recordings, "--out", out, "--workers", "2", "--device", "cpu",
+                "--max-shift", "4", "--no-quality", "--no-aligned")
+    assert res.returncode == 0, res.stderr
+    assert "3 recordings: 3 done" in res.stderr
+    single = xcorr("align", recordings[1], "--out", tmp_path / "single", "--device", "cpu",
+                   "--max-shift", "4", "--no-quality", "--no-aligned", "-q")
+    assert single.returncode == 0, single.stderr
+    assert (out / "b_xcorr" / "shifts.csv").read_text() == \
+        (tmp_path / "single" / "shifts.csv").read_text()
+    assert_clean_error(xcorr("align", *recordings, "--out", tmp_path / "x", "--workers", "2",
+                             "--scheduler", "tcp://127.0.0.1:1", "--device", "cpu"),
+                       "--workers", "--scheduler")
