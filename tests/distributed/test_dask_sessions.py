@@ -96,3 +96,17 @@ def test_the_command_line_on_a_local_cluster(tmp_path, recordings):
     assert_clean_error(xcorr("align", *recordings, "--out", tmp_path / "x", "--workers", "2",
                              "--scheduler", "tcp://127.0.0.1:1", "--device", "cpu"),
                        "--workers", "--scheduler")
+
+
+@pytest.mark.gpu
+def test_workers_align_their_recordings_on_the_gpu(client, tmp_path, recordings):
+    """Each task on its worker's GPU: the shifts of one process's GPU run of it."""
+    opts = {**OPTS, "device": "gpu"}
+    rows = xdask.align_sessions(recordings, tmp_path / "out", client=client, aligned=False,
+                                **opts)
+    assert [r["status"] for r in rows] == ["done"] * 3, [r["reason"] for r in rows]
+    for path, row in zip(recordings, rows):
+        want = xcorr_app.align(path, **opts)
+        with open(f"{row['folder']}/shifts.csv", newline="") as f:
+            got = np.array([[float(r["dy"]), float(r["dx"])] for r in csv.DictReader(f)])
+        np.testing.assert_allclose(got, want.shifts, atol=1e-3)  # (the table's digits)
