@@ -112,7 +112,10 @@ def render(out: Path) -> dict:
             "dock_visible": dock.isVisible(),
             "dock_rect": [top_left.x(), top_left.y(), dock.width(), dock.height()],
             "window_size": [window.width(), window.height()],
-            "table_rows": widget.results.table.shape[0]}
+            "table_rows": widget.results.table.shape[0],
+            # (the dock scrolls up and down only: the form's whole width shown)
+            "form_width": area.widget().minimumSizeHint().width(),
+            "shown_width": area.viewport().width()}
     viewer.close()
     return info
 

@@ -102,6 +102,7 @@ def test_the_aligned_layer_is_drawn_on_the_canvas(rendered):
 def test_the_dock_is_drawn_with_its_table_and_plot(rendered):
     info, _, window, _ = rendered
     assert info["dock_visible"] and info["table_rows"] == 12
+    assert info["shown_width"] >= info["form_width"], info  # (no button or column cut off)
     x, y, w, h = info["dock_rect"]
     ww, wh = info["window_size"]
     assert 0 <= x and x + w <= ww and 0 <= y and y + h <= wh and w > 300 and h > 400

@@ -30,6 +30,8 @@ from ..errors import InputError, OutputError, XcorrError
 from ._run import table_text
 from ._volumes import volume_table_text
 
+#: the table's least width, px (wider rows scroll within it)
+TABLE_MIN_WIDTH = 200
 #: columns of the table shown (all of them are in the CSV and JSON saved)
 COLUMNS = ("frame", "dy", "dx", "confidence", "low_confidence", "agree")
 #: the table's confidence of a frame whose peak has no rival (``inf`` in ``shifts.csv``)
@@ -70,8 +72,10 @@ def confidence_note(result) -> str:
 #: the tooltip of "Save outputs…"
 SAVE_ALL_TIP = ("shifts.csv, shifts.json and the plots into a folder, as xcorr align writes "
                 "them (the aligned layer: napari's File > Save)")
-#: the width the drift plot is shown at in the dock (px)
+#: the width the drift plot is shown at in the dock (px): at most this, and no wider than the
+#: dock shows (at least :data:`PLOT_MIN_WIDTH`)
 PLOT_WIDTH = 480
+PLOT_MIN_WIDTH = 280
 
 
 def _drawn(plot, width) -> np.ndarray:
@@ -250,6 +254,8 @@ class ResultsPanel(widgets.Container):
         for label in (self.summary, self.low_label):  # (a long line would widen the dock)
             wrap(label)
         self.table.min_height, self.table.max_height, self.low.max_height = 200, 260, 90
+        # (its columns scroll within it: a run's table does not widen the dock past the form)
+        self.table.native.setMinimumWidth(TABLE_MIN_WIDTH)
         buttons = widgets.Container(widgets=[self.copy, self.save, self.save_all],
                                     layout="horizontal",
                                     labels=False)
@@ -275,9 +281,10 @@ class ResultsPanel(widgets.Container):
         cell = {c: (confidence_cell if c == "confidence" else lambda v: v) for c in COLUMNS}
         self.table.value = {"data": [[cell[c](r[c]) for c in COLUMNS] for r in rows],  # (split)
                             "index": list(range(len(rows))), "columns": list(COLUMNS)}
-        self.plot_image = drift_image(result)
+        width = self._plot_width()
+        self.plot_image = drift_image(result, width)
         self.plot.native.setPixmap(_pixmap(self.plot_image))
-        self.quality_image = quality_image(result)
+        self.quality_image = quality_image(result, width)
         if self.quality_image is not None:
             self.quality_plot.native.setPixmap(_pixmap(self.quality_image))
         self.quality_plot.visible = self.quality_image is not None
@@ -288,13 +295,22 @@ class ResultsPanel(widgets.Container):
                               f"max |shift| {s['max_abs_shift']:.2f} px, plan {s['plan']}"
                               + (f"\n{note}" if note else ""))
 
+    def _plot_width(self) -> int:
+        """The plots' width: :data:`PLOT_WIDTH`, or the panel's own where the dock is narrower
+        (a wider plot would widen the dock, or be cut off)."""
+        margins = self.native.layout().contentsMargins()
+        shown = self.native.width() - margins.left() - margins.right() \
+            - 2 * self.plot.native.frameWidth()
+        return int(np.clip(shown if self.native.isVisible() else PLOT_WIDTH, PLOT_MIN_WIDTH,
+                           PLOT_WIDTH))
+
     def _show_volumes(self, result) -> None:
         rows = result.rows()
         columns = [c for c in rows[0] if c != "t"] if rows else []
         self.table.value = {"data": [[round(r[c], 3) if isinstance(r[c], float) else r[c]
                                       for c in columns] for r in rows],
                             "index": [r["t"] for r in rows], "columns": columns}
-        self.plot_image = volume_drift_image(result)
+        self.plot_image = volume_drift_image(result, self._plot_width())
         self.plot.native.setPixmap(_pixmap(self.plot_image))
         self.quality_image, self.quality_plot.visible = None, False
         self.low.choices = flagged_volumes(result)

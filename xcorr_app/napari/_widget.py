@@ -129,6 +129,22 @@ class AlignWidget(widgets.Container):
         if self.viewer.layers.selection.active in _image_layers(self.viewer):
             self.layer.value = self.viewer.layers.selection.active
         self._layer_changed(self.layer.value)
+        self._fit_width()
+
+    def _fit_width(self) -> None:
+        """The scroll area at least as wide as the form's least width and its vertical
+        scroll bar (a narrower dock cut off the form's right edge: the second button of a
+        row); anything wider still scrolls sideways, never cut off."""
+        from qtpy.QtCore import Qt
+
+        area = self.root_native_widget
+        inner = area.widget() if hasattr(area, "widget") else None
+        if inner is None:
+            return
+        area.setHorizontalScrollBarPolicy(Qt.ScrollBarAsNeeded)  # (never cut: scrolled)
+        area.setMinimumWidth(inner.minimumSizeHint().width()
+                             + area.verticalScrollBar().sizeHint().width()
+                             + 2 * area.frameWidth())
 
     @property
     def native(self):
@@ -289,6 +305,7 @@ class AlignWidget(widgets.Container):
         added = self._add_aligned(output.aligned)
         if isinstance(result, VolumeResult):
             self.results.show(result)
+            self._fit_width()
             flags = result.notes[3:]
             self.status.value = (f"aligned {len(result.shifts)} volumes in 3-D on "
                                  f"{result.device}" + (f"; {'; '.join(flags)}" if flags else ""))
@@ -301,6 +318,7 @@ class AlignWidget(widgets.Container):
             self.viewer.add_vectors(vectors, name=f"{main} motion field", edge_color="yellow",
                                     edge_width=1, length=4, scale=added[0].scale)
         self.results.show(result)
+        self._fit_width()
         n = len(result.shifts)
         self.status.value = (f"aligned {n} frames on {result.settings.get('device')}"
                              + (f"; {'; '.join(result.notes)}" if result.notes else ""))
