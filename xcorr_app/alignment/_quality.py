@@ -191,14 +191,15 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
                      0 if field is None else 1)
         part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
                                  template=t, host=not executor.local, field=field)
-        return report_of(executor.map(part, None), shifts, area)
+        return report_of(executor.map(part, None), shifts, area, xp=executor.xp)
     field, centres, size = (np.asarray(patches[0], np.float64),
                             np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
     part = functools.partial(_patch_part, opts=opts, field=field, ok=patch_ok(shifts, field),
                              chunk=chunk, template=t, centres=centres, size=size,
                              host=not executor.local)
     parts = executor.map(part, None)
-    return report_of([p[:4] for p in parts], shifts, parts[0][4], centres.shape[:2])
+    return report_of([p[:4] for p in parts], shifts, parts[0][4], centres.shape[:2],
+                     xp=executor.xp)
 
 
 def patch_ok(shifts, field):
@@ -206,16 +207,18 @@ def patch_ok(shifts, field):
     return np.isfinite(shifts).all(axis=1) & np.isfinite(field.reshape(len(field), -1)).all(1)
 
 
-def report_of(parts, shifts, area, grid=None):
+def report_of(parts, shifts, area, grid=None, xp=np):
     """The :class:`QualityReport` of the ranges' parts in frame order (each ``(rows, means,
     counted, per-patch rows)``: :func:`_rows_part`, :meth:`PatchQuality.result`) of a run of
-    ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``."""
+    ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``; ``xp``: where
+    the means' sharpness is measured (a Dask client's GPU: its workers' means come as NumPy
+    arrays, whose adds and gradients on the host took a tenth of a two-GPU run)."""
     rows = np.concatenate([p[0] for p in parts])
     whole = [p[1]["sharpness"] for p in parts if "sharpness" in p[1]]
     if whole:  # (a part of the whole stack measured its means' sharpness where they lay)
         sharp = whole[0]
     else:
-        raw, aligned = (_total([p[1]["sums"][k] for p in parts]) for k in (0, 1))
+        raw, aligned = (_total([xp.asarray(p[1]["sums"][k]) for p in parts]) for k in (0, 1))
         kept = sum(p[2] for p in parts)
         # (divided in the figures' kernel: a CuPy array / a number would go through NumPy's
         # ufunc protocol, whose first use imports cupyx and SciPy)
