@@ -158,8 +158,11 @@ def range_task(fn, source, start, stop, device, keep=None):
             context = contextlib.ExitStack()
             with context:
                 src = context.enter_context(_open(source, start, xp))
+                # (its pages read into page-locked buffers, not registered with CUDA: workers
+                # registering theirs at once took 1.5x as long, as several GPUs' readers did)
                 kept = (context.pop_all(), StashedSource(src, keep_on_gpu(src, xp, None, start,
-                                                                          stop)))
+                                                                          stop),
+                                                         registered=False))
             with _KEPT_LOCK:
                 late = keep in _DROPPED
                 if not late:
