@@ -159,7 +159,7 @@ def range_task(fn, source, start, stop, device, keep=None):
             with context:
                 src = context.enter_context(_open(source, start, xp))
                 # (its pages read into page-locked buffers, not registered with CUDA: workers
-                # registering theirs at once took 1.5x as long, as several GPUs' readers did)
+                # registering theirs at once were slower, as several GPUs' readers are)
                 kept = (context.pop_all(), StashedSource(src, keep_on_gpu(src, xp, None, start,
                                                                           stop),
                                                          registered=False))
