@@ -110,3 +110,37 @@ def test_workers_align_their_recordings_on_the_gpu(client, tmp_path, recordings)
         with open(f"{row['folder']}/shifts.csv", newline="") as f:
             got = np.array([[float(r["dy"]), float(r["dx"])] for r in csv.DictReader(f)])
         np.testing.assert_allclose(got, want.shifts, atol=1e-3)  # (the table's digits)
+
+
+def test_a_recording_whose_task_fails_is_its_row(tmp_path, recordings, monkeypatch):
+    """A task failing outside its recording's run (a device it cannot use, say) fails that
+    recording alone: the others are done and the table is written."""
+    from xcorr_app.alignment import Session
+
+    real = Session.align
+
+    def align(self, k):
+        if "b.tif" in str(self.recordings[k]):
+            raise RuntimeError("no such device")
+        return real(self, k)
+
+    monkeypatch.setattr(Session, "align", align)
+    seen = []
+    rows = xdask.align_sessions(recordings, tmp_path / "out", progress=seen.append,
+                                scheduler="sync", **OPTS)
+    assert [r["status"] for r in rows] == ["done", "failed", "done"]
+    assert rows[1]["reason"] == "internal error: RuntimeError: no such device"
+    assert rows[1]["path"] == recordings[1] and seen == [1, 1, 1]
+    with open(tmp_path / "out" / "sessions.csv", newline="") as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["done", "failed", "done"]
+
+
+def test_rows_name_the_paths_as_given(client, tmp_path, recordings, monkeypatch):
+    """A rerun's skipped rows say the folders as given, as one process's do."""
+    monkeypatch.chdir(tmp_path)
+    given = [r.replace(str(tmp_path) + "/", "") for r in recordings[:2]]
+    xdask.align_sessions(given, "out", client=client, **OPTS)
+    again = xdask.align_sessions(given, "out", client=client, **OPTS)
+    one = xcorr_app.align_sessions(given, "out", **OPTS)
+    assert [r["reason"] for r in again] == [r["reason"] for r in one]
+    assert "out/a_xcorr" in again[0]["reason"] and str(tmp_path) not in again[0]["reason"]

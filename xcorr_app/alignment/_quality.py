@@ -212,7 +212,7 @@ def report_of(parts, shifts, area, grid=None, xp=np):
     counted, per-patch rows)``: :func:`_rows_part`, :meth:`PatchQuality.result`) of a run of
     ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``; ``xp``: where
     the means' sharpness is measured (a Dask client's GPU: its workers' means come as NumPy
-    arrays, whose adds and gradients on the host took a tenth of a two-GPU run)."""
+    arrays, whose adds and gradients on the host were slow)."""
     rows = np.concatenate([p[0] for p in parts])
     whole = [p[1]["sharpness"] for p in parts if "sharpness" in p[1]]
     if whole:  # (a part of the whole stack measured its means' sharpness where they lay)

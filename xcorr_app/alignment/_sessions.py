@@ -248,6 +248,14 @@ class Session:
         """Recording ``k`` aligned and saved (or skipped, or failed): its row."""
         return _one(self.recordings[k], self.folders[k], self.opts, self.save, self.force)
 
+    def failed(self, k, exc, seconds=0.0) -> dict:
+        """The row of recording ``k`` that failed with ``exc`` outside its run (a worker
+        that died, a device it could not use)."""
+        row = dict.fromkeys(SESSION_COLUMNS)
+        row.update(path=str(self.recordings[k]), folder=str(self.folders[k]), status="failed",
+                   reason=failure_reason(exc), seconds=round(seconds, 3))
+        return row
+
     def finish(self, rows) -> list:
         """``rows`` (one a recording, in order) written as the session's table; returned."""
         if self.out is not None:
@@ -323,10 +331,7 @@ def _one(path, folder, opts, save, force) -> dict:
             res.save(folder, force=force, **kw)
         except Exception as exc:  # noqa: BLE001 - (one recording's failure, whatever it is,
             # is its row: the others go on and the table is written; Ctrl-C is no Exception)
-            said = " ".join(str(exc).split()) or type(exc).__name__
-            reason = said if isinstance(exc, (XcorrError, MemoryError)) else \
-                f"internal error: {type(exc).__name__}: {said}"
-            row.update(status="failed", reason=reason)
+            row.update(status="failed", reason=failure_reason(exc))
         else:
             warned = [n for n in res.settings.get("notes", []) if n.startswith("warning: ")]
             row.update(status="done", reason="; ".join(warned), frames=res.n_frames,
@@ -334,6 +339,14 @@ def _one(path, folder, opts, save, force) -> dict:
                        low_confidence_frames=int(np.asarray(res.low_confidence).sum()))
     row["seconds"] = round(time.perf_counter() - t0, 3)
     return row
+
+
+def failure_reason(exc) -> str:
+    """A failed recording's reason, one line: the message of an error of ours (or a lack of
+    memory), else the exception's type and message as an internal error."""
+    said = " ".join(str(exc).split()) or type(exc).__name__
+    return said if isinstance(exc, (XcorrError, MemoryError)) else \
+        f"internal error: {type(exc).__name__}: {said}"
 
 
 def _number(value) -> float:

@@ -355,7 +355,8 @@ def align_sessions(paths, out=None, *, client=None, scheduler=None, force=False,
     worker aligns and saves on its own device (one worker per GPU: several recordings at
     once), reading the file itself; the same rows, folders and files as in one process, and
     the table written here.  The recordings and ``out`` must be where every worker sees them
-    (a shared filesystem; relative paths are made absolute here).
+    (a shared filesystem; relative paths are made absolute here).  A recording that fails,
+    or whose worker is lost, is its ``failed`` row; the others go on.
 
     Parameters
     ----------
@@ -364,12 +365,13 @@ def align_sessions(paths, out=None, *, client=None, scheduler=None, force=False,
         its GPU where it has one); ``gpus`` is not available (the workers are the GPUs).
     client : distributed.Client, optional
         Run on this client's cluster (:func:`local_client` starts one); default: Dask's
-        current scheduler (an active client, or ``scheduler``).
+        active client, else ``scheduler``, else one recording after another here.
     scheduler : str, optional
         A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
         client.
     progress : callable(int), optional
-        With a client: called with 1 as each recording is done, skipped or failed.
+        Called with 1 as each recording is done, skipped or failed (without a client, after
+        them all).
 
     Returns
     -------
@@ -400,18 +402,48 @@ def align_sessions(paths, out=None, *, client=None, scheduler=None, force=False,
 def run_session(session, client=None, scheduler=None, progress=None) -> list:
     """The rows of :func:`align_sessions` of a session planned before
     (:meth:`Session.plan <xcorr_app.alignment.Session.plan>` with ``executor="dask"``: the
-    command line plans it before its cluster starts), its table written."""
+    command line plans it before its cluster starts), its table written.  Without a client
+    or a scheduler: Dask's active client, else one recording after another here (threads
+    would run several at once on one device)."""
     import dask
 
-    # (a worker started elsewhere opens the files and writes the folders by absolute paths)
-    remote = dataclasses.replace(
-        session, recordings=[absolute_source(p) for p in session.recordings],
-        folders=[Path(f).absolute() for f in session.folders])
-    task = dask.delayed(session_task, pure=False)
+    if client is None and scheduler is None:
+        try:
+            from distributed import default_client
+
+            client = default_client()
+        except (ImportError, ValueError):  # (no active client)
+            scheduler = "sync"
     n = len(session.recordings)
-    rows = list(_compute([task(remote, k, dask_key_name=f"xcorr-session-{uuid.uuid4().hex}")
-                          for k in range(n)], client, scheduler, [1] * n, progress))
-    for k, row in enumerate(rows):  # (the rows name them as given)
+    # each task its own recording, by absolute paths (a worker started elsewhere opens the
+    # file and writes the folder)
+    tasks = [dask.delayed(session_task, pure=False)(
+        dataclasses.replace(session, recordings=[absolute_source(session.recordings[k])],
+                            folders=[Path(session.folders[k]).absolute()]),
+        dask_key_name=f"xcorr-session-{uuid.uuid4().hex}") for k in range(n)]
+    if client is None:
+        rows = list(dask.compute(*tasks, scheduler=scheduler))
+        for _ in rows if progress is not None else ():
+            progress(1)
+    else:
+        from distributed import as_completed
+
+        futures = client.compute(tasks)
+        at = {f.key: k for k, f in enumerate(futures)}
+        rows = [None] * n
+        for fut in as_completed(futures):
+            k = at[fut.key]
+            try:
+                rows[k] = fut.result()
+            except Exception as exc:  # noqa: BLE001 - (a worker lost: its recording fails)
+                rows[k] = session.failed(k, exc)
+            if progress is not None:
+                progress(1)
+    for k, row in enumerate(rows):  # (the rows name them as given, as one process's do)
+        given = {str(absolute_source(session.recordings[k])): str(session.recordings[k]),
+                 str(Path(session.folders[k]).absolute()): str(session.folders[k])}
+        for long, short in given.items():
+            row["reason"] = (row["reason"] or "").replace(long, short) or row["reason"]
         row.update(path=str(session.recordings[k]), folder=str(session.folders[k]))
     return session.finish(rows)
 

@@ -228,8 +228,15 @@ def shift_task(source, start, stop, shifts, fill, resample, box, device,
         return _in_chunks(start, stop, chunk_frames, part)
 
 
-def session_task(session, k) -> dict:
-    """Recording ``k`` of ``session`` (:class:`~xcorr_app.alignment.Session`, its paths
-    absolute) aligned and saved by this worker, on its device: its row."""
-    with _on_device(session.opts.device):
-        return session.align(k)
+def session_task(session) -> dict:
+    """The one recording of ``session`` (:class:`~xcorr_app.alignment.Session`, its paths
+    absolute) aligned and saved by this worker, on its device: its row (failed, not raised,
+    where even its device cannot be used: the session's other recordings go on)."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        with _on_device(session.opts.device):
+            return session.align(0)
+    except Exception as exc:  # noqa: BLE001 - (whatever it is: this recording's row)
+        return session.failed(0, exc, time.perf_counter() - t0)

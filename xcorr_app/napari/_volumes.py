@@ -132,7 +132,7 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
     # measures that way; the reference against itself does not vote)
     with_ref = da.concatenate([da.from_array(ref[None].astype(dtype)),
                                as_dask(volumes).astype(dtype)])
-    first = decide_boundary(with_ref, first)
+    first = decide_boundary(with_ref, first, between=lambda: watch(0))
     parts = []
     for a in range(0, t, VOLUMES_PER_STEP):
         watch(0)

@@ -3,6 +3,7 @@ against scikit-image's 3-D phase_cross_correlation, the options, and bad inputs.
 
 import numpy as np
 import pytest
+from scipy import ndimage as ndi
 from skimage.registration import phase_cross_correlation
 
 from xcorr_app.alignment import align_volumes
@@ -204,3 +205,64 @@ def test_volume_files_are_read_by_read_calls(tmp_path, monkeypatch, suffix):
     want = align_volumes(stack, upsample=1, device="cpu").shifts
     np.testing.assert_array_equal(got, want)
     assert calls and calls[0] == items._at  # (the first chunk from the array's first byte)
+
+
+@pytest.mark.parametrize("reference", ["first", "mean", 2])
+def test_decide_boundary_is_what_one_call_decides(reference):
+    """``decide_boundary`` takes the vote one ``align_volumes`` call takes (wrap-around volumes:
+    circular; volumes cut from a larger scene: linear), and options it decided measure what
+    that call measures; decided again, not reused, for another stack."""
+    from xcorr_app.alignment import VolumeOptions
+    from xcorr_app.alignment.volume import decide_boundary
+
+    vol = volume(depth=16, size=48)
+    rng = np.random.default_rng(4)
+    wraps = np.stack([np.roll(vol, tuple(s), axis=(0, 1, 2))
+                      for s in rng.integers(-3, 4, (6, 3))]).astype(np.float32)
+    big = ndi.gaussian_filter(rng.random((28, 64, 64)), 1.5)
+    cut = np.stack([big[6 + a:22 + a, 8 + b:56 + b, 8 + c:56 + c]
+                    for a, b, c in rng.integers(-4, 5, (6, 3))]).astype(np.float32)
+    opts = VolumeOptions(device="cpu", reference=reference, max_shift=6)
+    for stack, want in ((wraps, "circular"), (cut, "linear")):
+        one = align_volumes(stack, options=opts)
+        decided = decide_boundary(stack, opts)
+        assert one.boundary == want and decided.boundary == "auto"
+        assert decided.vote.wraps == (want == "circular")
+        again = align_volumes(stack, options=decided)
+        assert again.boundary == want
+        np.testing.assert_array_equal(again.shifts, one.shifts)
+    other = decide_boundary(cut, decide_boundary(wraps, opts))
+    assert not other.vote.wraps  # (the cut stack's own vote)
+    assert decide_boundary(cut, VolumeOptions(device="cpu", boundary="linear")).vote is None
+
+
+def test_decide_boundary_calls_between_its_reads():
+    from xcorr_app.alignment import VolumeOptions
+    from xcorr_app.alignment.volume import decide_boundary
+
+    # a stack that does not move: no volume tells (none wraps around), every one is read
+    flat = np.repeat(volume(depth=8, size=16)[None], 30, axis=0).astype(np.float32)
+    calls = []
+    decide_boundary(flat, VolumeOptions(device="cpu"), between=lambda: calls.append(1))
+    assert len(calls) >= 2
+
+    class Stop(Exception):
+        pass
+
+    def stop():
+        raise Stop
+
+    with pytest.raises(Stop):
+        decide_boundary(flat, VolumeOptions(device="cpu"), between=stop)
+
+
+def test_patches_as_the_command_line_writes_them():
+    """``--patches`` reaches the options as text: ``N`` is NxNxN for volumes (NxN in 2-D)."""
+    from xcorr_app.alignment import AlignOptions, VolumeOptions
+
+    assert VolumeOptions(patches="2").patches == (2, 2, 2)
+    assert VolumeOptions(patches="1x4x3").patches == (1, 4, 3)
+    assert AlignOptions(patches="3").patches == (3, 3)
+    for bad in ("2x", "0x2x2", "x"):
+        with pytest.raises(InputError, match="patches"):
+            VolumeOptions(patches=bad)

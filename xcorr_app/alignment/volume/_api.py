@@ -41,8 +41,8 @@ from ...io import parse_axes, with_axes
 from ...registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ...streaming import DeviceChunks, parse_memory
 from ._dft3 import bounded_peak, correlate, refine3d, samples3d, spectrum
-from ._linear import Reference, WrapVote, centred, circular_start, linear_refine, \
-    smooth_spectrum
+from ._linear import (WRAP_VOLUMES, Reference, WrapVote, centred, circular_start,
+                      linear_refine, smooth_spectrum)
 from ._piecewise import (PER_WINDOW_VOXEL, low_patches, measure_patches, template_spectra,
                          volume_grid)
 from ._prebuild import prebuild_volumes
@@ -379,12 +379,14 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     return _align(stack, options)
 
 
-def decide_boundary(stack, options: VolumeOptions) -> VolumeOptions:
+def decide_boundary(stack, options: VolumeOptions, between=None) -> VolumeOptions:
     """``options`` with ``boundary="auto"``'s decision for ``stack`` in place: the vote one
     :func:`align_volumes` call over it would take (its first volumes that tell,
-    :class:`~._linear.WrapVote`), reading it a chunk at a time only until decided.  A caller
-    measuring the stack in parts gives every part these options, so the parts measure what
-    one call measures; ``options`` as they are where ``boundary`` is not ``auto``.
+    :class:`~._linear.WrapVote`), reading a few volumes at a time only until decided (all of
+    them where fewer tell).  A caller measuring the stack in parts gives every part these
+    options, so the parts measure what one call measures; ``options`` as they are where
+    ``boundary`` is not ``auto``.  The decision is this stack's: decide again for another.
+    ``between``: called between the volumes read (a caller's cancel check).
 
     >>> import numpy as np
     >>> vol = np.random.default_rng(2).random((8, 16, 16))
@@ -393,15 +395,16 @@ def decide_boundary(stack, options: VolumeOptions) -> VolumeOptions:
     >>> decided.vote.wraps, align_volumes(stack, options=decided).boundary
     (True, 'circular')
     """
-    if options.boundary != "auto" or options.vote is not None:
+    if options.boundary != "auto":
         return options
-    vote = _align(stack, options._decided(patches=None), vote_only=True)
+    vote = _align(stack, options._decided(patches=None, vote=None), vote_only=True,
+                  between=between)
     return options._decided(vote=vote.final())
 
 
-def _align(stack, options: VolumeOptions, vote_only=False):
+def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     """:func:`align_volumes` of the built ``options``; ``vote_only``: ``boundary="auto"``'s
-    decision only (:func:`decide_boundary`)."""
+    vote only (:func:`decide_boundary`; ``between()`` called between its chunks)."""
     source = open_volumes(with_axes(stack, options.axes), channel=options.channel)
     bounds, upsample, reference = options.max_shift, options.upsample, options.reference
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
@@ -416,6 +419,8 @@ def _align(stack, options: VolumeOptions, vote_only=False):
         # any pass; the grid of the rigid shifts' box is no larger)
         _patch_chunk(source, volume_grid(shape, [[0.0, 0.0, 0.0]], options), options, xp)
     chunk = plan_chunk(source.shape, xp, memory_limit, np.dtype(source.data.dtype).itemsize)
+    if vote_only:  # (the vote reads a few volumes more than it counts: the reference's own)
+        chunk = min(chunk, WRAP_VOLUMES + 1)
     linear = options.boundary != "circular"
     shifts, peak = np.zeros((t, 2, 3) if linear else (t, 3)), np.zeros(t)
     second, verified, constant = np.zeros(t), np.zeros(t, bool), np.zeros(t, bool)
@@ -443,13 +448,19 @@ def _align(stack, options: VolumeOptions, vote_only=False):
             stop = start + len(data)
             vols = source.read(start, stop, xp, data, scale="each")
             del data
+            if vote_only:  # (the vote alone, until decided; the caller's check between chunks)
+                _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample,
+                               options.boundary, vote_only=True)
+                if lin_ref[2].decided:
+                    break
+                if between is not None:
+                    between()
+                continue
             at = slice(start, stop)
             (shifts[at], peak[at], second[at], verified[at],
              constant[at]) = _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample,
                                            options.boundary)
             del vols
-            if vote_only and lin_ref[2].decided:
-                break
     vote = None if lin_ref is None else lin_ref[2]
     wraps = options.boundary == "circular" or (options.boundary == "auto" and vote.wraps)
     if vote_only:
@@ -493,7 +504,8 @@ def _linear_reference(volume, spec, vote=None):
             WrapVote() if vote is None else vote)
 
 
-def _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample, boundary):
+def _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample, boundary,
+                   vote_only=False):
     """The shifts, peaks, runners-up, FFT checks and constant flags (B,) of a chunk of
     volumes ``vols`` (B, Z, Y, X) (scaled, on the device) against the reference's spectrum
     ``ref_spec`` (and norm; ``lin_ref``: :func:`_linear_reference`, None for
@@ -504,7 +516,8 @@ def _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample, boundary
     The integer peak and its runner-up (the confidence) come from the circular correlation,
     of the periodic components where the boundary is not circular (:mod:`._linear`; the
     peak reported is the volumes' own circular correlation at it, 1 for identical volumes);
-    the FFT check compares the transform's value at the peak with the direct sum."""
+    the FFT check compares the transform's value at the peak with the direct sum.
+    ``vote_only``: the vote alone (:func:`decide_boundary`), None returned."""
     shape = vols.shape[1:]
     size = float(np.prod(shape))
     spec, norms = spectrum(vols, array_module_of(vols), norms=True)
@@ -540,6 +553,8 @@ def _measure_chunk(vols, ref_spec, ref_norm, lin_ref, bounds, upsample, boundary
                 break
             start[b] = circular_start(product[b:b + 1], shape, coarse[b], bounds)
             vote.add(ref, vols[b], product[b:b + 1], start[b])
+    if vote_only:
+        return None
     both = boundary == "auto" and not vote.decided  # (undecided: refined both ways)
     for b in live:
         one = product[b:b + 1]
