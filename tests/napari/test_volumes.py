@@ -215,3 +215,16 @@ def test_a_dask_layer_of_volumes_is_aligned_into_a_file(viewer, rng, tmp_path):
     assert isinstance(out, np.memmap) and list(tmp_path.iterdir()) == [tmp_path / "aligned.npy"]
     np.testing.assert_array_equal(out, np.stack(list(shift_volumes(data, w.shifts.shifts,
                                                                    device="cpu"))))
+
+
+def test_the_form_s_boundary_reaches_the_3d_run(viewer):
+    """The form's boundary is the 3-D run's: ``linear`` given, the volumes measured over the
+    overlap, as one ``align_volumes(boundary="linear")`` call measures them."""
+    data, _ = _drifting(np.random.default_rng(5), n=4, shape=(8, 20, 24))
+    w = _widget(viewer, data, ("t", "z", "y", "x"), boundary="linear")
+    wait_for(w, w.start())
+    one = align_volumes(data, boundary="linear", device="cpu")
+    assert w.shifts.boundary == "linear"
+    np.testing.assert_allclose(w.shifts.shifts, one.shifts, atol=1e-9)
+    assert _volumes.volume_options({"boundary": "circular", "device": "cpu"}).boundary \
+        == "circular"

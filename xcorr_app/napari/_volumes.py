@@ -41,15 +41,15 @@ __all__ = ["VOLUME_KEYS", "VOLUMES_PER_STEP", "can_register_volumes",
 #: volumes measured per step (the cancel button is checked, the progress bar moved, between)
 VOLUMES_PER_STEP = 8
 #: the form's options a run of volumes uses (one set to anything else is refused, not dropped)
-VOLUME_KEYS = ("reference", "max_shift", "device")
+VOLUME_KEYS = ("reference", "max_shift", "device", "boundary")
 
 
 def volume_options(options: dict) -> VolumeOptions:
     """The :class:`~xcorr_app.alignment.VolumeOptions` of the form's keywords
     (:func:`~._form.form_options`): ``reference`` (first, mean or a volume's index),
-    ``max_shift`` (voxels, on each of z, y, x) and ``device``; InputError for an option a run
-    of volumes does not take (``refined``, patches, a window...), as ``xcorr align --volumes``
-    refuses it.
+    ``max_shift`` (voxels, on each of z, y, x), ``device`` and ``boundary``; InputError for
+    an option a run of volumes does not take (``refined``, patches, a window...), as
+    ``xcorr align --volumes`` refuses it.
 
     >>> volume_options({"reference": "mean", "max_shift": 3, "device": "cpu"}).max_shift
     (3, 3, 3)
@@ -66,7 +66,8 @@ def volume_options(options: dict) -> VolumeOptions:
                          "or frame")
     return VolumeOptions(reference=options.get("reference", "first"),
                          max_shift=options.get("max_shift"),
-                         device=options.get("device", "auto"))
+                         device=options.get("device", "auto"),
+                         boundary=options.get("boundary", "auto"))
 
 
 def can_register_volumes(shape, axes: str) -> bool:
