@@ -99,11 +99,12 @@ def test_the_command_line_on_a_local_cluster(tmp_path, recordings):
 
 
 @pytest.mark.gpu
-def test_workers_align_their_recordings_on_the_gpu(client, tmp_path, recordings):
-    """Each task on its worker's GPU: the shifts of one process's GPU run of it."""
+def test_tasks_align_their_recordings_on_the_gpu(tmp_path, recordings):
+    """Each task on the GPU (``session_task``'s device, here in this process): the shifts of
+    one process's GPU run of it."""
     opts = {**OPTS, "device": "gpu"}
-    rows = xdask.align_sessions(recordings, tmp_path / "out", client=client, aligned=False,
-                                **opts)
+    rows = xdask.align_sessions(recordings, tmp_path / "out", scheduler="sync",
+                                aligned=False, **opts)
     assert [r["status"] for r in rows] == ["done"] * 3, [r["reason"] for r in rows]
     for path, row in zip(recordings, rows):
         want = xcorr_app.align(path, **opts)
