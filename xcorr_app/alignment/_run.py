@@ -57,8 +57,9 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
     ``executor`` (an :class:`~._executors.Executor`).
 
     ``limits_checked``: the ``(frame_shape, itemsize, devices)`` that the caller already
-    checked ``opts`` against with :func:`~._limits.check_limits` (``xcorr align`` on Dask,
-    before its cluster starts); the run checks them itself unless its input's are those."""
+    checked ``opts`` against with :func:`~._limits.check_limits`, having checked the executor
+    too (:meth:`~._options.AlignOptions.check_executor`: ``xcorr align`` on Dask, before its
+    cluster starts); the run checks them itself unless its input's are those."""
     from ._aligned_out import check_aligned_out
     from .piecewise import check_grid
     from ._rotation import check_rigid_body, rigid_body_result
@@ -68,7 +69,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
 
         raise InputError(f"progress must be a callable(int), got {progress!r}")
     t0 = time.perf_counter()
-    opts.check_executor(executor.name)
+    if limits_checked is None:  # (else checked with them, before a cluster started)
+        opts.check_executor(executor.name)
     # (a path naming its axes: every reader of the run, and of its result, opens it alike)
     stack_or_path = with_axes(as_stack(stack_or_path), opts.axes)
     with executor.open(stack_or_path, opts) as src:

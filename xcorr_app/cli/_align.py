@@ -322,8 +322,8 @@ def _check(o):
     # (the errors in the API's words: the command prints them as flags, cli._flags)
     o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
                                          verify=not o.no_verify, quality=not o.no_quality)
-    o.opts.check_executor("dask" if o.workers is not None or o.scheduler else
-                          "gpus" if o.gpus is not None else "process")
+    if o.workers is not None or o.scheduler:  # (before a cluster starts; else the run's own)
+        o.opts.check_executor("dask")
     # (before the input is opened: a fill aligned.tif cannot hold, not after measuring)
     o.fill = check_save(patches=o.opts.patches is not None, aligned=not o.no_aligned,
                         format=o.out_format, resample=o.resample, crop=o.crop, fill=o.fill,
