@@ -45,7 +45,7 @@ LONG_FUNCTIONS: dict = {}
 LAYERS = {"napari": 7, "cli": 6, "bench": 6, "distributed": 5, "dask": 5, "alignment": 4,
           "filters": 3, "conv": 3, "registration": 3, "correlate": 2, "io": 1, "_cuda": 1,
           "backend": 0, "_first_run": 0, "_environment": 0, "errors": 0, "_version": 0,
-          "_config": 0, "_samples": 0, "__init__": 7,
+          "_config": 0, "_samples": 0, "_run_options": 4, "__init__": 7,
           "__main__": 7,
           "streaming": 2}
 

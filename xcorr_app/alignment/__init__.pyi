@@ -7,7 +7,7 @@ from .warp import RESAMPLE, check_fill, common_area, shift_frames
 from ._executors import Executor, reads_again
 from ._limits import check_limits, limit_devices
 from .piecewise import FIELD_RESAMPLE, apply_field, field_area, measure_field, parse_patches
-from ._options import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE, options_signature
+from ._options import AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE
 from ._options import MODELS
 from .rigid import (MAX_BIDI, NORMALIZATIONS, SUBPIXEL, WINDOWS, correct_bidi, estimate_bidi,
                     parse_bidi, parse_prefilter, shared_plan)

@@ -20,8 +20,8 @@ from ..correlate import normalize_max_shift
 from ..errors import InputError
 from ..streaming import check_bound
 from ._executors import InProcess, OnGpus
-from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_frame_shape, check_pixel_type,
-                       options_signature)
+from ._options import DEFAULT_UPSAMPLE, AlignOptions, check_frame_shape, check_pixel_type
+from .._run_options import options_signature
 from .rigid import check_choices, prefilter_for
 from .rigid import Measurer, quiet_if_nonfinite
 from .rigid import prepare
@@ -315,5 +315,5 @@ path or ndarray
     return run_alignment(opts, stack_or_path, executor, out=out, progress=progress)
 
 
-align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
+align.__signature__ = options_signature(align, AlignOptions, ("stack_or_path", "reference"),
                                         ("out", "progress", "options"))

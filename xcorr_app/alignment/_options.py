@@ -13,11 +13,9 @@ xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of gaussia
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import functools
-import inspect
 import numbers
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from .rigid import (AUTO_LOWPASS, CHOICES, NAN_MASK, check_choices, choose_prefi
                     search_range)
 from .rigid import window as make_window
 from .rigid import parse_static, static_possible
+from .._run_options import RunOptions
 
 #: how frames meet at their edges: ``linear`` (the overlap: frames cropped from a larger
 #: scene), ``circular`` (wrap-around content: circular shifts, periodic test data), ``auto``
@@ -52,7 +51,7 @@ MIN_FRAME_SIDE = 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class AlignOptions:
+class AlignOptions(RunOptions):
     """Every option of one alignment run, checked once, with its default stated here alone.
 
     :func:`xcorr_app.align`, ``xcorr align``, ``--gpus`` and :func:`xcorr_app.dask.align` all
@@ -245,22 +244,6 @@ class AlignOptions:
         """``mask="nan"``: each frame's NaN or infinite pixels left out, a mask a frame."""
         return self.mask is not None and self._mask_image is None
 
-    def _decided(self, **changes) -> "AlignOptions":
-        """These options with the run's own decisions in place (``prefilter="auto"`` resolved,
-        ``lucas_kanade``, the boundary of a pass, the GPUs found): a copy, not checked again.
-
-        The options are checked once, when the run's entry point builds them; what the
-        pipeline decides afterwards is one of the values they allow, so a copy that ran
-        :meth:`__post_init__` again would only repeat the checks (and ``dataclasses.replace``
-        would).
-        """
-        new = copy.copy(self)
-        for name, value in changes.items():
-            if name not in self.__dataclass_fields__:
-                raise AttributeError(f"AlignOptions has no option {name!r}")
-            object.__setattr__(new, name, value)
-        return new
-
     def check_executor(self, executor):
         """Refuse what ``executor`` (``"process"``, ``"gpus"``, ``"dask"``) cannot run, with the
         same line on every path."""
@@ -363,17 +346,6 @@ class AlignOptions:
         if reference is not None:
             keywords["reference"] = reference
         return cls(**keywords)
-
-
-def options_signature(fn, leading, trailing=()):
-    """``fn``'s signature with :class:`AlignOptions`' fields as keyword parameters with their
-    defaults (``help(xcorr_app.align)`` shows them; the defaults stay stated once)."""
-    params = list(inspect.signature(fn).parameters.values())
-    head = [p for p in params if p.name in leading]
-    tail = [p for p in params if p.name in trailing]
-    fields = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-              for f in dataclasses.fields(AlignOptions) if f.name not in leading]
-    return inspect.Signature(head + fields + tail)
 
 
 def _no_bool(value, name):

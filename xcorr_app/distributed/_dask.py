@@ -38,7 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import backend
-from ..alignment import AlignOptions, Executor, options_signature, reads_again, run_alignment
+from .._run_options import options_signature
+from ..alignment import AlignOptions, Executor, reads_again, run_alignment
 from ..errors import InputError, XcorrError
 from ..io import parse_axes, with_axes
 from ..streaming import DEFAULT_CHUNK, chunk_bounds
@@ -344,7 +345,7 @@ def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_fr
                          progress=progress, limits_checked=_limits_checked)
 
 
-align.__signature__ = options_signature(align, ("stack_or_path", "reference"),
+align.__signature__ = options_signature(align, AlignOptions, ("stack_or_path", "reference"),
                                         ("client", "scheduler", "task_frames", "progress",
                                          "options"))
 

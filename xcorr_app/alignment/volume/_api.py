@@ -26,7 +26,6 @@ Examples
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 
@@ -36,6 +35,7 @@ from ...backend import (DEVICES, array_module_of, compute_device, device_free_by
                        host_available_bytes, to_numpy, xp_for)
 from ...correlate import conj_product
 from ...errors import InputError
+from ..._run_options import RunOptions, options_signature
 from ..rigid import check_gpu_float32
 from ...io import parse_axes, with_axes
 from ...registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
@@ -125,7 +125,7 @@ def parse_voxel_size(voxel_size):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VolumeOptions:
+class VolumeOptions(RunOptions):
     """Every option of one 3-D run (:func:`align_volumes`), checked and normalized once, when
     built: ``max_shift`` a 3-tuple (or None), ``voxel_size`` three floats (or None),
     ``upsample`` a float >= 1 (None: :data:`~xcorr_app.registration.DEFAULT_UPSAMPLE`),
@@ -194,17 +194,6 @@ class VolumeOptions:
         put("patches", parse_patches(self.patches, ndim=3))
         put("max_deviation", check_deviation(self.max_deviation))
         put("patch_overlap", parse_overlap(self.patch_overlap, ndim=3))
-
-    def _decided(self, **changes) -> "VolumeOptions":
-        """These options with a decision of the run's in place (the reference made a volume of
-        the stack, what ``boundary="auto"`` decided): a copy, not checked again (as
-        :meth:`~xcorr_app.alignment.AlignOptions._decided`)."""
-        new = copy.copy(self)
-        for name, value in changes.items():
-            if name not in self.__dataclass_fields__:
-                raise AttributeError(f"VolumeOptions has no option {name!r}")
-            object.__setattr__(new, name, value)
-        return new
 
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
@@ -290,10 +279,7 @@ def _reference_spectrum(ref, name, xp):
     return spec[0], norm, name
 
 
-def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
-                  upsample=DEFAULT_UPSAMPLE, device="auto", memory_limit=None, *, axes=None,
-                  channel=None, patches=None, patch_overlap=None, max_deviation=4,
-                  boundary="auto", options=None):
+def align_volumes(stack, *, options=None, **keywords):
     """Rigid 3-D shifts of each volume of a (T, Z, Y, X) stack onto a reference volume (with
     ``patches``, also each volume's piecewise-rigid motion field).
 
@@ -367,16 +353,15 @@ def align_volumes(stack, reference="first", max_shift=None, voxel_size=None,
     >>> align_volumes(stack, upsample=1, device="cpu").shifts[1].tolist()
     [-1.0, 2.0, -3.0]
     """
-    given = dict(reference=reference, max_shift=max_shift, voxel_size=voxel_size,
-                 upsample=upsample, device=device, memory_limit=memory_limit, axes=axes,
-                 channel=channel, patches=patches, patch_overlap=patch_overlap,
-                 max_deviation=max_deviation, boundary=boundary)
     if options is None:
-        options = VolumeOptions(**given)
-    elif any(given[f.name] is not f.default for f in dataclasses.fields(VolumeOptions)
-             if f.init):
+        options = VolumeOptions(**keywords)
+    elif keywords:
         raise InputError("give the run's options either as options= or as keywords, not both")
     return _align(stack, options)
+
+
+align_volumes.__signature__ = options_signature(align_volumes, VolumeOptions, ("stack",),
+                                                ("options",))
 
 
 def decide_boundary(stack, options: VolumeOptions, between=None) -> VolumeOptions:
