@@ -145,3 +145,15 @@ def test_rows_name_the_paths_as_given(client, tmp_path, recordings, monkeypatch)
     one = xcorr_app.align_sessions(given, "out", **OPTS)
     assert [r["reason"] for r in again] == [r["reason"] for r in one]
     assert "out/a_xcorr" in again[0]["reason"] and str(tmp_path) not in again[0]["reason"]
+
+
+def test_progress_as_each_recording_ends_one_after_another(tmp_path, recordings):
+    """Without a client, one recording after another here, ``progress`` told as each ends."""
+    seen = []
+
+    def progress(n):
+        seen.append((n, len(list((tmp_path / "out").glob("*_xcorr")))))
+
+    xdask.align_sessions(recordings, tmp_path / "out", progress=progress, scheduler="sync",
+                         **OPTS)
+    assert seen == [(1, 1), (1, 2), (1, 3)]

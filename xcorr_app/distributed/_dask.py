@@ -371,8 +371,8 @@ def align_sessions(paths, out=None, *, client=None, scheduler=None, force=False,
         A Dask scheduler name (``"threads"``, ``"processes"``, ``"sync"``) when there is no
         client.
     progress : callable(int), optional
-        Called with 1 as each recording is done, skipped or failed (without a client, after
-        them all).
+        Called with 1 as each recording is done, skipped or failed (with another scheduler
+        than a client or ``"sync"``, after them all).
 
     Returns
     -------
@@ -422,7 +422,13 @@ def run_session(session, client=None, scheduler=None, progress=None) -> list:
         dataclasses.replace(session, recordings=[absolute_source(session.recordings[k])],
                             folders=[Path(session.folders[k]).absolute()]),
         dask_key_name=f"xcorr-session-{uuid.uuid4().hex}") for k in range(n)]
-    if client is None:
+    if client is None and scheduler == "sync":  # (one after another: progress as each ends)
+        rows = []
+        for task in tasks:
+            rows.append(dask.compute(task, scheduler=scheduler)[0])
+            if progress is not None:
+                progress(1)
+    elif client is None:
         rows = list(dask.compute(*tasks, scheduler=scheduler))
         for _ in rows if progress is not None else ():
             progress(1)
