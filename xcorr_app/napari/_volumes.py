@@ -129,17 +129,16 @@ def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
 
     first = options._decided(reference=0)  # (each step: the reference, then its volumes)
     dtype = np.result_type(ref, volumes.dtype)
+    head = ref[None].astype(dtype)  # (every step's first volume)
     # boundary "auto" decided once, as one call over the stack decides it (every step then
     # measures that way; the reference against itself does not vote)
-    with_ref = da.concatenate([da.from_array(ref[None].astype(dtype)),
-                               as_dask(volumes).astype(dtype)])
+    with_ref = da.concatenate([da.from_array(head), as_dask(volumes).astype(dtype)])
     first = decide_boundary(with_ref, first, between=lambda: watch(0))
     parts = []
     for a in range(0, t, VOLUMES_PER_STEP):
         watch(0)
         chunk = np.asarray(volumes[a:a + VOLUMES_PER_STEP])
-        parts.append(align_volumes(np.concatenate([ref[None].astype(dtype), chunk]),
-                                   options=first))
+        parts.append(align_volumes(np.concatenate([head, chunk]), options=first))
         watch(len(chunk))
     got = {k: np.concatenate([getattr(p, k)[1:] for p in parts])
            for k in ("shifts", "peak", "confidence", "at_bound", "verified")}
