@@ -37,7 +37,7 @@ from .. import backend
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
-from .rigid import decide_bidi, remove_static, search_range
+from .rigid import decide_bidi, remove_static, search_range, still_locked
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
@@ -112,7 +112,11 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
                                 stack_or_path)
         res.notes[:0] = choices + more
-        if static.get("unresolved"):  # (a pattern may have locked any frame: none trusted)
+        locked = still_locked(static, res.shifts)
+        if locked:
+            static["locked_after"] = True
+            res.notes.append(locked)
+        if static.get("unresolved") or locked:  # (a pattern may hold any frame: none trusted)
             res.low_confidence[:] = True
         if opts.model != "translation":  # (every frame read once more: its rotation and shift)
             image = rigid_body_result(res, opts, executor, src.frame_shape, image)

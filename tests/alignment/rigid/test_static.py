@@ -217,3 +217,52 @@ def test_the_one_step_share_is_the_fits_where_the_shifts_spread():
         quick, fit = quick_share(f, d, np), fit_static(f, d, np)[1]["share"]
         assert abs(quick - fit) <= 0.1 * abs(fit) + 0.003, (quick, fit)
         assert (quick > STATIC_SHARE) == has
+
+
+@pytest.mark.parametrize("pixel_sd", [1.5, 30.0])
+def test_the_removed_pattern_leaves_no_correlation_at_zero_shift(pixel_sd):
+    """A pattern estimated as the mean of K frames holds their noise over K: removed whole, it
+    leaves the frames' noises anti-correlated where the sensor's pixels meet (a dip that
+    pushes peaks away from zero shift); left in, it pulls them to zero.  The weighed pattern
+    balances the two, keeps the column offsets whole, and passes a strong pattern nearly
+    whole."""
+    from xcorr_app.alignment.rigid._static import _unbiased
+
+    rng = np.random.default_rng(5)
+    k, shape, sigma = 20, (128, 128), 5.0
+    cols = rng.normal(0.0, 2.0, (1, shape[1]))
+    pattern = cols + rng.normal(0.0, pixel_sd, shape)
+    frames = pattern + rng.normal(0.0, sigma, (k,) + shape)  # (no scene: the fit's mean)
+    fitted = frames.mean(axis=0)
+
+    def zero_shift(removed):
+        c = frames - (removed - removed.mean())
+        c = c - c.mean(axis=(1, 2), keepdims=True)
+        pairs = [np.mean(c[t] * c[s]) for t in range(k) for s in range(t + 1, k)]
+        return float(np.mean(pairs))
+
+    weighed = _unbiased(fitted, {"residual": sigma}, k, np)
+    noise = sigma ** 2 / k
+    assert zero_shift(fitted) < -0.8 * noise  # (removed whole: the dip)
+    assert abs(zero_shift(weighed)) < 0.15 * noise
+    np.testing.assert_allclose(weighed.mean(axis=0), fitted.mean(axis=0), atol=1e-9)
+    kept = np.std(weighed - weighed.mean(axis=0)) / np.std(fitted - fitted.mean(axis=0))
+    want = 1 - np.sqrt(noise / (pixel_sd ** 2 + noise))
+    assert abs(kept - want) < 0.05, (kept, want)
+
+
+def test_frames_still_locked_after_the_removal_are_all_flagged():
+    """40 photons over sCMOS offsets, 128x128: what is left of the pattern holds every frame at
+    zero shift; the run says so and trusts none of them."""
+    from xcorr_app.alignment.rigid import still_locked
+
+    s = make_stack("fixed_pattern", 1, image="retina", shape=(128, 128))
+    res = xcorr_app.align(s.frames, device="cpu", quality=False)
+    st = res.settings["static"]
+    assert st["removed"] and st["locked_after"]
+    assert res.low_confidence.all()
+    assert any(n.startswith("static: frames still locked at zero shift") for n in res.notes)
+    moving = np.array([[0.0, 0.0], [1.0, 2.0], [3.0, -1.0], [0.6, 0.0]])
+    assert still_locked({"removed": True}, moving) is None
+    assert still_locked({"removed": False}, np.zeros((4, 2))) is None
+    assert still_locked({"removed": True}, np.zeros((4, 2))) is not None

@@ -19,4 +19,5 @@ from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, brightness_c
                           stack_exponent, window)
 from ._references import CHOICES, is_previous, mean_count, reference_frame, refined_passes
 from ._static import (STATIC, STATIC_PREFILTER, StaticSource, decide_static, fit_static,
-                      parse_static, remove_static, static_possible, static_source)
+                      parse_static, remove_static, static_possible, static_source,
+                      still_locked)

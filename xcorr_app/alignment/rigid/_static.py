@@ -31,19 +31,19 @@ median (which frees frames locked on the pattern), :data:`STATIC_ROUNDS` times e
 start whose model explains the frames best gives the shifts of the last fit, on the whole
 frames; a start whose frames show no distinct peak (median confidence below
 :data:`MIN_CONFIDENCE`) or lock at zero cannot tell the scene from the sensor and is not taken;
-where none is left (``auto``), nothing is removed and the run flags every frame.
-:class:`StaticSource` reads the frames less the pattern.
+where none is left (``auto``), nothing is removed and the run flags every frame.  Every
+pattern removed is first weighed by :func:`_unbiased` (the fit's own noise, removed whole,
+would push the peaks away from zero shift).  :class:`StaticSource` reads the frames less the
+pattern; a run whose frames still lock at zero shift flags every one (:func:`still_locked`).
 
 ``auto`` does not look at stacks of fewer than :data:`MIN_AUTO_FRAMES` frames, nor at stacks
 whose brightness changes (bleaching: the background is not bleached and the scene is, which
 the model cannot tell apart; the band-pass that ``prefilter="auto"`` chooses there removes the
 background), nor where the sample's peaks lie on the border of the search.
 
-On ``xcorr bench accuracy``'s stacks (seeds 0 and 1, median / worst RMS px): ``static_blobs``
-5.05 / 7.16 -> 0.05 / 0.25, ``dust_vignette`` 0.10 / 7.14 -> 0.06 / 0.27, ``fixed_pattern``
-0.88 / 6.38 -> 0.16 / 5.15 (two 128x128 stacks at 40 photons left as they are, flagged); on
-the other kinds ``auto`` removes nothing (their static share is at most 0.012, the threshold
-0.05; 6-frame stacks reached 0.06, hence :data:`MIN_AUTO_FRAMES`).
+On ``xcorr bench accuracy``'s stacks ``auto`` removes nothing but from the kinds with a
+pattern (the others' static share is at most 0.012, the threshold 0.05; 6-frame stacks
+reached 0.06, hence :data:`MIN_AUTO_FRAMES`); the figures are in docs/performance.md.
 
 Examples
 --------
@@ -74,7 +74,8 @@ from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
                           spread_frames, stack_exponent)
 
 __all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "quick_share",
-           "StaticSource", "static_source", "static_possible", "parse_static", "remove_static"]
+           "StaticSource", "static_source", "static_possible", "parse_static", "remove_static",
+           "still_locked"]
 
 #: ``static``: find and remove a pattern fixed on the sensor (``auto``), always (``on``), never
 STATIC = ("auto", "on", "off")
@@ -115,6 +116,9 @@ TAPER = 4
 #: frames x canvas pixels a batch of the fit transforms at once (a few complex arrays of it)
 FIT_BATCH_ELEMENTS = 2 ** 23
 SHARE_BAND = (1.0, 4.0)
+#: the side (frequency bins) of the box that smooths the fitted pattern's power before its
+#: noise is weighed against it (:func:`_unbiased`)
+POWER_BOX = 5
 #: the prefilter of the passes that measure frames with the pattern removed: what the drift
 #: left of it (the slow part) is static too
 STATIC_PREFILTER = "dog:1,4"
@@ -381,6 +385,44 @@ def _noise_variance(frames, xp):
     return float(xp.mean(xp.minimum(sq, 20 * float(_median(sq, xp)))))
 
 
+def _box_mean(img, r, xp):
+    """``img``'s mean over a ``(2r+1)``-wide square around each element, wrapping around (a
+    spectrum's neighbourhood)."""
+    for axis in (0, 1):
+        total = img
+        for s in range(1, r + 1):
+            total = total + xp.roll(img, s, axis=axis) + xp.roll(img, -s, axis=axis)
+        img = xp.multiply(total, 1.0 / (2 * r + 1))
+    return img
+
+
+def _unbiased(pattern, info, k, xp):
+    """``pattern`` (H, W) of :func:`fit_static` (and its ``info``) fitted to ``k`` frames,
+    weighed per frequency so that the frames it is removed from are not correlated at zero
+    shift on the sensor.
+
+    The fit's pattern ``P + e`` holds each fitted frame's noise over their number (``e``, of
+    power ``N``): removed from every frame, it leaves their noises anti-correlated where the
+    sensor's pixels meet (``-N``, a dip that pushes peaks away from zero shift), while a
+    pattern left in them correlates (a pull to zero).  With a gain ``g`` the two balance where
+    ``(1 - g)^2 (V + N) = N``, ``V + N`` the fitted pattern's power there (smoothed over
+    :data:`POWER_BOX` bins): ``g = 1 - sqrt(N / (V + N))``, which weighs the pattern less than
+    a Wiener filter (``1 - N / (V + N)``) would.  Strong patterns (hot pixels, blobs, dust)
+    pass nearly whole, a faint pixel pattern of the order of the noise is mostly left in.  The
+    column offsets (each column's mean, of noise ``N / H``) are kept whole.  ``N``: the fit's
+    residual (the frames less the model: their noise, not a pattern on the sensor) squared,
+    over ``k``."""
+    h, w = pattern.shape
+    noise = info["residual"] ** 2 / k
+    col = xp.mean(pattern, axis=0, keepdims=True)
+    spec = xp.fft.fft2(pattern - col)
+    power = _box_mean(xp.multiply((spec * spec.conj()).real, 1.0 / (h * w)), POWER_BOX // 2,
+                      xp)
+    gain = xp.maximum(xp.subtract(1.0, xp.sqrt(xp.divide(noise, xp.maximum(power, 1e-300)))),
+                      0.0)
+    return col + xp.fft.ifft2(spec * gain).real
+
+
 def _share(pattern, scene, a2, gain, noise, xp, grid=None):
     """The pattern's band-pass energy less what ``noise`` (the variance of its pixels' noise
     before the fit's gain) puts there, over the scene's, inside the frame; ``a2`` and
@@ -559,7 +601,7 @@ def decide_static(spec, src, opts, xp):
         if c < MIN_CONFIDENCE or _locked(d):
             continue
         for _ in range(STATIC_ROUNDS):
-            p, _ = fit_static(frames, d, xp)
+            p = _unbiased(*fit_static(frames, d, xp), len(frames), xp)
             d, c, bad = _measure(_removed(frames, p, xp), opts, xp, STATIC_PREFILTER)
         p, fit = fit_static(frames, d, xp)
         better = best is None or fit["residual"] < best[1]["residual"]
@@ -574,7 +616,7 @@ def decide_static(spec, src, opts, xp):
     d, fit = best if best is not None else (shifts, info)
     if tuple(frames.shape[1:]) != tuple(src.frame_shape):
         frames = scaled_by(_read_sample(src, xp, whole=True, index=index)[0], scale, xp)
-    pattern, _ = fit_static(frames, d, xp)
+    pattern = _unbiased(*fit_static(frames, d, xp), len(frames), xp)
     settings.update(removed=True, share_after=round(fit["share"], 4))
     note = (f"static {spec}: a pattern fixed on the sensor removed before measuring (its "
             f"band-pass energy {info['share']:.2f} of the scene's"
@@ -603,6 +645,18 @@ def remove_static(opts, src, executor, why):
         why = (f"prefilter auto: {STATIC_PREFILTER} (band-pass: what the drift could not tell "
                "of the pattern fixed on the sensor from the scene is static too)")
     return opts, src, settings, note, why
+
+
+def still_locked(settings, shifts) -> str | None:
+    """Where a run removed a pattern (``settings``: its ``static`` figures) and still measured
+    its frames locked at zero shift (:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px),
+    the note that says so: what was left of the pattern holds them, so no frame's shift is
+    trusted (the run flags every one); else ``None``."""
+    if not settings.get("removed") or not _locked(shifts):
+        return None
+    return ("static: frames still locked at zero shift after the pattern fixed on the sensor "
+            "was removed: what is left of it may hold any frame; every frame flagged "
+            "low_confidence")
 
 
 class StaticSource(WrappedSource):
