@@ -15,7 +15,7 @@ variance: a drift blurs the mean) and the correlation's distribution.  A frame i
 ``worse`` where alignment lowered its correlation, and ``poor`` where its correlation after
 alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_LIMIT` px, or
 it could not be measured at all; ``rotated`` where the aligned frame is still rotated against
-the template by enough to move its corners more than 0.5 px (the rotation of every frame
+the template by enough that a corner may be more than 0.5 px off (the rotation of every frame
 measured from a 3x3 grid of small patches of the aligned frames the pass holds:
 :class:`~.piecewise._rotation.RotationProbe`; the translation model cannot align such a frame,
 ``model="rigid-body"`` does).  A rigid-body run's frames are judged rotated and shifted, as

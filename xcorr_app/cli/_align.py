@@ -85,7 +85,8 @@ MEASURE_OPTIONS = (
                  help="translation: a shift per frame; rigid-body: a rotation about the frame "
                       "centre and a shift per frame (measured from 3x3 patches; aligned.tif and "
                       "xcorr apply rotate and shift), for stacks that rotate.  Either way frames "
-                      "still rotated by enough to move their corners 0.5 px are flagged rotated."),
+                      "still rotated by enough that a corner may be 0.5 px off are flagged "
+                      "rotated."),
     click.option("--window", type=WINDOW, default=DEFAULT["window"], show_default=True,
                  help="Apodize frames before correlating (suppresses edge effects)."),
     click.option("--features", type=FEATURES, default=None,

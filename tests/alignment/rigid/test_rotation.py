@@ -1,6 +1,6 @@
 """Rotation: every run measures each aligned frame's rotation against its template and flags
-``rotated`` the frames it leaves rotated by enough to move their corners 0.5 px
-(:class:`~xcorr_app.alignment.piecewise.RotationProbe`); ``model="rigid-body"`` measures each
+``rotated`` the frames it leaves rotated by enough that a corner may be 0.5 px off (their
+rotation alone moves it over 0.35 px: :class:`~xcorr_app.alignment.piecewise.RotationProbe`); ``model="rigid-body"`` measures each
 frame's rotation and shift and aligns by both in one warp (``AlignResult.rotation_deg``,
 ``apply``, ``shifts.json``/``shifts.csv``, ``xcorr apply``); what it cannot take is refused in
 one line."""
@@ -73,12 +73,13 @@ def test_the_translation_model_flags_the_frames_it_leaves_rotated(turning, runs)
     frames, _, angles = turning
     q = runs[0].quality
     moved = corner_displacement(angles, SHAPE)
-    # the ramp: frames 0-10 move their corners at most 0.36 px, 11-19 at least 0.54 px
-    assert moved[:STILL + 3].max() < 0.4 and moved[STILL + 3:].min() > 0.5
-    assert q.rotated.tolist() == (moved > 0.5).tolist()
-    assert int(q.rotated.sum()) == len(frames) - STILL - 3
+    # the ramp: frames 0-9 move their corners at most 0.19 px, 10-19 at least 0.36 px (with a
+    # shift's own error at the corners, 0.5 px off)
+    assert moved[:STILL + 2].max() < 0.2 and moved[STILL + 2:].min() > 0.36
+    assert q.rotated.tolist() == (moved > 0.35).tolist()
+    assert int(q.rotated.sum()) == len(frames) - STILL - 2
     assert q.flagged[q.rotated].all()
-    assert q.summary()["rotated_frames"] == np.flatnonzero(moved > 0.5).tolist()
+    assert q.summary()["rotated_frames"] == np.flatnonzero(moved > 0.35).tolist()
     # the angle that would still align each frame: the ramp, turned back
     np.testing.assert_allclose(q.residual_rotation_deg, -angles, atol=0.1)
     assert runs[0].rotation_deg is None  # (the model's angles: rigid-body only)
@@ -217,7 +218,7 @@ def test_the_translation_model_writes_its_tables_as_before(turning, runs, tmp_pa
     tifffile.imwrite(path, turning[0], imagej=True, metadata={"axes": "TYX"})
     res = xcorr("align", path, "--device", "cpu", "--out", tmp_path / "run")
     assert res.returncode == 0, res.stderr
-    assert f"{len(turning[0]) - STILL - 3} frames flagged rotated" in res.stdout
+    assert f"{len(turning[0]) - STILL - 2} frames flagged rotated" in res.stdout
     assert "--model rigid-body aligns them" in res.stdout
     doc = json.loads((tmp_path / "run" / "shifts.json").read_text())
     assert "rotation_deg" not in doc["frames"][-1]

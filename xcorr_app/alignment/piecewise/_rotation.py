@@ -40,15 +40,19 @@ from ._spline import field_weights
 __all__ = ["ROTATED_PX", "ROTATED_SIGNIFICANCE", "RotationProbe", "fit_rigid_body",
            "structure_tensors", "rigid_body_at", "probe_grid", "rigid_body_part"]
 
-#: a frame whose rotation moves its corners by more than this (px) is flagged ``rotated``...
+#: a frame whose corners may be more than this (px) off once aligned by a shift is flagged
+#: ``rotated``...
 ROTATED_PX = 0.5
-#: ... where the probe's estimate exceeds it less this margin (px; the estimate's error on the
-#: bench's stacks that rotate: about 0.1 px at the corners of 128 px frames, less on larger)
-ROTATED_MARGIN = 0.1
-#: ... where its angle is also this many standard errors away from 0 (noise alone does not
-#: flag a frame; the error: the frame's fit's, at least the median of the range's frames', as
-#: nine patches' residuals estimate it loosely)
-ROTATED_SIGNIFICANCE = 4.0
+#: ... where the rotation the probe estimates moves them by more than it less this margin
+#: (px: the estimate's own error, about 0.1 px at the corners of 128 px frames, and the
+#: shift's at the corners; at 0.1 the bench's 128x128 stacks that rotate left 7 of 468 such
+#: frames unflagged, at 0.15 one, with 3 of 1536 frames of the stacks that do not rotate
+#: flagged)...
+ROTATED_MARGIN = 0.15
+#: ... and where its angle is also this many standard errors away from 0 (noise alone does
+#: not flag a frame; the error: the frame's fit's, at least the median of the range's
+#: frames', as nine patches' residuals estimate it loosely)
+ROTATED_SIGNIFICANCE = 3.0
 #: the probe's patches: a third of the area's side, at most this many px (the cost is the
 #: patches' pixels, the angle's precision their lever arm: the grid spans the area anyway)
 PROBE_SIDE = 40
