@@ -260,9 +260,10 @@ def test_quick_bench_of_the_hard_kinds(tmp_path):
 def test_rotating_stacks_count_their_corners_and_flag_them():
     """On the stacks that rotate a frame is off where its corners are (the rotation the
     translation model leaves moves them); the default flags those frames (one of them only
-    because the margin allows for the shift's own error: its rotation alone moves its corners
-    0.46 px, the translation model's error at its centre, 0.17 px, takes them 0.63 px off), and
-    the rigid-body model aligns them (its row: within 0.1 px at the centre, no frame off)."""
+    because the flag allows for the shift's own error, with a margin of 0.15 px and three
+    standard errors, either alone not enough: its rotation moves its corners 0.46 px, the
+    translation model's error at its centre, 0.17 px, takes them 0.63 px off), and the
+    rigid-body model aligns them (its row: within 0.1 px at the centre, no frame off)."""
     rows = bench.measure("rotation", 0, image="camera", shape=(128, 128),
                          methods=[bench.DEFAULT, bench.RIGID_BODY])
     default, rigid = rows

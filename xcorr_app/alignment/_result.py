@@ -484,9 +484,10 @@ def result_notes(border, const, nonfinite, fft_outside, bound, bounded):
     return notes
 
 
-def result_from_table(opts, table, sources, settings, plan, source=None):
+def result_from_table(opts, table, sources, settings, plan, source=None, untrusted=False):
     """The :class:`AlignResult` of a run's full table: agreement, accumulation of ``previous``
-    steps, unmeasurable frames, border peaks, low-confidence flags and interpolation.
+    steps, unmeasurable frames, border peaks, low-confidence flags and interpolation
+    (``untrusted``: every frame flagged ``low_confidence``, none to interpolate from).
 
     A frame that is constant or has NaN or Inf pixels gets NaN shifts, peak and FFT shifts,
     confidence 0, ``agree`` false and ``low_confidence`` true; a frame whose peak lies on the
@@ -514,7 +515,7 @@ def result_from_table(opts, table, sources, settings, plan, source=None):
     peak[unusable] = np.nan
     conf[unusable | border] = 0.0  # no distinct peak
     agree[unusable] = False
-    low = unusable | border
+    low = unusable | border | untrusted
     if opts.min_confidence is not None:
         low |= conf < opts.min_confidence
     stuck = []  # (a note never claims an interpolation that did not happen)

@@ -109,15 +109,18 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                     "static": static,
                     "lucas_kanade": opts.lucas_kanade, "options": opts.settings(),
                     **executor.settings()}
-        res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
-                                stack_or_path)
-        res.notes[:0] = choices + more
+        # (a pattern that may hold any frame: none trusted, none to interpolate from)
+        untrusted = bool(static.get("unresolved"))
+        res = result_from_table(opts, table.copy() if static["removed"] else table,
+                                src.source_names(), settings, executor.plan, stack_or_path,
+                                untrusted)
         locked = still_locked(static, res.shifts)
-        if locked:
+        if locked:  # (the table as measured, this time with every frame flagged)
             static["locked_after"] = True
+            res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
+                                    stack_or_path, untrusted=True)
             res.notes.append(locked)
-        if static.get("unresolved") or locked:  # (a pattern may hold any frame: none trusted)
-            res.low_confidence[:] = True
+        res.notes[:0] = choices + more
         if opts.model != "translation":  # (every frame read once more: its rotation and shift)
             image = rigid_body_result(res, opts, executor, src.frame_shape, image)
         filled = False

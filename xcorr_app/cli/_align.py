@@ -438,7 +438,7 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
     if rotated:
         fix = "" if res.rotation_deg is not None else "; --model rigid-body aligns them"
         click.echo(f"  {plural(len(rotated), 'frame')} flagged rotated (still rotated against the "
-                   f"template: corners moved over 0.5 px){fix}")
+                   f"template: a corner may be over 0.5 px off){fix}")
     for note in s.get("notes", []):  # border peaks, constant and NaN frames, ...
         click.echo(f"  note: {as_flags(note)}")
     if s["low_confidence_frames"]:

@@ -262,6 +262,16 @@ def test_frames_still_locked_after_the_removal_are_all_flagged():
     assert st["removed"] and st["locked_after"]
     assert res.low_confidence.all()
     assert any(n.startswith("static: frames still locked at zero shift") for n in res.notes)
+    # (no frame trusted: none to interpolate the frames below min_confidence from, every
+    # shift kept as measured)
+    floor = float(np.median(res.confidence[1:]))
+    kw = dict(device="cpu", quality=False, min_confidence=floor)
+    kept = xcorr_app.align(s.frames, **kw)
+    assert 0 < (kept.confidence < floor).sum() < len(s.frames) - 1
+    low = xcorr_app.align(s.frames, interpolate_low=True, **kw)
+    np.testing.assert_array_equal(low.shifts, kept.shifts)
+    assert low.low_confidence.all() and low.interpolated_frames() == 0
+    assert any(n.startswith("interpolate_low: no frame was confident enough") for n in low.notes)
     moving = np.array([[0.0, 0.0], [1.0, 2.0], [3.0, -1.0], [0.6, 0.0]])
     assert still_locked({"removed": True}, moving) is None
     assert still_locked({"removed": False}, np.zeros((4, 2))) is None

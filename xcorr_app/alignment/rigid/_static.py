@@ -409,15 +409,24 @@ def _unbiased(pattern, info, k, xp):
     :data:`POWER_BOX` bins): ``g = 1 - sqrt(N / (V + N))``, which weighs the pattern less than
     a Wiener filter (``1 - N / (V + N)``) would.  Strong patterns (hot pixels, blobs, dust)
     pass nearly whole, a faint pixel pattern of the order of the noise is mostly left in.  The
-    column offsets (each column's mean, of noise ``N / H``) are kept whole.  ``N``: the fit's
+    column offsets (each column's mean, of noise ``N / H``) are kept whole, and the smoothing
+    leaves out their row of the spectrum (zero once they are taken out).  ``N``: the fit's
     residual (the frames less the model: their noise, not a pattern on the sensor) squared,
-    over ``k``."""
+    over ``k``, taken as white.
+
+    The balance holds between frames of the fit (at most :data:`STATIC_SAMPLES`); a frame
+    outside it keeps more of its own noise's match with the weighed pattern, yet on 128-frame
+    stacks this weight still measured better than the whole pattern or a Wiener weight."""
     h, w = pattern.shape
     noise = info["residual"] ** 2 / k
     col = xp.mean(pattern, axis=0, keepdims=True)
     spec = xp.fft.fft2(pattern - col)
-    power = _box_mean(xp.multiply((spec * spec.conj()).real, 1.0 / (h * w)), POWER_BOX // 2,
-                      xp)
+    rows = xp.ones((h, 1))
+    rows[0] = 0.0  # (ky = 0: the column offsets' row, zero here)
+    r = POWER_BOX // 2
+    power = xp.divide(_box_mean(xp.multiply((spec * spec.conj()).real, 1.0 / (h * w)) * rows,
+                                r, xp),
+                      xp.maximum(_box_mean(xp.broadcast_to(rows, (h, w)), r, xp), 1e-300))
     gain = xp.maximum(xp.subtract(1.0, xp.sqrt(xp.divide(noise, xp.maximum(power, 1e-300)))),
                       0.0)
     return col + xp.fft.ifft2(spec * gain).real
@@ -515,7 +524,8 @@ def _middle(frames):
 
 def _locked(shifts) -> bool:
     d = np.asarray(shifts)[1:]
-    return bool(np.mean(np.hypot(d[:, 0], d[:, 1]) < LOCK_RADIUS) >= LOCK_SHARE)
+    d = d[np.isfinite(d).all(axis=1)]  # (frames not measured count neither way)
+    return bool(len(d)) and bool(np.mean(np.hypot(d[:, 0], d[:, 1]) < LOCK_RADIUS) >= LOCK_SHARE)
 
 
 def _removed(frames, pattern, xp):
