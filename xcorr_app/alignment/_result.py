@@ -497,13 +497,15 @@ def result_from_table(opts, table, sources, settings, plan, source=None, untrust
     """
     c = COLUMN
     n = len(table)
-    shifts = table[:, c["dy"]:c["dx"] + 1]
-    peak, conf = table[:, c["peak"]], table[:, c["confidence"]]
+    # (copies: the table stays as measured, the result can be made from it again)
+    shifts = table[:, c["dy"]:c["dx"] + 1].copy()
+    peak, conf = table[:, c["peak"]].copy(), table[:, c["confidence"]].copy()
     nonfinite = table[:, c["finite"]] == 0
     const = (table[:, c["constant"]] == 1) & ~nonfinite
     unusable = const | nonfinite
     border = (table[:, c["border"]] == 1) & ~unusable
-    fft_sh, fft_int = table[:, c["fft_dy"]:c["fft_dx"] + 1], table[:, c["fft_iy"]:c["fft_ix"] + 1]
+    fft_sh = table[:, c["fft_dy"]:c["fft_dx"] + 1].copy()
+    fft_int = table[:, c["fft_iy"]:c["fft_ix"] + 1]
     agree = agreement(shifts, fft_sh, fft_int, opts.max_shift) if opts.verify else np.zeros(n, bool)
     fft_outside = np.zeros(n, bool)
     if opts.verify and opts.max_shift is not None:

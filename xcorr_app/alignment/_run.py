@@ -111,11 +111,10 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                     **executor.settings()}
         # (a pattern that may hold any frame: none trusted, none to interpolate from)
         untrusted = bool(static.get("unresolved"))
-        res = result_from_table(opts, table.copy() if static["removed"] else table,
-                                src.source_names(), settings, executor.plan, stack_or_path,
-                                untrusted)
+        res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
+                                stack_or_path, untrusted)
         locked = still_locked(static, res.shifts)
-        if locked:  # (the table as measured, this time with every frame flagged)
+        if locked:  # (made again, this time with every frame flagged)
             static["locked_after"] = True
             res = result_from_table(opts, table, src.source_names(), settings, executor.plan,
                                     stack_or_path, untrusted=True)
