@@ -52,7 +52,7 @@ import numpy as np
 
 from .. import backend
 from ..io import FrameRange
-from ..streaming import DEFAULT_CHUNK, DeviceChunks
+from ..streaming import DEFAULT_CHUNK, DeviceChunks, host_copies
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                frame_sums, moments_of, sharpness, template_moments,
                                template_refs)
@@ -512,16 +512,6 @@ class _AreaMoments:
                      backend.to_numpy(self.finite), backend.to_numpy(self.constant), ok)
 
 
-def _on_host(arrays) -> list:
-    """NumPy copies of ``arrays`` (CuPy: queued at once into page-locked memory, then waited
-    for: a pageable copy of each in turn was slower)."""
-    if not arrays or isinstance(arrays[0], np.ndarray):
-        return list(arrays)
-    from ..streaming import HostCopy
-
-    return [c.result() for c in [HostCopy(a) for a in arrays]]
-
-
 def _rows(before, after, residual, finite, constant, ok):
     """The rows (n, 4), NumPy, of the frames' figures: after alignment NaN where a frame has
     no shift (``ok``), the residual NaN where its prepared frame is unusable."""
@@ -601,7 +591,7 @@ class PatchQuality:
         finished): the area's rows (n, 4), its means' sums (on the host with ``host``; or
         their sharpness where the range is the stack), the count of frames with a field
         (``ok`` (n,) NumPy), and the patch regions' rows (n, P, 4)."""
-        copied = _on_host([*self.moments, *self.template, self.finite, self.constant])
+        copied = host_copies([*self.moments, *self.template, self.finite, self.constant])
         b, a, r = copied[:3]
         f = TemplateRegions(self.tiles, copied[3:7])
         finite, constant = copied[7:]

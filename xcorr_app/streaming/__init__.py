@@ -19,14 +19,15 @@ from ._gpus import (SCALE_OUT_MIN_BYTES, Cancelled, check_workers, cuda_cluster,
 from ._memory_budget import (DEFAULT_CHUNK, READ_AHEAD, FrameNeed, MemoryPlan,
                              auto_chunk_frames, check_bound, check_frame_memory, frame_need, host_free_bytes,
                              human, parse_memory, plan_memory)
-from ._prefetch import ChunkPrefetcher, HostCopy, copy_to_host_async, host_buffer
+from ._prefetch import (ChunkPrefetcher, HostCopy, copy_to_host_async, host_buffer,
+                        host_copies)
 from ._ranges import chunk_bounds, frame_ranges, piece_bounds
 from ._stash import (STASH_SHARE, DeviceStash, StashedSource, WrappedSource, keep_on_gpu,
                      source_names_of, stash_fits)
 from ._threads import cpu_threads, frame_slices, keep_freed_memory, one_blas_thread
 
-__all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "HostCopy", "copy_to_host_async",
-           "host_buffer", "chunk_bounds",
+__all__ = ["map_chunks", "DeviceChunks", "ChunkPrefetcher", "HostCopy", "host_copies",
+           "copy_to_host_async", "host_buffer", "chunk_bounds",
            "piece_bounds", "frame_ranges", "need_gpus", "parse_gpus", "run_on_gpus",
            "check_workers", "cuda_cluster", "machine_cpus",
            "SCALE_OUT_MIN_BYTES", "Cancelled", "parse_memory",

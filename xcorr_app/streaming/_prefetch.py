@@ -91,6 +91,15 @@ class HostCopy:
                 pass
 
 
+def host_copies(arrays) -> list:
+    """NumPy copies of ``arrays`` (CuPy ones: queued at once into page-locked memory,
+    :class:`HostCopy`, then waited for: a pageable copy of each in turn was slower; NumPy
+    ones: as they are)."""
+    if not arrays or isinstance(arrays[0], np.ndarray):
+        return list(arrays)
+    return [c.result() for c in [HostCopy(a) for a in arrays]]
+
+
 class ChunkPrefetcher:
     """Iterate over ``(start, frames, slot)`` chunks read ahead by a thread.
 

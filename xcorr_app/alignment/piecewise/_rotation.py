@@ -30,7 +30,7 @@ import numpy as np
 from ... import backend
 from ..._cuda import KernelFamily
 from ...io import FrameRange
-from ...streaming import DeviceChunks
+from ...streaming import DeviceChunks, host_copies
 from ..warp import corner_displacement
 from ._patch_pass import patch_preparer
 from ._patches import (PatchGrid, patch_left, patch_shifts, refine_shifts, refine_taper,
@@ -164,16 +164,17 @@ def fit_rigid_body(values, u, usable, xp, tensors=None, peaks=False):
             xp.where(ok[:, None], se, nan))
 
 
-def _fit_on_gpu(values, u, usable, tensors, peaks):
+def _fit_on_gpu(values, u, usable, tensors, peaks, packed=False):
     """:func:`fit_rigid_body` by :data:`RIGID_BODY_FIT` (CuPy in, CuPy out; another count of
-    patches than :data:`FIT_PATCHES` on the host)."""
+    patches than :data:`FIT_PATCHES` on the host); ``packed``: one ``(N, 6)`` array, ``phi``,
+    ``t`` and ``se`` side by side."""
     import cupy as cp
 
     n, p = values.shape[:2]
     if p not in FIT_PATCHES:
         got = fit_rigid_body(*(backend.to_numpy(a) for a in (values, u, usable)), np,
                              None if tensors is None else backend.to_numpy(tensors), peaks)
-        return tuple(cp.asarray(a) for a in got)
+        return cp.asarray(np.column_stack(got)) if packed else tuple(cp.asarray(a) for a in got)
     values = cp.ascontiguousarray(cp.asarray(values), cp.float64)
     weights = cp.ascontiguousarray(cp.asarray(usable), cp.float64)
     if tensors is None:
@@ -186,7 +187,8 @@ def _fit_on_gpu(values, u, usable, tensors, peaks):
             (-(-n // FIT_THREADS),), (FIT_THREADS,),
             (values, weights, u, tensors, np.int64(n), np.float64(OUTLIER_PX),
              np.int32(MIN_PATCHES), np.int32(max(MIN_PATCHES, 5)), out))
-    return out[:, 0], out[:, 1:3], out[:, 3:6]
+    return out if packed else (out[:, 0], out[:, 1:3], out[:, 3:6])
+
 
 
 def structure_tensors(patches, xp):
@@ -266,7 +268,9 @@ class RotationProbe:
                 up = self._zeros[n] = (xp.zeros((n, 2), xp.int64), xp.zeros((n, 2)))
         d, peak, _, _ = patch_shifts(self.tpatches, frames, zeros, self.grid, FIT_SUBPIXEL,
                                      "cpu" if xp is np else "gpu", self.left, uploaded=up)
-        self.parts.append(xp.concatenate([d.reshape(n, -1), peak.reshape(n, -1)], 1))
+        # (kept apart, gathered on the host at the end: a concatenate on the device is a kernel
+        # CuPy compiles on a first run, a large share of a first run's quality report)
+        self.parts.append((d.reshape(n, -1), peak.reshape(n, -1)))
 
     def columns(self, usable):
         """``(n, 3)`` NumPy of the frames added: the rotation (degrees; NaN where not
@@ -278,12 +282,15 @@ class RotationProbe:
         if self.grid is None or not self.parts:
             return np.column_stack([np.full(n, np.nan), np.zeros(n), np.zeros(n)])
         xp = self.xp
-        parts = xp.concatenate(self.parts)
         count = len(self.u)
-        d = parts[:, :2 * count].reshape(-1, count, 2)  # (the frames are aligned: what is left)
-        phi, t, se = fit_rigid_body(d, self.u, parts[:, 2 * count:], xp, self.tensors,
-                                    peaks=True)
-        got = backend.to_numpy(xp.concatenate([phi[:, None], t, se], 1)).astype(np.float64)
+        d, peaks = (np.concatenate(host_copies([part[k] for part in self.parts]))
+                    .astype(np.float64) for k in (0, 1))
+        d = d.reshape(-1, count, 2)  # (the frames are aligned: what is left)
+        if xp is np:
+            got = np.column_stack(fit_rigid_body(d, self.u, peaks, np, self.tensors, peaks=True))
+        else:  # (the fit's (n, 6) whole: its views' copies would be kernels of their own)
+            got = backend.to_numpy(_fit_on_gpu(xp.asarray(d), self.u, xp.asarray(peaks),
+                                               self.tensors, True, packed=True))
         got[~np.asarray(usable, bool)] = np.nan
         phi, t, se = got[:, 0], got[:, 1:3], got[:, 3]
         if np.isfinite(se).any():

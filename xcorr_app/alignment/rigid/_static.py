@@ -20,9 +20,10 @@ its start (a regularization weighted by ``|phi|^2``): what a scene that did not 
 stays the scene's.
 
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
-their middle :data:`DETECT_SIDE` px), measures it (one pass against its first frame), estimates
-the pattern's share in one step (:func:`quick_share`: ``auto`` stops there below
-:data:`QUICK_SHARE` unless frames lock at zero), fits the model with those shifts, and judges
+their middle :data:`DETECT_SIDE` px, into host memory), measures it (one pass against its first
+frame, by the run's pipeline on the run's device), estimates the pattern's share in one step on
+the host (:func:`quick_share`: ``auto`` stops there below :data:`QUICK_SHARE` unless frames
+lock at zero), fits the model with those shifts (on the run's device), and judges
 whether a pattern is there and matters: its band-pass energy (the band registration reads, less
 what noise puts there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero
 shift (:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px).  Then the shifts are measured
@@ -540,8 +541,9 @@ def _read_sample(src, xp, whole=False, index=None):
         frame_bytes = 8 * src.frame_shape[0] * src.frame_shape[1]
         count = max(MIN_AUTO_FRAMES, min(STATIC_SAMPLES, STATIC_SAMPLE_BYTES // frame_bytes))
         index = spread_frames(src.n_frames, count)
+    here = backend.to_numpy if xp is np else xp.asarray  # (a source may read onto a GPU)
     frames = xp.stack([(lambda f: f if whole else _middle(f[None])[0])(
-        xp.asarray(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
+        here(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
     # (one reduction a figure for the whole sample: a host wait a frame would cost more)
     flat = frames.reshape(len(index), -1)
     finite, top, low = (backend.to_numpy(x) for x in (
@@ -569,15 +571,17 @@ def decide_static(spec, src, opts, xp):
         settings["not_checked"] = why_not
         return None, None, settings
     least = MIN_AUTO_FRAMES if spec == "auto" else MIN_STATIC_FRAMES
-    frames, index = (None, []) if src.n_frames < least else _read_sample(src, xp)
+    # (the sample's figures on the host, its shifts by the run's own pipeline on its device:
+    # on a GPU the figures' many small CuPy routines each compiled on a first run, seconds)
+    frames, index = (None, []) if src.n_frames < least else _read_sample(src, np)
     if frames is None or len(frames) < least:
         settings["not_checked"] = f"fewer than {least} frames that can be measured"
         return None, (f"static on: fewer than {least} frames that can be measured: too few to "
                       "tell a pattern fixed on the sensor from the scene; the frames are "
                       "measured as they are" if spec == "on" else None), settings
     scale = stack_exponent(frames[0])  # (float64 frames beyond float32's range)
-    frames = scaled_by(frames, scale, xp)
-    change = brightness_change(backend.to_numpy(frames.mean(axis=(1, 2))))
+    frames = scaled_by(frames, scale, np)
+    change = brightness_change(frames.mean(axis=(1, 2)))
     if spec == "auto" and change > AUTO_BRIGHTNESS_CHANGE:
         # (a background that is not bleached and a scene that is: the model cannot tell
         # them apart; the band-pass that prefilter auto chose there removes the background)
@@ -590,14 +594,15 @@ def decide_static(spec, src, opts, xp):
         if len(keep) < least or keep[0] != 0:
             settings["not_checked"] = "the frames' peaks lie on the border of the search"
             return None, None, settings
-        frames, shifts, index = frames[xp.asarray(keep)], shifts[keep], [index[k] for k in keep]
+        frames, shifts, index = frames[keep], shifts[keep], [index[k] for k in keep]
     locked = _locked(shifts)
     if spec == "auto" and not locked:
-        quick = quick_share(frames, shifts, xp)
+        quick = quick_share(frames, shifts, np)
         if quick < QUICK_SHARE:  # (nothing there: the fit would say so at 10-20x the cost)
             settings.update(frames=len(frames), share=round(quick, 4), locked=False,
                             fitted=False)
             return None, None, settings
+    frames = xp.asarray(frames)  # (the fit, where a pattern is suspected: on the device)
     pattern, info = fit_static(frames, shifts, xp)
     settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked,
                     fitted=True)
