@@ -21,9 +21,10 @@ stays the scene's.
 
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
 their middle :data:`DETECT_SIDE` px, into host memory), measures it (one pass against its first
-frame, by the run's pipeline on the run's device), estimates the pattern's share in one step on
-the host (:func:`quick_share`: ``auto`` stops there below :data:`QUICK_SHARE` unless frames
-lock at zero), fits the model with those shifts (on the run's device), and judges
+frame, by the run's pipeline on the run's device), estimates the pattern's share in one step
+(:func:`quick_share`, a process's first for a GPU run on the host: :func:`_estimate_on`;
+``auto`` stops there below :data:`QUICK_SHARE` unless frames lock at zero), fits the model
+with those shifts (on the run's device), and judges
 whether a pattern is there and matters: its band-pass energy (the band registration reads, less
 what noise puts there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero
 shift (:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px).  Then the shifts are measured
@@ -555,6 +556,21 @@ def _read_sample(src, xp, whole=False, index=None):
     return frames, [index[k] for k in keep]
 
 
+#: the one-step estimates this process made for GPU runs (:func:`_estimate_on`)
+_GPU_ESTIMATES = {"made": 0}
+
+
+def _estimate_on(frames, xp):
+    """``(frames, xp)`` for :func:`quick_share`: a process's first estimate for a GPU run on
+    the host (on the GPU each of its routines is compiled or loaded at a first use: seconds on
+    a fresh machine, more than the host's transforms take), later ones on the GPU (where the
+    host's transforms would take 10x longer)."""
+    if xp is np:
+        return frames, np
+    _GPU_ESTIMATES["made"] += 1
+    return (frames, np) if _GPU_ESTIMATES["made"] == 1 else (xp.asarray(frames), xp)
+
+
 def decide_static(spec, src, opts, xp):
     """``(pattern, note, settings)`` of ``static=spec`` for the open source ``src``: the
     pattern to remove from every frame read (``(H, W)`` zero-mean float64 on ``xp``'s device)
@@ -597,7 +613,8 @@ def decide_static(spec, src, opts, xp):
         frames, shifts, index = frames[keep], shifts[keep], [index[k] for k in keep]
     locked = _locked(shifts)
     if spec == "auto" and not locked:
-        quick = quick_share(frames, shifts, np)
+        on = _estimate_on(frames, xp)
+        quick = quick_share(on[0], shifts, on[1])
         if quick < QUICK_SHARE:  # (nothing there: the fit would say so at 10-20x the cost)
             settings.update(frames=len(frames), share=round(quick, 4), locked=False,
                             fitted=False)
