@@ -568,7 +568,15 @@ def _estimate_on(frames, xp):
     if xp is np:
         return frames, np
     _GPU_ESTIMATES["made"] += 1
-    return (frames, np) if _GPU_ESTIMATES["made"] == 1 else (xp.asarray(frames), xp)
+    if _GPU_ESTIMATES["made"] == 1:
+        return backend.to_numpy(frames), np
+    return xp.asarray(frames), xp
+
+
+def _sample_on(src, xp):
+    """Where the sample is read to: ``xp``'s device where ``src``'s frames lie there (CuPy in),
+    else the host."""
+    return xp if xp is not np and backend.is_cupy_array(src.read(0, 1)) else np
 
 
 def decide_static(spec, src, opts, xp):
@@ -587,17 +595,18 @@ def decide_static(spec, src, opts, xp):
         settings["not_checked"] = why_not
         return None, None, settings
     least = MIN_AUTO_FRAMES if spec == "auto" else MIN_STATIC_FRAMES
-    # (the sample's figures on the host, its shifts by the run's own pipeline on its device:
-    # on a GPU the figures' many small CuPy routines each compiled on a first run, seconds)
-    frames, index = (None, []) if src.n_frames < least else _read_sample(src, np)
+    # (a file's or NumPy's sample on the host, where its figures use no CuPy routine a first
+    # GPU run would compile, seconds; CuPy's on its device; its shifts by the run's pipeline)
+    on = _sample_on(src, xp)
+    frames, index = (None, []) if src.n_frames < least else _read_sample(src, on)
     if frames is None or len(frames) < least:
         settings["not_checked"] = f"fewer than {least} frames that can be measured"
         return None, (f"static on: fewer than {least} frames that can be measured: too few to "
                       "tell a pattern fixed on the sensor from the scene; the frames are "
                       "measured as they are" if spec == "on" else None), settings
     scale = stack_exponent(frames[0])  # (float64 frames beyond float32's range)
-    frames = scaled_by(frames, scale, np)
-    change = brightness_change(frames.mean(axis=(1, 2)))
+    frames = scaled_by(frames, scale, on)
+    change = brightness_change(backend.to_numpy(frames.mean(axis=(1, 2))))
     if spec == "auto" and change > AUTO_BRIGHTNESS_CHANGE:
         # (a background that is not bleached and a scene that is: the model cannot tell
         # them apart; the band-pass that prefilter auto chose there removes the background)
@@ -610,11 +619,11 @@ def decide_static(spec, src, opts, xp):
         if len(keep) < least or keep[0] != 0:
             settings["not_checked"] = "the frames' peaks lie on the border of the search"
             return None, None, settings
-        frames, shifts, index = frames[keep], shifts[keep], [index[k] for k in keep]
+        frames, shifts, index = frames[on.asarray(keep)], shifts[keep], [index[k] for k in keep]
     locked = _locked(shifts)
     if spec == "auto" and not locked:
-        on = _estimate_on(frames, xp)
-        quick = quick_share(on[0], shifts, on[1])
+        estimate = _estimate_on(frames, xp)
+        quick = quick_share(estimate[0], shifts, estimate[1])
         if quick < QUICK_SHARE:  # (nothing there: the fit would say so at 10-20x the cost)
             settings.update(frames=len(frames), share=round(quick, 4), locked=False,
                             fitted=False)
