@@ -68,7 +68,10 @@ class HostCopy:
     def __init__(self, a):
         import cupy
 
-        a = cupy.ascontiguousarray(a)
+        # (a transpose of a contiguous array copied as it lies, transposed back on the host:
+        # made contiguous on the device it is a kernel CuPy compiles on a first run)
+        self._transposed = a.ndim > 1 and not a.flags.c_contiguous and a.T.flags.c_contiguous
+        a = a.T if self._transposed else cupy.ascontiguousarray(a)
         self._host = host_buffer(a.shape, a.dtype, pinned=True)
         stream = cupy.cuda.get_current_stream()
         copy_to_host_async(self._host, a, stream)
@@ -79,7 +82,7 @@ class HostCopy:
         if self._done is not None:
             self._done.synchronize()
             self._done = self._source = None
-        return self._host
+        return self._host.T if self._transposed else self._host
 
     def __del__(self):
         # dropped before its result (a run ending in an error): the page-locked buffer goes
