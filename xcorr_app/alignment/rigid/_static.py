@@ -70,6 +70,7 @@ import numbers
 import numpy as np
 
 from ... import backend
+from ...correlate import next_smooth
 from ...streaming import WrappedSource
 from ._columns import COLUMN
 from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
@@ -163,21 +164,23 @@ class _Canvas:
     goes through NumPy's ufunc protocol, whose first use imports cupyx (0.35 s of a one-shot
     run)."""
 
-    def __init__(self, frame_shape, margin, xp):
+    def __init__(self, frame_shape, margin, xp, fast=False):
         self.xp, self.m = xp, margin
         self.h, self.w = frame_shape
         self.shape = (self.h + 2 * margin, self.w + 2 * margin)
+        if fast:  # (a 5-smooth size: a side of a large prime factor transforms several x slower)
+            self.shape = tuple(next_smooth(n) for n in self.shape)
         self.ky = np.fft.fftfreq(self.shape[0])
         self.kx = np.fft.rfftfreq(self.shape[1])
         #: frames a batch holds (a few complex canvases of that many frames at once)
         self.batch = max(1, FIT_BATCH_ELEMENTS // (self.shape[0] * self.shape[1]))
 
     @classmethod
-    def for_shifts(cls, frame_shape, shifts, xp):
+    def for_shifts(cls, frame_shape, shifts, xp, fast=False):
         """The canvas of frames moved by ``shifts`` (K, 2): a margin of the largest shift, the
-        taper and two pixels."""
+        taper and two pixels (``fast``: more, to a size the transforms are fast at)."""
         return cls(frame_shape, int(math.ceil(float(np.abs(shifts).max(initial=0.0))))
-                   + TAPER + 2, xp)
+                   + TAPER + 2, xp, fast)
 
     def batches(self, k):
         return [slice(i, min(i + self.batch, k)) for i in range(0, k, self.batch)]
@@ -478,7 +481,7 @@ def quick_share(frames, shifts, xp):
     f = xp.asarray(frames, xp.float64)
     d = np.asarray(shifts, np.float64)
     k, h, w = f.shape
-    cv = _Canvas.for_shifts((h, w), d, xp)
+    cv = _Canvas.for_shifts((h, w), d, xp, fast=True)
     taper = _taper((h, w), TAPER, xp)
     base = float(xp.mean(f))
     mean, aligned = 0, 0
