@@ -1,10 +1,14 @@
 """streaming.HostCopy on the CPU: a copy dropped before its result is waited for (its
-page-locked buffer goes back to CuPy's pool, which does not wait for copies into it); the
-device's copies themselves are covered by the GPU tests of the paths that use it."""
+page-locked buffer goes back to CuPy's pool, which does not wait for copies into it); on the
+GPU, arrays of every layout come back as they were (a transpose copied as it lies);
+host_copies leaves NumPy arrays as they are."""
 import gc
 import sys
 
-from xcorr_app.streaming import HostCopy
+import numpy as np
+import pytest
+
+from xcorr_app.streaming import HostCopy, host_copies
 
 
 class Event:
@@ -19,7 +23,7 @@ class Event:
 
 def dropped(event):
     copy = HostCopy.__new__(HostCopy)  # (as __init__ leaves it, without a device)
-    copy._host, copy._done, copy._source = None, event, object()
+    copy._host, copy._done, copy._source, copy._transposed = None, event, object(), False
     return copy
 
 
@@ -52,3 +56,22 @@ def test_a_failing_wait_at_drop_raises_nothing(monkeypatch):
     del half
     gc.collect()
     assert seen == []
+
+
+def test_host_copies_leave_numpy_arrays_as_they_are():
+    a, b = np.arange(6.0).reshape(2, 3), np.arange(6).reshape(3, 2).T
+    got = host_copies([a, b])
+    assert got[0] is a and got[1] is b and host_copies([]) == []
+
+
+@pytest.mark.gpu
+def test_every_layout_comes_back_as_it_was():
+    cp = pytest.importorskip("cupy")
+    a = cp.arange(24, dtype=cp.float32).reshape(2, 3, 4)
+    views = [a, a.T, a.transpose(1, 0, 2), a[:, ::2], a[0].T, cp.arange(5.0), a[:, :1].T]
+    for v in views:
+        got = HostCopy(v).result()
+        assert got.shape == v.shape and np.array_equal(got, cp.asnumpy(v))
+    mixed = host_copies([a.T, np.ones(2), a[1]])
+    assert np.array_equal(mixed[0], cp.asnumpy(a.T)) and mixed[1].tolist() == [1.0, 1.0]
+    assert np.array_equal(mixed[2], cp.asnumpy(a[1]))

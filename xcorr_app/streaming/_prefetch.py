@@ -98,9 +98,8 @@ def host_copies(arrays) -> list:
     """NumPy copies of ``arrays`` (CuPy ones: queued at once into page-locked memory,
     :class:`HostCopy`, then waited for: a pageable copy of each in turn was slower; NumPy
     ones: as they are)."""
-    if not arrays or isinstance(arrays[0], np.ndarray):
-        return list(arrays)
-    return [c.result() for c in [HostCopy(a) for a in arrays]]
+    copies = [a if isinstance(a, np.ndarray) else HostCopy(a) for a in arrays]
+    return [c if isinstance(c, np.ndarray) else c.result() for c in copies]
 
 
 class ChunkPrefetcher:

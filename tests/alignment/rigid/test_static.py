@@ -276,3 +276,44 @@ def test_frames_still_locked_after_the_removal_are_all_flagged():
     assert still_locked({"removed": True}, moving) is None
     assert still_locked({"removed": False}, np.zeros((4, 2))) is None
     assert still_locked({"removed": True}, np.zeros((4, 2))) is not None
+
+
+def test_a_process_first_gpu_estimate_is_made_on_the_host(monkeypatch):
+    """A process's first one-step estimate of a GPU run on the host (on a fresh machine the
+    GPU's routines compile for seconds at a first use), later ones on the device; a CPU run's
+    all on the host, counting nothing."""
+    import itertools
+    from types import SimpleNamespace
+
+    from xcorr_app.alignment.rigid import _static
+
+    monkeypatch.setattr(_static, "_GPU_ESTIMATES", itertools.count(1))
+    gpu = SimpleNamespace(asarray=lambda a: ("on the device", a))
+    frames = np.zeros((3, 4, 4))
+    got, on = _static._estimate_on(frames, np)
+    assert got is frames and on is np
+    got, on = _static._estimate_on(frames, gpu)
+    assert got is frames and on is np
+    for _ in range(2):
+        got, on = _static._estimate_on(frames, gpu)
+        assert got == ("on the device", frames) and on is gpu
+
+
+def test_the_sample_is_read_where_the_stack_lies():
+    """A file's or NumPy's frames: the sample on the host whatever the run's device; CuPy's:
+    on their device (the GPU test)."""
+    from types import SimpleNamespace
+
+    from xcorr_app.alignment.rigid import _static
+
+    src = ArraySource(np.zeros((12, 8, 8), np.uint16))
+    assert _static._sample_on(src, np) is np
+    assert _static._sample_on(src, SimpleNamespace()) is np
+
+
+@pytest.mark.gpu
+def test_a_cupy_stack_sample_stays_on_its_device():
+    cp = pytest.importorskip("cupy")
+    from xcorr_app.alignment.rigid import _static
+
+    assert _static._sample_on(ArraySource(cp.zeros((12, 8, 8), cp.uint16)), cp) is cp

@@ -165,9 +165,9 @@ def fit_rigid_body(values, u, usable, xp, tensors=None, peaks=False):
 
 
 def _fit_on_gpu(values, u, usable, tensors, peaks, packed=False):
-    """:func:`fit_rigid_body` by :data:`RIGID_BODY_FIT` (CuPy in, CuPy out; another count of
-    patches than :data:`FIT_PATCHES` on the host); ``packed``: one ``(N, 6)`` array, ``phi``,
-    ``t`` and ``se`` side by side."""
+    """:func:`fit_rigid_body` by :data:`RIGID_BODY_FIT` (CuPy or NumPy in, CuPy out; another
+    count of patches than :data:`FIT_PATCHES` on the host); ``packed``: one ``(N, 6)`` array,
+    ``phi``, ``t`` and ``se`` side by side."""
     import cupy as cp
 
     n, p = values.shape[:2]
@@ -175,8 +175,11 @@ def _fit_on_gpu(values, u, usable, tensors, peaks, packed=False):
         got = fit_rigid_body(*(backend.to_numpy(a) for a in (values, u, usable)), np,
                              None if tensors is None else backend.to_numpy(tensors), peaks)
         return cp.asarray(np.column_stack(got)) if packed else tuple(cp.asarray(a) for a in got)
-    values = cp.ascontiguousarray(cp.asarray(values), cp.float64)
-    weights = cp.ascontiguousarray(cp.asarray(usable), cp.float64)
+    # (host arrays made float64 and contiguous on the host: CuPy's conversion is a kernel it
+    # compiles on a first run)
+    values, weights = (cp.asarray(np.ascontiguousarray(a, np.float64)) if isinstance(a, np.ndarray)
+                       else cp.ascontiguousarray(cp.asarray(a), cp.float64)
+                       for a in (values, usable))
     if tensors is None:
         tensors = np.broadcast_to(np.eye(2), (p, 2, 2))
     u = cp.asarray(np.ascontiguousarray(backend.to_numpy(u), np.float64))
@@ -188,7 +191,6 @@ def _fit_on_gpu(values, u, usable, tensors, peaks, packed=False):
             (values, weights, u, tensors, np.int64(n), np.float64(OUTLIER_PX),
              np.int32(MIN_PATCHES), np.int32(max(MIN_PATCHES, 5)), out))
     return out if packed else (out[:, 0], out[:, 1:3], out[:, 3:6])
-
 
 
 def structure_tensors(patches, xp):
@@ -289,8 +291,8 @@ class RotationProbe:
         if xp is np:
             got = np.column_stack(fit_rigid_body(d, self.u, peaks, np, self.tensors, peaks=True))
         else:  # (the fit's (n, 6) whole: its views' copies would be kernels of their own)
-            got = backend.to_numpy(_fit_on_gpu(xp.asarray(d), self.u, xp.asarray(peaks),
-                                               self.tensors, True, packed=True))
+            got = backend.to_numpy(_fit_on_gpu(d, self.u, peaks, self.tensors, True,
+                                               packed=True))
         got[~np.asarray(usable, bool)] = np.nan
         phi, t, se = got[:, 0], got[:, 1:3], got[:, 3]
         if np.isfinite(se).any():

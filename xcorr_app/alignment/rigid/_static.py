@@ -20,8 +20,8 @@ its start (a regularization weighted by ``|phi|^2``): what a scene that did not 
 stays the scene's.
 
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
-their middle :data:`DETECT_SIDE` px, into host memory), measures it (one pass against its first
-frame, by the run's pipeline on the run's device), estimates the pattern's share in one step
+their middle :data:`DETECT_SIDE` px, read to the host; CuPy in: on its device), measures it
+(one pass against its first frame, by the run's pipeline on the run's device), estimates the pattern's share in one step
 (:func:`quick_share`, a process's first for a GPU run on the host: :func:`_estimate_on`;
 ``auto`` stops there below :data:`QUICK_SHARE` unless frames lock at zero), fits the model
 with those shifts (on the run's device), and judges
@@ -64,6 +64,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 
@@ -178,7 +179,8 @@ class _Canvas:
     @classmethod
     def for_shifts(cls, frame_shape, shifts, xp, fast=False):
         """The canvas of frames moved by ``shifts`` (K, 2): a margin of the largest shift, the
-        taper and two pixels (``fast``: more, to a size the transforms are fast at)."""
+        taper and two pixels on every side (``fast``: more on the bottom and the right, to a
+        size the transforms are fast at)."""
         return cls(frame_shape, int(math.ceil(float(np.abs(shifts).max(initial=0.0))))
                    + TAPER + 2, xp, fast)
 
@@ -559,8 +561,9 @@ def _read_sample(src, xp, whole=False, index=None):
     return frames, [index[k] for k in keep]
 
 
-#: the one-step estimates this process made for GPU runs (:func:`_estimate_on`)
-_GPU_ESTIMATES = {"made": 0}
+#: counts the one-step estimates this process makes for GPU runs (:func:`_estimate_on`;
+#: ``next`` of it is atomic: runs in threads take a number each)
+_GPU_ESTIMATES = itertools.count(1)
 
 
 def _estimate_on(frames, xp):
@@ -570,8 +573,7 @@ def _estimate_on(frames, xp):
     host's transforms would take 10x longer)."""
     if xp is np:
         return frames, np
-    _GPU_ESTIMATES["made"] += 1
-    if _GPU_ESTIMATES["made"] == 1:
+    if next(_GPU_ESTIMATES) == 1:
         return backend.to_numpy(frames), np
     return xp.asarray(frames), xp
 
@@ -600,7 +602,7 @@ def decide_static(spec, src, opts, xp):
     least = MIN_AUTO_FRAMES if spec == "auto" else MIN_STATIC_FRAMES
     # (a file's or NumPy's sample on the host, where its figures use no CuPy routine a first
     # GPU run would compile, seconds; CuPy's on its device; its shifts by the run's pipeline)
-    on = _sample_on(src, xp)
+    on = np if src.n_frames < least else _sample_on(src, xp)
     frames, index = (None, []) if src.n_frames < least else _read_sample(src, on)
     if frames is None or len(frames) < least:
         settings["not_checked"] = f"fewer than {least} frames that can be measured"
@@ -627,6 +629,8 @@ def decide_static(spec, src, opts, xp):
     if spec == "auto" and not locked:
         estimate = _estimate_on(frames, xp)
         quick = quick_share(estimate[0], shifts, estimate[1])
+        if estimate[1] is xp:  # (uploaded for the estimate: the fit's frames)
+            frames = estimate[0]
         if quick < QUICK_SHARE:  # (nothing there: the fit would say so at 10-20x the cost)
             settings.update(frames=len(frames), share=round(quick, 4), locked=False,
                             fitted=False)
