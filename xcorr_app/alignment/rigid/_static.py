@@ -602,8 +602,10 @@ def decide_static(spec, src, opts, xp):
     least = MIN_AUTO_FRAMES if spec == "auto" else MIN_STATIC_FRAMES
     # (a file's or NumPy's sample on the host, where its figures use no CuPy routine a first
     # GPU run would compile, seconds; CuPy's on its device; its shifts by the run's pipeline)
-    on = np if src.n_frames < least else _sample_on(src, xp)
-    frames, index = (None, []) if src.n_frames < least else _read_sample(src, on)
+    frames, index = None, []
+    if src.n_frames >= least:
+        on = _sample_on(src, xp)
+        frames, index = _read_sample(src, on)
     if frames is None or len(frames) < least:
         settings["not_checked"] = f"fewer than {least} frames that can be measured"
         return None, (f"static on: fewer than {least} frames that can be measured: too few to "
