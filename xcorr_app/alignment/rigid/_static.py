@@ -21,14 +21,14 @@ stays the scene's.
 
 :func:`decide_static` reads a sample of frames (:data:`STATIC_SAMPLES` spread over the stack,
 their middle :data:`DETECT_SIDE` px, read to the host; CuPy in: on its device), measures it
-(one pass against its first frame, by the run's pipeline on the run's device), estimates the pattern's share in one step
-(:func:`quick_share`, a process's first for a GPU run on the host: :func:`_estimate_on`;
-``auto`` stops there below :data:`QUICK_SHARE` unless frames lock at zero), fits the model
-with those shifts (on the run's device), and judges
-whether a pattern is there and matters: its band-pass energy (the band registration reads, less
-what noise puts there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero
-shift (:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px).  Then the shifts are measured
-again with the pattern removed, from the first shifts and from the frames less their temporal
+(one pass against its first frame, by the run's pipeline on the run's device), estimates the
+pattern's share in one step (:func:`quick_share`, a process's first for a GPU run on the host:
+:func:`_estimate_on`; ``auto`` stops there below :data:`QUICK_SHARE` unless frames lock at
+zero), fits the model with those shifts (on the run's device), and judges whether a pattern is
+there and matters: its band-pass energy (the band registration reads, less what noise puts
+there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero shift
+(:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px).  Then the shifts are measured again
+with the pattern removed, from the first shifts and from the frames less their temporal
 median (which frees frames locked on the pattern), :data:`STATIC_ROUNDS` times each, and the
 start whose model explains the frames best gives the shifts of the last fit, on the whole
 frames; a start whose frames show no distinct peak (median confidence below
@@ -547,9 +547,8 @@ def _read_sample(src, xp, whole=False, index=None):
         frame_bytes = 8 * src.frame_shape[0] * src.frame_shape[1]
         count = max(MIN_AUTO_FRAMES, min(STATIC_SAMPLES, STATIC_SAMPLE_BYTES // frame_bytes))
         index = spread_frames(src.n_frames, count)
-    here = backend.to_numpy if xp is np else xp.asarray  # (a source may read onto a GPU)
     frames = xp.stack([(lambda f: f if whole else _middle(f[None])[0])(
-        here(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
+        xp.asarray(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
     # (one reduction a figure for the whole sample: a host wait a frame would cost more)
     flat = frames.reshape(len(index), -1)
     finite, top, low = (backend.to_numpy(x) for x in (
