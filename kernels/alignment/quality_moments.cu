@@ -149,3 +149,129 @@ __global__ void __launch_bounds__(THREADS) tile_regions(
         out[((size_t)blockIdx.x * regions + r) * m + k] = sum;
     }
 }
+
+// The rigid quality report's two correlations of a chunk in one read (launched by
+// xcorr_app/alignment/_quality_figures.py shifted_moments): the moments area_moments gives of
+// frame n over the area [y0, y0 + rows) x [x0, x0 + cols) as it came (`before`) and of the same
+// area of the frame shifted by shifts[n] = (dy, dx) (`after`), against the one reference `ref`
+// (rows, cols), and that shifted area itself written to `out` (n, rows, cols) float32 (the
+// report prepares it for the residual and the rotation probe).  The shift is bilinear with fill
+// 0 as warp_shift's, but a shift's taps are weighed once a frame (its fraction as float32,
+// floor(-d) its integer part): warp_shift's float64 source per pixel cost most of its time,
+// and the report's figures need no bits of the output's.  A NaN shift counts as 0.
+// Grid (blocks, n), THREADS threads: the rows of block_moments; partial sums to before and
+// after as area_moments writes them (n, blocks, 3), the warps added in a fixed order.
+__device__ __forceinline__ double usable_shift(double s) {
+    if (isnan(s)) return 0.0;
+    return fmin(fmax(s, -1e15), 1e15);
+}
+
+// shifted_moments' pixel (y, x) where a tap lies outside the frame: the inside taps alone,
+// blended towards the fill 0 where a tap of weight > 0 is outside (warp_shift's edge), in
+// warp_shift's order
+template <typename T>
+__device__ __forceinline__ float shifted_edge(const T* __restrict__ frame, int h, int w, int sy,
+                                              int sx, const float (&tap)[4]) {
+    float acc = 0.0f, weight = 0.0f;
+    bool edge = false;
+    for (int k = 0; k < 4; ++k) {
+        const int ty = sy + (k >> 1), tx = sx + (k & 1);
+        const bool inside = ty >= 0 && ty < h && tx >= 0 && tx < w;
+        const float wgt = inside ? tap[k] : 0.0f;
+        edge = edge || (tap[k] != 0.0f && !inside);
+        if (wgt != 0.0f) acc = __fadd_rn(acc, __fmul_rn(wgt, (float)frame[(size_t)ty * w + tx]));
+        weight = __fadd_rn(weight, wgt);
+    }
+    return edge ? __fadd_rn(acc, __fmul_rn(__fsub_rn(1.0f, weight), 0.0f)) : acc;
+}
+
+template <typename T, int THREADS>
+__global__ void __launch_bounds__(THREADS) shifted_moments(
+        const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
+        const double* __restrict__ shifts, const float* __restrict__ ref,
+        float* __restrict__ out, double* __restrict__ before, double* __restrict__ after) {
+    constexpr int WARPS = THREADS / 32;
+    constexpr int UNROLL = 4;
+    __shared__ double part[6][WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t n = blockIdx.y;
+    const T* frame = frames + n * h * w;
+    const double my = -usable_shift(shifts[2 * n]), mx = -usable_shift(shifts[2 * n + 1]);
+    const double fy = floor(my), fx = floor(mx);
+    const float wy = (float)(my - fy), wx = (float)(mx - fx);
+    // the integer part (a source row or column is y + oy, x + ox); beyond any frame: every
+    // tap outside, as an infinite shift's
+    const int oy = (int)fmax(fmin(fy, 536870912.0), -536870912.0);
+    const int ox = (int)fmax(fmin(fx, 536870912.0), -536870912.0);
+    const float wy_[2] = {__fsub_rn(1.0f, wy), wy}, wx_[2] = {__fsub_rn(1.0f, wx), wx};
+    float tap[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tap[k] = __fmul_rn(wy_[k >> 1], wx_[k & 1]);
+    // inside the frame: the four taps in warp_shift's order, a tap of weight 0 left out (0 *
+    // inf is NaN)
+    auto inside = [&](const T* __restrict__ s0, int sx) -> float {
+        const float v[4] = {(float)s0[sx], (float)s0[sx + 1], (float)s0[sx + w],
+                            (float)s0[sx + w + 1]};
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (tap[k] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(tap[k], v[k]));
+        return acc;
+    };
+    const double pivot_f = (double)(float)frame[(size_t)y0 * w + x0];
+    const int sy0 = y0 + oy, sx0 = x0 + ox;
+    const double pivot_g = (double)(sy0 >= 0 && sy0 + 1 < h && sx0 >= 0 && sx0 + 1 < w
+                                    ? inside(frame + (size_t)sy0 * w, sx0)
+                                    : shifted_edge(frame, h, w, sy0, sx0, tap));
+    double acc[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int r = blockIdx.x * WARPS + warp; r < rows; r += gridDim.x * WARPS) {
+        const int sy = y0 + r + oy;
+        const bool rows_inside = sy >= 0 && sy + 1 < h;
+        const T* s0 = frame + (size_t)(rows_inside ? sy : 0) * w;
+        const T* row = frame + (size_t)(y0 + r) * w + x0;
+        const float* t = ref + (size_t)r * cols;
+        float* dst = out + (n * rows + r) * cols;
+        // a lane's UNROLL pixels 32 apart sampled first, then summed: their loads in flight
+        // together
+        for (int x1 = lane; x1 < cols; x1 += 32 * UNROLL) {
+            float g[UNROLL], f[UNROLL];
+#pragma unroll
+            for (int k = 0; k < UNROLL; ++k) {
+                const int x = x1 + 32 * k;
+                if (x < cols) {
+                    const int sx = x0 + x + ox;
+                    g[k] = rows_inside && sx >= 0 && sx + 1 < w
+                               ? inside(s0, sx) : shifted_edge(frame, h, w, sy, sx, tap);
+                    f[k] = (float)row[x];
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < UNROLL; ++k) {
+                const int x = x1 + 32 * k;
+                if (x < cols) {
+                    dst[x] = g[k];
+                    const double tv = (double)t[x];
+                    const double v = (double)f[k] - pivot_f, u = (double)g[k] - pivot_g;
+                    acc[0] += v;
+                    acc[1] += v * v;
+                    acc[2] += v * tv;
+                    acc[3] += u;
+                    acc[4] += u * u;
+                    acc[5] += u * tv;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 6; ++m) {
+        const double s = warp_sum(acc[m]);
+        if (lane == 0) part[m][warp] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < 6) {  // the warps' sums in a fixed order, a thread a moment
+        double s = 0.0;
+        for (int i = 0; i < WARPS; ++i) s += part[threadIdx.x][i];
+        const size_t at = (n * gridDim.x + blockIdx.x) * 3 + threadIdx.x % 3;
+        (threadIdx.x < 3 ? before : after)[at] = s;
+    }
+}

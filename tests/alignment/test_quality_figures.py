@@ -46,6 +46,66 @@ def test_gpu_area_moments_match_the_float64_definition(rng, shape, area, dtype, 
                                atol=1e-9 * np.abs(want[finite]).max())
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,area", [((3, 5, 7), None), ((2, 13, 29), (1, 12, 3, 28)),
+                                        ((70, 300, 41), (4, 299, 0, 37))])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
+def test_gpu_shifted_moments_match_the_shift_and_the_definition(rng, shape, area, dtype):
+    """``shifted_moments`` (the rigid report's chunk in one read): the shifted area equals
+    :func:`~xcorr_app.alignment.warp.shift_frames`' NumPy definition to float32 rounding (the
+    taps weighed once a frame), NaN where it is, the border blended towards 0 where a tap
+    lies outside; both moments equal the float64 definition's of the frames as they came and
+    of the area it wrote.  Odd frames under a warp and over a block, fractional, whole, NaN
+    and far shifts, every pixel type, the pool poisoned with NaN first."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import area_blocks, moments_of, shifted_moments
+    from xcorr_app.alignment.warp import shift_frames
+
+    n, h, w = shape
+    y0, y1, x0, x1 = area or (0, h, 0, w)
+    frames = (rng.random(shape) * 200).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        frames[-1, y1 - 1, x1 - 1] = np.nan
+    shifts = rng.uniform(-3, 3, (n, 2))
+    shifts[0] = (1.0, -2.0)  # (whole: one tap)
+    if n > 2:
+        shifts[1], shifts[2] = (np.nan, 0.25), (40.0, -0.5)  # (NaN counts as 0; beyond)
+    ref = rng.standard_normal((y1 - y0, x1 - x0)).astype(np.float32)
+    junk = cp.full(1 << 22, np.nan)  # the pool's next blocks hold NaN
+    del junk
+    blocks = (n, area_blocks(y1 - y0), 3)
+    before, after = cp.full(blocks, np.nan), cp.full(blocks, np.nan)
+    got = shifted_moments(cp.asarray(frames), cp.asarray(shifts), cp.asarray(ref),
+                          (y0, y1, x0, x1), before, after)
+    want = shift_frames(frames, np.nan_to_num(shifts), area=(y0, y1, x0, x1))
+    g = cp.asnumpy(got)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+    np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-5 * np.nanmax(np.abs(want)))
+    for sums, of, at in ((before, frames, (y0, y1, x0, x1)),
+                         (after, g, (0, y1 - y0, 0, x1 - x0))):
+        have, defined = moments_of(sums), _moments_definition(of, ref[None], at)
+        finite = np.isfinite(defined).all(axis=1)
+        assert np.isnan(have[~finite]).any(axis=1).all()
+        np.testing.assert_allclose(have[finite], defined[finite], rtol=1e-12,
+                                   atol=1e-9 * np.abs(defined[finite]).max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(1, 1, 3), (5, 7, 4), (300, 64, 3)])
+def test_gpu_block_sums_equal_the_hosts_in_order(rng, shape):
+    """The moments' blocks added on the GPU give the host's sums (:func:`moments_of`) bit for
+    bit: the same order, left to right, a NaN block's frame NaN."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import block_sums, moments_of
+
+    partial = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 8, shape)
+    partial[-1, -1, 0] = np.nan
+    got = cp.asnumpy(block_sums(cp.asarray(partial)))
+    np.testing.assert_array_equal(got, moments_of(partial))
+
+
 def _regions(rng, h, w, count, area):
     """``count`` random regions inside ``area`` (frame coordinates), one of them the area's
     lower right corner, one a single pixel row."""

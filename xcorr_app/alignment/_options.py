@@ -302,9 +302,15 @@ class AlignOptions(RunOptions):
     def surface_shape(self, frame_shape):
         return output_shape(frame_shape, frame_shape, search_range(frame_shape, self.max_shift))
 
+    def prefilter_function(self):
+        """This run's prefilter as a function of a float32 stack
+        (:func:`~.rigid.prefilter_for`: a :class:`~.rigid.Prefilter`, a filter bank's, or
+        None)."""
+        return prefilter_for(self.prefilter, self.normalization, self.features)
+
     def preparer(self, xp, frame_shape):
         """``prepare`` with this run's prefilter and window, for frames on ``xp``'s device."""
-        pre = prefilter_for(self.prefilter, self.normalization, self.features)
+        pre = self.prefilter_function()
         win = make_window(self.window, frame_shape, xp)
         return lambda frames: prepare(frames, xp, pre, win)
 

@@ -92,10 +92,9 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
     if stage == "prepare":
         opts.preparer(xp, frame_shape)((f * 100 + 1000).astype(dtype))
     elif stage == "prefilter":
-        from .rigid import prefilter_for
         from .rigid import window
 
-        fn = prefilter_for(opts.prefilter, opts.normalization, opts.features)
+        fn = opts.prefilter_function()
         g = f if fn is None else fn(f).astype(xp.float32, copy=False)
         win = window(opts.window, frame_shape, xp)
         if win is not None:

@@ -54,8 +54,8 @@ from .. import backend
 from ..io import FrameRange
 from ..streaming import DEFAULT_CHUNK, DeviceChunks, host_copies
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
-                               frame_sums, moments_of, sharpness, template_moments,
-                               template_refs)
+                               block_sums, frame_sums, sharpness,
+                               template_moments, template_refs)
 from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
 from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
 from .piecewise import RotationProbe
@@ -403,6 +403,14 @@ def _area(shifts, frame_shape, inset=0):
     return (y0, y1, x0, x1)
 
 
+#: a rigid GPU report over frames already on the device takes chunks this many times the
+#: run's (where the options name none): each chunk costs the host a fixed time of launches,
+#: more than the GPU's work on one of small frames, and a frame's working set (two float32
+#: areas, 8 B a pixel) is under a sixth of the measuring pass's (over 66 B a pixel:
+#: ``streaming.plan_memory``), which chose the run's chunk
+DEVICE_CHUNKS = 4
+
+
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
                host=True, field=None):
     """Rows ``(before, after, residual dy, residual dx, rotation, rotated)`` of frames
@@ -416,6 +424,9 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
     with the work); nothing waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
+    if xp is not np and not opts.chunk_frames and backend.is_cupy_array(getattr(src, "stack",
+                                                                                 None)):
+        chunk *= DEVICE_CHUNKS
     # frames and template at one safe scale (float32 figures of 1e-300 or 1e38 pixels: 0, inf)
     k = stack_exponent(template)
     whole = scaled_by(xp.asarray(template), k, xp)
@@ -430,6 +441,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
     moments = None if xp is np else _AreaMoments(xp, stop - start, inside.shape[0])
+    filtered = None if xp is np or field is not None else _filtered(opts)
+    if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
+        moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
+                                    shifts[start:stop], 0.0))
     with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first
@@ -448,6 +463,12 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
                     probe.add(p.frames)
                 continue
             frames = xp.asarray(frames)  # (read in place: only the shifted area converted)
+            if filtered is not None:
+                g, p = moments.add_shifted(first, t, frames, moved[first:first + len(frames)],
+                                           area, filtered)
+                sums.add(frames, g, ok, f_area=area)
+                probe.add(p)
+                continue
             g = aligned(frames, a, host_ok)
             sums.add(frames, g, ok, f_area=area)
             p = prepare(g)
@@ -485,6 +506,27 @@ def _aligner(shifts, field, area, frame_shape, xp):
     return warped
 
 
+def _filtered(opts):
+    """``filtered(g)``: a rigid GPU report's aligned areas as its figures need them prepared,
+    the run's prefilter alone (a linear filter, mode ``reflect``), or the areas themselves
+    where there is none; None for a filter bank, which needs :func:`~.rigid.prepare` whole.
+    The residual's step and the probe's correlations are the same for any ``a * frame + b``
+    (each centres and normalizes), so prepare's scaling and mean subtractions, three passes
+    over the chunk, are left out."""
+    from ..filters import SEPARABLE_SIZES, separable_correlate
+    from .rigid import Prefilter
+
+    pre = opts.prefilter_function()
+    if pre is None:
+        return lambda g: g
+    if not isinstance(pre, Prefilter):
+        return None
+    taps = pre.taps
+    if taps is not None and len(taps) in SEPARABLE_SIZES:
+        return lambda g: separable_correlate(g, taps, taps, "reflect", 0.0)
+    return pre
+
+
 class _AreaMoments:
     """A GPU pass's moments of every frame's area (as it came, aligned, and aligned and
     prepared) and its prepared frames' masks, written chunk by chunk into buffers of the range
@@ -494,6 +536,21 @@ class _AreaMoments:
         blocks = area_blocks(rows)
         self.moments = [xp.empty((n, blocks, m), xp.float64) for m in (3, 3, 4)]
         self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
+        self.masks = True  # (False: the masks are read from the aligned areas' moments)
+
+    def add_shifted(self, i, figures, frames, shifts, area, filtered):
+        """The chunk of frames ``i:i + len(frames)`` (whole, as they came) shifted by
+        ``shifts`` (CuPy) in the kernel that sums both correlations' moments
+        (:meth:`~._quality_figures.AreaFigures.shifted_moments`), then ``filtered``
+        (:func:`_filtered`) and the residual's moments summed: ``(aligned, filtered)``
+        areas."""
+        at = slice(i, i + len(frames))
+        b, a, r = (m[at] for m in self.moments)
+        g = figures.shifted_moments(frames, shifts, area, b, a)
+        p = filtered(g)
+        figures.residual_moments(p, out=r)
+        self.masks = False
+        return g, p
 
     def add(self, i, figures, f, g, p, area):
         """The chunk of frames ``i:i + len(f)``: ``f`` as they came (whole: ``area`` read in
@@ -507,9 +564,18 @@ class _AreaMoments:
 
     def rows(self, figures, ok):
         """The range's rows (n, 4) NumPy (after the device finished)."""
-        b, a, r = (moments_of(m) for m in self.moments)
+        # (summed on the device, queued together and waited for once: a pageable copy each
+        # waited in turn)
+        copied = host_copies([block_sums(m) for m in self.moments]
+                             + ([self.finite, self.constant] if self.masks else []))
+        b, a, r = copied[:3]
+        if self.masks:
+            finite, constant = copied[3:]
+        else:  # (an area with a NaN or Inf pixel has sums that are not numbers; a flat one
+            # has no spread about its first pixel)
+            finite, constant = np.isfinite(a).all(axis=1), a[:, 1] == 0
         return _rows(figures.zncc_of(b), figures.zncc_of(a), figures.residual_of(r),
-                     backend.to_numpy(self.finite), backend.to_numpy(self.constant), ok)
+                     finite, constant, ok)
 
 
 def _rows(before, after, residual, finite, constant, ok):

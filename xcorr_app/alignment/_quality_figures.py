@@ -3,7 +3,9 @@ region's) correlation with the template, the residual shift left after alignment
 sharpness of a mean image, on the CPU and the GPU.
 
 On the GPU the whole area's figures come from each frame's moments over it
-(:func:`area_moments`, ``kernels/alignment/quality_moments.cu``: one read of a chunk a figure),
+(:func:`area_moments`, ``kernels/alignment/quality_moments.cu``: one read of a chunk a figure;
+a rigid run's two correlations and its shifted area in one, :func:`shifted_moments`; the
+blocks' sums added on the device, :func:`block_sums`),
 the template's and a mean image's from a pass of a kernel each, the mean images' sums from
 a kernel too (``kernels/alignment/quality_images.cu``: shipped built, where
 CuPy's operations compiled some 20 kernels at a first run).  A piecewise run's regions (its
@@ -31,9 +33,9 @@ from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..errors import InputError
 from ..filters import gradient
 
-__all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "TileRegions",
-           "TemplateRegions", "template_refs", "template_moments",
-           "moments_of", "frame_sums", "sharpness"]
+__all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "shifted_moments",
+           "TileRegions", "TemplateRegions", "template_refs", "template_moments",
+           "moments_of", "block_sums", "frame_sums", "sharpness"]
 
 #: the GPU's moments of a chunk (kernels/alignment/quality_moments.cu): threads a block, and
 #: the most blocks a frame (each warp then takes every (blocks * 8)-th row of the area)
@@ -48,6 +50,9 @@ TILE_MOMENTS = KernelFamily("quality_moments.cu", "tile_moments",
                             [(t, j, TILE_THREADS) for t in PIXEL_C_TYPES.values()
                              for j in (1, 2)])
 TILE_REGIONS = KernelFamily("quality_moments.cu", "tile_regions", [(MOMENT_THREADS,)])
+#: :func:`shifted_moments`: a rigid report's chunk shifted and both its correlations' moments
+SHIFTED_MOMENTS = KernelFamily("quality_moments.cu", "shifted_moments",
+                               [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
 #: kernels/alignment/quality_images.cu
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
@@ -196,6 +201,12 @@ class AreaFigures(RegionFigures):
         takes (``out``: as :func:`area_moments`')."""
         return area_moments(frames, self.t.reshape(1, *self.shape), area=area, out=out)
 
+    def shifted_moments(self, frames, shifts, area, before, after):
+        """The ``area`` of ``frames`` (whole, on the GPU) shifted by ``shifts`` (n, 2) float64
+        CuPy, and both correlations' moments (:meth:`zncc_moments`' of the area as it came
+        into ``before``, of it shifted into ``after``) in one read: :func:`shifted_moments`."""
+        return shifted_moments(frames, shifts, self.t.reshape(self.shape), area, before, after)
+
     def residual_moments(self, frames, out=None):
         """(n, blocks, 4) float64 on the GPU: the blocks' moments of the prepared frames,
         whose sums :meth:`residual_of` takes."""
@@ -303,6 +314,39 @@ def area_moments(frames, refs, area=None, out=None):
                (frames[a:b], np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
                 np.int32(rows), np.int32(cols), refs, partial[a:b]))
     return partial
+
+
+def shifted_moments(frames, shifts, ref, area, before, after):
+    """``(n, rows, cols)`` float32 CuPy: the ``area`` ``(y0, y1, x0, x1)`` of each of ``frames``
+    (n, h, w) CuPy shifted by its ``shifts`` (n, 2) float64 CuPy (bilinear, fill 0, as
+    :func:`~.warp.shift_frames`, but a shift's taps weighed once a frame: the same figures, not
+    always the same last bit); and, in the same read, :func:`area_moments` against ``ref``
+    (rows, cols) float32 of the area as it came into ``before`` and of it shifted into
+    ``after`` (C-contiguous float64 ``(n, area_blocks(rows), 3)`` each)
+    (``kernels/alignment/quality_moments.cu`` shifted_moments)."""
+    import cupy as cp
+
+    frames, c_type = kernel_pixels(frames)
+    n, h, w = frames.shape
+    y0, y1, x0, x1 = area
+    rows, cols = y1 - y0, x1 - x0
+    blocks = _row_blocks(rows)
+    ref = cp.ascontiguousarray(ref, cp.float32)
+    if ref.shape != (rows, cols) or shifts.shape != (n, 2) or shifts.dtype != cp.float64 \
+            or not shifts.flags.c_contiguous or not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
+        raise ValueError(f"shifted_moments: a {ref.shape} reference and {shifts.shape} "
+                         f"{shifts.dtype} shifts for the area {(y0, y1, x0, x1)} of {n} "
+                         f"{h}x{w} frames")
+    before, after = (_partial(o, (n, blocks, 3)) for o in (before, after))
+    out = cp.empty((n, rows, cols), cp.float32)
+    kernel = SHIFTED_MOMENTS.get(c_type, MOMENT_THREADS)
+    for a in range(0, n, 65535):  # (the grid's y extent)
+        b = min(n, a + 65535)
+        kernel((blocks, b - a), (MOMENT_THREADS,),
+               (frames[a:b], np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
+                np.int32(rows), np.int32(cols), shifts[a:b], ref, out[a:b], before[a:b],
+                after[a:b]))
+    return out
 
 
 class TemplateRegions:
@@ -546,6 +590,23 @@ def moments_of(partial) -> np.ndarray:
     """The sums (n, M) NumPy of :func:`area_moments`' blocks (n, blocks, M), added in
     order."""
     return backend.to_numpy(partial).sum(axis=-2)
+
+
+def block_sums(partial):
+    """``(n, M)`` float64 CuPy: the sums of :func:`area_moments`' blocks ``(n, blocks, M)``
+    added in order on the GPU (``tile_regions`` over one region of every block: the sums
+    :func:`moments_of` makes on the host, where NumPy's reduction over the short middle axis
+    took a third of a millisecond for a thousand frames)."""
+    import cupy as cp
+
+    n, blocks, m = partial.shape
+    out = cp.empty((n, 1, m), cp.float64)
+    if n:
+        spans = cp.asarray(np.array([0, blocks, 0, 1], np.int32))
+        TILE_REGIONS.get(MOMENT_THREADS)((n,), (MOMENT_THREADS,),
+                                         (cp.ascontiguousarray(partial), np.int32(blocks),
+                                          np.int32(1), np.int32(m), spans, np.int32(1), out))
+    return out[:, 0]
 
 
 def _row_blocks(rows) -> int:

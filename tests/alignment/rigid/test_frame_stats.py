@@ -118,8 +118,7 @@ def test_prepare_gpu_gaussian_mean_known_before_the_filter(rng, shape, dtype, si
     subtracted after it; and every prepared frame's mean near 0 (float32 rounding)."""
     import cupy as cp
 
-    from xcorr_app.alignment.rigid import parse_prefilter, prepare
-    from xcorr_app.alignment.rigid._preprocess import Prefilter
+    from xcorr_app.alignment.rigid import Prefilter, parse_prefilter, prepare
 
     a = _frames(rng, shape, dtype)
     a[1] = a[1, 0, 0]
