@@ -154,8 +154,10 @@ __global__ void __launch_bounds__(THREADS) tile_regions(
 // xcorr_app/alignment/_quality_figures.py shifted_moments): the moments area_moments gives of
 // frame n over the area [y0, y0 + rows) x [x0, x0 + cols) as it came (`before`) and of the same
 // area of the frame shifted by shifts[n] = (dy, dx) (`after`), against the one reference `ref`
-// (rows, cols), and that shifted area itself written to `out` (n, rows, cols) float32 (the
-// report prepares it for the residual and the rotation probe).  The shift is bilinear with fill
+// (rows, cols), and that shifted area less its first pixel written to `out` (n, rows, cols)
+// float32 (the report filters it for the residual and the rotation probe, and sums it for the
+// mean image's sharpness: none of them sees an offset, and a filter of values near 0 keeps
+// float32's digits for the texture).  The shift is bilinear with fill
 // 0 as warp_shift's, but a shift's taps are weighed once a frame (its fraction as float32,
 // floor(-d) its integer part): warp_shift's float64 source per pixel cost most of its time,
 // and the report's figures need no bits of the output's.  A NaN shift counts as 0.
@@ -223,6 +225,7 @@ __global__ void __launch_bounds__(THREADS) shifted_moments(
     const double pivot_g = (double)(sy0 >= 0 && sy0 + 1 < h && sx0 >= 0 && sx0 + 1 < w
                                     ? inside(frame + (size_t)sy0 * w, sx0)
                                     : shifted_edge(frame, h, w, sy0, sx0, tap));
+    const float pivot = (float)pivot_g;
     double acc[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     for (int r = blockIdx.x * WARPS + warp; r < rows; r += gridDim.x * WARPS) {
         const int sy = y0 + r + oy;
@@ -249,7 +252,7 @@ __global__ void __launch_bounds__(THREADS) shifted_moments(
             for (int k = 0; k < UNROLL; ++k) {
                 const int x = x1 + 32 * k;
                 if (x < cols) {
-                    dst[x] = g[k];
+                    dst[x] = __fsub_rn(g[k], pivot);
                     const double tv = (double)t[x];
                     const double v = (double)f[k] - pivot_f, u = (double)g[k] - pivot_g;
                     acc[0] += v;

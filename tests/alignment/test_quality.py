@@ -66,10 +66,14 @@ def test_quality_can_be_skipped_and_is_in_shifts_json(planted, tmp_path):
 
 
 @pytest.mark.gpu
-def test_cpu_and_gpu_reports_agree(planted):
+@pytest.mark.parametrize("prefilter", ["auto", "none", "gaussian:1", "dog:1,4", "gaussian:4"])
+def test_cpu_and_gpu_reports_agree(planted, prefilter):
+    """The GPU's rigid report (its aligned areas prefiltered alone: no prefilter, the fused
+    separable filter, a difference of gaussians, a gaussian too wide for the fused filter)
+    gives the CPU's figures, which prepare every frame whole."""
     frames, _ = planted
-    cpu = align(frames, max_shift=6, device="cpu").quality
-    gpu = align(frames, max_shift=6, device="gpu").quality
+    cpu = align(frames, max_shift=6, device="cpu", prefilter=prefilter).quality
+    gpu = align(frames, max_shift=6, device="gpu", prefilter=prefilter).quality
     for name in ("before", "after", "residual"):
         np.testing.assert_allclose(getattr(gpu, name), getattr(cpu, name), atol=1e-4,
                                    err_msg=name)

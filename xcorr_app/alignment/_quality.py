@@ -524,7 +524,9 @@ def _filtered(opts):
     taps = pre.taps
     if taps is not None and len(taps) in SEPARABLE_SIZES:
         return lambda g: separable_correlate(g, taps, taps, "reflect", 0.0)
-    return pre
+    # (float32 and contiguous, as prepare leaves a filter's output)
+    return lambda g: backend.array_module_of(g).ascontiguousarray(
+        pre(g).astype(np.float32, copy=False))
 
 
 class _AreaMoments:

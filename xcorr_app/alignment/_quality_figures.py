@@ -320,7 +320,8 @@ def shifted_moments(frames, shifts, ref, area, before, after):
     """``(n, rows, cols)`` float32 CuPy: the ``area`` ``(y0, y1, x0, x1)`` of each of ``frames``
     (n, h, w) CuPy shifted by its ``shifts`` (n, 2) float64 CuPy (bilinear, fill 0, as
     :func:`~.warp.shift_frames`, but a shift's taps weighed once a frame: the same figures, not
-    always the same last bit); and, in the same read, :func:`area_moments` against ``ref``
+    always the same last bit), less its first pixel (a filter of it keeps float32's digits for
+    the texture; the report's figures and the mean image's sharpness see no offset); and, in the same read, :func:`area_moments` against ``ref``
     (rows, cols) float32 of the area as it came into ``before`` and of it shifted into
     ``after`` (C-contiguous float64 ``(n, area_blocks(rows), 3)`` each)
     (``kernels/alignment/quality_moments.cu`` shifted_moments)."""
