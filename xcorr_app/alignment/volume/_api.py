@@ -5,8 +5,9 @@ once; then the volumes stream through in chunks sized to the memory at hand: eac
 spectra times the reference's conjugate, the inverse transform, the integer peak within the
 ``max_shift`` window (of the volumes' periodic components, where the boundary is not
 circular), and the subvoxel peak: for volumes cut from a larger scene by ZNCC over the overlap
-at the integer shifts around it and a quadratic fit (:mod:`._linear`), for wrap-around ones
-(``boundary="circular"``, or told by ``"auto"``) by the 3-D upsampled DFT (:mod:`._dft3`).
+at the integer shifts around it, a quadratic fit and Gauss-Newton steps (:mod:`._linear`), for
+wrap-around ones (``boundary="circular"``, or told by ``"auto"``) by the 3-D upsampled DFT
+(:mod:`._dft3`).
 The same code runs on NumPy (SciPy's FFT) and CuPy (cuFFT).  With
 ``patches=(gz, gy, gx)``, piecewise-rigid: the volumes stream through once more, and every
 patch is measured within ``max_deviation`` voxels of its volume's rigid shift (ZNCC over the
@@ -557,7 +558,8 @@ def _subvoxel_note(boundary, upsample, wraps, vote):
     run's :class:`~._linear.WrapVote`, or None)."""
     how = (("integer shifts" if upsample <= 1 else f"subvoxel by the upsampled DFT at "
             f"{upsample:g}") + " (circular)" if wraps else
-           ("integer shifts" if upsample <= 1 else "subvoxel by a quadratic fit")
+           ("integer shifts" if upsample <= 1
+            else "subvoxel by Gauss-Newton steps from a quadratic fit")
            + " of ZNCC over the overlap (linear)")
     if boundary == "auto" and vote.ratios:
         how += (f"; boundary auto: {'wrap-around' if wraps else 'cropped'} volumes (their "
