@@ -55,8 +55,8 @@ def test_gpu_shifted_moments_match_the_shift_and_the_definition(rng, shape, area
     :func:`~xcorr_app.alignment.warp.shift_frames`' NumPy definition less its first pixel to
     float32 rounding (the taps weighed once a frame), NaN where it is, the border blended
     towards 0 where a tap lies outside; both moments equal the float64 definition's of the
-    frames as they came and shifted.  Odd frames under a warp and over a block, fractional, whole, NaN
-    and far shifts, every pixel type, the pool poisoned with NaN first."""
+    frames as they came and shifted.  Odd frames under a warp and over a block, fractional,
+    whole, NaN and far shifts, every pixel type, the pool poisoned with NaN first."""
     import cupy as cp
 
     from xcorr_app.alignment._quality_figures import area_blocks, moments_of, shifted_moments

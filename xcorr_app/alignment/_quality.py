@@ -403,11 +403,13 @@ def _area(shifts, frame_shape, inset=0):
     return (y0, y1, x0, x1)
 
 
-#: a rigid GPU report over frames already on the device takes chunks this many times the
-#: run's (where the options name none): each chunk costs the host a fixed time of launches,
-#: more than the GPU's work on one of small frames, and a frame's working set (two float32
-#: areas, 8 B a pixel) is under a sixth of the measuring pass's (over 66 B a pixel:
-#: ``streaming.plan_memory``), which chose the run's chunk
+#: a rigid GPU report of the fused pass (:func:`_filtered`) over frames already on the device
+#: takes chunks this many times the run's (where the options name none): each chunk costs the
+#: host a fixed time of launches, more than the GPU's work on one of small frames, and a
+#: frame's working set (two float32 areas, a float32 copy of frames scaled or of a type the
+#: kernels do not read, a filter's intermediates: up to about 20 B a pixel) is under a third of
+#: the measuring pass's (over 66 B a pixel: ``streaming.plan_memory``), which chose the run's
+#: chunk
 DEVICE_CHUNKS = 4
 
 
@@ -424,8 +426,9 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
     with the work); nothing waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
-    if xp is not np and not opts.chunk_frames and backend.is_cupy_array(getattr(src, "stack",
-                                                                                 None)):
+    filtered = None if xp is np or field is not None else _filtered(opts)
+    if filtered is not None and not opts.chunk_frames \
+            and backend.is_cupy_array(getattr(src, "stack", None)):
         chunk *= DEVICE_CHUNKS
     # frames and template at one safe scale (float32 figures of 1e-300 or 1e38 pixels: 0, inf)
     k = stack_exponent(template)
@@ -441,7 +444,6 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
     moments = None if xp is np else _AreaMoments(xp, stop - start, inside.shape[0])
-    filtered = None if xp is np or field is not None else _filtered(opts)
     if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
@@ -511,8 +513,8 @@ def _filtered(opts):
     the run's prefilter alone (a linear filter, mode ``reflect``), or the areas themselves
     where there is none; None for a filter bank, which needs :func:`~.rigid.prepare` whole.
     The residual's step and the probe's correlations are the same for any ``a * frame + b``
-    (each centres and normalizes), so prepare's scaling and mean subtractions, three passes
-    over the chunk, are left out."""
+    with ``a > 0`` (each centres and normalizes), so prepare's scaling and mean subtractions,
+    three passes over the chunk, are left out."""
     from ..filters import SEPARABLE_SIZES, separable_correlate
     from .rigid import Prefilter
 
@@ -531,8 +533,9 @@ def _filtered(opts):
 
 class _AreaMoments:
     """A GPU pass's moments of every frame's area (as it came, aligned, and aligned and
-    prepared) and its prepared frames' masks, written chunk by chunk into buffers of the range
-    (the chunks' streams write apart), copied to the host once at the end."""
+    prepared or filtered) and its prepared frames' masks (the fused pass's are read from the
+    aligned areas' moments), written chunk by chunk into buffers of the range (the chunks'
+    streams write apart), summed on the device and copied to the host once at the end."""
 
     def __init__(self, xp, n, rows):
         blocks = area_blocks(rows)
@@ -675,7 +678,9 @@ class PatchQuality:
 class _Sums:
     """float64 sums of the frames as they came and aligned over the chunks, over an area of
     ``shape`` (added in chunk order: on the GPU each chunk's sums wait for the previous
-    chunk's, on its own stream)."""
+    chunk's, on its own stream).  A rigid GPU report's fused pass adds each aligned area less
+    its first pixel (:func:`~._quality_figures.shifted_moments`): the aligned sum is then off
+    by a constant, which the sharpness does not see; not the mean image itself."""
 
     def __init__(self, xp, shape):
         self.xp = xp

@@ -321,9 +321,10 @@ def shifted_moments(frames, shifts, ref, area, before, after):
     (n, h, w) CuPy shifted by its ``shifts`` (n, 2) float64 CuPy (bilinear, fill 0, as
     :func:`~.warp.shift_frames`, but a shift's taps weighed once a frame: the same figures, not
     always the same last bit), less its first pixel (a filter of it keeps float32's digits for
-    the texture; the report's figures and the mean image's sharpness see no offset); and, in the same read, :func:`area_moments` against ``ref``
-    (rows, cols) float32 of the area as it came into ``before`` and of it shifted into
-    ``after`` (C-contiguous float64 ``(n, area_blocks(rows), 3)`` each)
+    the texture; the report's figures and the mean image's sharpness see no offset); and, in
+    the same read, :func:`area_moments` against ``ref`` (rows, cols) float32 of the area as it
+    came into ``before`` and of it shifted into ``after`` (C-contiguous float64 ``(n,
+    area_blocks(rows), 3)`` each)
     (``kernels/alignment/quality_moments.cu`` shifted_moments)."""
     import cupy as cp
 
@@ -595,9 +596,10 @@ def moments_of(partial) -> np.ndarray:
 
 def block_sums(partial):
     """``(n, M)`` float64 CuPy: the sums of :func:`area_moments`' blocks ``(n, blocks, M)``
-    added in order on the GPU (``tile_regions`` over one region of every block: the sums
-    :func:`moments_of` makes on the host, where NumPy's reduction over the short middle axis
-    took a third of a millisecond for a thousand frames)."""
+    added in order on the GPU (``tile_regions`` over one region of every block): for M >= 2
+    the sums :func:`moments_of` makes on the host, bit for bit (NumPy adds the blocks left to
+    right there), without the copy of every block and NumPy's slow reduction over a short
+    middle axis."""
     import cupy as cp
 
     n, blocks, m = partial.shape

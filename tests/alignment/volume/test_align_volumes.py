@@ -38,7 +38,7 @@ def test_chunks_and_references_agree():
     stack = shifted_stack(volume(depth=16, size=32), true, photons=200.0)
     whole = align_volumes(stack, device="cpu")
     voxels = 16 * 32 * 32
-    chunked = align_volumes(stack, device="cpu", memory_limit=40 * voxels)  # 1 per chunk
+    chunked = align_volumes(stack, device="cpu", memory_limit=80 * voxels)  # 1 per chunk
     assert "1 volume(s) per chunk" in chunked.notes[1]
     np.testing.assert_allclose(chunked.shifts, whole.shifts, atol=1e-9)
     # another reference moves every shift by the same amount (nearly noise-free: the mean of

@@ -31,7 +31,7 @@ def test_cupy_array_in_chunks():
     true = random_shifts(6, seed=6)
     stack = shifted_stack(volume(depth=16, size=32), true, photons=200.0)
     whole = align_volumes(stack, device="cpu")
-    chunked = align_volumes(cp.asarray(stack), memory_limit=40 * 16 * 32 * 32)
+    chunked = align_volumes(cp.asarray(stack), memory_limit=80 * 16 * 32 * 32)
     assert chunked.device == "gpu" and "1 volume(s) per chunk" in chunked.notes[1]
     np.testing.assert_allclose(chunked.shifts, whole.shifts, atol=1e-3)
 

@@ -58,6 +58,10 @@ from ._source import open_volumes
 PER_VOXEL_CHUNK = 20
 #: bytes per voxel held once (the reference spectrum, the mean reference, slack)
 PER_VOXEL_FIXED = 12
+#: and held once by the linear refinement's Gauss-Newton steps (:func:`~._linear.gauss_newton`:
+#: the smoothed reference and its gradient, four float32 volumes; a volume's smoothed and
+#: shifted copies and their temporaries, about six)
+PER_VOXEL_GAUSS_NEWTON = 40
 #: share of the free memory a run plans to use
 MEMORY_SHARE = 0.6
 MAX_CHUNK = 64
@@ -202,7 +206,8 @@ def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
     holds; InputError, with the figures, where not even one fits beside the reference."""
     voxels = int(np.prod(shape[1:]))
     per = PER_VOXEL_CHUNK + 2 * int(itemsize)
-    return fitting_chunk(shape[0], PER_VOXEL_FIXED * voxels, per * voxels,
+    return fitting_chunk(shape[0], (PER_VOXEL_FIXED + PER_VOXEL_GAUSS_NEWTON) * voxels,
+                         per * voxels,
                          max(1, min(MAX_CHUNK, CHUNK_VOXELS // voxels)), xp, memory_limit,
                          f"a volume of {shape[1]}x{shape[2]}x{shape[3]} needs about {{}} MiB "
                          "to register", "crop or bin the volumes")

@@ -36,8 +36,9 @@ call as much.  Here:
   estimate (Keys' cubic convolution, separable: trilinear's smoothing biased the fit as much
   again), ``volume(x - s) = a * reference(x + d) + b`` fitted by least squares linear in
   ``d`` over the box every tap reaches (less :data:`GN_EDGE` at the faces),
-  :data:`GN_STEPS` times; a fit that fails, or leaves the quadratic's vertex by more than
-  :data:`GN_MAX_STEP`, keeps the vertex (docs/performance.md: the bench's figures).
+  :data:`GN_STEPS` times; a fit that fails, leaves the quadratic's vertex by more than
+  :data:`GN_MAX_STEP`, or leaves ``max_shift`` by more than half a voxel keeps the vertex
+  (docs/performance.md: the bench's figures).
 * **Wrap-around stacks** (circular shifts, test data): with ``boundary="auto"`` the stack is
   wrap-around where, over up to :data:`WRAP_VOLUMES` volumes, the median share of the
   wrapped-around part's match to the reference's other side in the overlap's
@@ -90,17 +91,15 @@ WRAP_VOLUMES = 8
 WRAP_VOXELS = 64
 WRAP_MIN_CORRELATION = 0.2
 #: :func:`gauss_newton`: the gaussian both volumes are smoothed by (voxels: the reference's
-#: noise in its gradient would pull the fit; 1.5 smooths the scene's detail away, and the
-#: bench's worst volume went 0.04 -> 0.13), its steps (3 gave what 2 give on the bench), the
-#: farthest it may move (voxels)
+#: noise in its gradient would pull the fit; wider smooths the scene's detail away), its steps
+#: (a third changed nothing on the bench), the farthest it may move (voxels)
 GN_SIGMA = 1.0
 GN_STEPS = 2
 GN_MAX_STEP = 1.0
 #: voxels of one matrix product of the fit's sums (float64: 48 MB a product)
 GN_PLANE_VOXELS = 1 << 20
 #: voxels of each face left out of the fit (the gradient's stencil, and the faces where the
-#: smoothing reflects content the other volume does not hold: 1 -> 2 took the bench's 16-plane
-#: volumes from 0.017 / 0.036 to 0.014 / 0.033 voxel, median / worst; 4: 0.018 / 0.043)
+#: smoothing reflects content the other volume does not hold; docs/volumes.md)
 GN_EDGE = 2
 
 
@@ -362,10 +361,10 @@ class Reference:
         """``(values, gradients)``: the reference smoothed as :func:`gauss_newton` smooths
         the volumes, and its gradient along z, y and x (central differences; made once)."""
         if getattr(self, "_smoothed", None) is None:
-            xp = array_module_of(self.values)
+            from ...filters import gradient
+
             values = smoothed(self.values)
-            self._smoothed = (values, [g.astype(xp.float32, copy=False)
-                                       for g in xp.gradient(values)])
+            self._smoothed = (values, list(gradient(values)))
         return self._smoothed
 
     def sums(self, ends):
@@ -450,36 +449,12 @@ def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
     return gauss_newton(reference, vol, centre + quadratic_peak(cube), bounds), peak
 
 
-def smoothed(volume, sigma=GN_SIGMA):
-    """``volume`` (Z, Y, X) float32 filtered by scipy.ndimage's gaussian of ``sigma`` along
-    each axis (mode ``reflect``), on its device: a weighted sum of shifted slices an axis."""
-    from ...filters import gaussian_taps
+def smoothed(volume):
+    """``volume`` float32 smoothed as :func:`gauss_newton` smooths both volumes (a gaussian of
+    :data:`GN_SIGMA` voxel along each axis, mode ``reflect``), on its device."""
+    from ...filters import gaussian_light
 
-    xp = array_module_of(volume)
-    taps = gaussian_taps(sigma)
-    r = len(taps) // 2
-    out = xp.asarray(volume, xp.float32)
-    for axis in range(3):
-        pad = [(0, 0)] * 3
-        pad[axis] = (r, r)
-        padded = xp.pad(out, pad, mode="symmetric")  # (scipy's reflect: d c b a | a b c d)
-        n = out.shape[axis]
-        acc = None
-        for k, w in enumerate(taps):
-            cut = [slice(None)] * 3
-            cut[axis] = slice(k, k + n)
-            term = padded[tuple(cut)] * np.float32(w)
-            acc = term if acc is None else acc + term
-        out = acc
-    return out
-
-
-def _keys(t):
-    """Keys' cubic convolution kernel (a = -0.5) at distance ``t``."""
-    t = abs(t)
-    if t <= 1:
-        return 1.5 * t ** 3 - 2.5 * t ** 2 + 1.0
-    return -0.5 * t ** 3 + 2.5 * t ** 2 - 4.0 * t + 2.0 if t < 2 else 0.0
+    return gaussian_light(volume, GN_SIGMA, dtype=np.float32)
 
 
 def keys_shift(volume, shift):
@@ -493,6 +468,9 @@ def keys_shift(volume, shift):
     >>> lo.tolist(), bool(np.allclose(out[0, 0, 0], (2 - 0.5) + (1 + 1.0) + (2 - 0.25) ** 2))
     ([2, 1, 2], True)
     """
+    from ..piecewise import keys_weights
+
+    xp = array_module_of(volume)
     out, lo = volume, []
     for axis, s in enumerate(shift):
         whole = int(np.floor(s))
@@ -502,11 +480,13 @@ def keys_shift(volume, shift):
         if b - a < 3:
             return None
         acc = None
-        for k in (-1, 0, 1, 2):
+        for k, w in zip((-1, 0, 1, 2), keys_weights(t)):
             cut = [slice(None)] * 3
             cut[axis] = slice(a - whole - 1 + k, b - whole - 1 + k)
-            term = out[tuple(cut)] * np.float32(_keys(t - k))
-            acc = term if acc is None else acc + term
+            # (ufuncs by name: CuPy hands ``array * number`` to NumPy's ufunc protocol, whose
+            # first use imports cupyx)
+            term = xp.multiply(out[tuple(cut)], np.float32(w))
+            acc = term if acc is None else xp.add(acc, term)
         out = acc
         lo.append(a)
     return out, np.asarray(lo)
@@ -514,9 +494,8 @@ def keys_shift(volume, shift):
 
 def _products(columns):
     """``(C + 1, C + 1)`` float64 NumPy: the sums of the products of ``columns`` (C device
-    arrays of one shape) and a column of ones, plane by plane as one float64 matrix product
-    each (:data:`GN_PLANE_VOXELS` a product: one wait for the device a step, where a sum each
-    waited 20 times)."""
+    arrays of one shape) and a column of ones, as float64 matrix products of planes of at most
+    :data:`GN_PLANE_VOXELS` voxels (one wait for the device a step, not one a sum)."""
     xp = array_module_of(columns[0])
     planes, per = columns[0].shape[0], int(np.prod(columns[0].shape[1:]))
     step = max(1, GN_PLANE_VOXELS // max(per, 1))
@@ -525,7 +504,7 @@ def _products(columns):
         b = min(planes, a + step)
         m = xp.empty((len(columns) + 1, (b - a) * per), xp.float64)
         for i, c in enumerate(columns):
-            m[i] = c[a:b].reshape(-1)
+            m[i].reshape(c[a:b].shape)[...] = c[a:b]  # (cast in place: no copy of the slice)
         m[-1] = 1.0
         out += m @ m.T
     return to_numpy(out)
