@@ -13,6 +13,7 @@
 // + m], which the host adds up over the blocks in a fixed order (no atomics: the same sums every
 // run).
 
+#include "finite_shift.cuh"
 #include "warp_reduce.cuh"
 
 // One block's sums over its rows of a region: d, d * d and d * ref_j (J references, rows of
@@ -163,11 +164,6 @@ __global__ void __launch_bounds__(THREADS) tile_regions(
 // and the report's figures need no bits of the output's.  A NaN shift counts as 0.
 // Grid (blocks, n), THREADS threads: the rows of block_moments; partial sums to before and
 // after as area_moments writes them (n, blocks, 3), the warps added in a fixed order.
-__device__ __forceinline__ double usable_shift(double s) {
-    if (isnan(s)) return 0.0;
-    return fmin(fmax(s, -1e15), 1e15);
-}
-
 // shifted_moments' pixel (y, x) where a tap lies outside the frame: the inside taps alone,
 // blended towards the fill 0 where a tap of weight > 0 is outside (warp_shift's edge), in
 // warp_shift's order
@@ -198,7 +194,7 @@ __global__ void __launch_bounds__(THREADS) shifted_moments(
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t n = blockIdx.y;
     const T* frame = frames + n * h * w;
-    const double my = -usable_shift(shifts[2 * n]), mx = -usable_shift(shifts[2 * n + 1]);
+    const double my = -finite_shift(shifts[2 * n]), mx = -finite_shift(shifts[2 * n + 1]);
     const double fy = floor(my), fx = floor(mx);
     const float wy = (float)(my - fy), wx = (float)(mx - fx);
     // the integer part (a source row or column is y + oy, x + ox); beyond any frame: every

@@ -18,17 +18,14 @@
 // frames of this launch), THREADS over the columns; at most 65535 frames per launch (the
 // launcher offsets n0).  O: float, or the frames' integer type (--keep-dtype: stored_as).
 
+#include "finite_shift.cuh"
+
 template <typename T>
 __device__ __forceinline__ float pixel(const T* __restrict__ f, long long y, long long x, int h,
                                        int w) {
     y = y < 0 ? 0 : (y > h - 1 ? h - 1 : y);
     x = x < 0 ? 0 : (x > w - 1 ? w - 1 : x);
     return (float)f[(size_t)y * w + x];
-}
-
-__device__ __forceinline__ double finite_shift(double s) {
-    if (isnan(s)) return 0.0;
-    return fmin(fmax(s, -1e15), 1e15);  // (inf: far outside, as nan_to_num's largest double)
 }
 
 // The definition's bilinear sample of frame f at the source ys (a row) and xs (a column), the
