@@ -1,12 +1,15 @@
 """The rigid-body model of :func:`xcorr_app.align` (``model="rigid-body"``): every frame's
-rotation about its centre and its shift, measured in one more pass over the stack.
+rotation about its centre and its shift, measured in three more passes over the stack.
 
-The pass (:func:`measure_rigid_body`, each range by
+The first (:func:`measure_rigid_body`, each range by
 :func:`~xcorr_app.alignment.piecewise.rigid_body_part`) measures a 3x3 grid of the frames'
 patches within :func:`rigid_body_deviation` px of their rigid shift (the translation passes'),
 fits the rotation and the shift (:func:`~xcorr_app.alignment.piecewise.fit_rigid_body`), and
-refines them through the fitted transform; the result's ``shifts`` are then the rigid-body
-shifts and its ``rotation_deg`` the angles (:func:`rigid_body_result`), applied by one warp
+refines them through the fitted transform; the next two refine them over the whole frame
+(:func:`_whole_frame`: the frames' mean through their transforms, then Gauss-Newton steps of
+each frame against it: nine patches of a dim, smooth scene measure the angle loosely).  The
+result's ``shifts`` are then the rigid-body shifts and its ``rotation_deg`` the angles
+(:func:`rigid_body_result`), applied by one warp
 (:func:`~xcorr_app.alignment.warp.rigid_body_field`).  Every run with the quality report also
 measures each aligned frame's rotation and flags ``rotated`` the frames it leaves rotated
 (:class:`~xcorr_app.alignment.piecewise.RotationProbe`).
@@ -34,6 +37,9 @@ __all__ = ["RIGID_BODY_MAX_DEG", "measure_rigid_body", "rigid_body_result", "rel
 RIGID_BODY_MAX_DEG = 3.0
 #: the grid of its patches
 GRID = (3, 3)
+#: the whole frame's Gauss-Newton steps after the patches' fit (0: none; the steps themselves:
+#: :data:`~xcorr_app.alignment.piecewise.WHOLE_FRAME_STEPS`)
+WHOLE_FRAME_STEPS = 1
 
 
 def rigid_body_deviation(frame_shape) -> int:
@@ -82,9 +88,32 @@ def measure_rigid_body(opts, shifts, executor, frame_shape, template):
     part = functools.partial(rigid_body_part, opts=opts, shifts=shifts, grid=grid,
                              chunk=chunk, template=executor.portable(template))
     got = np.concatenate([backend.to_numpy(p) for p in executor.map(part, None)])
+    if WHOLE_FRAME_STEPS and np.isfinite(got).all(axis=1).any():
+        got = _whole_frame(opts, got, executor, grid, chunk)
     fitted = np.isfinite(got).all(axis=1)
     out = np.where(fitted[:, None], got[:, 1:3], shifts)
     return out, np.where(fitted, np.rad2deg(got[:, 0]), 0.0), fitted
+
+
+def _whole_frame(opts, rows, executor, grid, chunk):
+    """``rows`` ``(N, 3)`` of the patch fit refined over the whole frame: the frames' mean
+    through their transforms (a pass), then each frame's Gauss-Newton steps against it (a
+    pass; :func:`~xcorr_app.alignment.piecewise.whole_frame_steps`).  Against the mean rather
+    than the run's template: a single frame's noise would be every frame's error."""
+    import functools
+
+    from .piecewise import grid_box, rigid_body_mean_part, whole_frame_part
+
+    parts = executor.map(functools.partial(rigid_body_mean_part, opts=opts, rows=rows,
+                                           chunk=chunk), None)
+    total = sum(p[0] for p in parts)
+    count = sum(p[1] for p in parts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        template = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+    part = functools.partial(whole_frame_part, opts=opts, rows=rows, chunk=chunk,
+                             template=executor.portable(executor.xp.asarray(template)),
+                             box=grid_box(grid))
+    return np.concatenate([backend.to_numpy(p) for p in executor.map(part, None)])
 
 
 def relative_to_first(shifts, rotation_deg):

@@ -31,14 +31,16 @@ from ... import backend
 from ..._cuda import KernelFamily
 from ...io import FrameRange
 from ...streaming import DeviceChunks, host_copies
-from ..warp import corner_displacement
+from ..warp import corner_displacement, rigid_body_field
 from ._patch_pass import patch_preparer
 from ._patches import (PatchGrid, patch_left, patch_shifts, refine_shifts, refine_taper,
                        refine_template, template_patches)
 from ._spline import field_weights
 
 __all__ = ["ROTATED_PX", "ROTATED_SIGNIFICANCE", "RotationProbe", "fit_rigid_body",
-           "structure_tensors", "rigid_body_at", "probe_grid", "rigid_body_part"]
+           "structure_tensors", "rigid_body_at", "probe_grid", "rigid_body_part", "WholeFrame",
+           "whole_frame_steps", "rigid_body_mean_part", "whole_frame_part", "grid_box",
+           "WHOLE_FRAME_STEPS", "WHOLE_FRAME_MAX_PX"]
 
 #: a frame whose corners may be more than this (px) off once aligned by a shift is flagged
 #: ``rotated``...
@@ -61,6 +63,11 @@ PROBE_SIDE = 40
 PROBE_DEVIATION = 4
 #: the rigid-body model's refinements through the fitted transform (:func:`rigid_body_part`)
 RIGID_BODY_REFINES = 2
+#: then Gauss-Newton steps of the whole frame against the template (:func:`whole_frame_steps`:
+#: nine patches of a dim, smooth scene measure the angle to about a tenth of a degree), and
+#: the most they may move the patches' fit at the frame's corners (px)
+WHOLE_FRAME_STEPS = 2
+WHOLE_FRAME_MAX_PX = 1.0
 #: a patch this far (px, weighted by its texture) from the fit, and farther than 3 robust
 #: deviations of the patches', is left out and the fit made again (a patch without texture,
 #: a moving object)
@@ -304,6 +311,136 @@ class RotationProbe:
             rotated = (moved > ROTATED_PX - ROTATED_MARGIN) \
                 & (np.abs(phi) > ROTATED_SIGNIFICANCE * se)
         return np.column_stack([np.rad2deg(phi), rotated, off]).astype(np.float64)
+
+
+class WholeFrame:
+    """What :func:`whole_frame_steps` keeps of the prepared ``template`` ``(H, W)`` over ``box``
+    ``(y0, y1, x0, x1)`` of frames of ``frame_shape``, on ``xp``'s device: the columns of the
+    fit (the template, ones, the two images whose blend by ``cos phi`` and ``sin phi`` is the
+    derivative along the angle, and the gradient) as a float64 ``(6, K)`` matrix, their
+    products (host), and the warp's corner weights."""
+
+    def __init__(self, template, box, frame_shape, xp):
+        from ...filters import gradient
+        from ..warp import rigid_body_field
+
+        y0, y1, x0, x1 = box
+        self.box, self.frame_shape, self.xp = box, tuple(frame_shape), xp
+        t = xp.asarray(template, xp.float32)
+        gy, gx = (g[y0:y1, x0:x1] for g in gradient(t))
+        # (each pixel's place about the frame's centre, made on the host)
+        uy = xp.asarray((np.arange(y0, y1) - (frame_shape[0] - 1) / 2.0).astype(np.float32))
+        ux = xp.asarray((np.arange(x0, x1) - (frame_shape[1] - 1) / 2.0).astype(np.float32))
+        uy, ux = uy[:, None], ux[None, :]
+        # (d s / d phi = (-rx, ry) of R(-phi) u = (ry, rx): its product with the gradient is
+        # cos phi * (gx uy - gy ux) + sin phi * (gy uy + gx ux))
+        first = xp.subtract(xp.multiply(gx, uy), xp.multiply(gy, ux))
+        second = xp.add(xp.multiply(gy, uy), xp.multiply(gx, ux))
+        k = (y1 - y0) * (x1 - x0)
+        basis = xp.empty((6, k), xp.float64)
+        for i, image in enumerate((t[y0:y1, x0:x1], None, first, second, gy, gx)):
+            if image is None:
+                basis[i] = 1.0
+            else:
+                basis[i].reshape(y1 - y0, x1 - x0)[...] = image
+        self.basis = basis
+        self.gram = backend.to_numpy(basis @ basis.T)
+        corners = np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0], frame_shape)[1])
+        self.weights = field_weights(corners, frame_shape, xp)
+
+
+def whole_frame_steps(whole, frames, phi, t):
+    """``(phi, t)`` (NumPy, radians and px) of the prepared ``frames`` refined by
+    :data:`WHOLE_FRAME_STEPS` Gauss-Newton steps of ``frame(x - s(x)) = a * T(x + d(x)) + b``
+    over :class:`WholeFrame` ``whole``'s box, ``d`` the rigid-body displacement's change (its
+    derivative along the angle and the shift times the template's gradient), linear in ``a``,
+    ``b`` and ``a`` times the change: every frame warped through its transform (cubic), one
+    matrix product of the chunk a step.  A frame whose fit fails (a gain not above 0, a
+    singular system) or whose corners it would move more than :data:`WHOLE_FRAME_MAX_PX` from
+    the patches' fit keeps that fit; NaN rows stay NaN."""
+    from ._motion_field import warp_chunk
+
+    xp = whole.xp
+    phi0, t0 = np.asarray(phi, np.float64).copy(), np.asarray(t, np.float64).copy()
+    phi1, t1 = phi0.copy(), t0.copy()
+    good = np.isfinite(phi0) & np.isfinite(t0).all(axis=1)
+    if not good.any():
+        return phi0, t0
+    g = whole.gram
+    for _ in range(WHOLE_FRAME_STEPS):
+        field = rigid_body_field(np.where(good[:, None], t1, 0.0),
+                                 np.rad2deg(np.where(good, phi1, 0.0)), whole.frame_shape)[0]
+        moved = warp_chunk(frames, xp.asarray(field), whole.weights, resample="cubic",
+                           box=whole.box)
+        flat = xp.empty((len(frames), whole.basis.shape[1]), xp.float64)
+        flat.reshape(moved.shape)[...] = moved
+        rhs = backend.to_numpy(flat @ whole.basis.T)  # (n, 6): each frame against the columns
+        c, s = np.cos(phi1), np.sin(phi1)
+        for i in np.flatnonzero(good):
+            # the columns T, 1, the angle's (cos * first + sin * second), gy, gx
+            mix = np.zeros((5, 6))
+            mix[0, 0], mix[1, 1], mix[2, 2], mix[2, 3], mix[3, 4], mix[4, 5] = \
+                1.0, 1.0, c[i], s[i], 1.0, 1.0
+            try:
+                x = np.linalg.solve(mix @ g @ mix.T, mix @ rhs[i])
+            except np.linalg.LinAlgError:
+                good[i] = False
+                continue
+            if not (np.isfinite(x).all() and x[0] > 0):
+                good[i] = False
+                continue
+            phi1[i] += x[2] / x[0]
+            t1[i] += x[3:5] / x[0]
+    moved_px = corner_displacement(np.rad2deg(phi1 - phi0), whole.frame_shape) \
+        + np.hypot(*(t1 - t0).T)
+    keep = good & (moved_px <= WHOLE_FRAME_MAX_PX)
+    return np.where(keep, phi1, phi0), np.where(keep[:, None], t1, t0)
+
+
+def grid_box(grid):
+    """``(y0, y1, x0, x1)``: the span of ``grid``'s patches."""
+    (ph, pw), sy, sx = grid.size, grid.starts_y, grid.starts_x
+    return int(sy.min()), int(sy.max()) + ph, int(sx.min()), int(sx.max()) + pw
+
+
+def rigid_body_mean_part(src, xp, start, stop, progress, *, opts, rows, chunk):
+    """``(sum, count)`` ``(H, W)`` float64 NumPy of frames ``start:stop`` prepared (the patch
+    pass's preparation) and warped by their rigid-body ``rows`` ``(N, 3)`` (phi radians, ty,
+    tx; NaN rows left out): the parts of the frames' mean, the template of
+    :func:`whole_frame_part`."""
+    from ._motion_field import warped_sum
+
+    prepare = patch_preparer(opts, xp)
+    corners = np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0], src.frame_shape)[1])
+    weights = field_weights(corners, src.frame_shape, xp)
+    total = count = 0.0
+    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+        for first, frames in chunks:
+            r = rows[start + first:start + first + len(frames)]
+            ok = np.isfinite(r).all(axis=1)
+            if not ok.any():
+                continue
+            field = rigid_body_field(r[ok, 1:3], np.rad2deg(r[ok, 0]), src.frame_shape)[0]
+            frames = xp.asarray(frames)
+            p = prepare(frames if ok.all() else frames[xp.asarray(np.flatnonzero(ok))])
+            got = warped_sum(p.frames, xp.asarray(field), weights)
+            total, count = total + backend.to_numpy(got[0]), count + backend.to_numpy(got[1])
+    return total, count
+
+
+def whole_frame_part(src, xp, start, stop, progress, *, opts, rows, chunk, template, box):
+    """Rows ``(phi, ty, tx)`` of frames ``start:stop`` (NumPy) refined from ``rows`` by
+    :func:`whole_frame_steps` against ``template`` (the frames' mean, prepared and warped:
+    :func:`rigid_body_mean_part`) over ``box``."""
+    prepare = patch_preparer(opts, xp)
+    whole = WholeFrame(xp.asarray(template, xp.float32), box, src.frame_shape, xp)
+    out = []
+    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+        for first, frames in chunks:
+            r = rows[start + first:start + first + len(frames)]
+            phi, t = whole_frame_steps(whole, prepare(frames).frames, r[:, 0], r[:, 1:3])
+            out.append(np.column_stack([phi, t]))
+    return np.concatenate(out) if out else np.zeros((0, 3))
 
 
 def rigid_body_part(src, xp, start, stop, progress, *, opts, shifts, grid, chunk, template):
