@@ -37,9 +37,9 @@ __all__ = ["RIGID_BODY_MAX_DEG", "measure_rigid_body", "rigid_body_result", "rel
 RIGID_BODY_MAX_DEG = 3.0
 #: the grid of its patches
 GRID = (3, 3)
-#: the whole frame's Gauss-Newton steps after the patches' fit (0: none; the steps themselves:
+#: whether the patches' fit is refined over the whole frame (:func:`_whole_frame`; its steps:
 #: :data:`~xcorr_app.alignment.piecewise.WHOLE_FRAME_STEPS`)
-WHOLE_FRAME_STEPS = 1
+WHOLE_FRAME = True
 
 
 def rigid_body_deviation(frame_shape) -> int:
@@ -88,7 +88,7 @@ def measure_rigid_body(opts, shifts, executor, frame_shape, template):
     part = functools.partial(rigid_body_part, opts=opts, shifts=shifts, grid=grid,
                              chunk=chunk, template=executor.portable(template))
     got = np.concatenate([backend.to_numpy(p) for p in executor.map(part, None)])
-    if WHOLE_FRAME_STEPS and np.isfinite(got).all(axis=1).any():
+    if WHOLE_FRAME and np.isfinite(got).all(axis=1).any():
         got = _whole_frame(opts, got, executor, grid, chunk)
     fitted = np.isfinite(got).all(axis=1)
     out = np.where(fitted[:, None], got[:, 1:3], shifts)

@@ -361,6 +361,6 @@ def test_rigid_body_refines_over_the_whole_frame(monkeypatch):
         return float(np.sqrt(((res.shifts - s.truth)[1:] ** 2).sum(axis=1).mean()))
 
     ours = rms(align(s.frames, device="cpu", model="rigid-body"))
-    monkeypatch.setattr(_rotation, "WHOLE_FRAME_STEPS", 0)  # (the patches' fit alone)
+    monkeypatch.setattr(_rotation, "WHOLE_FRAME", False)  # (the patches' fit alone)
     patches = rms(align(s.frames, device="cpu", model="rigid-body"))
     assert ours <= 0.1 and ours <= 0.7 * patches, (ours, patches)
