@@ -120,7 +120,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                                     stack_or_path, untrusted=True)
             res.notes.append(locked)
         res.notes[:0] = choices + more
-        if opts.model != "translation":  # (every frame read once more: its rotation and shift)
+        if opts.model != "translation":  # (the frames read again: their rotation and shift)
             image = rigid_body_result(res, opts, executor, src.frame_shape, image)
         filled = False
         report = None

@@ -364,3 +364,16 @@ def test_rigid_body_refines_over_the_whole_frame(monkeypatch):
     monkeypatch.setattr(_rotation, "WHOLE_FRAME", False)  # (the patches' fit alone)
     patches = rms(align(s.frames, device="cpu", model="rigid-body"))
     assert ours <= 0.1 and ours <= 0.7 * patches, (ours, patches)
+
+
+def test_rigid_body_with_a_frame_as_reference_leaves_that_frame_unmoved(turning):
+    """The whole-frame steps fit every frame against the frames' mean: with a frame index as
+    reference the result is made that frame's again (its transform none), as frame 0's is for
+    ``first``."""
+    frames, truth, angles = turning
+    res = align(frames, device="cpu", model="rigid-body", reference=3)
+    assert res.rotation_deg[3] == 0.0 and (res.shifts[3] == 0.0).all()
+    first = align(frames, device="cpu", model="rigid-body")
+    # (frame 3 is still: its own transform against frame 0 is its drift alone)
+    np.testing.assert_allclose(res.rotation_deg, first.rotation_deg - first.rotation_deg[3],
+                               atol=0.02)

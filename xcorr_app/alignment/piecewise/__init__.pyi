@@ -3,7 +3,7 @@
 
 from ._field_resample import FIELD_RESAMPLE, keys_weights
 from ._motion_field import apply_field, check_field, field_area, warp_chunk
-from ._patch_pass import check_grid, measure_field, patch_grid, patch_preparer
+from ._patch_pass import check_grid, measure_field, next_image, patch_grid, patch_preparer
 from ._patches import (axis_patches, check_deviation, check_template_passes, common_area,
                        common_box, integer_parts, parse_overlap, parse_patches, taper_axis)
 from ._spline import field_weights, spline_weights

@@ -63,9 +63,9 @@ PROBE_SIDE = 40
 PROBE_DEVIATION = 4
 #: the rigid-body model's refinements through the fitted transform (:func:`rigid_body_part`)
 RIGID_BODY_REFINES = 2
-#: then Gauss-Newton steps of the whole frame against the template (:func:`whole_frame_steps`:
-#: nine patches of a dim, smooth scene measure the angle to about a tenth of a degree), and
-#: the most they may move the patches' fit at the frame's corners (px)
+#: then Gauss-Newton steps of the whole frame against the frames' mean
+#: (:func:`whole_frame_steps`: nine patches of a dim, smooth scene measure the angle loosely),
+#: and the most they may move the patches' fit at the frame's corners (px)
 WHOLE_FRAME_STEPS = 2
 WHOLE_FRAME_MAX_PX = 1.0
 #: a patch this far (px, weighted by its texture) from the fit, and farther than 3 robust
@@ -404,16 +404,16 @@ def grid_box(grid):
 
 
 def rigid_body_mean_part(src, xp, start, stop, progress, *, opts, rows, chunk):
-    """``(sum, count)`` ``(H, W)`` float64 NumPy of frames ``start:stop`` prepared (the patch
-    pass's preparation) and warped by their rigid-body ``rows`` ``(N, 3)`` (phi radians, ty,
-    tx; NaN rows left out): the parts of the frames' mean, the template of
-    :func:`whole_frame_part`."""
+    """``(sum, count)`` ``(H, W)`` float64 (on ``xp``'s device) of frames ``start:stop``
+    prepared (the patch pass's preparation) and warped bilinearly by their rigid-body ``rows``
+    ``(N, 3)`` (phi radians, ty, tx; NaN rows left out): the parts of the frames' mean, the
+    template of :func:`whole_frame_part`."""
     from ._motion_field import warped_sum
 
     prepare = patch_preparer(opts, xp)
     corners = np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0], src.frame_shape)[1])
     weights = field_weights(corners, src.frame_shape, xp)
-    total = count = 0.0
+    total = count = None
     with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             r = rows[start + first:start + first + len(frames)]
@@ -424,7 +424,12 @@ def rigid_body_mean_part(src, xp, start, stop, progress, *, opts, rows, chunk):
             frames = xp.asarray(frames)
             p = prepare(frames if ok.all() else frames[xp.asarray(np.flatnonzero(ok))])
             got = warped_sum(p.frames, xp.asarray(field), weights)
-            total, count = total + backend.to_numpy(got[0]), count + backend.to_numpy(got[1])
+            total = got[0] if total is None else xp.add(total, got[0])
+            count = got[1] if count is None else xp.add(count, got[1])
+    if xp is not np:
+        xp.cuda.Device().synchronize()  # (the chunks' streams)
+    if total is None:
+        total = count = xp.zeros(src.frame_shape)
     return total, count
 
 
