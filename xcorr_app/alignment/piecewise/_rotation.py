@@ -322,7 +322,6 @@ class WholeFrame:
 
     def __init__(self, template, box, frame_shape, xp):
         from ...filters import gradient
-        from ..warp import rigid_body_field
 
         y0, y1, x0, x1 = box
         self.box, self.frame_shape, self.xp = box, tuple(frame_shape), xp
