@@ -58,7 +58,7 @@ from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_b
                                template_moments, template_refs)
 from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
 from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
-from .piecewise import RotationProbe
+from .piecewise import RotationProbe, rigid_body_weights
 from .warp import rigid_body_field, shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
@@ -498,8 +498,7 @@ def _aligner(shifts, field, area, frame_shape, xp):
             return shift_frames(frames, s, area=area)
 
         return shifted
-    weights = field_weights(np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0],
-                                                        frame_shape)[1]), frame_shape, xp)
+    weights = rigid_body_weights(frame_shape, xp)
 
     def warped(frames, a, ok):
         f = np.where(ok[:, None, None, None], field[a:a + len(frames)], 0.0)

@@ -165,9 +165,8 @@ def rigid_body_result(res, opts, executor, frame_shape, template):
     ``refined``: templates of the frames from frame 0; an index), relative to that frame's
     (:func:`relative_to_frame`); with the mean or an image as reference, in the place of the
     frames' mean (the whole-frame fit's template).  Returns the image the quality report
-    measures against:
-    ``template``, or frame 0 where the frames are aligned to it and not to a template of
-    frames that turn."""
+    measures against: ``template``, or frame 0 where the frames are aligned to it and not to a
+    template of frames that turn."""
     from ..io import plural
     from ._result import interpolate_flagged
 

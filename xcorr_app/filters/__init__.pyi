@@ -2,7 +2,7 @@
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
 from ._api import (box, convolve2d, correlate2d, dog, gaussian, gaussian_light, gaussian_taps,
-                   laplace, parse_kernel_spec, sobel)
+                   laplace, parse_kernel_spec, sobel, taps_along)
 from ._banks import bank_weights, channel_filter, feature_prefilter
 from ._gradient import gradient
 from ._modes import MODES

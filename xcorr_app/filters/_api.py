@@ -232,18 +232,28 @@ def gaussian_light(image, sigma, truncate=4.0, dtype=np.float64):
         pad = [(0, 0)] * out.ndim
         pad[axis] = (r, r)
         # scipy's "reflect" (d c b a | a b c d | d c b a) is NumPy's "symmetric"
-        padded = xp.pad(out, pad, mode="symmetric")
-        n = out.shape[axis]
-        acc = None
-        for k, w in enumerate(taps):
-            cut = [slice(None)] * out.ndim
-            cut[axis] = slice(k, k + n)
-            # (ufuncs called by name: CuPy hands ``array * number`` to NumPy's ufunc protocol,
-            # whose first use imports cupyx)
-            term = xp.multiply(padded[tuple(cut)], np.dtype(dtype).type(w))
-            acc = term if acc is None else xp.add(acc, term)
-        out = acc
+        out = taps_along(xp.pad(out, pad, mode="symmetric"), taps, axis, 0, out.shape[axis])
     return out
+
+
+def taps_along(array, taps, axis, start, length):
+    """``sum_k taps[k] * array[start + k : start + k + length]`` along ``axis``, on the array's
+    device, in its type (each tap a product and a sum, in order): a correlation of the slices
+    an axis holds, without padding or SciPy.
+
+    >>> taps_along(np.arange(6.0), [0.5, 0.5], 0, 1, 3).tolist()
+    [1.5, 2.5, 3.5]
+    """
+    xp = array_module_of(array)
+    acc = None
+    for k, w in enumerate(taps):
+        cut = [slice(None)] * array.ndim
+        cut[axis] = slice(start + k, start + k + length)
+        # (ufuncs called by name: CuPy hands ``array * number`` to NumPy's ufunc protocol,
+        # whose first use imports cupyx)
+        term = xp.multiply(array[tuple(cut)], array.dtype.type(w))
+        acc = term if acc is None else xp.add(acc, term)
+    return acc
 
 
 def gaussian(stack, sigma, truncate=4.0, mode="reflect", cval=0.0):

@@ -40,6 +40,7 @@ from ._spline import field_weights
 __all__ = ["ROTATED_PX", "ROTATED_SIGNIFICANCE", "RotationProbe", "fit_rigid_body",
            "structure_tensors", "rigid_body_at", "probe_grid", "rigid_body_part", "WholeFrame",
            "whole_frame_steps", "rigid_body_mean_part", "whole_frame_part", "grid_box",
+           "rigid_body_weights",
            "WHOLE_FRAME_STEPS", "WHOLE_FRAME_MAX_PX"]
 
 #: a frame whose corners may be more than this (px) off once aligned by a shift is flagged
@@ -313,6 +314,13 @@ class RotationProbe:
         return np.column_stack([np.rad2deg(phi), rotated, off]).astype(np.float64)
 
 
+def rigid_body_weights(frame_shape, xp):
+    """The spline weights (:func:`~._spline.field_weights`, on ``xp``'s device) of a rigid-body
+    field, given at the frame's four corners (:func:`~..warp.rigid_body_field`)."""
+    corners = np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0], frame_shape)[1])
+    return field_weights(corners, frame_shape, xp)
+
+
 class WholeFrame:
     """What :func:`whole_frame_steps` keeps of the prepared ``template`` ``(H, W)`` over ``box``
     ``(y0, y1, x0, x1)`` of frames of ``frame_shape``, on ``xp``'s device: the columns of the
@@ -344,8 +352,7 @@ class WholeFrame:
                 basis[i].reshape(y1 - y0, x1 - x0)[...] = image
         self.basis = basis
         self.gram = backend.to_numpy(basis @ basis.T)
-        corners = np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0], frame_shape)[1])
-        self.weights = field_weights(corners, frame_shape, xp)
+        self.weights = rigid_body_weights(frame_shape, xp)
 
 
 def whole_frame_steps(whole, frames, phi, t):
@@ -410,8 +417,7 @@ def rigid_body_mean_part(src, xp, start, stop, progress, *, opts, rows, chunk):
     from ._motion_field import warped_sum
 
     prepare = patch_preparer(opts, xp)
-    corners = np.asarray(rigid_body_field(np.zeros((1, 2)), [0.0], src.frame_shape)[1])
-    weights = field_weights(corners, src.frame_shape, xp)
+    weights = rigid_body_weights(src.frame_shape, xp)
     total = count = None
     with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:

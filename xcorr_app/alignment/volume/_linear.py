@@ -468,9 +468,9 @@ def keys_shift(volume, shift):
     >>> lo.tolist(), bool(np.allclose(out[0, 0, 0], (2 - 0.5) + (1 + 1.0) + (2 - 0.25) ** 2))
     ([2, 1, 2], True)
     """
+    from ...filters import taps_along
     from ..piecewise import keys_weights
 
-    xp = array_module_of(volume)
     out, lo = volume, []
     for axis, s in enumerate(shift):
         whole = int(np.floor(s))
@@ -479,15 +479,8 @@ def keys_shift(volume, shift):
         a, b = max(0, whole + 2), min(n, n - 1 + whole)
         if b - a < 3:
             return None
-        acc = None
-        for k, w in zip((-1, 0, 1, 2), keys_weights(t)):
-            cut = [slice(None)] * 3
-            cut[axis] = slice(a - whole - 1 + k, b - whole - 1 + k)
-            # (ufuncs by name: CuPy hands ``array * number`` to NumPy's ufunc protocol, whose
-            # first use imports cupyx)
-            term = xp.multiply(out[tuple(cut)], np.float32(w))
-            acc = term if acc is None else xp.add(acc, term)
-        out = acc
+        # (the taps at -1, 0, 1, 2 of the sample's floor x - whole - 1)
+        out = taps_along(out, keys_weights(t), axis, a - whole - 2, b - a)
         lo.append(a)
     return out, np.asarray(lo)
 
