@@ -33,7 +33,7 @@ from .rigid import (AUTO_LOWPASS, CHOICES, NAN_MASK, check_choices, choose_prefi
                     refined_passes,
                     search_range)
 from .rigid import window as make_window
-from .rigid import parse_static, static_possible
+from .rigid import parse_static, reference_index, static_possible
 from .._run_options import RunOptions
 
 #: how frames meet at their edges: ``linear`` (the overlap: frames cropped from a larger
@@ -277,12 +277,23 @@ class AlignOptions(RunOptions):
         return is_previous(self.reference)
 
     @property
+    def from_first(self) -> bool:
+        """Whether the reference is made from the first frame (``first``, or the ``refined``
+        templates that start from it)."""
+        return isinstance(self.reference, str) and (self.reference == "first"
+                                                     or self.refined is not None)
+
+    @property
+    def reference_frame(self) -> int | None:
+        """The frame whose place the results are in: 0 for :attr:`from_first`, a reference
+        index as given (negative: from the end), else None (the mean, an image)."""
+        return 0 if self.from_first else reference_index(self.reference)
+
+    @property
     def lk_possible(self) -> bool:
         """Whether the Lucas-Kanade refinement (:mod:`~xcorr_app.alignment.refine._refine_lk`) can
         run: a template built from the first frame (``first`` or ``refined``), not phase."""
-        first = isinstance(self.reference, str) and (self.reference == "first"
-                                                      or self.refined is not None)
-        return first and self.normalization != "phase"
+        return self.from_first and self.normalization != "phase"
 
     @property
     def refined(self) -> int | None:

@@ -28,7 +28,6 @@ import numpy as np
 
 from .. import backend
 from ..streaming import DEFAULT_CHUNK
-from .rigid import reference_index
 
 __all__ = ["RIGID_BODY_MAX_DEG", "measure_rigid_body", "rigid_body_result", "relative_to_frame",
            "rigid_body_deviation", "rigid_body_grid", "check_rigid_body"]
@@ -173,9 +172,8 @@ def rigid_body_result(res, opts, executor, frame_shape, template):
     shifts, angle, fitted = measure_rigid_body(opts, res.shifts, executor, frame_shape,
                                                template, res.low_confidence)
     measured = np.isfinite(res.shifts).all(axis=1)
-    first = isinstance(opts.reference, str) and (opts.reference == "first"
-                                                  or opts.refined is not None)
-    k = 0 if first else reference_index(opts.reference)
+    first = opts.from_first
+    k = opts.reference_frame
     if k is not None:
         k %= len(shifts)
     # (the whole frame is fitted against the frames' mean, which turns as they do: back to
