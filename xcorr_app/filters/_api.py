@@ -245,6 +245,11 @@ def taps_along(array, taps, axis, start, length):
     [1.5, 2.5, 3.5]
     """
     xp = array_module_of(array)
+    if xp is not np:
+        from ._axis_taps import AXIS_TYPES, axis_taps
+
+        if np.dtype(array.dtype) in AXIS_TYPES:
+            return axis_taps(array, taps, axis, start, length)
     acc = None
     for k, w in enumerate(taps):
         cut = [slice(None)] * array.ndim

@@ -63,13 +63,16 @@ Two volumes cut from a larger one, the second moved by a spline (not circularly)
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
 
+from ..._cuda import KernelFamily, stride_blocks
 from ...backend import array_module_of, to_numpy
 from ...correlate import fft_of
 from ._dft3 import AXES, parabola_vertex, samples3d
+from ._rows import item_sums
 
 __all__ = ["smooth_spectrum", "VolumeSums", "linear_refine", "quadratic_peak",
            "gauss_newton", "keys_shift", "wrap_ratio", "WrapVote", "circular_start",
@@ -101,6 +104,14 @@ GN_PLANE_VOXELS = 1 << 20
 #: voxels of each face left out of the fit (the gradient's stencil, and the faces where the
 #: smoothing reflects content the other volume does not hold; docs/volumes.md)
 GN_EDGE = 2
+#: kernels/alignment/linear3d.cu: threads a block, and at most this many blocks (each writes
+#: its partial sums; they are added in order)
+SUM_THREADS = 256
+SUM_BLOCKS = 1024
+OVERLAP_SUMS = KernelFamily("linear3d.cu", "overlap_sums", [(SUM_THREADS,)])
+FIT_PRODUCTS = KernelFamily("linear3d.cu", "fit_products", [(SUM_THREADS,)])
+#: the 27 integer offsets around a lag, z slowest (the order of the kernel's sums)
+OFFSETS = np.array(list(itertools.product((-1, 0, 1), repeat=3)), np.int64)
 
 
 def smooth_spectrum(volumes):
@@ -131,16 +142,40 @@ def smooth_spectrum(volumes):
     kz, ky, kx = np.arange(z), np.arange(y), np.arange(xh)
     az, ay, ax = (xp.asarray((1 - np.exp(2j * np.pi * k / n)).astype(dz.dtype))
                   for k, n in ((kz, z), (ky, y), (kx, x)))
+    out = az[None, :, None, None] * dz[:, None]
+    out += ay[None, None, :, None] * dy[:, :, None, :]
+    out += ax[None, None, None, :] * dx[..., None]
+    out *= _inverse_laplacian((z, y, x), np.dtype(dz.dtype).name, xp.__name__,
+                              _device_id(xp))
+    return out
+
+
+def _device_id(xp) -> int:
+    return -1 if xp is np else int(xp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=4)
+def _inverse_laplacian(shape, complex_type, module, device):
+    """``1 / (sum_a 2 cos(2 pi k_a / N_a) - 6)`` over the half spectrum of ``shape`` (0 at
+    zero frequency), real of ``complex_type``'s precision, on ``module``'s device ``device``:
+    made once a shape (NumPy's cosines of a 64x512x512 volume's spectrum took about 40 ms of
+    host time a chunk)."""
+    import importlib
+
+    z, y, x = shape
+    kz, ky, kx = np.arange(z), np.arange(y), np.arange(x // 2 + 1)
     den = (2 * np.cos(2 * np.pi * kz / z)[:, None, None] + 2 * np.cos(2 * np.pi * ky / y)[:, None]
            + 2 * np.cos(2 * np.pi * kx / x) - 6.0)
     den[0, 0, 0] = 1.0
     inv = 1.0 / den
     inv[0, 0, 0] = 0.0
-    out = az[None, :, None, None] * dz[:, None]
-    out += ay[None, None, :, None] * dy[:, :, None, :]
-    out += ax[None, None, None, :] * dx[..., None]
-    out *= xp.asarray(inv.astype(np.float32 if dz.dtype == np.complex64 else np.float64))
-    return out
+    inv = inv.astype(np.float32 if complex_type == "complex64" else np.float64)
+    if module == "numpy":
+        inv.setflags(write=False)
+        return inv
+    xp = importlib.import_module(module)
+    with xp.cuda.Device(device):
+        return xp.asarray(inv)
 
 
 class VolumeSums:
@@ -270,6 +305,39 @@ def linear_sums(ref, vol, lags, circular):
     return out
 
 
+def cube_sums(ref, vol, centre, product, lags):
+    """``{lag: sum R(x + lag) M(x)}`` over the overlap (float64) of the centred volumes
+    ``ref``, ``vol`` for ``lags`` (some of the 27 around the integer lag ``centre``).  On the GPU
+    all 27 in one read of both volumes (``overlap_sums``: the CPU's way below took about 130
+    small reductions a volume there, each a launch and a wait); on the CPU from the circular
+    correlation's values (``product``'s samples at the 27 lags) less what wrapped around
+    (:func:`linear_sums`)."""
+    xp = array_module_of(vol)
+    around = [tuple(int(v) for v in centre + o) for o in OFFSETS]
+    if xp is not np:
+        z, y, x = (int(n) for n in vol.shape)
+        sums = to_numpy(_block_sums(OVERLAP_SUMS, z * y * x, 27, (
+            xp.ascontiguousarray(ref, xp.float32), xp.ascontiguousarray(vol, xp.float32),
+            np.int32(z), np.int32(y), np.int32(x), *(np.int32(c) for c in centre))))
+        got = dict(zip(around, sums))
+        return {lag: float(got[lag]) for lag in lags}
+    grid = to_numpy(samples3d(product, vol.shape, np.asarray(centre, np.float64)[None], 1.0,
+                              3, nyquist=True))[0].ravel()
+    circ = dict(zip(around, grid))
+    return dict(zip(lags, linear_sums(ref, vol, lags, [circ[lag] for lag in lags])))
+
+
+def _block_sums(family, total, count, args):
+    """A ``linear3d.cu`` reduction's ``count`` sums (float64 CuPy): its blocks' partial sums
+    added in order (``row_sums``: the same numbers every run)."""
+    import cupy as cp
+
+    blocks = stride_blocks(total, SUM_THREADS, SUM_BLOCKS)
+    partial = cp.empty((count, blocks), cp.float64)
+    family.get(SUM_THREADS)((blocks,), (SUM_THREADS,), (*args, partial))
+    return item_sums(partial)
+
+
 def zncc_values(lags, sums, rs, ms, energies):
     """The ZNCC (NumPy, one per lag) from the overlap sums ``sums``, the reference's and the
     volume's :class:`VolumeSums` of values ``rs``, ``ms`` and of energies ``energies`` (the
@@ -320,7 +388,7 @@ def quadratic_peak(values):
 
 def _design():
     """The 27 offsets and the design matrix (1, z, y, x, z2, y2, x2, zy, zx, yx)."""
-    o = np.array(list(itertools.product((-1, 0, 1), repeat=3)), np.float64)
+    o = OFFSETS.astype(np.float64)
     return np.column_stack([np.ones(27), o, o ** 2, o[:, 0] * o[:, 1], o[:, 0] * o[:, 2],
                             o[:, 1] * o[:, 2]]), o
 
@@ -425,23 +493,20 @@ def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
         msum["squares"] = VolumeSums(vol, ends, "squares")
     energies = (rsum[kind], msum[kind])
     seen = {}
-    offsets = np.array(list(itertools.product((-1, 0, 1), repeat=3)), np.int64)
     for _ in range(CLIMB_STEPS + 1):
-        lags = [tuple(int(v) for v in centre + o) for o in offsets]
+        lags = [tuple(int(v) for v in centre + o) for o in OFFSETS]
         todo = [l for l in lags if l not in seen]
         if todo:
-            grid = to_numpy(samples3d(product, shape, np.asarray(centre, np.float64)[None], 1.0,
-                                      3, nyquist=True))[0].ravel()
-            circ = {lag: grid[i] for i, lag in enumerate(lags)}
-            sums = linear_sums(reference.values, vol, todo, [circ[l] for l in todo])
-            z = zncc_values(todo, sums, rsum["plain"], msum["plain"], energies)
+            got = cube_sums(reference.values, vol, centre, product, todo)
+            z = zncc_values(todo, [got[l] for l in todo], rsum["plain"], msum["plain"],
+                            energies)
             seen.update(zip(todo, z))
         best = max(lags, key=lambda l: (seen[l], -sum(abs(np.array(l) - centre))))
         step = np.array(best) - centre
         if not step.any() or not _allowed(best, shape, bounds):
             break
         centre = np.array(best)
-    final = [tuple(int(v) for v in centre + o) for o in offsets]
+    final = [tuple(int(v) for v in centre + o) for o in OFFSETS]
     cube = np.array([seen[l] for l in final]).reshape(3, 3, 3)
     peak = float(cube[1, 1, 1])
     if not subvoxel:
@@ -485,10 +550,30 @@ def keys_shift(volume, shift):
     return out, np.asarray(lo)
 
 
+def _fit_sums(ref, grads, box, moved, inner):
+    """``(6, 6)`` float64 NumPy: the sums of the products of the fit's columns (``ref`` and its
+    three ``grads`` over ``box``, ``moved`` over ``inner``, boxes of one shape) and a column of
+    ones.  On the GPU in one read (``fit_products``); on the CPU by :func:`_products`."""
+    xp = array_module_of(moved)
+    if xp is np:
+        return _products([ref[box], *(g[box] for g in grads), moved[inner]])
+    size = [b.stop - b.start for b in box]
+    arrays = [xp.ascontiguousarray(a, xp.float32) for a in (ref, *grads, moved)]
+    sums = to_numpy(_block_sums(FIT_PRODUCTS, int(np.prod(size)), 20, (
+        *arrays[:4], np.int32(ref.shape[1]), np.int32(ref.shape[2]), arrays[4],
+        np.int32(moved.shape[1]), np.int32(moved.shape[2]), *(np.int32(n) for n in size),
+        *(np.int32(b.start) for b in box), *(np.int32(b.start) for b in inner))))
+    out = np.empty((6, 6))
+    rows, cols = np.triu_indices(6)
+    out[rows[:-1], cols[:-1]] = sums  # (the kernel's order: row by row, the pair (5, 5) last)
+    out[5, 5] = float(np.prod(size))
+    return np.triu(out) + np.triu(out, 1).T
+
+
 def _products(columns):
-    """``(C + 1, C + 1)`` float64 NumPy: the sums of the products of ``columns`` (C device
-    arrays of one shape) and a column of ones, as float64 matrix products of planes of at most
-    :data:`GN_PLANE_VOXELS` voxels (one wait for the device a step, not one a sum)."""
+    """``(C + 1, C + 1)`` float64 NumPy: the sums of the products of ``columns`` (C arrays of
+    one shape) and a column of ones, as float64 matrix products of planes of at most
+    :data:`GN_PLANE_VOXELS` voxels."""
     xp = array_module_of(columns[0])
     planes, per = columns[0].shape[0], int(np.prod(columns[0].shape[1:]))
     step = max(1, GN_PLANE_VOXELS // max(per, 1))
@@ -526,9 +611,9 @@ def gauss_newton(reference, volume, shift, bounds=(None, None, None)):
             return start
         box = tuple(slice(int(a), int(b)) for a, b in zip(lo1, hi1))
         inner = tuple(slice(int(a - l), int(b - l)) for a, b, l in zip(lo1, hi1, lo))
-        # (the columns ref, its gradient, 1 and the moved volume: the normal equations of
+        # (the columns ref, its gradient, the moved volume and 1: the normal equations of
         # ref, gradient and 1 against it in one matrix of their products)
-        p = _products([ref[box], *(g[box] for g in grads), moved[inner]])
+        p = _fit_sums(ref, grads, box, moved, inner)
         keep = [0, 1, 2, 3, 5]
         try:
             c = np.linalg.solve(p[np.ix_(keep, keep)], p[keep, 4])

@@ -1,0 +1,99 @@
+// The 3-D linear refinement's sums on the GPU (xcorr_app/alignment/volume/_linear.py):
+// overlap_sums, sum R(x + l) M(x) over the overlap at the 27 integer lags l = centre + o, o in
+// {-1, 0, 1}^3 (z slowest), in one read of both volumes (the CPU takes them from the circular
+// correlation less the wrapped-around boxes: on a GPU about 130 small reductions a volume, each
+// a launch and a wait); fit_products, the sums of the products of the Gauss-Newton fit's five
+// columns and a column of ones over a box.  Each block writes its partial sums to
+// partial[k * gridDim.x + blockIdx.x]; row_sums (row_reduce.cu) adds them in order: the same
+// numbers every run (no atomics).  Grid-stride, THREADS threads a block.
+
+#include "warp_reduce.cuh"
+
+// acc (this thread's K sums) added over the block; thread k < K writes sum k's partial.
+template <int K, int THREADS>
+__device__ __forceinline__ void block_partials(const double (&acc)[K], double* partial) {
+    __shared__ double red[THREADS / 32][K];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const double s = warp_sum(acc[k]);
+        if (lane == 0) red[warp][k] = s;
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < K; k += THREADS) {
+        double s = 0.0;
+        for (int w = 0; w < THREADS / 32; ++w) s += red[w][k];
+        partial[(long long)k * gridDim.x + blockIdx.x] = s;
+    }
+}
+
+// ref and vol (z, y, x) float32, C-contiguous; each product in float32 (as NumPy's a * b before
+// its float64 sum), added in double.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) overlap_sums(
+        const float* __restrict__ ref, const float* __restrict__ vol, int z, int y, int x,
+        int cz, int cy, int cx, double* __restrict__ partial) {
+    double acc[27];
+#pragma unroll
+    for (int k = 0; k < 27; ++k) acc[k] = 0.0;
+    const long long total = (long long)z * y * x;
+    for (long long t = (long long)blockIdx.x * THREADS + threadIdx.x; t < total;
+         t += (long long)gridDim.x * THREADS) {
+        const int i = (int)(t % x);
+        const long long row = t / x;
+        const int j = (int)(row % y), k = (int)(row / y);
+        const float m = vol[t];
+#pragma unroll
+        for (int dz = 0; dz < 3; ++dz) {
+            const int rz = k + cz + dz - 1;
+#pragma unroll
+            for (int dy = 0; dy < 3; ++dy) {
+                const int ry = j + cy + dy - 1;
+                const bool inside = rz >= 0 && rz < z && ry >= 0 && ry < y;
+                const float* line = ref + ((long long)rz * y + ry) * x;
+#pragma unroll
+                for (int dx = 0; dx < 3; ++dx) {
+                    const int rx = i + cx + dx - 1;
+                    if (inside && rx >= 0 && rx < x)
+                        acc[(dz * 3 + dy) * 3 + dx] += (double)__fmul_rn(line[rx], m);
+                }
+            }
+        }
+    }
+    block_partials<27, THREADS>(acc, partial);
+}
+
+// Over the box (bz, by, bx) at lo1 of the (.., y1, x1) arrays ref, gz, gy, gx and at lo2 of
+// the (.., y2, x2) array moved: the sums of v[a] * v[b], a <= b, of v = (ref, gz, gy, gx,
+// moved, 1) (20 sums: the pair (1, 1), the box's size, is left out), in double.
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) fit_products(
+        const float* __restrict__ ref, const float* __restrict__ gz,
+        const float* __restrict__ gy, const float* __restrict__ gx, int y1, int x1,
+        const float* __restrict__ moved, int y2, int x2, int bz, int by, int bx,
+        int oz1, int oy1, int ox1, int oz2, int oy2, int ox2, double* __restrict__ partial) {
+    double acc[20];
+#pragma unroll
+    for (int k = 0; k < 20; ++k) acc[k] = 0.0;
+    const long long total = (long long)bz * by * bx;
+    for (long long t = (long long)blockIdx.x * THREADS + threadIdx.x; t < total;
+         t += (long long)gridDim.x * THREADS) {
+        const int i = (int)(t % bx);
+        const long long row = t / bx;
+        const int j = (int)(row % by), k = (int)(row / by);
+        const long long a1 = ((long long)(k + oz1) * y1 + (j + oy1)) * x1 + (i + ox1);
+        const long long a2 = ((long long)(k + oz2) * y2 + (j + oy2)) * x2 + (i + ox2);
+        const double v[6] = {(double)ref[a1], (double)gz[a1], (double)gy[a1], (double)gx[a1],
+                             (double)moved[a2], 1.0};
+        int n = 0;
+#pragma unroll
+        for (int a = 0; a < 6; ++a) {
+#pragma unroll
+            for (int b = a; b < 6; ++b) {
+                if (a == 5 && b == 5) continue;
+                acc[n++] += v[a] * v[b];
+            }
+        }
+    }
+    block_partials<20, THREADS>(acc, partial);
+}

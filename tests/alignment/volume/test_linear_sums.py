@@ -1,0 +1,134 @@
+"""The 3-D linear refinement's sums: the overlap sums at the 27 lags around a peak
+(``cube_sums``), the Gauss-Newton fit's sums of products (``_fit_sums``) and the correlation
+along an axis (``taps_along``).  On the CPU from the circular correlation and by NumPy; on the
+GPU xcorr's kernels (kernels/alignment/linear3d.cu, kernels/filters/axis_taps.cu) against
+float64 references on odd sizes below a warp and above a block, into poisoned buffers."""
+
+import numpy as np
+import pytest
+
+from xcorr_app.alignment.volume import _linear
+from xcorr_app.filters import taps_along
+
+SHAPES = [(3, 5, 7), (9, 14, 17), (17, 40, 300)]
+
+
+def _volumes(shape, seed):
+    rng = np.random.default_rng(seed)
+    return (_linear.centred(rng.random(shape)), _linear.centred(rng.random(shape)))
+
+
+def _defined(ref, vol, lag):
+    """``sum R(x + lag) M(x)`` over the overlap, float64 sums of float32 products."""
+    (rlo, rhi), (mlo, mhi) = _linear._boxes(ref.shape, lag)
+    if any(h <= l for l, h in zip(rlo, rhi)):
+        return 0.0
+    a = ref[tuple(slice(l, h) for l, h in zip(rlo, rhi))]
+    b = vol[tuple(slice(l, h) for l, h in zip(mlo, mhi))]
+    return float((a * b).astype(np.float64).sum())
+
+
+def _centres(shape):
+    """Centres inside, at the faces (some of the 27 lags leave no overlap) and across."""
+    z, y, x = shape
+    return [(0, 0, 0), (1, -2, 3), (z - 1, 0, -(x - 1)), (-(z - 2), y - 2, 1), (z, 0, 0)]
+
+
+def _lags(centre):
+    return [tuple(int(v) for v in np.asarray(centre) + o) for o in _linear.OFFSETS]
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2])
+def test_cube_sums_cpu_are_their_definitions(shape):
+    ref, vol = _volumes(shape, sum(shape))
+    product = (np.fft.rfftn(ref) * np.conj(np.fft.rfftn(vol)))[None]
+    for centre in _centres(shape)[:4]:
+        lags = _lags(centre)[::2]  # (some of them, as the climb asks)
+        got = _linear.cube_sums(ref, vol, np.asarray(centre), product, lags)
+        assert list(got) == lags
+        for lag in lags:
+            assert got[lag] == pytest.approx(_defined(ref, vol, lag), rel=1e-5, abs=1e-4)
+
+
+def _poisoned_empty(cp, monkeypatch):
+    empty = cp.empty
+
+    def poisoned(shape, dtype=float, *args, **kw):
+        out = empty(shape, dtype, *args, **kw)
+        if np.dtype(dtype).kind == "f":
+            out.fill(np.nan)
+        return out
+
+    monkeypatch.setattr(cp, "empty", poisoned)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gpu_cube_sums_are_their_definitions(shape, monkeypatch):
+    import cupy as cp
+
+    ref, vol = _volumes(shape, sum(shape) + 1)
+    _poisoned_empty(cp, monkeypatch)
+    for centre in _centres(shape):
+        lags = _lags(centre)
+        got = _linear.cube_sums(cp.asarray(ref), cp.asarray(vol), np.asarray(centre), None,
+                                lags)
+        for lag in lags:
+            want = _defined(ref, vol, lag)
+            assert got[lag] == pytest.approx(want, rel=1e-9, abs=1e-9), (centre, lag)
+    again = _linear.cube_sums(cp.asarray(ref), cp.asarray(vol), np.zeros(3, np.int64), None,
+                              _lags((0, 0, 0)))
+    assert again == _linear.cube_sums(cp.asarray(ref), cp.asarray(vol), np.zeros(3, np.int64),
+                                      None, _lags((0, 0, 0)))  # (the same numbers every run)
+
+
+def _fit_case(shape, seed):
+    rng = np.random.default_rng(seed)
+    ref = rng.normal(size=shape).astype(np.float32)
+    grads = [rng.normal(size=shape).astype(np.float32) for _ in range(3)]
+    moved = rng.normal(size=(shape[0] - 1, shape[1] - 2, shape[2] - 1)).astype(np.float32)
+    box = (slice(1, shape[0] - 1), slice(2, shape[1] - 1), slice(1, shape[2] - 2))
+    inner = (slice(0, shape[0] - 2), slice(1, shape[1] - 2), slice(0, shape[2] - 3))
+    cols = [ref[box], *(g[box] for g in grads), moved[inner], np.ones(ref[box].shape)]
+    m = np.stack([c.astype(np.float64).ravel() for c in cols])
+    return ref, grads, moved, box, inner, m @ m.T
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2])
+def test_fit_sums_cpu(shape):
+    ref, grads, moved, box, inner, want = _fit_case(shape, 3)
+    np.testing.assert_allclose(_linear._fit_sums(ref, grads, box, moved, inner), want,
+                               rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gpu_fit_sums(shape, monkeypatch):
+    import cupy as cp
+
+    ref, grads, moved, box, inner, want = _fit_case(shape, 4)
+    _poisoned_empty(cp, monkeypatch)
+    got = _linear._fit_sums(cp.asarray(ref), [cp.asarray(g) for g in grads], box,
+                            cp.asarray(moved), inner)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_array_equal(got, got.T)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7,), (5, 33), (3, 9, 300), (2, 3, 5, 7)])
+def test_gpu_taps_along_equals_numpys_numbers(shape, dtype, monkeypatch):
+    import cupy as cp
+
+    a = np.random.default_rng(len(shape)).normal(size=shape).astype(dtype)
+    taps = [0.1, -0.25, 0.7, 0.33]
+    _poisoned_empty(cp, monkeypatch)
+    for axis in range(len(shape)):
+        n = shape[axis]
+        for start, length in [(0, n - 3), (1, max(0, n - 4))]:
+            if length <= 0:
+                continue
+            want = taps_along(a, taps, axis, start, length)
+            got = taps_along(cp.asarray(a), taps, axis, start, length)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.get(), want)  # (bit for bit: no fused multiply-add)
