@@ -63,6 +63,7 @@ Two volumes cut from a larger one, the second moved by a spline (not circularly)
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 
@@ -207,31 +208,48 @@ class VolumeSums:
         ix = [xp.asarray(i) for i in self.index]
         self.corner = to_numpy(f[ix[0][:, None, None], ix[1][None, :, None],
                                  ix[2][None, None, :]]).astype(np.float64)
+        # (prefix sums of the slabs, planes and corner blocks: a box is a few lookups, where
+        # NumPy's sums of small slices took most of a GPU run's host time)
+        # (the planes' and the corner's over the kept ends only: a cut lies inside them)
+        self._slabs = [_prefix(p).tolist() for p in self.prof]
+        self._planes = tuple(((a, b), _prefix(plane[np.ix_(self.index[a], self.index[b])]))
+                             for (a, b), plane in (((0, 1), self.zy), ((0, 2), self.zx),
+                                                   ((1, 2), self.yx)))
+        self._corner = _prefix(self.corner)
+        self._index = [i.tolist() for i in self.index]
 
     def box(self, lo, hi) -> float:
         """The sum over the box ``[lo, hi)`` (per axis), where each axis loses at most one end
         (``lo == 0`` or ``hi == n``) no deeper than the ``ends`` kept."""
         cut = [_cut(lo[a], hi[a], n) for a, n in enumerate(self.shape)]
-        total = 0.0
-        for w in itertools.product((0, 1), repeat=3):
-            if any(w[a] and cut[a] is None for a in range(3)):
-                continue
-            k = sum(w)
-            if k == 0:
-                part = self.total
-            elif k == 1:
-                a = w.index(1)
-                part = float(self.prof[a][cut[a]].sum())
-            elif k == 2:
-                a, b = (i for i in range(3) if w[i])
-                plane = {(0, 1): self.zy, (0, 2): self.zx, (1, 2): self.yx}[(a, b)]
-                part = float(plane[cut[a]][:, cut[b]].sum())
-            else:
-                sel = [np.flatnonzero((self.index[a] >= cut[a].start)
-                                      & (self.index[a] < cut[a].stop)) for a in range(3)]
-                part = float(self.corner[np.ix_(*sel)].sum())
-            total += -part if k % 2 else part
+        total = self.total
+        for a in range(3):
+            if cut[a] is not None:
+                total -= self._slabs[a][cut[a][1]] - self._slabs[a][cut[a][0]]
+        # (each cut as positions among the kept ends)
+        at = [None if c is None else (bisect.bisect_left(i, c[0]), bisect.bisect_left(i, c[1]))
+              for i, c in zip(self._index, cut)]
+        for (a, b), t in self._planes:
+            if at[a] is not None and at[b] is not None:
+                (a0, a1), (b0, b1) = at[a], at[b]
+                total += t.item(a1, b1) - t.item(a0, b1) - t.item(a1, b0) + t.item(a0, b0)
+        if None not in at:
+            (z0, z1), (y0, y1), (x0, x1) = at
+            t = self._corner
+            total -= (t.item(z1, y1, x1) - t.item(z0, y1, x1) - t.item(z1, y0, x1)
+                      - t.item(z1, y1, x0) + t.item(z0, y0, x1) + t.item(z0, y1, x0)
+                      + t.item(z1, y0, x0) - t.item(z0, y0, x0))
         return total
+
+
+def _prefix(a) -> np.ndarray:
+    """``a``'s inclusive prefix sums along every axis, a zero in front along each (float64):
+    the sum over ``[i0, i1) x [j0, j1) ...`` from the ``2 ** ndim`` corners."""
+    out = np.zeros(tuple(n + 1 for n in a.shape))
+    out[tuple(slice(1, None) for _ in a.shape)] = a
+    for axis in range(a.ndim):
+        np.cumsum(out, axis=axis, out=out)
+    return out
 
 
 def _end_index(n, t):
@@ -244,11 +262,11 @@ def _end_index(n, t):
 
 
 def _cut(lo, hi, n):
-    """The slice an axis's box ``[lo, hi)`` leaves out (None: nothing)."""
+    """``(start, stop)`` of what an axis's box ``[lo, hi)`` leaves out (None: nothing)."""
     if lo > 0:
-        return slice(0, lo)
+        return (0, lo)
     if hi < n:
-        return slice(hi, n)
+        return (hi, n)
     return None
 
 
