@@ -198,16 +198,24 @@ class VolumeSums:
             f = xp.empty_like(values)
             xp.multiply(values[..., :-1], values[..., 1:], out=f[..., :-1])
             xp.multiply(values[..., -1], values[..., -2], out=f[..., -1])
-        self.shape = tuple(int(n) for n in values.shape)
-        self.zy = to_numpy(f.sum(axis=2, dtype=xp.float64))
-        self.zx = to_numpy(f.sum(axis=1, dtype=xp.float64))
-        self.yx = to_numpy(f.sum(axis=0, dtype=xp.float64))
+        self.shape = z, y, x = tuple(int(n) for n in values.shape)
+        self.index = [_end_index(n, int(t)) for n, t in zip(self.shape, ends)]
+        # (the three marginals and the corner blocks into one buffer: one copy to the host)
+        shapes = [(z, y), (z, x), (y, x), tuple(len(i) for i in self.index)]
+        sizes = [int(np.prod(p)) for p in shapes]
+        starts = np.cumsum([0] + sizes)
+        buf = xp.empty(int(starts[-1]), xp.float64)
+        zy, zx, yx, corner = (buf[a:a + n].reshape(p) for a, n, p in zip(starts, sizes, shapes))
+        f.sum(axis=2, dtype=xp.float64, out=zy)
+        f.sum(axis=1, dtype=xp.float64, out=zx)
+        f.sum(axis=0, dtype=xp.float64, out=yx)
+        ix = [xp.asarray(i) for i in self.index]
+        corner[...] = f[ix[0][:, None, None], ix[1][None, :, None], ix[2][None, None, :]]
+        host = to_numpy(buf)
+        self.zy, self.zx, self.yx, self.corner = (
+            host[a:a + n].reshape(p) for a, n, p in zip(starts, sizes, shapes))
         self.total = float(self.zy.sum())
         self.prof = (self.zy.sum(axis=1), self.zy.sum(axis=0), self.zx.sum(axis=0))
-        self.index = [_end_index(n, int(t)) for n, t in zip(self.shape, ends)]
-        ix = [xp.asarray(i) for i in self.index]
-        self.corner = to_numpy(f[ix[0][:, None, None], ix[1][None, :, None],
-                                 ix[2][None, None, :]]).astype(np.float64)
         # (prefix sums of the slabs, planes and corner blocks: a box is a few lookups, where
         # NumPy's sums of small slices took most of a GPU run's host time)
         # (the planes' and the corner's over the kept ends only: a cut lies inside them)
