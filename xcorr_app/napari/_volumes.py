@@ -103,28 +103,27 @@ def volumes_of(data, axes: str, channel=None):
     return np.moveaxis(data, [axes.index("T"), axes.index("Z")], [0, 1])
 
 
-def _reference(volumes, reference, watch):
+def _reference(volumes, options, watch):
     """``(volume, its description)``: the first, the mean (summed a step at a time) or
-    that of an index."""
+    that of an index (``options.reference``)."""
     t = volumes.shape[0]
-    if isinstance(reference, str) and reference == "first":
+    if options.from_first:
         return np.asarray(volumes[0]), "the first volume"
-    if isinstance(reference, str):  # "mean" (VolumeOptions has checked it)
+    if options.from_mean:
         total = 0.0
         for a in range(0, t, VOLUMES_PER_STEP):
             watch(0)
             total = total + np.asarray(volumes[a:a + VOLUMES_PER_STEP]).sum(0, dtype=np.float64)
         return total / t, f"the mean of the {t} volumes"
-    if not -t <= int(reference) < t:
-        raise InputError(f"reference {reference} is outside the stack's {t} volumes")
-    return np.asarray(volumes[int(reference)]), f"volume {int(reference) % t}"
+    i = options.reference_index(t)
+    return np.asarray(volumes[i]), f"volume {i}"
 
 
 def measure_volumes(volumes, options: VolumeOptions, watch) -> VolumeResult:
     """The :class:`~xcorr_app.alignment.volume.VolumeResult` of ``volumes`` (T, Z, Y, X),
     measured :data:`VOLUMES_PER_STEP` at a time (``watch`` called between)."""
     t = volumes.shape[0]
-    ref, described = _reference(volumes, options.reference, watch)
+    ref, described = _reference(volumes, options, watch)
     import dask.array as da
 
     first = options._decided(reference=0)  # (each step: the reference, then its volumes)

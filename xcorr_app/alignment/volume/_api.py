@@ -200,6 +200,24 @@ class VolumeOptions(RunOptions):
         put("max_deviation", check_deviation(self.max_deviation))
         put("patch_overlap", parse_overlap(self.patch_overlap, ndim=3))
 
+    @property
+    def from_first(self) -> bool:
+        """Whether the reference is the first volume."""
+        return isinstance(self.reference, str) and self.reference == "first"
+
+    @property
+    def from_mean(self) -> bool:
+        """Whether the reference is the mean of the volumes (a pass of its own)."""
+        return isinstance(self.reference, str) and self.reference == "mean"
+
+    def reference_index(self, t) -> int:
+        """The reference volume's index in a stack of ``t`` volumes (an index reference;
+        negative: from the end); InputError outside the stack (the one check that needs the
+        stack)."""
+        if not -t <= int(self.reference) < t:
+            raise InputError(f"reference {self.reference} is outside the stack's {t} volumes")
+        return int(self.reference) % t
+
 
 def plan_chunk(shape, xp, memory_limit=None, itemsize=2):
     """How many volumes of ``shape`` (T, Z, Y, X) of ``itemsize`` bytes a voxel one chunk
@@ -232,26 +250,22 @@ def fitting_chunk(n, fixed, per, most, xp, memory_limit, need, remedy):
     return int(max(1, min(n, most, (budget - fixed) // per)))
 
 
-def reference_volume(source, reference, device="auto", chunk=8):
-    """The reference volume of a :class:`~._source.Volumes` (``"first"``, ``"mean"`` or an
-    index) on its device: ``(volume, its description, the device)``."""
-    dev = compute_device(source.data, device=device)
-    return (*_reference(source, reference, xp_for(dev), chunk), dev)
+def reference_volume(source, options, chunk=8):
+    """The reference volume of a :class:`~._source.Volumes` (``options.reference``: the
+    first, the mean or an index) on ``options.device``: ``(volume, its description, the
+    device)``."""
+    dev = compute_device(source.data, device=options.device)
+    return (*_reference(source, options, xp_for(dev), chunk), dev)
 
 
-def _reference(source, reference, xp, chunk):
+def _reference(source, options, xp, chunk):
     t = source.shape[0]
-    if isinstance(reference, str):
-        if reference == "first":
-            return source.read(0, 1, xp, scale="each")[0], "the first volume"
-        if reference == "mean":
-            return _mean_volume(source, xp, chunk), f"the mean of the {t} volumes"
-    elif isinstance(reference, (int, np.integer)) and not isinstance(reference, bool):
-        if not -t <= int(reference) < t:
-            raise InputError(f"reference {reference} is outside the stack's {t} volumes")
-        i = int(reference) % t
-        return source.read(i, i + 1, xp, scale="each")[0], f"volume {i}"
-    raise InputError(f"reference {reference!r}: use 'first', 'mean' or a volume index")
+    if options.from_first:
+        return source.read(0, 1, xp, scale="each")[0], "the first volume"
+    if options.from_mean:
+        return _mean_volume(source, xp, chunk), f"the mean of the {t} volumes"
+    i = options.reference_index(t)
+    return source.read(i, i + 1, xp, scale="each")[0], f"volume {i}"
 
 
 def _mean_volume(source, xp, chunk):
@@ -397,7 +411,7 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     """:func:`align_volumes` of the built ``options``; ``vote_only``: ``boundary="auto"``'s
     vote only (:func:`decide_boundary`; ``between()`` called between its chunks)."""
     source = open_volumes(with_axes(stack, options.axes), channel=options.channel)
-    bounds, upsample, reference = options.max_shift, options.upsample, options.reference
+    bounds, upsample = options.max_shift, options.upsample
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
     dev = compute_device(source.data, device=options.device)
     if dev == "gpu" and np.dtype(source.data.dtype) == np.float32:
@@ -419,12 +433,11 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     with contextlib.ExitStack() as held:
         # read ahead (on the GPU copied on two streams) while the device works on the chunk
         # before; the reference's spectrum made at the first chunk (the mean's: a pass before)
-        late = isinstance(reference, str) and reference == "mean"
-        first = isinstance(reference, str) and reference == "first"
+        late, first = options.from_mean, options.from_first
         ref_spec = ref_norm = ref_name = None
         ref = None  # (the reference volume and its name: the patches' template too)
         if late:  # (the mean: a pass over the volumes itself, before theirs)
-            ref = _reference(source, reference, xp, chunk)
+            ref = _reference(source, options, xp, chunk)
             ref_spec, ref_norm, ref_name = _reference_spectrum(*ref, xp)
             lin_ref = _linear_reference(ref[0], ref_spec, options.vote) if linear else None
             ref = ref if options.patches is not None else None
@@ -432,7 +445,7 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
         for start, data in chunks:
             if ref_spec is None:  # (volume 0 from the first chunk: no read and copy of its own)
                 ref = ((source.read(0, 1, xp, data[:1], scale="each")[0], "the first volume")
-                       if first else _reference(source, reference, xp, chunk))
+                       if first else _reference(source, options, xp, chunk))
                 ref_spec, ref_norm, ref_name = _reference_spectrum(*ref, xp)
                 lin_ref = _linear_reference(ref[0], ref_spec, options.vote) if linear else None
                 ref = ref if options.patches is not None else None

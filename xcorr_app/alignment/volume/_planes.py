@@ -21,7 +21,7 @@ from ...backend import xp_for
 from ...correlate import fft_of
 from ...errors import InputError
 from ...registration import DEFAULT_UPSAMPLE, refine_upsampled
-from ._api import parse_max_shift, reference_volume
+from ._api import VolumeOptions, parse_max_shift, reference_volume
 from ._dft3 import window_lags
 from ._shift import shift_volumes
 from ._source import open_volumes
@@ -60,7 +60,7 @@ def refine_planes(stack, shifts, reference="first", max_shift=None,
         raise InputError(f"max_shift {max_shift!r}: give one bound or two (dy, dx), px")
     bound = parse_max_shift((0,) + xy)[1:] if max_shift is not None else (None, None)
     t, (z, h, w) = source.shape[0], source.shape[1:]
-    ref, _, dev = reference_volume(source, reference, device)
+    ref, _, dev = reference_volume(source, VolumeOptions(reference=reference, device=device))
     xp = xp_for(dev)
     fft = fft_of(xp)
     ref = ref.astype(xp.float32)
