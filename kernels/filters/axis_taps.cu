@@ -1,7 +1,8 @@
 // A correlation along one axis of an n-D array (xcorr_app/filters/_axis_taps.py, for
 // xcorr_app/filters/_api.py taps_along): out[o, i, n] = sum_k taps[k] * in[o, start + i + k, n]
 // (o over the axes before, n over those after), each tap a product and a sum in order, rounded
-// as CuPy's multiply and add round them (no fused multiply-add: the numbers of the NumPy path).
+// as separate multiplies and adds round them (no fused multiply-add: the slices' numbers; the
+// build decides whether subnormals are flushed).
 // One pass where the slices' operations made two a tap (the 3-D Gauss-Newton steps' gaussian
 // and Keys' shift: 54 passes over a volume).  Grid-stride, a thread an output.
 

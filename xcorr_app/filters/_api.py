@@ -246,10 +246,10 @@ def taps_along(array, taps, axis, start, length):
     """
     xp = array_module_of(array)
     if xp is not np:
-        from ._axis_taps import AXIS_TYPES, axis_taps
+        from ._axis_taps import axis_taps, kernel_takes
 
-        if np.dtype(array.dtype) in AXIS_TYPES:
-            return axis_taps(array, taps, axis, start, length)
+        if kernel_takes(array, taps, axis, start, length):
+            return axis_taps(array, taps, axis % array.ndim, start, length)
     acc = None
     for k, w in enumerate(taps):
         cut = [slice(None)] * array.ndim

@@ -1,6 +1,7 @@
 """GPU launcher of :func:`~xcorr_app.filters._api.taps_along` (``kernels/filters/axis_taps.cu``):
 a correlation along one axis of a float CuPy array in one pass, with the numbers of the
-slices' multiplies and adds (each tap a product then a sum, in order, no fused multiply-add).
+slices' multiplies and adds (each tap a product then a sum, in order, no fused multiply-add;
+bit for bit on normal numbers: subnormals are flushed to zero or kept as the kernel was built).
 
 The slices' way takes two elementwise operations a tap, each a pass over the array: the 3-D
 Gauss-Newton steps' gaussian and Keys' shift made 54 passes over each volume.
@@ -18,7 +19,7 @@ import numpy as np
 
 from .._cuda import KernelFamily, stride_blocks
 
-__all__ = ["axis_taps", "AXIS_TYPES"]
+__all__ = ["axis_taps", "kernel_takes", "AXIS_TYPES"]
 
 #: array types the kernel takes (others keep the slices' way)
 AXIS_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
@@ -26,10 +27,20 @@ THREADS = 256
 AXIS_TAPS = KernelFamily("axis_taps.cu", "axis_taps", [(t,) for t in ("float", "double")])
 
 
+def kernel_takes(array, taps, axis, start, length) -> bool:
+    """Whether :func:`axis_taps` computes this correlation: an array of :data:`AXIS_TYPES`,
+    an axis it has, taps, and every slice inside the axis (others keep the slices' way, which
+    answers or refuses them as NumPy's slicing does)."""
+    if np.dtype(array.dtype) not in AXIS_TYPES or not -array.ndim <= axis < array.ndim:
+        return False
+    n = array.shape[axis]
+    return len(taps) >= 1 and length >= 0 and 0 <= start and start + len(taps) - 1 + length <= n
+
+
 def axis_taps(array, taps, axis, start, length):
-    """``sum_k taps[k] * array[start + k : start + k + length]`` along ``axis`` of a CuPy array
-    of :data:`AXIS_TYPES`, in its type (:func:`~xcorr_app.filters._api.taps_along`'s
-    numbers)."""
+    """``sum_k taps[k] * array[start + k : start + k + length]`` along ``axis`` (>= 0) of a CuPy
+    array, in its type (:func:`~xcorr_app.filters._api.taps_along`'s numbers), where
+    :func:`kernel_takes` it."""
     import cupy as cp
 
     array = cp.ascontiguousarray(array)

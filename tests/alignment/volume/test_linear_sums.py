@@ -1,14 +1,13 @@
 """The 3-D linear refinement's sums: the overlap sums at the 27 lags around a peak
-(``cube_sums``), the Gauss-Newton fit's sums of products (``_fit_sums``) and the correlation
-along an axis (``taps_along``).  On the CPU from the circular correlation and by NumPy; on the
-GPU xcorr's kernels (kernels/alignment/linear3d.cu, kernels/filters/axis_taps.cu) against
-float64 references on odd sizes below a warp and above a block, into poisoned buffers."""
+(``cube_sums``), the Gauss-Newton fit's sums of products (``_fit_sums``) and a volume's sums
+over boxes (``VolumeSums``).  On the CPU from the circular correlation and by NumPy; on the
+GPU xcorr's kernels (kernels/alignment/linear3d.cu) against float64 references on odd sizes
+below a warp and above a block, into poisoned buffers."""
 
 import numpy as np
 import pytest
 
 from xcorr_app.alignment.volume import _linear
-from xcorr_app.filters import taps_along
 
 SHAPES = [(3, 5, 7), (9, 14, 17), (17, 40, 300)]
 
@@ -63,7 +62,7 @@ def _poisoned_empty(cp, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", SHAPES + [(5, 256, 256)])  # (the last: a second stride)
 def test_gpu_cube_sums_are_their_definitions(shape, monkeypatch):
     import cupy as cp
 
@@ -111,24 +110,30 @@ def test_gpu_fit_sums(shape, monkeypatch):
     got = _linear._fit_sums(cp.asarray(ref), [cp.asarray(g) for g in grads], box,
                             cp.asarray(moved), inner)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
-    np.testing.assert_array_equal(got, got.T)
+
+
+def test_volume_sums_refuse_a_box_deeper_than_their_ends():
+    vol = _volumes((6, 9, 11), 5)[1]
+    sums = _linear.VolumeSums(vol, (1, 1, 1))
+    assert sums.box((1, 0, 0), (6, 9, 10)) == pytest.approx(
+        float(vol[1:, :, :10].astype(np.float64).sum()), abs=1e-9)
+    with pytest.raises(ValueError, match="deeper"):
+        sums.box((2, 0, 0), (6, 9, 11))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape", [(7,), (5, 33), (3, 9, 300), (2, 3, 5, 7)])
-def test_gpu_taps_along_equals_numpys_numbers(shape, dtype, monkeypatch):
+@pytest.mark.parametrize("kind", ["plain", "squares", "neighbours"])
+def test_gpu_volume_sums_equal_the_hosts(kind, monkeypatch):
     import cupy as cp
 
-    a = np.random.default_rng(len(shape)).normal(size=shape).astype(dtype)
-    taps = [0.1, -0.25, 0.7, 0.33]
+    vol = _volumes((7, 33, 300), 6)[1]
+    ends = (2, 3, 4)
+    want = _linear.VolumeSums(vol, ends, kind)
     _poisoned_empty(cp, monkeypatch)
-    for axis in range(len(shape)):
-        n = shape[axis]
-        for start, length in [(0, n - 3), (1, max(0, n - 4))]:
-            if length <= 0:
-                continue
-            want = taps_along(a, taps, axis, start, length)
-            got = taps_along(cp.asarray(a), taps, axis, start, length)
-            assert got.dtype == want.dtype and got.shape == want.shape
-            np.testing.assert_array_equal(got.get(), want)  # (bit for bit: no fused multiply-add)
+    got = _linear.VolumeSums(cp.asarray(vol), ends, kind)
+    for a, b in [(want.zy, got.zy), (want.zx, got.zx), (want.yx, got.yx),
+                 (want.corner, got.corner)]:
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
+    for lag in [(1, -2, 3), (-2, 3, -4), (0, 0, 0)]:
+        lo, hi = _linear._boxes(vol.shape, lag)[1]
+        assert got.box(lo, hi) == pytest.approx(want.box(lo, hi), rel=1e-9, abs=1e-9)

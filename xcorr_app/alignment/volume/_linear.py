@@ -14,9 +14,10 @@ call as much.  Here:
   more): without the seams it lands within a voxel of the truth on most volumes, where the
   plain one missed by more on most (by up to 5.8 voxels); the climb below does the rest.
 * **ZNCC over the overlap** (:func:`linear_refine`) at the 27 integer lags around it: the
-  sums ``sum R(x + l) M(x)`` over the overlap are the circular correlation's values (exact at
-  integer lags: :func:`~._dft3.samples3d`) less what wrapped around (the thin boxes of the
-  other side), each volume's sums over the overlap from its marginal sums.  The climb moves
+  sums ``sum R(x + l) M(x)`` over the overlap (:func:`cube_sums`) are on the CPU the circular
+  correlation's values (exact at integer lags: :func:`~._dft3.samples3d`) less what wrapped
+  around (the thin boxes of the other side), on the GPU summed directly (one kernel, one read
+  of both volumes); each volume's sums over the overlap from its marginal sums.  The climb moves
   to the best neighbour until the centre is the best (at most :data:`CLIMB_STEPS` steps,
   never past ``max_shift``).
 * **Noise-free energies**: the energies of the ZNCC's denominator are the sums of products of
@@ -75,7 +76,7 @@ from ...correlate import fft_of
 from ._dft3 import AXES, parabola_vertex, samples3d
 from ._rows import item_sums
 
-__all__ = ["smooth_spectrum", "VolumeSums", "linear_refine", "quadratic_peak",
+__all__ = ["smooth_spectrum", "VolumeSums", "cube_sums", "linear_refine", "quadratic_peak",
            "gauss_newton", "keys_shift", "wrap_ratio", "WrapVote", "circular_start",
            "CLIMB_STEPS", "NEIGHBOUR_SHARE", "WRAP_SHARE", "WRAP_VOLUMES", "GN_SIGMA",
            "GN_STEPS", "GN_MAX_STEP", "GN_EDGE", "GN_PLANE_VOXELS"]
@@ -159,8 +160,8 @@ def _device_id(xp) -> int:
 def _inverse_laplacian(shape, complex_type, module, device):
     """``1 / (sum_a 2 cos(2 pi k_a / N_a) - 6)`` over the half spectrum of ``shape`` (0 at
     zero frequency), real of ``complex_type``'s precision, on ``module``'s device ``device``:
-    made once a shape (NumPy's cosines of a 64x512x512 volume's spectrum took about 40 ms of
-    host time a chunk)."""
+    made once a shape (NumPy's cosines over a large volume's spectrum are a chunk's host time
+    otherwise)."""
     import importlib
 
     z, y, x = shape
@@ -234,9 +235,11 @@ class VolumeSums:
         for a in range(3):
             if cut[a] is not None:
                 total -= self._slabs[a][cut[a][1]] - self._slabs[a][cut[a][0]]
-        # (each cut as positions among the kept ends)
+        # (each cut as positions among the kept ends; one deeper would sum a part of it)
         at = [None if c is None else (bisect.bisect_left(i, c[0]), bisect.bisect_left(i, c[1]))
               for i, c in zip(self._index, cut)]
+        if any(p is not None and p[1] - p[0] != c[1] - c[0] for p, c in zip(at, cut)):
+            raise ValueError(f"a box of {lo}..{hi} cuts deeper than the kept ends")
         for (a, b), t in self._planes:
             if at[a] is not None and at[b] is not None:
                 (a0, a1), (b0, b1) = at[a], at[b]
@@ -519,19 +522,25 @@ def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
         msum["squares"] = VolumeSums(vol, ends, "squares")
     energies = (rsum[kind], msum[kind])
     seen = {}
-    for _ in range(CLIMB_STEPS + 1):
-        lags = [tuple(int(v) for v in centre + o) for o in OFFSETS]
+
+    def around(c):  # (the 27 lags around c, the ZNCC of those not seen yet measured)
+        lags = [tuple(int(v) for v in c + o) for o in OFFSETS]
         todo = [l for l in lags if l not in seen]
         if todo:
-            got = cube_sums(reference.values, vol, centre, product, todo)
-            z = zncc_values(todo, [got[l] for l in todo], rsum["plain"], msum["plain"],
-                            energies)
-            seen.update(zip(todo, z))
+            got = cube_sums(reference.values, vol, c, product, todo)
+            seen.update(zip(todo, zncc_values(todo, [got[l] for l in todo], rsum["plain"],
+                                              msum["plain"], energies)))
+        return lags
+
+    for _ in range(CLIMB_STEPS + 1):
+        lags = around(centre)
         best = max(lags, key=lambda l: (seen[l], -sum(abs(np.array(l) - centre))))
         step = np.array(best) - centre
         if not step.any() or not _allowed(best, shape, bounds):
             break
         centre = np.array(best)
+    else:
+        around(centre)  # (the last step moved: the fit needs the new centre's neighbours)
     final = [tuple(int(v) for v in centre + o) for o in OFFSETS]
     cube = np.array([seen[l] for l in final]).reshape(3, 3, 3)
     peak = float(cube[1, 1, 1])
@@ -777,7 +786,7 @@ def circular_start(product, shape, coarse, bounds):
     grid = to_numpy(samples3d(product, shape, centre.astype(np.float64)[None], 1.0, 3,
                               nyquist=True))[0].ravel()
     lags = [tuple(int(v) for v in centre + o)
-            for o in itertools.product((-1, 0, 1), repeat=3)]
+            for o in OFFSETS]
     best = max((i for i, l in enumerate(lags) if _allowed(l, shape, bounds)),
                key=lambda i: grid[i])
     return np.array(lags[best], np.int64)
