@@ -29,7 +29,7 @@ from .rigid import window as make_window
 from ._run import run_alignment
 
 def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
-                    subpixel="gaussian", upsample=DEFAULT_UPSAMPLE, prefilter=None,
+                    subpixel="auto", upsample=DEFAULT_UPSAMPLE, prefilter=None,
                     window="none", device="auto"):
     """Shifts of a batch of frames already in memory against one reference (or one each).
 
@@ -50,7 +50,8 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     normalization : {"zncc", "none", "phase"}
         ``zncc``: zero-normalized per shift over the overlap; ``none``: mean-subtracted sums;
         ``phase``: phase correlation (circular, by FFT).
-    subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
+    subpixel : {"auto", "gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
+        As for :func:`align` (``auto``: ``upsample`` for phase correlation, else ``gaussian``).
     upsample : int
         Factor of the upsampled-DFT refinement (``subpixel="upsample"``).
     prefilter : {None, "gaussian:S", "dog:S1,S2"}
@@ -79,7 +80,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
     max_shift = normalize_max_shift(max_shift)
     upsample = AlignOptions(subpixel="upsample", upsample=upsample).upsample  # (align's check)
-    check_choices(normalization, subpixel)
+    subpixel = check_choices(normalization, subpixel)
     pre = prefilter_for(prefilter, normalization)
     mov = xp.asarray(frames)
     mov = mov[None] if mov.ndim == 2 else mov
@@ -152,10 +153,12 @@ path or ndarray
         ``zncc`` (default): zero-normalized cross-correlation per shift over the overlap, from
         summed-area tables; ``none``: mean-subtracted correlation sums; ``phase``: phase
         correlation (circular, by FFT).
-    subpixel : {"gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
-        ``gaussian`` (default) and ``parabolic`` fit the 3x3 neighbourhood of the peak in 2-D,
-        the ``...3`` variants intersect 3-point fits along the rows and columns, ``upsample``
-        refines by the upsampled DFT (Guizar-Sicairos) to ``1 / upsample`` px.
+    subpixel : {"auto", "gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none"}
+        ``auto`` (default): ``upsample`` for phase correlation (whose peak is too sharp for a
+        3x3 fit), else ``gaussian``; ``gaussian`` and ``parabolic`` fit the 3x3 neighbourhood
+        of the peak in 2-D, the ``...3`` variants intersect 3-point fits along the rows and
+        columns, ``upsample`` refines by the upsampled DFT (Guizar-Sicairos) to ``1 /
+        upsample`` px.
     upsample : int, optional
         Upsampling factor (1 to 100) of the upsampled DFT: ``subpixel="upsample"`` and the
         circular refinement (``boundary``); default 20.

@@ -65,7 +65,7 @@ class AlignOptions(RunOptions):
     reference: object = "first"
     max_shift: tuple | None = None
     normalization: str = "zncc"
-    subpixel: str = "gaussian"
+    subpixel: str = "auto"
     upsample: int | None = None
     prefilter: str | None = "auto"
     window: str | None = "none"
@@ -95,7 +95,7 @@ class AlignOptions(RunOptions):
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
         put("max_shift", normalize_max_shift(_no_bool(self.max_shift, "max_shift")))
-        check_choices(self.normalization, self.subpixel)
+        put("subpixel", check_choices(self.normalization, self.subpixel))
         _choice("boundary", self.boundary, BOUNDARIES)
         _choice("lucas_kanade", self.lucas_kanade, LUCAS_KANADE)
         _choice("device", self.device, DEVICES)

@@ -52,7 +52,8 @@ MEASURE_OPTIONS = (
                  show_default=True,
                  help="Subpixel refinement: 2-D fit on the 3x3 peak neighbourhood (gaussian, "
                       "parabolic), 3-point fits along rows and columns (...3), or upsampled "
-                      "DFT (upsample)."),
+                      "DFT (upsample); auto: upsample with --normalization phase, else "
+                      "gaussian."),
     click.option("--upsample", type=int, default=DEFAULT["upsample"], metavar="K",
                  help="Upsampling factor (1-100) of --subpixel upsample and the circular "
                       f"refinement (resolution 1/K px).  [default: {DEFAULT_UPSAMPLE}]"),

@@ -55,7 +55,7 @@ class Measurer:
 
     def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None,
                  tune=False, boundary="linear", mask=None):
-        check_choices(normalization, subpixel)
+        subpixel = check_choices(normalization, subpixel)
         self.xp, self.dev = xp, "cpu" if xp is np else "gpu"
         self.bound = search_range(frame_shape, max_shift)
         self.unbounded = max_shift is None

@@ -11,7 +11,7 @@ from ...errors import InputError
 from ...registration import DEFAULT_UPSAMPLE
 from ._preprocess import parse_prefilter
 
-SUBPIXEL = ("gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
+SUBPIXEL = ("auto", "gaussian", "parabolic", "gaussian3", "parabolic3", "upsample", "none")
 NORMALIZATIONS = ("zncc", "none", "phase")
 #: upsampling of the FFT reference measurement (the upsampled DFT's default)
 FFT_REFERENCE_UPSAMPLE = DEFAULT_UPSAMPLE
@@ -49,13 +49,23 @@ def search_range(frame_shape, max_shift):
     return (frame_shape[0] // 2, frame_shape[1] // 2)
 
 
-def check_choices(normalization, subpixel):
-    """Refuse an unknown subpixel method or normalization (:class:`InputError`)."""
+def check_choices(normalization, subpixel) -> str:
+    """Refuse an unknown subpixel method or normalization (:class:`InputError`); the subpixel
+    method with ``"auto"`` decided: the upsampled DFT for phase correlation, whose peak is too
+    sharp for a fit to its 3x3 neighbourhood (docs/performance.md), as scikit-image's
+    ``phase_cross_correlation`` refines it; else ``"gaussian"``.
+
+    >>> check_choices("phase", "auto"), check_choices("zncc", "auto"), check_choices("phase", "none")
+    ('upsample', 'gaussian', 'none')
+    """
     if subpixel not in SUBPIXEL:
         raise InputError(f"unknown subpixel method {subpixel!r}; use one of {', '.join(SUBPIXEL)}")
     if normalization not in NORMALIZATIONS:
         raise InputError(f"unknown normalization {normalization!r}; use one of "
                          f"{', '.join(NORMALIZATIONS)}")
+    if subpixel == "auto":
+        return "upsample" if normalization == "phase" else "gaussian"
+    return subpixel
 
 
 def prefilter_for(prefilter, normalization, features=None):
