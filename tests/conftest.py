@@ -84,6 +84,23 @@ def poisoned(xp, shape, dtype=np.float32):
     return xp.full(shape, np.nan, dtype=dtype)
 
 
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """``cupy.empty`` gives float buffers full of NaN for the test: a launcher's output that a
+    kernel leaves unwritten fails the check."""
+    import cupy as cp
+
+    empty = cp.empty
+
+    def allocate(shape, dtype=float, *args, **kw):
+        out = empty(shape, dtype, *args, **kw)
+        if np.dtype(dtype).kind == "f":
+            out.fill(np.nan)
+        return out
+
+    monkeypatch.setattr(cp, "empty", allocate)
+
+
 def rel_error(got, ref) -> float:
     """max |got - ref| / max |ref| (NaN anywhere in ``got`` gives inf)."""
     got = np.asarray(got, dtype=np.float64)
