@@ -9,24 +9,6 @@
 
 #include "warp_reduce.cuh"
 
-// acc (this thread's K sums) added over the block; thread k < K writes sum k's partial.
-template <int K, int THREADS>
-__device__ __forceinline__ void block_partials(const double (&acc)[K], double* partial) {
-    __shared__ double red[THREADS / 32][K];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const double s = warp_sum(acc[k]);
-        if (lane == 0) red[warp][k] = s;
-    }
-    __syncthreads();
-    for (int k = threadIdx.x; k < K; k += THREADS) {
-        double s = 0.0;
-        for (int w = 0; w < THREADS / 32; ++w) s += red[w][k];
-        partial[(long long)k * gridDim.x + blockIdx.x] = s;
-    }
-}
-
 // ref and vol (z, y, x) float32, C-contiguous; each product in float32 (as NumPy's a * b before
 // its float64 sum), added in double.
 template <int THREADS>
@@ -60,7 +42,7 @@ __global__ void __launch_bounds__(THREADS) overlap_sums(
             }
         }
     }
-    block_partials<27, THREADS>(acc, partial);
+    store_block_sums<27, THREADS>(acc, partial, gridDim.x, 1);
 }
 
 // Over the box (bz, by, bx) at lo1 of the (.., y1, x1) arrays ref, gz, gy, gx and at lo2 of
@@ -95,5 +77,5 @@ __global__ void __launch_bounds__(THREADS) fit_products(
             }
         }
     }
-    block_partials<20, THREADS>(acc, partial);
+    store_block_sums<20, THREADS>(acc, partial, gridDim.x, 1);
 }

@@ -25,25 +25,6 @@ struct GradientPair {
     }
 };
 
-// The block's M sums (each warp's by shuffles, then the warps' in order) to partial[b * M + m].
-template <int M, int THREADS>
-__device__ __forceinline__ void store_block_sums(const double (&acc)[M], double* partial) {
-    constexpr int WARPS = THREADS / 32;
-    __shared__ double part[M][WARPS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-        const double s = warp_sum(acc[m]);
-        if (lane == 0) part[m][warp] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x < M) {
-        double s = 0.0;
-        for (int i = 0; i < WARPS; ++i) s += part[threadIdx.x][i];
-        partial[(size_t)blockIdx.x * M + threadIdx.x] = s;
-    }
-}
-
 // The template's figures (RegionFigures of one region): from the template's area `tmpl` and
 // the same area prepared `prep` (rows, cols) float32,
 //   t = tmpl - t_mean (float32, to t_out), q = (prep - q_mean) / q_den (double), the gradient
@@ -91,7 +72,7 @@ __global__ void __launch_bounds__(THREADS) template_figures(
             acc[8] += gx * gx;
         }
     }
-    store_block_sums<M, THREADS>(acc, partial);
+    store_block_sums<M, THREADS>(acc, partial, 1, M);
 }
 
 // A mean image's figures for its sharpness: v = float32(img * scale) (rows, cols), d = v less
@@ -125,7 +106,7 @@ __global__ void __launch_bounds__(THREADS) image_figures(
             acc[3] += (double)(gx * gx);
         }
     }
-    store_block_sums<M, THREADS>(acc, partial);
+    store_block_sums<M, THREADS>(acc, partial, 1, M);
 }
 
 // acc[i] += frames[k][y0 + i / cols][x0 + i % cols] (as float32) for each frame k of n (h x w

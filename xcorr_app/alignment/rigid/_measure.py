@@ -36,7 +36,7 @@ from ...registration import (Bands, GpuSurfaces, band_plan, banded_surface, fft_
                             refine_upsampled, refined_shifts, surface_peaks, zncc, zncc_left)
 from ...streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices, keep_freed_memory,
                          one_blas_thread, plan_memory)
-from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, check_choices, fft_reference,
+from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_UPSAMPLE, fft_reference,
                        search_range)
 from ._frame_stats import pack_rows
 from ._mask import NAN_MASK, fill_masked, filter_reach, measured_mask, measured_masks
@@ -51,11 +51,12 @@ class Measurer:
     A :class:`~xcorr_app.registration._bands.Bands` plan measures frames too large to
     correlate at once band by band (:func:`~xcorr_app.registration._bands.banded_surface`).
     With a ``mask`` ((H, W) bool, the pixels used) every surface is the masked ZNCC
-    (:func:`~xcorr_app.registration._masked.masked_zncc_surfaces`) instead."""
+    (:func:`~xcorr_app.registration._masked.masked_zncc_surfaces`) instead.  ``subpixel`` comes
+    decided (:func:`~xcorr_app.alignment.rigid.check_choices` at the entry point: never
+    ``"auto"``)."""
 
     def __init__(self, xp, frame_shape, max_shift, normalization, subpixel, upsample, plan=None,
                  tune=False, boundary="linear", mask=None):
-        subpixel = check_choices(normalization, subpixel)
         self.xp, self.dev = xp, "cpu" if xp is np else "gpu"
         self.bound = search_range(frame_shape, max_shift)
         self.unbounded = max_shift is None
