@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .. import backend
 from ..io import FrameRange
-from ..streaming import DEFAULT_CHUNK, DeviceChunks, host_copies
+from ..streaming import DEFAULT_CHUNK, DeviceChunks, HostCopy, host_copies
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                block_sums, frame_sums, sharpness,
                                template_moments, template_refs)
@@ -344,11 +345,27 @@ def _nanmedian(a):
 def _nanquantile(a, q):
     """The ``q`` quantile (the lower of the nearest ranks) of each column of a (N, ...) float
     array, NaNs left out; NaN for a column of NaNs."""
-    columns = np.sort(np.moveaxis(a, 0, -1), axis=-1)  # (NaNs sort last)
-    n = (~np.isnan(columns)).sum(axis=-1)
-    at = np.clip(np.floor(q * (n - 1)).astype(np.int64), 0, None)[..., None]
-    out = np.take_along_axis(columns, at, axis=-1)[..., 0]
-    return np.where(n > 0, out, np.nan)
+    return _sorted_columns(a).quantile(q)
+
+
+class _sorted_columns:
+    """A (N, ...) float array's columns sorted once (NaNs last): their medians and quantiles
+    read off the same sort (:func:`_flags` wants both of every patch region's column)."""
+
+    def __init__(self, a):
+        self.s = np.sort(np.moveaxis(a, 0, -1), axis=-1)
+        self.n = (~np.isnan(self.s)).sum(axis=-1)
+
+    def _at(self, i):
+        return np.take_along_axis(self.s, i[..., None], axis=-1)[..., 0]
+
+    def median(self):
+        """``np.nanmedian(a, axis=0)`` (a number in every column)."""
+        return (self._at((self.n - 1) // 2) + self._at(self.n // 2)) / 2
+
+    def quantile(self, q):
+        at = np.clip(np.floor(q * (self.n - 1)).astype(np.int64), 0, None)
+        return np.where(self.n > 0, self._at(at), np.nan)
 
 
 def _percentiles(a, qs) -> list:
@@ -373,19 +390,21 @@ def _flags(before, after, residual):
     med = np.full(columns.shape[1], np.nan)
     mad = np.full(columns.shape[1], np.nan)
     seen = np.isfinite(columns).any(axis=0)
-    if seen.any():
-        kept = columns[:, seen]
-        med[seen] = _nanmedian(kept)
-        mad[seen] = 1.4826 * _nanmedian(np.abs(kept - med[seen]))
-    bound = (med - np.maximum(POOR_DEVIATIONS * mad, POOR_DROP)).reshape(after.shape[1:])
     best = np.full(columns.shape[1], np.nan)
     if seen.any():
-        best[seen] = _nanquantile(columns[:, seen], BEST_QUANTILE)
+        kept = columns[:, seen]
+        ranked = _sorted_columns(kept)
+        med[seen] = ranked.median()
+        best[seen] = ranked.quantile(BEST_QUANTILE)
+        mad[seen] = 1.4826 * _nanmedian(np.abs(kept - med[seen]))
+    bound = (med - np.maximum(POOR_DEVIATIONS * mad, POOR_DROP)).reshape(after.shape[1:])
     with np.errstate(invalid="ignore"):
         best = best.reshape(after.shape[1:])
         low = (after < bound) | ((best > 0) & (after < BEST_SHARE * best))
-        off = (np.abs(residual) > RESIDUAL_LIMIT).any(axis=-1)
-    poor = ~finite | ~np.isfinite(residual).all(axis=-1) | low | off
+        # (the two components apart: NumPy's any/all over an axis of 2 took 10x as long)
+        dy, dx = residual[..., 0], residual[..., 1]
+        off = (np.abs(dy) > RESIDUAL_LIMIT) | (np.abs(dx) > RESIDUAL_LIMIT)
+    poor = ~finite | ~(np.isfinite(dy) & np.isfinite(dx)) | low | off
     worse = finite & np.isfinite(before) & (after < before - WORSE_BY)
     return worse, poor
 
@@ -595,15 +614,18 @@ class PatchQuality:
     (:meth:`add`): the frames as they came, warped by their fields (the run's output) and
     their prepared copies warped the same way, each summed over the area the patch regions
     span and over every patch region at once (:class:`~._quality_figures.TileRegions`: on the
-    GPU a kernel a figure, each pixel read once; the sums kept in buffers of the range, copied
-    to the host once), the figures made of the sums at the end (:meth:`result`,
-    :class:`~._quality_figures.TemplateRegions`), against ``template`` (the image the pass
+    GPU a kernel a figure, each pixel read once), the figures made of each chunk's sums
+    (:class:`~._quality_figures.TemplateRegions`), against ``template`` (the image the pass
     measured against, as it came).
 
     The last patch pass adds each chunk while it holds it (its frames, prepared copies, fields
     and warped frames): the report then reads the stack no more.  Other executors' runs
     measure it in a pass of its own (:func:`measure_quality`).  The residual is measured on
-    the prepared frames warped (the prefilter is a convolution: it commutes with a shift)."""
+    the prepared frames warped (the prefilter is a convolution: it commutes with a shift).
+
+    Each chunk's figures are made of its sums as they land (on the GPU by a thread that waits
+    for the chunk's copy: the host's arithmetic overlaps the device's later chunks instead of
+    following the pass); :meth:`result` adds only the flags, which want every frame."""
 
     def __init__(self, opts, xp, template, centres, size, start, n, frame_shape, whole):
         half = (np.asarray(size, np.float64) - 1) / 2.0
@@ -625,6 +647,13 @@ class PatchQuality:
         self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
         # (the chunks' streams read what is set up here: set up before the pass)
         self.moments = [xp.empty((n, count, m), xp.float64) for m in (3, 3, 4)]
+        self.figures = np.empty((n, count, 4))  # (before, after, residual dy and dx)
+        self._regions = None  # (TemplateRegions: made by the first chunk's figures)
+        self._pending = []
+        if xp is not np:  # (copied behind the template's kernels; waited for by the thread)
+            self.template = [HostCopy(a) for a in self.template]
+            self._device = xp.cuda.Device()
+            self._figuring = ThreadPoolExecutor(1, thread_name_prefix="xcorr-quality")
 
     def add(self, at, frames, field, prepared=None, warped=None, ok=None):
         """Frames ``at:at + len(frames)`` of the stack as they came, with their fields
@@ -655,17 +684,39 @@ class PatchQuality:
             self.tiles.moments(moved, self.g_ref, (0, 0), out=residual)
         ok_dev = None if ok is None or ok.all() else xp.asarray(ok)
         self.sums.add(frames, warped, ok_dev, self.area, None if box else self.area)
+        if xp is np:
+            self._figure(i, (before, after, residual))
+        else:  # (queued on the chunk's stream behind its sums)
+            copies = [HostCopy(m) for m in (before, after, residual)]
+            self._pending.append(self._figuring.submit(self._figure, i, copies))
+
+    def _figure(self, i, sums):
+        """The figures of frames ``i:`` of the range from their sums (NumPy, or
+        :class:`~xcorr_app.streaming.HostCopy` of them: waited for here)."""
+        if self.xp is not np:
+            with self._device:
+                sums = [c.result() for c in sums]
+                if self._regions is None:
+                    self.template = [c.result() for c in self.template]
+        if self._regions is None:
+            self._regions = TemplateRegions(self.tiles, self.template)
+        f = self._regions
+        b, a, r = sums
+        out = self.figures[i:i + len(b)]
+        out[..., 0], out[..., 1], out[..., 2:] = f.zncc(b), f.zncc(a), f.residual(r)
 
     def result(self, ok, host=True):
         """What :func:`measure_quality`'s parts are, of this range (after the device
         finished): the area's rows (n, 4), its means' sums (on the host with ``host``; or
         their sharpness where the range is the stack), the count of frames with a field
         (``ok`` (n,) NumPy), and the patch regions' rows (n, P, 4)."""
-        copied = host_copies([*self.moments, *self.template, self.finite, self.constant])
-        b, a, r = copied[:3]
-        f = TemplateRegions(self.tiles, copied[3:7])
-        finite, constant = copied[7:]
-        before, after, residual = f.zncc(b), f.zncc(a), f.residual(r)
+        for done in self._pending:
+            done.result()  # (a figure's error raised here)
+        if self.xp is not np:
+            self._figuring.shutdown(wait=False)
+        finite, constant = host_copies([self.finite, self.constant])
+        before, after = self.figures[..., 0], self.figures[..., 1]
+        residual = self.figures[..., 2:]
         rows = _rows(before[:, 0], after[:, 0], residual[:, 0], finite, constant, ok)
         after = np.where(ok[:, None], after[:, 1:], np.nan)
         residual = np.where(np.isfinite(after)[..., None], residual[:, 1:], np.nan)
