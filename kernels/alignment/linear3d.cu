@@ -79,3 +79,55 @@ __global__ void __launch_bounds__(THREADS) fit_products(
     }
     store_block_sums<20, THREADS>(acc, partial, gridDim.x, 1);
 }
+
+// VolumeSums' items of a float32 (z, y, x) volume at flat index i (x along its last axis of
+// X >= 2): KIND 0 the value, 1 its square, 2 its product with its x neighbour (the next, the
+// previous at the last column), each product in float32 as NumPy's.
+template <int KIND>
+__device__ __forceinline__ double volume_item(const float* __restrict__ v, long long i, int xi,
+                                              int X) {
+    const float a = v[i];
+    if (KIND == 0) return (double)a;
+    if (KIND == 1) return (double)__fmul_rn(a, a);
+    return (double)__fmul_rn(a, v[xi < X - 1 ? i + 1 : i - 1]);
+}
+
+// marginal_sums: out[p * cols + c] = sum over r of volume_item(v at (p * rows + r) * cols + c),
+// in r's order (the volume seen as (planes, rows, cols): a marginal over any one axis).  A
+// thread an output, grid-stride, its loads unrolled (in flight together: few outputs, long
+// rows).  CuPy's sums along an axis compile at first use: seconds of a cold 3-D run.
+template <int KIND, int THREADS>
+__global__ void __launch_bounds__(THREADS) marginal_sums(
+        const float* __restrict__ v, long long planes, long long rows, long long cols, int X,
+        double* __restrict__ out) {
+    const long long total = planes * cols;
+    for (long long t = (long long)blockIdx.x * THREADS + threadIdx.x; t < total;
+         t += (long long)gridDim.x * THREADS) {
+        const long long p = t / cols, c = t % cols;
+        const long long base = p * rows * cols + c;
+        const int cx = (int)(c % X);  // (cols a multiple of X: the column's x; 1: the row's r)
+        double s = 0.0;
+#pragma unroll 8
+        for (long long r = 0; r < rows; ++r)
+            s += volume_item<KIND>(v, base + r * cols, cols == 1 ? (int)r : cx, X);
+        out[t] = s;
+    }
+}
+
+// corner_values: out[(a * nb + b) * nc + c] = volume_item at (iz[a], iy[b], ix[c]) of the
+// (z, y, x) volume (the corner blocks VolumeSums keeps; CuPy's fancy indexing compiles two
+// kernels at first use).
+template <int KIND, int THREADS>
+__global__ void __launch_bounds__(THREADS) corner_values(
+        const float* __restrict__ v, int y, int x, const int* __restrict__ iz,
+        const int* __restrict__ iy, const int* __restrict__ ix, int na, int nb, int nc,
+        double* __restrict__ out) {
+    const long long total = (long long)na * nb * nc;
+    for (long long t = (long long)blockIdx.x * THREADS + threadIdx.x; t < total;
+         t += (long long)gridDim.x * THREADS) {
+        const int c = (int)(t % nc);
+        const long long ab = t / nc;
+        const int b = (int)(ab % nb), a = (int)(ab / nb);
+        out[t] = volume_item<KIND>(v, ((long long)iz[a] * y + iy[b]) * x + ix[c], ix[c], x);
+    }
+}

@@ -117,6 +117,18 @@ def test_wrap_around_stacks_keep_the_circular_refinement():
     np.testing.assert_allclose(res.shifts, -true, atol=0.005)
 
 
+@pytest.mark.gpu
+def test_gpu_matches_cpu(stack):
+    """The default on the GPU (the vote's overlap sum by overlap_sums, the centring by the row
+    sums, VolumeSums by the marginal kernels: no CuPy reduction to compile) gives the CPU's
+    decision and shifts."""
+    frames, _ = stack
+    cpu, gpu = (align_volumes(frames, device=d) for d in ("cpu", "gpu"))
+    assert gpu.device == "gpu" and "boundary auto: cropped" in cpu.notes[2]
+    assert gpu.notes[2] == cpu.notes[2]
+    np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=1e-3)
+
+
 def test_the_bound_holds_the_climb(stack):
     frames, truth = stack
     res = align_volumes(frames, device="cpu", max_shift=(0, 8, 8))

@@ -109,16 +109,22 @@ def test_volume_sums_refuse_a_box_deeper_than_their_ends():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["plain", "squares", "neighbours"])
-def test_gpu_volume_sums_equal_the_hosts(kind, poisoned_empty):
+@pytest.mark.parametrize("shape, ends", [
+    ((7, 33, 300), (2, 3, 4)),
+    ((3, 5, 2), (1, 3, 1)),  # (x's two columns each other's neighbour; y's ends meet: kept whole)
+    ((2, 600, 500), (1, 5, 7)),  # (past one grid of the marginal kernel: 300,000 outputs)
+])
+def test_gpu_volume_sums_equal_the_hosts(kind, shape, ends, poisoned_empty):
+    """VolumeSums of CuPy volumes (linear3d.cu's marginal_sums and corner_values, the items
+    made as read) against the host's, every kind, sizes under a warp and past a grid."""
     import cupy as cp
 
-    vol = _volumes((7, 33, 300), 6)[1]
-    ends = (2, 3, 4)
+    vol = _volumes(shape, 6)[1]
     want = _linear.VolumeSums(vol, ends, kind)
     got = _linear.VolumeSums(cp.asarray(vol), ends, kind)
     for a, b in [(want.zy, got.zy), (want.zx, got.zx), (want.yx, got.yx),
                  (want.corner, got.corner)]:
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
-    for lag in [(1, -2, 3), (-2, 3, -4), (0, 0, 0)]:
+    for lag in [(1, -2, 1), (-1, 3, -1), (0, 0, 0)]:
         lo, hi = _linear._boxes(vol.shape, lag)[1]
         assert got.box(lo, hi) == pytest.approx(want.box(lo, hi), rel=1e-9, abs=1e-9)

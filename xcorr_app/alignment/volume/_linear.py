@@ -112,6 +112,12 @@ SUM_THREADS = 256
 SUM_BLOCKS = 1024
 OVERLAP_SUMS = KernelFamily("linear3d.cu", "overlap_sums", [(SUM_THREADS,)])
 FIT_PRODUCTS = KernelFamily("linear3d.cu", "fit_products", [(SUM_THREADS,)])
+#: VolumeSums' kinds of item, as the marginal kernels number them
+KINDS = ("plain", "squares", "neighbours")
+MARGINAL_SUMS = KernelFamily("linear3d.cu", "marginal_sums",
+                             [(k, SUM_THREADS) for k in range(len(KINDS))])
+CORNER_VALUES = KernelFamily("linear3d.cu", "corner_values",
+                             [(k, SUM_THREADS) for k in range(len(KINDS))])
 #: the 27 integer offsets around a lag, z slowest (the order of the kernel's sums)
 OFFSETS = np.array(list(itertools.product((-1, 0, 1), repeat=3)), np.int64)
 
@@ -192,13 +198,6 @@ class VolumeSums:
 
     def __init__(self, values, ends, kind="plain"):
         xp = array_module_of(values)
-        f = values
-        if kind == "squares":
-            f = values * values
-        elif kind == "neighbours":
-            f = xp.empty_like(values)
-            xp.multiply(values[..., :-1], values[..., 1:], out=f[..., :-1])
-            xp.multiply(values[..., -1], values[..., -2], out=f[..., -1])
         self.shape = z, y, x = tuple(int(n) for n in values.shape)
         self.index = [_end_index(n, int(t)) for n, t in zip(self.shape, ends)]
         # (the three marginals and the corner blocks into one buffer: one copy to the host)
@@ -207,11 +206,21 @@ class VolumeSums:
         starts = np.cumsum([0] + sizes)
         buf = xp.empty(int(starts[-1]), xp.float64)
         zy, zx, yx, corner = (buf[a:a + n].reshape(p) for a, n, p in zip(starts, sizes, shapes))
-        f.sum(axis=2, dtype=xp.float64, out=zy)
-        f.sum(axis=1, dtype=xp.float64, out=zx)
-        f.sum(axis=0, dtype=xp.float64, out=yx)
-        ix = [xp.asarray(i) for i in self.index]
-        corner[...] = f[ix[0][:, None, None], ix[1][None, :, None], ix[2][None, None, :]]
+        if xp is not np and values.dtype == np.float32 and x >= 2:
+            _gpu_marginals(values, KINDS.index(kind), self.index, (zy, zx, yx, corner))
+        else:
+            f = values
+            if kind == "squares":
+                f = values * values
+            elif kind == "neighbours":
+                f = xp.empty_like(values)
+                xp.multiply(values[..., :-1], values[..., 1:], out=f[..., :-1])
+                xp.multiply(values[..., -1], values[..., -2], out=f[..., -1])
+            f.sum(axis=2, dtype=xp.float64, out=zy)
+            f.sum(axis=1, dtype=xp.float64, out=zx)
+            f.sum(axis=0, dtype=xp.float64, out=yx)
+            ix = [xp.asarray(i) for i in self.index]
+            corner[...] = f[ix[0][:, None, None], ix[1][None, :, None], ix[2][None, None, :]]
         host = to_numpy(buf)
         self.zy, self.zx, self.yx, self.corner = (
             host[a:a + n].reshape(p) for a, n, p in zip(starts, sizes, shapes))
@@ -261,6 +270,26 @@ def _prefix(a) -> np.ndarray:
     for axis in range(a.ndim):
         np.cumsum(out, axis=axis, out=out)
     return out
+
+
+def _gpu_marginals(values, kind, index, out):
+    """:class:`VolumeSums`' marginals and corner blocks of a float32 CuPy volume into ``out``
+    (zy, zx, yx, corner: float64 views) by ``linear3d.cu``'s kernels, the items (``kind``:
+    :data:`KINDS`) made as they are read."""
+    import cupy as cp
+
+    v = cp.ascontiguousarray(values)
+    z, y, x = (int(n) for n in v.shape)
+    zy, zx, yx, corner = out
+    # (each marginal as (planes, rows, cols), summed over rows)
+    for o, (planes, rows, cols) in ((zy, (z * y, x, 1)), (zx, (z, y, x)), (yx, (1, z, y * x))):
+        blocks = stride_blocks(planes * cols, SUM_THREADS, SUM_BLOCKS)
+        MARGINAL_SUMS.get(kind, SUM_THREADS)((blocks,), (SUM_THREADS,), (
+            v, np.int64(planes), np.int64(rows), np.int64(cols), np.int32(x), o))
+    iz, iy, ix = (cp.asarray(i.astype(np.int32)) for i in index)
+    blocks = stride_blocks(corner.size, SUM_THREADS, SUM_BLOCKS)
+    CORNER_VALUES.get(kind, SUM_THREADS)((blocks,), (SUM_THREADS,), (
+        v, np.int32(y), np.int32(x), iz, iy, ix, *(np.int32(len(i)) for i in index), corner))
 
 
 def _end_index(n, t):
@@ -472,14 +501,25 @@ class Reference:
         return self._sums
 
 
+def _sum64(a, squares=False):
+    """The float64 sum of ``a``'s items (``squares``: of their squares, in ``a``'s type); on
+    the GPU by xcorr's row sums (CuPy's is a CUB reduction that NVRTC compiles at first use,
+    seconds of a cold run)."""
+    xp = array_module_of(a)
+    if xp is np:
+        return (a * a if squares else a).sum(dtype=np.float64)
+    return item_sums(xp.ascontiguousarray(a)[None], squares)[0]
+
+
 def centred(volume):
     """``volume`` less its mean (summed in float64), float32, as :func:`~._dft3.spectrum`
     centres it."""
     xp = array_module_of(volume)
     v = xp.asarray(volume, dtype=xp.float32)
+    total = _sum64(v)
     # (xp.subtract: CuPy hands ``array - number`` to NumPy's ufunc protocol, whose first use
     # imports cupyx)
-    return xp.subtract(v, float(v.sum(dtype=xp.float64)) / v.size, dtype=xp.float32)
+    return xp.subtract(v, float(total) / v.size, dtype=xp.float32)
 
 
 def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
@@ -514,7 +554,7 @@ def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
     ends = np.minimum(np.abs(centre) + CLIMB_STEPS + 2, np.asarray(shape))
     rsum = reference.sums(ends)
     msum = {k: VolumeSums(vol, ends, k) for k in ("plain", "neighbours")}
-    squares = float((vol * vol).sum(dtype=xp.float64))
+    squares = float(_sum64(vol, squares=True))
     kind = "neighbours"
     if not (rsum["neighbours"].total >= NEIGHBOUR_SHARE * rsum["squares"].total
             and msum["neighbours"].total >= NEIGHBOUR_SHARE * squares):
@@ -674,7 +714,8 @@ def wrap_ratio(reference, volume, product, lag):
     not its texture, and the differences keep the texture only.  The circular correlation of
     the differences is the volumes' weighted by ``|exp(2 pi i kx / X) - 1| ** 2``, less the
     terms of the last column (``v(0) - v(X - 1)``: the seam, which matched itself in cropped
-    volumes); the overlap's is summed directly (:func:`linear_sums`)."""
+    volumes); the overlap's is summed directly (:func:`cube_sums` on the GPU, else
+    :func:`linear_sums`)."""
     xp = array_module_of(volume)
     shape = tuple(int(n) for n in volume.shape)
     lag = [int(v) for v in lag]
@@ -694,7 +735,11 @@ def wrap_ratio(reference, volume, product, lag):
     circ -= _seam_terms(gr[0], gr[3], dv, lag)
     dv[..., -1] = 0.0
     gm = (VolumeSums(dv, ends), VolumeSums(dv, ends, "squares"))
-    inside = float(linear_sums(gr[0], dv, [tuple(lag)], [circ])[0])
+    lag = tuple(lag)
+    # (on the GPU the overlap sums' kernel: linear_sums' strided products and sums of thin
+    # boxes were some 20 CuPy kernels compiled at first use, most of a cold run)
+    inside = float(cube_sums(gr[0], dv, np.asarray(lag), None, [lag])[lag]) \
+        if xp is not np else float(linear_sums(gr[0], dv, [lag], [circ])[0])
     sums = []
     for part in ("overlap", "wrapped"):
         sr, er = (s.box(rlo, rhi) for s in gr[1:3])
@@ -733,10 +778,10 @@ def _seam_terms(ref, seam, vol, lag):
         plane = seam if c == x - 1 else ref[..., c]
         return xp.roll(plane, (-lz, -ly), axis=(0, 1))
 
-    t1 = (vol[..., x - 1] * ref_column((x - 1 + lx) % x)).sum(dtype=xp.float64)
+    t1 = _sum64(vol[..., x - 1] * ref_column((x - 1 + lx) % x))
     if lx % x == 0:
         return float(t1)
-    t2 = (vol[..., (x - 1 - lx) % x] * ref_column(x - 1)).sum(dtype=xp.float64)
+    t2 = _sum64(vol[..., (x - 1 - lx) % x] * ref_column(x - 1))
     return float(t1 + t2)
 
 
