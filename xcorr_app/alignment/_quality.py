@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -214,7 +215,7 @@ def report_of(parts, shifts, area, grid=None, xp=np):
     ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``; ``xp``: where
     the means' sharpness is measured (a Dask client's GPU: its workers' means come as NumPy
     arrays, whose adds and gradients on the host were slow)."""
-    rows = np.concatenate([p[0] for p in parts])
+    rows = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
     whole = [p[1]["sharpness"] for p in parts if "sharpness" in p[1]]
     if whole:  # (a part of the whole stack measured its means' sharpness where they lay)
         sharp = whole[0]
@@ -231,7 +232,8 @@ def report_of(parts, shifts, area, grid=None, xp=np):
         report.residual_rotation_deg, report.rotated = rows[:, 4], rows[:, 5] > 0
         report.poor |= rows[:, 6] > 0  # (off by pixels at the centre: the patches say so)
     if grid is not None:
-        prow = np.concatenate([p[3] for p in parts])  # (N, P, 4)
+        # (N, P, 4)
+        prow = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
         pworse, ppoor = _flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
         n = len(prow)
         report.patch_before, report.patch_after = (prow[..., k].reshape(n, *grid)
@@ -389,10 +391,10 @@ def _flags(before, after, residual):
     columns = after.reshape(len(after), -1)  # (a region a column; frames: one)
     med = np.full(columns.shape[1], np.nan)
     mad = np.full(columns.shape[1], np.nan)
-    seen = np.isfinite(columns).any(axis=0)
+    seen = finite.reshape(columns.shape).any(axis=0)
     best = np.full(columns.shape[1], np.nan)
     if seen.any():
-        kept = columns[:, seen]
+        kept = columns if seen.all() else columns[:, seen]
         ranked = _sorted_columns(kept)
         med[seen] = ranked.median()
         best[seen] = ranked.quantile(BEST_QUANTILE)
@@ -654,6 +656,8 @@ class PatchQuality:
             self.template = [HostCopy(a) for a in self.template]
             self._device = xp.cuda.Device()
             self._figuring = ThreadPoolExecutor(1, thread_name_prefix="xcorr-quality")
+            # (a run that stops before result(): the thread ends with the report)
+            weakref.finalize(self, self._figuring.shutdown, False)
 
     def add(self, at, frames, field, prepared=None, warped=None, ok=None):
         """Frames ``at:at + len(frames)`` of the stack as they came, with their fields
@@ -710,17 +714,20 @@ class PatchQuality:
         finished): the area's rows (n, 4), its means' sums (on the host with ``host``; or
         their sharpness where the range is the stack), the count of frames with a field
         (``ok`` (n,) NumPy), and the patch regions' rows (n, P, 4)."""
-        for done in self._pending:
-            done.result()  # (a figure's error raised here)
-        if self.xp is not np:
-            self._figuring.shutdown(wait=False)
+        try:
+            for done in self._pending:
+                done.result()  # (a figure's error raised here)
+        finally:
+            if self.xp is not np:
+                self._figuring.shutdown(wait=False)
         finite, constant = host_copies([self.finite, self.constant])
-        before, after = self.figures[..., 0], self.figures[..., 1]
-        residual = self.figures[..., 2:]
-        rows = _rows(before[:, 0], after[:, 0], residual[:, 0], finite, constant, ok)
-        after = np.where(ok[:, None], after[:, 1:], np.nan)
-        residual = np.where(np.isfinite(after)[..., None], residual[:, 1:], np.nan)
-        per_patch = np.concatenate([before[:, 1:, None], after[..., None], residual], axis=2)
+        f = self.figures
+        rows = _rows(f[:, 0, 0], f[:, 0, 1], f[:, 0, 2:], finite, constant, ok)
+        # (the regions' rows as the figures lie: after NaN without a field, the residual NaN
+        # where after is)
+        per_patch = f[:, 1:].copy()
+        per_patch[~ok, :, 1] = np.nan
+        per_patch[..., 2:][~np.isfinite(per_patch[..., 1])] = np.nan
         counted = int(ok.sum())
         return rows, self.sums.means(self.whole, self.n, counted, host), counted, per_patch
 

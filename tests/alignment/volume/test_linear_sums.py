@@ -125,6 +125,7 @@ def test_gpu_volume_sums_equal_the_hosts(kind, shape, ends, poisoned_empty):
     for a, b in [(want.zy, got.zy), (want.zx, got.zx), (want.yx, got.yx),
                  (want.corner, got.corner)]:
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
-    for lag in [(1, -2, 1), (-1, 3, -1), (0, 0, 0)]:
+    for lag in [(ends[0], -ends[1], ends[2]), (-ends[0], ends[1], -1), (0, 0, 0)]:  # (cuts
+        # as deep as the kept ends)
         lo, hi = _linear._boxes(vol.shape, lag)[1]
         assert got.box(lo, hi) == pytest.approx(want.box(lo, hi), rel=1e-9, abs=1e-9)

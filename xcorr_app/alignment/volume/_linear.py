@@ -782,7 +782,7 @@ def _seam_terms(ref, seam, vol, lag):
     if lx % x == 0:
         return float(t1)
     t2 = _sum64(vol[..., (x - 1 - lx) % x] * ref_column(x - 1))
-    return float(t1 + t2)
+    return float(t1) + float(t2)  # (two host floats: a CuPy add compiles at first use)
 
 
 class WrapVote:
