@@ -7,7 +7,7 @@ only that the fallback answers the same."""
 import numpy as np
 import pytest
 
-from xcorr_app.alignment.volume._rows import item_sums, knock_out, row_first_max
+from xcorr_app.alignment.volume._rows import item_sums, knock_out, row_first_max, total64
 
 
 def _rows(shape, seed):
@@ -88,6 +88,23 @@ def test_item_sums_of_squares(xp_name, dtype):
         want = np.square(a).astype(np.float64).sum(axis=(1, 2, 3))
         got = item_sums(xp.asarray(a), squares=True)
         np.testing.assert_allclose(got.get() if hasattr(got, "get") else got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("squares", [False, True])
+def test_total64_is_the_float64_sum(xp_name, squares):
+    """``total64``: every item's (or square's) float64 sum, of a contiguous volume and of a
+    strided plane (as the seam terms pass), sizes under a warp and over a block."""
+    import importlib
+
+    xp = importlib.import_module(xp_name)
+    for shape in [(3, 5, 7), (4, 9, 301)]:
+        a = np.random.default_rng(shape[-1]).normal(size=shape).astype(np.float32) * 30
+        on = xp.asarray(a)
+        for part, there in ((a, on), (a[..., -1], on[..., -1])):
+            want = (np.square(part) if squares else part).astype(np.float64).sum()
+            got = float(total64(there, squares))
+            assert got == pytest.approx(float(want), rel=1e-12, abs=1e-9)
 
 
 def _knocked_reference(win, at, e, whole):

@@ -74,7 +74,7 @@ from ..._cuda import KernelFamily, stride_blocks
 from ...backend import array_module_of, to_numpy
 from ...correlate import fft_of
 from ._dft3 import AXES, parabola_vertex, samples3d
-from ._rows import item_sums
+from ._rows import item_sums, total64
 
 __all__ = ["smooth_spectrum", "VolumeSums", "cube_sums", "linear_refine", "quadratic_peak",
            "gauss_newton", "keys_shift", "wrap_ratio", "WrapVote", "circular_start",
@@ -501,22 +501,12 @@ class Reference:
         return self._sums
 
 
-def _sum64(a, squares=False):
-    """The float64 sum of ``a``'s items (``squares``: of their squares, in ``a``'s type); on
-    the GPU by xcorr's row sums (CuPy's is a CUB reduction that NVRTC compiles at first use,
-    seconds of a cold run)."""
-    xp = array_module_of(a)
-    if xp is np:
-        return (a * a if squares else a).sum(dtype=np.float64)
-    return item_sums(xp.ascontiguousarray(a)[None], squares)[0]
-
-
 def centred(volume):
     """``volume`` less its mean (summed in float64), float32, as :func:`~._dft3.spectrum`
     centres it."""
     xp = array_module_of(volume)
     v = xp.asarray(volume, dtype=xp.float32)
-    total = _sum64(v)
+    total = total64(v)
     # (xp.subtract: CuPy hands ``array - number`` to NumPy's ufunc protocol, whose first use
     # imports cupyx)
     return xp.subtract(v, float(total) / v.size, dtype=xp.float32)
@@ -554,7 +544,7 @@ def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
     ends = np.minimum(np.abs(centre) + CLIMB_STEPS + 2, np.asarray(shape))
     rsum = reference.sums(ends)
     msum = {k: VolumeSums(vol, ends, k) for k in ("plain", "neighbours")}
-    squares = float(_sum64(vol, squares=True))
+    squares = float(total64(vol, squares=True))
     kind = "neighbours"
     if not (rsum["neighbours"].total >= NEIGHBOUR_SHARE * rsum["squares"].total
             and msum["neighbours"].total >= NEIGHBOUR_SHARE * squares):
@@ -778,10 +768,10 @@ def _seam_terms(ref, seam, vol, lag):
         plane = seam if c == x - 1 else ref[..., c]
         return xp.roll(plane, (-lz, -ly), axis=(0, 1))
 
-    t1 = _sum64(vol[..., x - 1] * ref_column((x - 1 + lx) % x))
+    t1 = total64(vol[..., x - 1] * ref_column((x - 1 + lx) % x))
     if lx % x == 0:
         return float(t1)
-    t2 = _sum64(vol[..., (x - 1 - lx) % x] * ref_column(x - 1))
+    t2 = total64(vol[..., (x - 1 - lx) % x] * ref_column(x - 1))
     return float(t1) + float(t2)  # (two host floats: a CuPy add compiles at first use)
 
 
