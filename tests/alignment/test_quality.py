@@ -234,7 +234,7 @@ def test_the_sorted_median_and_percentiles_are_numpys():
     for n in (1, 2, 3, 10, 101):
         a = rng.random(n) * 1e3
         assert _percentiles(a, (5, 50, 95)) == np.percentile(a, [5, 50, 95]).tolist()
-    from xcorr_app.alignment._quality import _nanquantile
+    from xcorr_app.alignment._quality import _SortedColumns
 
     for shape in [(1, 3), (5, 4), (9, 2, 3)]:
         a = rng.random(shape)
@@ -242,7 +242,10 @@ def test_the_sorted_median_and_percentiles_are_numpys():
         a[:, 0] = np.nan  # (a column of NaNs: NaN)
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
             want = np.nanpercentile(a, 90, axis=0, method="lower")
-        np.testing.assert_array_equal(_nanquantile(a, 0.9), want)
+        np.testing.assert_array_equal(_SortedColumns(a).quantile(0.9), want)
+        kept = a[:, 1:][:, ~np.isnan(a[:, 1:]).all(axis=0)]  # (a number in every column:
+        # the medians _flags reads)
+        np.testing.assert_array_equal(_SortedColumns(kept).median(), np.nanmedian(kept, axis=0))
 
 
 def test_frames_behind_a_closed_shutter_are_flagged_though_they_are_half():

@@ -344,15 +344,10 @@ def _nanmedian(a):
     return (lo + hi) / 2
 
 
-def _nanquantile(a, q):
-    """The ``q`` quantile (the lower of the nearest ranks) of each column of a (N, ...) float
-    array, NaNs left out; NaN for a column of NaNs."""
-    return _sorted_columns(a).quantile(q)
-
-
-class _sorted_columns:
-    """A (N, ...) float array's columns sorted once (NaNs last): their medians and quantiles
-    read off the same sort (:func:`_flags` wants both of every patch region's column)."""
+class _SortedColumns:
+    """A (N, ...) float array's columns sorted once (NaNs last, left out): their medians and
+    their ``q`` quantiles (the lower of the nearest ranks; NaN for a column of NaNs) read off
+    the same sort (:func:`_flags` wants both of every patch region's column)."""
 
     def __init__(self, a):
         self.s = np.sort(np.moveaxis(a, 0, -1), axis=-1)
@@ -395,7 +390,7 @@ def _flags(before, after, residual):
     best = np.full(columns.shape[1], np.nan)
     if seen.any():
         kept = columns if seen.all() else columns[:, seen]
-        ranked = _sorted_columns(kept)
+        ranked = _SortedColumns(kept)
         med[seen] = ranked.median()
         best[seen] = ranked.quantile(BEST_QUANTILE)
         mad[seen] = 1.4826 * _nanmedian(np.abs(kept - med[seen]))
