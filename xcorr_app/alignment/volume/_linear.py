@@ -536,7 +536,6 @@ def linear_refine(reference, volume, product, coarse, bounds, subvoxel=True):
     zncc : float
         At the integer peak.
     """
-    xp = array_module_of(volume)
     shape = tuple(int(n) for n in volume.shape)
     bounds = (None,) * 3 if bounds is None else tuple(bounds)
     vol = centred(volume)
