@@ -87,8 +87,9 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
     from .rigid import Measurer
 
     h, w = frame_shape
-    rs = xp.random.RandomState(0)
-    f = rs.standard_normal((FRAMES, h, w)).astype(xp.float32)
+    # Drawn on the host: cuRAND's start costs a helper time and failed under a loaded GPU.
+    rs = np.random.default_rng(0)
+    f = xp.asarray(rs.standard_normal((FRAMES, h, w), dtype=np.float32))
     if stage == "prepare":
         opts.preparer(xp, frame_shape)((f * 100 + 1000).astype(dtype))
     elif stage == "prefilter":
@@ -108,7 +109,7 @@ def run_stage(opts, stage, frame_shape, dtype, plan, xp):
         Measurer.of(opts, xp, frame_shape, plan)(f if opts.previous else f[0], f)
     elif stage == "refine":
         ho, wo = min(h, 9), min(w, 9)
-        corr = rs.random_sample((FRAMES, ho, wo)).astype(xp.float32)
+        corr = xp.asarray(rs.random((FRAMES, ho, wo), dtype=np.float32))
         iy = xp.full(FRAMES, ho // 2, xp.int64)
         refined_shifts(corr, iy, iy * 0 + wo // 2, (ho // 2, wo // 2),
                        "none" if opts.subpixel == "upsample" else opts.subpixel)
