@@ -15,7 +15,9 @@ and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone
 5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
    ``boundary="auto"`` the wrap-around test (:func:`~.refine.periodic_frames`) and, for
    periodic stacks, a circular pass; the template passes of ``refined`` and Lucas-Kanade, the
-   last one refining every shift against the template;
+   last one refining every shift against the template; where a pattern was removed, the
+   refinement that ``auto`` turned on kept only where the static model fits its shifts better
+   than the first pass's (:func:`~.rigid.refined_or_first`);
 6. the result (:func:`~._result.result_from_table`), the patch pass (``patches``) and the
    aligned stack (``out``).
 
@@ -37,7 +39,7 @@ from .. import backend
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
-from .rigid import decide_bidi, remove_static, search_range, still_locked
+from .rigid import decide_bidi, refined_or_first, remove_static, search_range, still_locked
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
@@ -46,7 +48,7 @@ from .rigid import (check_float32_range, check_gpu_float32, mean_count, referenc
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_from_first,
-                     kept_rows, periodic_frames, template_of)
+                     kept_rows, periodic_frames, relative_to_first, template_of)
 
 __all__ = ["run_alignment", "measure_passes"]
 
@@ -100,10 +102,14 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
             check_gpu_float32(src.read(0, 1)[0], "the stack")
         check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
         # a pattern fixed on the sensor, from a few frames: removed from what the passes read
+        read = src  # (as the frames came: the static model's)
         opts, src, static, static_note, why = remove_static(opts, src, executor, why)
         choices = ([bidi_note] if bidi_note else []) + ([static_note] if static_note else []) \
             + auto_notes(opts, why)
-        table, opts, more, image = measure_passes(opts, src, executor, progress)
+        table, opts, more, image, unrefined = measure_passes(opts, src, executor, progress)
+        if unrefined is not None:  # (the model of a pattern removed judges the refinement)
+            table, note = refined_or_first(static, read, table, unrefined, executor.xp)
+            more += [note] if note else []
         settings = {"search_range": list(search_range(src.frame_shape, opts.max_shift)),
                     "notes": list(src.notes), "prefilter_auto": why, "bidi": bidi,
                     "static": static,
@@ -146,8 +152,10 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
 
 def measure_passes(opts, src, executor, progress=None):
     """The result table of every frame, the options the last pass measured with (``boundary``
-    and ``lucas_kanade`` decided), the notes of those decisions and the image the last pass
-    measured against (``None`` for ``previous``).
+    and ``lucas_kanade`` decided), the notes of those decisions, the image the last pass
+    measured against (``None`` for ``previous``) and, where ``lucas_kanade="auto"`` turned the
+    refinement on (no template passes asked for), the first pass's table: the run without it
+    (else None).
 
     The first pass measures against the reference (``first`` where template passes follow).
     ``boundary="auto"`` is decided after it (:func:`~.refine.periodic_frames`): periodic
@@ -238,7 +246,10 @@ def measure_passes(opts, src, executor, progress=None):
             notes.append(f"{plural(kept, 'frame')} moved away from their shift against the "
                          "first frame by the template pass (a peak on the border or far off "
                          "and weaker): their first pass's shift kept")
-    return table, run, notes, image
+    # (the refinement that auto turned on, without template passes asked for: the first pass
+    # is the run without it, its alternative)
+    alone = relative_to_first(first) if lk and lk_note in notes and not opts.refined else None
+    return table, run, notes, image, alone
 
 
 #: template passes of frames that wrap around, at least (:func:`circular_passes`)

@@ -67,6 +67,52 @@ def test_a_stack_without_a_pattern_is_measured_as_before(kind, seed):
     assert auto.settings["options"]["prefilter"] == off.settings["options"]["prefilter"]
 
 
+def test_the_refinement_is_judged_by_the_static_model():
+    """Where a pattern was removed and auto turned Lucas-Kanade on, the model of the frames
+    picks the better of its shifts and the first pass's (a stack where what is left of the
+    blobs misleads the refinement: the first pass's kept, as lucas_kanade off gives them)."""
+    s = make_stack("static_blobs", 0, image="retina", shape=(128, 128))
+    res = xcorr_app.align(s.frames, device="cpu", quality=False)
+    off = xcorr_app.align(s.frames, device="cpu", quality=False, lucas_kanade="off")
+    on = xcorr_app.align(s.frames, device="cpu", quality=False, lucas_kanade="on")
+    assert res.settings["static"]["removed"] and res.settings["lucas_kanade"] == "on"
+    assert any(n.startswith("lucas_kanade auto: its refinement left out") for n in res.notes)
+    # (relative to frame 0's, as every run with a template pass: off's is 4e-8 px)
+    np.testing.assert_allclose(res.shifts, off.shifts, rtol=0, atol=1e-6)
+    assert stack_errors(res.shifts, s.truth)[0] < 0.6 * stack_errors(on.shifts, s.truth)[0]
+    assert not any(n.startswith("lucas_kanade auto: its refinement") for n in on.notes)
+
+
+def test_refined_or_first_keeps_the_shifts_the_model_fits_better():
+    from xcorr_app.alignment.rigid import COLUMN, COLUMNS, refined_or_first
+
+    from scipy import ndimage as ndi
+
+    rng = np.random.default_rng(3)
+    scene = 50 * ndi.gaussian_filter(rng.normal(size=(90, 90)), 1.5) + 200
+    pattern = np.zeros((64, 64))
+    pattern[::7, ::5] = 80.0
+    d = np.trunc(rng.uniform(-8, 8, (12, 2)))
+    d[0] = 0
+    frames = np.stack([scene[13 + int(a):77 + int(a), 13 + int(b):77 + int(b)]
+                       for a, b in d]) + pattern
+    noise = rng.uniform(-0.6, 0.6, d.shape)
+    noise[0] = 0
+    truth, off = (np.full((12, len(COLUMNS)), np.nan) for _ in range(2))
+    truth[:, COLUMN["dy"]:COLUMN["dx"] + 1] = d
+    off[:, COLUMN["dy"]:COLUMN["dx"] + 1] = d + noise
+    settings = {"removed": True, "sample": list(range(12))}
+    src = ArraySource(frames.astype(np.float32))
+    got, note = refined_or_first(settings, src, truth, off, np)
+    assert got is truth and note is None
+    got, note = refined_or_first(settings, src, off, truth, np)
+    assert got is truth and note.startswith("lucas_kanade auto: its refinement left out")
+    for other in ({"removed": False, "sample": list(range(12))},
+                  {"removed": True, "sample": [0, 1]}):  # (too few frames to judge by)
+        got, note = refined_or_first(other, src, off, truth, np)
+        assert got is off and note is None
+
+
 def test_off_means_off(blobs):
     res = xcorr_app.align(blobs.frames, device="cpu", static="off", quality=False)
     assert res.settings["static"] == {"mode": "off", "removed": False}

@@ -20,5 +20,5 @@ from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, Prefilter,
 from ._references import (CHOICES, is_previous, mean_count, reference_frame, reference_index,
                           refined_passes)
 from ._static import (STATIC, STATIC_PREFILTER, StaticSource, decide_static, fit_static,
-                      parse_static, remove_static, static_possible, static_source,
-                      still_locked)
+                      parse_static, refined_or_first, remove_static, static_possible,
+                      static_source, still_locked)

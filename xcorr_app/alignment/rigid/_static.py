@@ -78,8 +78,8 @@ from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
                           spread_frames, stack_exponent)
 
 __all__ = ["STATIC", "STATIC_PREFILTER", "decide_static", "fit_static", "quick_share",
-           "StaticSource", "static_source", "static_possible", "parse_static", "remove_static",
-           "still_locked"]
+           "StaticSource", "static_source", "static_possible", "parse_static", "refined_or_first",
+           "remove_static", "still_locked"]
 
 #: ``static``: find and remove a pattern fixed on the sensor (``auto``), always (``on``), never
 STATIC = ("auto", "on", "off")
@@ -666,7 +666,8 @@ def decide_static(spec, src, opts, xp):
     if tuple(frames.shape[1:]) != tuple(src.frame_shape):
         frames = scaled_by(_read_sample(src, xp, whole=True, index=index)[0], scale, xp)
     pattern = _unbiased(*fit_static(frames, d, xp), len(frames), xp)
-    settings.update(removed=True, share_after=round(fit["share"], 4))
+    settings.update(removed=True, share_after=round(fit["share"], 4),
+                    sample=[int(i) for i in index])
     note = (f"static {spec}: a pattern fixed on the sensor removed before measuring (its "
             f"band-pass energy {info['share']:.2f} of the scene's"
             f"{'; frames locked at zero shift' if locked else ''}; estimated from "
@@ -694,6 +695,40 @@ def remove_static(opts, src, executor, why):
         why = (f"prefilter auto: {STATIC_PREFILTER} (band-pass: what the drift could not tell "
                "of the pattern fixed on the sensor from the scene is static too)")
     return opts, src, settings, note, why
+
+
+def refined_or_first(settings, src, table, first, xp):
+    """``(table, note)``: of a run that removed a pattern fixed on the sensor (``settings``:
+    its ``static`` figures, the frames of its sample among them) and refined its shifts by the
+    Lucas-Kanade fit that ``lucas_kanade="auto"`` turned on, the result ``table`` whose shifts
+    the model explains better: the refinement's (``table``) or the first pass's against the
+    first frame (``first``), by :func:`fit_static`'s residual on the sample's whole frames as
+    they came (``src``: read before the pattern's removal), as the removal itself chooses
+    between its starts; the note where the first pass's are kept.  The pattern removed is an
+    estimate, and what is left of it (a dust shadow's or a bright blob's rim) is fixed on the
+    sensor: the refinement's fit against the frames' template can read it as motion, where the
+    correlation's peak is pulled less; in dim frames the refinement is what makes the shifts
+    good (the figures: docs/performance.md, "Hard stacks")."""
+    index = settings.get("sample") or []
+    if not settings.get("removed") or len(index) < MIN_STATIC_FRAMES:
+        return table, None
+    c = COLUMN
+    shifts = [t[index, c["dy"]:c["dx"] + 1] for t in (table, first)]
+    ok = np.isfinite(shifts[0]).all(axis=1) & np.isfinite(shifts[1]).all(axis=1)
+    frames, kept = _read_sample(src, xp, whole=True, index=[i for i, k in zip(index, ok) if k])
+    if frames is None or len(kept) < MIN_STATIC_FRAMES:
+        return table, None
+    frames = scaled_by(frames, stack_exponent(frames[0]), xp)
+    residual = []
+    for t in (table, first):
+        d = t[kept, c["dy"]:c["dx"] + 1]
+        residual.append(fit_static(frames, d - d[0], xp)[1]["residual"])
+    if not residual[1] < residual[0]:
+        return table, None
+    return first, ("lucas_kanade auto: its refinement left out (a pattern fixed on the sensor "
+                   "was removed, and the model of the frames fits the first pass's shifts "
+                   f"better: residual {residual[1]:.4g} against {residual[0]:.4g}): the "
+                   "shifts of the pass against the first frame")
 
 
 def still_locked(settings, shifts) -> str | None:
