@@ -173,6 +173,7 @@ def measure_passes(opts, src, executor, progress=None):
         opts = opts._decided(lucas_kanade="off")  # (a circular template instead)
     opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
     lk = opts.lucas_kanade == "on"
+    auto_on = lk and lk_note is not None  # (turned on by auto, not asked for)
     passes = max(opts.refined or 0, 1 if lk else 0)
     notes = [lk_note] if lk_note else []
     if opts.boundary == "circular":  # (Lucas-Kanade asked for: its own template passes)
@@ -246,9 +247,8 @@ def measure_passes(opts, src, executor, progress=None):
             notes.append(f"{plural(kept, 'frame')} moved away from their shift against the "
                          "first frame by the template pass (a peak on the border or far off "
                          "and weaker): their first pass's shift kept")
-    # (the refinement that auto turned on, without template passes asked for: the first pass
-    # is the run without it, its alternative)
-    alone = relative_to_first(first) if lk and lk_note in notes and not opts.refined else None
+    # (without template passes asked for, the first pass is the run without the refinement)
+    alone = relative_to_first(first) if auto_on and lk and not opts.refined else None
     return table, run, notes, image, alone
 
 

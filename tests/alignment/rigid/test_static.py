@@ -4,10 +4,12 @@ measured exactly as before; ``off`` means off; bad values refused in one line.""
 
 import numpy as np
 import pytest
+from scipy import ndimage as ndi
 
 import xcorr_app
 from xcorr_app.alignment import AlignOptions
-from xcorr_app.alignment.rigid import StaticSource, fit_static
+from xcorr_app.alignment.rigid import (COLUMN, COLUMNS, StaticSource, fit_static,
+                                       refined_or_first)
 from xcorr_app.bench._accuracy import stack_errors
 from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
@@ -77,6 +79,7 @@ def test_the_refinement_is_judged_by_the_static_model():
     on = xcorr_app.align(s.frames, device="cpu", quality=False, lucas_kanade="on")
     assert res.settings["static"]["removed"] and res.settings["lucas_kanade"] == "on"
     assert any(n.startswith("lucas_kanade auto: its refinement left out") for n in res.notes)
+    assert res.settings["static"]["refinement"] == "first"
     # (relative to frame 0's, as every run with a template pass: off's is 4e-8 px)
     np.testing.assert_allclose(res.shifts, off.shifts, rtol=0, atol=1e-6)
     assert stack_errors(res.shifts, s.truth)[0] < 0.6 * stack_errors(on.shifts, s.truth)[0]
@@ -84,33 +87,37 @@ def test_the_refinement_is_judged_by_the_static_model():
 
 
 def test_refined_or_first_keeps_the_shifts_the_model_fits_better():
-    from xcorr_app.alignment.rigid import COLUMN, COLUMNS, refined_or_first
-
-    from scipy import ndimage as ndi
-
+    """The table whose shifts the static model fits better, judged on the sample's frames (a
+    subset of the stack, its first frame not the stack's; a frame without a shift in one table
+    left out); nothing judged without a pattern removed or with too few frames."""
     rng = np.random.default_rng(3)
     scene = 50 * ndi.gaussian_filter(rng.normal(size=(90, 90)), 1.5) + 200
     pattern = np.zeros((64, 64))
     pattern[::7, ::5] = 80.0
-    d = np.trunc(rng.uniform(-8, 8, (12, 2)))
+    d = np.trunc(rng.uniform(-8, 8, (14, 2)))
     d[0] = 0
     frames = np.stack([scene[13 + int(a):77 + int(a), 13 + int(b):77 + int(b)]
                        for a, b in d]) + pattern
     noise = rng.uniform(-0.6, 0.6, d.shape)
     noise[0] = 0
-    truth, off = (np.full((12, len(COLUMNS)), np.nan) for _ in range(2))
+    truth, off = (np.full((14, len(COLUMNS)), np.nan) for _ in range(2))
     truth[:, COLUMN["dy"]:COLUMN["dx"] + 1] = d
     off[:, COLUMN["dy"]:COLUMN["dx"] + 1] = d + noise
-    settings = {"removed": True, "sample": list(range(12))}
+    off[5, COLUMN["dy"]] = np.nan  # (sampled, left out of the judgement)
     src = ArraySource(frames.astype(np.float32))
+    sample = [1, 2, 3, 5, 6, 8, 9, 11, 12, 13]
+    settings = {"removed": True, "sample": sample}
     got, note = refined_or_first(settings, src, truth, off, np)
-    assert got is truth and note is None
+    assert got is truth and note is None and settings["refinement"] == "refined"
     got, note = refined_or_first(settings, src, off, truth, np)
     assert got is truth and note.startswith("lucas_kanade auto: its refinement left out")
-    for other in ({"removed": False, "sample": list(range(12))},
-                  {"removed": True, "sample": [0, 1]}):  # (too few frames to judge by)
-        got, note = refined_or_first(other, src, off, truth, np)
-        assert got is off and note is None
+    assert settings["refinement"] == "first"
+    unmeasured = np.where(np.arange(14)[:, None] == 0, truth, np.nan)
+    for other, table in (({"removed": False, "sample": sample}, off),
+                         ({"removed": True, "sample": [1, 2]}, off),  # (too few to judge by)
+                         ({"removed": True, "sample": sample}, unmeasured)):
+        got, note = refined_or_first(other, src, table, truth, np)
+        assert got is table and note is None and "refinement" not in other
 
 
 def test_off_means_off(blobs):
@@ -165,8 +172,6 @@ def test_the_aligned_stack_is_the_frames_as_read(blobs):
 def test_fit_static_recovers_column_offsets():
     """sCMOS column offsets over a drifting scene: the fitted pattern's columns are the
     offsets (its slow part aside, which the drift cannot tell from the scene)."""
-    from scipy import ndimage as ndi
-
     rng = np.random.default_rng(3)
     canvas = ndi.gaussian_filter(rng.normal(size=(120, 120)), 2.0) * 60.0
     cols = rng.normal(0.0, 3.0, 64)
@@ -247,8 +252,6 @@ def test_gpu_mirrors_the_cpu(blobs):
 def test_the_one_step_share_is_the_fits_where_the_shifts_spread():
     """``auto`` passes over the fit where :func:`quick_share` is below half the threshold: it
     must agree with the fit's share, on a stack with a pattern and one without."""
-    from scipy import ndimage as ndi
-
     from xcorr_app.alignment.rigid._static import STATIC_SHARE, quick_share
 
     rng = np.random.default_rng(0)

@@ -664,7 +664,12 @@ def decide_static(spec, src, opts, xp):
                       "measured as they are, every one flagged low_confidence"), settings
     d, fit = best if best is not None else (shifts, info)
     if tuple(frames.shape[1:]) != tuple(src.frame_shape):
-        frames = scaled_by(_read_sample(src, xp, whole=True, index=index)[0], scale, xp)
+        whole, kept = _read_sample(src, xp, whole=True, index=index)
+        if whole is None or len(kept) < least:  # (finite in the middle, not at the edges)
+            settings["not_checked"] = "the sample's whole frames hold NaN or Inf pixels"
+            return None, None, settings
+        d = d[[index.index(i) for i in kept]]
+        frames, index = scaled_by(whole, scale, xp), kept
     pattern = _unbiased(*fit_static(frames, d, xp), len(frames), xp)
     settings.update(removed=True, share_after=round(fit["share"], 4),
                     sample=[int(i) for i in index])
@@ -702,9 +707,10 @@ def refined_or_first(settings, src, table, first, xp):
     its ``static`` figures, the frames of its sample among them) and refined its shifts by the
     Lucas-Kanade fit that ``lucas_kanade="auto"`` turned on, the result ``table`` whose shifts
     the model explains better: the refinement's (``table``) or the first pass's against the
-    first frame (``first``), by :func:`fit_static`'s residual on the sample's whole frames as
-    they came (``src``: read before the pattern's removal), as the removal itself chooses
-    between its starts; the note where the first pass's are kept.  The pattern removed is an
+    first frame (``first``), by :func:`fit_static`'s residual on the sample's frames as they
+    came (``src``: read before the pattern's removal; their middle, as the removal itself
+    chooses between its starts); the note where the first pass's are kept, and
+    ``settings["refinement"]`` which (``"refined"`` or ``"first"``) where it judged.  The pattern removed is an
     estimate, and what is left of it (a dust shadow's or a bright blob's rim) is fixed on the
     sensor: the refinement's fit against the frames' template can read it as motion, where the
     correlation's peak is pulled less; in dim frames the refinement is what makes the shifts
@@ -715,7 +721,10 @@ def refined_or_first(settings, src, table, first, xp):
     c = COLUMN
     shifts = [t[index, c["dy"]:c["dx"] + 1] for t in (table, first)]
     ok = np.isfinite(shifts[0]).all(axis=1) & np.isfinite(shifts[1]).all(axis=1)
-    frames, kept = _read_sample(src, xp, whole=True, index=[i for i, k in zip(index, ok) if k])
+    if ok.sum() < MIN_STATIC_FRAMES:
+        return table, None
+    # (their middle, as the removal measures and chooses: the fit's cost grows with the area)
+    frames, kept = _read_sample(src, xp, index=[i for i, k in zip(index, ok) if k])
     if frames is None or len(kept) < MIN_STATIC_FRAMES:
         return table, None
     frames = scaled_by(frames, stack_exponent(frames[0]), xp)
@@ -723,7 +732,8 @@ def refined_or_first(settings, src, table, first, xp):
     for t in (table, first):
         d = t[kept, c["dy"]:c["dx"] + 1]
         residual.append(fit_static(frames, d - d[0], xp)[1]["residual"])
-    if not residual[1] < residual[0]:
+    settings["refinement"] = "refined" if not residual[1] < residual[0] else "first"
+    if settings["refinement"] == "refined":
         return table, None
     return first, ("lucas_kanade auto: its refinement left out (a pattern fixed on the sensor "
                    "was removed, and the model of the frames fits the first pass's shifts "
