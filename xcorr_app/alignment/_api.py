@@ -20,7 +20,8 @@ from ..correlate import normalize_max_shift
 from ..errors import InputError
 from ..streaming import check_bound
 from ._executors import InProcess, OnGpus
-from ._options import DEFAULT_UPSAMPLE, AlignOptions, check_frame_shape, check_pixel_type
+from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_frame_shape, check_pixel_type,
+                       check_upsample)
 from .._run_options import options_signature
 from .rigid import check_choices, prefilter_for
 from .rigid import Measurer, quiet_if_nonfinite
@@ -79,7 +80,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     """
     xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
     max_shift = normalize_max_shift(max_shift)
-    upsample = AlignOptions(subpixel="upsample", upsample=upsample).upsample  # (align's check)
+    upsample = check_upsample(upsample)
     subpixel = check_choices(normalization, subpixel)
     pre = prefilter_for(prefilter, normalization)
     mov = xp.asarray(frames)

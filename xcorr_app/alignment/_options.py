@@ -101,7 +101,7 @@ class AlignOptions(RunOptions):
         _choice("device", self.device, DEVICES)
         _check_reference(self.reference)
         if self.upsample is not None:
-            put("upsample", _whole("upsample", self.upsample, 1, MAX_UPSAMPLE))
+            put("upsample", check_upsample(self.upsample))
             if self.subpixel != "upsample" and self.boundary == "linear":
                 raise InputError(f"upsample {self.upsample} is used by subpixel upsample and the "
                                  "circular refinement; with subpixel "
@@ -369,6 +369,17 @@ def _no_bool(value, name):
     if isinstance(value, (bool, np.bool_)):
         raise InputError(f"{name} must be a number, got {value!r}")
     return value
+
+
+def check_upsample(value) -> int:
+    """The upsampled DFT's factor ``value`` as an int from 1 to
+    :data:`~xcorr_app.registration.MAX_UPSAMPLE`, else an :class:`InputError` (the one check of
+    2-D runs' ``upsample``: :class:`AlignOptions` and :func:`~._api.estimate_shifts`).
+
+    >>> check_upsample(20)
+    20
+    """
+    return _whole("upsample", value, 1, MAX_UPSAMPLE)
 
 
 def _whole(name, value, least, most=None):
