@@ -80,7 +80,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     """
     xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
     max_shift = normalize_max_shift(max_shift)
-    upsample = check_upsample(upsample)
+    upsample = DEFAULT_UPSAMPLE if upsample is None else check_upsample(upsample)
     subpixel = check_choices(normalization, subpixel)
     pre = prefilter_for(prefilter, normalization)
     mov = xp.asarray(frames)

@@ -120,6 +120,21 @@ def test_refined_or_first_keeps_the_shifts_the_model_fits_better():
         assert got is table and note is None and "refinement" not in other
 
 
+def test_frames_past_the_detection_side_are_fitted_whole():
+    """Frames larger than the sample's middle (256 px): the pattern found on the middle, fitted
+    on the whole frames; a sampled frame whose NaN pixel lies outside the middle is left out of
+    that last fit with its shift (it cannot be measured: its shift NaN)."""
+    s = make_stack("static_blobs", 0, shape=(264, 270))
+    frames = s.frames.copy()
+    frames[7, 1, 2] = np.nan  # (outside the middle 256 x 256)
+    res = xcorr_app.align(frames, device="cpu", quality=False)
+    st = res.settings["static"]
+    assert st["removed"] and 7 not in st["sample"] and len(st["sample"]) == 19
+    assert np.isnan(res.shifts[7]).all()
+    keep = np.arange(len(frames)) != 7
+    assert stack_errors(res.shifts[keep], s.truth[keep])[0] < 0.2
+
+
 def test_off_means_off(blobs):
     res = xcorr_app.align(blobs.frames, device="cpu", static="off", quality=False)
     assert res.settings["static"] == {"mode": "off", "removed": False}

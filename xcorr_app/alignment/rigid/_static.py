@@ -710,11 +710,11 @@ def refined_or_first(settings, src, table, first, xp):
     first frame (``first``), by :func:`fit_static`'s residual on the sample's frames as they
     came (``src``: read before the pattern's removal; their middle, as the removal itself
     chooses between its starts); the note where the first pass's are kept, and
-    ``settings["refinement"]`` which (``"refined"`` or ``"first"``) where it judged.  The pattern removed is an
-    estimate, and what is left of it (a dust shadow's or a bright blob's rim) is fixed on the
-    sensor: the refinement's fit against the frames' template can read it as motion, where the
-    correlation's peak is pulled less; in dim frames the refinement is what makes the shifts
-    good (the figures: docs/performance.md, "Hard stacks")."""
+    ``settings["refinement"]`` which (``"refined"`` or ``"first"``) where it judged.  The
+    pattern removed is an estimate, and what is left of it (a dust shadow's or a bright blob's
+    rim) is fixed on the sensor: the refinement's fit against the frames' template can read it
+    as motion, where the correlation's peak is pulled less; in dim frames the refinement is
+    what makes the shifts good (the figures: docs/performance.md, "Hard stacks")."""
     index = settings.get("sample") or []
     if not settings.get("removed") or len(index) < MIN_STATIC_FRAMES:
         return table, None
