@@ -732,8 +732,9 @@ def refined_or_first(settings, src, table, first, xp):
     for t in (table, first):
         d = t[kept, c["dy"]:c["dx"] + 1]
         residual.append(fit_static(frames, d - d[0], xp)[1]["residual"])
-    settings["refinement"] = "refined" if not residual[1] < residual[0] else "first"
-    if settings["refinement"] == "refined":
+    first_fits = residual[1] < residual[0]
+    settings["refinement"] = "first" if first_fits else "refined"
+    if not first_fits:
         return table, None
     return first, ("lucas_kanade auto: its refinement left out (a pattern fixed on the sensor "
                    "was removed, and the model of the frames fits the first pass's shifts "
