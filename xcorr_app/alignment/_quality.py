@@ -353,16 +353,17 @@ class _SortedColumns:
         self.s = np.sort(np.moveaxis(a, 0, -1), axis=-1)
         self.n = (~np.isnan(self.s)).sum(axis=-1)
 
-    def _at(self, i):
+    def at(self, i):
+        """Each column's value of rank ``i`` (an index a column)."""
         return np.take_along_axis(self.s, i[..., None], axis=-1)[..., 0]
 
     def median(self):
         """``np.nanmedian(a, axis=0)`` (a number in every column)."""
-        return (self._at((self.n - 1) // 2) + self._at(self.n // 2)) / 2
+        return (self.at((self.n - 1) // 2) + self.at(self.n // 2)) / 2
 
     def quantile(self, q):
         at = np.clip(np.floor(q * (self.n - 1)).astype(np.int64), 0, None)
-        return np.where(self.n > 0, self._at(at), np.nan)
+        return np.where(self.n > 0, self.at(at), np.nan)
 
 
 def _percentiles(a, qs) -> list:
@@ -384,26 +385,45 @@ def _flags(before, after, residual):
     measured."""
     finite = np.isfinite(after)
     columns = after.reshape(len(after), -1)  # (a region a column; frames: one)
-    med = np.full(columns.shape[1], np.nan)
-    mad = np.full(columns.shape[1], np.nan)
-    seen = finite.reshape(columns.shape).any(axis=0)
+    bound = np.full(columns.shape[1], np.nan)
     best = np.full(columns.shape[1], np.nan)
+    seen = finite.reshape(columns.shape).any(axis=0)
     if seen.any():
         kept = columns if seen.all() else columns[:, seen]
         ranked = _SortedColumns(kept)
-        med[seen] = ranked.median()
+        med = ranked.median()
         best[seen] = ranked.quantile(BEST_QUANTILE)
-        mad[seen] = 1.4826 * _nanmedian(np.abs(kept - med[seen]))
-    bound = (med - np.maximum(POOR_DEVIATIONS * mad, POOR_DROP)).reshape(after.shape[1:])
+        bound[seen] = med - np.maximum(POOR_DEVIATIONS * _mad(kept, med, ranked), POOR_DROP)
     with np.errstate(invalid="ignore"):
-        best = best.reshape(after.shape[1:])
-        low = (after < bound) | ((best > 0) & (after < BEST_SHARE * best))
-        # (the two components apart: NumPy's any/all over an axis of 2 took 10x as long)
-        dy, dx = residual[..., 0], residual[..., 1]
-        off = (np.abs(dy) > RESIDUAL_LIMIT) | (np.abs(dx) > RESIDUAL_LIMIT)
-    poor = ~finite | ~(np.isfinite(dy) & np.isfinite(dx)) | low | off
+        # (below the outliers' bound or below a share of the best: one threshold a region)
+        low = after < np.maximum(bound, np.where(best > 0, BEST_SHARE * best, -np.inf)
+                                 ).reshape(after.shape[1:])
+        # (the two components apart: NumPy's any/all over an axis of 2 took 10x as long; a
+        # NaN residual is not within the limit either)
+        off = ~(np.abs(residual[..., 0]) <= RESIDUAL_LIMIT)
+        off |= ~(np.abs(residual[..., 1]) <= RESIDUAL_LIMIT)
+    poor = ~finite | low | off
     worse = finite & np.isfinite(before) & (after < before - WORSE_BY)
     return worse, poor
+
+
+def _mad(columns, med, ranked):
+    """The robust deviation (``1.4826`` times the median absolute deviation from ``med``) of
+    each of ``columns`` (N, C), where it can move the bound of :func:`_flags`: a column whose
+    middle half of values (read off the sort, ``ranked``) lies within ``t`` of its median
+    has a deviation of at most ``1.4826 t``; where that is below :data:`POOR_DROP` over
+    :data:`POOR_DEVIATIONS` (clean stacks: most regions), the bound is ``POOR_DROP`` below
+    the median whatever it is, and that value stands in for it."""
+    scale = 1.4826
+    n = ranked.n
+    half = n // 2 + 1  # (values within t of the median: at least the upper middle's rank)
+    i = np.maximum((n - half) // 2, 0)
+    t = np.maximum(med - ranked.at(i), ranked.at(np.minimum(i + half - 1, n - 1)) - med)
+    out = scale * t
+    need = ~(POOR_DEVIATIONS * out <= POOR_DROP)
+    if need.any():
+        out[need] = scale * _nanmedian(np.abs(columns[:, need] - med[need]))
+    return out
 
 
 def _area(shifts, frame_shape, inset=0):

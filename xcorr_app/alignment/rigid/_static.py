@@ -64,6 +64,7 @@ Examples
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -72,7 +73,7 @@ import numpy as np
 
 from ... import backend
 from ...correlate import next_smooth
-from ...streaming import WrappedSource
+from ...streaming import WrappedSource, host_copies
 from ._columns import COLUMN
 from ._preprocess import (AUTO_BRIGHTNESS_CHANGE, brightness_change, scaled_by,
                           spread_frames, stack_exponent)
@@ -148,14 +149,45 @@ def static_possible(opts) -> str | None:
 
 
 def _taper(shape, r, xp):
-    """A window of ``shape``: 1 inside, a raised cosine over ``r`` px at every edge."""
+    """A window of ``shape``: 1 inside, a raised cosine over ``r`` px at every edge (kept on
+    its device: :func:`_constant`)."""
+    return _constant(xp, "taper", tuple(shape), r)
+
+
+def _taper_host(shape, r):
     def one(n):
         t = np.ones(n)
         k = min(r, n // 2)
         ramp = 0.5 - 0.5 * np.cos(np.pi * (np.arange(k) + 0.5) / max(k, 1))
         t[:k], t[n - k:] = ramp, ramp[::-1]
         return t
-    return xp.asarray(one(shape[0])[:, None] * one(shape[1])[None, :])
+    return one(shape[0])[:, None] * one(shape[1])[None, :]
+
+
+def _constant(xp, kind, shape, *args):
+    """The host-made array ``kind`` (``"taper"``, ``"band"``: :func:`_band`; ``"columns"``:
+    how often the rfft grid of a ``shape`` counts each column) of ``shape`` on ``xp``'s
+    device, made once a shape and device: an upload from pageable memory waits for the
+    device's queue, a gap of the GPU each (the estimate runs on every ``auto`` run)."""
+    return _constant_on(kind, shape, args, None if xp is np else xp.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=16)
+def _constant_on(kind, shape, args, device_id):
+    if kind == "taper":
+        a = _taper_host(shape, *args)
+    elif kind == "band":
+        a = _band_host(shape)
+    else:  # (the columns an rfft leaves out count twice, but for 0 and the Nyquist one)
+        a = np.ones(shape[1] // 2 + 1)
+        a[1:(shape[1] + 1) // 2] = 2.0
+    if device_id is None:
+        a.flags.writeable = False  # (shared by every call)
+        return a
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return cupy.asarray(a)
 
 
 class _Canvas:
@@ -209,10 +241,16 @@ class _Canvas:
         ey, ex = (self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64)))
         return self.xp.fft.irfft2(spectra * ey[:, :, None] * ex[:, None, :], s=self.shape)
 
+    def factors(self, d, weights):
+        """The separable factors ``(ey (K, H), ex (K, W // 2 + 1))`` on the device of the
+        shifts ``d`` (K, 2) weighted by ``weights`` (:meth:`summed`'s)."""
+        return tuple(self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64),
+                                                               weights))
+
     def summed(self, spectra, d, weights):
         """The spectrum of ``sum_t weights_t * moved(spectra_t, d_t)`` (linear: the sum of the
         frames' spectra, one transform back instead of one a frame)."""
-        ey, ex = (self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64), weights))
+        ey, ex = self.factors(d, weights)
         return (spectra * ey[:, :, None] * ex[:, None, :]).sum(axis=0)
 
     def ramp_sum(self, d, weights):
@@ -252,12 +290,17 @@ def _median(x, xp, axis=None):
 
 
 def _band(shape, xp):
-    """The DoG band-pass :data:`SHARE_BAND` as a Fourier multiplier on the rfft grid."""
+    """The DoG band-pass :data:`SHARE_BAND` as a Fourier multiplier on the rfft grid (kept on
+    its device: :func:`_constant`)."""
+    return _constant(xp, "band", tuple(shape))
+
+
+def _band_host(shape):
     ky = np.fft.fftfreq(shape[0])[:, None]
     kx = np.fft.rfftfreq(shape[1])[None, :]
     k2 = (2 * np.pi) ** 2 * (ky ** 2 + kx ** 2)
     s1, s2 = SHARE_BAND
-    return xp.asarray(np.exp(-k2 * s1 ** 2 / 2) - np.exp(-k2 * s2 ** 2 / 2))
+    return np.exp(-k2 * s1 ** 2 / 2) - np.exp(-k2 * s2 ** 2 / 2)
 
 
 def _column(values, xp):
@@ -358,7 +401,7 @@ def fit_static(frames, shifts, xp, steps=FIT_STEPS):
         update = xp.fft.rfft2(mirrored(xp.where(enough, total / xp.maximum(count, 1.0), 0.0))) \
             - reg * xp.fft.rfft2(mirrored(xp.subtract(pattern, p0)))
         pattern = pattern + xp.fft.irfft2(update * gain, s=(2 * h, 2 * w))[:h, :w]
-    noise = _noise_variance(f, xp)
+    noise = float(_noise_variance(f, xp))
     # where the scene is not seen, only what stands out of the temporal median (hot pixels):
     # the median itself would leave a flat strip, an edge that does not move
     enough = xp.greater_equal(count, max(2.0, MIN_SEEN * k))
@@ -366,7 +409,7 @@ def fit_static(frames, shifts, xp, steps=FIT_STEPS):
     good_n = int(good_n)
     residual = math.sqrt(float(sq) / max(good_n, 1))
     return pattern, {"residual": residual, "covered": good_n / f.size,
-                     "share": _share(pattern, cv.crop(s), a2, gain, noise / k, xp),
+                     "share": float(_share(pattern, cv.crop(s), a2, gain, noise / k, xp)),
                      "brightness": a}
 
 
@@ -384,12 +427,13 @@ def _outliers(img, noise, xp):
 def _noise_variance(frames, xp):
     """The frames' mean noise variance per pixel, from their finest diagonal detail (Haar:
     ``(a - b - c + d) / 2`` of each 2x2 block, which column and row offsets and smooth
-    structure leave out), its squares clipped at 20 times their median (edges, hot pixels)."""
+    structure leave out), its squares clipped at 20 times their median (edges, hot pixels): a
+    0-d array on ``xp``'s device (read by the caller: no wait for the device here)."""
     f = frames[:, :frames.shape[1] // 2 * 2, :frames.shape[2] // 2 * 2]
     hh = xp.multiply(f[:, 0::2, 0::2] - f[:, 1::2, 0::2] - f[:, 0::2, 1::2] + f[:, 1::2, 1::2],
                      0.5)
     sq = hh * hh
-    return float(xp.mean(xp.minimum(sq, 20 * float(_median(sq, xp)))))
+    return xp.mean(xp.minimum(sq, xp.multiply(_median(sq, xp), 20.0)))
 
 
 def _box_mean(img, r, xp):
@@ -442,7 +486,8 @@ def _unbiased(pattern, info, k, xp):
 def _share(pattern, scene, a2, gain, noise, xp, grid=None):
     """The pattern's band-pass energy less what ``noise`` (the variance of its pixels' noise
     before the fit's gain) puts there, over the scene's, inside the frame; ``a2`` and
-    ``gain`` on the rfft grid of ``grid`` (default: the mirrored frame, ``2H x 2W``)."""
+    ``gain`` on the rfft grid of ``grid`` (default: the mirrored frame, ``2H x 2W``).  A 0-d
+    array on ``xp``'s device: its figures are queued, not each waited for."""
     h, w = pattern.shape
     band = _band((h, w), xp)
     by, bx = min(4 * TAPER, h // 4), min(4 * TAPER, w // 4)  # (the filter's wrap-around)
@@ -450,18 +495,16 @@ def _share(pattern, scene, a2, gain, noise, xp, grid=None):
 
     def energy(img):
         out = xp.fft.irfft2(xp.fft.rfft2(img - xp.mean(img)) * band, s=(h, w))
-        return float(xp.mean(xp.square(out[inner])))
+        return xp.mean(xp.square(out[inner]))
 
     gh, gw = grid or (2 * h, 2 * w)
     big = _band((gh, gw), xp)
     # the noise's gain through the fit
     spread = xp.subtract(1.0, a2) * xp.square(gain)
-    # (the rfft grid counts the columns it leaves out twice, but for 0 and the Nyquist one)
-    dup = np.ones(big.shape[1])
-    dup[1:(gw + 1) // 2] = 2.0
-    ratio = float(xp.sum(xp.square(big) * xp.minimum(spread, MAX_GAIN ** 2)
-                         * xp.asarray(dup))) / (gh * gw)
-    return (energy(pattern) - ratio * noise) / max(energy(scene), 1e-300)
+    ratio = xp.divide(xp.sum(xp.square(big) * xp.minimum(spread, MAX_GAIN ** 2)
+                             * _constant(xp, "columns", (gh, gw))), gh * gw)
+    return xp.divide(xp.subtract(energy(pattern), xp.multiply(ratio, noise)),
+                     xp.maximum(energy(scene), 1e-300))
 
 
 def quick_share(frames, shifts, xp):
@@ -485,20 +528,23 @@ def quick_share(frames, shifts, xp):
     k, h, w = f.shape
     cv = _Canvas.for_shifts((h, w), d, xp, fast=True)
     taper = _taper((h, w), TAPER, xp)
-    base = float(xp.mean(f))
+    # (the ramps' factors uploaded before any work is queued, where an upload waits for none)
+    phi = cv.ramp_sum(d, np.full(k, 1.0 / k))
+    factors = [cv.factors(d[b], np.ones(b.stop - b.start)) for b in cv.batches(k)]
+    base = xp.mean(f)  # (on the device: nothing waits for it)
     mean, aligned = 0, 0
-    for b in cv.batches(k):
+    for b, (ey, ex) in zip(cv.batches(k), factors):
         x = cv.spectrum(cv.pad(xp.subtract(f[b], base) * taper))
         mean = mean + x.sum(axis=0)
-        aligned = aligned + cv.summed(x, d[b], np.ones(len(x)))
-    phi = cv.ramp_sum(d, np.full(k, 1.0 / k))
+        aligned = aligned + (x * ey[:, :, None] * ex[:, None, :]).sum(axis=0)
     mean, aligned = xp.multiply(mean, 1.0 / k), xp.multiply(aligned, 1.0 / k)
     a2 = (phi * phi.conj()).real
     gain = _regularized_gain(a2, xp)[1]
     p = (mean - phi.conj() * aligned) * gain
     pattern = cv.crop(xp.fft.irfft2(p, s=cv.shape)[None])[0]
     scene = cv.crop(xp.fft.irfft2(aligned - phi * p, s=cv.shape)[None])[0]
-    return _share(pattern, scene, a2, gain, _noise_variance(f, xp) / k, xp, grid=cv.shape)
+    noise = xp.divide(_noise_variance(f, xp), k)
+    return float(_share(pattern, scene, a2, gain, noise, xp, grid=cv.shape))  # (one wait)
 
 
 def _measure(frames, opts, xp, prefilter):
@@ -549,10 +595,10 @@ def _read_sample(src, xp, whole=False, index=None):
         index = spread_frames(src.n_frames, count)
     frames = xp.stack([(lambda f: f if whole else _middle(f[None])[0])(
         xp.asarray(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
-    # (one reduction a figure for the whole sample: a host wait a frame would cost more)
+    # (one reduction a figure for the whole sample, copied together: a wait each cost more)
     flat = frames.reshape(len(index), -1)
-    finite, top, low = (backend.to_numpy(x) for x in (
-        xp.isfinite(flat).all(axis=1), flat.max(axis=1), flat.min(axis=1)))
+    finite, top, low = host_copies([xp.isfinite(flat).all(axis=1), flat.max(axis=1),
+                                    flat.min(axis=1)])
     keep = np.flatnonzero(finite & (top > low))
     if not keep.size:
         return None, []
@@ -610,7 +656,8 @@ def decide_static(spec, src, opts, xp):
         return None, (f"static on: fewer than {least} frames that can be measured: too few to "
                       "tell a pattern fixed on the sensor from the scene; the frames are "
                       "measured as they are" if spec == "on" else None), settings
-    scale = stack_exponent(frames[0])  # (float64 frames beyond float32's range)
+    # (float64 frames beyond float32's range; an integer frame's copy to the host spared)
+    scale = stack_exponent(frames[0]) if np.dtype(src.dtype).kind == "f" else 0
     frames = scaled_by(frames, scale, on)
     change = brightness_change(backend.to_numpy(frames.mean(axis=(1, 2))))
     if spec == "auto" and change > AUTO_BRIGHTNESS_CHANGE:
