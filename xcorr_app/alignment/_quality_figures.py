@@ -32,6 +32,7 @@ from .. import backend
 from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..errors import InputError
 from ..filters import gradient
+from ..streaming import host_copies
 
 __all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "shifted_moments",
            "TileRegions", "TemplateRegions", "template_refs", "template_moments",
@@ -160,11 +161,12 @@ class AreaFigures(RegionFigures):
                              "elements")
         k = float(rows * cols)
         # each image's sums about its first pixel p: the mean p + sum / k, the spread
-        # sum(d * d) - sum(d) ** 2 / k
-        (dt, _, _), (dq, dq2, _) = (moments_of(area_moments(a[None], prep[None]))[0]
-                                    for a in (tmpl, prep))
-        t_mean = float(tmpl[0, 0]) + dt / k
-        q_mean = float(prep[0, 0]) + dq / k
+        # sum(d * d) - sum(d) ** 2 / k (the blocks and the pivots copied together: one wait)
+        mt, mq, pt, pq = host_copies([area_moments(a[None], prep[None]) for a in (tmpl, prep)]
+                                     + [tmpl[0, :1], prep[0, :1]])
+        (dt, _, _), (dq, dq2, _) = mt.sum(axis=-2)[0], mq.sum(axis=-2)[0]
+        t_mean = float(pt[0]) + dt / k
+        q_mean = float(pq[0]) + dq / k
         q_den = max(np.sqrt(max(dq2 - dq * dq / k, 0.0)), 1e-300)
         t, g = cp.empty((1, rows * cols), cp.float32), cp.empty((1, 2, rows * cols), cp.float32)
         blocks = _row_blocks(rows)

@@ -44,6 +44,7 @@ import statistics
 import numpy as np
 
 from ... import backend
+from ...streaming import host_copies
 from ...correlate import irfftn_unnormalized
 from ...registration import (DEFAULT_UPSAMPLE, fft_shifts, phase_ramps,
                              wrapped_correlations)
@@ -283,8 +284,11 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     circular = np.asarray(backend.to_numpy(fft_shifts(ref, frames.raw, upsample_factor=DEFAULT_UPSAMPLE,
                                                       normalization="phase")[0]), np.float64)
     pairs = [_wrap_sums(frames.raw, ref, s, xp, on_gpu) for s in (shifts[order], circular)]
-    # (fetched behind the sums; combined on the host: CuPy's & and ~ compile at first use)
-    usable = backend.to_numpy(frames.finite) & ~backend.to_numpy(frames.constant)
+    # (fetched with the sums, waited for once; combined on the host: CuPy's & and ~ compile at
+    # first use)
+    copied = host_copies(pairs + [frames.finite, frames.constant])
+    pairs = [np.asarray(p, np.float64) for p in copied[:2]]
+    usable = copied[2] & ~copied[3]
     best = np.where((pairs[1][:, :1] > pairs[0][:, :1]), pairs[1], pairs[0])
     ratios = [strips / inside for (inside, strips), ok in zip(best, usable)
               if ok and inside >= PERIODIC_MIN_CORRELATION]
@@ -292,16 +296,16 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
     return bool(ratios) and float(statistics.median(ratios)) >= PERIODIC_RATIO
 
 
-def _wrap_sums(frames, ref, shifts, xp, on_gpu) -> np.ndarray:
-    """``(F, 2)`` NumPy: each frame's correlation with ``ref`` moved circularly by its row of
+def _wrap_sums(frames, ref, shifts, xp, on_gpu):
+    """``(F, 2)``: each frame's correlation with ``ref`` moved circularly by its row of
     ``shifts`` (the fraction of a pixel by its Fourier phase), over the overlap and over the
-    strips that wrapped around."""
+    strips that wrapped around (NumPy; ``on_gpu``: a CuPy array, not waited for)."""
     h, w = frames.shape[1:]
     whole = np.round(shifts)
     refs = fractional_references(ref, shifts - whole, xp)
     if on_gpu:  # every frame's sums in 4 launches (a frame at a time: 32 launches and waits,
         # a gap of the GPU in a GPU-resident run)
-        return backend.to_numpy(wrapped_correlations(frames, refs, whole)).astype(np.float64)
+        return wrapped_correlations(frames, refs, whole)
     out = np.zeros((len(frames), 2))
     for k, (iy, ix) in enumerate(whole.astype(int)):  # frame k holds ref[y + iy + fy, ...]
         moved = xp.roll(refs[k], (-iy, -ix), axis=(0, 1))

@@ -167,8 +167,8 @@ def _taper_host(shape, r):
 def _constant(xp, kind, shape, *args):
     """The host-made array ``kind`` (``"taper"``, ``"band"``: :func:`_band`; ``"columns"``:
     how often the rfft grid of a ``shape`` counts each column) of ``shape`` on ``xp``'s
-    device, made once a shape and device: an upload from pageable memory waits for the
-    device's queue, a gap of the GPU each (the estimate runs on every ``auto`` run)."""
+    device, made once a shape and device: the band-passes' exponentials took the host longer
+    than the estimate's GPU work (it runs on every ``auto`` run)."""
     return _constant_on(kind, shape, args, None if xp is np else xp.cuda.Device().id)
 
 
@@ -241,16 +241,10 @@ class _Canvas:
         ey, ex = (self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64)))
         return self.xp.fft.irfft2(spectra * ey[:, :, None] * ex[:, None, :], s=self.shape)
 
-    def factors(self, d, weights):
-        """The separable factors ``(ey (K, H), ex (K, W // 2 + 1))`` on the device of the
-        shifts ``d`` (K, 2) weighted by ``weights`` (:meth:`summed`'s)."""
-        return tuple(self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64),
-                                                               weights))
-
     def summed(self, spectra, d, weights):
         """The spectrum of ``sum_t weights_t * moved(spectra_t, d_t)`` (linear: the sum of the
         frames' spectra, one transform back instead of one a frame)."""
-        ey, ex = self.factors(d, weights)
+        ey, ex = (self.xp.asarray(f) for f in self._factors(np.asarray(d, np.float64), weights))
         return (spectra * ey[:, :, None] * ex[:, None, :]).sum(axis=0)
 
     def ramp_sum(self, d, weights):
@@ -528,15 +522,13 @@ def quick_share(frames, shifts, xp):
     k, h, w = f.shape
     cv = _Canvas.for_shifts((h, w), d, xp, fast=True)
     taper = _taper((h, w), TAPER, xp)
-    # (the ramps' factors uploaded before any work is queued, where an upload waits for none)
-    phi = cv.ramp_sum(d, np.full(k, 1.0 / k))
-    factors = [cv.factors(d[b], np.ones(b.stop - b.start)) for b in cv.batches(k)]
     base = xp.mean(f)  # (on the device: nothing waits for it)
     mean, aligned = 0, 0
-    for b, (ey, ex) in zip(cv.batches(k), factors):
+    for b in cv.batches(k):
         x = cv.spectrum(cv.pad(xp.subtract(f[b], base) * taper))
         mean = mean + x.sum(axis=0)
-        aligned = aligned + (x * ey[:, :, None] * ex[:, None, :]).sum(axis=0)
+        aligned = aligned + cv.summed(x, d[b], np.ones(len(x)))
+    phi = cv.ramp_sum(d, np.full(k, 1.0 / k))
     mean, aligned = xp.multiply(mean, 1.0 / k), xp.multiply(aligned, 1.0 / k)
     a2 = (phi * phi.conj()).real
     gain = _regularized_gain(a2, xp)[1]
@@ -593,8 +585,9 @@ def _read_sample(src, xp, whole=False, index=None):
         frame_bytes = 8 * src.frame_shape[0] * src.frame_shape[1]
         count = max(MIN_AUTO_FRAMES, min(STATIC_SAMPLES, STATIC_SAMPLE_BYTES // frame_bytes))
         index = spread_frames(src.n_frames, count)
+    # (stacked as read, then converted once: a conversion a frame launched a kernel each)
     frames = xp.stack([(lambda f: f if whole else _middle(f[None])[0])(
-        xp.asarray(src.read(i, i + 1)[0])).astype(xp.float64) for i in index])
+        xp.asarray(src.read(i, i + 1)[0])) for i in index]).astype(xp.float64)
     # (one reduction a figure for the whole sample, copied together: a wait each cost more)
     flat = frames.reshape(len(index), -1)
     finite, top, low = host_copies([xp.isfinite(flat).all(axis=1), flat.max(axis=1),
