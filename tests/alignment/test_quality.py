@@ -248,6 +248,63 @@ def test_the_sorted_median_and_percentiles_are_numpys():
         np.testing.assert_array_equal(_SortedColumns(kept).median(), np.nanmedian(kept, axis=0))
 
 
+def _flags_reference(before, after, residual):
+    """The flags' definition written with NumPy's own statistics, region by region."""
+    from xcorr_app.alignment import _quality as Q
+
+    cols = after.reshape(len(after), -1)
+    worse = np.isfinite(after) & np.isfinite(before) & (after < before - Q.WORSE_BY)
+    low = np.zeros(cols.shape, bool)
+    for j in range(cols.shape[1]):
+        c = cols[:, j]
+        if not np.isfinite(c).any():
+            continue
+        med = np.nanmedian(c)
+        mad = 1.4826 * np.nanmedian(np.abs(c - med))
+        best = np.nanpercentile(c, 100 * Q.BEST_QUANTILE, method="lower")
+        bound = med - max(Q.POOR_DEVIATIONS * mad, Q.POOR_DROP)
+        low[:, j] = (c < bound) | ((best > 0) & (c < Q.BEST_SHARE * best))
+    dy, dx = residual[..., 0], residual[..., 1]
+    off = ~(np.abs(dy) <= Q.RESIDUAL_LIMIT) | ~(np.abs(dx) <= Q.RESIDUAL_LIMIT)
+    poor = ~np.isfinite(after) | low.reshape(after.shape) | off
+    return worse, poor
+
+
+@pytest.mark.parametrize("spread", [0.0005, 0.004, 0.02, 0.2])
+def test_the_flags_are_their_definition(spread):
+    """_flags (the robust deviation read off the sort where the middle half of a region's
+    values bounds it below POOR_DROP over POOR_DEVIATIONS, computed where not) flags what the
+    definition written with np.nanmedian and np.nanpercentile flags: frames (N,) and patch
+    regions (N, P), NaN and infinite correlations and residuals, a region with no number,
+    spreads on both sides of the bound and a few outliers."""
+    from xcorr_app.alignment._quality import _flags
+
+    rng = np.random.default_rng(int(spread * 1e4))
+    for shape in [(1,), (2,), (9,), (64,), (40, 7), (33, 3, 2), (400, 5)]:
+        # (skewed in the last: its middle half bounds the deviation loosely)
+        after = 0.9 + spread * (rng.standard_normal(shape) if len(shape) < 2 or shape[0] < 100
+                                else -rng.exponential(1.0, shape))
+        after[rng.random(shape) < 0.05] -= 0.3  # (outliers below)
+        after[rng.random(shape) < 0.1] = np.nan
+        after[rng.random(shape) < 0.02] = np.inf
+        if len(shape) > 1:
+            after[:, 0] = np.nan  # (a region never measured)
+        before = after - 0.02 * rng.standard_normal(shape)
+        residual = rng.normal(0.0, 0.3, shape + (2,))
+        residual[rng.random(shape + (2,)) < 0.05] = np.nan
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                want = _flags_reference(before, after, residual)
+        got = _flags(before, after, residual)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        if shape[0] > 8:  # (the stacks flag some, not all)
+            assert want[1].any() and not want[1].all()
+
+
 def test_frames_behind_a_closed_shutter_are_flagged_though_they_are_half():
     """Half the frames at 1% of the light: the median of the correlations is theirs, so only
     the share of the best frames' flags them; a steady stack keeps every frame unflagged."""
