@@ -289,6 +289,7 @@ def test_the_flags_are_their_definition(spread):
         after[rng.random(shape) < 0.02] = np.inf
         if len(shape) > 1:
             after[:, 0] = np.nan  # (a region never measured)
+            after[: shape[0] // 2 + 1, 1] = np.inf  # (a region whose median is infinite)
         before = after - 0.02 * rng.standard_normal(shape)
         residual = rng.normal(0.0, 0.3, shape + (2,))
         residual[rng.random(shape + (2,)) < 0.05] = np.nan
@@ -303,6 +304,31 @@ def test_the_flags_are_their_definition(spread):
             np.testing.assert_array_equal(g, w)
         if shape[0] > 8:  # (the stacks flag some, not all)
             assert want[1].any() and not want[1].all()
+
+
+def test_the_robust_deviation_is_bounded_and_exact_where_it_moves_the_bound():
+    """_mad: never below the exact robust deviation (1.4826 times np.nanmedian's absolute
+    deviation), and equal to it wherever POOR_DEVIATIONS times it passes POOR_DROP (where the
+    bound of _flags depends on it): columns of 1 to 41 numbers, some NaN, spreads across the
+    shortcut's edge."""
+    from xcorr_app.alignment import _quality as Q
+
+    rng = np.random.default_rng(11)
+    exact_ones = 0
+    for n in (1, 2, 3, 4, 5, 8, 9, 40, 41):
+        for spread in np.geomspace(1e-3, 3e-2, 12):
+            c = 0.9 + spread * rng.standard_normal((n, 20))
+            c[rng.random(c.shape) < 0.1] = np.nan
+            c[0] = 0.9  # (a number in every column)
+            ranked = Q._SortedColumns(c)
+            med = ranked.median()
+            got = Q._mad(c, med, ranked)
+            exact = 1.4826 * np.nanmedian(np.abs(c - med), axis=0)
+            assert (got >= exact).all()
+            moves = Q.POOR_DEVIATIONS * exact > Q.POOR_DROP
+            np.testing.assert_array_equal(got[moves], exact[moves])
+            exact_ones += int(moves.sum())
+    assert exact_ones > 100  # (both sides of the shortcut seen)
 
 
 def test_frames_behind_a_closed_shutter_are_flagged_though_they_are_half():

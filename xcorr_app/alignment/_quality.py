@@ -383,21 +383,24 @@ def _flags(before, after, residual):
     the correlation; poor where it is an outlier below the others' (of the same region) or
     below :data:`BEST_SHARE` of their best's, the residual is large, or nothing could be
     measured."""
+    after = np.asarray(after, np.float64)  # (the bounds in float64 whatever the rows')
     finite = np.isfinite(after)
     columns = after.reshape(len(after), -1)  # (a region a column; frames: one)
     bound = np.full(columns.shape[1], np.nan)
     best = np.full(columns.shape[1], np.nan)
     seen = finite.reshape(columns.shape).any(axis=0)
-    if seen.any():
-        kept = columns if seen.all() else columns[:, seen]
-        ranked = _SortedColumns(kept)
-        med = ranked.median()
-        best[seen] = ranked.quantile(BEST_QUANTILE)
-        bound[seen] = med - np.maximum(POOR_DEVIATIONS * _mad(kept, med, ranked), POOR_DROP)
-    with np.errstate(invalid="ignore"):
-        # (below the outliers' bound or below a share of the best: one threshold a region)
-        low = after < np.maximum(bound, np.where(best > 0, BEST_SHARE * best, -np.inf)
-                                 ).reshape(after.shape[1:])
+    with np.errstate(invalid="ignore"):  # (an infinite median: its bound is not a number)
+        if seen.any():
+            kept = columns if seen.all() else columns[:, seen]
+            ranked = _SortedColumns(kept)
+            med = ranked.median()
+            best[seen] = ranked.quantile(BEST_QUANTILE)
+            bound[seen] = med - np.maximum(POOR_DEVIATIONS * _mad(kept, med, ranked),
+                                           POOR_DROP)
+        # (below the outliers' bound or below a share of the best: one threshold a region;
+        # fmax: a bound that is not a number, an infinite median's, leaves the share's)
+        low = after < np.fmax(bound, np.where(best > 0, BEST_SHARE * best, -np.inf)
+                              ).reshape(after.shape[1:])
         # (the two components apart: NumPy's any/all over an axis of 2 took 10x as long; a
         # NaN residual is not within the limit either)
         off = ~(np.abs(residual[..., 0]) <= RESIDUAL_LIMIT)

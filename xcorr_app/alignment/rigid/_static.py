@@ -164,12 +164,21 @@ def _taper_host(shape, r):
     return one(shape[0])[:, None] * one(shape[1])[None, :]
 
 
+#: the most elements a kept constant holds (:func:`_constant`): the sample's middles and their
+#: canvases; the whole frames' last fit, where a pattern was found, makes its own
+CONSTANT_ELEMENTS = 2 ** 20
+
+
 def _constant(xp, kind, shape, *args):
     """The host-made array ``kind`` (``"taper"``, ``"band"``: :func:`_band`; ``"columns"``:
     how often the rfft grid of a ``shape`` counts each column) of ``shape`` on ``xp``'s
-    device, made once a shape and device: the band-passes' exponentials took the host longer
-    than the estimate's GPU work (it runs on every ``auto`` run)."""
-    return _constant_on(kind, shape, args, None if xp is np else xp.cuda.Device().id)
+    device, made once a shape and device up to :data:`CONSTANT_ELEMENTS`: the band-passes'
+    exponentials took the host longer than the estimate's GPU work (it runs on every ``auto``
+    run)."""
+    device_id = None if xp is np else xp.cuda.Device().id
+    if shape[0] * shape[1] > CONSTANT_ELEMENTS:
+        return _constant_on.__wrapped__(kind, shape, args, device_id)
+    return _constant_on(kind, shape, args, device_id)
 
 
 @functools.lru_cache(maxsize=16)
@@ -187,7 +196,10 @@ def _constant_on(kind, shape, args, device_id):
     import cupy
 
     with cupy.cuda.Device(device_id):
-        return cupy.asarray(a)
+        out = cupy.asarray(a)
+        # (copied before another thread's stream may read it)
+        cupy.cuda.get_current_stream().synchronize()
+        return out
 
 
 class _Canvas:
