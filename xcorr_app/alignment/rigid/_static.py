@@ -611,6 +611,12 @@ def _read_sample(src, xp, whole=False, index=None):
     return frames, [index[k] for k in keep]
 
 
+def _sample_exponent(src, frames) -> int:
+    """:func:`stack_exponent` of a sample ``frames`` of ``src`` (float64 frames beyond float32's
+    range): 0 for a source of integers, whose frame is then not copied to the host."""
+    return stack_exponent(frames[0]) if np.dtype(src.dtype).kind == "f" else 0
+
+
 #: counts the one-step estimates this process makes for GPU runs (:func:`_estimate_on`;
 #: ``next`` of it is atomic: runs in threads take a number each)
 _GPU_ESTIMATES = itertools.count(1)
@@ -661,8 +667,7 @@ def decide_static(spec, src, opts, xp):
         return None, (f"static on: fewer than {least} frames that can be measured: too few to "
                       "tell a pattern fixed on the sensor from the scene; the frames are "
                       "measured as they are" if spec == "on" else None), settings
-    # (float64 frames beyond float32's range; an integer frame's copy to the host spared)
-    scale = stack_exponent(frames[0]) if np.dtype(src.dtype).kind == "f" else 0
+    scale = _sample_exponent(src, frames)
     frames = scaled_by(frames, scale, on)
     change = brightness_change(backend.to_numpy(frames.mean(axis=(1, 2))))
     if spec == "auto" and change > AUTO_BRIGHTNESS_CHANGE:
@@ -779,7 +784,7 @@ def refined_or_first(settings, src, table, first, xp):
     frames, kept = _read_sample(src, xp, index=[i for i, k in zip(index, ok) if k])
     if frames is None or len(kept) < MIN_STATIC_FRAMES:
         return table, None
-    frames = scaled_by(frames, stack_exponent(frames[0]), xp)
+    frames = scaled_by(frames, _sample_exponent(src, frames), xp)
     residual = []
     for t in (table, first):
         d = t[kept, c["dy"]:c["dx"] + 1]
