@@ -41,8 +41,10 @@ from .._run_options import RunOptions
 #: (decided after the first pass: :func:`xcorr_app.alignment.refine._template.periodic_frames`)
 BOUNDARIES = ("auto", "linear", "circular")
 #: ``lucas_kanade``: the Lucas-Kanade refinement against a denoised template
-#: (:mod:`xcorr_app.alignment.refine._refine_lk`) on, off, or ``auto`` (on for noisy stacks)
-LUCAS_KANADE = ("auto", "on", "off")
+#: (:mod:`xcorr_app.alignment.refine._refine_lk`) on, against the reference itself in the pass
+#: (``reference``: :mod:`xcorr_app.alignment.refine._refine_reference`), off, or ``auto`` (the
+#: template's for noisy stacks, the reference's for steady ones)
+LUCAS_KANADE = ("auto", "on", "off", "reference")
 #: ``model``: ``translation`` (a shift per frame) or ``rigid-body`` (a rotation about the
 #: frame's centre and a shift: :mod:`xcorr_app.alignment._rotation`)
 MODELS = ("translation", "rigid-body")
@@ -109,6 +111,12 @@ class AlignOptions(RunOptions):
         if self.lucas_kanade == "on" and not self.lk_possible:
             raise InputError("lucas_kanade on needs reference first or refined[:ITER] and a "
                              "normalization other than phase")
+        if self.lucas_kanade == "reference" and not self.reference_fit_possible:
+            raise InputError("lucas_kanade reference needs one reference image (first, a "
+                             "frame's index, mean:N or a file; not previous or refined), a "
+                             "normalization other than phase, no features nor window, a "
+                             "boundary other than circular and a subpixel method other than "
+                             "none")
         parse_prefilter(self.prefilter)  # a bad spec fails before anything is read
         if self.features:
             from ..filters import bank_weights
@@ -215,7 +223,8 @@ class AlignOptions(RunOptions):
                           (self.subpixel == "upsample", "subpixel='upsample'"),
                           (self.upsample is not None, f"upsample={self.upsample}"),
                           (self.boundary == "circular", "boundary='circular'"),
-                          (self.lucas_kanade == "on", "lucas_kanade='on'"),
+                          (self.lucas_kanade in ("on", "reference"),
+                           f"lucas_kanade={self.lucas_kanade!r}"),
                           (self.refined is not None, f"reference={self.reference!r}"),
                           (self.patches is not None, "patches")):
             if bad:
@@ -294,6 +303,16 @@ class AlignOptions(RunOptions):
         """Whether the Lucas-Kanade refinement (:mod:`~xcorr_app.alignment.refine._refine_lk`) can
         run: a template built from the first frame (``first`` or ``refined``), not phase."""
         return self.from_first and self.normalization != "phase"
+
+    @property
+    def reference_fit_possible(self) -> bool:
+        """Whether the Gauss-Newton fit against the reference
+        (:mod:`~xcorr_app.alignment.refine._refine_reference`) can run: one reference image
+        measured linearly to a subpixel shift (not ``previous`` nor template passes, not phase,
+        no feature bank nor window, boundary not circular, subpixel not none)."""
+        return (not self.previous and self.refined is None and self.normalization != "phase"
+                and not self.features and self.window in (None, "none")
+                and self.boundary != "circular" and self.subpixel != "none")
 
     @property
     def refined(self) -> int | None:

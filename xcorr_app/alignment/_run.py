@@ -11,7 +11,8 @@ and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone
 3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`); after
    the device, a pattern fixed on the sensor found in a few frames and removed from what the
    passes read (``static``: :func:`~.rigid.remove_static`);
-4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~.refine.decide_lucas_kanade`);
+4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~.refine.decide_lucas_kanade`:
+   the template's fit for noisy stacks, the reference's for steady ones);
 5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
    ``boundary="auto"`` the wrap-around test (:func:`~.refine.periodic_frames`) and, for
    periodic stacks, a circular pass; the template passes of ``refined`` and Lucas-Kanade, the
@@ -47,8 +48,9 @@ from .rigid import (check_float32_range, check_gpu_float32, mean_count, referenc
                     scaled_by, stack_exponent)
 from .rigid import COLUMN
 from ._result import result_from_table
-from .refine import (LucasKanadeFit, TemplateSums, decide_lucas_kanade, kept_from_first,
-                     kept_rows, periodic_frames, relative_to_first, template_of)
+from .refine import (LucasKanadeFit, ReferenceFit, TemplateSums, decide_lucas_kanade,
+                     fit_margin, kept_from_first, kept_rows, periodic_frames, reference_coefficients,
+                     relative_to_first, template_of)
 
 __all__ = ["run_alignment", "measure_passes"]
 
@@ -106,7 +108,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         opts, src, static, static_note, why = remove_static(opts, src, executor, why)
         choices = ([bidi_note] if bidi_note else []) + ([static_note] if static_note else []) \
             + auto_notes(opts, why)
-        table, opts, more, image, unrefined = measure_passes(opts, src, executor, progress)
+        table, opts, more, image, unrefined = measure_passes(
+            opts, src, executor, progress, reference_fit=not static.get("removed"))
         if unrefined is not None:  # (the model of a pattern removed judges the refinement)
             table, note = refined_or_first(static, read, table, unrefined, executor.xp)
             more += [note] if note else []
@@ -150,7 +153,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
     return res
 
 
-def measure_passes(opts, src, executor, progress=None):
+def measure_passes(opts, src, executor, progress=None, reference_fit=True):
     """The result table of every frame, the options the last pass measured with (``boundary``
     and ``lucas_kanade`` decided), the notes of those decisions, the image the last pass
     measured against (``None`` for ``previous``) and, where ``lucas_kanade="auto"`` turned the
@@ -165,13 +168,16 @@ def measure_passes(opts, src, executor, progress=None):
     if any.  A template pass accumulates every frame measured with a distinct peak, shifted by
     its shift, into sums added up over the ranges in frame order; the next pass measures
     against their template, the last one (``lucas_kanade`` on) refining each shift by a
-    Lucas-Kanade fit against it (:class:`~.refine.LucasKanadeFit`).  Shifts after template
-    passes are relative to frame 0's.  ``progress`` sees every frame once, spread over the
-    passes.
+    Lucas-Kanade fit against it (:class:`~.refine.LucasKanadeFit`); with ``lucas_kanade``
+    ``reference`` (``auto`` where ``reference_fit``: no pattern was removed) the one pass refines
+    each shift against the reference itself (:class:`~.refine.ReferenceFit`).  Shifts after
+    template passes are relative to frame 0's.  ``progress`` sees every frame once, spread over
+    the passes.
     """
     if opts.boundary == "circular" and opts.lucas_kanade == "auto":
         opts = opts._decided(lucas_kanade="off")  # (a circular template instead)
-    opts, lk_note = decide_lucas_kanade(opts, src, executor.xp)
+    asked_reference = opts.lucas_kanade == "reference"  # (not auto's choice)
+    opts, lk_note = decide_lucas_kanade(opts, src, executor.xp, reference_fit)
     lk = opts.lucas_kanade == "on"
     auto_on = lk and lk_note is not None  # (turned on by auto, not asked for)
     passes = max(opts.refined or 0, 1 if lk else 0)
@@ -196,6 +202,9 @@ def measure_passes(opts, src, executor, progress=None):
         boundary, linear_why = "linear", "phase correlation is refined on its own surface"
     report = _Progress(progress, src.n_frames, passes + 1)
     k, fit = 0, None
+    if opts.lucas_kanade == "reference":  # (its spline made once, from the reference as read)
+        fit = ReferenceFit(executor.portable(reference_coefficients(opts, image, executor.xp)),
+                           fit_margin(opts))
     while True:
         linear = boundary != "circular"  # (auto measures linear first)
         # an upsample kept for a circular refinement that did not come is unused, not wrong
@@ -210,7 +219,11 @@ def measure_passes(opts, src, executor, progress=None):
             if k < passes else fit
         table, sums = measure_pass(run, ref, executor, hook, report)
         if k == 0 and boundary == "auto":
-            boundary = "circular" if periodic_frames(run, src, executor.xp, table, ref) \
+            measured = table  # (the wrap-around test reads the correlation's shifts)
+            if isinstance(hook, ReferenceFit):
+                measured = table.copy()
+                measured[:, COLUMN["dy"]:COLUMN["dx"] + 1] = sums
+            boundary = "circular" if periodic_frames(run, src, executor.xp, measured, ref) \
                 else "linear"
             if boundary == "circular":
                 passes = circular_passes(opts, passes)
@@ -220,7 +233,10 @@ def measure_passes(opts, src, executor, progress=None):
                                 f" ({'twice' if passes > 1 else 'once'})" if passes else ""))
                 report.plan_more(passes + 1)
                 lk, notes = False, [n for n in notes if n is not lk_note]
-                opts = opts._decided(lucas_kanade="off")
+                if asked_reference:
+                    notes.append("lucas_kanade reference: off (the frames wrap around: the fit "
+                                 "against the reference takes linear frames)")
+                opts, fit = opts._decided(lucas_kanade="off"), None
                 continue
         if k == 0:
             first = table  # (against the first frame: kept_from_first's fallback)
@@ -269,7 +285,8 @@ def circular_passes(opts, passes):
 
 def measure_pass(run, reference, executor, hook=None, progress=None):
     """One measuring pass over every range of the executor: the table, and the hook's template
-    sums ``(total, coverage)`` added up in frame order (``None`` without a template hook)."""
+    sums ``(total, coverage)`` added up in frame order, or with the reference's fit the
+    correlation's shifts before it ``(N, 2)`` (``None`` for other hooks)."""
     part = functools.partial(
         measure_part, run=run, plan=executor.plan, hook=hook, chunk=executor.fixed_chunk,
         budget=executor.budget_per_range, prepared=executor.prepared, host=executor.remote,
@@ -279,6 +296,8 @@ def measure_pass(run, reference, executor, hook=None, progress=None):
     table = np.concatenate([t for t, _, _ in parts])
     if parts[0][1] is not None:  # (chosen by the first batch where no plan was given)
         executor.plan = parts[0][1]
+    if isinstance(hook, ReferenceFit):
+        return table, np.concatenate([backend.to_numpy(r[0]) for _, _, r in parts])
     if not isinstance(hook, TemplateSums):
         return table, None
     xp = executor.xp

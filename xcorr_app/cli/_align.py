@@ -80,7 +80,9 @@ MEASURE_OPTIONS = (
     click.option("--lucas-kanade", "lucas_kanade", type=click.Choice(LUCAS_KANADE),
                  default=DEFAULT["lucas_kanade"], show_default=True,
                  help="on: refine every frame's shift by a Lucas-Kanade fit against a denoised "
-                      "template of the other frames (low light); auto: on for noisy stacks."),
+                      "template of the other frames (low light); reference: by a Gauss-Newton "
+                      "step against the reference, in the pass (steady stacks); auto: on for "
+                      "noisy stacks, reference for steady ones."),
     click.option("--model", type=click.Choice(MODELS), default=DEFAULT["model"],
                  show_default=True,
                  help="translation: a shift per frame; rigid-body: a rotation about the frame "

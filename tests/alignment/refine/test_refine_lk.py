@@ -39,14 +39,15 @@ def test_auto_turns_it_on_at_low_light_and_beats_the_template_alone(seed):
 
 
 @pytest.mark.parametrize("kind", ["plain", "bleaching_background", "non_square"])
-def test_auto_leaves_ordinary_stacks_alone(kind):
-    """Not noisy: ``auto`` is off, and the shifts are those of ``lucas_kanade="off"``."""
+def test_auto_leaves_ordinary_stacks_to_the_reference_fit(kind):
+    """Not noisy: ``auto`` builds no template (the fit against the reference instead, in the
+    one pass), says nothing, and the shifts are those of ``lucas_kanade="reference"``."""
     s = make_stack(kind, 1)
     auto = align(s.frames, device="cpu")
-    off = align(s.frames, device="cpu", lucas_kanade="off")
-    assert auto.settings["lucas_kanade"] == "off"
+    fitted = align(s.frames, device="cpu", lucas_kanade="reference")
+    assert auto.settings["lucas_kanade"] == "reference"
     assert not any("lucas_kanade" in n for n in auto.notes)
-    np.testing.assert_array_equal(auto.shifts, off.shifts)
+    np.testing.assert_array_equal(auto.shifts, fitted.shifts)
 
 
 def test_gauss_newton_recovers_a_subpixel_shift_with_a_brightness_change(rng):
@@ -154,7 +155,7 @@ def test_gpu_matches_cpu_at_low_light(seed, reference):
 
 
 @pytest.mark.gpu
-def test_gpu_auto_is_off_on_plain_stacks():
+def test_gpu_auto_leaves_plain_stacks_to_the_reference_fit():
     s = make_stack("plain", 0)
     gpu = align(s.frames, device="gpu")
-    assert gpu.settings["lucas_kanade"] == "off"
+    assert gpu.settings["lucas_kanade"] == "reference"

@@ -190,10 +190,14 @@ def test_fractional_references_move_by_the_fourier_phase():
 
 
 def test_circular_boundary_meets_the_target_on_circular_stacks():
+    """The linear correlation alone is pulled by the wrapped edges; the fit against the
+    reference over the frame's overlap is not (the wrapped strips lie outside it)."""
     s = make_stack("circular", 0)
-    lin = stack_errors(align(s.frames, device="cpu", boundary="linear").shifts, s.truth)[0]
+    lin = stack_errors(align(s.frames, device="cpu", boundary="linear",
+                             lucas_kanade="off").shifts, s.truth)[0]
+    fitted = stack_errors(align(s.frames, device="cpu", boundary="linear").shifts, s.truth)[0]
     auto = stack_errors(align(s.frames, device="cpu").shifts, s.truth)[0]
-    assert auto <= 0.05 < lin
+    assert auto <= 0.05 < lin and fitted <= 0.05
 
 
 def test_bad_boundary_is_an_input_error():

@@ -4,3 +4,4 @@
 from ._template import (LucasKanadeFit, TemplateAccumulator, TemplateSums, decide_lucas_kanade,
                         kept_from_first, kept_rows, lucas_kanade_choice, periodic_frames,
                         relative_to_first, template_of)
+from ._refine_reference import ReferenceFit, fit_margin, reference_coefficients

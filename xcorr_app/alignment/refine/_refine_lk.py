@@ -226,7 +226,7 @@ class LucasKanade:
         trusted = cov >= LK_MIN_COVERAGE * cov.max(axis=(1, 2), keepdims=True)
         return self.smooth(t.astype(xp.float32)), trusted
 
-    def __call__(self, first, frames, block):
+    def __call__(self, first, frames, block, filtered=None):
         batch = max(1, min(LK_BATCH, LK_BATCH_PIXELS // max(1, frames[0].size)))
         starts = range(0, len(frames), batch)
         if self.xp is np and len(starts) > 1:  # the CPU: batches on the threads (NumPy's

@@ -91,7 +91,7 @@ class TemplateAccumulator:
         self.coverage = xp.zeros(frame_shape, xp.float64)
         self._done = None  # GPU: the event after the last chunk's sums
 
-    def __call__(self, first, frames, block):
+    def __call__(self, first, frames, block, filtered=None):
         """Add a chunk: ``frames`` as read and its result ``block`` (both on ``xp``'s device).
         Which rows go in (:func:`kept_rows`) is judged on the host (on the GPU the block goes
         there right after anyway); their frames are warped and summed by
@@ -361,35 +361,48 @@ def _correlation(a, b, mask, xp) -> float:
     return float(num / den) if float(den) > 0 else 0.0
 
 
-def decide_lucas_kanade(opts, src, xp):
+def decide_lucas_kanade(opts, src, xp, reference_fit=True):
     """``(opts, note)``: ``opts`` with ``lucas_kanade="auto"`` decided for the open source
-    ``src`` (on for noisy frames: :mod:`~xcorr_app.alignment.refine._lk_decision`, on ``xp``'s
-    device; off where it cannot run), and a note when auto turned it on."""
+    ``src`` (:func:`lucas_kanade_choice` of a few frames judged on ``xp``'s device:
+    :mod:`~xcorr_app.alignment.refine._lk_decision`; off where neither fit can run), and a note
+    when auto turned the template's fit on.  ``reference_fit``: whether the fit against the
+    reference may be chosen (not where a pattern fixed on the sensor was removed: what is left
+    of it does not move with the scene)."""
     if opts.lucas_kanade != "auto":
         return opts, None
-    if not opts.lk_possible:
+    template_fit = opts.lk_possible
+    reference_fit = reference_fit and opts.reference_fit_possible
+    if not (template_fit or reference_fit):
         return opts._decided(lucas_kanade="off"), None
     judged = noisy_stack(src) if xp is np else noisy_stack_on_gpu(src).result()
-    return lucas_kanade_choice(opts, *judged)
+    return lucas_kanade_choice(opts, *judged, template_fit=template_fit,
+                               reference_fit=reference_fit)
 
 
 #: ``lucas_kanade="auto"`` stays off where the sampled frames' brightness changes by more than
 #: this (:func:`~xcorr_app.alignment.rigid.brightness_change`): a template of bright and dim
-#: frames misleads the fit (the bench's figures: docs/performance.md, "Hard stacks")
+#: frames misleads the fit, and the reference's fit is no better there (the bench's figures:
+#: docs/performance.md, "Hard stacks")
 LK_MAX_BRIGHTNESS_CHANGE = 0.3
 
 
-def lucas_kanade_choice(opts, noisy, precision, change=0.0):
+def lucas_kanade_choice(opts, noisy, precision, change=0.0, template_fit=True,
+                        reference_fit=False):
     """``(opts, note)`` of :func:`decide_lucas_kanade` from the judgement of the frames,
-    ``(noisy, precision, change)`` (:func:`~xcorr_app.alignment.refine._lk_decision.noisy_stack`)."""
-    if noisy and change > LK_MAX_BRIGHTNESS_CHANGE:
-        return opts._decided(lucas_kanade="off"), (
+    ``(noisy, precision, change)`` (:func:`~xcorr_app.alignment.refine._lk_decision.noisy_stack`):
+    off where the brightness changes by more than :data:`LK_MAX_BRIGHTNESS_CHANGE`; else
+    ``on`` (the template's fit) for noisy frames where ``template_fit`` may run, ``reference``
+    for the others where ``reference_fit`` may, else off."""
+    if change > LK_MAX_BRIGHTNESS_CHANGE:
+        return opts._decided(lucas_kanade="off"), None if not noisy else (
             f"lucas_kanade auto: off (noisy frames, but their brightness changes by "
             f"{100 * change:.0f}% over the stack: a template of bright and dim frames "
             "misleads the fit)")
-    opts = opts._decided(lucas_kanade="on" if noisy else "off")
     if not noisy:
-        return opts, None
-    return opts, (f"lucas_kanade auto: on (noisy frames: their noise allows about "
-                  f"{precision:.2f} px); refined template, then a Lucas-Kanade fit of every "
-                  "frame against it, leaving the frame out and smoothed")
+        return opts._decided(lucas_kanade="reference" if reference_fit else "off"), None
+    if not template_fit:
+        return opts._decided(lucas_kanade="off"), None
+    return opts._decided(lucas_kanade="on"), (
+        f"lucas_kanade auto: on (noisy frames: their noise allows about "
+        f"{precision:.2f} px); refined template, then a Lucas-Kanade fit of every "
+        "frame against it, leaving the frame out and smoothed")

@@ -336,9 +336,11 @@ def measure_frames(opts, src, xp, chunk_frames, reference, *, plan=None, start=0
     reference.  Each frame's row depends only on the frame, its reference and ``plan``, so
     ranges measured apart (other GPUs, Dask workers) give the rows one run gives.
 
-    ``on_chunk(first, frames, block)``, if given, sees every chunk as read (on ``xp``'s
-    device) with its result block (columns :data:`COLUMNS`, on the device, not waited for):
-    the template of a template pass is accumulated there
+    ``on_chunk(first, frames, block, filtered)``, if given, sees every chunk as read (on
+    ``xp``'s device) with its result block (columns :data:`COLUMNS`, on the device, not waited
+    for) and the frames as the correlation saw them (prefiltered, less their means, windowed;
+    on the CPU only for a hook whose ``takes_filtered`` is true, else None): the template of a
+    template pass is accumulated there
     (:class:`xcorr_app.alignment.refine._template.TemplateAccumulator`).
 
     ``prepared`` (a :class:`~._prepared.PreparedFrames`, GPU): each chunk's prepared frames
@@ -471,8 +473,10 @@ class ChunkPass:
                     self.last = (*carry, None)
                 blocks = pool.map(lambda k: self.rows(preps[k], *refs[k]), range(len(preps)))
                 block = np.concatenate(list(blocks))
-                if self.on_chunk is not None:
-                    self.on_chunk(first, frames, block)
+                if self.on_chunk is not None:  # (the threads' slices joined where it asks)
+                    wanted = getattr(self.on_chunk, "takes_filtered", False)
+                    self.on_chunk(first, frames, block, None if not wanted else preps[0].frames
+                                  if len(preps) == 1 else np.concatenate([q.frames for q in preps]))
                 self.finish(first, block)
 
     def on_gpu(self, chunks, prepared, key, start):
@@ -499,7 +503,7 @@ class ChunkPass:
                     p, None if last is None else last[:2], xp)
             block = self.rows(p, refs, refs_raw)
             if self.on_chunk is not None:  # on this stream, before the event that frees it
-                self.on_chunk(first, frames, block)
+                self.on_chunk(first, frames, block, p.frames)
             event = xp.cuda.get_current_stream().record()
             if self.opts.previous:
                 self.last = (*carry, event)
