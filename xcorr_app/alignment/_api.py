@@ -245,7 +245,8 @@ path or ndarray
         itself by one Gauss-Newton step of ``frame = a * R(x + s) + b`` against the reference's
         cubic B-spline ``R``, the frames and the reference prefiltered as the run prefilters
         (:mod:`xcorr_app.alignment.refine._refine_reference`): the steady stacks of the
-        accuracy bench about 40% nearer the truth at about a tenth more time on the GPU; needs
+        accuracy bench about 40% nearer the truth, at about 5% more time on the GPU and 15% on
+        the CPU; needs
         one reference image (not ``previous`` or ``refined``), no ``window`` nor ``features``,
         not phase or ``boundary="circular"``.
     model : {"translation", "rigid-body"}

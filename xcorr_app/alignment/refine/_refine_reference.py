@@ -177,12 +177,14 @@ def _band_sums(frame, coef, x, cols, weights):
     coefficients' rows under it (three more), their first tap's column ``x``."""
     wy, dy, wx, dx = (np.asarray(w, np.float64) for w in weights)
     rows = frame.shape[0]
-    v = vy = vx = 0.0
-    for a in range(4):  # each row of taps along x first (as the kernel sums), then along y
-        t = np.asarray(coef[a:a + rows, x:x + cols + 3], np.float64)
-        r = sum(wx[j] * t[:, j:j + cols] for j in range(4))
-        rd = sum(dx[j] * t[:, j:j + cols] for j in range(4))
-        v, vy, vx = v + wy[a] * r, vy + dy[a] * r, vx + wy[a] * rd
+    # every row of the taps along x first (as the kernel sums; each coefficient row once for
+    # the four pixels' rows that take it), then along y
+    t = np.asarray(coef[:rows + 3, x:x + cols + 3], np.float64)
+    r = sum(wx[j] * t[:, j:j + cols] for j in range(4))
+    rd = sum(dx[j] * t[:, j:j + cols] for j in range(4))
+    v = sum(wy[a] * r[a:a + rows] for a in range(4))
+    vy = sum(dy[a] * r[a:a + rows] for a in range(4))
+    vx = sum(wy[a] * rd[a:a + rows] for a in range(4))
     f = np.asarray(frame, np.float64)
     v, vy, vx, f = (a.ravel() for a in (v, vy, vx, f))
     return np.array([v @ v, v.sum(), v @ vy, v @ vx, v.size, vy.sum(), vx.sum(), vy @ vy,
@@ -262,6 +264,8 @@ class _ReferenceSteps:
         usable = (block[:, c["finite"]] == 1) & (block[:, c["constant"]] == 0) \
             & (block[:, c["border"]] == 0) & np.isfinite(s0).all(axis=1)
         start = np.where(usable[:, None], s0, np.nan)
+        # (one thread: the bands' small NumPy operations hold the GIL often enough that two
+        # threads took longer than one on 256x256 frames)
         s = fit_steps(fit_sums(filtered, self.coef, start, self.margin), start)
         block[:, cols] = np.where(usable[:, None], s, s0)
 
