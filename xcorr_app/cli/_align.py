@@ -415,8 +415,11 @@ def _print_summary(path, shape, dev, res, s, seconds, frame_gb, written):
     rate = s["frames"] / max(seconds, 1e-9)
     click.echo(f"xcorr align: {s['frames']} frames of {shape[0]}x{shape[1]} from {path} on {dev} "
                f"({rate:.1f} frames/s, {rate * frame_gb:.3g} GB/s)")
+    fit = {"on": ", Lucas-Kanade fit against the template",
+           "reference": ", Gauss-Newton step against the reference"}.get(
+        res.settings.get("lucas_kanade"), "")
     click.echo(f"  max |shift| {s['max_abs_shift']:.2f} px; reference {res.settings['reference']}, "
-               f"subpixel {res.settings['subpixel']}, correlation {res.plan}")
+               f"subpixel {res.settings['subpixel']}{fit}, correlation {res.plan}")
     if res.settings["verify"]:
         n_ok = int(res.agree.sum())
         click.echo(f"  FFT reference: integer peaks agree on {n_ok}/{s['frames']} frames "
