@@ -241,7 +241,8 @@ path or ndarray
         than 0.05 px), else ``reference``; ``settings["lucas_kanade"]`` says which (a note where
         ``on`` was chosen); off for frames that wrap around (``boundary`` circular, or detected
         so), where the sampled frames' brightness changes by more than 30%, and after a pattern
-        fixed on the sensor was removed.  ``reference``: each frame's shift refined in the pass
+        fixed on the sensor was removed; ``reference`` not chosen with ``patches`` (the patch
+        pass measures each patch again).  ``reference``: each frame's shift refined in the pass
         itself by one Gauss-Newton step of ``frame = a * R(x + s) + b`` against the reference's
         cubic B-spline ``R``, the frames and the reference prefiltered as the run prefilters
         (:mod:`xcorr_app.alignment.refine._refine_reference`): the steady stacks of the

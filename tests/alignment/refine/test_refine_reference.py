@@ -260,3 +260,15 @@ def test_gpu_run_matches_the_cpus():
     cpu = align(stack.frames, device="cpu")
     assert gpu.settings["lucas_kanade"] == cpu.settings["lucas_kanade"] == "reference"
     np.testing.assert_allclose(gpu.shifts, cpu.shifts, rtol=0, atol=1e-3)
+
+
+def test_auto_leaves_the_rigid_shifts_of_a_patch_run_to_the_patches():
+    from xcorr_app.alignment.refine import decide_lucas_kanade
+    from xcorr_app.io import ArraySource
+
+    stack = make_stack("plain", 0, image="camera", shape=(128, 128))
+    src = ArraySource(stack.frames)
+    assert decide_lucas_kanade(AlignOptions(), src, np)[0].lucas_kanade == "reference"
+    got = decide_lucas_kanade(AlignOptions(patches=(2, 2)), src, np)[0]
+    assert got.lucas_kanade == "off"
+    assert AlignOptions(patches=(2, 2), lucas_kanade="reference").lucas_kanade == "reference"
