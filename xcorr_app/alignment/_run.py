@@ -49,8 +49,8 @@ from .rigid import (check_float32_range, check_gpu_float32, mean_count, referenc
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, ReferenceFit, TemplateSums, decide_lucas_kanade,
-                     fit_margin, kept_from_first, kept_rows, periodic_frames, reference_coefficients,
-                     relative_to_first, template_of)
+                     fit_margin, kept_from_first, kept_rows, periodic_frames,
+                     reference_coefficients, relative_to_first, template_of)
 
 __all__ = ["run_alignment", "measure_passes"]
 

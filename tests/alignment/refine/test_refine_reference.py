@@ -230,7 +230,7 @@ def test_gpu_kernels_match_numpy(rng, shape):
     want[:, COLUMN["dy"]:COLUMN["dx"] + 1] = np.where(np.isfinite(s), fit_steps(
         fit_sums(frames, coef, s), s), start)
     got = cp.asarray(block)
-    _steps_on_gpu(cp.asarray(frames), cp.asarray(coef), got)  # (its sums' buffer: cp.empty)
+    _steps_on_gpu(cp.asarray(frames), cp.asarray(coef), got, REFERENCE_MARGIN)
     got = got.get()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
     moved = np.isfinite(start).all(1) & (np.abs(start) < 100).all(1)

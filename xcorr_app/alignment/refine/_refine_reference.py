@@ -43,9 +43,10 @@ from ...filters import taps_along
 from ...streaming import host_copies
 from ..rigid import COLUMN, filter_reach
 from ._refine_lk import LK_MAX_STEP
+from ._template import kept_rows
 
-__all__ = ["ReferenceFit", "fit_margin", "reference_coefficients", "spline_coefficients", "fit_sums",
-           "fit_steps", "REFERENCE_MARGIN"]
+__all__ = ["ReferenceFit", "fit_margin", "reference_coefficients", "spline_coefficients",
+           "fit_sums", "fit_steps", "REFERENCE_MARGIN"]
 
 #: the fitted pixels' least distance (px) from the frame's edges and, moved by the shift, from
 #: the reference's: this beyond the prefilter's reach (:func:`fit_margin`; the spline's taps
@@ -79,8 +80,8 @@ def fit_margin(opts) -> int:
     hold what does not move with the scene).
 
     >>> from xcorr_app.alignment import AlignOptions
-    >>> fit_margin(AlignOptions(prefilter="gaussian:1")), fit_margin(AlignOptions(prefilter="dog:1,4"))
-    (5, 11)
+    >>> [fit_margin(AlignOptions(prefilter=p)) for p in ("gaussian:1", "dog:1,4")]
+    [5, 11]
     """
     return MARGIN_PAST_REACH + filter_reach(opts.prefilter)
 
@@ -195,8 +196,9 @@ def fit_steps(sums, shifts, max_step=LK_MAX_STEP):
     """The shifts ``(N, 2)`` after one Gauss-Newton step from ``shifts`` by the frames'
     :func:`fit_sums`: ``a`` and ``b`` fitted at the shift, then the system of the columns ``V``,
     1, ``a Vy``, ``a Vx`` against the residual solved; a frame keeps its shift where the fit had
-    fewer than 16 pixels, a gain not above 0, a system that is not positive definite, or a step over
-    ``max_step`` px along either axis (a gain not above 0: not this scene).  The definition of the GPU's ``reference_fit_step``."""
+    fewer than 16 pixels, a gain not above 0 (not this scene), a system that is not positive
+    definite, or a step over ``max_step`` px along either axis.  The definition of the GPU's
+    ``reference_fit_step``."""
     g = np.asarray(sums, np.float64)
     s = np.array(shifts, np.float64)
     for i in range(len(g)):
@@ -232,7 +234,7 @@ class ReferenceFit:
     the correlation measured them ``(N, 2)`` (the wrap-around test reads those: it was made
     for them)."""
 
-    def __init__(self, coef, margin=REFERENCE_MARGIN):
+    def __init__(self, coef, margin):
         self.coef, self.margin = coef, margin
 
     def make(self, xp, frame_shape, start):
@@ -257,12 +259,10 @@ class _ReferenceSteps:
         if self.xp is not np:
             self.before.append(_steps_on_gpu(filtered, self.coef, block, self.margin))
             return
-        c = COLUMN
-        cols = slice(c["dy"], c["dx"] + 1)
+        cols = slice(COLUMN["dy"], COLUMN["dx"] + 1)
         s0 = block[:, cols].copy()
         self.before.append(s0)
-        usable = (block[:, c["finite"]] == 1) & (block[:, c["constant"]] == 0) \
-            & (block[:, c["border"]] == 0) & np.isfinite(s0).all(axis=1)
+        usable = kept_rows(block, np)  # (measured, a distinct peak, finite shifts)
         start = np.where(usable[:, None], s0, np.nan)
         # (one thread: the bands' small NumPy operations hold the GIL often enough that two
         # threads took longer than one on 256x256 frames)
@@ -270,7 +270,7 @@ class _ReferenceSteps:
         block[:, cols] = np.where(usable[:, None], s, s0)
 
 
-def _steps_on_gpu(frames, coef, block, margin=REFERENCE_MARGIN):
+def _steps_on_gpu(frames, coef, block, margin):
     """:func:`fit_sums` and :func:`fit_steps` of the CuPy ``frames`` (float32, C-contiguous)
     against ``coef``, the result ``block`` (float64, C-contiguous) updated in place, by the two
     kernels on the current stream; returns the block's shifts as they were ``(N, 2)``."""

@@ -473,10 +473,12 @@ class ChunkPass:
                     self.last = (*carry, None)
                 blocks = pool.map(lambda k: self.rows(preps[k], *refs[k]), range(len(preps)))
                 block = np.concatenate(list(blocks))
-                if self.on_chunk is not None:  # (the threads' slices joined where it asks)
-                    wanted = getattr(self.on_chunk, "takes_filtered", False)
-                    self.on_chunk(first, frames, block, None if not wanted else preps[0].frames
-                                  if len(preps) == 1 else np.concatenate([q.frames for q in preps]))
+                if self.on_chunk is not None:
+                    filtered = None  # (the threads' slices joined only for a hook that asks)
+                    if getattr(self.on_chunk, "takes_filtered", False):
+                        filtered = preps[0].frames if len(preps) == 1 else \
+                            np.concatenate([q.frames for q in preps])
+                    self.on_chunk(first, frames, block, filtered)
                 self.finish(first, block)
 
     def on_gpu(self, chunks, prepared, key, start):
