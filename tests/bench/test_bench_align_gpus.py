@@ -79,10 +79,10 @@ def test_targets_and_table():
         ["-", "ok", "DIFFERS", "ERROR"]
     lines = ag.target_lines(rows)
     assert lines == [
-        "g2: 1.50x one GPU (target >= 1.7x: no); 50% of the 2-thread read (the read reached "
+        "g2: 1.50x one GPU (target >= 1.85x: no); 50% of the 2-thread read (the read reached "
         ">= 90%: no)",
         "w2: 1.10x --gpus' time (target <= 1.15x: yes)",
-        "p2: 2.00x one GPU (target >= 1.7x: yes)",
+        "p2: 2.00x one GPU (target >= 1.85x: yes)",
         "results: every run within 0.0001 px of one GPU's: no (largest 0.01 px)"]
     table = ag.format_table(rows)
     assert table[3] == "| read 2 | 2 | 2.00 | 4.00 |  |  |  |  | - |"

@@ -56,6 +56,18 @@ def test_dust_shadows_are_removed():
     assert res.settings["static"]["removed"]
 
 
+def test_dust_over_a_high_contrast_scene_is_removed_at_a_few_per_cent():
+    """Dust shadows over coins are a few per cent of the scene's band-pass energy, yet left in
+    they pull the peaks by about 0.1 px (the bench's stack: 0.106 px RMS)."""
+    from xcorr_app.alignment.rigid._static import STATIC_SHARE
+
+    s = make_stack("dust_vignette", 0, image="coins", shape=(256, 256))
+    res = xcorr_app.align(s.frames, device="cpu", quality=False)
+    st = res.settings["static"]
+    assert st["removed"] and STATIC_SHARE <= st["share"] < 0.05, st
+    assert stack_errors(res.shifts, s.truth)[0] < 0.03
+
+
 @pytest.mark.parametrize("kind,seed", [("plain", 1), ("low_light", 0)])
 def test_a_stack_without_a_pattern_is_measured_as_before(kind, seed):
     s = make_stack(kind, seed, shape=SHAPE)
@@ -64,7 +76,7 @@ def test_a_stack_without_a_pattern_is_measured_as_before(kind, seed):
     np.testing.assert_array_equal(auto.shifts, off.shifts)
     np.testing.assert_array_equal(auto.low_confidence, off.low_confidence)
     st = auto.settings["static"]
-    assert st["mode"] == "auto" and not st["removed"] and st["share"] < 0.04
+    assert st["mode"] == "auto" and not st["removed"] and st["share"] < 0.01
     assert not any(n.startswith("static") for n in auto.notes)
     assert auto.settings["options"]["prefilter"] == off.settings["options"]["prefilter"]
 

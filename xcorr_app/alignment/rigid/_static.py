@@ -44,8 +44,9 @@ the model cannot tell apart; the band-pass that ``prefilter="auto"`` chooses the
 background), nor where the sample's peaks lie on the border of the search.
 
 On ``xcorr bench accuracy``'s stacks ``auto`` removes nothing but from the kinds with a
-pattern (the others' static share is at most 0.012, the threshold 0.05; 6-frame stacks
-reached 0.06, hence :data:`MIN_AUTO_FRAMES`); the figures are in docs/performance.md.
+pattern (and from rotating ones: the kinds without a pattern stay at a third of the threshold
+or below, 10-frame cuts of them at three quarters; 6-frame stacks reached twice the threshold,
+hence :data:`MIN_AUTO_FRAMES`); the figures are in docs/performance.md.
 
 Examples
 --------
@@ -95,13 +96,12 @@ DETECT_SIDE = 256
 #: the sample's memory (bytes, float64 frames) at most: fewer frames of large ones
 STATIC_SAMPLE_BYTES = 512 * 2 ** 20
 #: a pattern matters where its band-pass energy (less its noise) is this share of the scene's
-STATIC_SHARE = 0.05
-#: ``auto`` fits the pattern only where :func:`quick_share` reaches this (half of
-#: :data:`STATIC_SHARE`: on the accuracy bench's stacks the one-step share is within a few
-#: per cent of the fit's but where frames lock at zero shift, which is checked apart; its
-#: lowest on a stack the fit removes a pattern from is 0.040, its highest on the realistic
-#: kinds 0.015)
-QUICK_SHARE = STATIC_SHARE / 2
+#: (dust over a high-contrast scene pulls the peaks from a few per cent: docs/performance.md)
+STATIC_SHARE = 0.03
+#: ``auto`` fits the pattern only where :func:`quick_share` reaches this, a little below
+#: :data:`STATIC_SHARE` (the one-step share is within a few per cent of the fit's but where
+#: frames lock at zero shift, which is checked apart; stacks without a pattern stay far below)
+QUICK_SHARE = 0.025
 #: frames "locked" at zero shift: this share of them within this radius (px) of it
 LOCK_SHARE = 1 / 3
 LOCK_RADIUS = 0.25
