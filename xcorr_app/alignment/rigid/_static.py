@@ -26,7 +26,7 @@ pattern's share in one step (:func:`quick_share`, a process's first for a GPU ru
 :func:`_estimate_on`; ``auto`` stops there below :data:`QUICK_SHARE` unless frames lock at
 zero), fits the model with those shifts (on the run's device), and judges whether a pattern is
 there and matters: its band-pass energy (the band registration reads, less what noise puts
-there) against the scene's (:data:`STATIC_SHARE`), or frames locked at zero shift
+there) against the scene's (:func:`matters_from`), or frames locked at zero shift
 (:data:`LOCK_SHARE` of them within :data:`LOCK_RADIUS` px).  Then the shifts are measured again
 with the pattern removed, from the first shifts and from the frames less their temporal
 median (which frees frames locked on the pattern), :data:`STATIC_ROUNDS` times each, and the
@@ -98,6 +98,10 @@ STATIC_SAMPLE_BYTES = 512 * 2 ** 20
 #: a pattern matters where its band-pass energy (less its noise) is this share of the scene's
 #: (dust over a high-contrast scene pulls the peaks from a few per cent: docs/performance.md)
 STATIC_SHARE = 0.03
+#: ... and this share where the sample's frames have fewer pixels than this: the share's noise
+#: grows as the sample shrinks (a noisy 64x64 stack without a pattern reached 0.044)
+SMALL_FRAME_SHARE = 0.05
+SMALL_FRAME_PIXELS = 128 * 128
 #: ``auto`` fits the pattern only where :func:`quick_share` reaches this, a little below
 #: :data:`STATIC_SHARE` (the one-step share is within a few per cent of the fit's but where
 #: frames lock at zero shift, which is checked apart; stacks without a pattern stay far below)
@@ -127,6 +131,17 @@ POWER_BOX = 5
 #: the prefilter of the passes that measure frames with the pattern removed: what the drift
 #: left of it (the slow part) is static too
 STATIC_PREFILTER = "dog:1,4"
+
+
+def matters_from(frame_shape) -> float:
+    """The static share from which ``auto`` removes a pattern found in sample frames of
+    ``frame_shape``.
+
+    >>> matters_from((256, 256)), matters_from((64, 64))
+    (0.03, 0.05)
+    """
+    small = frame_shape[0] * frame_shape[1] < SMALL_FRAME_PIXELS
+    return SMALL_FRAME_SHARE if small else STATIC_SHARE
 
 
 def static_possible(opts) -> str | None:
@@ -697,7 +712,7 @@ def decide_static(spec, src, opts, xp):
     pattern, info = fit_static(frames, shifts, xp)
     settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked,
                     fitted=True)
-    if spec == "auto" and not locked and info["share"] < STATIC_SHARE:
+    if spec == "auto" and not locked and info["share"] < matters_from(frames.shape[1:]):
         return None, None, settings
     starts = [] if locked else [(shifts, conf)]
     starts.append(_measure(_removed(frames, _median(frames, xp, axis=0), xp), opts, xp,
