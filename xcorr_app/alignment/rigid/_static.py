@@ -44,9 +44,10 @@ the model cannot tell apart; the band-pass that ``prefilter="auto"`` chooses the
 background), nor where the sample's peaks lie on the border of the search.
 
 On ``xcorr bench accuracy``'s stacks ``auto`` removes nothing but from the kinds with a
-pattern (and from rotating ones: the kinds without a pattern stay at a third of the threshold
-or below, 10-frame cuts of them at three quarters; 6-frame stacks reached twice the threshold,
-hence :data:`MIN_AUTO_FRAMES`); the figures are in docs/performance.md.
+pattern (and from rotating ones: the kinds without a pattern stay at half the threshold or
+below, 10-frame cuts of them at three quarters, a noisy 64x64 stack under
+:data:`SMALL_FRAME_SHARE`; 6-frame stacks reached twice the threshold, hence
+:data:`MIN_AUTO_FRAMES`); the figures are in docs/performance.md.
 
 Examples
 --------
