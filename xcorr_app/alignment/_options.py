@@ -293,6 +293,15 @@ class AlignOptions(RunOptions):
                                                      or self.refined is not None)
 
     @property
+    def from_template(self) -> bool:
+        """On the options the passes decided (:func:`~._run.measure_passes`): whether the last
+        pass measured against a template of the frames made from the first frame (``refined``
+        passes, Lucas-Kanade ``on``, a circular template), not against the reference itself:
+        its results are still in frame 0's place, its orientation is the frames' mean."""
+        return self.from_first and (self.refined is not None or self.lucas_kanade == "on"
+                                    or (self.boundary == "circular" and self.lk_possible))
+
+    @property
     def reference_frame(self) -> int | None:
         """The frame whose place the results are in: 0 for :attr:`from_first`, a reference
         index as given (negative: from the end), else None (the mean, an image)."""

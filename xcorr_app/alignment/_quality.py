@@ -15,10 +15,11 @@ variance: a drift blurs the mean) and the correlation's distribution.  A frame i
 ``worse`` where alignment lowered its correlation, and ``poor`` where its correlation after
 alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_LIMIT` px, or
 it could not be measured at all; ``rotated`` where the aligned frame is still rotated against
-the template by enough that a corner may be more than 0.5 px off (the rotation of every frame
-measured from a 3x3 grid of small patches of the aligned frames the pass holds:
-:class:`~.piecewise._rotation.RotationProbe`; the translation model cannot align such a frame,
-``model="rigid-body"`` does).  A rigid-body run's frames are judged rotated and shifted, as
+the template (after template passes, whose template turns as the frames' mean, against frame
+0's: :func:`~.piecewise.rotated_frames`) by enough that a corner may be more than 0.5 px off
+(the rotation of every frame measured from a 3x3 grid of small patches of the aligned frames
+the pass holds: :class:`~.piecewise._rotation.RotationProbe`; the translation model cannot
+align such a frame, ``model="rigid-body"`` does).  A rigid-body run's frames are judged rotated and shifted, as
 its aligned stack is made.
 
 Piecewise-rigid runs (patches) are judged as their output is made: every frame warped by its
@@ -60,7 +61,7 @@ from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_b
                                template_moments, template_refs)
 from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
 from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
-from .piecewise import RotationProbe, rigid_body_weights
+from .piecewise import RotationProbe, rigid_body_weights, rotated_frames
 from .warp import rigid_body_field, shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
@@ -71,8 +72,14 @@ RESIDUAL_LIMIT = 0.5
 #: (and at least :data:`POOR_DROP` below it: on clean stacks the deviation is tiny)
 POOR_DEVIATIONS = 5.0
 POOR_DROP = 0.03
-#: alignment "made it worse" when the correlation dropped by more than this
+#: alignment "made it worse" when the correlation dropped by more than this...
 WORSE_BY = 0.01
+#: ... and the residual is larger than this (px, on either axis): a frame that sits on the
+#: template within it is aligned on what moves, and what lowered its correlation does not move
+#: with the scene (a background or shading fixed on the sensor: the accuracy bench's
+#: ``bleaching_background`` flagged 46 of its 759 frames within 0.5 px worse; at 0.1 px none,
+#: and no frame off by more than 0.5 px of any kind loses its flags up to 0.3 px)
+ALIGNED_PX = 0.1
 #: a correlation after alignment below this share of the stack's best frames' (its
 #: :data:`BEST_QUANTILE`) flags the frame ``poor`` where the median cannot: half the frames or
 #: more behind a closed shutter or bleached away (docs/performance.md, "Hard stacks")
@@ -174,14 +181,16 @@ class QualityReport:
 
 
 def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
-                    rotation=None):
+                    rotation=None, relative_to=None):
     """The :class:`QualityReport` of a run's ``shifts`` (N, 2) against ``template`` (the image
     the run's last pass measured against, as it came: the first frame, the mean, the refined
     template), its frames read once more through ``executor`` (its ranges, where it reads).
     ``patches``: a piecewise run's ``(motion_field, patch_centres, patch_size)``, by which its
     frames are warped, and the per-patch figures (:class:`PatchQuality`).  ``rotation``: a
     rigid-body run's angles (N,) degrees: its frames rotated and shifted
-    (:func:`~.warp.rigid_body_field`)."""
+    (:func:`~.warp.rigid_body_field`).  ``relative_to``: the frame whose place the shifts
+    are in, where ``template`` is a template of the frames (each frame's rotation is judged
+    against that frame's: :func:`~.piecewise.rotated_frames`)."""
     shifts = np.asarray(shifts, np.float64)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
     t = executor.portable(executor.xp.asarray(template))  # (as it came)
@@ -193,7 +202,8 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
                      0 if field is None else 1)
         part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
                                  template=t, host=not executor.local, field=field)
-        return report_of(executor.map(part, None), shifts, area, xp=executor.xp)
+        return report_of(executor.map(part, None), shifts, area, xp=executor.xp,
+                         rotation=(frame_shape, relative_to))
     field, centres, size = (np.asarray(patches[0], np.float64),
                             np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
     part = functools.partial(_patch_part, opts=opts, field=field, ok=patch_ok(shifts, field),
@@ -209,12 +219,14 @@ def patch_ok(shifts, field):
     return np.isfinite(shifts).all(axis=1) & np.isfinite(field.reshape(len(field), -1)).all(1)
 
 
-def report_of(parts, shifts, area, grid=None, xp=np):
+def report_of(parts, shifts, area, grid=None, xp=np, rotation=None):
     """The :class:`QualityReport` of the ranges' parts in frame order (each ``(rows, means,
     counted, per-patch rows)``: :func:`_rows_part`, :meth:`PatchQuality.result`) of a run of
     ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``; ``xp``: where
     the means' sharpness is measured (a Dask client's GPU: its workers' means come as NumPy
-    arrays, whose adds and gradients on the host were slow)."""
+    arrays, whose adds and gradients on the host were slow); ``rotation``: a rigid run's
+    ``(frame_shape, relative_to)``, by which its frames' rotations are judged
+    (:func:`~.piecewise.rotated_frames`)."""
     rows = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
     whole = [p[1]["sharpness"] for p in parts if "sharpness" in p[1]]
     if whole:  # (a part of the whole stack measured its means' sharpness where they lay)
@@ -229,7 +241,8 @@ def report_of(parts, shifts, area, grid=None, xp=np):
     worse, poor = _flags(rows[:, 0], rows[:, 1], rows[:, 2:4])
     report = QualityReport(rows[:, 0], rows[:, 1], rows[:, 2:4], worse, poor, *sharp, area)
     if rows.shape[1] > 4:  # (the rotation of rigid runs: RotationProbe.columns)
-        report.residual_rotation_deg, report.rotated = rows[:, 4], rows[:, 5] > 0
+        report.residual_rotation_deg, report.rotated = rotated_frames(rows[:, 4], rows[:, 5],
+                                                                      *rotation)
         report.poor |= rows[:, 6] > 0  # (off by pixels at the centre: the patches say so)
     if grid is not None:
         # (N, P, 4)
@@ -380,7 +393,8 @@ def _percentiles(a, qs) -> list:
 
 def _flags(before, after, residual):
     """``(worse, poor)`` of rows (N,) or patch regions (N, P): worse where alignment lowered
-    the correlation; poor where it is an outlier below the others' (of the same region) or
+    the correlation and the residual does not say the region sits on the template
+    (:data:`ALIGNED_PX`); poor where it is an outlier below the others' (of the same region) or
     below :data:`BEST_SHARE` of their best's, the residual is large, or nothing could be
     measured."""
     after = np.asarray(after, np.float64)  # (the bounds in float64 whatever the rows')
@@ -405,8 +419,10 @@ def _flags(before, after, residual):
         # NaN residual is not within the limit either)
         off = ~(np.abs(residual[..., 0]) <= RESIDUAL_LIMIT)
         off |= ~(np.abs(residual[..., 1]) <= RESIDUAL_LIMIT)
+        aligned = (np.abs(residual[..., 0]) <= ALIGNED_PX) \
+            & (np.abs(residual[..., 1]) <= ALIGNED_PX)
     poor = ~finite | low | off
-    worse = finite & np.isfinite(before) & (after < before - WORSE_BY)
+    worse = finite & np.isfinite(before) & (after < before - WORSE_BY) & ~aligned
     return worse, poor
 
 
@@ -454,7 +470,7 @@ DEVICE_CHUNKS = 4
 
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
                host=True, field=None):
-    """Rows ``(before, after, residual dy, residual dx, rotation, rotated)`` of frames
+    """Rows ``(before, after, residual dy, residual dx, rotation, its error, off)`` of frames
     ``start:stop`` of a rigid run (the rotation:
     :class:`~.piecewise._rotation.RotationProbe`'s, of the aligned frames; ``field``: a
     rigid-body run's :func:`~.warp.rigid_body_field`, by which they are aligned); the

@@ -172,7 +172,6 @@ def rigid_body_result(res, opts, executor, frame_shape, template):
     shifts, angle, fitted = measure_rigid_body(opts, res.shifts, executor, frame_shape,
                                                template, res.low_confidence)
     measured = np.isfinite(res.shifts).all(axis=1)
-    first = opts.from_first
     k = opts.reference_frame
     if k is not None:
         k %= len(shifts)
@@ -180,8 +179,7 @@ def rigid_body_result(res, opts, executor, frame_shape, template):
     # the reference frame's place, as a template of the frames needs too)
     if k is not None and measured[k] and fitted[k]:
         shifts, angle = relative_to_frame(shifts, angle, k)
-        if first and (opts.refined or opts.lucas_kanade == "on"
-                      or opts.boundary == "circular"):
+        if opts.from_template:
             template = executor.xp.asarray(executor.src.read(0, 1)[0])  # (as they now are)
     if opts.interpolate_low:
         shifts = interpolate_flagged(shifts, res.low_confidence)

@@ -145,8 +145,10 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         elif opts.quality:  # (the frames read again: the report trusts no shift it checks)
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
-            res.quality = measure_quality(opts, res.shifts, executor, src.frame_shape, image,
-                                          rotation=res.rotation_deg)
+            res.quality = measure_quality(
+                opts, res.shifts, executor, src.frame_shape, image, rotation=res.rotation_deg,
+                # (a rigid-body run's frames are judged against frame 0 itself)
+                relative_to=0 if opts.from_template and opts.model == "translation" else None)
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)
     res.seconds = time.perf_counter() - t0

@@ -86,6 +86,19 @@ def test_the_translation_model_flags_the_frames_it_leaves_rotated(turning, runs)
     assert runs[0].rotation_deg is None  # (the model's angles: rigid-body only)
 
 
+@pytest.mark.parametrize("keywords", [{"lucas_kanade": "on"}, {"reference": "refined"}],
+                         ids=["lucas-kanade", "refined"])
+def test_after_a_template_of_the_frames_rotation_is_judged_against_frame_0(turning, keywords):
+    """A template of frames that turn has their mean orientation; the shifts are in frame 0's
+    place, so each frame's rotation is frame 0's less its own (against the template, the still
+    frames read 0.45 degrees and were flagged, the frames turned as the mean were not)."""
+    frames, _, angles = turning
+    q = align(frames, device="cpu", **keywords).quality
+    moved = corner_displacement(angles, SHAPE)
+    assert q.rotated.tolist() == (moved > 0.35).tolist()
+    np.testing.assert_allclose(q.residual_rotation_deg, -angles, atol=0.02)
+
+
 def test_rigid_body_measures_rotation_and_shift_and_aligns_the_frames(turning, runs):
     frames, truth, angles = turning
     translation, rigid = runs

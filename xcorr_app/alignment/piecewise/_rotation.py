@@ -37,7 +37,8 @@ from ._patches import (PatchGrid, patch_left, patch_shifts, refine_shifts, refin
                        refine_template, template_patches)
 from ._spline import field_weights
 
-__all__ = ["ROTATED_PX", "ROTATED_SIGNIFICANCE", "RotationProbe", "fit_rigid_body",
+__all__ = ["ROTATED_PX", "ROTATED_SIGNIFICANCE", "RotationProbe", "rotated_frames",
+           "fit_rigid_body",
            "structure_tensors", "rigid_body_at", "probe_grid", "rigid_body_part", "WholeFrame",
            "whole_frame_steps", "rigid_body_mean_part", "whole_frame_part", "grid_box",
            "rigid_body_weights",
@@ -286,11 +287,12 @@ class RotationProbe:
         """``(n, 3)`` NumPy of the frames added: the rotation (degrees; NaN where not
         measured: a frame not ``usable``, too few patches, an area too small, or a frame off
         at its centre by more than half the search, whose corner patches' peaks lie on its
-        border), 1.0 where it flags the frame ``rotated`` (else 0.0), and 1.0 where the frame
-        is off at its centre by more than half the search (its residual: ``poor``)."""
+        border), its standard error (degrees) and 1.0 where the frame is off at its centre by
+        more than half the search (its residual: ``poor``).  Which frames are ``rotated``:
+        :func:`rotated_frames`, over the whole stack's columns."""
         n = len(usable)
         if self.grid is None or not self.parts:
-            return np.column_stack([np.full(n, np.nan), np.zeros(n), np.zeros(n)])
+            return np.column_stack([np.full((n, 2), np.nan), np.zeros(n)])
         xp = self.xp
         count = len(self.u)
         d, peaks = (np.concatenate(host_copies([part[k] for part in self.parts]))
@@ -303,15 +305,36 @@ class RotationProbe:
                                                packed=True))
         got[~np.asarray(usable, bool)] = np.nan
         phi, t, se = got[:, 0], got[:, 1:3], got[:, 3]
-        if np.isfinite(se).any():
-            se = np.maximum(se, np.median(se[np.isfinite(se)]))
         with np.errstate(invalid="ignore"):
             off = np.hypot(*t.T) > PROBE_DEVIATION / 2
-            phi = np.where(off, np.nan, phi)
-            moved = corner_displacement(np.rad2deg(phi), self.frame_shape)
-            rotated = (moved > ROTATED_PX - ROTATED_MARGIN) \
-                & (np.abs(phi) > ROTATED_SIGNIFICANCE * se)
-        return np.column_stack([np.rad2deg(phi), rotated, off]).astype(np.float64)
+        phi = np.where(off, np.nan, phi)
+        return np.column_stack([np.rad2deg(phi), np.rad2deg(se), off]).astype(np.float64)
+
+
+def rotated_frames(rotation_deg, se_deg, frame_shape, relative_to=None):
+    """``(rotation_deg, rotated)`` of a stack's :meth:`RotationProbe.columns` (each frame's
+    rotation against the template and its standard error, degrees): with ``relative_to`` a
+    frame's index, every rotation less that frame's (the template a mean of frames that turn,
+    the results in that frame's place: a frame turned as the mean is not aligned), its error
+    combined; and the frames ``rotated`` by enough that a corner may be :data:`ROTATED_PX` off
+    (:data:`ROTATED_MARGIN`) and by :data:`ROTATED_SIGNIFICANCE` standard errors (each at
+    least the stack's median: nine patches' residuals estimate it loosely).  A frame
+    ``relative_to`` without a rotation: the rotations as measured.
+
+    >>> rotated_frames(np.array([0.4, 1.0, 0.4]), np.full(3, 0.05), (128, 128), 0)
+    (array([0. , 0.6, 0. ]), array([False,  True, False]))
+    """
+    phi = np.asarray(rotation_deg, np.float64)
+    se = np.asarray(se_deg, np.float64)
+    finite = np.isfinite(se)
+    if finite.any():
+        se = np.maximum(se, np.median(se[finite]))
+    if relative_to is not None and np.isfinite(phi[relative_to]):
+        phi, se = phi - phi[relative_to], np.hypot(se, se[relative_to])
+    with np.errstate(invalid="ignore"):
+        moved = corner_displacement(phi, frame_shape)
+        rotated = (moved > ROTATED_PX - ROTATED_MARGIN) & (np.abs(phi) > ROTATED_SIGNIFICANCE * se)
+    return phi, rotated
 
 
 def rigid_body_weights(frame_shape, xp):
