@@ -381,6 +381,27 @@ def test_output_run_signal_during_the_renames_waits_for_them(tmp_path, monkeypat
     assert sorted(os.listdir(out)) == ["x.csv", "y.csv"]
 
 
+def test_output_run_signal_while_the_lock_is_taken_leaves_no_lock_file(tmp_path, monkeypatch):
+    """A stop signal between the lock file's creation and the lock's record (CI once left
+    ``.xcorr.lock`` behind after a Ctrl-C) waits until the lock is held, then stops the run,
+    whose cleaning up deletes the file and the folder it made."""
+    import xcorr_app.io._lock as lock_module
+
+    out = tmp_path / "o"
+    truncate = os.ftruncate
+
+    def truncate_then_signal(fd, length):  # (after the flock, before the lock is recorded)
+        os.kill(os.getpid(), signal.SIGTERM)
+        truncate(fd, length)
+
+    monkeypatch.setattr(lock_module.os, "ftruncate", truncate_then_signal)
+    with pytest.raises(Interrupted) as info:
+        with OutputRun([out / "x.csv"]):
+            pytest.fail("the run went on past a stop signal")
+    assert info.value.signum == signal.SIGTERM
+    assert not out.exists()
+
+
 def test_output_run_leaves_ignored_signals_ignored(tmp_path):
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:

@@ -189,8 +189,17 @@ class OutputRun:
             every = self.outputs + self.remove
             check_apart(every, self.inputs)
             check_outputs(every, self.force)
-            self._created = make_folders(self.outputs + [self.lock.path])
-            self.lock.acquire()
+            # (a stop signal waits while the folders and the lock file are made: raised inside
+            # them, it left a lock file no one had recorded, so the cleaning up kept it)
+            self._deferred = True
+            try:
+                self._created = make_folders(self.outputs + [self.lock.path])
+                self.lock.acquire()
+            finally:
+                self._deferred = False
+            if self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise Interrupted(signum)
             check_outputs(every, self.force)  # what the last writer left
             remove_stale_temps(every + self.replaced)
             self._staged.__enter__()
