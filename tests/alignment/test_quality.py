@@ -362,3 +362,21 @@ def test_a_background_fixed_on_the_sensor_does_not_make_aligned_frames_worse():
     assert np.hypot(*(shifts - stack.truth).T).max() < 0.5
     assert (q.after < q.before - 0.01).sum() >= 10  # (the correlation does drop)
     assert not q.worse.any() and not q.flagged.any()
+
+
+def test_frames_shifted_off_the_others_area_are_flagged_not_measured_on_the_whole_frame():
+    """Closed-shutter frames whose shifts (50-90 px on 128 px frames) leave the stack no area in
+    common: the report is measured on the area of the frames near the median shift, and the
+    others are flagged poor, unmeasured (on the whole frame, 4 of them passed)."""
+    from xcorr_app.bench._accuracy_data import make_stack
+
+    stack = make_stack("shutter", 3, image="moon", shape=(128, 128))
+    res = align(stack.frames, device="cpu")
+    q = res.quality
+    error = np.hypot(*(res.shifts - res.shifts[0] - stack.truth).T)
+    far = (np.abs(res.shifts - np.median(res.shifts, axis=0)) > 32).any(axis=1)
+    assert far.sum() >= 8 and (error[far] > 40).all()
+    assert q.area[1] - q.area[0] > 64 and q.area[3] - q.area[2] > 64
+    assert np.isnan(q.after[far]).all() and q.poor[far].all()
+    assert q.flagged[error > 0.5].all()
+    assert not q.flagged[error < 0.2].any()

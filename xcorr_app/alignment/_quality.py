@@ -87,6 +87,12 @@ BEST_SHARE = 0.5
 BEST_QUANTILE = 0.9
 #: the least common area (px per side) the report is measured on; else the whole frame
 MIN_SIDE = 8
+#: where the frames' shifts leave no such area in common, it is the area of the frames within
+#: this share of the frame of the median shift (each axis), and the others are not measured
+#: (``poor``: their shift takes that area off the frame): frames behind a closed shutter got
+#: shifts of 50-90 px on 128 px frames, the area became the whole frame, and their
+#: correlation there passed
+SHARED_REACH = 0.25
 
 
 @dataclasses.dataclass
@@ -195,6 +201,8 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
     t = executor.portable(executor.xp.asarray(template))  # (as it came)
     if patches is None:
+        if rotation is None:
+            shifts = _shared(shifts, frame_shape)
         field = None if rotation is None else rigid_body_field(shifts, rotation, frame_shape)[0]
         # (a rotated frame's corners: the area every frame covers, rotated too; a pixel in, as
         # the field's warp fills a source past the edge pixel, where a shift blends)
@@ -456,6 +464,30 @@ def _area(shifts, frame_shape, inset=0):
     if y1 - y0 < MIN_SIDE or x1 - x0 < MIN_SIDE:
         return (0, frame_shape[0], 0, frame_shape[1])
     return (y0, y1, x0, x1)
+
+
+def _shared(shifts, frame_shape):
+    """``shifts`` (N, 2) as the report measures them: where their common area is under
+    :data:`MIN_SIDE` px a side, NaN (not measured) for the frames farther than
+    :data:`SHARED_REACH` of the frame from the median shift on an axis.
+
+    >>> _shared(np.array([[0.0, 0.0], [1.0, -2.0], [60.0, 3.0]]), (128, 128))[:, 0].tolist()
+    [0.0, 1.0, 60.0]
+    >>> _shared(np.array([[0.0, 0.0], [1.0, -2.0], [2.0, 1.0], [-70.0, 64.0], [64.0, 0.0]]),
+    ...         (128, 128))[:, 0].tolist()
+    [0.0, 1.0, 2.0, nan, nan]
+    """
+    try:
+        y0, y1, x0, x1 = common_area(shifts, frame_shape)
+    except ValueError:  # (no area at all)
+        y0 = y1 = x0 = x1 = 0
+    if min(y1 - y0, x1 - x0) >= MIN_SIDE:
+        return shifts
+    finite = np.isfinite(shifts).all(axis=1)
+    centre = np.median(shifts[finite], axis=0)
+    with np.errstate(invalid="ignore"):
+        far = (np.abs(shifts - centre) > SHARED_REACH * np.asarray(frame_shape)).any(axis=1)
+    return np.where(far[:, None], np.nan, shifts)
 
 
 #: a rigid GPU report of the fused pass (:func:`_filtered`) over frames already on the device
