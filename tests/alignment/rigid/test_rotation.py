@@ -1,6 +1,6 @@
 """Rotation: every run measures each aligned frame's rotation against its template and flags
 ``rotated`` the frames it leaves rotated by enough that a corner may be 0.5 px off (their
-rotation alone moves it over 0.35 px:
+rotation alone moves it over 0.3 px:
 :class:`~xcorr_app.alignment.piecewise.RotationProbe`); ``model="rigid-body"`` measures each
 frame's rotation and shift and aligns by both in one warp (``AlignResult.rotation_deg``,
 ``apply``, ``shifts.json``/``shifts.csv``, ``xcorr apply``); what it cannot take is refused in
