@@ -261,7 +261,7 @@ path or ndarray
         (:func:`~xcorr_app.alignment.warp.rigid_body_field`).  Not with ``patches``,
         ``reference="previous"``, ``bidi``, ``mask``, ``gpus`` or Dask.  Either model's quality
         report flags ``rotated`` the frames it leaves rotated by enough that a corner may be
-        over 0.5 px off (their rotation moves it over 0.35 px, as estimated).
+        over 0.5 px off (their rotation moves it over 0.3 px, as estimated).
     patches : int, (int, int) or "GYxGX", optional
         Piecewise-rigid registration after the rigid pass: the frame's area common to all
         rigidly shifted frames cut into ``gy x gx`` overlapping patches, each measured against

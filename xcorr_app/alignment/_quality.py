@@ -1,8 +1,9 @@
 """The quality report of a run: how much better the aligned stack is than the input, frame by
 frame, without trusting the shifts that made it.
 
-Measured on the area every rigidly shifted frame covers (:func:`~.piecewise.common_area`),
-in one more streaming pass over the stack (on the run's executor, like the measuring passes),
+Measured on the area every rigidly shifted frame covers (:func:`~.piecewise.common_area`;
+where the shifts leave none, that of the frames near the median shift: :func:`_shared`), in one
+more streaming pass over the stack (on the run's executor, like the measuring passes),
 against the template the run's last pass measured against (the first frame, the mean, or the
 refined template): per frame, the zero-normalized correlation with the template before
 alignment (the frame as it came) and after it (shifted by its shift, bilinear, as
@@ -12,7 +13,8 @@ against the template by one Gauss-Newton step, with the run's prefilter (what is
 
 For the run: the sharpness of the mean image before and after alignment (gradient energy over
 variance: a drift blurs the mean) and the correlation's distribution.  A frame is flagged
-``worse`` where alignment lowered its correlation, and ``poor`` where its correlation after
+``worse`` where alignment lowered its correlation and the residual does not say it sits on
+the template (:data:`ALIGNED_PX`), and ``poor`` where its correlation after
 alignment is an outlier below the others', its residual exceeds :data:`RESIDUAL_LIMIT` px, or
 it could not be measured at all; ``rotated`` where the aligned frame is still rotated against
 the template (after template passes, whose template turns as the frames' mean, against frame
@@ -85,7 +87,8 @@ ALIGNED_PX = 0.1
 #: more behind a closed shutter or bleached away (docs/performance.md, "Hard stacks")
 BEST_SHARE = 0.5
 BEST_QUANTILE = 0.9
-#: the least common area (px per side) the report is measured on; else the whole frame
+#: the least common area (px per side) the report is measured on; else the whole frame (or
+#: :func:`_shared`'s area)
 MIN_SIDE = 8
 #: where the frames' shifts leave no such area in common, it is the area of the frames within
 #: this share of the frame of the median shift (each axis), and the others are not measured
@@ -102,8 +105,8 @@ class QualityReport:
     ``sharpness_after`` and the ``area`` ``(y0, y1, x0, x1)`` measured on.  Piecewise runs
     also per patch region: ``patch_before``, ``patch_after``, ``patch_worse``, ``patch_poor``
     (N, gy, gx) and ``patch_residual`` (N, gy, gx, 2); None otherwise.  Rigid runs also
-    ``residual_rotation_deg`` (N,), each aligned frame's rotation against the template
-    (degrees, in the sense of ``AlignResult.rotation_deg``: the rotation that would still align
+    ``residual_rotation_deg`` (N,), each aligned frame's rotation against the template (after
+    template passes, against frame 0's: :func:`~.piecewise.rotated_frames`; degrees, in the sense of ``AlignResult.rotation_deg``: the rotation that would still align
     it; NaN where not measured) and the ``rotated`` flags; None for piecewise runs."""
 
     before: np.ndarray
@@ -469,7 +472,8 @@ def _area(shifts, frame_shape, inset=0):
 def _shared(shifts, frame_shape):
     """``shifts`` (N, 2) as the report measures them: where their common area is under
     :data:`MIN_SIDE` px a side, NaN (not measured) for the frames farther than
-    :data:`SHARED_REACH` of the frame from the median shift on an axis.
+    :data:`SHARED_REACH` of the frame from the median shift on an axis, where the others are
+    the most (frames under MIN_SIDE, or no such majority: as they are).
 
     >>> _shared(np.array([[0.0, 0.0], [1.0, -2.0], [60.0, 3.0]]), (128, 128))[:, 0].tolist()
     [0.0, 1.0, 60.0]
@@ -477,16 +481,20 @@ def _shared(shifts, frame_shape):
     ...         (128, 128))[:, 0].tolist()
     [0.0, 1.0, 2.0, nan, nan]
     """
+    finite = np.isfinite(shifts).all(axis=1)
+    if min(frame_shape) < MIN_SIDE or not finite.any():  # (the whole frame: no smaller area)
+        return shifts
     try:
         y0, y1, x0, x1 = common_area(shifts, frame_shape)
     except ValueError:  # (no area at all)
         y0 = y1 = x0 = x1 = 0
     if min(y1 - y0, x1 - x0) >= MIN_SIDE:
         return shifts
-    finite = np.isfinite(shifts).all(axis=1)
     centre = np.median(shifts[finite], axis=0)
     with np.errstate(invalid="ignore"):
         far = (np.abs(shifts - centre) > SHARED_REACH * np.asarray(frame_shape)).any(axis=1)
+    if (finite & ~far).sum() * 2 < finite.sum():  # (no majority near the median: as before)
+        return shifts
     return np.where(far[:, None], np.nan, shifts)
 
 

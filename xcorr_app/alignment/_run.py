@@ -147,7 +147,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                 image = executor.xp.asarray(src.read(0, 1)[0])
             res.quality = measure_quality(
                 opts, res.shifts, executor, src.frame_shape, image, rotation=res.rotation_deg,
-                # (a rigid-body run's frames are judged against frame 0 itself)
+                # (a rigid-body run's: against frame 0 itself where rigid_body_result made it
+                # the template, else its template's own)
                 relative_to=0 if opts.from_template and opts.model == "translation" else None)
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)

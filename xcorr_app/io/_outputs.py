@@ -195,11 +195,11 @@ class OutputRun:
             try:
                 self._created = make_folders(self.outputs + [self.lock.path])
                 self.lock.acquire()
-            finally:
+            finally:  # (the signal, not an error it came during, stops the run)
                 self._deferred = False
-            if self._pending is not None:
                 signum, self._pending = self._pending, None
-                raise Interrupted(signum)
+                if signum is not None:
+                    raise Interrupted(signum)
             check_outputs(every, self.force)  # what the last writer left
             remove_stale_temps(every + self.replaced)
             self._staged.__enter__()

@@ -55,7 +55,7 @@ ROTATED_PX = 0.5
 #: 6 at 0.2, with 14 and 16 of the 4394 frames of the stacks that do not rotate flagged)...
 ROTATED_MARGIN = 0.2
 #: ... and where its angle is also this many standard errors away from 0 (noise alone does
-#: not flag a frame; the error: the frame's fit's, at least the median of the range's
+#: not flag a frame; the error: the frame's fit's, at least the median of the stack's
 #: frames', as nine patches' residuals estimate it loosely)
 ROTATED_SIGNIFICANCE = 3.0
 #: the probe's patches: a third of the area's side, at most this many px (the cost is the
