@@ -5,8 +5,9 @@ count their blocks in.
 :func:`device_limits` reads the SM count, registers and shared memory of the current device
 once (CuPy); without CuPy or a GPU it answers :data:`H100_LIMITS`, so the planners (and their
 tests) run anywhere.  :func:`kept_on_device` uploads a small host array (filter taps, a
-taper, window starts) once per content and device.  :func:`stream_counters`: zeroed counters
-per stream (split-K's turns, the last block of a surface).
+taper, window starts) once per content and device; :func:`upload_shared` is the upload of every
+array a cache keeps on a device.  :func:`stream_counters`: zeroed counters per stream (split-K's
+turns, the last block of a surface).
 
 Examples
 --------
@@ -95,6 +96,27 @@ def stream_counters(count):
     return buf
 
 
+_UPLOAD_STREAMS: dict = {}
+
+
+def upload_shared(a):
+    """``a`` (host) as a CuPy array on the current device, for a cache whose arrays kernels on
+    any stream of any thread read: copied on the device's own upload stream and waited for.
+    (Copied on the caller's stream, the array could still be on its way when another stream's
+    kernel read it: two threads measuring on one GPU, as Dask's threads do, read garbage
+    offsets and faulted.)"""
+    import cupy as cp
+
+    device = cp.cuda.Device().id
+    stream = _UPLOAD_STREAMS.get(device)
+    if stream is None:
+        stream = _UPLOAD_STREAMS[device] = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        out = cp.asarray(a)
+    stream.synchronize()
+    return out
+
+
 _KEPT: dict = {}
 #: the most arrays :func:`kept_on_device` keeps (all of them are dropped when it is reached)
 KEPT_MAX = 64
@@ -102,9 +124,9 @@ KEPT_MAX = 64
 
 def kept_on_device(a):
     """A small host array as a CuPy array of its shape and type on the current device,
-    uploaded once per content and device and then reused (a stack processed chunk by chunk
-    reads it in every chunk; an upload from pageable memory may wait for the queued work).
-    The kernels only read it: it must not be written."""
+    uploaded once per content and device (:func:`upload_shared`) and then reused (a stack
+    processed chunk by chunk reads it in every chunk).  The kernels only read it: it must not be
+    written."""
     import cupy as cp
     import numpy as np
 
@@ -114,5 +136,5 @@ def kept_on_device(a):
     if arr is None:
         if len(_KEPT) >= KEPT_MAX:
             _KEPT.clear()
-        arr = _KEPT[key] = cp.asarray(a)
+        arr = _KEPT[key] = upload_shared(a)
     return arr

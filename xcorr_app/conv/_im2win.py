@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .._cuda import KernelFamily, PreparedLaunch, device_limits, stream_counters
+from .._cuda import KernelFamily, PreparedLaunch, device_limits, stream_counters, upload_shared
 from ..errors import InputError
 from ._dynamic_blocking import THREADS as POINTWISE_THREADS
 from ._dynamic_blocking import configurations, plan
@@ -160,7 +160,7 @@ def _device_tables(c, kh, kw, plane, row_step, col_step):
 def _cached_tables(device, *shape):
     import cupy as cp
 
-    return tuple(cp.asarray(t) for t in window_offsets(*shape))
+    return tuple(upload_shared(t) for t in window_offsets(*shape))
 
 
 #: most bytes of the im2win tensor held at once (``layout="im2win"``): the batch is

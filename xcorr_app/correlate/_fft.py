@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._cuda import KernelFamily, stride_blocks
+from .._cuda import KernelFamily, stride_blocks, upload_shared
 from ..backend import array_module_of
 from ..errors import InputError
 from ._forms import form_layout
@@ -228,11 +228,13 @@ def crop_indices(xp, geometry: FftGeometry):
         (fy, fx), (ho, wo), (oy, ox) = geometry.size, geometry.shape, geometry.offset
         y_lo, y_hi, x_lo, x_hi = geometry.valid
         y, x = np.arange(ho), np.arange(wo)
-        rows = xp.asarray((y + oy) % fy)[:, None]
-        cols = xp.asarray((x + ox) % fx)[None, :]
+        # (kept: read by other streams and threads once made)
+        up = np.asarray if dev is None else upload_shared
+        rows = up((y + oy) % fy)[:, None]
+        cols = up((x + ox) % fx)[None, :]
         valid_rows, valid_cols = (y >= y_lo) & (y < y_hi), (x >= x_lo) & (x < x_hi)
         mask = None if (valid_rows.all() and valid_cols.all()) else \
-            xp.asarray(valid_rows[:, None] & valid_cols[None, :])
+            up(valid_rows[:, None] & valid_cols[None, :])
         if len(_CROPS) > 64:
             _CROPS.clear()
         crop = _CROPS[key] = (rows, cols, mask)

@@ -34,7 +34,7 @@ import functools
 
 import numpy as np
 
-from .._cuda import KernelFamily
+from .._cuda import KernelFamily, upload_shared
 from ..errors import InputError
 
 SOURCE = "fft_window.cu"
@@ -83,7 +83,7 @@ def _row_twiddles(fx, xmax, device):
     tw = weight * np.exp(2j * np.pi * ((v * x) % fx) / fx)
     tw[:, xmax + 1:] = 0.0
     with cp.cuda.Device(device):
-        return cp.asarray(tw.astype(np.complex64)), groups
+        return upload_shared(tw.astype(np.complex64)), groups
 
 
 @functools.lru_cache(maxsize=32)
@@ -92,7 +92,7 @@ def _column_steps(fy, device):
     import cupy as cp
 
     with cp.cuda.Device(device):
-        return cp.asarray(np.exp(2j * np.pi * np.arange(fy) / fy))
+        return upload_shared(np.exp(2j * np.pi * np.arange(fy) / fy))
 
 
 def correlation_window(left_spectrum, right_spectra, size, first_shift, shape, scale=None,

@@ -239,7 +239,11 @@ def _weights(xp, shape, sigma, half, dtype, device):
     fy = np.fft.fftfreq(h)[:, None]
     fx = (np.fft.rfftfreq(w) if half else np.fft.fftfreq(w))[None, :]
     g = np.exp(-4.0 * np.pi ** 2 * sigma ** 2 * (fy * fy + fx * fx)).astype(dtype)
-    return g if xp is np else xp.asarray(g)
+    if xp is np:
+        return g
+    from .._cuda import upload_shared
+
+    return upload_shared(g)
 
 
 def signed_shifts(index, size):

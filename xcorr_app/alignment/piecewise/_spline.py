@@ -123,8 +123,10 @@ class DeviceWeights(tuple):
 def _device_weights_of(key, device_id):
     import cupy as cp
 
+    from ..._cuda import upload_shared
+
     with cp.cuda.Device(device_id):
         wy, wx = _host_weights(key)
         wx_t = np.ascontiguousarray(wx.T)
-        return DeviceWeights(cp.asarray(wy), cp.asarray(wx), cp.asarray(wx_t),
-                             cp.asarray(wx_t.astype(np.float32)))
+        return DeviceWeights(upload_shared(wy), upload_shared(wx), upload_shared(wx_t),
+                             upload_shared(wx_t.astype(np.float32)))

@@ -22,7 +22,8 @@ import functools
 
 import numpy as np
 
-from ..._cuda import KernelFamily, PIXEL_C_TYPES, compile_together, kernel_pixels, stride_blocks
+from ..._cuda import (KernelFamily, PIXEL_C_TYPES, compile_together, kernel_pixels, stride_blocks,
+                      upload_shared)
 from ...errors import InputError
 
 SOURCE = "frame_stats.cu"
@@ -112,7 +113,7 @@ def _weights_on_device(key, device_id):
     taps, (h, w) = key
     wy, wx = reflect_weights(taps, h), reflect_weights(taps, w)
     with cp.cuda.Device(device_id):
-        return cp.asarray(wy), cp.asarray(wx), float(wy.sum() * wx.sum())
+        return upload_shared(wy), upload_shared(wx), float(wy.sum() * wx.sum())
 
 
 def reflect_weights(taps, n):

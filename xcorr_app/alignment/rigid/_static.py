@@ -211,11 +211,10 @@ def _constant_on(kind, shape, args, device_id):
         return a
     import cupy
 
+    from ..._cuda import upload_shared
+
     with cupy.cuda.Device(device_id):
-        out = cupy.asarray(a)
-        # (copied before another thread's stream may read it)
-        cupy.cuda.get_current_stream().synchronize()
-        return out
+        return upload_shared(a)
 
 
 class _Canvas:

@@ -70,7 +70,7 @@ import itertools
 
 import numpy as np
 
-from ..._cuda import KernelFamily, stride_blocks
+from ..._cuda import KernelFamily, stride_blocks, upload_shared
 from ...backend import array_module_of, to_numpy
 from ...correlate import fft_of
 from ._dft3 import AXES, parabola_vertex, samples3d
@@ -183,7 +183,7 @@ def _inverse_laplacian(shape, complex_type, module, device):
         return inv
     xp = importlib.import_module(module)
     with xp.cuda.Device(device):
-        return xp.asarray(inv)
+        return upload_shared(inv)
 
 
 class VolumeSums:
