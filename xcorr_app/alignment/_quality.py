@@ -21,8 +21,8 @@ the template (after template passes, whose template turns as the frames' mean, a
 0's: :func:`~.piecewise.rotated_frames`) by enough that a corner may be more than 0.5 px off
 (the rotation of every frame measured from a 3x3 grid of small patches of the aligned frames
 the pass holds: :class:`~.piecewise._rotation.RotationProbe`; the translation model cannot
-align such a frame, ``model="rigid-body"`` does).  A rigid-body run's frames are judged rotated and shifted, as
-its aligned stack is made.
+align such a frame, ``model="rigid-body"`` does).  A rigid-body run's frames are judged rotated
+and shifted, as its aligned stack is made.
 
 Piecewise-rigid runs (patches) are judged as their output is made: every frame warped by its
 motion field (not its rigid shift), on the area the patch regions span; and the same figures
@@ -106,8 +106,9 @@ class QualityReport:
     also per patch region: ``patch_before``, ``patch_after``, ``patch_worse``, ``patch_poor``
     (N, gy, gx) and ``patch_residual`` (N, gy, gx, 2); None otherwise.  Rigid runs also
     ``residual_rotation_deg`` (N,), each aligned frame's rotation against the template (after
-    template passes, against frame 0's: :func:`~.piecewise.rotated_frames`; degrees, in the sense of ``AlignResult.rotation_deg``: the rotation that would still align
-    it; NaN where not measured) and the ``rotated`` flags; None for piecewise runs."""
+    template passes, against frame 0's: :func:`~.piecewise.rotated_frames`; degrees, in the
+    sense of ``AlignResult.rotation_deg``: the rotation that would still align it; NaN where not
+    measured) and the ``rotated`` flags; None for piecewise runs."""
 
     before: np.ndarray
     after: np.ndarray
@@ -456,13 +457,19 @@ def _mad(columns, med, ranked):
     return out
 
 
+def _common(shifts, frame_shape):
+    """:func:`~.piecewise.common_area` of the rigidly shifted frames, empty where they share
+    none."""
+    try:
+        return common_area(shifts, frame_shape)
+    except ValueError:
+        return 0, 0, 0, 0
+
+
 def _area(shifts, frame_shape, inset=0):
     """The common area of the rigidly shifted frames (``inset`` px less on each side), or the
     whole frame where it is small."""
-    try:
-        y0, y1, x0, x1 = common_area(shifts, frame_shape)
-    except ValueError:
-        y0, y1, x0, x1 = 0, 0, 0, 0
+    y0, y1, x0, x1 = _common(shifts, frame_shape)
     y0, y1, x0, x1 = y0 + inset, y1 - inset, x0 + inset, x1 - inset
     if y1 - y0 < MIN_SIDE or x1 - x0 < MIN_SIDE:
         return (0, frame_shape[0], 0, frame_shape[1])
@@ -484,10 +491,7 @@ def _shared(shifts, frame_shape):
     finite = np.isfinite(shifts).all(axis=1)
     if min(frame_shape) < MIN_SIDE or not finite.any():  # (the whole frame: no smaller area)
         return shifts
-    try:
-        y0, y1, x0, x1 = common_area(shifts, frame_shape)
-    except ValueError:  # (no area at all)
-        y0 = y1 = x0 = x1 = 0
+    y0, y1, x0, x1 = _common(shifts, frame_shape)
     if min(y1 - y0, x1 - x0) >= MIN_SIDE:
         return shifts
     centre = np.median(shifts[finite], axis=0)

@@ -8,5 +8,5 @@ from ._patches import (axis_patches, check_deviation, check_template_passes, com
                        common_box, integer_parts, parse_overlap, parse_patches, taper_axis)
 from ._spline import field_weights, spline_weights
 from ._rotation import (ROTATED_PX, ROTATED_SIGNIFICANCE, RotationProbe, fit_rigid_body,
-                        rotated_frames, grid_box, rigid_body_mean_part, rigid_body_part, rigid_body_weights,
-                        whole_frame_part)
+                        grid_box, rigid_body_mean_part, rigid_body_part, rigid_body_weights,
+                        rotated_frames, whole_frame_part)
