@@ -1,33 +1,87 @@
-"""Arrays a cache keeps on a device (``upload_shared``, ``kept_on_device``): whole for any stream."""
+"""Arrays a cache keeps on a device (``upload_shared``, ``kept_on_device``): whole for every
+stream as soon as they are made, and not copied over while a kernel still reads them."""
 
 import numpy as np
 import pytest
 
+N = 1 << 25  # float64 elements: 256 MiB, a copy of milliseconds
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("make", ["upload_shared", "kept_on_device"])
-def test_a_kept_array_is_whole_for_a_kernel_on_another_stream_at_once(make):
-    """A kernel on another stream (another thread's) reads the array as soon as it is made,
-    while the caller's stream is still busy: its copy must have landed (queued behind the
-    caller's work, a kernel on the other stream read the memory before it)."""
+
+def _pinned_arange(n, start=0.0):
+    """A page-locked host array (its copy is queued at once, behind the stream's work, where
+    CuPy would first stage pageable memory on the host)."""
+    from xcorr_app.streaming import host_buffer
+
+    a = host_buffer((n,), np.float64, pinned=True)
+    a[:] = np.arange(n, dtype=np.float64) + start
+    return a
+
+
+def _busy(stream, passes=200):
+    """Tens of milliseconds of work queued on ``stream``."""
     import cupy as cp
 
-    from xcorr_app import _cuda
-    from xcorr_app._cuda import device
+    with stream:
+        x = cp.zeros(1 << 27, cp.float32)
+        for _ in range(passes):
+            x += 1
+    return x
 
-    host = np.arange(1 << 25, dtype=np.float64)  # 256 MiB: a copy of milliseconds
+
+@pytest.mark.gpu
+def test_an_uploaded_array_is_whole_for_another_stream_at_once():
+    """A kernel on another stream (another thread's) reads the array as soon as it is made
+    while the caller's stream is still busy: its copy must have landed (queued on the caller's
+    stream behind its work, the other stream's kernel read the memory before it)."""
+    import cupy as cp
+
+    from xcorr_app._cuda import upload_shared
+
+    host = _pinned_arange(N)
     want = float(host.sum())  # (exact: every partial sum is an integer below 2**53)
     caller, other = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
-    try:
-        with caller:
-            busy = cp.zeros(1 << 27, cp.float32)
-            for _ in range(20):  # (milliseconds of work queued before the array is made)
-                busy += 1
-            kept = getattr(_cuda, make)(host)
-        with other:
-            got = float(kept.sum())
-        assert got == want
-        assert kept.device.id == cp.cuda.Device().id and kept.dtype == host.dtype
-    finally:
-        device._KEPT.clear()  # (256 MiB of kept_on_device's cache back)
-        caller.synchronize()
+    busy = _busy(caller)
+    with caller:
+        kept = upload_shared(host)
+    with other:
+        got = float(kept.sum())
+    caller.synchronize()
+    del busy
+    assert got == want
+    assert kept.shape == host.shape and kept.dtype == host.dtype
+    assert kept.device.id == cp.cuda.Device().id
+
+
+@pytest.mark.gpu
+def test_a_dropped_array_is_not_copied_over_while_a_kernel_reads_it():
+    """A cache drops an array while a kernel queued behind other work still reads it, and the
+    next upload comes at once: the kernel still reads the first array's values (a block of
+    the pool freed to the upload stream was handed to the next copy at once)."""
+    import cupy as cp
+
+    from xcorr_app._cuda import upload_shared
+
+    first, second = _pinned_arange(N), _pinned_arange(N, start=1.0)
+    caller = cp.cuda.Stream(non_blocking=True)
+    kept = upload_shared(first)
+    busy = _busy(caller)
+    with caller:
+        total = kept.sum()  # (queued behind the busy work)
+    del kept  # (the cache drops it)
+    again = upload_shared(second)
+    caller.synchronize()
+    del busy
+    assert float(total) == float(first.sum())
+    assert float(again[0]) == 1.0
+
+
+@pytest.mark.gpu
+def test_kept_on_device_uploads_once_per_content_and_keeps_shape():
+    import cupy as cp
+
+    from xcorr_app._cuda import kept_on_device
+
+    taps = np.array([0.25, 0.5, 0.25], np.float32)
+    a, b = kept_on_device(taps), kept_on_device(taps.copy())
+    assert a is b and a.dtype == np.float32 and a.shape == (3,)
+    np.testing.assert_array_equal(cp.asnumpy(a), taps)

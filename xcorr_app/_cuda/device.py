@@ -100,19 +100,26 @@ _UPLOAD_STREAMS: dict = {}
 
 
 def upload_shared(a):
-    """``a`` (host) as a CuPy array on the current device, for a cache whose arrays kernels on
-    any stream of any thread read: copied on the device's own upload stream and waited for.
-    (Copied on the caller's stream, the array could still be on its way when another stream's
-    kernel read it: two threads measuring on one GPU, as Dask's threads do, read garbage
-    offsets and faulted.)"""
+    """``a`` (a host array) as a CuPy array on the current device, for a cache whose arrays
+    kernels on any stream of any thread read: copied on the device's own upload stream and
+    waited for.  (Copied on the caller's stream, the array could still be on its way when
+    another stream's kernel read it: two threads measuring on one GPU, as Dask's threads do,
+    read garbage offsets and faulted.)  Its memory is its own allocation, not a block of CuPy's
+    pool: a cache that drops it while kernels still read it frees it by ``cudaFree``, which
+    waits for them, where a pool block could be copied over by the next upload at once."""
     import cupy as cp
+    import numpy as np
 
+    a = np.asarray(a, order="C")  # (a CuPy array raises: it has no copy to wait for)
+    if a.nbytes == 0:
+        return cp.asarray(a)
     device = cp.cuda.Device().id
     stream = _UPLOAD_STREAMS.get(device)
     if stream is None:
         stream = _UPLOAD_STREAMS[device] = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        out = cp.asarray(a)
+    memory = cp.cuda.MemoryPointer(cp.cuda.Memory(a.nbytes), 0)
+    out = cp.ndarray(a.shape, a.dtype, memptr=memory)
+    out.set(a, stream=stream)
     stream.synchronize()
     return out
 

@@ -191,21 +191,15 @@ def _constant(xp, kind, shape, *args):
     device, made once a shape and device up to :data:`CONSTANT_ELEMENTS`: the band-passes'
     exponentials took the host longer than the estimate's GPU work (it runs on every ``auto``
     run)."""
-    device_id = None if xp is np else xp.cuda.Device().id
-    if shape[0] * shape[1] > CONSTANT_ELEMENTS:
-        return _constant_on.__wrapped__(kind, shape, args, device_id)
-    return _constant_on(kind, shape, args, device_id)
+    if shape[0] * shape[1] > CONSTANT_ELEMENTS:  # (made for this call, on its stream)
+        a = _constant_host(kind, shape, args)
+        return a if xp is np else xp.asarray(a)
+    return _constant_on(kind, shape, args, None if xp is np else xp.cuda.Device().id)
 
 
 @functools.lru_cache(maxsize=16)
 def _constant_on(kind, shape, args, device_id):
-    if kind == "taper":
-        a = _taper_host(shape, *args)
-    elif kind == "band":
-        a = _band_host(shape)
-    else:  # (the columns an rfft leaves out count twice, but for 0 and the Nyquist one)
-        a = np.ones(shape[1] // 2 + 1)
-        a[1:(shape[1] + 1) // 2] = 2.0
+    a = _constant_host(kind, shape, args)
     if device_id is None:
         a.flags.writeable = False  # (shared by every call)
         return a
@@ -215,6 +209,16 @@ def _constant_on(kind, shape, args, device_id):
 
     with cupy.cuda.Device(device_id):
         return upload_shared(a)
+
+
+def _constant_host(kind, shape, args):
+    if kind == "taper":
+        return _taper_host(shape, *args)
+    if kind == "band":
+        return _band_host(shape)
+    a = np.ones(shape[1] // 2 + 1)  # (the columns an rfft leaves out count twice, but for 0
+    a[1:(shape[1] + 1) // 2] = 2.0  # and the Nyquist one)
+    return a
 
 
 class _Canvas:
