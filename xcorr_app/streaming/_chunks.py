@@ -206,8 +206,9 @@ class DeviceChunks:
                 stream, earlier = streams[k % 2], self._copied[k % 2]
                 if earlier is not None:  # (chunk k - 2's copy: the pages before chunk k - 1)
                     earlier.synchronize()
-                frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype) \
-                    if stash is None else stash.rows(start, stop)
+                with stream:  # (its pool block freed back to the stream that reads it)
+                    frames = xp.empty(mapped.array[start:stop].shape, mapped.array.dtype) \
+                        if stash is None else stash.rows(start, stop)
                 mapped.upload(frames, start, stop, stream)
                 self._copied[k % 2] = stream.record()
                 if k + 1 < len(bounds):  # (the chunk after: registered while this one works)
