@@ -48,9 +48,12 @@ from ._dask_tasks import (WORKER_GPU_ENV, channels_block, channels_task, drop_ke
 INSTALL_HINT = "pip install 'xcorr-app[dask]' (dask[array] and distributed)"
 #: frames per task when the input is a path and no cluster says how many workers share it
 TASK_FRAMES = 128
-def _require_dask():
+def _require_dask(module="dask"):
+    """``module`` imported, or an :class:`XcorrError` saying what to install.  A run from a
+    path needs only Dask's core: importing ``dask.array`` took about half a second of such a
+    one-shot run, so only the calls that make dask arrays ask for it."""
     try:
-        importlib.import_module("dask.array")
+        importlib.import_module(module)
     except ImportError:
         raise XcorrError(f"Dask is not installed; {INSTALL_HINT}") from None
 
@@ -76,7 +79,7 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
     """A bank (``xcorr filter --bank``) or a mix (``--mix``) over every channel, as a lazy
     float32 (N, F, H, W) dask array: each task reads its frames of every channel of the TIFF
     (or takes a block of an (N, C, H, W) dask array)."""
-    _require_dask()
+    _require_dask("dask.array")
     import dask.array as da
     from dask import delayed
 
@@ -110,7 +113,7 @@ class _Input:
     def __init__(self, stack_or_path, channel, task_frames, workers=0):
         from ..io import open_source
 
-        _require_dask()
+        _require_dask("dask" if isinstance(stack_or_path, (str, Path)) else "dask.array")
         if isinstance(stack_or_path, (str, Path)):
             with open_source(stack_or_path, channel) as src:  # the header only
                 self.n, self.frame_shape, self.dtype = src.n_frames, src.frame_shape, src.dtype
