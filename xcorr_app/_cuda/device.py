@@ -104,22 +104,20 @@ def upload_shared(a):
     kernels on any stream of any thread read: copied on the device's own upload stream and
     waited for.  (Copied on the caller's stream, the array could still be on its way when
     another stream's kernel read it: two threads measuring on one GPU, as Dask's threads do,
-    read garbage offsets and faulted.)  Its memory is its own allocation, not a block of CuPy's
-    pool: a cache that drops it while kernels still read it frees it by ``cudaFree``, which
-    waits for them, where a pool block could be copied over by the next upload at once."""
+    read garbage offsets and faulted.)  The device is waited for first: the block a cache's
+    dropped array gave back to the upload stream may be taken, and the kernels still reading
+    that array must end before it is copied over.  Uploads are a cache's misses: a few a run."""
     import cupy as cp
     import numpy as np
 
     a = np.asarray(a, order="C")  # (a CuPy array raises: it has no copy to wait for)
-    if a.nbytes == 0:
-        return cp.asarray(a)
-    device = cp.cuda.Device().id
-    stream = _UPLOAD_STREAMS.get(device)
+    device = cp.cuda.Device()
+    stream = _UPLOAD_STREAMS.get(device.id)
     if stream is None:
-        stream = _UPLOAD_STREAMS[device] = cp.cuda.Stream(non_blocking=True)
-    memory = cp.cuda.MemoryPointer(cp.cuda.Memory(a.nbytes), 0)
-    out = cp.ndarray(a.shape, a.dtype, memptr=memory)
-    out.set(a, stream=stream)
+        stream = _UPLOAD_STREAMS[device.id] = cp.cuda.Stream(non_blocking=True)
+    device.synchronize()
+    with stream:
+        out = cp.asarray(a)
     stream.synchronize()
     return out
 

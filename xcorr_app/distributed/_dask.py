@@ -461,6 +461,7 @@ def run_session(session, client=None, scheduler=None, progress=None) -> list:
 def _as_array(inp, task, frame_shape, *args):
     """A lazy float32 dask array of ``task(source, start, stop, *args)`` per range of frames
     (CuPy blocks where the input's blocks are CuPy)."""
+    _require_dask("dask.array")
     import dask.array as da
     from dask import delayed
 
