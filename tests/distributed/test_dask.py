@@ -260,3 +260,25 @@ def test_prefilter_auto_is_decided_on_the_client_as_align_decides(tmp_path, as_p
     assert one.settings["prefilter"] == got.settings["prefilter"] == AUTO_BANDPASS
     assert got.settings["prefilter_auto"] and any(AUTO_BANDPASS in n for n in got.notes)
     np.testing.assert_allclose(got.shifts, one.shifts, atol=1e-6)
+
+
+def test_a_run_from_a_path_imports_no_dask_array():
+    """A run from a path makes no dask array, so it does not import ``dask.array`` (about half
+    a second of a one-shot ``--scheduler`` run's client); one from an array does."""
+    import subprocess
+    import sys
+
+    from sample_paths import ROOT
+
+    code = ("import sys, numpy as np, xcorr_app.dask as xd; "
+            "xd.align(sys.argv[1], device='cpu', scheduler='sync'); "
+            "path_run = 'dask.array' in sys.modules; "
+            "xd.align(np.zeros((3, 32, 32), np.float32) + np.arange(32.0), device='cpu', "
+            "scheduler='sync'); "
+            "print(path_run, 'dask.array' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    out = subprocess.run([sys.executable, "-c", code, str(stack_path("cell"))],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
