@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from cli_helpers import ROOT, xcorr
+from cli_helpers import xcorr
 from synthetic import drift_stack
 from xcorr_app import align
 from xcorr_app.bench._align_data import nonrigid_stack
@@ -213,9 +213,7 @@ def test_a_gpus_run_imports_no_cupyx(tmp_path):
     """A one-shot ``gpus`` run (its report's mean images added and measured on the first GPU)
     loads no cupyx: its import (linalg, sparse, SciPy's) was most of a second of it.  (``import
     cupy`` puts a lazy ``cupyx`` in sys.modules: what counts is whether it was loaded.)"""
-    import os
-    import subprocess
-    import sys
+    from fresh_process import fresh_output
 
     stack, _ = drift_stack(np.random.default_rng(3), n=24, shape=(64, 80))
     path = tmp_path / "s.tif"
@@ -226,9 +224,4 @@ def test_a_gpus_run_imports_no_cupyx(tmp_path):
             "r = align(sys.argv[1], gpus=list(range(n))); "
             "assert r.settings['executor'] == 'gpus' and r.quality is not None; "
             "print(sorted(m for m in ('cupyx.linalg',) if m in sys.modules))")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
-                         text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert fresh_output(code, path).strip().splitlines()[-1] == "[]"

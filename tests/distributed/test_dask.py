@@ -265,10 +265,7 @@ def test_prefilter_auto_is_decided_on_the_client_as_align_decides(tmp_path, as_p
 def test_a_run_from_a_path_imports_no_dask_array():
     """A run from a path makes no dask array, so it does not import ``dask.array`` (about half
     a second of a one-shot ``--scheduler`` run's client); one from an array does."""
-    import subprocess
-    import sys
-
-    from sample_paths import ROOT
+    from fresh_process import fresh_output
 
     code = ("import sys, numpy as np, xcorr_app.dask as xd; "
             "xd.align(sys.argv[1], device='cpu', scheduler='sync'); "
@@ -276,9 +273,4 @@ def test_a_run_from_a_path_imports_no_dask_array():
             "xd.align(np.zeros((3, 32, 32), np.float32) + np.arange(32.0), device='cpu', "
             "scheduler='sync'); "
             "print(path_run, 'dask.array' in sys.modules)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    out = subprocess.run([sys.executable, "-c", code, str(stack_path("cell"))],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False", "True"]
+    assert fresh_output(code, stack_path("cell")).split() == ["False", "True"]
