@@ -88,6 +88,7 @@ def client():
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        dashboard_address=":0")
     with distributed.Client(cluster) as c:
+        c.wait_for_workers(2, timeout=120)
         yield c
     cluster.close()
 

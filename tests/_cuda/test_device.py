@@ -1,5 +1,6 @@
 """Arrays a cache keeps on a device (``upload_shared``, ``kept_on_device``): whole for every
-stream as soon as they are made, and not copied over while a kernel still reads them."""
+stream as soon as they are made, and not copied over while a kernel still reads them; a
+thread's own default stream (``own_stream``) and the pool blocks it keeps to itself."""
 
 import numpy as np
 import pytest
@@ -85,3 +86,62 @@ def test_kept_on_device_uploads_once_per_content_and_keeps_shape():
     a, b = kept_on_device(taps), kept_on_device(taps.copy())
     assert a is b and a.dtype == np.float32 and a.shape == (3,)
     np.testing.assert_array_equal(cp.asnumpy(a), taps)
+
+
+def _freed_in_a_thread(size, own):
+    """The address of a ``size``-byte block allocated and freed in another thread on the
+    legacy default stream (in ``own_stream`` where ``own``)."""
+    import contextlib
+    import threading
+
+    import cupy as cp
+
+    from xcorr_app._cuda import own_stream
+
+    got = {}
+
+    def work():
+        with own_stream() if own else contextlib.nullcontext():
+            got["stream"] = cp.cuda.get_current_stream().ptr
+            block = cp.empty(size, cp.uint8)
+            got["ptr"] = block.data.ptr
+            del block  # (back to the pool's arena of the stream it was made on)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    return got
+
+
+@pytest.mark.gpu
+def test_a_threads_freed_blocks_go_to_no_other_thread():
+    """Two threads on the legacy default stream share CuPy's pool arena: a block one frees
+    (its chunk streams may still use it) is the next the other allocates.  In ``own_stream``
+    each thread has a stream and an arena of its own."""
+    import cupy as cp
+
+    size = 3 * 2**20 + 7 * 512  # (a size of its own: the freed block is the bin's only one)
+    shared = _freed_in_a_thread(size, own=False)
+    assert shared["stream"] == 0
+    again = cp.empty(size, cp.uint8)  # (this thread, the legacy stream too)
+    assert again.data.ptr == shared["ptr"]  # (the hazard, as CuPy's pool has it)
+    del again
+    own = _freed_in_a_thread(size + 512, own=True)
+    assert own["stream"] == cp.cuda.Stream.ptds.ptr
+    other = cp.empty(size + 512, cp.uint8)
+    assert other.data.ptr != own["ptr"]
+
+
+@pytest.mark.gpu
+def test_own_stream_leaves_a_chosen_stream_alone():
+    import cupy as cp
+
+    from xcorr_app._cuda import own_stream
+
+    s = cp.cuda.Stream(non_blocking=True)
+    with s, own_stream():
+        assert cp.cuda.get_current_stream() == s
+    assert cp.cuda.get_current_stream().ptr == 0
+    with own_stream():
+        assert cp.cuda.get_current_stream().ptr == cp.cuda.Stream.ptds.ptr
+    assert cp.cuda.get_current_stream().ptr == 0

@@ -74,6 +74,7 @@ def test_a_path_is_one_range_per_worker_each_on_its_own(client, store):
     from distributed import get_task_stream
 
     path, _ = store
+    client.wait_for_workers(2, timeout=120)  # (one restarted on a loaded machine: back first)
     with get_task_stream(client) as stream:
         got = xdask.align(path, client=client, **{**OPTIONS, "quality": False})
     assert got.settings["dask"]["task_frames"] == [N // 2, N // 2]

@@ -3,7 +3,8 @@ cache), prepared launches, GPU timing, helper processes that build a run's later
 ahead, and the CI compile check.  The kernel sources live in the
 top-level ``kernels/`` (``kernels/<family>/*.cu``, shared headers in ``kernels/include/``)."""
 
-from .device import Limits, device_limits, kept_on_device, stream_counters, upload_shared
+from .device import (Limits, device_limits, kept_on_device, own_stream, stream_counters,
+                     upload_shared)
 from .helpers import EXIT_GRACE as HELPER_EXIT_GRACE
 from .helpers import marker as built_marker
 from .helpers import start_helpers
@@ -20,6 +21,6 @@ __all__ = ["HELPER_EXIT_GRACE", "PIXEL_C_TYPES", "KernelFamily", "Limits", "Plan
            "PreparedLaunch", "built_marker", "cache_file", "compile_together", "compiled_call",
            "current_stream_ptr_getter", "describe_shipped", "device_fingerprint",
            "device_limits", "device_name", "fastest", "fastlaunch", "fp32_fma_peak_flops",
-           "kept_on_device", "kernel_pixels", "kernel_sources", "kernels_dir", "recall",
+           "kept_on_device", "kernel_pixels", "own_stream", "kernel_sources", "kernels_dir", "recall",
            "remember", "shipped_here", "shipped_kernels_usable", "shipped_summary", "start_helpers",
            "stream_counters", "stream_pointer", "stride_blocks", "time_gpu", "upload_shared"]

@@ -19,6 +19,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -94,6 +95,27 @@ def stream_counters(count):
     if buf is None or buf.size < count:
         buf = _COUNTERS[key] = cp.zeros(max(count, 4096), cp.int32)
     return buf
+
+
+@contextlib.contextmanager
+def own_stream():
+    """This thread's GPU work on its own default stream (CUDA's per-thread default stream)
+    where it would go to the legacy default stream, which every thread of the process shares.
+
+    CuPy's memory pool hands a block freed on a stream to the next allocation on that stream:
+    two threads on the legacy stream took each other's freed blocks while their own chunk
+    streams still used them (two Dask range tasks on one GPU faulted).  The per-thread stream
+    has a pool arena per thread, and orders itself with the legacy stream as that does with
+    itself.  Nothing changes where CuPy is not loaded or another stream is current."""
+    import sys
+
+    cp = sys.modules.get("cupy")
+    try:
+        legacy = cp is not None and cp.cuda.get_current_stream().ptr == 0
+    except Exception:  # noqa: BLE001 - (CuPy without a usable GPU: nothing to order)
+        legacy = False
+    with cp.cuda.Stream.ptds if legacy else contextlib.nullcontext():
+        yield
 
 
 _UPLOAD_STREAMS: dict = {}

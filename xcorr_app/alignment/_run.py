@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from .. import backend
+from .._cuda import own_stream
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
@@ -77,7 +78,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         opts.check_executor(executor.name)
     # (a path naming its axes: every reader of the run, and of its result, opens it alike)
     stack_or_path = with_axes(as_stack(stack_or_path), opts.axes)
-    with executor.open(stack_or_path, opts) as src:
+    # (a run in a thread beside another's on one GPU: a stream of its own, not the legacy one)
+    with own_stream(), executor.open(stack_or_path, opts) as src:
         check_frame_shape(src.frame_shape)
         limits = (tuple(src.frame_shape), src.dtype.itemsize,
                   limit_devices(opts.device, executor.name))

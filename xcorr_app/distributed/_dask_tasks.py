@@ -18,6 +18,7 @@ import threading
 import numpy as np
 
 from .. import backend
+from .._cuda import own_stream
 from ..io import OffsetFrames
 from ..streaming import chunk_bounds
 
@@ -40,7 +41,7 @@ def _on_device(device, source=None):
         return
     block = None if source is None or isinstance(source[0], str) else source[0]
     gpu = block.device.id if backend.is_cupy_array(block) else _worker_gpu(xp)
-    with xp.cuda.Device(gpu):
+    with xp.cuda.Device(gpu), own_stream():  # (a threaded worker's tasks share the GPU)
         yield xp
 
 

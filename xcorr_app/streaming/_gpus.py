@@ -14,6 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import backend
+from .._cuda import own_stream
 from ..errors import InputError
 
 #: ``align --gpus all`` and ``--workers N`` measure on one GPU in this process below this
@@ -146,7 +147,7 @@ def run_on_gpus(ids, work, meanwhile=None, on_abort=None):
         import cupy
 
         try:
-            with cupy.cuda.Device(ids[k]):
+            with cupy.cuda.Device(ids[k]), own_stream():  # (device 0's shared with the caller)
                 return work(k, stop)
         except BaseException:
             stop.set()
