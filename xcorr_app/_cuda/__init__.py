@@ -17,10 +17,10 @@ from .shipped import summary as shipped_summary
 from .timing import device_name, fp32_fma_peak_flops, time_gpu
 from .tuning import cache_file, device_fingerprint, fastest, recall, remember
 
-__all__ = ["HELPER_EXIT_GRACE", "PIXEL_C_TYPES", "KernelFamily", "Limits", "PlanCallBase",
+__all__ = ["HELPER_EXIT_GRACE", "KernelFamily", "Limits", "PIXEL_C_TYPES", "PlanCallBase",
            "PreparedLaunch", "built_marker", "cache_file", "compile_together", "compiled_call",
-           "current_stream_ptr_getter", "describe_shipped", "device_fingerprint",
-           "device_limits", "device_name", "fastest", "fastlaunch", "fp32_fma_peak_flops",
-           "kept_on_device", "kernel_pixels", "own_stream", "kernel_sources", "kernels_dir", "recall",
-           "remember", "shipped_here", "shipped_kernels_usable", "shipped_summary", "start_helpers",
+           "current_stream_ptr_getter", "describe_shipped", "device_fingerprint", "device_limits",
+           "device_name", "fastest", "fastlaunch", "fp32_fma_peak_flops", "kept_on_device",
+           "kernel_pixels", "kernel_sources", "kernels_dir", "own_stream", "recall", "remember",
+           "shipped_here", "shipped_kernels_usable", "shipped_summary", "start_helpers",
            "stream_counters", "stream_pointer", "stride_blocks", "time_gpu", "upload_shared"]
