@@ -187,10 +187,54 @@ def test_every_method_on_request():
     lines = []
     assert bench.main(quick=True, kinds=["plain"], echo=lines.append, methods="all") == 0
     text = "\n".join(lines)
-    for m in bench.METHODS:
-        assert text.count(f"\n| {m} |") == 1, m
+    for m in bench.METHODS:  # (all but the GPU's row, which asks for a GPU)
+        assert text.count(f"\n| {m} |") == (m != bench.DEFAULT_GPU), m
     with pytest.raises(InputError, match="unknown method"):
         bench.main(quick=True, methods=["nope"], echo=lines.append)
+
+
+def test_the_gpus_row_against_the_cpus(monkeypatch):
+    """``gpu=True`` adds the default on the GPU and a table of its distance from the CPU's
+    shifts and flags: here the "GPU" row runs on the CPU, so the distance is 0 (rigid and
+    piecewise: its motion field)."""
+    from xcorr_app import backend
+
+    monkeypatch.setitem(bench.METHODS, bench.DEFAULT_GPU, {"device": "cpu"})
+    monkeypatch.setattr(backend, "gpu_available", lambda: True)
+    lines = []
+    assert bench.main(quick=True, kinds=["plain", "piecewise"], echo=lines.append,
+                      gpu=True) == 0
+    text = "\n".join(lines)
+    assert "(and the default on the GPU)" in text
+    assert "### the default on the GPU against the CPU" in text
+    assert "| plain | 1 | 0.0e+00 / 0.0e+00 | 0 |" in text
+    assert "| piecewise | 1 | 0.0e+00 / 0.0e+00 | n/a |" in text
+    assert "- the GPU's shifts within 0.001 px of the CPU's on every stack: yes" in text
+    assert "GPU - CPU 0.0e+00 px" in text  # (the stack's own line)
+
+
+def test_the_gpu_cpu_distance_counts_nan_and_flags():
+    nan = float("nan")
+    cpu = (np.array([[0.0, 0.0], [1.0, nan], [nan, nan]]), np.array([False, True, False]))
+    assert bench._vs_cpu(cpu, (cpu[0] + [[0, 0], [2e-3, 0], [0, 0]], cpu[1])) == (
+        pytest.approx(2e-3), 0)
+    gpu = (np.array([[0.0, 0.0], [1.0, 0.5], [nan, nan]]), np.array([True, True, True]))
+    assert bench._vs_cpu(cpu, gpu) == (np.inf, 2)  # (a number where the CPU has none)
+    rows = [{"kind": "plain", "seed": 3, "image": "moon", "shape": [4, 8, 6],
+             "method": bench.DEFAULT_GPU, "vs_cpu": v, "flags_differ": f}
+            for v, f in ((2e-3, 1), (1e-5, None))]
+    text = "\n".join(bench.gpu_lines(rows))
+    assert "| plain | 2 | 1.0e-03 / 2.0e-03 | 1 |" in text
+    assert "on every stack: no (worst 2.0e-03 px, plain moon 8x6 seed 3)" in text
+    assert bench.gpu_lines([]) == []
+
+
+@pytest.mark.gpu
+def test_the_gpus_shifts_are_the_cpus():
+    lines = []
+    assert bench.main(quick=True, kinds=["plain", "static_blobs", "piecewise"],
+                      echo=lines.append, gpu=True) == 0
+    assert "- the GPU's shifts within 0.001 px of the CPU's on every stack: yes" in lines
 
 
 def test_without_scikit_image_the_bench_says_what_to_install(monkeypatch):
@@ -240,6 +284,10 @@ def test_cli_quick_and_errors(tmp_path):
     assert digest(out) == before
     assert_clean_error(xcorr("bench", "accuracy", "--only", "nope"), "unknown stack kind")
     assert_clean_error(xcorr("bench", "accuracy", "--seeds", "a,b"), "--seeds")
+    from xcorr_app import backend
+
+    if not backend.gpu_available():
+        assert_clean_error(xcorr("bench", "accuracy", "--quick", "--gpu"), "usable GPU")
 
 
 def test_the_band_pass_row_is_prefilter_autos_band_pass():

@@ -51,7 +51,7 @@ __all__ = ["METHODS", "DEFAULT", "BEFORE", "SKIMAGE", "TARGET_EVERY", "TARGET_CI
            "ORACLE", "OFF_BY", "stack_errors", "error_split", "spread", "oracle_shifts",
            "cramer_rao", "stack_bound", "measure",
            "verdict", "skimage_field", "report_lines", "stack_lines", "target_lines", "main",
-           "RIGID_BODY", "ROTATING", "corner_errors"]
+           "RIGID_BODY", "ROTATING", "corner_errors", "DEFAULT_GPU", "GPU_CPU_PX", "gpu_lines"]
 
 #: the default: what ``xcorr align`` does without options
 DEFAULT = "xcorr default"
@@ -85,6 +85,12 @@ METHODS = {
 }
 #: the rigid-body model's row, which the bench adds on the stacks that rotate
 RIGID_BODY = "xcorr model=rigid-body"
+#: the default on the GPU (``gpu=True``; not in ``methods="all"``): its shifts against the
+#: CPU's default on every 2-D stack (:func:`gpu_lines`)
+DEFAULT_GPU = "xcorr default on the GPU"
+METHODS[DEFAULT_GPU] = {"device": "gpu"}
+#: the most the GPU's shifts may differ from the CPU's (px, issue 76)
+GPU_CPU_PX = 1e-3
 #: every kind the bench takes: the 2-D ones, and the volumes (3-D, voxels; only when named:
 #: ``--kinds volumes``, :mod:`~xcorr_app.bench._accuracy_volumes`)
 BENCH_KINDS = ALL_KINDS + VOLUME_KINDS
@@ -289,12 +295,13 @@ def _measured(method, stack):
         from ..alignment import align
         from ._align_data import truth_at
 
-        if method != DEFAULT and not isinstance(how, tuple):
+        if method not in (DEFAULT, DEFAULT_GPU) and not isinstance(how, tuple):
             raise InputError(f"{method} is not measured on piecewise stacks")
-        res = align(frames, device="cpu", patches=PIECEWISE_GRID)
+        res = align(frames, device=how.get("device", "cpu") if isinstance(how, dict) else "cpu",
+                    patches=PIECEWISE_GRID)
         centres = np.asarray(res.patch_centres, np.float64)
         want = truth_at(stack.info["field_params"], centres)
-        got = np.asarray(res.motion_field, np.float64) if method == DEFAULT else \
+        got = np.asarray(res.motion_field, np.float64) if not isinstance(how, tuple) else \
             skimage_field(frames, centres, res.settings["patches"]["size"], how[1])
         return got.reshape(len(frames), -1, 2), want.reshape(len(frames), -1, 2), None
     if isinstance(how, tuple):
@@ -306,7 +313,7 @@ def _measured(method, stack):
             stack.truth, None
     from ..alignment import align
 
-    res = align(frames, device="cpu", **how)
+    res = align(frames, **{"device": "cpu", **how})
     flags = np.asarray(res.low_confidence, bool)
     if res.quality is not None:
         flags = flags | np.asarray(res.quality.flagged, bool)
@@ -378,7 +385,7 @@ def measure(kind, seed, quick=False, methods=None, image=None, shape=None) -> li
         o_shared, o_frame = error_split(best, stack.truth)
     else:
         oracle = o_shared = o_frame = math.nan
-    rows = []
+    rows, measured = [], {}
     for m in methods or COMPARED:
         row = {"kind": kind, "seed": seed, "image": stack.image,
                "shape": list(stack.frames.shape), "method": m, "error": "", "oracle": oracle,
@@ -388,11 +395,51 @@ def measure(kind, seed, quick=False, methods=None, image=None, shape=None) -> li
             got, want, flags = _measured(m, stack)
             row["rms"], row["max"], row["shared"], row["per_frame"] = _errors(got, want)
             row["off"], row["off_flagged"] = _off(got, want, flags)
+            measured[m] = (got, flags)
+            if m == DEFAULT_GPU and DEFAULT in measured:
+                row["vs_cpu"], row["flags_differ"] = _vs_cpu(measured[DEFAULT], (got, flags))
         except Exception as exc:  # noqa: BLE001 -- reported in the table
             row["rms"] = row["max"] = row["shared"] = row["per_frame"] = math.nan
             row["error"] = reason(exc)
         rows.append(row)
     return rows
+
+
+def _vs_cpu(cpu, gpu) -> tuple:
+    """``(px, frames)``: the largest difference between the CPU's shifts (or field) and the
+    GPU's (NaN in both: none; in one: inf) and how many frames one flags and the other not."""
+    a, b = (np.asarray(x[0], np.float64) for x in (cpu, gpu))
+    with np.errstate(invalid="ignore"):
+        d = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
+    px = float(np.max(np.nan_to_num(d, nan=np.inf))) if d.size else 0.0
+    flags = [f[0] if isinstance(f, tuple) else f for f in (cpu[1], gpu[1])]
+    differ = None if flags[0] is None or flags[1] is None else \
+        int(np.sum(np.asarray(flags[0], bool) != np.asarray(flags[1], bool)))
+    return px, differ
+
+
+def gpu_lines(rows) -> list:
+    """Per kind, where the default also ran on the GPU (:data:`DEFAULT_GPU`): the largest
+    difference of its shifts from the CPU's (px; median and worst over the kind's stacks), the
+    frames flagged on one device and not the other, and the target line (:data:`GPU_CPU_PX`)."""
+    got = [r for r in rows if r["method"] == DEFAULT_GPU and "vs_cpu" in r]
+    if not got:
+        return []
+    out = ["", "### the default on the GPU against the CPU", "",
+           "| kind | stacks | max \\|GPU - CPU\\| px (median / worst) | frames flagged on one "
+           "device only |", "| --- | --- | --- | --- |"]
+    for k in dict.fromkeys(r["kind"] for r in got):
+        v = [r["vs_cpu"] for r in got if r["kind"] == k]
+        differ = [r["flags_differ"] for r in got if r["kind"] == k
+                  and r["flags_differ"] is not None]
+        out.append(f"| {k} | {len(v)} | {_median(v):.1e} / {max(v):.1e} | "
+                   f"{sum(differ) if differ else 'n/a'} |")
+    worst = max(got, key=lambda r: r["vs_cpu"])
+    out += ["", f"- the GPU's shifts within {GPU_CPU_PX:g} px of the CPU's on every stack: "
+            f"{'yes' if worst['vs_cpu'] <= GPU_CPU_PX else 'no'} (worst {worst['vs_cpu']:.1e} px,"
+            f" {worst['kind']} {worst['image']} {_shape(worst['shape'][1:])} seed "
+            f"{worst['seed']})"]
+    return out
 
 
 def _fmt(x) -> str:
@@ -481,7 +528,7 @@ def report_lines(rows) -> list:
             out.append(f"| {m} | " + " | ".join(cells) + " |")
     notes = sorted({f"{r['method']}: {r['error']}" for r in rows if r["error"]})
     out += [""] + [f"- failed: {n}" for n in notes] if notes else []
-    return out + stack_lines(rows) + [""] + target_lines(rows)
+    return out + stack_lines(rows) + gpu_lines(rows) + [""] + target_lines(rows)
 
 
 def stack_lines(rows) -> list:
@@ -553,7 +600,7 @@ def _shape(shape) -> str:
 
 
 def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=None,
-         force=False, methods=None) -> int:
+         force=False, methods=None, gpu=False) -> int:
     """Run the accuracy benchmark and print its report; returns 0, or 1 if a method failed.
 
     Parameters
@@ -571,7 +618,11 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
     json_path : path, optional
         Also write the rows and the report to this JSON file (an existing file needs ``force``).
     methods : sequence of str or "all", optional
-        Which of :data:`METHODS` (default: the default and scikit-image's two).
+        Which of :data:`METHODS` (default: the default and scikit-image's two; ``"all"``: all
+        but :data:`DEFAULT_GPU`).
+    gpu : bool
+        Also the default on the GPU (:data:`DEFAULT_GPU`) on the 2-D kinds, its shifts against
+        the CPU's (:func:`gpu_lines`); without a usable GPU an :class:`InputError`.
 
     Examples
     --------
@@ -585,10 +636,17 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
     if bad:
         raise InputError(f"unknown stack kind {bad[0]!r} (one of {', '.join(BENCH_KINDS)})")
     chosen = methods is not None
-    methods = list(METHODS) if methods == "all" else list(methods or COMPARED)
+    methods = [m for m in METHODS if m != DEFAULT_GPU] if methods == "all" \
+        else list(methods or COMPARED)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise InputError(f"unknown method {unknown[0]!r} (one of {', '.join(METHODS)})")
+    if gpu:
+        from .. import backend
+
+        if not backend.gpu_available():
+            raise InputError("the default on the GPU needs a usable GPU (xcorr info says why)")
+        methods += [m for m in (DEFAULT, DEFAULT_GPU) if m not in methods]
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise InputError("no seeds given")
@@ -601,7 +659,8 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
     if json_path is not None:
         prepare_outputs([json_path], force)
     header = [f"xcorr bench accuracy on {platform.machine()} ({_cores()} cores), {utc_now()}",
-              f"methods on the CPU; scikit-image phase_cross_correlation upsample "
+              f"methods on the CPU{' (and the default on the GPU)' if gpu else ''}; "
+              f"scikit-image phase_cross_correlation upsample "
               f"{SKIMAGE_UPSAMPLE}; error = RMS over frames 1.. of the Euclidean error (px)"]
     for line in header:
         echo(line)
@@ -625,6 +684,10 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
                     f", {d['off_flagged']} of them flagged)")
                 rigid = "" if b is None else \
                     f"; rigid-body RMS {_fmt(b['rms'])} px, {b['off']} frames off"
+                g = next((r for r in rows[::-1] if r["method"] == DEFAULT_GPU
+                          and r["kind"] == k and r["seed"] == s and r["image"] == image), None)
+                if g is not None and "vs_cpu" in g:
+                    rigid += f"; GPU - CPU {g['vs_cpu']:.1e} px"
                 echo(f"  {k} {image} {_shape(shape)} seed {s}: default RMS "
                      f"{_fmt(d['rms'])} px{off}, oracle {_fmt(d['oracle'])}, CRB "
                      f"{_fmt(d.get('crb', math.nan))}{rigid}")

@@ -278,9 +278,13 @@ def _seeds(text):
                    "non_square, circular, piecewise, circular_noisy; the hard ones: "
                    "static_blobs, dust_vignette, fixed_pattern, deep_bleaching, rotation, "
                    "rotation_jitter, shutter; volumes (3-D, only when named).")
+@click.option("--gpu", is_flag=True,
+              help="Also align every 2-D stack with the default on the GPU, and report per "
+                   "kind how far its shifts are from the CPU's (target: 1e-3 px) and the "
+                   "frames flagged on one device only.")
 @json_rows_option()
 @FORCE
-def bench_accuracy_cmd(quick, seeds, only, json_path, force):
+def bench_accuracy_cmd(quick, seeds, only, gpu, json_path, force):
     """Accuracy on hard stacks (CPU): xcorr's default and scikit-image's
     phase_cross_correlation (upsample 100, the better normalization of each stack) against the
     exact drift.
@@ -303,6 +307,6 @@ def bench_accuracy_cmd(quick, seeds, only, json_path, force):
 
     kinds = [k.strip() for k in only.split(",") if k.strip()] if only else None
     status = accuracy_bench(quick=quick, seeds=seeds, kinds=kinds, json_path=json_path,
-                            force=force, echo=click.echo)
+                            force=force, echo=click.echo, gpu=gpu)
     if status:
         raise click.exceptions.Exit(status)
