@@ -231,6 +231,7 @@ def test_the_gpu_cpu_distance_counts_nan_and_flags():
 
 @pytest.mark.gpu
 def test_the_gpus_shifts_are_the_cpus():
+    pytest.importorskip("skimage")  # (the stacks' images; a GPU machine may lack it)
     lines = []
     assert bench.main(quick=True, kinds=["plain", "static_blobs", "piecewise"],
                       echo=lines.append, gpu=True) == 0
