@@ -673,24 +673,22 @@ def main(quick=False, seeds=(0, 1, 2, 3, 4), kinds=None, echo=print, json_path=N
             these = [m for m in methods if m in VOLUME_METHODS] + [CIRCULAR]
         for image, shape, s in (volume_cases(seeds, quick) if k in VOLUME_KINDS
                                 else cases(k, seeds, quick)):
-            rows += measure(k, s, quick=quick, methods=these, image=image,
+            added = measure(k, s, quick=quick, methods=these, image=image,
                             shape=None if quick else shape)
-            d = next((r for r in rows[::-1] if r["method"] == DEFAULT), None)
-            b = next((r for r in rows[::-1] if r["method"] == RIGID_BODY
-                      and r["kind"] == k and r["seed"] == s and r["image"] == image), None)
+            rows += added
+            stack = {r["method"]: r for r in added}  # (this stack's rows by method)
+            d, b, g = (stack.get(m) for m in (DEFAULT, RIGID_BODY, DEFAULT_GPU))
             if d is not None:
                 off = "" if d.get("off") is None else f" ({d['off']} frames off" + (
                     ")" if d.get("off_flagged") is None else
                     f", {d['off_flagged']} of them flagged)")
-                rigid = "" if b is None else \
+                beside = "" if b is None else \
                     f"; rigid-body RMS {_fmt(b['rms'])} px, {b['off']} frames off"
-                g = next((r for r in rows[::-1] if r["method"] == DEFAULT_GPU
-                          and r["kind"] == k and r["seed"] == s and r["image"] == image), None)
                 if g is not None and "vs_cpu" in g:
-                    rigid += f"; GPU - CPU {g['vs_cpu']:.1e} px"
+                    beside += f"; GPU - CPU {g['vs_cpu']:.1e} px"
                 echo(f"  {k} {image} {_shape(shape)} seed {s}: default RMS "
                      f"{_fmt(d['rms'])} px{off}, oracle {_fmt(d['oracle'])}, CRB "
-                     f"{_fmt(d.get('crb', math.nan))}{rigid}")
+                     f"{_fmt(d.get('crb', math.nan))}{beside}")
     report = report_lines(rows)
     for line in report:
         echo(line)
