@@ -133,26 +133,15 @@ def test_a_threads_freed_blocks_go_to_no_other_thread():
 
 
 @pytest.mark.gpu
-def test_own_stream_in_threads_but_the_main_one_and_not_over_a_chosen_stream():
-    import threading
-
+def test_own_stream_leaves_a_chosen_stream_alone():
     import cupy as cp
 
     from xcorr_app._cuda import own_stream
 
-    with own_stream():  # (the main thread: the legacy stream, as before)
-        assert cp.cuda.get_current_stream().ptr == 0
-    seen = []
-
-    def work():
-        s = cp.cuda.Stream(non_blocking=True)
-        with s, own_stream():
-            seen.append(cp.cuda.get_current_stream() == s)
-        with own_stream():
-            seen.append(cp.cuda.get_current_stream().ptr == cp.cuda.Stream.ptds.ptr)
-        seen.append(cp.cuda.get_current_stream().ptr == 0)
-
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-    assert seen == [True, True, True]
+    s = cp.cuda.Stream(non_blocking=True)
+    with s, own_stream():
+        assert cp.cuda.get_current_stream() == s
+    assert cp.cuda.get_current_stream().ptr == 0
+    with own_stream():
+        assert cp.cuda.get_current_stream().ptr == cp.cuda.Stream.ptds.ptr
+    assert cp.cuda.get_current_stream().ptr == 0

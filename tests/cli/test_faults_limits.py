@@ -32,6 +32,9 @@ runpy.run_module("xcorr_app.cli", run_name="__main__", alter_sys=True)
 def limited_xcorr(*args, cwd):
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("XCORR_DEBUG", None)
+    # (no GPU: the CUDA driver's own reservations took the 2 GiB, and a thread then could not
+    # start, on a GPU machine; the GPUs-where-none cases are skipped there)
+    env["CUDA_VISIBLE_DEVICES"] = ""
     return subprocess.run([sys.executable, "-c", _LIMITED, str(LIMIT_BYTES), *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT_S)
 

@@ -92,3 +92,28 @@ def test_click_exit_codes_pass_through(monkeypatch):
     monkeypatch.setattr(_filter, "run", lambda names, **kw: [{"status": "MISMATCH"}])
     res = CliRunner().invoke(cli, ["bench", "filter", "--quick"])
     assert res.exit_code == 1 and "internal error" not in res.output
+
+
+def test_a_refused_thread_is_a_limit_not_a_bug(tmp_path, monkeypatch):
+    """The system refusing a thread (a process limit, as under ``ulimit -v``) is one error line
+    and exit 2, as out of memory is; another RuntimeError stays an internal error."""
+    import threading
+
+    from sample_paths import stack_path
+
+    monkeypatch.delenv("XCORR_DEBUG", raising=False)
+
+    def refused(self):
+        raise RuntimeError("can't start new thread")
+
+    tif = stack_path("cell")
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    res = CliRunner().invoke(cli, ["align", str(tif), "--out", str(tmp_path / "o"),
+                                   "--device", "cpu"])
+    one_error_line(res, "refused a new thread", "ulimit")
+    assert res.exit_code == 2
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (_ for _ in ()).throw(
+        RuntimeError("another")))
+    res = CliRunner().invoke(cli, ["align", str(tif), "--out", str(tmp_path / "o"),
+                                   "--device", "cpu"])
+    assert res.exit_code == 1 and "internal error: RuntimeError: another" in res.stderr

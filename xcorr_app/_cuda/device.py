@@ -99,24 +99,20 @@ def stream_counters(count):
 
 @contextlib.contextmanager
 def own_stream():
-    """A thread's GPU work on its own default stream (CUDA's per-thread default stream) where
-    it would go to the legacy default stream, which every thread of the process shares; the
-    main thread keeps the legacy stream (then its only user among xcorr's threads).
+    """This thread's GPU work on its own default stream (CUDA's per-thread default stream)
+    where it would go to the legacy default stream, which every thread of the process shares.
 
     CuPy's memory pool hands a block freed on a stream to the next allocation on that stream:
     two threads on the legacy stream took each other's freed blocks while their own chunk
     streams still used them (two Dask range tasks on one GPU faulted).  The per-thread stream
     has a pool arena per thread, and orders itself with the legacy stream as that does with
-    itself.  Nothing changes where CuPy is not loaded or another stream is current.  (Not the
-    main thread too: a plan launches its kernels one by one on the per-thread stream, where
-    a CuPy stack's chunks run on the caller's stream, through its graph.)"""
+    itself.  Nothing changes where CuPy is not loaded or another stream is current.  The main
+    thread too: kept on the legacy stream (beside other threads on it), the fault came back."""
     import sys
-    import threading
 
     cp = sys.modules.get("cupy")
     try:
-        legacy = cp is not None and threading.current_thread() is not threading.main_thread() \
-            and cp.cuda.get_current_stream().ptr == 0
+        legacy = cp is not None and cp.cuda.get_current_stream().ptr == 0
     except Exception:  # noqa: BLE001 - (CuPy without a usable GPU: nothing to order)
         legacy = False
     with cp.cuda.Stream.ptds if legacy else contextlib.nullcontext():

@@ -146,6 +146,12 @@ def user_errors(quiet: bool = False):
     except Exception as exc:  # a bug: still one line, with a pointer to the traceback
         if tracebacks:
             raise
+        if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+            # (the system refused a thread: a limit of the process, as out of memory is)
+            click.echo("error: the system refused a new thread (a limit on memory or processes:"
+                       " ulimit -v, -u): raise it, or lower --chunk-frames or --max-memory",
+                       err=True)
+            sys.exit(2)
         click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with XCORR_DEBUG=1 "
                    "for a traceback and report it)", err=True)
         sys.exit(1)
