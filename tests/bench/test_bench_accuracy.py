@@ -235,8 +235,9 @@ def test_the_gpus_shifts_are_the_cpus():
     lines = []
     assert bench.main(quick=True, kinds=["plain", "static_blobs", "piecewise"],
                       echo=lines.append, gpu=True) == 0
-    assert "- the GPU's shifts within 0.001 px of the CPU's on every stack: yes" in lines, \
-        "\n".join(lines)
+    # (the line goes on with the worst stack)
+    assert any(ln.startswith("- the GPU's shifts within 0.001 px of the CPU's on every stack: "
+                             "yes (worst ") for ln in lines), "\n".join(lines)
 
 
 def test_without_scikit_image_the_bench_says_what_to_install(monkeypatch):

@@ -35,6 +35,8 @@ def limited_xcorr(*args, cwd):
     # (no GPU: the CUDA driver's own reservations took the 2 GiB, and a thread then could not
     # start, on a GPU machine; the GPUs-where-none cases are skipped there)
     env["CUDA_VISIBLE_DEVICES"] = ""
+    # (OpenBLAS's buffers, a set a core, took the rest on a 16-core machine)
+    env["OPENBLAS_NUM_THREADS"] = "1"
     return subprocess.run([sys.executable, "-c", _LIMITED, str(LIMIT_BYTES), *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT_S)
 
