@@ -33,6 +33,21 @@ def test_threads_and_chunks_change_no_result(rng, monkeypatch, reference, max_sh
         np.testing.assert_array_equal(t, tables[0])
 
 
+@pytest.mark.parametrize("shape", [(37, 53), (70, 66)])
+def test_the_quality_report_is_the_same_on_any_threads(rng, monkeypatch, shape):
+    """The report's shifts and filters are a slice of frames a thread (frames of 4096 pixels
+    and more shifted one at a time): its figures are the same on one thread or several."""
+    stack, _ = _drifting(rng, 11, shape)
+    rows = []
+    for threads in (1, 3, 2):
+        monkeypatch.setenv("XCORR_THREADS", str(threads))
+        q = xcorr_app.align(stack, device="cpu", max_shift=6, static="off").quality
+        rows.append(np.column_stack([q.before, q.after, q.residual, q.residual_rotation_deg]))
+    assert np.isfinite(rows[0][:, :4]).all()
+    for r in rows[1:]:
+        np.testing.assert_array_equal(r, rows[0])
+
+
 def test_cpu_measures_the_drift(rng):
     stack, truth = _drifting(rng, 9, (61, 47))
     res = xcorr_app.align(stack, device="cpu")

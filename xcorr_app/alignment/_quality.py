@@ -48,6 +48,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import weakref
@@ -57,7 +58,8 @@ import numpy as np
 
 from .. import backend
 from ..io import FrameRange
-from ..streaming import DEFAULT_CHUNK, DeviceChunks, HostCopy, host_copies
+from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices,
+                         host_copies, one_blas_thread)
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                block_sums, frame_sums, sharpness,
                                template_moments, template_refs)
@@ -525,8 +527,8 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
     with the work); nothing waits for the device before the last chunk is queued."""
     y0, y1, x0, x1 = area
-    filtered = None if xp is np or field is not None else _filtered(opts)
-    if filtered is not None and not opts.chunk_frames \
+    filtered = None if field is not None else _filtered(opts, xp)
+    if filtered is not None and xp is not np and not opts.chunk_frames \
             and backend.is_cupy_array(getattr(src, "stack", None)):
         chunk *= DEVICE_CHUNKS
     # frames and template at one safe scale (float32 figures of 1e-300 or 1e38 pixels: 0, inf)
@@ -546,7 +548,13 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
-    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+    threads = cpu_threads() if xp is np else 1
+    # (BLAS on one thread: its idle threads spin between the correlations' products, on the
+    # cores the slices' threads want)
+    with (one_blas_thread() if xp is np else contextlib.nullcontext()), \
+            (ThreadPoolExecutor(threads, "xcorr-cpu") if threads > 1 else
+             contextlib.nullcontext()) as pool, \
+            DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
@@ -555,13 +563,20 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             ok = None if host_ok.all() else xp.asarray(host_ok)
             if xp is np:
                 f = frames[:, y0:y1, x0:x1].astype(np.float32)
-                g = aligned(frames.astype(np.float32), a, host_ok)
+                # (a frame's shift and filter are its own: a slice of frames a thread, on
+                # every core; the sums and correlations over frames stay whole, as one thread's)
+                work = [(frames[u:v], a + u, host_ok[u:v])
+                        for u, v in frame_slices(len(frames), threads)]
+                parts = list((map if pool is None else pool.map)(
+                    lambda w: _aligned_on_cpu(*w, aligned, filtered, prepare), work))
+                g, p, finite, constant = (parts[0][j] if len(parts) == 1 else
+                                          np.concatenate([q[j] for q in parts])
+                                          for j in range(4))
                 sums.add(f, g, ok)
-                p = prepare(g)
-                with quiet_if_nonfinite(np, p.finite):  # (those frames' rows: NaN, poor)
-                    out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p.frames), p.finite,
-                                     p.constant, host_ok))
-                    probe.add(p.frames)
+                with quiet_if_nonfinite(np, finite):  # (those frames' rows: NaN, poor)
+                    out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p), finite, constant,
+                                     host_ok))
+                    probe.add(p)
                 continue
             frames = xp.asarray(frames)  # (read in place: only the shifted area converted)
             if filtered is not None:
@@ -586,6 +601,23 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         counted, None
 
 
+def _aligned_on_cpu(frames, a, ok, aligned, filtered, prepare):
+    """``(g, p, finite, constant)`` of frames ``a:a + len(frames)`` on the CPU: their area
+    aligned (``aligned``: :func:`_aligner`'s), it filtered as the figures need it
+    (:func:`_filtered`: the area less its first pixel, as the GPU's fused pass; None:
+    :func:`~.rigid.prepare` whole, a filter bank), and which frames are finite and which
+    constant."""
+    g = aligned(frames.astype(np.float32), a, ok)
+    if filtered is None:
+        q = prepare(g)
+        return g, q.frames, q.finite, q.constant
+    first = g[:, :1, :1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = filtered(g - first)
+    return (g, p, np.isfinite(g).all(axis=-1).all(axis=-1),
+            (g == first).all(axis=-1).all(axis=-1))
+
+
 def _aligner(shifts, field, area, frame_shape, xp):
     """``aligned(frames, a, ok)``: the ``area`` of frames ``a:a + len(frames)`` aligned as the
     run's result aligns them: shifted by ``shifts`` (bilinear), or with a rigid-body ``field``
@@ -606,13 +638,13 @@ def _aligner(shifts, field, area, frame_shape, xp):
     return warped
 
 
-def _filtered(opts):
-    """``filtered(g)``: a rigid GPU report's aligned areas as its figures need them prepared,
-    the run's prefilter alone (a linear filter, mode ``reflect``), or the areas themselves
-    where there is none; None for a filter bank, which needs :func:`~.rigid.prepare` whole.
+def _filtered(opts, xp):
+    """``filtered(g)``: a rigid report's aligned areas as its figures need them prepared, the
+    run's prefilter alone (a linear filter, mode ``reflect``), or the areas themselves where
+    there is none; None for a filter bank, which needs :func:`~.rigid.prepare` whole.
     The residual's step and the probe's correlations are the same for any ``a * frame + b``
     with ``a > 0`` (each centres and normalizes), so prepare's scaling and mean subtractions,
-    three passes over the chunk, are left out."""
+    three passes over the chunk, are left out, on either device."""
     from ..filters import SEPARABLE_SIZES, separable_correlate
     from .rigid import Prefilter
 
@@ -622,7 +654,7 @@ def _filtered(opts):
     if not isinstance(pre, Prefilter):
         return None
     taps = pre.taps
-    if taps is not None and len(taps) in SEPARABLE_SIZES:
+    if xp is not np and taps is not None and len(taps) in SEPARABLE_SIZES:
         return lambda g: separable_correlate(g, taps, taps, "reflect", 0.0)
     # (float32 and contiguous, as prepare leaves a filter's output)
     return lambda g: backend.array_module_of(g).ascontiguousarray(

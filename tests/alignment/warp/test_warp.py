@@ -340,3 +340,38 @@ def test_a_non_finite_pixel_stays_where_a_whole_pixel_shift_moves_it(device, bad
     np.testing.assert_array_equal(got, want)
     assert (~np.isfinite(got)).sum() == 2  # (the pixel itself, one a frame)
     assert (~np.isfinite(half[0])).sum() == 2 and not np.isfinite(half[0, 2:4, 3]).any()
+
+
+@pytest.mark.parametrize("fill", [0.0, 5.0, np.nan, -np.inf])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 9), (7, 1), (5, 33), (40, 37)])
+def test_cpu_frame_by_frame_is_the_batched_definition_bit_for_bit(rng, shape, fill):
+    """The CPU's shift a frame at a time (each tap's rows and columns taken along one axis,
+    then the other) gives the batched definition's bits: whole frames and windows, shifts
+    tiny, whole, past the frame, far and NaN, NaN and infinite pixels, integer frames."""
+    from xcorr_app.alignment.warp._warp import (FAR_SHIFT, _bilinear_by_frame,
+                                                _shift_gathered)
+
+    h, w = shape
+    shifts = np.array([[0.0, 0.0], [1e-17, -1e-17], [0.3, -1.7], [-2.25, 4.5], [3.0, -2.0],
+                       [h + 0.5, 0.25], [-0.5, -(w + 3.75)], [1e15, -0.1], [0.49999999, 2.5],
+                       [0.1 + 0.2, 1 / 3]])
+    n = len(shifts)
+    for frames in (rng.random((n, h, w)).astype(np.float32) * 100 - 20,
+                   rng.integers(0, 4000, (n, h, w)).astype(np.uint16).astype(np.float32)):
+        bad = frames.copy()
+        bad[1, h // 2, w // 2] = np.nan
+        bad[2, 0, -1] = np.inf
+        for f, skip in ((frames, False), (bad, True)):
+            s = np.clip(np.nan_to_num(shifts), -FAR_SHIFT, FAR_SHIFT)
+            want = _shift_gathered(f, s, fill, skip, np)
+            for window in (None, (0, h, 0, w), (h // 3, h - h // 4, w // 2, w), (0, 0, 0, w)):
+                got = _bilinear_by_frame(f, s, fill, skip, window)
+                y0, y1, x0, x1 = window or (0, h, 0, w)
+                np.testing.assert_array_equal(got.view(np.uint32),
+                                              want[:, y0:y1, x0:x1].view(np.uint32))
+            one = s[3:4]  # (one shift for every frame)
+            np.testing.assert_array_equal(_bilinear_by_frame(f, one, fill, skip).view(np.uint32),
+                                          _shift_gathered(f, one, fill, skip, np).view(np.uint32))
+    nan_shift = shift_frames(frames[:1], np.array([[np.nan, 0.5]]))
+    np.testing.assert_array_equal(nan_shift, shift_frames(frames[:1], np.array([[0.0, 0.5]])))
+    assert _bilinear_by_frame(frames[:0], shifts[:0], 0.0, False).shape == (0, h, w)
