@@ -35,8 +35,8 @@ def test_threads_and_chunks_change_no_result(rng, monkeypatch, reference, max_sh
 
 @pytest.mark.parametrize("shape", [(37, 53), (70, 66)])
 def test_the_quality_report_is_the_same_on_any_threads(rng, monkeypatch, shape):
-    """The report's shifts and filters are a slice of frames a thread (frames of 4096 pixels
-    and more shifted one at a time): its figures are the same on one thread or several."""
+    """The report's figures do not depend on the run's threads (frames of 4096 pixels and
+    more shifted one at a time, smaller ones as a batch)."""
     stack, _ = _drifting(rng, 11, shape)
     rows = []
     for threads in (1, 3, 2):

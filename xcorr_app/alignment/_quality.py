@@ -48,7 +48,6 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import weakref
@@ -58,8 +57,7 @@ import numpy as np
 
 from .. import backend
 from ..io import FrameRange
-from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices,
-                         host_copies, one_blas_thread)
+from ..streaming import DEFAULT_CHUNK, DeviceChunks, HostCopy, host_copies
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                block_sums, frame_sums, sharpness,
                                template_moments, template_refs)
@@ -548,13 +546,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
-    threads = cpu_threads() if xp is np else 1
-    # (BLAS on one thread: its idle threads spin between the correlations' products, on the
-    # cores the slices' threads want)
-    with (one_blas_thread() if xp is np else contextlib.nullcontext()), \
-            (ThreadPoolExecutor(threads, "xcorr-cpu") if threads > 1 else
-             contextlib.nullcontext()) as pool, \
-            DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
@@ -563,15 +555,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             ok = None if host_ok.all() else xp.asarray(host_ok)
             if xp is np:
                 f = frames[:, y0:y1, x0:x1].astype(np.float32)
-                # (a frame's shift and filter are its own: a slice of frames a thread, on
-                # every core; the sums and correlations over frames stay whole, as one thread's)
-                work = [(frames[u:v], a + u, host_ok[u:v])
-                        for u, v in frame_slices(len(frames), threads)]
-                parts = list((map if pool is None else pool.map)(
-                    lambda w: _aligned_on_cpu(*w, aligned, filtered, prepare), work))
-                g, p, finite, constant = (parts[0][j] if len(parts) == 1 else
-                                          np.concatenate([q[j] for q in parts])
-                                          for j in range(4))
+                # (on one thread: a slice of frames a thread was slower on many cores, its
+                # small operations waiting for the GIL; docs/performance.md)
+                g, p, finite, constant = _aligned_on_cpu(frames, a, host_ok, aligned, filtered,
+                                                         prepare)
                 sums.add(f, g, ok)
                 with quiet_if_nonfinite(np, finite):  # (those frames' rows: NaN, poor)
                     out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p), finite, constant,

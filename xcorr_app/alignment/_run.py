@@ -45,8 +45,8 @@ from .rigid import decide_bidi, refined_or_first, remove_static, search_range, s
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
-from .rigid import (check_float32_range, check_gpu_float32, mean_count, reference_frame,
-                    scaled_by, stack_exponent)
+from .rigid import (check_float32_range, check_gpu_float32, check_reference, mean_count,
+                    reference_frame, scaled_by, stack_exponent)
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, ReferenceFit, TemplateSums, decide_lucas_kanade,
@@ -81,6 +81,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
     # (a run in a thread beside another's on one GPU: a stream of its own, not the legacy one)
     with own_stream(), executor.open(stack_or_path, opts) as src:
         check_frame_shape(src.frame_shape)
+        check_reference(opts.reference, src.n_frames)
         limits = (tuple(src.frame_shape), src.dtype.itemsize,
                   limit_devices(opts.device, executor.name))
         if limits != limits_checked:  # (before a frame is read; once a run)

@@ -81,12 +81,19 @@ def reference_index(reference):
     return None
 
 
+def check_reference(reference, n_frames):
+    """InputError where ``reference`` names a frame a stack of ``n_frames`` does not hold
+    (checked as the stack opens: before a thread starts or a frame is read)."""
+    idx = reference_index(reference)
+    if idx is not None and not -n_frames <= idx < n_frames:
+        raise InputError(f"reference index {idx} is out of range for {n_frames} frames")
+
+
 def reference_frame(reference, src, xp, chunk_frames, channel=None):
     """The reference image (on ``xp``'s device) for every choice but ``previous``."""
     idx = reference_index(reference)
     if idx is not None:
-        if not -src.n_frames <= idx < src.n_frames:
-            raise InputError(f"reference index {idx} is out of range for {src.n_frames} frames")
+        check_reference(reference, src.n_frames)
         idx %= src.n_frames
         return xp.asarray(src.read(idx, idx + 1)[0])
     if isinstance(reference, str) and (reference == "first" or refined_passes(reference)):
