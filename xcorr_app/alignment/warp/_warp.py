@@ -200,10 +200,11 @@ def _shift_float32(frames, shifts, fill, method, window=None):
 def _bilinear_by_frame(frames, shifts, fill, skip_zero, window=None):
     """:func:`_shift_gathered`'s float32 operations in its order, so its bits, a frame at a
     time on NumPy: a frame's taps are its rows and its columns, each tap's weights the
-    product of a row's and a column's (:func:`_axis_taps`), gathered by ``take`` on one axis
-    and then the other, and only the pixels of ``window``; where every tap of the window lies
-    inside the frame, no edge to blend.  (The whole batch gathered through three broadcast
-    index arrays took most of a CPU run's quality report: docs/performance.md.)"""
+    product of a row's and a column's (:func:`_axis_taps`), gathered on one axis and then the
+    other (:func:`_along`: a view where the sources run on), and only the pixels of
+    ``window``; where every tap of the window lies inside the frame, no edge to blend.  (The
+    whole batch gathered through three broadcast index arrays took most of a CPU run's
+    quality report: docs/performance.md.)"""
     n, h, w = frames.shape
     y0, y1, x0, x1 = (0, h, 0, w) if window is None else window
     out = np.zeros((n, y1 - y0, x1 - x0), np.float32)
@@ -218,12 +219,12 @@ def _bilinear_by_frame(frames, shifts, fill, skip_zero, window=None):
         weight = None if inside else np.zeros(o.shape, np.float32)
         edge = None if inside else np.zeros(o.shape, bool)
         for wy_, vy, yy in rows:
-            picked = f.take(yy, axis=0)
+            picked = _along(f, yy, 0)
             for wx_, vx, xx in cols:
                 tap = wy_[:, None] * wx_[None, :]
-                valid = vy[:, None] & vx[None, :]
+                valid = None if inside else vy[:, None] & vx[None, :]
                 wgt = tap if inside else tap * valid  # (times 1 where all are inside: tap)
-                g = picked.take(xx, axis=1)
+                g = _along(picked, xx, 1)
                 if skip_zero:
                     with np.errstate(invalid="ignore"):
                         o += np.where(wgt == 0, np.float32(0), wgt * g)
@@ -239,6 +240,15 @@ def _bilinear_by_frame(frames, shifts, fill, skip_zero, window=None):
         else:
             out[k] = np.where(edge, o + (1 - weight) * np.float32(fill), o)
     return out
+
+
+def _along(a, index, axis):
+    """``a.take(index, axis)``, a view where ``index`` runs on by one (a shifted frame's
+    sources mostly do: no copy)."""
+    first = int(index[0])
+    if index[-1] - first == len(index) - 1 and (np.diff(index) == 1).all():
+        return a[first:first + len(index)] if axis == 0 else a[:, first:first + len(index)]
+    return a.take(index, axis=axis)
 
 
 def _axis_taps(a, b, shift, size):
