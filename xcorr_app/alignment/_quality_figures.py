@@ -559,16 +559,26 @@ class TileRegions:
         return partial
 
     def host_moments(self, frames, refs, origin=None, pivoted=True):
-        """:meth:`moments` on the CPU: ``(n, R, 2 + J)`` float64 NumPy, the tiles' sums by
-        :func:`numpy.add.reduceat`, each region's added up from its tiles."""
+        """:meth:`moments` on the CPU: ``(n, R, 2 + J)`` float64 NumPy, each row of tiles'
+        sums down its rows by :func:`numpy.einsum` (``d`` and ``d * ref`` at once, against the
+        references with a plane of ones, and ``d * d``), then across its tiles by
+        :func:`numpy.add.reduceat`; each region's added up from its tiles.  (A float64 copy of
+        the area and of each product, reduced twice, was 3.7 times as slow.)"""
         oy, ox = self.area[0::2] if origin is None else origin
         rows, cols = int(self.ys[-1]), int(self.xs[-1])
         f = np.asarray(frames)[:, oy:oy + rows, ox:ox + cols].astype(np.float32)
-        d = f.astype(np.float64) - (f[:, :1, :1] if pivoted else 0.0)
+        pivot = f[:, :1, :1].astype(np.float64) if pivoted else 0.0
+        weights = np.stack([np.ones((rows, cols)), *(np.asarray(r, np.float64) for r in refs)])
+        ty, tx = len(self.ys) - 1, len(self.xs) - 1
+        tiles = np.empty((len(f), ty, tx, 1 + len(weights)))
         with np.errstate(invalid="ignore", over="ignore"):  # (NaN/Inf pixels: NaN sums)
-            parts = [d, d * d, *(d * np.asarray(r, np.float64) for r in refs)]
-            tiles = np.stack([np.add.reduceat(np.add.reduceat(m, self.ys[:-1], axis=1),
-                                              self.xs[:-1], axis=2) for m in parts], axis=-1)
+            for a in range(ty):  # (the tiles' bounds rise strictly: np.unique)
+                band = slice(int(self.ys[a]), int(self.ys[a + 1]))
+                d = f[:, band].astype(np.float64) - pivot
+                sums = np.einsum("nhw,jhw->njw", d, weights[:, band])
+                squares = np.einsum("nhw,nhw->nw", d, d)[:, None]
+                columns = np.concatenate([sums[:, :1], squares, sums[:, 1:]], axis=1)
+                tiles[:, a] = np.add.reduceat(columns, self.xs[:-1], axis=2).transpose(0, 2, 1)
             return np.stack([tiles[:, a:b, c:e].sum(axis=(1, 2))
                              for a, b, c, e in self.spans], axis=1)
 
