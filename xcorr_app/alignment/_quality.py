@@ -48,6 +48,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import weakref
@@ -57,7 +58,8 @@ import numpy as np
 
 from .. import backend
 from ..io import FrameRange
-from ..streaming import DEFAULT_CHUNK, DeviceChunks, HostCopy, host_copies
+from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices,
+                         host_copies, one_blas_thread)
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                block_sums, frame_sums, sharpness,
                                template_moments, template_refs)
@@ -546,7 +548,13 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
-    with DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
+    # (the CPU's prefilter a slice of frames a thread: one SciPy call each, which frees the
+    # GIL; BLAS on one thread, as the measuring pass: its idle threads spin on those cores)
+    threads = cpu_threads() if xp is np and filtered is not None else 1
+    with (one_blas_thread() if threads > 1 else contextlib.nullcontext()), \
+            (ThreadPoolExecutor(threads, "xcorr-cpu") if threads > 1
+             else contextlib.nullcontext()) as pool, \
+            DeviceChunks(FrameRange(src, start, stop), chunk, xp) as chunks:
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
@@ -555,10 +563,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             ok = None if host_ok.all() else xp.asarray(host_ok)
             if xp is np:
                 f = frames[:, y0:y1, x0:x1].astype(np.float32)
-                # (on one thread: a slice of frames a thread was slower on many cores, its
-                # small operations waiting for the GIL; docs/performance.md)
+                # (the shift on this thread: a slice of frames a thread was slower on many
+                # cores, its small operations waiting for the GIL; docs/performance.md)
                 g, p, finite, constant = _aligned_on_cpu(frames, a, host_ok, aligned, filtered,
-                                                         prepare)
+                                                         prepare, pool, threads)
                 sums.add(f, g, ok)
                 with quiet_if_nonfinite(np, finite):  # (those frames' rows: NaN, poor)
                     out.append(_rows(t.zncc(f), t.zncc(g), t.residual(p), finite, constant,
@@ -588,19 +596,26 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         counted, None
 
 
-def _aligned_on_cpu(frames, a, ok, aligned, filtered, prepare):
+def _aligned_on_cpu(frames, a, ok, aligned, filtered, prepare, pool=None, threads=1):
     """``(g, p, finite, constant)`` of frames ``a:a + len(frames)`` on the CPU: their area
     aligned (``aligned``: :func:`_aligner`'s), it filtered as the figures need it
-    (:func:`_filtered`: the area less its first pixel, as the GPU's fused pass; None:
-    :func:`~.rigid.prepare` whole, a filter bank), and which frames are finite and which
-    constant."""
+    (:func:`_filtered`: the area less its first pixel, as the GPU's fused pass, a slice of
+    frames a thread of ``pool``; None: :func:`~.rigid.prepare` whole, a filter bank), and which
+    frames are finite and which constant."""
     g = aligned(frames.astype(np.float32), a, ok)
     if filtered is None:
         q = prepare(g)
         return g, q.frames, q.finite, q.constant
     first = g[:, :1, :1]
-    with np.errstate(invalid="ignore", over="ignore"):
-        p = filtered(g - first)
+
+    def part(ab):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return filtered(g[ab[0]:ab[1]] - first[ab[0]:ab[1]])
+
+    slices = frame_slices(len(g), threads)
+    parts = list(map(part, slices) if pool is None or len(slices) < 2
+                 else pool.map(part, slices))
+    p = parts[0] if len(parts) == 1 else np.concatenate(parts)
     return (g, p, np.isfinite(g).all(axis=-1).all(axis=-1),
             (g == first).all(axis=-1).all(axis=-1))
 
