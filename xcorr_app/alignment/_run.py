@@ -78,7 +78,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         opts.check_executor(executor.name)
     # (a path naming its axes: every reader of the run, and of its result, opens it alike)
     stack_or_path = with_axes(as_stack(stack_or_path), opts.axes)
-    # (a run in a thread beside another's on one GPU: a stream of its own, not the legacy one)
+    # (a run's work on its thread's own stream, the main thread's too: not the legacy one)
     with own_stream(), executor.open(stack_or_path, opts) as src:
         check_frame_shape(src.frame_shape)
         check_reference(opts.reference, src.n_frames)

@@ -90,10 +90,10 @@ def check_reference(reference, n_frames):
 
 
 def reference_frame(reference, src, xp, chunk_frames, channel=None):
-    """The reference image (on ``xp``'s device) for every choice but ``previous``."""
+    """The reference image (on ``xp``'s device) for every choice but ``previous`` (an index
+    checked as the run opens the stack: :func:`check_reference`)."""
     idx = reference_index(reference)
     if idx is not None:
-        check_reference(reference, src.n_frames)
         idx %= src.n_frames
         return xp.asarray(src.read(idx, idx + 1)[0])
     if isinstance(reference, str) and (reference == "first" or refined_passes(reference)):
