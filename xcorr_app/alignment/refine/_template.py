@@ -39,6 +39,7 @@ a shift wrapped around match the reference's opposite edge only if the content i
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 import numpy as np
@@ -51,6 +52,7 @@ from ...registration import (DEFAULT_UPSAMPLE, fft_shifts, phase_ramps,
 from ._lk_decision import noisy_stack, noisy_stack_on_gpu
 from ._refine_lk import LucasKanade
 from ..rigid import COLUMN, scaled_by
+from ..rigid import prepare as rigid_prepare
 from ..warp import add_shifted
 
 __all__ = ["TemplateAccumulator", "TemplateSums", "LucasKanadeFit", "template_of", "kept_rows",
@@ -273,8 +275,11 @@ def periodic_frames(opts, src, xp, table, reference) -> bool:
         return False
     # the frames read and prepared together, their flags fetched once (one by one, each
     # preparation's launches and waits added up in a short GPU run)
-    frames = opts.preparer(xp, src.frame_shape)(
-        backend.stack_frames([src.read(i, i + 1)[0] for i in order], xp))
+    # (not filtered: the test reads the frames as they came; the GPU's preparer, whose
+    # kernels a run has built, makes them; the CPU leaves the filter out)
+    prepare = opts.preparer(xp, src.frame_shape) if xp is not np else \
+        functools.partial(rigid_prepare, xp=np)
+    frames = prepare(backend.stack_frames([src.read(i, i + 1)[0] for i in order], xp))
     on_gpu = xp is not np and frames.raw.dtype == ref.dtype == np.float32
     # each tested frame compared at two shifts: the linear pass's, and measured again
     # circularly (phase correlation, upsampled): a wrap-around frame's linear shift can be
@@ -302,18 +307,22 @@ def _wrap_sums(frames, ref, shifts, xp, on_gpu):
     strips that wrapped around (NumPy; ``on_gpu``: a CuPy array, not waited for)."""
     h, w = frames.shape[1:]
     whole = np.round(shifts)
-    refs = fractional_references(ref, shifts - whole, xp)
     if on_gpu:  # every frame's sums in 4 launches (a frame at a time: 32 launches and waits,
         # a gap of the GPU in a GPU-resident run)
-        return wrapped_correlations(frames, refs, whole)
+        return wrapped_correlations(frames, fractional_references(ref, shifts - whole, xp),
+                                    whole)
+    # (the whole shift by the Fourier phase too: no rolled copy; frame k holds ref[y + iy +
+    # fy, ...]) the overlap is a rectangle and the strips the rest of the frame, so each is
+    # summed over views, the strips as the frame's sums less the overlap's (no masks)
+    moved = fractional_references(ref, shifts, xp)
     out = np.zeros((len(frames), 2))
-    for k, (iy, ix) in enumerate(whole.astype(int)):  # frame k holds ref[y + iy + fy, ...]
-        moved = xp.roll(refs[k], (-iy, -ix), axis=(0, 1))
-        ys = xp.arange(h)[:, None] + iy
-        xs = xp.arange(w)[None, :] + ix
-        wrapped = (ys < 0) | (ys >= h) | (xs < 0) | (xs >= w)
-        out[k] = (_correlation(frames[k], moved, ~wrapped, xp),
-                  _correlation(frames[k], moved, wrapped, xp))
+    for k, (iy, ix) in enumerate(whole.astype(int)):
+        a = np.asarray(frames[k], np.float64)
+        a = a - a.mean()  # (about the means: the sums of squares keep their digits)
+        b = moved[k] - moved[k].mean()
+        inside = (slice(max(0, -iy), min(h, h - iy)), slice(max(0, -ix), min(w, w - ix)))
+        frame_sums, overlap = _moments(a, b), _moments(a[inside], b[inside])
+        out[k] = _correlation(overlap), _correlation(frame_sums - overlap)
     return out
 
 
@@ -346,19 +355,21 @@ def fractional_references(ref, fractions, xp):
     return np.fft.irfft2(spec[None] * ry[:, :, None] * rx[:, None, :], s=(h, w))
 
 
-def _correlation(a, b, mask, xp) -> float:
-    """The zero-normalized correlation of ``a`` and ``b`` over ``mask`` (0 where flat)."""
-    m = mask.astype(xp.float64)
-    k = float(m.sum())
+def _moments(a, b):
+    """``(k, sum a, sum b, sum a a, sum b b, sum a b)`` of the float64 images ``a`` and ``b``."""
+    return np.array([a.size, a.sum(), b.sum(), np.einsum("ij,ij->", a, a),
+                     np.einsum("ij,ij->", b, b), np.einsum("ij,ij->", a, b)], np.float64)
+
+
+def _correlation(moments) -> float:
+    """The zero-normalized correlation of two images from their :func:`_moments` over a
+    region (0 where it has fewer than 2 pixels or either side is flat)."""
+    k, sa, sb, saa, sbb, sab = moments
     if k < 2:
         return 0.0
-    a = a.astype(xp.float64)
-    b = b.astype(xp.float64)
-    am = a - (a * m).sum() / k
-    bm = b - (b * m).sum() / k
-    num = (am * bm * m).sum()
-    den = xp.sqrt((am * am * m).sum() * (bm * bm * m).sum())
-    return float(num / den) if float(den) > 0 else 0.0
+    va, vb = saa - sa * sa / k, sbb - sb * sb / k
+    den = np.sqrt(va * vb) if va > 0 and vb > 0 else 0.0
+    return float((sab - sa * sb / k) / den) if den > 0 else 0.0
 
 
 def decide_lucas_kanade(opts, src, xp, reference_fit=True):
