@@ -5,6 +5,7 @@ surfaces, peaks inside and on the border, NaN and constant surfaces, every subpi
 import numpy as np
 import pytest
 
+from tests.definitions import masked_correlation, wrapped_masks
 from xcorr_app.registration import SUBPIXEL_METHODS, fft_shifts, on_border, refined_shifts
 from xcorr_app.registration._fft_register import refine_peak
 from xcorr_app.registration._peaks import (peak_index, subpixel_fit2d, subpixel_gaussian,
@@ -261,7 +262,6 @@ def test_align_gpu_matches_cpu_every_subpixel(rng, subpixel, max_shift):
 @pytest.mark.parametrize("shape", [(1, 1), (5, 3), (40, 300), (67, 33)])
 def test_wrapped_correlations_match_numpy(rng, shape):
     import cupy as cp
-    from xcorr_app.alignment.refine._template import _correlation
     from xcorr_app.registration import wrapped_correlations
 
     h, w = shape
@@ -272,9 +272,7 @@ def test_wrapped_correlations_match_numpy(rng, shape):
     for a, b in ((frame, ref), (flat, ref), (frame, flat)):
         for dy, dx in ((0, 0), (-2, 3), (h - 1, -(w - 1)), (1, 0), (0, -1), (h + 2, 0)):
             moved = np.roll(b, (-dy, -dx), axis=(0, 1))
-            ys, xs = np.arange(h)[:, None] + dy, np.arange(w)[None, :] + dx
-            wrapped = (ys < 0) | (ys >= h) | (xs < 0) | (xs >= w)
-            want = (_correlation(a, moved, ~wrapped, np), _correlation(a, moved, wrapped, np))
+            want = tuple(masked_correlation(a, moved, m) for m in wrapped_masks(shape, dy, dx))
             got = wrapped_correlations(cp.asarray(a), cp.asarray(b), (dy, dx))
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=str((dy, dx)))
             into = cp.full((3, 2), cp.nan)  # poisoned; row 1 written, not waited for

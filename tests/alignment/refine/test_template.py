@@ -17,6 +17,7 @@ from xcorr_app.bench._accuracy_data import make_stack
 from xcorr_app.errors import InputError
 from xcorr_app.io import ArraySource
 from tests.cli_helpers import assert_clean_error, digest, xcorr
+from tests.definitions import masked_correlation, wrapped_masks
 
 
 # ------------------------------------------------------------------------- refined template
@@ -187,6 +188,31 @@ def test_fractional_references_move_by_the_fourier_phase():
         want = np.fft.ifft2(ndi.fourier_shift(np.fft.fft2(ref), (-fy, -fx))).real
         np.testing.assert_allclose(g, want, atol=1e-12)
     np.testing.assert_allclose(got[1], ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(9, 11), (40, 33), (64, 50)])
+def test_the_wrap_around_tests_sums_are_the_masked_definitions(rng, shape):
+    """The CPU's correlations over the overlap and the wrapped strips (moments over views,
+    the whole shift by the Fourier phase) against the masked float64 definition of the
+    reference moved circularly by its fraction and then rolled: flat frames, shifts of
+    every sign and past the frame included."""
+    from xcorr_app.alignment.refine._template import _wrap_sums
+
+    h, w = shape
+    ref = rng.standard_normal(shape)
+    shifts = np.array([[0.3, -0.4], [-2.0, 3.5], [h - 1.2, -(w - 1.0)], [0.0, 0.0],
+                       [h + 2.4, 1.0], [5.5, -0.5]])
+    frames = rng.standard_normal((len(shifts), h, w)).astype(np.float32)
+    frames[1] = (np.roll(ref, (2, -3), axis=(0, 1)) + 0.3 * frames[1]).astype(np.float32)
+    frames[3] = 3.0  # flat: 0 on both
+    got = _wrap_sums(frames, ref, shifts, np, False)
+    whole = np.round(shifts)
+    moved = fractional_references(ref, shifts - whole, np)
+    for k, (dy, dx) in enumerate(whole.astype(int)):
+        rolled = np.roll(moved[k], (-dy, -dx), axis=(0, 1))
+        want = [masked_correlation(frames[k], rolled, m) for m in wrapped_masks(shape, dy, dx)]
+        np.testing.assert_allclose(got[k], want, rtol=1e-9, atol=1e-12, err_msg=str(k))
+    assert (got[3] == 0).all() and np.abs(got[1, 0]) > 0.3
 
 
 def test_circular_boundary_meets_the_target_on_circular_stacks():

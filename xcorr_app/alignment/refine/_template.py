@@ -320,7 +320,8 @@ def _wrap_sums(frames, ref, shifts, xp, on_gpu):
         a = np.asarray(frames[k], np.float64)
         a = a - a.mean()  # (about the means: the sums of squares keep their digits)
         b = moved[k] - moved[k].mean()
-        inside = (slice(max(0, -iy), min(h, h - iy)), slice(max(0, -ix), min(w, w - ix)))
+        inside = tuple(slice(min(n, max(0, -i)), max(0, min(n, n - i)))  # (empty past it)
+                       for i, n in ((iy, h), (ix, w)))
         frame_sums, overlap = _moments(a, b), _moments(a[inside], b[inside])
         out[k] = _correlation(overlap), _correlation(frame_sums - overlap)
     return out
