@@ -26,7 +26,9 @@ main()
 
 
 def run_patched(patch, *args, env=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    # (the checkout first, then whatever path the suite runs with: the device's carried wheels)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     env.pop("XCORR_DEBUG", None)
     return subprocess.run([sys.executable, "-c", RUN.format(patch=patch), *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
