@@ -10,8 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def child_env(**extra) -> dict:
+    """The environment of a child process of the tests: this one's, the checkout first on
+    ``PYTHONPATH`` and then the path the suite runs with (a device's carried wheels), plus
+    ``extra``."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def xcorr(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = child_env()
     env.pop("XCORR_DEBUG", None)
     return subprocess.run([sys.executable, "-m", "xcorr_app.cli", *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=300)

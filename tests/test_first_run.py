@@ -3,7 +3,6 @@ CUDA context in a background thread, the caller going on at once, the probe wait
 started by a command that computes on the GPU from its parsed options before the modules of its
 run are imported; held for a small job under device auto; the small-job rule of ``auto``."""
 
-import os
 import subprocess
 import sys
 import threading
@@ -18,7 +17,7 @@ from xcorr_app._first_run import FIRST_RUN_PIXELS, SMALL_JOB_PIXELS, auto_device
 from xcorr_app.cli import _main
 from xcorr_app.cli._options import DEVICE, QUIET
 
-from cli_helpers import ROOT
+from cli_helpers import ROOT, child_env
 
 
 def _fresh(monkeypatch):
@@ -121,7 +120,7 @@ def test_the_warm_up_starts_before_the_modules_of_the_run(tmp_path):
             "from xcorr_app.cli._main import main\n"
             "sys.argv = ['xcorr', 'align', sys.argv[1], '--device', 'gpu', '--out', sys.argv[2]]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     res = subprocess.run([sys.executable, "-c", code, str(ROOT / "sample_data" / "cell_drift.tif"),
                           str(tmp_path / "o")], capture_output=True, text=True, env=env,
                          timeout=120)
@@ -419,5 +418,5 @@ def test_the_first_run_machinery_imports_neither_numpy_nor_cupy():
     code = ("import sys; import xcorr_app._first_run\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'cupy')))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+                         env=child_env(), timeout=60)
     assert res.stdout.strip() == "[]", res.stderr

@@ -1,7 +1,6 @@
 """The drift plot (``drift.png``): a valid PNG of the documented size whose curves, bands and
 labels are drawn, without matplotlib (no font discovery, no text layout engine)."""
 
-import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cli_helpers import ROOT
+from cli_helpers import child_env
 from xcorr_app.alignment.outputs import plot_drift
 from xcorr_app.alignment.outputs._plots import COLORS, PANELS, PLOT_SIZE, nice_ticks
 
@@ -130,7 +129,7 @@ def test_no_matplotlib_and_no_font_discovery():
             "confidence=np.ones(5), low_confidence=np.zeros(5, bool), settings={}); "
             "plot_drift(tempfile.mkdtemp() + '/d.png', r, title='t'); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, timeout=120, check=True).stdout
     assert out.strip() == "[]"

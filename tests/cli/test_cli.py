@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tifffile
 
-from sample_paths import ROOT, SAMPLES, folder_path, stack_path, truth
-from cli_helpers import assert_clean_error, digest, from_a_terminal, xcorr  # noqa: E402,F401
+from sample_paths import SAMPLES, folder_path, stack_path, truth
+from cli_helpers import assert_clean_error, child_env, digest, from_a_terminal, xcorr  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("name", SAMPLES)
@@ -241,7 +241,7 @@ def test_sigint_leaves_no_partial_output_and_inputs_unchanged(tmp_path, rng, pha
     tifffile.imwrite(src, stack, imagej=True, metadata={"axes": "TYX"})
     before = digest(src)
     out = tmp_path / "o"
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = child_env()
     # SIGINT back to its default in the child: a test run started in the background (nohup,
     # `cmd &`) passes SIGINT on as ignored, and Python then installs no KeyboardInterrupt
     proc = subprocess.Popen(from_a_terminal("align", src, "--out", out, "--device", "cpu",

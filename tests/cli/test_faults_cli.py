@@ -5,14 +5,13 @@ outputs is one ``error:`` line naming the file (and leaves nothing), a Dask run 
 constant frames print no ``note: RuntimeWarning`` lines."""
 
 import errno
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from cli_helpers import ROOT, assert_clean_error
+from cli_helpers import ROOT, assert_clean_error, child_env
 from sample_paths import stack_path
 
 #: the ``xcorr`` command in a child whose run first does ``PATCH`` (a few lines of Python)
@@ -26,9 +25,7 @@ main()
 
 
 def run_patched(patch, *args, env=None):
-    # (the checkout first, then whatever path the suite runs with: the device's carried wheels)
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    env = child_env(**(env or {}))
     env.pop("XCORR_DEBUG", None)
     return subprocess.run([sys.executable, "-c", RUN.format(patch=patch), *map(str, args)],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)

@@ -5,7 +5,6 @@ unchanged.  The limit is set by a few lines of Python before the command runs (n
 ``Popen(preexec_fn=)``, unsafe where the test process has threads)."""
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from cli_helpers import ROOT, assert_clean_error, xcorr
+from cli_helpers import assert_clean_error, child_env, xcorr
 from sample_paths import stack_path
 
 LIMIT_BYTES = 2 << 30
@@ -30,7 +29,7 @@ runpy.run_module("xcorr_app.cli", run_name="__main__", alter_sys=True)
 
 
 def limited_xcorr(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = child_env()
     env.pop("XCORR_DEBUG", None)
     # (no GPU: the CUDA driver's own reservations took the 2 GiB, and a thread then could not
     # start, on a GPU machine; the GPUs-where-none cases are skipped there)

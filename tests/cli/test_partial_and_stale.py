@@ -2,7 +2,6 @@
 earlier run, a damaged page is named by its frame, ``--readable-frames`` uses the frames of a
 truncated file before the break (one warning line), and a bad argument is an InputError."""
 
-import os
 import subprocess
 import sys
 
@@ -10,8 +9,8 @@ import numpy as np
 import pytest
 import tifffile
 
-from sample_paths import ROOT, stack_path
-from cli_helpers import assert_clean_error, digest, xcorr
+from sample_paths import stack_path
+from cli_helpers import assert_clean_error, child_env, digest, xcorr
 from synthetic import write_cut_tiff, write_damaged_tiff
 
 FAST = ("--device", "cpu", "--max-shift", "4", "-q")
@@ -107,7 +106,7 @@ def test_a_bad_argument_is_an_input_error(tmp_path, args):
     """XCORR_DEBUG=1 shows the exception: an InputError (a ValueError), not a bare
     XcorrError (which is kept for failures that are not the user's input)."""
     args = [a.format(src=stack_path("moon")) for a in args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XCORR_DEBUG": "1"}
+    env = child_env(XCORR_DEBUG="1")
     res = subprocess.run([sys.executable, "-m", "xcorr_app.cli", *args], capture_output=True,
                          text=True, env=env, cwd=tmp_path, timeout=300)
     assert res.returncode != 0

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import tifffile
 
-from sample_paths import ROOT, folder_path, stack_path
-from cli_helpers import assert_clean_error, digest, from_a_terminal, xcorr
+from sample_paths import folder_path, stack_path
+from cli_helpers import assert_clean_error, child_env, digest, from_a_terminal, xcorr
 
 OUTPUTS = ["aligned.tif", "drift.png", "quality.png", "shifts.csv", "shifts.json"]
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return child_env()
 
 
 def _start(*args, python_code=None):

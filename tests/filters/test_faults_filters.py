@@ -3,7 +3,6 @@ far beyond the frame is refused before any tap is made (a sigma of 1e9 asked for
 taps; ``--kernel gaussian:1e6`` ran for minutes), a sigma that is not a number says so, and a
 long filter honours SIGTERM and Ctrl-C within a second."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from cli_helpers import ROOT, assert_clean_error, from_a_terminal, xcorr
+from cli_helpers import assert_clean_error, child_env, from_a_terminal, xcorr
 from sample_paths import stack_path
 from xcorr_app import filters
 from xcorr_app.errors import InputError
@@ -74,7 +73,7 @@ def test_a_long_filter_stops_within_a_second(tmp_path, rng, sig):
     src = tmp_path / "big.tif"
     tifffile.imwrite(src, rng.random((1, 1000, 1000), dtype=np.float32))
     out = tmp_path / "o.tif"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     env.pop("XCORR_DEBUG", None)
     # radius 3600 of 1000x1000: some 10 s of SciPy in one call, within the limit
     proc = subprocess.Popen(from_a_terminal("filter", src, "--kernel", "gaussian:900",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from cli_helpers import ROOT, assert_clean_error, xcorr
+from cli_helpers import assert_clean_error, child_env, xcorr
 from volume_samples import depth_movie, shifted_stack, volume
 from xcorr_app.alignment import AlignOptions, VolumeOptions, align_volumes
 from xcorr_app.alignment.volume import zlocate
@@ -276,7 +276,7 @@ def test_cli_named_pipe_is_refused_not_read(tmp_path, args, name):
     np.save(tmp_path / "z.npy", np.random.default_rng(1).random((4, 16, 16)))
     np.save(tmp_path / "m.npy", np.random.default_rng(2).random((2, 16, 16)))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     env.pop("XCORR_DEBUG", None)
     cmd = [a.format(p=fifo, z=tmp_path / "z.npy", m=tmp_path / "m.npy") for a in args]
     t0 = time.perf_counter()
