@@ -29,7 +29,7 @@ def test_equals_scipys_float64_passes_within_float32(rng, mode, shape):
     before = stack.copy()
     checked = 0
     for ty, tx in TAPS:
-        if not host_separable_fits(stack, ty, tx, mode):
+        if not host_separable_fits(stack, len(ty) // 2, len(tx) // 2, mode):
             continue
         got = host_separable(stack, ty, tx, mode, 3.5)
         want = _scipy(stack, ty, tx, mode, 3.5)
@@ -51,14 +51,17 @@ def test_bands_cut_a_frame_of_many_rows():
 
 
 def test_what_it_does_not_take():
-    t = filters.gaussian_taps(1.0)  # (9 taps: a reach of 4)
     f32 = np.zeros((6, 6), np.float32)
-    assert host_separable_fits(f32, t, t, "reflect")
-    assert not host_separable_fits(f32.astype(np.float64), t, t, "reflect")
-    assert not host_separable_fits(np.zeros((4, 6), np.float32), t, t, "reflect")  # reach 4
-    assert not host_separable_fits(f32, t[:-1], t, "reflect")  # even
-    assert not host_separable_fits(f32, t, t, "sideways")
-    assert not host_separable_fits(np.zeros((2, 2, 6, 6), np.float32), t, t, "reflect")
+    assert host_separable_fits(f32, 4, 5, "reflect")
+    assert not host_separable_fits(f32.astype(np.float64), 4, 4, "reflect")
+    assert not host_separable_fits(np.zeros((4, 6), np.float32), 4, 4, "reflect")
+    assert not host_separable_fits(f32, 4, 6, "reflect")
+    assert not host_separable_fits(f32, 4, 4, "sideways")
+    assert not host_separable_fits(np.zeros((2, 2, 6, 6), np.float32), 4, 4, "reflect")
+    assert not host_separable_fits(np.zeros((0, 6, 6), np.float32), 4, 4, "reflect")
+    t = filters.gaussian_taps(1.0)
+    with pytest.raises(ValueError, match="odd tap counts"):
+        host_separable(f32, t[:-1], t, "reflect", 0.0)
 
 
 @pytest.mark.parametrize("spec", ["gaussian:1", "gaussian:2.5", "dog:1,4"])
@@ -67,7 +70,25 @@ def test_the_prefilter_on_the_cpu_is_the_filters_within_float32(rng, spec):
     spec (:func:`xcorr_app.filters.gaussian` / ``dog``: SciPy's, in float64)."""
     pre = parse_prefilter(spec)
     frames = (rng.standard_normal((3, 45, 38)) * 30).astype(np.float32)
+    assert all(host_separable_fits(frames, filters.gaussian_radius(s), filters.gaussian_radius(s),
+                                   "reflect") for s in pre.sigmas)  # (this path, not SciPy's)
     want = pre.fn(frames.astype(np.float64), "reflect", 0.0)
     got = pre(frames)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
+def test_a_reach_past_the_frame_is_refused_before_any_taps_are_made():
+    """A sigma whose reach is far past the frame is the filter's InputError at once, not
+    taps of terabytes (the estimate skips the run's limits)."""
+    from xcorr_app.errors import InputError
+    from xcorr_app import estimate_shifts
+
+    ref = np.random.default_rng(0).random((40, 48))
+    with pytest.raises(InputError, match="beyond"):
+        estimate_shifts(ref, ref[None], prefilter="gaussian:1e12", device="cpu")
+    frames = np.ones((1, 40, 48), np.float32)
+    with np.errstate(all="raise"):  # (NaN and Inf pixels spread quietly)
+        frames[0, 3, 4] = np.inf
+        out = parse_prefilter("dog:1,4")(frames)
+    assert not np.isfinite(out[0, 3, 4]) and np.isfinite(out[0, 30:, 30:]).all()

@@ -37,21 +37,24 @@ NUMPY_MODE = {"reflect": "symmetric", "mirror": "reflect", "nearest": "edge", "w
               "constant": "constant"}
 
 
-def host_separable_fits(stack, taps_y, taps_x, mode) -> bool:
-    """Whether :func:`host_separable` filters this stack: a float32 NumPy frame or stack of
-    frames, odd tap counts, a mode it knows and a reach short of the frame's sides (SciPy's
-    extension of a frame past its own size is left to SciPy)."""
+def host_separable_fits(stack, reach_y, reach_x, mode) -> bool:
+    """Whether :func:`host_separable` filters this stack with taps reaching ``reach_y`` and
+    ``reach_x`` pixels either side: a float32 NumPy frame or stack of frames (not empty), a
+    mode it knows and a reach short of the frame's sides (SciPy's extension of a frame past
+    its own size, and its errors, are left to SciPy)."""
     return (isinstance(stack, np.ndarray) and stack.dtype == np.float32
-            and stack.ndim in (2, 3) and mode in NUMPY_MODE
-            and len(taps_y) % 2 == 1 and len(taps_x) % 2 == 1
-            and len(taps_y) // 2 < stack.shape[-2] and len(taps_x) // 2 < stack.shape[-1])
+            and stack.ndim in (2, 3) and stack.size > 0 and mode in NUMPY_MODE
+            and 0 <= reach_y < stack.shape[-2] and 0 <= reach_x < stack.shape[-1])
 
 
 def host_separable(stack, taps_y, taps_x, mode, cval):
     """``stack`` (H, W) or (N, H, W) float32 correlated with ``taps_y`` down its columns and
     then ``taps_x`` along its rows (each ``scipy.ndimage.correlate1d`` in ``mode``, origin 0),
-    every frame alone: a new float32 array (:func:`host_separable_fits` says which stacks)."""
+    every frame alone: a new float32 array (:func:`host_separable_fits` says which stacks;
+    odd tap counts)."""
     ty, tx = (np.asarray(t, np.float64).astype(np.float32) for t in (taps_y, taps_x))
+    if len(ty) % 2 == 0 or len(tx) % 2 == 0:
+        raise ValueError(f"host_separable: odd tap counts, got {len(ty)} and {len(tx)}")
     ry, rx = len(ty) // 2, len(tx) // 2
     h, w = stack.shape[-2:]
     rows_at, cols_at = (_extended(n, r, mode) for n, r in ((h, ry), (w, rx)))
