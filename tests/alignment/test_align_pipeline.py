@@ -273,14 +273,19 @@ def test_rect_sums_match_direct_sums(rng):
     np.testing.assert_allclose(_rect_sums(x, y0, y1, x0, x1, np), want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("block", [None, 7])
 @pytest.mark.parametrize("shape,max_shift", [((5, 3), (7, 4)), ((9, 12), (4, 5)), ((1, 1), 0),
                                              ((6, 7), None)])
-def test_zncc_matches_its_definition(rng, shape, max_shift):
+def test_zncc_matches_its_definition(rng, monkeypatch, shape, max_shift, block):
     """Per shift: Pearson correlation of the two overlapping parts; -1 for too little overlap
-    (none at all when the bound reaches beyond the frame) or a constant part."""
-    from xcorr_app.registration import zncc
+    (none at all when the bound reaches beyond the frame) or a constant part.  ``block``: the
+    CPU's surface a row or two at a time (a 1024x1024 frame's: 32 rows)."""
+    from xcorr_app.registration import _normalize, zncc
     from xcorr_app.correlate import first_shift
     from xcorr_app.correlate._direct import xcorr_direct
+
+    if block is not None:
+        monkeypatch.setattr(_normalize, "ZNCC_BLOCK", block)
 
     a = rng.random(shape).astype(np.float32)
     b = rng.random((2,) + shape).astype(np.float32)
@@ -301,6 +306,26 @@ def test_zncc_matches_its_definition(rng, shape, max_shift):
                     if pa.std() > 1e-6 and pb.std() > 1e-6:
                         want = np.corrcoef(pa, pb)[0, 1]
                 assert abs(got[f, iy, ix] - want) <= 1e-5, (f, ky, kx)
+
+
+@pytest.mark.parametrize("left_planes", [False, True])
+def test_zncc_by_row_blocks_is_the_whole_surfaces_bit_for_bit(rng, monkeypatch, left_planes):
+    """The CPU's ZNCC a block of rows at a time against the whole surface at once, a left
+    image a plane or one for all, bounded and not."""
+    from xcorr_app.registration import _normalize, zncc
+    from xcorr_app.correlate._direct import xcorr_direct
+
+    shape = (23, 61)
+    b = rng.random((3,) + shape).astype(np.float32)
+    b[1, :9] = 0.5
+    a = rng.random((3,) + shape if left_planes else shape).astype(np.float32)
+    for bound in (None, (5, 30)):
+        corr = (np.stack([xcorr_direct(a[k], b[k], "one_to_one", bound) for k in range(3)])
+                if left_planes else xcorr_direct(a, b, "one_to_many", bound)).astype(np.float32)
+        monkeypatch.setattr(_normalize, "ZNCC_BLOCK", 10 ** 9)
+        whole = zncc(corr, a, b, bound)
+        monkeypatch.setattr(_normalize, "ZNCC_BLOCK", 150)  # (2 rows a block)
+        np.testing.assert_array_equal(zncc(corr, a, b, bound), whole)
 
 
 @pytest.mark.parametrize("crop", [False, True])

@@ -45,38 +45,55 @@ def _cumsum_rows(x, out, xp):
     return out
 
 
-def _prefix_rows(x, rows, xp):
-    """``T[..., k, :] = sum_{r < rows[k]} x[..., r, :]`` (float64) for host row indices ``rows``
-    (sorted, in 0..H), reading only the rows it needs: prefix sums from the top for indices in
-    the upper half, column totals minus suffix sums from the bottom for the lower half."""
-    h = x.shape[-2]
-    top, bot = rows[rows <= h // 2], rows[rows > h // 2]
-    parts = []
-    if len(top):
-        head = xp.zeros(x.shape[:-2] + (int(top.max()) + 1, x.shape[-1]), dtype=xp.float64)
-        _cumsum_rows(x[..., :int(top.max()), :], head[..., 1:, :], xp)
-        parts.append(head[..., top, :])
-    if len(bot):
-        y0 = int(bot.min())
-        tail = xp.zeros(x.shape[:-2] + (h - y0 + 1, x.shape[-1]), dtype=xp.float64)
-        _cumsum_rows(x[..., y0:, :][..., ::-1, :], tail[..., 1:, :], xp)  # the last j rows
-        total = x.sum(axis=-2, dtype=xp.float64)[..., None, :]
-        parts.append(total - tail[..., h - bot, :])
-    return parts[0] if len(parts) == 1 else xp.concatenate(parts, axis=-2)
+class _PrefixRows:
+    """``T(k) = sum_{r < k} x[..., r, :]`` (float64) of the rows ``k`` of ``needed`` (host
+    indices in 0..H), reading only the rows they need: prefix sums from the top for indices in
+    the upper half, the column totals less suffix sums from the bottom for the lower half;
+    :meth:`at` reads them for any of those rows, in any order (no table of them all made)."""
+
+    def __init__(self, x, needed, xp):
+        self.h, self.xp = h, xp = x.shape[-2], xp
+        top, bot = needed[needed <= h // 2], needed[needed > h // 2]
+        if len(top):
+            self.head = xp.zeros(x.shape[:-2] + (int(top.max()) + 1, x.shape[-1]), xp.float64)
+            _cumsum_rows(x[..., :int(top.max()), :], self.head[..., 1:, :], xp)
+        if len(bot):
+            y0 = int(bot.min())
+            self.tail = xp.zeros(x.shape[:-2] + (h - y0 + 1, x.shape[-1]), xp.float64)
+            _cumsum_rows(x[..., y0:, :][..., ::-1, :], self.tail[..., 1:, :], xp)  # last j rows
+            self.total = x.sum(axis=-2, dtype=xp.float64)[..., None, :]
+
+    def at(self, rows):
+        """``(..., len(rows), W)``: ``T`` of each of ``rows`` (host indices among those made, in
+        any order: each run of upper-half or lower-half rows read at once; the bands'
+        edges make one run of each)."""
+        h, xp = self.h, self.xp
+        upper = rows <= h // 2
+        if upper.all():
+            return self.head[..., xp.asarray(rows), :]
+        if not upper.any():
+            return self.total - self.tail[..., xp.asarray(h - rows), :]
+        first = int(np.argmax(upper != upper[0]))  # (the first row of the next run)
+        return xp.concatenate([self.at(rows[:first]), self.at(rows[first:])], axis=-2)
 
 
 def _rect_sums(x, y0, y1, x0, x1, xp):
     """Sums of ``x`` over the rectangles ``[y0, y1) x [x0, x1)`` for host index vectors y* (Ho,)
     and x* (Wo,): (..., Ho, Wo) float64.
 
-    The row bands ``[y0, y1)`` first (differences of the prefix rows :func:`_prefix_rows`
+    The row bands ``[y0, y1)`` first (differences of the prefix rows :class:`_PrefixRows`
     reads, (..., Ho, W)), then their column prefix sums, read at ``x1`` and ``x0``: two
     gathers of Ho x Wo values, not the four of a corner grid.
     """
-    ho = len(y0)
-    uy, iy = np.unique(np.concatenate([y0, y1]), return_inverse=True)
-    rows = _prefix_rows(x, uy, xp)  # (..., len(uy), W)
-    band = rows[..., xp.asarray(iy[ho:]), :] - rows[..., xp.asarray(iy[:ho]), :]
+    return _band_sums(_PrefixRows(x, np.unique(np.concatenate([y0, y1])), xp), y0, y1,
+                      x0, x1, xp)
+
+
+def _band_sums(rows, y0, y1, x0, x1, xp):
+    """The sums over ``[y0, y1) x [x0, x1)`` from the prefix rows ``rows`` (a
+    :class:`_PrefixRows` made for them; any run of the bands: each output row is its band's
+    alone): each band ``T(y1) - T(y0)``, its column prefix sums read at ``x1`` and ``x0``."""
+    band = rows.at(y1) - rows.at(y0)
     cols = xp.zeros(band.shape[:-1] + (band.shape[-1] + 1,), dtype=xp.float64)
     xp.cumsum(band, axis=-1, out=cols[..., 1:])
     return xp.take(cols, xp.asarray(x1), axis=-1) - xp.take(cols, xp.asarray(x0), axis=-1)
@@ -152,12 +169,43 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25, left_part=None):
     xp = array_module_of(corr, left, right)
     if left_part is None:
         left_part = zncc_left(left, right.shape, max_shift, min_overlap)
-    nn, mean_a, va, bad = left_part
     ky, kx, ya, yb, xa, xb = overlap_bounds(left.shape, right.shape, max_shift)
     (rh, rw) = right.shape[-2:]
-    rr = [np.clip(v, 0, m) for v, m in ((ya, rh), (yb, rh), (xa, rw), (xb, rw))]
-    sb = _rect_sums(right, *rr, xp)
-    sbb = _rect_sums(xp.square(right, dtype=xp.float64), *rr, xp)
+    y0, y1, x0, x1 = [np.clip(v, 0, m) for v, m in ((ya, rh), (yb, rh), (xa, rw), (xb, rw))]
+    # the right side's prefix rows once, then the surface a block of rows at a time on the
+    # CPU (each row's figures its own: the same numbers; the dozen float64 passes of a block
+    # stay in the core's cache, where a 1024x1024 frame's whole surface went through memory)
+    needed = np.unique(np.concatenate([y0, y1]))
+    ho, wo = corr.shape[-2:]
+    step = max(1, ZNCC_BLOCK // max(wo, right.shape[-1]))
+    if xp is not np or step >= ho:
+        return _normalized(corr, left_part, *(
+            _band_sums(_PrefixRows(v, needed, xp), y0, y1, x0, x1, xp)
+            for v in (right, xp.square(right, dtype=xp.float64))), xp)
+    out = np.empty(corr.shape, np.float32)
+    planes = np.broadcast_shapes(corr.shape[:-2], right.shape[:-2])
+    for plane in np.ndindex(*planes):
+        def one(a, k=plane):  # (this plane of a, or a's only one: broadcast)
+            return a[k[len(k) - (a.ndim - 2):]] if a.ndim > 2 else a
+        r = one(right)
+        tables = [_PrefixRows(v, needed, xp) for v in (r, np.square(r, dtype=np.float64))]
+        c, left = one(corr), [one(v) for v in left_part]
+        into = out[plane[len(plane) - (out.ndim - 2):]]
+        for a in range(0, ho, step):
+            rows = slice(a, a + step)
+            into[rows] = _normalized(c[rows], ZnccLeft(*(v[rows] for v in left)), *(
+                _band_sums(t, y0[rows], y1[rows], x0, x1, xp) for t in tables), xp)
+    return out
+
+
+#: values (float64) of a block of the CPU's ZNCC surface: a few arrays of it fit a core's cache
+ZNCC_BLOCK = 32768
+
+
+def _normalized(corr, left_part, sb, sbb, xp):
+    """:func:`zncc` of the raw sums ``corr`` from the left side's figures and the right
+    side's rectangle sums ``sb``, ``sbb`` (new float64 arrays, used up)."""
+    nn, mean_a, va, bad = left_part
     # in place where the operands allow: these are the largest arrays of a CPU run
     num = corr.astype(xp.float64)
     num -= mean_a * sb
