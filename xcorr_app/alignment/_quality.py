@@ -602,7 +602,9 @@ def _aligned_on_cpu(frames, a, ok, aligned, filtered, prepare, pool=None, thread
     (:func:`_filtered`: the area less its first pixel, as the GPU's fused pass, a slice of
     frames a thread of ``pool``; None: :func:`~.rigid.prepare` whole, a filter bank), and which
     frames are finite and which constant."""
-    g = aligned(frames.astype(np.float32), a, ok)
+    # (the frames as they came: the shift reads its area's pixels as float32, no copy of the
+    # whole chunk first; frames of integers have no pixel that is not finite)
+    g = aligned(frames, a, ok)
     if filtered is None:
         q = prepare(g)
         return g, q.frames, q.finite, q.constant
@@ -616,8 +618,9 @@ def _aligned_on_cpu(frames, a, ok, aligned, filtered, prepare, pool=None, thread
     parts = list(map(part, slices) if pool is None or len(slices) < 2
                  else pool.map(part, slices))
     p = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return (g, p, np.isfinite(g).all(axis=-1).all(axis=-1),
-            (g == first).all(axis=-1).all(axis=-1))
+    finite = np.isfinite(g).all(axis=-1).all(axis=-1) if frames.dtype.kind == "f" \
+        else np.ones(len(g), bool)
+    return g, p, finite, (g == first).all(axis=-1).all(axis=-1)
 
 
 def _aligner(shifts, field, area, frame_shape, xp):
@@ -635,6 +638,8 @@ def _aligner(shifts, field, area, frame_shape, xp):
 
     def warped(frames, a, ok):
         f = np.where(ok[:, None, None, None], field[a:a + len(frames)], 0.0)
+        if xp is np:  # (the CPU's warp takes float32 frames)
+            frames = frames.astype(np.float32, copy=False)
         return warp_chunk(frames, xp.asarray(f), weights, box=area)
 
     return warped
