@@ -548,8 +548,8 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
-    # (the CPU's prefilter a slice of frames a thread: one SciPy call each, which frees the
-    # GIL; BLAS on one thread, as the measuring pass: its idle threads spin on those cores)
+    # (the CPU's prefilter a slice of frames a thread: one filter call each, whose NumPy
+    # passes free the GIL; BLAS on one thread, as the measuring pass: its idle threads spin)
     threads = cpu_threads() if xp is np and filtered is not None else 1
     with (one_blas_thread() if threads > 1 else contextlib.nullcontext()), \
             (ThreadPoolExecutor(threads, "xcorr-cpu") if threads > 1

@@ -470,7 +470,7 @@ def parse_kernel_spec(spec: str):
     -------
     callable
         ``fn(stack, mode, cval)``, the filter applied to a stack; ``fn.radius`` (where known):
-        the filter's radius in pixels.
+        the filter's radius in pixels; ``fn.sigmas`` (there): a gaussian's sigma, a dog's two.
 
     Raises
     ------
@@ -496,7 +496,7 @@ def parse_kernel_spec(spec: str):
         if name == "gaussian" and arg:
             s = float(arg)
             return with_radius(lambda st, mode, cval: gaussian(st, s, mode=mode, cval=cval),
-                          gaussian_radius(s))
+                               gaussian_radius(s), (s,))
         if name == "box" and arg:
             n = box_size(int(arg))
             return with_radius(lambda st, mode, cval: box(st, n, mode=mode, cval=cval), n // 2)
@@ -509,7 +509,7 @@ def parse_kernel_spec(spec: str):
             lo, hi = (float(v) for v in arg.split(","))
             dog_sigmas(lo, hi)
             return with_radius(lambda st, mode, cval: dog(st, lo, hi, mode=mode, cval=cval),
-                          gaussian_radius(hi))
+                               gaussian_radius(hi), (lo, hi))
     except InputError:
         raise
     except ValueError:

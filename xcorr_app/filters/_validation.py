@@ -105,10 +105,11 @@ def check_radius(radius: float, frame_shape, what: str) -> int:
     return int(radius)
 
 
-def with_radius(fn, radius: int):
+def with_radius(fn, radius: int, sigmas=()):
     """``fn`` (a filter of a kernel spec) with its filter's ``radius`` as ``fn.radius``,
-    checked against the frames before a run (:func:`check_radius`)."""
-    fn.radius = radius
+    checked against the frames before a run (:func:`check_radius`), and its gaussians'
+    ``sigmas`` as ``fn.sigmas`` (a gaussian's one, a dog's two; else none)."""
+    fn.radius, fn.sigmas = radius, tuple(sigmas)
     return fn
 
 

@@ -189,11 +189,11 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25, left_part=None):
             return a[k[len(k) - (a.ndim - 2):]] if a.ndim > 2 else a
         r = one(right)
         tables = [_PrefixRows(v, needed, xp) for v in (r, np.square(r, dtype=np.float64))]
-        c, left = one(corr), [one(v) for v in left_part]
+        c, part = one(corr), [one(v) for v in left_part]
         into = out[plane[len(plane) - (out.ndim - 2):]]
         for a in range(0, ho, step):
             rows = slice(a, a + step)
-            into[rows] = _normalized(c[rows], ZnccLeft(*(v[rows] for v in left)), *(
+            into[rows] = _normalized(c[rows], ZnccLeft(*(v[rows] for v in part)), *(
                 _band_sums(t, y0[rows], y1[rows], x0, x1, xp) for t in tables), xp)
     return out
 

@@ -76,8 +76,8 @@ def parse_prefilter(spec):
         raise InputError(f"unknown prefilter {spec!r}; use none, gaussian:SIGMA or dog:S1,S2")
     from ...filters import parse_kernel_spec
 
-    fn = parse_kernel_spec(str(spec))  # (its arguments checked)
-    return Prefilter(fn, tuple(float(s) for s in str(spec).partition(":")[2].split(",")))
+    fn = parse_kernel_spec(str(spec))  # (its arguments checked, its sigmas read)
+    return Prefilter(fn, fn.sigmas)
 
 
 class Prefilter:
@@ -102,12 +102,12 @@ class Prefilter:
         return [gaussian_taps(s) for s in self.sigmas]
 
     def __call__(self, frames):
-        from ...filters import gaussian_radius, host_separable, host_separable_fits
+        from ...filters import host_separable, host_separable_fits
 
-        # (each reach from its sigma first: a reach past the frame goes to the filter, which
-        # refuses it before any taps are made)
-        reaches = [gaussian_radius(s) for s in self.sigmas]
-        if not reaches or not all(host_separable_fits(frames, r, r, "reflect") for r in reaches):
+        # (the filter's radius, its widest gaussian's, before any taps are made: a radius past
+        # the frame goes to the filter, which refuses it)
+        if not self.sigmas or not host_separable_fits(frames, self.fn.radius, self.fn.radius,
+                                                      "reflect"):
             return self.fn(frames, "reflect", 0.0)
         # (NumPy float32 frames: the same filter summed in float32 a band of rows at a time,
         # 4.6x SciPy's on 1024x1024 frames: filters._host_separable; NaN or Inf pixels spread
