@@ -183,8 +183,8 @@ __device__ __forceinline__ float shifted_edge(const T* __restrict__ frame, int h
     return edge ? __fadd_rn(acc, __fmul_rn(__fsub_rn(1.0f, weight), 0.0f)) : acc;
 }
 
-// (six blocks an SM, two pixels a lane in flight: it waits on its loads, and at 60-80
-// registers and four pixels it ran 1.25 times as long)
+// (six blocks an SM, two pixels a lane in flight: it waits on its loads, and more warps hide
+// them better than more loads a warp; docs/performance.md)
 template <typename T, int THREADS>
 __global__ void __launch_bounds__(THREADS, 6) shifted_moments(
         const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
