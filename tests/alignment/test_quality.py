@@ -217,6 +217,38 @@ def test_cpu_and_gpu_patch_reports_agree(planted_patches):
     assert (gpu.patch_flagged == cpu.patch_flagged).all()
 
 
+@pytest.mark.gpu
+def test_the_patch_pass_makes_every_chunks_figures_before_it_waits(planted_patches,
+                                                                    monkeypatch):
+    """On the GPU the last patch pass makes the figures of its chunks on the queuing thread
+    (no thread of their own), all of them by :meth:`PatchQuality.settle`, before the pass
+    waits for the device; the report is the one of a chunk at a time on the CPU."""
+    import threading
+
+    from xcorr_app.alignment._quality import PatchQuality
+
+    frames, _ = planted_patches
+    seen, figured = [], []
+    settle, figure = PatchQuality.settle, PatchQuality._figure
+
+    def settled(self):
+        settle(self)
+        seen.append((len(self._pending), threading.current_thread() is threading.main_thread(),
+                     sorted(figured)))
+
+    def figured_on(self, i, sums):
+        figured.extend(range(i, i + len(sums[0])))
+        return figure(self, i, sums)
+
+    monkeypatch.setattr(PatchQuality, "settle", settled)
+    monkeypatch.setattr(PatchQuality, "_figure", figured_on)
+    gpu = align(frames, device="gpu", patches="3x3", max_shift=8, chunk_frames=3).quality
+    assert seen == [(0, True, list(range(len(frames))))]
+    assert not any(t.name.startswith("xcorr-quality") for t in threading.enumerate())
+    cpu = align(frames, device="cpu", patches="3x3", max_shift=8).quality
+    np.testing.assert_allclose(gpu.patch_after, cpu.patch_after, atol=1e-4)
+
+
 def test_the_sorted_median_and_percentiles_are_numpys():
     """_quality's own (NumPy's import numpy.ma at first use): equal to np.nanmedian (columns
     with NaNs, odd and even counts) and np.percentile, bit for bit."""
@@ -306,6 +338,37 @@ def test_the_flags_are_their_definition(spread):
             np.testing.assert_array_equal(g, w)
         if shape[0] > 8:  # (the stacks flag some, not all)
             assert want[1].any() and not want[1].all()
+
+
+def test_the_regions_flags_split_over_threads_are_the_flags(monkeypatch):
+    """_region_flags (the patch regions' columns cut into one group a thread) flags exactly
+    what _flags over every column at once does, with NaN and infinite values, groups of
+    unequal width and a region never measured; below its size it is _flags itself."""
+    from xcorr_app.alignment import _quality as Q
+
+    rng = np.random.default_rng(7)
+    monkeypatch.setattr(Q, "REGION_FLAGS_VALUES", 64)
+    monkeypatch.setattr(Q, "cpu_threads", lambda: 3)
+    calls = []
+    flags = Q._flags
+    monkeypatch.setattr(Q, "_flags", lambda *a: calls.append(a[1].shape) or flags(*a))
+    for n, p in [(300, 7), (41, 5), (2000, 64)]:
+        after = 0.9 + 0.02 * rng.standard_normal((n, p))
+        after[rng.random((n, p)) < 0.05] -= 0.3
+        after[rng.random((n, p)) < 0.05] = np.nan
+        after[rng.random((n, p)) < 0.01] = np.inf
+        after[:, 1] = np.nan
+        before = after - 0.02 * rng.standard_normal((n, p))
+        residual = rng.normal(0.0, 0.3, (n, p, 2))
+        calls.clear()
+        got = Q._region_flags(before, after, residual)
+        assert len(calls) == 3 and sum(c[1] for c in calls) == p  # (three groups)
+        for g, w in zip(got, flags(before, after, residual)):
+            assert g.shape == (n, p) and np.array_equal(g, w)
+    monkeypatch.setattr(Q, "REGION_FLAGS_VALUES", 10 ** 9)
+    calls.clear()
+    Q._region_flags(before, after, residual)
+    assert calls == [(2000, 64)]
 
 
 def test_the_robust_deviation_is_bounded_and_exact_where_it_moves_the_bound():

@@ -75,3 +75,14 @@ def test_every_layout_comes_back_as_it_was():
     mixed = host_copies([a.T, np.ones(2), a[1]])
     assert np.array_equal(mixed[0], cp.asnumpy(a.T)) and mixed[1].tolist() == [1.0, 1.0]
     assert np.array_equal(mixed[2], cp.asnumpy(a[1]))
+
+
+@pytest.mark.gpu
+def test_ready_says_whether_the_copy_landed_and_never_waits():
+    cp = pytest.importorskip("cupy")
+    a = cp.arange(1 << 20, dtype=cp.float32)
+    copy = HostCopy(a)
+    first = copy.ready()  # (queued: either answer, without waiting)
+    cp.cuda.get_current_stream().synchronize()
+    assert isinstance(first, bool) and copy.ready()
+    assert np.array_equal(copy.result(), cp.asnumpy(a)) and copy.ready()

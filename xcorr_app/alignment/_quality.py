@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -261,7 +260,7 @@ def report_of(parts, shifts, area, grid=None, xp=np, rotation=None):
     if grid is not None:
         # (N, P, 4)
         prow = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
-        pworse, ppoor = _flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
+        pworse, ppoor = _region_flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
         n = len(prow)
         report.patch_before, report.patch_after = (prow[..., k].reshape(n, *grid)
                                                    for k in (0, 1))
@@ -442,6 +441,27 @@ def _flags(before, after, residual):
     poor = ~finite | low | off
     worse = finite & np.isfinite(before) & (after < before - WORSE_BY) & ~aligned
     return worse, poor
+
+
+#: the least values a thread of :func:`_region_flags` takes (fewer: one thread)
+REGION_FLAGS_VALUES = 16384
+
+
+def _region_flags(before, after, residual):
+    """:func:`_flags` of patch regions (N, P), the regions split over the host's cores: each
+    region's flags read its own column alone, so the flags are the same; the run's last step
+    on the host (the GPU idles meanwhile), its sorts and array operations release the GIL
+    (4096 frames of 64 regions: about 10 ms on one core)."""
+    n, p = after.shape
+    k = min(cpu_threads(), p, after.size // REGION_FLAGS_VALUES)
+    if k < 2:
+        return _flags(before, after, residual)
+    cuts = np.linspace(0, p, k + 1).astype(np.int64)
+    with ThreadPoolExecutor(k, "xcorr-flags") as pool:
+        parts = list(pool.map(lambda ab: _flags(*(a[:, ab[0]:ab[1]]
+                                                  for a in (before, after, residual))),
+                              zip(cuts[:-1], cuts[1:])))
+    return tuple(np.concatenate([f[j] for f in parts], axis=1) for j in (0, 1))
 
 
 def _mad(columns, med, ranked):
@@ -746,9 +766,12 @@ class PatchQuality:
     measure it in a pass of its own (:func:`measure_quality`).  The residual is measured on
     the prepared frames warped (the prefilter is a convolution: it commutes with a shift).
 
-    Each chunk's figures are made of its sums as they land (on the GPU by a thread that waits
-    for the chunk's copy: the host's arithmetic overlaps the device's later chunks instead of
-    following the pass); :meth:`result` adds only the flags, which want every frame."""
+    Each chunk's figures are made of its sums once they have landed: on the GPU by the thread
+    that queues the pass, at each later :meth:`add`, for every chunk whose copy is back
+    (never waiting for one), so that the host's arithmetic overlaps the device's later chunks
+    instead of following the pass (a thread of its own fought the queuing thread for the
+    GIL: each of its chunks took several times its work, and so did the queuing);
+    :meth:`result` makes the rest, then the flags, which want every frame."""
 
     def __init__(self, opts, xp, template, centres, size, start, n, frame_shape, whole):
         half = (np.asarray(size, np.float64) - 1) / 2.0
@@ -772,13 +795,9 @@ class PatchQuality:
         self.moments = [xp.empty((n, count, m), xp.float64) for m in (3, 3, 4)]
         self.figures = np.empty((n, count, 4))  # (before, after, residual dy and dx)
         self._regions = None  # (TemplateRegions: made by the first chunk's figures)
-        self._pending = []
-        if xp is not np:  # (copied behind the template's kernels; waited for by the thread)
+        self._pending = []  # (GPU: (frame, the sums' host copies) of chunks without figures)
+        if xp is not np:  # (copied behind the template's kernels)
             self.template = [HostCopy(a) for a in self.template]
-            self._device = xp.cuda.Device()
-            self._figuring = ThreadPoolExecutor(1, thread_name_prefix="xcorr-quality")
-            # (a run that stops before result(): the thread ends with the report)
-            weakref.finalize(self, self._figuring.shutdown, False)
 
     def add(self, at, frames, field, prepared=None, warped=None, ok=None):
         """Frames ``at:at + len(frames)`` of the stack as they came, with their fields
@@ -812,17 +831,34 @@ class PatchQuality:
         if xp is np:
             self._figure(i, (before, after, residual))
         else:  # (queued on the chunk's stream behind its sums)
-            copies = [HostCopy(m) for m in (before, after, residual)]
-            self._pending.append(self._figuring.submit(self._figure, i, copies))
+            self._pending.append((i, [HostCopy(m) for m in (before, after, residual)]))
+            self._figure_landed(wait=False)
+
+    def settle(self):
+        """The figures of every chunk added so far, each made as soon as its sums land (the
+        device's later chunks run on meanwhile): the pass calls it once every chunk is
+        queued, before it waits for the device (its queuing runs ahead of the device by
+        most of the pass, so few sums have landed at an :meth:`add`)."""
+        self._figure_landed(wait=True)
+
+    def _figure_landed(self, wait):
+        """The figures of the pending chunks whose sums have landed (``wait``: of them all,
+        waiting for their copies)."""
+        def landed(copies):
+            return wait or all(not isinstance(c, HostCopy) or c.ready() for c in copies)
+
+        left = []
+        for i, copies in self._pending:
+            if landed(self.template) and landed(copies):
+                self.template = [c.result() if isinstance(c, HostCopy) else c
+                                 for c in self.template]
+                self._figure(i, [c.result() for c in copies])
+            else:
+                left.append((i, copies))
+        self._pending = left
 
     def _figure(self, i, sums):
-        """The figures of frames ``i:`` of the range from their sums (NumPy, or
-        :class:`~xcorr_app.streaming.HostCopy` of them: waited for here)."""
-        if self.xp is not np:
-            with self._device:
-                sums = [c.result() for c in sums]
-                if self._regions is None:
-                    self.template = [c.result() for c in self.template]
+        """The figures of frames ``i:`` of the range from their sums (NumPy)."""
         if self._regions is None:
             self._regions = TemplateRegions(self.tiles, self.template)
         f = self._regions
@@ -835,18 +871,13 @@ class PatchQuality:
         finished): the area's rows (n, 4), its means' sums (on the host with ``host``; or
         their sharpness where the range is the stack), the count of frames with a field
         (``ok`` (n,) NumPy), and the patch regions' rows (n, P, 4)."""
-        try:
-            for done in self._pending:
-                done.result()  # (a figure's error raised here)
-        finally:
-            if self.xp is not np:
-                self._figuring.shutdown(wait=False)
+        self._figure_landed(wait=True)
         finite, constant = host_copies([self.finite, self.constant])
         f = self.figures
         rows = _rows(f[:, 0, 0], f[:, 0, 1], f[:, 0, 2:], finite, constant, ok)
-        # (the regions' rows as the figures lie: after NaN without a field, the residual NaN
-        # where after is)
-        per_patch = f[:, 1:].copy()
+        # (the regions' rows as the figures lie, in place: after NaN without a field, the
+        # residual NaN where after is; the collector ends here)
+        per_patch = f[:, 1:]
         per_patch[~ok, :, 1] = np.nan
         per_patch[..., 2:][~np.isfinite(per_patch[..., 1])] = np.nan
         counted = int(ok.sum())

@@ -78,6 +78,10 @@ class HostCopy:
         self._done = stream.record()
         self._source = a  # (kept alive until the copy is done)
 
+    def ready(self) -> bool:
+        """Whether the copy has landed (:meth:`result` would not wait); never waits."""
+        return self._done is None or self._done.done
+
     def result(self) -> np.ndarray:
         if self._done is not None:
             self._done.synchronize()

@@ -286,6 +286,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
             if host_out is None:
                 out(start + first, frames)
             keep(first, warp.rows.pop(first))
+    if quality is not None:  # (its figures made while the device finishes the pass)
+        quality.settle()
     if kept is not None:
         kept.fetch()  # the rest, once the pass is done
         if flags is not None and kept.low_flags() is not None:
