@@ -443,8 +443,9 @@ def _flags(before, after, residual):
     return worse, poor
 
 
-#: the least values a thread of :func:`_region_flags` takes (fewer: one thread)
-REGION_FLAGS_VALUES = 16384
+#: the least values a thread of :func:`_region_flags` takes (fewer: one thread); with a
+#: quarter of this, sixteen threads took longer than one (docs/performance.md)
+REGION_FLAGS_VALUES = 65536
 
 
 def _region_flags(before, after, residual):
