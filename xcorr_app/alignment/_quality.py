@@ -451,8 +451,7 @@ REGION_FLAGS_VALUES = 65536
 def _region_flags(before, after, residual):
     """:func:`_flags` of patch regions (N, P), the regions split over the host's cores: each
     region's flags read its own column alone, so the flags are the same; the run's last step
-    on the host (the GPU idles meanwhile), its sorts and array operations release the GIL
-    (4096 frames of 64 regions: about 10 ms on one core)."""
+    on the host (the GPU idles meanwhile), its sorts and array operations release the GIL."""
     n, p = after.shape
     k = min(cpu_threads(), p, after.size // REGION_FLAGS_VALUES)
     if k < 2:
