@@ -244,9 +244,41 @@ def test_the_patch_pass_makes_every_chunks_figures_before_it_waits(planted_patch
     monkeypatch.setattr(PatchQuality, "_figure", figured_on)
     gpu = align(frames, device="gpu", patches="3x3", max_shift=8, chunk_frames=3).quality
     assert seen == [(0, True, list(range(len(frames))))]
-    assert not any(t.name.startswith("xcorr-quality") for t in threading.enumerate())
     cpu = align(frames, device="cpu", patches="3x3", max_shift=8).quality
     np.testing.assert_allclose(gpu.patch_after, cpu.patch_after, atol=1e-4)
+
+
+def test_chunks_are_figured_in_order_as_their_sums_land(monkeypatch):
+    """PatchQuality._figure_landed (the GPU's bookkeeping, with copies that say when they
+    land): without waiting, the chunks in the order they came up to the first whose sums
+    (or the template's) have not landed, each once; waiting, all of them."""
+    from xcorr_app.alignment import _quality as Q
+
+    class Copy(Q.HostCopy):  # (a landed flag instead of a device's event)
+        def __init__(self, value, landed):
+            self.value, self.landed = value, landed
+
+        def ready(self):
+            return self.landed
+
+        def result(self):
+            self.landed = True
+            return self.value
+
+    made = []
+    q = Q.PatchQuality.__new__(Q.PatchQuality)
+    monkeypatch.setattr(Q.PatchQuality, "_figure", lambda self, i, sums: made.append((i, sums)))
+    template = [Copy("t", False)]
+    q.template = template
+    q._pending = [(k, [Copy(k, k != 2)]) for k in (0, 1, 2, 3)]
+    q._figure_landed(wait=False)
+    assert made == [] and len(q._pending) == 4  # (the template not back: none)
+    template[0].landed = True
+    q._figure_landed(wait=False)
+    assert made == [(0, [0]), (1, [1])] and q.template == ["t"]
+    assert [i for i, _ in q._pending] == [2, 3]  # (chunk 3 landed, after one that has not)
+    q._figure_landed(wait=True)
+    assert made == [(k, [k]) for k in range(4)] and q._pending == []
 
 
 def test_the_sorted_median_and_percentiles_are_numpys():

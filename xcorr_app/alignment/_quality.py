@@ -315,6 +315,7 @@ def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, templ
             q.add(a, frames, xp.asarray(np.where(ok[a:b, None, None, None], field[a:b], 0.0)),
                   ok=ok[a:b])
     if xp is not np:
+        q.settle()  # (the figures while the device finishes the chunks)
         xp.cuda.Device().synchronize()  # (the chunks' streams)
     return (*q.result(ok[start:stop], host), q.area)
 
@@ -767,11 +768,12 @@ class PatchQuality:
     the prepared frames warped (the prefilter is a convolution: it commutes with a shift).
 
     Each chunk's figures are made of its sums once they have landed: on the GPU by the thread
-    that queues the pass, at each later :meth:`add`, for every chunk whose copy is back
-    (never waiting for one), so that the host's arithmetic overlaps the device's later chunks
-    instead of following the pass (a thread of its own fought the queuing thread for the
-    GIL: each of its chunks took several times its work, and so did the queuing);
-    :meth:`result` makes the rest, then the flags, which want every frame."""
+    that queues the pass, at each later :meth:`add` for the chunks whose copies are back
+    (never waiting for one), and in :meth:`settle` for the rest, which the pass calls once
+    every chunk is queued: the host's arithmetic overlaps the device's later chunks instead
+    of following the pass (a thread of its own fought the queuing thread for the GIL: each
+    of its chunks took several times its work, and so did the queuing); :meth:`result` adds
+    the flags, which want every frame."""
 
     def __init__(self, opts, xp, template, centres, size, start, n, frame_shape, whole):
         half = (np.asarray(size, np.float64) - 1) / 2.0
@@ -842,20 +844,18 @@ class PatchQuality:
         self._figure_landed(wait=True)
 
     def _figure_landed(self, wait):
-        """The figures of the pending chunks whose sums have landed (``wait``: of them all,
-        waiting for their copies)."""
+        """The figures of the pending chunks, in the order they were added, up to the first
+        whose sums (or the template's) have not landed (``wait``: of them all, waiting for
+        their copies); a chunk leaves the list as its figures are made."""
         def landed(copies):
             return wait or all(not isinstance(c, HostCopy) or c.ready() for c in copies)
 
-        left = []
-        for i, copies in self._pending:
-            if landed(self.template) and landed(copies):
-                self.template = [c.result() if isinstance(c, HostCopy) else c
-                                 for c in self.template]
-                self._figure(i, [c.result() for c in copies])
-            else:
-                left.append((i, copies))
-        self._pending = left
+        while self._pending and landed(self.template) and landed(self._pending[0][1]):
+            i, copies = self._pending[0]
+            self.template = [c.result() if isinstance(c, HostCopy) else c
+                             for c in self.template]
+            self._figure(i, [c.result() for c in copies])
+            del self._pending[0]
 
     def _figure(self, i, sums):
         """The figures of frames ``i:`` of the range from their sums (NumPy)."""
