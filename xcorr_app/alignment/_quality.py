@@ -850,10 +850,11 @@ class PatchQuality:
         def landed(copies):
             return wait or all(not isinstance(c, HostCopy) or c.ready() for c in copies)
 
-        while self._pending and landed(self.template) and landed(self._pending[0][1]):
+        if not self._pending or not landed(self.template):
+            return
+        self.template = [c.result() if isinstance(c, HostCopy) else c for c in self.template]
+        while self._pending and landed(self._pending[0][1]):
             i, copies = self._pending[0]
-            self.template = [c.result() if isinstance(c, HostCopy) else c
-                             for c in self.template]
             self._figure(i, [c.result() for c in copies])
             del self._pending[0]
 
