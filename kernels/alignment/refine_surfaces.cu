@@ -16,6 +16,8 @@
 //     its edge rows and columns, plus the corners), the left side's mean, variance and bad
 //     flag given per patch and shift (xcorr_app/registration/_normalize.py zncc_left, host)
 //   iy, ix: the first maximum of z in row-major order (float keys, as zncc_peaks.cu)
+// With has_last, a window whose last pass's correction `last` (P, N, 2) is under `converged` px
+// on both axes gets the flat surface (1 at the centre, 0.5 around it) and no sampling.
 // Grid (P, frames of this launch).  Sampling, a strip of `strip` rows at a time: the threads
 // over the strip's items (a column, a band of consecutive rows: refine_bands), each walking its
 // column down the band with the column's field weights in registers (the grid's width at run
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
         const double* __restrict__ lmean, const double* __restrict__ lvar,
         const bool* __restrict__ lbad, float* __restrict__ z, long long* __restrict__ iy_out,
         long long* __restrict__ ix_out, int n0, int n_total, int h, int w, int gx, int ph,
-        int pw, int strip) {
+        int pw, int strip, const double* __restrict__ last, int has_last, double converged) {
     constexpr int WARPS = THREADS / 32;
     extern __shared__ __align__(16) float coef[];  // strip * 2 * gx: the strip's rows'
                                                    // coefficients
@@ -181,6 +183,19 @@ __global__ void __launch_bounds__(THREADS, REFINE_SM_WARPS * 32 / THREADS) refin
     __shared__ double acc[11 * THREADS];
     __shared__ float zs[9];
     const int p = blockIdx.x, n = n0 + (int)blockIdx.y;
+    if (has_last) {  // a window converged (its last correction under `converged` on both
+                     // axes) is not measured again: a flat surface about its centre, whose
+                     // subpixel offset is 0 exactly (the block leaves before any barrier)
+        const size_t surface = (size_t)p * n_total + n;
+        if (fabs(last[surface * 2]) < converged && fabs(last[surface * 2 + 1]) < converged) {
+            if (threadIdx.x < 9) z[surface * 9 + threadIdx.x] = threadIdx.x == 4 ? 1.0f : 0.5f;
+            if (threadIdx.x == 0) {
+                iy_out[surface] = 1;
+                ix_out[surface] = 1;
+            }
+            return;
+        }
+    }
     const int ys = sy[p / gx], xs = sx[p % gx];
     const float* f = frames + (size_t)n * h * w;
     float* wnd = win + ((size_t)p * n_total + n) * ph * pw;

@@ -238,3 +238,55 @@ def test_bad_arguments_are_input_errors():
     for a in (bad_taper, bad_tpl, host_taper, bad_sums):
         with pytest.raises(InputError):
             refine_surfaces_gpu(*a)
+
+
+@pytest.mark.parametrize("shape, grid_shape, dev, flat", [CASES[0], CASES[4], CASES[5]])
+def test_converged_windows_are_left_and_the_rest_unchanged(shape, grid_shape, dev, flat):
+    """With the pass before's corrections (``last``): a window under REFINE_CONVERGED px on
+    both axes gets the flat surface about its centre and is not sampled (its window in ``out``
+    stays poisoned), its correction exactly 0 on both devices; every other window's surface,
+    peak and window are those of the launch without ``last``, bit for bit; the shifts GPU =
+    CPU.  Some corrections sit just under and over the limit, one is NaN."""
+    import cupy as cp
+
+    frames, grid, field = case_data(shape, grid_shape, dev)
+    taper = None if flat is None else refine_taper(grid.size, flat=flat)
+    tnear = tapered(template_patches(frames[0], grid), taper)
+    g_tnear = cp.asarray(tnear)
+    sums, g_taper = refine_left(g_tnear, taper)
+    p, n = grid.n_patches, len(frames)
+    lim = _patches.REFINE_CONVERGED
+    rng = np.random.default_rng(9)
+    last = rng.choice([0.0, 0.3 * lim, 0.999 * lim, lim, 1.5 * lim, 0.2], (n, p, 2))
+    last[0, 0, 0] = np.nan
+    last[1, 0] = (-0.5 * lim, 0.5 * lim)  # (converged, either sign)
+    done = (np.abs(last) < lim).all(axis=-1)  # (N, P)
+    assert done.any() and not done.all()
+    w_gpu = field_weights(grid.centres, shape, cp)
+    args = (cp.asarray(frames), grid.starts_y, grid.starts_x, grid.size, cp.asarray(field),
+            w_gpu, g_taper, g_tnear, sums)
+    outs = [cp.full((p, n, *grid.size), cp.nan, cp.float32) for _ in range(2)]
+    whole = [a.get() for a in refine_surfaces_gpu(*args, out=outs[0], surfaces=poisoned(p, n))]
+    # (the kernel reads the corrections as refine_shifts lays them out: (P, N, 2) transposed)
+    g_last = cp.ascontiguousarray(cp.asarray(last).transpose(1, 0, 2)).transpose(1, 0, 2)
+    left = [a.get() for a in refine_surfaces_gpu(*args, out=outs[1], surfaces=poisoned(p, n),
+                                                 last=g_last, converged=lim)]
+    skip = done.T.reshape(-1)  # (surfaces: p * n + n)
+    flat_surface = np.full((3, 3), 0.5, np.float32)
+    flat_surface[1, 1] = 1.0
+    assert (left[0][skip] == flat_surface).all()
+    assert (left[1][skip] == 1).all() and (left[2][skip] == 1).all()
+    for a, b in zip(left, whole):
+        np.testing.assert_array_equal(a[~skip], b[~skip])
+    sampled = outs[1].get().reshape(p * n, -1)
+    assert np.isnan(sampled[skip]).all()
+    np.testing.assert_array_equal(sampled[~skip], outs[0].get().reshape(p * n, -1)[~skip])
+
+    w_cpu = field_weights(grid.centres, shape, np)
+    r_cpu = refine_shifts(tnear, frames, grid, field, w_cpu, taper=taper, last=last)
+    r_gpu = refine_shifts(g_tnear, cp.asarray(frames), grid, cp.asarray(field), w_gpu,
+                          device="gpu", left=(sums, g_taper), taper=taper, last=g_last).get()
+    assert (r_cpu[done] == 0).all() and (r_gpu[done] == 0).all()
+    np.testing.assert_allclose(r_gpu, r_cpu, rtol=0, atol=1e-3)
+    plain = refine_shifts(tnear, frames, grid, field, w_cpu, taper=taper)
+    np.testing.assert_array_equal(r_cpu[~done], plain[~done])

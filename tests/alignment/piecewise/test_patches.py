@@ -340,3 +340,46 @@ def test_a_crop_box_outside_the_frame_is_an_input_error(deformed, box):
     field = np.zeros((len(stack), 2, 2, 2))
     with pytest.raises(InputError, match="crop box"):
         list(apply_field(stack, field, grid.centres, crop=box, device="cpu"))
+
+
+def test_the_last_refinement_pass_leaves_converged_windows(monkeypatch):
+    """refine_shifts with the pass before's corrections (CPU): a window under
+    REFINE_CONVERGED px on both axes gets exactly 0, the others what they get without them; a
+    run's last pass reads the pass before's (REFINE_PASSES passes in all)."""
+    from xcorr_app.alignment.piecewise import _patch_pass, _patches
+    from xcorr_app.alignment.piecewise._patches import (PatchGrid, refine_shifts,
+                                                        template_patches)
+    from xcorr_app.alignment.piecewise import common_area, field_weights
+    from xcorr_app.alignment.rigid import prepare
+    from xcorr_app.bench._align_data import nonrigid_stack
+
+    shape = (121, 137)
+    stack, params = nonrigid_stack(np.random.default_rng(4), 5, shape, 4.0, 2.0, 400.0, None,
+                                   iterations=8)
+    frames = prepare(stack, np).frames
+    rigid = np.array([p[0] for p in params])
+    grid = PatchGrid.make((2, 3), None, 3, shape, common_area(rigid, shape, 5))
+    field = np.broadcast_to(rigid[:, None, None, :], (5, *grid.grid, 2)).copy()
+    tp = template_patches(frames[0], grid)
+    w = field_weights(grid.centres, shape, np)
+    lim = _patches.REFINE_CONVERGED
+    last = np.full((5, grid.n_patches, 2), 0.3)
+    last[1:3, :2] = 0.5 * lim
+    last[3, 0] = (0.5 * lim, 2 * lim)  # (one axis over: measured)
+    plain = refine_shifts(tp, frames, grid, field, w)
+    got = refine_shifts(tp, frames, grid, field, w, last=last)
+    done = (np.abs(last) < lim).all(axis=-1)
+    assert done.sum() == 4 and (got[done] == 0).all() and (plain[done] != 0).any()
+    np.testing.assert_array_equal(got[~done], plain[~done])
+    seen = []
+    real = _patch_pass.refine_shifts
+
+    def recorded(*a, **k):  # (last: the tenth argument)
+        seen.append(a[9] is not None)
+        return real(*a, **k)
+
+    monkeypatch.setattr(_patch_pass, "refine_shifts", recorded)
+    from xcorr_app import align
+
+    align(stack, max_shift=6, patches=(2, 3), device="cpu", verify=False, quality=False)
+    assert seen == [False] * (_patches.REFINE_PASSES - 1) + [True]

@@ -357,9 +357,10 @@ def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, ad
         def field_of(d):  # rigid + deviation, float64: as the result's motion_field holds it
             return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
 
-        def refined(d):  # through the field: what remains, measured
-            return add_fields(d, refine_shifts(tnear, p.frames, grid, field_of(d), weights,
-                                               opts.subpixel, dev, near, taper))
+        def refined(d, last=None):  # through the field: what remains, measured, and it
+            rest = refine_shifts(tnear, p.frames, grid, field_of(d), weights, opts.subpixel,
+                                 dev, near, taper, last)
+            return add_fields(d, rest), rest
 
         d, pk, cf, border = patch_shifts(tpatches, p.frames, s, grid, opts.subpixel, dev, left,
                                          uploaded=None if xp is np else (whole, off))
@@ -372,8 +373,10 @@ def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, ad
             # (the rows hold the field: the rigid shift added as the kernel writes them)
             d = fill_low_gpu(d, decide=True, rows=not REFINE_PASSES and slot, base=s_on,
                              **rule)[0]
+            rest = None  # (the last pass leaves the windows the one before converged)
             for k in range(REFINE_PASSES):
-                d = fill_low_gpu(refined(d), rows=k == REFINE_PASSES - 1 and slot, base=s_on,
+                d, rest = refined(d, rest if k == REFINE_PASSES - 1 else None)
+                d = fill_low_gpu(d, rows=k == REFINE_PASSES - 1 and slot, base=s_on,
                                  **rule)[0]
             kept.sent(first, len(frames), low)
             rows = np.empty((len(frames), 0))
@@ -418,8 +421,9 @@ def _measured_on_host(opts, xp, grid, d, scores, refined, rigid):
     some_low = bool(low.any())
     if some_low:
         d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
-    for _ in range(REFINE_PASSES):
-        d = refined(d)
+    rest = None  # (the last pass leaves the windows the one before converged)
+    for k in range(REFINE_PASSES):
+        d, rest = refined(d, rest if k == REFINE_PASSES - 1 else None)
         if some_low:
             d = xp.asarray(fill_low(backend.to_numpy(d), low, grid.grid))
     cf = np.where(border, 0.0, cf)  # no distinct peak inside the window

@@ -71,6 +71,10 @@ MIN_PATCH_SIDE = 8
 #: that varies across it measures a texture-weighted mean of the field, not its value at the
 #: centre; sampled through the field, what remains is small and even
 REFINE_PASSES = 3
+#: a window whose correction in the pass before the last was under this (px, both axes) has
+#: converged: the last pass leaves it (each pass shrinks what remains 3-5 times: it would move
+#: it a few thousandths of a pixel; docs/how-align-works.md)
+REFINE_CONVERGED = 0.01
 #: the refinement's weight (:func:`refine_taper`): the central pixels weighted fully (motion
 #: fields of microscopy vary over hundreds of pixels: within 64 px the spline and the field
 #: agree); 48 px gave 0.06 px RMS on the bench stack but weighted the test's 49-px patches,
@@ -500,12 +504,15 @@ def refine_left(tnear, taper):
 
 
 def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussian",
-                  device="cpu", left=None, taper=None):
+                  device="cpu", left=None, taper=None, last=None):
     """``(N, P, 2)`` float64 on the frames' device: what remains of every patch's shift once
     its window is sampled through the motion field of ``patch_field`` ``(N, gy, gx, 2)``
     (spline ``weights``; :func:`windows_through`), measured within +-1 px (ZNCC, the subpixel
     fit); ``taper``: :func:`refine_taper` applied to the windows (``tpatches`` must already be
-    :func:`tapered` with it); ``left``: :func:`refine_left` of ``tpatches``.
+    :func:`tapered` with it); ``left``: :func:`refine_left` of ``tpatches``; ``last``: the
+    corrections of the pass before (what this returned then): a window whose correction was
+    under :data:`REFINE_CONVERGED` px on both axes has converged, its correction is 0 (on the
+    GPU its window is not sampled again).
 
     On the GPU one kernel samples, tapers, correlates, normalizes and finds the peak of every
     window (:func:`~._refine_gpu.refine_surfaces_gpu`; grids up to
@@ -516,11 +523,16 @@ def refine_shifts(tpatches, frames, grid, patch_field, weights, subpixel="gaussi
     if xp is not np and grid.grid[1] <= REFINE_MAX_GX and frames[0].size < 2**31:
         sums, tp = refine_left(tpatches, taper) if left is None else left
         z, iy, ix = refine_surfaces_gpu(frames, grid.starts_y, grid.starts_x, grid.size,
-                                        patch_field, weights, tp, tpatches, sums)
+                                        patch_field, weights, tp, tpatches, sums, last=last,
+                                        converged=REFINE_CONVERGED)
         method = subpixel if subpixel in SUBPIXEL_METHODS else "gaussian"
         s = refined_shifts(z, iy, ix, (1, 1), method)
         return s.reshape(grid.n_patches, len(frames), 2).transpose(1, 0, 2)
     if xp is not np:  # (a grid too wide for the fused kernel: the steps one by one)
         left = None
     right = tapered(windows_through(frames, grid, patch_field, weights), taper)
-    return patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
+    s = patch_peaks(tpatches, right, 1, subpixel, device, left)[0].transpose(1, 0, 2)
+    if last is None:
+        return s
+    done = (xp.abs(last) < REFINE_CONVERGED).all(axis=-1)
+    return xp.where(done[..., None], 0.0, s)

@@ -75,7 +75,7 @@ def refine_template_gpu(tpatches, taper, apply_taper=True):
 
 
 def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, taper, tpatches,
-                        left, out=None, surfaces=None):
+                        left, out=None, surfaces=None, last=None, converged=0.0):
     """The refinement of the patch pass in one launch (per 65535 frames): every window of
     ``frames`` ``(N, H, W)`` float32 CuPy sampled through the field (as
     :func:`~._field_resample.windows_through_gpu`, written to ``out`` ``(P, N, ph, pw)``), less
@@ -84,7 +84,10 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
     surface's first maximum ``iy, ix`` (int64).  ``left``: ``(mean, var, bad)`` of
     :func:`refine_template_gpu`.  Grids wider than :data:`REFINE_MAX_GX` patches: InputError
     (the caller measures them unfused).  ``surfaces``: ``(z, iy, ix)`` to write into (e.g.
-    poisoned ones in the tests), else new arrays."""
+    poisoned ones in the tests), else new arrays.  ``last``: the windows' corrections of the
+    pass before ``(N, P, 2)`` float64 CuPy (as :func:`~._patches.refine_shifts` gives them):
+    a window under ``converged`` px on both axes is not sampled again, its surface flat about
+    its centre (a subpixel offset of 0)."""
     import cupy as cp
 
     frames, wy, _, s = through_field(frames, starts_y, starts_x, patch_field, weights,
@@ -116,6 +119,11 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
                        for i in (iy, ix)):
             raise InputError(f"surfaces must be C-contiguous float32 ({p * n}, 3, 3) and two "
                              f"int64 ({p * n},) arrays")
+    if last is not None:  # (the kernel reads it as laid out by the pass before: (P, N, 2))
+        last = last.transpose(1, 0, 2)
+        if last.shape != (p, n, 2) or last.dtype != cp.float64 or not last.flags.c_contiguous:
+            raise InputError(f"last must be the pass before's (N, P, 2) = ({n}, {p}, 2) "
+                             f"float64 corrections, a transposed C-contiguous array")
     sy, sx = window_starts(starts_y, starts_x)
     args = (REFINE_THREADS, gx if gx in REFINE_GX else 0)
     kernel, rows_kernel = compile_together([(REFINE, args), (FIELD_ROWS, ())])
@@ -131,5 +139,7 @@ def refine_surfaces_gpu(frames, starts_y, starts_x, size, patch_field, weights, 
                (frames, out, rows, wx32, sy, sx, taper if taper is not None else out,
                 np.int32(taper is not None), tpl, lmean, lvar, lbad, z, iy, ix, np.int32(a),
                 np.int32(n), np.int32(h), np.int32(w), np.int32(gx), np.int32(ph),
-                np.int32(pw), np.int32(strip)), shared_mem=strip * 2 * gx * 4)
+                np.int32(pw), np.int32(strip), lmean if last is None else last,
+                np.int32(last is not None), np.float64(converged)),
+               shared_mem=strip * 2 * gx * 4)
     return z, iy, ix
