@@ -187,19 +187,7 @@ __global__ void __launch_bounds__(THREADS) warp_field(
     const bool cubic = CUBIC && (check_finite == 0 || finite[n]);
     for (int rr = 0; rr < rn; ++rr, dst += ow) {
         const double2* cf = reinterpret_cast<const double2*>(coef_all + rr * 2 * gx);
-        double2 d;
-        if constexpr (GX > 0) {  // along_row2_fixed's sums, the weights from registers
-            double a = 0.0, b = 0.0;
-#pragma unroll
-            for (int j = 0; j < GX; ++j) {
-                const double2 k2 = cf[j];
-                a += k2.x * wxr[j];
-                b += k2.y * wxr[j];
-            }
-            d = make_double2(a, b);
-        } else {
-            d = along_row2_fixed<0>(cf, wxt, x, w, gx);
-        }
+        const double2 d = field_at<GX>(cf, wxr, wxt, x, w, gx);
         const double cy = (double)(oy + r0 + rr) - d.x;
         const double cx = (double)x - d.y;
         float v = fill;

@@ -13,6 +13,7 @@
 // + m], which the host adds up over the blocks in a fixed order (no atomics: the same sums every
 // run).
 
+#include "field_sample.cuh"
 #include "finite_shift.cuh"
 #include "warp_reduce.cuh"
 
@@ -130,6 +131,116 @@ __global__ void __launch_bounds__(THREADS) tile_moments(
     }
     double* out = partial + ((size_t)blockIdx.y * ty + a) * tx * M;
     for (int i = threadIdx.x; i < tx * M; i += THREADS) out[i] = tiles[i];
+}
+
+// A piecewise report's three sets of tile sums of a chunk in one read (launched by
+// xcorr_app/alignment/_quality_figures.py TileRegions.report_moments): tile_moments' sums of
+// frame n's tiles of the area (its corner (oy, ox) of each h x w frame) over
+//   m 0-2: the frames as they came (T) against t_ref (rows, cols);
+//   m 3-5: the frames warped (float32 wh x ww, the area's corner at (woy, wox)) against t_ref;
+//   m 6-9: the prepared frames (float32 h x w) warped by the field as warp_field warps them
+//          (bilinear, fill 0, the field's sums in its order: the same values), sampled here
+//          and never written, against g_ref (2, rows, cols);
+// each set less a pivot of its own (the area's corner pixel of the frame, of the warped frame
+// and of the prepared frame as it came: the figures do not see a pivot, it keeps the sums'
+// digits).  (In place of warp_field on the prepared frames and a tile_moments a set.)
+// Grid (ty * stretches, frames of this launch: n = n0 + blockIdx.y), THREADS threads, dynamic
+// shared memory (band * 2 * gx + 10 * THREADS) doubles.  A block a tile row `a` of a frame by
+// a stretch of THREADS columns, a thread a column (its field weights held) walking down the
+// tile row in bands of `band` rows whose field coefficients the block makes first; then a warp
+// each (tile, moment) of the stretch over its columns (a fixed order: the same sums every
+// run).  The sums go to partial[((n * ty + a) * stretches + stretch) * tx + b) * 10 + m], 0
+// for the tiles the stretch misses: tile_regions adds a tile's stretches with its rows.
+// (Three blocks an SM, 80 registers: four, at 64, spilled; docs/performance.md.)
+template <typename T, int GX, int THREADS>
+__global__ void __launch_bounds__(THREADS, 3) report_tiles(
+        const T* __restrict__ frames, const float* __restrict__ warped,
+        const float* __restrict__ prepared, int h, int w, int wh, int ww, int woy, int wox,
+        int oy, int ox, const int* __restrict__ ys, int ty, const int* __restrict__ xs, int tx,
+        const float* __restrict__ t_ref, const float* __restrict__ g_ref,
+        const double* __restrict__ wy, const double* __restrict__ wxt,
+        const double* __restrict__ s, int gy, int gx, int band, int stretches, int n0,
+        double* __restrict__ partial) {
+    constexpr int M = 10;
+    constexpr int WARPS = THREADS / 32;
+    extern __shared__ double shared[];
+    double* coef = shared;                // [band][2 gx]: the band's rows' field coefficients
+    double* cols = coef + band * 2 * gx;  // [M][THREADS]: the columns' sums
+    const int a = blockIdx.x / stretches, c0 = (blockIdx.x - a * stretches) * THREADS;
+    const int y0 = ys[a], y1 = ys[a + 1], width = xs[tx];
+    const size_t plane = (size_t)ys[ty] * width;
+    const int n = n0 + blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c = c0 + threadIdx.x, x = ox + c;
+    const T* f = frames + (size_t)n * h * w;
+    const float* g = warped + (size_t)n * wh * ww;
+    const float* p = prepared + (size_t)n * h * w;
+    const double pf = (double)(float)f[(size_t)oy * w + ox];
+    const double pg = (double)g[(size_t)woy * ww + wox];
+    const double pp = (double)p[(size_t)oy * w + ox];
+    double wxr[GX > 0 ? GX : 1];  // the column's field weights (GX > 0)
+    if constexpr (GX > 0) {
+        if (c < width) {
+#pragma unroll
+            for (int j = 0; j < GX; ++j) wxr[j] = wxt[j * w + x];
+        }
+    }
+    double acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0;
+    for (int r0 = y0; r0 < y1; r0 += band) {
+        const int rn = min(band, y1 - r0);
+        __syncthreads();  // (the band before read its coefficients)
+        for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) {
+            const int rr = k / (2 * gx);
+            coef[k] = row_coefficient2(wy, s, oy + r0 + rr, n, gy, gx, k - rr * 2 * gx);
+        }
+        __syncthreads();
+        if (c >= width) continue;
+        for (int rr = 0; rr < rn; ++rr) {
+            const int r = r0 + rr, y = oy + r;
+            const double2 d = field_at<GX>(
+                reinterpret_cast<const double2*>(coef + rr * 2 * gx), wxr, wxt, x, w, gx);
+            const double cy = (double)y - d.x, cx = (double)x - d.y;
+            float moved = 0.0f;
+            if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
+                moved = (float)bilinear_at(p, h, w, cy, cx);
+            const double vf = (double)(float)f[(size_t)y * w + x] - pf;
+            const double vg = (double)g[(size_t)(woy + r) * ww + wox + c] - pg;
+            const double vm = (double)moved - pp;
+            const size_t at = (size_t)r * width + c;
+            const double t = (double)t_ref[at];
+            acc[0] += vf;
+            acc[1] += vf * vf;
+            acc[2] += vf * t;
+            acc[3] += vg;
+            acc[4] += vg * vg;
+            acc[5] += vg * t;
+            acc[6] += vm;
+            acc[7] += vm * vm;
+            acc[8] += vm * (double)g_ref[at];
+            acc[9] += vm * (double)g_ref[plane + at];
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) cols[m * THREADS + threadIdx.x] = acc[m];
+    __syncthreads();
+    const int c1 = min(c0 + THREADS, width);
+    int b0 = 0;  // the stretch's tiles [b0, b1)
+    while (xs[b0 + 1] <= c0) ++b0;
+    int b1 = b0;
+    while (b1 < tx && xs[b1] < c1) ++b1;
+    double* out = partial + ((size_t)n * gridDim.x + blockIdx.x) * tx * M;
+    for (int i = threadIdx.x; i < tx * M; i += THREADS)
+        if (i < b0 * M || i >= b1 * M) out[i] = 0.0;
+    for (int q = warp; q < (b1 - b0) * M; q += WARPS) {
+        const int b = b0 + q / M, m = q - (q / M) * M;
+        const int lo = max(xs[b], c0), hi = min(xs[b + 1], c1);
+        double v = 0.0;
+        for (int k = lo + lane; k < hi; k += 32) v += cols[m * THREADS + k - c0];
+        v = warp_sum(v);
+        if (lane == 0) out[b * M + m] = v;
+    }
 }
 
 // The sums of R regions of tiles (launched by tile_regions beside tile_moments): region r of

@@ -75,6 +75,28 @@ __device__ __forceinline__ P along_row2_fixed(const P* cf, const A* __restrict__
     return r;
 }
 
+// The field at a pixel from its row's interleaved coefficients (along_row2_fixed's sums in
+// its order) and its column's weights held in registers (wxr[j] = wx[x, j], GX > 0; the
+// GX = 0 grids read them: along_row2_fixed<0>): a thread a column down many rows
+// (patch_field.cu warp_field, quality_moments.cu report_tiles).
+template <int GX>
+__device__ __forceinline__ double2 field_at(const double2* cf, const double (&wxr)[GX > 0 ? GX : 1],
+                                            const double* __restrict__ wxt, int x, int w,
+                                            int gx) {
+    if constexpr (GX > 0) {
+        double a = 0.0, b = 0.0;
+#pragma unroll
+        for (int j = 0; j < GX; ++j) {
+            const double2 k2 = cf[j];
+            a += k2.x * wxr[j];
+            b += k2.y * wxr[j];
+        }
+        return make_double2(a, b);
+    } else {
+        return along_row2_fixed<0>(cf, wxt, x, w, gx);
+    }
+}
+
 // Cubic convolution weights (Keys, a = -0.5) of the taps at -1, 0, 1, 2 for the fraction t, in
 // the arithmetic A (float64 where the definition's numbers are met to float64 rounding, float32
 // in the refinement: cubic_at<float>, within about 1e-7 of the pixels' range).

@@ -237,7 +237,7 @@ def test_the_patch_pass_makes_every_chunks_figures_before_it_waits(planted_patch
                      sorted(figured)))
 
     def figured_on(self, i, sums):
-        figured.extend(range(i, i + len(sums[0])))
+        figured.extend(range(i, i + len(sums)))
         return figure(self, i, sums)
 
     monkeypatch.setattr(PatchQuality, "settle", settled)
@@ -275,10 +275,10 @@ def test_chunks_are_figured_in_order_as_their_sums_land(monkeypatch):
     assert made == [] and len(q._pending) == 4  # (the template not back: none)
     template[0].landed = True
     q._figure_landed(wait=False)
-    assert made == [(0, [0]), (1, [1])] and q.template == ["t"]
+    assert made == [(0, 0), (1, 1)] and q.template == ["t"]
     assert [i for i, _ in q._pending] == [2, 3]  # (chunk 3 landed, after one that has not)
     q._figure_landed(wait=True)
-    assert made == [(k, [k]) for k in range(4)] and q._pending == []
+    assert made == [(k, k) for k in range(4)] and q._pending == []
 
 
 def test_the_sorted_median_and_percentiles_are_numpys():
@@ -300,16 +300,21 @@ def test_the_sorted_median_and_percentiles_are_numpys():
         assert _percentiles(a, (5, 50, 95)) == np.percentile(a, [5, 50, 95]).tolist()
     from xcorr_app.alignment._quality import _SortedColumns
 
+    def columns_of(a):  # (a column a row)
+        return np.ascontiguousarray(a.reshape(len(a), -1).T)
+
     for shape in [(1, 3), (5, 4), (9, 2, 3)]:
         a = rng.random(shape)
         a[rng.random(shape) < 0.3] = np.nan
         a[:, 0] = np.nan  # (a column of NaNs: NaN)
         with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
             want = np.nanpercentile(a, 90, axis=0, method="lower")
-        np.testing.assert_array_equal(_SortedColumns(a).quantile(0.9), want)
+        np.testing.assert_array_equal(_SortedColumns(columns_of(a)).quantile(0.9),
+                                      want.reshape(-1))
         kept = a[:, 1:][:, ~np.isnan(a[:, 1:]).all(axis=0)]  # (a number in every column:
         # the medians _flags reads)
-        np.testing.assert_array_equal(_SortedColumns(kept).median(), np.nanmedian(kept, axis=0))
+        np.testing.assert_array_equal(_SortedColumns(columns_of(kept)).median(),
+                                      np.nanmedian(kept, axis=0))
 
 
 def _flags_reference(before, after, residual):
@@ -372,19 +377,16 @@ def test_the_flags_are_their_definition(spread):
             assert want[1].any() and not want[1].all()
 
 
-def test_the_regions_flags_split_over_threads_are_the_flags(monkeypatch):
-    """_region_flags (the patch regions' columns cut into one group a thread) flags exactly
-    what _flags over every column at once does, with NaN and infinite values, groups of
-    unequal width and a region never measured; below its size it is _flags itself."""
+def test_the_regions_flags_made_chunk_by_chunk_are_the_flags():
+    """_RegionFlags (a frame's own flags made as its chunk's figures come, what wants every
+    frame at the end; ranges joined) flags exactly what _flags over every frame at once does,
+    with NaN and infinite values, a region never measured, chunks and ranges of unequal length,
+    and frames without a field (``without``: poor, not worse, out of the regions' figures)."""
     from xcorr_app.alignment import _quality as Q
 
     rng = np.random.default_rng(7)
-    monkeypatch.setattr(Q, "REGION_FLAGS_VALUES", 64)
-    monkeypatch.setattr(Q, "cpu_threads", lambda: 3)
-    calls = []
-    flags = Q._flags
-    monkeypatch.setattr(Q, "_flags", lambda *a: calls.append(a[1].shape) or flags(*a))
-    for n, p in [(300, 7), (41, 5), (2000, 64)]:
+    for n, p, cuts, ranges in [(300, 7, [0, 100, 256, 300], [300]), (41, 5, [0, 41], [41]),
+                               (2000, 64, [0, 256, 512, 1000, 1900, 2000], [1000, 1000])]:
         after = 0.9 + 0.02 * rng.standard_normal((n, p))
         after[rng.random((n, p)) < 0.05] -= 0.3
         after[rng.random((n, p)) < 0.05] = np.nan
@@ -392,15 +394,22 @@ def test_the_regions_flags_split_over_threads_are_the_flags(monkeypatch):
         after[:, 1] = np.nan
         before = after - 0.02 * rng.standard_normal((n, p))
         residual = rng.normal(0.0, 0.3, (n, p, 2))
-        calls.clear()
-        got = Q._region_flags(before, after, residual)
-        assert len(calls) == 3 and sum(c[1] for c in calls) == p  # (three groups)
-        for g, w in zip(got, flags(before, after, residual)):
+        ok = rng.random(n) > 0.05
+        parts, first = [], 0
+        for size in ranges:  # (a range's chunks added in the order they come)
+            flags = Q._RegionFlags(size, p)
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                a, b = max(a, first) - first, min(b, first + size) - first
+                if a < b:
+                    flags.add(a, *(v[first + a:first + b] for v in (before, after, residual)))
+            parts.append(flags.without(ok[first:first + size]))
+            first += size
+        got = Q._RegionFlags.joined(parts).result()
+        gone = np.where(ok[:, None], after, np.nan)  # (as the report's rows say them)
+        want = Q._flags(before, gone, residual)
+        for g, w in zip(got, want):
             assert g.shape == (n, p) and np.array_equal(g, w)
-    monkeypatch.setattr(Q, "REGION_FLAGS_VALUES", 10 ** 9)
-    calls.clear()
-    Q._region_flags(before, after, residual)
-    assert calls == [(2000, 64)]
+        assert want[1].any() and not want[1].all() and want[0].any()
 
 
 def test_the_robust_deviation_is_bounded_and_exact_where_it_moves_the_bound():
@@ -417,9 +426,9 @@ def test_the_robust_deviation_is_bounded_and_exact_where_it_moves_the_bound():
             c = 0.9 + spread * rng.standard_normal((n, 20))
             c[rng.random(c.shape) < 0.1] = np.nan
             c[0] = 0.9  # (a number in every column)
-            ranked = Q._SortedColumns(c)
+            ranked = Q._SortedColumns(np.ascontiguousarray(c.T))
             med = ranked.median()
-            got = Q._mad(c, med, ranked)
+            got = Q._mad(med, ranked)
             exact = 1.4826 * np.nanmedian(np.abs(c - med), axis=0)
             assert (got >= exact).all()
             moves = Q.POOR_DEVIATIONS * exact > Q.POOR_DROP

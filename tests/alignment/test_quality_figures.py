@@ -189,6 +189,86 @@ def test_gpu_tile_regions_match_the_cpus(rng, shape, area, count, dtype, j):
                                    atol=1e-9 * np.abs(want[finite]).max())
 
 
+def _pivoted_region_sums(images, pivot, refs, area, regions):
+    """float64 definition: (n, R, 2 + J) sums over each region of d, d^2, d * ref_j, d each
+    pixel (as float32) less ``pivot`` (n,); ``images`` cut to the area."""
+    y0, _, x0, _ = area
+    v = np.asarray(images, np.float32).astype(np.float64) - np.asarray(pivot)[:, None, None]
+    out = []
+    for a, b, c, d in regions:
+        part = v[:, a - y0:b - y0, c - x0:d - x0]
+        ref = np.asarray(refs, np.float64)[:, a - y0:b - y0, c - x0:d - x0]
+        out.append(np.stack([part.sum(axis=(1, 2)), (part * part).sum(axis=(1, 2)),
+                             *((part * q).sum(axis=(1, 2)) for q in ref)], axis=1))
+    return np.stack(out, axis=1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,area,grid", [((3, 19, 23), (0, 19, 0, 23), (2, 3)),
+                                             ((4, 61, 147), (2, 60, 3, 146), (4, 4)),
+                                             ((5, 140, 301), (0, 137, 9, 301), (3, 8))])
+@pytest.mark.parametrize("dtype", [np.uint16, np.float32])
+def test_gpu_report_moments_match_the_float64_definition(rng, shape, area, grid, dtype):
+    """``report_tiles`` (a piecewise report's three sets of sums in one read, the prepared
+    frames warped inside it) against float64 definitions: the frames' and the warped frames'
+    sums against the template's area, the prepared frames warped by the CPU's field warp
+    (:func:`~xcorr_app.alignment.piecewise.warp_chunk`: bilinear, fill 0 where the source
+    leaves the frame) against the two gradient planes; odd, non-square frames, areas narrower
+    than a warp and wider than two blocks, grid widths read at run time (3) and built (4, 8),
+    the warped frames whole and cut to the area; the pool poisoned with NaN first."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import TileRegions
+    from xcorr_app.alignment.piecewise import field_weights, warp_chunk
+
+    n, h, w = shape
+    y0, y1, x0, x1 = area
+    gy, gx = grid
+    regions = _regions(rng, h, w, 6, area)
+    frames = (rng.random(shape) * 200).astype(dtype)
+    warped = (rng.random(shape) * 50).astype(np.float32)
+    prepared = (rng.standard_normal(shape) * 3 + 10).astype(np.float32)
+    centres = np.stack(np.meshgrid(np.linspace(2, h - 3, gy), np.linspace(3, w - 4, gx),
+                                   indexing="ij"), axis=-1)
+    field = rng.uniform(-3, 3, (n, gy, gx, 2))
+    t_ref = rng.standard_normal((1, y1 - y0, x1 - x0)).astype(np.float32)
+    g_ref = rng.standard_normal((2, y1 - y0, x1 - x0)).astype(np.float32)
+    moved = warp_chunk(prepared, field, field_weights(centres, (h, w), np), box=area)
+    cut = (slice(None), slice(y0, y1), slice(x0, x1))
+    want = [_pivoted_region_sums(frames[cut], frames[:, y0, x0], t_ref, area, regions),
+            _pivoted_region_sums(warped[cut], warped[:, y0, x0], t_ref, area, regions),
+            _pivoted_region_sums(moved, prepared[:, y0, x0], g_ref, area, regions)]
+    want = np.concatenate(want, axis=-1)
+    tiles = TileRegions(area, regions, cp)
+    weights = field_weights(centres, (h, w), cp)
+    cp.cuda.Device().synchronize()
+    junk = cp.full(1 << 22, np.nan)
+    del junk
+    for images, origin in ((warped, (y0, x0)), (np.ascontiguousarray(warped[cut]), (0, 0))):
+        got = tiles.report_moments(cp.asarray(frames), cp.asarray(images), origin,
+                                   cp.asarray(prepared), cp.asarray(field), weights,
+                                   cp.asarray(t_ref), cp.asarray(g_ref)).get()
+        assert got.shape == (n, 6, 10)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+
+
+@pytest.mark.gpu
+def test_gpu_report_moments_refuse_what_they_cannot_read():
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import TileRegions
+    from xcorr_app.alignment.piecewise import field_weights
+
+    tiles = TileRegions((0, 8, 0, 9), [(0, 8, 0, 9), (2, 6, 1, 5)], cp)
+    weights = field_weights(np.array([[[3.0, 4.0]]]), (8, 9), cp)
+    frames, field = cp.zeros((2, 8, 9)), cp.zeros((2, 1, 1, 2))
+    refs = cp.zeros((1, 8, 9), cp.float32), cp.zeros((2, 8, 9), cp.float32)
+    with pytest.raises(ValueError, match="report_tiles"):  # the area outside the warped frames
+        tiles.report_moments(frames, frames[:, 1:], (0, 0), frames, field, weights, *refs)
+    with pytest.raises(ValueError, match="report_tiles"):  # prepared frames of another size
+        tiles.report_moments(frames, frames, (0, 0), frames[:, :, 1:], field, weights, *refs)
+
+
 @pytest.mark.gpu
 def test_gpu_tile_moments_refuse_what_they_cannot_read():
     import cupy as cp

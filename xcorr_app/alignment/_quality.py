@@ -223,7 +223,7 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
                              chunk=chunk, template=t, centres=centres, size=size,
                              host=not executor.local)
     parts = executor.map(part, None)
-    return report_of([p[:4] for p in parts], shifts, parts[0][4], centres.shape[:2],
+    return report_of([p[:5] for p in parts], shifts, parts[0][5], centres.shape[:2],
                      xp=executor.xp)
 
 
@@ -234,7 +234,8 @@ def patch_ok(shifts, field):
 
 def report_of(parts, shifts, area, grid=None, xp=np, rotation=None):
     """The :class:`QualityReport` of the ranges' parts in frame order (each ``(rows, means,
-    counted, per-patch rows)``: :func:`_rows_part`, :meth:`PatchQuality.result`) of a run of
+    counted)``, a piecewise run's with its per-patch rows and their :class:`_RegionFlags`:
+    :func:`_rows_part`, :meth:`PatchQuality.result`) of a run of
     ``shifts``, measured on ``area``; ``grid``: a piecewise run's ``(gy, gx)``; ``xp``: where
     the means' sharpness is measured (a Dask client's GPU: its workers' means come as NumPy
     arrays, whose adds and gradients on the host were slow); ``rotation``: a rigid run's
@@ -260,7 +261,7 @@ def report_of(parts, shifts, area, grid=None, xp=np, rotation=None):
     if grid is not None:
         # (N, P, 4)
         prow = parts[0][3] if len(parts) == 1 else np.concatenate([p[3] for p in parts])
-        pworse, ppoor = _region_flags(prow[..., 0], prow[..., 1], prow[..., 2:4])
+        pworse, ppoor = _RegionFlags.joined([p[4] for p in parts]).result()
         n = len(prow)
         report.patch_before, report.patch_after = (prow[..., k].reshape(n, *grid)
                                                    for k in (0, 1))
@@ -376,20 +377,28 @@ def _nanmedian(a):
 
 
 class _SortedColumns:
-    """A (N, ...) float array's columns sorted once (NaNs last, left out): their medians and
+    """Columns of values sorted once (``s`` (C, N), NaNs last, left out): their medians and
     their ``q`` quantiles (the lower of the nearest ranks; NaN for a column of NaNs) read off
     the same sort (:func:`_flags` wants both of every patch region's column)."""
 
-    def __init__(self, a):
-        self.s = np.sort(np.moveaxis(a, 0, -1), axis=-1)
-        self.n = (~np.isnan(self.s)).sum(axis=-1)
+    def __init__(self, columns):
+        """``columns`` (C, N) float64, a column a row (sorted here, in place)."""
+        columns.sort(axis=-1)
+        self.s = columns
+        self.n = (~np.isnan(columns)).sum(axis=-1)
+
+    def kept(self, which):
+        """The columns ``which`` (a bool mask) alone."""
+        out = _SortedColumns.__new__(_SortedColumns)
+        out.s, out.n = self.s[which], self.n[which]
+        return out
 
     def at(self, i):
         """Each column's value of rank ``i`` (an index a column)."""
         return np.take_along_axis(self.s, i[..., None], axis=-1)[..., 0]
 
     def median(self):
-        """``np.nanmedian(a, axis=0)`` (a number in every column)."""
+        """``np.nanmedian`` of each column (a number in every column)."""
         return (self.at((self.n - 1) // 2) + self.at(self.n // 2)) / 2
 
     def quantile(self, q):
@@ -414,64 +423,100 @@ def _flags(before, after, residual):
     the correlation and the residual does not say the region sits on the template
     (:data:`ALIGNED_PX`); poor where it is an outlier below the others' (of the same region) or
     below :data:`BEST_SHARE` of their best's, the residual is large, or nothing could be
-    measured."""
+    measured.  What a frame's own figures say (:func:`_frame_flags`) apart from what wants
+    every frame (:func:`_poor_below`): a piecewise report makes the first as its chunks come
+    (:class:`_RegionFlags`)."""
     after = np.asarray(after, np.float64)  # (the bounds in float64 whatever the rows')
-    finite = np.isfinite(after)
-    columns = after.reshape(len(after), -1)  # (a region a column; frames: one)
-    bound = np.full(columns.shape[1], np.nan)
-    best = np.full(columns.shape[1], np.nan)
-    seen = finite.reshape(columns.shape).any(axis=0)
-    with np.errstate(invalid="ignore"):  # (an infinite median: its bound is not a number)
-        if seen.any():
-            kept = columns if seen.all() else columns[:, seen]
-            ranked = _SortedColumns(kept)
-            med = ranked.median()
-            best[seen] = ranked.quantile(BEST_QUANTILE)
-            bound[seen] = med - np.maximum(POOR_DEVIATIONS * _mad(kept, med, ranked),
-                                           POOR_DROP)
-        # (below the outliers' bound or below a share of the best: one threshold a region;
-        # fmax: a bound that is not a number, an infinite median's, leaves the share's)
-        low = after < np.fmax(bound, np.where(best > 0, BEST_SHARE * best, -np.inf)
-                              ).reshape(after.shape[1:])
-        # (the two components apart: NumPy's any/all over an axis of 2 took 10x as long; a
-        # NaN residual is not within the limit either)
-        off = ~(np.abs(residual[..., 0]) <= RESIDUAL_LIMIT)
-        off |= ~(np.abs(residual[..., 1]) <= RESIDUAL_LIMIT)
-        aligned = (np.abs(residual[..., 0]) <= ALIGNED_PX) \
-            & (np.abs(residual[..., 1]) <= ALIGNED_PX)
-    poor = ~finite | low | off
-    worse = finite & np.isfinite(before) & (after < before - WORSE_BY) & ~aligned
+    worse, poor = _frame_flags(before, after, residual)
+    columns = after.reshape(len(after), -1).T.copy()  # (a region a row; sorted in place)
+    poor |= after < _poor_below(_SortedColumns(columns)).reshape(after.shape[1:])
     return worse, poor
 
 
-#: the least values a thread of :func:`_region_flags` takes (fewer: one thread); with a
-#: quarter of this, sixteen threads took longer than one (docs/performance.md)
-REGION_FLAGS_VALUES = 65536
+def _frame_flags(before, after, residual):
+    """``(worse, poor)`` of :func:`_flags` as far as each frame's own figures say them: poor
+    here where nothing could be measured or the residual is large (the outliers of a region
+    are :func:`_poor_below`'s)."""
+    finite = np.isfinite(after)
+    with np.errstate(invalid="ignore"):
+        # (the two components apart: NumPy's any/all over an axis of 2 took 10x as long; a
+        # NaN residual is not within the limit either)
+        poor = ~(np.abs(residual[..., 0]) <= RESIDUAL_LIMIT)
+        poor |= ~(np.abs(residual[..., 1]) <= RESIDUAL_LIMIT)
+        poor |= ~finite
+        aligned = (np.abs(residual[..., 0]) <= ALIGNED_PX) \
+            & (np.abs(residual[..., 1]) <= ALIGNED_PX)
+        worse = finite & np.isfinite(before) & (after < before - WORSE_BY) & ~aligned
+    return worse, poor
 
 
-def _region_flags(before, after, residual):
-    """:func:`_flags` of patch regions (N, P), the regions split over the host's cores: each
-    region's flags read its own column alone, so the flags are the same; the run's last step
-    on the host (the GPU idles meanwhile), its sorts and array operations release the GIL."""
-    n, p = after.shape
-    k = min(cpu_threads(), p, after.size // REGION_FLAGS_VALUES)
-    if k < 2:
-        return _flags(before, after, residual)
-    cuts = np.linspace(0, p, k + 1).astype(np.int64)
-    with ThreadPoolExecutor(k, "xcorr-flags") as pool:
-        parts = list(pool.map(lambda ab: _flags(*(a[:, ab[0]:ab[1]]
-                                                  for a in (before, after, residual))),
-                              zip(cuts[:-1], cuts[1:])))
-    return tuple(np.concatenate([f[j] for f in parts], axis=1) for j in (0, 1))
+def _poor_below(ranked):
+    """(C,) the value of each column (``ranked``: :class:`_SortedColumns`) below which a
+    frame is poor: the outliers' bound (the median less :data:`POOR_DEVIATIONS` robust
+    deviations, at least :data:`POOR_DROP`) or :data:`BEST_SHARE` of the best's, the higher;
+    -inf where neither is a number (a column never measured)."""
+    c = len(ranked.n)
+    bound, best = np.full(c, np.nan), np.full(c, np.nan)
+    seen = np.isfinite(ranked.s).any(axis=-1)
+    with np.errstate(invalid="ignore"):  # (an infinite median: its bound is not a number)
+        if seen.any():
+            kept = ranked if seen.all() else ranked.kept(seen)
+            med = kept.median()
+            best[seen] = kept.quantile(BEST_QUANTILE)
+            bound[seen] = med - np.maximum(POOR_DEVIATIONS * _mad(med, kept), POOR_DROP)
+        # (fmax: a bound that is not a number, an infinite median's, leaves the share's)
+        return np.fmax(bound, np.where(best > 0, BEST_SHARE * best, -np.inf))
 
 
-def _mad(columns, med, ranked):
+class _RegionFlags:
+    """:func:`_flags` of a piecewise run's patch regions (N, P), built as the chunks' figures
+    are made (:meth:`add`: the host's share of them overlaps the device's later chunks): each
+    chunk's :func:`_frame_flags` and its figures after alignment, a region a row; what wants
+    every frame (:func:`_poor_below`, a sort of each region's column) in :meth:`result`.
+    The flags of several ranges (GPUs, Dask workers) join (:meth:`joined`)."""
+
+    def __init__(self, n, p):
+        self.worse, self.poor = np.empty((n, p), bool), np.empty((n, p), bool)
+        self.after = np.empty((p, n))  # (a region a row: the sort's layout)
+
+    def add(self, i, before, after, residual):
+        """The figures (k, P) of frames ``i:i + k`` of the range."""
+        k = len(after)
+        self.worse[i:i + k], self.poor[i:i + k] = _frame_flags(before, after, residual)
+        self.after[:, i:i + k] = after.T
+
+    def without(self, ok):
+        """The frames without a field (``ok`` False) poor, not worse, and left out of the
+        regions' statistics (their figures after alignment NaN)."""
+        if not ok.all():
+            self.poor[~ok], self.worse[~ok] = True, False
+            self.after[:, ~ok] = np.nan
+        return self
+
+    @staticmethod
+    def joined(parts):
+        """The flags of ranges in frame order, as one."""
+        if len(parts) == 1:
+            return parts[0]
+        out = _RegionFlags.__new__(_RegionFlags)
+        out.worse, out.poor = (np.concatenate([getattr(f, k) for f in parts])
+                               for k in ("worse", "poor"))
+        out.after = np.concatenate([f.after for f in parts], axis=1)
+        return out
+
+    def result(self):
+        """``(worse, poor)`` (N, P): :func:`_flags` of every frame's figures added."""
+        below = _poor_below(_SortedColumns(self.after.copy()))
+        return self.worse, self.poor | (self.after < below[:, None]).T
+
+
+def _mad(med, ranked):
     """The robust deviation (``1.4826`` times the median absolute deviation from ``med``) of
-    each of ``columns`` (N, C), where it can move the bound of :func:`_flags`: a column whose
-    middle half of values (read off the sort, ``ranked``) lies within ``t`` of its median
-    has a deviation of at most ``1.4826 t``; where that is below :data:`POOR_DROP` over
-    :data:`POOR_DEVIATIONS` (clean stacks: most regions), the bound is ``POOR_DROP`` below
-    the median whatever it is, and that value stands in for it."""
+    each of the columns ``ranked`` (:class:`_SortedColumns`), where it can move the bound of
+    :func:`_poor_below`: a column whose middle half of values (read off the sort) lies within
+    ``t`` of its median has a deviation of at most ``1.4826 t``; where that is below
+    :data:`POOR_DROP` over :data:`POOR_DEVIATIONS` (clean stacks: most regions), the bound is
+    ``POOR_DROP`` below the median whatever it is, and that value stands in for it."""
     scale = 1.4826
     n = ranked.n
     half = n // 2 + 1  # (values within t of the median: at least the upper middle's rank)
@@ -479,8 +524,8 @@ def _mad(columns, med, ranked):
     t = np.maximum(med - ranked.at(i), ranked.at(np.minimum(i + half - 1, n - 1)) - med)
     out = scale * t
     need = ~(POOR_DEVIATIONS * out <= POOR_DROP)
-    if need.any():
-        out[need] = scale * _nanmedian(np.abs(columns[:, need] - med[need]))
+    if need.any():  # (the median of the sorted values' distances: theirs in any order)
+        out[need] = scale * _nanmedian(np.abs(ranked.s[need] - med[need, None]).T)
     return out
 
 
@@ -793,9 +838,11 @@ class PatchQuality:
         self.sums = _Sums(xp, (y1 - y0, x1 - x0))
         count = self.tiles.count
         self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
-        # (the chunks' streams read what is set up here: set up before the pass)
-        self.moments = [xp.empty((n, count, m), xp.float64) for m in (3, 3, 4)]
+        # (the chunks' streams read what is set up here: set up before the pass); each
+        # region's sums of the frames (0-2), of them warped (3-5), of the prepared warped (6-9)
+        self.moments = xp.empty((n, count, 10), xp.float64)
         self.figures = np.empty((n, count, 4))  # (before, after, residual dy and dx)
+        self.flags = _RegionFlags(n, count - 1)  # (the patch regions')
         self._regions = None  # (TemplateRegions: made by the first chunk's figures)
         self._pending = []  # (GPU: (frame, the sums' host copies) of chunks without figures)
         if xp is not np:  # (copied behind the template's kernels)
@@ -813,27 +860,26 @@ class PatchQuality:
         at_ = slice(i, i + n)
         if prepared is None:
             prepared = self.prepare(frames)
-        box = None
-        if warped is None:
+        box, cut = self.area[0::2], warped is None  # (cut: the warped frames' area alone)
+        if cut:
             warped, box = warp_chunk(frames, field, self.weights, box=self.area), (0, 0)
-        moved = warp_chunk(prepared.frames, field, self.weights, box=self.area)
         self.finite[at_], self.constant[at_] = prepared.finite, prepared.constant
-        before, after, residual = (m[at_] for m in self.moments)
+        sums = self.moments[at_]
         if xp is np:
             tiles = self.tiles
-            before[:] = tiles.host_moments(frames, self.t_ref)
-            after[:] = tiles.host_moments(warped, self.t_ref, box)
-            residual[:] = tiles.host_moments(moved, self.g_ref, (0, 0))
+            moved = warp_chunk(prepared.frames, field, self.weights, box=self.area)
+            sums[..., :3] = tiles.host_moments(frames, self.t_ref)
+            sums[..., 3:6] = tiles.host_moments(warped, self.t_ref, box)
+            sums[..., 6:] = tiles.host_moments(moved, self.g_ref, (0, 0))
         else:
-            self.tiles.moments(frames, self.t_ref, out=before)
-            self.tiles.moments(warped, self.t_ref, box, out=after)
-            self.tiles.moments(moved, self.g_ref, (0, 0), out=residual)
+            self.tiles.report_moments(frames, warped, box, prepared.frames, field, self.weights,
+                                      self.t_ref, self.g_ref, out=sums)
         ok_dev = None if ok is None or ok.all() else xp.asarray(ok)
-        self.sums.add(frames, warped, ok_dev, self.area, None if box else self.area)
+        self.sums.add(frames, warped, ok_dev, self.area, None if cut else self.area)
         if xp is np:
-            self._figure(i, (before, after, residual))
+            self._figure(i, sums)
         else:  # (queued on the chunk's stream behind its sums)
-            self._pending.append((i, [HostCopy(m) for m in (before, after, residual)]))
+            self._pending.append((i, [HostCopy(sums)]))
             self._figure_landed(wait=False)
 
     def settle(self):
@@ -855,23 +901,26 @@ class PatchQuality:
         self.template = [c.result() if isinstance(c, HostCopy) else c for c in self.template]
         while self._pending and landed(self._pending[0][1]):
             i, copies = self._pending[0]
-            self._figure(i, [c.result() for c in copies])
+            self._figure(i, copies[0].result())
             del self._pending[0]
 
     def _figure(self, i, sums):
-        """The figures of frames ``i:`` of the range from their sums (NumPy)."""
+        """The figures of frames ``i:`` of the range from their sums (n, R, 10) NumPy."""
         if self._regions is None:
             self._regions = TemplateRegions(self.tiles, self.template)
         f = self._regions
-        b, a, r = sums
+        b, a, r = sums[..., :3], sums[..., 3:6], sums[..., 6:]
         out = self.figures[i:i + len(b)]
         out[..., 0], out[..., 1], out[..., 2:] = f.zncc(b), f.zncc(a), f.residual(r)
+        regions = out[:, 1:]
+        self.flags.add(i, regions[..., 0], regions[..., 1], regions[..., 2:])
 
     def result(self, ok, host=True):
         """What :func:`measure_quality`'s parts are, of this range (after the device
         finished): the area's rows (n, 4), its means' sums (on the host with ``host``; or
         their sharpness where the range is the stack), the count of frames with a field
-        (``ok`` (n,) NumPy), and the patch regions' rows (n, P, 4)."""
+        (``ok`` (n,) NumPy), the patch regions' rows (n, P, 4) and their
+        :class:`_RegionFlags`."""
         self._figure_landed(wait=True)
         finite, constant = host_copies([self.finite, self.constant])
         f = self.figures
@@ -882,7 +931,8 @@ class PatchQuality:
         per_patch[~ok, :, 1] = np.nan
         per_patch[..., 2:][~np.isfinite(per_patch[..., 1])] = np.nan
         counted = int(ok.sum())
-        return rows, self.sums.means(self.whole, self.n, counted, host), counted, per_patch
+        return (rows, self.sums.means(self.whole, self.n, counted, host), counted, per_patch,
+                self.flags.without(ok))
 
 
 class _Sums:

@@ -33,6 +33,7 @@ from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..errors import InputError
 from ..filters import gradient
 from ..streaming import host_copies
+from .piecewise import WARP_GX
 
 __all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "shifted_moments",
            "TileRegions", "TemplateRegions", "template_refs", "template_moments",
@@ -51,6 +52,15 @@ TILE_MOMENTS = KernelFamily("quality_moments.cu", "tile_moments",
                             [(t, j, TILE_THREADS) for t in PIXEL_C_TYPES.values()
                              for j in (1, 2)])
 TILE_REGIONS = KernelFamily("quality_moments.cu", "tile_regions", [(MOMENT_THREADS,)])
+#: :meth:`TileRegions.report_moments`: a piecewise report's three sets of sums in one read (a
+#: block a tile row by this many columns, a thread a column; the grid widths of the output's
+#: warp built)
+REPORT_THREADS = 256
+REPORT_TILES = KernelFamily("quality_moments.cu", "report_tiles",
+                            [(t, g, REPORT_THREADS) for t in PIXEL_C_TYPES.values()
+                             for g in (0,) + WARP_GX])
+#: the most doubles of a report_tiles block's field coefficients (its band of rows)
+REPORT_COEF = 2048
 #: :func:`shifted_moments`: a rigid report's chunk shifted and both its correlations' moments
 SHIFTED_MOMENTS = KernelFamily("quality_moments.cu", "shifted_moments",
                                [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
@@ -516,6 +526,10 @@ class TileRegions:
         # (uploaded once here: the chunks' streams read them)
         self._device = None if xp is np else tuple(xp.asarray(a, xp.int32)
                                                    for a in (self.ys, self.xs, self.spans))
+        if xp is not np:  # (report_moments' tiles: a tile row's column stretches)
+            k = -(-int(self.xs[-1]) // REPORT_THREADS)
+            self._report_spans = (k, xp.asarray(self.spans * np.array([k, k, 1, 1]),
+                                                xp.int32))
 
     @property
     def count(self) -> int:
@@ -556,6 +570,59 @@ class TileRegions:
         TILE_REGIONS.get(MOMENT_THREADS)((n,), (MOMENT_THREADS,),
                                          (tiles, np.int32(ty), np.int32(tx), np.int32(2 + j),
                                           spans, np.int32(self.count), partial))
+        return partial
+
+    def report_moments(self, frames, warped, origin, prepared, field, weights, t_ref, g_ref,
+                       out=None):
+        """``(n, R, 10)`` float64 CuPy: :meth:`moments` of ``frames`` (n, h, w) against
+        ``t_ref`` (sums 0-2), of ``warped`` (n, wh, ww) float32 (the frames warped by their
+        fields; the area starts at ``origin``) against ``t_ref`` (3-5), and of ``prepared``
+        (n, h, w) float32 warped as :func:`~.piecewise.warp_chunk` warps them by ``field``
+        (n, gy, gx, 2) with spline ``weights`` (bilinear, fill 0) against ``g_ref`` (6-9):
+        one kernel reads each pixel once and never writes the warped prepared frames
+        (``report_tiles``), each set less a pivot of its own (the figures do not see it)."""
+        import cupy as cp
+
+        from .piecewise import device_weights
+
+        ys, xs, _ = self._device
+        frames, c_type = kernel_pixels(frames)
+        warped = cp.ascontiguousarray(warped, cp.float32)
+        prepared = cp.ascontiguousarray(prepared, cp.float32)
+        n, h, w = frames.shape
+        wh, ww = warped.shape[1:]
+        oy, ox = self.area[0::2]
+        woy, wox = origin
+        rows, cols = int(self.ys[-1]), int(self.xs[-1])
+        t_ref, g_ref = (cp.ascontiguousarray(r, cp.float32) for r in (t_ref, g_ref))
+        if prepared.shape != frames.shape or len(warped) != n or t_ref.shape != (1, rows, cols) \
+                or g_ref.shape != (2, rows, cols) \
+                or not (0 <= woy and woy + rows <= wh and 0 <= wox and wox + cols <= ww):
+            raise ValueError(f"report_tiles: frames {frames.shape}, prepared {prepared.shape}, "
+                             f"warped {warped.shape} at {origin}, references {t_ref.shape} "
+                             f"{g_ref.shape} for an area of {rows}x{cols}")
+        partial = _partial(out, (n, self.count, 10))
+        if not n:
+            return partial
+        wy, wxt, s = device_weights(weights, field, frames)
+        gy, gx = s.shape[1:3]
+        band = max(1, min(32, REPORT_COEF // (2 * gx)))
+        ty, tx = len(self.ys) - 1, len(self.xs) - 1
+        stretches, spans = self._report_spans
+        tiles = cp.empty((n, ty * stretches * tx, 10), cp.float64)
+        kernel = REPORT_TILES.get(c_type, gx if gx in WARP_GX else 0, REPORT_THREADS)
+        shared = (band * 2 * gx + 10 * REPORT_THREADS) * 8
+        for a in range(0, n, 65535):  # (the grid's y extent)
+            kernel((ty * stretches, min(n, a + 65535) - a), (REPORT_THREADS,),
+                   (frames, warped, prepared, np.int32(h), np.int32(w), np.int32(wh),
+                    np.int32(ww), np.int32(woy), np.int32(wox), np.int32(oy), np.int32(ox), ys,
+                    np.int32(ty), xs, np.int32(tx), t_ref, g_ref, wy, wxt, s, np.int32(gy),
+                    np.int32(gx), np.int32(band), np.int32(stretches), np.int32(a), tiles),
+                   shared_mem=shared)
+        # (a tile row's stretches are rows of their own: a region's rows scaled by them)
+        TILE_REGIONS.get(MOMENT_THREADS)((n,), (MOMENT_THREADS,),
+                                         (tiles, np.int32(ty * stretches), np.int32(tx),
+                                          np.int32(10), spans, np.int32(self.count), partial))
         return partial
 
     def host_moments(self, frames, refs, origin=None, pivoted=True):

@@ -1,7 +1,7 @@
 # The public names of xcorr_app.alignment.piecewise, each imported at its first use (__init__.py:
 # lazy_loader.attach_stub reads the `from .module import name` lines below).
 
-from ._field_resample import FIELD_RESAMPLE, keys_weights
+from ._field_resample import FIELD_RESAMPLE, WARP_GX, device_weights, keys_weights
 from ._motion_field import apply_field, check_field, field_area, warp_chunk
 from ._patch_pass import check_grid, measure_field, next_image, patch_grid, patch_preparer
 from ._patches import (axis_patches, check_deviation, check_template_passes, common_area,
