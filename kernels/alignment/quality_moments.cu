@@ -146,14 +146,16 @@ __global__ void __launch_bounds__(THREADS) tile_moments(
 // digits).  (In place of warp_field on the prepared frames and a tile_moments a set.)
 // Grid (ty * stretches, frames of this launch: n = n0 + blockIdx.y), THREADS threads, dynamic
 // shared memory (band * 2 * gx + 10 * THREADS) doubles.  A block a tile row `a` of a frame by
-// a stretch of THREADS columns, a thread a column (its field weights held) walking down the
-// tile row in bands of `band` rows whose field coefficients the block makes first; then a warp
+// a stretch of THREADS columns, a thread a column (its field weights in shared memory) walking
+// down the tile row in bands of `band` rows whose field coefficients the block makes first
+// (32-bit offsets within a frame: the launcher's frames are under 2^31 pixels); then a warp
 // each (tile, moment) of the stretch over its columns (a fixed order: the same sums every
 // run).  The sums go to partial[((n * ty + a) * stretches + stretch) * tx + b) * 10 + m], 0
 // for the tiles the stretch misses: tile_regions adds a tile's stretches with its rows.
-// (Three blocks an SM, 80 registers: four, at 64, spilled; docs/performance.md.)
+// (Four blocks an SM, 64 registers: the weights in registers spilled, three blocks were
+// slower; docs/performance.md.)
 template <typename T, int GX, int THREADS>
-__global__ void __launch_bounds__(THREADS, 3) report_tiles(
+__global__ void __launch_bounds__(THREADS, 4) report_tiles(
         const T* __restrict__ frames, const float* __restrict__ warped,
         const float* __restrict__ prepared, int h, int w, int wh, int ww, int woy, int wox,
         int oy, int ox, const int* __restrict__ ys, int ty, const int* __restrict__ xs, int tx,
@@ -163,12 +165,14 @@ __global__ void __launch_bounds__(THREADS, 3) report_tiles(
         double* __restrict__ partial) {
     constexpr int M = 10;
     constexpr int WARPS = THREADS / 32;
+    static_assert(GX <= M, "the field weights lie where the columns' sums go after");
     extern __shared__ double shared[];
     double* coef = shared;                // [band][2 gx]: the band's rows' field coefficients
-    double* cols = coef + band * 2 * gx;  // [M][THREADS]: the columns' sums
+    double* cols = coef + band * 2 * gx;  // [M][THREADS]: the columns' sums (first: their
+    // field weights [GX][THREADS], GX <= M)
     const int a = blockIdx.x / stretches, c0 = (blockIdx.x - a * stretches) * THREADS;
     const int y0 = ys[a], y1 = ys[a + 1], width = xs[tx];
-    const size_t plane = (size_t)ys[ty] * width;
+    const float* g_ref2 = g_ref + (size_t)ys[ty] * width;  // (the gradient's second plane)
     const int n = n0 + blockIdx.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c = c0 + threadIdx.x, x = ox + c;
@@ -178,11 +182,11 @@ __global__ void __launch_bounds__(THREADS, 3) report_tiles(
     const double pf = (double)(float)f[(size_t)oy * w + ox];
     const double pg = (double)g[(size_t)woy * ww + wox];
     const double pp = (double)p[(size_t)oy * w + ox];
-    double wxr[GX > 0 ? GX : 1];  // the column's field weights (GX > 0)
+    double* wx = cols + threadIdx.x;  // the column's field weights (GX > 0)
     if constexpr (GX > 0) {
         if (c < width) {
 #pragma unroll
-            for (int j = 0; j < GX; ++j) wxr[j] = wxt[j * w + x];
+            for (int j = 0; j < GX; ++j) wx[j * THREADS] = wxt[j * w + x];
         }
     }
     double acc[M];
@@ -199,16 +203,16 @@ __global__ void __launch_bounds__(THREADS, 3) report_tiles(
         if (c >= width) continue;
         for (int rr = 0; rr < rn; ++rr) {
             const int r = r0 + rr, y = oy + r;
-            const double2 d = field_at<GX>(
-                reinterpret_cast<const double2*>(coef + rr * 2 * gx), wxr, wxt, x, w, gx);
+            const double2 d = field_at<GX, THREADS, 4>(
+                reinterpret_cast<const double2*>(coef + rr * 2 * gx), wx, wxt, x, w, gx);
             const double cy = (double)y - d.x, cx = (double)x - d.y;
             float moved = 0.0f;
             if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
                 moved = (float)bilinear_at(p, h, w, cy, cx);
-            const double vf = (double)(float)f[(size_t)y * w + x] - pf;
-            const double vg = (double)g[(size_t)(woy + r) * ww + wox + c] - pg;
+            const double vf = (double)(float)f[y * w + x] - pf;
+            const double vg = (double)g[(woy + r) * ww + wox + c] - pg;
             const double vm = (double)moved - pp;
-            const size_t at = (size_t)r * width + c;
+            const int at = r * width + c;
             const double t = (double)t_ref[at];
             acc[0] += vf;
             acc[1] += vf * vf;
@@ -219,9 +223,10 @@ __global__ void __launch_bounds__(THREADS, 3) report_tiles(
             acc[6] += vm;
             acc[7] += vm * vm;
             acc[8] += vm * (double)g_ref[at];
-            acc[9] += vm * (double)g_ref[plane + at];
+            acc[9] += vm * (double)g_ref2[at];
         }
     }
+    __syncthreads();  // (the weights read)
 #pragma unroll
     for (int m = 0; m < M; ++m) cols[m * THREADS + threadIdx.x] = acc[m];
     __syncthreads();

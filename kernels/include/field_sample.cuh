@@ -76,20 +76,22 @@ __device__ __forceinline__ P along_row2_fixed(const P* cf, const A* __restrict__
 }
 
 // The field at a pixel from its row's interleaved coefficients (along_row2_fixed's sums in
-// its order) and its column's weights held in registers (wxr[j] = wx[x, j], GX > 0; the
-// GX = 0 grids read them: along_row2_fixed<0>): a thread a column down many rows
+// its order) and its column's weights wx[j * STEP] = wx[x, j] held by the thread (GX > 0: in
+// registers, or shared memory where registers are short; UNROLL terms at a time, the order the
+// same) or read (GX = 0: along_row2_fixed<0>): a thread a column down many rows
 // (patch_field.cu warp_field, quality_moments.cu report_tiles).
-template <int GX>
-__device__ __forceinline__ double2 field_at(const double2* cf, const double (&wxr)[GX > 0 ? GX : 1],
+template <int GX, int STEP = 1, int UNROLL = 8>
+__device__ __forceinline__ double2 field_at(const double2* cf, const double* wx,
                                             const double* __restrict__ wxt, int x, int w,
                                             int gx) {
     if constexpr (GX > 0) {
         double a = 0.0, b = 0.0;
-#pragma unroll
+#pragma unroll UNROLL
         for (int j = 0; j < GX; ++j) {
             const double2 k2 = cf[j];
-            a += k2.x * wxr[j];
-            b += k2.y * wxr[j];
+            const double v = wx[j * STEP];
+            a += k2.x * v;
+            b += k2.y * v;
         }
         return make_double2(a, b);
     } else {

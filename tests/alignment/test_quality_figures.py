@@ -206,7 +206,8 @@ def _pivoted_region_sums(images, pivot, refs, area, regions):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,area,grid", [((3, 19, 23), (0, 19, 0, 23), (2, 3)),
                                              ((4, 61, 147), (2, 60, 3, 146), (4, 4)),
-                                             ((5, 140, 301), (0, 137, 9, 301), (3, 8))])
+                                             ((5, 140, 301), (0, 137, 9, 301), (3, 8)),
+                                             ((2, 37, 811), (1, 36, 2, 809), (2, 8))])
 @pytest.mark.parametrize("dtype", [np.uint16, np.float32])
 def test_gpu_report_moments_match_the_float64_definition(rng, shape, area, grid, dtype):
     """``report_tiles`` (a piecewise report's three sets of sums in one read, the prepared
@@ -214,7 +215,8 @@ def test_gpu_report_moments_match_the_float64_definition(rng, shape, area, grid,
     sums against the template's area, the prepared frames warped by the CPU's field warp
     (:func:`~xcorr_app.alignment.piecewise.warp_chunk`: bilinear, fill 0 where the source
     leaves the frame) against the two gradient planes; odd, non-square frames, areas narrower
-    than a warp and wider than two blocks, grid widths read at run time (3) and built (4, 8),
+    than a warp and over three blocks of columns wide, grid widths read at run time (3) and
+    built (4, 8),
     the warped frames whole and cut to the area; the pool poisoned with NaN first."""
     import cupy as cp
 
@@ -267,6 +269,39 @@ def test_gpu_report_moments_refuse_what_they_cannot_read():
         tiles.report_moments(frames, frames[:, 1:], (0, 0), frames, field, weights, *refs)
     with pytest.raises(ValueError, match="report_tiles"):  # prepared frames of another size
         tiles.report_moments(frames, frames, (0, 0), frames[:, :, 1:], field, weights, *refs)
+    narrow = frames[:, :, 1:]  # (the area past the frames' last column)
+    with pytest.raises(ValueError, match="report_tiles"):
+        tiles.report_moments(narrow, frames, (0, 0), narrow, field,
+                             field_weights(np.array([[[3.0, 4.0]]]), (8, 8), cp), *refs)
+
+
+@pytest.mark.gpu
+def test_gpu_report_moments_past_a_launchs_frames(rng):
+    """More frames than a launch's grid holds (65535): the frames past it are summed where
+    they lie (the launch's frame offset), as the definition says."""
+    import cupy as cp
+
+    from xcorr_app.alignment._quality_figures import TileRegions
+    from xcorr_app.alignment.piecewise import field_weights, warp_chunk
+
+    n, h, w = 65537, 6, 7
+    area, regions = (0, 6, 0, 7), np.array([(0, 6, 0, 7), (1, 4, 2, 6)])
+    frames = rng.integers(0, 200, (n, h, w)).astype(np.uint16)
+    warped = rng.random((n, h, w), np.float32)
+    prepared = rng.random((n, h, w), np.float32)
+    centres = np.array([[[2.5, 3.0]]])
+    field = rng.uniform(-1, 1, (n, 1, 1, 2))
+    refs = rng.standard_normal((3, h, w)).astype(np.float32)
+    got = TileRegions(area, regions, cp).report_moments(
+        cp.asarray(frames), cp.asarray(warped), (0, 0), cp.asarray(prepared), cp.asarray(field),
+        field_weights(centres, (h, w), cp), cp.asarray(refs[:1]), cp.asarray(refs[1:])).get()
+    tail = slice(n - 5, n)  # (the second launch's frames, and the first's last)
+    moved = warp_chunk(prepared[tail], field[tail], field_weights(centres, (h, w), np))
+    want = np.concatenate([
+        _pivoted_region_sums(frames[tail], frames[tail, 0, 0], refs[:1], area, regions),
+        _pivoted_region_sums(warped[tail], warped[tail, 0, 0], refs[:1], area, regions),
+        _pivoted_region_sums(moved, prepared[tail, 0, 0], refs[1:], area, regions)], axis=-1)
+    np.testing.assert_allclose(got[tail], want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
 
 
 @pytest.mark.gpu

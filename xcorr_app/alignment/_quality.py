@@ -817,8 +817,9 @@ class PatchQuality:
     (never waiting for one), and in :meth:`settle` for the rest, which the pass calls once
     every chunk is queued: the host's arithmetic overlaps the device's later chunks instead
     of following the pass (a thread of its own fought the queuing thread for the GIL: each
-    of its chunks took several times its work, and so did the queuing); :meth:`result` adds
-    the flags, which want every frame."""
+    of its chunks took several times its work, and so did the queuing); each chunk's frames'
+    own flags are made with its figures (:class:`_RegionFlags`), the regions' statistics,
+    which want every frame, by :func:`report_of`."""
 
     def __init__(self, opts, xp, template, centres, size, start, n, frame_shape, whole):
         half = (np.asarray(size, np.float64) - 1) / 2.0

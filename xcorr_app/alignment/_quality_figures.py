@@ -596,11 +596,12 @@ class TileRegions:
         rows, cols = int(self.ys[-1]), int(self.xs[-1])
         t_ref, g_ref = (cp.ascontiguousarray(r, cp.float32) for r in (t_ref, g_ref))
         if prepared.shape != frames.shape or len(warped) != n or t_ref.shape != (1, rows, cols) \
-                or g_ref.shape != (2, rows, cols) \
+                or g_ref.shape != (2, rows, cols) or max(h * w, wh * ww) >= 2 ** 31 \
+                or not (0 <= oy and oy + rows <= h and 0 <= ox and ox + cols <= w) \
                 or not (0 <= woy and woy + rows <= wh and 0 <= wox and wox + cols <= ww):
-            raise ValueError(f"report_tiles: frames {frames.shape}, prepared {prepared.shape}, "
-                             f"warped {warped.shape} at {origin}, references {t_ref.shape} "
-                             f"{g_ref.shape} for an area of {rows}x{cols}")
+            raise ValueError(f"report_tiles: the area {self.area} of frames {frames.shape}, "
+                             f"prepared {prepared.shape}, warped {warped.shape} at {origin}, "
+                             f"references {t_ref.shape} {g_ref.shape}")
         partial = _partial(out, (n, self.count, 10))
         if not n:
             return partial
