@@ -33,7 +33,7 @@ from .._cuda import KernelFamily, PIXEL_C_TYPES, kernel_pixels, stride_blocks
 from ..errors import InputError
 from ..filters import gradient
 from ..streaming import host_copies
-from .piecewise import WARP_GX
+from .piecewise import WARP_GX, device_weights
 
 __all__ = ["RegionFigures", "AreaFigures", "area_blocks", "area_moments", "shifted_moments",
            "TileRegions", "TemplateRegions", "template_refs", "template_moments",
@@ -582,8 +582,6 @@ class TileRegions:
         one kernel reads each pixel once and never writes the warped prepared frames
         (``report_tiles``), each set less a pivot of its own (the figures do not see it)."""
         import cupy as cp
-
-        from .piecewise import device_weights
 
         ys, xs, _ = self._device
         frames, c_type = kernel_pixels(frames)
