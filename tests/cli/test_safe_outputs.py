@@ -222,6 +222,42 @@ main()
 """
 
 
+_SIGTERM_SWALLOWED_BY_A_CALLBACK = """
+import os, signal, sys, weakref
+from xcorr_app.io import _writer
+original = _writer.AtomicTarget.commit
+def signal_inside(ref):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):  # (the handler runs here: Python prints its exception, goes on)
+        pass
+class Thing:
+    pass
+def commit(self):
+    original(self)
+    if self.path.name == "aligned.tif":
+        thing = Thing()
+        ref = weakref.ref(thing, signal_inside)
+        del thing
+_writer.AtomicTarget.commit = commit
+from xcorr_app.cli._main import main
+sys.argv[0] = "xcorr"
+main()
+"""
+
+
+def test_a_stop_signal_swallowed_by_a_callback_still_stops_the_run(tmp_path):
+    """A SIGTERM handled inside a weakref callback (its exception printed and dropped by
+    Python; on a GPU machine SIGHUP once let the run exit 0) stops the run at its commit: exit
+    143, the interrupted line alone, nothing left."""
+    out = tmp_path / "o"
+    proc = _start("align", stack_path("cell"), "--device", "cpu", "--out", out,
+                  python_code=_SIGTERM_SWALLOWED_BY_A_CALLBACK)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "no partial output" in err and "Traceback" not in err and "ignored" not in err, err
+    assert not out.exists(), list(out.iterdir())
+
+
 def test_sigint_after_aligned_tif_is_written_leaves_nothing(tmp_path):
     """aligned.tif done, the tables not yet: the run is undone, as the message says."""
     out = tmp_path / "o"

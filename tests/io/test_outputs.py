@@ -362,6 +362,33 @@ def test_output_run_turns_stop_signals_into_interrupted(tmp_path, sig):
     assert not out.exists()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_output_run_stop_signal_swallowed_by_a_callback_still_stops_it(tmp_path):
+    """A signal whose exception Python swallows (raised inside a weakref callback or
+    ``__del__``: "Exception ignored in ...") must not let the run commit: the device suite
+    once saw SIGHUP exit 0 with the outputs written."""
+    import weakref
+
+    class Thing:
+        pass
+
+    out = tmp_path / "o"
+    with pytest.raises(Interrupted) as info:
+        with OutputRun([out / "x.csv"]):
+            write_text(out / "x.csv", "x")
+            def signal_inside(ref):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # (the handler runs here, inside the callback)
+                    pass
+
+            thing = Thing()
+            ref = weakref.ref(thing, signal_inside)
+            del thing  # the callback runs now; Python prints the exception and goes on
+            assert ref() is None
+    assert info.value.signum == signal.SIGTERM
+    assert not out.exists()
+
+
 def test_output_run_signal_during_the_renames_waits_for_them(tmp_path, monkeypatch):
     out = tmp_path / "o"
     replace = os.replace

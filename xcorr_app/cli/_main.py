@@ -103,6 +103,20 @@ def warnings_as_notes(quiet: bool = False):
         yield
 
 
+def _quiet_interrupts(hook):
+    """``sys.unraisablehook`` that drops a stop signal's :class:`~xcorr_app.io.Interrupted`
+    raised where Python cannot propagate it (a weakref callback, ``__del__``): the output run
+    raises it again at its commit, so the user sees the one interrupted line, no traceback."""
+
+    def quiet(unraisable):
+        from ..io import Interrupted  # (loaded already: the exception is one of it)
+
+        if not isinstance(unraisable.exc_value, Interrupted):
+            hook(unraisable)
+
+    return quiet
+
+
 @contextlib.contextmanager
 def user_errors(quiet: bool = False):
     """Turn user errors, interrupts and unexpected failures into one line and an exit code;
@@ -110,6 +124,9 @@ def user_errors(quiet: bool = False):
     tracebacks = debug()
     if not tracebacks:  # tifffile logs damaged files itself; our error line says it once
         logging.getLogger("tifffile").setLevel(logging.CRITICAL)
+    unraisable = sys.unraisablehook
+    if not tracebacks:
+        sys.unraisablehook = _quiet_interrupts(unraisable)
     try:
         with warnings_as_notes(quiet):
             yield
@@ -155,6 +172,8 @@ def user_errors(quiet: bool = False):
         click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with XCORR_DEBUG=1 "
                    "for a traceback and report it)", err=True)
         sys.exit(1)
+    finally:
+        sys.unraisablehook = unraisable
 
 
 class UsageLine(click.ClickException):

@@ -160,6 +160,7 @@ class OutputRun:
         self._handlers = {}
         self._deferred = False
         self._pending = None
+        self._raised = None
 
     # ------------------------------------------------------------------ signals
 
@@ -167,6 +168,9 @@ class OutputRun:
         if self._deferred or self._staged.committed:
             self._pending = self._pending or signum
             return
+        # (raised inside a weakref callback or __del__, Python prints it and goes on: kept so
+        # that the commit refuses to run on)
+        self._raised = self._raised or signum
         raise Interrupted(signum)
 
     def _install_signals(self):
@@ -212,6 +216,8 @@ class OutputRun:
     def commit(self) -> None:
         """Rename every finished output onto its name, all together; a stop signal that comes
         meanwhile waits until they are done (and is then :attr:`late_signal`)."""
+        if self._raised is not None:  # a stop signal whose exception was swallowed
+            raise Interrupted(self._raised)
         self._deferred = True
         try:
             self._staged.commit()
