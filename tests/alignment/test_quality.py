@@ -414,6 +414,27 @@ def test_the_regions_flags_made_chunk_by_chunk_are_the_flags():
         assert want[1].any() and not want[1].all() and want[0].any()
 
 
+def test_patch_ok_names_the_frames_with_a_shift_and_a_whole_field():
+    """patch_ok on the field as the run holds it (a strided view of the pass's rows (N, P, 5))
+    and as a plain array: a frame is out for a NaN or infinite shift or any field value, of
+    either axis, of any patch."""
+    from xcorr_app.alignment._quality import patch_ok
+
+    rng = np.random.default_rng(3)
+    n, gy, gx = 9, 3, 4
+    rows = rng.normal(size=(n, gy * gx, 5))
+    shifts = rng.normal(size=(n, 2))
+    rows[1, 5, 0] = np.nan
+    rows[2, 11, 1] = np.inf
+    rows[3, 0, 2:] = np.nan  # (other columns of the rows: not the field)
+    shifts[4, 1] = np.nan
+    rows[5, 7, 1] = -np.inf
+    field = rows[..., :2].reshape(n, gy, gx, 2)
+    want = np.array([True, False, False, True, False, False, True, True, True])
+    assert np.array_equal(patch_ok(shifts, field), want)
+    assert np.array_equal(patch_ok(shifts, np.ascontiguousarray(field)), want)
+
+
 def test_the_robust_deviation_is_bounded_and_exact_where_it_moves_the_bound():
     """_mad: never below the exact robust deviation (1.4826 times np.nanmedian's absolute
     deviation), and equal to it wherever POOR_DEVIATIONS times it passes POOR_DROP (where the
