@@ -1,7 +1,7 @@
 """The quality report of a run: how much better the aligned stack is than the input, frame by
 frame, without trusting the shifts that made it.
 
-Measured on the area every rigidly shifted frame covers (:func:`~.piecewise.common_area`;
+Measured on the area every rigidly shifted frame covers (:func:`~.warp.common_area`;
 where the shifts leave none, that of the frames near the median shift: :func:`_shared`), in one
 more streaming pass over the stack (on the run's executor, like the measuring passes),
 against the template the run's last pass measured against (the first frame, the mean, or the
@@ -62,10 +62,10 @@ from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, fra
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
                                block_sums, frame_sums, sharpness,
                                template_moments, template_refs)
-from .piecewise import common_area, field_weights, patch_preparer, warp_chunk
+from .piecewise import field_weights, patch_preparer, warp_chunk
 from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
 from .piecewise import RotationProbe, rigid_body_weights, rotated_frames
-from .warp import rigid_body_field, shift_frames
+from .warp import common_area, rigid_body_field, shift_frames
 
 __all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
 
@@ -534,8 +534,9 @@ def _mad(med, ranked):
 
 
 def _common(shifts, frame_shape):
-    """:func:`~.piecewise.common_area` of the rigidly shifted frames, empty where they share
-    none."""
+    """:func:`~.warp.common_area` of the shifted frames (to the subpixel: a row a shift of 2.4
+    px brings in from past the edge is blended with the fill, and was measured), empty where
+    they share none."""
     try:
         return common_area(shifts, frame_shape)
     except ValueError:

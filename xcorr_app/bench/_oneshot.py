@@ -32,7 +32,7 @@ def bytecode_line(root=None) -> str:
     """How the one-shot processes import xcorr (the package at ``root``, default this one):
     from compiled bytecode, as an installed xcorr does (pip compiles it), or compiling modules
     from their source in every process (no bytecode beside them and ``PYTHONDONTWRITEBYTECODE``
-    set, as on the device machines): 0.2-0.4 s more a one-shot GPU run (H200, 2026-11-26).
+    set, as on the device machines), which slows a one-shot run (docs/performance.md, Method).
 
     >>> bytecode_line().startswith("xcorr's modules: ")
     True
