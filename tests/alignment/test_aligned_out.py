@@ -110,6 +110,27 @@ def test_a_read_only_out_is_an_input_error(deformed):
         align(deformed, device="cpu", out=out, **KW)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("part", ["whole", "frames 2-6"])
+def test_an_out_that_is_the_stack_is_an_input_error_and_the_stack_is_kept(deformed, device,
+                                                                          part):
+    """align(s, out=s) overwrote the caller's input, and the quality report then read the
+    aligned frames as the input (every frame flagged poor): refused before a frame is read."""
+    if device == "gpu":
+        import cupy as xp
+    else:
+        xp = np
+    stack = xp.asarray(deformed.astype(np.float32))
+    before = stack.copy()
+    out = stack if part == "whole" else xp.zeros((9, 96, 112), np.float32)
+    if part != "whole":  # (the stack frames 2-8 of a buffer, out its frames 0-6)
+        out[2:2 + len(stack)] = stack
+        stack, out = out[2:2 + len(before)], out[:len(before)]
+    with pytest.raises(InputError, match="out is .* the stack being aligned"):
+        align(stack, device=device, out=out, **KW)
+    assert bool((stack == before).all())
+
+
 # ------------------------------------------------------------------ the stash, on the host
 
 def test_a_stash_window_marks_its_frames_of_the_whole():

@@ -67,6 +67,30 @@ def check_aligned_out(out, shape, device):
                          f"callable(start, chunk), got {got}")
 
 
+def check_apart(out, stack):
+    """InputError where the array ``out`` may share memory with the array ``stack``: the run
+    reads the frames again (later passes, the quality report) after it has written some, and
+    the caller's input would be overwritten.
+
+    >>> a = np.zeros((2, 4, 5), np.float32)
+    >>> check_apart(np.zeros_like(a), a)
+    >>> check_apart(a, a)
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: out is (or overlaps) the stack being aligned: the run reads the frames again after writing the aligned ones, and the input would be overwritten; give out an array of its own
+    """
+    if out is None or callable(out) or not hasattr(stack, "shape") \
+            or not hasattr(out, "shape"):
+        return
+    xp = backend.array_module_of(out)
+    if xp is not backend.array_module_of(stack):
+        return
+    if xp.may_share_memory(out, stack):  # (bounds alone: an exact answer can take long)
+        raise InputError("out is (or overlaps) the stack being aligned: the run reads the "
+                         "frames again after writing the aligned ones, and the input would be "
+                         "overwritten; give out an array of its own")
+
+
 def fill_out(res, out, target, device, gpus=None, bidi=0.0):
     """``out`` (checked) filled with ``res.apply(target)``'s frames, chunk by chunk (from a
     CuPy ``target`` the shifts applied on the device: into a CuPy ``out``, or to a callable's

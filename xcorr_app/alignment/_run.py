@@ -65,7 +65,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
     checked ``opts`` against with :func:`~._limits.check_limits`, having checked the executor
     too (:meth:`~._options.AlignOptions.check_executor`: ``xcorr align`` on Dask, before its
     cluster starts); the run checks them itself unless its input's are those."""
-    from ._aligned_out import check_aligned_out
+    from ._aligned_out import check_aligned_out, check_apart
     from .piecewise import check_grid
     from ._rotation import check_rigid_body, rigid_body_result
 
@@ -73,6 +73,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         from ..errors import InputError
 
         raise InputError(f"progress must be a callable(int), got {progress!r}")
+    check_apart(out, stack_or_path)
     t0 = time.perf_counter()
     if limits_checked is None:  # (else checked with them, before a cluster started)
         opts.check_executor(executor.name)
