@@ -32,3 +32,21 @@ class InputError(XcorrError, ValueError):
 
 class OutputError(XcorrError):
     """An output cannot be written (exists without ``force``, folder not writable)."""
+
+
+def check_flags(**flags) -> None:
+    """InputError unless every keyword's value is True or False (a bool or NumPy's): a string
+    such as ``"no"`` is true in Python, and taken as such it would overwrite or write what the
+    caller meant to keep.
+
+    >>> check_flags(force=False, plots=True)
+    >>> check_flags(force="no")
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: force must be True or False, got 'no'
+    """
+    import numpy as np
+
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise InputError(f"{name} must be True or False, got {value!r}")

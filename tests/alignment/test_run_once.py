@@ -230,6 +230,15 @@ def test_save_keeps_existing_outputs_and_writes_nothing_on_a_bad_option(tmp_path
     with pytest.raises(xcorr_app.InputError, match="crop"):
         res.save(tmp_path / "other", aligned=False, crop=True)
     assert not (tmp_path / "other").exists()
+    # (a string is true in Python: force="no" replaced the outputs, plots="false" wrote them)
+    for flag, value in (("force", "no"), ("plots", "false"), ("aligned", "no"), ("crop", 2),
+                        ("keep_dtype", "no")):
+        with pytest.raises(xcorr_app.InputError, match=f"{flag} must be True or False"):
+            res.save(folder, **{flag: value})
+    with pytest.raises(xcorr_app.InputError, match="force must be True or False"):
+        xcorr_app.align_sessions([str(stack_path("cell"))], out=tmp_path / "s", force="no",
+                                 max_shift=8, device="cpu")
+    assert not (tmp_path / "s").exists()
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     res.save(folder, force=True, format="hdf5")
     assert (folder / "aligned.h5").is_file() and not (folder / "quality.png").exists()

@@ -24,7 +24,7 @@ import numpy as np
 from .. import backend
 from ..backend import DEVICES
 from ..correlate import normalize_max_shift, output_shape
-from ..errors import InputError
+from ..errors import InputError, check_flags
 from ..io import SUPPORTED_DTYPES, parse_axes
 from ..registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ..streaming import parse_memory
@@ -122,9 +122,8 @@ class AlignOptions(RunOptions):
             from ..filters import bank_weights
 
             bank_weights(self.features, 1)
-        for flag in ("verify", "quality", "interpolate_low", "tune"):
-            if not isinstance(getattr(self, flag), (bool, np.bool_)):
-                raise InputError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        check_flags(**{flag: getattr(self, flag)
+                       for flag in ("verify", "quality", "interpolate_low", "tune")})
         if self.min_confidence is not None:
             v = _no_bool(self.min_confidence, "min_confidence")
             if not isinstance(v, numbers.Real) or not v >= 0 or not np.isfinite(v):

@@ -339,7 +339,8 @@ class AlignResult:
         fill = check_save(patches=self.motion_field is not None, aligned=aligned,
                           model="translation" if self.rotation_deg is None else "rigid-body",
                           format=format, resample=resample, crop=crop, fill=fill,
-                          keep_dtype=keep_dtype, channels=channels, in_place=in_place)
+                          keep_dtype=keep_dtype, channels=channels, in_place=in_place,
+                          plots=plots, force=force)
         if channels is not None:
             measured = self.settings.get("channel")
             channels = check_channels(channels, channels_of(self.source, measured), measured)

@@ -228,7 +228,7 @@ class Session:
             opts.check_executor("dask")
         # (on a cluster too, each recording runs in one process: a worker's)
         opts.check_executor("gpus" if opts.gpus is not None else "process")
-        _check_save(opts, save)
+        _check_save(opts, save, force)
         if out is not None and (not str(out).strip() or Path(out).is_file()):
             raise InputError(f"out is the folder of the recordings' folders and "
                              f"{SESSIONS_TABLE}, not {'a file' if str(out).strip() else 'empty'}"
@@ -266,20 +266,20 @@ class Session:
         return rows
 
 
-def _check_save(opts, save):
+def _check_save(opts, save, force):
     """The options of the saved outputs, checked once before any recording runs."""
     from ..io import parse_out_format
     from .outputs import check_save
 
-    kw = {k: save[k] for k in ("aligned", "resample", "crop", "fill", "keep_dtype", "in_place")
-          if k in save}
+    kw = {k: save[k] for k in ("aligned", "plots", "resample", "crop", "fill", "keep_dtype",
+                               "in_place") if k in save}
     channels = save.get("channels")
     if channels is not None and opts.channel is None:
         raise InputError("channels writes other channels aligned by the shifts of one: give "
                          "channel=K, the channel the shifts are measured on")
     # ("all": every recording's channels, counted per recording; refused with NWB here, once)
     check_save(patches=opts.patches is not None, format=parse_out_format(
-        save.get("format", "tiff"))[0], channels=channels, model=opts.model, **kw)
+        save.get("format", "tiff"))[0], channels=channels, model=opts.model, force=force, **kw)
 
 
 def _check_folders(recordings, folders):

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..._environment import environment
-from ...errors import InputError, OutputError
+from ...errors import InputError, OutputError, check_flags
 from ...io import OUT_FORMATS, aligned_name, json_numbers, json_text, out_format
 from ..warp import RESAMPLE, check_fill
 
@@ -58,13 +58,16 @@ def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patch
 
 
 def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", crop=False,
-               fill=0.0, keep_dtype=False, channels=None, in_place=False, model="translation"):
+               fill=0.0, keep_dtype=False, channels=None, in_place=False, model="translation",
+               plots=True, force=False):
     """The options of the aligned stack, checked before anything is read or written (an
     :class:`InputError` in the API's names; ``xcorr align`` says them as flags).  Returns the
     fill value, checked (:func:`~xcorr_app.alignment.warp.check_fill`).  ``model``
     ``rigid-body`` warps as a motion field does (``resample`` bilinear or cubic)."""
     from ..piecewise import FIELD_RESAMPLE
 
+    check_flags(aligned=aligned, plots=plots, force=force, crop=crop, keep_dtype=keep_dtype,
+                in_place=in_place)
     if format not in OUT_FORMATS:
         raise InputError(f"unknown format {format!r}; use one of {', '.join(OUT_FORMATS)}")
     if in_place and (format != "nwb" or not aligned):
