@@ -6,7 +6,7 @@ from scipy import ndimage as ndi
 
 from xcorr_app import align, estimate_shifts
 from xcorr_app.alignment._result import agreement
-from xcorr_app.errors import XcorrError
+from xcorr_app.errors import InputError, XcorrError
 
 from sample_paths import SAMPLES, folder_path, stack_path, truth
 
@@ -38,6 +38,14 @@ def test_reference_previous_and_index(rng):
     np.testing.assert_array_equal(prev.shifts, want)
     idx = align(stack, 2, device="cpu", subpixel="none")
     np.testing.assert_array_equal(idx.shifts, -(pos - pos[2]))
+    # (np.argmax's index, and a 0-d integer array: the frame index, not an image)
+    for index in (np.int64(2), np.array(2, np.int32)):
+        got = align(stack, index, device="cpu", subpixel="none")
+        np.testing.assert_array_equal(got.shifts, idx.shifts)
+        assert got.settings["reference"] == idx.settings["reference"]
+    for bad in (1.5, np.float64(2.0), np.array(2.5)):
+        with pytest.raises(InputError, match="neither a frame index"):
+            align(stack, bad, device="cpu")
 
 
 @pytest.mark.parametrize("name", SAMPLES)

@@ -101,7 +101,7 @@ class AlignOptions(RunOptions):
         _choice("boundary", self.boundary, BOUNDARIES)
         _choice("lucas_kanade", self.lucas_kanade, LUCAS_KANADE)
         _choice("device", self.device, DEVICES)
-        _check_reference(self.reference)
+        put("reference", _check_reference(self.reference))
         if self.upsample is not None:
             put("upsample", check_upsample(self.upsample))
             if self.subpixel != "upsample" and self.boundary == "linear":
@@ -424,15 +424,22 @@ def _choice(name, value, choices):
 
 
 def _check_reference(reference):
-    """The reference's kind, checked before anything is read (its image: when read)."""
+    """The reference's kind, checked before anything is read (its image: when read); a NumPy
+    integer (``np.argmax``'s) or 0-d integer array as the frame index it is, an ``int``."""
     if isinstance(reference, (bool, np.bool_)) or reference is None:
         raise InputError(f"reference must be one of {CHOICES}; got {reference!r}")
+    if getattr(reference, "shape", None) == () or isinstance(reference, numbers.Number):
+        if np.issubdtype(np.asarray(reference).dtype, np.integer):
+            return int(reference)
+        raise InputError(f"reference {reference!r} is neither a frame index (an integer) nor "
+                         f"an image (H, W) array; use one of {CHOICES}")
     if isinstance(reference, (str, Path)) and not str(reference).strip():
         raise InputError(f"reference is empty; use one of {CHOICES}")
     refined_passes(reference)  # a bad refined:ITER
     mean_count(reference, 1)  # a bad mean:N
     if hasattr(reference, "shape") and hasattr(reference, "dtype"):
         check_pixel_type(reference.dtype, "the reference")
+    return reference
 
 
 def _gpu_spec(gpus):
