@@ -257,3 +257,54 @@ def test_an_ome_tiff_writer_whose_disk_fills_fails_at_once(tmp_path, monkeypatch
             for _ in range(100):  # (more chunks than the queue holds)
                 w.write(np.zeros((4, 8, 9), np.float32))
     assert list(tmp_path.iterdir()) == []
+
+
+def _volumes(rng, n=5, depth=4, shape=(40, 44)):
+    base = ndi.gaussian_filter(rng.random((depth + 4, shape[0] + 8, shape[1] + 8)), 1.5)
+    return (1000 * np.stack([base[2:2 + depth, 4 + i % 3:4 + i % 3 + shape[0],
+                                  4 - i % 2:4 - i % 2 + shape[1]] for i in range(n)])
+            ).astype(np.uint16)
+
+
+@pytest.mark.parametrize("kind", ["imagej", "ome-tiff", "ome-zarr"])
+def test_aligned_volumes_keep_the_z_step(tmp_path, kind):
+    """The distance between Z planes (ImageJ's spacing, OME's PhysicalSizeZ in its own unit,
+    an OME-Zarr z scale) is said by ``xcorr info`` and carried into the aligned volumes'
+    aligned.tif as Fiji's voxel depth (it was dropped: Fiji showed 1 um)."""
+    v = _volumes(np.random.default_rng(5))
+    if kind == "imagej":
+        path = tmp_path / "fiji.tif"
+        tifffile.imwrite(path, v, imagej=True, resolution=(5, 5),
+                         metadata={"axes": "TZYX", "unit": "um", "spacing": 1.5})
+    elif kind == "ome-tiff":
+        path = tmp_path / "scope.ome.tif"
+        tifffile.imwrite(path, v, ome=True, metadata={
+            "axes": "TZYX", "PhysicalSizeX": 0.2, "PhysicalSizeY": 0.2, "PhysicalSizeXUnit":
+            "µm", "PhysicalSizeYUnit": "µm", "PhysicalSizeZ": 1500, "PhysicalSizeZUnit": "nm"})
+    else:
+        zarr = pytest.importorskip("zarr")
+        path = tmp_path / "v.ome.zarr"
+        group = zarr.open_group(str(path), mode="w", zarr_format=2)
+        group.create_array("0", data=v, chunks=(1, *v.shape[1:]))
+        space = [{"name": a, "type": "space", "unit": "micrometer"} for a in "zyx"]
+        group.attrs["multiscales"] = [{"version": "0.4", "axes": [
+            {"name": "t", "type": "time"}, *space], "datasets": [{"path": "0",
+            "coordinateTransformations": [{"type": "scale", "scale": [1, 1.5, 0.2, 0.2]}]}]}]
+    assert describe(path)["z_step"] == pytest.approx(1.5)
+    info = xcorr("info", path)
+    assert info.returncode == 0 and "z step 1.5 " in info.stdout, info.stdout
+    r = xcorr("align", path, "--volumes", "--out", tmp_path / "out", "--device", "cpu", "-q")
+    assert r.returncode == 0, r.stderr
+    with tifffile.TiffFile(tmp_path / "out" / "aligned.tif") as tif:
+        meta = tif.imagej_metadata
+        assert meta["spacing"] == pytest.approx(1.5) and meta["unit"] == "um"
+        assert tif.series[0].axes == "TZYX"
+    assert describe(tmp_path / "out" / "aligned.tif")["z_step"] == pytest.approx(1.5)
+
+
+def test_a_z_stack_without_a_z_step_says_unknown(tmp_path):
+    path = tmp_path / "plain.tif"
+    tifffile.imwrite(path, _volumes(np.random.default_rng(6)), imagej=True,
+                     metadata={"axes": "TZYX"})
+    assert describe(path)["z_step"] is None
+    assert "z step unknown" in xcorr("info", path).stdout

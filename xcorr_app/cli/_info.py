@@ -95,6 +95,9 @@ def _describe(path):
     size = d["pixel_size"]
     click.echo("  pixel size " + (f"{size[0]:g} x {size[1]:g} {size[2]}".rstrip() if size
                                   else "unknown"))
+    if "Z" in str(d.get("axes", "")):  # (a Z stack: Fiji's voxel depth)
+        z = d.get("z_step")
+        click.echo("  z step " + (f"{z:g} {size[2]}".rstrip() if z and size else "unknown"))
     interval = d.get("frame_interval")
     click.echo("  frame interval " + (f"{interval:g} s" if interval else "unknown"))
     click.echo(f"  frames {d['frames']} of {d['frame_shape'][0]}x{d['frame_shape'][1]}"

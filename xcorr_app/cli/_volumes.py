@@ -160,6 +160,8 @@ def write_aligned(path, source, shifts, fill, device, channel=None, channels=Non
     meta = {} if split_source(source)[0].suffix.lower() == ".npy" else \
         channel_metadata(_aligned_of_volumes(source, channel), written)["metadata"]
     said = imagej_calibration(meta, int(np.prod(shape[:-2])), len(written or [0]))
+    if meta.get("z_step") and "unit" in said.get("metadata", {}):  # (Fiji's voxel depth)
+        said["metadata"]["spacing"] = float(meta["z_step"])
     with atomic_path(Path(path)) as tmp:
         with tifffile.TiffWriter(tmp, imagej=True, bigtiff=False) as tw:
             tw.write(pages, shape=shape, dtype=np.float32, resolution=said.get("resolution"),

@@ -20,7 +20,9 @@ def describe(path, channel=None) -> dict:
     """What the source ``path`` holds: ``format``, ``shape``, ``axes``, ``dtype``, ``chunks``,
     ``channels`` (count), ``channel_names``, ``pixel_size`` ``(y, x, unit)`` or None,
     ``frame_interval`` (seconds, where the file says: ImageJ, OME-TIFF, OME-Zarr, an HDF5
-    dataset's ``fr``, an NWB series' rate or regular timestamps) or None, ``ngff_version``
+    dataset's ``fr``, an NWB series' rate or regular timestamps) or None, ``z_step`` (between
+    Z planes, in the pixel size's unit: ImageJ's ``spacing``, OME's ``PhysicalSizeZ``, an
+    OME-Zarr z scale) or None, ``ngff_version``
     (an OME-Zarr image's OME-NGFF version, e.g. ``"0.5"``) or None, and as read: ``frames``,
     ``frame_shape``, ``notes``.
 
@@ -41,13 +43,14 @@ def describe(path, channel=None) -> dict:
         info = {"frames": src.n_frames, "frame_shape": tuple(src.frame_shape),
                 "dtype": str(src.dtype), "notes": list(src.notes) + notes,
                 "channels": getattr(src, "n_channels", 1), "frame_interval": None,
+                "z_step": None,
                 "ngff_version": getattr(src, "ngff_version", None)}
         if fmt == "tiff" and file.is_file():
             meta = tiff_metadata(file)
             info.update(format=meta["format"], shape=meta["shape"], axes=named or meta["axes"],
                         chunks=meta["chunks"], pixel_size=meta["pixel_size"],
                         channel_names=meta["channel_names"],
-                        frame_interval=meta["frame_interval"])
+                        frame_interval=meta["frame_interval"], z_step=meta["z_step"])
         elif fmt == "tiff":
             info.update(format=f"folder of {len(src.paths)} TIFF files",
                         shape=(src.n_frames, *src.frame_shape), axes="TYX",
@@ -55,18 +58,19 @@ def describe(path, channel=None) -> dict:
         else:
             info.update(format=src.format, shape=src.shape, axes=src.axes, chunks=src.chunks,
                         pixel_size=src.pixel_size, channel_names=list(src.channel_names),
-                        name=src.name, frame_interval=getattr(src, "frame_interval", None))
+                        name=src.name, frame_interval=getattr(src, "frame_interval", None),
+                        z_step=getattr(src, "z_step", None))
     return info
 
 
 #: a source that says nothing of its calibration (nor of its OME-NGFF version)
 UNCALIBRATED = {"pixel_size": None, "channel_names": [], "frame_interval": None,
-                "ngff_version": None}
+                "ngff_version": None, "z_step": None}
 
 
 def calibration(path) -> dict:
     """What an output of the source ``path`` carries of it: ``pixel_size`` ``(y, x, unit)``,
-    ``channel_names``, ``frame_interval`` and ``ngff_version`` (an OME-Zarr output keeps its
+    ``channel_names``, ``frame_interval``, ``z_step`` and ``ngff_version`` (an OME-Zarr output keeps its
     OME-Zarr input's; None and ``[]`` where it says none), as
     :func:`describe` reads them; a TIFF file that is neither ImageJ nor OME-TIFF is read no
     further than its first page (it holds none: a generic multipage TIFF's series would be

@@ -55,6 +55,34 @@ SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "mse
            "millisecond": 1e-3, "µs": 1e-6, "us": 1e-6, "usec": 1e-6, "microsecond": 1e-6,
            "nanosecond": 1e-9, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0,
            "hour": 3600.0}
+#: meters in a length unit as its formats name it: OME-TIFF's ``PhysicalSize*Unit``, ImageJ's
+#: ``unit``, OME-NGFF's axis units
+METERS = {"m": 1.0, "meter": 1.0, "mm": 1e-3, "millimeter": 1e-3, "µm": 1e-6, "um": 1e-6,
+          "micron": 1e-6, "micrometer": 1e-6, "nm": 1e-9, "nanometer": 1e-9}
+
+
+def z_step(value, unit, xy_unit) -> float | None:
+    """The distance between Z planes ``value`` in ``unit`` as a number in the pixel size's
+    ``xy_unit`` (where both are the same, or both known lengths: :data:`METERS`), else None (no
+    positive finite number: the file says no Z step xcorr can carry).
+
+    >>> z_step(1.5, "µm", "micrometer"), z_step(500, "nm", "µm"), z_step(2, "", "um")
+    (1.5, 0.5, 2.0)
+    >>> z_step(0, "µm", "µm"), z_step(1, "furlong", "µm")
+    (None, None)
+    """
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    unit, xy_unit = str(unit or "").strip(), str(xy_unit or "").strip()
+    if unit and unit != xy_unit:
+        if unit not in METERS or xy_unit not in METERS:
+            return None
+        v *= METERS[unit] / METERS[xy_unit]
+    return v if math.isfinite(v) and v > 0 else None
+
+
 #: what a source path may end in: ``?z=K``, ``?axes=TZYX`` or both (``?z=K&axes=TZYX``)
 _QUERY = re.compile(r"^(.*)\?((?:z=-?\d+|axes=[^?&=]*)(?:&(?:z=-?\d+|axes=[^?&=]*))*)$")
 
@@ -287,6 +315,7 @@ class ArrayFrames:
             raise
         self.pixel_size = pixel_size
         self.frame_interval = None  # (seconds, where the format says: OME-Zarr's time axis)
+        self.z_step = None  # (between Z planes, in the pixel size's unit: OME-Zarr's z axis)
         names = list(channel_names or ())
         self.channel_names = names if len(names) == self.n_channels else []
 

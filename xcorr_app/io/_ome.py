@@ -17,14 +17,15 @@ import numpy as np
 import tifffile
 
 from ..errors import InputError
-from ._formats import SECONDS
+from ._formats import SECONDS, z_step
 from ._tiff import plural, tiff_errors
 
 __all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
 
 
 def _ome_pixels(tif):
-    """``(pixel size, channel names)`` of an OME-TIFF's first image."""
+    """``(pixel size, channel names, Z step)`` of an OME-TIFF's first image (the Z step in
+    the pixel size's unit: :func:`~._formats.z_step`)."""
     with_meta = tifffile.xml2dict(tif.ome_metadata).get("OME", {})
     image = with_meta.get("Image", {})
     image = image[0] if isinstance(image, list) else image
@@ -36,7 +37,10 @@ def _ome_pixels(tif):
     channels = pixels.get("Channel", [])
     channels = channels if isinstance(channels, list) else [channels]
     names = [str(c.get("Name", "")) for c in channels if isinstance(c, dict)]
-    return size, names if any(names) else []
+    z = None
+    if size and "PhysicalSizeZ" in pixels:
+        z = z_step(pixels["PhysicalSizeZ"], pixels.get("PhysicalSizeZUnit", "µm"), size[2])
+    return size, names if any(names) else [], z
 
 
 def _frame_interval(tif) -> float | None:
@@ -59,7 +63,8 @@ def _frame_interval(tif) -> float | None:
 
 
 def _imagej_pixels(tif):
-    """``(pixel size, channel names)`` of an ImageJ TIFF (resolution tags, its ``unit``)."""
+    """``(pixel size, channel names, Z step)`` of an ImageJ TIFF (resolution tags, its
+    ``unit``; ``spacing``, the Z step in that unit)."""
     page, meta = tif.pages.first, tif.imagej_metadata or {}
     size = None
     xres, yres = page.tags.get("XResolution"), page.tags.get("YResolution")
@@ -76,7 +81,8 @@ def _imagej_pixels(tif):
     elif not (isinstance(channels, int) and channels > 1):
         # (one channel: its name is the label of every page; labels that differ name slices)
         labels = labels[:1] if labels and len(set(labels)) == 1 else []
-    return size, labels
+    z = z_step(meta.get("spacing"), "", "") if size and meta.get("slices") else None
+    return size, labels, z
 
 
 def says_calibration(path: Path) -> bool:
@@ -93,22 +99,24 @@ def tiff_metadata(path: Path) -> dict:
     """What a TIFF file's first series holds: ``shape``, ``axes`` (tifffile's letters: ``T``,
     ``C``, ``Z``, ``Y``, ``X``, ``S`` samples, ``I``/``Q`` unnamed), ``dtype``, ``chunks``
     (one page), ``pixel_size`` ``(y, x, unit)`` or None, ``channel_names``, ``format``,
-    ``frame_interval`` (seconds) or None."""
+    ``frame_interval`` (seconds) or None, ``z_step`` (the distance between Z planes in the
+    pixel size's unit, where the file has a Z axis and says it) or None."""
     with tiff_errors(path), tifffile.TiffFile(path) as tif:
         if not tif.series:
             raise InputError(f"{path} contains no image; give a TIFF file with image data")
         series = tif.series[0]
-        size, names, fmt = None, [], "TIFF"
+        size, names, z, fmt = None, [], None, "TIFF"
         if tif.is_ome and tif.ome_metadata:
-            size, names = _ome_pixels(tif)
+            size, names, z = _ome_pixels(tif)
             fmt = "OME-TIFF"
         elif tif.is_imagej:
-            size, names = _imagej_pixels(tif)
+            size, names, z = _imagej_pixels(tif)
             fmt = "ImageJ TIFF"
         return {"shape": tuple(series.shape), "axes": series.axes,
                 "dtype": np.dtype(series.dtype), "chunks": tuple(series.keyframe.shape),
                 "pixel_size": size, "channel_names": names, "format": fmt,
-                "frame_interval": _frame_interval(tif)}
+                "frame_interval": _frame_interval(tif),
+                "z_step": z if "Z" in series.axes else None}
 
 
 class PlaneFrames:

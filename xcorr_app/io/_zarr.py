@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import InputError
 from ._axes import given_axes, guessed_axes
-from ._formats import SECONDS, ArrayFrames, library_errors, need
+from ._formats import SECONDS, ArrayFrames, library_errors, need, z_step
 from ._pread import StoredArray, chunk_slabs, preadable
 
 __all__ = ["open_zarr", "ome_metadata", "stored_chunks", "absent_chunks"]
@@ -82,15 +82,16 @@ def frame_interval_of(meta) -> float | None:
 
 
 def _ome_layout(meta, name):
-    """``(level-0 path, axes, pixel size, channel names)`` of OME-Zarr metadata: the pixel
-    size the level-0 scale of its ``y`` and ``x`` axes in their unit, None where neither axis
-    names a unit (a unit is optional in OME-NGFF: a scale without one is in pixels).
+    """``(level-0 path, axes, pixel size, channel names, Z step)`` of OME-Zarr metadata: the
+    pixel size the level-0 scale of its ``y`` and ``x`` axes in their unit, None where neither
+    axis names a unit (a unit is optional in OME-NGFF: a scale without one is in pixels); the
+    Z step its ``z`` axis' scale in that unit (:func:`~._formats.z_step`), or None.
 
     >>> meta = {"multiscales": {"axes": [{"name": "t"}, {"name": "y"}, {"name": "x"}],
     ...     "datasets": [{"path": "0", "coordinateTransformations": [
     ...         {"type": "scale", "scale": [1.0, 1.0, 1.0]}]}]}, "omero": {}}
     >>> _ome_layout(meta, "s.zarr")
-    ('0', 'TYX', None, [])
+    ('0', 'TYX', None, [], None)
     >>> meta["multiscales"]["axes"][2]["unit"] = "micrometer"
     >>> _ome_layout(meta, "s.zarr")[2]
     (1.0, 1.0, 'micrometer')
@@ -102,7 +103,7 @@ def _ome_layout(meta, name):
     axes_meta = scale.get("axes") or []
     names = [a["name"] if isinstance(a, dict) else str(a) for a in axes_meta]
     axes = "".join(n[:1].upper() for n in names)
-    pixel_size = None
+    pixel_size = z = None
     for transform in datasets[0].get("coordinateTransformations") or []:
         if transform.get("type") == "scale" and len(transform.get("scale", ())) == len(names):
             units = {a.get("name"): a.get("unit") for a in axes_meta if isinstance(a, dict)}
@@ -110,8 +111,10 @@ def _ome_layout(meta, name):
             unit = units.get("x") or units.get("y")
             if "y" in s and "x" in s and unit:
                 pixel_size = (float(s["y"]), float(s["x"]), str(unit))
+                if "z" in s:
+                    z = z_step(s["z"], units.get("z") or unit, unit)
     labels = [c.get("label", "") for c in meta["omero"].get("channels", [])]
-    return datasets[0]["path"], axes, pixel_size, labels
+    return datasets[0]["path"], axes, pixel_size, labels, z
 
 
 def _arrays(group, prefix=""):
@@ -153,10 +156,11 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
         node = zarr.open(str(file), mode="r")
     given, axes = axes, None
     notes, pixel_size, labels, interval, version, fmt = [], None, [], None, None, "Zarr"
+    z_spacing = None
     if not hasattr(node, "dtype"):  # a group: OME-Zarr, a named array, or its only array
         meta = ome_metadata(node.attrs)
         if meta is not None and not dataset:
-            dataset, axes, pixel_size, labels = _ome_layout(meta, file)
+            dataset, axes, pixel_size, labels, z_spacing = _ome_layout(meta, file)
             interval, version, fmt = frame_interval_of(meta), meta["version"], "OME-Zarr"
             levels = len(meta["multiscales"].get("datasets", []))
             if levels > 1:
@@ -199,6 +203,7 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
                       channel_names=labels, fmt=fmt,
                       paths=[file], notes=notes, stored=stored_chunks, absent=absent_chunks)
     src.frame_interval = interval
+    src.z_step = z_spacing if "Z" in axes else None
     src.ngff_version = version  # (an OME-Zarr output keeps it: 0.5 stays 0.5)
     return src
 

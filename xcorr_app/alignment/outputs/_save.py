@@ -155,6 +155,7 @@ def aligned_as(src, path, keep_dtype, format=None, dataset=None, force=False) ->
             "metadata": {"pixel_size": size, "source": _input_name(path),
                          "channel_names": said.get("channel_names") or [],
                          "frame_interval": said.get("frame_interval"),
+                         "z_step": said.get("z_step") if size else None,
                          "ngff_version": said.get("ngff_version"),
                          **({"replace": bool(force)} if format == "nwb" else {})},
             **({"dataset": dataset} if dataset is not None else {})}
