@@ -308,3 +308,15 @@ def test_a_z_stack_without_a_z_step_says_unknown(tmp_path):
                      metadata={"axes": "TZYX"})
     assert describe(path)["z_step"] is None
     assert "z step unknown" in xcorr("info", path).stdout
+
+
+def test_the_filtered_stack_keeps_the_pixel_size_and_the_frame_interval(imagej_input,
+                                                                          tmp_path):
+    """``xcorr filter`` wrote a stack of 1 x 1 pixels without a frame interval."""
+    out = tmp_path / "f.tif"
+    r = xcorr("filter", imagej_input, "--kernel", "gaussian:1", "--out", out, "--device", "cpu",
+              "-q")
+    assert r.returncode == 0, r.stderr
+    size, unit, interval, axes = _calibration(out)
+    assert size == pytest.approx((0.5, 0.25)) and unit == "um" and axes == "TYX"
+    assert interval == pytest.approx(0.2)

@@ -108,7 +108,7 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
     channels and ``chunks(dev, client, gpu_ids, chunk)``, the ``(start, filtered chunk)`` pairs
     of chunks of at most ``chunk`` frames (``chunk_frames``, fewer where the host holds fewer:
     :func:`host_chunk`)."""
-    from ..io import BackgroundWrites, TiffStackWriter
+    from ..io import BackgroundWrites, TiffStackWriter, calibration, imagej_calibration
 
     dev = note_device(device, quiet)
     with open_src() as src, output_run(path, out_path, force) as run, \
@@ -124,9 +124,11 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
         print_notes(src, quiet)
         t0 = time.perf_counter()
         filtered = chunks(dev, client, gpu_ids, chunk)
+        said = calibration(path)  # (the pixel size and the frame interval: not the channels')
+        kept = imagej_calibration({k: said[k] for k in ("pixel_size", "frame_interval")})
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32",
-                                n_frames=src.n_frames * n_out, channels=n_out) as w, \
+                                n_frames=src.n_frames * n_out, channels=n_out, **kept) as w, \
                 BackgroundWrites(w) as background:  # the next chunk filtered meanwhile
             for _, out in filtered:
                 background.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))
