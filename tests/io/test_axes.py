@@ -302,3 +302,17 @@ def test_apply_shifts_reads_with_axes(tmp_path, data):
     inside = (slice(None), slice(3, -3), slice(3, -3))  # (the edges: fill where moved out)
     first = np.broadcast_to(data["TYX"][0], frames.shape)
     np.testing.assert_allclose(frames[inside], first[inside], atol=1e-3)
+
+
+def test_info_says_the_frames_of_a_file_written_a_page_at_a_time_and_an_unnamed_axis(tmp_path):
+    """``xcorr info`` said "shape 32 x 32 (axes YX)" beside "frames 5" for a file written one
+    frame per call (a series a page), and gave a plain stack's tifffile ``Q`` axis unexplained."""
+    frames = np.random.default_rng(1).integers(0, 4000, (5, 32, 40), dtype=np.uint16)
+    with tifffile.TiffWriter(tmp_path / "loop.tif") as w:
+        for f in frames:
+            w.write(f)
+    tifffile.imwrite(tmp_path / "plain.tif", frames)
+    d = describe(tmp_path / "loop.tif")
+    assert d["shape"] == (5, 32, 40) and d["axes"] == "TYX" and d["frames"] == 5
+    out = CliRunner().invoke(cli, ["info", str(tmp_path / "plain.tif")]).output
+    assert "axes QYX; Q, an axis the file does not name, is read as frames" in out, out

@@ -87,7 +87,10 @@ def _describe(path):
     version = d.get("ngff_version")
     click.echo(f"{d.get('name', path)}: {d['format']}"
                + (f" (OME-NGFF {version})" if version else ""))
-    click.echo(f"  shape {' x '.join(map(str, d['shape']))} (axes {d['axes']}), {d['dtype']}")
+    unnamed = "; Q, an axis the file does not name, is read as frames" if "Q" in d["axes"] \
+        else ""
+    click.echo(f"  shape {' x '.join(map(str, d['shape']))} (axes {d['axes']}{unnamed}), "
+               f"{d['dtype']}")
     chunks = d["chunks"]
     click.echo(f"  chunks {' x '.join(map(str, chunks)) if chunks else 'none (contiguous)'}")
     names = ", ".join(n or "?" for n in d["channel_names"])

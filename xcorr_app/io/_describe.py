@@ -47,6 +47,11 @@ def describe(path, channel=None) -> dict:
                 "ngff_version": getattr(src, "ngff_version", None)}
         if fmt == "tiff" and file.is_file():
             meta = tiff_metadata(file)
+            if len(meta["shape"]) == len(meta["chunks"]) and src.n_frames > 1:
+                # (a series a page, written one by one: its frames as they are read)
+                lead = getattr(src, "frame_layout", None) or (("T", src.n_frames),)
+                meta.update(shape=(*(n for _, n in lead), *meta["shape"]),
+                            axes="".join(a for a, _ in lead) + meta["axes"])
             info.update(format=meta["format"], shape=meta["shape"], axes=named or meta["axes"],
                         chunks=meta["chunks"], pixel_size=meta["pixel_size"],
                         channel_names=meta["channel_names"],
