@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tifffile
 from scipy import ndimage as ndi
 
 from xcorr_app import align, estimate_shifts
@@ -139,3 +140,16 @@ def test_agreement_rule():
     assert agreement(sh, fft, fft_int, None).tolist() == [True, False, True, False]
     assert agreement(sh[2:3], fft[2:3], fft_int[2:3], (4, 4)).tolist() == [False]
     assert agreement(sh[2:3], fft[2:3], fft_int[2:3], (5, 5)).tolist() == [True]
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">u2"])
+def test_a_big_endian_array_aligns_as_its_native_copy(dtype):
+    """Big-endian pixels (an instrument's raw file mapped with np.memmap) were refused as a
+    pixel type to convert; a TIFF of them was read."""
+    stack = (1000 * tifffile.imread(stack_path("cell"))[:6].astype(np.float32)
+             / 4096).astype(dtype[1:])
+    native = align(stack, device="cpu", max_shift=8)
+    swapped = stack.astype(dtype)
+    got = align(swapped, device="cpu", max_shift=8)
+    np.testing.assert_array_equal(got.shifts, native.shifts)
+    assert swapped.dtype.byteorder == ">"  # (the input as it was)

@@ -539,5 +539,11 @@ def as_stack(stack_or_path, what="the stack"):
     if not (hasattr(stack_or_path, "shape") and hasattr(stack_or_path, "dtype")):
         raise InputError(f"{what} must be a path, an (N, H, W) array or a sequence of 2-D "
                          f"arrays, not {type(stack_or_path).__name__}")
-    check_pixel_type(stack_or_path.dtype, what)
+    dt = np.dtype(stack_or_path.dtype)
+    if isinstance(stack_or_path, np.ndarray) and not dt.isnative:
+        # (big-endian pixels, as an instrument's raw file maps them: in this machine's order, a
+        # copy; a TIFF of them is read so anyway)
+        check_pixel_type(dt.newbyteorder("="), what)
+        return stack_or_path.astype(dt.newbyteorder("="))
+    check_pixel_type(dt, what)
     return stack_or_path

@@ -76,6 +76,10 @@ def check_save(*, patches, aligned=True, format="tiff", resample="bilinear", cro
     if format == "nwb" and channels is not None:
         raise InputError("an NWB output holds the aligned movie of one channel: leave "
                          "channels out")
+    if resample not in RESAMPLE and resample not in FIELD_RESAMPLE:
+        raise InputError(f"unknown resampling {resample!r}; use "
+                         f"{' or '.join(RESAMPLE)} (rigid shifts), or "
+                         f"{' or '.join(FIELD_RESAMPLE)} (patches, model rigid-body)")
     if model != "translation" and not patches and resample not in FIELD_RESAMPLE:
         raise InputError(f"resample={resample} is not available with model {model}, which "
                          f"rotates the frames (use resample="
