@@ -177,6 +177,13 @@ def test_bad_shapes(ref_shape, mov_shape):
     assert "2-D" in _one_line(excinfo)
 
 
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0)])
+def test_images_without_pixels_are_an_input_error(shape):
+    with pytest.raises(InputError) as excinfo:  # (it was scipy's ValueError from the FFT)
+        phase_cross_correlation(np.ones(shape), np.ones(shape))
+    assert "pixels" in _one_line(excinfo)
+
+
 @pytest.mark.parametrize("kw, word", [(dict(space="fft"), "space"), (dict(space=None), "space"),
                                       (dict(normalization="none"), "normalization"),
                                       (dict(upsample_factor=0.5), "upsample_factor"),

@@ -217,6 +217,9 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     if reference.ndim != 2 or reference.shape != moving.shape:
         raise InputError(f"phase_cross_correlation needs two 2-D images of the same shape, got "
                          f"{reference.shape} and {moving.shape}")
+    if 0 in reference.shape:
+        raise InputError(f"phase_cross_correlation needs images with pixels, got "
+                         f"{reference.shape}")
     _check_region(u, reference.shape)
 
     src_freq, target_freq = _spectrum(reference, space, xp), _spectrum(moving, space, xp)
