@@ -148,13 +148,13 @@ class InProcess(Executor):
     def settings(self) -> dict:
         return {**super().settings(), "device_note": self.device_note}
 
-    def field(self, opts, rigid, out, quality=None):
+    def field(self, opts, rigid, out, quality=None, progress=None):
         from .piecewise import measure_field
 
         src = self.src
         kept = src.stack if src.stash is not None and src.stash.complete else self.stack
         return measure_field(opts, kept, rigid, self.xp, self.chunk, out=out,
-                             prepared=self.prepared, quality=quality)
+                             prepared=self.prepared, quality=quality, progress=progress)
 
     def fill_out(self, res, out):
         from ._aligned_out import fill_out
@@ -275,11 +275,11 @@ class OnGpus(Executor):
     def settings(self) -> dict:
         return {**super().settings(), "gpus": list(self.ids)}
 
-    def field(self, opts, rigid, out, quality=None):
+    def field(self, opts, rigid, out, quality=None, progress=None):
         from .piecewise import measure_field
 
         return measure_field(opts, self.stack, rigid, self.xp, self.chunk, executor=self,
-                             quality=quality)
+                             quality=quality, progress=progress)
 
     def fill_out(self, res, out):
         from ._aligned_out import fill_out

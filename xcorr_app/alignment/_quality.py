@@ -192,7 +192,7 @@ class QualityReport:
 
 
 def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
-                    rotation=None, relative_to=None):
+                    rotation=None, relative_to=None, progress=None):
     """The :class:`QualityReport` of a run's ``shifts`` (N, 2) against ``template`` (the image
     the run's last pass measured against, as it came: the first frame, the mean, the refined
     template), its frames read once more through ``executor`` (its ranges, where it reads).
@@ -201,7 +201,8 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
     rigid-body run's angles (N,) degrees: its frames rotated and shifted
     (:func:`~.warp.rigid_body_field`).  ``relative_to``: the frame whose place the shifts
     are in, where ``template`` is a template of the frames (each frame's rotation is judged
-    against that frame's: :func:`~.piecewise.rotated_frames`)."""
+    against that frame's: :func:`~.piecewise.rotated_frames`).  ``progress(k)``: called with
+    each chunk's frames as it is read."""
     shifts = np.asarray(shifts, np.float64)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
     t = executor.portable(executor.xp.asarray(template))  # (as it came)
@@ -215,14 +216,14 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
                      0 if field is None else 1)
         part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
                                  template=t, host=not executor.local, field=field)
-        return report_of(executor.map(part, None), shifts, area, xp=executor.xp,
+        return report_of(executor.map(part, progress), shifts, area, xp=executor.xp,
                          rotation=(frame_shape, relative_to))
     field, centres, size = (np.asarray(patches[0], np.float64),
                             np.asarray(patches[1], np.float64), tuple(int(v) for v in patches[2]))
     part = functools.partial(_patch_part, opts=opts, field=field, ok=patch_ok(shifts, field),
                              chunk=chunk, template=t, centres=centres, size=size,
                              host=not executor.local)
-    parts = executor.map(part, None)
+    parts = executor.map(part, progress)
     return report_of([p[:5] for p in parts], shifts, parts[0][5], centres.shape[:2],
                      xp=executor.xp)
 
@@ -293,15 +294,17 @@ class PatchReport:
                                         self.frame_shape, whole=True)
         return self.quality
 
-    def report(self, res, executor):
-        """The :class:`QualityReport` of the run's result ``res`` (its shifts and field)."""
+    def report(self, res, executor, progress=None):
+        """The :class:`QualityReport` of the run's result ``res`` (its shifts and field;
+        ``progress``: :func:`measure_quality`'s, where it reads the stack)."""
         field = res.motion_field
         q = self.quality
         if q is not None:
             return report_of([q.result(patch_ok(res.shifts, field))], res.shifts, q.area,
                              field.shape[1:3])
         return measure_quality(self.opts, res.shifts, executor, self.frame_shape, self.template,
-                               (field, res.patch_centres, res.settings["patches"]["size"]))
+                               (field, res.patch_centres, res.settings["patches"]["size"]),
+                               progress=progress)
 
 
 def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, template, centres,
@@ -319,6 +322,8 @@ def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, templ
             b = a + len(frames)
             q.add(a, frames, xp.asarray(np.where(ok[a:b, None, None, None], field[a:b], 0.0)),
                   ok=ok[a:b])
+            if progress is not None:
+                progress(len(frames))
     if xp is not np:
         q.settle()  # (the figures while the device finishes the chunks)
         xp.cuda.Device().synchronize()  # (the chunks' streams)
@@ -633,6 +638,8 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         for first, frames in chunks:
             a = start + first
             b = a + len(frames)
+            if progress is not None:
+                progress(len(frames))
             frames = scaled_by(frames, k, xp)
             host_ok = np.isfinite(shifts[a:b]).all(axis=1)
             ok = None if host_ok.all() else xp.asarray(host_ok)

@@ -112,8 +112,9 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         opts, src, static, static_note, why = remove_static(opts, src, executor, why)
         choices = ([bidi_note] if bidi_note else []) + ([static_note] if static_note else []) \
             + auto_notes(opts, why)
+        measuring, patching, reporting = _phases(progress, src.n_frames, opts)
         table, opts, more, image, unrefined = measure_passes(
-            opts, src, executor, progress, reference_fit=not static.get("removed"))
+            opts, src, executor, measuring, reference_fit=not static.get("removed"))
         if unrefined is not None:  # (the model of a pattern removed judges the refinement)
             table, note = refined_or_first(static, read, table, unrefined, executor.xp)
             more += [note] if note else []
@@ -140,12 +141,15 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         if opts.patches is not None:
             filled = executor.fills_out_in_field and out is not None
             report = PatchReport(opts, src.n_frames, src.frame_shape) if opts.quality else None
-            res.set_field(executor.field(opts, res.shifts, out if filled else None, report))
+            passes = _Progress(patching, src.n_frames, opts.patch_template_passes + 1)
+            res.set_field(executor.field(opts, res.shifts, out if filled else None, report,
+                                         progress=passes))
+            passes.finish()
             res.settings["patches"]["template_passes"] = opts.patch_template_passes
         if out is not None and not filled:
             executor.fill_out(res, out)
         if report is not None:  # (on one device measured as the last patch pass warped)
-            res.quality = report.report(res, executor)
+            res.quality = report.report(res, executor)  # (its pass of its own: no share)
         elif opts.quality:  # (the frames read again: the report trusts no shift it checks)
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
@@ -153,7 +157,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                 opts, res.shifts, executor, src.frame_shape, image, rotation=res.rotation_deg,
                 # (a rigid-body run's: against frame 0 itself where rigid_body_result made it
                 # the template, else its template's own)
-                relative_to=0 if opts.from_template and opts.model == "translation" else None)
+                relative_to=0 if opts.from_template and opts.model == "translation" else None,
+                progress=reporting)
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)
     res.seconds = time.perf_counter() - t0
@@ -358,6 +363,50 @@ def frame_sums(src, xp, start, stop, progress, *, count, chunk):
     for a in range(start, stop, chunk):
         acc += xp.asarray(src.read(a, min(a + chunk, stop))).astype(xp.float64).sum(axis=0)
     return acc if xp is np else backend.to_numpy(acc)
+
+
+#: the share of a run's progress bar the measuring passes fill where a patch pass follows (it
+#: takes most of such a run: three refinements of every patch), or a rigid run's quality report
+#: (a pass of its own over the stack)
+MEASURING_SHARE = {"patches": 0.3, "quality": 0.75}
+
+
+class _Phase:
+    """``progress`` of one phase of a run (its frames counted to ``n``) as the share ``[lo,
+    hi)`` of the stack's ``n`` frames: one bar over the measuring passes, the patch pass and
+    the quality report's pass.
+
+    >>> seen = []
+    >>> phase = _Phase(seen.append, 10, 0.3, 1.0)
+    >>> for k in (4, 4, 2):
+    ...     phase(k)
+    >>> seen, sum(seen)
+    ([2, 3, 2], 7)
+    """
+
+    def __init__(self, progress, n, lo, hi):
+        self.progress, self.n = progress, max(int(n), 1)
+        self.first, self.last = round(lo * n), round(hi * n)
+        self.done = self.at = 0
+
+    def __call__(self, k):
+        self.done += k
+        at = self.first + min(self.done, self.n) * (self.last - self.first) // self.n
+        if at > self.first + self.at and self.progress is not None:
+            self.progress(at - self.first - self.at)
+            self.at = at - self.first
+
+
+def _phases(progress, n, opts):
+    """``progress`` for the measuring passes, the patch pass and the rigid quality report's
+    pass (:class:`_Phase`: the first fills the bar alone where no other follows)."""
+    if opts.patches is not None:
+        cut = MEASURING_SHARE["patches"]
+        return _Phase(progress, n, 0.0, cut), _Phase(progress, n, cut, 1.0), None
+    if opts.quality:
+        cut = MEASURING_SHARE["quality"]
+        return _Phase(progress, n, 0.0, cut), None, _Phase(progress, n, cut, 1.0)
+    return _Phase(progress, n, 0.0, 1.0), None, None
 
 
 class _Progress:

@@ -281,11 +281,11 @@ class DaskExecutor(Executor):
         return {**super().settings(), "device": resolved, "dask": {"tasks": len(ranges),
                                                "task_frames": [b - a for a, b in ranges]}}
 
-    def field(self, opts, rigid, out, quality=None):
+    def field(self, opts, rigid, out, quality=None, progress=None):
         from ..alignment import measure_field
 
         return measure_field(opts, self.stack, rigid, np, self.chunk, executor=self,
-                             quality=quality)
+                             quality=quality, progress=progress)
 
 
 class _ClientFrames:

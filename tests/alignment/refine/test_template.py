@@ -318,3 +318,28 @@ def test_gpu_template_accumulator_matches_numpy():
     got(0, cp.asarray(frames), cp.asarray(block))
     np.testing.assert_allclose(got.template(cp.asarray(frames[0])).get(),
                                want.template(frames[0]), atol=1e-5)
+
+
+@pytest.mark.parametrize("kw, later", [(dict(patches=(2, 2), max_shift=6), "measure_range"),
+                                       (dict(max_shift=6), "_rows_part")])
+def test_progress_goes_on_through_the_patch_pass_and_the_quality_report(monkeypatch, kw, later):
+    """The bar filled with the measuring passes, then stood still through the patch pass (most
+    of a --patches run) and the quality report's pass: each now fills a share of it, every
+    frame still counted once in all."""
+    import xcorr_app.alignment._quality as Q
+    import xcorr_app.alignment.piecewise._patch_pass as PP
+
+    s = make_stack("plain", 0, quick=True)
+    seen, at_start = [], []
+    owner = PP if later == "measure_range" else Q
+    original = getattr(owner, later)
+
+    def marked(*args, **kwargs):
+        at_start.append(sum(seen))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, later, marked)
+    align(s.frames, device="cpu", chunk_frames=2, progress=seen.append, **kw)
+    n = len(s.frames)
+    assert sum(seen) == n and min(seen) > 0
+    assert at_start and at_start[0] < n  # (the later pass had its share to fill)

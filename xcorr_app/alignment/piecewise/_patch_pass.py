@@ -110,7 +110,7 @@ def _template_image(opts, src, xp, chunk, rigid):
 
 
 def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=None,
-                  prepared=None, quality=None):
+                  prepared=None, quality=None, progress=None):
     """The patch pass of :func:`xcorr_app.align` (the rules: :mod:`._patches`): a
     :class:`MotionField` from the rigid shifts ``rigid`` ``(N, 2)`` of the run of ``opts``.
 
@@ -134,7 +134,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=N
     were prepared as the patch pass prepares.  ``quality``: a callable ``(xp, template, centres,
     size, in_pass)`` told the last pass's template and grid (the quality report's), which on one
     device (``in_pass``) gives the collector that pass adds every chunk to
-    (:class:`~xcorr_app.alignment._quality.PatchQuality`)."""
+    (:class:`~xcorr_app.alignment._quality.PatchQuality`).  ``progress(k)``: called with the
+    frames of every chunk of every pass as it is measured."""
     check_patch_reference(opts)
     passes = opts.patch_template_passes
     rigid = np.asarray(rigid, np.float64)
@@ -157,8 +158,8 @@ def measure_field(opts, stack_or_path, rigid, xp, chunk, *, executor=None, out=N
                 setup=setup.on_host() if shared else setup, rigid=rigid, accumulate=not last,
                 host=shared, out=None if shared or not last else out,
                 prepared=None if shared else prepared, quality=collect)
-            parts = executor.map(part, None) if shared \
-                else [part(src, xp, 0, src.n_frames, None)]
+            parts = executor.map(part, progress) if shared \
+                else [part(src, xp, 0, src.n_frames, progress)]
             if last:
                 break
             image = next_image(xp, src.frame_shape, [s for _, _, s in parts], setup.image)
@@ -179,11 +180,11 @@ def field_part(src, xp, start, stop, progress, *, opts, chunk, budget, setup, ri
     if chunk is None:
         chunk = frames_per_chunk(opts, src, xp, budget)
     return _measure_part(opts, src, xp, chunk, setup, rigid, (start, stop), accumulate, host,
-                         out, prepared, quality)
+                         out, prepared, quality, progress)
 
 
 def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, out=None,
-                  prepared=None, quality=None):
+                  prepared=None, quality=None, progress=None):
     """Rows of frames ``bounds``, their low flags where kept apart (:func:`measure_range`'s
     ``flags``, else None) and, with ``accumulate``, their warped sums ``(total, coverage)``
     for the next template (NumPy with ``host``, else on ``xp``'s device)."""
@@ -191,7 +192,7 @@ def _measure_part(opts, src, xp, chunk, setup, rigid, bounds, accumulate, host, 
     flags = {}
     rows = measure_range(opts, src, xp, chunk, setup, rigid, *bounds,
                          None if acc is None else acc.add_sums, out=out, prepared=prepared,
-                         flags=flags, quality=quality)
+                         flags=flags, quality=quality, progress=progress)
     if acc is None:
         return rows, flags.get("low"), None
     sums = acc.sums()
@@ -237,7 +238,7 @@ def check_patch_reference(opts):
 
 
 def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None, out=None,
-                  prepared=None, flags=None, quality=None):
+                  prepared=None, flags=None, quality=None, progress=None):
     """Rows ``start:stop`` ``(n, P, 5)`` (host) of one patch pass against ``setup``, chunk by
     chunk; each frame's rows depend only on the frame, ``setup`` and its rigid shift, so ranges
     measured apart give the rows of one run.  ``add_sums(total, count)``, if given, sees each
@@ -255,7 +256,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     ``flags`` (a dict): given ``"low"``, the rows' low flags ``(n, P)`` bool, where the GPU
     pass kept them apart (:meth:`~._patch_rows.KeptRows.low_flags`).  ``quality``: the
     quality report's collector (:func:`measure_field`), given each chunk as it came, its
-    prepared copy, its fields and its warped frames where they are made.
+    prepared copy, its fields and its warped frames where they are made.  ``progress(k)``:
+    called with each chunk's frames once its result is in (on the GPU: once it is queued).
     """
     grid = setup.grid
     dev = "cpu" if xp is np else "gpu"
@@ -272,20 +274,22 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
         xp.cuda.Device().synchronize()
     part = FrameRange(src, start, stop)
 
-    def keep(first, block):  # (a chunk's rows: written in place, no concatenation at the end)
+    def keep(first, block, n):  # (a chunk's rows: written in place, no concatenation)
         if block.shape[-1]:  # (an empty placeholder: the rows stay on the device)
             table[first:first + len(block)] = block
+        if progress is not None:
+            progress(n)
 
     if warp is None or not warp.returns:
         for first, block in map_chunks(lambda: contextlib.nullcontext(part), chunk, work, xp=xp):
-            keep(first, block)
+            keep(first, block, min(chunk, part.n_frames - first))
     else:  # the chunk's warped frames are map_chunks' result; its rows are kept aside
         host_out = out if isinstance(out, np.ndarray) else None
         for first, frames in map_chunks(lambda: contextlib.nullcontext(part), chunk, work,
                                         xp=xp, out=host_out):
             if host_out is None:
                 out(start + first, frames)
-            keep(first, warp.rows.pop(first))
+            keep(first, warp.rows.pop(first), len(frames))
     if quality is not None:  # (its figures made while the device finishes the pass)
         quality.settle()
     if kept is not None:
