@@ -316,3 +316,17 @@ def test_info_says_the_frames_of_a_file_written_a_page_at_a_time_and_an_unnamed_
     assert d["shape"] == (5, 32, 40) and d["axes"] == "TYX" and d["frames"] == 5
     out = CliRunner().invoke(cli, ["info", str(tmp_path / "plain.tif")]).output
     assert "axes QYX; Q, an axis the file does not name, is read as frames" in out, out
+
+
+def test_a_tiff_z_stack_alone_says_its_planes_are_frames(tmp_path):
+    """As the other formats' readers say it (a focal series read as a time series)."""
+    path = tmp_path / "z.tif"
+    tifffile.imwrite(path, np.zeros((6, 16, 16), np.uint16), imagej=True,
+                     metadata={"axes": "ZYX"})
+    with open_stack(path) as src:
+        assert src.n_frames == 6
+        assert any("every Z plane is a frame (axes ZYX)" in n for n in src.notes), src.notes
+    tifffile.imwrite(tmp_path / "t.tif", np.zeros((6, 16, 16), np.uint16), imagej=True,
+                     metadata={"axes": "TYX"})
+    with open_stack(tmp_path / "t.tif") as src:
+        assert not any("Z plane" in n for n in src.notes)

@@ -377,6 +377,9 @@ class TiffFrames:
                                   if i + 1 != self._lead_c)
         self._page_shape = page_shape
         self.n_frames = math.prod(self._frame_lead_shape)
+        if [a for a, _ in self.frame_layout] == ["Z"] and self.n_frames > 1:
+            # (as the other formats say it: a focal series is no time series)
+            self.notes.append(f"{self.path.name}: every Z plane is a frame (axes {axes})")
         self.frame_shape = tuple(n for a, n in zip(page_axes, page_shape) if a != "S")
         self.dtype = dtype
 
