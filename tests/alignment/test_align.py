@@ -153,3 +153,14 @@ def test_a_big_endian_array_aligns_as_its_native_copy(dtype):
     got = align(swapped, device="cpu", max_shift=8)
     np.testing.assert_array_equal(got.shifts, native.shifts)
     assert swapped.dtype.byteorder == ">"  # (the input as it was)
+
+
+@pytest.mark.parametrize("reference, own", [("first", 0), (3, 3), (-2, 10)])
+def test_the_reference_frame_itself_gets_exactly_no_shift(reference, own):
+    """Its fit's rounding (about 1e-8 px) blended an edge of the aligned reference with the
+    fill: a row of NaN with fill=nan."""
+    frames = tifffile.imread(stack_path("cell"))
+    res = align(frames, reference, device="cpu")
+    assert res.shifts[own].tolist() == [0.0, 0.0]
+    aligned = np.concatenate([c for _, c in res.apply(frames, fill=np.nan, device="cpu")])
+    assert not np.isnan(aligned[own]).any()

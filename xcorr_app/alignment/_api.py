@@ -20,10 +20,9 @@ from ..correlate import normalize_max_shift
 from ..errors import InputError
 from ..streaming import check_bound
 from ._executors import InProcess, OnGpus
-from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_frame_shape, check_pixel_type,
-                       check_upsample)
+from ._options import DEFAULT_UPSAMPLE, AlignOptions, check_pixel_type, check_upsample
 from .._run_options import options_signature
-from .rigid import check_choices, prefilter_for
+from .rigid import check_choices, check_frame_shape, prefilter_for
 from .rigid import Measurer, quiet_if_nonfinite
 from .rigid import prepare
 from .rigid import window as make_window
@@ -42,7 +41,7 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
         against it).
     frames : (N, H, W) ndarray
         Frames of at least 4x4 pixels
-        (:func:`~xcorr_app.alignment._options.check_frame_shape` says why), of a pixel type
+        (:func:`~xcorr_app.alignment.rigid.check_frame_shape` says why), of a pixel type
         the TIFF reader reads (uint8, uint16, int16, float16, float32, float64; others are an
         :class:`~xcorr_app.errors.InputError`, as for files).  A frame that is constant or has
         NaN or Inf pixels cannot be measured: its shift and peak are NaN and its confidence 0.

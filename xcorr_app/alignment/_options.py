@@ -48,8 +48,6 @@ LUCAS_KANADE = ("auto", "on", "off", "reference")
 #: ``model``: ``translation`` (a shift per frame) or ``rigid-body`` (a rotation about the
 #: frame's centre and a shift: :mod:`xcorr_app.alignment._rotation`)
 MODELS = ("translation", "rigid-body")
-#: the smallest frame side registered (see :func:`check_frame_shape`)
-MIN_FRAME_SIDE = 4
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -476,23 +474,6 @@ def auto_notes(opts, why) -> list:
     said, the ordinary low-pass goes unsaid; and of what a ``mask`` turned off."""
     return ([why] if why and opts.prefilter != AUTO_LOWPASS else []) + \
         ([MASK_NOTE] if opts.mask is not None else [])
-
-
-def check_frame_shape(frame_shape):
-    """Refuse frames too small to register (:class:`InputError`): both sides must be at least
-    :data:`MIN_FRAME_SIDE` (4) pixels.
-
-    Why 4: with 2 or 3 pixels along a side, the overlaps compared at a shift of one pixel hold
-    2 to 6 pixels, and two overlaps of 2 pixels correlate perfectly (+-1) whatever their content
-    (a 2x2 frame "measured" dx = -1 against itself); and the search window of half the frame
-    (+-1 px at 2 or 3 pixels) puts every non-zero shift on its border, where the subpixel fit has
-    no neighbour.  From 4 pixels on, a shift of +-1 px lies inside a window of +-2 px and keeps
-    an overlap of at least 3 rows or columns.
-    """
-    h, w = frame_shape
-    if h < MIN_FRAME_SIDE or w < MIN_FRAME_SIDE:
-        raise InputError(f"frames of {h}x{w} pixels cannot be registered: both sides must be at "
-                         f"least {MIN_FRAME_SIDE} pixels")
 
 
 def check_pixel_type(dtype, what="the stack"):

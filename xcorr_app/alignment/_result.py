@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..io import json_number, plural
-from .rigid import COLUMN, fft_reference
+from .rigid import COLUMN, fft_reference, own_frame
 
 
 CSV_COLUMNS = ("frame", "source", "dy", "dx", "peak", "confidence", "low_confidence",
@@ -493,7 +493,8 @@ def result_from_table(opts, table, sources, settings, plan, source=None, untrust
     A frame that is constant or has NaN or Inf pixels gets NaN shifts, peak and FFT shifts,
     confidence 0, ``agree`` false and ``low_confidence`` true; a frame whose peak lies on the
     border of the searched window gets confidence 0 and ``low_confidence`` true (its shift is
-    kept: it is the best inside the window, but the drift may exceed it).  Other frames are
+    kept: it is the best inside the window, but the drift may exceed it); the frame that is the
+    reference (:func:`~.rigid.own_frame`) gets a shift of exactly 0.  Other frames are
     untouched.
     """
     c = COLUMN
@@ -513,6 +514,11 @@ def result_from_table(opts, table, sources, settings, plan, source=None, untrust
         fft_outside = (np.abs(fft_int) > np.asarray(opts.max_shift)).any(axis=1) & ~unusable
     if opts.previous:
         shifts, fft_sh = _accumulate(shifts, unusable), _accumulate(fft_sh, unusable)
+    own = own_frame(opts.reference, n)
+    if own is not None and np.isfinite(shifts[own]).all():
+        # (the reference itself: its fit's rounding, about 1e-8 px, blended an edge of the
+        # aligned frame with the fill, a row of NaN with fill=nan)
+        shifts[own] = 0.0
     shifts[unusable] = np.nan
     fft_sh[unusable] = np.nan
     peak[unusable] = np.nan

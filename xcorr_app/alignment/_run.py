@@ -40,8 +40,9 @@ from .. import backend
 from .._cuda import own_stream
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
-from ._options import as_stack, auto_notes, check_frame_shape, resolve_auto
-from .rigid import decide_bidi, refined_or_first, remove_static, search_range, still_locked
+from ._options import as_stack, auto_notes, resolve_auto
+from .rigid import (check_frame_shape, decide_bidi, refined_or_first, remove_static,
+                    search_range, still_locked)
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality

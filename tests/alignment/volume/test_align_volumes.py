@@ -86,6 +86,9 @@ def test_path_input(tmp_path):
     ({"reference": "last"}, "use 'first', 'mean'"),
     ({"max_shift": (1, 2)}, "three (dz, dy, dx)"),
     ({"max_shift": -1}, "whole number >= 0"),
+    ({"max_shift": float("nan")}, "whole number >= 0"),
+    ({"max_shift": (1, float("inf"), 2)}, "whole number >= 0"),
+    ({"stack": np.zeros((2, 4, 3, 8))}, "at least 4"),
     ({"voxel_size": (1, 0, 1)}, "three positive sizes"),
     ({"upsample": 0.5}, "a number from 1 to 100"),
     ({"device": "tpu"}, "unknown device"),
@@ -266,3 +269,13 @@ def test_patches_as_the_command_line_writes_them():
     for bad in ("2x", "0x2x2", "x"):
         with pytest.raises(InputError, match="patches"):
             VolumeOptions(patches=bad)
+
+
+@pytest.mark.parametrize("reference, own", [("first", 0), (2, 2), (-1, 3)])
+def test_the_reference_volume_itself_gets_exactly_no_shift(reference, own):
+    """Its fit's rounding (1e-9 voxel) was resampled: with fill NaN a plane of the reference
+    came out NaN."""
+    stack = shifted_stack(volume(depth=8, size=16), [[0, 0, 0], [1, 0.4, 0], [0, -1, 0.6],
+                                                      [0.3, 0, 1]], photons=1e4)
+    shifts = align_volumes(stack, reference=reference, device="cpu").shifts
+    assert shifts[own].tolist() == [0.0, 0.0, 0.0]

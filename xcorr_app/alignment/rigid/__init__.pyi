@@ -10,15 +10,15 @@ from ._mask import (NAN_MASK, check_mask_shape, fill_masked, filter_reach, measu
 from ._measure import (Measurer, frames_per_chunk, measure_frames, prepared_reference,
                        quiet_if_nonfinite, shared_plan)
 from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_LOWPASS, FFT_REFERENCE_UPSAMPLE,
-                       NORMALIZATIONS, SUBPIXEL, check_choices, fft_reference, prefilter_for,
-                       search_range)
+                       MIN_FRAME_SIDE, NORMALIZATIONS, SUBPIXEL, check_choices,
+                       check_frame_shape, fft_reference, prefilter_for, search_range)
 from ._prepared import PreparedFrames, patch_key
 from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, Prefilter,
                           brightness_change, check_float32_range, check_gpu_float32,
                           choose_prefilter, parse_prefilter, prepare, scale_free, scaled_by,
                           spread_frames, stack_exponent, window)
-from ._references import (CHOICES, check_reference, is_previous, mean_count, reference_frame,
-                          reference_index, refined_passes)
+from ._references import (CHOICES, check_reference, is_previous, mean_count, own_frame,
+                          reference_frame, reference_index, refined_passes)
 from ._static import (STATIC, STATIC_PREFILTER, StaticSource, decide_static, fit_static,
                       parse_static, refined_or_first, remove_static, static_possible,
                       static_source, still_locked)

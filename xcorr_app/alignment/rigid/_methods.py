@@ -79,3 +79,24 @@ def prefilter_for(prefilter, normalization, features=None):
         return feature_prefilter(features)
     fn = parse_prefilter(prefilter)
     return None if normalization == "phase" else fn
+
+
+#: the smallest frame side registered (see :func:`check_frame_shape`)
+MIN_FRAME_SIDE = 4
+
+
+def check_frame_shape(frame_shape):
+    """Refuse frames too small to register (:class:`InputError`): both sides must be at least
+    :data:`MIN_FRAME_SIDE` (4) pixels.
+
+    Why 4: with 2 or 3 pixels along a side, the overlaps compared at a shift of one pixel hold
+    2 to 6 pixels, and two overlaps of 2 pixels correlate perfectly (+-1) whatever their content
+    (a 2x2 frame "measured" dx = -1 against itself); and the search window of half the frame
+    (+-1 px at 2 or 3 pixels) puts every non-zero shift on its border, where the subpixel fit has
+    no neighbour.  From 4 pixels on, a shift of +-1 px lies inside a window of +-2 px and keeps
+    an overlap of at least 3 rows or columns.
+    """
+    h, w = frame_shape
+    if h < MIN_FRAME_SIDE or w < MIN_FRAME_SIDE:
+        raise InputError(f"frames of {h}x{w} pixels cannot be registered: both sides must be at "
+                         f"least {MIN_FRAME_SIDE} pixels")

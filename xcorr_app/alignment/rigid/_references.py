@@ -81,6 +81,19 @@ def reference_index(reference):
     return None
 
 
+def own_frame(reference, n):
+    """The frame of a stack of ``n`` that is the reference itself (``first``, a frame index),
+    else None (a template, an image, ``previous``).
+
+    >>> own_frame("first", 5), own_frame(-1, 5), own_frame("mean", 5)
+    (0, 4, None)
+    """
+    if isinstance(reference, str) and reference == "first":
+        return 0 if n else None
+    index = reference_index(reference)
+    return index % n if index is not None and n else None
+
+
 def check_reference(reference, n_frames):
     """InputError where ``reference`` names a frame a stack of ``n_frames`` does not hold
     (checked as the stack opens: before a thread starts or a frame is read)."""

@@ -91,7 +91,11 @@ def parse_max_shift(max_shift):
         if v is None:
             out.append(None)
             continue
-        if isinstance(v, bool) or float(v) != int(v) or int(v) < 0:
+        try:  # (a NaN, an infinity or a string: no whole number either)
+            whole = not isinstance(v, bool) and float(v) == int(v) and int(v) >= 0
+        except (TypeError, ValueError, OverflowError):
+            whole = False
+        if not whole:
             raise InputError(f"max_shift {max_shift!r}: each bound is a whole number >= 0 "
                              "of voxels")
         out.append(int(v))
@@ -471,6 +475,8 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
         return vote
     if linear:
         shifts = shifts[:, 1 if wraps else 0]
+    if not options.from_mean and t:  # (the reference itself: exactly 0, as in 2-D)
+        shifts[0 if options.from_first else options.reference_index(t)] = 0.0
     # constant volumes: no shift (NaN), as 2-D align's constant frames; not verified
     shifts[constant], peak[constant], verified[constant] = np.nan, np.nan, False
     with np.errstate(divide="ignore", invalid="ignore"):
