@@ -118,3 +118,18 @@ def test_options_for_one_recording_refused(tmp_path, recordings, extra, words):
 def test_pattern_matching_nothing(tmp_path):
     assert_clean_error(xcorr("align", tmp_path / "nothing" / "*.tif", "--device", "cpu"),
                        "matches no file")
+
+
+def test_a_damaged_recording_on_workers_is_one_error_line(tmp_path, recordings):
+    """On a cluster of worker processes tifffile's own log of the damaged page reached stderr
+    beside the error line (the command quiets it in its own process)."""
+    import tifffile
+
+    plain = tmp_path / "plain.tif"  # (tifffile's own layout: its pages' entries at the end)
+    tifffile.imwrite(plain, np.random.default_rng(9).random((12, 64, 64), np.float32))
+    cut = tmp_path / "in" / "head.tif"
+    cut.write_bytes(plain.read_bytes()[:5000])
+    res = xcorr("align", recordings[0], cut, "--out", tmp_path / "out", *FAST, "--no-aligned",
+                "--workers", "2", "-q")
+    assert res.returncode == 2
+    assert_clean_error(res, "1 of 2 recordings failed", "head.tif")

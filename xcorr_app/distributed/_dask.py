@@ -621,3 +621,5 @@ def _quiet_worker_logs():
     import logging
 
     logging.getLogger("distributed.worker").setLevel(logging.CRITICAL)
+    # (tifffile logs a damaged page itself; the run's one error line says it, as in one process)
+    logging.getLogger("tifffile").setLevel(logging.CRITICAL)
