@@ -133,3 +133,17 @@ def test_a_damaged_recording_on_workers_is_one_error_line(tmp_path, recordings):
                 "--workers", "2", "-q")
     assert res.returncode == 2
     assert_clean_error(res, "1 of 2 recordings failed", "head.tif")
+
+
+def test_a_recording_of_volumes_fails_saying_to_align_it_on_its_own(tmp_path, recordings):
+    """Its reason told to pass --volumes, which a session refuses."""
+    import tifffile
+
+    vol = tmp_path / "in" / "vol.tif"
+    tifffile.imwrite(vol, np.zeros((3, 4, 16, 16), np.uint16), imagej=True,
+                     metadata={"axes": "TZYX"})
+    res = xcorr("align", recordings[0], vol, "--out", tmp_path / "out", *FAST, "--no-aligned",
+                "-q")
+    assert res.returncode == 2
+    assert_clean_error(res, "a session aligns 2-D recordings: align it on its own")
+    assert [r["status"] for r in table(tmp_path / "out" / "sessions.csv")] == ["done", "failed"]

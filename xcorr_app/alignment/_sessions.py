@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, OutputError, XcorrError
+from ..io import HoldsVolumes, plural
 from ._options import AlignOptions
 
 __all__ = ["Session", "align_sessions", "is_pattern", "session_folder", "session_paths", "finished_run",
@@ -329,6 +330,12 @@ def _one(path, folder, opts, save, force) -> dict:
 
                 kw["channels"] = list(range(channels_of(path, opts.channel)))
             res.save(folder, force=force, **kw)
+        except HoldsVolumes as exc:  # (--volumes takes one path: say what a session can do)
+            row.update(status="failed", reason=(
+                f"{path} holds volumes: {plural(exc.times, 'time point')} of "
+                f"{plural(exc.planes, 'Z plane')} (axes {exc.axes}); a session aligns 2-D "
+                "recordings: align it on its own (xcorr align PATH registers volumes in 3-D) "
+                "or pick one plane (PATH?z=K)"))
         except Exception as exc:  # noqa: BLE001 - (one recording's failure, whatever it is,
             # is its row: the others go on and the table is written; Ctrl-C is no Exception)
             row.update(status="failed", reason=failure_reason(exc))
