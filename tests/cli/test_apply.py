@@ -79,3 +79,22 @@ def test_what_does_not_fit_is_one_line_and_nothing_is_written(tmp_path, run, cas
         assert out.read_bytes() == b"keep"
     else:
         assert not out.parent.exists()
+
+
+def test_a_table_edited_by_hand_applies_as_the_runs(tmp_path, run):
+    """Comment lines and spaces after the commas (a table edited by hand or a spreadsheet)
+    made it unreadable; a row of another length is said without Python's class names."""
+    lines = (run / "rigid" / "shifts.csv").read_text().splitlines()
+    edited = tmp_path / "shifts.csv"
+    edited.write_text("# corrected by hand\n" + "\n".join(ln.replace(",", ", ")
+                                                          for ln in lines) + "\n")
+    res = xcorr("apply", edited, stack_path("cell"), "--device", "cpu", "--out",
+                tmp_path / "again.tif", "-q")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "again.tif").read_bytes() == \
+        (run / "rigid" / "aligned.tif").read_bytes()
+    edited.write_text("frame,dy,dx\n0,0,0,7\n")
+    res = xcorr("apply", edited, stack_path("cell"), "--device", "cpu", "--out",
+                tmp_path / "bad.tif")
+    assert_clean_error(res, "row 1 has more fields than its header")
+    assert "ValueError" not in res.stderr

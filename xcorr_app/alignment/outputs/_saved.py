@@ -90,10 +90,23 @@ def _text(raw: bytes) -> str:
 
 
 def _csv_rows(path) -> list:
-    """The rows of a CSV table as dicts; ValueError for a row of another field count."""
-    reader = csv.DictReader(io.StringIO(_text(path.read_bytes())))
+    """The rows of a CSV table as dicts (lines starting with ``#`` left out, spaces after the
+    commas too: a table edited by hand); ValueError for a row of another field count.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "s.csv"
+    >>> _ = p.write_text("# drift, corrected by hand\\nframe, dy, dx\\n0, 0.5, -1\\n")
+    >>> _csv_rows(p)
+    [{'frame': '0', 'dy': '0.5', 'dx': '-1'}]
+    """
+    lines = [ln for ln in _text(path.read_bytes()).splitlines(keepends=True)
+             if not ln.lstrip().startswith("#")]
+    reader = csv.DictReader(lines, skipinitialspace=True)
     rows = list(reader)
     header = reader.fieldnames or []
+    if any(name != name.strip() for name in header):  # (spaces before a comma: "dy ,dx")
+        rows = [{k.strip() if isinstance(k, str) else k: v for k, v in r.items()} for r in rows]
+        header = [name.strip() for name in header]
     for i, row in enumerate(rows):
         if None in row or None in row.values():
             raise ValueError(f"row {i + 1} has {'more' if None in row else 'fewer'} fields "
@@ -214,8 +227,9 @@ def load_saved(path) -> SimpleNamespace:
     except PermissionError:
         raise InputError(f"{path}: permission denied; xcorr needs to read it") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, csv.Error) as exc:
-        what = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError) \
-            else f"no {exc} column or key"
+        what = str(exc) if isinstance(exc, (ValueError, csv.Error)) and str(exc) \
+            else f"no {exc} column or key" if isinstance(exc, KeyError) \
+            else f"{type(exc).__name__}: {exc}"
         raise InputError(f"{path} is not {TABLE} or a motion_field.npz ({what})") from None
     if not len(saved.shifts):
         raise InputError(f"{path} holds no frame's shift")
