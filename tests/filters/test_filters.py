@@ -117,3 +117,13 @@ def test_parse_kernel_spec(tmp_path, rng):
     for bad in ("gaussian", "box:x", "median:3", str(tmp_path / "missing.npy")):
         with pytest.raises(XcorrError):
             filters.parse_kernel_spec(bad)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("mode", filters.MODES)
+def test_sobel_matches_scipy_with_a_constant_border_too(rng, axis, mode):
+    """scipy runs the derivative's axis first; with cval != 0 the order shows at the border
+    (axis 1 was 30 off there)."""
+    frame = rng.random((6, 7)) * 10
+    got = filters.sobel(frame, axis, mode=mode, cval=7.5)
+    np.testing.assert_allclose(got, ndi.sobel(frame, axis, mode=mode, cval=7.5), atol=1e-12)

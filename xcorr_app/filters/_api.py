@@ -384,14 +384,22 @@ def sobel(stack, axis=None, mode="reflect", cval=0.0):
         return xp.hypot(sobel(stack, 0, mode, cval), sobel(stack, 1, mode, cval))
     d, s = SOBEL_DERIVATIVE, SOBEL_SMOOTHING
     taps_y, taps_x = (d, s) if axis == 0 else (s, d)
+    # (scipy's order, the derivative's axis first: with a constant border of cval != 0 the
+    # second pass reads cval where the first wrote its own border, so the order shows)
+    x_first = axis == 1 and mode == "constant"
     if _on_reuse_kernels(stack, 3, line=True):
-        return _separable(stack, taps_y, taps_x, mode, cval)
+        if not x_first:
+            return _separable(stack, taps_y, taps_x, mode, cval)
+        tmp = _reuse(stack, np.asarray(taps_x, np.float64)[None, :], mode, cval, (0, 0))
+        return _reuse(tmp, np.asarray(taps_y, np.float64)[:, None], mode, cval, (0, 0))
     # Not ndimage.sobel on the stack: it would also smooth across frames.
     stack = _as_float(stack, xp)
     ndi, off = _ndimage(xp), stack.ndim - 2
-    tmp = ndi.correlate1d(stack, xp.asarray(taps_y, stack.dtype), axis=off, mode=mode, cval=cval)
-    return ndi.correlate1d(tmp, xp.asarray(taps_x, stack.dtype), axis=off + 1, mode=mode,
-                           cval=cval)
+    passes = [(taps_y, off), (taps_x, off + 1)]
+    for taps, along in passes[::-1] if x_first else passes:
+        stack = ndi.correlate1d(stack, xp.asarray(taps, stack.dtype), axis=along, mode=mode,
+                                cval=cval)
+    return stack
 
 
 def laplace(stack, mode="reflect", cval=0.0):
