@@ -10,7 +10,7 @@ from synthetic import drift_stack, write_stack
 from xcorr_app import align, apply_shifts
 from xcorr_app.alignment import common_area
 from xcorr_app.alignment._result import interpolate_flagged
-from xcorr_app.errors import XcorrError
+from xcorr_app.errors import InputError, XcorrError
 from xcorr_app.streaming import parse_memory
 from xcorr_app.streaming import ChunkPrefetcher
 from xcorr_app.io import ArraySource, open_stack
@@ -82,6 +82,9 @@ def test_max_memory_too_small_is_a_clear_error(rng):
         align(stack, max_memory="10K", device="cpu")
     with pytest.raises(XcorrError, match="memory size"):
         parse_memory("lots")
+    for value in (float("nan"), float("inf")):  # (ValueError and OverflowError from int())
+        with pytest.raises(InputError, match="positive memory size"):
+            align(stack, max_memory=value, device="cpu")
 
 
 @pytest.mark.parametrize("kw,msg", [({"window": "kaiser"}, "unknown window"),

@@ -99,6 +99,8 @@ def parse_memory(spec, name="max_memory") -> int:
     if isinstance(spec, bool):
         raise InputError(f"{name} must be a memory size, got {spec!r}")
     if isinstance(spec, (int, float)):
+        if not math.isfinite(spec):  # (NaN and infinity are no size: int() would raise)
+            raise InputError(f"{name} must be a positive memory size, got {spec!r}")
         value = int(spec)
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)i?B?\s*", str(spec), re.IGNORECASE)
