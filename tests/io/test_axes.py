@@ -330,3 +330,16 @@ def test_a_tiff_z_stack_alone_says_its_planes_are_frames(tmp_path):
                      metadata={"axes": "TYX"})
     with open_stack(tmp_path / "t.tif") as src:
         assert not any("Z plane" in n for n in src.notes)
+
+
+def test_a_plane_picked_of_a_4d_array_without_axes_is_read_tzyx_by_align_too(tmp_path):
+    """``--z K`` alone reads such an array TZYX (cli.md); align's calibration lookup described
+    it with channel 0 as well, which made it ambiguous, and refused the run."""
+    h5py = pytest.importorskip("h5py")
+    stack = np.random.default_rng(2).random((5, 2, 32, 40)).astype(np.float32)
+    with h5py.File(tmp_path / "m.h5", "w") as f:
+        f["t4"] = stack
+    res = CliRunner().invoke(cli, ["align", str(tmp_path / "m.h5"), "--dataset", "t4", "--z",
+                                   "1", "--device", "cpu", "--out", str(tmp_path / "o"), "-q"])
+    assert res.exit_code == 0, res.output
+    assert describe(f"{tmp_path / 'm.h5'}:/t4?z=1")["axes"] == "TZYX"

@@ -9,6 +9,7 @@ Examples
 
 from __future__ import annotations
 
+from ._axes import AxesUnknown
 from ._formats import format_of, source_parts, split_source
 from ._ome import says_calibration, tiff_metadata
 from ._reader import open_stack
@@ -35,6 +36,12 @@ def describe(path, channel=None) -> dict:
     file, dataset, z, named = source_parts(path)
     fmt = format_of(file) if file.exists() else None
     pick = 0 if channel is None else channel  # (several channels: describe the first)
+    if channel is None and z is not None:
+        try:  # (a plane picked of an array that names no axes is read TZYX, which a
+            # channel picked too makes ambiguous: then described without one)
+            open_stack(path, channel=pick).close()
+        except AxesUnknown:
+            pick = None
     with open_stack(path, channel=pick) as src:
         several = getattr(src, "n_channels", 1) > 1  # (3-D: measured on the channel picked)
         on = " (--channel K: measured on channel K)" if several else ""
