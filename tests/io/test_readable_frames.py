@@ -58,3 +58,34 @@ def test_a_damaged_page_is_named_by_its_frame(tmp_path, rng):
         with pytest.raises(InputError, match=r"cannot read frame 7 \(counted from 0\) of 20 in "
                                              r".*damaged\.tif: its data are damaged"):
             src.read(4, 12)
+
+
+@pytest.mark.parametrize("damaged", ["nothing readable", "half readable"])
+def test_readable_frames_of_a_folder_stop_at_its_damaged_file(tmp_path, rng, damaged):
+    """A folder of single frames with one file cut short: the frames before it (it was an
+    error telling to pass readable_frames, which was passed); the files after it left out."""
+    data = rng.integers(0, 4000, size=(8, 24, 32), dtype=np.uint16)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for k in range(8):
+        tifffile.imwrite(folder / f"f_{k}.tif", data[k], photometric="minisblack")
+    if damaged == "nothing readable":
+        raw = (folder / "f_5.tif").read_bytes()
+        (folder / "f_5.tif").write_bytes(raw[:len(raw) // 2])
+        kept = 5
+    else:
+        write_cut_tiff(folder / "f_5.tif", rng.integers(0, 4000, (20, 24, 32), np.uint16),
+                       "zlib", 0.5)
+        kept = None
+    with pytest.raises(TruncatedError):
+        open_stack(folder)
+    with readable_frames(folder), open_stack(folder) as src:
+        n = src.n_frames
+        warnings = [w for w in src.notes if w.startswith("warning: ")]
+        got = src.read(0, n)
+    if kept is not None:
+        assert n == kept
+    else:
+        assert 5 < n < 5 + 20
+    np.testing.assert_array_equal(got[:5], data[:5])
+    assert any("f_5.tif is truncated" in w and "left out" in w for w in warnings), warnings

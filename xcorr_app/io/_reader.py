@@ -28,7 +28,8 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from ..errors import InputError
-from ._tiff import SUPPORTED_DTYPES, TiffFrames, plural, volumes_of
+from ._tiff import (SUPPORTED_DTYPES, TiffFrames, TruncatedError, plural, readable_allowed,
+                    volumes_of)
 
 __all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "natural_key", "FrameSource", "open_stack",
            "read_image", "ArraySource", "OffsetFrames", "FrameRange", "ChannelStack",
@@ -170,6 +171,15 @@ class FrameSource:
                 f"{self.frame_shape[0]}x{self.frame_shape[1]} {self.dtype}>")
 
 
+def _cut_folder_note(folder, path, why, left, parts) -> str:
+    """The warning of a folder read up to its damaged file ``path`` under
+    :func:`~._tiff.readable_frames`: the files ``left`` out, the frames used."""
+    n = sum(p.n_frames for p in parts)
+    return (f"warning: {path} is truncated or damaged ({why}): {plural(len(left), 'file')} of "
+            f"{folder} from {left[0].name} on left out; using frames 0 to {n - 1} (counted "
+            "from 0; readable_frames)")
+
+
 def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
     entries = sorted(folder.iterdir(), key=lambda p: natural_key(p.name))
     if not entries:
@@ -185,10 +195,21 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
              if skipped else [])
     parts: list[TiffFrames] = []
     try:
-        for path in tiffs:
-            part = TiffFrames(path, channel, axes)
+        for k, path in enumerate(tiffs):
+            try:
+                part = TiffFrames(path, channel, axes)
+            except TruncatedError as exc:
+                # (--readable-frames: the frames before the damaged file, as in one file)
+                if not (parts and readable_allowed(path)):
+                    raise
+                notes.append(_cut_folder_note(folder, path, exc.why, tiffs[k:], parts))
+                break
             part.close()  # reopened when read: a big folder must not hold all files open
             parts.append(part)
+            if part.cut is not None and k + 1 < len(tiffs):  # (its whole frames, then none)
+                notes.append(_cut_folder_note(folder, path, part.cut.why, tiffs[k + 1:],
+                                              parts))
+                break
             first = parts[0]
             if part.frame_shape != first.frame_shape:
                 raise InputError(

@@ -204,7 +204,8 @@ def readable_frames(path):
             _READABLE.discard(key)
 
 
-def _readable_allowed(path: Path) -> bool:
+def readable_allowed(path: Path) -> bool:
+    """Whether a truncated ``path`` may be read up to its cut (:func:`readable_frames`)."""
     if not _READABLE:
         return False
     key = Path(path).resolve()
@@ -236,7 +237,7 @@ class TiffFrames:
         self._pages = None  # (n_pages, *page_shape) view into the memory map
         self._offset = None  # the pixels' file offset, where pread may copy them (_read_into)
         self._file = None  # the file, opened for pread (a PreadFile)
-        self._readable = _readable_allowed(path)  # a truncated file: use its whole frames
+        self._readable = readable_allowed(path)  # a truncated file: use its whole frames
         self._cut = None  # the TruncatedError of such a file
         self._by_page = False  # frames are the file's pages (a series a frame: written one by one)
         try:
@@ -262,6 +263,12 @@ class TiffFrames:
             self.close()
             raise
         self.memory_mapped = self._pages is not None
+
+    @property
+    def cut(self):
+        """The :class:`TruncatedError` of a file read up to its cut (:func:`readable_frames`),
+        else None."""
+        return self._cut
 
     def _keep_readable(self):
         """A truncated file under :func:`readable_frames`: say which frames are used."""
