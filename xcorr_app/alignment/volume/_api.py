@@ -214,6 +214,13 @@ class VolumeOptions(RunOptions):
         """Whether the reference is the mean of the volumes (a pass of its own)."""
         return isinstance(self.reference, str) and self.reference == "mean"
 
+    def own_volume(self, t):
+        """The volume of a stack of ``t`` that is the reference itself (``first``, an index),
+        whose shift is exactly 0; None for ``mean``."""
+        if self.from_mean or not t:
+            return None
+        return 0 if self.from_first else self.reference_index(t)
+
     def reference_index(self, t) -> int:
         """The reference volume's index in a stack of ``t`` volumes (an index reference;
         negative: from the end); InputError outside the stack (the one check that needs the
@@ -475,8 +482,9 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
         return vote
     if linear:
         shifts = shifts[:, 1 if wraps else 0]
-    if not options.from_mean and t:  # (the reference itself: exactly 0, as in 2-D)
-        shifts[0 if options.from_first else options.reference_index(t)] = 0.0
+    own = options.own_volume(t)
+    if own is not None:  # (the reference itself: exactly 0, its fit's rounding none, as in 2-D)
+        shifts[own] = 0.0
     # constant volumes: no shift (NaN), as 2-D align's constant frames; not verified
     shifts[constant], peak[constant], verified[constant] = np.nan, np.nan, False
     with np.errstate(divide="ignore", invalid="ignore"):
