@@ -326,3 +326,15 @@ def test_filter_out_must_be_a_tiff_name(tmp_path):
                 tmp_path / "x.png", "--device", "cpu")
     assert_clean_error(res, ".tif or .tiff")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra", [("--mode", "reflect"), ("--mode", "constant", "--cval", "3")])
+def test_a_bank_refuses_a_boundary_mode_it_would_ignore(tmp_path, extra):
+    """--bank pads with zeros: --mode and --cval were silently ignored."""
+    src = tmp_path / "two.tif"
+    tifffile.imwrite(src, np.zeros((3, 2, 24, 24), np.uint16), imagej=True,
+                     metadata={"axes": "TCYX"})
+    res = xcorr("filter", src, "--bank", "dog:1,2,4", *extra, "--out", tmp_path / "b.tif",
+                "--device", "cpu")
+    assert_clean_error(res, "to --kernel only", "drop --mode")
+    assert not (tmp_path / "b.tif").exists()

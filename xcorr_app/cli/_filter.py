@@ -67,6 +67,14 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     if bank or mix:
         if channel is not None:
             raise InputError("--bank and --mix use every channel; drop --channel")
+        ctx = click.get_current_context()
+        named = [f"--{p}" for p in ("mode", "cval")
+                 if ctx.get_parameter_source(p) is not click.core.ParameterSource.DEFAULT]
+        if bank and named:  # (it was silently ignored)
+            said = " and ".join(named)
+            raise InputError(f"{said} {'applies' if len(named) == 1 else 'apply'} to --kernel "
+                             "only: a --bank pads every frame with zeros, as a convolution "
+                             f"layer does; drop {said}")
         with readable_frames_of(path, readable_frames, workers, scheduler):
             return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force,
                                     quiet, (gpus, workers, scheduler))
