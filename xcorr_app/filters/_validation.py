@@ -197,7 +197,8 @@ def fitting_weights(weights, stack):
     w = filter_weights(weights)
     if w.shape[0] > stack.shape[-2] or w.shape[1] > stack.shape[-1]:
         raise InputError(f"filter {w.shape[0]}x{w.shape[1]} is larger than the image "
-                         f"{stack.shape[-2]}x{stack.shape[-1]}")
+                         f"{stack.shape[-2]}x{stack.shape[-1]}; give a filter no larger than a "
+                         "frame")
     return w
 
 
