@@ -383,3 +383,14 @@ def test_the_last_refinement_pass_leaves_converged_windows(monkeypatch):
 
     align(stack, max_shift=6, patches=(2, 3), device="cpu", verify=False, quality=False)
     assert seen == [False] * (_patches.REFINE_PASSES - 1) + [True]
+
+
+def test_no_room_for_patches_suggests_a_smaller_max_deviation_only_where_there_is_one():
+    from xcorr_app.alignment.piecewise._patches import common_area, patch_margin
+
+    apart = [[0.0, 0.0], [62.5, 0.0]]
+    with pytest.raises(InputError, match="a smaller max_deviation helps"):
+        common_area(apart, (64, 64), patch_margin(3))
+    with pytest.raises(InputError, match="too far apart for patches") as info:
+        common_area(apart, (64, 64), patch_margin(0))
+    assert "smaller" not in str(info.value)

@@ -237,13 +237,14 @@ def common_area(shifts, frame_shape, margin=0):
     >>> common_area([[0.0, 0.0], [2.4, -3.6]], (20, 30), margin=1)
     (3, 19, 1, 25)
     """
-    (y0, y1), (x0, x1) = common_box(shifts, frame_shape, margin)
+    (y0, y1), (x0, x1) = common_box(shifts, frame_shape, margin, min_margin=patch_margin(0))
     return y0, y1, x0, x1
 
 
-def common_box(shifts, shape, margin=0, item="frame", unit="px"):
+def common_box(shifts, shape, margin=0, item="frame", unit="px", min_margin=0):
     """:func:`common_area` along every axis of ``shape`` (frames, or volumes with
-    ``item="volume"``): ``((lo, hi), ...)``, one pair an axis.
+    ``item="volume"``): ``((lo, hi), ...)``, one pair an axis (``min_margin``: the margin of a
+    max_deviation of 0, where a smaller one is not suggested).
 
     >>> common_box([[0.0, 0.0, 0.0], [1.4, 2.4, -3.6]], (10, 20, 30), item="volume")
     ((1, 10), (2, 20), (0, 26))
@@ -257,9 +258,12 @@ def common_box(shifts, shape, margin=0, item="frame", unit="px"):
                 for a, n in enumerate(shape))
     if any(hi - lo < 1 for lo, hi in box):
         if margin:
+            # (a max_deviation of 0 leaves nothing smaller to suggest: frames too far apart)
+            helps = "a smaller max_deviation helps" if margin > min_margin \
+                else "the rigid shifts move the frames too far apart for patches"
             raise InputError(f"the rigidly shifted {item}s have no area in common {margin} "
-                             f"{unit} away from their edges: patches cannot be placed (a "
-                             "smaller max_deviation helps)")
+                             f"{unit} away from their edges: patches cannot be placed "
+                             f"({helps})")
         raise InputError(f"the rigidly shifted {item}s have no region in common: patches "
                          "cannot be placed")
     return box
