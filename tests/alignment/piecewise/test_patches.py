@@ -386,7 +386,8 @@ def test_the_last_refinement_pass_leaves_converged_windows(monkeypatch):
 
 
 def test_no_room_for_patches_suggests_a_smaller_max_deviation_only_where_there_is_one():
-    from xcorr_app.alignment.piecewise._patches import common_area, patch_margin
+    from xcorr_app.alignment.piecewise import common_area
+    from xcorr_app.alignment.piecewise._patches import patch_margin
 
     apart = [[0.0, 0.0], [62.5, 0.0]]
     with pytest.raises(InputError, match="a smaller max_deviation helps"):
