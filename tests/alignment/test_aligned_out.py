@@ -305,3 +305,16 @@ def test_an_error_in_a_callable_out_ends_the_run(deformed, patches):
     extra = {} if patches is None else dict(patches=patches)
     with pytest.raises(RuntimeError, match="disk full"):
         align(deformed, device="cpu", chunk_frames=3, out=out, **KW, **extra)
+
+
+def test_a_lazy_stack_is_not_read_to_check_out_apart(deformed):
+    """np.may_share_memory would read a stack that converts itself (h5py, Zarr, Dask) whole."""
+    from xcorr_app.alignment._aligned_out import check_apart
+
+    class Lazy:
+        shape, dtype = deformed.shape, deformed.dtype
+
+        def __array__(self, *args, **kwargs):
+            raise AssertionError("read whole to check out apart")
+
+    check_apart(np.zeros(deformed.shape, np.float32), Lazy())

@@ -330,6 +330,12 @@ def test_a_tiff_z_stack_alone_says_its_planes_are_frames(tmp_path):
                      metadata={"axes": "TYX"})
     with open_stack(tmp_path / "t.tif") as src:
         assert not any("Z plane" in n for n in src.notes)
+    # Fiji's plain stack (no hyperstack: its frames counted as slices), a time series as often
+    tifffile.imwrite(tmp_path / "fiji.tif", np.zeros((6, 16, 16), np.uint16),
+                     description="ImageJ=1.54f\nimages=6\nslices=6\nloop=false\n",
+                     metadata=None)
+    with open_stack(tmp_path / "fiji.tif") as src:
+        assert src.n_frames == 6 and not any("Z plane" in n for n in src.notes), src.notes
 
 
 def test_a_plane_picked_of_a_4d_array_without_axes_is_read_tzyx_by_align_too(tmp_path):

@@ -89,3 +89,16 @@ def test_readable_frames_of_a_folder_stop_at_its_damaged_file(tmp_path, rng, dam
         assert 5 < n < 5 + 20
     np.testing.assert_array_equal(got[:5], data[:5])
     assert any("f_5.tif is truncated" in w and "left out" in w for w in warnings), warnings
+
+
+def test_a_folders_damaged_file_of_another_shape_is_still_refused(tmp_path, rng):
+    """Under readable_frames the shape and pixel type checks came after the stop at the cut
+    file: a cut file of other frames was kept and reading failed in NumPy."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for k in range(3):
+        tifffile.imwrite(folder / f"f_{k}.tif", rng.integers(0, 4000, (24, 32), np.uint16))
+    write_cut_tiff(folder / "f_3.tif", rng.random((20, 40, 50)).astype(np.float32), "zlib", 0.5)
+    tifffile.imwrite(folder / "f_4.tif", rng.integers(0, 4000, (24, 32), np.uint16))
+    with readable_frames(folder), pytest.raises(InputError, match="same frame shape"):
+        open_stack(folder)

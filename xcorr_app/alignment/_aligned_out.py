@@ -79,9 +79,9 @@ def check_apart(out, stack):
     ...
     xcorr_app.errors.InputError: out is (or overlaps) the stack being aligned: the run reads the frames again after writing the aligned ones, and the input would be overwritten; give out an array of its own
     """
-    if out is None or callable(out) or not hasattr(stack, "shape") \
-            or not hasattr(out, "shape"):
-        return
+    if out is None or callable(out) or not hasattr(out, "shape") or not (
+            isinstance(stack, np.ndarray) or backend.is_cupy_array(stack)):
+        return  # (a lazy stack, h5py's or Dask's, is never out's memory: not read here)
     xp = backend.array_module_of(out)
     if xp is not backend.array_module_of(stack):
         return

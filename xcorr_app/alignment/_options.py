@@ -426,7 +426,8 @@ def _check_reference(reference):
     integer (``np.argmax``'s) or 0-d integer array as the frame index it is, an ``int``."""
     if isinstance(reference, (bool, np.bool_)) or reference is None:
         raise InputError(f"reference must be one of {CHOICES}; got {reference!r}")
-    if getattr(reference, "shape", None) == () or isinstance(reference, numbers.Number):
+    if not isinstance(reference, str) and (getattr(reference, "shape", None) == ()
+                                           or isinstance(reference, numbers.Number)):
         if np.issubdtype(np.asarray(reference).dtype, np.integer):
             return int(reference)
         raise InputError(f"reference {reference!r} is neither a frame index (an integer) nor "

@@ -294,17 +294,15 @@ class PatchReport:
                                         self.frame_shape, whole=True)
         return self.quality
 
-    def report(self, res, executor, progress=None):
-        """The :class:`QualityReport` of the run's result ``res`` (its shifts and field;
-        ``progress``: :func:`measure_quality`'s, where it reads the stack)."""
+    def report(self, res, executor):
+        """The :class:`QualityReport` of the run's result ``res`` (its shifts and field)."""
         field = res.motion_field
         q = self.quality
         if q is not None:
             return report_of([q.result(patch_ok(res.shifts, field))], res.shifts, q.area,
                              field.shape[1:3])
         return measure_quality(self.opts, res.shifts, executor, self.frame_shape, self.template,
-                               (field, res.patch_centres, res.settings["patches"]["size"]),
-                               progress=progress)
+                               (field, res.patch_centres, res.settings["patches"]["size"]))
 
 
 def _patch_part(src, xp, start, stop, progress, *, opts, field, ok, chunk, template, centres,

@@ -160,6 +160,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                 # the template, else its template's own)
                 relative_to=0 if opts.from_template and opts.model == "translation" else None,
                 progress=reporting)
+            reporting.finish()
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)
     res.seconds = time.perf_counter() - t0
@@ -396,6 +397,11 @@ class _Phase:
         if at > self.first + self.at and self.progress is not None:
             self.progress(at - self.first - self.at)
             self.at = at - self.first
+
+    def finish(self):
+        """The phase's share filled, whatever its pass reported (an executor may report
+        none)."""
+        self(self.n - min(self.done, self.n))
 
 
 def _phases(progress, n, opts):

@@ -206,10 +206,6 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
                 break
             part.close()  # reopened when read: a big folder must not hold all files open
             parts.append(part)
-            if part.cut is not None and k + 1 < len(tiffs):  # (its whole frames, then none)
-                notes.append(_cut_folder_note(folder, path, part.cut.why, tiffs[k + 1:],
-                                              parts))
-                break
             first = parts[0]
             if part.frame_shape != first.frame_shape:
                 raise InputError(
@@ -222,6 +218,10 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
                     f"{path} has pixel type {part.dtype} but {first.path.name} has {first.dtype}; "
                     "all files of a folder must have the same pixel type"
                 )
+            if part.cut is not None and k + 1 < len(tiffs):  # (its whole frames, then none)
+                notes.append(_cut_folder_note(folder, path, part.cut.why, tiffs[k + 1:],
+                                              parts))
+                break
     except BaseException:
         for part in parts:
             part.close()

@@ -264,6 +264,14 @@ class TiffFrames:
             raise
         self.memory_mapped = self._pages is not None
 
+    def _says_z(self) -> bool:
+        """Whether the file means its Z axis: not a plain ImageJ stack (Fiji saves a time
+        series it was not told is one as ``slices``, which tifffile reads as Z)."""
+        with contextlib.suppress(Exception):
+            if self._tif.is_imagej:
+                return bool((self._tif.imagej_metadata or {}).get("hyperstack"))
+        return True
+
     @property
     def cut(self):
         """The :class:`TruncatedError` of a file read up to its cut (:func:`readable_frames`),
@@ -384,7 +392,8 @@ class TiffFrames:
                                   if i + 1 != self._lead_c)
         self._page_shape = page_shape
         self.n_frames = math.prod(self._frame_lead_shape)
-        if [a for a, _ in self.frame_layout] == ["Z"] and self.n_frames > 1:
+        if [a for a, _ in self.frame_layout] == ["Z"] and self.n_frames > 1 \
+                and self._says_z():
             # (as the other formats say it: a focal series is no time series)
             self.notes.append(f"{self.path.name}: every Z plane is a frame (axes {axes})")
         self.frame_shape = tuple(n for a, n in zip(page_axes, page_shape) if a != "S")

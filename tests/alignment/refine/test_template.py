@@ -343,3 +343,15 @@ def test_progress_goes_on_through_the_patch_pass_and_the_quality_report(monkeypa
     n = len(s.frames)
     assert sum(seen) == n and min(seen) > 0
     assert at_start and at_start[0] < n  # (the later pass had its share to fill)
+
+
+def test_progress_is_whole_on_dask_without_a_client_too():
+    """An executor that reports no chunk of the quality report's pass: the bar stopped at 75%
+    (the report's share filled only as its chunks were reported)."""
+    pytest.importorskip("dask")
+    import xcorr_app.dask as xd
+
+    s = make_stack("plain", 0, quick=True)
+    seen = []
+    xd.align(s.frames, device="cpu", progress=seen.append)
+    assert sum(seen) == len(s.frames)

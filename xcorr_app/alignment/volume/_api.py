@@ -37,7 +37,7 @@ from ...backend import (DEVICES, array_module_of, compute_device, device_free_by
 from ...correlate import conj_product
 from ...errors import InputError
 from ..._run_options import RunOptions, options_signature
-from ..rigid import check_gpu_float32
+from ..rigid import MIN_FRAME_SIDE, check_gpu_float32
 from ...io import parse_axes, with_axes
 from ...registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ...streaming import DeviceChunks, parse_memory
@@ -422,6 +422,10 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     """:func:`align_volumes` of the built ``options``; ``vote_only``: ``boundary="auto"``'s
     vote only (:func:`decide_boundary`; ``between()`` called between its chunks)."""
     source = open_volumes(with_axes(stack, options.axes), channel=options.channel)
+    if min(source.shape[-2:]) < MIN_FRAME_SIDE:  # (as 2-D frames: check_frame_shape says why)
+        h, w = source.shape[-2:]
+        raise InputError(f"volumes of {h}x{w} pixels in Y and X cannot be registered: both "
+                         f"must be at least {MIN_FRAME_SIDE}")
     bounds, upsample = options.max_shift, options.upsample
     voxel_size, memory_limit = options.voxel_size, options.memory_limit
     dev = compute_device(source.data, device=options.device)

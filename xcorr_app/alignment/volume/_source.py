@@ -21,7 +21,6 @@ import numpy as np
 from ...backend import array_module_of, is_cupy_array, to_numpy
 from ...errors import InputError
 from ...io import PreadFile, preadable
-from ..rigid import MIN_FRAME_SIDE
 from ._rows import item_sums
 
 
@@ -230,8 +229,4 @@ def open_volumes(stack, ndim=4, what="(T, Z, Y, X)", channel=None):
     if shape[0] < 1 or min(shape[1:]) < 2:
         raise InputError(f"{name} has shape {shape}; each of its {what[1:-1]} axes after the "
                          "first needs 2 or more samples")
-    if min(shape[-2:]) < MIN_FRAME_SIDE:  # (as 2-D frames: check_frame_shape says why)
-        raise InputError(f"{name} has shape {shape}: volumes of {shape[-2]}x{shape[-1]} pixels "
-                         f"in Y and X cannot be registered; both must be at least "
-                         f"{MIN_FRAME_SIDE}")
     return Volumes(stack, name, stored, n_channels)
