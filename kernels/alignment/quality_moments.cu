@@ -17,6 +17,14 @@
 #include "finite_shift.cuh"
 #include "warp_reduce.cuh"
 
+// The sums one pixel adds to a set of moments: d, d * d and d * r, in this order
+// (report_tiles and shifted_moments keep two or three sets a pixel).
+__device__ __forceinline__ void add_moments(double* acc, double d, double r) {
+    acc[0] += d;
+    acc[1] += d * d;
+    acc[2] += d * r;
+}
+
 // One block's sums over its rows of a region: d, d * d and d * ref_j (J references, rows of
 // ref_stride floats, planes ref_plane apart, from the region's first pixel), d each pixel as
 // float32 less the pivot; the block's warps take the rows first_row, first_row + row_step, ...
@@ -214,16 +222,10 @@ __global__ void __launch_bounds__(THREADS, 4) report_tiles(
             const double vm = (double)moved - pp;
             const int at = r * width + c;
             const double t = (double)t_ref[at];
-            acc[0] += vf;
-            acc[1] += vf * vf;
-            acc[2] += vf * t;
-            acc[3] += vg;
-            acc[4] += vg * vg;
-            acc[5] += vg * t;
-            acc[6] += vm;
-            acc[7] += vm * vm;
-            acc[8] += vm * (double)g_ref[at];
-            acc[9] += vm * (double)g_ref2[at];
+            add_moments(acc, vf, t);
+            add_moments(acc + 3, vg, t);
+            add_moments(acc + 6, vm, (double)g_ref[at]);
+            acc[9] += vm * (double)g_ref2[at];  // (the gradient's second axis)
         }
     }
     __syncthreads();  // (the weights read)
@@ -369,12 +371,8 @@ __global__ void __launch_bounds__(THREADS, 6) shifted_moments(
                     dst[x] = __fsub_rn(g[k], pivot);
                     const double tv = (double)t[x];
                     const double v = (double)f[k] - pivot_f, u = (double)g[k] - pivot_g;
-                    acc[0] += v;
-                    acc[1] += v * v;
-                    acc[2] += v * tv;
-                    acc[3] += u;
-                    acc[4] += u * u;
-                    acc[5] += u * tv;
+                    add_moments(acc, v, tv);
+                    add_moments(acc + 3, u, tv);
                 }
             }
         }
