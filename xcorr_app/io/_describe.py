@@ -35,14 +35,15 @@ def describe(path, channel=None) -> dict:
     """
     file, dataset, z, named = source_parts(path)
     fmt = format_of(file) if file.exists() else None
-    pick = 0 if channel is None else channel  # (several channels: describe the first)
-    if channel is None and z is not None:
-        try:  # (a plane picked of an array that names no axes is read TZYX, which a
-            # channel picked too makes ambiguous: then described without one)
-            open_stack(path, channel=pick).close()
-        except AxesUnknown:
-            pick = None
-    with open_stack(path, channel=pick) as src:
+    try:  # (several channels: describe the first)
+        opened = open_stack(path, channel=0 if channel is None else channel)
+    except AxesUnknown:
+        # (a plane picked of an array that names no axes is read TZYX, which a channel
+        # picked too makes ambiguous: then described without one)
+        if channel is not None or z is None:
+            raise
+        opened = open_stack(path, channel=None)
+    with opened as src:
         several = getattr(src, "n_channels", 1) > 1  # (3-D: measured on the channel picked)
         on = " (--channel K: measured on channel K)" if several else ""
         notes = [] if getattr(src, "volumes", None) is None else [
