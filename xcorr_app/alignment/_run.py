@@ -150,7 +150,8 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         if out is not None and not filled:
             executor.fill_out(res, out)
         if report is not None:  # (on one device measured as the last patch pass warped)
-            res.quality = report.report(res, executor)  # (its pass of its own: no share)
+            # (in the pass; on several devices a pass of its own, with no share of the bar)
+            res.quality = report.report(res, executor)
         elif opts.quality:  # (the frames read again: the report trusts no shift it checks)
             if image is None:  # ("previous": shifts relative to the first frame)
                 image = executor.xp.asarray(src.read(0, 1)[0])
@@ -389,14 +390,14 @@ class _Phase:
     def __init__(self, progress, n, lo, hi):
         self.progress, self.n = progress, max(int(n), 1)
         self.first, self.last = round(lo * n), round(hi * n)
-        self.done = self.at = 0
+        self.done, self.at = 0, self.first  # (its frames counted; where the bar stands)
 
     def __call__(self, k):
         self.done += k
         at = self.first + min(self.done, self.n) * (self.last - self.first) // self.n
-        if at > self.first + self.at and self.progress is not None:
-            self.progress(at - self.first - self.at)
-            self.at = at - self.first
+        if at > self.at and self.progress is not None:
+            self.progress(at - self.at)
+            self.at = at
 
     def finish(self):
         """The phase's share filled, whatever its pass reported (an executor may report
