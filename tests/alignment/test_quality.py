@@ -337,6 +337,33 @@ def test_the_sorted_median_and_percentiles_are_numpys():
                                       np.nanmedian(kept, axis=0))
 
 
+def test_the_median_distance_read_off_the_sort_is_numpys():
+    """_SortedColumns.median_distance (the robust deviation's binary searches over two sorted
+    runs): np.nanmedian of the distances from the median, bit for bit, with ties, NaNs,
+    infinities, odd and even counts, a column of one number."""
+    from xcorr_app.alignment._quality import _SortedColumns
+
+    rng = np.random.default_rng(11)
+    checked = 0
+    for _ in range(400):
+        c, n = int(rng.integers(1, 5)), int(rng.integers(1, 30))
+        a = rng.random((c, n))
+        if rng.random() < 0.5:
+            a = np.round(a * 4) / 4  # (ties at the median and about it)
+        a[rng.random((c, n)) < 0.3] = np.nan
+        a[:, 0] = np.where(np.isnan(a[:, 0]), 0.5, a[:, 0])  # (a number in every column)
+        if rng.random() < 0.2:
+            a[0, -1] = np.inf if rng.random() < 0.5 else -np.inf
+        ranked = _SortedColumns(a.copy())
+        med = ranked.median()
+        if not np.isfinite(med).all():
+            continue
+        np.testing.assert_array_equal(ranked.median_distance(med),
+                                      np.nanmedian(np.abs(a - med[:, None]), axis=1))
+        checked += 1
+    assert checked > 300
+
+
 def _flags_reference(before, after, residual):
     """The flags' definition written with NumPy's own statistics, region by region."""
     from xcorr_app.alignment import _quality as Q
