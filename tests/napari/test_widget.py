@@ -1,6 +1,8 @@
 """The dock widget on a ViewerModel: a run gives the aligned layer and the table of
 ``xcorr_app.align`` on the same data; cancelling adds nothing; shifts apply to other layers."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -408,3 +410,107 @@ def test_finite_confidence_is_a_number_in_the_table_and_a_curve(viewer, stack):
     assert [row[3] for row in w.results.table.value["data"]] == np.round(conf, 3).tolist()
     assert "no second peak" not in w.results.summary.value
     assert _confidence_panel_pixels(w.results.plot_image) > 50
+
+
+def test_a_run_keeps_its_layers_when_another_is_picked_and_the_field_sits_on_the_image(
+        viewer, stack):
+    """The run names and styles what it adds by the layers it started with (a layer picked, or
+    its own deleted, before it ends changed neither), and the motion field's vectors carry the
+    image's translate as well as its scale (they sat 10 and 20 um off the image)."""
+    w = _widget_for(viewer, stack, patches="2x2")
+    cells = viewer.layers["cells"]
+    cells.scale, cells.translate = (1, 0.5, 0.5), (0, 10, 20)
+    viewer.add_image(stack.copy(), name="other")
+    worker = w.start()
+    w.layer.value = viewer.layers["other"]  # (before the run's result is handled)
+    wait_for(w, worker)
+    names = [layer.name for layer in viewer.layers]
+    assert names == ["cells", "other", "cells aligned", "cells motion field"]
+    field = viewer.layers["cells motion field"]
+    np.testing.assert_array_equal(field.translate, cells.translate)
+    np.testing.assert_array_equal(field.scale, cells.scale)
+    w.layer.value = cells
+    worker = w.start()
+    del viewer.layers["cells"]  # (its look kept from the start)
+    wait_for(w, worker)
+    np.testing.assert_array_equal(viewer.layers[-2].translate, (0, 10, 20))
+    assert viewer.layers[-2].name.startswith("cells aligned")
+
+
+def test_applying_saved_shifts_ends_with_what_it_did(viewer, stack, tmp_path):
+    w = _widget_for(viewer, stack)
+    viewer.add_image(stack.copy(), name="other")
+    wait_for(w, w.start())
+    w.target.value = viewer.layers["other"]
+    wait_for(w, w.start_apply())
+    assert w.status.value == "applied the shifts to other"
+
+
+def test_closing_the_dock_mid_run_stops_it_quietly(viewer, stack, monkeypatch):
+    """The viewer (or the dock) closed during a run: the run is cancelled at its next chunk,
+    and nothing it reports touches the deleted widgets (their signals raised "wrapped C/C++
+    object ... has been deleted" four times)."""
+    import sys
+
+    from qtpy.QtWidgets import QApplication
+
+    raised = []
+    monkeypatch.setattr(sys, "excepthook", lambda *exc: raised.append(exc))
+    w = _widget_for(viewer, stack)
+    worker = w.start()
+    ended = []
+    worker.finished.connect(lambda: ended.append(True))
+    try:
+        from PyQt6 import sip
+    except ImportError:  # (PyQt5)
+        import sip
+    sip.delete(w.native)  # (as the viewer's close deletes its docks)
+    assert w._cancel.is_set()
+    end = time.monotonic() + 60
+    while not ended:
+        QApplication.processEvents()
+        assert time.monotonic() < end
+        time.sleep(0.005)
+    QApplication.processEvents()
+    assert raised == [] and not [lay for lay in viewer.layers if "aligned" in lay.name]
+
+
+def test_a_layer_of_no_frames_cannot_start_and_says_why(viewer, stack):
+    viewer.add_image(stack.mean(axis=0), name="mean")
+    w = AlignWidget(viewer)
+    assert not w.run_button.enabled
+    assert w.start() is None
+    assert "a layer of 2 dimensions cannot be aligned" in w.status.value
+    viewer.add_image(stack, name="cells")
+    w.layer.value = viewer.layers["cells"]
+    assert w.run_button.enabled
+
+
+def test_long_words_on_the_status_line_do_not_widen_the_dock(viewer, stack, tmp_path):
+    """A long path or a file's bytes in a message: cut at the dock's edge (the whole text in
+    the tooltip), not a dock wider than the screen; a file that is not a table says so in a
+    short line."""
+    import tifffile
+
+    w = _widget_for(viewer, stack)
+    width = w.native.widget().minimumSizeHint().width()
+    w.status.value = "failed: cannot write /" + "a_really_long_folder_name" * 20
+    assert w.native.widget().minimumSizeHint().width() <= width
+    assert w.status.native.toolTip() == w.status.value
+    image = tmp_path / "not_a_table.csv"
+    tifffile.imwrite(image, stack)
+    w.load(image)
+    assert "a binary file" in w.status.value and len(w.status.value) < 250
+
+
+def test_a_table_saved_where_it_cannot_be_written_is_told(viewer, stack, monkeypatch):
+    from qtpy.QtWidgets import QFileDialog, QMessageBox
+
+    w = _widget_for(viewer, stack)
+    wait_for(w, w.start())
+    told = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda *a, **k: ("/proc/xcorr/shifts.csv", "")))
+    monkeypatch.setattr(QMessageBox, "warning", staticmethod(lambda *a: told.append(a[2])))
+    w.results.save.changed.emit(True)
+    assert len(told) == 1 and "cannot write /proc/xcorr/shifts.csv" in told[0]

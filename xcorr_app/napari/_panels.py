@@ -27,6 +27,7 @@ from magicgui import widgets
 from ..alignment import VolumeResult
 from ..alignment.outputs import plot_drift, plot_quality
 from ..errors import InputError, OutputError, XcorrError
+from ..io import write_text
 from ._run import table_text
 from ._volumes import volume_table_text
 
@@ -212,13 +213,28 @@ def field_vectors(result, axes: str, shape) -> np.ndarray:
     return np.stack([pos[keep], vec[keep]], axis=1)
 
 
-def wrap(label) -> None:
+class WrappedLabel(widgets.Label):
     """A magicgui Label that wraps its words at the dock's width (it is one line of fixed
-    width otherwise: a long line widened the whole dock)."""
-    from qtpy.QtWidgets import QSizePolicy
+    width otherwise: a long line widened the whole dock), and never asks for more: a word
+    longer than the dock (a long path, a file's bytes in a message) is cut at its edge, the
+    whole text in the label's tooltip, where it can be read."""
 
-    label.native.setWordWrap(True)
-    label.native.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
+    def __init__(self, **kwargs):
+        from qtpy.QtWidgets import QSizePolicy
+
+        super().__init__(**kwargs)
+        self.native.setWordWrap(True)
+        self.native.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.native.setMinimumWidth(1)
+
+    @property
+    def value(self):
+        return widgets.Label.value.fget(self)
+
+    @value.setter
+    def value(self, value):
+        widgets.Label.value.fset(self, value)
+        self.native.setToolTip(str(value or ""))
 
 
 def _pixmap(rgb: np.ndarray):
@@ -248,11 +264,9 @@ class ResultsPanel(widgets.Container):
         self.quality_plot = widgets.Label(value="", visible=False)
         self.plot_image = self.quality_image = None
         self.low = widgets.Select(choices=[], tooltip="flagged frames: click to go there")
-        self.low_label = widgets.Label(value="flagged frames: low confidence, worse or poor "
-                                       "after alignment (click: go there)")
-        self.summary = widgets.Label(value="")
-        for label in (self.summary, self.low_label):  # (a long line would widen the dock)
-            wrap(label)
+        self.low_label = WrappedLabel(value="flagged frames: low confidence, worse or poor "
+                                      "after alignment (click: go there)")
+        self.summary = WrappedLabel(value="")
         self.table.min_height, self.table.max_height, self.low.max_height = 200, 260, 90
         # (its columns scroll within it: a run's table does not widen the dock past the form)
         self.table.native.setMinimumWidth(TABLE_MIN_WIDTH)
@@ -336,7 +350,7 @@ class ResultsPanel(widgets.Container):
         """Write the table to ``path``: ``.json`` as JSON, anything else as CSV."""
         path = Path(path)
         fmt = "json" if path.suffix.lower() == ".json" else "csv"
-        path.write_text(self._text(fmt))
+        write_text(path, self._text(fmt))  # (atomically; OutputError naming the path)
         return path
 
     def _text(self, fmt):
@@ -375,4 +389,9 @@ class ResultsPanel(widgets.Container):
         path, _ = QFileDialog.getSaveFileName(self.native, "Save the shift table",
                                               "shifts.csv", "CSV (*.csv);;JSON (*.json)")
         if path:
-            self.save_table(path)
+            try:
+                self.save_table(path)
+            except XcorrError as exc:  # (a folder that is not writable, a full disk)
+                from qtpy.QtWidgets import QMessageBox
+
+                QMessageBox.warning(self.native, "xcorr", f"{exc}; nothing was written")

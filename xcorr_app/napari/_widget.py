@@ -31,7 +31,7 @@ from ..alignment import VolumeResult
 from ._form import form_options, options_form
 from ._layers import (COLOURS, LUMINANCE, MAX_PROJECTION, VOLUMES, Cancelled,
                       axes_from_labels, check_axes, default_axes, is_lazy)
-from ._panels import ResultsPanel, field_vectors, wrap
+from ._panels import ResultsPanel, WrappedLabel, field_vectors
 from ._run import (Job, SavedShifts, Watch, check_targets, frames_of, load_shifts, run_job,
                    warp_layers)
 from ._volumes import (can_register_volumes, check_volume_targets, run_volumes, volume_options,
@@ -53,6 +53,20 @@ def _image_layers(viewer):
 
 def _layer_data(layer):
     return layer.data[0] if getattr(layer, "multiscale", False) else layer.data
+
+
+def _look(layer) -> dict:
+    """How an aligned copy of ``layer`` is shown: its scale, translate, contrast, axis labels
+    and colormap (an RGB layer stays one)."""
+    look = {"scale": layer.scale, "translate": layer.translate,
+            "contrast_limits": layer.contrast_limits}
+    if hasattr(layer, "axis_labels"):  # (napari >= 0.5)
+        look["axis_labels"] = layer.axis_labels
+    if layer.rgb:
+        look["rgb"] = True
+    else:
+        look["colormap"] = layer.colormap.name
+    return look
 
 
 def _axes_of(layer) -> str:
@@ -97,8 +111,7 @@ class AlignWidget(widgets.Container):
         self.run_button = widgets.PushButton(text="Align")
         self.cancel_button = widgets.PushButton(text="Cancel", enabled=False)
         self.progress = widgets.ProgressBar(value=0, min=0, max=1, label="progress")
-        self.status = widgets.Label(value="")
-        wrap(self.status)  # (a run's notes: a long line would widen the dock)
+        self.status = WrappedLabel(value="")  # (a run's notes: never wider than the dock)
         self.results = ResultsPanel(jump=self.jump_to)
         self.target = widgets.ComboBox(label="apply shifts to", choices=layers)
         self.load_button = widgets.PushButton(text="Load shifts…")
@@ -113,6 +126,9 @@ class AlignWidget(widgets.Container):
                                   self.target, apply_row],
                          scrollable=True)
         self.shifts, self.worker, self._cancel, self._axes_shown = None, None, None, {}
+        # (the run's layers as they looked at its start: picking another layer, or deleting
+        # this one, before it ends does not rename or restyle what it adds)
+        self._looks, self._run_name, self._gone = {}, None, False
         self._planes, self._choosing = {}, False  # (each layer's plane, as the user chose it)
         self._relay = _Relay()
         self._relay.step.connect(self._step)
@@ -130,6 +146,14 @@ class AlignWidget(widgets.Container):
             self.layer.value = self.viewer.layers.selection.active
         self._layer_changed(self.layer.value)
         self._fit_width()
+        # (the viewer or the dock closed: the run stops at its next chunk, and nothing it
+        # reports touches the deleted widgets)
+        self.native.destroyed.connect(self._closed)
+
+    def _closed(self, *_) -> None:
+        self._gone = True
+        if self._cancel is not None:
+            self._cancel.set()
 
     def _fit_width(self) -> None:
         """The scroll area at least as wide as the form's least width and its vertical
@@ -162,8 +186,10 @@ class AlignWidget(widgets.Container):
         except ValueError as e:  # (a single 2-D image, a projection: nothing to align)
             self.axes.value = ""
             self.status.value = f"{layer.name}: {e}"
+            self.run_button.enabled = False  # (the status line says why; kept there)
             return
         self.status.value = ""
+        self.run_button.enabled = self.worker is None or not self.cancel_button.enabled
         self.axes.value = axes
         self._axes_changed(self.axes.value)
 
@@ -220,6 +246,8 @@ class AlignWidget(widgets.Container):
         if layer is None:
             raise ValueError("no image layer to align: open a stack first")
         data = _layer_data(layer)
+        if not self.axes.value:
+            _axes_of(layer)  # (why it has none: a layer of no frames, as the status line said)
         others = {lay.name: (_layer_data(lay), _axes_of(lay)) for lay in self.apply_to.value
                   if lay is not layer}
         axes = check_axes(self.axes.value, data.shape)
@@ -243,9 +271,15 @@ class AlignWidget(widgets.Container):
             self.status.value = f"cannot run: {e}"
             return None
         self._axes_shown = {job.name: job.axes, **{k: a for k, (_, a) in job.apply_to.items()}}
+        self._remember([job.name, *job.apply_to], job.name)
         if job.plane == VOLUMES:
             return self._launch(run_volumes, job, self._aligned, "aligning the volumes in 3-D")
         return self._launch(run_job, job, self._aligned, "aligning")
+
+    def _remember(self, names, main) -> None:
+        """The run's layers' looks (:func:`_look`) and the name of the layer it aligns."""
+        self._looks = {n: _look(self.viewer.layers[n]) for n in names if n in self.viewer.layers}
+        self._run_name = main
 
     def _launch(self, fn, job, done, what):
         from napari.qt.threading import create_worker
@@ -270,36 +304,39 @@ class AlignWidget(widgets.Container):
             self.status.value = "cancelling…"
 
     def _step(self, done, total) -> None:
+        if self._gone:
+            return
         self.progress.max = max(total, 1)
         self.progress.value = done
 
     def _failed(self, exc) -> None:
+        if self._gone:
+            return
         self.status.value = "cancelled" if isinstance(exc, Cancelled) else f"failed: {exc}"
 
     def _finished(self) -> None:
-        self.run_button.enabled, self.cancel_button.enabled = True, False
+        if self._gone:
+            return
+        # (not for a layer of no frames, picked during the run: its status line says why)
+        self.run_button.enabled = self.layer.value is None or bool(self.axes.value)
+        self.cancel_button.enabled = False
         self.apply_button.enabled = self.shifts is not None
 
     def _add_aligned(self, aligned: dict) -> list:
-        added = []
-        for name, data in aligned.items():
-            source = self.viewer.layers[name] if name in self.viewer.layers else None
-            kwargs = {} if source is None else {"scale": source.scale,
-                                                "translate": source.translate,
-                                                "contrast_limits": source.contrast_limits}
-            if source is not None and hasattr(source, "axis_labels"):  # (napari >= 0.5)
-                kwargs["axis_labels"] = source.axis_labels
-            if source is not None and source.rgb:  # (an RGB layer stays one: no colormap)
-                kwargs["rgb"] = True
-            elif source is not None:
-                kwargs["colormap"] = source.colormap.name
-            added.append(self.viewer.add_image(
-                data, name=f"{name} aligned",
-                metadata={"xcorr_axes": self._axes_shown.get(name), "xcorr_aligned": True},
-                **kwargs))
-        return added
+        return [self.viewer.add_image(
+            data, name=f"{name} aligned",
+            metadata={"xcorr_axes": self._axes_shown.get(name), "xcorr_aligned": True},
+            **self._looks.get(name, {})) for name, data in aligned.items()]
+
+    def _applied(self, aligned: dict) -> None:
+        if self._gone:
+            return
+        self._add_aligned(aligned)
+        self.status.value = f"applied the shifts to {', '.join(aligned)}"
 
     def _aligned(self, output) -> None:
+        if self._gone:
+            return
         result = output.result
         self.shifts = result
         added = self._add_aligned(output.aligned)
@@ -310,13 +347,14 @@ class AlignWidget(widgets.Container):
             self.status.value = (f"aligned {len(result.shifts)} volumes in 3-D on "
                                  f"{result.device}" + (f"; {'; '.join(flags)}" if flags else ""))
             return
-        main = self.layer.value.name if self.layer.value is not None else None
+        main = self._run_name
         axes = self._axes_shown.get(main, "TYX")
         vectors = field_vectors(result, axes.rstrip("S"), added[0].data.shape[:len(
             axes.rstrip("S"))]) if added else None
         if vectors is not None and len(vectors):
             self.viewer.add_vectors(vectors, name=f"{main} motion field", edge_color="yellow",
-                                    edge_width=1, length=4, scale=added[0].scale)
+                                    edge_width=1, length=4, scale=added[0].scale,
+                                    translate=added[0].translate)
         self.results.show(result)
         self._fit_width()
         n = len(result.shifts)
@@ -362,6 +400,7 @@ class AlignWidget(widgets.Container):
             self.status.value = f"cannot apply: {e}"
             return None
         self._axes_shown = {layer.name: axes}
+        self._remember([layer.name], layer.name)
         shifts = self.shifts
 
         def apply(targets, report, cancel):
@@ -371,7 +410,7 @@ class AlignWidget(widgets.Container):
             watch = Watch(frames_of(targets), report, cancel)
             return warp_layers(shifts, targets, out, watch, main=layer.name)
 
-        return self._launch(apply, targets, self._add_aligned, "applying")
+        return self._launch(apply, targets, self._applied, "applying")
 
     def jump_to(self, frame: int) -> None:
         """Show ``frame`` in the viewer (the T axis of the layer being aligned)."""

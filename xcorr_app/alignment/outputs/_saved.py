@@ -89,6 +89,13 @@ def _text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
+def _shown(text, most=60) -> str:
+    """``text`` as a message quotes it: characters that do not print as ``?``, at most
+    ``most`` of them (a file that is not a table has no header worth a screen)."""
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= most else text[:most] + "..."
+
+
 def _csv_rows(path) -> list:
     """The rows of a CSV table as dicts (lines starting with ``#`` left out, spaces after the
     commas too: a table edited by hand); ValueError for a row of another field count.
@@ -99,7 +106,10 @@ def _csv_rows(path) -> list:
     >>> _csv_rows(p)
     [{'frame': '0', 'dy': '0.5', 'dx': '-1'}]
     """
-    lines = [ln for ln in _text(path.read_bytes()).splitlines(keepends=True)
+    raw = path.read_bytes()
+    if b"\0" in raw[:4096]:  # (an image, an archive: its bytes are no line of a message)
+        raise ValueError("a binary file, not a text table")
+    lines = [ln for ln in _text(raw).splitlines(keepends=True)
              if not ln.lstrip().startswith("#")]
     reader = csv.DictReader(lines, skipinitialspace=True)
     rows = list(reader)
@@ -110,7 +120,7 @@ def _csv_rows(path) -> list:
     for i, row in enumerate(rows):
         if None in row or None in row.values():
             raise ValueError(f"row {i + 1} has {'more' if None in row else 'fewer'} fields "
-                             f"than its header ({', '.join(header)})")
+                             f"than its header ({_shown(', '.join(header))})")
     return rows
 
 
