@@ -153,6 +153,16 @@ def test_a_big_endian_array_aligns_as_its_native_copy(dtype):
     got = align(swapped, device="cpu", max_shift=8)
     np.testing.assert_array_equal(got.shifts, native.shifts)
     assert swapped.dtype.byteorder == ">"  # (the input as it was)
+    # a big-endian reference image, estimate_shifts' frames and reference, a Dask array of
+    # them (astropy's FITS arrays): refused as a type to convert to, which they were
+    by_image = align(swapped, swapped[0], device="cpu", max_shift=8)
+    np.testing.assert_array_equal(by_image.shifts, align(stack, stack[0], device="cpu",
+                                                         max_shift=8).shifts)
+    np.testing.assert_array_equal(estimate_shifts(swapped[0], swapped, max_shift=8)[0],
+                                  estimate_shifts(stack[0], stack, max_shift=8)[0])
+    da = pytest.importorskip("dask.array")
+    lazy = align(da.from_array(swapped, chunks=(2, -1, -1)), device="cpu", max_shift=8)
+    np.testing.assert_array_equal(lazy.shifts, native.shifts)
 
 
 @pytest.mark.parametrize("reference, own", [("first", 0), (3, 3), (-2, 10)])

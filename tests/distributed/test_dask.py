@@ -11,7 +11,7 @@ import tifffile
 from synthetic import write_damaged_tiff
 from sample_paths import SAMPLES, stack_path
 from xcorr_app import align
-from xcorr_app.errors import XcorrError
+from xcorr_app.errors import InputError, XcorrError
 
 distributed = pytest.importorskip("dask.distributed")  # (not tests/distributed)
 da = pytest.importorskip("dask.array")
@@ -139,6 +139,17 @@ def test_bad_inputs_say_what_to_do():
     with pytest.raises(XcorrError, match="cannot reach the Dask scheduler"):
         with xdask.local_client(scheduler="tcp://127.0.0.1:9"):
             pass
+    # (Dask refused these in its own words, from deep inside; 0 was taken for the default)
+    for bad in (-3, 2.5, 0, True, "4"):
+        for call in (lambda: xdask.align(da.zeros((3, 8, 8)), task_frames=bad, device="cpu",
+                                         scheduler="sync"),
+                     lambda: xdask.filter(da.zeros((3, 8, 8)), "gaussian:1", task_frames=bad),
+                     lambda: xdask.apply_shifts(da.zeros((3, 8, 8)), np.zeros((3, 2)),
+                                                task_frames=bad),
+                     lambda: xdask.filter_channels(da.zeros((3, 2, 8, 8)), mix=[1, 1],
+                                                   task_frames=bad)):
+            with pytest.raises(InputError, match="task_frames must be a whole number"):
+                call()
 
 
 def test_nan_frame_is_flagged_as_in_one_process(client, tmp_path):

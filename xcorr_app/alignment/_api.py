@@ -20,7 +20,8 @@ from ..correlate import normalize_max_shift
 from ..errors import InputError
 from ..streaming import check_bound
 from ._executors import InProcess, OnGpus
-from ._options import DEFAULT_UPSAMPLE, AlignOptions, check_pixel_type, check_upsample
+from ._options import (DEFAULT_UPSAMPLE, AlignOptions, check_pixel_type, check_upsample,
+                       in_native_order)
 from .._run_options import options_signature
 from .rigid import check_choices, check_frame_shape, prefilter_for
 from .rigid import Measurer, quiet_if_nonfinite
@@ -82,9 +83,11 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     upsample = DEFAULT_UPSAMPLE if upsample is None else check_upsample(upsample)
     subpixel = check_choices(normalization, subpixel)
     pre = prefilter_for(prefilter, normalization)
-    mov = xp.asarray(frames)
+    # (big-endian pixels, a FITS file's: in this machine's order before they go anywhere)
+    mov = xp.asarray(in_native_order(frames, "frames") if hasattr(frames, "dtype") else frames)
     mov = mov[None] if mov.ndim == 2 else mov
-    ref = xp.asarray(reference)
+    ref = xp.asarray(in_native_order(reference, "the reference")
+                     if hasattr(reference, "dtype") else reference)
     if mov.ndim != 3 or ref.ndim not in (2, 3) or ref.shape[-2:] != mov.shape[1:] \
             or (ref.ndim == 3 and len(ref) != len(mov)):
         raise InputError(f"frames must be (N, H, W) and the reference (H, W) or (N, H, W) of the "

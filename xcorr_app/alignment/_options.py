@@ -437,7 +437,7 @@ def _check_reference(reference):
     refined_passes(reference)  # a bad refined:ITER
     mean_count(reference, 1)  # a bad mean:N
     if hasattr(reference, "shape") and hasattr(reference, "dtype"):
-        check_pixel_type(reference.dtype, "the reference")
+        return in_native_order(reference, "the reference")
     return reference
 
 
@@ -521,11 +521,17 @@ def as_stack(stack_or_path, what="the stack"):
     if not (hasattr(stack_or_path, "shape") and hasattr(stack_or_path, "dtype")):
         raise InputError(f"{what} must be a path, an (N, H, W) array or a sequence of 2-D "
                          f"arrays, not {type(stack_or_path).__name__}")
-    dt = np.dtype(stack_or_path.dtype)
-    if isinstance(stack_or_path, np.ndarray) and not dt.isnative:
-        # (big-endian pixels, as an instrument's raw file maps them: in this machine's order, a
-        # copy; a TIFF of them is read so anyway)
-        check_pixel_type(dt.newbyteorder("="), what)
-        return stack_or_path.astype(dt.newbyteorder("="))
-    check_pixel_type(dt, what)
-    return stack_or_path
+    return in_native_order(stack_or_path, what)
+
+
+def in_native_order(array, what):
+    """``array`` with its pixels in this machine's byte order, its pixel type checked
+    (:func:`check_pixel_type`): big-endian pixels, as FITS files and instruments' raw files
+    map them, converted (a copy; a Dask array's blocks as they are read; a TIFF of them is
+    read so anyway)."""
+    dt = np.dtype(array.dtype)
+    if dt.isnative or not hasattr(array, "astype"):
+        check_pixel_type(dt, what)
+        return array
+    check_pixel_type(dt.newbyteorder("="), what)
+    return array.astype(dt.newbyteorder("="))

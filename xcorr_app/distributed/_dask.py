@@ -86,6 +86,8 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
     from ..filters import channel_filter
     from ..io import ChannelStack
 
+    task_frames = check_task_frames(task_frames)
+
     if isinstance(stack_or_path, (str, Path)):
         with ChannelStack(stack_or_path) as src:  # the header only
             n, shape, channels = src.n_frames, src.frame_shape, src.n_channels
@@ -105,6 +107,19 @@ def filter_channels(stack_or_path, *, bank=None, mix=None, device="auto", task_f
                           chunks=(arr.chunks[0], (n_out,), (arr.shape[2],), (arr.shape[3],)))
 
 # ----------------------------------------------------------------------------- on the client
+
+def check_task_frames(task_frames):
+    """``task_frames`` as the entry points take it: None (each its default) or a whole number
+    of frames, 1 or more; anything else an :class:`InputError` naming it (Dask refused a
+    negative or fractional one in its own words, and took 0 for the default)."""
+    if task_frames is None:
+        return None
+    if isinstance(task_frames, (bool, np.bool_)) or not isinstance(
+            task_frames, (int, np.integer)) or task_frames < 1:
+        raise InputError(f"task_frames must be a whole number of frames, 1 or more (or None "
+                         f"for the default); got {task_frames!r}")
+    return int(task_frames)
+
 
 class _Input:
     """What the client knows of the input: its size, its ranges of frames and one source per
@@ -343,6 +358,7 @@ def align(stack_or_path, reference=None, *, client=None, scheduler=None, task_fr
     """
     _require_dask()
     opts = AlignOptions.from_arguments(reference, options, **keywords)
+    task_frames = check_task_frames(task_frames)
     # (_limits_checked: xcorr align's, checked before its cluster started; not public)
     return run_alignment(opts, stack_or_path, DaskExecutor(client, scheduler, task_frames),
                          progress=progress, limits_checked=_limits_checked)
@@ -486,6 +502,7 @@ def filter(stack_or_path, kernel, *, mode="reflect", cval=0.0, channel=None, dev
     from ..filters import MODES, check_radius, parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)  # a bad spec fails here, not in every task
+    task_frames = check_task_frames(task_frames)
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
     inp = _Input(with_axes(stack_or_path, parse_axes(axes)), channel, task_frames)
@@ -498,7 +515,7 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
     """The aligned stack as a lazy float32 dask array: :func:`xcorr_app.apply_shifts` per
     block of frames (the same shifts refused; ``axes``: a file's, as there)."""
     return _shifted_array(with_axes(stack_or_path, parse_axes(axes)), shifts, channel, fill,
-                          resample, crop, device, task_frames)
+                          resample, crop, device, check_task_frames(task_frames))
 
 
 def _shifted_array(stack_or_path, shifts, channel, fill, resample, crop, device, task_frames):
