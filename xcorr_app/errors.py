@@ -50,3 +50,22 @@ def check_flags(**flags) -> None:
     for name, value in flags.items():
         if not isinstance(value, (bool, np.bool_)):
             raise InputError(f"{name} must be True or False, got {value!r}")
+
+
+def check_keywords(keywords, names) -> None:
+    """InputError for the first of ``keywords`` not among ``names`` (the options a call
+    takes), naming the nearest of them: a misspelt keyword was a TypeError of some function
+    inside.
+
+    >>> check_keywords({"max_shfit": 8}, ["max_shift", "device"])
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: unknown option 'max_shfit'; did you mean max_shift?
+    """
+    import difflib
+
+    for key in keywords:
+        if key not in names:
+            near = difflib.get_close_matches(key, sorted(names), 1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise InputError(f"unknown option {key!r}{hint}")

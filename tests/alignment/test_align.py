@@ -174,3 +174,15 @@ def test_the_reference_frame_itself_gets_exactly_no_shift(reference, own):
     assert res.shifts[own].tolist() == [0.0, 0.0]
     aligned = np.concatenate([c for _, c in res.apply(frames, fill=np.nan, device="cpu")])
     assert not np.isnan(aligned[own]).any()
+
+
+def test_a_misspelt_keyword_of_apply_is_an_input_error_naming_the_nearest():
+    """AlignResult.apply passed its keywords on: a misspelt one was a TypeError of
+    apply_shifts (a patches result's: of apply_field)."""
+    frames = tifffile.imread(stack_path("cell"))[:4]
+    for res in (align(frames, device="cpu", max_shift=8),
+                align(frames, device="cpu", max_shift=8, patches=2)):
+        with pytest.raises(InputError, match="unknown option 'fil'; did you mean fill"):
+            res.apply(fil=0.0)
+    with pytest.raises(InputError, match="unknown option 'max_shfit'; did you mean max_shift"):
+        align(frames, device="cpu", max_shfit=8)

@@ -434,6 +434,18 @@ def test_a_csv_row_of_another_field_count_is_refused(tmp_path, one_stack):
     _refused(tmp_path, table, path, "row 3 has fewer fields than its header")
 
 
+def test_a_csv_column_named_twice_or_a_binary_file_is_refused(tmp_path, one_stack):
+    """A header naming dy twice was applied with its last column's values (exit 0); an image
+    given as the table quoted its bytes for a screen."""
+    path, frames = one_stack
+    table = tmp_path / "shifts.csv"
+    table.write_text("frame,dy,dx,dy\n" + "".join(f"{k},0.5,0.5,9\n" for k in range(len(frames))))
+    _refused(tmp_path, table, path, "its header names dy more than once")
+    image = tmp_path / "image.csv"
+    image.write_bytes(path.read_bytes())
+    _refused(tmp_path, image, path, "a binary file, not a text table")
+
+
 @pytest.mark.parametrize("bad", [np.inf, -np.inf])
 def test_the_api_refuses_infinite_shifts(bad):
     frames = _stack("f32")

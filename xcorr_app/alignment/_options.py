@@ -14,7 +14,6 @@ xcorr_app.errors.InputError: unknown subpixel method 'cubic'; use one of auto, g
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import numbers
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 from .. import backend
 from ..backend import DEVICES
 from ..correlate import normalize_max_shift, output_shape
-from ..errors import InputError, check_flags
+from ..errors import InputError, check_flags, check_keywords
 from ..io import SUPPORTED_DTYPES, parse_axes
 from ..registration import DEFAULT_UPSAMPLE, MAX_UPSAMPLE
 from ..streaming import parse_memory
@@ -379,12 +378,7 @@ class AlignOptions(RunOptions):
                 raise InputError(f"give the run's options either as options= or as keywords, "
                                  f"not both ({given})")
             return options
-        names = {f.name for f in dataclasses.fields(cls)}
-        for key in keywords:
-            if key not in names:
-                near = difflib.get_close_matches(key, sorted(names), 1)
-                hint = f"; did you mean {near[0]}?" if near else ""
-                raise InputError(f"unknown option {key!r}{hint}")
+        check_keywords(keywords, {f.name for f in dataclasses.fields(cls)})
         if reference is not None:
             keywords["reference"] = reference
         return cls(**keywords)

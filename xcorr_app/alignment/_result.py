@@ -11,11 +11,12 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, check_keywords
 from ..io import json_number, plural
 from .rigid import COLUMN, fft_reference, own_frame
 
@@ -394,9 +395,13 @@ class AlignResult:
         and shifts every frame in one resampling (``resample`` bilinear or cubic; frames of
         the run's size)."""
         from ._apply import apply_shifts
-
+        from .piecewise import apply_field
         from .warp import check_fill
 
+        field = self.motion_field is not None or self.rotation_deg is not None
+        # (a misspelt keyword, or one the warp does not take: a TypeError inside)
+        check_keywords(kwargs, _keyword_options(apply_field) | {"bidi"} if field
+                       else _keyword_options(apply_shifts))
         if "fill" in kwargs:  # (now, not when the first chunk is asked for)
             kwargs["fill"] = check_fill(kwargs["fill"])
         target = self.source if stack_or_path is None else stack_or_path
@@ -405,8 +410,7 @@ class AlignResult:
         kwargs.setdefault("channel", self.settings.get("channel"))
         if self.settings.get("chunk_frames"):  # the run's chunk (auto: larger for small frames)
             kwargs.setdefault("chunk_frames", self.settings["chunk_frames"])
-        if self.motion_field is not None or self.rotation_deg is not None:
-            from .piecewise import apply_field
+        if field:
             from .rigid import parse_bidi
 
             kwargs.setdefault("device", self.settings.get("device", "auto"))
@@ -421,6 +425,12 @@ class AlignResult:
             return apply_field(target, *self.rigid_body_field(), **kwargs)
         kwargs.setdefault("bidi", self.settings.get("bidi") or 0.0)  # (the run's line offset)
         return apply_shifts(target, self.shifts, **kwargs)
+
+
+def _keyword_options(fn) -> set:
+    """The keyword-only options of ``fn``."""
+    return {p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind is p.KEYWORD_ONLY}
 
 
 def _check_frame_shape(target, channel, frame_shape):

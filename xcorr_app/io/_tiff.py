@@ -164,8 +164,9 @@ def check_whole(tif, path: Path) -> None:
     total = declared // per_frame if declared else None
     of = f" of {total}" if total else ""
     raise TruncatedError(f"{path} is truncated or damaged after frame {found // per_frame}{of} "
-                         f"({why}); copy it again from the source (or pass readable_frames=True "
-                         "to use the frames before it)", found // per_frame, total, why,
+                         f"({why}); copy it again from the source, or use the frames before "
+                         "it (the command line's --readable-frames; in Python, inside `with "
+                         "xcorr_app.io.readable_frames(path):`)", found // per_frame, total, why,
                          per_frame, contiguous)
 
 

@@ -188,7 +188,8 @@ def test_warp_by_a_constant_field_is_the_rigid_shift(rng):
     (dict(patches=(0, 3)), ["at least 1x1"]),
     (dict(patches="axb"), ["GYxGX"]),
     (dict(patches=(60, 60)), ["too small"]),
-    (dict(patches=(2, 2), patch_overlap=500), ["smaller than the patch size"]),
+    (dict(patches=(2, 2), patch_overlap=500), ["smaller than the patch size",
+                                               "px the patches span along the rows"]),
     (dict(patches=(2, 2), max_deviation=-1), ["max_deviation must be >= 0"]),
     (dict(patches=(2, 2), reference="previous"), ["previous"]),
     (dict(patches=(60, 60), gpus="0", device="auto"), ["too small"]),  # before any GPU is

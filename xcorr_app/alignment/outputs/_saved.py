@@ -117,6 +117,9 @@ def _csv_rows(path) -> list:
     if any(name != name.strip() for name in header):  # (spaces before a comma: "dy ,dx")
         rows = [{k.strip() if isinstance(k, str) else k: v for k, v in r.items()} for r in rows]
         header = [name.strip() for name in header]
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:  # (a row's dict keeps the last: its other column would go unread)
+        raise ValueError(f"its header names {_shown(', '.join(twice))} more than once")
     for i, row in enumerate(rows):
         if None in row or None in row.values():
             raise ValueError(f"row {i + 1} has {'more' if None in row else 'fewer'} fields "

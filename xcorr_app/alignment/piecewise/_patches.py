@@ -213,9 +213,9 @@ def axis_patches(g, span, overlap, max_deviation, n, name, item="frame", unit="p
     if g > n:
         raise InputError(f"{g} patches along the {name} are more than the {item}'s {n} {units}")
     p = math.ceil((a + (g - 1) * o) / g) if g > 1 else a
-    if o >= p:
-        raise InputError(f"patch overlap {o} {unit} must be smaller than the patch size ({p} "
-                         f"{unit} along the {name})")
+    if o >= p:  # (o >= a: the patches' size grows with the overlap, past the area)
+        raise InputError(f"patch overlap {o} {unit} must be smaller than the patch size, and "
+                         f"than the {a} {unit} the patches span along the {name}")
     if p > a:
         raise InputError(f"patches of {p} {unit} along the {name} are larger than the {item}'s "
                          f"area every shifted {item} covers ({a} {unit} of {n}): use a smaller "
