@@ -122,6 +122,30 @@ def test_a_tiff_written_a_frame_at_a_time_is_a_stack(tmp_path):
     np.testing.assert_allclose(res.shifts, [[-t, 2 * t] for t in range(5)], atol=0.02)
 
 
+def test_a_frame_at_a_time_with_a_page_of_another_shape_is_told(tmp_path):
+    """An odd page after the frames (a thumbnail, an appended crop): the frames before it, with a
+    note (the file was read as its first series: one frame); one among them: refused (reading
+    on would align frames of two shapes, the first alone one frame)."""
+    frames = (np.random.default_rng(2).random((6, 24, 28)) * 4000).astype(np.uint16)
+    for where in ("end", "middle"):
+        path = tmp_path / f"{where}.tif"
+        for k, f in enumerate(frames):
+            if where == "middle" and k == 3:
+                tifffile.imwrite(path, f[:, :10], append=True)
+            tifffile.imwrite(path, f, append=True)
+        if where == "end":
+            tifffile.imwrite(path, frames[0][:, :10], append=True)
+            with open_stack(path) as src:
+                assert (src.n_frames, src.frame_shape) == (6, (24, 28))
+                np.testing.assert_array_equal(src.read(0, 6), frames)
+                assert any("read as 6 frames; the 1 series after them, of another shape, "
+                           "left out" in n for n in src.notes)
+        else:
+            with pytest.raises(InputError, match=r"holds 7 image series of one page each, not "
+                               r"of one shape \(6 of 24x28, 1 of 24x10\)"):
+                open_stack(path)
+
+
 def test_series_of_other_shapes_are_still_the_first_series_with_a_note(tmp_path):
     path = tmp_path / "mixed.tif"
     with tifffile.TiffWriter(path) as w:

@@ -12,6 +12,7 @@ Examples
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import math
@@ -106,12 +107,21 @@ class HoldsVolumes(InputError):
         self.times, self.planes, self.axes = times, planes, axes
 
 
-def _one_page_each(series_list) -> bool:
-    """Whether every image series is one page of the same shape, type and axes (a frame a
-    series)."""
+def _one_page_each(series_list) -> int:
+    """How many of the leading image series are one page of the first's shape, type and axes
+    (a frame a series, as a writer called once a frame makes them): every one of them, or
+    those before a last run of others (a thumbnail, an odd page appended: left out); 0 where
+    there are fewer than two such, or where frames of the first's kind follow others (frames
+    of two shapes: no stack)."""
     first = series_list[0]
-    return all(len(s.pages) == 1 and s.shape == first.shape and s.dtype == first.dtype
-               and s.axes == first.axes and s.keyframe.shape == s.shape for s in series_list)
+
+    def frame(s):
+        return len(s.pages) == 1 and s.shape == first.shape and s.dtype == first.dtype \
+            and s.axes == first.axes and s.keyframe.shape == s.shape
+
+    kinds = [frame(s) for s in series_list]
+    run = kinds.index(False) if False in kinds else len(kinds)
+    return run if run >= 2 and not any(kinds[run:]) else 0
 
 
 def volumes_of(frames, path):
@@ -311,16 +321,30 @@ class TiffFrames:
         series_list = self._tif.series
         if not series_list:
             raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
-        if len(series_list) > 1 and _one_page_each(series_list):
+        n = _one_page_each(series_list) if len(series_list) > 1 else 0
+        if n:
             # (tifffile's writer called once a frame, as an acquisition loop does: a stack)
             self._by_page = True
             page = series_list[0].keyframe
             dtype = None if page.dtype is None else np.dtype(page.dtype)
-            n = self._n_pages = len(series_list)
+            self._n_pages = n
+            left = len(series_list) - n
             self.notes.append(f"{self.path.name} holds {n} image series of one "
-                              f"{'x'.join(map(str, page.shape))} page each: read as {n} frames")
+                              f"{'x'.join(map(str, page.shape))} page each: read as {n} frames"
+                              + (f"; the {left} series after them, of "
+                                 "another shape, left out" if left else ""))
             return (n, *page.shape), "T" + page.axes, tuple(page.shape), page.axes, dtype, n
         if len(series_list) > 1:
+            shapes = collections.Counter("x".join(map(str, s.shape)) for s in series_list)
+            if all(len(s.pages) == 1 for s in series_list) and len(shapes) > 1 \
+                    and shapes["x".join(map(str, series_list[0].shape))] > 1:
+                # (frames written one by one with one of another shape among them: reading
+                # the first alone would align one frame)
+                kinds = ", ".join(f"{k} of {shape}" for shape, k in shapes.most_common())
+                raise InputError(f"{self.path} holds {len(series_list)} image series of one "
+                                 f"page each, not of one shape ({kinds}); xcorr reads a stack "
+                                 "of frames of one shape: write the frames of each shape to a "
+                                 "file of their own")
             self.notes.append(
                 f"{self.path.name} holds {len(series_list)} image series; read only the first"
             )
