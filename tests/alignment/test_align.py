@@ -120,6 +120,11 @@ def test_bad_arrays_are_clear_errors(bad, msg):
 def test_constant_reference_is_an_error():
     with pytest.raises(XcorrError, match="reference image is constant"):
         align(np.ones((3, 8, 8)), device="cpu")
+    # float64 varying below float32's resolution at its values: said so, not "constant"
+    texture = np.random.default_rng(1).random((3, 16, 16))
+    with pytest.raises(InputError, match=r"varies by only 0\.99\d* about 1e\+08: below the "
+                       "resolution of float32"):
+        align(texture + 1e8, device="cpu")
 
 
 @pytest.mark.parametrize("kw", [dict(reference="nope"), dict(reference=99), dict(subpixel="x"),

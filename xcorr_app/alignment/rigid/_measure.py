@@ -240,6 +240,20 @@ def frames_per_chunk(run, src, xp, budget):
     return chunk
 
 
+def _constant(image) -> str:
+    """Why a reference that prepared to a constant cannot be measured against: it is constant,
+    or (float64 pixels) it varies by less than float32, in which frames are measured, tells
+    apart at its values."""
+    a = backend.to_numpy(image)
+    finite = a[np.isfinite(a)]
+    if a.dtype == np.float64 and finite.size and finite.min() != finite.max():
+        return (f"the reference image varies by only {finite.max() - finite.min():.3g} about "
+                f"{float(np.mean(finite)):.6g}: below the resolution of float32, in which "
+                "frames are measured; subtract the offset first (for example "
+                "stack - stack.mean())")
+    return "the reference image is constant; choose another reference"
+
+
 def prepared_reference(opts, src, xp, chunk_frames, image=None):
     """The run's reference as prepared for correlation: ``(frame, raw)`` float32 arrays on
     ``xp``'s device (``None`` for ``reference="previous"``).  ``image``: the reference image
@@ -254,7 +268,7 @@ def prepared_reference(opts, src, xp, chunk_frames, image=None):
                          + (" (with mask nan: it has no finite pixel)" if opts.masks_nan
                             else ", or give mask='nan'"))
     if bool(p.constant[0]):
-        raise InputError("the reference image is constant; choose another reference")
+        raise InputError(_constant(image))
     return (p.frames[0], p.raw[0]) + ((p.mask[0],) if opts.masks_nan else ())
 
 
