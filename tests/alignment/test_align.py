@@ -191,3 +191,15 @@ def test_a_misspelt_keyword_of_apply_is_an_input_error_naming_the_nearest():
             res.apply(fil=0.0)
     with pytest.raises(InputError, match="unknown option 'max_shfit'; did you mean max_shift"):
         align(frames, device="cpu", max_shfit=8)
+
+
+def test_previous_without_the_fft_check_reports_no_check():
+    """reference='previous' with verify=False chained the check's NaN steps as zeros: FFT
+    shifts of 0 in the table and an RMS difference to a check never made."""
+    frames = tifffile.imread(stack_path("cell"))[:6]
+    res = align(frames, "previous", device="cpu", max_shift=8, verify=False)
+    assert np.isnan(res.fft_shifts).all()
+    summary = res.summary()
+    assert np.isnan(summary["rms_vs_fft"]) and np.isnan(summary["agreement"])
+    checked = align(frames, "previous", device="cpu", max_shift=8)
+    assert np.isfinite(checked.fft_shifts).all() and checked.summary()["rms_vs_fft"] < 0.1

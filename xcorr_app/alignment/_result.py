@@ -523,7 +523,9 @@ def result_from_table(opts, table, sources, settings, plan, source=None, untrust
     if opts.verify and opts.max_shift is not None:
         fft_outside = (np.abs(fft_int) > np.asarray(opts.max_shift)).any(axis=1) & ~unusable
     if opts.previous:
-        shifts, fft_sh = _accumulate(shifts, unusable), _accumulate(fft_sh, unusable)
+        shifts = _accumulate(shifts, unusable)
+        if opts.verify:  # (unchecked: NaN steps, which the chain would make zeros)
+            fft_sh = _accumulate(fft_sh, unusable)
     own = own_frame(opts.reference, n)
     if own is not None and np.isfinite(shifts[own]).all():
         # (the reference itself: its fit's rounding, about 1e-8 px, blended an edge of the
