@@ -289,3 +289,17 @@ def test_sigint_while_the_outputs_are_renamed_keeps_a_whole_run(tmp_path, force)
     assert ref.returncode == 0
     assert (out / "shifts.csv").read_bytes() == (tmp_path / "ref" / "shifts.csv").read_bytes()
     assert digest(out / "aligned.tif") == digest(tmp_path / "ref" / "aligned.tif")
+
+
+@pytest.mark.parametrize("fmt", ["tiff", "hdf5"])
+def test_an_input_named_in_bytes_that_are_not_utf8_is_aligned(tmp_path, fmt):
+    """A file name of Latin-1 bytes (Python keeps them as lone surrogates): every output
+    format failed as an internal error when shifts.csv (or HDF5's attribute) took the name."""
+    name = os.fsdecode(b"caf\xe9.tif")
+    src = tmp_path / name
+    src.write_bytes(stack_path("cell").read_bytes())
+    res = xcorr("align", src, "--device", "cpu", "--out", tmp_path / "o", "--out-format", fmt,
+                "-q")
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "o" / "shifts.csv").read_text(encoding="utf-8")
+    assert "caf\\udce9.tif" in table.splitlines()[1]

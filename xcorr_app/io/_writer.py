@@ -295,9 +295,10 @@ def atomic_path(path):
 
 
 def write_text(path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    """Write ``text`` (UTF-8) to ``path`` atomically; a file name's bytes that are not UTF-8
+    in it (lone surrogates) as backslash escapes."""
     with atomic_path(Path(path)) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
 
 
 def write_tiff(path, stack, *, imagej: bool = True, metadata: dict | None = None) -> None:

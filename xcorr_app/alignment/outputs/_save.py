@@ -213,13 +213,19 @@ def write_chunks(parts, shape, n, out_path, aligned=None, channels=1, progress=N
                 progress(k)
 
 
+def _printable(name: str) -> str:
+    """``name`` as the outputs write it: a file name's bytes that are not UTF-8 (Python keeps
+    them as lone surrogates, which no UTF-8 writer takes) as backslash escapes."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _input_name(source) -> str:
-    return str(source) if isinstance(source, (str, Path)) else \
+    return _printable(str(source)) if isinstance(source, (str, Path)) else \
         f"array {'x'.join(map(str, getattr(source, 'shape', ())))}"
 
 
 def _title_name(source) -> str:
-    return Path(source).name if isinstance(source, (str, Path)) else "stack"
+    return _printable(Path(source).name) if isinstance(source, (str, Path)) else "stack"
 
 
 def frame_columns(res) -> dict:
@@ -244,7 +250,7 @@ def frame_columns(res) -> dict:
     def flag(values):
         return np.asarray(values, bool).reshape(n).tolist()
 
-    columns = {"frame": list(range(n)), "source": [res.sources[i] for i in range(n)],
+    columns = {"frame": list(range(n)), "source": [_printable(res.sources[i]) for i in range(n)],
                "dy": json_numbers(shifts[:, 0]), "dx": json_numbers(shifts[:, 1]),
                "peak": json_numbers(res.peak), "confidence": json_numbers(res.confidence),
                "low_confidence": flag(res.low_confidence), "fft_dy": json_numbers(fft[:, 0]),
