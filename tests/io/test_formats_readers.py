@@ -370,3 +370,35 @@ def test_a_zarr_chunk_cut_while_it_is_read_is_one_line(tmp_path, movie):
         np.testing.assert_array_equal(out[:6], frames[:6])
         with pytest.raises(InputError, match="ended while it was read .*copy it again"):
             src.read(6, 8, out=out[6:])
+
+
+@pytest.mark.parametrize("case", ["multiscales a string", "a list of strings",
+                                  "omero channels a string", "a scale of letters"])
+def test_malformed_ome_zarr_metadata_is_one_line(tmp_path, movie, case):
+    """OME-Zarr metadata of the wrong shapes stopped info and align with an internal error
+    (AttributeError, ValueError); the level-0 array read as PATH:0 still aligns."""
+    path = tmp_path / "m.ome.zarr"
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    group.create_array("0", data=movie[:, 0, 0], chunks=(4, *movie.shape[-2:]))
+    meta = {"multiscales": [{"version": "0.4", "axes": [{"name": "t"}, {"name": "y"},
+                                                        {"name": "x"}],
+                             "datasets": [{"path": "0", "coordinateTransformations": [
+                                 {"type": "scale", "scale": [1.0, 0.5, 0.5]}]}]}]}
+    if case == "multiscales a string":
+        meta["multiscales"] = "nonsense"
+    elif case == "a list of strings":
+        meta["multiscales"] = ["a", "b"]
+    elif case == "omero channels a string":
+        meta["omero"] = {"channels": "bad"}
+    else:  # (read where the axes name a unit)
+        for axis in meta["multiscales"][0]["axes"][1:]:
+            axis["unit"] = "micrometer"
+        meta["multiscales"][0]["datasets"][0]["coordinateTransformations"][0]["scale"] = "iii"
+    group.attrs.put(meta)
+    with pytest.raises(InputError, match="its OME-Zarr metadata .* is malformed"):
+        open_stack(path)
+    for command in (("info", path), ("align", path, "--device", "cpu", "--out", tmp_path / "o")):
+        res = xcorr(*command)
+        assert res.returncode == 2
+        assert_clean_error(res, "is malformed", "PATH:0")
+    assert align(f"{path}:0", device="cpu", max_shift=6).n_frames == len(movie)

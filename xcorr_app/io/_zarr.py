@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -79,6 +80,20 @@ def frame_interval_of(meta) -> float | None:
             if value is not None and math.isfinite(value) and value > 0:
                 return value
     return None
+
+
+@contextlib.contextmanager
+def _malformed(file):
+    """OME-Zarr metadata of the wrong shapes (a string where the specification has a list or
+    an object, a scale that is no number) as one :class:`InputError` naming the store."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise InputError(f"{file}: its OME-Zarr metadata (.zattrs or zarr.json) is malformed "
+                         f"({type(exc).__name__}: {exc}); write it again, or give the level-0 "
+                         "array as PATH:0") from None
 
 
 def _ome_layout(meta, name):
@@ -160,9 +175,10 @@ def open_zarr(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
     if not hasattr(node, "dtype"):  # a group: OME-Zarr, a named array, or its only array
         meta = ome_metadata(node.attrs)
         if meta is not None and not dataset:
-            dataset, axes, pixel_size, labels, z_spacing = _ome_layout(meta, file)
-            interval, version, fmt = frame_interval_of(meta), meta["version"], "OME-Zarr"
-            levels = len(meta["multiscales"].get("datasets", []))
+            with _malformed(file):
+                dataset, axes, pixel_size, labels, z_spacing = _ome_layout(meta, file)
+                interval, version, fmt = frame_interval_of(meta), meta["version"], "OME-Zarr"
+                levels = len(meta["multiscales"].get("datasets", []))
             if levels > 1:
                 notes.append(f"{file.name}: OME-Zarr image of {levels} resolution levels; "
                              "reading level 0 (full resolution)")
