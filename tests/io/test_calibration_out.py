@@ -320,3 +320,28 @@ def test_the_filtered_stack_keeps_the_pixel_size_and_the_frame_interval(imagej_i
     size, unit, interval, axes = _calibration(out)
     assert size == pytest.approx((0.5, 0.25)) and unit == "um" and axes == "TYX"
     assert interval == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("unit, reads, um", [("mm", "mm", 250.0), ("nm", "nm", 0.00025),
+                                             ("\\u00B5m", "µm", 0.25)])
+def test_a_pixel_size_in_any_length_unit_reaches_every_output(tmp_path, unit, reads, um):
+    """Fiji writes the micro sign escaped (``\\u00B5m``): it reads as µm (it was shown raw,
+    and OME-TIFF and HDF5 outputs dropped it); HDF5's element_size_um is in micrometers
+    whatever the input's unit (a size in mm or nm was dropped without a note)."""
+    import h5py
+
+    path = tmp_path / "in.tif"
+    tifffile.imwrite(path, _frames(np.random.default_rng(5)), imagej=True,
+                     resolution=(4.0, 4.0), metadata={"axes": "TYX", "unit": unit})
+    size = describe(path)["pixel_size"]
+    assert size[:2] == pytest.approx((0.25, 0.25)) and size[2] == reads
+    for fmt, name in (("hdf5", "aligned.h5"), ("ome-tiff", "aligned.ome.tif")):
+        out = tmp_path / fmt
+        r = xcorr("align", path, "--out", out, "--out-format", fmt, "--device", "cpu", "-q")
+        assert r.returncode == 0, r.stderr
+        if fmt == "hdf5":
+            with h5py.File(out / name) as f:
+                np.testing.assert_allclose(f["aligned"].attrs["element_size_um"], [um, um])
+        else:
+            size = describe(out / name)["pixel_size"]
+            assert size[:2] == pytest.approx((0.25, 0.25)) and size[2] == reads

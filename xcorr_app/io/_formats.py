@@ -55,15 +55,50 @@ SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "mse
            "millisecond": 1e-3, "µs": 1e-6, "us": 1e-6, "usec": 1e-6, "microsecond": 1e-6,
            "nanosecond": 1e-9, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0,
            "hour": 3600.0}
-#: meters in a length unit as its formats name it: OME-TIFF's ``PhysicalSize*Unit``, ImageJ's
-#: ``unit``, OME-NGFF's axis units
-METERS = {"m": 1.0, "meter": 1.0, "mm": 1e-3, "millimeter": 1e-3, "µm": 1e-6, "um": 1e-6,
-          "micron": 1e-6, "micrometer": 1e-6, "nm": 1e-9, "nanometer": 1e-9}
+#: micrometers in a length unit, by its OME-NGFF name (the names :func:`length_unit` gives)
+MICROMETERS = {"meter": 1e6, "centimeter": 1e4, "millimeter": 1e3, "micrometer": 1.0,
+               "nanometer": 1e-3, "inch": 25400.0}
+#: the OME-NGFF name of a length unit as the formats spell it: OME-TIFF's
+#: ``PhysicalSize*Unit``, ImageJ's ``unit`` (Fiji writes the micro sign escaped, ``\u00B5m``),
+#: OME-NGFF's axis units, NWB's ``grid_spacing`` unit (``meters``), HDF5's ``element_size_um``;
+#: matched as given, then in lower case
+_SPELLINGS = {"m": "meter", "meters": "meter", "cm": "centimeter", "centimeters": "centimeter",
+              "mm": "millimeter", "millimeters": "millimeter", "\u00b5m": "micrometer",
+              "\u03bcm": "micrometer", r"\u00b5m": "micrometer", r"\u03bcm": "micrometer",
+              "um": "micrometer", "micron": "micrometer", "microns": "micrometer",
+              "micrometers": "micrometer", "nm": "nanometer", "nanometers": "nanometer",
+              "in": "inch", "inches": "inch"}
+
+
+def length_unit(unit) -> str | None:
+    """The OME-NGFF name of a length unit however a file spells it, or None (not a length xcorr
+    knows: ``pixel``, a blank).
+
+    >>> length_unit("µm"), length_unit("\\u00B5m"), length_unit("Microns"), length_unit("pixel")
+    ('micrometer', 'micrometer', 'micrometer', None)
+    """
+    text = str(unit or "").strip()
+    for key in (text, text.lower()):
+        if key in MICROMETERS:
+            return key
+        if key in _SPELLINGS:
+            return _SPELLINGS[key]
+    return None
+
+
+def micrometers(value, unit) -> float | None:
+    """``value`` in ``unit`` (any spelling :func:`length_unit` knows) in micrometers, or None.
+
+    >>> micrometers(250, "nm"), micrometers(0.5, "mm"), micrometers(3, "pixel")
+    (0.25, 500.0, None)
+    """
+    name = length_unit(unit)
+    return None if name is None else float(value) * MICROMETERS[name]
 
 
 def z_step(value, unit, xy_unit) -> float | None:
     """The distance between Z planes ``value`` in ``unit`` as a number in the pixel size's
-    ``xy_unit`` (where both are the same, or both known lengths: :data:`METERS`), else None (no
+    ``xy_unit`` (where both are the same, or both known lengths: :func:`length_unit`), else None (no
     positive finite number: the file says no Z step xcorr can carry).
 
     >>> z_step(1.5, "µm", "micrometer"), z_step(500, "nm", "µm"), z_step(2, "", "um")
@@ -77,9 +112,10 @@ def z_step(value, unit, xy_unit) -> float | None:
         return None
     unit, xy_unit = str(unit or "").strip(), str(xy_unit or "").strip()
     if unit and unit != xy_unit:
-        if unit not in METERS or xy_unit not in METERS:
+        a, b = length_unit(unit), length_unit(xy_unit)
+        if a is None or b is None:
             return None
-        v *= METERS[unit] / METERS[xy_unit]
+        v *= MICROMETERS[a] / MICROMETERS[b]
     return v if math.isfinite(v) and v > 0 else None
 
 

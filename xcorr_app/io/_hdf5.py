@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from ._axes import given_axes, guessed_axes
-from ._formats import ArrayFrames, library_errors, need
+from ._formats import ArrayFrames, library_errors, micrometers, need
 from ._pread import PreadFile, StoredArray, chunk_slabs, preadable
 
 __all__ = ["open_hdf5", "open_nwb", "stored_offsets", "stored_dataset", "absent_chunks",
@@ -363,14 +363,6 @@ def _nwb_axes(group, shape):
     return spec, False
 
 
-#: micrometers in one of each length unit an NWB ``grid_spacing`` is given in (its ``unit``,
-#: ``meters`` by default)
-_MICROMETERS = {"meters": 1e6, "meter": 1e6, "m": 1e6, "millimeters": 1e3, "millimeter": 1e3,
-                "mm": 1e3, "micrometers": 1.0, "micrometer": 1.0, "microns": 1.0,
-                "micron": 1.0, "um": 1.0, "µm": 1.0, "\u03bcm": 1.0, "nanometers": 1e-3,
-                "nanometer": 1e-3, "nm": 1e-3}
-
-
 def _nwb_interval(group, notes):
     """Seconds between frames of an NWB series: ``1 / rate`` of its ``starting_time`` (Hz),
     else the median step of its ``timestamps`` where every step is within 1 % of it; None
@@ -416,7 +408,7 @@ def _nwb_pixel_size(group, notes):
     if spacing is None or not hasattr(spacing, "dtype"):
         return None
     unit = _text(spacing.attrs.get("unit", "meters")).strip()
-    scale = _MICROMETERS.get(unit.lower(), _MICROMETERS.get(unit))
+    scale = micrometers(1.0, unit)
     values = np.asarray(spacing[()])
     xy = [_positive(v) for v in values.ravel()[:2]] if values.ndim == 1 else []
     if len(xy) != 2 or None in xy or values.size > 3:

@@ -17,7 +17,7 @@ import numpy as np
 import tifffile
 
 from ..errors import InputError
-from ._formats import SECONDS, z_step
+from ._formats import SECONDS, length_unit, z_step
 from ._tiff import plural, tiff_errors
 
 __all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
@@ -62,6 +62,12 @@ def _frame_interval(tif) -> float | None:
     return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
+def _imagej_unit(unit) -> str:
+    """ImageJ's ``unit`` as it reads: Fiji writes the micro sign escaped (``\\u00B5m``)."""
+    text = str(unit or "")
+    return "µm" if length_unit(text) == "micrometer" and "\\u" in text.lower() else text
+
+
 def _imagej_pixels(tif):
     """``(pixel size, channel names, Z step)`` of an ImageJ TIFF (resolution tags, its
     ``unit``; ``spacing``, the Z step in that unit)."""
@@ -71,7 +77,7 @@ def _imagej_pixels(tif):
     if xres is not None and yres is not None:
         (xn, xd), (yn, yd) = xres.value, yres.value
         if xn and yn and (xn, xd) != (1, 1):
-            size = (yd / yn, xd / xn, str(meta.get("unit", "")))
+            size = (yd / yn, xd / xn, _imagej_unit(meta.get("unit", "")))
     labels = meta.get("Labels")
     labels = list(labels) if isinstance(labels, (list, tuple)) else []
     # (a label a page, channels first: a hyperstack's channels are its first labels)

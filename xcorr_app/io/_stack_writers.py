@@ -32,7 +32,7 @@ import tifffile
 
 from ..backend import array_module_of, to_numpy
 from ..errors import InputError, OutputError
-from ._formats import need
+from ._formats import length_unit, micrometers, need
 from ._nwb_out import NwbCopy
 from ._writer import AtomicTarget, TiffStackWriter, os_errors
 
@@ -270,7 +270,7 @@ class ZarrStackWriter(_Writer):
         if self.channels > 1:
             axes.append({"name": "c", "type": "channel"})
         size = usable_pixel_size(meta.get("pixel_size"))
-        unit = _ngff_unit(size[2]) if size and len(size) > 2 else None
+        unit = length_unit(size[2]) if size and len(size) > 2 else None
         for name in "yx":
             axes.append({"name": name, "type": "space", **({"unit": unit} if unit else {})})
         scale = [1.0] * (len(axes) - 2) + ([float(size[0]), float(size[1])] if size
@@ -358,7 +358,7 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
     meta = meta or {}
     size, out, found = usable_pixel_size(meta.get("pixel_size")), {}, {}
     if size:
-        unit = _ngff_unit(size[2])
+        unit = length_unit(size[2])
         found["unit"] = _IMAGEJ_UNITS.get(unit, str(size[2]) or "pixel")
         out["resolution"] = (1 / float(size[1]), 1 / float(size[0]))
     if meta.get("frame_interval"):
@@ -370,7 +370,8 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
 
 
 #: ImageJ's names of the OME-NGFF length units (``um``: shown as µm)
-_IMAGEJ_UNITS = {"micrometer": "um", "nanometer": "nm", "millimeter": "mm"}
+_IMAGEJ_UNITS = {"micrometer": "um", "nanometer": "nm", "millimeter": "mm", "centimeter": "cm",
+                 "meter": "m", "inch": "inch"}
 
 
 class OmeTiffStackWriter(_Writer):
@@ -386,7 +387,7 @@ class OmeTiffStackWriter(_Writer):
         ome = {"axes": "TCYX" if self.channels > 1 else "TYX"}
         size, unit = usable_pixel_size(meta.get("pixel_size")), None
         if size:
-            unit = _OME_UNITS.get(_ngff_unit(size[2]))
+            unit = _OME_UNITS.get(length_unit(size[2]))
         if unit:  # (an unknown unit is not said: OME allows only its own)
             ome.update(PhysicalSizeY=float(size[0]), PhysicalSizeX=float(size[1]),
                        PhysicalSizeYUnit=unit, PhysicalSizeXUnit=unit)
@@ -445,7 +446,8 @@ class OmeTiffStackWriter(_Writer):
 
 
 #: OME's names of the OME-NGFF length units
-_OME_UNITS = {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm", "meter": "m"}
+_OME_UNITS = {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm", "centimeter": "cm",
+              "meter": "m", "inch": "in"}
 
 
 def usable_pixel_size(size):
@@ -464,14 +466,6 @@ def usable_pixel_size(size):
     except (TypeError, ValueError):
         return None
     return tuple(size) if all(math.isfinite(v) and v > 0 for v in yx) else None
-
-
-def _ngff_unit(unit: str):
-    """The OME-NGFF name of a length unit (``µm`` -> ``micrometer``), or None."""
-    unit = str(unit).strip()
-    known = {"µm": "micrometer", "um": "micrometer", "micron": "micrometer",
-             "nm": "nanometer", "mm": "millimeter"}
-    return known.get(unit, unit if unit.endswith("meter") else None)
 
 
 class _Guarded:
@@ -559,8 +553,10 @@ class Hdf5StackWriter(_Writer):
                 attrs = self._store.attrs
                 attrs["axes"] = "TCYX" if self.channels > 1 else "TYX"
                 size = usable_pixel_size(meta.get("pixel_size"))
-                if size and len(size) > 2 and _ngff_unit(size[2]) == "micrometer":
-                    attrs["element_size_um"] = [float(size[0]), float(size[1])]
+                if size and len(size) > 2 and length_unit(size[2]) is not None:
+                    # (in micrometers, whatever unit the input gave: nm, mm)
+                    attrs["element_size_um"] = [micrometers(size[0], size[2]),
+                                                micrometers(size[1], size[2])]
                 interval = meta.get("frame_interval")
                 if interval and math.isfinite(interval) and interval > 0:  # (as CaImAn reads it)
                     attrs["fr"] = 1.0 / float(interval)
