@@ -349,7 +349,7 @@ class AlignResult:
         if aligned:  # (a type the format cannot hold: refused before anything is written)
             measured = self.settings.get("channel")
             how = channel_metadata(aligned_of(self.source, measured, keep_dtype, format,
-                                              dataset, force), channels, measured)
+                                              dataset, force, fill), channels, measured)
         if isinstance(self.source, (str, Path)):
             from ..io import split_source
 

@@ -350,7 +350,7 @@ def _check(o):
                                 "stack into that range")
         n, shape, itemsize = src.n_frames, src.frame_shape, src.dtype.itemsize
         o.aligned_as = aligned_as(src, o.path, o.keep_dtype, o.out_format,  # (notes too)
-                                  o.out_dataset, o.force)
+                                  o.out_dataset, o.force, o.fill)
         print_notes(src, o.quiet)
         o.apply_channels = apply_channels(o.apply_to, o.channel, src, o.no_aligned)
         # (the names of the channels written: those applied to, or the measured one alone)

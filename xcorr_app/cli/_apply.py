@@ -85,7 +85,8 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
         unshifted = check_fits(saved, shifts, src, path)
-        aligned = aligned_as(src, path, keep_dtype, fmt, dataset, force)  # (notes said too)
+        aligned = aligned_as(src, path, keep_dtype, fmt, dataset, force,  # (notes said too)
+                             fill)
         print_notes(src, quiet)
         frame_shape = src.frame_shape
     if unshifted:  # (said even with --quiet: those frames are written as they were)

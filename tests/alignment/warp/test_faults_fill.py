@@ -98,6 +98,29 @@ def test_cli_nan_fill_leaves_the_inside_and_refuses_what_float32_cannot_hold(tmp
     assert not (tmp_path / "big" / "aligned.tif").exists()
 
 
+@pytest.mark.parametrize("fill", ["nan", "inf", "-1", "70000"])
+def test_a_fill_a_kept_integer_type_cannot_hold_is_refused(tmp_path, rng, fill):
+    """--keep-dtype of uint16 with --fill nan wrote 0 (inf: 65535), a real pixel value, and
+    said nothing; align, save and apply refuse it before anything is written."""
+    from xcorr_app import align
+
+    frames = (rng.random((4, 32, 40)) * 1000).astype(np.uint16)
+    src = write_stack(tmp_path / "plain.tif", frames)
+    res = xcorr("align", src, "--out", tmp_path / "o", "--fill", fill, "--keep-dtype",
+                "--device", "cpu")
+    assert_clean_error(res, "--fill", "cannot be stored in uint16 pixels (--keep-dtype)",
+                       "from 0 to 65535")
+    assert not (tmp_path / "o").exists()
+    run = align(src, device="cpu", max_shift=4)
+    with pytest.raises(InputError, match="cannot be stored in uint16 pixels"):
+        run.save(tmp_path / "py", fill=float(fill), keep_dtype=True)
+    assert not (tmp_path / "py").exists()
+    run.save(tmp_path / "ok", fill=float(fill))  # (float32 holds it)
+    res = xcorr("apply", tmp_path / "ok" / "shifts.csv", src, "--out", tmp_path / "a.tif",
+                "--fill", fill, "--keep-dtype", "--device", "cpu")
+    assert_clean_error(res, "cannot be stored in uint16 pixels")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("fill", [np.nan, np.inf, -np.inf, -3.5])
 def test_gpu_fill_equals_the_cpu_bit_for_bit(rng, fill):

@@ -129,7 +129,8 @@ def check_channels(channels, n_channels, measured):
     return listed
 
 
-def aligned_as(src, path, keep_dtype, format=None, dataset=None, force=False) -> dict:
+def aligned_as(src, path, keep_dtype, format=None, dataset=None, force=False,
+               fill=0.0) -> dict:
     """How the aligned stack of ``src`` (opened from ``path``) is written: ``keep`` (the input's
     pixel type with ``keep_dtype``, else float32), the ``metadata`` carried into it (pixel
     size, channel names, frame interval, source, an OME-Zarr input's OME-NGFF version) and an
@@ -138,12 +139,15 @@ def aligned_as(src, path, keep_dtype, format=None, dataset=None, force=False) ->
     (where it has them).  With ``format`` (:data:`~xcorr_app.io.OUT_FORMATS`), an
     :class:`InputError` where it cannot hold the kept type (:func:`~xcorr_app.io.check_keep`),
     or, for NWB, where ``path`` is no NWB series or holds a corrected movie of it (an earlier
-    xcorr run's is replaced with ``force``: :func:`~xcorr_app.io.check_nwb_out`), before
-    anything is written."""
+    xcorr run's is replaced with ``force``: :func:`~xcorr_app.io.check_nwb_out`), or where
+    the kept type cannot hold ``fill`` (the value of pixels shifted in), before anything is
+    written."""
     from ...io import calibration, check_keep, check_nwb_out, usable_pixel_size
 
     if keep_dtype and format is not None:
         check_keep(format, src.dtype)
+    if keep_dtype:
+        _check_fill_fits(fill, src.dtype)
     if format == "nwb":
         check_nwb_out(path, force)
 
@@ -509,18 +513,33 @@ def channel_metadata(aligned, channels, measured=None):
                                    else []})
 
 
-def aligned_of(source, channel, keep_dtype, format=None, dataset=None, force=False) -> dict:
+def _check_fill_fits(fill, dtype) -> None:
+    """InputError where the kept integer pixel type ``dtype`` cannot hold ``fill`` (NaN, an
+    infinity, a number past its range: rounding made them 0 or its largest value, a real
+    pixel value, without a word)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu":
+        return
+    info = np.iinfo(dtype)
+    if not info.min <= fill <= info.max:  # (NaN compares False)
+        raise InputError(f"fill {fill} cannot be stored in {dtype} pixels (keep_dtype=True): "
+                         f"give a fill from {info.min} to {info.max}, or leave keep_dtype out "
+                         "(float32 pixels)")
+
+
+def aligned_of(source, channel, keep_dtype, format=None, dataset=None, force=False,
+               fill=0.0) -> dict:
     """:func:`aligned_as` of a run's input ``source`` (a path: opened again for its pixel type
     and metadata; an array: its pixel type)."""
     if hasattr(source, "dtype"):
         from types import SimpleNamespace
 
         return aligned_as(SimpleNamespace(dtype=np.dtype(source.dtype)), source, keep_dtype,
-                          format, dataset, force)
+                          format, dataset, force, fill)
     from ...io import open_stack
 
     with open_stack(source, channel=channel) as src:
-        return aligned_as(src, source, keep_dtype, format, dataset, force)
+        return aligned_as(src, source, keep_dtype, format, dataset, force, fill)
 
 
 def channels_of(source, channel) -> int:
