@@ -167,3 +167,20 @@ def test_a_commands_quiet_notes_sit_inside_the_groups(monkeypatch, user):
         warnings.warn("said", UserWarning)
     assert os.environ.get("PYTHONWARNINGS") == user
     assert shown == ["note: UserWarning: said"]
+
+
+def test_a_reader_gone_from_the_pipe_ends_the_command_quietly():
+    """``xcorr info FILE | head -1``: the pipe's reader gone printed "error: BrokenPipeError"
+    and exited 1; it ends quietly, 141 as a shell reports a command a pipe stopped."""
+    from cli_helpers import child_env
+    from sample_paths import stack_path
+
+    read, write = os.pipe()
+    os.close(read)  # (the reader gone before a line is written: EPIPE at the first)
+    try:
+        res = subprocess.run([sys.executable, "-m", "xcorr_app.cli", "info",
+                              str(stack_path("cell"))], stdout=write, stderr=subprocess.PIPE,
+                             text=True, env=child_env(), timeout=300)
+    finally:
+        os.close(write)
+    assert res.returncode == 141 and res.stderr == "", res.stderr

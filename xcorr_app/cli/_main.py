@@ -153,6 +153,11 @@ def user_errors(quiet: bool = False):
         click.echo(f"error: out of memory{detail}: lower --chunk-frames or --max-memory (align: "
                    "bound the search with --max-shift, or add --no-verify)", err=True)
         sys.exit(2)
+    except BrokenPipeError:
+        # (the reader of the output went away, `xcorr info ... | head -1`: nothing to say to
+        # it; stdout pointed at nothing, so that Python's own flush at exit stays quiet)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)  # (128 + SIGPIPE, as a shell reports a command a pipe stopped)
     except OSError as exc:
         if tracebacks:
             raise

@@ -103,7 +103,7 @@ class HoldsVolumes(InputError):
         super().__init__(
             f"{path} holds volumes: {plural(times, 'time point')} of {plural(planes, 'Z plane')} "
             f"(axes {axes}); register them in 3-D (xcorr align --volumes, or "
-            "xcorr_app.align_volumes) or pick one plane (--z K, or PATH?z=K)")
+            "xcorr_app.alignment.align_volumes) or pick one plane (--z K, or PATH?z=K)")
         self.times, self.planes, self.axes = times, planes, axes
 
 

@@ -94,6 +94,8 @@ def test_path_input(tmp_path):
     ({"device": "tpu"}, "unknown device"),
     ({"stack": "/nonexistent/v.npy"}, "no such file"),
     ({"memory_limit": 1000}, "needs about 0 MiB to register, 0 MiB allowed"),
+    ({"max_shfit": 2}, "unknown option 'max_shfit'; did you mean max_shift?"),  # (TypeError)
+    ({"reference": np.zeros((4, 8, 8))}, "reference an array of shape (4, 8, 8): use"),
 ])
 def test_bad_inputs(kwargs, message):
     args = {"stack": np.ones((2, 4, 8, 8)), "device": "cpu", **kwargs}
@@ -279,3 +281,27 @@ def test_the_reference_volume_itself_gets_exactly_no_shift(reference, own):
                                                       [0.3, 0, 1]], photons=1e4)
     shifts = align_volumes(stack, reference=reference, device="cpu").shifts
     assert shifts[own].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_volume_without_a_shift_is_left_where_it_is():
+    """A constant volume's NaN shifts (the documented result) made shift_volumes and
+    refine_planes refuse the whole result; it is left unshifted, its planes NaN."""
+    from xcorr_app.alignment.volume import refine_planes, shift_volumes
+
+    rng = np.random.default_rng(3)
+    base = ndi.gaussian_filter(rng.random((12, 32, 32)), 2).astype(np.float32)
+    stack = np.stack([ndi.shift(base, (0.3 * k, 0.5 * k, -0.4 * k), order=1, mode="nearest")
+                      for k in range(4)])
+    stack[2] = 5.0
+    res = align_volumes(stack, device="cpu")
+    assert np.isnan(res.shifts[2]).all() and np.isfinite(res.shifts[[0, 1, 3]]).all()
+    moved = list(shift_volumes(stack, res.shifts, device="cpu"))
+    np.testing.assert_array_equal(moved[2], stack[2])
+    np.testing.assert_array_equal(moved[1], next(shift_volumes(stack[1:2], res.shifts[1:2],
+                                                               device="cpu")))
+    planes = refine_planes(stack, res.shifts, max_shift=3, device="cpu")
+    assert np.isnan(planes[2]).all() and np.isfinite(planes[1]).any()
+    half = res.shifts.copy()
+    half[1, 0] = np.nan  # (a shift with only some of dz, dy, dx: still refused)
+    with pytest.raises(InputError, match="NaN in all three"):
+        list(shift_volumes(stack, half, device="cpu"))

@@ -35,7 +35,7 @@ import numpy as np
 from ...backend import (DEVICES, array_module_of, compute_device, device_free_bytes,
                        host_available_bytes, to_numpy, xp_for)
 from ...correlate import conj_product
-from ...errors import InputError
+from ...errors import InputError, check_keywords
 from ..._run_options import RunOptions, options_signature
 from ..rigid import MIN_FRAME_SIDE, check_gpu_float32
 from ...io import parse_axes, with_axes
@@ -172,7 +172,10 @@ class VolumeOptions(RunOptions):
         ref = self.reference
         if not (ref in ("first", "mean") if isinstance(ref, str) else
                 isinstance(ref, (int, np.integer)) and not isinstance(ref, bool)):
-            raise InputError(f"reference {ref!r}: use 'first', 'mean' or a volume index")
+            shown = f"an array of shape {ref.shape}" if hasattr(ref, "shape") \
+                and getattr(ref, "ndim", 0) else repr(ref)  # (not its numbers)
+            raise InputError(f"reference {shown}: use 'first', 'mean' or a volume index "
+                             "(a reference volume of your own is not offered)")
         put("max_shift", parse_max_shift(self.max_shift))
         put("voxel_size", parse_voxel_size(self.voxel_size))
         put("upsample", parse_upsample(DEFAULT_UPSAMPLE if self.upsample is None
@@ -385,6 +388,8 @@ def align_volumes(stack, *, options=None, **keywords):
     [-1.0, 2.0, -3.0]
     """
     if options is None:
+        # (a misspelt keyword names the nearest option: it was the dataclass' TypeError)
+        check_keywords(keywords, {f.name for f in dataclasses.fields(VolumeOptions) if f.init})
         options = VolumeOptions(**keywords)
     elif keywords:
         raise InputError("give the run's options either as options= or as keywords, not both")

@@ -69,8 +69,14 @@ def refine_planes(stack, shifts, reference="first", max_shift=None,
     shifts = np.asarray(shifts, np.float64)
     out = np.full((t, z, 2), np.nan)
     only_z = np.c_[shifts[:, :1], np.zeros((len(shifts), 2))] if shifts.ndim == 2 else shifts
+    # (a volume without a shift, a constant one's NaN: not moved, its planes left NaN)
+    unmeasured = np.isnan(shifts).all(axis=1) if shifts.ndim == 2 else np.zeros(0, bool)
+    if unmeasured.any():
+        only_z = np.where(unmeasured[:, None], np.nan, only_z)
     # moved along z only: an x/y interpolation would blur and zero-fill the planes' edges
     for i, vol in enumerate(shift_volumes(source.data, only_z, device=dev)):
+        if unmeasured[i]:
+            continue
         planes = xp.asarray(vol, dtype=xp.float32)
         planes = planes - planes.mean(axis=(1, 2), keepdims=True)
         surf = fft.irfft2(ref_spec * xp.conj(fft.rfft2(planes)), s=(h, w))

@@ -23,6 +23,21 @@ from ._piecewise import dense_field3, plan_planes
 from ._source import open_volumes
 
 
+def unshifted_where_unmeasured(shifts, n) -> np.ndarray:
+    """``shifts`` (n, 3) float64, a volume without a shift (NaN in all three: a constant
+    volume's, as :class:`VolumeResult` gives them) left where it is (0); InputError for
+    another shape, an infinite shift or one with only some of dz, dy, dx."""
+    shifts = np.asarray(shifts, np.float64)
+    unmeasured = np.isnan(shifts).all(axis=-1) if shifts.ndim == 2 else False
+    shifts = np.where(np.asarray(unmeasured)[..., None], 0.0, shifts) \
+        if shifts.ndim == 2 else shifts
+    if shifts.shape != (n, 3) or not np.isfinite(shifts).all():
+        raise InputError(f"shifts of shape {shifts.shape} for {n} volumes: give one finite "
+                         "(dz, dy, dx) per volume (NaN in all three: a volume not measured, "
+                         "left where it is)")
+    return shifts
+
+
 def shift_volumes(stack, shifts, fill=0.0, device="auto", *, channel=None):
     """Yield each volume of ``stack`` (T, Z, Y, X) moved by ``shifts`` (T, 3) as a float32
     NumPy array (Z, Y, X): memory for one volume at a time, the input unchanged.
@@ -39,10 +54,7 @@ def shift_volumes(stack, shifts, fill=0.0, device="auto", *, channel=None):
         The channel moved, of a path to a multi-channel file (:func:`align_volumes`'s).
     """
     source = open_volumes(stack, channel=channel)
-    shifts = np.asarray(shifts, np.float64)
-    if shifts.shape != (source.shape[0], 3) or not np.isfinite(shifts).all():
-        raise InputError(f"shifts of shape {shifts.shape} for {source.shape[0]} volumes: give "
-                         "one finite (dz, dy, dx) per volume")
+    shifts = unshifted_where_unmeasured(shifts, source.shape[0])
     dev = compute_device(source.data, device=device)
     xp = xp_for(dev)
     ndimage = _ndimage(xp)
