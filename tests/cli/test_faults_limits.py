@@ -112,6 +112,8 @@ CASES = [
     (("filter", "moon.tif", "--kernel", "gaussian:1e9", "--out", "f.tif"), ("gaussian",)),
     (("filter", "moon.tif", "--kernel", "box:100000", "--out", "f.tif"), ("box",)),
     (("filter", "moon.tif", "--kernel", "gaussian:2", "--out", "f.png"), ("--out", ".tif")),
+    # (an ImageJ TIFF under an OME-TIFF's name: its readers found no OME-XML)
+    (("filter", "moon.tif", "--kernel", "gaussian:2", "--out", "f.ome.tif"), ("not .ome.tif",)),
     (("align", "moon.tif", "--prefilter", "gaussian:1e9"), ("--prefilter", "120x160")),
     (("align", "moon.tif", "--prefilter", "dog:1,1e9"), ("--prefilter", "120x160")),
     (("align", "moon.tif", "--features", "gabor:1,1000000000"), ("gabor", "from 1 to 64")),

@@ -252,3 +252,21 @@ def test_an_image_series_without_plane_or_timing_reads_uncalibrated(tmp_path, fr
     d = describe(path)
     assert d["pixel_size"] is None and d["frame_interval"] is None
     assert not [n for n in d["notes"] if "unknown" in n]
+
+
+def test_an_hdf5_z_step_and_axes_stored_as_a_list_are_read(tmp_path):
+    """element_size_um of a TZYX dataset ((z, y, x), Fiji's and ilastik's) gave its pixel size
+    but no Z step ("z step unknown": no voxel depth in the aligned hyperstack); axes stored as
+    a list of letters (h5py's array of strings) were refused as naming no Y and X."""
+    vols = (np.random.default_rng(0).random((3, 5, 24, 28)) * 1000).astype(np.uint16)
+    path = tmp_path / "v.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("data", data=vols)
+        d.attrs["axes"] = "TZYX"
+        d.attrs["element_size_um"] = [1.2, 0.3, 0.25]
+        e = f.create_dataset("frames", data=vols[:, 0])
+        e.attrs["axes"] = np.array(["T", "Y", "X"], dtype=h5py.string_dtype())
+    d = describe(f"{path}:/data")
+    assert d["z_step"] == pytest.approx(1.2) and d["pixel_size"][:2] == pytest.approx((0.3, 0.25))
+    assert calibration(f"{path}:/data")["z_step"] == pytest.approx(1.2)
+    assert describe(f"{path}:/frames")["axes"] == "TYX"

@@ -203,9 +203,12 @@ def output_run(path, out_path, force):
     by ``.NAME.lock`` beside it, and written only when the whole stack is done."""
     from ..io import OutputRun, TIFF_SUFFIXES, split_source
 
-    if out_path.suffix.lower() not in TIFF_SUFFIXES:  # the writer writes TIFF whatever the name
-        raise InputError(f"xcorr filter writes a TIFF stack: give --out a .tif or .tiff name, "
-                         f"not {out_path.name}")
+    # (the writer writes an ImageJ TIFF whatever the name: a .ome.tif would hold no OME-XML,
+    # and readers that trust the name would misread it)
+    if out_path.suffix.lower() not in TIFF_SUFFIXES or out_path.name.lower().endswith(
+            (".ome.tif", ".ome.tiff")):
+        raise InputError(f"xcorr filter writes an ImageJ TIFF stack: give --out a .tif or "
+                         f".tiff name (not .ome.tif), not {out_path.name}")
     return OutputRun([out_path], [split_source(path)[0]], force,
                      lock=out_path.with_name(f".{out_path.name}.lock"))
 

@@ -57,7 +57,9 @@ def _hdf5_layout(ds, notes):
     axes = ds.attrs.get("axes")
     labels = [_text(d.label) for d in ds.dims] if hasattr(ds, "dims") else []
     if axes is not None:
-        axes = _text(axes).upper()
+        # (a letter an element, ['T', 'Y', 'X'], as h5py stores a list of strings: joined)
+        axes = "".join(_text(a) for a in np.atleast_1d(axes).ravel()).upper() \
+            if isinstance(axes, (np.ndarray, list, tuple)) else _text(axes).upper()
     elif labels and all(labels):
         axes = "".join(label[:1].upper() for label in labels)
     return axes, _pixel_size(ds.attrs.get("element_size_um"), notes)
@@ -86,6 +88,30 @@ def _pixel_size(size, notes):
         pass
     notes.append(f"element_size_um {_text(size)} holds no Y and X sizes: pixel size unknown")
     return None
+
+
+def _z_size(size, axes):
+    """The Z step (µm) an ``element_size_um`` attribute gives a dataset of ``axes`` (one size
+    an axis, Fiji's and ilastik's, in the axes' order, or the last three Z, Y and X), where
+    the axes name a Z before Y and X; else None.
+
+    >>> _z_size([1.2, 0.3, 0.3], "TZYX"), _z_size([1, 2.0, 0.5, 0.5], "TZYX")
+    (1.2, 2.0)
+    >>> _z_size([0.3, 0.3], "TZYX"), _z_size([1.2, 0.3, 0.3], "TYX")
+    (None, None)
+    """
+    if size is None or not axes or "Z" not in axes:
+        return None
+    try:
+        values = [float(v) for v in (_text(size).replace(",", " ").split()
+                                     if isinstance(size, (bytes, str))
+                                     else np.atleast_1d(np.asarray(size)).ravel())]
+    except (TypeError, ValueError):
+        return None
+    at = axes.index("Z") if len(values) == len(axes) else len(values) - 3
+    if at < 0 or len(values) < 3 or not axes.endswith("YX"):
+        return None
+    return _positive(values[at])
 
 
 def _positive(value):
@@ -184,6 +210,7 @@ def open_hdf5(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
         said = []
         axes, pixel_size = _hdf5_layout(f[path], said)
         shape = f[path].shape
+        sizes = f[path].attrs.get("element_size_um")
         names = _channel_names(f[path].attrs.get("channel_names"), said)
         interval = _frame_interval(f[path].attrs.get("fr"), said)
     notes = []
@@ -200,6 +227,7 @@ def open_hdf5(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
                       fmt="HDF5", paths=[file], notes=notes, stored=stored_dataset,
                       absent=absent_chunks)
     src.frame_interval = interval
+    src.z_step = _z_size(sizes, axes)  # (the axes as read, given or guessed)
     return src
 
 
