@@ -237,3 +237,45 @@ def test_a_truncated_hyperstack_is_still_volumes(hyperstack, tmp_path):
     with readable_frames(cut):
         with pytest.raises(HoldsVolumes, match="4 time points of 6 Z planes"):
             align(cut, device="cpu")
+
+
+def test_a_folder_of_z_stacks_is_a_series_of_volumes(tmp_path):
+    """A light-sheet export, one ZYX ImageJ hyperstack a time point: its planes were aligned
+    as 2-D frames against plane 0 (exit 0), --volumes refused the folder, and info said TYX
+    with no calibration. It is T x Z now: info says so with the first file's calibration,
+    align registers it in 3-D, 2-D frames are refused as for a TZYX file."""
+    from scipy import ndimage as ndi
+
+    from xcorr_app.alignment import align_volumes
+    from xcorr_app.io import describe
+
+    rng = np.random.default_rng(6)
+    big = ndi.gaussian_filter(rng.random((28, 72, 72)), 2) ** 3
+    truth = np.array([(0.3 * t, 0.6 * t, -0.4 * t) for t in range(4)])
+    folder = tmp_path / "export"
+    folder.mkdir()
+    for t, s in enumerate(truth):
+        vol = ndi.shift(big, s, order=3)[6:22, 8:64, 8:64]
+        tifffile.imwrite(folder / f"vol_t{t:03d}.tif",
+                         (vol / big.max() * 4000 + 100).astype(np.uint16), imagej=True,
+                         resolution=(1 / 0.3, 1 / 0.3),
+                         metadata={"axes": "ZYX", "spacing": 1.2, "unit": "um"})
+    d = describe(folder)
+    assert (d["axes"], d["shape"]) == ("TZYX", (4, 16, 56, 56))
+    assert d["pixel_size"][:2] == pytest.approx((0.3, 0.3)) and d["z_step"] == pytest.approx(1.2)
+    with pytest.raises(HoldsVolumes):
+        align(folder, device="cpu")
+    res = align_volumes(folder, device="cpu")
+    np.testing.assert_allclose(res.shifts, -truth, atol=0.05)
+    out = tmp_path / "o"
+    r = xcorr("align", folder, "--out", out, "--device", "cpu", "-q")
+    assert r.returncode == 0, r.stderr
+    assert (out / "shifts.csv").read_text().startswith("t,dz,dy,dx")
+    with tifffile.TiffFile(out / "aligned.tif") as tif:
+        assert tif.series[0].axes == "TZYX" and tif.imagej_metadata["spacing"] == 1.2
+    # (a folder of 2-D frames, or of plain ImageJ stacks that name no Z, stays frames)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for t in range(3):
+        tifffile.imwrite(plain / f"f{t}.tif", np.zeros((5, 16, 16), np.uint16), imagej=True)
+    assert describe(plain)["axes"] == "TYX"

@@ -65,9 +65,20 @@ def describe(path, channel=None) -> dict:
                         channel_names=meta["channel_names"],
                         frame_interval=meta["frame_interval"], z_step=meta["z_step"])
         elif fmt == "tiff":
+            # (a folder of Z stacks: T x Z; its calibration its first file's, one acquisition's
+            # files, not each one read: folders hold thousands)
+            lead = getattr(src, "frame_layout", None) or (("T", src.n_frames),)
+            first = tiff_metadata(src.paths[0]) if src.paths and \
+                says_calibration(src.paths[0]) else dict(UNCALIBRATED)
+            volumes = getattr(src, "volumes", None) is not None
             info.update(format=f"folder of {len(src.paths)} TIFF files",
-                        shape=(src.n_frames, *src.frame_shape), axes="TYX",
-                        chunks=(1, *src.frame_shape), pixel_size=None, channel_names=[])
+                        shape=(*(n for _, n in lead), *src.frame_shape),
+                        axes="".join(a for a, _ in lead) + "YX",
+                        chunks=(*(1 for _ in lead), *src.frame_shape),
+                        pixel_size=first["pixel_size"], channel_names=[],
+                        z_step=first["z_step"] if volumes else None)
+            if first["pixel_size"]:
+                info["notes"].append(f"pixel size of its first file, {src.paths[0].name}")
         else:
             info.update(format=src.format, shape=src.shape, axes=src.axes, chunks=src.chunks,
                         pixel_size=src.pixel_size, channel_names=list(src.channel_names),

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from ..errors import InputError
-from ._tiff import (SUPPORTED_DTYPES, TiffFrames, TruncatedError, plural, readable_allowed,
-                    volumes_of)
+from ._tiff import (SUPPORTED_DTYPES, HoldsVolumes, TiffFrames, TruncatedError, plural,
+                    readable_allowed, volumes_of)
 
 __all__ = ["SUPPORTED_DTYPES", "TIFF_SUFFIXES", "natural_key", "FrameSource", "open_stack",
            "read_image", "ArraySource", "OffsetFrames", "FrameRange", "ChannelStack",
@@ -76,8 +76,9 @@ class FrameSource:
 
     volumes = None  # a T x Z TIFF's HoldsVolumes (open_stack), else None
 
-    def __init__(self, parts: list[TiffFrames], notes: list[str]):
+    def __init__(self, parts: list[TiffFrames], notes: list[str], layout=None):
         self._parts = parts
+        self._layout = layout  # (a folder of Z stacks: T files of Z planes)
         self._open_part = None
         self.frame_shape = parts[0].frame_shape
         self.n_channels = parts[0].n_channels
@@ -91,6 +92,8 @@ class FrameSource:
     def frame_layout(self) -> tuple:
         """``(letter, size)`` of each frame axis in the order frames are numbered (a folder's
         files: one after another, ``T``)."""
+        if self._layout is not None:
+            return self._layout
         return self._parts[0].frame_layout if len(self._parts) == 1 else \
             (("T", self.n_frames),)
 
@@ -226,6 +229,19 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
         for part in parts:
             part.close()
         raise
+    planes = {p.n_frames for p in parts}
+    if len(parts) > 1 and all(p.z_stack for p in parts) and len(planes) == 1:
+        # a light-sheet export, a Z stack a time point: its volumes, as a T x Z file's (its
+        # planes registered as frames would mix depth with drift)
+        z = planes.pop()
+        for p in parts:
+            p.notes = [n for n in p.notes if "every Z plane is a frame" not in n]
+        src = FrameSource(parts, notes + [
+            f"folder {folder.name} holds {plural(len(parts), 'file')} of {z} Z planes each: "
+            f"{plural(len(parts), 'volume')} (a file a time point), read plane by plane"],
+            layout=(("T", len(parts)), ("Z", z)))
+        src.volumes = HoldsVolumes(folder, len(parts), z, "TZYX")
+        return src
     return FrameSource(parts, notes)
 
 

@@ -417,8 +417,10 @@ class TiffFrames:
                                   if i + 1 != self._lead_c)
         self._page_shape = page_shape
         self.n_frames = math.prod(self._frame_lead_shape)
-        if [a for a, _ in self.frame_layout] == ["Z"] and self.n_frames > 1 \
-                and self._says_z():
+        # a Z stack the file means as one (a folder of them: a volume a file)
+        self.z_stack = [a for a, _ in self.frame_layout] == ["Z"] and self.n_frames > 1 \
+            and self._says_z()
+        if self.z_stack:
             # (as the other formats say it: a focal series is no time series)
             self.notes.append(f"{self.path.name}: every Z plane is a frame (axes {axes})")
         self.frame_shape = tuple(n for a, n in zip(page_axes, page_shape) if a != "S")
