@@ -184,3 +184,21 @@ def test_a_reader_gone_from_the_pipe_ends_the_command_quietly():
     finally:
         os.close(write)
     assert res.returncode == 141 and res.stderr == "", res.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ("filter", "{cell}", "--kernel", "gaussian:2", "--out", "{tmp}/x.png"),
+    ("apply", "{tmp}/none.csv", "{cell}", "--out", "{tmp}/a.tif"),
+    ("align", "{cell}", "--workers", "0", "--out", "{tmp}/o"),
+])
+def test_a_refused_command_is_its_error_line_alone(tmp_path, command):
+    """Device auto without a GPU said "note: no usable GPU ..." before the error of a command
+    refused (filter, apply, align --workers, zlocate): the note waits for the checks."""
+    from cli_helpers import xcorr
+    from sample_paths import stack_path
+
+    args = [a.format(cell=stack_path("cell"), tmp=tmp_path) for a in command]
+    res = xcorr(*args)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr

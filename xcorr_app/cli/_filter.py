@@ -205,10 +205,11 @@ def output_run(path, out_path, force):
 
     # (the writer writes an ImageJ TIFF whatever the name: a .ome.tif would hold no OME-XML,
     # and readers that trust the name would misread it)
-    if out_path.suffix.lower() not in TIFF_SUFFIXES or out_path.name.lower().endswith(
-            (".ome.tif", ".ome.tiff")):
+    ome = out_path.name.lower().endswith((".ome.tif", ".ome.tiff"))
+    if out_path.suffix.lower() not in TIFF_SUFFIXES or ome:
         raise InputError(f"xcorr filter writes an ImageJ TIFF stack: give --out a .tif or "
-                         f".tiff name (not .ome.tif), not {out_path.name}")
+                         f".tiff name, not {out_path.name}"
+                         + (" (the stack holds no OME-XML)" if ome else ""))
     return OutputRun([out_path], [split_source(path)[0]], force,
                      lock=out_path.with_name(f".{out_path.name}.lock"))
 

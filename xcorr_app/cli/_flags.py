@@ -25,7 +25,11 @@ import dataclasses
 import functools
 import re
 
-__all__ = ["as_flags"]
+__all__ = ["as_flags", "note_later", "say_later"]
+
+#: notes said once a command's checks have passed (:func:`say_later`: its first bar, its
+#: reader's notes, its end), so that a command refused is its one ``error:`` line
+_LATER: list = []
 
 #: options whose flag says the opposite of their name (``verify=False`` is ``--no-verify``)
 NEGATED = {"verify": "--no-verify", "quality": "--no-quality", "aligned": "--no-aligned"}
@@ -58,6 +62,22 @@ def _assignment(m) -> str:
     if value == "True":
         return _flag(name)
     return f"{_flag(name)} {value}"
+
+
+def note_later(note: str) -> None:
+    """Say ``note`` (a whole line) once the command's checks have passed."""
+    _LATER.append(note)
+
+
+def say_later(said: bool = True) -> None:
+    """Say the notes kept by :func:`note_later` (to stderr), or with ``said=False`` drop them
+    (the command stopped with an error)."""
+    import click
+
+    while _LATER:
+        note = _LATER.pop(0)
+        if said:
+            click.echo(note, err=True)
 
 
 def as_flags(message: str) -> str:

@@ -127,9 +127,13 @@ def user_errors(quiet: bool = False):
     unraisable = sys.unraisablehook
     if not tracebacks:
         sys.unraisablehook = _quiet_interrupts(unraisable)
+    from ._flags import say_later
+
+    done = False
     try:
         with warnings_as_notes(quiet):
             yield
+        done = True
     except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
         raise  # click's own: usage errors and exit codes
     except XcorrError as exc:
@@ -178,6 +182,7 @@ def user_errors(quiet: bool = False):
                    "for a traceback and report it)", err=True)
         sys.exit(1)
     finally:
+        say_later(said=done)  # (a command that stopped: its error line alone)
         sys.unraisablehook = unraisable
 
 

@@ -25,6 +25,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
+from ._flags import note_later, say_later
 from ..streaming import SCALE_OUT_MIN_BYTES
 # the choices of the command line, from their one home each
 from ..alignment import FIELD_RESAMPLE, NORMALIZATIONS, RESAMPLE, SUBPIXEL, WINDOWS
@@ -272,6 +273,7 @@ def print_notes(src, quiet):
     frames of a truncated file left out) is said even with ``--quiet``."""
     from ._flags import as_flags
 
+    say_later()
     for note in src.notes:
         if note.startswith("warning: "):
             click.echo(as_flags(note), err=True)
@@ -303,9 +305,9 @@ def note_device(device: str, quiet: bool) -> str:
 def note_cpu_fallback(quiet: bool) -> None:
     """Say that device ``auto`` runs on the CPU for want of a usable GPU, and why (the
     probe's answer), unless quiet."""
-    if not quiet:
-        click.echo(f"note: no usable GPU ({backend.gpu_unavailable_reason()}); running on the CPU",
-                   err=True)
+    if not quiet:  # (after the command's checks: a refused command is its error line)
+        note_later(f"note: no usable GPU ({backend.gpu_unavailable_reason()}); running on the "
+                   "CPU")
 
 
 #: the bars' lock: threads share it (no bar is drawn from another process)
@@ -316,6 +318,7 @@ def progress_bar(total, desc, quiet):
     """A tqdm bar on stderr counting frames (off with ``--quiet``)."""
     from tqdm import tqdm
 
+    say_later()  # (the work starts: its checks passed)
     tqdm.set_lock(_THREAD_LOCK)  # (its default lock starts multiprocessing's: 0.1 s)
     return tqdm(total=total, desc=desc, unit="frame", disable=quiet or None, leave=False,
                 file=sys.stderr, dynamic_ncols=True)
