@@ -147,3 +147,35 @@ def test_a_recording_of_volumes_fails_saying_to_align_it_on_its_own(tmp_path, re
     assert res.returncode == 2
     assert_clean_error(res, "a session aligns 2-D recordings: align it on its own")
     assert [r["status"] for r in table(tmp_path / "out" / "sessions.csv")] == ["done", "failed"]
+
+
+def test_sigterm_between_recordings_stops_the_session_as_sigint_does(tmp_path, recordings):
+    """SIGTERM after a recording was written and before the next one's outputs: Python's default
+    handler killed the process without a word (no interrupted line, exit -15); it stops as
+    SIGINT does, the recordings written kept."""
+    import os
+    import subprocess
+    import sys
+
+    from cli_helpers import child_env
+
+    program = (
+        "import os, signal, sys\n"
+        "import xcorr_app.alignment._sessions as S\n"
+        "one = S._one\n"
+        "def first_then_term(*a, **k):\n"
+        "    row = one(*a, **k)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # (between two recordings)\n"
+        "    return row\n"
+        "S._one = first_then_term\n"
+        "from xcorr_app.cli import run\n"
+        "sys.argv = ['xcorr'] + sys.argv[1:]\n"
+        "run()\n")
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-c", program, "align", *map(str, recordings),
+                          "--out", str(out), *FAST], capture_output=True, text=True,
+                         env=child_env(), timeout=300)
+    assert res.returncode == 128 + 15, res.stderr
+    assert "interrupted (SIGTERM)" in res.stderr and "Traceback" not in res.stderr
+    assert (out / "a_xcorr" / "shifts.csv").is_file()
+    assert not (out / "b_xcorr").exists()

@@ -127,11 +127,12 @@ def user_errors(quiet: bool = False):
     unraisable = sys.unraisablehook
     if not tracebacks:
         sys.unraisablehook = _quiet_interrupts(unraisable)
+    from ..io import stopped_by_signals
     from ._flags import say_later
 
     done = False
     try:
-        with warnings_as_notes(quiet):
+        with warnings_as_notes(quiet), stopped_by_signals():
             yield
         done = True
     except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):

@@ -7,7 +7,7 @@ from ._formats import (ArrayFrames, FORMAT_EXTRAS, format_of, source_parts, sour
                        split_source, with_axes)
 from ._json import json_number, json_numbers, json_text, strict_json
 from ._lock import OutputLock
-from ._outputs import Interrupted, OutputRun, check_apart
+from ._outputs import Interrupted, OutputRun, check_apart, stopped_by_signals
 from ._pread import PreadFile, preadable
 from ._describe import calibration, describe
 from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, SourceArray,

@@ -37,7 +37,7 @@ from ..errors import OutputError
 from ._lock import OutputLock
 from ._writer import StagedOutputs, check_outputs, make_folders, remove_stale_temps
 
-__all__ = ["Interrupted", "OutputRun", "check_apart"]
+__all__ = ["Interrupted", "OutputRun", "check_apart", "stopped_by_signals"]
 
 #: the signals that stop a run like Ctrl-C, with the handler they must have for it (the default
 #: one: a signal the user's shell ignores, e.g. SIGHUP under nohup, stays ignored)
@@ -53,6 +53,31 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def stopped_by_signals():
+    """Inside the block, ``SIGTERM`` and ``SIGHUP`` (where they have their default handler)
+    raise :class:`Interrupted` as ``SIGINT`` raises :class:`KeyboardInterrupt`: a command
+    stopped between its outputs (a sessions run between two recordings) says so and exits
+    128 + N, where the default handler killed the process without a word; an
+    :class:`OutputRun` inside takes them over while it writes (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    taken = {}
+    for signum, default in STOP_SIGNALS:
+        if default is signal.SIG_DFL and signal.getsignal(signum) is default:
+            taken[signum] = signal.signal(signum, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for signum, previous in taken.items():
+            signal.signal(signum, previous)
 
 
 def check_apart(outputs, inputs) -> None:
@@ -177,7 +202,7 @@ class OutputRun:
         if threading.current_thread() is not threading.main_thread():
             return
         for signum, default in STOP_SIGNALS:
-            if signal.getsignal(signum) is default:
+            if signal.getsignal(signum) in (default, _raise_interrupted):  # (a command's)
                 self._handlers[signum] = signal.signal(signum, self._on_signal)
 
     def _restore_signals(self):
