@@ -101,6 +101,26 @@ def tune_requested() -> bool:
     raise InputError(f"{TUNE} must be 0 or 1, got {get(TUNE)!r}")
 
 
+def planner_mode() -> str:
+    """``XCORR_PLANNER``: ``model`` (unset or empty), ``measure`` or ``rules``; any other value
+    is an error (a misspelt one, ``measured``, meant ``model`` without a word).
+
+    >>> import os
+    >>> os.environ["XCORR_PLANNER"] = "measured"
+    >>> planner_mode()
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: XCORR_PLANNER must be model, measure or rules, got 'measured'
+    >>> del os.environ["XCORR_PLANNER"]
+    """
+    value = (get(PLANNER, "") or "model").strip().lower()
+    if value in ("model", "measure", "rules"):
+        return value
+    from .errors import InputError
+
+    raise InputError(f"{PLANNER} must be model, measure or rules, got {get(PLANNER)!r}")
+
+
 def debug() -> bool:
     """Whether ``XCORR_DEBUG`` asks for tracebacks."""
     return get(DEBUG, "") not in ("", "0")

@@ -338,3 +338,16 @@ def test_a_bank_refuses_a_boundary_mode_it_would_ignore(tmp_path, extra):
                 "--device", "cpu")
     assert_clean_error(res, "to --kernel only", "drop --mode")
     assert not (tmp_path / "b.tif").exists()
+
+
+def test_info_names_a_kernel_dir_variable_that_holds_no_sources(tmp_path, monkeypatch):
+    """XCORR_KERNEL_DIR at an empty folder: the error said to reinstall xcorr-app and never
+    named the variable."""
+    from click.testing import CliRunner
+
+    from xcorr_app.cli._main import cli
+
+    monkeypatch.setenv("XCORR_KERNEL_DIR", str(tmp_path))
+    res = CliRunner().invoke(cli, ["info"])
+    assert res.exit_code == 2
+    assert f"XCORR_KERNEL_DIR={tmp_path} holds no CUDA kernel sources" in res.output

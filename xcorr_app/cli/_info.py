@@ -65,6 +65,12 @@ def info(path, build, dataset, z, axes):
     for p in sources:
         click.echo(f"  {p.relative_to(where).as_posix() if p.is_relative_to(where) else p}")
     if not sources:
+        from .._config import KERNEL_DIR, get
+
+        if get(KERNEL_DIR):  # (the folder the variable names, not the package's)
+            raise XcorrError(f"{KERNEL_DIR}={get(KERNEL_DIR)} holds no CUDA kernel sources "
+                             "(*.cu, *.cuh); point it at a copy of the package's kernels/ "
+                             "folder, or unset it")
         raise XcorrError(f"no CUDA kernel sources found in {where}; reinstall xcorr-app")
     shipped = describe_shipped()
     for line in shipped:

@@ -42,8 +42,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._config import CACHE_DIR, PLANNER, TUNE, tune_requested
-from .._config import get as config_value
+from .._config import CACHE_DIR, PLANNER, TUNE, planner_mode, tune_requested
 from .._cuda import cache_file, device_fingerprint, device_name, recall, remember
 from ..errors import InputError
 from ._candidates import (candidates, distribution_candidates, mma_candidates,
@@ -288,7 +287,7 @@ def explain(timings, errors, n_extra="") -> str:
 def _tune_mode(tune):
     """``False``, ``True`` (bounded) or ``"full"`` from the argument and the environment."""
     if tune is None:
-        if config_value(PLANNER, "model") == "measure":
+        if planner_mode() == "measure":
             return "full"
         return tune_requested()
     if tune not in (False, True, "full"):
@@ -348,7 +347,7 @@ def decide(left, right, form="one_to_one", max_shift=None, refresh=False,
         (bounded measurement), ``"measured"`` (full) or ``"rules"``.
     """
     lay = form_layout(form, left.shape, right.shape)
-    if config_value(PLANNER, "model") == "rules":
+    if planner_mode() == "rules":
         return Decision(rule_plan(lay, max_shift), source="rules",
                         reason=f"{PLANNER}=rules: fixed rule, nothing measured")
     mode = _tune_mode(tune)
