@@ -280,7 +280,8 @@ def test_main_needs_a_gpu(no_gpu, tmp_path):
     with pytest.raises(XcorrError) as info:
         bench.main(quick=True, workdir=tmp_path)
     msg = str(info.value)
-    assert msg == "xcorr bench align needs a GPU: CuPy is not installed"
+    assert msg == ("xcorr bench align needs a GPU (CuPy is not installed); --device cpu times "
+                   "the CPU path against scikit-image")
     assert "\n" not in msg
     assert list(tmp_path.iterdir()) == []  # nothing written
 

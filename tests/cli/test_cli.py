@@ -338,6 +338,18 @@ def test_a_bank_refuses_a_boundary_mode_it_would_ignore(tmp_path, extra):
                 "--device", "cpu")
     assert_clean_error(res, "to --kernel only", "drop --mode")
     assert not (tmp_path / "b.tif").exists()
+    # (a --mix weighs each pixel's channels: a mode and a value past the edge were ignored too)
+    res = xcorr("filter", src, "--mix", "1,1", *extra, "--out", tmp_path / "m.tif",
+                "--device", "cpu")
+    assert_clean_error(res, "to --kernel only", "no neighbours")
+
+
+def test_a_cval_without_mode_constant_is_refused(tmp_path):
+    """--cval 7 with the default --mode reflect was silently ignored."""
+    res = xcorr("filter", stack_path("cell"), "--kernel", "gaussian:1", "--cval", "7", "--out",
+                tmp_path / "f.tif", "--device", "cpu")
+    assert_clean_error(res, "--cval applies to --mode constant, not reflect")
+    assert not (tmp_path / "f.tif").exists()
 
 
 def test_info_names_a_kernel_dir_variable_that_holds_no_sources(tmp_path, monkeypatch):

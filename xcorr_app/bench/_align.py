@@ -336,7 +336,8 @@ def main(*, quick=False, frames=None, size=None, workdir=None, keep=False, json_
         raise InputError(f"--size must be at least {MIN_SIDE} px per side (the drift is up to "
                          f"{MAX_DRIFT:g} px), got {h}x{w}")
     if not cpu and not backend.gpu_available():
-        raise XcorrError(f"xcorr bench align needs a GPU: {backend.gpu_unavailable_reason()}")
+        raise XcorrError(f"xcorr bench align needs a GPU ({backend.gpu_unavailable_reason()}); "
+                         "--device cpu times the CPU path against scikit-image")
     if json_path is not None:
         prepare_outputs([json_path], force)
     folder = work_folder(workdir, n * h * w * 2, "align")

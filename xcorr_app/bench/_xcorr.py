@@ -475,7 +475,7 @@ def main(*, quick=False, only=None, explain=False, check=True, json_path=None, f
     from ..io import prepare_outputs, write_text
 
     if not backend.gpu_available():
-        raise XcorrError(f"xcorr bench needs a GPU: {backend.gpu_unavailable_reason()}")
+        raise XcorrError(f"xcorr bench xcorr needs a GPU: {backend.gpu_unavailable_reason()}")
     problems = select(quick, only)
     if not problems:
         raise InputError(f"no benchmark problem matches --only {only!r}")

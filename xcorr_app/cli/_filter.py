@@ -70,11 +70,15 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
         ctx = click.get_current_context()
         named = [f"--{p}" for p in ("mode", "cval")
                  if ctx.get_parameter_source(p) is not click.core.ParameterSource.DEFAULT]
-        if bank and named:  # (it was silently ignored)
+        if named:  # (it was silently ignored)
             said = " and ".join(named)
+            why = ("a --bank pads every frame with zeros, as a convolution layer does" if bank
+                   else "a --mix weighs each pixel's channels, no neighbours")
             raise InputError(f"{said} {'applies' if len(named) == 1 else 'apply'} to --kernel "
-                             "only: a --bank pads every frame with zeros, as a convolution "
-                             f"layer does; drop {said}")
+                             f"only: {why}; drop {said}")
+    elif cval != 0.0 and mode != "constant":  # (the value outside the frame of no mode)
+        raise InputError(f"--cval applies to --mode constant, not {mode} (which fills past the "
+                         "edge from the frame itself); add --mode constant, or drop --cval")
         with readable_frames_of(path, readable_frames, workers, scheduler):
             return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force,
                                     quiet, (gpus, workers, scheduler))
