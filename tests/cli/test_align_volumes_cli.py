@@ -93,3 +93,26 @@ def test_a_4d_file_naming_no_axes_writes_its_aligned_volumes(tmp_path, name):
     assert r.returncode == 0, r.stderr
     with tifffile.TiffFile(tmp_path / "o" / "aligned.tif") as tif:
         assert tif.series[0].shape == stack.shape
+
+
+def test_a_file_of_volumes_takes_the_volumes_options_without_volumes(stack_path, tmp_path):
+    """A TZYX hyperstack is registered in 3-D without --volumes, but its own options (--max-shift
+    SZ,SY,SX, --voxel-size) were refused until --volumes was added; a file of frames still
+    refuses them."""
+    path, true = stack_path
+    hyper = tmp_path / "tzyx.tif"
+    tifffile.imwrite(hyper, np.load(path).astype(np.float32), imagej=True,
+                     metadata={"axes": "TZYX"})
+    res = xcorr("align", hyper, "--out", tmp_path / "o", "--max-shift", "3,5,5", "--voxel-size",
+                "2,0.5,0.5", "--device", "cpu", "--no-aligned")
+    assert res.returncode == 0, res.stderr
+    assert "registered in 3-D as with --volumes" in res.stderr
+    with open(tmp_path / "o" / "shifts.csv") as f:
+        rows = list(csv.DictReader(f))
+    got = np.array([[float(r[k]) for k in ("dz", "dy", "dx")] for r in rows])
+    np.testing.assert_allclose(got, -true, atol=0.1)
+    assert "dz_um" in rows[0]
+    frames = tmp_path / "frames.tif"
+    tifffile.imwrite(frames, np.load(path)[:, 0])
+    res = xcorr("align", frames, "--out", tmp_path / "f", "--max-shift", "3,5,5")
+    assert res.returncode == 2 and "SZ,SY,SX with --volumes" in res.stderr

@@ -203,8 +203,17 @@ def align(path, dataset, z, axes, **options):
     """
     from ..alignment import is_pattern
 
-    check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
-    if len(path) > 1 or is_pattern(path[0]):  # a session (docs/cli.md, "Many recordings")
+    session = len(path) > 1 or is_pattern(path[0])
+    held = None
+    try:
+        check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
+    except InputError:
+        # (a file that holds volumes is registered in 3-D without --volumes: its options too)
+        held = None if session else _volumes_held(input_path(path[0], dataset, z, axes))
+        if held is None:
+            raise
+        options = {**options, "volumes": True}
+    if session:  # a session (docs/cli.md, "Many recordings")
         from ._align_sessions import align_session_cli
 
         return align_session_cli(path, dataset, z, axes, SimpleNamespace(**options), AS_GIVEN)
@@ -216,7 +225,7 @@ def align(path, dataset, z, axes, **options):
     if o.volumes:  # (T, Z, Y, X): 3-D registration
         from ._volumes import align_volumes_cli
 
-        return align_volumes_cli(o)
+        return align_volumes_cli(o, note=None if held is None else _held_note(path, held))
     from ..io import HoldsVolumes
 
     try:
@@ -231,10 +240,26 @@ def align(path, dataset, z, axes, **options):
                              f"{'does' if len(unused) == 1 else 'do'} not apply to volumes)") \
                 from None
         o.volumes = True  # (the note: once the volumes' options pass, not before an error)
-        return align_volumes_cli(o, note=f"note: {path} holds volumes ("
-                                 f"{plural(exc.times, 'time point')} of "
-                                 f"{plural(exc.planes, 'Z plane')}, axes {exc.axes}): "
-                                 "registered in 3-D as with --volumes (--z K aligns one plane)")
+        return align_volumes_cli(o, note=_held_note(path, exc))
+
+
+def _volumes_held(path):
+    """The :class:`~xcorr_app.io.HoldsVolumes` of a source whose frames are the planes of
+    volumes (its header read), else None (one that cannot be opened: None, the run says why)."""
+    from ..errors import XcorrError
+    from ..io import open_stack
+
+    try:
+        with open_stack(path) as src:
+            return getattr(src, "volumes", None)
+    except XcorrError:
+        return None
+
+
+def _held_note(path, held) -> str:
+    return (f"note: {path} holds volumes ({plural(held.times, 'time point')} of "
+            f"{plural(held.planes, 'Z plane')}, axes {held.axes}): registered in 3-D as with "
+            "--volumes (--z K aligns one plane)")
 
 
 def _align(o):

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ..errors import InputError
+from ._flags import as_flags, note_later, say_later
 from ._options import MaxShiftType, PatchesType, default_out, note_device
 
 __all__ = ["GRID_TEXT", "MAX_SHIFT_ZYX", "PATCHES_ZYX", "VOLUME_OPTIONS", "VOLUME_USES",
@@ -307,8 +308,8 @@ def align_volumes_cli(o, note=None):
     volumes = open_volumes(source, channel=opts.channel)
     getattr(volumes.data, "close", lambda: None)()  # (a reader's file: opened again below)
     channels = apply_channels(o.apply_to, opts.channel, volumes, o.no_aligned)
-    if note and not o.quiet:
-        click.echo(note, err=True)
+    if note and not o.quiet:  # (once the run's checks pass: a refused run is its error line)
+        note_later(note)
     names = OUTPUTS[:-1] if o.no_aligned else OUTPUTS
     outputs = [out / name for name in names]
     dev = note_device(o.device, o.quiet)
@@ -330,6 +331,7 @@ def align_volumes_cli(o, note=None):
                              "--max-memory, --upsample or bound the search with --max-shift, "
                              "or crop or bin the volumes") from None
         seconds = time.perf_counter() - t0
+        say_later()  # (measured: the notes kept for a run that passed its checks)
         # (a constant volume's NaN: null, as 2-D align's shifts.json)
         doc = strict_json({"input": str(source), "channel": opts.channel,
                            "aligned_channels": channels, "device": res.device,
@@ -350,4 +352,4 @@ def align_volumes_cli(o, note=None):
         click.echo(f"xcorr align --volumes: {len(res.shifts)} volumes on {res.device.upper()} "
                    f"in {seconds:.2f} s; wrote {', '.join(names)} in {out}")
         for note in res.notes[3:]:
-            click.echo(f"note: {note}", err=True)
+            click.echo(f"note: {as_flags(note)}", err=True)
