@@ -76,12 +76,12 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
                    else "a --mix weighs each pixel's channels, no neighbours")
             raise InputError(f"{said} {'applies' if len(named) == 1 else 'apply'} to --kernel "
                              f"only: {why}; drop {said}")
-    elif cval != 0.0 and mode != "constant":  # (the value outside the frame of no mode)
-        raise InputError(f"--cval applies to --mode constant, not {mode} (which fills past the "
-                         "edge from the frame itself); add --mode constant, or drop --cval")
         with readable_frames_of(path, readable_frames, workers, scheduler):
             return _filter_channels(path, bank, mix, out_path, device, chunk_frames, force,
                                     quiet, (gpus, workers, scheduler))
+    if cval != 0.0 and mode != "constant":  # (the value outside the frame of no mode)
+        raise InputError(f"--cval applies to --mode constant, not {mode} (which fills past the "
+                         "edge from the frame itself); add --mode constant, or drop --cval")
     fn = parse_kernel_spec(spec)
 
     def filtered(_, chunk):
