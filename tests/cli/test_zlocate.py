@@ -55,3 +55,14 @@ def test_errors_are_one_line(inputs, args, message):
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_a_frame_with_nan_is_named_a_frame(inputs, tmp_path):
+    """zlocate's movie is frames: a NaN pixel was said of "volume 2"."""
+    folder, _ = inputs
+    movie = np.load(folder / "movie.npy").astype(np.float32)
+    movie[2, 3, 3] = np.nan
+    np.save(tmp_path / "nan.npy", movie)
+    res = xcorr("zlocate", tmp_path / "nan.npy", "--zstack", folder / "zstack.npy", "--out",
+                tmp_path / "o", "--device", "cpu")
+    assert res.returncode == 2 and "frame 2 of" in res.stderr and "volume" not in res.stderr

@@ -76,10 +76,11 @@ class Volumes:
         bad = ~np.isfinite(to_numpy(item_sums(out)))
         if bool(bad.any()):
             i = int(np.argmax(bad))
+            item = "volume" if len(self.shape) == 4 else "frame"  # (zlocate's movie: frames)
             if np.isfinite(to_numpy(data[i])).all():  # (float64 past float32's range, unscaled)
-                raise InputError(f"volume {start + i} of {self.name} has values beyond "
+                raise InputError(f"{item} {start + i} of {self.name} has values beyond "
                                  "float32's range (3.4e38); scale the data down first")
-            raise InputError(f"volume {start + i} of {self.name} has NaN or infinite values; "
+            raise InputError(f"{item} {start + i} of {self.name} has NaN or infinite values; "
                              "replace them (e.g. numpy.nan_to_num) first")
         return out
 
