@@ -163,8 +163,11 @@ def test_a_big_endian_array_aligns_as_its_native_copy(dtype):
     by_image = align(swapped, swapped[0], device="cpu", max_shift=8)
     np.testing.assert_array_equal(by_image.shifts, align(stack, stack[0], device="cpu",
                                                          max_shift=8).shifts)
-    np.testing.assert_array_equal(estimate_shifts(swapped[0], swapped, max_shift=8)[0],
-                                  estimate_shifts(stack[0], stack, max_shift=8)[0])
+    # (on the CPU: on a GPU a first call and a second may take different kernels, whose
+    # roundings differ)
+    np.testing.assert_array_equal(
+        estimate_shifts(swapped[0], swapped, max_shift=8, device="cpu")[0],
+        estimate_shifts(stack[0], stack, max_shift=8, device="cpu")[0])
     da = pytest.importorskip("dask.array")
     lazy = align(da.from_array(swapped, chunks=(2, -1, -1)), device="cpu", max_shift=8)
     np.testing.assert_array_equal(lazy.shifts, native.shifts)

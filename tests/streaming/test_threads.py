@@ -30,3 +30,18 @@ def test_xcorr_threads(monkeypatch):
 def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() is True and isinstance(first, bool)
+
+
+def test_one_blas_thread_survives_a_memory_map_whose_name_is_not_utf8(monkeypatch):
+    """threadpoolctl reads /proc/self/maps as UTF-8: with a memory-mapped input named in Latin-1
+    bytes it raised UnicodeDecodeError, and the run stopped as an internal error (seen on a
+    machine whose libraries list the map; it depends on threadpoolctl's version)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from xcorr_app.streaming._threads import one_blas_thread
+
+    def maps_not_utf8(*args, **kwargs):
+        raise UnicodeDecodeError("utf-8", b"caf\xe9", 3, 4, "invalid continuation byte")
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", maps_not_utf8)
+    with one_blas_thread():
+        pass

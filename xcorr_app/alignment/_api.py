@@ -78,16 +78,20 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
     >>> np.round(shifts).tolist()
     [[-1.0, -2.0]]
     """
+    # (big-endian pixels, a FITS file's: in this machine's order before they go anywhere, the
+    # device's choice too)
+    if hasattr(frames, "dtype"):
+        frames = in_native_order(frames, "frames")
+    if hasattr(reference, "dtype"):
+        reference = in_native_order(reference, "the reference")
     xp = backend.xp_for(backend.compute_device(reference, frames, device=device))
     max_shift = normalize_max_shift(max_shift)
     upsample = DEFAULT_UPSAMPLE if upsample is None else check_upsample(upsample)
     subpixel = check_choices(normalization, subpixel)
     pre = prefilter_for(prefilter, normalization)
-    # (big-endian pixels, a FITS file's: in this machine's order before they go anywhere)
-    mov = xp.asarray(in_native_order(frames, "frames") if hasattr(frames, "dtype") else frames)
+    mov = xp.asarray(frames)
     mov = mov[None] if mov.ndim == 2 else mov
-    ref = xp.asarray(in_native_order(reference, "the reference")
-                     if hasattr(reference, "dtype") else reference)
+    ref = xp.asarray(reference)
     if mov.ndim != 3 or ref.ndim not in (2, 3) or ref.shape[-2:] != mov.shape[1:] \
             or (ref.ndim == 3 and len(ref) != len(mov)):
         raise InputError(f"frames must be (N, H, W) and the reference (H, W) or (N, H, W) of the "
