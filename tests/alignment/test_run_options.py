@@ -56,7 +56,7 @@ def test_bad_options_are_one_line_input_errors_before_anything_is_read(kwargs, w
 
 @pytest.mark.parametrize("args,words", [
     (["--upsample", "0"], "--upsample must be a whole number from 1 to 100"),
-    (["--max-deviation", "3"], "--max-deviation needs patches"),
+    (["--max-deviation", "3"], "--max-deviation needs patches (piecewise-rigid): give --patches GYxGX too"),
     (["--interpolate-low"], "--interpolate-low needs --min-confidence"),
     (["--reference", ""], "--reference is empty"),
     (["--no-aligned", "--crop"], "--crop shape the aligned stack, which --no-aligned does not write"),

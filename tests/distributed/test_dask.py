@@ -194,7 +194,8 @@ def test_cli_scale_out_errors(tmp_path):
 
     path = stack_path("cell")
     assert_clean_error(xcorr("align", path, "--gpus", "0", "--workers", "2",
-                             "--out", tmp_path / "a"), "--gpus runs without Dask")
+                             "--out", tmp_path / "a"), "--gpus ... runs without Dask",
+                       "either --gpus LIST or a Dask cluster")
     assert_clean_error(xcorr("filter", path, "--kernel", "box:3", "--workers", "2",
                              "--scheduler", "tcp://127.0.0.1:9", "--out", tmp_path / "f.tif"),
                        "not both")

@@ -153,8 +153,8 @@ class AlignOptions(RunOptions):
             for name, default in (("patch_overlap", None), ("max_deviation", 4),
                                   ("patch_template_passes", 0)):
                 if getattr(self, name) != default:
-                    raise InputError(f"{name} needs patches (piecewise-rigid): give patches "
-                                     "too")
+                    raise InputError(f"{name} needs patches (piecewise-rigid): give "
+                                     "patches=GYxGX too")
             return
         from .piecewise import check_deviation, check_template_passes, parse_patches
 
@@ -253,8 +253,8 @@ class AlignOptions(RunOptions):
         """Refuse what ``executor`` (``"process"``, ``"gpus"``, ``"dask"``) cannot run, with the
         same line on every path."""
         if executor == "dask" and self.gpus is not None:
-            raise InputError("gpus runs without Dask: give either gpus or a Dask cluster, "
-                             "not both")
+            raise InputError("gpus=... runs without Dask: give either gpus=LIST or a Dask "
+                             "cluster, not both")
         if executor != "process" and self.mask is not None:
             raise InputError(f"mask is measured in one process: run without "
                              f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "

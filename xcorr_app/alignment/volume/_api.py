@@ -201,7 +201,7 @@ class VolumeOptions(RunOptions):
             for name, default in (("patch_overlap", None), ("max_deviation", 4)):
                 if getattr(self, name) != default:
                     raise InputError(f"{name} needs patches (piecewise-rigid 3-D): give "
-                                     "patches too")
+                                     "patches=GZxGYxGX too")
             return
         put("patches", parse_patches(self.patches, ndim=3))
         put("max_deviation", check_deviation(self.max_deviation))
