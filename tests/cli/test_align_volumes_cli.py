@@ -116,3 +116,19 @@ def test_a_file_of_volumes_takes_the_volumes_options_without_volumes(stack_path,
     tifffile.imwrite(frames, np.load(path)[:, 0])
     res = xcorr("align", frames, "--out", tmp_path / "f", "--max-shift", "3,5,5")
     assert res.returncode == 2 and "SZ,SY,SX with --volumes" in res.stderr
+
+
+def test_out_format_tiff_given_is_what_volumes_write(stack_path, tmp_path):
+    """--out-format tiff, the one format volumes are written in, was refused as not applying
+    (another format still is)."""
+    path, _ = stack_path
+    hyper = tmp_path / "tzyx.tif"
+    tifffile.imwrite(hyper, np.load(path).astype(np.float32), imagej=True,
+                     metadata={"axes": "TZYX"})
+    for extra in ((), ("--volumes",)):
+        res = xcorr("align", hyper, *extra, "--out-format", "tiff", "--out",
+                    tmp_path / f"o{len(extra)}", "--device", "cpu", "-q")
+        assert res.returncode == 0, res.stderr
+    res = xcorr("align", hyper, "--out-format", "hdf5", "--out", tmp_path / "h", "--device",
+                "cpu")
+    assert res.returncode == 2 and "--out-format does not apply to volumes" in res.stderr

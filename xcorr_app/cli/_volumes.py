@@ -231,6 +231,9 @@ def ignored_by_volumes(o, given, uses=VOLUME_USES) -> list:
     that a run of volumes does not use (``uses``: those it does), as ``--name``, sorted."""
     names = {n for n in given if n not in uses}
     names |= {n for n, unset in _NOT_WITH_VOLUMES if getattr(o, n, unset) != unset}
+    # (given with the value that leaves it unset: --out-format tiff, what volumes write)
+    names -= {n for n, unset in _NOT_WITH_VOLUMES
+              if unset is not None and getattr(o, n, None) == unset}
     return sorted("--" + n.replace("_", "-") for n in names)
 
 
