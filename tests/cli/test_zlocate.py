@@ -66,3 +66,14 @@ def test_a_frame_with_nan_is_named_a_frame(inputs, tmp_path):
     res = xcorr("zlocate", tmp_path / "nan.npy", "--zstack", folder / "zstack.npy", "--out",
                 tmp_path / "o", "--device", "cpu")
     assert res.returncode == 2 and "frame 2 of" in res.stderr and "volume" not in res.stderr
+
+
+def test_zlocate_reports_its_frames_as_it_goes():
+    """The command had no progress bar (-q's help said it silenced one): the API counts each
+    chunk's frames, which the bar shows."""
+    from xcorr_app.alignment.volume import zlocate
+
+    zstack = np.random.default_rng(4).random((5, 16, 16))
+    seen = []
+    result = zlocate(zstack[[4, 1, 2, 0]], zstack, device="cpu", progress=seen.append)
+    assert sum(seen) == 4 and result.plane.tolist() == [4, 1, 2, 0]

@@ -11,7 +11,7 @@ import click
 from ..errors import InputError
 from ._input import input_options, input_path
 from ._main import DeviceCommand
-from ._options import DEVICE, FORCE, QUIET, default_out, note_device
+from ._options import DEVICE, FORCE, QUIET, default_out, note_device, progress_bar
 
 __all__ = ["zlocate_cmd", "parse_xy_bound", "plot_depth", "plot_series"]
 
@@ -165,8 +165,9 @@ def zlocate_cmd(movie, zstack, out_dir, max_shift, upsample, subplane, device, f
     with OutputRun(outputs, [movie, zfile], force, lock=out / ".xcorr.lock") as run:
         t0 = time.perf_counter()
         try:
-            result = zlocate(source, str(zstack), max_shift=bound, upsample=upsample,
-                             subplane=subplane, device=dev)
+            with progress_bar(None, "zlocate", quiet) as bar:  # (its frames: counted)
+                result = zlocate(source, str(zstack), max_shift=bound, upsample=upsample,
+                                 subplane=subplane, device=dev, progress=bar.update)
         except MemoryError as exc:  # (the command's own options: no --max-memory here)
             raise InputError(f"out of memory{f' ({exc})' if str(exc) else ''}: lower "
                              "--upsample or --max-shift, or crop or bin the movie and the "

@@ -209,7 +209,7 @@ def _projection(overlap, profile, best, nz):
 
 
 def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="projection",
-            device="auto", memory_limit=None):
+            device="auto", memory_limit=None, progress=None):
     """The depth of each frame of ``movie`` in ``zstack``, between planes.
 
     Parameters
@@ -227,6 +227,8 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
     device : {"auto", "cpu", "gpu"}
     memory_limit : int, optional
         Bytes the run may use (default: a share of the free GPU or host memory).
+    progress : callable, optional
+        Called with the number of frames of each chunk once it is located.
 
     Returns
     -------
@@ -312,6 +314,8 @@ def zlocate(movie, zstack, max_shift=None, upsample=DEFAULT_UPSAMPLE, subplane="
             depth[start:stop] = _projection(overlap, prof, best, nz)
         shifts[start:stop], profile[start:stop] = fine, prof
         del overlap
+        if progress is not None:
+            progress(stop - start)
     best = profile.argmax(axis=1)
     rows = np.arange(n)
     inner = (best > 0) & (best < nz - 1)
