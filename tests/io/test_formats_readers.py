@@ -402,3 +402,20 @@ def test_malformed_ome_zarr_metadata_is_one_line(tmp_path, movie, case):
         assert res.returncode == 2
         assert_clean_error(res, "is malformed", "PATH:0")
     assert align(f"{path}:0", device="cpu", max_shift=6).n_frames == len(movie)
+
+
+def test_a_npy_file_is_read_as_the_other_array_formats(tmp_path, movie):
+    """info and align of a .npy (volumes.md lists it) said "cannot read as a TIFF image"; a
+    4-D one names its axes (AxesUnknown, as HDF5 and Zarr), --axes TZYX makes it volumes."""
+    frames = movie[:, 0, 0]
+    np.save(tmp_path / "m.npy", frames)
+    d = describe(tmp_path / "m.npy")
+    assert (d["format"], d["axes"], d["shape"]) == ("NumPy .npy", "TYX", frames.shape)
+    np.testing.assert_array_equal(shifts(tmp_path / "m.npy"), shifts(frames))
+    np.save(tmp_path / "v.npy", movie[:, 0])  # (T, Z, Y, X)
+    res = xcorr("align", tmp_path / "v.npy", "--out", tmp_path / "o", "--device", "cpu")
+    assert_clean_error(res, "4-D array", "--axes TZYX")
+    res = xcorr("align", tmp_path / "v.npy", "--axes", "TZYX", "--out", tmp_path / "o",
+                "--device", "cpu", "-q")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "o" / "shifts.csv").read_text().startswith("t,dz,dy,dx")

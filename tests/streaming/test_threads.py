@@ -37,7 +37,7 @@ def test_one_blas_thread_survives_a_memory_map_whose_name_is_not_utf8(monkeypatc
     bytes it raised UnicodeDecodeError, and the run stopped as an internal error (seen on a
     machine whose libraries list the map; it depends on threadpoolctl's version)."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
-    from xcorr_app.streaming._threads import one_blas_thread
+    from xcorr_app.streaming import one_blas_thread
 
     def maps_not_utf8(*args, **kwargs):
         raise UnicodeDecodeError("utf-8", b"caf\xe9", 3, 4, "invalid continuation byte")

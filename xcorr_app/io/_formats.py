@@ -45,7 +45,7 @@ FORMAT_EXTRAS = {"zarr": ("zarr", "zarr", "Zarr and OME-Zarr"), "hdf5": ("h5py",
 
 #: file name endings of each format (a folder holding Zarr metadata is Zarr whatever its name)
 SUFFIXES = {"zarr": (".zarr",), "hdf5": (".h5", ".hdf5", ".hdf", ".he5"), "nwb": (".nwb",),
-            "nd2": (".nd2",), "czi": (".czi",), "tiff": (".tif", ".tiff")}
+            "nd2": (".nd2",), "czi": (".czi",), "npy": (".npy",), "tiff": (".tif", ".tiff")}
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _ZARR_MARKERS = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
@@ -194,7 +194,7 @@ def with_axes(stack_or_path, axes):
 
 
 def format_of(file: Path) -> str:
-    """``"zarr"``, ``"hdf5"``, ``"nwb"``, ``"nd2"``, ``"czi"``, ``"tiff"`` (a TIFF file or a
+    """``"zarr"``, ``"hdf5"``, ``"nwb"``, ``"nd2"``, ``"czi"``, ``"npy"``, ``"tiff"`` (a TIFF file or a
     folder of them) by the name, a folder's Zarr metadata, or an HDF5 file's first bytes."""
     name = file.name.lower()
     if file.is_dir():

@@ -30,4 +30,8 @@ def open_format(fmt: str, file: Path, dataset, channel, z, axes=None):
         from ._nd2 import open_nd2
 
         return open_nd2(file, dataset, channel, z, axes)
+    if fmt == "npy":
+        from ._npy import open_npy
+
+        return open_npy(file, dataset, channel, z, axes)
     raise ValueError(f"no reader of format {fmt!r}")  # (format_of names only the above)

@@ -190,10 +190,9 @@ def _read_path(path, ndim, channel=None):
         raise
     except Exception as exc:  # a broken file: one line for the user
         raise InputError(f"{path}: cannot read it as volumes ({exc})") from exc
-    if suffix == ".npy" or (file.is_file() and format_of(file) == "tiff"
-                            and suffix not in (".tif", ".tiff")):
+    if file.is_file() and format_of(file) == "tiff" and suffix not in (".tif", ".tiff"):
         raise InputError(f"{path}: unknown volume format {suffix!r}; use .npy, .tif, .zarr, "
-                         "HDF5 or NWB (a .npy file as it is)")
+                         "HDF5 or NWB")
     return open_array(str(path), volumes=ndim == 4, channel=channel)
 
 
