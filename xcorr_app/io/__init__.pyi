@@ -3,8 +3,8 @@
 
 from ._background import BackgroundWrites, PIECE_BYTES
 from ._axes import AXES_LETTERS, AxesUnknown, parse_axes
-from ._formats import (ArrayFrames, FORMAT_EXTRAS, format_of, source_parts, source_path,
-                       split_source, with_axes)
+from ._formats import (ArrayFrames, FORMAT_EXTRAS, format_of, micrometers, source_parts,
+                       source_path, split_source, with_axes)
 from ._json import json_number, json_numbers, json_text, strict_json
 from ._lock import OutputLock
 from ._outputs import Interrupted, OutputRun, check_apart, stopped_by_signals

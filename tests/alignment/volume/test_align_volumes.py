@@ -305,3 +305,24 @@ def test_a_volume_without_a_shift_is_left_where_it_is():
     half[1, 0] = np.nan  # (a shift with only some of dz, dy, dx: still refused)
     with pytest.raises(InputError, match="NaN in all three"):
         list(shift_volumes(stack, half, device="cpu"))
+
+
+def test_the_files_voxel_size_gives_the_shifts_in_micrometers(tmp_path):
+    """A hyperstack saying its pixel size and Z step: the shifts in micrometers came only with
+    voxel_size given (shifts.csv had no dz_um, dy_um, dx_um); one given apart from the file's
+    is used and the note says so."""
+    import tifffile
+
+    rng = np.random.default_rng(5)
+    vols = (ndi.gaussian_filter(rng.random((3, 8, 32, 32)), (0, 1, 2, 2)) * 1000).astype(
+        np.float32)
+    path = tmp_path / "v.tif"
+    tifffile.imwrite(path, vols, imagej=True, resolution=(1 / 0.25, 1 / 0.25),
+                     metadata={"axes": "TZYX", "spacing": 0.5, "unit": "nm"})
+    res = align_volumes(path, device="cpu")
+    assert res.voxel_size == pytest.approx((0.0005, 0.00025, 0.00025))  # (nm -> µm)
+    assert res.notes[-1].startswith("voxel size from the file: 0.0005 x 0.00025 x 0.00025 µm")
+    np.testing.assert_allclose(res.shifts_um, res.shifts * [0.0005, 0.00025, 0.00025])
+    given = align_volumes(path, device="cpu", voxel_size=(2, 1, 1))
+    assert given.voxel_size == (2.0, 1.0, 1.0) and "is not the file's" in given.notes[-1]
+    assert align_volumes(vols, device="cpu").voxel_size is None

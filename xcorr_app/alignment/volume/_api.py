@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+from pathlib import Path
 
 import numpy as np
 
@@ -423,6 +424,33 @@ def decide_boundary(stack, options: VolumeOptions, between=None) -> VolumeOption
     return options._decided(vote=vote.final())
 
 
+def _voxel_size(given, stack):
+    """``(voxel size, note)``: the one ``given`` (µm), else the file's (its Z step and pixel
+    size, in micrometers: the shifts in micrometers then come without ``voxel_size``), with a
+    note saying which and where they differ; an array in memory says none."""
+    said = None
+    if isinstance(stack, (str, Path)):
+        from ...io import calibration, micrometers
+
+        try:
+            cal = calibration(stack)
+        except InputError:  # (a file that needs its axes or channel to be read says nothing)
+            cal = {"pixel_size": None, "z_step": None}
+        size, z = cal["pixel_size"], cal["z_step"]
+        if size and z:
+            um = tuple(micrometers(v, size[2]) for v in (z, size[0], size[1]))
+            said = None if None in um else um
+    if said is None:
+        return given, None
+    shown = " x ".join(f"{v:g}" for v in said)
+    if given is None:
+        return said, f"voxel size from the file: {shown} µm (z, y, x)"
+    if not np.allclose(given, said, rtol=1e-6):
+        return given, (f"voxel_size {' x '.join(f'{v:g}' for v in given)} is not the file's "
+                       f"({shown} µm): the one given is used")
+    return given, None
+
+
 def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     """:func:`align_volumes` of the built ``options``; ``vote_only``: ``boundary="auto"``'s
     vote only (:func:`decide_boundary`; ``between()`` called between its chunks)."""
@@ -432,7 +460,8 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
         raise InputError(f"volumes of {h}x{w} pixels in Y and X cannot be registered: both "
                          f"must be at least {MIN_FRAME_SIDE}")
     bounds, upsample = options.max_shift, options.upsample
-    voxel_size, memory_limit = options.voxel_size, options.memory_limit
+    memory_limit = options.memory_limit
+    voxel_size, voxel_note = _voxel_size(options.voxel_size, with_axes(stack, options.axes))
     dev = compute_device(source.data, device=options.device)
     if dev == "gpu" and np.dtype(source.data.dtype) == np.float32:
         check_gpu_float32(source.data[0], "the first volume")
@@ -515,6 +544,8 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     if not (verified | constant).all():
         notes.append(f"{int((~verified & ~constant).sum())} volume(s) whose FFT peak the direct "
                      "sum does not confirm")
+    if voxel_note:
+        notes.append(voxel_note)
     result = VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev,
                           boundary="circular" if wraps or not linear else "linear")
     if options.patches is not None:
