@@ -43,6 +43,9 @@ def open_npy(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
         axes = given_axes(None, axes, file.name, array.shape, notes)
     else:
         axes = guessed_axes(array.ndim, str(file), array.shape, channel, z)
+        if array.ndim > 3:  # (3-D: TYX is no guess; as the HDF5 and Zarr readers say it)
+            notes.append(f"{file.name}: a .npy names no axes; read as {axes} (axes=... names "
+                         "them otherwise)")
     del array
     return ArrayFrames(opener, axes, str(file), channel=channel, z=z, fmt="NumPy .npy",
                        paths=[file], notes=notes)
