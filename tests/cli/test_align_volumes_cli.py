@@ -113,7 +113,7 @@ def test_a_file_of_volumes_takes_the_volumes_options_without_volumes(stack_path,
     np.testing.assert_allclose(got, -true, atol=0.1)
     assert "dz_um" in rows[0]
     frames = tmp_path / "frames.tif"
-    tifffile.imwrite(frames, np.load(path)[:, 0])
+    tifffile.imwrite(frames, np.load(path)[:, 0], imagej=True, metadata={"axes": "TYX"})
     res = xcorr("align", frames, "--out", tmp_path / "f", "--max-shift", "3,5,5")
     assert res.returncode == 2 and "SZ,SY,SX with --volumes" in res.stderr
 

@@ -203,19 +203,10 @@ def align(path, dataset, z, axes, **options):
     """
     from ..alignment import is_pattern
 
-    session = len(path) > 1 or is_pattern(path[0])
-    held = None
-    try:
-        check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
-    except InputError:
-        # (a file that holds volumes is registered in 3-D without --volumes: its options too)
-        held = None if session else _volumes_held(input_path(path[0], dataset, z, axes))
-        if held is None:
-            raise
-        options = {**options, "volumes": True}
-    if session:  # a session (docs/cli.md, "Many recordings")
+    if len(path) > 1 or is_pattern(path[0]):  # a session (docs/cli.md, "Many recordings")
         from ._align_sessions import align_session_cli
 
+        check_volume_options(options)  # SZ,SY,SX and --voxel-size only with --volumes
         return align_session_cli(path, dataset, z, axes, SimpleNamespace(**options), AS_GIVEN)
     path = path[0]
     path = input_path(path, dataset, z, axes)  # FILE:/DATASET?z=K&axes=A: every reader
@@ -225,7 +216,7 @@ def align(path, dataset, z, axes, **options):
     if o.volumes:  # (T, Z, Y, X): 3-D registration
         from ._volumes import align_volumes_cli
 
-        return align_volumes_cli(o, note=None if held is None else _held_note(path, held))
+        return align_volumes_cli(o)
     from ..io import HoldsVolumes
 
     try:
@@ -241,19 +232,6 @@ def align(path, dataset, z, axes, **options):
                 from None
         o.volumes = True  # (the note: once the volumes' options pass, not before an error)
         return align_volumes_cli(o, note=_held_note(path, exc))
-
-
-def _volumes_held(path):
-    """The :class:`~xcorr_app.io.HoldsVolumes` of a source whose frames are the planes of
-    volumes (its header read), else None (one that cannot be opened: None, the run says why)."""
-    from ..errors import XcorrError
-    from ..io import open_stack
-
-    try:
-        with open_stack(path) as src:
-            return getattr(src, "volumes", None)
-    except XcorrError:
-        return None
 
 
 def _held_note(path, held) -> str:
@@ -346,8 +324,20 @@ def _check(o):
     frame (on Dask: here, before the cluster starts).  Returns ``(frame_shape, itemsize,
     n_frames)``."""
     from ..alignment.outputs import aligned_as, channel_metadata, check_save
-    from ..io import check_planes, open_stack
+    from ..errors import XcorrError
+    from ..io import HoldsVolumes, check_planes, open_stack
 
+    try:
+        check_volume_options(vars(o))  # SZ,SY,SX and --voxel-size only with --volumes
+    except InputError as refused:
+        try:  # (a file of volumes takes them: its route, HoldsVolumes)
+            with open_stack(o.path, channel=o.channel) as src:
+                check_planes(src)
+        except HoldsVolumes:
+            raise
+        except XcorrError:  # (a file that cannot be read as it is: the options' line)
+            pass
+        raise refused
     # (the errors in the API's words: the command prints them as flags, cli._flags)
     o.opts = AlignOptions.from_arguments(**{k: getattr(o, k) for k in AS_GIVEN},
                                          verify=not o.no_verify, quality=not o.no_quality)
