@@ -194,11 +194,13 @@ def test_a_reader_gone_from_the_pipe_ends_the_command_quietly():
 def test_a_refused_command_is_its_error_line_alone(tmp_path, command):
     """Device auto without a GPU said "note: no usable GPU ..." before the error of a command
     refused (filter, apply, align --workers, zlocate): the note waits for the checks."""
-    from cli_helpers import xcorr
+    from cli_helpers import child_env
     from sample_paths import stack_path
 
     args = [a.format(cell=stack_path("cell"), tmp=tmp_path) for a in command]
-    res = xcorr(*args)
+    # (no GPU in the child, where the note is made, on any machine)
+    res = subprocess.run([sys.executable, "-m", "xcorr_app.cli", *args], capture_output=True,
+                         text=True, env=child_env(CUDA_VISIBLE_DEVICES=""), timeout=300)
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr

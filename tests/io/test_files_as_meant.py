@@ -138,7 +138,7 @@ def test_a_frame_at_a_time_with_a_page_of_another_shape_is_told(tmp_path):
             with open_stack(path) as src:
                 assert (src.n_frames, src.frame_shape) == (6, (24, 28))
                 np.testing.assert_array_equal(src.read(0, 6), frames)
-                assert any("read as 6 frames; the 1 series after them, of another shape, "
+                assert any("read as 6 frames; the 1 series after them, of another shape or kind, "
                            "left out" in n for n in src.notes)
         else:
             with pytest.raises(InputError, match=r"holds 7 image series of one page each, not "
@@ -273,6 +273,13 @@ def test_a_folder_of_z_stacks_is_a_series_of_volumes(tmp_path):
     assert (out / "shifts.csv").read_text().startswith("t,dz,dy,dx")
     with tifffile.TiffFile(out / "aligned.tif") as tif:
         assert tif.series[0].axes == "TZYX" and tif.imagej_metadata["spacing"] == 1.2
+    with pytest.raises(HoldsVolumes, match=r"pick one plane \(one file's plane, FILE\?z=K\)"):
+        align(folder, device="cpu")
+    # (a file of another plane count, one cut short: refused, not read as frames)
+    tifffile.imwrite(folder / "vol_t999.tif", np.zeros((9, 56, 56), np.uint16), imagej=True,
+                     metadata={"axes": "ZYX", "spacing": 1.2, "unit": "um"})
+    with pytest.raises(InputError, match="holds Z stacks of 9, 16 planes"):
+        describe(folder)
     # (a folder of 2-D frames, or of plain ImageJ stacks that name no Z, stays frames)
     plain = tmp_path / "plain"
     plain.mkdir()

@@ -419,3 +419,15 @@ def test_a_npy_file_is_read_as_the_other_array_formats(tmp_path, movie):
                 "--device", "cpu", "-q")
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "o" / "shifts.csv").read_text().startswith("t,dz,dy,dx")
+
+
+def test_an_empty_or_npz_file_named_npy_is_one_line(tmp_path):
+    """An empty .npy stopped info with an internal EOFError, an .npz named .npy with an
+    AttributeError."""
+    (tmp_path / "empty.npy").write_bytes(b"")
+    np.savez(tmp_path / "arch.npz", a=np.zeros((3, 8, 8)))
+    (tmp_path / "arch.npz").rename(tmp_path / "arch.npy")
+    for name, words in (("empty.npy", "cannot read"), ("arch.npy", "is an .npz archive")):
+        with pytest.raises(InputError, match=words):
+            open_stack(tmp_path / name)
+        assert_clean_error(xcorr("info", tmp_path / name), words)

@@ -20,7 +20,7 @@ from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PREFILTER, RESAMP
                        SUBPIXEL, WINDOW, default_out, note_cpu_fallback, note_device,
                        planner_notes, print_notes, progress_bar, readable_frames_of, scale_out,
                        scale_out_command, stack_command, where)
-from ._flags import as_flags
+from ._flags import as_flags, say_later
 from ._input import apply_channels, input_options, input_path
 from ._main import DeviceCommand
 from ._volumes import GRID_TEXT, MAX_SHIFT_ZYX, VOLUME_OPTIONS, check_volume_options
@@ -237,7 +237,7 @@ def align(path, dataset, z, axes, **options):
 def _held_note(path, held) -> str:
     return (f"note: {path} holds volumes ({plural(held.times, 'time point')} of "
             f"{plural(held.planes, 'Z plane')}, axes {held.axes}): registered in 3-D as with "
-            "--volumes (--z K aligns one plane)")
+            f"--volumes ({held.one_plane} aligns one plane)")
 
 
 def _align(o):
@@ -401,6 +401,7 @@ def _measure(o, client, gpu_ids, n, frame_gb, out=None):
         if o.dev is None and o.device == "auto" and res.settings["device"] == "cpu" \
                 and not res.settings.get("device_note"):  # (auto on the CPU by choice: noted)
             note_cpu_fallback(o.quiet)
+            say_later()  # (measured: its checks passed, said before the outputs' lines)
         o.dev = res.settings["device"]
     return res
 

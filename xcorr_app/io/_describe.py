@@ -46,8 +46,9 @@ def describe(path, channel=None) -> dict:
     with opened as src:
         several = getattr(src, "n_channels", 1) > 1  # (3-D: measured on the channel picked)
         on = " (--channel K: measured on channel K)" if several else ""
-        notes = [] if getattr(src, "volumes", None) is None else [
-            f"xcorr align registers these volumes in 3-D{on}; --z K picks one plane"]
+        held = getattr(src, "volumes", None)
+        notes = [] if held is None else [
+            f"xcorr align registers these volumes in 3-D{on}; {held.one_plane} picks one plane"]
         info = {"frames": src.n_frames, "frame_shape": tuple(src.frame_shape),
                 "dtype": str(src.dtype), "notes": list(src.notes) + notes,
                 "channels": getattr(src, "n_channels", 1), "frame_interval": None,

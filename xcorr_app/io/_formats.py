@@ -56,8 +56,9 @@ SECONDS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "mse
            "nanosecond": 1e-9, "min": 60.0, "minute": 60.0, "h": 3600.0, "hr": 3600.0,
            "hour": 3600.0}
 #: micrometers in a length unit, by its OME-NGFF name (the names :func:`length_unit` gives)
-MICROMETERS = {"meter": 1e6, "centimeter": 1e4, "millimeter": 1e3, "micrometer": 1.0,
-               "nanometer": 1e-3, "inch": 25400.0}
+MICROMETERS = {"kilometer": 1e9, "meter": 1e6, "decimeter": 1e5, "centimeter": 1e4,
+               "millimeter": 1e3, "micrometer": 1.0, "nanometer": 1e-3, "angstrom": 1e-4,
+               "picometer": 1e-6, "inch": 25400.0, "foot": 304800.0}
 #: the OME-NGFF name of a length unit as the formats spell it: OME-TIFF's
 #: ``PhysicalSize*Unit``, ImageJ's ``unit`` (Fiji writes the micro sign escaped, ``\u00B5m``),
 #: OME-NGFF's axis units, NWB's ``grid_spacing`` unit (``meters``), HDF5's ``element_size_um``;
@@ -67,7 +68,8 @@ _SPELLINGS = {"m": "meter", "meters": "meter", "cm": "centimeter", "centimeters"
               "\u03bcm": "micrometer", r"\u00b5m": "micrometer", r"\u03bcm": "micrometer",
               "um": "micrometer", "micron": "micrometer", "microns": "micrometer",
               "micrometers": "micrometer", "nm": "nanometer", "nanometers": "nanometer",
-              "in": "inch", "inches": "inch"}
+              "in": "inch", "inches": "inch", "km": "kilometer", "dm": "decimeter",
+              "pm": "picometer", "\u00c5": "angstrom", "\u212b": "angstrom", "ft": "foot"}
 
 
 def length_unit(unit) -> str | None:

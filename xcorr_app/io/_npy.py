@@ -32,10 +32,15 @@ def open_npy(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
 
     def opener():
         try:
-            return np.load(file, mmap_mode="r", allow_pickle=False), None
-        except (ValueError, OSError) as exc:  # (a damaged header, objects, a cut file)
-            raise InputError(f"cannot read {file} as a NumPy .npy array ({exc}); save it again "
-                             "with numpy.save") from None
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:  # (a damaged header, objects, empty)
+            raise InputError(f"cannot read {file} as a NumPy .npy array ({exc or 'empty'}); "
+                             "save it again with numpy.save") from None
+        if not isinstance(array, np.ndarray):  # (an .npz archive under a .npy name)
+            array.close()
+            raise InputError(f"{file} is an .npz archive, not a .npy array; give one of its "
+                             "arrays saved with numpy.save")
+        return array, None
 
     array = opener()[0]
     notes = []

@@ -230,7 +230,14 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
             part.close()
         raise
     planes = {p.n_frames for p in parts}
-    if len(parts) > 1 and all(p.z_stack for p in parts) and len(planes) == 1:
+    if len(parts) > 1 and all(p.z_stack for p in parts) and len(planes) > 1:
+        for part in parts:
+            part.close()
+        counts = ", ".join(str(n) for n in sorted(planes))
+        raise InputError(f"folder {folder} holds Z stacks of {counts} planes: a series of "
+                         "volumes needs as many planes in every file (a file cut short: "
+                         "copy it again, or move it out)")
+    if len(parts) > 1 and all(p.z_stack for p in parts):
         # a light-sheet export, a Z stack a time point: its volumes, as a T x Z file's (its
         # planes registered as frames would mix depth with drift)
         z = planes.pop()
@@ -240,7 +247,7 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
             f"folder {folder.name} holds {plural(len(parts), 'file')} of {z} Z planes each: "
             f"{plural(len(parts), 'volume')} (a file a time point), read plane by plane"],
             layout=(("T", len(parts)), ("Z", z)))
-        src.volumes = HoldsVolumes(folder, len(parts), z, "TZYX")
+        src.volumes = HoldsVolumes(folder, len(parts), z, "TZYX", folder=True)
         return src
     return FrameSource(parts, notes)
 

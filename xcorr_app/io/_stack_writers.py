@@ -447,7 +447,8 @@ class OmeTiffStackWriter(_Writer):
 
 #: OME's names of the OME-NGFF length units
 _OME_UNITS = {"micrometer": "µm", "nanometer": "nm", "millimeter": "mm", "centimeter": "cm",
-              "meter": "m", "inch": "in"}
+              "meter": "m", "inch": "in", "kilometer": "km", "decimeter": "dm",
+              "angstrom": "\u00c5", "picometer": "pm", "foot": "ft"}
 
 
 def usable_pixel_size(size):

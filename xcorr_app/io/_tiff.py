@@ -99,11 +99,13 @@ class HoldsVolumes(InputError):
     its :attr:`axes`), given where 2-D frames are read: registering its planes as frames
     would mix depth with drift."""
 
-    def __init__(self, path, times, planes, axes):
+    def __init__(self, path, times, planes, axes, folder=False):
+        #: how one plane is picked: ``--z K`` of a file; of a folder, one file's (``FILE?z=K``)
+        self.one_plane = "one file's plane, FILE?z=K" if folder else "--z K, or PATH?z=K"
         super().__init__(
             f"{path} holds volumes: {plural(times, 'time point')} of {plural(planes, 'Z plane')} "
             f"(axes {axes}); register them in 3-D (xcorr align --volumes, or "
-            "xcorr_app.alignment.align_volumes) or pick one plane (--z K, or PATH?z=K)")
+            f"xcorr_app.alignment.align_volumes) or pick one plane ({self.one_plane})")
         self.times, self.planes, self.axes = times, planes, axes
 
 
@@ -331,8 +333,8 @@ class TiffFrames:
             left = len(series_list) - n
             self.notes.append(f"{self.path.name} holds {n} image series of one "
                               f"{'x'.join(map(str, page.shape))} page each: read as {n} frames"
-                              + (f"; the {left} series after them, of "
-                                 "another shape, left out" if left else ""))
+                              + (f"; the {left} series after them, of another "
+                                 "shape or kind, left out" if left else ""))
             return (n, *page.shape), "T" + page.axes, tuple(page.shape), page.axes, dtype, n
         if len(series_list) > 1:
             shapes = collections.Counter("x".join(map(str, s.shape)) for s in series_list)

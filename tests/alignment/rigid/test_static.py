@@ -413,3 +413,25 @@ def test_a_scene_that_barely_moves_is_measured_as_it_is(jitter):
     want = -(truth - truth[0])
     assert np.abs(res.shifts - want).max() < 0.02, res.settings["static"]
     assert not res.low_confidence.any() and not res.settings["static"]["removed"]
+
+
+def test_a_pattern_that_locks_every_frame_exactly_is_still_removed():
+    """Bright blobs so strong that every frame measures exactly zero: the fit at those shifts
+    cannot tell the pattern from the scene (its share about 0), so a share test on locked
+    frames took them for a still scene and left every shift 0 (8 px off, unflagged); the
+    frames less their median show the scene's motion, and the pattern is removed."""
+    rng = np.random.default_rng(1)
+    scene = ndi.gaussian_filter(rng.random((200, 200)), 2)
+    scene = (scene - scene.min()) / np.ptp(scene) * 100
+    truth = np.round(rng.uniform(-8, 8, (20, 2)))
+    truth[0] = 0
+    blobs = np.zeros((128, 128))
+    at = rng.integers(0, 128, (60, 2))
+    blobs[at[:, 0], at[:, 1]] = 5000
+    blobs = ndi.gaussian_filter(blobs, 1.5) * 10
+    frames = np.stack([scene[36 + int(a):164 + int(a), 36 + int(b):164 + int(b)] + blobs
+                       + rng.poisson(20, (128, 128)) for a, b in truth]).astype(np.float32)
+    res = xcorr_app.align(frames, device="cpu", quality=False)
+    st = res.settings["static"]
+    assert st["locked"] and st["removed"] and not st.get("still")
+    assert np.abs(res.shifts - truth).max() < 0.2

@@ -108,9 +108,7 @@ SMALL_FRAME_PIXELS = 128 * 128
 #: frames lock at zero shift, which is checked apart; stacks without a pattern stay far below)
 QUICK_SHARE = 0.025
 #: the sample's median confidence at which ``auto`` keeps its first shifts where the model's
-#: own move the frames less (:func:`_shrunk`: it took the scene's motion for the pattern);
-#: the bench's stack with a pattern whose model shrank measured 1.4, stacks of 0.3 px
-#: jitter 6.2-6.3
+#: own move the frames less (:func:`_shrunk`: it took the scene's motion for the pattern)
 TRUSTED_CONFIDENCE = 3.0
 #: the least span (px) of the first shifts on an axis that :func:`_shrunk` compares
 SHRUNK_SPAN = 0.5
@@ -614,9 +612,14 @@ def _locked(shifts) -> bool:
 def _shrunk(first, model) -> bool:
     """Whether the ``model``'s shifts span less than half of the ``first`` shifts' on an axis
     where those span :data:`SHRUNK_SPAN` px or more (a pattern pulls frames toward zero shift:
-    removed, the frames move as much or more)."""
-    a, b = (np.ptp(np.asarray(d)[1:][np.isfinite(np.asarray(d)[1:]).all(axis=1)], axis=0)
-            for d in (first, model))
+    removed, the frames move as much or more); a span from the 10th to the 90th percentile
+    (one frame measured wrong moves no span)."""
+    def span(d):
+        d = np.asarray(d)[1:]
+        d = d[np.isfinite(d).all(axis=1)]
+        return np.subtract(*np.percentile(d, [90, 10], axis=0)) if len(d) else np.zeros(2)
+
+    a, b = span(first), span(model)
     return bool(np.any((a >= SHRUNK_SPAN) & (b < 0.5 * a)))
 
 
@@ -732,12 +735,18 @@ def decide_static(spec, src, opts, xp):
     pattern, info = fit_static(frames, shifts, xp)
     settings.update(frames=len(frames), share=round(info["share"], 4), locked=locked,
                     fitted=True)
-    # (frames locked at zero with no pattern to hold them: a scene that does not move)
-    if spec == "auto" and info["share"] < matters_from(frames.shape[1:]):
+    matters = matters_from(frames.shape[1:])
+    if spec == "auto" and not locked and info["share"] < matters:
         return None, None, settings
     starts = [] if locked else [(shifts, conf)]
     starts.append(_measure(_removed(frames, _median(frames, xp, axis=0), xp), opts, xp,
                            STATIC_PREFILTER)[:2])
+    if spec == "auto" and locked and info["share"] < matters and (
+            starts[-1][1] < MIN_CONFIDENCE or _locked(starts[-1][0])):
+        # (locked at zero, and the frames less their median show no motion either: a scene
+        # that does not move, with no pattern's share, not frames a pattern holds)
+        settings["still"] = True
+        return None, None, settings
     best = None
     for d, c in starts:
         if c < MIN_CONFIDENCE or _locked(d):
@@ -750,10 +759,8 @@ def decide_static(spec, src, opts, xp):
         if not bad.any() and fit["covered"] > 0.25 and better:
             best = (d, fit)
     if best is not None and spec == "auto" and not locked and _shrunk(shifts, best[0]):
-        # the model's shifts move the frames less than the first did: it took the scene's
-        # motion for the pattern (a scene that barely moves, 0.3 px of jitter, or a stack
-        # aligned before: their removal left shifts 0.4-0.7 px off); confident first
-        # shifts are kept as measured, else no frame is trusted
+        # (the model took the scene's motion for the pattern: docs/performance.md, "Hard
+        # stacks"; confident first shifts are kept as measured, else no frame is trusted)
         settings["shrunk"] = True
         if conf >= TRUSTED_CONFIDENCE:
             return None, None, settings
