@@ -435,3 +435,15 @@ def test_a_pattern_that_locks_every_frame_exactly_is_still_removed():
     st = res.settings["static"]
     assert st["locked"] and st["removed"] and not st.get("still")
     assert np.abs(res.shifts - truth).max() < 0.2
+
+
+def test_a_blank_frame_stays_blank_when_a_pattern_is_removed(blobs):
+    """A frame behind a closed shutter (constant) less the pattern was the pattern: a pass
+    measured a shift for it (-0.8, -4.0 px) and flagged nothing; it stays constant: NaN,
+    flagged, a constant frame."""
+    frames = blobs.frames.copy()
+    frames[5] = 0.0
+    res = xcorr_app.align(frames, device="cpu", quality=False)
+    assert res.settings["static"]["removed"]
+    assert np.isnan(res.shifts[5]).all() and res.low_confidence[5]
+    assert 5 in list(res.constant_frames)

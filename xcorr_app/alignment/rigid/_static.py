@@ -869,10 +869,14 @@ class StaticSource(WrappedSource):
     the aligned output reads the frames as they are.  Read through :meth:`read` (no stack kept
     on a device, no file pages read directly).
 
+    A frame constant as read (a blank one, a closed shutter's) stays as it is: less the
+    pattern it is the pattern, which a pass would measure a shift for, and not flag.
+
     >>> from xcorr_app.io import ArraySource
-    >>> src = StaticSource(ArraySource(np.ones((2, 2, 3), np.uint16)), np.eye(2, 3))
-    >>> src.read(0, 1)[0].tolist(), src.dtype
-    ([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]], dtype('float32'))
+    >>> frames = np.stack([np.arange(6, dtype=np.uint16).reshape(2, 3), np.ones((2, 3))])
+    >>> src = StaticSource(ArraySource(frames.astype(np.uint16)), np.eye(2, 3))
+    >>> src.read(0, 2).tolist(), src.dtype
+    ([[[-1.0, 1.0, 2.0], [3.0, 3.0, 5.0]], [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]], dtype('float32'))
     """
 
     stack = None  # (the chunks are read through read(): corrected)
@@ -901,6 +905,15 @@ class StaticSource(WrappedSource):
         fixed = frames.astype(self.dtype, copy=True) if xp is np else \
             frames.astype(self.dtype)
         fixed -= self._pattern_for(fixed)
+        if xp is np:
+            constant = (frames == frames[:, :1, :1]).reshape(len(frames), -1).all(axis=1)
+        else:  # (the shipped kernel's flags: CuPy's reductions compile at a first run)
+            from ._frame_stats import frame_stats
+
+            constant = backend.to_numpy(frame_stats(frames)[2])
+        if constant.any():
+            at = np.flatnonzero(constant)
+            fixed[at] = frames[at].astype(self.dtype)
         if out is None:
             return fixed
         out[...] = backend.to_numpy(fixed) if isinstance(out, np.ndarray) else fixed
