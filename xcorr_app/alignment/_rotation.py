@@ -185,6 +185,8 @@ def rigid_body_result(res, opts, executor, frame_shape, template):
         shifts = interpolate_flagged(shifts, res.low_confidence)
         both = np.where(measured[:, None], angle[:, None], np.nan)[:, [0, 0]]
         angle = np.nan_to_num(interpolate_flagged(both, res.low_confidence)[:, 0])
+    # (a frame without a shift, a constant one's, has no angle either: not a fit's leftover)
+    angle = np.where(np.isfinite(shifts).all(axis=1), angle, np.nan)
     res.shifts, res.rotation_deg = shifts, angle
     res.frame_shape = tuple(frame_shape)  # (the centre it rotates about, for the aligned stack)
     res.settings["model"] = opts.model

@@ -390,3 +390,15 @@ def test_rigid_body_with_a_frame_as_reference_leaves_that_frame_unmoved(turning)
     # (frame 3 is still: its own transform against frame 0 is its drift alone)
     np.testing.assert_allclose(res.rotation_deg, first.rotation_deg - first.rotation_deg[3],
                                atol=0.02)
+
+
+def test_a_constant_frame_of_a_rigid_body_run_has_no_angle(turning):
+    """Its shift NaN, its angle was a fit's leftover (0.0048 deg); NaN too, and the frame is
+    left as it is by apply."""
+    frames = turning[0].copy()
+    frames[3] = frames[3].mean()
+    res = align(frames, device="cpu", model="rigid-body")
+    assert np.isnan(res.shifts[3]).all() and np.isnan(res.rotation_deg[3])
+    assert np.isfinite(res.rotation_deg[[0, 1, 2, 4]]).all()
+    aligned = np.concatenate([c for _, c in res.apply(frames, device="cpu")])
+    np.testing.assert_array_equal(aligned[3], frames[3].astype(np.float32))
