@@ -25,7 +25,7 @@ import click
 
 from .. import backend
 from ..errors import InputError
-from ._flags import note_later, say_later
+from ._flags import as_flags, note_later, say_later
 from ..streaming import SCALE_OUT_MIN_BYTES
 # the choices of the command line, from their one home each
 from ..alignment import FIELD_RESAMPLE, NORMALIZATIONS, RESAMPLE, SUBPIXEL, WINDOWS
@@ -271,8 +271,6 @@ def where(dev, client, gpu_ids) -> str:
 def print_notes(src, quiet):
     """Tell the user what the reader noticed (skipped files, extra series); a warning (the
     frames of a truncated file left out) is said even with ``--quiet``."""
-    from ._flags import as_flags
-
     say_later()
     for note in src.notes:
         if note.startswith("warning: "):

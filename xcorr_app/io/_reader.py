@@ -229,17 +229,17 @@ def _open_folder(folder: Path, channel: int | None, axes=None) -> FrameSource:
         for part in parts:
             part.close()
         raise
-    planes = {p.n_frames for p in parts}
-    if len(parts) > 1 and all(p.z_stack for p in parts) and len(planes) > 1:
-        for part in parts:
-            part.close()
-        counts = ", ".join(str(n) for n in sorted(planes))
-        raise InputError(f"folder {folder} holds Z stacks of {counts} planes: a series of "
-                         "volumes needs as many planes in every file (a file cut short: "
-                         "copy it again, or move it out)")
     if len(parts) > 1 and all(p.z_stack for p in parts):
         # a light-sheet export, a Z stack a time point: its volumes, as a T x Z file's (its
         # planes registered as frames would mix depth with drift)
+        planes = {p.n_frames for p in parts}
+        if len(planes) > 1:
+            for part in parts:
+                part.close()
+            counts = ", ".join(str(n) for n in sorted(planes))
+            raise InputError(f"folder {folder} holds Z stacks of {counts} planes: a series of "
+                             "volumes needs as many planes in every file (a file cut short: "
+                             "copy it again, or move it out)")
         z = planes.pop()
         for p in parts:
             p.notes = [n for n in p.notes if "every Z plane is a frame" not in n]

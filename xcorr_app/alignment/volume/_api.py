@@ -461,7 +461,6 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
                          f"must be at least {MIN_FRAME_SIDE}")
     bounds, upsample = options.max_shift, options.upsample
     memory_limit = options.memory_limit
-    voxel_size, voxel_note = _voxel_size(options.voxel_size, with_axes(stack, options.axes))
     dev = compute_device(source.data, device=options.device)
     if dev == "gpu" and np.dtype(source.data.dtype) == np.float32:
         check_gpu_float32(source.data[0], "the first volume")
@@ -544,6 +543,8 @@ def _align(stack, options: VolumeOptions, vote_only=False, between=None):
     if not (verified | constant).all():
         notes.append(f"{int((~verified & ~constant).sum())} volume(s) whose FFT peak the direct "
                      "sum does not confirm")
+    # (the file's calibration read once the volumes are measured: not for the vote alone)
+    voxel_size, voxel_note = _voxel_size(options.voxel_size, with_axes(stack, options.axes))
     if voxel_note:
         notes.append(voxel_note)
     result = VolumeResult(shifts, peak, confidence, at_bound, verified, voxel_size, notes, dev,
