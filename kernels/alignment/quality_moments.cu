@@ -18,7 +18,7 @@
 #include "warp_reduce.cuh"
 
 // The sums one pixel adds to a set of moments: d, d * d and d * r, in this order
-// (report_tiles and shifted_moments keep two or three sets a pixel).
+// (shifted_moments keeps two sets a pixel).
 __device__ __forceinline__ void add_moments(double* acc, double d, double r) {
     acc[0] += d;
     acc[1] += d * d;
@@ -141,112 +141,161 @@ __global__ void __launch_bounds__(THREADS) tile_moments(
     for (int i = threadIdx.x; i < tx * M; i += THREADS) out[i] = tiles[i];
 }
 
-// A piecewise report's three sets of tile sums of a chunk in one read (launched by
-// xcorr_app/alignment/_quality_figures.py TileRegions.report_moments): tile_moments' sums of
-// frame n's tiles of the area (its corner (oy, ox) of each h x w frame) over
-//   m 0-2: the frames as they came (T) against t_ref (rows, cols);
-//   m 3-5: the frames warped (float32 wh x ww, the area's corner at (woy, wox)) against t_ref;
-//   m 6-9: the prepared frames (float32 h x w) warped by the field as warp_field warps them
-//          (bilinear, fill 0, the field's sums in its order: the same values), sampled here
-//          and never written, against g_ref (2, rows, cols);
-// each set less a pivot of its own (the area's corner pixel of the frame, of the warped frame
-// and of the prepared frame as it came: the figures do not see a pivot, it keeps the sums'
-// digits).  (In place of warp_field on the prepared frames and a tile_moments a set.)
-// Grid (ty * stretches, frames of this launch: n = n0 + blockIdx.y), THREADS threads, dynamic
-// shared memory (band * 2 * gx + 10 * THREADS) doubles.  A block a tile row `a` of a frame by
-// a stretch of THREADS columns, a thread a column (its field weights in shared memory) walking
-// down the tile row in bands of `band` rows whose field coefficients the block makes first
-// (32-bit offsets within a frame: the launcher's frames are under 2^31 pixels); then a warp
-// each (tile, moment) of the stretch over its columns (a fixed order: the same sums every
-// run).  The sums go to partial[((n * ty + a) * stretches + stretch) * tx + b) * 10 + m], 0
-// for the tiles the stretch misses: tile_regions adds a tile's stretches with its rows.
-// (Four blocks an SM, 64 registers: the weights in registers spilled, three blocks were
-// slower; docs/performance.md.)
+// A piecewise run's chunk warped by its fields and its report's three sets of tile sums, in
+// one pass (launched by xcorr_app/alignment/_quality_figures.py TileRegions.warp_moments): out
+// (n, oh, ow) float32 the frames' pixels (by + r, bx + c) warped by the field as warp_field
+// warps them (bilinear, fill 0: the same values), and over the tiles of the area (its corner
+// (ay, ax) of out; tiles [ys[a], ys[a + 1]) x [xs[b], xs[b + 1]) in area coordinates) the sums
+//   m 0-2: of the frames as they came (T) against t_ref (rows, cols),
+//   m 3-5: of the warped frames (the values written) against t,
+//   m 6-9: of the prepared frames (float32 h x w) warped through the same taps, never
+//          written, against the gradient's planes g_ref (2, rows, cols);
+// d each pixel less a pivot (the frame's area corner as it came for 0-5, the prepared frame's
+// for 6-9: the figures do not see it, it keeps the sums' digits).  A pixel's products in
+// float32, of d scaled by the power of two that brings its pivot to [0.5, 1) (no overflow at
+// any scale of the frames but for d past 2^64 times its pivot), against the float32
+// references, summed in float32 down a band of at most `band` rows, then in float64: the
+// report's figures
+// need no more digits, and float64 arithmetic a pixel (its conversions most of all) made the
+// pass twice the warp's time.  In place of warp_field and a kernel that evaluated the field
+// again and read the warped frames back.
+// Grid (segments * stretches, frames of this launch: n = n0 + blockIdx.y), THREADS threads:
+// a block rows [seg[k], seg[k + 1]) of out by a stretch of THREADS columns, a thread a column
+// (its field weights in registers) walking down them in bands of `band` rows whose field
+// coefficients the block makes first; the segments [first, first + ty) are the area's tile
+// rows (the others, out's rows outside the area, are warped only).  Then a warp each (tile,
+// moment) of the stretch over its columns (a fixed order: the same sums every run) into
+// partial[((n * ty + a) * stretches + stretch) * tx + b) * 10 + m], 0 for the tiles the
+// stretch misses: tile_regions adds a tile's stretches with its rows.  Dynamic shared memory
+// (band * 2 * gx + 10 * THREADS) doubles; 32-bit offsets within a frame (the launcher's frames
+// are under 2^31 pixels).
 template <typename T, int GX, int THREADS>
-__global__ void __launch_bounds__(THREADS, 4) report_tiles(
-        const T* __restrict__ frames, const float* __restrict__ warped,
-        const float* __restrict__ prepared, int h, int w, int wh, int ww, int woy, int wox,
-        int oy, int ox, const int* __restrict__ ys, int ty, const int* __restrict__ xs, int tx,
-        const float* __restrict__ t_ref, const float* __restrict__ g_ref,
+__global__ void __launch_bounds__(THREADS, 8) warp_report(
+        const T* __restrict__ frames, const float* __restrict__ prepared,
+        float* __restrict__ out, int h, int w, int by, int bx, int oh, int ow,
+        const int* __restrict__ seg, int first, int ay, int ax, const int* __restrict__ ys,
+        int ty, const int* __restrict__ xs, int tx, const float* __restrict__ t_ref,
+        const float* __restrict__ g_ref,
         const double* __restrict__ wy, const double* __restrict__ wxt,
         const double* __restrict__ s, int gy, int gx, int band, int stretches, int n0,
         double* __restrict__ partial) {
     constexpr int M = 10;
     constexpr int WARPS = THREADS / 32;
-    static_assert(GX <= M, "the field weights lie where the columns' sums go after");
     extern __shared__ double shared[];
     double* coef = shared;                // [band][2 gx]: the band's rows' field coefficients
-    double* cols = coef + band * 2 * gx;  // [M][THREADS]: the columns' sums (first: their
-    // field weights [GX][THREADS], GX <= M)
-    const int a = blockIdx.x / stretches, c0 = (blockIdx.x - a * stretches) * THREADS;
-    const int y0 = ys[a], y1 = ys[a + 1], width = xs[tx];
-    const float* g_ref2 = g_ref + (size_t)ys[ty] * width;  // (the gradient's second plane)
+    double* cols = coef + band * 2 * gx;  // [M][THREADS]: the columns' sums
+    const int k = blockIdx.x / stretches, stretch = blockIdx.x - k * stretches;
+    const int c0 = stretch * THREADS, a = k - first;
+    const bool area = a >= 0 && a < ty;  // (uniform in the block)
+    const int r_lo = seg[k], r_hi = seg[k + 1];
+    const int width = xs[tx];
+    const int plane = ys[ty] * width;
     const int n = n0 + blockIdx.y;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int c = c0 + threadIdx.x, x = ox + c;
+    const int c = c0 + threadIdx.x, x = bx + c;
+    const bool measured = area && c >= ax && c < ax + width;
     const T* f = frames + (size_t)n * h * w;
-    const float* g = warped + (size_t)n * wh * ww;
     const float* p = prepared + (size_t)n * h * w;
-    const double pf = (double)(float)f[(size_t)oy * w + ox];
-    const double pg = (double)g[(size_t)woy * ww + wox];
-    const double pp = (double)p[(size_t)oy * w + ox];
-    double* wx = cols + threadIdx.x;  // the column's field weights (GX > 0)
+    float* dst = out + (size_t)n * oh * ow + c;
+    const int corner = (by + ay) * w + bx + ax;
+    const float pf = (float)f[corner], pp = p[corner];
+    int ef, ep;  // (the pivots' exponents: d * 2^-e about 1 where d is about the pivot)
+    frexpf(isfinite(pf) ? pf : 0.0f, &ef);
+    frexpf(isfinite(pp) ? pp : 0.0f, &ep);
+    ef = max(-120, min(ef, 120));  // (a scale of float32's normal range)
+    ep = max(-120, min(ep, 120));
+    const float sf = ldexpf(1.0f, -ef), sp = ldexpf(1.0f, -ep);
+    double wxr[GX > 0 ? GX : 1];  // the column's weights
     if constexpr (GX > 0) {
-        if (c < width) {
+        if (c < ow) {
 #pragma unroll
-            for (int j = 0; j < GX; ++j) wx[j * THREADS] = wxt[j * w + x];
+            for (int j = 0; j < GX; ++j) wxr[j] = wxt[j * w + x];
         }
     }
-    double acc[M];
+    if (area) {
 #pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0;
-    for (int r0 = y0; r0 < y1; r0 += band) {
-        const int rn = min(band, y1 - r0);
+        for (int m = 0; m < M; ++m) cols[m * THREADS + threadIdx.x] = 0.0;
+    }
+    for (int r0 = r_lo; r0 < r_hi; r0 += band) {
+        const int rn = min(band, r_hi - r0);
         __syncthreads();  // (the band before read its coefficients)
-        for (int k = threadIdx.x; k < rn * 2 * gx; k += THREADS) {
-            const int rr = k / (2 * gx);
-            coef[k] = row_coefficient2(wy, s, oy + r0 + rr, n, gy, gx, k - rr * 2 * gx);
+        for (int q = threadIdx.x; q < rn * 2 * gx; q += THREADS) {
+            const int rr = q / (2 * gx);
+            coef[q] = row_coefficient2(wy, s, by + r0 + rr, n, gy, gx, q - rr * 2 * gx);
         }
         __syncthreads();
-        if (c >= width) continue;
+        if (c >= ow) continue;
+        float acc[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m] = 0.0f;
         for (int rr = 0; rr < rn; ++rr) {
-            const int r = r0 + rr, y = oy + r;
-            const double2 d = field_at<GX, THREADS, 4>(
-                reinterpret_cast<const double2*>(coef + rr * 2 * gx), wx, wxt, x, w, gx);
+            const int r = r0 + rr, y = by + r;
+            const double2 d = field_at<GX>(reinterpret_cast<const double2*>(coef + rr * 2 * gx),
+                                           wxr, wxt, x, w, gx);
             const double cy = (double)y - d.x, cx = (double)x - d.y;
+            const bool inside = cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0
+                                && cx <= (double)(w - 1);
+            BilinearTaps tap;
+            float v = 0.0f;  // (fill 0)
+            if (inside) {
+                tap = bilinear_taps(h, w, cy, cx);
+                v = (float)bilinear_of(f, tap);
+            }
+            dst[(size_t)r * ow] = v;
+            if (!measured) continue;
             float moved = 0.0f;
-            if (cy >= 0.0 && cy <= (double)(h - 1) && cx >= 0.0 && cx <= (double)(w - 1))
-                moved = (float)bilinear_at(p, h, w, cy, cx);
-            const double vf = (double)(float)f[y * w + x] - pf;
-            const double vg = (double)g[(woy + r) * ww + wox + c] - pg;
-            const double vm = (double)moved - pp;
-            const int at = r * width + c;
-            const double t = (double)t_ref[at];
-            add_moments(acc, vf, t);
-            add_moments(acc + 3, vg, t);
-            add_moments(acc + 6, vm, (double)g_ref[at]);
-            acc[9] += vm * (double)g_ref2[at];  // (the gradient's second axis)
+            if (inside) {  // (warp_field's taps, a weight 0's not read)
+                const float fy = (float)tap.ty, fx = (float)tap.tx;
+                float top = p[tap.r0 + tap.x0];
+                if (tap.tx != 0.0) top = (1.0f - fx) * top + fx * p[tap.r0 + tap.x1];
+                if (tap.ty != 0.0) {
+                    float bottom = p[tap.r1 + tap.x0];
+                    if (tap.tx != 0.0) bottom = (1.0f - fx) * bottom + fx * p[tap.r1 + tap.x1];
+                    top = (1.0f - fy) * top + fy * bottom;
+                }
+                moved = top;
+            }
+            const float vf = ((float)f[y * w + x] - pf) * sf;
+            const float vg = (v - pf) * sf;
+            const float vm = (moved - pp) * sp;
+            const int at = (r - ay) * width + (c - ax);
+            const float t = t_ref[at], g0 = g_ref[at], g1 = g_ref[plane + at];
+            acc[0] += vf;
+            acc[1] = fmaf(vf, vf, acc[1]);
+            acc[2] = fmaf(vf, t, acc[2]);
+            acc[3] += vg;
+            acc[4] = fmaf(vg, vg, acc[4]);
+            acc[5] = fmaf(vg, t, acc[5]);
+            acc[6] += vm;
+            acc[7] = fmaf(vm, vm, acc[7]);
+            acc[8] = fmaf(vm, g0, acc[8]);
+            acc[9] = fmaf(vm, g1, acc[9]);
+        }
+        if (measured) {  // (the band's sums, unscaled, into the column's float64 sums)
+            const double uf = ldexp(1.0, ef), up = ldexp(1.0, ep);
+            const double unscale[M] = {uf, uf * uf, uf, uf, uf * uf, uf, up, up * up, up, up};
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+                cols[m * THREADS + threadIdx.x] += (double)acc[m] * unscale[m];
         }
     }
-    __syncthreads();  // (the weights read)
-#pragma unroll
-    for (int m = 0; m < M; ++m) cols[m * THREADS + threadIdx.x] = acc[m];
+    if (!area) return;  // (uniform: out's rows outside the area are warped only)
     __syncthreads();
-    const int c1 = min(c0 + THREADS, width);
-    int b0 = 0;  // the stretch's tiles [b0, b1)
-    while (xs[b0 + 1] <= c0) ++b0;
+    const int c1 = min(c0 + THREADS, ow);
+    double* sums = partial + (((size_t)n * ty + a) * stretches + stretch) * tx * M;
+    int b0 = 0;  // the stretch's tiles [b0, b1) (the others 0: a warp's sums cost more)
+    while (b0 < tx && ax + xs[b0 + 1] <= c0) ++b0;
     int b1 = b0;
-    while (b1 < tx && xs[b1] < c1) ++b1;
-    double* out = partial + ((size_t)n * gridDim.x + blockIdx.x) * tx * M;
+    while (b1 < tx && ax + xs[b1] < c1) ++b1;
     for (int i = threadIdx.x; i < tx * M; i += THREADS)
-        if (i < b0 * M || i >= b1 * M) out[i] = 0.0;
+        if (i < b0 * M || i >= b1 * M) sums[i] = 0.0;
     for (int q = warp; q < (b1 - b0) * M; q += WARPS) {
         const int b = b0 + q / M, m = q - (q / M) * M;
-        const int lo = max(xs[b], c0), hi = min(xs[b + 1], c1);
+        const int lo = max(ax + xs[b], c0), hi = min(ax + xs[b + 1], c1);
         double v = 0.0;
-        for (int k = lo + lane; k < hi; k += 32) v += cols[m * THREADS + k - c0];
+        for (int i = lo + lane; i < hi; i += 32) v += cols[m * THREADS + i - c0];
         v = warp_sum(v);
-        if (lane == 0) out[b * M + m] = v;
+        if (lane == 0) sums[b * M + m] = v;
     }
 }
 

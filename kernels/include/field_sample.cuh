@@ -79,7 +79,7 @@ __device__ __forceinline__ P along_row2_fixed(const P* cf, const A* __restrict__
 // its order) and its column's weights wx[j * STEP] = wx[x, j] held by the thread (GX > 0: in
 // registers, or shared memory where registers are short; UNROLL terms at a time, the order the
 // same) or read (GX = 0: along_row2_fixed<0>): a thread a column down many rows
-// (patch_field.cu warp_field, quality_moments.cu report_tiles).
+// (patch_field.cu warp_field, quality_moments.cu warp_report).
 template <int GX, int STEP = 1, int UNROLL = 8>
 __device__ __forceinline__ double2 field_at(const double2* cf, const double* wx,
                                             const double* __restrict__ wxt, int x, int w,
@@ -218,7 +218,37 @@ __device__ __forceinline__ A cubic_shifted(const T* __restrict__ f, int h, int w
 
 // Bilinear at (cy, cx), inside [0, h - 1] x [0, w - 1] (the caller checks); a tap of weight
 // 0 (a coordinate on a pixel) is not read, as in scipy.ndimage.map_coordinates(order=1), so a
-// NaN beside it does not spread.
+// NaN beside it does not spread.  bilinear_taps and bilinear_of: the same sums, the taps'
+// places and fractions apart from the reads (quality_moments.cu warp_report reads two images
+// through one set of taps; 32-bit offsets: frames under 2^31 pixels).
+struct BilinearTaps {
+    int r0, r1, x0, x1;  // (offsets of the two rows, the two columns)
+    double ty, tx;
+};
+
+__device__ __forceinline__ BilinearTaps bilinear_taps(int h, int w, double cy, double cx) {
+    const double fy = floor(cy), fx = floor(cx);
+    BilinearTaps t;
+    t.ty = cy - fy;
+    t.tx = cx - fx;
+    const int y0 = (int)fy;
+    t.x0 = (int)fx;
+    t.x1 = min(t.x0 + 1, w - 1);
+    t.r0 = y0 * w;
+    t.r1 = min(y0 + 1, h - 1) * w;
+    return t;
+}
+
+template <typename T>
+__device__ __forceinline__ double bilinear_of(const T* __restrict__ f, const BilinearTaps& t) {
+    double top = (double)(float)f[t.r0 + t.x0];
+    if (t.tx != 0.0) top = (1.0 - t.tx) * top + t.tx * (double)(float)f[t.r0 + t.x1];
+    if (t.ty == 0.0) return top;
+    double bottom = (double)(float)f[t.r1 + t.x0];
+    if (t.tx != 0.0) bottom = (1.0 - t.tx) * bottom + t.tx * (double)(float)f[t.r1 + t.x1];
+    return (1.0 - t.ty) * top + t.ty * bottom;
+}
+
 template <typename T>
 __device__ __forceinline__ double bilinear_at(const T* __restrict__ f, int h, int w, double cy,
                                               double cx) {
@@ -235,4 +265,3 @@ __device__ __forceinline__ double bilinear_at(const T* __restrict__ f, int h, in
     if (tx != 0.0) bottom = (1.0 - tx) * bottom + tx * (double)(float)r1[x1];
     return (1.0 - ty) * top + ty * bottom;
 }
-

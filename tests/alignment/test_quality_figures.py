@@ -203,21 +203,35 @@ def _pivoted_region_sums(images, pivot, refs, area, regions):
     return np.stack(out, axis=1)
 
 
+def _assert_report_sums(got, sets, area, regions):
+    """``got`` (n, R, 10) equals the float64 definitions of the three ``sets`` (images cut to
+    the area, their pivots, their references) within float32 rounding of the terms they add
+    (a pixel's products are float32)."""
+    want = np.concatenate([_pivoted_region_sums(f, p, r, area, regions) for f, p, r in sets],
+                          axis=-1)
+    terms = np.concatenate([_pivoted_region_sums(
+        np.abs(np.asarray(f, np.float32).astype(np.float64) - np.asarray(p)[:, None, None]),
+        np.zeros(len(f)), np.abs(r), area, regions) for f, p, r in sets], axis=-1)
+    assert (np.abs(got - want) <= 1e-5 * terms).all()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,area,grid", [((3, 19, 23), (0, 19, 0, 23), (2, 3)),
                                              ((4, 61, 147), (2, 60, 3, 146), (4, 4)),
                                              ((5, 140, 301), (0, 137, 9, 301), (3, 8)),
-                                             ((2, 37, 811), (1, 36, 2, 809), (2, 8))])
+                                             ((2, 37, 811), (1, 36, 2, 809), (2, 8)),
+                                             ((3, 100, 70), (40, 61, 7, 20), (2, 2))])
 @pytest.mark.parametrize("dtype", [np.uint16, np.float32])
-def test_gpu_report_moments_match_the_float64_definition(rng, shape, area, grid, dtype):
-    """``report_tiles`` (a piecewise report's three sets of sums in one read, the prepared
-    frames warped inside it) against float64 definitions: the frames' and the warped frames'
-    sums against the template's area, the prepared frames warped by the CPU's field warp
-    (:func:`~xcorr_app.alignment.piecewise.warp_chunk`: bilinear, fill 0 where the source
-    leaves the frame) against the two gradient planes; odd, non-square frames, areas narrower
-    than a warp and over three blocks of columns wide, grid widths read at run time (3) and
-    built (4, 8),
-    the warped frames whole and cut to the area; the pool poisoned with NaN first."""
+def test_gpu_warp_moments_match_the_float64_definition(rng, shape, area, grid, dtype):
+    """``warp_report`` (a piecewise chunk warped and its report's three sets of sums in one
+    pass) against the definitions: the warped frames (whole, and the area alone) are the
+    CPU's field warp (:func:`~xcorr_app.alignment.piecewise.warp_chunk`: bilinear, fill 0)
+    to float32 rounding, the GPU's own warp bit for bit; the sums are float64 sums of the
+    frames and of the warped frames against the template's area, of the prepared frames warped
+    the same way against the two gradient planes; odd, non-square frames, areas narrower than
+    a warp and over three blocks of columns wide, an area far inside the frames (rows above
+    and below it warped only), grid widths read at run time (2, 3) and built (4, 8); the pool
+    poisoned with NaN first."""
     import cupy as cp
 
     from xcorr_app.alignment._quality_figures import TileRegions
@@ -228,57 +242,66 @@ def test_gpu_report_moments_match_the_float64_definition(rng, shape, area, grid,
     gy, gx = grid
     regions = _regions(rng, h, w, 6, area)
     frames = (rng.random(shape) * 200).astype(dtype)
-    warped = (rng.random(shape) * 50).astype(np.float32)
     prepared = (rng.standard_normal(shape) * 3 + 10).astype(np.float32)
     centres = np.stack(np.meshgrid(np.linspace(2, h - 3, gy), np.linspace(3, w - 4, gx),
                                    indexing="ij"), axis=-1)
     field = rng.uniform(-3, 3, (n, gy, gx, 2))
-    t_ref = rng.standard_normal((1, y1 - y0, x1 - x0)).astype(np.float32)
-    g_ref = rng.standard_normal((2, y1 - y0, x1 - x0)).astype(np.float32)
-    moved = warp_chunk(prepared, field, field_weights(centres, (h, w), np), box=area)
+    refs = rng.standard_normal((3, y1 - y0, x1 - x0)).astype(np.float32)
+    weights = field_weights(centres, (h, w), np)
+    warped = warp_chunk(frames, field, weights)
+    moved = warp_chunk(prepared, field, weights, box=area)
     cut = (slice(None), slice(y0, y1), slice(x0, x1))
-    want = [_pivoted_region_sums(frames[cut], frames[:, y0, x0], t_ref, area, regions),
-            _pivoted_region_sums(warped[cut], warped[:, y0, x0], t_ref, area, regions),
-            _pivoted_region_sums(moved, prepared[:, y0, x0], g_ref, area, regions)]
-    want = np.concatenate(want, axis=-1)
+    pivot = frames[:, y0, x0].astype(np.float32)
+    sets = [(frames[cut], pivot, refs[:1]), (warped[cut], pivot, refs[:1]),
+            (moved, prepared[:, y0, x0], refs[1:])]
     tiles = TileRegions(area, regions, cp)
-    weights = field_weights(centres, (h, w), cp)
+    g = cp.asarray(frames)
+    own = warp_chunk(g, cp.asarray(field), field_weights(centres, (h, w), cp)).get()
     cp.cuda.Device().synchronize()
     junk = cp.full(1 << 22, np.nan)
     del junk
-    for images, origin in ((warped, (y0, x0)), (np.ascontiguousarray(warped[cut]), (0, 0))):
-        got = tiles.report_moments(cp.asarray(frames), cp.asarray(images), origin,
-                                   cp.asarray(prepared), cp.asarray(field), weights,
-                                   cp.asarray(t_ref), cp.asarray(g_ref)).get()
+    for box in ((0, h, 0, w), area):
+        out = cp.full((n, box[1] - box[0], box[3] - box[2]), np.nan, cp.float32)
+        got = tiles.warp_moments(g, cp.asarray(prepared), cp.asarray(field),
+                                 field_weights(centres, (h, w), cp), cp.asarray(refs[:1]),
+                                 cp.asarray(refs[1:]), out, box).get()
         assert got.shape == (n, 6, 10)
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+        _assert_report_sums(got, sets, area, regions)
+        window = (slice(None), slice(box[0], box[1]), slice(box[2], box[3]))
+        np.testing.assert_array_equal(out.get(), own[window])
+        np.testing.assert_allclose(out.get(), warped[window], rtol=1e-6, atol=1e-4)
 
 
 @pytest.mark.gpu
-def test_gpu_report_moments_refuse_what_they_cannot_read():
+def test_gpu_warp_moments_refuse_what_they_cannot_read():
     import cupy as cp
 
     from xcorr_app.alignment._quality_figures import TileRegions
     from xcorr_app.alignment.piecewise import field_weights
 
-    tiles = TileRegions((0, 8, 0, 9), [(0, 8, 0, 9), (2, 6, 1, 5)], cp)
+    tiles = TileRegions((1, 8, 0, 9), [(1, 8, 0, 9), (2, 6, 1, 5)], cp)
     weights = field_weights(np.array([[[3.0, 4.0]]]), (8, 9), cp)
     frames, field = cp.zeros((2, 8, 9)), cp.zeros((2, 1, 1, 2))
-    refs = cp.zeros((1, 8, 9), cp.float32), cp.zeros((2, 8, 9), cp.float32)
-    with pytest.raises(ValueError, match="report_tiles"):  # the area outside the warped frames
-        tiles.report_moments(frames, frames[:, 1:], (0, 0), frames, field, weights, *refs)
-    with pytest.raises(ValueError, match="report_tiles"):  # prepared frames of another size
-        tiles.report_moments(frames, frames, (0, 0), frames[:, :, 1:], field, weights, *refs)
-    narrow = frames[:, :, 1:]  # (the area past the frames' last column)
-    with pytest.raises(ValueError, match="report_tiles"):
-        tiles.report_moments(narrow, frames, (0, 0), narrow, field,
-                             field_weights(np.array([[[3.0, 4.0]]]), (8, 8), cp), *refs)
+    refs = cp.zeros((1, 7, 9), cp.float32), cp.zeros((2, 7, 9), cp.float32)
+    out = cp.zeros((2, 8, 9), cp.float32)
+    with pytest.raises(ValueError, match="warp_report"):  # the area outside the box
+        tiles.warp_moments(frames, frames, field, weights, *refs, out[:, 2:], (2, 8, 0, 9))
+    with pytest.raises(ValueError, match="warp_report"):  # prepared frames of another size
+        tiles.warp_moments(frames, frames[:, :, 1:], field, weights, *refs, out, (0, 8, 0, 9))
+    with pytest.raises(ValueError, match="warp_report"):  # out not the box's
+        tiles.warp_moments(frames, frames, field, weights, *refs, out[:, 1:], (0, 8, 0, 9))
+    with pytest.raises(ValueError, match="warp_report"):  # float64 out
+        tiles.warp_moments(frames, frames, field, weights, *refs, out.astype(cp.float64),
+                           (0, 8, 0, 9))
+    with pytest.raises(ValueError, match="warp_report"):  # references of another area
+        tiles.warp_moments(frames, frames, field, weights, refs[0], refs[1][:, 1:], out,
+                           (0, 8, 0, 9))
 
 
 @pytest.mark.gpu
-def test_gpu_report_moments_past_a_launchs_frames(rng):
-    """More frames than a launch's grid holds (65535): the frames past it are summed where
-    they lie (the launch's frame offset), as the definition says."""
+def test_gpu_warp_moments_past_a_launchs_frames(rng):
+    """More frames than a launch's grid holds (65535): the frames past it are warped and
+    summed where they lie (the launch's frame offset), as the definition says."""
     import cupy as cp
 
     from xcorr_app.alignment._quality_figures import TileRegions
@@ -287,21 +310,23 @@ def test_gpu_report_moments_past_a_launchs_frames(rng):
     n, h, w = 65537, 6, 7
     area, regions = (0, 6, 0, 7), np.array([(0, 6, 0, 7), (1, 4, 2, 6)])
     frames = rng.integers(0, 200, (n, h, w)).astype(np.uint16)
-    warped = rng.random((n, h, w), np.float32)
     prepared = rng.random((n, h, w), np.float32)
     centres = np.array([[[2.5, 3.0]]])
     field = rng.uniform(-1, 1, (n, 1, 1, 2))
     refs = rng.standard_normal((3, h, w)).astype(np.float32)
-    got = TileRegions(area, regions, cp).report_moments(
-        cp.asarray(frames), cp.asarray(warped), (0, 0), cp.asarray(prepared), cp.asarray(field),
-        field_weights(centres, (h, w), cp), cp.asarray(refs[:1]), cp.asarray(refs[1:])).get()
+    out = cp.empty((n, h, w), cp.float32)
+    got = TileRegions(area, regions, cp).warp_moments(
+        cp.asarray(frames), cp.asarray(prepared), cp.asarray(field),
+        field_weights(centres, (h, w), cp), cp.asarray(refs[:1]), cp.asarray(refs[1:]), out,
+        (0, h, 0, w)).get()
     tail = slice(n - 5, n)  # (the second launch's frames, and the first's last)
-    moved = warp_chunk(prepared[tail], field[tail], field_weights(centres, (h, w), np))
-    want = np.concatenate([
-        _pivoted_region_sums(frames[tail], frames[tail, 0, 0], refs[:1], area, regions),
-        _pivoted_region_sums(warped[tail], warped[tail, 0, 0], refs[:1], area, regions),
-        _pivoted_region_sums(moved, prepared[tail, 0, 0], refs[1:], area, regions)], axis=-1)
-    np.testing.assert_allclose(got[tail], want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+    weights = field_weights(centres, (h, w), np)
+    warped = warp_chunk(frames[tail], field[tail], weights)
+    moved = warp_chunk(prepared[tail], field[tail], weights)
+    pivot = frames[tail, 0, 0].astype(np.float32)
+    _assert_report_sums(got[tail], [(frames[tail], pivot, refs[:1]), (warped, pivot, refs[:1]),
+                                    (moved, prepared[tail, 0, 0], refs[1:])], area, regions)
+    np.testing.assert_allclose(out[tail].get(), warped, rtol=1e-6, atol=1e-4)
 
 
 @pytest.mark.gpu

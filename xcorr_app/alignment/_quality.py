@@ -522,20 +522,20 @@ class _RegionFlags:
 
     def __init__(self, n, p):
         self.worse, self.poor = np.empty((n, p), bool), np.empty((n, p), bool)
-        self.after = np.empty((p, n))  # (a region a row: the sort's layout)
+        self.after = np.empty((n, p))
 
     def add(self, i, before, after, residual):
         """The figures (k, P) of frames ``i:i + k`` of the range."""
         k = len(after)
         self.worse[i:i + k], self.poor[i:i + k] = _frame_flags(before, after, residual)
-        self.after[:, i:i + k] = after.T
+        self.after[i:i + k] = after
 
     def without(self, ok):
         """The frames without a field (``ok`` False) poor, not worse, and left out of the
         regions' statistics (their figures after alignment NaN)."""
         if not ok.all():
             self.poor[~ok], self.worse[~ok] = True, False
-            self.after[:, ~ok] = np.nan
+            self.after[~ok] = np.nan
         return self
 
     @staticmethod
@@ -546,13 +546,15 @@ class _RegionFlags:
         out = _RegionFlags.__new__(_RegionFlags)
         out.worse, out.poor = (np.concatenate([getattr(f, k) for f in parts])
                                for k in ("worse", "poor"))
-        out.after = np.concatenate([f.after for f in parts], axis=1)
+        out.after = np.concatenate([f.after for f in parts])
         return out
 
     def result(self):
         """``(worse, poor)`` (N, P): :func:`_flags` of every frame's figures added."""
-        below = _poor_below(_SortedColumns(self.after.copy()))
-        return self.worse, self.poor | (self.after < below[:, None]).T
+        # (sorted a region a row; the comparison in the frames' layout, contiguous: against
+        # the transposed columns it took several times the sort)
+        below = _poor_below(_SortedColumns(np.ascontiguousarray(self.after.T)))
+        return self.worse, self.poor | (self.after < below)
 
 
 def _mad(med, ranked):
@@ -897,39 +899,47 @@ class PatchQuality:
         if xp is not np:  # (copied behind the template's kernels)
             self.template = [HostCopy(a) for a in self.template]
 
-    def add(self, at, frames, field, prepared=None, warped=None, ok=None):
+    def add(self, at, frames, field, prepared=None, ok=None, whole=False, out=None):
         """Frames ``at:at + len(frames)`` of the stack as they came, with their fields
-        ``(n, gy, gx, 2)`` (on the frames' device); ``prepared``: their
-        :func:`~.rigid.prepare` copies (made here where None), ``warped``: the frames warped by
-        their fields, whole (made here, the area alone, where None); ``ok`` (NumPy): which
-        have a field (None: all).  Nothing waits for the device."""
+        ``(n, gy, gx, 2)`` (on the frames' device), warped by them (bilinear, fill 0:
+        :func:`~.piecewise.warp_chunk`'s) and added; the warped frames returned: whole with
+        ``whole`` (into ``out``, a C-contiguous float32 CuPy array, where given), else the
+        report's area alone.  ``prepared``: their :func:`~.rigid.prepare` copies (made here
+        where None); ``ok`` (NumPy): which have a field (None: all).  On the GPU one kernel
+        warps and sums (:meth:`~._quality_figures.TileRegions.warp_moments`); nothing waits
+        for the device."""
         xp = self.xp
         i = at - self.start
         n = len(frames)
         at_ = slice(i, i + n)
         if prepared is None:
             prepared = self.prepare(frames)
-        box, cut = self.area[0::2], warped is None  # (cut: the warped frames' area alone)
-        if cut:
-            warped, box = warp_chunk(frames, field, self.weights, box=self.area), (0, 0)
         self.finite[at_], self.constant[at_] = prepared.finite, prepared.constant
         sums = self.moments[at_]
+        h, w = frames.shape[1:]
+        box = (0, h, 0, w) if whole else self.area
         if xp is np:
             tiles = self.tiles
+            warped = warp_chunk(frames, field, self.weights, box=box)
             moved = warp_chunk(prepared.frames, field, self.weights, box=self.area)
             sums[..., :3] = tiles.host_moments(frames, self.t_ref)
-            sums[..., 3:6] = tiles.host_moments(warped, self.t_ref, box)
+            sums[..., 3:6] = tiles.host_moments(warped, self.t_ref,
+                                                self.area[0::2] if whole else (0, 0))
             sums[..., 6:] = tiles.host_moments(moved, self.g_ref, (0, 0))
         else:
-            self.tiles.report_moments(frames, warped, box, prepared.frames, field, self.weights,
-                                      self.t_ref, self.g_ref, out=sums)
+            if out is None:
+                out = xp.empty((n, box[1] - box[0], box[3] - box[2]), xp.float32)
+            warped = out
+            self.tiles.warp_moments(frames, prepared.frames, field, self.weights, self.t_ref,
+                                    self.g_ref, warped, box, sums)
         ok_dev = None if ok is None or ok.all() else xp.asarray(ok)
-        self.sums.add(frames, warped, ok_dev, self.area, None if cut else self.area)
+        self.sums.add(frames, warped, ok_dev, self.area, self.area if whole else None)
         if xp is np:
             self._figure(i, sums)
         else:  # (queued on the chunk's stream behind its sums)
             self._pending.append((i, [HostCopy(sums)]))
             self._figure_landed(wait=False)
+        return warped
 
     def settle(self):
         """The figures of every chunk added so far, each made as soon as its sums land (the

@@ -52,15 +52,17 @@ TILE_MOMENTS = KernelFamily("quality_moments.cu", "tile_moments",
                             [(t, j, TILE_THREADS) for t in PIXEL_C_TYPES.values()
                              for j in (1, 2)])
 TILE_REGIONS = KernelFamily("quality_moments.cu", "tile_regions", [(MOMENT_THREADS,)])
-#: :meth:`TileRegions.report_moments`: a piecewise report's three sets of sums in one read (a
-#: block a tile row by this many columns, a thread a column; the grid widths of the output's
-#: warp built)
-REPORT_THREADS = 256
-REPORT_TILES = KernelFamily("quality_moments.cu", "report_tiles",
-                            [(t, g, REPORT_THREADS) for t in PIXEL_C_TYPES.values()
-                             for g in (0,) + WARP_GX])
-#: the most doubles of a report_tiles block's field coefficients (its band of rows)
+#: :meth:`TileRegions.warp_moments`: a piecewise chunk warped and its report's three sets of
+#: sums in one pass (a block a row segment by this many columns, a thread a column; the grid
+#: widths of the warp built)
+REPORT_THREADS = 128
+WARP_REPORT = KernelFamily("quality_moments.cu", "warp_report",
+                           [(t, g, REPORT_THREADS) for t in PIXEL_C_TYPES.values()
+                            for g in (0,) + WARP_GX])
+#: the most doubles of a warp_report block's field coefficients (its band of rows), and the
+#: most rows of a segment outside the area (warped only: a block each)
 REPORT_COEF = 2048
+REPORT_ROWS = 32
 #: :func:`shifted_moments`: a rigid report's chunk shifted and both its correlations' moments
 SHIFTED_MOMENTS = KernelFamily("quality_moments.cu", "shifted_moments",
                                [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
@@ -526,10 +528,7 @@ class TileRegions:
         # (uploaded once here: the chunks' streams read them)
         self._device = None if xp is np else tuple(xp.asarray(a, xp.int32)
                                                    for a in (self.ys, self.xs, self.spans))
-        if xp is not np:  # (report_moments' tiles: a tile row's column stretches)
-            k = -(-int(self.xs[-1]) // REPORT_THREADS)
-            self._report_spans = (k, xp.asarray(self.spans * np.array([k, k, 1, 1]),
-                                                xp.int32))
+        self._layouts = {}  # (warp_moments' row segments and spans, by the output's box)
 
     @property
     def count(self) -> int:
@@ -572,57 +571,82 @@ class TileRegions:
                                           spans, np.int32(self.count), partial))
         return partial
 
-    def report_moments(self, frames, warped, origin, prepared, field, weights, t_ref, g_ref,
-                       out=None):
-        """``(n, R, 10)`` float64 CuPy: :meth:`moments` of ``frames`` (n, h, w) against
-        ``t_ref`` (sums 0-2), of ``warped`` (n, wh, ww) float32 (the frames warped by their
-        fields; the area starts at ``origin``) against ``t_ref`` (3-5), and of ``prepared``
-        (n, h, w) float32 warped as :func:`~.piecewise.warp_chunk` warps them by ``field``
-        (n, gy, gx, 2) with spline ``weights`` (bilinear, fill 0) against ``g_ref`` (6-9):
-        one kernel reads each pixel once and never writes the warped prepared frames
-        (``report_tiles``), each set less a pivot of its own (the figures do not see it)."""
+    def warp_moments(self, frames, prepared, field, weights, t_ref, g_ref, out, box, sums=None):
+        """``out`` (n, oh, ow) float32 CuPy, C-contiguous: the pixels ``box`` ``(y0, y1, x0,
+        x1)`` (it holds the area) of ``frames`` (n, h, w) warped by ``field`` (n, gy, gx, 2)
+        with spline ``weights`` as :func:`~.piecewise.warp_chunk` warps them (bilinear, fill 0:
+        the same values); and ``sums`` (n, R, 10) float64 (made where None, returned): the
+        regions' sums of the frames as they came against ``t_ref`` (1, rows, cols) (0-2), of
+        the warped frames against it (3-5) and of the ``prepared`` frames (n, h, w) float32
+        warped through the same taps against ``g_ref`` (2, rows, cols) (6-9): the template's
+        area and its prepared copy's gradient (:func:`template_refs`).  One kernel
+        (``warp_report``) reads each pixel once and never writes the warped prepared frames;
+        each set less a pivot of its own (the figures do not see it), a pixel's products in
+        float32 (the sums within float32 rounding of their largest terms)."""
         import cupy as cp
 
         ys, xs, _ = self._device
         frames, c_type = kernel_pixels(frames)
-        warped = cp.ascontiguousarray(warped, cp.float32)
         prepared = cp.ascontiguousarray(prepared, cp.float32)
         n, h, w = frames.shape
-        wh, ww = warped.shape[1:]
-        oy, ox = self.area[0::2]
-        woy, wox = origin
+        by, y1, bx, x1 = (int(v) for v in box)
+        oh, ow = y1 - by, x1 - bx
+        ay, ax = self.area[0] - by, self.area[2] - bx
         rows, cols = int(self.ys[-1]), int(self.xs[-1])
         t_ref, g_ref = (cp.ascontiguousarray(r, cp.float32) for r in (t_ref, g_ref))
-        if prepared.shape != frames.shape or len(warped) != n or t_ref.shape != (1, rows, cols) \
-                or g_ref.shape != (2, rows, cols) or max(h * w, wh * ww) >= 2 ** 31 \
-                or not (0 <= oy and oy + rows <= h and 0 <= ox and ox + cols <= w) \
-                or not (0 <= woy and woy + rows <= wh and 0 <= wox and wox + cols <= ww):
-            raise ValueError(f"report_tiles: the area {self.area} of frames {frames.shape}, "
-                             f"prepared {prepared.shape}, warped {warped.shape} at {origin}, "
-                             f"references {t_ref.shape} {g_ref.shape}")
-        partial = _partial(out, (n, self.count, 10))
+        if prepared.shape != frames.shape or t_ref.shape != (1, rows, cols) \
+                or g_ref.shape != (2, rows, cols) \
+                or out.shape != (n, oh, ow) or out.dtype != cp.float32 \
+                or not out.flags.c_contiguous or h * w >= 2 ** 31 \
+                or not (0 <= by <= by + ay and ay + rows <= oh and by + oh <= h) \
+                or not (0 <= bx <= bx + ax and ax + cols <= ow and bx + ow <= w):
+            raise ValueError(f"warp_report: the area {self.area} of the box {box} of frames "
+                             f"{frames.shape}, prepared {prepared.shape}, out {out.dtype} "
+                             f"{out.shape}, references {t_ref.shape} {g_ref.shape}")
+        sums = _partial(sums, (n, self.count, 10))
         if not n:
-            return partial
+            return sums
         wy, wxt, s = device_weights(weights, field, frames)
         gy, gx = s.shape[1:3]
         band = max(1, min(32, REPORT_COEF // (2 * gx)))
+        segments, first, stretches, spans = self._layout(oh, ow, ay)
         ty, tx = len(self.ys) - 1, len(self.xs) - 1
-        stretches, spans = self._report_spans
         tiles = cp.empty((n, ty * stretches * tx, 10), cp.float64)
-        kernel = REPORT_TILES.get(c_type, gx if gx in WARP_GX else 0, REPORT_THREADS)
+        g = gx if gx in WARP_GX else 0
+        kernel = WARP_REPORT.get(c_type, g, REPORT_THREADS)
         shared = (band * 2 * gx + 10 * REPORT_THREADS) * 8
+        blocks = (len(segments) - 1) * stretches
         for a in range(0, n, 65535):  # (the grid's y extent)
-            kernel((ty * stretches, min(n, a + 65535) - a), (REPORT_THREADS,),
-                   (frames, warped, prepared, np.int32(h), np.int32(w), np.int32(wh),
-                    np.int32(ww), np.int32(woy), np.int32(wox), np.int32(oy), np.int32(ox), ys,
-                    np.int32(ty), xs, np.int32(tx), t_ref, g_ref, wy, wxt, s, np.int32(gy),
-                    np.int32(gx), np.int32(band), np.int32(stretches), np.int32(a), tiles),
-                   shared_mem=shared)
+            kernel((blocks, min(n, a + 65535) - a), (REPORT_THREADS,),
+                   (frames, prepared, out, np.int32(h), np.int32(w), np.int32(by), np.int32(bx),
+                    np.int32(oh), np.int32(ow), segments, np.int32(first), np.int32(ay),
+                    np.int32(ax), ys, np.int32(ty), xs, np.int32(tx), t_ref, g_ref, wy, wxt, s,
+                    np.int32(gy), np.int32(gx), np.int32(band), np.int32(stretches),
+                    np.int32(a), tiles), shared_mem=shared)
         # (a tile row's stretches are rows of their own: a region's rows scaled by them)
         TILE_REGIONS.get(MOMENT_THREADS)((n,), (MOMENT_THREADS,),
                                          (tiles, np.int32(ty * stretches), np.int32(tx),
-                                          np.int32(10), spans, np.int32(self.count), partial))
-        return partial
+                                          np.int32(10), spans, np.int32(self.count), sums))
+        return sums
+
+    def _layout(self, oh, ow, ay):
+        """:meth:`warp_moments`' row segments of an output of ``oh`` x ``ow`` whose area
+        starts at row ``ay`` (device int32: the rows above the area in pieces of at most
+        :data:`REPORT_ROWS`, its tile rows, the rows below), the index of the area's first,
+        the column stretches of a row and the regions' spans over the (tile row, stretch)
+        rows (device int32), made once a layout."""
+        import cupy as cp
+
+        key = (oh, ow, ay)
+        if key not in self._layouts:
+            below = ay + int(self.ys[-1])
+            above = list(range(0, ay, REPORT_ROWS))
+            edges = above + [ay + int(v) for v in self.ys] + list(
+                range(below + REPORT_ROWS, oh, REPORT_ROWS)) + ([oh] if below < oh else [])
+            k = -(-ow // REPORT_THREADS)
+            self._layouts[key] = (cp.asarray(np.array(edges, np.int32)), len(above), k,
+                                  cp.asarray(self.spans * np.array([k, k, 1, 1]), cp.int32))
+        return self._layouts[key]
 
     def host_moments(self, frames, refs, origin=None, pivoted=True):
         """:meth:`moments` on the CPU: ``(n, R, 2 + J)`` float64 NumPy, each row of tiles'

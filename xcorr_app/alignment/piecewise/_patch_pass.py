@@ -256,7 +256,8 @@ def measure_range(opts, src, xp, chunk, setup, rigid, start, stop, add_sums=None
     ``flags`` (a dict): given ``"low"``, the rows' low flags ``(n, P)`` bool, where the GPU
     pass kept them apart (:meth:`~._patch_rows.KeptRows.low_flags`).  ``quality``: the
     quality report's collector (:func:`measure_field`), given each chunk as it came, its
-    prepared copy, its fields and its warped frames where they are made.  ``progress(k)``:
+    prepared copy and its fields: it warps the chunk (into ``out`` where one is wanted) as it
+    sums it.  ``progress(k)``:
     called with each chunk's frames once its result is in (on the GPU: once it is queued).
     """
     grid = setup.grid
@@ -309,18 +310,26 @@ class _Warper:
         self.returns = not backend.is_cupy_array(out)
         self.dtype = frames_type(getattr(out, "dtype", None) if callable(out) else None)
 
-    def __call__(self, first, frames, field, rows):
-        """The chunk's result (its rows, or its warped frames: rows kept) and its warped
-        frames, float32."""
-        if not self.returns:  # (a slice of C-contiguous frames: the kernel writes there)
-            n = len(frames)
-            return rows, warp_chunk(frames, field, self.weights, out=self.out[first:first + n])
+    def target(self, first, n):
+        """Where the chunk's frames are warped to: a slice of C-contiguous frames (the
+        kernel writes there), or None (a new array)."""
+        return None if self.returns else self.out[first:first + n]
+
+    def result(self, first, warped, rows):
+        """The chunk's result from its warped frames (float32): its rows, or its warped
+        frames (rows kept)."""
+        if not self.returns:
+            return rows
         self.rows[first] = rows
-        warped = warp_chunk(frames, field, self.weights)
         if self.dtype == np.float32:
-            return warped, warped
+            return warped
         # (on the chunk's device: fewer bytes copied back)
-        return as_dtype(warped, self.dtype), warped
+        return as_dtype(warped, self.dtype)
+
+    def __call__(self, first, frames, field, rows):
+        """The chunk's result, its frames warped by their fields here."""
+        return self.result(first, warp_chunk(frames, field, self.weights,
+                                             out=self.target(first, len(frames))), rows)
 
 
 def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, add_sums,
@@ -394,10 +403,13 @@ def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, ad
         if warp is None and quality is None:
             return rows
         fld = field_of(d)
-        result, warped = (rows, None) if warp is None else warp(first, frames, fld, rows)
-        if quality is not None:
-            quality.add(start, frames, fld, p, warped, ok=~np.isnan(s).any(axis=1))
-        return result
+        if quality is None:
+            return warp(first, frames, fld, rows)
+        # (the report warps the chunk as it sums it: one pass over its pixels)
+        warped = quality.add(start, frames, fld, p, ok=~np.isnan(s).any(axis=1),
+                             whole=warp is not None,
+                             out=None if warp is None else warp.target(first, len(frames)))
+        return rows if warp is None else warp.result(first, warped, rows)
 
     if xp is not np:
         return measure
