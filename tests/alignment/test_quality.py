@@ -428,7 +428,8 @@ def test_the_regions_flags_made_chunk_by_chunk_are_the_flags():
     """_RegionFlags (a frame's own flags made as its chunk's figures come, what wants every
     frame at the end; ranges joined) flags exactly what _flags over every frame at once does,
     with NaN and infinite values, a region never measured, chunks and ranges of unequal length,
-    and frames without a field (``without``: poor, not worse, out of the regions' figures)."""
+    and frames without a field (``without``: poor, not worse, out of the regions' figures);
+    the same a second time."""
     from xcorr_app.alignment import _quality as Q
 
     rng = np.random.default_rng(7)
@@ -459,6 +460,8 @@ def test_the_regions_flags_made_chunk_by_chunk_are_the_flags():
         for g, w in zip(got, want):
             assert g.shape == (n, p) and np.array_equal(g, w)
         assert want[1].any() and not want[1].all() and want[0].any()
+        again = Q._RegionFlags.joined(parts).result()  # (its columns sorted by the first)
+        assert all(np.array_equal(g, w) for g, w in zip(again, want))
 
 
 def test_patch_ok_names_the_frames_with_a_shift_and_a_whole_field():

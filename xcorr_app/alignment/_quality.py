@@ -522,20 +522,23 @@ class _RegionFlags:
 
     def __init__(self, n, p):
         self.worse, self.poor = np.empty((n, p), bool), np.empty((n, p), bool)
-        self.after = np.empty((n, p))
+        # the figures after alignment as the frames lie, and a region a row (the sort's
+        # layout, sorted in place: both written as the chunks come, no copy at the end)
+        self.after, self.columns = np.empty((n, p)), np.empty((p, n))
 
     def add(self, i, before, after, residual):
         """The figures (k, P) of frames ``i:i + k`` of the range."""
         k = len(after)
         self.worse[i:i + k], self.poor[i:i + k] = _frame_flags(before, after, residual)
         self.after[i:i + k] = after
+        self.columns[:, i:i + k] = after.T
 
     def without(self, ok):
         """The frames without a field (``ok`` False) poor, not worse, and left out of the
         regions' statistics (their figures after alignment NaN)."""
         if not ok.all():
             self.poor[~ok], self.worse[~ok] = True, False
-            self.after[~ok] = np.nan
+            self.after[~ok] = self.columns[:, ~ok] = np.nan
         return self
 
     @staticmethod
@@ -547,13 +550,15 @@ class _RegionFlags:
         out.worse, out.poor = (np.concatenate([getattr(f, k) for f in parts])
                                for k in ("worse", "poor"))
         out.after = np.concatenate([f.after for f in parts])
+        out.columns = np.concatenate([f.columns for f in parts], axis=1)
         return out
 
     def result(self):
-        """``(worse, poor)`` (N, P): :func:`_flags` of every frame's figures added."""
-        # (sorted a region a row; the comparison in the frames' layout, contiguous: against
-        # the transposed columns it took several times the sort)
-        below = _poor_below(_SortedColumns(np.ascontiguousarray(self.after.T)))
+        """``(worse, poor)`` (N, P): :func:`_flags` of every frame's figures added (the
+        columns sorted in place: a second call gives the same)."""
+        # (the comparison in the frames' layout, contiguous: against the transposed columns
+        # it took several times the sort)
+        below = _poor_below(_SortedColumns(self.columns))
         return self.worse, self.poor | (self.after < below)
 
 
