@@ -268,6 +268,36 @@ def test_the_patch_pass_makes_every_chunks_figures_before_it_waits(planted_patch
     np.testing.assert_allclose(gpu.patch_after, cpu.patch_after, atol=1e-4)
 
 
+@pytest.mark.gpu
+def test_the_last_chunk_in_two_halves_gives_the_same_report(planted_patches, monkeypatch):
+    """The GPU report runs the range's last chunk in two launches (its first half's figures
+    made while the device runs the second): every figure and flag as in one launch, bit for
+    bit (a frame's sums are its own), with chunks of 5 frames and an odd last chunk."""
+    from xcorr_app.alignment import _quality as Q
+    from xcorr_app.alignment._quality_figures import TileRegions
+
+    frames, _ = planted_patches
+    launches = []
+    warp_moments = TileRegions.warp_moments
+
+    def counted(self, frames, *args, **kwargs):
+        launches.append(len(frames))
+        return warp_moments(self, frames, *args, **kwargs)
+
+    monkeypatch.setattr(TileRegions, "warp_moments", counted)
+    runs = []
+    for half in (10 ** 6, 1):
+        monkeypatch.setattr(Q, "LAST_HALF", half)
+        launches.clear()
+        runs.append((align(frames, device="gpu", patches="3x3", max_shift=8,
+                           chunk_frames=5).quality, list(launches)))
+    (whole, one), (split, two) = runs
+    assert one == [5, 5, 2] and two == [5, 5, 1, 1]
+    for name in ("before", "after", "residual", "patch_before", "patch_after",
+                 "patch_residual", "flagged", "patch_flagged"):
+        np.testing.assert_array_equal(getattr(split, name), getattr(whole, name), err_msg=name)
+
+
 def test_chunks_are_figured_in_order_as_their_sums_land(monkeypatch):
     """PatchQuality._figure_landed (the GPU's bookkeeping, with copies that say when they
     land): without waiting, the chunks in the order they came up to the first whose sums

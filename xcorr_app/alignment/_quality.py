@@ -853,6 +853,11 @@ def _rows(before, after, residual, finite, constant, ok):
                            np.where(usable[:, None], residual, np.nan)], axis=1)
 
 
+#: :meth:`PatchQuality.add` on the GPU runs the range's last chunk in two halves where each
+#: holds at least this many frames
+LAST_HALF = 32
+
+
 class PatchQuality:
     """The quality figures of a piecewise run's frames ``start:start + n``, chunk by chunk
     (:meth:`add`): the frames as they came, warped by their fields (the run's output) and
@@ -935,14 +940,21 @@ class PatchQuality:
             if out is None:
                 out = xp.empty((n, box[1] - box[0], box[3] - box[2]), xp.float32)
             warped = out
-            self.tiles.warp_moments(frames, prepared.frames, field, self.weights, self.t_ref,
-                                    self.g_ref, warped, box, sums)
+            # (the range's last chunk in two launches: the first half's figures are made
+            # while the device runs the second, the host's share after the pass halved)
+            cut = n // 2 if i + n == self.n and n >= 2 * LAST_HALF else n
+            for part in (slice(0, cut), slice(cut, n)):
+                if part.start < part.stop:
+                    self.tiles.warp_moments(frames[part], prepared.frames[part], field[part],
+                                            self.weights, self.t_ref, self.g_ref, warped[part],
+                                            box, sums[part])
+                    # (queued on the chunk's stream behind its sums)
+                    self._pending.append((i + part.start, [HostCopy(sums[part])]))
         ok_dev = None if ok is None or ok.all() else xp.asarray(ok)
         self.sums.add(frames, warped, ok_dev, self.area, self.area if whole else None)
         if xp is np:
             self._figure(i, sums)
-        else:  # (queued on the chunk's stream behind its sums)
-            self._pending.append((i, [HostCopy(sums)]))
+        else:
             self._figure_landed(wait=False)
         return warped
 
@@ -992,8 +1004,11 @@ class PatchQuality:
         # (the regions' rows as the figures lie, in place: after NaN without a field, the
         # residual NaN where after is; the collector ends here)
         per_patch = f[:, 1:]
-        per_patch[~ok, :, 1] = np.nan
-        per_patch[..., 2:][~np.isfinite(per_patch[..., 1])] = np.nan
+        if not ok.all():  # (the masks' scans and scatters only where they change anything)
+            per_patch[~ok, :, 1] = np.nan
+        unmeasured = ~np.isfinite(per_patch[..., 1])
+        if unmeasured.any():
+            per_patch[..., 2:][unmeasured] = np.nan
         counted = int(ok.sum())
         return (rows, self.sums.means(self.whole, self.n, counted, host), counted, per_patch,
                 self.flags.without(ok))
