@@ -8,6 +8,7 @@ import zipfile
 
 import numpy as np
 import pytest
+import tifffile
 from scipy import ndimage as ndi
 
 from sample_paths import stack_path
@@ -113,3 +114,15 @@ def test_motion_field_npz_is_stored_and_reads_back(tmp_path):
         np.testing.assert_array_equal(f["field"], res.motion_field)
         np.testing.assert_array_equal(f["rigid"], res.shifts)
         assert f["low"].dtype == bool and f["quality_flag"].dtype == np.int8
+
+
+def test_frame_records_are_standard_json_with_a_frame_not_measured():
+    """A NaN frame's record (its shift and its quality figures not measured) is JSON-ready as
+    said: ``None`` where nothing was measured, no bare NaN (``json.dumps(allow_nan=False)``)."""
+    frames = tifffile.imread(stack_path("cell")).astype(np.float32)
+    frames[2] = np.nan
+    res = align(frames, max_shift=8, verify=False, device="cpu")
+    records = res.frame_records()
+    json.dumps(records, allow_nan=False)
+    assert records[2]["dy"] is None and records[2]["correlation_after"] is None
+    assert records[2]["residual_dy"] is None and records[1]["correlation_after"] > 0.5

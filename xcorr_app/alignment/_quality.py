@@ -56,7 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import backend
-from ..io import FrameRange
+from ..io import FrameRange, json_number
 from ..streaming import (DEFAULT_CHUNK, DeviceChunks, HostCopy, cpu_threads, frame_slices,
                          host_copies, one_blas_thread)
 from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_blocks,
@@ -175,14 +175,15 @@ class QualityReport:
         patch regions are flagged worse and poor)."""
         n = len(self.after)
         rotated = np.zeros(n, bool) if self.rotated is None else self.rotated
-        out = [{"correlation_before": float(b), "correlation_after": float(a),
-                "residual_dy": float(r[0]), "residual_dx": float(r[1]),
+        num = json_number  # (NaN: None, JSON-ready as the records are said to be)
+        out = [{"correlation_before": num(b), "correlation_after": num(a),
+                "residual_dy": num(r[0]), "residual_dx": num(r[1]),
                 "quality_flag": "worse" if w else "rotated" if t else "poor" if p else ""}
                for b, a, r, w, p, t in zip(self.before, self.after, self.residual, self.worse,
                                            self.poor, rotated)]
-        if self.residual_rotation_deg is not None:  # (NaN: null in shifts.json)
+        if self.residual_rotation_deg is not None:
             for rec, v in zip(out, self.residual_rotation_deg.tolist()):
-                rec["residual_rotation_deg"] = v if np.isfinite(v) else None
+                rec["residual_rotation_deg"] = num(v)
         if self.patch_after is not None:
             worse = self.patch_worse.reshape(len(out), -1)
             poor = self.patch_poor.reshape(len(out), -1)
