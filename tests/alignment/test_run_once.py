@@ -242,8 +242,9 @@ def test_save_keeps_existing_outputs_and_writes_nothing_on_a_bad_option(tmp_path
                                  max_shift=8, device="cpu")
     assert not (tmp_path / "s").exists()
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
-    res.save(folder, force=True, format="hdf5")
+    written = res.save(folder, force=True, format="hdf5:/data")
     assert (folder / "aligned.h5").is_file() and not (folder / "quality.png").exists()
+    assert written["aligned.h5"] == folder / "aligned.h5" and "aligned.tif" not in written
 
 
 def test_save_without_aligned_removes_only_an_earlier_runs_aligned_tif(tmp_path):

@@ -168,8 +168,8 @@ def test_save_keeps_the_type_and_refuses_what_nwb_cannot_hold(tmp_path):
     path = write_nwb(tmp_path / "u.nwb", np.ascontiguousarray(frames.transpose(0, 2, 1)))
     res = align(str(path), device="cpu", quality=False, boundary="circular")
     written = res.save(tmp_path / "o", format="nwb", keep_dtype=True)
-    assert written["aligned.tif"] == tmp_path / "o" / "aligned.nwb"
-    corrected, xy, *_ = read_stack(written["aligned.tif"])
+    assert written["aligned.nwb"] == tmp_path / "o" / "aligned.nwb"  # (keyed by its name)
+    corrected, xy, *_ = read_stack(written["aligned.nwb"])
     assert corrected.dtype == np.uint16
     np.testing.assert_allclose(xy, res.shifts[:, ::-1])
     tif = res.save(tmp_path / "t", keep_dtype=True)["aligned.tif"]

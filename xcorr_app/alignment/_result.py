@@ -318,7 +318,8 @@ class AlignResult:
         Returns
         -------
         dict
-            Output name -> path written.
+            File name -> path written (the aligned stack under its own name, ``aligned.h5``
+            say; an NWB input written ``in_place`` under the input's).
 
         Examples
         --------

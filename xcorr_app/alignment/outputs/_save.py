@@ -40,12 +40,12 @@ __all__ = ["RunOutputs", "AlignedSink", "aligned_as", "aligned_of", "channel_met
            "result_document", "write_chunks"]
 
 def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patches=False):
-    """The files of an outputs folder, name -> file name (the aligned stack under
-    ``"aligned.tif"`` whatever its format).
+    """The files of an outputs folder, name -> file name (the same: the aligned stack's
+    name is its format's, ``aligned.ome.zarr`` say).
 
     >>> output_names(format="ome-zarr", quality=False)
     {'shifts.csv': 'shifts.csv', 'shifts.json': 'shifts.json', 'drift.png': 'drift.png', \
-'aligned.tif': 'aligned.ome.zarr'}
+'aligned.ome.zarr': 'aligned.ome.zarr'}
     """
     names = ["shifts.csv", "shifts.json"] + (["drift.png"] if plots else [])
     names += ["quality.png"] if quality and plots else []
@@ -53,7 +53,7 @@ def output_names(*, aligned=True, format="tiff", plots=True, quality=True, patch
     names += ["motion_field.png"] if patches and plots else []
     out = {k: k for k in names}
     if aligned:
-        out["aligned.tif"] = aligned_name(format)
+        out[aligned_name(format)] = aligned_name(format)
     return out
 
 
@@ -398,7 +398,7 @@ class RunOutputs:
         # (the aligned stack: in the folder, or the NWB input itself)
         # (a link's own file replaced, not the link)
         self.aligned_path = Path(in_place).resolve() if self.in_place \
-            else self.paths.get("aligned.tif")
+            else self.paths.get(aligned_name(format))
         self.stale = []  # (found on entering: :func:`stale_outputs`)
         self.inputs = list(inputs)
         self.removed = []
@@ -485,7 +485,7 @@ class RunOutputs:
         self._aligned.close()  # (the aligned stack's last chunks written, its writer finished)
         self.removed = [p for p in self.stale if p.exists() or p.is_symlink()]
         self._run.commit()
-        return {**paths, **({"aligned.tif": stack} if self.in_place else {})}
+        return {**paths, **({stack.name: stack} if self.in_place else {})}
 
 
 def nwb_record(res, doc) -> tuple:
