@@ -21,8 +21,10 @@
 // atomicMin on the keys are max / min on the values; 0 is below every key of a number.
 
 // xcorr_app/registration/_normalize.py FLAT: an overlap with variance at most this share of its
-// sum of squares is constant
+// sum of squares is constant; EMPTY: one holding at most this share of its whole frame's
+// variance is empty (the correlation sums are exact to about 1e-7 of the whole energy)
 #define FLAT 1e-12
+#define EMPTY 1e-4
 
 #include "float_keys.cuh"
 #include "summed_area.cuh"
@@ -220,6 +222,14 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
     }
     unsigned long long best = 0ull;
     unsigned int low = 0xffffffffu;
+    double ea = 0.0, eb = 0.0;  // (each whole frame's variance, from its tables' corners)
+    if (NORMALIZE) {
+        const int last = table_row(h, top, gap);
+        const double all = (double)h * (double)w;
+        const double sa = rect_sum(A1, w1, 0, last, 0, w), sb = rect_sum(B1, w1, 0, last, 0, w);
+        ea = rect_sum(A2, w1, 0, last, 0, w) - sa * sa / all;
+        eb = rect_sum(B2, w1, 0, last, 0, w) - sb * sb / all;
+    }
     for (int ix = threadIdx.x; ix < wo; ix += THREADS) {
         const int kx = ix + kx0;
         const int xa = max(0, -kx), xb = max(xa, min(w, w - kx));
@@ -239,7 +249,8 @@ __global__ void zncc_peaks(const float* __restrict__ corr, int corr_h, int corr_
             const double num = c - sa * sb / nn;
             const double va = saa - sa * sa / nn, vb = sbb - sb * sb / nn;
             const double var = fmax(va, 0.0) * fmax(vb, 0.0);
-            const bool flat = va <= FLAT * saa || vb <= FLAT * sbb;  // constant up to rounding
+            const bool flat = va <= FLAT * saa || vb <= FLAT * sbb  // constant up to rounding
+                              || va <= EMPTY * ea || vb <= EMPTY * eb;
             v = (var > 0.0 && !flat) ? (float)(num / sqrt(var)) : -1.0f;
         } else {
             v = n > 0.0 ? (float)c : 0.0f;  // no overlap: 0, as the zero-padded FFT gives

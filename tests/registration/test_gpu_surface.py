@@ -229,3 +229,26 @@ def test_families_of_one_source_with_equal_arguments_are_distinct_kernels():
     from xcorr_app.registration._surfaces import SECOND_PEAKS, SURFACE_EXTREMA, THREADS
 
     assert SECOND_PEAKS.get(THREADS) is not SURFACE_EXTREMA.get(THREADS)
+
+
+def test_empty_overlaps_read_minus_one_on_both_devices(rng):
+    """Frames mostly empty (a few bright pixels over a faint haze, what a band-pass leaves of
+    sparse frames): a shift whose overlap holds at most ``EMPTY`` of a frame's variance reads
+    -1 in the kernel as in ``normalize.zncc`` (there the correlation sums' rounding would be
+    the ZNCC), and no value passes 1."""
+    import cupy as cp
+    from xcorr_app.registration import surface_peaks
+
+    h, w, ms = 41, 37, (20, 18)
+    frames = 1e-6 * rng.standard_normal((4, h, w))
+    for f in frames:  # (the bright pixels in one corner: the far shifts see haze alone)
+        f[rng.integers(0, 12, 6), rng.integers(0, 12, 6)] = 100.0
+    ref, mov = frames[0], frames[1:]
+    corr = xcorr_direct(ref, mov, "one_to_many", ms).reshape(
+        (3,) + output_shape((h, w), (h, w), ms)).astype(np.float32)
+    want = zncc(corr, ref, mov, ms)
+    assert (want <= 1.0 + 1e-6).all() and (want == -1.0).mean() > 0.2
+    got = surface_peaks(cp.asarray(corr), (h, w), first_shift((h, w), (h, w), ms),
+                        left_tables=_tables(cp, ref[None], ms[0]),
+                        right_tables=_tables(cp, mov, ms[0]))
+    _check(got, want)

@@ -8,8 +8,9 @@ definition-based kernels and adds O(outputs) work.
 
 ``zncc[k] = (c - Sa Sb / n) / sqrt((Saa - Sa**2 / n) (Sbb - Sb**2 / n))`` with ``n`` the number
 of overlapping pixels, sums in float64; shifts with an overlap smaller than ``min_overlap`` of
-the smaller image, or constant on either side (variance at most :data:`FLAT` of the sum of
-squares), read -1 (ZNCC lies in [-1, 1]).
+the smaller image, constant on either side (variance at most :data:`FLAT` of the sum of
+squares) or empty (at most :data:`EMPTY` of its whole image's variance), read -1 (ZNCC lies
+in [-1, 1]).
 
 Examples
 --------
@@ -102,6 +103,10 @@ def _band_sums(rows, y0, y1, x0, x1, xp):
 #: an overlap whose variance is at most this fraction of its sum of squares counts as constant
 #: (float64 rounding of ``sum x**2 - (sum x)**2 / n`` leaves about 1e-16 of it)
 FLAT = 1e-12
+#: an overlap holding at most this share of its whole image's variance counts as empty: the
+#: correlation sums (float32 transforms) are exact to about 1e-7 of the images' whole energy,
+#: so a ZNCC over less is their rounding (a sparse frame's empty corners read peaks of 1e5)
+EMPTY = 1e-4
 
 
 def overlap_bounds(left_shape, right_shape, max_shift, xp=np):
@@ -125,7 +130,7 @@ class ZnccLeft(NamedTuple):
     n: object          # overlap sizes, at least 1 (float64)
     mean: object       # sum of left over the overlap / n
     var: object        # its sum of squared deviations, at least 0
-    bad: object        # too small an overlap, or constant on the left
+    bad: object        # too small an overlap, or constant or empty on the left
 
 
 def zncc_left(left, right_shape, max_shift=None, min_overlap=0.25) -> ZnccLeft:
@@ -142,7 +147,16 @@ def zncc_left(left, right_shape, max_shift=None, min_overlap=0.25) -> ZnccLeft:
     va = saa - sa * sa / nn
     smaller = min(left.shape[-2] * left.shape[-1], right_shape[-2] * right_shape[-1])
     bad = (n < max(min_overlap * smaller, 1.0)) | (va <= FLAT * saa)  # constant up to rounding
+    bad |= va <= EMPTY * _energy(left, xp)
     return ZnccLeft(nn, sa / nn, xp.maximum(va, 0.0), bad)
+
+
+def _energy(images, xp):
+    """Each image's sum of squared deviations from its mean (float64), shaped to broadcast
+    against its surface's (..., 1, 1)."""
+    x = images.astype(xp.float64)
+    x = x - x.mean(axis=(-2, -1), keepdims=True)
+    return xp.square(x).sum(axis=(-2, -1), keepdims=True)
 
 
 def zncc(corr, left, right, max_shift=None, min_overlap=0.25, left_part=None):
@@ -178,10 +192,11 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25, left_part=None):
     needed = np.unique(np.concatenate([y0, y1]))
     ho, wo = corr.shape[-2:]
     step = max(1, ZNCC_BLOCK // max(wo, right.shape[-1]))
+    energy = _energy(right, xp)
     if xp is not np or step >= ho:
         return _normalized(corr, left_part, *(
             _band_sums(_PrefixRows(v, needed, xp), y0, y1, x0, x1, xp)
-            for v in (right, xp.square(right, dtype=xp.float64))), xp)
+            for v in (right, xp.square(right, dtype=xp.float64))), energy, xp)
     out = np.empty(corr.shape, np.float32)
     planes = np.broadcast_shapes(corr.shape[:-2], right.shape[:-2])
     for plane in np.ndindex(*planes):
@@ -189,12 +204,12 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25, left_part=None):
             return a[k[len(k) - (a.ndim - 2):]] if a.ndim > 2 else a
         r = one(right)
         tables = [_PrefixRows(v, needed, xp) for v in (r, np.square(r, dtype=np.float64))]
-        c, part = one(corr), [one(v) for v in left_part]
+        c, part, e = one(corr), [one(v) for v in left_part], one(energy)
         into = out[plane[len(plane) - (out.ndim - 2):]]
         for a in range(0, ho, step):
             rows = slice(a, a + step)
             into[rows] = _normalized(c[rows], ZnccLeft(*(v[rows] for v in part)), *(
-                _band_sums(t, y0[rows], y1[rows], x0, x1, xp) for t in tables), xp)
+                _band_sums(t, y0[rows], y1[rows], x0, x1, xp) for t in tables), e, xp)
     return out
 
 
@@ -202,9 +217,10 @@ def zncc(corr, left, right, max_shift=None, min_overlap=0.25, left_part=None):
 ZNCC_BLOCK = 32768
 
 
-def _normalized(corr, left_part, sb, sbb, xp):
+def _normalized(corr, left_part, sb, sbb, energy, xp):
     """:func:`zncc` of the raw sums ``corr`` from the left side's figures and the right
-    side's rectangle sums ``sb``, ``sbb`` (new float64 arrays, used up)."""
+    side's rectangle sums ``sb``, ``sbb`` (new float64 arrays, used up) and whole
+    ``energy`` (:func:`_energy`)."""
     nn, mean_a, va, bad = left_part
     # in place where the operands allow: these are the largest arrays of a CPU run
     num = corr.astype(xp.float64)
@@ -212,7 +228,7 @@ def _normalized(corr, left_part, sb, sbb, xp):
     sb *= sb
     sb /= nn
     vb = xp.subtract(sbb, sb, out=sb)  # sbb - sb**2 / n
-    ok = ~bad & (vb > FLAT * sbb)
+    ok = ~bad & (vb > FLAT * sbb) & (vb > EMPTY * energy)
     xp.maximum(vb, 0.0, out=vb)
     vb *= va
     ok &= vb > 0
