@@ -83,6 +83,9 @@ BAD_CALLS = {
     # banks and mixes
     "bank unknown": lambda: bank_weights("median:3", 1),
     "bank dog one sigma": lambda: bank_weights("dog:1", 1),
+    # (a 31x31 window would cut these gaussians within 3 sigmas: another filter, refused)
+    "bank dog wide": lambda: bank_weights("dog:4,20", 1, (64, 64)),
+    "bank gabor wide": lambda: bank_weights("gabor:6,4", 1, (64, 64)),
     "mix unknown": lambda: mix_weights("gray", 3),
     "mix luma of 2": lambda: mix_weights("luma", 2),
     "bank and mix": lambda: channel_filter("dog:1,2", "luma", 3),

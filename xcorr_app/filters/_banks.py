@@ -29,6 +29,9 @@ from ..errors import InputError
 from ._validation import check_radius, dog_sigmas, load_npy, positive
 
 MAX_SIZE = 31
+#: ``xcorr filter``'s banks refuse a gaussian that :data:`MAX_SIZE` cuts within this many
+#: sigmas (its weights then miss over half a percent of theirs)
+CUT_SIGMAS = 3
 #: the most orientations of a gabor bank (a 31x31 filter tells about 50 apart; each costs a
 #: filter pass of every frame)
 MAX_ANGLES = 64
@@ -75,6 +78,12 @@ def bank_weights(spec: str, channels: int, frame_shape=None) -> np.ndarray:
         sigmas = _numbers(spec, arg)
         for sigma in sigmas[:1] if name == "gabor" else sigmas:
             check_radius(4 * sigma + 0.5, frame_shape, f"bank {spec}")
+            if MAX_SIZE // 2 < CUT_SIGMAS * sigma:  # (cut inside 3 sigmas: another filter)
+                raise InputError(
+                    f"bank {spec}: sigma {sigma:g} needs a filter about {2 * int(4 * sigma) + 1}"
+                    f" px wide, and a bank's filters are at most {MAX_SIZE}x{MAX_SIZE} (sigma up"
+                    f" to {MAX_SIZE // 2 / CUT_SIGMAS:g}); for wider scales filter with --kernel"
+                    f" (gaussian:S, dog:S1,S2: any width), or bin the frames first")
     if name == "dog":
         sig = _numbers(spec, arg)
         if len(sig) < 2:
