@@ -322,6 +322,34 @@ def test_the_filtered_stack_keeps_the_pixel_size_and_the_frame_interval(imagej_i
     assert interval == pytest.approx(0.2)
 
 
+@pytest.mark.parametrize("option", [("--kernel", "box:3"), ("--bank", "dog:1,2,3")])
+def test_a_filtered_hyperstack_keeps_its_time_points_and_z_planes(tmp_path, option):
+    """A TZYX (TZCYX) ImageJ hyperstack, read plane by plane, is written back as one: its T
+    and Z apart with the Z step, not 12 time points at the frame interval (Fiji then showed
+    3 x 4 planes as a time series); each output plane is its own input plane's filter."""
+    rng = np.random.default_rng(4)
+    shape = (3, 4, 2, 37, 53) if option[0] == "--bank" else (3, 4, 37, 53)
+    path, out = tmp_path / "tz.tif", tmp_path / "f.tif"
+    tifffile.imwrite(path, (rng.random(shape) * 1000).astype(np.uint16), imagej=True,
+                     resolution=(5, 5), metadata={"axes": "TZCYX" if len(shape) == 5 else "TZYX",
+                                                  "spacing": 1.5, "unit": "um", "finterval": 2.0})
+    r = xcorr("filter", path, *option, "--out", out, "--device", "cpu", "-q")
+    assert r.returncode == 0, r.stderr
+    with tifffile.TiffFile(out) as t:
+        got, axes, meta = t.asarray(), t.series[0].axes, t.imagej_metadata
+    assert axes == ("TZCYX" if option[0] == "--bank" else "TZYX")
+    assert (meta["frames"], meta["slices"], meta["spacing"], meta["finterval"]) == (3, 4, 1.5, 2.0)
+    src = tifffile.imread(path).astype(np.float32)
+    if option[0] == "--kernel":
+        want = ndi.uniform_filter(src[1, 2], 3, mode="reflect")
+        np.testing.assert_allclose(got[1, 2], want, rtol=1e-5, atol=1e-3)
+    else:  # (the bank's first filter on the channels' mean)
+        mean = src[1, 2].mean(axis=0)
+        want = ndi.gaussian_filter(mean, 1, mode="constant", truncate=15) \
+            - ndi.gaussian_filter(mean, 2, mode="constant", truncate=7.5)
+        np.testing.assert_allclose(got[1, 2, 0], want, rtol=1e-4, atol=1e-2)
+
+
 @pytest.mark.parametrize("unit, reads, um", [("mm", "mm", 250.0), ("nm", "nm", 0.00025),
                                              ("\\u00B5m", "µm", 0.25)])
 def test_a_pixel_size_in_any_length_unit_reaches_every_output(tmp_path, unit, reads, um):

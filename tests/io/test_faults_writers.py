@@ -19,7 +19,7 @@ import xcorr_app
 from cli_helpers import ROOT, assert_clean_error, xcorr
 from synthetic import drift_stack, write_stack
 from xcorr_app.errors import InputError, OutputError
-from xcorr_app.io import as_dtype, describe, open_stack, stack_writer
+from xcorr_app.io import aligned_name, as_dtype, describe, open_stack, stack_writer
 
 zarr = pytest.importorskip("zarr")
 h5py = pytest.importorskip("h5py")
@@ -174,7 +174,7 @@ def test_keep_dtype_is_honoured_or_refused_per_format(tmp_path, results, dtype, 
         assert not folder.exists()
         return
     written = res.save(folder, format=fmt, keep_dtype=True, plots=False)
-    with open_stack(written["aligned.tif"]) as src:
+    with open_stack(written[aligned_name(fmt)]) as src:
         assert src.dtype == dtype
         got = src.read(0, src.n_frames)
     np.testing.assert_array_equal(got, as_dtype(aligned, dtype))

@@ -136,11 +136,16 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
         print_notes(src, quiet)
         t0 = time.perf_counter()
         filtered = chunks(dev, client, gpu_ids, chunk)
-        said = calibration(path)  # (the pixel size and the frame interval: not the channels')
-        kept = imagej_calibration({k: said[k] for k in ("pixel_size", "frame_interval")})
+        said = calibration(path)  # (the pixel size, frame interval, Z step: not the channels')
+        # (a T x Z stack read plane by plane: written back as its volumes, T and Z apart)
+        volumes = getattr(src, "volumes", None)
+        slices = volumes.planes if volumes is not None else 1
+        kept = imagej_calibration({k: said[k] for k in ("pixel_size", "frame_interval")
+                                   + (("z_step",) if slices > 1 else ())})
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32",
-                                n_frames=src.n_frames * n_out, channels=n_out, **kept) as w, \
+                                n_frames=src.n_frames * n_out, channels=n_out, slices=slices,
+                                **kept) as w, \
                 BackgroundWrites(w) as background:  # the next chunk filtered meanwhile
             for _, out in filtered:
                 background.write(backend.to_numpy(out).reshape(-1, *src.frame_shape))

@@ -499,6 +499,7 @@ class ChannelStack:
         self.n_frames, self.frame_shape = first.n_frames, first.frame_shape
         self.item_shape = (self.n_channels, *self.frame_shape)  # one frame as read
         self.dtype, self.notes, self.paths = first.dtype, first.notes, first.paths
+        self.volumes = getattr(first, "volumes", None)  # (a T x Z stack's, as open_stack's)
 
     def source_name(self, i):
         return self._srcs[0].source_name(i)

@@ -346,8 +346,9 @@ CHANNEL_COLORS = ("00FF00", "FF00FF", "00FFFF", "FFFF00", "FF0000", "0000FF", "F
 
 def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
     """``metadata`` and ``resolution`` of :class:`~xcorr_app.io.TiffStackWriter` carrying
-    ``meta``'s pixel size, its unit and the frame interval into an ImageJ TIFF (what Fiji shows
-    as the image's calibration), and the channels' names (a label a page; one channel's name
+    ``meta``'s pixel size, its unit, the frame interval and the Z step (``z_step``, in the
+    pixel size's unit) into an ImageJ TIFF (what Fiji shows as the image's calibration), and
+    the channels' names (a label a page; one channel's name
     too, on every page: ImageJ has no other place for it).
 
     >>> imagej_calibration({"pixel_size": (0.5, 0.25, "micrometer"), "frame_interval": 0.1})
@@ -363,6 +364,8 @@ def imagej_calibration(meta, n_frames=None, channels=1) -> dict:
         out["resolution"] = (1 / float(size[1]), 1 / float(size[0]))
     if meta.get("frame_interval"):
         found.update(finterval=float(meta["frame_interval"]), tunit="sec")
+    if meta.get("z_step"):
+        found["spacing"] = float(meta["z_step"])
     names = [str(n) for n in meta.get("channel_names") or []]
     if names and len(names) == channels and n_frames:
         found["Labels"] = names * (int(n_frames) // channels)

@@ -349,6 +349,9 @@ class TiffStackWriter:
     channels : int
         With ImageJ, pages are written time frame by time frame, ``channels`` pages each: an
         ImageJ hyperstack (T, C, Y, X).
+    slices : int
+        With ImageJ, the pages of a time frame are ``slices`` Z planes of ``channels`` pages
+        each: a hyperstack (T, Z, C, Y, X).
     resolution : (float, float), optional
         Pixels per unit along x and y (the TIFF resolution tags; ImageJ's ``unit`` in
         ``metadata``).
@@ -376,9 +379,9 @@ class TiffStackWriter:
 
     def __init__(self, path, frame_shape, dtype, n_frames: int | None = None,
                  imagej: bool = True, metadata: dict | None = None, channels: int = 1,
-                 resolution=None):
+                 resolution=None, slices: int = 1):
         self.path = Path(path)
-        self.channels = int(channels)
+        self.channels, self.slices = int(channels), int(slices)
         self.frame_shape = tuple(int(n) for n in frame_shape)
         dtype = np.dtype(dtype)
         self.dtype = np.dtype(np.float32) if imagej and dtype not in IMAGEJ_DTYPES else dtype
@@ -418,7 +421,7 @@ class TiffStackWriter:
         if self._tw is None:
             return
         if self.n_written == 0 or self.n_frames not in (None, self.n_written) \
-                or self.n_written % self.channels:
+                or self.n_written % (self.channels * self.slices):
             self.abort()
             raise InputError(f"{self.n_written} frames written to {self.path}, expected "
                              f"{self.n_frames or 'at least 1'}")
@@ -428,9 +431,10 @@ class TiffStackWriter:
                 self._tw = None
                 if self._imagej and self.n_written > 1:
                     # tifffile labels appended pages as channels; ImageJ must see time frames
-                    n, c = self.n_written, self.channels
-                    axes = f"\nframes={n}\n" if c == 1 else \
-                        f"\nchannels={c}\nframes={n // c}\nhyperstack=true\n"
+                    n, c, z = self.n_written, self.channels, self.slices
+                    axes = f"\nframes={n}\n" if c == z == 1 else (
+                        (f"\nchannels={c}" if c > 1 else "") + (f"\nslices={z}" if z > 1 else "")
+                        + f"\nframes={n // (c * z)}\nhyperstack=true\n")
                     description = tifffile.tiffcomment(self._tmp)
                     tifffile.tiffcomment(self._tmp, description.replace(
                         f"\nchannels={n}\n", axes))
