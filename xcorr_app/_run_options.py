@@ -25,7 +25,24 @@ __all__ = ["RunOptions", "options_signature"]
 
 
 class RunOptions:
-    """The base of a run's frozen options dataclass: checked once, when built."""
+    """The base of a run's frozen options dataclass: checked once, when built; a keyword that
+    names no option is an :class:`~xcorr_app.errors.InputError` naming the nearest (the
+    dataclass's own ``__init__`` said a TypeError).
+
+    >>> @dataclasses.dataclass(frozen=True, kw_only=True)
+    ... class Opts(RunOptions):
+    ...     size: int = 3
+    >>> Opts(sise=4)
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: unknown option 'sise'; did you mean size?
+    """
+
+    def __new__(cls, *args, **keywords):
+        from .errors import check_keywords
+
+        check_keywords(keywords, [f.name for f in dataclasses.fields(cls) if f.init])
+        return super().__new__(cls)
 
     def _decided(self, **changes):
         """These options with the run's own decisions in place (``prefilter="auto"``

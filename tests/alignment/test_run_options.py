@@ -119,3 +119,16 @@ def test_phase_correlation_refines_by_the_upsampled_dft_unless_told():
         assert res.settings["subpixel"] == ("upsample" if sub == "auto" else "gaussian")
         err[sub] = stack_errors(res.shifts, st.truth)[0]
     assert err["auto"] < 0.05 < err["gaussian"], err
+
+
+def test_a_misspelt_option_object_keyword_is_an_input_error():
+    """The options objects a pipeline builds once: a keyword that names no option is an
+    InputError naming the nearest (the dataclass's __init__ said a TypeError)."""
+    from xcorr_app.alignment import AlignOptions, VolumeOptions
+    from xcorr_app.errors import InputError
+
+    with pytest.raises(InputError, match="unknown option 'max_shfit'; did you mean max_shift"):
+        AlignOptions(max_shfit=2)
+    with pytest.raises(InputError, match="unknown option 'voxel'"):
+        VolumeOptions(voxel=2)
+    assert AlignOptions(max_shift=2).max_shift == (2, 2)

@@ -133,6 +133,8 @@ def test_bad_inputs_say_what_to_do():
         xdask.filter(da.zeros((3, 8, 8)), "gaussian:x")
     with pytest.raises(XcorrError, match="do not match"):
         xdask.apply_shifts(da.zeros((3, 8, 8)), np.zeros((2, 2)))
+    with pytest.raises(InputError, match="iter_blocks takes a dask array .* numpy.ndarray"):
+        next(xdask.iter_blocks(np.zeros((3, 4, 4))))
     with pytest.raises(XcorrError, match="workers must be >= 1"):
         with xdask.local_client(workers=0):
             pass

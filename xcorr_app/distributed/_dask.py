@@ -567,6 +567,9 @@ def iter_blocks(array, client=None, window=4):
     """Yield ``(start, block as NumPy)`` of a dask array's blocks along the first axis, in
     order, with at most ``window`` blocks computed ahead (written as they come, e.g. to a
     TIFF)."""
+    if not hasattr(array, "to_delayed") or not getattr(array, "ndim", 0):
+        raise InputError(f"iter_blocks takes a dask array (as xcorr_app.dask.filter gives), "
+                         f"got {type(array).__module__}.{type(array).__name__}")
     blocks = array.to_delayed().ravel()
     starts = np.cumsum((0,) + array.chunks[0])[:-1].tolist()
     if client is None:
