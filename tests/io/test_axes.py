@@ -195,6 +195,10 @@ def test_a_4d_array_without_axes_is_refused_naming_axes(tmp_path, data, fmt):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--axes TZYX" in lines[0]
     assert not (tmp_path / "o").exists()
+    # (info as well: it read Zarr and HDF5 as channels, exit 0, where align refused them)
+    res = CliRunner().invoke(cli, ["info", path])
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1 and "--axes TZYX" in lines[0]
 
 
 @pytest.mark.parametrize("fmt, named", [("zarr", False), ("zarr", True), ("hdf5", False),

@@ -62,6 +62,10 @@ class AxesUnknown(InputError):
         self.ndim = ndim
 
 
+class ChannelsNeeded(InputError):
+    """A file of several channels read without one picked (a run measures one)."""
+
+
 def guessed_axes(ndim: int, name, shape, channel=None, z=None) -> str:
     """The axes of an array whose file names none: ``YX``, ``TYX``; a 4-D array is ``TCYX``
     where a channel is picked and ``TZYX`` where a plane is; any other is

@@ -9,7 +9,7 @@ Examples
 
 from __future__ import annotations
 
-from ._axes import AxesUnknown
+from ._axes import ChannelsNeeded
 from ._formats import format_of, source_parts, split_source
 from ._ome import says_calibration, tiff_metadata
 from ._reader import open_stack
@@ -35,14 +35,12 @@ def describe(path, channel=None) -> dict:
     """
     file, dataset, z, named = source_parts(path)
     fmt = format_of(file) if file.exists() else None
-    try:  # (several channels: describe the first)
-        opened = open_stack(path, channel=0 if channel is None else channel)
-    except AxesUnknown:
-        # (a plane picked of an array that names no axes is read TZYX, which a channel
-        # picked too makes ambiguous: then described without one)
-        if channel is not None or z is None:
+    try:  # (as a run reads it: an array whose file names no axes says so, as align does)
+        opened = open_stack(path, channel=channel)
+    except ChannelsNeeded:  # (several channels: describe the first)
+        if channel is not None:
             raise
-        opened = open_stack(path, channel=None)
+        opened = open_stack(path, channel=0)
     with opened as src:
         several = getattr(src, "n_channels", 1) > 1  # (3-D: measured on the channel picked)
         on = " (--channel K: measured on channel K)" if several else ""

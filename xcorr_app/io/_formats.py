@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, XcorrError
-from ._axes import given_axes, parse_axes
+from ._axes import ChannelsNeeded, given_axes, parse_axes
 from ._tiff import SUPPORTED_DTYPES, HoldsVolumes, one_line_errors, plural
 
 __all__ = ["ArrayFrames", "split_source", "source_parts", "source_path", "with_axes", "format_of",
@@ -399,9 +399,9 @@ class ArrayFrames:
                              "save one channel as a separate file")
         self.n_channels = shape[axes.index(colour[0])] if colour else 1
         if channel is None and self.n_channels > 1:
-            raise InputError(f"{self.name} has {self.n_channels} channels (axes {axes}); pass "
-                             f"--channel with a number from 0 to {self.n_channels - 1} to pick "
-                             "one")
+            raise ChannelsNeeded(f"{self.name} has {self.n_channels} channels (axes {axes}); "
+                                 f"pass --channel with a number from 0 to "
+                                 f"{self.n_channels - 1} to pick one")
         if channel is not None and not 0 <= channel < self.n_channels:
             valid = (f"0 to {self.n_channels - 1}" if self.n_channels > 1
                      else "0 or leave --channel out")

@@ -24,7 +24,7 @@ import numpy as np
 import tifffile
 
 from ..errors import InputError, XcorrError
-from ._axes import AxesUnknown, given_axes
+from ._axes import AxesUnknown, ChannelsNeeded, given_axes
 from ._pages import check_page_sizes, whole_pages
 from ._pread import PreadFile, preadable
 
@@ -389,7 +389,7 @@ class TiffFrames:
                              "save one channel as a separate file")
         n_channels = shape[channel_axes[0]] if channel_axes else 1
         if channel is None and n_channels > 1:
-            raise InputError(
+            raise ChannelsNeeded(
                 f"{self.path} has {n_channels} channels (axes {axes}); pass channel=K with K a "
                 f"number from 0 to {n_channels - 1} to pick one"
             )
