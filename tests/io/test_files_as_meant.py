@@ -288,3 +288,27 @@ def test_a_folder_of_z_stacks_is_a_series_of_volumes(tmp_path):
     for t in range(3):
         tifffile.imwrite(plain / f"f{t}.tif", np.zeros((5, 16, 16), np.uint16), imagej=True)
     assert describe(plain)["axes"] == "TYX"
+
+
+def test_a_multi_position_ome_tiff_names_its_series(tmp_path):
+    """Two positions of one acquisition in one OME-TIFF (series of one frame size): read
+    unnamed, the first was aligned with a note; now one `error:` line lists them, and
+    ``FILE:1``, ``--dataset pos1`` read that series exactly, memory-mapped; a series that is
+    not there lists the ones that are."""
+    rng = np.random.default_rng(5)
+    stacks = [(rng.random((4, 24, 30)) * 1000).astype(np.uint16) for _ in range(2)]
+    path = tmp_path / "multi.ome.tif"
+    with tifffile.TiffWriter(path, ome=True) as w:
+        for k, s in enumerate(stacks):
+            w.write(s, metadata={"axes": "TYX", "Name": f"pos{k}"})
+    with pytest.raises(InputError, match=r"holds 2 image series of 24x30 frames \(0: pos0 .*; "
+                                         r"1: pos1 .*\); name one: .*multi.ome.tif:1"):
+        open_stack(path)
+    for name in ("1", "pos1"):
+        with open_stack(f"{path}:{name}") as src:
+            assert src.memory_mapped
+            np.testing.assert_array_equal(src.read(0, src.n_frames), stacks[1])
+    with pytest.raises(InputError, match="has no image series 'pos7'; it holds 2"):
+        open_stack(f"{path}:pos7")
+    res = xcorr("info", path, "--dataset", "pos1")
+    assert res.returncode == 0 and "4 x 24 x 30" in res.stdout

@@ -17,8 +17,9 @@ __all__ = ["input_options", "input_path"]
 INPUT_OPTIONS = (
     click.option("--dataset", default=None, metavar="PATH",
                  help="The dataset to read inside an HDF5 or Zarr file (e.g. /acquisition/data), "
-                      "an NWB image series by name, or an ND2 position (P0, P1, ...); also "
-                      "written PATH:/DATASET."),
+                      "an NWB image series by name, an ND2 position (P0, P1, ...) or a TIFF "
+                      "file's image series (its index or OME name); also written "
+                      "PATH:/DATASET."),
     click.option("--z", "z", type=int, default=None, metavar="K",
                  help="Read Z plane K (0-based) of a stack with a Z axis (OME-TIFF, ImageJ, "
                       "OME-Zarr, HDF5 with axes); without it every plane is a frame."),

@@ -300,9 +300,10 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
         from ._sources import open_format
 
         return open_format(fmt, path, dataset, channel, z, axes)
-    if dataset:
-        raise InputError(f"{path} is TIFF: a dataset ({dataset}) names an array inside an "
-                         "HDF5, Zarr or NWB file; leave it out")
+    if dataset and path.is_dir():
+        raise InputError(f"{path} is a folder of TIFF files: a dataset ({dataset}) names an "
+                         "array inside an HDF5, Zarr or NWB file, or a TIFF file's image "
+                         "series; leave it out")
     if path.is_dir():
         if z is not None:
             raise InputError(f"--z {z}: {path} is a folder of TIFF files; --z picks a plane "
@@ -315,7 +316,7 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     if not path.is_file():  # reading a named pipe or a device would block or never end
         raise InputError(f"{path} is not a regular file (a named pipe, socket or device); "
                          "give a TIFF file or a folder of TIFF files")
-    frames = TiffFrames(path, channel, axes)
+    frames = TiffFrames(path, channel, axes, series=dataset or None)  # (FILE:N: a series)
     src = FrameSource([frames], [])
     if z is None:  # (a T x Z stack's planes, read as frames: align refuses them, check_planes)
         src.volumes = volumes_of(frames, path)

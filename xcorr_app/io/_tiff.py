@@ -109,6 +109,27 @@ class HoldsVolumes(InputError):
         self.times, self.planes, self.axes = times, planes, axes
 
 
+def _series_name(series) -> str:
+    """A series as listed to pick one: its name where the file gives one, and its shape."""
+    name = getattr(series, "name", "") or ""
+    shape = "x".join(map(str, series.shape))
+    return f"{name} ({shape} {series.axes})" if name and name not in ("Shaped", "Generic") \
+        else f"{shape} {series.axes}"
+
+
+def _series_index(named, series_list, path) -> int:
+    """The index of the series ``named`` (its index, or its name) of ``series_list``."""
+    text = str(named).strip().strip("/")
+    names = [getattr(s, "name", "") or "" for s in series_list]
+    if text.isdigit() and int(text) < len(series_list):
+        return int(text)
+    if text in names:
+        return names.index(text)
+    listed = "; ".join(f"{i}: {_series_name(s)}" for i, s in enumerate(series_list))
+    raise InputError(f"{path} has no image series {named!r}; it holds "
+                     f"{len(series_list)} ({listed}): name one by its index or name")
+
+
 def _one_page_each(series_list) -> int:
     """How many of the leading image series are one page of the first's shape, type and axes
     (a frame a series, as a writer called once a frame makes them): every one of them, or
@@ -236,13 +257,18 @@ def check_whole_once(tif, path: Path) -> None:
 
 
 class TiffFrames:
-    """The frames of the first image series of one TIFF file.
+    """The frames of one image series of one TIFF file: ``series`` (its index or name, as text
+    or int), else the first, where no other series holds frames of its shape (a file of
+    several positions names the one wanted; a thumbnail's series is left out, with a note).
 
     Opened once to learn the layout; :meth:`read` reopens it after :meth:`close`.
     """
 
-    def __init__(self, path: Path, channel: int | None, axes: str | None = None):
+    def __init__(self, path: Path, channel: int | None, axes: str | None = None,
+                 series=None):
         self.path = path
+        self._named = series  # the series asked for, else None
+        self._series = 0  # the index of the series read
         self.notes: list[str] = []
         self._given = axes  # the caller's names of the series' axes (io._axes), else None
         self._tif = None  # open tifffile.TiffFile (page-by-page reading)
@@ -268,7 +294,7 @@ class TiffFrames:
                     cut = self._cut
                     check_page_sizes(
                         self._tif, self._tif.pages[:self._n_pages] if self._by_page
-                        else self._tif.series[0] if cut is None
+                        else self._tif.series[self._series] if cut is None
                         else self._tif.pages[:cut.readable * cut.per_frame], path)
                 if self._cut is not None:
                     self._keep_readable()
@@ -321,6 +347,9 @@ class TiffFrames:
 
     def _series_layout(self):
         series_list = self._tif.series
+        if self._named is not None and series_list:
+            self._series = _series_index(self._named, series_list, self.path)
+            series_list = [series_list[self._series]]
         if not series_list:
             raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
         n = _one_page_each(series_list) if len(series_list) > 1 else 0
@@ -347,9 +376,17 @@ class TiffFrames:
                                  f"page each, not of one shape ({kinds}); xcorr reads a stack "
                                  "of frames of one shape: write the frames of each shape to a "
                                  "file of their own")
+            frame = series_list[0].keyframe.shape
+            alike = [i for i, s in enumerate(series_list) if s.keyframe.shape == frame]
+            if len(alike) > 1:  # (positions of one acquisition: which is meant?)
+                listed = "; ".join(f"{i}: {_series_name(series_list[i])}" for i in alike)
+                raise InputError(
+                    f"{self.path} holds {len(alike)} image series of "
+                    f"{'x'.join(map(str, frame))} frames ({listed}); name one: "
+                    f"{self.path}:{alike[1]} or --dataset {alike[1]} (its index or name)")
             self.notes.append(
                 f"{self.path.name} holds {len(series_list)} image series; read only the first"
-            )
+                " (the others' frames are of other shapes)")
         series = series_list[0]
         page = series.keyframe
         dtype = None if series.dtype is None else np.dtype(series.dtype)
@@ -434,7 +471,7 @@ class TiffFrames:
         if self._by_page:
             return  # read page by page: the series' pages need not lie in one run
         if self._cut is None:
-            series = self._tif.series[0]
+            series = self._tif.series[self._series]
             keyframe, offset, n_pages = series.keyframe, series.dataoffset, series.size // page_size
         elif self._cut.contiguous:  # the whole frames' pixels in one run after the first page
             keyframe = self._tif.pages.first
@@ -528,7 +565,7 @@ class TiffFrames:
         """Decode ``pages`` (of ``frames``); a page whose data cannot be decoded (a damaged
         compressed strip in a file whose structure is whole) is named by its frame."""
         # a truncated file, or one of a series a frame: its pages
-        series = None if self._cut is not None or self._by_page else 0
+        series = None if self._cut is not None or self._by_page else self._series
         try:
             data = self._tif.asarray(key=pages.tolist(), series=series)
         except (XcorrError, MemoryError, PermissionError):
