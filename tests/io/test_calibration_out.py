@@ -373,3 +373,26 @@ def test_a_pixel_size_in_any_length_unit_reaches_every_output(tmp_path, unit, re
         else:
             size = describe(out / name)["pixel_size"]
             assert size[:2] == pytest.approx((0.25, 0.25)) and size[2] == reads
+
+
+@pytest.mark.parametrize("imagej", [False, True])
+def test_a_resolution_per_centimeter_is_the_pixel_size(tmp_path, imagej):
+    """TIFF's own ResolutionUnit: a plain TIFF's resolution per centimeter, or an ImageJ
+    TIFF's that names no unit (tifffile's default), is the pixel size in µm and reaches the
+    aligned stack (info said "unknown", or a size without a unit that was written as pixels);
+    a resolution per inch (72 dpi: a print setting) is not read as one."""
+    rng = np.random.default_rng(6)
+    frames = (rng.random((4, 32, 40)) * 1000).astype(np.uint16)
+    path = tmp_path / "cm.tif"
+    tifffile.imwrite(path, frames, imagej=imagej, resolution=(40000, 40000),
+                     resolutionunit="CENTIMETER", metadata={"axes": "TYX"},
+                     photometric="minisblack")
+    assert describe(path)["pixel_size"] == pytest.approx((0.25, 0.25, "µm"))
+    r = xcorr("align", path, "--device", "cpu", "--out", tmp_path / "o", "-q")
+    assert r.returncode == 0, r.stderr
+    size, unit, _, _ = _calibration(tmp_path / "o" / "aligned.tif")
+    assert size == pytest.approx((0.25, 0.25)) and unit == "um"
+    inch = tmp_path / "inch.tif"
+    tifffile.imwrite(inch, frames, resolution=(72, 72), resolutionunit="INCH",
+                     metadata={"axes": "TYX"}, photometric="minisblack")
+    assert describe(inch)["pixel_size"] is None

@@ -68,16 +68,40 @@ def _imagej_unit(unit) -> str:
     return "µm" if length_unit(text) == "micrometer" and "\\u" in text.lower() else text
 
 
+#: µm a centimeter: the TIFF ResolutionUnit a plain TIFF's calibration is read in (an inch's,
+#: 72 or 300 a unit, is a print setting far more often than a microscope's)
+CENTIMETER_UM = 1e4
+
+
+def _resolution(page):
+    """``(y, x)`` pixels' size in the resolution tags' unit, or None (no tags, 1 a unit)."""
+    xres, yres = page.tags.get("XResolution"), page.tags.get("YResolution")
+    if xres is None or yres is None:
+        return None
+    (xn, xd), (yn, yd) = xres.value, yres.value
+    return (yd / yn, xd / xn) if xn and yn and (xn, xd) != (1, 1) else None
+
+
+def _centimeter_pixels(page):
+    """A page's pixel size ``(y, x, "µm")`` where its resolution is per centimeter (TIFF's
+    ResolutionUnit 3, as tifffile writes ``resolutionunit="CENTIMETER"``), else None."""
+    tag = page.tags.get("ResolutionUnit")
+    size = _resolution(page)
+    if size is None or tag is None or int(tag.value) != 3:
+        return None
+    return (size[0] * CENTIMETER_UM, size[1] * CENTIMETER_UM, "µm")
+
+
 def _imagej_pixels(tif):
     """``(pixel size, channel names, Z step)`` of an ImageJ TIFF (resolution tags, its
-    ``unit``; ``spacing``, the Z step in that unit)."""
+    ``unit``, or where it names none the tags' own centimeters, as ImageJ reads them;
+    ``spacing``, the Z step in that unit)."""
     page, meta = tif.pages.first, tif.imagej_metadata or {}
-    size = None
-    xres, yres = page.tags.get("XResolution"), page.tags.get("YResolution")
-    if xres is not None and yres is not None:
-        (xn, xd), (yn, yd) = xres.value, yres.value
-        if xn and yn and (xn, xd) != (1, 1):
-            size = (yd / yn, xd / xn, _imagej_unit(meta.get("unit", "")))
+    size = _resolution(page)
+    if size is not None:
+        unit = _imagej_unit(meta.get("unit", ""))
+        size = (*size, unit) if unit or _centimeter_pixels(page) is None \
+            else _centimeter_pixels(page)
     labels = meta.get("Labels")
     labels = list(labels) if isinstance(labels, (list, tuple)) else []
     # (a label a page, channels first: a hyperstack's channels are its first labels)
@@ -93,10 +117,11 @@ def _imagej_pixels(tif):
 
 def says_calibration(path: Path) -> bool:
     """Whether the TIFF file ``path`` is an ImageJ or OME-TIFF file (the kinds whose pixel size,
-    frame interval and channel names :func:`tiff_metadata` reads), from its first page alone."""
+    frame interval and channel names :func:`tiff_metadata` reads) or one whose resolution is
+    per centimeter, from its first page alone."""
     try:
         with tifffile.TiffFile(path) as tif:
-            return bool(tif.is_imagej or tif.is_ome)
+            return bool(tif.is_imagej or tif.is_ome or _centimeter_pixels(tif.pages.first))
     except (OSError, ValueError, tifffile.TiffFileError):
         return False
 
@@ -118,6 +143,8 @@ def tiff_metadata(path: Path) -> dict:
         elif tif.is_imagej:
             size, names, z = _imagej_pixels(tif)
             fmt = "ImageJ TIFF"
+        else:  # (a plain TIFF: its resolution tags, where they are per centimeter)
+            size = _centimeter_pixels(tif.pages.first)
         return {"shape": tuple(series.shape), "axes": series.axes,
                 "dtype": np.dtype(series.dtype), "chunks": tuple(series.keyframe.shape),
                 "pixel_size": size, "channel_names": names, "format": fmt,
