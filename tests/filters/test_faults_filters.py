@@ -142,3 +142,21 @@ def test_the_gpu_filters_without_cupy_say_what_to_install():
                  lambda: reuse_correlate(img, np.ones((3, 3)))):
         with pytest.raises(InputError, match="pip install cupy"):
             call()
+
+
+def test_a_later_float64_frame_past_float32_is_refused_naming_it(tmp_path):
+    """Frame 2 of a float64 stack at 1e300 was written as Inf (exit 0, a RuntimeWarning as
+    the note): the range is checked on every chunk read, one line naming the frame, no
+    output; a stack in range is filtered as before."""
+    rng = np.random.default_rng(2)
+    frames = rng.random((4, 21, 23))
+    frames[2] *= 1e300
+    path, out = tmp_path / "f64.tif", tmp_path / "o.tif"
+    tifffile.imwrite(path, frames, photometric="minisblack")
+    res = xcorr("filter", path, "--kernel", "box:3", "--out", out, "--device", "cpu")
+    assert_clean_error(res, "(frame 2), outside float32's range", "scale the stack")
+    assert not out.exists()
+    frames[2] /= 1e300
+    tifffile.imwrite(path, frames, photometric="minisblack")
+    res = xcorr("filter", path, "--kernel", "box:3", "--out", out, "--device", "cpu", "-q")
+    assert res.returncode == 0 and np.isfinite(tifffile.imread(out)).all()

@@ -123,15 +123,13 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
     from ..io import BackgroundWrites, TiffStackWriter, calibration, imagej_calibration
 
     dev = note_device(device, quiet)
-    with open_src() as src, output_run(path, out_path, force) as run, \
+    with open_src() as opened, output_run(path, out_path, force) as run, \
             scale_out(*scale, device) as (client, gpu_ids):
-        n_out, chunks = plan(src)
+        src = opened
         if src.dtype.kind == "f" and src.dtype.itemsize == 8:  # (1e300 as float32: inf)
-            from ..alignment.rigid import check_float32_range
-
-            check_float32_range(src.read(0, 1)[0], Path(str(path)).name,
-                                "the filtered stack is computed and written",
-                                "scale the stack into that range")
+            src = _InFloat32(opened, Path(str(path)).name)
+            src.read(0, 1)  # (the first frame's range said before anything is filtered)
+        n_out, chunks = plan(src)
         chunk = chunk_frames if client is not None else host_chunk(src, n_out, chunk_frames)
         print_notes(src, quiet)
         t0 = time.perf_counter()
@@ -205,6 +203,32 @@ def interruptible(fn, chunk, *args):
     if not ok:
         raise value
     return value
+
+
+class _InFloat32:
+    """A float64 source whose every chunk read is checked to lie in float32's range (the
+    filtered stack is float32: frame 2 at 1e300 was written as Inf, exit 0); the rest of the
+    source as it is."""
+
+    def __init__(self, src, name):
+        self._src, self._name = src, name
+
+    def __getattr__(self, attr):
+        return getattr(self._src, attr)
+
+    def read(self, start, stop, out=None):
+        from ..alignment.rigid import check_float32_range
+
+        frames = self._src.read(start, stop, out)
+        for i, frame in enumerate(frames):  # (the frame named: the check says frame 0)
+            try:
+                check_float32_range(frame, self._name,
+                                    "the filtered stack is computed and written",
+                                    "scale the stack into that range")
+            except InputError as exc:
+                raise InputError(str(exc).replace("(frame 0)", f"(frame {start + i})")) \
+                    from None
+        return frames
 
 
 def output_run(path, out_path, force):
