@@ -104,3 +104,15 @@ def test_a_folders_damaged_file_of_another_shape_is_still_refused(tmp_path, rng)
     tifffile.imwrite(folder / "f_4.tif", rng.integers(0, 4000, (24, 32), np.uint16))
     with readable_frames(folder), pytest.raises(InputError, match="same frame shape"):
         open_stack(folder)
+
+
+def test_a_file_broken_before_its_first_frame_suggests_no_readable_frames(tmp_path):
+    """A TIFF header and nothing whole after it: the error does not suggest the readable
+    frames (there are none: --readable-frames gave the same error)."""
+    path = tmp_path / "garbage.tif"
+    path.write_bytes(b"II*\x00" + np.random.default_rng(1).bytes(2000))
+    with pytest.raises(InputError) as info:
+        open_stack(path)
+    assert "truncated or damaged after frame 0" in str(info.value)
+    assert "copy it again from the source" in str(info.value)
+    assert "readable" not in str(info.value)

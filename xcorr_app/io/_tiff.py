@@ -196,10 +196,13 @@ def check_whole(tif, path: Path) -> None:
         why = f"it holds {plural(found, 'page')} but its header announces {declared}"
     total = declared // per_frame if declared else None
     of = f" of {total}" if total else ""
-    raise TruncatedError(f"{path} is truncated or damaged after frame {found // per_frame}{of} "
-                         f"({why}); copy it again from the source, or use the frames before "
-                         "it (the command line's --readable-frames; in Python, inside `with "
-                         "xcorr_app.io.readable_frames(path):`)", found // per_frame, total, why,
+    readable = found // per_frame
+    # (no whole frame before the break: nothing --readable-frames could use)
+    before = "" if readable < 1 else (
+        ", or use the frames before it (the command line's --readable-frames; in Python, "
+        "inside `with xcorr_app.io.readable_frames(path):`)")
+    raise TruncatedError(f"{path} is truncated or damaged after frame {readable}{of} ({why}); "
+                         f"copy it again from the source{before}", readable, total, why,
                          per_frame, contiguous)
 
 
