@@ -83,3 +83,21 @@ def test_dask_tasks_open_zarr_and_hdf5_by_path(tmp_path, stack, client):
         got = xdask.align(path, device="cpu", max_shift=8, task_frames=3, client=client)
         assert got.settings["dask"]["task_frames"] == [3, 3, 2]
         np.testing.assert_array_equal(got.shifts, want)
+
+
+def test_a_series_of_external_files_names_them(tmp_path):
+    """An ImageSeries whose frames are in external files (pynwb stores an empty (0, 0, 0)
+    data beside their names): one line naming those files, not "a zero-size image"."""
+    pynwb = pytest.importorskip("pynwb")
+    from pynwb.image import ImageSeries
+
+    nwb = pynwb.NWBFile(session_description="s", identifier="x",
+                        session_start_time=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    nwb.add_acquisition(ImageSeries(name="ext", external_file=["movie.tif"], format="external",
+                                    starting_frame=[0], rate=10.0, num_samples=12))
+    path = tmp_path / "external.nwb"
+    with pynwb.NWBHDF5IO(str(path), "w") as io:
+        io.write(nwb)
+    res = xcorr("info", path)
+    assert_clean_error(res, "stores its frames outside the file", "movie.tif",
+                       "align those files instead")

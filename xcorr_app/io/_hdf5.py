@@ -503,9 +503,13 @@ def open_nwb(file: Path, dataset, channel, z, axes=None) -> ArrayFrames:
                              "NAME)")
         group = series[match[0]]
         data = group["data"]
-        if data.ndim < 3:
-            raise InputError(f"{file}:{match[0]} stores its frames outside the file (external "
-                             "files); align those files instead")
+        if data.ndim < 3 or (data.size == 0 and "external_file" in group):
+            # (pynwb writes an empty (0, 0, 0) data beside the external files' names)
+            names = [_text(v) for v in np.asarray(group["external_file"][()]).ravel()] \
+                if "external_file" in group else []
+            held = f" ({', '.join(names)}, beside {file.name})" if names else ""
+            raise InputError(f"{file}:{match[0]} stores its frames outside the file, in "
+                             f"external files{held}; align those files instead")
         axes, said = _nwb_axes(group, data.shape)
         name = f"{file.name}:{match[0]}"
         if given is not None:
