@@ -132,3 +132,16 @@ def test_a_misspelt_option_object_keyword_is_an_input_error():
     with pytest.raises(InputError, match="unknown option 'voxel'"):
         VolumeOptions(voxel=2)
     assert AlignOptions(max_shift=2).max_shift == (2, 2)
+
+
+def test_the_recorded_options_say_what_static_auto_decided():
+    """settings["options"] records what ran: static "auto" as "off" where nothing was
+    removed (it stayed "auto"), as "on" where a pattern was; the run's own settings["static"]
+    still says the mode asked for."""
+    from xcorr_app.bench._accuracy_data import make_stack
+
+    plain = align(stack_path("cell"), device="cpu")
+    assert plain.settings["options"]["static"] == "off"
+    assert plain.settings["static"]["mode"] == "auto" and not plain.settings["static"]["removed"]
+    blobs = align(make_stack("static_blobs", 0).frames, device="cpu")
+    assert blobs.settings["static"]["removed"] and blobs.settings["options"]["static"] == "on"

@@ -793,14 +793,17 @@ def remove_static(opts, src, executor, why):
     """The run's step ``static`` (after ``prefilter="auto"`` and the device are decided):
     ``(opts, src, settings, note, why)``, the source every later read takes (the pattern
     removed: :meth:`Executor.correct_static`, the aligned output excepted), the options with
+    ``static`` what ran (``on`` where a pattern was removed, else ``off``) and
     ``prefilter="auto"`` now :data:`STATIC_PREFILTER` where a pattern was removed, and ``why``
     of that prefilter (``why``: :func:`~xcorr_app.alignment._options.resolve_auto`'s, None where
     the prefilter was given).  Runs shared out (GPUs, Dask) are not checked with ``auto``."""
     if executor.name != "process":
-        return opts, src, {"mode": opts.static, "removed": False,
-                           **({} if opts.static == "off" else {"not_checked": "runs shared "
-                                                                               "out"})}, None, why
+        return opts._decided(static="off"), src, {
+            "mode": opts.static, "removed": False,
+            **({} if opts.static == "off" else {"not_checked": "runs shared out"})}, None, why
     pattern, note, settings = decide_static(opts.static, src, opts, executor.xp)
+    # (auto resolved, as the options recorded say what ran: on where a pattern was removed)
+    opts = opts._decided(static="off" if pattern is None else "on")
     if pattern is None:
         return opts, src, settings, note, why
     src = executor.correct_static(src, pattern)
