@@ -111,3 +111,21 @@ def test_unreadable_file_says_permission_denied(tmp_path):
         path.chmod(0o644)
     assert_clean_error(res, "locked.tif", "permission denied")
     assert res.returncode == 2 and "uncorrupted" not in res.stderr
+
+
+@pytest.mark.parametrize("name, value, words", [("XCORR_TUNE", "2", "must be 0 or 1"),
+                                                ("XCORR_PLANNER", "bogus", "must be model")])
+def test_a_bad_planner_setting_is_said_on_every_device(tmp_path, name, value, words):
+    """The planner reads XCORR_TUNE and XCORR_PLANNER on a GPU alone: a value the docs call an
+    error was taken silently by a CPU run (exit 0)."""
+    import subprocess
+    import sys
+
+    from cli_helpers import child_env
+
+    res = subprocess.run([sys.executable, "-m", "xcorr_app.cli", "filter",
+                          str(stack_path("cell")), "--kernel", "box:3", "--device", "cpu",
+                          "--out", str(tmp_path / "f.tif")], capture_output=True, text=True,
+                         env=child_env(**{name: value}), timeout=300)
+    assert_clean_error(res, name, words)
+    assert not (tmp_path / "f.tif").exists()

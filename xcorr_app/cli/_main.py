@@ -253,8 +253,11 @@ class DeviceCommand(click.Command):
     (none with ``--quiet``)."""
 
     def invoke(self, ctx):
+        from .._config import planner_mode, tune_requested
         from .._first_run import hold_gpu_warm_up
 
+        # (the planner reads these on a GPU alone: a bad value is said on every device)
+        planner_mode(), tune_requested()
         with warnings_as_notes(ctx.params.get("quiet", False)):
             try:
                 start_first_run(self.name, ctx.params)
