@@ -59,6 +59,9 @@ def estimate_shifts(reference, frames, *, max_shift=None, normalization="zncc",
         Filter both images first (noise or background suppression).
     window : {"none", "hann", "tukey", "tukey:ALPHA"}
         Apodize both images first.
+    device : {"auto", "gpu", "cpu"}
+        Where the shifts are measured: ``auto`` the arrays' device (CuPy: its GPU; NumPy: a
+        usable GPU, the results copied back, else the CPU).
 
     Returns
     -------
@@ -256,6 +259,19 @@ path or ndarray
         the CPU; needs
         one reference image (not ``previous`` or ``refined``), no ``window`` nor ``features``,
         not phase or ``boundary="circular"``.
+    quality : bool
+        The quality report (default True): each frame's correlation with the template before
+        and after alignment, its residual shift and flags (``AlignResult.quality``,
+        ``quality.png``); False: none, a little faster.
+    static : {"auto", "on", "off"}
+        Patterns fixed on the sensor (hot pixels, stray light, dust, column offsets) that pull
+        shifts to zero: ``auto`` (default) looks for one in a few frames and removes it from
+        the frames it measures (the aligned stack: as read); ``on`` always, ``off`` never;
+        ``settings["static"]`` says what was found (:mod:`xcorr_app.alignment.rigid._static`).
+    bidi : {"off", "auto"} or float
+        A bidirectional (resonant) scan's x offset of every other line, removed before
+        measuring and in the aligned stack: ``auto`` estimated from a few frames (removed
+        where at least 0.1 px), a number that offset in pixels; default ``off``.
     model : {"translation", "rigid-body"}
         ``translation`` (default): a shift per frame.  ``rigid-body``: a rotation about the
         frame's centre and a shift per frame, for stacks that rotate: after the translation
@@ -329,6 +345,16 @@ path or ndarray
         Frames whose peak lies on the border of the searched window (``--max-shift``, or half
         the frame) are flagged ``low_confidence`` and ``border``; the result's ``notes`` and
         ``summary()["notes"]`` say how many.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy import ndimage as ndi
+    >>> scene = ndi.gaussian_filter(np.random.default_rng(0).random((80, 80)), 2)
+    >>> stack = np.stack([scene[10:60, 10:60], scene[13:63, 8:58]]).astype(np.float32)
+    >>> res = align(stack, max_shift=8, device="cpu")
+    >>> res.shifts.round(2).tolist()  # (the shift that aligns each frame with frame 0)
+    [[0.0, 0.0], [3.0, -2.0]]
     """
     opts = AlignOptions.from_arguments(reference, options, **keywords)
     executor = InProcess() if opts.gpus is None else OnGpus(opts.gpus)

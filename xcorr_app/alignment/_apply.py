@@ -38,6 +38,9 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         ``(dy, dx)`` per frame (NaN: left unshifted; a frame moved wholly out of its frame is
         all ``fill``, as a drift chained by reference "previous" may move it); an infinite
         shift raises InputError (:func:`~.warp.check_shifts`).
+    channel : int, optional
+        The channel of a multi-channel file or array that is shifted, as for
+        :func:`~xcorr_app.align`.
     fill : float
         Value of pixels shifted in from outside the frame (a number float32 holds, NaN or an
         infinity).
@@ -45,6 +48,10 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         Bilinear interpolation, or a Fourier phase ramp (exact for band-limited frames).
     crop : bool
         Keep only the area every shifted frame covers (:func:`common_area`).
+    chunk_frames : int, optional
+        Frames shifted at a time (default 64).
+    device : {"auto", "gpu", "cpu"}
+        Where the frames are shifted (``auto``: a usable GPU, else the CPU).
     gpus : sequence of int or str, optional
         Share the chunks out over these GPUs (:func:`xcorr_app.streaming.map_chunks`).
     out : ndarray, optional
@@ -57,6 +64,18 @@ def apply_shifts(stack_or_path, shifts, *, channel=None, fill=0.0, resample="bil
         The line offset of a bidirectional scan (pixels) removed from every frame before it is
         shifted (:func:`~xcorr_app.alignment.correct_bidi`; ``AlignResult.settings["bidi"]``
         of a run with ``bidi``); 0: none.
+
+    Examples
+    --------
+    >>> stack = np.zeros((2, 6, 7), np.float32)
+    >>> stack[:, 2, 3] = 1.0
+    >>> [(start, chunk.shape) for start, chunk in apply_shifts(stack, [[0, 0], [1, -2]],
+    ...                                                          device="cpu")]
+    [(0, (2, 6, 7))]
+    >>> aligned = np.concatenate([c for _, c in apply_shifts(stack, [[0, 0], [1, -2]],
+    ...                                                       device="cpu")])
+    >>> np.argwhere(aligned[1] == 1.0).tolist()  # (the pixel moved by (1, -2))
+    [[3, 1]]
     """
     from .rigid import MAX_BIDI, parse_bidi
     from .warp import check_fill

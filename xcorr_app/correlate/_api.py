@@ -59,6 +59,14 @@ def cross_correlate(left, right, form="one_to_one", max_shift=None, method="auto
     xcorr_app.errors.InputError
         (a ``ValueError``) for an unknown form or method, shapes that do not fit the form, a bad
         ``max_shift`` (or one beyond the frames), or inputs that are not real numbers.
+
+    Examples
+    --------
+    >>> left = np.arange(20.0).reshape(4, 5)
+    >>> right = np.stack([left, np.roll(left, 1, axis=1)])
+    >>> c = cross_correlate(left, right, "one_to_many", max_shift=1, device="cpu")
+    >>> c.shape, bool(c[0, 1, 1] == (left * left).sum())  # (shift (0, 0) at the centre)
+    ((2, 3, 3), True)
     """
     got, key = kept_call(left, right, form, max_shift, method, device, out)
     if got is not NotImplemented:  # a repeated call: the plan kept for these arguments

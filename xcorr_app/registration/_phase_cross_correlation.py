@@ -197,6 +197,15 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
     images are accepted.  On the GPU, cuFFT rounds differently from scipy.fft: a spectral bin that is
     exactly 0 on the CPU (integer images) may be ~1e-13 there, which phase normalization turns
     into a unit term, moving ``phasediff`` by about ``1 / (H * W)``.
+
+    Examples
+    --------
+    >>> from scipy import ndimage as ndi
+    >>> ref = ndi.gaussian_filter(np.random.default_rng(1).random((64, 64)), 3)
+    >>> moved = np.roll(ref, (4, -7), axis=(0, 1))  # (the content moved by (4, -7))
+    >>> shift, error, phasediff = phase_cross_correlation(ref, moved, upsample_factor=10)
+    >>> shift.tolist()
+    [-4.0, 7.0]
     """
     space = space.lower() if isinstance(space, str) else space
     if space not in ("real", "fourier"):
