@@ -13,7 +13,7 @@ import tifffile
 
 from xcorr_app import align
 from xcorr_app.errors import InputError
-from xcorr_app.io import HoldsVolumes, open_stack
+from xcorr_app.io import HoldsVolumes, describe, open_stack, readable_frames
 
 from cli_helpers import assert_clean_error, xcorr
 from synthetic import fourier_moved, periodic_texture
@@ -296,11 +296,12 @@ def test_a_multi_position_ome_tiff_names_its_series(tmp_path):
     ``FILE:1``, ``--dataset pos1`` read that series exactly, memory-mapped; a series that is
     not there lists the ones that are."""
     rng = np.random.default_rng(5)
-    stacks = [(rng.random((4, 24, 30)) * 1000).astype(np.uint16) for _ in range(2)]
+    stacks = [(rng.random((n, 24, 30)) * 1000).astype(np.uint16) for n in (6, 4)]
     path = tmp_path / "multi.ome.tif"
     with tifffile.TiffWriter(path, ome=True) as w:
         for k, s in enumerate(stacks):
-            w.write(s, metadata={"axes": "TYX", "Name": f"pos{k}"})
+            w.write(s, metadata={"axes": "TYX", "Name": f"pos{k}", "PhysicalSizeX": 0.5 + k,
+                                 "PhysicalSizeY": 0.5 + k})
     with pytest.raises(InputError, match=r"holds 2 image series of 24x30 frames \(0: pos0 .*; "
                                          r"1: pos1 .*\); name one: .*multi.ome.tif:1"):
         open_stack(path)
@@ -312,3 +313,12 @@ def test_a_multi_position_ome_tiff_names_its_series(tmp_path):
         open_stack(f"{path}:pos7")
     res = xcorr("info", path, "--dataset", "pos1")
     assert res.returncode == 0 and "4 x 24 x 30" in res.stdout
+    # (the series' own shape and pixel size, not the first's)
+    d = describe(f"{path}:1")
+    assert d["shape"] == (4, 24, 30) and d["pixel_size"][:2] == (1.5, 1.5)
+    # a damaged file: its whole pages are the first series' frames, another is refused
+    data = path.read_bytes()
+    cut = tmp_path / "cut.ome.tif"
+    cut.write_bytes(data[:len(data) - 24 * 30 * 2 * 2])
+    with readable_frames(cut), pytest.raises(InputError, match="image series 1 cannot be read"):
+        open_stack(f"{cut}:1")

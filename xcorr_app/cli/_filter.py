@@ -208,13 +208,29 @@ def interruptible(fn, chunk, *args):
 class _InFloat32:
     """A float64 source whose every chunk read is checked to lie in float32's range (the
     filtered stack is float32: frame 2 at 1e300 was written as Inf, exit 0); the rest of the
-    source as it is."""
+    source as it is, but no ``stored`` file: a GPU's reads from it would pass the check by."""
+
+    stored = None
 
     def __init__(self, src, name):
         self._src, self._name = src, name
 
     def __getattr__(self, attr):
         return getattr(self._src, attr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._src.__exit__(*exc)
+
+    @staticmethod
+    def like(src, opener):
+        """``opener`` (of a source another reader opens: ``--gpus``' workers) giving sources
+        checked as ``src`` is."""
+        if not isinstance(src, _InFloat32):
+            return opener
+        return lambda: _InFloat32(opener(), src._name)
 
     def read(self, start, stop, out=None):
         from ..alignment.rigid import check_float32_range
@@ -253,8 +269,8 @@ def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
     from ..streaming import map_chunks
 
     if gpu_ids is not None:
-        return map_chunks(lambda: open_stack(path, channel=channel), chunk_frames, filtered,
-                          gpus=gpu_ids)
+        return map_chunks(_InFloat32.like(src, lambda: open_stack(path, channel=channel)),
+                          chunk_frames, filtered, gpus=gpu_ids)
     return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, filtered,
                       xp=backend.xp_for(dev))
 
@@ -293,7 +309,7 @@ def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):
     from ..streaming import map_chunks
 
     if gpu_ids is not None:
-        return map_chunks(lambda: ChannelStack(path), chunk_frames,
+        return map_chunks(_InFloat32.like(src, lambda: ChannelStack(path)), chunk_frames,
                           lambda _, f: fn(f.astype("float32")), gpus=gpu_ids)
     xp = backend.xp_for(dev)
     return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames,

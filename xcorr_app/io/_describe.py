@@ -53,7 +53,7 @@ def describe(path, channel=None) -> dict:
                 "z_step": None,
                 "ngff_version": getattr(src, "ngff_version", None)}
         if fmt == "tiff" and file.is_file():
-            meta = tiff_metadata(file)
+            meta = tiff_metadata(file, dataset or None)  # (FILE:N: that series')
             if len(meta["shape"]) == len(meta["chunks"]) and src.n_frames > 1:
                 # (a series a page, written one by one: its frames as they are read)
                 lead = getattr(src, "frame_layout", None) or (("T", src.n_frames),)

@@ -18,17 +18,17 @@ import tifffile
 
 from ..errors import InputError
 from ._formats import SECONDS, length_unit, z_step
-from ._tiff import plural, tiff_errors
+from ._tiff import plural, series_index, tiff_errors
 
 __all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
 
 
-def _ome_pixels(tif):
-    """``(pixel size, channel names, Z step)`` of an OME-TIFF's first image (the Z step in
-    the pixel size's unit: :func:`~._formats.z_step`)."""
+def _ome_pixels(tif, index=0):
+    """``(pixel size, channel names, Z step)`` of an OME-TIFF's image ``index`` (its series;
+    the Z step in the pixel size's unit: :func:`~._formats.z_step`)."""
     with_meta = tifffile.xml2dict(tif.ome_metadata).get("OME", {})
     image = with_meta.get("Image", {})
-    image = image[0] if isinstance(image, list) else image
+    image = (image[index] if index < len(image) else {}) if isinstance(image, list) else image
     pixels = image.get("Pixels", {})
     size = None
     if "PhysicalSizeX" in pixels and "PhysicalSizeY" in pixels:
@@ -43,14 +43,16 @@ def _ome_pixels(tif):
     return size, names if any(names) else [], z
 
 
-def _frame_interval(tif) -> float | None:
+def _frame_interval(tif, index=0) -> float | None:
     """Seconds between frames as an ImageJ (``finterval`` in ``tunit``, seconds without it) or
-    OME-TIFF (``TimeIncrement`` in ``TimeIncrementUnit``) file says, else None (an unknown
-    unit, too)."""
+    OME-TIFF (``TimeIncrement`` in ``TimeIncrementUnit``, of its image ``index``) file says,
+    else None (an unknown unit, too)."""
     try:
         if tif.is_ome and tif.ome_metadata:
             image = tifffile.xml2dict(tif.ome_metadata).get("OME", {}).get("Image", {})
-            pixels = (image[0] if isinstance(image, list) else image).get("Pixels", {})
+            image = (image[index] if index < len(image) else {}) if isinstance(image, list) \
+                else image
+            pixels = image.get("Pixels", {})
             value, unit = pixels.get("TimeIncrement"), pixels.get("TimeIncrementUnit", "s")
         else:
             meta = (tif.imagej_metadata or {}) if tif.is_imagej else {}
@@ -126,8 +128,9 @@ def says_calibration(path: Path) -> bool:
         return False
 
 
-def tiff_metadata(path: Path) -> dict:
-    """What a TIFF file's first series holds: ``shape``, ``axes`` (tifffile's letters: ``T``,
+def tiff_metadata(path: Path, series=None) -> dict:
+    """What a TIFF file's image series holds (``series``: its index or name, as ``FILE:N``
+    names it; default the first): ``shape``, ``axes`` (tifffile's letters: ``T``,
     ``C``, ``Z``, ``Y``, ``X``, ``S`` samples, ``I``/``Q`` unnamed), ``dtype``, ``chunks``
     (one page), ``pixel_size`` ``(y, x, unit)`` or None, ``channel_names``, ``format``,
     ``frame_interval`` (seconds) or None, ``z_step`` (the distance between Z planes in the
@@ -135,10 +138,11 @@ def tiff_metadata(path: Path) -> dict:
     with tiff_errors(path), tifffile.TiffFile(path) as tif:
         if not tif.series:
             raise InputError(f"{path} contains no image; give a TIFF file with image data")
-        series = tif.series[0]
+        index = 0 if series is None else series_index(series, tif.series, path)
+        series = tif.series[index]
         size, names, z, fmt = None, [], None, "TIFF"
         if tif.is_ome and tif.ome_metadata:
-            size, names, z = _ome_pixels(tif)
+            size, names, z = _ome_pixels(tif, index)
             fmt = "OME-TIFF"
         elif tif.is_imagej:
             size, names, z = _imagej_pixels(tif)
@@ -148,7 +152,7 @@ def tiff_metadata(path: Path) -> dict:
         return {"shape": tuple(series.shape), "axes": series.axes,
                 "dtype": np.dtype(series.dtype), "chunks": tuple(series.keyframe.shape),
                 "pixel_size": size, "channel_names": names, "format": fmt,
-                "frame_interval": _frame_interval(tif),
+                "frame_interval": _frame_interval(tif, index),
                 "z_step": z if "Z" in series.axes else None}
 
 
@@ -168,10 +172,11 @@ class PlaneFrames:
     (3, [1, 3, 5])
     """
 
-    def __init__(self, src, path: Path, z: int, axes=None):
+    def __init__(self, src, path: Path, z: int, axes=None, series=None):
         self.src = src
         try:
-            meta = tiff_metadata(path) if axes is None else {"axes": axes, "shape": None}
+            meta = tiff_metadata(path, series) if axes is None else {"axes": axes,
+                                                                     "shape": None}
         except BaseException:
             src.close()
             raise

@@ -327,7 +327,7 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
     if z is not None:
         from ._ome import PlaneFrames
 
-        return PlaneFrames(src, path, z, axes)
+        return PlaneFrames(src, path, z, axes, dataset or None)
     return src
 
 

@@ -117,7 +117,7 @@ def _series_name(series) -> str:
         else f"{shape} {series.axes}"
 
 
-def _series_index(named, series_list, path) -> int:
+def series_index(named, series_list, path) -> int:
     """The index of the series ``named`` (its index, or its name) of ``series_list``."""
     text = str(named).strip().strip("/")
     names = [getattr(s, "name", "") or "" for s in series_list]
@@ -333,6 +333,12 @@ class TiffFrames:
         """The layout: from the first image series, or for a truncated file (under
         :func:`readable_frames`) from its whole pages (tifffile's series of such a file may
         be wrong or fail)."""
+        if self._named is not None and self._cut is not None:
+            # (a damaged file's whole pages are read as its first series': another named
+            # would be read from them wrong; its series as tifffile lists them may be wrong)
+            raise InputError(f"{self.path} is truncated or damaged ({self._cut.why}): its "
+                             f"image series {self._named} cannot be read from its whole pages; "
+                             "copy it again from the source")
         layout = self._series_layout() if self._cut is None else self._page_layout()
         self._set_layout(channel, *layout)
 
@@ -351,7 +357,7 @@ class TiffFrames:
     def _series_layout(self):
         series_list = self._tif.series
         if self._named is not None and series_list:
-            self._series = _series_index(self._named, series_list, self.path)
+            self._series = series_index(self._named, series_list, self.path)
             series_list = [series_list[self._series]]
         if not series_list:
             raise InputError(f"{self.path} contains no image; give a TIFF file with image data")
