@@ -25,10 +25,12 @@ __all__ = ["filter_cmd", "output_run"]
 @click.command(name="filter", cls=DeviceCommand)
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--kernel", "spec", type=KERNEL, default=None,
-              help="The filter to apply to every frame (one of --kernel, --bank, --mix).")
+              help="The filter to apply to every frame (one of --kernel, --bank, --mix); "
+                   "it correlates, as scipy.ndimage.correlate (a FILE.npy is not flipped).")
 @click.option("--bank", type=BANK, default=None,
               help="A bank of filters over all channels of each frame (im2win or, for 3x3 "
-                   "filters, Winograd kernel): writes one channel per filter.")
+                   "filters, Winograd kernel): writes one channel per filter; a dog or gabor "
+                   "sigma at most 5 (the filters are at most 31x31).")
 @click.option("--mix", type=MIX, default=None,
               help="Mix the channels of each frame (a 1x1 convolution: the pointwise, "
                    "tensor-core or im2win kernel, whichever measures faster): luma, or (F, C) "
