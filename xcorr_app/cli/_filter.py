@@ -238,14 +238,9 @@ class _InFloat32:
         from ..alignment.rigid import check_float32_range
 
         frames = self._src.read(start, stop, out)
-        for i, frame in enumerate(frames):  # (the frame named: the check says frame 0)
-            try:
-                check_float32_range(frame, self._name,
-                                    "the filtered stack is computed and written",
-                                    "scale the stack into that range")
-            except InputError as exc:
-                raise InputError(str(exc).replace("(frame 0)", f"(frame {start + i})")) \
-                    from None
+        for i, frame in enumerate(frames):
+            check_float32_range(frame, self._name, "the filtered stack is computed and written",
+                                "scale the stack into that range", index=start + i)
         return frames
 
 

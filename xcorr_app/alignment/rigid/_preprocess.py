@@ -367,8 +367,9 @@ def stack_exponent(image) -> int:
 
 def check_float32_range(frame, name, what="the aligned stack is computed",
                         advice="the shifts are measured at any scale; scale the stack "
-                               "into that range to warp it"):
-    """InputError where ``frame`` (a stack's first frame) is float64 with values float32 cannot
+                               "into that range to warp it", index=0):
+    """InputError where ``frame`` (a stack's frame ``index``, its first by default) is float64
+    with values float32 cannot
     hold (its largest finite magnitude above float32's largest, or not 0 and below its
     smallest normal number), in which ``what`` (the shifts are measured at any scale, not the
     float32 warps); ``advice``: what to do.
@@ -387,9 +388,9 @@ def check_float32_range(frame, name, what="the aligned stack is computed",
     info = np.finfo(np.float32)
     if peak == 0.0 or float(info.tiny) <= peak <= float(info.max):
         return
-    raise InputError(f"{name}'s pixels reach at most {peak:.3g} (frame 0), outside float32's "
-                     f"range ({float(info.tiny):.3g} to {float(info.max):.3g}), in which {what}: "
-                     f"{advice}")
+    raise InputError(f"{name}'s pixels reach at most {peak:.3g} (frame {index}), outside "
+                     f"float32's range ({float(info.tiny):.3g} to {float(info.max):.3g}), in "
+                     f"which {what}: {advice}")
 
 
 #: the float32 magnitudes a GPU run measures: CuPy compiles every kernel with -ftz=true (a
