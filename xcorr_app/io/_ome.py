@@ -23,13 +23,17 @@ from ._tiff import plural, series_index, tiff_errors
 __all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
 
 
+def _ome_image(tif, index=0) -> dict:
+    """The OME-XML ``Image`` of an OME-TIFF's series ``index`` (an empty dict where it has
+    none)."""
+    image = tifffile.xml2dict(tif.ome_metadata).get("OME", {}).get("Image", {})
+    return (image[index] if index < len(image) else {}) if isinstance(image, list) else image
+
+
 def _ome_pixels(tif, index=0):
     """``(pixel size, channel names, Z step)`` of an OME-TIFF's image ``index`` (its series;
     the Z step in the pixel size's unit: :func:`~._formats.z_step`)."""
-    with_meta = tifffile.xml2dict(tif.ome_metadata).get("OME", {})
-    image = with_meta.get("Image", {})
-    image = (image[index] if index < len(image) else {}) if isinstance(image, list) else image
-    pixels = image.get("Pixels", {})
+    pixels = _ome_image(tif, index).get("Pixels", {})
     size = None
     if "PhysicalSizeX" in pixels and "PhysicalSizeY" in pixels:
         size = (float(pixels["PhysicalSizeY"]), float(pixels["PhysicalSizeX"]),
@@ -49,10 +53,7 @@ def _frame_interval(tif, index=0) -> float | None:
     else None (an unknown unit, too)."""
     try:
         if tif.is_ome and tif.ome_metadata:
-            image = tifffile.xml2dict(tif.ome_metadata).get("OME", {}).get("Image", {})
-            image = (image[index] if index < len(image) else {}) if isinstance(image, list) \
-                else image
-            pixels = image.get("Pixels", {})
+            pixels = _ome_image(tif, index).get("Pixels", {})
             value, unit = pixels.get("TimeIncrement"), pixels.get("TimeIncrementUnit", "s")
         else:
             meta = (tif.imagej_metadata or {}) if tif.is_imagej else {}
@@ -102,8 +103,7 @@ def _imagej_pixels(tif):
     size = _resolution(page)
     if size is not None:
         unit = _imagej_unit(meta.get("unit", ""))
-        size = (*size, unit) if unit or _centimeter_pixels(page) is None \
-            else _centimeter_pixels(page)
+        size = (*size, unit) if unit else (_centimeter_pixels(page) or (*size, ""))
     labels = meta.get("Labels")
     labels = list(labels) if isinstance(labels, (list, tuple)) else []
     # (a label a page, channels first: a hyperstack's channels are its first labels)
