@@ -325,15 +325,60 @@ __global__ void __launch_bounds__(THREADS) tile_regions(
 // (rows, cols), and that shifted area less its first pixel written to `out` (n, rows, cols)
 // float32 (the report filters it for the residual and the rotation probe, and sums it for the
 // mean image's sharpness: none of them sees an offset, and a filter of values near 0 keeps
-// float32's digits for the texture).  The shift is bilinear with fill
-// 0 as warp_shift's, but a shift's taps are weighed once a frame (its fraction as float32,
-// floor(-d) its integer part): warp_shift's float64 source per pixel cost most of its time,
-// and the report's figures need no bits of the output's.  A NaN shift counts as 0.
-// Grid (blocks, n), THREADS threads: the rows of block_moments; partial sums to before and
-// after as area_moments writes them (n, blocks, 3), the warps added in a fixed order.
-// shifted_moments' pixel (y, x) where a tap lies outside the frame: the inside taps alone,
-// blended towards the fill 0 where a tap of weight > 0 is outside (warp_shift's edge), in
-// warp_shift's order
+// float32's digits for the texture).  The shift is bilinear with fill 0 and a NaN shift 0, as
+// warp_shift's:
+// - WHOLE: warp_shift's bit for bit, and the whole shifted frame written to `whole` (n, h, w)
+//   float32 as well: the run's aligned output, made by the report's read instead of a warp of
+//   its own.  Each column's float64 source is made once a block and tile of columns in shared
+//   memory, each row's once a row (a float64 source a pixel cost most of warp_shift's time).
+// - else the area alone, a shift's taps weighed once a frame (its fraction as float32,
+//   floor(-d) its integer part): the same figures, not always the same last bit, and fewer
+//   operations a pixel.
+// Grid (blocks, n), THREADS threads: the rows of block_moments (the frame's rows with
+// WHOLE); partial sums to before and after as area_moments writes them (n, blocks, 3), the
+// warps added in a fixed order.
+constexpr int SHIFT_TILE = 2048;  // (columns whose sources a WHOLE block holds at once)
+
+// warp_shift's pixel from its row's source (y0 its floor, wy_ its two weights, vy whether
+// each tap row is inside) and its column's (x0, wx), fill 0: the same float32 operations in
+// the same order (a tap of weight 0 read not at all: it adds nothing)
+template <typename T>
+__device__ __forceinline__ float shifted_pixel(const T* __restrict__ frame, int h, int w, int y0,
+                                               const float (&wy_)[2], const bool (&vy)[2],
+                                               int x0, float wx) {
+    const float wx_[2] = {__fsub_rn(1.0f, wx), wx};
+    const bool vx[2] = {x0 >= 0 && x0 < w, x0 + 1 >= 0 && x0 + 1 < w};
+    float acc = 0.0f, weight = 0.0f;
+    bool edge = false;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            const float tap = __fmul_rn(wy_[a], wx_[b]);
+            const bool valid = vy[a] && vx[b];
+            const float wgt = __fmul_rn(tap, valid ? 1.0f : 0.0f);
+            edge = edge || (tap != 0.0f && !valid);
+            if (wgt != 0.0f)
+                acc = __fadd_rn(acc, __fmul_rn(wgt, (float)frame[(size_t)(y0 + a) * w + x0 + b]));
+            weight = __fadd_rn(weight, wgt);
+        }
+    return edge ? __fadd_rn(acc, __fmul_rn(__fsub_rn(1.0f, weight), 0.0f)) : acc;
+}
+
+// A row's (or column's) source: its floor (clamped far outside: every tap there is) and its
+// float32 fraction, as warp_shift's bilinear_taps makes them
+struct Source {
+    int at;
+    float frac;
+};
+__device__ __forceinline__ Source source_of(int i, double shift) {
+    const double s = (double)i - shift, f = floor(s);
+    return {(int)fmax(fmin(f, 1073741824.0), -1073741824.0), (float)(s - f)};
+}
+
+// The area-only pixel (y, x) where a tap lies outside the frame (sy, sx its first tap): the
+// inside taps alone, blended towards the fill 0 where a tap of weight > 0 is outside
+// (warp_shift's edge), in warp_shift's order
 template <typename T>
 __device__ __forceinline__ float shifted_edge(const T* __restrict__ frame, int h, int w, int sy,
                                               int sx, const float (&tap)[4]) {
@@ -350,30 +395,35 @@ __device__ __forceinline__ float shifted_edge(const T* __restrict__ frame, int h
     return edge ? __fadd_rn(acc, __fmul_rn(__fsub_rn(1.0f, weight), 0.0f)) : acc;
 }
 
-// (six blocks an SM, two pixels a lane in flight: it waits on its loads, and more warps hide
-// them better than more loads a warp; docs/performance.md)
-template <typename T, int THREADS>
-__global__ void __launch_bounds__(THREADS, 6) shifted_moments(
+// (two pixels a lane in flight for the area alone, six blocks an SM: it waits on its loads,
+// and more warps hide them better than more loads a warp; WHOLE needs more registers a
+// thread, five blocks without spills; docs/performance.md)
+template <typename T, bool WHOLE, int THREADS>
+__global__ void __launch_bounds__(THREADS, WHOLE ? 5 : 6) shifted_moments(
         const T* __restrict__ frames, int h, int w, int y0, int x0, int rows, int cols,
         const double* __restrict__ shifts, const float* __restrict__ ref,
-        float* __restrict__ out, double* __restrict__ before, double* __restrict__ after) {
+        float* __restrict__ out, double* __restrict__ before, double* __restrict__ after,
+        float* __restrict__ whole) {
     constexpr int WARPS = THREADS / 32;
-    constexpr int UNROLL = 2;
+    constexpr int UNROLL = WHOLE ? 1 : 2;
     __shared__ double part[6][WARPS];
+    __shared__ Source column[WHOLE ? SHIFT_TILE : 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t n = blockIdx.y;
     const T* frame = frames + n * h * w;
-    const double my = -finite_shift(shifts[2 * n]), mx = -finite_shift(shifts[2 * n + 1]);
-    const double fy = floor(my), fx = floor(mx);
-    const float wy = (float)(my - fy), wx = (float)(mx - fx);
-    // the integer part (a source row or column is y + oy, x + ox); beyond any frame: every
-    // tap outside, as an infinite shift's
+    const double dy = finite_shift(shifts[2 * n]), dx = finite_shift(shifts[2 * n + 1]);
+    // the area alone: the frame's taps, and its integer part (a source row or column is y +
+    // oy, x + ox); beyond any frame: every tap outside, as an infinite shift's
+    const double fy = floor(-dy), fx = floor(-dx);
     const int oy = (int)fmax(fmin(fy, 536870912.0), -536870912.0);
     const int ox = (int)fmax(fmin(fx, 536870912.0), -536870912.0);
-    const float wy_[2] = {__fsub_rn(1.0f, wy), wy}, wx_[2] = {__fsub_rn(1.0f, wx), wx};
     float tap[4];
+    {
+        const float wy = (float)(-dy - fy), wx = (float)(-dx - fx);
+        const float wy_[2] = {__fsub_rn(1.0f, wy), wy}, wx_[2] = {__fsub_rn(1.0f, wx), wx};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) tap[k] = __fmul_rn(wy_[k >> 1], wx_[k & 1]);
+        for (int k = 0; k < 4; ++k) tap[k] = __fmul_rn(wy_[k >> 1], wx_[k & 1]);
+    }
     // inside the frame: the four taps in warp_shift's order, a tap of weight 0 left out (0 *
     // inf is NaN)
     auto inside = [&](const T* __restrict__ s0, int sx) -> float {
@@ -385,44 +435,86 @@ __global__ void __launch_bounds__(THREADS, 6) shifted_moments(
             if (tap[k] != 0.0f) acc = __fadd_rn(acc, __fmul_rn(tap[k], v[k]));
         return acc;
     };
-    const double pivot_f = (double)(float)frame[(size_t)y0 * w + x0];
-    const int sy0 = y0 + oy, sx0 = x0 + ox;
-    const double pivot_g = (double)(sy0 >= 0 && sy0 + 1 < h && sx0 >= 0 && sx0 + 1 < w
-                                    ? inside(frame + (size_t)sy0 * w, sx0)
-                                    : shifted_edge(frame, h, w, sy0, sx0, tap));
+    // WHOLE: a row's source, its weights and which of its two tap rows are inside
+    float wy_[2];
+    bool vy[2];
+    auto row_taps = [&](int y) -> int {
+        const Source s = source_of(y, dy);
+        wy_[0] = __fsub_rn(1.0f, s.frac);
+        wy_[1] = s.frac;
+        vy[0] = s.at >= 0 && s.at < h;
+        vy[1] = s.at + 1 >= 0 && s.at + 1 < h;
+        return s.at;
+    };
+    double pivot_g;
+    if (WHOLE) {
+        const int sy = row_taps(y0);
+        const Source sx = source_of(x0, dx);
+        pivot_g = (double)shifted_pixel(frame, h, w, sy, wy_, vy, sx.at, sx.frac);
+    } else {
+        const int sy = y0 + oy, sx = x0 + ox;
+        pivot_g = (double)(sy >= 0 && sy + 1 < h && sx >= 0 && sx + 1 < w
+                               ? inside(frame + (size_t)sy * w, sx)
+                               : shifted_edge(frame, h, w, sy, sx, tap));
+    }
     const float pivot = (float)pivot_g;
+    const double pivot_f = (double)(float)frame[(size_t)y0 * w + x0];
     double acc[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    for (int r = blockIdx.x * WARPS + warp; r < rows; r += gridDim.x * WARPS) {
-        const int sy = y0 + r + oy;
-        const bool rows_inside = sy >= 0 && sy + 1 < h;
-        const T* s0 = frame + (size_t)(rows_inside ? sy : 0) * w;
-        const T* row = frame + (size_t)(y0 + r) * w + x0;
-        const float* t = ref + (size_t)r * cols;
-        float* dst = out + (n * rows + r) * cols;
-        // a lane's UNROLL pixels 32 apart sampled first, then summed: their loads in flight
-        // together
-        for (int x1 = lane; x1 < cols; x1 += 32 * UNROLL) {
-            float g[UNROLL], f[UNROLL];
-#pragma unroll
-            for (int k = 0; k < UNROLL; ++k) {
-                const int x = x1 + 32 * k;
-                if (x < cols) {
-                    const int sx = x0 + x + ox;
-                    g[k] = rows_inside && sx >= 0 && sx + 1 < w
-                               ? inside(s0, sx) : shifted_edge(frame, h, w, sy, sx, tap);
-                    f[k] = (float)row[x];
+    // an area pixel's share: its shifted value g less the pivot out, both moments' terms
+    auto measure = [&](const T* __restrict__ row, const float* __restrict__ t,
+                       float* __restrict__ dst, int x, float f, float g) {
+        dst[x] = __fsub_rn(g, pivot);
+        const double tv = (double)t[x];
+        const double v = (double)f - pivot_f, u = (double)g - pivot_g;
+        add_moments(acc, v, tv);
+        add_moments(acc + 3, u, tv);
+    };
+    if (WHOLE) {  // every row and column of the frame, a pixel a lane at a time
+        for (int t0 = 0; t0 < w; t0 += SHIFT_TILE) {
+            const int t1 = min(w, t0 + SHIFT_TILE);
+            __syncthreads();  // (the last tile's sources read)
+            for (int x = t0 + threadIdx.x; x < t1; x += THREADS) column[x - t0] = source_of(x, dx);
+            __syncthreads();
+            for (int y = blockIdx.x * WARPS + warp; y < h; y += gridDim.x * WARPS) {
+                const int sy = row_taps(y);
+                const int r = y - y0;
+                const bool in_rows = r >= 0 && r < rows;
+                const T* row = frame + (size_t)y * w - x0;
+                const float* t = ref + (size_t)(in_rows ? r : 0) * cols - x0;
+                float* dst = out + (n * rows + (in_rows ? r : 0)) * cols - x0;
+                float* all = whole + (n * h + y) * w;
+                for (int x = t0 + lane; x < t1; x += 32) {
+                    const Source s = column[x - t0];
+                    const float g = shifted_pixel(frame, h, w, sy, wy_, vy, s.at, s.frac);
+                    all[x] = g;
+                    if (in_rows && x >= x0 && x < x0 + cols)
+                        measure(row, t, dst, x, (float)row[x + x0], g);
                 }
             }
+        }
+    } else {  // the area's rows, a lane's UNROLL pixels 32 apart sampled first, then summed
+        for (int r = blockIdx.x * WARPS + warp; r < rows; r += gridDim.x * WARPS) {
+            const int sy = y0 + r + oy;
+            const bool rows_inside = sy >= 0 && sy + 1 < h;
+            const T* s0 = frame + (size_t)(rows_inside ? sy : 0) * w;
+            const T* row = frame + (size_t)(y0 + r) * w + x0;
+            const float* t = ref + (size_t)r * cols;
+            float* dst = out + (n * rows + r) * cols;
+            for (int x1 = lane; x1 < cols; x1 += 32 * UNROLL) {
+                float g[UNROLL], f[UNROLL];
 #pragma unroll
-            for (int k = 0; k < UNROLL; ++k) {
-                const int x = x1 + 32 * k;
-                if (x < cols) {
-                    dst[x] = __fsub_rn(g[k], pivot);
-                    const double tv = (double)t[x];
-                    const double v = (double)f[k] - pivot_f, u = (double)g[k] - pivot_g;
-                    add_moments(acc, v, tv);
-                    add_moments(acc + 3, u, tv);
+                for (int k = 0; k < UNROLL; ++k) {
+                    const int x = x1 + 32 * k;
+                    if (x < cols) {
+                        const int sx = x0 + x + ox;
+                        g[k] = rows_inside && sx >= 0 && sx + 1 < w
+                                   ? inside(s0, sx) : shifted_edge(frame, h, w, sy, sx, tap);
+                        f[k] = (float)row[x];
+                    }
                 }
+#pragma unroll
+                for (int k = 0; k < UNROLL; ++k)
+                    if (x1 + 32 * k < cols) measure(row, t, dst, x1 + 32 * k, f[k], g[k]);
             }
         }
     }

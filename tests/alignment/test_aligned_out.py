@@ -318,3 +318,65 @@ def test_a_lazy_stack_is_not_read_to_check_out_apart(deformed):
             raise AssertionError("read whole to check out apart")
 
     check_apart(np.zeros(deformed.shape, np.float32), Lazy())
+
+
+@pytest.mark.gpu
+def test_gpu_rigid_report_fills_out_as_it_reads(deformed, monkeypatch):
+    """A rigid run of a CuPy stack into a CuPy ``out`` with the quality report: the report's
+    pass shifts the frames once for its figures and the output (no warp of the output's
+    own), and ``out`` is bit for bit ``apply``'s, as without the report; the report is
+    the one the run gives where its pass fills no ``out`` (its shift's taps weighed once a
+    frame: to float32 rounding)."""
+    import cupy as cp
+
+    from xcorr_app.alignment._executors import InProcess
+
+    stack = cp.asarray(deformed)
+    off = cp.full(deformed.shape, cp.nan, cp.float32)
+    plain = align(stack, device="gpu", chunk_frames=3, out=off, quality=False, **KW)
+    apart = align(stack, device="gpu", chunk_frames=3, **KW).quality
+
+    def refused(*args):
+        raise AssertionError("the output warped apart from the report's pass")
+
+    monkeypatch.setattr(InProcess, "fill_out", refused)
+    on = cp.full(deformed.shape, cp.nan, cp.float32)
+    res = align(stack, device="gpu", chunk_frames=3, out=on, **KW)
+    # (the shifts of a run with the report and one without: the same to the GPU's 1e-4 px,
+    # the passes' memory plans differ; each output is its run's shifts applied, bit for bit)
+    np.testing.assert_allclose(res.shifts, plain.shifts, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(on.get(), applied(res, deformed, device="gpu"))
+    np.testing.assert_array_equal(off.get(), applied(plain, deformed, device="gpu"))
+    q = res.quality
+    for k in ("before", "after", "residual", "residual_rotation_deg"):
+        np.testing.assert_allclose(getattr(q, k), getattr(apart, k), rtol=1e-4, atol=1e-4)
+    for k in ("worse", "poor", "rotated"):
+        np.testing.assert_array_equal(getattr(q, k), getattr(apart, k))
+    assert q.area == apart.area
+    np.testing.assert_allclose([q.sharpness_before, q.sharpness_after],
+                               [apart.sharpness_before, apart.sharpness_after], rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_gpu_rigid_report_leaves_out_to_its_warp_where_it_reads_other_frames(monkeypatch):
+    """Where the report reads frames the output is not made of (a static pattern taken from
+    what it reads), the output is warped apart, from the frames as they are."""
+    import cupy as cp
+
+    from xcorr_app.alignment._executors import InProcess
+
+    rng = np.random.default_rng(3)
+    stack = nonrigid_stack(rng, 9, (96, 112), 10.0, 0.0, 400.0, "camera")[0]
+    hot = (rng.random(stack.shape[1:]) < 0.004) * 5.0 * stack.max()  # hot pixels
+    stack = (stack + hot).astype(np.float32)
+    seen, asked = [], InProcess.out_in_report
+
+    def recorded(self, out):
+        seen.append(asked(self, out))
+        return seen[-1]
+
+    monkeypatch.setattr(InProcess, "out_in_report", recorded)
+    out = cp.full(stack.shape, cp.nan, cp.float32)
+    res = align(cp.asarray(stack), device="gpu", out=out, static="on", **KW)
+    assert res.settings["static"]["removed"] and seen == [False]
+    np.testing.assert_array_equal(out.get(), applied(res, stack, device="gpu"))

@@ -48,15 +48,19 @@ def test_gpu_area_moments_match_the_float64_definition(rng, shape, area, dtype, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,area", [((3, 5, 7), None), ((2, 13, 29), (1, 12, 3, 28)),
-                                        ((70, 300, 41), (4, 299, 0, 37))])
+                                        ((70, 300, 41), (4, 299, 0, 37)),
+                                        ((3, 9, 2100), (2, 7, 5, 2090))])
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int16, np.float32, np.float64])
-def test_gpu_shifted_moments_match_the_shift_and_the_definition(rng, shape, area, dtype):
+@pytest.mark.parametrize("into", [False, True])
+def test_gpu_shifted_moments_match_the_shift_and_the_definition(rng, shape, area, dtype, into):
     """``shifted_moments`` (the rigid report's chunk in one read): the shifted area equals
-    :func:`~xcorr_app.alignment.warp.shift_frames`' NumPy definition less its first pixel to
-    float32 rounding (the taps weighed once a frame), NaN where it is, the border blended
-    towards 0 where a tap lies outside; both moments equal the float64 definition's of the
-    frames as they came and shifted.  Odd frames under a warp and over a block, fractional,
-    whole, NaN and far shifts, every pixel type, the pool poisoned with NaN first."""
+    :func:`~xcorr_app.alignment.warp.shift_frames`' NumPy definition less its first pixel (to
+    float32 rounding: the taps weighed once a frame; with ``whole`` bit for bit, and the whole
+    frames shifted the definition's bit for bit, every pixel written: the array poisoned
+    first), NaN where it is, the border blended towards 0 where a tap lies outside; both
+    moments equal the float64 definition's of the frames as they came and shifted.  Odd frames under a warp and over a block, frames wider
+    than the kernel's tile of columns, fractional, whole, NaN and far shifts, every pixel type,
+    the pool poisoned with NaN first."""
     import cupy as cp
 
     from xcorr_app.alignment._quality_figures import area_blocks, moments_of, shifted_moments
@@ -76,17 +80,22 @@ def test_gpu_shifted_moments_match_the_shift_and_the_definition(rng, shape, area
     del junk
     blocks = (n, area_blocks(y1 - y0), 3)
     before, after = cp.full(blocks, np.nan), cp.full(blocks, np.nan)
+    whole = cp.full(shape, np.nan, cp.float32) if into else None
     got = shifted_moments(cp.asarray(frames), cp.asarray(shifts), cp.asarray(ref),
-                          (y0, y1, x0, x1), before, after)
-    shifted = shift_frames(frames, np.nan_to_num(shifts), area=(y0, y1, x0, x1))
+                          (y0, y1, x0, x1), before, after, whole)
+    everything = shift_frames(frames, np.nan_to_num(shifts))
+    shifted = everything[:, y0:y1, x0:x1]
     want = shifted - shifted[:, :1, :1]  # (less the first pixel)
     g = cp.asnumpy(got)
+    if into:
+        np.testing.assert_array_equal(g, want)
+        np.testing.assert_array_equal(cp.asnumpy(whole), everything)
     np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
     np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-5 * np.nanmax(np.abs(want)))
     # (the frames as they came: the same sums; shifted: the definition's shift, whose taps
-    # are weighed a pixel at a time, to float32 rounding)
+    # are weighed a pixel at a time, to float32 rounding without ``whole``)
     for sums, of, at, tol in ((before, frames, (y0, y1, x0, x1), 1e-12),
-                              (after, shifted, (0, y1 - y0, 0, x1 - x0), 1e-6)):
+                              (after, shifted, (0, y1 - y0, 0, x1 - x0), 1e-12 if into else 1e-6)):
         have, defined = moments_of(sums), _moments_definition(of, ref[None], at)
         finite = np.isfinite(defined).all(axis=1)
         assert np.isnan(have[~finite]).any(axis=1).all()

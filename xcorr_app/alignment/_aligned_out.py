@@ -98,7 +98,7 @@ def fill_out(res, out, target, device, gpus=None, bidi=0.0):
     ``bidi``: the line offset still to remove from ``target``'s frames (0: read corrected,
     or none)."""
     from .rigid import correct_bidi
-    from .warp import shift_frames
+    from .warp import shift_frames, shift_into
 
     warped = res.motion_field is not None or res.rotation_deg is not None  # (a field's warp)
     kwargs = {} if warped or gpus is None else {"gpus": gpus}
@@ -110,10 +110,10 @@ def fill_out(res, out, target, device, gpus=None, bidi=0.0):
         dtype = chunk_type(out) if callable(out) else None
         for a in range(0, len(target), c):
             frames = correct_bidi(target[a:a + c], bidi) if bidi else target[a:a + c]
-            moved = shift_frames(frames, cupy.asarray(res.shifts[a:a + c]), dtype=dtype)
-            if not callable(out):
-                out[a:a + len(moved)] = moved
+            if not callable(out):  # (in place: no copy of the chunk's result)
+                shift_into(frames, cupy.asarray(res.shifts[a:a + c]), out[a:a + len(frames)])
                 continue
+            moved = shift_frames(frames, cupy.asarray(res.shifts[a:a + c]), dtype=dtype)
             if getattr(out, "takes_device", False):  # (it copies them to the host itself)
                 cupy.cuda.get_current_stream().synchronize()
                 out(a, moved)

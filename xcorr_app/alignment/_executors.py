@@ -86,6 +86,12 @@ class Executor:
     def portable(self, a):
         return backend.to_numpy(a) if self.remote else a
 
+    def out_in_report(self, out) -> bool:
+        """Whether a rigid run's quality report may fill ``out`` as it reads the frames
+        (:func:`~._quality.measure_quality`'s ``out``): it reads the very frames the output
+        is made of (here: never)."""
+        return False
+
     def settings(self) -> dict:
         return {"device": self.device, "chunk_frames": self.chunk,
                 "max_memory": self.opts.max_memory, "executor": self.name}
@@ -155,6 +161,16 @@ class InProcess(Executor):
         kept = src.stack if src.stash is not None and src.stash.complete else self.stack
         return measure_field(opts, kept, rigid, self.xp, self.chunk, out=out,
                              prepared=self.prepared, quality=quality, progress=progress)
+
+    def out_in_report(self, out) -> bool:
+        """A CuPy ``out`` of a CuPy stack read as it is (no line offset or static pattern
+        taken from what the report reads: :meth:`fill_out` shifts these same frames)."""
+        src = self.src
+        return backend.is_cupy_array(out) and backend.is_cupy_array(self.stack) \
+            and not self.bidi and isinstance(src, StashedSource) and src.stash is None \
+            and backend.is_cupy_array(src.stack) and src.stack.shape == self.stack.shape \
+            and src.stack.data.ptr == self.stack.data.ptr \
+            and src.stack.strides == self.stack.strides and src.stack.dtype == self.stack.dtype
 
     def fill_out(self, res, out):
         from ._aligned_out import fill_out

@@ -65,7 +65,7 @@ from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_b
 from .piecewise import field_weights, patch_preparer, warp_chunk
 from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
 from .piecewise import RotationProbe, rigid_body_weights, rotated_frames
-from .warp import common_area, rigid_body_field, shift_frames
+from .warp import common_area, rigid_body_field, shift_frames, shift_into
 
 __all__ = ["QualityReport", "measure_quality", "PatchReport", "PatchQuality", "RESIDUAL_LIMIT"]
 
@@ -193,7 +193,7 @@ class QualityReport:
 
 
 def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
-                    rotation=None, relative_to=None, progress=None):
+                    rotation=None, relative_to=None, progress=None, out=None):
     """The :class:`QualityReport` of a run's ``shifts`` (N, 2) against ``template`` (the image
     the run's last pass measured against, as it came: the first frame, the mean, the refined
     template), its frames read once more through ``executor`` (its ranges, where it reads).
@@ -203,8 +203,11 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
     (:func:`~.warp.rigid_body_field`).  ``relative_to``: the frame whose place the shifts
     are in, where ``template`` is a template of the frames (each frame's rotation is judged
     against that frame's: :func:`~.piecewise.rotated_frames`).  ``progress(k)``: called with
-    each chunk's frames as it is read."""
-    shifts = np.asarray(shifts, np.float64)
+    each chunk's frames as it is read.  ``out``: a rigid run's aligned output (a C-contiguous
+    float32 CuPy array of the stack's shape, where :meth:`~._executors.Executor.out_in_report`
+    says the report reads the frames it is made of), filled by this pass as it reads them
+    (the frames shifted once, for the output and the figures)."""
+    shifts = run_shifts = np.asarray(shifts, np.float64)
     chunk = opts.chunk_frames or executor.chunk or DEFAULT_CHUNK  # (the run's reads)
     t = executor.portable(executor.xp.asarray(template))  # (as it came)
     if patches is None:
@@ -216,7 +219,8 @@ def measure_quality(opts, shifts, executor, frame_shape, template, patches=None,
         area = _area(shifts if field is None else field.reshape(-1, 2), frame_shape,
                      0 if field is None else 1)
         part = functools.partial(_rows_part, opts=opts, shifts=shifts, area=area, chunk=chunk,
-                                 template=t, host=not executor.local, field=field)
+                                 template=t, host=not executor.local, field=field,
+                                 fill=None if out is None else (out, run_shifts))
         return report_of(executor.map(part, progress), shifts, area, xp=executor.xp,
                          rotation=(frame_shape, relative_to))
     field, centres, size = (np.asarray(patches[0], np.float64),
@@ -639,7 +643,7 @@ DEVICE_CHUNKS = 4
 
 
 def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, chunk,
-               host=True, field=None):
+               host=True, field=None, fill=None):
     """Rows ``(before, after, residual dy, residual dx, rotation, its error, off)`` of frames
     ``start:stop`` of a rigid run (the rotation:
     :class:`~.piecewise._rotation.RotationProbe`'s, of the aligned frames; ``field``: a
@@ -649,7 +653,10 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     after)}``), else those means' float64 sums (``{"sums": (raw, aligned)}``: host arrays
     with ``host``, else on the range's device), with the count of the aligned ones.  Frames
     are streamed as a pass streams them (on the GPU: pinned copies on two streams, overlapped
-    with the work); nothing waits for the device before the last chunk is queued."""
+    with the work); nothing waits for the device before the last chunk is queued.  ``fill``:
+    ``(aligned, run_shifts)``, the run's aligned output (CuPy, the range's frames) filled with
+    the frames shifted by the run's shifts: by the figures' own shift where those are the
+    same (the frames as they are, the same shifts), else by a shift of its own."""
     y0, y1, x0, x1 = area
     filtered = None if field is not None else _filtered(opts, xp)
     if filtered is not None and xp is not np and not opts.chunk_frames \
@@ -669,9 +676,16 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
     moments = None if xp is np else _AreaMoments(xp, stop - start, inside.shape[0])
-    if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
+    if filtered is not None or fill is not None:  # (uploaded once: a chunk may wait for it)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
+    if fill is not None:
+        aligned_out, run_shifts = fill
+        # (the figures' shift is the output's where the frames are read at their own scale
+        # and each shift is the run's: NaN counts as 0 in both)
+        same = filtered is not None and k == 0 and np.array_equal(
+            np.nan_to_num(run_shifts[start:stop]), np.nan_to_num(shifts[start:stop]))
+        out_moved = moved if same else xp.asarray(np.nan_to_num(run_shifts[start:stop]))
     # (the CPU's prefilter a slice of frames a thread: one filter call each, whose NumPy
     # passes free the GIL; BLAS on one thread, as the measuring pass: its idle threads spin)
     threads = cpu_threads() if xp is np and filtered is not None else 1
@@ -684,6 +698,12 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             b = a + len(frames)
             if progress is not None:
                 progress(len(frames))
+            whole = None
+            if fill is not None:  # (the run's output: the frames as they are)
+                whole = aligned_out[a:b]
+                if not same:
+                    shift_into(xp.asarray(frames), out_moved[first:first + len(frames)], whole)
+                    whole = None
             frames = scaled_by(frames, k, xp)
             host_ok = np.isfinite(shifts[a:b]).all(axis=1)
             ok = None if host_ok.all() else xp.asarray(host_ok)
@@ -702,7 +722,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
             frames = xp.asarray(frames)  # (read in place: only the shifted area converted)
             if filtered is not None:
                 g, p = moments.add_shifted(first, t, frames, moved[first:first + len(frames)],
-                                           area, filtered)
+                                           area, filtered, whole)
                 sums.add(frames, g, ok, f_area=area)
                 probe.add(p)
                 continue
@@ -806,15 +826,15 @@ class _AreaMoments:
         self.finite, self.constant = xp.empty(n, bool), xp.empty(n, bool)
         self.masks = True  # (False: the masks are read from the aligned areas' moments)
 
-    def add_shifted(self, i, figures, frames, shifts, area, filtered):
+    def add_shifted(self, i, figures, frames, shifts, area, filtered, whole=None):
         """The chunk of frames ``i:i + len(frames)`` (whole, as they came) shifted by
         ``shifts`` (CuPy) in the kernel that sums both correlations' moments
-        (:meth:`~._quality_figures.AreaFigures.shifted_moments`), then ``filtered``
-        (:func:`_filtered`) and the residual's moments summed: ``(aligned, filtered)``
-        areas."""
+        (:meth:`~._quality_figures.AreaFigures.shifted_moments`; the whole frames shifted
+        into ``whole`` too, where given), then ``filtered`` (:func:`_filtered`) and the
+        residual's moments summed: ``(aligned, filtered)`` areas."""
         at = slice(i, i + len(frames))
         b, a, r = (m[at] for m in self.moments)
-        g = figures.shifted_moments(frames, shifts, area, b, a)
+        g = figures.shifted_moments(frames, shifts, area, b, a, whole)
         p = filtered(g)
         figures.residual_moments(p, out=r)
         self.masks = False

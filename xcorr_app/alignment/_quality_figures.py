@@ -65,7 +65,8 @@ REPORT_COEF = 2048
 REPORT_ROWS = 32
 #: :func:`shifted_moments`: a rigid report's chunk shifted and both its correlations' moments
 SHIFTED_MOMENTS = KernelFamily("quality_moments.cu", "shifted_moments",
-                               [(t, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()])
+                               [(t, w, MOMENT_THREADS) for t in PIXEL_C_TYPES.values()
+                                for w in (False, True)])
 #: kernels/alignment/quality_images.cu
 TEMPLATE_FIGURES = KernelFamily("quality_images.cu", "template_figures", [(MOMENT_THREADS,)])
 IMAGE_FIGURES = KernelFamily("quality_images.cu", "image_figures",
@@ -215,11 +216,13 @@ class AreaFigures(RegionFigures):
         takes (``out``: as :func:`area_moments`')."""
         return area_moments(frames, self.t.reshape(1, *self.shape), area=area, out=out)
 
-    def shifted_moments(self, frames, shifts, area, before, after):
+    def shifted_moments(self, frames, shifts, area, before, after, whole=None):
         """The ``area`` of ``frames`` (whole, on the GPU) shifted by ``shifts`` (n, 2) float64
         CuPy, and both correlations' moments (:meth:`zncc_moments`' of the area as it came
-        into ``before``, of it shifted into ``after``) in one read: :func:`shifted_moments`."""
-        return shifted_moments(frames, shifts, self.t.reshape(self.shape), area, before, after)
+        into ``before``, of it shifted into ``after``) in one read (the whole frames shifted
+        into ``whole`` too): :func:`shifted_moments`."""
+        return shifted_moments(frames, shifts, self.t.reshape(self.shape), area, before, after,
+                               whole)
 
     def residual_moments(self, frames, out=None):
         """(n, blocks, 4) float64 on the GPU: the blocks' moments of the prepared frames,
@@ -330,7 +333,7 @@ def area_moments(frames, refs, area=None, out=None):
     return partial
 
 
-def shifted_moments(frames, shifts, ref, area, before, after):
+def shifted_moments(frames, shifts, ref, area, before, after, whole=None):
     """``(n, rows, cols)`` float32 CuPy: the ``area`` ``(y0, y1, x0, x1)`` of each of ``frames``
     (n, h, w) CuPy shifted by its ``shifts`` (n, 2) float64 CuPy (bilinear, fill 0, as
     :func:`~.warp.shift_frames`, but a shift's taps weighed once a frame: the same figures, not
@@ -338,7 +341,9 @@ def shifted_moments(frames, shifts, ref, area, before, after):
     the texture; the report's figures and the mean image's sharpness see no offset); and, in
     the same read, :func:`area_moments` against ``ref`` (rows, cols) float32 of the area as it
     came into ``before`` and of it shifted into ``after`` (C-contiguous float64 ``(n,
-    area_blocks(rows), 3)`` each)
+    area_blocks(rows), 3)`` each).  ``whole``: a C-contiguous float32 CuPy array (n, h, w) the
+    whole shifted frames are written to as well (a run's aligned output: no warp of its own),
+    each pixel :func:`~.warp.shift_frames`' bit for bit, and so the area's
     (``kernels/alignment/quality_moments.cu`` shifted_moments)."""
     import cupy as cp
 
@@ -349,19 +354,22 @@ def shifted_moments(frames, shifts, ref, area, before, after):
     blocks = _row_blocks(rows)
     ref = cp.ascontiguousarray(ref, cp.float32)
     if ref.shape != (rows, cols) or shifts.shape != (n, 2) or shifts.dtype != cp.float64 \
-            or not shifts.flags.c_contiguous or not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w):
+            or not shifts.flags.c_contiguous or not (0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w) \
+            or (whole is not None and (whole.shape != frames.shape or whole.dtype != cp.float32
+                                       or not whole.flags.c_contiguous)):
         raise ValueError(f"shifted_moments: a {ref.shape} reference and {shifts.shape} "
                          f"{shifts.dtype} shifts for the area {(y0, y1, x0, x1)} of {n} "
-                         f"{h}x{w} frames")
+                         f"{h}x{w} frames" + ("" if whole is None else
+                                              f", into {whole.shape} {whole.dtype}"))
     before, after = (_partial(o, (n, blocks, 3)) for o in (before, after))
     out = cp.empty((n, rows, cols), cp.float32)
-    kernel = SHIFTED_MOMENTS.get(c_type, MOMENT_THREADS)
+    kernel = SHIFTED_MOMENTS.get(c_type, whole is not None, MOMENT_THREADS)
     for a in range(0, n, 65535):  # (the grid's y extent)
         b = min(n, a + 65535)
         kernel((blocks, b - a), (MOMENT_THREADS,),
                (frames[a:b], np.int32(h), np.int32(w), np.int32(y0), np.int32(x0),
                 np.int32(rows), np.int32(cols), shifts[a:b], ref, out[a:b], before[a:b],
-                after[a:b]))
+                after[a:b], None if whole is None else whole[a:b]))
     return out
 
 

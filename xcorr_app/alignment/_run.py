@@ -147,7 +147,11 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                                          progress=passes))
             passes.finish()
             res.settings["patches"]["template_passes"] = opts.patch_template_passes
-        if out is not None and not filled:
+        # (a rigid report that reads the frames the output is made of fills it as it shifts
+        # them: the frames read and shifted once)
+        in_report = out is not None and not filled and opts.quality and opts.patches is None \
+            and opts.model == "translation" and executor.out_in_report(out)
+        if out is not None and not filled and not in_report:
             executor.fill_out(res, out)
         if report is not None:  # (on one device measured as the last patch pass warped)
             # (in the pass; on several devices a pass of its own, with no share of the bar)
@@ -160,7 +164,7 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
                 # (a rigid-body run's: against frame 0 itself where rigid_body_result made it
                 # the template, else its template's own)
                 relative_to=0 if opts.from_template and opts.model == "translation" else None,
-                progress=reporting)
+                progress=reporting, out=out if in_report else None)
             reporting.finish()
     executor.finish()
     res.frame_shape = tuple(src.frame_shape)

@@ -385,11 +385,20 @@ def _window(area, shape):
     return y0, y1, x0, x1
 
 
-def _shift_bilinear_gpu(frames, shifts, fill, dtype=None, window=None):
+def shift_into(frames, shifts, out):
+    """``out`` (n, h, w) float32 CuPy, C-contiguous: ``frames`` (n, h, w) CuPy shifted by
+    ``shifts`` as :func:`shift_frames` shifts them (bilinear, fill 0), written in place (no
+    copy of a result into it)."""
+    _shift_bilinear_gpu(frames, shifts, 0.0, into=out)
+    return out
+
+
+def _shift_bilinear_gpu(frames, shifts, fill, dtype=None, window=None, into=None):
     """The bilinear lines of :func:`shift_frames` as one kernel
     (``kernels/alignment/warp_shift.cu``: the same float32 operations, so the same bits);
     ``dtype``: float32 (None) or the frames' own integer type, rounded in the kernel;
-    ``window``: ``(y0, y1, x0, x1)``, the region computed (None: the whole frame)."""
+    ``window``: ``(y0, y1, x0, x1)``, the region computed (None: the whole frame); ``into``:
+    the C-contiguous array of the result's shape and type it is written to."""
     import cupy as cp
 
     if frames.ndim != 3:
@@ -408,7 +417,11 @@ def _shift_bilinear_gpu(frames, shifts, fill, dtype=None, window=None):
         raise InputError(f"shifts of shape {tuple(s.shape)} do not fit {nf} frames: (N, 2), "
                          "N the frames' count or 1")
     y0, y1, x0, x1 = window or (0, h, 0, w)
-    out = cp.empty((n, y1 - y0, x1 - x0), out_type)
+    shape = (n, y1 - y0, x1 - x0)
+    if into is not None and (into.shape != shape or into.dtype != out_type
+                             or not into.flags.c_contiguous):
+        raise ValueError(f"shifted frames {shape} {out_type} into {into.shape} {into.dtype}")
+    out = cp.empty(shape, out_type) if into is None else into
     if out.size == 0:
         return out
     kernel = WARP_SHIFT.get(c_type, o_type, THREADS)
