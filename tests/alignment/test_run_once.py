@@ -237,6 +237,9 @@ def test_save_keeps_existing_outputs_and_writes_nothing_on_a_bad_option(tmp_path
             res.save(folder, **{flag: value})
     with pytest.raises(xcorr_app.InputError, match="unknown resampling 'nearest'"):
         res.save(folder, resample="nearest")
+    for bad, said in ((None, "NoneType"), (123, "int"), ("", "''"), (b"run", "bytes")):
+        with pytest.raises(xcorr_app.InputError, match=f"folder must be a path .*{said}"):
+            res.save(bad)
     with pytest.raises(xcorr_app.InputError, match="force must be True or False"):
         xcorr_app.align_sessions([str(stack_path("cell"))], out=tmp_path / "s", force="no",
                                  max_shift=8, device="cpu")

@@ -189,6 +189,7 @@ def test_images_without_pixels_are_an_input_error(shape):
                                       (dict(upsample_factor=0.5), "upsample_factor"),
                                       (dict(upsample_factor=0), "upsample_factor"),
                                       (dict(upsample_factor=np.nan), "upsample_factor"),
+                                      (dict(upsample_factor=np.inf), "upsample_factor"),
                                       (dict(upsample_factor="ten"), "upsample_factor")])
 def test_bad_arguments(kw, word):
     img = np.random.default_rng(0).random((8, 8))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from pathlib import Path
 
 import numpy as np
@@ -334,6 +335,12 @@ class AlignResult:
         from .outputs import (RunOutputs, aligned_of, channel_metadata, channels_of,
                               check_channels, check_save)
 
+        if isinstance(folder, bytes) or not isinstance(folder, (str, os.PathLike)) \
+                or not str(folder):
+            raise InputError(f"folder must be a path (a str or a pathlib.Path), got "
+                             f"{folder!r}" if isinstance(folder, str)
+                             else f"folder must be a path (a str or a pathlib.Path), got "
+                             f"{type(folder).__name__}")
         if self.source is None:
             raise InputError("this result does not know its input; align a path or an array "
                              "with xcorr_app.align to save it")

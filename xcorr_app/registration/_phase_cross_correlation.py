@@ -216,8 +216,9 @@ def phase_cross_correlation(reference_image, moving_image, *, upsample_factor=1,
         u = float(upsample_factor)
     except (TypeError, ValueError):
         u = float("nan")
-    if not u >= 1:
-        raise InputError(f"upsample_factor must be >= 1, got {upsample_factor!r}")
+    if not 1 <= u < float("inf"):
+        raise InputError(f"upsample_factor must be a finite number >= 1, got "
+                         f"{upsample_factor!r}")
     if reference_mask is not None or moving_mask is not None:
         return _masked(reference_image, moving_image, reference_mask, moving_mask, overlap_ratio,
                        u, space)
