@@ -76,6 +76,26 @@ def test_streaming_equals_in_memory(tmp_path, rng, reference):
         np.testing.assert_array_equal(r.fft_shifts, base.fft_shifts)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("reference", ["mean", "mean:5"])
+def test_mean_reference_leaves_out_frames_with_nan_pixels(rng, reference, device):
+    """A frame with a NaN pixel is left out of the mean (and measured as such a frame is: NaN
+    shifts, flagged), not a refusal of the whole run: the other frames' shifts are those
+    against the mean of the finite frames; a mean of no finite frame is refused, once."""
+    stack, _ = drift_stack(rng, n=6, shape=(64, 80), max_shift=3, peak_counts=500)
+    stack = stack.astype(np.float32)
+    stack[2, 5, 5] = np.nan
+    res = align(stack, reference=reference, max_shift=6, device=device)
+    finite = [0, 1, 3, 4] + ([5] if reference == "mean" else [])
+    want = align(stack, reference=stack[finite].astype(np.float64).mean(axis=0), max_shift=6,
+                 device=device)
+    assert np.isnan(res.shifts[2]).all() and res.nonfinite[2] and res.low_confidence[2]
+    np.testing.assert_array_equal(res.shifts, want.shifts)
+    stack[:, 0, 0] = np.inf
+    with pytest.raises(InputError, match="every frame of the mean reference has NaN or Inf"):
+        align(stack, reference=reference, max_shift=6, device=device)
+
+
 def test_max_memory_too_small_is_a_clear_error(rng):
     stack, _ = drift_stack(rng, n=3, shape=(64, 64))
     with pytest.raises(XcorrError, match="too small for frames of 64x64"):

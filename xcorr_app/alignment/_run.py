@@ -46,8 +46,8 @@ from .rigid import (check_frame_shape, decide_bidi, refined_or_first, remove_sta
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
 from ._quality import PatchReport, measure_quality
-from .rigid import (check_float32_range, check_gpu_float32, check_reference, mean_count,
-                    reference_frame, scaled_by, stack_exponent)
+from .rigid import (check_float32_range, check_gpu_float32, check_reference, finite_sums,
+                    mean_count, mean_of, reference_frame, scaled_by, stack_exponent)
 from .rigid import COLUMN
 from ._result import result_from_table
 from .refine import (LucasKanadeFit, ReferenceFit, TemplateSums, decide_lucas_kanade,
@@ -353,23 +353,15 @@ def reference_image(spec, opts, src, executor):
     if count is None:
         return reference_frame(spec, src, executor.xp, executor.chunk or DEFAULT_CHUNK,
                                opts.channel)
-    part = functools.partial(frame_sums, count=count, chunk=executor.chunk or DEFAULT_CHUNK)
-    parts = executor.map(part, None, upto=count)
-    xp = executor.xp
-    acc = xp.asarray(parts[0])
-    for s in parts[1:]:  # in frame order
-        acc = acc + xp.asarray(s)
-    return xp.divide(acc, count)  # (not ``/``: see filters.gradient)
+    part = functools.partial(_finite_part, count=count, chunk=executor.chunk or DEFAULT_CHUNK)
+    return mean_of(executor.map(part, None, upto=count), executor.xp)
 
 
-def frame_sums(src, xp, start, stop, progress, *, count, chunk):
-    """float64 sum of frames ``start:min(stop, count)``, a chunk at a time (a part of a mean
-    reference; on ``xp``'s device)."""
-    stop = min(stop, count)
-    acc = xp.zeros(src.frame_shape, xp.float64)
-    for a in range(start, stop, chunk):
-        acc += xp.asarray(src.read(a, min(a + chunk, stop))).astype(xp.float64).sum(axis=0)
-    return acc if xp is np else backend.to_numpy(acc)
+def _finite_part(src, xp, start, stop, progress, *, count, chunk):
+    """:func:`~.rigid.finite_sums` of frames ``start:min(stop, count)`` (a part of a mean
+    reference; its sum on the host where the range ran elsewhere than ``xp``'s device)."""
+    acc, kept = finite_sums(src, xp, start, min(stop, count), chunk)
+    return (acc if xp is np else backend.to_numpy(acc)), kept
 
 
 #: the share of a run's progress bar the measuring passes fill where a patch pass follows (it

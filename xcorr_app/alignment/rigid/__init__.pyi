@@ -17,8 +17,8 @@ from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, Prefilter,
                           brightness_change, check_float32_range, check_gpu_float32,
                           choose_prefilter, parse_prefilter, prepare, scale_free, scaled_by,
                           spread_frames, stack_exponent, window)
-from ._references import (CHOICES, check_reference, is_previous, mean_count, own_frame,
-                          reference_frame, reference_index, refined_passes)
+from ._references import (CHOICES, check_reference, finite_sums, is_previous, mean_count,
+                          mean_of, own_frame, reference_frame, reference_index, refined_passes)
 from ._static import (STATIC, STATIC_PREFILTER, StaticSource, decide_static, fit_static,
                       parse_static, refined_or_first, remove_static, static_possible,
                       static_source, still_locked)

@@ -51,12 +51,38 @@ def refined_passes(reference):
 
 
 def mean_frame(src, xp, chunk_frames, n_frames=None):
-    """The mean of the first ``n_frames`` frames (all by default), in one streaming pass."""
+    """The mean of the first ``n_frames`` frames (all by default) that are finite, in one
+    streaming pass (:func:`finite_sums`, :func:`mean_of`)."""
     n = src.n_frames if n_frames is None else min(int(n_frames), src.n_frames)
-    acc = xp.zeros(src.frame_shape, dtype=xp.float64)
-    for start in range(0, n, chunk_frames):
-        acc += xp.asarray(src.read(start, min(start + chunk_frames, n))).astype(xp.float64).sum(axis=0)
-    return acc / n
+    return mean_of([finite_sums(src, xp, 0, n, chunk_frames)], xp)
+
+
+def finite_sums(src, xp, start, stop, chunk):
+    """``(sum, count)`` of frames ``start:stop`` with no NaN or Inf pixel: their float64 sum
+    on ``xp``'s device, a chunk at a time, and how many (a frame of the mean with a NaN pixel
+    is left out of it, as a run leaves that frame unmeasured, not the whole reference NaN)."""
+    acc, kept = xp.zeros(src.frame_shape, xp.float64), 0
+    for a in range(start, stop, chunk):
+        f = xp.asarray(src.read(a, min(a + chunk, stop))).astype(xp.float64)
+        finite = xp.isfinite(f).all(axis=(1, 2)) if f.dtype.kind == "f" else None
+        if finite is not None and not bool(finite.all()):
+            f = f[finite]
+        acc += f.sum(axis=0)
+        kept += len(f)
+    return acc, kept
+
+
+def mean_of(parts, xp):
+    """The mean image of the ranges' :func:`finite_sums` in frame order (on ``xp``'s device;
+    each part's sum NumPy or on it); an :class:`InputError` where no frame was finite."""
+    acc, kept = xp.asarray(parts[0][0]), parts[0][1]
+    for s, k in parts[1:]:  # in frame order
+        acc, kept = acc + xp.asarray(s), kept + k
+    if not kept:
+        raise InputError("every frame of the mean reference has NaN or Inf pixels; give "
+                         "reference='first' (or a frame index) with mask='nan', or replace "
+                         "them first")
+    return xp.divide(acc, kept)  # (not ``/``: see filters.gradient)
 
 
 def mean_count(reference, n_frames):
