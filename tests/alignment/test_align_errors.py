@@ -22,12 +22,15 @@ STACK = np.random.default_rng(0).random((3, 16, 16)).astype(np.float32)
     lambda: align(STACK, max_memory="lots", device="cpu"),
     lambda: align(STACK, min_confidence=-1, device="cpu"),
     lambda: align(STACK, device="tpu"),
+    lambda: align(STACK, max_shift=0, device="cpu"),
+    lambda: estimate_shifts(STACK[0], STACK, max_shift=(0, 0), device="cpu"),
     lambda: estimate_shifts(STACK[0], STACK[:, :8], device="cpu"),
     lambda: list(apply_shifts(STACK, np.zeros((2, 2)), device="cpu")),
     lambda: list(apply_shifts(STACK, np.zeros((3, 2)), resample="cubic", device="cpu")),
     lambda: list(apply_shifts(STACK, [[0, 0], [20, 0], [-20, 0]], crop=True, device="cpu")),
 ], ids=["mean0", "index", "file", "subpixel", "normalization", "prefilter", "window",
-        "chunk_frames", "max_memory", "min_confidence", "device", "shapes", "shifts", "resample", "crop"])
+        "chunk_frames", "max_memory", "min_confidence", "device", "max_shift0",
+        "estimate_max_shift0", "shapes", "shifts", "resample", "crop"])
 def test_bad_arguments_are_value_errors(call):
     with pytest.raises(ValueError) as info:
         call()

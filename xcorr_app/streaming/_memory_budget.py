@@ -313,7 +313,14 @@ def auto_chunk_frames(frame_shape, device) -> int:
 
 def check_bound(frame_shape, max_shift) -> None:
     """InputError where the search bound ``(sy, sx)`` reaches past the frames (a shift of more
-    than their height or width leaves no overlap; its surface would be sized all the same).
+    than their height or width leaves no overlap; its surface would be sized all the same), or
+    allows no shift at all (0 on both axes: every frame would measure 0, confident; 0 on one
+    axis holds that axis).
+
+    >>> check_bound((120, 160), (0, 0))
+    Traceback (most recent call last):
+    ...
+    xcorr_app.errors.InputError: max_shift 0 allows no shift on either axis: nothing would be measured; give the largest shift to search (px), or 0 on one axis alone (0,N) to hold that axis
 
     >>> check_bound((120, 160), (10**9, 10**9))
     Traceback (most recent call last):
@@ -321,6 +328,10 @@ def check_bound(frame_shape, max_shift) -> None:
     xcorr_app.errors.InputError: max_shift 1000000000 reaches past frames of 120x160: a shift beyond 120 rows or 160 columns leaves no overlap; use at most 120,160
     """
     h, w = frame_shape
+    if max_shift is not None and max_shift[0] == max_shift[1] == 0:
+        raise InputError("max_shift 0 allows no shift on either axis: nothing would be "
+                         "measured; give the largest shift to search (px), or 0 on one axis "
+                         "alone (0,N) to hold that axis")
     if max_shift is not None and (max_shift[0] > h or max_shift[1] > w):
         raise InputError(f"max_shift {_pair(max_shift)} reaches past frames of {h}x{w}: a shift "
                          f"beyond {h} rows or {w} columns leaves no overlap; use at most "
