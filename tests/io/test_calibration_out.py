@@ -350,6 +350,36 @@ def test_a_filtered_hyperstack_keeps_its_time_points_and_z_planes(tmp_path, opti
         np.testing.assert_allclose(got[1, 2, 0], want, rtol=1e-4, atol=1e-2)
 
 
+@pytest.mark.parametrize("kind", ["ome", "hdf5"])
+def test_a_hyperstack_stored_z_then_t_is_filtered_in_time_order(tmp_path, kind):
+    """A ZTYX file (OME-TIFF, HDF5 with axes ZTYX) is read in time order and written back a
+    TZYX hyperstack whose plane (t, z) is the input's (t, z): its planes were written in the
+    file's order and labelled TZYX (every plane in the wrong place); the note says so."""
+    times, planes = 3, 4
+    v = np.zeros((times, planes, 9, 11), np.uint16)
+    for t in range(times):
+        for z in range(planes):
+            v[t, z] = 100 * t + 10 * z
+    stored = np.moveaxis(v, 1, 0)  # (Z, T, Y, X)
+    if kind == "ome":
+        path = tmp_path / "zt.ome.tif"
+        tifffile.imwrite(path, stored, metadata={"axes": "ZTYX"})
+    else:
+        h5py = pytest.importorskip("h5py")
+        path = tmp_path / "zt.h5"
+        with h5py.File(path, "w") as f:
+            f["data"] = stored
+            f["data"].attrs["axes"] = "ZTYX"
+    out = tmp_path / "f.tif"
+    r = xcorr("filter", path, "--kernel", "box:1", "--out", out, "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "in time order (stored Z then T)" in r.stderr + r.stdout
+    with tifffile.TiffFile(out) as t:
+        got, axes = t.asarray(), t.series[0].axes
+    assert axes == "TZYX" and got.shape == v.shape
+    np.testing.assert_array_equal(got, v.astype(np.float32))
+
+
 @pytest.mark.parametrize("unit, reads, um", [("mm", "mm", 250.0), ("nm", "nm", 0.00025),
                                              ("\\u00B5m", "µm", 0.25)])
 def test_a_pixel_size_in_any_length_unit_reaches_every_output(tmp_path, unit, reads, um):

@@ -227,3 +227,34 @@ def test_finding_missing_chunks_costs_little_beside_reading(tmp_path):
     read = time.perf_counter() - t0
     assert found < 0.25 * read, (found, read)
     shutil.rmtree(path)
+
+
+def test_a_compression_without_its_decoder_names_what_to_install(tmp_path, monkeypatch):
+    """A whole TIFF whose compression has no decoder here (LZW without imagecodecs) is not
+    called damaged ("copy the file again"): one line names the package to install; HDF5's
+    missing filter plugins likewise."""
+    import tifffile
+
+    from xcorr_app import align
+    from xcorr_app.errors import InputError
+    from xcorr_app.io._formats import missing_decoder
+
+    path = tmp_path / "lzw.tif"
+    tifffile.imwrite(path, np.zeros((6, 16, 16), np.uint16), compression="zlib",
+                     metadata={"axes": "TYX"})
+
+    def undecodable(self, *args, **kwargs):
+        raise ValueError("<COMPRESSION.LZW: 5> requires the 'imagecodecs' package")
+
+    monkeypatch.setattr(tifffile.TiffFile, "asarray", undecodable)
+    with pytest.raises(InputError) as info:
+        align(path, device="cpu", max_shift=2)
+    said = str(info.value)
+    assert "xcorr-app[codecs]" in said and "imagecodecs" in said and "damaged" not in said
+    for text, package in (("Can't synchronously read data (can't open directory "
+                           "(/usr/local/lib/plugin))", "hdf5plugin"),
+                          ("required filter 'zstd' is not registered", "hdf5plugin"),
+                          ("No module named 'compression'", "imagecodecs")):
+        exc = (ModuleNotFoundError if "module" in text else OSError)(text)
+        assert package in missing_decoder(exc)
+    assert missing_decoder(OSError("bad chunk: inflate failed")) is None

@@ -55,7 +55,7 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
     every channel of each frame and write an ImageJ hyperstack of the result's channels.
     """
     from ..filters import check_radius, parse_kernel_spec
-    from ..io import open_stack
+    from ..io import open_stack, time_order
     from ..streaming import DEFAULT_CHUNK
 
     chunk_frames = chunk_frames or DEFAULT_CHUNK
@@ -97,6 +97,8 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
             if client is not None:
                 from ..distributed import filter as dask_filter, iter_blocks
 
+                _in_stored_order(src)
+
                 return iter_blocks(dask_filter(path, spec, mode=mode, cval=cval,
                                                channel=channel, device=device), client)
             return _kernel_chunks(path, channel, src, dev, gpu_ids, chunk, filtered)
@@ -108,7 +110,8 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
                 f"wrote {out_path}")
 
     with readable_frames_of(path, readable_frames, workers, scheduler):
-        _stream_to_tiff(lambda: open_stack(path, channel=channel), plan, describe, path,
+        _stream_to_tiff(lambda: time_order(open_stack(path, channel=channel)), plan, describe,
+                        path,
                         out_path, device, force, quiet, (gpus, workers, scheduler),
                         chunk_frames)
 
@@ -260,13 +263,26 @@ def output_run(path, out_path, force):
                      lock=out_path.with_name(f".{out_path.name}.lock"))
 
 
+def _in_stored_order(src):
+    """InputError where a Dask cluster would filter ``src``'s planes in the file's order: a
+    T x Z stack stored Z then T is filtered in this process, read in time order."""
+    from ..io import z_first
+
+    volumes = getattr(src, "volumes", None)
+    if volumes is not None and z_first(volumes.axes):
+        raise InputError(f"its planes are stored Z then T (axes {volumes.axes}): xcorr filter "
+                         "reads them in time order in this process; leave out --workers and "
+                         "--scheduler")
+
+
 def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
     """``(start, filtered chunk)`` of every chunk of ``src``: on ``--gpus`` or on ``dev``."""
-    from ..io import open_stack
+    from ..io import open_stack, time_order
     from ..streaming import map_chunks
 
     if gpu_ids is not None:
-        return map_chunks(_InFloat32.like(src, lambda: open_stack(path, channel=channel)),
+        return map_chunks(_InFloat32.like(src, lambda: time_order(open_stack(path,
+                                                                           channel=channel))),
                           chunk_frames, filtered, gpus=gpu_ids)
     return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames, filtered,
                       xp=backend.xp_for(dev))
@@ -276,7 +292,7 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
     """``xcorr filter --bank/--mix``: (n, C, H, W) chunks through conv2d or pointwise, on this
     GPU, several (``--gpus``) or a Dask cluster."""
     from ..filters import channel_filter
-    from ..io import ChannelStack
+    from ..io import ChannelStack, time_order
 
     def plan(src):
         n_out, fn = channel_filter(bank, mix, src.n_channels, src.frame_shape)
@@ -284,6 +300,8 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
         def chunks(dev, client, gpu_ids, chunk):
             if client is not None:
                 from ..distributed import filter_channels, iter_blocks
+
+                _in_stored_order(src)
 
                 return iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
                                    client)
@@ -295,18 +313,20 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
                 f"{n_out} channel(s) with {bank or mix} on {ran_on} in {seconds:.2f} s; "
                 f"wrote {out_path}")
 
-    _stream_to_tiff(lambda: ChannelStack(path), plan, describe, path, out_path, device, force,
+    _stream_to_tiff(lambda: time_order(ChannelStack(path)), plan, describe, path, out_path,
+                    device, force,
                     quiet, scale, chunk_frames)
 
 
 def _channel_chunks(path, src, dev, gpu_ids, chunk_frames, fn):
     """``(start, fn(chunk))`` of every ``(n, C, H, W)`` chunk of ``src``: on ``--gpus`` or on
     ``dev``."""
-    from ..io import ChannelStack
+    from ..io import ChannelStack, time_order
     from ..streaming import map_chunks
 
     if gpu_ids is not None:
-        return map_chunks(_InFloat32.like(src, lambda: ChannelStack(path)), chunk_frames,
+        return map_chunks(_InFloat32.like(src, lambda: time_order(ChannelStack(path))),
+                          chunk_frames,
                           lambda _, f: fn(f.astype("float32")), gpus=gpu_ids)
     xp = backend.xp_for(dev)
     return map_chunks(lambda: contextlib.nullcontext(src), chunk_frames,

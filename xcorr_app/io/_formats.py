@@ -214,14 +214,35 @@ def format_of(file: Path) -> str:
 
 
 def need(fmt: str):
-    """The module reading ``fmt``, or an :class:`InputError` naming the pip command."""
+    """The module reading ``fmt``, or an :class:`InputError` naming the pip command (HDF5:
+    the compression filters of ``hdf5plugin`` registered with it where that is installed)."""
     module, extra, name = FORMAT_EXTRAS[fmt]
     try:
-        return importlib.import_module(module)
+        found = importlib.import_module(module)
     except ImportError:
         package = module.split(".")[0]
         raise InputError(f"reading {name} files needs the {package} package: pip install "
                          f"'xcorr-app[{extra}]'") from None
+    if module == "h5py":
+        try:  # (its import registers Zstd, LZ4, Blosc, bitshuffle... with HDF5)
+            importlib.import_module("hdf5plugin")
+        except ImportError:
+            pass
+    return found
+
+
+def missing_decoder(exc) -> str | None:
+    """What to install where ``exc`` (a reading library's failure) says the data's
+    compression has no decoder here, else None."""
+    text = str(exc)
+    if "imagecodecs" in text or isinstance(exc, ImportError):
+        return "its compression needs a decoder that is not installed: pip install " \
+               "'xcorr-app[codecs]' (imagecodecs)"
+    if "plugin" in text or "filter" in text and ("not registered" in text
+                                                 or "not available" in text):
+        return "its compression filter is not installed in HDF5: pip install " \
+               "'xcorr-app[codecs]' (hdf5plugin)"
+    return None
 
 
 def library_errors(path, what="read"):
@@ -622,7 +643,10 @@ class ArrayFrames:
             except Exception as exc:
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 what = f"frame {at}" if count == 1 else f"frames {at} to {at + count - 1}"
-                raise InputError(f"cannot read {what} (counted from 0) of {self.name} "
+                hint = missing_decoder(exc)
+                raise InputError(f"cannot read {what} (counted from 0) of {self.name}: {hint}"
+                                 if hint else
+                                 f"cannot read {what} (counted from 0) of {self.name} "
                                  f"({type(exc).__name__}: {reason}); check that it is a "
                                  "complete, uncorrupted file") from exc
             at += count

@@ -584,6 +584,13 @@ class TiffFrames:
                 try:
                     self._tif.asarray(key=page, series=series)
                 except Exception as one:
+                    from ._formats import missing_decoder
+
+                    hint = missing_decoder(one)
+                    if hint:  # (a whole file: not damaged)
+                        kind = getattr(self._tif.pages[page].compression, "name", "its")
+                        raise InputError(f"cannot read {self.path} ({kind} compression): "
+                                         f"{hint}") from one
                     reason = (str(one).strip().splitlines() or [type(one).__name__])[0]
                     raise InputError(
                         f"cannot read frame {frame} (counted from 0) of {self.n_frames} in "
