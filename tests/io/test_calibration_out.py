@@ -426,3 +426,26 @@ def test_a_resolution_per_centimeter_is_the_pixel_size(tmp_path, imagej):
     tifffile.imwrite(inch, frames, resolution=(72, 72), resolutionunit="INCH",
                      metadata={"axes": "TYX"}, photometric="minisblack")
     assert describe(inch)["pixel_size"] is None
+
+
+def test_filter_and_apply_of_one_channel_keep_its_name(tmp_path):
+    """``--channel K`` of ``filter`` and ``apply`` writes channel K's name, as ``align`` does
+    (both wrote none)."""
+    path = tmp_path / "tcyx.ome.tif"
+    stack = (np.random.default_rng(0).random((10, 2, 48, 56)) * 4000).astype(np.uint16)
+    tifffile.imwrite(path, stack, metadata={"axes": "TCYX", "PhysicalSizeX": 0.1,
+                                            "PhysicalSizeY": 0.1,
+                                            "Channel": {"Name": ["GFP", "mCherry"]}})
+    run = tmp_path / "run"
+    r = xcorr("align", path, "--channel", "1", "--device", "cpu", "-q", "--out", run,
+              "--no-aligned")
+    assert r.returncode == 0, r.stderr
+    for args in (("filter", path, "--channel", "1", "--kernel", "gaussian:1", "--out",
+                  tmp_path / "f.tif"),
+                 ("apply", run / "shifts.csv", path, "--channel", "1", "--out",
+                  tmp_path / "a.tif"),
+                 ("apply", run / "shifts.csv", path, "--channel", "1", "--out",
+                  tmp_path / "a.ome.tif")):
+        r = xcorr(*args, "--device", "cpu", "-q")
+        assert r.returncode == 0, r.stderr
+        assert "channels 1 (mCherry)" in xcorr("info", args[-1]).stdout, args[0]

@@ -62,7 +62,8 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
            chunk_frames, device, channel):
     from ..alignment import FIELD_RESAMPLE, RESAMPLE, check_fill
     from ..alignment import aligned_channels
-    from ..alignment.outputs import aligned_as, check_fits, load_saved, write_chunks
+    from ..alignment.outputs import (aligned_as, channel_metadata, check_fits, load_saved,
+                                     write_chunks)
     from ..io import OutputRun, open_stack, out_format, parse_out_path, split_source
 
     if out_path is not None and not out_path.strip():
@@ -85,8 +86,9 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
         unshifted = check_fits(saved, shifts, src, path)
-        aligned = aligned_as(src, path, keep_dtype, fmt, dataset, force,  # (notes said too)
-                             fill)
+        aligned = channel_metadata(aligned_as(src, path, keep_dtype, fmt, dataset,
+                                              force, fill),  # (notes said too)
+                                   None, channel)  # (--channel K: that channel's name)
         print_notes(src, quiet)
         frame_shape = src.frame_shape
     if unshifted:  # (said even with --quiet: those frames are written as they were)

@@ -111,13 +111,12 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
 
     with readable_frames_of(path, readable_frames, workers, scheduler):
         _stream_to_tiff(lambda: time_order(open_stack(path, channel=channel)), plan, describe,
-                        path,
-                        out_path, device, force, quiet, (gpus, workers, scheduler),
-                        chunk_frames)
+                        path, out_path, device, force, quiet, (gpus, workers, scheduler),
+                        chunk_frames, channel)
 
 
 def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, quiet, scale,
-                    chunk_frames):
+                    chunk_frames, channel=None):
     """What both filter commands do: open the input (``open_src()``), take the output
     (:func:`output_run`), start the GPUs or the cluster (``scale``: ``--gpus``, ``--workers``,
     ``--scheduler``), stream the filtered chunks into a float32 TIFF, commit it, and say what
@@ -143,8 +142,12 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
         # (a T x Z stack read plane by plane: written back as its volumes, T and Z apart)
         volumes = getattr(src, "volumes", None)
         slices = volumes.planes if volumes is not None else 1
-        kept = imagej_calibration({k: said[k] for k in ("pixel_size", "frame_interval")
-                                   + (("z_step",) if slices > 1 else ())})
+        names = said.get("channel_names") or []
+        one = [names[channel]] if channel is not None and 0 <= channel < len(names) else None
+        kept = imagej_calibration({**{k: said[k] for k in ("pixel_size", "frame_interval")
+                                      + (("z_step",) if slices > 1 else ()) if k in said},
+                                   **({"channel_names": one} if one else {})},
+                                  n_frames=src.n_frames)
         with progress_bar(src.n_frames, "filtering", quiet) as bar, \
                 TiffStackWriter(out_path, src.frame_shape, "float32",
                                 n_frames=src.n_frames * n_out, channels=n_out, slices=slices,
