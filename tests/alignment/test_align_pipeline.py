@@ -90,7 +90,9 @@ def test_mean_reference_leaves_out_frames_with_nan_pixels(rng, reference, device
     want = align(stack, reference=stack[finite].astype(np.float64).mean(axis=0), max_shift=6,
                  device=device)
     assert np.isnan(res.shifts[2]).all() and res.nonfinite[2] and res.low_confidence[2]
-    np.testing.assert_array_equal(res.shifts, want.shifts)
+    # (the same mean: on the CPU the same shifts; the GPU's passes differ by its 1e-6 px)
+    np.testing.assert_allclose(res.shifts, want.shifts, rtol=0, atol=0 if device == "cpu"
+                               else 1e-4)
     stack[:, 0, 0] = np.inf
     with pytest.raises(InputError, match="every frame of the mean reference has NaN or Inf"):
         align(stack, reference=reference, max_shift=6, device=device)

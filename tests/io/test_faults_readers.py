@@ -237,7 +237,7 @@ def test_a_compression_without_its_decoder_names_what_to_install(tmp_path, monke
 
     from xcorr_app import align
     from xcorr_app.errors import InputError
-    from xcorr_app.io._formats import missing_decoder
+    from xcorr_app.io._tiff import missing_decoder
 
     path = tmp_path / "lzw.tif"
     tifffile.imwrite(path, np.zeros((6, 16, 16), np.uint16), compression="zlib",

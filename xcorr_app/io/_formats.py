@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import InputError, XcorrError
 from ._axes import ChannelsNeeded, given_axes, parse_axes
-from ._tiff import SUPPORTED_DTYPES, HoldsVolumes, one_line_errors, plural
+from ._tiff import SUPPORTED_DTYPES, HoldsVolumes, missing_decoder, one_line_errors, plural
 
 __all__ = ["ArrayFrames", "split_source", "source_parts", "source_path", "with_axes", "format_of",
            "need", "FORMAT_EXTRAS", "SUFFIXES", "library_errors", "document_frames"]
@@ -229,20 +229,6 @@ def need(fmt: str):
         except ImportError:
             pass
     return found
-
-
-def missing_decoder(exc) -> str | None:
-    """What to install where ``exc`` (a reading library's failure) says the data's
-    compression has no decoder here, else None."""
-    text = str(exc)
-    if "imagecodecs" in text or isinstance(exc, ImportError):
-        return "its compression needs a decoder that is not installed: pip install " \
-               "'xcorr-app[codecs]' (imagecodecs)"
-    if "plugin" in text or "filter" in text and ("not registered" in text
-                                                 or "not available" in text):
-        return "its compression filter is not installed in HDF5: pip install " \
-               "'xcorr-app[codecs]' (hdf5plugin)"
-    return None
 
 
 def library_errors(path, what="read"):

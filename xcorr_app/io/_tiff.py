@@ -94,6 +94,20 @@ class TruncatedError(InputError):
         self.per_frame, self.contiguous = per_frame, contiguous
 
 
+def missing_decoder(exc) -> str | None:
+    """What to install where ``exc`` (a reading library's failure) says the data's
+    compression has no decoder here, else None."""
+    text = str(exc)
+    if "imagecodecs" in text or isinstance(exc, ImportError):
+        return "its compression needs a decoder that is not installed: pip install " \
+               "'xcorr-app[codecs]' (imagecodecs)"
+    if "plugin" in text or "filter" in text and ("not registered" in text
+                                                 or "not available" in text):
+        return "its compression filter is not installed in HDF5: pip install " \
+               "'xcorr-app[codecs]' (hdf5plugin)"
+    return None
+
+
 class HoldsVolumes(InputError):
     """A file whose frames are volumes (:attr:`times` time points of :attr:`planes` Z planes,
     its :attr:`axes`), given where 2-D frames are read: registering its planes as frames
@@ -584,8 +598,6 @@ class TiffFrames:
                 try:
                     self._tif.asarray(key=page, series=series)
                 except Exception as one:
-                    from ._formats import missing_decoder
-
                     hint = missing_decoder(one)
                     if hint:  # (a whole file: not damaged)
                         kind = getattr(self._tif.pages[page].compression, "name", "its")
