@@ -449,3 +449,37 @@ def test_filter_and_apply_of_one_channel_keep_its_name(tmp_path):
         r = xcorr(*args, "--device", "cpu", "-q")
         assert r.returncode == 0, r.stderr
         assert "channels 1 (mCherry)" in xcorr("info", args[-1]).stdout, args[0]
+
+
+def test_apply_to_a_hyperstack_writes_it_back_as_one(tmp_path):
+    """``xcorr apply`` of a shift a plane to a TZYX ImageJ hyperstack writes a TZYX hyperstack
+    with its Z step and frame interval (it wrote T x Z "time points" at the frame interval),
+    each plane shifted by its own row; a hyperstack into another format than TIFF, or one
+    stored Z then T, is refused in one line."""
+    rng = np.random.default_rng(2)
+    v = ndi.gaussian_filter(rng.random((3, 4, 32, 40)), (0, 0, 2, 2)).astype(np.float32)
+    path = tmp_path / "tzyx.tif"
+    tifffile.imwrite(path, v, imagej=True, resolution=(5, 5),
+                     metadata={"axes": "TZYX", "unit": "um", "spacing": 1.5, "finterval": 10.0})
+    shifts = tmp_path / "shifts.csv"
+    rows = rng.uniform(-2, 2, (12, 2))
+    shifts.write_text("frame,dy,dx\n" + "".join(f"{i},{dy},{dx}\n"
+                                                for i, (dy, dx) in enumerate(rows)))
+    out = tmp_path / "a.tif"
+    r = xcorr("apply", shifts, path, "--out", out, "--device", "cpu", "-q")
+    assert r.returncode == 0, r.stderr
+    with tifffile.TiffFile(out) as t:
+        got, axes, meta = t.asarray(), t.series[0].axes, t.imagej_metadata
+    assert axes == "TZYX" and got.shape == v.shape
+    assert (meta["frames"], meta["slices"], meta["spacing"], meta["finterval"]) \
+        == (3, 4, 1.5, 10.0)
+    t_, z_ = 2, 1
+    want = ndi.shift(v[t_, z_], rows[t_ * 4 + z_], order=1, mode="constant")
+    np.testing.assert_allclose(got[t_, z_][3:-3, 3:-3], want[3:-3, 3:-3], atol=1e-5)
+    r = xcorr("apply", shifts, path, "--out", tmp_path / "a.ome.zarr", "--device", "cpu")
+    assert r.returncode == 2 and "TIFF hyperstack" in r.stderr
+    assert not (tmp_path / "a.ome.zarr").exists()
+    zt = tmp_path / "zt.ome.tif"
+    tifffile.imwrite(zt, np.moveaxis(v, 1, 0), metadata={"axes": "ZTYX"})
+    r = xcorr("apply", shifts, zt, "--out", tmp_path / "b.tif", "--device", "cpu")
+    assert r.returncode == 2 and "Z then T" in r.stderr and r.stderr.count("error:") == 1

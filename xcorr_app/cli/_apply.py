@@ -85,6 +85,7 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
                          f"(use {' or '.join(allowed)})")
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
+        slices = _planes_of(src, path, fmt, out)
         unshifted = check_fits(saved, shifts, src, path)
         aligned = channel_metadata(aligned_as(src, path, keep_dtype, fmt, dataset,
                                               force, fill),  # (notes said too)
@@ -107,13 +108,33 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
         record = _nwb_record(saved, shifts, path, resample, crop, fill) \
             if fmt == "nwb" else None
         with progress_bar(len(saved.shifts), f"writing {out.name}", quiet) as bar:
-            write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update, record)
+            write_chunks(parts, shape, len(saved.shifts), out, aligned, 1, bar.update, record,
+                         slices=slices)
         run.commit()
     if not quiet:
         bidi = f" (the run's line offset {saved.bidi:g} px removed first)" \
             if saved.bidi and saved.field is None else ""
         click.echo(f"xcorr apply: {len(saved.shifts)} frames of {path} aligned by {shifts}"
                    f"{bidi}; wrote {out}")
+
+
+def _planes_of(src, path, fmt, out) -> int:
+    """The Z planes a time point of ``src`` holds where its frames are the planes of volumes
+    (read T then Z: written back as a TIFF hyperstack of them, its Z step kept), else 1; an
+    :class:`InputError` where they are stored Z then T or ``out`` is no TIFF."""
+    from ..io import z_first
+
+    volumes = getattr(src, "volumes", None)
+    if volumes is None:
+        return 1
+    if z_first(volumes.axes):
+        raise InputError(f"{path} stores its volumes' planes Z then T (axes "
+                         f"{volumes.axes}): xcorr apply applies shifts to the planes of volumes "
+                         "stored T then Z (ImageJ hyperstacks); pick one plane with --z K")
+    if fmt != "tiff":
+        raise InputError(f"--out {out.name}: the planes of volumes are written back as a "
+                         "TIFF hyperstack (T and Z apart); name it NAME.tif")
+    return volumes.planes
 
 
 def _nwb_record(saved, shifts, path, resample, crop, fill) -> tuple:

@@ -700,7 +700,7 @@ def _either(items) -> str:
 
 
 def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels=1,
-                 dataset=None):
+                 dataset=None, slices=1):
     """The writer of the aligned stack ``path`` by its name (:func:`out_format`): float32
     frames, or ``keep`` (the input's type, ``--keep-dtype``) rounded and clipped, where the
     format holds it (:func:`check_keep`: an :class:`InputError` where not).
@@ -716,12 +716,18 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
     dataset : str, optional
         An HDF5 output's dataset (:func:`parse_out_format`'s, checked there), default
         :data:`HDF5_DATASET`; no other format takes one.
+    slices : int
+        Z planes per time point of the planes of a T x Z stack written in time order (a
+        TIFF hyperstack alone; an :class:`InputError` for another format).
     """
     path = Path(path)
     fmt = out_format(path)
     if dataset is not None and fmt != "hdf5":
         raise ValueError(f"{path.name}: only an HDF5 output holds a named dataset")
     dtype = check_keep(fmt, keep) if keep is not None else np.dtype(np.float32)
+    if slices > 1 and fmt != "tiff":
+        raise InputError(f"{path.name}: the planes of volumes are written back as a TIFF "
+                         "hyperstack (T and Z apart); give an output named .tif")
     if fmt == "ome-zarr":
         return ZarrStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     if fmt == "hdf5":
@@ -732,7 +738,7 @@ def stack_writer(path, frame_shape, n_frames, keep=None, metadata=None, channels
     if fmt == "ome-tiff":
         return OmeTiffStackWriter(path, frame_shape, dtype, n_frames, channels, metadata)
     writer = TiffStackWriter(path, frame_shape, dtype, n_frames=n_frames, channels=channels,
-                             **imagej_calibration(metadata, n_frames, channels))
+                             slices=slices, **imagej_calibration(metadata, n_frames, channels))
     if dtype.kind in "iu":  # round and clip as the other formats do
         write = writer.write
         writer.write = lambda chunk: write(as_dtype(chunk, dtype))

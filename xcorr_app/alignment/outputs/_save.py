@@ -187,25 +187,26 @@ class AlignedSink:
 
 
 @contextlib.contextmanager
-def aligned_file(out_shape, n, out_path, aligned=None, channels=1):
+def aligned_file(out_shape, n, out_path, aligned=None, channels=1, slices=1):
     """An :class:`AlignedSink` appending to ``out_path`` (TIFF, OME-Zarr or HDF5 by its name;
-    ``aligned``: :func:`aligned_as`) by a writer thread."""
+    ``aligned``: :func:`aligned_as`; ``slices``: the Z planes of a time point, of the planes
+    of volumes in time order) by a writer thread."""
     from ...io import BackgroundWrites, stack_writer
 
-    with stack_writer(out_path, out_shape, n * channels, channels=channels,
+    with stack_writer(out_path, out_shape, n * channels, channels=channels, slices=slices,
                       **(aligned or {})) as writer, BackgroundWrites(writer) as background:
         yield AlignedSink(background, writer.dtype, writer)
 
 
 def write_chunks(parts, shape, n, out_path, aligned=None, channels=1, progress=None,
-                 record=None):
+                 record=None, slices=1):
     """Write the aligned chunks ``parts`` (a tuple a chunk of ``(start, frames)`` a channel, as
     :func:`xcorr_app.alignment._apply.aligned_channels` makes them) of ``n`` frames of ``shape``
     into ``out_path`` by a writer thread: one stack, or a T x C hyperstack of several channels
     (every channel of one frame together); ``aligned``: :func:`aligned_as`; ``progress(k)``
     after every chunk; ``record``: the arguments of an NWB writer's ``record`` (the shifts and
-    the provenance: :func:`nwb_record`)."""
-    with aligned_file(shape, n, out_path, aligned, channels=channels) as sink:
+    the provenance: :func:`nwb_record`); ``slices``: :func:`aligned_file`'s."""
+    with aligned_file(shape, n, out_path, aligned, channels=channels, slices=slices) as sink:
         if record is not None and hasattr(sink.writer, "record"):
             sink.writer.record(*record)
         for part in parts:
