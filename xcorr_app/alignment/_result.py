@@ -83,7 +83,8 @@ class AlignResult:
         The integer peak lies on the border of the searched window (``|shift| == max_shift``,
         or half the frame without a bound): not a true peak, the drift may exceed the window.
     nonfinite : (N,) bool
-        Frames with NaN or Inf pixels (shift NaN).
+        Frames with NaN or Inf pixels (shift NaN); with ``mask="nan"`` those pixels are left
+        out and the frame is measured (False).
     notes : list of str
         What the user should know about the result (border peaks, unmeasured frames).
     motion_field : (N, gy, gx, 2) float64 or None
