@@ -255,6 +255,9 @@ def test_a_compression_without_its_decoder_names_what_to_install(tmp_path, monke
                            "(/usr/local/lib/plugin))", "hdf5plugin"),
                           ("required filter 'zstd' is not registered", "hdf5plugin"),
                           ("No module named 'compression'", "imagecodecs")):
-        exc = (ModuleNotFoundError if "module" in text else OSError)(text)
+        exc = ModuleNotFoundError(text, name="compression") if "module" in text \
+            else OSError(text)
         assert package in missing_decoder(exc)
-    assert missing_decoder(OSError("bad chunk: inflate failed")) is None
+    for other in (OSError("bad chunk: inflate failed"), ModuleNotFoundError("no", name="yaml"),
+                  OSError("plugin says hello")):
+        assert missing_decoder(other) is None

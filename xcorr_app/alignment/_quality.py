@@ -682,9 +682,11 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     if fill is not None:
         aligned_out, run_shifts = fill
         # (the figures' shift is the output's where the frames are read at their own scale
-        # and each shift is the run's: NaN counts as 0 in both)
+        # and each shift is the run's, whole rows of NaN counting as 0 in both)
+        run = run_shifts[start:stop]
         same = filtered is not None and k == 0 and np.array_equal(
-            np.nan_to_num(run_shifts[start:stop]), np.nan_to_num(shifts[start:stop]))
+            np.nan_to_num(run), np.nan_to_num(shifts[start:stop])) \
+            and (np.isfinite(run).all(axis=1) | np.isnan(run).all(axis=1)).all()
         out_moved = moved if same else xp.asarray(np.nan_to_num(run_shifts[start:stop]))
     # (the CPU's prefilter a slice of frames a thread: one filter call each, whose NumPy
     # passes free the GIL; BLAS on one thread, as the measuring pass: its idle threads spin)

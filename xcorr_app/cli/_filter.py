@@ -97,8 +97,6 @@ def filter_cmd(path, spec, bank, mix, mode, cval, out_path, gpus, workers, sched
             if client is not None:
                 from ..distributed import filter as dask_filter, iter_blocks
 
-                _in_stored_order(src)
-
                 return iter_blocks(dask_filter(path, spec, mode=mode, cval=cval,
                                                channel=channel, device=device), client)
             return _kernel_chunks(path, channel, src, dev, gpu_ids, chunk, filtered)
@@ -124,10 +122,22 @@ def _stream_to_tiff(open_src, plan, describe, path, out_path, device, force, qui
     channels and ``chunks(dev, client, gpu_ids, chunk)``, the ``(start, filtered chunk)`` pairs
     of chunks of at most ``chunk`` frames (``chunk_frames``, fewer where the host holds fewer:
     :func:`host_chunk`)."""
+    dev = note_device(device, quiet)
+    with open_src() as opened:
+        if scale[1] or scale[2]:  # (--workers, --scheduler: before a cluster starts)
+            _in_stored_order(opened, path)
+        _stream_opened(opened, plan, describe, path, out_path, (device, dev), force, quiet,
+                       scale, chunk_frames, channel)
+
+
+def _stream_opened(opened, plan, describe, path, out_path, devices, force, quiet, scale,
+                   chunk_frames, channel):
+    """:func:`_stream_to_tiff`'s work once the input is open (``opened``; ``devices``: the
+    device asked for and the one noted)."""
     from ..io import BackgroundWrites, TiffStackWriter, calibration, imagej_calibration
 
-    dev = note_device(device, quiet)
-    with open_src() as opened, output_run(path, out_path, force) as run, \
+    device, dev = devices
+    with output_run(path, out_path, force) as run, \
             scale_out(*scale, device) as (client, gpu_ids):
         src = opened
         if src.dtype.kind == "f" and src.dtype.itemsize == 8:  # (1e300 as float32: inf)
@@ -266,16 +276,16 @@ def output_run(path, out_path, force):
                      lock=out_path.with_name(f".{out_path.name}.lock"))
 
 
-def _in_stored_order(src):
+def _in_stored_order(src, path):
     """InputError where a Dask cluster would filter ``src``'s planes in the file's order: a
     T x Z stack stored Z then T is filtered in this process, read in time order."""
     from ..io import z_first
 
     volumes = getattr(src, "volumes", None)
     if volumes is not None and z_first(volumes.axes):
-        raise InputError(f"its planes are stored Z then T (axes {volumes.axes}): xcorr filter "
-                         "reads them in time order in this process; leave out --workers and "
-                         "--scheduler")
+        raise InputError(f"{path} stores its volumes' planes Z then T (axes {volumes.axes}): "
+                         "xcorr filter reads them in time order in this process; leave out "
+                         "--workers and --scheduler")
 
 
 def _kernel_chunks(path, channel, src, dev, gpu_ids, chunk_frames, filtered):
@@ -303,8 +313,6 @@ def _filter_channels(path, bank, mix, out_path, device, chunk_frames, force, qui
         def chunks(dev, client, gpu_ids, chunk):
             if client is not None:
                 from ..distributed import filter_channels, iter_blocks
-
-                _in_stored_order(src)
 
                 return iter_blocks(filter_channels(path, bank=bank, mix=mix, device=device),
                                    client)

@@ -226,7 +226,7 @@ def need(fmt: str):
     if module == "h5py":
         try:  # (its import registers Zstd, LZ4, Blosc, bitshuffle... with HDF5)
             importlib.import_module("hdf5plugin")
-        except ImportError:
+        except Exception:  # (not installed, or its libraries not loadable: HDF5 as it is)
             pass
     return found
 

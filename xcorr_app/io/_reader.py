@@ -350,9 +350,14 @@ class TimeOrder:
     channels) read in time order: frame ``k`` is plane ``k % Z`` of time point ``k // Z``,
     the stored frame ``(k % Z) * T + k // Z`` (read a plane at a time: they lie apart)."""
 
+    #: not the stored layout: a reader that copies the file's pages (a GPU's registered
+    #: file) or the array itself would read them in the stored order
+    stored = stack = None
+
     def __init__(self, src):
         self.src = src
         self.times, self.planes = src.volumes.times, src.volumes.planes
+        self.frame_layout = (("T", self.times), ("Z", self.planes))
         self.notes = [n.replace("read plane by plane, Z then T",
                                 "read plane by plane in time order (stored Z then T)")
                       for n in src.notes]
@@ -371,6 +376,9 @@ class TimeOrder:
 
     def source_name(self, i):
         return self.src.source_name(self._stored(i))
+
+    def source_names(self):
+        return [self.source_name(i) for i in range(self.n_frames)]
 
     def close(self):
         self.src.close()

@@ -98,14 +98,21 @@ def missing_decoder(exc) -> str | None:
     """What to install where ``exc`` (a reading library's failure) says the data's
     compression has no decoder here, else None."""
     text = str(exc)
-    if "imagecodecs" in text or isinstance(exc, ImportError):
+    if "requires the 'imagecodecs' package" in text or (
+            isinstance(exc, ModuleNotFoundError)
+            and (exc.name or "").split(".")[0] in DECODER_MODULES):
         return "its compression needs a decoder that is not installed: pip install " \
                "'xcorr-app[codecs]' (imagecodecs)"
-    if "plugin" in text or "filter" in text and ("not registered" in text
-                                                 or "not available" in text):
+    if ("plugin" in text and "can't open directory" in text) or (
+            "filter" in text and ("not registered" in text or "not available" in text)):
         return "its compression filter is not installed in HDF5: pip install " \
                "'xcorr-app[codecs]' (hdf5plugin)"
     return None
+
+
+#: modules tifffile decodes a compression with where imagecodecs is not installed
+DECODER_MODULES = {"imagecodecs", "compression", "zstandard", "lz4", "blosc", "blosc2",
+                   "brotli", "zfpy", "lerc", "lzf"}
 
 
 class HoldsVolumes(InputError):
@@ -600,7 +607,10 @@ class TiffFrames:
                 except Exception as one:
                     hint = missing_decoder(one)
                     if hint:  # (a whole file: not damaged)
-                        kind = getattr(self._tif.pages[page].compression, "name", "its")
+                        try:  # (its page of the file: a series' pages count apart)
+                            kind = self._tif.pages[page].compression.name
+                        except Exception:
+                            kind = "its"
                         raise InputError(f"cannot read {self.path} ({kind} compression): "
                                          f"{hint}") from one
                     reason = (str(one).strip().splitlines() or [type(one).__name__])[0]
