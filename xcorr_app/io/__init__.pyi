@@ -11,8 +11,8 @@ from ._outputs import Interrupted, OutputRun, check_apart, stopped_by_signals
 from ._pread import PreadFile, preadable
 from ._describe import calibration, describe
 from ._reader import (ArraySource, ChannelStack, FrameRange, OffsetFrames, SourceArray,
-                      TIFF_SUFFIXES, TimeOrder, open_array, open_source, open_stack, read_image,
-                      time_order, z_first)
+                      TIFF_SUFFIXES, open_array, open_source, open_stack, read_image)
+from ._frame_order import time_order, z_first
 from ._nwb_out import check_nwb_out
 from ._stack_writers import (HDF5_DATASET, OUT_FORMATS, aligned_name, as_dtype, check_keep,
                              imagej_calibration, out_format, parse_out_format, parse_out_path,

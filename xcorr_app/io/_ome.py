@@ -18,6 +18,7 @@ import tifffile
 
 from ..errors import InputError
 from ._formats import SECONDS, length_unit, z_step
+from ._frame_order import FrameOrder
 from ._tiff import plural, series_index, tiff_errors
 
 __all__ = ["tiff_metadata", "says_calibration", "PlaneFrames"]
@@ -156,7 +157,7 @@ def tiff_metadata(path: Path, series=None) -> dict:
                 "z_step": z if "Z" in series.axes else None}
 
 
-class PlaneFrames:
+class PlaneFrames(FrameOrder):
     """Plane ``z`` of a TIFF source whose frames are every plane of a T x Z stack: frame ``i``
     is the ``i``-th frame of the source with that Z index (same interface as the source).
 
@@ -197,44 +198,4 @@ class PlaneFrames:
             raise InputError(f"cannot pick a Z plane of {path} (axes {axes}, shape {shape}); "
                              "save it as a T x Z stack")
         index = np.unravel_index(np.arange(src.n_frames), [n for _, n in lead])
-        self._frames = np.flatnonzero(index[[a for a, _ in lead].index("Z")] == z)
-        self.n_frames = len(self._frames)
-        self.frame_shape, self.dtype = src.frame_shape, src.dtype
-        self.n_channels = getattr(src, "n_channels", 1)
-        self.paths, self.notes = src.paths, src.notes
-        self.concurrent_reads = getattr(src, "concurrent_reads", False)
-        self.memory_mapped = getattr(src, "memory_mapped", False)
-
-    def source_name(self, i):
-        return self.src.source_name(int(self._frames[i]))
-
-    def source_names(self):
-        return [self.src.source_name(int(i)) for i in self._frames]
-
-    def read(self, start, stop, out=None):
-        """Frames ``start:stop`` of the plane, one read per run of consecutive source frames."""
-        if not 0 <= start <= stop <= self.n_frames:
-            raise IndexError(f"frames {start}:{stop} are out of range for a stack of "
-                             f"{self.n_frames} frames")
-        result = out if out is not None else np.empty((stop - start, *self.frame_shape),
-                                                      self.dtype)
-        wanted = self._frames[start:stop]
-        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
-        at = 0
-        for run in np.split(wanted, breaks):
-            if len(run):
-                result[at:at + len(run)] = self.src.read(int(run[0]), int(run[-1]) + 1)
-                at += len(run)
-        return result
-
-    def close(self):
-        self.src.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-    def __len__(self):
-        return self.n_frames
+        super().__init__(src, np.flatnonzero(index[[a for a, _ in lead].index("Z")] == z))

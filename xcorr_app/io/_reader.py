@@ -28,6 +28,7 @@ import numpy as np
 
 from ..backend import is_cupy_array
 from ..errors import InputError
+from ._frame_order import z_first
 from ._tiff import (SUPPORTED_DTYPES, HoldsVolumes, TiffFrames, TruncatedError, plural,
                     readable_allowed, volumes_of)
 
@@ -329,70 +330,6 @@ def open_stack(path, channel: int | None = None) -> FrameSource:
 
         return PlaneFrames(src, path, z, axes, dataset or None)
     return src
-
-
-def z_first(axes) -> bool:
-    """Whether a T x Z stack of these axes stores its planes Z then T (its frames as read:
-    a time point's planes apart, every time point's plane 0 first)."""
-    return "Z" in axes and "T" in axes and axes.index("Z") < axes.index("T")
-
-
-def time_order(src):
-    """``src`` read in time order (:class:`TimeOrder`) where it holds the planes of a T x Z
-    stack stored Z then T, else ``src`` itself: the order an ImageJ hyperstack holds them in
-    (what ``xcorr filter`` and ``xcorr apply`` write back as volumes)."""
-    volumes = getattr(src, "volumes", None)
-    return TimeOrder(src) if volumes is not None and z_first(volumes.axes) else src
-
-
-class TimeOrder:
-    """The planes of a T x Z stack stored Z then T (``src``, frames or ``(n, C, H, W)``
-    channels) read in time order: frame ``k`` is plane ``k % Z`` of time point ``k // Z``,
-    the stored frame ``(k % Z) * T + k // Z`` (read a plane at a time: they lie apart)."""
-
-    #: not the stored layout: a reader that copies the file's pages (a GPU's registered
-    #: file) or the array itself would read them in the stored order
-    stored = stack = None
-
-    def __init__(self, src):
-        self.src = src
-        self.times, self.planes = src.volumes.times, src.volumes.planes
-        self.frame_layout = (("T", self.times), ("Z", self.planes))
-        self.notes = [n.replace("read plane by plane, Z then T",
-                                "read plane by plane in time order (stored Z then T)")
-                      for n in src.notes]
-
-    def _stored(self, k):
-        return (k % self.planes) * self.times + k // self.planes
-
-    def read(self, start, stop, out=None):
-        at = [self._stored(k) for k in range(start, stop)]
-        if out is not None:
-            for j, i in enumerate(at):
-                self.src.read(i, i + 1, out=out[j:j + 1])
-            return out
-        return np.concatenate([self.src.read(i, i + 1) for i in at]) if at else \
-            self.src.read(0, 0)
-
-    def source_name(self, i):
-        return self.src.source_name(self._stored(i))
-
-    def source_names(self):
-        return [self.source_name(i) for i in range(self.n_frames)]
-
-    def close(self):
-        self.src.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __getattr__(self, name):  # (the source's other attributes: count, shape, volumes, ...)
-        if name == "src":
-            raise AttributeError(name)
-        return getattr(self.src, name)
 
 
 def read_image(path, channel: int | None = None) -> np.ndarray:
