@@ -496,3 +496,31 @@ def test_apply_to_a_hyperstack_writes_it_back_as_one(tmp_path):
     tifffile.imwrite(zt, np.moveaxis(v, 1, 0), metadata={"axes": "ZTYX"})
     r = xcorr("apply", shifts, zt, "--out", tmp_path / "b.tif", "--device", "cpu")
     assert r.returncode == 2 and "Z then T" in r.stderr and r.stderr.count("error:") == 1
+
+
+def test_apply_of_one_planes_shifts_moves_every_plane_of_its_time_point(tmp_path):
+    """Shifts measured on one plane (``align --z K``: a row a time point) applied to the whole
+    T x Z hyperstack move every plane of a time point by its row (they were refused: another
+    frame count), with a note; the hyperstack written back."""
+    rng = np.random.default_rng(5)
+    scene = ndi.gaussian_filter(rng.random((3, 48, 56)), (0, 2, 2))
+    drift = rng.uniform(-3, 3, (5, 2))
+    v = np.stack([ndi.shift(scene, (0, *d), order=1, mode="nearest") for d in drift])
+    v = v.astype(np.float32)
+    path = tmp_path / "tzyx.tif"
+    tifffile.imwrite(path, v, imagej=True, metadata={"axes": "TZYX", "spacing": 2.0})
+    run = tmp_path / "run"
+    r = xcorr("align", path, "--z", "1", "--max-shift", "6", "--device", "cpu", "-q",
+              "--out", run, "--no-aligned")
+    assert r.returncode == 0, r.stderr
+    rows = np.loadtxt(run / "shifts.csv", delimiter=",", skiprows=1, usecols=(2, 3))
+    assert rows.shape == (5, 2) and np.abs(rows[1:]).max() > 1  # (the drift measured)
+    out = tmp_path / "a.tif"
+    r = xcorr("apply", run / "shifts.csv", path, "--out", out, "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "the shifts of 5 time points applied to each of their 3 Z planes" in r.stderr
+    got = tifffile.imread(out)
+    assert got.shape == v.shape
+    for t, z in ((0, 0), (3, 2), (4, 1)):
+        want = ndi.shift(v[t, z], rows[t], order=1, mode="constant")
+        np.testing.assert_allclose(got[t, z][4:-4, 4:-4], want[4:-4, 4:-4], atol=1e-5)

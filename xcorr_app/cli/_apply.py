@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import numpy as np
 
 from ..errors import InputError
 from ._input import input_options, input_path
@@ -86,6 +87,9 @@ def _apply(shifts, path, out_path, resample, crop, fill, keep_dtype, quiet, forc
     fill = check_fill(fill)
     with open_stack(path, channel=channel) as src:
         slices = _planes_of(src, path, fmt, out)
+        if slices > 1 and _each_plane(saved, src.volumes.times, slices) and not quiet:
+            click.echo(f"note: the shifts of {src.volumes.times} time points applied to each "
+                       f"of their {slices} Z planes", err=True)
         unshifted = check_fits(saved, shifts, src, path)
         aligned = channel_metadata(aligned_as(src, path, keep_dtype, fmt, dataset,
                                               force, fill),  # (notes said too)
@@ -135,6 +139,21 @@ def _planes_of(src, path, fmt, out) -> int:
         raise InputError(f"--out {out.name}: the planes of volumes are written back as a "
                          "TIFF hyperstack (T and Z apart); name it NAME.tif")
     return volumes.planes
+
+
+def _each_plane(saved, times, planes) -> bool:
+    """``saved`` (:func:`~xcorr_app.alignment.outputs.load_saved`) made a shift a plane where
+    it holds one a time point of a T x Z stack (measured on one plane, ``--z K``: every plane
+    of a time point moves with it): True where it did."""
+    if len(saved.shifts) != times or (saved.frames is not None
+                                      and (saved.frames != np.arange(times)).any()):
+        return False
+    for name in ("shifts", "field", "rotation"):
+        value = getattr(saved, name)
+        if value is not None:
+            setattr(saved, name, np.repeat(value, planes, axis=0))
+    saved.frames = None
+    return True
 
 
 def _nwb_record(saved, shifts, path, resample, crop, fill) -> tuple:
