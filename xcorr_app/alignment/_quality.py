@@ -676,7 +676,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
     out = []
     # a GPU pass: each chunk's moments and masks, the area's figures made on the host at the end
     moments = None if xp is np else _AreaMoments(xp, stop - start, inside.shape[0])
-    if filtered is not None or fill is not None:  # (uploaded once: a chunk may wait for it)
+    if filtered is not None:  # (uploaded once: a copy from the host a chunk may wait)
         moved = xp.asarray(np.where(np.isfinite(shifts[start:stop]).all(axis=1)[:, None],
                                     shifts[start:stop], 0.0))
     if fill is not None:
@@ -687,7 +687,7 @@ def _rows_part(src, xp, start, stop, progress, *, opts, shifts, area, template, 
         same = filtered is not None and k == 0 and np.array_equal(
             np.nan_to_num(run), np.nan_to_num(shifts[start:stop])) \
             and (np.isfinite(run).all(axis=1) | np.isnan(run).all(axis=1)).all()
-        out_moved = moved if same else xp.asarray(np.nan_to_num(run_shifts[start:stop]))
+        out_moved = moved if same else xp.asarray(np.nan_to_num(run))
     # (the CPU's prefilter a slice of frames a thread: one filter call each, whose NumPy
     # passes free the GIL; BLAS on one thread, as the measuring pass: its idle threads spin)
     threads = cpu_threads() if xp is np and filtered is not None else 1
