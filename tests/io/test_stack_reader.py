@@ -8,7 +8,7 @@ import pytest
 import tifffile
 
 from xcorr_app.errors import InputError
-from xcorr_app.io import SUPPORTED_DTYPES, open_stack, read_image
+from xcorr_app.io import SUPPORTED_DTYPES, describe, open_stack, read_image
 from xcorr_app.io._reader import natural_key
 from xcorr_app.streaming import map_chunks
 
@@ -102,6 +102,18 @@ def test_multipage_lazy_read_and_chunks(tmp_path):
             src.read(8, 11)
         with pytest.raises(InputError):
             chunks_of(src, 0)
+
+
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_tiled_file_is_its_pages_and_says_its_tiles(tmp_path, compression):
+    """A tiled TIFF (edge tiles padded past the frame): its pages are the frames, and
+    ``describe`` (``xcorr info``) gives a tile as its chunks, not a whole frame."""
+    data = stack_of(np.uint16, n=5, shape=(40, 72))
+    path = write(tmp_path / "t.tif", data, tile=(16, 32), compression=compression)
+    np.testing.assert_array_equal(read_all(path), data)
+    d = describe(path)
+    assert (d["frames"], d["frame_shape"], d["shape"]) == (5, (40, 72), (5, 40, 72))
+    assert d["chunks"] == (16, 32)
 
 
 def test_read_after_close_reopens(tmp_path):

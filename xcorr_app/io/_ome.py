@@ -118,6 +118,16 @@ def _imagej_pixels(tif):
     return size, labels, z
 
 
+def _page_chunks(page) -> tuple:
+    """A page's stored block over its axes: a tile of a tiled page (a separate sample plane
+    counts 1), else the whole page."""
+    shape = tuple(page.shape)
+    if not page.is_tiled:
+        return shape
+    tile = tuple(page.chunks)
+    return (1,) * (len(shape) - len(tile)) + tile
+
+
 def says_calibration(path: Path) -> bool:
     """Whether the TIFF file ``path`` is an ImageJ or OME-TIFF file (the kinds whose pixel size,
     frame interval and channel names :func:`tiff_metadata` reads) or one whose resolution is
@@ -133,9 +143,10 @@ def tiff_metadata(path: Path, series=None) -> dict:
     """What a TIFF file's image series holds (``series``: its index or name, as ``FILE:N``
     names it; default the first): ``shape``, ``axes`` (tifffile's letters: ``T``,
     ``C``, ``Z``, ``Y``, ``X``, ``S`` samples, ``I``/``Q`` unnamed), ``dtype``, ``chunks``
-    (one page), ``pixel_size`` ``(y, x, unit)`` or None, ``channel_names``, ``format``,
-    ``frame_interval`` (seconds) or None, ``z_step`` (the distance between Z planes in the
-    pixel size's unit, where the file has a Z axis and says it) or None."""
+    (over a page's axes: one tile of a tiled page, else the page), ``pixel_size``
+    ``(y, x, unit)`` or None, ``channel_names``, ``format``, ``frame_interval`` (seconds) or
+    None, ``z_step`` (the distance between Z planes in the pixel size's unit, where the file
+    has a Z axis and says it) or None."""
     with tiff_errors(path), tifffile.TiffFile(path) as tif:
         if not tif.series:
             raise InputError(f"{path} contains no image; give a TIFF file with image data")
@@ -151,7 +162,7 @@ def tiff_metadata(path: Path, series=None) -> dict:
         else:  # (a plain TIFF: its resolution tags, where they are per centimeter)
             size = _centimeter_pixels(tif.pages.first)
         return {"shape": tuple(series.shape), "axes": series.axes,
-                "dtype": np.dtype(series.dtype), "chunks": tuple(series.keyframe.shape),
+                "dtype": np.dtype(series.dtype), "chunks": _page_chunks(series.keyframe),
                 "pixel_size": size, "channel_names": names, "format": fmt,
                 "frame_interval": _frame_interval(tif, index),
                 "z_step": z if "Z" in series.axes else None}
