@@ -27,6 +27,11 @@ def sha(path):
     ("align", ("--out",), ("--out", "requires an argument")),
     ("filter", ("--kernel", "box:3", "--mode", "foo", "--out", "f.tif"), ("--mode", "foo")),
     ("filter", ("--kernel", "box:3", "--out"), ("--out",)),
+    # (click keeps the last of an option given twice, silently)
+    ("filter", ("--kernel", "gaussian:2", "--kernel=laplace", "--out", "f.tif"),
+     ("--kernel is given more than once", "give it once")),
+    ("filter", ("--kernel", "box:3", "--mode", "wrap", "--out", "f.tif", "--mode", "wrap"),
+     ("--mode is given more than once",)),
 ])
 def test_usage_error_is_one_line_and_status_2(tmp_path, cmd, args, words):
     src = stack_path("moon")

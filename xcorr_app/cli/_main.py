@@ -24,7 +24,7 @@ from .._version import __version__
 from ..errors import XcorrError
 
 __all__ = ["cli", "main", "run", "leave", "user_errors", "warnings_as_notes", "one_line_usage",
-           "UsageLine", "COMMANDS", "DeviceCommand", "start_first_run"]
+           "UsageLine", "COMMANDS", "DeviceCommand", "OnceCommand", "start_first_run"]
 
 #: every command of ``xcorr``: name -> (module beside this one, the click command in it, the
 #: one-line help ``xcorr --help`` lists).  A command's module is imported only when that command
@@ -264,6 +264,31 @@ class DeviceCommand(click.Command):
                 return super().invoke(ctx)
             finally:  # (a process that runs commands in turn: the next one decides anew)
                 hold_gpu_warm_up(False)
+
+
+class OnceCommand(DeviceCommand):
+    """A :class:`DeviceCommand` whose options that take one value are each given at most once:
+    a second ``--kernel`` is a usage error (click keeps the last one given, silently)."""
+
+    def make_parser(self, ctx):
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_once(args):
+            opts, rest, order = parse(args)  # (order: a parameter each time it was given)
+            seen = set()
+            for param in order:
+                if not isinstance(param, click.Option) or param.multiple or param.count \
+                        or param.is_flag:
+                    continue
+                if param.name in seen:
+                    raise click.UsageError(f"{param.opts[0]} is given more than once, and it "
+                                           "takes one value; give it once", ctx=ctx)
+                seen.add(param.name)
+            return opts, rest, order
+
+        parser.parse_args = parse_once
+        return parser
 
 
 def start_first_run(command: str, params: dict) -> None:
