@@ -100,7 +100,8 @@ def _raw(out, fmt):
     if fmt == "hdf5":
         with h5py.File(out / "aligned.h5") as f:
             attrs = f["aligned"].attrs
-            size = tuple(attrs["element_size_um"]) if "element_size_um" in attrs else None
+            # (Fiji's z, y and x: the frames a step of 1)
+            size = tuple(attrs["element_size_um"][1:]) if "element_size_um" in attrs else None
             fr = attrs.get("fr")  # (frames per second, as CaImAn reads it)
             return size, "µm" if size else None, (1 / fr if fr is not None else None)
     zarr = pytest.importorskip("zarr")

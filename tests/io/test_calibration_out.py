@@ -412,7 +412,8 @@ def test_a_pixel_size_in_any_length_unit_reaches_every_output(tmp_path, unit, re
         assert r.returncode == 0, r.stderr
         if fmt == "hdf5":
             with h5py.File(out / name) as f:
-                np.testing.assert_allclose(f["aligned"].attrs["element_size_um"], [um, um])
+                np.testing.assert_allclose(f["aligned"].attrs["element_size_um"],
+                                           [1.0, um, um])
         else:
             size = describe(out / name)["pixel_size"]
             assert size[:2] == pytest.approx((0.25, 0.25)) and size[2] == reads

@@ -143,7 +143,9 @@ def _raw(out, fmt):
     h5py = pytest.importorskip("h5py")
     with h5py.File(out / "aligned.h5") as f:
         attrs = f["aligned"].attrs
-        return tuple(attrs["element_size_um"]), "µm", [str(n) for n in attrs["channel_names"]]
+        size = tuple(attrs["element_size_um"])  # (Fiji's z, y and x: the frames a step of 1)
+        assert size[0] == 1.0
+        return size[1:], "µm", [str(n) for n in attrs["channel_names"]]
 
 
 OUT_NAMES = {"tiff": "aligned.tif", "ome-tiff": "aligned.ome.tif",

@@ -52,6 +52,25 @@ def run(path, out, *args):
     return r
 
 
+@pytest.mark.parametrize("channels", [1, 2])
+def test_element_size_um_is_fijis_z_y_x_and_reads_back(tmp_path, channels):
+    """element_size_um of a TYX or TCYX output is Fiji's three sizes, z y x (the frames its Z,
+    a step of 1): it held the Y and X sizes alone, which Fiji does not read; read back by h5py
+    and by xcorr, the pixel size is the input's and no Z step is made up."""
+    from xcorr_app.io import stack_writer
+
+    path = tmp_path / "out.h5"
+    frames = np.random.default_rng(2).random((4 * channels, 12, 10)).astype(np.float32)
+    with stack_writer(path, (12, 10), 4 * channels, channels=channels,
+                      metadata={"pixel_size": (500.0, 250.0, "nm")}) as w:
+        w.write(frames)
+    with h5py.File(path, "r") as f:
+        assert f["aligned"].ndim == 2 + channels
+        np.testing.assert_allclose(f["aligned"].attrs["element_size_um"], [1.0, 0.5, 0.25])
+    d = describe(path, channel=0)
+    assert d["pixel_size"] == pytest.approx((0.5, 0.25, "µm")) and d["z_step"] is None
+
+
 def test_align_names_the_dataset_and_it_reads_back(tmp_path, calibrated):
     run(calibrated, tmp_path / "plain", "--out-format", "hdf5")
     run(calibrated, tmp_path / "named", "--out-format", "hdf5:/data")
@@ -60,7 +79,7 @@ def test_align_names_the_dataset_and_it_reads_back(tmp_path, calibrated):
     with h5py.File(out, "r") as f, h5py.File(tmp_path / "plain" / "aligned.h5", "r") as g:
         data = f["data"]
         assert data.attrs["axes"] == "TYX" and data.dtype == np.float32
-        np.testing.assert_allclose(data.attrs["element_size_um"], [0.5, 0.25])
+        np.testing.assert_allclose(data.attrs["element_size_um"], [1.0, 0.5, 0.25])
         np.testing.assert_array_equal(data[...], g["aligned"][...])  # (the same frames)
     doc = json.loads((tmp_path / "named" / "shifts.json").read_text())
     assert doc["aligned"] == "aligned.h5:/data"
@@ -118,7 +137,7 @@ def test_apply_names_the_dataset(tmp_path, calibrated):
     assert datasets(out) == ["a/data"]
     with h5py.File(out, "r") as f, h5py.File(tmp_path / "o" / "aligned.h5", "r") as g:
         np.testing.assert_array_equal(f["a/data"][...], g["data"][...])
-        np.testing.assert_allclose(f["a/data"].attrs["element_size_um"], [0.5, 0.25])
+        np.testing.assert_allclose(f["a/data"].attrs["element_size_um"], [1.0, 0.5, 0.25])
     r = xcorr("apply", tmp_path / "o" / "shifts.csv", calibrated, "--channel", "0",
               "--out", tmp_path / "plain.h5", "-q")
     assert r.returncode == 0, r.stderr

@@ -536,7 +536,7 @@ class _Guarded:
 class Hdf5StackWriter(_Writer):
     """An HDF5 file with the dataset ``dataset`` (:data:`HDF5_DATASET` by default; its groups
     made; ``TYX`` or ``TCYX``; attributes ``axes``, Fiji/ilastik ``element_size_um`` where the
-    pixel size is in µm, CaImAn's ``fr`` (frames per second) where the frame interval is known,
+    pixel size is a length (Fiji's z, y, x in µm: 1, then the pixel size), CaImAn's ``fr`` (frames per second) where the frame interval is known,
     ``channel_names``, ``source``), chunks of :data:`CHUNK_FRAMES` frames.
     A failed write (a full disk) is one :class:`OutputError`; the file is closed on every path
     (:class:`_Guarded`)."""
@@ -558,8 +558,9 @@ class Hdf5StackWriter(_Writer):
                 attrs["axes"] = "TCYX" if self.channels > 1 else "TYX"
                 size = usable_pixel_size(meta.get("pixel_size"))
                 if size and len(size) > 2 and length_unit(size[2]) is not None:
-                    # (in micrometers, whatever unit the input gave: nm, mm)
-                    attrs["element_size_um"] = [micrometers(size[0], size[2]),
+                    # (Fiji reads three sizes, z y x, and opens the frames as its Z: a step
+                    # of 1; in micrometers, whatever unit the input gave: nm, mm)
+                    attrs["element_size_um"] = [1.0, micrometers(size[0], size[2]),
                                                 micrometers(size[1], size[2])]
                 interval = meta.get("frame_interval")
                 if interval and math.isfinite(interval) and interval > 0:  # (as CaImAn reads it)
