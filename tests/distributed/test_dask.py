@@ -154,6 +154,25 @@ def test_bad_inputs_say_what_to_do():
                 call()
 
 
+def test_float64_beyond_float32_in_a_later_frame_is_refused_in_the_task(tmp_path):
+    """The filtered stack is float32: a float64 frame past frame 0 at 1e300 became Inf in a
+    worker (a raw overflow warning, exit 0); each task checks the frames it reads and names
+    the frame, for a file or an array, one channel or a bank over several."""
+    stack = np.random.default_rng(4).random((6, 2, 12, 10))
+    stack[3, 1, 4, 4] = 1e300
+    one, two = tmp_path / "one.tif", tmp_path / "two.tif"
+    tifffile.imwrite(one, stack[:, 1], photometric="minisblack")
+    tifffile.imwrite(two, stack, photometric="minisblack", metadata={"axes": "TCYX"})
+    for lazy, name in ((xdask.filter(one, "gaussian:1", device="cpu", task_frames=2), "one.tif"),
+                       (xdask.filter(stack[:, 1], "box:3", device="cpu"), "the stack"),
+                       (xdask.filter_channels(two, bank="dog:1,2", device="cpu"), "two.tif"),
+                       (xdask.filter_channels(da.from_array(stack, chunks=(2, 2, 12, 10)),
+                                              bank="dog:1,2", device="cpu"), "the stack")):
+        with pytest.raises(InputError, match=rf"^{name}'s pixels reach at most 1e\+300 "
+                                             r"\(frame 3\), outside float32's range"):
+            lazy.compute(scheduler="sync")
+
+
 def test_nan_frame_is_flagged_as_in_one_process(client, tmp_path):
     """A frame with a NaN pixel gets a NaN shift, flagged, on the cluster as in one process."""
     from xcorr_app import align

@@ -251,12 +251,10 @@ class _InFloat32:
         return lambda: _InFloat32(opener(), src._name)
 
     def read(self, start, stop, out=None):
-        from ..alignment.rigid import check_float32_range
+        from ..alignment.rigid import check_filtered_range
 
         frames = self._src.read(start, stop, out)
-        for i, frame in enumerate(frames):
-            check_float32_range(frame, self._name, "the filtered stack is computed and written",
-                                "scale the stack into that range", index=start + i)
+        check_filtered_range(frames, self._name, start)
         return frames
 
 

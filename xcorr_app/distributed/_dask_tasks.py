@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 
@@ -91,22 +92,38 @@ class _Block:
 
 def channels_task(path, start, stop, bank, mix, device, chunk_frames=CHUNK_FRAMES):
     """Frames ``start:stop`` of every channel through a bank or a mix: (n, F, H, W)."""
+    from ..alignment.rigid import check_filtered_range
     from ..filters import channel_filter
     from ..io import ChannelStack
 
     with _on_device(device) as xp, ChannelStack(path) as src:
         _, fn = channel_filter(bank, mix, src.n_channels)
-        return _in_chunks(start, stop, chunk_frames, lambda a, b: backend.to_numpy(
-            fn(xp.asarray(src.read(a, b)).astype(xp.float32))))
+
+        def part(a, b):
+            frames = src.read(a, b)
+            check_filtered_range(frames, _stack_name(("path", path)), a)
+            return backend.to_numpy(fn(xp.asarray(frames).astype(xp.float32)))
+
+        return _in_chunks(start, stop, chunk_frames, part)
 
 
-def channels_block(block, bank, mix, device):
+def channels_block(block, bank, mix, device, block_info=None):
+    """A block of an (N, C, H, W) dask array through a bank or a mix (``block_info``: dask's,
+    where the block starts)."""
+    from ..alignment.rigid import check_filtered_range
     from ..filters import channel_filter
 
+    start = block_info[0]["array-location"][0][0] if block_info else 0
+    check_filtered_range(block, "the stack", start)
     with _on_device(device, (block,)) as xp:
         _, fn = channel_filter(bank, mix, block.shape[1])
         out = fn(xp.asarray(block).astype(xp.float32))
         return out if backend.is_cupy_array(block) else backend.to_numpy(out)
+
+
+def _stack_name(source) -> str:
+    """What a task's errors call its stack: a path's file name, else the stack."""
+    return Path(str(source[1])).name if isinstance(source[0], str) else "the stack"
 
 
 def _open(source, start, xp=np):
@@ -207,12 +224,18 @@ def _in_chunks(start, stop, chunk_frames, fn):
 
 
 def filter_task(source, start, stop, kernel, mode, cval, device, chunk_frames=CHUNK_FRAMES):
+    from ..alignment.rigid import check_filtered_range
     from ..filters import parse_kernel_spec
 
     fn = parse_kernel_spec(kernel)
     with _on_device(device, source) as xp, _open(source, start, xp) as src:
-        return _in_chunks(start, stop, chunk_frames, lambda a, b: _like_block(
-            fn(xp.asarray(src.read(a, b)), mode, cval), source).astype(np.float32, copy=False))
+        def part(a, b):
+            frames = src.read(a, b)
+            check_filtered_range(frames, _stack_name(source), a)  # (float32 out: no Inf made)
+            return _like_block(fn(xp.asarray(frames), mode, cval), source).astype(
+                np.float32, copy=False)
+
+        return _in_chunks(start, stop, chunk_frames, part)
 
 
 def shift_task(source, start, stop, shifts, fill, resample, box, device,

@@ -14,9 +14,9 @@ from ._methods import (CPU_REFERENCE_COARSE, FFT_REFERENCE_LOWPASS, FFT_REFERENC
                        check_frame_shape, fft_reference, prefilter_for, search_range)
 from ._prepared import PreparedFrames, patch_key
 from ._preprocess import (AUTO_LOWPASS, GPU_FLOAT32_RANGE, WINDOWS, Prefilter,
-                          brightness_change, check_float32_range, check_gpu_float32,
-                          choose_prefilter, parse_prefilter, prepare, scale_free, scaled_by,
-                          spread_frames, stack_exponent, window)
+                          brightness_change, check_filtered_range, check_float32_range,
+                          check_gpu_float32, choose_prefilter, parse_prefilter, prepare,
+                          scale_free, scaled_by, spread_frames, stack_exponent, window)
 from ._references import (CHOICES, check_reference, finite_sums, is_previous, mean_count,
                           mean_of, own_frame, reference_frame, reference_index, refined_passes)
 from ._static import (STATIC, STATIC_PREFILTER, StaticSource, decide_static, fit_static,

@@ -393,6 +393,17 @@ def check_float32_range(frame, name, what="the aligned stack is computed",
                      f"which {what}: {advice}")
 
 
+def check_filtered_range(frames, name, start=0):
+    """:func:`check_float32_range` of every frame of the chunk ``frames`` (its first is frame
+    ``start`` of the stack ``name``) that is filtered into float32 (``xcorr filter``, in this
+    process or on a Dask worker): each chunk is checked as it is read, not frame 0 alone."""
+    if frames.dtype != np.float64:
+        return
+    for i, frame in enumerate(frames):
+        check_float32_range(frame, name, "the filtered stack is computed and written",
+                            "scale the stack into that range", index=start + i)
+
+
 #: the float32 magnitudes a GPU run measures: CuPy compiles every kernel with -ftz=true (a
 #: denormal pixel reads as 0: above the bottom, only pixels below float32's resolution of the
 #: peak are), and float32 figures near the type's largest number overflow
