@@ -268,6 +268,12 @@ path or ndarray
         shifts to zero: ``auto`` (default) looks for one in a few frames and removes it from
         the frames it measures (the aligned stack: as read); ``on`` always, ``off`` never;
         ``settings["static"]`` says what was found (:mod:`xcorr_app.alignment.rigid._static`).
+    despike : {"auto", "on", "off"}
+        Bright specks of one frame alone (cosmic rays, a particle's track, a single hot or
+        saturated pixel) that pull shifts, taken out of the frames measured: ``auto``
+        (default) looks for them in a few frames, ``on`` always, ``off`` never (the aligned
+        stack: as read; :mod:`xcorr_app.alignment.rigid._despike`).  In one process (not
+        with ``gpus`` or Dask).
     bidi : {"off", "auto"} or float
         A bidirectional (resonant) scan's x offset of every other line, removed before
         measuring and in the aligned stack: ``auto`` estimated from a few frames (removed

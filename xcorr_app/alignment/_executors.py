@@ -83,6 +83,15 @@ class Executor:
         self.src = static_source(self.src, pattern)
         return static_source(src, pattern)
 
+    def correct_despike(self, src):
+        """``src`` despiked as it is read (:class:`~.rigid.DespikedSource`), and so every
+        range's source: what the passes, their templates and the quality report read (the
+        aligned stack reads the frames as they are)."""
+        from .rigid import DespikedSource
+
+        self.src = DespikedSource(self.src)
+        return DespikedSource(src)
+
     def portable(self, a):
         return backend.to_numpy(a) if self.remote else a
 

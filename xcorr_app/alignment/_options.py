@@ -33,6 +33,7 @@ from .rigid import (AUTO_LOWPASS, CHOICES, NAN_MASK, check_choices, choose_prefi
                     search_range)
 from .rigid import window as make_window
 from .rigid import parse_static, reference_index, static_possible
+from .rigid import DESPIKE
 from .._run_options import RunOptions
 
 #: how frames meet at their edges: ``linear`` (the overlap: frames cropped from a larger
@@ -90,6 +91,7 @@ class AlignOptions(RunOptions):
     mask: object = None
     model: str = "translation"
     static: str = "auto"
+    despike: str = "auto"
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -98,6 +100,7 @@ class AlignOptions(RunOptions):
         _choice("boundary", self.boundary, BOUNDARIES)
         _choice("lucas_kanade", self.lucas_kanade, LUCAS_KANADE)
         _choice("device", self.device, DEVICES)
+        _choice("despike", self.despike, DESPIKE)
         put("reference", _check_reference(self.reference))
         if self.upsample is not None:
             put("upsample", check_upsample(self.upsample))
@@ -263,6 +266,11 @@ class AlignOptions(RunOptions):
             raise InputError(f"static on is found and removed in one process: run without "
                              f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "
                              "static auto or off")
+        if executor != "process" and self.despike == "on":
+            raise InputError(f"despike on takes bright specks out of the frames in one "
+                             f"process: run without "
+                             f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "
+                             "despike auto or off")
         if executor != "process" and self.model != "translation":
             raise InputError(f"model {self.model} runs in one process: run without "
                              f"{'gpus' if executor == 'gpus' else 'a Dask cluster'}, or give "

@@ -17,7 +17,8 @@ noise): ``static_blobs`` (bright blobs and hot pixels fixed on the sensor), ``du
 column and pixel offsets and pixel gain, at 40 photons), ``deep_bleaching`` (20x exponential
 bleaching), ``rotation`` (a ramp to 1-2 degrees about the frame centre beside the drift) and
 ``rotation_jitter`` (random rotations up to 0.5 degrees), ``shutter`` (half the frames behind
-a closed shutter: 1% of the light, the same camera noise).  A rotated frame's truth is the
+a closed shutter: 1% of the light, the same camera noise), ``cosmic_rays`` (each frame's own
+tracks of charged particles, 5-50 times the scene's peak).  A rotated frame's truth is the
 translation of the frame centre; its angle is ``AccuracyStack.angle``.  The truth is in
 xcorr's convention: the
 ``(dy, dx)`` that :func:`xcorr_app.align` returns, the shift to apply to each frame to align it
@@ -49,8 +50,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
-from ._accuracy_sensor import (CAMERA_OFFSET, READ_NOISE, camera, dust_vignette, fixed_pattern,
-                               rotate_about, static_glow)
+from ._accuracy_sensor import (CAMERA_OFFSET, READ_NOISE, camera, cosmic_rays, dust_vignette,
+                               fixed_pattern, rotate_about, static_glow)
 
 __all__ = ["KINDS", "HARD_KINDS", "ALL_KINDS", "SPECS", "AccuracyStack", "make_stack",
            "grey_image", "cases"]
@@ -59,7 +60,7 @@ __all__ = ["KINDS", "HARD_KINDS", "ALL_KINDS", "SPECS", "AccuracyStack", "make_s
 KINDS = ("plain", "low_light", "bleaching_background", "large_drift", "non_square", "circular")
 #: what microscopes make hard: patterns fixed on the sensor, deep bleaching, rotation, a shutter
 HARD_KINDS = ("static_blobs", "dust_vignette", "fixed_pattern", "deep_bleaching", "rotation",
-              "rotation_jitter", "shutter")
+              "rotation_jitter", "shutter", "cosmic_rays")
 #: every kind of the bench: :data:`KINDS`, piecewise-rigid motion, noisy wrap-around frames and
 #: :data:`HARD_KINDS`
 ALL_KINDS = KINDS + ("piecewise", "circular_noisy") + HARD_KINDS
@@ -123,6 +124,8 @@ SPECS.update({
                             bench_images=("camera", "coins", "astronaut", "retina")),
     "shutter": dict(_HARD, peak=400.0, images=("camera", "coins", "moon"),
                     bench_images=("camera", "coins", "moon", "astronaut")),
+    "cosmic_rays": dict(_HARD, peak=400.0, images=("camera", "coins", "moon"),
+                        bench_images=("camera", "coins", "moon", "retina")),
 })
 #: ``deep_bleaching``: the first frame this many times brighter than the last (exponential)
 DEEP_BLEACH = 20.0
@@ -447,6 +450,8 @@ def _hard(kind, seed, image, n, shape, spec, rng, chosen) -> AccuracyStack:
     scene = scene * scale
     lam = gain * scene + glow
     frames = camera(lam, offset, rng)
+    if kind == "cosmic_rays":
+        frames = frames + cosmic_rays(n, shape, spec["peak"], rng)
     grad = grad * (gain * scale)[:, None]
     return AccuracyStack(kind, seed, image, frames.astype(np.float32), 0.0 - drift, info,
                          lam + offset, glow + offset, grad.astype(np.float32), offset,

@@ -5,12 +5,13 @@ drifting specimen, the camera's noise, and the rotation of the specimen about th
 The camera model of those stacks, per frame ``i`` (photons; one electron a count)::
 
     lam_i   = gain * brightness_i * scene_i + glow      (the Poisson mean)
-    frame_i = Poisson(lam_i) + offset + Normal(0, READ_NOISE)
+    frame_i = Poisson(lam_i) + offset + Normal(0, READ_NOISE) (+ rays_i)
 
 ``gain`` is a map fixed on the sensor (vignette, dust shadows, the pixels' own gain), ``glow``
 light that does not move (bright blobs, hot pixels), ``offset`` the camera's electronic offset
 (:data:`CAMERA_OFFSET` plus sCMOS column and pixel offsets), ``brightness_i`` bleaching or a
-closed shutter.
+closed shutter; ``rays_i`` the tracks charged particles leave in frame ``i`` alone (cosmic
+rays: :func:`cosmic_rays`).
 
 Examples
 --------
@@ -27,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["READ_NOISE", "CAMERA_OFFSET", "static_glow", "dust_vignette", "fixed_pattern",
-           "rotation_matrix", "rotate_about", "camera"]
+           "rotation_matrix", "rotate_about", "camera", "cosmic_rays"]
 
 #: read noise of an sCMOS camera (electrons RMS) and its offset (counts)
 READ_NOISE = 1.6
@@ -44,6 +45,11 @@ VIGNETTE_CORNER = 0.55
 COLUMN_OFFSET = 2.0
 PIXEL_OFFSET = 1.5
 PIXEL_GAIN = 0.03
+#: ``cosmic_rays``: hits a frame per 256x256 pixels (Poisson), the longest track (px) and the
+#: deposit along it, times the scene's peak (a particle leaves thousands of electrons)
+RAY_HITS = 3.0
+RAY_LENGTH = 4
+RAY_BRIGHTNESS = (5.0, 50.0)
 
 
 def _per_area(count, shape, rng) -> int:
@@ -106,6 +112,25 @@ def rotate_about(img, centre, angle) -> np.ndarray:
     centre = np.asarray(centre, np.float64)
     return ndi.affine_transform(img, inverse, offset=centre - inverse @ centre, order=3,
                                 mode="mirror")
+
+
+def cosmic_rays(n, shape, peak, rng) -> np.ndarray:
+    """(n, H, W) photons that charged particles deposit in ``n`` frames: each frame's own hits
+    (none fixed on the sensor), :data:`RAY_HITS` of them on average per 256x256, each a
+    straight track of 1 to :data:`RAY_LENGTH` pixels from a random pixel in a random
+    direction, :data:`RAY_BRIGHTNESS` times ``peak`` along it."""
+    out = np.zeros((n, *shape))
+    h, w = shape
+    for i in range(n):
+        for _ in range(rng.poisson(RAY_HITS * h * w / 256 ** 2)):
+            y, x = rng.uniform(0, h), rng.uniform(0, w)
+            turn, length = rng.uniform(0, np.pi), rng.integers(1, RAY_LENGTH + 1)
+            value = rng.uniform(*RAY_BRIGHTNESS) * peak
+            for t in range(length):
+                yy, xx = int(y + t * np.sin(turn)), int(x + t * np.cos(turn))
+                if 0 <= yy < h and 0 <= xx < w:
+                    out[i, yy, xx] += value
+    return out
 
 
 def camera(lam, offset, rng, read_noise=READ_NOISE) -> np.ndarray:

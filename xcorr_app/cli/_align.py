@@ -15,7 +15,7 @@ import click
 from ..alignment import (AlignOptions, BOUNDARIES, DEFAULT_UPSAMPLE, LUCAS_KANADE,
                          check_limits, limit_devices)
 from ..alignment import MODELS
-from ..alignment.rigid import STATIC
+from ..alignment.rigid import DESPIKE, STATIC
 from ._options import (BIDI, FEATURES, MEMORY, NORMALIZATIONS, PREFILTER, RESAMPLE_ANY,
                        SUBPIXEL, WINDOW, default_out, note_cpu_fallback, note_device,
                        planner_notes, print_notes, progress_bar, readable_frames_of, scale_out,
@@ -72,6 +72,11 @@ MEASURE_OPTIONS = (
                       "offsets) that pull shifts to zero: auto finds them in a few frames and "
                       "removes them from the frames it measures (aligned.tif: as read); on: "
                       "always; off: never."),
+    click.option("--despike", type=click.Choice(DESPIKE), default=DEFAULT["despike"],
+                 show_default=True,
+                 help="Bright specks of one frame (cosmic rays, single hot pixels) that pull "
+                      "shifts: auto finds them in a few frames and takes them out of the "
+                      "frames it measures (aligned.tif: as read); on: always; off: never."),
     click.option("--boundary", type=click.Choice(BOUNDARIES), default=DEFAULT["boundary"],
                  show_default=True,
                  help="linear: frames are views of a larger scene; circular: frames wrap "

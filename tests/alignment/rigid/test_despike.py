@@ -1,0 +1,118 @@
+"""despike: bright specks of one frame (cosmic rays) taken out of what the passes measure
+(xcorr_app/alignment/rigid/_despike.py)."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+
+import xcorr_app
+from xcorr_app.alignment import AlignOptions
+from xcorr_app.alignment.rigid import DespikedSource, decide_despike, despiked, opened
+from xcorr_app.bench._accuracy import stack_errors
+from xcorr_app.bench._accuracy_data import make_stack
+from xcorr_app.errors import InputError
+from xcorr_app.io import ArraySource
+
+from cli_helpers import xcorr
+
+
+@pytest.fixture(scope="module")
+def rays():
+    """A cosmic_rays stack of the accuracy bench that every frame's specks throw off."""
+    return make_stack("cosmic_rays", 0, image="coins", shape=(128, 128))
+
+
+def test_opening_is_scipys_inside_and_never_above_the_frame():
+    f = np.random.default_rng(0).random((3, 19, 23)).astype(np.float32)
+    o = opened(f, np)
+    assert (o <= f).all()
+    np.testing.assert_array_equal(o[:, 1:-1, 1:-1],
+                                  ndi.grey_opening(f, size=(1, 2, 2))[:, 1:-1, 1:-1])
+
+
+def test_specks_go_and_features_two_pixels_across_stay():
+    y, x = np.mgrid[:40, :45]
+    scene = (50 + 20 * np.sin(y / 3.0) * np.cos(x / 4.0)).astype(np.float32)
+    f = np.stack([scene] * 3)
+    f[1, 10, 12] += 2000  # a single pixel
+    f[1, 20, 5:9] += 1500  # a track a pixel wide
+    f[2, 30:33, 30:33] += 2000  # a blob 3 px across: not a speck of this kind
+    out = despiked(f, np)
+    np.testing.assert_array_equal(out[0], f[0])  # (nothing to take: the scene as it is)
+    assert out[1].max() < scene.max() + 1
+    np.testing.assert_array_equal(out[2], f[2])
+    assert out.dtype == np.float32 and f[1].max() > 1000  # (a new array: the input kept)
+
+
+def test_noise_is_not_a_speck():
+    rng = np.random.default_rng(1)
+    low = rng.poisson(np.full((8, 64, 64), 25.0)).astype(np.float32)  # 25 photons, flat
+    assert decide_despike("auto", ArraySource(low)) == ("off", None)
+
+
+def test_auto_takes_cosmic_rays_out_and_the_output_keeps_them(rays):
+    frames = rays.frames
+    off = xcorr_app.align(frames, device="cpu", despike="off", quality=False)
+    assert stack_errors(off.shifts, rays.truth)[0] > 5  # (what the specks do)
+    out = np.empty(frames.shape, np.float32)
+    res = xcorr_app.align(frames, device="cpu", out=out)
+    assert stack_errors(res.shifts, rays.truth)[0] < 0.05
+    assert not res.quality.flagged.any() and not res.low_confidence.any()
+    assert res.settings["options"]["despike"] == "on"
+    assert any(n.startswith("despike auto: on") for n in res.notes)
+    # the aligned stack is the frames as they came, shifted: their specks too
+    np.testing.assert_array_equal(out, np.concatenate([c for _, c in res.apply(frames, device="cpu")]))
+    assert out.max() > 10 * np.median(out)
+
+
+def test_auto_leaves_a_stack_without_specks_as_it_was():
+    s = make_stack("plain", 0, quick=True)
+    auto = xcorr_app.align(s.frames, device="cpu")
+    off = xcorr_app.align(s.frames, device="cpu", despike="off")
+    np.testing.assert_array_equal(auto.shifts, off.shifts)
+    assert auto.settings["options"]["despike"] == "off"
+    assert not any("despike" in n for n in auto.notes)
+
+
+def test_the_source_reads_despiked_frames():
+    frames = np.zeros((2, 6, 7), np.float64)
+    frames[1, 2, 3] = 1000
+    src = DespikedSource(ArraySource(frames))
+    assert src.dtype == np.float64 and src.read(0, 2).max() == 0
+    into = np.ones((2, 6, 7))
+    assert src.read(0, 2, out=into) is into and into.max() == 0
+
+
+@pytest.mark.parametrize("value", ["yes", "ON", True, None])
+def test_bad_values_are_refused(value):
+    with pytest.raises(InputError, match="unknown despike"):
+        AlignOptions(despike=value)
+
+
+def test_on_shared_out_is_refused():
+    for executor in ("gpus", "dask"):
+        with pytest.raises(InputError, match="despike on takes bright specks out"):
+            AlignOptions(despike="on").check_executor(executor)
+    AlignOptions().check_executor("gpus")
+
+
+def test_cli_despike(tmp_path):
+    r = xcorr("align", "sample_data/cell_drift.tif", "--despike", "maybe",
+              "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "maybe" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_mirrors_the_cpu(rays):
+    import cupy
+
+    frames = rays.frames
+    cpu = xcorr_app.align(frames, device="cpu")
+    np.testing.assert_array_equal(cupy.asnumpy(despiked(cupy.asarray(frames), cupy)),
+                                  despiked(frames, np))
+    for given in (frames, cupy.asarray(frames)):
+        gpu = xcorr_app.align(given, device="gpu")
+        assert gpu.settings["options"]["despike"] == "on"
+        np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=1e-3)
+        assert (gpu.quality.flagged == cpu.quality.flagged).all()
