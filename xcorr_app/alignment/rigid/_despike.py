@@ -98,14 +98,15 @@ def decide_despike(despike, src):
     pixel, the note says how many), others as given (no note)."""
     if despike != "auto":
         return despike, None
-    from ._preprocess import spread_frames
+    from ._preprocess import scale_free, spread_frames
 
     idx = spread_frames(src.n_frames, AUTO_SPIKE_SAMPLES)
     h, w = src.frame_shape
     y, x = max(0, h // 2 - AUTO_SPIKE_SIDE // 2), max(0, w // 2 - AUTO_SPIKE_SIDE // 2)
     read = [src.read(i, i + 1)[0, y:y + AUTO_SPIKE_SIDE, x:x + AUTO_SPIKE_SIDE] for i in idx]
     xp = array_module_of(*read)  # (frames on a GPU looked at there)
-    frames = xp.stack(read).astype(xp.float32)
+    # (each at a safe scale: float64 frames past float32's range; the limits are relative)
+    frames = scale_free(xp.stack(read), xp).astype(xp.float32)
     # (a pixel that stands out at a quarter of the limits in half the frames read is fixed
     # on the sensor, a hot pixel: the static model's; taken out by despiking, the bench's
     # static_blobs moon 128x128 seed 1 went 0.07 -> 5.6 px)
