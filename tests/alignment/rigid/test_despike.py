@@ -65,6 +65,16 @@ def test_auto_takes_cosmic_rays_out_and_the_output_keeps_them(rays):
     assert out.max() > 10 * np.median(out)
 
 
+def test_patches_are_measured_without_specks_and_warp_the_frames_as_they_came(rays):
+    frames = rays.frames
+    out = np.empty(frames.shape, np.float32)
+    res = xcorr_app.align(frames, device="cpu", patches=(2, 2), out=out)
+    assert res.settings["options"]["despike"] == "on"
+    assert np.abs(res.motion_field - rays.truth[:, None, None, :]).max() < 0.1
+    np.testing.assert_array_equal(out, np.concatenate(
+        [c for _, c in res.apply(frames, device="cpu")]))
+
+
 def test_auto_leaves_a_stack_without_specks_as_it_was():
     s = make_stack("plain", 0, quick=True)
     auto = xcorr_app.align(s.frames, device="cpu")

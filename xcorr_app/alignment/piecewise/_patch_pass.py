@@ -26,7 +26,7 @@ from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, i
                        refine_template, template_patches)
 from ..rigid import frames_per_chunk, prepared_reference
 from ..rigid import patch_key
-from ..rigid import prepare
+from ..rigid import despiked, floating, prepare
 from ._spline import field_weights
 from ..rigid import reference_frame
 from ..refine import TemplateAccumulator
@@ -47,8 +47,12 @@ class PatchSetup:
 
     @classmethod
     def make(cls, opts, src, xp, chunk, grid, image):
-        """The setup of a pass against the template ``image`` (on ``xp``'s device)."""
-        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
+        """The setup of a pass against the template ``image`` (on ``xp``'s device; with
+        ``despike`` on, measured without its specks, as the frames are: :func:`patch_preparer`)."""
+        measured = image
+        if opts.despike == "on":
+            measured = despiked(xp.asarray(image, xp.float32)[None], xp)[0]
+        frame, raw = prepared_reference(opts, src, xp, chunk, image=measured)
         return cls(grid, template_patches(frame, grid), raw, image)
 
     def queue_host_copy(self):
@@ -227,7 +231,11 @@ def patch_preparer(opts, xp):
     zero-normalized correlation takes it (phase normalization's too: the patches are
     measured by zncc), no window (the patches have their own taper)."""
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)
-    return lambda frames: prepare(frames, xp, prefilter, None)
+    if opts.despike != "on":
+        return lambda frames: prepare(frames, xp, prefilter, None)
+    # (the pass reads the frames as they are, the aligned stack's: its prepared copy despiked)
+    return lambda frames: prepare(despiked(floating(xp.asarray(frames)), xp), xp, prefilter,
+                                  None)
 
 
 def check_patch_reference(opts):

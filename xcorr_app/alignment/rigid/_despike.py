@@ -35,8 +35,9 @@ import numpy as np
 
 from ...backend import array_module_of, to_numpy
 from ...streaming import WrappedSource
+from ._preprocess import scale_free, spread_frames
 
-__all__ = ["DESPIKE", "DespikedSource", "despiked", "opened", "spike_count", "decide_despike",
+__all__ = ["DESPIKE", "DespikedSource", "despiked", "floating", "opened", "spike_count", "decide_despike",
            "remove_specks"]
 
 DESPIKE = ("auto", "on", "off")
@@ -80,6 +81,13 @@ def _spikes(frames, xp, over=1.0):
         return low, cut > over * limit[:, None, None]
 
 
+def floating(frames):
+    """``frames`` as they are where their pixels are floating point, else as float32 (which
+    holds every integer pixel type's values exactly)."""
+    return frames if frames.dtype.kind == "f" and frames.itemsize >= 4 \
+        else frames.astype(np.float32)
+
+
 def despiked(frames, xp):
     """float32 ``frames`` (N, H, W) with their spikes replaced by the grey opening's values (a
     new array)."""
@@ -98,8 +106,6 @@ def decide_despike(despike, src):
     pixel, the note says how many), others as given (no note)."""
     if despike != "auto":
         return despike, None
-    from ._preprocess import scale_free, spread_frames
-
     idx = spread_frames(src.n_frames, AUTO_SPIKE_SAMPLES)
     h, w = src.frame_shape
     y, x = max(0, h // 2 - AUTO_SPIKE_SIDE // 2), max(0, w // 2 - AUTO_SPIKE_SIDE // 2)
