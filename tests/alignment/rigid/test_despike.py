@@ -126,3 +126,9 @@ def test_gpu_mirrors_the_cpu(rays):
         assert gpu.settings["options"]["despike"] == "on"
         np.testing.assert_allclose(gpu.shifts, cpu.shifts, atol=1e-3)
         assert (gpu.quality.flagged == cpu.quality.flagged).all()
+    cpu = xcorr_app.align(frames, device="cpu", patches=(2, 2))
+    out = cupy.empty(frames.shape, cupy.float32)
+    gpu = xcorr_app.align(cupy.asarray(frames), device="gpu", patches=(2, 2), out=out)
+    np.testing.assert_allclose(gpu.motion_field, cpu.motion_field, atol=1e-3)
+    np.testing.assert_allclose(cupy.asnumpy(out), np.concatenate(
+        [c for _, c in cpu.apply(frames, device="cpu")]), atol=1e-3)
