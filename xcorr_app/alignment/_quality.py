@@ -63,7 +63,8 @@ from ._quality_figures import (AreaFigures, TemplateRegions, TileRegions, area_b
                                block_sums, frame_sums, sharpness,
                                template_moments, template_refs)
 from .piecewise import field_weights, patch_preparer, warp_chunk
-from .rigid import area_float, quiet_if_nonfinite, scaled_by, stack_exponent
+from .rigid import (area_float, despiked, floating, quiet_if_nonfinite, scaled_by,
+                    stack_exponent)
 from .piecewise import RotationProbe, rigid_body_weights, rotated_frames
 from .warp import common_area, rigid_body_field, shift_frames, shift_into
 
@@ -912,6 +913,7 @@ class PatchQuality:
         self.area = (int(boxes[:, 0].min()), int(boxes[:, 1].max()), int(boxes[:, 2].min()),
                      int(boxes[:, 3].max()))
         self.xp, self.start, self.n, self.whole = xp, start, n, whole
+        self.despike = opts.despike == "on"
         self.tiles = TileRegions(self.area, np.concatenate([[self.area], boxes]), xp)
         self.weights = field_weights(centres, frame_shape, xp)
         self.prepare = patch_preparer(opts, xp)  # (as the patch pass prepares its frames)
@@ -940,7 +942,19 @@ class PatchQuality:
         report's area alone.  ``prepared``: their :func:`~.rigid.prepare` copies (made here
         where None); ``ok`` (NumPy): which have a field (None: all).  On the GPU one kernel
         warps and sums (:meth:`~._quality_figures.TileRegions.warp_moments`); nothing waits
-        for the device."""
+        for the device.  With ``despike`` on, the figures are of the frames without their
+        specks (as the pass measured them), the whole frames warped as they came apart."""
+        if not self.despike:
+            return self._add(at, frames, field, prepared, ok, whole, out)
+        clean = despiked(floating(self.xp.asarray(frames)), self.xp)
+        mine = self._add(at, clean, field, prepared, ok)
+        if not whole:
+            return mine
+        h, w = frames.shape[1:]
+        return warp_chunk(frames, field, self.weights, box=(0, h, 0, w), out=out)
+
+    def _add(self, at, frames, field, prepared=None, ok=None, whole=False, out=None):
+        """:meth:`add` of frames whose figures are the frames' own."""
         xp = self.xp
         i = at - self.start
         n = len(frames)

@@ -71,6 +71,8 @@ def test_patches_are_measured_without_specks_and_warp_the_frames_as_they_came(ra
     res = xcorr_app.align(frames, device="cpu", patches=(2, 2), out=out)
     assert res.settings["options"]["despike"] == "on"
     assert np.abs(res.motion_field - rays.truth[:, None, None, :]).max() < 0.1
+    # (the report's figures are of the frames the pass measured: no speck flags a patch)
+    assert not res.quality.flagged.any() and not res.quality.patch_poor.any()
     np.testing.assert_array_equal(out, np.concatenate(
         [c for _, c in res.apply(frames, device="cpu")]))
 
@@ -130,6 +132,7 @@ def test_gpu_mirrors_the_cpu(rays):
     out = cupy.empty(frames.shape, cupy.float32)
     gpu = xcorr_app.align(cupy.asarray(frames), device="gpu", patches=(2, 2), out=out)
     np.testing.assert_allclose(gpu.motion_field, cpu.motion_field, atol=1e-3)
+    assert (gpu.quality.patch_poor == cpu.quality.patch_poor).all()
     # (the frames as they came, warped by the GPU's field: the CPU's field, within 1e-3 px,
     # puts a few edge pixels on the other side of the frame's edge)
     np.testing.assert_allclose(cupy.asnumpy(out), np.concatenate(
