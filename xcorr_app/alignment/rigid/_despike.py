@@ -16,7 +16,8 @@ either).  The passes and the quality report measure the frames so cleaned; the a
 is made of the frames as they came.  ``auto`` (the default) looks for spikes of one frame
 alone (not at a pixel where another frame has one: a hot pixel is the static model's) in
 :data:`AUTO_SPIKE_SAMPLES` frames spread over the stack (their middle
-:data:`AUTO_SPIKE_SIDE` px) and cleans every frame where one has
+:data:`AUTO_SPIKE_SIDE` px a side: specks rarer than that may be missed, ``on`` takes them all)
+and cleans every frame where one has
 any; ``on`` always, ``off`` never.
 
 Examples
@@ -53,8 +54,9 @@ SPIKE_NOISE = 16.0
 STATIC_SHARE = 0.25
 #: ``despike="auto"``: the frames read to decide (spread over the stack)
 AUTO_SPIKE_SAMPLES = 16
-#: ... each cut to its middle this many pixels a side at most (a few tens of ms on the CPU)
-AUTO_SPIKE_SIDE = 512
+#: ... each cut to its middle this many pixels a side at most, looked at on the host (a few
+#: ms a run; 512 took 35-60 ms, and CuPy's own kernels compile at a first GPU run)
+AUTO_SPIKE_SIDE = 256
 
 
 def opened(frames, xp):
@@ -109,16 +111,15 @@ def decide_despike(despike, src):
     idx = spread_frames(src.n_frames, AUTO_SPIKE_SAMPLES)
     h, w = src.frame_shape
     y, x = max(0, h // 2 - AUTO_SPIKE_SIDE // 2), max(0, w // 2 - AUTO_SPIKE_SIDE // 2)
-    read = [src.read(i, i + 1)[0, y:y + AUTO_SPIKE_SIDE, x:x + AUTO_SPIKE_SIDE] for i in idx]
-    xp = array_module_of(*read)  # (frames on a GPU looked at there)
+    read = [to_numpy(src.read(i, i + 1)[0, y:y + AUTO_SPIKE_SIDE, x:x + AUTO_SPIKE_SIDE])
+            for i in idx]
     # (each at a safe scale: float64 frames past float32's range; the limits are relative)
-    frames = scale_free(xp.stack(read), xp).astype(xp.float32)
+    frames = scale_free(np.stack(read), np).astype(np.float32)
     # (a pixel that stands out at a quarter of the limits in half the frames read is fixed
     # on the sensor, a hot pixel: the static model's; taken out by despiking, the bench's
     # static_blobs moon 128x128 seed 1 went 0.07 -> 5.6 px)
-    fixed = _spikes(frames, xp, STATIC_SHARE)[1].sum(axis=0) * 2 >= len(idx)
-    passing = _spikes(frames, xp)[1] & ~fixed
-    hit = int((to_numpy(passing.any(axis=(1, 2)))).sum())
+    fixed = _spikes(frames, np, STATIC_SHARE)[1].sum(axis=0) * 2 >= len(idx)
+    hit = int((_spikes(frames, np)[1] & ~fixed).any(axis=(1, 2)).sum())
     if not hit:
         return "off", None
     return "on", (f"despike auto: on ({hit} of {len(idx)} frames read hold bright specks of a "
