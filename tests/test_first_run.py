@@ -159,8 +159,9 @@ def _align_starts(monkeypatch, tmp_path, *args):
     ("small", ["--volumes"], True), ("small", ["--gpus", "0"], True),
     ("small", ["--gpus=0,1"], True),
     ("large", [], True),
-    ("small", ["--device", "gpu", "--device", "auto"], False),  # (click: the last one)
-    ("small", ["--device", "auto", "--device=gpu"], True)])
+    # (an option given twice is a usage error: nothing starts)
+    ("small", ["--device", "gpu", "--device", "auto"], False),
+    ("small", ["--device", "auto", "--device=gpu"], False)])
 def test_align_of_a_small_file_under_auto_starts_none(fake_gpu, monkeypatch, tmp_path, which,
                                                       extra, started):
     """Device auto aligns a small job on the CPU: the warm-up would only slow it down, so an

@@ -32,6 +32,8 @@ def sha(path):
      ("--kernel is given more than once", "give it once")),
     ("filter", ("--kernel", "box:3", "--mode", "wrap", "--out", "f.tif", "--mode", "wrap"),
      ("--mode is given more than once",)),
+    ("align", ("--max-shift", "4", "--max-shift", "8"), ("--max-shift is given more than once",)),
+    ("apply", ("shifts.csv", "--fill", "0", "--fill", "1"), ("--fill is given more than once",)),
 ])
 def test_usage_error_is_one_line_and_status_2(tmp_path, cmd, args, words):
     src = stack_path("moon")

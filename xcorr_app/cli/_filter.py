@@ -14,7 +14,7 @@ from .. import backend
 from ..errors import InputError
 from ._align import note_late_signal
 from ._input import input_options, input_path
-from ._main import OnceCommand
+from ._main import DeviceCommand
 from ._options import (BANK, KERNEL, MIX, MODES, default_out, note_device, print_notes,
                        progress_bar, readable_frames_of, scale_out, scale_out_command,
                        stack_command, where)
@@ -22,7 +22,7 @@ from ._options import (BANK, KERNEL, MIX, MODES, default_out, note_device, print
 __all__ = ["filter_cmd", "output_run"]
 
 
-@click.command(name="filter", cls=OnceCommand)
+@click.command(name="filter", cls=DeviceCommand)
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--kernel", "spec", type=KERNEL, default=None,
               help="The filter to apply to every frame (one of --kernel, --bank, --mix); "

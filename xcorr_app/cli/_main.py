@@ -24,7 +24,7 @@ from .._version import __version__
 from ..errors import XcorrError
 
 __all__ = ["cli", "main", "run", "leave", "user_errors", "warnings_as_notes", "one_line_usage",
-           "UsageLine", "COMMANDS", "DeviceCommand", "OnceCommand", "start_first_run"]
+           "UsageLine", "COMMANDS", "DeviceCommand", "start_first_run"]
 
 #: every command of ``xcorr``: name -> (module beside this one, the click command in it, the
 #: one-line help ``xcorr --help`` lists).  A command's module is imported only when that command
@@ -250,25 +250,9 @@ class DeviceCommand(click.Command):
     """A command that computes on the GPU where one is usable (``--device``, ``--quiet``): once
     click has parsed its options, and before its callback imports the modules of its run, the
     GPU's first use starts from them (:func:`start_first_run`), and its warnings are notes
-    (none with ``--quiet``)."""
-
-    def invoke(self, ctx):
-        from .._config import planner_mode, tune_requested
-        from .._first_run import hold_gpu_warm_up
-
-        # (the planner reads these on a GPU alone: a bad value is said on every device)
-        planner_mode(), tune_requested()
-        with warnings_as_notes(ctx.params.get("quiet", False)):
-            try:
-                start_first_run(self.name, ctx.params)
-                return super().invoke(ctx)
-            finally:  # (a process that runs commands in turn: the next one decides anew)
-                hold_gpu_warm_up(False)
-
-
-class OnceCommand(DeviceCommand):
-    """A :class:`DeviceCommand` whose options that take one value are each given at most once:
-    a second ``--kernel`` is a usage error (click keeps the last one given, silently)."""
+    (none with ``--quiet``).  Its options that take one value are each given at most once: a
+    second ``--kernel`` or ``--max-shift`` is a usage error (click keeps the last one given,
+    silently)."""
 
     def make_parser(self, ctx):
         parser = super().make_parser(ctx)
@@ -289,6 +273,19 @@ class OnceCommand(DeviceCommand):
 
         parser.parse_args = parse_once
         return parser
+
+    def invoke(self, ctx):
+        from .._config import planner_mode, tune_requested
+        from .._first_run import hold_gpu_warm_up
+
+        # (the planner reads these on a GPU alone: a bad value is said on every device)
+        planner_mode(), tune_requested()
+        with warnings_as_notes(ctx.params.get("quiet", False)):
+            try:
+                start_first_run(self.name, ctx.params)
+                return super().invoke(ctx)
+            finally:  # (a process that runs commands in turn: the next one decides anew)
+                hold_gpu_warm_up(False)
 
 
 def start_first_run(command: str, params: dict) -> None:
