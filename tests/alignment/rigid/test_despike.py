@@ -95,6 +95,20 @@ def test_the_source_reads_despiked_frames():
     assert src.read(0, 2, out=into) is into and into.max() == 0
 
 
+def test_a_run_shared_out_says_it_measures_the_specks(rays):
+    from types import SimpleNamespace
+
+    from xcorr_app.alignment.rigid import remove_specks
+
+    src = ArraySource(rays.frames)
+    for name in ("gpus", "dask"):
+        opts, got, note = remove_specks(AlignOptions(), src, SimpleNamespace(name=name))
+        assert opts.despike == "off" and got is src
+        assert note.startswith("despike auto:") and "measured with them" in note
+    clean = ArraySource(make_stack("plain", 0, quick=True).frames)
+    assert remove_specks(AlignOptions(), clean, SimpleNamespace(name="dask"))[2] is None
+
+
 @pytest.mark.parametrize("value", ["yes", "ON", True, None])
 def test_bad_values_are_refused(value):
     with pytest.raises(InputError, match="unknown despike"):

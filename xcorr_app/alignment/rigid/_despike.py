@@ -104,6 +104,17 @@ def decide_despike(despike, src):
     pixel, the note says how many), others as given (no note)."""
     if despike != "auto":
         return despike, None
+    hit, read = _speck_frames(src)
+    if not hit:
+        return "off", None
+    return "on", (f"despike auto: on ({hit} of {read} frames read hold bright specks of a "
+                  f"frame alone, cosmic rays or single hot pixels: measured without them)")
+
+
+def _speck_frames(src) -> tuple:
+    """``(hit, read)``: how many of the :data:`AUTO_SPIKE_SAMPLES` frames read from ``src``
+    (spread over it; their middle :data:`AUTO_SPIKE_SIDE` px) hold a spike that is not fixed
+    on the sensor, of how many."""
     idx = spread_frames(src.n_frames, AUTO_SPIKE_SAMPLES)
     h, w = src.frame_shape
     y, x = max(0, h // 2 - AUTO_SPIKE_SIDE // 2), max(0, w // 2 - AUTO_SPIKE_SIDE // 2)
@@ -122,21 +133,21 @@ def decide_despike(despike, src):
             stands.append(cut[0] > STATIC_SHARE * limit[0])
             spikes.append(cut[0] > limit[0])
     fixed = np.sum(stands, axis=0) * 2 >= len(idx)
-    hit = sum(bool((s & ~fixed).any()) for s in spikes)
-    if not hit:
-        return "off", None
-    return "on", (f"despike auto: on ({hit} of {len(idx)} frames read hold bright specks of a "
-                  f"frame alone, cosmic rays or single hot pixels: measured without them)")
+    return sum(bool((s & ~fixed).any()) for s in spikes), len(idx)
 
 
 def remove_specks(opts, src, executor):
     """The run's step ``despike`` (after the device is decided): ``(opts, src, note)``, the
     options with ``despike`` what ran (``on`` or ``off``), the source every later read takes
     (:meth:`~.._executors.Executor.correct_despike`: the frames despiked, the aligned output
-    excepted) and the note of ``auto`` turned on.  Runs shared out (GPUs, Dask) are not
-    checked with ``auto``."""
+    excepted) and the note of ``auto`` turned on.  Runs shared out (GPUs, Dask) read the
+    frames as they are: where ``auto`` finds specks, its note says so."""
     if executor.name != "process":
-        return opts._decided(despike="off"), src, None
+        hit, read = _speck_frames(src) if opts.despike == "auto" else (0, 0)
+        return opts._decided(despike="off"), src, None if not hit else (
+            f"despike auto: {hit} of {read} frames read hold bright specks of a frame alone "
+            "(cosmic rays, single hot pixels), measured with them: runs shared out over GPUs "
+            "or Dask read the frames as they are; run in one process to measure without them")
     despike, note = decide_despike(opts.despike, src)
     opts = opts._decided(despike=despike)
     return opts, (executor.correct_despike(src) if despike == "on" else src), note
