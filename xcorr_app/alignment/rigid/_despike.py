@@ -48,9 +48,16 @@ SPIKE_SPREAD = 4.0
 #: ... and by more than this times the mean of what the opening cut (at 25 photons, 8 cut
 #: 0.2-1.2 noise pixels a frame of the bench's ``low_light`` stacks, 16 none)
 SPIKE_NOISE = 16.0
-#: a pixel that stands out at this share of the limits in half the frames read is fixed on
+#: a pixel that stands out by this share of the limits in half the frames read is fixed on
 #: the sensor (not a speck of one frame)
 STATIC_SHARE = 0.25
+#: a frame's pixels the opening cut the most (its sharpest features and specks) that
+#: :func:`_carried` compares with another frame's
+MATCH_POINTS = 256
+#: ... among those the opening cut by more than this times its mean cut (above the noise)
+MATCH_NOISE = 4.0
+#: where more than this share of a frame's pixels stand out, none is a speck (noise)
+MAX_SPECK_SHARE = 0.01
 #: ``despike="auto"``: the frames read to decide (spread over the stack)
 AUTO_SPIKE_SAMPLES = 16
 #: ... each cut to its middle this many pixels a side at most, looked at on the host (a few
@@ -112,8 +119,14 @@ def decide_despike(despike, src):
 
 def _speck_frames(src) -> tuple:
     """``(hit, read)``: how many of the :data:`AUTO_SPIKE_SAMPLES` frames read from ``src``
-    (spread over it; their middle :data:`AUTO_SPIKE_SIDE` px) hold a spike that is not fixed
-    on the sensor, of how many."""
+    (spread over it; their middle :data:`AUTO_SPIKE_SIDE` px) hold a speck of that frame
+    alone, of how many.  Not a speck of one frame: a pixel that stands out at the same place
+    in half the frames read (a hot pixel: the static model's; taken out, the bench's
+    ``static_blobs`` moon 128x128 seed 1 went 0.07 -> 5.6 px), one that stands out in a
+    neighbouring frame read where the frames' bright pixels say the scene moved it (the
+    brightest stars of an undersampled star field: taken out, their shifts were 5-10 times
+    worse), and the specks of frames where they are over :data:`MAX_SPECK_SHARE` of the
+    pixels (sparse photon counts: every count stands out)."""
     idx = spread_frames(src.n_frames, AUTO_SPIKE_SAMPLES)
     h, w = src.frame_shape
     y, x = max(0, h // 2 - AUTO_SPIKE_SIDE // 2), max(0, w // 2 - AUTO_SPIKE_SIDE // 2)
@@ -121,18 +134,54 @@ def _speck_frames(src) -> tuple:
             for i in idx]
     # (each at a safe scale: float64 frames past float32's range; the limits are relative)
     frames = scale_free(np.stack(read), np).astype(np.float32)
-    # (a pixel that stands out at a quarter of the limits in half the frames read is fixed
-    # on the sensor, a hot pixel: the static model's; taken out by despiking, the bench's
-    # static_blobs moon 128x128 seed 1 went 0.07 -> 5.6 px)
-    # (a frame at a time: its temporaries stay in the CPU's cache)
-    stands, spikes = [], []
+    count = np.zeros(frames.shape[1:], np.int64)
+    tops, spikes = [], []
     with np.errstate(invalid="ignore"):
-        for f in frames[:, None]:
+        for f in frames[:, None]:  # (a frame at a time: its temporaries in the CPU's cache)
             _, cut, limit = _spikes(f, np)
-            stands.append(cut[0] > STATIC_SHARE * limit[0])
+            count += cut[0] > STATIC_SHARE * limit[0]
+            # (the scene's sharpest features and the specks: above the frame's noise)
+            tops.append(_brightest(cut[0], cut[0] > MATCH_NOISE * cut[0].mean()))
             spikes.append(cut[0] > limit[0])
-    fixed = np.sum(stands, axis=0) * 2 >= len(idx)
-    return sum(bool((s & ~fixed).any()) for s in spikes), len(idx)
+    fixed = count >= max(2, -(-len(idx) // 2))
+    hit = 0
+    for k, speck in enumerate(spikes):
+        speck &= ~fixed
+        if not speck.any() or speck.mean() > MAX_SPECK_SHARE:
+            continue
+        points = np.argwhere(speck)
+        moved = np.zeros(len(points), bool)
+        for j in (k - 1, k + 1):  # (the neighbouring frames read)
+            if 0 <= j < len(idx):
+                moved |= _carried(points, tops[k], tops[j])
+        hit += not moved.all()
+    return hit, len(idx)
+
+
+def _brightest(cut, mask):
+    """(k, 2) the pixels of ``mask``, at most :data:`MATCH_POINTS` of them, those the opening
+    ``cut`` the most."""
+    points = np.argwhere(mask)
+    if len(points) > MATCH_POINTS:
+        order = np.argsort(cut[mask])[::-1][:MATCH_POINTS]
+        points = points[np.sort(order)]
+    return points
+
+
+def _carried(points, here, there):
+    """(k,) bool: which ``points`` of a frame are found (within a pixel) in another frame's
+    bright pixels ``there`` once moved by the shift that carries most of this frame's bright
+    pixels ``here`` onto those (a shift that carries at least 6 of them and a tenth of the
+    fewer, well over what chance gives any shift; none: False)."""
+    if len(here) < 6 or len(there) < 6:
+        return np.zeros(len(points), bool)
+    d = (there[None] - here[:, None]).reshape(-1, 2)
+    shifts, counts = np.unique(d, axis=0, return_counts=True)
+    best = counts.argmax()
+    if counts[best] < max(6, min(len(here), len(there)) / 10):
+        return np.zeros(len(points), bool)
+    off = (there[None] - (points + shifts[best])[:, None])
+    return (np.abs(off).max(axis=-1) <= 1).any(axis=1)
 
 
 def remove_specks(opts, src, executor):
