@@ -14,7 +14,8 @@ by the opening's value.  Features 2 px or more across (cells, a star sampled at 
 left whole; so is every pixel of the realistic stacks of the bench (none found, at 25 photons
 either).  The passes and the quality report measure the frames so cleaned; the aligned stack
 is made of the frames as they came.  ``auto`` (the default) looks for spikes of one frame
-alone (not at a pixel where another frame has one: a hot pixel is the static model's) in
+alone (:func:`_speck_frames`: not a hot pixel, the static model's, nor a star that the next
+frame shows where the scene moved it) in
 :data:`AUTO_SPIKE_SAMPLES` frames spread over the stack (their middle
 :data:`AUTO_SPIKE_SIDE` px a side: specks rarer than that may be missed, ``on`` takes them all)
 and cleans every frame where one has any; ``on`` always, ``off`` never.
