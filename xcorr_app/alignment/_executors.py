@@ -142,8 +142,9 @@ class InProcess(Executor):
         self.chunk, self.plan = Measurer.memory_plan(opts, src, xp, chunk, opts.max_memory,
                                                      free)
         self.fixed_chunk = self.chunk
+        # (not for despiked reads: each pass despikes what it reads, the stash held it raw)
         stash = keep_on_gpu(src, xp, free) if reads_again(opts, out) and dev == "gpu" \
-            and not on_gpu else None
+            and not on_gpu and opts.despike != "on" else None
         self.src = StashedSource(src, stash)
         if opts.max_memory is None and (opts.patches is not None or opts.refined
                                         or opts.lucas_kanade == "on"):

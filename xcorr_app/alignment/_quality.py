@@ -934,7 +934,8 @@ class PatchQuality:
         if xp is not np:  # (copied behind the template's kernels)
             self.template = [HostCopy(a) for a in self.template]
 
-    def add(self, at, frames, field, prepared=None, ok=None, whole=False, out=None):
+    def add(self, at, frames, field, prepared=None, ok=None, whole=False, out=None,
+            measured=None):
         """Frames ``at:at + len(frames)`` of the stack as they came, with their fields
         ``(n, gy, gx, 2)`` (on the frames' device), warped by them (bilinear, fill 0:
         :func:`~.piecewise.warp_chunk`'s) and added; the warped frames returned: whole with
@@ -942,12 +943,14 @@ class PatchQuality:
         report's area alone.  ``prepared``: their :func:`~.rigid.prepare` copies (made here
         where None); ``ok`` (NumPy): which have a field (None: all).  On the GPU one kernel
         warps and sums (:meth:`~._quality_figures.TileRegions.warp_moments`); nothing waits
-        for the device.  With ``despike`` on, the figures are of the frames without their
-        specks (as the pass measured them), the whole frames warped as they came apart."""
-        if not self.despike:
+        for the device.  ``measured``: the frames as the pass measured them (despiked), where
+        they are not the frames: the figures are theirs, the whole frames warped as they came
+        apart."""
+        if measured is None and self.despike:
+            measured = despiked(floating(self.xp.asarray(frames)), self.xp)
+        if measured is None or measured is frames:
             return self._add(at, frames, field, prepared, ok, whole, out)
-        clean = despiked(floating(self.xp.asarray(frames)), self.xp)
-        mine = self._add(at, clean, field, prepared, ok)
+        mine = self._add(at, measured, field, prepared, ok)
         if not whole:
             return mine
         h, w = frames.shape[1:]

@@ -9,9 +9,9 @@ and :func:`xcorr_app.dask.align`.  The steps and their decisions live here alone
    bidirectional scan decided (``bidi``: :func:`~.rigid.decide_bidi`), every later read
    corrected by it (:meth:`Executor.correct_bidi`); the device chosen;
 3. ``prefilter="auto"`` decided from a few frames (:func:`~._options.resolve_auto`); after
-   the device, bright specks of a frame alone (``despike``: :func:`~.rigid.remove_specks`)
-   and a pattern fixed on the sensor found in a few frames and removed from what the
-   passes read (``static``: :func:`~.rigid.remove_static`);
+   the device, bright specks of a frame alone (``despike``: :func:`~.rigid.decide_specks`,
+   decided before it) and a pattern fixed on the sensor found in a few frames and removed
+   from what the passes read (``static``: :func:`~.rigid.remove_static`);
 4. ``lucas_kanade="auto"`` decided from a few frames (:func:`~.refine.decide_lucas_kanade`:
    the template's fit for noisy stacks, the reference's for steady ones);
 5. the measuring passes (:func:`measure_passes`): the first pass against the reference; with
@@ -42,7 +42,7 @@ from .._cuda import own_stream
 from ..io import plural, with_axes
 from ..streaming import DEFAULT_CHUNK
 from ._options import as_stack, auto_notes, resolve_auto
-from .rigid import (check_frame_shape, decide_bidi, refined_or_first, remove_specks,
+from .rigid import (check_frame_shape, decide_bidi, decide_specks, refined_or_first,
                     remove_static, search_range, still_locked)
 from ._limits import check_limits, limit_devices
 from .rigid import frames_per_chunk, measure_frames, prepared_reference
@@ -104,17 +104,18 @@ def run_alignment(opts, stack_or_path, executor, *, out=None, progress=None,
         bidi, bidi_note = decide_bidi(opts.bidi, src)
         src = executor.correct_bidi(src, bidi)
         opts, why = resolve_auto(opts, src)  # prefilter "auto": a few frames decide
-        choices = ([bidi_note] if bidi_note else []) + auto_notes(opts, why)
+        # bright specks of a frame alone (cosmic rays), from a few frames
+        opts, spike_note = decide_specks(opts, src, executor)
+        decided = [note for note in (bidi_note, spike_note) if note]
+        choices = decided + auto_notes(opts, why)
         executor.start(opts, src, out)  # the device, the chunk, the plan
         if executor.device == "gpu" and src.dtype == np.float32:
             check_gpu_float32(src.read(0, 1)[0], "the stack")
         check_aligned_out(out, (src.n_frames, *src.frame_shape), executor.device)
-        # bright specks of a frame alone (cosmic rays), from a few frames: taken out of what
-        # the passes, the static model and the report read
-        opts, src, spike_note = remove_specks(opts, src, executor)
-        decided = [note for note in (bidi_note, spike_note) if note]
+        if opts.despike == "on":  # (what the passes, the static model and the report read)
+            src = executor.correct_despike(src)
         # a pattern fixed on the sensor, from a few frames: removed from what the passes read
-        read = src  # (as the frames came: the static model's)
+        read = src  # (the frames the static model is fitted to)
         opts, src, static, static_note, why = remove_static(opts, src, executor, why)
         choices = decided + ([static_note] if static_note else []) + auto_notes(opts, why)
         measuring, patching, reporting = _phases(progress, src.n_frames, opts)

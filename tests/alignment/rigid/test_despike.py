@@ -136,15 +136,15 @@ def test_the_source_reads_despiked_frames():
 def test_a_run_shared_out_says_it_measures_the_specks(rays):
     from types import SimpleNamespace
 
-    from xcorr_app.alignment.rigid import remove_specks
+    from xcorr_app.alignment.rigid import decide_specks
 
     src = ArraySource(rays.frames)
     for name in ("gpus", "dask"):
-        opts, got, note = remove_specks(AlignOptions(), src, SimpleNamespace(name=name))
-        assert opts.despike == "off" and got is src
+        opts, note = decide_specks(AlignOptions(), src, SimpleNamespace(name=name))
+        assert opts.despike == "off"
         assert note.startswith("despike auto:") and "measured with them" in note
     clean = ArraySource(make_stack("plain", 0, quick=True).frames)
-    assert remove_specks(AlignOptions(), clean, SimpleNamespace(name="dask"))[2] is None
+    assert decide_specks(AlignOptions(), clean, SimpleNamespace(name="dask"))[1] is None
 
 
 @pytest.mark.parametrize("value", ["yes", "ON", True, None])

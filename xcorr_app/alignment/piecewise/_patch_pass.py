@@ -26,7 +26,7 @@ from ._patches import (REFINE_PASSES, PatchGrid, check_deviation, common_area, i
                        refine_template, template_patches)
 from ..rigid import frames_per_chunk, prepared_reference
 from ..rigid import patch_key
-from ..rigid import despiked, floating, prepare
+from ..rigid import DespikedSource, despiked, floating, prepare
 from ._spline import field_weights
 from ..rigid import reference_frame
 from ..refine import TemplateAccumulator
@@ -47,12 +47,8 @@ class PatchSetup:
 
     @classmethod
     def make(cls, opts, src, xp, chunk, grid, image):
-        """The setup of a pass against the template ``image`` (on ``xp``'s device; with
-        ``despike`` on, measured without its specks, as the frames are: :func:`patch_preparer`)."""
-        measured = image
-        if opts.despike == "on":
-            measured = despiked(xp.asarray(image, xp.float32)[None], xp)[0]
-        frame, raw = prepared_reference(opts, src, xp, chunk, image=measured)
+        """The setup of a pass against the template ``image`` (on ``xp``'s device)."""
+        frame, raw = prepared_reference(opts, src, xp, chunk, image=image)
         return cls(grid, template_patches(frame, grid), raw, image)
 
     def queue_host_copy(self):
@@ -107,7 +103,10 @@ def refined_image(total, frame_shape):
 
 def _template_image(opts, src, xp, chunk, rigid):
     """The template as read: the rigid reference, or for ``reference="refined"`` the mean of
-    the rigidly aligned frames (shifts relative to it)."""
+    the rigidly aligned frames (shifts relative to it); with ``despike`` on, of the frames
+    without their specks (averaged, a speck is too faint to find, not to pull)."""
+    if opts.despike == "on":
+        src = DespikedSource(src)
     if opts.refined:
         return refined_image(sum(aligned_sums(src, xp, chunk, rigid)), src.frame_shape)
     return reference_frame(opts.reference, src, xp, chunk, opts.channel)
@@ -231,11 +230,7 @@ def patch_preparer(opts, xp):
     zero-normalized correlation takes it (phase normalization's too: the patches are
     measured by zncc), no window (the patches have their own taper)."""
     prefilter = prefilter_for(opts.prefilter, "zncc", opts.features)
-    if opts.despike != "on":
-        return lambda frames: prepare(frames, xp, prefilter, None)
-    # (the pass reads the frames as they are, the aligned stack's: its prepared copy despiked)
-    return lambda frames: prepare(despiked(floating(xp.asarray(frames)), xp), xp, prefilter,
-                                  None)
+    return lambda frames: prepare(frames, xp, prefilter, None)
 
 
 def check_patch_reference(opts):
@@ -365,15 +360,18 @@ def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, ad
     on_device = (xp.asarray(rigid), *(xp.asarray(a) for a in integer_parts(rigid)))
 
     key = patch_key(opts)  # (the rigid pass's prepared chunks, where prepared alike)
+    despike = opts.despike == "on"
 
     def measure(first, frames):
         start = offset + first
         stop = start + len(frames)
         s = rigid[start:stop]
         s_on, whole, off = (a[start:stop] for a in on_device)
+        # (the pass reads the frames as they are, the output's: what it measures despiked)
+        clean = despiked(floating(xp.asarray(frames)), xp) if despike else frames
         p = None if prepared is None else prepared.take(key, start, len(frames))
         if p is None:
-            p = preparer(frames)
+            p = preparer(clean)
 
         def field_of(d):  # rigid + deviation, float64: as the result's motion_field holds it
             return add_fields(s_on[:, None, :], d).reshape(len(s), *grid.grid, 2)
@@ -407,7 +405,7 @@ def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, ad
             keep = np.flatnonzero(~np.isnan(s).any(axis=1))  # host: the measured frames
             if len(keep):
                 idx = xp.asarray(keep)
-                add_sums(*warped_sum(frames[idx], field_of(d)[idx], weights))
+                add_sums(*warped_sum(clean[idx], field_of(d)[idx], weights))
         if warp is None and quality is None:
             return rows
         fld = field_of(d)
@@ -416,7 +414,8 @@ def _measurer(opts, xp, dev, preparer, grid, rigid, tpatches, taper, weights, ad
         # (the report warps the chunk as it sums it: one pass over its pixels)
         warped = quality.add(start, frames, fld, p, ok=~np.isnan(s).any(axis=1),
                              whole=warp is not None,
-                             out=None if warp is None else warp.target(first, len(frames)))
+                             out=None if warp is None else warp.target(first, len(frames)),
+                             measured=clean)
         return rows if warp is None else warp.result(first, warped, rows)
 
     if xp is not np:

@@ -4,8 +4,8 @@
 from ._bidi import (BIDI_THRESHOLD, MAX_BIDI, BidiSource, bidi_source, correct_bidi,
                     decide_bidi, estimate_bidi, parse_bidi)
 from ._columns import COLUMN, COLUMNS
-from ._despike import (DESPIKE, DespikedSource, decide_despike, despiked, floating,
-                       opened, remove_specks)
+from ._despike import (DESPIKE, DespikedSource, decide_despike, decide_specks, despiked,
+                       floating, opened)
 from ._frame_stats import area_float, converted_stats, demeaned, frame_stats, precision_sums
 from ._mask import (NAN_MASK, check_mask_shape, fill_masked, filter_reach, measured_mask,
                     measured_masks, read_mask)

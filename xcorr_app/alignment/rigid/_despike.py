@@ -1,10 +1,9 @@
 """Bright specks of one frame (cosmic rays, a particle's track, a single hot or saturated
 pixel) taken out of what the passes measure: ``despike``.
 
-A speck a few pixels across, five to fifty times the scene's brightest, holds more of a
-frame's variance than the whole scene: the correlation then matches the template's pattern
-to the speck, and frames of the accuracy bench's ``cosmic_rays`` stacks came out 6-118 px
-off (scikit-image's phase correlation as badly).
+A speck a few pixels across, many times the scene's brightest, holds more of a frame's
+variance than the whole scene: the correlation then matches the template's pattern to the
+speck (the accuracy bench's ``cosmic_rays`` stacks: docs/performance.md, "Hard stacks").
 
 A pixel is a spike where it stands above the frame's grey opening by a 2x2 square (the frame
 with every feature narrower than 2 px cut down to its surroundings) by more than
@@ -39,15 +38,14 @@ from ...streaming import WrappedSource
 from ._preprocess import scale_free, spread_frames
 
 __all__ = ["DESPIKE", "DespikedSource", "despiked", "floating", "opened", "decide_despike",
-           "remove_specks"]
+           "decide_specks"]
 
 DESPIKE = ("auto", "on", "off")
 #: a spike stands above the opened frame by more than this times the opened frame's range
-#: above its mean (the scene's own sharpest stays: at 2, 4 of the bench's 36 noise-free and
-#: noisy ``circular`` stacks were despiked, and 3 came out a little worse; at 4 none)...
+#: above its mean (at 2 the sharpest pixels of noise-free scenes passed for spikes)...
 SPIKE_SPREAD = 4.0
-#: ... and by more than this times the mean of what the opening cut (at 25 photons, 8 cut
-#: 0.2-1.2 noise pixels a frame of the bench's ``low_light`` stacks, 16 none)
+#: ... and by more than this times the mean of what the opening cut (at 8 the noise of dim
+#: frames passed for spikes)
 SPIKE_NOISE = 16.0
 #: a pixel that stands out by this share of the limits in half the frames read is fixed on
 #: the sensor (not a speck of one frame)
@@ -61,8 +59,8 @@ MATCH_NOISE = 4.0
 MAX_SPECK_SHARE = 0.01
 #: ``despike="auto"``: the frames read to decide (spread over the stack)
 AUTO_SPIKE_SAMPLES = 16
-#: ... each cut to its middle this many pixels a side at most, looked at on the host (a few
-#: ms a run, and no CuPy kernel to compile at a first GPU run)
+#: ... each cut to its middle this many pixels a side at most, looked at on the host (no
+#: CuPy kernel to compile at a first GPU run)
 AUTO_SPIKE_SIDE = 256
 
 
@@ -80,13 +78,18 @@ def opened(frames, xp):
 
 def _spikes(frames, xp):
     """``(opened, cut, limit)``: the frames' :func:`opened`, what the opening cut and each
-    frame's limit (N, 1, 1) above which a cut pixel is a spike (a frame with NaN or Inf
-    pixels has none: its limit is not a number)."""
+    frame's limit (N, 1, 1) above which a cut pixel is a spike."""
     low = opened(frames, xp)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         cut = frames - low
-        limit = xp.maximum(SPIKE_SPREAD * (low.max(axis=(1, 2)) - low.mean(axis=(1, 2))),
-                           SPIKE_NOISE * cut.mean(axis=(1, 2)))
+        # (over the pixels whose cut is a number: a frame with NaN fill, mask="nan", is
+        # despiked around it; a NaN pixel is never a spike)
+        ok = xp.isfinite(cut)
+        n = ok.sum(axis=(1, 2))
+        top = xp.where(ok, low, -xp.inf).max(axis=(1, 2))
+        mean = xp.where(ok, low, 0).sum(axis=(1, 2)) / n
+        limit = xp.maximum(SPIKE_SPREAD * (top - mean),
+                           SPIKE_NOISE * xp.where(ok, cut, 0).sum(axis=(1, 2)) / n)
     return low, cut, limit[:, None, None]
 
 
@@ -122,12 +125,11 @@ def _speck_frames(src) -> tuple:
     """``(hit, read)``: how many of the :data:`AUTO_SPIKE_SAMPLES` frames read from ``src``
     (spread over it; their middle :data:`AUTO_SPIKE_SIDE` px) hold a speck of that frame
     alone, of how many.  Not a speck of one frame: a pixel that stands out at the same place
-    in half the frames read (a hot pixel: the static model's; taken out, the bench's
-    ``static_blobs`` moon 128x128 seed 1 went 0.07 -> 5.6 px), one that stands out in a
-    neighbouring frame read where the frames' bright pixels say the scene moved it (the
-    brightest stars of an undersampled star field: taken out, their shifts were 5-10 times
-    worse), and the specks of frames where they are over :data:`MAX_SPECK_SHARE` of the
-    pixels (sparse photon counts: every count stands out)."""
+    in half the frames read (a hot pixel: the static model's, which despiking undid), one
+    that stands out in a neighbouring frame read where the frames' sharpest pixels say the
+    scene moved it (the brightest stars of an undersampled star field, whose shifts
+    despiking spoilt), and the specks of frames where they are over :data:`MAX_SPECK_SHARE`
+    of the pixels (sparse photon counts: every count stands out)."""
     idx = spread_frames(src.n_frames, AUTO_SPIKE_SAMPLES)
     h, w = src.frame_shape
     y, x = max(0, h // 2 - AUTO_SPIKE_SIDE // 2), max(0, w // 2 - AUTO_SPIKE_SIDE // 2)
@@ -185,21 +187,20 @@ def _carried(points, here, there):
     return (np.abs(off).max(axis=-1) <= 1).any(axis=1)
 
 
-def remove_specks(opts, src, executor):
-    """The run's step ``despike`` (after the device is decided): ``(opts, src, note)``, the
-    options with ``despike`` what ran (``on`` or ``off``), the source every later read takes
-    (:meth:`~.._executors.Executor.correct_despike`: the frames despiked, the aligned output
-    excepted) and the note of ``auto`` turned on.  Runs shared out (GPUs, Dask) read the
-    frames as they are: where ``auto`` finds specks, its note says so."""
+def decide_specks(opts, src, executor):
+    """The run's step ``despike`` (before the device starts: the stack is not kept on it for
+    the passes where it is despiked): ``(opts, note)``, the options with ``despike`` what
+    runs (``on`` or ``off``; on: :meth:`~.._executors.Executor.correct_despike` once the
+    device has started) and the note of ``auto`` turned on.  Runs shared out (GPUs, Dask)
+    read the frames as they are: where ``auto`` finds specks, its note says so."""
     if executor.name != "process":
         hit, read = _speck_frames(src) if opts.despike == "auto" else (0, 0)
-        return opts._decided(despike="off"), src, None if not hit else (
+        return opts._decided(despike="off"), None if not hit else (
             f"despike auto: {hit} of {read} frames read hold bright specks of a frame alone "
             "(cosmic rays, single hot pixels), measured with them: runs shared out over GPUs "
             "or Dask read the frames as they are; run in one process to measure without them")
     despike, note = decide_despike(opts.despike, src)
-    opts = opts._decided(despike=despike)
-    return opts, (executor.correct_despike(src) if despike == "on" else src), note
+    return opts._decided(despike=despike), note
 
 
 class DespikedSource(WrappedSource):
