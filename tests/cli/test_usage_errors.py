@@ -34,6 +34,7 @@ def sha(path):
      ("--mode is given more than once",)),
     ("align", ("--max-shift", "4", "--max-shift", "8"), ("--max-shift is given more than once",)),
     ("apply", ("shifts.csv", "--fill", "0", "--fill", "1"), ("--fill is given more than once",)),
+    ("info", ("--axes", "TYX", "--axes", "ZYX"), ("--axes is given more than once",)),
 ])
 def test_usage_error_is_one_line_and_status_2(tmp_path, cmd, args, words):
     src = stack_path("moon")
@@ -50,6 +51,7 @@ def test_usage_error_is_one_line_and_status_2(tmp_path, cmd, args, words):
     (("nope",), ("nope",)),
     (("align",), ("PATH",)),
     (("bench", "filter", "--frames", "0"), ("--frames",)),
+    (("bench", "filter", "--frames", "2", "--frames", "3"), ("--frames is given more than once",)),
 ])
 def test_group_usage_errors(tmp_path, args, words):
     res = xcorr(*args, cwd=tmp_path)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
+from ._main import OnceGroup
 from ._options import FORCE, GPUS_LIST, MEMORY, json_rows_option, planner_notes
 from ._volumes import PATCHES_ZYX
 
 __all__ = ["bench"]
 
 
-@click.group()
+@click.group(cls=OnceGroup)
 def bench():
     """Time xcorr's kernels against the peers on this GPU (CUDA events, medians)."""
 

@@ -12,6 +12,7 @@ from .._version import __version__
 from .. import backend
 from ..errors import InputError, XcorrError
 from ._input import input_options, input_path
+from ._main import OnceCommand
 
 __all__ = ["info"]
 
@@ -22,7 +23,7 @@ COMPILE_RUNS = ({}, {"max_shift": 16})
 COMPILE_SHAPE = (1024, 1024)
 
 
-@click.command()
+@click.command(cls=OnceCommand)
 @click.argument("path", required=False, type=click.Path(path_type=Path))
 @click.option("--compile", "build", is_flag=True,
               help="Build the GPU kernels of the usual align runs now (uint8, uint16 and "

@@ -24,7 +24,7 @@ from .._version import __version__
 from ..errors import XcorrError
 
 __all__ = ["cli", "main", "run", "leave", "user_errors", "warnings_as_notes", "one_line_usage",
-           "UsageLine", "COMMANDS", "DeviceCommand", "start_first_run"]
+           "UsageLine", "COMMANDS", "DeviceCommand", "OnceCommand", "OnceGroup", "start_first_run"]
 
 #: every command of ``xcorr``: name -> (module beside this one, the click command in it, the
 #: one-line help ``xcorr --help`` lists).  A command's module is imported only when that command
@@ -246,13 +246,11 @@ class XcorrGroup(click.Group):
             return super().invoke(ctx)
 
 
-class DeviceCommand(click.Command):
-    """A command that computes on the GPU where one is usable (``--device``, ``--quiet``): once
-    click has parsed its options, and before its callback imports the modules of its run, the
-    GPU's first use starts from them (:func:`start_first_run`), and its warnings are notes
-    (none with ``--quiet``).  Its options that take one value are each given at most once: a
-    second ``--kernel`` or ``--max-shift`` is a usage error (click keeps the last one given,
-    silently)."""
+class OnceCommand(click.Command):
+    """A command whose options that take one value are each given at most once: a second
+    ``--kernel`` or ``--max-shift`` is a usage error (click keeps the last one given,
+    silently).  Every command of ``xcorr`` is one (:class:`DeviceCommand`, ``info``, ``tune``,
+    ``bench``'s: :class:`OnceGroup`)."""
 
     def make_parser(self, ctx):
         parser = super().make_parser(ctx)
@@ -273,6 +271,19 @@ class DeviceCommand(click.Command):
 
         parser.parse_args = parse_once
         return parser
+
+
+class OnceGroup(click.Group):
+    """A group whose commands are :class:`OnceCommand`."""
+
+    command_class = OnceCommand
+
+
+class DeviceCommand(OnceCommand):
+    """A command that computes on the GPU where one is usable (``--device``, ``--quiet``): once
+    click has parsed its options, and before its callback imports the modules of its run, the
+    GPU's first use starts from them (:func:`start_first_run`), and its warnings are notes
+    (none with ``--quiet``)."""
 
     def invoke(self, ctx):
         from .._config import planner_mode, tune_requested

@@ -14,6 +14,7 @@ import time
 import click
 
 from ..errors import InputError, XcorrError
+from ._main import OnceCommand
 from ._options import MAX_SHIFT
 
 __all__ = ["tune_cmd", "tune_problems"]
@@ -50,7 +51,7 @@ def _max_shift(text):
     return None if str(text).lower() in ("none", "full") else MAX_SHIFT.convert(text, None, None)
 
 
-@click.command(name="tune")
+@click.command(name="tune", cls=OnceCommand)
 @click.option("--frames", type=click.IntRange(min=1), multiple=True,
               help="Frames per problem (repeat for several)  [default: 64].")
 @click.option("--size", "sizes", metavar="H|HxW", multiple=True,
