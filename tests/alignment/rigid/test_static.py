@@ -40,6 +40,26 @@ def test_blobs_locked_at_zero_are_freed(blobs):
     assert not res.low_confidence.any()
 
 
+def test_an_axis_held_at_zero_by_columns_is_a_lock():
+    """A hot and a dead column hold every frame's x shift at zero while y moves: locked (it
+    was not, as the frames are not locked on both axes), the columns removed."""
+    from xcorr_app.alignment.rigid._static import _locked
+
+    rng = np.random.default_rng(0)
+    moving = np.cumsum(rng.normal(0, 1.5, (20, 2)), axis=0)
+    held = moving * [1.0, 0.0] + rng.normal(0, 0.01, (20, 2)) * [0.0, 1.0]
+    assert _locked(held) and _locked(held[:, ::-1]) and not _locked(moving)
+    assert not _locked(moving * [1.0, 0.1])  # (barely moving along x: not held at zero)
+    s = make_stack("plain", 0, image="coins", shape=SHAPE)
+    frames = s.frames.copy()
+    frames[:, :, 40] += 3 * frames.max()
+    frames[:, :, 70] = 0
+    off = xcorr_app.align(frames, device="cpu", static="off", quality=False)
+    assert stack_errors(off.shifts, s.truth)[0] > 2.0
+    res = xcorr_app.align(frames, device="cpu", quality=False)
+    assert res.settings["static"]["removed"] and stack_errors(res.shifts, s.truth)[0] < 0.1
+
+
 def test_on_removes_as_auto_does(blobs):
     auto = xcorr_app.align(blobs.frames, device="cpu", quality=False)
     on = xcorr_app.align(blobs.frames, device="cpu", quality=False, static="on")

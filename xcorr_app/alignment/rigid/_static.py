@@ -115,6 +115,11 @@ SHRUNK_SPAN = 0.5
 #: frames "locked" at zero shift: this share of them within this radius (px) of it
 LOCK_SHARE = 1 / 3
 LOCK_RADIUS = 0.25
+#: ... or on one axis alone: this share of them within this radius (px) of zero on it while
+#: they move along the other (:func:`_locked`)
+AXIS_LOCK_SHARE = 2 / 3
+AXIS_LOCK_RADIUS = 0.05
+AXIS_MOVES = 1.0
 #: a start of the refit whose frames' median confidence (peak over second peak) is below this
 #: shows no scene that moves, only noise: it is not taken
 MIN_CONFIDENCE = 1.2
@@ -604,9 +609,19 @@ def _middle(frames):
 
 
 def _locked(shifts) -> bool:
+    """Whether the frames are locked at zero shift (:data:`LOCK_SHARE` of them within
+    :data:`LOCK_RADIUS` px), or on one axis while they move along the other (a hot or dead
+    column or row holds that axis: :data:`AXIS_LOCK_SHARE` within :data:`AXIS_LOCK_RADIUS`
+    px of zero on it, a tenth of them :data:`AXIS_MOVES` px or more off on the other)."""
     d = np.asarray(shifts)[1:]
     d = d[np.isfinite(d).all(axis=1)]  # (frames not measured count neither way)
-    return bool(len(d)) and bool(np.mean(np.hypot(d[:, 0], d[:, 1]) < LOCK_RADIUS) >= LOCK_SHARE)
+    if not len(d):
+        return False
+    if np.mean(np.hypot(d[:, 0], d[:, 1]) < LOCK_RADIUS) >= LOCK_SHARE:
+        return True
+    held = np.mean(np.abs(d) < AXIS_LOCK_RADIUS, axis=0) >= AXIS_LOCK_SHARE  # (y, x)
+    moves = np.mean(np.abs(d) >= AXIS_MOVES, axis=0) >= 0.1
+    return bool((held & moves[::-1]).any())
 
 
 def _shrunk(first, model) -> bool:
