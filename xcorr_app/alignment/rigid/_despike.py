@@ -90,6 +90,8 @@ def _spikes(frames, xp):
         mean = xp.where(ok, low, 0).sum(axis=(1, 2)) / n
         limit = xp.maximum(SPIKE_SPREAD * (top - mean),
                            SPIKE_NOISE * xp.where(ok, cut, 0).sum(axis=(1, 2)) / n)
+        # (an Inf pixel is no spike: its frame is flagged as it is, not cleaned of it)
+        cut = xp.where(ok, cut, xp.nan)
     return low, cut, limit[:, None, None]
 
 
