@@ -112,8 +112,8 @@ def despiked(frames, xp):
 
 def decide_despike(despike, src):
     """``(despike, note)``: ``auto`` decided for the open source ``src`` (``on`` where one of
-    :data:`AUTO_SPIKE_SAMPLES` frames spread over it holds a spike that no other holds at its
-    pixel, the note says how many), others as given (no note)."""
+    the frames :func:`_speck_frames` reads holds a speck of its own, the note says how many),
+    others as given (no note)."""
     if despike != "auto":
         return despike, None
     hit, read = _speck_frames(src)
@@ -229,7 +229,7 @@ class DespikedSource(WrappedSource):
     def read(self, start, stop, out=None):
         frames = self.src.read(start, stop)
         xp = array_module_of(frames)
-        fixed = despiked(frames.astype(self.dtype, copy=False), xp)
+        fixed = despiked(floating(frames), xp)  # (of self.dtype)
         if out is None:
             return fixed
         out[...] = to_numpy(fixed) if isinstance(out, np.ndarray) else fixed
